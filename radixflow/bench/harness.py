@@ -1,0 +1,61 @@
+"""Run several scheduling policies on the identical workload, one after another, in one process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from radixflow.bench.metrics import PolicyResult, summarize
+from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.runner import Runner
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.scheduler import SchedulerConfig
+
+
+@dataclass
+class PolicyRun:
+    result: PolicyResult
+    rounds: list[RoundRecord]
+    requests: list[Request]
+
+
+@dataclass
+class BenchReport:
+    workload: dict[str, object]
+    config: dict[str, object]
+    runs: list[PolicyRun] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "workload": self.workload,
+            "config": self.config,
+            "results": [run.result.to_dict() for run in self.runs],
+        }
+
+
+def fresh_copy(requests: list[Request]) -> list[Request]:
+    """The same user requests with no scheduler state, so every policy starts equal."""
+    return [Request(r.id, r.prompt, r.namespace, r.arrival_s, group=r.group, kind=r.kind) for r in requests]
+
+
+def run_policies(
+    requests: list[Request],
+    runner: Runner,
+    scheduler: SchedulerConfig,
+    policies: list[str],
+    placement: str,
+    on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
+) -> list[PolicyRun]:
+    runs = []
+    for policy in policies:
+        engine = Engine(runner, scheduler, policy=policy, placement=placement)
+        callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
+        engine.run(fresh_copy(requests), on_round=callback)
+        runs.append(
+            PolicyRun(summarize(policy, engine, scheduler.token_budget), engine.rounds, engine.requests)
+        )
+    return runs
+
+
+def config_dict(scheduler: SchedulerConfig, **extra: object) -> dict[str, object]:
+    return {**asdict(scheduler), **extra}

@@ -1,0 +1,68 @@
+"""Radix-tree node: a run of whole blocks of tokens with its KV and an optional checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from radixflow.cache.types import Readiness
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """Recurrent state of every recurrent layer after the node's last token."""
+
+    slot: int
+    readiness: Readiness
+    producer: str | None  # set while PENDING; the request whose round computes it
+
+
+@dataclass(eq=False)
+class Node:
+    """Invariants (enforced by `check_integrity`):
+
+    - ``len(key)`` is a positive multiple of the block size (the root's key is empty);
+    - ``blocks`` is None (not materialized: known only from registered demand) or holds one
+      KV block id per block of ``key``; materialization is prefix-closed (a materialized node
+      has a materialized parent) and an unmaterialized node has ``demand > 0`` and no checkpoint;
+    - ``lock_ref`` = locks held on this node + sum of the children's ``lock_ref``;
+    - ``demand`` = registered prompts ending here (``ends``) + sum of the children's ``demand``;
+    - a PENDING checkpoint sits on a locked node.
+    """
+
+    id: int
+    key: tuple[int, ...]
+    parent: Node | None
+    end: int  # absolute token position just after this node
+    children: dict[tuple[int, ...], Node] = field(default_factory=dict)  # first block -> child
+    blocks: list[int] | None = None
+    checkpoint: Checkpoint | None = None
+    lock_ref: int = 0
+    demand: int = 0
+    ends: int = 0
+    last_used: int = 0
+
+    @property
+    def start(self) -> int:
+        return self.end - len(self.key)
+
+    @property
+    def materialized(self) -> bool:
+        return self.blocks is not None
+
+    def ancestors(self) -> list[Node]:
+        """This node and every ancestor up to (excluding) the root."""
+        out: list[Node] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            out.append(node)
+            node = node.parent
+        return out
+
+
+def common_blocks(key: tuple[int, ...], tokens: tuple[int, ...], at: int, block: int) -> int:
+    """Number of whole blocks ``key`` shares with ``tokens[at:]``."""
+    n = 0
+    limit = min(len(key), len(tokens) - at) // block
+    while n < limit and key[n * block : (n + 1) * block] == tokens[at + n * block : at + (n + 1) * block]:
+        n += 1
+    return n

@@ -1,0 +1,207 @@
+"""Packed forward batch, paged KV pool and recurrent-state pool.
+
+One round of the torch runner is one `ForwardBatch`: the chunks of every scheduled request are
+concatenated into one flat token stream (no padding). Each sequence carries the absolute
+position of its first token, the KV block table that covers ``[0, end)``, the state slot to
+restore recurrent layers from, and the positions at which to snapshot recurrent state.
+
+Attention layers write the K/V of *every* token of the batch before any sequence reads, so a
+sequence may attend to KV written by another sequence of the same round (full-attention reuse
+within a round). Recurrent layers can only start from a checkpoint saved by an earlier round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Save recurrent state after the token at absolute position ``position - 1``."""
+
+    position: int  # absolute; state covers tokens [0, position)
+    slot: int  # state-pool slot to write
+
+
+@dataclass
+class SeqSpec:
+    """One sequence (one request's chunk) inside a packed batch."""
+
+    start: int  # absolute position of the first token computed this round
+    length: int  # tokens computed this round (>= 1)
+    block_table: list[int]  # KV block ids covering absolute positions [0, start + length)
+    restore_slot: int | None = None  # state slot holding state after [0, start); None = zeros
+    snapshots: list[Snapshot] = field(default_factory=list)  # sorted, start < position <= end
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    def segments(self) -> list[tuple[int, int, int | None]]:
+        """Split ``[0, length)`` (chunk-relative) at snapshot points.
+
+        Returns ``(lo, hi, slot)`` triples: process tokens ``lo..hi-1`` then, if ``slot`` is not
+        None, save the state into that slot. The last segment always ends at ``length``.
+        """
+        out: list[tuple[int, int, int | None]] = []
+        lo = 0
+        for snap in self.snapshots:
+            hi = snap.position - self.start
+            out.append((lo, hi, snap.slot))
+            lo = hi
+        if lo < self.length:
+            out.append((lo, self.length, None))
+        return out
+
+
+class KVPool:
+    """Paged KV storage: for each attention layer, ``[num_blocks * block_size, kv_heads, dim]``."""
+
+    def __init__(
+        self,
+        layout: dict[int, tuple[int, int]],
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        n = num_blocks * block_size
+        self.k: dict[int, torch.Tensor] = {}
+        self.v: dict[int, torch.Tensor] = {}
+        for layer, (heads, dim) in layout.items():
+            self.k[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
+            self.v[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
+
+    def slots(self, block_table: list[int], lo: int, hi: int, device: torch.device) -> torch.Tensor:
+        """Flat slot index of absolute positions ``lo..hi-1`` under ``block_table``."""
+        pos = torch.arange(lo, hi, device=device)
+        table = torch.tensor(block_table, dtype=torch.long, device=device)
+        return table[pos // self.block_size] * self.block_size + pos % self.block_size
+
+
+class StatePool:
+    """Recurrent-state checkpoints: for each recurrent layer a tuple of ``[num_slots, *shape]``."""
+
+    def __init__(
+        self,
+        layout: dict[int, tuple[tuple[int, ...], ...]],
+        num_slots: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        self.num_slots = num_slots
+        self.tensors: dict[int, tuple[torch.Tensor, ...]] = {
+            layer: tuple(torch.zeros(num_slots, *s, dtype=dtype, device=device) for s in shapes)
+            for layer, shapes in layout.items()
+        }
+
+    def load(self, layer: int, slot: int | None) -> tuple[torch.Tensor, ...] | None:
+        """Copies of the state in ``slot`` (None when starting from scratch)."""
+        if slot is None:
+            return None
+        return tuple(t[slot].clone() for t in self.tensors[layer])
+
+    def save(self, layer: int, slot: int, state: tuple[torch.Tensor, ...]) -> None:
+        """Overwrite ``slot`` of ``layer`` with ``state`` (mutates the pool)."""
+        for dst, src in zip(self.tensors[layer], state, strict=True):
+            dst[slot].copy_(src)
+
+    def copy_slot(self, src: int, dst: int) -> None:
+        for tensors in self.tensors.values():
+            for t in tensors:
+                t[dst].copy_(t[src])
+
+
+@dataclass
+class ForwardBatch:
+    """Everything a model's forward needs for one round."""
+
+    input_ids: torch.Tensor  # [T] long, chunks of all sequences concatenated
+    positions: torch.Tensor  # [T] long, absolute positions
+    seqs: list[SeqSpec]
+    kv: KVPool
+    state: StatePool
+
+    @property
+    def offsets(self) -> list[int]:
+        """Cumulative chunk lengths: sequence i occupies ``[offsets[i], offsets[i+1])``."""
+        out = [0]
+        for s in self.seqs:
+            out.append(out[-1] + s.length)
+        return out
+
+    @classmethod
+    def build(
+        cls, chunks: list[tuple[list[int], SeqSpec]], kv: KVPool, state: StatePool, device: str
+    ) -> ForwardBatch:
+        """Pack ``(chunk_token_ids, spec)`` pairs into one batch."""
+        ids: list[int] = []
+        pos: list[int] = []
+        for tokens, spec in chunks:
+            if len(tokens) != spec.length:
+                raise ValueError("chunk token count does not match its SeqSpec.length")
+            ids.extend(tokens)
+            pos.extend(range(spec.start, spec.end))
+        return cls(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=device),
+            positions=torch.tensor(pos, dtype=torch.long, device=device),
+            seqs=[spec for _, spec in chunks],
+            kv=kv,
+            state=state,
+        )
+
+    def last_token_indices(self) -> torch.Tensor:
+        offs = self.offsets
+        return torch.tensor([o - 1 for o in offs[1:]], dtype=torch.long, device=self.input_ids.device)
+
+
+def paged_attention(
+    layer: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    batch: ForwardBatch,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention over the paged KV cache for every sequence of ``batch``.
+
+    ``q``: ``[T, heads, dim]``; ``k``/``v``: ``[T, kv_heads, dim]`` for the batch's new tokens.
+    First writes all new K/V into the pool (mutates ``batch.kv``), then lets each sequence attend
+    to positions ``[0, end)`` of its block table. Returns ``[T, heads, dim]``.
+    """
+    kc, vc = batch.kv.k[layer], batch.kv.v[layer]
+    offs = batch.offsets
+    device = q.device
+    slot_lists = [batch.kv.slots(s.block_table, s.start, s.end, device) for s in batch.seqs]
+    all_slots = torch.cat(slot_lists)
+    kc[all_slots] = k.to(kc.dtype)
+    vc[all_slots] = v.to(vc.dtype)
+    out = torch.empty_like(q)
+    heads, kv_heads = q.shape[1], k.shape[1]
+    for i, s in enumerate(batch.seqs):
+        ctx = batch.kv.slots(s.block_table, 0, s.end, device)
+        keys = kc[ctx].to(q.dtype).transpose(0, 1)  # [kv_heads, end, dim]
+        vals = vc[ctx].to(q.dtype).transpose(0, 1)
+        if kv_heads != heads:
+            keys = keys.repeat_interleave(heads // kv_heads, dim=0)
+            vals = vals.repeat_interleave(heads // kv_heads, dim=0)
+        qi = q[offs[i] : offs[i + 1]].transpose(0, 1)  # [heads, len, dim]
+        # 4-D inputs select the fused (flash) CPU kernel; 3-D ones fall back to the math path.
+        # From position 0 the causal mask is the plain lower triangle, so is_causal suffices.
+        mask = None if s.start == 0 else _causal_mask(s.start, s.length, s.end, device)
+        o = F.scaled_dot_product_attention(
+            qi[None], keys[None], vals[None], attn_mask=mask, is_causal=s.start == 0, scale=scale
+        )[0]
+        out[offs[i] : offs[i + 1]] = o.transpose(0, 1)
+    return out
+
+
+def _causal_mask(start: int, length: int, end: int, device: torch.device) -> torch.Tensor:
+    rows = torch.arange(start, start + length, device=device).unsqueeze(1)
+    cols = torch.arange(end, device=device).unsqueeze(0)
+    return cols <= rows

@@ -1,0 +1,113 @@
+"""Layer pieces shared by several model families (names follow Hugging Face parameter names)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixflow.models.batch import ForwardBatch
+
+
+class Config:
+    """Attribute view over a Hugging Face ``config.json`` dict, with per-call defaults."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = dict(data)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(f"config has no field {name!r}") from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self._data.get(name, default)
+        return default if value is None else value
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+class CausalLM(Protocol):
+    """What the torch runner needs from every model family."""
+
+    config: Config
+
+    def kv_layout(self) -> dict[int, tuple[int, int]]:
+        """Attention layer index -> (num_kv_heads, head_dim)."""
+        ...
+
+    def state_layout(self) -> dict[int, tuple[tuple[int, ...], ...]]:
+        """Recurrent layer index -> shapes of the tensors that make up its state."""
+        ...
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Hidden states after the final norm, ``[T, hidden]``; mutates the batch's pools."""
+        ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[N, hidden] -> [N, vocab]`` in float32."""
+        ...
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, offset: float = 0.0) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
+        self.eps = eps
+        self.offset = offset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (self.offset + self.weight.float())).to(dtype)
+
+
+class Rotary:
+    """Rotary position embedding (rotate-half convention) over the first ``rot_dim`` dims."""
+
+    def __init__(self, head_dim: int, theta: float, partial: float = 1.0) -> None:
+        self.rot_dim = int(head_dim * partial)
+        self.inv_freq = 1.0 / (
+            theta ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
+        )
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``x``: ``[T, heads, head_dim]``; ``positions``: ``[T]``."""
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq.to(x.device)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos = emb.cos().unsqueeze(1).to(x.dtype)
+        sin = emb.sin().unsqueeze(1).to(x.dtype)
+        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
+        half = self.rot_dim // 2
+        rotated = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
+        return torch.cat([rot * cos + rotated * sin, rest], dim=-1)
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU MLP: ``down(act(gate(x)) * up(x))``."""
+
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False, act: str = "silu") -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "relu2": lambda x: F.relu(x).square(),
+}

@@ -1,0 +1,32 @@
+"""Model families by Hugging Face ``model_type``; imported lazily so one family's import cost
+(or breakage) never touches the others."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# model_type -> "module:class". Each family module also exposes PRESETS (see zoo.py).
+FAMILIES: dict[str, str] = {
+    "llama": "radixflow.models.llama:LlamaForCausalLM",
+    "qwen3": "radixflow.models.llama:Qwen3ForCausalLM",
+    "qwen3_5_text": "radixflow.models.qwen3_5:Qwen35ForCausalLM",
+    "qwen3_next": "radixflow.models.qwen3_5:Qwen3NextForCausalLM",
+    "lfm2": "radixflow.models.lfm2:Lfm2ForCausalLM",
+    "nemotron_h": "radixflow.models.mamba2:NemotronHForCausalLM",
+    "falcon_h1": "radixflow.models.mamba2:FalconH1ForCausalLM",
+}
+
+
+class UnknownModelError(ValueError):
+    pass
+
+
+def model_class(model_type: str) -> Any:
+    try:
+        target = FAMILIES[model_type]
+    except KeyError:
+        known = ", ".join(sorted(FAMILIES))
+        raise UnknownModelError(f"unsupported model_type {model_type!r} (supported: {known})") from None
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)

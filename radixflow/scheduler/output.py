@@ -1,0 +1,52 @@
+"""What one round of scheduling hands to the runner (plain values, no cache internals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class SnapshotSpec:
+    position: int  # state after tokens [0, position)
+    slot: int
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """Compute prompt positions ``[start, end)`` of one request this round."""
+
+    request_id: str
+    namespace: str
+    tokens: tuple[int, ...]  # the whole prompt
+    start: int
+    end: int
+    block_table: tuple[int, ...]  # KV blocks covering [0, end)
+    restore_slot: int | None  # state after [0, start); None = start from zero state
+    snapshots: tuple[SnapshotSpec, ...]
+    sample: bool  # end == len(tokens): produce the request's token this round
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+class StopReason(Enum):
+    QUEUE_EMPTY = "queue_empty"  # scanned every waiting request
+    BLOCKED = "blocked"  # policy stopped at a blocked consumer
+    TOKEN_BUDGET = "token_budget"
+    REQUEST_BUDGET = "request_budget"
+    MEMORY = "memory"  # KV blocks or state slots could not be reserved
+
+
+@dataclass
+class SchedulerOutput:
+    round_index: int
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)  # consumers left waiting on a PENDING checkpoint
+    stop_reason: StopReason = StopReason.QUEUE_EMPTY
+    bubble_tokens: int = 0  # token budget left unused while feasible work waited
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.length for c in self.chunks)

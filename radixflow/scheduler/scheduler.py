@@ -1,0 +1,276 @@
+"""Round scheduler: running chunks first, then a scan of the waiting queue under budgets.
+
+The scan's behaviour at a blocked consumer is the policy's; everything else (budgets, chunked
+prefill, cache reservations, checkpoint placement) is shared by every policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from radixflow.cache.radix import RadixCache
+from radixflow.cache.types import Match, NodeHandle
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec, StopReason
+from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext
+from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
+from radixflow.scheduler.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    token_budget: int = 2048  # prompt tokens computed per round
+    max_requests: int = 32  # chunks per round
+    block_size: int = 16
+    num_blocks: int = 32768  # KV capacity
+    num_state_slots: int = 1024  # checkpoint + working-state capacity
+    has_recurrent: bool = True  # False: full-attention model, nothing is ever blocked
+
+    def validate(self) -> None:
+        if self.block_size < 1:
+            raise ValueError("block size must be >= 1")
+        if self.token_budget < self.block_size:
+            raise ValueError(
+                f"token budget {self.token_budget} is smaller than one block ({self.block_size} tokens)"
+            )
+        if self.max_requests < 1:
+            raise ValueError("max requests per round must be >= 1")
+
+
+class _Admit(Enum):
+    SCHEDULED = "scheduled"
+    BLOCKED = "blocked"
+    NO_BUDGET = "no_budget"
+    NO_MEMORY = "no_memory"
+
+
+@dataclass
+class _Budget:
+    tokens: int
+    requests: int
+
+
+@dataclass(frozen=True)
+class _ReusePoint:
+    tokens: int
+    handle: NodeHandle | None
+    restore_slot: int | None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        cache: RadixCache,
+        policy: SchedulingPolicy,
+        placement: CheckpointPlacement,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.cache = cache
+        self.policy = policy
+        self.placement = placement
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.rounds = 0
+        self._slot_depth: dict[int, int] = {}  # checkpoint slot -> depth of the chunk that made it
+
+    # ----------------------------------------------------------------- queue
+    def add(self, request: Request) -> None:
+        """Queue an arrived request and record its prompt as a known sequence."""
+        request.registration = self.cache.register(request.namespace, request.prompt)
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ----------------------------------------------------------------- schedule
+    def schedule(self) -> SchedulerOutput:
+        """Pick this round's chunks (mutates requests, cache locks and reservations)."""
+        out = SchedulerOutput(round_index=self.rounds)
+        budget = _Budget(self.config.token_budget, self.config.max_requests)
+        for req in self.running:
+            chunk = self._continue(req, budget) if budget.requests > 0 else None
+            if chunk is None:
+                out.stop_reason = StopReason.TOKEN_BUDGET
+                return self._finish(out, budget)
+            out.chunks.append(chunk)
+        for req in list(self.policy.order(self.waiting)):
+            if budget.requests == 0:
+                out.stop_reason = StopReason.REQUEST_BUDGET
+                break
+            status, match = self._admit(req, budget, out)
+            if status is _Admit.BLOCKED:
+                out.blocked.append(req.id)
+                if self.policy.on_blocked(req, match) is ScanAction.STOP:
+                    out.stop_reason = StopReason.BLOCKED
+                    break
+            elif status is _Admit.NO_BUDGET:
+                out.stop_reason = StopReason.TOKEN_BUDGET
+                break
+            elif status is _Admit.NO_MEMORY:
+                out.stop_reason = StopReason.MEMORY
+                break
+        return self._finish(out, budget)
+
+    def _finish(self, out: SchedulerOutput, budget: _Budget) -> SchedulerOutput:
+        self.rounds += 1
+        if budget.tokens > 0 and budget.requests > 0:
+            out.bubble_tokens = min(budget.tokens, self._feasible_tokens(out))
+        return out
+
+    def _feasible_tokens(self, out: SchedulerOutput) -> int:
+        """Prompt tokens of waiting requests that could have run this round (not blocked)."""
+        total = 0
+        for req in self.waiting:
+            if req.status is RequestStatus.WAITING:
+                point = self._reuse_point(req, self._match(req, touch=False))
+                total += 0 if point is None else len(req.prompt) - point.tokens
+        return total
+
+    def _match(self, req: Request, touch: bool = True) -> Match:
+        # Reuse at most up to the last whole block before the final token: that token's logits
+        # must be computed.
+        limit = (len(req.prompt) - 1) // self.config.block_size * self.config.block_size
+        return self.cache.match(req.namespace, req.prompt, limit, touch=touch)
+
+    def _reuse_point(self, req: Request, match: Match) -> _ReusePoint | None:
+        """Where the request can start; None when its best checkpoint is still PENDING."""
+        if not self.config.has_recurrent:
+            handle = self.cache.kv_handle(req.namespace, req.prompt, match.kv_tokens)
+            return _ReusePoint(match.kv_tokens, handle, None)
+        if match.blocked:
+            return None
+        return _ReusePoint(match.checkpoint_tokens, match.handle, match.checkpoint_slot)
+
+    def _chunk_end(self, start: int, prompt_len: int, tokens: int) -> int | None:
+        if prompt_len - start <= tokens:
+            return prompt_len
+        bs = self.config.block_size
+        end = (start + tokens) // bs * bs  # mid-prompt chunks end on a block boundary
+        return end if end > start else None
+
+    def _admit(self, req: Request, budget: _Budget, out: SchedulerOutput) -> tuple[_Admit, Match]:
+        match = self._match(req)
+        point = self._reuse_point(req, match)
+        if point is None:
+            return _Admit.BLOCKED, match
+        end = self._chunk_end(point.tokens, len(req.prompt), budget.tokens)
+        if end is None:
+            return _Admit.NO_BUDGET, match
+        self.cache.lock(point.handle)  # protect the reuse point from our own reservations
+        ckpts = self._checkpoints(req, point.tokens, end)
+        working = 1 if self.config.has_recurrent and end < len(req.prompt) else 0
+        if not self.cache.reserve(self._blocks_needed(point.tokens, end), len(ckpts) + working):
+            self.cache.unlock(point.handle)
+            return _Admit.NO_MEMORY, match
+        req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
+        req.block_table = self.cache.block_table(point.handle)
+        if point.restore_slot is not None:
+            req.depth = self._slot_depth.get(point.restore_slot, 0)
+        if working:
+            req.working_slot = self.cache.alloc_working_slot()
+        req.status = RequestStatus.RUNNING
+        self.waiting.remove(req)
+        self.running.append(req)
+        out.chunks.append(self._emit(req, end, ckpts, point.restore_slot, budget))
+        return _Admit.SCHEDULED, match
+
+    def _continue(self, req: Request, budget: _Budget) -> ScheduledChunk | None:
+        end = self._chunk_end(req.computed, len(req.prompt), budget.tokens)
+        if end is None:
+            return None
+        ckpts = self._checkpoints(req, req.computed, end)
+        if not self.cache.reserve(self._blocks_needed(req.computed, end), len(ckpts)):
+            return None
+        return self._emit(req, end, ckpts, req.working_slot, budget)
+
+    def _checkpoints(self, req: Request, start: int, end: int) -> list[int]:
+        if not self.config.has_recurrent:
+            return []
+        assert req.registration is not None
+        reg = req.registration
+        ctx = PlacementContext(
+            prompt_len=len(req.prompt),
+            start=start,
+            end=end,
+            block_size=self.config.block_size,
+            branch_points=lambda lo, hi: self.cache.branch_points(reg, lo, hi),
+        )
+        return self.placement.positions(ctx)
+
+    def _blocks_needed(self, start: int, end: int) -> int:
+        bs = self.config.block_size
+        return -(-end // bs) - start // bs
+
+    def _emit(
+        self, req: Request, end: int, ckpts: list[int], restore: int | None, budget: _Budget
+    ) -> ScheduledChunk:
+        """Allocate the chunk's blocks, publish its whole blocks and checkpoints in the tree."""
+        start = req.computed
+        blocks = self.cache.alloc_blocks(self._blocks_needed(start, end))
+        req.own_blocks.extend(blocks)
+        req.block_table.extend(blocks)
+        ext = self.cache.extend(req.namespace, req.prompt, start, end, blocks, ckpts, req.id)
+        self.cache.lock(ext.handle)
+        self.cache.unlock(req.lock)
+        req.lock = ext.handle
+        req.depth += 1
+        for slot in ext.checkpoints.values():
+            self._slot_depth[slot] = req.depth
+        snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
+        if end < len(req.prompt) and req.working_slot is not None:
+            snaps.append(SnapshotSpec(end, req.working_slot))
+        req.computed = end
+        budget.tokens -= end - start
+        budget.requests -= 1
+        return ScheduledChunk(
+            request_id=req.id,
+            namespace=req.namespace,
+            tokens=req.prompt,
+            start=start,
+            end=end,
+            block_table=tuple(req.block_table),
+            restore_slot=restore,
+            snapshots=tuple(snaps),
+            sample=end == len(req.prompt),
+        )
+
+    # ----------------------------------------------------------------- update
+    def update(self, out: SchedulerOutput, tokens: dict[str, int], now: float) -> list[Request]:
+        """Apply a finished round: checkpoints become READY, finished requests release resources."""
+        finished: list[Request] = []
+        by_id = {r.id: r for r in self.running}
+        for chunk in out.chunks:
+            req = by_id[chunk.request_id]
+            self.cache.commit(req.id)
+            req.chunks += 1
+            if chunk.sample:
+                req.output_token = tokens[req.id]
+                req.finish_s = now
+                req.status = RequestStatus.FINISHED
+                self._release(req)
+                finished.append(req)
+        return finished
+
+    def _release(self, req: Request) -> None:
+        self.running.remove(req)
+        self.cache.unlock(req.lock)
+        self.cache.free_blocks(req.own_blocks)
+        if req.working_slot is not None:
+            self.cache.free_working_slot(req.working_slot)
+        if req.registration is not None:
+            self.cache.unregister(req.registration)
+        req.lock, req.working_slot, req.registration = None, None, None
+        req.own_blocks, req.block_table = [], []
+
+    def fail_head(self, reason: str) -> Request | None:
+        """Reject the oldest waiting request (used when nothing can ever make progress)."""
+        if not self.waiting:
+            return None
+        req = self.waiting.pop(0)
+        req.status, req.error = RequestStatus.FAILED, reason
+        if req.registration is not None:
+            self.cache.unregister(req.registration)
+            req.registration = None
+        return req

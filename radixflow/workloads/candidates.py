@@ -1,0 +1,106 @@
+"""Candidate-conditioned prefill workloads: G shared contexts, each followed by K candidates."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+from radixflow.scheduler.request import Request
+
+ORDERS = ("grouped", "interleaved", "shuffled")
+ARRIVALS = ("batch", "poisson", "bursty")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    groups: int = 8
+    candidates: int = 8
+    context_len: int = 1024
+    candidate_len: int = 64
+    order: str = "grouped"  # queue order of the candidate requests
+    arrival: str = "batch"  # batch: all at t=0; poisson: exponential gaps; bursty: bursts at rate
+    rate: float = 100.0  # requests per second for poisson / bursty
+    burst_size: int = 16
+    independent: int = 0  # unrelated requests mixed into the queue
+    namespaces: int = 1  # groups are spread round-robin over this many namespaces
+    vocab_size: int = 32_000
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.groups < 0 or self.candidates < 0 or self.independent < 0:
+            raise ValueError("groups, candidates and independent must be >= 0")
+        if self.groups * self.candidates + self.independent == 0:
+            raise ValueError("empty workload: no groups/candidates and no independent requests")
+        if self.context_len < 0 or self.candidate_len < 1:
+            raise ValueError("context length must be >= 0 and candidate length >= 1")
+        if self.order not in ORDERS:
+            raise ValueError(f"unknown order {self.order!r} (choose from {', '.join(ORDERS)})")
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"unknown arrival {self.arrival!r} (choose from {', '.join(ARRIVALS)})")
+        if self.rate <= 0:
+            raise ValueError(f"rate must be positive, got {self.rate}")
+        if self.burst_size < 1 or self.namespaces < 1 or self.vocab_size < 2:
+            raise ValueError("burst size, namespaces must be >= 1 and vocab size >= 2")
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def build_workload(spec: WorkloadSpec) -> list[Request]:
+    """Requests in queue order with arrival times; fully determined by ``spec``."""
+    spec.validate()
+    rng = random.Random(spec.seed)
+    draw = lambda n: tuple(rng.randrange(spec.vocab_size) for _ in range(n))  # noqa: E731
+    groups: list[list[Request]] = []
+    for g in range(spec.groups):
+        context = draw(spec.context_len)
+        ns = f"ns{g % spec.namespaces}"
+        groups.append(
+            [
+                Request(f"g{g}c{k}", context + draw(spec.candidate_len), ns, group=g)
+                for k in range(spec.candidates)
+            ]
+        )
+    independent = [
+        Request(f"i{j}", draw(spec.context_len + spec.candidate_len), "ns0", kind="independent")
+        for j in range(spec.independent)
+    ]
+    queue = _order(groups, spec.order, rng)
+    queue = _mix(queue, independent, spec.order == "shuffled", rng)
+    for req, t in zip(queue, _arrivals(spec, len(queue), rng), strict=True):
+        req.arrival_s = t
+    return queue
+
+
+def _order(groups: list[list[Request]], order: str, rng: random.Random) -> list[Request]:
+    if order == "interleaved":
+        return [g[k] for k in range(max(map(len, groups), default=0)) for g in groups if k < len(g)]
+    flat = [r for g in groups for r in g]
+    if order == "shuffled":
+        rng.shuffle(flat)
+    return flat
+
+
+def _mix(queue: list[Request], extra: list[Request], shuffle: bool, rng: random.Random) -> list[Request]:
+    """Spread independent requests evenly through the queue (or randomly when shuffled)."""
+    if shuffle:
+        out = queue + extra
+        rng.shuffle(out)
+        return out
+    out = list(queue)
+    for j, req in enumerate(extra):
+        out.insert((j + 1) * len(out) // (len(extra) + 1), req)
+    return out
+
+
+def _arrivals(spec: WorkloadSpec, n: int, rng: random.Random) -> list[float]:
+    if spec.arrival == "batch":
+        return [0.0] * n
+    if spec.arrival == "poisson":
+        t, out = 0.0, []
+        for _ in range(n):
+            out.append(t)
+            t += rng.expovariate(spec.rate)
+        return out
+    gap = spec.burst_size / spec.rate  # bursty: same mean rate, arriving in clumps
+    return [(i // spec.burst_size) * gap for i in range(n)]

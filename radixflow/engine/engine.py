@@ -56,6 +56,8 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         """Accept a request; one the model cannot run is marked FAILED, the rest carry on."""
+        if request.status is not RequestStatus.WAITING or request.registration is not None:
+            raise ValueError(f"request {request.id!r} was already submitted to an engine")
         self.requests.append(request)
         error = self.runner.validate(request)
         if error is not None:

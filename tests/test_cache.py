@@ -1,0 +1,180 @@
+"""Radix cache: unit cases plus a hypothesis state machine with check_integrity after every step."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from radixflow.cache import RadixCache, Readiness
+from radixflow.cache.integrity import IntegrityError
+
+BS = 4
+
+
+def prompt(*parts: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(t for p in parts for t in p)
+
+
+CTX = tuple(range(100, 116))  # 4 blocks
+A = CTX + (1, 2, 3, 4, 5, 6, 7, 8)
+B = CTX + (9, 9, 9, 9, 5, 5)
+
+
+def compute(cache: RadixCache, ns: str, tokens: tuple[int, ...], start: int, end: int, ckpts, rid="r"):
+    blocks = cache.alloc_blocks(-(-end // BS) - start // BS)
+    ext = cache.extend(ns, tokens, start, end, blocks, ckpts, rid)
+    cache.lock(ext.handle)
+    return ext, blocks
+
+
+def test_branch_points_from_registered_prompts():
+    cache = RadixCache(BS, 64, 8)
+    ra = cache.register("n", A)
+    cache.register("n", B)
+    assert cache.branch_points(ra, 0, len(A)) == [len(CTX)]
+    cache.check_integrity()
+
+
+def test_pending_checkpoint_blocks_then_ready():
+    cache = RadixCache(BS, 64, 8)
+    cache.register("n", A)
+    cache.register("n", B)
+    ext, _ = compute(cache, "n", A, 0, len(A), [len(CTX)], rid="prod")
+    cache.check_integrity()
+    m = cache.match("n", B, len(B) - 1)
+    assert m.kv_tokens == len(CTX)  # KV is visible in the same round
+    assert m.checkpoint_tokens == len(CTX) and m.blocked and m.producer == "prod"
+    cache.commit("prod")
+    m = cache.match("n", B, len(B) - 1)
+    assert not m.blocked and m.checkpoint_ready and m.checkpoint_slot == ext.checkpoints[len(CTX)]
+    cache.check_integrity()
+
+
+def test_namespaces_never_share():
+    cache = RadixCache(BS, 64, 8)
+    cache.register("x", A)
+    compute(cache, "x", A, 0, len(A), [len(CTX)])
+    cache.commit("r")
+    m = cache.match("y", A, len(A))
+    assert m.kv_tokens == 0 and m.checkpoint_tokens == 0
+
+
+def test_lru_eviction_respects_locks_and_capacity():
+    cache = RadixCache(BS, 8, 4)
+    ext, blocks = compute(cache, "n", CTX, 0, 16, [16])
+    cache.commit("r")
+    assert not cache.reserve(8, 0)  # everything is locked
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    assert cache.reserve(8, 0)  # now evictable
+    assert cache.usage().free_blocks == 8
+    cache.check_integrity()
+
+
+def test_integrity_detects_corruption():
+    cache = RadixCache(BS, 16, 4)
+    compute(cache, "n", CTX, 0, 16, [16])
+    node = next(n for n in cache._nodes.values() if n.checkpoint is not None)
+    node.checkpoint.readiness = Readiness.READY  # READY but still names a producer
+    with pytest.raises(IntegrityError):
+        cache.check_integrity()
+
+
+def test_state_eviction_drops_only_unlocked_ready_checkpoints():
+    cache = RadixCache(BS, 64, 2)
+    e1, b1 = compute(cache, "n", A, 0, 16, [8, 16], rid="p")
+    cache.commit("p")
+    assert cache.slots.free == 0
+    assert not cache.reserve(0, 1)
+    cache.unlock(e1.handle)
+    assert cache.reserve(0, 1)
+    cache.check_integrity()
+
+
+# --------------------------------------------------------------------------- state machine
+PREFIXES = [tuple(range(10, 18)), tuple(range(10, 14)) + (7, 7, 7, 7), (1, 2, 3, 4)]
+prompts = st.builds(
+    lambda p, tail: p + tuple(tail),
+    st.sampled_from(PREFIXES),
+    st.lists(st.integers(0, 3), min_size=1, max_size=10),
+)
+
+
+class CacheMachine(RuleBasedStateMachine):
+    registered = Bundle("registered")
+    running = Bundle("running")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = RadixCache(BS, num_blocks=24, num_slots=6)
+        self.computed: dict[str, set[tuple[int, ...]]] = {"a": set(), "b": set()}
+        self.n = 0
+
+    @rule(target=registered, ns=st.sampled_from(["a", "b"]), tokens=prompts)
+    def register(self, ns, tokens):
+        return (ns, tokens, self.cache.register(ns, tokens))
+
+    @rule(reg=consumes(registered))
+    def unregister(self, reg):
+        self.cache.unregister(reg[2])
+
+    @rule(target=running, reg=registered, cut=st.integers(0, 3))
+    def compute(self, reg, cut):
+        ns, tokens, handle = reg
+        m = self.cache.match(ns, tokens, len(tokens) - 1)
+        if m.blocked:
+            return None
+        self.cache.lock(m.handle)
+        start, end = m.checkpoint_tokens, len(tokens)
+        ckpts = sorted({p for p in (start + BS * cut, end // BS * BS) if start < p <= end and p % BS == 0})
+        need = -(-end // BS) - start // BS
+        if not self.cache.reserve(need, len(ckpts)):
+            self.cache.unlock(m.handle)
+            return None
+        self.n += 1
+        rid = f"r{self.n}"
+        blocks = self.cache.alloc_blocks(need)
+        ext = self.cache.extend(ns, tokens, start, end, blocks, ckpts, rid)
+        self.cache.lock(ext.handle)
+        self.cache.unlock(m.handle)
+        self.computed[ns].add(tokens[: end // BS * BS])
+        return (rid, ext.handle, blocks)
+
+    @rule(run=consumes(running))
+    def finish(self, run):
+        if run is None:
+            return
+        rid, handle, blocks = run
+        self.cache.commit(rid)
+        self.cache.unlock(handle)
+        self.cache.free_blocks(blocks)
+
+    @rule(blocks=st.integers(0, 24), slots=st.integers(0, 6))
+    def evict(self, blocks, slots):
+        self.cache.reserve(blocks, slots)
+
+    @rule(ns=st.sampled_from(["a", "b"]), tokens=prompts)
+    def match_is_bounded_by_what_was_computed(self, ns, tokens):
+        m = self.cache.match(ns, tokens, len(tokens))
+        best = max((_lcp(tokens, c) for c in self.computed[ns]), default=0)
+        assert m.kv_tokens <= best  # namespaces never share; nothing appears uncomputed
+        assert m.checkpoint_tokens <= m.kv_tokens
+        if m.blocked:
+            assert m.producer is not None
+
+    @invariant()
+    def integrity(self):
+        self.cache.check_integrity()
+
+
+def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+CacheMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestCacheMachine = CacheMachine.TestCase

@@ -1,0 +1,61 @@
+"""Engine loop: arrivals, validation, clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.engine.engine import Engine
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+
+RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=8, num_blocks=256, num_state_slots=32)
+
+
+def test_bad_requests_fail_and_the_rest_are_served():
+    vocab = RUNNER.model.vocab_size
+    reqs = [
+        Request("ok", (1, 2, 3)),
+        Request("oov", (1, vocab + 5)),
+        Request("neg", (-1, 2)),
+        Request("empty", ()),
+        Request("ok2", (4, 5, 6)),
+    ]
+    engine = Engine(RUNNER, CFG)
+    engine.run(reqs)
+    status = {r.id: r.status for r in reqs}
+    assert status == {
+        "ok": RequestStatus.FINISHED,
+        "oov": RequestStatus.FAILED,
+        "neg": RequestStatus.FAILED,
+        "empty": RequestStatus.FAILED,
+        "ok2": RequestStatus.FINISHED,
+    }
+    assert "outside the vocabulary" in (reqs[1].error or "")
+
+
+def test_idle_engine_jumps_to_the_next_arrival():
+    late = Request("late", (1, 2, 3), arrival_s=5.0)
+    engine = Engine(RUNNER, CFG)
+    engine.run([late])
+    assert engine.rounds[0].start_s == 5.0
+    assert late.latency_s == pytest.approx(engine.rounds[0].duration_s)
+
+
+def test_request_cannot_be_submitted_twice():
+    req = Request("a", (1, 2, 3))
+    Engine(RUNNER, CFG).run([req])
+    with pytest.raises(ValueError, match="already submitted"):
+        Engine(RUNNER, CFG).submit(req)
+
+
+def test_sim_cost_grows_with_tokens_and_context():
+    from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+
+    def batch(start: int, end: int) -> SchedulerOutput:
+        chunk = ScheduledChunk("r", "n", tuple(range(end)), start, end, (), None, (), True)
+        return SchedulerOutput(round_index=0, chunks=[chunk])
+
+    cost = RUNNER.cost
+    assert cost.round_seconds(batch(0, 4096)) > cost.round_seconds(batch(0, 1024))
+    assert cost.round_seconds(batch(8192, 8192 + 1024)) > cost.round_seconds(batch(0, 1024))

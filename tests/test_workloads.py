@@ -1,0 +1,79 @@
+"""Workload generator and JSONL traces."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.trace import TraceError, read_trace, write_trace
+
+
+def test_grouped_shares_context_within_group_only():
+    reqs = build_workload(WorkloadSpec(groups=2, candidates=3, context_len=20, candidate_len=5))
+    assert [r.id for r in reqs] == ["g0c0", "g0c1", "g0c2", "g1c0", "g1c1", "g1c2"]
+    assert reqs[0].prompt[:20] == reqs[2].prompt[:20] != reqs[3].prompt[:20]
+    assert all(len(r.prompt) == 25 for r in reqs)
+
+
+def test_orders_and_seed_determinism():
+    inter = build_workload(WorkloadSpec(groups=2, candidates=2, order="interleaved"))
+    assert [r.id for r in inter] == ["g0c0", "g1c0", "g0c1", "g1c1"]
+    a = build_workload(WorkloadSpec(order="shuffled", seed=3))
+    b = build_workload(WorkloadSpec(order="shuffled", seed=3))
+    assert [(r.id, r.prompt) for r in a] == [(r.id, r.prompt) for r in b]
+    assert [r.id for r in a] != sorted(r.id for r in a)
+
+
+def test_arrivals():
+    pois = build_workload(WorkloadSpec(groups=4, candidates=4, arrival="poisson", rate=10.0))
+    times = [r.arrival_s for r in pois]
+    assert times == sorted(times) and times[-1] > 0
+    burst = build_workload(WorkloadSpec(groups=2, candidates=8, arrival="bursty", rate=16, burst_size=8))
+    assert sorted({r.arrival_s for r in burst}) == [0.0, 0.5]
+
+
+def test_independent_requests_and_namespaces():
+    reqs = build_workload(WorkloadSpec(groups=2, candidates=2, independent=3, namespaces=2))
+    assert sum(r.kind == "independent" for r in reqs) == 3
+    assert {r.namespace for r in reqs if r.group is not None} == {"ns0", "ns1"}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        WorkloadSpec(groups=0, independent=0),
+        WorkloadSpec(rate=-1.0),
+        WorkloadSpec(order="sideways"),
+        WorkloadSpec(candidate_len=0),
+    ],
+)
+def test_bad_specs_are_rejected(spec):
+    with pytest.raises(ValueError):
+        build_workload(spec)
+
+
+def test_trace_round_trip(tmp_path):
+    reqs = build_workload(WorkloadSpec(groups=2, candidates=2, independent=1, arrival="poisson"))
+    path = tmp_path / "t.jsonl"
+    write_trace(path, reqs)
+    back = read_trace(path)
+    assert [(r.id, r.prompt, r.namespace, r.arrival_s, r.group, r.kind) for r in back] == [
+        (r.id, r.prompt, r.namespace, r.arrival_s, r.group, r.kind) for r in reqs
+    ]
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"id": "a", "prompt": []}', "'prompt'"),
+        ('{"id": "a", "prompt": [1, "x"]}', "'prompt'"),
+        ('{"id": "a", "prompt": [1], "arrival_s": -2}', "'arrival_s'"),
+        ('{"prompt": [1]}', "'id'"),
+    ],
+)
+def test_malformed_trace_line_names_its_line(tmp_path, line, needle):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "ok", "prompt": [1, 2]}\n' + line + "\n")
+    with pytest.raises(TraceError, match=rf"bad.jsonl:2: .*{needle}"):
+        read_trace(path)

@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
 
 from radixflow.bench.harness import BenchReport, config_dict, run_policies
 from radixflow.bench.report import render
+from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler.placement import PLACEMENTS
@@ -79,12 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--token-budget", type=_positive(int), default=s.token_budget)
     b.add_argument("--max-requests", type=_positive(int), default=s.max_requests)
     b.add_argument("--block-size", type=_positive(int), default=s.block_size)
-    b.add_argument("--kv-blocks", type=_positive(int), default=s.num_blocks)
-    b.add_argument("--state-slots", type=_positive(int), default=s.num_state_slots)
+    b.add_argument(
+        "--kv-blocks",
+        type=_positive(int),
+        help=f"KV capacity (sim default {s.num_blocks}; torch: sized to the workload)",
+    )
+    b.add_argument(
+        "--state-slots",
+        type=_positive(int),
+        help=f"state capacity (sim default {s.num_state_slots}; torch 256)",
+    )
+    b.add_argument("--device", default="cpu", help="torch runner device (cpu, cuda)")
     b.add_argument("--trace", type=Path, help="read the workload from this JSONL trace")
     b.add_argument("--write-trace", type=Path, help="write the workload to this JSONL trace")
     b.add_argument("--json", type=Path, help="write results as JSON here")
     b.add_argument("--round-trace", type=Path, help="write every round of every policy as JSONL")
+    m = sub.add_parser("models", help="list the built-in model zoo")
+    m.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
 
 
@@ -95,13 +109,26 @@ def _sim_runner(args: argparse.Namespace) -> Runner:
     return SimRunner(SIM_MODELS[name], HARDWARE[args.hardware])
 
 
-def _make_runner(args: argparse.Namespace) -> Runner:
-    if args.runner == "sim":
-        return _sim_runner(args)
-    raise UsageError("the torch runner is not available in this build")
+def _torch_runner(args: argparse.Namespace, sched: SchedulerConfig, vocab_hint: int) -> Runner:
+    try:
+        from radixflow.models.zoo import ensure_model
+        from radixflow.runners.torch_runner import TorchRunner
+    except ImportError as e:
+        raise UsageError(f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})") from None
+    from radixflow.models.loader import CheckpointError
+    from radixflow.models.registry import UnknownModelError
+
+    name = args.model or "qwen3_5-small"
+    try:
+        path = ensure_model(name)
+        return TorchRunner(
+            path, sched.block_size, sched.num_blocks, sched.num_state_slots, device=args.device, label=name
+        )
+    except (UnknownModelError, CheckpointError) as e:
+        raise UsageError(str(e)) from None
 
 
-def _workload(args: argparse.Namespace, runner: Runner) -> tuple[list[Request], dict[str, object]]:
+def _workload(args: argparse.Namespace, vocab_size: int) -> tuple[list[Request], dict[str, object]]:
     if args.trace is not None:
         try:
             return read_trace(args.trace), {"trace": str(args.trace)}
@@ -117,7 +144,7 @@ def _workload(args: argparse.Namespace, runner: Runner) -> tuple[list[Request], 
         rate=args.rate,
         independent=args.independent,
         namespaces=args.namespaces,
-        vocab_size=runner.model.vocab_size,
+        vocab_size=vocab_size,
         seed=args.seed,
     )
     try:
@@ -126,24 +153,58 @@ def _workload(args: argparse.Namespace, runner: Runner) -> tuple[list[Request], 
         raise UsageError(str(e)) from None
 
 
-def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+def _scheduler_config(args: argparse.Namespace, requests: list[Request] | None) -> SchedulerConfig:
+    default = SchedulerConfig()
+    blocks, slots = args.kv_blocks, args.state_slots
+    if args.runner == "torch":
+        # Real pools are allocated up front: size them to the workload, not to a GPU.
+        need = sum(-(-len(r.prompt) // args.block_size) + 1 for r in requests or [])
+        blocks, slots = blocks or max(need, 64), slots or 256
     sched = SchedulerConfig(
         token_budget=args.token_budget,
         max_requests=args.max_requests,
         block_size=args.block_size,
-        num_blocks=args.kv_blocks,
-        num_state_slots=args.state_slots,
+        num_blocks=blocks or default.num_blocks,
+        num_state_slots=slots or default.num_state_slots,
     )
     try:
         sched.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
-    runner = _make_runner(args)
-    requests, workload = _workload(args, runner)
+    return sched
+
+
+def _vocab_of(args: argparse.Namespace) -> int:
+    """Vocabulary size of the chosen model, needed before the workload can be drawn."""
+    if args.runner == "sim":
+        return _sim_runner(args).model.vocab_size
+    from radixflow.models.loader import CheckpointError, read_config
+    from radixflow.models.registry import UnknownModelError
+    from radixflow.models.zoo import ensure_model
+
+    try:
+        return int(read_config(ensure_model(args.model or "qwen3_5-small")).vocab_size)
+    except (UnknownModelError, CheckpointError) as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    _scheduler_config(args, None)  # reject impossible budgets before any model is built
+    requests, workload = _workload(args, _vocab_of(args))
+    sched = _scheduler_config(args, requests)
+    runner = _sim_runner(args) if args.runner == "sim" else _torch_runner(args, sched, 0)
     if args.write_trace is not None:
         write_trace(args.write_trace, requests)
     policies = args.policies or ["native", "radixflow"]
-    runs = run_policies(requests, runner, sched, policies, args.placement)
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("starting", total=len(requests) * len(policies))
+
+        def on_round(policy: str, record: RoundRecord, engine: object) -> None:
+            done = sum(1 for c in record.chunks if c[2] == len(by_id[c[0]].prompt))
+            progress.update(task, advance=done, description=f"{policy}: round {record.index + 1}")
+
+        by_id = {r.id: r for r in requests}
+        runs = run_policies(requests, runner, sched, policies, args.placement, on_round)
     config = config_dict(sched, runner=args.runner, model=runner.model.name, placement=args.placement)
     if args.runner == "sim":
         config["hardware"] = args.hardware
@@ -160,11 +221,33 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace, console: Console) -> int:
+    try:
+        from radixflow.models.zoo import list_models
+    except ImportError as e:
+        raise UsageError(f"the model zoo needs the torch extra: pip install -e '.[torch]' ({e})") from None
+    infos = list_models()
+    if args.json:
+        print(json.dumps([asdict(i) for i in infos], indent=2))
+        return 0
+    table = Table(title="RadixFlow model zoo")
+    for col in ("name", "family", "model_type", "params", "hybrid", "layers"):
+        table.add_column(col)
+    for i in infos:
+        row = asdict(i)
+        table.add_row(
+            *(str(row.get(k, "")) for k in ("name", "family", "model_type", "params", "hybrid", "layers"))
+        )
+    console.print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     console = Console()
     try:
         args = build_parser().parse_args(argv)
-        return cmd_bench(args, console)
+        commands = {"bench": cmd_bench, "models": cmd_models}
+        return commands[args.command](args, console)
     except UsageError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)
         return 2

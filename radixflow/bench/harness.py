@@ -47,13 +47,13 @@ def run_policies(
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
 ) -> list[PolicyRun]:
     runs = []
+    reference = runner.reference_tokens(requests)
     for policy in policies:
         engine = Engine(runner, scheduler, policy=policy, placement=placement)
         callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
         engine.run(fresh_copy(requests), on_round=callback)
-        runs.append(
-            PolicyRun(summarize(policy, engine, scheduler.token_budget), engine.rounds, engine.requests)
-        )
+        result = summarize(policy, engine, scheduler.token_budget, reference)
+        runs.append(PolicyRun(result, engine.rounds, engine.requests))
     return runs
 
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from radixflow.engine.engine import Engine
-from radixflow.scheduler.request import RequestStatus
+from radixflow.scheduler.request import Request, RequestStatus
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,11 @@ class PolicyResult:
     makespan_s: float
     worker_call_s: float
     outputs_sha256: str
-    agreement: float | None = None  # torch runner: fraction matching the no-cache reference
+    agreement: float | None = None  # fraction of requests matching the no-cache reference
+    median_top1_margin: float | None = None  # logit gap top-1 minus top-2, beside agreement
 
     def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        if d["agreement"] is None:
-            del d["agreement"]
-        return d
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -52,7 +50,21 @@ def outputs_digest(tokens: list[int | None]) -> str:
     return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
 
 
-def summarize(policy: str, engine: Engine, token_budget: int) -> PolicyResult:
+def agreement(requests: list[Request], reference: dict[str, int]) -> float:
+    """Fraction of requests whose generated token equals the reference (failed ones count as misses)."""
+    if not requests:
+        return math.nan
+    return sum(reference.get(r.id) == r.output_token for r in requests) / len(requests)
+
+
+def median_margin(requests: list[Request]) -> float | None:
+    gaps = [r.top_logprobs[0][1] - r.top_logprobs[1][1] for r in requests if len(r.top_logprobs) >= 2]
+    return percentile(gaps, 50) if gaps else None
+
+
+def summarize(
+    policy: str, engine: Engine, token_budget: int, reference: dict[str, int] | None = None
+) -> PolicyResult:
     reqs = engine.requests
     done = [r for r in reqs if r.status is RequestStatus.FINISHED]
     lat = [r.latency_s for r in done if r.latency_s is not None]
@@ -76,4 +88,6 @@ def summarize(policy: str, engine: Engine, token_budget: int) -> PolicyResult:
         makespan_s=engine.now,
         worker_call_s=sum(rd.worker_call_s for rd in engine.rounds),
         outputs_sha256=outputs_digest([r.output_token for r in reqs]),
+        agreement=None if reference is None else agreement(reqs, reference),
+        median_top1_margin=median_margin(done),
     )

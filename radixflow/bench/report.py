@@ -23,6 +23,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("worker-call time (s)", "worker_call_s", "{:.4f}"),
     ("makespan (s)", "makespan_s", "{:.4f}"),
     ("agreement", "agreement", "{:.3f}"),
+    ("median top-1 margin", "median_top1_margin", "{:.3f}"),
     ("outputs sha256", "outputs_sha256", "{:.12}"),
 ]
 

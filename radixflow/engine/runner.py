@@ -37,6 +37,10 @@ class Runner(Protocol):
         """Execute one round: compute every chunk, write KV and snapshots into the pools."""
         ...
 
+    def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:
+        """Each request's token from a run without any cache (None: no independent reference)."""
+        ...
+
 
 def validate_prompt(request: Request, model: ModelInfo) -> str | None:
     """Checks every runner applies before a request is queued."""

@@ -61,7 +61,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     loaded: set[str] = set()
     for file in _weight_files(path):
         with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
                 if key not in wanted:
                     continue  # extra tensors (e.g. vision towers) are ignored
                 tensor = f.get_tensor(key)

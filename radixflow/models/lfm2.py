@@ -1,0 +1,312 @@
+"""LFM2 (Liquid AI): gated short-convolution blocks mixed with GQA attention.
+
+Parameter names follow ``transformers.Lfm2ForCausalLM`` exactly. Each decoder layer is either a
+*conv* block (``in_proj`` -> B, C, x gates; depthwise causal conv over ``B * x`` with kernel
+``conv_L_cache``; ``C *`` conv output; ``out_proj``) or an attention block (q/k RMSNorm per head,
+rotary, paged causal attention). Every layer ends with a SwiGLU feed-forward
+(``feed_forward.w1/w3/w2``). The final norm is called ``embedding_norm`` in the checkpoint.
+
+Recurrent state of a conv layer is its conv window: the last ``conv_L_cache - 1`` values of
+``B * x``, stored channel-major as ``[hidden, conv_L_cache - 1]`` (the layout of transformers'
+conv cache).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.layers import Config, RMSNorm, Rotary
+
+ATTENTION = "full_attention"
+CONV = "conv"
+
+
+def layer_types(config: Config) -> list[str]:
+    """Per-layer kind, from ``layer_types`` or else ``full_attn_idxs`` (all attention if neither)."""
+    n = config.num_hidden_layers
+    types = config.get("layer_types")
+    if types is not None:
+        if len(types) < n:
+            raise ValueError(f"layer_types has {len(types)} entries for {n} layers")
+        return [ATTENTION if t != CONV else CONV for t in types[:n]]
+    attn = config.get("full_attn_idxs", list(range(n)))
+    return [ATTENTION if i in attn else CONV for i in range(n)]
+
+
+def intermediate_size(config: Config) -> int:
+    """Feed-forward width, with LFM2's optional 2/3 shrink, multiplier and rounding."""
+    size = config.get("intermediate_size", config.get("block_ff_dim"))
+    if config.get("block_auto_adjust_ff_dim", True):
+        size = int(2 * size / 3)
+        multiplier = config.get("block_ffn_dim_multiplier")
+        if multiplier is not None:
+            multiple_of = config.get("block_multiple_of", 256)
+            size = int(multiplier * size)
+            size = multiple_of * ((size + multiple_of - 1) // multiple_of)
+    return size
+
+
+def rope_theta(config: Config) -> float:
+    params = config.get("rope_parameters") or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise NotImplementedError(f"lfm2: rope_type {rope_type!r} is not supported")
+    return float(params.get("rope_theta", config.get("rope_theta", 1_000_000.0)))
+
+
+class Lfm2MLP(nn.Module):
+    """SwiGLU feed-forward under LFM2's names: ``w2(silu(w1(x)) * w3(x))``."""
+
+    def __init__(self, hidden: int, inner: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(hidden, inner, bias=False)
+        self.w3 = nn.Linear(hidden, inner, bias=False)
+        self.w2 = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Lfm2Attention(nn.Module):
+    """GQA attention with per-head RMSNorm on q and k, over the paged KV cache."""
+
+    def __init__(self, config: Config, layer_idx: int) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.get("num_key_value_heads", self.num_heads)
+        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.scaling = self.head_dim**-0.5
+        eps = config.get("norm_eps", 1e-5)
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.out_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.q_layernorm = RMSNorm(self.head_dim, eps=eps)
+        self.k_layernorm = RMSNorm(self.head_dim, eps=eps)
+        self.rotary = Rotary(self.head_dim, rope_theta(config))
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        t = h.shape[0]
+        q = self.q_layernorm(self.q_proj(h).view(t, self.num_heads, self.head_dim))
+        k = self.k_layernorm(self.k_proj(h).view(t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(h).view(t, self.num_kv_heads, self.head_dim)
+        q = self.rotary(q, batch.positions)
+        k = self.rotary(k, batch.positions)
+        out = paged_attention(self.layer_idx, q, k, v, batch, self.scaling)
+        return self.out_proj(out.reshape(t, -1))
+
+
+class Lfm2ShortConv(nn.Module):
+    """Gated depthwise causal convolution: ``out_proj(C * conv(B * x))``."""
+
+    def __init__(self, config: Config, layer_idx: int) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        bias = bool(config.get("conv_bias", False))
+        self.layer_idx = layer_idx
+        self.kernel = config.get("conv_L_cache", 3)
+        # nn.Conv1d only as a parameter holder, so the key is ``conv.conv.weight`` ([C, 1, L]).
+        self.conv = nn.Conv1d(hidden, hidden, self.kernel, groups=hidden, bias=bias)
+        self.in_proj = nn.Linear(hidden, 3 * hidden, bias=bias)
+        self.out_proj = nn.Linear(hidden, hidden, bias=bias)
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        b, c, x = self.in_proj(h).chunk(3, dim=-1)
+        y = self._causal_conv(b * x, batch)
+        return self.out_proj(c * y)
+
+    def _causal_conv(self, bx: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """Depthwise causal conv of ``bx`` ([T, C]) for all sequences in ONE conv1d call.
+
+        Each sequence's chunk is prefixed with its restored window (zeros from scratch); the
+        padded chunks are concatenated and convolved without padding, and the outputs whose
+        receptive field lies inside one sequence are gathered back. Snapshot windows are plain
+        slices of the padded input, so segments need no separate passes.
+        """
+        w = self.kernel - 1
+        chans = bx.shape[1]
+        offs = batch.offsets
+        padded: list[torch.Tensor] = []
+        gather: list[torch.Tensor] = []
+        base = 0
+        for i, seq in enumerate(batch.seqs):
+            restored = batch.state.load(self.layer_idx, seq.restore_slot)
+            if restored is None:
+                window = bx.new_zeros(w, chans)
+            else:
+                window = restored[0].to(dtype=bx.dtype, device=bx.device).transpose(0, 1)
+            padded.append(torch.cat([window, bx[offs[i] : offs[i + 1]]]))
+            gather.append(torch.arange(base, base + seq.length, device=bx.device))
+            base += w + seq.length
+        full = torch.cat(padded)  # [sum(w + len), C]
+        out = F.conv1d(full.transpose(0, 1).unsqueeze(0), self.conv.weight, self.conv.bias, groups=chans)
+        y = out[0].transpose(0, 1)[torch.cat(gather)]
+        self._save_snapshots(full, batch)
+        return y
+
+    def _save_snapshots(self, full: torch.Tensor, batch: ForwardBatch) -> None:
+        """Window after chunk position ``hi`` = padded inputs ``[hi, hi + w)`` of that sequence."""
+        w = self.kernel - 1
+        base = 0
+        for seq in batch.seqs:
+            for snap in seq.snapshots:
+                hi = base + snap.position - seq.start
+                batch.state.save(self.layer_idx, snap.slot, (full[hi : hi + w].transpose(0, 1),))
+            base += w + seq.length
+
+
+class Lfm2DecoderLayer(nn.Module):
+    """Pre-norm block: operator (conv or attention) then SwiGLU, each with a residual."""
+
+    def __init__(self, config: Config, layer_idx: int, kind: str) -> None:
+        super().__init__()
+        hidden, eps = config.hidden_size, config.get("norm_eps", 1e-5)
+        self.is_attention = kind == ATTENTION
+        if self.is_attention:
+            self.self_attn = Lfm2Attention(config, layer_idx)
+        else:
+            self.conv = Lfm2ShortConv(config, layer_idx)
+        self.feed_forward = Lfm2MLP(hidden, intermediate_size(config))
+        self.operator_norm = RMSNorm(hidden, eps=eps)
+        self.ffn_norm = RMSNorm(hidden, eps=eps)
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        op = self.self_attn if self.is_attention else self.conv
+        h = h + op(self.operator_norm(h), batch)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Lfm2Model(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.kinds = layer_types(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Lfm2DecoderLayer(config, i, kind) for i, kind in enumerate(self.kinds))
+        self.embedding_norm = RMSNorm(config.hidden_size, eps=config.get("norm_eps", 1e-5))
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        h = self.embed_tokens(batch.input_ids)
+        for layer in self.layers:
+            h = layer(h, batch)
+        return self.embedding_norm(h)
+
+
+class Lfm2ForCausalLM(nn.Module):
+    """LFM2 causal LM implementing the runner's ``CausalLM`` protocol."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Lfm2Model(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        tie = config.get("tie_word_embeddings", config.get("tie_embedding", True))
+        if tie:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def kv_layout(self) -> dict[int, tuple[int, int]]:
+        return {
+            i: (layer.self_attn.num_kv_heads, layer.self_attn.head_dim)
+            for i, layer in enumerate(self.model.layers)
+            if layer.is_attention
+        }
+
+    def state_layout(self) -> dict[int, tuple[tuple[int, ...], ...]]:
+        window = (self.config.hidden_size, self.config.get("conv_L_cache", 3) - 1)
+        return {i: (window,) for i, layer in enumerate(self.model.layers) if not layer.is_attention}
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.model(batch)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+
+@torch.no_grad()
+def init_weights(model: Lfm2ForCausalLM, generator: torch.Generator) -> None:
+    """Deterministic init with peaked, context-dependent next-token distributions.
+
+    Embeddings and lm_head (tied by default) get std ``3 / sqrt(hidden)`` so logits have std ~3
+    and typical top-1 margins of order 1. Residual branches (``out_proj``, ``w2``) write ~unit
+    RMS each, so the stream is dominated by the layers rather than the input embedding; with
+    tied weights a dominant embedding would make every position predict its own input token.
+    Norm weights are ~1 with a little noise so a missing or misplaced norm shows in comparisons.
+    """
+    hidden = model.config.hidden_size
+
+    def normal(p: torch.Tensor, std: float, mean: float = 0.0) -> None:
+        p.copy_(torch.randn(p.shape, generator=generator) * std + mean)
+
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            normal(p, 0.1, mean=1.0)
+        elif name.endswith(".bias"):
+            normal(p, 0.02)
+        elif "embed_tokens" in name or name == "lm_head.weight":
+            normal(p, 3.0 / hidden**0.5)
+        elif name.endswith("conv.conv.weight"):
+            normal(p, 1.0 / p.shape[-1] ** 0.5)
+        elif name.endswith(("out_proj.weight", "w2.weight")):
+            normal(p, 1.5 / p.shape[1] ** 0.5)
+        else:
+            normal(p, 1.0 / p.shape[1] ** 0.5)
+
+
+def _preset(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model_type": "lfm2",
+        "architectures": ["Lfm2ForCausalLM"],
+        "torch_dtype": "float32",
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "norm_eps": 1e-5,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+        "tie_word_embeddings": True,
+        "block_auto_adjust_ff_dim": True,
+        "block_ffn_dim_multiplier": 1.0,
+        "initializer_range": 0.02,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "use_cache": True,
+    }
+    base.update(fields)
+    n = base["num_hidden_layers"]
+    base["full_attn_idxs"] = [i for i in range(n) if base["layer_types"][i] == ATTENTION]
+    return base
+
+
+_TINY_TYPES = [CONV, ATTENTION, CONV, CONV, ATTENTION]
+# LFM2-350M-like interleave: conv-heavy with attention spread through the stack.
+_SMALL_TYPES = [CONV, CONV, ATTENTION, CONV, CONV, ATTENTION, CONV, CONV, ATTENTION, CONV, ATTENTION, CONV]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": _preset(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=192,  # auto-adjusted: 2/3 -> 128, rounded to block_multiple_of
+        block_multiple_of=32,
+        num_hidden_layers=len(_TINY_TYPES),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        layer_types=_TINY_TYPES,
+    ),
+    "small": _preset(
+        vocab_size=8192,
+        hidden_size=512,
+        intermediate_size=3072,  # auto-adjusted: 2/3 -> 2048
+        block_multiple_of=256,
+        num_hidden_layers=len(_SMALL_TYPES),
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        layer_types=_SMALL_TYPES,
+    ),
+}

@@ -1,0 +1,85 @@
+"""The real runner under the real scheduler: cached runs equal no-cache runs, token for token."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from radixflow.bench.harness import fresh_copy, run_policies
+from radixflow.engine.engine import Engine
+from radixflow.models.layers import Config
+from radixflow.models.loader import save_model
+from radixflow.models.registry import FAMILIES
+from radixflow.runners.torch_runner import TorchRunner
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+CFG = SchedulerConfig(token_budget=160, max_requests=8, block_size=16, num_blocks=256, num_state_slots=48)
+
+
+def tiny_checkpoint(tmp_path_factory, model_type: str, presets: str = "PRESETS"):
+    module_name, cls_name = FAMILIES[model_type].split(":")
+    module = pytest.importorskip(module_name)
+    cfg = getattr(module, presets)["tiny"]
+    torch.manual_seed(0)
+    model = getattr(module, cls_name)(Config(cfg))
+    module.init_weights(model, torch.Generator().manual_seed(0))
+    path = tmp_path_factory.mktemp(model_type)
+    save_model(model, path)
+    return path
+
+
+ALL_CASES = [
+    ("lfm2", "PRESETS"),
+    ("llama", "PRESETS_LLAMA"),
+    ("qwen3_5_text", "PRESETS"),
+    ("qwen3_next", "PRESETS_NEXT"),
+    ("nemotron_h", "PRESETS_NEMOTRON"),
+    ("falcon_h1", "PRESETS_FALCON"),
+]
+CASES = [c for c in ALL_CASES if importlib.util.find_spec(FAMILIES[c[0]].split(":")[0]) is not None]
+
+
+def workload(vocab: int) -> list[Request]:
+    spec = WorkloadSpec(groups=3, candidates=3, context_len=40, candidate_len=10, vocab_size=vocab, seed=1)
+    return build_workload(spec)
+
+
+@pytest.mark.parametrize("model_type, presets", CASES)
+def test_policies_agree_with_the_no_cache_reference(tmp_path_factory, model_type, presets):
+    path = tiny_checkpoint(tmp_path_factory, model_type, presets)
+    runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+    reqs = workload(runner.model.vocab_size)
+    runs = run_policies(reqs, runner, CFG, ["native", "radixflow"], "branch")
+    for run in runs:
+        assert run.result.completed == len(reqs)
+        assert run.result.agreement == 1.0
+    assert runs[0].result.outputs_sha256 == runs[1].result.outputs_sha256
+    if runner.model.has_recurrent:
+        assert runs[1].result.rounds < runs[0].result.rounds
+        assert runs[1].result.reuse_rate == runs[0].result.reuse_rate > 0
+
+
+def test_chunked_prefill_and_eviction_stay_exact(tmp_path_factory):
+    path = tiny_checkpoint(tmp_path_factory, "lfm2")
+    tight = SchedulerConfig(token_budget=32, max_requests=4, block_size=16, num_blocks=24, num_state_slots=6)
+    runner = TorchRunner(path, tight.block_size, tight.num_blocks, tight.num_state_slots)
+    reqs = workload(runner.model.vocab_size)
+    reference = runner.reference_tokens(reqs)
+    engine = Engine(runner, tight)
+    engine.run(fresh_copy(reqs))
+    assert all(r.status is RequestStatus.FINISHED for r in engine.requests)
+    assert {r.id: r.output_token for r in engine.requests} == reference
+    assert any(len(rd.chunks) and rd.tokens == 32 for rd in engine.rounds)  # chunking happened
+
+
+def test_bad_requests_fail_and_others_are_served(tmp_path_factory):
+    path = tiny_checkpoint(tmp_path_factory, "lfm2")
+    runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+    vocab, ctx = runner.model.vocab_size, runner.model.max_context
+    reqs = [Request("ok", (1, 2, 3)), Request("oov", (1, vocab)), Request("long", (1,) * (ctx + 1))]
+    Engine(runner, CFG).run(reqs)
+    assert [r.status for r in reqs] == [RequestStatus.FINISHED, RequestStatus.FAILED, RequestStatus.FAILED]
+    assert "vocabulary" in (reqs[1].error or "") and "context" in (reqs[2].error or "")

@@ -1,0 +1,246 @@
+"""Qwen3.5 / Qwen3-Next runner vs transformers: packed prefill, restore/snapshot, mixed batches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.layers import Config
+from radixflow.models.loader import load_model, save_model
+from radixflow.models.qwen3_5 import (
+    PRESETS,
+    PRESETS_NEXT,
+    Qwen3NextForCausalLM,
+    Qwen35ForCausalLM,
+    chunked_gated_delta_rule,
+    init_weights,
+    unit_lower_solve,
+)
+
+transformers = pytest.importorskip("transformers")
+
+BLOCK = 16
+TOL = 1e-4
+FAMILIES = {
+    "qwen3_5_text": (PRESETS, Qwen35ForCausalLM),
+    "qwen3_next": (PRESETS_NEXT, Qwen3NextForCausalLM),
+}
+
+
+class Pools:
+    """KV/state pools plus a trivial block allocator for hand-built batches."""
+
+    def __init__(self, model: torch.nn.Module, num_blocks: int = 96, slots: int = 8) -> None:
+        self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
+        self.state = StatePool(model.state_layout(), slots, torch.float32, "cpu")
+        self.next_block = 0
+
+    def blocks(self, n_tokens: int, prefix: list[int] | None = None) -> list[int]:
+        """Block table covering ``n_tokens``, reusing ``prefix`` blocks and allocating the rest."""
+        table = list(prefix or [])
+        while len(table) * BLOCK < n_tokens:
+            table.append(self.next_block)
+            self.next_block += 1
+        return table
+
+    def fork(self, block: int) -> int:
+        """Copy-on-write: a fresh block holding a copy of ``block``'s KV (for unaligned branches)."""
+        new = self._alloc()
+        src, dst = slice(block * BLOCK, (block + 1) * BLOCK), slice(new * BLOCK, (new + 1) * BLOCK)
+        for layer in self.kv.k:
+            self.kv.k[layer][dst] = self.kv.k[layer][src]
+            self.kv.v[layer][dst] = self.kv.v[layer][src]
+        return new
+
+    def _alloc(self) -> int:
+        self.next_block += 1
+        return self.next_block - 1
+
+    def run(self, model: torch.nn.Module, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
+        """One round; returns each sequence's logits ``[length, vocab]``."""
+        batch = ForwardBatch.build(chunks, self.kv, self.state, "cpu")
+        with torch.no_grad():
+            logits = model.compute_logits(model(batch))
+        offs = batch.offsets
+        return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """(ours loaded by load_model, transformers model, vocab) for the family's tiny preset."""
+    presets, cls = FAMILIES[request.param]
+    torch.manual_seed(0)
+    model = cls(Config(presets["tiny"]))
+    init_weights(model, torch.Generator().manual_seed(1234))
+    path = tmp_path_factory.mktemp(request.param)
+    save_model(model, path)
+    ours = load_model(path, dtype=torch.float32)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return ours, ref, presets["tiny"]["vocab_size"]
+
+
+def tokens(n: int, seed: int, vocab: int) -> list[int]:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def reference(ref: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return ref(torch.tensor([ids]), position_ids=torch.arange(len(ids))[None]).logits[0].float()
+
+
+def check(ours: torch.Tensor, expected: torch.Tensor) -> float:
+    diff = (ours - expected).abs().max().item()
+    assert diff <= TOL, f"max abs diff {diff}"
+    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
+    return diff
+
+
+def test_state_dict_keys_match_transformers(models) -> None:
+    ours, ref, _ = models
+    assert set(ours.state_dict()) == set(ref.state_dict())
+
+
+def test_packed_prefill_matches_transformers(models) -> None:
+    ours, ref, vocab = models
+    pools = Pools(ours)
+    prompts = [tokens(n, seed, vocab) for seed, n in enumerate((37, 64, 100))]
+    chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
+    diffs = [check(out, reference(ref, p)) for out, p in zip(pools.run(ours, chunks), prompts, strict=True)]
+    print(f"{ours.config.model_type} packed prefill max abs diff {max(diffs):.2e}")
+
+
+@pytest.mark.parametrize("p", [32, 64])
+def test_continuation_from_checkpoint(models, p: int) -> None:
+    ours, ref, vocab = models
+    pools = Pools(ours)
+    ids = tokens(100, 7, vocab)
+    table = pools.blocks(p)
+    pools.run(ours, [(ids[:p], SeqSpec(0, p, table, snapshots=[Snapshot(p, 3)]))])
+    table = pools.blocks(len(ids), prefix=table)
+    (out,) = pools.run(ours, [(ids[p:], SeqSpec(p, len(ids) - p, table, restore_slot=3))])
+    diff = check(out, reference(ref, ids)[p:])
+    print(f"{ours.config.model_type} continuation at {p}: max abs diff {diff:.2e}")
+
+
+def test_mixed_batch_and_mid_chunk_snapshots(models) -> None:
+    ours, ref, vocab = models
+    pools = Pools(ours)
+    x, y, z = tokens(80, 11, vocab), tokens(37, 12, vocab), tokens(100, 13, vocab)
+    x_table = pools.blocks(32)
+    pools.run(ours, [(x[:32], SeqSpec(0, 32, x_table, snapshots=[Snapshot(32, 0)]))])
+    x_table = pools.blocks(len(x), prefix=x_table)
+    z_table = pools.blocks(len(z))
+    # one round: from scratch / restored at 32 / from scratch with snapshots at 45 (unaligned) and 64
+    z_spec = SeqSpec(0, len(z), z_table, snapshots=[Snapshot(45, 1), Snapshot(64, 2)])
+    outs = pools.run(
+        ours,
+        [
+            (y, SeqSpec(0, len(y), pools.blocks(len(y)))),
+            (x[32:], SeqSpec(32, len(x) - 32, x_table, restore_slot=0)),
+            (z, z_spec),
+        ],
+    )
+    diffs = [check(outs[0], reference(ref, y)), check(outs[1], reference(ref, x)[32:])]
+    diffs.append(check(outs[2], reference(ref, z)))
+    # next round: two branches of z diverging at the snapshot points, both in one batch
+    b64 = z[:64] + tokens(30, 14, vocab)
+    b45 = z[:45] + tokens(20, 15, vocab)
+    t64 = pools.blocks(len(b64), prefix=z_table[:4])
+    t45 = pools.blocks(len(b45), prefix=[*z_table[:2], pools.fork(z_table[2])])
+    outs = pools.run(
+        ours,
+        [
+            (b64[64:], SeqSpec(64, len(b64) - 64, t64, restore_slot=2)),
+            (b45[45:], SeqSpec(45, len(b45) - 45, t45, restore_slot=1)),
+        ],
+    )
+    diffs += [check(outs[0], reference(ref, b64)[64:]), check(outs[1], reference(ref, b45)[45:])]
+    print(f"{ours.config.model_type} mixed batch max abs diff {max(diffs):.2e}")
+
+
+def test_decode_steps_match_transformers(models) -> None:
+    """Single-token chunks (decode) continuing from a prefill checkpoint, several sequences at once."""
+    ours, ref, vocab = models
+    pools = Pools(ours)
+    seqs = [tokens(40, 20, vocab), tokens(53, 21, vocab)]
+    prefill = [24, 48]
+    tables = [pools.blocks(n) for n in (40, 53)]
+    pools.run(
+        ours,
+        [
+            (s[:p], SeqSpec(0, p, t, snapshots=[Snapshot(p, i)]))
+            for i, (s, p, t) in enumerate(zip(seqs, prefill, tables, strict=True))
+        ],
+    )
+    expected = [reference(ref, s) for s in seqs]
+    for step in range(5):
+        chunks = [
+            ([s[p + step]], SeqSpec(p + step, 1, t, restore_slot=i, snapshots=[Snapshot(p + step + 1, i)]))
+            for i, (s, p, t) in enumerate(zip(seqs, prefill, tables, strict=True))
+        ]
+        outs = pools.run(ours, chunks)
+        for out, exp, p in zip(outs, expected, prefill, strict=True):
+            check(out, exp[p + step : p + step + 1])
+
+
+def test_top1_margin_is_peaked(models) -> None:
+    ours, _, vocab = models
+    pools = Pools(ours)
+    ids = tokens(100, 30, vocab)
+    (logits,) = pools.run(ours, [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
+    top = logits.topk(2, dim=-1).values
+    margins = top[:, 0] - top[:, 1]
+    median = margins.median().item()
+    print(f"{ours.config.model_type} top-1 margin median {median:.3f} min {margins.min().item():.2e}")
+    assert median > 0.1
+
+
+def _naive_delta_rule(q, k, v, g, beta, state):
+    outs = []
+    for t in range(q.shape[0]):
+        state = state * g[t].exp()[:, None, None]
+        mem = torch.einsum("hk,hkv->hv", k[t], state)
+        state = state + torch.einsum("hk,hv->hkv", k[t], beta[t][:, None] * (v[t] - mem))
+        outs.append(torch.einsum("hk,hkv->hv", q[t], state))
+    return torch.stack(outs), state
+
+
+@pytest.mark.parametrize("splits", [[150], [1, 63, 86], [64, 64, 22], [5, 1, 1, 143]])
+def test_chunked_delta_rule_matches_recurrence(splits: list[int]) -> None:
+    gen = torch.Generator().manual_seed(0)
+    n, h, dk, dv = sum(splits), 3, 8, 6
+    q = torch.nn.functional.normalize(torch.randn(n, h, dk, generator=gen), dim=-1) * dk**-0.5
+    k = torch.nn.functional.normalize(torch.randn(n, h, dk, generator=gen), dim=-1)
+    v = torch.randn(n, h, dv, generator=gen)
+    g = -torch.rand(n, h, generator=gen) * torch.tensor([0.01, 0.3, 3.0])
+    beta = torch.rand(n, h, generator=gen)
+    init = torch.randn(h, dk, dv, generator=gen)
+    want, want_state = _naive_delta_rule(q, k, v, g, beta, init)
+    state, lo, outs = init, 0, []
+    for length in splits:
+        sl = slice(lo, lo + length)
+        out, state = chunked_gated_delta_rule(q[sl], k[sl], v[sl], g[sl], beta[sl], state, chunk=64)
+        outs.append(out)
+        lo += length
+    assert torch.allclose(torch.cat(outs), want, atol=1e-5)
+    assert torch.allclose(state, want_state, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_small_preset_size(family: str) -> None:
+    presets, cls = FAMILIES[family]
+    cfg = presets["small"]
+    assert cfg["vocab_size"] == 8192 and cfg["max_position_embeddings"] >= 4096
+    with torch.device("meta"):
+        model = cls(Config(cfg))
+    params = sum(p.numel() for p in model.parameters())
+    assert 40e6 <= params <= 70e6, params
+
+
+def test_unit_lower_solve_matches_lapack() -> None:
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 3, 64, 64, generator=gen) * 0.3
+    rhs = torch.randn(2, 3, 64, 10, generator=gen)
+    want = torch.linalg.solve_triangular(a, rhs, upper=False, unitriangular=True)
+    assert torch.allclose(unit_lower_solve(a, rhs), want, atol=1e-4, rtol=1e-4)

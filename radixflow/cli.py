@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"state capacity (sim default {s.num_state_slots}; torch 256)",
     )
     b.add_argument("--device", default="cpu", help="torch runner device (cpu, cuda)")
+    b.add_argument("--repeat", type=_positive(int), default=1, help="runs per policy; timings are medians")
     b.add_argument("--trace", type=Path, help="read the workload from this JSONL trace")
     b.add_argument("--write-trace", type=Path, help="write the workload to this JSONL trace")
     b.add_argument("--json", type=Path, help="write results as JSON here")
@@ -197,15 +198,17 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         write_trace(args.write_trace, requests)
     policies = args.policies or ["native", "radixflow"]
     with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("starting", total=len(requests) * len(policies))
+        task = progress.add_task("starting", total=len(requests) * len(policies) * args.repeat)
 
         def on_round(policy: str, record: RoundRecord, engine: object) -> None:
             done = sum(1 for c in record.chunks if c[2] == len(by_id[c[0]].prompt))
             progress.update(task, advance=done, description=f"{policy}: round {record.index + 1}")
 
         by_id = {r.id: r for r in requests}
-        runs = run_policies(requests, runner, sched, policies, args.placement, on_round)
-    config = config_dict(sched, runner=args.runner, model=runner.model.name, placement=args.placement)
+        runs = run_policies(requests, runner, sched, policies, args.placement, on_round, args.repeat)
+    config = config_dict(
+        sched, runner=args.runner, model=runner.model.name, placement=args.placement, repeats=args.repeat
+    )
     if args.runner == "sim":
         config["hardware"] = args.hardware
     report = BenchReport(workload, config, runs)

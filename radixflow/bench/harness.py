@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from radixflow.bench.metrics import PolicyResult, summarize
 from radixflow.engine.engine import Engine, RoundRecord
@@ -45,16 +46,30 @@ def run_policies(
     policies: list[str],
     placement: str,
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
+    repeats: int = 1,
 ) -> list[PolicyRun]:
-    runs = []
+    """Each policy ``repeats`` times, interleaved; timings are reported as medians over repeats."""
     reference = runner.reference_tokens(requests)
-    for policy in policies:
-        engine = Engine(runner, scheduler, policy=policy, placement=placement)
-        callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
-        engine.run(fresh_copy(requests), on_round=callback)
-        result = summarize(policy, engine, scheduler.token_budget, reference)
-        runs.append(PolicyRun(result, engine.rounds, engine.requests))
-    return runs
+    trials: dict[str, list[PolicyRun]] = {p: [] for p in policies}
+    for _ in range(repeats):
+        for policy in policies:
+            engine = Engine(runner, scheduler, policy=policy, placement=placement)
+            callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
+            engine.run(fresh_copy(requests), on_round=callback)
+            result = summarize(policy, engine, scheduler.token_budget, reference)
+            trials[policy].append(PolicyRun(result, engine.rounds, engine.requests))
+    return [_median_run(trials[p]) for p in policies]
+
+
+def _median_run(trials: list[PolicyRun]) -> PolicyRun:
+    """Median of every float figure; counts and hashes come from the first trial."""
+    first = trials[0].result
+    timed = {
+        f.name: statistics.median(getattr(t.result, f.name) for t in trials)
+        for f in fields(first)
+        if isinstance(getattr(first, f.name), float)
+    }
+    return PolicyRun(replace(first, **timed), trials[0].rounds, trials[0].requests)
 
 
 def config_dict(scheduler: SchedulerConfig, **extra: object) -> dict[str, object]:

@@ -1,0 +1,119 @@
+"""Prefill throughput of RadixFlow's runner vs Hugging Face transformers, same weights, same batch.
+
+For each family's ``-small`` zoo model: one batch of prompts with mixed lengths, prefilled from
+scratch. Ours packs the prompts without padding into one forward; transformers gets the same
+prompts right-padded with an attention mask. Repeats are interleaved (ours, theirs, ours, ...)
+and medians reported, since the machine is shared and noisy.
+
+    python benchmarks/runner_throughput.py --json results/runner_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.loader import load_model
+from radixflow.models.zoo import ensure_model
+
+FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]
+
+
+def prompts(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def ours_forward(model, batch_prompts: list[list[int]], block: int = 16) -> torch.Tensor:
+    specs, nxt = [], 0
+    for p in batch_prompts:
+        n = -(-len(p) // block)
+        specs.append((p, SeqSpec(0, len(p), list(range(nxt, nxt + n)))))
+        nxt += n
+    kv = KVPool(model.kv_layout(), nxt, block, torch.float32, "cpu")
+    state = StatePool(model.state_layout(), 0, torch.float32, "cpu")
+    fb = ForwardBatch.build(specs, kv, state, "cpu")
+    with torch.inference_mode():
+        hidden = model(fb)
+        return model.compute_logits(hidden[fb.last_token_indices()])
+
+
+def hf_forward(model, batch_prompts: list[list[int]]) -> torch.Tensor:
+    width = max(map(len, batch_prompts))
+    ids = torch.zeros(len(batch_prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(batch_prompts):
+        ids[i, : len(p)] = torch.tensor(p)
+        mask[i, : len(p)] = 1
+    pos = torch.arange(width).expand_as(ids)
+    with torch.inference_mode():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+    last = torch.tensor([len(p) - 1 for p in batch_prompts])
+    return out.logits[torch.arange(len(batch_prompts)), last]
+
+
+def timed(fn, *args) -> tuple[float, torch.Tensor]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def bench_family(family: str, lengths: list[int], repeats: int) -> dict[str, object]:
+    from transformers import AutoModelForCausalLM
+
+    path = ensure_model(f"{family}-small")
+    ours = load_model(path)
+    theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    batch = prompts(lengths, int(ours.config.vocab_size), seed=0)
+    ours_forward(ours, batch[:1])  # warm-up both
+    hf_forward(theirs, batch[:1])
+    t_ours, t_hf = [], []
+    for _ in range(repeats):
+        dt, a = timed(ours_forward, ours, batch)
+        t_ours.append(dt)
+        dt, b = timed(hf_forward, theirs, batch)
+        t_hf.append(dt)
+    tokens = sum(lengths)
+    med_ours, med_hf = statistics.median(t_ours), statistics.median(t_hf)
+    return {
+        "family": family,
+        "tokens": tokens,
+        "ours_tokens_per_s": tokens / med_ours,
+        "transformers_tokens_per_s": tokens / med_hf,
+        "speedup": med_hf / med_ours,
+        "same_greedy_tokens": bool((a.argmax(-1) == b.argmax(-1)).all()),
+        "max_abs_logit_diff": float((a.float() - b.float()).abs().max()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 128, 384, 256])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", type=Path, default=Path("results/runner_throughput.json"))
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    print(f"{'family':<12}{'ours tok/s':>12}{'hf tok/s':>12}{'ratio':>8}  greedy-equal  max|Δlogit|")
+    for family in args.families:
+        row = bench_family(family, args.lengths, args.repeats)
+        rows.append(row)
+        print(
+            f"{family:<12}{row['ours_tokens_per_s']:>12.0f}{row['transformers_tokens_per_s']:>12.0f}"
+            f"{row['speedup']:>8.2f}  {row['same_greedy_tokens']!s:<12}  {row['max_abs_logit_diff']:.2e}",
+            flush=True,
+        )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"lengths": args.lengths, "repeats": args.repeats, "results": rows}, indent=2))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

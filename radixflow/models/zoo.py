@@ -1,0 +1,295 @@
+"""Named models: ``<family>-tiny`` / ``<family>-small`` presets and the real ``smollm2-135m``.
+
+Preset models have random weights from a fixed seed, scaled by each family's ``init_weights`` so
+that greedy decoding is numerically robust. ``ensure_model(name)`` materialises a model once as a
+Hugging Face-layout directory (config.json, model.safetensors, tokenizer.json) in the cache and
+returns its path; later calls reuse it. Family modules are imported lazily, by name, so a broken
+or missing family affects only its own entries.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from radixflow.models.registry import UnknownModelError
+
+SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
+CACHE_ENV = "RADIXFLOW_CACHE"
+SIZES = ("tiny", "small")
+
+# family -> (module, presets dict attribute, name of its recurrent layer kind or None)
+FAMILY_SOURCES: dict[str, tuple[str, str, str | None]] = {
+    "llama": ("radixflow.models.llama", "PRESETS_LLAMA", None),
+    "qwen3": ("radixflow.models.llama", "PRESETS_QWEN3", None),
+    "qwen3_5": ("radixflow.models.qwen3_5", "PRESETS", "deltanet"),
+    "qwen3_next": ("radixflow.models.qwen3_5", "PRESETS_NEXT", "deltanet"),
+    "lfm2": ("radixflow.models.lfm2", "PRESETS", "conv"),
+    "nemotron_h": ("radixflow.models.mamba2", "PRESETS_NEMOTRON", "mamba2"),
+    "falcon_h1": ("radixflow.models.mamba2", "PRESETS_FALCON", "mamba2"),
+}
+
+
+class ModelUnavailableError(RuntimeError):
+    """A known zoo name whose family module (or weights package) cannot be loaded here."""
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    family: str
+    size: str  # preset key ("tiny"/"small"), or "gguf" for real weights
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    family: str
+    model_type: str
+    params: int
+    hybrid: bool  # has recurrent layers (needs state checkpoints, not just KV)
+    layer_kinds: str  # e.g. "attention:2 deltanet:2"
+    layers: tuple[str, ...]  # kind of each layer, in order
+
+
+ZOO: dict[str, ZooEntry] = {
+    **{
+        f"{family}-{size}": ZooEntry(f"{family}-{size}", family, size)
+        for family in FAMILY_SOURCES
+        for size in SIZES
+    },
+    "smollm2-135m": ZooEntry("smollm2-135m", "llama", "gguf"),
+}
+
+
+def model_names() -> list[str]:
+    return list(ZOO)
+
+
+def _entry(name: str) -> ZooEntry:
+    try:
+        return ZOO[name]
+    except KeyError:
+        valid = ", ".join(ZOO)
+        raise UnknownModelError(
+            f"unknown model {name!r}: not a zoo name and not a directory with config.json "
+            f"(zoo names: {valid})"
+        ) from None
+
+
+def _family_module(family: str) -> Any:
+    module_name = FAMILY_SOURCES[family][0]
+    try:
+        return importlib.import_module(module_name)
+    except Exception as e:  # missing or broken module: only this family is unavailable
+        raise ModelUnavailableError(
+            f"model family {family!r} is unavailable: importing {module_name} failed ({e!r})"
+        ) from e
+
+
+@functools.lru_cache(maxsize=1)
+def _smollm2_config() -> dict[str, Any]:
+    from radixflow.models import gguf
+
+    try:
+        path = gguf.smollm2_path()
+    except FileNotFoundError as e:
+        raise ModelUnavailableError(f"smollm2-135m is unavailable: {e}") from e
+    return gguf.gguf_config(gguf.open_gguf(path))
+
+
+def preset_config(name: str) -> dict[str, Any]:
+    """The config.json dict the zoo builds ``name`` from (a copy)."""
+    entry = _entry(name)
+    if entry.size == "gguf":
+        return dict(_smollm2_config())
+    module = _family_module(entry.family)
+    presets = getattr(module, FAMILY_SOURCES[entry.family][1], None)
+    if not isinstance(presets, dict) or entry.size not in presets:
+        raise ModelUnavailableError(
+            f"{FAMILY_SOURCES[entry.family][0]} has no preset "
+            f"{FAMILY_SOURCES[entry.family][1]}[{entry.size!r}]"
+        )
+    return copy.deepcopy(presets[entry.size])
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing
+
+
+def _model_on_meta(config: dict[str, Any]) -> Any:
+    """The model without allocating weights (falls back to CPU for modules that need real data)."""
+    import torch
+
+    from radixflow.models.layers import Config
+    from radixflow.models.registry import model_class
+
+    cls = model_class(config["model_type"])
+    try:
+        with torch.device("meta"):
+            return cls(Config(config))
+    except Exception:
+        return cls(Config(config))
+
+
+def model_info(name: str) -> ModelInfo:
+    """Size and layer structure of a zoo model (builds it on the meta device, no weights)."""
+    entry = _entry(name)
+    config = preset_config(name)
+    model = _model_on_meta(config)
+    recurrent_kind = FAMILY_SOURCES[entry.family][2] or "recurrent"
+    kv, state = set(model.kv_layout()), set(model.state_layout())
+    n_layers = max([int(config.get("num_hidden_layers", 0)), *(i + 1 for i in kv | state)])
+    layers = tuple(_layer_kind(i in kv, i in state, recurrent_kind) for i in range(n_layers))
+    counts: dict[str, int] = {}
+    for kind in layers:
+        counts[kind] = counts.get(kind, 0) + 1
+    return ModelInfo(
+        name=name,
+        family=entry.family,
+        model_type=config["model_type"],
+        params=sum(p.numel() for p in model.parameters()),
+        hybrid=bool(state),
+        layer_kinds=" ".join(f"{k}:{v}" for k, v in counts.items()),
+        layers=layers,
+    )
+
+
+def _layer_kind(attention: bool, recurrent: bool, recurrent_kind: str) -> str:
+    if attention and recurrent:
+        return f"attention+{recurrent_kind}"  # parallel heads in one layer (Falcon-H1)
+    if attention:
+        return "attention"
+    return recurrent_kind if recurrent else "mlp"
+
+
+def list_models(include_unavailable: bool = False) -> list[ModelInfo]:
+    """Info for every zoo model whose family can be loaded here.
+
+    Unavailable entries are skipped, or raise `ModelUnavailableError` with
+    ``include_unavailable=True`` (so a broken family is not silently hidden when asked for).
+    """
+    out = []
+    for name in ZOO:
+        try:
+            out.append(model_info(name))
+        except ModelUnavailableError:
+            if include_unavailable:
+                raise
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Materialisation
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "radixflow" / "models"
+
+
+def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
+    """Directory holding model ``name`` (config.json + model.safetensors + tokenizer.json).
+
+    ``name`` is a zoo name (built once into ``<cache_dir>/<name>``; the cache dir defaults to
+    ``$RADIXFLOW_CACHE`` or ``~/.cache/radixflow/models``) or a local checkpoint directory,
+    returned as is. The build writes a temporary directory and renames it into place, so a
+    directory under its final name is always complete, even with concurrent callers.
+    """
+    if name not in ZOO:
+        local = Path(name).expanduser()
+        if (local / "config.json").is_file():
+            return local
+        _entry(name)  # raises UnknownModelError listing the zoo names
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = root / name
+    if (target / "config.json").is_file():
+        return target
+    if target.exists():
+        raise FileExistsError(f"{target} exists but holds no config.json; remove it to rebuild")
+    build = _builder(name)  # resolve before creating anything, so errors leave no debris
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+    try:
+        build(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
+        os.rename(tmp, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        # another process finished the same model first: use theirs
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _builder(name: str) -> Callable[[Path], None]:
+    entry = _entry(name)
+    if entry.size == "gguf":
+        from radixflow.models import gguf
+
+        try:
+            path = gguf.smollm2_path()
+        except FileNotFoundError as e:
+            raise ModelUnavailableError(f"{name} is unavailable: {e}") from e
+        return functools.partial(_build_gguf, name, path)
+    config = preset_config(name)
+    module = _family_module(entry.family)
+    return functools.partial(_build_preset, entry, config, module.init_weights)
+
+
+def _build_preset(entry: ZooEntry, config: dict[str, Any], init_weights: Any, out: Path) -> None:
+    import torch
+
+    from radixflow.models.layers import Config
+    from radixflow.models.loader import save_model
+    from radixflow.models.registry import model_class
+    from radixflow.models.tokenizer import save_tokenizer, train_tokenizer
+
+    model = model_class(config["model_type"])(Config(config))
+    init_weights(model, torch.Generator().manual_seed(SEED))
+    save_model(model, out)
+    tok = train_tokenizer(int(config["vocab_size"]))
+    save_tokenizer(tok, out, **_special_tokens(tok, config))
+    _write_provenance(out, entry, {"seed": SEED, "preset": f"{entry.family}/{entry.size}"})
+
+
+def _build_gguf(name: str, path: Path, out: Path) -> None:
+    from radixflow.models import gguf
+    from radixflow.models.loader import save_model
+    from radixflow.models.tokenizer import save_tokenizer
+
+    reader = gguf.open_gguf(path)
+    model, tok = gguf.load_gguf(path, reader)
+    save_model(model, out)
+    template = gguf.chat_template(reader)
+    save_tokenizer(tok, out, chat_template=template, **_special_tokens(tok, model.config.to_dict()))
+    _write_provenance(out, ZOO[name], {"source": str(path)})
+
+
+def _special_tokens(tok: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """eos/bos token strings matching the config's ids (so tokenizer and config agree)."""
+    out: dict[str, Any] = {}
+    for key in ("eos", "bos"):
+        ident = config.get(f"{key}_token_id")
+        if isinstance(ident, list):
+            ident = ident[0] if ident else None
+        token = tok.id_to_token(ident) if isinstance(ident, int) else None
+        if token is not None:
+            out[f"{key}_token"] = token
+    return out
+
+
+def _write_provenance(out: Path, entry: ZooEntry, extra: dict[str, Any]) -> None:
+    record = {"name": entry.name, "family": entry.family, **extra}
+    (out / "radixflow_zoo.json").write_text(json.dumps(record, indent=2))

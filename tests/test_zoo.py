@@ -1,0 +1,114 @@
+"""Model zoo: names, listing, one-time materialisation, errors; and the offline tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+from radixflow.models import zoo  # noqa: E402
+from radixflow.models.loader import load_model  # noqa: E402
+from radixflow.models.registry import UnknownModelError  # noqa: E402
+from radixflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer  # noqa: E402
+
+FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]
+
+
+def test_names():
+    names = zoo.model_names()
+    for family in FAMILIES:
+        assert f"{family}-tiny" in names and f"{family}-small" in names
+    assert "smollm2-135m" in names
+
+
+def test_list_models():
+    infos = {i.name: i for i in zoo.list_models()}
+    llama = infos["llama-tiny"]
+    assert (llama.family, llama.model_type, llama.hybrid) == ("llama", "llama", False)
+    assert llama.layer_kinds == "attention:2" and llama.params > 0
+    assert 40e6 <= infos["llama-small"].params <= 70e6
+    for info in infos.values():
+        assert info.hybrid == any(k != "attention" and k != "mlp" for k in info.layers)
+        print(f"{info.name:18s} {info.model_type:13s} {info.params / 1e6:7.2f}M  {info.layer_kinds}")
+
+
+def test_ensure_model_builds_once(tmp_path, monkeypatch):
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert path == tmp_path / "llama-tiny"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in path.iterdir()}
+    assert [p.name for p in tmp_path.iterdir()] == ["llama-tiny"]  # no temp dirs left behind
+    model = load_model(path)
+    assert model.config.model_type == "llama"
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    assert tok.get_vocab_size() == model.config.vocab_size
+    tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+    assert tok.token_to_id(tok_cfg["eos_token"]) == model.config.eos_token_id
+
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+
+    def fail(*args, **kwargs):
+        raise AssertionError("model rebuilt")
+
+    monkeypatch.setattr(zoo, "_build_preset", fail)
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_ensure_model_is_deterministic(tmp_path, monkeypatch):
+    monkeypatch.setenv(zoo.CACHE_ENV, str(tmp_path / "env"))
+    a = zoo.ensure_model("qwen3-tiny")
+    b = zoo.ensure_model("qwen3-tiny", cache_dir=tmp_path / "other")
+    assert a.parent == tmp_path / "env"
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+    assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
+
+
+def test_local_directory_passes_through(tmp_path):
+    built = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert zoo.ensure_model(str(built)) == built
+
+
+def test_unknown_name(tmp_path):
+    with pytest.raises(UnknownModelError, match="llama-tiny") as err:
+        zoo.ensure_model("no-such-model", cache_dir=tmp_path)
+    assert "no-such-model" in str(err.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_missing_family_module_is_clear(tmp_path, monkeypatch):
+    monkeypatch.setitem(zoo.FAMILY_SOURCES, "lfm2", ("radixflow.models.not_written_yet", "PRESETS", "conv"))
+    with pytest.raises(zoo.ModelUnavailableError, match="not_written_yet"):
+        zoo.ensure_model("lfm2-tiny", cache_dir=tmp_path)
+    assert "lfm2-tiny" not in {i.name for i in zoo.list_models()}
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("vocab_size", [512, 8192])
+def test_tokenizer(vocab_size):
+    tok = train_tokenizer(vocab_size)
+    assert tok.get_vocab_size() == vocab_size
+    assert [tok.id_to_token(i) for i in range(len(SPECIAL_TOKENS))] == list(SPECIAL_TOKENS)
+    text = "The capital of France is Paris. 2+2=4, ünïcödé 😀\n<|im_start|>user"
+    ids = tok.encode(text).ids
+    assert max(ids) < vocab_size
+    assert tok.decode(ids, skip_special_tokens=False) == text
+    assert len(tok.encode("the students read a long letter").ids) < 20  # merges were learned
+
+
+def test_tokenizer_is_deterministic():
+    import subprocess
+    import sys
+
+    code = "from radixflow.models.tokenizer import train_tokenizer; print(train_tokenizer(1024).to_str())"
+    runs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
+    assert len(runs) == 1
+    assert runs.pop().strip() == train_tokenizer(1024).to_str()

@@ -111,7 +111,9 @@ def main() -> None:
             flush=True,
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"lengths": args.lengths, "repeats": args.repeats, "results": rows}, indent=2))
+    args.json.write_text(
+        json.dumps({"lengths": args.lengths, "repeats": args.repeats, "results": rows}, indent=2)
+    )
     print(f"wrote {args.json}")
 
 

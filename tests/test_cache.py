@@ -84,7 +84,7 @@ def test_integrity_detects_corruption():
 
 def test_state_eviction_drops_only_unlocked_ready_checkpoints():
     cache = RadixCache(BS, 64, 2)
-    e1, b1 = compute(cache, "n", A, 0, 16, [8, 16], rid="p")
+    e1, _ = compute(cache, "n", A, 0, 16, [8, 16], rid="p")
     cache.commit("p")
     assert cache.slots.free == 0
     assert not cache.reserve(0, 1)
@@ -122,7 +122,7 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(target=running, reg=registered, cut=st.integers(0, 3))
     def compute(self, reg, cut):
-        ns, tokens, handle = reg
+        ns, tokens, _ = reg
         m = self.cache.match(ns, tokens, len(tokens) - 1)
         if m.blocked:
             return None

@@ -117,6 +117,6 @@ def test_eviction_under_memory_pressure_keeps_everything_exact():
 def test_request_that_can_never_fit_fails_cleanly():
     cfg = SchedulerConfig(token_budget=256, max_requests=4, block_size=8, num_blocks=4, num_state_slots=4)
     big, ok = Request("big", tuple(range(1, 100))), Request("ok", tuple(range(1, 20)))
-    engine = run("radixflow", [big, ok], cfg=cfg)
+    run("radixflow", [big, ok], cfg=cfg)
     assert big.status is RequestStatus.FAILED and "does not fit" in (big.error or "")
     assert ok.status is RequestStatus.FINISHED

@@ -235,12 +235,9 @@ def cmd_models(args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table(title="RadixFlow model zoo")
     for col in ("name", "family", "model_type", "params", "hybrid", "layers"):
-        table.add_column(col)
+        table.add_column(col, justify="right" if col == "params" else "left")
     for i in infos:
-        row = asdict(i)
-        table.add_row(
-            *(str(row.get(k, "")) for k in ("name", "family", "model_type", "params", "hybrid", "layers"))
-        )
+        table.add_row(i.name, i.family, i.model_type, f"{i.params / 1e6:.1f}M", str(i.hybrid), i.layer_kinds)
     console.print(table)
     return 0
 

@@ -60,6 +60,7 @@ def test_consumers_reuse_the_branch_checkpoint_after_it_is_ready():
 def test_same_reuse_and_outputs_fewer_rounds():
     native, flow = run("native", grouped()), run("radixflow", grouped())
     assert len(flow.rounds) < len(native.rounds)
+    assert native.dependency_depth() == flow.dependency_depth() == 2  # producer round, then consumers
     assert [r.reused for r in native.requests] == [r.reused for r in flow.requests]
     assert [r.output_token for r in native.requests] == [r.output_token for r in flow.requests]
     assert all(r.status is RequestStatus.FINISHED for r in native.requests + flow.requests)
@@ -81,6 +82,7 @@ def test_chunked_prefill_splits_on_block_boundaries():
     spans = [c[1:] for rd in engine.rounds for c in rd.chunks]
     assert spans == [(0, 40), (40, 80), (80, 100)]
     assert req.status is RequestStatus.FINISHED and req.chunks == 3
+    assert engine.dependency_depth() == 3  # 100 tokens at 40 per round need three rounds
     assert engine.cache.usage().working_slots == 0  # chunk-to-chunk state released
 
 

@@ -29,7 +29,10 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     reused: int = 0  # prompt tokens served from the cache at admission
     computed: int = 0
-    depth: int = 0  # length of the round-dependency chain that produced this request's state
+    # Dependency depth: fewest rounds before this request's token could exist, given where its
+    # reused state came from (depth_base: rounds before that checkpoint could exist).
+    depth_base: int = 0
+    depth: int = 0
     block_table: list[int] = field(default_factory=list)
     own_blocks: list[int] = field(default_factory=list)
     working_slot: int | None = None

@@ -73,7 +73,8 @@ class Scheduler:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.rounds = 0
-        self._slot_depth: dict[int, int] = {}  # checkpoint slot -> depth of the chunk that made it
+        # checkpoint slot -> fewest rounds any schedule needs before that state can exist
+        self._slot_depth: dict[int, int] = {}
 
     # ----------------------------------------------------------------- queue
     def add(self, request: Request) -> None:
@@ -166,8 +167,7 @@ class Scheduler:
             return _Admit.NO_MEMORY, match
         req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
         req.block_table = self.cache.block_table(point.handle)
-        if point.restore_slot is not None:
-            req.depth = self._slot_depth.get(point.restore_slot, 0)
+        req.depth_base = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
         if working:
             req.working_slot = self.cache.alloc_working_slot()
         req.status = RequestStatus.RUNNING
@@ -199,6 +199,10 @@ class Scheduler:
         )
         return self.placement.positions(ctx)
 
+    def _rounds_for(self, tokens: int) -> int:
+        """Fewest rounds that can compute ``tokens`` prompt tokens of one request."""
+        return max(1, -(-tokens // self.config.token_budget))
+
     def _blocks_needed(self, start: int, end: int) -> int:
         bs = self.config.block_size
         return -(-end // bs) - start // bs
@@ -215,9 +219,8 @@ class Scheduler:
         self.cache.lock(ext.handle)
         self.cache.unlock(req.lock)
         req.lock = ext.handle
-        req.depth += 1
-        for slot in ext.checkpoints.values():
-            self._slot_depth[slot] = req.depth
+        for pos, slot in ext.checkpoints.items():
+            self._slot_depth[slot] = req.depth_base + self._rounds_for(pos - req.reused)
         snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
         if end < len(req.prompt) and req.working_slot is not None:
             snaps.append(SnapshotSpec(end, req.working_slot))
@@ -246,6 +249,7 @@ class Scheduler:
             self.cache.commit(req.id)
             req.chunks += 1
             if chunk.sample:
+                req.depth = req.depth_base + self._rounds_for(len(req.prompt) - req.reused)
                 req.output_token = tokens[req.id]
                 req.finish_s = now
                 req.status = RequestStatus.FINISHED

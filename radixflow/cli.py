@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,7 +17,7 @@ from radixflow.bench.harness import BenchReport, config_dict, run_policies
 from radixflow.bench.report import render
 from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import Runner
-from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, SimRunner
+from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, HardwareProfile, SimRunner
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.scheduler.request import Request
@@ -58,6 +58,16 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="radixflow", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -65,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--runner", choices=["sim", "torch"], default="sim")
     b.add_argument("--model", default=None, help=f"sim: {', '.join(SIM_MODELS)}; torch: a zoo name or path")
     b.add_argument("--hardware", choices=sorted(HARDWARE), default="h100", help="sim cost profile")
+    b.add_argument("--round-overhead-ms", type=_non_negative_float, help="sim: override fixed cost per round")
+    b.add_argument(
+        "--per-request-ms", type=_non_negative_float, help="sim: override cost per scheduled chunk"
+    )
+    b.add_argument("--tflops", type=_positive(float), help="sim: override sustained TFLOP/s")
     b.add_argument("--policy", action="append", choices=sorted(SCHEDULING_POLICIES), dest="policies")
     b.add_argument("--placement", choices=sorted(PLACEMENTS), default="branch")
     w = WorkloadSpec()
@@ -107,7 +122,18 @@ def _sim_runner(args: argparse.Namespace) -> Runner:
     name = args.model or DEFAULT_SIM_MODEL
     if name not in SIM_MODELS:
         raise UsageError(f"unknown sim model {name!r} (known: {', '.join(SIM_MODELS)})")
-    return SimRunner(SIM_MODELS[name], HARDWARE[args.hardware])
+    return SimRunner(SIM_MODELS[name], _hardware(args))
+
+
+def _hardware(args: argparse.Namespace) -> HardwareProfile:
+    hw = HARDWARE[args.hardware]
+    if args.round_overhead_ms is not None:
+        hw = replace(hw, round_overhead_s=args.round_overhead_ms / 1e3)
+    if args.per_request_ms is not None:
+        hw = replace(hw, per_request_s=args.per_request_ms / 1e3)
+    if args.tflops is not None:
+        hw = replace(hw, flops=args.tflops * 1e12)
+    return hw
 
 
 def _torch_runner(args: argparse.Namespace, sched: SchedulerConfig, vocab_hint: int) -> Runner:
@@ -210,7 +236,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         sched, runner=args.runner, model=runner.model.name, placement=args.placement, repeats=args.repeat
     )
     if args.runner == "sim":
-        config["hardware"] = args.hardware
+        config["hardware"] = asdict(_hardware(args))
     report = BenchReport(workload, config, runs)
     title = f"{runner.model.name} · {len(requests)} requests · {args.runner} runner"
     render([run.result for run in runs], title, console)

@@ -67,3 +67,13 @@ def test_malformed_trace_reports_line_number(tmp_path, capsys):
     bad.write_text('{"id": "a", "prompt": [1, 2, 3]}\n{"id": "b", "prompt": "oops"}\n')
     assert main(["bench", "--trace", str(bad)]) == 2
     assert "bad.jsonl:2:" in capsys.readouterr().err
+
+
+def test_cost_model_parameters_are_configurable(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["bench", "--json", str(a)]) == 0
+    assert main(["bench", "--round-overhead-ms", "40", "--tflops", "100", "--json", str(b)]) == 0
+    base, slow = json.loads(a.read_text()), json.loads(b.read_text())
+    assert slow["config"]["hardware"]["round_overhead_s"] == 0.04
+    assert slow["results"][0]["makespan_s"] > base["results"][0]["makespan_s"]
+    assert slow["results"][0]["rounds"] == base["results"][0]["rounds"]

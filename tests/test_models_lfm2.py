@@ -4,50 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_utils import Pools, check, prompt, reference, run, save_and_load
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.layers import Config
 from radixflow.models.lfm2 import PRESETS, Lfm2ForCausalLM, init_weights
-from radixflow.models.loader import load_model, save_model
 
 transformers = pytest.importorskip("transformers")
-
-BLOCK = 16
-TOL = 1e-4
-
-
-class Pools:
-    """KV/state pools plus a trivial block allocator for hand-built batches."""
-
-    def __init__(self, model: Lfm2ForCausalLM, num_blocks: int = 128, num_slots: int = 16) -> None:
-        self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
-        self.state = StatePool(model.state_layout(), num_slots, torch.float32, "cpu")
-        self.next_block = 0
-
-    def blocks(self, n_tokens: int) -> list[int]:
-        n = -(-n_tokens // BLOCK)
-        out = list(range(self.next_block, self.next_block + n))
-        self.next_block += n
-        assert self.next_block <= self.kv.num_blocks
-        return out
-
-    def copy_blocks(self, src: list[int]) -> list[int]:
-        """Fresh blocks holding a copy of ``src``'s KV (for a branch point inside a block)."""
-        dst = self.blocks(len(src) * BLOCK)
-        for layer in self.kv.k:
-            for s, d in zip(src, dst, strict=True):
-                for pool in (self.kv.k[layer], self.kv.v[layer]):
-                    pool[d * BLOCK : (d + 1) * BLOCK] = pool[s * BLOCK : (s + 1) * BLOCK]
-        return dst
-
-
-def run(model: Lfm2ForCausalLM, pools: Pools, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
-    """One round; returns per-sequence logits ``[len, vocab]``."""
-    batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu")
-    with torch.no_grad():
-        logits = model.compute_logits(model(batch))
-    offs = batch.offsets
-    return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
 
 
 @pytest.fixture(scope="module")
@@ -55,29 +18,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Lfm2ForCausalLM, t
     path = tmp_path_factory.mktemp("lfm2_tiny")
     model = Lfm2ForCausalLM(Config(PRESETS["tiny"]))
     init_weights(model, torch.Generator().manual_seed(0))
-    save_model(model, path)
-    ours = load_model(path, "cpu", torch.float32)
-    ref, info = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=torch.float32, output_loading_info=True
-    )
+    ours, ref, info = save_and_load(model, path)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
-    return ours, ref.eval()
-
-
-def prompt(seed: int, n: int) -> list[int]:
-    return torch.randint(3, 512, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def reference(ref: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return ref(input_ids=torch.tensor([tokens])).logits[0].float()
-
-
-def check(ours: torch.Tensor, expected: torch.Tensor) -> float:
-    diff = (ours - expected).abs().max().item()
-    assert diff <= TOL, diff
-    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
-    return diff
+    return ours, ref
 
 
 def test_layout_and_keys(models: tuple[Lfm2ForCausalLM, torch.nn.Module]) -> None:

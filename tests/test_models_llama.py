@@ -7,7 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool  # noqa: E402
+import model_utils  # noqa: E402
+from model_utils import BLOCK, TOL, prompt, reference, save_and_load  # noqa: E402
+
+from radixflow.models.batch import SeqSpec, Snapshot  # noqa: E402
 from radixflow.models.layers import Config  # noqa: E402
 from radixflow.models.llama import (  # noqa: E402
     PRESETS_LLAMA,
@@ -17,38 +20,17 @@ from radixflow.models.llama import (  # noqa: E402
     init_weights,
     rope_parameters,
 )
-from radixflow.models.loader import load_model, save_model  # noqa: E402
+from radixflow.models.loader import save_model  # noqa: E402
 
-BLOCK = 16
-TOL = 1e-4
 FAMILIES = {
     "llama": (LlamaForCausalLM, PRESETS_LLAMA),
     "qwen3": (Qwen3ForCausalLM, PRESETS_QWEN3),
 }
 
 
-class Pools:
-    """KV/state pools plus a trivial block allocator for hand-built batches."""
-
-    def __init__(self, model, num_blocks: int = 64, num_slots: int = 4) -> None:
-        self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
-        self.state = StatePool(model.state_layout(), num_slots, torch.float32, "cpu")
-        self.next_block = 0
-
-    def blocks(self, n_tokens: int) -> list[int]:
-        n = -(-n_tokens // BLOCK)
-        out = list(range(self.next_block, self.next_block + n))
-        self.next_block += n
-        assert self.next_block <= self.kv.num_blocks
-        return out
-
-    def run(self, model, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
-        """One round; returns each sequence's logits ``[length, vocab]``."""
-        batch = ForwardBatch.build(chunks, self.kv, self.state, "cpu")
-        with torch.no_grad():
-            logits = model.compute_logits(model(batch))
-        offs = batch.offsets
-        return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
+class Pools(model_utils.Pools):
+    NUM_BLOCKS = 64
+    NUM_SLOTS = 4
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -58,22 +40,9 @@ def models(request, tmp_path_factory):
     model = cls(Config(presets["tiny"]))
     init_weights(model, torch.Generator().manual_seed(0))
     path = tmp_path_factory.mktemp(request.param)
-    save_model(model, path)
-    ours = load_model(path, dtype=torch.float32)
-    ref, info = transformers.AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, output_loading_info=True
-    )
+    ours, ref, info = save_and_load(model, path)
     assert not any(info.values()), f"transformers loading info not clean: {info}"
-    return ours, ref.eval()
-
-
-def tokens(n: int, seed: int) -> list[int]:
-    return torch.randint(3, 512, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def reference(ref, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return ref(torch.tensor([ids])).logits[0].float()
+    return ours, ref
 
 
 def check(ours_logits: torch.Tensor, ref_logits: torch.Tensor) -> float:
@@ -86,7 +55,7 @@ def check(ours_logits: torch.Tensor, ref_logits: torch.Tensor) -> float:
 def test_full_prefill_batch(models):
     ours, ref = models
     pools = Pools(ours)
-    prompts = [tokens(n, seed) for n, seed in ((37, 1), (64, 2), (100, 3))]
+    prompts = [prompt(seed, n) for n, seed in ((37, 1), (64, 2), (100, 3))]
     chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
     outs = pools.run(ours, chunks)
     diffs = [check(o, reference(ref, p)) for o, p in zip(outs, prompts, strict=True)]
@@ -97,7 +66,7 @@ def test_continue_from_checkpoint(models):
     """Round 1 computes [0, 32) with a snapshot; round 2 computes [32, 90) on the same blocks."""
     ours, ref = models
     pools = Pools(ours)
-    ids, p = tokens(90, 4), 32
+    ids, p = prompt(4, 90), 32
     table = pools.blocks(len(ids))
     pools.run(ours, [(ids[:p], SeqSpec(0, p, table[: p // BLOCK], snapshots=[Snapshot(p, 0)]))])
     (out,) = pools.run(ours, [(ids[p:], SeqSpec(p, len(ids) - p, table, restore_slot=0))])
@@ -112,13 +81,13 @@ def test_mixed_batch_and_in_round_kv_reuse(models):
     ours, ref = models
     pools = Pools(ours)
     # Earlier round: B's first 48 tokens.
-    b_ids = tokens(80, 5)
+    b_ids = prompt(5, 80)
     b_table = pools.blocks(len(b_ids))
     pools.run(ours, [(b_ids[:48], SeqSpec(0, 48, b_table[:3], snapshots=[Snapshot(48, 0)]))])
 
-    shared, branch = tokens(32, 6), 32  # A and C share 32 tokens (two full blocks)
-    a_ids = shared + tokens(30, 7)
-    c_ids = shared + tokens(25, 8)
+    shared, branch = prompt(6, 32), 32  # A and C share 32 tokens (two full blocks)
+    a_ids = shared + prompt(7, 30)
+    c_ids = shared + prompt(8, 25)
     a_table = pools.blocks(len(a_ids))
     c_table = a_table[: branch // BLOCK] + pools.blocks(len(c_ids) - branch)
     a_spec = SeqSpec(0, len(a_ids), a_table, snapshots=[Snapshot(branch, 1)])
@@ -131,7 +100,7 @@ def test_mixed_batch_and_in_round_kv_reuse(models):
         check(out_c, reference(ref, c_ids)[branch:]),
     ]
     # Later round: D branches off A's snapshot at 32 (restore slot 1, A's first two blocks).
-    d_ids = shared + tokens(20, 9)
+    d_ids = shared + prompt(9, 20)
     d_table = a_table[: branch // BLOCK] + pools.blocks(len(d_ids) - branch)
     (out_d,) = pools.run(
         ours, [(d_ids[branch:], SeqSpec(branch, len(d_ids) - branch, d_table, restore_slot=1))]
@@ -143,7 +112,7 @@ def test_mixed_batch_and_in_round_kv_reuse(models):
 def test_top1_margin(models):
     ours, _ = models
     pools = Pools(ours)
-    ids = tokens(200, 10)
+    ids = prompt(10, 200)
     (logits,) = pools.run(ours, [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
     top2 = logits.topk(2, dim=-1).values
     margin = (top2[:, 0] - top2[:, 1]).median().item()
@@ -192,7 +161,7 @@ def test_llama3_rope_matches_transformers(tmp_path):
     init_weights(model, torch.Generator().manual_seed(1))
     save_model(model, tmp_path)
     ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
-    ids = tokens(150, 11)
+    ids = prompt(11, 150)
     pools = Pools(model)
     (out,) = pools.run(model.eval(), [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
     check(out, reference(ref, ids))

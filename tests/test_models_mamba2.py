@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import model_utils
 import pytest
 import torch
+from model_utils import check, prompt, reference, run, save_and_load
 from safetensors import safe_open
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.layers import Config
-from radixflow.models.loader import load_model, save_model
+from radixflow.models.loader import load_model
 from radixflow.models.mamba2 import (
     PRESETS_BY_TYPE,
     PRESETS_FALCON,
@@ -27,78 +29,26 @@ from radixflow.models.mamba2 import (
 
 transformers = pytest.importorskip("transformers")
 
-BLOCK = 16
-TOL = 1e-4
 FAMILIES = {"nemotron_h": NemotronHForCausalLM, "falcon_h1": FalconH1ForCausalLM}
 
 
-class Pools:
-    """KV/state pools plus a trivial block allocator for hand-built batches."""
-
-    def __init__(self, model: torch.nn.Module, num_blocks: int = 160, num_slots: int = 16) -> None:
-        self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
-        self.state = StatePool(model.state_layout(), num_slots, torch.float32, "cpu")
-        self.next_block = 0
-
-    def blocks(self, n_tokens: int) -> list[int]:
-        n = -(-n_tokens // BLOCK)
-        out = list(range(self.next_block, self.next_block + n))
-        self.next_block += n
-        assert self.next_block <= self.kv.num_blocks
-        return out
-
-    def copy_blocks(self, src: list[int]) -> list[int]:
-        """Fresh blocks holding a copy of ``src``'s KV (for a branch point inside a block)."""
-        dst = self.blocks(len(src) * BLOCK)
-        for layer in self.kv.k:
-            for s, d in zip(src, dst, strict=True):
-                for pool in (self.kv.k[layer], self.kv.v[layer]):
-                    pool[d * BLOCK : (d + 1) * BLOCK] = pool[s * BLOCK : (s + 1) * BLOCK]
-        return dst
-
-
-def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
-    """One round; returns per-sequence logits ``[len, vocab]``."""
-    batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu")
-    with torch.no_grad():
-        logits = model.compute_logits(model(batch))
-    offs = batch.offsets
-    return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
+class Pools(model_utils.Pools):
+    NUM_BLOCKS = 160
 
 
 def build_pair(config: dict[str, Any], path: Path) -> tuple[torch.nn.Module, torch.nn.Module]:
     """Our model (via save_model/load_model) and transformers' model from the same checkpoint."""
     model = FAMILIES[config["model_type"]](Config(config))
     init_weights(model, torch.Generator().manual_seed(0))
-    save_model(model, path)
-    ours = load_model(path, "cpu", torch.float32)
-    ref, info = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=torch.float32, output_loading_info=True
-    )
+    ours, ref, info = save_and_load(model, path)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
-    return ours, ref.eval()
+    return ours, ref
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp(f"{request.param}_tiny")
     return build_pair(PRESETS_BY_TYPE[request.param]["tiny"], path)
-
-
-def prompt(seed: int, n: int) -> list[int]:
-    return torch.randint(3, 512, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def reference(ref: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return ref(input_ids=torch.tensor([tokens])).logits[0].float()
-
-
-def check(ours: torch.Tensor, expected: torch.Tensor) -> float:
-    diff = (ours - expected).abs().max().item()
-    assert diff <= TOL, diff
-    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
-    return diff
 
 
 # ---------------------------------------------------------------------------------------------

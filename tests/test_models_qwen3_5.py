@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import model_utils
 import pytest
 import torch
+from model_utils import BLOCK, TOL, save_and_load
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.layers import Config
-from radixflow.models.loader import load_model, save_model
 from radixflow.models.qwen3_5 import (
     PRESETS,
     PRESETS_NEXT,
@@ -20,21 +21,15 @@ from radixflow.models.qwen3_5 import (
 
 transformers = pytest.importorskip("transformers")
 
-BLOCK = 16
-TOL = 1e-4
 FAMILIES = {
     "qwen3_5_text": (PRESETS, Qwen35ForCausalLM),
     "qwen3_next": (PRESETS_NEXT, Qwen3NextForCausalLM),
 }
 
 
-class Pools:
-    """KV/state pools plus a trivial block allocator for hand-built batches."""
-
-    def __init__(self, model: torch.nn.Module, num_blocks: int = 96, slots: int = 8) -> None:
-        self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
-        self.state = StatePool(model.state_layout(), slots, torch.float32, "cpu")
-        self.next_block = 0
+class Pools(model_utils.Pools):
+    NUM_BLOCKS = 96
+    NUM_SLOTS = 8
 
     def blocks(self, n_tokens: int, prefix: list[int] | None = None) -> list[int]:
         """Block table covering ``n_tokens``, reusing ``prefix`` blocks and allocating the rest."""
@@ -57,14 +52,6 @@ class Pools:
         self.next_block += 1
         return self.next_block - 1
 
-    def run(self, model: torch.nn.Module, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
-        """One round; returns each sequence's logits ``[length, vocab]``."""
-        batch = ForwardBatch.build(chunks, self.kv, self.state, "cpu")
-        with torch.no_grad():
-            logits = model.compute_logits(model(batch))
-        offs = batch.offsets
-        return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
-
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
@@ -74,9 +61,7 @@ def models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     model = cls(Config(presets["tiny"]))
     init_weights(model, torch.Generator().manual_seed(1234))
     path = tmp_path_factory.mktemp(request.param)
-    save_model(model, path)
-    ours = load_model(path, dtype=torch.float32)
-    ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ours, ref, _ = save_and_load(model, path)
     return ours, ref, presets["tiny"]["vocab_size"]
 
 

@@ -111,3 +111,10 @@ ACTIVATIONS = {
     "relu": F.relu,
     "relu2": lambda x: F.relu(x).square(),
 }
+
+
+def run_layers(x: torch.Tensor, layers: nn.ModuleList, norm: nn.Module, batch: ForwardBatch) -> torch.Tensor:
+    """Decoder loop shared by every family: each layer maps ``(hidden, batch)`` to hidden; then ``norm``."""
+    for layer in layers:
+        x = layer(x, batch)
+    return norm(x)

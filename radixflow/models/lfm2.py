@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, RMSNorm, Rotary
+from radixflow.models.layers import Config, RMSNorm, Rotary, run_layers
 
 ATTENTION = "full_attention"
 CONV = "conv"
@@ -192,10 +192,7 @@ class Lfm2Model(nn.Module):
         self.embedding_norm = RMSNorm(config.hidden_size, eps=config.get("norm_eps", 1e-5))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        h = self.embed_tokens(batch.input_ids)
-        for layer in self.layers:
-            h = layer(h, batch)
-        return self.embedding_norm(h)
+        return run_layers(self.embed_tokens(batch.input_ids), self.layers, self.embedding_norm, batch)
 
 
 class Lfm2ForCausalLM(nn.Module):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary
+from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, run_layers
 
 # ---------------------------------------------------------------------------------------------
 # RoPE configuration
@@ -130,10 +130,7 @@ class DecoderModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        x = self.embed_tokens(batch.input_ids)
-        for layer in self.layers:
-            x = layer(x, batch)
-        return self.norm(x)
+        return run_layers(self.embed_tokens(batch.input_ids), self.layers, self.norm, batch)
 
 
 class _FullAttentionLM(nn.Module):

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec, paged_attention
-from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm
+from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, run_layers
 from radixflow.models.llama import build_rotary
 
 # ---------------------------------------------------------------------------------------------
@@ -589,10 +589,7 @@ class NemotronHBackbone(nn.Module):
         self.norm_f = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        x = self.embeddings(batch.input_ids)
-        for layer in self.layers:
-            x = layer(x, batch)
-        return self.norm_f(x)
+        return run_layers(self.embeddings(batch.input_ids), self.layers, self.norm_f, batch)
 
 
 class NemotronHForCausalLM(nn.Module):
@@ -760,9 +757,7 @@ class FalconH1Model(nn.Module):
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         x = self.embed_tokens(batch.input_ids) * self.embedding_multiplier
-        for layer in self.layers:
-            x = layer(x, batch)
-        return self.final_layernorm(x)
+        return run_layers(x, self.layers, self.final_layernorm, batch)
 
 
 class FalconH1ForCausalLM(nn.Module):

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec, paged_attention
-from radixflow.models.layers import ACTIVATIONS, Config, GatedMLP, RMSNorm, Rotary
+from radixflow.models.layers import ACTIVATIONS, Config, GatedMLP, RMSNorm, Rotary, run_layers
 
 CHUNK = 64  # chunk length of the matrix-form delta rule (as in the FLA kernels)
 
@@ -455,10 +455,7 @@ class _HybridForCausalLM(nn.Module):
         }
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        h = self.model.embed_tokens(batch.input_ids)
-        for layer in self.model.layers:
-            h = layer(h, batch)
-        return self.model.norm(h)
+        return run_layers(self.model.embed_tokens(batch.input_ids), self.model.layers, self.model.norm, batch)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

@@ -1,0 +1,91 @@
+"""Helpers shared by the model-family parity tests (``tests/test_models_*.py``).
+
+A plain module (not a conftest): pytest's default ``prepend`` import mode puts ``tests/`` on
+``sys.path``, so the tests import it as ``from model_utils import ...``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.loader import load_model, save_model
+
+BLOCK = 16
+TOL = 1e-4
+
+
+class Pools:
+    """KV/state pools plus a trivial block allocator for hand-built batches.
+
+    Subclasses set ``NUM_BLOCKS`` / ``NUM_SLOTS`` for the pool sizes their tests need.
+    """
+
+    NUM_BLOCKS = 128
+    NUM_SLOTS = 16
+
+    def __init__(self, model: torch.nn.Module, num_blocks: int | None = None, num_slots: int | None = None):
+        num_blocks = self.NUM_BLOCKS if num_blocks is None else num_blocks
+        num_slots = self.NUM_SLOTS if num_slots is None else num_slots
+        self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
+        self.state = StatePool(model.state_layout(), num_slots, torch.float32, "cpu")
+        self.next_block = 0
+
+    def blocks(self, n_tokens: int) -> list[int]:
+        n = -(-n_tokens // BLOCK)
+        out = list(range(self.next_block, self.next_block + n))
+        self.next_block += n
+        assert self.next_block <= self.kv.num_blocks
+        return out
+
+    def copy_blocks(self, src: list[int]) -> list[int]:
+        """Fresh blocks holding a copy of ``src``'s KV (for a branch point inside a block)."""
+        dst = self.blocks(len(src) * BLOCK)
+        for layer in self.kv.k:
+            for s, d in zip(src, dst, strict=True):
+                for pool in (self.kv.k[layer], self.kv.v[layer]):
+                    pool[d * BLOCK : (d + 1) * BLOCK] = pool[s * BLOCK : (s + 1) * BLOCK]
+        return dst
+
+    def run(self, model: torch.nn.Module, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
+        """One round; returns each sequence's logits ``[length, vocab]``."""
+        return run(model, self, chunks)
+
+
+def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
+    """One round; returns per-sequence logits ``[len, vocab]``."""
+    batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu")
+    with torch.no_grad():
+        logits = model.compute_logits(model(batch))
+    offs = batch.offsets
+    return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
+
+
+def save_and_load(model: torch.nn.Module, path: Path) -> tuple[torch.nn.Module, torch.nn.Module, dict]:
+    """Save ``model``; load it back as ours and as transformers' model (eval mode) plus its loading info."""
+    import transformers
+
+    save_model(model, path)
+    ours = load_model(path, "cpu", torch.float32)
+    ref, info = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=torch.float32, output_loading_info=True
+    )
+    return ours, ref.eval(), info
+
+
+def prompt(seed: int, n: int) -> list[int]:
+    return torch.randint(3, 512, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def reference(ref: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return ref(input_ids=torch.tensor([tokens])).logits[0].float()
+
+
+def check(ours: torch.Tensor, expected: torch.Tensor) -> float:
+    diff = (ours - expected).abs().max().item()
+    assert diff <= TOL, diff
+    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
+    return diff

@@ -6,6 +6,7 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Sequence
 
@@ -265,43 +266,55 @@ class RadixCache:
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
         """Evict unlocked READY entries until ``blocks`` and ``slots`` are free; False if impossible."""
-        while self.kv.free < blocks:
-            if not self._evict_one_leaf():
-                return False
-        while self.slots.free < slots:
-            if not self._evict_one_checkpoint():
-                return False
-        return True
+        if self.kv.free < blocks and not self._evict_leaves(blocks - self.kv.free):
+            return False
+        return self.slots.free >= slots or self._evict_checkpoints(slots - self.slots.free)
 
     def _evictable(self, node: Node) -> bool:
         ready = node.checkpoint is None or node.checkpoint.readiness is Readiness.READY
         leaf = not any(c.materialized for c in node.children.values())
         return node.parent is not None and node.materialized and node.lock_ref == 0 and ready and leaf
 
-    def _evict_one_leaf(self) -> bool:
-        cands = [n for n in self._nodes.values() if self._evictable(n)]
-        if not cands:
-            return False
-        victim = min(cands, key=lambda n: self.eviction.priority(EvictionCandidate(n.last_used, n.end)))
-        assert victim.blocks is not None
-        self.kv.give(victim.blocks)
-        victim.blocks = None
-        self._drop_checkpoint(victim)
-        if victim.demand == 0:
-            self._remove(victim)
-        return True
+    def _ranked(self, nodes: list[Node]) -> list[tuple[tuple[int, ...], int]]:
+        """Heap of (policy priority, node id); the smallest is evicted first."""
+        heap = [(self._priority(n), n.id) for n in nodes]
+        heapq.heapify(heap)
+        return heap
 
-    def _evict_one_checkpoint(self) -> bool:
-        cands = [
+    def _priority(self, node: Node) -> tuple[int, ...]:
+        return self.eviction.priority(EvictionCandidate(node.last_used, node.end))
+
+    def _evict_leaves(self, need: int) -> bool:
+        """Free at least ``need`` KV blocks from evictable leaves; a parent left bare joins the heap."""
+        heap = self._ranked([n for n in self._nodes.values() if self._evictable(n)])
+        freed = 0
+        while freed < need and heap:
+            node = self._nodes.get(heapq.heappop(heap)[1])
+            if node is None or not self._evictable(node):
+                continue
+            assert node.blocks is not None
+            freed += len(node.blocks)
+            self.kv.give(node.blocks)
+            node.blocks = None
+            self._drop_checkpoint(node)
+            parent = node.parent
+            if node.demand == 0:
+                self._remove(node)
+            if parent is not None and self._evictable(parent):
+                heapq.heappush(heap, (self._priority(parent), parent.id))
+        return freed >= need
+
+    def _evict_checkpoints(self, need: int) -> bool:
+        """Drop at least ``need`` unlocked READY checkpoints, keeping their KV."""
+        ready = [
             n
             for n in self._nodes.values()
             if n.checkpoint is not None and n.checkpoint.readiness is Readiness.READY and n.lock_ref == 0
         ]
-        if not cands:
-            return False
-        victim = min(cands, key=lambda n: self.eviction.priority(EvictionCandidate(n.last_used, n.end)))
-        self._drop_checkpoint(victim)
-        return True
+        heap = self._ranked(ready)
+        for _ in range(min(need, len(heap))):
+            self._drop_checkpoint(self._nodes[heapq.heappop(heap)[1]])
+        return len(ready) >= need
 
     def _drop_checkpoint(self, node: Node) -> None:
         if node.checkpoint is not None:

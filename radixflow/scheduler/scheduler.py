@@ -117,16 +117,17 @@ class Scheduler:
     def _finish(self, out: SchedulerOutput, budget: _Budget) -> SchedulerOutput:
         self.rounds += 1
         if budget.tokens > 0 and budget.requests > 0:
-            out.bubble_tokens = min(budget.tokens, self._feasible_tokens(out))
+            out.bubble_tokens = self._feasible_tokens(cap=budget.tokens)
         return out
 
-    def _feasible_tokens(self, out: SchedulerOutput) -> int:
-        """Prompt tokens of waiting requests that could have run this round (not blocked)."""
+    def _feasible_tokens(self, cap: int) -> int:
+        """Prompt tokens (up to ``cap``) of waiting requests that could have run this round."""
         total = 0
         for req in self.waiting:
-            if req.status is RequestStatus.WAITING:
-                point = self._reuse_point(req, self._match(req, touch=False))
-                total += 0 if point is None else len(req.prompt) - point.tokens
+            point = self._reuse_point(req, self._match(req, touch=False))
+            total += 0 if point is None else len(req.prompt) - point.tokens
+            if total >= cap:
+                return cap  # the unused budget is all bubble; no need to look further
         return total
 
     def _match(self, req: Request, touch: bool = True) -> Match:

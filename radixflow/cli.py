@@ -268,8 +268,8 @@ def cmd_models(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    console = Console()
+def main(argv: list[str] | None = None, console: Console | None = None) -> int:
+    console = console or Console()
     try:
         args = build_parser().parse_args(argv)
         commands = {"bench": cmd_bench, "models": cmd_models}

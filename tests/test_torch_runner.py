@@ -35,9 +35,9 @@ ALL_CASES = [
     ("lfm2", "PRESETS"),
     ("llama", "PRESETS_LLAMA"),
     ("qwen3_5_text", "PRESETS"),
-    ("qwen3_next", "PRESETS_NEXT"),
-    ("nemotron_h", "PRESETS_NEMOTRON"),
-    ("falcon_h1", "PRESETS_FALCON"),
+    ("qwen3_next", "PRESETS"),
+    ("nemotron_h", "PRESETS"),
+    ("falcon_h1", "PRESETS"),
 ]
 CASES = [c for c in ALL_CASES if importlib.util.find_spec(FAMILIES[c[0]].split(":")[0]) is not None]
 

@@ -11,10 +11,10 @@ FAMILIES: dict[str, str] = {
     "llama": "radixflow.models.llama:LlamaForCausalLM",
     "qwen3": "radixflow.models.llama:Qwen3ForCausalLM",
     "qwen3_5_text": "radixflow.models.qwen3_5:Qwen35ForCausalLM",
-    "qwen3_next": "radixflow.models.qwen3_5:Qwen3NextForCausalLM",
+    "qwen3_next": "radixflow.models.qwen3_next:Qwen3NextForCausalLM",
     "lfm2": "radixflow.models.lfm2:Lfm2ForCausalLM",
-    "nemotron_h": "radixflow.models.mamba2:NemotronHForCausalLM",
-    "falcon_h1": "radixflow.models.mamba2:FalconH1ForCausalLM",
+    "nemotron_h": "radixflow.models.nemotron_h:NemotronHForCausalLM",
+    "falcon_h1": "radixflow.models.falcon_h1:FalconH1ForCausalLM",
 }
 
 

@@ -32,10 +32,10 @@ FAMILY_SOURCES: dict[str, tuple[str, str, str | None]] = {
     "llama": ("radixflow.models.llama", "PRESETS_LLAMA", None),
     "qwen3": ("radixflow.models.llama", "PRESETS_QWEN3", None),
     "qwen3_5": ("radixflow.models.qwen3_5", "PRESETS", "deltanet"),
-    "qwen3_next": ("radixflow.models.qwen3_5", "PRESETS_NEXT", "deltanet"),
+    "qwen3_next": ("radixflow.models.qwen3_next", "PRESETS", "deltanet"),
     "lfm2": ("radixflow.models.lfm2", "PRESETS", "conv"),
-    "nemotron_h": ("radixflow.models.mamba2", "PRESETS_NEMOTRON", "mamba2"),
-    "falcon_h1": ("radixflow.models.mamba2", "PRESETS_FALCON", "mamba2"),
+    "nemotron_h": ("radixflow.models.nemotron_h", "PRESETS", "mamba2"),
+    "falcon_h1": ("radixflow.models.falcon_h1", "PRESETS", "mamba2"),
 }
 
 

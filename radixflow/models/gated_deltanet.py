@@ -1,0 +1,150 @@
+"""The Gated DeltaNet mixer (``linear_attn``) of the Qwen3.5 and Qwen3-Next hybrids.
+
+Recurrent state of a DeltaNet layer: ``(conv_state [conv_dim, kernel-1], recurrent [v_heads,
+k_dim, v_dim])``, carried exactly across segment boundaries (snapshots). The math lives in
+`radixflow.models.delta_rule`. The families differ only in the input projections: Qwen3.5 has
+separate ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fused
+``in_proj_qkvz``/``in_proj_ba`` grouped per key head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.delta_rule import causal_conv, chunked_gated_delta_rule, l2norm
+from radixflow.models.layers import Config
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm over each value head (plain ``w``, not ``1 + w``) times ``silu(gate)``."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = self.weight * h.to(dtype)
+        return (h * F.silu(gate.float())).to(dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """Shared Gated DeltaNet mixer; subclasses define the input projections (``project``)."""
+
+    def __init__(self, config: Config, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_k_heads = config.linear_num_key_heads
+        self.num_v_heads = config.linear_num_value_heads
+        self.head_k_dim = config.linear_key_head_dim
+        self.head_v_dim = config.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.kernel = config.get("linear_conv_kernel_dim", 4)
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv1d = nn.Conv1d(
+            self.conv_dim,
+            self.conv_dim,
+            self.kernel,
+            groups=self.conv_dim,
+            bias=False,
+            padding=self.kernel - 1,
+        )
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.head_v_dim, config.get("rms_norm_eps", 1e-6))
+        self.out_proj = nn.Linear(self.value_dim, config.hidden_size, bias=False)
+
+    def state_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return (self.conv_dim, self.kernel - 1), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``x [T, H] -> (qkv [T, conv_dim], z [T, v_heads, dv], b [T, v_heads], a [T, v_heads])``."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        qkv, z, b, a = self.project(x)
+        beta = torch.sigmoid(b.float())
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
+        offs = batch.offsets
+        for i, seq in enumerate(batch.seqs):
+            sl = slice(offs[i], offs[i + 1])
+            out[sl] = self._sequence(qkv[sl], g[sl], beta[sl], seq, batch)
+        y = self.norm(out.to(x.dtype), z)
+        return self.out_proj(y.reshape(x.shape[0], self.value_dim))
+
+    def _sequence(
+        self, qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, seq: SeqSpec, batch: ForwardBatch
+    ) -> torch.Tensor:
+        """Conv + delta rule for one sequence's chunk, segment by segment (saving snapshots)."""
+        loaded = batch.state.load(self.layer_idx, seq.restore_slot)
+        if loaded is None:
+            shapes = self.state_shapes()
+            loaded = tuple(torch.zeros(s, dtype=torch.float32, device=qkv.device) for s in shapes)
+        conv_state, rec = loaded[0], loaded[1].float()
+        mixed, padded = causal_conv(qkv, conv_state, self.conv1d.weight.squeeze(1))
+        q, k, v = self._split_heads(mixed)
+        out = torch.empty(
+            qkv.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device
+        )
+        for lo, hi, slot in seq.segments():
+            out[lo:hi], rec = chunked_gated_delta_rule(
+                q[lo:hi], k[lo:hi], v[lo:hi], g[lo:hi], beta[lo:hi], rec
+            )
+            if slot is not None:
+                batch.state.save(self.layer_idx, slot, (padded[:, hi : hi + self.kernel - 1], rec))
+        return out
+
+    def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""
+        length = mixed.shape[0]
+        q, k, v = mixed.float().split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = l2norm(q.reshape(length, self.num_k_heads, self.head_k_dim)) * self.head_k_dim**-0.5
+        k = l2norm(k.reshape(length, self.num_k_heads, self.head_k_dim))
+        groups = self.num_v_heads // self.num_k_heads
+        if groups > 1:  # each key head serves `groups` consecutive value heads
+            q, k = q.repeat_interleave(groups, dim=1), k.repeat_interleave(groups, dim=1)
+        return q, k, v.reshape(length, self.num_v_heads, self.head_v_dim)
+
+
+class Qwen35GatedDeltaNet(GatedDeltaNet):
+    """Qwen3.5 projections: one linear per stream."""
+
+    def __init__(self, config: Config, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        hidden = config.hidden_size
+        self.in_proj_qkv = nn.Linear(hidden, self.conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        z = self.in_proj_z(x).view(x.shape[0], self.num_v_heads, self.head_v_dim)
+        return self.in_proj_qkv(x), z, self.in_proj_b(x), self.in_proj_a(x)
+
+
+class Qwen3NextGatedDeltaNet(GatedDeltaNet):
+    """Qwen3-Next projections: fused, laid out per key head as ``[q, k, v-group, z-group]``."""
+
+    def __init__(self, config: Config, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        hidden = config.hidden_size
+        self.in_proj_qkvz = nn.Linear(hidden, 2 * self.key_dim + 2 * self.value_dim, bias=False)
+        self.in_proj_ba = nn.Linear(hidden, 2 * self.num_v_heads, bias=False)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        t, nk, dk = x.shape[0], self.num_k_heads, self.head_k_dim
+        r = self.num_v_heads // nk
+        qkvz = self.in_proj_qkvz(x).view(t, nk, 2 * dk + 2 * r * self.head_v_dim)
+        q, k, v, z = qkvz.split([dk, dk, r * self.head_v_dim, r * self.head_v_dim], dim=-1)
+        b, a = self.in_proj_ba(x).view(t, nk, 2 * r).split([r, r], dim=-1)
+        qkv = torch.cat([q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1)], dim=-1)
+        z = z.reshape(t, self.num_v_heads, self.head_v_dim)
+        return qkv, z, b.reshape(t, self.num_v_heads), a.reshape(t, self.num_v_heads)

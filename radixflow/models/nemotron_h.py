@@ -1,0 +1,259 @@
+"""Nemotron-H (``model_type`` "nemotron_h"): a Mamba2 hybrid (Hugging Face layout, transformers 5.24).
+
+A stack of blocks ``x + mixer(norm(x))`` whose mixer is Mamba2 ("M"), attention without rotary
+("*"), a relu2 MLP ("-") or a routed MoE with a shared expert ("E"). Checkpoints (NVIDIA's, and
+what transformers' ``save_pretrained`` writes) name the body ``backbone.*`` and store experts one
+module each (``experts.{j}.up_proj.weight``); transformers renames these at load time, so this
+module uses the on-disk names directly. transformers never ties its embeddings, whatever the
+config says. The Mamba2 mixer is `radixflow.models.mamba2`; the MLP and MoE blocks are
+`radixflow.models.nemotron_h_moe`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.layers import Config, RMSNorm, run_layers
+from radixflow.models.mamba2 import Mamba2Mixer, Mamba2Spec, as_float, first_of
+from radixflow.models.mamba2_init import common_config
+from radixflow.models.mamba2_init import init_weights as init_weights  # the zoo's entry point
+from radixflow.models.nemotron_h_moe import NemotronHMLP, NemotronHMoE
+
+
+def nemotron_layer_types(config: Config) -> list[str]:
+    """Per-layer kinds: "linear_attention" (Mamba2), "full_attention", "mlp" or "moe"."""
+    types = config.get("layers_block_type") or config.get("layer_types")
+    if types:
+        legacy = {"mamba": "linear_attention", "attention": "full_attention"}
+        return [legacy.get(t, t) for t in types]
+    pattern = config.get("hybrid_override_pattern")
+    if pattern is None:
+        raise ValueError("nemotron_h config needs layers_block_type or hybrid_override_pattern")
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+    return [kinds[ch] for ch in pattern]
+
+
+def nemotron_mamba_spec(config: Config) -> Mamba2Spec:
+    heads, head_dim = config.mamba_num_heads, config.mamba_head_dim
+    groups = first_of(config, ("n_groups", "mamba_n_groups"), 8)
+    return Mamba2Spec(
+        hidden=config.hidden_size,
+        heads=heads,
+        head_dim=head_dim,
+        d_state=config.get("ssm_state_size", 128),
+        groups=groups,
+        d_conv=first_of(config, ("conv_kernel", "mamba_d_conv"), 4),
+        conv_bias=bool(first_of(config, ("use_conv_bias", "mamba_conv_bias"), True)),
+        in_bias=bool(config.get("use_bias", False)),
+        out_bias=bool(config.get("use_bias", False)),
+        act=config.get("mamba_hidden_act", "silu"),
+        # transformers' Nemotron-H mixer clamps dt from below at time_step_min (no upper limit)
+        # and ignores time_step_limit.
+        dt_min=as_float(first_of(config, ("time_step_min", "mamba_dt_min"), 0.001)),
+        dt_max=float("inf"),
+        norm="nemotron",
+        norm_groups=groups,
+        norm_before_gate=False,
+        eps=config.get("layer_norm_epsilon", 1e-5),
+    )
+
+
+class NemotronHAttention(nn.Module):
+    """GQA attention without positional encoding (position comes from the Mamba2 layers)."""
+
+    def __init__(self, config: Config, layer_idx: int) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.get("num_key_value_heads", self.num_heads)
+        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        out = paged_attention(self.layer_idx, q, k, v, batch, self.head_dim**-0.5)
+        return self.o_proj(out.reshape(t, -1))
+
+
+class NemotronHBlock(nn.Module):
+    """``x + mixer(norm(x))`` with one mixer kind per block."""
+
+    def __init__(self, config: Config, layer_idx: int, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.norm = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5))
+        if kind == "linear_attention":
+            self.mixer: nn.Module = Mamba2Mixer(nemotron_mamba_spec(config), layer_idx)
+        elif kind == "full_attention":
+            self.mixer = NemotronHAttention(config, layer_idx)
+        elif kind == "mlp":
+            self.mixer = NemotronHMLP(
+                config.hidden_size,
+                config.intermediate_size,
+                bias=bool(config.get("mlp_bias", False)),
+                act=config.get("mlp_hidden_act", "relu2"),
+            )
+        elif kind == "moe":
+            self.mixer = NemotronHMoE(config)
+        else:
+            raise ValueError(f"unknown nemotron_h layer kind {kind!r}")
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        h = self.norm(x)
+        if self.kind in ("linear_attention", "full_attention"):
+            return x + self.mixer(h, batch)
+        return x + self.mixer(h)
+
+
+class NemotronHBackbone(nn.Module):
+    """``backbone.*`` of the checkpoint."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            NemotronHBlock(config, i, kind) for i, kind in enumerate(nemotron_layer_types(config))
+        )
+        self.norm_f = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5))
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return run_layers(self.embeddings(batch.input_ids), self.layers, self.norm_f, batch)
+
+
+class NemotronHForCausalLM(nn.Module):
+    """Nemotron-H: a pattern of Mamba2, attention, MLP and MoE blocks."""
+
+    PRESETS: dict[str, dict[str, Any]]  # set below
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        # Multi-token-prediction heads (mtp.*), if any, are extra tensors the loader skips.
+        self.config = config
+        self.backbone = NemotronHBackbone(config)
+        # No tying: transformers' NemotronHForCausalLM keeps lm_head separate even when the
+        # config says tie_word_embeddings.
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def kv_layout(self) -> dict[int, tuple[int, int]]:
+        return {
+            i: (layer.mixer.num_kv_heads, layer.mixer.head_dim)
+            for i, layer in enumerate(self.backbone.layers)
+            if layer.kind == "full_attention"
+        }
+
+    def state_layout(self) -> dict[int, tuple[tuple[int, ...], ...]]:
+        return {
+            i: layer.mixer.state_shapes()
+            for i, layer in enumerate(self.backbone.layers)
+            if layer.kind == "linear_attention"
+        }
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.backbone(batch)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets
+
+
+def _nemotron(layers: str, **fields: Any) -> dict[str, Any]:
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+    base = common_config("nemotron_h", "NemotronHForCausalLM")
+    base.update(
+        layers_block_type=[kinds[ch] for ch in layers],
+        num_hidden_layers=len(layers),
+        mlp_hidden_act="relu2",
+        mamba_hidden_act="silu",
+        attention_bias=False,
+        attention_dropout=0.0,
+        mlp_bias=False,
+        use_bias=False,
+        use_conv_bias=True,
+        conv_kernel=4,
+        expand=2,
+        time_step_min=0.001,
+        time_step_max=0.1,
+        time_step_floor=1e-4,
+        layer_norm_epsilon=1e-5,
+        residual_in_fp32=False,
+        rescale_prenorm_residual=True,
+        sliding_window=None,
+        num_logits_to_keep=1,
+    )
+    base.update(fields)
+    return base
+
+
+# MoE fields of a preset without "E" layers: unused, spelled out so the config is complete.
+_NEMOTRON_MOE_UNUSED: dict[str, Any] = {
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 256,
+    "moe_shared_expert_intermediate_size": 256,
+    "moe_latent_size": None,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": _nemotron(
+        "M-*ME*M",
+        vocab_size=512,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        mamba_num_heads=8,
+        mamba_head_dim=16,
+        ssm_state_size=16,
+        n_groups=2,
+        chunk_size=32,
+        max_position_embeddings=4096,
+        # MoE: 8 experts in 2 groups, routing limited to the best group, latent projections.
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        moe_shared_expert_intermediate_size=64,
+        moe_latent_size=32,
+        n_group=2,
+        topk_group=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+    ),
+    "small": _nemotron(
+        "M-M-M*-M-M-M*-M-M-M*-M-",
+        vocab_size=8192,
+        hidden_size=512,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=2048,
+        mamba_num_heads=16,
+        mamba_head_dim=64,
+        ssm_state_size=64,
+        n_groups=4,
+        chunk_size=128,
+        max_position_embeddings=8192,
+        **_NEMOTRON_MOE_UNUSED,
+    ),
+}
+
+
+NemotronHForCausalLM.PRESETS = PRESETS

@@ -1,0 +1,147 @@
+"""Mamba2 math: pure functions on one segment of one sequence (or one decode step of a batch).
+
+    h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T;   y_t = h_t C_t   (the D skip is the caller's)
+
+Long segments use the chunked SSD (matrix) form, `ssd_chunked`: quadratic attention-like work
+inside chunks, a linear recurrence of the small state across chunks. Single tokens use the plain
+recurrence, `ssd_step`. `causal_conv` is the depthwise conv in front of the scan and
+`gated_rms_norm` the grouped, ``silu(z)``-gated norm behind it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_conv(
+    xbc: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal conv over ``xbc [L, C]`` continuing from ``window [C, K-1]``.
+
+    ``weight`` is ``[C, K]``. Returns the conv output ``[L, C]`` (before the activation) and the
+    new window: the last ``K-1`` inputs, which may reach back into the old window when ``L`` is
+    shorter than it.
+    """
+    length, k = xbc.shape[0], weight.shape[1]
+    full = torch.cat([window.transpose(0, 1).to(xbc.dtype), xbc], dim=0)  # [K-1+L, C]
+    w = weight.to(xbc.dtype)
+    out = full[0:length] * w[:, 0]
+    for j in range(1, k):
+        out = out + full[j : j + length] * w[:, j]
+    if bias is not None:
+        out = out + bias.to(xbc.dtype)
+    new_window = full[full.shape[0] - (k - 1) :].transpose(0, 1)
+    return out, new_window
+
+
+def _segsum(a: torch.Tensor) -> torch.Tensor:
+    """``out[..., l, s] = a[..., s+1] + ... + a[..., l]`` for ``l >= s``, ``-inf`` above.
+
+    Summing the masked increments (instead of subtracting two cumulative sums) keeps the
+    exponent exact even when the cumulative log-decay of a chunk is large.
+    """
+    q = a.shape[-1]
+    strict = torch.ones(q, q, dtype=torch.bool, device=a.device).tril(-1)
+    inc = a.unsqueeze(-1).expand(*a.shape, q).masked_fill(~strict, 0.0)  # inc[..., k, s] = a[k], k > s
+    out = inc.cumsum(dim=-2)
+    lower = torch.ones(q, q, dtype=torch.bool, device=a.device).tril(0)
+    return out.masked_fill(~lower, float("-inf"))
+
+
+def ssd_chunked(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    h0: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Selective-state-space scan in chunked matrix form (float32 in, float32 out).
+
+    ``x [L, H, P]``, ``dt [L, H]``, ``a [H]`` (negative), ``b``/``c [L, G, N]`` (head ``h`` reads
+    group ``h // (H // G)``), ``h0 [H, P, N]``. Returns ``y [L, H, P]`` (without the D skip) and
+    the state after the last token.
+    """
+    length, heads, p = x.shape
+    groups, n = b.shape[1], b.shape[2]
+    r = heads // groups
+    q = min(chunk, length)
+    nc = -(-length // q)
+    pad = nc * q - length
+    log_decay = dt * a  # [L, H]
+    xdt = x * dt.unsqueeze(-1)
+    if pad:
+        # Padding tokens have dt = 0: no decay (exp(0) = 1) and no input, so the final state is
+        # the state after the last real token.
+        log_decay = F.pad(log_decay, (0, 0, 0, pad))
+        xdt, b, c = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (xdt, b, c))
+    log_decay = log_decay.view(nc, q, groups, r)
+    xdt = xdt.view(nc, q, groups, r, p)
+    b = b.view(nc, q, groups, n)
+    c = c.view(nc, q, groups, n)
+    cum = log_decay.cumsum(dim=1)  # [nc, Q, G, R]
+
+    # Inside each chunk: y_l = sum_{s<=l} (C_l . B_s) exp(sum_{s<k<=l} a_k) dt_s x_s.
+    decay = torch.exp(_segsum(log_decay.permute(0, 2, 3, 1)))  # [nc, G, R, l, s]
+    scores = torch.einsum("clgn,csgn->cgls", c, b).unsqueeze(2) * decay
+    y = torch.einsum("cgrls,csgrp->clgrp", scores, xdt)
+
+    start, h = _carry_states(b, xdt, cum, h0.reshape(groups, r, p, n))
+    y = y + torch.einsum("clgn,cgrpn->clgrp", c, start) * torch.exp(cum).unsqueeze(-1)
+    return y.reshape(nc * q, heads, p)[:length], h.reshape(heads, p, n)
+
+
+def _carry_states(
+    b: torch.Tensor, xdt: torch.Tensor, cum: torch.Tensor, h: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """State contributed by each chunk alone, then carried across chunks.
+
+    ``b [nc, Q, G, N]``, ``xdt [nc, Q, G, R, P]``, ``cum [nc, Q, G, R]`` (in-chunk cumulative log
+    decay), ``h [G, R, P, N]`` (state entering the first chunk). Returns the state entering each
+    chunk ``[nc, G, R, P, N]`` and the state after the last one.
+    """
+    to_end = torch.exp(cum[:, -1:] - cum)  # decay from each token to its chunk's end
+    chunk_states = torch.einsum("csgn,csgrp->cgrpn", b, xdt * to_end.unsqueeze(-1))
+    chunk_decay = torch.exp(cum[:, -1])  # [nc, G, R]
+    starts = []
+    for i in range(cum.shape[0]):
+        starts.append(h)
+        h = chunk_decay[i][..., None, None] * h + chunk_states[i]
+    return torch.stack(starts), h
+
+
+def ssd_step(
+    x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, h: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One recurrence step for a batch: ``x [S, H, P]``, ``dt [S, H]``, ``b``/``c [S, G, N]``,
+    ``h [S, H, P, N]`` -> ``y [S, H, P]`` (without the D skip) and the new state."""
+    s, heads, p = x.shape
+    groups, n = b.shape[1], b.shape[2]
+    r = heads // groups
+    decay = torch.exp(dt * a).view(s, groups, r, 1, 1)
+    xdt = (x * dt.unsqueeze(-1)).view(s, groups, r, p, 1)
+    h = h.view(s, groups, r, p, n) * decay + xdt * b.view(s, groups, 1, 1, n)
+    y = (h * c.view(s, groups, 1, 1, n)).sum(-1)
+    return y.reshape(s, heads, p), h.reshape(s, heads, p, n)
+
+
+def gated_rms_norm(
+    y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, groups: int, eps: float, norm_before_gate: bool
+) -> torch.Tensor:
+    """RMSNorm over ``groups`` equal slices of the last dim, gated by ``silu(z)`` before or after.
+
+    Computed in float32 (``y`` is the float32 scan output in both reference implementations).
+    """
+    gate = F.silu(z.float())
+    y = y.float()
+    if not norm_before_gate:
+        y = y * gate
+    shape = y.shape
+    yg = y.reshape(*shape[:-1], groups, shape[-1] // groups)
+    yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + eps)
+    y = yg.reshape(shape) * weight.float()
+    if norm_before_gate:
+        y = y * gate
+    return y

@@ -136,23 +136,41 @@ def _hardware(args: argparse.Namespace) -> HardwareProfile:
     return hw
 
 
-def _torch_runner(args: argparse.Namespace, sched: SchedulerConfig, vocab_hint: int) -> Runner:
-    try:
-        from radixflow.models.zoo import ensure_model
-        from radixflow.runners.torch_runner import TorchRunner
-    except ImportError as e:
-        raise UsageError(f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})") from None
+def _model_errors() -> tuple[type[BaseException], ...]:
     from radixflow.models.loader import CheckpointError
     from radixflow.models.registry import UnknownModelError
+    from radixflow.models.zoo import ModelUnavailableError
 
-    name = args.model or "qwen3_5-small"
+    return (UnknownModelError, CheckpointError, ModelUnavailableError, NotImplementedError, OSError)
+
+
+def _model_path(args: argparse.Namespace) -> Path:
+    """The torch model's checkpoint directory (a zoo name is built on first use)."""
     try:
-        path = ensure_model(name)
-        return TorchRunner(
-            path, sched.block_size, sched.num_blocks, sched.num_state_slots, device=args.device, label=name
-        )
-    except (UnknownModelError, CheckpointError) as e:
+        from radixflow.models.zoo import ensure_model
+    except ImportError as e:
+        raise UsageError(f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})") from None
+    try:
+        return ensure_model(args.model or "qwen3_5-small")
+    except _model_errors() as e:
         raise UsageError(str(e)) from None
+
+
+def _torch_runner(args: argparse.Namespace, sched: SchedulerConfig) -> Runner:
+    from radixflow.runners.torch_runner import TorchRunner
+
+    path = _model_path(args)
+    try:
+        return TorchRunner(
+            path,
+            sched.block_size,
+            sched.num_blocks,
+            sched.num_state_slots,
+            device=args.device,
+            label=args.model,
+        )
+    except _model_errors() as e:
+        raise UsageError(f"cannot load {path}: {e}") from None
 
 
 def _workload(args: argparse.Namespace, vocab_size: int) -> tuple[list[Request], dict[str, object]]:
@@ -205,13 +223,11 @@ def _vocab_of(args: argparse.Namespace) -> int:
     """Vocabulary size of the chosen model, needed before the workload can be drawn."""
     if args.runner == "sim":
         return _sim_runner(args).model.vocab_size
-    from radixflow.models.loader import CheckpointError, read_config
-    from radixflow.models.registry import UnknownModelError
-    from radixflow.models.zoo import ensure_model
+    from radixflow.models.loader import read_config
 
     try:
-        return int(read_config(ensure_model(args.model or "qwen3_5-small")).vocab_size)
-    except (UnknownModelError, CheckpointError) as e:
+        return int(read_config(_model_path(args)).vocab_size)
+    except _model_errors() as e:
         raise UsageError(str(e)) from None
 
 
@@ -219,7 +235,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     _scheduler_config(args, None)  # reject impossible budgets before any model is built
     requests, workload = _workload(args, _vocab_of(args))
     sched = _scheduler_config(args, requests)
-    runner = _sim_runner(args) if args.runner == "sim" else _torch_runner(args, sched, 0)
+    runner = _sim_runner(args) if args.runner == "sim" else _torch_runner(args, sched)
     if args.write_trace is not None:
         write_trace(args.write_trace, requests)
     policies = args.policies or ["native", "radixflow"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NoReturn
@@ -15,9 +16,16 @@ from rich.table import Table
 
 from radixflow.bench.harness import BenchReport, config_dict, run_policies
 from radixflow.bench.report import render
+from radixflow.bench.runner_choice import (
+    RUNNER_CHOICES,
+    Capacity,
+    RunnerChoice,
+    RunnerSetupError,
+    SimChoice,
+    TorchChoice,
+)
 from radixflow.engine.engine import RoundRecord
-from radixflow.engine.runner import Runner
-from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, HardwareProfile, SimRunner
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, HardwareProfile
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.scheduler.request import Request
@@ -72,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="radixflow", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     b = sub.add_parser("bench", help="run scheduling policies side by side on one workload")
-    b.add_argument("--runner", choices=["sim", "torch"], default="sim")
+    b.add_argument("--runner", choices=RUNNER_CHOICES, default="sim")
     b.add_argument("--model", default=None, help=f"sim: {', '.join(SIM_MODELS)}; torch: a zoo name or path")
     b.add_argument("--hardware", choices=sorted(HARDWARE), default="h100", help="sim cost profile")
     b.add_argument("--round-overhead-ms", type=_non_negative_float, help="sim: override fixed cost per round")
@@ -118,13 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _sim_runner(args: argparse.Namespace) -> Runner:
-    name = args.model or DEFAULT_SIM_MODEL
-    if name not in SIM_MODELS:
-        raise UsageError(f"unknown sim model {name!r} (known: {', '.join(SIM_MODELS)})")
-    return SimRunner(SIM_MODELS[name], _hardware(args))
-
-
 def _hardware(args: argparse.Namespace) -> HardwareProfile:
     hw = HARDWARE[args.hardware]
     if args.round_overhead_ms is not None:
@@ -136,41 +137,10 @@ def _hardware(args: argparse.Namespace) -> HardwareProfile:
     return hw
 
 
-def _model_errors() -> tuple[type[BaseException], ...]:
-    from radixflow.models.loader import CheckpointError
-    from radixflow.models.registry import UnknownModelError
-    from radixflow.models.zoo import ModelUnavailableError
-
-    return (UnknownModelError, CheckpointError, ModelUnavailableError, NotImplementedError, OSError)
-
-
-def _model_path(args: argparse.Namespace) -> Path:
-    """The torch model's checkpoint directory (a zoo name is built on first use)."""
-    try:
-        from radixflow.models.zoo import ensure_model
-    except ImportError as e:
-        raise UsageError(f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})") from None
-    try:
-        return ensure_model(args.model or "qwen3_5-small")
-    except _model_errors() as e:
-        raise UsageError(str(e)) from None
-
-
-def _torch_runner(args: argparse.Namespace, sched: SchedulerConfig) -> Runner:
-    from radixflow.runners.torch_runner import TorchRunner
-
-    path = _model_path(args)
-    try:
-        return TorchRunner(
-            path,
-            sched.block_size,
-            sched.num_blocks,
-            sched.num_state_slots,
-            device=args.device,
-            label=args.model,
-        )
-    except _model_errors() as e:
-        raise UsageError(f"cannot load {path}: {e}") from None
+RUNNERS: dict[str, Callable[[argparse.Namespace], RunnerChoice]] = {
+    "sim": lambda args: SimChoice(args.model, _hardware(args)),
+    "torch": lambda args: TorchChoice(args.model, args.device),
+}
 
 
 def _workload(args: argparse.Namespace, vocab_size: int) -> tuple[list[Request], dict[str, object]]:
@@ -198,19 +168,15 @@ def _workload(args: argparse.Namespace, vocab_size: int) -> tuple[list[Request],
         raise UsageError(str(e)) from None
 
 
-def _scheduler_config(args: argparse.Namespace, requests: list[Request] | None) -> SchedulerConfig:
+def _scheduler_config(args: argparse.Namespace, capacity: Capacity | None = None) -> SchedulerConfig:
     default = SchedulerConfig()
-    blocks, slots = args.kv_blocks, args.state_slots
-    if args.runner == "torch":
-        # Real pools are allocated up front: size them to the workload, not to a GPU.
-        need = sum(-(-len(r.prompt) // args.block_size) + 1 for r in requests or [])
-        blocks, slots = blocks or max(need, 64), slots or 256
+    capacity = capacity or Capacity(default.num_blocks, default.num_state_slots)
     sched = SchedulerConfig(
         token_budget=args.token_budget,
         max_requests=args.max_requests,
         block_size=args.block_size,
-        num_blocks=blocks or default.num_blocks,
-        num_state_slots=slots or default.num_state_slots,
+        num_blocks=args.kv_blocks or capacity.kv_blocks,
+        num_state_slots=args.state_slots or capacity.state_slots,
     )
     try:
         sched.validate()
@@ -219,23 +185,15 @@ def _scheduler_config(args: argparse.Namespace, requests: list[Request] | None) 
     return sched
 
 
-def _vocab_of(args: argparse.Namespace) -> int:
-    """Vocabulary size of the chosen model, needed before the workload can be drawn."""
-    if args.runner == "sim":
-        return _sim_runner(args).model.vocab_size
-    from radixflow.models.loader import read_config
-
-    try:
-        return int(read_config(_model_path(args)).vocab_size)
-    except _model_errors() as e:
-        raise UsageError(str(e)) from None
-
-
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
-    _scheduler_config(args, None)  # reject impossible budgets before any model is built
-    requests, workload = _workload(args, _vocab_of(args))
-    sched = _scheduler_config(args, requests)
-    runner = _sim_runner(args) if args.runner == "sim" else _torch_runner(args, sched)
+    _scheduler_config(args)  # reject impossible budgets before any model is built
+    try:
+        choice = RUNNERS[args.runner](args)
+        requests, workload = _workload(args, choice.vocab_size())
+        sched = _scheduler_config(args, choice.capacity(requests, args.block_size))
+        runner = choice.build(sched)
+    except RunnerSetupError as e:
+        raise UsageError(str(e)) from None
     if args.write_trace is not None:
         write_trace(args.write_trace, requests)
     policies = args.policies or ["native", "radixflow"]
@@ -251,8 +209,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     config = config_dict(
         sched, runner=args.runner, model=runner.model.name, placement=args.placement, repeats=args.repeat
     )
-    if args.runner == "sim":
-        config["hardware"] = asdict(_hardware(args))
+    config.update(choice.describe())
     report = BenchReport(workload, config, runs)
     title = f"{runner.model.name} · {len(requests)} requests · {args.runner} runner"
     render([run.result for run in runs], title, console)

@@ -43,37 +43,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(kind: type) -> object:
+def _number(kind: type, positive: bool) -> Callable[[str], object]:
+    """argparse type: a number of ``kind`` that is > 0 (``positive``) or >= 0."""
+
     def parse(text: str) -> object:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+            raise argparse.ArgumentTypeError(f"not a valid {kind.__name__}: {text!r}") from None
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"must be {'positive' if positive else '>= 0'}, got {text}")
         return value
 
     return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+_positive_int, _positive_float = _number(int, True), _number(float, True)
+_non_negative_int, _non_negative_float = _number(int, False), _number(float, False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,36 +73,36 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--per-request-ms", type=_non_negative_float, help="sim: override cost per scheduled chunk"
     )
-    b.add_argument("--tflops", type=_positive(float), help="sim: override sustained TFLOP/s")
+    b.add_argument("--tflops", type=_positive_float, help="sim: override sustained TFLOP/s")
     b.add_argument("--policy", action="append", choices=sorted(SCHEDULING_POLICIES), dest="policies")
     b.add_argument("--placement", choices=sorted(PLACEMENTS), default="branch")
     w = WorkloadSpec()
     b.add_argument("--groups", type=_non_negative_int, default=w.groups)
     b.add_argument("--candidates", type=_non_negative_int, default=w.candidates)
     b.add_argument("--context-len", type=_non_negative_int, default=w.context_len)
-    b.add_argument("--candidate-len", type=_positive(int), default=w.candidate_len)
+    b.add_argument("--candidate-len", type=_positive_int, default=w.candidate_len)
     b.add_argument("--independent", type=_non_negative_int, default=w.independent)
-    b.add_argument("--namespaces", type=_positive(int), default=w.namespaces)
+    b.add_argument("--namespaces", type=_positive_int, default=w.namespaces)
     b.add_argument("--order", choices=ORDERS, default=w.order)
     b.add_argument("--arrival", choices=ARRIVALS, default=w.arrival)
-    b.add_argument("--rate", type=_positive(float), default=w.rate, help="requests/s (poisson, bursty)")
+    b.add_argument("--rate", type=_positive_float, default=w.rate, help="requests/s (poisson, bursty)")
     b.add_argument("--seed", type=int, default=w.seed)
     s = SchedulerConfig()
-    b.add_argument("--token-budget", type=_positive(int), default=s.token_budget)
-    b.add_argument("--max-requests", type=_positive(int), default=s.max_requests)
-    b.add_argument("--block-size", type=_positive(int), default=s.block_size)
+    b.add_argument("--token-budget", type=_positive_int, default=s.token_budget)
+    b.add_argument("--max-requests", type=_positive_int, default=s.max_requests)
+    b.add_argument("--block-size", type=_positive_int, default=s.block_size)
     b.add_argument(
         "--kv-blocks",
-        type=_positive(int),
+        type=_positive_int,
         help=f"KV capacity (sim default {s.num_blocks}; torch: sized to the workload)",
     )
     b.add_argument(
         "--state-slots",
-        type=_positive(int),
+        type=_positive_int,
         help=f"state capacity (sim default {s.num_state_slots}; torch 256)",
     )
     b.add_argument("--device", default="cpu", help="torch runner device (cpu, cuda)")
-    b.add_argument("--repeat", type=_positive(int), default=1, help="runs per policy; timings are medians")
+    b.add_argument("--repeat", type=_positive_int, default=1, help="runs per policy; timings are medians")
     b.add_argument("--trace", type=Path, help="read the workload from this JSONL trace")
     b.add_argument("--write-trace", type=Path, help="write the workload to this JSONL trace")
     b.add_argument("--json", type=Path, help="write results as JSON here")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -10,6 +12,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from radixflow.models.convert import plan_conversion
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
 
@@ -53,30 +56,79 @@ def _tied(model: nn.Module) -> set[str]:
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
-    """Build the family's model from ``config.json`` and fill it from the safetensors files."""
+    """Build the family's model from ``config.json`` and fill it from the safetensors files.
+
+    Checkpoints in the Hub's on-disk layouts are converted as transformers 5.24 does (see
+    `radixflow.models.convert`), one tensor at a time.
+    """
     path = Path(path)
     config = read_config(path)
     model = model_class(config.model_type)(config)
     wanted = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in _tied(model)}
-    loaded: set[str] = set()
-    for file in _weight_files(path):
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                if key not in wanted:
-                    continue  # extra tensors (e.g. vision towers) are ignored
-                tensor = f.get_tensor(key)
-                if tensor.shape != wanted[key].shape:
+    with ExitStack() as stack:
+        handles = {
+            file: stack.enter_context(safe_open(str(file), framework="pt")) for file in _weight_files(path)
+        }
+        where = {key: file for file, f in handles.items() for key in f.keys()}  # noqa: SIM118 (not a dict)
+        plan = plan_conversion(config.model_type, where, set(wanted))
+
+        def read(key: str) -> torch.Tensor:
+            return handles[where[key]].get_tensor(key)
+
+        loaded: set[str] = set()
+        for key, name in plan.direct.items():
+            _copy(wanted[name], read(key), name, key, where[key])
+            loaded.add(name)
+        for name, (n_parts, pieces) in plan.merged.items():
+            _merge(wanted[name].data, n_parts, pieces, read, name, where)
+            loaded.add(name)
+        for key, (head, part) in plan.split.items():
+            tensor = read(key)
+            for j in range(tensor.shape[0]):
+                name = f"{head}.{j}.{part}.weight"
+                if name not in wanted:
                     raise CheckpointError(
-                        f"{file.name}: tensor {key} has shape {tuple(tensor.shape)}, "
-                        f"expected {tuple(wanted[key].shape)}"
+                        f"{where[key].name}: tensor {key} has {tensor.shape[0]} experts, the model has fewer"
                     )
-                wanted[key].data.copy_(tensor)
-                loaded.add(key)
+                _copy(wanted[name], tensor[j], name, f"{key}[{j}]", where[key])
+                loaded.add(name)
     missing = sorted(set(wanted) - loaded - _buffers(model))
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise CheckpointError(f"{path}: checkpoint is missing {len(missing)} tensor(s): {shown}")
     return model.to(device=device, dtype=dtype).eval()
+
+
+def _copy(dest: torch.Tensor, tensor: torch.Tensor, name: str, key: str, file: Path) -> None:
+    if tensor.shape != dest.shape:
+        what = key if key == name else f"{key} (for {name})"
+        raise CheckpointError(
+            f"{file.name}: tensor {what} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}"
+        )
+    dest.data.copy_(tensor)
+
+
+def _merge(
+    dest: torch.Tensor,
+    n_parts: int,
+    pieces: list[tuple[str, int, int]],
+    read: Callable[[str], torch.Tensor],
+    name: str,
+    where: dict[str, Path],
+) -> None:
+    """Write per-expert ``pieces`` (key, expert, part) into ``dest [E, n_parts * width, ...]`` slice by
+    slice: the result equals stacking each part over the experts, then concatenating the parts on dim 1."""
+    have = {(j, p) for _, j, p in pieces}
+    need = {(j, p) for j in range(dest.shape[0]) for p in range(n_parts)}
+    if have != need or len(pieces) != len(need):
+        raise CheckpointError(
+            f"{name}: the checkpoint's per-expert tensors cover (expert, part) {sorted(have)[:6]}..., "
+            f"expected each of {n_parts} part(s) once for each of {dest.shape[0]} experts"
+        )
+    width = dest.shape[1] // n_parts
+    for key, j, p in pieces:
+        rows = slice(p * width, (p + 1) * width)
+        _copy(dest[j, rows], read(key), f"{name}[{j}, {rows.start}:{rows.stop}]", key, where[key])
 
 
 def _buffers(model: nn.Module) -> set[str]:

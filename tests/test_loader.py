@@ -1,0 +1,250 @@
+"""load_model on the Hub's on-disk layouts (sharded, per-expert MoE, Qwen3.5 multimodal) and its errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from model_utils import TOL, Pools, prompt, reference
+from safetensors.torch import load_file, save_file
+
+from radixflow.models.batch import SeqSpec
+from radixflow.models.convert import plan_conversion
+from radixflow.models.layers import Config
+from radixflow.models.loader import CheckpointError, load_model, save_model
+from radixflow.models.registry import UnknownModelError
+
+EXACT = 1e-5
+Rename = Callable[[str, torch.Tensor], dict[str, torch.Tensor]]
+
+
+def tiny(module_name: str, cls_name: str, presets: str = "PRESETS") -> torch.nn.Module:
+    module = pytest.importorskip(module_name)
+    torch.manual_seed(0)
+    model = getattr(module, cls_name)(Config(getattr(module, presets)["tiny"]))
+    module.init_weights(model, torch.Generator().manual_seed(7))
+    return model.eval()
+
+
+def logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    pools = Pools(model)
+    (out,) = pools.run(model, [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
+    return out
+
+
+def rewrite(src: Path, dst: Path, rename: Rename, config: dict | None = None) -> None:
+    """Copy a checkpoint with its tensors renamed/split by ``rename(key, tensor) -> {key: tensor}``."""
+    dst.mkdir(parents=True, exist_ok=True)
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in load_file(str(src / "model.safetensors")).items():
+        out.update(rename(key, tensor))
+    save_file({k: v.contiguous() for k, v in out.items()}, str(dst / "model.safetensors"), {"format": "pt"})
+    cfg = config if config is not None else json.loads((src / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps(cfg))
+
+
+# --------------------------------------------------------------------------- (a) sharded
+
+
+def test_sharded_checkpoint_loads_like_the_single_file(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path / "single")
+    state = load_file(str(tmp_path / "single" / "model.safetensors"))
+    keys = sorted(state)
+    shards = [keys[: len(keys) // 3], keys[len(keys) // 3 : 2 * len(keys) // 3], keys[2 * len(keys) // 3 :]]
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    weight_map = {}
+    for i, part in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file({k: state[k] for k in part}, str(sharded / name), {"format": "pt"})
+        weight_map.update(dict.fromkeys(part, name))
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+    (sharded / "config.json").write_text((tmp_path / "single" / "config.json").read_text())
+    a, b = load_model(tmp_path / "single"), load_model(sharded)
+    assert a.state_dict().keys() == b.state_dict().keys()
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+    ids = prompt(1, 20)
+    assert torch.equal(logits(a, ids), logits(b, ids))
+
+
+# --------------------------------------------------------------------------- (b) Qwen3-Next per-expert
+
+
+def per_expert(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Inverse of transformers' qwen2_moe merge: fused experts -> ``experts.{j}.{proj}.weight``."""
+    m = re.fullmatch(r"(.*\.mlp\.experts)\.(gate_up_proj|down_proj)", key)
+    if m is None:
+        return {key: tensor}
+    if m[2] == "down_proj":
+        return {f"{m[1]}.{j}.down_proj.weight": t for j, t in enumerate(tensor)}
+    out = {}
+    for j, t in enumerate(tensor):
+        gate, up = t.chunk(2, dim=0)  # gate rows first (Concatenate(dim=1) order)
+        out[f"{m[1]}.{j}.gate_proj.weight"] = gate
+        out[f"{m[1]}.{j}.up_proj.weight"] = up
+    return out
+
+
+def test_qwen3_next_per_expert_checkpoint(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    model = tiny("radixflow.models.qwen3_next", "Qwen3NextForCausalLM")
+    save_model(model, tmp_path / "ours")
+    rewrite(tmp_path / "ours", tmp_path / "hub", per_expert)
+    hub_keys = load_file(str(tmp_path / "hub" / "model.safetensors")).keys()
+    assert "model.layers.0.mlp.experts.3.up_proj.weight" in hub_keys
+    assert not any(k.endswith("gate_up_proj") for k in hub_keys)
+
+    ids = prompt(2, 24)
+    expected = logits(model, ids)
+    ours = load_model(tmp_path / "hub")
+    assert (logits(ours, ids) - expected).abs().max().item() <= EXACT
+
+    def hf(path: Path) -> torch.nn.Module:
+        ref, info = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=torch.float32, output_loading_info=True
+        )
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        return ref.eval()
+
+    from_hub, from_ours = reference(hf(tmp_path / "hub"), ids), reference(hf(tmp_path / "ours"), ids)
+    assert (from_hub - from_ours).abs().max().item() <= EXACT  # transformers reads both layouts alike
+    assert (from_hub - expected).abs().max().item() <= TOL  # and agrees with our model
+
+
+# --------------------------------------------------------------------------- (c) Qwen3.5 multimodal
+
+
+def test_qwen3_5_multimodal_checkpoint(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.qwen3_5", "Qwen35ForCausalLM")
+    save_model(model, tmp_path / "ours")
+    text = json.loads((tmp_path / "ours" / "config.json").read_text())
+    config = {
+        "model_type": "qwen3_5",
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "text_config": {**text, "model_type": "qwen3_5_text"},
+        "vision_config": {"model_type": "qwen3_5_vision", "depth": 1, "hidden_size": 32},
+        "tie_word_embeddings": text["tie_word_embeddings"],
+    }
+
+    def multimodal(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = {re.sub(r"^model\.", "model.language_model.", key): tensor}
+        if key == "model.norm.weight":
+            out["model.visual.patch_embed.proj.weight"] = torch.ones(32, 3, 2, 16, 16)
+            out["mtp.fc.weight"] = torch.ones(4, 4)
+        return out
+
+    rewrite(tmp_path / "ours", tmp_path / "hub", multimodal, config)
+    assert all(
+        k.startswith(("model.language_model.", "model.visual.", "mtp.", "lm_head."))
+        for k in load_file(str(tmp_path / "hub" / "model.safetensors"))
+    )
+    ids = prompt(3, 24)
+    expected = logits(model, ids)
+    ours = load_model(tmp_path / "hub")
+    assert type(ours) is type(model)
+    assert (logits(ours, ids) - expected).abs().max().item() <= EXACT
+
+    transformers = pytest.importorskip("transformers")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hub"), dtype=torch.float32).eval()
+    assert (reference(ref, ids) - expected).abs().max().item() <= TOL
+
+
+# --------------------------------------------------------------------------- Nemotron-H both ways
+
+
+def test_nemotron_h_in_memory_layout(tmp_path: Path) -> None:
+    """Ours keeps the on-disk names; transformers' in-memory layout (model.*, fused experts) loads too."""
+    model = tiny("radixflow.models.nemotron_h", "NemotronHForCausalLM")
+    save_model(model, tmp_path / "ours")
+    state = load_file(str(tmp_path / "ours" / "model.safetensors"))
+    fused: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        key = re.sub(r"^backbone\.", "model.", key)
+        m = re.fullmatch(r"(.*\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight", key)
+        if m is None:
+            fused[key] = tensor
+            continue
+        stack = [state[f"backbone{m[1][len('model') :]}.{j}.{m[3]}.weight"] for j in range(int(m[2]) + 1)]
+        fused[f"{m[1]}.{m[3]}"] = torch.stack(stack)  # rebuilt each time; the last j has them all
+    assert any(k.endswith("mixer.experts.up_proj") for k in fused), "preset has no MoE layer"
+    (tmp_path / "mem").mkdir()
+    save_file(fused, str(tmp_path / "mem" / "model.safetensors"), {"format": "pt"})
+    (tmp_path / "mem" / "config.json").write_text((tmp_path / "ours" / "config.json").read_text())
+    ids = prompt(4, 20)
+    assert (logits(load_model(tmp_path / "mem"), ids) - logits(model, ids)).abs().max().item() <= EXACT
+
+
+def test_our_layout_maps_onto_itself() -> None:
+    keys = {"model.embed_tokens.weight", "model.layers.0.mlp.experts.gate_up_proj"}
+    plan = plan_conversion("qwen3_next", keys, keys)
+    assert plan.direct == {k: k for k in keys} and not plan.merged and not plan.split
+
+
+# --------------------------------------------------------------------------- (d) errors
+
+
+def test_missing_config(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"no config\.json"):
+        load_model(tmp_path)
+
+
+def test_no_safetensors(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
+        load_model(tmp_path)
+
+
+def test_wrong_shape_names_the_tensor_and_both_shapes(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    key = "model.embed_tokens.weight"
+    good = tuple(state[key].shape)
+    state[key] = state[key][:, :-1].contiguous()
+    save_file(state, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    bad = (good[0], good[1] - 1)
+    with pytest.raises(CheckpointError, match=re.escape(f"tensor {key} has shape {bad}, expected {good}")):
+        load_model(tmp_path)
+
+
+def test_wrong_expert_shape_names_the_per_expert_tensor(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.qwen3_next", "Qwen3NextForCausalLM")
+    save_model(model, tmp_path / "ours")
+
+    def bad(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = per_expert(key, tensor)
+        name = "model.layers.0.mlp.experts.1.up_proj.weight"
+        if name in out:
+            out[name] = out[name][:-1]
+        return out
+
+    rewrite(tmp_path / "ours", tmp_path / "hub", bad)
+    with pytest.raises(
+        CheckpointError, match=r"experts\.1\.up_proj\.weight .*has shape \(63, 64\), expected \(64, 64\)"
+    ):
+        load_model(tmp_path / "hub")
+
+
+def test_missing_tensor(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    del state["model.embed_tokens.weight"]
+    save_file(state, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"missing 1 tensor.*model\.embed_tokens\.weight"):
+        load_model(tmp_path)
+
+
+def test_unknown_model_type_lists_supported(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(UnknownModelError, match=r"'gpt2'.*supported: .*llama.*qwen3_next"):
+        load_model(tmp_path)

@@ -83,6 +83,8 @@ def _check_node(cache: RadixCache, parent: Node, node: Node) -> None:
     if ck is not None and ck.readiness is Readiness.PENDING:
         _require(ck.producer is not None, f"node {nid}: PENDING checkpoint without a producer")
         _require(node.lock_ref > 0, f"node {nid}: PENDING checkpoint on an unlocked node")
-        _require(node in cache._pending.get(ck.producer, []), f"node {nid}: untracked PENDING checkpoint")
+        _require(
+            node in cache._pending.get(ck.producer or "", []), f"node {nid}: untracked PENDING checkpoint"
+        )
     if ck is not None and ck.readiness is Readiness.READY:
         _require(ck.producer is None, f"node {nid}: READY checkpoint still names a producer")

@@ -131,10 +131,10 @@ def plan_conversion(model_type: str, keys: Iterable[str], wanted: set[str]) -> P
                 break
         else:
             for split in conv.splits:
-                if (hit := split.match(name)) is not None:
-                    head = _with_prefix(f"{hit[0]}.0.{hit[1]}.weight", prefix, wanted)
+                if (cut := split.match(name)) is not None:
+                    head = _with_prefix(f"{cut[0]}.0.{cut[1]}.weight", prefix, wanted)
                     if head is not None:
-                        plan.split[key] = (head[: -len(f".0.{hit[1]}.weight")], hit[1])
+                        plan.split[key] = (head[: -len(f".0.{cut[1]}.weight")], cut[1])
                     break
     return plan
 

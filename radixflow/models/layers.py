@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -35,6 +36,10 @@ class CausalLM(Protocol):
     """What the torch runner needs from every model family."""
 
     config: Config
+
+    def __call__(self, batch: ForwardBatch) -> torch.Tensor:
+        """Same as `forward` (nn.Module call)."""
+        ...
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:
         """Attention layer index -> (num_kv_heads, head_dim)."""
@@ -104,7 +109,7 @@ class GatedMLP(nn.Module):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
     "swish": F.silu,
     "gelu": F.gelu,

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors import safe_open
@@ -13,7 +14,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from radixflow.models.convert import plan_conversion
-from radixflow.models.layers import Config
+from radixflow.models.layers import CausalLM, Config
 from radixflow.models.registry import model_class
 
 
@@ -55,7 +56,7 @@ def _tied(model: nn.Module) -> set[str]:
     return tied
 
 
-def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> CausalLM:
     """Build the family's model from ``config.json`` and fill it from the safetensors files.
 
     Checkpoints in the Hub's on-disk layouts are converted as transformers 5.24 does (see
@@ -96,7 +97,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise CheckpointError(f"{path}: checkpoint is missing {len(missing)} tensor(s): {shown}")
-    return model.to(device=device, dtype=dtype).eval()
+    return cast(CausalLM, model.to(device=device, dtype=dtype).eval())
 
 
 def _copy(dest: torch.Tensor, tensor: torch.Tensor, name: str, key: str, file: Path) -> None:

@@ -17,7 +17,7 @@ ALLOWED = {
     "models": set(),
     "runners": {"cache", "scheduler", "engine", "models"},
     "workloads": {"scheduler"},
-    "bench": {"cache", "scheduler", "engine", "runners", "workloads"},
+    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads"},
 }
 NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench"}
 

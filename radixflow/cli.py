@@ -171,7 +171,17 @@ def _scheduler_config(args: argparse.Namespace, capacity: Capacity | None = None
     return sched
 
 
+def _check_output_paths(*paths: Path | None) -> None:
+    """Fail before a long run, not after it, when a result file cannot be written."""
+    for path in paths:
+        if path is not None and not path.resolve().parent.is_dir():
+            raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
+        if path is not None and path.is_dir():
+            raise UsageError(f"cannot write {path}: it is a directory")
+
+
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    _check_output_paths(args.json, args.round_trace, args.write_trace)
     _scheduler_config(args)  # reject impossible budgets before any model is built
     try:
         choice = RUNNERS[args.runner](args)
@@ -236,6 +246,9 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     except UsageError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("radixflow: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
         (["bench", "--policy", "greedy"], "invalid choice"),
         (["bench", "--model", "gpt-9"], "unknown sim model"),
         (["bench", "--frobnicate"], "unrecognized arguments"),
+        (["bench", "--json", "/nonexistent-dir/out.json"], "does not exist"),
+        (["bench", "--trace", "/nonexistent-dir/t.jsonl"], "cannot read trace"),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_2(argv, needle, capsys):

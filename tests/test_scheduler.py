@@ -122,3 +122,14 @@ def test_request_that_can_never_fit_fails_cleanly():
     run("radixflow", [big, ok], cfg=cfg)
     assert big.status is RequestStatus.FAILED and "does not fit" in (big.error or "")
     assert ok.status is RequestStatus.FINISHED
+
+
+def test_tight_state_slots_and_kv_never_deadlock_running_requests():
+    # Many forks along one path and tiny chunks: every fork wants a checkpoint, but checkpoints are
+    # best effort, and admission keeps each running request's remaining KV free.
+    stem = tuple(range(10, 74))
+    reqs = [Request(f"r{i}", stem[: 8 * (i + 1)] + (900 + i,) * 5) for i in range(8)]
+    cfg = SchedulerConfig(token_budget=8, max_requests=3, block_size=8, num_blocks=30, num_state_slots=4)
+    for policy in ("native", "radixflow"):
+        engine = run(policy, [Request(r.id, r.prompt) for r in reqs], cfg=cfg)
+        assert all(r.status is RequestStatus.FINISHED for r in engine.requests)

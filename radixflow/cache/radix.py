@@ -270,6 +270,12 @@ class RadixCache:
             return False
         return self.slots.free >= slots or self._evict_checkpoints(slots - self.slots.free)
 
+    def free_slots_upto(self, n: int) -> int:
+        """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
+        if self.slots.free < n:
+            self._evict_checkpoints(n - self.slots.free)
+        return min(self.slots.free, n)
+
     def _evictable(self, node: Node) -> bool:
         ready = node.checkpoint is None or node.checkpoint.readiness is Readiness.READY
         leaf = not any(c.materialized for c in node.children.values())

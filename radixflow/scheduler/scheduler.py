@@ -161,11 +161,14 @@ class Scheduler:
         if end is None:
             return _Admit.NO_BUDGET, match
         self.cache.lock(point.handle)  # protect the reuse point from our own reservations
-        ckpts = self._checkpoints(req, point.tokens, end)
         working = 1 if self.config.has_recurrent and end < len(req.prompt) else 0
-        if not self.cache.reserve(self._blocks_needed(point.tokens, end), len(ckpts) + working):
+        # Admit only when the whole prompt's KV fits beside what running requests still need,
+        # so a running request can always finish (no deadlock, no preemption needed).
+        blocks = self._blocks_needed(point.tokens, len(req.prompt)) + self._promised_blocks()
+        if not self.cache.reserve(blocks, working):
             self.cache.unlock(point.handle)
             return _Admit.NO_MEMORY, match
+        ckpts = self._affordable(self._checkpoints(req, point.tokens, end), working)
         req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
         req.block_table = self.cache.block_table(point.handle)
         req.depth_base = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
@@ -181,10 +184,22 @@ class Scheduler:
         end = self._chunk_end(req.computed, len(req.prompt), budget.tokens)
         if end is None:
             return None
-        ckpts = self._checkpoints(req, req.computed, end)
-        if not self.cache.reserve(self._blocks_needed(req.computed, end), len(ckpts)):
-            return None
+        ckpts = self._affordable(self._checkpoints(req, req.computed, end), 0)
         return self._emit(req, end, ckpts, req.working_slot, budget)
+
+    def _promised_blocks(self) -> int:
+        """KV blocks running requests will still allocate (kept free for them at admission)."""
+        return sum(self._blocks_needed(r.computed, len(r.prompt)) for r in self.running)
+
+    def _affordable(self, positions: list[int], held: int) -> list[int]:
+        """Checkpoints are an optimisation: keep as many as free state slots allow, earliest first.
+
+        ``held`` slots are already spoken for (a working slot not yet allocated).
+        """
+        if not positions:
+            return positions
+        free = self.cache.free_slots_upto(len(positions) + held) - held
+        return positions[: max(free, 0)]
 
     def _checkpoints(self, req: Request, start: int, end: int) -> list[int]:
         if not self.config.has_recurrent:

@@ -124,8 +124,8 @@ class Scheduler:
         """Prompt tokens (up to ``cap``) of waiting requests that could have run this round."""
         total = 0
         for req in self.waiting:
-            point = self._reuse_point(req, self._match(req, touch=False))
-            total += 0 if point is None else len(req.prompt) - point.tokens
+            reuse = self._reuse_tokens(self._match(req, touch=False))
+            total += 0 if reuse is None else len(req.prompt) - reuse
             if total >= cap:
                 return cap  # the unused budget is all bubble; no need to look further
         return total
@@ -136,14 +136,20 @@ class Scheduler:
         limit = (len(req.prompt) - 1) // self.config.block_size * self.config.block_size
         return self.cache.match(req.namespace, req.prompt, limit, touch=touch)
 
-    def _reuse_point(self, req: Request, match: Match) -> _ReusePoint | None:
-        """Where the request can start; None when its best checkpoint is still PENDING."""
+    def _reuse_tokens(self, match: Match) -> int | None:
+        """Prompt tokens the request can skip; None when its best checkpoint is still PENDING."""
         if not self.config.has_recurrent:
-            handle = self.cache.kv_handle(req.namespace, req.prompt, match.kv_tokens)
-            return _ReusePoint(match.kv_tokens, handle, None)
-        if match.blocked:
+            return match.kv_tokens
+        return None if match.blocked else match.checkpoint_tokens
+
+    def _reuse_point(self, req: Request, match: Match) -> _ReusePoint | None:
+        """Where an admitted request starts, with the node to lock (may split the tree)."""
+        tokens = self._reuse_tokens(match)
+        if tokens is None:
             return None
-        return _ReusePoint(match.checkpoint_tokens, match.handle, match.checkpoint_slot)
+        if not self.config.has_recurrent:
+            return _ReusePoint(tokens, self.cache.kv_handle(req.namespace, req.prompt, tokens), None)
+        return _ReusePoint(tokens, match.handle, match.checkpoint_slot)
 
     def _chunk_end(self, start: int, prompt_len: int, tokens: int) -> int | None:
         if prompt_len - start <= tokens:

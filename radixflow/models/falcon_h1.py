@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, run_layers
+from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, attention_heads, run_layers
 from radixflow.models.llama import build_rotary
 from radixflow.models.mamba2 import Mamba2Mixer, Mamba2Spec, as_float
 from radixflow.models.mamba2_init import common_config
@@ -72,9 +72,7 @@ class FalconH1Attention(nn.Module):
         hidden = config.hidden_size
         bias = bool(config.get("attention_bias", False))
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.get("num_key_value_heads", self.num_heads)
-        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.num_heads, self.num_kv_heads, self.head_dim = attention_heads(config)
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, RMSNorm, Rotary
+from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads
 
 
 def rope_settings(config: Config) -> tuple[float, float]:
@@ -32,9 +32,7 @@ class GatedAttention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         hidden = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.num_heads, self.num_kv_heads, self.head_dim = attention_heads(config)
         bias = config.get("attention_bias", False)
         eps = config.get("rms_norm_eps", 1e-6)
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim * 2, bias=bias)

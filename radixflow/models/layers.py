@@ -58,6 +58,16 @@ class CausalLM(Protocol):
         ...
 
 
+def attention_heads(config: Config) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) with Hugging Face's defaults for absent fields."""
+    heads = int(config.num_attention_heads)
+    return (
+        heads,
+        int(config.get("num_key_value_heads", heads)),
+        int(config.get("head_dim", config.hidden_size // heads)),
+    )
+
+
 class RMSNorm(nn.Module):
     """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant."""
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, RMSNorm, Rotary, run_layers
+from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, run_layers
 
 ATTENTION = "full_attention"
 CONV = "conv"
@@ -79,9 +79,7 @@ class Lfm2Attention(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.get("num_key_value_heads", self.num_heads)
-        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.num_heads, self.num_kv_heads, self.head_dim = attention_heads(config)
         self.scaling = self.head_dim**-0.5
         eps = config.get("norm_eps", 1e-5)
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, run_layers
+from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, attention_heads, run_layers
 
 # ---------------------------------------------------------------------------------------------
 # RoPE configuration
@@ -74,9 +74,7 @@ class Attention(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.get("num_key_value_heads", self.num_heads)
-        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.num_heads, self.num_kv_heads, self.head_dim = attention_heads(config)
         bias = bool(config.get("attention_bias", False))
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)

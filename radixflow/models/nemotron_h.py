@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, RMSNorm, run_layers
+from radixflow.models.layers import Config, RMSNorm, attention_heads, run_layers
 from radixflow.models.mamba2 import Mamba2Mixer, Mamba2Spec, as_float, first_of
 from radixflow.models.mamba2_init import common_config
 from radixflow.models.mamba2_init import init_weights as init_weights  # the zoo's entry point
@@ -69,9 +69,7 @@ class NemotronHAttention(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.get("num_key_value_heads", self.num_heads)
-        self.head_dim = config.get("head_dim", hidden // self.num_heads)
+        self.num_heads, self.num_kv_heads, self.head_dim = attention_heads(config)
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, attention_heads, run_layers
+from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, attention_heads, lm_head, run_layers
 from radixflow.models.llama import build_rotary
 from radixflow.models.mamba2 import Mamba2Mixer, Mamba2Spec, as_float
 from radixflow.models.mamba2_init import common_config
@@ -157,9 +157,7 @@ class FalconH1ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = FalconH1Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.get("tie_word_embeddings", False):
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.lm_head = lm_head(config, self.model.embed_tokens, config.get("tie_word_embeddings", False))
         self.lm_head_multiplier = float(config.get("lm_head_multiplier", 1.0))
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:

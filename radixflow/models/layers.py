@@ -68,6 +68,14 @@ def attention_heads(config: Config) -> tuple[int, int, int]:
     )
 
 
+def lm_head(config: Config, embedding: nn.Embedding, tie: bool) -> nn.Linear:
+    """Output projection; ``tie`` shares the embedding's Parameter (one tensor in checkpoints)."""
+    head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+    if tie:
+        head.weight = embedding.weight
+    return head
+
+
 class RMSNorm(nn.Module):
     """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant."""
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, run_layers
+from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 
 ATTENTION = "full_attention"
 CONV = "conv"
@@ -200,10 +200,8 @@ class Lfm2ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = Lfm2Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         tie = config.get("tie_word_embeddings", config.get("tie_embedding", True))
-        if tie:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.lm_head = lm_head(config, self.model.embed_tokens, tie)
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:
         return {

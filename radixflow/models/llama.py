@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
-from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, attention_heads, run_layers
+from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 
 # ---------------------------------------------------------------------------------------------
 # RoPE configuration
@@ -142,9 +142,7 @@ class _FullAttentionLM(nn.Module):
             raise NotImplementedError("sliding-window attention is not supported")
         self.config = config
         self.model = DecoderModel(config, self.qk_norm)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.get("tie_word_embeddings", False):
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.lm_head = lm_head(config, self.model.embed_tokens, config.get("tie_word_embeddings", False))
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:
         return {

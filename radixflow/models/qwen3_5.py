@@ -21,7 +21,7 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.gated_attention import GatedAttention
 from radixflow.models.gated_deltanet import GatedDeltaNet, Qwen35GatedDeltaNet
-from radixflow.models.layers import Config, GatedMLP, RMSNorm, run_layers
+from radixflow.models.layers import Config, GatedMLP, RMSNorm, lm_head, run_layers
 
 
 def layer_types(config: Config) -> list[str]:
@@ -94,9 +94,7 @@ class HybridForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = HybridModel(config, self.family)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.get("tie_word_embeddings", False):
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.lm_head = lm_head(config, self.model.embed_tokens, config.get("tie_word_embeddings", False))
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:
         return {

@@ -13,6 +13,7 @@ within a round). Recurrent layers can only start from a checkpoint saved by an e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -127,13 +128,31 @@ class ForwardBatch:
     kv: KVPool
     state: StatePool
 
-    @property
+    # The index tensors below are the same for every attention layer: built once per batch.
+    @cached_property
     def offsets(self) -> list[int]:
         """Cumulative chunk lengths: sequence i occupies ``[offsets[i], offsets[i+1])``."""
         out = [0]
         for s in self.seqs:
             out.append(out[-1] + s.length)
         return out
+
+    @cached_property
+    def context_slots(self) -> list[torch.Tensor]:
+        """Per sequence, the KV-pool slots of positions ``[0, end)``."""
+        device = self.input_ids.device
+        return [self.kv.slots(s.block_table, 0, s.end, device) for s in self.seqs]
+
+    @cached_property
+    def new_slots(self) -> torch.Tensor:
+        """KV-pool slots of every token computed this round, in batch order."""
+        return torch.cat([ctx[s.start :] for ctx, s in zip(self.context_slots, self.seqs, strict=True)])
+
+    @cached_property
+    def masks(self) -> list[torch.Tensor | None]:
+        """Per sequence, the causal mask over its context (None: plain lower triangle from 0)."""
+        device = self.input_ids.device
+        return [None if s.start == 0 else _causal_mask(s.start, s.length, s.end, device) for s in self.seqs]
 
     @classmethod
     def build(
@@ -176,15 +195,11 @@ def paged_attention(
     """
     kc, vc = batch.kv.k[layer], batch.kv.v[layer]
     offs = batch.offsets
-    device = q.device
-    slot_lists = [batch.kv.slots(s.block_table, s.start, s.end, device) for s in batch.seqs]
-    all_slots = torch.cat(slot_lists)
-    kc[all_slots] = k.to(kc.dtype)
-    vc[all_slots] = v.to(vc.dtype)
+    kc[batch.new_slots] = k.to(kc.dtype)
+    vc[batch.new_slots] = v.to(vc.dtype)
     out = torch.empty_like(q)
     heads, kv_heads = q.shape[1], k.shape[1]
-    for i, s in enumerate(batch.seqs):
-        ctx = batch.kv.slots(s.block_table, 0, s.end, device)
+    for i, (s, ctx, mask) in enumerate(zip(batch.seqs, batch.context_slots, batch.masks, strict=True)):
         keys = kc[ctx].to(q.dtype).transpose(0, 1)  # [kv_heads, end, dim]
         vals = vc[ctx].to(q.dtype).transpose(0, 1)
         if kv_heads != heads:
@@ -193,7 +208,6 @@ def paged_attention(
         qi = q[offs[i] : offs[i + 1]].transpose(0, 1)  # [heads, len, dim]
         # 4-D inputs select the fused (flash) CPU kernel; 3-D ones fall back to the math path.
         # From position 0 the causal mask is the plain lower triangle, so is_causal suffices.
-        mask = None if s.start == 0 else _causal_mask(s.start, s.length, s.end, device)
         o = F.scaled_dot_product_attention(
             qi[None], keys[None], vals[None], attn_mask=mask, is_causal=s.start == 0, scale=scale
         )[0]

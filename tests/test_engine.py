@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.engine.engine import Engine
-from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.engine.engine import AbortResult, Engine
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 
 RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
@@ -59,3 +59,39 @@ def test_sim_cost_grows_with_tokens_and_context():
     cost = RUNNER.cost
     assert cost.round_seconds(batch(0, 4096)) > cost.round_seconds(batch(0, 1024))
     assert cost.round_seconds(batch(8192, 8192 + 1024)) > cost.round_seconds(batch(0, 1024))
+
+
+def test_duplicate_request_id_is_rejected():
+    engine = Engine(RUNNER, CFG)
+    engine.submit(Request("same", (1, 2, 3)))
+    with pytest.raises(ValueError, match="duplicate request id 'same'"):
+        engine.submit(Request("same", (7, 8, 9)))
+    engine.run([])
+    expected = sim_token("default", (1, 2, 3), RUNNER.model.vocab_size)
+    assert [r.output_token for r in engine.requests] == [expected]
+
+
+def test_abort_reports_unknown_done_and_not_yet_arrived_requests():
+    engine = Engine(RUNNER, CFG)
+    early, late = Request("early", (1, 2, 3)), Request("late", (4, 5, 6), arrival_s=9.0)
+    engine.submit(early)
+    engine.submit(late)
+    assert engine.abort("nope") is AbortResult.UNKNOWN
+    assert engine.abort("late") is AbortResult.ABORTED
+    engine.run([])
+    assert engine.abort("early") is AbortResult.ALREADY_DONE
+    assert engine.abort("late") is AbortResult.ALREADY_DONE
+    assert late.status is RequestStatus.ABORTED
+    assert engine.now < 9.0  # the aborted arrival does not move the clock
+
+
+def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit():
+    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=4, num_state_slots=0)
+    engine = Engine(RUNNER, cfg)
+    too_long, chunked = Request("too-long", tuple(range(1, 40))), Request("chunked", tuple(range(1, 30)))
+    engine.submit(too_long)
+    engine.submit(chunked)
+    assert too_long.status is RequestStatus.FAILED
+    assert too_long.error == "prompt does not fit in the KV cache: needs 5 blocks, cache has 4"
+    assert chunked.status is RequestStatus.FAILED and "need a state slot" in (chunked.error or "")
+    assert not engine.has_work()

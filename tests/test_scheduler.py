@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from radixflow.engine.engine import Engine
-from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -133,3 +133,103 @@ def test_tight_state_slots_and_kv_never_deadlock_running_requests():
     for policy in ("native", "radixflow"):
         engine = run(policy, [Request(r.id, r.prompt) for r in reqs], cfg=cfg)
         assert all(r.status is RequestStatus.FINISHED for r in engine.requests)
+
+
+def test_consumer_whose_reuse_point_pins_the_only_slot_still_runs():
+    # A 17-token producer checkpoints at 16 into the only state slot. The consumer's best reuse
+    # point is that checkpoint, but its chunked prompt needs a working slot too: with nothing
+    # running, it falls back to no reuse instead of being failed.
+    cfg = SchedulerConfig(token_budget=24, max_requests=4, block_size=8, num_blocks=64, num_state_slots=1)
+    stem = tuple(range(1, 17))
+    producer, consumer = Request("p", (*stem, 500)), Request("c", stem + tuple(range(600, 640)))
+    engine = run("radixflow", [producer, consumer], cfg=cfg)
+    assert producer.status is consumer.status is RequestStatus.FINISHED
+    assert consumer.reused == 0
+    assert consumer.output_token == sim_token("default", consumer.prompt, HYBRID.model.vocab_size)
+    assert engine.cache.usage().working_slots == 0
+
+
+def test_fallback_prefers_a_shallower_ready_checkpoint():
+    # Two checkpoints on the consumer's path (8 and 16); the slot budget allows one checkpoint plus
+    # one working slot, so the consumer restarts from the shallower one rather than from scratch.
+    cfg = SchedulerConfig(token_budget=24, max_requests=1, block_size=8, num_blocks=64, num_state_slots=2)
+    stem = tuple(range(1, 17))
+    reqs = [Request("a", (*stem[:8], 700)), Request("b", (*stem, 701))]
+    reqs.append(Request("c", stem + tuple(range(600, 640))))
+    run("radixflow", reqs, cfg=cfg)
+    assert all(r.status is RequestStatus.FINISHED for r in reqs)
+    assert reqs[2].reused == 8
+
+
+def test_abort_of_a_running_chunked_request_releases_everything():
+    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
+    long, other = Request("long", tuple(range(1, 60))), Request("other", tuple(range(100, 130)))
+    engine = Engine(HYBRID, cfg)
+    engine.submit(long)
+    engine.submit(other)
+    engine.step()
+    assert long.status is RequestStatus.RUNNING and engine.cache.usage().working_slots == 1
+    engine.abort("long")
+    engine.cache.check_integrity()
+    assert long.status is RequestStatus.ABORTED and long.lock is None and not long.own_blocks
+    while engine.has_work():
+        engine.step()
+        engine.cache.check_integrity()
+    usage = engine.cache.usage()
+    assert other.status is RequestStatus.FINISHED
+    assert usage.locked_blocks == 0 and usage.working_slots == 0
+    assert all("long" not in {c[0] for c in rd.chunks} for rd in engine.rounds[1:])
+
+
+def test_abort_of_a_waiting_request_drops_its_registered_demand():
+    engine = Engine(HYBRID, CFG)
+    reqs = grouped(groups=1, candidates=3)
+    for r in reqs:
+        engine.submit(r)
+    engine.step()  # g0c0 runs, g0c1 and g0c2 wait
+    engine.abort("g0c2")
+    engine.cache.check_integrity()
+    while engine.has_work():
+        engine.step()
+    assert [r.status for r in reqs] == [RequestStatus.FINISHED, RequestStatus.FINISHED, RequestStatus.ABORTED]
+    assert all(n.demand == 0 for n in engine.cache._nodes.values())
+
+
+class _FailOnce:
+    """Wraps a runner; its first worker call raises."""
+
+    def __init__(self, inner):
+        self.inner, self.model, self.name, self.calls = inner, inner.model, "fail-once", 0
+
+    def validate(self, request):
+        return self.inner.validate(request)
+
+    def run(self, batch):
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("device lost")
+        return self.inner.run(batch)
+
+    def reference_tokens(self, requests):
+        return None
+
+
+def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_producer():
+    engine = Engine(_FailOnce(HYBRID), CFG, policy="radixflow")
+    reqs = grouped(groups=1, candidates=3)
+    for r in reqs:
+        engine.submit(r)
+    record = engine.step()  # g0c0 produces the branch checkpoint; the worker call fails
+    assert record is not None and record.error == "worker call failed: RuntimeError: device lost"
+    engine.cache.check_integrity()
+    assert reqs[0].status is RequestStatus.FAILED and "device lost" in (reqs[0].error or "")
+    assert not any(n.materialized and n.blocks for n in engine.cache._nodes.values())  # no KV kept
+    assert all(n.checkpoint is None for n in engine.cache._nodes.values())  # nothing became READY
+    engine.step()
+    assert [c[0] for c in engine.rounds[0].chunks] == ["g0c1"]  # the next consumer produces
+    assert engine.rounds[0].blocked == 1 and reqs[1].reused == 0
+    while engine.has_work():
+        engine.step()
+        engine.cache.check_integrity()
+    assert reqs[2].status is RequestStatus.FINISHED and reqs[2].reused == 64
+    assert engine.cache.usage().locked_blocks == 0

@@ -40,6 +40,9 @@ def check_cache(cache: RadixCache) -> None:
         usage.free_blocks + usage.cached_blocks + usage.locked_blocks == usage.total_blocks,
         "free + cached + locked != total blocks",
     )
+    for producer, nodes in cache._adopted.items():
+        for node in nodes:
+            _require(node.published_by == producer, f"stale round journal entry for {producer}")
     for producer, nodes in cache._pending.items():
         for node in nodes:
             ck = node.checkpoint
@@ -79,6 +82,9 @@ def _check_node(cache: RadixCache, parent: Node, node: Node) -> None:
     else:
         _require(len(node.blocks) == len(node.key) // cache.block_size, f"node {nid}: block count")
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
+    if node.published_by is not None:
+        _require(node.blocks is not None, f"node {nid}: published this round without KV")
+        _require(node in cache._adopted.get(node.published_by, []), f"node {nid}: unjournaled publish")
     ck = node.checkpoint
     if ck is not None and ck.readiness is Readiness.PENDING:
         _require(ck.producer is not None, f"node {nid}: PENDING checkpoint without a producer")

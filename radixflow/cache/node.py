@@ -26,7 +26,8 @@ class Node:
       has a materialized parent) and an unmaterialized node has ``demand > 0`` and no checkpoint;
     - ``lock_ref`` = locks held on this node + sum of the children's ``lock_ref``;
     - ``demand`` = registered prompts ending here (``ends``) + sum of the children's ``demand``;
-    - a PENDING checkpoint sits on a locked node.
+    - a PENDING checkpoint sits on a locked node;
+    - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it.
     """
 
     id: int
@@ -40,6 +41,7 @@ class Node:
     demand: int = 0
     ends: int = 0
     last_used: int = 0
+    published_by: str | None = None  # producer whose current, uncommitted round wrote this KV
 
     @property
     def start(self) -> int:

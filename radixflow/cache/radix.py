@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from radixflow.cache.eviction import LRU, EvictionCandidate, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
@@ -38,6 +38,8 @@ class RadixCache:
         self._private: set[int] = set()  # blocks held by requests outside the tree
         self._working: set[int] = set()  # state slots held by running requests
         self._pending: dict[str, list[Node]] = {}  # producer -> nodes with its PENDING checkpoints
+        # producer -> nodes whose KV it published this round (undone by `withdraw`, kept by `commit`)
+        self._adopted: dict[str, list[Node]] = {}
 
     # ----------------------------------------------------------------- tree walking
     def _root(self, namespace: str) -> Node:
@@ -65,6 +67,9 @@ class RadixCache:
             upper_blocks, node.blocks = node.blocks[:nblocks], node.blocks[nblocks:]
         upper = self._new_node(upper_key, parent, node.start, upper_blocks)
         upper.lock_ref, upper.demand, upper.last_used = node.lock_ref, node.demand, node.last_used
+        if node.published_by is not None:  # both halves were published by the same round
+            upper.published_by = node.published_by
+            self._adopted[node.published_by].append(upper)
         upper.children[node.key[:bs]] = node
         node.parent = upper
         return upper
@@ -247,6 +252,8 @@ class RadixCache:
                 first = (node.start - start) // bs
                 node.blocks = list(blocks[first : first + len(node.key) // bs])
                 self._private.difference_update(node.blocks)
+                node.published_by = producer
+                self._adopted.setdefault(producer, []).append(node)
                 adopted += len(node.blocks)
             if node.end in checkpoints and node.checkpoint is None:
                 slot = self.slots.take(1)[0]
@@ -257,11 +264,34 @@ class RadixCache:
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
 
     def commit(self, producer: str) -> None:
-        """The producer's round finished: its PENDING checkpoints become READY."""
+        """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
+        for node in self._adopted.pop(producer, []):
+            node.published_by = None
         for node in self._pending.pop(producer, []):
             if node.checkpoint is not None and node.checkpoint.producer == producer:
                 node.checkpoint.readiness = Readiness.READY
                 node.checkpoint.producer = None
+
+    def withdraw(self, producers: Iterable[str]) -> None:
+        """The producers' round failed: undo what their `extend` published this round.
+
+        Their PENDING checkpoints are dropped (slots freed) and the nodes whose KV they published
+        lose that KV (blocks freed; a node nobody wants any more is pruned). Unlock the producers'
+        paths first.
+        """
+        fresh: list[Node] = []
+        for producer in producers:
+            for node in self._pending.pop(producer, []):
+                if node.checkpoint is not None and node.checkpoint.producer == producer:
+                    self._drop_checkpoint(node)
+            fresh.extend(self._adopted.pop(producer, []))
+        for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
+            assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
+            self.kv.give(node.blocks)
+            node.blocks, node.published_by = None, None
+            self._drop_checkpoint(node)
+            if node.demand == 0:
+                self._remove(node)
 
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from radixflow.cache.eviction import make_eviction_policy
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.runner import Runner
+from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
 from radixflow.scheduler.request import Request, RequestStatus
@@ -27,6 +29,13 @@ class RoundRecord:
     blocked: int  # consumers left waiting on a PENDING checkpoint this round
     stop_reason: str
     chunks: tuple[tuple[str, int, int], ...]  # (request id, start, end)
+    error: str | None = None  # the worker call failed and the round was rolled back
+
+
+class AbortResult(Enum):
+    ABORTED = "aborted"
+    ALREADY_DONE = "already_done"  # finished, failed or aborted before
+    UNKNOWN = "unknown"  # no request with that id was submitted
 
 
 class Engine:
@@ -50,29 +59,62 @@ class Engine:
             make_placement(placement if config.has_recurrent else "none"),
         )
         self.now = 0.0
-        self.rounds: list[RoundRecord] = []
+        self.rounds: list[RoundRecord] = []  # rounds whose worker call succeeded
+        self.failed_rounds: list[RoundRecord] = []  # rolled back after the worker call raised
         self.requests: list[Request] = []  # submission order
+        self._by_id: dict[str, Request] = {}
         self._arrivals: list[tuple[float, int, Request]] = []
 
     def submit(self, request: Request) -> None:
-        """Accept a request; one the model cannot run is marked FAILED, the rest carry on."""
+        """Accept a request; one that can never run is marked FAILED, the rest carry on.
+
+        Raises ValueError for a request object already submitted or an id already in use.
+        """
         if request.status is not RequestStatus.WAITING or request.registration is not None:
             raise ValueError(f"request {request.id!r} was already submitted to an engine")
+        if request.id in self._by_id:
+            raise ValueError(f"duplicate request id {request.id!r}")
         self.requests.append(request)
-        error = self.runner.validate(request)
+        self._by_id[request.id] = request
+        error = self.runner.validate(request) or self.scheduler.unfit_reason(request)
         if error is not None:
             request.status, request.error = RequestStatus.FAILED, error
             return
         heapq.heappush(self._arrivals, (request.arrival_s, len(self.requests), request))
 
+    def abort(self, request_id: str) -> AbortResult:
+        """Cancel a request that has not finished: its locks, blocks and working slot are released.
+
+        Call between steps (the engine is single-threaded); status becomes ABORTED.
+        """
+        req = self._by_id.get(request_id)
+        if req is None:
+            return AbortResult.UNKNOWN
+        if req.status.done:
+            return AbortResult.ALREADY_DONE
+        if req.registration is None:  # not arrived yet: it is skipped when its arrival comes
+            req.status = RequestStatus.ABORTED
+        else:
+            self.scheduler.abort(req)
+        req.finish_s = self.now
+        return AbortResult.ABORTED
+
     def has_work(self) -> bool:
+        self._drop_aborted_arrivals()
         return bool(self._arrivals) or self.scheduler.has_work()
 
+    def _drop_aborted_arrivals(self) -> None:
+        while self._arrivals and self._arrivals[0][2].status is not RequestStatus.WAITING:
+            heapq.heappop(self._arrivals)
+
     def _admit_arrivals(self) -> None:
+        self._drop_aborted_arrivals()
         if not self.scheduler.has_work() and self._arrivals:
             self.now = max(self.now, self._arrivals[0][0])  # idle: jump to the next arrival
         while self._arrivals and self._arrivals[0][0] <= self.now:
-            self.scheduler.add(heapq.heappop(self._arrivals)[2])
+            req = heapq.heappop(self._arrivals)[2]
+            if req.status is RequestStatus.WAITING:
+                self.scheduler.add(req)
 
     def step(self) -> RoundRecord | None:
         """One round: schedule → run → update. None when there is nothing left to do."""
@@ -83,25 +125,44 @@ class Engine:
         if not out.chunks:
             self._stalled()
             return None
-        result = self.runner.run(out)
+        try:
+            result = self.runner.run(out)
+        except Exception as e:
+            return self._roll_back(out, f"worker call failed: {type(e).__name__}: {e}")
+        except BaseException:  # Ctrl-C mid-round: leave the engine consistent, then stop
+            self._roll_back(out, "interrupted")
+            raise
         start = self.now
         self.now += result.duration_s
         for req in self.scheduler.update(out, result.tokens, self.now):
             req.top_logprobs = result.top_logprobs.get(req.id, [])
-        record = RoundRecord(
+        record = self._record(out, start, result.duration_s, result.worker_call_s)
+        self.rounds.append(record)
+        return record
+
+    def _roll_back(self, out: SchedulerOutput, reason: str) -> RoundRecord:
+        for req in self.scheduler.rollback(out, reason):
+            req.finish_s = self.now
+        record = self._record(out, self.now, 0.0, 0.0, error=reason)
+        self.failed_rounds.append(record)
+        return record
+
+    def _record(
+        self, out: SchedulerOutput, start: float, duration: float, worker: float, error: str | None = None
+    ) -> RoundRecord:
+        return RoundRecord(
             index=out.round_index,
             start_s=start,
-            duration_s=result.duration_s,
-            worker_call_s=result.worker_call_s,
+            duration_s=duration,
+            worker_call_s=worker,
             tokens=out.tokens,
             requests=len(out.chunks),
             bubble_tokens=out.bubble_tokens,
             blocked=len(out.blocked),
             stop_reason=out.stop_reason.value,
             chunks=tuple((c.request_id, c.start, c.end) for c in out.chunks),
+            error=error,
         )
-        self.rounds.append(record)
-        return record
 
     def _stalled(self) -> None:
         # Nothing fits even in an otherwise idle round: the head request can never run.

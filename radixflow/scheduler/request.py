@@ -12,7 +12,12 @@ class RequestStatus(Enum):
     WAITING = "waiting"  # arrived, not yet admitted
     RUNNING = "running"  # admitted; prefill in progress (possibly chunked)
     FINISHED = "finished"
-    FAILED = "failed"  # rejected at admission (see ``error``)
+    FAILED = "failed"  # rejected, or its round's worker call failed (see ``error``)
+    ABORTED = "aborted"  # cancelled by the caller (`Engine.abort`)
+
+    @property
+    def done(self) -> bool:
+        return self in (RequestStatus.FINISHED, RequestStatus.FAILED, RequestStatus.ABORTED)
 
 
 @dataclass(eq=False)

@@ -6,6 +6,7 @@ prefill, cache reservations, checkpoint placement) is shared by every policy.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -163,9 +164,30 @@ class Scheduler:
         point = self._reuse_point(req, match)
         if point is None:
             return _Admit.BLOCKED, match
+        status = self._start(req, point, budget, out)
+        if status is _Admit.NO_MEMORY and point.tokens and self.config.has_recurrent and not self.running:
+            # Nothing running will free capacity, so waiting cannot help. Our own lock on the reuse
+            # point pins the checkpoints above it; a shallower start frees them for a working slot.
+            for fallback in self._shallower_points(req, point.tokens):
+                status = self._start(req, fallback, budget, out)
+                if status is not _Admit.NO_MEMORY:
+                    break
+        return status, match
+
+    def _shallower_points(self, req: Request, below: int) -> Iterator[_ReusePoint]:
+        """READY checkpoints above ``below`` on the request's path, deepest first, then no reuse."""
+        while below > 0:
+            match = self.cache.match(req.namespace, req.prompt, below - 1, touch=False)
+            below = match.checkpoint_tokens
+            if below > 0 and not match.blocked:
+                yield _ReusePoint(below, match.handle, match.checkpoint_slot)
+        yield _ReusePoint(0, None, None)
+
+    def _start(self, req: Request, point: _ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
+        """Lock ``point``, reserve the request's capacity and emit its first chunk."""
         end = self._chunk_end(point.tokens, len(req.prompt), budget.tokens)
         if end is None:
-            return _Admit.NO_BUDGET, match
+            return _Admit.NO_BUDGET
         self.cache.lock(point.handle)  # protect the reuse point from our own reservations
         working = 1 if self.config.has_recurrent and end < len(req.prompt) else 0
         # Admit only when the whole prompt's KV fits beside what running requests still need,
@@ -173,7 +195,7 @@ class Scheduler:
         blocks = self._blocks_needed(point.tokens, len(req.prompt)) + self._promised_blocks()
         if not self.cache.reserve(blocks, working):
             self.cache.unlock(point.handle)
-            return _Admit.NO_MEMORY, match
+            return _Admit.NO_MEMORY
         ckpts = self._affordable(self._checkpoints(req, point.tokens, end), working)
         req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
         req.block_table = self.cache.block_table(point.handle)
@@ -184,7 +206,7 @@ class Scheduler:
         self.waiting.remove(req)
         self.running.append(req)
         out.chunks.append(self._emit(req, end, ckpts, point.restore_slot, budget))
-        return _Admit.SCHEDULED, match
+        return _Admit.SCHEDULED
 
     def _continue(self, req: Request, budget: _Budget) -> ScheduledChunk | None:
         end = self._chunk_end(req.computed, len(req.prompt), budget.tokens)
@@ -280,7 +302,9 @@ class Scheduler:
         return finished
 
     def _release(self, req: Request) -> None:
-        self.running.remove(req)
+        """Give back everything ``req`` holds: path lock, private blocks, working slot, demand."""
+        if req in self.running:
+            self.running.remove(req)
         self.cache.unlock(req.lock)
         self.cache.free_blocks(req.own_blocks)
         if req.working_slot is not None:
@@ -290,13 +314,53 @@ class Scheduler:
         req.lock, req.working_slot, req.registration = None, None, None
         req.own_blocks, req.block_table = [], []
 
+    def abort(self, req: Request) -> None:
+        """Cancel a waiting or running request between rounds (mutates queues, frees its resources).
+
+        Checkpoints it already produced were committed by `update` and stay: they hold valid state.
+        """
+        if req in self.waiting:
+            self.waiting.remove(req)
+        self._release(req)
+        req.status = RequestStatus.ABORTED
+
+    def rollback(self, out: SchedulerOutput, reason: str) -> list[Request]:
+        """The round's worker call failed: withdraw what it published and fail its requests.
+
+        Nothing the round published becomes READY: its PENDING checkpoints and the KV it added to
+        the tree are withdrawn (consumers that waited on them re-match next round). Returns the
+        failed requests.
+        """
+        by_id = {r.id: r for r in self.running}
+        failed = [by_id[c.request_id] for c in out.chunks]
+        for req in failed:  # unlock every path first: withdrawn nodes must be unlocked
+            self.cache.unlock(req.lock)
+            req.lock = None
+        self.cache.withdraw([r.id for r in failed])
+        for req in failed:
+            self._release(req)
+            req.status, req.error = RequestStatus.FAILED, reason
+        return failed
+
+    def unfit_reason(self, req: Request) -> str | None:
+        """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
+        cfg = self.config
+        blocks = self._blocks_needed(0, len(req.prompt))
+        if blocks > cfg.num_blocks:
+            return f"prompt does not fit in the KV cache: needs {blocks} blocks, cache has {cfg.num_blocks}"
+        if cfg.has_recurrent and len(req.prompt) > cfg.token_budget and cfg.num_state_slots < 1:
+            return (
+                f"prompt does not fit: {len(req.prompt)} tokens span several rounds (token budget "
+                f"{cfg.token_budget}) and need a state slot; the cache has none"
+            )
+        return None
+
     def fail_head(self, reason: str) -> Request | None:
         """Reject the oldest waiting request (used when nothing can ever make progress)."""
         if not self.waiting:
             return None
-        req = self.waiting.pop(0)
+        req = self.waiting[0]
+        self.waiting.remove(req)
+        self._release(req)
         req.status, req.error = RequestStatus.FAILED, reason
-        if req.registration is not None:
-            self.cache.unregister(req.registration)
-            req.registration = None
         return req

@@ -2,7 +2,7 @@
 
 `tests/test_behaviour_pins.py` replays them and compares against `tests/data/behaviour_pins.json`.
 Regenerate the file only for an intended behaviour change:
-``python -m tests.behaviour_pins > tests/data/behaviour_pins.json``.
+``python tests/behaviour_pins.py > tests/data/behaviour_pins.json``.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.behaviour_pins import cases, outcome
+from behaviour_pins import cases, outcome
 
 PINS = json.loads((Path(__file__).parent / "data" / "behaviour_pins.json").read_text())
 

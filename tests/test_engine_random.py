@@ -14,12 +14,12 @@ import random
 from dataclasses import dataclass
 
 import pytest
+from checking_runner import VOCAB, CheckingRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixflow.engine.engine import Engine
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
-from tests.checking_runner import VOCAB, CheckingRunner
 
 
 @dataclass

@@ -18,8 +18,9 @@ ALLOWED = {
     "runners": {"cache", "scheduler", "engine", "models"},
     "workloads": {"scheduler"},
     "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads"},
+    "cli": {"cache", "scheduler", "engine", "runners", "models", "workloads", "bench"},
 }
-NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench"}
+NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench", "cli"}
 
 
 def imports(path: Path) -> set[str]:

@@ -1,0 +1,5 @@
+import sys
+
+from radixflow.cli.app import main
+
+sys.exit(main())

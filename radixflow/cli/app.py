@@ -1,0 +1,44 @@
+"""Parser assembly and dispatch: user mistakes become one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from rich.console import Console
+
+from radixflow.cli import bench, models
+from radixflow.cli.command import Command, UsageError
+
+DESCRIPTION = "`radixflow` command line: bench (policies side by side) and models (the zoo)."
+
+# Every subcommand, in `--help` order. A new command is a new module with a COMMAND.
+COMMANDS: tuple[Command, ...] = (bench.COMMAND, models.COMMAND)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="radixflow", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for cmd in COMMANDS:
+        cmd.add_arguments(sub.add_parser(cmd.name, help=cmd.help))
+    return p
+
+
+def main(argv: list[str] | None = None, console: Console | None = None) -> int:
+    console = console or Console()
+    runs = {cmd.name: cmd.run for cmd in COMMANDS}
+    try:
+        args = build_parser().parse_args(argv)
+        return runs[args.command](args, console)
+    except UsageError as e:
+        print(f"radixflow: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("radixflow: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,23 @@
+"""What a command module provides, and the user-mistake exception every command raises."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console
+
+
+class UsageError(Exception):
+    """A user mistake: reported as one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its name and help, how it declares its flags, and what it runs."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Console], int]  # returns the exit code

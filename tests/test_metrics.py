@@ -2,24 +2,69 @@
 
 from __future__ import annotations
 
-import math
-
-from radixflow.bench.metrics import agreement, median_margin, outputs_digest, percentile
+from radixflow.bench.metrics import (
+    agreement,
+    median_margin,
+    outputs_digest,
+    percentile,
+    rounds_lower_bound,
+    summarize,
+)
+from radixflow.engine.engine import Engine
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request
+from radixflow.scheduler.request import RequestStatus
+from radixflow.scheduler.scheduler import SchedulerConfig
 
 
 def test_percentile_interpolates():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 99) == 5.0
     assert percentile([1.0, 2.0, 3.0], 100) == 3.0
-    assert math.isnan(percentile([], 50))
+    assert percentile([], 50) is None  # undefined, and JSON has no NaN
+
+
+def _finished(rid: str, token: int | None) -> Request:
+    r = Request(rid, (1,))
+    r.status, r.output_token = RequestStatus.FINISHED, token
+    return r
+
+
+def _failed(rid: str) -> Request:
+    r = Request(rid, (1,))
+    r.status, r.error = RequestStatus.FAILED, "token id 9 is outside the vocabulary (0..7)"
+    return r
 
 
 def test_agreement_counts_misses_and_failures():
-    reqs = [Request(str(i), (1,)) for i in range(4)]
-    for r, tok in zip(reqs, [7, 8, 9, None], strict=True):
-        r.output_token = tok
+    reqs = [_finished("0", 7), _finished("1", 8), _finished("2", 9), _failed("3")]
     assert agreement(reqs, {"0": 7, "1": 8, "2": 0, "3": 5}) == 0.5
+
+
+def test_agreement_never_counts_a_failed_request_as_a_match():
+    # The reference cannot run an out-of-vocabulary request either: both sides have no token,
+    # which used to compare equal (None == None) and report 1.000 for one failure in three.
+    reqs = [_finished("a", 3), _finished("b", 4), _failed("oov")]
+    assert agreement(reqs, {"a": 3, "b": 4}) == 2 / 3
+    assert agreement([_failed("oov")], {}) == 0.0
+    assert agreement([], {}) is None
+
+
+def test_rounds_lower_bound_respects_the_request_cap():
+    cfg = SchedulerConfig(token_budget=1000, max_requests=2)
+    assert rounds_lower_bound(tokens=100, chunks=10, depth=1, scheduler=cfg) == 5  # request cap
+    assert rounds_lower_bound(tokens=3500, chunks=2, depth=1, scheduler=cfg) == 4  # token budget
+    assert rounds_lower_bound(tokens=100, chunks=2, depth=7, scheduler=cfg) == 7  # dependency depth
+
+
+def test_rounds_lower_bound_of_a_run_counts_its_chunks():
+    # Ten independent 16-token requests, two per round: the token budget alone says 1 round.
+    cfg = SchedulerConfig(token_budget=1024, max_requests=2)
+    engine = Engine(SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"]), cfg)
+    engine.run([Request(f"r{i}", tuple(range(i * 16, i * 16 + 16))) for i in range(10)])
+    result = summarize("radixflow", engine, cfg)
+    assert result.rounds_lower_bound == 5 <= result.rounds
+    assert result.failures == () and result.failed == 0
 
 
 def test_margin_and_digest():

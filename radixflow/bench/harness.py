@@ -56,19 +56,19 @@ def run_policies(
             engine = Engine(runner, scheduler, policy=policy, placement=placement)
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
-            result = summarize(policy, engine, scheduler.token_budget, reference)
+            result = summarize(policy, engine, scheduler, reference)
             trials[policy].append(PolicyRun(result, engine.rounds, engine.requests))
     return [_median_run(trials[p]) for p in policies]
 
 
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:
-    """Median of every float figure; counts and hashes come from the first trial."""
+    """Median of every float figure; counts, hashes and undefined (None) figures from the first trial."""
     first = trials[0].result
-    timed = {
-        f.name: statistics.median(getattr(t.result, f.name) for t in trials)
-        for f in fields(first)
-        if isinstance(getattr(first, f.name), float)
-    }
+    timed: dict[str, float] = {}
+    for f in fields(first):
+        values = [getattr(t.result, f.name) for t in trials]
+        if all(isinstance(v, float) for v in values):
+            timed[f.name] = statistics.median(values)
     return PolicyRun(replace(first, **timed), trials[0].rounds, trials[0].requests)
 
 

@@ -1,4 +1,8 @@
-"""Per-policy summary figures computed from a finished engine run."""
+"""Per-policy summary figures computed from a finished engine run.
+
+A figure that is undefined for a run (a latency with no completed request, agreement without a
+reference) is None, never NaN, so the JSON stays strict.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,15 @@ from dataclasses import asdict, dataclass
 
 from radixflow.engine.engine import Engine
 from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A request that did not complete, and why (the engine's or the runner's reason)."""
+
+    id: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -18,28 +31,30 @@ class PolicyResult:
     completed: int
     failed: int
     rounds: int
-    rounds_lower_bound: int
-    mean_latency_s: float
-    p50_latency_s: float
-    p99_latency_s: float
-    reuse_rate: float  # prompt tokens served from cache / prompt tokens (completed requests)
+    rounds_lower_bound: int  # max(tokens / token budget, chunks / max requests, dependency depth)
+    mean_latency_s: float | None  # latencies are over completed requests
+    p50_latency_s: float | None
+    p99_latency_s: float | None
+    reuse_rate: float | None  # prompt tokens served from cache / prompt tokens (completed requests)
     bubble_tokens: int
     tokens_computed: int
     dependency_depth: int
     makespan_s: float
     worker_call_s: float
     outputs_sha256: str
-    agreement: float | None = None  # fraction of requests matching the no-cache reference
+    agreement: float | None = None  # see `agreement`; None without a reference
     median_top1_margin: float | None = None  # logit gap top-1 minus top-2, beside agreement
+    failures: tuple[Failure, ...] = ()  # in submission order
 
     def to_dict(self) -> dict[str, object]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """Every field; None (JSON null) where a figure is undefined."""
+        return asdict(self)
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in [0, 100]); NaN for no values."""
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in [0, 100]); None for no values."""
     if not values:
-        return math.nan
+        return None
     xs = sorted(values)
     k = (len(xs) - 1) * q / 100
     lo, hi = math.floor(k), math.ceil(k)
@@ -50,11 +65,27 @@ def outputs_digest(tokens: list[int | None]) -> str:
     return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
 
 
-def agreement(requests: list[Request], reference: dict[str, int]) -> float:
-    """Fraction of requests whose generated token equals the reference (failed ones count as misses)."""
+def agreement(requests: list[Request], reference: dict[str, int]) -> float | None:
+    """Matches / all requests. A match is a completed request whose token equals the reference's.
+
+    A failed request is a miss, never a match, even when the reference could not run it either
+    (both None): 1.0 means every request completed and agreed. Failures are reported separately.
+    """
     if not requests:
-        return math.nan
-    return sum(reference.get(r.id) == r.output_token for r in requests) / len(requests)
+        return None
+    matches = sum(
+        r.status is RequestStatus.FINISHED and r.id in reference and reference[r.id] == r.output_token
+        for r in requests
+    )
+    return matches / len(requests)
+
+
+def rounds_lower_bound(tokens: int, chunks: int, depth: int, scheduler: SchedulerConfig) -> int:
+    """Fewest rounds any policy could take: each round holds at most ``token_budget`` tokens and
+    ``max_requests`` chunks, and a request cannot finish before its dependency depth."""
+    return max(
+        math.ceil(tokens / scheduler.token_budget), math.ceil(chunks / scheduler.max_requests), depth
+    )
 
 
 def median_margin(requests: list[Request]) -> float | None:
@@ -63,31 +94,37 @@ def median_margin(requests: list[Request]) -> float | None:
 
 
 def summarize(
-    policy: str, engine: Engine, token_budget: int, reference: dict[str, int] | None = None
+    policy: str, engine: Engine, scheduler: SchedulerConfig, reference: dict[str, int] | None = None
 ) -> PolicyResult:
     reqs = engine.requests
     done = [r for r in reqs if r.status is RequestStatus.FINISHED]
+    # Every request that did not complete (failed at submission or admission, or never ran).
+    failures = tuple(
+        Failure(r.id, r.error or r.status.value) for r in reqs if r.status is not RequestStatus.FINISHED
+    )
     lat = [r.latency_s for r in done if r.latency_s is not None]
     prompt_tokens = sum(len(r.prompt) for r in done)
     computed = sum(rd.tokens for rd in engine.rounds)
+    chunks = sum(rd.requests for rd in engine.rounds)
     depth = engine.dependency_depth()
     return PolicyResult(
         policy=policy,
         requests=len(reqs),
         completed=len(done),
-        failed=sum(r.status is RequestStatus.FAILED for r in reqs),
+        failed=len(failures),
         rounds=len(engine.rounds),
-        rounds_lower_bound=max(math.ceil(computed / token_budget), depth),
-        mean_latency_s=sum(lat) / len(lat) if lat else math.nan,
+        rounds_lower_bound=rounds_lower_bound(computed, chunks, depth, scheduler),
+        mean_latency_s=sum(lat) / len(lat) if lat else None,
         p50_latency_s=percentile(lat, 50),
         p99_latency_s=percentile(lat, 99),
-        reuse_rate=sum(r.reused for r in done) / prompt_tokens if prompt_tokens else 0.0,
+        reuse_rate=sum(r.reused for r in done) / prompt_tokens if prompt_tokens else None,
         bubble_tokens=sum(rd.bubble_tokens for rd in engine.rounds),
         tokens_computed=computed,
         dependency_depth=depth,
         makespan_s=engine.now,
-        worker_call_s=sum(rd.worker_call_s for rd in engine.rounds),
+        worker_call_s=sum((rd.worker_call_s for rd in engine.rounds), 0.0),
         outputs_sha256=outputs_digest([r.output_token for r in reqs]),
         agreement=None if reference is None else agreement(reqs, reference),
         median_top1_margin=median_margin(done),
+        failures=failures,
     )

@@ -1,0 +1,67 @@
+"""The side-by-side table: failed requests grouped by reason under the `failed` row."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+from rich.console import Console
+
+from radixflow.bench.metrics import Failure, PolicyResult
+from radixflow.bench.report import MAX_REASONS, group_failures, render
+
+BASE = PolicyResult(
+    policy="native",
+    requests=4,
+    completed=4,
+    failed=0,
+    rounds=3,
+    rounds_lower_bound=2,
+    mean_latency_s=0.5,
+    p50_latency_s=0.5,
+    p99_latency_s=0.9,
+    reuse_rate=0.25,
+    bubble_tokens=0,
+    tokens_computed=100,
+    dependency_depth=1,
+    makespan_s=1.0,
+    worker_call_s=1.0,
+    outputs_sha256="ab" * 32,
+)
+
+
+def table_text(results: list[PolicyResult]) -> str:
+    console = Console(file=io.StringIO(), width=200, record=True)
+    render(results, "t", console)
+    return console.export_text()
+
+
+def test_failures_are_grouped_by_reason_in_first_seen_order():
+    fails = [Failure("a", "too long"), Failure("b", "bad token"), Failure("c", "too long")]
+    assert group_failures(fails) == {"too long": ["a", "c"], "bad token": ["b"]}
+
+
+def test_failed_row_lists_count_and_first_ids_per_reason():
+    fails = tuple(Failure(f"r{i}", "too long") for i in range(5)) + (Failure("x", "bad token"),)
+    native = replace(BASE, completed=0, failed=6, requests=6, failures=fails, mean_latency_s=None)
+    flow = replace(native, policy="radixflow", failures=fails[:1], failed=1, completed=5, mean_latency_s=0.4)
+    text = table_text([native, flow])
+    failed_line = next(line for line in text.splitlines() if "│ failed" in line)
+    assert "6" in failed_line and "1" in failed_line
+    assert "5 (r0, r1, r2, …)" in text and "1 (r0)" in text  # count, first ids, per policy
+    assert "1 (x)" in text and "bad token" in text
+    mean_line = next(line for line in text.splitlines() if "mean latency" in line)
+    assert "-" in mean_line  # undefined for native, not NaN
+    assert "nan" not in text.lower()
+
+
+def test_many_reasons_are_summed_into_one_row():
+    fails = tuple(Failure(f"r{i}", f"reason {i}") for i in range(MAX_REASONS + 3))
+    text = table_text([replace(BASE, failed=len(fails), failures=fails)])
+    assert f"{4} other reasons (see --json)" in text
+    assert "reason 0" in text and f"reason {MAX_REASONS + 2}" not in text
+
+
+def test_no_failures_shows_a_zero_failed_row_and_no_reasons():
+    text = table_text([BASE])
+    assert any(line.startswith("│ failed") and "0" in line for line in text.splitlines())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS, WorkloadSpec, build_workload
 from radixflow.workloads.trace import TraceError, read_trace, write_trace
 
 
@@ -45,6 +45,9 @@ def test_independent_requests_and_namespaces():
         WorkloadSpec(rate=-1.0),
         WorkloadSpec(order="sideways"),
         WorkloadSpec(candidate_len=0),
+        WorkloadSpec(rate=float("nan")),
+        WorkloadSpec(rate=float("inf")),
+        WorkloadSpec(rate=1e-300),
     ],
 )
 def test_bad_specs_are_rejected(spec):
@@ -76,4 +79,36 @@ def test_malformed_trace_line_names_its_line(tmp_path, line, needle):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "ok", "prompt": [1, 2]}\n' + line + "\n")
     with pytest.raises(TraceError, match=rf"bad.jsonl:2: .*{needle}"):
+        read_trace(path)
+
+
+def test_workload_size_limit_is_checked_before_any_token_is_drawn():
+    spec = WorkloadSpec(groups=100_000_000)
+    assert spec.total_tokens > MAX_WORKLOAD_TOKENS
+    with pytest.raises(ValueError, match=f"the limit is {MAX_WORKLOAD_TOKENS}"):
+        build_workload(spec)  # returns at once: nothing is drawn
+
+
+def test_trace_token_limit_names_the_line_where_it_is_passed(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1, 2, 3]}\n{"id": "b", "prompt": [4, 5, 6]}\n')
+    assert len(read_trace(path, max_tokens=6)) == 2
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: the trace exceeds the limit of 5 prompt tokens"):
+        read_trace(path, max_tokens=5)
+
+
+def test_trace_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1, 2]}\n', encoding="utf-8-sig")
+    assert [r.id for r in read_trace(path)] == ["a"]
+
+
+def test_trace_namespace_null_no_longer_merges_with_the_string_none(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [
+        '{"id": "a", "prompt": [1], "namespace": "None"}',
+        '{"id": "b", "prompt": [1], "namespace": null}',
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: 'namespace' must be a non-empty string, got null"):
         read_trace(path)

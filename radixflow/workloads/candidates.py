@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
 
@@ -9,6 +10,11 @@ from radixflow.scheduler.request import Request
 
 ORDERS = ("grouped", "interleaved", "shuffled")
 ARRIVALS = ("batch", "poisson", "bursty")
+# Prompt tokens in one workload (generated or replayed), all requests together: 2**25 is about
+# 500x the default workload and a few minutes of sim runner time; past it a typo such as
+# --groups 100000000 would silently spend hours and gigabytes building the workload.
+MAX_WORKLOAD_TOKENS = 1 << 25
+MIN_RATE = 1e-6  # requests/s; below it exponential gaps overflow to infinity
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class WorkloadSpec:
     def validate(self) -> None:
         if self.groups < 0 or self.candidates < 0 or self.independent < 0:
             raise ValueError("groups, candidates and independent must be >= 0")
-        if self.groups * self.candidates + self.independent == 0:
+        if self.requests == 0:
             raise ValueError("empty workload: no groups/candidates and no independent requests")
         if self.context_len < 0 or self.candidate_len < 1:
             raise ValueError("context length must be >= 0 and candidate length >= 1")
@@ -37,10 +43,28 @@ class WorkloadSpec:
             raise ValueError(f"unknown order {self.order!r} (choose from {', '.join(ORDERS)})")
         if self.arrival not in ARRIVALS:
             raise ValueError(f"unknown arrival {self.arrival!r} (choose from {', '.join(ARRIVALS)})")
-        if self.rate <= 0:
-            raise ValueError(f"rate must be positive, got {self.rate}")
+        if not math.isfinite(self.rate) or self.rate < MIN_RATE:
+            raise ValueError(f"rate must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
         if self.burst_size < 1 or self.namespaces < 1 or self.vocab_size < 2:
             raise ValueError("burst size, namespaces must be >= 1 and vocab size >= 2")
+        if self.total_tokens > MAX_WORKLOAD_TOKENS:
+            raise ValueError(
+                f"workload too large: {self.requests} requests of {self.prompt_len} tokens are "
+                f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}"
+            )
+
+    @property
+    def requests(self) -> int:
+        return self.groups * self.candidates + self.independent
+
+    @property
+    def prompt_len(self) -> int:
+        """Every prompt (candidate or independent) is a context plus a candidate."""
+        return self.context_len + self.candidate_len
+
+    @property
+    def total_tokens(self) -> int:
+        return self.requests * self.prompt_len
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from radixflow.scheduler.request import Request
+from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS
 
 
 class TraceError(ValueError):
@@ -26,25 +29,60 @@ def write_trace(path: str | Path, requests: list[Request]) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def read_trace(path: str | Path) -> list[Request]:
-    """Parse a trace; a malformed line raises `TraceError` naming the file and line number."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read trace ({e.strerror})") from None
+FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
+
+
+def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> list[Request]:
+    """Parse a UTF-8 JSONL trace, line by line.
+
+    A malformed line raises `TraceError` naming the file and line number; so does a trace whose
+    prompts hold more than ``max_tokens`` tokens together (found without reading the rest).
+    """
     out: list[Request] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        req = _parse(line, f"{path}:{lineno}")
-        if req.id in seen:
-            raise TraceError(f"{path}:{lineno}: duplicate request id {req.id!r}")
-        seen.add(req.id)
-        out.append(req)
+    tokens = 0
+    try:
+        for where, line in _lines(path):
+            if not line.strip():
+                continue
+            req = _parse(line, where)
+            if req.id in seen:
+                raise TraceError(f"{where}: duplicate request id {req.id!r}")
+            tokens += len(req.prompt)
+            if tokens > max_tokens:
+                raise TraceError(f"{where}: the trace exceeds the limit of {max_tokens} prompt tokens")
+            seen.add(req.id)
+            out.append(req)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read trace ({e.strerror or e})") from None
     if not out:
         raise TraceError(f"{path}: trace has no requests")
     return out
+
+
+def _lines(path: str | Path) -> Iterator[tuple[str, str]]:
+    """("file:line", text) for each line, decoded one line at a time (exact line numbers)."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            yield f"{path}:{lineno}", _decode(raw, f"{path}:{lineno}", first=lineno == 1)
+
+
+def _decode(raw: bytes, where: str, first: bool) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(
+            f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+            "a trace is UTF-8 JSON Lines"
+        ) from None
+    return text.removeprefix("\ufeff") if first else text
+
+
+def _string(row: dict[str, object], key: str, default: str, where: str) -> str:
+    value = row.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise TraceError(f"{where}: {key!r} must be a non-empty string, got {json.dumps(value)}")
+    return value
 
 
 def _parse(line: str, where: str) -> Request:
@@ -54,12 +92,16 @@ def _parse(line: str, where: str) -> Request:
         raise TraceError(f"{where}: not valid JSON ({e.msg})") from None
     if not isinstance(row, dict):
         raise TraceError(f"{where}: expected a JSON object")
+    unknown = sorted(set(row) - set(FIELDS))
+    if unknown:
+        raise TraceError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
     prompt = row.get("prompt")
     if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
         raise TraceError(f"{where}: 'prompt' must be a non-empty list of integer token ids")
     arrival = row.get("arrival_s", 0.0)
-    if not isinstance(arrival, int | float) or arrival < 0:
-        raise TraceError(f"{where}: 'arrival_s' must be a number >= 0")
+    # bool is an int in Python, and NaN/Infinity parse as floats: refuse all three
+    if type(arrival) not in (int, float) or not math.isfinite(arrival) or arrival < 0:
+        raise TraceError(f"{where}: 'arrival_s' must be a finite number >= 0, got {json.dumps(arrival)}")
     rid = row.get("id")
     if not isinstance(rid, str) or not rid:
         raise TraceError(f"{where}: 'id' must be a non-empty string")
@@ -69,8 +111,8 @@ def _parse(line: str, where: str) -> Request:
     return Request(
         id=rid,
         prompt=tuple(prompt),
-        namespace=str(row.get("namespace", "default")),
+        namespace=_string(row, "namespace", "default", where),
         arrival_s=float(arrival),
         group=group,
-        kind=str(row.get("kind", "candidate")),
+        kind=_string(row, "kind", "candidate", where),
     )

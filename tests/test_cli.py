@@ -79,3 +79,95 @@ def test_cost_model_parameters_are_configurable(tmp_path):
     assert slow["config"]["hardware"]["round_overhead_s"] == 0.04
     assert slow["results"][0]["makespan_s"] > base["results"][0]["makespan_s"]
     assert slow["results"][0]["rounds"] == base["results"][0]["rounds"]
+
+
+def _trace(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_requests_that_cannot_run_are_reported_with_their_reason(tmp_path, capsys):
+    # A bad token id is refused at submission; a prompt longer than the whole KV cache at admission.
+    trace = _trace(
+        tmp_path / "t.jsonl",
+        [
+            {"id": "ok", "prompt": list(range(40))},
+            {"id": "oov", "prompt": [1, 2, 10**9]},
+            {"id": "long", "prompt": list(range(300))},
+        ],
+    )
+    out = tmp_path / "out.json"
+    assert main(["bench", "--trace", str(trace), "--kv-blocks", "10", "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "failed" in table and "(oov)" in table and "(long)" in table
+    for result in json.loads(out.read_text())["results"]:
+        assert (result["completed"], result["failed"]) == (1, 2)
+        reasons = {f["id"]: f["reason"] for f in result["failures"]}
+        assert set(reasons) == {"oov", "long"}
+        assert "outside the vocabulary" in reasons["oov"]
+        assert "does not fit" in reasons["long"]
+
+
+def test_exit_1_and_null_figures_when_no_request_completes(tmp_path, capsys):
+    trace = _trace(tmp_path / "t.jsonl", [{"id": "oov", "prompt": [10**9]}])
+    out = tmp_path / "out.json"
+    assert main(["bench", "--trace", str(trace), "--json", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "radixflow: error: no request completed under native, radixflow" in err
+    result = json.loads(out.read_text())["results"][0]  # written even so
+    assert result["mean_latency_s"] is None and result["reuse_rate"] is None
+    assert result["failures"] == [{"id": "oov", "reason": result["failures"][0]["reason"]}]
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("radixflow ")
+
+
+def test_every_bench_flag_is_explained_with_its_default(capsys):
+    from radixflow.cli import build_parser
+
+    bench = next(a for a in build_parser()._actions if a.dest == "command").choices["bench"]
+    for action in bench._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, f"{action.option_strings} has no help"
+        # either the help text says the default, or the formatter appends "(default: X)"
+        assert "default" in action.help or action.default not in (None, False), action.option_strings
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "prompt tokens per round (default: 2048)" in help_text
+    assert "shared contexts (default: 8)" in help_text
+
+
+@pytest.mark.parametrize(
+    "argv, warning",
+    [
+        (["--groups", "3", "--seed", "4"], "--groups, --seed have no effect with --trace"),
+        (["--device", "cpu"], "--device has no effect with the sim runner"),
+    ],
+)
+def test_flags_without_effect_are_warned_about(tmp_path, capsys, argv, warning):
+    trace = _trace(tmp_path / "t.jsonl", [{"id": "a", "prompt": [1, 2, 3]}])
+    assert main(["bench", "--trace", str(trace), *argv]) == 0
+    assert f"radixflow: warning: {warning}" in capsys.readouterr().err
+
+
+def test_rate_with_batch_arrivals_is_warned_about(capsys):
+    assert main(["bench", "--groups", "1", "--candidates", "2", "--rate", "5"]) == 0
+    assert "--rate has no effect with --arrival batch" in capsys.readouterr().err
+
+
+def test_sim_cost_flags_with_the_torch_runner_are_warned_about(capsys):
+    argv = ["bench", "--runner", "torch", "--model", "gpt-17", "--tflops", "3", "--hardware", "h200"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "radixflow: warning: --hardware, --tflops have no effect with --runner torch" in err
+
+
+def test_no_warning_for_defaults(capsys):
+    assert main(["bench", "--groups", "1", "--candidates", "2"]) == 0
+    assert "warning" not in capsys.readouterr().err

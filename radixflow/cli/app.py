@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
 from rich.console import Console
 
 from radixflow.cli import bench, models
+from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 
 DESCRIPTION = "`radixflow` command line: bench (policies side by side) and models (the zoo)."
@@ -22,11 +24,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def package_version() -> str:
+    try:
+        return version("radixflow")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="radixflow", description=DESCRIPTION)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = _Parser(prog="radixflow", description=DESCRIPTION, formatter_class=HelpFormatter)
+    p.add_argument("--version", action="version", version=f"radixflow {package_version()}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for cmd in COMMANDS:
-        cmd.add_arguments(sub.add_parser(cmd.name, help=cmd.help))
+        parser = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, formatter_class=HelpFormatter)
+        cmd.add_arguments(parser)
     return p
 
 

@@ -1,37 +1,108 @@
-"""Argument types and checks shared by the commands."""
+"""Argument types, help formatting and checks shared by the commands."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.cli.command import UsageError
 
 
-def _number(kind: type, positive: bool) -> Callable[[str], object]:
-    """argparse type: a number of ``kind`` that is > 0 (``positive``) or >= 0."""
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to a flag's help unless it has no default (None/False) or says it."""
 
-    def parse(text: str) -> object:
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _show(x: float) -> str:
+    """A limit as a user types it: 3600000, not 3.6e+06; 1e-06 stays short."""
+    return str(int(x)) if x == int(x) and abs(x) < 1e16 else f"{x:g}"
+
+
+def _check_range(value: float, text: str, low: float, high: float | None, positive: bool) -> None:
+    if positive and value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if value < low:
+        raise argparse.ArgumentTypeError(
+            f"must be {'>= 0' if low == 0 else f'at least {_show(low)}'}, got {text}"
+        )
+    if high is not None and value > high:
+        raise argparse.ArgumentTypeError(f"must be at most {_show(high)}, got {text}")
+
+
+def int_arg(low: int = 0, high: int | None = None, positive: bool = False) -> Callable[[str], int]:
+    """argparse type: an integer in ``[low, high]`` (and > 0 when ``positive``)."""
+
+    def parse(text: str) -> int:
         try:
-            value = kind(text)
+            value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a valid {kind.__name__}: {text!r}") from None
-        if value < 0 or (positive and value == 0):
-            raise argparse.ArgumentTypeError(f"must be {'positive' if positive else '>= 0'}, got {text}")
+            raise argparse.ArgumentTypeError(f"not a valid int: {text!r}") from None
+        _check_range(value, text, low, high, positive)
         return value
 
     return parse
 
 
-positive_int, positive_float = _number(int, True), _number(float, True)
-non_negative_int, non_negative_float = _number(int, False), _number(float, False)
+def float_arg(low: float = 0.0, high: float | None = None, positive: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite float in ``[low, high]`` (and > 0 when ``positive``); nan/inf refused."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a valid number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        _check_range(value, text, low, high, positive)
+        return value
+
+    return parse
 
 
-def check_output_paths(*paths: Path | None) -> None:
-    """Fail before a long run, not after it, when a result file cannot be written."""
-    for path in paths:
-        if path is not None and not path.resolve().parent.is_dir():
-            raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-        if path is not None and path.is_dir():
-            raise UsageError(f"cannot write {path}: it is a directory")
+positive_int, non_negative_int = int_arg(positive=True), int_arg()
+positive_float, non_negative_float = float_arg(positive=True), float_arg()
+
+
+def check_output_paths(outputs: dict[str, Path | None], inputs: dict[str, Path | None]) -> None:
+    """Fail before a long run, not after it, when a result file cannot be written.
+
+    ``outputs`` and ``inputs`` map a flag to its path. Each output is opened for appending (so an
+    existing file is not truncated yet); one this creates is removed again, so a run that fails
+    later leaves nothing behind. Two outputs, or an output and an input, may not be one file.
+    """
+    seen = {p.resolve(): flag for flag, p in inputs.items() if p is not None}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        resolved = path.resolve()
+        if resolved in seen:
+            raise UsageError(f"{flag} {path}: the same file as {seen[resolved]}")
+        seen[resolved] = flag
+        _probe_writable(flag, path)
+
+
+def _probe_writable(flag: str, path: Path) -> None:
+    if path.is_dir():
+        raise UsageError(f"cannot write {flag} {path}: it is a directory")
+    if not path.resolve().parent.is_dir():
+        raise UsageError(f"cannot write {flag} {path}: directory {path.parent} does not exist")
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr (the run goes on)."""
+    print(f"radixflow: warning: {message}", file=sys.stderr)

@@ -1,0 +1,207 @@
+"""Bad input to `radixflow bench`: one line `radixflow: error: ...`, exit 2, before any work."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from radixflow.cli import main
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run ``argv``; assert exit 2, nothing on stdout (no work was done), one stderr line."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "", "the run started before the error"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("radixflow: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--rate", "nan"),
+        ("--rate", "inf"),
+        ("--tflops", "nan"),
+        ("--tflops", "inf"),
+        ("--per-request-ms", "nan"),
+        ("--round-overhead-ms", "inf"),
+        ("--round-overhead-ms", "-inf"),
+    ],
+)
+def test_non_finite_numbers_are_refused(capsys, flag, value):
+    err = one_line_error(capsys, ["bench", f"{flag}={value}"])
+    assert f"argument {flag}: must be a finite number, got {value}" in err
+
+
+@pytest.mark.parametrize(
+    "argv, limit",
+    [
+        (["--groups", "100000000"], "the limit is 33554432"),
+        (["--context-len", "1000000000"], "the limit is 33554432"),
+        (["--independent", "100000000"], "the limit is 33554432"),
+        (["--kv-blocks", "10000000000"], "must be at most 4194304"),
+        (["--state-slots", "10000000000"], "must be at most 1048576"),
+        (["--repeat", "1000000"], "must be at most 1000"),
+        (["--rate", "1e-300", "--arrival", "poisson"], "must be at least 1e-06"),
+        (["--tflops", "1e-300"], "must be at least 0.001"),
+        (["--per-request-ms", "1e300"], "must be at most 3600000"),
+    ],
+)
+def test_absurd_sizes_are_refused_with_the_limit_named(capsys, argv, limit):
+    assert limit in one_line_error(capsys, ["bench", *argv])
+
+
+def test_generated_prompt_longer_than_the_model_context_is_refused(capsys):
+    err = one_line_error(capsys, ["bench", "--groups", "1", "--candidates", "1", "--context-len", "300000"])
+    assert "300064 tokens" in err and "context of 262144 tokens" in err
+
+
+def test_generated_prompt_larger_than_the_kv_cache_is_refused(capsys):
+    err = one_line_error(capsys, ["bench", "--kv-blocks", "10"])
+    assert "needs 68 KV blocks of 16 tokens; the cache has 10 (--kv-blocks)" in err
+
+
+def write_lines(path: Path, *rows: str) -> Path:
+    path.write_text("".join(row + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    "fields, needle",
+    [
+        ('"arrival_s": NaN', "'arrival_s' must be a finite number >= 0, got NaN"),
+        ('"arrival_s": Infinity', "'arrival_s' must be a finite number >= 0, got Infinity"),
+        ('"arrival_s": 1e999', "'arrival_s' must be a finite number >= 0, got Infinity"),
+        ('"arrival_s": true', "'arrival_s' must be a finite number >= 0, got true"),
+        ('"namespace": null', "'namespace' must be a non-empty string, got null"),
+        ('"namespace": 123', "'namespace' must be a non-empty string, got 123"),
+        ('"namespace": ["x"]', "'namespace' must be a non-empty string, got [\"x\"]"),
+        ('"kind": {"k": 1}', "'kind' must be a non-empty string, got {\"k\": 1}"),
+        ('"arival_s": 3', "unknown field 'arival_s'"),
+    ],
+)
+def test_trace_fields_of_the_wrong_type_are_refused_not_coerced(tmp_path, capsys, fields, needle):
+    row = '{"id": "a", "prompt": [1, 2], ' + fields + "}"
+    trace = write_lines(tmp_path / "t.jsonl", '{"id": "ok", "prompt": [1, 2]}', row)
+    err = one_line_error(capsys, ["bench", "--trace", str(trace)])
+    assert f"t.jsonl:2: {needle}" in err
+
+
+def test_binary_trace_file_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(b'{"id": "a", "prompt": [1]}\n\x00\x9f\x92\x96 garbage\xff\n')
+    assert "t.jsonl:2: not UTF-8 text" in one_line_error(capsys, ["bench", "--trace", str(trace)])
+
+
+def test_utf16_trace_file_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"id": "a", "prompt": [1, 2]}\n', encoding="utf-16")
+    err = one_line_error(capsys, ["bench", "--trace", str(trace)])
+    assert "t.jsonl:1: not UTF-8 text (byte 0xff at column 1)" in err
+
+
+def _can_create_in(directory: Path) -> bool:
+    probe = directory / "radixflow-probe"
+    try:
+        probe.touch()
+    except OSError:
+        return False
+    probe.unlink()
+    return True
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory this process cannot create files in (root ignores permission bits: /sys then)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    candidates = [ro, Path("/sys")]
+    found = next((d for d in candidates if d.is_dir() and not _can_create_in(d)), None)
+    yield found or pytest.skip("no directory here refuses new files")
+    ro.chmod(0o700)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--write-trace", "--round-trace"])
+def test_unwritable_output_is_refused_before_the_run(unwritable_dir, capsys, flag):
+    err = one_line_error(capsys, ["bench", flag, str(unwritable_dir / "out")])
+    assert f"cannot write {flag} {unwritable_dir / 'out'}" in err
+
+
+def test_unwritable_existing_output_file_is_refused_and_kept(tmp_path, capsys):
+    target = tmp_path / "out.json"
+    target.write_text("keep me")
+    target.chmod(0o400)
+    try:
+        if _writable(target):
+            pytest.skip("running as root: permission bits do not stop writes")
+        err = one_line_error(capsys, ["bench", "--json", str(target)])
+        assert "cannot write --json" in err and "Permission denied" in err
+        assert target.read_text() == "keep me"
+    finally:
+        target.chmod(0o600)
+
+
+def _writable(path: Path) -> bool:
+    try:
+        with open(path, "a"):
+            return True
+    except OSError:
+        return False
+
+
+def test_output_checks_leave_no_file_behind(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    one_line_error(capsys, ["bench", "--json", str(out), "--groups", "100000000"])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--json", "x.json", "--round-trace", "x.json"], "--round-trace x.json: the same file as --json"),
+        (["--json", "."], "cannot write --json .: it is a directory"),
+    ],
+)
+def test_output_paths_that_collide_are_refused(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert needle in one_line_error(capsys, ["bench", *argv])
+
+
+def test_output_path_equal_to_the_input_trace_is_refused(tmp_path, capsys):
+    trace = write_lines(tmp_path / "t.jsonl", '{"id": "a", "prompt": [1, 2]}')
+    err = one_line_error(capsys, ["bench", "--trace", str(trace), "--write-trace", str(trace)])
+    assert "the same file as --trace" in err
+
+
+@pytest.fixture
+def without_torch(monkeypatch):
+    """Simulate an install without the torch extra: `import torch` raises ImportError."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+
+
+def test_models_without_the_torch_extra_names_the_install_command(without_torch, capsys):
+    err = one_line_error(capsys, ["models"])
+    assert "package 'torch' is missing" in err and "pip install -e '.[torch]'" in err
+
+
+def test_torch_runner_without_the_torch_extra_names_the_install_command(without_torch, capsys):
+    err = one_line_error(capsys, ["bench", "--runner", "torch", "--model", "qwen3_5-tiny"])
+    assert "--runner torch needs the torch extra" in err and "pip install -e '.[torch]'" in err
+
+
+def test_strict_json_has_no_nan(tmp_path):
+    out = tmp_path / "out.json"
+    assert main(["bench", "--groups", "2", "--candidates", "2", "--json", str(out)]) == 0
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"non-JSON constant {name}")
+
+    data = json.loads(out.read_text(), parse_constant=refuse)
+    assert data["results"][0]["failures"] == []

@@ -5,15 +5,32 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool, paged_attention
+from radixflow.models.batch import (
+    ForwardBatch,
+    KVPool,
+    Segment,
+    SeqSpec,
+    Snapshot,
+    StatePool,
+    paged_attention,
+)
 
 
 def test_segments_split_at_snapshots():
     spec = SeqSpec(
         start=32, length=40, block_table=[0, 1, 2, 3, 4], snapshots=[Snapshot(48, 5), Snapshot(64, 6)]
     )
-    assert spec.segments() == [(0, 16, 5), (16, 32, 6), (32, 40, None)]
-    assert SeqSpec(0, 16, [0], snapshots=[Snapshot(16, 1)]).segments() == [(0, 16, 1)]
+    assert spec.segments() == [Segment(0, 16, (5,)), Segment(16, 32, (6,)), Segment(32, 40)]
+    assert SeqSpec(0, 16, [0], snapshots=[Snapshot(16, 1)]).segments() == [Segment(0, 16, (1,))]
+
+
+def test_snapshots_sharing_a_position_share_one_segment_never_an_empty_one():
+    # A chunk ending on a checkpoint: the checkpoint slot and the working slot at the same end.
+    spec = SeqSpec(0, 32, [0, 1], snapshots=[Snapshot(16, 2), Snapshot(32, 0), Snapshot(32, 1)])
+    assert spec.segments() == [Segment(0, 16, (2,)), Segment(16, 32, (0, 1))]
+    ragged = SeqSpec(8, 9, [0, 1], snapshots=[Snapshot(17, 4), Snapshot(9, 3), Snapshot(9, 5)])
+    assert ragged.segments() == [Segment(0, 1, (3, 5)), Segment(1, 9, (4,))]
+    assert all(seg.lo < seg.hi for seg in spec.segments() + ragged.segments())
 
 
 def test_paged_attention_matches_dense_causal_attention_across_rounds():

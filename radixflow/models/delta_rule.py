@@ -85,6 +85,8 @@ def chunked_gated_delta_rule(
     for ``j < i``, which is one unit-lower-triangular solve per chunk.
     """
     length = q.shape[0]
+    if length == 0:  # no tokens: no output, state unchanged (callers never split off empty segments)
+        return v.new_zeros(0, *v.shape[1:]), state
     size = min(chunk, length)
     qc, kc, vc = (_to_chunks(t, size) for t in (q, k, v))  # [H, N, C, d]
     gc, bc = (_to_chunks(t, size) for t in (g, beta))  # [H, N, C]

@@ -94,11 +94,12 @@ class GatedDeltaNet(nn.Module):
         out = torch.empty(
             qkv.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device
         )
-        for lo, hi, slot in seq.segments():
+        for seg in seq.segments():
+            lo, hi = seg.lo, seg.hi
             out[lo:hi], rec = chunked_gated_delta_rule(
                 q[lo:hi], k[lo:hi], v[lo:hi], g[lo:hi], beta[lo:hi], rec
             )
-            if slot is not None:
+            for slot in seg.slots:
                 batch.state.save(self.layer_idx, slot, (padded[:, hi : hi + self.kernel - 1], rec))
         return out
 

@@ -172,10 +172,10 @@ class Mamba2Mixer(nn.Module):
     ) -> None:
         """One sequence, segment by segment, saving the state at each snapshot; writes into ``y``."""
         window, h = self._initial_state(batch, seq.restore_slot, xbc)
-        for lo, hi, slot in seq.segments():
-            part = slice(off + lo, off + hi)
+        for seg in seq.segments():
+            part = slice(off + seg.lo, off + seg.hi)
             y[part], window, h = self._segment(xbc[part], dt[part], window, h)
-            if slot is not None:
+            for slot in seg.slots:
                 batch.state.save(self.layer_idx, slot, (window, h))
 
     def _conv_act(self, xbc: torch.Tensor, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,9 +232,8 @@ class Mamba2Mixer(nn.Module):
         out = out + self.D.float()[:, None] * xs
         y[idx] = out.reshape(len(rows), -1)
         for j, i in enumerate(rows):
-            for _, _, slot in batch.seqs[i].segments():
-                if slot is not None:
-                    batch.state.save(self.layer_idx, slot, (full[j, :, 1:], h[j]))
+            for snap in batch.seqs[i].snapshots:  # one token: every snapshot is at its end
+                batch.state.save(self.layer_idx, snap.slot, (full[j, :, 1:], h[j]))
 
 
 class _WeightOnly(nn.Module):

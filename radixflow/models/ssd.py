@@ -65,6 +65,8 @@ def ssd_chunked(
     the state after the last token.
     """
     length, heads, p = x.shape
+    if length == 0:  # no tokens: no output, state unchanged (callers never split off empty segments)
+        return x.new_zeros(0, heads, p), h0
     groups, n = b.shape[1], b.shape[2]
     r = heads // groups
     q = min(chunk, length)

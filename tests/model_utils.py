@@ -6,8 +6,10 @@ A plain module (not a conftest): pytest's default ``prepend`` import mode puts `
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import torch
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
@@ -15,6 +17,19 @@ from radixflow.models.loader import load_model, save_model
 
 BLOCK = 16
 TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Run a module's tiny models on one thread, restoring the global setting afterwards.
+
+    Tiny models gain nothing from a second thread, and on a busy 2-core machine two spinning
+    threads per op make them over ten times slower.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 class Pools:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_utils import BLOCK, TOL, Pools, prompt, run
+from model_utils import BLOCK, TOL, Pools, one_thread, prompt, run  # noqa: F401 (fixture)
 
 from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.delta_rule import chunked_gated_delta_rule
@@ -18,6 +18,8 @@ from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
 from radixflow.models.ssd import ssd_chunked
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 HYBRIDS = ["qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]
 N = 40  # prompt length: two full blocks and a partial one

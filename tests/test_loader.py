@@ -248,3 +248,29 @@ def test_unknown_model_type_lists_supported(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(UnknownModelError, match=r"'gpt2'.*supported: .*llama.*qwen3_next"):
         load_model(tmp_path)
+
+
+def test_unreadable_safetensors_names_the_file(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors file"):
+        load_model(tmp_path)
+
+
+def test_config_the_family_cannot_build_names_the_file(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["num_hidden_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"config\.json: cannot build a lfm2 model .*num_hidden_layers"):
+        load_model(tmp_path)
+
+
+def test_an_unusable_device_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    from radixflow.models.device import DeviceError
+
+    with pytest.raises(DeviceError, match="unknown device 'tpu'"):
+        load_model(tmp_path, device="tpu")  # not even a config.json here

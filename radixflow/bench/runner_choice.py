@@ -75,18 +75,22 @@ class TorchChoice:
 
     @staticmethod
     def _errors() -> tuple[type[BaseException], ...]:
+        from radixflow.models.device import DeviceError
         from radixflow.models.loader import CheckpointError
         from radixflow.models.registry import UnknownModelError
         from radixflow.models.zoo import ModelUnavailableError
 
-        return (UnknownModelError, CheckpointError, ModelUnavailableError, NotImplementedError, OSError)
+        errors = (UnknownModelError, CheckpointError, ModelUnavailableError, DeviceError)
+        return (*errors, NotImplementedError, OSError)
 
     def _resolve(self, name: str) -> Path:
         try:
+            from radixflow.models.device import check_device
             from radixflow.models.zoo import ensure_model
         except ImportError as e:
             raise RunnerSetupError(f"the torch runner needs: pip install -e '.[torch]' ({e})") from None
         try:
+            check_device(self.device)  # before any model is built or loaded
             return ensure_model(name)
         except self._errors() as e:
             raise RunnerSetupError(str(e)) from None

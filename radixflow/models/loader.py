@@ -6,16 +6,17 @@ import json
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from radixflow.models.convert import plan_conversion
+from radixflow.models.device import check_device
 from radixflow.models.layers import CausalLM, Config
-from radixflow.models.registry import model_class
+from radixflow.models.registry import check_model_type, model_class
 
 
 class CheckpointError(ValueError):
@@ -23,26 +24,60 @@ class CheckpointError(ValueError):
 
 
 def read_config(path: str | Path) -> Config:
+    """The checkpoint's ``config.json``: a JSON object with a ``model_type`` and a ``vocab_size``."""
     cfg_path = Path(path) / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{path}: no config.json")
-    data = json.loads(cfg_path.read_text())
+    data = _read_json(cfg_path)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{cfg_path}: expected a JSON object, got {type(data).__name__}")
     if "model_type" not in data:
         raise CheckpointError(f"{cfg_path}: no model_type field")
-    if data["model_type"] == "qwen3_5" and "text_config" in data:
+    if data["model_type"] == "qwen3_5" and isinstance(data.get("text_config"), dict):
         data = {**data["text_config"], "model_type": "qwen3_5_text"}
+    check_model_type(data["model_type"])
+    vocab = data.get("vocab_size")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise CheckpointError(f"{cfg_path}: vocab_size must be a positive integer, got {vocab!r}")
     return Config(data)
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
 
 
 def _weight_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / n for n in names]
+        weight_map = _read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(f"{index}: no weight_map of tensor names to file names")
+        return [path / n for n in sorted(set(weight_map.values()))]
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path}: no *.safetensors files")
     return files
+
+
+def _open(stack: ExitStack, file: Path) -> Any:
+    """An open safetensors file; a missing, truncated or garbled one is a `CheckpointError`."""
+    try:
+        return stack.enter_context(safe_open(str(file), framework="pt"))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{file}: not a readable safetensors file ({e})") from None
+
+
+def _build(config: Config, cfg_path: Path) -> nn.Module:
+    """The family's model for ``config``; fields that are missing or of the wrong kind name the file."""
+    cls = model_class(config.model_type)
+    try:
+        return cls(config)
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{cfg_path}: cannot build a {config.model_type} model from it ({e})") from None
 
 
 def _tied(model: nn.Module) -> set[str]:
@@ -63,13 +98,12 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     `radixflow.models.convert`), one tensor at a time.
     """
     path = Path(path)
+    check_device(device)  # before anything is built
     config = read_config(path)
-    model = model_class(config.model_type)(config)
+    model = _build(config, path / "config.json")
     wanted = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in _tied(model)}
     with ExitStack() as stack:
-        handles = {
-            file: stack.enter_context(safe_open(str(file), framework="pt")) for file in _weight_files(path)
-        }
+        handles = {file: _open(stack, file) for file in _weight_files(path)}
         where = {key: file for file, f in handles.items() for key in f.keys()}  # noqa: SIM118 (not a dict)
         plan = plan_conversion(config.model_type, where, set(wanted))
 

@@ -22,11 +22,14 @@ class UnknownModelError(ValueError):
     pass
 
 
-def model_class(model_type: str) -> Any:
-    try:
-        target = FAMILIES[model_type]
-    except KeyError:
+def check_model_type(model_type: object) -> str:
+    """``model_type`` if a family implements it, else `UnknownModelError` listing those that exist."""
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         known = ", ".join(sorted(FAMILIES))
-        raise UnknownModelError(f"unsupported model_type {model_type!r} (supported: {known})") from None
-    module, name = target.split(":")
+        raise UnknownModelError(f"unsupported model_type {model_type!r} (supported: {known})")
+    return model_type
+
+
+def model_class(model_type: str) -> Any:
+    module, name = FAMILIES[check_model_type(model_type)].split(":")
     return getattr(importlib.import_module(module), name)

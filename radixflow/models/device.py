@@ -1,0 +1,73 @@
+"""Which torch devices exist on this machine: a bad ``--device`` is refused before any model work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class DeviceError(ValueError):
+    """A device name torch does not know, or a device this machine or torch build lacks."""
+
+
+def _count(module_name: str) -> Callable[[], int]:
+    """Devices of one accelerator backend visible here (0 when the build lacks the backend)."""
+
+    def count() -> int:
+        backend = getattr(torch, module_name, None)
+        if backend is None or not backend.is_available():
+            return 0
+        return int(backend.device_count())
+
+    return count
+
+
+def _mps_count() -> int:
+    mps = getattr(torch.backends, "mps", None)
+    return 1 if mps is not None and mps.is_available() else 0
+
+
+# device type -> how many such devices are usable here; types missing here are refused
+BACKENDS: dict[str, Callable[[], int]] = {
+    "cpu": lambda: 1,
+    "cuda": _count("cuda"),
+    "xpu": _count("xpu"),
+    "mps": _mps_count,
+}
+
+
+def available_devices() -> list[str]:
+    """Names of the usable devices, ``cpu`` first (then ``cuda:0``, ``cuda:1``, ... when present)."""
+    out = ["cpu"]
+    for kind, count in BACKENDS.items():
+        if kind != "cpu":
+            out.extend(f"{kind}:{i}" for i in range(count()))
+    return out
+
+
+def check_device(name: str | torch.device) -> torch.device:
+    """``name`` as a `torch.device` usable here; otherwise `DeviceError` naming the devices there are.
+
+    Cheap (no model, no allocation), so callers check before building or loading anything.
+    """
+    here = f"(available here: {', '.join(available_devices())})"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise DeviceError(f"unknown device {str(name)!r} {here}") from None
+    count = BACKENDS.get(device.type)
+    if count is None:
+        raise DeviceError(f"device type {device.type!r} is not supported by the torch runner {here}")
+    n = count()
+    if n == 0:
+        raise DeviceError(f"device {str(name)!r} is not available{_why(device.type)} {here}")
+    if device.type != "cpu" and device.index is not None and device.index >= n:
+        raise DeviceError(f"device {str(name)!r} does not exist: {n} {device.type} device(s) {here}")
+    return device
+
+
+def _why(kind: str) -> str:
+    if kind == "cuda" and torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return ": this torch build has no CUDA support"
+    return ""

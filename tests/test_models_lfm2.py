@@ -7,8 +7,8 @@ import torch
 from model_utils import Pools, check, prompt, reference, run, save_and_load
 
 from radixflow.models.batch import SeqSpec, Snapshot
+from radixflow.models.families.lfm2 import PRESETS, Lfm2ForCausalLM, init_weights
 from radixflow.models.layers import Config
-from radixflow.models.lfm2 import PRESETS, Lfm2ForCausalLM, init_weights
 
 transformers = pytest.importorskip("transformers")
 

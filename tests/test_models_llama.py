@@ -11,8 +11,7 @@ import model_utils  # noqa: E402
 from model_utils import BLOCK, TOL, prompt, reference, save_and_load  # noqa: E402
 
 from radixflow.models.batch import SeqSpec, Snapshot  # noqa: E402
-from radixflow.models.layers import Config  # noqa: E402
-from radixflow.models.llama import (  # noqa: E402
+from radixflow.models.families.llama import (  # noqa: E402
     PRESETS_LLAMA,
     PRESETS_QWEN3,
     LlamaForCausalLM,
@@ -20,7 +19,8 @@ from radixflow.models.llama import (  # noqa: E402
     init_weights,
     rope_parameters,
 )
-from radixflow.models.loader import save_model  # noqa: E402
+from radixflow.models.io.loader import save_model  # noqa: E402
+from radixflow.models.layers import Config  # noqa: E402
 
 FAMILIES = {
     "llama": (LlamaForCausalLM, PRESETS_LLAMA),

@@ -13,14 +13,14 @@ from model_utils import check, prompt, reference, run, save_and_load
 from safetensors import safe_open
 
 from radixflow.models.batch import SeqSpec, Snapshot
-from radixflow.models.falcon_h1 import PRESETS as PRESETS_FALCON
-from radixflow.models.falcon_h1 import FalconH1ForCausalLM
+from radixflow.models.families.falcon_h1 import PRESETS as PRESETS_FALCON
+from radixflow.models.families.falcon_h1 import FalconH1ForCausalLM
+from radixflow.models.families.mamba2_init import init_weights
+from radixflow.models.families.nemotron_h import PRESETS as PRESETS_NEMOTRON
+from radixflow.models.families.nemotron_h import NemotronHForCausalLM, nemotron_layer_types
+from radixflow.models.io.loader import load_model
+from radixflow.models.kernels.ssd import ssd_chunked, ssd_step
 from radixflow.models.layers import Config
-from radixflow.models.loader import load_model
-from radixflow.models.mamba2_init import init_weights
-from radixflow.models.nemotron_h import PRESETS as PRESETS_NEMOTRON
-from radixflow.models.nemotron_h import NemotronHForCausalLM, nemotron_layer_types
-from radixflow.models.ssd import ssd_chunked, ssd_step
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,11 +8,11 @@ import torch
 from model_utils import BLOCK, TOL, save_and_load
 
 from radixflow.models.batch import SeqSpec, Snapshot
-from radixflow.models.delta_rule import chunked_gated_delta_rule, unit_lower_solve
+from radixflow.models.families.qwen3_5 import PRESETS, Qwen35ForCausalLM, init_weights
+from radixflow.models.families.qwen3_next import PRESETS as PRESETS_NEXT
+from radixflow.models.families.qwen3_next import Qwen3NextForCausalLM
+from radixflow.models.kernels.delta_rule import chunked_gated_delta_rule, unit_lower_solve
 from radixflow.models.layers import Config
-from radixflow.models.qwen3_5 import PRESETS, Qwen35ForCausalLM, init_weights
-from radixflow.models.qwen3_next import PRESETS as PRESETS_NEXT
-from radixflow.models.qwen3_next import Qwen3NextForCausalLM
 
 transformers = pytest.importorskip("transformers")
 

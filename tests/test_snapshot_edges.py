@@ -13,10 +13,10 @@ import torch
 from model_utils import BLOCK, TOL, Pools, one_thread, prompt, run  # noqa: F401 (fixture)
 
 from radixflow.models.batch import SeqSpec, Snapshot
-from radixflow.models.delta_rule import chunked_gated_delta_rule
+from radixflow.models.kernels.delta_rule import chunked_gated_delta_rule
+from radixflow.models.kernels.ssd import ssd_chunked
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
-from radixflow.models.ssd import ssd_chunked
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

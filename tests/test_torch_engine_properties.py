@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from model_utils import one_thread  # noqa: F401 (fixture)
 
 from radixflow.engine.engine import Engine
+from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
-from radixflow.models.loader import save_model
 from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 from radixflow.runners.torch_runner import TorchRunner

@@ -9,8 +9,8 @@ import torch
 
 from radixflow.bench.harness import fresh_copy, run_policies
 from radixflow.engine.engine import Engine
+from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
-from radixflow.models.loader import save_model
 from radixflow.models.registry import FAMILIES
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig

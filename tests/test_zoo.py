@@ -10,9 +10,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
 from radixflow.models import zoo  # noqa: E402
-from radixflow.models.loader import load_model  # noqa: E402
+from radixflow.models.io.loader import load_model  # noqa: E402
+from radixflow.models.io.tokenizer import SPECIAL_TOKENS, train_tokenizer  # noqa: E402
 from radixflow.models.registry import UnknownModelError  # noqa: E402
-from radixflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer  # noqa: E402
 
 FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]
 
@@ -105,7 +105,7 @@ def test_tokenizer_is_deterministic():
     import subprocess
     import sys
 
-    code = "from radixflow.models.tokenizer import train_tokenizer; print(train_tokenizer(1024).to_str())"
+    code = "from radixflow.models.io.tokenizer import train_tokenizer; print(train_tokenizer(1024).to_str())"
     runs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         for _ in range(2)

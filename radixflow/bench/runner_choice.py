@@ -76,7 +76,7 @@ class TorchChoice:
     @staticmethod
     def _errors() -> tuple[type[BaseException], ...]:
         from radixflow.models.device import DeviceError
-        from radixflow.models.loader import CheckpointError
+        from radixflow.models.io.loader import CheckpointError
         from radixflow.models.registry import UnknownModelError
         from radixflow.models.zoo import ModelUnavailableError
 
@@ -96,7 +96,7 @@ class TorchChoice:
             raise RunnerSetupError(str(e)) from None
 
     def vocab_size(self) -> int:
-        from radixflow.models.loader import read_config
+        from radixflow.models.io.loader import read_config
 
         try:
             return int(read_config(self.path).vocab_size)

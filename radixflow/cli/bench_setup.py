@@ -133,7 +133,7 @@ def pool_bytes(path: Path, sched: SchedulerConfig) -> int | None:
     try:
         import torch
 
-        from radixflow.models.loader import read_config
+        from radixflow.models.io.loader import read_config
         from radixflow.models.registry import model_class
 
         config = read_config(path)

@@ -8,13 +8,13 @@ from typing import Any
 
 # model_type -> "module:class". Each family module also exposes PRESETS (see zoo.py).
 FAMILIES: dict[str, str] = {
-    "llama": "radixflow.models.llama:LlamaForCausalLM",
-    "qwen3": "radixflow.models.llama:Qwen3ForCausalLM",
-    "qwen3_5_text": "radixflow.models.qwen3_5:Qwen35ForCausalLM",
-    "qwen3_next": "radixflow.models.qwen3_next:Qwen3NextForCausalLM",
-    "lfm2": "radixflow.models.lfm2:Lfm2ForCausalLM",
-    "nemotron_h": "radixflow.models.nemotron_h:NemotronHForCausalLM",
-    "falcon_h1": "radixflow.models.falcon_h1:FalconH1ForCausalLM",
+    "llama": "radixflow.models.families.llama:LlamaForCausalLM",
+    "qwen3": "radixflow.models.families.llama:Qwen3ForCausalLM",
+    "qwen3_5_text": "radixflow.models.families.qwen3_5:Qwen35ForCausalLM",
+    "qwen3_next": "radixflow.models.families.qwen3_next:Qwen3NextForCausalLM",
+    "lfm2": "radixflow.models.families.lfm2:Lfm2ForCausalLM",
+    "nemotron_h": "radixflow.models.families.nemotron_h:NemotronHForCausalLM",
+    "falcon_h1": "radixflow.models.families.falcon_h1:FalconH1ForCausalLM",
 }
 
 

@@ -29,13 +29,13 @@ SIZES = ("tiny", "small")
 
 # family -> (module, presets dict attribute, name of its recurrent layer kind or None)
 FAMILY_SOURCES: dict[str, tuple[str, str, str | None]] = {
-    "llama": ("radixflow.models.llama", "PRESETS_LLAMA", None),
-    "qwen3": ("radixflow.models.llama", "PRESETS_QWEN3", None),
-    "qwen3_5": ("radixflow.models.qwen3_5", "PRESETS", "deltanet"),
-    "qwen3_next": ("radixflow.models.qwen3_next", "PRESETS", "deltanet"),
-    "lfm2": ("radixflow.models.lfm2", "PRESETS", "conv"),
-    "nemotron_h": ("radixflow.models.nemotron_h", "PRESETS", "mamba2"),
-    "falcon_h1": ("radixflow.models.falcon_h1", "PRESETS", "mamba2"),
+    "llama": ("radixflow.models.families.llama", "PRESETS_LLAMA", None),
+    "qwen3": ("radixflow.models.families.llama", "PRESETS_QWEN3", None),
+    "qwen3_5": ("radixflow.models.families.qwen3_5", "PRESETS", "deltanet"),
+    "qwen3_next": ("radixflow.models.families.qwen3_next", "PRESETS", "deltanet"),
+    "lfm2": ("radixflow.models.families.lfm2", "PRESETS", "conv"),
+    "nemotron_h": ("radixflow.models.families.nemotron_h", "PRESETS", "mamba2"),
+    "falcon_h1": ("radixflow.models.families.falcon_h1", "PRESETS", "mamba2"),
 }
 
 
@@ -98,7 +98,7 @@ def _family_module(family: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _smollm2_config() -> dict[str, Any]:
-    from radixflow.models import gguf
+    from radixflow.models.io import gguf
 
     try:
         path = gguf.smollm2_path()
@@ -236,7 +236,7 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
 def _builder(name: str) -> Callable[[Path], None]:
     entry = _entry(name)
     if entry.size == "gguf":
-        from radixflow.models import gguf
+        from radixflow.models.io import gguf
 
         try:
             path = gguf.smollm2_path()
@@ -251,10 +251,10 @@ def _builder(name: str) -> Callable[[Path], None]:
 def _build_preset(entry: ZooEntry, config: dict[str, Any], init_weights: Any, out: Path) -> None:
     import torch
 
+    from radixflow.models.io.loader import save_model
+    from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
     from radixflow.models.layers import Config
-    from radixflow.models.loader import save_model
     from radixflow.models.registry import model_class
-    from radixflow.models.tokenizer import save_tokenizer, train_tokenizer
 
     model = model_class(config["model_type"])(Config(config))
     init_weights(model, torch.Generator().manual_seed(SEED))
@@ -265,9 +265,9 @@ def _build_preset(entry: ZooEntry, config: dict[str, Any], init_weights: Any, ou
 
 
 def _build_gguf(name: str, path: Path, out: Path) -> None:
-    from radixflow.models import gguf
-    from radixflow.models.loader import save_model
-    from radixflow.models.tokenizer import save_tokenizer
+    from radixflow.models.io import gguf
+    from radixflow.models.io.loader import save_model
+    from radixflow.models.io.tokenizer import save_tokenizer
 
     reader = gguf.open_gguf(path)
     model, tok = gguf.load_gguf(path, reader)

@@ -9,7 +9,7 @@ import torch
 
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
-from radixflow.models.loader import load_model
+from radixflow.models.io.loader import load_model
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 

@@ -5,8 +5,8 @@ A stack of blocks ``x + mixer(norm(x))`` whose mixer is Mamba2 ("M"), attention 
 what transformers' ``save_pretrained`` writes) name the body ``backbone.*`` and store experts one
 module each (``experts.{j}.up_proj.weight``); transformers renames these at load time, so this
 module uses the on-disk names directly. transformers never ties its embeddings, whatever the
-config says. The Mamba2 mixer is `radixflow.models.mamba2`; the MLP and MoE blocks are
-`radixflow.models.nemotron_h_moe`.
+config says. The Mamba2 mixer is `radixflow.models.mixers.mamba2`; the MLP and MoE blocks are
+`radixflow.models.families.nemotron_h_moe`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.families.mamba2_init import common_config
+from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
+from radixflow.models.families.nemotron_h_moe import NemotronHMLP, NemotronHMoE
 from radixflow.models.layers import Config, RMSNorm, attention_heads, run_layers
-from radixflow.models.mamba2 import Mamba2Mixer, Mamba2Spec, as_float, first_of
-from radixflow.models.mamba2_init import common_config
-from radixflow.models.mamba2_init import init_weights as init_weights  # the zoo's entry point
-from radixflow.models.nemotron_h_moe import NemotronHMLP, NemotronHMoE
+from radixflow.models.mixers.mamba2 import Mamba2Mixer, Mamba2Spec, as_float, first_of
 
 
 def nemotron_layer_types(config: Config) -> list[str]:

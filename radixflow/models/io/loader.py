@@ -13,8 +13,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from radixflow.models.convert import plan_conversion
 from radixflow.models.device import check_device
+from radixflow.models.io.convert import plan_conversion
 from radixflow.models.layers import CausalLM, Config
 from radixflow.models.registry import check_model_type, model_class
 
@@ -95,7 +95,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     """Build the family's model from ``config.json`` and fill it from the safetensors files.
 
     Checkpoints in the Hub's on-disk layouts are converted as transformers 5.24 does (see
-    `radixflow.models.convert`), one tensor at a time.
+    `radixflow.models.io.convert`), one tensor at a time.
     """
     path = Path(path)
     check_device(device)  # before anything is built

@@ -1,6 +1,6 @@
 """Falcon-H1 (``model_type`` "falcon_h1"): a Mamba2 hybrid (Hugging Face layout, transformers 5.24).
 
-Every layer runs Mamba2 (`radixflow.models.mamba2`) and RoPE attention in parallel on the same
+Every layer runs Mamba2 (`radixflow.models.mixers.mamba2`) and RoPE attention in parallel on the same
 normed input and adds both, then a SwiGLU MLP; muP multipliers scale the embeddings, the
 lm_head, the attention input/output and keys, the SSM input/output, each part of the in_proj
 output (z, x, B, C, dt) and the MLP gate/down projections.
@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.families.llama import build_rotary
+from radixflow.models.families.mamba2_init import common_config
+from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
 from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, attention_heads, lm_head, run_layers
-from radixflow.models.llama import build_rotary
-from radixflow.models.mamba2 import Mamba2Mixer, Mamba2Spec, as_float
-from radixflow.models.mamba2_init import common_config
-from radixflow.models.mamba2_init import init_weights as init_weights  # the zoo's entry point
+from radixflow.models.mixers.mamba2 import Mamba2Mixer, Mamba2Spec, as_float
 
 
 class FalconRMSNorm(RMSNorm):

@@ -6,7 +6,7 @@
     y -> gate with z (grouped gated RMSNorm or plain ``y * silu(z)``) -> out_proj
 
 The recurrent state of one Mamba2 layer is ``(conv window [conv_dim, d_conv - 1], ssm state
-[heads, head_dim, d_state])``. The math lives in `radixflow.models.ssd`; this module runs it over
+[heads, head_dim, d_state])``. The math lives in `radixflow.models.kernels.ssd`; this module runs it over
 packed batches. Segments between snapshot points are processed one after another, so a snapshot
 holds exactly the state a full uninterrupted prefill has at that position. Each family describes
 its mixer with a `Mamba2Spec` built from its own config fields.
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.kernels.ssd import causal_conv, gated_rms_norm, ssd_chunked, ssd_step
 from radixflow.models.layers import ACTIVATIONS, Config
-from radixflow.models.ssd import causal_conv, gated_rms_norm, ssd_chunked, ssd_step
 
 # ---------------------------------------------------------------------------------------------
 # Config helpers (used by the families' spec builders)

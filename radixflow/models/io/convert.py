@@ -10,7 +10,7 @@ them while loading (``transformers/conversion_mapping.py``); for our families th
 * ``qwen3_5_text`` (also what a ``qwen3_5`` multimodal config loads as a causal LM):
   ``model.language_model.*`` -> ``model.*``; ``model.visual.*`` and ``mtp.*`` are ignored.
 * ``nemotron_h``: ``backbone.*`` -> ``model.*`` and per-expert ``mixer.experts.{j}.up_proj/down_proj``
-  stacked into fused tensors. Our module keeps the on-disk names (see `radixflow.models.nemotron_h`),
+  stacked into fused tensors. Our module keeps the on-disk names (see `radixflow.models.families.nemotron_h`),
   so here the rule runs the other way: a checkpoint in transformers' in-memory layout
   (``model.*``, fused experts) is renamed to ``backbone.*`` and split per expert.
 * ``llama``, ``qwen3``, ``lfm2``, ``falcon_h1``: no family rules.

@@ -2,7 +2,7 @@
 
 Recurrent state of a DeltaNet layer: ``(conv_state [conv_dim, kernel-1], recurrent [v_heads,
 k_dim, v_dim])``, carried exactly across segment boundaries (snapshots). The math lives in
-`radixflow.models.delta_rule`. The families differ only in the input projections: Qwen3.5 has
+`radixflow.models.kernels.delta_rule`. The families differ only in the input projections: Qwen3.5 has
 separate ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fused
 ``in_proj_qkvz``/``in_proj_ba`` grouped per key head.
 """
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec
-from radixflow.models.delta_rule import causal_conv, chunked_gated_delta_rule, l2norm
+from radixflow.models.kernels.delta_rule import causal_conv, chunked_gated_delta_rule, l2norm
 from radixflow.models.layers import Config
 
 

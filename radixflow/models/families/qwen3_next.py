@@ -1,4 +1,4 @@
-"""Qwen3-Next (``model_type`` "qwen3_next"): the Qwen3.5 hybrid stack (`radixflow.models.qwen3_5`)
+"""Qwen3-Next (``model_type`` "qwen3_next"): the Qwen3.5 hybrid stack (`radixflow.models.families.qwen3_5`)
 with fused DeltaNet projections and a sparse MoE MLP (top-k softmax router, routed experts stored
 as 3-D tensors, sigmoid-gated shared expert). Parameter names follow transformers 5.24
 (``Qwen3NextForCausalLM``).
@@ -12,9 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.gated_deltanet import Qwen3NextGatedDeltaNet
-from radixflow.models.layers import ACTIVATIONS, Config, GatedMLP
-from radixflow.models.qwen3_5 import (
+from radixflow.models.families.qwen3_5 import (
     HybridFamily,
     HybridForCausalLM,
     base_config,
@@ -22,7 +20,9 @@ from radixflow.models.qwen3_5 import (
     hybrid_types,
     linear_config,
 )
-from radixflow.models.qwen3_5 import init_weights as init_weights  # the zoo's entry point
+from radixflow.models.families.qwen3_5 import init_weights as init_weights  # the zoo's entry point
+from radixflow.models.layers import ACTIVATIONS, Config, GatedMLP
+from radixflow.models.mixers.gated_deltanet import Qwen3NextGatedDeltaNet
 
 # --------------------------------------------------------------------------- sparse MoE
 

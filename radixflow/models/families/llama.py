@@ -187,7 +187,7 @@ def _preset(model_type: str, arch: str, **fields: Any) -> dict[str, Any]:
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "use_cache": True,
-        # Special ids follow the zoo tokenizer (radixflow.models.tokenizer): 0 is <|endoftext|>.
+        # Special ids follow the zoo tokenizer (radixflow.models.io.tokenizer): 0 is <|endoftext|>.
         "bos_token_id": 0,
         "eos_token_id": 0,
         "pad_token_id": 0,

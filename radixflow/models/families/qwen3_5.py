@@ -2,8 +2,8 @@
 full attention, dense MLP. Also the layer stack, init and preset helpers Qwen3-Next shares.
 
 ``layer_types`` (or ``full_attention_interval``) decides per layer whether the token mixer is a
-Gated DeltaNet (``linear_attn``, `radixflow.models.gated_deltanet`) or a gated softmax attention
-(``self_attn``, `radixflow.models.gated_attention`). A family is the pair (DeltaNet projection
+Gated DeltaNet (``linear_attn``, `radixflow.models.mixers.gated_deltanet`) or a gated softmax attention
+(``self_attn``, `radixflow.models.mixers.gated_attention`). A family is the pair (DeltaNet projection
 layout, MLP per layer): `HybridFamily`. Parameter names follow transformers 5.24
 (``Qwen3_5ForCausalLM``).
 """
@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
-from radixflow.models.gated_attention import GatedAttention
-from radixflow.models.gated_deltanet import GatedDeltaNet, Qwen35GatedDeltaNet
 from radixflow.models.layers import Config, GatedMLP, RMSNorm, lm_head, run_layers
+from radixflow.models.mixers.gated_attention import GatedAttention
+from radixflow.models.mixers.gated_deltanet import GatedDeltaNet, Qwen35GatedDeltaNet
 
 
 def layer_types(config: Config) -> list[str]:

@@ -1,0 +1,1 @@
+"""Recurrences as pure tensor functions on one segment (no modules, no batches, no pools)."""

@@ -23,6 +23,21 @@ ALLOWED = {
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra)
 NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench"}
 
+# Inside models/, bottom up: pure math, then mixers over packed batches, then the families that
+# assemble them; io reads and writes checkpoints of any family; zoo names and builds them.
+# part (a folder, or a module at the top of models/) -> parts it may import (besides itself)
+MODELS_ALLOWED = {
+    "kernels": set(),
+    "batch": set(),
+    "device": set(),
+    "registry": set(),  # families are imported by name, lazily
+    "layers": {"batch"},
+    "mixers": {"batch", "layers", "kernels"},
+    "families": {"batch", "layers", "mixers", "kernels"},
+    "io": {"batch", "layers", "device", "registry", "families"},
+    "zoo": {"layers", "registry", "io"},
+}
+
 
 def imports(path: Path) -> set[str]:
     names: set[str] = set()
@@ -31,15 +46,34 @@ def imports(path: Path) -> set[str]:
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)  # modules imported by name
     return names
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_lower_layers(package):
-    for path in (PKG / package).glob("*.py"):
+    for path in (PKG / package).rglob("*.py"):
         for name in imports(path):
             parts = name.split(".")
             if parts[0] == "radixflow" and len(parts) > 1:
                 assert parts[1] in ALLOWED[package] | {package}, f"{path.name} imports {name}"
             if package in NO_TORCH:
                 assert parts[0] != "torch", f"{path.name} imports torch"
+
+
+def test_every_models_part_has_a_layer():
+    parts = {p.stem for p in (PKG / "models").glob("*.py")} | {
+        p.name for p in (PKG / "models").iterdir() if (p / "__init__.py").is_file()
+    }
+    assert parts - {"__init__"} == set(MODELS_ALLOWED)
+
+
+@pytest.mark.parametrize("part", sorted(MODELS_ALLOWED))
+def test_models_parts_import_only_lower_parts(part):
+    root = PKG / "models"
+    paths = (root / part).rglob("*.py") if (root / part).is_dir() else [root / f"{part}.py"]
+    for path in paths:
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[:2] == ["radixflow", "models"] and len(parts) > 2:
+                assert parts[2] in MODELS_ALLOWED[part] | {part}, f"{path.relative_to(root)} imports {name}"

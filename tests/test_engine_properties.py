@@ -44,7 +44,7 @@ def run(runner, cfg: SchedulerConfig, policy: str, reqs: list[Request]) -> Engin
         engine.submit(r)
     while engine.has_work():
         engine.step()
-        engine.cache.check_integrity()
+        engine.check_integrity()
     usage = engine.cache.usage()
     assert usage.locked_blocks == 0 and usage.working_slots == 0  # everything released
     return engine

@@ -76,9 +76,9 @@ def check(sc: Scenario) -> Engine:
     while engine.has_work():
         for i in sc.aborts.get(step, []):
             engine.abort(sc.requests[i].id)
-            engine.cache.check_integrity()
+            engine.check_integrity()
         engine.step()
-        engine.cache.check_integrity()
+        engine.check_integrity()
         step += 1
         assert step < 10_000, "engine does not make progress"
     usage = engine.cache.usage()

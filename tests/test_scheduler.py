@@ -23,7 +23,7 @@ def run(policy: str, requests, runner=HYBRID, cfg=CFG, placement="branch") -> En
         engine.submit(r)
     while engine.has_work():
         engine.step()
-        engine.cache.check_integrity()
+        engine.check_integrity()
     return engine
 
 
@@ -170,11 +170,11 @@ def test_abort_of_a_running_chunked_request_releases_everything():
     engine.step()
     assert long.status is RequestStatus.RUNNING and engine.cache.usage().working_slots == 1
     engine.abort("long")
-    engine.cache.check_integrity()
+    engine.check_integrity()
     assert long.status is RequestStatus.ABORTED and long.lock is None and not long.own_blocks
     while engine.has_work():
         engine.step()
-        engine.cache.check_integrity()
+        engine.check_integrity()
     usage = engine.cache.usage()
     assert other.status is RequestStatus.FINISHED
     assert usage.locked_blocks == 0 and usage.working_slots == 0
@@ -188,7 +188,7 @@ def test_abort_of_a_waiting_request_drops_its_registered_demand():
         engine.submit(r)
     engine.step()  # g0c0 runs, g0c1 and g0c2 wait
     engine.abort("g0c2")
-    engine.cache.check_integrity()
+    engine.check_integrity()
     while engine.has_work():
         engine.step()
     assert [r.status for r in reqs] == [RequestStatus.FINISHED, RequestStatus.FINISHED, RequestStatus.ABORTED]
@@ -221,7 +221,7 @@ def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_produc
         engine.submit(r)
     record = engine.step()  # g0c0 produces the branch checkpoint; the worker call fails
     assert record is not None and record.error == "worker call failed: RuntimeError: device lost"
-    engine.cache.check_integrity()
+    engine.check_integrity()
     assert reqs[0].status is RequestStatus.FAILED and "device lost" in (reqs[0].error or "")
     assert not any(n.materialized and n.blocks for n in engine.cache._nodes.values())  # no KV kept
     assert all(n.checkpoint is None for n in engine.cache._nodes.values())  # nothing became READY
@@ -230,6 +230,6 @@ def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_produc
     assert engine.rounds[0].blocked == 1 and reqs[1].reused == 0
     while engine.has_work():
         engine.step()
-        engine.cache.check_integrity()
+        engine.check_integrity()
     assert reqs[2].status is RequestStatus.FINISHED and reqs[2].reused == 64
     assert engine.cache.usage().locked_blocks == 0

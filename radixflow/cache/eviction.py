@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True)
-class EvictionCandidate:
+class EvictionCandidate(NamedTuple):  # a tuple: built on every eviction-queue operation
     last_used: int  # logical clock of the last match/extend that touched the entry
     tokens: int  # tokens the entry covers (KV) or its position (checkpoint)
 

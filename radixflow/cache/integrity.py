@@ -82,6 +82,12 @@ def _check_node(cache: RadixCache, parent: Node, node: Node) -> None:
     else:
         _require(len(node.blocks) == len(node.key) // cache.block_size, f"node {nid}: block count")
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
+    live = sum(c.materialized for c in node.children.values())
+    _require(node.live_children == live, f"node {nid}: live_children {node.live_children} != {live}")
+    if cache._evictable(node):
+        _require(cache._kv_victims.queued(node), f"node {nid}: evictable KV leaf not queued")
+    if cache._checkpoint_evictable(node):
+        _require(cache._state_victims.queued(node), f"node {nid}: evictable checkpoint not queued")
     if node.published_by is not None:
         _require(node.blocks is not None, f"node {nid}: published this round without KV")
         _require(node in cache._adopted.get(node.published_by, []), f"node {nid}: unjournaled publish")

@@ -26,6 +26,7 @@ class Node:
       has a materialized parent) and an unmaterialized node has ``demand > 0`` and no checkpoint;
     - ``lock_ref`` = locks held on this node + sum of the children's ``lock_ref``;
     - ``demand`` = registered prompts ending here (``ends``) + sum of the children's ``demand``;
+    - ``live_children`` = number of materialized children;
     - a PENDING checkpoint sits on a locked node;
     - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it.
     """
@@ -41,6 +42,7 @@ class Node:
     demand: int = 0
     ends: int = 0
     last_used: int = 0
+    live_children: int = 0  # children that are materialized (0: a KV leaf)
     published_by: str | None = None  # producer whose current, uncommitted round wrote this KV
 
     @property
@@ -61,10 +63,13 @@ class Node:
         return out
 
 
-def common_blocks(key: tuple[int, ...], tokens: tuple[int, ...], at: int, block: int) -> int:
-    """Number of whole blocks ``key`` shares with ``tokens[at:]``."""
+def common_blocks(key: tuple[int, ...], tokens: tuple[int, ...], at: int, block: int, end: int = -1) -> int:
+    """Number of whole blocks ``key`` shares with ``tokens[at:end]`` (``end`` -1: to the end)."""
+    end = len(tokens) if end < 0 else end
+    limit = min(len(key), end - at) // block
+    if key[: limit * block] == tokens[at : at + limit * block]:  # the common case, one comparison
+        return limit
     n = 0
-    limit = min(len(key), len(tokens) - at) // block
-    while n < limit and key[n * block : (n + 1) * block] == tokens[at + n * block : at + (n + 1) * block]:
+    while key[n * block : (n + 1) * block] == tokens[at + n * block : at + (n + 1) * block]:
         n += 1
     return n

@@ -26,7 +26,11 @@ class IdPool:
         """Allocate ``n`` ids; raises `OutOfCapacity` and allocates nothing if short."""
         if n > len(self._free):
             raise OutOfCapacity(f"{self.name}: need {n}, have {len(self._free)}")
-        ids = [self._free.pop() for _ in range(n)]
+        if n == 0:
+            return []
+        ids = self._free[-n:]
+        del self._free[-n:]
+        ids.reverse()  # the stack's top is the lowest id
         self._used.update(ids)
         return ids
 

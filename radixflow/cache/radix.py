@@ -6,10 +6,10 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from radixflow.cache.evictable import EvictionQueue, Priority
 from radixflow.cache.eviction import LRU, EvictionCandidate, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
@@ -40,6 +40,9 @@ class RadixCache:
         self._pending: dict[str, list[Node]] = {}  # producer -> nodes with its PENDING checkpoints
         # producer -> nodes whose KV it published this round (undone by `withdraw`, kept by `commit`)
         self._adopted: dict[str, list[Node]] = {}
+        live = lambda n: self._nodes.get(n.id) is n  # noqa: E731
+        self._kv_victims = EvictionQueue(self._evictable, self._priority, live)
+        self._state_victims = EvictionQueue(self._checkpoint_evictable, self._priority, live)
 
     # ----------------------------------------------------------------- tree walking
     def _root(self, namespace: str) -> Node:
@@ -67,6 +70,7 @@ class RadixCache:
             upper_blocks, node.blocks = node.blocks[:nblocks], node.blocks[nblocks:]
         upper = self._new_node(upper_key, parent, node.start, upper_blocks)
         upper.lock_ref, upper.demand, upper.last_used = node.lock_ref, node.demand, node.last_used
+        upper.live_children = int(node.materialized)
         if node.published_by is not None:  # both halves were published by the same round
             upper.published_by = node.published_by
             self._adopted[node.published_by].append(upper)
@@ -74,15 +78,21 @@ class RadixCache:
         node.parent = upper
         return upper
 
-    def _path(self, namespace: str, tokens: tuple[int, ...], nblocks: int) -> list[Node]:
-        """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there."""
-        bs = self.block_size
-        node, pos, path = self._root(namespace), 0, []
-        while pos < nblocks * bs:
+    def _path(
+        self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
+    ) -> list[Node]:
+        """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there
+        and at every position in ``cuts`` (sorted, block-aligned)."""
+        bs, limit = self.block_size, nblocks * self.block_size
+        node, pos, path, i = self._root(namespace), 0, [], 0
+        while pos < limit:
+            while i < len(cuts) and cuts[i] <= pos:
+                i += 1
+            stop = min(cuts[i], limit) if i < len(cuts) else limit
             child = node.children.get(tokens[pos : pos + bs])
             if child is None:
-                child = self._new_node(tokens[pos : nblocks * bs], node, nblocks * bs, blocks=None)
-            shared = common_blocks(child.key, tokens[: nblocks * bs], pos, bs)
+                child = self._new_node(tokens[pos:stop], node, stop, blocks=None)
+            shared = common_blocks(child.key, tokens, pos, bs, stop)
             if shared * bs < len(child.key):
                 child = self._split(child, shared)
             path.append(child)
@@ -181,10 +191,30 @@ class RadixCache:
         """Pin the path root..handle against eviction (mutates lock_ref along the path)."""
         if handle is None:
             return
-        node = self._node(handle)
-        self._locks[node.id] += 1
-        for n in node.ancestors():
-            n.lock_ref += 1
+        node: Node | None = self._node(handle)
+        self._locks[handle.node_id] += 1
+        while node is not None and node.parent is not None:
+            node.lock_ref += 1
+            node = node.parent
+
+    def relock(self, old: NodeHandle | None, new: NodeHandle | None) -> None:
+        """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
+
+        Only the nodes between the two change: a chunk's lock moves down its own path.
+        """
+        if old is None or new is None:
+            self.lock(new)
+            self.unlock(old)
+            return
+        top, node = self._node(old), self._node(new)
+        if self._locks[old.node_id] == 0:
+            raise ValueError(f"unlock of an unlocked node {old}")
+        self._locks[old.node_id] -= 1
+        self._locks[new.node_id] += 1
+        while node is not top:
+            assert node is not None and node.parent is not None, "relock to a node not below the old one"
+            node.lock_ref += 1
+            node = node.parent
 
     def unlock(self, handle: NodeHandle | None) -> None:
         if handle is None:
@@ -193,8 +223,12 @@ class RadixCache:
         if self._locks[node.id] == 0:
             raise ValueError(f"unlock of an unlocked node {handle}")
         self._locks[node.id] -= 1
-        for n in node.ancestors():
-            n.lock_ref -= 1
+        walk: Node | None = node
+        while walk is not None and walk.parent is not None:
+            walk.lock_ref -= 1
+            if walk.lock_ref == 0:
+                self._offer(walk)
+            walk = walk.parent
 
     # ----------------------------------------------------------------- private resources
     def alloc_blocks(self, n: int) -> list[int]:
@@ -237,11 +271,8 @@ class RadixCache:
         """
         bs, tokens = self.block_size, tuple(tokens)
         nblocks = end // bs
-        for pos in sorted(checkpoints):
-            self._path(namespace, tokens, pos // bs)  # make a node boundary at pos
-        if start // bs < nblocks:
-            self._path(namespace, tokens, start // bs)
-        path = self._path(namespace, tokens, nblocks)
+        cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
+        path = self._path(namespace, tokens, nblocks, cuts)
         self._tick += 1
         adopted, made = 0, {}
         for node in path:
@@ -250,8 +281,8 @@ class RadixCache:
                 continue
             if not node.materialized:
                 first = (node.start - start) // bs
-                node.blocks = list(blocks[first : first + len(node.key) // bs])
-                self._private.difference_update(node.blocks)
+                self._set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
+                self._private.difference_update(node.blocks or [])
                 node.published_by = producer
                 self._adopted.setdefault(producer, []).append(node)
                 adopted += len(node.blocks)
@@ -271,6 +302,7 @@ class RadixCache:
             if node.checkpoint is not None and node.checkpoint.producer == producer:
                 node.checkpoint.readiness = Readiness.READY
                 node.checkpoint.producer = None
+                self._offer(node)
 
     def withdraw(self, producers: Iterable[str]) -> None:
         """The producers' round failed: undo what their `extend` published this round.
@@ -284,14 +316,12 @@ class RadixCache:
             for node in self._pending.pop(producer, []):
                 if node.checkpoint is not None and node.checkpoint.producer == producer:
                     self._drop_checkpoint(node)
+                    self._offer(node)
             fresh.extend(self._adopted.pop(producer, []))
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
             assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
-            self.kv.give(node.blocks)
-            node.blocks, node.published_by = None, None
-            self._drop_checkpoint(node)
-            if node.demand == 0:
-                self._remove(node)
+            node.published_by = None
+            self._forget(node)
 
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
@@ -306,51 +336,63 @@ class RadixCache:
             self._evict_checkpoints(n - self.slots.free)
         return min(self.slots.free, n)
 
+    # ----------------------------------------------------------------- eviction
     def _evictable(self, node: Node) -> bool:
+        """A KV leaf nothing holds: unlocked, no PENDING state, no materialized child."""
         ready = node.checkpoint is None or node.checkpoint.readiness is Readiness.READY
-        leaf = not any(c.materialized for c in node.children.values())
-        return node.parent is not None and node.materialized and node.lock_ref == 0 and ready and leaf
+        return node.parent is not None and node.materialized and node.lock_ref == 0 and ready and (
+            node.live_children == 0
+        )
 
-    def _ranked(self, nodes: list[Node]) -> list[tuple[tuple[int, ...], int]]:
-        """Heap of (policy priority, node id); the smallest is evicted first."""
-        heap = [(self._priority(n), n.id) for n in nodes]
-        heapq.heapify(heap)
-        return heap
+    def _checkpoint_evictable(self, node: Node) -> bool:
+        ck = node.checkpoint
+        return ck is not None and ck.readiness is Readiness.READY and node.lock_ref == 0
 
-    def _priority(self, node: Node) -> tuple[int, ...]:
+    def _priority(self, node: Node) -> Priority:
         return self.eviction.priority(EvictionCandidate(node.last_used, node.end))
 
+    def _offer(self, node: Node) -> None:
+        """``node`` may have become evictable: queue its KV and its checkpoint."""
+        self._kv_victims.offer(node)
+        self._state_victims.offer(node)
+
     def _evict_leaves(self, need: int) -> bool:
-        """Free at least ``need`` KV blocks from evictable leaves; a parent left bare joins the heap."""
-        heap = self._ranked([n for n in self._nodes.values() if self._evictable(n)])
+        """Free at least ``need`` KV blocks from evictable leaves; a parent left bare may follow."""
         freed = 0
-        while freed < need and heap:
-            node = self._nodes.get(heapq.heappop(heap)[1])
-            if node is None or not self._evictable(node):
-                continue
-            assert node.blocks is not None
-            freed += len(node.blocks)
-            self.kv.give(node.blocks)
-            node.blocks = None
-            self._drop_checkpoint(node)
-            parent = node.parent
-            if node.demand == 0:
-                self._remove(node)
-            if parent is not None and self._evictable(parent):
-                heapq.heappush(heap, (self._priority(parent), parent.id))
-        return freed >= need
+        while freed < need:
+            node = self._kv_victims.pop()
+            if node is None:
+                return False
+            freed += len(node.blocks or [])
+            self._forget(node)
+        return True
 
     def _evict_checkpoints(self, need: int) -> bool:
-        """Drop at least ``need`` unlocked READY checkpoints, keeping their KV."""
-        ready = [
-            n
-            for n in self._nodes.values()
-            if n.checkpoint is not None and n.checkpoint.readiness is Readiness.READY and n.lock_ref == 0
-        ]
-        heap = self._ranked(ready)
-        for _ in range(min(need, len(heap))):
-            self._drop_checkpoint(self._nodes[heapq.heappop(heap)[1]])
-        return len(ready) >= need
+        """Drop ``need`` unlocked READY checkpoints, keeping their KV; False if there are fewer."""
+        for _ in range(need):
+            node = self._state_victims.pop()
+            if node is None:
+                return False
+            self._drop_checkpoint(node)
+            self._kv_victims.offer(node)
+        return True
+
+    def _forget(self, node: Node) -> None:
+        """Free a node's KV and checkpoint; prune it when no waiting prompt wants it."""
+        parent = node.parent
+        assert parent is not None and node.blocks is not None
+        self.kv.give(node.blocks)
+        self._set_blocks(node, None)
+        self._drop_checkpoint(node)
+        if node.demand == 0:
+            self._remove(node)
+        self._kv_victims.offer(parent)
+
+    def _set_blocks(self, node: Node, blocks: list[int] | None) -> None:
+        """Materialize (or, with None, dematerialize) a node, keeping its parent's child count."""
+        assert node.parent is not None and (blocks is None) != (node.blocks is None)
+        node.parent.live_children += 1 if blocks is not None else -1
+        node.blocks = blocks
 
     def _drop_checkpoint(self, node: Node) -> None:
         if node.checkpoint is not None:

@@ -182,5 +182,10 @@ class Engine:
                 on_round(record)
         return self.requests
 
+    def check_integrity(self) -> None:
+        """Cache and scheduler invariants (call between steps)."""
+        self.cache.check_integrity()
+        self.scheduler.check_integrity()
+
     def dependency_depth(self) -> int:
         return max((r.depth for r in self.requests), default=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from typing import Protocol
 
@@ -17,8 +18,11 @@ class ScanAction(Enum):
 class SchedulingPolicy(Protocol):
     name: str
 
-    def order(self, waiting: list[Request]) -> list[Request]:
-        """Scan order of the waiting queue for this round. Pure: mutates nothing."""
+    def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
+        """Scan order of the waiting queue (arrival order) for this round. Pure: mutates nothing.
+
+        The scan removes admitted requests from the queue while it iterates the result.
+        """
         ...
 
     def on_blocked(self, request: Request, match: Match) -> ScanAction:
@@ -29,7 +33,7 @@ class SchedulingPolicy(Protocol):
 class FCFS:
     """Arrival order (the queue is kept in arrival order already)."""
 
-    def order(self, waiting: list[Request]) -> list[Request]:
+    def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
         return waiting
 
 

@@ -1,7 +1,9 @@
 """Round scheduler: running chunks first, then a scan of the waiting queue under budgets.
 
 The scan's behaviour at a blocked consumer is the policy's; everything else (budgets, chunked
-prefill, cache reservations, checkpoint placement) is shared by every policy.
+prefill, cache reservations, checkpoint placement) is shared by every policy. The cost of a round
+does not grow with the queue: the scan stops when the budgets run out, removal from the queue is
+O(1), blocked consumers are parked rather than re-matched, and the cache evicts from queues.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 from radixflow.cache.radix import RadixCache
-from radixflow.cache.types import Match, NodeHandle
+from radixflow.cache.types import Match
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec, StopReason
+from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext
 from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
+from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,12 @@ class _Budget:
 
 
 @dataclass(frozen=True)
-class _ReusePoint:
-    tokens: int
-    handle: NodeHandle | None
-    restore_slot: int | None
+class _Stop:
+    """Where the waiting scan stopped: the request it could not admit and the rest of the scan."""
+
+    request: Request | None
+    match: Match | None  # the stop request's match, when it is not parked
+    rest: Iterator[Request]
 
 
 class Scheduler:
@@ -71,9 +78,12 @@ class Scheduler:
         self.cache = cache
         self.policy = policy
         self.placement = placement
-        self.waiting: list[Request] = []
-        self.running: list[Request] = []
+        self.reuse = ReuseFinder(cache, config.block_size, config.has_recurrent)
+        self.waiting = WaitingQueue()  # arrival order; parked consumers stay in place
+        self.running: dict[str, Request] = {}  # admission order
+        self.parked = ParkingLot()
         self.rounds = 0
+        self._promised = 0  # KV blocks running requests will still allocate (= sum of _owed)
         # checkpoint slot -> fewest rounds any schedule needs before that state can exist
         self._slot_depth: dict[int, int] = {}
 
@@ -91,66 +101,66 @@ class Scheduler:
         """Pick this round's chunks (mutates requests, cache locks and reservations)."""
         out = SchedulerOutput(round_index=self.rounds)
         budget = _Budget(self.config.token_budget, self.config.max_requests)
-        for req in self.running:
+        if self._continue_running(budget, out):
+            stop = self._scan(budget, out)
+        else:
+            stop = _Stop(None, None, iter(self.policy.order(self.waiting)))
+        self.rounds += 1
+        if stop is not None and budget.tokens > 0 and budget.requests > 0:
+            out.bubble_tokens = self._bubble(stop, cap=budget.tokens)
+        return out
+
+    def _continue_running(self, budget: _Budget, out: SchedulerOutput) -> bool:
+        """Next chunk of every running request; False when the budget ran out first."""
+        for req in self.running.values():
             chunk = self._continue(req, budget) if budget.requests > 0 else None
             if chunk is None:
                 out.stop_reason = StopReason.TOKEN_BUDGET
-                return self._finish(out, budget)
+                return False
             out.chunks.append(chunk)
-        for req in list(self.policy.order(self.waiting)):
+        return True
+
+    def _scan(self, budget: _Budget, out: SchedulerOutput) -> _Stop | None:
+        """Admit waiting requests in the policy's order; None when every one was considered."""
+        scan = iter(self.policy.order(self.waiting))
+        for req in scan:
             if budget.requests == 0:
                 out.stop_reason = StopReason.REQUEST_BUDGET
-                break
+                return _Stop(req, None, scan)
             status, match = self._admit(req, budget, out)
             if status is _Admit.BLOCKED:
                 out.blocked.append(req.id)
+                assert match.producer is not None
+                self.parked.park(req, match.producer)
                 if self.policy.on_blocked(req, match) is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
-                    break
-            elif status is _Admit.NO_BUDGET:
-                out.stop_reason = StopReason.TOKEN_BUDGET
-                break
-            elif status is _Admit.NO_MEMORY:
-                out.stop_reason = StopReason.MEMORY
-                break
-        return self._finish(out, budget)
+                    return _Stop(None, None, scan)
+            elif status is not _Admit.SCHEDULED:
+                no_budget = status is _Admit.NO_BUDGET
+                out.stop_reason = StopReason.TOKEN_BUDGET if no_budget else StopReason.MEMORY
+                return _Stop(req, match, scan)
+        return None
 
-    def _finish(self, out: SchedulerOutput, budget: _Budget) -> SchedulerOutput:
-        self.rounds += 1
-        if budget.tokens > 0 and budget.requests > 0:
-            out.bubble_tokens = self._feasible_tokens(cap=budget.tokens)
-        return out
+    def _bubble(self, stop: _Stop, cap: int) -> int:
+        """Prompt tokens (up to ``cap``) of waiting requests that could have run this round.
 
-    def _feasible_tokens(self, cap: int) -> int:
-        """Prompt tokens (up to ``cap``) of waiting requests that could have run this round."""
+        Everything the scan passed was admitted or parked (parked consumers could not run), so
+        only the stop request and what the scan never reached are matched, without touching LRU.
+        """
         total = 0
-        for req in self.waiting:
-            reuse = self._reuse_tokens(self._match(req, touch=False))
-            total += 0 if reuse is None else len(req.prompt) - reuse
+        if stop.request is not None:
+            match = stop.match or self.reuse.match(stop.request, touch=False)
+            total += self._feasible(stop.request, match)
+        for req in stop.rest:
             if total >= cap:
-                return cap  # the unused budget is all bubble; no need to look further
-        return total
+                break
+            if not self.parked.holds(req):
+                total += self._feasible(req, self.reuse.match(req, touch=False))
+        return min(total, cap)
 
-    def _match(self, req: Request, touch: bool = True) -> Match:
-        # Reuse at most up to the last whole block before the final token: that token's logits
-        # must be computed.
-        limit = (len(req.prompt) - 1) // self.config.block_size * self.config.block_size
-        return self.cache.match(req.namespace, req.prompt, limit, touch=touch)
-
-    def _reuse_tokens(self, match: Match) -> int | None:
-        """Prompt tokens the request can skip; None when its best checkpoint is still PENDING."""
-        if not self.config.has_recurrent:
-            return match.kv_tokens
-        return None if match.blocked else match.checkpoint_tokens
-
-    def _reuse_point(self, req: Request, match: Match) -> _ReusePoint | None:
-        """Where an admitted request starts, with the node to lock (may split the tree)."""
-        tokens = self._reuse_tokens(match)
-        if tokens is None:
-            return None
-        if not self.config.has_recurrent:
-            return _ReusePoint(tokens, self.cache.kv_handle(req.namespace, req.prompt, tokens), None)
-        return _ReusePoint(tokens, match.handle, match.checkpoint_slot)
+    def _feasible(self, req: Request, match: Match) -> int:
+        reuse = self.reuse.tokens(match)
+        return 0 if reuse is None else len(req.prompt) - reuse
 
     def _chunk_end(self, start: int, prompt_len: int, tokens: int) -> int | None:
         if prompt_len - start <= tokens:
@@ -160,30 +170,21 @@ class Scheduler:
         return end if end > start else None
 
     def _admit(self, req: Request, budget: _Budget, out: SchedulerOutput) -> tuple[_Admit, Match]:
-        match = self._match(req)
-        point = self._reuse_point(req, match)
+        match = self.reuse.match(req)
+        point = self.reuse.point(req, match)
         if point is None:
             return _Admit.BLOCKED, match
         status = self._start(req, point, budget, out)
         if status is _Admit.NO_MEMORY and point.tokens and self.config.has_recurrent and not self.running:
             # Nothing running will free capacity, so waiting cannot help. Our own lock on the reuse
             # point pins the checkpoints above it; a shallower start frees them for a working slot.
-            for fallback in self._shallower_points(req, point.tokens):
+            for fallback in self.reuse.shallower(req, point.tokens):
                 status = self._start(req, fallback, budget, out)
                 if status is not _Admit.NO_MEMORY:
                     break
         return status, match
 
-    def _shallower_points(self, req: Request, below: int) -> Iterator[_ReusePoint]:
-        """READY checkpoints above ``below`` on the request's path, deepest first, then no reuse."""
-        while below > 0:
-            match = self.cache.match(req.namespace, req.prompt, below - 1, touch=False)
-            below = match.checkpoint_tokens
-            if below > 0 and not match.blocked:
-                yield _ReusePoint(below, match.handle, match.checkpoint_slot)
-        yield _ReusePoint(0, None, None)
-
-    def _start(self, req: Request, point: _ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
+    def _start(self, req: Request, point: ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
         """Lock ``point``, reserve the request's capacity and emit its first chunk."""
         end = self._chunk_end(point.tokens, len(req.prompt), budget.tokens)
         if end is None:
@@ -192,8 +193,7 @@ class Scheduler:
         working = 1 if self.config.has_recurrent and end < len(req.prompt) else 0
         # Admit only when the whole prompt's KV fits beside what running requests still need,
         # so a running request can always finish (no deadlock, no preemption needed).
-        blocks = self._blocks_needed(point.tokens, len(req.prompt)) + self._promised_blocks()
-        if not self.cache.reserve(blocks, working):
+        if not self.cache.reserve(self._owed(point.tokens, req) + self._promised, working):
             self.cache.unlock(point.handle)
             return _Admit.NO_MEMORY
         ckpts = self._affordable(self._checkpoints(req, point.tokens, end), working)
@@ -204,7 +204,8 @@ class Scheduler:
             req.working_slot = self.cache.alloc_working_slot()
         req.status = RequestStatus.RUNNING
         self.waiting.remove(req)
-        self.running.append(req)
+        self.running[req.id] = req
+        self._promised += self._owed(req.computed, req)
         out.chunks.append(self._emit(req, end, ckpts, point.restore_slot, budget))
         return _Admit.SCHEDULED
 
@@ -215,9 +216,9 @@ class Scheduler:
         ckpts = self._affordable(self._checkpoints(req, req.computed, end), 0)
         return self._emit(req, end, ckpts, req.working_slot, budget)
 
-    def _promised_blocks(self) -> int:
-        """KV blocks running requests will still allocate (kept free for them at admission)."""
-        return sum(self._blocks_needed(r.computed, len(r.prompt)) for r in self.running)
+    def _owed(self, computed: int, req: Request) -> int:
+        """KV blocks ``req`` still has to allocate once ``computed`` prompt tokens exist."""
+        return self._blocks_needed(computed, len(req.prompt))
 
     def _affordable(self, positions: list[int], held: int) -> list[int]:
         """Checkpoints are an optimisation: keep as many as free state slots allow, earliest first.
@@ -260,14 +261,14 @@ class Scheduler:
         req.own_blocks.extend(blocks)
         req.block_table.extend(blocks)
         ext = self.cache.extend(req.namespace, req.prompt, start, end, blocks, ckpts, req.id)
-        self.cache.lock(ext.handle)
-        self.cache.unlock(req.lock)
+        self.cache.relock(req.lock, ext.handle)
         req.lock = ext.handle
         for pos, slot in ext.checkpoints.items():
             self._slot_depth[slot] = req.depth_base + self._rounds_for(pos - req.reused)
         snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
         if end < len(req.prompt) and req.working_slot is not None:
             snaps.append(SnapshotSpec(end, req.working_slot))
+        self._promised -= self._owed(start, req) - self._owed(end, req)
         req.computed = end
         budget.tokens -= end - start
         budget.requests -= 1
@@ -285,12 +286,13 @@ class Scheduler:
 
     # ----------------------------------------------------------------- update
     def update(self, out: SchedulerOutput, tokens: dict[str, int], now: float) -> list[Request]:
-        """Apply a finished round: checkpoints become READY, finished requests release resources."""
+        """Apply a finished round: checkpoints become READY (waking their parked consumers),
+        finished requests release their resources. Returns the finished requests."""
         finished: list[Request] = []
-        by_id = {r.id: r for r in self.running}
         for chunk in out.chunks:
-            req = by_id[chunk.request_id]
+            req = self.running[chunk.request_id]
             self.cache.commit(req.id)
+            self.parked.wake(req.id)
             req.chunks += 1
             if chunk.sample:
                 req.depth = req.depth_base + self._rounds_for(len(req.prompt) - req.reused)
@@ -303,8 +305,8 @@ class Scheduler:
 
     def _release(self, req: Request) -> None:
         """Give back everything ``req`` holds: path lock, private blocks, working slot, demand."""
-        if req in self.running:
-            self.running.remove(req)
+        if self.running.pop(req.id, None) is not None:
+            self._promised -= self._owed(req.computed, req)
         self.cache.unlock(req.lock)
         self.cache.free_blocks(req.own_blocks)
         if req.working_slot is not None:
@@ -328,16 +330,16 @@ class Scheduler:
         """The round's worker call failed: withdraw what it published and fail its requests.
 
         Nothing the round published becomes READY: its PENDING checkpoints and the KV it added to
-        the tree are withdrawn (consumers that waited on them re-match next round). Returns the
-        failed requests.
+        the tree are withdrawn, and the consumers parked on them wake to re-match next round (the
+        first one admitted becomes the producer). Returns the failed requests.
         """
-        by_id = {r.id: r for r in self.running}
-        failed = [by_id[c.request_id] for c in out.chunks]
+        failed = [self.running[c.request_id] for c in out.chunks]
         for req in failed:  # unlock every path first: withdrawn nodes must be unlocked
             self.cache.unlock(req.lock)
             req.lock = None
         self.cache.withdraw([r.id for r in failed])
         for req in failed:
+            self.parked.wake(req.id)
             self._release(req)
             req.status, req.error = RequestStatus.FAILED, reason
         return failed
@@ -357,10 +359,20 @@ class Scheduler:
 
     def fail_head(self, reason: str) -> Request | None:
         """Reject the oldest waiting request (used when nothing can ever make progress)."""
-        if not self.waiting:
+        req = self.waiting.first()
+        if req is None:
             return None
-        req = self.waiting[0]
         self.waiting.remove(req)
         self._release(req)
         req.status, req.error = RequestStatus.FAILED, reason
         return req
+
+    def check_integrity(self) -> None:
+        """Between rounds: queues disjoint, nobody parked, the promised-KV count exact."""
+        running = list(self.running.values())
+        assert not any(r in self.waiting for r in running), "a request is both waiting and running"
+        assert all(r.status is RequestStatus.RUNNING for r in running), "a non-running request runs"
+        assert all(r.status is RequestStatus.WAITING for r in self.waiting), "a non-waiting request waits"
+        assert not self.parked, "a consumer is still parked after its round"
+        owed = sum(self._owed(r.computed, r) for r in running)
+        assert self._promised == owed, f"promised KV {self._promised} != {owed}"

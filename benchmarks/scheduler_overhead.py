@@ -1,0 +1,188 @@
+"""Scheduler CPU per round and per run as the queue and the cache grow (sim runner, no torch).
+
+Workload: shared contexts of 64 tokens, each followed by 2 candidates of 16 tokens (half the
+requests are consumers, blocked while their producer runs), token budget 2048, 32 requests per
+round, block size 16. Per-round figures are taken once the cache is full and every admission
+evicts, with the queue topped up so it stays at the target length. Scheduler CPU is
+`time.process_time` around `Scheduler.schedule` and `Scheduler.update`.
+
+    python benchmarks/scheduler_overhead.py --json results/scheduler_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import resource
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from radixflow.engine.engine import Engine
+from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, SimRunner
+from radixflow.scheduler import Request, SchedulerConfig
+
+POLICIES = ("native", "radixflow")
+CONFIG = SchedulerConfig(
+    token_budget=2048, max_requests=32, block_size=16, num_blocks=2048, num_state_slots=256
+)
+
+
+def requests(seed: int, prefix: str = "r") -> Iterator[Request]:
+    """An endless stream: a 64-token context, then its 2 candidates of 16 tokens each."""
+    rng = random.Random(seed)
+    for g in range(10**9):
+        ctx = tuple(rng.randrange(32_000) for _ in range(64))
+        for k in range(2):
+            yield Request(f"{prefix}{g}c{k}", ctx + tuple(rng.randrange(32_000) for _ in range(16)))
+
+
+class TimedEngine:
+    """An engine whose scheduler calls are timed (CPU seconds per round)."""
+
+    def __init__(self, policy: str, config: SchedulerConfig = CONFIG) -> None:
+        runner = SimRunner(SIM_MODELS[DEFAULT_SIM_MODEL], HARDWARE["h100"])
+        self.engine = Engine(runner, config, policy=policy)
+        self.per_round: list[float] = []
+        sched = self.engine.scheduler
+        schedule, update = sched.schedule, sched.update
+
+        def timed_schedule():
+            t0 = time.process_time()
+            out = schedule()
+            self._spent = time.process_time() - t0
+            return out
+
+        def timed_update(*args):
+            t0 = time.process_time()
+            done = update(*args)
+            self.per_round.append(self._spent + time.process_time() - t0)
+            return done
+
+        sched.schedule, sched.update = timed_schedule, timed_update  # type: ignore[method-assign]
+
+    def full(self) -> bool:
+        usage = self.engine.cache.usage()
+        return usage.free_blocks < 0.05 * usage.total_blocks and usage.free_slots < 0.05 * usage.total_slots
+
+
+def per_round(policy: str, waiting: int, rounds: int) -> dict[str, float]:
+    timed = TimedEngine(policy)
+    engine, stream = timed.engine, requests(seed=waiting)
+    for _ in range(waiting):
+        engine.submit(next(stream))
+    warmup = 0
+    while not timed.full() and warmup < 400:
+        engine.step()
+        warmup += 1
+        _top_up(engine, stream, waiting)
+    timed.per_round.clear()
+    for _ in range(rounds):
+        engine.step()
+        _top_up(engine, stream, waiting)
+    ms = sorted(1e3 * t for t in timed.per_round)
+    return {
+        "waiting": waiting,
+        "median_ms": statistics.median(ms),
+        "p99_ms": ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))],
+        "warmup_rounds": warmup,
+        "cache_full": timed.full(),
+    }
+
+
+def _top_up(engine: Engine, stream: Iterator[Request], waiting: int) -> None:
+    missing = waiting - len(engine.scheduler.waiting)
+    for _ in range(max(missing, 0)):
+        req = next(stream)
+        req.arrival_s = engine.now
+        engine.submit(req)
+
+
+def blocked_round(policy: str, consumers: int) -> float:
+    """CPU ms of the first round when one producer and ``consumers`` consumers of it all wait."""
+    timed = TimedEngine(policy, SchedulerConfig(token_budget=2048, max_requests=32, block_size=16))
+    rng = random.Random(consumers)
+    ctx = tuple(rng.randrange(32_000) for _ in range(64))
+    for k in range(consumers + 1):
+        timed.engine.submit(Request(f"c{k}", ctx + tuple(rng.randrange(32_000) for _ in range(16))))
+    timed.engine.step()
+    return 1e3 * timed.per_round[0]
+
+
+def _whole_run(args: tuple[str, int]) -> dict[str, float]:
+    policy, n = args
+    timed = TimedEngine(policy)
+    stream = requests(seed=n)
+    t0 = time.perf_counter()
+    timed.engine.run(next(stream) for _ in range(n))
+    return {
+        "requests": n,
+        "scheduler_cpu_s": sum(timed.per_round),
+        "wall_s": time.perf_counter() - t0,
+        "rounds": len(timed.engine.rounds),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def whole_run(policy: str, n: int) -> dict[str, float]:
+    """One run in a fresh process, so its peak RSS is its own."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.map(_whole_run, [(policy, n)])[0]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--waiting", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    p.add_argument("--runs", type=int, nargs="+", default=[10_000, 50_000, 100_000])
+    p.add_argument("--blocked", type=int, nargs="+", default=[1_000, 10_000, 50_000])
+    p.add_argument("--rounds", type=int, default=60, help="measured rounds per queue length")
+    p.add_argument("--json", type=Path, default=Path("results/scheduler_overhead.json"))
+    args = p.parse_args()
+    console = Console()
+    result: dict = {"config": CONFIG.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
+    for policy in POLICIES:
+        result["per_round"][policy] = [per_round(policy, n, args.rounds) for n in args.waiting]
+        result["blocked_round_ms"][policy] = {n: blocked_round(policy, n) for n in args.blocked}
+        result["runs"][policy] = [whole_run(policy, n) for n in args.runs]
+        console.print(f"{policy}: done")
+    _print(result, console)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {args.json}")
+
+
+def _print(result: dict, console: Console) -> None:
+    table = Table(title="scheduler CPU per round, cache full and evicting (ms)")
+    for col in ("policy", "waiting", "median", "p99", "cache full"):
+        table.add_column(col, justify="right")
+    for policy, rows in result["per_round"].items():
+        for r in rows:
+            cells = f"{r['waiting']:,}", f"{r['median_ms']:.3f}", f"{r['p99_ms']:.3f}", str(r["cache_full"])
+            table.add_row(policy, *cells)
+    console.print(table)
+    table = Table(title="first round with N blocked consumers (ms)")
+    table.add_column("policy")
+    for policy, rows in result["blocked_round_ms"].items():
+        for n, ms in rows.items():
+            table.add_row(policy, f"{n:,}", f"{ms:.1f}")
+    console.print(table)
+    table = Table(title="whole runs")
+    for col in ("policy", "requests", "scheduler CPU (s)", "wall (s)", "rounds", "peak RSS (MB)"):
+        table.add_column(col, justify="right")
+    for policy, rows in result["runs"].items():
+        for r in rows:
+            table.add_row(
+                policy, f"{r['requests']:,}", f"{r['scheduler_cpu_s']:.2f}", f"{r['wall_s']:.1f}",
+                str(r["rounds"]), f"{r['peak_rss_mb']:.0f}",
+            )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

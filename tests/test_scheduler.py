@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from radixflow.cache import IntegrityError
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
@@ -233,3 +236,37 @@ def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_produc
         engine.check_integrity()
     assert reqs[2].status is RequestStatus.FINISHED and reqs[2].reused == 64
     assert engine.cache.usage().locked_blocks == 0
+
+
+@pytest.mark.parametrize("policy", ["native", "radixflow"])
+def test_a_blocked_consumer_is_parked_and_never_matched_twice_in_a_round(policy):
+    engine = Engine(HYBRID, CFG, policy=policy)
+    reqs = grouped(groups=1, candidates=20) + [Request("solo", tuple(range(900, 940)))]
+    for r in reqs:
+        engine.submit(r)
+    calls: dict[str, int] = {}
+    plain = engine.scheduler.reuse.match
+
+    def counting(req, touch=True):
+        calls[req.id] = calls.get(req.id, 0) + 1
+        return plain(req, touch)
+
+    engine.scheduler.reuse.match = counting
+    engine._admit_arrivals()
+    out = engine.scheduler.schedule()
+    assert max(calls.values()) == 1  # neither the scan nor the bubble count matches anyone twice
+    assert len(engine.scheduler.parked) == (1 if policy == "native" else 19)
+    # native stopped at g0c1: the independent request was runnable and left out
+    assert out.bubble_tokens == (40 if policy == "native" else 0)
+    engine.scheduler.update(out, engine.runner.run(out).tokens, 0.0)
+    assert not engine.scheduler.parked  # woken when the producer's checkpoint committed
+    engine.check_integrity()
+
+
+def test_integrity_notices_an_evictable_entry_missing_from_its_queue():
+    engine = run("radixflow", grouped(groups=2, candidates=2))
+    cache = engine.cache
+    victim = next(n for n in cache._nodes.values() if cache._evictable(n))
+    cache._kv_victims._queued.discard(victim.id)
+    with pytest.raises(IntegrityError, match="not queued"):
+        cache.check_integrity()

@@ -63,6 +63,7 @@ class Engine:
         self.failed_rounds: list[RoundRecord] = []  # rolled back after the worker call raised
         self.requests: list[Request] = []  # submission order
         self._by_id: dict[str, Request] = {}
+        self._token_ids: dict[int, int] = {}
         self._arrivals: list[tuple[float, int, Request]] = []
 
     def submit(self, request: Request) -> None:
@@ -80,6 +81,8 @@ class Engine:
         if error is not None:
             request.status, request.error = RequestStatus.FAILED, error
             return
+        # One int object per distinct token id: a prompt then costs 8 bytes per token, not 36.
+        request.prompt = tuple(self._token_ids.setdefault(t, t) for t in request.prompt)
         heapq.heappush(self._arrivals, (request.arrival_s, len(self.requests), request))
 
     def abort(self, request_id: str) -> AbortResult:

@@ -17,6 +17,7 @@ from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.sampling import Sample
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 
@@ -33,8 +34,10 @@ class FixedCostRunner:
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
         seconds = 2e-3 + 1e-6 * batch.tokens + 1e-4 * len(batch.chunks)
-        tokens = {c.request_id: sim_token(c.namespace, c.tokens, 32_000) for c in batch.chunks if c.sample}
-        return RoundResult(tokens=tokens, duration_s=seconds, worker_call_s=seconds)
+        samples = {
+            c.request_id: Sample(sim_token(c.namespace, c.tokens, 32_000), 0.0)
+            for c in batch.chunks if c.sample}
+        return RoundResult(samples=samples, duration_s=seconds, worker_call_s=seconds)
 
     def reference_tokens(self, requests: list[Request]) -> None:
         return None

@@ -13,6 +13,7 @@ from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+from radixflow.scheduler.sampling import Sample
 
 VOCAB = 1000
 
@@ -64,8 +65,12 @@ class CheckingRunner:
                 assert c.start < snap.position <= c.end, f"{c.request_id}: snapshot outside its chunk"
                 saved[snap.slot] = (c.namespace, c.tokens[: snap.position])
         self.state.update(saved)  # snapshots land after the round: nobody may read them in it
-        tokens = {c.request_id: sim_token(c.namespace, c.tokens, VOCAB) for c in batch.chunks if c.sample}
-        return RoundResult(tokens=tokens, duration_s=1e-3 * (1 + batch.tokens), worker_call_s=1e-3)
+        samples = {
+            c.request_id: Sample(sim_token(c.namespace, c.tokens, VOCAB), 0.0)
+            for c in batch.chunks
+            if c.sample
+        }
+        return RoundResult(samples=samples, duration_s=1e-3 * (1 + batch.tokens), worker_call_s=1e-3)
 
     def _check_restore(self, c: ScheduledChunk) -> None:
         if c.start == 0:

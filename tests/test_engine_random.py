@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixflow.engine.engine import Engine
+from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import FinishReason, SamplingParams
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Scenario:
     hybrid: bool
     fail_rounds: set[int]
     aborts: dict[int, list[int]]  # before step k: abort these request indices
+    stops: dict[int, list[int]]  # before step k: end these requests with what they generated
 
 
 def draw(rng: random.Random, n: int) -> tuple[int, ...]:
@@ -47,8 +50,10 @@ def scenario(rng: random.Random) -> Scenario:
         tail = draw(rng, rng.choice([0, 1, 1, bs, rng.randint(1, 3 * bs)]))
         prompt = stem[:cut] + tail or (rng.randrange(1, VOCAB),)
         ns = rng.choice(["a", "a", "b"])
-        reqs.append(Request(f"r{i}", prompt, ns, arrival_s=rng.choice([0.0, 0.0, 0.002, 0.02])))
-    longest = max(-(-len(r.prompt) // bs) for r in reqs)
+        sampling = SamplingParams(max_tokens=rng.choice([1, 1, 1, 0, 2, 5, 3 * bs + 1]))
+        arrival = rng.choice([0.0, 0.0, 0.002, 0.02])
+        reqs.append(Request(f"r{i}", prompt, ns, arrival_s=arrival, sampling=sampling))
+    longest = max(-(-r.max_length // bs) for r in reqs)
     cfg = SchedulerConfig(
         token_budget=bs * rng.randint(1, 6) + rng.choice([0, 0, bs - 1]),
         max_requests=rng.randint(1, 5),
@@ -58,10 +63,11 @@ def scenario(rng: random.Random) -> Scenario:
     )
     steps = 4 * len(reqs) + 8
     aborts = {rng.randrange(steps): [rng.randrange(len(reqs))] for _ in range(rng.choice([0, 0, 1, 2]))}
+    stops = {rng.randrange(steps): [rng.randrange(len(reqs))] for _ in range(rng.choice([0, 0, 1]))}
     fails = {rng.randrange(steps) for _ in range(rng.choice([0, 0, 0, 1, 2]))}
     return Scenario(
         reqs, cfg, rng.choice(["native", "radixflow"]), rng.choice(["branch", "branch", "align"]),
-        rng.random() < 0.85, fails, aborts,
+        rng.random() < 0.85, fails, aborts, stops,
     )
 
 
@@ -77,16 +83,21 @@ def check(sc: Scenario) -> Engine:
         for i in sc.aborts.get(step, []):
             engine.abort(sc.requests[i].id)
             engine.check_integrity()
+        for i in sc.stops.get(step, []):
+            engine.stop(sc.requests[i].id)
+            engine.check_integrity()
         engine.step()
         engine.check_integrity()
         step += 1
         assert step < 10_000, "engine does not make progress"
     usage = engine.cache.usage()
     assert usage.locked_blocks == 0 and usage.working_slots == 0, "resources leaked"
-    reference = runner.reference_tokens(sc.requests)
     for r in engine.requests:
         if r.status is RequestStatus.FINISHED:
-            assert r.output_token == reference[r.id], r.id
+            prefixes = [r.prompt + tuple(r.output[:i]) for i in range(len(r.output))]
+            assert r.output == [sim_token(r.namespace, p, VOCAB) for p in prefixes], r.id
+            assert len(r.output) <= r.sampling.max_tokens
+            assert r.finish_reason is FinishReason.STOP or len(r.output) == r.sampling.max_tokens
         elif r.status is RequestStatus.FAILED:
             assert "injected failure" in (r.error or ""), (r.id, r.error)
         else:
@@ -115,7 +126,7 @@ def test_random_workloads_hypothesis(seed):
 def test_checking_runner_catches_a_wrong_restore(policy):
     # the checker itself must be able to fail: corrupt a checkpoint's recorded state
     reqs = [Request("p", tuple(range(1, 18))), Request("c", tuple(range(1, 17)) + (99, 98, 97))]
-    sc = Scenario(reqs, SchedulerConfig(token_budget=64, block_size=8), policy, "branch", True, set(), {})
+    sc = Scenario(reqs, SchedulerConfig(token_budget=64, block_size=8), policy, "branch", True, set(), {}, {})
     runner = CheckingRunner(True, 8)
     engine = Engine(runner, sc.config, policy=policy)
     runner.cache = engine.cache

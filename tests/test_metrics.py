@@ -14,6 +14,7 @@ from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request
 from radixflow.scheduler.request import RequestStatus
+from radixflow.scheduler.sampling import Sample
 from radixflow.scheduler.scheduler import SchedulerConfig
 
 
@@ -26,7 +27,7 @@ def test_percentile_interpolates():
 
 def _finished(rid: str, token: int | None) -> Request:
     r = Request(rid, (1,))
-    r.status, r.output_token = RequestStatus.FINISHED, token
+    r.status, r.output = RequestStatus.FINISHED, [] if token is None else [token]
     return r
 
 
@@ -69,6 +70,6 @@ def test_rounds_lower_bound_of_a_run_counts_its_chunks():
 
 def test_margin_and_digest():
     r = Request("a", (1,))
-    r.top_logprobs = [(3, -0.1), (4, -0.6)]
+    r.output, r.output_logprobs = [3], [Sample(3, -0.1, ((3, -0.1), (4, -0.6)))]
     assert median_margin([r]) == 0.5
     assert outputs_digest([1, 2]) != outputs_digest([2, 1])

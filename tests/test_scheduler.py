@@ -258,7 +258,7 @@ def test_a_blocked_consumer_is_parked_and_never_matched_twice_in_a_round(policy)
     assert len(engine.scheduler.parked) == (1 if policy == "native" else 19)
     # native stopped at g0c1: the independent request was runnable and left out
     assert out.bubble_tokens == (40 if policy == "native" else 0)
-    engine.scheduler.update(out, engine.runner.run(out).tokens, 0.0)
+    engine.scheduler.update(out, engine.runner.run(out).samples, 0.0)
     assert not engine.scheduler.parked  # woken when the producer's checkpoint committed
     engine.check_integrity()
 

@@ -265,9 +265,10 @@ class RadixCache:
     ) -> Extension:
         """Insert the whole blocks a request computes this round (mutates the tree).
 
-        ``blocks`` are the request's private blocks for positions ``[start, end)``; nodes in that
-        range without KV adopt them. Each position in ``checkpoints`` gets a PENDING checkpoint
-        owned by ``producer`` unless one exists. Call `reserve` beforehand for the slots.
+        ``blocks`` are the request's blocks from the one holding ``start`` up to ``end`` (its block
+        table from ``start // block_size``); nodes in ``[start, end)`` without KV adopt them.
+        Each position in ``checkpoints`` gets a PENDING checkpoint owned by ``producer`` unless
+        one exists. Call `reserve` beforehand for the slots.
         """
         bs, tokens = self.block_size, tuple(tokens)
         nblocks = end // bs
@@ -280,7 +281,7 @@ class RadixCache:
             if node.end <= start:
                 continue
             if not node.materialized:
-                first = (node.start - start) // bs
+                first = node.start // bs - start // bs
                 self._set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
                 self._private.difference_update(node.blocks or [])
                 node.published_by = producer
@@ -293,6 +294,19 @@ class RadixCache:
                 made[node.end] = slot
         handle = self._handle(path[-1]) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
+
+    def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
+        """Turn a request's own state slot, computed in an earlier round, into the READY
+        checkpoint at ``position`` (block-aligned, KV published); the slot is freed instead when
+        that position already has one."""
+        self._working.remove(slot)
+        node = self._path(namespace, tuple(tokens), position // self.block_size)[-1]
+        assert node.materialized and node.end == position, "checkpoint adopted beyond published KV"
+        if node.checkpoint is not None:
+            self.slots.give([slot])
+            return
+        node.checkpoint = Checkpoint(slot, Readiness.READY, None)
+        self._offer(node)
 
     def commit(self, producer: str) -> None:
         """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""

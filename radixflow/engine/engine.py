@@ -14,6 +14,7 @@ from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
 from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.sampling import FinishReason
 from radixflow.scheduler.scheduler import Scheduler, SchedulerConfig
 
 
@@ -48,7 +49,9 @@ class Engine:
         eviction: str = "lru",
     ) -> None:
         self.runner = runner
-        config = replace(config, has_recurrent=runner.model.has_recurrent)
+        config = replace(
+            config, has_recurrent=runner.model.has_recurrent, eos_token_ids=runner.model.eos_token_ids
+        )
         self.cache = RadixCache(
             config.block_size, config.num_blocks, config.num_state_slots, make_eviction_policy(eviction)
         )
@@ -102,6 +105,22 @@ class Engine:
         req.finish_s = self.now
         return AbortResult.ABORTED
 
+    def stop(self, request_id: str) -> AbortResult:
+        """End a request now, keeping what it generated (e.g. the caller saw a stop string).
+
+        Between steps; status FINISHED with finish reason STOP, its sequence stays cached.
+        """
+        req = self._by_id.get(request_id)
+        if req is None:
+            return AbortResult.UNKNOWN
+        if req.status.done:
+            return AbortResult.ALREADY_DONE
+        if req.registration is None:  # not arrived yet
+            req.status, req.finish_reason, req.finish_s = RequestStatus.FINISHED, FinishReason.STOP, self.now
+        else:
+            self.scheduler.finish(req, FinishReason.STOP, self.now)
+        return AbortResult.ABORTED
+
     def has_work(self) -> bool:
         self._drop_aborted_arrivals()
         return bool(self._arrivals) or self.scheduler.has_work()
@@ -137,8 +156,7 @@ class Engine:
             raise
         start = self.now
         self.now += result.duration_s
-        for req in self.scheduler.update(out, result.tokens, self.now):
-            req.top_logprobs = result.top_logprobs.get(req.id, [])
+        self.scheduler.update(out, result.samples, self.now, result.prompt_logprobs)
         record = self._record(out, start, result.duration_s, result.worker_call_s)
         self.rounds.append(record)
         return record

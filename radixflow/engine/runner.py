@@ -7,6 +7,7 @@ from typing import Protocol
 
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling import PromptLogprob, Sample
 
 
 @dataclass(frozen=True)
@@ -15,14 +16,20 @@ class ModelInfo:
     has_recurrent: bool  # any non-attention sequence mixer (its state needs checkpoints)
     vocab_size: int
     max_context: int
+    eos_token_ids: tuple[int, ...] = ()  # end generation (unless the request ignores EOS)
 
 
 @dataclass
 class RoundResult:
-    tokens: dict[str, int]  # request id -> generated token, for every chunk with sample=True
+    samples: dict[str, Sample]  # request id -> the token sampled, for every chunk with sample=True
     duration_s: float  # how far the round advances the engine clock
     worker_call_s: float  # time spent in the worker call itself (modelled or measured)
-    top_logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # request id -> logprobs of the prompt positions this round reports (chunks that ask for them)
+    prompt_logprobs: dict[str, list[PromptLogprob]] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        return {rid: s.token for rid, s in self.samples.items()}
 
 
 class Runner(Protocol):
@@ -51,4 +58,12 @@ def validate_prompt(request: Request, model: ModelInfo) -> str | None:
     bad = next((t for t in request.prompt if not 0 <= t < model.vocab_size), None)
     if bad is not None:
         return f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})"
+    problem = request.sampling.problem()
+    if problem is not None:
+        return problem
+    if len(request.prompt) + request.sampling.max_tokens > model.max_context:
+        return (
+            f"prompt of {len(request.prompt)} tokens plus max_tokens {request.sampling.max_tokens} "
+            f"exceeds the model context of {model.max_context}"
+        )
     return None

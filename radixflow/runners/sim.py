@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling import Sample
 
 ATTENTION = "attention"
 RECURRENT_KINDS = frozenset({"gdn", "mamba2", "conv"})
@@ -96,7 +97,10 @@ class CostModel:
 
 
 def sim_token(namespace: str, prompt: tuple[int, ...], vocab_size: int) -> int:
-    """The 'generated' token: a deterministic hash of namespace and prompt."""
+    """The 'generated' token: a deterministic hash of namespace and the sequence so far.
+
+    The sim's sample is this token with logprob 0 (probability 1): there are no logits.
+    """
     digest = hashlib.sha256(f"{namespace}|{','.join(map(str, prompt))}".encode()).digest()
     return int.from_bytes(digest[:8], "little") % vocab_size
 
@@ -110,16 +114,18 @@ class SimRunner:
         self.model = ModelInfo(spec.name, spec.has_recurrent, spec.vocab_size, spec.max_context)
 
     def validate(self, request: Request) -> str | None:
+        if request.sampling.prompt_logprobs is not None:
+            return "the sim runner computes no logits: prompt logprobs need the torch runner"
         return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
         seconds = self.cost.round_seconds(batch)
-        tokens = {
-            c.request_id: sim_token(c.namespace, c.tokens, self.spec.vocab_size)
+        samples = {
+            c.request_id: Sample(sim_token(c.namespace, c.tokens, self.spec.vocab_size), 0.0)
             for c in batch.chunks
             if c.sample
         }
-        return RoundResult(tokens=tokens, duration_s=seconds, worker_call_s=seconds)
+        return RoundResult(samples=samples, duration_s=seconds, worker_call_s=seconds)
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:
         return None  # the sim token is a function of the prompt alone: nothing to compare

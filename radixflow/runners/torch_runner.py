@@ -12,6 +12,7 @@ from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, Stat
 from radixflow.models.io.loader import load_model
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling import Sample
 
 TOP_LOGPROBS = 5
 
@@ -69,9 +70,9 @@ class TorchRunner:
         t0 = time.perf_counter()
         fb = ForwardBatch.build(chunks, self.kv, self.state, self.device)
         logits = self._forward(fb, [c.sample for c in batch.chunks])
-        tokens, top = self._pick(sampled, logits)
+        samples = self._pick(sampled, logits)
         elapsed = time.perf_counter() - t0
-        return RoundResult(tokens=tokens, duration_s=elapsed, worker_call_s=elapsed, top_logprobs=top)
+        return RoundResult(samples=samples, duration_s=elapsed, worker_call_s=elapsed)
 
     def _forward(self, fb: ForwardBatch, sample: list[bool]) -> torch.Tensor:
         with torch.inference_mode():
@@ -80,19 +81,20 @@ class TorchRunner:
             return self.net.compute_logits(hidden[last]).float()
 
     @staticmethod
-    def _pick(
-        ids: list[str], logits: torch.Tensor
-    ) -> tuple[dict[str, int], dict[str, list[tuple[int, float]]]]:
+    def _pick(ids: list[str], logits: torch.Tensor) -> dict[str, Sample]:
+        """Greedy token of each sampled chunk, with its logprob and the top alternatives."""
         if not ids:
-            return {}, {}
+            return {}
         logprobs = torch.log_softmax(logits, dim=-1)
         values, indices = logprobs.topk(min(TOP_LOGPROBS, logprobs.shape[-1]), dim=-1)
-        tokens = {rid: int(indices[i, 0]) for i, rid in enumerate(ids)}
-        top = {
-            rid: [(int(t), float(v)) for t, v in zip(indices[i], values[i], strict=True)]
+        return {
+            rid: Sample(
+                int(indices[i, 0]),
+                float(values[i, 0]),
+                tuple((int(t), float(v)) for t, v in zip(indices[i], values[i], strict=True)),
+            )
             for i, rid in enumerate(ids)
         }
-        return tokens, top
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int]:
         """Greedy token of each request from a plain full prefill with no cache at all."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from radixflow.scheduler.sampling import SamplingParams
+
 
 @dataclass(frozen=True)
 class SnapshotSpec:
@@ -14,17 +16,25 @@ class SnapshotSpec:
 
 @dataclass(frozen=True)
 class ScheduledChunk:
-    """Compute prompt positions ``[start, end)`` of one request this round."""
+    """Compute sequence positions ``[start, end)`` of one request this round.
+
+    A prefill chunk covers part of the prompt; a decode chunk is the one position of the token
+    sampled last round.
+    """
 
     request_id: str
     namespace: str
-    tokens: tuple[int, ...]  # the whole prompt
+    tokens: tuple[int, ...]  # the whole prompt and the tokens generated so far
     start: int
     end: int
     block_table: tuple[int, ...]  # KV blocks covering [0, end)
     restore_slot: int | None  # state after [0, start); None = start from zero state
     snapshots: tuple[SnapshotSpec, ...]
-    sample: bool  # end == len(tokens): produce the request's token this round
+    sample: bool  # end == len(tokens): pick the request's next token this round
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    # report the logprobs of prompt positions [prompt_logprobs_from, end) (None: none); on a
+    # request's first chunk this starts at 1 and covers positions served from the cache too
+    prompt_logprobs_from: int | None = None
 
     @property
     def length(self) -> int:

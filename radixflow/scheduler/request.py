@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from radixflow.cache.types import NodeHandle
+from radixflow.scheduler.sampling import FinishReason, PromptLogprob, Sample, SamplingParams
 
 
 class RequestStatus(Enum):
     WAITING = "waiting"  # arrived, not yet admitted
-    RUNNING = "running"  # admitted; prefill in progress (possibly chunked)
+    RUNNING = "running"  # admitted: prefilling (possibly chunked) or decoding
     FINISHED = "finished"
     FAILED = "failed"  # rejected, or its round's worker call failed (see ``error``)
     ABORTED = "aborted"  # cancelled by the caller (`Engine.abort`)
@@ -28,27 +29,62 @@ class Request:
     arrival_s: float = 0.0
     group: int | None = None  # workload bookkeeping: the shared context it belongs to
     kind: str = "candidate"  # "candidate" | "independent"
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
-    # Scheduler-owned state. Invariant: reused <= computed <= len(prompt); block_table covers
-    # positions [0, computed) rounded up to whole blocks.
+    # Scheduler-owned state. Invariant: reused <= computed <= len(prompt) + len(output) - 1 once
+    # decoding (the last sampled token is fed next round); block_table covers [0, computed)
+    # rounded up to whole blocks.
     status: RequestStatus = RequestStatus.WAITING
     reused: int = 0  # prompt tokens served from the cache at admission
-    computed: int = 0
+    computed: int = 0  # sequence positions whose KV (and state) exist
     # Dependency depth: fewest rounds before this request's token could exist, given where its
     # reused state came from (depth_base: rounds before that checkpoint could exist).
     depth_base: int = 0
     depth: int = 0
     block_table: list[int] = field(default_factory=list)
     own_blocks: list[int] = field(default_factory=list)
-    working_slot: int | None = None
+    working_slot: int | None = None  # state after [0, computed) between chunks and decode steps
+    tail_slot: int | None = None  # decoding: state at ``tail_position``, a checkpoint when it ends
+    tail_position: int = 0
     registration: NodeHandle | None = None
     lock: NodeHandle | None = None
     chunks: int = 0
-    output_token: int | None = None
-    top_logprobs: list[tuple[int, float]] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    output_logprobs: list[Sample] = field(default_factory=list)
+    prompt_logprobs: list[PromptLogprob] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    first_token_s: float | None = None
     finish_s: float | None = None
     error: str | None = None
 
     @property
+    def sequence(self) -> tuple[int, ...]:
+        """Prompt and the tokens generated so far."""
+        return self.prompt + tuple(self.output)
+
+    @property
+    def max_length(self) -> int:
+        """Positions whose KV this request may need: the prompt plus all but the last token."""
+        return len(self.prompt) + max(self.sampling.max_tokens - 1, 0)
+
+    @property
+    def prefilled(self) -> bool:
+        return self.computed >= len(self.prompt)
+
+    @property
+    def output_token(self) -> int | None:
+        """The first generated token (the candidate-scoring workloads generate one)."""
+        return self.output[0] if self.output else None
+
+    @property
+    def top_logprobs(self) -> list[tuple[int, float]]:
+        """The most likely first tokens with their logprobs, best first."""
+        return list(self.output_logprobs[0].top) if self.output_logprobs else []
+
+    @property
     def latency_s(self) -> float | None:
         return None if self.finish_s is None else self.finish_s - self.arrival_s
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s

@@ -21,6 +21,7 @@ from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
+from radixflow.scheduler.sampling import FinishReason, PromptLogprob, Sample
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class SchedulerConfig:
     num_blocks: int = 32768  # KV capacity
     num_state_slots: int = 1024  # checkpoint + working-state capacity
     has_recurrent: bool = True  # False: full-attention model, nothing is ever blocked
+    eos_token_ids: tuple[int, ...] = ()  # the model's end-of-sequence tokens
 
     def validate(self) -> None:
         if self.block_size < 1:
@@ -111,8 +113,10 @@ class Scheduler:
         return out
 
     def _continue_running(self, budget: _Budget, out: SchedulerOutput) -> bool:
-        """Next chunk of every running request; False when the budget ran out first."""
-        for req in self.running.values():
+        """Next chunk of every running request, decode steps first; False when the budget ran out."""
+        decoding = [r for r in self.running.values() if r.prefilled]
+        prefilling = [r for r in self.running.values() if not r.prefilled]
+        for req in decoding + prefilling:
             chunk = self._continue(req, budget) if budget.requests > 0 else None
             if chunk is None:
                 out.stop_reason = StopReason.TOKEN_BUDGET
@@ -190,7 +194,8 @@ class Scheduler:
         if end is None:
             return _Admit.NO_BUDGET
         self.cache.lock(point.handle)  # protect the reuse point from our own reservations
-        working = 1 if self.config.has_recurrent and end < len(req.prompt) else 0
+        carries_state = end < len(req.prompt) or req.sampling.max_tokens > 1
+        working = 1 if self.config.has_recurrent and carries_state else 0
         # Admit only when the whole prompt's KV fits beside what running requests still need,
         # so a running request can always finish (no deadlock, no preemption needed).
         if not self.cache.reserve(self._owed(point.tokens, req) + self._promised, working):
@@ -210,15 +215,18 @@ class Scheduler:
         return _Admit.SCHEDULED
 
     def _continue(self, req: Request, budget: _Budget) -> ScheduledChunk | None:
-        end = self._chunk_end(req.computed, len(req.prompt), budget.tokens)
+        """The next prefill chunk, or the decode step that feeds the token sampled last round."""
+        decoding = req.prefilled
+        target = req.computed + 1 if decoding else len(req.prompt)
+        end = self._chunk_end(req.computed, target, budget.tokens)
         if end is None:
             return None
-        ckpts = self._affordable(self._checkpoints(req, req.computed, end), 0)
+        ckpts = [] if decoding else self._affordable(self._checkpoints(req, req.computed, end), 0)
         return self._emit(req, end, ckpts, req.working_slot, budget)
 
     def _owed(self, computed: int, req: Request) -> int:
-        """KV blocks ``req`` still has to allocate once ``computed`` prompt tokens exist."""
-        return self._blocks_needed(computed, len(req.prompt))
+        """KV blocks ``req`` still has to allocate once ``computed`` positions exist."""
+        return self._blocks_needed(computed, req.max_length)
 
     def _affordable(self, positions: list[int], held: int) -> list[int]:
         """Checkpoints are an optimisation: keep as many as free state slots allow, earliest first.
@@ -256,52 +264,112 @@ class Scheduler:
         self, req: Request, end: int, ckpts: list[int], restore: int | None, budget: _Budget
     ) -> ScheduledChunk:
         """Allocate the chunk's blocks, publish its whole blocks and checkpoints in the tree."""
-        start = req.computed
-        blocks = self.cache.alloc_blocks(self._blocks_needed(start, end))
+        start, seq, bs = req.computed, req.sequence, self.config.block_size
+        blocks = self.cache.alloc_blocks(-(-end // bs) - len(req.block_table))  # a decode step may need none
         req.own_blocks.extend(blocks)
         req.block_table.extend(blocks)
-        ext = self.cache.extend(req.namespace, req.prompt, start, end, blocks, ckpts, req.id)
+        ext = self.cache.extend(req.namespace, seq, start, end, req.block_table[start // bs :], ckpts, req.id)
         self.cache.relock(req.lock, ext.handle)
         req.lock = ext.handle
         for pos, slot in ext.checkpoints.items():
             self._slot_depth[slot] = req.depth_base + self._rounds_for(pos - req.reused)
         snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
-        if end < len(req.prompt) and req.working_slot is not None:
-            snaps.append(SnapshotSpec(end, req.working_slot))
+        snaps.extend(self._state_snapshots(req, end))
         self._promised -= self._owed(start, req) - self._owed(end, req)
         req.computed = end
         budget.tokens -= end - start
         budget.requests -= 1
+        sample = end == len(seq) and req.sampling.max_tokens > 0
         return ScheduledChunk(
             request_id=req.id,
             namespace=req.namespace,
-            tokens=req.prompt,
+            tokens=seq,
             start=start,
             end=end,
             block_table=tuple(req.block_table),
             restore_slot=restore,
             snapshots=tuple(snaps),
-            sample=end == len(req.prompt),
+            sample=sample,
+            sampling=req.sampling,
+            prompt_logprobs_from=self._prompt_logprobs_from(req, start),
         )
 
+    def _state_snapshots(self, req: Request, end: int) -> list[SnapshotSpec]:
+        """The request's own state saves: its working slot while it goes on, the decode tail."""
+        snaps = []
+        goes_on = end < len(req.prompt) or len(req.output) + 1 < req.sampling.max_tokens
+        if req.working_slot is not None and goes_on:
+            snaps.append(SnapshotSpec(end, req.working_slot))
+        if req.prefilled and end % self.config.block_size == 0:
+            # Decoding past a block boundary: keep that state, so the finished conversation ends in
+            # a checkpoint a follow-up turn can reuse (best effort, one rolling slot per request).
+            if req.tail_slot is None and self.cache.free_slots_upto(1):
+                req.tail_slot = self.cache.alloc_working_slot()
+            if req.tail_slot is not None:
+                snaps.append(SnapshotSpec(end, req.tail_slot))
+                req.tail_position = end
+        return snaps
+
+    def _prompt_logprobs_from(self, req: Request, start: int) -> int | None:
+        if req.sampling.prompt_logprobs is None or start >= len(req.prompt):
+            return None
+        return 1 if start == req.reused else start  # the first chunk also reports reused positions
+
     # ----------------------------------------------------------------- update
-    def update(self, out: SchedulerOutput, tokens: dict[str, int], now: float) -> list[Request]:
+    def update(
+        self,
+        out: SchedulerOutput,
+        samples: dict[str, Sample],
+        now: float,
+        prompt_logprobs: dict[str, list[PromptLogprob]] | None = None,
+    ) -> list[Request]:
         """Apply a finished round: checkpoints become READY (waking their parked consumers),
-        finished requests release their resources. Returns the finished requests."""
+        sampled tokens are appended, finished requests release their resources.
+
+        Returns the requests that finished this round.
+        """
         finished: list[Request] = []
         for chunk in out.chunks:
             req = self.running[chunk.request_id]
             self.cache.commit(req.id)
             self.parked.wake(req.id)
             req.chunks += 1
-            if chunk.sample:
-                req.depth = req.depth_base + self._rounds_for(len(req.prompt) - req.reused)
-                req.output_token = tokens[req.id]
-                req.finish_s = now
-                req.status = RequestStatus.FINISHED
-                self._release(req)
+            if prompt_logprobs and req.id in prompt_logprobs:
+                req.prompt_logprobs.extend(prompt_logprobs[req.id])
+            reason = self._accept(req, samples[req.id], now) if chunk.sample else None
+            if reason is None and chunk.end == len(req.prompt) and req.sampling.max_tokens == 0:
+                reason = FinishReason.LENGTH  # prompt logprobs only: nothing to generate
+            if reason is not None:
+                self.finish(req, reason, now)
                 finished.append(req)
         return finished
+
+    def _accept(self, req: Request, sample: Sample, now: float) -> FinishReason | None:
+        """Append a sampled token; why the request ends with it (None: it goes on)."""
+        if not req.output:
+            req.depth = req.depth_base + self._rounds_for(len(req.prompt) - req.reused)
+            req.first_token_s = now
+        req.output.append(sample.token)
+        req.output_logprobs.append(sample)
+        params = req.sampling
+        if sample.token in params.stop_token_ids:
+            return FinishReason.STOP
+        if sample.token in self.config.eos_token_ids and not params.ignore_eos:
+            return FinishReason.STOP
+        return FinishReason.LENGTH if len(req.output) >= params.max_tokens else None
+
+    def finish(self, req: Request, reason: FinishReason, now: float) -> None:
+        """End a request with what it has (mutates it; its sequence stays cached in the tree).
+
+        Call from `update` or between rounds (a stop string found by the caller).
+        """
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req.tail_slot is not None:  # the decoded conversation ends in a reusable checkpoint
+            self.cache.adopt_checkpoint(req.namespace, req.sequence, req.tail_position, req.tail_slot)
+            req.tail_slot = None
+        req.finish_reason, req.finish_s, req.status = reason, now, RequestStatus.FINISHED
+        self._release(req)
 
     def _release(self, req: Request) -> None:
         """Give back everything ``req`` holds: path lock, private blocks, working slot, demand."""
@@ -309,11 +377,12 @@ class Scheduler:
             self._promised -= self._owed(req.computed, req)
         self.cache.unlock(req.lock)
         self.cache.free_blocks(req.own_blocks)
-        if req.working_slot is not None:
-            self.cache.free_working_slot(req.working_slot)
+        for slot in (req.working_slot, req.tail_slot):
+            if slot is not None:
+                self.cache.free_working_slot(slot)
         if req.registration is not None:
             self.cache.unregister(req.registration)
-        req.lock, req.working_slot, req.registration = None, None, None
+        req.lock, req.working_slot, req.tail_slot, req.registration = None, None, None, None
         req.own_blocks, req.block_table = [], []
 
     def abort(self, req: Request) -> None:
@@ -347,14 +416,17 @@ class Scheduler:
     def unfit_reason(self, req: Request) -> str | None:
         """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
         cfg = self.config
-        blocks = self._blocks_needed(0, len(req.prompt))
+        blocks = self._blocks_needed(0, req.max_length)
         if blocks > cfg.num_blocks:
-            return f"prompt does not fit in the KV cache: needs {blocks} blocks, cache has {cfg.num_blocks}"
-        if cfg.has_recurrent and len(req.prompt) > cfg.token_budget and cfg.num_state_slots < 1:
+            what = "prompt" if req.sampling.max_tokens <= 1 else "prompt plus max_tokens"
+            return f"{what} does not fit in the KV cache: needs {blocks} blocks, cache has {cfg.num_blocks}"
+        if cfg.has_recurrent and cfg.num_state_slots < 1 and len(req.prompt) > cfg.token_budget:
             return (
                 f"prompt does not fit: {len(req.prompt)} tokens span several rounds (token budget "
                 f"{cfg.token_budget}) and need a state slot; the cache has none"
             )
+        if cfg.has_recurrent and cfg.num_state_slots < 1 and req.sampling.max_tokens > 1:
+            return "request does not fit: decoding several tokens needs a state slot; the cache has none"
         return None
 
     def fail_head(self, reason: str) -> Request | None:

@@ -1,0 +1,135 @@
+"""Generation in the scheduler: decode steps, finish conditions, follow-up turns, stop and abort."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from radixflow.engine.engine import Engine
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import FinishReason, SamplingParams
+
+HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+ATTN = SimRunner(SIM_MODELS["qwen3-4b"], HARDWARE["h100"])
+CFG = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=256, num_state_slots=32)
+VOCAB = HYBRID.model.vocab_size
+
+
+def expected(req: Request, n: int) -> list[int]:
+    out: list[int] = []
+    for _ in range(n):
+        out.append(sim_token(req.namespace, req.prompt + tuple(out), VOCAB))
+    return out
+
+
+def drive(engine: Engine, reqs: list[Request]) -> Engine:
+    for r in reqs:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    return engine
+
+
+def test_generates_max_tokens_one_decode_step_per_round():
+    req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=6))
+    engine = drive(Engine(HYBRID, CFG), [req])
+    assert req.output == expected(req, 6) and req.finish_reason is FinishReason.LENGTH
+    decode_steps = [(("a", p, p + 1),) for p in range(20, 25)]
+    assert [rd.chunks for rd in engine.rounds] == [(("a", 0, 20),), *decode_steps]
+    assert req.first_token_s == engine.rounds[0].start_s + engine.rounds[0].duration_s
+    assert req.ttft_s is not None and req.latency_s is not None and req.ttft_s < req.latency_s
+    assert engine.cache.usage().working_slots == 0 and engine.cache.usage().locked_blocks == 0
+
+
+def test_decode_steps_go_first_and_share_the_round_with_prefill():
+    cfg = replace(CFG, token_budget=16)
+    long_gen = Request("gen", tuple(range(1, 9)), sampling=SamplingParams(max_tokens=4))
+    late = Request("late", tuple(range(100, 140)), arrival_s=1e-9)
+    engine = drive(Engine(HYBRID, cfg), [long_gen, late])
+    second = engine.rounds[1].chunks
+    assert second[0] == ("gen", 8, 9)  # the decode step is scheduled before the newcomer's prefill
+    assert second[1] == ("late", 0, 8)  # the prefill chunk fills what the budget leaves (block aligned)
+    assert long_gen.output == expected(long_gen, 4) and late.status is RequestStatus.FINISHED
+
+
+def test_stop_token_and_zero_max_tokens():
+    prompt = tuple(range(1, 12))
+    first_two = expected(Request("x", prompt), 2)
+    stopper = Request("s", prompt, sampling=SamplingParams(max_tokens=10, stop_token_ids=(first_two[1],)))
+    scorer = Request("z", prompt, sampling=SamplingParams(max_tokens=0))
+    drive(Engine(HYBRID, CFG), [stopper, scorer])
+    assert stopper.output == first_two and stopper.finish_reason is FinishReason.STOP
+    assert scorer.output == [] and scorer.finish_reason is FinishReason.LENGTH
+    assert scorer.status is RequestStatus.FINISHED
+
+
+def test_eos_ends_generation_unless_ignored():
+    prompt = tuple(range(1, 12))
+    eos = expected(Request("x", prompt), 3)[2]
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    runner.model = replace(runner.model, eos_token_ids=(eos,))
+    ends = Request("e", prompt, sampling=SamplingParams(max_tokens=8))
+    ignores = Request("i", prompt, sampling=SamplingParams(max_tokens=8, ignore_eos=True))
+    drive(Engine(runner, CFG), [ends, ignores])
+    assert len(ends.output) == 3 and ends.finish_reason is FinishReason.STOP
+    assert len(ignores.output) == 8 and ignores.finish_reason is FinishReason.LENGTH
+
+
+def test_follow_up_turn_reuses_prompt_and_output_of_the_finished_conversation():
+    for runner in (HYBRID, ATTN):
+        first = Request("t1", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
+        engine = drive(Engine(runner, CFG), [first])
+        history = first.prompt + tuple(first.output)  # 34 tokens; KV of the first 33 exists
+        follow = Request("t2", (*history, 900, 901, 902), sampling=SamplingParams(max_tokens=2))
+        drive(engine, [follow])
+        assert follow.reused == 32  # the last whole block of the conversation
+        assert follow.output == expected(follow, 2)
+
+
+def test_stop_mid_decode_keeps_the_output_and_caches_it():
+    req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=50))
+    engine = Engine(HYBRID, CFG)
+    engine.submit(req)
+    for _ in range(14):
+        engine.step()
+    engine.stop("a")
+    engine.check_integrity()
+    assert req.status is RequestStatus.FINISHED and req.finish_reason is FinishReason.STOP
+    assert req.output == expected(req, 14)
+    assert engine.cache.usage().working_slots == 0 and not engine.has_work()
+    follow = Request("b", (*req.prompt, *req.output, 7))
+    drive(engine, [follow])
+    assert follow.reused == 32  # the tail checkpoint at 32 became a tree checkpoint
+
+
+def test_abort_mid_decode_releases_everything():
+    req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=50))
+    other = Request("b", tuple(range(40, 60)), sampling=SamplingParams(max_tokens=3))
+    engine = Engine(HYBRID, CFG)
+    engine.submit(req)
+    engine.submit(other)
+    for _ in range(5):
+        engine.step()
+    engine.abort("a")
+    engine.check_integrity()
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    usage = engine.cache.usage()
+    assert req.status is RequestStatus.ABORTED and other.output == expected(other, 3)
+    assert usage.working_slots == 0 and usage.locked_blocks == 0
+
+
+def test_kv_for_max_tokens_is_reserved_at_admission():
+    # 4 blocks of 8: a 20-token prompt generating 13 tokens needs 32 positions, all 4 blocks, so a
+    # second one must wait for it rather than run out of KV mid-decode.
+    cfg = replace(CFG, num_blocks=4)
+    a = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=13))
+    b = Request("b", tuple(range(30, 50)), sampling=SamplingParams(max_tokens=13))
+    engine = drive(Engine(HYBRID, cfg), [a, b])
+    assert a.output == expected(a, 13) and b.output == expected(b, 13)
+    assert b.first_token_s is not None and a.finish_s is not None and b.first_token_s > a.finish_s
+    too_long = Request("c", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
+    engine.submit(too_long)
+    assert too_long.status is RequestStatus.FAILED and "max_tokens does not fit" in (too_long.error or "")

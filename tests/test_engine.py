@@ -95,3 +95,16 @@ def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit()
     assert too_long.error == "prompt does not fit in the KV cache: needs 5 blocks, cache has 4"
     assert chunked.status is RequestStatus.FAILED and "need a state slot" in (chunked.error or "")
     assert not engine.has_work()
+
+
+def test_forget_drops_done_requests_and_round_history_is_bounded():
+    engine = Engine(RUNNER, CFG, round_history=2)
+    reqs = [Request(f"r{i}", (1 + i, 2, 3), arrival_s=float(i)) for i in range(4)]
+    engine.run(reqs)
+    assert len(engine.rounds) == 2 and [rd.index for rd in engine.rounds] == [2, 3]
+    engine.forget("r0")
+    assert [r.id for r in engine.requests] == ["r1", "r2", "r3"] and engine.get("r0") is None
+    pending = Request("p", (5, 6, 7), arrival_s=99.0)
+    engine.submit(pending)
+    with pytest.raises(ValueError, match="still waiting"):
+        engine.forget("p")

@@ -181,7 +181,7 @@ def test_abort_of_a_running_chunked_request_releases_everything():
     usage = engine.cache.usage()
     assert other.status is RequestStatus.FINISHED
     assert usage.locked_blocks == 0 and usage.working_slots == 0
-    assert all("long" not in {c[0] for c in rd.chunks} for rd in engine.rounds[1:])
+    assert all("long" not in {c[0] for c in rd.chunks} for rd in list(engine.rounds)[1:])
 
 
 def test_abort_of_a_waiting_request_drops_its_registered_demand():

@@ -60,7 +60,7 @@ def run_policies(
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)
-            trials[policy].append(PolicyRun(result, engine.rounds, engine.requests))
+            trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests))
     return [_median_run(trials[p]) for p in policies]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -47,7 +48,10 @@ class Engine:
         policy: str = "radixflow",
         placement: str = "branch",
         eviction: str = "lru",
+        round_history: int | None = None,
     ) -> None:
+        """``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
+        long-running server keeps a window and aggregates each returned record itself)."""
         self.runner = runner
         config = replace(
             config, has_recurrent=runner.model.has_recurrent, eos_token_ids=runner.model.eos_token_ids
@@ -62,10 +66,10 @@ class Engine:
             make_placement(placement if config.has_recurrent else "none"),
         )
         self.now = 0.0
-        self.rounds: list[RoundRecord] = []  # rounds whose worker call succeeded
-        self.failed_rounds: list[RoundRecord] = []  # rolled back after the worker call raised
-        self.requests: list[Request] = []  # submission order
-        self._by_id: dict[str, Request] = {}
+        self.rounds: deque[RoundRecord] = deque(maxlen=round_history)  # worker call succeeded
+        self.failed_rounds: deque[RoundRecord] = deque(maxlen=round_history)  # rolled back
+        self._by_id: dict[str, Request] = {}  # submission order; `forget` drops finished ones
+        self._submitted = 0
         self._token_ids: dict[int, int] = {}
         self._arrivals: list[tuple[float, int, Request]] = []
 
@@ -78,15 +82,30 @@ class Engine:
             raise ValueError(f"request {request.id!r} was already submitted to an engine")
         if request.id in self._by_id:
             raise ValueError(f"duplicate request id {request.id!r}")
-        self.requests.append(request)
         self._by_id[request.id] = request
+        self._submitted += 1
         error = self.runner.validate(request) or self.scheduler.unfit_reason(request)
         if error is not None:
             request.status, request.error = RequestStatus.FAILED, error
             return
         # One int object per distinct token id: a prompt then costs 8 bytes per token, not 36.
         request.prompt = tuple(self._token_ids.setdefault(t, t) for t in request.prompt)
-        heapq.heappush(self._arrivals, (request.arrival_s, len(self.requests), request))
+        heapq.heappush(self._arrivals, (request.arrival_s, self._submitted, request))
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every submitted request not forgotten, in submission order."""
+        return list(self._by_id.values())
+
+    def get(self, request_id: str) -> Request | None:
+        return self._by_id.get(request_id)
+
+    def forget(self, request_id: str) -> None:
+        """Drop a done request from the engine's records (a server does, once it has answered)."""
+        req = self._by_id.get(request_id)
+        if req is not None and not req.status.done:
+            raise ValueError(f"request {request_id!r} is still {req.status.value}")
+        self._by_id.pop(request_id, None)
 
     def abort(self, request_id: str) -> AbortResult:
         """Cancel a request that has not finished: its locks, blocks and working slot are released.

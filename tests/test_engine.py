@@ -56,9 +56,11 @@ def test_sim_cost_grows_with_tokens_and_context():
         chunk = ScheduledChunk("r", "n", tuple(range(end)), start, end, (), None, (), True)
         return SchedulerOutput(round_index=0, chunks=[chunk])
 
-    cost = RUNNER.cost
-    assert cost.round_seconds(batch(0, 4096)) > cost.round_seconds(batch(0, 1024))
-    assert cost.round_seconds(batch(8192, 8192 + 1024)) > cost.round_seconds(batch(0, 1024))
+    def seconds(b: SchedulerOutput) -> float:
+        return RUNNER.run(b).duration_s
+
+    assert seconds(batch(0, 4096)) > seconds(batch(0, 1024))
+    assert seconds(batch(8192, 8192 + 1024)) > seconds(batch(0, 1024))
 
 
 def test_duplicate_request_id_is_rejected():

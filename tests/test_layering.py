@@ -15,13 +15,14 @@ ALLOWED = {
     "scheduler": {"cache"},
     "engine": {"cache", "scheduler"},
     "models": set(),
-    "runners": {"cache", "scheduler", "engine", "models"},
+    "costmodel": set(),
+    "runners": {"cache", "scheduler", "engine", "models", "costmodel"},
     "workloads": {"scheduler"},
-    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads"},
-    "cli": {"cache", "scheduler", "engine", "runners", "models", "workloads", "bench"},
+    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel"},
+    "cli": {"cache", "scheduler", "engine", "runners", "models", "workloads", "bench", "costmodel"},
 }
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra)
-NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench"}
+NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench", "costmodel"}
 
 # Inside models/, bottom up: pure math, then mixers over packed batches, then the families that
 # assemble them; io reads and writes checkpoints of any family; zoo names and builds them.

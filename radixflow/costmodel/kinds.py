@@ -1,0 +1,252 @@
+"""Layer kinds of a hybrid model and the work one prefill chunk does in each (FLOPs and bytes).
+
+Pure arithmetic over shapes: no torch, no timing. A layer holds one or more sequence mixers
+(attention, Gated DeltaNet, Mamba2, short conv; Falcon-H1 runs attention and Mamba2 in parallel in
+every layer) and optionally an MLP (dense or mixture of experts). FLOP counts are the standard
+2·(multiply-adds) of each matmul; recurrent mixing is counted in its recurrent form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+STATE_BYTES = 4  # recurrent state is kept in float32 by every family here (and by vLLM/SGLang)
+
+
+@dataclass(frozen=True)
+class ChunkShape:
+    """What the cost model needs to know about one scheduled chunk."""
+
+    start: int  # cached prefix length: the chunk computes positions [start, start + length)
+    length: int
+    sample: bool  # the output projection runs at the chunk's last position
+    restores: bool = False  # recurrent state restored from a checkpoint slot
+    snapshots: int = 0  # recurrent-state checkpoints written inside the chunk
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+
+class Mixer(Protocol):
+    kind: str  # cost term this mixer's FLOPs are charged to
+
+    def params(self, hidden: int) -> int:
+        """Weights of the mixer's projections (active per token). Pure."""
+        ...
+
+    def mix_flops(self, chunk: ChunkShape) -> float:
+        """FLOPs of the sequence mixing itself (beyond the projections) for ``chunk``. Pure."""
+        ...
+
+    def state_bytes(self) -> int:
+        """Bytes of one sequence's recurrent state in this layer (0 for attention). Pure."""
+        ...
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """KV-cache bytes one token occupies in this layer (0 for recurrent mixers). Pure."""
+        ...
+
+
+@dataclass(frozen=True)
+class Attention:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    gated: bool = False  # Qwen3.5/Qwen3-Next: q_proj also emits a per-head output gate
+    kind: str = "attention"
+
+    def params(self, hidden: int) -> int:
+        q = self.heads * self.head_dim * (2 if self.gated else 1)
+        return hidden * (q + 2 * self.kv_heads * self.head_dim) + self.heads * self.head_dim * hidden
+
+    def mix_flops(self, chunk: ChunkShape) -> float:
+        return 0.0  # charged to the separate attention_context term (it scales with context)
+
+    def context_flops(self, chunk: ChunkShape) -> float:
+        """QK^T and PV: each new token at position p attends causally over p + 1 tokens."""
+        attended = chunk.length * (chunk.start + chunk.end + 1) / 2
+        return 4.0 * self.heads * self.head_dim * attended
+
+    def state_bytes(self) -> int:
+        return 0
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    conv_kernel: int = 4
+    kind: str = "gdn"
+
+    def _conv_channels(self) -> int:
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    def params(self, hidden: int) -> int:
+        # q, k, v and the output gate z in; per-head beta and decay; out projection
+        qkvz = 2 * self.k_heads * self.k_dim + 2 * self.v_heads * self.v_dim
+        return hidden * (qkvz + 2 * self.v_heads) + self.v_heads * self.v_dim * hidden
+
+    def mix_flops(self, chunk: ChunkShape) -> float:
+        # per token and head: S k, rank-1 delta update with decay, S^T q over a k_dim x v_dim state
+        state = self.v_heads * self.k_dim * self.v_dim
+        return chunk.length * (8.0 * state + 2.0 * self.conv_kernel * self._conv_channels())
+
+    def state_bytes(self) -> int:
+        conv = (self.conv_kernel - 1) * self._conv_channels()
+        return (self.v_heads * self.k_dim * self.v_dim + conv) * STATE_BYTES
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Mamba2:
+    heads: int
+    head_dim: int
+    d_state: int
+    groups: int
+    conv_kernel: int = 4
+    kind: str = "mamba2"
+
+    @property
+    def d_inner(self) -> int:
+        return self.heads * self.head_dim
+
+    def _conv_channels(self) -> int:
+        return self.d_inner + 2 * self.groups * self.d_state
+
+    def params(self, hidden: int) -> int:
+        # in_proj emits z, x, B, C and dt; out_proj maps d_inner back
+        width = 2 * self.d_inner + 2 * self.groups * self.d_state + self.heads
+        return hidden * width + self.d_inner * hidden
+
+    def mix_flops(self, chunk: ChunkShape) -> float:
+        # recurrent form: decay, input outer product and output contraction over d_inner x d_state
+        conv = 2.0 * self.conv_kernel * self._conv_channels()
+        return chunk.length * (6.0 * self.d_inner * self.d_state + conv)
+
+    def state_bytes(self) -> int:
+        conv = (self.conv_kernel - 1) * self._conv_channels()
+        return (self.d_inner * self.d_state + conv) * STATE_BYTES
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class ShortConv:
+    """LFM2's gated short convolution: in_proj to B, C, x; causal conv over L_cache taps; out_proj."""
+
+    channels: int  # the model's hidden size
+    kernel: int = 3
+    kind: str = "conv"
+
+    def params(self, hidden: int) -> int:
+        return 3 * hidden * self.channels + self.channels * hidden
+
+    def mix_flops(self, chunk: ChunkShape) -> float:
+        return chunk.length * 2.0 * self.kernel * self.channels
+
+    def state_bytes(self) -> int:
+        return (self.kernel - 1) * self.channels * STATE_BYTES
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Mlp:
+    """Dense MLP (``experts == 0``) or routed MoE with ``top_k`` of ``experts`` and a shared expert."""
+
+    intermediate: int
+    gated: bool = True  # SwiGLU (3 matrices) vs a plain up/down MLP (Nemotron-H's relu2)
+    experts: int = 0
+    top_k: int = 0
+    shared_intermediate: int = 0
+
+    def _matrices(self) -> int:
+        return 3 if self.gated else 2
+
+    def active_params(self, hidden: int) -> int:
+        per = self._matrices() * hidden
+        if not self.experts:
+            return per * self.intermediate
+        router = hidden * self.experts
+        return per * (self.top_k * self.intermediate + self.shared_intermediate) + router
+
+    def total_params(self, hidden: int) -> int:
+        per = self._matrices() * hidden
+        if not self.experts:
+            return per * self.intermediate
+        return per * (self.experts * self.intermediate + self.shared_intermediate) + hidden * self.experts
+
+
+@dataclass(frozen=True)
+class Layer:
+    mixers: tuple[Mixer, ...]
+    mlp: Mlp | None = None
+
+    @property
+    def kind(self) -> str:
+        names = [m.kind for m in self.mixers] or ["mlp"]
+        return "+".join(names)
+
+    @property
+    def has_state(self) -> bool:
+        return any(m.state_bytes() > 0 for m in self.mixers)
+
+    @property
+    def has_attention(self) -> bool:
+        return any(isinstance(m, Attention) for m in self.mixers)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A model as the cost model sees it: layers in order, embedding sizes, where it came from."""
+
+    name: str
+    hidden: int
+    vocab_size: int
+    layers: tuple[Layer, ...]
+    tied_embeddings: bool = False
+    max_context: int = 262_144
+    source: str = ""  # the public config (or zoo preset) the figures were taken from
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        return tuple(layer.kind for layer in self.layers)
+
+    @property
+    def has_recurrent(self) -> bool:
+        return any(layer.has_state for layer in self.layers)
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(layer.has_attention for layer in self.layers)
+
+    def mixer_params(self) -> int:
+        return sum(m.params(self.hidden) for layer in self.layers for m in layer.mixers)
+
+    def active_params(self) -> int:
+        """Weights touched per token (embedding lookup excluded, output projection included)."""
+        mlp = sum(layer.mlp.active_params(self.hidden) for layer in self.layers if layer.mlp)
+        return self.mixer_params() + mlp + self.hidden * self.vocab_size
+
+    def total_params(self) -> int:
+        mlp = sum(layer.mlp.total_params(self.hidden) for layer in self.layers if layer.mlp)
+        embeddings = self.hidden * self.vocab_size * (1 if self.tied_embeddings else 2)
+        return self.mixer_params() + mlp + embeddings
+
+    def state_bytes(self) -> int:
+        """One full checkpoint: every recurrent layer's state for one sequence."""
+        return sum(m.state_bytes() for layer in self.layers for m in layer.mixers)
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return sum(m.kv_bytes_per_token(dtype_bytes) for layer in self.layers for m in layer.mixers)

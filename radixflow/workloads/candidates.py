@@ -29,6 +29,7 @@ class WorkloadSpec:
     burst_size: int = 16
     independent: int = 0  # unrelated requests mixed into the queue
     namespaces: int = 1  # groups are spread round-robin over this many namespaces
+    shared_prefix_len: int = 0  # nested sharing: a system prompt before every group's context
     vocab_size: int = 32_000
     seed: int = 0
 
@@ -37,6 +38,8 @@ class WorkloadSpec:
             raise ValueError("groups, candidates and independent must be >= 0")
         if self.requests == 0:
             raise ValueError("empty workload: no groups/candidates and no independent requests")
+        if self.shared_prefix_len < 0:
+            raise ValueError(f"shared prefix length must be >= 0, got {self.shared_prefix_len}")
         if self.context_len < 0 or self.candidate_len < 1:
             raise ValueError("context length must be >= 0 and candidate length >= 1")
         if self.order not in ORDERS:
@@ -75,9 +78,10 @@ def build_workload(spec: WorkloadSpec) -> list[Request]:
     spec.validate()
     rng = random.Random(spec.seed)
     draw = lambda n: tuple(rng.randrange(spec.vocab_size) for _ in range(n))  # noqa: E731
+    system = draw(spec.shared_prefix_len)  # empty (and no draw) unless nested sharing is asked for
     groups: list[list[Request]] = []
     for g in range(spec.groups):
-        context = draw(spec.context_len)
+        context = system + draw(spec.context_len)
         ns = f"ns{g % spec.namespaces}"
         groups.append(
             [

@@ -1,0 +1,1 @@
+"""Fitting cost-model coefficients to timed worker calls of the torch runner."""

@@ -1,0 +1,94 @@
+"""Fit a hardware profile to timed rounds (non-negative least squares) and score it on held-out rounds."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from radixflow.calibration.timing import TimedBatch
+from radixflow.costmodel.hardware import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.kinds import ModelShape
+from radixflow.costmodel.model import CostModel, feature_names, round_work
+from radixflow.costmodel.nnls import nnls
+
+SRC_FITTED = "fitted by `radixflow calibrate` (NNLS on timed worker calls; see 'calibration')"
+
+
+@dataclass(frozen=True)
+class ModelError:
+    model: str
+    fit_rounds: int
+    held_out_rounds: int
+    median_abs_error: float  # median |predicted - measured| / measured on held-out rounds
+    max_abs_error: float
+
+
+def _rows(batches: list[TimedBatch], shapes: dict[str, ModelShape], dtype_bytes: int) -> list[list[float]]:
+    return [round_work(shapes[b.model], b.chunks, dtype_bytes).features() for b in batches]
+
+
+def fit_profile(
+    name: str,
+    batches: list[TimedBatch],
+    shapes: dict[str, ModelShape],
+    dtype_bytes: int,
+    device: str,
+) -> HardwareProfile:
+    """Coefficients minimising the squared *relative* error of the fit rounds, all >= 0.
+
+    Memory traffic is not a separate term here (``bandwidth`` None): on the devices this runs on
+    it shows up in the per-call and per-FLOP coefficients. A compute term the fit rounds never
+    exercise (e.g. ``mamba2`` when only DeltaNet models were timed) is charged at the dense-MLP
+    rate and listed under ``calibration.unfitted_terms``.
+    """
+    fit = [b for b in batches if b.split == "fit"]
+    if not fit:
+        raise ValueError("no fit rounds to calibrate from")
+    rows = _rows(fit, shapes, dtype_bytes)
+    weighted = [[v / b.seconds for v in row] for row, b in zip(rows, fit, strict=True)]
+    coef = dict(zip(feature_names(), nnls(weighted, [1.0] * len(fit)), strict=True))
+    seen = {t for t in COMPUTE_TERMS if any(row[feature_names().index(t)] > 0 for row in rows)}
+    reference = coef["mlp"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
+    scale = {t: (coef[t] if t in seen else reference) / reference for t in COMPUTE_TERMS}
+    profile = HardwareProfile(
+        name=name,
+        flops=1.0 / reference,
+        bandwidth=None,
+        round_overhead_s=coef["round"],
+        per_request_s=coef["sequence"],
+        layer_overhead_s=coef["layer"],
+        kind_scale=scale,
+        weight_bytes=dtype_bytes,
+        sources={"all": SRC_FITTED},
+    )
+    errors = score(profile, batches, shapes)
+    calibration = {
+        "device": device,
+        "models": sorted(shapes),
+        "unfitted_terms": sorted(set(COMPUTE_TERMS) - seen),
+        "errors": [e.__dict__ for e in errors],
+        "rounds": [b.to_dict() for b in batches],
+    }
+    return HardwareProfile(**{**profile.__dict__, "calibration": calibration})
+
+
+def score(
+    profile: HardwareProfile, batches: list[TimedBatch], shapes: dict[str, ModelShape]
+) -> list[ModelError]:
+    """Per model: relative error of predicted worker-call time on its held-out rounds."""
+    out = []
+    for model in sorted(shapes):
+        cost = CostModel(shapes[model], profile)
+        held = [b for b in batches if b.model == model and b.split == "held_out"]
+        errs = [abs(cost.round_seconds(b.chunks) - b.seconds) / b.seconds for b in held]
+        fit_n = sum(b.model == model and b.split == "fit" for b in batches)
+        out.append(
+            ModelError(
+                model,
+                fit_n,
+                len(held),
+                statistics.median(errs) if errs else float("nan"),
+                max(errs) if errs else float("nan"),
+            )
+        )
+    return out

@@ -1,0 +1,68 @@
+"""`radixflow calibrate`: time the torch runner on designed batches, fit, score, write the profile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from radixflow.calibration.design import DesignBatch, fit_design, held_out_design
+from radixflow.calibration.fit import ModelError, fit_profile
+from radixflow.calibration.timing import BLOCK_SIZE, TimedBatch, time_batches
+from radixflow.costmodel.configs import shape_from_config
+from radixflow.costmodel.hardware import HardwareProfile
+from radixflow.costmodel.kinds import ModelShape
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    models: tuple[str, ...]
+    device: str = "cpu"
+    max_tokens: int = 1024  # largest round timed
+    held_out: int = 12  # held-out rounds per model
+    repeats: int = 3  # timings per round (median)
+    threads: int = 1  # torch intra-op threads: one gives stable timings on a shared small machine
+    seed: int = 1
+
+
+def model_shape(model: str) -> ModelShape:
+    """The cost-model shape of a zoo model or local checkpoint (builds the zoo model if needed)."""
+    from radixflow.models.zoo import ensure_model
+
+    path = ensure_model(model)
+    return shape_from_config(model, json.loads((Path(path) / "config.json").read_text()), str(path))
+
+
+def design(plan: CalibrationPlan, shape: ModelShape) -> list[DesignBatch]:
+    hybrid = shape.has_recurrent
+    fit = fit_design(plan.max_tokens, BLOCK_SIZE, hybrid)
+    return fit + held_out_design(plan.held_out, plan.max_tokens, BLOCK_SIZE, hybrid, plan.seed)
+
+
+def total_batches(plan: CalibrationPlan) -> int:
+    fit = len(fit_design(plan.max_tokens, BLOCK_SIZE, True))
+    return len(plan.models) * (fit + plan.held_out) * plan.repeats
+
+
+def calibrate(
+    plan: CalibrationPlan,
+    name: str,
+    on_batch: Callable[[], None] | None = None,
+) -> tuple[HardwareProfile, list[ModelError]]:
+    """Timed rounds of every model, one joint fit, each model's held-out error."""
+    shapes = {m: model_shape(m) for m in plan.models}
+    timed: list[TimedBatch] = []
+    for model in plan.models:
+        batches = design(plan, shapes[model])
+        timed += time_batches(model, plan.device, batches, plan.repeats, plan.threads, on_batch)
+    return refit(name, timed, shapes, plan.device)
+
+
+def refit(
+    name: str, timed: list[TimedBatch], shapes: dict[str, ModelShape], device: str
+) -> tuple[HardwareProfile, list[ModelError]]:
+    dtype_bytes = 4  # the torch runner computes in float32 on every device here
+    profile = fit_profile(name, timed, shapes, dtype_bytes, device)
+    errors = [ModelError(**e) for e in (profile.calibration or {}).get("errors", [])]
+    return profile, errors

@@ -1,0 +1,104 @@
+"""Time the torch runner's worker call on designed batch shapes (CPU here, CUDA when present)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from radixflow.calibration.design import DesignBatch
+from radixflow.costmodel.kinds import ChunkShape
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec
+
+BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class TimedBatch:
+    model: str
+    split: str
+    chunks: tuple[ChunkShape, ...]
+    seconds: float  # median worker-call time over the repeats
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "split": self.split,
+            "seconds": self.seconds,
+            "chunks": [[c.start, c.length, int(c.sample), int(c.restores), c.snapshots] for c in self.chunks],
+        }
+
+    @staticmethod
+    def from_dict(data: dict[str, object]) -> TimedBatch:
+        chunks = tuple(ChunkShape(s, n, bool(x), bool(r), k) for s, n, x, r, k in data["chunks"])  # type: ignore[union-attr]
+        return TimedBatch(str(data["model"]), str(data["split"]), chunks, float(data["seconds"]))  # type: ignore[arg-type]
+
+
+def _blocks(tokens: int) -> int:
+    return -(-tokens // BLOCK_SIZE)
+
+
+def to_scheduler_output(batch: DesignBatch, vocab_size: int) -> SchedulerOutput:
+    """A round the runner can execute: disjoint block ids and state slots for each chunk.
+
+    KV and state contents are whatever the pools hold (zeros): timing does not depend on them.
+    """
+    chunks, next_block, next_slot = [], 0, 0
+    for i, c in enumerate(batch.chunks):
+        table = tuple(range(next_block, next_block + _blocks(c.end)))
+        next_block += len(table)
+        restore = None
+        if c.restores:
+            restore, next_slot = next_slot, next_slot + 1
+        snaps = []
+        for _ in range(c.snapshots):
+            snaps.append(SnapshotSpec(c.end // BLOCK_SIZE * BLOCK_SIZE, next_slot))
+            next_slot += 1
+        tokens = tuple((7 * j + i) % vocab_size for j in range(c.end))
+        end = c.end if c.sample else c.end + BLOCK_SIZE  # a mid-prompt chunk: the prompt goes on
+        prompt = tokens + tuple(1 for _ in range(end - c.end))
+        chunks.append(
+            ScheduledChunk(f"c{i}", "cal", prompt, c.start, c.end, table, restore, tuple(snaps), c.sample)
+        )
+    return SchedulerOutput(round_index=0, chunks=chunks)
+
+
+def pool_sizes(batches: list[DesignBatch]) -> tuple[int, int]:
+    """KV blocks and state slots the largest batch needs."""
+    blocks = max(sum(_blocks(c.end) for c in b.chunks) for b in batches)
+    slots = max(sum(int(c.restores) + c.snapshots for c in b.chunks) for b in batches)
+    return blocks, max(slots, 1)
+
+
+def time_batches(
+    model: str,
+    device: str,
+    batches: list[DesignBatch],
+    repeats: int,
+    threads: int | None = None,
+    on_batch: Callable[[], None] | None = None,
+) -> list[TimedBatch]:
+    """Median worker-call time of each batch; repeats are interleaved across batches."""
+    import torch
+
+    from radixflow.models.zoo import ensure_model
+    from radixflow.runners.torch_runner import TorchRunner
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        blocks, slots = pool_sizes(batches)
+        runner = TorchRunner(ensure_model(model), BLOCK_SIZE, blocks, slots, device=device, label=model)
+        outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
+        samples: list[list[float]] = [[] for _ in batches]
+        for _ in range(repeats):
+            for i, out in enumerate(outputs):
+                samples[i].append(runner.run(out).worker_call_s)
+                if on_batch is not None:
+                    on_batch()
+    finally:
+        torch.set_num_threads(before)
+    return [
+        TimedBatch(model, b.split, b.chunks, statistics.median(s))
+        for b, s in zip(batches, samples, strict=True)
+    ]

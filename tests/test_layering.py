@@ -19,7 +19,20 @@ ALLOWED = {
     "runners": {"cache", "scheduler", "engine", "models", "costmodel"},
     "workloads": {"scheduler"},
     "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel"},
-    "cli": {"cache", "scheduler", "engine", "runners", "models", "workloads", "bench", "costmodel"},
+    "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
+    "experiments": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "bench"},
+    "cli": {
+        "cache",
+        "scheduler",
+        "engine",
+        "runners",
+        "models",
+        "workloads",
+        "bench",
+        "costmodel",
+        "calibration",
+        "experiments",
+    },
 }
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra)
 NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench", "costmodel"}

@@ -1,0 +1,1 @@
+"""`radixflow experiment CONFIG.toml`: frozen experiments → results.json, report.md and plots."""

@@ -1,0 +1,155 @@
+"""Figures the report is written from: per-cell changes vs the baseline, per-model spans, regimes."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+CellResult = dict[str, Any]
+
+# The paper's reported ranges (radixflow vs the native scheduler, five hybrid models).
+PAPER = {
+    "rounds": (-0.44, -0.11),
+    "mean_latency_s": (-0.24, -0.03),
+}
+PAPER_TEXT = {
+    "rounds": "−44% to −11%",
+    "mean_latency_s": "−24% to −3%",
+    "p99_latency_s": "not reported",
+    "reuse_rate": "almost unchanged",
+}
+CHANGED = 0.01  # a relative change within ±1% reads as "unchanged"
+
+
+def rel(base: float | None, new: float | None) -> float | None:
+    if base is None or new is None or base == 0:
+        return None
+    return (new - base) / base
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One cell, one variant against the cell's baseline (the first variant)."""
+
+    key: str
+    group: str
+    runner: str
+    model: str
+    hybrid: bool
+    variant: str
+    baseline: str
+    settings: dict[str, Any]  # the cell's settings, workload flattened as "workload.<key>"
+    fixed_cost_ms: float | None
+    change: dict[str, float | None] = field(default_factory=dict)  # relative, except reuse (points)
+    base: dict[str, Any] = field(default_factory=dict)
+    new: dict[str, Any] = field(default_factory=dict)
+
+
+def _flat(cell: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in cell.items() if k != "workload"}
+    out.update({f"workload.{k}": v for k, v in cell["workload"].items()})
+    return out
+
+
+RELATIVE = ("rounds", "mean_latency_s", "p99_latency_s", "makespan_s", "goodput_rps", "worker_call_s")
+
+
+def comparisons(results: Iterable[CellResult]) -> list[Comparison]:
+    """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once)."""
+    out = []
+    for r in {r["key"]: r for r in results}.values():
+        base, *others = r["results"]
+        for new in others:
+            change = {k: rel(base.get(k), new.get(k)) for k in RELATIVE}
+            change["reuse_rate"] = new["reuse_rate"] - base["reuse_rate"]
+            out.append(
+                Comparison(
+                    key=r["key"],
+                    group=r["cell"]["group"],
+                    runner=r["cell"]["runner"],
+                    model=r["model"],
+                    hybrid=r["hybrid"],
+                    variant=new["variant"],
+                    baseline=base["variant"],
+                    settings=_flat(r["cell"]),
+                    fixed_cost_ms=r.get("fixed_cost_ms"),
+                    change=change,
+                    base=base,
+                    new=new,
+                )
+            )
+    return out
+
+
+def varying(comps: list[Comparison]) -> list[str]:
+    """Setting keys whose value differs between the cells given (the table's columns)."""
+    keys = sorted({k for c in comps for k in c.settings})
+    return [k for k in keys if len({repr(c.settings.get(k)) for c in comps}) > 1 and k != "group"]
+
+
+@dataclass(frozen=True)
+class Span:
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+def span(values: Iterable[float | None]) -> Span | None:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None
+    return Span(statistics.median(xs), min(xs), max(xs), len(xs))
+
+
+def per_model(comps: list[Comparison], variant: str) -> dict[tuple[str, str], dict[str, Span | None]]:
+    """(runner, model) -> span over its cells of each figure's change for ``variant``."""
+    out: dict[tuple[str, str], dict[str, Span | None]] = {}
+    for runner, model in dict.fromkeys((c.runner, c.model) for c in comps):
+        mine = [c for c in comps if (c.runner, c.model) == (runner, model) and c.variant == variant]
+        if mine:
+            figures = ("rounds", "mean_latency_s", "p99_latency_s", "reuse_rate")
+            out[(runner, model)] = {f: span(c.change[f] for c in mine) for f in figures}
+    return out
+
+
+@dataclass(frozen=True)
+class RegimePoint:
+    value: float  # the swept setting (fixed cost in ms, offered load in requests/s)
+    lower: int  # cells where the variant lowers mean latency by more than 1%
+    higher: int  # ... raises it by more than 1%
+    same: int
+    median_change: float
+
+
+def regime(comps: list[Comparison], axis: str, variant: str) -> list[RegimePoint]:
+    """Mean-latency change of hybrid cells grouped by ``axis`` ("fixed_cost_ms" or a setting key)."""
+    by_value: dict[float, list[float]] = {}
+    for c in comps:
+        value = c.fixed_cost_ms if axis == "fixed_cost_ms" else c.settings.get(axis)
+        change = c.change["mean_latency_s"]
+        if c.variant == variant and c.hybrid and value is not None and change is not None:
+            by_value.setdefault(float(value), []).append(change)
+    return [
+        RegimePoint(
+            v,
+            sum(x < -CHANGED for x in xs),
+            sum(x > CHANGED for x in xs),
+            sum(abs(x) <= CHANGED for x in xs),
+            statistics.median(xs),
+        )
+        for v, xs in sorted(by_value.items())
+    ]
+
+
+def crossover(points: list[RegimePoint]) -> tuple[float | None, float | None]:
+    """(lowest value from which the median change stays negative, highest value where it is >= 0)."""
+    lowers_from = None
+    for p in reversed(points):
+        if p.median_change >= 0:
+            break
+        lowers_from = p.value
+    raises_up_to = max((p.value for p in points if p.median_change > 0), default=None)
+    return lowers_from, raises_up_to

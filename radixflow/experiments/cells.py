@@ -1,0 +1,130 @@
+"""Run one cell: build its runner and workload, run every variant on identical requests, summarise.
+
+A cell's result is plain JSON (no NaN): figures per variant, the latency of every completed
+request (for CDFs), and goodput. Sim cells are deterministic, so a cell gives the same result in
+any process (serially or as a Ray task).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from radixflow.bench.harness import PolicyRun, run_policies
+from radixflow.bench.runner_choice import RunnerChoice, SimChoice, TorchChoice
+from radixflow.costmodel.hardware import resolve_hardware
+from radixflow.experiments.config import Cell, Variant
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+
+@contextmanager
+def _threads(s: dict[str, Any]) -> Iterator[None]:
+    """A torch cell runs with its own intra-op thread count (restored afterwards)."""
+    if s["runner"] != "torch":
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(s["torch_threads"])
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _choice(s: dict[str, Any]) -> tuple[RunnerChoice, float | None]:
+    """The runner choice and, for the sim, the fixed cost of one worker call in ms."""
+    if s["runner"] == "torch":
+        return TorchChoice(s["model"], s["device"]), None
+    hw = resolve_hardware(s["hardware"])
+    if s["fixed_cost_ms"] is not None:
+        hw = hw.with_fixed_round_cost(s["fixed_cost_ms"] / 1e3)
+    sim = SimChoice(s["model"], hw)
+    return sim, (hw.round_overhead_s + hw.layer_overhead_s * len(sim.spec.layers)) * 1e3
+
+
+def cell_requests(cell: Cell, vocab_size: int) -> list[Request]:
+    work = dict(cell.workload)
+    share = cell.settings.get("independent_share")
+    if share is not None:  # independent requests as a share of the whole queue
+        work["independent"] = round(share * work["groups"] * work["candidates"] / (1 - share))
+    return build_workload(WorkloadSpec(**work, vocab_size=vocab_size))
+
+
+def _finite(x: Any) -> Any:
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _variant_result(
+    variant: Variant, run: PolicyRun, slo_ms: float | None, rate: float | None
+) -> dict[str, Any]:
+    done = [r for r in run.requests if r.status is RequestStatus.FINISHED and r.latency_s is not None]
+    latencies = sorted(r.latency_s for r in done if r.latency_s is not None)
+    makespan = run.result.makespan_s
+    within = len(latencies) if slo_ms is None else sum(lat <= slo_ms / 1e3 for lat in latencies)
+    figures = {k: _finite(v) for k, v in run.result.to_dict().items()}
+    return {
+        **figures,
+        "variant": variant.label,
+        "goodput_rps": within / makespan if makespan > 0 else None,
+        "offered_rps": rate,
+        "latencies_s": [round(x, 9) for x in latencies],
+        "failures": [
+            {"id": r.id, "reason": r.error} for r in run.requests if r.status is RequestStatus.FAILED
+        ],
+    }
+
+
+def run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
+    """Every variant on the cell's requests; the first variant is the baseline of the report."""
+    with _threads(cell.settings):
+        return _run_cell(cell, variants)
+
+
+def _run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    s = cell.settings
+    choice, fixed_cost_ms = _choice(s)
+    requests = cell_requests(cell, choice.vocab_size())
+    capacity = choice.capacity(requests, s["block_size"])
+    sched = SchedulerConfig(
+        token_budget=s["token_budget"],
+        max_requests=s["max_requests"],
+        block_size=s["block_size"],
+        num_blocks=s["kv_blocks"] or capacity.kv_blocks,
+        num_state_slots=s["state_slots"] or capacity.state_slots,
+    )
+    sched.validate()
+    runner = choice.build(sched)
+    arrival = cell.workload["arrival"]
+    rate = None if arrival == "batch" else float(cell.workload["rate"])
+    by_placement: dict[str, list[Variant]] = {}
+    for v in variants:
+        by_placement.setdefault(v.placement or s["placement"], []).append(v)
+    results: dict[str, dict[str, Any]] = {}
+    for placement, group in by_placement.items():
+        policies = [v.policy for v in group]
+        runs = run_policies(requests, runner, sched, policies, placement, repeats=s["repetitions"])
+        for v, run in zip(group, runs, strict=True):
+            results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
+    return {
+        "cell": cell.to_dict(),
+        "requests": len(requests),
+        "model": runner.model.name,
+        "hybrid": runner.model.has_recurrent,
+        "runner_settings": choice.describe(),
+        "fixed_cost_ms": fixed_cost_ms,
+        "results": [results[v.label] for v in variants],
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def without_timing(result: dict[str, Any]) -> dict[str, Any]:
+    """The part of a cell result that must not depend on where or when it ran."""
+    return {k: v for k, v in result.items() if k != "wall_s"}

@@ -1,0 +1,240 @@
+"""Experiment configs (TOML): defaults plus grids whose list-valued keys expand into cells.
+
+A cell is one frozen setting (runner, model, hardware, budgets, workload, seed); every policy
+variant of the experiment runs on that cell's identical requests. Every mistake is reported as
+one line naming the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from radixflow.costmodel.hardware import HARDWARE, ProfileError, resolve_hardware
+from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.scheduler.placement import PLACEMENTS
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.workloads.candidates import ARRIVALS, ORDERS, WorkloadSpec
+
+SCHEMA = 1  # bump when a cell's meaning changes: cached cell results are keyed by it
+
+RUNNERS = ("sim", "torch")
+# cell key -> (type, default); None default: optional
+CELL_KEYS: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "runner": (str, "sim"),
+    "model": (str, None),
+    "hardware": (str, "h200"),
+    "fixed_cost_ms": ((int, float), None),  # sim: the whole fixed cost of a worker call
+    "device": (str, "cpu"),
+    "torch_threads": (int, 1),
+    "placement": (str, "branch"),
+    "token_budget": (int, 8192),
+    "max_requests": (int, 256),
+    "block_size": (int, 16),
+    "kv_blocks": (int, None),
+    "state_slots": (int, None),
+    "repetitions": (int, 1),
+    "slo_ms": ((int, float), None),  # goodput counts requests finishing within this latency
+    "independent_share": ((int, float), None),  # share of independent requests in the queue
+}
+WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name != "vocab_size"}
+TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
+
+
+class ExperimentConfigError(ValueError):
+    """A config mistake, reported as one line naming the key."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of the side-by-side comparison: a scheduling policy and where it checkpoints."""
+
+    policy: str
+    placement: str | None  # None: the cell's placement
+
+    @property
+    def label(self) -> str:
+        return self.policy if self.placement is None else f"{self.policy}@{self.placement}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    group: str  # the grid it came from
+    settings: dict[str, Any]  # CELL_KEYS, resolved
+    workload: dict[str, Any]  # WORKLOAD_KEYS, resolved
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, **self.settings, "workload": self.workload}
+
+    def key(self, variants: list[Variant]) -> str:
+        labels = [v.label for v in variants]
+        blob = json.dumps({"schema": SCHEMA, "cell": self.to_dict(), "variants": labels}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str
+    description: str
+    variants: list[Variant]
+    cells: list[Cell]
+    path: Path
+
+
+def _fail(origin: str, key: str, why: str) -> ExperimentConfigError:
+    return ExperimentConfigError(f"{origin}: {key}: {why}")
+
+
+def _variant(text: Any, origin: str) -> Variant:
+    if not isinstance(text, str):
+        raise _fail(origin, "policies", f"each entry must be a string, got {text!r}")
+    policy, _, placement = text.partition("@")
+    if policy not in SCHEDULING_POLICIES:
+        known = ", ".join(SCHEDULING_POLICIES)
+        raise _fail(origin, "policies", f"unknown policy {policy!r} (known: {known})")
+    if placement and placement not in PLACEMENTS:
+        raise _fail(origin, "policies", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
+    return Variant(policy, placement or None)
+
+
+def _check_value(origin: str, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        name = kind.__name__ if isinstance(kind, type) else "number"
+        raise _fail(origin, key, f"must be a {name}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _fail(origin, key, f"must be finite, got {value!r}")
+    if isinstance(value, int | float) and value < 0:
+        raise _fail(origin, key, f"must be >= 0, got {value!r}")
+
+
+def _values(value: Any, origin: str, key: str) -> list[Any]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise _fail(origin, key, "an empty list expands to no cells")
+    return values
+
+
+def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(cell keys, workload keys) of a [defaults] or [[grid]] table, every value as a list."""
+    if not isinstance(table, dict):
+        raise _fail(origin, where, "must be a table")
+    cell: dict[str, Any] = {}
+    workload: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "workload":
+            if not isinstance(value, dict):
+                raise _fail(origin, f"{where}.workload", "must be a table")
+            for wkey, wvalue in value.items():
+                if wkey not in WORKLOAD_KEYS:
+                    known = ", ".join(WORKLOAD_KEYS)
+                    raise _fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
+                workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
+        elif key in CELL_KEYS:
+            cell[key] = _values(value, origin, f"{where}.{key}")
+        elif key != "name" or where == "defaults":
+            raise _fail(origin, f"{where}.{key}", f"unknown key (known: {', '.join(CELL_KEYS)}, workload)")
+    return cell, workload
+
+
+def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Path) -> Cell:
+    """Check a resolved cell; ``loc`` names the config key a setting came from."""
+    s = dict(cell.settings)
+    for key, (kind, _) in CELL_KEYS.items():
+        if s.get(key) is not None:
+            _check_value(origin, loc(key), s[key], kind)
+    if s["runner"] not in RUNNERS:
+        known = ", ".join(RUNNERS)
+        raise _fail(origin, loc("runner"), f"unknown runner {s['runner']!r} (known: {known})")
+    if s["model"] is None:
+        raise _fail(origin, loc("model"), "missing (a sim shape or a zoo model)")
+    if s["runner"] == "sim" and s["model"] not in SIM_MODELS:
+        known = ", ".join(SIM_MODELS)
+        raise _fail(origin, loc("model"), f"unknown sim model {s['model']!r} (known: {known})")
+    if s["placement"] not in PLACEMENTS:
+        raise _fail(origin, loc("placement"), f"unknown placement {s['placement']!r}")
+    if s["hardware"] not in HARDWARE:  # a profile file, relative to the config
+        path = (base / s["hardware"]).resolve()
+        try:
+            resolve_hardware(str(path))
+        except ProfileError as e:
+            raise _fail(origin, loc("hardware"), str(e)) from None
+        s["hardware"] = str(path)
+    share = s.get("independent_share")
+    if share is not None and not 0 <= share < 1:
+        raise _fail(origin, loc("independent_share"), f"must be in [0, 1), got {share}")
+    for key in ("token_budget", "max_requests", "block_size", "repetitions", "torch_threads"):
+        if s[key] < 1:
+            raise _fail(origin, loc(key), f"must be >= 1, got {s[key]}")
+    for key, value in cell.workload.items():
+        kind = type(WORKLOAD_KEYS[key])
+        _check_value(origin, loc(f"workload.{key}"), value, (int, float) if kind is float else kind)
+    for key, choices in (("order", ORDERS), ("arrival", ARRIVALS)):
+        if cell.workload[key] not in choices:
+            known = ", ".join(choices)
+            raise _fail(
+                origin, loc(f"workload.{key}"), f"unknown {key} {cell.workload[key]!r} (known: {known})"
+            )
+    try:
+        WorkloadSpec(**cell.workload).validate()
+    except (TypeError, ValueError) as e:
+        raise _fail(origin, loc("workload"), str(e)) from None
+    return Cell(cell.group, s, cell.workload)
+
+
+def _expand(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    keys = list(values)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values[k] for k in keys))]
+
+
+def parse_config(data: dict[str, Any], origin: str, base: Path) -> ExperimentConfig:
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise _fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+    policies = data.get("policies", ["native", "radixflow"])
+    if not isinstance(policies, list) or len(policies) < 1:
+        raise _fail(origin, "policies", "must be a non-empty list")
+    variants = [_variant(p, origin) for p in policies]
+    seeds = data.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or any(type(s) is not int for s in seeds):
+        raise _fail(origin, "seeds", "must be a non-empty list of integers")
+    d_cell, d_work = _section(data.get("defaults", {}), "defaults", origin)
+    grids = data.get("grid", [{"name": "main"}])
+    if not isinstance(grids, list) or not grids:
+        raise _fail(origin, "grid", "must be a non-empty array of tables ([[grid]])")
+    cells: list[Cell] = []
+    for i, grid in enumerate(grids):
+        where = f"grid[{i}]"
+        g_cell, g_work = _section(grid, where, origin)
+
+        def loc(key: str, where: str = where, g_cell: dict = g_cell, g_work: dict = g_work) -> str:
+            name, table, defaults = (
+                (key[9:], g_work, d_work) if key.startswith("workload.") else (key, g_cell, d_cell)
+            )
+            return f"defaults.{key}" if name in defaults and name not in table else f"{where}.{key}"
+
+        name = str(grid.get("name", where))
+        for settings in _expand({**{k: [v] for k, (_, v) in CELL_KEYS.items()}, **d_cell, **g_cell}):
+            for workload in _expand({**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}):
+                for seed in seeds:
+                    cell = Cell(name, settings, {**workload, "seed": seed})
+                    cells.append(_validate_cell(cell, origin, loc, base))
+    name = str(data.get("name", Path(origin).stem))
+    return ExperimentConfig(name, str(data.get("description", "")), variants, cells, Path(origin))
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ExperimentConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse_config(data, str(path), path.parent)

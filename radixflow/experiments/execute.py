@@ -1,0 +1,117 @@
+"""Run an experiment's cells serially or as Ray tasks, skipping cells already finished.
+
+Each finished cell is written at once to ``<out>/cells/<key>.json`` (key: a hash of the cell's
+settings and the variants), so an interrupted run loses at most the cells in flight and a re-run
+picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from radixflow.experiments.cells import run_cell
+from radixflow.experiments.config import Cell, ExperimentConfig, Variant
+
+CellResult = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pending:
+    key: str
+    cell: Cell
+
+
+class CellCache:
+    def __init__(self, out: Path) -> None:
+        self.dir = out / "cells"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def get(self, key: str) -> CellResult | None:
+        try:
+            return json.loads(self.path(key).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None  # missing or half-written: run it again
+
+    def put(self, key: str, result: CellResult) -> None:
+        tmp = self.path(key).with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, allow_nan=False))
+        os.replace(tmp, self.path(key))
+
+
+def _serial(pending: list[Pending], variants: list[Variant]) -> Iterator[tuple[Pending, CellResult]]:
+    for p in pending:
+        yield p, run_cell(p.cell, variants)
+
+
+def _remote_cell(cell: Cell, variants: list[Variant]) -> CellResult:
+    return run_cell(cell, variants)
+
+
+def _ray(
+    pending: list[Pending], variants: list[Variant], address: str | None, torch_cpus: int
+) -> Iterator[tuple[Pending, CellResult]]:
+    import ray
+
+    env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+    ray.init(address=address, runtime_env=env, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(_remote_cell)
+        refs = {}
+        for p in pending:
+            # a torch cell times real forward passes: give it the CPUs its threads use
+            cpus = torch_cpus if p.cell.settings["runner"] == "torch" else 1
+            refs[task.options(num_cpus=cpus).remote(p.cell, variants)] = p
+        while refs:
+            done, _ = ray.wait(list(refs), num_returns=1)
+            for ref in done:
+                yield refs.pop(ref), ray.get(ref)
+    finally:
+        ray.shutdown()
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    ray: bool = False
+    ray_address: str | None = None
+    torch_cpus: int = 2
+
+
+def execute(
+    config: ExperimentConfig,
+    out: Path,
+    options: ExecutionOptions,
+    on_start: Callable[[int, int], None] | None = None,
+    on_cell: Callable[[Pending, CellResult], None] | None = None,
+) -> list[CellResult]:
+    """Results of every cell in config order; finished cells come from the cache."""
+    cache = CellCache(out)
+    keys = [c.key(config.variants) for c in config.cells]
+    pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if cache.get(k) is None]
+    pending = list({p.key: p for p in pending}.values())  # a cell listed twice runs once
+    if on_start is not None:
+        on_start(len(config.cells), len(pending))
+    if pending:
+        stream = (
+            _ray(pending, config.variants, options.ray_address, options.torch_cpus)
+            if options.ray
+            else _serial(pending, config.variants)
+        )
+        for p, result in stream:
+            cache.put(p.key, result)
+            if on_cell is not None:
+                on_cell(p, result)
+    results = []
+    for key in keys:
+        result = cache.get(key)
+        if result is None:
+            raise RuntimeError(f"cell {key} finished but its result cannot be read back from {cache.dir}")
+        results.append({**result, "key": key})
+    return results

@@ -1,0 +1,161 @@
+"""PNG plots of an experiment (matplotlib, headless): latency CDFs, rounds, load and fixed-cost sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from radixflow.experiments.analysis import CellResult, Comparison, comparisons, varying
+
+MAX_PANELS = 12
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(r: CellResult) -> str:
+    w = r["cell"]["workload"]
+    return f"{r['model']} ({r['cell']['runner']}) {w['order']}/{w['arrival']}"
+
+
+def latency_cdf(results: list[CellResult], path: Path) -> bool:
+    """One panel per cell (first cell of each model when there are many): latency CDF per variant."""
+    cells = list({r["model"]: r for r in reversed(results)}.values())[::-1][:MAX_PANELS]
+    if not cells:
+        return False
+    plt = _pyplot()
+    cols = min(3, len(cells))
+    rows = -(-len(cells) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, r in zip(axes.flat, cells, strict=False):
+        for v in r["results"]:
+            xs = v["latencies_s"]
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=v["variant"])
+        ax.set_title(_title(r), fontsize=8)
+        ax.set_xlabel("latency (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(cells) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def rounds_bars(results: list[CellResult], path: Path) -> bool:
+    cells = results[: MAX_PANELS * 3]
+    if not cells:
+        return False
+    plt = _pyplot()
+    variants = [v["variant"] for v in cells[0]["results"]]
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(cells) * len(variants)), 4))
+    width = 0.8 / len(variants)
+    for j, name in enumerate(variants):
+        ax.bar(
+            [i + j * width for i in range(len(cells))],
+            [r["results"][j]["rounds"] for r in cells],
+            width,
+            label=name,
+        )
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cells))])
+    ax.set_xticklabels(
+        [f"{r['model']}\n{r['cell']['workload']['order']}" for r in cells], fontsize=6, rotation=60
+    )
+    ax.set_ylabel("worker rounds")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def latency_vs_load(results: list[CellResult], path: Path) -> bool:
+    cells = [r for r in results if r["cell"]["workload"]["arrival"] == "poisson"]
+    if len({r["cell"]["workload"]["rate"] for r in cells}) < 2:
+        return False
+    plt = _pyplot()
+    fig, (ax_mean, ax_p99, ax_good) = plt.subplots(1, 3, figsize=(14, 4))
+    series: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = {}
+    for r in cells:
+        for v in r["results"]:
+            label = f"{r['model']} {r['cell']['workload']['order']}"
+            series.setdefault((label, v["variant"]), []).append((r["cell"]["workload"]["rate"], v))
+    for (label, variant), points in sorted(series.items()):
+        points.sort(key=lambda p: p[0])
+        xs = [p[0] for p in points]
+        style = "-" if variant == points[0][1]["variant"] and "native" in variant else "--"
+        for ax, key in ((ax_mean, "mean_latency_s"), (ax_p99, "p99_latency_s"), (ax_good, "goodput_rps")):
+            ax.plot(xs, [p[1].get(key) for p in points], style, marker="o", ms=3, label=f"{label} {variant}")
+    for ax, name in (
+        (ax_mean, "mean latency (s)"),
+        (ax_p99, "p99 latency (s)"),
+        (ax_good, "goodput (req/s)"),
+    ):
+        ax.set_xlabel("offered load (req/s)")
+        ax.set_ylabel(name)
+        ax.set_xscale("log")
+    ax_mean.set_yscale("log")
+    ax_p99.set_yscale("log")
+    ax_good.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Path) -> bool:
+    """Mean-latency change of the last variant vs the baseline along a swept setting, a line per setting."""
+    if not comps:
+        return False
+    last = comps[-1].variant
+    value = (lambda c: c.fixed_cost_ms) if axis == "fixed_cost_ms" else (lambda c: c.settings.get(axis))
+    mine = [c for c in comps if c.variant == last and c.hybrid and value(c) is not None]
+    if len({value(c) for c in mine}) < 2:
+        return False
+    ignore = {axis, "fixed_cost_ms", "group"}
+    others = [k for k in varying(mine) if k not in ignore]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for c in mine:
+        if c.change["mean_latency_s"] is not None:
+            label = " ".join(f"{k.rsplit('.', 1)[-1]}={c.settings.get(k)}" for k in others) or c.model
+            series.setdefault(label, []).append((value(c), c.change["mean_latency_s"] * 100))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, points in series.items():
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", ms=3, label=label)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"mean latency change, {last} vs {mine[0].baseline} (%)")
+    if len(series) <= 16:
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_plots(results: list[CellResult], out: Path) -> list[str]:
+    """Write every plot the data supports; returns their file names (relative to ``out``)."""
+    comps = comparisons(results)
+    made = []
+    jobs = [
+        ("latency_cdf.png", lambda p: latency_cdf(results, p)),
+        ("rounds.png", lambda p: rounds_bars(results, p)),
+        ("latency_vs_load.png", lambda p: latency_vs_load(results, p)),
+        (
+            "latency_change_vs_fixed_cost.png",
+            lambda p: latency_change_vs(comps, "fixed_cost_ms", "fixed cost per worker call (ms)", p),
+        ),
+    ]
+    for name, job in jobs:
+        if job(out / name):
+            made.append(name)
+    return made

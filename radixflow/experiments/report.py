@@ -1,0 +1,217 @@
+"""report.md: tables with relative changes, the paper's ranges beside them, and a reading of the figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixflow.experiments.analysis import (
+    CHANGED,
+    PAPER,
+    PAPER_TEXT,
+    CellResult,
+    Comparison,
+    RegimePoint,
+    Span,
+    comparisons,
+    crossover,
+    per_model,
+    regime,
+    span,
+    varying,
+)
+
+
+def pct(x: float | None, points: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{x * 100:+.1f} pp" if points else f"{x * 100:+.1f}%"
+
+
+def show_span(s: Span | None, points: bool = False) -> str:
+    if s is None:
+        return "–"
+    if s.n == 1:
+        return pct(s.median, points)
+    return f"{pct(s.median, points)} ({pct(s.low, points)} … {pct(s.high, points)})"
+
+
+def _paper_position(s: Span | None, figure: str) -> str:
+    if s is None or figure not in PAPER:
+        return ""
+    lo, hi = PAPER[figure]
+    if lo <= s.median <= hi:
+        return "inside"
+    return "better" if s.median < lo else "short of it" if s.median <= 0 else "opposite sign"
+
+
+def _agreement(results: list[CellResult], runner: str, model: str) -> str:
+    mine = [c for c in results if (c["cell"]["runner"], c["model"]) == (runner, model)]
+    values = {r["variant"]: r.get("agreement") for c in mine for r in c["results"]}
+    if all(v is None for v in values.values()):
+        return "–"
+    worst = {
+        k: min(r.get("agreement", 1.0) for c in mine for r in c["results"] if r["variant"] == k)
+        for k in values
+    }
+    return " / ".join(f"{v:.3f}" for v in worst.values())
+
+
+def paper_table(results: list[CellResult], comps: list[Comparison], variant: str) -> list[str]:
+    rows = per_model(comps, variant)
+    lines = [
+        "| runner | model | cells | worker rounds | mean latency | p99 latency | reuse | agreement |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| **paper** | five hybrid models | | {PAPER_TEXT['rounds']} | {PAPER_TEXT['mean_latency_s']} | "
+        f"{PAPER_TEXT['p99_latency_s']} | {PAPER_TEXT['reuse_rate']} | |",
+    ]
+    for (runner, model), s in rows.items():
+        n = s["rounds"].n if s["rounds"] else 0
+        lines.append(
+            f"| {runner} | {model} | {n} | {show_span(s['rounds'])} | {show_span(s['mean_latency_s'])} | "
+            f"{show_span(s['p99_latency_s'])} | {show_span(s['reuse_rate'], True)} | "
+            f"{_agreement(results, runner, model)} |"
+        )
+    return lines
+
+
+def _count(values: list[float | None]) -> tuple[int, int, int]:
+    xs = [v for v in values if v is not None]
+    return sum(x < -CHANGED for x in xs), sum(x > CHANGED for x in xs), sum(abs(x) <= CHANGED for x in xs)
+
+
+def reading(results: list[CellResult], comps: list[Comparison], variant: str) -> list[str]:
+    """A paragraph per finding, every number taken from the comparisons."""
+    mine = [c for c in comps if c.variant == variant]
+    out = []
+    hybrid = [c for c in mine if c.hybrid and c.runner == "sim"]
+    if hybrid:
+        r, m = span(c.change["rounds"] for c in hybrid), span(c.change["mean_latency_s"] for c in hybrid)
+        reuse = max(abs(c.change["reuse_rate"] or 0) for c in hybrid)
+        lower, higher, same = _count([c.change["mean_latency_s"] for c in hybrid])
+        out.append(
+            f"On {len(hybrid)} simulated hybrid cells, `{variant}` changed worker rounds by a median "
+            f"{pct(r.median)} (from {pct(r.low)} to {pct(r.high)}; the paper: {PAPER_TEXT['rounds']}) "
+            f"and mean latency by a median {pct(m.median)} (from {pct(m.low)} to {pct(m.high)}; the paper: "
+            f"{PAPER_TEXT['mean_latency_s']}): lower by more than 1% in {lower} cells, higher in {higher}, "
+            f"within ±1% in {same}. Reuse moved by at most {reuse * 100:.2f} percentage points."
+        )
+    control = [c for c in mine if not c.hybrid]
+    if control:
+        r, m = span(c.change["rounds"] for c in control), span(c.change["mean_latency_s"] for c in control)
+        out.append(
+            f"On the full-attention control ({len(control)} cells) nothing is ever blocked: rounds change "
+            f"by a median {pct(r.median)} and mean latency by {pct(m.median) if m else '–'}."
+        )
+    torch_cells = [c for c in mine if c.runner == "torch"]
+    if torch_cells:
+        agree = [v.get("agreement") for c in results if c["cell"]["runner"] == "torch" for v in c["results"]]
+        agree = [a for a in agree if a is not None]
+        r = span(c.change["rounds"] for c in torch_cells if c.hybrid)
+        w = span(c.change["worker_call_s"] for c in torch_cells)
+        lowest = f"{min(agree):.3f}" if agree else "–"
+        rounds_text = f"rounds {pct(r.median)} (median over hybrid models)" if r else "no hybrid model"
+        devices = ", ".join(sorted({str(c.settings.get("device")) for c in torch_cells}))
+        text = (
+            f"On the torch runner ({len(torch_cells)} cells, real forward passes on {devices}) decoded "
+            f"outputs agree with a no-cache run at {lowest} at worst for every variant; {rounds_text}, "
+            f"measured worker-call time {pct(w.median) if w else '–'}."
+        )
+        if w is not None and abs(w.median) < 0.05 and r is not None and r.median < -CHANGED:
+            text += " Fewer rounds saved little worker time: here a round costs in proportion to its tokens."
+        out.append(text)
+    return out
+
+
+def _regime_lines(points: list[RegimePoint], axis: str, unit: str, variant: str) -> list[str]:
+    if len(points) < 2:
+        return []
+    lowers_from, _ = crossover(points)
+    lines = [
+        f"| {axis} | cells lower | cells higher | within ±1% | median mean-latency change |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {p.value:g} {unit} | {p.lower} | {p.higher} | {p.same} | {pct(p.median_change)} |" for p in points
+    ]
+    raising = [f"{p.value:g}" for p in points if p.median_change > CHANGED]
+    if lowers_from is not None:
+        sentence = (
+            f"`{variant}` lowers the median mean latency at every swept {axis} from {lowers_from:g} {unit} up"
+        )
+    else:
+        sentence = f"`{variant}` does not lower the median mean latency at the highest {axis} swept"
+    if raising:
+        sentence += f"; it raises it (by more than 1%) at {', '.join(raising)} {unit}"
+    return [*lines, "", sentence + "."]
+
+
+def regime_section(comps: list[Comparison], variant: str) -> list[str]:
+    out: list[str] = []
+    fixed = regime([c for c in comps if c.runner == "sim"], "fixed_cost_ms", variant)
+    lines = _regime_lines(fixed, "fixed cost per round", "ms", variant)
+    if lines:
+        out += ["### Fixed cost per worker call", "", *lines, ""]
+    load = regime(
+        [c for c in comps if c.settings.get("workload.arrival") == "poisson"], "workload.rate", variant
+    )
+    lines = _regime_lines(load, "offered load", "req/s", variant)
+    if lines:
+        out += ["### Offered load (Poisson arrivals)", "", *lines, ""]
+    return out
+
+
+def _cell_row(c: Comparison, cols: list[str]) -> str:
+    settings = [str(c.settings.get(k)) for k in cols]
+    figures = [
+        f"{c.base['rounds']} → {c.new['rounds']}",
+        pct(c.change["rounds"]),
+        pct(c.change["mean_latency_s"]),
+        pct(c.change["p99_latency_s"]),
+        pct(c.change["reuse_rate"], True),
+        pct(c.change["goodput_rps"]),
+    ]
+    return "| " + " | ".join([c.model, *settings, c.variant, *figures]) + " |"
+
+
+def group_tables(comps: list[Comparison]) -> list[str]:
+    out = []
+    for group in dict.fromkeys(c.group for c in comps):
+        mine = [c for c in comps if c.group == group]
+        cols = [k for k in varying(mine) if k != "model"]
+        head = ["model", *cols, "variant", "rounds", "Δ rounds", "Δ mean", "Δ p99", "Δ reuse", "Δ goodput"]
+        out += [f"### {group} (vs `{mine[0].baseline}`)", "", "| " + " | ".join(head) + " |"]
+        out.append("| " + " | ".join("---" for _ in head) + " |")
+        out += [_cell_row(c, cols) for c in mine]
+        out.append("")
+    return out
+
+
+def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[str]) -> str:
+    comps = comparisons(results)
+    variants = [r["variant"] for r in results[0]["results"]] if results else []
+    headline = variants[-1] if variants else ""
+    lines = [f"# Experiment `{meta['name']}`", ""]
+    if meta.get("description"):
+        lines += [meta["description"], ""]
+    lines += [
+        f"{len(results)} cells; variants {', '.join(f'`{v}`' for v in variants)}; every change is "
+        f"relative to `{variants[0] if variants else ''}` on the identical requests of the same cell. "
+        f"Cell compute time {meta['cells_wall_s']:.0f} s; run `{meta['command']}`.",
+        "",
+        f"## Against the paper (`{headline}` vs `{variants[0] if variants else ''}`; "
+        "median and range over cells)",
+        "",
+        *paper_table(results, comps, headline),
+        "",
+        "## Reading",
+        "",
+    ]
+    for paragraph in reading(results, comps, headline):
+        lines += [paragraph, ""]
+    regime_lines = regime_section(comps, headline)
+    if regime_lines:
+        lines += ["## Regime", "", *regime_lines]
+    lines += ["## Cells", "", *group_tables(comps)]
+    if plots:
+        lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
+    return "\n".join(lines)

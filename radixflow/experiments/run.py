@@ -1,0 +1,87 @@
+"""Load a config, run its cells (with progress and ETA), write results.json, report.md and plots."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from radixflow.experiments.config import SCHEMA, ExperimentConfig, load_config
+from radixflow.experiments.execute import ExecutionOptions, Pending, execute
+from radixflow.experiments.plots import write_plots
+from radixflow.experiments.report import render_report
+
+
+@dataclass(frozen=True)
+class ExperimentOutput:
+    out: Path
+    results: list[dict[str, Any]]
+    ran: int  # cells computed in this run (the rest came from the cache)
+    wall_s: float
+    plots: list[str]
+
+
+def default_out(config: ExperimentConfig) -> Path:
+    return Path("results") / config.name
+
+
+def run_experiment(
+    path: str | Path,
+    out: Path | None,
+    options: ExecutionOptions,
+    command: str,
+    progress_console: Console | None = None,
+) -> ExperimentOutput:
+    t0 = time.perf_counter()
+    config = load_config(path)
+    out = out or default_out(config)
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {"ran": 0}
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=progress_console or Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(config.name, total=None)
+
+        def on_start(total: int, pending: int) -> None:
+            progress.update(task, total=pending, description=f"{config.name}: {total - pending} cached")
+
+        def on_cell(p: Pending, result: dict[str, Any]) -> None:
+            counts["ran"] += 1
+            progress.update(task, advance=1, description=f"{config.name}: {p.cell.group} {result['model']}")
+
+        results = execute(config, out, options, on_start, on_cell)
+    plots = write_plots(results, out)
+    meta = {
+        "name": config.name,
+        "description": config.description,
+        "cells_wall_s": sum(r.get("wall_s", 0.0) for r in results),
+        "command": command,
+    }
+    document = {
+        "schema": SCHEMA,
+        **meta,
+        "config": str(config.path),
+        "variants": [v.label for v in config.variants],
+        "cells": results,
+    }
+    (out / "results.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    (out / "report.md").write_text(render_report(meta, results, plots) + "\n")
+    return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)

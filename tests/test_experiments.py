@@ -1,0 +1,130 @@
+"""`radixflow experiment`: a tiny config end to end (serial and on Ray), caching, config errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from radixflow.experiments.cells import without_timing
+from radixflow.experiments.config import ExperimentConfigError, load_config
+from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.run import run_experiment
+
+TINY = """
+name = "tiny"
+policies = ["native", "radixflow"]
+seeds = [0]
+
+[defaults]
+runner = "sim"
+hardware = "h200"
+token_budget = 256
+max_requests = 16
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 128
+candidate_len = 16
+
+[[grid]]
+name = "models"
+model = ["qwen3_5-2b", "qwen3-4b"]
+
+[[grid]]
+name = "fixed cost"
+model = "falcon_h1-1.5b"
+fixed_cost_ms = [0, 20]
+
+[[grid]]
+name = "load"
+model = "qwen3_5-2b"
+[grid.workload]
+arrival = "poisson"
+rate = [10.0, 1000.0]
+"""
+CELL_FIELDS = {"key", "cell", "model", "hybrid", "requests", "fixed_cost_ms", "results", "wall_s"}
+VARIANT_FIELDS = {
+    "variant",
+    "rounds",
+    "mean_latency_s",
+    "p99_latency_s",
+    "reuse_rate",
+    "latencies_s",
+    "goodput_rps",
+}
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def _check_outputs(out: Path) -> dict:
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["variants"] == ["native", "radixflow"] and len(doc["cells"]) == 6
+    for cell in doc["cells"]:
+        assert set(cell) >= CELL_FIELDS
+        assert [r["variant"] for r in cell["results"]] == doc["variants"]
+        for r in cell["results"]:
+            assert set(r) >= VARIANT_FIELDS and r["completed"] == r["requests"] == 6
+    report = (out / "report.md").read_text()
+    assert "−44% to −11%" in report and "| sim | qwen3_5-2b |" in report and "## Regime" in report
+    for png in ("latency_cdf.png", "rounds.png", "latency_vs_load.png", "latency_change_vs_fixed_cost.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    return doc
+
+
+def test_tiny_experiment_serial_then_cached_then_on_ray(tiny: Path, tmp_path: Path):
+    serial = run_experiment(tiny, tmp_path / "serial", ExecutionOptions(), "test")
+    assert serial.ran == 6
+    doc = _check_outputs(tmp_path / "serial")
+    control = next(c for c in doc["cells"] if c["model"] == "qwen3-4b")
+    assert control["hybrid"] is False and control["results"][0]["rounds"] == control["results"][1]["rounds"]
+
+    again = run_experiment(tiny, tmp_path / "serial", ExecutionOptions(), "test")
+    assert again.ran == 0 and again.results == serial.results
+
+    pytest.importorskip("ray")
+    on_ray = run_experiment(tiny, tmp_path / "ray", ExecutionOptions(ray=True), "test")
+    assert on_ray.ran == 6
+    _check_outputs(tmp_path / "ray")
+    assert [without_timing(r) for r in on_ray.results] == [without_timing(r) for r in serial.results]
+
+
+def test_cell_key_changes_with_the_cell(tiny: Path):
+    cells = load_config(tiny).cells
+    variants = load_config(tiny).variants
+    assert len({c.key(variants) for c in cells}) == len(cells)
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (("[defaults]", "[defaults]\ncolour = 1"), "defaults.colour"),
+        (("rate = [10.0, 1000.0]", "rate = [10.0, -1.0]"), "grid[2].workload.rate"),
+        (('model = "falcon_h1-1.5b"', 'model = "falcon-h1"'), "grid[1].model"),
+        (("token_budget = 256", "token_budget = 0"), "defaults.token_budget"),
+        (('"radixflow"]', '"greedy"]'), "policies"),
+        (("groups = 2", 'groups = "two"'), "defaults.workload.groups"),
+        (('hardware = "h200"', 'hardware = "missing.json"'), "defaults.hardware"),
+        (("candidate_len = 16", 'candidate_len = 16\norder = "random"'), "defaults.workload.order"),
+        (("candidate_len = 16", "candidate_len = 0"), "grid[0].workload"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str], key: str):
+    tiny.write_text(TINY.replace(*edit, 1))
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    message = str(info.value)
+    assert "\n" not in message and f": {key}" in message
+
+
+def test_not_toml_is_one_line(tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [")
+    with pytest.raises(ExperimentConfigError, match="not valid TOML"):
+        load_config(bad)

@@ -9,14 +9,17 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from radixflow.cli import bench, models
+from radixflow.cli import bench, calibrate, experiment, models
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 
-DESCRIPTION = "`radixflow` command line: bench (policies side by side) and models (the zoo)."
+DESCRIPTION = (
+    "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
+    "model to timed worker calls) and experiment (frozen experiment configs)."
+)
 
 # Every subcommand, in `--help` order. A new command is a new module with a COMMAND.
-COMMANDS: tuple[Command, ...] = (bench.COMMAND, models.COMMAND)
+COMMANDS: tuple[Command, ...] = (bench.COMMAND, models.COMMAND, calibrate.COMMAND, experiment.COMMAND)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -90,14 +90,18 @@ def _runner_flags(g: argparse._ArgumentGroup) -> None:
         help=f"runs per policy, at most {MAX_REPEAT}; timings are medians",
     )
     g.add_argument(
-        "--hardware", choices=sorted(HARDWARE), help=f"sim cost profile (default: {DEFAULT_HARDWARE})"
+        "--hardware",
+        metavar="NAME|FILE",
+        help=f"sim cost profile: {', '.join(sorted(HARDWARE))} or a profile file written by "
+        f"`radixflow calibrate` (default: {DEFAULT_HARDWARE})",
     )
     cost = float_arg(0.0, MAX_COST_MS)
     g.add_argument(
         "--round-overhead-ms",
         type=cost,
         metavar="MS",
-        help=f"sim: fixed cost per round, at most {MAX_COST_MS:.0f} (default: the profile's)",
+        help=f"sim: the whole fixed cost of a worker call (replaces the profile's per-call and "
+        f"per-layer parts), at most {MAX_COST_MS:.0f} (default: the profile's)",
     )
     g.add_argument(
         "--per-request-ms",

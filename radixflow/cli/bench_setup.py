@@ -13,8 +13,9 @@ from radixflow.bench.runner_choice import Capacity, RunnerChoice, SimChoice, Tor
 from radixflow.cli.bench_flags import DEFAULT_DEVICE, DEFAULT_HARDWARE
 from radixflow.cli.command import UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.costmodel.hardware import ProfileError, resolve_hardware
 from radixflow.engine.runner import ModelInfo
-from radixflow.runners.sim import HARDWARE, HardwareProfile
+from radixflow.runners.sim import HardwareProfile
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
@@ -24,9 +25,12 @@ MEMORY_SHARE = 0.9  # the torch runner's pools may take at most this share of av
 
 
 def hardware(args: argparse.Namespace) -> HardwareProfile:
-    hw = HARDWARE[args.hardware or DEFAULT_HARDWARE]
+    try:
+        hw = resolve_hardware(args.hardware or DEFAULT_HARDWARE)
+    except ProfileError as e:
+        raise UsageError(str(e)) from None
     if args.round_overhead_ms is not None:
-        hw = replace(hw, round_overhead_s=args.round_overhead_ms / 1e3)
+        hw = hw.with_fixed_round_cost(args.round_overhead_ms / 1e3)
     if args.per_request_ms is not None:
         hw = replace(hw, per_request_s=args.per_request_ms / 1e3)
     if args.tflops is not None:

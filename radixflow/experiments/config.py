@@ -13,7 +13,7 @@ import json
 import math
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,16 @@ class ExperimentConfig:
     variants: list[Variant]
     cells: list[Cell]
     path: Path
+
+    def with_device(self, device: str) -> ExperimentConfig:
+        """The same experiment with every torch-runner cell on ``device``."""
+        cells = [
+            Cell(c.group, {**c.settings, "device": device}, c.workload)
+            if c.settings["runner"] == "torch"
+            else c
+            for c in self.cells
+        ]
+        return replace(self, cells=cells)
 
 
 def _fail(origin: str, key: str, why: str) -> ExperimentConfigError:

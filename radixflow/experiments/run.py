@@ -43,9 +43,11 @@ def run_experiment(
     options: ExecutionOptions,
     command: str,
     progress_console: Console | None = None,
+    config: ExperimentConfig | None = None,
 ) -> ExperimentOutput:
+    """Run (or pick up) every cell of the config at ``path`` (or of ``config``, already loaded)."""
     t0 = time.perf_counter()
-    config = load_config(path)
+    config = config or load_config(path)
     out = out or default_out(config)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"ran": 0}

@@ -62,8 +62,8 @@ class WorkloadSpec:
 
     @property
     def prompt_len(self) -> int:
-        """Every prompt (candidate or independent) is a context plus a candidate."""
-        return self.context_len + self.candidate_len
+        """The longest prompt: shared prefix, context and candidate (independent ones lack the prefix)."""
+        return self.shared_prefix_len + self.context_len + self.candidate_len
 
     @property
     def total_tokens(self) -> int:

@@ -1,0 +1,129 @@
+"""`radixflow calibrate`: arguments, progress, the error table and the profile file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from radixflow.calibration.fit import ModelError
+from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
+from radixflow.calibration.timing import TimedBatch
+from radixflow.costmodel.hardware import save_profile
+
+ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
+
+
+class CalibrationUsageError(ValueError):
+    """A user mistake in the calibrate arguments (one line)."""
+
+
+HELP = (
+    "time the torch runner's worker calls on a grid of batch shapes, fit the cost model's coefficients "
+    "(non-negative least squares) and report the error on held-out shapes; writes a profile for --hardware"
+)
+
+
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
+    c.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    c.add_argument("--out", type=Path, help="profile file to write (default: profile-<device>.json)")
+    c.add_argument("--name", help="profile name (default: <device>-calibrated)")
+    c.add_argument("--repeats", type=int, default=3, help="timings per batch shape, median (default: 3)")
+    c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model (default: 12)")
+    c.add_argument(
+        "--max-tokens", type=int, default=1024, help="largest batch timed, in tokens (default: 1024)"
+    )
+    c.add_argument("--threads", type=int, default=1, help="torch intra-op threads while timing (default: 1)")
+
+
+def _plan(args: argparse.Namespace) -> CalibrationPlan:
+    for flag in ("repeats", "held_out", "max_tokens", "threads"):
+        if getattr(args, flag) < 1:
+            raise CalibrationUsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.max_tokens < 256:
+        raise CalibrationUsageError(
+            f"--max-tokens must be >= 256 to time the fit grid, got {args.max_tokens}"
+        )
+    return CalibrationPlan(
+        tuple(dict.fromkeys(args.model)),
+        args.device,
+        args.max_tokens,
+        args.held_out,
+        args.repeats,
+        args.threads,
+    )
+
+
+def _own_fit_errors(timed: list[TimedBatch], profile_models: list[str], device: str) -> dict[str, float]:
+    """Each model fitted on its own rounds alone (shown beside the joint fit)."""
+    from radixflow.calibration.run import model_shape
+
+    out = {}
+    for model in profile_models:
+        mine = [t for t in timed if t.model == model]
+        _, errors = refit(model, mine, {model: model_shape(model)}, device)
+        out[model] = errors[0].median_abs_error
+    return out
+
+
+def render(errors: list[ModelError], own: dict[str, float], console: Console) -> None:
+    table = Table(title="held-out worker-call time: |predicted − measured| / measured")
+    for col in ("model", "fit rounds", "held-out rounds", "median error", "max error"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    if own:
+        table.add_column("median error, own fit", justify="right")
+    for e in errors:
+        row = [
+            e.model,
+            str(e.fit_rounds),
+            str(e.held_out_rounds),
+            f"{e.median_abs_error:.1%}",
+            f"{e.max_abs_error:.1%}",
+        ]
+        if own:
+            row.append(f"{own[e.model]:.1%}")
+        table.add_row(*row)
+    console.print(table)
+
+
+def _check_models(plan: CalibrationPlan) -> None:
+    """Resolve (and build, for zoo names) every model before any timing starts."""
+    from radixflow.calibration.run import model_shape
+
+    for model in plan.models:
+        try:
+            model_shape(model)
+        except (ValueError, OSError, RuntimeError) as e:  # unknown name, bad checkpoint, unknown model_type
+            raise CalibrationUsageError(f"cannot calibrate on {model!r}: {e}") from None
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    plan = _plan(args)
+    _check_models(plan)
+    out = args.out or Path(f"profile-{plan.device.replace(':', '')}.json")
+    if out.is_dir() or not out.resolve().parent.is_dir():
+        raise CalibrationUsageError(f"cannot write {out}: not a file in an existing directory")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("timing worker calls", total=total_batches(plan))
+        profile, errors = calibrate(
+            plan, args.name or f"{plan.device}-calibrated", lambda: progress.advance(task)
+        )
+    timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
+    own = _own_fit_errors(timed, list(plan.models), plan.device) if len(plan.models) > 1 else {}
+    if profile.calibration is not None:
+        profile.calibration["own_fit_median_abs_error"] = own
+        profile.calibration["threads"] = plan.threads
+    save_profile(profile, out)
+    render(errors, own, console)
+    worst = max(e.median_abs_error for e in errors)
+    verdict = "within" if worst <= ACCEPTABLE else "OVER"
+    console.print(
+        f"worst median error {worst:.1%} ({verdict} the {ACCEPTABLE:.0%} target); profile written to {out}"
+    )
+    console.print(f"use it with: radixflow bench --runner sim --hardware {out}")
+    return 0

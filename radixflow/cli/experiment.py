@@ -1,0 +1,21 @@
+"""`radixflow experiment CONFIG.toml`: a frozen experiment → results.json, report.md and plots."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from radixflow.cli.command import Command, UsageError
+from radixflow.experiments.command import HELP, ExperimentUsageError, add_arguments
+from radixflow.experiments.command import run as run_experiment
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    try:
+        return run_experiment(args, console)
+    except ExperimentUsageError as e:
+        raise UsageError(str(e)) from None
+
+
+COMMAND = Command("experiment", HELP, add_arguments, run)

@@ -1,0 +1,87 @@
+"""`radixflow experiment CONFIG.toml`: arguments, up-front checks, a summary of what was written."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+
+from radixflow.bench.runner_choice import RunnerSetupError, TorchChoice
+from radixflow.experiments.config import ExperimentConfig, ExperimentConfigError, load_config
+from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.run import default_out, run_experiment
+
+EXTRA = "pip install -e '.[experiments]'"
+
+
+class ExperimentUsageError(ValueError):
+    """A user mistake (bad config, missing extra, unusable device): one line, exit 2."""
+
+
+HELP = (
+    "run every cell of an experiment config (TOML) with the policies side by side on identical inputs; "
+    "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them"
+)
+
+
+def add_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("config", type=Path, help="experiment config (TOML), e.g. experiments/paper.toml")
+    e.add_argument("--out", type=Path, help="output directory (default: results/<experiment name>)")
+    e.add_argument("--ray", action="store_true", help="run cells as Ray tasks (a local instance by default)")
+    e.add_argument("--ray-address", help="address of an existing Ray cluster (implies --ray)")
+    e.add_argument("--device", help="device for the torch-runner cells (overrides the config), e.g. cuda")
+
+
+def _check_torch_cells(config: ExperimentConfig) -> None:
+    """Resolve every torch model and device before any cell runs."""
+    seen = {
+        (c.settings["model"], c.settings["device"]) for c in config.cells if c.settings["runner"] == "torch"
+    }
+    for model, device in sorted(seen):
+        try:
+            TorchChoice(model, device)
+        except RunnerSetupError as e:
+            raise ExperimentUsageError(str(e)) from None
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ExperimentUsageError(
+                    f"device {device!r} requested but this torch build sees no CUDA device"
+                )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    use_ray = args.ray or args.ray_address is not None
+    for module in ("matplotlib", *(("ray",) if use_ray else ())):
+        if importlib.util.find_spec(module) is None:
+            raise ExperimentUsageError(f"{module} is not installed: {EXTRA}")
+    try:
+        config = load_config(args.config)
+    except ExperimentConfigError as e:
+        raise ExperimentUsageError(str(e)) from None
+    if args.device:
+        config = config.with_device(args.device)
+    _check_torch_cells(config)
+    out = args.out or default_out(config)
+    if out.exists() and not out.is_dir():
+        raise ExperimentUsageError(f"cannot write to {out}: it is a file")
+    flags = [("--out", args.out), ("--ray-address", args.ray_address), ("--device", args.device)]
+    command = " ".join(
+        ["radixflow experiment", shlex.quote(str(args.config))]
+        + [f"{k} {shlex.quote(str(v))}" for k, v in flags if v is not None]
+        + (["--ray"] if args.ray else [])
+    )
+    result = run_experiment(
+        args.config, out, ExecutionOptions(ray=use_ray, ray_address=args.ray_address), command, config=config
+    )
+    cached = len(result.results) - result.ran
+    console.print(
+        f"{config.name}: {len(result.results)} cells ({result.ran} run, {cached} from cache) in "
+        f"{result.wall_s:.0f} s → {result.out / 'results.json'}, {result.out / 'report.md'}, "
+        f"{len(result.plots)} plots"
+    )
+    return 0

@@ -44,7 +44,8 @@ CELL_KEYS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "slo_ms": ((int, float), None),  # goodput counts requests finishing within this latency
     "independent_share": ((int, float), None),  # share of independent requests in the queue
 }
-WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name != "vocab_size"}
+# the seed comes from `seeds` (top level or per grid); the vocabulary from the model
+WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
 
 
@@ -148,7 +149,7 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
                 workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}")
-        elif key != "name" or where == "defaults":
+        elif key not in ("name", "seeds") or where == "defaults":
             raise _fail(origin, f"{where}.{key}", f"unknown key (known: {', '.join(CELL_KEYS)}, workload)")
     return cell, workload
 
@@ -183,6 +184,8 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
         if s[key] < 1:
             raise _fail(origin, loc(key), f"must be >= 1, got {s[key]}")
     for key, value in cell.workload.items():
+        if key == "seed":
+            continue  # checked with `seeds`
         kind = type(WORKLOAD_KEYS[key])
         _check_value(origin, loc(f"workload.{key}"), value, (int, float) if kind is float else kind)
     for key, choices in (("order", ORDERS), ("arrival", ARRIVALS)):
@@ -198,6 +201,12 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
     return Cell(cell.group, s, cell.workload)
 
 
+def _seeds(value: Any, origin: str, key: str) -> list[int]:
+    if not isinstance(value, list) or not value or any(type(s) is not int or s < 0 for s in value):
+        raise _fail(origin, key, "must be a non-empty list of integers >= 0")
+    return value
+
+
 def _expand(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
     keys = list(values)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values[k] for k in keys))]
@@ -211,9 +220,7 @@ def parse_config(data: dict[str, Any], origin: str, base: Path) -> ExperimentCon
     if not isinstance(policies, list) or len(policies) < 1:
         raise _fail(origin, "policies", "must be a non-empty list")
     variants = [_variant(p, origin) for p in policies]
-    seeds = data.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or any(type(s) is not int for s in seeds):
-        raise _fail(origin, "seeds", "must be a non-empty list of integers")
+    seeds = _seeds(data.get("seeds", [0]), origin, "seeds")
     d_cell, d_work = _section(data.get("defaults", {}), "defaults", origin)
     grids = data.get("grid", [{"name": "main"}])
     if not isinstance(grids, list) or not grids:
@@ -230,9 +237,10 @@ def parse_config(data: dict[str, Any], origin: str, base: Path) -> ExperimentCon
             return f"defaults.{key}" if name in defaults and name not in table else f"{where}.{key}"
 
         name = str(grid.get("name", where))
+        grid_seeds = _seeds(grid["seeds"], origin, f"{where}.seeds") if "seeds" in grid else seeds
         for settings in _expand({**{k: [v] for k, (_, v) in CELL_KEYS.items()}, **d_cell, **g_cell}):
             for workload in _expand({**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}):
-                for seed in seeds:
+                for seed in grid_seeds:
                     cell = Cell(name, settings, {**workload, "seed": seed})
                     cells.append(_validate_cell(cell, origin, loc, base))
     name = str(data.get("name", Path(origin).stem))

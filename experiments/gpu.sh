@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: calibrate the cost model on the GPU from timed worker calls of
+# the -small zoo models, then run the paper experiment with the torch cells on CUDA and the sim
+# cells on the datasheet profiles, plus the sim cells again on the measured GPU profile.
+# Never needed by the tests.  Usage: experiments/gpu.sh [OUT_DIR]   (default: results/gpu)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-results/gpu}"
+mkdir -p "$out"
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device visible to torch')"
+models=(qwen3_5-small qwen3_next-small lfm2-small nemotron_h-small falcon_h1-small qwen3-small)
+model_flags=()
+for m in "${models[@]}"; do model_flags+=(--model "$m"); done
+# 1. the GPU profile, fitted to measured rounds (float32 forward passes, as the torch runner runs)
+radixflow calibrate "${model_flags[@]}" --device cuda --threads "$(nproc)" --repeats 5 \
+    --max-tokens 4096 --out "$out/profile-cuda.json" | tee "$out/calibrate.txt"
+# 2. the paper experiment, torch cells on the GPU
+radixflow experiment experiments/paper.toml --device cuda --out "$out/paper"
+# 3. the sim cells on the measured profile (a copy of paper.toml with hardware set to it)
+sed -e "s|^hardware = .*|hardware = \"$(realpath "$out/profile-cuda.json")\"|" \
+    -e 's|^name = "paper"|name = "paper_measured_gpu"|' experiments/paper.toml > "$out/paper_measured_gpu.toml"
+radixflow experiment "$out/paper_measured_gpu.toml" --device cuda --out "$out/paper_measured_gpu"
+echo "wrote $out/calibrate.txt, $out/paper/report.md, $out/paper_measured_gpu/report.md"

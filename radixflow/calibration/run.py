@@ -21,7 +21,7 @@ class CalibrationPlan:
     device: str = "cpu"
     max_tokens: int = 1024  # largest round timed
     held_out: int = 12  # held-out rounds per model
-    repeats: int = 3  # timings per round (median)
+    repeats: int = 5  # timings per round (the fastest is kept)
     threads: int = 1  # torch intra-op threads: one gives stable timings on a shared small machine
     seed: int = 1
 

@@ -145,11 +145,11 @@ def regime(comps: list[Comparison], axis: str, variant: str) -> list[RegimePoint
 
 
 def crossover(points: list[RegimePoint]) -> tuple[float | None, float | None]:
-    """(lowest value from which the median change stays negative, highest value where it is >= 0)."""
+    """(lowest value from which the median change stays below -1%, highest value with a cell above +1%)."""
     lowers_from = None
     for p in reversed(points):
-        if p.median_change >= 0:
+        if p.median_change >= -CHANGED:
             break
         lowers_from = p.value
-    raises_up_to = max((p.value for p in points if p.median_change > 0), default=None)
+    raises_up_to = max((p.value for p in points if p.higher > 0), default=None)
     return lowers_from, raises_up_to

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,26 @@ def latency_vs_load(results: list[CellResult], path: Path) -> bool:
     return True
 
 
+def _series(comps: list[Comparison], axis: str, value: Any) -> dict[str, list[tuple[float, float]]]:
+    """Per grid and setting (seeds pooled): the median mean-latency change at each swept value."""
+    ignore = {axis, "fixed_cost_ms", "group", "workload.seed"}
+    keys = {
+        g: [k for k in varying([c for c in comps if c.group == g]) if k not in ignore]
+        for g in {c.group for c in comps}
+    }
+    points: dict[str, dict[float, list[float]]] = {}
+    for c in comps:
+        if c.change["mean_latency_s"] is not None:
+            where = ", ".join(f"{k.rsplit('.', 1)[-1]}={c.settings.get(k)}" for k in keys[c.group]) or c.model
+            points.setdefault(f"{c.group}: {where}", {}).setdefault(value(c), []).append(
+                c.change["mean_latency_s"]
+            )
+    return {
+        label: sorted((x, statistics.median(ys) * 100) for x, ys in by_x.items())
+        for label, by_x in points.items()
+    }
+
+
 def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Path) -> bool:
     """Mean-latency change of the last variant vs the baseline along a swept setting, a line per setting."""
     if not comps:
@@ -119,23 +140,20 @@ def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Pat
     mine = [c for c in comps if c.variant == last and c.hybrid and value(c) is not None]
     if len({value(c) for c in mine}) < 2:
         return False
-    ignore = {axis, "fixed_cost_ms", "group"}
-    others = [k for k in varying(mine) if k not in ignore]
-    series: dict[str, list[tuple[float, float]]] = {}
-    for c in mine:
-        if c.change["mean_latency_s"] is not None:
-            label = " ".join(f"{k.rsplit('.', 1)[-1]}={c.settings.get(k)}" for k in others) or c.model
-            series.setdefault(label, []).append((value(c), c.change["mean_latency_s"] * 100))
+    series = {k: v for k, v in _series(mine, axis, value).items() if len(v) > 1}
+    if not series:
+        return False
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for label, points in series.items():
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", ms=3, label=label)
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    cmap = plt.get_cmap("tab20")
+    for i, (label, points) in enumerate(sorted(series.items())):
+        ax.plot(
+            [p[0] for p in points], [p[1] for p in points], marker="o", ms=3, color=cmap(i % 20), label=label
+        )
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"mean latency change, {last} vs {mine[0].baseline} (%)")
-    if len(series) <= 16:
-        ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -125,7 +125,7 @@ def reading(results: list[CellResult], comps: list[Comparison], variant: str) ->
 def _regime_lines(points: list[RegimePoint], axis: str, unit: str, variant: str) -> list[str]:
     if len(points) < 2:
         return []
-    lowers_from, _ = crossover(points)
+    lowers_from, raises_to = crossover(points)
     lines = [
         f"| {axis} | cells lower | cells higher | within ±1% | median mean-latency change |",
         "| ---: | ---: | ---: | ---: | ---: |",
@@ -134,29 +134,65 @@ def _regime_lines(points: list[RegimePoint], axis: str, unit: str, variant: str)
         f"| {p.value:g} {unit} | {p.lower} | {p.higher} | {p.same} | {pct(p.median_change)} |" for p in points
     ]
     raising = [f"{p.value:g}" for p in points if p.median_change > CHANGED]
+    flat = [f"{p.value:g}" for p in points if abs(p.median_change) <= CHANGED]
     if lowers_from is not None:
         sentence = (
-            f"`{variant}` lowers the median mean latency at every swept {axis} from {lowers_from:g} {unit} up"
+            f"`{variant}` lowers the median mean latency by more than 1% at every swept {axis} "
+            f"from {lowers_from:g} {unit} up"
         )
     else:
-        sentence = f"`{variant}` does not lower the median mean latency at the highest {axis} swept"
+        sentence = (
+            f"`{variant}` does not lower the median mean latency by more than 1% at the highest {axis} swept"
+        )
+    if flat:
+        sentence += f"; the median change is within ±1% at {', '.join(flat)} {unit}"
     if raising:
-        sentence += f"; it raises it (by more than 1%) at {', '.join(raising)} {unit}"
+        sentence += f"; the median rises by more than 1% at {', '.join(raising)} {unit}"
+    cells_up = sum(p.higher for p in points)
+    if raises_to is not None:
+        sentence += (
+            f". Settings where it raises mean latency by more than 1% occur up to {raises_to:g} {unit} "
+            f"({cells_up} of {sum(p.lower + p.higher + p.same for p in points)} cells)"
+        )
+    else:
+        sentence += ". In no cell does it raise mean latency by more than 1%"
     return [*lines, "", sentence + "."]
+
+
+def _largest_rises(comps: list[Comparison], variant: str, axis: str, unit: str) -> str:
+    """The settings behind the largest mean-latency rises (what the regime's exceptions are)."""
+    rising = [
+        c for c in comps if c.variant == variant and c.hybrid and (c.change["mean_latency_s"] or 0) > CHANGED
+    ]
+    if not rising:
+        return ""
+    rising.sort(key=lambda c: -(c.change["mean_latency_s"] or 0))
+    parts: list[str] = []
+    for c in rising:
+        group = [d for d in comps if d.group == c.group]
+        keys = [k for k in varying(group) if k not in (axis, "fixed_cost_ms", "workload.seed")]
+        where = ", ".join(f"{k.rsplit('.', 1)[-1]}={c.settings.get(k)}" for k in keys) or c.model
+        value = c.fixed_cost_ms if axis == "fixed_cost_ms" else c.settings.get(axis)
+        text = f"{c.group}: {where} at {value:g} {unit}"
+        if not any(p.startswith(text) for p in parts):  # seeds of one setting: the largest only
+            parts.append(f"{text} ({pct(c.change['mean_latency_s'])})")
+        if len(parts) == 4:
+            break
+    return "Largest rises: " + "; ".join(parts) + "."
 
 
 def regime_section(comps: list[Comparison], variant: str) -> list[str]:
     out: list[str] = []
-    fixed = regime([c for c in comps if c.runner == "sim"], "fixed_cost_ms", variant)
-    lines = _regime_lines(fixed, "fixed cost per round", "ms", variant)
-    if lines:
-        out += ["### Fixed cost per worker call", "", *lines, ""]
-    load = regime(
-        [c for c in comps if c.settings.get("workload.arrival") == "poisson"], "workload.rate", variant
+    sim = [c for c in comps if c.runner == "sim"]
+    poisson = [c for c in sim if c.settings.get("workload.arrival") == "poisson"]
+    axes = (
+        ("Fixed cost per worker call", sim, "fixed_cost_ms", "fixed cost per round", "ms"),
+        ("Offered load (Poisson arrivals)", poisson, "workload.rate", "offered load", "req/s"),
     )
-    lines = _regime_lines(load, "offered load", "req/s", variant)
-    if lines:
-        out += ["### Offered load (Poisson arrivals)", "", *lines, ""]
+    for title, mine, axis, name, unit in axes:
+        lines = _regime_lines(regime(mine, axis, variant), name, unit, variant)
+        if lines:
+            out += [f"### {title}", "", *lines, "", _largest_rises(mine, variant, axis, unit), ""]
     return out
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
-from radixflow.calibration.timing import TimedBatch
+from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
 from radixflow.costmodel.hardware import save_profile
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -40,6 +40,12 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--max-tokens", type=int, default=1024, help="largest batch timed, in tokens (default: 1024)"
     )
     c.add_argument("--threads", type=int, default=1, help="torch intra-op threads while timing (default: 1)")
+    c.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        help="process: CPU time of the worker call (one thread: the undisturbed wall time, even on a "
+        "busy machine); wall: wall-clock time (default: process on cpu, wall on other devices)",
+    )
 
 
 def _plan(args: argparse.Namespace) -> CalibrationPlan:
@@ -50,6 +56,8 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         raise CalibrationUsageError(
             f"--max-tokens must be >= 256 to time the fit grid, got {args.max_tokens}"
         )
+    if (args.clock or default_clock(args.device)) == "process" and args.threads != 1:
+        raise CalibrationUsageError("--clock process times one thread: use --threads 1, or --clock wall")
     return CalibrationPlan(
         tuple(dict.fromkeys(args.model)),
         args.device,
@@ -57,6 +65,7 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         args.held_out,
         args.repeats,
         args.threads,
+        args.clock or default_clock(args.device),
     )
 
 
@@ -120,6 +129,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if profile.calibration is not None:
         profile.calibration["own_fit_median_abs_error"] = own
         profile.calibration["threads"] = plan.threads
+        profile.calibration["clock"] = plan.clock
     save_profile(profile, out)
     render(errors, own, console)
     worst = max(e.median_abs_error for e in errors)

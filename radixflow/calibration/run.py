@@ -23,6 +23,7 @@ class CalibrationPlan:
     held_out: int = 12  # held-out rounds per model
     repeats: int = 5  # timings per round (the fastest is kept)
     threads: int = 1  # torch intra-op threads: one gives stable timings on a shared small machine
+    clock: str = "process"  # see calibration.timing.CLOCKS
     seed: int = 1
 
 
@@ -55,7 +56,7 @@ def calibrate(
     timed: list[TimedBatch] = []
     for model in plan.models:
         batches = design(plan, shapes[model])
-        timed += time_batches(model, plan.device, batches, plan.repeats, plan.threads, on_batch)
+        timed += time_batches(model, plan.device, batches, plan.repeats, plan.threads, on_batch, plan.clock)
     return refit(name, timed, shapes, plan.device)
 
 

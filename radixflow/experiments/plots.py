@@ -78,33 +78,37 @@ def rounds_bars(results: list[CellResult], path: Path) -> bool:
 
 
 def latency_vs_load(results: list[CellResult], path: Path) -> bool:
+    """Mean and p99 latency and goodput against the offered rate (median over seeds)."""
     cells = [r for r in results if r["cell"]["workload"]["arrival"] == "poisson"]
     if len({r["cell"]["workload"]["rate"] for r in cells}) < 2:
         return False
-    plt = _pyplot()
-    fig, (ax_mean, ax_p99, ax_good) = plt.subplots(1, 3, figsize=(14, 4))
-    series: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = {}
+    keys = ("mean_latency_s", "p99_latency_s", "goodput_rps")
+    points: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = {}
     for r in cells:
+        label = f"{r['model']} {r['cell']['workload']['order']}"
         for v in r["results"]:
-            label = f"{r['model']} {r['cell']['workload']['order']}"
-            series.setdefault((label, v["variant"]), []).append((r["cell"]["workload"]["rate"], v))
-    for (label, variant), points in sorted(series.items()):
-        points.sort(key=lambda p: p[0])
-        xs = [p[0] for p in points]
-        style = "-" if variant == points[0][1]["variant"] and "native" in variant else "--"
-        for ax, key in ((ax_mean, "mean_latency_s"), (ax_p99, "p99_latency_s"), (ax_good, "goodput_rps")):
-            ax.plot(xs, [p[1].get(key) for p in points], style, marker="o", ms=3, label=f"{label} {variant}")
-    for ax, name in (
-        (ax_mean, "mean latency (s)"),
-        (ax_p99, "p99 latency (s)"),
-        (ax_good, "goodput (req/s)"),
-    ):
+            points.setdefault((label, v["variant"]), {}).setdefault(r["cell"]["workload"]["rate"], []).append(
+                v
+            )
+    labels = sorted({label for label, _ in points})
+    variants = list(dict.fromkeys(v for _, v in points))
+    plt = _pyplot()
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for (label, variant), by_rate in sorted(points.items()):
+        rates = sorted(by_rate)
+        style = ("-", "--", ":", "-.")[variants.index(variant) % 4]
+        for ax, key in zip(axes, keys, strict=True):
+            ys = [statistics.median(v.get(key) or 0.0 for v in by_rate[x]) for x in rates]
+            color = cmap(labels.index(label) % 10)
+            ax.plot(rates, ys, style, color=color, marker="o", ms=3, label=f"{label} {variant}")
+    for ax, name in zip(axes, ("mean latency (s)", "p99 latency (s)", "goodput (req/s)"), strict=True):
         ax.set_xlabel("offered load (req/s)")
         ax.set_ylabel(name)
         ax.set_xscale("log")
-    ax_mean.set_yscale("log")
-    ax_p99.set_yscale("log")
-    ax_good.legend(fontsize=6)
+    axes[0].set_yscale("log")
+    axes[1].set_yscale("log")
+    axes[2].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -128,3 +128,41 @@ def test_not_toml_is_one_line(tmp_path: Path):
     bad.write_text("name = [")
     with pytest.raises(ExperimentConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+TORCH = """
+name = "torch"
+[defaults]
+runner = "torch"
+model = "lfm2-tiny"
+token_budget = 64
+max_requests = 8
+cost_profile = "cpu.json"
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 40
+candidate_len = 8
+"""
+
+
+def test_torch_cell_agrees_and_checks_the_cost_model_on_its_rounds(tmp_path: Path):
+    pytest.importorskip("torch")
+    from radixflow.costmodel.hardware import HARDWARE, save_profile
+
+    save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
+    (tmp_path / "t.toml").write_text(TORCH)
+    out = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test")
+    (cell,) = out.results
+    for r in cell["results"]:
+        assert r["agreement"] == 1.0 and r["failed"] == 0
+        assert r["worker_clock"] == "process" and r["worker_measured_s"] > 0
+        assert r["predicted_worker_s"] > 0 and r["prediction_error"] is not None
+    assert "## Cost model check (torch cells)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_cpu_time_maps_onto_runs_only_when_calls_and_rounds_match():
+    from radixflow.experiments.costcheck import split_cpu
+
+    assert split_cpu([1.0, 2.0, 3.0], [2, 1]) == [3.0, 3.0]
+    assert split_cpu([1.0, 2.0, 3.0], [1, 1]) is None  # e.g. a failed worker call: no clean mapping

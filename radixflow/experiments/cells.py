@@ -17,6 +17,13 @@ from radixflow.bench.harness import PolicyRun, run_policies
 from radixflow.bench.runner_choice import RunnerChoice, SimChoice, TorchChoice
 from radixflow.costmodel.hardware import resolve_hardware
 from radixflow.experiments.config import Cell, Variant
+from radixflow.experiments.costcheck import (
+    CpuTimedRunner,
+    check_figures,
+    checkpoint_shape,
+    predicted_worker_s,
+    split_cpu,
+)
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
@@ -101,18 +108,22 @@ def _run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
         num_state_slots=s["state_slots"] or capacity.state_slots,
     )
     sched.validate()
-    runner = choice.build(sched)
+    runner = CpuTimedRunner(choice.build(sched))
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])
     by_placement: dict[str, list[Variant]] = {}
     for v in variants:
         by_placement.setdefault(v.placement or s["placement"], []).append(v)
     results: dict[str, dict[str, Any]] = {}
+    ran: list[tuple[Variant, PolicyRun]] = []
     for placement, group in by_placement.items():
         policies = [v.policy for v in group]
         runs = run_policies(requests, runner, sched, policies, placement, repeats=s["repetitions"])
+        ran += zip(group, runs, strict=True)
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
+    if s["runner"] == "torch":
+        _cost_check(ran, results, runner.cpu_s, requests, s, choice)
     return {
         "cell": cell.to_dict(),
         "requests": len(requests),
@@ -123,6 +134,29 @@ def _run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _cost_check(
+    ran: list[tuple[Variant, PolicyRun]],
+    results: dict[str, dict[str, Any]],
+    cpu_s: list[float],
+    requests: list[Request],
+    s: dict[str, Any],
+    choice: RunnerChoice,
+) -> None:
+    """Beside each torch variant: its measured worker time (CPU time on a CPU, where calibration uses
+    it; wall time on a GPU) and what ``cost_profile`` predicts for the rounds it ran."""
+    on_cpu = s["device"] == "cpu"
+    cpu = split_cpu(cpu_s, [len(run.rounds) for _, run in ran]) or [None] * len(ran)
+    prompt_len = {r.id: len(r.prompt) for r in requests}
+    path = choice.describe().get("checkpoint")
+    for (v, run), cpu_v in zip(ran, cpu, strict=True):
+        predicted = None
+        if s.get("cost_profile") and path:
+            shape = checkpoint_shape(str(path), s["model"])
+            predicted = predicted_worker_s(run.rounds, prompt_len, shape, s["cost_profile"])
+        measured = cpu_v if on_cpu else run.result.worker_call_s
+        results[v.label].update(check_figures(measured, "process" if on_cpu else "wall", predicted))
 
 
 def without_timing(result: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ CELL_KEYS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "repetitions": (int, 1),
     "slo_ms": ((int, float), None),  # goodput counts requests finishing within this latency
     "independent_share": ((int, float), None),  # share of independent requests in the queue
+    "cost_profile": (str, None),  # torch cells: predict their worker time with this profile (a check)
 }
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model
 WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
@@ -170,13 +171,14 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
         raise _fail(origin, loc("model"), f"unknown sim model {s['model']!r} (known: {known})")
     if s["placement"] not in PLACEMENTS:
         raise _fail(origin, loc("placement"), f"unknown placement {s['placement']!r}")
-    if s["hardware"] not in HARDWARE:  # a profile file, relative to the config
-        path = (base / s["hardware"]).resolve()
-        try:
-            resolve_hardware(str(path))
-        except ProfileError as e:
-            raise _fail(origin, loc("hardware"), str(e)) from None
-        s["hardware"] = str(path)
+    for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
+        if s[key] is not None and s[key] not in HARDWARE:
+            path = (base / s[key]).resolve()
+            try:
+                resolve_hardware(str(path))
+            except ProfileError as e:
+                raise _fail(origin, loc(key), str(e)) from None
+            s[key] = str(path)
     share = s.get("independent_share")
     if share is not None and not 0 <= share < 1:
         raise _fail(origin, loc("independent_share"), f"must be in [0, 1), got {share}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from radixflow.experiments.analysis import (
@@ -196,6 +197,40 @@ def regime_section(comps: list[Comparison], variant: str) -> list[str]:
     return out
 
 
+def cost_check(results: list[CellResult]) -> list[str]:
+    """Torch cells: measured worker time beside what the cost-model profile predicts for those rounds."""
+    rows, errors = [], []
+    for c in results:
+        for v in c["results"]:
+            if v.get("worker_measured_s") is None:
+                continue
+            predicted, error = v.get("predicted_worker_s"), v.get("prediction_error")
+            if error is not None:
+                errors.append(abs(error))
+            shown = "–" if predicted is None else f"{predicted:.2f}"
+            rows.append(
+                f"| {c['model']} | {v['variant']} | {v['rounds']} | {v['worker_call_s']:.2f} | "
+                f"{v['worker_measured_s']:.2f} ({v['worker_clock']}) | {shown} | {pct(error)} |"
+            )
+    if not rows:
+        return []
+    head = [
+        "| model | variant | rounds | worker-call wall time (s) | measured worker time (s, clock) | "
+        "predicted by the profile (s) | error |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    summary = []
+    if errors:
+        summary = [
+            "",
+            f"Over {len(errors)} runs the profile predicted the measured worker time of the rounds the "
+            f"scheduler really ran with a median absolute error of {statistics.median(errors):.1%} (largest "
+            f"{max(errors):.1%}). On a CPU the measured time is the worker calls' CPU time (one intra-op "
+            "thread), which calibration fits; wall time there includes interference from other processes.",
+        ]
+    return ["## Cost model check (torch cells)", "", *head, *rows, *summary, ""]
+
+
 def _cell_row(c: Comparison, cols: list[str]) -> str:
     settings = [str(c.settings.get(k)) for k in cols]
     figures = [
@@ -247,6 +282,7 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     regime_lines = regime_section(comps, headline)
     if regime_lines:
         lines += ["## Regime", "", *regime_lines]
+    lines += cost_check(results)
     lines += ["## Cells", "", *group_tables(comps)]
     if plots:
         lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]

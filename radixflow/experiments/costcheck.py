@@ -1,0 +1,89 @@
+"""Torch cells: the worker time a cost-model profile predicts for the rounds the scheduler really ran,
+beside the CPU time those worker calls took (a check of the cost model on unseen, real rounds)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from radixflow.costmodel.configs import shape_from_config
+from radixflow.costmodel.hardware import resolve_hardware
+from radixflow.costmodel.kinds import ChunkShape, ModelShape
+from radixflow.costmodel.model import CostModel
+from radixflow.engine.engine import RoundRecord
+from radixflow.engine.runner import ModelInfo, RoundResult, Runner
+from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.request import Request
+
+
+class CpuTimedRunner:
+    """A runner that also records the CPU time of each worker call, in call order.
+
+    CPU time (one intra-op thread) is what calibration fits, and other processes on a shared
+    machine do not inflate it.
+    """
+
+    def __init__(self, inner: Runner) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self.model: ModelInfo = inner.model
+        self.cpu_s: list[float] = []
+
+    def validate(self, request: Request) -> str | None:
+        return self.inner.validate(request)
+
+    def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:
+        return self.inner.reference_tokens(requests)
+
+    def run(self, batch: SchedulerOutput) -> RoundResult:
+        t0 = time.process_time()
+        try:
+            return self.inner.run(batch)
+        finally:
+            self.cpu_s.append(time.process_time() - t0)
+
+
+def checkpoint_shape(path: str | Path, name: str) -> ModelShape:
+    return shape_from_config(name, json.loads((Path(path) / "config.json").read_text()), str(path))
+
+
+def round_chunks(record: RoundRecord, prompt_len: dict[str, int], hybrid: bool) -> list[ChunkShape]:
+    """What the cost model needs from a recorded round (snapshots are not recorded: a fitted CPU
+    profile charges no memory traffic, so they do not change its prediction)."""
+    return [
+        ChunkShape(start, end - start, end == prompt_len[rid], restores=hybrid and start > 0)
+        for rid, start, end in record.chunks
+    ]
+
+
+def predicted_worker_s(
+    rounds: list[RoundRecord], prompt_len: dict[str, int], shape: ModelShape, profile: str
+) -> float:
+    model = CostModel(shape, resolve_hardware(profile))
+    return sum(model.round_seconds(round_chunks(r, prompt_len, shape.has_recurrent)) for r in rounds)
+
+
+def split_cpu(cpu_s: list[float], rounds_per_run: list[int]) -> list[float] | None:
+    """CPU time of each run's worker calls, when the calls map one to one onto the runs' rounds."""
+    if sum(rounds_per_run) != len(cpu_s):
+        return None  # repeats or failed rounds: no clean mapping
+    out, i = [], 0
+    for n in rounds_per_run:
+        out.append(sum(cpu_s[i : i + n]))
+        i += n
+    return out
+
+
+def check_figures(measured: float | None, clock: str, predicted: float | None) -> dict[str, Any]:
+    """``measured``: the run's worker time on ``clock`` ("process" on a CPU, "wall" on a GPU)."""
+    error = (
+        None if measured is None or predicted is None or measured <= 0 else (predicted - measured) / measured
+    )
+    return {
+        "worker_measured_s": measured,
+        "worker_clock": clock,
+        "predicted_worker_s": predicted,
+        "prediction_error": error,
+    }

@@ -35,7 +35,7 @@ def test_design_rounds_are_valid_scheduler_outputs():
 def test_fit_recovers_a_known_profile_and_scores_held_out_rounds(tmp_path):
     shape = SIM_MODELS["qwen3_5-2b"]
     truth = HardwareProfile(
-        "truth", 1e11, None, 0.02, 0.004, kind_scale={"attention_context": 3.0, "gdn": 2.0}, weight_bytes=4
+        "truth", 1e11, None, 0.02, 0.004, kind_scale={"attention": 3.0, "gdn": 2.0}, weight_bytes=4
     )
     model = CostModel(shape, truth)
     batches = [

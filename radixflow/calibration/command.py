@@ -83,10 +83,10 @@ def _own_fit_errors(timed: list[TimedBatch], profile_models: list[str], device: 
 
 def render(errors: list[ModelError], own: dict[str, float], console: Console) -> None:
     table = Table(title="held-out worker-call time: |predicted − measured| / measured")
-    for col in ("model", "fit rounds", "held-out rounds", "median error", "max error"):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    if own:
-        table.add_column("median error, own fit", justify="right")
+    # a model name is never cut: it is what the figures are about
+    table.add_column("model", no_wrap=True, min_width=max(len(e.model) for e in errors))
+    for col in ("fit", "held out", "median error", "max error", *(("own fit: median",) if own else ())):
+        table.add_column(col, justify="right")
     for e in errors:
         row = [
             e.model,

@@ -38,8 +38,8 @@ def fit_profile(
 
     Memory traffic is not a separate term here (``bandwidth`` None): on the devices this runs on
     it shows up in the per-call and per-FLOP coefficients. A compute term the fit rounds never
-    exercise (e.g. ``mamba2`` when only DeltaNet models were timed) is charged at the dense-MLP
-    rate and listed under ``calibration.unfitted_terms``.
+    exercise (e.g. ``mamba2`` when only DeltaNet models were timed) is charged at the matmul rate
+    and listed under ``calibration.unfitted_terms``.
     """
     fit = [b for b in batches if b.split == "fit"]
     if not fit:
@@ -48,7 +48,7 @@ def fit_profile(
     weighted = [[v / b.seconds for v in row] for row, b in zip(rows, fit, strict=True)]
     coef = dict(zip(feature_names(), nnls(weighted, [1.0] * len(fit)), strict=True))
     seen = {t for t in COMPUTE_TERMS if any(row[feature_names().index(t)] > 0 for row in rows)}
-    reference = coef["mlp"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
+    reference = coef["matmul"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
     scale = {t: (coef[t] if t in seen else reference) / reference for t in COMPUTE_TERMS}
     profile = HardwareProfile(
         name=name,

@@ -30,7 +30,7 @@ class ChunkShape:
 
 
 class Mixer(Protocol):
-    kind: str  # cost term this mixer's FLOPs are charged to
+    kind: str  # cost term the sequence mixing is charged to (projections are "matmul")
 
     def params(self, hidden: int) -> int:
         """Weights of the mixer's projections (active per token). Pure."""
@@ -62,10 +62,8 @@ class Attention:
         return hidden * (q + 2 * self.kv_heads * self.head_dim) + self.heads * self.head_dim * hidden
 
     def mix_flops(self, chunk: ChunkShape) -> float:
-        return 0.0  # charged to the separate attention_context term (it scales with context)
-
-    def context_flops(self, chunk: ChunkShape) -> float:
-        """QK^T and PV: each new token at position p attends causally over p + 1 tokens."""
+        """QK^T and PV: each new token at position p attends causally over p + 1 tokens (so the
+        cost grows with the cached prefix the chunk reads)."""
         attended = chunk.length * (chunk.start + chunk.end + 1) / 2
         return 4.0 * self.heads * self.head_dim * attended
 

@@ -3,10 +3,13 @@
     round_s = round_overhead + layer_overhead · layers + per_request · sequences
               + max(Σ_term FLOPs_term · s/FLOP_term,  bytes / bandwidth)
 
-FLOPs are split by cost term: projections of each mixer kind (``attention``, ``gdn``, ``mamba2``,
-``conv``), attention over the cached and new context (``attention_context``, which grows with the
-prefix a chunk reads), ``mlp`` (dense, or the active experts of an MoE) and ``lm_head`` (the output
-projection, at sampled positions only: prefill needs logits at the last position alone). Bytes are
+FLOPs are split by cost term. ``matmul``: every weight matmul of every layer kind (attention,
+Gated DeltaNet, Mamba2 and short-conv projections, the dense MLP or the active experts of an
+MoE), which run at one GEMM rate on any hardware. The sequence mixing of each kind has its own
+term, since its kernels differ: ``attention`` (QK^T and PV over the cached and new context; it
+grows with the prefix a chunk reads), ``gdn`` (delta-rule recurrence and its short conv),
+``mamba2`` (SSD scan and conv), ``conv`` (LFM2's short conv). ``lm_head``: the output projection,
+at sampled positions only (prefill needs logits at the last position alone). Bytes are
 every weight once per call, the KV each chunk reads in each attention layer, and the recurrent
 state restored from or saved to checkpoint slots.
 """
@@ -17,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from radixflow.costmodel.hardware import COMPUTE_TERMS, HardwareProfile
-from radixflow.costmodel.kinds import Attention, ChunkShape, ModelShape
+from radixflow.costmodel.kinds import ChunkShape, ModelShape
 
 OVERHEAD_TERMS = ("round", "layer", "sequence")
 
@@ -44,12 +47,10 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
     flops = dict.fromkeys(COMPUTE_TERMS, 0.0)
     for layer in shape.layers:
         for mixer in layer.mixers:
-            flops[mixer.kind] += 2.0 * mixer.params(shape.hidden) * tokens
+            flops["matmul"] += 2.0 * mixer.params(shape.hidden) * tokens
             flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
-            if isinstance(mixer, Attention):
-                flops["attention_context"] += sum(mixer.context_flops(c) for c in chunks)
         if layer.mlp is not None:
-            flops["mlp"] += 2.0 * layer.mlp.active_params(shape.hidden) * tokens
+            flops["matmul"] += 2.0 * layer.mlp.active_params(shape.hidden) * tokens
     sampled = sum(c.sample for c in chunks)
     flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * sampled
     kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)

@@ -37,12 +37,15 @@ def show_span(s: Span | None, points: bool = False) -> str:
 
 
 def _paper_position(s: Span | None, figure: str) -> str:
+    """Where the median falls against the paper's range: in it, beyond it, short of it, opposite."""
     if s is None or figure not in PAPER:
         return ""
     lo, hi = PAPER[figure]
     if lo <= s.median <= hi:
-        return "inside"
-    return "better" if s.median < lo else "short of it" if s.median <= 0 else "opposite sign"
+        return " · in range"
+    if s.median < lo:
+        return " · beyond"
+    return " · short" if s.median <= 0 else " · opposite"
 
 
 def _agreement(results: list[CellResult], runner: str, model: str) -> str:
@@ -67,8 +70,10 @@ def paper_table(results: list[CellResult], comps: list[Comparison], variant: str
     ]
     for (runner, model), s in rows.items():
         n = s["rounds"].n if s["rounds"] else 0
+        rounds, mean = s["rounds"], s["mean_latency_s"]
         lines.append(
-            f"| {runner} | {model} | {n} | {show_span(s['rounds'])} | {show_span(s['mean_latency_s'])} | "
+            f"| {runner} | {model} | {n} | {show_span(rounds)}{_paper_position(rounds, 'rounds')} | "
+            f"{show_span(mean)}{_paper_position(mean, 'mean_latency_s')} | "
             f"{show_span(s['p99_latency_s'])} | {show_span(s['reuse_rate'], True)} | "
             f"{_agreement(results, runner, model)} |"
         )

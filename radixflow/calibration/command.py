@@ -15,6 +15,8 @@ from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
 from radixflow.costmodel.hardware import save_profile
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
+# flag -> (least, most): past these a typo would time for hours; 256 tokens hold the fit grid
+LIMITS = {"repeats": (1, 100), "held_out": (1, 1000), "max_tokens": (256, 65536), "threads": (1, 1024)}
 
 
 class CalibrationUsageError(ValueError):
@@ -29,17 +31,13 @@ HELP = (
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
-    c.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    c.add_argument("--device", default="cpu", help="torch device")
     c.add_argument("--out", type=Path, help="profile file to write (default: profile-<device>.json)")
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
-    c.add_argument(
-        "--repeats", type=int, default=5, help="timings per batch shape; the fastest is kept (default: 5)"
-    )
-    c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model (default: 12)")
-    c.add_argument(
-        "--max-tokens", type=int, default=1024, help="largest batch timed, in tokens (default: 1024)"
-    )
-    c.add_argument("--threads", type=int, default=1, help="torch intra-op threads while timing (default: 1)")
+    c.add_argument("--repeats", type=int, default=5, help="timings per batch shape; the fastest is kept")
+    c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model")
+    c.add_argument("--max-tokens", type=int, default=1024, help="largest batch timed, in tokens")
+    c.add_argument("--threads", type=int, default=1, help="torch intra-op threads while timing")
     c.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
@@ -49,13 +47,11 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> CalibrationPlan:
-    for flag in ("repeats", "held_out", "max_tokens", "threads"):
-        if getattr(args, flag) < 1:
-            raise CalibrationUsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.max_tokens < 256:
-        raise CalibrationUsageError(
-            f"--max-tokens must be >= 256 to time the fit grid, got {args.max_tokens}"
-        )
+    for flag, (low, high) in LIMITS.items():
+        value = getattr(args, flag)
+        if not low <= value <= high:
+            name = "--" + flag.replace("_", "-")
+            raise CalibrationUsageError(f"{name} must be from {low} to {high}, got {value}")
     if (args.clock or default_clock(args.device)) == "process" and args.threads != 1:
         raise CalibrationUsageError("--clock process times one thread: use --threads 1, or --clock wall")
     return CalibrationPlan(

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
-
-
-class EvictionCandidate(NamedTuple):  # a tuple: built on every eviction-queue operation
-    last_used: int  # logical clock of the last match/extend that touched the entry
-    tokens: int  # tokens the entry covers (KV) or its position (checkpoint)
+from typing import Protocol
 
 
 class EvictionPolicy(Protocol):
     name: str
 
-    def priority(self, entry: EvictionCandidate) -> tuple[int, ...]:
-        """Sort key; the smallest key is evicted first. Pure: mutates nothing."""
+    def priority(self, last_used: int, tokens: int) -> tuple[int, ...]:
+        """Sort key of an entry; the smallest is evicted first. Pure: mutates nothing.
+
+        ``last_used``: logical clock of the last match/extend that touched the entry; ``tokens``:
+        the position its KV or checkpoint ends at. Keys may only grow as ``last_used`` does.
+        """
         ...
 
 
 class LRU:
     name = "lru"
 
-    def priority(self, entry: EvictionCandidate) -> tuple[int, ...]:
-        return (entry.last_used,)
+    def priority(self, last_used: int, tokens: int) -> tuple[int, ...]:
+        return (last_used,)
 
 
 EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRU}

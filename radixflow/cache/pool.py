@@ -35,11 +35,11 @@ class IdPool:
         return ids
 
     def give(self, ids: list[int]) -> None:
-        for i in ids:
-            if i not in self._used:
-                raise ValueError(f"{self.name}: id {i} freed twice or never allocated")
-            self._used.remove(i)
-            self._free.append(i)
+        if not self._used.issuperset(ids) or len(set(ids)) != len(ids):
+            bad = next(i for i in ids if i not in self._used or ids.count(i) > 1)
+            raise ValueError(f"{self.name}: id {bad} freed twice or never allocated")
+        self._used.difference_update(ids)
+        self._free.extend(ids)
 
     def used(self) -> set[int]:
         return set(self._used)

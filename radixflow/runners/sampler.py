@@ -1,0 +1,113 @@
+"""Token sampling for the torch runner: greedy, temperature, top-k, top-p, per-request seeds.
+
+Every row of a round is sampled by inverse transform: the kept tokens are sorted by probability
+(best first, ties by token id) and one uniform draw ``u`` picks the first token whose cumulative
+probability exceeds ``u``. A seeded request draws ``u`` from a generator seeded by (seed, position
+of the token being sampled), so its tokens depend only on the seed, the model and the sequence so
+far, never on what else shares the round or on how many rounds ran before. Unseeded requests draw
+from the sampler's own generator, in round order.
+
+``Sample.logprob`` and ``Sample.top`` always describe the model's own distribution: the raw
+``log_softmax`` of the logits, before temperature, top-k or top-p (as vLLM reports by default),
+so a sampled token's logprob does not depend on how it was sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from radixflow.scheduler.sampling import Sample, SamplingParams
+
+MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """One row of a round's logits: how to sample it and the position of the token it picks."""
+
+    params: SamplingParams
+    position: int  # sequence position the sampled token will occupy
+
+
+def row_seed(seed: int, position: int) -> int:
+    """A 63-bit generator seed from (seed, position): splitmix64 of the two mixed. Pure."""
+    z = (seed * 0x9E3779B97F4A7C15 + position + 1) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1
+
+
+def top_count(params: SamplingParams) -> int:
+    """Alternatives reported for a token sampled with ``params``."""
+    return max(params.logprobs or 0, MIN_TOP)
+
+
+class Sampler:
+    """Picks one token per row of a round's logits (owns the generator of unseeded requests)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def sample(self, logits: torch.Tensor, rows: list[SampleRow]) -> list[Sample]:
+        """``logits``: ``[len(rows), vocab]``. Advances the generator once per unseeded row."""
+        if not rows:
+            return []
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        k = min(max(top_count(r.params) for r in rows), logits.shape[-1])
+        top_vals, top_ids = logprobs.topk(k, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        random = [i for i, r in enumerate(rows) if not r.params.greedy]
+        if random:
+            picked = self._draw(logits[random], [rows[i] for i in random])
+            tokens[random] = picked
+        chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
+        ids, vals, toks = top_ids.tolist(), top_vals.tolist(), tokens.tolist()
+        out = []
+        for i, row in enumerate(rows):
+            n = min(top_count(row.params), k)
+            top = tuple(zip(ids[i][:n], vals[i][:n], strict=True))
+            out.append(Sample(int(toks[i]), float(chosen[i]), top))
+        return out
+
+    def _draw(self, logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+        """Tokens drawn from the filtered, temperature-scaled distributions (one per row)."""
+        temps = torch.tensor([r.params.temperature for r in rows], dtype=torch.float64, device=logits.device)
+        scaled = logits.double() / temps[:, None]
+        # stable sort: equal logits keep token-id order, so the order is a function of the logits
+        sorted_logits, order = scaled.sort(dim=-1, descending=True, stable=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        keep = _keep_mask(probs, rows)
+        probs = probs * keep
+        cdf = probs.cumsum(dim=-1)
+        u = torch.tensor([self._uniform(r) for r in rows], dtype=torch.float64, device=logits.device)
+        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
+        idx = torch.minimum(idx, keep.sum(dim=-1, keepdim=True) - 1)  # u * total may round up to total
+        return order.gather(1, idx)[:, 0]
+
+    def _uniform(self, row: SampleRow) -> float:
+        seed = row.params.seed
+        gen = self.generator if seed is None else torch.Generator().manual_seed(row_seed(seed, row.position))
+        return float(torch.rand((), generator=gen, dtype=torch.float64))
+
+
+def _keep_mask(probs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Which sorted tokens survive top-k and then top-p (on the renormalised top-k set).
+
+    The best token always survives. Top-p keeps the smallest prefix whose mass reaches ``top_p``:
+    a token is kept while the mass before it is below ``top_p``.
+    """
+    vocab = probs.shape[-1]
+    rank = torch.arange(vocab, device=probs.device)[None, :]
+    top_k = torch.tensor([r.params.top_k or vocab for r in rows], device=probs.device)
+    keep = rank < top_k[:, None]
+    kept = probs * keep
+    kept = kept / kept.sum(dim=-1, keepdim=True)
+    before = kept.cumsum(dim=-1) - kept
+    top_p = torch.tensor([r.params.top_p for r in rows], dtype=probs.dtype, device=probs.device)
+    keep &= (before < top_p[:, None]) | (top_p[:, None] >= 1)  # 1: no cut, whatever the rounding
+    keep[:, 0] = True
+    return keep

@@ -1,0 +1,150 @@
+"""Sampling: greedy, temperature, top-k, top-p, seeds; and seeded generation through the engine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from model_utils import one_thread, zoo_model  # noqa: F401  (one_thread is a fixture)
+
+from radixflow.engine.engine import Engine
+from radixflow.runners.sampler import MIN_TOP, Sampler, SampleRow, row_seed
+from radixflow.runners.torch_runner import TorchRunner
+from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.scheduler.sampling import SamplingParams
+
+VOCAB = 50
+HOT = SamplingParams(temperature=1.0)
+
+
+def logits_batch(rows: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 2
+
+
+def test_greedy_reports_the_raw_distribution():
+    logits = logits_batch(3)
+    params = [SamplingParams(), SamplingParams(logprobs=8), SamplingParams(logprobs=2)]
+    samples = Sampler().sample(logits, [SampleRow(p, 10) for p in params])
+    logprobs = torch.log_softmax(logits, dim=-1)
+    for s, row, p in zip(samples, logprobs, params, strict=True):
+        assert s.token == int(row.argmax()) and s.logprob == pytest.approx(float(row.max()))
+        vals, ids = row.topk(max(p.logprobs or 0, MIN_TOP))
+        assert [t for t, _ in s.top] == ids.tolist()
+        assert [v for _, v in s.top] == pytest.approx(vals.tolist())
+
+
+def test_top_k_1_and_tiny_top_p_are_greedy():
+    logits = logits_batch(8, seed=1)
+    greedy = logits.argmax(-1).tolist()
+    for params in (SamplingParams(temperature=2.0, top_k=1), SamplingParams(temperature=2.0, top_p=1e-6)):
+        for seed in range(5):
+            rows = [SampleRow(replace(params, seed=seed), 7)] * 8
+            assert [s.token for s in Sampler().sample(logits, rows)] == greedy
+
+
+def test_logprob_is_the_models_own_whatever_the_temperature():
+    logits = logits_batch(1, seed=2)
+    s = Sampler().sample(logits, [SampleRow(SamplingParams(temperature=5.0, seed=3), 0)])[0]
+    assert s.logprob == pytest.approx(float(torch.log_softmax(logits[0], -1)[s.token]))
+
+
+def test_seeded_rows_ignore_their_neighbours_and_the_draw_order():
+    logits = logits_batch(4, seed=3)
+    me = SampleRow(replace(HOT, seed=42), 17)
+    alone = Sampler(seed=0).sample(logits[:1], [me])[0].token
+    sampler = Sampler(seed=99)
+    sampler.sample(logits, [SampleRow(HOT, 3)] * 4)  # advance the shared generator
+    others = [SampleRow(HOT, 5), SampleRow(replace(HOT, seed=1), 17), SampleRow(replace(HOT, seed=42), 18)]
+    batched = sampler.sample(torch.cat([logits[1:], logits[:1]]), [*others, me])[-1].token
+    assert batched == alone
+    # the seed is mixed with the position: the same seed draws differently along a sequence
+    assert len({row_seed(42, p) for p in range(100)}) == 100 and row_seed(1, 0) != row_seed(0, 1)
+
+
+def test_unseeded_rows_follow_the_sampler_generator():
+    logits = logits_batch(6, seed=4)
+    rows = [SampleRow(HOT, 9)] * 6
+    a = [s.token for s in Sampler(seed=5).sample(logits, rows)]
+    assert a == [s.token for s in Sampler(seed=5).sample(logits, rows)]
+    assert any(a != [s.token for s in Sampler(seed=s).sample(logits, rows)] for s in range(6, 10))
+
+
+def frequencies(probs: torch.Tensor, params: SamplingParams, n: int = 4000) -> torch.Tensor:
+    logits = probs.log()[None].expand(n, -1)
+    rows = [SampleRow(replace(params, seed=i), 0) for i in range(n)]
+    tokens = torch.tensor([s.token for s in Sampler().sample(logits, rows)])
+    return torch.bincount(tokens, minlength=len(probs)).float() / n
+
+
+def test_distribution_temperature_top_k_and_top_p():
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    # temperature 1: the model's distribution (4000 draws: 4 sigma is about 0.03)
+    assert torch.allclose(frequencies(probs, HOT), probs, atol=0.03)
+    # top_k 2: the two best, renormalised
+    best_two = torch.tensor([4.0, 3.0, 0.0, 0.0]) / 7
+    assert torch.allclose(frequencies(probs, replace(HOT, top_k=2)), best_two, atol=0.03)
+    # top_p 0.5: the smallest set reaching 0.5 is {0, 1}; 0.75 needs {0, 1, 2}
+    assert torch.allclose(frequencies(probs, replace(HOT, top_p=0.5)), best_two, atol=0.03)
+    best_three = torch.tensor([4.0, 3.0, 2.0, 0.0]) / 9
+    assert torch.allclose(frequencies(probs, replace(HOT, top_p=0.75)), best_three, atol=0.03)
+    # temperature 2 flattens: p ** 0.5, renormalised; 0.25 sharpens towards the best token
+    flat = probs.sqrt() / probs.sqrt().sum()
+    assert torch.allclose(frequencies(probs, replace(HOT, temperature=2.0)), flat, atol=0.03)
+    sharp = probs**4 / (probs**4).sum()
+    assert torch.allclose(frequencies(probs, replace(HOT, temperature=0.25)), sharp, atol=0.03)
+
+
+def test_zero_probability_tokens_are_never_drawn():
+    logits = torch.full((200, VOCAB), -math.inf)
+    logits[:, 7], logits[:, 30] = 0.0, 1.0
+    rows = [SampleRow(replace(HOT, seed=i), 0) for i in range(200)]
+    assert {s.token for s in Sampler().sample(logits, rows)} == {7, 30}
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the engine on a real (tiny) model
+
+CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=16, num_blocks=64, num_state_slots=32)
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory, one_thread):  # noqa: F811
+    path = zoo_model(tmp_path_factory, "qwen3_5-tiny")
+    return TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+
+
+def generate(runner: TorchRunner, reqs: list[Request]) -> dict[str, list[int]]:
+    engine = Engine(runner, CFG)
+    engine.run(reqs)
+    return {r.id: r.output for r in engine.requests}
+
+
+def prompt(runner: TorchRunner, seed: int, n: int = 20) -> tuple[int, ...]:
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randint(3, runner.model.vocab_size, (n,), generator=g).tolist())
+
+
+def test_same_seed_same_tokens_alone_or_batched(runner):
+    params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
+    mine = prompt(runner, 1)
+    alone = generate(runner, [Request("me", mine, sampling=params)])["me"]
+    crowd = [
+        Request("x", prompt(runner, 2), sampling=replace(params, seed=None)),
+        Request("me", mine, sampling=params, arrival_s=1e-9),  # joins a round already decoding
+        Request("y", mine, sampling=replace(params, seed=99)),
+        Request("z", prompt(runner, 3, 40), sampling=replace(params, temperature=0.0)),
+    ]
+    batched = generate(runner, crowd)
+    assert batched["me"] == alone and len(alone) == 16
+    assert batched["y"] != alone  # another seed, another continuation of the same prompt
+    assert generate(runner, [Request("me", mine, sampling=replace(params, seed=1235))])["me"] != alone
+
+
+def test_top_k_1_through_the_engine_is_greedy(runner):
+    mine = prompt(runner, 4)
+    greedy = SamplingParams(max_tokens=12, ignore_eos=True)
+    greedy_out = generate(runner, [Request("g", mine, sampling=greedy)])["g"]
+    hot = replace(greedy, temperature=1.5, top_k=1)
+    assert generate(runner, [Request("k", mine, sampling=hot)])["k"] == greedy_out

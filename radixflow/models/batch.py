@@ -85,7 +85,13 @@ class SeqSpec:
 
 
 class KVPool:
-    """Paged KV storage: for each attention layer, ``[num_blocks * block_size, kv_heads, dim]``."""
+    """Paged KV storage: for each attention layer, ``[num_blocks * block_size, kv_heads, dim]``.
+
+    With ``hidden_size`` the pool also keeps, per slot, the final-norm hidden state of the
+    position stored there (``hidden``: ``[num_blocks * block_size, hidden_size]``), written by the
+    runner, not by the model: the output head's input, so a reused prefix's prompt logprobs need
+    no layer re-run. It shares the slot with the KV, so it is valid exactly where the KV is.
+    """
 
     def __init__(
         self,
@@ -94,6 +100,7 @@ class KVPool:
         block_size: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        hidden_size: int = 0,
     ) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -103,6 +110,7 @@ class KVPool:
         for layer, (heads, dim) in layout.items():
             self.k[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
             self.v[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
+        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device) if hidden_size else None
 
     def slots(self, block_table: list[int], lo: int, hi: int, device: torch.device) -> torch.Tensor:
         """Flat slot index of absolute positions ``lo..hi-1`` under ``block_table``."""

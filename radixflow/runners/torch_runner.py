@@ -10,6 +10,7 @@ import torch
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
+from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
@@ -43,9 +44,11 @@ class TorchRunner:
         self.net = load_model(path, device=device, dtype=dtype)
         self.device, self.dtype, self.block_size = device, dtype, block_size
         cfg = self.net.config
-        self.kv = KVPool(self.net.kv_layout(), num_blocks, block_size, dtype, device)
+        hidden = int(cfg.hidden_size)
+        self.kv = KVPool(self.net.kv_layout(), num_blocks, block_size, dtype, device, hidden_size=hidden)
         self.state = StatePool(self.net.state_layout(), num_slots, dtype, device)
         self.sampler = Sampler(seed)
+        self.scorer = PromptScorer(self.net, self.kv)
         self.model = ModelInfo(
             name=label or Path(path).name,
             has_recurrent=bool(self.net.state_layout()),
@@ -70,13 +73,19 @@ class TorchRunner:
         sampled = [c for c in batch.chunks if c.sample]
         t0 = time.perf_counter()
         fb = ForwardBatch.build(chunks, self.kv, self.state, self.device)
-        logits = self._forward(fb, [c.sample for c in batch.chunks])
+        self.scorer.forget(fb.new_slots.tolist())  # before the forward: a failed round may write KV
+        with torch.inference_mode():
+            hidden = self.net(fb)
+            self.scorer.record(fb.new_slots, hidden)
+            logits = self._logits(fb, hidden, [c.sample for c in batch.chunks])
         samples = self.sampler.sample(logits, [SampleRow(c.sampling, c.end) for c in sampled])
+        prompt_logprobs = self.scorer.score(batch.chunks)
         elapsed = time.perf_counter() - t0
         return RoundResult(
             samples={c.request_id: s for c, s in zip(sampled, samples, strict=True)},
             duration_s=elapsed,
             worker_call_s=elapsed,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def _forward(self, fb: ForwardBatch, sample: list[bool]) -> torch.Tensor:

@@ -1,0 +1,145 @@
+"""Prompt logprobs (echo) equal transformers' within 1e-4, cold or served from the cache.
+
+A reused position's logprob comes from the final hidden state kept beside its KV (computed by
+another request, in an earlier round or earlier in the same one, by a prefill or a decode step);
+it must equal what a cold run and transformers report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from model_utils import ZOO_PARITY, one_thread, zoo_model  # noqa: F401  (a fixture)
+
+from radixflow.engine.engine import Engine
+from radixflow.runners.torch_runner import TorchRunner
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import PromptLogprob, SamplingParams
+
+transformers = pytest.importorskip("transformers")
+
+CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=16, num_blocks=64, num_state_slots=32)
+TOL = 1e-4
+K = 5
+ECHO = SamplingParams(max_tokens=0, prompt_logprobs=K)  # score the prompt, generate nothing
+
+
+class Pair:
+    def __init__(self, name: str, path) -> None:
+        self.name = name
+        self.runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+        self.ref = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self.vocab = self.runner.model.vocab_size
+
+    def expected(self, tokens: tuple[int, ...]) -> torch.Tensor:
+        """transformers' logprobs ``[len - 1, vocab]``: row ``p - 1`` scores token ``p``."""
+        with torch.no_grad():
+            logits = self.ref(torch.tensor([tokens]), position_ids=torch.arange(len(tokens))[None]).logits
+        return torch.log_softmax(logits[0, :-1].float(), dim=-1)
+
+    def check(self, req: Request, tokens: tuple[int, ...] | None = None) -> float:
+        """``req``'s prompt logprobs against transformers; returns the largest difference."""
+        tokens = tokens or req.prompt
+        assert req.status is RequestStatus.FINISHED, req.error
+        expected = self.expected(tokens)
+        assert [p.position for p in req.prompt_logprobs] == list(range(1, len(req.prompt)))
+        worst = 0.0
+        for p in req.prompt_logprobs:
+            row = expected[p.position - 1]
+            assert p.token == tokens[p.position]
+            vals, ids = row.topk(K)
+            assert len(p.top) == K and p.top[0][0] == int(ids[0])
+            diffs = [abs(p.logprob - float(row[p.token]))]
+            diffs += [abs(v - float(e)) for (_, v), e in zip(p.top, vals, strict=True)]
+            diffs += [abs(v - float(row[t])) for t, v in p.top]
+            worst = max(worst, *diffs)
+        assert worst <= TOL, f"{self.name} {req.id}: max |Δ logprob| {worst:.2e}"
+        return worst
+
+
+@pytest.fixture(scope="module", params=ZOO_PARITY)
+def pair(request, tmp_path_factory, one_thread):  # noqa: F811
+    return Pair(request.param, zoo_model(tmp_path_factory, request.param))
+
+
+def tokens(vocab: int, n: int, seed: int) -> tuple[int, ...]:
+    return tuple(torch.randint(3, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist())
+
+
+def drive(engine: Engine, reqs: list[Request]) -> Engine:
+    for r in reqs:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    return engine
+
+
+def same(a: list[PromptLogprob], b: list[PromptLogprob], tol: float = 1e-5) -> bool:
+    return all(
+        x.position == y.position
+        and x.token == y.token
+        and abs(x.logprob - y.logprob) <= tol
+        and [t for t, _ in x.top] == [t for t, _ in y.top]
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@pytest.mark.parametrize("policy", ["native", "radixflow"])
+def test_cold_and_reused_prompts_match_transformers(pair, policy):
+    context = tokens(pair.vocab, 48, 1)  # cold's tail checkpoint (hybrids) lands on its end
+    cold = Request("cold", context + tokens(pair.vocab, 6, 2), sampling=replace(ECHO, max_tokens=1))
+    engine = drive(Engine(pair.runner, CFG, policy=policy), [cold])
+    warm = Request("warm", context + tokens(pair.vocab, 9, 3), sampling=ECHO)
+    drive(engine, [warm])
+    assert cold.reused == 0 and warm.reused == 48  # most of warm's prompt came from the cache
+    worst = max(pair.check(cold), pair.check(warm))
+    alone = drive(Engine(pair.runner, CFG, policy=policy), [Request("alone", warm.prompt, sampling=ECHO)])
+    # served from the cache = computed cold, position by position
+    assert same(alone.requests[0].prompt_logprobs, warm.prompt_logprobs)
+    print(f"{pair.name} {policy}: max |Δ logprob| vs transformers {worst:.2e}")
+
+
+def test_candidates_scored_against_one_context_reuse_its_logprobs(pair):
+    """K candidates on one context: all exact, and the context goes through the head once."""
+    context = tokens(pair.vocab, 48, 4)
+    cands = [Request(f"c{i}", context + tokens(pair.vocab, 4, 10 + i), sampling=ECHO) for i in range(4)]
+    before = pair.runner.scorer.rows_computed
+    drive(Engine(pair.runner, CFG), cands)
+    for c in cands:
+        pair.check(c)
+    shared = {c.reused for c in cands[1:]}
+    assert cands[0].reused == 0 and shared == {48}
+    # A position's row is (hidden state of the position before, its token): rows in the reused
+    # blocks are computed once for all candidates, the rest once per candidate.
+    rows = {(p - 1, c.prompt[p]) if p - 1 < 48 else (c.id, p) for c in cands for p in range(1, len(c.prompt))}
+    assert pair.runner.scorer.rows_computed - before == len(rows) < 4 * (len(cands[0].prompt) - 1)
+
+
+def test_chunked_prefill_and_a_follow_up_turn_match_transformers(pair):
+    """Chunk boundaries, and a context whose tail was decoded (hidden states written by decode steps)."""
+    small = replace(CFG, token_budget=32)
+    params = SamplingParams(max_tokens=20, prompt_logprobs=K)
+    first = Request("first", tokens(pair.vocab, 70, 5), sampling=params)
+    engine = drive(Engine(pair.runner, small), [first])
+    assert max(rd.tokens for rd in engine.rounds) == 32  # the prompt was chunked
+    pair.check(first)
+    turn = Request("turn", first.sequence + tokens(pair.vocab, 5, 6), sampling=ECHO)
+    drive(engine, [turn])
+    assert turn.reused > len(first.prompt)  # reused positions include decoded ones
+    pair.check(turn)
+
+
+def test_overwritten_slots_are_not_served_from_the_memo(pair):
+    """Two prompts differing only in their first token land in the same KV slots one after the
+    other (the first one is evicted); the second must be scored from its own hidden states."""
+    tight = replace(CFG, num_blocks=4)
+    a = tokens(pair.vocab, 50, 7)
+    b = (3 + (a[0] - 2) % (pair.vocab - 3), *a[1:])
+    ra, rb = Request("a", a, sampling=ECHO), Request("b", b, sampling=ECHO)
+    drive(Engine(pair.runner, tight), [ra, rb])
+    pair.check(ra)
+    pair.check(rb)
+    assert not same(ra.prompt_logprobs[1:], rb.prompt_logprobs[1:], tol=1e-7)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from radixflow.engine.engine import Engine
 from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import FAMILIES
-from radixflow.runners.torch_runner import TorchRunner
+from radixflow.runners.torch_runner import TorchRunner, eos_token_ids
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -83,3 +84,19 @@ def test_bad_requests_fail_and_others_are_served(tmp_path_factory):
     Engine(runner, CFG).run(reqs)
     assert [r.status for r in reqs] == [RequestStatus.FINISHED, RequestStatus.FAILED, RequestStatus.FAILED]
     assert "vocabulary" in (reqs[1].error or "") and "context" in (reqs[2].error or "")
+
+
+def test_eos_token_ids_from_config_and_generation_config(tmp_path):
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 2})) == (2,)
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": [7, 3, 7]})) == (7, 3)
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": None})) == ()
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 11]}))
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 3})) == (3, 11)
+    (tmp_path / "generation_config.json").write_text("{not json")
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 3})) == (3,)
+
+
+def test_runner_reports_the_checkpoint_eos(tmp_path_factory):
+    path = tiny_checkpoint(tmp_path_factory, "lfm2")
+    runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+    assert runner.model.eos_token_ids == (int(runner.net.config.eos_token_id),)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from pathlib import Path
 
@@ -10,10 +12,28 @@ import torch
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
+from radixflow.models.layers import Config
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
+
+
+def eos_token_ids(path: str | Path, config: Config) -> tuple[int, ...]:
+    """End-of-sequence ids: ``eos_token_id`` (an int or a list) of config.json and, where the
+    checkpoint has one, of generation_config.json (chat models list their turn end there)."""
+    ids = _as_ids(config.get("eos_token_id"))
+    gen = Path(path) / "generation_config.json"
+    if gen.is_file():
+        # an unreadable generation config only loses its extra stop ids
+        with contextlib.suppress(ValueError, AttributeError):
+            ids += _as_ids(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
+    return tuple(dict.fromkeys(ids))
+
+
+def _as_ids(value: object) -> tuple[int, ...]:
+    values = value if isinstance(value, list) else [value]
+    return tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
 def _spec(chunk: ScheduledChunk) -> SeqSpec:
@@ -54,6 +74,7 @@ class TorchRunner:
             has_recurrent=bool(self.net.state_layout()),
             vocab_size=int(cfg.vocab_size),
             max_context=int(cfg.get("max_position_embeddings", 4096)),
+            eos_token_ids=eos_token_ids(path, cfg),
         )
         self._warmup()
 

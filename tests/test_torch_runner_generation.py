@@ -1,0 +1,141 @@
+"""Greedy generation through the engine equals transformers' ``generate``, token for token.
+
+For every family's tiny zoo preset and for the real SmolLM2-135M, under both policies: prompts
+sharing a prefix decode 32 tokens side by side in one engine; a later wave reuses the cached
+prefix, and a follow-up turn reuses the decoded conversation's tail checkpoint. transformers
+runs each prompt alone with its own plain DynamicCache (no prefix caching on its side).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from model_utils import ZOO_PARITY, needs_smollm2, one_thread, zoo_model  # noqa: F401  (a fixture)
+
+from radixflow.engine.engine import Engine
+from radixflow.runners.torch_runner import TorchRunner
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import FinishReason, SamplingParams
+
+transformers = pytest.importorskip("transformers")
+
+CFG = SchedulerConfig(token_budget=96, max_requests=8, block_size=16, num_blocks=96, num_state_slots=32)
+N = 32
+TAILS = (5, 11, 27)  # first-wave prompts: the shared prefix plus this many tokens
+GREEDY = SamplingParams(max_tokens=N, ignore_eos=True)
+
+
+class Pair:
+    """Our runner and transformers' model on one checkpoint; transformers' outputs memoized."""
+
+    def __init__(self, name: str, path) -> None:
+        self.name = name
+        self.runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+        self.ref = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self._generated: dict[tuple[int, ...], list[int]] = {}
+        self._runs: dict[str, tuple[list[Request], list[Request]]] = {}
+
+    def conversation(self, policy: str) -> tuple[list[Request], list[Request]]:
+        if policy not in self._runs:
+            self._runs[policy] = shared_prefix_conversation(self.runner, policy)
+        return self._runs[policy]
+
+    def generate(self, prompt: tuple[int, ...]) -> list[int]:
+        if prompt not in self._generated:
+            with torch.no_grad():
+                ids = torch.tensor([prompt])  # eos_token_id None: 32 tokens, like ignore_eos
+                out = self.ref.generate(
+                    ids, max_new_tokens=N, do_sample=False, eos_token_id=None, pad_token_id=0
+                )
+            self._generated[prompt] = out[0, len(prompt) :].tolist()
+        return self._generated[prompt]
+
+
+@pytest.fixture(scope="module", params=ZOO_PARITY)
+def pair(request, tmp_path_factory, one_thread):  # noqa: F811
+    return Pair(request.param, zoo_model(tmp_path_factory, request.param))
+
+
+def random_tokens(vocab: int, n: int, g: torch.Generator) -> tuple[int, ...]:
+    return tuple(torch.randint(3, vocab, (n,), generator=g).tolist())
+
+
+def drive(engine: Engine, reqs: list[Request]) -> None:
+    for r in reqs:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+
+
+def shared_prefix_conversation(runner: TorchRunner, policy: str) -> tuple[list[Request], list[Request]]:
+    """Three prompts on one 37-token prefix at once; then a fourth on it, and a follow-up turn."""
+    g = torch.Generator().manual_seed(7)
+    vocab = runner.model.vocab_size
+    prefix = random_tokens(vocab, 37, g)
+    first = [
+        Request(f"a{i}", prefix + random_tokens(vocab, n, g), sampling=GREEDY) for i, n in enumerate(TAILS)
+    ]
+    engine = Engine(runner, CFG, policy=policy)
+    drive(engine, first)
+    a0 = first[0]
+    later = [
+        Request("late", prefix + random_tokens(vocab, 9, g), sampling=GREEDY),
+        Request("turn2", a0.prompt + tuple(a0.output) + random_tokens(vocab, 3, g), sampling=GREEDY),
+    ]
+    drive(engine, later)
+    return first, later
+
+
+@pytest.mark.parametrize("policy", ["native", "radixflow"])
+def test_greedy_32_tokens_equal_transformers_generate(pair, policy):
+    first, later = pair.conversation(policy)
+    for req in first + later:
+        assert req.status is RequestStatus.FINISHED and req.finish_reason is FinishReason.LENGTH
+        assert req.output == pair.generate(req.prompt), req.id
+    late, turn2 = later
+    assert late.reused >= CFG.block_size  # the prefix came from the cache
+    assert turn2.reused > len(first[0].prompt)  # ...and the follow-up reused decoded tokens too
+    margins = [s.top[0][1] - s.top[1][1] for r in first + later for s in r.output_logprobs]
+    print(
+        f"{pair.name} {policy}: {len(margins)} tokens, top-1 margin min {min(margins):.2e} "
+        f"median {statistics.median(margins):.3f}"
+    )
+
+
+def test_every_output_logprob_matches_transformers(pair):
+    """The logprob and top-5 reported with each generated token are transformers' own."""
+    req = pair.conversation("radixflow")[1][1]  # the follow-up turn: its context came from the cache
+    with torch.no_grad():
+        logits = pair.ref(torch.tensor([req.sequence[:-1]])).logits[0, len(req.prompt) - 1 :].float()
+    expected = torch.log_softmax(logits, dim=-1)
+    worst = 0.0
+    for sample, row, token in zip(req.output_logprobs, expected, req.output, strict=True):
+        vals, ids = row.topk(5)
+        assert len(sample.top) == 5 and sample.top[0][0] == sample.token == token == int(ids[0])
+        diffs = [abs(sample.logprob - float(row[token]))]
+        diffs += [abs(v - float(e)) for (_, v), e in zip(sample.top, vals, strict=True)]
+        worst = max(worst, *diffs)
+    assert worst <= 1e-4
+    print(f"{pair.name}: output logprobs max |Δ| vs transformers {worst:.2e}")
+
+
+@needs_smollm2
+def test_chat_answer_stops_at_eos_like_transformers(tmp_path_factory, one_thread):  # noqa: F811
+    """SmolLM2-Instruct answers a chat turn and ends it with <|im_end|>, its EOS."""
+    from tokenizers import Tokenizer
+
+    path = zoo_model(tmp_path_factory, "smollm2-135m")
+    runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+    assert runner.model.eos_token_ids == (2,)
+    text = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    prompt = tuple(Tokenizer.from_file(str(path / "tokenizer.json")).encode(text).ids)
+    req = Request("chat", prompt, sampling=SamplingParams(max_tokens=N))
+    drive(Engine(runner, CFG), [req])
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = ref.generate(torch.tensor([prompt]), max_new_tokens=N, do_sample=False)[0, len(prompt) :]
+    assert req.finish_reason is FinishReason.STOP and req.output[-1] == 2 and len(req.output) < N
+    assert req.output == expected.tolist()

@@ -133,7 +133,7 @@ def check_torch_memory(path: Path, device: str, sched: SchedulerConfig) -> None:
 
 
 def pool_bytes(path: Path, sched: SchedulerConfig) -> int | None:
-    """Bytes of the float32 KV and state pools for the model at ``path`` (None: unknown)."""
+    """Bytes of the torch runner's float32 KV and state pools for the model at ``path`` (None: unknown)."""
     try:
         import torch
 
@@ -143,7 +143,8 @@ def pool_bytes(path: Path, sched: SchedulerConfig) -> int | None:
         config = read_config(path)
         with torch.device("meta"):
             net = model_class(config.model_type)(config)
-        kv = sum(2 * heads * dim for heads, dim in net.kv_layout().values())
+        # per KV slot: K and V of every attention layer, and the final hidden state kept beside them
+        kv = sum(2 * heads * dim for heads, dim in net.kv_layout().values()) + int(config.hidden_size)
         state = sum(math.prod(s) for shapes in net.state_layout().values() for s in shapes)
     except Exception:  # a model that cannot be built on meta: loading it reports the real error
         return None

@@ -69,7 +69,10 @@ class PromptScorer:
             jobs[c.request_id] = [(p, c.tokens[p], s, k) for p, s in zip(positions, slots, strict=True)]
         if not jobs:
             return {}
-        self._fill({(s, t): k for job in jobs.values() for _, t, s, k in job})
+        need: dict[tuple[int, int], int] = {}  # (slot, token) -> most alternatives any request wants
+        for _, token, slot, k in (row for job in jobs.values() for row in job):
+            need[(slot, token)] = max(k, need.get((slot, token), 0))
+        self._fill(need)
         out: dict[str, list[PromptLogprob]] = {}
         for rid, job in jobs.items():
             rows = []

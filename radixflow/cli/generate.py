@@ -1,0 +1,91 @@
+"""`radixflow generate MODEL --prompt ...`: the offline API from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.markup import escape
+
+from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
+from radixflow.cli.command import Command, UsageError
+from radixflow.cli.extras import require_torch_extra
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.scheduler.sampling import MAX_LOGPROBS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="zoo name (see `radixflow models`) or checkpoint directory")
+    p.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
+    p.add_argument(
+        "--chat", action="store_true", help="send each prompt as a user message through the chat template"
+    )
+    p.add_argument("--max-tokens", type=non_negative_int, default=32, help="tokens to generate per prompt")
+    p.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
+    p.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
+    p.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
+    p.add_argument("--seed", type=int_arg(), default=None, help="per-request seed for sampling")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
+    p.add_argument(
+        "--logprobs", type=int_arg(high=MAX_LOGPROBS), default=None, help="top alternatives per token"
+    )
+    p.add_argument("--policy", choices=sorted(SCHEDULING_POLICIES), default="radixflow")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--kv-blocks", type=positive_int, default=1024, help="KV cache blocks of 16 tokens")
+    p.add_argument("--state-slots", type=non_negative_int, default=256, help="recurrent-state cache slots")
+    p.add_argument("--json", action="store_true", help="print every output as JSON")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    require_torch_extra("radixflow generate")
+    from radixflow.generation import LLM, GenerationError, SamplingParams
+    from radixflow.generation.chat import ChatTemplateError
+    from radixflow.generation.setup import ModelSetupError
+
+    if any(s == "" for s in args.stop):
+        raise UsageError("--stop strings must not be empty")
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        stop=tuple(args.stop),
+        ignore_eos=args.ignore_eos,
+        logprobs=args.logprobs,
+    )
+    try:
+        llm = LLM(
+            args.model,
+            args.policy,
+            device=args.device,
+            kv_blocks=args.kv_blocks,
+            state_slots=args.state_slots,
+        )
+        if args.chat:
+            outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)
+        else:
+            outputs = llm.generate(list(args.prompt), params)
+    except (ModelSetupError, ChatTemplateError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    except GenerationError as e:
+        print(f"radixflow: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([asdict(o) for o in outputs], indent=2))
+        return 0
+    for prompt, out in zip(args.prompt, outputs, strict=True):
+        console.print(f"[bold]{escape(prompt)}[/bold]{escape(out.text)}", highlight=False)
+        console.print(
+            f"[dim]{len(out.token_ids)} tokens, finish reason {out.finish_reason}, "
+            f"{out.cached_tokens} prompt tokens from the cache[/dim]",
+            highlight=False,
+        )
+    return 0
+
+
+COMMAND = Command("generate", "generate text with a model (offline, no server)", add_arguments, run)

@@ -1,0 +1,7 @@
+"""Generation on top of the engine: text in and out, stop strings, chat templates, the offline API."""
+
+from radixflow.generation.llm import LLM, GenerationError
+from radixflow.generation.outputs import GenerationOutput, StreamDelta, TokenLogprob
+from radixflow.generation.params import SamplingParams
+
+__all__ = ["LLM", "GenerationError", "GenerationOutput", "SamplingParams", "StreamDelta", "TokenLogprob"]

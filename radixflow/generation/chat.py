@@ -1,0 +1,80 @@
+"""Chat messages -> prompt text through the model's Jinja chat template (as transformers renders it)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class ChatTemplateError(ValueError):
+    """The conversation cannot be rendered: no template, bad messages, or the template refused."""
+
+
+def message_text(content: Any) -> str:
+    """A message's content: a string, or OpenAI's list of parts whose text parts are joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if (
+                not isinstance(part, Mapping)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise ChatTemplateError(
+                    "only text content parts ({'type': 'text', 'text': ...}) are supported"
+                )
+            parts.append(part["text"])
+        return "".join(parts)
+    if content is None:
+        return ""
+    raise ChatTemplateError("message content must be a string or a list of text parts")
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str | None, eos_token: str | None) -> None:
+        self.source = source
+        self._specials = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+
+    @property
+    def available(self) -> bool:
+        return self.source is not None
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The prompt text for ``messages`` (each with "role" and "content")."""
+        if self.source is None:
+            raise ChatTemplateError("this model has no chat template; use completions with a plain prompt")
+        if not messages:
+            raise ChatTemplateError("messages must not be empty")
+        plain = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+                raise ChatTemplateError(f"message {i} needs a string 'role'")
+            plain.append({**m, "content": message_text(m.get("content"))})
+        import jinja2
+
+        try:
+            template = _compile(self.source)
+            return template.render(
+                messages=plain, add_generation_prompt=add_generation_prompt, **self._specials
+            )
+        except ChatTemplateError:
+            raise
+        except jinja2.TemplateError as e:
+            raise ChatTemplateError(f"the chat template failed: {e}") from None
+
+
+def _raise(message: str) -> None:
+    raise ChatTemplateError(message)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(source: str) -> Any:
+    """A sandboxed template (a checkpoint's template is untrusted input), compiled once."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise
+    return env.from_string(source)

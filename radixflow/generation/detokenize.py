@@ -1,0 +1,86 @@
+"""Text from tokens as they arrive, and stop strings found in it.
+
+Decoding a whole sequence after every token costs O(n²); decoding each token alone breaks
+characters split over several byte-level tokens and spaces that depend on the token before. So
+each new token is decoded inside a short window of the tokens before it, and its text is what the
+window's text gained; a token ending inside a UTF-8 character gives no text until one completes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+_INCOMPLETE = "\ufffd"  # what the decoder yields for a partial UTF-8 character
+_CONTEXT = 4  # tokens before the window's start, so the first token's leading space is right
+
+
+class Decoder(Protocol):
+    def decode(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``. Pure."""
+        ...
+
+
+class IncrementalDetokenizer:
+    """Feeds tokens one at a time; each `push` returns the text that token added."""
+
+    def __init__(self, decoder: Decoder, skip_special_tokens: bool, context: Sequence[int] = ()) -> None:
+        self._decoder, self._skip = decoder, skip_special_tokens
+        self._ids = list(context[-_CONTEXT:])
+        self._prefix = 0  # window start: the text of ids[_prefix:_read] was already handed out
+        self._read = len(self._ids)
+
+    def push(self, token: int) -> str:
+        self._ids.append(token)
+        done = self._decode(self._prefix, self._read)
+        now = self._decode(self._prefix, len(self._ids))
+        if len(now) <= len(done) or now.endswith(_INCOMPLETE):
+            return ""  # nothing yet (a partial character, or a skipped special token)
+        self._prefix, self._read = self._read, len(self._ids)
+        return now[len(done) :]
+
+    def flush(self) -> str:
+        """Text still held back at the end (a partial character shows as U+FFFD)."""
+        done = self._decode(self._prefix, self._read)
+        now = self._decode(self._prefix, len(self._ids))
+        self._prefix = self._read = len(self._ids)
+        return now[len(done) :]
+
+    def _decode(self, start: int, end: int) -> str:
+        return (
+            self._decoder.decode(self._ids[start:end], skip_special_tokens=self._skip) if end > start else ""
+        )
+
+
+def token_texts(decoder: Decoder, tokens: Sequence[int], skip_special_tokens: bool = False) -> list[str]:
+    """Each token's share of the text of ``tokens``: joined, they are that text."""
+    detok = IncrementalDetokenizer(decoder, skip_special_tokens)
+    texts = [detok.push(t) for t in tokens]
+    if texts:
+        texts[-1] += detok.flush()
+    return texts
+
+
+class StopStrings:
+    """Finds the earliest stop string in a growing text, searching only where a new one can be."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(stops)
+        self._longest = max((len(s) for s in self.stops), default=0)
+
+    def find(self, text: str, new_from: int) -> int | None:
+        """Where the first stop string starts in ``text``, given none ended before ``new_from``."""
+        if not self.stops:
+            return None
+        start = max(0, new_from - self._longest + 1)
+        hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+        return min(hits) if hits else None
+
+    def held_back(self, text: str) -> int:
+        """Characters at the end of ``text`` that may be the start of a stop string (not yet safe
+        to stream)."""
+        for n in range(min(self._longest - 1, len(text)), 0, -1):
+            tail = text[-n:]
+            if any(s.startswith(tail) for s in self.stops):
+                return n
+        return 0

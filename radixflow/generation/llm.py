@@ -1,0 +1,137 @@
+"""The offline API: ``LLM(model).generate(prompts, SamplingParams(...))``, batched in one engine."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from radixflow.engine.engine import Engine
+from radixflow.generation.outputs import GenerationOutput
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.setup import EngineOptions, LoadedModel, build_engine, load_model
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tracker import RequestTracker, observe
+from radixflow.scheduler.request import Request, RequestStatus
+
+Prompt = str | Sequence[int]  # text, or token ids used as they are
+Messages = Sequence[Mapping[str, Any]]
+
+
+class GenerationError(RuntimeError):
+    """A request failed while it ran (its round's worker call raised)."""
+
+
+class LLM:
+    """A model in an engine of its own. Requests of one `generate` call share its rounds, and the
+    prefix cache persists across calls (a follow-up turn reuses the previous one).
+
+    ``policy`` is the scheduling policy (``radixflow`` or ``native``); ``options`` are the other
+    `EngineOptions` fields (``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ...).
+    """
+
+    def __init__(self, model: str, policy: str = "radixflow", **options: Any) -> None:
+        self.options = EngineOptions(policy=policy, **options)
+        self.model: LoadedModel = load_model(model, self.options)
+        self.engine: Engine = build_engine(self.model, self.options)
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        return self.model.tokenizer
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        namespace: str = "default",
+    ) -> list[GenerationOutput]:
+        """One output per prompt, in order. A prompt is text or a list of token ids; ``params``
+        is one for all prompts or one per prompt (default: one greedy token).
+
+        Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
+        """
+        token_prompts = self._token_prompts(prompts)
+        params_list = self._params(params, len(token_prompts))
+        requests = [
+            Request(f"gen-{next(self._ids)}", tuple(p), namespace, self.engine.now, sampling=sp)
+            for p, sp in zip(token_prompts, params_list, strict=True)
+        ]
+        return self._run(requests)
+
+    def chat(
+        self,
+        conversations: Messages | Sequence[Messages],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        namespace: str = "default",
+    ) -> list[GenerationOutput]:
+        """The assistant's reply to each conversation, rendered with the model's chat template."""
+        convs = [conversations] if _is_conversation(conversations) else list(conversations)
+        texts = [self.tokenizer.chat.render(conv) for conv in convs]  # type: ignore[arg-type]
+        prompts = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        return self.generate(prompts, params, namespace)
+
+    def _token_prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
+        if isinstance(prompts, str) or (_is_token_list(prompts) and prompts):
+            prompts = [prompts]  # type: ignore[list-item]
+        if not prompts:
+            raise ValueError("no prompts given")
+        out = []
+        for i, p in enumerate(prompts):  # type: ignore[union-attr]
+            if isinstance(p, str):
+                out.append(self.tokenizer.encode(p))
+            elif _is_token_list(p):
+                out.append([int(t) for t in p])
+            else:
+                raise ValueError(f"prompt {i} is neither text nor a list of token ids")
+        return out
+
+    @staticmethod
+    def _params(params: SamplingParams | Sequence[SamplingParams] | None, n: int) -> list[SamplingParams]:
+        if params is None:
+            return [SamplingParams()] * n
+        if isinstance(params, SamplingParams):
+            return [params] * n
+        if len(params) != n:
+            raise ValueError(f"{len(params)} SamplingParams for {n} prompts")
+        return list(params)
+
+    def _run(self, requests: list[Request]) -> list[GenerationOutput]:
+        engine = self.engine
+        trackers = [RequestTracker(r, self.tokenizer) for r in requests]
+        try:
+            for req in requests:
+                engine.submit(req)
+            rejected = [(i, r) for i, r in enumerate(requests) if r.status is RequestStatus.FAILED]
+            if rejected:
+                i, req = rejected[0]
+                raise ValueError(f"prompt {i}: {req.error}" if len(requests) > 1 else str(req.error))
+            pending = {t.id: t for t in trackers}
+            while pending:
+                record = engine.step()
+                touched = {c[0] for c in record.chunks} if record is not None else set(pending)
+                for rid in touched & pending.keys():
+                    observe(engine, pending[rid])
+                    if pending[rid].done:
+                        del pending[rid]
+                if record is None and not engine.has_work():
+                    break
+        finally:
+            for req in requests:  # an exception (or Ctrl-C) leaves no request running
+                if not req.status.done:
+                    engine.abort(req.id)
+                engine.forget(req.id)
+        failed = next((r for r in requests if r.status is not RequestStatus.FINISHED), None)
+        if failed is not None:
+            raise GenerationError(f"request {failed.id} {failed.status.value}: {failed.error}")
+        return [t.output() for t in trackers]
+
+
+def _is_token_list(value: object) -> bool:
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        return False
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def _is_conversation(value: object) -> bool:
+    return isinstance(value, Sequence) and bool(value) and isinstance(value[0], Mapping)

@@ -1,0 +1,154 @@
+"""Following one engine request from the outside: its text, stop strings, stream deltas, result.
+
+A tracker only reads its `Request` (between engine steps, on the thread that steps the engine);
+ending the request when a stop string appears is the caller's move (`Engine.stop`), so the engine
+stays the only writer of its requests.
+"""
+
+from __future__ import annotations
+
+from radixflow.engine.engine import Engine
+from radixflow.generation.detokenize import IncrementalDetokenizer, StopStrings, token_texts
+from radixflow.generation.outputs import GenerationOutput, StreamDelta, TokenLogprob
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.scheduler.request import Request
+
+
+class RequestTracker:
+    def __init__(self, request: Request, tokenizer: TextTokenizer) -> None:
+        self.request = request
+        self._tokenizer = tokenizer
+        params = request.sampling
+        self._stops = StopStrings(getattr(params, "stop", ()))
+        skip = getattr(params, "skip_special_tokens", True)
+        self._detok = IncrementalDetokenizer(tokenizer, skip, context=request.prompt)
+        self.text = ""  # text of the tokens seen so far (before any stop-string cut)
+        self._ends: list[int] = []  # end offset in ``text`` of each generated token's text
+        self._flushed = False
+        self.cut: int | None = None  # where the stop string starts in ``text``
+        self.stop_string: str | None = None
+        self._sent_tokens = 0  # what `delta` has handed out
+        self._sent_prompt = False
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+    @property
+    def done(self) -> bool:
+        return self.request.status.done
+
+    def advance(self) -> bool:
+        """Read the tokens the engine added since the last call. True when a stop string has just
+        appeared: the caller ends the request (`Engine.stop`); the text is cut before it."""
+        req, new_from = self.request, len(self.text)
+        while len(self._ends) < len(req.output):
+            self._append(self._detok.push(req.output[len(self._ends)]))
+        if req.status.done and not self._flushed and self._ends:
+            self._flushed = True
+            tail = self._detok.flush()
+            self.text += tail
+            self._ends[-1] = len(self.text)
+        if self.cut is not None:
+            return False
+        self.cut = self._stops.find(self.text, new_from)
+        if self.cut is None:
+            return False
+        self.stop_string = next(s for s in self._stops.stops if self.text.startswith(s, self.cut))
+        return True
+
+    def _append(self, piece: str) -> None:
+        self.text += piece
+        self._ends.append(len(self.text))
+
+    # ------------------------------------------------------------------ results
+    def delta(self) -> StreamDelta | None:
+        """What is new since the last delta and safe to show (None: nothing yet).
+
+        While the request runs, text that may be the start of a stop string is held back, with
+        the tokens it belongs to. The first delta after the prompt is computed carries the prompt
+        logprobs when they were asked for.
+        """
+        limit = self._limit()
+        end = self._sent_tokens
+        while end < len(self._ends) and (self.done or self._ends[end] <= limit):
+            end += 1
+        prompt_ready = not self._sent_prompt and (self.done or self.request.prefilled)
+        if end == self._sent_tokens and not prompt_ready:
+            return None
+        start, self._sent_tokens = self._sent_tokens, end
+        prompt = None
+        if prompt_ready:
+            self._sent_prompt = True
+            prompt = self._prompt_logprobs()
+        return StreamDelta(
+            token_ids=tuple(self.request.output[start:end]),
+            text="".join(self._texts(start, end, limit)),
+            logprobs=self._logprobs(start, end, limit),
+            prompt_logprobs=prompt,
+        )
+
+    def output(self) -> GenerationOutput:
+        """The finished request's result (call once it is done and `advance` has seen it)."""
+        req = self.request
+        reason = (
+            "stop" if self.cut is not None else (req.finish_reason.value if req.finish_reason else "length")
+        )
+        limit = self._limit()
+        n = len(self._ends)
+        return GenerationOutput(
+            request_id=req.id,
+            prompt_token_ids=tuple(req.prompt),
+            token_ids=tuple(req.output[:n]),
+            text=self.text[:limit],
+            finish_reason=reason,
+            logprobs=self._logprobs(0, n, limit),
+            prompt_logprobs=self._prompt_logprobs(),
+            cached_tokens=req.reused,
+            stop_string=self.stop_string,
+        )
+
+    def _limit(self) -> int:
+        """End of the text that may be shown now."""
+        if self.cut is not None:
+            return self.cut
+        if self.done:
+            return len(self.text)
+        return len(self.text) - self._stops.held_back(self.text)
+
+    def _texts(self, start: int, end: int, limit: int) -> list[str]:
+        """Texts of tokens [start, end), each cut at ``limit``."""
+        out = []
+        for i in range(start, end):
+            begin = self._ends[i - 1] if i else 0
+            out.append(self.text[min(begin, limit) : min(self._ends[i], limit)])
+        return out
+
+    def _logprobs(self, start: int, end: int, limit: int) -> tuple[TokenLogprob, ...] | None:
+        if self.request.sampling.logprobs is None:
+            return None
+        samples = self.request.output_logprobs
+        texts = self._texts(start, end, limit)
+        return tuple(
+            TokenLogprob(samples[i].token, text, samples[i].logprob, samples[i].top)
+            for i, text in zip(range(start, end), texts, strict=True)
+        )
+
+    def _prompt_logprobs(self) -> tuple[TokenLogprob | None, ...] | None:
+        req = self.request
+        if req.sampling.prompt_logprobs is None:
+            return None
+        texts = token_texts(self._tokenizer, req.prompt)
+        by_position = {p.position: p for p in req.prompt_logprobs}
+        out: list[TokenLogprob | None] = []
+        for pos, (token, text) in enumerate(zip(req.prompt, texts, strict=True)):
+            p = by_position.get(pos)
+            out.append(None if p is None else TokenLogprob(token, text, p.logprob, p.top))
+        return tuple(out)
+
+
+def observe(engine: Engine, tracker: RequestTracker) -> None:
+    """After an engine step: read the tracker's new tokens; a stop string ends the request now."""
+    if tracker.advance():
+        engine.stop(tracker.id)
+        tracker.advance()  # done now: the detokenizer hands over what it held back

@@ -9,17 +9,25 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from radixflow.cli import bench, calibrate, experiment, models
+from radixflow.cli import bench, calibrate, experiment, generate, models, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 
 DESCRIPTION = (
     "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
-    "model to timed worker calls) and experiment (frozen experiment configs)."
+    "model to timed worker calls), experiment (frozen experiment configs), generate (offline generation) "
+    "and serve (an OpenAI-compatible server)."
 )
 
 # Every subcommand, in `--help` order. A new command is a new module with a COMMAND.
-COMMANDS: tuple[Command, ...] = (bench.COMMAND, models.COMMAND, calibrate.COMMAND, experiment.COMMAND)
+COMMANDS: tuple[Command, ...] = (
+    bench.COMMAND,
+    models.COMMAND,
+    calibrate.COMMAND,
+    experiment.COMMAND,
+    generate.COMMAND,
+    serve.COMMAND,
+)
 
 
 class _Parser(argparse.ArgumentParser):

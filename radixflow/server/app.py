@@ -1,0 +1,57 @@
+"""The FastAPI application: routes, error handlers, and the engine loop's life with the server's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import Request as HttpRequest
+
+from radixflow.server import chat, completions, tokenize
+from radixflow.server.errors import install_handlers
+from radixflow.server.state import ServerState
+
+
+def create_app(state: ServerState) -> FastAPI:
+    """An app serving ``state``'s model; its engine loop starts and stops with the app."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.loop.start()
+        yield
+        # Normally `Server.shutdown` has begun draining already; this covers other ASGI servers.
+        state.loop.shutdown(state.config.drain_s)
+        await asyncio.to_thread(state.loop.join)
+
+    app = FastAPI(title="RadixFlow", lifespan=lifespan)
+    app.state.radixflow = state
+    install_handlers(app)
+    for module in (completions, chat, tokenize):
+        app.include_router(module.router)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, object]:
+        card = {
+            "id": state.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "radixflow",
+            "max_model_len": state.context,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/health")
+    async def health() -> Response:
+        if state.loop.alive:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": state.loop.failure or "stopped"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics(_: HttpRequest) -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,142 @@
+"""``POST /v1/completions``: a prompt (text or token ids) or a list of them, plain or streamed.
+
+Prompt text is tokenized exactly as ``/tokenize`` does it; ``echo`` returns the prompt's tokens as
+that tokenization gives them, with their logprobs when ``logprobs`` is set (exact even when most
+of the prompt came from the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request as HttpRequest
+
+from radixflow.generation.detokenize import token_texts
+from radixflow.generation.outputs import GenerationOutput, StreamDelta
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.server.errors import error_body
+from radixflow.server.loop import Delta, Final
+from radixflow.server.protocol import CompletionRequest
+from radixflow.server.responses import CompletionLogprobs, Envelope, TokenNames, completion_choice, usage
+from radixflow.server.state import ClientGone, Submission, failure, response_id, sse, unless_disconnected
+
+router = APIRouter()
+
+
+def prompt_ids(
+    prompt: str | list[int] | list[str] | list[list[int]], tokenizer: TextTokenizer
+) -> list[list[int]]:
+    """Token ids of each prompt (a list of ints is one prompt; an empty list an empty prompt)."""
+    if isinstance(prompt, str):
+        return [tokenizer.encode(prompt)]
+    if not prompt or isinstance(prompt[0], int):
+        return [list(prompt)]  # type: ignore[arg-type]
+    return [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]  # type: ignore[union-attr]
+
+
+class CompletionView:
+    """Turns outputs and deltas into choices; keeps each choice's text offset while streaming."""
+
+    def __init__(self, body: CompletionRequest, prompts: list[list[int]], tokenizer: TextTokenizer) -> None:
+        self.body, self.prompts, self.tokenizer = body, prompts, tokenizer
+        self.names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
+        self._offsets: dict[int, int] = {}  # streaming: text offset reached per choice
+
+    def prompt_texts(self, index: int) -> list[str]:
+        return token_texts(self.tokenizer, self.prompts[index])
+
+    def choice(self, index: int, out: GenerationOutput) -> dict[str, object]:
+        text, logprobs, offset = "", None, 0
+        lp = CompletionLogprobs(self.names, self.body.logprobs or 0)
+        if self.body.echo:
+            texts = self.prompt_texts(index)
+            text = "".join(texts)
+            entries = out.prompt_logprobs or (None,) * len(texts)
+            offset = lp.add_prompt(self.prompts[index], texts, entries, 0)
+        if self.body.logprobs is not None:
+            lp.add(out.logprobs or (), offset)
+            logprobs = lp.body()
+        return completion_choice(index, text + out.text, logprobs, out.finish_reason)
+
+    def worth_sending(self, index: int, delta: StreamDelta) -> bool:
+        """A chunk with text, logprobs someone asked for, or the echoed prompt; not an empty one."""
+        wants_logprobs = self.body.logprobs is not None and bool(delta.token_ids)
+        return bool(delta.text) or wants_logprobs or (self.body.echo and index not in self._offsets)
+
+    def delta_choice(self, index: int, delta: StreamDelta) -> dict[str, object]:
+        first = index not in self._offsets
+        offset = self._offsets.get(index, 0)
+        lp = CompletionLogprobs(self.names, self.body.logprobs or 0)
+        text = ""
+        if first and self.body.echo:
+            texts = self.prompt_texts(index)
+            text = "".join(texts)
+            entries = delta.prompt_logprobs or (None,) * len(texts)
+            offset = lp.add_prompt(self.prompts[index], texts, entries, offset)
+        offset = (
+            lp.add(delta.logprobs or (), offset)
+            if self.body.logprobs is not None
+            else offset + len(delta.text)
+        )
+        self._offsets[index] = offset
+        logprobs = lp.body() if self.body.logprobs is not None else None
+        return completion_choice(index, text + delta.text, logprobs, None)
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
+    state = http.app.state.radixflow
+    state.check_model(body.model)
+    params = body.params(state.context)
+    prompts = prompt_ids(body.prompt, state.tokenizer)
+    items = state.requests(prompts, params, body.namespace)
+    submission = state.submit(items, body.stream)
+    envelope = Envelope.new(response_id("cmpl", http), state.model_name)
+    view = CompletionView(body, prompts, state.tokenizer)
+    headers = {"X-Request-Id": envelope.id}
+    if body.stream:
+        events = _stream(submission, view, envelope, body.include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    try:
+        finals = await unless_disconnected(http, submission.finals(), submission)
+    except ClientGone:
+        return Response(status_code=499)  # nobody reads it: the client has gone
+    error = failure(finals)
+    if error is not None:
+        raise error
+    outputs = [f.output for f in finals if f.output is not None]
+    body_ = envelope.body("text_completion", [view.choice(f.index, f.output) for f in finals if f.output])
+    return JSONResponse({**body_, "usage": usage(outputs)}, headers=headers)
+
+
+async def _stream(
+    submission: Submission, view: CompletionView, envelope: Envelope, include_usage: bool
+) -> AsyncIterator[str]:
+    outputs: list[GenerationOutput] = []
+    try:
+        async for event in submission.events():
+            if isinstance(event, Delta):
+                if view.worth_sending(event.index, event.delta):
+                    yield sse(envelope.body("text_completion", [view.delta_choice(event.index, event.delta)]))
+                continue
+            yield _final_chunk(event, view, envelope)
+            if event.output is not None:
+                outputs.append(event.output)
+        if include_usage:
+            yield sse({**envelope.body("text_completion", []), "usage": usage(outputs)})
+        yield sse("[DONE]")
+    finally:
+        submission.abort()  # the client left mid-stream (or the stream ended: then nothing is open)
+
+
+def _final_chunk(event: Final, view: CompletionView, envelope: Envelope) -> str:
+    if event.output is None:
+        prefix = f"prompt {event.index}: " if len(view.prompts) > 1 else ""
+        return sse(error_body(event.status, prefix + (event.error or "request failed")))
+    return sse(
+        envelope.body(
+            "text_completion", [completion_choice(event.index, "", None, event.output.finish_reason)]
+        )
+    )

@@ -1,0 +1,93 @@
+"""Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}`` with the status code.
+
+Every user mistake is a 400 with a one-line message, never a traceback; only a failure of the
+server itself is a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("radixflow.server")
+
+_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "service_unavailable_error",
+}
+
+
+# parameters that take several shapes, and how to say which
+UNION_SHAPES = {
+    "prompt": "a string, a list of token ids, a list of strings or a list of token-id lists",
+    "stop": "a string or a list of strings",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.param, self.code)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """One line for the first problem pydantic found, and the parameter it concerns."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        detail = first.get("ctx", {}).get("error", "")
+        return f"malformed JSON body: {detail}".rstrip(": "), None
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if not loc:
+        return "the request body must be a JSON object", None
+    param = loc[0]
+    if param in UNION_SHAPES:  # pydantic reports each branch of the union; one line says it better
+        return f"{param} must be {UNION_SHAPES[param]}", param
+    where = ".".join(loc)
+    if first.get("type") == "missing":
+        return f"missing required parameter: {where}", param
+    return f"{where}: {first.get('msg')}", param
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(exc)
+        return ApiError(400, message, param).response()
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        return ApiError(exc.status_code, str(exc.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return ApiError(500, f"internal server error: {type(exc).__name__}").response()

@@ -1,0 +1,259 @@
+"""The engine in its own thread beside the event loop.
+
+The engine is single-threaded: only this thread touches it. HTTP handlers hand it commands
+(submit, abort, a function to run between steps) through a queue guarded by a condition; it
+applies them between rounds, so requests of many connections share the same rounds. Results go
+back through each submission's ``sink`` (called on this thread; the server's sink hops onto the
+event loop). Answered requests are forgotten by the engine and the engine keeps a bounded round
+history, so a long-running server does not grow.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from radixflow.engine.engine import Engine
+from radixflow.generation.outputs import GenerationOutput, StreamDelta
+from radixflow.generation.tracker import RequestTracker, observe
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.server.metrics import ServerMetrics
+
+log = logging.getLogger("radixflow.server")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Delta:
+    index: int  # which prompt of the submission
+    delta: StreamDelta
+
+
+@dataclass(frozen=True)
+class Final:
+    """A prompt's answer: its output, or the status and message of why it has none."""
+
+    index: int
+    output: GenerationOutput | None
+    status: int = 200
+    error: str | None = None
+
+
+Event = Delta | Final
+Sink = Callable[[Event], None]
+
+
+class QueueFull(Exception):
+    """The bounded queue of accepted, unanswered requests is full (HTTP 429)."""
+
+
+class NotAccepting(Exception):
+    """The server is shutting down or its engine failed (HTTP 503)."""
+
+
+@dataclass
+class _Entry:
+    tracker: RequestTracker
+    index: int
+    sink: Sink
+    stream: bool
+    arrival: float  # time.monotonic() when the request was accepted
+    first_token: bool = False
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, metrics: ServerMetrics, max_pending: int) -> None:
+        self.engine, self.metrics, self.max_pending = engine, metrics, max_pending
+        self._cond = threading.Condition()
+        self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
+        self._pending = 0  # accepted and not yet answered or aborted (guarded by _cond)
+        self._accepting = True  # guarded by _cond
+        self._deadline: float | None = None  # draining: fail what is left at this monotonic time
+        self._active: dict[str, _Entry] = {}  # engine thread only
+        self._thread = threading.Thread(target=self._run, name="radixflow-engine", daemon=True)
+        self.failure: str | None = None  # why the engine loop died, if it did
+
+    # ------------------------------------------------------------ any thread
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.failure is None
+
+    def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
+        """Accept a submission's requests, all or none: `QueueFull` past ``max_pending``,
+        `NotAccepting` while shutting down."""
+        arrival = time.monotonic()
+        with self._cond:
+            if not self._accepting or self.failure is not None:
+                raise NotAccepting(self.failure or "the server is shutting down")
+            if self._pending + len(items) > self.max_pending:
+                raise QueueFull(
+                    f"{self._pending} requests are queued (limit {self.max_pending}); retry later"
+                )
+            self._pending += len(items)
+            entries = [_Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
+            self._commands.append(lambda: self._admit(entries))
+            self._cond.notify()
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Cancel these requests (a client went away): their locks, blocks and slots are freed."""
+        self._command(lambda: self._abort(request_ids))
+
+    def call(self, fn: Callable[[Engine], T], timeout: float = 30.0) -> T:
+        """Run ``fn(engine)`` on the engine thread between rounds and return its result."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(self.engine))
+            except BaseException as e:
+                future.set_exception(e)
+
+        self._command(run)
+        return future.result(timeout)
+
+    def shutdown(self, drain_s: float) -> None:
+        """Stop accepting; finish what was accepted within ``drain_s`` seconds, then fail the rest
+        (status 503). Returns at once; `join` waits for the thread."""
+        with self._cond:
+            self._accepting = False
+            self._deadline = time.monotonic() + drain_s
+            self._cond.notify()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _command(self, fn: Callable[[], None]) -> None:
+        with self._cond:
+            self._commands.append(fn)
+            self._cond.notify()
+
+    # ------------------------------------------------------------ engine thread
+    def _run(self) -> None:
+        try:
+            while self._next_commands():
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    self._fail_all(503, "the server shut down before this request finished")
+                if self.engine.has_work():
+                    self._step()
+        except Exception as e:  # the engine is in an unknown state: fail everything, refuse more
+            log.exception("engine loop failed")
+            self.failure = f"the engine failed: {type(e).__name__}: {e}"
+            self._fail_all(500, self.failure)
+        with self._cond:
+            self._accepting = False
+            pending = list(self._commands)
+            self._commands.clear()
+        for command in pending:  # `call`s waiting for an answer get one; admissions are failed
+            command()
+
+    def _next_commands(self) -> bool:
+        """Wait for something to do and run the commands that came in. False: time to stop."""
+        with self._cond:
+            while not self._commands and not self.engine.has_work():
+                if not self._accepting and not self._active:
+                    return False
+                self._cond.wait(timeout=self._wait_s())
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    break
+            commands = list(self._commands)
+            self._commands.clear()
+        for command in commands:
+            command()
+        return True
+
+    def _wait_s(self) -> float | None:
+        return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+
+    def _admit(self, entries: list[_Entry]) -> None:
+        for entry in entries:
+            req = entry.tracker.request
+            if self.failure is not None:
+                self._answer(entry, Final(entry.index, None, 503, self.failure))
+                continue
+            req.arrival_s = self.engine.now  # the engine clock: arrived now, admitted next round
+            self.engine.submit(req)
+            if req.status is RequestStatus.FAILED:  # handlers validate first; this is a safety net
+                self._answer(entry, Final(entry.index, None, 400, req.error))
+            else:
+                self._active[req.id] = entry
+        self._publish_queues()
+
+    def _abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            entry = self._active.pop(rid, None)
+            if entry is None:
+                continue  # already answered
+            self.engine.abort(rid)
+            self._forget(entry)
+
+    def _step(self) -> None:
+        record = self.engine.step()
+        if record is not None:
+            self.metrics.on_round(record)
+        touched = [c[0] for c in record.chunks] if record is not None else list(self._active)
+        for rid in touched:
+            entry = self._active.get(rid)
+            if entry is not None:
+                self._follow(entry)
+        self._publish_queues()
+
+    def _follow(self, entry: _Entry) -> None:
+        tracker = entry.tracker
+        observe(self.engine, tracker)
+        if not entry.first_token and tracker.request.output:
+            entry.first_token = True
+            self.metrics.on_first_token(time.monotonic() - entry.arrival)
+        if entry.stream:
+            delta = tracker.delta()
+            if delta is not None:
+                _send(entry.sink, Delta(entry.index, delta))
+        if not tracker.done:
+            return
+        del self._active[tracker.id]
+        req = tracker.request
+        if req.status is RequestStatus.FINISHED:
+            self._answer(entry, Final(entry.index, tracker.output()))
+        else:
+            self._answer(entry, Final(entry.index, None, 500, req.error or f"request {req.status.value}"))
+
+    def _answer(self, entry: _Entry, final: Final) -> None:
+        _send(entry.sink, final)
+        self._forget(entry)
+
+    def _forget(self, entry: _Entry) -> None:
+        req = entry.tracker.request
+        if req.status.done:
+            self.engine.forget(req.id)
+        self.metrics.on_done(req, time.monotonic() - entry.arrival)
+        with self._cond:
+            self._pending -= 1
+
+    def _fail_all(self, status: int, message: str) -> None:
+        for rid, entry in list(self._active.items()):
+            del self._active[rid]
+            if not entry.tracker.done:
+                self.engine.abort(rid)
+            self._answer(entry, Final(entry.index, None, status, message))
+        self._publish_queues()
+
+    def _publish_queues(self) -> None:
+        sched = self.engine.scheduler
+        with self._cond:
+            pending = self._pending
+        self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+
+
+def _send(sink: Sink, event: Event) -> None:
+    with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody is listening
+        sink(event)

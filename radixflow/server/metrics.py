@@ -1,0 +1,124 @@
+"""Prometheus metrics of one server: rounds, bubbles, reuse, queues, blocked consumers, latency.
+
+Each server has its own registry (no global state: two servers in one process, as in the tests,
+do not mix their figures). The engine thread updates them; ``/metrics`` renders them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from radixflow.engine.engine import RoundRecord
+from radixflow.scheduler.request import Request
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+THROUGHPUT_WINDOW_S = 10.0
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r, p = self.registry, "radixflow_"
+        self.rounds = Counter(p + "rounds", "worker rounds run", registry=r)
+        self.failed_rounds = Counter(p + "failed_rounds", "rounds whose worker call failed", registry=r)
+        self.round_tokens = Counter(
+            p + "round_tokens", "tokens computed in rounds (prefill + decode)", registry=r
+        )
+        self.bubble_tokens = Counter(
+            p + "bubble_tokens", "token budget left unused while work waited", registry=r
+        )
+        self.blocked = Counter(
+            p + "blocked_consumers", "consumers left waiting on a pending checkpoint", registry=r
+        )
+        self.blocked_now = Gauge(
+            p + "blocked_consumers_last_round", "blocked consumers in the last round", registry=r
+        )
+        self.prompt_tokens = Counter(p + "prompt_tokens", "prompt tokens of finished requests", registry=r)
+        self.reused_tokens = Counter(
+            p + "reused_prompt_tokens", "prompt tokens served from the cache", registry=r
+        )
+        self.generation_tokens = Counter(p + "generation_tokens", "tokens generated", registry=r)
+        self.reuse_rate = Gauge(p + "reuse_rate", "reused / prompt tokens of finished requests", registry=r)
+        self.waiting = Gauge(p + "requests_waiting", "requests in the engine's waiting queue", registry=r)
+        self.running = Gauge(
+            p + "requests_running", "requests admitted to rounds (prefill or decode)", registry=r
+        )
+        self.pending = Gauge(
+            p + "requests_pending", "accepted requests not yet answered (the bounded queue)", registry=r
+        )
+        self.requests = Counter(p + "requests", "requests answered, by outcome", ["outcome"], registry=r)
+        self.rejected = Counter(
+            p + "requests_rejected", "requests refused before admission", ["reason"], registry=r
+        )
+        self.ttft = Histogram(
+            p + "time_to_first_token_seconds",
+            "wall time from arrival to first token",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            p + "e2e_request_latency_seconds",
+            "wall time from arrival to the last token",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens_per_s = Gauge(
+            p + "tokens_per_second",
+            f"tokens computed per second over the last {THROUGHPUT_WINDOW_S:g} s",
+            registry=r,
+        )
+        self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of recent rounds
+        self._lock = threading.Lock()  # the window is read by /metrics, written by the engine thread
+        self._prompt_sum = self._reused_sum = 0
+
+    def on_round(self, record: RoundRecord) -> None:
+        if record.error is not None:
+            self.failed_rounds.inc()
+            return
+        self.rounds.inc()
+        self.round_tokens.inc(record.tokens)
+        self.bubble_tokens.inc(record.bubble_tokens)
+        self.blocked.inc(record.blocked)
+        self.blocked_now.set(record.blocked)
+        now = time.monotonic()
+        with self._lock:
+            self._window.append((now, record.tokens))
+        self.update_throughput(now)
+
+    def update_throughput(self, now: float) -> None:
+        with self._lock:
+            while self._window and self._window[0][0] < now - THROUGHPUT_WINDOW_S:
+                self._window.popleft()
+            self.tokens_per_s.set(sum(t for _, t in self._window) / THROUGHPUT_WINDOW_S)
+
+    def on_queues(self, waiting: int, running: int, pending: int) -> None:
+        self.waiting.set(waiting)
+        self.running.set(running)
+        self.pending.set(pending)
+
+    def on_first_token(self, seconds: float) -> None:
+        self.ttft.observe(seconds)
+
+    def on_done(self, request: Request, seconds: float) -> None:
+        """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time."""
+        self.requests.labels(request.status.value).inc()
+        if request.status.value != "finished":
+            return
+        self.latency.observe(seconds)
+        self.prompt_tokens.inc(len(request.prompt))
+        self.reused_tokens.inc(request.reused)
+        self.generation_tokens.inc(len(request.output))
+        self._prompt_sum += len(request.prompt)
+        self._reused_sum += request.reused
+        self.reuse_rate.set(self._reused_sum / self._prompt_sum if self._prompt_sum else 0.0)
+
+    def on_rejected(self, reason: str) -> None:
+        self.rejected.labels(reason).inc()
+
+    def render(self) -> bytes:
+        self.update_throughput(time.monotonic())
+        return generate_latest(self.registry)

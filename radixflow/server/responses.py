@@ -1,0 +1,145 @@
+"""Response bodies in OpenAI's shapes: completions, chat completions, their stream chunks, usage."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from radixflow.generation.outputs import GenerationOutput, TokenLogprob
+from radixflow.generation.tokenizer import TextTokenizer
+
+NEG_INF_LOGPROB = -9999.0  # JSON has no -inf (vLLM reports the same stand-in)
+
+
+def _lp(value: float) -> float:
+    return value if math.isfinite(value) else NEG_INF_LOGPROB
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What every body of one response shares."""
+
+    id: str
+    model: str
+    created: int
+
+    @classmethod
+    def new(cls, request_id: str, model: str) -> Envelope:
+        return cls(request_id, model, int(time.time()))
+
+    def body(self, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+
+def usage(outputs: Sequence[GenerationOutput]) -> dict[str, Any]:
+    prompt = sum(len(o.prompt_token_ids) for o in outputs)
+    completion = sum(len(o.token_ids) for o in outputs)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in outputs)},
+    }
+
+
+class TokenNames:
+    """How tokens are named in logprobs: their text, or ``token_id:N`` when asked for."""
+
+    def __init__(self, tokenizer: TextTokenizer, as_ids: bool) -> None:
+        self.tokenizer, self.as_ids = tokenizer, as_ids
+
+    def name(self, token: int, text: str | None = None) -> str:
+        if self.as_ids:
+            return f"token_id:{token}"
+        return self.tokenizer.token_text(token) if text is None else text
+
+    def top(self, entry: TokenLogprob, k: int) -> dict[str, float]:
+        """The ``k`` most likely tokens and the chosen one (as vLLM reports them)."""
+        out = {self.name(t): _lp(lp) for t, lp in entry.top[:k]}
+        out.setdefault(self.name(entry.token), _lp(entry.logprob))
+        return out
+
+
+class CompletionLogprobs:
+    """The legacy ``logprobs`` object: tokens, token_logprobs, top_logprobs, text_offset."""
+
+    def __init__(self, names: TokenNames, k: int) -> None:
+        self.names, self.k = names, k
+        self.tokens: list[str] = []
+        self.token_logprobs: list[float | None] = []
+        self.top_logprobs: list[dict[str, float] | None] = []
+        self.text_offset: list[int] = []
+
+    def add_prompt(
+        self,
+        prompt_ids: Sequence[int],
+        texts: Sequence[str],
+        entries: Sequence[TokenLogprob | None],
+        offset: int,
+    ) -> int:
+        for token, text, entry in zip(prompt_ids, texts, entries, strict=True):
+            self.tokens.append(self.names.name(token, text))
+            self.token_logprobs.append(None if entry is None else _lp(entry.logprob))
+            self.top_logprobs.append(None if entry is None else self.names.top(entry, self.k))
+            self.text_offset.append(offset)
+            offset += len(text)
+        return offset
+
+    def add(self, entries: Sequence[TokenLogprob], offset: int) -> int:
+        for entry in entries:
+            self.tokens.append(self.names.name(entry.token, entry.text))
+            self.token_logprobs.append(_lp(entry.logprob))
+            self.top_logprobs.append(self.names.top(entry, self.k))
+            self.text_offset.append(offset)
+            offset += len(entry.text)
+        return offset
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "token_logprobs": self.token_logprobs,
+            "top_logprobs": self.top_logprobs,
+            "text_offset": self.text_offset,
+        }
+
+
+def chat_logprobs(entries: Sequence[TokenLogprob], k: int, names: TokenNames) -> dict[str, Any]:
+    def item(token: int, text: str | None, logprob: float) -> dict[str, Any]:
+        name = names.name(token, text)
+        return {"token": name, "logprob": _lp(logprob), "bytes": list(name.encode("utf-8"))}
+
+    content = []
+    for e in entries:
+        top = [item(t, None, lp) for t, lp in e.top[:k]]
+        content.append({**item(e.token, e.text, e.logprob), "top_logprobs": top})
+    return {"content": content}
+
+
+def completion_choice(
+    index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None
+) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def chat_choice(index: int, output: GenerationOutput, logprobs: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": output.text},
+        "logprobs": logprobs,
+        "finish_reason": output.finish_reason,
+    }
+
+
+def chat_chunk_choice(
+    index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None, finish: str | None
+) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}

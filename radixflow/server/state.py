@@ -1,0 +1,174 @@
+"""What the routes share: the model, its tokenizer, the engine loop, metrics, and submissions.
+
+A `Submission` is one HTTP request's prompts on their way through the engine loop: the loop
+thread puts events on the submission's asyncio queue; the handler reads them, and aborts what is
+left if its client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from starlette.requests import Request as HttpRequest
+
+from radixflow.engine.engine import Engine
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.setup import LoadedModel
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request
+from radixflow.server.errors import ApiError
+from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull
+from radixflow.server.metrics import ServerMetrics
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    max_pending: int = 256  # accepted, unanswered requests before new ones get 429
+    default_max_tokens: int = 256  # a chat request that names no max_tokens (capped by the context)
+    drain_s: float = 30.0  # on shutdown: time for accepted requests to finish before they fail
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+class ServerState:
+    def __init__(self, model: LoadedModel, engine: Engine, config: ServerConfig) -> None:
+        self.model_name, self.tokenizer, self.config = model.name, model.tokenizer, config
+        self.engine_info = engine.runner.model
+        self._runner, self._scheduler = engine.runner, engine.scheduler  # pure checks only
+        self.metrics = ServerMetrics()
+        self.loop = EngineLoop(engine, self.metrics, config.max_pending)
+        self._serial = itertools.count()
+        self._run_id = uuid.uuid4().hex[:8]
+
+    @property
+    def context(self) -> int:
+        return self.engine_info.max_context
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model_name:
+            raise ApiError(
+                400,
+                f"model {name!r} does not exist; this server serves {self.model_name!r}",
+                "model",
+                "model_not_found",
+            )
+
+    def requests(
+        self, prompts: list[list[int]], params: SamplingParams, namespace: str
+    ) -> list[tuple[Request, RequestTracker]]:
+        """Engine requests for these prompts; ApiError 400 naming the first one that cannot run."""
+        if len(prompts) > self.config.max_pending:
+            raise ApiError(
+                400,
+                f"{len(prompts)} prompts in one request; the server queues {self.config.max_pending}",
+                "prompt",
+            )
+        items = []
+        for i, prompt in enumerate(prompts):
+            req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=params)
+            problem = self._runner.validate(req) or self._scheduler.unfit_reason(req)
+            if problem is not None:
+                where = f"prompt {i}: " if len(prompts) > 1 else ""
+                raise ApiError(400, where + problem, _param(problem))
+            items.append((req, RequestTracker(req, self.tokenizer)))
+        return items
+
+    def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
+        try:
+            return Submission(self.loop, items, stream)
+        except QueueFull as e:
+            self.metrics.on_rejected("queue_full")
+            raise ApiError(429, str(e), None, "queue_full") from None
+        except NotAccepting as e:
+            self.metrics.on_rejected("not_accepting")
+            raise ApiError(503, str(e)) from None
+
+
+class Submission:
+    def __init__(self, loop: EngineLoop, items: list[tuple[Request, RequestTracker]], stream: bool) -> None:
+        self.ids = [req.id for req, _ in items]
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._open = set(range(len(items)))
+        self._loop = loop
+        aio = asyncio.get_running_loop()
+        loop.submit(items, lambda event: aio.call_soon_threadsafe(self.queue.put_nowait, event), stream)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Events until every prompt has its `Final`."""
+        while self._open:
+            event = await self.queue.get()
+            if isinstance(event, Final):
+                self._open.discard(event.index)
+            yield event
+
+    async def finals(self) -> list[Final]:
+        finals = [e async for e in self.events() if isinstance(e, Final)]
+        return sorted(finals, key=lambda f: f.index)
+
+    def abort(self) -> None:
+        """Cancel whatever has no answer yet (called when the client is gone)."""
+        if self._open:
+            self._loop.abort([self.ids[i] for i in sorted(self._open)])
+            self._open.clear()
+
+
+async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission: Submission) -> T:
+    """``work``'s result, or `ClientGone` (after aborting the submission) if the client leaves first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnect(http))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the handler itself was cancelled (server shutting down)
+        task.cancel()
+        submission.abort()
+        raise
+    finally:
+        watch.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    submission.abort()
+    raise ClientGone
+
+
+async def _disconnect(http: HttpRequest) -> None:
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _param(problem: str) -> str | None:
+    if "max_tokens" in problem:
+        return "max_tokens"
+    if "token id" in problem or "prompt" in problem:
+        return "prompt"
+    return None
+
+
+def failure(finals: list[Final]) -> ApiError | None:
+    """The first prompt without an answer, as the error the whole response becomes."""
+    bad = next((f for f in finals if f.output is None), None)
+    if bad is None:
+        return None
+    where = f"prompt {bad.index}: " if len(finals) > 1 else ""
+    return ApiError(bad.status, where + (bad.error or "request failed"))
+
+
+def response_id(prefix: str, http: HttpRequest) -> str:
+    """``prefix-<X-Request-Id>`` when the client sent one (so it can match answers), else random."""
+    given = http.headers.get("x-request-id")
+    return f"{prefix}-{given if given else uuid.uuid4().hex}"
+
+
+def sse(payload: dict[str, object] | str) -> str:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n"

@@ -1,0 +1,65 @@
+"""vLLM's tokenizer routes: ``GET /tokenizer_info``, ``POST /tokenize``, ``POST /detokenize``.
+
+Scoring clients use ``/tokenize`` to find where a continuation starts, so it encodes exactly as
+the generation routes do: a prompt as ``/v1/completions`` does, messages as
+``/v1/chat/completions`` does; ``token_strs`` are the token texts ``echo`` reports.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.requests import Request as HttpRequest
+
+from radixflow.generation.chat import ChatTemplateError
+from radixflow.generation.detokenize import token_texts
+from radixflow.server.errors import ApiError
+from radixflow.server.protocol import DetokenizeRequest, TokenizeRequest
+
+router = APIRouter()
+
+
+@router.get("/tokenizer_info")
+async def tokenizer_info(http: HttpRequest) -> dict[str, object]:
+    state = http.app.state.radixflow
+    info = state.tokenizer.info
+    return {
+        "model": state.model_name,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "vocab_size": info.vocab_size,
+        "model_max_length": state.context,
+        "bos_token": info.bos_token,
+        "eos_token": info.eos_token,
+        "chat_template": info.chat_template,
+    }
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object]:
+    state = http.app.state.radixflow
+    state.check_model(body.model)
+    tokenizer = state.tokenizer
+    if (body.prompt is None) == (body.messages is None):
+        raise ApiError(400, "give exactly one of prompt and messages", "prompt")
+    if body.messages is not None:
+        try:
+            text = tokenizer.chat.render(body.messages, body.add_generation_prompt)
+        except ChatTemplateError as e:
+            raise ApiError(400, str(e), "messages") from None
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    else:
+        ids = tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
+    out: dict[str, object] = {"count": len(ids), "max_model_len": state.context, "tokens": ids}
+    if body.return_token_strs:
+        out["token_strs"] = token_texts(tokenizer, ids)
+    return out
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, http: HttpRequest) -> dict[str, object]:
+    state = http.app.state.radixflow
+    state.check_model(body.model)
+    vocab = state.tokenizer.info.vocab_size
+    bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens")
+    return {"prompt": state.tokenizer.decode(body.tokens)}

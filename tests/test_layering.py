@@ -21,6 +21,8 @@ ALLOWED = {
     "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel"},
     "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
     "experiments": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "bench"},
+    "generation": {"scheduler", "engine", "runners", "models"},
+    "server": {"scheduler", "engine", "generation"},
     "cli": {
         "cache",
         "scheduler",
@@ -32,10 +34,13 @@ ALLOWED = {
         "costmodel",
         "calibration",
         "experiments",
+        "generation",
+        "server",
     },
 }
-# cli imports torch only lazily, for --runner torch (it must run without the torch extra)
-NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench", "costmodel"}
+# cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
+# server reaches the model only through the generation layer
+NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench", "costmodel", "generation", "server"}
 
 # Inside models/, bottom up: pure math, then mixers over packed batches, then the families that
 # assemble them; io reads and writes checkpoints of any family; zoo names and builds them.

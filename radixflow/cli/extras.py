@@ -7,7 +7,7 @@ import importlib
 from radixflow.cli.command import UsageError
 
 # What `pip install -e '.[torch]'` brings (pyproject.toml, [project.optional-dependencies]).
-TORCH_EXTRA = ("torch", "safetensors", "tokenizers", "numpy", "gguf")
+TORCH_EXTRA = ("torch", "safetensors", "tokenizers", "numpy", "gguf", "jinja2")
 
 
 def require_torch_extra(what: str) -> None:

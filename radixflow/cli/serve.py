@@ -14,7 +14,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 
-SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client", "jinja2")
+SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,172 @@
+"""The offline API (generation/llm.py, tracker.py, chat.py) on a tiny hybrid zoo model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from radixflow.generation import LLM, GenerationOutput, SamplingParams
+from radixflow.generation.chat import ChatTemplate, ChatTemplateError
+from radixflow.generation.setup import ModelSetupError
+from radixflow.generation.tracker import RequestTracker, observe
+from radixflow.scheduler.request import Request
+
+MODEL = "qwen3_5-tiny"
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "The quick brown fox jumps over the lazy dog. " * 3 + "Then it ran away.",
+    "Water boils at 100 degrees Celsius at sea level.",
+    [5, 6, 7, 8, 9, 10, 11, 12],
+]
+GREEDY = SamplingParams(max_tokens=12, logprobs=2, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def llm(zoo) -> LLM:
+    return LLM(MODEL, kv_blocks=256, state_slots=64)
+
+
+@pytest.fixture(scope="module")
+def batch(llm) -> list[GenerationOutput]:
+    return llm.generate(PROMPTS, GREEDY)
+
+
+def test_batched_generation_equals_one_prompt_at_a_time_under_both_policies(zoo, llm, batch):
+    native = LLM(MODEL, policy="native", kv_blocks=256, state_slots=64)
+    for prompt, out in zip(PROMPTS, batch, strict=True):
+        assert len(out.token_ids) == 12 and out.finish_reason == "length"
+        (alone,) = native.generate(prompt, GREEDY)
+        assert alone.token_ids == out.token_ids and alone.text == out.text
+    # prompt 1 extends prompt 0: it waited a round for prompt 0's checkpoint, then reused it
+    assert batch[0].cached_tokens == 0 and batch[1].cached_tokens >= 16
+    (again,) = llm.generate(PROMPTS[2], GREEDY)
+    assert again.cached_tokens >= 16 and again.token_ids == batch[2].token_ids  # the cache changes nothing
+    llm.engine.check_integrity()
+    assert llm.engine.requests == []  # answered requests are forgotten
+
+
+def test_text_and_logprobs_agree_with_the_tokens(llm, batch):
+    tok = llm.tokenizer
+    for prompt, out in zip(PROMPTS, batch, strict=True):
+        ids = tok.encode(prompt) if isinstance(prompt, str) else prompt
+        assert out.prompt_token_ids == tuple(ids)
+        assert out.text == tok.decode(out.token_ids, skip_special_tokens=True)
+        assert out.logprobs is not None and [e.token for e in out.logprobs] == list(out.token_ids)
+        assert "".join(e.text for e in out.logprobs) == out.text
+        for entry in out.logprobs:
+            assert len(entry.top) >= 2 and entry.logprob <= 0
+            assert entry.top[0][1] >= entry.top[1][1]
+
+
+def test_stop_string_cuts_the_text_and_ends_the_request(llm, batch):
+    base = batch[2]
+    assert len(base.text) > 4
+    stop = base.text[len(base.text) // 2 : len(base.text) // 2 + 2]
+    cut = base.text.find(stop)
+    (out,) = llm.generate(PROMPTS[2], replace(GREEDY, stop=(stop, "never-generated")))
+    assert out.text == base.text[:cut] and out.finish_reason == "stop" and out.stop_string == stop
+    assert out.token_ids == base.token_ids[: len(out.token_ids)] and len(out.token_ids) < 12
+    assert out.logprobs is not None and "".join(e.text for e in out.logprobs) == out.text
+    llm.engine.check_integrity()
+
+
+@pytest.mark.parametrize("where", ["completes", "never_completes"])
+def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, where):
+    base = batch[0]
+    middle = len(base.text) // 2
+    # a stop string that appears mid-text, or one whose start is generated but never its end
+    stop = base.text[middle : middle + 3] if where == "completes" else base.text[-3:] + "#"
+    req = Request(
+        f"stream-{where}", tuple(llm.tokenizer.encode(PROMPTS[0])), sampling=replace(GREEDY, stop=(stop,))
+    )
+    tracker = RequestTracker(req, llm.tokenizer)
+    llm.engine.submit(req)
+    shown = ""
+    while not tracker.done:
+        llm.engine.step()
+        observe(llm.engine, tracker)
+        delta = tracker.delta()
+        shown += delta.text if delta is not None else ""
+        assert base.text[: base.text.find(stop) if where == "completes" else None].startswith(shown)
+    llm.engine.forget(req.id)
+    out = tracker.output()
+    assert shown == out.text
+    assert out.text == (base.text[: base.text.find(stop)] if where == "completes" else base.text)
+
+
+def test_a_request_that_cannot_run_is_refused_before_anything_runs(llm):
+    with pytest.raises(ValueError, match="prompt 1: token id 100000 is outside the vocabulary"):
+        llm.generate(["fine", [1, 100000]], GREEDY)
+    with pytest.raises(ValueError, match="empty prompt"):
+        llm.generate("", GREEDY)
+    with pytest.raises(ValueError, match="stop strings must not be empty"):
+        llm.generate("fine", SamplingParams(stop=("",)))
+    llm.engine.check_integrity()
+    assert llm.engine.requests == [] and not llm.engine.has_work()
+
+
+def test_max_tokens_zero_generates_nothing(llm):
+    (out,) = llm.generate("Water boils", SamplingParams(max_tokens=0))
+    assert out.token_ids == () and out.text == "" and out.finish_reason == "length"
+
+
+def test_chat_renders_the_template_as_transformers_does(llm):
+    from transformers import PreTrainedTokenizerFast
+
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Bye?"},
+    ]
+    ours = llm.tokenizer.chat.render(messages)
+    hf = PreTrainedTokenizerFast.from_pretrained(str(llm.model.path))
+    plain = [
+        {**m, "content": m["content"] if isinstance(m["content"], str) else "Hi there"} for m in messages
+    ]
+    assert ours == hf.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+    (reply,) = llm.chat(messages, SamplingParams(max_tokens=3, ignore_eos=True))
+    assert reply.prompt_token_ids == tuple(llm.tokenizer.encode(ours, add_special_tokens=False))
+    assert len(reply.token_ids) == 3
+
+
+def test_chat_template_errors_are_one_line():
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        ChatTemplate(None, None, None).render([{"role": "user", "content": "x"}])
+    template = ChatTemplate("{{ raise_exception('roles must alternate') }}", None, None)
+    with pytest.raises(ChatTemplateError, match="roles must alternate"):
+        template.render([{"role": "user", "content": "x"}])
+    with pytest.raises(ChatTemplateError, match="needs a string 'role'"):
+        ChatTemplate("{{ messages }}", None, None).render([{"content": "x"}])
+    with pytest.raises(ChatTemplateError, match="only text content parts"):
+        ChatTemplate("{{ messages }}", None, None).render([{"role": "user", "content": [{"type": "image"}]}])
+
+
+def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
+    with pytest.raises(ModelSetupError, match="unknown model 'gpt-17'"):
+        LLM("gpt-17")
+    with pytest.raises(ModelSetupError, match="unknown policy"):
+        LLM(MODEL, policy="fastest")
+
+
+def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
+    from radixflow.cli import main
+
+    argv = ["generate", MODEL, "--prompt", PROMPTS[2], "--max-tokens", "12", "--ignore-eos", "--json"]
+    argv += ["--kv-blocks", "256", "--state-slots", "64"]
+    assert main(argv) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=12, ignore_eos=True))
+    assert printed["token_ids"] == list(out.token_ids) and printed["text"] == out.text
+    assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
+    assert "unknown model 'gpt-17'" in capsys.readouterr().err

@@ -64,12 +64,11 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     if not loc:
         return "the request body must be a JSON object", None
-    param = loc[0]
-    if param in UNION_SHAPES:  # pydantic reports each branch of the union; one line says it better
-        return f"{param} must be {UNION_SHAPES[param]}", param
-    where = ".".join(loc)
+    param, where = loc[0], ".".join(loc)
     if first.get("type") == "missing":
         return f"missing required parameter: {where}", param
+    if param in UNION_SHAPES:  # pydantic reports each branch of the union; one line says it better
+        return f"{param} must be {UNION_SHAPES[param]}", param
     return f"{where}: {first.get('msg')}", param
 
 

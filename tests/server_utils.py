@@ -1,0 +1,73 @@
+"""A real `radixflow serve` in a thread of the test process, on a free loopback port.
+
+A plain module (like model_utils): the server tests import it as ``from server_utils import ...``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import openai
+
+from radixflow.engine.engine import Engine
+from radixflow.generation.setup import EngineOptions, load_model
+from radixflow.server.serve import Server, build_server
+from radixflow.server.state import ServerConfig
+
+T = TypeVar("T")
+MODEL = "qwen3_5-tiny"  # hybrid (Gated DeltaNet + attention): checkpoints, consumers and all
+OPTIONS = EngineOptions(kv_blocks=512, state_slots=64, token_budget=256)
+
+
+@dataclass
+class RunningServer:
+    server: Server
+    url: str  # http://127.0.0.1:PORT
+
+    def client(self, **kwargs: Any) -> openai.OpenAI:
+        # no retries: a 429 must reach the test, not be retried away
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)
+
+    def http(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, **kwargs)
+
+    def on_engine(self, fn: Callable[[Engine], T]) -> T:
+        """Run ``fn`` on the engine thread between rounds (the engine is single-threaded)."""
+        return self.server.state.loop.call(fn)
+
+    def wait_idle(self, timeout: float = 20.0) -> None:
+        """Until the engine holds no request (aborts and answers are applied between rounds)."""
+        deadline = time.monotonic() + timeout
+        while self.on_engine(lambda e: e.has_work() or bool(e.requests)):
+            assert time.monotonic() < deadline, "the engine never went idle"
+            time.sleep(0.02)
+
+
+@contextmanager
+def running_server(
+    config: ServerConfig | None = None, options: EngineOptions = OPTIONS
+) -> Iterator[RunningServer]:
+    model = load_model(MODEL, options)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = build_server(model, options, config or ServerConfig(), "127.0.0.1", port, log_level="warning")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield RunningServer(server, f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()

@@ -1,0 +1,238 @@
+"""`radixflow serve` through the official openai client: the same answers as the offline API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from server_utils import MODEL, OPTIONS, RunningServer, running_server
+
+from radixflow.generation import LLM, SamplingParams
+from radixflow.server.state import ServerConfig
+
+CONTEXT = "Reranking models score each candidate document against the same query. " * 2
+PROMPTS = [CONTEXT + "Candidate one.", CONTEXT + "Candidate two is longer.", "Water boils at 100 degrees."]
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def served(zoo) -> Iterator[RunningServer]:
+    with running_server(ServerConfig(max_pending=64)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def llm(zoo) -> LLM:
+    return LLM(MODEL, kv_blocks=OPTIONS.kv_blocks, state_slots=OPTIONS.state_slots)
+
+
+def greedy(max_tokens: int = 8, **kw) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **kw)
+
+
+def assert_logprobs_match(served_lp, offline) -> None:
+    assert served_lp.tokens == [e.text for e in offline]
+    assert served_lp.token_logprobs == pytest.approx([e.logprob for e in offline], abs=TOL)
+
+
+def test_single_completion_equals_the_offline_api(served, llm):
+    client = served.client()
+    r = client.completions.create(
+        model=MODEL,
+        prompt=PROMPTS[2],
+        max_tokens=8,
+        temperature=0,
+        logprobs=3,
+        extra_body={"ignore_eos": True},
+    )
+    (out,) = llm.generate(PROMPTS[2], greedy(logprobs=3))
+    (choice,) = r.choices
+    assert choice.text == out.text and choice.finish_reason == "length"
+    assert_logprobs_match(choice.logprobs, out.logprobs)
+    assert all(len(top) >= 3 for top in choice.logprobs.top_logprobs)
+    offsets = choice.logprobs.text_offset
+    assert offsets == [sum(len(t) for t in choice.logprobs.tokens[:i]) for i in range(len(offsets))]
+    assert r.usage.prompt_tokens == len(out.prompt_token_ids) and r.usage.completion_tokens == 8
+    assert r.model == MODEL and r.object == "text_completion"
+
+
+def test_batched_completions_keep_prompt_order_and_equal_the_offline_api(served, llm):
+    token_prompt = llm.tokenizer.encode(PROMPTS[0])
+    r = served.client().completions.create(
+        model=MODEL, prompt=PROMPTS, max_tokens=6, temperature=0, extra_body={"ignore_eos": True}
+    )
+    offline = llm.generate(PROMPTS, greedy(6))
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert [c.text for c in r.choices] == [o.text for o in offline]
+    assert r.usage.completion_tokens == 18
+    as_tokens = served.client().completions.create(
+        model=MODEL,
+        prompt=[token_prompt, token_prompt],
+        max_tokens=6,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.text for c in as_tokens.choices] == [offline[0].text] * 2
+
+
+def test_streamed_completion_adds_up_to_the_plain_one(served, llm):
+    chunks = list(
+        served.client().completions.create(
+            model=MODEL,
+            prompt=PROMPTS[1],
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    (out,) = llm.generate(PROMPTS[1], greedy(10))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert "".join(texts) == out.text
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1].usage.completion_tokens == 10 and not chunks[-1].choices
+
+
+def test_stop_strings_cut_the_text_as_offline(served, llm):
+    (base,) = llm.generate(PROMPTS[0], greedy(12))
+    stop = base.text[len(base.text) // 2 :][:2]
+    r = served.client().completions.create(
+        model=MODEL,
+        prompt=PROMPTS[0],
+        max_tokens=12,
+        temperature=0,
+        stop=[stop],
+        extra_body={"ignore_eos": True},
+    )
+    (out,) = llm.generate(PROMPTS[0], greedy(12, stop=(stop,)))
+    assert r.choices[0].text == out.text == base.text[: base.text.find(stop)]
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_chat_uses_the_template_and_equals_the_offline_api(served, llm):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What boils at 100?"}]
+    client = served.client()
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body={"ignore_eos": True},
+    )
+    (out,) = llm.chat(messages, greedy(6, logprobs=2))
+    assert r.choices[0].message.content == out.text and r.choices[0].message.role == "assistant"
+    content = r.choices[0].logprobs.content
+    assert [c.logprob for c in content] == pytest.approx([e.logprob for e in out.logprobs], abs=TOL)
+    assert all(len(c.top_logprobs) == 2 for c in content)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    deltas = [c.choices[0].delta for c in stream]
+    assert deltas[0].role == "assistant"
+    assert "".join(d.content or "" for d in deltas) == out.text
+    tokenized = served.http().post("/tokenize", json={"messages": messages}).json()
+    assert tokenized["tokens"] == list(out.prompt_token_ids)
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1])
+def test_echo_returns_the_prompt_tokens_as_tokenize_splits_them(served, max_tokens):
+    http = served.http()
+    tokenized = http.post("/tokenize", json={"prompt": PROMPTS[0], "return_token_strs": True}).json()
+    r = served.client().completions.create(
+        model=MODEL, prompt=PROMPTS[0], max_tokens=max_tokens, echo=True, logprobs=1, temperature=0
+    )
+    choice = r.choices[0]
+    n = tokenized["count"]
+    assert choice.text.startswith(PROMPTS[0]) and len(choice.logprobs.tokens) == n + max_tokens
+    assert choice.logprobs.tokens[:n] == tokenized["token_strs"]
+    assert choice.logprobs.token_logprobs[0] is None and choice.logprobs.top_logprobs[0] is None
+    assert r.usage.prompt_tokens == n and r.usage.completion_tokens == max_tokens
+    ids = served.client().completions.create(
+        model=MODEL,
+        prompt=PROMPTS[0],
+        max_tokens=0,
+        echo=True,
+        logprobs=0,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    assert ids.choices[0].logprobs.tokens == [f"token_id:{t}" for t in tokenized["tokens"]]
+
+
+def test_tokenize_then_detokenize_round_trips(served):
+    http = served.http()
+    text = "naïve café 🙂 <|im_start|>user\nhi<|im_end|> 12345"
+    tokenized = http.post("/tokenize", json={"model": MODEL, "prompt": text}).json()
+    assert http.post("/detokenize", json={"tokens": tokenized["tokens"]}).json() == {"prompt": text}
+    info = http.get("/tokenizer_info").json()
+    assert info["vocab_size"] == 512 and info["eos_token"] and "im_start" in info["chat_template"]
+    assert tokenized["max_model_len"] == info["model_max_length"]
+
+
+def test_cache_salts_never_share_a_prefix(served):
+    client = served.client()
+    prompt = "A prompt no other test sends. " + CONTEXT * 2  # several whole blocks
+
+    def cached(salt: str | None) -> int:
+        extra = {} if salt is None else {"cache_salt": salt}
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, extra_body=extra)
+        return r.usage.prompt_tokens_details.cached_tokens
+
+    assert cached("tenant-a") == 0
+    assert cached("tenant-a") > 0  # the same tenant reuses its own prefix
+    assert cached("tenant-b") == 0
+    assert cached(None) == 0  # nor with requests that name no salt
+    assert cached(None) > 0
+
+
+def test_models_health_and_metrics(served):
+    http = served.http()
+    models = served.client().models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert http.get("/health").status_code == 200
+    served.client().completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=2)
+    text = http.get("/metrics").text
+    metrics = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if not line.startswith("#")
+    }
+    assert metrics["radixflow_rounds_total"] > 0
+    assert metrics['radixflow_requests_total{outcome="finished"}'] > 0
+    assert metrics["radixflow_generation_tokens_total"] > 0
+    assert metrics["radixflow_time_to_first_token_seconds_count"] > 0
+    assert metrics["radixflow_e2e_request_latency_seconds_count"] > 0
+    for name in (
+        "bubble_tokens_total",
+        "blocked_consumers_total",
+        "reuse_rate",
+        "requests_waiting",
+        "requests_running",
+        "requests_pending",
+        "tokens_per_second",
+    ):
+        assert f"radixflow_{name}" in metrics
+
+
+def test_the_engine_forgets_answered_requests_and_keeps_a_bounded_round_history(served):
+    served.wait_idle()
+    kept = served.on_engine(lambda e: (len(e.requests), e.rounds.maxlen))
+    assert kept[0] == 0 and kept[1] is not None
+    served.on_engine(lambda e: e.check_integrity())
+    assert json.dumps(kept)

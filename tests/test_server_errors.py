@@ -1,0 +1,200 @@
+"""Bad input, a full queue, clients that leave, and shutdown: every answer in OpenAI's error shape,
+the engine left consistent."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from server_utils import MODEL, RunningServer, running_server
+
+from radixflow.server.state import ServerConfig
+
+LONG = {"max_tokens": 3000, "temperature": 0, "ignore_eos": True}  # far longer than any test waits
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def served(zoo) -> Iterator[RunningServer]:
+    with running_server(ServerConfig(max_pending=8)) as running:
+        yield running
+
+
+BAD_COMPLETIONS = [
+    ("malformed JSON", b'{"model": "qwen3_5-tiny", "prompt": ', "malformed JSON body"),
+    ("not an object", b"[1, 2]", "the request body must be a JSON object"),
+    ("empty prompt", {"prompt": ""}, "empty prompt"),
+    ("empty token list", {"prompt": []}, "empty prompt"),
+    ("one empty prompt of several", {"prompt": ["fine", ""]}, "prompt 1: empty prompt"),
+    ("negative token id", {"prompt": [1, -1]}, "token id -1 is outside the vocabulary (0..511)"),
+    ("token id past the vocabulary", {"prompt": [1, 512]}, "token id 512 is outside the vocabulary (0..511)"),
+    ("mixed prompt list", {"prompt": ["text", [1, 2]]}, "prompt must be a string, a list of token ids"),
+    ("prompt over the context", {"prompt": [5] * 8192}, "prompt has 8192 tokens; model context is 8192"),
+    (
+        "prompt plus max_tokens over the context",
+        {"prompt": [5] * 8000, "max_tokens": 500},
+        "prompt of 8000 tokens plus max_tokens 500 exceeds the model context of 8192",
+    ),
+    (
+        "negative max_tokens",
+        {"max_tokens": -1},
+        "max_tokens must be between 0 and the model context 8192, got -1",
+    ),
+    ("huge max_tokens", {"max_tokens": 10**6}, "max_tokens must be between 0 and the model context 8192"),
+    (
+        "unknown model",
+        {"model": "gpt-17"},
+        "model 'gpt-17' does not exist; this server serves 'qwen3_5-tiny'",
+    ),
+    ("missing prompt", {"prompt": None}, "missing required parameter: prompt"),
+    ("wrong type", {"temperature": "hot"}, "temperature: Input should be a valid number"),
+    ("negative temperature", {"temperature": -1}, "temperature must be >= 0"),
+    ("top_p out of range", {"top_p": 0}, "top_p must be in (0, 1], got 0"),
+    ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20"),
+    ("several choices", {"n": 2}, "n must be 1"),
+    ("penalties", {"presence_penalty": 0.5}, "presence_penalty is not supported"),
+    ("empty stop string", {"stop": [""]}, "stop strings must not be empty"),
+]
+
+
+def body_of(case: dict[str, object] | bytes) -> bytes:
+    if isinstance(case, bytes):
+        return case
+    base: dict[str, object] = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
+    base.update(case)
+    return json.dumps({k: v for k, v in base.items() if v is not None}).encode()
+
+
+@pytest.mark.parametrize(("name", "case", "message"), BAD_COMPLETIONS, ids=[c[0] for c in BAD_COMPLETIONS])
+def test_bad_completion_input_is_a_400_in_openai_shape(served, name, case, message):
+    r = served.http().post(
+        "/v1/completions", content=body_of(case), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert error["message"].startswith(message) and "\n" not in error["message"]
+
+
+BAD_CHAT = [
+    ("no messages", {"messages": []}, "messages must not be empty"),
+    ("message without a role", {"messages": [{"content": "hi"}]}, "message 0 needs a string 'role'"),
+    ("zero max_tokens", {"max_tokens": 0}, "max_tokens must be between 1 and the model context"),
+    ("top_logprobs without logprobs", {"top_logprobs": 2}, "top_logprobs needs logprobs set to true"),
+    (
+        "image content",
+        {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        "only text content",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "case", "message"), BAD_CHAT, ids=[c[0] for c in BAD_CHAT])
+def test_bad_chat_input_is_a_400(served, name, case, message):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **case}
+    r = served.http().post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(message), r.text
+
+
+def test_bad_tokenizer_route_input_is_a_400(served):
+    http = served.http()
+    r = http.post("/detokenize", json={"tokens": [1, 600]})
+    assert (
+        r.status_code == 400
+        and r.json()["error"]["message"] == "token id 600 is outside the vocabulary (0..511)"
+    )
+    r = http.post("/tokenize", json={"prompt": "a", "messages": [{"role": "user", "content": "a"}]})
+    assert r.status_code == 400 and "exactly one of prompt and messages" in r.json()["error"]["message"]
+    assert http.get("/no/such/route").json()["error"]["type"] == "not_found_error"
+
+
+def test_the_openai_client_sees_the_status_and_message(served):
+    with pytest.raises(openai.BadRequestError) as e:
+        served.client().completions.create(model=MODEL, prompt=[1, 99999], max_tokens=1)
+    assert e.value.status_code == 400
+    assert e.value.response.json()["error"]["message"] == "token id 99999 is outside the vocabulary (0..511)"
+
+
+def engine_state(served: RunningServer) -> tuple[int, int, int]:
+    def look(engine):
+        engine.check_integrity()
+        usage = engine.cache.usage()
+        return len(engine.scheduler.running), usage.locked_blocks, usage.working_slots
+
+    return served.on_engine(look)
+
+
+def open_stream(http: httpx.Client) -> tuple[httpx.Response, Iterator[str]]:
+    """A streamed completion, read until its first text chunk (so it is decoding), and the rest of
+    its lines (dropping that iterator closes the connection)."""
+    body = {"model": MODEL, "prompt": "The river winds through the valley", "stream": True, **LONG}
+    response = http.send(http.build_request("POST", "/v1/completions", json=body), stream=True)
+    assert response.status_code == 200
+    lines = response.iter_lines()
+    assert next(line for line in lines if line.startswith("data: "))
+    return response, lines
+
+
+def test_a_full_queue_answers_429_and_disconnects_free_everything(zoo):
+    with running_server(ServerConfig(max_pending=2)) as served:
+        clients = [served.http(timeout=30) for _ in range(2)]
+        streams = [open_stream(c) for c in clients]
+        assert engine_state(served)[0] == 2  # both decoding
+        with pytest.raises(openai.RateLimitError) as e:
+            served.client().completions.create(model=MODEL, prompt="one more", max_tokens=1)
+        error = e.value.response.json()["error"]
+        assert (
+            e.value.status_code == 429 and error["message"] == "2 requests are queued (limit 2); retry later"
+        )
+        assert error["type"] == "rate_limit_error"
+        for (stream, _), client in zip(streams, clients, strict=True):  # the clients leave mid-decode
+            stream.close()
+            client.close()
+        served.wait_idle()
+        assert engine_state(served) == (0, 0, 0)  # no request, lock or working slot left behind
+        r = served.client().completions.create(model=MODEL, prompt="one more", max_tokens=1)
+        assert r.choices[0].finish_reason is not None  # the queue has room again
+        metrics = served.http().get("/metrics").text
+        assert 'radixflow_requests_total{outcome="aborted"} 2.0' in metrics
+        assert 'radixflow_requests_rejected_total{reason="queue_full"} 1.0' in metrics
+
+
+def test_a_client_that_times_out_mid_decode_aborts_its_request(served):
+    body = {"model": MODEL, "prompt": "The train to Berlin leaves", **LONG}
+    with pytest.raises(httpx.ReadTimeout):
+        served.http(timeout=0.5).post("/v1/completions", json=body)
+    served.wait_idle()
+    assert engine_state(served) == (0, 0, 0)
+
+
+def test_shutdown_finishes_what_it_can_and_fails_the_rest_cleanly(zoo):
+    with running_server(ServerConfig(drain_s=1.0)) as served:
+        http = served.http(timeout=60)
+        _, lines = open_stream(http)  # cannot finish 3000 tokens in the 1 s drain
+        short: dict[str, httpx.Response] = {}
+        body = {"model": MODEL, "prompt": "Item 7: 12 units", "max_tokens": 40, "ignore_eos": True}
+        worker = threading.Thread(
+            target=lambda: short.update(r=served.http(timeout=60).post("/v1/completions", json=body))
+        )
+        worker.start()
+        time.sleep(0.05)
+        served.server.should_exit = True  # what Ctrl-C does
+        rest = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+        worker.join(30)
+        engine = served.server.state.loop.engine
+    assert rest[-1]["error"]["message"] == "the server shut down before this request finished"
+    assert rest[-1]["error"]["type"] == "service_unavailable_error"
+    assert short["r"].status_code == 200 and short["r"].json()["usage"]["completion_tokens"] == 40
+    engine.check_integrity()  # the engine thread has ended: safe to look directly
+    assert engine.requests == [] and not engine.has_work()

@@ -46,9 +46,10 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        if state.loop.alive:
+        if state.loop.accepting:
             return JSONResponse({"status": "ok"})
-        return JSONResponse({"status": state.loop.failure or "stopped"}, status_code=503)
+        status = state.loop.failure or ("draining" if state.loop.alive else "stopped")
+        return JSONResponse({"status": status}, status_code=503)
 
     @app.get("/metrics")
     async def metrics(_: HttpRequest) -> Response:

@@ -88,6 +88,12 @@ class EngineLoop:
     def alive(self) -> bool:
         return self._thread.is_alive() and self.failure is None
 
+    @property
+    def accepting(self) -> bool:
+        """False once shutting down (draining) or failed."""
+        with self._cond:
+            return self._accepting and self.alive
+
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """Accept a submission's requests, all or none: `QueueFull` past ``max_pending``,
         `NotAccepting` while shutting down."""
@@ -123,10 +129,12 @@ class EngineLoop:
 
     def shutdown(self, drain_s: float) -> None:
         """Stop accepting; finish what was accepted within ``drain_s`` seconds, then fail the rest
-        (status 503). Returns at once; `join` waits for the thread."""
+        (status 503). Returns at once; `join` waits for the thread. A second call never extends
+        the deadline."""
         with self._cond:
             self._accepting = False
-            self._deadline = time.monotonic() + drain_s
+            deadline = time.monotonic() + drain_s
+            self._deadline = deadline if self._deadline is None else min(self._deadline, deadline)
             self._cond.notify()
 
     def join(self, timeout: float | None = None) -> None:

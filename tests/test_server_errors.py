@@ -198,3 +198,13 @@ def test_shutdown_finishes_what_it_can_and_fails_the_rest_cleanly(zoo):
     assert short["r"].status_code == 200 and short["r"].json()["usage"]["completion_tokens"] == 40
     engine.check_integrity()  # the engine thread has ended: safe to look directly
     assert engine.requests == [] and not engine.has_work()
+
+
+def test_serve_command_refuses_bad_setup_in_one_line(zoo, capsys):
+    from radixflow.cli import main
+
+    assert main(["serve", "gpt-17"]) == 2
+    assert main(["serve", MODEL, "--token-budget", "4"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert errors[0].startswith("radixflow: error: unknown model 'gpt-17'")
+    assert errors[1] == "radixflow: error: token budget 4 is smaller than one block (16 tokens)"

@@ -63,9 +63,12 @@ class TokenNames:
         return self.tokenizer.token_text(token) if text is None else text
 
     def top(self, entry: TokenLogprob, k: int) -> dict[str, float]:
-        """The ``k`` most likely tokens and the chosen one (as vLLM reports them)."""
-        out = {self.name(t): _lp(lp) for t, lp in entry.top[:k]}
-        out.setdefault(self.name(entry.token), _lp(entry.logprob))
+        """The ``k`` most likely tokens and the chosen one (as vLLM reports them). Two tokens with
+        the same text (two halves of characters both show as U+FFFD) keep the likelier one's
+        logprob; ``return_tokens_as_token_ids`` avoids the clash."""
+        out: dict[str, float] = {}
+        for t, lp in (*entry.top[:k], (entry.token, entry.logprob)):
+            out.setdefault(self.name(t), _lp(lp))
         return out
 
 

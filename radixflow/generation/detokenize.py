@@ -20,6 +20,10 @@ class Decoder(Protocol):
         """Text of ``ids``. Pure."""
         ...
 
+    def decode_each(self, ids: Sequence[int], skip_special_tokens: bool = False) -> list[str]:
+        """Text of each token decoded on its own, in one call. Pure."""
+        ...
+
 
 class IncrementalDetokenizer:
     """Feeds tokens one at a time; each `push` returns the text that token added."""
@@ -54,6 +58,14 @@ class IncrementalDetokenizer:
 
 def token_texts(decoder: Decoder, tokens: Sequence[int], skip_special_tokens: bool = False) -> list[str]:
     """Each token's share of the text of ``tokens``: joined, they are that text."""
+    # Fast path (two tokenizer calls): each token decoded alone, valid when no token splits a
+    # character and the pieces add up to the whole (true of byte-level BPE; a tokenizer whose
+    # pieces depend on their neighbours fails the check and takes the window path).
+    alone = decoder.decode_each(tokens, skip_special_tokens)
+    if not any(_INCOMPLETE in t for t in alone) and "".join(alone) == decoder.decode(
+        list(tokens), skip_special_tokens
+    ):
+        return alone
     detok = IncrementalDetokenizer(decoder, skip_special_tokens)
     texts = [detok.push(t) for t in tokens]
     if texts:

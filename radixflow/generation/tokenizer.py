@@ -64,6 +64,9 @@ class TextTokenizer:
     def decode(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def decode_each(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> list[str]:
+        return self._tok.decode_batch([[t] for t in ids], skip_special_tokens=skip_special_tokens)
+
     def token_text(self, token: int) -> str:
         """One token on its own (a partial UTF-8 character shows as U+FFFD); for top-logprob keys."""
         return self._tok.decode([token], skip_special_tokens=False)

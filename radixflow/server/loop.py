@@ -157,7 +157,7 @@ class EngineLoop:
         except Exception as e:  # the engine is in an unknown state: fail everything, refuse more
             log.exception("engine loop failed")
             self.failure = f"the engine failed: {type(e).__name__}: {e}"
-            self._fail_all(500, self.failure)
+            self._fail_all(500, self.failure, abort=False)
         with self._cond:
             self._accepting = False
             pending = list(self._commands)
@@ -247,13 +247,16 @@ class EngineLoop:
         with self._cond:
             self._pending -= 1
 
-    def _fail_all(self, status: int, message: str) -> None:
+    def _fail_all(self, status: int, message: str, abort: bool = True) -> None:
+        """Answer every active request with an error; ``abort`` releases them in the engine (not
+        when the engine itself has failed: then only the answers matter)."""
         for rid, entry in list(self._active.items()):
             del self._active[rid]
-            if not entry.tracker.done:
+            if abort and not entry.tracker.done:
                 self.engine.abort(rid)
             self._answer(entry, Final(entry.index, None, status, message))
-        self._publish_queues()
+        if abort:
+            self._publish_queues()
 
     def _publish_queues(self) -> None:
         sched = self.engine.scheduler

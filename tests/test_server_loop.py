@@ -1,0 +1,121 @@
+"""The engine loop thread (server/loop.py) over the simulated runner: failures always answered."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from radixflow.engine.engine import Engine
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tracker import RequestTracker
+from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+from radixflow.runners.sim import HARDWARE, ModelSpec, SimRunner
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.server.loop import EngineLoop, Final, NotAccepting, QueueFull
+from radixflow.server.metrics import ServerMetrics
+
+SPEC = ModelSpec("sim-512", ("gdn", "gdn", "gdn", "attention"), 256, 1e8, vocab_size=512, max_context=4096)
+CFG = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=512, num_state_slots=32)
+
+
+class FailingRunner(SimRunner):
+    def run(self, batch):
+        raise RuntimeError("device lost")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> TextTokenizer:
+    path = tmp_path_factory.mktemp("tok")
+    save_tokenizer(train_tokenizer(512), path)
+    return TextTokenizer.load(path)
+
+
+@pytest.fixture
+def make_loop() -> Iterator:
+    loops: list[EngineLoop] = []
+
+    def make(runner: SimRunner, max_pending: int = 8) -> EngineLoop:
+        loop = EngineLoop(Engine(runner, CFG), ServerMetrics(), max_pending)
+        loop.start()
+        loops.append(loop)
+        return loop
+
+    yield make
+    for loop in loops:
+        loop.shutdown(0.0)
+        loop.join(10)
+
+
+def submit(loop: EngineLoop, tokenizer: TextTokenizer, n: int, max_tokens: int = 4) -> queue.Queue:
+    events: queue.Queue = queue.Queue()
+    items = []
+    for i in range(n):
+        req = Request(
+            f"r{time.monotonic_ns()}-{i}", (5, 6, 7, 8 + i), sampling=SamplingParams(max_tokens=max_tokens)
+        )
+        items.append((req, RequestTracker(req, tokenizer)))
+    loop.submit(items, events.put, stream=False)
+    return events
+
+
+def finals(events: queue.Queue, n: int) -> list[Final]:
+    return sorted((events.get(timeout=10) for _ in range(n)), key=lambda f: f.index)
+
+
+def test_requests_are_answered_and_forgotten(make_loop, tokenizer):
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    answers = finals(submit(loop, tokenizer, 3), 3)
+    assert [len(f.output.token_ids) for f in answers] == [4, 4, 4]
+    assert loop.call(lambda e: (e.requests, e.has_work())) == ([], False)
+
+
+def test_a_failed_round_is_a_500_answer_and_the_loop_carries_on(make_loop, tokenizer):
+    loop = make_loop(FailingRunner(SPEC, HARDWARE["h100"]))
+    (answer,) = finals(submit(loop, tokenizer, 1), 1)
+    assert answer.status == 500 and "device lost" in (answer.error or "")
+    assert loop.alive and loop.accepting
+    loop.call(lambda e: e.check_integrity())
+
+
+def test_an_engine_failure_answers_everyone_and_refuses_more(make_loop, tokenizer):
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+
+    def broken_step():
+        raise RuntimeError("invariant violated")
+
+    loop.engine.step = broken_step  # type: ignore[method-assign]
+    answers = finals(submit(loop, tokenizer, 2), 2)
+    assert {f.status for f in answers} == {500}
+    assert all(f.error == "the engine failed: RuntimeError: invariant violated" for f in answers)
+    loop.join(10)
+    assert not loop.alive and not loop.accepting
+    with pytest.raises(NotAccepting, match="the engine failed"):
+        submit(loop, tokenizer, 1)
+
+
+def test_the_queue_bound_counts_prompts_until_they_are_answered(make_loop, tokenizer):
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]), max_pending=3)
+    events = submit(loop, tokenizer, 3, max_tokens=2000)
+    with pytest.raises(QueueFull, match=r"3 requests are queued \(limit 3\)"):
+        submit(loop, tokenizer, 1)
+    finals(events, 3)
+    finals(submit(loop, tokenizer, 3), 3)  # answered requests no longer count
+
+
+def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    loop.call(lambda e: setattr(e, "step", lambda: time.sleep(0.01)))  # rounds that never finish anything
+    events = submit(loop, tokenizer, 2)
+    loop.shutdown(0.0)
+    answers = finals(events, 2)
+    assert {f.status for f in answers} == {503}
+    assert answers[0].error == "the server shut down before this request finished"
+    with pytest.raises(NotAccepting):
+        submit(loop, tokenizer, 1)
+    loop.join(10)
+    assert not loop.alive

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -13,13 +14,14 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
-from radixflow.runners.sim import HARDWARE, ModelSpec, SimRunner
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.server.loop import EngineLoop, Final, NotAccepting, QueueFull
 from radixflow.server.metrics import ServerMetrics
 
-SPEC = ModelSpec("sim-512", ("gdn", "gdn", "gdn", "attention"), 256, 1e8, vocab_size=512, max_context=4096)
+# a hybrid shape with the test tokenizer's vocabulary (generated tokens must decode)
+SPEC = replace(SIM_MODELS["qwen3_5-2b"], vocab_size=512, max_context=4096)
 CFG = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=512, num_state_slots=32)
 
 

@@ -103,6 +103,24 @@ def test_streamed_completion_adds_up_to_the_plain_one(served, llm):
     assert chunks[-1].usage.completion_tokens == 10 and not chunks[-1].choices
 
 
+def test_requests_from_many_connections_share_rounds(served, llm):
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = served.on_engine(lambda e: e.scheduler.rounds)
+
+    def one(i: int) -> str:
+        r = served.client().completions.create(
+            model=MODEL, prompt=PROMPTS[i % 3], max_tokens=24, temperature=0, extra_body={"ignore_eos": True}
+        )
+        return r.choices[0].text
+
+    with ThreadPoolExecutor(6) as pool:
+        texts = list(pool.map(one, range(6)))
+    rounds = served.on_engine(lambda e: [r for r in e.rounds if r.index >= before])
+    assert max(r.requests for r in rounds) >= 2  # each connection sent one prompt
+    assert texts == [o.text for o in llm.generate([PROMPTS[i % 3] for i in range(6)], greedy(24))]
+
+
 def test_stop_strings_cut_the_text_as_offline(served, llm):
     (base,) = llm.generate(PROMPTS[0], greedy(12))
     stop = base.text[len(base.text) // 2 :][:2]
@@ -173,6 +191,49 @@ def test_echo_returns_the_prompt_tokens_as_tokenize_splits_them(served, max_toke
         extra_body={"return_tokens_as_token_ids": True},
     )
     assert ids.choices[0].logprobs.tokens == [f"token_id:{t}" for t in tokenized["tokens"]]
+
+
+def test_echo_logprobs_are_exact_whether_or_not_the_prompt_came_from_the_cache(served, llm):
+    context = "A context only this test scores against. " + CONTEXT  # several whole blocks
+    client = served.client()
+    answers = [
+        client.completions.create(
+            model=MODEL, prompt=context + tail, max_tokens=0, echo=True, logprobs=2,
+            extra_body={"return_tokens_as_token_ids": True},
+        )
+        for tail in (" Candidate A.", " Candidate B.")
+    ]
+    assert answers[0].usage.prompt_tokens_details.cached_tokens == 0
+    assert answers[1].usage.prompt_tokens_details.cached_tokens >= 32  # the context was reused
+    for answer, tail in zip(answers, (" Candidate A.", " Candidate B."), strict=True):
+        # the offline reference computes every position: a namespace of its own, nothing cached
+        (ref,) = llm.generate(context + tail, SamplingParams(max_tokens=0, prompt_logprobs=2), f"cold{tail}")
+        assert ref.cached_tokens == 0 and ref.prompt_logprobs is not None and ref.prompt_logprobs[0] is None
+        lp = answer.choices[0].logprobs
+        assert lp.token_logprobs[0] is None
+        expected = [e.logprob for e in ref.prompt_logprobs[1:]]  # type: ignore[union-attr]
+        assert lp.token_logprobs[1:] == pytest.approx(expected, abs=TOL)
+        for served_top, entry in zip(lp.top_logprobs[1:], ref.prompt_logprobs[1:], strict=True):
+            assert entry is not None
+            expected_top = {f"token_id:{t}": v for t, v in (*entry.top[:2], (entry.token, entry.logprob))}
+            assert served_top.keys() == expected_top.keys()
+            assert list(served_top.values()) == pytest.approx(list(expected_top.values()), abs=TOL)
+
+
+def test_seeded_sampling_is_reproducible_and_equals_the_offline_api(served, llm):
+    params = {"temperature": 0.9, "top_p": 0.95, "seed": 1234, "max_tokens": 10}
+    r = served.client().completions.create(
+        model=MODEL, prompt=[PROMPTS[2], PROMPTS[2]], extra_body={"ignore_eos": True}, **params
+    )
+    (out,) = llm.generate(
+        PROMPTS[2], SamplingParams(max_tokens=10, temperature=0.9, top_p=0.95, seed=1234, ignore_eos=True)
+    )
+    # same seed, same tokens, whatever else shares the round
+    assert r.choices[0].text == r.choices[1].text == out.text
+    (greedy_out,) = llm.generate(PROMPTS[2], greedy(10))
+    sampled = [SamplingParams(max_tokens=10, temperature=0.9, seed=s, ignore_eos=True) for s in (1, 2, 3)]
+    other_seed = [o.text for o in llm.generate([PROMPTS[2]] * 3, sampled)]
+    assert len({out.text, greedy_out.text, *other_seed}) > 1  # sampling does sample
 
 
 def test_tokenize_then_detokenize_round_trips(served):

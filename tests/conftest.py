@@ -7,6 +7,10 @@ test modules under load).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 try:
     import torch
 except ImportError:  # the cache/scheduler tests run without the torch extra
@@ -14,3 +18,11 @@ except ImportError:  # the cache/scheduler tests run without the torch extra
 
 if torch is not None:
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory) -> Iterator[None]:
+    """Zoo models built into this session's temporary cache, not the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
+        yield

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -22,13 +21,6 @@ PROMPTS = [
     [5, 6, 7, 8, 9, 10, 11, 12],
 ]
 GREEDY = SamplingParams(max_tokens=12, logprobs=2, ignore_eos=True)
-
-
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
-        yield
 
 
 @pytest.fixture(scope="module")

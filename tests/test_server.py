@@ -17,13 +17,6 @@ TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
-        yield
-
-
-@pytest.fixture(scope="module")
 def served(zoo) -> Iterator[RunningServer]:
     with running_server(ServerConfig(max_pending=64)) as running:
         yield running

@@ -19,13 +19,6 @@ LONG = {"max_tokens": 3000, "temperature": 0, "ignore_eos": True}  # far longer 
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
-        yield
-
-
-@pytest.fixture(scope="module")
 def served(zoo) -> Iterator[RunningServer]:
     with running_server(ServerConfig(max_pending=8)) as running:
         yield running

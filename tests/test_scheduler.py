@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.cache import IntegrityError
+from radixflow.cache.evictable import kv_evictable
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
@@ -266,7 +267,7 @@ def test_a_blocked_consumer_is_parked_and_never_matched_twice_in_a_round(policy)
 def test_integrity_notices_an_evictable_entry_missing_from_its_queue():
     engine = run("radixflow", grouped(groups=2, candidates=2))
     cache = engine.cache
-    victim = next(n for n in cache._nodes.values() if cache._evictable(n))
-    cache._kv_victims._queued.discard(victim.id)
+    victim = next(n for n in cache._nodes.values() if kv_evictable(n))
+    cache.evictor.kv_victims._queued.discard(victim.id)
     with pytest.raises(IntegrityError, match="not queued"):
         cache.check_integrity()

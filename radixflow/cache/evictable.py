@@ -1,4 +1,5 @@
-"""Incrementally maintained eviction queues: the next victim in O(log n), never a tree scan.
+"""What may be evicted, and the queues it is evicted from: the next victim in O(log n), never a
+tree scan.
 
 A queue is a lazy min-heap over tree nodes holding at most one entry per node. The tree offers a
 node whenever it may have become evictable (unlock to zero, commit, a child evicted, ...); entries
@@ -12,8 +13,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from radixflow.cache.eviction import EvictionPolicy
 from radixflow.cache.node import Node
+from radixflow.cache.types import Readiness
+
+if TYPE_CHECKING:
+    from radixflow.cache.radix import RadixCache
 
 Priority = tuple[int, ...]
 
@@ -57,3 +64,76 @@ class EvictionQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+def kv_evictable(node: Node) -> bool:
+    """A KV leaf nothing holds: unlocked, no PENDING state, no materialized child."""
+    ready = node.checkpoint is None or node.checkpoint.readiness is Readiness.READY
+    return node.parent is not None and node.materialized and node.lock_ref == 0 and ready and (
+        node.live_children == 0
+    )
+
+
+def checkpoint_evictable(node: Node) -> bool:
+    """A READY checkpoint on a node nobody holds (its KV may stay)."""
+    ck = node.checkpoint
+    return ck is not None and ck.readiness is Readiness.READY and node.lock_ref == 0
+
+
+class Evictor:
+    """Frees KV blocks and state slots of a `RadixCache`, policy-ordered, from its queues.
+
+    The tree offers a node whenever it may have become evictable (a lock dropped to zero, a
+    checkpoint committed, a child evicted); `check_integrity` verifies nothing evictable is missing.
+    """
+
+    def __init__(self, cache: RadixCache, policy: EvictionPolicy) -> None:
+        self.cache = cache
+        self.policy = policy
+        live = lambda n: cache._nodes.get(n.id) is n  # noqa: E731
+        self.kv_victims = EvictionQueue(kv_evictable, self._priority, live)
+        self.state_victims = EvictionQueue(checkpoint_evictable, self._priority, live)
+
+    def _priority(self, node: Node) -> Priority:
+        return self.policy.priority(node.last_used, node.end)
+
+    def offer(self, node: Node) -> None:
+        """``node`` may have become evictable: queue its KV and its checkpoint."""
+        if node.lock_ref == 0:  # a locked node is neither (the common case on a hot path)
+            self.kv_victims.offer(node)
+            self.state_victims.offer(node)
+
+    def reserve(self, blocks: int, slots: int) -> bool:
+        """Evict until ``blocks`` KV blocks and ``slots`` state slots are free; False if impossible."""
+        kv, state = self.cache.kv, self.cache.slots
+        if kv.free < blocks and not self._evict_leaves(blocks - kv.free):
+            return False
+        return state.free >= slots or self._evict_checkpoints(slots - state.free)
+
+    def free_slots_upto(self, n: int) -> int:
+        """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
+        state = self.cache.slots
+        if state.free < n:
+            self._evict_checkpoints(n - state.free)
+        return min(state.free, n)
+
+    def _evict_leaves(self, need: int) -> bool:
+        """Free at least ``need`` KV blocks from evictable leaves; a parent left bare may follow."""
+        freed = 0
+        while freed < need:
+            node = self.kv_victims.pop()
+            if node is None:
+                return False
+            freed += len(node.blocks or [])
+            self.cache._forget(node)
+        return True
+
+    def _evict_checkpoints(self, need: int) -> bool:
+        """Drop ``need`` unlocked READY checkpoints, keeping their KV; False if there are fewer."""
+        for _ in range(need):
+            node = self.state_victims.pop()
+            if node is None:
+                return False
+            self.cache._drop_checkpoint(node)
+            self.kv_victims.offer(node)
+        return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from radixflow.cache.evictable import checkpoint_evictable, kv_evictable
 from radixflow.cache.node import Node
 from radixflow.cache.types import Readiness
 
@@ -84,10 +85,10 @@ def _check_node(cache: RadixCache, parent: Node, node: Node) -> None:
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
     live = sum(c.materialized for c in node.children.values())
     _require(node.live_children == live, f"node {nid}: live_children {node.live_children} != {live}")
-    if cache._evictable(node):
-        _require(cache._kv_victims.queued(node), f"node {nid}: evictable KV leaf not queued")
-    if cache._checkpoint_evictable(node):
-        _require(cache._state_victims.queued(node), f"node {nid}: evictable checkpoint not queued")
+    if kv_evictable(node):
+        _require(cache.evictor.kv_victims.queued(node), f"node {nid}: evictable KV leaf not queued")
+    if checkpoint_evictable(node):
+        _require(cache.evictor.state_victims.queued(node), f"node {nid}: evictable checkpoint not queued")
     if node.published_by is not None:
         _require(node.blocks is not None, f"node {nid}: published this round without KV")
         _require(node in cache._adopted.get(node.published_by, []), f"node {nid}: unjournaled publish")

@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from radixflow.cache.evictable import EvictionQueue, Priority
+from radixflow.cache.evictable import Evictor
 from radixflow.cache.eviction import LRU, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
+from radixflow.cache.tree import Tree
 from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness
 
 
-class RadixCache:
+class RadixCache(Tree):
     def __init__(
         self,
         block_size: int,
@@ -24,15 +25,7 @@ class RadixCache:
         num_slots: int,
         eviction: EvictionPolicy | None = None,
     ) -> None:
-        if block_size < 1:
-            raise ValueError("block_size must be >= 1")
-        self.block_size = block_size
-        self.kv = IdPool(num_blocks, "KV blocks")
-        self.slots = IdPool(num_slots, "state slots")
-        self.eviction = eviction or LRU()
-        self._roots: dict[str, Node] = {}
-        self._nodes: dict[int, Node] = {}
-        self._next_id = 0
+        super().__init__(block_size, IdPool(num_blocks, "KV blocks"), IdPool(num_slots, "state slots"))
         self._tick = 0
         self._locks: Counter[int] = Counter()  # node id -> locks held on exactly that node
         self._private: set[int] = set()  # blocks held by requests outside the tree
@@ -40,73 +33,14 @@ class RadixCache:
         self._pending: dict[str, list[Node]] = {}  # producer -> nodes with its PENDING checkpoints
         # producer -> nodes whose KV it published this round (undone by `withdraw`, kept by `commit`)
         self._adopted: dict[str, list[Node]] = {}
-        live = lambda n: self._nodes.get(n.id) is n  # noqa: E731
-        self._kv_victims = EvictionQueue(self._evictable, self._priority, live)
-        self._state_victims = EvictionQueue(self._checkpoint_evictable, self._priority, live)
-
-    # ----------------------------------------------------------------- tree walking
-    def _root(self, namespace: str) -> Node:
-        if namespace not in self._roots:
-            self._roots[namespace] = self._new_node((), None, 0, blocks=[])
-        return self._roots[namespace]
-
-    def _new_node(
-        self, key: tuple[int, ...], parent: Node | None, end: int, blocks: list[int] | None
-    ) -> Node:
-        node = Node(id=self._next_id, key=key, parent=parent, end=end, blocks=blocks)
-        self._next_id += 1
-        self._nodes[node.id] = node
-        if parent is not None:
-            parent.children[key[: self.block_size]] = node
-        return node
+        self.evictor = Evictor(self, eviction or LRU())
 
     def _split(self, node: Node, nblocks: int) -> Node:
-        """Cut ``node`` after ``nblocks`` blocks; returns the new upper part (no checkpoint)."""
-        bs, parent = self.block_size, node.parent
-        assert parent is not None and 0 < nblocks * bs < len(node.key)
-        upper_key, node.key = node.key[: nblocks * bs], node.key[nblocks * bs :]
-        upper_blocks = None
-        if node.blocks is not None:
-            upper_blocks, node.blocks = node.blocks[:nblocks], node.blocks[nblocks:]
-        upper = self._new_node(upper_key, parent, node.start, upper_blocks)
-        upper.lock_ref, upper.demand, upper.last_used = node.lock_ref, node.demand, node.last_used
-        upper.live_children = int(node.materialized)
+        upper = super()._split(node, nblocks)
         if node.published_by is not None:  # both halves were published by the same round
             upper.published_by = node.published_by
             self._adopted[node.published_by].append(upper)
-        upper.children[node.key[:bs]] = node
-        node.parent = upper
         return upper
-
-    def _path(
-        self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
-    ) -> list[Node]:
-        """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there
-        and at every position in ``cuts`` (sorted, block-aligned)."""
-        bs, limit = self.block_size, nblocks * self.block_size
-        node, pos, path, i = self._root(namespace), 0, [], 0
-        while pos < limit:
-            while i < len(cuts) and cuts[i] <= pos:
-                i += 1
-            stop = min(cuts[i], limit) if i < len(cuts) else limit
-            child = node.children.get(tokens[pos : pos + bs])
-            if child is None:
-                child = self._new_node(tokens[pos:stop], node, stop, blocks=None)
-            shared = common_blocks(child.key, tokens, pos, bs, stop)
-            if shared * bs < len(child.key):
-                child = self._split(child, shared)
-            path.append(child)
-            node, pos = child, child.end
-        return path
-
-    def _handle(self, node: Node) -> NodeHandle:
-        return NodeHandle(node.id)
-
-    def _node(self, handle: NodeHandle) -> Node:
-        try:
-            return self._nodes[handle.node_id]
-        except KeyError:
-            raise ValueError(f"stale cache handle {handle}") from None
 
     # ----------------------------------------------------------------- demand (known sequences)
     def register(self, namespace: str, tokens: Sequence[int]) -> NodeHandle:
@@ -340,84 +274,17 @@ class RadixCache:
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
         """Evict unlocked READY entries until ``blocks`` and ``slots`` are free; False if impossible."""
-        if self.kv.free < blocks and not self._evict_leaves(blocks - self.kv.free):
-            return False
-        return self.slots.free >= slots or self._evict_checkpoints(slots - self.slots.free)
+        return self.evictor.reserve(blocks, slots)
 
     def free_slots_upto(self, n: int) -> int:
         """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
-        if self.slots.free < n:
-            self._evict_checkpoints(n - self.slots.free)
-        return min(self.slots.free, n)
-
-    # ----------------------------------------------------------------- eviction
-    def _evictable(self, node: Node) -> bool:
-        """A KV leaf nothing holds: unlocked, no PENDING state, no materialized child."""
-        ready = node.checkpoint is None or node.checkpoint.readiness is Readiness.READY
-        return node.parent is not None and node.materialized and node.lock_ref == 0 and ready and (
-            node.live_children == 0
-        )
-
-    def _checkpoint_evictable(self, node: Node) -> bool:
-        ck = node.checkpoint
-        return ck is not None and ck.readiness is Readiness.READY and node.lock_ref == 0
-
-    def _priority(self, node: Node) -> Priority:
-        return self.eviction.priority(node.last_used, node.end)
+        return self.evictor.free_slots_upto(n)
 
     def _offer(self, node: Node) -> None:
-        """``node`` may have become evictable: queue its KV and its checkpoint."""
-        if node.lock_ref == 0:  # a locked node is neither (the common case on a hot path)
-            self._kv_victims.offer(node)
-            self._state_victims.offer(node)
+        self.evictor.offer(node)
 
-    def _evict_leaves(self, need: int) -> bool:
-        """Free at least ``need`` KV blocks from evictable leaves; a parent left bare may follow."""
-        freed = 0
-        while freed < need:
-            node = self._kv_victims.pop()
-            if node is None:
-                return False
-            freed += len(node.blocks or [])
-            self._forget(node)
-        return True
-
-    def _evict_checkpoints(self, need: int) -> bool:
-        """Drop ``need`` unlocked READY checkpoints, keeping their KV; False if there are fewer."""
-        for _ in range(need):
-            node = self._state_victims.pop()
-            if node is None:
-                return False
-            self._drop_checkpoint(node)
-            self._kv_victims.offer(node)
-        return True
-
-    def _forget(self, node: Node) -> None:
-        """Free a node's KV and checkpoint; prune it when no waiting prompt wants it."""
-        parent = node.parent
-        assert parent is not None and node.blocks is not None
-        self.kv.give(node.blocks)
-        self._set_blocks(node, None)
-        self._drop_checkpoint(node)
-        if node.demand == 0:
-            self._remove(node)
-        self._kv_victims.offer(parent)
-
-    def _set_blocks(self, node: Node, blocks: list[int] | None) -> None:
-        """Materialize (or, with None, dematerialize) a node, keeping its parent's child count."""
-        assert node.parent is not None and (blocks is None) != (node.blocks is None)
-        node.parent.live_children += 1 if blocks is not None else -1
-        node.blocks = blocks
-
-    def _drop_checkpoint(self, node: Node) -> None:
-        if node.checkpoint is not None:
-            self.slots.give([node.checkpoint.slot])
-            node.checkpoint = None
-
-    def _remove(self, node: Node) -> None:
-        assert node.parent is not None and not node.children and node.lock_ref == 0
-        del node.parent.children[node.key[: self.block_size]]
-        del self._nodes[node.id]
+    def _on_bare_child(self, parent: Node) -> None:
+        self.evictor.kv_victims.offer(parent)
 
     # ----------------------------------------------------------------- accounting
     def usage(self) -> CacheUsage:

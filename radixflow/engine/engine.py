@@ -84,7 +84,7 @@ class Engine:
             raise ValueError(f"duplicate request id {request.id!r}")
         self._by_id[request.id] = request
         self._submitted += 1
-        error = self.runner.validate(request) or self.scheduler.unfit_reason(request)
+        error = self.runner.validate(request) or self.scheduler.config.unfit_reason(request)
         if error is not None:
             request.status, request.error = RequestStatus.FAILED, error
             return

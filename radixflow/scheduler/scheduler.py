@@ -14,35 +14,16 @@ from enum import Enum
 
 from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
+from radixflow.scheduler.checkpoints import CheckpointPlanner
+from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec, StopReason
 from radixflow.scheduler.parking import ParkingLot
-from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext
+from radixflow.scheduler.placement import CheckpointPlacement
 from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprob, Sample
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    token_budget: int = 2048  # prompt tokens computed per round
-    max_requests: int = 32  # chunks per round
-    block_size: int = 16
-    num_blocks: int = 32768  # KV capacity
-    num_state_slots: int = 1024  # checkpoint + working-state capacity
-    has_recurrent: bool = True  # False: full-attention model, nothing is ever blocked
-    eos_token_ids: tuple[int, ...] = ()  # the model's end-of-sequence tokens
-
-    def validate(self) -> None:
-        if self.block_size < 1:
-            raise ValueError("block size must be >= 1")
-        if self.token_budget < self.block_size:
-            raise ValueError(
-                f"token budget {self.token_budget} is smaller than one block ({self.block_size} tokens)"
-            )
-        if self.max_requests < 1:
-            raise ValueError("max requests per round must be >= 1")
 
 
 class _Admit(Enum):
@@ -81,6 +62,7 @@ class Scheduler:
         self.policy = policy
         self.placement = placement
         self.reuse = ReuseFinder(cache, config.block_size, config.has_recurrent)
+        self.checkpoints = CheckpointPlanner(cache, placement, config)
         self.waiting = WaitingQueue()  # arrival order; parked consumers stay in place
         self.running: dict[str, Request] = {}  # admission order
         self.parked = ParkingLot()
@@ -166,13 +148,6 @@ class Scheduler:
         reuse = self.reuse.tokens(match)
         return 0 if reuse is None else len(req.prompt) - reuse
 
-    def _chunk_end(self, start: int, prompt_len: int, tokens: int) -> int | None:
-        if prompt_len - start <= tokens:
-            return prompt_len
-        bs = self.config.block_size
-        end = (start + tokens) // bs * bs  # mid-prompt chunks end on a block boundary
-        return end if end > start else None
-
     def _admit(self, req: Request, budget: _Budget, out: SchedulerOutput) -> tuple[_Admit, Match]:
         match = self.reuse.match(req)
         point = self.reuse.point(req, match)
@@ -190,7 +165,7 @@ class Scheduler:
 
     def _start(self, req: Request, point: ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
         """Lock ``point``, reserve the request's capacity and emit its first chunk."""
-        end = self._chunk_end(point.tokens, len(req.prompt), budget.tokens)
+        end = self.config.chunk_end(point.tokens, len(req.prompt), budget.tokens)
         if end is None:
             return _Admit.NO_BUDGET
         self.cache.lock(point.handle)  # protect the reuse point from our own reservations
@@ -201,7 +176,7 @@ class Scheduler:
         if not self.cache.reserve(self._owed(point.tokens, req) + self._promised, working):
             self.cache.unlock(point.handle)
             return _Admit.NO_MEMORY
-        ckpts = self._affordable(self._checkpoints(req, point.tokens, end), working)
+        ckpts = self.checkpoints.positions(req, point.tokens, end, held=working)
         req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
         req.block_table = self.cache.block_table(point.handle)
         req.depth_base = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
@@ -218,47 +193,15 @@ class Scheduler:
         """The next prefill chunk, or the decode step that feeds the token sampled last round."""
         decoding = req.prefilled
         target = req.computed + 1 if decoding else len(req.prompt)
-        end = self._chunk_end(req.computed, target, budget.tokens)
+        end = self.config.chunk_end(req.computed, target, budget.tokens)
         if end is None:
             return None
-        ckpts = [] if decoding else self._affordable(self._checkpoints(req, req.computed, end), 0)
+        ckpts = [] if decoding else self.checkpoints.positions(req, req.computed, end)
         return self._emit(req, end, ckpts, req.working_slot, budget)
 
     def _owed(self, computed: int, req: Request) -> int:
         """KV blocks ``req`` still has to allocate once ``computed`` positions exist."""
-        return self._blocks_needed(computed, req.max_length)
-
-    def _affordable(self, positions: list[int], held: int) -> list[int]:
-        """Checkpoints are an optimisation: keep as many as free state slots allow, earliest first.
-
-        ``held`` slots are already spoken for (a working slot not yet allocated).
-        """
-        if not positions:
-            return positions
-        free = self.cache.free_slots_upto(len(positions) + held) - held
-        return positions[: max(free, 0)]
-
-    def _checkpoints(self, req: Request, start: int, end: int) -> list[int]:
-        if not self.config.has_recurrent:
-            return []
-        assert req.registration is not None
-        reg = req.registration
-        ctx = PlacementContext(
-            prompt_len=len(req.prompt),
-            start=start,
-            end=end,
-            block_size=self.config.block_size,
-            branch_points=lambda lo, hi: self.cache.branch_points(reg, lo, hi),
-        )
-        return self.placement.positions(ctx)
-
-    def _rounds_for(self, tokens: int) -> int:
-        """Fewest rounds that can compute ``tokens`` prompt tokens of one request."""
-        return max(1, -(-tokens // self.config.token_budget))
-
-    def _blocks_needed(self, start: int, end: int) -> int:
-        bs = self.config.block_size
-        return -(-end // bs) - start // bs
+        return self.config.blocks_needed(computed, req.max_length)
 
     def _emit(
         self, req: Request, end: int, ckpts: list[int], restore: int | None, budget: _Budget
@@ -272,9 +215,9 @@ class Scheduler:
         self.cache.relock(req.lock, ext.handle)
         req.lock = ext.handle
         for pos, slot in ext.checkpoints.items():
-            self._slot_depth[slot] = req.depth_base + self._rounds_for(pos - req.reused)
+            self._slot_depth[slot] = req.depth_base + self.config.rounds_for(pos - req.reused)
         snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
-        snaps.extend(self._state_snapshots(req, end))
+        snaps.extend(self.checkpoints.own_snapshots(req, end))
         self._promised -= self._owed(start, req) - self._owed(end, req)
         req.computed = end
         budget.tokens -= end - start
@@ -293,22 +236,6 @@ class Scheduler:
             sampling=req.sampling,
             prompt_logprobs_from=self._prompt_logprobs_from(req, start),
         )
-
-    def _state_snapshots(self, req: Request, end: int) -> list[SnapshotSpec]:
-        """The request's own state saves: its working slot while it goes on, the decode tail."""
-        snaps = []
-        goes_on = end < len(req.prompt) or len(req.output) + 1 < req.sampling.max_tokens
-        if req.working_slot is not None and goes_on:
-            snaps.append(SnapshotSpec(end, req.working_slot))
-        if req.prefilled and end % self.config.block_size == 0:
-            # Decoding past a block boundary: keep that state, so the finished conversation ends in
-            # a checkpoint a follow-up turn can reuse (best effort, one rolling slot per request).
-            if req.tail_slot is None and self.cache.free_slots_upto(1):
-                req.tail_slot = self.cache.alloc_working_slot()
-            if req.tail_slot is not None:
-                snaps.append(SnapshotSpec(end, req.tail_slot))
-                req.tail_position = end
-        return snaps
 
     def _prompt_logprobs_from(self, req: Request, start: int) -> int | None:
         if req.sampling.prompt_logprobs is None or start >= len(req.prompt):
@@ -347,7 +274,7 @@ class Scheduler:
     def _accept(self, req: Request, sample: Sample, now: float) -> FinishReason | None:
         """Append a sampled token; why the request ends with it (None: it goes on)."""
         if not req.output:
-            req.depth = req.depth_base + self._rounds_for(len(req.prompt) - req.reused)
+            req.depth = req.depth_base + self.config.rounds_for(len(req.prompt) - req.reused)
             req.first_token_s = now
         req.output.append(sample.token)
         req.output_logprobs.append(sample)
@@ -412,22 +339,6 @@ class Scheduler:
             self._release(req)
             req.status, req.error = RequestStatus.FAILED, reason
         return failed
-
-    def unfit_reason(self, req: Request) -> str | None:
-        """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
-        cfg = self.config
-        blocks = self._blocks_needed(0, req.max_length)
-        if blocks > cfg.num_blocks:
-            what = "prompt" if req.sampling.max_tokens <= 1 else "prompt plus max_tokens"
-            return f"{what} does not fit in the KV cache: needs {blocks} blocks, cache has {cfg.num_blocks}"
-        if cfg.has_recurrent and cfg.num_state_slots < 1 and len(req.prompt) > cfg.token_budget:
-            return (
-                f"prompt does not fit: {len(req.prompt)} tokens span several rounds (token budget "
-                f"{cfg.token_budget}) and need a state slot; the cache has none"
-            )
-        if cfg.has_recurrent and cfg.num_state_slots < 1 and req.sampling.max_tokens > 1:
-            return "request does not fit: decoding several tokens needs a state slot; the cache has none"
-        return None
 
     def fail_head(self, reason: str) -> Request | None:
         """Reject the oldest waiting request (used when nothing can ever make progress)."""

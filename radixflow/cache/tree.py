@@ -1,0 +1,114 @@
+"""The radix tree's structure: one tree per namespace, nodes indexed by id, paths and splits.
+
+Knows nothing of readiness, locks' meaning or eviction order; `RadixCache` builds on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from radixflow.cache.node import Node, common_blocks
+from radixflow.cache.pool import IdPool
+from radixflow.cache.types import NodeHandle
+
+
+class Tree:
+    def __init__(self, block_size: int, kv: IdPool, slots: IdPool) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        self.block_size = block_size
+        self.kv = kv  # KV block ids: a materialized node owns one per block of its key
+        self.slots = slots  # state slot ids: a checkpoint owns one
+        self._roots: dict[str, Node] = {}
+        self._nodes: dict[int, Node] = {}
+        self._next_id = 0
+
+    def _root(self, namespace: str) -> Node:
+        if namespace not in self._roots:
+            self._roots[namespace] = self._new_node((), None, 0, blocks=[])
+        return self._roots[namespace]
+
+    def _new_node(
+        self, key: tuple[int, ...], parent: Node | None, end: int, blocks: list[int] | None
+    ) -> Node:
+        node = Node(id=self._next_id, key=key, parent=parent, end=end, blocks=blocks)
+        self._next_id += 1
+        self._nodes[node.id] = node
+        if parent is not None:
+            parent.children[key[: self.block_size]] = node
+        return node
+
+    def _split(self, node: Node, nblocks: int) -> Node:
+        """Cut ``node`` after ``nblocks`` blocks; returns the new upper part (no checkpoint)."""
+        bs, parent = self.block_size, node.parent
+        assert parent is not None and 0 < nblocks * bs < len(node.key)
+        upper_key, node.key = node.key[: nblocks * bs], node.key[nblocks * bs :]
+        upper_blocks = None
+        if node.blocks is not None:
+            upper_blocks, node.blocks = node.blocks[:nblocks], node.blocks[nblocks:]
+        upper = self._new_node(upper_key, parent, node.start, upper_blocks)
+        upper.lock_ref, upper.demand, upper.last_used = node.lock_ref, node.demand, node.last_used
+        upper.live_children = int(node.materialized)
+        upper.children[node.key[:bs]] = node
+        node.parent = upper
+        return upper
+
+    def _path(
+        self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
+    ) -> list[Node]:
+        """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there
+        and at every position in ``cuts`` (sorted, block-aligned)."""
+        bs, limit = self.block_size, nblocks * self.block_size
+        node, pos, path, i = self._root(namespace), 0, [], 0
+        while pos < limit:
+            while i < len(cuts) and cuts[i] <= pos:
+                i += 1
+            stop = min(cuts[i], limit) if i < len(cuts) else limit
+            child = node.children.get(tokens[pos : pos + bs])
+            if child is None:
+                child = self._new_node(tokens[pos:stop], node, stop, blocks=None)
+            shared = common_blocks(child.key, tokens, pos, bs, stop)
+            if shared * bs < len(child.key):
+                child = self._split(child, shared)
+            path.append(child)
+            node, pos = child, child.end
+        return path
+
+    def _handle(self, node: Node) -> NodeHandle:
+        return NodeHandle(node.id)
+
+    def _node(self, handle: NodeHandle) -> Node:
+        try:
+            return self._nodes[handle.node_id]
+        except KeyError:
+            raise ValueError(f"stale cache handle {handle}") from None
+
+    def _forget(self, node: Node) -> None:
+        """Free a node's KV and checkpoint; prune it when no waiting prompt wants it."""
+        parent = node.parent
+        assert parent is not None and node.blocks is not None
+        self.kv.give(node.blocks)
+        self._set_blocks(node, None)
+        self._drop_checkpoint(node)
+        if node.demand == 0:
+            self._remove(node)
+        self._on_bare_child(parent)
+
+    def _set_blocks(self, node: Node, blocks: list[int] | None) -> None:
+        """Materialize (or, with None, dematerialize) a node, keeping its parent's child count."""
+        assert node.parent is not None and (blocks is None) != (node.blocks is None)
+        node.parent.live_children += 1 if blocks is not None else -1
+        node.blocks = blocks
+
+    def _drop_checkpoint(self, node: Node) -> None:
+        if node.checkpoint is not None:
+            self.slots.give([node.checkpoint.slot])
+            node.checkpoint = None
+
+    def _remove(self, node: Node) -> None:
+        assert node.parent is not None and not node.children and node.lock_ref == 0
+        del node.parent.children[node.key[: self.block_size]]
+        del self._nodes[node.id]
+
+    def _on_bare_child(self, parent: Node) -> None:
+        """A child of ``parent`` lost its KV (``parent`` may have become a leaf). Hook."""

@@ -1,0 +1,57 @@
+"""Which recurrent-state saves a chunk carries: placed checkpoints and the request's own state."""
+
+from __future__ import annotations
+
+from radixflow.cache.radix import RadixCache
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.output import SnapshotSpec
+from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext
+from radixflow.scheduler.request import Request
+
+
+class CheckpointPlanner:
+    def __init__(self, cache: RadixCache, placement: CheckpointPlacement, config: SchedulerConfig) -> None:
+        self.cache = cache
+        self.placement = placement
+        self.config = config
+
+    def positions(self, req: Request, start: int, end: int, held: int = 0) -> list[int]:
+        """Where the prefill chunk ``[start, end)`` checkpoints, as far as state slots allow.
+
+        Checkpoints are an optimisation: as many as free (or evictable) slots allow, earliest
+        first; ``held`` slots are already spoken for (a working slot not yet allocated). May evict
+        READY checkpoints.
+        """
+        if not self.config.has_recurrent:
+            return []
+        assert req.registration is not None
+        reg = req.registration
+        ctx = PlacementContext(
+            prompt_len=len(req.prompt),
+            start=start,
+            end=end,
+            block_size=self.config.block_size,
+            branch_points=lambda lo, hi: self.cache.branch_points(reg, lo, hi),
+        )
+        wanted = self.placement.positions(ctx)
+        if not wanted:
+            return wanted
+        free = self.cache.free_slots_upto(len(wanted) + held) - held
+        return wanted[: max(free, 0)]
+
+    def own_snapshots(self, req: Request, end: int) -> list[SnapshotSpec]:
+        """The request's own state saves at ``end``: its working slot while it goes on, and the
+        rolling tail slot of a decode step on a block boundary (may allocate the tail slot)."""
+        snaps = []
+        goes_on = end < len(req.prompt) or len(req.output) + 1 < req.sampling.max_tokens
+        if req.working_slot is not None and goes_on:
+            snaps.append(SnapshotSpec(end, req.working_slot))
+        if req.prefilled and end % self.config.block_size == 0:
+            # Decoding past a block boundary: keep that state, so the finished conversation ends in
+            # a checkpoint a follow-up turn can reuse (best effort, one rolling slot per request).
+            if req.tail_slot is None and self.cache.free_slots_upto(1):
+                req.tail_slot = self.cache.alloc_working_slot()
+            if req.tail_slot is not None:
+                snaps.append(SnapshotSpec(end, req.tail_slot))
+                req.tail_position = end
+        return snaps

@@ -1,0 +1,62 @@
+"""What one round may hold and what the cache can hold, and the arithmetic over them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixflow.scheduler.request import Request
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    token_budget: int = 2048  # prompt tokens computed per round
+    max_requests: int = 32  # chunks per round
+    block_size: int = 16
+    num_blocks: int = 32768  # KV capacity
+    num_state_slots: int = 1024  # checkpoint + working-state capacity
+    has_recurrent: bool = True  # False: full-attention model, nothing is ever blocked
+    eos_token_ids: tuple[int, ...] = ()  # the model's end-of-sequence tokens
+
+    def validate(self) -> None:
+        if self.block_size < 1:
+            raise ValueError("block size must be >= 1")
+        if self.token_budget < self.block_size:
+            raise ValueError(
+                f"token budget {self.token_budget} is smaller than one block ({self.block_size} tokens)"
+            )
+        if self.max_requests < 1:
+            raise ValueError("max requests per round must be >= 1")
+
+    def blocks_needed(self, start: int, end: int) -> int:
+        """KV blocks from the one holding position ``start`` to the one holding ``end - 1``."""
+        return -(-end // self.block_size) - start // self.block_size
+
+    def rounds_for(self, tokens: int) -> int:
+        """Fewest rounds that can compute ``tokens`` prompt tokens of one request."""
+        return max(1, -(-tokens // self.token_budget))
+
+    def chunk_end(self, start: int, target: int, tokens: int) -> int | None:
+        """End of a chunk from ``start`` towards ``target`` within ``tokens`` of budget.
+
+        A chunk that stops short of its target ends on a block boundary; None when not even one
+        block fits.
+        """
+        if target - start <= tokens:
+            return target
+        end = (start + tokens) // self.block_size * self.block_size
+        return end if end > start else None
+
+    def unfit_reason(self, req: Request) -> str | None:
+        """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
+        blocks = self.blocks_needed(0, req.max_length)
+        if blocks > self.num_blocks:
+            what = "prompt" if req.sampling.max_tokens <= 1 else "prompt plus max_tokens"
+            return f"{what} does not fit in the KV cache: needs {blocks} blocks, cache has {self.num_blocks}"
+        if self.has_recurrent and self.num_state_slots < 1 and len(req.prompt) > self.token_budget:
+            return (
+                f"prompt does not fit: {len(req.prompt)} tokens span several rounds (token budget "
+                f"{self.token_budget}) and need a state slot; the cache has none"
+            )
+        if self.has_recurrent and self.num_state_slots < 1 and req.sampling.max_tokens > 1:
+            return "request does not fit: decoding several tokens needs a state slot; the cache has none"
+        return None

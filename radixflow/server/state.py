@@ -44,7 +44,7 @@ class ServerState:
     def __init__(self, model: LoadedModel, engine: Engine, config: ServerConfig) -> None:
         self.model_name, self.tokenizer, self.config = model.name, model.tokenizer, config
         self.engine_info = engine.runner.model
-        self._runner, self._scheduler = engine.runner, engine.scheduler  # pure checks only
+        self._problem = engine.problem  # a pure check, safe from the event loop
         self.metrics = ServerMetrics()
         self.loop = EngineLoop(engine, self.metrics, config.max_pending)
         self._serial = itertools.count()
@@ -76,7 +76,7 @@ class ServerState:
         items = []
         for i, prompt in enumerate(prompts):
             req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=params)
-            problem = self._runner.validate(req) or self._scheduler.unfit_reason(req)
+            problem = self._problem(req)
             if problem is not None:
                 where = f"prompt {i}: " if len(prompts) > 1 else ""
                 raise ApiError(400, where + problem, _param(problem))

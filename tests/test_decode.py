@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine_utils import drive
+
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
@@ -20,15 +22,6 @@ def expected(req: Request, n: int) -> list[int]:
     for _ in range(n):
         out.append(sim_token(req.namespace, req.prompt + tuple(out), VOCAB))
     return out
-
-
-def drive(engine: Engine, reqs: list[Request]) -> Engine:
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        engine.step()
-        engine.check_integrity()
-    return engine
 
 
 def test_generates_max_tokens_one_decode_step_per_round():

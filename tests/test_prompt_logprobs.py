@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from engine_utils import drive
 from model_utils import ZOO_PARITY, one_thread, zoo_model  # noqa: F401  (a fixture)
 
 from radixflow.engine.engine import Engine
@@ -67,15 +68,6 @@ def pair(request, tmp_path_factory, one_thread):  # noqa: F811
 
 def tokens(vocab: int, n: int, seed: int) -> tuple[int, ...]:
     return tuple(torch.randint(3, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist())
-
-
-def drive(engine: Engine, reqs: list[Request]) -> Engine:
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        engine.step()
-        engine.check_integrity()
-    return engine
 
 
 def same(a: list[PromptLogprob], b: list[PromptLogprob], tol: float = 1e-5) -> bool:

@@ -12,6 +12,7 @@ import statistics
 
 import pytest
 import torch
+from engine_utils import drive
 from model_utils import ZOO_PARITY, needs_smollm2, one_thread, zoo_model  # noqa: F401  (a fixture)
 
 from radixflow.engine.engine import Engine
@@ -60,14 +61,6 @@ def pair(request, tmp_path_factory, one_thread):  # noqa: F811
 
 def random_tokens(vocab: int, n: int, g: torch.Generator) -> tuple[int, ...]:
     return tuple(torch.randint(3, vocab, (n,), generator=g).tolist())
-
-
-def drive(engine: Engine, reqs: list[Request]) -> None:
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        engine.step()
-        engine.check_integrity()
 
 
 def shared_prefix_conversation(runner: TorchRunner, policy: str) -> tuple[list[Request], list[Request]]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
+from radixflow.problems import Problem
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
@@ -29,7 +30,7 @@ class FixedCostRunner:
     def __init__(self, has_recurrent: bool) -> None:
         self.model = ModelInfo("pin", has_recurrent, 32_000, 1 << 20)
 
-    def validate(self, request: Request) -> str | None:
+    def validate(self, request: Request) -> Problem | None:
         return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:

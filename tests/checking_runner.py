@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from radixflow.cache import RadixCache, Readiness
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
+from radixflow.problems import Problem
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -34,7 +35,7 @@ class CheckingRunner:
         self.kv: dict[int, tuple[str, tuple[int, ...]]] = {}
         self.state: dict[int, tuple[str, tuple[int, ...]]] = {}
 
-    def validate(self, request: Request) -> str | None:
+    def validate(self, request: Request) -> Problem | None:
         return validate_prompt(request, self.model)
 
     def _slot(self, chunk: ScheduledChunk, pos: int) -> int:

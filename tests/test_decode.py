@@ -125,4 +125,4 @@ def test_kv_for_max_tokens_is_reserved_at_admission():
     assert b.first_token_s is not None and a.finish_s is not None and b.first_token_s > a.finish_s
     too_long = Request("c", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
     engine.submit(too_long)
-    assert too_long.status is RequestStatus.FAILED and "max_tokens does not fit" in (too_long.error or "")
+    assert too_long.status is RequestStatus.FAILED and "max_tokens: does not fit" in (too_long.error or "")

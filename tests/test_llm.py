@@ -99,7 +99,7 @@ def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, wher
 def test_a_request_that_cannot_run_is_refused_before_anything_runs(llm):
     with pytest.raises(ValueError, match="prompt 1: token id 100000 is outside the vocabulary"):
         llm.generate(["fine", [1, 100000]], GREEDY)
-    with pytest.raises(ValueError, match="empty prompt"):
+    with pytest.raises(ValueError, match="prompt: is empty"):
         llm.generate("", GREEDY)
     with pytest.raises(ValueError, match="stop strings must not be empty"):
         llm.generate("fine", SamplingParams(stop=("",)))

@@ -27,17 +27,21 @@ def served(zoo) -> Iterator[RunningServer]:
 BAD_COMPLETIONS = [
     ("malformed JSON", b'{"model": "qwen3_5-tiny", "prompt": ', "malformed JSON body"),
     ("not an object", b"[1, 2]", "the request body must be a JSON object"),
-    ("empty prompt", {"prompt": ""}, "empty prompt"),
-    ("empty token list", {"prompt": []}, "empty prompt"),
-    ("one empty prompt of several", {"prompt": ["fine", ""]}, "prompt 1: empty prompt"),
-    ("negative token id", {"prompt": [1, -1]}, "token id -1 is outside the vocabulary (0..511)"),
-    ("token id past the vocabulary", {"prompt": [1, 512]}, "token id 512 is outside the vocabulary (0..511)"),
+    ("empty prompt", {"prompt": ""}, "prompt: is empty"),
+    ("empty token list", {"prompt": []}, "prompt: is empty"),
+    ("one empty prompt of several", {"prompt": ["fine", ""]}, "prompt 1: is empty"),
+    ("negative token id", {"prompt": [1, -1]}, "prompt: token id -1 is outside the vocabulary (0..511)"),
+    (
+        "token id past the vocabulary",
+        {"prompt": [1, 512]},
+        "prompt: token id 512 is outside the vocabulary (0..511)",
+    ),
     ("mixed prompt list", {"prompt": ["text", [1, 2]]}, "prompt must be a string, a list of token ids"),
-    ("prompt over the context", {"prompt": [5] * 8192}, "prompt has 8192 tokens; model context is 8192"),
+    ("prompt over the context", {"prompt": [5] * 8192}, "prompt: has 8192 tokens; the model context is 8192"),
     (
         "prompt plus max_tokens over the context",
         {"prompt": [5] * 8000, "max_tokens": 500},
-        "prompt of 8000 tokens plus max_tokens 500 exceeds the model context of 8192",
+        "max_tokens: prompt of 8000 tokens plus max_tokens 500 exceeds the model context of 8192",
     ),
     (
         "negative max_tokens",
@@ -52,12 +56,12 @@ BAD_COMPLETIONS = [
     ),
     ("missing prompt", {"prompt": None}, "missing required parameter: prompt"),
     ("wrong type", {"temperature": "hot"}, "temperature: Input should be a valid number"),
-    ("negative temperature", {"temperature": -1}, "temperature must be >= 0"),
-    ("top_p out of range", {"top_p": 0}, "top_p must be in (0, 1], got 0"),
+    ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
+    ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
     ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20"),
     ("several choices", {"n": 2}, "n must be 1"),
     ("penalties", {"presence_penalty": 0.5}, "presence_penalty is not supported"),
-    ("empty stop string", {"stop": [""]}, "stop strings must not be empty"),
+    ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]
 
 
@@ -116,7 +120,9 @@ def test_the_openai_client_sees_the_status_and_message(served):
     with pytest.raises(openai.BadRequestError) as e:
         served.client().completions.create(model=MODEL, prompt=[1, 99999], max_tokens=1)
     assert e.value.status_code == 400
-    assert e.value.response.json()["error"]["message"] == "token id 99999 is outside the vocabulary (0..511)"
+    error = e.value.response.json()["error"]
+    assert error["message"] == "prompt: token id 99999 is outside the vocabulary (0..511)"
+    assert error["param"] == "prompt"
 
 
 def engine_state(served: RunningServer) -> tuple[int, int, int]:

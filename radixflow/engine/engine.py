@@ -11,6 +11,7 @@ from enum import Enum
 from radixflow.cache.eviction import make_eviction_policy
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.runner import Runner
+from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
@@ -84,15 +85,15 @@ class Engine:
             raise ValueError(f"duplicate request id {request.id!r}")
         self._by_id[request.id] = request
         self._submitted += 1
-        error = self.problem(request)
-        if error is not None:
-            request.status, request.error = RequestStatus.FAILED, error
+        problem = self.problem(request)
+        if problem is not None:
+            request.status, request.error = RequestStatus.FAILED, str(problem)
             return
         # One int object per distinct token id: a prompt then costs 8 bytes per token, not 36.
         request.prompt = tuple(self._token_ids.setdefault(t, t) for t in request.prompt)
         heapq.heappush(self._arrivals, (request.arrival_s, self._submitted, request))
 
-    def problem(self, request: Request) -> str | None:
+    def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
         cache); None when it can. Pure: safe to call from another thread before submitting."""
         return self.runner.validate(request) or self.scheduler.config.unfit_reason(request)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import PromptLogprob, Sample
@@ -36,7 +37,7 @@ class Runner(Protocol):
     name: str
     model: ModelInfo
 
-    def validate(self, request: Request) -> str | None:
+    def validate(self, request: Request) -> Problem | None:
         """Why the request cannot run on this model (None if it can). Pure."""
         ...
 
@@ -49,21 +50,24 @@ class Runner(Protocol):
         ...
 
 
-def validate_prompt(request: Request, model: ModelInfo) -> str | None:
+def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     """Checks every runner applies before a request is queued."""
     if not request.prompt:
-        return "empty prompt"
+        return Problem("prompt", "is empty")
     if len(request.prompt) >= model.max_context:
-        return f"prompt has {len(request.prompt)} tokens; model context is {model.max_context}"
+        return Problem(
+            "prompt", f"has {len(request.prompt)} tokens; the model context is {model.max_context}"
+        )
     bad = next((t for t in request.prompt if not 0 <= t < model.vocab_size), None)
     if bad is not None:
-        return f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})"
+        return Problem("prompt", f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})")
     problem = request.sampling.problem()
     if problem is not None:
         return problem
     if len(request.prompt) + request.sampling.max_tokens > model.max_context:
-        return (
+        return Problem(
+            "max_tokens",
             f"prompt of {len(request.prompt)} tokens plus max_tokens {request.sampling.max_tokens} "
-            f"exceeds the model context of {model.max_context}"
+            f"exceeds the model context of {model.max_context}",
         )
     return None

@@ -14,6 +14,7 @@ from radixflow.costmodel.kinds import ChunkShape, ModelShape
 from radixflow.costmodel.model import CostModel
 from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner
+from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 
@@ -31,7 +32,7 @@ class CpuTimedRunner:
         self.model: ModelInfo = inner.model
         self.cpu_s: list[float] = []
 
-    def validate(self, request: Request) -> str | None:
+    def validate(self, request: Request) -> Problem | None:
         return self.inner.validate(request)
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:

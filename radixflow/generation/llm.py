@@ -99,13 +99,13 @@ class LLM:
     def _run(self, requests: list[Request]) -> list[GenerationOutput]:
         engine = self.engine
         trackers = [RequestTracker(r, self.tokenizer) for r in requests]
+        for i, req in enumerate(requests):  # refuse before anything runs
+            problem = engine.problem(req)
+            if problem is not None:
+                raise ValueError(problem.of_item(f"prompt {i}") if len(requests) > 1 else str(problem))
         try:
             for req in requests:
                 engine.submit(req)
-            rejected = [(i, r) for i, r in enumerate(requests) if r.status is RequestStatus.FAILED]
-            if rejected:
-                i, req = rejected[0]
-                raise ValueError(f"prompt {i}: {req.error}" if len(requests) > 1 else str(req.error))
             pending = {t.id: t for t in trackers}
             while pending:
                 record = engine.step()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixflow.problems import Problem
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 
@@ -28,12 +29,14 @@ class SamplingParams(TokenSamplingParams):
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
-    def problem(self) -> str | None:
+    def problem(self) -> Problem | None:
         base = super().problem()
         if base is not None:
             return base
         if not all(isinstance(s, str) for s in self.stop):
-            return "stop must be a string or a list of strings"
+            return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
-            return "stop strings must not be empty"
+            return Problem("stop", "stop strings must not be empty")
+        if not isinstance(self.skip_special_tokens, bool):
+            return Problem("skip_special_tokens", f"must be true or false, got {self.skip_special_tokens!r}")
         return None

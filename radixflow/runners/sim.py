@@ -9,6 +9,7 @@ from radixflow.costmodel.kinds import ChunkShape, ModelShape
 from radixflow.costmodel.model import CostModel
 from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
+from radixflow.problems import Problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import Sample
@@ -52,7 +53,7 @@ class SimRunner:
         self.cost = CostModel(spec, hardware)
         self.model = ModelInfo(spec.name, spec.has_recurrent, spec.vocab_size, spec.max_context)
 
-    def validate(self, request: Request) -> str | None:
+    def validate(self, request: Request) -> Problem | None:
         if request.sampling.prompt_logprobs is not None:
             return "the sim runner computes no logits: prompt logprobs need the torch runner"
         return validate_prompt(request, self.model)

@@ -13,6 +13,7 @@ from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.layers import Config
+from radixflow.problems import Problem
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -86,7 +87,7 @@ class TorchRunner:
         fb = ForwardBatch.build([([1] * 16, s) for s in specs], kv, state, self.device)
         self._forward(fb, [True, True])
 
-    def validate(self, request: Request) -> str | None:
+    def validate(self, request: Request) -> Problem | None:
         return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:

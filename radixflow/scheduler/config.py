@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
 
 
@@ -46,17 +47,25 @@ class SchedulerConfig:
         end = (start + tokens) // self.block_size * self.block_size
         return end if end > start else None
 
-    def unfit_reason(self, req: Request) -> str | None:
+    def unfit_reason(self, req: Request) -> Problem | None:
         """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
         blocks = self.blocks_needed(0, req.max_length)
         if blocks > self.num_blocks:
-            what = "prompt" if req.sampling.max_tokens <= 1 else "prompt plus max_tokens"
-            return f"{what} does not fit in the KV cache: needs {blocks} blocks, cache has {self.num_blocks}"
+            n = len(req.prompt)
+            param, what = ("prompt", f"{n} tokens") if req.sampling.max_tokens <= 1 else (
+                "max_tokens", f"the prompt's {n} tokens plus max_tokens {req.sampling.max_tokens}")
+            return Problem(
+                param,
+                f"does not fit in the KV cache: {what} need {blocks} blocks, cache has {self.num_blocks}",
+            )
         if self.has_recurrent and self.num_state_slots < 1 and len(req.prompt) > self.token_budget:
-            return (
-                f"prompt does not fit: {len(req.prompt)} tokens span several rounds (token budget "
-                f"{self.token_budget}) and need a state slot; the cache has none"
+            return Problem(
+                "prompt",
+                f"does not fit: {len(req.prompt)} tokens span several rounds (token budget "
+                f"{self.token_budget}) and need a state slot; the cache has none",
             )
         if self.has_recurrent and self.num_state_slots < 1 and req.sampling.max_tokens > 1:
-            return "request does not fit: decoding several tokens needs a state slot; the cache has none"
+            return Problem(
+                "max_tokens", "decoding several tokens needs a state slot; the cache has none"
+            )
         return None

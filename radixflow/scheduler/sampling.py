@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from radixflow.problems import Problem
+
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 
 
@@ -34,17 +36,24 @@ class SamplingParams:
     logprobs: int | None = None  # alternatives reported per generated token (None: only its own)
     prompt_logprobs: int | None = None  # None: none; k: each prompt token's logprob and top k
 
-    def problem(self) -> str | None:
+    def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
+        k_range = f"must be an integer between 0 and {MAX_LOGPROBS}"
         checks = [
-            (self.max_tokens >= 0, f"max_tokens must be >= 0, got {self.max_tokens}"),
-            (math.isfinite(self.temperature) and self.temperature >= 0, "temperature must be >= 0"),
-            (math.isfinite(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
-            (self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}"),
-            (_in_range(self.logprobs), f"logprobs must be between 0 and {MAX_LOGPROBS}"),
-            (_in_range(self.prompt_logprobs), f"prompt_logprobs must be between 0 and {MAX_LOGPROBS}"),
+            (_is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens", "must be an integer >= 0"),
+            (_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a number >= 0"),
+            (_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
+            (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0"),
+            (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
+            (_in_range(self.logprobs), "logprobs", k_range),
+            (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),
+            (all(_is_int(t) for t in self.stop_token_ids), "stop_token_ids", "must be integers"),
+            (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),
         ]
-        return next((msg for ok, msg in checks if not ok), None)
+        for ok, param, message in checks:
+            if not ok:
+                return Problem(param, f"{message}, got {getattr(self, param)!r}")
+        return None
 
     @property
     def greedy(self) -> bool:
@@ -52,7 +61,15 @@ class SamplingParams:
 
 
 def _in_range(k: int | None) -> bool:
-    return k is None or 0 <= k <= MAX_LOGPROBS
+    return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from radixflow.problems import Problem
+
 log = logging.getLogger("radixflow.server")
 
 _TYPES = {
@@ -37,6 +39,12 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+
+    @classmethod
+    def from_problem(cls, problem: Problem, item: str | None = None, status: int = 400) -> ApiError:
+        """A problem found by the engine's own checks: its ``param`` goes into the body as it is;
+        ``item`` names which of several (``prompt 1``)."""
+        return cls(status, str(problem) if item is None else problem.of_item(item), problem.param)
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.code)

@@ -77,7 +77,7 @@ class _Generate(BaseModel):
         )
         problem = params.problem()
         if problem is not None:
-            raise ApiError(400, problem, problem.split(" ", 1)[0] if " " in problem else None)
+            raise ApiError.from_problem(problem)
         return params
 
     @property

@@ -78,8 +78,7 @@ class ServerState:
             req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=params)
             problem = self._problem(req)
             if problem is not None:
-                where = f"prompt {i}: " if len(prompts) > 1 else ""
-                raise ApiError(400, where + problem, _param(problem))
+                raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
             items.append((req, RequestTracker(req, self.tokenizer)))
         return items
 
@@ -144,14 +143,6 @@ async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission:
 async def _disconnect(http: HttpRequest) -> None:
     while (await http.receive())["type"] != "http.disconnect":
         pass
-
-
-def _param(problem: str) -> str | None:
-    if "max_tokens" in problem:
-        return "max_tokens"
-    if "token id" in problem or "prompt" in problem:
-        return "prompt"
-    return None
 
 
 def failure(finals: list[Final]) -> ApiError | None:

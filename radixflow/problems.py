@@ -1,0 +1,54 @@
+"""`Problem`: why an input cannot be used, as data — the parameter it concerns and one line.
+
+Every door (command line, experiment TOML, `radixflow.LLM(...)`, HTTP) reports problems found by
+the same checks; each spells the parameter its own way (``--kv-blocks``, ``grid[0].kv_blocks``,
+``kv_blocks``, the OpenAI ``param`` field), so nothing downstream parses prose to find it.
+
+A leaf module: it imports nothing from radixflow, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    # The parameter at fault by its canonical name (an `EngineOptions` field, a model-config field,
+    # a request field such as ``prompt`` or ``max_tokens``); None when no single parameter is.
+    param: str | None
+    # One line that names the bad value, written to follow "<param>: " (or to stand alone).
+    message: str
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self, spell: Callable[[str], str] | None = None) -> str:
+        """The one-line text, with the parameter spelled as the door names it (default: as is)."""
+        if self.param is None:
+            return self.message
+        name = spell(self.param) if spell is not None else self.param
+        return f"{name}: {self.message}"
+
+    def of_item(self, label: str) -> str:
+        """The text for one item of several, e.g. ``prompt 1``: "prompt 1: is empty",
+        "prompt 1: max_tokens: ..." (the item's own noun is not repeated)."""
+        return self.render(lambda p: label if p == label.split(" ", 1)[0] else f"{label}: {p}")
+
+    def within(self, param: str) -> Problem:
+        """The same problem as part of a larger parameter (``workload`` + ``groups``)."""
+        return Problem(param if self.param is None else f"{param}.{self.param}", self.message)
+
+
+class ProblemError(ValueError):
+    """Raised where a problem cannot be returned (a constructor, a loader); carries the `Problem`."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+def flag(param: str) -> str:
+    """A parameter as the command line spells it: ``kv_blocks`` -> ``--kv-blocks``."""
+    return "--" + param.replace("_", "-")

@@ -17,13 +17,14 @@ import httpx
 import openai
 
 from radixflow.engine.engine import Engine
-from radixflow.generation.setup import EngineOptions, load_model
+from radixflow.generation.setup import load_model
+from radixflow.options import EngineOptions
 from radixflow.server.serve import Server, build_server
 from radixflow.server.state import ServerConfig
 
 T = TypeVar("T")
 MODEL = "qwen3_5-tiny"  # hybrid (Gated DeltaNet + attention): checkpoints, consumers and all
-OPTIONS = EngineOptions(kv_blocks=512, state_slots=64, token_budget=256)
+OPTIONS = EngineOptions(model=MODEL, kv_blocks=512, state_slots=64, token_budget=256)
 
 
 @dataclass
@@ -54,11 +55,11 @@ class RunningServer:
 def running_server(
     config: ServerConfig | None = None, options: EngineOptions = OPTIONS
 ) -> Iterator[RunningServer]:
-    model = load_model(MODEL, options)
+    model = load_model(options)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(model, options, config or ServerConfig(), "127.0.0.1", port, log_level="warning")
+    server = build_server(model, config or ServerConfig(), "127.0.0.1", port, log_level="warning")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

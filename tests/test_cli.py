@@ -52,7 +52,8 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
         (["bench", "--groups", "0"], "empty workload"),
         (["bench", "--rate", "-3"], "must be positive"),
         (["bench", "--policy", "greedy"], "invalid choice"),
-        (["bench", "--model", "gpt-9"], "unknown sim model"),
+        (["bench", "--model", "gpt-9"], "unknown torch model 'gpt-9' (zoo names: llama-tiny"),
+        (["bench", "--runner", "sim", "--model", "gpt-9"], "unknown sim model 'gpt-9' (sim shapes: qwen3_5"),
         (["bench", "--frobnicate"], "unrecognized arguments"),
         (["bench", "--json", "/nonexistent-dir/out.json"], "does not exist"),
         (["bench", "--trace", "/nonexistent-dir/t.jsonl"], "cannot read trace"),
@@ -74,7 +75,7 @@ def test_malformed_trace_reports_line_number(tmp_path, capsys):
 def test_cost_model_parameters_are_configurable(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert main(["bench", "--json", str(a)]) == 0
-    assert main(["bench", "--round-overhead-ms", "40", "--tflops", "100", "--json", str(b)]) == 0
+    assert main(["bench", "--fixed-cost-ms", "40", "--tflops", "100", "--json", str(b)]) == 0
     base, slow = json.loads(a.read_text()), json.loads(b.read_text())
     assert slow["config"]["hardware"]["round_overhead_s"] == 0.04
     assert slow["results"][0]["makespan_s"] > base["results"][0]["makespan_s"]
@@ -139,14 +140,14 @@ def test_every_bench_flag_is_explained_with_its_default(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "prompt tokens per round (default: 2048)" in help_text
+    assert "prompt tokens computed per round (at least one block) (default: 2048)" in help_text
     assert "shared contexts (default: 8)" in help_text
 
 
 @pytest.mark.parametrize(
     "argv, warning",
     [
-        (["--groups", "3", "--seed", "4"], "--groups, --seed have no effect with --trace"),
+        (["--groups", "3", "--candidates", "4"], "--groups, --candidates have no effect with --trace"),
         (["--device", "cpu"], "--device has no effect with the sim runner"),
     ],
 )
@@ -165,7 +166,7 @@ def test_sim_cost_flags_with_the_torch_runner_are_warned_about(capsys):
     argv = ["bench", "--runner", "torch", "--model", "gpt-17", "--tflops", "3", "--hardware", "h200"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "radixflow: warning: --hardware, --tflops have no effect with --runner torch" in err
+    assert "radixflow: warning: --hardware, --tflops have no effect with the torch runner" in err
 
 
 def test_no_warning_for_defaults(capsys):

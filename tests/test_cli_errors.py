@@ -30,8 +30,8 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
         ("--tflops", "nan"),
         ("--tflops", "inf"),
         ("--per-request-ms", "nan"),
-        ("--round-overhead-ms", "inf"),
-        ("--round-overhead-ms", "-inf"),
+        ("--fixed-cost-ms", "inf"),
+        ("--fixed-cost-ms", "-inf"),
     ],
 )
 def test_non_finite_numbers_are_refused(capsys, flag, value):

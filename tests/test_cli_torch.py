@@ -39,7 +39,7 @@ def test_models_lists_the_zoo(capsys):
 def test_unknown_model_is_a_one_line_error(capsys):
     assert main(["bench", "--runner", "torch", "--model", "gpt-17"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "unknown model 'gpt-17'" in err and len(err.splitlines()) == 1
+    assert "unknown torch model 'gpt-17'" in err and len(err.splitlines()) == 1
 
 
 def test_checkpoint_with_missing_tensors_names_them(tmp_path, capsys):

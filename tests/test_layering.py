@@ -18,10 +18,22 @@ ALLOWED = {
     "costmodel": set(),
     "runners": {"cache", "scheduler", "engine", "models", "costmodel"},
     "workloads": {"scheduler"},
-    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel"},
+    # one way in: options -> runner choice, cache, scheduler, engine (models only lazily, by name)
+    "options": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
+    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "options"},
     "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
-    "experiments": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "bench"},
-    "generation": {"scheduler", "engine", "runners", "models"},
+    "experiments": {
+        "cache",
+        "scheduler",
+        "engine",
+        "runners",
+        "models",
+        "workloads",
+        "costmodel",
+        "bench",
+        "options",
+    },
+    "generation": {"scheduler", "engine", "runners", "models", "options"},
     "server": {"scheduler", "engine", "generation"},
     "cli": {
         "cache",
@@ -36,6 +48,7 @@ ALLOWED = {
         "experiments",
         "generation",
         "server",
+        "options",
     },
 }
 # leaf modules at the top of the package: they import nothing from radixflow, so any layer may
@@ -43,7 +56,17 @@ ALLOWED = {
 LEAVES = {"problems"}
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
 # server reaches the model only through the generation layer
-NO_TORCH = {"cache", "scheduler", "engine", "workloads", "bench", "costmodel", "generation", "server"}
+NO_TORCH = {
+    "cache",
+    "scheduler",
+    "engine",
+    "workloads",
+    "bench",
+    "costmodel",
+    "generation",
+    "server",
+    "options",
+}
 
 # Inside models/, bottom up: pure math, then mixers over packed batches, then the families that
 # assemble them; io reads and writes checkpoints of any family; zoo names and builds them.

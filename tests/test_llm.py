@@ -9,8 +9,8 @@ import pytest
 
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 from radixflow.generation.chat import ChatTemplate, ChatTemplateError
-from radixflow.generation.setup import ModelSetupError
 from radixflow.generation.tracker import RequestTracker, observe
+from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
 
 MODEL = "qwen3_5-tiny"
@@ -145,9 +145,9 @@ def test_chat_template_errors_are_one_line():
 
 
 def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
-    with pytest.raises(ModelSetupError, match="unknown model 'gpt-17'"):
+    with pytest.raises(ProblemError, match="unknown torch model 'gpt-17'"):
         LLM("gpt-17")
-    with pytest.raises(ModelSetupError, match="unknown policy"):
+    with pytest.raises(ProblemError, match="policy: unknown policy 'fastest'"):
         LLM(MODEL, policy="fastest")
 
 
@@ -161,4 +161,4 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=12, ignore_eos=True))
     assert printed["token_ids"] == list(out.token_ids) and printed["text"] == out.text
     assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
-    assert "unknown model 'gpt-17'" in capsys.readouterr().err
+    assert "unknown torch model 'gpt-17'" in capsys.readouterr().err

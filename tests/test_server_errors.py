@@ -187,7 +187,10 @@ def test_shutdown_finishes_what_it_can_and_fails_the_rest_cleanly(zoo):
             target=lambda: short.update(r=served.http(timeout=60).post("/v1/completions", json=body))
         )
         worker.start()
-        time.sleep(0.05)
+        deadline = time.monotonic() + 30
+        while served.on_engine(lambda e: len(e.requests)) < 2:  # both accepted (a loaded machine is slow)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         served.server.should_exit = True  # what Ctrl-C does
         rest = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
         worker.join(30)
@@ -205,5 +208,5 @@ def test_serve_command_refuses_bad_setup_in_one_line(zoo, capsys):
     assert main(["serve", "gpt-17"]) == 2
     assert main(["serve", MODEL, "--token-budget", "4"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
-    assert errors[0].startswith("radixflow: error: unknown model 'gpt-17'")
-    assert errors[1] == "radixflow: error: token budget 4 is smaller than one block (16 tokens)"
+    assert errors[0].startswith("radixflow: error: model: unknown torch model 'gpt-17'")
+    assert errors[1] == "radixflow: error: --token-budget: 4 is smaller than one block (block_size 16 tokens)"

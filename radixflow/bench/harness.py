@@ -50,13 +50,15 @@ def run_policies(
     placement: str,
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
     repeats: int = 1,
+    eviction: str = "lru",
 ) -> list[PolicyRun]:
-    """Each policy ``repeats`` times, interleaved; timings are reported as medians over repeats."""
+    """Each policy ``repeats`` times, interleaved, each on a fresh engine over ``runner``; timings
+    are reported as medians over repeats."""
     reference = runner.reference_tokens(requests)
     trials: dict[str, list[PolicyRun]] = {p: [] for p in policies}
     for _ in range(repeats):
         for policy in policies:
-            engine = Engine(runner, scheduler, policy=policy, placement=placement)
+            engine = Engine(runner, scheduler, policy=policy, placement=placement, eviction=eviction)
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)

@@ -12,6 +12,8 @@ from rich.console import Console
 from radixflow.cli import bench, calibrate, experiment, generate, models, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
+from radixflow.options import option_fields
+from radixflow.problems import ProblemError, flag
 
 DESCRIPTION = (
     "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
@@ -28,6 +30,9 @@ COMMANDS: tuple[Command, ...] = (
     generate.COMMAND,
     serve.COMMAND,
 )
+
+
+ENGINE_FLAGS = {f.name for f in option_fields()} - {"model"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _spelling(param: str) -> str:
+    """A parameter as the command line spells it: an engine option by its flag (``kv_blocks`` ->
+    ``--kv-blocks``); the model (an argument of some commands) and request fields as they are."""
+    return flag(param) if param in ENGINE_FLAGS else param
+
+
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     console = console or Console()
     runs = {cmd.name: cmd.run for cmd in COMMANDS}
@@ -60,6 +71,9 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         return runs[args.command](args, console)
     except UsageError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)
+        return 2
+    except ProblemError as e:  # an option or input the engine's own checks refused
+        print(f"radixflow: error: {e.problem.render(_spelling)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("radixflow: interrupted", file=sys.stderr)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.cli.command import UsageError
+from radixflow.options import EngineOptions
+from radixflow.options.flags import given, ineffective, ineffective_for_model
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -106,3 +108,15 @@ def _probe_writable(flag: str, path: Path) -> None:
 def warn(message: str) -> None:
     """A one-line warning on stderr (the run goes on)."""
     print(f"radixflow: warning: {message}", file=sys.stderr)
+
+
+def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions) -> None:
+    """Warn about engine flags the user gave that cannot change a run on the chosen runner."""
+    for message in ineffective(options, given(args)):
+        warn(message)
+
+
+def warn_ineffective_for_model(args: argparse.Namespace, has_recurrent: bool) -> None:
+    """Warn about engine flags the user gave that cannot change a run on this model."""
+    for message in ineffective_for_model(given(args), has_recurrent):
+        warn(message)

@@ -13,23 +13,15 @@ from rich.progress import Progress
 
 from radixflow.bench.harness import BenchReport, PolicyRun, config_dict, run_policies
 from radixflow.bench.report import render
-from radixflow.bench.runner_choice import RunnerSetupError, TorchChoice
-from radixflow.cli.args import check_output_paths, warn
-from radixflow.cli.bench_flags import DEFAULT_PLACEMENT, add_arguments, warn_ineffective
-from radixflow.cli.bench_setup import (
-    RUNNERS,
-    check_generated_context,
-    check_generated_fits,
-    check_torch_memory,
-    load_workload,
-    scheduler_config,
-    workload_spec,
-)
+from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
+from radixflow.cli.bench_flags import add_arguments, warn_ineffective
+from radixflow.cli.bench_setup import check_generated_context, check_workload, load_workload, workload_spec
 from radixflow.cli.command import Command, UsageError
+from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import RoundRecord
-from radixflow.engine.runner import Runner
+from radixflow.options import EngineSetup, plan_engine, runner_name
+from radixflow.options.flags import from_args, policies
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.trace import write_trace
 
 DEFAULT_POLICIES = ["native", "radixflow"]
@@ -39,70 +31,53 @@ def run(args: argparse.Namespace, console: Console) -> int:
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
     check_output_paths(outputs, {"--trace": args.trace})
     warn_ineffective(args)
-    scheduler_config(args)  # reject impossible budgets before any model is built
+    options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
+    warn_ineffective_options(args, options)
+    if runner_name(options) == "torch":
+        require_torch_extra("--runner torch")
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
-    runner, sched, requests, workload, describe = _setup(args)
-    if args.placement is not None and not runner.model.has_recurrent:
-        warn(f"--placement has no effect on {runner.model.name}: a full-attention model has no checkpoints")
+    plan = plan_engine(options)
+    requests, workload = load_workload(args, plan.choice.vocab_size)
+    spec = check_workload(args, plan, requests)
+    setup = plan.build(requests)
+    warn_ineffective_for_model(args, plan.choice.has_recurrent)
+    if spec is not None:
+        check_generated_context(spec, setup.runner.model)
     if args.write_trace is not None:
         _write(args.write_trace, lambda path: write_trace(path, requests))
-    policies = args.policies or DEFAULT_POLICIES
-    runs = _run(args, runner, sched, requests, policies)
+    names = policies(args) or DEFAULT_POLICIES
+    runs = _run(args, setup, requests, names)
     config = config_dict(
-        sched,
-        runner=args.runner,
-        model=runner.model.name,
-        placement=args.placement or DEFAULT_PLACEMENT,
+        setup.scheduler,
+        runner=plan.choice.name,
+        model=setup.runner.model.name,
+        placement=options.placement,
         repeats=args.repeat,
     )
-    config.update(describe)
+    config.update(plan.choice.describe())
     noun = "request" if len(requests) == 1 else "requests"
-    title = f"{runner.model.name} · {len(requests)} {noun} · {args.runner} runner"
+    title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     render([r.result for r in runs], title, console)
     _write_outputs(args, BenchReport(workload, config, runs))
     return _exit_code(runs)
 
 
-def _setup(
-    args: argparse.Namespace,
-) -> tuple[Runner, SchedulerConfig, list[Request], dict[str, object], dict[str, object]]:
-    try:
-        choice = RUNNERS[args.runner](args)
-        requests, workload = load_workload(args, choice.vocab_size())
-        sched = scheduler_config(args, choice.capacity(requests, args.block_size))
-        spec = None if args.trace is not None else workload_spec(args, choice.vocab_size())
-        if spec is not None:
-            check_generated_fits(args, spec, sched)
-        if isinstance(choice, TorchChoice):
-            check_torch_memory(choice.path, choice.device, sched)
-        runner = choice.build(sched)
-    except RunnerSetupError as e:
-        raise UsageError(str(e)) from None
-    except MemoryError:
-        raise UsageError("out of memory building the runner: lower --kv-blocks or --state-slots") from None
-    if spec is not None:
-        check_generated_context(spec, runner.model)
-    return runner, sched, requests, workload, choice.describe()
-
-
 def _run(
-    args: argparse.Namespace,
-    runner: Runner,
-    sched: SchedulerConfig,
-    requests: list[Request],
-    policies: list[str],
+    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
 ) -> list[PolicyRun]:
     by_id = {r.id: r for r in requests}
     with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("starting", total=len(requests) * len(policies) * args.repeat)
+        task = progress.add_task("starting", total=len(requests) * len(names) * args.repeat)
 
         def on_round(policy: str, record: RoundRecord, engine: object) -> None:
             done = sum(1 for c in record.chunks if c[2] == len(by_id[c[0]].prompt))
             progress.update(task, advance=done, description=f"{policy}: round {record.index + 1}")
 
-        placement = args.placement or DEFAULT_PLACEMENT
-        return run_policies(requests, runner, sched, policies, placement, on_round, args.repeat)
+        o = setup.options
+        return run_policies(
+            requests, setup.runner, setup.scheduler, names, o.placement, on_round, args.repeat, o.eviction
+        )
 
 
 def _write(path: Path, write: object) -> None:

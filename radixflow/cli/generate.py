@@ -10,67 +10,68 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.markup import escape
 
-from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
+from radixflow.cli.args import (
+    float_arg,
+    int_arg,
+    non_negative_int,
+    warn_ineffective_for_model,
+    warn_ineffective_options,
+)
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.problems import ProblemError
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help="zoo name (see `radixflow models`) or checkpoint directory")
-    p.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
-    p.add_argument(
+    add_engine_flags(p, model_positional=True)
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
+    g.add_argument(
         "--chat", action="store_true", help="send each prompt as a user message through the chat template"
     )
-    p.add_argument("--max-tokens", type=non_negative_int, default=32, help="tokens to generate per prompt")
-    p.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
-    p.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
-    p.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
-    p.add_argument("--seed", type=int_arg(), default=None, help="per-request seed for sampling")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
-    p.add_argument(
+    g.add_argument("--max-tokens", type=non_negative_int, default=32, help="tokens to generate per prompt")
+    g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
+    g.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
+    g.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
+    g.add_argument(
         "--logprobs", type=int_arg(high=MAX_LOGPROBS), default=None, help="top alternatives per token"
     )
-    p.add_argument("--policy", choices=sorted(SCHEDULING_POLICIES), default="radixflow")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--kv-blocks", type=positive_int, default=1024, help="KV cache blocks of 16 tokens")
-    p.add_argument("--state-slots", type=non_negative_int, default=256, help="recurrent-state cache slots")
-    p.add_argument("--json", action="store_true", help="print every output as JSON")
+    g.add_argument("--json", action="store_true", help="print every output as JSON")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow generate")
     from radixflow.generation import LLM, GenerationError, SamplingParams
     from radixflow.generation.chat import ChatTemplateError
-    from radixflow.generation.setup import ModelSetupError
 
     if any(s == "" for s in args.stop):
         raise UsageError("--stop strings must not be empty")
+    options = from_args(args)
+    warn_ineffective_options(args, options)
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
-        seed=args.seed,
+        seed=args.seed,  # given: each prompt draws from its own seeded stream
         stop=tuple(args.stop),
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
     )
     try:
-        llm = LLM(
-            args.model,
-            args.policy,
-            device=args.device,
-            kv_blocks=args.kv_blocks,
-            state_slots=args.state_slots,
-        )
+        llm = LLM.from_options(options)
+        warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         if args.chat:
             outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)
         else:
             outputs = llm.generate(list(args.prompt), params)
-    except (ModelSetupError, ChatTemplateError, ValueError) as e:
+    except ProblemError:
+        raise
+    except (ChatTemplateError, ValueError) as e:
         raise UsageError(str(e)) from None
     except GenerationError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)

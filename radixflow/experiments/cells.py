@@ -14,9 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from radixflow.bench.harness import PolicyRun, run_policies
-from radixflow.bench.runner_choice import RunnerChoice, SimChoice, TorchChoice
-from radixflow.costmodel.hardware import resolve_hardware
-from radixflow.experiments.config import Cell, Variant
+from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
 from radixflow.experiments.costcheck import (
     CpuTimedRunner,
     check_figures,
@@ -24,36 +22,29 @@ from radixflow.experiments.costcheck import (
     predicted_worker_s,
     split_cpu,
 )
+from radixflow.options import EngineOptions, RunnerChoice, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 
 @contextmanager
-def _threads(s: dict[str, Any]) -> Iterator[None]:
+def _threads(options: EngineOptions) -> Iterator[None]:
     """A torch cell runs with its own intra-op thread count (restored afterwards)."""
-    if s["runner"] != "torch":
+    if options.torch_threads is None:
         yield
         return
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(s["torch_threads"])
     try:
-        yield
+        yield  # the torch runner sets the cell's count when it is built
     finally:
         torch.set_num_threads(before)
 
 
-def _choice(s: dict[str, Any]) -> tuple[RunnerChoice, float | None]:
-    """The runner choice and, for the sim, the fixed cost of one worker call in ms."""
-    if s["runner"] == "torch":
-        return TorchChoice(s["model"], s["device"]), None
-    hw = resolve_hardware(s["hardware"])
-    if s["fixed_cost_ms"] is not None:
-        hw = hw.with_fixed_round_cost(s["fixed_cost_ms"] / 1e3)
-    sim = SimChoice(s["model"], hw)
-    return sim, (hw.round_overhead_s + hw.layer_overhead_s * len(sim.spec.layers)) * 1e3
+def cell_options(cell: Cell) -> EngineOptions:
+    """The cell's engine settings as the one options object every door builds engines from."""
+    return EngineOptions.from_mapping({k: cell.settings[k] for k in ENGINE_KEYS})
 
 
 def cell_requests(cell: Cell, vocab_size: int) -> list[Request]:
@@ -90,47 +81,42 @@ def _variant_result(
 
 def run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
     """Every variant on the cell's requests; the first variant is the baseline of the report."""
-    with _threads(cell.settings):
-        return _run_cell(cell, variants)
+    options = cell_options(cell)
+    with _threads(options):
+        return _run_cell(cell, options, variants)
 
 
-def _run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
+def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> dict[str, Any]:
     t0 = time.perf_counter()
     s = cell.settings
-    choice, fixed_cost_ms = _choice(s)
-    requests = cell_requests(cell, choice.vocab_size())
-    capacity = choice.capacity(requests, s["block_size"])
-    sched = SchedulerConfig(
-        token_budget=s["token_budget"],
-        max_requests=s["max_requests"],
-        block_size=s["block_size"],
-        num_blocks=s["kv_blocks"] or capacity.kv_blocks,
-        num_state_slots=s["state_slots"] or capacity.state_slots,
-    )
-    sched.validate()
-    runner = CpuTimedRunner(choice.build(sched))
+    plan = plan_engine(options)
+    requests = cell_requests(cell, plan.choice.vocab_size)
+    setup = plan.build(requests)
+    runner = CpuTimedRunner(setup.runner)
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])
     by_placement: dict[str, list[Variant]] = {}
     for v in variants:
-        by_placement.setdefault(v.placement or s["placement"], []).append(v)
+        by_placement.setdefault(v.placement or options.placement, []).append(v)
     results: dict[str, dict[str, Any]] = {}
     ran: list[tuple[Variant, PolicyRun]] = []
     for placement, group in by_placement.items():
         policies = [v.policy for v in group]
-        runs = run_policies(requests, runner, sched, policies, placement, repeats=s["repetitions"])
+        runs = run_policies(
+            requests, runner, setup.scheduler, policies, placement, None, s["repetitions"], options.eviction
+        )
         ran += zip(group, runs, strict=True)
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
-    if s["runner"] == "torch":
-        _cost_check(ran, results, runner.cpu_s, requests, s, choice)
+    if plan.choice.name == "torch":
+        _cost_check(ran, results, runner.cpu_s, requests, s, plan.choice)
     return {
         "cell": cell.to_dict(),
         "requests": len(requests),
         "model": runner.model.name,
         "hybrid": runner.model.has_recurrent,
-        "runner_settings": choice.describe(),
-        "fixed_cost_ms": fixed_cost_ms,
+        "runner_settings": plan.choice.describe(),
+        "fixed_cost_ms": plan.choice.fixed_cost_ms,
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
     }

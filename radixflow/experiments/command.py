@@ -9,10 +9,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from radixflow.bench.runner_choice import RunnerSetupError, TorchChoice
-from radixflow.experiments.config import ExperimentConfig, ExperimentConfigError, load_config
+from radixflow.experiments.cells import cell_options
+from radixflow.experiments.config import Cell, ExperimentConfig, ExperimentConfigError, load_config
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import default_out, run_experiment
+from radixflow.options import plan_engine
+from radixflow.problems import ProblemError
 
 EXTRA = "pip install -e '.[experiments]'"
 
@@ -36,22 +38,16 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def _check_torch_cells(config: ExperimentConfig) -> None:
-    """Resolve every torch model and device before any cell runs."""
-    seen = {
-        (c.settings["model"], c.settings["device"]) for c in config.cells if c.settings["runner"] == "torch"
-    }
-    for model, device in sorted(seen):
+    """Resolve every torch model and device (a zoo model is built) before any cell runs."""
+    seen: dict[tuple[str, str], Cell] = {}
+    for c in config.cells:
+        if c.settings["runner"] == "torch":
+            seen.setdefault((c.settings["model"], c.settings["device"]), c)
+    for _, cell in sorted(seen.items()):
         try:
-            TorchChoice(model, device)
-        except RunnerSetupError as e:
-            raise ExperimentUsageError(str(e)) from None
-        if device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ExperimentUsageError(
-                    f"device {device!r} requested but this torch build sees no CUDA device"
-                )
+            plan_engine(cell_options(cell))
+        except ProblemError as e:
+            raise ExperimentUsageError(str(e.problem)) from None
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -18,33 +18,30 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware import HARDWARE, ProfileError, resolve_hardware
-from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.options import EngineOptions, option_fields, runner_name
+from radixflow.options.runners import name_problem
+from radixflow.options.spec import OptionSpec, check_value
+from radixflow.problems import ProblemError
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import ARRIVALS, ORDERS, WorkloadSpec
 
-SCHEMA = 1  # bump when a cell's meaning changes: cached cell results are keyed by it
+SCHEMA = 2  # bump when a cell's meaning changes: cached cell results are keyed by it
 
-RUNNERS = ("sim", "torch")
-# cell key -> (type, default); None default: optional
-CELL_KEYS: dict[str, tuple[type | tuple[type, ...], Any]] = {
-    "runner": (str, "sim"),
-    "model": (str, None),
-    "hardware": (str, "h200"),
-    "fixed_cost_ms": ((int, float), None),  # sim: the whole fixed cost of a worker call
-    "device": (str, "cpu"),
-    "torch_threads": (int, 1),
-    "placement": (str, "branch"),
-    "token_budget": (int, 8192),
-    "max_requests": (int, 256),
-    "block_size": (int, 16),
-    "kv_blocks": (int, None),
-    "state_slots": (int, None),
-    "repetitions": (int, 1),
-    "slo_ms": ((int, float), None),  # goodput counts requests finishing within this latency
-    "independent_share": ((int, float), None),  # share of independent requests in the queue
-    "cost_profile": (str, None),  # torch cells: predict their worker time with this profile (a check)
+MAX_REPETITIONS = 1000
+# A cell's engine settings are `EngineOptions` fields (their defaults, types and limits; the
+# policy comes from the experiment's `policies`); these keys are the experiment's own.
+EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
+    "repetitions": (OptionSpec("runs per variant; timings are medians", int, 1, MAX_REPETITIONS), 1),
+    # goodput counts requests finishing within this latency
+    "slo_ms": (OptionSpec("latency objective in ms", float, 0.0, 3_600_000.0), None),
+    # share of independent requests in the queue
+    "independent_share": (OptionSpec("share of independent requests", float, 0.0), None),
+    # torch cells: predict their worker time with this profile (a check)
+    "cost_profile": (OptionSpec("profile that predicts a torch cell's worker time", str), None),
 }
+ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
+CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model
 WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
@@ -117,6 +114,7 @@ def _variant(text: Any, origin: str) -> Variant:
 
 
 def _check_value(origin: str, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    """A workload value: the type of its default, finite, not negative."""
     if isinstance(value, bool) or not isinstance(value, kind):
         name = kind.__name__ if isinstance(kind, type) else "number"
         raise _fail(origin, key, f"must be a {name}, got {value!r}")
@@ -158,33 +156,41 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
 def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Path) -> Cell:
     """Check a resolved cell; ``loc`` names the config key a setting came from."""
     s = dict(cell.settings)
-    for key, (kind, _) in CELL_KEYS.items():
-        if s.get(key) is not None:
-            _check_value(origin, loc(key), s[key], kind)
-    if s["runner"] not in RUNNERS:
-        known = ", ".join(RUNNERS)
-        raise _fail(origin, loc("runner"), f"unknown runner {s['runner']!r} (known: {known})")
+    for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
+        s[key] = _profile(s[key], origin, loc(key), base)
+    for key, (spec, default) in EXPERIMENT_KEYS.items():
+        problem = check_value(key, s[key], spec, default is None)
+        if problem is not None:
+            raise _fail(origin, loc(key), problem.message)
+    if s["independent_share"] is not None and s["independent_share"] >= 1:
+        raise _fail(origin, loc("independent_share"), f"must be below 1, got {s['independent_share']}")
     if s["model"] is None:
         raise _fail(origin, loc("model"), "missing (a sim shape or a zoo model)")
-    if s["runner"] == "sim" and s["model"] not in SIM_MODELS:
-        known = ", ".join(SIM_MODELS)
-        raise _fail(origin, loc("model"), f"unknown sim model {s['model']!r} (known: {known})")
-    if s["placement"] not in PLACEMENTS:
-        raise _fail(origin, loc("placement"), f"unknown placement {s['placement']!r}")
-    for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
-        if s[key] is not None and s[key] not in HARDWARE:
-            path = (base / s[key]).resolve()
-            try:
-                resolve_hardware(str(path))
-            except ProfileError as e:
-                raise _fail(origin, loc(key), str(e)) from None
-            s[key] = str(path)
-    share = s.get("independent_share")
-    if share is not None and not 0 <= share < 1:
-        raise _fail(origin, loc("independent_share"), f"must be in [0, 1), got {share}")
-    for key in ("token_budget", "max_requests", "block_size", "repetitions", "torch_threads"):
-        if s[key] < 1:
-            raise _fail(origin, loc(key), f"must be >= 1, got {s[key]}")
+    try:
+        options = EngineOptions.from_mapping({k: s[k] for k in ENGINE_KEYS})
+    except ProblemError as e:
+        raise _fail(origin, loc(e.problem.param or "model"), e.problem.message) from None
+    problem = name_problem(options)
+    if problem is not None:
+        raise _fail(origin, loc("model"), problem.message)
+    s["runner"] = runner_name(options)
+    _validate_workload(cell, origin, loc)
+    return Cell(cell.group, s, cell.workload)
+
+
+def _profile(value: Any, origin: str, key: str, base: Path) -> Any:
+    """A profile file named relative to the config, as an absolute path (built-in names as they are)."""
+    if not isinstance(value, str) or value in HARDWARE:
+        return value  # a wrong type is reported with the other checks
+    path = (base / value).resolve()
+    try:
+        resolve_hardware(str(path))
+    except ProfileError as e:
+        raise _fail(origin, key, str(e)) from None
+    return str(path)
+
+
+def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> None:
     for key, value in cell.workload.items():
         if key == "seed":
             continue  # checked with `seeds`
@@ -200,7 +206,6 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
         WorkloadSpec(**cell.workload).validate()
     except (TypeError, ValueError) as e:
         raise _fail(origin, loc("workload"), str(e)) from None
-    return Cell(cell.group, s, cell.workload)
 
 
 def _seeds(value: Any, origin: str, key: str) -> list[int]:
@@ -240,7 +245,7 @@ def parse_config(data: dict[str, Any], origin: str, base: Path) -> ExperimentCon
 
         name = str(grid.get("name", where))
         grid_seeds = _seeds(grid["seeds"], origin, f"{where}.seeds") if "seeds" in grid else seeds
-        for settings in _expand({**{k: [v] for k, (_, v) in CELL_KEYS.items()}, **d_cell, **g_cell}):
+        for settings in _expand({**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}):
             for workload in _expand({**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}):
                 for seed in grid_seeds:
                     cell = Cell(name, settings, {**workload, "seed": seed})

@@ -9,9 +9,10 @@ from typing import Any
 from radixflow.engine.engine import Engine
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.setup import EngineOptions, LoadedModel, build_engine, load_model
+from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker, observe
+from radixflow.options import EngineOptions
 from radixflow.scheduler.request import Request, RequestStatus
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
@@ -26,14 +27,25 @@ class LLM:
     """A model in an engine of its own. Requests of one `generate` call share its rounds, and the
     prefix cache persists across calls (a follow-up turn reuses the previous one).
 
-    ``policy`` is the scheduling policy (``radixflow`` or ``native``); ``options`` are the other
-    `EngineOptions` fields (``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ...).
+    ``model`` is a zoo name or a checkpoint directory; ``options`` are `EngineOptions` fields
+    (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ``seed``, ...), checked
+    as every other door checks them: a bad one raises `ProblemError` (a ValueError) naming it.
     """
 
-    def __init__(self, model: str, policy: str = "radixflow", **options: Any) -> None:
-        self.options = EngineOptions(policy=policy, **options)
-        self.model: LoadedModel = load_model(model, self.options)
-        self.engine: Engine = build_engine(self.model, self.options)
+    def __init__(self, model: str, **options: Any) -> None:
+        self._start(EngineOptions.from_mapping(options, model=model))
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> LLM:
+        """An LLM built from options already made (and validated) elsewhere, e.g. from flags."""
+        llm = cls.__new__(cls)
+        llm._start(options)
+        return llm
+
+    def _start(self, options: EngineOptions) -> None:
+        self.options = options
+        self.model: LoadedModel = load_model(options)
+        self.engine: Engine = self.model.engine()
         self._ids = itertools.count()
 
     @property

@@ -55,7 +55,7 @@ class SimRunner:
 
     def validate(self, request: Request) -> Problem | None:
         if request.sampling.prompt_logprobs is not None:
-            return "the sim runner computes no logits: prompt logprobs need the torch runner"
+            return Problem("prompt_logprobs", "the sim runner computes no logits: they need the torch runner")
         return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import socket
-from dataclasses import replace
 
 import uvicorn
 
-from radixflow.generation.setup import EngineOptions, LoadedModel, build_engine
+from radixflow.generation.setup import LoadedModel
 from radixflow.server.app import create_app
 from radixflow.server.state import ServerConfig, ServerState
 
@@ -30,13 +29,12 @@ class Server(uvicorn.Server):
 
 def build_server(
     model: LoadedModel,
-    options: EngineOptions,
     config: ServerConfig,
     host: str,
     port: int,
     log_level: str = "info",
 ) -> Server:
-    engine = build_engine(model, replace(options, round_history=options.round_history or ROUND_HISTORY))
+    engine = model.engine(round_history=ROUND_HISTORY)
     state = ServerState(model, engine, config)
     uv_config = uvicorn.Config(
         create_app(state),

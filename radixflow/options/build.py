@@ -1,0 +1,95 @@
+"""`build_engine(options)`: the one way from options to a runner, a cache and a scheduler.
+
+In two steps where a door needs the model before its workload (a generated workload draws token
+ids below the model's vocabulary): `plan_engine` resolves the runner and model, `EnginePlan.build`
+sizes the cache and builds the runner; `EngineSetup.engine` then makes engines over that runner
+(a benchmark makes one per policy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixflow.engine.engine import Engine
+from radixflow.engine.runner import Runner
+from radixflow.options.engine_options import EngineOptions
+from radixflow.options.runners import RunnerChoice, choose_runner, name_problem
+from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.request import Request
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    options: EngineOptions
+    choice: RunnerChoice
+    scheduler: SchedulerConfig  # capacities resolved: what the runner's pools were sized to
+    runner: Runner
+
+    def engine(
+        self, policy: str | None = None, placement: str | None = None, round_history: int | None = None
+    ) -> Engine:
+        """A fresh engine (empty cache, idle scheduler) over this setup's runner. ``policy`` and
+        ``placement`` default to the options'; ``round_history`` bounds the rounds it keeps."""
+        return Engine(
+            self.runner,
+            self.scheduler,
+            policy=policy or self.options.policy,
+            placement=placement or self.options.placement,
+            eviction=self.options.eviction,
+            round_history=round_history,
+        )
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    options: EngineOptions
+    choice: RunnerChoice
+
+    def scheduler_config(self, requests: list[Request] | None = None) -> SchedulerConfig:
+        """Budgets and capacities: given ones, else the runner's default for ``requests`` (None: an
+        open-ended stream, as a server serves). A full-attention model gets no state slots."""
+        o = self.options
+        default = self.choice.capacity(requests, o.block_size)
+        slots = default.state_slots if o.state_slots is None else o.state_slots
+        return SchedulerConfig(
+            token_budget=o.token_budget,
+            max_requests=o.max_requests,
+            block_size=o.block_size,
+            num_blocks=o.kv_blocks or default.kv_blocks,
+            num_state_slots=slots if self.choice.has_recurrent else 0,
+        )
+
+    def build(self, requests: list[Request] | None = None) -> EngineSetup:
+        """Size the cache and build the runner; `ProblemError` before any allocation when the
+        runner's pools cannot fit this machine."""
+        scheduler = self.scheduler_config(requests)
+        problem = self.choice.memory_problem(scheduler)
+        if problem is not None:
+            raise ProblemError(problem)
+        try:
+            runner = self.choice.build(scheduler)
+        except MemoryError:
+            raise ProblemError(
+                Problem("kv_blocks", "out of memory building the runner: lower kv_blocks or state_slots")
+            ) from None
+        return EngineSetup(self.options, self.choice, scheduler, runner)
+
+
+def plan_engine(options: EngineOptions) -> EnginePlan:
+    """Validate ``options`` and resolve the runner and model (a zoo model is built on first use).
+
+    Raises `ProblemError` naming the option at fault.
+    """
+    options.check()
+    problem = name_problem(options)
+    if problem is not None:
+        raise ProblemError(problem)
+    return EnginePlan(options, choose_runner(options))
+
+
+def build_engine(
+    options: EngineOptions, requests: list[Request] | None = None, round_history: int | None = None
+) -> Engine:
+    """An engine built from ``options`` alone (capacities sized for ``requests`` when given)."""
+    return plan_engine(options).build(requests).engine(round_history=round_history)

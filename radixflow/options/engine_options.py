@@ -1,0 +1,215 @@
+"""`EngineOptions`: everything that says how an engine is built, declared once.
+
+Each field carries its `OptionSpec` (help, limits, choices) in its metadata, so the command-line
+flags (`radixflow.options.flags`), the mapping form used by TOML cells and `radixflow.LLM(**kwargs)`
+(`from_mapping`) and the one `validate()` all read the same declaration: an option added here
+appears at every door with the same default, help and error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixflow.cache.eviction import EVICTION_POLICIES
+from radixflow.options.machine import bookkeeping_problem, threads_problem
+from radixflow.options.spec import OptionSpec, check_value
+from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.placement import PLACEMENTS
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+
+# Cache capacities: every block and slot is bookkept in Python and, on the torch runner, allocated
+# as real tensors up front (the torch pools are checked against memory when the model is known).
+MAX_KV_BLOCKS = 1 << 22
+MAX_STATE_SLOTS = 1 << 20
+MAX_BLOCK_SIZE = 1 << 16
+MAX_COUNT = 1 << 31  # token budget and requests per round: plain counters, no allocation
+MAX_COST_MS = 3_600_000.0  # one hour per worker call or per chunk
+TFLOPS_RANGE = (1e-3, 1e6)
+MAX_SEED = 2**64 - 1
+RUNNERS = ("sim", "torch")
+
+
+def _opt(default: Any, help: str, kind: type, **spec: Any) -> Any:
+    return field(default=default, metadata={"spec": OptionSpec(help, kind, **spec)})
+
+
+def _names(registry: Mapping[str, object]) -> Callable[[], list[str]]:
+    return lambda: sorted(registry)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str | None = _opt(
+        None,
+        "a sim shape (see `radixflow bench --help`), a zoo model (see `radixflow models`) or a "
+        "checkpoint directory (default: qwen3_5-2b on the sim runner, qwen3_5-small on torch)",
+        str,
+        group="model",
+        metavar="MODEL",
+    )
+    runner: str | None = _opt(
+        None,
+        "sim: the cost model; torch: real forward passes (default: sim for a sim shape, else torch)",
+        str,
+        choices=lambda: list(RUNNERS),
+        group="model",
+    )
+    device: str = _opt("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
+    torch_threads: int | None = _opt(
+        None,
+        "torch intra-op threads, at most this machine's CPUs (default: torch's)",
+        int,
+        low=1,
+        group="model",
+        metavar="N",
+    )
+    seed: int = _opt(
+        0,
+        "random seed: of the sampler, for requests without a seed of their own (bench: "
+        "also of a generated workload's token ids and arrivals; generate: also each prompt's own seed)",
+        int,
+        low=0,
+        high=MAX_SEED,
+        group="model",
+        metavar="N",
+    )
+    policy: str = _opt(
+        "radixflow", "scheduling policy", str, choices=_names(SCHEDULING_POLICIES), group="scheduler"
+    )
+    placement: str = _opt(
+        "branch", "where recurrent-state checkpoints go", str, choices=_names(PLACEMENTS), group="scheduler"
+    )
+    eviction: str = _opt(
+        "lru",
+        "which cached entry is evicted first",
+        str,
+        choices=_names(EVICTION_POLICIES),
+        group="scheduler",
+    )
+    token_budget: int = _opt(
+        2048,
+        "prompt tokens computed per round (at least one block)",
+        int,
+        low=1,
+        high=MAX_COUNT,
+        group="scheduler",
+        metavar="N",
+    )
+    max_requests: int = _opt(
+        32, "chunks per round", int, low=1, high=MAX_COUNT, group="scheduler", metavar="N"
+    )
+    block_size: int = _opt(
+        16, "tokens per KV block", int, low=1, high=MAX_BLOCK_SIZE, group="scheduler", metavar="N"
+    )
+    kv_blocks: int | None = _opt(
+        None,
+        f"KV capacity in blocks, at most {MAX_KV_BLOCKS} (default: sim 32768; torch: sized to the "
+        "workload where there is one, else 1024)",
+        int,
+        low=1,
+        high=MAX_KV_BLOCKS,
+        group="scheduler",
+        metavar="N",
+    )
+    state_slots: int | None = _opt(
+        None,
+        f"recurrent-state checkpoint slots, at most {MAX_STATE_SLOTS} (default: sim 1024, torch 256; "
+        "a full-attention model gets none)",
+        int,
+        low=0,
+        high=MAX_STATE_SLOTS,
+        group="scheduler",
+        metavar="N",
+    )
+    hardware: str = _opt(
+        "h100",
+        "sim cost profile: h100, h200, cpu or a profile file written by `radixflow calibrate`",
+        str,
+        group="sim",
+        metavar="NAME|FILE",
+    )
+    fixed_cost_ms: float | None = _opt(
+        None,
+        f"sim: the whole fixed cost of a worker call in ms (replaces the profile's per-call and "
+        f"per-layer parts), at most {MAX_COST_MS:.0f} (default: the profile's)",
+        float,
+        low=0.0,
+        high=MAX_COST_MS,
+        group="sim",
+        metavar="MS",
+    )
+    per_request_ms: float | None = _opt(
+        None,
+        f"sim: cost per scheduled chunk in ms, at most {MAX_COST_MS:.0f} (default: the profile's)",
+        float,
+        low=0.0,
+        high=MAX_COST_MS,
+        group="sim",
+        metavar="MS",
+    )
+    tflops: float | None = _opt(
+        None,
+        f"sim: sustained TFLOP/s, {TFLOPS_RANGE[0]:g} to {TFLOPS_RANGE[1]:g} (default: the profile's)",
+        float,
+        low=TFLOPS_RANGE[0],
+        high=TFLOPS_RANGE[1],
+        group="sim",
+        metavar="X",
+    )
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> EngineOptions:
+        """Options from a mapping (a TOML cell, `LLM(**kwargs)`): keys are field names, values must
+        have the field's type (an int field given 4.5, "4" or True is refused, not cast).
+
+        Raises `ProblemError` naming the first bad key; the result is validated.
+        """
+        given = {**data, **overrides}
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in given.items():
+            if key not in known:
+                raise ProblemError(Problem(key, f"unknown option (known: {', '.join(known)})"))
+            problem = check_value(key, value, spec_of(known[key]), known[key].default is None)
+            if problem is not None:
+                raise ProblemError(problem)
+        options = cls(**given)
+        options.check()
+        return options
+
+    def replace(self, **changes: Any) -> EngineOptions:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> Problem | None:
+        """Why these options cannot build an engine (None when they can): every field's type,
+        range and choices, the budgets against each other, and this machine's limits. Reads the
+        machine (CPU count, available memory); allocates nothing."""
+        for f in dataclasses.fields(self):
+            problem = check_value(f.name, getattr(self, f.name), spec_of(f), f.default is None)
+            if problem is not None:
+                return problem
+        if self.token_budget < self.block_size:
+            return Problem(
+                "token_budget",
+                f"{self.token_budget} is smaller than one block (block_size {self.block_size} tokens)",
+            )
+        return threads_problem(self.torch_threads) or bookkeeping_problem(self.kv_blocks, self.state_slots)
+
+    def check(self) -> None:
+        """`validate`, raising `ProblemError`."""
+        problem = self.validate()
+        if problem is not None:
+            raise ProblemError(problem)
+
+
+def spec_of(f: dataclasses.Field[Any]) -> OptionSpec:
+    return f.metadata["spec"]
+
+
+def option_fields() -> tuple[dataclasses.Field[Any], ...]:
+    """Every engine option, in declaration order."""
+    return dataclasses.fields(EngineOptions)

@@ -1,0 +1,119 @@
+"""Engine options on the command line: declared once (`add_engine_flags`), read once (`from_args`).
+
+Every flag defaults to None ("not given"), so a command can tell a given flag from a default (and
+warn about one that cannot change the run); the option's own default is shown in the help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
+from radixflow.options.runners import runner_name
+from radixflow.problems import Problem, ProblemError, flag
+
+GROUPS = {
+    "model": "model and runner",
+    "scheduler": "scheduler and cache",
+    "sim": "sim cost model (sim runner only)",
+}
+SIM_ONLY = ("hardware", "fixed_cost_ms", "per_request_ms", "tflops")
+TORCH_ONLY = ("device", "torch_threads")
+POLICY_HELP = (
+    "scheduling policy; repeat to run several side by side where a command compares them "
+    "(default: radixflow; bench: native and radixflow)"
+)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a valid integer: {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a valid number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+PARSERS: dict[type, Any] = {int: _int, float: _float, str: str}
+
+
+def add_engine_flags(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
+    """Every engine option as a flag, in its group; ``model_positional``: MODEL is an argument."""
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    for f in option_fields():
+        spec = spec_of(f)
+        shown = "" if f.default is None else f" (default: {f.default})"
+        if f.name == "model" and model_positional:
+            parser.add_argument("model", metavar="MODEL", help=spec.help)
+            continue
+        if f.name == "policy":
+            groups[spec.group].add_argument(
+                "--policy",
+                action="append",
+                choices=spec.choices(),
+                help=POLICY_HELP,  # type: ignore[misc]
+            )
+            continue
+        groups[spec.group].add_argument(
+            flag(f.name),
+            dest=f.name,
+            type=PARSERS[spec.kind],
+            choices=spec.choices() if spec.choices is not None else None,
+            metavar=spec.metavar,
+            help=spec.help + shown,
+        )
+
+
+def given(args: argparse.Namespace) -> list[str]:
+    """Engine options the user gave (in declaration order)."""
+    return [f.name for f in option_fields() if getattr(args, f.name, None) is not None]
+
+
+def policies(args: argparse.Namespace) -> list[str] | None:
+    """The ``--policy`` values in order, once each (None: not given)."""
+    return None if args.policy is None else list(dict.fromkeys(args.policy))
+
+
+def from_args(args: argparse.Namespace, one_policy: bool = True) -> EngineOptions:
+    """The options the flags give, validated (`ProblemError` naming the option at fault).
+
+    ``one_policy``: the command runs one engine, so ``--policy`` may be given once.
+    """
+    values = {name: getattr(args, name) for name in given(args)}
+    if "policy" in values:
+        names = policies(args) or []
+        if one_policy and len(names) > 1:
+            raise ProblemError(Problem("policy", f"given {len(names)} times: this command runs one engine"))
+        values["policy"] = names[0]
+    return EngineOptions.from_mapping(values)
+
+
+def ineffective(options: EngineOptions, given_names: list[str]) -> list[str]:
+    """Warnings for given options that cannot change a run on this runner (one line each)."""
+    out, runner = [], runner_name(options)
+    if runner == "torch" and (names := [n for n in SIM_ONLY if n in given_names]):
+        out.append(f"{_listed(names)} no effect with the torch runner (they set the sim cost model)")
+    if runner == "sim" and (names := [n for n in TORCH_ONLY if n in given_names]):
+        out.append(f"{_listed(names)} no effect with the sim runner")
+    return out
+
+
+def ineffective_for_model(given_names: list[str], has_recurrent: bool) -> list[str]:
+    """Warnings for given options that cannot change a run on this model (one line each)."""
+    if has_recurrent or not (names := [n for n in ("placement", "state_slots") if n in given_names]):
+        return []
+    return [f"{_listed(names)} no effect on a full-attention model: it has no recurrent state"]
+
+
+def _listed(names: list[str]) -> str:
+    return f"{', '.join(flag(n) for n in names)} {'has' if len(names) == 1 else 'have'}"

@@ -1,0 +1,65 @@
+"""What this machine has: CPUs and available memory, and the checks of options against them."""
+
+from __future__ import annotations
+
+import os
+
+from radixflow.problems import Problem
+
+# Python bookkeeping per KV block or state slot (id pools, tree nodes, block tables). Measured
+# here: an IdPool of 1M ids takes 40 B per id free and 74 B (peak 90 B) with every id taken;
+# tree nodes and request block tables add to that, so count 256 B per id as a safe bound.
+BOOKKEEPING_BYTES_PER_ID = 256
+MEMORY_SHARE = 0.9  # pools and bookkeeping may take at most this share of available memory
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where there is one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def threads_problem(threads: int | None) -> Problem | None:
+    if threads is not None and threads > cpu_count():
+        return Problem("torch_threads", f"must be at most {cpu_count()} (this machine's CPUs), got {threads}")
+    return None
+
+
+def bookkeeping_problem(kv_blocks: int | None, state_slots: int | None) -> Problem | None:
+    """The cache's Python bookkeeping for this many blocks and slots must fit in memory."""
+    have = available_memory()
+    need = BOOKKEEPING_BYTES_PER_ID * ((kv_blocks or 0) + (state_slots or 0))
+    if have is None or need <= MEMORY_SHARE * have:
+        return None
+    param = "kv_blocks" if (kv_blocks or 0) >= (state_slots or 0) else "state_slots"
+    return Problem(
+        param,
+        f"{kv_blocks} KV blocks and {state_slots} state slots need {need / 1e9:.1f} GB of bookkeeping; "
+        f"{have / 1e9:.1f} GB of memory is available",
+    )
+
+
+def pools_problem(need: int | None, device: str, what: str) -> Problem | None:
+    """The torch runner's pools (``need`` bytes, None: unknown) against available memory."""
+    have = available_memory() if device == "cpu" else None
+    if need is None or have is None or need <= MEMORY_SHARE * have:
+        return None
+    return Problem(
+        "kv_blocks",
+        f"the torch runner's cache needs {need / 1e9:.1f} GB ({what}) but {have / 1e9:.1f} GB of memory "
+        "is available: lower kv_blocks, block_size or state_slots",
+    )

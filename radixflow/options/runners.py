@@ -1,0 +1,261 @@
+"""Which runner an engine gets: small classes behind one protocol, chosen by name.
+
+A choice resolves its model before anything is allocated (a zoo model is built on first use), so
+the vocabulary, the default capacity and the memory the pools need are known up front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from radixflow.costmodel.hardware import HardwareProfile, ProfileError, resolve_hardware
+from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
+from radixflow.engine.runner import Runner
+from radixflow.options.engine_options import EngineOptions
+from radixflow.options.machine import pools_problem
+from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.request import Request
+
+DEFAULT_TORCH_MODEL = "qwen3_5-small"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    kv_blocks: int
+    state_slots: int
+
+
+class RunnerChoice(Protocol):
+    name: str
+    label: str  # the model as the user named it
+    checkpoint: Path | None  # the model's directory (None: a sim shape, no weights)
+
+    @property
+    def vocab_size(self) -> int:
+        """Vocabulary of the chosen model (workloads draw token ids below it). Pure."""
+        ...
+
+    @property
+    def has_recurrent(self) -> bool:
+        """Whether the model has recurrent layers (a full-attention model needs no state slots). Pure."""
+        ...
+
+    def capacity(self, requests: list[Request] | None, block_size: int) -> Capacity:
+        """Default cache capacity for this workload (None: a server's open-ended one). Pure."""
+        ...
+
+    def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
+        """Why the runner's pools for this capacity cannot fit this machine (None: they can). Pure."""
+        ...
+
+    def build(self, scheduler: SchedulerConfig) -> Runner:
+        """Construct the runner (reads model weights, allocates its pools)."""
+        ...
+
+    def describe(self) -> dict[str, object]:
+        """Runner settings to record beside the results."""
+        ...
+
+    @property
+    def fixed_cost_ms(self) -> float | None:
+        """The modelled fixed cost of one worker call in ms (None: a real runner pays what it pays)."""
+        ...
+
+
+class SimChoice:
+    name = "sim"
+    checkpoint = None
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.label = options.model or DEFAULT_SIM_MODEL
+        if self.label not in SIM_MODELS:
+            known = ", ".join(SIM_MODELS)
+            raise ProblemError(Problem("model", f"unknown sim model {self.label!r} (known: {known})"))
+        self.spec, self.hardware = SIM_MODELS[self.label], sim_hardware(options)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.vocab_size
+
+    @property
+    def has_recurrent(self) -> bool:
+        return self.spec.has_recurrent
+
+    def capacity(self, requests: list[Request] | None, block_size: int) -> Capacity:
+        default = SchedulerConfig()
+        return Capacity(default.num_blocks, default.num_state_slots)
+
+    def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
+        return None  # no tensors: the bookkeeping was checked with the options
+
+    def build(self, scheduler: SchedulerConfig) -> Runner:
+        from radixflow.runners.sim import SimRunner
+
+        return SimRunner(self.spec, self.hardware)
+
+    def describe(self) -> dict[str, object]:
+        return {"hardware": asdict(self.hardware)}
+
+    @property
+    def fixed_cost_ms(self) -> float | None:
+        hw = self.hardware
+        return (hw.round_overhead_s + hw.layer_overhead_s * len(self.spec.layers)) * 1e3
+
+
+def sim_hardware(options: EngineOptions) -> HardwareProfile:
+    """The sim's cost profile: ``hardware`` with the fixed-cost and rate overrides applied."""
+    try:
+        hw = resolve_hardware(options.hardware)
+    except ProfileError as e:
+        raise ProblemError(Problem("hardware", str(e))) from None
+    if options.fixed_cost_ms is not None:
+        hw = hw.with_fixed_round_cost(options.fixed_cost_ms / 1e3)
+    if options.per_request_ms is not None:
+        hw = replace(hw, per_request_s=options.per_request_ms / 1e3)
+    if options.tflops is not None:
+        hw = replace(hw, flops=options.tflops * 1e12)
+    return hw
+
+
+class TorchChoice:
+    name = "torch"
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.label, self.device = options.model or DEFAULT_TORCH_MODEL, options.device
+        self.threads, self.seed = options.torch_threads, options.seed
+        self.checkpoint: Path = _resolve(self.label, self.device)
+        self.footprint = _guard(lambda: _footprint(self.checkpoint))
+
+    @property
+    def vocab_size(self) -> int:
+        from radixflow.models.io.loader import read_config
+
+        return int(_guard(lambda: read_config(self.checkpoint)).vocab_size)
+
+    @property
+    def has_recurrent(self) -> bool:
+        return self.footprint.has_recurrent
+
+    def capacity(self, requests: list[Request] | None, block_size: int) -> Capacity:
+        # Real pools are allocated up front: size them to the workload, not to a GPU.
+        if requests is None:
+            return Capacity(1024, 256)
+        need = sum(-(-len(r.prompt) // block_size) + 1 for r in requests)
+        return Capacity(max(need, 64), 256)
+
+    def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
+        need = self.footprint.pool_bytes(
+            scheduler.block_size, scheduler.num_blocks, scheduler.num_state_slots
+        )
+        what = (
+            f"{scheduler.num_blocks} KV blocks of {scheduler.block_size} tokens, "
+            f"{scheduler.num_state_slots} state slots"
+        )
+        return pools_problem(need, self.device, what)
+
+    def build(self, scheduler: SchedulerConfig) -> Runner:
+        from radixflow.runners.footprint import set_torch_threads
+        from radixflow.runners.torch_runner import TorchRunner
+
+        if self.threads is not None:
+            set_torch_threads(self.threads)
+        return _guard(
+            lambda: TorchRunner(
+                self.checkpoint,
+                scheduler.block_size,
+                scheduler.num_blocks,
+                scheduler.num_state_slots,
+                device=self.device,
+                label=self.label,
+                seed=self.seed,
+            )
+        )
+
+    def describe(self) -> dict[str, object]:
+        return {"device": self.device, "checkpoint": str(self.checkpoint)}
+
+    @property
+    def fixed_cost_ms(self) -> float | None:
+        return None
+
+
+def _footprint(path: Path) -> object:
+    from radixflow.runners.footprint import footprint
+
+    return footprint(path)
+
+
+def _model_errors() -> tuple[type[BaseException], ...]:
+    from radixflow.models.device import DeviceError
+    from radixflow.models.io.loader import CheckpointError
+    from radixflow.models.registry import UnknownModelError
+    from radixflow.models.zoo import ModelUnavailableError
+
+    return (
+        UnknownModelError,
+        CheckpointError,
+        ModelUnavailableError,
+        DeviceError,
+        NotImplementedError,
+        OSError,
+    )
+
+
+def _guard(make):  # type: ignore[no-untyped-def]
+    """``make()``, with a model that cannot be read or built turned into a `Problem` on ``model``."""
+    try:
+        return make()
+    except _model_errors() as e:
+        raise ProblemError(Problem("model", str(e))) from None
+
+
+def _resolve(name: str, device: str) -> Path:
+    """The model's directory (a zoo model is built there on first use)."""
+    try:
+        from radixflow.models.device import DeviceError, check_device
+        from radixflow.models.zoo import ensure_model
+    except ImportError as e:
+        raise ProblemError(
+            Problem("runner", f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})")
+        ) from None
+    try:
+        check_device(device)  # before any model is built or loaded
+    except DeviceError as e:
+        raise ProblemError(Problem("device", str(e))) from None
+    return _guard(lambda: ensure_model(name))
+
+
+RUNNER_CHOICES: dict[str, type[SimChoice] | type[TorchChoice]] = {"sim": SimChoice, "torch": TorchChoice}
+
+
+def runner_name(options: EngineOptions) -> str:
+    """The runner the options ask for: given, else sim for a sim shape (or no model), else torch."""
+    if options.runner is not None:
+        return options.runner
+    return "sim" if options.model is None or options.model in SIM_MODELS else "torch"
+
+
+def name_problem(options: EngineOptions) -> Problem | None:
+    """Why ``options.model`` names no model the runner can have (None: it may). Cheap: nothing is
+    built or read, so a config of many cells is checked before any runs."""
+    name, runner = options.model, runner_name(options)
+    if name is None:
+        return None
+    if runner == "sim":
+        ok, known = name in SIM_MODELS, f"sim shapes: {', '.join(SIM_MODELS)}"
+    else:
+        from radixflow.models.zoo import model_names
+
+        ok = name in model_names() or Path(name).is_dir()
+        known = f"zoo names: {', '.join(model_names())}"
+        if options.runner is None:
+            known += f"; sim shapes: {', '.join(SIM_MODELS)}"
+    return None if ok else Problem("model", f"unknown {runner} model {name!r} ({known})")
+
+
+def choose_runner(options: EngineOptions) -> RunnerChoice:
+    """The runner choice for ``options`` (resolves, and for a zoo name builds, the model)."""
+    return RUNNER_CHOICES[runner_name(options)](options)

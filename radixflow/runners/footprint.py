@@ -1,0 +1,51 @@
+"""What a checkpoint's torch pools cost per KV slot and per state slot, before anything is allocated."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+BYTES_PER_ELEMENT = 4  # the torch runner keeps its pools in float32
+
+
+@dataclass(frozen=True)
+class Footprint:
+    kv_bytes_per_token: int  # K and V of every attention layer, and the final hidden state beside them
+    state_bytes_per_slot: int  # every recurrent layer's state; 0 for a full-attention model
+
+    @property
+    def has_recurrent(self) -> bool:
+        return self.state_bytes_per_slot > 0
+
+    def pool_bytes(self, block_size: int, num_blocks: int, num_slots: int) -> int:
+        return self.kv_bytes_per_token * block_size * num_blocks + self.state_bytes_per_slot * num_slots
+
+
+def footprint(path: str | Path) -> Footprint:
+    """The model at ``path`` built on torch's meta device (no weights read, nothing allocated).
+
+    Raises what building the model raises (a `CheckpointError` for a config it cannot build from).
+    """
+    import torch
+
+    from radixflow.models.io.loader import CheckpointError, read_config
+    from radixflow.models.registry import model_class
+
+    config = read_config(path)
+    try:
+        with torch.device("meta"):
+            net = model_class(config.model_type)(config)
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
+        where = Path(path) / "config.json"
+        raise CheckpointError(f"{where}: cannot build a {config.model_type} model from it ({e})") from None
+    kv = sum(2 * heads * dim for heads, dim in net.kv_layout().values()) + int(config.hidden_size)
+    state = sum(math.prod(s) for shapes in net.state_layout().values() for s in shapes)
+    return Footprint(BYTES_PER_ELEMENT * kv, BYTES_PER_ELEMENT * state)
+
+
+def set_torch_threads(threads: int) -> None:
+    """torch's intra-op thread count for this process (the torch runner's forward passes)."""
+    import torch
+
+    torch.set_num_threads(threads)

@@ -76,7 +76,7 @@ def test_lru_eviction_respects_locks_and_capacity():
 def test_integrity_detects_corruption():
     cache = RadixCache(BS, 16, 4)
     compute(cache, "n", CTX, 0, 16, [16])
-    node = next(n for n in cache._nodes.values() if n.checkpoint is not None)
+    node = next(n for n in cache.tree.nodes() if n.checkpoint is not None)
     node.checkpoint.readiness = Readiness.READY  # READY but still names a producer
     with pytest.raises(IntegrityError):
         cache.check_integrity()

@@ -7,22 +7,26 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence, Set
-from types import MappingProxyType
+from collections.abc import Iterable, Sequence, Set
 
 from radixflow.cache.evictable import Evictor
 from radixflow.cache.eviction import LRU, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
+from radixflow.cache.rounds import RoundJournal
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness
 from radixflow.cache.views import SetView
 
 
 class RadixCache:
-    """A composition: the `Tree` (structure), the `Evictor` (what goes when capacity runs out), and
-    the bookkeeping of who holds what (locks, requests' private blocks and working slots, the
-    round journals). Its neighbours read that bookkeeping through read-only views."""
+    """A composition: the `Tree` (structure), the `Evictor` (what goes when capacity runs out), the
+    `RoundJournal` (what unfinished rounds published) and the bookkeeping of who holds what (locks,
+    requests' private blocks and working slots), which its neighbours read through read-only views.
+
+    The scheduler uses only the methods that take and return `NodeHandle`, `Match`, `Extension`
+    and `CacheUsage`; ``tree``, ``evictor`` and ``rounds`` are for the cache's own modules and tests.
+    """
 
     def __init__(
         self,
@@ -32,21 +36,14 @@ class RadixCache:
         eviction: EvictionPolicy | None = None,
     ) -> None:
         kv, slots = IdPool(num_blocks, "KV blocks"), IdPool(num_slots, "state slots")
-        self.tree = Tree(block_size, kv, slots, on_split=self._journal_split)
+        self.rounds = RoundJournal()
+        self.tree = Tree(block_size, kv, slots, on_split=self.rounds.on_split)
         self.evictor = Evictor(self.tree, eviction or LRU())
         self.block_size, self.kv, self.slots = block_size, kv, slots
         self._tick = 0
         self._locks: Counter[int] = Counter()  # node id -> locks held on exactly that node
         self._private: set[int] = set()  # blocks held by requests outside the tree
         self._working: set[int] = set()  # state slots held by running requests
-        self._pending: dict[str, list[Node]] = {}  # producer -> nodes with its PENDING checkpoints
-        # producer -> nodes whose KV it published this round (undone by `withdraw`, kept by `commit`)
-        self._adopted: dict[str, list[Node]] = {}
-
-    def _journal_split(self, upper: Node, lower: Node) -> None:
-        if lower.published_by is not None:  # both halves were published by the same round
-            upper.published_by = lower.published_by
-            self._adopted[lower.published_by].append(upper)
 
     # ----------------------------------------------------------------- demand (known sequences)
     def register(self, namespace: str, tokens: Sequence[int]) -> NodeHandle:
@@ -224,13 +221,12 @@ class RadixCache:
                 first = node.start // bs - start // bs
                 self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
                 self._private.difference_update(node.blocks or [])
-                node.published_by = producer
-                self._adopted.setdefault(producer, []).append(node)
+                self.rounds.adopt(producer, node)
                 adopted += len(node.blocks)
             if node.end in wanted and node.checkpoint is None:
                 slot = self.slots.take(1)[0]
                 node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
-                self._pending.setdefault(producer, []).append(node)
+                self.rounds.add_pending(producer, node)
                 made[node.end] = slot
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
@@ -250,9 +246,7 @@ class RadixCache:
 
     def commit(self, producer: str) -> None:
         """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
-        for node in self._adopted.pop(producer, []):
-            node.published_by = None
-        for node in self._pending.pop(producer, []):
+        for node in self.rounds.close(producer).pending:
             if node.checkpoint is not None and node.checkpoint.producer == producer:
                 node.checkpoint.readiness = Readiness.READY
                 node.checkpoint.producer = None
@@ -267,14 +261,14 @@ class RadixCache:
         """
         fresh: list[Node] = []
         for producer in producers:
-            for node in self._pending.pop(producer, []):
+            closed = self.rounds.close(producer)
+            for node in closed.pending:
                 if node.checkpoint is not None and node.checkpoint.producer == producer:
                     self.tree.drop_checkpoint(node)
                     self.evictor.offer(node)
-            fresh.extend(self._adopted.pop(producer, []))
+            fresh.extend(closed.adopted)
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
             assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
-            node.published_by = None
             self.evictor.drop_kv(node)
 
     # ----------------------------------------------------------------- capacity
@@ -323,11 +317,3 @@ class RadixCache:
     def own_locks(self, node: Node) -> int:
         """Locks held on exactly ``node`` (not on a node below it)."""
         return self._locks[node.id]
-
-    def pending_by_producer(self) -> Mapping[str, tuple[Node, ...]]:
-        """Round journal, a snapshot: producer -> nodes holding its PENDING checkpoints."""
-        return MappingProxyType({p: tuple(nodes) for p, nodes in self._pending.items()})
-
-    def adopted_by_producer(self) -> Mapping[str, tuple[Node, ...]]:
-        """Round journal, a snapshot: producer -> nodes whose KV it published this round."""
-        return MappingProxyType({p: tuple(nodes) for p, nodes in self._adopted.items()})

@@ -36,7 +36,7 @@ class _Journals:
 
 def check_cache(cache: RadixCache) -> None:
     """Raise `IntegrityError` at the first broken invariant of ``cache``. Pure."""
-    journals = _Journals(cache.rounds.adopted_by_producer(), cache.rounds.pending_by_producer())
+    journals = _Journals(cache.journal.adopted_by_producer(), cache.journal.pending_by_producer())
     tree_blocks: list[int] = []
     slots: list[int] = []
     for root in cache.tree.roots():

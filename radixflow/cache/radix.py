@@ -25,7 +25,7 @@ class RadixCache:
     requests' private blocks and working slots), which its neighbours read through read-only views.
 
     The scheduler uses only the methods that take and return `NodeHandle`, `Match`, `Extension`
-    and `CacheUsage`; ``tree``, ``evictor`` and ``rounds`` are for the cache's own modules and tests.
+    and `CacheUsage`; ``tree``, ``evictor`` and ``journal`` are for the cache's own modules and tests.
     """
 
     def __init__(
@@ -36,8 +36,8 @@ class RadixCache:
         eviction: EvictionPolicy | None = None,
     ) -> None:
         kv, slots = IdPool(num_blocks, "KV blocks"), IdPool(num_slots, "state slots")
-        self.rounds = RoundJournal()
-        self.tree = Tree(block_size, kv, slots, on_split=self.rounds.on_split)
+        self.journal = RoundJournal()
+        self.tree = Tree(block_size, kv, slots, on_split=self.journal.on_split)
         self.evictor = Evictor(self.tree, eviction or LRU())
         self.block_size, self.kv, self.slots = block_size, kv, slots
         self._tick = 0
@@ -221,12 +221,12 @@ class RadixCache:
                 first = node.start // bs - start // bs
                 self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
                 self._private.difference_update(node.blocks or [])
-                self.rounds.adopt(producer, node)
+                self.journal.adopt(producer, node)
                 adopted += len(node.blocks)
             if node.end in wanted and node.checkpoint is None:
                 slot = self.slots.take(1)[0]
                 node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
-                self.rounds.add_pending(producer, node)
+                self.journal.add_pending(producer, node)
                 made[node.end] = slot
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
@@ -246,7 +246,7 @@ class RadixCache:
 
     def commit(self, producer: str) -> None:
         """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
-        for node in self.rounds.close(producer).pending:
+        for node in self.journal.close(producer).pending:
             if node.checkpoint is not None and node.checkpoint.producer == producer:
                 node.checkpoint.readiness = Readiness.READY
                 node.checkpoint.producer = None
@@ -261,7 +261,7 @@ class RadixCache:
         """
         fresh: list[Node] = []
         for producer in producers:
-            closed = self.rounds.close(producer)
+            closed = self.journal.close(producer)
             for node in closed.pending:
                 if node.checkpoint is not None and node.checkpoint.producer == producer:
                     self.tree.drop_checkpoint(node)

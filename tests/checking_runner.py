@@ -86,9 +86,9 @@ class CheckingRunner:
     def _restorable(self, slot: int) -> bool:
         cache = self.cache
         assert cache is not None
-        if slot in cache._working:
+        if slot in cache.working_slots:
             return True
-        owners = [n for n in cache._nodes.values() if n.checkpoint is not None and n.checkpoint.slot == slot]
+        owners = [n for n in cache.tree.nodes() if n.checkpoint is not None and n.checkpoint.slot == slot]
         return len(owners) == 1 and owners[0].checkpoint.readiness is Readiness.READY
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int]:

@@ -9,6 +9,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from radixflow.cache import RadixCache, Readiness
 from radixflow.cache.integrity import IntegrityError
+from radixflow.cache.node import Node
 
 BS = 4
 
@@ -73,12 +74,59 @@ def test_lru_eviction_respects_locks_and_capacity():
     cache.check_integrity()
 
 
-def test_integrity_detects_corruption():
+def test_the_accounting_views_follow_alloc_free_and_adoption():
     cache = RadixCache(BS, 16, 4)
+    private, working = cache.private_blocks, cache.working_slots
+    blocks = cache.alloc_blocks(3)
+    slot = cache.alloc_working_slot()
+    assert private == set(blocks) and working == {slot}
+    ext = cache.extend("n", CTX, 0, 8, blocks[:2], [], "r")  # the tree adopts two of them
+    assert private == {blocks[2]}
+    cache.free_blocks(blocks)
+    cache.free_working_slot(slot)
+    assert not private and not working
+    assert not hasattr(private, "add") and not hasattr(working, "discard")  # read-only
+    node = cache.tree.lookup(ext.handle)
+    assert cache.journal.adopted_by_producer() == {"r": (node,)}
+    cache.lock(ext.handle)
+    cache.lock(ext.handle)
+    assert cache.own_locks(node) == 2 and cache.own_locks(node.parent) == 0
+    cache.check_integrity()
+
+
+def _pending(cache: RadixCache) -> Node:
+    return next(n for n in cache.tree.nodes() if n.checkpoint is not None)
+
+
+def _wanted(cache: RadixCache) -> Node:
+    return next(n for n in cache.tree.nodes() if not n.materialized)
+
+
+# expected message -> a corruption of a cache holding CTX (locked, PENDING checkpoint at its end)
+# under which A's registered tail waits unmaterialized
+CORRUPTIONS = {
+    # the parts' own operations, used outside the cache's protocol
+    "stale pending entry": lambda cache: cache.tree.drop_checkpoint(_pending(cache)),
+    "demand mismatch": lambda cache: cache.tree.remove(_wanted(cache)),
+    "published this round without KV": lambda cache: cache.journal.adopt("r", _wanted(cache)),
+    # the nodes' fields
+    "lock_ref 5": lambda cache: setattr(_pending(cache), "lock_ref", 5),
+    "READY checkpoint still names a producer": lambda cache: setattr(
+        _pending(cache).checkpoint, "readiness", Readiness.READY
+    ),
+    # the tree's index (no operation unlinks a node from it alone)
+    "not indexed": lambda cache: cache.tree._nodes.pop(_wanted(cache).id),
+}
+
+
+@pytest.mark.parametrize("expected", sorted(CORRUPTIONS))
+def test_integrity_detects_corruption(expected):
+    cache = RadixCache(BS, 16, 4)
+    cache.register("n", A)
     compute(cache, "n", CTX, 0, 16, [16])
-    node = next(n for n in cache._nodes.values() if n.checkpoint is not None)
-    node.checkpoint.readiness = Readiness.READY  # READY but still names a producer
-    with pytest.raises(IntegrityError):
+    cache.check_integrity()
+    CORRUPTIONS[expected](cache)
+    with pytest.raises(IntegrityError, match=expected):
         cache.check_integrity()
 
 

@@ -1,12 +1,17 @@
-"""Eviction queues pop exactly what a full rebuild of the heap would pop."""
+"""Eviction queues pop exactly what a full rebuild of the heap would pop; the evictor frees a tree's
+KV and checkpoints through the tree's own operations."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from radixflow.cache.evictable import EvictionQueue
-from radixflow.cache.node import Node
+from radixflow.cache.evictable import EvictionQueue, Evictor
+from radixflow.cache.eviction import LRU
+from radixflow.cache.node import Checkpoint, Node
+from radixflow.cache.pool import IdPool
+from radixflow.cache.tree import Tree
+from radixflow.cache.types import Readiness
 
 
 @given(st.lists(st.tuples(st.sampled_from(["offer", "touch", "block", "pop", "remove"]), st.integers(0, 9))))
@@ -39,3 +44,32 @@ def test_pops_the_true_minimum_despite_stale_entries(ops):
             assert got is expected
             if got is not None:
                 offered.discard(got.id)
+
+
+def test_the_evictor_needs_only_a_tree():
+    """Deepest leaf first, then the parent it leaves a leaf; nodes a waiting prompt wants stay known."""
+    tree = Tree(1, IdPool(3, "KV blocks"), IdPool(1, "state slots"))
+    top, mid, low = tree.path("n", (1, 2, 3), 3, cuts=[1, 2])
+    for node in (top, mid, low):
+        tree.set_blocks(node, tree.kv.take(1))
+    top.demand = mid.demand = mid.ends = 1  # a waiting prompt wants the first two blocks
+    mid.checkpoint = Checkpoint(tree.slots.take(1)[0], Readiness.READY, None)
+    evictor = Evictor(tree, LRU())
+    for node in (top, mid, low):
+        evictor.offer(node)
+    assert evictor.free_slots_upto(1) == 1 and mid.checkpoint is None  # its KV stays
+    assert evictor.reserve(1, 0) and not tree.is_live(low) and mid.materialized  # only the leaf went
+    assert not evictor.reserve(4, 0)  # only three blocks exist
+    assert tree.kv.free == 3 and tree.slots.free == 1
+    assert tree.is_live(mid) and tree.is_live(top) and not (mid.materialized or top.materialized)
+
+
+def test_drop_kv_queues_the_parent_it_leaves_a_leaf():
+    tree = Tree(1, IdPool(2, "KV blocks"), IdPool(0, "state slots"))
+    top, low = tree.path("n", (1, 2), 2, cuts=[1])
+    for node in (top, low):
+        tree.set_blocks(node, tree.kv.take(1))
+    evictor = Evictor(tree, LRU())
+    assert not evictor.kv_victims.queued(top)  # it has a materialized child
+    evictor.drop_kv(low)
+    assert evictor.kv_victims.queued(top) and tree.kv.free == 1

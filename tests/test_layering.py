@@ -129,3 +129,22 @@ def test_models_parts_import_only_lower_parts(part):
             parts = name.split(".")
             if parts[:2] == ["radixflow", "models"] and len(parts) > 2:
                 assert parts[2] in MODELS_ALLOWED[part] | {part}, f"{path.relative_to(root)} imports {name}"
+
+
+# The cache's parts: only the cache's own modules (and tests) name them; every other package sees
+# `RadixCache` and the result types it hands out (`NodeHandle`, `Match`, `Extension`, `CacheUsage`).
+CACHE_PARTS = {"node", "tree", "evictable", "rounds", "views", "integrity"}
+CACHE_PART_ATTRIBUTES = {"tree", "evictor", "journal"}  # RadixCache's fields holding its parts
+
+
+def test_only_the_cache_reaches_its_parts():
+    for path in PKG.rglob("*.py"):
+        if path.relative_to(PKG).parts[0] == "cache":
+            continue
+        for name in imports(path):
+            parts = name.split(".")
+            assert parts[:2] != ["radixflow", "cache"] or len(parts) < 3 or parts[2] not in CACHE_PARTS, (
+                f"{path.relative_to(PKG)} imports {name}"
+            )
+        attrs = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+        assert not attrs & CACHE_PART_ATTRIBUTES, f"{path.relative_to(PKG)} reaches into the cache's parts"

@@ -196,7 +196,7 @@ def test_abort_of_a_waiting_request_drops_its_registered_demand():
     while engine.has_work():
         engine.step()
     assert [r.status for r in reqs] == [RequestStatus.FINISHED, RequestStatus.FINISHED, RequestStatus.ABORTED]
-    assert all(n.demand == 0 for n in engine.cache._nodes.values())
+    assert all(n.demand == 0 for n in engine.cache.tree.nodes())
 
 
 class _FailOnce:
@@ -227,8 +227,8 @@ def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_produc
     assert record is not None and record.error == "worker call failed: RuntimeError: device lost"
     engine.check_integrity()
     assert reqs[0].status is RequestStatus.FAILED and "device lost" in (reqs[0].error or "")
-    assert not any(n.materialized and n.blocks for n in engine.cache._nodes.values())  # no KV kept
-    assert all(n.checkpoint is None for n in engine.cache._nodes.values())  # nothing became READY
+    assert not any(n.materialized and n.blocks for n in engine.cache.tree.nodes())  # no KV kept
+    assert all(n.checkpoint is None for n in engine.cache.tree.nodes())  # nothing became READY
     engine.step()
     assert [c[0] for c in engine.rounds[0].chunks] == ["g0c1"]  # the next consumer produces
     assert engine.rounds[0].blocked == 1 and reqs[1].reused == 0
@@ -267,7 +267,7 @@ def test_a_blocked_consumer_is_parked_and_never_matched_twice_in_a_round(policy)
 def test_integrity_notices_an_evictable_entry_missing_from_its_queue():
     engine = run("radixflow", grouped(groups=2, candidates=2))
     cache = engine.cache
-    victim = next(n for n in cache._nodes.values() if kv_evictable(n))
+    victim = next(n for n in cache.tree.nodes() if kv_evictable(n))
     cache.evictor.kv_victims._queued.discard(victim.id)
     with pytest.raises(IntegrityError, match="not queued"):
         cache.check_integrity()

@@ -1,7 +1,7 @@
 """What may be evicted, and the queues it is evicted from: the next victim in O(log n), never a
 tree scan.
 
-A queue is a lazy min-heap over tree nodes holding at most one entry per node. The tree offers a
+A queue is a lazy min-heap over tree nodes holding at most one entry per node. The cache offers a
 node whenever it may have become evictable (unlock to zero, commit, a child evicted, ...); entries
 are checked when popped: a node that is gone or no longer eligible is dropped, and one whose
 priority moved since it was pushed (a match touched it) goes back with its current priority.
@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from radixflow.cache.eviction import EvictionPolicy
 from radixflow.cache.node import Node
+from radixflow.cache.tree import Tree
 from radixflow.cache.types import Readiness
-
-if TYPE_CHECKING:
-    from radixflow.cache.radix import RadixCache
 
 Priority = tuple[int, ...]
 
@@ -81,18 +78,17 @@ def checkpoint_evictable(node: Node) -> bool:
 
 
 class Evictor:
-    """Frees KV blocks and state slots of a `RadixCache`, policy-ordered, from its queues.
+    """Frees a `Tree`'s KV blocks and state slots, policy-ordered, from its queues.
 
-    The tree offers a node whenever it may have become evictable (a lock dropped to zero, a
+    The cache offers a node whenever it may have become evictable (a lock dropped to zero, a
     checkpoint committed, a child evicted); `check_integrity` verifies nothing evictable is missing.
     """
 
-    def __init__(self, cache: RadixCache, policy: EvictionPolicy) -> None:
-        self.cache = cache
+    def __init__(self, tree: Tree, policy: EvictionPolicy) -> None:
+        self.tree = tree
         self.policy = policy
-        live = lambda n: cache._nodes.get(n.id) is n  # noqa: E731
-        self.kv_victims = EvictionQueue(kv_evictable, self._priority, live)
-        self.state_victims = EvictionQueue(checkpoint_evictable, self._priority, live)
+        self.kv_victims = EvictionQueue(kv_evictable, self._priority, tree.is_live)
+        self.state_victims = EvictionQueue(checkpoint_evictable, self._priority, tree.is_live)
 
     def _priority(self, node: Node) -> Priority:
         return self.policy.priority(node.last_used, node.end)
@@ -103,16 +99,24 @@ class Evictor:
             self.kv_victims.offer(node)
             self.state_victims.offer(node)
 
+    def drop_kv(self, node: Node) -> None:
+        """Free ``node``'s KV and checkpoint now (`Tree.drop_kv`: may prune it) and queue its parent,
+        which may have become an evictable KV leaf."""
+        parent = node.parent
+        assert parent is not None
+        self.tree.drop_kv(node)
+        self.kv_victims.offer(parent)
+
     def reserve(self, blocks: int, slots: int) -> bool:
         """Evict until ``blocks`` KV blocks and ``slots`` state slots are free; False if impossible."""
-        kv, state = self.cache.kv, self.cache.slots
+        kv, state = self.tree.kv, self.tree.slots
         if kv.free < blocks and not self._evict_leaves(blocks - kv.free):
             return False
         return state.free >= slots or self._evict_checkpoints(slots - state.free)
 
     def free_slots_upto(self, n: int) -> int:
         """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
-        state = self.cache.slots
+        state = self.tree.slots
         if state.free < n:
             self._evict_checkpoints(n - state.free)
         return min(state.free, n)
@@ -125,7 +129,7 @@ class Evictor:
             if node is None:
                 return False
             freed += len(node.blocks or [])
-            self.cache._forget(node)
+            self.drop_kv(node)
         return True
 
     def _evict_checkpoints(self, need: int) -> bool:
@@ -134,6 +138,6 @@ class Evictor:
             node = self.state_victims.pop()
             if node is None:
                 return False
-            self.cache._drop_checkpoint(node)
+            self.tree.drop_checkpoint(node)
             self.kv_victims.offer(node)
         return True

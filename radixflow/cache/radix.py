@@ -7,17 +7,27 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 
 from radixflow.cache.evictable import Evictor
 from radixflow.cache.eviction import LRU, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
+from radixflow.cache.rounds import RoundJournal
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness
+from radixflow.cache.views import SetView
 
 
-class RadixCache(Tree):
+class RadixCache:
+    """A composition: the `Tree` (structure), the `Evictor` (what goes when capacity runs out), the
+    `RoundJournal` (what unfinished rounds published) and the bookkeeping of who holds what (locks,
+    requests' private blocks and working slots), which its neighbours read through read-only views.
+
+    The scheduler uses only the methods that take and return `NodeHandle`, `Match`, `Extension`
+    and `CacheUsage`; ``tree``, ``evictor`` and ``journal`` are for the cache's own modules and tests.
+    """
+
     def __init__(
         self,
         block_size: int,
@@ -25,22 +35,15 @@ class RadixCache(Tree):
         num_slots: int,
         eviction: EvictionPolicy | None = None,
     ) -> None:
-        super().__init__(block_size, IdPool(num_blocks, "KV blocks"), IdPool(num_slots, "state slots"))
+        kv, slots = IdPool(num_blocks, "KV blocks"), IdPool(num_slots, "state slots")
+        self.journal = RoundJournal()
+        self.tree = Tree(block_size, kv, slots, on_split=self.journal.on_split)
+        self.evictor = Evictor(self.tree, eviction or LRU())
+        self.block_size, self.kv, self.slots = block_size, kv, slots
         self._tick = 0
         self._locks: Counter[int] = Counter()  # node id -> locks held on exactly that node
         self._private: set[int] = set()  # blocks held by requests outside the tree
         self._working: set[int] = set()  # state slots held by running requests
-        self._pending: dict[str, list[Node]] = {}  # producer -> nodes with its PENDING checkpoints
-        # producer -> nodes whose KV it published this round (undone by `withdraw`, kept by `commit`)
-        self._adopted: dict[str, list[Node]] = {}
-        self.evictor = Evictor(self, eviction or LRU())
-
-    def _split(self, node: Node, nblocks: int) -> Node:
-        upper = super()._split(node, nblocks)
-        if node.published_by is not None:  # both halves were published by the same round
-            upper.published_by = node.published_by
-            self._adopted[node.published_by].append(upper)
-        return upper
 
     # ----------------------------------------------------------------- demand (known sequences)
     def register(self, namespace: str, tokens: Sequence[int]) -> NodeHandle:
@@ -49,27 +52,27 @@ class RadixCache(Tree):
         Used to find branch points before prefill; costs no capacity.
         """
         tokens = tuple(tokens)
-        path = self._path(namespace, tokens, len(tokens) // self.block_size)
+        path = self.tree.path(namespace, tokens, len(tokens) // self.block_size)
         for node in path:
             node.demand += 1
-        end = path[-1] if path else self._root(namespace)
+        end = path[-1] if path else self.tree.root(namespace)
         end.ends += 1
-        return self._handle(end)
+        return NodeHandle(end.id)
 
     def unregister(self, handle: NodeHandle) -> None:
         """Undo `register`; prunes nodes that are neither materialized nor wanted."""
-        end = self._node(handle)
+        end = self.tree.lookup(handle)
         end.ends -= 1
         for node in end.ancestors():
             node.demand -= 1
         for node in end.ancestors():
             if node.demand == 0 and not node.materialized:
-                self._remove(node)
+                self.tree.remove(node)
 
     def branch_points(self, handle: NodeHandle, lo: int, hi: int) -> list[int]:
         """Positions in ``(lo, hi]`` on a registered path where known sequences diverge."""
         return sorted(
-            n.end for n in self._node(handle).ancestors() if lo < n.end <= hi and len(n.children) > 1
+            n.end for n in self.tree.lookup(handle).ancestors() if lo < n.end <= hi and len(n.children) > 1
         )
 
     # ----------------------------------------------------------------- matching
@@ -77,7 +80,7 @@ class RadixCache(Tree):
         """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
         bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
-        node, pos = self._root(namespace), 0
+        node, pos = self.tree.root(namespace), 0
         best: Node | None = None
         while pos < len(tokens):
             child = node.children.get(tokens[pos : pos + bs])
@@ -99,23 +102,23 @@ class RadixCache(Tree):
             checkpoint_ready=ckpt is None or ckpt.readiness is Readiness.READY,
             producer=ckpt.producer if ckpt is not None else None,
             checkpoint_slot=ckpt.slot if ckpt is not None else None,
-            handle=self._handle(best) if best is not None else None,
+            handle=NodeHandle(best.id) if best is not None else None,
         )
 
     def kv_handle(self, namespace: str, tokens: Sequence[int], upto: int) -> NodeHandle | None:
         """Handle of the materialized node ending exactly at ``upto`` (splitting if needed)."""
         if upto == 0:
             return None
-        path = self._path(namespace, tuple(tokens), upto // self.block_size)
+        path = self.tree.path(namespace, tuple(tokens), upto // self.block_size)
         assert path[-1].materialized, "kv_handle beyond materialized KV"
-        return self._handle(path[-1])
+        return NodeHandle(path[-1].id)
 
     def block_table(self, handle: NodeHandle | None) -> list[int]:
         """KV block ids from the root to the end of ``handle``'s node."""
         if handle is None:
             return []
         table: list[int] = []
-        for node in reversed(self._node(handle).ancestors()):
+        for node in reversed(self.tree.lookup(handle).ancestors()):
             assert node.blocks is not None
             table.extend(node.blocks)
         return table
@@ -125,7 +128,7 @@ class RadixCache(Tree):
         """Pin the path root..handle against eviction (mutates lock_ref along the path)."""
         if handle is None:
             return
-        node: Node | None = self._node(handle)
+        node: Node | None = self.tree.lookup(handle)
         self._locks[handle.node_id] += 1
         while node is not None and node.parent is not None:
             node.lock_ref += 1
@@ -140,7 +143,7 @@ class RadixCache(Tree):
             self.lock(new)
             self.unlock(old)
             return
-        top, node = self._node(old), self._node(new)
+        top, node = self.tree.lookup(old), self.tree.lookup(new)
         if self._locks[old.node_id] == 0:
             raise ValueError(f"unlock of an unlocked node {old}")
         self._locks[old.node_id] -= 1
@@ -153,7 +156,7 @@ class RadixCache(Tree):
     def unlock(self, handle: NodeHandle | None) -> None:
         if handle is None:
             return
-        node = self._node(handle)
+        node = self.tree.lookup(handle)
         if self._locks[node.id] == 0:
             raise ValueError(f"unlock of an unlocked node {handle}")
         self._locks[node.id] -= 1
@@ -161,7 +164,7 @@ class RadixCache(Tree):
         while walk is not None and walk.parent is not None:
             walk.lock_ref -= 1
             if walk.lock_ref == 0:
-                self._offer(walk)
+                self.evictor.offer(walk)
             walk = walk.parent
 
     # ----------------------------------------------------------------- private resources
@@ -207,7 +210,7 @@ class RadixCache(Tree):
         bs, tokens = self.block_size, tuple(tokens)
         nblocks = end // bs
         cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
-        path = self._path(namespace, tokens, nblocks, cuts)
+        path = self.tree.path(namespace, tokens, nblocks, cuts)
         self._tick += 1
         adopted, made, wanted = 0, {}, set(checkpoints)
         for node in path:
@@ -216,17 +219,16 @@ class RadixCache(Tree):
                 continue
             if not node.materialized:
                 first = node.start // bs - start // bs
-                self._set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
+                self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
                 self._private.difference_update(node.blocks or [])
-                node.published_by = producer
-                self._adopted.setdefault(producer, []).append(node)
+                self.journal.adopt(producer, node)
                 adopted += len(node.blocks)
             if node.end in wanted and node.checkpoint is None:
                 slot = self.slots.take(1)[0]
                 node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
-                self._pending.setdefault(producer, []).append(node)
+                self.journal.add_pending(producer, node)
                 made[node.end] = slot
-        handle = self._handle(path[-1]) if path else None
+        handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
 
     def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
@@ -234,23 +236,21 @@ class RadixCache(Tree):
         checkpoint at ``position`` (block-aligned, KV published); the slot is freed instead when
         that position already has one."""
         self._working.remove(slot)
-        node = self._path(namespace, tuple(tokens), position // self.block_size)[-1]
+        node = self.tree.path(namespace, tuple(tokens), position // self.block_size)[-1]
         assert node.materialized and node.end == position, "checkpoint adopted beyond published KV"
         if node.checkpoint is not None:
             self.slots.give([slot])
             return
         node.checkpoint = Checkpoint(slot, Readiness.READY, None)
-        self._offer(node)
+        self.evictor.offer(node)
 
     def commit(self, producer: str) -> None:
         """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
-        for node in self._adopted.pop(producer, []):
-            node.published_by = None
-        for node in self._pending.pop(producer, []):
+        for node in self.journal.close(producer).pending:
             if node.checkpoint is not None and node.checkpoint.producer == producer:
                 node.checkpoint.readiness = Readiness.READY
                 node.checkpoint.producer = None
-                self._offer(node)
+                self.evictor.offer(node)
 
     def withdraw(self, producers: Iterable[str]) -> None:
         """The producers' round failed: undo what their `extend` published this round.
@@ -261,15 +261,15 @@ class RadixCache(Tree):
         """
         fresh: list[Node] = []
         for producer in producers:
-            for node in self._pending.pop(producer, []):
+            closed = self.journal.close(producer)
+            for node in closed.pending:
                 if node.checkpoint is not None and node.checkpoint.producer == producer:
-                    self._drop_checkpoint(node)
-                    self._offer(node)
-            fresh.extend(self._adopted.pop(producer, []))
+                    self.tree.drop_checkpoint(node)
+                    self.evictor.offer(node)
+            fresh.extend(closed.adopted)
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
             assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
-            node.published_by = None
-            self._forget(node)
+            self.evictor.drop_kv(node)
 
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
@@ -280,18 +280,12 @@ class RadixCache(Tree):
         """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
         return self.evictor.free_slots_upto(n)
 
-    def _offer(self, node: Node) -> None:
-        self.evictor.offer(node)
-
-    def _on_bare_child(self, parent: Node) -> None:
-        self.evictor.kv_victims.offer(parent)
-
     # ----------------------------------------------------------------- accounting
     def usage(self) -> CacheUsage:
-        tree = [n for n in self._nodes.values() if n.blocks]
+        tree = [n for n in self.tree.nodes() if n.blocks]
         locked = sum(len(n.blocks or []) for n in tree if n.lock_ref > 0)
         cached = sum(len(n.blocks or []) for n in tree if n.lock_ref == 0)
-        ckpts = sum(1 for n in self._nodes.values() if n.checkpoint is not None)
+        ckpts = sum(1 for n in self.tree.nodes() if n.checkpoint is not None)
         return CacheUsage(
             total_blocks=self.kv.capacity,
             free_blocks=self.kv.free,
@@ -304,6 +298,22 @@ class RadixCache(Tree):
         )
 
     def check_integrity(self) -> None:
+        """Raise `IntegrityError` at the first broken invariant. Pure."""
         from radixflow.cache.integrity import check_cache
 
         check_cache(self)
+
+    # ----------------------------------------------------------------- read-only views (pure)
+    @property
+    def private_blocks(self) -> Set[int]:
+        """KV blocks held by requests outside the tree (a live view)."""
+        return SetView(self._private)
+
+    @property
+    def working_slots(self) -> Set[int]:
+        """State slots held by running requests for their chunk-to-chunk state (a live view)."""
+        return SetView(self._working)
+
+    def own_locks(self, node: Node) -> int:
+        """Locks held on exactly ``node`` (not on a node below it)."""
+        return self._locks[node.id]

@@ -1,33 +1,120 @@
 """The radix tree's structure: one tree per namespace, nodes indexed by id, paths and splits.
 
-Knows nothing of readiness, locks' meaning or eviction order; `RadixCache` builds on it.
+Knows nothing of readiness, locks' meaning, rounds or eviction order. `RadixCache` holds one and
+builds the cache on it; the `Evictor` frees nodes through `drop_kv` and `drop_checkpoint`; the
+integrity check walks it through `roots` and `is_live`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from radixflow.cache.node import Node, common_blocks
 from radixflow.cache.pool import IdPool
 from radixflow.cache.types import NodeHandle
 
+# Called after a split with (upper, lower): the new upper part, and the node cut below it.
+SplitHook = Callable[[Node, Node], None]
+
+
+def _no_hook(upper: Node, lower: Node) -> None:
+    pass
+
 
 class Tree:
-    def __init__(self, block_size: int, kv: IdPool, slots: IdPool) -> None:
+    def __init__(self, block_size: int, kv: IdPool, slots: IdPool, on_split: SplitHook = _no_hook) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.block_size = block_size
         self.kv = kv  # KV block ids: a materialized node owns one per block of its key
         self.slots = slots  # state slot ids: a checkpoint owns one
+        self._on_split = on_split
         self._roots: dict[str, Node] = {}
         self._nodes: dict[int, Node] = {}
         self._next_id = 0
 
-    def _root(self, namespace: str) -> Node:
+    # ----------------------------------------------------------------- walking (pure)
+    def roots(self) -> Collection[Node]:
+        """Each namespace's root, oldest first (a read-only live view). Pure."""
+        return self._roots.values()
+
+    def nodes(self) -> Collection[Node]:
+        """Every node in the tree, roots included, oldest first (a read-only live view). Pure."""
+        return self._nodes.values()
+
+    def is_live(self, node: Node) -> bool:
+        """Whether ``node`` is still in the tree (not pruned). Pure."""
+        return self._nodes.get(node.id) is node
+
+    def lookup(self, handle: NodeHandle) -> Node:
+        """The node behind ``handle``; ValueError if it was pruned. Pure."""
+        try:
+            return self._nodes[handle.node_id]
+        except KeyError:
+            raise ValueError(f"stale cache handle {handle}") from None
+
+    # ----------------------------------------------------------------- shaping
+    def root(self, namespace: str) -> Node:
+        """The root of ``namespace``'s tree; creates it on first use (mutates the index then)."""
         if namespace not in self._roots:
             self._roots[namespace] = self._new_node((), None, 0, blocks=[])
         return self._roots[namespace]
 
+    def path(
+        self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
+    ) -> list[Node]:
+        """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there
+        and at every position in ``cuts`` (sorted, block-aligned).
+
+        Mutates the tree: new nodes are unmaterialized; a split calls the split hook.
+        """
+        bs, limit = self.block_size, nblocks * self.block_size
+        node, pos, path, i = self.root(namespace), 0, [], 0
+        while pos < limit:
+            while i < len(cuts) and cuts[i] <= pos:
+                i += 1
+            stop = min(cuts[i], limit) if i < len(cuts) else limit
+            child = node.children.get(tokens[pos : pos + bs])
+            if child is None:
+                child = self._new_node(tokens[pos:stop], node, stop, blocks=None)
+            shared = common_blocks(child.key, tokens, pos, bs, stop)
+            if shared * bs < len(child.key):
+                child = self._split(child, shared)
+            path.append(child)
+            node, pos = child, child.end
+        return path
+
+    def set_blocks(self, node: Node, blocks: list[int] | None) -> None:
+        """Materialize (or, with None, dematerialize) ``node``: mutates its blocks and its parent's
+        child count. Moves no block ids between pools."""
+        assert node.parent is not None and (blocks is None) != (node.blocks is None)
+        node.parent.live_children += 1 if blocks is not None else -1
+        node.blocks = blocks
+
+    def remove(self, node: Node) -> None:
+        """Prune an unlocked leaf: unlinks it from its parent and the index."""
+        assert node.parent is not None and not node.children and node.lock_ref == 0
+        del node.parent.children[node.key[: self.block_size]]
+        del self._nodes[node.id]
+
+    # ----------------------------------------------------------------- freeing
+    def drop_kv(self, node: Node) -> None:
+        """Free ``node``'s KV blocks and checkpoint into the pools, and prune the node when no
+        waiting prompt wants it. Its parent may be left a KV leaf: the caller decides what follows."""
+        assert node.parent is not None and node.blocks is not None
+        self.kv.give(node.blocks)
+        self.set_blocks(node, None)
+        self.drop_checkpoint(node)
+        if node.demand == 0:
+            self.remove(node)
+
+    def drop_checkpoint(self, node: Node) -> None:
+        """Free ``node``'s checkpoint slot, if it has one; its KV stays."""
+        if node.checkpoint is not None:
+            self.slots.give([node.checkpoint.slot])
+            node.checkpoint = None
+
+    # ----------------------------------------------------------------- internals
     def _new_node(
         self, key: tuple[int, ...], parent: Node | None, end: int, blocks: list[int] | None
     ) -> Node:
@@ -51,64 +138,5 @@ class Tree:
         upper.live_children = int(node.materialized)
         upper.children[node.key[:bs]] = node
         node.parent = upper
+        self._on_split(upper, node)
         return upper
-
-    def _path(
-        self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
-    ) -> list[Node]:
-        """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there
-        and at every position in ``cuts`` (sorted, block-aligned)."""
-        bs, limit = self.block_size, nblocks * self.block_size
-        node, pos, path, i = self._root(namespace), 0, [], 0
-        while pos < limit:
-            while i < len(cuts) and cuts[i] <= pos:
-                i += 1
-            stop = min(cuts[i], limit) if i < len(cuts) else limit
-            child = node.children.get(tokens[pos : pos + bs])
-            if child is None:
-                child = self._new_node(tokens[pos:stop], node, stop, blocks=None)
-            shared = common_blocks(child.key, tokens, pos, bs, stop)
-            if shared * bs < len(child.key):
-                child = self._split(child, shared)
-            path.append(child)
-            node, pos = child, child.end
-        return path
-
-    def _handle(self, node: Node) -> NodeHandle:
-        return NodeHandle(node.id)
-
-    def _node(self, handle: NodeHandle) -> Node:
-        try:
-            return self._nodes[handle.node_id]
-        except KeyError:
-            raise ValueError(f"stale cache handle {handle}") from None
-
-    def _forget(self, node: Node) -> None:
-        """Free a node's KV and checkpoint; prune it when no waiting prompt wants it."""
-        parent = node.parent
-        assert parent is not None and node.blocks is not None
-        self.kv.give(node.blocks)
-        self._set_blocks(node, None)
-        self._drop_checkpoint(node)
-        if node.demand == 0:
-            self._remove(node)
-        self._on_bare_child(parent)
-
-    def _set_blocks(self, node: Node, blocks: list[int] | None) -> None:
-        """Materialize (or, with None, dematerialize) a node, keeping its parent's child count."""
-        assert node.parent is not None and (blocks is None) != (node.blocks is None)
-        node.parent.live_children += 1 if blocks is not None else -1
-        node.blocks = blocks
-
-    def _drop_checkpoint(self, node: Node) -> None:
-        if node.checkpoint is not None:
-            self.slots.give([node.checkpoint.slot])
-            node.checkpoint = None
-
-    def _remove(self, node: Node) -> None:
-        assert node.parent is not None and not node.children and node.lock_ref == 0
-        del node.parent.children[node.key[: self.block_size]]
-        del self._nodes[node.id]
-
-    def _on_bare_child(self, parent: Node) -> None:
-        """A child of ``parent`` lost its KV (``parent`` may have become a leaf). Hook."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,20 +34,15 @@ class LLM:
     """
 
     def __init__(self, model: str, **options: Any) -> None:
-        self._start(EngineOptions.from_mapping(options, model=model))
+        self.options = EngineOptions.from_mapping(options, model=model)
+        self.model: LoadedModel = load_model(self.options)
+        self.engine: Engine = self.model.engine()
+        self._ids = itertools.count()
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LLM:
-        """An LLM built from options already made (and validated) elsewhere, e.g. from flags."""
-        llm = cls.__new__(cls)
-        llm._start(options)
-        return llm
-
-    def _start(self, options: EngineOptions) -> None:
-        self.options = options
-        self.model: LoadedModel = load_model(options)
-        self.engine: Engine = self.model.engine()
-        self._ids = itertools.count()
+        """An LLM built from options made elsewhere (e.g. from command-line flags)."""
+        return cls(**dataclasses.asdict(options))
 
     @property
     def tokenizer(self) -> TextTokenizer:

@@ -29,6 +29,11 @@ def rel(base: float | None, new: float | None) -> float | None:
     return (new - base) / base
 
 
+def diff(base: float | None, new: float | None) -> float | None:
+    """``new - base``; None when either is undefined (a variant that completed nothing)."""
+    return None if base is None or new is None else new - base
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One cell, one variant against the cell's baseline (the first variant)."""
@@ -57,13 +62,16 @@ RELATIVE = ("rounds", "mean_latency_s", "p99_latency_s", "makespan_s", "goodput_
 
 
 def comparisons(results: Iterable[CellResult]) -> list[Comparison]:
-    """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once)."""
+    """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once);
+    a cell in which some variant completed nothing has nothing to compare (see `failures`)."""
     out = []
-    for r in {r["key"]: r for r in results}.values():
+    for r in _distinct(results):
+        if _empty(r):
+            continue
         base, *others = r["results"]
         for new in others:
             change = {k: rel(base.get(k), new.get(k)) for k in RELATIVE}
-            change["reuse_rate"] = new["reuse_rate"] - base["reuse_rate"]
+            change["reuse_rate"] = diff(base.get("reuse_rate"), new.get("reuse_rate"))
             out.append(
                 Comparison(
                     key=r["key"],
@@ -153,3 +161,42 @@ def crossover(points: list[RegimePoint]) -> tuple[float | None, float | None]:
         lowers_from = p.value
     raises_up_to = max((p.value for p in points if p.higher > 0), default=None)
     return lowers_from, raises_up_to
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A variant of a cell whose requests failed: how many, and why (first reasons)."""
+
+    key: str
+    group: str
+    model: str
+    variant: str
+    failed: int
+    requests: int
+    reasons: list[str]
+
+
+def failures(results: Iterable[CellResult]) -> list[Failure]:
+    """Every variant of every distinct cell with failed requests, in config order."""
+    out = []
+    for r in _distinct(results):
+        for v in r["results"]:
+            failed = v.get("failures") or []
+            if failed:
+                reasons = list(dict.fromkeys(f["reason"] for f in failed))[:3]
+                where = (r["key"], r["cell"]["group"], r["model"], v["variant"])
+                out.append(Failure(*where, len(failed), r["requests"], reasons))
+    return out
+
+
+def completed_nothing(results: Iterable[CellResult]) -> int:
+    """Cells in which some variant completed no request (nothing to compare there)."""
+    return sum(1 for r in _distinct(results) if _empty(r))
+
+
+def _distinct(results: Iterable[CellResult]) -> list[CellResult]:
+    return list({r["key"]: r for r in results}.values())
+
+
+def _empty(result: CellResult) -> bool:
+    return any(not v["completed"] for v in result["results"])

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shlex
+import sys
 from pathlib import Path
 
 from rich.console import Console
 
+from radixflow.experiments.analysis import completed_nothing
 from radixflow.experiments.cells import cell_options
 from radixflow.experiments.config import Cell, ExperimentConfig, ExperimentConfigError, load_config
 from radixflow.experiments.execute import ExecutionOptions
@@ -80,4 +82,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"{result.wall_s:.0f} s → {result.out / 'results.json'}, {result.out / 'report.md'}, "
         f"{len(result.plots)} plots"
     )
+    return _exit_code(result.results)
+
+
+def _exit_code(results: list[dict[str, object]]) -> int:
+    """1 when no cell has anything to compare (every one has a variant that completed nothing)."""
+    empty = completed_nothing(results)
+    if results and empty == len({r["key"] for r in results}):
+        print(
+            f"radixflow: error: no cell completed a request under every variant ({empty} cells; "
+            "reasons under 'Failed requests' in report.md)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

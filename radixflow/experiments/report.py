@@ -14,7 +14,9 @@ from radixflow.experiments.analysis import (
     RegimePoint,
     Span,
     comparisons,
+    completed_nothing,
     crossover,
+    failures,
     per_model,
     regime,
     span,
@@ -269,6 +271,33 @@ def group_tables(comps: list[Comparison]) -> list[str]:
     return out
 
 
+def failure_section(results: list[CellResult]) -> list[str]:
+    """Failed requests per cell and variant, with their first reasons (empty when none failed)."""
+    found = failures(results)
+    if not found:
+        return []
+    head = "| cell | model | variant | failed | reasons |"
+    rows = [
+        f"| {f.group} `{f.key}` | {f.model} | {f.variant} | {f.failed} of {f.requests} | "
+        + "; ".join(r.replace("|", "\\|") for r in f.reasons)
+        + " |"
+        for f in found
+    ]
+    empty = completed_nothing(results)
+    note = f"{empty} of {len(results)} cells have a variant that completed no request: they are left out of "
+    note += "every comparison above."
+    return [
+        "## Failed requests",
+        "",
+        note if empty else "",
+        "",
+        head,
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+
+
 def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[str]) -> str:
     comps = comparisons(results)
     variants = [r["variant"] for r in results[0]["results"]] if results else []
@@ -295,6 +324,7 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     if regime_lines:
         lines += ["## Regime", "", *regime_lines]
     lines += cost_check(results)
+    lines += failure_section(results)
     lines += ["## Cells", "", *group_tables(comps)]
     if plots:
         lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]

@@ -31,6 +31,7 @@ from radixflow.engine.runner import Runner
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.trace import write_trace
+from radixflow.workloads.workload import Workload
 
 DEFAULT_POLICIES = ["native", "radixflow"]
 
@@ -42,11 +43,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     scheduler_config(args)  # reject impossible budgets before any model is built
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
-    runner, sched, requests, workload, describe = _setup(args)
+    runner, sched, work, workload, describe = _setup(args)
+    requests = work.requests
     if args.placement is not None and not runner.model.has_recurrent:
         warn(f"--placement has no effect on {runner.model.name}: a full-attention model has no checkpoints")
     if args.write_trace is not None:
-        _write(args.write_trace, lambda path: write_trace(path, requests))
+        _write(args.write_trace, lambda path: write_trace(path, work))
     policies = args.policies or DEFAULT_POLICIES
     runs = _run(args, runner, sched, requests, policies)
     config = config_dict(
@@ -66,11 +68,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _setup(
     args: argparse.Namespace,
-) -> tuple[Runner, SchedulerConfig, list[Request], dict[str, object], dict[str, object]]:
+) -> tuple[Runner, SchedulerConfig, Workload, dict[str, object], dict[str, object]]:
     try:
         choice = RUNNERS[args.runner](args)
-        requests, workload = load_workload(args, choice.vocab_size())
-        sched = scheduler_config(args, choice.capacity(requests, args.block_size))
+        work, workload = load_workload(args, choice.vocab_size())
+        sched = scheduler_config(args, choice.capacity(work.requests, args.block_size))
         spec = None if args.trace is not None else workload_spec(args, choice.vocab_size())
         if spec is not None:
             check_generated_fits(args, spec, sched)
@@ -83,7 +85,7 @@ def _setup(
         raise UsageError("out of memory building the runner: lower --kv-blocks or --state-slots") from None
     if spec is not None:
         check_generated_context(spec, runner.model)
-    return runner, sched, requests, workload, choice.describe()
+    return runner, sched, work, workload, choice.describe()
 
 
 def _run(

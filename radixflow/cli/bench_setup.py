@@ -16,10 +16,10 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.costmodel.hardware import ProfileError, resolve_hardware
 from radixflow.engine.runner import ModelInfo
 from radixflow.runners.sim import HardwareProfile
-from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 from radixflow.workloads.trace import TraceError, read_trace
+from radixflow.workloads.workload import Workload
 
 MEMORY_SHARE = 0.9  # the torch runner's pools may take at most this share of available memory
 
@@ -73,7 +73,7 @@ def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
     return spec
 
 
-def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[list[Request], dict[str, object]]:
+def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[Workload, dict[str, object]]:
     if args.trace is not None:
         try:
             return read_trace(args.trace), {"trace": str(args.trace)}

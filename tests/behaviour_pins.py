@@ -12,6 +12,7 @@ import json
 import random
 from dataclasses import dataclass
 
+from radixflow.bench.metrics import first_token
 from radixflow.engine.engine import Engine
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
@@ -111,7 +112,7 @@ def cases() -> list[PinCase]:
 
 
 def outcome(case: PinCase, policy: str) -> dict[str, object]:
-    reqs = build_workload(case.spec) if case.spec is not None else _random_requests(case.seed)
+    reqs = build_workload(case.spec).requests if case.spec is not None else _random_requests(case.seed)
     engine = Engine(FixedCostRunner(case.hybrid), case.config, policy=policy, placement=case.placement)
     engine.run(reqs)
     return {
@@ -119,7 +120,7 @@ def outcome(case: PinCase, policy: str) -> dict[str, object]:
         "reused": sum(r.reused for r in engine.requests),
         "bubble_tokens": sum(rd.bubble_tokens for rd in engine.rounds),
         "statuses": _digest([r.status.value for r in engine.requests]),
-        "outputs_sha256": _digest([r.output_token for r in engine.requests]),
+        "outputs_sha256": _digest([first_token(r) for r in engine.requests]),
         "chunks_sha256": _digest([list(rd.chunks) for rd in engine.rounds]),
     }
 

@@ -29,7 +29,8 @@ def test_falcon_h1_sim_blocks_consumers_so_policies_differ():
     from radixflow.scheduler.scheduler import SchedulerConfig
     from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
-    reqs = build_workload(WorkloadSpec(groups=4, candidates=4, context_len=256, candidate_len=16, seed=1))
+    spec = WorkloadSpec(groups=4, candidates=4, context_len=256, candidate_len=16, seed=1)
+    reqs = build_workload(spec).requests
     runner = SimRunner(SIM_MODELS["falcon_h1-1.5b"], HARDWARE["h200"])
     config = SchedulerConfig(token_budget=512)
     native, flow = run_policies(reqs, runner, config, ["native", "radixflow"], "branch")

@@ -70,7 +70,7 @@ def test_duplicate_request_id_is_rejected():
         engine.submit(Request("same", (7, 8, 9)))
     engine.run([])
     expected = sim_token("default", (1, 2, 3), RUNNER.model.vocab_size)
-    assert [r.output_token for r in engine.requests] == [expected]
+    assert [r.output for r in engine.requests] == [[expected]]
 
 
 def test_abort_reports_unknown_done_and_not_yet_arrived_requests():

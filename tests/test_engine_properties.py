@@ -58,4 +58,4 @@ def test_sim_engine_finishes_everything_exactly(model, reqs, cfg, policy):
     engine = run(runner, cfg, policy, reqs)
     for r in engine.requests:  # every prompt fits the cache alone, so none may be refused
         assert r.status is RequestStatus.FINISHED, (r.id, r.error)
-        assert r.output_token == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
+        assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)

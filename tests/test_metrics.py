@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from radixflow.bench.metrics import (
     agreement,
+    first_token,
     median_margin,
     outputs_digest,
     percentile,
@@ -73,3 +74,16 @@ def test_margin_and_digest():
     r.output, r.output_logprobs = [3], [Sample(3, -0.1, ((3, -0.1), (4, -0.6)))]
     assert median_margin([r]) == 0.5
     assert outputs_digest([1, 2]) != outputs_digest([2, 1])
+
+
+def test_margin_skips_requests_without_two_alternatives():
+    one_alt, no_sample = Request("b", (1,)), Request("c", (1,))
+    one_alt.output, one_alt.output_logprobs = [3], [Sample(3, -0.1, ((3, -0.1),))]
+    assert median_margin([one_alt, no_sample]) is None
+
+
+def test_first_token_is_the_first_generated_one_or_none():
+    assert first_token(_finished("a", None)) is None  # nothing generated (a failed request)
+    r = _finished("b", 5)
+    r.output.append(6)  # a generating request: only the first token is scored
+    assert first_token(r) == 5

@@ -18,7 +18,7 @@ CFG = SchedulerConfig(token_budget=256, max_requests=16, block_size=8, num_block
 
 def grouped(groups=3, candidates=3, context=64, cand=8, **kw) -> list[Request]:
     spec = WorkloadSpec(groups=groups, candidates=candidates, context_len=context, candidate_len=cand, **kw)
-    return build_workload(spec)
+    return build_workload(spec).requests
 
 
 def run(policy: str, requests, runner=HYBRID, cfg=CFG, placement="branch") -> Engine:
@@ -66,7 +66,7 @@ def test_same_reuse_and_outputs_fewer_rounds():
     assert len(flow.rounds) < len(native.rounds)
     assert native.dependency_depth() == flow.dependency_depth() == 2  # producer round, then consumers
     assert [r.reused for r in native.requests] == [r.reused for r in flow.requests]
-    assert [r.output_token for r in native.requests] == [r.output_token for r in flow.requests]
+    assert [r.output for r in native.requests] == [r.output for r in flow.requests]
     assert all(r.status is RequestStatus.FINISHED for r in native.requests + flow.requests)
 
 
@@ -117,7 +117,7 @@ def test_eviction_under_memory_pressure_keeps_everything_exact():
     small = run("radixflow", grouped(groups=4, candidates=3), cfg=cfg)
     big = run("radixflow", grouped(groups=4, candidates=3))
     assert all(r.status is RequestStatus.FINISHED for r in small.requests)
-    assert [r.output_token for r in small.requests] == [r.output_token for r in big.requests]
+    assert [r.output for r in small.requests] == [r.output for r in big.requests]
 
 
 def test_request_that_can_never_fit_fails_cleanly():
@@ -149,7 +149,7 @@ def test_consumer_whose_reuse_point_pins_the_only_slot_still_runs():
     engine = run("radixflow", [producer, consumer], cfg=cfg)
     assert producer.status is consumer.status is RequestStatus.FINISHED
     assert consumer.reused == 0
-    assert consumer.output_token == sim_token("default", consumer.prompt, HYBRID.model.vocab_size)
+    assert consumer.output == [sim_token("default", consumer.prompt, HYBRID.model.vocab_size)]
     assert engine.cache.usage().working_slots == 0
 
 

@@ -116,7 +116,7 @@ def check_against_reference(runner: TorchRunner, cfg: SchedulerConfig, placement
         for r in engine.requests:
             # every drawn prompt fits the cache alone (KV for MAX_PROMPT, >= 1 slot): none may fail
             assert r.status is RequestStatus.FINISHED, (policy, r.id, r.error)
-            assert r.output_token == reference[r.id], (policy, r.id)
+            assert r.output[0] == reference[r.id], (policy, r.id)
 
 
 def test_torch_engine_matches_the_no_cache_reference(runners: Runners) -> None:

@@ -36,10 +36,7 @@ class BenchReport:
 
 def fresh_copy(requests: list[Request]) -> list[Request]:
     """The same user requests with no scheduler state, so every policy starts equal."""
-    return [
-        Request(r.id, r.prompt, r.namespace, r.arrival_s, group=r.group, kind=r.kind, sampling=r.sampling)
-        for r in requests
-    ]
+    return [Request(r.id, r.prompt, r.namespace, r.arrival_s, sampling=r.sampling) for r in requests]
 
 
 def run_policies(

@@ -61,6 +61,11 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def first_token(request: Request) -> int | None:
+    """The first generated token (the candidate-scoring workloads generate one); None: none yet."""
+    return request.output[0] if request.output else None
+
+
 def outputs_digest(tokens: list[int | None]) -> str:
     return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
 
@@ -74,7 +79,7 @@ def agreement(requests: list[Request], reference: dict[str, int]) -> float | Non
     if not requests:
         return None
     matches = sum(
-        r.status is RequestStatus.FINISHED and r.id in reference and reference[r.id] == r.output_token
+        r.status is RequestStatus.FINISHED and r.id in reference and reference[r.id] == first_token(r)
         for r in requests
     )
     return matches / len(requests)
@@ -89,7 +94,9 @@ def rounds_lower_bound(tokens: int, chunks: int, depth: int, scheduler: Schedule
 
 
 def median_margin(requests: list[Request]) -> float | None:
-    gaps = [r.top_logprobs[0][1] - r.top_logprobs[1][1] for r in requests if len(r.top_logprobs) >= 2]
+    """Median logprob gap between the two most likely first tokens, over requests that have both."""
+    tops = [r.output_logprobs[0].top for r in requests if r.output_logprobs]
+    gaps = [top[0][1] - top[1][1] for top in tops if len(top) >= 2]
     return percentile(gaps, 50) if gaps else None
 
 
@@ -123,7 +130,7 @@ def summarize(
         dependency_depth=depth,
         makespan_s=engine.now,
         worker_call_s=sum((rd.worker_call_s for rd in engine.rounds), 0.0),
-        outputs_sha256=outputs_digest([r.output_token for r in reqs]),
+        outputs_sha256=outputs_digest([first_token(r) for r in reqs]),
         agreement=None if reference is None else agreement(reqs, reference),
         median_top1_margin=median_margin(done),
         failures=failures,

@@ -38,14 +38,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
     plan = plan_engine(options)
-    requests, workload = load_workload(args, plan.choice.vocab_size)
+    work, workload = load_workload(args, plan.choice.vocab_size)
+    requests = work.requests
     spec = check_workload(args, plan, requests)
     setup = plan.build(requests)
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
     if spec is not None:
         check_generated_context(spec, setup.runner.model)
     if args.write_trace is not None:
-        _write(args.write_trace, lambda path: write_trace(path, requests))
+        _write(args.write_trace, lambda path: write_trace(path, work))
     names = policies(args) or DEFAULT_POLICIES
     runs = _run(args, setup, requests, names)
     config = config_dict(

@@ -13,6 +13,7 @@ from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 from radixflow.workloads.trace import TraceError, read_trace
+from radixflow.workloads.workload import Workload
 
 
 def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
@@ -39,7 +40,7 @@ def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
     return spec
 
 
-def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[list[Request], dict[str, object]]:
+def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[Workload, dict[str, object]]:
     if args.trace is not None:
         try:
             return read_trace(args.trace), {"trace": str(args.trace)}

@@ -27,8 +27,6 @@ class Request:
     prompt: tuple[int, ...]
     namespace: str = "default"
     arrival_s: float = 0.0
-    group: int | None = None  # workload bookkeeping: the shared context it belongs to
-    kind: str = "candidate"  # "candidate" | "independent"
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     # Scheduler-owned state. Invariant: reused <= computed <= len(prompt) + len(output) - 1 once
@@ -70,16 +68,6 @@ class Request:
     @property
     def prefilled(self) -> bool:
         return self.computed >= len(self.prompt)
-
-    @property
-    def output_token(self) -> int | None:
-        """The first generated token (the candidate-scoring workloads generate one)."""
-        return self.output[0] if self.output else None
-
-    @property
-    def top_logprobs(self) -> list[tuple[int, float]]:
-        """The most likely first tokens with their logprobs, best first."""
-        return list(self.output_logprobs[0].top) if self.output_logprobs else []
 
     @property
     def latency_s(self) -> float | None:

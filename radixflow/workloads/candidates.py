@@ -7,6 +7,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from radixflow.scheduler.request import Request
+from radixflow.workloads.workload import INDEPENDENT, RequestTag, Workload
 
 ORDERS = ("grouped", "interleaved", "shuffled")
 ARRIVALS = ("batch", "poisson", "bursty")
@@ -73,31 +74,30 @@ class WorkloadSpec:
         return asdict(self)
 
 
-def build_workload(spec: WorkloadSpec) -> list[Request]:
-    """Requests in queue order with arrival times; fully determined by ``spec``."""
+def build_workload(spec: WorkloadSpec) -> Workload:
+    """Requests in queue order with arrival times, and their tags; fully determined by ``spec``."""
     spec.validate()
     rng = random.Random(spec.seed)
     draw = lambda n: tuple(rng.randrange(spec.vocab_size) for _ in range(n))  # noqa: E731
     system = draw(spec.shared_prefix_len)  # empty (and no draw) unless nested sharing is asked for
+    tags: dict[str, RequestTag] = {}
     groups: list[list[Request]] = []
     for g in range(spec.groups):
         context = system + draw(spec.context_len)
         ns = f"ns{g % spec.namespaces}"
         groups.append(
-            [
-                Request(f"g{g}c{k}", context + draw(spec.candidate_len), ns, group=g)
-                for k in range(spec.candidates)
-            ]
+            [Request(f"g{g}c{k}", context + draw(spec.candidate_len), ns) for k in range(spec.candidates)]
         )
+        tags.update((r.id, RequestTag(group=g)) for r in groups[-1])
     independent = [
-        Request(f"i{j}", draw(spec.context_len + spec.candidate_len), "ns0", kind="independent")
-        for j in range(spec.independent)
+        Request(f"i{j}", draw(spec.context_len + spec.candidate_len), "ns0") for j in range(spec.independent)
     ]
+    tags.update((r.id, RequestTag(kind=INDEPENDENT)) for r in independent)
     queue = _order(groups, spec.order, rng)
     queue = _mix(queue, independent, spec.order == "shuffled", rng)
     for req, t in zip(queue, _arrivals(spec, len(queue), rng), strict=True):
         req.arrival_s = t
-    return queue
+    return Workload(queue, {r.id: tags[r.id] for r in queue})
 
 
 def _order(groups: list[list[Request]], order: str, rng: random.Random) -> list[Request]:

@@ -9,21 +9,23 @@ from pathlib import Path
 
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS
+from radixflow.workloads.workload import CANDIDATE, RequestTag, Workload
 
 
 class TraceError(ValueError):
     pass
 
 
-def write_trace(path: str | Path, requests: list[Request]) -> None:
+def write_trace(path: str | Path, workload: Workload) -> None:
     with open(path, "w") as f:
-        for r in requests:
+        for r in workload.requests:
+            tag = workload.tag(r)
             row = {
                 "id": r.id,
                 "namespace": r.namespace,
                 "arrival_s": r.arrival_s,
-                "group": r.group,
-                "kind": r.kind,
+                "group": tag.group,
+                "kind": tag.kind,
                 "prompt": list(r.prompt),
             }
             f.write(json.dumps(row) + "\n")
@@ -32,32 +34,33 @@ def write_trace(path: str | Path, requests: list[Request]) -> None:
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
 
 
-def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> list[Request]:
-    """Parse a UTF-8 JSONL trace, line by line.
+def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workload:
+    """Parse a UTF-8 JSONL trace, line by line; a line without ``group`` or ``kind`` is tagged as
+    a candidate in no group.
 
     A malformed line raises `TraceError` naming the file and line number; so does a trace whose
     prompts hold more than ``max_tokens`` tokens together (found without reading the rest).
     """
     out: list[Request] = []
-    seen: set[str] = set()
+    tags: dict[str, RequestTag] = {}
     tokens = 0
     try:
         for where, line in _lines(path):
             if not line.strip():
                 continue
-            req = _parse(line, where)
-            if req.id in seen:
+            req, tag = _parse(line, where)
+            if req.id in tags:
                 raise TraceError(f"{where}: duplicate request id {req.id!r}")
             tokens += len(req.prompt)
             if tokens > max_tokens:
                 raise TraceError(f"{where}: the trace exceeds the limit of {max_tokens} prompt tokens")
-            seen.add(req.id)
+            tags[req.id] = tag
             out.append(req)
     except OSError as e:
         raise TraceError(f"{path}: cannot read trace ({e.strerror or e})") from None
     if not out:
         raise TraceError(f"{path}: trace has no requests")
-    return out
+    return Workload(out, tags)
 
 
 def _lines(path: str | Path) -> Iterator[tuple[str, str]]:
@@ -85,7 +88,7 @@ def _string(row: dict[str, object], key: str, default: str, where: str) -> str:
     return value
 
 
-def _parse(line: str, where: str) -> Request:
+def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
@@ -108,11 +111,10 @@ def _parse(line: str, where: str) -> Request:
     group = row.get("group")
     if group is not None and type(group) is not int:
         raise TraceError(f"{where}: 'group' must be an integer or null")
-    return Request(
+    request = Request(
         id=rid,
         prompt=tuple(prompt),
         namespace=_string(row, "namespace", "default", where),
         arrival_s=float(arrival),
-        group=group,
-        kind=_string(row, "kind", "candidate", where),
     )
+    return request, RequestTag(group=group, kind=_string(row, "kind", CANDIDATE, where))

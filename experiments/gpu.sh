@@ -14,7 +14,7 @@ for m in "${models[@]}"; do model_flags+=(--model "$m"); done
 profile="$(realpath -m "$out/profile-cuda.json")"
 
 # 1. the GPU profile, fitted to measured rounds (wall clock: the CPU clock does not see GPU work)
-radixflow calibrate "${model_flags[@]}" --device cuda --clock wall --threads "$(nproc)" --repeats 5 \
+radixflow calibrate "${model_flags[@]}" --device cuda --clock wall --torch-threads "$(nproc)" --repeats 5 \
     --max-tokens 4096 --out "$profile" | tee "$out/calibrate.txt"
 
 # 2. the paper experiment: torch cells on the GPU, checked against the GPU profile

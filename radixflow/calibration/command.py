@@ -16,7 +16,7 @@ from radixflow.costmodel.hardware import save_profile
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
 # flag -> (least, most): past these a typo would time for hours; 256 tokens hold the fit grid
-LIMITS = {"repeats": (1, 100), "held_out": (1, 1000), "max_tokens": (256, 65536), "threads": (1, 1024)}
+LIMITS = {"repeats": (1, 100), "held_out": (1, 1000), "max_tokens": (256, 65536)}
 
 
 class CalibrationUsageError(ValueError):
@@ -25,19 +25,18 @@ class CalibrationUsageError(ValueError):
 
 HELP = (
     "time the torch runner's worker calls on a grid of batch shapes, fit the cost model's coefficients "
-    "(non-negative least squares) and report the error on held-out shapes; writes a profile for --hardware"
+    "(non-negative least squares) and report the error on held-out shapes; writes a profile for --hardware. "
+    "Timing uses one torch thread unless --torch-threads says otherwise"
 )
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
-    c.add_argument("--device", default="cpu", help="torch device")
     c.add_argument("--out", type=Path, help="profile file to write (default: profile-<device>.json)")
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
     c.add_argument("--repeats", type=int, default=5, help="timings per batch shape; the fastest is kept")
     c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model")
     c.add_argument("--max-tokens", type=int, default=1024, help="largest batch timed, in tokens")
-    c.add_argument("--threads", type=int, default=1, help="torch intra-op threads while timing")
     c.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
@@ -53,7 +52,9 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
             name = "--" + flag.replace("_", "-")
             raise CalibrationUsageError(f"{name} must be from {low} to {high}, got {value}")
     if (args.clock or default_clock(args.device)) == "process" and args.threads != 1:
-        raise CalibrationUsageError("--clock process times one thread: use --threads 1, or --clock wall")
+        raise CalibrationUsageError(
+            "--clock process times one thread: use --torch-threads 1, or --clock wall"
+        )
     return CalibrationPlan(
         tuple(dict.fromkeys(args.model)),
         args.device,

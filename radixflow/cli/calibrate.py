@@ -6,16 +6,28 @@ import argparse
 
 from rich.console import Console
 
-from radixflow.calibration.command import HELP, CalibrationUsageError, add_arguments
-from radixflow.calibration.command import run as calibrate
+from radixflow.calibration import command as calibration
+from radixflow.calibration.command import HELP, CalibrationUsageError
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.options.flags import add_engine_flags, from_args
+
+# the engine options calibration uses: declared, checked and defaulted as every command does
+ENGINE_OPTIONS = ("device", "torch_threads")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    calibration.add_arguments(parser)
+    add_engine_flags(parser, only=ENGINE_OPTIONS)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow calibrate")
+    options = from_args(args, only=ENGINE_OPTIONS)
+    args.device = options.device
+    args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
     try:
-        return calibrate(args, console)
+        return calibration.run(args, console)
     except CalibrationUsageError as e:
         raise UsageError(str(e)) from None
 

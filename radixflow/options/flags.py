@@ -12,6 +12,7 @@ from typing import Any
 
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
+from radixflow.options.spec import OptionSpec
 from radixflow.problems import Problem, ProblemError, flag
 
 GROUPS = {
@@ -47,36 +48,44 @@ def _float(text: str) -> float:
 PARSERS: dict[type, Any] = {int: _int, float: _float, str: str}
 
 
-def add_engine_flags(parser: argparse.ArgumentParser, model_positional: bool = False) -> None:
-    """Every engine option as a flag, in its group; ``model_positional``: MODEL is an argument."""
-    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+def add_engine_flags(
+    parser: argparse.ArgumentParser, model_positional: bool = False, only: tuple[str, ...] | None = None
+) -> None:
+    """Every engine option as a flag, in its group (``only``: just these options, for a command that
+    builds no engine of its own); ``model_positional``: MODEL is an argument, not a flag."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for f in option_fields():
+        if only is not None and f.name not in only:
+            continue
         spec = spec_of(f)
-        shown = "" if f.default is None else f" (default: {f.default})"
         if f.name == "model" and model_positional:
             parser.add_argument("model", metavar="MODEL", help=spec.help)
             continue
-        if f.name == "policy":
-            groups[spec.group].add_argument(
-                "--policy",
-                action="append",
-                choices=spec.choices(),
-                help=POLICY_HELP,  # type: ignore[misc]
-            )
-            continue
-        groups[spec.group].add_argument(
-            flag(f.name),
-            dest=f.name,
-            type=PARSERS[spec.kind],
-            choices=spec.choices() if spec.choices is not None else None,
-            metavar=spec.metavar,
-            help=spec.help + shown,
-        )
+        if spec.group not in groups:
+            groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
+        _add_flag(groups[spec.group], f.name, spec, f.default)
 
 
-def given(args: argparse.Namespace) -> list[str]:
-    """Engine options the user gave (in declaration order)."""
-    return [f.name for f in option_fields() if getattr(args, f.name, None) is not None]
+def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, default: object) -> None:
+    choices = spec.choices() if spec.choices is not None else None
+    if name == "policy":
+        group.add_argument("--policy", action="append", choices=choices, help=POLICY_HELP)
+        return
+    shown = "" if default is None else f" (default: {default})"
+    group.add_argument(
+        flag(name),
+        dest=name,
+        type=PARSERS[spec.kind],
+        choices=choices,
+        metavar=spec.metavar,
+        help=spec.help + shown,
+    )
+
+
+def given(args: argparse.Namespace, only: tuple[str, ...] | None = None) -> list[str]:
+    """Engine options the user gave (in declaration order; ``only``: among these)."""
+    names = [f.name for f in option_fields() if only is None or f.name in only]
+    return [name for name in names if getattr(args, name, None) is not None]
 
 
 def policies(args: argparse.Namespace) -> list[str] | None:
@@ -84,12 +93,15 @@ def policies(args: argparse.Namespace) -> list[str] | None:
     return None if args.policy is None else list(dict.fromkeys(args.policy))
 
 
-def from_args(args: argparse.Namespace, one_policy: bool = True) -> EngineOptions:
+def from_args(
+    args: argparse.Namespace, one_policy: bool = True, only: tuple[str, ...] | None = None
+) -> EngineOptions:
     """The options the flags give, validated (`ProblemError` naming the option at fault).
 
-    ``one_policy``: the command runs one engine, so ``--policy`` may be given once.
+    ``one_policy``: the command runs one engine, so ``--policy`` may be given once; ``only``: the
+    command declared just these options (`add_engine_flags`), the rest keep their defaults.
     """
-    values = {name: getattr(args, name) for name in given(args)}
+    values = {name: getattr(args, name) for name in given(args, only)}
     if "policy" in values:
         names = policies(args) or []
         if one_policy and len(names) > 1:

@@ -1,0 +1,102 @@
+"""EngineOptions: one declaration, strict types, every range and this machine's limits checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from radixflow.options import EngineOptions, option_fields
+from radixflow.options import machine as machine_module
+from radixflow.options.engine_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS, spec_of
+from radixflow.problems import Problem, ProblemError
+
+
+def test_defaults_are_valid_and_every_field_is_declared_with_help():
+    assert EngineOptions().validate() is None
+    for f in option_fields():
+        spec = spec_of(f)
+        assert spec.help and spec.kind in (int, float, str), f.name
+        if spec.choices is not None and f.default is not None:  # a registry's names, default among them
+            assert f.default in spec.choices(), f.name
+
+
+@pytest.mark.parametrize(
+    ("changes", "param", "words"),
+    [
+        ({"kv_blocks": 0}, "kv_blocks", "must be at least 1, got 0"),
+        ({"kv_blocks": MAX_KV_BLOCKS + 1}, "kv_blocks", f"must be at most {MAX_KV_BLOCKS}"),
+        ({"state_slots": -1}, "state_slots", "must be >= 0, got -1"),
+        ({"state_slots": MAX_STATE_SLOTS + 1}, "state_slots", f"must be at most {MAX_STATE_SLOTS}"),
+        ({"token_budget": 8}, "token_budget", "8 is smaller than one block (block_size 16 tokens)"),
+        ({"token_budget": 16, "block_size": 16}, None, None),  # exactly one block is enough
+        ({"max_requests": 0}, "max_requests", "must be at least 1"),
+        ({"block_size": 0}, "block_size", "must be at least 1"),
+        ({"policy": "fastest"}, "policy", "unknown policy 'fastest' (known: native, radixflow)"),
+        ({"placement": "everywhere"}, "placement", "unknown placement"),
+        ({"eviction": "random"}, "eviction", "unknown eviction 'random' (known: lru)"),
+        ({"runner": "gpu"}, "runner", "unknown runner 'gpu' (known: sim, torch)"),
+        ({"tflops": 1e-300}, "tflops", "must be at least 0.001"),
+        ({"fixed_cost_ms": math.nan}, "fixed_cost_ms", "must be a finite number, got nan"),
+        ({"fixed_cost_ms": math.inf}, "fixed_cost_ms", "must be a finite number, got inf"),
+        ({"per_request_ms": -1.0}, "per_request_ms", "must be >= 0"),
+        ({"seed": -1}, "seed", "must be >= 0"),
+        ({"model": ""}, "model", "must not be empty"),
+        ({"torch_threads": 0}, "torch_threads", "must be at least 1"),
+    ],
+)
+def test_validate_names_the_option_and_the_value(changes, param, words):
+    problem = EngineOptions(**changes).validate()
+    if param is None:
+        assert problem is None
+        return
+    assert isinstance(problem, Problem) and problem.param == param and words in problem.message, problem
+
+
+def test_threads_beyond_this_machines_cpus_are_refused(monkeypatch):
+    monkeypatch.setattr(machine_module, "cpu_count", lambda: 2)
+    assert EngineOptions(torch_threads=2).validate() is None
+    problem = EngineOptions(torch_threads=100_000).validate()
+    assert problem == Problem("torch_threads", "must be at most 2 (this machine's CPUs), got 100000")
+
+
+def test_cache_bookkeeping_beyond_available_memory_is_refused(monkeypatch):
+    # 4M blocks are within the static limit; on a machine with 100 MB free they are not
+    monkeypatch.setattr(machine_module, "available_memory", lambda: 100_000_000)
+    problem = EngineOptions(kv_blocks=MAX_KV_BLOCKS).validate()
+    assert problem is not None and problem.param == "kv_blocks" and "GB of bookkeeping" in problem.message
+    assert EngineOptions(kv_blocks=1024).validate() is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("kv_blocks", 4.5, "must be an integer, got 4.5"),
+        ("kv_blocks", 32.0, "must be an integer, got 32.0"),  # no silent cast of a float
+        ("kv_blocks", "32", "must be an integer, got '32'"),
+        ("kv_blocks", True, "must be an integer, got True"),  # a bool is not a count
+        ("token_budget", None, "must be given, got nothing"),
+        ("fixed_cost_ms", "3", "must be a number, got '3'"),
+        ("policy", 1, "must be a str, got 1"),
+        ("colour", "blue", "unknown option"),
+    ],
+)
+def test_from_mapping_refuses_wrong_types_instead_of_casting(key, value, words):
+    with pytest.raises(ProblemError) as info:
+        EngineOptions.from_mapping({key: value})
+    assert info.value.problem.param == key and words in info.value.problem.message
+
+
+def test_from_mapping_accepts_an_int_for_a_float_and_validates_ranges():
+    options = EngineOptions.from_mapping({"fixed_cost_ms": 3, "kv_blocks": 64}, model="qwen3_5-2b")
+    assert options.fixed_cost_ms == 3 and options.kv_blocks == 64 and options.model == "qwen3_5-2b"
+    with pytest.raises(ProblemError, match="kv_blocks: must be at least 1, got 0"):
+        EngineOptions.from_mapping({"kv_blocks": 0})  # never silently replaced by a default
+
+
+def test_options_are_frozen_and_replace_keeps_the_rest():
+    options = EngineOptions(kv_blocks=64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.kv_blocks = 1  # type: ignore[misc]
+    assert options.replace(policy="native") == EngineOptions(kv_blocks=64, policy="native")

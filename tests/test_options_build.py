@@ -1,0 +1,87 @@
+"""build_engine: options -> runner, cache and scheduler, refusing what cannot run before allocating."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.options import EngineOptions, build_engine, plan_engine, runner_name
+from radixflow.options import machine as machine_module
+from radixflow.problems import ProblemError
+from radixflow.scheduler.request import Request
+
+
+def test_the_sim_default_engine_has_the_documented_capacities():
+    engine = build_engine(EngineOptions())
+    assert engine.runner.model.name == "qwen3_5-2b"
+    cfg = engine.scheduler.config
+    assert (cfg.num_blocks, cfg.num_state_slots, cfg.token_budget, cfg.max_requests) == (
+        32768,
+        1024,
+        2048,
+        32,
+    )
+    assert engine.cache.usage().total_slots == 1024
+
+
+def test_a_full_attention_model_gets_no_state_slots_even_when_asked():
+    engine = build_engine(EngineOptions(model="qwen3-4b", state_slots=512))
+    assert engine.scheduler.config.num_state_slots == 0 and engine.cache.usage().total_slots == 0
+    engine.run([Request("a", tuple(range(1, 40))), Request("b", tuple(range(1, 30)))])
+    assert all(r.output for r in engine.requests)
+
+
+def test_given_capacities_win_over_the_runners_defaults():
+    engine = build_engine(EngineOptions(kv_blocks=7, state_slots=3, block_size=8, token_budget=64))
+    cfg = engine.scheduler.config
+    assert (cfg.num_blocks, cfg.num_state_slots, cfg.block_size, cfg.token_budget) == (7, 3, 8, 64)
+
+
+def test_the_runner_is_guessed_from_the_model_name():
+    assert runner_name(EngineOptions()) == "sim"
+    assert runner_name(EngineOptions(model="falcon_h1-1.5b")) == "sim"
+    assert runner_name(EngineOptions(model="qwen3_5-tiny")) == "torch"
+    assert runner_name(EngineOptions(model="qwen3_5-tiny", runner="sim")) == "sim"
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (EngineOptions(model="gpt-9"), "unknown torch model 'gpt-9' (zoo names: "),
+        (EngineOptions(model="gpt-9", runner="sim"), "unknown sim model 'gpt-9' (sim shapes: "),
+        (EngineOptions(hardware="nowhere.json"), "cannot read hardware profile nowhere.json"),
+    ],
+)
+def test_unknown_models_and_profiles_are_problems_before_anything_is_built(options, words):
+    with pytest.raises(ProblemError) as info:
+        plan_engine(options)
+    assert words in info.value.problem.message
+    assert info.value.problem.param in ("model", "hardware")
+
+
+def test_a_guessed_torch_name_lists_the_sim_shapes_too():
+    with pytest.raises(ProblemError, match="sim shapes: qwen3_5-2b"):
+        plan_engine(EngineOptions(model="gpt-9"))
+
+
+def test_sim_overrides_reach_the_cost_profile():
+    plan = plan_engine(EngineOptions(fixed_cost_ms=3.0, tflops=500.0, per_request_ms=0.5))
+    hw = plan.choice.hardware  # type: ignore[attr-defined]
+    assert hw.round_overhead_s == pytest.approx(3e-3) and hw.layer_overhead_s == 0.0
+    assert hw.flops == pytest.approx(5e14) and hw.per_request_s == pytest.approx(5e-4)
+    assert plan.choice.fixed_cost_ms == pytest.approx(3.0)
+
+
+def test_torch_pools_that_memory_cannot_hold_are_refused_before_allocation(zoo, monkeypatch):
+    monkeypatch.setattr(machine_module, "available_memory", lambda: 50_000_000)
+    plan = plan_engine(EngineOptions(model="qwen3_5-tiny", kv_blocks=100_000))
+    with pytest.raises(ProblemError) as info:
+        plan.build()
+    assert info.value.problem.param == "kv_blocks" and "memory is available" in info.value.problem.message
+
+
+def test_torch_capacity_is_sized_to_the_workload_when_there_is_one(zoo):
+    plan = plan_engine(EngineOptions(model="qwen3_5-tiny"))
+    assert plan.scheduler_config().num_blocks == 1024  # an open-ended stream (a server)
+    reqs = [Request(str(i), tuple(range(1, 200))) for i in range(100)]
+    assert plan.scheduler_config(reqs).num_blocks == 100 * (13 + 1)
+    assert plan.scheduler_config(reqs[:1]).num_blocks == 64  # never below 64

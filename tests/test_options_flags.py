@@ -1,0 +1,92 @@
+"""The engine flags: declared once, the same at every command; read once into EngineOptions."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from radixflow.cli import build_parser
+from radixflow.experiments.config import CELL_KEYS
+from radixflow.options import EngineOptions, option_fields
+from radixflow.options.engine_options import spec_of
+from radixflow.options.flags import POLICY_HELP, add_engine_flags, from_args, ineffective, policies
+from radixflow.problems import ProblemError
+
+ENGINE_COMMANDS = ("bench", "generate", "serve")
+
+
+def _command(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices[name]
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions}
+
+
+@pytest.mark.parametrize("command", ENGINE_COMMANDS)
+def test_every_engine_option_is_a_flag_of_every_engine_command_with_one_help(command):
+    actions = _actions(_command(command))
+    for f in option_fields():
+        action = actions[f.name]
+        assert action.default is None, f"{command} {f.name}: a default must mean 'not given'"
+        if f.name == "policy":
+            assert action.help == POLICY_HELP
+        elif f.name == "model" and not action.option_strings:
+            assert action.help == spec_of(f).help  # MODEL is an argument of generate and serve
+        else:
+            shown = "" if f.default is None else f" (default: {f.default})"
+            assert action.help == spec_of(f).help + shown, f"{command} {f.name}"
+
+
+def test_calibrate_shows_its_engine_options_as_the_others_do():
+    bench, calibrate = _actions(_command("bench")), _actions(_command("calibrate"))
+    for name in ("device", "torch_threads"):
+        assert calibrate[name].help == bench[name].help
+        assert calibrate[name].option_strings == bench[name].option_strings
+
+
+def test_experiment_cells_take_every_engine_option_but_the_policy():
+    # the policies of an experiment are its variants, the columns it compares
+    assert {f.name for f in option_fields()} - set(CELL_KEYS) == {"policy"}
+    for f in option_fields():
+        if f.name != "policy":
+            assert CELL_KEYS[f.name] == f.default
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_engine_flags(parser)
+    return parser.parse_args(argv)
+
+
+def test_from_args_gives_the_options_of_the_given_flags_and_defaults_for_the_rest():
+    args = _parse(["--kv-blocks", "64", "--fixed-cost-ms", "2.5", "--policy", "native"])
+    assert from_args(args) == EngineOptions(kv_blocks=64, fixed_cost_ms=2.5, policy="native")
+    assert from_args(_parse([])) == EngineOptions()
+
+
+def test_policy_repeats_only_where_a_command_compares_policies():
+    args = _parse(["--policy", "native", "--policy", "radixflow", "--policy", "native"])
+    assert policies(args) == ["native", "radixflow"]
+    assert from_args(args, one_policy=False).policy == "native"
+    with pytest.raises(ProblemError, match="policy: given 2 times: this command runs one engine"):
+        from_args(args)
+
+
+def test_ranges_are_checked_by_validate_not_by_argparse():
+    with pytest.raises(ProblemError) as info:
+        from_args(_parse(["--kv-blocks", "0"]))
+    assert info.value.problem.param == "kv_blocks"
+    with pytest.raises(SystemExit):  # a value that is not a number never reaches the options
+        _parse(["--kv-blocks", "4.5"])
+
+
+def test_given_options_that_cannot_change_the_run_are_named():
+    sim = EngineOptions(model="qwen3_5-2b", device="cuda")
+    assert ineffective(sim, ["device"]) == ["--device has no effect with the sim runner"]
+    torch = EngineOptions(model="qwen3_5-tiny", tflops=3.0)
+    (warning,) = ineffective(torch, ["model", "tflops"])
+    assert warning.startswith("--tflops has no effect with the torch runner")
+    assert ineffective(EngineOptions(), []) == []

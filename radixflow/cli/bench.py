@@ -15,7 +15,7 @@ from radixflow.bench.harness import BenchReport, PolicyRun, config_dict, run_pol
 from radixflow.bench.report import render
 from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
-from radixflow.cli.bench_setup import check_generated_context, check_workload, load_workload, workload_spec
+from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import RoundRecord
@@ -38,10 +38,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
     plan = plan_engine(options)
+    spec = check_generated(args, plan)
     work, workload = load_workload(args, plan.choice.vocab_size)
     requests = work.requests
-    spec = check_workload(args, plan, requests)
-    setup = plan.build(requests)
+    setup = plan.build([len(r.prompt) for r in requests])
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
     if spec is not None:
         check_generated_context(spec, setup.runner.model)

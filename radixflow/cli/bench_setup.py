@@ -10,7 +10,6 @@ from radixflow.cli.command import UsageError
 from radixflow.engine.runner import ModelInfo
 from radixflow.options import EnginePlan
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 from radixflow.workloads.trace import TraceError, read_trace
 from radixflow.workloads.workload import Workload
@@ -68,12 +67,10 @@ def check_generated_context(spec: WorkloadSpec, model: ModelInfo) -> None:
         )
 
 
-def check_workload(
-    args: argparse.Namespace, plan: EnginePlan, requests: list[Request]
-) -> WorkloadSpec | None:
-    """A generated workload that can never fit the cache is refused before the runner is built."""
+def check_generated(args: argparse.Namespace, plan: EnginePlan) -> WorkloadSpec | None:
+    """A generated workload that can never fit the cache is refused before a token is drawn."""
     if args.trace is not None:
         return None
     spec = workload_spec(args, plan.choice.vocab_size)
-    check_generated_fits(spec, plan.scheduler_config(requests))
+    check_generated_fits(spec, plan.scheduler_config([spec.prompt_len] * spec.requests))
     return spec

@@ -91,7 +91,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     s = cell.settings
     plan = plan_engine(options)
     requests = cell_requests(cell, plan.choice.vocab_size)
-    setup = plan.build(requests)
+    setup = plan.build([len(r.prompt) for r in requests])
     runner = CpuTimedRunner(setup.runner)
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])

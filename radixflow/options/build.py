@@ -8,6 +8,7 @@ sizes the cache and builds the runner; `EngineSetup.engine` then makes engines o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from radixflow.engine.engine import Engine
@@ -46,11 +47,12 @@ class EnginePlan:
     options: EngineOptions
     choice: RunnerChoice
 
-    def scheduler_config(self, requests: list[Request] | None = None) -> SchedulerConfig:
-        """Budgets and capacities: given ones, else the runner's default for ``requests`` (None: an
-        open-ended stream, as a server serves). A full-attention model gets no state slots."""
+    def scheduler_config(self, prompt_lengths: Sequence[int] | None = None) -> SchedulerConfig:
+        """Budgets and capacities: given ones, else the runner's default for prompts of these
+        lengths (None: an open-ended stream, as a server serves). A full-attention model gets no
+        state slots."""
         o = self.options
-        default = self.choice.capacity(requests, o.block_size)
+        default = self.choice.capacity(prompt_lengths, o.block_size)
         slots = default.state_slots if o.state_slots is None else o.state_slots
         return SchedulerConfig(
             token_budget=o.token_budget,
@@ -60,10 +62,10 @@ class EnginePlan:
             num_state_slots=slots if self.choice.has_recurrent else 0,
         )
 
-    def build(self, requests: list[Request] | None = None) -> EngineSetup:
-        """Size the cache and build the runner; `ProblemError` before any allocation when the
-        runner's pools cannot fit this machine."""
-        scheduler = self.scheduler_config(requests)
+    def build(self, prompt_lengths: Sequence[int] | None = None) -> EngineSetup:
+        """Size the cache (for prompts of these lengths) and build the runner; `ProblemError`
+        before any allocation when the runner's pools cannot fit this machine."""
+        scheduler = self.scheduler_config(prompt_lengths)
         problem = self.choice.memory_problem(scheduler)
         if problem is not None:
             raise ProblemError(problem)
@@ -92,4 +94,5 @@ def build_engine(
     options: EngineOptions, requests: list[Request] | None = None, round_history: int | None = None
 ) -> Engine:
     """An engine built from ``options`` alone (capacities sized for ``requests`` when given)."""
-    return plan_engine(options).build(requests).engine(round_history=round_history)
+    lengths = None if requests is None else [len(r.prompt) for r in requests]
+    return plan_engine(options).build(lengths).engine(round_history=round_history)

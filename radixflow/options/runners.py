@@ -6,6 +6,7 @@ the vocabulary, the default capacity and the memory the pools need are known up 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -17,7 +18,6 @@ from radixflow.options.engine_options import EngineOptions
 from radixflow.options.machine import pools_problem
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.scheduler.request import Request
 
 DEFAULT_TORCH_MODEL = "qwen3_5-small"
 
@@ -43,8 +43,9 @@ class RunnerChoice(Protocol):
         """Whether the model has recurrent layers (a full-attention model needs no state slots). Pure."""
         ...
 
-    def capacity(self, requests: list[Request] | None, block_size: int) -> Capacity:
-        """Default cache capacity for this workload (None: a server's open-ended one). Pure."""
+    def capacity(self, prompt_lengths: Sequence[int] | None, block_size: int) -> Capacity:
+        """Default cache capacity for prompts of these lengths (None: a server's open-ended
+        stream). Pure."""
         ...
 
     def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
@@ -84,7 +85,7 @@ class SimChoice:
     def has_recurrent(self) -> bool:
         return self.spec.has_recurrent
 
-    def capacity(self, requests: list[Request] | None, block_size: int) -> Capacity:
+    def capacity(self, prompt_lengths: Sequence[int] | None, block_size: int) -> Capacity:
         default = SchedulerConfig()
         return Capacity(default.num_blocks, default.num_state_slots)
 
@@ -139,11 +140,11 @@ class TorchChoice:
     def has_recurrent(self) -> bool:
         return self.footprint.has_recurrent
 
-    def capacity(self, requests: list[Request] | None, block_size: int) -> Capacity:
+    def capacity(self, prompt_lengths: Sequence[int] | None, block_size: int) -> Capacity:
         # Real pools are allocated up front: size them to the workload, not to a GPU.
-        if requests is None:
+        if prompt_lengths is None:
             return Capacity(1024, 256)
-        need = sum(-(-len(r.prompt) // block_size) + 1 for r in requests)
+        need = sum(-(-n // block_size) + 1 for n in prompt_lengths)
         return Capacity(max(need, 64), 256)
 
     def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:

@@ -53,7 +53,8 @@ class WorkloadSpec:
             raise ValueError("burst size, namespaces must be >= 1 and vocab size >= 2")
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
             raise ValueError(
-                f"workload too large: {self.requests} requests of {self.prompt_len} tokens are "
+                f"workload too large: {self.requests} requests (groups × candidates + independent) of "
+                f"{self.prompt_len} tokens (shared_prefix_len + context_len + candidate_len) are "
                 f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}"
             )
 

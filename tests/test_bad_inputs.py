@@ -1,0 +1,268 @@
+"""Bad input at every door, generated: wrong types, zero, negative, huge, NaN, missing values.
+
+Each door is driven from its own declaration (the parser's flags, the TOML cell keys, ...), so an
+option added tomorrow is fed bad values the day it is added. The property: a refusal is one line
+naming the option (exit 2), never a traceback or a hang; an acceptance used the value as given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import signal
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from radixflow.cli import build_parser, main
+from radixflow.cli.command import UsageError
+from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError, parse_config
+from radixflow.options import EngineOptions, option_fields
+from radixflow.options.flags import from_args
+from radixflow.problems import ProblemError
+
+SMALL = ["--groups", "1", "--candidates", "2", "--context-len", "16", "--candidate-len", "16"]
+OUTPUT_FLAGS = {"--trace", "--write-trace", "--json", "--round-trace"}  # paths: tested apart
+ENGINE = {f.name for f in option_fields()}
+
+# command-line text a user might type where a number or a name belongs
+BAD_TEXT = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "abc",
+            "4.5",
+            "32.0",
+            "0",
+            "-0",
+            "-1",
+            "1e30",
+            "1e-300",
+            "99999999999999999999",
+            "nan",
+            "inf",
+            "-inf",
+            "NaN",
+            "1_000",
+            "0x10",
+            "true",
+            "None",
+            "qwen3_5-2b",
+            "h200",
+        ]
+    ),
+    st.integers(-(10**20), 10**20).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+)
+SETTINGS = settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Fail instead of hanging: SIGALRM interrupts the call on the main thread."""
+
+    def on_alarm(*_: object) -> None:
+        raise TimeoutError(f"no answer in {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _command(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices[name]
+
+
+def _flags(command: str) -> dict[str, argparse.Action]:
+    """Every flag of a command that takes one value (the property feeds it)."""
+    return {
+        a.option_strings[0]: a
+        for a in _command(command)._actions
+        if a.option_strings
+        and a.nargs is None
+        and a.dest != "help"
+        and a.option_strings[0] not in OUTPUT_FLAGS
+    }
+
+
+def _as_parsed(action: argparse.Action, text: str) -> Any:
+    """What argparse makes of ``text`` for this flag (the value a run must have used)."""
+    return action.type(text) if callable(action.type) else text
+
+
+def _names(line: str, option: str) -> bool:
+    return option in line or option.removeprefix("--").replace("-", "_") in line
+
+
+# ------------------------------------------------------------------ radixflow bench (runs)
+BENCH_FLAGS = _flags("bench")
+
+
+@SETTINGS
+@given(option=st.sampled_from(sorted(BENCH_FLAGS)), text=BAD_TEXT, missing=st.booleans())
+def test_bench_refuses_in_one_line_or_uses_the_value(option, text, missing, capsys, monkeypatch, tmp_path):
+    import radixflow.cli.bench as bench
+
+    seen: list[EngineOptions] = []
+    real = bench.plan_engine
+    monkeypatch.setattr(bench, "plan_engine", lambda o: seen.append(o) or real(o))
+    monkeypatch.chdir(tmp_path)
+    argv = ["bench", *SMALL, option] + ([] if missing else [text])
+    with time_limit(60):
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and code in (0, 1, 2), (argv, code, err)
+    errors = [line for line in err.splitlines() if line.startswith("radixflow: error:")]
+    if code == 2:
+        assert len(errors) == 1 and len(err.strip().splitlines()) == 1, err
+        assert _names(errors[0], option), (argv, errors)
+        return
+    if code == 1:  # a run whose every request failed says so (and why) in one line
+        assert len(errors) == 1 and "no request completed" in errors[0], err
+    dest = BENCH_FLAGS[option].dest
+    if dest in ENGINE and dest != "policy":
+        assert getattr(seen[0], dest) == _as_parsed(BENCH_FLAGS[option], text), (argv, seen)
+
+
+# --------------------------------------------- generate, serve, calibrate: flags -> options
+@pytest.mark.parametrize("command", ["generate", "serve", "calibrate"])
+@SETTINGS
+@given(data=st.data())
+def test_engine_flags_of_every_command_refuse_in_one_line_or_keep_the_value(command, data):
+    flags = {k: a for k, a in _flags(command).items() if a.dest in ENGINE}
+    option = data.draw(st.sampled_from(sorted(flags)))
+    text, missing = data.draw(BAD_TEXT), data.draw(st.booleans())
+    base = {"generate": ["m", "--prompt", "x"], "serve": ["m"], "calibrate": ["--model", "m"]}[command]
+    argv = [command, *base, option] + ([] if missing else [text])
+    dest = flags[option].dest
+    try:
+        args = build_parser().parse_args(argv)
+        options = from_args(args, only=("device", "torch_threads") if command == "calibrate" else None)
+    except UsageError as e:
+        assert _names(str(e), option) and "\n" not in str(e), (argv, e)
+        return
+    except ProblemError as e:
+        assert e.problem.param == dest and "\n" not in str(e), (argv, e)
+        return
+    assert getattr(options, dest) == _as_parsed(flags[option], text)
+
+
+def test_a_bad_flag_value_through_the_real_program_is_one_line(capsys):
+    for argv in (
+        ["generate", "qwen3_5-tiny", "--prompt", "x", "--kv-blocks", "0"],
+        ["serve", "qwen3_5-tiny", "--torch-threads", "100000"],
+        ["calibrate", "--model", "qwen3_5-tiny", "--torch-threads", "-3"],
+        ["bench", "--state-slots", "nan"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("radixflow: error: "), err
+
+
+# ------------------------------------------------------------------ experiment TOML cells
+TOML_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "0",
+            "-1",
+            "4.5",
+            "32.0",
+            "1e300",
+            "nan",
+            "inf",
+            "-inf",
+            "true",
+            '""',
+            '"abc"',
+            '"8"',
+            "[]",
+            "{}",
+            "9223372036854775807",
+        ]
+    ),
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda x: "nan" if math.isnan(x) else repr(x)),
+)
+CELL_BASE = """
+name = "t"
+[defaults]
+runner = "sim"
+model = "qwen3_5-2b"
+{line}
+[defaults.workload]
+groups = 2
+candidates = 2
+context_len = 64
+candidate_len = 16
+{wline}
+"""
+
+
+def _toml_value(text: str) -> Any:
+    """The value TOML makes of ``text`` (None: not TOML; TOML has no null)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def _same(got: Any, want: Any) -> bool:
+    return got == want or (isinstance(want, float) and math.isnan(want) and math.isnan(got))
+
+
+@SETTINGS
+@given(key=st.sampled_from(sorted([*CELL_KEYS, *(f"workload.{k}" for k in WORKLOAD_KEYS)])), text=TOML_VALUES)
+def test_toml_cells_refuse_in_one_line_naming_the_key_or_keep_the_value(key, text, tmp_path_factory):
+    value, name = _toml_value(text), key.removeprefix("workload.")
+    if value is None or key in ("runner", "model"):
+        return  # not TOML, or a key the base config sets itself
+    line, wline = ("", f"{name} = {text}") if key.startswith("workload.") else (f"{name} = {text}", "")
+    data = tomllib.loads(CELL_BASE.format(line=line, wline=wline))
+    try:
+        with time_limit(30):
+            config = parse_config(data, "t.toml", tmp_path_factory.mktemp("cfg"))
+    except ExperimentConfigError as e:
+        message = str(e)
+        assert "\n" not in message and message.startswith("t.toml: defaults.") and name in message, (
+            key,
+            text,
+        )
+        return
+    got = [c.workload[name] if key.startswith("workload.") else c.settings[name] for c in config.cells]
+    if name in ("hardware", "cost_profile"):
+        return  # a profile file is kept as its absolute path
+    want = value if isinstance(value, list) else [value] * len(got)
+    assert len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want, strict=True)), (
+        key,
+        text,
+        got,
+    )
+
+
+def test_the_toml_door_refuses_what_it_used_to_replace(tmp_path):
+    for line, key in (
+        ("kv_blocks = 0", "kv_blocks"),
+        ("state_slots = -1", "state_slots"),
+        ("kv_blocks = 1000000000000", "kv_blocks"),
+        ("repetitions = 1000000000", "repetitions"),
+        ("token_budget = 8", "token_budget"),
+        ("torch_threads = 100000", "torch_threads"),
+    ):
+        with pytest.raises(ExperimentConfigError, match=f"defaults.{key}: "):
+            parse_config(tomllib.loads(CELL_BASE.format(line=line, wline="")), "t.toml", Path(tmp_path))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from radixflow.generation import LLM, GenerationOutput, SamplingParams
+from radixflow.generation import LLM, GenerationError, GenerationOutput, SamplingParams
 from radixflow.generation.chat import ChatTemplate, ChatTemplateError
 from radixflow.generation.tracker import RequestTracker, observe
 from radixflow.problems import ProblemError
@@ -103,6 +103,18 @@ def test_a_request_that_cannot_run_is_refused_before_anything_runs(llm):
         llm.generate("", GREEDY)
     with pytest.raises(ValueError, match="stop strings must not be empty"):
         llm.generate("fine", SamplingParams(stop=("",)))
+    llm.engine.check_integrity()
+    assert llm.engine.requests == [] and not llm.engine.has_work()
+
+
+def test_a_failed_round_is_a_generation_error_and_leaves_nothing_behind(llm, monkeypatch):
+    def lost(batch):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(llm.engine.runner, "run", lost)
+    why = r"request gen-\d+ failed: worker call failed: RuntimeError: device lost"
+    with pytest.raises(GenerationError, match=why):
+        llm.generate(["one", "two"], GREEDY)
     llm.engine.check_integrity()
     assert llm.engine.requests == [] and not llm.engine.has_work()
 

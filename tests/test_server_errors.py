@@ -162,6 +162,9 @@ def test_a_full_queue_answers_429_and_disconnects_free_everything(zoo):
             client.close()
         served.wait_idle()
         assert engine_state(served) == (0, 0, 0)  # no request, lock or working slot left behind
+        gauges = served.http().get("/metrics").text  # back to 0 before any other request arrives
+        for name in ("running", "waiting", "pending"):
+            assert f"radixflow_requests_{name} 0.0" in gauges
         r = served.client().completions.create(model=MODEL, prompt="one more", max_tokens=1)
         assert r.choices[0].finish_reason is not None  # the queue has room again
         metrics = served.http().get("/metrics").text

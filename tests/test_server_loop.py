@@ -121,3 +121,26 @@ def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):
         submit(loop, tokenizer, 1)
     loop.join(10)
     assert not loop.alive
+
+
+class SlowRunner(SimRunner):
+    def run(self, batch):
+        time.sleep(0.01)  # 500 tokens take 5 s: the test aborts them well before
+        return super().run(batch)
+
+
+def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
+    loop = make_loop(SlowRunner(SPEC, HARDWARE["h100"]))
+    events = submit(loop, tokenizer, 3, max_tokens=500)
+    ids = loop.call(lambda e: [r.id for r in e.requests])
+    gauge = loop.metrics.registry.get_sample_value
+    deadline = time.monotonic() + 10
+    while gauge("radixflow_requests_running") != 3:  # published after each round
+        assert time.monotonic() < deadline, "the requests never ran"
+        time.sleep(0.01)
+    assert gauge("radixflow_requests_pending") == 3
+    loop.abort(ids)  # every client went away: no step follows, nothing else arrives
+    loop.call(lambda e: None)  # the abort has been applied
+    assert [gauge(f"radixflow_requests_{g}") for g in ("running", "waiting", "pending")] == [0, 0, 0]
+    assert gauge("radixflow_requests_total", {"outcome": "aborted"}) == 3
+    assert events.empty()  # nobody is answered after leaving

@@ -8,13 +8,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
+from radixflow.generation.output_processor import (
+    Done,
+    EngineDriver,
+    Failure,
+    FailureKind,
+    OutputProcessor,
+)
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
-from radixflow.generation.tracker import RequestTracker, observe
+from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
-from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.request import Request
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
@@ -105,34 +112,30 @@ class LLM:
         return list(params)
 
     def _run(self, requests: list[Request]) -> list[GenerationOutput]:
-        engine = self.engine
-        trackers = [RequestTracker(r, self.tokenizer) for r in requests]
         for i, req in enumerate(requests):  # refuse before anything runs
-            problem = engine.problem(req)
+            problem = self.engine.problem(req)
             if problem is not None:
                 raise ValueError(problem.of_item(f"prompt {i}") if len(requests) > 1 else str(problem))
+        processor = OutputProcessor(self.engine)
+        answers: dict[str, Done] = {}
         try:
-            for req in requests:
-                engine.submit(req)
-            pending = {t.id: t for t in trackers}
-            while pending:
-                record = engine.step()
-                touched = {c[0] for c in record.chunks} if record is not None else set(pending)
-                for rid in touched & pending.keys():
-                    observe(engine, pending[rid])
-                    if pending[rid].done:
-                        del pending[rid]
-                if record is None and not engine.has_work():
-                    break
+            refused = [e for r in requests for e in processor.submit(RequestTracker(r, self.tokenizer))]
+            for event in itertools.chain(refused, EngineDriver(self.engine, processor).run()):
+                if isinstance(event, Done):
+                    answers[event.request_id] = event
         finally:
             for req in requests:  # an exception (or Ctrl-C) leaves no request running
-                if not req.status.done:
-                    engine.abort(req.id)
-                engine.forget(req.id)
-        failed = next((r for r in requests if r.status is not RequestStatus.FINISHED), None)
-        if failed is not None:
-            raise GenerationError(f"request {failed.id} {failed.status.value}: {failed.error}")
-        return [t.output() for t in trackers]
+                aborted = processor.abort(req.id)
+                if aborted is not None:
+                    answers[req.id] = aborted
+        outputs = []
+        for req in requests:
+            done = answers[req.id]
+            if done.output is None:
+                why = done.failure or Failure(FailureKind.FAILED, "no output")
+                raise GenerationError(f"request {req.id} {why.kind.value}: {why.reason}")
+            outputs.append(done.output)
+        return outputs
 
 
 def _is_token_list(value: object) -> bool:

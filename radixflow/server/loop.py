@@ -4,8 +4,10 @@ The engine is single-threaded: only this thread touches it. HTTP handlers hand i
 (submit, abort, a function to run between steps) through a queue guarded by a condition; it
 applies them between rounds, so requests of many connections share the same rounds. Results go
 back through each submission's ``sink`` (called on this thread; the server's sink hops onto the
-event loop). Answered requests are forgotten by the engine and the engine keeps a bounded round
-history, so a long-running server does not grow.
+event loop). Stepping the engine and turning rounds into answers is generation's one output path
+(`EngineDriver`, `OutputProcessor`, as `LLM` uses it); this loop adds the commands, the bounded
+queue, draining and failure handling, and metrics. Answered requests are forgotten by the engine
+and the engine keeps a bounded round history, so a long-running server does not grow.
 """
 
 from __future__ import annotations
@@ -21,9 +23,18 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from radixflow.engine.engine import Engine
+from radixflow.generation.output_processor import (
+    Done,
+    EngineDriver,
+    FailureKind,
+    FirstToken,
+    OutputEvent,
+    OutputProcessor,
+    Streamed,
+)
 from radixflow.generation.outputs import GenerationOutput, StreamDelta
-from radixflow.generation.tracker import RequestTracker, observe
-from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request
 from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.server")
@@ -60,12 +71,11 @@ class NotAccepting(Exception):
 
 @dataclass
 class _Entry:
-    tracker: RequestTracker
+    tracker: RequestTracker  # handed to the output processor on admission; read for metrics
     index: int
     sink: Sink
     stream: bool
     arrival: float  # time.monotonic() when the request was accepted
-    first_token: bool = False
 
 
 class EngineLoop:
@@ -77,6 +87,8 @@ class EngineLoop:
         self._accepting = True  # guarded by _cond
         self._deadline: float | None = None  # draining: fail what is left at this monotonic time
         self._active: dict[str, _Entry] = {}  # engine thread only
+        self._processor = OutputProcessor(engine)  # engine thread only
+        self._driver = EngineDriver(engine, self._processor, metrics.on_round)
         self._thread = threading.Thread(target=self._run, name="radixflow-engine", daemon=True)
         self.failure: str | None = None  # why the engine loop died, if it did
 
@@ -185,16 +197,14 @@ class EngineLoop:
 
     def _admit(self, entries: list[_Entry]) -> None:
         for entry in entries:
-            req = entry.tracker.request
             if self.failure is not None:
                 self._answer(entry, Final(entry.index, None, 503, self.failure))
                 continue
+            req = entry.tracker.request
             req.arrival_s = self.engine.now  # the engine clock: arrived now, admitted next round
-            self.engine.submit(req)
-            if req.status is RequestStatus.FAILED:  # handlers validate first; this is a safety net
-                self._answer(entry, Final(entry.index, None, 400, req.error))
-            else:
-                self._active[req.id] = entry
+            self._active[req.id] = entry
+            # handlers check requests first: a refusal here is a safety net (a 400 answer)
+            self._forward(self._processor.submit(entry.tracker, entry.stream))
         self._publish_queues()
 
     def _abort(self, request_ids: list[str]) -> None:
@@ -202,48 +212,35 @@ class EngineLoop:
             entry = self._active.pop(rid, None)
             if entry is None:
                 continue  # already answered
-            self.engine.abort(rid)
-            self._forget(entry)
-
-    def _step(self) -> None:
-        record = self.engine.step()
-        if record is not None:
-            self.metrics.on_round(record)
-        touched = [c[0] for c in record.chunks] if record is not None else list(self._active)
-        for rid in touched:
-            entry = self._active.get(rid)
-            if entry is not None:
-                self._follow(entry)
+            self._processor.abort(rid)  # nobody listens for its answer
+            self._release(entry)
         self._publish_queues()
 
-    def _follow(self, entry: _Entry) -> None:
-        tracker = entry.tracker
-        observe(self.engine, tracker)
-        if not entry.first_token and tracker.request.output:
-            entry.first_token = True
-            self.metrics.on_first_token(time.monotonic() - entry.arrival)
-        if entry.stream:
-            delta = tracker.delta()
-            if delta is not None:
-                _send(entry.sink, Delta(entry.index, delta))
-        if not tracker.done:
-            return
-        del self._active[tracker.id]
-        req = tracker.request
-        if req.status is RequestStatus.FINISHED:
-            self._answer(entry, Final(entry.index, tracker.output()))
-        else:
-            self._answer(entry, Final(entry.index, None, 500, req.error or f"request {req.status.value}"))
+    def _step(self) -> None:
+        self._forward(self._driver.step())
+        self._publish_queues()
+
+    def _forward(self, events: list[OutputEvent]) -> None:
+        """Hand the processor's events to the submissions they belong to."""
+        for event in events:
+            entry = self._active.get(event.request_id)
+            if entry is None:
+                continue
+            if isinstance(event, FirstToken):
+                self.metrics.on_first_token(time.monotonic() - entry.arrival)
+            elif isinstance(event, Streamed):
+                _send(entry.sink, Delta(entry.index, event.delta))
+            else:
+                del self._active[event.request_id]
+                self._answer(entry, _final(entry.index, event))
 
     def _answer(self, entry: _Entry, final: Final) -> None:
+        self._release(entry)  # first: a client that has its answer finds its slot in the queue free
         _send(entry.sink, final)
-        self._forget(entry)
 
-    def _forget(self, entry: _Entry) -> None:
-        req = entry.tracker.request
-        if req.status.done:
-            self.engine.forget(req.id)
-        self.metrics.on_done(req, time.monotonic() - entry.arrival)
+    def _release(self, entry: _Entry) -> None:
+        """The entry's request left the engine (the processor forgot it there): count it."""
+        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival)
         with self._cond:
             self._pending -= 1
 
@@ -252,17 +249,25 @@ class EngineLoop:
         when the engine itself has failed: then only the answers matter)."""
         for rid, entry in list(self._active.items()):
             del self._active[rid]
-            if abort and not entry.tracker.done:
-                self.engine.abort(rid)
+            if abort:
+                self._processor.abort(rid)
+            else:
+                self._processor.drop(rid)
             self._answer(entry, Final(entry.index, None, status, message))
-        if abort:
-            self._publish_queues()
+        self._publish_queues()
 
     def _publish_queues(self) -> None:
         sched = self.engine.scheduler
         with self._cond:
             pending = self._pending
         self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+
+
+def _final(index: int, done: Done) -> Final:
+    if done.failure is None:
+        return Final(index, done.output)
+    status = 400 if done.failure.kind is FailureKind.REFUSED else 500
+    return Final(index, None, status, done.failure.reason)
 
 
 def _send(sink: Sink, event: Event) -> None:

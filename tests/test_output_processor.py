@@ -1,0 +1,251 @@
+"""The one output path (generation/output_processor.py) over a scripted sim runner: stop strings,
+stream deltas, failures, aborts, and requests forgotten once answered."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("tokenizers")
+
+from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.generation.detokenize import token_texts
+from radixflow.generation.output_processor import (
+    Done,
+    EngineDriver,
+    FailureKind,
+    FirstToken,
+    OutputEvent,
+    OutputProcessor,
+    Streamed,
+)
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tracker import RequestTracker
+from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.scheduler import SchedulerConfig
+
+SPEC = replace(SIM_MODELS["qwen3_5-2b"], vocab_size=512, max_context=4096)
+CFG = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=512, num_state_slots=32)
+# a split emoji (several byte-level tokens for one character) and repeated words
+TEXT = "The quick brown fox 🙂 jumps over the lazy dog; the dog sleeps."
+
+
+class ScriptedRunner(SimRunner):
+    """Generates each request's scripted tokens in order (then the sim's hash tokens), with a
+    logprob; ``fail`` makes the next worker call raise."""
+
+    def __init__(self, scripts: dict[str, list[int]]) -> None:
+        super().__init__(SPEC, HARDWARE["h100"])
+        self.scripts = scripts
+        self.fail = False
+
+    def run(self, batch: SchedulerOutput):
+        if self.fail:
+            raise RuntimeError("device lost")
+        result = super().run(batch)
+        for c in batch.chunks:
+            script = self.scripts.get(c.request_id, [])
+            n = len(c.tokens) - len(PROMPT)  # tokens generated before this one
+            if c.sample and n < len(script):
+                result.samples[c.request_id] = Sample(script[n], -0.25, ((script[n], -0.25),))
+        return result
+
+
+PROMPT = (5, 6, 7, 8)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> TextTokenizer:
+    path = tmp_path_factory.mktemp("tok")
+    save_tokenizer(train_tokenizer(512), path)
+    return TextTokenizer.load(path)
+
+
+@pytest.fixture(scope="module")
+def ids(tokenizer) -> list[int]:
+    return tokenizer.encode(TEXT, add_special_tokens=False)
+
+
+def setup(scripts: dict[str, list[int]]) -> tuple[Engine, OutputProcessor, ScriptedRunner]:
+    runner = ScriptedRunner(scripts)
+    engine = Engine(runner, CFG)
+    return engine, OutputProcessor(engine), runner
+
+
+def submit(
+    processor: OutputProcessor, tokenizer: TextTokenizer, rid: str, stream: bool = False, **params
+) -> list[OutputEvent]:
+    sampling = SamplingParams(**{"max_tokens": 64, "logprobs": 1, **params})
+    req = Request(rid, PROMPT, sampling=sampling)
+    return processor.submit(RequestTracker(req, tokenizer), stream)
+
+
+def run_all(engine: Engine, processor: OutputProcessor) -> list[OutputEvent]:
+    events = list(EngineDriver(engine, processor).run())
+    engine.check_integrity()
+    return events
+
+
+def done_of(events: list[OutputEvent], rid: str) -> Done:
+    (done,) = [e for e in events if isinstance(e, Done) and e.request_id == rid]
+    return done
+
+
+def boundary_stop(tokenizer: TextTokenizer, ids: list[int]) -> tuple[str, int, int]:
+    """A stop string that starts inside one token and ends inside the next, its first place in
+    TEXT, and how many tokens it takes to complete it."""
+    texts = token_texts(tokenizer, ids)
+    end = 0
+    for i in range(len(texts) - 1):
+        end += len(texts[i])
+        if len(texts[i]) >= 2 and len(texts[i + 1]) >= 2:
+            stop = texts[i][-2:] + texts[i + 1][:2]
+            if TEXT.find(stop) == end - 2 and end > len(texts[0]):
+                return stop, end - 2, i + 2
+    raise AssertionError("no token boundary fits")
+
+
+def test_a_stop_string_across_a_token_boundary_cuts_the_text_and_ends_the_request(tokenizer, ids):
+    stop, cut, n_tokens = boundary_stop(tokenizer, ids)
+    engine, processor, _ = setup({"a": ids})
+    assert submit(processor, tokenizer, "a", stop=(stop, "never-generated")) == []
+    done = done_of(run_all(engine, processor), "a")
+    out = done.output
+    assert done.failure is None and out is not None
+    assert out.text == TEXT[:cut] and out.finish_reason == "stop" and out.stop_string == stop
+    # the token that completed the stop string is the last one: the engine stopped right there
+    assert out.token_ids == tuple(ids[:n_tokens])
+    assert out.logprobs is not None and "".join(e.text for e in out.logprobs) == out.text
+    assert [e.logprob for e in out.logprobs] == [-0.25] * n_tokens
+    assert engine.requests == [] and processor.following == 0  # forgotten once answered
+
+
+@pytest.mark.parametrize("where", ["completes", "never_completes", "no_stop"])
+def test_stream_deltas_add_up_to_the_output_and_are_never_retracted(tokenizer, ids, where):
+    stops = {
+        "completes": (boundary_stop(tokenizer, ids)[0],),
+        "never_completes": (TEXT[-3:] + "#",),  # its start is generated last, its end never
+        "no_stop": (),
+    }[where]
+    engine, processor, _ = setup({"s": ids})
+    submit(processor, tokenizer, "s", stream=True, max_tokens=len(ids), stop=stops)
+    driver, shown, events = EngineDriver(engine, processor), "", []
+    while processor.following:
+        for event in driver.step():
+            events.append(event)
+            if isinstance(event, Streamed):
+                shown += event.delta.text
+                assert "\ufffd" not in event.delta.text  # never half a character
+                # what was shown stays: it is the start of the final text (cut before the stop)
+                assert TEXT[: TEXT.find(stops[0]) if where == "completes" else None].startswith(shown)
+    out = done_of(events, "s").output
+    assert out is not None and shown == out.text
+    assert out.text == (TEXT[: TEXT.find(stops[0])] if where == "completes" else TEXT)
+    streamed = [e.delta for e in events if isinstance(e, Streamed)]
+    assert sum(len(d.token_ids) for d in streamed) == len(out.token_ids)
+    assert [e.text for d in streamed for e in d.logprobs or ()] == [e.text for e in out.logprobs or ()]
+    assert isinstance(events[-1], Done)  # the answer comes after the last delta
+
+
+def test_events_of_a_plain_request_first_token_once_then_done(tokenizer):
+    engine, processor, _ = setup({})
+    submit(processor, tokenizer, "p", max_tokens=5)
+    events = run_all(engine, processor)
+    assert [type(e) for e in events] == [FirstToken, Done]  # no deltas unless streaming
+    out = done_of(events, "p").output
+    assert out is not None and len(out.token_ids) == 5 and out.finish_reason == "length"
+    assert engine.requests == []
+
+
+def test_a_failed_round_is_a_failure_answer_and_the_request_is_forgotten(tokenizer):
+    engine, processor, runner = setup({})
+    submit(processor, tokenizer, "f")
+    runner.fail = True
+    done = done_of(run_all(engine, processor), "f")
+    assert done.output is None and done.failure is not None
+    assert done.failure.kind is FailureKind.FAILED
+    assert done.failure.reason == "worker call failed: RuntimeError: device lost"
+    assert engine.requests == [] and processor.following == 0 and not engine.has_work()
+
+
+def test_a_request_the_engine_refuses_is_answered_at_submission(tokenizer):
+    engine, processor, _ = setup({})
+    req = Request("bad", (1, 600), sampling=SamplingParams(max_tokens=2))
+    (done,) = processor.submit(RequestTracker(req, tokenizer))
+    assert isinstance(done, Done) and done.output is None and done.failure is not None
+    assert done.failure.kind is FailureKind.REFUSED
+    assert done.failure.reason == "prompt: token id 600 is outside the vocabulary (0..511)"
+    assert engine.requests == [] and processor.following == 0
+
+
+def test_an_aborted_request_is_released_answered_once_and_not_followed(tokenizer):
+    engine, processor, _ = setup({})
+    submit(processor, tokenizer, "gone", max_tokens=50)
+    submit(processor, tokenizer, "stays", max_tokens=6)
+    driver = EngineDriver(engine, processor)
+    first = driver.step() + driver.step()  # prefill, then a decode round: both are running
+    assert {e.request_id for e in first} == {"gone", "stays"}  # their first tokens
+    aborted = processor.abort("gone")
+    assert aborted is not None and aborted.output is None and aborted.failure is not None
+    assert aborted.failure.kind is FailureKind.ABORTED and aborted.failure.reason == "request aborted"
+    assert processor.abort("gone") is None  # answered already
+    rest = list(driver.run())
+    assert {e.request_id for e in rest} == {"stays"}
+    assert done_of(rest, "stays").output is not None
+    assert engine.requests == [] and processor.following == 0
+    engine.check_integrity()
+    assert engine.cache.usage().locked_blocks == 0 and engine.cache.usage().working_slots == 0
+
+
+def test_abort_of_a_request_that_is_over_gives_its_result(tokenizer, ids):
+    stop, cut, _ = boundary_stop(tokenizer, ids)
+    engine, processor, _ = setup({"x": ids})
+    submit(processor, tokenizer, "x", stop=(stop,))
+    while engine.has_work():  # runs to the end without anyone processing its rounds
+        engine.step()
+    done = processor.abort("x")
+    assert done is not None and done.output is not None
+    assert done.output.text == TEXT[:cut] and done.output.finish_reason == "stop"
+    assert engine.requests == []
+
+
+def test_only_the_requests_of_the_round_are_looked_at(tokenizer):
+    engine, processor, _ = setup({})
+    submit(processor, tokenizer, "a", max_tokens=40)
+    submit(processor, tokenizer, "b", max_tokens=40)
+    driver = EngineDriver(engine, processor)
+    driver.step()
+    engine.stop("a")  # ended between rounds, by someone else
+    others = RoundRecord(0, 0.0, 0.0, 0.0, 1, 1, 0, 0, "budget", (("b", 0, 1),))
+    assert all(e.request_id == "b" for e in processor.process(others))
+    # a step without a round looks at every followed request: "a" is answered then
+    (done,) = processor.process(None)
+    assert isinstance(done, Done) and done.request_id == "a" and done.output is not None
+    assert done.output.finish_reason == "stop" and done.output.stop_string is None
+
+
+def test_the_driver_reports_each_round_and_stops_when_all_are_answered(tokenizer):
+    engine, processor, _ = setup({})
+    for i in range(3):
+        submit(processor, tokenizer, f"r{i}", max_tokens=2 + i)
+    rounds: list[RoundRecord] = []
+    events = list(EngineDriver(engine, processor, rounds.append).run())
+    assert sorted(e.request_id for e in events if isinstance(e, Done)) == ["r0", "r1", "r2"]
+    assert [r.index for r in rounds] == [r.index for r in engine.rounds] and len(rounds) == 4
+    assert not engine.has_work() and engine.requests == []
+
+
+def test_a_request_aborted_behind_the_processors_back_is_answered_by_the_next_step(tokenizer):
+    engine, processor, _ = setup({})
+    submit(processor, tokenizer, "lost")
+    engine.abort("lost")  # before it arrived: no round will ever touch it
+    (done,) = EngineDriver(engine, processor).run()
+    assert isinstance(done, Done) and done.failure is not None
+    assert done.failure.kind is FailureKind.ABORTED and done.failure.reason == "request aborted"
+    assert engine.requests == [] and processor.following == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -342,13 +343,18 @@ def test_tensors_transformers_ignores_still_load(tmp_path: Path) -> None:
     load_model(next_path)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
-def test_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path: Path, value: float) -> None:
+def test_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path: Path, value: float, dtype) -> None:
+    if dtype == torch.float8_e4m3fn and math.isinf(value):
+        pytest.skip("float8_e4m3fn has no infinity")
     path = saved(tmp_path)
     key = "model.layers.1.feed_forward.w1.weight"
 
     def poison(state: dict[str, torch.Tensor]) -> None:
+        state[key] = state[key].clone()
         state[key][3, 5] = value
+        state[key] = state[key].to(dtype)
 
     edit_tensors(path, poison)
     what = "NaN" if value != value else "infinite"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,50 @@ def test_calibrate_unknown_model_is_one_line(tmp_path, capsys):
     assert main(["calibrate", "--model", "no-such-model", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("radixflow: error: cannot calibrate on 'no-such-model'") and "\n" not in err
+
+
+def _break_shape(path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path / "model.safetensors"))
+    state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"][:, :-1].contiguous()
+    save_file(state, str(path / "model.safetensors"), {"format": "pt"})
+
+
+def _poison(path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path / "model.safetensors"))
+    state["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
+    save_file(state, str(path / "model.safetensors"), {"format": "pt"})
+
+
+def _fractional_heads(path) -> None:
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_attention_heads": 4.5}))
+
+
+@pytest.mark.parametrize(
+    ("breaks", "says"),
+    [
+        (_break_shape, "tensor model.embed_tokens.weight has shape (512, 63), expected (512, 64)"),
+        (_poison, "tensor model.layers.1.mlp.up_proj.weight holds 1 NaN value(s)"),
+        (_fractional_heads, "config.json: num_attention_heads: must be an integer, got 4.5"),
+    ],
+    ids=["mis-shaped-tensor", "nan-weight", "fractional-heads"],
+)
+def test_calibrate_on_a_broken_checkpoint_is_one_line(tmp_path, capsys, zoo, breaks, says):
+    pytest.importorskip("torch")
+    import shutil
+
+    from radixflow.models.zoo import ensure_model
+
+    path = Path(shutil.copytree(ensure_model("llama-tiny"), tmp_path / "ckpt"))
+    breaks(path)
+    args = ["--max-tokens", "256", "--held-out", "1", "--repeats", "1", "--out", str(tmp_path / "p.json")]
+    assert main(["calibrate", "--model", str(path), *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("radixflow: error: cannot calibrate") and says in err, err
+    assert "\n" not in err and "Traceback" not in captured.err
+    assert not (tmp_path / "p.json").exists()

@@ -62,7 +62,7 @@ def test_the_intact_checkpoint_runs(checkpoint: Path) -> None:
     [
         ("{ not json", "not valid JSON"),
         ('[{"model_type": "lfm2"}]', "expected a JSON object, got list"),
-        ('{"model_type": "lfm2"}', "vocab_size must be a positive integer"),
+        ('{"model_type": "lfm2"}', "vocab_size: missing (must be a positive integer)"),
     ],
     ids=["not-json", "not-an-object", "no-vocab-size"],
 )
@@ -80,9 +80,9 @@ def test_config_json_that_is_not_text_is_a_one_line_error(checkpoint: Path, caps
 @pytest.mark.parametrize(
     "change, says",
     [
-        ({"hidden_size": None}, "no field 'hidden_size'"),
-        ({"num_attention_heads": "four"}, "cannot build a lfm2 model"),
-        ({"layer_types": ["conv"]}, "layer_types has 1 entries"),
+        ({"hidden_size": None}, "hidden_size: missing"),
+        ({"num_attention_heads": "four"}, 'num_attention_heads: must be an integer, got "four"'),
+        ({"layer_types": ["conv"]}, "layer_types: has 1 entries, but num_hidden_layers is 5"),
     ],
     ids=["missing-field", "wrong-type", "inconsistent"],
 )

@@ -76,10 +76,12 @@ MODELS_ALLOWED = {
     "batch": set(),
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
+    "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
+    "config_rules": {"config_schema"},
     "layers": {"batch"},
     "mixers": {"batch", "layers", "kernels"},
-    "families": {"batch", "layers", "mixers", "kernels"},
-    "io": {"batch", "layers", "device", "registry", "families"},
+    "families": {"batch", "layers", "mixers", "kernels", "config_schema", "config_rules"},
+    "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
     "zoo": {"layers", "registry", "io"},
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from radixflow.models.batch import SeqSpec
 from radixflow.models.io.convert import plan_conversion
-from radixflow.models.io.loader import CheckpointError, load_model, save_model
+from radixflow.models.io.loader import CheckpointError, check_checkpoint, load_model, save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import UnknownModelError
 
@@ -265,7 +266,9 @@ def test_config_the_family_cannot_build_names_the_file(tmp_path: Path) -> None:
     config = json.loads((tmp_path / "config.json").read_text())
     del config["num_hidden_layers"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"config\.json: cannot build a lfm2 model .*num_hidden_layers"):
+    with pytest.raises(
+        CheckpointError, match=r"config\.json: num_hidden_layers: missing \(must be a positive"
+    ):
         load_model(tmp_path)
 
 
@@ -274,3 +277,131 @@ def test_an_unusable_device_is_refused_before_anything_is_read(tmp_path: Path) -
 
     with pytest.raises(DeviceError, match="unknown device 'tpu'"):
         load_model(tmp_path, device="tpu")  # not even a config.json here
+
+
+# --------------------------------------------------------------------------- (e) tensors checked on load
+
+
+def saved(
+    tmp_path: Path, module: str = "radixflow.models.families.lfm2", cls: str = "Lfm2ForCausalLM"
+) -> Path:
+    save_model(tiny(module, cls), tmp_path)
+    return tmp_path
+
+
+def edit_tensors(path: Path, edit: Callable[[dict[str, torch.Tensor]], None]) -> None:
+    state = load_file(str(path / "model.safetensors"))
+    edit(state)
+    save_file(state, str(path / "model.safetensors"), {"format": "pt"})
+
+
+def test_a_config_that_fails_its_schema_is_refused_before_any_tensor_is_read(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "layer_types": config["layer_types"][:-1]}))
+    (path / "model.safetensors").write_bytes(b"never read")
+    with pytest.raises(
+        CheckpointError, match=r"config\.json: layer_types: has 4 entries, but num_hidden_layers is 5"
+    ):
+        load_model(path)
+
+
+def test_an_unexpected_tensor_is_refused_by_name(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    edit_tensors(path, lambda s: s.update({"model.layers.0.extra.weight": torch.ones(2)}))
+    with pytest.raises(
+        CheckpointError, match=r"1 tensor\(s\) the lfm2 model has no parameter for: model\.layers\.0\.extra"
+    ):
+        load_model(path)
+
+
+def test_many_unexpected_tensors_are_listed_first_few_and_counted(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    edit_tensors(path, lambda s: s.update({f"junk.{i}": torch.ones(1) for i in range(8)}))
+    with pytest.raises(CheckpointError) as info:
+        load_model(path)
+    assert "8 tensor(s)" in str(info.value) and "junk.0, junk.1, junk.2, junk.3, junk.4 ... (3 more)" in str(
+        info.value
+    )
+
+
+def test_tensors_transformers_ignores_still_load(tmp_path: Path) -> None:
+    """Multi-token-prediction heads, stale rotary buffers and a stored copy of a tied lm_head."""
+    model = tiny("radixflow.models.families.llama", "Qwen3ForCausalLM", "PRESETS_QWEN3")
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the qwen3 tiny preset is tied
+    save_model(model, tmp_path)
+
+    def extras(state: dict[str, torch.Tensor]) -> None:
+        state["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+
+    edit_tensors(tmp_path, extras)
+    ids = prompt(5, 12)
+    assert torch.equal(logits(load_model(tmp_path), ids), logits(model, ids))
+    next_path = saved(tmp_path / "next", "radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM")
+    edit_tensors(next_path, lambda s: s.update({"mtp.fc.weight": torch.ones(4, 4)}))
+    load_model(next_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path: Path, value: float, dtype) -> None:
+    if dtype == torch.float8_e4m3fn and math.isinf(value):
+        pytest.skip("float8_e4m3fn has no infinity")
+    path = saved(tmp_path)
+    key = "model.layers.1.feed_forward.w1.weight"
+
+    def poison(state: dict[str, torch.Tensor]) -> None:
+        state[key] = state[key].clone()
+        state[key][3, 5] = value
+        state[key] = state[key].to(dtype)
+
+    edit_tensors(path, poison)
+    what = "NaN" if value != value else "infinite"
+    with pytest.raises(CheckpointError, match=rf"tensor {re.escape(key)} holds 1 {what} value\(s\)"):
+        load_model(path)
+
+
+def test_a_non_finite_per_expert_tensor_is_refused(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM")
+    save_model(model, tmp_path / "ours")
+
+    def poisoned(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = per_expert(key, tensor)
+        name = "model.layers.1.mlp.experts.2.down_proj.weight"
+        if name in out:
+            out[name] = out[name].clone()
+            out[name][0, 0] = float("nan")
+        return out
+
+    rewrite(tmp_path / "ours", tmp_path / "hub", poisoned)
+    with pytest.raises(CheckpointError, match=r"experts\.2\.down_proj\.weight holds 1 NaN"):
+        load_model(tmp_path / "hub")
+
+
+def test_check_checkpoint_finds_names_and_shapes_without_reading_values(tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    assert check_checkpoint(path).model_type == "lfm2"
+    edit_tensors(
+        path, lambda s: s.__setitem__("model.embed_tokens.weight", torch.full((512, 64), float("nan")))
+    )
+    check_checkpoint(path)  # values are not read: a NaN weight shows only on load
+    edit_tensors(path, lambda s: s.__setitem__("model.embed_tokens.weight", torch.zeros(512, 63)))
+    with pytest.raises(
+        CheckpointError, match=r"model\.embed_tokens\.weight has shape \(512, 63\), expected \(512, 64\)"
+    ):
+        check_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "module, cls",
+    [
+        ("radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM"),
+        ("radixflow.models.families.nemotron_h", "NemotronHForCausalLM"),
+        ("radixflow.models.families.falcon_h1", "FalconH1ForCausalLM"),
+    ],
+)
+def test_check_checkpoint_builds_every_family_on_the_meta_device(
+    tmp_path: Path, module: str, cls: str
+) -> None:
+    assert check_checkpoint(saved(tmp_path, module, cls)).model_type

@@ -12,7 +12,7 @@ from rich.table import Table
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
-from radixflow.costmodel.hardware import save_profile
+from radixflow.costmodel.hardware import ProfileError, save_profile
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
 # flag -> (least, most): past these a typo would time for hours; 256 tokens hold the fit grid
@@ -99,17 +99,23 @@ def render(errors: list[ModelError], own: dict[str, float], console: Console) ->
 
 
 def _check_models(plan: CalibrationPlan) -> None:
-    """Resolve (and build, for zoo names) every model before any timing starts."""
+    """Resolve (and build, for zoo names) every model and check its checkpoint (config, tensor
+    names and shapes; values are read when timing starts) before any timing starts."""
     from radixflow.calibration.run import model_shape
+    from radixflow.models.io.loader import check_checkpoint
+    from radixflow.models.zoo import ensure_model
 
     for model in plan.models:
         try:
+            check_checkpoint(ensure_model(model))
             model_shape(model)
         except (ValueError, OSError, RuntimeError) as e:  # unknown name, bad checkpoint, unknown model_type
             raise CalibrationUsageError(f"cannot calibrate on {model!r}: {e}") from None
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from radixflow.models.io.loader import CheckpointError  # torch, imported only to calibrate
+
     plan = _plan(args)
     _check_models(plan)
     out = args.out or Path(f"profile-{plan.device.replace(':', '')}.json")
@@ -118,9 +124,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("timing worker calls", total=total_batches(plan))
-        profile, errors = calibrate(
-            plan, args.name or f"{plan.device}-calibrated", lambda: progress.advance(task)
-        )
+        try:
+            profile, errors = calibrate(
+                plan, args.name or f"{plan.device}-calibrated", lambda: progress.advance(task)
+            )
+        except CheckpointError as e:  # a tensor's values (NaN, infinity) are read only now
+            raise CalibrationUsageError(f"cannot calibrate: {e}") from None
+        except ProfileError as e:  # the fit gave figures outside a profile's bounds
+            raise CalibrationUsageError(f"the timings fit no usable profile: {e}") from None
     timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
     own = _own_fit_errors(timed, list(plan.models), plan.device) if len(plan.models) > 1 else {}
     if profile.calibration is not None:

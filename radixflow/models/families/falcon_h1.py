@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.families import schemas
 from radixflow.models.families.llama import build_rotary
 from radixflow.models.families.mamba2_init import common_config
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
@@ -152,6 +153,7 @@ class FalconH1ForCausalLM(nn.Module):
     """Falcon-H1: parallel Mamba2 + attention in every layer, muP multipliers throughout."""
 
     PRESETS: dict[str, dict[str, Any]]  # set below
+    config_schema = schemas.FALCON_H1
 
     def __init__(self, config: Config) -> None:
         super().__init__()

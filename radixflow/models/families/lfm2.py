@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.families import schemas
 from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 
 ATTENTION = "full_attention"
@@ -30,10 +31,8 @@ def layer_types(config: Config) -> list[str]:
     """Per-layer kind, from ``layer_types`` or else ``full_attn_idxs`` (all attention if neither)."""
     n = config.num_hidden_layers
     types = config.get("layer_types")
-    if types is not None:
-        if len(types) < n:
-            raise ValueError(f"layer_types has {len(types)} entries for {n} layers")
-        return [ATTENTION if t != CONV else CONV for t in types[:n]]
+    if types is not None:  # one known kind per layer, as schemas.LFM2 checks on load
+        return list(types)
     attn = config.get("full_attn_idxs", list(range(n)))
     return [ATTENTION if i in attn else CONV for i in range(n)]
 
@@ -195,6 +194,8 @@ class Lfm2Model(nn.Module):
 
 class Lfm2ForCausalLM(nn.Module):
     """LFM2 causal LM implementing the runner's ``CausalLM`` protocol."""
+
+    config_schema = schemas.LFM2
 
     def __init__(self, config: Config) -> None:
         super().__init__()

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.families import schemas
 from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 
 # ---------------------------------------------------------------------------------------------
@@ -135,6 +136,7 @@ class _FullAttentionLM(nn.Module):
     """Shared body of the two control families; subclasses only pick ``qk_norm``."""
 
     qk_norm = False
+    config_schema = schemas.FULL_ATTENTION
 
     def __init__(self, config: Config) -> None:
         super().__init__()

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.families import schemas
 from radixflow.models.families.mamba2_init import common_config
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
 from radixflow.models.families.nemotron_h_moe import NemotronHMLP, NemotronHMoE
@@ -26,15 +27,7 @@ from radixflow.models.mixers.mamba2 import Mamba2Mixer, Mamba2Spec, as_float, fi
 
 def nemotron_layer_types(config: Config) -> list[str]:
     """Per-layer kinds: "linear_attention" (Mamba2), "full_attention", "mlp" or "moe"."""
-    types = config.get("layers_block_type") or config.get("layer_types")
-    if types:
-        legacy = {"mamba": "linear_attention", "attention": "full_attention"}
-        return [legacy.get(t, t) for t in types]
-    pattern = config.get("hybrid_override_pattern")
-    if pattern is None:
-        raise ValueError("nemotron_h config needs layers_block_type or hybrid_override_pattern")
-    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
-    return [kinds[ch] for ch in pattern]
+    return schemas.nemotron_kinds(config.to_dict())
 
 
 def nemotron_mamba_spec(config: Config) -> Mamba2Spec:
@@ -133,6 +126,7 @@ class NemotronHForCausalLM(nn.Module):
     """Nemotron-H: a pattern of Mamba2, attention, MLP and MoE blocks."""
 
     PRESETS: dict[str, dict[str, Any]]  # set below
+    config_schema = schemas.NEMOTRON_H
 
     def __init__(self, config: Config) -> None:
         super().__init__()
@@ -169,10 +163,9 @@ class NemotronHForCausalLM(nn.Module):
 
 
 def _nemotron(layers: str, **fields: Any) -> dict[str, Any]:
-    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
     base = common_config("nemotron_h", "NemotronHForCausalLM")
     base.update(
-        layers_block_type=[kinds[ch] for ch in layers],
+        layers_block_type=[schemas.NEMOTRON_PATTERN[ch] for ch in layers],
         num_hidden_layers=len(layers),
         mlp_hidden_act="relu2",
         mamba_hidden_act="silu",

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
+from radixflow.models.families import schemas
 from radixflow.models.layers import Config, GatedMLP, RMSNorm, lm_head, run_layers
 from radixflow.models.mixers.gated_attention import GatedAttention
 from radixflow.models.mixers.gated_deltanet import GatedDeltaNet, Qwen35GatedDeltaNet
@@ -121,6 +122,7 @@ class Qwen35ForCausalLM(HybridForCausalLM):
     """``model_type: qwen3_5_text`` (transformers ``Qwen3_5ForCausalLM``), dense MLP."""
 
     family = HybridFamily(Qwen35GatedDeltaNet, dense_mlp)
+    config_schema = schemas.QWEN3_5
 
 
 # --------------------------------------------------------------------------- init and presets

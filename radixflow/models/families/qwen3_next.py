@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixflow.models.families import schemas
 from radixflow.models.families.qwen3_5 import (
     HybridFamily,
     HybridForCausalLM,
@@ -98,6 +99,7 @@ class Qwen3NextForCausalLM(HybridForCausalLM):
     """``model_type: qwen3_next`` (transformers ``Qwen3NextForCausalLM``), sparse MoE MLP."""
 
     family = HybridFamily(Qwen3NextGatedDeltaNet, next_mlp)
+    config_schema = schemas.QWEN3_NEXT
 
 
 _NEXT = {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]}

@@ -15,6 +15,11 @@ them while loading (``transformers/conversion_mapping.py``); for our families th
   (``model.*``, fused experts) is renamed to ``backbone.*`` and split per expert.
 * ``llama``, ``qwen3``, ``lfm2``, ``falcon_h1``: no family rules.
 
+Tensors a checkpoint may carry that no model of ours reads are ignored as transformers 5.24
+ignores them (``_keys_to_ignore_on_load_unexpected``): multi-token-prediction heads (``mtp.*``) of
+Qwen3.5, Qwen3-Next and Nemotron-H, Qwen3.5's vision tower, and the per-layer
+``rotary_emb.inv_freq`` buffers old checkpoints saved. Any other unused tensor is an error.
+
 Every family also gets transformers' base-model-prefix rule (a key missing the ``model.`` prefix,
 as saved from a bare base model, gains it, and vice versa). The ``legacy`` rules (``LayerNorm.gamma``,
 ``weight_g``) name modules none of our families has and are not reproduced.
@@ -70,6 +75,14 @@ class Conversion:
     merges: tuple[MergeExperts, ...] = ()
     splits: tuple[SplitExperts, ...] = ()
     base_prefix: str = "model"  # added to / stripped from keys when that is what the model has
+    ignored: tuple[str, ...] = ()  # regexes (searched) of tensors no model of the family reads
+
+    def ignores(self, key: str) -> bool:
+        return any(re.search(p, key) for p in (*self.ignored, *_IGNORED_EVERYWHERE))
+
+
+# transformers drops these stale rotary buffers for every model with a rotary embedding
+_IGNORED_EVERYWHERE = (r"rotary_emb\.inv_freq$",)
 
 
 _QWEN2_MOE = (
@@ -80,14 +93,17 @@ _QWEN2_MOE = (
 CHECKPOINT_CONVERSIONS: dict[str, Conversion] = {
     "llama": Conversion(),
     "qwen3": Conversion(),
-    "qwen3_5_text": Conversion(renames=((r"^model\.language_model\.", "model."),)),
-    "qwen3_next": Conversion(merges=_QWEN2_MOE),
+    "qwen3_5_text": Conversion(
+        renames=((r"^model\.language_model\.", "model."),), ignored=(r"^mtp\.", r"^model\.visual\.")
+    ),
+    "qwen3_next": Conversion(merges=_QWEN2_MOE, ignored=(r"^mtp\.",)),
     "lfm2": Conversion(),
     "falcon_h1": Conversion(),
     "nemotron_h": Conversion(
         renames=((r"^model\.", "backbone."),),
         splits=(SplitExperts(r"mixer\.experts", ("up_proj", "down_proj")),),
         base_prefix="backbone",
+        ignored=(r"(^|\.)mtp\.",),
     ),
 }
 
@@ -98,12 +114,17 @@ class Plan:
 
     ``direct``: checkpoint key -> parameter name. ``merged``: parameter name -> (number of parts,
     list of (checkpoint key, expert, part)). ``split``: checkpoint key -> (head, part), to be copied into
-    ``{head}.{j}.{part}.weight`` for every expert ``j``. Keys in none of these are ignored.
+    ``{head}.{j}.{part}.weight`` for every expert ``j``. Keys in none of these are `unused`.
     """
 
     direct: dict[str, str] = field(default_factory=dict)
     merged: dict[str, tuple[int, list[tuple[str, int, int]]]] = field(default_factory=dict)
     split: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def keys(self) -> set[str]:
+        """Every checkpoint key the plan reads."""
+        merged = {key for _, pieces in self.merged.values() for key, _, _ in pieces}
+        return set(self.direct) | merged | set(self.split)
 
 
 def plan_conversion(model_type: str, keys: Iterable[str], wanted: set[str]) -> Plan:
@@ -148,3 +169,10 @@ def _with_prefix(name: str, prefix: str, wanted: set[str]) -> str | None:
     if prefix + name in wanted:
         return prefix + name
     return None
+
+
+def unused(model_type: str, keys: Iterable[str], plan: Plan) -> list[str]:
+    """Checkpoint ``keys`` the plan does not read and the family does not ignore, sorted."""
+    conv = CHECKPOINT_CONVERSIONS.get(model_type, Conversion())
+    read = plan.keys()
+    return sorted(k for k in keys if k not in read and not conv.ignores(k))

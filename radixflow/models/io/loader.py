@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from radixflow.models.config_schema import validate_config
 from radixflow.models.device import check_device
-from radixflow.models.io.convert import plan_conversion
+from radixflow.models.io.convert import Plan
+from radixflow.models.io.tensors import Checkpoint, TensorError
 from radixflow.models.layers import CausalLM, Config
 from radixflow.models.registry import check_model_type, model_class
+from radixflow.problems import Problem
 
 
 class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be loaded (missing files, tensors or fields)."""
+    """A checkpoint directory that cannot be loaded (missing files, tensors or fields; bad values).
+
+    ``problem`` is the same as data: its ``param`` is the config field at fault when one is (the
+    key as config.json spells it), else None; the message names the file.
+    """
+
+    def __init__(self, message: str, problem: Problem | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem if problem is not None else Problem(None, message)
+
+    @classmethod
+    def in_file(cls, file: Path, problem: Problem) -> CheckpointError:
+        return cls(f"{file}: {problem}", problem)
 
 
 def read_config(path: str | Path) -> Config:
-    """The checkpoint's ``config.json``: a JSON object with a ``model_type`` and a ``vocab_size``."""
+    """The checkpoint's ``config.json``, checked against its family's schema (`config_schema`):
+    every field the family reads has its type and range, and the fields agree with each other."""
     cfg_path = Path(path) / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{path}: no config.json")
@@ -32,13 +46,13 @@ def read_config(path: str | Path) -> Config:
     if not isinstance(data, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object, got {type(data).__name__}")
     if "model_type" not in data:
-        raise CheckpointError(f"{cfg_path}: no model_type field")
+        raise CheckpointError.in_file(cfg_path, Problem("model_type", "missing"))
     if data["model_type"] == "qwen3_5" and isinstance(data.get("text_config"), dict):
         data = {**data["text_config"], "model_type": "qwen3_5_text"}
-    check_model_type(data["model_type"])
-    vocab = data.get("vocab_size")
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-        raise CheckpointError(f"{cfg_path}: vocab_size must be a positive integer, got {vocab!r}")
+    schema = model_class(check_model_type(data["model_type"])).config_schema
+    problems = validate_config(schema, data)
+    if problems:
+        raise CheckpointError.in_file(cfg_path, problems[0])
     return Config(data)
 
 
@@ -63,14 +77,6 @@ def _weight_files(path: Path) -> list[Path]:
     return files
 
 
-def _open(stack: ExitStack, file: Path) -> Any:
-    """An open safetensors file; a missing, truncated or garbled one is a `CheckpointError`."""
-    try:
-        return stack.enter_context(safe_open(str(file), framework="pt"))
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{file}: not a readable safetensors file ({e})") from None
-
-
 def _build(config: Config, cfg_path: Path) -> nn.Module:
     """The family's model for ``config``; fields that are missing or of the wrong kind name the file."""
     cls = model_class(config.model_type)
@@ -81,89 +87,63 @@ def _build(config: Config, cfg_path: Path) -> nn.Module:
 
 
 def _tied(model: nn.Module) -> set[str]:
-    """Parameter names that alias an earlier parameter (e.g. a tied lm_head)."""
+    """Parameter names that alias an earlier parameter (e.g. a tied lm_head). By identity, so it
+    also holds on the meta device, where every tensor has the same (null) data pointer."""
     seen: set[int] = set()
     tied: set[str] = set()
     for name, p in model.named_parameters(remove_duplicate=False):
-        if p.data_ptr() in seen:
+        if id(p) in seen:
             tied.add(name)
-        seen.add(p.data_ptr())
+        seen.add(id(p))
     return tied
+
+
+Matched = tuple[Checkpoint, Plan, dict[str, torch.Tensor]]
+
+
+def _match(path: Path, model: nn.Module, stack: ExitStack) -> Matched:
+    """The checkpoint's files opened and matched to ``model``'s parameters by name and shape."""
+    config: Config = model.config  # type: ignore[assignment]
+    tied = _tied(model)
+    wanted = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in tied}
+    try:
+        checkpoint = Checkpoint.open(stack, _weight_files(path))
+        return checkpoint, checkpoint.check(config.model_type, wanted, tied, _buffers(model)), wanted
+    except TensorError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def check_checkpoint(path: str | Path) -> Config:
+    """Everything `load_model` checks except the tensors' values, without reading them: the config,
+    and every tensor's name and shape (the model is built on the meta device). Cheap: for a
+    pre-flight check before anything is allocated or timed."""
+    path = Path(path)
+    config = read_config(path)
+    with torch.device("meta"):
+        model = _build(config, path / "config.json")
+    with ExitStack() as stack:
+        _match(path, model, stack)
+    return config
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> CausalLM:
     """Build the family's model from ``config.json`` and fill it from the safetensors files.
 
     Checkpoints in the Hub's on-disk layouts are converted as transformers 5.24 does (see
-    `radixflow.models.io.convert`), one tensor at a time.
+    `radixflow.models.io.convert`), one tensor at a time. Every tensor must fill a parameter,
+    every parameter must be filled, shapes must match, and values must be finite.
     """
     path = Path(path)
     check_device(device)  # before anything is built
     config = read_config(path)
     model = _build(config, path / "config.json")
-    wanted = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in _tied(model)}
     with ExitStack() as stack:
-        handles = {file: _open(stack, file) for file in _weight_files(path)}
-        where = {key: file for file, f in handles.items() for key in f.keys()}  # noqa: SIM118 (not a dict)
-        plan = plan_conversion(config.model_type, where, set(wanted))
-
-        def read(key: str) -> torch.Tensor:
-            return handles[where[key]].get_tensor(key)
-
-        loaded: set[str] = set()
-        for key, name in plan.direct.items():
-            _copy(wanted[name], read(key), name, key, where[key])
-            loaded.add(name)
-        for name, (n_parts, pieces) in plan.merged.items():
-            _merge(wanted[name].data, n_parts, pieces, read, name, where)
-            loaded.add(name)
-        for key, (head, part) in plan.split.items():
-            tensor = read(key)
-            for j in range(tensor.shape[0]):
-                name = f"{head}.{j}.{part}.weight"
-                if name not in wanted:
-                    raise CheckpointError(
-                        f"{where[key].name}: tensor {key} has {tensor.shape[0]} experts, the model has fewer"
-                    )
-                _copy(wanted[name], tensor[j], name, f"{key}[{j}]", where[key])
-                loaded.add(name)
-    missing = sorted(set(wanted) - loaded - _buffers(model))
-    if missing:
-        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise CheckpointError(f"{path}: checkpoint is missing {len(missing)} tensor(s): {shown}")
+        checkpoint, plan, wanted = _match(path, model, stack)
+        try:
+            checkpoint.fill(plan, wanted)
+        except TensorError as e:
+            raise CheckpointError(f"{path}: {e}") from None
     return cast(CausalLM, model.to(device=device, dtype=dtype).eval())
-
-
-def _copy(dest: torch.Tensor, tensor: torch.Tensor, name: str, key: str, file: Path) -> None:
-    if tensor.shape != dest.shape:
-        what = key if key == name else f"{key} (for {name})"
-        raise CheckpointError(
-            f"{file.name}: tensor {what} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}"
-        )
-    dest.data.copy_(tensor)
-
-
-def _merge(
-    dest: torch.Tensor,
-    n_parts: int,
-    pieces: list[tuple[str, int, int]],
-    read: Callable[[str], torch.Tensor],
-    name: str,
-    where: dict[str, Path],
-) -> None:
-    """Write per-expert ``pieces`` (key, expert, part) into ``dest [E, n_parts * width, ...]`` slice by
-    slice: the result equals stacking each part over the experts, then concatenating the parts on dim 1."""
-    have = {(j, p) for _, j, p in pieces}
-    need = {(j, p) for j in range(dest.shape[0]) for p in range(n_parts)}
-    if have != need or len(pieces) != len(need):
-        raise CheckpointError(
-            f"{name}: the checkpoint's per-expert tensors cover (expert, part) {sorted(have)[:6]}..., "
-            f"expected each of {n_parts} part(s) once for each of {dest.shape[0]} experts"
-        )
-    width = dest.shape[1] // n_parts
-    for key, j, p in pieces:
-        rows = slice(p * width, (p + 1) * width)
-        _copy(dest[j, rows], read(key), f"{name}[{j}, {rows.start}:{rows.stop}]", key, where[key])
 
 
 def _buffers(model: nn.Module) -> set[str]:

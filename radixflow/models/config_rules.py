@@ -1,0 +1,158 @@
+"""Relations between config fields, declared per family in its `Schema` (see `config_schema`).
+
+Each rule checks one relation on a config whose fields already have their types and names the key
+at fault as the file spells it. Conditions (`HasLayer`, `Equals`, `Positive`) make a rule apply
+only where the family reads the fields (an MoE's fields when the pattern has MoE layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from radixflow.models.config_schema import Resolved, Rule, as_number, show
+from radixflow.problems import Problem
+
+
+@dataclass(frozen=True)
+class LayerCount:
+    """Each of ``fields`` that is set (a list, or a pattern string) has one entry per layer."""
+
+    fields: tuple[str, ...]
+    count: str = "num_hidden_layers"
+
+    def check(self, config: Resolved) -> Problem | None:
+        layers = config.get(self.count)
+        for name in self.fields:
+            value = config.get(name)
+            if value is not None and layers is not None and len(value) != layers:
+                what = "characters" if isinstance(value, str) else "entries"
+                return Problem(config.key(name), f"has {len(value)} {what}, but {self.count} is {layers}")
+        return None
+
+
+@dataclass(frozen=True)
+class Divides:
+    """``divisor`` divides ``multiple`` evenly (heads into groups, KV heads into query heads)."""
+
+    divisor: str
+    multiple: str
+    unless: str | None = None  # not checked when this field is set (e.g. an explicit head_dim)
+
+    def check(self, config: Resolved) -> Problem | None:
+        d, m = config.get(self.divisor), config.get(self.multiple)
+        if d is None or m is None or (self.unless is not None and config.get(self.unless) is not None):
+            return None
+        if m % d == 0:
+            return None
+        when = f" when {self.unless} is not given" if self.unless else ""
+        return Problem(
+            config.key(self.divisor), f"must divide {config.key(self.multiple)} ({m}){when}, got {d}"
+        )
+
+
+@dataclass(frozen=True)
+class AtMost:
+    """``field`` (a number, or each entry of a list of layer indices) is at most ``bound``, or with
+    ``strict`` below it."""
+
+    field: str
+    bound: str
+    strict: bool = False
+
+    def check(self, config: Resolved) -> Problem | None:
+        value, bound = config.get(self.field), as_number(config.get(self.bound))
+        if value is None or bound is None:
+            return None
+        word = "below" if self.strict else "at most"
+        for v in value if isinstance(value, list) else [value]:
+            number = as_number(v)
+            if number is not None and (number > bound or (self.strict and number == bound)):
+                entry = f"entry {show(v)} " if isinstance(value, list) else ""
+                got = "" if entry else f", got {show(v)}"
+                return Problem(config.key(self.field), f"{entry}must be {word} {self.bound} ({bound}){got}")
+        return None
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """At least one of ``fields`` is set (e.g. a layer pattern in one of two spellings)."""
+
+    fields: tuple[str, ...]
+
+    def check(self, config: Resolved) -> Problem | None:
+        if any(config.get(name) is not None for name in self.fields):
+            return None
+        return Problem(self.fields[0], f"missing (the layer pattern: give {' or '.join(self.fields)})")
+
+
+class Condition(Protocol):
+    def holds(self, config: Resolved) -> bool:
+        """Whether the rules under this condition apply to ``config``. Pure."""
+        ...
+
+    def describe(self, config: Resolved) -> str:
+        """The condition in words, e.g. "the 'moe' layers" or "rope_type is \"llama3\""."""
+        ...
+
+
+@dataclass(frozen=True)
+class HasLayer:
+    kind: str
+
+    def holds(self, config: Resolved) -> bool:
+        return self.kind in config.kinds()
+
+    def describe(self, config: Resolved) -> str:
+        return f"the {self.kind!r} layers"
+
+
+@dataclass(frozen=True)
+class Equals:
+    field: str
+    values: tuple[object, ...]
+
+    def holds(self, config: Resolved) -> bool:
+        return config.get(self.field) in self.values
+
+    def describe(self, config: Resolved) -> str:
+        return f"{config.key(self.field)} {show(config.get(self.field))}"
+
+
+@dataclass(frozen=True)
+class Positive:
+    field: str
+
+    def holds(self, config: Resolved) -> bool:
+        number = as_number(config.get(self.field))
+        return number is not None and number > 0
+
+    def describe(self, config: Resolved) -> str:
+        return f"{config.key(self.field)} > 0"
+
+
+@dataclass(frozen=True)
+class RequiredWhen:
+    """``fields`` must be set where ``condition`` holds (an MoE's sizes when it has MoE layers)."""
+
+    fields: tuple[str, ...]
+    condition: Condition
+
+    def check(self, config: Resolved) -> Problem | None:
+        if not self.condition.holds(config):
+            return None
+        for name in self.fields:
+            if config.get(name) is None:
+                return Problem(name, f"missing (needed for {self.condition.describe(config)})")
+        return None
+
+
+@dataclass(frozen=True)
+class When:
+    """``rule`` applies only where ``condition`` holds."""
+
+    condition: Condition
+    rule: Rule
+
+    def check(self, config: Resolved) -> Problem | None:
+        return self.rule.check(config) if self.condition.holds(config) else None

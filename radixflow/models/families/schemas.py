@@ -1,0 +1,341 @@
+"""What each family reads from ``config.json``: one `Schema` per family, checked on load.
+
+The schemas are assembled from the parts the families share (every model's sizes, an attention
+layer's heads, a rotary embedding's settings, a Gated DeltaNet's heads) plus each family's own
+fields and relations. Each family's model class names its schema as ``config_schema``; the loader
+checks a checkpoint's config against it before building anything (`validate_config`). A field the
+code reads with a default is optional here; one it reads without is required. Layer patterns are
+also decoded here (`nemotron_kinds`), so the checks and the model read them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from radixflow.models.config_rules import (
+    AtMost,
+    Divides,
+    Equals,
+    HasLayer,
+    LayerCount,
+    OneOf,
+    Positive,
+    RequiredWhen,
+    When,
+)
+from radixflow.models.config_schema import (
+    AnyOf,
+    Bool,
+    ConfigField,
+    Float,
+    Int,
+    ListOf,
+    Rule,
+    Schema,
+    Str,
+    Table,
+)
+from radixflow.models.layers import ACTIVATIONS
+
+ACTIVATION = Str(tuple(ACTIVATIONS))
+EPS = Float(above=0.0)  # a norm's epsilon: 0 divides by zero on an all-zero row
+MULTIPLIER = Float()  # a muP scale: any finite number
+POSITIVE = Float(above=0.0)
+# A conv window of kernel - 1 values is a recurrent layer's state, so a kernel has at least 2 taps.
+CONV_KERNEL = Int(2)
+
+# --------------------------------------------------------------------------- shared parts
+
+# Read by every family.
+BASE = Schema(
+    (
+        ConfigField("vocab_size", Int(1), required=True),
+        ConfigField("hidden_size", Int(1), required=True),
+        ConfigField("tie_word_embeddings", Bool()),
+        ConfigField("eos_token_id", AnyOf((Int(0), ListOf(Int(0))))),
+    )
+)
+
+# Read by `layers.attention_heads` (every attention layer); KV heads serve groups of query heads.
+ATTENTION = Schema(
+    (
+        ConfigField("num_attention_heads", Int(1), required=True),
+        ConfigField("num_key_value_heads", Int(1)),
+        ConfigField("head_dim", Int(1)),
+        ConfigField("attention_bias", Bool()),
+    ),
+    rules=(
+        Divides("num_key_value_heads", "num_attention_heads"),
+        Divides("num_attention_heads", "hidden_size", unless="head_dim"),
+    ),
+)
+
+
+def _rope(
+    types: tuple[str, ...],
+    inner: tuple[ConfigField, ...] = (),
+    rules: tuple[Rule, ...] = (),
+    top: tuple[ConfigField, ...] = (),
+    legacy: bool = False,
+) -> Schema:
+    """``rope_parameters`` (and with ``legacy`` the older ``rope_scaling``) holding the rope types a
+    family supports and ``inner`` fields, plus the top-level fields read when it lacks them."""
+    table = Table(
+        Schema(
+            (
+                ConfigField("rope_type", Str(types), aliases=("type",)),
+                ConfigField("rope_theta", POSITIVE),
+                *inner,
+            ),
+            rules,
+        )
+    )
+    names = ("rope_parameters", "rope_scaling") if legacy else ("rope_parameters",)
+    return Schema((*(ConfigField(n, table) for n in names), ConfigField("rope_theta", POSITIVE), *top))
+
+
+ROTARY_FRACTION = Float(above=0.0, high=1.0)  # the share of each head's dims that rotate
+_FRACTION = ConfigField("partial_rotary_factor", ROTARY_FRACTION)
+# `mixers.gated_attention.rope_settings` (the hybrids): plain rope over part of each head
+PARTIAL_ROPE = _rope(("default",), inner=(_FRACTION,), top=(_FRACTION,))
+# `lfm2.rope_theta`: plain rope
+PLAIN_ROPE = _rope(("default",))
+# `llama.build_rotary` (Llama, Qwen3, Falcon-H1): scaled frequencies need their factors, and
+# llama3's ramp runs from the low to the high frequency factor.
+SCALED_ROPE = _rope(
+    ("default", "linear", "llama3"),
+    inner=(
+        ConfigField("factor", POSITIVE),
+        ConfigField("low_freq_factor", POSITIVE),
+        ConfigField("high_freq_factor", POSITIVE),
+        ConfigField("original_max_position_embeddings", Int(1)),
+    ),
+    rules=(
+        RequiredWhen(("factor",), Equals("rope_type", ("linear", "llama3"))),
+        RequiredWhen(("low_freq_factor", "high_freq_factor"), Equals("rope_type", ("llama3",))),
+        AtMost("low_freq_factor", "high_freq_factor", strict=True),
+    ),
+    top=(ConfigField("max_position_embeddings", Int(1)),),
+    legacy=True,
+)
+
+# `mixers.gated_deltanet.GatedDeltaNet`: each key head serves a group of value heads.
+DELTANET = Schema(
+    (
+        ConfigField("linear_num_key_heads", Int(1), required=True),
+        ConfigField("linear_num_value_heads", Int(1), required=True),
+        ConfigField("linear_key_head_dim", Int(1), required=True),
+        ConfigField("linear_value_head_dim", Int(1), required=True),
+        ConfigField("linear_conv_kernel_dim", CONV_KERNEL),
+    ),
+    rules=(Divides("linear_num_key_heads", "linear_num_value_heads"),),
+)
+
+# --------------------------------------------------------------------------- Llama, Qwen3
+
+# Every layer is full attention; transformers writes Qwen3's ``layer_types`` ("sliding_attention"
+# only with a sliding window, which is not supported).
+FULL_ATTENTION = BASE.merged(
+    ATTENTION,
+    SCALED_ROPE,
+    Schema(
+        (
+            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("layer_types", ListOf(Str(("full_attention",)))),
+            ConfigField(
+                "use_sliding_window", Bool(only=False, why="sliding-window attention is not supported")
+            ),
+            ConfigField("intermediate_size", Int(1), required=True),
+            ConfigField("mlp_bias", Bool()),
+            ConfigField("hidden_act", ACTIVATION),
+            ConfigField("rms_norm_eps", EPS),
+        ),
+        rules=(LayerCount(("layer_types",)),),
+    ),
+)
+
+# --------------------------------------------------------------------------- Qwen3.5, Qwen3-Next
+
+HYBRID_KINDS = ("linear_attention", "full_attention")
+QWEN3_5 = BASE.merged(
+    ATTENTION,
+    PARTIAL_ROPE,
+    DELTANET,
+    Schema(
+        (
+            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("layer_types", ListOf(Str(HYBRID_KINDS))),
+            ConfigField("full_attention_interval", Int(1)),
+            ConfigField("intermediate_size", Int(1), required=True),
+            ConfigField("hidden_act", ACTIVATION),
+            ConfigField("rms_norm_eps", EPS),
+        ),
+        rules=(LayerCount(("layer_types",)),),
+    ),
+)
+
+_NEXT_MOE = ("num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
+QWEN3_NEXT = QWEN3_5.merged(
+    Schema(
+        (
+            ConfigField("num_experts", Int(0)),  # 0: every layer dense
+            *(ConfigField(name, Int(1)) for name in _NEXT_MOE),
+            ConfigField("decoder_sparse_step", Int(1)),
+            ConfigField("mlp_only_layers", ListOf(Int(0))),
+            ConfigField("norm_topk_prob", Bool()),
+        ),
+        rules=(
+            RequiredWhen(_NEXT_MOE, Positive("num_experts")),
+            When(Positive("num_experts"), AtMost("num_experts_per_tok", "num_experts")),
+            AtMost("mlp_only_layers", "num_hidden_layers", strict=True),
+        ),
+    )
+)
+
+# --------------------------------------------------------------------------- LFM2
+
+LFM2_KINDS = ("conv", "full_attention")
+LFM2 = BASE.merged(
+    ATTENTION,
+    PLAIN_ROPE,
+    Schema(
+        (
+            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("layer_types", ListOf(Str(LFM2_KINDS))),
+            ConfigField("full_attn_idxs", ListOf(Int(0))),
+            ConfigField("intermediate_size", Int(1), required=True, aliases=("block_ff_dim",)),
+            ConfigField("block_auto_adjust_ff_dim", Bool()),
+            ConfigField("block_ffn_dim_multiplier", POSITIVE),
+            ConfigField("block_multiple_of", Int(1)),
+            ConfigField("norm_eps", EPS),
+            ConfigField("conv_bias", Bool()),
+            ConfigField("conv_L_cache", CONV_KERNEL),
+            ConfigField("tie_embedding", Bool()),
+        ),
+        rules=(
+            LayerCount(("layer_types",)),
+            AtMost("full_attn_idxs", "num_hidden_layers", strict=True),
+        ),
+    ),
+)
+
+# --------------------------------------------------------------------------- Nemotron-H
+
+NEMOTRON_KINDS = ("linear_attention", "full_attention", "mlp", "moe")
+NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
+NEMOTRON_PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def nemotron_kinds(data: Mapping[str, Any]) -> list[str]:
+    """Nemotron-H's per-layer kinds: ``layers_block_type`` (or ``layer_types``, with legacy names),
+    else the older ``hybrid_override_pattern`` string."""
+    types = data.get("layers_block_type") or data.get("layer_types")
+    if types:
+        return [NEMOTRON_LEGACY.get(t, t) for t in types]
+    pattern = data.get("hybrid_override_pattern")
+    if pattern is None:
+        raise ValueError("nemotron_h config needs layers_block_type or hybrid_override_pattern")
+    return [NEMOTRON_PATTERN[ch] for ch in pattern]
+
+
+_NEMOTRON_MOE = (
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "moe_shared_expert_intermediate_size",
+)
+# Older spellings are aliases. The layer count comes from the pattern (transformers ignores
+# num_hidden_layers); where both are given they must agree.
+NEMOTRON_H = BASE.merged(
+    ATTENTION,
+    Schema(
+        (
+            ConfigField("num_hidden_layers", Int(1)),
+            ConfigField(
+                "layers_block_type",
+                ListOf(Str((*NEMOTRON_KINDS, *NEMOTRON_LEGACY)), min_length=1),
+                aliases=("layer_types",),
+            ),
+            ConfigField("hybrid_override_pattern", Str(alphabet="".join(NEMOTRON_PATTERN), min_length=1)),
+            ConfigField("layer_norm_epsilon", EPS),
+            ConfigField("intermediate_size", Int(1)),
+            ConfigField("mlp_bias", Bool()),
+            ConfigField("mlp_hidden_act", ACTIVATION),
+            ConfigField("mamba_num_heads", Int(1)),
+            ConfigField("mamba_head_dim", Int(1)),
+            ConfigField("n_groups", Int(1), aliases=("mamba_n_groups",)),
+            ConfigField("ssm_state_size", Int(1)),
+            ConfigField("conv_kernel", CONV_KERNEL, aliases=("mamba_d_conv",)),
+            ConfigField("use_conv_bias", Bool(), aliases=("mamba_conv_bias",)),
+            ConfigField("use_bias", Bool()),
+            ConfigField("mamba_hidden_act", ACTIVATION),
+            ConfigField("time_step_min", Float(low=0.0), aliases=("mamba_dt_min",)),
+            *(ConfigField(name, Int(1)) for name in _NEMOTRON_MOE),
+            ConfigField("moe_latent_size", Int(1)),
+            ConfigField("n_group", Int(1)),
+            ConfigField("topk_group", Int(1)),
+            ConfigField("norm_topk_prob", Bool()),
+            ConfigField("routed_scaling_factor", MULTIPLIER),
+        ),
+        rules=(
+            OneOf(("layers_block_type", "hybrid_override_pattern")),
+            LayerCount(("layers_block_type", "hybrid_override_pattern")),
+            RequiredWhen(("mamba_num_heads", "mamba_head_dim"), HasLayer("linear_attention")),
+            RequiredWhen(("intermediate_size",), HasLayer("mlp")),
+            RequiredWhen(_NEMOTRON_MOE, HasLayer("moe")),
+            Divides("n_groups", "mamba_num_heads"),
+            Divides("n_group", "n_routed_experts"),
+            AtMost("topk_group", "n_group"),
+            AtMost("num_experts_per_tok", "n_routed_experts"),
+        ),
+        layer_kinds=nemotron_kinds,
+    ),
+)
+
+# --------------------------------------------------------------------------- Falcon-H1
+
+_FALCON_MULTIPLIERS = (
+    "key_multiplier",
+    "attention_in_multiplier",
+    "attention_out_multiplier",
+    "ssm_in_multiplier",
+    "ssm_out_multiplier",
+    "embedding_multiplier",
+    "lm_head_multiplier",
+)
+_FALCON_FLAGS = (
+    "mlp_bias",
+    "mamba_rms_norm",
+    "mamba_conv_bias",
+    "mamba_proj_bias",
+    "projectors_bias",
+    "mamba_norm_before_gate",
+)
+# Every layer runs Mamba2 and attention side by side (no pattern). time_step_limit may be
+# infinite: a clamp that never binds.
+FALCON_H1 = BASE.merged(
+    ATTENTION,
+    SCALED_ROPE,
+    Schema(
+        (
+            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("intermediate_size", Int(1), required=True),
+            ConfigField("hidden_act", ACTIVATION),
+            ConfigField("rms_norm_eps", EPS),
+            *(ConfigField(name, MULTIPLIER) for name in _FALCON_MULTIPLIERS),
+            *(ConfigField(name, Bool()) for name in _FALCON_FLAGS),
+            ConfigField("mlp_multipliers", ListOf(MULTIPLIER, length=2)),
+            ConfigField("ssm_multipliers", ListOf(MULTIPLIER, length=5)),
+            ConfigField("mamba_d_ssm", Int(1)),
+            ConfigField("mamba_expand", Int(1)),
+            ConfigField("mamba_n_heads", Int(1)),
+            ConfigField("mamba_d_head", AnyOf((Int(1), Str(("auto",))))),
+            ConfigField("mamba_n_groups", Int(1)),
+            ConfigField("mamba_d_state", Int(1)),
+            ConfigField("mamba_d_conv", CONV_KERNEL),
+            ConfigField("time_step_limit", ListOf(Float(low=0.0, finite=False), length=2)),
+        ),
+        rules=(Divides("mamba_n_groups", "mamba_n_heads"),),
+    ),
+)

@@ -1,0 +1,156 @@
+"""A checkpoint's tensors against a model's parameters: names and shapes first, then the values.
+
+`Checkpoint` holds the open safetensors files. `Checkpoint.check` matches every tensor to a
+parameter (through the family's conversion plan, `radixflow.models.io.convert`) using the files'
+headers alone: unused, missing and mis-shaped tensors are refused before any value is read, so it
+also works against a model built on the meta device. `Checkpoint.fill` then copies the values one
+tensor at a time, refusing NaN and infinity (a min/max pass per tensor, a few percent of the load).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from radixflow.models.io.convert import Plan, plan_conversion, unused
+
+SHOWN = 5  # tensor names listed in an error; the rest are counted
+# dtypes torch.aminmax reduces directly; others (float8) are widened first
+_REDUCIBLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class TensorError(ValueError):
+    """A tensor the model cannot take (the loader turns it into a `CheckpointError`)."""
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:SHOWN]) + (f" ... ({len(names) - SHOWN} more)" if len(names) > SHOWN else "")
+
+
+@dataclass
+class Checkpoint:
+    """The open safetensors files of one checkpoint and which file holds each tensor."""
+
+    handles: dict[Path, Any]
+    where: dict[str, Path]
+
+    @staticmethod
+    def open(stack: ExitStack, files: list[Path]) -> Checkpoint:
+        handles = {file: _open(stack, file) for file in files}
+        where = {key: file for file, f in handles.items() for key in f.keys()}  # noqa: SIM118 (not a dict)
+        return Checkpoint(handles, where)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self.handles[self.where[key]].get_slice(key).get_shape())
+
+    def read(self, key: str) -> torch.Tensor:
+        """The tensor's values; NaN or infinity anywhere is a `TensorError` naming it."""
+        tensor = self.handles[self.where[key]].get_tensor(key)
+        if tensor.is_floating_point() and not _finite(tensor):
+            nan = int(torch.isnan(tensor).sum())
+            bad = f"{nan} NaN" if nan else f"{int(torch.isinf(tensor).sum())} infinite"
+            file = self.where[key].name
+            raise TensorError(f"{file}: tensor {key} holds {bad} value(s) of {tensor.numel()}")
+        return tensor
+
+    def check(
+        self, model_type: str, wanted: dict[str, torch.Tensor], tied: set[str], optional: set[str]
+    ) -> Plan:
+        """The plan that fills ``wanted`` (parameter name -> tensor; only shapes are used), after
+        refusing unused tensors (those mapping onto a ``tied`` alias aside), mis-shaped ones and
+        missing ones (``optional`` names, e.g. buffers, may be missing)."""
+        plan = plan_conversion(model_type, self.where, set(wanted))
+        extra = unused(model_type, self.where, plan)
+        aliases = set(plan_conversion(model_type, extra, tied).direct)  # e.g. a stored tied lm_head
+        extra = [k for k in extra if k not in aliases]
+        if extra:
+            what = f"{len(extra)} tensor(s) the {model_type} model has no parameter for"
+            raise TensorError(f"{what}: {_listing(extra)}")
+        for key, (shape, name) in expected_shapes(plan, wanted).items():
+            if self.shape(key) != shape:
+                what = key if key == name else f"{key} (for {name})"
+                raise TensorError(
+                    f"{self.where[key].name}: tensor {what} has shape {self.shape(key)}, expected {shape}"
+                )
+        missing = sorted(set(wanted) - filled(plan, wanted) - optional)
+        if missing:
+            raise TensorError(f"checkpoint is missing {len(missing)} tensor(s): {_listing(missing)}")
+        return plan
+
+    def fill(self, plan: Plan, wanted: dict[str, torch.Tensor]) -> None:
+        """Copy every planned tensor into ``wanted`` (a real model's parameters, checked by `check`)."""
+        with torch.no_grad():
+            for key, name in plan.direct.items():
+                wanted[name].copy_(self.read(key))
+            for name, (n_parts, pieces) in plan.merged.items():
+                dest = wanted[name]
+                width = dest.shape[1] // n_parts
+                for key, j, p in pieces:
+                    dest[j, p * width : (p + 1) * width].copy_(self.read(key))
+            for key, (head, part) in plan.split.items():
+                for j, expert in enumerate(self.read(key)):
+                    wanted[f"{head}.{j}.{part}.weight"].copy_(expert)
+
+
+def expected_shapes(plan: Plan, wanted: dict[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Checkpoint key -> (the shape it must have, what it fills: a parameter or a slice of one)."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for key, name in plan.direct.items():
+        out[key] = (tuple(wanted[name].shape), name)
+    for name, (n_parts, pieces) in plan.merged.items():
+        dest = wanted[name]
+        _check_cover(name, n_parts, pieces, dest.shape[0])
+        width = dest.shape[1] // n_parts
+        for key, j, p in pieces:
+            out[key] = ((width, *dest.shape[2:]), f"{name}[{j}, {p * width}:{(p + 1) * width}]")
+    for key, (head, part) in plan.split.items():
+        experts = _experts(wanted, head, part)
+        out[key] = ((len(experts), *wanted[experts[0]].shape), f"{head}.*.{part}.weight")
+    return out
+
+
+def filled(plan: Plan, wanted: dict[str, torch.Tensor]) -> set[str]:
+    """Parameter names the plan writes."""
+    split = {n for head, part in plan.split.values() for n in _experts(wanted, head, part)}
+    return set(plan.direct.values()) | set(plan.merged) | split
+
+
+def _experts(wanted: dict[str, torch.Tensor], head: str, part: str) -> list[str]:
+    """The model's per-expert parameters ``{head}.{j}.{part}.weight``, in expert order (j = 0, 1, ...)."""
+    names = []
+    while (name := f"{head}.{len(names)}.{part}.weight") in wanted:
+        names.append(name)
+    return names
+
+
+def _check_cover(name: str, n_parts: int, pieces: list[tuple[str, int, int]], experts: int) -> None:
+    """Per-expert pieces must cover each (expert, part) of a merged tensor exactly once."""
+    have = {(j, p) for _, j, p in pieces}
+    need = {(j, p) for j in range(experts) for p in range(n_parts)}
+    if have != need or len(pieces) != len(need):
+        raise TensorError(
+            f"{name}: the checkpoint's per-expert tensors cover (expert, part) {sorted(have)[:6]}..., "
+            f"expected each of {n_parts} part(s) once for each of {experts} experts"
+        )
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    """No NaN or infinity: the minimum and maximum are finite (both propagate NaN). One reduction
+    without a temporary, about 20x faster than ``isfinite(t).all()`` on a CPU thread."""
+    if tensor.numel() == 0:
+        return True
+    low, high = torch.aminmax(tensor if tensor.dtype in _REDUCIBLE else tensor.float())
+    return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
+
+
+def _open(stack: ExitStack, file: Path) -> Any:
+    """An open safetensors file; a missing, truncated or garbled one is a `TensorError`."""
+    try:
+        return stack.enter_context(safe_open(str(file), framework="pt"))
+    except (SafetensorError, OSError) as e:
+        raise TensorError(f"{file.name}: not a readable safetensors file ({e})") from None

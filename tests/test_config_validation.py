@@ -1,0 +1,222 @@
+"""Every family's config.json is checked on load (`read_config` against the family's schema): each
+bad value is a one-line `CheckpointError` naming the file, the field and the value."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from radixflow.models.config_schema import validate_config
+from radixflow.models.io.loader import CheckpointError, read_config
+from radixflow.models.registry import model_class
+from radixflow.models.zoo import ZOO, preset_config
+
+# family preset -> (its norm epsilon field, its layer-pattern field or None where it has none)
+FAMILIES: dict[str, tuple[str, str | None]] = {
+    "qwen3_5-tiny": ("rms_norm_eps", "layer_types"),
+    "qwen3_next-tiny": ("rms_norm_eps", "layer_types"),
+    "lfm2-tiny": ("norm_eps", "layer_types"),
+    "nemotron_h-tiny": ("layer_norm_epsilon", "layers_block_type"),
+    "falcon_h1-tiny": ("rms_norm_eps", None),  # every layer is Mamba2 + attention: no pattern
+    "llama-tiny": ("rms_norm_eps", "layer_types"),  # optional: transformers may write one
+    "qwen3-tiny": ("rms_norm_eps", "layer_types"),
+}
+Change = Callable[[dict[str, Any], str, str | None], dict[str, Any]]
+
+
+def pattern(config: dict[str, Any], field: str) -> list[str]:
+    """The preset's layer pattern (Llama's presets have none: all full attention)."""
+    return list(config.get(field) or ["full_attention"] * config["num_hidden_layers"])
+
+
+def short_pattern(c: dict[str, Any], eps: str, field: str | None) -> dict[str, Any]:
+    assert field is not None
+    return {**c, field: pattern(c, field)[:-1]}
+
+
+def unknown_kind(c: dict[str, Any], eps: str, field: str | None) -> dict[str, Any]:
+    assert field is not None
+    return {**c, field: ["sliding_attention", *pattern(c, field)[1:]]}
+
+
+def zero_layers(c: dict[str, Any], eps: str, field: str | None) -> dict[str, Any]:
+    return {**c, "num_hidden_layers": 0, **({field: []} if field else {})}
+
+
+def without(name: str) -> Change:
+    return lambda c, eps, field: {k: v for k, v in c.items() if k != name}
+
+
+def setting(name: str, value: Any) -> Change:
+    return lambda c, eps, field: {**c, name: value}
+
+
+def eps_as_string(c: dict[str, Any], eps: str, field: str | None) -> dict[str, Any]:
+    return {**c, eps: "1e-6"}
+
+
+# case -> (change, the fields the error may name, what it says about the value)
+CASES: dict[str, tuple[Change, tuple[str, ...], str]] = {
+    "short-pattern": (short_pattern, ("PATTERN",), "but num_hidden_layers is"),
+    "unknown-layer-kind": (unknown_kind, ("PATTERN",), "entry 0: must be one of"),
+    "zero-layers": (zero_layers, ("num_hidden_layers", "PATTERN"), ""),
+    "fractional-heads": (
+        setting("num_attention_heads", 4.5),
+        ("num_attention_heads",),
+        "must be an integer, got 4.5",
+    ),
+    "float-head-dim": (setting("head_dim", 32.0), ("head_dim",), "must be an integer, got 32.0"),
+    "string-eps": (eps_as_string, ("EPS",), 'must be a positive finite number, got "1e-6"'),
+    "bool-as-int": (
+        setting("num_hidden_layers", True),
+        ("num_hidden_layers",),
+        "must be an integer, got true",
+    ),
+    "int-as-bool": (
+        setting("tie_word_embeddings", 1),
+        ("tie_word_embeddings",),
+        "must be true or false, got 1",
+    ),
+    "missing-field": (without("hidden_size"), ("hidden_size",), "missing (must be a positive integer)"),
+    "kv-heads-not-dividing": (setting("num_key_value_heads", 3), ("num_key_value_heads",), "must divide"),
+    "negative-vocab": (setting("vocab_size", -5), ("vocab_size",), "must be a positive integer, got -5"),
+}
+PATTERN_CASES = {"short-pattern", "unknown-layer-kind"}
+
+
+def write(path: Path, config: dict[str, Any]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def refused(tmp_path: Path, config: dict[str, Any]) -> CheckpointError:
+    with pytest.raises(CheckpointError) as info:
+        read_config(write(tmp_path, config))
+    return info.value
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_bad_config_value_is_one_line_naming_file_field_and_value(tmp_path, family, case) -> None:
+    eps, field = FAMILIES[family]
+    if field is None and case in PATTERN_CASES:
+        pytest.skip(f"{family} has no layer pattern")
+    change, params, says = CASES[case]
+    params = tuple({"PATTERN": field, "EPS": eps}.get(p, p) for p in params)
+    error = refused(tmp_path, change(preset_config(family), eps, field))
+    text = str(error)
+    assert "\n" not in text and text.startswith(f"{tmp_path / 'config.json'}: ")
+    assert error.problem.param in params, text
+    assert text.startswith(f"{tmp_path / 'config.json'}: {error.problem.param}: ") and says in text
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO if n != "smollm2-135m"])
+def test_every_preset_config_is_valid(tmp_path, name) -> None:
+    config = preset_config(name)
+    assert validate_config(model_class(config["model_type"]).config_schema, config) == []
+    assert read_config(write(tmp_path, config)).to_dict() == config
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "LlamaConfig",
+        "Qwen3Config",
+        "Qwen3_5TextConfig",
+        "Qwen3NextConfig",
+        "Lfm2Config",
+        "NemotronHConfig",
+        "FalconH1Config",
+    ],
+)
+def test_the_configs_transformers_writes_are_valid(tmp_path, cls) -> None:
+    """Hub configs carry every field of transformers' config class, in its own spelling
+    (tagged infinities, legacy aliases, keys no family reads)."""
+    transformers = pytest.importorskip("transformers")
+    config = json.loads(getattr(transformers, cls)().to_json_string())
+    assert read_config(write(tmp_path, config)).model_type == config["model_type"]
+
+
+# family-specific relations: (preset, change, field named, what it says)
+SPECIFIC = [
+    (
+        "qwen3_5-tiny",
+        {"linear_num_value_heads": 3},
+        "linear_num_key_heads",
+        "must divide linear_num_value_heads",
+    ),
+    ("qwen3_5-tiny", {"rope_parameters": {"rope_type": "yarn"}}, "rope_parameters.rope_type", '"yarn"'),
+    ("qwen3_5-tiny", {"layer_types": None, "full_attention_interval": 0}, "full_attention_interval", "got 0"),
+    ("qwen3_next-tiny", {"num_experts_per_tok": 5}, "num_experts_per_tok", "at most num_experts (4)"),
+    ("qwen3_next-tiny", {"num_experts_per_tok": None}, "num_experts_per_tok", "needed for num_experts > 0"),
+    ("qwen3_next-tiny", {"mlp_only_layers": [4]}, "mlp_only_layers", "entry 4 must be below"),
+    ("lfm2-tiny", {"full_attn_idxs": [1, 9]}, "full_attn_idxs", "entry 9 must be below num_hidden_layers"),
+    ("lfm2-tiny", {"conv_L_cache": 1}, "conv_L_cache", "must be an integer >= 2, got 1"),
+    ("nemotron_h-tiny", {"layers_block_type": None}, "layers_block_type", "hybrid_override_pattern"),
+    (
+        "nemotron_h-tiny",
+        {"layers_block_type": None, "hybrid_override_pattern": "M-*ME*X"},
+        "hybrid_override_pattern",
+        "'X'",
+    ),
+    (
+        "nemotron_h-tiny",
+        {"num_hidden_layers": None, "layers_block_type": []},
+        "layers_block_type",
+        "at least 1",
+    ),
+    ("nemotron_h-tiny", {"n_routed_experts": None}, "n_routed_experts", "needed for the 'moe' layers"),
+    ("nemotron_h-tiny", {"topk_group": 3}, "topk_group", "at most n_group (2)"),
+    ("nemotron_h-tiny", {"n_groups": 3}, "n_groups", "must divide mamba_num_heads (8)"),
+    ("falcon_h1-tiny", {"ssm_multipliers": [1.0] * 4}, "ssm_multipliers", "must have 5 entries"),
+    ("falcon_h1-tiny", {"time_step_limit": [0.0, -1.0]}, "time_step_limit", "entry 1"),
+    ("falcon_h1-tiny", {"mamba_d_head": "big"}, "mamba_d_head", 'or one of "auto", got "big"'),
+    (
+        "llama-tiny",
+        {"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
+        "rope_parameters.low_freq_factor",
+        "needed",
+    ),
+    (
+        "llama-tiny",
+        {"use_sliding_window": True},
+        "use_sliding_window",
+        "sliding-window attention is not supported",
+    ),
+    (
+        "llama-tiny",
+        {"head_dim": None, "num_attention_heads": 5, "num_key_value_heads": 5},
+        "num_attention_heads",
+        "when head_dim is not given",
+    ),
+    ("qwen3-tiny", {"hidden_act": "gelu_new"}, "hidden_act", '"gelu_new"'),
+]
+
+
+@pytest.mark.parametrize(("family", "change", "param", "says"), SPECIFIC)
+def test_family_relations(tmp_path, family, change, param, says) -> None:
+    config = {**preset_config(family), **change}
+    error = refused(tmp_path, {k: v for k, v in config.items() if v is not None})
+    assert error.problem.param == param and says in str(error), str(error)
+
+
+def test_the_older_nemotron_spelling_is_valid(tmp_path) -> None:
+    config = copy.deepcopy(preset_config("nemotron_h-tiny"))
+    del config["layers_block_type"]
+    config["hybrid_override_pattern"] = "M-*ME*M"
+    config["mamba_n_groups"] = config.pop("n_groups")
+    assert read_config(write(tmp_path, config)).hybrid_override_pattern == "M-*ME*M"
+    config["num_hidden_layers"] = 6
+    assert refused(tmp_path, config).problem.param == "hybrid_override_pattern"
+
+
+def test_a_multimodal_qwen3_5_config_is_checked_as_its_text_config(tmp_path) -> None:
+    text = {**preset_config("qwen3_5-tiny"), "num_attention_heads": 4.5}
+    config = {"model_type": "qwen3_5", "text_config": text}
+    assert "num_attention_heads: must be an integer, got 4.5" in str(refused(tmp_path, config))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
+from radixflow.costmodel.hardware import MAX_FLOPS, MAX_OVERHEAD_S
 from radixflow.options.machine import bookkeeping_problem, threads_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import Problem, ProblemError
@@ -26,8 +27,8 @@ MAX_KV_BLOCKS = 1 << 22
 MAX_STATE_SLOTS = 1 << 20
 MAX_BLOCK_SIZE = 1 << 16
 MAX_COUNT = 1 << 31  # token budget and requests per round: plain counters, no allocation
-MAX_COST_MS = 3_600_000.0  # one hour per worker call or per chunk
-TFLOPS_RANGE = (1e-3, 1e6)
+MAX_COST_MS = MAX_OVERHEAD_S * 1e3  # what a hardware profile may hold, in ms
+TFLOPS_RANGE = (1e-3, MAX_FLOPS / 1e12)  # 1 GFLOP/s (a slow CPU) up to the profiles' limit
 MAX_SEED = 2**64 - 1
 RUNNERS = ("sim", "torch")
 

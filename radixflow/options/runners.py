@@ -112,12 +112,19 @@ def sim_hardware(options: EngineOptions) -> HardwareProfile:
         hw = resolve_hardware(options.hardware)
     except ProfileError as e:
         raise ProblemError(Problem("hardware", str(e))) from None
-    if options.fixed_cost_ms is not None:
-        hw = hw.with_fixed_round_cost(options.fixed_cost_ms / 1e3)
-    if options.per_request_ms is not None:
-        hw = replace(hw, per_request_s=options.per_request_ms / 1e3)
-    if options.tflops is not None:
-        hw = replace(hw, flops=options.tflops * 1e12)
+    overrides = [
+        ("fixed_cost_ms", lambda h, ms: h.with_fixed_round_cost(ms / 1e3)),
+        ("per_request_ms", lambda h, ms: replace(h, per_request_s=ms / 1e3)),
+        ("tflops", lambda h, x: replace(h, flops=x * 1e12)),
+    ]
+    for name, apply in overrides:
+        value = getattr(options, name)
+        if value is None:
+            continue
+        try:  # the options' ranges lie inside the profile's: this is a safety net
+            hw = apply(hw, value)
+        except ProfileError as e:
+            raise ProblemError(Problem(name, str(e))) from None
     return hw
 
 
@@ -128,6 +135,7 @@ class TorchChoice:
         self.label, self.device = options.model or DEFAULT_TORCH_MODEL, options.device
         self.threads, self.seed = options.torch_threads, options.seed
         self.checkpoint: Path = _resolve(self.label, self.device)
+        # config, tensor names and shapes checked now (cheap: nothing read), not after allocation
         self.footprint = _guard(lambda: _footprint(self.checkpoint))
 
     @property

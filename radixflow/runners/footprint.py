@@ -25,20 +25,17 @@ class Footprint:
 def footprint(path: str | Path) -> Footprint:
     """The model at ``path`` built on torch's meta device (no weights read, nothing allocated).
 
-    Raises what building the model raises (a `CheckpointError` for a config it cannot build from).
+    Checks the checkpoint first as loading it would, values aside (config, tensor names and shapes):
+    a `CheckpointError` names what is wrong before anything is allocated.
     """
     import torch
 
-    from radixflow.models.io.loader import CheckpointError, read_config
+    from radixflow.models.io.loader import check_checkpoint
     from radixflow.models.registry import model_class
 
-    config = read_config(path)
-    try:
-        with torch.device("meta"):
-            net = model_class(config.model_type)(config)
-    except (AttributeError, KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
-        where = Path(path) / "config.json"
-        raise CheckpointError(f"{where}: cannot build a {config.model_type} model from it ({e})") from None
+    config = check_checkpoint(path)
+    with torch.device("meta"):
+        net = model_class(config.model_type)(config)
     kv = sum(2 * heads * dim for heads, dim in net.kv_layout().values()) + int(config.hidden_size)
     state = sum(math.prod(s) for shapes in net.state_layout().values() for s in shapes)
     return Footprint(BYTES_PER_ELEMENT * kv, BYTES_PER_ELEMENT * state)

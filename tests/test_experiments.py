@@ -112,7 +112,7 @@ def test_cell_key_changes_with_the_cell(tiny: Path):
         (("groups = 2", 'groups = "two"'), "defaults.workload.groups"),
         (('hardware = "h200"', 'hardware = "missing.json"'), "defaults.hardware"),
         (("candidate_len = 16", 'candidate_len = 16\norder = "random"'), "defaults.workload.order"),
-        (("candidate_len = 16", "candidate_len = 0"), "grid[0].workload"),
+        (("candidate_len = 16", "candidate_len = 0"), "defaults.workload.candidate_len"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str], key: str):

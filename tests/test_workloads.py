@@ -230,5 +230,5 @@ def test_without_a_shared_prefix_the_workload_is_unchanged():
 
 
 def test_negative_shared_prefix_is_refused():
-    with pytest.raises(ValueError, match="shared prefix"):
+    with pytest.raises(ValueError, match="shared_prefix_len: must be at least 0"):
         WorkloadSpec(shared_prefix_len=-1).validate()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 
+from radixflow.cli.bench_flags import WORKLOAD_FLAGS
 from radixflow.cli.command import UsageError
 from radixflow.engine.runner import ModelInfo
 from radixflow.options import EnginePlan
+from radixflow.problems import flag
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 from radixflow.workloads.trace import TraceError, read_trace
@@ -32,10 +34,9 @@ def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
         vocab_size=vocab_size,
         seed=pick(args.seed, w.seed),
     )
-    try:
-        spec.validate()  # sizes are checked here, before a single token is drawn
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    problem = spec.problem()  # sizes are checked here, before a single token is drawn
+    if problem is not None:
+        raise UsageError(problem.render(lambda p: flag(p) if flag(p) in WORKLOAD_FLAGS else p))
     return spec
 
 

@@ -202,10 +202,10 @@ def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> No
             raise _fail(
                 origin, loc(f"workload.{key}"), f"unknown {key} {cell.workload[key]!r} (known: {known})"
             )
-    try:
-        WorkloadSpec(**cell.workload).validate()
-    except (TypeError, ValueError) as e:
-        raise _fail(origin, loc("workload"), str(e)) from None
+    problem = WorkloadSpec(**cell.workload).problem()
+    if problem is not None:
+        key = "workload" if problem.param is None else f"workload.{problem.param}"
+        raise _fail(origin, loc(key), problem.message)
 
 
 def _seeds(value: Any, origin: str, key: str) -> list[int]:

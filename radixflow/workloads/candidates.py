@@ -6,6 +6,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request
 from radixflow.workloads.workload import INDEPENDENT, RequestTag, Workload
 
@@ -34,29 +35,34 @@ class WorkloadSpec:
     vocab_size: int = 32_000
     seed: int = 0
 
-    def validate(self) -> None:
-        if self.groups < 0 or self.candidates < 0 or self.independent < 0:
-            raise ValueError("groups, candidates and independent must be >= 0")
+    def problem(self) -> Problem | None:
+        """Why this workload cannot be built (None when it can). Pure: nothing is drawn."""
+        at_least = {"groups": 0, "candidates": 0, "independent": 0, "shared_prefix_len": 0, "context_len": 0}
+        at_least |= {"candidate_len": 1, "burst_size": 1, "namespaces": 1, "vocab_size": 2}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                return Problem(name, f"must be at least {low}, got {getattr(self, name)!r}")
         if self.requests == 0:
-            raise ValueError("empty workload: no groups/candidates and no independent requests")
-        if self.shared_prefix_len < 0:
-            raise ValueError(f"shared prefix length must be >= 0, got {self.shared_prefix_len}")
-        if self.context_len < 0 or self.candidate_len < 1:
-            raise ValueError("context length must be >= 0 and candidate length >= 1")
-        if self.order not in ORDERS:
-            raise ValueError(f"unknown order {self.order!r} (choose from {', '.join(ORDERS)})")
-        if self.arrival not in ARRIVALS:
-            raise ValueError(f"unknown arrival {self.arrival!r} (choose from {', '.join(ARRIVALS)})")
+            return Problem("groups", "empty workload: no groups/candidates and no independent requests")
+        for name, known in (("order", ORDERS), ("arrival", ARRIVALS)):
+            if getattr(self, name) not in known:
+                return Problem(name, f"unknown {name} {getattr(self, name)!r} (known: {', '.join(known)})")
         if not math.isfinite(self.rate) or self.rate < MIN_RATE:
-            raise ValueError(f"rate must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
-        if self.burst_size < 1 or self.namespaces < 1 or self.vocab_size < 2:
-            raise ValueError("burst size, namespaces must be >= 1 and vocab size >= 2")
+            return Problem("rate", f"must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
-            raise ValueError(
+            return Problem(
+                None,
                 f"workload too large: {self.requests} requests (groups × candidates + independent) of "
                 f"{self.prompt_len} tokens (shared_prefix_len + context_len + candidate_len) are "
-                f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}"
+                f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
+        return None
+
+    def validate(self) -> None:
+        """`problem`, raising `ProblemError` (a ValueError)."""
+        problem = self.problem()
+        if problem is not None:
+            raise ProblemError(problem)
 
     @property
     def requests(self) -> int:

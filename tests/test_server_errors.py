@@ -55,12 +55,12 @@ BAD_COMPLETIONS = [
         "model 'gpt-17' does not exist; this server serves 'qwen3_5-tiny'",
     ),
     ("missing prompt", {"prompt": None}, "missing required parameter: prompt"),
-    ("wrong type", {"temperature": "hot"}, "temperature: Input should be a valid number"),
+    ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
     ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20"),
-    ("several choices", {"n": 2}, "n must be 1"),
-    ("penalties", {"presence_penalty": 0.5}, "presence_penalty is not supported"),
+    ("several choices", {"n": 2}, "n: only one choice per prompt is generated (n must be 1)"),
+    ("penalties", {"presence_penalty": 0.5}, "presence_penalty: penalties are not implemented"),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]
 

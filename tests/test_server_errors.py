@@ -134,6 +134,14 @@ def engine_state(served: RunningServer) -> tuple[int, int, int]:
     return served.on_engine(look)
 
 
+def wait_for_requests(served: RunningServer, n: int, timeout: float = 20.0) -> None:
+    """Until the engine holds ``n`` requests (submitted from other threads)."""
+    deadline = time.monotonic() + timeout
+    while served.on_engine(lambda e: len(e.requests)) < n:
+        assert time.monotonic() < deadline, f"the engine never held {n} requests"
+        time.sleep(0.01)
+
+
 def open_stream(http: httpx.Client) -> tuple[httpx.Response, Iterator[str]]:
     """A streamed completion, read until its first text chunk (so it is decoding), and the rest of
     its lines (dropping that iterator closes the connection)."""
@@ -183,11 +191,14 @@ def test_shutdown_finishes_what_it_can_and_fails_the_rest_cleanly(zoo):
         _, lines = open_stream(http)  # cannot finish 3000 tokens in the 1 s drain
         short: dict[str, httpx.Response] = {}
         body = {"model": MODEL, "prompt": "Item 7: 12 units", "max_tokens": 40, "ignore_eos": True}
-        worker = threading.Thread(
-            target=lambda: short.update(r=served.http(timeout=60).post("/v1/completions", json=body))
-        )
+        short_client = served.http(timeout=60)
+
+        def post_short() -> None:
+            short["r"] = short_client.post("/v1/completions", json=body)
+
+        worker = threading.Thread(target=post_short)
         worker.start()
-        time.sleep(0.05)
+        wait_for_requests(served, 2)
         served.server.should_exit = True  # what Ctrl-C does
         rest = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
         worker.join(30)

@@ -34,8 +34,11 @@ def chunks(body: bytes) -> Iterator[bytes]:
         yield body[i : i + 4096]
 
 
-def test_the_default_limit_leaves_room_for_a_long_context():
+def test_the_default_limit_leaves_room_for_a_long_context_and_the_flag_agrees():
+    from radixflow.cli import build_parser
+
     assert ServerConfig().max_body_bytes == DEFAULT_MAX_BODY_BYTES >= 1 << 20
+    assert build_parser().parse_args(["serve", MODEL]).max_body_bytes == DEFAULT_MAX_BODY_BYTES
 
 
 @pytest.mark.parametrize("chunked", [False, True])

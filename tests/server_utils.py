@@ -56,7 +56,9 @@ def running_server(
     config: ServerConfig | None = None, options: EngineOptions = OPTIONS
 ) -> Iterator[RunningServer]:
     model = load_model(options)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted connections only then, and
+    # without it every response waits ~40 ms for a delayed ACK (Nagle)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = build_server(model, config or ServerConfig(), "127.0.0.1", port, log_level="warning")

@@ -9,6 +9,9 @@ import pytest
 from server_utils import MODEL, OPTIONS, RunningServer, running_server
 
 from radixflow.generation import LLM, SamplingParams
+from radixflow.generation.detokenize import token_texts
+from radixflow.generation.outputs import TokenLogprob
+from radixflow.server.responses import TokenNames, chat_logprobs
 from radixflow.server.state import ServerConfig
 
 CONTEXT = "Reranking models score each candidate document against the same query. " * 2
@@ -227,6 +230,40 @@ def test_seeded_sampling_is_reproducible_and_equals_the_offline_api(served, llm)
     sampled = [SamplingParams(max_tokens=10, temperature=0.9, seed=s, ignore_eos=True) for s in (1, 2, 3)]
     other_seed = [o.text for o in llm.generate([PROMPTS[2]] * 3, sampled)]
     assert len({out.text, greedy_out.text, *other_seed}) > 1  # sampling does sample
+
+
+def test_chat_logprob_bytes_are_each_tokens_own_even_inside_a_character(llm):
+    tok = llm.tokenizer
+    text = "é🙂"
+    ids = tok.encode(text, add_special_tokens=False)
+    texts = token_texts(tok, ids)
+    assert "" in texts  # a token that ends inside a character has no text of its own
+    entries = [TokenLogprob(t, s, -1.0, ((t, -1.0),)) for t, s in zip(ids, texts, strict=True)]
+    content = chat_logprobs(entries, 1, TokenNames(tok, as_ids=False))["content"]
+    assert all(c["bytes"] for c in content)
+    assert bytes(b for c in content for b in c["bytes"]) == text.encode("utf-8")
+    assert [c["top_logprobs"][0]["bytes"] for c in content] == [c["bytes"] for c in content]
+
+
+def test_chat_logprob_bytes_over_http_with_tokens_as_ids(served, llm):
+    r = served.http().post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Say café, naïve, 日本語."}],
+            "max_tokens": 8,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "return_tokens_as_token_ids": True,
+            "ignore_eos": True,
+        },
+    )
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    entries = [*content, *(top for c in content for top in c["top_logprobs"])]
+    assert len(entries) == 8 * 3
+    for entry in entries:
+        token = int(entry["token"].removeprefix("token_id:"))
+        assert entry["bytes"] == list(llm.tokenizer.token_bytes(token))
 
 
 def test_tokenize_then_detokenize_round_trips(served):

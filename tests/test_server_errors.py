@@ -55,12 +55,12 @@ BAD_COMPLETIONS = [
         "model 'gpt-17' does not exist; this server serves 'qwen3_5-tiny'",
     ),
     ("missing prompt", {"prompt": None}, "missing required parameter: prompt"),
-    ("wrong type", {"temperature": "hot"}, "temperature: Input should be a valid number"),
+    ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
     ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20"),
-    ("several choices", {"n": 2}, "n must be 1"),
-    ("penalties", {"presence_penalty": 0.5}, "presence_penalty is not supported"),
+    ("several choices", {"n": 2}, "n: only one choice per prompt is generated (n must be 1)"),
+    ("penalties", {"presence_penalty": 0.5}, "presence_penalty: penalties are not implemented"),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]
 
@@ -134,6 +134,14 @@ def engine_state(served: RunningServer) -> tuple[int, int, int]:
     return served.on_engine(look)
 
 
+def wait_for_requests(served: RunningServer, n: int, timeout: float = 20.0) -> None:
+    """Until the engine holds ``n`` requests (submitted from other threads)."""
+    deadline = time.monotonic() + timeout
+    while served.on_engine(lambda e: len(e.requests)) < n:
+        assert time.monotonic() < deadline, f"the engine never held {n} requests"
+        time.sleep(0.01)
+
+
 def open_stream(http: httpx.Client) -> tuple[httpx.Response, Iterator[str]]:
     """A streamed completion, read until its first text chunk (so it is decoding), and the rest of
     its lines (dropping that iterator closes the connection)."""
@@ -186,14 +194,14 @@ def test_shutdown_finishes_what_it_can_and_fails_the_rest_cleanly(zoo):
         _, lines = open_stream(http)  # cannot finish 3000 tokens in the 1 s drain
         short: dict[str, httpx.Response] = {}
         body = {"model": MODEL, "prompt": "Item 7: 12 units", "max_tokens": 40, "ignore_eos": True}
-        worker = threading.Thread(
-            target=lambda: short.update(r=served.http(timeout=60).post("/v1/completions", json=body))
-        )
+        short_client = served.http(timeout=60)
+
+        def post_short() -> None:
+            short["r"] = short_client.post("/v1/completions", json=body)
+
+        worker = threading.Thread(target=post_short)
         worker.start()
-        deadline = time.monotonic() + 30
-        while served.on_engine(lambda e: len(e.requests)) < 2:  # both accepted (a loaded machine is slow)
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for_requests(served, 2)
         served.server.should_exit = True  # what Ctrl-C does
         rest = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
         worker.join(30)

@@ -8,6 +8,7 @@ API, ``/v1/completions`` and ``/tokenize`` cannot disagree on where a prompt's t
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ class TextTokenizer:
         self.chat = ChatTemplate(self.info.chat_template, self.info.bos_token, self.info.eos_token)
         added = backend.get_added_tokens_decoder()
         self._special = frozenset(i for i, t in added.items() if t.special)
+        self._added = {i: t.content for i, t in added.items()}
+        decoder = backend.decoder
+        self._byte_level = decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TextTokenizer:
@@ -59,10 +63,14 @@ class TextTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in it (``<|im_start|>``) become their ids."""
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        if len(text) < _LONG:
+            return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
 
     def decode(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if len(ids) < _LONG:
+            return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return self._tok.decode_batch([list(ids)], skip_special_tokens=skip_special_tokens)[0]
 
     def decode_each(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> list[str]:
         return self._tok.decode_batch([[t] for t in ids], skip_special_tokens=skip_special_tokens)
@@ -71,11 +79,46 @@ class TextTokenizer:
         """One token on its own (a partial UTF-8 character shows as U+FFFD); for top-logprob keys."""
         return self._tok.decode([token], skip_special_tokens=False)
 
+    def token_bytes(self, token: int) -> bytes:
+        """The token's own bytes (OpenAI's logprob ``bytes``): a token holding part of a UTF-8
+        character gives those raw bytes, where its text shows only U+FFFD."""
+        if token in self._added:
+            return self._added[token].encode("utf-8")
+        piece = self._tok.id_to_token(token)
+        if piece is None:
+            return self.token_text(token).encode("utf-8")
+        if self._byte_level:  # GPT-2 style: each byte is spelled as one printable character
+            try:
+                return bytes(_BYTE_OF_CHAR[c] for c in piece)
+            except KeyError:
+                return self.token_text(token).encode("utf-8")
+        fallback = _BYTE_PIECE.fullmatch(piece)  # sentencepiece byte fallback: "<0xE2>"
+        if fallback is not None:
+            return bytes([int(fallback.group(1), 16)])
+        return piece.replace("\u2581", " ").encode("utf-8")  # sentencepiece's word-start mark is a space
+
     def is_special(self, token: int) -> bool:
         return token in self._special
 
     def special_id(self, text: str | None) -> int | None:
         return None if text is None else self._tok.token_to_id(text)
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character -> byte: printable bytes stand for themselves, the
+    rest for the characters from U+0100 on, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    others = [b for b in range(256) if b not in printable]
+    table = {chr(b): b for b in printable}
+    table.update({chr(256 + i): b for i, b in enumerate(others)})
+    return table
+
+
+_BYTE_OF_CHAR = _byte_level_alphabet()
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+# Past this many characters (encode) or tokens (decode) the tokenizer is called through its batch
+# API, which releases the GIL while it works (the server's event loop keeps running); same result.
+_LONG = 2048
 
 
 def _read_config(root: Path) -> dict[str, Any]:

@@ -102,7 +102,8 @@ def _keep_mask(probs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     """
     vocab = probs.shape[-1]
     rank = torch.arange(vocab, device=probs.device)[None, :]
-    top_k = torch.tensor([r.params.top_k or vocab for r in rows], device=probs.device)
+    # a top_k past the vocabulary keeps every token (and may not fit in an int64 tensor)
+    top_k = torch.tensor([min(r.params.top_k or vocab, vocab) for r in rows], device=probs.device)
     keep = rank < top_k[:, None]
     kept = probs * keep
     kept = kept / kept.sum(dim=-1, keepdim=True)

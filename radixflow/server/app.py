@@ -13,6 +13,7 @@ from starlette.requests import Request as HttpRequest
 
 from radixflow.server import chat, completions, tokenize
 from radixflow.server.errors import install_handlers
+from radixflow.server.limits import BodyLimit
 from radixflow.server.state import ServerState
 
 
@@ -26,9 +27,11 @@ def create_app(state: ServerState) -> FastAPI:
         # Normally `Server.shutdown` has begun draining already; this covers other ASGI servers.
         state.loop.shutdown(state.config.drain_s)
         await asyncio.to_thread(state.loop.join)
+        state.close()
 
     app = FastAPI(title="RadixFlow", lifespan=lifespan)
     app.state.radixflow = state
+    app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes)
     install_handlers(app)
     for module in (completions, chat, tokenize):
         app.include_router(module.router)

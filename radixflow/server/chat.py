@@ -12,6 +12,8 @@ from starlette.requests import Request as HttpRequest
 from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.outputs import GenerationOutput, TokenLogprob
 from radixflow.generation.params import SamplingParams
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request
 from radixflow.server.errors import ApiError, error_body
 from radixflow.server.loop import Delta
 from radixflow.server.protocol import ChatRequest
@@ -46,26 +48,33 @@ def chat_prompt(body: ChatRequest, state: ServerState) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def chat_params(body: ChatRequest, prompt_len: int, default_max_tokens: int, context: int) -> SamplingParams:
-    params = body.params(default_max_tokens, context)
+def fit_params(body: ChatRequest, params: SamplingParams, prompt_len: int, context: int) -> SamplingParams:
     if body.max_tokens is None and body.max_completion_tokens is None:
         # no limit given: the server default, but never past the model context
         params = replace(params, max_tokens=max(1, min(params.max_tokens, context - prompt_len)))
     return params
 
 
+def prepare(
+    body: ChatRequest, state: ServerState, params: SamplingParams
+) -> list[tuple[Request, RequestTracker]]:
+    """Render, tokenize and check the conversation: slow for a long one, so this runs on a
+    tokenizer thread. ApiError 400 when it cannot run."""
+    prompt = chat_prompt(body, state)
+    return state.requests([prompt], fit_params(body, params, len(prompt), state.context), body.namespace)
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
-    state = http.app.state.radixflow
+    state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
-    prompt = chat_prompt(body, state)
-    params = chat_params(body, len(prompt), state.config.default_max_tokens, state.context)
-    submission = state.submit(state.requests([prompt], params, body.namespace), body.stream)
+    params = body.params(state.config.default_max_tokens, state.context)
+    submission = state.submit(await state.offload(prepare, body, state, params), body.streamed)
     envelope = Envelope.new(response_id("chatcmpl", http), state.model_name)
-    names = TokenNames(state.tokenizer, as_ids=False)
+    names = TokenNames(state.tokenizer, body.return_tokens_as_token_ids)
     k = body.top_logprobs or 0
     headers = {"X-Request-Id": envelope.id}
-    if body.stream:
+    if body.streamed:
         chunks = _stream(submission, envelope, names, k if body.logprobs else None, body.include_usage)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
     try:

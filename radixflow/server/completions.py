@@ -8,6 +8,8 @@ of the prompt came from the cache).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -15,37 +17,70 @@ from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.outputs import GenerationOutput, StreamDelta
+from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request
 from radixflow.server.errors import error_body
 from radixflow.server.loop import Delta, Final
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses import CompletionLogprobs, Envelope, TokenNames, completion_choice, usage
-from radixflow.server.state import ClientGone, Submission, failure, response_id, sse, unless_disconnected
+from radixflow.server.state import (
+    ClientGone,
+    ServerState,
+    Submission,
+    failure,
+    response_id,
+    sse,
+    unless_disconnected,
+)
 
 router = APIRouter()
 
 
 def prompt_ids(
-    prompt: str | list[int] | list[str] | list[list[int]], tokenizer: TextTokenizer
+    prompt: str | list[int] | list[str] | list[list[int]], tokenizer: TextTokenizer, special: bool = True
 ) -> list[list[int]]:
-    """Token ids of each prompt (a list of ints is one prompt; an empty list an empty prompt)."""
+    """Token ids of each prompt (a list of ints is one prompt; an empty list an empty prompt);
+    ``special``: the tokenizer adds its special tokens (BOS) around text."""
     if isinstance(prompt, str):
-        return [tokenizer.encode(prompt)]
+        return [tokenizer.encode(prompt, special)]
     if not prompt or isinstance(prompt[0], int):
         return [list(prompt)]  # type: ignore[arg-type]
-    return [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]  # type: ignore[union-attr]
+    return [tokenizer.encode(p, special) if isinstance(p, str) else list(p) for p in prompt]  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    prompts: list[list[int]]
+    items: list[tuple[Request, RequestTracker]]
+    echoed: list[list[str]] | None  # each prompt's token texts, when echo asks for them
+
+
+def prepare(body: CompletionRequest, state: ServerState, params: SamplingParams) -> Prepared:
+    """Tokenize, check and (for echo) detokenize the prompts: slow for long ones, so this runs on
+    a tokenizer thread. ApiError 400 for a prompt that cannot run."""
+    prompts = prompt_ids(body.prompt, state.tokenizer, body.add_special_tokens)
+    items = state.requests(prompts, params, body.namespace)
+    echoed = [token_texts(state.tokenizer, p) for p in prompts] if body.echo else None
+    return Prepared(prompts, items, echoed)
 
 
 class CompletionView:
     """Turns outputs and deltas into choices; keeps each choice's text offset while streaming."""
 
-    def __init__(self, body: CompletionRequest, prompts: list[list[int]], tokenizer: TextTokenizer) -> None:
-        self.body, self.prompts, self.tokenizer = body, prompts, tokenizer
+    def __init__(self, body: CompletionRequest, prepared: Prepared, tokenizer: TextTokenizer) -> None:
+        self.body, self.prompts, self._echoed = body, prepared.prompts, prepared.echoed
         self.names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
         self._offsets: dict[int, int] = {}  # streaming: text offset reached per choice
 
     def prompt_texts(self, index: int) -> list[str]:
-        return token_texts(self.tokenizer, self.prompts[index])
+        assert self._echoed is not None, "prompt texts are prepared when echo is set"
+        return self._echoed[index]
+
+    def echo_pending(self, index: int) -> bool:
+        """The next chunk of this choice carries the echoed prompt (costly to build when long)."""
+        return bool(self.body.echo) and index not in self._offsets
 
     def choice(self, index: int, out: GenerationOutput) -> dict[str, object]:
         text, logprobs, offset = "", None, 0
@@ -63,7 +98,7 @@ class CompletionView:
     def worth_sending(self, index: int, delta: StreamDelta) -> bool:
         """A chunk with text, logprobs someone asked for, or the echoed prompt; not an empty one."""
         wants_logprobs = self.body.logprobs is not None and bool(delta.token_ids)
-        return bool(delta.text) or wants_logprobs or (self.body.echo and index not in self._offsets)
+        return bool(delta.text) or wants_logprobs or self.echo_pending(index)
 
     def delta_choice(self, index: int, delta: StreamDelta) -> dict[str, object]:
         first = index not in self._offsets
@@ -87,17 +122,16 @@ class CompletionView:
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
-    state = http.app.state.radixflow
+    state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
     params = body.params(state.context)
-    prompts = prompt_ids(body.prompt, state.tokenizer)
-    items = state.requests(prompts, params, body.namespace)
-    submission = state.submit(items, body.stream)
+    prepared = await state.offload(prepare, body, state, params)
+    submission = state.submit(prepared.items, body.streamed)
     envelope = Envelope.new(response_id("cmpl", http), state.model_name)
-    view = CompletionView(body, prompts, state.tokenizer)
+    view = CompletionView(body, prepared, state.tokenizer)
     headers = {"X-Request-Id": envelope.id}
-    if body.stream:
-        events = _stream(submission, view, envelope, body.include_usage)
+    if body.streamed:
+        events = _stream(state, submission, view, envelope, body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     try:
         finals = await unless_disconnected(http, submission.finals(), submission)
@@ -107,19 +141,25 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     if error is not None:
         raise error
     outputs = [f.output for f in finals if f.output is not None]
-    body_ = envelope.body("text_completion", [view.choice(f.index, f.output) for f in finals if f.output])
-    return JSONResponse({**body_, "usage": usage(outputs)}, headers=headers)
+    if body.echo:  # the prompts' logprob entries: as long as the prompts
+        choices = await state.offload(lambda: [view.choice(f.index, f.output) for f in finals if f.output])
+    else:
+        choices = [view.choice(f.index, f.output) for f in finals if f.output]
+    payload = {**envelope.body("text_completion", choices), "usage": usage(outputs)}
+    return JSONResponse(payload, headers=headers)
 
 
 async def _stream(
-    submission: Submission, view: CompletionView, envelope: Envelope, include_usage: bool
+    state: ServerState, submission: Submission, view: CompletionView, envelope: Envelope, include_usage: bool
 ) -> AsyncIterator[str]:
     outputs: list[GenerationOutput] = []
     try:
         async for event in submission.events():
             if isinstance(event, Delta):
                 if view.worth_sending(event.index, event.delta):
-                    yield sse(envelope.body("text_completion", [view.delta_choice(event.index, event.delta)]))
+                    build = partial(view.delta_choice, event.index, event.delta)
+                    choice = await state.offload(build) if view.echo_pending(event.index) else build()
+                    yield sse(envelope.body("text_completion", [choice]))
                 continue
             yield _final_chunk(event, view, envelope)
             if event.output is not None:

@@ -6,6 +6,7 @@ server itself is a 500.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from radixflow.problems import Problem
+from radixflow.server.strict import SURROGATE, UNSUPPORTED
 
 log = logging.getLogger("radixflow.server")
 
@@ -22,11 +24,24 @@ _TYPES = {
     400: "invalid_request_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "service_unavailable_error",
 }
 
+
+# pydantic's type errors, said as the engine's own checks say them
+_SAID = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+}
 
 # parameters that take several shapes, and how to say which
 UNION_SHAPES = {
@@ -73,11 +88,28 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not loc:
         return "the request body must be a JSON object", None
     param, where = loc[0], ".".join(loc)
-    if first.get("type") == "missing":
+    kind = first.get("type")
+    if kind == "missing":
         return f"missing required parameter: {where}", param
+    if kind in (SURROGATE, UNSUPPORTED):  # our own checks: the message is written to follow the name
+        return f"{where}{first.get('ctx', {}).get('path', '')}: {first.get('msg')}", param
     if param in UNION_SHAPES:  # pydantic reports each branch of the union; one line says it better
-        return f"{param} must be {UNION_SHAPES[param]}", param
-    return f"{where}: {first.get('msg')}", param
+        return f"{param} must be {UNION_SHAPES[param]}, got {_shown(first.get('input'))}", param
+    said = _SAID.get(str(kind), first.get("msg"))
+    return f"{where}: {said}, got {_shown(first.get('input'))}", param
+
+
+def _shown(value: Any) -> str:
+    """The bad value as JSON, cut to a readable length (it may be a 4 MB prompt)."""
+    if isinstance(value, list | dict) and len(value) > 8:
+        return f"{'a list' if isinstance(value, list) else 'an object'} of {len(value)} items"
+    if isinstance(value, str) and len(value) > 40:
+        value = value[:40]
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError):  # not a JSON value after all
+        text = repr(value)
+    return text if len(text) <= 48 else text[:45] + "..."
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -1,31 +1,113 @@
 """Request bodies of the OpenAI-compatible routes, and what they ask of the engine.
 
-Unknown fields are ignored (as OpenAI clients send many); a known field asking for something the
-engine does not do (several choices, penalties, logit bias, a suffix) is refused with a 400 rather
-than silently ignored.
+Types are strict and strings must be valid Unicode (see `strict`). Unknown fields are ignored, as
+OpenAI clients send many. Known fields fall in three groups:
+
+- implemented: declared with their types below;
+- ``IGNORED``: accepted and typed, but they cannot change the answer here (bookkeeping, hints);
+- ``*_REFUSED``: fields for something the engine does not do; a value that asks for it is a 400
+  naming the field, a value that asks for nothing (null, the default, ``tools: []``) is accepted.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import create_model
 
 from radixflow.generation.params import SamplingParams
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 from radixflow.server.errors import ApiError
+from radixflow.server.strict import Refused, StrictBody
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 SEED_RANGE = (-(2**63), 2**64 - 1)
 
+# Accepted and unused: none of them changes what is generated.
+IGNORED = {
+    "user": "an end-user id for the provider's abuse monitoring",
+    "safety_identifier": "the same, OpenAI's newer name",
+    "prompt_cache_key": "a routing hint for OpenAI's prompt cache; the radix cache finds prefixes itself",
+    "service_tier": "a billing tier",
+    "metadata": "tags for stored completions (nothing is stored)",
+    "parallel_tool_calls": "only matters with tools, which are refused",
+}
 
-class StreamOptions(BaseModel):
-    include_usage: bool = False
+_PENALTIES = "penalties are not implemented"
+_STRUCTURED = "structured output is not implemented"
+_TOOLS = "tool calling is not implemented"
+
+# Both generation routes: OpenAI's sampling fields the engine lacks, then vLLM's extensions.
+COMMON_REFUSED = {
+    "n": Refused("only one choice per prompt is generated (n must be 1)", (1,)),
+    "presence_penalty": Refused(_PENALTIES, (0,)),
+    "frequency_penalty": Refused(_PENALTIES, (0,)),
+    "logit_bias": Refused("logit biases are not implemented", ({},)),
+    "response_format": Refused(f'{_STRUCTURED} (only {{"type": "text"}})', ({"type": "text"},)),
+    "repetition_penalty": Refused(_PENALTIES, (1,)),
+    "min_tokens": Refused("a minimum length is not implemented", (0,)),
+    "min_p": Refused("min-p sampling is not implemented", (0,)),
+    "use_beam_search": Refused("beam search is not implemented", (False,)),
+    "length_penalty": Refused("beam search is not implemented", (1,)),
+    "include_stop_str_in_output": Refused("not implemented: a stop string is always cut off", (False,)),
+    "prompt_logprobs": Refused("not implemented; echo with logprobs on /v1/completions gives them"),
+    "guided_json": Refused(_STRUCTURED),
+    "guided_regex": Refused(_STRUCTURED),
+    "guided_choice": Refused(_STRUCTURED),
+    "guided_grammar": Refused(_STRUCTURED),
+    "structured_outputs": Refused(_STRUCTURED),
+    "allowed_token_ids": Refused("token allow-lists are not implemented"),
+    "bad_words": Refused("bad-word lists are not implemented", ([],)),
+    "logits_processors": Refused("logits processors are not implemented", ([],)),
+    "truncate_prompt_tokens": Refused("not implemented: prompts are never truncated"),
+    "spaces_between_special_tokens": Refused("not implemented: tokens decode as the tokenizer says", (True,)),
+    "priority": Refused("request priorities are not implemented (the policy orders requests)", (0,)),
+}
+
+COMPLETION_REFUSED = {
+    **COMMON_REFUSED,
+    "best_of": Refused("only one choice per prompt is generated (best_of must be 1)", (1,)),
+    "suffix": Refused("suffixes (insertion) are not implemented", ("",)),
+}
+
+# How messages become a prompt is the model's chat template's business alone.
+TEMPLATE_REFUSED = {
+    "tools": Refused(_TOOLS, ([],)),
+    "chat_template": Refused("not implemented: the model's own chat template is always used"),
+    "chat_template_kwargs": Refused("chat template arguments are not implemented", ({},)),
+    "continue_final_message": Refused("not implemented: a reply starts a new turn", (False,)),
+    "documents": Refused("documents for the chat template are not implemented", ([],)),
+}
+
+CHAT_REFUSED = {
+    **COMMON_REFUSED,
+    **TEMPLATE_REFUSED,
+    "tool_choice": Refused(_TOOLS, ("none", "auto")),
+    "functions": Refused(_TOOLS, ([],)),
+    "function_call": Refused(_TOOLS, ("none", "auto")),
+    "audio": Refused("audio output is not implemented"),
+    "modalities": Refused("only text output is implemented", (["text"],)),
+    "prediction": Refused("predicted outputs are not implemented"),
+    "reasoning_effort": Refused("reasoning effort is not implemented"),
+    "verbosity": Refused("verbosity control is not implemented", ("medium",)),
+    "web_search_options": Refused("web search is not implemented"),
+    "store": Refused("not implemented: completions are not stored", (False,)),
+    "echo": Refused("not implemented for chat (echo is a /v1/completions feature)", (False,)),
+    "add_special_tokens": Refused("not implemented: the chat template writes them", (False,)),
+}
 
 
-class _Generate(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+def _declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) -> type[StrictBody]:
+    """``base`` plus each refused field as an optional field of any type: declared, so a request
+    that sets it is seen (and refused) instead of having the field ignored."""
+    return create_model(name, __base__=base, **{f: (Any, None) for f in fields})  # type: ignore[call-overload]
 
+
+class StreamOptions(StrictBody):
+    include_usage: bool | None = False
+
+
+class _Generate(StrictBody):
     model: str
     max_tokens: int | None = None
     temperature: float | None = None
@@ -36,29 +118,14 @@ class _Generate(BaseModel):
     stop_token_ids: list[int] | None = None  # vLLM extension
     ignore_eos: bool = False  # vLLM extension
     skip_special_tokens: bool = True  # vLLM extension
-    stream: bool = False
+    return_tokens_as_token_ids: bool = False  # vLLM extension: "token_id:N" instead of token text
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int | None = 1
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
     cache_salt: str | None = None  # the namespace: requests with different salts never share a prefix
-    user: str | None = None
-
-    def unsupported(self) -> None:
-        checks = [
-            (self.n in (None, 1), "n", "n must be 1: several choices per prompt are not supported"),
-            (not self.presence_penalty, "presence_penalty", "presence_penalty is not supported"),
-            (not self.frequency_penalty, "frequency_penalty", "frequency_penalty is not supported"),
-            (not self.logit_bias, "logit_bias", "logit_bias is not supported"),
-        ]
-        for ok, param, message in checks:
-            if not ok:
-                raise ApiError(400, message, param)
+    user: str | None = None  # IGNORED
 
     def sampling(self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None) -> SamplingParams:
         """The request's `SamplingParams`; ApiError 400 naming the parameter when one is invalid."""
-        self.unsupported()
         if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise ApiError(400, "seed must fit in 64 bits", "seed")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -81,6 +148,10 @@ class _Generate(BaseModel):
         return params
 
     @property
+    def streamed(self) -> bool:
+        return bool(self.stream)
+
+    @property
     def namespace(self) -> str:
         # A salted namespace cannot collide with the unsalted one or another salt.
         return "default" if self.cache_salt is None else f"salt:{self.cache_salt}"
@@ -90,19 +161,15 @@ class _Generate(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class CompletionRequest(_Generate):
+class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)):  # type: ignore[misc]
+    REFUSED: ClassVar[dict[str, Refused]] = COMPLETION_REFUSED
+
     prompt: str | list[int] | list[str] | list[list[int]]
-    echo: bool = False
+    echo: bool | None = False
     logprobs: int | None = None
-    suffix: str | None = None
-    best_of: int | None = None
-    return_tokens_as_token_ids: bool = False  # vLLM extension: "token_id:N" instead of token text
+    add_special_tokens: bool = True  # vLLM extension: BOS and the like around a text prompt
 
     def params(self, context: int) -> SamplingParams:
-        if self.suffix:
-            raise ApiError(400, "suffix is not supported", "suffix")
-        if self.best_of not in (None, 1):
-            raise ApiError(400, "best_of must be 1", "best_of")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise ApiError(400, f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")
         max_tokens = OPENAI_COMPLETION_MAX_TOKENS if self.max_tokens is None else self.max_tokens
@@ -111,27 +178,35 @@ class CompletionRequest(_Generate):
         return self.sampling(max_tokens, self.logprobs, prompt_logprobs)
 
 
-class ChatRequest(_Generate):
+class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[misc]
+    REFUSED: ClassVar[dict[str, Refused]] = CHAT_REFUSED
+
     messages: list[dict[str, Any]]
-    logprobs: bool = False
+    logprobs: bool | None = False
     top_logprobs: int | None = None
     max_completion_tokens: int | None = None
-    add_generation_prompt: bool = True
+    add_generation_prompt: bool = True  # vLLM extension
+    safety_identifier: str | None = None  # IGNORED, as the rest of this group
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    metadata: dict[str, str] | None = None
+    parallel_tool_calls: bool | None = None
 
     def params(self, default_max_tokens: int, context: int) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
         if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_LOGPROBS:
             raise ApiError(400, f"top_logprobs must be between 0 and {MAX_LOGPROBS}", "top_logprobs")
-        given = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        named = "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+        given = getattr(self, named)
         max_tokens = default_max_tokens if given is None else given
-        _check_max_tokens(max_tokens, 1, context)
+        _check_max_tokens(max_tokens, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return self.sampling(max_tokens, logprobs, None)
 
 
-class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
+    REFUSED: ClassVar[dict[str, Refused]] = TEMPLATE_REFUSED
 
     model: str | None = None
     prompt: str | None = None
@@ -141,17 +216,13 @@ class TokenizeRequest(BaseModel):
     return_token_strs: bool = False
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class DetokenizeRequest(StrictBody):
     model: str | None = None
     tokens: list[int]
 
 
-def _check_max_tokens(value: int, low: int, context: int) -> None:
+def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> None:
     if not low <= value <= context:
         raise ApiError(
-            400,
-            f"max_tokens must be between {low} and the model context {context}, got {value}",
-            "max_tokens",
+            400, f"{named} must be between {low} and the model context {context}, got {value}", named
         )

@@ -62,6 +62,11 @@ class TokenNames:
             return f"token_id:{token}"
         return self.tokenizer.token_text(token) if text is None else text
 
+    def bytes(self, token: int) -> list[int]:
+        """The token's own UTF-8 bytes, as OpenAI reports them: a token that is part of a
+        character has its share of the character's bytes (its text is empty or U+FFFD)."""
+        return list(self.tokenizer.token_bytes(token))
+
     def top(self, entry: TokenLogprob, k: int) -> dict[str, float]:
         """The ``k`` most likely tokens and the chosen one (as vLLM reports them). Two tokens with
         the same text (two halves of characters both show as U+FFFD) keep the likelier one's
@@ -117,8 +122,7 @@ class CompletionLogprobs:
 
 def chat_logprobs(entries: Sequence[TokenLogprob], k: int, names: TokenNames) -> dict[str, Any]:
     def item(token: int, text: str | None, logprob: float) -> dict[str, Any]:
-        name = names.name(token, text)
-        return {"token": name, "logprob": _lp(logprob), "bytes": list(name.encode("utf-8"))}
+        return {"token": names.name(token, text), "logprob": _lp(logprob), "bytes": names.bytes(token)}
 
     content = []
     for e in entries:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
 import socket
+import time
+from types import FrameType
 
 import uvicorn
 
@@ -10,21 +15,67 @@ from radixflow.generation.setup import LoadedModel
 from radixflow.server.app import create_app
 from radixflow.server.state import ServerConfig, ServerState
 
+log = logging.getLogger("radixflow.server")
 ROUND_HISTORY = 256  # rounds the engine keeps; the metrics aggregate every round as it happens
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, except that shutting down first tells the engine loop to drain: accepted
-    requests get ``drain_s`` to finish, then fail with a 503, while their connections are still
-    open to carry that answer."""
+    """uvicorn's server, with a shutdown that answers every client.
+
+    Ctrl-C (or SIGTERM): stop accepting and drain. The engine loop gives accepted requests
+    ``drain_s`` to finish, then fails the rest with a 503, while their connections are still open
+    to carry that answer. A second Ctrl-C ends the drain now: every unfinished request gets its
+    503 at once (a JSON error body; a stream, an error event and ``[DONE]``), and the server exits
+    when those answers are out, or after ``HURRY_S`` if a client does not take its answer. Only a
+    third Ctrl-C drops connections unanswered (uvicorn's own forced exit). Either way the engine
+    thread ends before the process does: one left running in torch aborts the process."""
+
+    HURRY_S = 5.0
 
     def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
         super().__init__(config)
         self.state = state
+        self._aio: asyncio.AbstractEventLoop | None = None
+        self._give_up_at: float | None = None  # set by the second Ctrl-C
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._aio = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # A signal handler: it only hands the work to the event loop (safe from a handler).
+        second = self.should_exit and sig == signal.SIGINT and self._give_up_at is None
+        if not second or self._aio is None:
+            super().handle_exit(sig, frame)  # the first (drain) or the third (uvicorn's forced exit)
+            return
+        self._give_up_at = time.monotonic() + self.HURRY_S
+        self._aio.call_soon_threadsafe(self.hurry)
+
+    def hurry(self) -> None:
+        """End the drain now: the engine loop answers every unfinished request with a 503."""
+        log.warning("second interrupt: answering unfinished requests with 503 and exiting")
+        self.state.loop.shutdown(0.0)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.state.loop.shutdown(self.state.config.drain_s)
-        await super().shutdown(sockets)
+        watch = asyncio.ensure_future(self._give_up_when_due())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            watch.cancel()
+        if self.force_exit:
+            # uvicorn skips the app's shutdown then; run it anyway, with no drain left: it ends the
+            # engine thread (after its current round) and the tokenizer threads.
+            self.state.loop.shutdown(0.0)
+            await self.lifespan.shutdown()
+        await asyncio.to_thread(self.state.loop.join)  # whatever ran the app (or did not)
+        self.state.close()
+
+    async def _give_up_when_due(self) -> None:
+        while self._give_up_at is None or time.monotonic() < self._give_up_at:
+            await asyncio.sleep(0.1)
+        log.warning("clients did not take their answers within %.0f s; closing", self.HURRY_S)
+        self.force_exit = True
 
 
 def build_server(

@@ -11,9 +11,11 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 from starlette.requests import Request as HttpRequest
 
@@ -29,11 +31,16 @@ from radixflow.server.metrics import ServerMetrics
 T = TypeVar("T")
 
 
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
+TOKENIZER_THREADS = 2  # beside the engine thread and the event loop, on machines of a few cores
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     max_pending: int = 256  # accepted, unanswered requests before new ones get 429
     default_max_tokens: int = 256  # a chat request that names no max_tokens (capped by the context)
     drain_s: float = 30.0  # on shutdown: time for accepted requests to finish before they fail
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get 413, unparsed
 
 
 class ClientGone(Exception):
@@ -49,6 +56,17 @@ class ServerState:
         self.loop = EngineLoop(engine, self.metrics, config.max_pending)
         self._serial = itertools.count()
         self._run_id = uuid.uuid4().hex[:8]
+        self._workers = ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="radixflow-tokenizer")
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a tokenizer thread, so the event loop keeps answering other requests
+        meanwhile: tokenizing, rendering a chat template or detokenizing an echoed prompt takes
+        seconds for a long one. The tokenizer releases the GIL while it works."""
+        return await asyncio.get_running_loop().run_in_executor(self._workers, partial(fn, *args))
+
+    def close(self) -> None:
+        """Stop the tokenizer threads (the server is done)."""
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
     @property
     def context(self) -> int:
@@ -66,7 +84,8 @@ class ServerState:
     def requests(
         self, prompts: list[list[int]], params: SamplingParams, namespace: str
     ) -> list[tuple[Request, RequestTracker]]:
-        """Engine requests for these prompts; ApiError 400 naming the first one that cannot run."""
+        """Engine requests for these prompts; ApiError 400 naming the first one that cannot run.
+        Safe on a tokenizer thread, where it runs: the checks cost a pass over every prompt token."""
         if len(prompts) > self.config.max_pending:
             raise ApiError(
                 400,

@@ -12,8 +12,10 @@ from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.detokenize import token_texts
+from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.server.errors import ApiError
 from radixflow.server.protocol import DetokenizeRequest, TokenizeRequest
+from radixflow.server.state import ServerState
 
 router = APIRouter()
 
@@ -35,11 +37,18 @@ async def tokenizer_info(http: HttpRequest) -> dict[str, object]:
 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object]:
-    state = http.app.state.radixflow
+    state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
-    tokenizer = state.tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of prompt and messages", "prompt")
+    ids, strs = await state.offload(_tokenize, body, state.tokenizer)  # seconds for a long text
+    out: dict[str, object] = {"count": len(ids), "max_model_len": state.context, "tokens": ids}
+    if strs is not None:
+        out["token_strs"] = strs
+    return out
+
+
+def _tokenize(body: TokenizeRequest, tokenizer: TextTokenizer) -> tuple[list[int], list[str] | None]:
     if body.messages is not None:
         try:
             text = tokenizer.chat.render(body.messages, body.add_generation_prompt)
@@ -48,18 +57,15 @@ async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object
         ids = tokenizer.encode(text, add_special_tokens=False)
     else:
         ids = tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
-    out: dict[str, object] = {"count": len(ids), "max_model_len": state.context, "tokens": ids}
-    if body.return_token_strs:
-        out["token_strs"] = token_texts(tokenizer, ids)
-    return out
+    return ids, token_texts(tokenizer, ids) if body.return_token_strs else None
 
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, http: HttpRequest) -> dict[str, object]:
-    state = http.app.state.radixflow
+    state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
     vocab = state.tokenizer.info.vocab_size
     bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
     if bad is not None:
         raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens")
-    return {"prompt": state.tokenizer.decode(body.tokens)}
+    return {"prompt": await state.offload(state.tokenizer.decode, body.tokens)}

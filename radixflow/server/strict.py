@@ -1,0 +1,112 @@
+"""How request bodies are checked: strict types, valid Unicode, and known fields the server refuses.
+
+Strict types: a JSON string is not a number, ``true`` is not 1, and ``1.0`` is not an integer
+(pydantic's strict mode); an integer is still a number (``"temperature": 1``). Non-finite numbers
+(``NaN``, ``Infinity``, ``1e999``, which Python's JSON parser accepts) are refused.
+
+Valid Unicode: JSON may escape a lone UTF-16 surrogate (``"\\ud800"``); such a string has no UTF-8
+form, so the tokenizer cannot take it. Every field is checked, nested ones included.
+
+Refused fields: a known OpenAI or vLLM field asking for something the server does not do is a 400
+naming it, unless its value asks for nothing (its default, or a listed no-op such as ``tools: []``).
+Fields nobody declared are ignored, as OpenAI clients send many.
+
+Each failure is a pydantic error located at its field, so the 400's ``param`` is that field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+SURROGATE = "surrogate"  # pydantic error types raised here (errors.py turns them into one line)
+UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A field the server knows and does not implement: why (one line that reads after the field's
+    name), and the values that ask for nothing (null always does)."""
+
+    why: str
+    no_ops: tuple[Any, ...] = ()
+
+    def accepts(self, value: Any) -> bool:
+        return value is None or any(same_json(value, ok) for ok in self.no_ops)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: ``false`` is not ``0`` (as Python's ``==`` has it), ``1`` is ``1.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+class StrictBody(BaseModel):
+    """A request body: strict types, finite numbers, valid Unicode; ``REFUSED`` fields refused."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+    REFUSED: ClassVar[dict[str, Refused]] = {}
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _check(cls, value: Any, info: ValidationInfo) -> Any:
+        refused = cls.REFUSED.get(info.field_name or "")
+        if refused is not None and not refused.accepts(value):
+            raise PydanticCustomError(UNSUPPORTED, "{why}", {"why": refused.why})
+        where = surrogate_at(value)
+        if where is not None:
+            path, char = where
+            # errors.py adds ``path`` (where inside the field) to the field's name
+            raise PydanticCustomError(
+                SURROGATE,
+                "contains a lone UTF-16 surrogate ({char}), which is not valid Unicode",
+                {"path": path, "char": f"\\u{ord(char):04x}"},
+            )
+        return value
+
+
+def surrogate_at(value: Any, path: str = "") -> tuple[str, str] | None:
+    """Where the first lone surrogate in ``value`` (strings, dict keys, nested lists) is: its path
+    inside the field (``[0].content``) and the character; None when there is none."""
+    if isinstance(value, str):
+        bad = _first_surrogate(value)
+        return None if bad is None else (path, bad)
+    if isinstance(value, BaseModel):
+        value = value.__dict__
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = surrogate_at(key, path) or surrogate_at(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple) and not _all_numbers(value):
+        for i, item in enumerate(value):
+            found = surrogate_at(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _first_surrogate(text: str) -> str | None:
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return text[e.start]
+    return None
+
+
+def _all_numbers(items: Sequence[Any]) -> bool:
+    # token-id lists can be a million long: skip them in one pass
+    return all(type(x) is int or type(x) is float for x in items)

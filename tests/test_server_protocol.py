@@ -1,0 +1,193 @@
+"""Every request field of every route, fed bad values over HTTP: the answer is a 400 (or 413) in
+OpenAI's shape naming the field, or a 200 that took the value as sent; never a 500, a coerced
+value, a refused feature silently ignored, or a hang.
+
+The fields come from the request models themselves (`model_fields`), so a field added tomorrow is
+covered by this test the day it is added.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+from server_utils import MODEL, RunningServer, running_server
+
+from radixflow.server.protocol import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from radixflow.server.state import ServerConfig
+from radixflow.server.strict import StrictBody, same_json
+
+# route -> (its request model, a body that works; each test changes one field of it)
+ROUTES: dict[str, tuple[type[StrictBody], dict[str, Any]]] = {
+    "/v1/completions": (CompletionRequest, {"model": MODEL, "prompt": "Hello", "max_tokens": 1}),
+    "/v1/chat/completions": (
+        ChatRequest,
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+    ),
+    "/tokenize": (TokenizeRequest, {"prompt": "Hello"}),
+    "/detokenize": (DetokenizeRequest, {"tokens": [1, 2]}),
+}
+FIELDS = [(route, field) for route, (model, _) in ROUTES.items() for field in model.model_fields]
+
+MISSING = object()
+# Raw JSON, since NaN, Infinity and 1e999 (inf) have no json.dumps spelling; Python's parser,
+# and so the server's, accepts them. Every field gets EVERY; hypothesis adds a few of the rest.
+EVERY = [
+    '"5"', "true", "1.0", "[true, false]", "{}", "null", "NaN", "1e999", "-1", "0",
+    "18446744073709551616", '"a\\ud800b"', MISSING,
+]  # fmt: skip
+ODD = [
+    '"5"', '"yes"', "true", "false", "1.0", "2.5", "[]", "{}", "[true, false]", "[1.5]", '["x"]',
+    '{"a": 1}', "null", '"a\\ud800b"', '["a\\udfffb"]', '[{"role": "user", "content": "\\ud800"}]',
+    "0", "0.0", "-1", "-2.5", "18446744073709551616", "1e308", "-1e308", "NaN", "Infinity",
+    "-Infinity", "1e999", "-1e999",
+]  # fmt: skip
+VALUES = st.one_of(
+    st.sampled_from(ODD),
+    st.just(MISSING),
+    # no mid-sized positive integers: a valid max_tokens of 3000 would be honoured, slowly
+    st.one_of(st.integers(max_value=0), st.integers(min_value=2**31)).map(str),
+    st.floats().map(lambda x: json.dumps(x)),  # NaN / Infinity spelled as Python writes them
+    st.text(max_size=12).map(json.dumps),
+)
+
+
+@pytest.fixture(scope="module")
+def served(zoo) -> Iterator[RunningServer]:
+    # default_max_tokens 1: a chat request without max_tokens stays one token long
+    with running_server(ServerConfig(max_pending=8, default_max_tokens=1)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def http(served) -> Iterator[httpx.Client]:
+    with served.http(timeout=15) as client:  # a hang fails the test instead of stalling the run
+        yield client
+
+
+def raw_body(base: dict[str, Any], field: str, value: Any) -> bytes:
+    """``base`` with ``field`` set to the raw JSON ``value`` (or left out for MISSING)."""
+    rest = {k: v for k, v in base.items() if k != field}
+    parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in rest.items()]
+    if value is not MISSING:
+        parts.append(f"{json.dumps(field)}: {value}")
+    return ("{" + ", ".join(parts) + "}").encode()
+
+
+def as_sent(model: type[StrictBody], body: bytes, field: str) -> Any:
+    """The field's value as the server's model holds it, for the same body."""
+    try:
+        parsed = model.model_validate(json.loads(body))
+    except ValidationError as e:  # the server answered 200 to a body its own model refuses
+        pytest.fail(f"200 for a body the model refuses: {e}")
+    held = getattr(parsed, field)
+    return held.model_dump(exclude_unset=True) if isinstance(held, BaseModel) else held
+
+
+def check_answer(route: str, field: str, value: Any, response: httpx.Response, body: bytes) -> None:
+    status = response.status_code
+    assert status in (200, 400, 413), f"{route} {field}={value}: {status} {response.text[:300]}"
+    if status != 200:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, error
+        assert error["type"] == "invalid_request_error" and "\n" not in error["message"], error
+        assert error["param"] == field or field in error["message"], (field, value, error)
+        return
+    if route.endswith("completions") and b'"stream": true' in body:
+        assert response.text.rstrip().endswith("data: [DONE]"), response.text[-300:]
+    if value is MISSING:
+        return  # its default
+    model = ROUTES[route][0]
+    sent = json.loads(value)
+    refused = model.REFUSED.get(field)
+    if refused is not None:  # a refused feature may only pass when its value asks for nothing
+        assert refused.accepts(sent), f"{route} {field}={value} was ignored with a 200"
+    held = as_sent(model, body, field)
+    assert same_json(held, sent), f"{route} {field}={value} became {held!r}"
+
+
+def with_every_value(test: Callable[..., None]) -> Callable[..., None]:
+    for value in reversed(EVERY):
+        test = example(value=value)(test)
+    return test
+
+
+@pytest.mark.parametrize(("route", "field"), FIELDS, ids=[f"{r}:{f}" for r, f in FIELDS])
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,  # the same values every run: a failure here is a failure everywhere
+)
+@with_every_value
+@given(value=VALUES)
+def test_a_bad_field_is_a_400_naming_it_never_a_500(http, route, field, value):
+    body = raw_body(ROUTES[route][1], field, value)
+    response = http.post(route, content=body, headers={"content-type": "application/json"})
+    check_answer(route, field, value, response, body)
+
+
+CMPL, CHAT, TOK = "/v1/completions", "/v1/chat/completions", "/tokenize"
+HI = '"messages": [{"role": "user", "content": "hi"}], '
+LONE = "contains a lone UTF-16 surrogate (\\ud800), which is not valid Unicode"
+SAID = '"messages": [{"role": "user", "content": "\\ud800"}]'
+# (route, the fields besides model, the param the 400 names, how its message starts)
+AS_USERS_SENT_THEM = [
+    (CMPL, '"prompt": "a\\ud800b"', "prompt", f"prompt: {LONE}"),
+    (CHAT, SAID, "messages", f"messages[0].content: {LONE}"),
+    (TOK, '"prompt": "a\\ud800b"', "prompt", f"prompt: {LONE}"),
+    (TOK, SAID, "messages", f"messages[0].content: {LONE}"),
+    (CHAT, HI + '"tools": [{"type": "function"}]', "tools", "tools: tool calling is not implemented"),
+    (CHAT, HI + '"tool_choice": "required"', "tool_choice", "tool_choice: tool calling is not"),
+    (CHAT, HI + '"response_format": {"type": "json_object"}', "response_format", "response_format: struct"),
+    (CMPL, '"prompt": "a", "max_tokens": "5"', "max_tokens", 'max_tokens: must be an integer, got "5"'),
+    (CMPL, '"prompt": "a", "max_tokens": true', "max_tokens", "max_tokens: must be an integer, got true"),
+    (CMPL, '"prompt": "a", "max_tokens": 1.0', "max_tokens", "max_tokens: must be an integer, got 1.0"),
+    (CMPL, '"prompt": "a", "logprobs": true', "logprobs", "logprobs: must be an integer, got true"),
+    (CMPL, '"prompt": "a", "stream": "yes"', "stream", 'stream: must be true or false, got "yes"'),
+    (CMPL, '"prompt": "a", "echo": "no"', "echo", 'echo: must be true or false, got "no"'),
+    (CMPL, '"prompt": [true, false]', "prompt", "prompt must be a string, a list of token ids"),
+    (CMPL, '"prompt": "a", "temperature": NaN', "temperature", "temperature: must be a finite number"),
+    (CMPL, '"prompt": "a", "top_p": 1e999', "top_p", "top_p: must be a finite number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("route", "fields", "param", "message"), AS_USERS_SENT_THEM)
+def test_what_users_sent_is_a_400_naming_the_field_and_the_connection_stays_open(
+    http, route, fields, param, message
+):
+    body = f'{{"model": "{MODEL}", {fields}}}'.encode()
+    r = http.post(route, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and error["message"].startswith(message), error
+    assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
+    assert r.headers.get("connection") != "close"  # keep-alive: a 500 used to drop the connection
+    assert http.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tool_choice": "none"},
+        {"tool_choice": "auto", "tools": []},
+        {"response_format": {"type": "text"}},
+        {"temperature": 1, "n": 1, "presence_penalty": 0, "logit_bias": {}},  # an int is a number
+        {"user": "u-1", "metadata": {"k": "v"}, "stream_options": None, "store": False},
+    ],
+)
+def test_values_that_ask_for_nothing_are_accepted(http, extra):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, **extra}
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+
+
+def test_every_refused_field_is_declared_so_it_cannot_be_ignored():
+    for model, _ in ROUTES.values():
+        assert set(model.REFUSED) <= set(model.model_fields), model.__name__
+    assert {r for r, _ in FIELDS} == set(ROUTES)

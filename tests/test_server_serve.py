@@ -1,0 +1,104 @@
+"""`radixflow serve` as its own process, stopped with Ctrl-C twice (server/serve.py): the second
+Ctrl-C ends the drain, yet every client still gets its answer in OpenAI's shape, and the process
+exits without aborting (a torch thread left running at exit used to abort it: exit 134)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from server_utils import MODEL
+
+import radixflow
+
+LONG = {"model": MODEL, "prompt": "The river winds", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server_process(zoo) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    port = free_port()
+    args = ["serve", MODEL, "--port", str(port), "--kv-blocks", "512", "--state-slots", "64"]
+    args += ["--drain-timeout", "120", "--log-level", "warning"]  # only the second Ctrl-C can end it
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "radixflow.cli", *args], stderr=subprocess.PIPE, text=True, env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: healthy(url), 90, lambda: proc.poll() is None)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def wait_until(done, timeout: float, alive=lambda: True) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert alive() and time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.05)
+
+
+def pending(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics", timeout=5).text
+    line = next(x for x in metrics.splitlines() if x.startswith("radixflow_requests_pending "))
+    return float(line.split()[1])
+
+
+def test_a_second_ctrl_c_answers_every_client_then_exits_cleanly(server_process):
+    proc, url = server_process
+    got: dict[str, object] = {}
+
+    def plain() -> None:
+        got["plain"] = httpx.post(f"{url}/v1/completions", json=LONG, timeout=60)
+
+    def stream() -> None:
+        with httpx.stream("POST", f"{url}/v1/completions", json={**LONG, "stream": True}, timeout=60) as r:
+            got["stream"] = [line for line in r.iter_lines() if line]
+
+    clients = [threading.Thread(target=plain), threading.Thread(target=stream)]
+    for c in clients:
+        c.start()
+    wait_until(lambda: pending(url) == 2, 30)
+    proc.send_signal(signal.SIGINT)  # drain: 120 s for the two 3000-token requests
+    wait_until(lambda: not healthy(url), 10)  # draining: /health says 503 (or the socket is closed)
+    proc.send_signal(signal.SIGINT)  # enough: answer them now
+    for c in clients:
+        c.join(30)
+    rc = proc.wait(30)
+    stderr = proc.stderr.read() if proc.stderr else ""
+
+    plain_answer = got["plain"]
+    assert isinstance(plain_answer, httpx.Response) and plain_answer.status_code == 503
+    error = plain_answer.json()["error"]
+    assert error["type"] == "service_unavailable_error" and error["message"], error
+    lines = got["stream"]
+    assert isinstance(lines, list) and lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "service_unavailable_error"
+    assert rc == 130, stderr  # interrupted: not an abort (-6 / 134)
+    assert "Traceback" not in stderr and "terminate called" not in stderr, stderr

@@ -174,3 +174,20 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     assert printed["token_ids"] == list(out.token_ids) and printed["text"] == out.text
     assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
+
+
+def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(llm.model.path, bare, ignore=shutil.ignore_patterns("tokenizer*"))
+    assert not (bare / "tokenizer.json").exists()
+    plain = LLM(str(bare), kv_blocks=256, state_slots=64)
+    (out,) = plain.generate([PROMPTS[3]], GREEDY)
+    (expected,) = llm.generate([PROMPTS[3]], GREEDY)
+    assert out.token_ids == expected.token_ids and out.text == ""
+    for refused in (lambda: plain.generate("text"), lambda: plain.chat([{"role": "user", "content": "x"}])):
+        with pytest.raises(ValueError, match=r"has no tokenizer\.json: text prompts"):
+            refused()
+    with pytest.raises(ValueError, match="stop strings need the model's tokenizer"):
+        plain.generate([PROMPTS[3]], SamplingParams(max_tokens=4, stop=["."]))

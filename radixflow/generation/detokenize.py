@@ -25,6 +25,17 @@ class Decoder(Protocol):
         ...
 
 
+class NoText:
+    """The decoder of a model without a tokenizer: its requests come as token ids and their
+    outputs carry token ids alone, with empty text."""
+
+    def decode(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> str:
+        return ""
+
+    def decode_each(self, ids: Sequence[int], skip_special_tokens: bool = False) -> list[str]:
+        return [""] * len(ids)
+
+
 class IncrementalDetokenizer:
     """Feeds tokens one at a time; each `push` returns the text that token added."""
 

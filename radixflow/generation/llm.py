@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
+from radixflow.generation.detokenize import NoText
 from radixflow.generation.output_processor import (
     Done,
     EngineDriver,
@@ -53,6 +54,12 @@ class LLM:
 
     @property
     def tokenizer(self) -> TextTokenizer:
+        """The model's tokenizer; ValueError for a checkpoint without one (prompts as token ids)."""
+        if self.model.tokenizer is None:
+            raise ValueError(
+                f"{self.model.name} has no tokenizer.json: text prompts, chat and stop strings need "
+                "the model's tokenizer; give prompts as lists of token ids"
+            )
         return self.model.tokenizer
 
     def generate(
@@ -68,6 +75,8 @@ class LLM:
         """
         token_prompts = self._token_prompts(prompts)
         params_list = self._params(params, len(token_prompts))
+        if any(p.stop for p in params_list):
+            _ = self.tokenizer  # stop strings are found in text: refused without a tokenizer
         requests = [
             Request(f"gen-{next(self._ids)}", tuple(p), namespace, self.engine.now, sampling=sp)
             for p, sp in zip(token_prompts, params_list, strict=True)
@@ -119,7 +128,8 @@ class LLM:
         processor = OutputProcessor(self.engine)
         answers: dict[str, Done] = {}
         try:
-            refused = [e for r in requests for e in processor.submit(RequestTracker(r, self.tokenizer))]
+            decoder = self.model.tokenizer or NoText()
+            refused = [e for r in requests for e in processor.submit(RequestTracker(r, decoder))]
             for event in itertools.chain(refused, EngineDriver(self.engine, processor).run()):
                 if isinstance(event, Done):
                     answers[event.request_id] = event

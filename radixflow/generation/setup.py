@@ -17,7 +17,7 @@ class LoadedModel:
     name: str  # as the user named it (zoo name or path): what the server reports as its model id
     path: Path
     setup: EngineSetup  # the runner (weights loaded, pools allocated) and the resolved budgets
-    tokenizer: TextTokenizer
+    tokenizer: TextTokenizer | None  # None: the checkpoint has no tokenizer.json (token-id prompts only)
 
     @property
     def runner(self) -> Runner:
@@ -42,7 +42,7 @@ def load_model(options: EngineOptions) -> LoadedModel:
             )
         )
     try:
-        tokenizer = TextTokenizer.load(path)
-    except TokenizerError as e:
+        tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
+    except TokenizerError as e:  # there is one, and it is broken
         raise ProblemError(Problem("model", str(e))) from None
     return LoadedModel(plan.choice.label, path, plan.build(), tokenizer)

@@ -8,14 +8,13 @@ stays the only writer of its requests.
 from __future__ import annotations
 
 from radixflow.engine.engine import Engine
-from radixflow.generation.detokenize import IncrementalDetokenizer, StopStrings, token_texts
+from radixflow.generation.detokenize import Decoder, IncrementalDetokenizer, StopStrings, token_texts
 from radixflow.generation.outputs import GenerationOutput, StreamDelta, TokenLogprob
-from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.scheduler.request import Request
 
 
 class RequestTracker:
-    def __init__(self, request: Request, tokenizer: TextTokenizer) -> None:
+    def __init__(self, request: Request, tokenizer: Decoder) -> None:
         self.request = request
         self._tokenizer = tokenizer
         params = request.sampling

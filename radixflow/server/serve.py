@@ -12,6 +12,7 @@ from types import FrameType
 import uvicorn
 
 from radixflow.generation.setup import LoadedModel
+from radixflow.problems import Problem, ProblemError
 from radixflow.server.app import create_app
 from radixflow.server.state import ServerConfig, ServerState
 
@@ -85,6 +86,10 @@ def build_server(
     port: int,
     log_level: str = "info",
 ) -> Server:
+    if model.tokenizer is None:
+        raise ProblemError(
+            Problem("model", f"{model.path} has no tokenizer.json: the HTTP API needs the model's tokenizer")
+        )
     engine = model.engine(round_history=ROUND_HISTORY)
     state = ServerState(model, engine, config)
     uv_config = uvicorn.Config(

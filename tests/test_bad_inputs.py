@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import signal
 import tomllib
@@ -23,6 +24,8 @@ from hypothesis import strategies as st
 from radixflow.cli import build_parser, main
 from radixflow.cli.calibrate import ENGINE_OPTIONS as CALIBRATE_ENGINE
 from radixflow.cli.command import UsageError
+from radixflow.costmodel.hardware import HardwareProfile
+from radixflow.costmodel.kinds import ChunkShape
 from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError, parse_config
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options.flags import from_args
@@ -315,3 +318,80 @@ def test_the_toml_door_refuses_what_it_used_to_replace(tmp_path):
         with pytest.raises(ExperimentConfigError, match=f"defaults.{key}: "):
             work = "\n".join(f"{k} = {v}" for k, v in BASE_WORKLOAD.items())
             parse_config(tomllib.loads(CELL_BASE.format(line=line, wline=work)), "t.toml", Path(tmp_path))
+
+
+# ------------------------------------------------------------------ hardware profile files
+JSON_VALUES = st.one_of(
+    st.sampled_from([0, -1, 4.5, 1e300, 1e-300, "abc", "", "1e12", True, False, None, [], {}, [1], {"x": 1}]),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+)
+
+
+@SETTINGS
+@given(key=st.sampled_from(sorted(HardwareProfile.__dataclass_fields__)), value=JSON_VALUES)
+def test_profile_fields_refuse_naming_the_key_or_keep_the_value_and_finite_times(
+    key, value, tmp_path_factory
+):
+    from radixflow.costmodel.hardware import HARDWARE, ProfileError, load_profile
+    from radixflow.costmodel.shapes import SIM_MODELS
+    from radixflow.runners.sim import SimRunner
+
+    data = {**HARDWARE["h100"].to_dict(), key: value}
+    path = tmp_path_factory.mktemp("profile") / "p.json"
+    path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes them
+    try:
+        profile = load_profile(path)
+    except ProfileError as e:
+        assert key in str(e) and "\n" not in str(e), (key, value, e)
+        return
+    if key not in ("sources", "calibration", "name", "kind_scale"):
+        assert getattr(profile, key) == value or getattr(profile, key) == float(value), (key, value)
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], profile)  # its time for a round must be finite
+    seconds = runner.cost.round_seconds([ChunkShape(0, 2048, True, False, 1)])
+    assert math.isfinite(seconds) and seconds >= 0, (key, value, seconds)
+
+
+# ------------------------------------------------------------------ model config.json fields
+FAMILY_PRESETS = [
+    "llama-tiny",
+    "qwen3-tiny",
+    "qwen3_5-tiny",
+    "qwen3_next-tiny",
+    "lfm2-tiny",
+    "nemotron_h-tiny",
+    "falcon_h1-tiny",
+]
+
+
+def _schema_fields(zoo_name: str) -> list[str]:
+    from radixflow.models.io.loader import read_config
+    from radixflow.models.registry import model_class
+    from radixflow.models.zoo import ensure_model
+
+    config = read_config(ensure_model(zoo_name))
+    return sorted(f.name for f in model_class(config.model_type).config_schema.fields)
+
+
+@pytest.mark.parametrize("zoo_name", FAMILY_PRESETS)
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_config_fields_refuse_naming_the_field_or_keep_the_value(zoo, zoo_name, data, tmp_path_factory):
+    from radixflow.models.io.loader import CheckpointError, read_config
+    from radixflow.models.zoo import ensure_model
+
+    source = ensure_model(zoo_name)
+    field = data.draw(st.sampled_from(_schema_fields(zoo_name)))
+    value = data.draw(JSON_VALUES)
+    config = json.loads((source / "config.json").read_text())
+    config[field] = value
+    path = tmp_path_factory.mktemp("ckpt")
+    (path / "config.json").write_text(json.dumps(config))
+    try:
+        got = read_config(path)
+    except CheckpointError as e:
+        assert "\n" not in str(e) and (field in str(e) or (e.problem and e.problem.param)), (field, value, e)
+        return
+    kept = got.to_dict().get(field)
+    assert kept == value or (isinstance(value, float) and math.isnan(value)), (field, value, kept)

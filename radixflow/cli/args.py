@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.cli.command import UsageError
 from radixflow.options import EngineOptions
-from radixflow.options.flags import given, ineffective, ineffective_for_model
+from radixflow.options.flags import given, ineffective, ineffective_for_model, parse_float, parse_int
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -42,10 +41,7 @@ def int_arg(low: int = 0, high: int | None = None, positive: bool = False) -> Ca
     """argparse type: an integer in ``[low, high]`` (and > 0 when ``positive``)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a valid int: {text!r}") from None
+        value = parse_int(text)
         _check_range(value, text, low, high, positive)
         return value
 
@@ -56,12 +52,7 @@ def float_arg(low: float = 0.0, high: float | None = None, positive: bool = Fals
     """argparse type: a finite float in ``[low, high]`` (and > 0 when ``positive``); nan/inf refused."""
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a valid number: {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        value = parse_float(text)
         _check_range(value, text, low, high, positive)
         return value
 

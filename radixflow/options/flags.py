@@ -28,14 +28,16 @@ POLICY_HELP = (
 )
 
 
-def _int(text: str) -> int:
+def parse_int(text: str) -> int:
+    """argparse type: an integer (its range is checked where the option is validated)."""
     try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a valid integer: {text!r}") from None
 
 
-def _float(text: str) -> float:
+def parse_float(text: str) -> float:
+    """argparse type: a finite number (nan and inf refused; the range is checked elsewhere)."""
     try:
         value = float(text)
     except ValueError:
@@ -45,7 +47,7 @@ def _float(text: str) -> float:
     return value
 
 
-PARSERS: dict[type, Any] = {int: _int, float: _float, str: str}
+PARSERS: dict[type, Any] = {int: parse_int, float: parse_float, str: str}
 
 
 def add_engine_flags(

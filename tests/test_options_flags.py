@@ -40,11 +40,14 @@ def test_every_engine_option_is_a_flag_of_every_engine_command_with_one_help(com
             assert action.help == spec_of(f).help + shown, f"{command} {f.name}"
 
 
-def test_calibrate_shows_its_engine_options_as_the_others_do():
-    bench, calibrate = _actions(_command("bench")), _actions(_command("calibrate"))
-    for name in ("device", "torch_threads"):
-        assert calibrate[name].help == bench[name].help
-        assert calibrate[name].option_strings == bench[name].option_strings
+@pytest.mark.parametrize(
+    ("command", "names"), [("calibrate", ("device", "torch_threads")), ("experiment", ("device",))]
+)
+def test_commands_that_take_a_few_engine_options_show_them_as_the_others_do(command, names):
+    bench, other = _actions(_command("bench")), _actions(_command(command))
+    for name in names:
+        assert other[name].help == bench[name].help
+        assert other[name].option_strings == bench[name].option_strings
 
 
 def test_experiment_cells_take_every_engine_option_but_the_policy():

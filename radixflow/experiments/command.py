@@ -16,9 +16,11 @@ from radixflow.experiments.config import Cell, ExperimentConfig, ExperimentConfi
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import default_out, run_experiment
 from radixflow.options import plan_engine
+from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.problems import ProblemError
 
 EXTRA = "pip install -e '.[experiments]'"
+OVERRIDES = ("device",)  # engine options the command line may set for every torch-runner cell
 
 
 class ExperimentUsageError(ValueError):
@@ -27,7 +29,8 @@ class ExperimentUsageError(ValueError):
 
 HELP = (
     "run every cell of an experiment config (TOML) with the policies side by side on identical inputs; "
-    "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them"
+    "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them. "
+    "--device, when given, replaces the device of every torch-runner cell"
 )
 
 
@@ -36,7 +39,7 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--out", type=Path, help="output directory (default: results/<experiment name>)")
     e.add_argument("--ray", action="store_true", help="run cells as Ray tasks (a local instance by default)")
     e.add_argument("--ray-address", help="address of an existing Ray cluster (implies --ray)")
-    e.add_argument("--device", help="device for the torch-runner cells (overrides the config), e.g. cuda")
+    add_engine_flags(e, only=OVERRIDES)  # given, it overrides the config's torch-runner cells
 
 
 def _check_torch_cells(config: ExperimentConfig) -> None:
@@ -61,8 +64,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         config = load_config(args.config)
     except ExperimentConfigError as e:
         raise ExperimentUsageError(str(e)) from None
-    if args.device:
-        config = config.with_device(args.device)
+    if args.device is not None:
+        config = config.with_device(from_args(args, only=OVERRIDES).device)
     _check_torch_cells(config)
     out = args.out or default_out(config)
     if out.exists() and not out.is_dir():

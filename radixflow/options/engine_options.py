@@ -141,6 +141,7 @@ class EngineOptions:
         high=MAX_COST_MS,
         group="sim",
         metavar="MS",
+        aliases=("--round-overhead-ms",),
     )
     per_request_ms: float | None = _opt(
         None,

@@ -76,6 +76,7 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, defau
     shown = "" if default is None else f" (default: {default})"
     group.add_argument(
         flag(name),
+        *spec.aliases,
         dest=name,
         type=PARSERS[spec.kind],
         choices=choices,

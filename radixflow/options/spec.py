@@ -19,6 +19,7 @@ class OptionSpec:
     choices: Callable[[], Sequence[str]] | None = None  # a registry's names, read when checked
     group: str = "engine"  # where the flag is listed: model, scheduler, sim
     metavar: str | None = None
+    aliases: tuple[str, ...] = ()  # other flag spellings (a documented older name)
 
 
 def show(x: float) -> str:

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import signal
 import tomllib
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware import HardwareProfile
 from radixflow.costmodel.kinds import ChunkShape
 from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError, parse_config
-from radixflow.options import EngineOptions, option_fields
+from radixflow.options import EngineOptions, option_fields, plan_engine
 from radixflow.options.flags import from_args
 from radixflow.problems import ProblemError
 
@@ -65,8 +66,9 @@ BAD_TEXT = st.one_of(
     st.integers(-(10**20), 10**20).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
 )
+EXAMPLES = int(os.environ.get("RADIXFLOW_BAD_INPUT_EXAMPLES", "120"))  # raise it for a long hunt
 SETTINGS = settings(
-    max_examples=120,
+    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -127,9 +129,10 @@ class Accepted(Exception):
 def test_bench_refuses_in_one_line_or_uses_the_value(option, text, missing, capsys, monkeypatch, tmp_path):
     import radixflow.cli.bench as bench
 
+    capsys.readouterr()  # what an earlier example left behind
     seen: list[EngineOptions] = []
-    real = bench.plan_engine
-    monkeypatch.setattr(bench, "plan_engine", lambda o: seen.append(o) or real(o))
+    # the fixture is not undone between examples: wrap the real function, not the last wrapper
+    monkeypatch.setattr(bench, "plan_engine", lambda o: seen.append(o) or plan_engine(o))
 
     def accepted(*_: object) -> None:  # a valid huge workload is work, not a hang: stop before it
         raise Accepted
@@ -346,8 +349,9 @@ def test_profile_fields_refuse_naming_the_key_or_keep_the_value_and_finite_times
     except ProfileError as e:
         assert key in str(e) and "\n" not in str(e), (key, value, e)
         return
-    if key not in ("sources", "calibration", "name", "kind_scale"):
-        assert getattr(profile, key) == value or getattr(profile, key) == float(value), (key, value)
+    # null stands for an optional key's absence (the profile's default); any other value is kept
+    if value is not None and key not in ("sources", "calibration", "name", "kind_scale"):
+        assert getattr(profile, key) == value, (key, value, getattr(profile, key))
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], profile)  # its time for a round must be finite
     seconds = runner.cost.round_seconds([ChunkShape(0, 2048, True, False, 1)])
     assert math.isfinite(seconds) and seconds >= 0, (key, value, seconds)
@@ -375,7 +379,7 @@ def _schema_fields(zoo_name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("zoo_name", FAMILY_PRESETS)
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=max(EXAMPLES // 3, 10), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_config_fields_refuse_naming_the_field_or_keep_the_value(zoo, zoo_name, data, tmp_path_factory):
     from radixflow.models.io.loader import CheckpointError, read_config

@@ -191,3 +191,8 @@ def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path)
             refused()
     with pytest.raises(ValueError, match="stop strings need the model's tokenizer"):
         plain.generate([PROMPTS[3]], SamplingParams(max_tokens=4, stop=["."]))
+
+
+def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
+    with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
+        llm.generate("a\ud800b")

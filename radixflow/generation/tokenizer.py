@@ -62,7 +62,10 @@ class TextTokenizer:
         return cls(backend, _read_config(root))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Token ids of ``text``; special tokens written in it (``<|im_start|>``) become their ids."""
+        """Token ids of ``text``; special tokens written in it (``<|im_start|>``) become their ids.
+
+        Raises `TokenizerError` for text with no UTF-8 form (a lone UTF-16 surrogate)."""
+        _check_unicode(text)
         if len(text) < _LONG:
             return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
         return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
@@ -119,6 +122,17 @@ _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 # Past this many characters (encode) or tokens (decode) the tokenizer is called through its batch
 # API, which releases the GIL while it works (the server's event loop keeps running); same result.
 _LONG = 2048
+
+
+def _check_unicode(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start]
+        raise TokenizerError(
+            f"text contains a lone UTF-16 surrogate ({bad!r} at character {e.start}), "
+            "which is not valid Unicode"
+        ) from None
 
 
 def _read_config(root: Path) -> dict[str, Any]:

@@ -65,8 +65,8 @@ def comparisons(results: Iterable[CellResult]) -> list[Comparison]:
     """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once);
     a cell in which some variant completed nothing has nothing to compare (see `failures`)."""
     out = []
-    for r in _distinct(results):
-        if _empty(r):
+    for r in distinct(results):
+        if completed_nothing_in(r):
             continue
         base, *others = r["results"]
         for new in others:
@@ -163,40 +163,9 @@ def crossover(points: list[RegimePoint]) -> tuple[float | None, float | None]:
     return lowers_from, raises_up_to
 
 
-@dataclass(frozen=True)
-class Failure:
-    """A variant of a cell whose requests failed: how many, and why (first reasons)."""
-
-    key: str
-    group: str
-    model: str
-    variant: str
-    failed: int
-    requests: int
-    reasons: list[str]
-
-
-def failures(results: Iterable[CellResult]) -> list[Failure]:
-    """Every variant of every distinct cell with failed requests, in config order."""
-    out = []
-    for r in _distinct(results):
-        for v in r["results"]:
-            failed = v.get("failures") or []
-            if failed:
-                reasons = list(dict.fromkeys(f["reason"] for f in failed))[:3]
-                where = (r["key"], r["cell"]["group"], r["model"], v["variant"])
-                out.append(Failure(*where, len(failed), r["requests"], reasons))
-    return out
-
-
-def completed_nothing(results: Iterable[CellResult]) -> int:
-    """Cells in which some variant completed no request (nothing to compare there)."""
-    return sum(1 for r in _distinct(results) if _empty(r))
-
-
-def _distinct(results: Iterable[CellResult]) -> list[CellResult]:
+def distinct(results: Iterable[CellResult]) -> list[CellResult]:
     return list({r["key"]: r for r in results}.values())
 
 
-def _empty(result: CellResult) -> bool:
+def completed_nothing_in(result: CellResult) -> bool:
     return any(not v["completed"] for v in result["results"])

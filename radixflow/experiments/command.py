@@ -10,10 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from radixflow.experiments.analysis import completed_nothing
 from radixflow.experiments.cells import cell_options
 from radixflow.experiments.config import Cell, ExperimentConfig, ExperimentConfigError, load_config
 from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import default_out, run_experiment
 from radixflow.options import plan_engine
 from radixflow.options.flags import add_engine_flags, from_args

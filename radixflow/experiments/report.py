@@ -14,14 +14,13 @@ from radixflow.experiments.analysis import (
     RegimePoint,
     Span,
     comparisons,
-    completed_nothing,
     crossover,
-    failures,
     per_model,
     regime,
     span,
     varying,
 )
+from radixflow.experiments.failures import failure_section
 
 
 def pct(x: float | None, points: bool = False) -> str:
@@ -269,33 +268,6 @@ def group_tables(comps: list[Comparison]) -> list[str]:
         out += [_cell_row(c, cols) for c in mine]
         out.append("")
     return out
-
-
-def failure_section(results: list[CellResult]) -> list[str]:
-    """Failed requests per cell and variant, with their first reasons (empty when none failed)."""
-    found = failures(results)
-    if not found:
-        return []
-    head = "| cell | model | variant | failed | reasons |"
-    rows = [
-        f"| {f.group} `{f.key}` | {f.model} | {f.variant} | {f.failed} of {f.requests} | "
-        + "; ".join(r.replace("|", "\\|") for r in f.reasons)
-        + " |"
-        for f in found
-    ]
-    empty = completed_nothing(results)
-    note = f"{empty} of {len(results)} cells have a variant that completed no request: they are left out of "
-    note += "every comparison above."
-    return [
-        "## Failed requests",
-        "",
-        note if empty else "",
-        "",
-        head,
-        "| --- | --- | --- | --- | --- |",
-        *rows,
-        "",
-    ]
 
 
 def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[str]) -> str:

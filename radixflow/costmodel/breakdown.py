@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.costmodel.hardware import HardwareProfile
-from radixflow.costmodel.kernel_times import ZERO, TermCost
+from radixflow.costmodel.kernel_times import TermCost
 from radixflow.costmodel.kinds import ChunkShape
 
 SCHEDULER = "scheduler"
@@ -36,7 +36,7 @@ class RoundBreakdown:
     @property
     def worker_call_s(self) -> float:
         """The worker call alone: every term but the scheduler's."""
-        return self.seconds - self.terms.get(SCHEDULER, ZERO).seconds
+        return sum(t.seconds for name, t in self.terms.items() if name != SCHEDULER)
 
     def to_json(self) -> dict[str, Any]:
         terms = {

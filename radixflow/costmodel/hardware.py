@@ -34,7 +34,7 @@ SRC_FLOPS = (
 SRC_H100_MEM = "NVIDIA H100 SXM datasheet: 80 GB HBM3 at 3.35 TB/s"
 SRC_H200_MEM = "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s"
 
-# Fixed costs of a worker call (issue 14). The earlier "1.4 ms per layer per call" misread
+# Fixed costs of a worker call (issue 14). The earlier per-layer cost of every call misread
 # ai-dynamo/aiconfigurator PR #1166, which adds 0.8 ms x layers once per *request* as a TTFT
 # residual (end-to-end time at batch ~1 minus kernel time: HTTP, tokenization, queueing and
 # detokenization included), never per worker call.

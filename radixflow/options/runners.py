@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from radixflow.costmodel.hardware import SCHEDULER_MODES, HardwareProfile, ProfileError, resolve_hardware
+from radixflow.costmodel.rounds import round_cost_model
 from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import Runner
 from radixflow.options.engine_options import EngineOptions
@@ -98,7 +99,8 @@ class SimChoice:
         return SimRunner(self.spec, self.hardware)
 
     def describe(self) -> dict[str, object]:
-        return {"hardware": asdict(self.hardware)}
+        tp = round_cost_model(self.spec, self.hardware).tp  # GPUs the shape is costed on
+        return {"hardware": asdict(self.hardware), "tensor_parallel": tp}
 
     @property
     def fixed_cost_ms(self) -> float | None:

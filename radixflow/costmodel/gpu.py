@@ -27,17 +27,8 @@ from typing import Any
 from radixflow.costmodel.breakdown import RoundBreakdown, add, charge_scheduler, fixed_terms, times
 from radixflow.costmodel.hardware import HardwareProfile
 from radixflow.costmodel.kernel_times import KernelTimes, TermCost
-from radixflow.costmodel.kinds import (
-    Attention,
-    ChunkShape,
-    GatedDeltaNet,
-    Mamba2,
-    Mixer,
-    Mlp,
-    ModelShape,
-    Projection,
-    ShortConv,
-)
+from radixflow.costmodel.kinds import ChunkShape, Mlp, ModelShape
+from radixflow.costmodel.mixers import Attention, GatedDeltaNet, Mamba2, Mixer, Projection, ShortConv
 from radixflow.costmodel.parallel import Parallelism, choose_tp, share
 
 ACTIVATION_BYTES = 2  # bf16 activations: what an all-reduce moves per element

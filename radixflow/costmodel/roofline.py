@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from radixflow.costmodel.hardware import HardwareProfile
 
 BF16 = 2  # bytes per weight, activation and KV element
-STATE = 4  # recurrent state is float32 (costmodel.kinds.STATE_BYTES)
+STATE = 4  # recurrent state is float32 (costmodel.mixers.STATE_BYTES)
 
 # Fractions of the dense peak, each from the nearest measured kernel class on H200 (bf16).
 GEMM_EFFICIENCY = 0.80

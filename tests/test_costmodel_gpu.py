@@ -257,3 +257,41 @@ def test_the_request_cost_is_in_each_latency_and_in_no_round():
     (rounds0, latency0), (rounds5, latency5) = run(0.0), run(5.0)
     assert rounds0 == rounds5  # the same rounds, each as long
     assert latency5 == pytest.approx([x + 5e-3 for x in latency0])
+
+
+# ------------------------------------------------------------------ roofline kernels
+ROOF = RooflineKernels("h200", 989e12, 4.8e12, 141e9)
+
+
+def test_a_roofline_kernel_takes_the_longer_of_its_flops_and_its_bytes():
+    big = ROOF.gemm(8192, 4096, 4096)
+    assert big.seconds == pytest.approx(big.flops / (0.8 * 989e12)) and big.seconds > big.bytes / 4.8e12
+    small = ROOF.gemm(1, 4096, 4096)
+    assert small.seconds == pytest.approx(small.bytes / 4.8e12) and small.bytes >= 2 * 4096 * 4096
+    decode = ROOF.decode_attention(8, 4096, 32, 8, 128)
+    assert decode.seconds == pytest.approx(decode.bytes / 4.8e12)  # KV reads bind
+    assert decode.bytes >= 8 * 4096 * 2 * 8 * 128 * 2
+
+
+def test_causal_prefill_attention_counts_the_keys_each_query_sees():
+    fresh = ROOF.prefill_attention(4, 4, 1, 1, 1)
+    assert fresh.flops == 4.0 * (1 + 2 + 3 + 4)
+    after = ROOF.prefill_attention(2, 10, 1, 1, 1)  # positions 8 and 9 see 9 and 10 keys
+    assert after.flops == 4.0 * (9 + 10)
+
+
+def test_an_all_reduce_on_one_gpu_is_free_and_grows_with_the_message():
+    assert ROOF.allreduce(1 << 20, 1).seconds == 0.0
+    small, large = ROOF.allreduce(1 << 10, 2), ROOF.allreduce(1 << 30, 2)
+    assert 0 < small.seconds < large.seconds and large.bytes == pytest.approx(1 << 30)
+
+
+def test_a_profile_without_bandwidth_or_memory_has_no_memory_time_and_one_gpu():
+    kernels = RooflineKernels.from_profile(replace(H200, bandwidth=None, memory_bytes=None))
+    assert kernels.gemm(1, 4096, 4096).seconds == pytest.approx(2 * 4096 * 4096 / (0.8 * 989e12))
+    assert choose_tp(SIM_MODELS["qwen3_next-80b-a3b"], kernels.memory_bytes, 2).tp == 1
+
+
+def test_a_profile_names_its_kernel_source_or_is_costed_by_fitted_rates():
+    assert isinstance(round_cost_model(SIM_MODELS["qwen3-4b"], H200), KernelCostModel)
+    assert isinstance(round_cost_model(SIM_MODELS["qwen3-4b"], HARDWARE["cpu"]), CostModel)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from radixflow.costmodel.hardware import HARDWARE, ProfileError, load_profile, r
 from radixflow.costmodel.kinds import ChunkShape
 from radixflow.costmodel.model import CostModel, round_work
 from radixflow.costmodel.nnls import nnls
+from radixflow.costmodel.rounds import round_cost_model
 from radixflow.costmodel.shapes import SIM_MODELS
 
 
@@ -75,18 +77,28 @@ def test_h100_and_h200_share_compute_and_differ_in_memory():
     h100, h200 = HARDWARE["h100"], HARDWARE["h200"]
     assert h100.flops == h200.flops == 989e12
     assert (h100.bandwidth, h200.bandwidth) == (3.35e12, 4.8e12)
-    assert h100.layer_overhead_s == h200.layer_overhead_s == 1.4e-3
+    assert h100.layer_overhead_s == h200.layer_overhead_s == 0.0  # no per-layer cost of a call
+    assert (h100.round_overhead_s, h100.decode_overhead_s) == (3e-3, 0.4e-3)
     shape = SIM_MODELS["qwen3-4b"]
     small, big = [ChunkShape(0, 16, True)], [ChunkShape(0, 8192, True)]
-    assert CostModel(shape, h200).cost(small).memory_s < CostModel(shape, h100).cost(small).memory_s
-    assert CostModel(shape, h200).cost(big).compute_s == CostModel(shape, h100).cost(big).compute_s
-    # the per-layer dispatch: 36 layers x 1.4 ms
-    assert CostModel(shape, h100).cost(small).overhead_s == pytest.approx(36 * 1.4e-3)
+    h100_model, h200_model = round_cost_model(shape, h100), round_cost_model(shape, h200)
+    # a 16-token round reads every weight: memory-bound, faster on the H200's HBM3e
+    assert h200_model.round_seconds(small) < h100_model.round_seconds(small)
+    # an 8192-token round's GEMMs are compute-bound: the same on both
+    matmul = [m.breakdown(big).terms["matmul"].seconds for m in (h100_model, h200_model)]
+    assert matmul[0] == pytest.approx(matmul[1])
+    assert h100_model.breakdown(small).terms["fixed"].seconds == pytest.approx(3e-3)
 
 
 def test_fixed_round_cost_override_replaces_the_per_layer_part():
-    hw = HARDWARE["h100"].with_fixed_round_cost(0.01)
-    assert CostModel(SIM_MODELS["qwen3-4b"], hw).cost([ChunkShape(0, 16, True)]).overhead_s == 0.01
+    cpu = HARDWARE["cpu"]
+    fitted = replace(cpu, layer_overhead_s=1e-3)  # a calibrated profile may charge per layer
+    shape = SIM_MODELS["qwen3-4b"]
+    assert CostModel(shape, fitted).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(
+        2e-3 + 36 * 1e-3 + 1e-3
+    )
+    hw = fitted.with_fixed_round_cost(0.01)
+    assert CostModel(shape, hw).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(0.01 + 1e-3)
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "qwen3"])

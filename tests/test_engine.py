@@ -7,6 +7,7 @@ import pytest
 from radixflow.engine.engine import AbortResult, Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import SamplingParams
 
 RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=8, num_blocks=256, num_state_slots=32)
@@ -34,12 +35,14 @@ def test_bad_requests_fail_and_the_rest_are_served():
     assert "outside the vocabulary" in (reqs[1].error or "")
 
 
-def test_idle_engine_jumps_to_the_next_arrival():
+def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
     late = Request("late", (1, 2, 3), arrival_s=5.0)
     engine = Engine(RUNNER, CFG)
     engine.run([late])
-    assert engine.rounds[0].start_s == 5.0
-    assert late.latency_s == pytest.approx(engine.rounds[0].duration_s)
+    overhead = RUNNER.model.request_overhead_s  # tokenization and API, before it can be scheduled
+    assert overhead == pytest.approx(2e-3)
+    assert engine.rounds[0].start_s == pytest.approx(5.0 + overhead)
+    assert late.latency_s == pytest.approx(overhead + engine.rounds[0].duration_s)
 
 
 def test_request_cannot_be_submitted_twice():
@@ -110,3 +113,31 @@ def test_forget_drops_done_requests_and_round_history_is_bounded():
     engine.submit(pending)
     with pytest.raises(ValueError, match="still waiting"):
         engine.forget("p")
+
+
+def test_the_scheduler_sees_a_predictor_that_gives_the_sim_round_time_of_its_chunks():
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h200"])
+    engine = Engine(runner, CFG)
+    assert engine.scheduler.predict is not None
+    outputs = []
+    schedule = engine.scheduler.schedule
+
+    def recording_schedule():
+        outputs.append(schedule())
+        return outputs[-1]
+
+    engine.scheduler.schedule = recording_schedule
+    ctx = tuple(range(100, 180))  # shared context: reuse, restores and snapshots; then decode steps
+    reqs = [Request(f"r{i}", ctx + (i,) * 9, arrival_s=0.001 * i) for i in range(6)]
+    reqs.append(Request("gen", (7, 8, 9), sampling=SamplingParams(max_tokens=5)))
+    engine.run(reqs)
+    assert len(engine.rounds) == len(outputs) >= 5
+    assert any(all(c.length == 1 for c in out.chunks) for out in outputs)  # a decode-only round
+    for out, record in zip(outputs, engine.rounds, strict=True):
+        assert engine.scheduler.predict(out.chunks) == record.duration_s
+
+
+def test_a_runner_that_predicts_nothing_gives_the_scheduler_none():
+    from tests.behaviour_pins import FixedCostRunner
+
+    assert Engine(FixedCostRunner(has_recurrent=True), CFG).scheduler.predict is None

@@ -64,6 +64,13 @@ GOOD = HARDWARE["h200"].to_dict()
         ("name", 5, "must be a non-empty string, got 5"),
         ("calibration", "yes", 'must be a JSON object or null, got "yes"'),
         ("speed", 1, "is not a profile key"),
+        ("kernels", "measured-b200", "must be one of roofline, or null, got \"measured-b200\""),
+        ("kernels", 1, "got 1"),
+        ("scheduler_overlap", "yes", 'must be true or false, got "yes"'),
+        ("scheduler_overlap", 1, "got 1"),
+        ("decode_overhead_s", -1, "got -1"),
+        ("request_overhead_s", math.inf, "got Infinity"),
+        ("scheduler_chunk_s", "50us", 'got "50us"'),
     ],
 )
 def test_a_bad_profile_value_is_one_line_naming_key_and_value(

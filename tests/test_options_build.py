@@ -71,6 +71,24 @@ def test_sim_overrides_reach_the_cost_profile():
     assert plan.choice.fixed_cost_ms == pytest.approx(3.0)
 
 
+def test_the_decode_request_and_scheduler_overrides_reach_the_cost_profile_and_the_runner():
+    default = plan_engine(EngineOptions(hardware="h200")).choice.hardware  # type: ignore[attr-defined]
+    assert (default.decode_overhead_s, default.request_overhead_s, default.scheduler_overlap) == (
+        pytest.approx(0.4e-3),
+        pytest.approx(2e-3),
+        True,
+    )
+    options = EngineOptions(
+        hardware="h200", decode_fixed_cost_ms=1.5, request_overhead_ms=7.0, scheduler_time="serial"
+    )
+    plan = plan_engine(options)
+    hw = plan.choice.hardware  # type: ignore[attr-defined]
+    assert hw.decode_overhead_s == pytest.approx(1.5e-3) and hw.request_overhead_s == pytest.approx(7e-3)
+    assert hw.scheduler_overlap is False and hw.round_overhead_s == pytest.approx(3e-3)
+    assert plan.choice.fixed_cost_ms == pytest.approx(3.0)  # the fixed cost of a call with prefill
+    assert plan.build().runner.model.request_overhead_s == pytest.approx(7e-3)
+
+
 def test_torch_pools_that_memory_cannot_hold_are_refused_before_allocation(zoo, monkeypatch):
     monkeypatch.setattr(machine_module, "available_memory", lambda: 50_000_000)
     plan = plan_engine(EngineOptions(model="qwen3_5-tiny", kv_blocks=100_000))

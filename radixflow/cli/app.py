@@ -9,7 +9,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from radixflow.cli import bench, calibrate, experiment, generate, models, serve
+from radixflow.cli import bench, calibrate, cost, experiment, generate, models, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 from radixflow.options import option_fields
@@ -17,8 +17,8 @@ from radixflow.problems import ProblemError, flag
 
 DESCRIPTION = (
     "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
-    "model to timed worker calls), experiment (frozen experiment configs), generate (offline generation) "
-    "and serve (an OpenAI-compatible server)."
+    "model to timed worker calls), cost (one worker call's predicted time, term by term), experiment "
+    "(frozen experiment configs), generate (offline generation) and serve (an OpenAI-compatible server)."
 )
 
 # Every subcommand, in `--help` order. A new command is a new module with a COMMAND.
@@ -26,6 +26,7 @@ COMMANDS: tuple[Command, ...] = (
     bench.COMMAND,
     models.COMMAND,
     calibrate.COMMAND,
+    cost.COMMAND,
     experiment.COMMAND,
     generate.COMMAND,
     serve.COMMAND,

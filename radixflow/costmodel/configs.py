@@ -9,16 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from radixflow.costmodel.kinds import (
-    Attention,
-    GatedDeltaNet,
-    Layer,
-    Mamba2,
-    Mixer,
-    Mlp,
-    ModelShape,
-    ShortConv,
-)
+from radixflow.costmodel.kinds import Layer, Mlp, ModelShape
+from radixflow.costmodel.mixers import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
 
 Config = dict[str, Any]
 

@@ -1,8 +1,13 @@
 """Hardware profiles: the coefficients of the cost model, built in (with sources) or read from a file.
 
-A profile says what one worker call costs: a fixed part (per call, per layer per call, per
-scheduled sequence) plus the larger of compute time (FLOPs of each cost term at that term's
-rate) and memory time (weights, KV reads and state copies at the memory bandwidth).
+A profile says what one worker call costs: fixed parts (per call, different for calls with prefill
+and decode-only calls; per decoder layer; per scheduled sequence; the scheduler's own CPU time,
+overlapped with the worker call or in series) plus the work. The work is costed one of two ways
+(`radixflow.costmodel.rounds.round_cost_model`): a profile that names ``kernels`` (the H100/H200
+profiles) sums the time of every kernel the round runs, each from a `KernelTimes`; one that does
+not (the CPU profile, profiles fitted by `radixflow calibrate`) takes the larger of compute time
+(FLOPs of each cost term at that term's fitted rate) and memory time (bytes at the bandwidth). A
+request's own cost (tokenization, API) is added to its latency, never to a round.
 """
 
 from __future__ import annotations
@@ -14,29 +19,30 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from radixflow.costmodel.gpu_figures import (
+    DECODE_FIXED_S,
+    DENSE_BF16_FLOPS,
+    PREFILL_FIXED_S,
+    REQUEST_OVERHEAD_S,
+    SCHEDULER_CHUNK_S,
+    SCHEDULER_ROUND_S,
+    SRC_DECODE_FIXED,
+    SRC_FLOPS,
+    SRC_H100_MEM,
+    SRC_H200_MEM,
+    SRC_KERNELS,
+    SRC_PER_SEQUENCE,
+    SRC_PREFILL_FIXED,
+    SRC_REQUEST,
+    SRC_SCHEDULER,
+)
+from radixflow.costmodel.kernel_sources import KERNEL_SOURCES
 from radixflow.problems import Problem
 
 # Cost terms whose FLOPs are timed (see costmodel.model.round_work).
 COMPUTE_TERMS = ("matmul", "attention", "gdn", "mamba2", "conv", "lm_head")
 
-# Public figures behind the GPU profiles. Each is an assumption of the sim, not a measurement here.
-DENSE_BF16_FLOPS = 989e12
-SRC_FLOPS = (
-    "NVIDIA H100 / H200 datasheets: 989 TFLOP/s dense BF16 Tensor Core (1,979 is the sparse figure); "
-    "the sim charges every term at this peak, a lower bound on compute time"
-)
-SRC_H100_MEM = "NVIDIA H100 SXM datasheet: 80 GB HBM3 at 3.35 TB/s"
-SRC_H200_MEM = "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s"
-LAYER_DISPATCH_S = 1.4e-3
-SRC_DISPATCH = (
-    "vLLM 0.18 CPU-side prefill dispatch measured at about 1.4 ms per transformer layer on H200 at "
-    "batch ~1 (ai-dynamo/aiconfigurator PR #1166: +41 ms on Qwen3-0.6B's 28 layers); assumed the "
-    "same on H100 (host-side cost)"
-)
-SRC_PER_SEQUENCE = (
-    "no public per-sequence measurement used: a sequence costs only its state restore/snapshot "
-    "copies, charged as memory traffic"
-)
+SCHEDULER_MODES = {"overlap": True, "serial": False}  # option value -> HardwareProfile.scheduler_overlap
 
 
 # Bounds on a profile's figures. Inside them every time the sim computes stays finite (the largest
@@ -45,7 +51,7 @@ SRC_PER_SEQUENCE = (
 MIN_RATE = 1e6  # FLOP/s and B/s: a 1980s microprocessor; the built-in CPU profile has 1e11 FLOP/s
 MAX_FLOPS = 1e18  # 1 EFLOP/s: about 1000x the H100/H200's 989 TFLOP/s dense BF16
 MAX_BANDWIDTH = 1e15  # 1 PB/s: about 200x the H200's 4.8 TB/s HBM3e
-MAX_OVERHEAD_S = 3600.0  # a fixed cost (per call, layer or sequence) of one hour; measured ones are ~1 ms
+MAX_OVERHEAD_S = 3600.0  # a fixed cost (per call, layer, sequence or request) of one hour; real ones ~1 ms
 MAX_KIND_SCALE = 1e6  # a term's cost per FLOP relative to the flops rate; 0 (free) is what a fit may find
 MAX_WEIGHT_BYTES = 8  # float64
 MAX_MEMORY_BYTES = 1e15  # 1 PB of device memory
@@ -67,14 +73,20 @@ class HardwareProfile:
     name: str
     flops: float  # FLOP/s of a term with scale 1.0
     bandwidth: float | None  # bytes/s; None: memory time is not modelled apart (inside fitted terms)
-    round_overhead_s: float  # fixed cost of one worker call
+    round_overhead_s: float  # fixed cost of one worker call (with prefill, where decode_overhead_s is set)
     per_request_s: float  # per scheduled chunk (metadata, launches per sequence)
-    layer_overhead_s: float = 0.0  # fixed cost per layer per worker call (host-side dispatch)
+    layer_overhead_s: float = 0.0  # fixed cost per decoder layer per worker call (a fitted CPU figure)
     kind_scale: dict[str, float] = field(default_factory=dict)  # term -> cost per FLOP vs 1/flops
     weight_bytes: int = 2  # bytes per weight and per KV element
     memory_bytes: float | None = None  # device memory, for the record
     sources: dict[str, str] = field(default_factory=dict)  # figure -> where it comes from
     calibration: dict[str, Any] | None = None  # how a fitted profile was measured and how well it fits
+    decode_overhead_s: float | None = None  # fixed cost of a decode-only worker call (None: round_overhead_s)
+    request_overhead_s: float = 0.0  # each request's own cost (tokenize, API): in its latency, in no round
+    scheduler_round_s: float = 0.0  # the scheduler's CPU time per round (modelled, not timed)
+    scheduler_chunk_s: float = 0.0  # ... and per prefill chunk it schedules
+    scheduler_overlap: bool = True  # hidden behind the worker call (async scheduling) or in series
+    kernels: str | None = None  # kernel-time source of the work (None: fitted per-term rates)
 
     def __post_init__(self) -> None:
         """Every profile, however made (file, fit, `replace`), is one the sim can use."""
@@ -85,8 +97,15 @@ class HardwareProfile:
     def seconds_per_flop(self, term: str) -> float:
         return self.kind_scale.get(term, 1.0) / self.flops
 
+    def fixed_call_s(self, decode_only: bool) -> float:
+        """The fixed cost of one worker call, layers apart."""
+        if decode_only and self.decode_overhead_s is not None:
+            return self.decode_overhead_s
+        return self.round_overhead_s
+
     def with_fixed_round_cost(self, seconds: float) -> HardwareProfile:
-        """The same hardware with the whole fixed cost of a worker call set to ``seconds``."""
+        """The same hardware with the whole fixed cost of a worker call with prefill set to
+        ``seconds`` (the per-layer part dropped; a decode-only call keeps its own figure, if any)."""
         return replace(self, round_overhead_s=seconds, layer_overhead_s=0.0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,6 +172,18 @@ def _sources(key: str, value: object) -> Problem | None:
     return None if bad is None else Problem(key, f"entry {bad!r} must be a string, got {_show(value[bad])}")
 
 
+def _bool(key: str, value: object) -> Problem | None:
+    ok = isinstance(value, bool)
+    return None if ok else Problem(key, f"must be true or false, got {_show(value)}")
+
+
+def _kernels(key: str, value: object) -> Problem | None:
+    if isinstance(value, str) and value in KERNEL_SOURCES:
+        return None
+    known = ", ".join(sorted(KERNEL_SOURCES))
+    return Problem(key, f"must be one of {known}, or null, got {_show(value)}")
+
+
 def _calibration(key: str, value: object) -> Problem | None:
     ok = isinstance(value, dict)
     return None if ok else Problem(key, f"must be a JSON object or null, got {_show(value)}")
@@ -171,6 +202,12 @@ _CHECKS: dict[str, Callable[[str, object], Problem | None]] = {
     "memory_bytes": _Range(1.0, MAX_MEMORY_BYTES, "bytes", optional=True),
     "sources": _sources,
     "calibration": _calibration,
+    "decode_overhead_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
+    "request_overhead_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
+    "scheduler_round_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
+    "scheduler_chunk_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
+    "scheduler_overlap": _bool,
+    "kernels": _kernels,
 }
 _REQUIRED = ("flops", "round_overhead_s", "per_request_s")
 
@@ -194,17 +231,26 @@ def _gpu(name: str, bandwidth: float, memory_gb: float, mem_source: str) -> Hard
         name=name,
         flops=DENSE_BF16_FLOPS,
         bandwidth=bandwidth,
-        round_overhead_s=0.0,
+        round_overhead_s=PREFILL_FIXED_S,
         per_request_s=0.0,
-        layer_overhead_s=LAYER_DISPATCH_S,
         weight_bytes=2,
         memory_bytes=memory_gb * 1e9,
         sources={
             "flops": SRC_FLOPS,
             "bandwidth": mem_source,
-            "layer_overhead_s": SRC_DISPATCH,
+            "memory_bytes": mem_source,
+            "round_overhead_s": SRC_PREFILL_FIXED,
+            "decode_overhead_s": SRC_DECODE_FIXED,
+            "request_overhead_s": SRC_REQUEST,
+            "scheduler": SRC_SCHEDULER,
             "per_request_s": SRC_PER_SEQUENCE,
+            "kernels": SRC_KERNELS,
         },
+        decode_overhead_s=DECODE_FIXED_S,
+        request_overhead_s=REQUEST_OVERHEAD_S,
+        scheduler_round_s=SCHEDULER_ROUND_S,
+        scheduler_chunk_s=SCHEDULER_CHUNK_S,
+        kernels="roofline",
     )
 
 

@@ -1,17 +1,23 @@
-"""Layer kinds of a hybrid model and the work one prefill chunk does in each (FLOPs and bytes).
+"""A hybrid model as the cost model sees it: layers, their MLPs, and the chunks a round computes.
 
 Pure arithmetic over shapes: no torch, no timing. A layer holds one or more sequence mixers
-(attention, Gated DeltaNet, Mamba2, short conv; Falcon-H1 runs attention and Mamba2 in parallel in
-every layer) and optionally an MLP (dense or mixture of experts). FLOP counts are the standard
-2·(multiply-adds) of each matmul; recurrent mixing is counted in its recurrent form.
+(`costmodel.mixers`: attention, Gated DeltaNet, Mamba2, short conv; Falcon-H1 runs attention and
+Mamba2 in parallel in every layer) and optionally an MLP (dense or mixture of experts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
-STATE_BYTES = 4  # recurrent state is kept in float32 by every family here (and by vLLM/SGLang)
+from radixflow.costmodel.mixers import Attention, Mixer, Projection, projection_params
+
+
+def expected_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Distinct routed experts ``tokens`` tokens touch, expected under uniform routing:
+    E·(1 − (1 − k/E)^tokens), which is ≈ min(E, tokens·k) at both ends."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - min(top_k, experts) / experts) ** tokens)
 
 
 @dataclass(frozen=True)
@@ -23,140 +29,23 @@ class ChunkShape:
     sample: bool  # the output projection runs at the chunk's last position
     restores: bool = False  # recurrent state restored from a checkpoint slot
     snapshots: int = 0  # recurrent-state checkpoints written inside the chunk
+    # prompt positions whose logits the output head computes for prompt logprobs (beyond the
+    # sampled position): every reported position of a prompt-logprob request
+    head_rows: int = 0
 
     @property
     def end(self) -> int:
         return self.start + self.length
 
-
-class Mixer(Protocol):
-    kind: str  # cost term the sequence mixing is charged to (projections are "matmul")
-
-    def params(self, hidden: int) -> int:
-        """Weights of the mixer's projections (active per token). Pure."""
-        ...
-
-    def mix_flops(self, chunk: ChunkShape) -> float:
-        """FLOPs of the sequence mixing itself (beyond the projections) for ``chunk``. Pure."""
-        ...
-
-    def state_bytes(self) -> int:
-        """Bytes of one sequence's recurrent state in this layer (0 for attention). Pure."""
-        ...
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """KV-cache bytes one token occupies in this layer (0 for recurrent mixers). Pure."""
-        ...
-
-
-@dataclass(frozen=True)
-class Attention:
-    heads: int
-    kv_heads: int
-    head_dim: int
-    gated: bool = False  # Qwen3.5/Qwen3-Next: q_proj also emits a per-head output gate
-    kind: str = "attention"
-
-    def params(self, hidden: int) -> int:
-        q = self.heads * self.head_dim * (2 if self.gated else 1)
-        return hidden * (q + 2 * self.kv_heads * self.head_dim) + self.heads * self.head_dim * hidden
-
-    def mix_flops(self, chunk: ChunkShape) -> float:
-        """QK^T and PV: each new token at position p attends causally over p + 1 tokens (so the
-        cost grows with the cached prefix the chunk reads)."""
-        attended = chunk.length * (chunk.start + chunk.end + 1) / 2
-        return 4.0 * self.heads * self.head_dim * attended
-
-    def state_bytes(self) -> int:
-        return 0
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 2 * self.kv_heads * self.head_dim * dtype_bytes
-
-
-@dataclass(frozen=True)
-class GatedDeltaNet:
-    k_heads: int
-    v_heads: int
-    k_dim: int
-    v_dim: int
-    conv_kernel: int = 4
-    kind: str = "gdn"
-
-    def _conv_channels(self) -> int:
-        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
-
-    def params(self, hidden: int) -> int:
-        # q, k, v and the output gate z in; per-head beta and decay; out projection
-        qkvz = 2 * self.k_heads * self.k_dim + 2 * self.v_heads * self.v_dim
-        return hidden * (qkvz + 2 * self.v_heads) + self.v_heads * self.v_dim * hidden
-
-    def mix_flops(self, chunk: ChunkShape) -> float:
-        # per token and head: S k, rank-1 delta update with decay, S^T q over a k_dim x v_dim state
-        state = self.v_heads * self.k_dim * self.v_dim
-        return chunk.length * (8.0 * state + 2.0 * self.conv_kernel * self._conv_channels())
-
-    def state_bytes(self) -> int:
-        conv = (self.conv_kernel - 1) * self._conv_channels()
-        return (self.v_heads * self.k_dim * self.v_dim + conv) * STATE_BYTES
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 0
-
-
-@dataclass(frozen=True)
-class Mamba2:
-    heads: int
-    head_dim: int
-    d_state: int
-    groups: int
-    conv_kernel: int = 4
-    kind: str = "mamba2"
+    @property
+    def decode(self) -> bool:
+        """One new position: batched with the other decode steps of a round (costed as one)."""
+        return self.length == 1
 
     @property
-    def d_inner(self) -> int:
-        return self.heads * self.head_dim
-
-    def _conv_channels(self) -> int:
-        return self.d_inner + 2 * self.groups * self.d_state
-
-    def params(self, hidden: int) -> int:
-        # in_proj emits z, x, B, C and dt; out_proj maps d_inner back
-        width = 2 * self.d_inner + 2 * self.groups * self.d_state + self.heads
-        return hidden * width + self.d_inner * hidden
-
-    def mix_flops(self, chunk: ChunkShape) -> float:
-        # recurrent form: decay, input outer product and output contraction over d_inner x d_state
-        conv = 2.0 * self.conv_kernel * self._conv_channels()
-        return chunk.length * (6.0 * self.d_inner * self.d_state + conv)
-
-    def state_bytes(self) -> int:
-        conv = (self.conv_kernel - 1) * self._conv_channels()
-        return (self.d_inner * self.d_state + conv) * STATE_BYTES
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 0
-
-
-@dataclass(frozen=True)
-class ShortConv:
-    """LFM2's gated short convolution: in_proj to B, C, x; causal conv over L_cache taps; out_proj."""
-
-    channels: int  # the model's hidden size
-    kernel: int = 3
-    kind: str = "conv"
-
-    def params(self, hidden: int) -> int:
-        return 3 * hidden * self.channels + self.channels * hidden
-
-    def mix_flops(self, chunk: ChunkShape) -> float:
-        return chunk.length * 2.0 * self.kernel * self.channels
-
-    def state_bytes(self) -> int:
-        return (self.kernel - 1) * self.channels * STATE_BYTES
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 0
+    def logit_rows(self) -> int:
+        """Positions that go through the output head."""
+        return int(self.sample) + self.head_rows
 
 
 @dataclass(frozen=True)
@@ -172,18 +61,36 @@ class Mlp:
     def _matrices(self) -> int:
         return 3 if self.gated else 2
 
+    def dense_projections(self, hidden: int) -> tuple[Projection, ...]:
+        """The matrices every token goes through: the dense MLP, or an MoE's router (replicated
+        under tensor parallelism) and its shared expert."""
+        width = self.shared_intermediate if self.experts else self.intermediate
+        router = (Projection(self.experts, hidden, "none"),) if self.experts else ()
+        if not width:
+            return router
+        up = Projection((self._matrices() - 1) * width, hidden)
+        return (*router, up, Projection(hidden, width, "row"))
+
+    def expert_params(self, hidden: int) -> int:
+        """Weights of one routed expert (0 for a dense MLP)."""
+        return self._matrices() * hidden * self.intermediate if self.experts else 0
+
+    def touched_experts(self, tokens: int) -> float:
+        """Routed experts a round of ``tokens`` tokens reads (`expected_experts`)."""
+        return expected_experts(self.experts, self.top_k, tokens)
+
     def active_params(self, hidden: int) -> int:
-        per = self._matrices() * hidden
-        if not self.experts:
-            return per * self.intermediate
-        router = hidden * self.experts
-        return per * (self.top_k * self.intermediate + self.shared_intermediate) + router
+        dense = projection_params(self.dense_projections(hidden))
+        return dense + self.top_k * self.expert_params(hidden)
 
     def total_params(self, hidden: int) -> int:
-        per = self._matrices() * hidden
-        if not self.experts:
-            return per * self.intermediate
-        return per * (self.experts * self.intermediate + self.shared_intermediate) + hidden * self.experts
+        dense = projection_params(self.dense_projections(hidden))
+        return dense + self.experts * self.expert_params(hidden)
+
+    def touched_params(self, hidden: int, tokens: int) -> float:
+        """Weights a round of ``tokens`` tokens reads: the dense part and the experts touched."""
+        dense = projection_params(self.dense_projections(hidden))
+        return dense + self.touched_experts(tokens) * self.expert_params(hidden)
 
 
 @dataclass(frozen=True)
@@ -241,6 +148,30 @@ class ModelShape:
         mlp = sum(layer.mlp.total_params(self.hidden) for layer in self.layers if layer.mlp)
         embeddings = self.hidden * self.vocab_size * (1 if self.tied_embeddings else 2)
         return self.mixer_params() + mlp + embeddings
+
+    @property
+    def decoder_layers(self) -> int:
+        """Layers as a decoder counts them, a sequence mixer and the MLP after it: an MLP-only
+        block (Nemotron-H's "-") that follows a mixer without an MLP belongs to that mixer's layer,
+        so a model's count does not depend on how its blocks are labelled."""
+        count, open_mlp = 0, False
+        for layer in self.layers:
+            if layer.mixers:
+                count, open_mlp = count + 1, layer.mlp is None
+            elif open_mlp:
+                open_mlp = False
+            else:
+                count += 1
+        return count
+
+    def touched_params(self, tokens: int) -> float:
+        """`total_params` with each MoE layer's weights cut to the experts ``tokens`` tokens touch."""
+        untouched = sum(
+            (layer.mlp.experts - layer.mlp.touched_experts(tokens)) * layer.mlp.expert_params(self.hidden)
+            for layer in self.layers
+            if layer.mlp is not None and layer.mlp.experts
+        )
+        return self.total_params() - untouched
 
     def state_bytes(self) -> int:
         """One full checkpoint: every recurrent layer's state for one sequence."""

@@ -1,17 +1,21 @@
-"""Round time of a worker call from the work it does per layer kind and a hardware profile.
+"""Round time of a worker call from the work it does per layer kind and fitted per-term rates.
 
-    round_s = round_overhead + layer_overhead · layers + per_request · sequences
+This is how a profile without ``kernels`` is costed (the CPU profile, profiles fitted by
+`radixflow calibrate`; a profile with ``kernels`` is costed kernel by kernel, `costmodel.gpu`):
+
+    round_s = fixed per call + per layer · decoder layers + per sequence · sequences
               + max(Σ_term FLOPs_term · s/FLOP_term,  bytes / bandwidth)
 
+The fixed part is the same for either way of costing (`costmodel.breakdown.fixed_terms`).
 FLOPs are split by cost term. ``matmul``: every weight matmul of every layer kind (attention,
 Gated DeltaNet, Mamba2 and short-conv projections, the dense MLP or the active experts of an
 MoE), which run at one GEMM rate on any hardware. The sequence mixing of each kind has its own
 term, since its kernels differ: ``attention`` (QK^T and PV over the cached and new context; it
 grows with the prefix a chunk reads), ``gdn`` (delta-rule recurrence and its short conv),
 ``mamba2`` (SSD scan and conv), ``conv`` (LFM2's short conv). ``lm_head``: the output projection,
-at sampled positions only (prefill needs logits at the last position alone). Bytes are
-every weight once per call, the KV each chunk reads in each attention layer, and the recurrent
-state restored from or saved to checkpoint slots.
+at sampled positions and at the prompt positions of prompt-logprob requests. Bytes are the weights
+once per call (of an MoE, the experts the round's tokens touch), the KV each chunk reads in each
+attention layer, and the recurrent state restored from or saved to checkpoint slots.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from radixflow.costmodel.breakdown import RoundBreakdown, charge_scheduler, fixed_terms, source
 from radixflow.costmodel.hardware import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.kernel_times import TermCost
 from radixflow.costmodel.kinds import ChunkShape, ModelShape
 
 OVERHEAD_TERMS = ("round", "layer", "sequence")
@@ -27,7 +33,7 @@ OVERHEAD_TERMS = ("round", "layer", "sequence")
 
 @dataclass(frozen=True)
 class RoundWork:
-    counts: dict[str, float]  # overhead terms: round (1), layer (layers), sequence (chunks)
+    counts: dict[str, float]  # overhead terms: round (1), layer (decoder layers), sequence (chunks)
     flops: dict[str, float]  # compute term -> FLOPs this round
     bytes: float  # weights + KV reads + state copies
 
@@ -51,12 +57,12 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
             flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
         if layer.mlp is not None:
             flops["matmul"] += 2.0 * layer.mlp.active_params(shape.hidden) * tokens
-    sampled = sum(c.sample for c in chunks)
-    flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * sampled
+    rows = sum(c.logit_rows for c in chunks)
+    flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * rows
     kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)
     copies = sum(int(c.restores) + c.snapshots for c in chunks)
-    weights = shape.total_params() * dtype_bytes
-    counts = {"round": 1.0, "layer": float(len(shape.layers)), "sequence": float(len(chunks))}
+    weights = shape.touched_params(tokens) * dtype_bytes
+    counts = {"round": 1.0, "layer": float(shape.decoder_layers), "sequence": float(len(chunks))}
     return RoundWork(counts, flops, float(weights + kv + copies * shape.state_bytes()))
 
 
@@ -76,17 +82,38 @@ class CostModel:
     shape: ModelShape
     hardware: HardwareProfile
 
+    @property
+    def tp(self) -> int:
+        return 1  # a fitted profile times one device
+
     def cost(self, chunks: Iterable[ChunkShape]) -> RoundCost:
+        """The worker call as fixed, compute and memory time (the scheduler's time apart)."""
+        chunks = list(chunks)
         hw = self.hardware
         work = round_work(self.shape, chunks, hw.weight_bytes)
-        overhead = (
-            hw.round_overhead_s
-            + hw.layer_overhead_s * work.counts["layer"]
-            + hw.per_request_s * work.counts["sequence"]
-        )
+        fixed = fixed_terms(hw, chunks, self.shape.decoder_layers)
         compute = sum(work.flops[t] * hw.seconds_per_flop(t) for t in COMPUTE_TERMS)
         memory = work.bytes / hw.bandwidth if hw.bandwidth else 0.0
-        return RoundCost(overhead, compute, memory)
+        return RoundCost(sum(t.seconds for t in fixed.values()), compute, memory)
+
+    def breakdown(self, chunks: Iterable[ChunkShape]) -> RoundBreakdown:
+        """Fixed terms, each compute term at its rate, and the memory time compute does not hide."""
+        chunks = list(chunks)
+        hw = self.hardware
+        work = round_work(self.shape, chunks, hw.weight_bytes)
+        terms = fixed_terms(hw, chunks, self.shape.decoder_layers)
+        why = source(hw, "flops")
+        compute = 0.0
+        for t in COMPUTE_TERMS:
+            if work.flops[t]:
+                seconds = work.flops[t] * hw.seconds_per_flop(t)
+                terms[t] = TermCost(seconds, work.flops[t], 0.0, why)
+                compute += seconds
+        if hw.bandwidth:
+            hidden = f"{source(hw, 'bandwidth')} (the memory time compute does not hide)"
+            terms["memory"] = TermCost(max(0.0, work.bytes / hw.bandwidth - compute), 0.0, work.bytes, hidden)
+        charge_scheduler(hw, chunks, terms)
+        return RoundBreakdown(terms)
 
     def round_seconds(self, chunks: Iterable[ChunkShape]) -> float:
-        return self.cost(chunks).seconds
+        return self.breakdown(chunks).seconds

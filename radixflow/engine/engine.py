@@ -65,6 +65,7 @@ class Engine:
             self.cache,
             make_policy(policy),
             make_placement(placement if config.has_recurrent else "none"),
+            predict=getattr(runner, "round_predictor", None),  # runners that predict nothing omit it
         )
         self.now = 0.0
         self.rounds: deque[RoundRecord] = deque(maxlen=round_history)  # worker call succeeded
@@ -91,7 +92,10 @@ class Engine:
             return
         # One int object per distinct token id: a prompt then costs 8 bytes per token, not 36.
         request.prompt = tuple(self._token_ids.setdefault(t, t) for t in request.prompt)
-        heapq.heappush(self._arrivals, (request.arrival_s, self._submitted, request))
+        # the request's own cost (tokenization, API) delays its admission; latency is still
+        # measured from its arrival
+        ready = request.arrival_s + self.runner.model.request_overhead_s
+        heapq.heappush(self._arrivals, (ready, self._submitted, request))
 
     def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
@@ -157,7 +161,7 @@ class Engine:
     def _admit_arrivals(self) -> None:
         self._drop_aborted_arrivals()
         if not self.scheduler.has_work() and self._arrivals:
-            self.now = max(self.now, self._arrivals[0][0])  # idle: jump to the next arrival
+            self.now = max(self.now, self._arrivals[0][0])  # idle: jump to the next admission
         while self._arrivals and self._arrivals[0][0] <= self.now:
             req = heapq.heappop(self._arrivals)[2]
             if req.status is RequestStatus.WAITING:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from radixflow.problems import Problem
-from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import PromptLogprob, Sample
 
@@ -18,6 +19,9 @@ class ModelInfo:
     vocab_size: int
     max_context: int
     eos_token_ids: tuple[int, ...] = ()  # end generation (unless the request ignores EOS)
+    # each request's own cost before it can be scheduled (tokenization, API), modelled: the engine
+    # admits a request this long after its arrival, so it is in the request's latency, in no round
+    request_overhead_s: float = 0.0
 
 
 @dataclass
@@ -33,9 +37,19 @@ class RoundResult:
         return {rid: s.token for rid, s in self.samples.items()}
 
 
+# Predicted seconds of a round computing these chunks (what a policy may weigh rounds by).
+RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
+
+
 class Runner(Protocol):
     name: str
     model: ModelInfo
+
+    @property
+    def round_predictor(self) -> RoundPredictor | None:
+        """A pure predictor of a round's time (None: this runner predicts nothing). The engine
+        hands it to the scheduler; a runner without this attribute counts as None."""
+        ...
 
     def validate(self, request: Request) -> Problem | None:
         """Why the request cannot run on this model (None if it can). Pure."""

@@ -11,7 +11,7 @@ from typing import Any
 from radixflow.costmodel.configs import shape_from_config
 from radixflow.costmodel.hardware import resolve_hardware
 from radixflow.costmodel.kinds import ChunkShape, ModelShape
-from radixflow.costmodel.model import CostModel
+from radixflow.costmodel.rounds import round_cost_model
 from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner
 from radixflow.problems import Problem
@@ -30,6 +30,7 @@ class CpuTimedRunner:
         self.inner = inner
         self.name: str = inner.name
         self.model: ModelInfo = inner.model
+        self.round_predictor = getattr(inner, "round_predictor", None)
         self.cpu_s: list[float] = []
 
     def validate(self, request: Request) -> Problem | None:
@@ -62,8 +63,9 @@ def round_chunks(record: RoundRecord, prompt_len: dict[str, int], hybrid: bool) 
 def predicted_worker_s(
     rounds: list[RoundRecord], prompt_len: dict[str, int], shape: ModelShape, profile: str
 ) -> float:
-    model = CostModel(shape, resolve_hardware(profile))
-    return sum(model.round_seconds(round_chunks(r, prompt_len, shape.has_recurrent)) for r in rounds)
+    model = round_cost_model(shape, resolve_hardware(profile))
+    hybrid = shape.has_recurrent
+    return sum(model.breakdown(round_chunks(r, prompt_len, hybrid)).worker_call_s for r in rounds)
 
 
 def split_cpu(cpu_s: list[float], rounds_per_run: list[int]) -> list[float] | None:

@@ -174,7 +174,7 @@ def write_plots(results: list[CellResult], out: Path) -> list[str]:
         ("latency_vs_load.png", lambda p: latency_vs_load(results, p)),
         (
             "latency_change_vs_fixed_cost.png",
-            lambda p: latency_change_vs(comps, "fixed_cost_ms", "fixed cost per worker call (ms)", p),
+            lambda p: latency_change_vs(comps, "fixed_cost_ms", "fixed cost per call with prefill (ms)", p),
         ),
     ]
     for name, job in jobs:

@@ -199,7 +199,7 @@ def regime_section(comps: list[Comparison], variant: str) -> list[str]:
     sim = [c for c in comps if c.runner == "sim"]
     poisson = [c for c in sim if c.settings.get("workload.arrival") == "poisson"]
     axes = (
-        ("Fixed cost per worker call", sim, "fixed_cost_ms", "fixed cost per round", "ms"),
+        ("Fixed cost per worker call with prefill", sim, "fixed_cost_ms", "fixed cost per round", "ms"),
         ("Offered load (Poisson arrivals)", poisson, "workload.rate", "offered load", "req/s"),
     )
     for title, mine, axis, name, unit in axes:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
-from radixflow.costmodel.hardware import MAX_FLOPS, MAX_OVERHEAD_S
+from radixflow.costmodel.hardware import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
 from radixflow.options.machine import bookkeeping_problem, threads_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import Problem, ProblemError
@@ -134,14 +134,45 @@ class EngineOptions:
     )
     fixed_cost_ms: float | None = _opt(
         None,
-        f"sim: the whole fixed cost of a worker call in ms (replaces the profile's per-call and "
-        f"per-layer parts), at most {MAX_COST_MS:.0f} (default: the profile's)",
+        f"sim: the whole fixed cost of a worker call with prefill in ms (replaces the profile's "
+        f"per-call and per-layer parts; h100/h200: 3, band 1-10), at most {MAX_COST_MS:.0f} "
+        "(default: the profile's)",
         float,
         low=0.0,
         high=MAX_COST_MS,
         group="sim",
         metavar="MS",
         aliases=("--round-overhead-ms",),
+    )
+    decode_fixed_cost_ms: float | None = _opt(
+        None,
+        f"sim: the fixed cost of a decode-only worker call in ms (h100/h200: 0.4), at most "
+        f"{MAX_COST_MS:.0f} (default: the profile's; a profile without one charges --fixed-cost-ms)",
+        float,
+        low=0.0,
+        high=MAX_COST_MS,
+        group="sim",
+        metavar="MS",
+    )
+    request_overhead_ms: float | None = _opt(
+        None,
+        f"sim: each request's own cost in ms (tokenization, API; h100/h200: 2): it is admitted that "
+        f"long after it arrives, so the cost is in its latency and in no round; at most "
+        f"{MAX_COST_MS:.0f} (default: the profile's)",
+        float,
+        low=0.0,
+        high=MAX_COST_MS,
+        group="sim",
+        metavar="MS",
+    )
+    scheduler_time: str | None = _opt(
+        None,
+        "sim: the scheduler's modelled CPU time per round overlaps the worker call (overlap: vLLM "
+        "V1's async scheduling; only what is longer than the call shows) or adds to it (serial) "
+        "(default: the profile's; h100/h200: overlap)",
+        str,
+        choices=lambda: list(SCHEDULER_MODES),
+        group="sim",
     )
     per_request_ms: float | None = _opt(
         None,
@@ -154,7 +185,8 @@ class EngineOptions:
     )
     tflops: float | None = _opt(
         None,
-        f"sim: sustained TFLOP/s, {TFLOPS_RANGE[0]:g} to {TFLOPS_RANGE[1]:g} (default: the profile's)",
+        f"sim: the profile's TFLOP/s (h100/h200: the peak their roofline kernels run at a stated "
+        f"fraction of), {TFLOPS_RANGE[0]:g} to {TFLOPS_RANGE[1]:g} (default: the profile's)",
         float,
         low=TFLOPS_RANGE[0],
         high=TFLOPS_RANGE[1],

@@ -20,7 +20,7 @@ GROUPS = {
     "scheduler": "scheduler and cache",
     "sim": "sim cost model (sim runner only)",
 }
-SIM_ONLY = ("hardware", "fixed_cost_ms", "per_request_ms", "tflops")
+SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
 TORCH_ONLY = ("device", "torch_threads")
 POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from radixflow.costmodel.hardware import HardwareProfile, ProfileError, resolve_hardware
+from radixflow.costmodel.hardware import SCHEDULER_MODES, HardwareProfile, ProfileError, resolve_hardware
+from radixflow.costmodel.rounds import round_cost_model
 from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import Runner
 from radixflow.options.engine_options import EngineOptions
@@ -98,12 +99,14 @@ class SimChoice:
         return SimRunner(self.spec, self.hardware)
 
     def describe(self) -> dict[str, object]:
-        return {"hardware": asdict(self.hardware)}
+        tp = round_cost_model(self.spec, self.hardware).tp  # GPUs the shape is costed on
+        return {"hardware": asdict(self.hardware), "tensor_parallel": tp}
 
     @property
     def fixed_cost_ms(self) -> float | None:
+        """The fixed cost of a worker call with prefill (what `fixed_cost_ms` sets)."""
         hw = self.hardware
-        return (hw.round_overhead_s + hw.layer_overhead_s * len(self.spec.layers)) * 1e3
+        return (hw.round_overhead_s + hw.layer_overhead_s * self.spec.decoder_layers) * 1e3
 
 
 def sim_hardware(options: EngineOptions) -> HardwareProfile:
@@ -114,7 +117,10 @@ def sim_hardware(options: EngineOptions) -> HardwareProfile:
         raise ProblemError(Problem("hardware", str(e))) from None
     overrides = [
         ("fixed_cost_ms", lambda h, ms: h.with_fixed_round_cost(ms / 1e3)),
+        ("decode_fixed_cost_ms", lambda h, ms: replace(h, decode_overhead_s=ms / 1e3)),
         ("per_request_ms", lambda h, ms: replace(h, per_request_s=ms / 1e3)),
+        ("request_overhead_ms", lambda h, ms: replace(h, request_overhead_s=ms / 1e3)),
+        ("scheduler_time", lambda h, mode: replace(h, scheduler_overlap=SCHEDULER_MODES[mode])),
         ("tflops", lambda h, x: replace(h, flops=x * 1e12)),
     ]
     for name, apply in overrides:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 
 from radixflow.costmodel.hardware import HARDWARE, HardwareProfile
 from radixflow.costmodel.kinds import ChunkShape, ModelShape
 from radixflow.costmodel.model import CostModel
+from radixflow.costmodel.rounds import RoundCostModel, round_cost_model
 from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
@@ -33,7 +35,17 @@ def chunk_shape(chunk: ScheduledChunk) -> ChunkShape:
         sample=chunk.sample,
         restores=chunk.restore_slot is not None,
         snapshots=len(chunk.snapshots),
+        head_rows=prompt_logit_rows(chunk),
     )
+
+
+def prompt_logit_rows(chunk: ScheduledChunk) -> int:
+    """Prompt positions whose logits the chunk computes for prompt logprobs: the logprob of each
+    reported position ``p`` in ``[prompt_logprobs_from, end)`` (``p >= 1``) reads the logits at
+    ``p - 1``, cached positions included (see runners.prompt_logprobs)."""
+    if chunk.prompt_logprobs_from is None:
+        return 0
+    return max(0, chunk.end - max(chunk.prompt_logprobs_from, 1))
 
 
 def sim_token(namespace: str, prompt: tuple[int, ...], vocab_size: int) -> int:
@@ -50,22 +62,36 @@ class SimRunner:
 
     def __init__(self, spec: ModelShape, hardware: HardwareProfile) -> None:
         self.spec = spec
-        self.cost = CostModel(spec, hardware)
-        self.model = ModelInfo(spec.name, spec.has_recurrent, spec.vocab_size, spec.max_context)
+        self.cost: RoundCostModel = round_cost_model(spec, hardware)
+        self.model = ModelInfo(
+            spec.name,
+            spec.has_recurrent,
+            spec.vocab_size,
+            spec.max_context,
+            request_overhead_s=hardware.request_overhead_s,
+        )
 
     def validate(self, request: Request) -> Problem | None:
         if request.sampling.prompt_logprobs is not None:
             return Problem("prompt_logprobs", "the sim runner computes no logits: they need the torch runner")
         return validate_prompt(request, self.model)
 
+    @property
+    def round_predictor(self) -> Callable[[Sequence[ScheduledChunk]], float]:
+        return self.predict_round
+
+    def predict_round(self, chunks: Sequence[ScheduledChunk]) -> float:
+        """The time a round of ``chunks`` takes: exactly what `run` charges for them. Pure."""
+        return self.cost.round_seconds(chunk_shape(c) for c in chunks)
+
     def run(self, batch: SchedulerOutput) -> RoundResult:
-        seconds = self.cost.round_seconds(chunk_shape(c) for c in batch.chunks)
+        cost = self.cost.breakdown(chunk_shape(c) for c in batch.chunks)
         samples = {
             c.request_id: Sample(sim_token(c.namespace, c.tokens, self.spec.vocab_size), 0.0)
             for c in batch.chunks
             if c.sample
         }
-        return RoundResult(samples=samples, duration_s=seconds, worker_call_s=seconds)
+        return RoundResult(samples=samples, duration_s=cost.seconds, worker_call_s=cost.worker_call_s)
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:
         return None  # the sim token is a function of the prompt alone: nothing to compare

@@ -49,6 +49,7 @@ def _spec(chunk: ScheduledChunk) -> SeqSpec:
 
 class TorchRunner:
     name = "torch"
+    round_predictor = None  # real forward passes: no model of their time here
 
     def __init__(
         self,

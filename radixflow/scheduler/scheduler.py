@@ -8,7 +8,7 @@ O(1), blocked consumers are parked rather than re-matched, and the cache evicts 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -55,9 +55,13 @@ class Scheduler:
         cache: RadixCache,
         policy: SchedulingPolicy,
         placement: CheckpointPlacement,
+        predict: Callable[[Sequence[ScheduledChunk]], float] | None = None,
     ) -> None:
+        """``predict``: the seconds a round of these chunks would take (the runner's model; None
+        where it has none), for policies that weigh rounds by time. Pure; nothing here calls it yet."""
         config.validate()
         self.config = config
+        self.predict = predict
         self.cache = cache
         self.policy = policy
         self.placement = placement

@@ -1,0 +1,137 @@
+"""`radixflow cost`: the predicted time of one worker call of a sim model, term by term."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from radixflow.cli.args import int_arg
+from radixflow.cli.command import Command, UsageError
+from radixflow.costmodel.breakdown import RoundBreakdown
+from radixflow.costmodel.kinds import ChunkShape, ModelShape
+from radixflow.costmodel.rounds import round_cost_model
+from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.runners import sim_hardware
+from radixflow.problems import Problem, ProblemError
+
+HELP = (
+    "the predicted time of one worker call of a sim model (a prefill chunk, a batch of decode "
+    "steps or both) and its terms, each with its work and source"
+)
+# the engine options that change one worker call's cost, declared and checked as every command does
+ENGINE_OPTIONS = (
+    "hardware",
+    "fixed_cost_ms",
+    "decode_fixed_cost_ms",
+    "per_request_ms",
+    "scheduler_time",
+    "tflops",
+)
+DEFAULT_PREFILL = 512
+MAX_DECODE = 1 << 16  # sequences in one decode batch
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help=f"a sim shape: {', '.join(SIM_MODELS)}")
+    p.add_argument(
+        "--prefill",
+        type=int_arg(positive=True),
+        metavar="TOKENS",
+        help=f"one prefill chunk of TOKENS new tokens after --context cached ones, sampled at its end "
+        f"(default: {DEFAULT_PREFILL} when --decode is not given)",
+    )
+    p.add_argument(
+        "--context",
+        type=int_arg(),
+        default=0,
+        metavar="C",
+        help="tokens before the prefill chunk (cached; a hybrid model restores its state there) and "
+        "the context of each decode step",
+    )
+    p.add_argument(
+        "--decode",
+        type=int_arg(positive=True, high=MAX_DECODE),
+        metavar="BATCH",
+        help="BATCH sequences of one decode step each (with --prefill: a mixed round)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"seconds", "tp", "terms": {name: {"seconds", "flops", "bytes", "source"}}}',
+    )
+    add_engine_flags(p, only=ENGINE_OPTIONS)
+
+
+def round_chunks(
+    shape: ModelShape, prefill: int | None, context: int, decode: int | None
+) -> list[ChunkShape]:
+    """The chunks of the round the flags describe (a user mistake is a `UsageError`)."""
+    if prefill is None and decode is None:
+        prefill = DEFAULT_PREFILL
+    end = context + max(prefill or 0, 1)
+    if end > shape.max_context:
+        what = f"--context {context} plus --prefill {prefill}" if prefill else f"--context {context}"
+        raise UsageError(f"{what} reaches past {shape.name}'s context of {shape.max_context} tokens")
+    chunks = []
+    if prefill:
+        restores = context > 0 and shape.has_recurrent
+        chunks.append(ChunkShape(context, prefill, sample=True, restores=restores))
+    chunks += [ChunkShape(context, 1, sample=True)] * (decode or 0)
+    return chunks
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    options = from_args(args, only=ENGINE_OPTIONS)
+    if args.model not in SIM_MODELS:
+        known = ", ".join(SIM_MODELS)
+        raise ProblemError(Problem("model", f"unknown sim model {args.model!r} (known: {known})"))
+    shape = SIM_MODELS[args.model]
+    chunks = round_chunks(shape, args.prefill, args.context, args.decode)
+    hardware = sim_hardware(options)
+    cost = round_cost_model(shape, hardware).breakdown(chunks)
+    if not cost.fits:
+        print(
+            f"radixflow: warning: {shape.name} does not fit even on {cost.tp} GPUs of {hardware.name}",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps(cost.to_json(), allow_nan=False))
+    else:
+        _print(cost, f"{shape.name} on {hardware.name}", _describe(chunks), console)
+    return 0
+
+
+def _describe(chunks: list[ChunkShape]) -> str:
+    prefill = [c for c in chunks if not c.decode]
+    parts = [f"prefill {c.length} tokens after {c.start} cached" for c in prefill]
+    if decodes := len(chunks) - len(prefill):
+        parts.append(f"{decodes} decode steps at context {chunks[-1].end}")
+    return ", ".join(parts)
+
+
+def _rate(amount: float, seconds: float, scale: float) -> str:
+    return f"{amount / seconds / scale:,.1f}" if amount and seconds > 0 else ""
+
+
+def _print(cost: RoundBreakdown, what: str, round_: str, console: Console) -> None:
+    total = cost.seconds
+    console.print(f"{what} (tp {cost.tp}): {round_}: {total * 1e3:.3f} ms", soft_wrap=True, highlight=False)
+    table = Table()
+    for column in ("term", "ms", "share", "TFLOP/s", "GB/s"):
+        table.add_column(column, justify="left" if column == "term" else "right")
+    for name, t in cost.terms.items():
+        share = f"{t.seconds / total:.1%}" if total > 0 else ""
+        flops, bandwidth = _rate(t.flops, t.seconds, 1e12), _rate(t.bytes, t.seconds, 1e9)
+        table.add_row(name, f"{t.seconds * 1e3:.3f}", share, flops, bandwidth)
+    console.print(table)
+    for name, t in cost.terms.items():
+        console.print(f"[bold]{name}[/bold]: {escape(t.source)}", highlight=False)
+
+
+COMMAND = Command("cost", HELP, add_arguments, run)

@@ -5,7 +5,8 @@ Every figure comes from NVIDIA's aiconfigurator-core 0.12.0 tables for vLLM 0.24
 (Mamba2's conv and scan, LFM2's short conv) are priced by `borrowed` on their roofline at the
 efficiency of the nearest measured kernel class, and say so in their source.
 
-Tables are read on first use, once per process; lookups are memoized by argument.
+Tables are read on first use, once per process; lookups are memoized by argument. No source
+contains "; ", the separator `TermCost.__add__` joins different sources with.
 """
 
 from __future__ import annotations
@@ -206,9 +207,9 @@ class MeasuredKernels:
         floor, floor_how = self.generation_table.lookup(site, (1, context))
         if floor > seconds:
             note = "cached prefix: one query reading every key"
-            return TermCost(floor, *work, self.generation_table.source(f"{floor_how}; {note}"))
+            return TermCost(floor, *work, self.generation_table.source(f"{floor_how}, {note}"))
         note = "cached prefix: time of the full prefill with equal FLOPs"
-        return TermCost(seconds, *work, self.context_table.source(f"{how}; {note}"))
+        return TermCost(seconds, *work, self.context_table.source(f"{how}, {note}"))
 
     @_sized
     def decode_attention(

@@ -6,7 +6,9 @@ the same causal depthwise conv (``causal_conv1d_fn`` / ``causal_conv1d_update``)
 linear recurrence over a per-head state (``chunk_gated_delta_rule`` / the fused recurrent decode
 step). An unmeasured call costs its own roofline time divided by the efficiency (roofline time /
 measured time) of that GDN kernel at the same batch and length, on the GDN shape nearest in
-size (conv channels; state elements). Sources say ``roofline: ...`` and name the borrowed kernel.
+size (conv channels; state elements), and no less than the fastest call of that kernel measured
+at all (its launch floor: a smaller shape does not launch faster). Sources say
+``roofline: ...`` and name the borrowed kernel.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Borrowed:
         self.gdn = gdn_tables
         self.roofline = roofline
         self._nearest: dict[tuple[str, float], Site] = {}
+        self._floor: dict[str, float] = {}
 
     def nearest(self, kernel: str, size: Callable[[Site], float], value: float) -> Site:
         """The GDN shape of ``kernel`` whose ``size`` is closest to ``value`` in log2."""
@@ -48,11 +51,19 @@ class Borrowed:
         return found
 
     def borrow(self, kernel: str, site: Site, batch: float, seq_len: float, work: kw.Work) -> float:
-        """Seconds of ``work`` at the efficiency GDN's ``kernel`` reaches at ``site`` and these axes."""
+        """Seconds of ``work`` at the efficiency GDN's ``kernel`` reaches at ``site`` and these axes,
+        at least that kernel's launch floor."""
         table = self.gdn[kernel]
         ref_seconds, _ = table.lookup(site, (batch, seq_len))
         ref_work = table.spec.work(site, batch, seq_len)
-        return ref_seconds * self.roofline.time(work) / self.roofline.time(ref_work)
+        return max(ref_seconds * self.roofline.time(work) / self.roofline.time(ref_work), self.floor(kernel))
+
+    def floor(self, kernel: str) -> float:
+        """The fastest measured call of a GDN kernel, any shape."""
+        if kernel not in self._floor:
+            grids = self.gdn[kernel].sites.tables.values()
+            self._floor[kernel] = min(min(c.ys) for g in grids for c in g.curves)
+        return self._floor[kernel]
 
     def describe(self, kernel: str, site: Site, by: str) -> str:
         label = self.gdn[kernel].label
@@ -74,9 +85,9 @@ class Borrowed:
             scan_kernel, scan_site, batch, seq_len, scan_work
         )
         source = (
-            f"roofline: no Mamba2 measurement; conv at the efficiency of "
+            f"roofline: no Mamba2 measurement, so conv at the efficiency of "
             f"{self.describe(conv_kernel, conv_site, 'channels')}, "
-            f"{'SSD scan' if phase == 'prefill' else 'state update'} at that of "
+            f"and {'SSD scan' if phase == 'prefill' else 'state update'} at that of "
             f"{self.describe(scan_kernel, scan_site, 'state size')}"
         )
         return TermCost(seconds, conv_work[0] + scan_work[0], conv_work[1] + scan_work[1], source)
@@ -88,7 +99,7 @@ class Borrowed:
         site = self.nearest("conv_prefill", gdn_site_channels, channels)
         seconds = self.borrow("conv_prefill", site, 1, tokens, work)
         source = (
-            "roofline: no short-conv measurement; at the efficiency of "
+            "roofline: no short-conv measurement, so at the efficiency of "
             f"{self.describe('conv_prefill', site, 'channels')}"
         )
         return TermCost(seconds, work[0], work[1], source)

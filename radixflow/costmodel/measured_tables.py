@@ -8,7 +8,7 @@ between measured values and every corner of that box was measured, the log effic
 interpolated log2-multilinearly between the corners (GEMM's (n, k) grid: held-out median error
 2.7% vs 7% taking the nearest); otherwise the nearest site's efficiency is taken. Sources read
 ``measured: <table> (<how>)``, e.g. ``(interpolated)``, ``(nearest (n, k)=(2560, 10240): exact)``
-or ``(between measured (n, k)=(16384..51200; 2560): exact)``.
+or ``(between measured (n, k)=(16384..51200, 2560): exact)``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class MeasuredTable:
             seconds, how = self._borrow(site, axes, corner)
             log_seconds += weight * math.log(seconds)
             hows.add(how)
-        around = "; ".join("..".join(map(str, sorted({c[d] for c, _ in corners}))) for d in range(len(site)))
+        around = ", ".join("..".join(map(str, sorted({c[d] for c, _ in corners}))) for d in range(len(site)))
         how = max(hows, key=KIND_ORDER.index)
         return math.exp(log_seconds), f"between measured {self.spec.site_name}=({around}): {how}"
 

@@ -21,7 +21,9 @@ from radixflow.runners.sim import SimRunner, chunk_shape
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import ScheduledChunk
 
-H200 = HARDWARE["h200"]
+# the shipped H200 profile times measured kernels; these tests pin the model's structure on the
+# roofline kernels, whose figures follow from the shapes alone (tests/test_measured.py: the tables)
+H200 = replace(HARDWARE["h200"], kernels="roofline")
 # a round with everything in it: a fresh prefill, one after a cached prefix (state restored, two
 # snapshots) and decode steps at two contexts
 MIXED = [
@@ -295,3 +297,33 @@ def test_a_profile_without_bandwidth_or_memory_has_no_memory_time_and_one_gpu():
 def test_a_profile_names_its_kernel_source_or_is_costed_by_fitted_rates():
     assert isinstance(round_cost_model(SIM_MODELS["qwen3-4b"], H200), KernelCostModel)
     assert isinstance(round_cost_model(SIM_MODELS["qwen3-4b"], HARDWARE["cpu"]), CostModel)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_shipped_gpu_profiles_time_measured_kernels_and_label_every_roofline(gpu):
+    for name in ("qwen3_5-2b", "nemotron_h-8b", "lfm2-1.2b", "qwen3_next-80b-a3b"):
+        terms = round_cost_model(SIM_MODELS[name], HARDWARE[gpu]).breakdown(MIXED).terms
+        for term, cost in terms.items():
+            if term in ("fixed", "scheduler", "state_copy"):
+                continue
+            # a measured table, or a roofline that says no measurement exists
+            parts = cost.source.split("; ")
+            assert all(p.startswith(("measured: ", "roofline: no ")) for p in parts), (
+                name,
+                term,
+                cost.source,
+            )
+    assert "measured: " in terms["matmul"].source
+
+
+def test_a_summed_term_names_each_source_once_however_many_calls():
+    terms = round_cost_model(SIM_MODELS["qwen3-4b"], HARDWARE["h200"]).breakdown(MIXED).terms
+    assert all(len(t.source) < 2000 for t in terms.values())  # 36 layers of 4 GEMMs, not 144 names
+
+
+def test_a_rounds_prefill_chunks_are_one_batched_call():
+    model = round_cost_model(SIM_MODELS["qwen3_5-2b"], HARDWARE["h200"])
+    one = model.breakdown([ChunkShape(0, 2048, True)]).terms["gdn"].seconds
+    four = model.breakdown([ChunkShape(0, 2048, True)] * 4).terms["gdn"].seconds
+    # four sequences run side by side: far less than four times one (the measured batch efficiency)
+    assert one < four < 3 * one

@@ -64,7 +64,11 @@ GOOD = HARDWARE["h200"].to_dict()
         ("name", 5, "must be a non-empty string, got 5"),
         ("calibration", "yes", 'must be a JSON object or null, got "yes"'),
         ("speed", 1, "is not a profile key"),
-        ("kernels", "measured-b200", "must be one of roofline, or null, got \"measured-b200\""),
+        (
+            "kernels",
+            "measured-b200",
+            'must be one of measured-h100, measured-h200, roofline, or null, got "measured-b200"',
+        ),
         ("kernels", 1, "got 1"),
         ("scheduler_overlap", "yes", 'must be true or false, got "yes"'),
         ("scheduler_overlap", 1, "got 1"),

@@ -4,9 +4,11 @@ Per GPU (tensor parallelism splits every projection, head and expert ``tp`` ways
 
 - ``matmul``: every projection and dense MLP (or shared expert and router) as a GEMM at m = the
   round's tokens;
-- ``attention``: each prefill chunk's causal attention over its context, and the round's decode
-  steps batched into one decode-attention call (at their mean context);
-- ``gdn`` / ``mamba2``: each prefill chunk's sequence mixing, the decode steps batched;
+- ``attention``: the round's prefill chunks as one batched (varlen) call — timed as a batch of
+  as many equal sequences of their mean length and context, scaled to their true FLOPs — and the
+  decode steps batched into one decode-attention call (at their mean context);
+- ``gdn`` / ``mamba2``: the prefill chunks' sequence mixing batched the same way, the decode
+  steps batched;
   ``conv``: LFM2's short conv over the round's tokens;
 - ``moe``: the routed experts (weights of the experts the round's tokens touch);
 - ``allreduce``: with tp > 1, one after each layer's mixers and one after its MLP (Megatron);
@@ -51,31 +53,52 @@ class _Round:
         self.tokens = sum(c.length for c in chunks)
         self.prefill = [c for c in chunks if not c.decode]
         self.decodes = len(chunks) - len(self.prefill)
+        # the prefill chunks run as one batched (varlen) call: its typical sequence
+        n = len(self.prefill)
+        self.prefill_tokens = math.ceil(sum(c.length for c in self.prefill) / n) if n else 0
+        self.prefill_context = (
+            max(math.ceil(sum(c.end for c in self.prefill) / n), self.prefill_tokens) if n else 0
+        )
         # decode attention is linear in the KV it reads: one call at the mean context
         decode_ends = sum(c.end for c in chunks if c.decode)
         self.decode_context = math.ceil(decode_ends / self.decodes) if self.decodes else 0
 
 
+def _batched(call: TermCost, flops: float) -> TermCost:
+    """One batched call of a round's prefill chunks: the time of a batch of equal sequences,
+    scaled to the chunks' true work (so the batch's efficiency, not one sequence's, applies)."""
+    if call.flops <= 0 or flops == call.flops:
+        return call
+    k = flops / call.flops
+    return TermCost(call.seconds * k, flops, call.bytes * k, call.source)
+
+
 def _attention(kt: KernelTimes, m: Attention, r: _Round, tp: int) -> Iterator[TermCost]:
     heads, kv = share(m.heads, tp), share(m.kv_heads, tp)
-    for c in r.prefill:
-        yield kt.prefill_attention(c.length, c.end, heads, kv, m.head_dim)
+    if r.prefill:
+        flops = sum(kt.prefill_attention(c.length, c.end, heads, kv, m.head_dim).flops for c in r.prefill)
+        call = kt.prefill_attention(
+            r.prefill_tokens, r.prefill_context, heads, kv, m.head_dim, len(r.prefill)
+        )
+        yield _batched(call, flops)
     if r.decodes:
         yield kt.decode_attention(r.decodes, r.decode_context, heads, kv, m.head_dim)
 
 
 def _gdn(kt: KernelTimes, m: GatedDeltaNet, r: _Round, tp: int) -> Iterator[TermCost]:
     heads = (share(m.k_heads, tp), share(m.v_heads, tp), m.k_dim, m.v_dim, m.conv_kernel)
-    for c in r.prefill:
-        yield kt.gdn_prefill(c.length, *heads)
+    if r.prefill:
+        flops = sum(kt.gdn_prefill(c.length, *heads).flops for c in r.prefill)
+        yield _batched(kt.gdn_prefill(r.prefill_tokens, *heads, len(r.prefill)), flops)
     if r.decodes:
         yield kt.gdn_decode(r.decodes, *heads)
 
 
 def _mamba2(kt: KernelTimes, m: Mamba2, r: _Round, tp: int) -> Iterator[TermCost]:
     heads = (share(m.heads, tp), m.head_dim, m.d_state, share(m.groups, tp), m.conv_kernel)
-    for c in r.prefill:
-        yield kt.mamba2_prefill(c.length, *heads)
+    if r.prefill:
+        flops = sum(kt.mamba2_prefill(c.length, *heads).flops for c in r.prefill)
+        yield _batched(kt.mamba2_prefill(r.prefill_tokens, *heads, len(r.prefill)), flops)
     if r.decodes:
         yield kt.mamba2_decode(r.decodes, *heads)
 

@@ -51,6 +51,9 @@ SRC_PER_SEQUENCE = (
     "copies, charged as memory traffic"
 )
 SRC_KERNELS = (
-    "every kernel of the round from a KernelTimes source; 'roofline': FLOPs at a stated fraction "
-    "of the datasheet peak or bytes at the datasheet bandwidth, whichever is longer, per kernel"
+    "every kernel of the round from a KernelTimes source; 'measured-<gpu>': NVIDIA's measured "
+    "latencies (aiconfigurator-core 0.12.0, vLLM 0.24.0 tables, Apache-2.0; costmodel/data/NOTICE), "
+    "interpolated, with labelled rooflines where nothing was measured (Mamba2, short conv); "
+    "'roofline': FLOPs at a stated fraction of the datasheet peak or bytes at the datasheet "
+    "bandwidth, whichever is longer, per kernel"
 )

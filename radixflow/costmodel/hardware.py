@@ -250,7 +250,7 @@ def _gpu(name: str, bandwidth: float, memory_gb: float, mem_source: str) -> Hard
         request_overhead_s=REQUEST_OVERHEAD_S,
         scheduler_round_s=SCHEDULER_ROUND_S,
         scheduler_chunk_s=SCHEDULER_CHUNK_S,
-        kernels="roofline",
+        kernels=f"measured-{name}",
     )
 
 

@@ -26,13 +26,17 @@ class TermCost:
     source: str  # "measured: h200_sxm/gemm/vllm/0.24.0 (…)" or "roofline: …"
 
     def __add__(self, other: TermCost) -> TermCost:
-        """Two calls of the same term (sources joined when they differ)."""
-        source = self.source if other.source in ("", self.source) else f"{self.source}; {other.source}"
+        """Two calls of the same term (each distinct source named once, in order)."""
+        parts = self.source.split(SEPARATOR) if self.source else []
+        if other.source:
+            parts += [p for p in other.source.split(SEPARATOR) if p not in parts]
+        source = SEPARATOR.join(parts)
         return TermCost(
             self.seconds + other.seconds, self.flops + other.flops, self.bytes + other.bytes, source
         )
 
 
+SEPARATOR = "; "  # between the distinct sources of a summed term (a single source never holds it)
 ZERO = TermCost(0.0, 0.0, 0.0, "")
 
 
@@ -48,10 +52,11 @@ class KernelTimes(Protocol):
         ...
 
     def prefill_attention(
-        self, tokens: int, context: int, heads: int, kv_heads: int, head_dim: int
+        self, tokens: int, context: int, heads: int, kv_heads: int, head_dim: int, batch: int = 1
     ) -> TermCost:
-        """One sequence's chunk: ``tokens`` new queries attending causally over ``context`` keys
-        (its cached prefix plus the chunk itself; ``context >= tokens``)."""
+        """``batch`` sequences' chunks in one call, each ``tokens`` new queries attending causally
+        over ``context`` keys (its cached prefix plus the chunk; ``context >= tokens``). Pass
+        ``batch`` positionally."""
         ...
 
     def decode_attention(
@@ -61,10 +66,11 @@ class KernelTimes(Protocol):
         ...
 
     def gdn_prefill(
-        self, tokens: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int
+        self, tokens: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int, batch: int = 1
     ) -> TermCost:
-        """A Gated DeltaNet layer's sequence mixing (short conv + chunked delta rule) over one
-        sequence's chunk of ``tokens`` (projections excluded: they are GEMMs)."""
+        """A Gated DeltaNet layer's sequence mixing (short conv + chunked delta rule) over
+        ``batch`` sequences' chunks of ``tokens`` each, in one call (projections excluded: they
+        are GEMMs). Pass ``batch`` positionally."""
         ...
 
     def gdn_decode(
@@ -74,9 +80,10 @@ class KernelTimes(Protocol):
         ...
 
     def mamba2_prefill(
-        self, tokens: int, heads: int, head_dim: int, state: int, groups: int, conv: int
+        self, tokens: int, heads: int, head_dim: int, state: int, groups: int, conv: int, batch: int = 1
     ) -> TermCost:
-        """A Mamba2 layer's sequence mixing (conv + chunked SSD scan) over one sequence's chunk."""
+        """A Mamba2 layer's sequence mixing (conv + chunked SSD scan) over ``batch`` sequences'
+        chunks of ``tokens`` each, in one call. Pass ``batch`` positionally."""
         ...
 
     def mamba2_decode(

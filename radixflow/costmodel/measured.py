@@ -190,7 +190,7 @@ class MeasuredKernels:
 
     @_sized
     def prefill_attention(
-        self, tokens: int, context: int, heads: int, kv_heads: int, head_dim: int
+        self, tokens: int, context: int, heads: int, kv_heads: int, head_dim: int, batch: int = 1
     ) -> TermCost:
         """A chunk over a cached prefix (context > tokens) is not in the table: it takes as long
         as the one-sequence prefill with the same attention FLOPs (the prefill of
@@ -199,12 +199,12 @@ class MeasuredKernels:
         if context < tokens:
             raise ValueError(f"prefill_attention: context {context} < tokens {tokens}")
         site = (heads, kv_heads, head_dim)
-        work = kw.prefill_attention(1, tokens, context, heads, kv_heads, head_dim)
+        work = kw.prefill_attention(batch, tokens, context, heads, kv_heads, head_dim)
         if context == tokens:
-            return self._cost(self.context_table, site, (1, tokens), work)
+            return self._cost(self.context_table, site, (batch, tokens), work)
         isl = math.sqrt(2.0 * tokens * context - tokens * tokens)
-        seconds, how = self.context_table.lookup(site, (1, isl))
-        floor, floor_how = self.generation_table.lookup(site, (1, context))
+        seconds, how = self.context_table.lookup(site, (batch, isl))
+        floor, floor_how = self.generation_table.lookup(site, (batch, context))
         if floor > seconds:
             note = "cached prefix: one query reading every key"
             return TermCost(floor, *work, self.generation_table.source(f"{floor_how}, {note}"))
@@ -229,9 +229,9 @@ class MeasuredKernels:
 
     @_sized
     def gdn_prefill(
-        self, tokens: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int
+        self, tokens: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int, batch: int = 1
     ) -> TermCost:
-        return self._gdn("prefill", 1, tokens, (k_heads, v_heads, head_k, head_v, conv))
+        return self._gdn("prefill", batch, tokens, (k_heads, v_heads, head_k, head_v, conv))
 
     @_sized
     def gdn_decode(
@@ -241,15 +241,15 @@ class MeasuredKernels:
 
     @_sized
     def mamba2_prefill(
-        self, tokens: int, heads: int, head_dim: int, state: int, groups: int, conv: int
+        self, tokens: int, heads: int, head_dim: int, state: int, groups: int, conv: int, batch: int = 1
     ) -> TermCost:
-        return self.borrowed.mamba2("prefill", tokens, heads, head_dim, state, groups, conv)
+        return self.borrowed.mamba2("prefill", batch, tokens, heads, head_dim, state, groups, conv)
 
     @_sized
     def mamba2_decode(
         self, batch: int, heads: int, head_dim: int, state: int, groups: int, conv: int
     ) -> TermCost:
-        return self.borrowed.mamba2("decode", batch, heads, head_dim, state, groups, conv)
+        return self.borrowed.mamba2("decode", batch, 1, heads, head_dim, state, groups, conv)
 
     @_sized
     def short_conv(self, tokens: int, channels: int, kernel: int) -> TermCost:

@@ -70,12 +70,20 @@ class Borrowed:
         return f"{label} (nearest by {by}: k/v heads {site[0]}/{site[1]})"
 
     def mamba2(
-        self, phase: str, n: int, heads: int, head_dim: int, state: int, groups: int, conv: int
+        self,
+        phase: str,
+        batch: int,
+        seq_len: int,
+        heads: int,
+        head_dim: int,
+        state: int,
+        groups: int,
+        conv: int,
     ) -> TermCost:
-        """``phase`` "prefill": one sequence's chunk of ``n`` tokens (conv + chunked SSD scan);
-        "decode": ``n`` sequences of one token (conv update + selective state update)."""
+        """``phase`` "prefill": ``batch`` sequences' chunks of ``seq_len`` tokens (conv + chunked
+        SSD scan); "decode": ``batch`` sequences of one token (conv update + state update)."""
         channels = kw.mamba2_channels(heads, head_dim, state, groups)
-        batch, seq_len = (1, n) if phase == "prefill" else (n, 1)
+        n = batch * seq_len
         conv_work = kw.depthwise_conv(n, channels, conv, state_tokens=batch * (conv - 1))
         scan_work = SCAN_WORK[phase](n, heads, head_dim, state, groups)
         conv_kernel, scan_kernel = f"conv_{phase}", f"rule_{phase}"

@@ -76,12 +76,13 @@ class RooflineKernels:
         return self._term(flops, BF16 * (n * k + m * k + m * n), GEMM_EFFICIENCY, WHY_GEMM)
 
     def prefill_attention(
-        self, tokens: int, context: int, heads: int, kv_heads: int, head_dim: int
+        self, tokens: int, context: int, heads: int, kv_heads: int, head_dim: int, batch: int = 1
     ) -> TermCost:
         # queries at positions context - tokens .. context - 1 attend causally over p + 1 keys
-        attended = tokens * (2 * context - tokens + 1) / 2
+        attended = batch * tokens * (2 * context - tokens + 1) / 2
         flops = 4.0 * heads * head_dim * attended
-        bytes_ = BF16 * head_dim * (2 * tokens * heads + 2 * context * kv_heads + 2 * tokens * kv_heads)
+        per_sequence = 2 * tokens * heads + 2 * context * kv_heads + 2 * tokens * kv_heads
+        bytes_ = BF16 * head_dim * batch * per_sequence
         return self._term(flops, bytes_, ATTENTION_EFFICIENCY, WHY_ATTENTION)
 
     def decode_attention(
@@ -102,10 +103,11 @@ class RooflineKernels:
         return self._term(flops, io + states, RECURRENT_EFFICIENCY, why)
 
     def gdn_prefill(
-        self, tokens: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int
+        self, tokens: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int, batch: int = 1
     ) -> TermCost:
         channels = 2 * k_heads * head_k + v_heads * head_v
-        return self._recurrent(tokens, 1, v_heads * head_k * head_v, channels, conv, 8.0, WHY_GDN)
+        state = v_heads * head_k * head_v
+        return self._recurrent(batch * tokens, batch, state, channels, conv, 8.0, WHY_GDN)
 
     def gdn_decode(
         self, batch: int, k_heads: int, v_heads: int, head_k: int, head_v: int, conv: int
@@ -114,11 +116,11 @@ class RooflineKernels:
         return self._recurrent(batch, batch, v_heads * head_k * head_v, channels, conv, 8.0, WHY_GDN)
 
     def mamba2_prefill(
-        self, tokens: int, heads: int, head_dim: int, state: int, groups: int, conv: int
+        self, tokens: int, heads: int, head_dim: int, state: int, groups: int, conv: int, batch: int = 1
     ) -> TermCost:
         inner = heads * head_dim
         channels = inner + 2 * groups * state
-        return self._recurrent(tokens, 1, inner * state, channels, conv, 6.0, WHY_MAMBA2)
+        return self._recurrent(batch * tokens, batch, inner * state, channels, conv, 6.0, WHY_MAMBA2)
 
     def mamba2_decode(
         self, batch: int, heads: int, head_dim: int, state: int, groups: int, conv: int

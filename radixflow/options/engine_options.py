@@ -185,8 +185,9 @@ class EngineOptions:
     )
     tflops: float | None = _opt(
         None,
-        f"sim: the profile's TFLOP/s (h100/h200: the peak their roofline kernels run at a stated "
-        f"fraction of), {TFLOPS_RANGE[0]:g} to {TFLOPS_RANGE[1]:g} (default: the profile's)",
+        f"sim: the profile's TFLOP/s (a roofline profile: the peak its kernels run at a stated "
+        f"fraction of; h100/h200 time measured kernels and ignore it), {TFLOPS_RANGE[0]:g} to "
+        f"{TFLOPS_RANGE[1]:g} (default: the profile's)",
         float,
         low=TFLOPS_RANGE[0],
         high=TFLOPS_RANGE[1],

@@ -17,6 +17,17 @@ profile="$(realpath -m "$out/profile-cuda.json")"
 radixflow calibrate "${model_flags[@]}" --device cuda --clock wall --torch-threads "$(nproc)" --repeats 5 \
     --max-tokens 4096 --out "$profile" | tee "$out/calibrate.txt"
 
+# 1b. what the fit measured: the fixed cost of a worker call and each term's rate on this GPU, beside
+#     what the shipped H100/H200 profiles assume (3 ms per call with prefill, measured kernel tables)
+python - "$profile" <<'PY' | tee "$out/fixed_cost.txt"
+import json, sys
+p = json.load(open(sys.argv[1]))
+print(f"measured fixed cost per worker call: {p['round_overhead_s'] * 1e3:.3f} ms "
+      f"(+ {p['per_request_s'] * 1e3:.3f} ms per sequence)")
+for term, scale in sorted(p.get("kind_scale", {}).items()):
+    print(f"{term}: {p['flops'] / scale / 1e12 if scale else float('inf'):.1f} TFLOP/s effective")
+PY
+
 # 2. the paper experiment: torch cells on the GPU, checked against the GPU profile
 sed -e "s|^cost_profile = .*|cost_profile = \"$profile\"|" experiments/paper.toml > "$out/paper.toml"
 radixflow experiment "$out/paper.toml" --device cuda --out "$out/paper"
@@ -25,4 +36,4 @@ radixflow experiment "$out/paper.toml" --device cuda --out "$out/paper"
 sed -e "s|^hardware = .*|hardware = \"$profile\"|" -e 's|^name = "paper"|name = "paper_measured_gpu"|' \
     "$out/paper.toml" > "$out/paper_measured_gpu.toml"
 radixflow experiment "$out/paper_measured_gpu.toml" --device cuda --out "$out/paper_measured_gpu"
-echo "wrote $out/calibrate.txt, $out/paper/report.md, $out/paper_measured_gpu/report.md"
+echo "wrote $out/calibrate.txt, $out/fixed_cost.txt, $out/paper/report.md, $out/paper_measured_gpu/report.md"

@@ -15,22 +15,23 @@ SRC_FLOPS = (
 SRC_H100_MEM = "NVIDIA H100 SXM datasheet: 80 GB HBM3 at 3.35 TB/s"
 SRC_H200_MEM = "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s"
 
-# Fixed costs of a worker call (issue 14). The earlier per-layer cost of every call misread
+# Fixed costs of a worker call. The earlier per-layer cost of every call misread
 # ai-dynamo/aiconfigurator PR #1166, which adds 0.8 ms x layers once per *request* as a TTFT
 # residual (end-to-end time at batch ~1 minus kernel time: HTTP, tokenization, queueing and
 # detokenization included), never per worker call.
 PREFILL_FIXED_S = 3e-3
 PREFILL_FIXED_BAND_S = (1e-3, 10e-3)  # what the experiments sweep (experiments/sensitivity.toml)
 SRC_PREFILL_FIXED = (
-    "fixed cost of a worker call with prefill: central 3 ms, band 1-10 ms (issue 14: 1-5 ms per "
-    "prefill round of 1k-8k tokens is defensible for 2B-8B models on H100/H200, widened; the "
-    "evaluations of ai-dynamo/aiconfigurator PR #1166 put a whole 512-token Qwen3-8B request at "
-    "~23 ms to first token, and that PR's 0.8 ms x layers is a per-request residual, not per call)"
+    "fixed cost of a worker call with prefill: central 3 ms, band 1-10 ms (not measured here: "
+    "1-5 ms per prefill round of 1k-8k tokens for 2B-8B models on H100/H200 is what the "
+    "evaluations of ai-dynamo/aiconfigurator PR #1166 leave room for, widened to 1-10 ms; they put "
+    "a whole 512-token Qwen3-8B request at ~23 ms to first token, and that PR's 0.8 ms x layers "
+    "is a per-request residual, not a cost of each call)"
 )
 DECODE_FIXED_S = 0.4e-3
 SRC_DECODE_FIXED = (
     "fixed cost of a decode-only worker call: ~0.4 ms of overhead per decode step (CUDA graphs) in "
-    "the evaluations of ai-dynamo/aiconfigurator PR #1166; band 0.3-2 ms (issue 14)"
+    "the evaluations of ai-dynamo/aiconfigurator PR #1166; band 0.3-2 ms"
 )
 REQUEST_OVERHEAD_S = 2e-3
 SRC_REQUEST = (

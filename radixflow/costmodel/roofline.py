@@ -2,7 +2,7 @@
 
 Each kernel call takes the longer of its FLOPs at a stated fraction of the dense BF16 peak and its
 bytes at the datasheet memory bandwidth. The fractions are those the measured H200 tables show for
-the nearest kernel class (issue 14, from the aiconfigurator-core 0.12.0 vLLM tables); where no
+the nearest kernel class (the aiconfigurator-core 0.12.0 vLLM tables); where no
 class was measured (Mamba2, LFM2's short conv) the source says which class stands in. A roofline
 is a lower bound: no launch latency, no tile quantization, no partial waves. Every term's source
 says `roofline: ...` and why.

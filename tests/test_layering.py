@@ -78,9 +78,10 @@ MODELS_ALLOWED = {
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
     "config_rules": {"config_schema"},
+    "attention": {"batch"},
     "layers": {"batch"},
-    "mixers": {"batch", "layers", "kernels"},
-    "families": {"batch", "layers", "mixers", "kernels", "config_schema", "config_rules"},
+    "mixers": {"batch", "attention", "layers", "kernels"},
+    "families": {"batch", "attention", "layers", "mixers", "kernels", "config_schema", "config_rules"},
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
     "zoo": {"layers", "registry", "io"},
 }

@@ -60,9 +60,13 @@ class TorchRunner:
         dtype: torch.dtype = torch.float32,
         label: str | None = None,
         seed: int = 0,
+        batched_decode: bool = True,
     ) -> None:
-        """``seed`` seeds the generator of requests sampled without a seed of their own."""
+        """``seed`` seeds the generator of requests sampled without a seed of their own.
+        ``batched_decode=False`` runs every one-token chunk on its own (chunked, per-sequence)
+        path: the reference the batched decode step is tested against."""
         self.net = load_model(path, device=device, dtype=dtype)
+        self.batched_decode = batched_decode
         self.device, self.dtype, self.block_size = device, dtype, block_size
         cfg = self.net.config
         hidden = int(cfg.hidden_size)
@@ -81,11 +85,12 @@ class TorchRunner:
 
     def _warmup(self) -> None:
         """One throwaway packed forward, so lazy kernel setup is not billed to the first round."""
-        specs = [SeqSpec(0, 16, [0]), SeqSpec(0, 16, [1])]
-        kv = KVPool(self.net.kv_layout(), 2, 16, self.dtype, self.device)
+        specs = [SeqSpec(0, 16, [0]), SeqSpec(0, 16, [1]), SeqSpec(0, 1, [2])]  # the last: a decode row
+        kv = KVPool(self.net.kv_layout(), 3, 16, self.dtype, self.device)
         state = StatePool(self.net.state_layout(), 0, self.dtype, self.device)
-        fb = ForwardBatch.build([([1] * 16, s) for s in specs], kv, state, self.device)
-        self._forward(fb, [True, True])
+        chunks = [([1] * s.length, s) for s in specs]
+        fb = ForwardBatch.build(chunks, kv, state, self.device, self.batched_decode)
+        self._forward(fb, [True, True, True])
 
     def validate(self, request: Request) -> Problem | None:
         return validate_prompt(request, self.model)
@@ -94,7 +99,7 @@ class TorchRunner:
         chunks = [(list(c.tokens[c.start : c.end]), _spec(c)) for c in batch.chunks]
         sampled = [c for c in batch.chunks if c.sample]
         t0 = time.perf_counter()
-        fb = ForwardBatch.build(chunks, self.kv, self.state, self.device)
+        fb = ForwardBatch.build(chunks, self.kv, self.state, self.device, self.batched_decode)
         self.scorer.forget(fb.new_slots.tolist())  # before the forward: a failed round may write KV
         with torch.inference_mode():
             hidden = self.net(fb)

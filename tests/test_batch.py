@@ -107,15 +107,15 @@ def test_all_fresh_decode_rows_need_no_slots():
 def test_batched_decode_attention_matches_one_sequence_at_a_time():
     # Decode rows with different context lengths (one of one token), next to a prefill chunk.
     heads, kv_heads, dim, block = 4, 2, 8, 4
-    lengths = [9, 1, 14, 5]
+    lengths = [9, 1, 40, 5]  # attending in two groups: (40, 9) and (5, 1)
     state = StatePool({}, 0, torch.float32, "cpu")
     outs = {}
     for batched in (True, False):
-        kv = KVPool({0: (kv_heads, dim)}, num_blocks=16, block_size=block, dtype=torch.float32, device="cpu")
+        kv = KVPool({0: (kv_heads, dim)}, num_blocks=20, block_size=block, dtype=torch.float32, device="cpu")
         g = torch.Generator().manual_seed(2)
         kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
         kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
-        tables = [[3, 0, 7], [5], [1, 2, 9, 4], [6, 8]]
+        tables = [[3, 0, 7], [5], [1, 2, 9, 4, 12, 13, 14, 15, 16, 17], [6, 8]]
         specs = [SeqSpec(n - 1, 1, t) for n, t in zip(lengths, tables, strict=True)]
         specs.insert(2, SeqSpec(0, 6, [10, 11]))
         fb = ForwardBatch.build([([1] * s.length, s) for s in specs], kv, state, "cpu", batched)
@@ -123,4 +123,20 @@ def test_batched_decode_attention_matches_one_sequence_at_a_time():
         q, k, v = (torch.randn(t, h, dim, generator=g) for h in (heads, kv_heads, kv_heads))
         outs[batched] = paged_attention(0, q, k, v, fb, scale=dim**-0.5)
         assert len(fb.decode) == (4 if batched else 0)
+        assert not batched or len(fb.decode_context) == 2
     assert (outs[True] - outs[False]).abs().max() < 1e-6
+
+
+def test_decode_rows_attend_in_groups_of_similar_context_length():
+    # padding a group to its longest context costs at most twice its real context, so one long
+    # context among short ones does not make every row gather the long one
+    state = StatePool({}, 0, torch.float32, "cpu")
+    ends = (9, 400, 12, 10, 1, 900)
+    specs = [SeqSpec(n - 1, 1, list(range(-(-n // 4)))) for n in ends]
+    kv = KVPool({}, num_blocks=300, block_size=4, dtype=torch.float32, device="cpu")
+    fb = ForwardBatch.build([([1], s) for s in specs], kv, state, "cpu")
+    groups = [(g.tokens.tolist(), g.slots.shape[1]) for g in fb.decode_context]
+    assert groups == [([5, 1], 900), ([2, 3, 0, 4], 12)]
+    for g in fb.decode_context:
+        assert g.valid.sum(1).tolist() == [ends[t] for t in g.tokens.tolist()]
+        assert 2 * sum(ends[t] for t in g.tokens.tolist()) >= g.valid.numel()

@@ -2,8 +2,8 @@
 
 Attention layers write the K/V of *every* token of the batch before any sequence reads, so a
 sequence may attend to KV written by another sequence of the same round (full-attention reuse
-within a round). Decode rows attend in one fused call over their padded contexts; the other rows
-one by one, each with its own causal mask.
+within a round). Decode rows attend in one fused call over their padded contexts (one per group
+of similar context length); the other rows one by one, each with its own causal mask.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.batch import ForwardBatch
+from radixflow.models.batch import DecodeContext, ForwardBatch
 
 
 def paged_attention(
@@ -34,9 +34,9 @@ def paged_attention(
     kc[batch.new_slots] = k.to(kc.dtype)
     vc[batch.new_slots] = v.to(vc.dtype)
     out = torch.empty_like(q)
-    rows = batch.decode
-    if len(rows):
-        out[rows.tokens] = _decode_attention(q[rows.tokens], kc, vc, batch.decode_context, scale)
+    if len(batch.decode):
+        for group in batch.decode_context:
+            out[group.tokens] = _decode_attention(q[group.tokens], kc, vc, group, scale)
     heads, kv_heads = q.shape[1], k.shape[1]
     for i in batch.others:
         s, ctx, mask = batch.seqs[i], batch.context_slots[i], batch.masks[i]
@@ -56,23 +56,19 @@ def paged_attention(
 
 
 def _decode_attention(
-    q: torch.Tensor,
-    kc: torch.Tensor,
-    vc: torch.Tensor,
-    context: tuple[torch.Tensor, torch.Tensor],
-    scale: float,
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, context: DecodeContext, scale: float
 ) -> torch.Tensor:
-    """One query token per row over its padded context: ``q [S, heads, dim]`` -> same shape.
+    """One query token per row over its padded context: ``q [G, heads, dim]`` -> same shape.
 
     Padding positions are masked out, so each row's softmax runs over exactly its own context;
     grouped KV heads are shared inside the fused kernel (``enable_gqa``), not copied.
     """
-    slots, valid = context
-    shape = (*slots.shape, *kc.shape[1:])  # [S, L, kv_heads, dim]
-    flat = slots.view(-1)  # index_select gathers rows ~2.5x faster than advanced indexing here
-    keys = kc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)  # [S, kv_heads, L, dim]
+    shape = (*context.slots.shape, *kc.shape[1:])  # [G, L, kv_heads, dim]
+    flat = context.slots.view(-1)  # index_select gathers rows ~2.5x faster than advanced indexing here
+    keys = kc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
     vals = vc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)
+    mask = context.valid[:, None, None, :]
     o = F.scaled_dot_product_attention(
-        q[:, :, None], keys, vals, attn_mask=valid[:, None, None, :], scale=scale, enable_gqa=True
+        q[:, :, None], keys, vals, attn_mask=mask, scale=scale, enable_gqa=True
     )
     return o[:, :, 0]

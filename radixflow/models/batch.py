@@ -249,6 +249,33 @@ class DecodeRows:
         )
 
 
+@dataclass(frozen=True)
+class DecodeContext:
+    """Decode rows attending together: their KV-pool slots of positions ``[0, end)``, padded
+    (with valid slots, masked out) to the group's longest context."""
+
+    tokens: torch.Tensor  # [G] long: flat token index of each row
+    slots: torch.Tensor  # [G, longest] long
+    valid: torch.Tensor  # [G, longest] bool: position < the row's end
+
+
+def _length_groups(ends: list[int], waste: float = 2.0) -> list[list[int]]:
+    """Indices of ``ends`` grouped longest first, so that padding every row of a group to its
+    longest costs at most ``waste`` times the group's real context (one row with a long context
+    among short ones must not blow up every row's gather)."""
+    order = sorted(range(len(ends)), key=lambda j: -ends[j])
+    groups: list[list[int]] = []
+    total = 0
+    for j in order:
+        if groups and (len(groups[-1]) + 1) * ends[groups[-1][0]] <= waste * (total + ends[j]):
+            groups[-1].append(j)
+            total += ends[j]
+        else:
+            groups.append([j])
+            total = ends[j]
+    return groups
+
+
 @dataclass
 class ForwardBatch:
     """Everything a model's forward needs for one round."""
@@ -312,15 +339,20 @@ class ForwardBatch:
         return self._slots(rows, self.positions)
 
     @cached_property
-    def decode_context(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(slots, valid)``, both ``[decode rows, longest context]``: the KV-pool slots of
-        positions ``[0, end)`` of each decode row, padded (with valid slots) to the longest one."""
+    def decode_context(self) -> list[DecodeContext]:
+        """The decode rows' attention contexts in groups of similar length (see `DecodeContext`)."""
         device = self.input_ids.device
-        seqs = torch.tensor(self.decode.seqs, dtype=torch.long, device=device)
-        ends = torch.tensor([self.seqs[i].end for i in self.decode.seqs], device=device)
-        positions = torch.arange(int(ends.max()), device=device)
-        valid = positions < ends[:, None]
-        return self._slots(seqs[:, None], positions.where(valid, 0)), valid
+        ends = [self.seqs[i].end for i in self.decode.seqs]
+        out = []
+        for group in _length_groups(ends):
+            seqs = torch.tensor([self.decode.seqs[j] for j in group], dtype=torch.long, device=device)
+            group_ends = torch.tensor([ends[j] for j in group], device=device)
+            positions = torch.arange(ends[group[0]], device=device)
+            valid = positions < group_ends[:, None]
+            slots = self._slots(seqs[:, None], positions.where(valid, 0))
+            tokens = self.decode.tokens[torch.tensor(group, dtype=torch.long, device=device)]
+            out.append(DecodeContext(tokens, slots, valid))
+        return out
 
     @cached_property
     def masks(self) -> dict[int, torch.Tensor | None]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.batch import DecodeContext, ForwardBatch
+from radixflow.models.batch import ForwardBatch
+from radixflow.models.decode_rows import DecodeContext
 
 
 def paged_attention(

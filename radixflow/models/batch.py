@@ -24,6 +24,8 @@ from functools import cached_property
 
 import torch
 
+from radixflow.models.decode_rows import DecodeContext, DecodeRows, length_groups
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -204,78 +206,6 @@ class StatePool:
             dst.index_copy_(0, rows.save_slots, src.to(dst.dtype))
 
 
-@dataclass(frozen=True)
-class DecodeRows:
-    """The one-token sequences of a batch, run by one batched step per layer.
-
-    Every index tensor is built once per batch and shared by all layers. A one-token chunk's
-    snapshots all sit at its end, so each row saves one state into zero or more slots.
-    """
-
-    seqs: tuple[int, ...]  # batch indices of the rows, in batch order
-    tokens: torch.Tensor  # [S] long: flat token index of each row
-    restore: torch.Tensor | None  # [S] long: slot to gather (0 for fresh rows); None: all fresh
-    fresh: torch.Tensor | None  # [S] bool: rows starting from zero state; None: none do
-    saves: tuple[tuple[int, int], ...]  # (row, slot) of each save
-    save_rows: torch.Tensor | None  # [N] long: row of each save; None: one save per row, in order
-    save_slots: torch.Tensor  # [N] long: slot of each save
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-    @classmethod
-    def build(
-        cls, seqs: list[SeqSpec], offsets: list[int], batched: bool, device: torch.device
-    ) -> DecodeRows:
-        """Rows for the one-token sequences of ``seqs`` (none when ``batched`` is False)."""
-        idx = tuple(i for i, s in enumerate(seqs) if batched and s.length == 1)
-        restores = [seqs[i].restore_slot for i in idx]
-        fresh = [r is None for r in restores]
-        saves = tuple((j, snap.slot) for j, i in enumerate(idx) for snap in seqs[i].snapshots)
-        save_rows = [j for j, _ in saves]
-
-        def longs(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.long, device=device)
-
-        return cls(
-            seqs=idx,
-            tokens=longs([offsets[i] for i in idx]),
-            restore=None if all(fresh) else longs([0 if r is None else r for r in restores]),
-            fresh=torch.tensor(fresh, device=device) if any(fresh) and not all(fresh) else None,
-            saves=saves,
-            # the usual decode round (each row saves its working slot only) needs no reordering
-            save_rows=None if save_rows == list(range(len(idx))) else longs(save_rows),
-            save_slots=longs([slot for _, slot in saves]),
-        )
-
-
-@dataclass(frozen=True)
-class DecodeContext:
-    """Decode rows attending together: their KV-pool slots of positions ``[0, end)``, padded
-    (with valid slots, masked out) to the group's longest context."""
-
-    tokens: torch.Tensor  # [G] long: flat token index of each row
-    slots: torch.Tensor  # [G, longest] long
-    valid: torch.Tensor  # [G, longest] bool: position < the row's end
-
-
-def _length_groups(ends: list[int], waste: float = 2.0) -> list[list[int]]:
-    """Indices of ``ends`` grouped longest first, so that padding every row of a group to its
-    longest costs at most ``waste`` times the group's real context (one row with a long context
-    among short ones must not blow up every row's gather)."""
-    order = sorted(range(len(ends)), key=lambda j: -ends[j])
-    groups: list[list[int]] = []
-    total = 0
-    for j in order:
-        if groups and (len(groups[-1]) + 1) * ends[groups[-1][0]] <= waste * (total + ends[j]):
-            groups[-1].append(j)
-            total += ends[j]
-        else:
-            groups.append([j])
-            total = ends[j]
-    return groups
-
-
 @dataclass
 class ForwardBatch:
     """Everything a model's forward needs for one round."""
@@ -299,7 +229,12 @@ class ForwardBatch:
     @cached_property
     def decode(self) -> DecodeRows:
         """The one-token rows, run by one batched step per layer (empty unless ``batched_decode``)."""
-        return DecodeRows.build(self.seqs, self.offsets, self.batched_decode, self.input_ids.device)
+        picked = [
+            (i, self.offsets[i], s.restore_slot, tuple(snap.slot for snap in s.snapshots))
+            for i, s in enumerate(self.seqs)
+            if self.batched_decode and s.length == 1
+        ]
+        return DecodeRows.build(picked, self.input_ids.device)
 
     @cached_property
     def others(self) -> list[int]:
@@ -344,7 +279,7 @@ class ForwardBatch:
         device = self.input_ids.device
         ends = [self.seqs[i].end for i in self.decode.seqs]
         out = []
-        for group in _length_groups(ends):
+        for group in length_groups(ends):
             seqs = torch.tensor([self.decode.seqs[j] for j in group], dtype=torch.long, device=device)
             group_ends = torch.tensor([ends[j] for j in group], device=device)
             positions = torch.arange(ends[group[0]], device=device)

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.batch import DecodeRows, ForwardBatch, SeqSpec
+from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.delta_rule import causal_conv, chunked_gated_delta_rule, l2norm
 from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config

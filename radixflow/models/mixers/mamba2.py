@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.batch import DecodeRows, ForwardBatch, SeqSpec
+from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.ssd import causal_conv, gated_rms_norm, ssd_chunked, ssd_step
 from radixflow.models.kernels.step import conv_step
 from radixflow.models.layers import ACTIVATIONS, Config

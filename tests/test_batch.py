@@ -140,3 +140,11 @@ def test_decode_rows_attend_in_groups_of_similar_context_length():
     for g in fb.decode_context:
         assert g.valid.sum(1).tolist() == [ends[t] for t in g.tokens.tolist()]
         assert 2 * sum(ends[t] for t in g.tokens.tolist()) >= g.valid.numel()
+
+
+def test_a_block_table_too_short_for_its_chunk_is_refused():
+    kv = KVPool({0: (1, 2)}, num_blocks=4, block_size=4, dtype=torch.float32, device="cpu")
+    state = StatePool({}, 0, torch.float32, "cpu")
+    fb = ForwardBatch.build([([1] * 5, SeqSpec(0, 5, [2]))], kv, state, "cpu")
+    with pytest.raises(ValueError, match="does not cover position 4"):
+        _ = fb.new_slots

@@ -250,7 +250,12 @@ class ForwardBatch:
 
     @cached_property
     def block_tables(self) -> torch.Tensor:
-        """``[seqs, max blocks]`` long: every block table, padded with block 0."""
+        """``[seqs, max blocks]`` long: every block table, padded with block 0 (never read: a
+        table must cover its sequence's ``[0, end)``, checked here)."""
+        for s in self.seqs:
+            if len(s.block_table) * self.kv.block_size < s.end:
+                blocks = len(s.block_table)
+                raise ValueError(f"a block table of {blocks} blocks does not cover position {s.end - 1}")
         width = max(len(s.block_table) for s in self.seqs)
         rows = [s.block_table + [0] * (width - len(s.block_table)) for s in self.seqs]
         return torch.tensor(rows, dtype=torch.long, device=self.input_ids.device)

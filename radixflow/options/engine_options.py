@@ -67,6 +67,14 @@ class EngineOptions:
         group="model",
         metavar="N",
     )
+    matmul: str = _opt(
+        "auto",
+        "torch runner on a CPU: the matmul library per shape class: auto (measured at startup), mkl, "
+        "onednn, or class=library pairs for the classes single, decode and prefill",
+        str,
+        group="model",
+        metavar="PLAN",
+    )
     seed: int = _opt(
         0,
         "random seed: of the sampler, for requests without a seed of their own (bench: "

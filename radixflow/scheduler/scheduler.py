@@ -165,6 +165,8 @@ class Scheduler:
                 status = self._start(req, fallback, budget, out)
                 if status is not _Admit.NO_MEMORY:
                     break
+        if status is _Admit.SCHEDULED:
+            self.checkpoints.observe(req, match)
         return status, match
 
     def _start(self, req: Request, point: ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:

@@ -132,14 +132,14 @@ def test_torch_engine_matches_the_no_cache_reference(runners: Runners) -> None:
     family = runners[BLOCK_SIZES[0]].model.name
 
     @settings(max_examples=EXAMPLES[family], deadline=None)
-    @given(reqs=workloads(), cfg=configs(), placement=st.sampled_from(["branch", "align"]))
+    @given(reqs=workloads(), cfg=configs(), placement=st.sampled_from(["branch", "lone", "align"]))
     def prop(reqs: list[Request], cfg: SchedulerConfig, placement: str) -> None:
         check_against_reference(runners[cfg.block_size], cfg, placement, reqs)
 
     prop()
 
 
-@pytest.mark.parametrize("placement", ["branch", "align"])
+@pytest.mark.parametrize("placement", ["branch", "lone", "align"])
 def test_a_chunk_ending_on_a_checkpoint_completes_exactly(runners: Runners, placement: str) -> None:
     # The crash of issue 6 in small: a 64-token context chunked at a 64-token budget ends exactly
     # on the branch point, where the checkpoint slot and the working slot both snapshot.
@@ -202,3 +202,25 @@ def test_batched_decode_generates_what_the_per_sequence_path_does(checkpoint: tu
             assert max((abs(a.logprob - b.logprob) for a, b in pairs), default=0.0) <= 3e-5, rid
 
     prop()
+
+
+def test_candidates_arriving_one_by_one_reuse_a_lone_context_exactly(runners: Runners) -> None:
+    # each candidate is submitted when the one before it has finished: only `lone` leaves the
+    # first candidate of a context a checkpoint where the context ends
+    runner = runners[8]
+    cfg = SchedulerConfig(token_budget=32, max_requests=4, block_size=8, num_blocks=24, num_state_slots=4)
+    reqs = [
+        Request(
+            f"g{g}c{c}", tuple(range(20 + 50 * g, 44 + 50 * g)) + tuple(range(300 + 13 * c, 312 + 13 * c))
+        )
+        for g in range(2)
+        for c in range(3)
+    ]
+    reference = runner.reference_tokens(reqs)
+    engine = Engine(runner, cfg, policy="radixflow", placement="lone")
+    for r in reqs:
+        engine.run([Request(r.id, r.prompt, r.namespace, engine.now)])
+        engine.cache.check_integrity()
+    assert all(r.output[0] == reference[r.id] for r in engine.requests)
+    # hybrids: the first group's cold-start ladder, then the fork learned; attention: the KV
+    assert [r.reused for r in engine.requests] == [0, 24, 24, 0, 24, 24]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
 from radixflow.cli.args import (
+    check_output_paths,
     int_arg,
     non_negative_float,
     positive_int,
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from radixflow.server.state import ServerConfig
 
     options = from_args(args)
+    if options.trace_out is not None:
+        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
     warn_ineffective_options(args, options)
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)

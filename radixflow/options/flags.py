@@ -19,6 +19,7 @@ GROUPS = {
     "model": "model and runner",
     "scheduler": "scheduler and cache",
     "sim": "sim cost model (sim runner only)",
+    "output": "output",
 }
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
 TORCH_ONLY = ("device", "torch_threads", "matmul")

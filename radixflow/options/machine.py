@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from radixflow.problems import Problem
 
@@ -63,3 +64,16 @@ def pools_problem(need: int | None, device: str, what: str) -> Problem | None:
         f"the torch runner's cache needs {need / 1e9:.1f} GB ({what}) but {have / 1e9:.1f} GB of memory "
         "is available: lower kv_blocks, block_size or state_slots",
     )
+
+
+def output_problem(name: str, value: str | None) -> Problem | None:
+    """An output file that can never be written: a directory, or in a directory that does not
+    exist. Reads the file system, writes nothing (the doors open the file before any work)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        return Problem(name, f"{value} is a directory")
+    if not path.resolve().parent.is_dir():
+        return Problem(name, f"cannot write {value}: directory {path.parent} does not exist")
+    return None

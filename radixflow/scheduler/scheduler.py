@@ -16,6 +16,7 @@ from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
 from radixflow.scheduler.checkpoints import CheckpointPlanner
 from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.events import SchedulerEvents
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec, StopReason
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
@@ -56,10 +57,13 @@ class Scheduler:
         policy: SchedulingPolicy,
         placement: CheckpointPlacement,
         predict: Callable[[Sequence[ScheduledChunk]], float] | None = None,
+        events: SchedulerEvents | None = None,
     ) -> None:
         """``predict``: the seconds a round of these chunks would take (the runner's model; None
-        where it has none), for policies that weigh rounds by time. Pure; nothing here calls it yet."""
+        where it has none), for policies that weigh rounds by time. Pure; nothing here calls it yet.
+        ``events``: who is told of parked and woken consumers and policy decisions (None: nobody)."""
         config.validate()
+        self.events = events
         self.config = config
         self.predict = predict
         self.cache = cache
@@ -122,6 +126,8 @@ class Scheduler:
                 out.blocked.append(req.id)
                 assert match.producer is not None
                 self.parked.park(req, match.producer)
+                if self.events is not None:
+                    self.events.parked(req.id, match.producer)
                 if self.policy.on_blocked(req, match) is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
                     return _Stop(None, None, scan)
@@ -165,6 +171,8 @@ class Scheduler:
                 status = self._start(req, fallback, budget, out)
                 if status is not _Admit.NO_MEMORY:
                     break
+        if status is _Admit.SCHEDULED:
+            self.checkpoints.observe(req, match)
         return status, match
 
     def _start(self, req: Request, point: ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
@@ -263,7 +271,7 @@ class Scheduler:
         for chunk in out.chunks:
             req = self.running[chunk.request_id]
             self.cache.commit(req.id)
-            self.parked.wake(req.id)
+            self._wake(req.id)
             req.chunks += 1
             if prompt_logprobs and req.id in prompt_logprobs:
                 req.prompt_logprobs.extend(prompt_logprobs[req.id])
@@ -339,10 +347,22 @@ class Scheduler:
             req.lock = None
         self.cache.withdraw([r.id for r in failed])
         for req in failed:
-            self.parked.wake(req.id)
+            self._wake(req.id)
             self._release(req)
             req.status, req.error = RequestStatus.FAILED, reason
         return failed
+
+    def _wake(self, producer: str) -> None:
+        woken = self.parked.wake(producer)
+        if self.events is not None:
+            for consumer in woken:
+                self.events.woken(consumer.id, producer)
+
+    def note(self, kind: str, request_id: str, **details: object) -> None:
+        """Report a policy decision about ``request_id`` this round to the event observer, if any
+        (see `radixflow.scheduler.events`). Pure for the schedule."""
+        if self.events is not None:
+            self.events.decision(kind, request_id, **details)
 
     def fail_head(self, reason: str) -> Request | None:
         """Reject the oldest waiting request (used when nothing can ever make progress)."""

@@ -61,7 +61,8 @@ class EngineOptions:
     device: str = _opt("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
     torch_threads: int | None = _opt(
         None,
-        "torch intra-op threads, at most this machine's CPUs (default: torch's)",
+        "torch intra-op threads, at most this machine's CPUs (default: torch's; serve: the server's "
+        "thread plan, one CPU left to the HTTP side per 8)",
         int,
         low=1,
         group="model",

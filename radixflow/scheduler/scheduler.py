@@ -24,7 +24,7 @@ from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
-from radixflow.scheduler.sampling import FinishReason, PromptLogprob, Sample
+from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
 
 
 class _Admit(Enum):
@@ -260,7 +260,7 @@ class Scheduler:
         out: SchedulerOutput,
         samples: dict[str, Sample],
         now: float,
-        prompt_logprobs: dict[str, list[PromptLogprob]] | None = None,
+        prompt_logprobs: dict[str, PromptLogprobs] | None = None,
     ) -> list[Request]:
         """Apply a finished round: checkpoints become READY (waking their parked consumers),
         sampled tokens are appended, finished requests release their resources.

@@ -89,7 +89,8 @@ def main() -> None:
     table = {label: {k: median([r[k] for r in rs]) for k in rs[0]} for label, rs in runs.items()}
     ref = table[args.variant[0].label]
     print(f"\nmedians of {args.repeat} interleaved runs; ratios against {args.variant[0].label}")
-    print(f"{'variant':14s} {'req/s':>8s} {'x':>6s} {'TTFT p50':>10s} {'x':>6s} {'lost':>5s} {'errors':>7s} {'load':>5s}")
+    head = ("variant", "req/s", "x", "TTFT p50", "x", "lost", "errors", "load")
+    print("{:14s} {:>8s} {:>6s} {:>10s} {:>6s} {:>5s} {:>7s} {:>5s}".format(*head))
     for label, row in table.items():
         rps, ttft = row["requests_per_s"], row["chat_ttft_p50_s"]
         x_rps = rps / ref["requests_per_s"] if rps and ref["requests_per_s"] else float("nan")

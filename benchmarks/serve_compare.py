@@ -73,8 +73,13 @@ def median(values: list[float | None]) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", type=parse_variant, action="append", required=True,
-                    help="LABEL=TREE[:SERVER FLAGS]; the first is the reference of the ratios")
+    ap.add_argument(
+        "--variant",
+        type=parse_variant,
+        action="append",
+        required=True,
+        help="LABEL=TREE[:SERVER FLAGS]; the first is the reference of the ratios",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant (medians)")
     ap.add_argument("--json", type=Path, default=Path("results/serve_compare.json"))
     args, load_args = ap.parse_known_args()
@@ -95,12 +100,15 @@ def main() -> None:
         rps, ttft = row["requests_per_s"], row["chat_ttft_p50_s"]
         x_rps = rps / ref["requests_per_s"] if rps and ref["requests_per_s"] else float("nan")
         x_ttft = ttft / ref["chat_ttft_p50_s"] if ttft and ref["chat_ttft_p50_s"] else float("nan")
-        print(f"{label:14s} {rps:8.2f} {x_rps:6.2f} {1e3 * (ttft or 0):8.0f}ms {x_ttft:6.2f} "
-              f"{row['lost']:5.0f} {row['errors']:7.0f} {row['load_1min']:5.1f}")
+        print(
+            f"{label:14s} {rps:8.2f} {x_rps:6.2f} {1e3 * (ttft or 0):8.0f}ms {x_ttft:6.2f} "
+            f"{row['lost']:5.0f} {row['errors']:7.0f} {row['load_1min']:5.1f}"
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     variants = [{"label": v.label, "tree": str(v.tree), "flags": list(v.flags)} for v in args.variant]
-    args.json.write_text(json.dumps(
-        {"variants": variants, "load_args": load_args, "runs": runs, "medians": table}, indent=2))
+    args.json.write_text(
+        json.dumps({"variants": variants, "load_args": load_args, "runs": runs, "medians": table}, indent=2)
+    )
     print(f"wrote {args.json}")
 
 

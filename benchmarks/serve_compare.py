@@ -63,6 +63,9 @@ def figures(summary: dict[str, object]) -> dict[str, float | None]:
         "lost": summary["lost"],  # type: ignore[dict-item]
         "errors": float(sum(summary["errors"].values())),  # type: ignore[union-attr]
         "load_1min": summary["machine"]["load_1min_before"],  # type: ignore[index]
+        "server_cpu_ms_per_request": 1e3 * summary["server_cpu_s_per_request"]  # type: ignore[operator]
+        if "server_cpu_s_per_request" in summary
+        else None,
     }
 
 
@@ -94,14 +97,15 @@ def main() -> None:
     table = {label: {k: median([r[k] for r in rs]) for k in rs[0]} for label, rs in runs.items()}
     ref = table[args.variant[0].label]
     print(f"\nmedians of {args.repeat} interleaved runs; ratios against {args.variant[0].label}")
-    head = ("variant", "req/s", "x", "TTFT p50", "x", "lost", "errors", "load")
-    print("{:14s} {:>8s} {:>6s} {:>10s} {:>6s} {:>5s} {:>7s} {:>5s}".format(*head))
+    head = ("variant", "req/s", "x", "TTFT p50", "x", "CPU/req", "lost", "errors", "load")
+    print("{:14s} {:>8s} {:>6s} {:>10s} {:>6s} {:>9s} {:>5s} {:>7s} {:>5s}".format(*head))
     for label, row in table.items():
         rps, ttft = row["requests_per_s"], row["chat_ttft_p50_s"]
         x_rps = rps / ref["requests_per_s"] if rps and ref["requests_per_s"] else float("nan")
         x_ttft = ttft / ref["chat_ttft_p50_s"] if ttft and ref["chat_ttft_p50_s"] else float("nan")
         print(
             f"{label:14s} {rps:8.2f} {x_rps:6.2f} {1e3 * (ttft or 0):8.0f}ms {x_ttft:6.2f} "
+            f"{row['server_cpu_ms_per_request'] or float('nan'):7.0f}ms "
             f"{row['lost']:5.0f} {row['errors']:7.0f} {row['load_1min']:5.1f}"
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ ALLOWED = {
     "costmodel": set(),
     "runners": {"cache", "scheduler", "engine", "models", "costmodel"},
     "workloads": {"scheduler"},
+    # routers: pure Python over cache digests, shared by the fleet sim and the Ray Serve adapter
+    "fleet": {"cache"},
     # one way in: options -> runner choice, cache, scheduler, engine (models only lazily, by name)
     "options": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
     "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "options"},
@@ -58,6 +60,7 @@ LEAVES = {"problems"}
 # server reaches the model only through the generation layer
 NO_TORCH = {
     "cache",
+    "fleet",
     "scheduler",
     "engine",
     "workloads",

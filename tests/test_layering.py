@@ -22,7 +22,17 @@ ALLOWED = {
     "fleet": {"cache"},
     # one way in: options -> runner choice, cache, scheduler, engine (models only lazily, by name)
     "options": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
-    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "options"},
+    "bench": {
+        "cache",
+        "scheduler",
+        "engine",
+        "runners",
+        "models",
+        "workloads",
+        "costmodel",
+        "options",
+        "fleet",
+    },
     "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
     "experiments": {
         "cache",
@@ -34,6 +44,7 @@ ALLOWED = {
         "costmodel",
         "bench",
         "options",
+        "fleet",
     },
     "generation": {"scheduler", "engine", "runners", "models", "options"},
     "server": {"scheduler", "engine", "generation"},

@@ -255,6 +255,14 @@ class Engine:
         self.cache.check_integrity()
         self.scheduler.check_integrity()
 
+    def next_event_s(self) -> float | None:
+        """Modelled time of this engine's next round: now while it has admitted work, else its next
+        admission; None when it has nothing to do. Pure (a fleet steps the earliest engine)."""
+        if self.scheduler.has_work():
+            return self.now
+        waiting = [ready for ready, _, r in self._arrivals if r.status is RequestStatus.WAITING]
+        return max(self.now, min(waiting)) if waiting else None
+
     def queue_length(self) -> int:
         """Requests submitted and not done: arriving, waiting or running. Pure."""
         arriving = sum(1 for _, _, r in self._arrivals if r.status is RequestStatus.WAITING)

@@ -37,6 +37,7 @@ class RouterConfig:
 
 class Router(Protocol):
     name: str
+    uses_digests: bool  # reads ReplicaState.digest (callers may skip computing it otherwise)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         """The replica for ``request`` (``replicas`` non-empty). Mutates only the router's own
@@ -65,6 +66,7 @@ def least_loaded(replicas: Sequence[ReplicaState], rng: random.Random) -> Replic
 
 class PowerOfTwo:
     name = "pow2"
+    uses_digests = False
 
     def __init__(self, config: RouterConfig) -> None:
         self.rng = random.Random(config.seed)
@@ -82,6 +84,7 @@ class PrefixAffinity:
     prompt and the fleet is balanced; otherwise power of two choices."""
 
     name = "prefix"
+    uses_digests = False
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
@@ -115,6 +118,7 @@ class CheckpointAffinity:
     the prompt's prefix (its checkpoint is on its way there); overloaded replicas are passed over."""
 
     name = "checkpoint"
+    uses_digests = True
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config

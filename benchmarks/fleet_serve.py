@@ -170,15 +170,29 @@ async def accepted(port: int, n: int, timeout_s: float = 5.0) -> None:
             await asyncio.sleep(0.02)
 
 
+def started(args: argparse.Namespace, router: str, log: Path) -> tuple[subprocess.Popen, int]:
+    """The server, ready; a port Ray's own processes took meanwhile is tried again elsewhere."""
+    for attempt in range(3):
+        port = free_port()
+        proc = start(args.model, args.replicas, router, port, log)
+        try:
+            wait_ready(proc, port, args.start_timeout)
+            return proc, port
+        except RuntimeError:
+            if proc.poll() is None or attempt == 2 or "address already in use" not in log.read_text():
+                proc.kill()
+                raise
+            time.sleep(5)  # its Ray instance shuts down first
+    raise AssertionError("unreachable")
+
+
 def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) -> RouterRun:
-    port = free_port()
     log = Path(args.log_dir) / f"fleet_serve_{router}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     before = ray_processes()
-    proc = start(args.model, args.replicas, router, port, log)
     run = RouterRun(router)
+    proc, port = started(args, router, log)
     try:
-        wait_ready(proc, port, args.start_timeout)
         asyncio.run(drive(port, args.model, prompts, args.clients, run))
         fleet = httpx.get(f"http://127.0.0.1:{port}/fleet", timeout=10).json()
         run.per_replica = fleet["replicas"]

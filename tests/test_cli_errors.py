@@ -216,7 +216,11 @@ def test_replicas_without_the_cluster_extra_names_the_install_command(monkeypatc
 
 @pytest.mark.parametrize(
     "argv, needle",
-    [(["--replicas", "0"], "--replicas"), (["--replicas", "2", "--router", "round_robin"], "--router")],
+    [
+        (["--replicas", "0"], "--replicas"),
+        (["--replicas", "2", "--router", "round_robin"], "--router"),
+        (["--replicas", "2", "--trace-out", "t.json"], "--trace-out"),
+    ],
 )
 def test_bad_fleet_flags_are_refused(capsys, argv, needle):
     assert needle in one_line_error(capsys, ["serve", "qwen3_5-tiny", *argv])

@@ -147,12 +147,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def run_fleet(args: argparse.Namespace, console: Console) -> int:
     """Replicas on Ray Serve, each with one torch thread per CPU it is given (one by default)."""
+    options = from_args(args)
+    if options.trace_out is not None:
+        raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
     require_serve_extra()
     require_cluster_extra()
     from radixflow.cluster.launch import FleetSpec, deploy, fleet_server, ray_serve
     from radixflow.server.state import ServerConfig
 
-    options = from_args(args)
     warn_ineffective_options(args, options)
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one

@@ -206,3 +206,21 @@ def test_strict_json_has_no_nan(tmp_path):
 
     data = json.loads(out.read_text(), parse_constant=refuse)
     assert data["results"][0]["failures"] == []
+
+
+def test_replicas_without_the_cluster_extra_names_the_install_command(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray.serve", None)  # an install without ray[serve]
+    err = one_line_error(capsys, ["serve", "qwen3_5-tiny", "--replicas", "2"])
+    assert "--replicas needs the cluster extra" in err and "pip install -e '.[cluster]'" in err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--replicas", "0"], "--replicas"),
+        (["--replicas", "2", "--router", "round_robin"], "--router"),
+        (["--replicas", "2", "--trace-out", "t.json"], "--trace-out"),
+    ],
+)
+def test_bad_fleet_flags_are_refused(capsys, argv, needle):
+    assert needle in one_line_error(capsys, ["serve", "qwen3_5-tiny", *argv])

@@ -126,6 +126,10 @@ def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: 
         (('hardware = "h200"', 'hardware = "missing.json"'), "defaults.hardware"),
         (("candidate_len = 16", 'candidate_len = 16\norder = "random"'), "defaults.workload.order"),
         (("candidate_len = 16", "candidate_len = 0"), "defaults.workload.candidate_len"),
+        (("[defaults]", '[defaults]\nrouter = "round_robin"'), "defaults.router"),
+        (("[defaults]", "[defaults]\nreplicas = 0"), "defaults.replicas"),
+        (("candidate_len = 16", 'candidate_len = 16\nkind = "essays"'), "defaults.workload.kind"),
+        (("candidate_len = 16", "candidate_len = 16\nskew = -1.0"), "defaults.workload.skew"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str], key: str):
@@ -134,6 +138,36 @@ def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str]
         load_config(tiny)
     message = str(info.value)
     assert "\n" not in message and f": {key}" in message
+
+
+def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
+    from radixflow.experiments.cells import run_cell
+
+    fleet = TINY.replace("[defaults]", '[defaults]\nreplicas = 3\nrouter = "checkpoint"', 1)
+    tiny.write_text(fleet.replace("groups = 2", 'groups = 6\nkind = "chats"', 1))
+    config = load_config(tiny)
+    cell = config.cells[0]
+    result = run_cell(cell, config.variants)
+    for r in result["results"]:
+        assert r["completed"] == r["requests"] == 18 and r["reuse_rate"] > 0.5
+        assert r["fleet"]["replicas"] == 3 and r["fleet"]["router"] == "checkpoint"
+        assert sum(p["routed"] for p in r["fleet"]["per_replica"]) == 18
+
+
+def test_a_fleet_needs_the_sim_runner():
+    from radixflow.experiments.config import parse_config
+
+    data = {"defaults": {"runner": "torch", "model": "qwen3_5-tiny", "replicas": 2}}
+    with pytest.raises(
+        ExperimentConfigError, match=r"defaults\.replicas: a fleet of 2 replicas needs the sim"
+    ):
+        parse_config(data, "x.toml", Path("."))
+
+
+def test_fleet_keys_at_their_defaults_leave_cell_keys_alone(tiny: Path):
+    before = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    tiny.write_text(TINY.replace("[defaults]", '[defaults]\nreplicas = 1\nrouter = "pow2"', 1))
+    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == before
 
 
 def test_not_toml_is_one_line(tmp_path: Path):

@@ -18,9 +18,21 @@ ALLOWED = {
     "costmodel": set(),
     "runners": {"cache", "scheduler", "engine", "models", "costmodel"},
     "workloads": {"scheduler"},
+    # routers: pure Python over cache digests, shared by the fleet sim and the Ray Serve adapter
+    "fleet": {"cache"},
     # one way in: options -> runner choice, cache, scheduler, engine (models only lazily, by name)
     "options": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
-    "bench": {"cache", "scheduler", "engine", "runners", "models", "workloads", "costmodel", "options"},
+    "bench": {
+        "cache",
+        "scheduler",
+        "engine",
+        "runners",
+        "models",
+        "workloads",
+        "costmodel",
+        "options",
+        "fleet",
+    },
     "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
     "experiments": {
         "cache",
@@ -32,9 +44,12 @@ ALLOWED = {
         "costmodel",
         "bench",
         "options",
+        "fleet",
     },
     "generation": {"scheduler", "engine", "runners", "models", "options"},
     "server": {"scheduler", "engine", "generation"},
+    # replicas on Ray Serve: the server's pieces over many engines, routed by the fleet routers
+    "cluster": {"cache", "scheduler", "engine", "generation", "server", "options", "fleet"},
     "cli": {
         "cache",
         "scheduler",
@@ -49,6 +64,8 @@ ALLOWED = {
         "generation",
         "server",
         "options",
+        "fleet",
+        "cluster",
     },
 }
 # leaf modules at the top of the package: they import nothing from radixflow, so any layer may
@@ -58,6 +75,7 @@ LEAVES = {"problems"}
 # server reaches the model only through the generation layer
 NO_TORCH = {
     "cache",
+    "fleet",
     "scheduler",
     "engine",
     "workloads",
@@ -66,6 +84,7 @@ NO_TORCH = {
     "generation",
     "server",
     "options",
+    "cluster",
 }
 
 # Inside models/, bottom up: pure math, then mixers over packed batches, then the families that
@@ -108,6 +127,29 @@ def test_package_imports_only_lower_layers(package):
                 assert parts[1] in ALLOWED[package] | LEAVES | {package}, f"{path.name} imports {name}"
             if package in NO_TORCH:
                 assert parts[0] != "torch", f"{path.name} imports torch"
+
+
+# Ray is an extra: only these modules import it (the cluster ones and experiments' --ray lazily),
+# so one replica, the sim and the routers run without it.
+RAY_MODULES = {"cluster/ray_router.py", "cluster/launch.py", "cluster/replica.py", "experiments/execute.py"}
+
+
+def test_only_the_cluster_modules_import_ray():
+    for path in PKG.rglob("*.py"):
+        if any(name == "ray" or name.startswith("ray.") for name in imports(path)):
+            assert str(path.relative_to(PKG)) in RAY_MODULES, f"{path.relative_to(PKG)} imports ray"
+
+
+def test_one_replica_serving_never_imports_ray():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, radixflow.cli.serve, radixflow.server.serve, radixflow.fleet, radixflow.bench.fleet; "
+        "print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -232,3 +233,23 @@ def test_without_a_shared_prefix_the_workload_is_unchanged():
 def test_negative_shared_prefix_is_refused():
     with pytest.raises(ValueError, match="shared_prefix_len: must be at least 0"):
         WorkloadSpec(shared_prefix_len=-1).validate()
+
+
+def test_chat_turns_extend_the_previous_turn():
+    spec = WorkloadSpec(groups=2, candidates=4, context_len=32, candidate_len=8, kind="chats", seed=3)
+    reqs = {r.id: r for r in build_workload(spec).requests}
+    for g in range(2):
+        turns = [reqs[f"g{g}c{k}"].prompt for k in range(4)]
+        assert [len(t) for t in turns] == [40, 48, 56, 64]
+        assert all(b[: len(a)] == a for a, b in itertools.pairwise(turns))
+    assert spec.prompt_len == 64
+
+
+def test_skew_gives_the_first_groups_most_requests():
+    spec = WorkloadSpec(groups=8, candidates=4, context_len=16, candidate_len=4, skew=1.0)
+    sizes = spec.group_sizes()
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > 3 * sizes[-1] and min(sizes) >= 1
+    assert len(build_workload(spec).requests) == sum(sizes) == spec.requests
+    assert WorkloadSpec(skew=0.0).group_sizes() == [8] * 8
+    assert WorkloadSpec(skew=-1.0).problem().param == "skew"
+    assert WorkloadSpec(kind="essays").problem().param == "kind"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence, Set
 
+from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
 from radixflow.cache.evictable import Evictor
 from radixflow.cache.eviction import LRU, EvictionPolicy
 from radixflow.cache.node import Checkpoint, Node, common_blocks
@@ -296,6 +297,25 @@ class RadixCache:
             checkpoint_slots=ckpts,
             working_slots=len(self._working),
         )
+
+    def ready_digest(self, kv_runs: bool = False) -> CheckpointDigest:
+        """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;
+        ``kv_runs``: at the end of every materialized node instead (a model without recurrent
+        layers resumes anywhere its KV is). A router's view of this cache. Pure."""
+        found: set[int] = set()
+        for namespace, root in self.tree.named_roots():
+            stack = [(root, namespace_seed(namespace))]
+            while stack:
+                node, h = stack.pop()
+                for child in node.children.values():
+                    if not child.materialized:
+                        continue
+                    *_, end = extend_chain(h, child.key, self.block_size)
+                    ckpt = child.checkpoint
+                    if kv_runs or (ckpt is not None and ckpt.readiness is Readiness.READY):
+                        found.add(end)
+                    stack.append((child, end))
+        return CheckpointDigest(self.block_size, frozenset(found))
 
     def check_integrity(self) -> None:
         """Raise `IntegrityError` at the first broken invariant. Pure."""

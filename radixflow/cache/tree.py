@@ -38,6 +38,10 @@ class Tree:
         """Each namespace's root, oldest first (a read-only live view). Pure."""
         return self._roots.values()
 
+    def named_roots(self) -> Collection[tuple[str, Node]]:
+        """(namespace, root) pairs, oldest first (a read-only live view). Pure."""
+        return self._roots.items()
+
     def nodes(self) -> Collection[Node]:
         """Every node in the tree, roots included, oldest first (a read-only live view). Pure."""
         return self._nodes.values()

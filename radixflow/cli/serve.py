@@ -19,6 +19,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.options.machine import cpu_count, server_thread_plan
@@ -59,6 +60,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds to finish requests on shutdown",
     )
     g.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    f = p.add_argument_group("fleet (Ray Serve)")
+    f.add_argument(
+        "--replicas",
+        type=int_arg(1, 1024),
+        default=1,
+        help="engine replicas; more than one runs them as a Ray Serve deployment behind this "
+        "server (needs the cluster extra: pip install -e '.[cluster]'); 1: one engine here, no Ray",
+    )
+    f.add_argument(
+        "--router",
+        choices=list(ROUTERS),
+        default=None,
+        help="which replica serves a request: pow2 (the shorter of two random queues), prefix "
+        "(where its prompt prefix went), checkpoint (the deepest READY state checkpoint) "
+        "(default: checkpoint)",
+    )
+    f.add_argument(
+        "--ray-address", help="join this Ray cluster (e.g. ray://head:10001 or auto) instead of starting one"
+    )
 
 
 def require_serve_extra() -> None:
@@ -81,7 +101,24 @@ def threads(options: EngineOptions, tokenizer_threads: int | None, cpus: int) ->
     return options, tokenizer_threads or plan.tokenizer_threads
 
 
+def require_cluster_extra() -> None:
+    try:
+        importlib.import_module("ray.serve")
+    except ImportError as e:
+        raise UsageError(
+            f"radixflow serve --replicas needs the cluster extra ({e}): pip install -e '.[cluster]'"
+        ) from None
+
+
+def fleet_wanted(args: argparse.Namespace) -> bool:
+    return args.replicas > 1 or args.ray_address is not None
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
+    if fleet_wanted(args):
+        return run_fleet(args, console)
+    if args.router is not None:
+        console.print("[yellow]warning:[/] --router has no effect with one replica (see --replicas)")
     require_torch_extra("radixflow serve")
     require_serve_extra()
     from radixflow.generation.setup import load_model
@@ -105,6 +142,37 @@ def run(args: argparse.Namespace, console: Console) -> int:
         file=sys.stderr,
     )
     server.run()
+    return 0
+
+
+def run_fleet(args: argparse.Namespace, console: Console) -> int:
+    """Replicas on Ray Serve, each with one torch thread per CPU it is given (one by default)."""
+    options = from_args(args)
+    if options.trace_out is not None:
+        raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
+    require_serve_extra()
+    require_cluster_extra()
+    from radixflow.cluster.launch import FleetSpec, deploy, fleet_server, ray_serve
+    from radixflow.server.state import ServerConfig
+
+    warn_ineffective_options(args, options)
+    if options.torch_threads is None:
+        options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
+    spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address)
+    config = ServerConfig(
+        args.max_pending, args.default_max_tokens, args.drain_timeout, args.max_body_bytes,
+        args.tokenizer_threads or 2,
+    )  # fmt: skip
+    with ray_serve(spec):
+        handle = deploy(options, spec, config)
+        server = fleet_server(handle, config, args.host, args.port, args.log_level)
+        print(
+            f"radixflow: serving {args.model} on http://{args.host}:{args.port}/v1 "
+            f"({spec.replicas} replicas on Ray Serve, router {spec.router}, "
+            f"{options.torch_threads} torch threads each)",
+            file=sys.stderr,
+        )
+        server.run()
     return 0
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from radixflow.cache.digest import CheckpointDigest
 from radixflow.cache.eviction import make_eviction_policy
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
@@ -253,6 +254,24 @@ class Engine:
         """Cache and scheduler invariants (call between steps)."""
         self.cache.check_integrity()
         self.scheduler.check_integrity()
+
+    def next_event_s(self) -> float | None:
+        """Modelled time of this engine's next round: now while it has admitted work, else its next
+        admission; None when it has nothing to do. Pure (a fleet steps the earliest engine)."""
+        if self.scheduler.has_work():
+            return self.now
+        waiting = [ready for ready, _, r in self._arrivals if r.status is RequestStatus.WAITING]
+        return max(self.now, min(waiting)) if waiting else None
+
+    def queue_length(self) -> int:
+        """Requests submitted and not done: arriving, waiting or running. Pure."""
+        arriving = sum(1 for _, _, r in self._arrivals if r.status is RequestStatus.WAITING)
+        return arriving + len(self.scheduler.waiting) + len(self.scheduler.running)
+
+    def routing_digest(self) -> CheckpointDigest:
+        """Where this engine can resume a prompt (READY checkpoints; KV runs for a model with no
+        recurrent layers), as a router compares replicas. Pure; call between steps."""
+        return self.cache.ready_digest(kv_runs=not self.scheduler.config.has_recurrent)
 
     def dependency_depth(self) -> int:
         return max((r.depth for r in self.requests), default=0)

@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from radixflow.bench.harness import PolicyRun, run_policies
+from radixflow.bench.fleet import run_fleet
+from radixflow.bench.fleet_metrics import fleet_figures, fleet_policy_result
+from radixflow.bench.harness import PolicyRun, fresh_copy, run_policies
+from radixflow.engine.engine import Engine
 from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
 from radixflow.experiments.costcheck import (
     CpuTimedRunner,
@@ -22,6 +25,7 @@ from radixflow.experiments.costcheck import (
     predicted_worker_s,
     split_cpu,
 )
+from radixflow.fleet import RouterConfig, make_router
 from radixflow.options import EngineOptions, RunnerChoice, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
@@ -100,6 +104,10 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         by_placement.setdefault(v.placement or options.placement, []).append(v)
     results: dict[str, dict[str, Any]] = {}
     ran: list[tuple[Variant, PolicyRun]] = []
+    if s["replicas"] > 1:  # a fleet behind the cell's router
+        for v in variants:
+            results[v.label] = _fleet_variant(cell, v, requests, setup, options, rate)
+        by_placement = {}
     for placement, group in by_placement.items():
         policies = [v.policy for v in group]
         runs = run_policies(
@@ -117,7 +125,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
     setup.flush_trace()  # the cell's trace_out, if it has one: a process per variant run
-    if plan.choice.name == "torch":
+    if plan.choice.name == "torch" and ran:
         _cost_check(ran, results, runner.cpu_s, requests, s, plan.choice)
     return {
         "cell": cell.to_dict(),
@@ -128,6 +136,30 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         "fixed_cost_ms": plan.choice.fixed_cost_ms,
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
+    }
+
+
+def _fleet_variant(
+    cell: Cell,
+    variant: Variant,
+    requests: list[Request],
+    setup: Any,
+    options: EngineOptions,
+    rate: float | None,
+) -> dict[str, Any]:
+    """One variant on ``replicas`` engines behind the cell's router (seeded by the workload seed)."""
+    s, placement = cell.settings, variant.placement or options.placement
+
+    def engine() -> Engine:
+        return Engine(setup.runner, setup.scheduler, variant.policy, placement, options.eviction)
+
+    router = make_router(s["router"], RouterConfig(seed=cell.workload["seed"]))
+    run = run_fleet(fresh_copy(requests), engine, s["replicas"], router)
+    result = fleet_policy_result(variant.policy, run, setup.scheduler, None)
+    policy_run = PolicyRun(result, [rd for r in run.replicas for rd in r.engine.rounds], run.requests)
+    return {
+        **_variant_result(variant, policy_run, s["slo_ms"], rate),
+        "fleet": fleet_figures(run, s["router"]),
     }
 
 

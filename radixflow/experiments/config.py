@@ -18,17 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware import HARDWARE, ProfileError, resolve_hardware
+from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, option_fields, runner_name
 from radixflow.options.runners import name_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import ProblemError
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
-from radixflow.workloads.candidates import ARRIVALS, ORDERS, WorkloadSpec
+from radixflow.workloads.candidates import ARRIVALS, KINDS, ORDERS, WorkloadSpec
 
 SCHEMA = 2  # bump when a cell's meaning changes: cached cell results are keyed by it
 
 MAX_REPETITIONS = 1000
+MAX_REPLICAS = 1024
 # A cell's engine settings are `EngineOptions` fields (their defaults, types and limits; the
 # policy comes from the experiment's `policies`); these keys are the experiment's own.
 EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
@@ -39,7 +41,13 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
     "independent_share": (OptionSpec("share of independent requests", float, 0.0), None),
     # torch cells: predict their worker time with this profile (a check)
     "cost_profile": (OptionSpec("profile that predicts a torch cell's worker time", str), None),
+    # a fleet: this many engines (same settings) behind the router, on one shared modelled clock
+    "replicas": (OptionSpec("engine replicas behind the router", int, 1, MAX_REPLICAS), 1),
+    "router": (OptionSpec("router over the replicas", str, choices=lambda: tuple(ROUTERS)), "pow2"),
 }
+# keys added after results were cached: left out of a cell's cache key at their default, so the
+# cells that existed before them keep their keys (and their cached results)
+LATE_KEYS = {"replicas": 1, "router": "pow2", "kind": "candidates", "skew": 0.0}
 ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model
@@ -76,9 +84,14 @@ class Cell:
     def key(self, variants: list[Variant]) -> str:
         """The cell's result cache key: its settings and variants (not where it writes a trace)."""
         labels = [v.label for v in variants]
-        cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS}
+        cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
+        cell["workload"] = {k: v for k, v in self.workload.items() if not _late_default(k, v)}
         blob = json.dumps({"schema": SCHEMA, "cell": cell, "variants": labels}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _late_default(key: str, value: Any) -> bool:
+    return key in LATE_KEYS and value == LATE_KEYS[key]
 
 
 @dataclass(frozen=True)
@@ -177,6 +190,8 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
     if problem is not None:
         raise _fail(origin, loc("model"), problem.message)
     s["runner"] = runner_name(options)
+    if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
+        raise _fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
     return Cell(cell.group, s, cell.workload)
 
@@ -199,7 +214,7 @@ def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> No
             continue  # checked with `seeds`
         kind = type(WORKLOAD_KEYS[key])
         _check_value(origin, loc(f"workload.{key}"), value, (int, float) if kind is float else kind)
-    for key, choices in (("order", ORDERS), ("arrival", ARRIVALS)):
+    for key, choices in (("order", ORDERS), ("arrival", ARRIVALS), ("kind", KINDS)):
         if cell.workload[key] not in choices:
             known = ", ".join(choices)
             raise _fail(

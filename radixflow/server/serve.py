@@ -14,7 +14,7 @@ import uvicorn
 from radixflow.generation.setup import LoadedModel
 from radixflow.problems import Problem, ProblemError
 from radixflow.server.app import create_app
-from radixflow.server.state import ServerConfig, ServerState
+from radixflow.server.state import ServerConfig, ServerState, local_backend
 
 log = logging.getLogger("radixflow.server")
 ROUND_HISTORY = 256  # rounds the engine keeps; the metrics aggregate every round as it happens
@@ -91,7 +91,14 @@ def build_server(
             Problem("model", f"{model.path} has no tokenizer.json: the HTTP API needs the model's tokenizer")
         )
     engine = model.engine(round_history=ROUND_HISTORY)
-    state = ServerState(model, engine, config)
+    return serve_state(
+        ServerState(local_backend(model, engine, config.max_pending), config), host, port, log_level
+    )
+
+
+def serve_state(state: ServerState, host: str, port: int, log_level: str = "info") -> Server:
+    """The HTTP server over ``state`` (its loop starts with the app)."""
+    config = state.config
     uv_config = uvicorn.Config(
         create_app(state),
         host=host,

@@ -15,17 +15,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request as HttpRequest
 
 from radixflow.engine.engine import Engine
+from radixflow.engine.runner import ModelInfo
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.setup import LoadedModel
+from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
+from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
 from radixflow.server.errors import ApiError
-from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull
+from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
 
 T = TypeVar("T")
@@ -49,13 +52,63 @@ class ClientGone(Exception):
     """The client closed its connection before the answer was ready."""
 
 
+class ServingLoop(Protocol):
+    """What the routes drive: one `EngineLoop` in this process, or replicas elsewhere (a fleet)."""
+
+    failure: str | None  # why it stopped serving, if it did
+
+    def start(self) -> None: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def accepting(self) -> bool: ...
+
+    def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
+        """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
+        ...
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Cancel these requests (their client went away)."""
+        ...
+
+    def shutdown(self, drain_s: float) -> None:
+        """Stop accepting; fail what has not finished after ``drain_s`` seconds. Returns at once."""
+        ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the routes need of the model, whoever runs it."""
+
+    name: str  # the model id the server reports
+    tokenizer: TextTokenizer | None
+    info: ModelInfo
+    problem: Callable[[Request], Problem | None]  # pure: why a request can never run here
+    make_loop: Callable[[ServerMetrics], ServingLoop]
+
+
+def local_backend(model: LoadedModel, engine: Engine, max_pending: int) -> Backend:
+    """One engine in this process, stepped by its own thread."""
+    return Backend(
+        model.name,
+        model.tokenizer,
+        engine.runner.model,
+        engine.problem,  # a pure check, safe from the event loop
+        lambda metrics: EngineLoop(engine, metrics, max_pending),
+    )
+
+
 class ServerState:
-    def __init__(self, model: LoadedModel, engine: Engine, config: ServerConfig) -> None:
-        self.model_name, self.tokenizer, self.config = model.name, model.tokenizer, config
-        self.engine_info = engine.runner.model
-        self._problem = engine.problem  # a pure check, safe from the event loop
+    def __init__(self, backend: Backend, config: ServerConfig) -> None:
+        self.model_name, self.tokenizer, self.config = backend.name, backend.tokenizer, config
+        self.engine_info = backend.info
+        self._problem = backend.problem
         self.metrics = ServerMetrics()
-        self.loop = EngineLoop(engine, self.metrics, config.max_pending)
+        self.loop = backend.make_loop(self.metrics)
         self._serial = itertools.count()
         self._run_id = uuid.uuid4().hex[:8]
         self._workers = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="radixflow-tokenizer")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from radixflow.problems import Problem, ProblemError
@@ -12,6 +13,9 @@ from radixflow.workloads.workload import INDEPENDENT, RequestTag, Workload
 
 ORDERS = ("grouped", "interleaved", "shuffled")
 ARRIVALS = ("batch", "poisson", "bursty")
+# candidates: K continuations of each group's context; chats: each group is a conversation whose
+# K turns each extend the previous turn's prompt by candidate_len tokens (a reply and a new message)
+KINDS = ("candidates", "chats")
 # Prompt tokens in one workload (generated or replayed), all requests together: 2**25 is about
 # 500x the default workload and a few minutes of sim runner time; past it a typo such as
 # --groups 100000000 would silently spend hours and gigabytes building the workload.
@@ -32,6 +36,10 @@ class WorkloadSpec:
     independent: int = 0  # unrelated requests mixed into the queue
     namespaces: int = 1  # groups are spread round-robin over this many namespaces
     shared_prefix_len: int = 0  # nested sharing: a system prompt before every group's context
+    kind: str = "candidates"  # one of KINDS
+    # popularity skew: group g gets a share of the groups x candidates requests proportional to
+    # (g + 1) ** -skew (at least one each); 0: every group has `candidates`
+    skew: float = 0.0
     vocab_size: int = 32_000
     seed: int = 0
 
@@ -44,7 +52,9 @@ class WorkloadSpec:
                 return Problem(name, f"must be at least {low}, got {getattr(self, name)!r}")
         if self.requests == 0:
             return Problem("groups", "empty workload: no groups/candidates and no independent requests")
-        for name, known in (("order", ORDERS), ("arrival", ARRIVALS)):
+        if not math.isfinite(self.skew) or self.skew < 0:
+            return Problem("skew", f"must be a finite number >= 0, got {self.skew}")
+        for name, known in (("order", ORDERS), ("arrival", ARRIVALS), ("kind", KINDS)):
             if getattr(self, name) not in known:
                 return Problem(name, f"unknown {name} {getattr(self, name)!r} (known: {', '.join(known)})")
         if not math.isfinite(self.rate) or self.rate < MIN_RATE:
@@ -66,12 +76,24 @@ class WorkloadSpec:
 
     @property
     def requests(self) -> int:
-        return self.groups * self.candidates + self.independent
+        return (
+            self.groups * self.candidates if self.skew == 0 else sum(self.group_sizes())
+        ) + self.independent
 
     @property
     def prompt_len(self) -> int:
-        """The longest prompt: shared prefix, context and candidate (independent ones lack the prefix)."""
-        return self.shared_prefix_len + self.context_len + self.candidate_len
+        """The longest prompt: shared prefix, context and candidate (independent ones lack the
+        prefix); a chat's last turn carries every turn's tokens."""
+        turns = max(self.group_sizes(), default=1) if self.kind == "chats" else 1
+        return self.shared_prefix_len + self.context_len + turns * self.candidate_len
+
+    def group_sizes(self) -> list[int]:
+        """Requests in each group: `candidates` each, or shares of the total by popularity."""
+        if self.skew == 0 or self.groups == 0:
+            return [self.candidates] * self.groups
+        weights = [(g + 1) ** -self.skew for g in range(self.groups)]
+        total = self.groups * self.candidates
+        return [max(1, round(total * w / sum(weights))) for w in weights]
 
     @property
     def total_tokens(self) -> int:
@@ -89,12 +111,15 @@ def build_workload(spec: WorkloadSpec) -> Workload:
     system = draw(spec.shared_prefix_len)  # empty (and no draw) unless nested sharing is asked for
     tags: dict[str, RequestTag] = {}
     groups: list[list[Request]] = []
-    for g in range(spec.groups):
+    for g, size in enumerate(spec.group_sizes()):
         context = system + draw(spec.context_len)
         ns = f"ns{g % spec.namespaces}"
-        groups.append(
-            [Request(f"g{g}c{k}", context + draw(spec.candidate_len), ns) for k in range(spec.candidates)]
+        prompts = (
+            _chat_turns(context, size, spec.candidate_len, draw)
+            if spec.kind == "chats"
+            else [context + draw(spec.candidate_len) for _ in range(size)]
         )
+        groups.append([Request(f"g{g}c{k}", p, ns) for k, p in enumerate(prompts)])
         tags.update((r.id, RequestTag(group=g)) for r in groups[-1])
     independent = [
         Request(f"i{j}", draw(spec.context_len + spec.candidate_len), "ns0") for j in range(spec.independent)
@@ -105,6 +130,17 @@ def build_workload(spec: WorkloadSpec) -> Workload:
     for req, t in zip(queue, _arrivals(spec, len(queue), rng), strict=True):
         req.arrival_s = t
     return Workload(queue, {r.id: tags[r.id] for r in queue})
+
+
+def _chat_turns(
+    context: tuple[int, ...], turns: int, step: int, draw: Callable[[int], tuple[int, ...]]
+) -> list[tuple[int, ...]]:
+    """A conversation's prompts: each turn is the previous one plus a reply and a new message."""
+    prompts, prompt = [], context
+    for _ in range(turns):
+        prompt = prompt + draw(step)
+        prompts.append(prompt)
+    return prompts
 
 
 def _order(groups: list[list[Request]], order: str, rng: random.Random) -> list[Request]:

@@ -1,0 +1,257 @@
+"""Two engine replicas on Ray Serve, one router after another, under the official openai client.
+
+For each router (``--routers``, pow2 first), starts ``radixflow serve MODEL --replicas N --router R``
+in its own process, then sends candidate-scoring traffic from ``--clients`` concurrent clients
+(`openai.AsyncOpenAI`): ``--groups`` shared contexts of ``--context`` token ids, each followed by
+``--candidates`` candidates of ``--candidate`` tokens. Requests rotate over three kinds: plain
+completions, streamed completions, and ``echo`` with ``logprobs=1``. Counts: answers, lost
+requests (any exception or an answer without its choice), the fleet's reuse (prompt tokens served
+from a replica's cache, from the server's ``/fleet`` figures). Finally Ctrl-C (SIGINT) with
+requests in flight: they must all be answered (drained) and the server and every Ray process it
+started must exit.
+
+Needs the cluster extra (ray[serve]).
+
+    python benchmarks/fleet_serve.py --json results/fleet_serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+
+@dataclass
+class RouterRun:
+    router: str
+    requests: int = 0
+    answered: int = 0
+    lost: int = 0
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    mean_latency_s: float = 0.0
+    reuse_rate: float | None = None
+    per_replica: dict[str, Any] = field(default_factory=dict)
+    drain_answered: int = 0
+    drain_sent: int = 0
+    exit_code: int | None = None
+    stopped_s: float | None = None
+    ray_processes_left: int | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_processes() -> int:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum(("raylet" in line or "gcs_server" in line) for line in out.splitlines())
+
+
+def start(model: str, replicas: int, router: str, port: int, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "radixflow.cli", "serve", model, "--replicas", str(replicas)]
+    cmd += ["--router", router, "--port", str(port), "--log-level", "warning"]
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
+def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
+
+
+def workload(args: argparse.Namespace) -> list[list[int]]:
+    rng = random.Random(args.seed)
+    draw = lambda n: [rng.randrange(4, args.vocab) for _ in range(n)]  # noqa: E731
+    prompts = [ctx + draw(args.candidate) for ctx in (draw(args.context) for _ in range(args.groups))
+               for _ in range(args.candidates)]  # fmt: skip
+    return prompts  # grouped: a context's candidates arrive together, as a harness sends them
+
+
+async def one(client: openai.AsyncOpenAI, model: str, prompt: list[int], kind: int) -> None:
+    """One request of kind 0 (plain), 1 (streamed) or 2 (echo + logprobs); raises unless answered."""
+    if kind == 1:
+        stream = await client.completions.create(model=model, prompt=prompt, max_tokens=4, stream=True)
+        finish = [
+            c.choices[0].finish_reason async for c in stream if c.choices and c.choices[0].finish_reason
+        ]
+        if len(finish) != 1:
+            raise RuntimeError(f"a stream ended with {len(finish)} finish reasons")
+        return
+    echo = kind == 2
+    r = await client.completions.create(
+        model=model, prompt=prompt, max_tokens=1 if echo else 4, echo=echo, logprobs=1 if echo else None
+    )
+    if not r.choices:
+        raise RuntimeError("an answer without a choice")
+    if echo and len(r.choices[0].logprobs.token_logprobs) != len(prompt) + 1:
+        raise RuntimeError("echo logprobs do not cover the prompt")
+
+
+async def drive(port: int, model: str, prompts: list[list[int]], clients: int, run: RouterRun) -> None:
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                                timeout=600)  # fmt: skip
+    queue: asyncio.Queue = asyncio.Queue()
+    for i, p in enumerate(prompts):
+        queue.put_nowait((i, p))
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            i, prompt = queue.get_nowait()
+            t0 = time.monotonic()
+            try:
+                await one(client, model, prompt, i % 3)
+                run.answered += 1
+                latencies.append(time.monotonic() - t0)
+            except Exception as e:
+                run.lost += 1
+                run.errors.append(f"{type(e).__name__}: {e}"[:200])
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    run.wall_s = time.monotonic() - t0
+    run.requests = len(prompts)
+    run.mean_latency_s = sum(latencies) / len(latencies) if latencies else 0.0
+    await client.close()
+
+
+async def interrupt_mid_flight(proc: subprocess.Popen, port: int, model: str, prompts: list[list[int]],
+                               run: RouterRun) -> None:  # fmt: skip
+    """Ctrl-C with requests in flight: every one is answered (drained), then the server exits."""
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                                timeout=120)  # fmt: skip
+    tasks = [asyncio.ensure_future(one(client, model, p, 0)) for p in prompts]
+    await accepted(port, len(prompts))
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    run.drain_sent = len(tasks)
+    run.drain_answered = sum(r is None for r in results)
+    run.errors += [f"drain: {type(r).__name__}: {r}"[:200] for r in results if r is not None]
+    run.exit_code = await asyncio.to_thread(proc.wait, 120)
+    run.stopped_s = time.monotonic() - t0
+    await client.close()
+
+
+async def accepted(port: int, n: int, timeout_s: float = 5.0) -> None:
+    """Wait until the server holds ``n`` accepted, unanswered requests (its pending gauge)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient() as http:
+        while time.monotonic() < deadline:
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            line = next((x for x in text.splitlines() if x.startswith("radixflow_requests_pending ")), "")
+            if line and float(line.split()[1]) >= n:
+                return
+            await asyncio.sleep(0.02)
+
+
+def started(args: argparse.Namespace, router: str, log: Path) -> tuple[subprocess.Popen, int]:
+    """The server, ready; a port Ray's own processes took meanwhile is tried again elsewhere."""
+    for attempt in range(3):
+        port = free_port()
+        proc = start(args.model, args.replicas, router, port, log)
+        try:
+            wait_ready(proc, port, args.start_timeout)
+            return proc, port
+        except RuntimeError:
+            if proc.poll() is None or attempt == 2 or "address already in use" not in log.read_text():
+                proc.kill()
+                raise
+            time.sleep(5)  # its Ray instance shuts down first
+    raise AssertionError("unreachable")
+
+
+def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) -> RouterRun:
+    log = Path(args.log_dir) / f"fleet_serve_{router}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    before = ray_processes()
+    run = RouterRun(router)
+    proc, port = started(args, router, log)
+    try:
+        asyncio.run(drive(port, args.model, prompts, args.clients, run))
+        fleet = httpx.get(f"http://127.0.0.1:{port}/fleet", timeout=10).json()
+        run.per_replica = fleet["replicas"]
+        prompt = sum(f["prompt_tokens"] for f in fleet["replicas"].values())
+        reused = sum(f["reused_tokens"] for f in fleet["replicas"].values())
+        run.reuse_rate = reused / prompt if prompt else None
+        asyncio.run(interrupt_mid_flight(proc, port, args.model, prompts[: args.clients], run))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    time.sleep(2)
+    run.ray_processes_left = ray_processes() - before
+    return run
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="qwen3_5-tiny")
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--routers", default="pow2,prefix,checkpoint")
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--groups", type=int, default=16)
+    p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--context", type=int, default=512, help="tokens of each shared context")
+    p.add_argument("--candidate", type=int, default=16, help="tokens of each candidate")
+    p.add_argument("--vocab", type=int, default=512, help="token ids are drawn below this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--log-dir", default="results")
+    p.add_argument("--json", type=Path, default=Path("results/fleet_serve.json"))
+    args = p.parse_args()
+    prompts = workload(args)
+    runs = []
+    for router in args.routers.split(","):
+        run = one_router(args, router, prompts)
+        runs.append(run)
+        reuse = "n/a" if run.reuse_rate is None else f"{run.reuse_rate:.3f}"
+        print(
+            f"{router:>10}: {run.answered}/{run.requests} answered, {run.lost} lost, reuse {reuse}, "
+            f"mean latency {run.mean_latency_s * 1e3:.0f} ms, wall {run.wall_s:.1f} s; Ctrl-C: "
+            f"{run.drain_answered}/{run.drain_sent} drained, exit {run.exit_code} after "
+            f"{run.stopped_s or 0:.1f} s, {run.ray_processes_left} Ray processes left",
+            flush=True,
+        )
+        for name, f in run.per_replica.items():
+            print(f"{'':>12}replica {name}: {f['answered']} answered, reuse {f['reuse_rate']}")
+        for e in sorted(set(run.errors))[:5]:
+            print(f"{'':>12}error: {e}")
+    doc = {
+        "args": vars(args) | {"json": str(args.json)},
+        "loadavg": os.getloadavg(),
+        "runs": [asdict(r) for r in runs],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    ok = all(r.lost == 0 and r.drain_answered == r.drain_sent and r.ray_processes_left == 0 for r in runs)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

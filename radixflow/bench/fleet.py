@@ -1,0 +1,128 @@
+"""A fleet on one modelled clock: N engines behind a router, for studying routers in the sim.
+
+Every replica is an `Engine` stepping on its own modelled time; the fleet always advances the
+replica whose next round comes first, and routes each arrival when the clock reaches it, so the
+router sees every replica's queue and checkpoints as they are at that moment. The routing
+decisions are the `radixflow.fleet` routers', the very code the Ray Serve adapter runs.
+
+A replica can be made to die mid-run: its unfinished requests are retried on the survivors
+(latency still counts from their first arrival), or failed with an error when none is left.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from radixflow.cache.digest import CheckpointDigest
+from radixflow.engine.engine import Engine
+from radixflow.fleet import Decision, ReplicaState, Router, RouteRequest
+from radixflow.scheduler.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class ReplicaKill:
+    replica: int  # index of the replica that dies
+    at_s: float  # modelled time of its death
+
+
+@dataclass
+class SimReplica:
+    name: str
+    engine: Engine
+    alive: bool = True
+    routed: list[Decision] = field(default_factory=list)
+    steps: int = 0
+    _digest_at: int = -1  # steps taken when the digest was computed
+    _digest: CheckpointDigest | None = None
+
+    def state(self, with_digest: bool) -> ReplicaState:
+        """What the router sees now (the digest recomputed only after the engine stepped)."""
+        if not with_digest:
+            return ReplicaState(self.name, self.engine.queue_length())
+        if self._digest is None or self._digest_at != self.steps:
+            self._digest, self._digest_at = self.engine.routing_digest(), self.steps
+        return ReplicaState(self.name, self.engine.queue_length(), self._digest)
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    t: float
+    queues: tuple[int, ...]  # live replicas' queue lengths when a request arrived
+
+
+@dataclass
+class FleetRun:
+    replicas: list[SimReplica]
+    requests: list[Request]  # in arrival order; a retried request as its last attempt
+    samples: list[QueueSample]
+    retried: int = 0
+
+
+def run_fleet(
+    requests: Sequence[Request],
+    make_engine: Callable[[], Engine],
+    replicas: int,
+    router: Router,
+    kills: Sequence[ReplicaKill] = (),
+) -> FleetRun:
+    """Route and run ``requests`` (fresh, with arrival times) over ``replicas`` engines."""
+    fleet = [SimReplica(f"r{i}", make_engine()) for i in range(replicas)]
+    run = FleetRun(fleet, [], [])
+    latest: dict[str, Request] = {}
+    arrivals = deque(sorted(requests, key=lambda r: r.arrival_s))
+    deaths = deque(sorted(kills, key=lambda k: k.at_s))
+    while True:
+        t_arrival = arrivals[0].arrival_s if arrivals else math.inf
+        step_at, replica = _next_step(fleet)
+        if deaths and deaths[0].at_s <= min(step_at, t_arrival):
+            _kill(run, fleet[deaths.popleft().replica], router, latest)
+        elif replica is not None and step_at < t_arrival:
+            replica.engine.step()
+            replica.steps += 1
+        elif arrivals:
+            req = arrivals.popleft()
+            latest[req.id] = req
+            _route(run, req, router, t_arrival)
+        else:
+            break
+    run.requests = list(latest.values())
+    return run
+
+
+def _next_step(fleet: list[SimReplica]) -> tuple[float, SimReplica | None]:
+    best: tuple[float, SimReplica | None] = (math.inf, None)
+    for replica in fleet:
+        at = replica.engine.next_event_s() if replica.alive else None
+        if at is not None and at < best[0]:
+            best = (at, replica)
+    return best
+
+
+def _route(run: FleetRun, req: Request, router: Router, now: float) -> None:
+    live = [r for r in run.replicas if r.alive]
+    if not live:
+        req.status, req.error, req.finish_s = RequestStatus.FAILED, "no replica is left to serve it", now
+        return
+    states = [r.state(router.uses_digests) for r in live]
+    run.samples.append(QueueSample(now, tuple(s.queue for s in states)))
+    decision = router.choose(RouteRequest(req.namespace, req.prompt), states)
+    target = next(r for r in live if r.name == decision.replica)
+    target.routed.append(decision)
+    target.engine.submit(req)
+
+
+def _kill(run: FleetRun, dead: SimReplica, router: Router, latest: dict[str, Request]) -> None:
+    """``dead`` stops: what it finished stays answered; the rest is retried elsewhere (or fails)."""
+    dead.alive = False
+    router.forget(dead.name)
+    now = dead.engine.now
+    for old in dead.engine.requests:
+        if old.status.done:
+            continue
+        retry = Request(old.id, old.prompt, old.namespace, old.arrival_s, sampling=old.sampling)
+        latest[old.id] = retry
+        run.retried += 1
+        _route(run, retry, router, now)

@@ -1,0 +1,133 @@
+"""`radixflow serve MODEL --replicas N`: N engine replicas as a Ray Serve deployment, the OpenAI
+ingress (the same FastAPI app as one replica) in this process, routed by a `radixflow.fleet`
+router running as Serve's request router.
+
+Ctrl-C drains: the ingress stops accepting and lets accepted requests finish (as one replica
+does), then Serve stops the replicas (each drains its engine) and Ray shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from radixflow.cluster.remote_loop import RemoteLoop
+from radixflow.cluster.replica import EngineReplica, ReplicaInfo
+from radixflow.cluster.wire import Job, WireEvent
+from radixflow.engine.runner import validate_prompt
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.options import EngineOptions
+from radixflow.problems import Problem
+from radixflow.scheduler.request import Request
+from radixflow.server.serve import Server, serve_state
+from radixflow.server.state import Backend, ServerConfig, ServerState
+
+log = logging.getLogger("radixflow.cluster")
+APP = "radixflow"
+DEPLOYMENT = "radixflow-engine"
+ROUTER_CLASS = "radixflow.cluster.ray_router:FleetRequestRouter"
+STATS_PERIOD_S = 0.25  # how often Serve asks each replica for its queue and checkpoint digest
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    replicas: int
+    router: str
+    ray_address: str | None = None
+    cpus_per_replica: float = 1.0
+
+
+@contextmanager
+def ray_serve(spec: FleetSpec) -> Iterator[None]:
+    """Ray (a local instance, or the cluster at ``ray_address``) with Serve, no HTTP proxy of its
+    own (the ingress is ours); shut down on the way out."""
+    import ray
+    from ray import serve
+
+    env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}}
+    local = spec.ray_address is None
+    cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
+    ray.init(
+        address=spec.ray_address, num_cpus=cpus, runtime_env=env, include_dashboard=False, log_to_driver=False
+    )
+    try:
+        serve.start(proxy_location="Disabled")
+        yield
+    finally:
+        try:
+            serve.shutdown()  # stops the replicas: each drains its engine (EngineReplica.__del__)
+        finally:
+            ray.shutdown()
+
+
+def deploy(options: EngineOptions, spec: FleetSpec, config: ServerConfig) -> Any:
+    """Start the replicas; returns Serve's handle to them (routed by ``spec.router``)."""
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+
+    routing = RequestRouterConfig(
+        request_router_class=ROUTER_CLASS,
+        request_router_kwargs={"router": spec.router},
+        request_routing_stats_period_s=STATS_PERIOD_S,
+        request_routing_stats_timeout_s=10.0,
+    )
+    deployment = serve.deployment(
+        EngineReplica,
+        name=DEPLOYMENT,
+        num_replicas=spec.replicas,
+        max_ongoing_requests=config.max_pending,
+        ray_actor_options={"num_cpus": spec.cpus_per_replica},
+        request_router_config=routing,
+        graceful_shutdown_timeout_s=config.drain_s + 5,
+        graceful_shutdown_wait_loop_s=0.5,
+    )
+    app = deployment.bind(options, config.max_pending, config.drain_s)
+    return serve.run(app, name=APP, route_prefix=None)
+
+
+def ingress_problem(info: ReplicaInfo) -> Any:
+    """The replicas' own admission check, run at the ingress (no model needed here)."""
+
+    def problem(request: Request) -> Problem | None:
+        return validate_prompt(request, info.model) or info.scheduler.unfit_reason(request)
+
+    return problem
+
+
+def fleet_server(handle: Any, config: ServerConfig, host: str, port: int, log_level: str) -> Server:
+    info: ReplicaInfo = handle.describe.remote().result()
+    path = Path(info.path)
+    tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
+    streaming = handle.options(stream=True)
+
+    def open_stream(job: Job) -> AsyncIterator[WireEvent]:
+        return streaming.generate.remote(job)
+
+    loops: list[RemoteLoop] = []
+
+    def make_loop(metrics: Any) -> RemoteLoop:
+        loops.append(RemoteLoop(open_stream, tokenizer, metrics, config.max_pending))
+        return loops[-1]
+
+    backend = Backend(info.name, tokenizer, info.model, ingress_problem(info), make_loop)
+    server = serve_state(ServerState(backend, config), host, port, log_level)
+    app = server.config.app
+
+    @app.get("/fleet")
+    async def fleet() -> JSONResponse:
+        """Per replica (by Serve's id): prompts answered, prompt tokens and reused tokens."""
+        loop = loops[0]
+        figures = {
+            name: {**vars(f), "reuse_rate": f.reused_tokens / f.prompt_tokens if f.prompt_tokens else None}
+            for name, f in loop.replicas.items()
+        }
+        return JSONResponse({"replicas": figures, "retried": loop.retried})
+
+    return server

@@ -1,0 +1,50 @@
+"""The `radixflow.fleet` routers as a Ray Serve `RequestRouter`: Serve asks it to rank replicas
+for each job; it asks the very router class the fleet simulation uses.
+
+A replica's queue is Serve's own count of requests in flight there (its queue-length cache,
+updated on every send), else what the replica last reported; its digest is what
+`EngineReplica.record_routing_stats` last reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from radixflow.cache.digest import CheckpointDigest
+from radixflow.fleet import ReplicaState, RouterConfig, RouteRequest, make_router
+
+DEFAULT_BLOCK_SIZE = 16  # before a replica has reported (its digest is empty then anyway)
+
+
+class FleetRequestRouter(RequestRouter):
+    def initialize_state(self, router: str = "checkpoint", seed: int = 0, **_: Any) -> None:
+        """Serve passes ``request_router_kwargs`` here."""
+        self._router = make_router(router, RouterConfig(seed=seed))
+
+    def _state(self, replica: RunningReplica) -> ReplicaState:
+        stats = replica.routing_stats or {}
+        queue = self.replica_queue_len_cache.get(replica.replica_id)
+        if queue is None:
+            queue = int(stats.get("queue", 0))
+        digest = CheckpointDigest(
+            int(stats.get("block_size", DEFAULT_BLOCK_SIZE)), frozenset(stats.get("checkpoints", ()))
+        )
+        return ReplicaState(replica.replica_id.unique_id, queue, digest)
+
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
+    ) -> list[list[RunningReplica]]:
+        job = pending_request.args[0] if pending_request is not None and pending_request.args else None
+        if job is None or not hasattr(job, "prompt") or not candidate_replicas:
+            return [candidate_replicas]  # not a generation job (e.g. describe): any replica
+        states = [self._state(r) for r in candidate_replicas]
+        decision = self._router.choose(RouteRequest(job.namespace, tuple(job.prompt)), states)
+        chosen = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica]
+        rest = [r for r in candidate_replicas if r.replica_id.unique_id != decision.replica]
+        return [chosen, rest] if rest else [chosen]  # the rest: only if Serve finds it full
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self._router.forget(replica_id.unique_id)

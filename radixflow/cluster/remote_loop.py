@@ -1,0 +1,200 @@
+"""The ingress side of a fleet: a `ServingLoop` whose requests run on replicas.
+
+Each prompt is one job streamed from whichever replica the router picks (``open_stream``: the Ray
+Serve handle, or anything with its shape). A replica that fails before its job sent anything is
+retried (the router, told the replica died, picks another); one that fails mid-answer, or a
+retry that fails again, ends the prompt with a 503 naming the failure. Nothing waits forever:
+every prompt ends with an answer, an error, or its client's abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from radixflow.cluster.wire import Job, WireEvent, decode
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.server.loop import Delta, Final, NotAccepting, QueueFull, Sink
+from radixflow.server.metrics import ServerMetrics
+
+log = logging.getLogger("radixflow.cluster")
+OpenStream = Callable[[Job], AsyncIterator[WireEvent]]
+
+
+@dataclass
+class ReplicaFigures:
+    answered: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+
+
+@dataclass
+class _Flight:
+    request: Request
+    index: int
+    sink: Sink
+    arrival: float
+    answered: bool = False
+    aborted: bool = False  # its client went away: nobody to answer
+    task: asyncio.Task | None = field(default=None, repr=False)
+
+
+class RemoteLoop:
+    def __init__(
+        self,
+        open_stream: OpenStream,
+        tokenizer: TextTokenizer | None,
+        metrics: ServerMetrics,
+        max_pending: int,
+        retries: int = 1,
+    ) -> None:
+        self.open_stream, self.tokenizer, self.metrics = open_stream, tokenizer, metrics
+        self.max_pending, self.retries = max_pending, retries
+        self.failure: str | None = None
+        self.replicas: dict[str, ReplicaFigures] = {}  # by replica id, from their answers
+        self.retried = 0
+        self._accepting = True
+        self._flights: dict[str, _Flight] = {}  # event loop only
+        self._idle = threading.Event()
+        self._idle.set()
+        self._aio: asyncio.AbstractEventLoop | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        pass  # the replicas run already
+
+    @property
+    def alive(self) -> bool:
+        return self.failure is None
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting and self.failure is None
+
+    def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
+        """On the event loop: every prompt becomes a job on a replica, all or none accepted."""
+        if not self.accepting:
+            raise NotAccepting(self.failure or "the server is shutting down")
+        if len(self._flights) + len(items) > self.max_pending:
+            raise QueueFull(
+                f"{len(self._flights)} requests are queued (limit {self.max_pending}); retry later"
+            )
+        self._aio = asyncio.get_running_loop()
+        self._idle.clear()
+        now = time.monotonic()
+        for index, (req, _) in enumerate(items):
+            flight = _Flight(req, index, sink, now)
+            self._flights[req.id] = flight
+            job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
+            flight.task = self._aio.create_task(self._run(job, flight))
+        self.metrics.on_queues(0, len(self._flights), len(self._flights))
+
+    def abort(self, request_ids: list[str]) -> None:
+        """The clients went away: cancel their jobs (the replica aborts them), answer nobody."""
+        for rid in request_ids:
+            flight = self._flights.get(rid)
+            if flight is not None and flight.task is not None:
+                flight.aborted = True
+                flight.task.cancel()
+
+    def shutdown(self, drain_s: float) -> None:
+        self._accepting = False
+        try:
+            aio = asyncio.get_running_loop()
+        except RuntimeError:
+            aio = self._aio
+        if aio is None:
+            return
+        if self._deadline is not None:
+            if self._deadline.when() <= aio.time() + drain_s:
+                return
+            self._deadline.cancel()
+        self._deadline = aio.call_later(drain_s, self._fail_all)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._idle.wait(timeout)
+
+    # ------------------------------------------------------------ event loop
+    def _fail_all(self) -> None:
+        """The drain is over: answer what is left with a 503 and cancel its jobs."""
+        for flight in list(self._flights.values()):
+            self._answer(
+                flight, Final(flight.index, None, 503, "the server shut down before this request finished")
+            )
+            if flight.task is not None:
+                flight.task.cancel()
+
+    async def _run(self, job: Job, flight: _Flight) -> None:
+        try:
+            await self._relay(job, flight)
+        except asyncio.CancelledError:
+            pass  # aborted by its client, or failed by the drain (answered there)
+        except Exception as e:  # a bug here must still answer the client
+            log.exception("relaying %s failed", job.id)
+            self._answer(flight, Final(flight.index, None, 500, f"{type(e).__name__}: {e}"))
+        finally:
+            self._done(flight)
+
+    async def _relay(self, job: Job, flight: _Flight) -> None:
+        for attempt in range(self.retries + 1):
+            sent = False
+            try:
+                async for wire in self.open_stream(job):
+                    event = decode(wire, job.prompt, flight.index, self.tokenizer)
+                    if isinstance(event, Final):
+                        self._count(wire.replica, event)
+                        self._answer(flight, event)
+                        return
+                    if not sent and isinstance(event, Delta) and event.delta.token_ids:
+                        self.metrics.on_first_token(time.monotonic() - flight.arrival)
+                    sent = True
+                    flight.sink(event)
+                raise RuntimeError("the replica closed the stream without an answer")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                why = f"the replica serving this request failed: {type(e).__name__}: {e}"
+                if sent or attempt == self.retries:
+                    self._answer(flight, Final(flight.index, None, 503, why))
+                    return
+                self.retried += 1
+                log.warning("%s; retrying on another replica", why)
+
+    def _count(self, replica: str, final: Final) -> None:
+        if final.output is None:
+            return
+        figures = self.replicas.setdefault(replica, ReplicaFigures())
+        figures.answered += 1
+        figures.prompt_tokens += len(final.output.prompt_token_ids)
+        figures.reused_tokens += final.output.cached_tokens
+
+    def _answer(self, flight: _Flight, final: Final) -> None:
+        if flight.answered or flight.aborted:
+            return
+        flight.answered = True
+        req = flight.request
+        if final.output is not None:
+            req.status, req.reused, req.output = (
+                RequestStatus.FINISHED,
+                final.output.cached_tokens,
+                list(final.output.token_ids),
+            )
+        else:
+            req.status, req.error = RequestStatus.FAILED, final.error
+        self.metrics.on_done(req, time.monotonic() - flight.arrival)
+        flight.sink(final)
+
+    def _done(self, flight: _Flight) -> None:
+        if not flight.answered:  # aborted by its client: counted, not answered
+            flight.request.status = RequestStatus.ABORTED
+            self.metrics.on_done(flight.request, time.monotonic() - flight.arrival)
+        self._flights.pop(flight.request.id, None)
+        self.metrics.on_queues(0, len(self._flights), len(self._flights))
+        if not self._flights:
+            self._idle.set()

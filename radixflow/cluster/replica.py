@@ -1,0 +1,128 @@
+"""One engine replica: the server's own `EngineLoop` over a loaded model, fed one job at a time.
+
+Ray Serve runs this class as a deployment (see `launch`); nothing here imports ray, so it can be
+driven directly (the tests do). Each replica reports its queue and a digest of its READY
+checkpoints (`record_routing_stats`, polled by Serve), which the routers read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from radixflow.cluster.wire import Job, WireEvent, encode
+from radixflow.engine.runner import ModelInfo
+from radixflow.generation.setup import LoadedModel, load_model
+from radixflow.generation.tracker import RequestTracker
+from radixflow.options import EngineOptions
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.server.loop import EngineLoop, Final, NotAccepting, QueueFull
+from radixflow.server.metrics import ServerMetrics
+
+log = logging.getLogger("radixflow.cluster")
+ROUND_HISTORY = 256
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """What the ingress needs of the model: its name, where its tokenizer is, its limits."""
+
+    name: str
+    path: str
+    model: ModelInfo
+    scheduler: SchedulerConfig
+
+
+def replica_name() -> str:
+    """Serve's id of the replica running this code ("local" outside Serve)."""
+    try:
+        from ray import serve
+
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # not in a Serve replica (or no ray): a replica driven directly
+        return "local"
+
+
+class EngineReplica:
+    def __init__(self, options: EngineOptions, max_pending: int = 256, drain_s: float = 30.0) -> None:
+        self.model: LoadedModel = load_model(options)
+        self.engine = self.model.engine(round_history=ROUND_HISTORY)
+        self.metrics = ServerMetrics()
+        self.loop = EngineLoop(self.engine, self.metrics, max_pending)
+        self.drain_s = drain_s
+        self.routed = 0
+        self.name = replica_name()
+        self.loop.start()
+
+    def describe(self) -> ReplicaInfo:
+        return ReplicaInfo(
+            self.model.name, str(self.model.path), self.engine.runner.model, self.engine.scheduler.config
+        )
+
+    async def generate(self, job: Job) -> AsyncIterator[WireEvent]:
+        """The job's events, the last a `Final`; cancelled (the client left): the job is aborted."""
+        self.routed += 1
+        req = Request(job.id, job.prompt, job.namespace, sampling=job.params)
+        problem = self.engine.problem(req)
+        if problem is not None:
+            yield WireEvent(Final(0, None, 400, str(problem)))
+            return
+        queue: asyncio.Queue = asyncio.Queue()
+        aio = asyncio.get_running_loop()
+        try:
+            self.loop.submit(
+                [(req, RequestTracker(req, self.model.tokenizer))], self._sink(aio, queue), job.stream
+            )
+        except QueueFull as e:
+            yield WireEvent(Final(0, None, 429, str(e)))
+            return
+        except NotAccepting as e:
+            yield WireEvent(Final(0, None, 503, str(e)))
+            return
+        done = False
+        try:
+            while not done:
+                event = await queue.get()
+                done = isinstance(event, Final)
+                yield encode(event, self.name)
+        finally:
+            if not done:
+                self.loop.abort([job.id])
+
+    @staticmethod
+    def _sink(aio: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> Any:
+        return lambda event: aio.call_soon_threadsafe(queue.put_nowait, event)
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """Serve polls this: the queue and the READY-checkpoint digest (plain lists, picklable)."""
+        queue, digest = await asyncio.to_thread(
+            self.loop.call, lambda e: (e.queue_length(), e.routing_digest()), 10.0
+        )
+        return {"queue": queue, "block_size": digest.block_size, "checkpoints": sorted(digest.hashes)}
+
+    def stats(self) -> dict[str, Any]:
+        """This replica's figures: requests routed here, prompt and reused tokens, rounds."""
+        value = self.metrics.registry.get_sample_value
+        prompt = value("radixflow_prompt_tokens_total") or 0.0
+        reused = value("radixflow_reused_prompt_tokens_total") or 0.0
+        return {
+            "routed": self.routed,
+            "prompt_tokens": int(prompt),
+            "reused_tokens": int(reused),
+            "reuse_rate": reused / prompt if prompt else None,
+            "rounds": int(value("radixflow_rounds_total") or 0),
+        }
+
+    def drain(self) -> None:
+        """Finish what was accepted (within the drain time), then stop the engine thread."""
+        self.loop.shutdown(self.drain_s)
+        self.loop.join()
+
+    def __del__(self) -> None:  # Serve calls it when it stops the replica
+        with contextlib.suppress(Exception):  # interpreter teardown: nothing left to drain into
+            self.drain()

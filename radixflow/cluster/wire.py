@@ -1,0 +1,60 @@
+"""What travels between the ingress and a replica: a job (one prompt), and the events it yields.
+
+Events are the server loop's own `Delta`/`Final`; a prompt's logprobs travel as their columns
+(`PromptLogprobs`, plain lists) and the ingress attaches its own tokenizer for their texts, so
+nothing that holds a tokenizer is pickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import partial
+
+from radixflow.generation.detokenize import token_texts
+from radixflow.generation.outputs import PromptTokenLogprobs
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.server.loop import Delta, Event, Final
+
+
+@dataclass(frozen=True)
+class Job:
+    """One prompt for a replica (the router reads ``namespace`` and ``prompt``)."""
+
+    id: str
+    prompt: tuple[int, ...]
+    namespace: str
+    params: SamplingParams
+    stream: bool
+
+
+@dataclass(frozen=True)
+class WireEvent:
+    event: Event  # with its prompt logprobs taken out
+    scored: PromptLogprobs | None = None  # ... and carried here as columns
+    replica: str = ""  # which replica answered (on the Final)
+
+
+def encode(event: Event, replica: str = "") -> WireEvent:
+    """``event`` without objects that hold a tokenizer. Pure."""
+    if isinstance(event, Delta) and event.delta.prompt_logprobs is not None:
+        scored = event.delta.prompt_logprobs.scored
+        return WireEvent(Delta(event.index, replace(event.delta, prompt_logprobs=None)), scored, replica)
+    if isinstance(event, Final) and event.output is not None and event.output.prompt_logprobs is not None:
+        scored = event.output.prompt_logprobs.scored
+        return WireEvent(replace(event, output=replace(event.output, prompt_logprobs=None)), scored, replica)
+    return WireEvent(event, None, replica)
+
+
+def decode(wire: WireEvent, prompt: tuple[int, ...], index: int, tokenizer: TextTokenizer | None) -> Event:
+    """The event as the ingress's routes read it: prompt ``index`` of its submission, prompt
+    logprobs with texts from ``tokenizer``."""
+    event = replace(wire.event, index=index)
+    if wire.scored is None or tokenizer is None:
+        return event
+    lp = PromptTokenLogprobs(prompt, wire.scored, partial(token_texts, tokenizer, prompt))
+    if isinstance(event, Delta):
+        return Delta(index, replace(event.delta, prompt_logprobs=lp))
+    assert event.output is not None
+    return replace(event, output=replace(event.output, prompt_logprobs=lp))

@@ -1,0 +1,22 @@
+"""Routing requests over engine replicas (pure Python: no ray, no torch).
+
+The fleet simulation and the Ray Serve adapter share these classes, so both make the same
+decisions."""
+
+from radixflow.fleet.routers import ROUTERS, Router, RouterConfig, make_router, router_problem
+from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
+
+__all__ = [
+    "AFFINITY",
+    "BALANCE",
+    "LOAD",
+    "PLACEMENT",
+    "ROUTERS",
+    "Decision",
+    "ReplicaState",
+    "RouteRequest",
+    "Router",
+    "RouterConfig",
+    "make_router",
+    "router_problem",
+]

@@ -1,0 +1,168 @@
+"""Routers: which replica serves a request. One Protocol, a registry, three policies.
+
+Pure Python on purpose: the fleet simulation and the Ray Serve adapter call the same classes, so
+every routing decision is made by the same lines in both.
+
+- ``pow2``: power of two choices on queue length (Ray Serve's default).
+- ``prefix``: prompt-prefix affinity from the router's own memory of what it sent where, blind to
+  whether a state checkpoint exists there (like Ray Serve LLM's PrefixCacheAffinityRouter).
+- ``checkpoint``: the replica with the deepest usable READY checkpoint for the prompt (from the
+  digests replicas report), unless it is overloaded; a new context goes to a lightly loaded
+  replica and the router remembers it, so its later siblings follow it there.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from radixflow.cache.digest import chain_hashes
+from radixflow.fleet.memory import DEFAULT_CAPACITY, PrefixMemory
+from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
+from radixflow.problems import Problem, ProblemError
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    seed: int = 0
+    # a replica is overloaded when its queue exceeds both ratio x the mean queue and mean + slack
+    imbalance_ratio: float = 1.5
+    imbalance_slack: int = 2
+    match_threshold: float = 0.1  # prefix: the least share of a prompt matched to count as a hit
+    block_size: int = 16  # prefix: the granularity of its prompt memory
+    memory: int = DEFAULT_CAPACITY  # chain hashes a router remembers
+
+
+class Router(Protocol):
+    name: str
+    uses_digests: bool  # reads ReplicaState.digest (callers may skip computing it otherwise)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        """The replica for ``request`` (``replicas`` non-empty). Mutates only the router's own
+        memory (what it sent where) and random state."""
+        ...
+
+    def forget(self, replica: str) -> None:
+        """``replica`` is gone: drop what the router remembers about it (mutates the memory)."""
+        ...
+
+
+def overloaded(replica: ReplicaState, replicas: Sequence[ReplicaState], config: RouterConfig) -> bool:
+    mean = sum(r.queue for r in replicas) / len(replicas)
+    return replica.queue > max(config.imbalance_ratio * mean, mean + config.imbalance_slack)
+
+
+def usable_blocks(tokens: tuple[int, ...], block_size: int) -> int:
+    """Whole blocks a replica could resume from: at least the last prompt token is computed."""
+    return max(len(tokens) - 1, 0) // block_size
+
+
+def least_loaded(replicas: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
+    low = min(r.queue for r in replicas)
+    return rng.choice([r for r in replicas if r.queue == low])
+
+
+class PowerOfTwo:
+    name = "pow2"
+    uses_digests = False
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.rng = random.Random(config.seed)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        pair = self.rng.sample(list(replicas), min(2, len(replicas)))
+        return Decision(least_loaded(pair, self.rng).name, LOAD)
+
+    def forget(self, replica: str) -> None:
+        pass
+
+
+class PrefixAffinity:
+    """Longest prompt prefix the router sent somewhere, if it covers ``match_threshold`` of the
+    prompt and the fleet is balanced; otherwise power of two choices."""
+
+    name = "prefix"
+    uses_digests = False
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.pow2 = PowerOfTwo(config)
+        self.memory = PrefixMemory(config.memory)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        bs = self.config.block_size
+        chain = chain_hashes(request.namespace, request.tokens, bs, usable_blocks(request.tokens, bs))
+        decision = self._decide(request, replicas, chain)
+        self.memory.record(chain, decision.replica)
+        return decision
+
+    def _decide(self, request: RouteRequest, replicas: Sequence[ReplicaState], chain: list[int]) -> Decision:
+        if any(overloaded(r, replicas, self.config) for r in replicas):  # imbalanced: balance first
+            return self.pow2.choose(request, replicas)
+        depths = self.memory.depths(chain, self.config.block_size)
+        live = [r for r in replicas if r.name in depths]
+        deepest = max((depths[r.name] for r in live), default=0)
+        if live and deepest >= self.config.match_threshold * len(request.tokens):
+            best = least_loaded([r for r in live if depths[r.name] == deepest], self.pow2.rng)
+            return Decision(best.name, AFFINITY, deepest)
+        return Decision(self.pow2.choose(request, replicas).replica, PLACEMENT)
+
+    def forget(self, replica: str) -> None:
+        self.memory.forget(replica)
+
+
+class CheckpointAffinity:
+    """Deepest usable READY checkpoint (reported digests), else where the router already sent
+    the prompt's prefix (its checkpoint is on its way there); overloaded replicas are passed over."""
+
+    name = "checkpoint"
+    uses_digests = True
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.memory = PrefixMemory(config.memory)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        bs = replicas[0].digest.block_size
+        chain = chain_hashes(request.namespace, request.tokens, bs, usable_blocks(request.tokens, bs))
+        ready = {r.name: r.digest.depth(chain) for r in replicas}
+        planned = self.memory.depths(chain, bs)
+        expect = {r.name: max(ready[r.name], planned.get(r.name, 0)) for r in replicas}
+        open_ = [r for r in replicas if not overloaded(r, replicas, self.config)] or list(replicas)
+        best = max(open_, key=lambda r: (expect[r.name], ready[r.name], -r.queue, self.rng.random()))
+        deepest = max(expect.values())
+        if deepest == 0:  # a new context: somewhere light; its siblings follow via the memory
+            decision = Decision(least_loaded(open_, self.rng).name, PLACEMENT)
+        elif expect[best.name] == deepest:
+            decision = Decision(best.name, AFFINITY, deepest)
+        else:
+            decision = Decision(best.name, BALANCE, expect[best.name])
+        self.memory.record(chain, decision.replica)
+        return decision
+
+    def forget(self, replica: str) -> None:
+        self.memory.forget(replica)
+
+
+ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
+    "pow2": PowerOfTwo,
+    "prefix": PrefixAffinity,
+    "checkpoint": CheckpointAffinity,
+}
+
+
+def router_problem(name: object) -> Problem | None:
+    if name not in ROUTERS:
+        return Problem("router", f"unknown router {name!r} (known: {', '.join(ROUTERS)})")
+    return None
+
+
+def make_router(name: str, config: RouterConfig | None = None) -> Router:
+    """The router called ``name``; `ProblemError` (param ``router``) for an unknown one."""
+    problem = router_problem(name)
+    if problem is not None:
+        raise ProblemError(problem)
+    return ROUTERS[name](config or RouterConfig())

@@ -1,0 +1,174 @@
+"""The fleet's ingress side without Ray: the wire format, and `RemoteLoop` when a replica dies
+(before or during an answer), hangs past the drain, or loses its client. Every prompt ends with
+an answer or an error; none hangs."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+
+from radixflow.cluster.remote_loop import RemoteLoop
+from radixflow.cluster.wire import Job, WireEvent, decode, encode
+from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.server.loop import Delta, Final, NotAccepting
+from radixflow.server.metrics import ServerMetrics
+
+PROMPT = (5, 6, 7)
+
+
+def output(cached: int = 2) -> GenerationOutput:
+    return GenerationOutput("r", PROMPT, (9,), "x", "length", cached_tokens=cached)
+
+
+class Texts:
+    """A stand-in tokenizer: each token's text is its id (what `token_texts` asks of a decoder)."""
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+    def decode_each(self, ids, skip_special_tokens: bool = False) -> list[str]:
+        return [f"<{i}>" for i in ids]
+
+
+def test_prompt_logprobs_travel_as_columns_and_get_the_ingress_texts():
+    scored = PromptLogprobs([1, 2], [6, 7], [-0.5, -1.0], [[6], [7]], [[-0.5], [-1.0]])
+    lazy = PromptTokenLogprobs(PROMPT, scored, lambda: (_ for _ in ()).throw(AssertionError("no texts here")))
+    wire = encode(Delta(0, StreamDelta((9,), "x", None, lazy)), "replica-a")
+    wire = pickle.loads(pickle.dumps(wire))  # what Ray does to it
+    assert wire.event.delta.prompt_logprobs is None and wire.scored == scored and wire.replica == "replica-a"
+    event = decode(wire, PROMPT, 3, Texts())  # type: ignore[arg-type]
+    assert event.index == 3
+    lp = event.delta.prompt_logprobs
+    assert lp[0] is None and lp[2].logprob == -1.0 and (lp[2].token, lp[2].text) == (7, "<7>")
+    final = encode(Final(0, output()))
+    assert decode(final, PROMPT, 1, None) == Final(1, output())
+
+
+def stream_of(*steps):
+    """An ``open_stream`` whose n-th call replays ``steps[n]``: events, or an exception to raise."""
+    calls = []
+
+    def open_stream(job: Job):
+        script = steps[len(calls)]
+        calls.append(job)
+
+        async def gen():
+            for step in script:
+                if isinstance(step, BaseException):
+                    raise step
+                if step == "hang":
+                    await asyncio.sleep(3600)
+                yield step
+
+        return gen()
+
+    return open_stream, calls
+
+
+async def serve(loop: RemoteLoop, n: int = 1, after=None) -> list[list]:
+    """Submit ``n`` prompts and collect each one's events until its Final (``after``: then call it)."""
+    events: list[list] = [[] for _ in range(n)]
+    finals = asyncio.Event()
+
+    def sink(event) -> None:
+        events[event.index].append(event)
+        if sum(isinstance(e, Final) for es in events for e in es) == n:
+            finals.set()
+
+    items = [(Request(f"r{i}", PROMPT), None) for i in range(n)]
+    loop.submit(items, sink, stream=True)  # type: ignore[arg-type]
+    if after is not None:
+        after()
+    await asyncio.wait_for(finals.wait(), 5)
+    return events
+
+
+DELTA = WireEvent(Delta(0, StreamDelta((9,), "x")))
+FINAL = WireEvent(Final(0, output()), None, "replica-b")
+
+
+def test_a_replica_dying_before_it_answers_is_retried_elsewhere():
+    open_stream, calls = stream_of([ConnectionError("actor died")], [DELTA, FINAL])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+    events = asyncio.run(serve(loop))[0]
+    assert [type(e) for e in events] == [Delta, Final] and events[-1].output is not None
+    assert len(calls) == 2 and loop.retried == 1
+    assert loop.replicas["replica-b"].answered == 1 and loop.replicas["replica-b"].reused_tokens == 2
+
+
+def test_a_replica_dying_mid_answer_ends_the_prompt_with_a_503():
+    open_stream, calls = stream_of([DELTA, ConnectionError("actor died")], [FINAL])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+    events = asyncio.run(serve(loop))[0]
+    final = events[-1]
+    assert isinstance(final, Final) and final.status == 503 and "actor died" in final.error
+    assert len(calls) == 1  # tokens were streamed already: not retried (the client saw them)
+
+
+def test_a_retry_that_fails_too_is_an_error_not_a_hang():
+    open_stream, _ = stream_of([RuntimeError("gone")], [RuntimeError("gone again")])
+    events = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0]
+    assert events[-1].status == 503 and "gone again" in events[-1].error
+
+
+def test_a_stream_that_ends_without_an_answer_is_an_error():
+    open_stream, _ = stream_of([DELTA])
+    events = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0]
+    assert events[-1].status == 503 and "without an answer" in events[-1].error
+
+
+def test_the_drain_answers_hanging_requests_and_join_returns():
+    open_stream, _ = stream_of(["hang"], ["hang"])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+
+    async def main() -> list[list]:
+        events = await serve(loop, n=2, after=lambda: loop.shutdown(0.05))
+        await asyncio.sleep(0.01)  # the cancelled jobs unwind
+        return events
+
+    events = asyncio.run(main())
+    assert all(es[-1].status == 503 and "shut down" in es[-1].error for es in events)
+    loop.join(1.0)
+    assert loop._idle.is_set() and not loop.accepting
+    with pytest.raises(NotAccepting):
+        loop.submit([(Request("late", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
+
+
+def test_an_aborted_request_is_cancelled_and_not_answered():
+    open_stream, _ = stream_of(["hang"])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+    got: list = []
+
+    async def main() -> Request:
+        req = Request("gone", PROMPT)
+        loop.submit([(req, None)], got.append, False)  # type: ignore[list-item]
+        await asyncio.sleep(0.01)
+        loop.abort(["gone"])
+        await asyncio.sleep(0.01)
+        return req
+
+    req = asyncio.run(main())
+    assert got == [] and req.status is RequestStatus.ABORTED and loop._idle.is_set()
+
+
+def test_queue_full_past_max_pending():
+    from radixflow.server.loop import QueueFull
+
+    open_stream, _ = stream_of(["hang"], ["hang"])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 1)
+
+    async def main() -> None:
+        loop.submit([(Request("a", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
+        with pytest.raises(QueueFull):
+            loop.submit([(Request("b", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
+        loop.shutdown(0.0)
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())

@@ -1,0 +1,83 @@
+"""Two real replicas on Ray Serve (skipped without the cluster extra; about a minute on 2 CPUs):
+one replica is killed while requests are in flight; every request is answered or gets an error,
+none hangs, and later requests go to the survivor."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+pytest.importorskip("ray.serve")
+pytest.importorskip("torch")
+
+from radixflow.cluster.launch import DEPLOYMENT, FleetSpec, deploy, ray_serve
+from radixflow.cluster.remote_loop import RemoteLoop
+from radixflow.generation.params import SamplingParams
+from radixflow.options import EngineOptions
+from radixflow.scheduler.request import Request
+from radixflow.server.loop import Final
+from radixflow.server.metrics import ServerMetrics
+from radixflow.server.state import ServerConfig
+
+
+def kill_one_replica() -> str:
+    import ray
+
+    names = [a for a in ray.util.list_named_actors(all_namespaces=True) if DEPLOYMENT in a["name"]]
+    victim = sorted(a["name"] for a in names)[0]
+    ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+    return victim
+
+
+async def answers(loop: RemoteLoop, prompts: list[tuple[int, ...]], kill_after_s: float) -> list[Final]:
+    finals: list[Final] = []
+    done = asyncio.Event()
+
+    def sink(event) -> None:
+        if isinstance(event, Final):
+            finals.append(event)
+            if len(finals) == len(prompts):
+                done.set()
+
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    loop.submit([(Request(f"q{i}", p, sampling=params), None) for i, p in enumerate(prompts)], sink, True)  # type: ignore[misc]
+    await asyncio.sleep(kill_after_s)
+    await asyncio.to_thread(kill_one_replica)
+    await asyncio.wait_for(done.wait(), 90)  # none hangs
+    return finals
+
+
+def test_a_replica_killed_mid_run_leaves_no_request_hanging():
+    options = EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1})
+    config = ServerConfig(max_pending=64, drain_s=5.0)
+    with ray_serve(FleetSpec(2, "pow2")):
+        handle = deploy(options, FleetSpec(2, "pow2"), config)
+        streaming = handle.options(stream=True)
+        loop = RemoteLoop(lambda job: streaming.generate.remote(job), None, ServerMetrics(), 64)
+        prompts = [tuple(range(10 + i, 60 + i)) for i in range(12)]
+        t0 = time.monotonic()
+        finals = asyncio.run(answers(loop, prompts, kill_after_s=1.0))
+        assert len(finals) == 12 and time.monotonic() - t0 < 90
+        ok = [f for f in finals if f.output is not None]
+        failed = [f for f in finals if f.output is None]
+        assert all(f.status == 503 and "replica" in (f.error or "") for f in failed)
+        assert ok, "the surviving replica answered nothing"
+        later = asyncio.run(_after(loop, prompts[:4]))
+        assert all(f.output is not None for f in later)  # the survivor serves what comes next
+
+
+async def _after(loop: RemoteLoop, prompts: list[tuple[int, ...]]) -> list[Final]:
+    finals: list[Final] = []
+    done = asyncio.Event()
+
+    def sink(event) -> None:
+        if isinstance(event, Final):
+            finals.append(event)
+            if len(finals) == len(prompts):
+                done.set()
+
+    loop.submit([(Request(f"later{i}", p), None) for i, p in enumerate(prompts)], sink, False)  # type: ignore[misc]
+    await asyncio.wait_for(done.wait(), 60)
+    return finals

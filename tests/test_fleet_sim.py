@@ -1,0 +1,98 @@
+"""The fleet simulation: N engines on one modelled clock behind a router; a replica dying mid-run."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.bench.fleet import QueueSample, ReplicaKill, run_fleet
+from radixflow.bench.fleet_metrics import fleet_figures, fleet_policy_result, imbalance
+from radixflow.bench.harness import fresh_copy
+from radixflow.engine.engine import Engine
+from radixflow.fleet import RouterConfig, make_router
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.scheduler.request import RequestStatus
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+
+@pytest.fixture(scope="module")
+def setup():
+    plan = plan_engine(
+        EngineOptions.from_mapping({"model": "qwen3_5-2b", "runner": "sim", "hardware": "h200"})
+    )
+    spec = WorkloadSpec(
+        groups=12, candidates=6, context_len=512, candidate_len=32, arrival="poisson", rate=3000.0,
+        vocab_size=plan.choice.vocab_size,
+    )  # fmt: skip
+    requests = build_workload(spec).requests
+    return plan.build([len(r.prompt) for r in requests]), requests
+
+
+def fleet(setup, router: str, replicas: int = 4, kills=()):
+    built, requests = setup
+
+    def engine() -> Engine:
+        return Engine(built.runner, built.scheduler)
+
+    return run_fleet(fresh_copy(requests), engine, replicas, make_router(router, RouterConfig(seed=1)), kills)
+
+
+def test_every_request_is_answered_and_routed_once(setup):
+    for router in ("pow2", "prefix", "checkpoint"):
+        run = fleet(setup, router)
+        assert len(run.requests) == len(setup[1])
+        assert all(r.status is RequestStatus.FINISHED for r in run.requests)
+        assert sum(len(r.routed) for r in run.replicas) == len(setup[1])
+        assert all(r.routed for r in run.replicas), f"{router} left a replica idle"
+
+
+def test_checkpoint_router_reuses_more_than_pow2(setup):
+    built = setup[0]
+    figures = {}
+    for router in ("pow2", "checkpoint"):
+        run = fleet(setup, router)
+        figures[router] = (
+            fleet_policy_result(router, run, built.scheduler, None),
+            fleet_figures(run, router),
+        )
+    pow2, ckpt = figures["pow2"], figures["checkpoint"]
+    assert ckpt[0].reuse_rate > 1.5 * pow2[0].reuse_rate
+    assert ckpt[1]["affinity_share"] > 0.7 and pow2[1]["affinity_share"] == 0.0
+    assert len(ckpt[1]["per_replica"]) == 4 and ckpt[1]["max_queue"] >= 1
+
+
+def test_one_replica_fleet_matches_a_lone_engine(setup):
+    built, requests = setup
+    run = fleet(setup, "checkpoint", replicas=1)
+    engine = Engine(built.runner, built.scheduler)
+    engine.run(fresh_copy(requests))
+    by_id = {r.id: r for r in engine.requests}
+    assert [(r.reused, r.finish_s) for r in run.requests] == [
+        (by_id[r.id].reused, by_id[r.id].finish_s) for r in run.requests
+    ]
+
+
+def test_a_dying_replica_has_its_requests_retried(setup):
+    whole = fleet(setup, "checkpoint")
+    mid = whole.requests[len(whole.requests) // 2].arrival_s
+    run = fleet(setup, "checkpoint", kills=[ReplicaKill(0, mid)])
+    assert run.retried > 0
+    assert all(r.status is RequestStatus.FINISHED for r in run.requests)  # none lost, none hangs
+    assert not run.replicas[0].alive
+    # nothing was routed to the dead replica after it died: its requests all arrived before
+    assert all(r.arrival_s <= mid for r in run.replicas[0].engine.requests)
+
+
+def test_a_fleet_with_no_survivor_fails_requests_with_an_error(setup):
+    run = fleet(setup, "pow2", replicas=1, kills=[ReplicaKill(0, 0.001)])
+    failed = [r for r in run.requests if r.status is RequestStatus.FAILED]
+    assert failed and all(r.error == "no replica is left to serve it" for r in failed)
+    assert all(r.status in (RequestStatus.FINISHED, RequestStatus.FAILED) for r in run.requests)
+
+
+def test_imbalance_measures_how_long_a_queue_stays_hot():
+    samples = [QueueSample(0.0, (1, 1, 1)), QueueSample(1.0, (10, 1, 1)), QueueSample(3.0, (2, 2, 2))]
+    figures = imbalance(samples, 4.0)
+    assert figures["longest_hot_s"] == 2.0 and figures["hot_share"] == 0.5
+    assert figures["imbalance_mean"] == pytest.approx((1 + 2.5 + 1) / 3)
+    calm = imbalance([QueueSample(0.0, (2, 0, 0))], 1.0)  # 2 > 2 x mean, but by under 2 requests
+    assert calm["longest_hot_s"] == 0.0

@@ -1,0 +1,127 @@
+"""Routers' choices: deepest checkpoint wins, imbalance overrides affinity, new contexts are placed
+where their siblings follow, a KV/text hit without a READY checkpoint does not count."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.cache import RadixCache
+from radixflow.cache.digest import CheckpointDigest, chain_hashes
+from radixflow.fleet import (
+    AFFINITY,
+    BALANCE,
+    LOAD,
+    PLACEMENT,
+    ReplicaState,
+    RouterConfig,
+    RouteRequest,
+    make_router,
+)
+from radixflow.problems import ProblemError
+
+BS = 4
+CTX = tuple(range(100, 132))  # 8 blocks
+PROMPT = CTX + (1, 2, 3, 4, 5)
+
+
+def digest_at(tokens: tuple[int, ...], *blocks: int) -> CheckpointDigest:
+    chain = chain_hashes("n", tokens, BS, max(blocks))
+    return CheckpointDigest(BS, frozenset(chain[b - 1] for b in blocks))
+
+
+def replica(name: str, queue: int = 0, digest: CheckpointDigest | None = None) -> ReplicaState:
+    return ReplicaState(name, queue, digest or CheckpointDigest(BS, frozenset()))
+
+
+def route(router, replicas, tokens=PROMPT):
+    return router.choose(RouteRequest("n", tokens), replicas)
+
+
+def test_deepest_ready_checkpoint_wins():
+    router = make_router("checkpoint", RouterConfig(block_size=BS))
+    fleet = [replica("a", 1, digest_at(PROMPT, 2)), replica("b", 1, digest_at(PROMPT, 8)), replica("c", 0)]
+    d = route(router, fleet)
+    assert (d.replica, d.reason, d.depth) == ("b", AFFINITY, 32)
+
+
+def test_a_checkpoint_the_prompt_cannot_use_does_not_count():
+    other = CTX[:8] + (7,) * 24  # shares two blocks with PROMPT, then diverges
+    router = make_router("checkpoint", RouterConfig(block_size=BS))
+    fleet = [replica("a", 0, digest_at(other, 8)), replica("b", 0, digest_at(PROMPT, 2)), replica("c", 0)]
+    assert route(router, fleet).replica == "b"
+
+
+def test_imbalance_overrides_affinity():
+    router = make_router("checkpoint", RouterConfig(block_size=BS, imbalance_ratio=1.5, imbalance_slack=2))
+    hot = replica("a", 20, digest_at(PROMPT, 8))
+    fleet = [hot, replica("b", 2, digest_at(PROMPT, 2)), replica("c", 1)]
+    d = route(router, fleet)
+    assert (d.replica, d.reason, d.depth) == ("b", BALANCE, 8)  # the next deepest, not just any
+    # within the threshold affinity holds
+    fleet = [replica("a", 4, digest_at(PROMPT, 8)), replica("b", 2), replica("c", 1)]  # 4 <= mean + 2
+    assert route(make_router("checkpoint"), fleet).replica == "a"
+
+
+def test_new_context_is_placed_and_its_siblings_follow():
+    router = make_router("checkpoint", RouterConfig(block_size=BS, seed=3))
+    fleet = [replica("a", 2), replica("b", 0), replica("c", 1)]
+    first = route(router, fleet)
+    assert (first.replica, first.reason) == ("b", PLACEMENT)  # the least loaded
+    # a sibling arrives before any checkpoint is READY: it follows, though b is now busier
+    fleet = [replica("a", 1), replica("b", 2), replica("c", 1)]
+    sibling = route(router, fleet, CTX + (9, 9, 9, 9, 9))
+    assert (sibling.replica, sibling.reason, sibling.depth) == ("b", AFFINITY, 32)
+
+
+def test_a_kv_hit_without_a_ready_checkpoint_does_not_count():
+    """Replica a holds the prompt's KV (it served the same text) but no checkpoint; b holds a
+    READY checkpoint at the shared context. `prefix` follows the text; `checkpoint` the state."""
+    cache_a, cache_b = RadixCache(BS, 64, 8), RadixCache(BS, 64, 8)
+    blocks = cache_a.alloc_blocks(9)
+    cache_a.extend("n", PROMPT, 0, 36, blocks, [], "r")  # KV only
+    cache_a.commit("r")
+    cache_b.extend("n", PROMPT, 0, 16, cache_b.alloc_blocks(4), [16], "r")
+    cache_b.commit("r")
+    fleet = [replica("a", 0, cache_a.ready_digest()), replica("b", 0, cache_b.ready_digest())]
+    assert route(make_router("checkpoint"), fleet).replica == "b"
+
+    prefix = make_router("prefix", RouterConfig(block_size=BS))
+    prefix.choose(RouteRequest("n", PROMPT), [replica("a", 0)])  # it sent this text to a before
+    d = route(prefix, fleet)
+    assert (d.replica, d.reason) == ("a", AFFINITY)
+
+
+def test_prefix_affinity_needs_the_match_threshold_and_balance():
+    prefix = make_router("prefix", RouterConfig(block_size=BS, match_threshold=0.5))
+    prefix.choose(RouteRequest("n", PROMPT), [replica("a", 0)])
+    short = CTX[:8] + (8,) * 28  # matches 8 of 36 tokens: below the threshold
+    assert route(prefix, [replica("a", 0), replica("b", 0)], short).reason == PLACEMENT
+    assert route(prefix, [replica("a", 0), replica("b", 0)]).replica == "a"
+    d = route(prefix, [replica("a", 30), replica("b", 0), replica("c", 0)])  # imbalanced: pow2
+    assert d.reason == LOAD and d.replica in ("b", "c")
+
+
+def test_pow2_picks_the_shorter_of_two_queues():
+    router = make_router("pow2", RouterConfig(seed=1))
+    fleet = [replica("a", 5), replica("b", 0)]
+    assert all(route(router, fleet).replica == "b" for _ in range(20))
+    counts = {"a": 0, "b": 0, "c": 0}
+    fleet3 = [replica("a", 9), replica("b", 0), replica("c", 0)]
+    for _ in range(300):
+        counts[route(router, fleet3).replica] += 1
+    assert counts["a"] == 0 and min(counts["b"], counts["c"]) > 100  # never the longest of three
+    assert route(router, [replica("solo", 7)]).replica == "solo"
+
+
+def test_forgotten_replica_is_not_followed():
+    router = make_router("checkpoint", RouterConfig(block_size=BS))
+    route(router, [replica("a", 0)])
+    router.forget("a")
+    d = route(router, [replica("b", 1), replica("c", 0)])
+    assert (d.replica, d.reason) == ("c", PLACEMENT)
+
+
+def test_unknown_router_is_one_line_naming_it():
+    with pytest.raises(ProblemError) as e:
+        make_router("round_robin")
+    assert e.value.problem.param == "router" and "round_robin" in e.value.problem.message

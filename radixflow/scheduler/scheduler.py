@@ -20,6 +20,7 @@ from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, Snapshot
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
 from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
+from radixflow.scheduler.scan import PolicyContext
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
@@ -31,6 +32,8 @@ class _Admit(Enum):
     BLOCKED = "blocked"
     NO_BUDGET = "no_budget"
     NO_MEMORY = "no_memory"
+    SKIPPED = "skipped"  # the policy left it waiting and goes on
+    DECLINED = "declined"  # the policy ended the round before it
 
 
 @dataclass
@@ -58,7 +61,7 @@ class Scheduler:
         predict: Callable[[Sequence[ScheduledChunk]], float] | None = None,
     ) -> None:
         """``predict``: the seconds a round of these chunks would take (the runner's model; None
-        where it has none), for policies that weigh rounds by time. Pure; nothing here calls it yet."""
+        where it has none), lent to the policy with the rest of `PolicyContext`."""
         config.validate()
         self.config = config
         self.predict = predict
@@ -74,12 +77,14 @@ class Scheduler:
         self._promised = 0  # KV blocks running requests will still allocate (= sum of _owed)
         # checkpoint slot -> fewest rounds any schedule needs before that state can exist
         self._slot_depth: dict[int, int] = {}
+        policy.bind(PolicyContext(config, cache, self.reuse, self.running, predict))
 
     # ----------------------------------------------------------------- queue
     def add(self, request: Request) -> None:
         """Queue an arrived request and record its prompt as a known sequence."""
         request.registration = self.cache.register(request.namespace, request.prompt)
         self.waiting.append(request)
+        self.policy.on_arrival(request)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -125,7 +130,10 @@ class Scheduler:
                 if self.policy.on_blocked(req, match) is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
                     return _Stop(None, None, scan)
-            elif status is not _Admit.SCHEDULED:
+            elif status is _Admit.DECLINED:
+                out.stop_reason = StopReason.POLICY
+                return _Stop(req, match, scan)
+            elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED):
                 no_budget = status is _Admit.NO_BUDGET
                 out.stop_reason = StopReason.TOKEN_BUDGET if no_budget else StopReason.MEMORY
                 return _Stop(req, match, scan)
@@ -157,6 +165,9 @@ class Scheduler:
         point = self.reuse.point(req, match)
         if point is None:
             return _Admit.BLOCKED, match
+        verdict = self.policy.on_ready(req, match, point.tokens, out)
+        if verdict is not None:
+            return (_Admit.SKIPPED if verdict is ScanAction.SKIP else _Admit.DECLINED), match
         status = self._start(req, point, budget, out)
         if status is _Admit.NO_MEMORY and point.tokens and self.config.has_recurrent and not self.running:
             # Nothing running will free capacity, so waiting cannot help. Our own lock on the reuse
@@ -260,10 +271,11 @@ class Scheduler:
         Returns the requests that finished this round.
         """
         finished: list[Request] = []
+        woken: list[Request] = []
         for chunk in out.chunks:
             req = self.running[chunk.request_id]
             self.cache.commit(req.id)
-            self.parked.wake(req.id)
+            woken += self.parked.wake(req.id)
             req.chunks += 1
             if prompt_logprobs and req.id in prompt_logprobs:
                 req.prompt_logprobs.extend(prompt_logprobs[req.id])
@@ -273,6 +285,7 @@ class Scheduler:
             if reason is not None:
                 self.finish(req, reason, now)
                 finished.append(req)
+        self.policy.on_round_end(woken, now)
         return finished
 
     def _accept(self, req: Request, sample: Sample, now: float) -> FinishReason | None:
@@ -338,10 +351,12 @@ class Scheduler:
             self.cache.unlock(req.lock)
             req.lock = None
         self.cache.withdraw([r.id for r in failed])
+        woken: list[Request] = []
         for req in failed:
-            self.parked.wake(req.id)
+            woken += self.parked.wake(req.id)
             self._release(req)
             req.status, req.error = RequestStatus.FAILED, reason
+        self.policy.on_round_end(woken, None)
         return failed
 
     def fail_head(self, reason: str) -> Request | None:

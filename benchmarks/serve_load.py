@@ -160,6 +160,9 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]
     cmd = [sys.executable, "-m", "radixflow.cli", "serve", args.model, "--port", str(port)]
     cmd += ["--max-pending", str(args.max_pending), "--policy", args.policy, "--log-level", "warning"]
     cmd += ["--kv-blocks", str(args.kv_blocks), "--max-requests", str(args.max_requests)]
+    for flag in ("torch_threads", "tokenizer_threads"):  # given: passed on (else the server's plan)
+        if getattr(args, flag) is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     proc = subprocess.Popen(cmd, env=os.environ.copy())
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -248,6 +251,12 @@ def show(summary: dict[str, object]) -> None:
         return "-" if x is None else f"{1e3 * float(x):.0f} ms"  # type: ignore[arg-type]
 
     s = summary
+    machine = s.get("machine") or {}
+    if machine:
+        print(
+            f"{machine['cpus']} CPUs, load average (1 min) {machine['load_1min_before']:.1f} before, "
+            f"{machine['load_1min_after']:.1f} after"
+        )
     print(
         f"sent {s['sent']}, completed {s['completed']}, lost {s['lost']}, "
         f"duplicated {s['duplicated']}, foreign ids {s['foreign_ids']}, errors {s['errors']}"
@@ -284,17 +293,25 @@ def main() -> None:
     ap.add_argument("--max-pending", type=int, default=256)
     ap.add_argument("--max-requests", type=int, default=64, help="requests per round")
     ap.add_argument("--kv-blocks", type=int, default=4096)
+    ap.add_argument("--torch-threads", type=int, help="passed to the server (default: its thread plan)")
+    ap.add_argument("--tokenizer-threads", type=int, help="passed to the server (default: its thread plan)")
     ap.add_argument("--json", type=Path, default=Path("results/serve_load.json"))
     args = ap.parse_args()
     if args.clients < 1 or args.duration <= 0:
         raise SystemExit("--clients must be >= 1 and --duration > 0")
     traffic = make_traffic(args)
+    load_before = os.getloadavg()[0]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start_server(args, port)
     try:
         outcomes, elapsed = asyncio.run(run_clients(url, traffic, args.clients, args.duration))
         summary = summarize(outcomes, elapsed, scrape(url))
+        summary["machine"] = {
+            "cpus": os.cpu_count(),
+            "load_1min_before": load_before,
+            "load_1min_after": os.getloadavg()[0],
+        }
     finally:
         server.send_signal(signal.SIGINT)  # a graceful shutdown, as Ctrl-C
         server.wait(120)

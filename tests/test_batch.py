@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.batch import (
-    ForwardBatch,
-    KVPool,
-    Segment,
-    SeqSpec,
-    Snapshot,
-    StatePool,
-    paged_attention,
-)
+from radixflow.models.attention import paged_attention
+from radixflow.models.batch import ForwardBatch, KVPool, Segment, SeqSpec, Snapshot, StatePool
 
 
 def test_segments_split_at_snapshots():
@@ -60,3 +54,97 @@ def test_state_pool_load_is_a_copy():
     loaded[0].add_(1)
     assert torch.equal(pool.tensors[3][0][1], torch.ones(2, 2))
     assert pool.load(3, None) is None
+
+
+def decode_batch(specs: list[SeqSpec], state: StatePool, batched: bool = True) -> ForwardBatch:
+    kv = KVPool({}, num_blocks=8, block_size=4, dtype=torch.float32, device="cpu")
+    return ForwardBatch.build([([1] * s.length, s) for s in specs], kv, state, "cpu", batched)
+
+
+def test_decode_rows_are_the_one_token_chunks_unless_batching_is_off():
+    state = StatePool({}, 0, torch.float32, "cpu")
+    specs = [SeqSpec(0, 5, [0, 1]), SeqSpec(3, 1, [2], 0), SeqSpec(0, 1, [3]), SeqSpec(2, 2, [4], 1)]
+    fb = decode_batch(specs, state)
+    assert fb.decode.seqs == (1, 2) and fb.decode.tokens.tolist() == [5, 6] and fb.others == [0, 3]
+    assert fb.other_tokens.tolist() == [0, 1, 2, 3, 4, 7, 8]
+    off = decode_batch(specs, state, batched=False)
+    assert len(off.decode) == 0 and off.others == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("row_shape", [(3, 2), (64, 64, 4)])  # small rows: index_copy; large: copies
+def test_gather_and_scatter_move_each_rows_state_between_its_slots(row_shape):
+    pool = StatePool({5: (row_shape, (2,))}, num_slots=6, dtype=torch.float32, device="cpu")
+    for t in pool.tensors[5]:
+        t.copy_(torch.arange(6, dtype=torch.float32).view(6, *[1] * (t.dim() - 1)).expand_as(t))
+    specs = [
+        SeqSpec(7, 1, [0, 1], 4, [Snapshot(8, 5), Snapshot(8, 0)]),  # restores 4, saves twice
+        SeqSpec(0, 1, [2]),  # fresh, saves nothing
+        SeqSpec(3, 1, [3], 4, [Snapshot(4, 1)]),  # restores the same slot as row 0
+    ]
+    fb = decode_batch(specs, pool)
+    big, small = pool.gather(5, fb.decode)
+    assert [t.flatten()[0].item() for t in big] == [4.0, 0.0, 4.0]  # the fresh row is zeros
+    assert small.tolist() == [[4.0, 4.0], [0.0, 0.0], [4.0, 4.0]]
+    new = (big + torch.tensor([10.0, 20.0, 30.0]).view(3, *[1] * len(row_shape)), small + 1)
+    pool.scatter(5, fb.decode, new)
+    firsts = [t.flatten()[0].item() for t in pool.tensors[5][0]]
+    assert firsts == [14.0, 34.0, 2.0, 3.0, 4.0, 14.0]  # slots 5 and 0 from row 0, 1 from row 2
+    assert pool.tensors[5][1][:, 0].tolist() == [5.0, 5.0, 2.0, 3.0, 4.0, 5.0]
+    # the scratch is reused: a smaller batch gathers into the same memory
+    (one,) = (pool.gather(5, decode_batch(specs[:1], pool).decode)[0],)
+    assert one.data_ptr() == big.data_ptr() and one.flatten()[0].item() == 4.0
+
+
+def test_all_fresh_decode_rows_need_no_slots():
+    pool = StatePool({0: ((2,),)}, num_slots=0, dtype=torch.float32, device="cpu")
+    fb = decode_batch([SeqSpec(0, 1, [0]), SeqSpec(0, 1, [1])], pool)
+    assert fb.decode.restore is None
+    (state,) = pool.gather(0, fb.decode)
+    assert state.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    pool.scatter(0, fb.decode, (state + 1,))  # nothing to save: no slot is touched
+
+
+def test_batched_decode_attention_matches_one_sequence_at_a_time():
+    # Decode rows with different context lengths (one of one token), next to a prefill chunk.
+    heads, kv_heads, dim, block = 4, 2, 8, 4
+    lengths = [9, 1, 40, 5]  # attending in two groups: (40, 9) and (5, 1)
+    state = StatePool({}, 0, torch.float32, "cpu")
+    outs = {}
+    for batched in (True, False):
+        kv = KVPool({0: (kv_heads, dim)}, num_blocks=20, block_size=block, dtype=torch.float32, device="cpu")
+        g = torch.Generator().manual_seed(2)
+        kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
+        kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
+        tables = [[3, 0, 7], [5], [1, 2, 9, 4, 12, 13, 14, 15, 16, 17], [6, 8]]
+        specs = [SeqSpec(n - 1, 1, t) for n, t in zip(lengths, tables, strict=True)]
+        specs.insert(2, SeqSpec(0, 6, [10, 11]))
+        fb = ForwardBatch.build([([1] * s.length, s) for s in specs], kv, state, "cpu", batched)
+        t = sum(s.length for s in specs)
+        q, k, v = (torch.randn(t, h, dim, generator=g) for h in (heads, kv_heads, kv_heads))
+        outs[batched] = paged_attention(0, q, k, v, fb, scale=dim**-0.5)
+        assert len(fb.decode) == (4 if batched else 0)
+        assert not batched or len(fb.decode_context) == 2
+    assert (outs[True] - outs[False]).abs().max() < 1e-6
+
+
+def test_decode_rows_attend_in_groups_of_similar_context_length():
+    # padding a group to its longest context costs at most twice its real context, so one long
+    # context among short ones does not make every row gather the long one
+    state = StatePool({}, 0, torch.float32, "cpu")
+    ends = (9, 400, 12, 10, 1, 900)
+    specs = [SeqSpec(n - 1, 1, list(range(-(-n // 4)))) for n in ends]
+    kv = KVPool({}, num_blocks=300, block_size=4, dtype=torch.float32, device="cpu")
+    fb = ForwardBatch.build([([1], s) for s in specs], kv, state, "cpu")
+    groups = [(g.tokens.tolist(), g.slots.shape[1]) for g in fb.decode_context]
+    assert groups == [([5, 1], 900), ([2, 3, 0, 4], 12)]
+    for g in fb.decode_context:
+        assert g.valid.sum(1).tolist() == [ends[t] for t in g.tokens.tolist()]
+        assert 2 * sum(ends[t] for t in g.tokens.tolist()) >= g.valid.numel()
+
+
+def test_a_block_table_too_short_for_its_chunk_is_refused():
+    kv = KVPool({0: (1, 2)}, num_blocks=4, block_size=4, dtype=torch.float32, device="cpu")
+    state = StatePool({}, 0, torch.float32, "cpu")
+    fb = ForwardBatch.build([([1] * 5, SeqSpec(0, 5, [2]))], kv, state, "cpu")
+    with pytest.raises(ValueError, match="does not cover position 4"):
+        _ = fb.new_slots

@@ -66,7 +66,7 @@ def scenario(rng: random.Random) -> Scenario:
     stops = {rng.randrange(steps): [rng.randrange(len(reqs))] for _ in range(rng.choice([0, 0, 1]))}
     fails = {rng.randrange(steps) for _ in range(rng.choice([0, 0, 0, 1, 2]))}
     return Scenario(
-        reqs, cfg, rng.choice(["native", "radixflow"]), rng.choice(["branch", "branch", "align"]),
+        reqs, cfg, rng.choice(["native", "radixflow"]), rng.choice(["branch", "lone", "align"]),
         rng.random() < 0.85, fails, aborts, stops,
     )
 

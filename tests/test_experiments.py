@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.experiments.cells import without_timing
-from radixflow.experiments.config import ExperimentConfigError, load_config
+from radixflow.experiments.config import Cell, ExperimentConfigError, load_config
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
 
@@ -99,6 +99,19 @@ def test_cell_key_changes_with_the_cell(tiny: Path):
     cells = load_config(tiny).cells
     variants = load_config(tiny).variants
     assert len({c.key(variants) for c in cells}) == len(cells)
+
+
+def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: Path, tmp_path: Path):
+    from radixflow.experiments.cells import run_cell
+
+    config = load_config(tiny)
+    cell = config.cells[0]
+    traced = Cell(cell.group, {**cell.settings, "trace_out": str(tmp_path / "cell.json")}, cell.workload)
+    assert traced.key(config.variants) == cell.key(config.variants)  # same results, cached alike
+    run_cell(traced, config.variants)
+    events = json.loads((tmp_path / "cell.json").read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
+    assert names == ["native · branch", "radixflow · branch"]
 
 
 @pytest.mark.parametrize(

@@ -73,14 +73,16 @@ NO_TORCH = {
 # part (a folder, or a module at the top of models/) -> parts it may import (besides itself)
 MODELS_ALLOWED = {
     "kernels": set(),
-    "batch": set(),
+    "decode_rows": set(),
+    "batch": {"decode_rows"},
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
     "config_rules": {"config_schema"},
+    "attention": {"batch", "decode_rows"},
     "layers": {"batch"},
-    "mixers": {"batch", "layers", "kernels"},
-    "families": {"batch", "layers", "mixers", "kernels", "config_schema", "config_rules"},
+    "mixers": {"batch", "decode_rows", "attention", "layers", "kernels"},
+    "families": {"batch", "attention", "layers", "mixers", "kernels", "config_schema", "config_rules"},
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
     "zoo": {"layers", "registry", "io"},
 }

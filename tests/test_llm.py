@@ -196,3 +196,15 @@ def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path)
 def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
     with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
         llm.generate("a\ud800b")
+
+
+def test_the_trace_holds_every_generate_call_on_the_wall_clock(zoo, tmp_path):
+    path = tmp_path / "llm.json"
+    llm = LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path), placement="lone")
+    llm.generate(PROMPTS[0], SamplingParams(max_tokens=2))
+    first = json.loads(path.read_text())
+    assert first["otherData"]["clock"] == "wall" and first["otherData"]["runner"] == "torch"
+    llm.generate(PROMPTS[1], SamplingParams(max_tokens=2))  # a later call reuses the first's context
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e["name"] == "finished" for e in events) == 2
+    assert any(e["ph"] == "f" for e in events)  # a flow from the first call's chunk to the second's

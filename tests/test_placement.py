@@ -32,3 +32,40 @@ def test_none_places_nothing_and_unknown_names_fail():
     assert make_placement("none").positions(ctx(0, 100, branches=(48,))) == []
     with pytest.raises(ValueError, match="unknown checkpoint placement"):
         make_placement("everywhere")
+
+
+def lone_ctx(
+    start: int, end: int, prompt_len: int = 100, branches: tuple[int, ...] = (), predicted: int | None = None
+) -> PlacementContext:
+    return PlacementContext(
+        prompt_len=prompt_len,
+        start=start,
+        end=end,
+        block_size=16,
+        branch_points=lambda lo, hi: [b for b in branches if lo < b <= hi],
+        predicted_fork=lambda: predicted,
+    )
+
+
+def test_lone_places_a_ladder_before_the_end_of_a_lone_prompt_in_a_fresh_namespace():
+    lone = make_placement("lone")
+    # prompt end 96 (floored to a block); rungs 1, 2, 4 blocks back (8 and 16 fall before 0)
+    assert lone.positions(lone_ctx(0, 100)) == [32, 64, 80, 96]
+    assert lone.positions(lone_ctx(0, 70)) == [32, 64]  # (start, end] of this chunk only
+    assert lone.positions(lone_ctx(64, 100)) == [80, 96]
+
+
+def test_lone_places_no_ladder_for_a_prompt_with_known_siblings():
+    lone = make_placement("lone")
+    assert lone.positions(lone_ctx(0, 100, branches=(48,))) == [48, 96]  # exactly `branch`
+    assert lone.positions(lone_ctx(0, 100, branches=(16,))) == [16, 96]
+
+
+def test_lone_places_the_predicted_fork_unless_a_known_branch_is_as_deep():
+    lone = make_placement("lone")
+    assert lone.positions(lone_ctx(0, 100, predicted=64)) == [64, 96]
+    assert lone.positions(lone_ctx(0, 100, branches=(16,), predicted=64)) == [16, 64, 96]
+    assert lone.positions(lone_ctx(0, 100, branches=(64,), predicted=64)) == [64, 96]
+    assert lone.positions(lone_ctx(0, 100, branches=(80,), predicted=64)) == [80, 96]
+    assert lone.positions(lone_ctx(0, 100, predicted=0)) == [96]  # history, nothing worth it
+    assert lone.positions(lone_ctx(64, 100, predicted=64)) == [96]  # an earlier chunk's position

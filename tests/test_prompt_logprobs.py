@@ -15,6 +15,7 @@ from engine_utils import drive
 from model_utils import ZOO_PARITY, one_thread, zoo_model  # noqa: F401  (a fixture)
 
 from radixflow.engine.engine import Engine
+from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.sampling import PromptLogprob, SamplingParams
@@ -138,3 +139,25 @@ def test_overwritten_slots_are_not_served_from_the_memo(pair):
     pair.check(ra)
     pair.check(rb)
     assert not same(ra.prompt_logprobs[1:], rb.prompt_logprobs[1:], tol=1e-7)
+
+
+def test_a_small_memo_evicts_reuses_and_grows_its_rows_and_stays_exact(pair, monkeypatch):
+    """Memo rows are tensors: a memo of 8 keys starting at 4 rows grows within a round, a short
+    round after it evicts the context's rows (the next candidate recomputes them) and reuses the
+    freed rows; every answer stays exact."""
+    monkeypatch.setattr("radixflow.runners.prompt_logprobs._FIRST_ROWS", 4)
+    runner, saved = pair.runner, pair.runner.scorer
+    scorer = runner.scorer = PromptScorer(runner.net, runner.kv, memo_entries=8)
+    try:
+        context = tokens(pair.vocab, 40, 20)
+        engine = Engine(runner, CFG)
+        for i in range(3):
+            cand = Request(f"m{i}", context + tokens(pair.vocab, 5, 30 + i), sampling=ECHO)
+            before = scorer.rows_computed
+            drive(engine, [cand])
+            pair.check(cand)
+            assert scorer.rows_computed - before == len(cand.prompt) - 1  # nothing left to reuse
+            drive(engine, [Request(f"f{i}", tokens(pair.vocab, 6, 50 + i), sampling=ECHO)])
+            assert len(scorer._rows) <= 8
+    finally:
+        runner.scorer = saved

@@ -271,3 +271,27 @@ def test_integrity_notices_an_evictable_entry_missing_from_its_queue():
     cache.evictor.kv_victims._queued.discard(victim.id)
     with pytest.raises(IntegrityError, match="not queued"):
         cache.check_integrity()
+
+
+def one_by_one(placement: str, requests: list[Request]) -> Engine:
+    """Each request submitted when the one before it has finished (a call per candidate)."""
+    engine = Engine(HYBRID, CFG, policy="radixflow", placement=placement)
+    for r in requests:
+        engine.run([Request(r.id, r.prompt, r.namespace, engine.now, sampling=r.sampling)])
+        engine.check_integrity()
+    return engine
+
+
+def test_lone_candidates_reuse_their_context_where_branch_recomputes_it():
+    reqs = grouped(groups=3, candidates=3, context=64, cand=8)
+    branch, lone = one_by_one("branch", reqs), one_by_one("lone", reqs)
+    reused = {name: {r.id: r.reused for r in e.requests} for name, e in (("branch", branch), ("lone", lone))}
+    # branch: a context's second candidate finds only the first one's KV, no state, and recomputes
+    assert [reused["branch"][f"g{g}c1"] for g in range(3)] == [0, 0, 0]
+    # lone: the first candidate left a checkpoint where its context ends (the cold-start ladder in
+    # the first group, the fork the namespace has seen since in the others)
+    assert [reused["lone"][f"g{g}c1"] for g in range(3)] == [64, 64, 64]
+    assert all(reused["lone"][f"g{g}c2"] == 64 for g in range(3))
+    assert sum(reused["lone"].values()) == sum(r.reused for r in run("radixflow", reqs).requests)
+    assert [r.output for r in lone.requests] == [r.output for r in branch.requests]
+    assert lone.now < branch.now

@@ -194,7 +194,11 @@ def test_echo_logprobs_are_exact_whether_or_not_the_prompt_came_from_the_cache(s
     client = served.client()
     answers = [
         client.completions.create(
-            model=MODEL, prompt=context + tail, max_tokens=0, echo=True, logprobs=2,
+            model=MODEL,
+            prompt=context + tail,
+            max_tokens=0,
+            echo=True,
+            logprobs=2,
             extra_body={"return_tokens_as_token_ids": True},
         )
         for tail in (" Candidate A.", " Candidate B.")
@@ -327,3 +331,71 @@ def test_the_engine_forgets_answered_requests_and_keeps_a_bounded_round_history(
     assert kept[0] == 0 and kept[1] is not None
     served.on_engine(lambda e: e.check_integrity())
     assert json.dumps(kept)
+
+
+def offline_echo_body(llm: LLM, prompt: str, max_tokens: int, k: int | None) -> tuple[str, dict | None]:
+    """What an echoed completion says, built from the offline API's entry objects (one per
+    position, each with its text): the prompt's tokens, then the generated ones."""
+    params = greedy(max_tokens, logprobs=k, prompt_logprobs=k)
+    (out,) = llm.generate(prompt, params, "echo-reference")  # nothing cached: every position computed
+    texts = token_texts(llm.tokenizer, out.prompt_token_ids)
+    text = "".join(texts) + out.text
+    if k is None:
+        return text, None
+    names = TokenNames(llm.tokenizer, as_ids=False)
+    body: dict[str, list] = {name: [] for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    prompt_entries = list(out.prompt_logprobs or ())
+    rows = [(t, s, e) for t, s, e in zip(out.prompt_token_ids, texts, prompt_entries, strict=True)]
+    rows += [(e.token, e.text, e) for e in out.logprobs or ()]
+    offset = 0
+    for token, piece, entry in rows:
+        body["tokens"].append(names.name(token, piece))
+        body["token_logprobs"].append(None if entry is None else entry.logprob)
+        top = None
+        if entry is not None:
+            top = {}
+            for t, v in (*entry.top[:k], (entry.token, entry.logprob)):
+                top.setdefault(names.name(t), v)
+        body["top_logprobs"].append(top)
+        body["text_offset"].append(offset)
+        offset += len(piece)
+    return text, body
+
+
+def assert_same_body(served: dict | None, expected: dict | None) -> None:
+    if expected is None:
+        assert served is None
+        return
+    assert served is not None
+    assert served["tokens"] == expected["tokens"] and served["text_offset"] == expected["text_offset"]
+    got, want = served["token_logprobs"], expected["token_logprobs"]
+    assert [g is None for g in got] == [w is None for w in want]
+    assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], abs=TOL)
+    for g, w in zip(served["top_logprobs"], expected["top_logprobs"], strict=True):
+        assert (g is None and w is None) or (
+            g.keys() == w.keys() and list(g.values()) == pytest.approx(list(w.values()), abs=TOL)
+        )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("max_tokens", "k"), [(0, 2), (3, 0), (2, None)])
+def test_echo_bodies_equal_the_ones_built_from_offline_entries(served, llm, stream, max_tokens, k):
+    """Echo, plain or streamed, with or without logprobs: built from the runner's columns at
+    answer time, the body is the one the offline entries give."""
+    prompt = PROMPTS[1]
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "echo": True, "temperature": 0}
+    body |= {"ignore_eos": True, "stream": stream} | ({} if k is None else {"logprobs": k})
+    r = served.http().post("/v1/completions", json=body)
+    assert r.status_code == 200
+    if stream:
+        chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+        choices = [c["choices"][0] for c in chunks if c["choices"]]
+        text = "".join(c["text"] for c in choices)
+        parts = [c["logprobs"] for c in choices if c["logprobs"] is not None]
+        merged = {key: [x for p in parts for x in p[key]] for key in parts[0]} if parts else None
+    else:
+        (choice,) = r.json()["choices"]
+        text, merged = choice["text"], choice["logprobs"]
+    want_text, want_body = offline_echo_body(llm, prompt, max_tokens, k)
+    assert text == want_text
+    assert_same_body(merged, want_body)

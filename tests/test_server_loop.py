@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import time
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+import radixflow.engine.trace as trace
 from radixflow.engine.engine import Engine
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
@@ -144,3 +146,23 @@ def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
     assert [gauge(f"radixflow_requests_{g}") for g in ("running", "waiting", "pending")] == [0, 0, 0]
     assert gauge("radixflow_requests_total", {"outcome": "aborted"}) == 3
     assert events.empty()  # nobody is answered after leaving
+
+
+def test_the_trace_is_flushed_while_serving_and_written_at_shutdown(tokenizer, tmp_path, monkeypatch):
+    path = tmp_path / "serve.json"
+    file = trace.TraceFile(path, {"clock": "sim"})
+    engine = Engine(SimRunner(SPEC, HARDWARE["h100"]), CFG, events=file.recorder("radixflow"))
+    loop = EngineLoop(engine, ServerMetrics(), 8)
+    monkeypatch.setattr(trace, "FLUSH_EVERY_S", 0.0)  # every round flushes: what a crash would leave
+    loop.start()
+    try:
+        finals(submit(loop, tokenizer, 2), 2)
+        served = json.loads(path.read_text())["traceEvents"]  # valid JSON while still serving
+        assert any(e["name"] == "finished" for e in served)
+        monkeypatch.setattr(trace, "FLUSH_EVERY_S", 3600.0)
+        finals(submit(loop, tokenizer, 1), 1)
+    finally:
+        loop.shutdown(0.0)
+        loop.join(10)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e["name"] == "finished" for e in events) == 3 > sum(e["name"] == "finished" for e in served)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_utils import drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_utils import one_thread  # noqa: F401 (fixture)
@@ -25,6 +26,7 @@ from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import SamplingParams
 
 Runners = dict[int, TorchRunner]  # block size -> runner
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -86,14 +88,21 @@ def configs(draw: st.DrawFn) -> SchedulerConfig:
 
 
 @pytest.fixture(scope="module", params=list(EXAMPLES))
-def runners(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runners:
-    """The family's tiny preset built once with the zoo's seed; one runner per block size."""
+def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The family's tiny preset built once with the zoo's seed: ``(family, directory)``."""
     family = request.param
     config = preset_config(f"{family}-tiny")
     model = model_class(config["model_type"])(Config(config))
     importlib.import_module(FAMILY_SOURCES[family][0]).init_weights(model, torch.Generator().manual_seed(0))
     path: Path = tmp_path_factory.mktemp(family)
     save_model(model, path)
+    return family, path
+
+
+@pytest.fixture(scope="module")
+def runners(checkpoint: tuple[str, Path]) -> Runners:
+    """One runner per block size."""
+    family, path = checkpoint
     return {bs: TorchRunner(path, bs, KV_TOKENS // bs, MAX_SLOTS, label=family) for bs in BLOCK_SIZES}
 
 
@@ -123,14 +132,14 @@ def test_torch_engine_matches_the_no_cache_reference(runners: Runners) -> None:
     family = runners[BLOCK_SIZES[0]].model.name
 
     @settings(max_examples=EXAMPLES[family], deadline=None)
-    @given(reqs=workloads(), cfg=configs(), placement=st.sampled_from(["branch", "align"]))
+    @given(reqs=workloads(), cfg=configs(), placement=st.sampled_from(["branch", "lone", "align"]))
     def prop(reqs: list[Request], cfg: SchedulerConfig, placement: str) -> None:
         check_against_reference(runners[cfg.block_size], cfg, placement, reqs)
 
     prop()
 
 
-@pytest.mark.parametrize("placement", ["branch", "align"])
+@pytest.mark.parametrize("placement", ["branch", "lone", "align"])
 def test_a_chunk_ending_on_a_checkpoint_completes_exactly(runners: Runners, placement: str) -> None:
     # The crash of issue 6 in small: a 64-token context chunked at a 64-token budget ends exactly
     # on the branch point, where the checkpoint slot and the working slot both snapshot.
@@ -138,3 +147,80 @@ def test_a_chunk_ending_on_a_checkpoint_completes_exactly(runners: Runners, plac
     reqs = [Request(f"c{i}", context + tuple(range(100 + 10 * i, 108 + 10 * i))) for i in range(3)]
     cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=24, num_state_slots=4)
     check_against_reference(runners[8], cfg, placement, reqs)
+
+
+@st.composite
+def generations(draw: st.DrawFn) -> list[Request]:
+    """Two to six requests that decode different numbers of tokens, some arriving later."""
+    reqs: list[Request] = []
+    for i in range(draw(st.integers(2, 6))):
+        reqs.append(
+            Request(
+                f"g{i}",
+                draw(prompts([r.prompt for r in reqs])),
+                arrival_s=draw(st.sampled_from([0.0, 0.0, 1e-4, 1e-3])),
+                sampling=SamplingParams(max_tokens=draw(st.integers(1, 8)), ignore_eos=True),
+            )
+        )
+    return reqs
+
+
+@st.composite
+def decode_configs(draw: st.DrawFn) -> SchedulerConfig:
+    """Several requests per round (so decode rows batch), few state slots."""
+    return SchedulerConfig(
+        token_budget=draw(st.sampled_from([16, 24, 48])),
+        max_requests=draw(st.integers(3, 6)),
+        block_size=8,
+        num_blocks=draw(st.sampled_from([KV_TOKENS // 8, 2 * KV_TOKENS // 8])),
+        num_state_slots=draw(st.integers(2, 2 * MAX_SLOTS)),
+    )
+
+
+def test_batched_decode_generates_what_the_per_sequence_path_does(checkpoint: tuple[str, Path]) -> None:
+    # The same workloads through the engine with the decode rows of each round batched and on
+    # their own (chunked) path: the same tokens, logprobs within float noise. Requests finish at
+    # different rounds, new prompts prefill while others decode, and state slots run short.
+    family, path = checkpoint
+    runners = [
+        TorchRunner(path, 8, 2 * KV_TOKENS // 8, 2 * MAX_SLOTS, label=family, batched_decode=batched)
+        for batched in (True, False)
+    ]
+
+    @settings(max_examples=25, deadline=None, derandomize=True)
+    @given(reqs=generations(), cfg=decode_configs())
+    def prop(reqs: list[Request], cfg: SchedulerConfig) -> None:
+        outs = []
+        for runner in runners:
+            engine = Engine(runner, cfg, policy="radixflow")
+            drive(engine, [Request(r.id, r.prompt, r.namespace, r.arrival_s, r.sampling) for r in reqs])
+            outs.append({r.id: r for r in engine.requests})
+        for rid, got in outs[0].items():
+            want = outs[1][rid]
+            assert got.status is RequestStatus.FINISHED and got.output == want.output, rid
+            pairs = zip(got.output_logprobs, want.output_logprobs, strict=True)
+            assert max((abs(a.logprob - b.logprob) for a, b in pairs), default=0.0) <= 3e-5, rid
+
+    prop()
+
+
+def test_candidates_arriving_one_by_one_reuse_a_lone_context_exactly(runners: Runners) -> None:
+    # each candidate is submitted when the one before it has finished: only `lone` leaves the
+    # first candidate of a context a checkpoint where the context ends
+    runner = runners[8]
+    cfg = SchedulerConfig(token_budget=32, max_requests=4, block_size=8, num_blocks=24, num_state_slots=4)
+    reqs = [
+        Request(
+            f"g{g}c{c}", tuple(range(20 + 50 * g, 44 + 50 * g)) + tuple(range(300 + 13 * c, 312 + 13 * c))
+        )
+        for g in range(2)
+        for c in range(3)
+    ]
+    reference = runner.reference_tokens(reqs)
+    engine = Engine(runner, cfg, policy="radixflow", placement="lone")
+    for r in reqs:
+        engine.run([Request(r.id, r.prompt, r.namespace, engine.now)])
+        engine.cache.check_integrity()
+    assert all(r.output[0] == reference[r.id] for r in engine.requests)
+    # hybrids: the first group's cold-start ladder, then the fork learned; attention: the KV
+    assert [r.reused for r in engine.requests] == [0, 24, 24, 0, 24, 24]

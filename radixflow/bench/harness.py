@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from radixflow.bench.metrics import PolicyResult, summarize
 from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
@@ -48,19 +49,30 @@ def run_policies(
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
     repeats: int = 1,
     eviction: str = "lru",
+    events: Callable[[str], EngineEvents | None] | None = None,
 ) -> list[PolicyRun]:
     """Each policy ``repeats`` times, interleaved, each on a fresh engine over ``runner``; timings
-    are reported as medians over repeats."""
+    are reported as medians over repeats. ``events(label)``: an observer for each engine (a trace
+    process per policy run)."""
     reference = runner.reference_tokens(requests)
     trials: dict[str, list[PolicyRun]] = {p: [] for p in policies}
     for _ in range(repeats):
         for policy in policies:
-            engine = Engine(runner, scheduler, policy=policy, placement=placement, eviction=eviction)
+            label = _label(policy, placement, repeats, len(trials[policy]))
+            observer = None if events is None else events(label)
+            engine = Engine(
+                runner, scheduler, policy=policy, placement=placement, eviction=eviction, events=observer
+            )
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)
             trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests))
     return [_median_run(trials[p]) for p in policies]
+
+
+def _label(policy: str, placement: str, repeats: int, trial: int) -> str:
+    label = f"{policy} · {placement}"
+    return label if repeats == 1 else f"{label} #{trial + 1}"
 
 
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:

@@ -29,6 +29,7 @@ DEFAULT_POLICIES = ["native", "radixflow"]
 
 def run(args: argparse.Namespace, console: Console) -> int:
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
+    outputs["--trace-out"] = None if args.trace_out is None else Path(args.trace_out)
     check_output_paths(outputs, {"--trace": args.trace})
     warn_ineffective(args)
     options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
@@ -76,9 +77,20 @@ def _run(
             progress.update(task, advance=done, description=f"{policy}: round {record.index + 1}")
 
         o = setup.options
-        return run_policies(
-            requests, setup.runner, setup.scheduler, names, o.placement, on_round, args.repeat, o.eviction
+        runs = run_policies(
+            requests,
+            setup.runner,
+            setup.scheduler,
+            names,
+            o.placement,
+            on_round,
+            args.repeat,
+            o.eviction,
+            events=setup.events,
         )
+    if o.trace_out is not None:
+        _write(Path(o.trace_out), lambda _: setup.flush_trace())
+    return runs
 
 
 def _write(path: Path, write: object) -> None:

@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from radixflow.cli.args import (
+    check_output_paths,
     float_arg,
     int_arg,
     non_negative_int,
@@ -51,6 +53,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if any(s == "" for s in args.stop):
         raise UsageError("--stop strings must not be empty")
     options = from_args(args)
+    if options.trace_out is not None:
+        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
     warn_ineffective_options(args, options)
     params = SamplingParams(
         max_tokens=args.max_tokens,

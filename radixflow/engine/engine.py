@@ -10,6 +10,7 @@ from enum import Enum
 
 from radixflow.cache.eviction import make_eviction_policy
 from radixflow.cache.radix import RadixCache
+from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
 from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
@@ -50,10 +51,13 @@ class Engine:
         placement: str = "branch",
         eviction: str = "lru",
         round_history: int | None = None,
+        events: EngineEvents | None = None,
     ) -> None:
         """``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
-        long-running server keeps a window and aggregates each returned record itself)."""
+        long-running server keeps a window and aggregates each returned record itself).
+        ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody)."""
         self.runner = runner
+        self.events = events
         config = replace(
             config, has_recurrent=runner.model.has_recurrent, eos_token_ids=runner.model.eos_token_ids
         )
@@ -66,6 +70,7 @@ class Engine:
             make_policy(policy),
             make_placement(placement if config.has_recurrent else "none"),
             predict=getattr(runner, "round_predictor", None),  # runners that predict nothing omit it
+            events=events,
         )
         self.now = 0.0
         self.rounds: deque[RoundRecord] = deque(maxlen=round_history)  # worker call succeeded
@@ -166,6 +171,8 @@ class Engine:
             req = heapq.heappop(self._arrivals)[2]
             if req.status is RequestStatus.WAITING:
                 self.scheduler.add(req)
+                if self.events is not None:
+                    self.events.arrived(req)
 
     def step(self) -> RoundRecord | None:
         """One round: schedule → run → update. None when there is nothing left to do."""
@@ -185,16 +192,21 @@ class Engine:
             raise
         start = self.now
         self.now += result.duration_s
-        self.scheduler.update(out, result.samples, self.now, result.prompt_logprobs)
+        finished = self.scheduler.update(out, result.samples, self.now, result.prompt_logprobs)
         record = self._record(out, start, result.duration_s, result.worker_call_s)
         self.rounds.append(record)
+        if self.events is not None:
+            self.events.round(record, out, [r.id for r in finished])
         return record
 
     def _roll_back(self, out: SchedulerOutput, reason: str) -> RoundRecord:
-        for req in self.scheduler.rollback(out, reason):
+        failed = self.scheduler.rollback(out, reason)
+        for req in failed:
             req.finish_s = self.now
         record = self._record(out, self.now, 0.0, 0.0, error=reason)
         self.failed_rounds.append(record)
+        if self.events is not None:
+            self.events.round(record, out, [r.id for r in failed])
         return record
 
     def _record(
@@ -231,6 +243,11 @@ class Engine:
             if record is not None and on_round is not None:
                 on_round(record)
         return self.requests
+
+    def flush_events(self) -> None:
+        """Have the event observer write out what it recorded (a trace file); no-op without one."""
+        if self.events is not None:
+            self.events.flush()
 
     def check_integrity(self) -> None:
         """Cache and scheduler invariants (call between steps)."""

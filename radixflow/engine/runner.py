@@ -9,7 +9,7 @@ from typing import Protocol
 from radixflow.problems import Problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import PromptLogprob, Sample
+from radixflow.scheduler.sampling import PromptLogprobs, Sample
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class RoundResult:
     duration_s: float  # how far the round advances the engine clock
     worker_call_s: float  # time spent in the worker call itself (modelled or measured)
     # request id -> logprobs of the prompt positions this round reports (chunks that ask for them)
-    prompt_logprobs: dict[str, list[PromptLogprob]] = field(default_factory=dict)
+    prompt_logprobs: dict[str, PromptLogprobs] = field(default_factory=dict)
 
     @property
     def tokens(self) -> dict[str, int]:

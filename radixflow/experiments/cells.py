@@ -103,11 +103,20 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     for placement, group in by_placement.items():
         policies = [v.policy for v in group]
         runs = run_policies(
-            requests, runner, setup.scheduler, policies, placement, None, s["repetitions"], options.eviction
+            requests,
+            runner,
+            setup.scheduler,
+            policies,
+            placement,
+            None,
+            s["repetitions"],
+            options.eviction,
+            events=setup.events,
         )
         ran += zip(group, runs, strict=True)
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
+    setup.flush_trace()  # the cell's trace_out, if it has one: a process per variant run
     if plan.choice.name == "torch":
         _cost_check(ran, results, runner.cpu_s, requests, s, plan.choice)
     return {

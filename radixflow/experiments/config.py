@@ -44,6 +44,7 @@ ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model
 WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
+OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its results
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
 
 
@@ -73,8 +74,10 @@ class Cell:
         return {"group": self.group, **self.settings, "workload": self.workload}
 
     def key(self, variants: list[Variant]) -> str:
+        """The cell's result cache key: its settings and variants (not where it writes a trace)."""
         labels = [v.label for v in variants]
-        blob = json.dumps({"schema": SCHEMA, "cell": self.to_dict(), "variants": labels}, sort_keys=True)
+        cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS}
+        blob = json.dumps({"schema": SCHEMA, "cell": cell, "variants": labels}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

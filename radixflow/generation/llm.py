@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,6 +121,13 @@ class LLM:
             raise ValueError(f"{len(params)} SamplingParams for {n} prompts")
         return list(params)
 
+    def _flush_trace(self) -> None:
+        """The trace (``trace_out``) holds every call so far: valid JSON after each one."""
+        try:
+            self.engine.flush_events()
+        except OSError as e:
+            warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
+
     def _run(self, requests: list[Request]) -> list[GenerationOutput]:
         for i, req in enumerate(requests):  # refuse before anything runs
             problem = self.engine.problem(req)
@@ -138,6 +146,7 @@ class LLM:
                 aborted = processor.abort(req.id)
                 if aborted is not None:
                     answers[req.id] = aborted
+            self._flush_trace()
         outputs = []
         for req in requests:
             done = answers[req.id]

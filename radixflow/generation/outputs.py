@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
+
+from radixflow.scheduler.sampling import PromptLogprobs
 
 
 @dataclass(frozen=True)
@@ -13,6 +17,65 @@ class TokenLogprob:
     text: str
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+
+
+class PromptTokenLogprobs(Sequence[TokenLogprob | None]):
+    """A prompt's logprobs: one entry per prompt token, None where there is none (the first
+    token, which nothing precedes), built on access from the runner's columns (``scored``).
+
+    The token texts are detokenized by the first access that needs one; a reader that needs no
+    text (the server's echo, which has its own) reads ``scored`` through `row` and builds
+    nothing per position."""
+
+    def __init__(
+        self, prompt: Sequence[int], scored: PromptLogprobs, texts: Callable[[], Sequence[str]]
+    ) -> None:
+        self.prompt, self.scored = prompt, scored
+        self._texts_of, self._texts = texts, None
+        positions = scored.positions
+        first = positions[0] if positions else 0
+        contiguous = positions == list(range(first, first + len(positions)))
+        self._first = first if contiguous else None
+        self._rows = None if contiguous else {p: i for i, p in enumerate(positions)}
+
+    def row(self, position: int) -> int | None:
+        """Index of ``position`` in ``scored``'s columns (None: not scored)."""
+        if self._rows is not None:
+            return self._rows.get(position)
+        assert self._first is not None
+        i = position - self._first
+        return i if 0 <= i < len(self.scored) else None
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+    @overload
+    def __getitem__(self, i: int) -> TokenLogprob | None: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[TokenLogprob | None, ...]: ...
+    def __getitem__(self, i: int | slice) -> TokenLogprob | tuple[TokenLogprob | None, ...] | None:
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self))))
+        position = range(len(self))[i]  # negative indices, and IndexError past the end
+        row = self.row(position)
+        if row is None:
+            return None
+        if self._texts is None:
+            self._texts = self._texts_of()
+        s = self.scored
+        top = tuple(zip(s.top_ids[row], s.top_logprobs[row], strict=True))
+        return TokenLogprob(self.prompt[position], self._texts[position], s.logprobs[row], top)
+
+    def __iter__(self) -> Iterator[TokenLogprob | None]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  (a sequence compared by content)
+
+    def __repr__(self) -> str:
+        return f"PromptTokenLogprobs({len(self)} tokens, {len(self.scored)} scored)"
 
 
 @dataclass(frozen=True)
@@ -32,9 +95,7 @@ class GenerationOutput:
     text: str
     finish_reason: str  # "stop" (EOS, stop token or stop string) or "length" (max_tokens)
     logprobs: tuple[TokenLogprob, ...] | None = None
-    # on the first delta once the prompt is computed, when prompt logprobs were asked for
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    prompt_logprobs: PromptTokenLogprobs | None = None
     cached_tokens: int = 0
     stop_string: str | None = None  # the stop string that ended it, if one did
 
@@ -47,4 +108,4 @@ class StreamDelta:
     text: str
     logprobs: tuple[TokenLogprob, ...] | None = None
     # on the first delta once the prompt is computed, when prompt logprobs were asked for
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    prompt_logprobs: PromptTokenLogprobs | None = None

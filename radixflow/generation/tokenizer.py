@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ class TextTokenizer:
         self._added = {i: t.content for i, t in added.items()}
         decoder = backend.decoder
         self._byte_level = decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
+        # each token's text on its own, as decoded so far: pure, at most one entry per token id,
+        # and read by every echoed prompt and every top-logprob key (a dict is safe across threads)
+        self._texts: dict[int, str] = {}
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TextTokenizer:
@@ -75,12 +79,21 @@ class TextTokenizer:
             return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return self._tok.decode_batch([list(ids)], skip_special_tokens=skip_special_tokens)[0]
 
-    def decode_each(self, ids: list[int] | tuple[int, ...], skip_special_tokens: bool = False) -> list[str]:
-        return self._tok.decode_batch([[t] for t in ids], skip_special_tokens=skip_special_tokens)
+    def decode_each(self, ids: Sequence[int], skip_special_tokens: bool = False) -> list[str]:
+        if skip_special_tokens:
+            return self._tok.decode_batch([[t] for t in ids], skip_special_tokens=True)
+        texts = self._texts
+        missing = list({t for t in ids if t not in texts})
+        if missing:
+            texts.update(zip(missing, self._tok.decode_batch([[t] for t in missing]), strict=True))
+        return [texts[t] for t in ids]
 
     def token_text(self, token: int) -> str:
         """One token on its own (a partial UTF-8 character shows as U+FFFD); for top-logprob keys."""
-        return self._tok.decode([token], skip_special_tokens=False)
+        text = self._texts.get(token)
+        if text is None:
+            text = self._texts[token] = self._tok.decode([token], skip_special_tokens=False)
+        return text
 
     def token_bytes(self, token: int) -> bytes:
         """The token's own bytes (OpenAI's logprob ``bytes``): a token holding part of a UTF-8

@@ -7,9 +7,11 @@ stays the only writer of its requests.
 
 from __future__ import annotations
 
+from functools import partial
+
 from radixflow.engine.engine import Engine
 from radixflow.generation.detokenize import Decoder, IncrementalDetokenizer, StopStrings, token_texts
-from radixflow.generation.outputs import GenerationOutput, StreamDelta, TokenLogprob
+from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta, TokenLogprob
 from radixflow.scheduler.request import Request
 
 
@@ -133,17 +135,15 @@ class RequestTracker:
             for i, text in zip(range(start, end), texts, strict=True)
         )
 
-    def _prompt_logprobs(self) -> tuple[TokenLogprob | None, ...] | None:
+    def _prompt_logprobs(self) -> PromptTokenLogprobs | None:
+        """The prompt's logprobs as the runner left them; entries (and the prompt's token texts)
+        are built only when someone reads them."""
         req = self.request
         if req.sampling.prompt_logprobs is None:
             return None
-        texts = token_texts(self._tokenizer, req.prompt)
-        by_position = {p.position: p for p in req.prompt_logprobs}
-        out: list[TokenLogprob | None] = []
-        for pos, (token, text) in enumerate(zip(req.prompt, texts, strict=True)):
-            p = by_position.get(pos)
-            out.append(None if p is None else TokenLogprob(token, text, p.logprob, p.top))
-        return tuple(out)
+        return PromptTokenLogprobs(
+            req.prompt, req.prompt_logprobs, partial(token_texts, self._tokenizer, req.prompt)
+        )
 
 
 def observe(engine: Engine, tracker: RequestTracker) -> None:

@@ -8,6 +8,13 @@ restore recurrent layers from, and the positions at which to snapshot recurrent 
 Attention layers write the K/V of *every* token of the batch before any sequence reads, so a
 sequence may attend to KV written by another sequence of the same round (full-attention reuse
 within a round). Recurrent layers can only start from a checkpoint saved by an earlier round.
+
+Decode rows (sequences computing one token) are grouped into `DecodeRows`: each layer runs them
+in one batched step (states gathered from the `StatePool` in one index op, new states scattered
+to every slot they snapshot; one attention call over the paged KV), while the other rows keep the
+chunked per-sequence path. ``batched_decode=False`` sends every row down the per-sequence path,
+the reference the batched step is tested against. Attention over the paged KV is
+`radixflow.models.attention.paged_attention`.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
-import torch.nn.functional as F
+
+from radixflow.models.decode_rows import DecodeContext, DecodeRows, length_groups
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,11 @@ class KVPool:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
+# Rows of at least this size are scattered one plain copy each: on CPU the index-copy kernel moves
+# large rows at about half the speed of a memcpy (a Mamba2 row is 256 KiB at 16 heads of 64 x 64).
+ROW_COPY_BYTES = 64 * 1024
+
+
 class StatePool:
     """Recurrent-state checkpoints: for each recurrent layer a tuple of ``[num_slots, *shape]``."""
 
@@ -134,6 +147,9 @@ class StatePool:
             layer: tuple(torch.zeros(num_slots, *s, dtype=dtype, device=device) for s in shapes)
             for layer, shapes in layout.items()
         }
+        # gather's output buffers (per tensor position and row shape), reused layer after layer:
+        # a fresh multi-megabyte tensor per layer costs page faults that show in the decode step
+        self._scratch: dict[tuple[int, torch.Size], torch.Tensor] = {}
 
     def load(self, layer: int, slot: int | None) -> tuple[torch.Tensor, ...] | None:
         """Copies of the state in ``slot`` (None when starting from scratch)."""
@@ -151,6 +167,44 @@ class StatePool:
             for t in tensors:
                 t[dst].copy_(t[src])
 
+    def gather(self, layer: int, rows: DecodeRows) -> tuple[torch.Tensor, ...]:
+        """The state every decode row restores, ``[rows, *shape]`` per tensor in the pool's dtype
+        (zeros for rows starting from scratch).
+
+        The tensors are scratch buffers the caller may update in place; they stay valid until
+        the next ``gather`` (which reuses them), so a layer scatters its new state before the
+        next layer gathers.
+        """
+        out = []
+        for j, t in enumerate(self.tensors[layer]):
+            key = (j, t.shape[1:])
+            buf = self._scratch.get(key)
+            if buf is None or buf.shape[0] < len(rows):  # grown to the largest batch seen
+                buf = self._scratch[key] = torch.empty(len(rows), *key[1], dtype=t.dtype, device=t.device)
+            buf = buf[: len(rows)]
+            if rows.restore is None:
+                buf.zero_()
+            else:
+                torch.index_select(t, 0, rows.restore, out=buf)
+                if rows.fresh is not None:
+                    buf[rows.fresh] = 0
+            out.append(buf)
+        return tuple(out)
+
+    def scatter(self, layer: int, rows: DecodeRows, state: tuple[torch.Tensor, ...]) -> None:
+        """Write row ``i``'s new state (``state[j][i]``) into every slot row ``i`` snapshots
+        (mutates the pool; rows without snapshots write nothing)."""
+        if not rows.saves:
+            return
+        for dst, src in zip(self.tensors[layer], state, strict=True):
+            if src[0].nbytes >= ROW_COPY_BYTES:
+                for row, slot in rows.saves:
+                    dst[slot].copy_(src[row])
+                continue
+            if rows.save_rows is not None:
+                src = src.index_select(0, rows.save_rows)
+            dst.index_copy_(0, rows.save_slots, src.to(dst.dtype))
+
 
 @dataclass
 class ForwardBatch:
@@ -161,8 +215,9 @@ class ForwardBatch:
     seqs: list[SeqSpec]
     kv: KVPool
     state: StatePool
+    batched_decode: bool = True  # False: every row takes the per-sequence path (the reference)
 
-    # The index tensors below are the same for every attention layer: built once per batch.
+    # The index tensors below are the same for every layer: built once per batch.
     @cached_property
     def offsets(self) -> list[int]:
         """Cumulative chunk lengths: sequence i occupies ``[offsets[i], offsets[i+1])``."""
@@ -172,25 +227,90 @@ class ForwardBatch:
         return out
 
     @cached_property
-    def context_slots(self) -> list[torch.Tensor]:
-        """Per sequence, the KV-pool slots of positions ``[0, end)``."""
+    def decode(self) -> DecodeRows:
+        """The one-token rows, run by one batched step per layer (empty unless ``batched_decode``)."""
+        picked = [
+            (i, self.offsets[i], s.restore_slot, tuple(snap.slot for snap in s.snapshots))
+            for i, s in enumerate(self.seqs)
+            if self.batched_decode and s.length == 1
+        ]
+        return DecodeRows.build(picked, self.input_ids.device)
+
+    @cached_property
+    def others(self) -> list[int]:
+        """Batch indices of the rows that take the per-sequence (chunked) path."""
+        batched = set(self.decode.seqs)
+        return [i for i in range(len(self.seqs)) if i not in batched]
+
+    @cached_property
+    def other_tokens(self) -> torch.Tensor:
+        """Flat token indices of the `others` rows, in batch order."""
+        offs, device = self.offsets, self.input_ids.device
+        return torch.cat([torch.arange(offs[i], offs[i + 1], device=device) for i in self.others])
+
+    @cached_property
+    def block_tables(self) -> torch.Tensor:
+        """``[seqs, max blocks]`` long: every block table, padded with block 0 (never read: a
+        table must cover its sequence's ``[0, end)``, checked here)."""
+        for s in self.seqs:
+            if len(s.block_table) * self.kv.block_size < s.end:
+                blocks = len(s.block_table)
+                raise ValueError(f"a block table of {blocks} blocks does not cover position {s.end - 1}")
+        width = max(len(s.block_table) for s in self.seqs)
+        rows = [s.block_table + [0] * (width - len(s.block_table)) for s in self.seqs]
+        return torch.tensor(rows, dtype=torch.long, device=self.input_ids.device)
+
+    def _slots(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """KV-pool slots of absolute ``positions`` of sequences ``rows`` (broadcast together)."""
+        size = self.kv.block_size
+        return self.block_tables[rows, positions // size] * size + positions % size
+
+    @cached_property
+    def context_slots(self) -> dict[int, torch.Tensor]:
+        """Per per-sequence row (`others`), the KV-pool slots of positions ``[0, end)``."""
         device = self.input_ids.device
-        return [self.kv.slots(s.block_table, 0, s.end, device) for s in self.seqs]
+        return {i: self.kv.slots(self.seqs[i].block_table, 0, self.seqs[i].end, device) for i in self.others}
 
     @cached_property
     def new_slots(self) -> torch.Tensor:
         """KV-pool slots of every token computed this round, in batch order."""
-        return torch.cat([ctx[s.start :] for ctx, s in zip(self.context_slots, self.seqs, strict=True)])
+        lengths = torch.tensor([s.length for s in self.seqs], device=self.input_ids.device)
+        rows = torch.repeat_interleave(torch.arange(len(self.seqs), device=lengths.device), lengths)
+        return self._slots(rows, self.positions)
 
     @cached_property
-    def masks(self) -> list[torch.Tensor | None]:
-        """Per sequence, the causal mask over its context (None: plain lower triangle from 0)."""
+    def decode_context(self) -> list[DecodeContext]:
+        """The decode rows' attention contexts in groups of similar length (see `DecodeContext`)."""
         device = self.input_ids.device
-        return [None if s.start == 0 else _causal_mask(s.start, s.length, s.end, device) for s in self.seqs]
+        ends = [self.seqs[i].end for i in self.decode.seqs]
+        out = []
+        for group in length_groups(ends):
+            seqs = torch.tensor([self.decode.seqs[j] for j in group], dtype=torch.long, device=device)
+            group_ends = torch.tensor([ends[j] for j in group], device=device)
+            positions = torch.arange(ends[group[0]], device=device)
+            valid = positions < group_ends[:, None]
+            slots = self._slots(seqs[:, None], positions.where(valid, 0))
+            tokens = self.decode.tokens[torch.tensor(group, dtype=torch.long, device=device)]
+            out.append(DecodeContext(tokens, slots, valid))
+        return out
+
+    @cached_property
+    def masks(self) -> dict[int, torch.Tensor | None]:
+        """Per per-sequence row, the causal mask over its context (None: lower triangle from 0)."""
+        device = self.input_ids.device
+        return {
+            i: None if s.start == 0 else _causal_mask(s.start, s.length, s.end, device)
+            for i, s in ((i, self.seqs[i]) for i in self.others)
+        }
 
     @classmethod
     def build(
-        cls, chunks: list[tuple[list[int], SeqSpec]], kv: KVPool, state: StatePool, device: str
+        cls,
+        chunks: list[tuple[list[int], SeqSpec]],
+        kv: KVPool,
+        state: StatePool,
+        device: str,
+        batched_decode: bool = True,
     ) -> ForwardBatch:
         """Pack ``(chunk_token_ids, spec)`` pairs into one batch."""
         ids: list[int] = []
@@ -206,47 +326,12 @@ class ForwardBatch:
             seqs=[spec for _, spec in chunks],
             kv=kv,
             state=state,
+            batched_decode=batched_decode,
         )
 
     def last_token_indices(self) -> torch.Tensor:
         offs = self.offsets
         return torch.tensor([o - 1 for o in offs[1:]], dtype=torch.long, device=self.input_ids.device)
-
-
-def paged_attention(
-    layer: int,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    batch: ForwardBatch,
-    scale: float,
-) -> torch.Tensor:
-    """Causal attention over the paged KV cache for every sequence of ``batch``.
-
-    ``q``: ``[T, heads, dim]``; ``k``/``v``: ``[T, kv_heads, dim]`` for the batch's new tokens.
-    First writes all new K/V into the pool (mutates ``batch.kv``), then lets each sequence attend
-    to positions ``[0, end)`` of its block table. Returns ``[T, heads, dim]``.
-    """
-    kc, vc = batch.kv.k[layer], batch.kv.v[layer]
-    offs = batch.offsets
-    kc[batch.new_slots] = k.to(kc.dtype)
-    vc[batch.new_slots] = v.to(vc.dtype)
-    out = torch.empty_like(q)
-    heads, kv_heads = q.shape[1], k.shape[1]
-    for i, (s, ctx, mask) in enumerate(zip(batch.seqs, batch.context_slots, batch.masks, strict=True)):
-        keys = kc[ctx].to(q.dtype).transpose(0, 1)  # [kv_heads, end, dim]
-        vals = vc[ctx].to(q.dtype).transpose(0, 1)
-        if kv_heads != heads:
-            keys = keys.repeat_interleave(heads // kv_heads, dim=0)
-            vals = vals.repeat_interleave(heads // kv_heads, dim=0)
-        qi = q[offs[i] : offs[i + 1]].transpose(0, 1)  # [heads, len, dim]
-        # 4-D inputs select the fused (flash) CPU kernel; 3-D ones fall back to the math path.
-        # From position 0 the causal mask is the plain lower triangle, so is_causal suffices.
-        o = F.scaled_dot_product_attention(
-            qi[None], keys[None], vals[None], attn_mask=mask, is_causal=s.start == 0, scale=scale
-        )[0]
-        out[offs[i] : offs[i + 1]] = o.transpose(0, 1)
-    return out
 
 
 def _causal_mask(start: int, length: int, end: int, device: torch.device) -> torch.Tensor:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from radixflow.engine.engine import Engine
+from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
+from radixflow.engine.trace import CLOCKS, TraceFile
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.runners import RunnerChoice, choose_runner, name_problem
 from radixflow.problems import Problem, ProblemError
@@ -26,20 +29,33 @@ class EngineSetup:
     choice: RunnerChoice
     scheduler: SchedulerConfig  # capacities resolved: what the runner's pools were sized to
     runner: Runner
+    trace: TraceFile | None = None  # the dependency trace (``trace_out``), opened by `build`
 
     def engine(
         self, policy: str | None = None, placement: str | None = None, round_history: int | None = None
     ) -> Engine:
         """A fresh engine (empty cache, idle scheduler) over this setup's runner. ``policy`` and
-        ``placement`` default to the options'; ``round_history`` bounds the rounds it keeps."""
+        ``placement`` default to the options'; ``round_history`` bounds the rounds it keeps; with
+        a trace, the engine is a process of it."""
+        policy = policy or self.options.policy
         return Engine(
             self.runner,
             self.scheduler,
-            policy=policy or self.options.policy,
+            policy=policy,
             placement=placement or self.options.placement,
             eviction=self.options.eviction,
             round_history=round_history,
+            events=self.events(policy),
         )
+
+    def events(self, label: str) -> EngineEvents | None:
+        """The trace's observer for one more engine, a process named ``label`` (None: no trace)."""
+        return None if self.trace is None else self.trace.recorder(label)
+
+    def flush_trace(self) -> None:
+        """Write out the trace recorded so far (raises OSError); no-op without a trace."""
+        if self.trace is not None:
+            self.trace.flush()
 
 
 @dataclass(frozen=True)
@@ -75,7 +91,19 @@ class EnginePlan:
             raise ProblemError(
                 Problem("kv_blocks", "out of memory building the runner: lower kv_blocks or state_slots")
             ) from None
-        return EngineSetup(self.options, self.choice, scheduler, runner)
+        return EngineSetup(self.options, self.choice, scheduler, runner, self._open_trace(runner))
+
+    def _open_trace(self, runner: Runner) -> TraceFile | None:
+        path = self.options.trace_out
+        if path is None:
+            return None
+        clock = "sim" if self.choice.name == "sim" else "wall"
+        metadata = {"clock": clock, "clock_means": CLOCKS[clock], "time_unit": "us"}
+        metadata |= {"runner": self.choice.name, "model": runner.model.name}
+        try:
+            return TraceFile(Path(path), metadata)
+        except OSError as e:
+            raise ProblemError(Problem("trace_out", f"cannot write {path}: {e.strerror or e}")) from None
 
 
 def plan_engine(options: EngineOptions) -> EnginePlan:

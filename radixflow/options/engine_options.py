@@ -15,7 +15,7 @@ from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.costmodel.hardware import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
-from radixflow.options.machine import bookkeeping_problem, threads_problem
+from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.placement import PLACEMENTS
@@ -61,11 +61,20 @@ class EngineOptions:
     device: str = _opt("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
     torch_threads: int | None = _opt(
         None,
-        "torch intra-op threads, at most this machine's CPUs (default: torch's)",
+        "torch intra-op threads, at most this machine's CPUs (default: torch's; serve: the server's "
+        "thread plan, one CPU left to the HTTP side per 8)",
         int,
         low=1,
         group="model",
         metavar="N",
+    )
+    matmul: str = _opt(
+        "auto",
+        "torch runner on a CPU: the matmul library per shape class: auto (measured at startup), mkl, "
+        "onednn, or class=library pairs for the classes single, decode and prefill",
+        str,
+        group="model",
+        metavar="PLAN",
     )
     seed: int = _opt(
         0,
@@ -194,6 +203,14 @@ class EngineOptions:
         group="sim",
         metavar="X",
     )
+    trace_out: str | None = _opt(
+        None,
+        "write the dependency trace (rounds, chunks, producers and their consumers, bubbles) to this "
+        "file as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev (bench: a process per policy run)",
+        str,
+        group="output",
+        metavar="PATH",
+    )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -232,7 +249,11 @@ class EngineOptions:
                 "token_budget",
                 f"{self.token_budget} is smaller than one block (block_size {self.block_size} tokens)",
             )
-        return threads_problem(self.torch_threads) or bookkeeping_problem(self.kv_blocks, self.state_slots)
+        return (
+            threads_problem(self.torch_threads)
+            or bookkeeping_problem(self.kv_blocks, self.state_slots)
+            or output_problem("trace_out", self.trace_out)
+        )
 
     def check(self) -> None:
         """`validate`, raising `ProblemError`."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 from radixflow.problems import Problem
 
@@ -19,6 +21,29 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """How `radixflow serve` shares the CPUs: ``torch_threads`` run the forward passes (the
+    engine thread is one of them); the HTTP side (the event loop, and ``tokenizer_threads``
+    tokenizing prompts and building answers beside it) gets the rest."""
+
+    torch_threads: int
+    tokenizer_threads: int
+
+
+HTTP_SHARE = 8  # the HTTP side gets one CPU per this many, at least one
+TOKENIZER_THREADS = 2  # one long prompt being tokenized does not hold up the others
+
+
+def server_thread_plan(cpus: int) -> ThreadPlan:
+    """The server's threads on ``cpus`` CPUs. Pure. Forward passes get every CPU the HTTP side
+    does not need: on two CPUs, one torch thread served 1.5x the requests/s of two (README,
+    "Generate and serve"), because two threads spinning on two cores starve the event loop
+    and the tokenizer threads, and a round then waits for both."""
+    http = max(1, cpus // HTTP_SHARE)
+    return ThreadPlan(torch_threads=max(1, cpus - http), tokenizer_threads=max(TOKENIZER_THREADS, http))
 
 
 def available_memory() -> int | None:
@@ -63,3 +88,16 @@ def pools_problem(need: int | None, device: str, what: str) -> Problem | None:
         f"the torch runner's cache needs {need / 1e9:.1f} GB ({what}) but {have / 1e9:.1f} GB of memory "
         "is available: lower kv_blocks, block_size or state_slots",
     )
+
+
+def output_problem(name: str, value: str | None) -> Problem | None:
+    """An output file that can never be written: a directory, or in a directory that does not
+    exist. Reads the file system, writes nothing (the doors open the file before any work)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        return Problem(name, f"{value} is a directory")
+    if not path.resolve().parent.is_dir():
+        return Problem(name, f"cannot write {value}: directory {path.parent} does not exist")
+    return None

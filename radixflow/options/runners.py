@@ -139,7 +139,8 @@ class TorchChoice:
 
     def __init__(self, options: EngineOptions) -> None:
         self.label, self.device = options.model or DEFAULT_TORCH_MODEL, options.device
-        self.threads, self.seed = options.torch_threads, options.seed
+        self.threads, self.seed, self.matmul = options.torch_threads, options.seed, options.matmul
+        _check_matmul(options.matmul)
         self.checkpoint: Path = _resolve(self.label, self.device)
         # config, tensor names and shapes checked now (cheap: nothing read), not after allocation
         self.footprint = _guard(lambda: _footprint(self.checkpoint))
@@ -186,6 +187,7 @@ class TorchChoice:
                 device=self.device,
                 label=self.label,
                 seed=self.seed,
+                matmul=self.matmul,
             )
         )
 
@@ -195,6 +197,15 @@ class TorchChoice:
     @property
     def fixed_cost_ms(self) -> float | None:
         return None
+
+
+def _check_matmul(spec: str) -> None:
+    """A matmul plan the torch runner can follow, refused before any model is built."""
+    from radixflow.runners.matmul import parse_plan
+
+    plan = parse_plan(spec)
+    if isinstance(plan, Problem):
+        raise ProblemError(plan)
 
 
 def _footprint(path: Path) -> object:

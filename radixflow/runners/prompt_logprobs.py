@@ -21,23 +21,36 @@ import torch
 from radixflow.models.batch import KVPool
 from radixflow.models.layers import CausalLM
 from radixflow.scheduler.output import ScheduledChunk
-from radixflow.scheduler.sampling import PromptLogprob
+from radixflow.scheduler.sampling import MAX_LOGPROBS, PromptLogprobs
 
 ROWS_PER_CALL = 256  # positions per output-head call: bounds the [rows, vocab] logits in memory
 MEMO_ENTRIES = 1 << 15  # (slot, token) results kept, least recently used dropped first
+_FIRST_ROWS = 1024  # the memo's tensors start this long and double when a round needs more
 
-_Scored = tuple[float, tuple[tuple[int, float], ...]]  # (logprob of the token, top alternatives)
+_Key = tuple[int, int]  # (slot of the position before, token scored)
+_Job = tuple[str, list[int], list[int], list[_Key], int]  # request id, positions, tokens, keys, k
 
 
 class PromptScorer:
-    """Computes prompt logprobs from the hidden vectors in ``kv.hidden`` (owns the memo)."""
+    """Computes prompt logprobs from the hidden vectors in ``kv.hidden`` (owns the memo).
+
+    The memo is tensors, a row per (slot, token): the token's logprob and the best `MAX_LOGPROBS`
+    alternatives. A round's answer per request is gathered from its rows and converted to Python
+    once (`PromptLogprobs` columns), never built position by position."""
 
     def __init__(self, net: CausalLM, kv: KVPool, memo_entries: int = MEMO_ENTRIES) -> None:
         if kv.hidden is None:
             raise ValueError("prompt logprobs need a KV pool that keeps hidden states")
         self.net, self.kv, self.memo_entries = net, kv, memo_entries
-        self._memo: OrderedDict[tuple[int, int], _Scored] = OrderedDict()
+        self._vocab = int(net.config.vocab_size)
+        self._rows: OrderedDict[_Key, int] = OrderedDict()  # key -> memo row, least recent first
+        self._k: dict[int, int] = {}  # memo row -> alternatives it holds
         self._by_slot: dict[int, list[int]] = {}  # slot -> tokens memoized at it
+        self._free: list[int] = []
+        device = kv.hidden.device
+        self._logprob = torch.empty(0, device=device)
+        self._top_ids = torch.empty(0, MAX_LOGPROBS, dtype=torch.long, device=device)
+        self._top_logprobs = torch.empty(0, MAX_LOGPROBS, device=device)
         self.rows_computed = 0  # positions that went through the output head (memo misses)
 
     def forget(self, slots: list[int]) -> None:
@@ -46,62 +59,101 @@ class PromptScorer:
             return
         for slot in slots:
             for token in self._by_slot.pop(slot, ()):
-                self._memo.pop((slot, token), None)
+                self._release(self._rows.pop((slot, token)))
 
     def record(self, slots: torch.Tensor, hidden: torch.Tensor) -> None:
         """Keep the final-norm ``hidden`` states of the positions at ``slots`` (mutates the pool)."""
         assert self.kv.hidden is not None
         self.kv.hidden[slots] = hidden.to(self.kv.hidden.dtype)
 
-    def score(self, chunks: list[ScheduledChunk]) -> dict[str, list[PromptLogprob]]:
+    def score(self, chunks: list[ScheduledChunk]) -> dict[str, PromptLogprobs]:
         """Logprobs of positions ``[prompt_logprobs_from, end)`` of every chunk that asks.
 
         Run after `record` for the round: a position may read a vector written this round.
         """
-        jobs: dict[str, list[tuple[int, int, int, int]]] = {}  # id -> (position, token, slot, k)
-        for c in chunks:
-            if c.prompt_logprobs_from is None or c.sampling.prompt_logprobs is None:
-                continue
-            lo, k = max(c.prompt_logprobs_from, 1), c.sampling.prompt_logprobs
-            # position p is scored from the hidden state of p - 1
-            slots = self.kv.slots(list(c.block_table), lo - 1, c.end - 1, torch.device("cpu")).tolist()
-            positions = range(lo, c.end)
-            jobs[c.request_id] = [(p, c.tokens[p], s, k) for p, s in zip(positions, slots, strict=True)]
+        jobs = [job for c in chunks if (job := self._job(c)) is not None]
         if not jobs:
             return {}
-        need: dict[tuple[int, int], int] = {}  # (slot, token) -> most alternatives any request wants
-        for _, token, slot, k in (row for job in jobs.values() for row in job):
-            need[(slot, token)] = max(k, need.get((slot, token), 0))
+        need: dict[_Key, int] = {}  # most alternatives any request wants of the key
+        for _, _, _, keys, k in jobs:
+            for key in keys:
+                need[key] = max(k, need.get(key, 0))
         self._fill(need)
-        out: dict[str, list[PromptLogprob]] = {}
-        for rid, job in jobs.items():
-            rows = []
-            for pos, token, slot, k in job:
-                logprob, top = self._memo[(slot, token)]
-                rows.append(PromptLogprob(pos, token, logprob, top[:k]))
-            out[rid] = rows
+        out = {rid: self._answer(positions, tokens, keys, k) for rid, positions, tokens, keys, k in jobs}
+        self._trim(len(need))
         return out
 
-    def _fill(self, need: dict[tuple[int, int], int]) -> None:
-        """Compute every (slot, token) not memoized with at least ``k`` alternatives."""
+    def _job(self, c: ScheduledChunk) -> _Job | None:
+        if c.prompt_logprobs_from is None or c.sampling.prompt_logprobs is None:
+            return None
+        lo = max(c.prompt_logprobs_from, 1)
+        # position p is scored from the hidden state of p - 1
+        slots = self.kv.slots(list(c.block_table), lo - 1, c.end - 1, torch.device("cpu")).tolist()
+        tokens = list(c.tokens[lo : c.end])
+        keys = list(zip(slots, tokens, strict=True))
+        k = min(c.sampling.prompt_logprobs, self._vocab)  # a vocabulary smaller than k has fewer
+        return c.request_id, list(range(lo, c.end)), tokens, keys, k
+
+    def _answer(self, positions: list[int], tokens: list[int], keys: list[_Key], k: int) -> PromptLogprobs:
+        rows = torch.tensor([self._rows[key] for key in keys], dtype=torch.long, device=self._logprob.device)
+        return PromptLogprobs(
+            positions,
+            tokens,
+            self._logprob[rows].tolist(),
+            self._top_ids[rows, :k].tolist(),
+            self._top_logprobs[rows, :k].tolist(),
+        )
+
+    def _fill(self, need: dict[_Key, int]) -> None:
+        """Compute every key not memoized with at least its ``k`` alternatives."""
         missing = []
         for key, k in need.items():
-            hit = self._memo.get(key)
-            if hit is not None and len(hit[1]) >= k:
-                self._memo.move_to_end(key)
+            row = self._rows.get(key)
+            if row is not None and self._k[row] >= k:
+                self._rows.move_to_end(key)
             else:
                 missing.append((key, k))
         for i in range(0, len(missing), ROWS_PER_CALL):
             self._compute(missing[i : i + ROWS_PER_CALL])
-        while len(self._memo) > max(self.memo_entries, len(need)):
-            (slot, token), _ = self._memo.popitem(last=False)
+
+    def _trim(self, needed: int) -> None:
+        """Drop the least recently used keys past the memo's size (or this round's need)."""
+        while len(self._rows) > max(self.memo_entries, needed):
+            (slot, token), row = self._rows.popitem(last=False)
+            self._release(row)
             tokens = self._by_slot.get(slot, [])
             if token in tokens:
                 tokens.remove(token)
             if not tokens:
                 self._by_slot.pop(slot, None)
 
-    def _compute(self, part: list[tuple[tuple[int, int], int]]) -> None:
+    def _release(self, row: int) -> None:
+        del self._k[row]
+        self._free.append(row)
+
+    def _row(self, key: _Key) -> int:
+        """The memo row for ``key``: its own, a free one, or a new one (the tensors grow)."""
+        row = self._rows.get(key)
+        if row is not None:
+            return row
+        if not self._free:
+            self._grow()
+        row = self._free.pop()
+        self._rows[key] = row
+        self._by_slot.setdefault(key[0], []).append(key[1])
+        return row
+
+    def _grow(self) -> None:
+        old = len(self._logprob)
+        new = max(_FIRST_ROWS, 2 * old)
+        self._logprob = torch.cat([self._logprob, self._logprob.new_empty(new - old)])
+        self._top_ids = torch.cat([self._top_ids, self._top_ids.new_empty(new - old, MAX_LOGPROBS)])
+        self._top_logprobs = torch.cat(
+            [self._top_logprobs, self._top_logprobs.new_empty(new - old, MAX_LOGPROBS)]
+        )
+        self._free.extend(range(new - 1, old - 1, -1))
+
+    def _compute(self, part: list[tuple[_Key, int]]) -> None:
         assert self.kv.hidden is not None
         self.rows_computed += len(part)
         hidden = self.kv.hidden
@@ -112,9 +164,12 @@ class PromptScorer:
             k = min(max(k for _, k in part), logprobs.shape[-1])
             top_vals, top_ids = logprobs.topk(k, dim=-1)
             own = logprobs.gather(1, tokens[:, None])[:, 0]
-        own_l, ids, vals = own.tolist(), top_ids.tolist(), top_vals.tolist()
-        for i, ((slot, token), _) in enumerate(part):
-            if (slot, token) not in self._memo:
-                self._by_slot.setdefault(slot, []).append(token)
-            self._memo[(slot, token)] = (own_l[i], tuple(zip(ids[i], vals[i], strict=True)))
-            self._memo.move_to_end((slot, token))
+        rows_list = [self._row(key) for key, _ in part]
+        for row in rows_list:
+            self._k[row] = k
+        for key, _ in part:
+            self._rows.move_to_end(key)
+        rows = torch.tensor(rows_list, dtype=torch.long, device=hidden.device)
+        self._logprob[rows] = own
+        self._top_ids[rows, :k] = top_ids
+        self._top_logprobs[rows, :k] = top_vals

@@ -1,11 +1,15 @@
 """Token sampling for the torch runner: greedy, temperature, top-k, top-p, per-request seeds.
 
-Every row of a round is sampled by inverse transform: the kept tokens are sorted by probability
+Every row of a round is sampled by inverse transform: the kept tokens are ranked by probability
 (best first, ties by token id) and one uniform draw ``u`` picks the first token whose cumulative
-probability exceeds ``u``. A seeded request draws ``u`` from a generator seeded by (seed, position
-of the token being sampled), so its tokens depend only on the seed, the model and the sequence so
-far, never on what else shares the round or on how many rounds ran before. Unseeded requests draw
-from the sampler's own generator, in round order.
+probability exceeds ``u``. Only the best candidates are ranked, by a partial selection in
+float32, never by a sort of the vocabulary; a row with no top-k or top-p cut walks the rest of
+the vocabulary in token-id order after its best candidates (`radixflow.runners.draw`).
+
+A seeded request draws ``u`` from a generator seeded by (seed, position of the token being
+sampled), so its tokens depend only on the seed, the model and the sequence so far, never on
+what else shares the round or on how many rounds ran before. Unseeded requests draw from the
+sampler's own generator, in round order.
 
 ``Sample.logprob`` and ``Sample.top`` always describe the model's own distribution: the raw
 ``log_softmax`` of the logits, before temperature, top-k or top-p (as vLLM reports by default),
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixflow.runners.draw import draw
 from radixflow.scheduler.sampling import Sample, SamplingParams
 
 MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)
@@ -75,40 +80,10 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
         """Tokens drawn from the filtered, temperature-scaled distributions (one per row)."""
-        temps = torch.tensor([r.params.temperature for r in rows], dtype=torch.float64, device=logits.device)
-        scaled = logits.double() / temps[:, None]
-        # stable sort: equal logits keep token-id order, so the order is a function of the logits
-        sorted_logits, order = scaled.sort(dim=-1, descending=True, stable=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        keep = _keep_mask(probs, rows)
-        probs = probs * keep
-        cdf = probs.cumsum(dim=-1)
         u = torch.tensor([self._uniform(r) for r in rows], dtype=torch.float64, device=logits.device)
-        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
-        idx = torch.minimum(idx, keep.sum(dim=-1, keepdim=True) - 1)  # u * total may round up to total
-        return order.gather(1, idx)[:, 0]
+        return draw(logits, [r.params for r in rows], u)
 
     def _uniform(self, row: SampleRow) -> float:
         seed = row.params.seed
         gen = self.generator if seed is None else torch.Generator().manual_seed(row_seed(seed, row.position))
         return float(torch.rand((), generator=gen, dtype=torch.float64))
-
-
-def _keep_mask(probs: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """Which sorted tokens survive top-k and then top-p (on the renormalised top-k set).
-
-    The best token always survives. Top-p keeps the smallest prefix whose mass reaches ``top_p``:
-    a token is kept while the mass before it is below ``top_p``.
-    """
-    vocab = probs.shape[-1]
-    rank = torch.arange(vocab, device=probs.device)[None, :]
-    # a top_k past the vocabulary keeps every token (and may not fit in an int64 tensor)
-    top_k = torch.tensor([min(r.params.top_k or vocab, vocab) for r in rows], device=probs.device)
-    keep = rank < top_k[:, None]
-    kept = probs * keep
-    kept = kept / kept.sum(dim=-1, keepdim=True)
-    before = kept.cumsum(dim=-1) - kept
-    top_p = torch.tensor([r.params.top_p for r in rows], dtype=probs.dtype, device=probs.device)
-    keep &= (before < top_p[:, None]) | (top_p[:, None] >= 1)  # 1: no cut, whatever the rounding
-    keep[:, 0] = True
-    return keep

@@ -13,7 +13,15 @@ from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.layers import Config
-from radixflow.problems import Problem
+from radixflow.problems import Problem, ProblemError
+from radixflow.runners.matmul import (
+    MatmulPlan,
+    MatmulRouter,
+    dominant_weight,
+    install,
+    measure_plan,
+    parse_plan,
+)
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -61,10 +69,21 @@ class TorchRunner:
         dtype: torch.dtype = torch.float32,
         label: str | None = None,
         seed: int = 0,
+        batched_decode: bool = True,
+        matmul: str = "auto",
     ) -> None:
-        """``seed`` seeds the generator of requests sampled without a seed of their own."""
+        """``seed`` seeds the generator of requests sampled without a seed of their own.
+        ``batched_decode=False`` runs every one-token chunk on its own (chunked, per-sequence)
+        path: the reference the batched decode step is tested against. ``matmul`` picks the CPU
+        GEMM library per shape class (`radixflow.runners.matmul.parse_plan`): ``"auto"``
+        measures at startup; a bad value raises `ProblemError` on ``matmul``."""
+        given = parse_plan(matmul)
+        if isinstance(given, Problem):
+            raise ProblemError(given)
         self.net = load_model(path, device=device, dtype=dtype)
+        self.batched_decode = batched_decode
         self.device, self.dtype, self.block_size = device, dtype, block_size
+        self.matmul = self._route_matmuls(given)
         cfg = self.net.config
         hidden = int(cfg.hidden_size)
         self.kv = KVPool(self.net.kv_layout(), num_blocks, block_size, dtype, device, hidden_size=hidden)
@@ -80,13 +99,33 @@ class TorchRunner:
         )
         self._warmup()
 
+    def _route_matmuls(self, given: MatmulPlan | None) -> MatmulRouter | None:
+        """Route the model's Linear layers (CPU float32 only; None elsewhere): the given plan,
+        or one measured now, once, on the model's dominant weight shape."""
+        weight = dominant_weight(self.net)
+        if torch.device(self.device).type != "cpu" or self.dtype != torch.float32 or weight is None:
+            return None
+        return install(self.net, given if given is not None else measure_plan(weight))
+
+    def _round(self, fb: ForwardBatch) -> contextlib.AbstractContextManager[None]:
+        """Tell the matmul router whether this forward is a decode-only round."""
+        if self.matmul is None:
+            return contextlib.nullcontext()
+        return self.matmul.round(all(s.length == 1 for s in fb.seqs))
+
     def _warmup(self) -> None:
-        """One throwaway packed forward, so lazy kernel setup is not billed to the first round."""
-        specs = [SeqSpec(0, 16, [0]), SeqSpec(0, 16, [1])]
-        kv = KVPool(self.net.kv_layout(), 2, 16, self.dtype, self.device)
+        """Throwaway forwards (a prefill round with a decode row, then a decode-only round), so
+        lazy kernel setup is not billed to the first rounds."""
+        kv = KVPool(self.net.kv_layout(), 8, 16, self.dtype, self.device)
         state = StatePool(self.net.state_layout(), 0, self.dtype, self.device)
-        fb = ForwardBatch.build([([1] * 16, s) for s in specs], kv, state, self.device)
-        self._forward(fb, [True, True])
+        for specs in (
+            [SeqSpec(0, 16, [0]), SeqSpec(0, 16, [1]), SeqSpec(0, 1, [2])],
+            [SeqSpec(0, 1, [i]) for i in range(8)],
+        ):
+            chunks = [([1] * s.length, s) for s in specs]
+            fb = ForwardBatch.build(chunks, kv, state, self.device, self.batched_decode)
+            with self._round(fb):
+                self._forward(fb, [True] * len(specs))
 
     def validate(self, request: Request) -> Problem | None:
         return validate_prompt(request, self.model)
@@ -95,9 +134,9 @@ class TorchRunner:
         chunks = [(list(c.tokens[c.start : c.end]), _spec(c)) for c in batch.chunks]
         sampled = [c for c in batch.chunks if c.sample]
         t0 = time.perf_counter()
-        fb = ForwardBatch.build(chunks, self.kv, self.state, self.device)
+        fb = ForwardBatch.build(chunks, self.kv, self.state, self.device, self.batched_decode)
         self.scorer.forget(fb.new_slots.tolist())  # before the forward: a failed round may write KV
-        with torch.inference_mode():
+        with torch.inference_mode(), self._round(fb):
             hidden = self.net(fb)
             self.scorer.record(fb.new_slots, hidden)
             logits = self._logits(fb, hidden, [c.sample for c in batch.chunks])

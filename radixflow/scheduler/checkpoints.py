@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from radixflow.cache.radix import RadixCache
+from radixflow.cache.types import Match
 from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.forks import ForkHistory
 from radixflow.scheduler.output import SnapshotSpec
 from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext
 from radixflow.scheduler.request import Request
@@ -14,6 +16,13 @@ class CheckpointPlanner:
         self.cache = cache
         self.placement = placement
         self.config = config
+        self.forks = ForkHistory()
+
+    def observe(self, req: Request, match: Match) -> None:
+        """``req`` was admitted with this match: remember where it forked from cached content
+        (mutates the fork history a placement may predict from)."""
+        if self.config.has_recurrent:
+            self.forks.observe(req.namespace, len(req.prompt), match.kv_tokens)
 
     def positions(self, req: Request, start: int, end: int, held: int = 0) -> list[int]:
         """Where the prefill chunk ``[start, end)`` checkpoints, as far as state slots allow.
@@ -32,6 +41,7 @@ class CheckpointPlanner:
             end=end,
             block_size=self.config.block_size,
             branch_points=lambda lo, hi: self.cache.branch_points(reg, lo, hi),
+            predicted_fork=lambda: self.forks.predict(req.namespace, len(req.prompt), self.config.block_size),
         )
         wanted = self.placement.positions(ctx)
         if not wanted:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+
+def _no_history() -> int | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -14,6 +18,9 @@ class PlacementContext:
     end: int
     block_size: int
     branch_points: Callable[[int, int], list[int]]  # known divergences in (lo, hi]
+    # where this namespace's past requests predict this prompt's siblings will fork (`ForkHistory.
+    # predict`): a block boundary, 0 for nowhere useful, None when the namespace has no history
+    predicted_fork: Callable[[], int | None] = field(default=_no_history)
 
 
 class CheckpointPlacement(Protocol):
@@ -41,6 +48,40 @@ class BranchPlacement:
         return sorted(points)
 
 
+class LonePlacement(BranchPlacement):
+    """`branch`, plus a checkpoint at the end of a lone request's shared context.
+
+    A request with no known sibling gets no branch point, so candidates arriving one at a time
+    would each recompute their shared context. This placement guesses where that context ends:
+    at the fork the namespace's past requests predict, for a request with no known branch point
+    at or beyond it; and, in a namespace with no history yet, for a request sharing no block
+    with any known sequence, at a ladder of block boundaries 1, 2, 4, 8 and 16 blocks before the
+    prompt's last one (a sibling forking ``t`` tokens before the end then reuses at least all
+    but about ``2t`` of the prompt). Guesses cost only free or evictable state slots.
+    """
+
+    name = "lone"
+    LADDER = 5  # rungs of the cold-start ladder
+
+    def positions(self, ctx: PlacementContext) -> list[int]:
+        points = set(super().positions(ctx))
+        known = ctx.branch_points(0, ctx.prompt_len)
+        deepest = max(known, default=0)
+        for pos in self._guesses(ctx, lone=not known):
+            if ctx.start < pos <= ctx.end and pos > deepest:
+                points.add(pos)
+        return sorted(points)
+
+    def _guesses(self, ctx: PlacementContext, lone: bool) -> list[int]:
+        predicted = ctx.predicted_fork()
+        if predicted is not None:
+            return [predicted] if predicted > 0 else []
+        if not lone:
+            return []
+        tail = _floor(ctx.prompt_len, ctx.block_size)
+        return [tail - ctx.block_size * 2**k for k in range(self.LADDER)]
+
+
 class AlignPlacement:
     """vLLM V1 ``align`` mode: the last block boundary of every scheduled chunk."""
 
@@ -62,6 +103,7 @@ class NoPlacement:
 
 PLACEMENTS: dict[str, type[CheckpointPlacement]] = {
     "branch": BranchPlacement,
+    "lone": LonePlacement,
     "align": AlignPlacement,
     "none": NoPlacement,
 }

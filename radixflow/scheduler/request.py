@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from radixflow.cache.types import NodeHandle
-from radixflow.scheduler.sampling import FinishReason, PromptLogprob, Sample, SamplingParams
+from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample, SamplingParams
 
 
 class RequestStatus(Enum):
@@ -49,7 +49,7 @@ class Request:
     chunks: int = 0
     output: list[int] = field(default_factory=list)
     output_logprobs: list[Sample] = field(default_factory=list)
-    prompt_logprobs: list[PromptLogprob] = field(default_factory=list)
+    prompt_logprobs: PromptLogprobs = field(default_factory=PromptLogprobs)
     finish_reason: FinishReason | None = None
     first_token_s: float | None = None
     finish_s: float | None = None

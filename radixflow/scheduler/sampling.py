@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import overload
 
 from radixflow.problems import Problem
 
@@ -89,3 +91,42 @@ class PromptLogprob:
     token: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass
+class PromptLogprobs(Sequence[PromptLogprob]):
+    """Prompt logprobs as columns: row ``i`` scores the prompt token at ``positions[i]``.
+
+    The runner fills the columns from its tensors in one conversion per round and the scheduler
+    appends them (`extend`); a reader that wants columns (the server's echo) builds no object
+    per position. Read as a sequence, it is the `PromptLogprob` of each row, built on access."""
+
+    positions: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)  # per row, the best first
+    top_logprobs: list[list[float]] = field(default_factory=list)
+
+    def extend(self, more: PromptLogprobs) -> None:
+        """Append ``more``'s rows (mutates this one)."""
+        self.positions.extend(more.positions)
+        self.tokens.extend(more.tokens)
+        self.logprobs.extend(more.logprobs)
+        self.top_ids.extend(more.top_ids)
+        self.top_logprobs.extend(more.top_logprobs)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, i: int) -> PromptLogprob: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[PromptLogprob]: ...
+    def __getitem__(self, i: int | slice) -> PromptLogprob | list[PromptLogprob]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        top = tuple(zip(self.top_ids[i], self.top_logprobs[i], strict=True))
+        return PromptLogprob(self.positions[i], self.tokens[i], self.logprobs[i], top)
+
+    def __iter__(self) -> Iterator[PromptLogprob]:
+        return (self[i] for i in range(len(self)))

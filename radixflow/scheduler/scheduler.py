@@ -16,6 +16,7 @@ from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
 from radixflow.scheduler.checkpoints import CheckpointPlanner
 from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.events import SchedulerEvents
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec, StopReason
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
@@ -24,7 +25,7 @@ from radixflow.scheduler.scan import PolicyContext
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
-from radixflow.scheduler.sampling import FinishReason, PromptLogprob, Sample
+from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
 
 
 class _Admit(Enum):
@@ -59,10 +60,13 @@ class Scheduler:
         policy: SchedulingPolicy,
         placement: CheckpointPlacement,
         predict: Callable[[Sequence[ScheduledChunk]], float] | None = None,
+        events: SchedulerEvents | None = None,
     ) -> None:
         """``predict``: the seconds a round of these chunks would take (the runner's model; None
-        where it has none), lent to the policy with the rest of `PolicyContext`."""
+        where it has none), lent to the policy with the rest of `PolicyContext`.
+        ``events``: who is told of parked and woken consumers and policy decisions (None: nobody)."""
         config.validate()
+        self.events = events
         self.config = config
         self.predict = predict
         self.cache = cache
@@ -127,6 +131,8 @@ class Scheduler:
                 out.blocked.append(req.id)
                 assert match.producer is not None
                 self.parked.park(req, match.producer)
+                if self.events is not None:
+                    self.events.parked(req.id, match.producer)
                 if self.policy.on_blocked(req, match) is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
                     return _Stop(None, None, scan)
@@ -176,6 +182,8 @@ class Scheduler:
                 status = self._start(req, fallback, budget, out)
                 if status is not _Admit.NO_MEMORY:
                     break
+        if status is _Admit.SCHEDULED:
+            self.checkpoints.observe(req, match)
         return status, match
 
     def _start(self, req: Request, point: ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
@@ -263,7 +271,7 @@ class Scheduler:
         out: SchedulerOutput,
         samples: dict[str, Sample],
         now: float,
-        prompt_logprobs: dict[str, list[PromptLogprob]] | None = None,
+        prompt_logprobs: dict[str, PromptLogprobs] | None = None,
     ) -> list[Request]:
         """Apply a finished round: checkpoints become READY (waking their parked consumers),
         sampled tokens are appended, finished requests release their resources.
@@ -275,7 +283,7 @@ class Scheduler:
         for chunk in out.chunks:
             req = self.running[chunk.request_id]
             self.cache.commit(req.id)
-            woken += self.parked.wake(req.id)
+            woken += self._wake(req.id)
             req.chunks += 1
             if prompt_logprobs and req.id in prompt_logprobs:
                 req.prompt_logprobs.extend(prompt_logprobs[req.id])
@@ -353,11 +361,24 @@ class Scheduler:
         self.cache.withdraw([r.id for r in failed])
         woken: list[Request] = []
         for req in failed:
-            woken += self.parked.wake(req.id)
+            woken += self._wake(req.id)
             self._release(req)
             req.status, req.error = RequestStatus.FAILED, reason
         self.policy.on_round_end(woken, None)
         return failed
+
+    def _wake(self, producer: str) -> list[Request]:
+        woken = self.parked.wake(producer)
+        if self.events is not None:
+            for consumer in woken:
+                self.events.woken(consumer.id, producer)
+        return woken
+
+    def note(self, kind: str, request_id: str, **details: object) -> None:
+        """Report a policy decision about ``request_id`` this round to the event observer, if any
+        (see `radixflow.scheduler.events`). Pure for the schedule."""
+        if self.events is not None:
+            self.events.decision(kind, request_id, **details)
 
     def fail_head(self, reason: str) -> Request | None:
         """Reject the oldest waiting request (used when nothing can ever make progress)."""

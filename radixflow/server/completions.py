@@ -54,29 +54,28 @@ def prompt_ids(
 class Prepared:
     prompts: list[list[int]]
     items: list[tuple[Request, RequestTracker]]
-    echoed: list[list[str]] | None  # each prompt's token texts, when echo asks for them
 
 
 def prepare(body: CompletionRequest, state: ServerState, params: SamplingParams) -> Prepared:
-    """Tokenize, check and (for echo) detokenize the prompts: slow for long ones, so this runs on
-    a tokenizer thread. ApiError 400 for a prompt that cannot run."""
+    """Tokenize and check the prompts: slow for long ones, so this runs on a tokenizer thread.
+    ApiError 400 for a prompt that cannot run. An echoed prompt's token texts wait for the
+    answer (`CompletionView`): a request that fails or is abandoned never pays for them."""
     prompts = prompt_ids(body.prompt, state.tokenizer, body.add_special_tokens)
-    items = state.requests(prompts, params, body.namespace)
-    echoed = [token_texts(state.tokenizer, p) for p in prompts] if body.echo else None
-    return Prepared(prompts, items, echoed)
+    return Prepared(prompts, state.requests(prompts, params, body.namespace))
 
 
 class CompletionView:
-    """Turns outputs and deltas into choices; keeps each choice's text offset while streaming."""
+    """Turns outputs and deltas into choices; keeps each choice's text offset while streaming.
+    A choice that echoes its prompt is built on a tokenizer thread (it detokenizes the prompt)."""
 
     def __init__(self, body: CompletionRequest, prepared: Prepared, tokenizer: TextTokenizer) -> None:
-        self.body, self.prompts, self._echoed = body, prepared.prompts, prepared.echoed
+        self.body, self.prompts, self.tokenizer = body, prepared.prompts, tokenizer
         self.names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
         self._offsets: dict[int, int] = {}  # streaming: text offset reached per choice
 
     def prompt_texts(self, index: int) -> list[str]:
-        assert self._echoed is not None, "prompt texts are prepared when echo is set"
-        return self._echoed[index]
+        """Each token's share of the prompt's text (what echo returns)."""
+        return token_texts(self.tokenizer, self.prompts[index])
 
     def echo_pending(self, index: int) -> bool:
         """The next chunk of this choice carries the echoed prompt (costly to build when long)."""
@@ -88,8 +87,8 @@ class CompletionView:
         if self.body.echo:
             texts = self.prompt_texts(index)
             text = "".join(texts)
-            entries = out.prompt_logprobs or (None,) * len(texts)
-            offset = lp.add_prompt(self.prompts[index], texts, entries, 0)
+            if self.body.logprobs is not None:
+                offset = lp.add_prompt(self.prompts[index], texts, out.prompt_logprobs, 0)
         if self.body.logprobs is not None:
             lp.add(out.logprobs or (), offset)
             logprobs = lp.body()
@@ -108,8 +107,11 @@ class CompletionView:
         if first and self.body.echo:
             texts = self.prompt_texts(index)
             text = "".join(texts)
-            entries = delta.prompt_logprobs or (None,) * len(texts)
-            offset = lp.add_prompt(self.prompts[index], texts, entries, offset)
+            offset = (
+                lp.add_prompt(self.prompts[index], texts, delta.prompt_logprobs, offset)
+                if self.body.logprobs is not None
+                else offset + len(text)
+            )
         offset = (
             lp.add(delta.logprobs or (), offset)
             if self.body.logprobs is not None

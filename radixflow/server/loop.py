@@ -176,6 +176,10 @@ class EngineLoop:
             self._commands.clear()
         for command in pending:  # `call`s waiting for an answer get one; admissions are failed
             command()
+        try:  # the dependency trace (--trace-out), flushed every few seconds while serving
+            self.engine.flush_events()
+        except OSError as e:
+            log.warning("the trace was not written: %s", e.strerror or e)
 
     def _next_commands(self) -> bool:
         """Wait for something to do and run the commands that came in. False: time to stop."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from radixflow.generation.outputs import GenerationOutput, TokenLogprob
+from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, TokenLogprob
 from radixflow.generation.tokenizer import TextTokenizer
 
 NEG_INF_LOGPROB = -9999.0  # JSON has no -inf (vLLM reports the same stand-in)
@@ -71,9 +71,18 @@ class TokenNames:
         """The ``k`` most likely tokens and the chosen one (as vLLM reports them). Two tokens with
         the same text (two halves of characters both show as U+FFFD) keep the likelier one's
         logprob; ``return_tokens_as_token_ids`` avoids the clash."""
+        return self.top_of(
+            [t for t, _ in entry.top[:k]], [lp for _, lp in entry.top[:k]], entry.token, entry.logprob
+        )
+
+    def top_of(
+        self, ids: Sequence[int], logprobs: Sequence[float], token: int, logprob: float
+    ) -> dict[str, float]:
+        """`top` from columns: ``ids`` and ``logprobs`` of the most likely tokens, best first."""
         out: dict[str, float] = {}
-        for t, lp in (*entry.top[:k], (entry.token, entry.logprob)):
+        for t, lp in zip(ids, logprobs, strict=True):
             out.setdefault(self.name(t), _lp(lp))
+        out.setdefault(self.name(token), _lp(logprob))
         return out
 
 
@@ -91,13 +100,24 @@ class CompletionLogprobs:
         self,
         prompt_ids: Sequence[int],
         texts: Sequence[str],
-        entries: Sequence[TokenLogprob | None],
+        scored: PromptTokenLogprobs | None,
         offset: int,
     ) -> int:
-        for token, text, entry in zip(prompt_ids, texts, entries, strict=True):
-            self.tokens.append(self.names.name(token, text))
-            self.token_logprobs.append(None if entry is None else _lp(entry.logprob))
-            self.top_logprobs.append(None if entry is None else self.names.top(entry, self.k))
+        """The echoed prompt: each token with its text and, where ``scored`` has one, its logprob
+        and alternatives, read from the runner's columns (no entry object is built)."""
+        names, k = self.names, self.k
+        columns = scored.scored if scored is not None else None
+        for position, (token, text) in enumerate(zip(prompt_ids, texts, strict=True)):
+            self.tokens.append(names.name(token, text))
+            row = scored.row(position) if scored is not None else None
+            if columns is None or row is None:
+                self.token_logprobs.append(None)
+                self.top_logprobs.append(None)
+            else:
+                logprob = columns.logprobs[row]
+                self.token_logprobs.append(_lp(logprob))
+                ids, lps = columns.top_ids[row][:k], columns.top_logprobs[row][:k]
+                self.top_logprobs.append(names.top_of(ids, lps, token, logprob))
             self.text_offset.append(offset)
             offset += len(text)
         return offset

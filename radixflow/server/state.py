@@ -32,7 +32,6 @@ T = TypeVar("T")
 
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
-TOKENIZER_THREADS = 2  # beside the engine thread and the event loop, on machines of a few cores
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,9 @@ class ServerConfig:
     default_max_tokens: int = 256  # a chat request that names no max_tokens (capped by the context)
     drain_s: float = 30.0  # on shutdown: time for accepted requests to finish before they fail
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get 413, unparsed
+    # tokenizing and answer building beside the event loop; `radixflow serve` passes its thread
+    # plan's (options.machine.server_thread_plan) unless told
+    tokenizer_threads: int = 2
 
 
 class ClientGone(Exception):
@@ -56,7 +58,7 @@ class ServerState:
         self.loop = EngineLoop(engine, self.metrics, config.max_pending)
         self._serial = itertools.count()
         self._run_id = uuid.uuid4().hex[:8]
-        self._workers = ThreadPoolExecutor(TOKENIZER_THREADS, thread_name_prefix="radixflow-tokenizer")
+        self._workers = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="radixflow-tokenizer")
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a tokenizer thread, so the event loop keeps answering other requests

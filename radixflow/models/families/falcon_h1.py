@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.attention import paged_attention
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
 from radixflow.models.families.llama import build_rotary
 from radixflow.models.families.mamba2_init import common_config

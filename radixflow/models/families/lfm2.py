@@ -8,7 +8,7 @@ rotary, paged causal attention). Every layer ends with a SwiGLU feed-forward
 
 Recurrent state of a conv layer is its conv window: the last ``conv_L_cache - 1`` values of
 ``B * x``, stored channel-major as ``[hidden, conv_L_cache - 1]`` (the layout of transformers'
-conv cache).
+conv cache). The one-token rows of a round shift their windows in one batched step.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.attention import paged_attention
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
+from radixflow.models.kernels.step import conv_step
 from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 
 ATTENTION = "full_attention"
@@ -116,16 +118,34 @@ class Lfm2ShortConv(nn.Module):
 
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         b, c, x = self.in_proj(h).chunk(3, dim=-1)
-        y = self._causal_conv(b * x, batch)
+        bx = b * x
+        rows = batch.decode
+        if not len(rows):
+            y = self._causal_conv(bx, batch)
+        else:
+            y = torch.empty_like(bx)
+            y[rows.tokens] = self._decode(bx, batch)
+            if batch.others:
+                y[batch.other_tokens] = self._causal_conv(bx, batch)
         return self.out_proj(c * y)
 
+    def _decode(self, bx: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """Every one-token row in one step: gather the windows, shift in the new input, scatter
+        the new windows to the rows' snapshot slots (mutates the pool). Returns ``[rows, C]``."""
+        rows = batch.decode
+        (window,) = batch.state.gather(self.layer_idx, rows)
+        out, window = conv_step(bx[rows.tokens], window, self.conv.weight[:, 0], self.conv.bias)
+        batch.state.scatter(self.layer_idx, rows, (window,))
+        return out
+
     def _causal_conv(self, bx: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        """Depthwise causal conv of ``bx`` ([T, C]) for all sequences in ONE conv1d call.
+        """Depthwise causal conv of the per-sequence rows (`batch.others`) in ONE conv1d call.
 
         Each sequence's chunk is prefixed with its restored window (zeros from scratch); the
         padded chunks are concatenated and convolved without padding, and the outputs whose
-        receptive field lies inside one sequence are gathered back. Snapshot windows are plain
-        slices of the padded input, so segments need no separate passes.
+        receptive field lies inside one sequence are gathered back (``[their tokens, C]``, in
+        batch order). Snapshot windows are plain slices of the padded input, so segments need
+        no separate passes.
         """
         w = self.kernel - 1
         chans = bx.shape[1]
@@ -133,7 +153,8 @@ class Lfm2ShortConv(nn.Module):
         padded: list[torch.Tensor] = []
         gather: list[torch.Tensor] = []
         base = 0
-        for i, seq in enumerate(batch.seqs):
+        for i in batch.others:
+            seq = batch.seqs[i]
             restored = batch.state.load(self.layer_idx, seq.restore_slot)
             if restored is None:
                 window = bx.new_zeros(w, chans)
@@ -152,7 +173,7 @@ class Lfm2ShortConv(nn.Module):
         """Window after chunk position ``hi`` = padded inputs ``[hi, hi + w)`` of that sequence."""
         w = self.kernel - 1
         base = 0
-        for seq in batch.seqs:
+        for seq in (batch.seqs[i] for i in batch.others):
             for snap in seq.snapshots:
                 hi = base + snap.position - seq.start
                 batch.state.save(self.layer_idx, snap.slot, (full[hi : hi + w].transpose(0, 1),))

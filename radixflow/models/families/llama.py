@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.attention import paged_attention
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
 from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.attention import paged_attention
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
 from radixflow.models.families.mamba2_init import common_config
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point

@@ -1,1 +1,2 @@
-"""Recurrences as pure tensor functions on one segment (no modules, no batches, no pools)."""
+"""Recurrences as pure tensor functions on one segment, or one token of a batch of sequences
+(no modules, no batches, no pools)."""

@@ -115,18 +115,33 @@ def _carry_states(
 
 
 def ssd_step(
-    x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, h: torch.Tensor
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    h: torch.Tensor,
+    *,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One recurrence step for a batch: ``x [S, H, P]``, ``dt [S, H]``, ``b``/``c [S, G, N]``,
-    ``h [S, H, P, N]`` -> ``y [S, H, P]`` (without the D skip) and the new state."""
+    ``h [S, H, P, N]`` (contiguous) -> ``y [S, H, P]`` (without the D skip) and the new state.
+
+    ``h`` is left alone unless ``in_place``: then the new state is written into it (for a state
+    the caller owns, such as a gathered copy) and returned. The state is the large operand, so it
+    is touched in three passes: decay, rank-1 update, readout (batched matmuls over ``S H`` heads).
+    """
     s, heads, p = x.shape
-    groups, n = b.shape[1], b.shape[2]
-    r = heads // groups
-    decay = torch.exp(dt * a).view(s, groups, r, 1, 1)
-    xdt = (x * dt.unsqueeze(-1)).view(s, groups, r, p, 1)
-    h = h.view(s, groups, r, p, n) * decay + xdt * b.view(s, groups, 1, 1, n)
-    y = (h * c.view(s, groups, 1, 1, n)).sum(-1)
-    return y.reshape(s, heads, p), h.reshape(s, heads, p, n)
+    n = b.shape[2]
+    r = heads // b.shape[1]
+    xdt = (x * dt.unsqueeze(-1)).reshape(s * heads, p, 1)
+    b_heads = b.repeat_interleave(r, dim=1).reshape(s * heads, 1, n)  # head h reads group h // r
+    c_heads = c.repeat_interleave(r, dim=1).reshape(s * heads, n, 1)
+    decay = torch.exp(dt * a)[..., None, None]
+    h = h.mul_(decay) if in_place else h * decay
+    flat = h.view(s * heads, p, n)
+    flat.baddbmm_(xdt, b_heads)  # h += dt x B^T
+    return torch.bmm(flat, c_heads).view(s, heads, p), h
 
 
 def gated_rms_norm(

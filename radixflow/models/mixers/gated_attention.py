@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, paged_attention
+from radixflow.models.attention import paged_attention
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads
 
 

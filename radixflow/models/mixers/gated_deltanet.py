@@ -2,9 +2,10 @@
 
 Recurrent state of a DeltaNet layer: ``(conv_state [conv_dim, kernel-1], recurrent [v_heads,
 k_dim, v_dim])``, carried exactly across segment boundaries (snapshots). The math lives in
-`radixflow.models.kernels.delta_rule`. The families differ only in the input projections: Qwen3.5 has
-separate ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fused
-``in_proj_qkvz``/``in_proj_ba`` grouped per key head.
+`radixflow.models.kernels.delta_rule` (chunked, per sequence) and `radixflow.models.kernels.step`
+(the one-token step every decode row of a round takes together). The families differ only in
+the input projections: Qwen3.5 has separate ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
+``in_proj_a``; Qwen3-Next fused ``in_proj_qkvz``/``in_proj_ba`` grouped per key head.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.delta_rule import causal_conv, chunked_gated_delta_rule, l2norm
+from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
 
 
@@ -74,11 +77,33 @@ class GatedDeltaNet(nn.Module):
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
         offs = batch.offsets
-        for i, seq in enumerate(batch.seqs):
+        if len(batch.decode):
+            self._decode(qkv, g, beta, batch.decode, batch, out)
+        for i in batch.others:
             sl = slice(offs[i], offs[i + 1])
-            out[sl] = self._sequence(qkv[sl], g[sl], beta[sl], seq, batch)
+            out[sl] = self._sequence(qkv[sl], g[sl], beta[sl], batch.seqs[i], batch)
         y = self.norm(out.to(x.dtype), z)
         return self.out_proj(y.reshape(x.shape[0], self.value_dim))
+
+    def _decode(
+        self,
+        qkv: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        rows: DecodeRows,
+        batch: ForwardBatch,
+        out: torch.Tensor,
+    ) -> None:
+        """Every one-token row in one step: gather states, conv shift + delta rule, scatter the
+        new states to the rows' snapshot slots (mutates the pool); writes the rows of ``out``."""
+        window, rec = batch.state.gather(self.layer_idx, rows)
+        step = qkv[rows.tokens]
+        mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None)
+        q, k, v = self._split_heads(F.silu(mixed))
+        tok = rows.tokens
+        # in place: the gathered state (or its float32 copy) belongs to this step alone
+        out[tok], rec = gated_delta_step(q, k, v, g[tok], beta[tok], rec.float(), in_place=True)
+        batch.state.scatter(self.layer_idx, rows, (window, rec))
 
     def _sequence(
         self, qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, seq: SeqSpec, batch: ForwardBatch

@@ -6,9 +6,10 @@
     y -> gate with z (grouped gated RMSNorm or plain ``y * silu(z)``) -> out_proj
 
 The recurrent state of one Mamba2 layer is ``(conv window [conv_dim, d_conv - 1], ssm state
-[heads, head_dim, d_state])``. The math lives in `radixflow.models.kernels.ssd`; this module runs it over
-packed batches. Segments between snapshot points are processed one after another, so a snapshot
-holds exactly the state a full uninterrupted prefill has at that position. Each family describes
+[heads, head_dim, d_state])``. The math lives in `radixflow.models.kernels.ssd`; this module runs
+it over packed batches: the one-token rows of a round in one batched step, the others one by one,
+segment by segment between snapshot points, so a snapshot holds exactly the state a full
+uninterrupted prefill has at that position. Each family describes
 its mixer with a `Mamba2Spec` built from its own config fields.
 """
 
@@ -22,7 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.ssd import causal_conv, gated_rms_norm, ssd_chunked, ssd_step
+from radixflow.models.kernels.step import conv_step
 from radixflow.models.layers import ACTIVATIONS, Config
 
 # ---------------------------------------------------------------------------------------------
@@ -131,13 +134,10 @@ class Mamba2Mixer(nn.Module):
         z, xbc, dt = proj.split([s.inner, s.conv_dim, s.heads], dim=-1)
         y = torch.empty(x.shape[0], s.inner, dtype=torch.float32, device=x.device)
         offs = batch.offsets
-        decode = [i for i, seq in enumerate(batch.seqs) if seq.length == 1]
-        if len(decode) > 1:
-            self._decode(batch, decode, xbc, dt, y)
-        for i, seq in enumerate(batch.seqs):
-            if len(decode) > 1 and seq.length == 1:
-                continue
-            self._sequence(batch, seq, offs[i], xbc, dt, y)
+        if len(batch.decode):
+            self._decode(batch, batch.decode, xbc, dt, y)
+        for i in batch.others:
+            self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
         if s.norm == "nemotron":
             y = gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, norm_before_gate=False)
         elif s.norm == "falcon":
@@ -214,26 +214,20 @@ class Mamba2Mixer(nn.Module):
         return out.reshape(length, -1), window, h
 
     def _decode(
-        self, batch: ForwardBatch, rows: list[int], xbc: torch.Tensor, dt: torch.Tensor, y: torch.Tensor
+        self, batch: ForwardBatch, rows: DecodeRows, xbc: torch.Tensor, dt: torch.Tensor, y: torch.Tensor
     ) -> None:
-        """All one-token sequences of the batch in one vectorised step."""
-        offs = batch.offsets
-        idx = torch.tensor([offs[i] for i in rows], device=xbc.device)
-        states = [self._initial_state(batch, batch.seqs[i].restore_slot, xbc) for i in rows]
-        window = torch.stack([st[0] for st in states])  # [S, C, K-1]
-        h = torch.stack([st[1] for st in states])
-        step = xbc[idx]  # [S, C]
-        full = torch.cat([window, step.unsqueeze(-1)], dim=-1)  # [S, C, K]
-        conv = (full * self.conv1d.weight[:, 0].to(full.dtype)).sum(-1)
-        if self.conv1d.bias is not None:
-            conv = conv + self.conv1d.bias.to(full.dtype)
+        """Every one-token row in one step: gather states, conv shift + recurrence, scatter the
+        new states to the rows' snapshot slots (mutates the pool); writes the rows of ``y``."""
+        window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
+        step = xbc[rows.tokens]  # [S, C]
+        conv, window = conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias)
         xs, b, c = self._split_xbc(self.act(conv))
-        out, h = ssd_step(xs, self._dt(dt[idx]), -torch.exp(self.A_log.float()), b, c, h)
+        a = -torch.exp(self.A_log.float())
+        # in place: the gathered state (or its float32 copy) belongs to this step alone
+        out, h = ssd_step(xs, self._dt(dt[rows.tokens]), a, b, c, h.float(), in_place=True)
         out = out + self.D.float()[:, None] * xs
-        y[idx] = out.reshape(len(rows), -1)
-        for j, i in enumerate(rows):
-            for snap in batch.seqs[i].snapshots:  # one token: every snapshot is at its end
-                batch.state.save(self.layer_idx, snap.slot, (full[j, :, 1:], h[j]))
+        y[rows.tokens] = out.reshape(len(rows), -1)
+        batch.state.scatter(self.layer_idx, rows, (window, h))
 
 
 class _WeightOnly(nn.Module):

@@ -1,0 +1,148 @@
+"""Per-layer time of one decode round (every row one token) at batch 1, 8 and 32.
+
+For each model: ``batch`` sequences of ``--context`` tokens are prefilled (each saving its state
+into its own slot), then one decode round is timed: every row is one token at position
+``context`` that restores from its slot and saves into a second one (so every repeat computes the
+same thing). Each mixer layer's forward is timed by a wrapper, and the median per layer kind is
+reported in microseconds per layer, beside the whole round. Batch sizes are interleaved across
+repeats and medians reported, since the machine is shared and noisy.
+
+    python benchmarks/decode_step.py --models qwen3_5-small lfm2-small nemotron_h-small
+
+The script only uses the packed-batch API (`ForwardBatch`, `KVPool`, `StatePool`), so the same
+file runs against an older checkout to give a before/after comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.io.loader import load_model
+from radixflow.models.zoo import ensure_model
+
+BLOCK = 16
+MIXER_NAMES = {  # class name -> reported kind
+    "Qwen35GatedDeltaNet": "deltanet",
+    "Qwen3NextGatedDeltaNet": "deltanet",
+    "Mamba2Mixer": "mamba2",
+    "Lfm2ShortConv": "conv",
+    "GatedAttention": "attention",
+    "Lfm2Attention": "attention",
+    "NemotronHAttention": "attention",
+    "Attention": "attention",  # llama / qwen3
+    "FalconH1Attention": "attention",
+}
+
+
+class LayerTimer:
+    """Wraps every mixer's forward and records its wall time per kind (mutates the modules)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.times: dict[str, list[float]] = defaultdict(list)
+        self.counts: dict[str, int] = defaultdict(int)
+        for module in model.modules():
+            kind = MIXER_NAMES.get(type(module).__name__)
+            if kind is not None:
+                self.counts[kind] += 1
+                module.forward = self._wrap(module.forward, kind)
+
+    def _wrap(self, forward: Callable, kind: str) -> Callable:
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = forward(*args, **kwargs)
+            self.times[kind].append(time.perf_counter() - t0)
+            return out
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        """Seconds per layer of each kind in the last round, then forget."""
+        out = {kind: sum(ts) / self.counts[kind] for kind, ts in self.times.items()}
+        self.times.clear()
+        return out
+
+
+def setup(model: nn.Module, batch: int, context: int, seed: int) -> tuple[KVPool, StatePool, list]:
+    """Prefill ``batch`` sequences of ``context`` tokens; return the pools and the decode chunks."""
+    vocab = int(model.config.vocab_size)
+    g = torch.Generator().manual_seed(seed)
+    per_seq = -(-(context + 1) // BLOCK)
+    kv = KVPool(model.kv_layout(), batch * per_seq, BLOCK, torch.float32, "cpu")
+    state = StatePool(model.state_layout(), 2 * batch, torch.float32, "cpu")
+    prefill, decode = [], []
+    for i in range(batch):
+        table = list(range(i * per_seq, (i + 1) * per_seq))
+        tokens = torch.randint(0, vocab, (context + 1,), generator=g).tolist()
+        prefill.append((tokens[:context], SeqSpec(0, context, table, None, [Snapshot(context, i)])))
+        decode.append(([tokens[context]], SeqSpec(context, 1, table, i, [Snapshot(context + 1, batch + i)])))
+    with torch.inference_mode():
+        model(ForwardBatch.build(prefill, kv, state, "cpu"))
+    return kv, state, decode
+
+
+def run_round(model: nn.Module, kv: KVPool, state: StatePool, chunks: list) -> float:
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        hidden = model(ForwardBatch.build(chunks, kv, state, "cpu"))
+        model.compute_logits(hidden)
+    return time.perf_counter() - t0
+
+
+def bench(name: str, batches: list[int], context: int, repeats: int) -> dict[str, object]:
+    model = load_model(ensure_model(name))
+    timer = LayerTimer(model)
+    setups = {b: setup(model, b, context, seed=b) for b in batches}
+    rounds: dict[int, list[float]] = defaultdict(list)
+    layers: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in batches}
+    for b in batches:  # warm-up
+        run_round(model, *setups[b])
+    timer.take()
+    for _ in range(repeats):
+        for b in batches:
+            rounds[b].append(run_round(model, *setups[b]))
+            for kind, t in timer.take().items():
+                layers[b][kind].append(t)
+    rows = {}
+    for b in batches:
+        rows[b] = {
+            "round_ms": 1e3 * statistics.median(rounds[b]),
+            **{f"{k}_us_per_layer": 1e6 * statistics.median(v) for k, v in sorted(layers[b].items())},
+        }
+    return {"model": name, "layers": dict(timer.counts), "batches": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    results = []
+    for name in args.models:
+        res = bench(name, args.batches, args.context, args.repeats)
+        results.append(res)
+        print(f"{name} ({res['layers']}), threads={args.threads}, load={os.getloadavg()[0]:.2f}")
+        for b, row in res["batches"].items():
+            cells = "  ".join(f"{k}={v:8.1f}" for k, v in row.items())
+            print(f"  batch {b:3d}: {cells}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Candidates one call at a time vs one batch: what a lone request's checkpoint buys.
+
+The grouped candidate workload (G contexts × C candidates) runs twice on a fresh engine per
+placement: all requests in one batch, and one request at a time, each submitted when the one
+before it has finished (what calling ``LLM.generate`` once per candidate does). Reported per
+placement: engine time (the sim clock on the sim runner, the summed measured worker calls on
+torch), wall time, rounds, prompt tokens served from the cache, and whether every output equals
+the runner's no-cache reference.
+
+    python benchmarks/lone_context.py --model qwen3_5-2b                       # sim, H100 profile
+    python benchmarks/lone_context.py --model qwen3_5-2b --hardware cpu        # sim, CPU profile
+    python benchmarks/lone_context.py --model qwen3_5-small --torch-threads 2  # torch (CPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from radixflow.engine.engine import Engine
+from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+
+@dataclass(frozen=True)
+class Run:
+    engine_s: float
+    wall_s: float
+    rounds: int
+    reused: int
+    outputs: dict[str, tuple[int, ...]]
+
+
+def fresh(requests: list[Request], arrival: float | None = None) -> list[Request]:
+    return [
+        Request(r.id, r.prompt, r.namespace, r.arrival_s if arrival is None else arrival, sampling=r.sampling)
+        for r in requests
+    ]
+
+
+def run_batch(engine: Engine, requests: list[Request]) -> Run:
+    t0 = time.perf_counter()
+    done = engine.run(fresh(requests))
+    return _result(engine, done, time.perf_counter() - t0)
+
+
+def run_one_by_one(engine: Engine, requests: list[Request]) -> Run:
+    t0 = time.perf_counter()
+    for req in requests:
+        engine.run(fresh([req], arrival=engine.now))  # arrives when the call before it returned
+    return _result(engine, engine.requests, time.perf_counter() - t0)
+
+
+def _result(engine: Engine, done: list[Request], wall: float) -> Run:
+    assert all(r.status is RequestStatus.FINISHED for r in done), [r.error for r in done if r.error]
+    return Run(
+        engine.now,
+        wall,
+        len(engine.rounds),
+        sum(r.reused for r in done),
+        {r.id: tuple(r.output) for r in done},
+    )
+
+
+def measure(
+    setup: EngineSetup, requests: list[Request], placements: list[str], repeat: int
+) -> dict[str, dict[str, object]]:
+    """Each (placement, mode) ``repeat`` times, interleaved; times are the minimum over repeats
+    (the run least disturbed by other work on a shared machine), counts are exact."""
+    reference = setup.runner.reference_tokens(requests)
+    modes = {"batch": run_batch, "one_by_one": run_one_by_one}
+    runs: dict[tuple[str, str], list[Run]] = {(p, m): [] for p in placements for m in modes}
+    for _ in range(repeat):
+        for placement in placements:
+            for mode, run in modes.items():
+                runs[placement, mode].append(run(setup.engine(placement=placement), requests))
+    prompt_tokens = sum(len(r.prompt) for r in requests)
+    out: dict[str, dict[str, object]] = {}
+    for placement in placements:
+        row: dict[str, object] = {}
+        for mode in modes:
+            first = runs[placement, mode][0]
+            exact = reference is None or all(first.outputs[k][0] == v for k, v in reference.items())
+            row[mode] = {
+                "engine_s": min(r.engine_s for r in runs[placement, mode]),
+                "wall_s": min(r.wall_s for r in runs[placement, mode]),
+                "rounds": first.rounds,
+                "reused_tokens": first.reused,
+                "computed_tokens": prompt_tokens - first.reused,
+                "same_as_no_cache": exact if reference is not None else None,
+            }
+        batch, one = row["batch"], row["one_by_one"]
+        row["engine_ratio"] = one["engine_s"] / batch["engine_s"]  # type: ignore[index]
+        row["wall_ratio"] = one["wall_s"] / batch["wall_s"]  # type: ignore[index]
+        out[placement] = row
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen3_5-2b")
+    ap.add_argument("--hardware", default="h100", help="sim cost profile (h100, h200, cpu)")
+    ap.add_argument("--torch-threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--candidates", type=int, default=8)
+    ap.add_argument("--context-len", type=int, default=512)
+    ap.add_argument("--candidate-len", type=int, default=32)
+    ap.add_argument("--placements", nargs="+", default=["branch", "lone"])
+    ap.add_argument("--repeat", type=int, default=1, help="interleaved runs; times are their minimum")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    options = EngineOptions(
+        model=args.model, torch_threads=args.torch_threads, device=args.device, hardware=args.hardware
+    )
+    plan = plan_engine(options)
+    spec = WorkloadSpec(
+        groups=args.groups,
+        candidates=args.candidates,
+        context_len=args.context_len,
+        candidate_len=args.candidate_len,
+        vocab_size=plan.choice.vocab_size,
+    )
+    requests = build_workload(spec).requests
+    setup = plan.build([len(r.prompt) for r in requests])
+    results = measure(setup, requests, args.placements, args.repeat)
+    clock = "sim clock" if plan.choice.name == "sim" else "measured worker time"
+    print(
+        f"{setup.runner.model.name} · {plan.choice.name} runner · {spec.groups}×{spec.candidates} "
+        f"candidates, {spec.context_len}+{spec.candidate_len} tokens · engine time = {clock}"
+    )
+    print(
+        f"{'placement':<10}{'mode':<12}{'engine s':>10}{'wall s':>9}{'rounds':>8}"
+        f"{'reused':>9}{'computed':>10}  exact"
+    )
+    for placement, row in results.items():
+        for mode in ("batch", "one_by_one"):
+            r = row[mode]  # type: ignore[index]
+            print(
+                f"{placement:<10}{mode:<12}{r['engine_s']:>10.4f}{r['wall_s']:>9.2f}{r['rounds']:>8}"
+                f"{r['reused_tokens']:>9}{r['computed_tokens']:>10}  {r['same_as_no_cache']}"
+            )
+        print(f"{placement:<10}{'one/batch':<12}{row['engine_ratio']:>10.3f}{row['wall_ratio']:>9.3f}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"workload": spec.to_dict(), "repeat": args.repeat, "results": results}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

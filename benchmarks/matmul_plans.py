@@ -1,0 +1,104 @@
+"""Prefill and decode speed of the model under each CPU GEMM plan (`radixflow.runners.matmul`).
+
+For each model: the plan "auto" measures at startup (printed with its probe timings), then the
+same weights run under ``mkl``, ``onednn`` and the measured plan: a prefill of ``--prefill``
+prompts from scratch (tok/s) and decode rounds of 8 and 32 one-token rows (ms per round), with
+the largest logit difference from the MKL plan beside each. Repeats are interleaved across plans
+and medians reported, since the machine is shared and noisy.
+
+    python benchmarks/matmul_plans.py --models qwen3_5-small lfm2-small nemotron_h-small
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.io.loader import load_model
+from radixflow.models.zoo import ensure_model
+from radixflow.runners.matmul import MatmulRouter, dominant_weight, install, measure_plan, parse_plan
+
+sys.path.insert(0, str(Path(__file__).parent))
+from decode_step import setup  # the decode-round setup shared with decode_step.py
+
+
+def prefill(model, router: MatmulRouter, lengths: list[int]) -> tuple[float, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    specs, nxt = [], 0
+    for n in lengths:
+        blocks = -(-n // 16)
+        tokens = torch.randint(0, int(model.config.vocab_size), (n,), generator=g).tolist()
+        specs.append((tokens, SeqSpec(0, n, list(range(nxt, nxt + blocks)))))
+        nxt += blocks
+    kv = KVPool(model.kv_layout(), nxt, 16, torch.float32, "cpu")
+    state = StatePool(model.state_layout(), 0, torch.float32, "cpu")
+    t0 = time.perf_counter()
+    with torch.inference_mode(), router.round(decode_only=False):
+        fb = ForwardBatch.build(specs, kv, state, "cpu")
+        logits = model.compute_logits(model(fb)[fb.last_token_indices()])
+    return time.perf_counter() - t0, logits
+
+
+def decode(model, router: MatmulRouter, pools) -> tuple[float, torch.Tensor]:
+    kv, state, chunks = pools
+    t0 = time.perf_counter()
+    with torch.inference_mode(), router.round(decode_only=True):
+        logits = model.compute_logits(model(ForwardBatch.build(chunks, kv, state, "cpu")))
+    return time.perf_counter() - t0, logits
+
+
+def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> None:
+    path = ensure_model(name)
+    weight = dominant_weight(load_model(path))
+    t0 = time.perf_counter()
+    auto = measure_plan(weight)
+    took = time.perf_counter() - t0
+    probes = "; ".join(f"{c}: " + ", ".join(f"{n} {1e6 * t:.0f} us" for n, t in ts) for c, ts in auto.timings)
+    print(f"{name}: auto plan {auto.describe()} in {1e3 * took:.1f} ms ({probes})", flush=True)
+    plans = {"mkl": parse_plan("mkl"), "onednn": parse_plan("onednn"), "auto": auto}
+    models = {k: load_model(path) for k in plans}
+    routers = {k: install(models[k], plan) for k, plan in plans.items()}
+    cases = {"prefill": lambda k: prefill(models[k], routers[k], lengths)}
+    for b in batches:
+        pools = {k: setup(models[k], b, 64, seed=b) for k in plans}
+        cases[f"decode {b}"] = lambda k, p=pools: decode(models[k], routers[k], p[k])
+    for case, run in cases.items():
+        first = {k: run(k)[1] for k in plans}  # warm-up, and the logits to compare
+        times: dict[str, list[float]] = {k: [] for k in plans}
+        for _ in range(repeats):
+            for k in plans:
+                times[k].append(run(k)[0])
+        cells = []
+        for k in plans:
+            med = statistics.median(times[k])
+            rate = f"{sum(lengths) / med:7.0f} tok/s" if case == "prefill" else f"{1e3 * med:7.1f} ms"
+            diff = (first[k] - first["mkl"]).abs().max().item()
+            cells.append(f"{k} {rate} (max |Δlogit| vs mkl {diff:.1e})")
+        print(f"  {case:9s}: " + "  ".join(cells) + f"  load {os.getloadavg()[0]:.2f}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
+    ap.add_argument("--prefill", nargs="+", type=int, default=[512] * 4, help="prompt lengths")
+    ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"threads={args.threads}")
+    for name in args.models:
+        with contextlib.suppress(KeyboardInterrupt):
+            bench(name, args.prefill, args.batches, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

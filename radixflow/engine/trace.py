@@ -1,0 +1,260 @@
+"""The dependency trace: an engine's rounds as Chrome/Perfetto trace JSON (Trace Event Format).
+
+One `TraceFile` per output path, one `TraceRecorder` (an `EngineEvents` observer) per engine: a
+process of the trace, named after its policy, so a benchmark's policies lie side by side. In it:
+
+- track 0, ``rounds``: each round as a complete event (``X``) with its figures as args, a
+  counter (``C``) of its tokens, bubble tokens and blocked consumers, and a ``bubble`` instant
+  where token budget went unused while feasible work waited;
+- one track per request: ``arrived``, ``queued`` (arrival to first chunk), every chunk it ran
+  (``prefill`` / ``decode``, args: positions, restore slot, checkpoints written), ``parked`` for
+  a round spent blocked on a producer (args: the producer) and ``woken`` when it ended, policy
+  decisions (instants such as ``promote`` / ``recompute``, see `radixflow.scheduler.events`) and
+  ``finished``;
+- flows (``s`` → ``f``) from the chunk that wrote a checkpoint to each chunk of another request
+  that restored it: producer to consumer.
+
+Timestamps and durations are µs of engine time (`Engine.now`): the sim clock on the sim runner,
+measured wall time of the worker calls on a real one (``otherData.clock`` says which). The file
+is valid JSON after every flush (events go in before the closing brackets, which are rewritten
+after them), and flushes come every few seconds, so a crash loses only the last ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from radixflow.engine.engine import RoundRecord
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+from radixflow.scheduler.request import Request
+
+log = logging.getLogger("radixflow.trace")
+CLOCKS = {
+    "sim": "the sim runner's modelled clock",
+    "wall": "measured wall time of each worker call, laid end to end (host time between calls is not in it)",
+}
+FLUSH_EVERY_S = 5.0
+FLUSH_EVENTS = 50_000  # or sooner, when this many wait
+_CLOSE = b"\n]}\n"
+Event = dict[str, Any]
+
+
+class TraceFile:
+    """A trace JSON file written as it goes. Opening it truncates the file and writes the header
+    (raises OSError). After a write fails it records nothing more (``error`` says why)."""
+
+    def __init__(self, path: Path, metadata: Mapping[str, object]) -> None:
+        self.path = path
+        self.error: str | None = None
+        self._pending: list[Event] = []
+        self._written = 0
+        self._pids = itertools.count(1)
+        self._flows = itertools.count(1)
+        self._last_flush = time.monotonic()
+        head = json.dumps({"displayTimeUnit": "ms", "otherData": dict(metadata)}, allow_nan=False)
+        with open(path, "wb") as f:
+            f.write(head[:-1].encode() + b', "traceEvents": [\n')
+            self._end = f.tell()  # where the next events (then the closing brackets) go
+            f.write(_CLOSE)
+
+    def recorder(self, label: str) -> TraceRecorder:
+        """The observer of one engine: a new process of the trace named ``label``."""
+        return TraceRecorder(self, next(self._pids), label)
+
+    def flow_id(self) -> int:
+        return next(self._flows)
+
+    def add(self, event: Event) -> None:
+        if self.error is None:
+            self._pending.append(event)
+
+    def tick(self) -> None:
+        """Flush when the last flush is a few seconds old or many events wait; a failure is
+        logged (the run goes on without its trace)."""
+        due = time.monotonic() - self._last_flush >= FLUSH_EVERY_S or len(self._pending) >= FLUSH_EVENTS
+        if due:
+            try:
+                self.flush()
+            except OSError:
+                log.warning("trace stopped: %s", self.error)
+
+    def flush(self) -> None:
+        """Append the waiting events; the file stays valid JSON (raises OSError)."""
+        self._last_flush = time.monotonic()
+        if not self._pending or self.error is not None:
+            return
+        events, self._pending = self._pending, []
+        body = ",\n".join(json.dumps(e, allow_nan=False) for e in events).encode()
+        try:
+            with open(self.path, "r+b") as f:
+                f.seek(self._end)
+                f.write((b",\n" if self._written else b"") + body)
+                end = f.tell()
+                f.write(_CLOSE)
+                f.truncate()
+        except OSError as e:
+            self.error = f"cannot write {self.path}: {e.strerror or e}"
+            raise
+        self._end, self._written = end, self._written + len(events)
+
+
+@dataclass(frozen=True)
+class _Writer:
+    """The chunk that last wrote a state slot (where a flow to its restorer starts)."""
+
+    request_id: str
+    tid: int
+    ts: float
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def _json_value(value: object) -> object:
+    """A decision's detail as JSON: non-finite numbers and other objects as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return str(value)
+
+
+class TraceRecorder:
+    """Records one engine's run into a `TraceFile` (implements `EngineEvents`)."""
+
+    def __init__(self, file: TraceFile, pid: int, label: str) -> None:
+        self._file, self.pid = file, pid
+        self._tids: dict[str, int] = {}  # request id -> its track (dropped when it finishes)
+        self._next_tid = itertools.count(1)
+        self._arrival: dict[str, float] = {}  # until the request's first chunk
+        self._prompt_len: dict[str, int] = {}
+        self._slots: dict[int, _Writer] = {}
+        self._parked: list[tuple[str, str]] = []  # this round's, as the scheduler reports them
+        self._woken: list[tuple[str, str]] = []
+        self._decisions: list[tuple[str, str, dict[str, object]]] = []
+        self._meta("process_name", 0, {"name": label})
+        self._meta("process_sort_index", 0, {"sort_index": pid})
+        self._meta("thread_name", 0, {"name": "rounds"})
+
+    # ------------------------------------------------------------------ scheduler events
+    def parked(self, consumer: str, producer: str) -> None:
+        self._parked.append((consumer, producer))
+
+    def woken(self, consumer: str, producer: str) -> None:
+        self._woken.append((consumer, producer))
+
+    def decision(self, kind: str, request_id: str, **details: object) -> None:
+        self._decisions.append((kind, request_id, {k: _json_value(v) for k, v in details.items()}))
+
+    # ------------------------------------------------------------------ engine events
+    def arrived(self, request: Request) -> None:
+        ts = _us(request.arrival_s)
+        self._arrival[request.id] = ts
+        self._prompt_len[request.id] = len(request.prompt)
+        self._instant("arrived", "request", self._tid(request.id), ts, {"prompt_tokens": len(request.prompt)})
+
+    def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
+        ts, dur = _us(record.start_s), _us(record.duration_s)
+        mid, end = round(ts + dur / 2, 3), round(ts + dur, 3)  # flows bind at a chunk's middle
+        self._round(record, ts, dur)
+        for chunk in out.chunks:
+            self._chunk(chunk, ts, dur, mid)
+        for chunk in out.chunks:  # after every restore of the round: a chunk may write its own
+            writer = _Writer(chunk.request_id, self._tid(chunk.request_id), mid)
+            for snap in chunk.snapshots:
+                self._slots[snap.slot] = writer
+        for consumer, producer in self._parked:
+            self._complete("parked", "dependency", self._tid(consumer), ts, dur, {"producer": producer})
+        for consumer, producer in self._woken:
+            self._instant("woken", "dependency", self._tid(consumer), end, {"producer": producer})
+        for kind, rid, details in self._decisions:
+            self._instant(kind, "decision", self._tid(rid), ts, details)
+        self._parked, self._woken, self._decisions = [], [], []
+        for rid in finished:
+            args = {"error": record.error} if record.error is not None else {}
+            self._instant("finished", "request", self._tid(rid), end, args)
+            self._tids.pop(rid, None)
+            self._prompt_len.pop(rid, None)
+        self._file.tick()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    # ------------------------------------------------------------------ events
+    def _round(self, record: RoundRecord, ts: float, dur: float) -> None:
+        args: dict[str, object] = {
+            "tokens": record.tokens,
+            "requests": record.requests,
+            "blocked": record.blocked,
+            "bubble_tokens": record.bubble_tokens,
+            "stop_reason": record.stop_reason,
+            "worker_call_us": _us(record.worker_call_s),
+        }
+        name = f"round {record.index}"
+        if record.error is not None:
+            args["error"], name = record.error, f"{name} (rolled back)"
+        self._complete(name, "round", 0, ts, dur, args)
+        counts = {"tokens": record.tokens, "bubble_tokens": record.bubble_tokens, "blocked": record.blocked}
+        self._file.add(
+            {"name": "round", "cat": "round", "ph": "C", "ts": ts, "pid": self.pid, "tid": 0, "args": counts}
+        )
+        if record.bubble_tokens > 0:
+            self._instant("bubble", "round", 0, ts, {"tokens": record.bubble_tokens})
+
+    def _chunk(self, chunk: ScheduledChunk, ts: float, dur: float, mid: float) -> None:
+        rid = chunk.request_id
+        tid = self._tid(rid)
+        arrival = self._arrival.pop(rid, None)
+        if arrival is not None:
+            self._complete("queued", "request", tid, arrival, max(round(ts - arrival, 3), 0.0), {})
+        prefill = chunk.start < self._prompt_len.get(rid, len(chunk.tokens))
+        args = {
+            "start": chunk.start,
+            "end": chunk.end,
+            "restore_slot": chunk.restore_slot,
+            "checkpoints": [s.position for s in chunk.snapshots],
+            "sample": chunk.sample,
+        }
+        self._complete("prefill" if prefill else "decode", "chunk", tid, ts, dur, args)
+        writer = self._slots.get(chunk.restore_slot) if chunk.restore_slot is not None else None
+        if writer is not None and writer.request_id != rid:
+            self._flow(writer, tid, mid, chunk.start)
+
+    def _flow(self, writer: _Writer, tid: int, ts: float, position: int) -> None:
+        """From the writer's chunk to the restoring one (both bound to their enclosing slices)."""
+        flow = {"name": "checkpoint", "cat": "reuse", "id": self._file.flow_id(), "pid": self.pid}
+        self._file.add(
+            {**flow, "ph": "s", "ts": writer.ts, "tid": writer.tid, "args": {"position": position}}
+        )
+        self._file.add({**flow, "ph": "f", "bp": "e", "ts": ts, "tid": tid})
+
+    def _tid(self, request_id: str) -> int:
+        tid = self._tids.get(request_id)
+        if tid is None:
+            tid = self._tids[request_id] = next(self._next_tid)
+            self._meta("thread_name", tid, {"name": request_id})
+        return tid
+
+    def _complete(
+        self, name: str, cat: str, tid: int, ts: float, dur: float, args: dict[str, object]
+    ) -> None:
+        event = {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": self.pid, "tid": tid}
+        self._file.add({**event, "args": args})
+
+    def _instant(self, name: str, cat: str, tid: int, ts: float, args: dict[str, object]) -> None:
+        event = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": self.pid, "tid": tid}
+        self._file.add({**event, "args": args})
+
+    def _meta(self, name: str, tid: int, args: dict[str, object]) -> None:
+        self._file.add({"name": name, "ph": "M", "pid": self.pid, "tid": tid, "args": args})

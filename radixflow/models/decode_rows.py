@@ -1,0 +1,86 @@
+"""The one-token rows of a packed batch, and how their attention contexts are grouped.
+
+A decode round's rows each compute one token. `DecodeRows` holds the index tensors every layer
+needs to run them in one batched step (which token, which state slot to gather, which slots to
+scatter the new state into); `DecodeContext` is one group of rows attending together over
+padded paged-KV contexts, formed by `length_groups`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DecodeRows:
+    """The one-token sequences of a batch, run by one batched step per layer.
+
+    Every index tensor is built once per batch and shared by all layers. A one-token chunk's
+    snapshots all sit at its end, so each row saves one state into zero or more slots.
+    """
+
+    seqs: tuple[int, ...]  # batch indices of the rows, in batch order
+    tokens: torch.Tensor  # [S] long: flat token index of each row
+    restore: torch.Tensor | None  # [S] long: slot to gather (0 for fresh rows); None: all fresh
+    fresh: torch.Tensor | None  # [S] bool: rows starting from zero state; None: none do
+    saves: tuple[tuple[int, int], ...]  # (row, slot) of each save
+    save_rows: torch.Tensor | None  # [N] long: row of each save; None: one save per row, in order
+    save_slots: torch.Tensor  # [N] long: slot of each save
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @classmethod
+    def build(
+        cls, picked: list[tuple[int, int, int | None, tuple[int, ...]]], device: torch.device
+    ) -> DecodeRows:
+        """Rows from ``(batch index, flat token index, restore slot or None, snapshot slots)``
+        of each one-token sequence, in batch order."""
+        idx = tuple(i for i, _, _, _ in picked)
+        restores = [restore for _, _, restore, _ in picked]
+        fresh = [r is None for r in restores]
+        saves = tuple((j, slot) for j, (_, _, _, slots) in enumerate(picked) for slot in slots)
+        save_rows = [j for j, _ in saves]
+
+        def longs(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        return cls(
+            seqs=idx,
+            tokens=longs([token for _, token, _, _ in picked]),
+            restore=None if all(fresh) else longs([0 if r is None else r for r in restores]),
+            fresh=torch.tensor(fresh, device=device) if any(fresh) and not all(fresh) else None,
+            saves=saves,
+            # the usual decode round (each row saves its working slot only) needs no reordering
+            save_rows=None if save_rows == list(range(len(idx))) else longs(save_rows),
+            save_slots=longs([slot for _, slot in saves]),
+        )
+
+
+@dataclass(frozen=True)
+class DecodeContext:
+    """Decode rows attending together: their KV-pool slots of positions ``[0, end)``, padded
+    (with valid slots, masked out) to the group's longest context."""
+
+    tokens: torch.Tensor  # [G] long: flat token index of each row
+    slots: torch.Tensor  # [G, longest] long
+    valid: torch.Tensor  # [G, longest] bool: position < the row's end
+
+
+def length_groups(ends: list[int], waste: float = 2.0) -> list[list[int]]:
+    """Indices of ``ends`` grouped longest first, so that padding every row of a group to its
+    longest costs at most ``waste`` times the group's real context (one row with a long context
+    among short ones must not blow up every row's gather)."""
+    order = sorted(range(len(ends)), key=lambda j: -ends[j])
+    groups: list[list[int]] = []
+    total = 0
+    for j in order:
+        if groups and (len(groups[-1]) + 1) * ends[groups[-1][0]] <= waste * (total + ends[j]):
+            groups[-1].append(j)
+            total += ends[j]
+        else:
+            groups.append([j])
+            total = ends[j]
+    return groups

@@ -1,0 +1,60 @@
+"""One-token recurrent steps for a batch of decode rows (float32 state).
+
+Each function advances ``S`` independent sequences by one token: the depthwise conv window
+shift shared by every hybrid (Gated DeltaNet, Mamba2, LFM2's short conv) and the closed-form
+gated delta rule (no triangular solve: one token has nothing to solve jointly). Mamba2's
+single-token recurrence is `radixflow.models.kernels.ssd.ssd_step`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def conv_step(
+    x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal conv of one new input per row, before any activation.
+
+    ``x``: ``[S, C]``; ``window``: ``[S, C, K-1]`` (the previous K-1 inputs, oldest first);
+    ``weight``: ``[C, K]``. Returns ``(out [S, C], new window [S, C, K-1])``, the new window
+    being the old one shifted left by the new input.
+    """
+    full = torch.cat([window.to(x.dtype), x.unsqueeze(-1)], dim=-1)  # [S, C, K]
+    out = (full * weight.to(x.dtype)).sum(-1)
+    if bias is not None:
+        out = out + bias.to(x.dtype)
+    return out, full[..., 1:]
+
+
+def gated_delta_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the gated delta rule per row, in float32.
+
+    ``q``/``k``: ``[S, H, dk]`` (normalised, q already scaled), ``v``: ``[S, H, dv]``,
+    ``g``/``beta``: ``[S, H]``, ``state``: ``[S, H, dk, dv]`` (contiguous). Per row and head:
+    ``S <- exp(g) S``; ``u = beta (v - S^T k)``; ``S <- S + k u^T``; ``o = S^T q``.
+    Returns ``(o [S, H, dv], new state)``. ``state`` is left alone unless ``in_place``: then the
+    new state is written into it (for a state the caller owns, such as a gathered copy). The state
+    is the large operand, so it is touched in four passes (decay, recall, rank-1 update, readout),
+    each a scale or a batched matmul.
+    """
+    rows, heads, dk = k.shape
+    dv = v.shape[-1]
+    decay = g.exp()[..., None, None]
+    state = state.mul_(decay) if in_place else state * decay
+    flat = state.view(rows * heads, dk, dv)
+    keys = k.reshape(rows * heads, 1, dk)
+    recalled = torch.bmm(keys, flat).view(rows, heads, dv)  # S^T k
+    u = beta.unsqueeze(-1) * (v - recalled)
+    flat.baddbmm_(keys.transpose(1, 2), u.reshape(rows * heads, 1, dv))  # S += k u^T
+    out = torch.bmm(q.reshape(rows * heads, 1, dk), flat).view(rows, heads, dv)
+    return out, state

@@ -1,0 +1,277 @@
+"""Which CPU GEMM library runs the model's ``nn.Linear`` layers, chosen by measurement.
+
+PyTorch reaches float32 GEMM on x86 CPUs two ways: MKL (``F.linear``) and oneDNN
+(``torch.ops.mkldnn._linear_pointwise`` on a weight pre-packed into oneDNN's blocked layout).
+Which is faster depends on the CPU, the thread count and the number of rows: on the 2-core
+machine this was written on, oneDNN ran a 16-row GEMM ~1.8x faster than MKL, MKL won at one row,
+and they tied at prefill sizes. So the runner routes every Linear call by its shape class
+(`SHAPE_CLASSES`: decode rounds of a few rows, decode rounds of a batch, anything with a prefill
+chunk) through a `MatmulPlan`, measured once at startup on the model's own dominant weight shape.
+
+Exactness decides what "auto" may measure. Both libraries compute IEEE float32 (oneDNN is
+refused when torch's float32 matmul precision is lowered, or when its probe result disagrees
+with MKL's beyond float noise), but in another summation order: through SmolLM2-135M's 30 layers
+that moved prompt logprobs up to 1.45e-4 from transformers' (which uses MKL; our MKL path matches
+it bit for bit there), past the 1e-4 parity bar, while decode-round logprobs stayed within 6e-5.
+So "auto" measures only the decode classes and keeps prefill rounds (which produce prompt
+logprobs) on MKL; a given plan (``"mkl"``, ``"onednn"`` or ``"single=mkl,decode=onednn,
+prefill=onednn"``) may put any class anywhere.
+
+A oneDNN-packed weight is a second copy of that weight, kept for the runner's lifetime; a plan
+without oneDNN packs nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixflow.problems import Problem
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """Linear calls of a decode-only round (or of any other round) with at most ``max_rows``
+    rows, and more than the previous class of the same kind."""
+
+    name: str
+    decode_only: bool
+    max_rows: int
+    probe_rows: int  # rows the startup measurement uses for this class
+
+
+SHAPE_CLASSES = (
+    ShapeClass("single", True, 4, 1),  # decode rounds of one to four rows
+    ShapeClass("decode", True, 64, 16),  # decode rounds of a batch of rows
+    ShapeClass("prefill", False, sys.maxsize, 128),  # everything else (never measured by "auto")
+)
+AUTO_MEASURED = ("single", "decode")
+# The probe weight is a slice of the dominant shape: at most this many output rows, and few
+# enough that one probe call stays near PROBE_FLOPS (the measurement then takes a few ms on one
+# core whatever the model size).
+PROBE_MAX_OUT, PROBE_MIN_OUT, PROBE_FLOPS = 1024, 64, 20e6
+MARGIN = 0.05  # oneDNN must be this much faster to be chosen: MKL needs no packed copy
+AGREE_RTOL = 1e-4  # probe outputs of the two libraries must agree this closely (float32 noise)
+
+
+class LinearBackend(Protocol):
+    name: str
+
+    def usable(self) -> bool:
+        """Whether this backend computes IEEE float32 here (checked once, at plan time)."""
+        ...
+
+    def prepare(self, weight: torch.Tensor) -> torch.Tensor:
+        """The weight in this backend's layout (may be ``weight`` itself; never mutates it)."""
+        ...
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ weight.T + bias`` with ``weight`` as returned by `prepare`."""
+        ...
+
+
+class MklLinear:
+    name = "mkl"
+
+    def usable(self) -> bool:
+        return True
+
+    def prepare(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
+
+class OneDnnLinear:
+    """oneDNN's linear is reachable only through torch's private mkldnn ops (the ones inductor's
+    CPU code generation calls), hence the ``noqa: SLF001`` below."""
+
+    name = "onednn"
+
+    def usable(self) -> bool:
+        mkldnn = torch.backends.mkldnn
+        if not mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+            return False
+        # a lowered precision lets oneDNN compute float32 GEMMs in bf16 or tf32
+        precision = getattr(getattr(mkldnn, "matmul", None), "fp32_precision", "none")
+        return precision in ("none", "ieee") and torch.get_float32_matmul_precision() == "highest"
+
+    def prepare(self, weight: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)  # noqa: SLF001
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # noqa: SLF001
+
+
+BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (MklLinear(), OneDnnLinear())}
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """Backend name per shape class (in `SHAPE_CLASSES` order), and how it was chosen."""
+
+    choices: tuple[str, ...]
+    source: str  # "measured" or "given"
+    # seconds per probe call, per measured class and backend (measured plans only)
+    timings: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+
+    def backend_for(self, rows: int, decode_only: bool) -> LinearBackend:
+        for cls, name in zip(SHAPE_CLASSES, self.choices, strict=True):
+            if cls.decode_only == decode_only and rows <= cls.max_rows:
+                return BACKENDS[name]
+        return BACKENDS[self.choices[-1]]  # large decode rounds count as prefill
+
+    def describe(self) -> str:
+        """One line, e.g. ``single=mkl decode=onednn prefill=mkl (measured)``."""
+        parts = " ".join(f"{c.name}={n}" for c, n in zip(SHAPE_CLASSES, self.choices, strict=True))
+        return f"{parts} ({self.source})"
+
+
+def parse_plan(spec: str) -> MatmulPlan | Problem | None:
+    """``"auto"`` (None: measure), one backend name for every class, or ``class=backend`` pairs
+    separated by commas (classes not named keep MKL). A bad spec is a `Problem` on ``matmul``."""
+    spec = spec.strip()
+    if spec == "auto":
+        return None
+    if spec in BACKENDS:
+        return MatmulPlan(tuple(spec for _ in SHAPE_CLASSES), "given")
+    names = [c.name for c in SHAPE_CLASSES]
+    chosen = dict.fromkeys(names, "mkl")
+    for part in spec.split(","):
+        cls, sep, backend = (s.strip() for s in part.partition("="))
+        if not sep or cls not in chosen or backend not in BACKENDS:
+            return Problem(
+                "matmul",
+                f"{spec!r} is not 'auto', one of {sorted(BACKENDS)}, or class=backend pairs "
+                f"(classes {names})",
+            )
+        chosen[cls] = backend
+    return MatmulPlan(tuple(chosen[n] for n in names), "given")
+
+
+def dominant_weight(net: nn.Module) -> torch.Tensor | None:
+    """The weight whose shape carries the most Linear parameters in ``net`` (None: no Linear)."""
+    total: dict[tuple[int, ...], int] = {}
+    example: dict[tuple[int, ...], torch.Tensor] = {}
+    for module in net.modules():
+        if isinstance(module, nn.Linear):
+            shape = tuple(module.weight.shape)
+            total[shape] = total.get(shape, 0) + module.weight.numel()
+            example.setdefault(shape, module.weight)
+    if not total:
+        return None
+    return example[max(total, key=lambda s: total[s])]
+
+
+def measure_plan(weight: torch.Tensor, repeats: int = 5) -> MatmulPlan:
+    """Time every usable backend on a slice of ``weight`` for each class in `AUTO_MEASURED`
+    (interleaved repeats, medians); the other classes keep MKL. MKL wins ties within `MARGIN`;
+    a backend whose probe result disagrees with MKL's is out."""
+    probe_rows = max(c.probe_rows for c in SHAPE_CLASSES if c.name in AUTO_MEASURED)
+    out_rows = int(PROBE_FLOPS / (2 * probe_rows * weight.shape[1]))
+    probe = weight.detach()[: max(PROBE_MIN_OUT, min(PROBE_MAX_OUT, out_rows))].contiguous()
+    usable = [b for b in BACKENDS.values() if b.usable()]
+    prepared = {b.name: b.prepare(probe) for b in usable}
+    g = torch.Generator().manual_seed(0)
+    choices, timings = [], []
+    for cls in SHAPE_CLASSES:
+        if cls.name not in AUTO_MEASURED:
+            choices.append("mkl")
+            continue
+        x = torch.randn(cls.probe_rows, probe.shape[1], generator=g, dtype=probe.dtype)
+        with torch.inference_mode():
+            ref = F.linear(x, probe)
+            ok = [b for b in usable if _agrees(b.linear(x, prepared[b.name], None), ref)]
+            times = _interleaved({b.name: _call(b, x, prepared[b.name]) for b in ok}, repeats)
+        choices.append(min(times, key=lambda n: times[n] * (1.0 if n == "mkl" else 1.0 + MARGIN)))
+        timings.append((cls.name, tuple(sorted(times.items()))))
+    return MatmulPlan(tuple(choices), "measured", tuple(timings))
+
+
+def _call(backend: LinearBackend, x: torch.Tensor, weight: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: backend.linear(x, weight, None)
+
+
+def _agrees(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    scale = ref.abs().max().item() or 1.0
+    return (got - ref).abs().max().item() <= AGREE_RTOL * scale
+
+
+def _interleaved(calls: dict[str, Callable[[], torch.Tensor]], repeats: int) -> dict[str, float]:
+    for call in calls.values():  # warm-up: lazy kernel setup is not the steady state
+        call()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
+class MatmulRouter:
+    """The plan plus the kind of round being computed, shared by every routed Linear.
+
+    The runner marks decode-only rounds with `round`; any other forward (prefill, warm-up,
+    reference, scoring) takes the non-decode classes.
+    """
+
+    def __init__(self, plan: MatmulPlan) -> None:
+        self.plan = plan
+        self.decode_only = False
+
+    @contextmanager
+    def round(self, decode_only: bool) -> Iterator[None]:
+        """Route the Linear calls inside the block as a decode-only round or not (mutates
+        `decode_only` for the block's duration)."""
+        previous, self.decode_only = self.decode_only, decode_only
+        try:
+            yield
+        finally:
+            self.decode_only = previous
+
+
+class PlannedLinear:
+    """Replaces one ``nn.Linear``'s ``forward``: routes each call by its shape class."""
+
+    def __init__(self, module: nn.Linear, router: MatmulRouter, prepared: dict[str, torch.Tensor]) -> None:
+        self.module, self.router, self.prepared = module, router, prepared
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // max(x.shape[-1], 1)
+        backend = self.router.plan.backend_for(rows, self.router.decode_only)
+        weight = self.prepared.get(backend.name, self.module.weight)
+        return backend.linear(x, weight, self.module.bias)
+
+
+def install(net: nn.Module, plan: MatmulPlan) -> MatmulRouter:
+    """Route every CPU float32 ``nn.Linear`` of ``net`` through ``plan`` (mutates the modules'
+    ``forward``; parameters and their names are untouched). Packs each distinct weight once for
+    every non-MKL backend in the plan, so call it after the weights are loaded."""
+    router = MatmulRouter(plan)
+    packed: dict[tuple[str, int], torch.Tensor] = {}  # tied weights share one packed copy
+    for module in net.modules():
+        if not isinstance(module, nn.Linear):
+            continue
+        weight = module.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
+            continue
+        prepared = {}
+        for name in set(plan.choices) - {"mkl"}:
+            key = (name, weight.data_ptr())
+            if key not in packed:
+                packed[key] = BACKENDS[name].prepare(weight)
+            prepared[name] = packed[key]
+        module.forward = PlannedLinear(module, router, prepared)
+    return router

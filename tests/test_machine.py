@@ -1,0 +1,54 @@
+"""The server's thread plan: a pure function of the CPU count, applied only where none is given."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.cli.app import build_parser
+from radixflow.cli.serve import threads
+from radixflow.options import EngineOptions
+from radixflow.options.machine import ThreadPlan, server_thread_plan
+
+
+@pytest.mark.parametrize(
+    ("cpus", "plan"),
+    [
+        (1, ThreadPlan(1, 2)),  # nothing to share: one thread, oversubscribed whatever we do
+        (2, ThreadPlan(1, 2)),  # measured (README): one torch thread, the other CPU for HTTP
+        (4, ThreadPlan(3, 2)),
+        (8, ThreadPlan(7, 2)),
+        (16, ThreadPlan(14, 2)),
+        (64, ThreadPlan(56, 8)),
+    ],
+)
+def test_the_plan_on_machines_of_every_size(cpus, plan):
+    assert server_thread_plan(cpus) == plan
+
+
+def test_forward_passes_get_every_cpu_the_http_side_does_not():
+    for cpus in range(1, 257):
+        plan = server_thread_plan(cpus)
+        assert 1 <= plan.torch_threads <= cpus and plan.tokenizer_threads >= 1
+        http = cpus - plan.torch_threads
+        assert http >= (1 if cpus > 1 else 0) and http <= max(1, cpus // 4)
+        assert plan.torch_threads >= server_thread_plan(cpus - 1).torch_threads if cpus > 1 else True
+
+
+def test_serve_applies_the_plan_only_where_nothing_was_given():
+    plan = server_thread_plan(2)
+    options, tokenizer = threads(EngineOptions(), None, 2)
+    assert options.torch_threads == plan.torch_threads and tokenizer == plan.tokenizer_threads
+    options, tokenizer = threads(EngineOptions(torch_threads=2), 1, 2)
+    assert options.torch_threads == 2 and tokenizer == 1
+    # the engine option's own default stays None (torch's) everywhere else
+    assert EngineOptions().torch_threads is None
+
+
+def test_every_door_says_the_same_about_the_default():
+    parser = build_parser()
+    helps = set()
+    for command in ("serve", "generate", "bench"):
+        sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        (action,) = [a for a in sub._actions if "--torch-threads" in a.option_strings]
+        helps.add(action.help)
+    assert len(helps) == 1 and "serve: the server's thread plan" in helps.pop()

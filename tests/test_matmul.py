@@ -1,0 +1,150 @@
+"""The CPU GEMM plan: parsing, measuring, routing by shape class, and exactness of each backend."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from model_utils import ZOO_TINY, one_thread, prompt, zoo_model  # noqa: F401 (fixture)
+from torch import nn
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.layers import Config
+from radixflow.models.registry import model_class
+from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.problems import Problem, ProblemError
+from radixflow.runners.matmul import (
+    BACKENDS,
+    SHAPE_CLASSES,
+    MatmulPlan,
+    OneDnnLinear,
+    dominant_weight,
+    install,
+    measure_plan,
+    parse_plan,
+)
+from radixflow.runners.torch_runner import TorchRunner
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+needs_onednn = pytest.mark.skipif(not OneDnnLinear().usable(), reason="oneDNN float32 linear unavailable")
+
+
+def test_plans_parse_from_one_name_or_class_pairs():
+    assert parse_plan("auto") is None
+    assert parse_plan("onednn") == MatmulPlan(("onednn",) * len(SHAPE_CLASSES), "given")
+    assert parse_plan(" decode=onednn, prefill = onednn ").choices == ("mkl", "onednn", "onednn")
+    for bad in ("fast", "decode=blas", "huge=mkl", "decode", ""):
+        problem = parse_plan(bad)
+        assert isinstance(problem, Problem) and problem.param == "matmul" and repr(bad) in problem.message
+
+
+def test_a_bad_plan_is_refused_before_the_model_loads(tmp_path):
+    with pytest.raises(ProblemError) as err:
+        TorchRunner(tmp_path / "missing", 16, 4, 1, matmul="decode=gpu")
+    assert err.value.problem.param == "matmul" and "\n" not in str(err.value)
+
+
+def test_calls_route_by_round_kind_and_rows():
+    plan = MatmulPlan(("mkl", "onednn", "mkl"), "given")
+    assert [plan.backend_for(rows, True).name for rows in (1, 4, 5, 64, 65)] == [
+        "mkl",
+        "mkl",
+        "onednn",
+        "onednn",
+        "mkl",  # a decode round this large counts as prefill
+    ]
+    assert {plan.backend_for(rows, False).name for rows in (1, 16, 5000)} == {"mkl"}
+    assert plan.describe() == "single=mkl decode=onednn prefill=mkl (given)"
+
+
+def test_auto_measures_the_decode_classes_only():
+    plan = measure_plan(torch.randn(256, 128), repeats=2)
+    assert plan.source == "measured" and plan.choices[-1] == "mkl"  # prefill keeps MKL
+    assert [name for name, _ in plan.timings] == ["single", "decode"]
+    usable = {name for name, b in BACKENDS.items() if b.usable()}
+    for (_, times), choice in zip(plan.timings, plan.choices, strict=False):
+        assert {n for n, _ in times} == usable and choice in usable
+
+
+def test_a_lowered_float32_precision_rules_onednn_out():
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        assert not OneDnnLinear().usable()
+        assert set(measure_plan(torch.randn(64, 32), repeats=1).choices) == {"mkl"}
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(32, 48, bias=True)
+        self.b = nn.Linear(32, 48, bias=False)
+        self.b.weight = self.a.weight  # one tensor, two modules
+
+
+@needs_onednn
+def test_install_routes_every_linear_and_keeps_the_parameters():
+    net = Tied()
+    names = [n for n, _ in net.named_parameters()]
+    router = install(net, parse_plan("single=onednn,decode=mkl"))
+    assert [n for n, _ in net.named_parameters()] == names
+    assert net.a.forward.prepared["onednn"] is net.b.forward.prepared["onednn"]  # packed once
+    x = torch.randn(3, 32)
+    with torch.inference_mode():
+        plain = F.linear(x, net.a.weight, net.a.bias)
+        with router.round(decode_only=True):  # 3 rows of a decode round: the oneDNN class
+            routed = net.a(x)
+            assert router.decode_only
+        assert not router.decode_only  # restored after the round
+        assert (routed - plain).abs().max() < 1e-5
+        assert torch.equal(net.a(x), plain)  # outside a decode round: MKL, the plain result
+
+
+@pytest.fixture(scope="module", params=ZOO_TINY)
+def model(request: pytest.FixtureRequest) -> Iterator[nn.Module]:
+    family = request.param.removesuffix("-tiny")
+    config = preset_config(request.param)
+    net = model_class(config["model_type"])(Config(config))
+    importlib.import_module(FAMILY_SOURCES[family][0]).init_weights(net, torch.Generator().manual_seed(0))
+    return net.eval()
+
+
+def logits(net: nn.Module, tokens: list[int]) -> torch.Tensor:
+    n = len(tokens)
+    kv = KVPool(net.kv_layout(), -(-n // 16), 16, torch.float32, "cpu")
+    state = StatePool(net.state_layout(), 0, torch.float32, "cpu")
+    with torch.inference_mode():
+        spec = SeqSpec(0, n, list(range(-(-n // 16))))
+        return net.compute_logits(net(ForwardBatch.build([(tokens, spec)], kv, state, "cpu")))
+
+
+@needs_onednn
+def test_onednn_everywhere_stays_within_the_parity_bar(model: nn.Module):
+    # Every family's tiny preset with all its Linears on oneDNN against the MKL path (which is
+    # transformers' own GEMM): within the 1e-4 bar the parity tests hold against transformers.
+    tokens = prompt(3, 40)
+    want = logits(model, tokens)
+    install(model, parse_plan("onednn"))
+    try:
+        got = logits(model, tokens)
+    finally:
+        for module in model.modules():
+            module.__dict__.pop("forward", None)  # back to nn.Linear.forward for the other tests
+    assert (got - want).abs().max() <= 1e-4 and torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_the_dominant_weight_carries_the_most_parameters():
+    net = nn.Sequential(nn.Linear(8, 100), nn.Linear(100, 8), nn.Linear(8, 100), nn.Linear(300, 2))
+    assert dominant_weight(net).shape == (100, 8)  # 1600 parameters over two modules beat 800 + 600
+    assert dominant_weight(nn.Sequential(nn.ReLU())) is None
+
+
+def test_the_runner_reports_its_plan(tmp_path_factory: pytest.TempPathFactory):
+    runner = TorchRunner(zoo_model(tmp_path_factory, "qwen3_5-tiny"), 16, 8, 2, matmul="mkl")
+    assert runner.matmul is not None
+    assert runner.matmul.plan.describe() == "single=mkl decode=mkl prefill=mkl (given)"

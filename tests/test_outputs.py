@@ -1,0 +1,54 @@
+"""Prompt logprobs kept as the runner's columns, read as entries only when someone asks."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.generation.outputs import PromptTokenLogprobs, TokenLogprob
+from radixflow.scheduler.sampling import PromptLogprob, PromptLogprobs
+
+PROMPT = (10, 11, 12, 13, 14)
+TEXTS = ["a", "b", "c", "d", "e"]
+
+
+def columns(positions: list[int]) -> PromptLogprobs:
+    return PromptLogprobs(
+        positions,
+        [PROMPT[p] for p in positions],
+        [-float(p) for p in positions],
+        [[p, p + 100] for p in positions],
+        [[-0.5, -1.5] for _ in positions],
+    )
+
+
+def test_columns_extend_and_read_as_prompt_logprob_entries():
+    scored = columns([1, 2])
+    scored.extend(columns([3, 4]))
+    assert len(scored) == 4 and scored.positions == [1, 2, 3, 4]
+    assert scored[2] == PromptLogprob(3, 13, -3.0, ((3, -0.5), (103, -1.5)))
+    assert [p.position for p in scored] == [1, 2, 3, 4]
+    assert scored[-1].position == 4 and [p.position for p in scored[1:3]] == [2, 3]
+
+
+@pytest.mark.parametrize("positions", [[1, 2, 3, 4], [2, 4], []])
+def test_entries_are_built_on_access_with_none_where_nothing_was_scored(positions):
+    calls = []
+
+    def texts() -> list[str]:
+        calls.append(1)
+        return TEXTS
+
+    lazy = PromptTokenLogprobs(PROMPT, columns(positions), texts)
+    assert len(lazy) == len(PROMPT) and not calls  # nothing detokenized yet
+    assert [lazy.row(p) for p in range(5)] == [
+        positions.index(p) if p in positions else None for p in range(5)
+    ]
+    expected = [
+        TokenLogprob(PROMPT[p], TEXTS[p], -float(p), ((p, -0.5), (p + 100, -1.5))) if p in positions else None
+        for p in range(5)
+    ]
+    assert list(lazy) == expected and lazy[1:] == tuple(expected[1:]) and lazy[-1] == expected[-1]
+    assert lazy == tuple(expected) and lazy != tuple(expected[:-1])
+    assert len(calls) == (1 if positions else 0)  # the texts once, and only when an entry needs them
+    with pytest.raises(IndexError):
+        lazy[5]

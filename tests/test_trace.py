@@ -1,0 +1,164 @@
+"""The dependency trace (engine/trace.py): Chrome/Perfetto trace JSON checked against the Trace
+Event Format (required fields and types, µs timestamps, flows that pair up and bind to slices)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.engine.trace import TraceFile
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.problems import ProblemError
+from radixflow.scheduler.request import Request
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+PHASES = {"X", "i", "s", "f", "C", "M"}
+
+
+def requests(groups: int = 2, candidates: int = 3) -> list[Request]:
+    spec = WorkloadSpec(groups=groups, candidates=candidates, context_len=64, candidate_len=16)
+    return build_workload(spec).requests
+
+
+def check_format(data: Any) -> list[dict[str, Any]]:
+    """The Trace Event Format's rules for the events this writer emits; returns the events."""
+    assert isinstance(data, dict) and isinstance(data["traceEvents"], list)
+    assert data["displayTimeUnit"] in ("ms", "ns")
+    events = data["traceEvents"]
+    for e in events:
+        assert e["ph"] in PHASES, e
+        assert isinstance(e["name"], str) and e["name"], e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        assert isinstance(e.get("args", {}), dict), e
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "process_sort_index", "thread_name"), e
+            continue
+        assert isinstance(e["ts"], int | float) and e["ts"] >= 0, e  # µs
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], int | float) and e["dur"] >= 0, e
+        if e["ph"] == "i":
+            assert e["s"] in ("g", "p", "t"), e
+        if e["ph"] == "C":
+            assert all(isinstance(v, int | float) for v in e["args"].values()), e
+    flows: dict[Any, list[dict[str, Any]]] = {}
+    for e in events:
+        if e["ph"] in ("s", "f"):
+            assert isinstance(e["id"], int) and e["cat"], e
+            flows.setdefault((e["cat"], e["name"], e["id"]), []).append(e)
+    for pair in flows.values():  # every flow id starts once and finishes once, later
+        assert sorted(e["ph"] for e in pair) == ["f", "s"], pair
+        start, finish = sorted(pair, key=lambda e: e["ph"], reverse=True)
+        assert start["ts"] <= finish["ts"] and finish["bp"] == "e"
+        assert enclosing(events, start) and enclosing(events, finish)
+    return events
+
+
+def enclosing(events: list[dict[str, Any]], at: dict[str, Any]) -> dict[str, Any] | None:
+    """The complete event on ``at``'s track whose span holds ``at`` strictly (what a flow binds to)."""
+    for e in events:
+        same_track = e["ph"] == "X" and (e["pid"], e["tid"]) == (at["pid"], at["tid"])
+        if same_track and e["ts"] < at["ts"] < e["ts"] + e["dur"]:
+            return e
+    return None
+
+
+def track_names(events: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+
+
+@pytest.fixture
+def traced(tmp_path: Path):
+    """A sim run of two contexts × three candidates under `native`, traced, plus its engine."""
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build()
+    engine = setup.engine(policy="native")
+    engine.scheduler.note("promote", "g0c0", dependents=2, why=float("nan"))  # goes into round 0
+    engine.run(requests())
+    engine.flush_events()
+    return json.loads(path.read_text()), engine
+
+
+def test_a_small_run_gives_every_kind_of_event_in_the_trace_event_format(traced):
+    data, engine = traced
+    events = check_format(data)
+    assert data["otherData"]["clock"] == "sim" and data["otherData"]["time_unit"] == "us"
+    names = Counter((e["ph"], e["name"]) for e in events)
+    for kind in [("X", "prefill"), ("X", "parked"), ("X", "queued"), ("i", "woken"), ("i", "bubble")]:
+        assert names[kind] > 0, kind
+    assert names[("i", "arrived")] == names[("i", "finished")] == 6
+    assert names[("X", "round 0")] == 1 and names[("C", "round")] == len(engine.rounds)
+    (promote,) = [e for e in events if e["name"] == "promote"]
+    assert promote["args"] == {"dependents": 2, "why": "nan"} and promote["cat"] == "decision"
+    rounds = [e for e in events if e.get("cat") == "round" and e["ph"] == "X"]
+    for e, record in zip(rounds, engine.rounds, strict=True):  # µs of the sim clock
+        assert e["ts"] == pytest.approx(record.start_s * 1e6) and e["dur"] == pytest.approx(
+            record.duration_s * 1e6
+        )
+
+
+def test_a_flow_runs_from_the_producers_round_to_its_consumers(traced):
+    data, _ = traced
+    events = data["traceEvents"]
+    tracks = track_names(events)
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    pairs = {
+        (tracks[(s["pid"], s["tid"])], tracks[(e["pid"], e["tid"])])
+        for e in events
+        if e["ph"] == "f"
+        for s in [starts[e["id"]]]
+    }
+    assert ("g0c0", "g0c1") in pairs and ("g1c0", "g1c2") in pairs
+    # the flow leaves g0c0's chunk in the round that computed the checkpoint, and lands in the
+    # chunk g0c1 ran from it, after the round in which g0c1 was parked on g0c0
+    flow = next(e for e in events if e["ph"] == "f" and tracks[(e["pid"], e["tid"])] == "g0c1")
+    producer, consumer = enclosing(events, starts[flow["id"]]), enclosing(events, flow)
+    assert producer is not None and consumer is not None
+    assert producer["name"] == consumer["name"] == "prefill" and consumer["args"]["start"] == 64
+    parked = [e for e in events if e["name"] == "parked" and tracks[(e["pid"], e["tid"])] == "g0c1"]
+    assert parked and parked[0]["args"]["producer"] == "g0c0"
+    assert producer["ts"] <= parked[0]["ts"] < consumer["ts"]
+
+
+def test_the_file_is_valid_json_after_every_flush_and_empty_flushes_are_harmless(tmp_path):
+    path = tmp_path / "t.json"
+    trace = TraceFile(path, {"clock": "sim"})
+    assert json.loads(path.read_text())["traceEvents"] == []
+    trace.flush()
+    recorder = trace.recorder("a")
+    trace.flush()
+    first = json.loads(path.read_text())["traceEvents"]
+    recorder.arrived(Request("r1", (1, 2, 3)))
+    trace.flush()
+    second = json.loads(path.read_text())["traceEvents"]
+    assert len(second) > len(first) > 0 and second[: len(first)] == first
+
+
+def test_engines_of_one_trace_are_processes_apart(tmp_path):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
+    assert main([*argv, "--policy", "native", "--policy", "radixflow", "--trace-out", str(path)]) == 0
+    events = check_format(json.loads(path.read_text()))
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(processes.values()) == ["native · branch", "radixflow · branch"]
+    assert len({e["pid"] for e in events}) == 2
+
+
+@pytest.mark.parametrize("bad", ["missing-dir/t.json", "."])
+def test_a_path_that_cannot_be_written_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, bad):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--groups", "1", "--trace-out", bad]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("radixflow: error: ") and "--trace-out" in line
+    with pytest.raises(ProblemError, match="trace_out: "):
+        EngineOptions(trace_out=bad).check()
+
+
+def test_without_a_trace_nobody_listens(tmp_path):
+    engine = plan_engine(EngineOptions(model="qwen3_5-2b")).build().engine()
+    assert engine.events is None and engine.scheduler.events is None
+    engine.scheduler.note("promote", "x")  # a policy may always report; nobody hears it

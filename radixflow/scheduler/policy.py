@@ -23,7 +23,9 @@ class FCFS:
     def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
         return waiting
 
-    def on_ready(self, request: Request, match: Match, reuse: int, draft: SchedulerOutput) -> ScanAction | None:
+    def on_ready(
+        self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
+    ) -> ScanAction | None:
         return None
 
     def on_arrival(self, request: Request) -> None:
@@ -41,7 +43,7 @@ class Native(FCFS):
 
     name = "native"
 
-    def on_blocked(self, request: Request, match: Match) -> ScanAction:
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         return ScanAction.STOP
 
 
@@ -50,7 +52,7 @@ class RadixFlow(FCFS):
 
     name = "radixflow"
 
-    def on_blocked(self, request: Request, match: Match) -> ScanAction:
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         return ScanAction.SKIP
 
 

@@ -28,29 +28,29 @@ class RankIndex:
         self._live: dict[str, _Entry] = {}  # request id -> its current entry
         self._since: dict[str, int] = {}  # request id -> round it arrived in
         self._seq: dict[str, int] = {}  # request id -> arrival sequence (the tie-break)
-        self._work: dict[str, float] = {}  # request id -> the work it stands for
-        self.work = 0.0  # sum of the work of every ranked request
+        self.pops = 0  # heap entries taken off so far, stale ones included (what a scan costs)
         self._visited: list[_Entry] = []
         self._count = itertools.count()
         self._versions = itertools.count()
 
-    def add(self, request: Request, round_index: int, slack: float, work: float) -> None:
-        """Rank an arrived request that stands for ``work`` (mutates the index)."""
+    def add(self, request: Request, round_index: int, slack: float) -> None:
+        """Rank a request that arrived in round ``round_index`` (mutates the index)."""
         self._since[request.id] = round_index
         self._seq[request.id] = next(self._count)
-        self.rekey(request, slack, work)
+        self.rekey(request, slack)
 
-    def rekey(self, request: Request, slack: float, work: float) -> None:
-        """Give a waiting request a new slack (its deadline counts from its arrival round)."""
+    def rekey(self, request: Request, slack: float) -> None:
+        """Give a waiting request a new slack; its deadline counts from its arrival round, so
+        re-keying never lets a request fall behind later arrivals with no more slack (mutates
+        the index)."""
         if request.id not in self._since:
             return  # not ranked here (it left, or never arrived)
-        self.work += work - self._work.get(request.id, 0.0)
-        self._work[request.id] = work
         entry = (self._since[request.id] + slack, self._seq[request.id], next(self._versions), request)
         self._live[request.id] = entry
         heapq.heappush(self._heap, entry)
 
     def deadline(self, request: Request) -> float | None:
+        """The round by which ``request`` ranks ahead of every later arrival (None: not ranked)."""
         entry = self._live.get(request.id)
         return None if entry is None else entry[0]
 
@@ -66,15 +66,10 @@ class RankIndex:
         puts back the ones still waiting."""
         self._restore()
         while self._heap:
-            entry = heapq.heappop(self._heap)
-            req = entry[3]
-            if self._live.get(req.id) is not entry:
-                continue  # superseded by a re-key, or already dropped
-            if req.status is not RequestStatus.WAITING:
-                self._drop(req)
-                continue
-            self._visited.append(entry)
-            yield req
+            entry = self._pop()
+            if entry is not None:
+                self._visited.append(entry)
+                yield entry[3]
 
     def head(self, limit: int) -> list[Request]:
         """Up to ``limit`` waiting requests in scan order, those this scan visited first. Pure
@@ -83,18 +78,25 @@ class RankIndex:
         out = [r for r in out if r.status is RequestStatus.WAITING]
         popped: list[_Entry] = []
         while self._heap and len(out) < limit:
-            entry = heapq.heappop(self._heap)
-            req = entry[3]
-            if self._live.get(req.id) is not entry:
-                continue
-            if req.status is not RequestStatus.WAITING:
-                self._drop(req)
-                continue
-            popped.append(entry)
-            out.append(req)
+            entry = self._pop()
+            if entry is not None:
+                popped.append(entry)
+                out.append(entry[3])
         for entry in popped:
             heapq.heappush(self._heap, entry)
         return out[:limit]
+
+    def _pop(self) -> _Entry | None:
+        """The top entry if it is live and its request still waits (None: it was dropped)."""
+        entry = heapq.heappop(self._heap)
+        self.pops += 1
+        req = entry[3]
+        if self._live.get(req.id) is not entry:
+            return None  # superseded by a re-key, or already dropped
+        if req.status is not RequestStatus.WAITING:
+            self._drop(req)
+            return None
+        return entry
 
     def _restore(self) -> None:
         for entry in self._visited:
@@ -109,7 +111,6 @@ class RankIndex:
 
     def _drop(self, request: Request) -> None:
         known = self._since.pop(request.id, None) is not None
-        self.work -= self._work.pop(request.id, 0.0)
         self._live.pop(request.id, None)
         self._seq.pop(request.id, None)
         if known and self._on_drop is not None:

@@ -14,8 +14,10 @@ The cost is the sum of the completion times; the policy serves the queue the che
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from radixflow.scheduler.shapes import Shape
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,24 @@ class Arrivals:
     rate: float = 0.0
     work: int = 0
     count: int = 0
+
+
+def jobs(shapes: Iterable[Shape]) -> list[Job]:
+    """The queue as jobs, in scan order: a group's first member (its producer) stands for the
+    group, releasing the others as consumers; everything else is a job of its own."""
+    out: list[Job | None] = []
+    groups: dict[int, list[int]] = {}  # group -> [job index, producer work, siblings, after]
+    for shape in shapes:
+        if shape.consumer or shape.dependents == 0 or shape.group is None:
+            out.append(Job(shape.remaining))
+        elif shape.group.node_id in groups:
+            groups[shape.group.node_id][2] += 1
+        else:
+            groups[shape.group.node_id] = [len(out), shape.remaining, 0, shape.after]
+            out.append(None)
+    for index, work, siblings, after in groups.values():
+        out[index] = Job(work, siblings, after)
+    return [job for job in out if job is not None]
 
 
 def cost(

@@ -45,9 +45,12 @@ class RoundTimes:
     def seconds(self, prefill_tokens: int, decode_steps: int = 0) -> float:
         """A round computing ``prefill_tokens`` prompt positions (in any number of chunks) and
         ``decode_steps`` single-position steps. Mutates only the probe cache."""
+        if prefill_tokens <= 0 and decode_steps <= 0:
+            return 0.0
         if prefill_tokens <= 0:
-            return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode) if decode_steps else 0.0
-        return self._at(self._prefill_sizes, self._prefill, prefill_tokens + decode_steps, self._probe_prefill)
+            return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode)
+        tokens = prefill_tokens + decode_steps
+        return self._at(self._prefill_sizes, self._prefill, tokens, self._probe_prefill)
 
     def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
         """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""

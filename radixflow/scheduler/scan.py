@@ -1,8 +1,9 @@
 """What a scheduling policy sees and decides while the scheduler scans its waiting queue.
 
 The scheduler owns budgets, reservations and the cache; a policy owns the order of the scan and
-three decisions: what to do at a blocked consumer, whether to take a ready request into the
-round, and (optionally) what to remember between rounds, fed by the scheduler's events.
+three decisions: what to do at a blocked consumer (stop, wait, or recompute the prefix it waits
+for), whether to take a ready request into the round, and (optionally) what to remember between
+rounds, fed by the scheduler's events.
 """
 
 from __future__ import annotations
@@ -21,11 +22,16 @@ from radixflow.scheduler.reuse import ReuseFinder
 
 # Predicted seconds of a round computing these chunks (the runner's model; pure).
 RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
+# Report a decision about a request to the scheduler's observer: note(kind, request_id, **details).
+Note = Callable[..., None]
 
 
 class ScanAction(Enum):
     STOP = "stop"  # end this round's scan
     SKIP = "skip"  # leave the request waiting (local wait) and keep scanning
+    # (at a blocked consumer) start it now from a shallower READY point, recomputing the prefix
+    # its PENDING checkpoint would have served
+    RECOMPUTE = "recompute"
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class PolicyContext:
     reuse: ReuseFinder
     running: Mapping[str, Request]  # admitted requests, admission order
     predict: RoundPredictor | None  # None: the runner predicts nothing
+    note: Note  # `Scheduler.note`: decisions the trace shows
 
 
 class SchedulingPolicy(Protocol):
@@ -54,12 +61,15 @@ class SchedulingPolicy(Protocol):
         """
         ...
 
-    def on_blocked(self, request: Request, match: Match) -> ScanAction:
-        """Decide the scan's fate at a consumer whose best reuse point is PENDING. Mutates only
-        the policy."""
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
+        """Decide the scan's fate at a consumer whose best reuse point is PENDING: STOP the scan,
+        SKIP it (it waits for the producer), or RECOMPUTE (it starts now from a shallower point).
+        ``draft`` is the round so far (read it, never mutate it). Mutates only the policy."""
         ...
 
-    def on_ready(self, request: Request, match: Match, reuse: int, draft: SchedulerOutput) -> ScanAction | None:
+    def on_ready(
+        self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
+    ) -> ScanAction | None:
         """Whether the round takes a request that can start at ``reuse`` prompt tokens now.
 
         ``draft`` is the round so far (read it, never mutate it). None: take it (if budgets and

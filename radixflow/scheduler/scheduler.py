@@ -21,11 +21,11 @@ from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, Snapshot
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
 from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
-from radixflow.scheduler.scan import PolicyContext
 from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
+from radixflow.scheduler.scan import PolicyContext
 
 
 class _Admit(Enum):
@@ -81,7 +81,7 @@ class Scheduler:
         self._promised = 0  # KV blocks running requests will still allocate (= sum of _owed)
         # checkpoint slot -> fewest rounds any schedule needs before that state can exist
         self._slot_depth: dict[int, int] = {}
-        policy.bind(PolicyContext(config, cache, self.reuse, self.running, predict))
+        policy.bind(PolicyContext(config, cache, self.reuse, self.running, predict, self.note))
 
     # ----------------------------------------------------------------- queue
     def add(self, request: Request) -> None:
@@ -128,22 +128,42 @@ class Scheduler:
                 return _Stop(req, None, scan)
             status, match = self._admit(req, budget, out)
             if status is _Admit.BLOCKED:
-                out.blocked.append(req.id)
-                assert match.producer is not None
-                self.parked.park(req, match.producer)
-                if self.events is not None:
-                    self.events.parked(req.id, match.producer)
-                if self.policy.on_blocked(req, match) is ScanAction.STOP:
+                action = self.policy.on_blocked(req, match, out)
+                if action is ScanAction.RECOMPUTE:
+                    status = self._recompute(req, match, budget, out)
+                else:
+                    self._park(req, match, out)
+                if action is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
                     return _Stop(None, None, scan)
-            elif status is _Admit.DECLINED:
+            if status is _Admit.DECLINED:
                 out.stop_reason = StopReason.POLICY
                 return _Stop(req, match, scan)
-            elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED):
+            elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED, _Admit.BLOCKED):
                 no_budget = status is _Admit.NO_BUDGET
                 out.stop_reason = StopReason.TOKEN_BUDGET if no_budget else StopReason.MEMORY
                 return _Stop(req, match, scan)
         return None
+
+    def _park(self, req: Request, match: Match, out: SchedulerOutput) -> None:
+        """``req`` waits for ``match``'s producer until the round ends (mutates the lot)."""
+        out.blocked.append(req.id)
+        assert match.producer is not None
+        self.parked.park(req, match.producer)
+        if self.events is not None:
+            self.events.parked(req.id, match.producer)
+
+    def _recompute(self, req: Request, match: Match, budget: _Budget, out: SchedulerOutput) -> _Admit:
+        """Start a blocked consumer from the deepest READY point above its PENDING one: it
+        recomputes the prefix rather than wait for the producer (mutates as `_start` does)."""
+        status = _Admit.NO_MEMORY
+        for point in self.reuse.shallower(req, match.checkpoint_tokens):
+            status = self._start(req, point, budget, out)
+            if status is not _Admit.NO_MEMORY:
+                break
+        if status is _Admit.SCHEDULED:
+            self.checkpoints.observe(req, match)
+        return status
 
     def _bubble(self, stop: _Stop, cap: int) -> int:
         """Prompt tokens (up to ``cap``) of waiting requests that could have run this round.

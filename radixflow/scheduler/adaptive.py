@@ -182,7 +182,9 @@ class Adaptive:
         if producer is None:
             return None
         ready = next(iter(self._ctx.reuse.shallower(request, match.checkpoint_tokens))).tokens
-        blocked = Blocked(len(request.prompt), match.checkpoint_tokens, ready, producer.computed)
+        shared = 0 if request.registration is None else self._ctx.cache.sharing(request.registration).tokens
+        pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
+        blocked = Blocked(len(request.prompt), pending, ready, producer.computed)
         completions = sum(1 for c in draft.chunks if c.sample)
         budget = self._ctx.config.token_budget
         return weigh(blocked, self._times, draft.chunks, budget, completions, len(self._index))

@@ -21,7 +21,8 @@ class Blocked:
     """A blocked consumer, in prompt positions."""
 
     prompt: int  # its prompt length
-    pending: int  # where its PENDING checkpoint is
+    pending: int  # how far it must wait for: its PENDING checkpoint, or the end of the prefix
+    # it shares (the producer's next checkpoints would block it again until that is computed)
     ready: int  # its deepest READY point above that (where a recompute would start)
     producer_at: int  # what the producer will have computed when this round ends
 

@@ -120,6 +120,12 @@ def _fill_round(
             tokens = budget
         else:
             break
+    if tokens == 0 and released:  # a consumer longer than the budget: it queues as a job
+        released[0][0] -= 1
+        each = released[0][1]
+        if released[0][0] == 0:
+            released.popleft()
+        queue.appendleft([each, Job(each)])
     if tokens == 0 and queue:  # nothing fits: a job longer than the budget runs alone
         queue[0][0] -= budget
         tokens = budget

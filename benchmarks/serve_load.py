@@ -178,6 +178,18 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]
     raise SystemExit("the server did not come up within 300 s")
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far; None off Linux.
+
+    Less sensitive to other jobs on the machine than wall-clock rates: CPU per request compares
+    servers fairly even when the machine is loaded."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def scrape(url: str) -> dict[str, float]:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     out = {}
@@ -270,6 +282,9 @@ def show(summary: dict[str, object]) -> None:
         f"{s['generated_tokens_per_s']:.1f} generated tokens/s, reuse {s['reuse_rate']:.1%}, "
         f"{s['rounds']:.0f} rounds"
     )
+    if "server_cpu_s" in s:
+        cpu = s["server_cpu_s_per_request"]
+        print(f"server CPU {s['server_cpu_s']:.1f} s, {cpu * 1e3:.0f} ms per request")
     for kind, row in summary["by_kind"].items():  # type: ignore[union-attr]
         lat, ttft = row["latency_s"], row["ttft_s"]
         line = f"  {kind:5s} {row['completed']:6d} done  latency p50 {ms(lat['p50'])} p90 {ms(lat['p90'])} "
@@ -305,8 +320,13 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     server = start_server(args, port)
     try:
+        cpu_before = cpu_seconds(server.pid)
         outcomes, elapsed = asyncio.run(run_clients(url, traffic, args.clients, args.duration))
+        cpu_after = cpu_seconds(server.pid)
         summary = summarize(outcomes, elapsed, scrape(url))
+        if cpu_before is not None and cpu_after is not None and summary["completed"]:
+            summary["server_cpu_s"] = cpu_after - cpu_before
+            summary["server_cpu_s_per_request"] = (cpu_after - cpu_before) / summary["completed"]
         summary["machine"] = {
             "cpus": os.cpu_count(),
             "load_1min_before": load_before,

@@ -206,7 +206,8 @@ class EngineOptions:
     trace_out: str | None = _opt(
         None,
         "write the dependency trace (rounds, chunks, producers and their consumers, bubbles) to this "
-        "file as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev (bench: a process per policy run)",
+        "file as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev (bench: a process per policy "
+        "run; default: no trace)",
         str,
         group="output",
         metavar="PATH",

@@ -1,0 +1,120 @@
+"""`benchmarks/serve_load.py` against servers from different source trees, interleaved.
+
+Each variant is a server started from a source tree (``PYTHONPATH``) with extra server flags; the
+load generator and its traffic are this tree's, so every variant gets the same requests. Runs are
+interleaved (A B A B ...) so a change in the machine's load hits every variant alike, and each
+figure is the median over ``--repeat`` runs; ratios are against the first variant.
+
+    git worktree add /tmp/c05b93d c05b93d   # the commit to compare against
+    python benchmarks/serve_compare.py --variant old=/tmp/c05b93d --variant main=. \\
+        --variant 'main-1t=.:--torch-threads 1' --repeat 3 --json results/serve_compare.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LOAD = Path(__file__).with_name("serve_load.py")
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    tree: Path
+    flags: tuple[str, ...]
+
+
+def parse_variant(text: str) -> Variant:
+    label, sep, rest = text.partition("=")
+    if not sep or not label or not rest:
+        raise argparse.ArgumentTypeError(f"expected LABEL=TREE[:FLAGS], got {text!r}")
+    tree, _, flags = rest.partition(":")
+    path = Path(tree).resolve()
+    if not (path / "radixflow" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{tree}: not a radixflow source tree (no radixflow/__init__.py)")
+    return Variant(label, path, tuple(shlex.split(flags)))
+
+
+def run_once(variant: Variant, load_args: list[str], out: Path) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(variant.tree)}
+    cmd = [sys.executable, str(LOAD), *load_args, *variant.flags, "--json", str(out)]
+    print(f"--- {variant.label}: {shlex.join(cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, env=env, check=False)
+    if not out.is_file():
+        raise SystemExit(f"{variant.label}: serve_load.py wrote no result (exit {proc.returncode})")
+    return json.loads(out.read_text())["summary"]
+
+
+def figures(summary: dict[str, object]) -> dict[str, float | None]:
+    chat = summary["by_kind"]["chat"]  # type: ignore[index]
+    score = summary["by_kind"]["score"]  # type: ignore[index]
+    return {
+        "requests_per_s": summary["requests_per_s"],  # type: ignore[dict-item]
+        "chat_ttft_p50_s": chat["ttft_s"]["p50"],
+        "score_latency_p50_s": score["latency_s"]["p50"],
+        "lost": summary["lost"],  # type: ignore[dict-item]
+        "errors": float(sum(summary["errors"].values())),  # type: ignore[union-attr]
+        "load_1min": summary["machine"]["load_1min_before"],  # type: ignore[index]
+        "server_cpu_ms_per_request": 1e3 * summary["server_cpu_s_per_request"]  # type: ignore[operator]
+        if "server_cpu_s_per_request" in summary
+        else None,
+    }
+
+
+def median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--variant",
+        type=parse_variant,
+        action="append",
+        required=True,
+        help="LABEL=TREE[:SERVER FLAGS]; the first is the reference of the ratios",
+    )
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant (medians)")
+    ap.add_argument("--json", type=Path, default=Path("results/serve_compare.json"))
+    args, load_args = ap.parse_known_args()
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be at least 1")
+    runs: dict[str, list[dict[str, float | None]]] = {v.label: [] for v in args.variant}
+    tmp = args.json.with_suffix(".runs")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for i in range(args.repeat):
+        for v in args.variant:
+            runs[v.label].append(figures(run_once(v, load_args, tmp / f"{v.label}-{i}.json")))
+    table = {label: {k: median([r[k] for r in rs]) for k in rs[0]} for label, rs in runs.items()}
+    ref = table[args.variant[0].label]
+    print(f"\nmedians of {args.repeat} interleaved runs; ratios against {args.variant[0].label}")
+    head = ("variant", "req/s", "x", "TTFT p50", "x", "CPU/req", "lost", "errors", "load")
+    print("{:14s} {:>8s} {:>6s} {:>10s} {:>6s} {:>9s} {:>5s} {:>7s} {:>5s}".format(*head))
+    for label, row in table.items():
+        rps, ttft = row["requests_per_s"], row["chat_ttft_p50_s"]
+        x_rps = rps / ref["requests_per_s"] if rps and ref["requests_per_s"] else float("nan")
+        x_ttft = ttft / ref["chat_ttft_p50_s"] if ttft and ref["chat_ttft_p50_s"] else float("nan")
+        print(
+            f"{label:14s} {rps:8.2f} {x_rps:6.2f} {1e3 * (ttft or 0):8.0f}ms {x_ttft:6.2f} "
+            f"{row['server_cpu_ms_per_request'] or float('nan'):7.0f}ms "
+            f"{row['lost']:5.0f} {row['errors']:7.0f} {row['load_1min']:5.1f}"
+        )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    variants = [{"label": v.label, "tree": str(v.tree), "flags": list(v.flags)} for v in args.variant]
+    args.json.write_text(
+        json.dumps({"variants": variants, "load_args": load_args, "runs": runs, "medians": table}, indent=2)
+    )
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -175,18 +175,18 @@ class Adaptive:
         return full <= cost(queue, start, budget, seconds, False, coming)
 
     def _weigh(self, request: Request, match: Match, draft: SchedulerOutput) -> Verdict | None:
-        """The recompute verdict for a blocked consumer; None when nothing shallower is READY
-        or its producer is not running."""
+        """The recompute verdict for a blocked consumer; None when the round is full or its
+        producer is not running."""
         assert self._ctx is not None and self._times is not None
+        budget = self._ctx.config.token_budget
         producer = self._ctx.running.get(match.producer or "")
-        if producer is None:
-            return None
+        if producer is None or draft.tokens >= budget:
+            return None  # a full round has no room to recompute in
         ready = next(iter(self._ctx.reuse.shallower(request, match.checkpoint_tokens))).tokens
         shared = 0 if request.registration is None else self._ctx.cache.sharing(request.registration).tokens
         pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
         blocked = Blocked(len(request.prompt), pending, ready, producer.computed)
         completions = sum(1 for c in draft.chunks if c.sample)
-        budget = self._ctx.config.token_budget
         return weigh(blocked, self._times, draft.chunks, budget, completions, len(self._index))
 
     def _overdue(self, request: Request) -> bool:

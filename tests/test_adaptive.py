@@ -91,8 +91,7 @@ def test_outputs_match_both_baselines_on_grouped_poisson_arrivals():
     runs = {p: run(p, reqs, cfg=small) for p in ("native", "radixflow", "adaptive")}
     assert outputs(runs["adaptive"]) == outputs(runs["native"]) == outputs(runs["radixflow"])
     assert all(r.finish_s is not None for r in runs["adaptive"].requests)
-    c = counters(runs["adaptive"])
-    assert c["full_rounds"] + c["whole_rounds"] >= 1
+    assert len(runs["adaptive"].rounds) <= len(runs["native"].rounds)  # it fills rounds as radixflow does
 
 
 def test_decisions_reach_the_trace_observer():

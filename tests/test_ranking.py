@@ -58,11 +58,3 @@ def test_a_scan_visits_what_it_takes_not_the_queue():
         for _ in range(5):
             next(scan).status = RequestStatus.RUNNING
         assert index.pops - before <= 10  # the five taken, and the five dropped from the last round
-
-
-def test_head_is_pure_for_the_order():
-    index, reqs = RankIndex(), [req(i) for i in range(6)]
-    for i, r in enumerate(reqs):
-        index.add(r, 0, float(6 - i))
-    assert [r.id for r in index.head(3)] == ["r5", "r4", "r3"]
-    assert [r.id for r in index.scan()] == [f"r{i}" for i in range(5, -1, -1)]

@@ -49,15 +49,6 @@ class RankIndex:
         self._live[request.id] = entry
         heapq.heappush(self._heap, entry)
 
-    def deadline(self, request: Request) -> float | None:
-        """The round by which ``request`` ranks ahead of every later arrival (None: not ranked)."""
-        entry = self._live.get(request.id)
-        return None if entry is None else entry[0]
-
-    def since(self, request: Request) -> int:
-        """The round ``request`` arrived in (it must be ranked here)."""
-        return self._since[request.id]
-
     def __len__(self) -> int:
         return len(self._live)
 
@@ -70,21 +61,6 @@ class RankIndex:
             if entry is not None:
                 self._visited.append(entry)
                 yield entry[3]
-
-    def head(self, limit: int) -> list[Request]:
-        """Up to ``limit`` waiting requests in scan order, those this scan visited first. Pure
-        but for dropping entries that are no longer live."""
-        out = [e[3] for e in self._visited if self._live.get(e[3].id) is e]
-        out = [r for r in out if r.status is RequestStatus.WAITING]
-        popped: list[_Entry] = []
-        while self._heap and len(out) < limit:
-            entry = self._pop()
-            if entry is not None:
-                popped.append(entry)
-                out.append(entry[3])
-        for entry in popped:
-            heapq.heappush(self._heap, entry)
-        return out[:limit]
 
     def _pop(self) -> _Entry | None:
         """The top entry if it is live and its request still waits (None: it was dropped)."""

@@ -31,15 +31,14 @@ class Shape:
     key: float  # prompt tokens per request completed, itself and its dependents together
     group: NodeHandle | None  # the shared prefix whose members' keys move together
     consumer: bool  # it reuses a checkpoint
-    after: int  # what each dependent computes once the shared prefix is checkpointed
 
 
 class Shapes:
-    """Shapes of the waiting requests, by request id, and the groups changed since last asked."""
+    """Shapes of the waiting requests, where their registrations end, and the groups changed
+    since last asked."""
 
     def __init__(self, context: PolicyContext) -> None:
         self._ctx = context
-        self._shapes: dict[str, Shape] = {}
         self._by_end: dict[int, list[Request]] = {}  # registration node id -> waiting requests
         self._end: dict[str, int] = {}  # request id -> its registration node id (kept past release)
         self._dirty: dict[int, NodeHandle] = {}  # groups whose members must be re-keyed
@@ -54,25 +53,17 @@ class Shapes:
         n = len(request.prompt)
         remaining = n - reuse
         if request.registration is None:
-            return Shape(remaining, 0, float(remaining), None, reuse > 0, remaining)
+            return Shape(remaining, 0, float(remaining), None, reuse > 0)
         share = self._ctx.cache.sharing(request.registration)
         if share.tokens <= reuse:  # what it shares is computed already: a consumer (or lone)
-            return Shape(remaining, 0, float(remaining), share.node, reuse > 0, remaining)
+            return Shape(remaining, 0, float(remaining), share.node, reuse > 0)
         dependents = share.prompts - 1
         key = (remaining + dependents * (n - share.tokens)) / share.prompts
-        return Shape(remaining, dependents, key, share.node, reuse > 0, n - share.tokens)
-
-    def get(self, request_id: str) -> Shape | None:
-        return self._shapes.get(request_id)
-
-    def store(self, request: Request) -> Shape:
-        """Compute and remember ``request``'s shape (mutates the book)."""
-        shape = self._shapes[request.id] = self.of(request)
-        return shape
+        return Shape(remaining, dependents, key, share.node, reuse > 0)
 
     def arrived(self, request: Request) -> Shape:
         """A request joined the queue: remember it; its group changed (mutates the book)."""
-        shape = self.store(request)
+        shape = self.of(request)
         if request.registration is not None:
             self._end[request.id] = request.registration.node_id
             self._by_end.setdefault(request.registration.node_id, []).append(request)
@@ -95,7 +86,6 @@ class Shapes:
 
     def forget(self, request: Request) -> None:
         """``request`` left the queue (mutates the book)."""
-        self._shapes.pop(request.id, None)
         end = self._end.pop(request.id, None)
         if end is None:
             return

@@ -114,3 +114,17 @@ def test_decisions_reach_the_trace_observer():
     while engine.has_work():
         engine.step()
     assert ("recompute", "c") in seen and ("promote", "p") in seen
+
+
+def test_a_round_visits_what_it_takes_not_the_whole_queue():
+    """2000 lone requests waiting: each round pops about what it admits from the rank index."""
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=8192, num_state_slots=64)
+    engine = Engine(HYBRID, cfg, policy="adaptive")
+    for i in range(2000):
+        engine.submit(Request(f"r{i}", tuple(range(10 * i + 1, 10 * i + 17))))
+    policy = engine.scheduler.policy
+    assert isinstance(policy, Adaptive)
+    for _ in range(10):
+        before = policy._index.pops
+        engine.step()
+        assert policy._index.pops - before <= 2 * cfg.max_requests

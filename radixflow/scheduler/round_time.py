@@ -58,11 +58,6 @@ class RoundTimes:
         prefill = sum(c.length for c in chunks) - decodes + extra_tokens
         return self.seconds(prefill, decodes)
 
-    @property
-    def fixed(self) -> float:
-        """A round's time at its smallest: what every round pays whatever it computes."""
-        return self.seconds(1)
-
     def per_token(self) -> float:
         """Mean marginal seconds per prompt token over a full budget."""
         return max(self.seconds(self._budget) - self.seconds(1), 1e-12) / max(self._budget - 1, 1)

@@ -28,7 +28,7 @@ from radixflow.engine.engine import Engine
 from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
 
-POLICIES = ("native", "radixflow")
+POLICIES = ("native", "radixflow", "adaptive")
 CONFIG = SchedulerConfig(
     token_budget=2048, max_requests=32, block_size=16, num_blocks=2048, num_state_slots=256
 )

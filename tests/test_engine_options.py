@@ -33,7 +33,7 @@ def test_defaults_are_valid_and_every_field_is_declared_with_help():
         ({"token_budget": 16, "block_size": 16}, None, None),  # exactly one block is enough
         ({"max_requests": 0}, "max_requests", "must be at least 1"),
         ({"block_size": 0}, "block_size", "must be at least 1"),
-        ({"policy": "fastest"}, "policy", "unknown policy 'fastest' (known: native, radixflow)"),
+        ({"policy": "fastest"}, "policy", "unknown policy 'fastest' (known: adaptive, native, radixflow)"),
         ({"placement": "everywhere"}, "placement", "unknown placement"),
         ({"eviction": "random"}, "eviction", "unknown eviction 'random' (known: lru)"),
         ({"runner": "gpu"}, "runner", "unknown runner 'gpu' (known: sim, torch)"),

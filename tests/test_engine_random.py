@@ -66,7 +66,7 @@ def scenario(rng: random.Random) -> Scenario:
     stops = {rng.randrange(steps): [rng.randrange(len(reqs))] for _ in range(rng.choice([0, 0, 1]))}
     fails = {rng.randrange(steps) for _ in range(rng.choice([0, 0, 0, 1, 2]))}
     return Scenario(
-        reqs, cfg, rng.choice(["native", "radixflow"]), rng.choice(["branch", "lone", "align"]),
+        reqs, cfg, rng.choice(["native", "radixflow", "adaptive"]), rng.choice(["branch", "lone", "align"]),
         rng.random() < 0.85, fails, aborts, stops,
     )
 
@@ -122,6 +122,7 @@ def test_random_workloads_hypothesis(seed):
     check(scenario(random.Random(seed)))
 
 
+# not adaptive: with a round to spare it recomputes c's prefix beside p, so nothing is restored
 @pytest.mark.parametrize("policy", ["native", "radixflow"])
 def test_checking_runner_catches_a_wrong_restore(policy):
     # the checker itself must be able to fail: corrupt a checkpoint's recorded state

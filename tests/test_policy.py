@@ -6,6 +6,7 @@ import pytest
 
 from radixflow.cache.types import Match
 from radixflow.scheduler import Request, ScanAction, make_policy
+from radixflow.scheduler.output import SchedulerOutput
 
 BLOCKED = Match(
     kv_tokens=64, checkpoint_tokens=64, checkpoint_ready=False, producer="p", checkpoint_slot=3, handle=None
@@ -14,8 +15,8 @@ BLOCKED = Match(
 
 def test_native_stops_and_radixflow_skips_at_a_blocked_consumer():
     req = Request("c", (1, 2, 3))
-    assert make_policy("native").on_blocked(req, BLOCKED) is ScanAction.STOP
-    assert make_policy("radixflow").on_blocked(req, BLOCKED) is ScanAction.SKIP
+    assert make_policy("native").on_blocked(req, BLOCKED, SchedulerOutput(0)) is ScanAction.STOP
+    assert make_policy("radixflow").on_blocked(req, BLOCKED, SchedulerOutput(0)) is ScanAction.SKIP
 
 
 def test_both_keep_arrival_order():

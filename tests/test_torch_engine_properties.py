@@ -120,7 +120,7 @@ def run_engine(runner: TorchRunner, cfg: SchedulerConfig, policy: str, placement
 
 def check_against_reference(runner: TorchRunner, cfg: SchedulerConfig, placement: str, reqs: list[Request]):
     reference = runner.reference_tokens(reqs)
-    for policy in ("native", "radixflow"):
+    for policy in ("native", "radixflow", "adaptive"):
         engine = run_engine(runner, cfg, policy, placement, reqs)
         for r in engine.requests:
             # every drawn prompt fits the cache alone (KV for MAX_PROMPT, >= 1 slot): none may fail

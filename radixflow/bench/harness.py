@@ -19,6 +19,8 @@ class PolicyRun:
     result: PolicyResult
     rounds: list[RoundRecord]
     requests: list[Request]
+    # the policy's own decision counts (`SchedulingPolicy.counters`: adaptive's waits, recomputes...)
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,7 +68,8 @@ def run_policies(
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)
-            trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests))
+            counters = engine.scheduler.policy.counters()
+            trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests, counters))
     return [_median_run(trials[p]) for p in policies]
 
 
@@ -83,7 +86,7 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
         values = [getattr(t.result, f.name) for t in trials]
         if all(isinstance(v, float) for v in values):
             timed[f.name] = statistics.median(values)
-    return PolicyRun(replace(first, **timed), trials[0].rounds, trials[0].requests)
+    return PolicyRun(replace(first, **timed), trials[0].rounds, trials[0].requests, trials[0].counters)
 
 
 def config_dict(scheduler: SchedulerConfig, **extra: object) -> dict[str, object]:

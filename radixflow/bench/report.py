@@ -73,21 +73,21 @@ def render(results: list[PolicyResult], title: str, console: Console) -> None:
     table.add_column("metric")
     for r in results:
         table.add_column(r.policy, justify="right")
-    compare = len(results) >= 2
-    if compare:
-        table.add_column(f"{results[-1].policy} vs {results[0].policy}", justify="right")
+    others = results[1:]  # each compared with the first policy
+    for r in others:
+        table.add_column(f"{r.policy} vs {results[0].policy}", justify="right")
     for label, name, fmt in ROWS:
         values = [getattr(r, name) for r in results]
         if all(v is None for v in values):
             continue
         cells = ["-" if v is None else fmt.format(v) for v in values]
-        if compare:
+        for v in values[1:]:
             if name == "outputs_sha256":
-                cells.append("same" if values[0] == values[-1] else "DIFFERENT")
+                cells.append("same" if values[0] == v else "DIFFERENT")
             else:
-                cells.append(relative_change(values[0], values[-1]))
+                cells.append(relative_change(values[0], v))
         table.add_row(label, *cells)
         if name == "failed":
             for reason_label, reason_cells in _failure_rows(results):
-                table.add_row(reason_label, *reason_cells, *([""] if compare else []))
+                table.add_row(reason_label, *reason_cells, *([""] * len(others)))
     console.print(table)

@@ -6,7 +6,7 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence, Set
 
 from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
@@ -16,7 +16,7 @@ from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
 from radixflow.cache.rounds import RoundJournal
 from radixflow.cache.tree import Tree
-from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness
+from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness, Sharing
 from radixflow.cache.views import SetView
 
 
@@ -75,6 +75,31 @@ class RadixCache:
         return sorted(
             n.end for n in self.tree.lookup(handle).ancestors() if lo < n.end <= hi and len(n.children) > 1
         )
+
+    def sharing(self, handle: NodeHandle) -> Sharing:
+        """The deepest prefix of registered path ``handle`` that other registered prompts share
+        (`Sharing.NONE` when none does). Pure."""
+        for node in self.tree.lookup(handle).ancestors():  # deepest first
+            if node.demand > 1:
+                return Sharing(node.end, node.demand, NodeHandle(node.id))
+        return Sharing.NONE
+
+    def registered_under(self, handle: NodeHandle, limit: int) -> list[NodeHandle]:
+        """Where registered prompts through node ``handle`` end (their `register` handles), at
+        most ``limit`` nodes visited, nearest first; [] when the node is gone. Pure."""
+        try:
+            top = self.tree.lookup(handle)
+        except ValueError:
+            return []
+        found: list[NodeHandle] = []
+        frontier, visited = deque([top]), 0
+        while frontier and visited < limit:
+            node = frontier.popleft()
+            visited += 1
+            if node.ends:
+                found.append(NodeHandle(node.id))
+            frontier.extend(node.children.values())
+        return found
 
     # ----------------------------------------------------------------- matching
     def match(self, namespace: str, tokens: Sequence[int], limit: int, touch: bool = True) -> Match:

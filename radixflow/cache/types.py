@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import ClassVar
 
 
 class Readiness(Enum):
@@ -38,6 +39,20 @@ class Match:
     def blocked(self) -> bool:
         """The deepest checkpoint exists but is still PENDING."""
         return self.checkpoint_tokens > 0 and not self.checkpoint_ready
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """The deepest prefix of a registered prompt that other registered prompts share."""
+
+    tokens: int  # its length (0: nothing shared)
+    prompts: int  # registered prompts through it, the one asked about included
+    node: NodeHandle | None  # the node ending there (None: nothing shared)
+
+    NONE: ClassVar[Sharing]
+
+
+Sharing.NONE = Sharing(0, 1, None)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from radixflow.options.flags import from_args, policies
 from radixflow.scheduler.request import Request
 from radixflow.workloads.trace import write_trace
 
-DEFAULT_POLICIES = ["native", "radixflow"]
+DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -77,6 +77,7 @@ def _variant_result(
         "goodput_rps": within / makespan if makespan > 0 else None,
         "offered_rps": rate,
         "latencies_s": [round(x, 9) for x in latencies],
+        "policy_counters": run.counters,
         "failures": [
             {"id": r.id, "reason": r.error} for r in run.requests if r.status is RequestStatus.FAILED
         ],

@@ -21,6 +21,7 @@ from radixflow.experiments.analysis import (
     varying,
 )
 from radixflow.experiments.failures import failure_section
+from radixflow.experiments.versus import versus_section
 
 
 def pct(x: float | None, points: bool = False) -> str:
@@ -295,6 +296,7 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     regime_lines = regime_section(comps, headline)
     if regime_lines:
         lines += ["## Regime", "", *regime_lines]
+    lines += versus_section(results)
     lines += cost_check(results)
     lines += failure_section(results)
     lines += ["## Cells", "", *group_tables(comps)]

@@ -47,6 +47,7 @@ class StopReason(Enum):
     TOKEN_BUDGET = "token_budget"
     REQUEST_BUDGET = "request_budget"
     MEMORY = "memory"  # KV blocks or state slots could not be reserved
+    POLICY = "policy"  # the policy ended the round: more work would cost more than it saves
 
 
 @dataclass

@@ -1,40 +1,41 @@
-"""Scheduling policies: what the waiting-queue scan does at a blocked consumer."""
+"""Scheduling policies behind one protocol (`scan.SchedulingPolicy`) and their registry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from enum import Enum
-from typing import Protocol
+from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
+from radixflow.scheduler.adaptive import Adaptive
+from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.scan import PolicyContext, ScanAction, SchedulingPolicy
 
-
-class ScanAction(Enum):
-    STOP = "stop"  # end this round's scan
-    SKIP = "skip"  # leave the request waiting (local wait) and keep scanning
-
-
-class SchedulingPolicy(Protocol):
-    name: str
-
-    def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
-        """Scan order of the waiting queue (arrival order) for this round. Pure: mutates nothing.
-
-        The scan removes admitted requests from the queue while it iterates the result.
-        """
-        ...
-
-    def on_blocked(self, request: Request, match: Match) -> ScanAction:
-        """Decide the scan's fate at a consumer whose best reuse point is PENDING. Pure."""
-        ...
+__all__ = ["SCHEDULING_POLICIES", "ScanAction", "SchedulingPolicy", "make_policy"]
 
 
 class FCFS:
-    """Arrival order (the queue is kept in arrival order already)."""
+    """Arrival order (the queue is kept in arrival order already); takes every ready request and
+    keeps no state between rounds."""
+
+    def bind(self, context: PolicyContext) -> None:
+        pass
 
     def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
         return waiting
+
+    def on_ready(
+        self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
+    ) -> ScanAction | None:
+        return None
+
+    def on_arrival(self, request: Request) -> None:
+        pass
+
+    def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
+        pass
+
+    def counters(self) -> dict[str, int]:
+        return {}
 
 
 class Native(FCFS):
@@ -42,7 +43,7 @@ class Native(FCFS):
 
     name = "native"
 
-    def on_blocked(self, request: Request, match: Match) -> ScanAction:
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         return ScanAction.STOP
 
 
@@ -51,11 +52,15 @@ class RadixFlow(FCFS):
 
     name = "radixflow"
 
-    def on_blocked(self, request: Request, match: Match) -> ScanAction:
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         return ScanAction.SKIP
 
 
-SCHEDULING_POLICIES: dict[str, type[SchedulingPolicy]] = {"native": Native, "radixflow": RadixFlow}
+SCHEDULING_POLICIES: dict[str, type[SchedulingPolicy]] = {
+    "native": Native,
+    "radixflow": RadixFlow,
+    "adaptive": Adaptive,
+}
 
 
 def make_policy(name: str) -> SchedulingPolicy:

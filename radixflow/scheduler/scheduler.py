@@ -25,6 +25,7 @@ from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
+from radixflow.scheduler.scan import PolicyContext
 
 
 class _Admit(Enum):
@@ -32,6 +33,8 @@ class _Admit(Enum):
     BLOCKED = "blocked"
     NO_BUDGET = "no_budget"
     NO_MEMORY = "no_memory"
+    SKIPPED = "skipped"  # the policy left it waiting and goes on
+    DECLINED = "declined"  # the policy ended the round before it
 
 
 @dataclass
@@ -60,7 +63,7 @@ class Scheduler:
         events: SchedulerEvents | None = None,
     ) -> None:
         """``predict``: the seconds a round of these chunks would take (the runner's model; None
-        where it has none), for policies that weigh rounds by time. Pure; nothing here calls it yet.
+        where it has none), lent to the policy with the rest of `PolicyContext`.
         ``events``: who is told of parked and woken consumers and policy decisions (None: nobody)."""
         config.validate()
         self.events = events
@@ -78,12 +81,14 @@ class Scheduler:
         self._promised = 0  # KV blocks running requests will still allocate (= sum of _owed)
         # checkpoint slot -> fewest rounds any schedule needs before that state can exist
         self._slot_depth: dict[int, int] = {}
+        policy.bind(PolicyContext(config, cache, self.reuse, self.running, predict, self.note))
 
     # ----------------------------------------------------------------- queue
     def add(self, request: Request) -> None:
         """Queue an arrived request and record its prompt as a known sequence."""
         request.registration = self.cache.register(request.namespace, request.prompt)
         self.waiting.append(request)
+        self.policy.on_arrival(request)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -123,19 +128,42 @@ class Scheduler:
                 return _Stop(req, None, scan)
             status, match = self._admit(req, budget, out)
             if status is _Admit.BLOCKED:
-                out.blocked.append(req.id)
-                assert match.producer is not None
-                self.parked.park(req, match.producer)
-                if self.events is not None:
-                    self.events.parked(req.id, match.producer)
-                if self.policy.on_blocked(req, match) is ScanAction.STOP:
+                action = self.policy.on_blocked(req, match, out)
+                if action is ScanAction.RECOMPUTE:
+                    status = self._recompute(req, match, budget, out)
+                else:
+                    self._park(req, match, out)
+                if action is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
                     return _Stop(None, None, scan)
-            elif status is not _Admit.SCHEDULED:
+            if status is _Admit.DECLINED:
+                out.stop_reason = StopReason.POLICY
+                return _Stop(req, match, scan)
+            elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED, _Admit.BLOCKED):
                 no_budget = status is _Admit.NO_BUDGET
                 out.stop_reason = StopReason.TOKEN_BUDGET if no_budget else StopReason.MEMORY
                 return _Stop(req, match, scan)
         return None
+
+    def _park(self, req: Request, match: Match, out: SchedulerOutput) -> None:
+        """``req`` waits for ``match``'s producer until the round ends (mutates the lot)."""
+        out.blocked.append(req.id)
+        assert match.producer is not None
+        self.parked.park(req, match.producer)
+        if self.events is not None:
+            self.events.parked(req.id, match.producer)
+
+    def _recompute(self, req: Request, match: Match, budget: _Budget, out: SchedulerOutput) -> _Admit:
+        """Start a blocked consumer from the deepest READY point above its PENDING one: it
+        recomputes the prefix rather than wait for the producer (mutates as `_start` does)."""
+        status = _Admit.NO_MEMORY
+        for point in self.reuse.shallower(req, match.checkpoint_tokens):
+            status = self._start(req, point, budget, out)
+            if status is not _Admit.NO_MEMORY:
+                break
+        if status is _Admit.SCHEDULED:
+            self.checkpoints.observe(req, match)
+        return status
 
     def _bubble(self, stop: _Stop, cap: int) -> int:
         """Prompt tokens (up to ``cap``) of waiting requests that could have run this round.
@@ -163,6 +191,9 @@ class Scheduler:
         point = self.reuse.point(req, match)
         if point is None:
             return _Admit.BLOCKED, match
+        verdict = self.policy.on_ready(req, match, point.tokens, out)
+        if verdict is not None:
+            return (_Admit.SKIPPED if verdict is ScanAction.SKIP else _Admit.DECLINED), match
         status = self._start(req, point, budget, out)
         if status is _Admit.NO_MEMORY and point.tokens and self.config.has_recurrent and not self.running:
             # Nothing running will free capacity, so waiting cannot help. Our own lock on the reuse
@@ -268,10 +299,11 @@ class Scheduler:
         Returns the requests that finished this round.
         """
         finished: list[Request] = []
+        woken: list[Request] = []
         for chunk in out.chunks:
             req = self.running[chunk.request_id]
             self.cache.commit(req.id)
-            self._wake(req.id)
+            woken += self._wake(req.id)
             req.chunks += 1
             if prompt_logprobs and req.id in prompt_logprobs:
                 req.prompt_logprobs.extend(prompt_logprobs[req.id])
@@ -281,6 +313,7 @@ class Scheduler:
             if reason is not None:
                 self.finish(req, reason, now)
                 finished.append(req)
+        self.policy.on_round_end(woken, now)
         return finished
 
     def _accept(self, req: Request, sample: Sample, now: float) -> FinishReason | None:
@@ -346,17 +379,20 @@ class Scheduler:
             self.cache.unlock(req.lock)
             req.lock = None
         self.cache.withdraw([r.id for r in failed])
+        woken: list[Request] = []
         for req in failed:
-            self._wake(req.id)
+            woken += self._wake(req.id)
             self._release(req)
             req.status, req.error = RequestStatus.FAILED, reason
+        self.policy.on_round_end(woken, None)
         return failed
 
-    def _wake(self, producer: str) -> None:
+    def _wake(self, producer: str) -> list[Request]:
         woken = self.parked.wake(producer)
         if self.events is not None:
             for consumer in woken:
                 self.events.woken(consumer.id, producer)
+        return woken
 
     def note(self, kind: str, request_id: str, **details: object) -> None:
         """Report a policy decision about ``request_id`` this round to the event observer, if any

@@ -1,0 +1,112 @@
+"""A policy against the better of `native` and `radixflow` in every cell (the policies grid).
+
+Per cell: the policy's mean latency against min(native, radixflow) and its p99 against the worse
+baseline's p99, hybrid cells apart from the full-attention control, plus whether the decoded
+outputs are identical across every variant. The acceptance the `adaptive` policy is held to:
+within +1% of the better baseline in >= 95% of hybrid cells and never above +5%; better than both
+by > 1% in >= 60%; p99 <= the worse baseline's + 5% in every cell; on the control never worse
+than the better baseline by > 1%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from radixflow.experiments.analysis import completed_nothing_in, distinct
+
+BASELINES = ("native", "radixflow")
+WITHIN = 0.01  # within 1% of the better baseline
+NEVER_ABOVE = 0.05  # never more than 5% above it
+P99_SLACK = 0.05  # p99 at most 5% above the worse baseline's
+WORST_SHOWN = 8  # cells listed where the policy loses most
+
+
+@dataclass(frozen=True)
+class Versus:
+    """One cell: the policy's mean against the better baseline, its p99 against the worse one."""
+
+    cell: dict[str, Any]
+    hybrid: bool
+    mean: float  # relative to min(native, radixflow)
+    p99: float  # relative to max(native p99, radixflow p99)
+    same_outputs: bool
+
+
+def versus(results: list[dict[str, Any]], policy: str) -> list[Versus]:
+    """Every distinct cell that ran both baselines and ``policy`` and completed something."""
+    out = []
+    for r in distinct(results):
+        by = {v["variant"]: v for v in r["results"]}
+        if completed_nothing_in(r) or policy not in by or not all(b in by for b in BASELINES):
+            continue
+        means = [by[b]["mean_latency_s"] for b in BASELINES]
+        p99s = [by[b]["p99_latency_s"] for b in BASELINES]
+        best, worse = min(means), max(p99s)
+        if not best or not worse:
+            continue
+        same = len({v.get("outputs_sha256") for v in r["results"]}) == 1
+        mean, p99 = by[policy]["mean_latency_s"] / best - 1, by[policy]["p99_latency_s"] / worse - 1
+        out.append(Versus(r["cell"], r["hybrid"], mean, p99, same))
+    return out
+
+
+def _label(cell: dict[str, Any]) -> str:
+    w = cell["workload"]
+    rate = "batch" if w["arrival"] == "batch" else f"{w['arrival']} {w['rate']:g}/s"
+    fixed = f"{cell['fixed_cost_ms']:g} ms"
+    return f"{cell['model']}, {w['order']}, {rate}, {fixed}, {w['groups']} contexts, seed {w['seed']}"
+
+
+def summary(rows: list[Versus], policy: str) -> list[str]:
+    """The report's lines: the acceptance figures, each marked met or not, and the worst cells."""
+    hybrid, control = [r for r in rows if r.hybrid], [r for r in rows if not r.hybrid]
+    if not hybrid:
+        return []
+    n = len(hybrid)
+    within = sum(r.mean <= WITHIN for r in hybrid)
+    better = sum(r.mean < -WITHIN for r in hybrid)
+    worst = max(hybrid, key=lambda r: r.mean)
+    p99_bad = [r for r in rows if r.p99 > P99_SLACK]
+    control_bad = [r for r in control if r.mean > WITHIN]
+    differ = sum(not r.same_outputs for r in rows)
+    median = sorted(r.mean for r in hybrid)[n // 2]
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    lines = [
+        f"## `{policy}` against min(native, radixflow)",
+        "",
+        "| figure | value | acceptance |",
+        "| --- | --- | --- |",
+        f"| hybrid cells within +1% of the better baseline | {within}/{n} ({within / n:.0%}) "
+        f"| ≥ 95%: {mark(within >= 0.95 * n)} |",
+        f"| hybrid cells better than both by > 1% | {better}/{n} ({better / n:.0%}) "
+        f"| ≥ 60%: {mark(better >= 0.6 * n)} |",
+        f"| worst hybrid cell | {worst.mean:+.1%} ({_label(worst.cell)}) "
+        f"| ≤ +5%: {mark(worst.mean <= NEVER_ABOVE)} |",
+        f"| median hybrid cell | {median:+.1%} | |",
+        f"| cells with p99 > the worse baseline's + 5% | {len(p99_bad)}/{len(rows)} "
+        f"| none: {mark(not p99_bad)} |",
+        f"| control cells worse than the better baseline by > 1% | {len(control_bad)}/{len(control)} "
+        f"| none: {mark(not control_bad)} |",
+        f"| cells whose decoded outputs differ between variants | {differ}/{len(rows)} "
+        f"| none: {mark(not differ)} |",
+        "",
+    ]
+    losers = sorted((r for r in hybrid if r.mean > WITHIN), key=lambda r: -r.mean)[:WORST_SHOWN]
+    if losers:
+        lines += [f"Where `{policy}` still loses (mean, p99 vs the worse baseline's):", ""]
+        lines += [f"- {r.mean:+.1%} (p99 {r.p99:+.1%}): {_label(r.cell)}" for r in losers]
+        lines.append("")
+    return lines
+
+
+def versus_section(results: list[dict[str, Any]]) -> list[str]:
+    """The section for the last variant, when the experiment also ran both baselines."""
+    variants = [v["variant"] for v in results[0]["results"]] if results else []
+    if len(variants) < 3 or not all(b in variants for b in BASELINES):
+        return []
+    policy = next(v for v in reversed(variants) if v not in BASELINES)
+    return summary(versus(results, policy), policy)

@@ -1,0 +1,156 @@
+"""`adaptive`: rank the queue by work per completion, and weigh waiting against recomputing.
+
+Order: by deadline from a `RankIndex` kept up to date by events (arrival, wake-up, a group
+member taken), never by a rescan. A request's slack grows with its key (`shapes`): ready
+consumers first, then producers with the most dependents (producer promotion), then lone work;
+the deadline counts from arrival, so aging bounds every wait.
+
+How much: every ready request the budgets allow, the last one cut into a chunk, as `radixflow`
+fills its rounds. A per-round rollout choosing between such full rounds and rounds of whole
+requests (short rounds that pipeline, as `native`'s) was measured on `experiments/policies.toml`
+and lost: within 1% of the better baseline in 84% of hybrid cells against 95% for full rounds,
+worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts.
+
+Blocked consumers: skipped as in `radixflow` (they wait), unless recomputing the prefix from a
+shallower READY point finishes them sooner than the cost model says the others lose
+(`recompute`). Without recurrent state nothing blocks and every prompt reuses KV written in the
+same round, so there is nothing to reorder for: the policy keeps arrival order and takes what
+fits, as `radixflow` does (the ranking lost up to 12% there when measured).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from radixflow.cache.types import Match
+from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.ranking import RankIndex
+from radixflow.scheduler.recompute import Blocked, Verdict, weigh
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.round_time import RoundTimes
+from radixflow.scheduler.scan import PolicyContext, ScanAction
+from radixflow.scheduler.shapes import Shape, Shapes
+
+AGING = 32.0  # slack of a request, in rounds, per full token budget of work per completion
+# blocked consumers one scan passes over before it ends, per request a round may hold: keeps a
+# round's cost flat however many consumers wait on one producer
+SKIPS_PER_SLOT = 1
+
+
+class Adaptive:
+    name = "adaptive"
+
+    def __init__(self, aging: float = AGING) -> None:
+        self._aging = aging
+        self._ctx: PolicyContext | None = None
+        self._shapes: Shapes | None = None
+        self._times: RoundTimes | None = None
+        self._ranked = True  # False without recurrent state: arrival order, as radixflow
+        self._index = RankIndex(on_drop=self._forget)
+        self._round = 0
+        self._skips = 0  # blocked consumers this scan passed over
+        self._waited: set[str] = set()  # consumers counted as waiting once
+        self._counts = {"waits": 0, "recomputes": 0, "promotions": 0}
+
+    # ----------------------------------------------------------------- events
+    def bind(self, context: PolicyContext) -> None:
+        """Take the scheduler's context (mutates only the policy)."""
+        self._ctx = context
+        self._shapes = Shapes(context)
+        self._times = RoundTimes(context.predict, context.config)
+        self._ranked = context.config.has_recurrent
+
+    def on_arrival(self, request: Request) -> None:
+        """Shape and rank the newcomer; its group's members are re-keyed before the next scan
+        (mutates only the policy)."""
+        if not self._ranked:
+            return
+        assert self._shapes is not None
+        shape = self._shapes.arrived(request)
+        self._index.add(request, self._round, self._slack(shape))
+
+    def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
+        """Re-key the woken consumers, whose reuse changed (mutates only the policy)."""
+        for req in woken:
+            if req.status is RequestStatus.WAITING and self._ranked:
+                self._rekey(req)
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    # ----------------------------------------------------------------- the scan
+    def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
+        """The index's scan by deadline, after re-keying the groups that changed (mutates only
+        the policy)."""
+        self._round += 1
+        self._skips = 0
+        if not self._ranked:
+            return waiting
+        assert self._shapes is not None
+        for req in self._shapes.stale():
+            self._rekey(req)
+        return self._index.scan()
+
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
+        """Wait (skip it) or recompute; counts and notes the decision (mutates only the policy)."""
+        assert self._ctx is not None
+        verdict = self._weigh(request, match, draft)
+        if verdict is not None and verdict.recompute:
+            self._counts["recomputes"] += 1
+            self._ctx.note(
+                "recompute", request.id, producer=match.producer, tokens=match.checkpoint_tokens,
+                rounds_saved=verdict.rounds_saved,
+            )
+            return ScanAction.RECOMPUTE
+        if request.id not in self._waited:
+            self._waited.add(request.id)
+            self._counts["waits"] += 1
+        self._skips += 1
+        limit = SKIPS_PER_SLOT * self._ctx.config.max_requests
+        return ScanAction.STOP if self._skips > limit else ScanAction.SKIP
+
+    def on_ready(
+        self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
+    ) -> ScanAction | None:
+        """Take it (the budgets decide how much); note a producer its dependents promoted. Its
+        group is re-keyed before the next scan: its siblings become consumers once it runs
+        (mutates only the policy)."""
+        if not self._ranked:
+            return None
+        assert self._shapes is not None and self._ctx is not None
+        shape = self._shapes.of(request, reuse)
+        self._shapes.touch(shape)
+        if shape.dependents and shape.key < shape.remaining:
+            self._counts["promotions"] += 1
+            self._ctx.note("promote", request.id, dependents=shape.dependents)
+        return None
+
+    # ----------------------------------------------------------------- decisions
+    def _weigh(self, request: Request, match: Match, draft: SchedulerOutput) -> Verdict | None:
+        """The recompute verdict for a blocked consumer; None when the round is full or its
+        producer is not running."""
+        assert self._ctx is not None and self._times is not None
+        budget = self._ctx.config.token_budget
+        producer = self._ctx.running.get(match.producer or "")
+        if producer is None or draft.tokens >= budget:
+            return None  # a full round has no room to recompute in
+        ready = next(iter(self._ctx.reuse.shallower(request, match.checkpoint_tokens))).tokens
+        shared = 0 if request.registration is None else self._ctx.cache.sharing(request.registration).tokens
+        pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
+        blocked = Blocked(len(request.prompt), pending, ready, producer.computed)
+        completions = sum(1 for c in draft.chunks if c.sample)
+        return weigh(blocked, self._times, draft.chunks, budget, completions, len(self._index))
+
+    # ----------------------------------------------------------------- keys
+    def _rekey(self, request: Request) -> None:
+        assert self._shapes is not None
+        self._index.rekey(request, self._slack(self._shapes.of(request)))
+
+    def _forget(self, request: Request) -> None:
+        assert self._shapes is not None
+        self._shapes.forget(request)
+        self._waited.discard(request.id)
+
+    def _slack(self, shape: Shape) -> float:
+        assert self._ctx is not None
+        return self._aging * shape.key / self._ctx.config.token_budget

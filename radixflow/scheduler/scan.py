@@ -1,0 +1,92 @@
+"""What a scheduling policy sees and decides while the scheduler scans its waiting queue.
+
+The scheduler owns budgets, reservations and the cache; a policy owns the order of the scan and
+three decisions: what to do at a blocked consumer (stop, wait, or recompute the prefix it waits
+for), whether to take a ready request into the round, and (optionally) what to remember between
+rounds, fed by the scheduler's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from radixflow.cache.radix import RadixCache
+from radixflow.cache.types import Match
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.reuse import ReuseFinder
+
+# Predicted seconds of a round computing these chunks (the runner's model; pure).
+RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
+# Report a decision about a request to the scheduler's observer: note(kind, request_id, **details).
+Note = Callable[..., None]
+
+
+class ScanAction(Enum):
+    STOP = "stop"  # end this round's scan
+    SKIP = "skip"  # leave the request waiting (local wait) and keep scanning
+    # (at a blocked consumer) start it now from a shallower READY point, recomputing the prefix
+    # its PENDING checkpoint would have served
+    RECOMPUTE = "recompute"
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What the scheduler lends its policy: read it, never mutate it."""
+
+    config: SchedulerConfig
+    cache: RadixCache
+    reuse: ReuseFinder
+    running: Mapping[str, Request]  # admitted requests, admission order
+    predict: RoundPredictor | None  # None: the runner predicts nothing
+    note: Note  # `Scheduler.note`: decisions the trace shows
+
+
+class SchedulingPolicy(Protocol):
+    name: str
+
+    def bind(self, context: PolicyContext) -> None:
+        """Called once by the scheduler that uses this policy (mutates only the policy)."""
+        ...
+
+    def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
+        """Scan order of the waiting queue (arrival order) for this round; called once per round.
+
+        Mutates nothing outside the policy. The scan removes admitted requests from the queue while
+        it iterates the result, and may stop early.
+        """
+        ...
+
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
+        """Decide the scan's fate at a consumer whose best reuse point is PENDING: STOP the scan,
+        SKIP it (it waits for the producer), or RECOMPUTE (it starts now from a shallower point).
+        ``draft`` is the round so far (read it, never mutate it). Mutates only the policy."""
+        ...
+
+    def on_ready(
+        self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
+    ) -> ScanAction | None:
+        """Whether the round takes a request that can start at ``reuse`` prompt tokens now.
+
+        ``draft`` is the round so far (read it, never mutate it). None: take it (if budgets and
+        capacity allow); SKIP: leave it waiting and go on; STOP: end the scan here. Mutates only
+        the policy.
+        """
+        ...
+
+    def on_arrival(self, request: Request) -> None:
+        """A request joined the waiting queue (registered in the cache). Mutates only the policy."""
+        ...
+
+    def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
+        """A round ended at engine time ``now`` (None: it was rolled back); ``woken`` are the
+        consumers parked on its producers, whose reuse changed. Mutates only the policy."""
+        ...
+
+    def counters(self) -> dict[str, int]:
+        """The policy's own decision counts so far (empty when it makes none). Pure."""
+        ...

@@ -1,0 +1,33 @@
+"""Round times read off the predictor on a grid: exact at grid sizes, interpolated between."""
+
+from __future__ import annotations
+
+from radixflow.scheduler import SchedulerConfig
+from radixflow.scheduler.output import ScheduledChunk
+from radixflow.scheduler.round_time import FALLBACK_FIXED_SHARE, RoundTimes
+
+CFG = SchedulerConfig(token_budget=1000, max_requests=8, block_size=1)
+
+
+def test_a_linear_predictor_is_read_back_exactly_and_probed_once_per_size():
+    calls: list[int] = []
+
+    def predict(chunks: list[ScheduledChunk]) -> float:
+        calls.append(len(chunks))
+        return 5.0 + 0.01 * sum(c.end - c.start for c in chunks)
+
+    times = RoundTimes(predict, CFG)
+    assert abs(times.seconds(1000) - 15.0) < 1e-9
+    assert abs(times.seconds(333) - 8.33) < 1e-9  # interpolated on a linear model: exact
+    probes = len(calls)
+    times.seconds(333)
+    assert len(calls) == probes  # cached
+    assert abs(times.per_token() - 0.01) < 1e-9
+    chunk = ScheduledChunk("a", "n", tuple(range(100)), 0, 100, (), None, (), True)
+    assert abs(times.draft_seconds([chunk], extra_tokens=50) - 6.5) < 1e-9
+    assert times.seconds(0) == 0.0
+
+
+def test_without_a_predictor_a_round_is_a_fixed_part_plus_its_tokens():
+    times = RoundTimes(None, CFG)
+    assert times.seconds(100) == FALLBACK_FIXED_SHARE * 1000 + 100

@@ -1,0 +1,72 @@
+"""The policies report: a policy against the better of native and radixflow, cell by cell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.run import run_experiment
+from radixflow.experiments.versus import Versus, summary, versus
+
+THREE = """
+name = "three"
+policies = ["native", "radixflow", "adaptive"]
+seeds = [0]
+
+[defaults]
+runner = "sim"
+hardware = "h200"
+token_budget = 256
+max_requests = 16
+fixed_cost_ms = [1, 10]
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 128
+candidate_len = 16
+
+[[grid]]
+name = "models"
+model = ["qwen3_5-2b", "qwen3-4b"]
+"""
+
+
+def cell(model: str = "m", seed: int = 0) -> dict:
+    workload = {"order": "grouped", "arrival": "poisson", "rate": 50.0, "groups": 8, "seed": seed}
+    return {"model": model, "fixed_cost_ms": 3, "workload": workload}
+
+
+def result(means: tuple[float, float, float], p99s: tuple[float, float, float], hybrid: bool = True) -> dict:
+    variants = ("native", "radixflow", "adaptive")
+    rows = [
+        {"variant": v, "mean_latency_s": m, "p99_latency_s": p, "outputs_sha256": "x", "completed": 1}
+        for v, m, p in zip(variants, means, p99s, strict=True)
+    ]
+    return {"key": str(means), "cell": cell(), "hybrid": hybrid, "results": rows}
+
+
+def test_versus_measures_against_the_better_mean_and_the_worse_p99():
+    rows = versus([result((1.0, 2.0, 0.9), (3.0, 4.0, 4.4))], "adaptive")
+    assert len(rows) == 1
+    assert abs(rows[0].mean - (-0.1)) < 1e-9 and abs(rows[0].p99 - 0.1) < 1e-9 and rows[0].same_outputs
+
+
+def test_summary_marks_each_acceptance_line():
+    rows = [Versus(cell(seed=i), True, -0.1, 0.0, True) for i in range(19)]
+    rows.append(Versus(cell("loser"), True, 0.2, 0.3, True))
+    rows.append(Versus(cell("control"), False, 0.0, 0.0, True))
+    text = "\n".join(summary(rows, "adaptive"))
+    assert "| 19/20 (95%) | ≥ 95%: met |" in text  # within +1%
+    assert "| +20.0% (loser, grouped, poisson 50/s, 3 ms, 8 contexts, seed 0) | ≤ +5%: **not met** |" in text
+    assert "| 1/21 | none: **not met** |" in text  # the loser's p99
+    assert "- +20.0% (p99 +30.0%): loser" in text
+
+
+def test_a_three_policy_experiment_reports_adaptive_against_both(tmp_path: Path):
+    path = tmp_path / "three.toml"
+    path.write_text(THREE)
+    run_experiment(path, tmp_path / "out", ExecutionOptions(), "test")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## `adaptive` against min(native, radixflow)" in report
+    assert "| cells whose decoded outputs differ between variants | 0/4 | none: met |" in report
+    assert "| control cells worse than the better baseline by > 1% | 0/2 | none: met |" in report

@@ -128,8 +128,13 @@ def bench_decode(runner: TorchRunner, hf: Any, n: int, prompt_len: int, gen: int
     def theirs() -> tuple[torch.Tensor, torch.Tensor]:
         with torch.inference_mode():
             out = hf.generate(
-                torch.tensor(batch), max_new_tokens=gen, do_sample=False, eos_token_id=None,
-                pad_token_id=0, output_scores=True, return_dict_in_generate=True,
+                torch.tensor(batch),
+                max_new_tokens=gen,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+                output_scores=True,
+                return_dict_in_generate=True,
             )
         logprobs = torch.log_softmax(torch.stack(out.scores, 1).float(), -1)  # [n, gen, vocab]
         return out.sequences[:, prompt_len:], logprobs

@@ -35,6 +35,7 @@ class ChunkPlan:
     size: int  # tokens per chunk
     rows: torch.Tensor  # [chunks * size] long: token row of each chunk position (pad: `pad_row`)
     pad_row: int  # the row index meaning "zero input" (one past the last real row)
+    positions: torch.Tensor  # [pad_row] long: the chunk position of each token row (one each)
     steps: tuple[int, ...]  # sequences with a chunk at step j (non-increasing)
     order: tuple[int, ...]  # plan order -> the caller's sequence index
     saves: tuple[ChunkSave, ...]
@@ -52,16 +53,14 @@ class ChunkPlan:
         return out
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [rows, *d]`` -> ``[chunks, size, *d]`` (padding positions read zeros)."""
-        padded = torch.cat([x, x.new_zeros(1, *x.shape[1:])])
-        return padded.index_select(0, self.rows).view(self.chunks, self.size, *x.shape[1:])
+        """``x [rows, *d]`` -> ``[chunks, size, *d]`` (padding positions hold zeros)."""
+        out = x.new_zeros(len(self.rows), *x.shape[1:])
+        out.index_copy_(0, self.positions, x)  # one position per row: deterministic
+        return out.view(self.chunks, self.size, *x.shape[1:])
 
     def scatter(self, y: torch.Tensor, rows: int) -> torch.Tensor:
-        """``y [chunks, size, *d]`` -> ``[rows, *d]``: each real position back to its row."""
-        flat = y.reshape(-1, *y.shape[2:])
-        out = flat.new_empty(rows + 1, *flat.shape[1:])  # the last row collects the padding
-        out.index_copy_(0, self.rows, flat)
-        return out[:rows]
+        """``y [chunks, size, *d]`` -> ``[rows, *d]``: each token row read back from its position."""
+        return y.reshape(-1, *y.shape[2:]).index_select(0, self.positions[:rows])
 
     @classmethod
     def build(
@@ -93,10 +92,17 @@ class ChunkPlan:
         saves = tuple(
             ChunkSave(step, p, key) for p, b in enumerate(order) for step, key in ends[b]
         )
+        where = torch.tensor(index, dtype=torch.long, device=device)
+        real = (where < rows).nonzero().squeeze(1)
+        if len(real) != rows:  # every row read exactly once, or `scatter` would return garbage
+            raise ValueError(f"the segments cover {len(real)} token rows, not the {rows} given")
+        positions = torch.empty(rows, dtype=torch.long, device=device)
+        positions[where[real]] = real
         return cls(
             size=size,
-            rows=torch.tensor(index, dtype=torch.long, device=device),
+            rows=where,
             pad_row=rows,
+            positions=positions,
             steps=steps,
             order=tuple(order),
             saves=tuple(sorted(saves, key=lambda s: s.step)),

@@ -28,10 +28,13 @@ from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# Batched step vs per-sequence path: the same math in another order. The kernels agree to 1-2
-# ulps; through the layers that grows to at most 2.1e-5 on logits of magnitude up to ~20 (where
-# a float32 ulp is 1.9e-6), so this bound is ~15 ulps. A wrong state or slot is off by O(1).
-STEP_TOL = 3e-5
+# Batched step vs per-sequence path: the same math in another order. The kernels agree to a few
+# ulps; through the layers that grows to at most 5.2e-5 on logits of magnitude up to ~20 (where
+# a float32 ulp is 1.9e-6; the reference's one-token rows share a chunked call padded to the
+# round's longest chunk, and the delta-rule step reads its output from the old state), so this
+# bound is ~40 ulps, under the 1e-4 held against a plain prefill below (and against transformers
+# elsewhere). A wrong state or slot is off by O(1).
+STEP_TOL = 8e-5
 
 # Sequences: name -> (tokens, block table). E and F fork from A's checkpoints; they share A's
 # first block and get a copy of its second (made before their first round, see COPIES).

@@ -29,3 +29,20 @@ def test_an_accelerator_index_past_the_last_device_is_refused():
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(DeviceError, match="not available" if n == 0 else "does not exist"):
         check_device(f"cuda:{n}")
+
+
+def test_dtype_auto_is_float32_on_a_cpu_and_names_are_torch_dtypes():
+    from radixflow.models.device import resolve_dtype
+
+    assert resolve_dtype("auto", "cpu") == torch.float32
+    assert resolve_dtype("float32", "cpu") == torch.float32
+    assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16  # allowed on a CPU (documented)
+
+
+def test_float16_off_cuda_and_unknown_dtypes_are_refused():
+    from radixflow.models.device import resolve_dtype
+
+    with pytest.raises(DeviceError, match="float16 runs on cuda only, not on cpu"):
+        resolve_dtype("float16", "cpu")
+    with pytest.raises(DeviceError, match="'int8' is not one of"):
+        resolve_dtype("int8", "cpu")

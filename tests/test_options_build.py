@@ -102,3 +102,21 @@ def test_torch_capacity_is_sized_to_the_workload_when_there_is_one(zoo):
     assert plan.scheduler_config().num_blocks == 1024  # an open-ended stream (a server)
     assert plan.scheduler_config([199] * 100).num_blocks == 100 * (13 + 1)
     assert plan.scheduler_config([199]).num_blocks == 64  # never below 64
+
+
+def test_a_dtype_the_device_cannot_run_is_a_problem_on_dtype_before_any_model_is_built(zoo):
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(model="qwen3_5-tiny", dtype="float16"))
+    assert info.value.problem.param == "dtype" and "float16 runs on cuda only" in info.value.problem.message
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(model="qwen3_5-tiny", dtype="fp8"))
+    assert info.value.problem.param == "dtype"
+
+
+def test_the_dtype_reaches_the_torch_runner(zoo):
+    import torch
+
+    engine = plan_engine(EngineOptions(model="llama-tiny", dtype="bfloat16")).build()
+    assert engine.runner.dtype == torch.bfloat16
+    assert engine.runner.matmul is None  # the CPU GEMM plan routes float32 weights only
+    assert plan_engine(EngineOptions(model="llama-tiny")).build().runner.dtype == torch.float32

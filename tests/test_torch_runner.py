@@ -100,3 +100,37 @@ def test_runner_reports_the_checkpoint_eos(tmp_path_factory):
     path = tiny_checkpoint(tmp_path_factory, "lfm2")
     runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
     assert runner.model.eos_token_ids == (int(runner.net.config.eos_token_id),)
+
+
+# bfloat16 keeps 8 mantissa bits: through a tiny model's layers the first token's logprob moved
+# by at most 0.12 from float32's (qwen3_next-tiny) when written; a wrong dtype path (a state
+# rounded to bf16 and fed back, a mis-cast pool) moves it by O(1) or breaks the greedy token.
+BF16_LOGPROB_TOL = 0.25
+BF16_MODELS = [f"{f}-tiny" for f in ("qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "llama")]
+
+
+@pytest.mark.parametrize("name", BF16_MODELS)
+def test_bfloat16_on_a_cpu_runs_and_picks_float32s_first_token(zoo, name):
+    """Every `.to(dtype)` path of the runner (weights, KV pool, float32 recurrent state, logits)
+    runs on a CPU in bfloat16: the first greedy token equals float32's, its logprob within
+    `BF16_LOGPROB_TOL`, and the recurrent state pool stays float32."""
+    from radixflow.models.zoo import ensure_model
+    from radixflow.scheduler.sampling import SamplingParams
+
+    path = ensure_model(name)
+    g = torch.Generator().manual_seed(0)
+    prompts = [tuple(torch.randint(3, 200, (17 + 9 * i,), generator=g).tolist()) for i in range(3)]
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, num_blocks=32, num_state_slots=16)
+    firsts = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots, dtype=dtype)
+        params = SamplingParams(max_tokens=3, ignore_eos=True, logprobs=0)
+        reqs = [Request(f"r{i}", p, sampling=params) for i, p in enumerate(prompts)]
+        Engine(runner, cfg).run(reqs)  # a token budget of 64 chunks the prompts: restores too
+        assert all(r.status == RequestStatus.FINISHED and len(r.output) == 3 for r in reqs)
+        assert all(t.dtype == torch.float32 for ts in runner.state.tensors.values() for t in ts)
+        assert next(runner.net.parameters()).dtype == dtype
+        firsts[dtype] = [r.output_logprobs[0] for r in reqs]
+    for a, b in zip(firsts[torch.float32], firsts[torch.bfloat16], strict=True):
+        assert a.token == b.token
+        assert abs(a.logprob - b.logprob) <= BF16_LOGPROB_TOL

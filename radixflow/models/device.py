@@ -71,3 +71,25 @@ def _why(kind: str) -> str:
     if kind == "cuda" and torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
         return ": this torch build has no CUDA support"
     return ""
+
+
+def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
+    """The torch dtype the runner uses for engine option ``dtype`` on ``device``.
+
+    ``auto`` is float32 on a CPU (exact against transformers' float32 reference), bfloat16 on a
+    CUDA device that supports it and float16 on one that does not. bfloat16 is allowed on a CPU
+    (every family runs; slower than float32 there, logprobs within ~0.1 of float32's); float16
+    is refused off CUDA (CPU half kernels are slow or missing). Raises `DeviceError` naming the
+    refused pair.
+    """
+    kind = torch.device(device).type
+    if name == "auto":
+        if kind != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(name)
+    if dtype is None:
+        raise DeviceError(f"{name!r} is not one of auto, float32, bfloat16, float16")
+    if dtype == torch.float16 and kind != "cuda":
+        raise DeviceError(f"float16 runs on cuda only, not on {kind} (use float32 or bfloat16)")
+    return dtype

@@ -31,6 +31,7 @@ MAX_COST_MS = MAX_OVERHEAD_S * 1e3  # what a hardware profile may hold, in ms
 TFLOPS_RANGE = (1e-3, MAX_FLOPS / 1e12)  # 1 GFLOP/s (a slow CPU) up to the profiles' limit
 MAX_SEED = 2**64 - 1
 RUNNERS = ("sim", "torch")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # resolved per device: models/device.py
 
 
 def _opt(default: Any, help: str, kind: type, **spec: Any) -> Any:
@@ -67,6 +68,15 @@ class EngineOptions:
         low=1,
         group="model",
         metavar="N",
+    )
+    dtype: str = _opt(
+        "auto",
+        "torch runner weight and activation dtype: auto (float32 on a CPU, bfloat16 on CUDA where "
+        "supported, else float16), float32, bfloat16 (on a CPU too: slower, logprobs ~0.1 off "
+        "float32) or float16 (CUDA only)",
+        str,
+        choices=lambda: list(DTYPES),
+        group="model",
     )
     matmul: str = _opt(
         "auto",

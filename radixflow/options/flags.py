@@ -22,7 +22,7 @@ GROUPS = {
     "output": "output",
 }
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
-TORCH_ONLY = ("device", "torch_threads", "matmul")
+TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul")
 POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "
     "(default: radixflow; bench: native and radixflow)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from radixflow.costmodel.hardware import SCHEDULER_MODES, HardwareProfile, ProfileError, resolve_hardware
 from radixflow.costmodel.rounds import round_cost_model
@@ -142,6 +142,7 @@ class TorchChoice:
         self.threads, self.seed, self.matmul = options.torch_threads, options.seed, options.matmul
         _check_matmul(options.matmul)
         self.checkpoint: Path = _resolve(self.label, self.device)
+        self.dtype = _dtype(options.dtype, self.device)  # after the device is known to exist
         # config, tensor names and shapes checked now (cheap: nothing read), not after allocation
         self.footprint = _guard(lambda: _footprint(self.checkpoint))
 
@@ -185,6 +186,7 @@ class TorchChoice:
                 scheduler.num_blocks,
                 scheduler.num_state_slots,
                 device=self.device,
+                dtype=self.dtype,
                 label=self.label,
                 seed=self.seed,
                 matmul=self.matmul,
@@ -192,7 +194,7 @@ class TorchChoice:
         )
 
     def describe(self) -> dict[str, object]:
-        return {"device": self.device, "checkpoint": str(self.checkpoint)}
+        return {"device": self.device, "dtype": str(self.dtype), "checkpoint": str(self.checkpoint)}
 
     @property
     def fixed_cost_ms(self) -> float | None:
@@ -206,6 +208,16 @@ def _check_matmul(spec: str) -> None:
     plan = parse_plan(spec)
     if isinstance(plan, Problem):
         raise ProblemError(plan)
+
+
+def _dtype(name: str, device: str) -> Any:
+    """The runner's torch dtype for option ``dtype`` on ``device``; a refused pair is a `Problem`."""
+    from radixflow.models.device import DeviceError, resolve_dtype
+
+    try:
+        return resolve_dtype(name, device)
+    except DeviceError as e:
+        raise ProblemError(Problem("dtype", str(e))) from None
 
 
 def _footprint(path: Path) -> object:

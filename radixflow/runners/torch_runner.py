@@ -87,7 +87,9 @@ class TorchRunner:
         cfg = self.net.config
         hidden = int(cfg.hidden_size)
         self.kv = KVPool(self.net.kv_layout(), num_blocks, block_size, dtype, device, hidden_size=hidden)
-        self.state = StatePool(self.net.state_layout(), num_slots, dtype, device)
+        # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
+        # every earlier token (a bfloat16 state would round the whole history each step)
+        self.state = StatePool(self.net.state_layout(), num_slots, torch.float32, device)
         self.sampler = Sampler(seed)
         self.scorer = PromptScorer(self.net, self.kv)
         self.model = ModelInfo(
@@ -117,7 +119,7 @@ class TorchRunner:
         """Throwaway forwards (a prefill round with a decode row, then a decode-only round), so
         lazy kernel setup is not billed to the first rounds."""
         kv = KVPool(self.net.kv_layout(), 8, 16, self.dtype, self.device)
-        state = StatePool(self.net.state_layout(), 0, self.dtype, self.device)
+        state = StatePool(self.net.state_layout(), 0, torch.float32, self.device)
         for specs in (
             [SeqSpec(0, 16, [0]), SeqSpec(0, 16, [1]), SeqSpec(0, 1, [2])],
             [SeqSpec(0, 1, [i]) for i in range(8)],
@@ -167,7 +169,7 @@ class TorchRunner:
                 continue
             nblocks = -(-len(req.prompt) // self.block_size)
             kv = KVPool(self.net.kv_layout(), nblocks, self.block_size, self.dtype, self.device)
-            state = StatePool(self.net.state_layout(), 0, self.dtype, self.device)
+            state = StatePool(self.net.state_layout(), 0, torch.float32, self.device)
             spec = SeqSpec(0, len(req.prompt), list(range(nblocks)))
             fb = ForwardBatch.build([(list(req.prompt), spec)], kv, state, self.device)
             out[req.id] = int(self._forward(fb, [True]).argmax(-1)[0])

@@ -8,10 +8,17 @@ here: the depthwise causal conv and the L2 norm in front of the rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
+from radixflow.models.kernels.chunks import ChunkPlan
+
 CHUNK = 64  # chunk length of the matrix-form delta rule (as in the FLA kernels)
+# Chunks whose chunk-local work runs together: their temporaries (decays, systems, scores; ~1 MB
+# at 8 heads) stay in cache. All of a round's chunks at once ran ~15% slower than this at 32.
+LOCAL_BLOCK = 8
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -46,16 +53,35 @@ def _to_chunks(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def _unit_lower_inverse(a: torch.Tensor) -> torch.Tensor:
-    """``(I + tril(a, -1))^-1`` by forward substitution (row ``i`` from rows ``< i``).
+    """``(I + tril(a, -1))^-1`` by block doubling: the inverses of the diagonal blocks of size
+    ``s`` give those of size ``2s`` through ``[[A, 0], [C, B]]^-1 = [[A^-1, 0], [-B^-1 C A^-1,
+    B^-1]]``, so a 64x64 system costs six levels of batched matmuls.
 
     On CPU this is several times faster than batched ``linalg.solve_triangular`` for 64x64
-    systems, with the same float32 accuracy.
+    systems, and than row-by-row forward substitution (63 dependent steps of elementwise work),
+    with the same float32 accuracy. Sizes that are not a power of two are padded with identity.
     """
-    size = a.shape[-1]
-    m = -a.tril(-1)
-    for i in range(1, size):
-        m[..., i, :i] += (m[..., i, :i, None] * m[..., :i, :i]).sum(-2)
-    return m + torch.eye(size, dtype=a.dtype, device=a.device)
+    n = a.shape[-1]
+    size = 1 << max(n - 1, 0).bit_length()
+    low = a.tril(-1)
+    if size != n:
+        low = F.pad(low, (0, size - n, 0, size - n))
+    lead = low.shape[:-2]
+    inv = torch.zeros(*lead, size, size, dtype=a.dtype, device=a.device)
+    inv.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # the 1x1 diagonal blocks are their own inverse
+    s = 1
+    while s < size:
+        x, c = _diagonal_blocks(inv, 2 * s), _diagonal_blocks(low, 2 * s)[..., s:, :s]
+        x[..., s:, :s] = -(x[..., s:, s:] @ c @ x[..., :s, :s])  # writes into inv (a view)
+        s *= 2
+    return inv[..., :n, :n]
+
+
+def _diagonal_blocks(t: torch.Tensor, width: int) -> torch.Tensor:
+    """The ``width``-wide diagonal blocks of ``t [..., n, n]`` as a view ``[..., n/width, width, width]``."""
+    nb = t.shape[-1] // width
+    blocks = t.view(*t.shape[:-2], nb, width, nb, width).diagonal(dim1=-4, dim2=-2)
+    return blocks.movedim(-1, -3)
 
 
 def unit_lower_solve(a: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
@@ -110,3 +136,61 @@ def chunked_gated_delta_rule(
         state = state * chunk_decay[:, n, None, None] + k_dec[:, n].transpose(-1, -2) @ u
     out = out.reshape(out.shape[0], -1, out.shape[-1])[:, :length]
     return out.transpose(0, 1), state
+
+
+def gated_delta_rule_chunks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    states: torch.Tensor,
+    plan: ChunkPlan,
+    on_save: Callable[[int, torch.Tensor], None],
+) -> torch.Tensor:
+    """The gated delta rule over the segments of several sequences at once, in float32.
+
+    ``q``/``k``: ``[R, H, dk]``, ``v``: ``[R, H, dv]``, ``g``/``beta``: ``[R, H]`` over all token
+    rows ``plan`` reads; ``states``: ``[B, H, dk, dv]``, each sequence's initial state in plan
+    order (left alone). The chunk-local work (decays, the triangular solves, intra-chunk scores)
+    runs for the chunks of every sequence together, `LOCAL_BLOCK` chunks per set of batched ops;
+    the carry then steps through the chunks with the sequences still running side by side,
+    calling ``on_save(key, state [H, dk, dv])`` where a segment ends on a save. Returns
+    ``o [R, H, dv]``. Same math as `chunked_gated_delta_rule` per segment (a segment's zero
+    padding writes and decays nothing).
+    """
+    # chunk-major [NC, H, C, ...]: a step's chunks (and a block of chunks) are one contiguous slice
+    qc, kc, vc, gc, bc = (plan.gather(t).movedim(2, 1).contiguous() for t in (q, k, v, g, beta))
+    chunks, heads, size = qc.shape[:3]
+    dk, dv = k.shape[-1], v.shape[-1]
+    new = qc.new_empty  # the chunk-local results, filled a block of chunks at a time
+    u_base, w = new(chunks, heads, size, dv), new(chunks, heads, size, dk)
+    intra = new(chunks, heads, size, size)
+    q_dec, k_dec = new(chunks, heads, size, dk), new(chunks, heads, dk, size)
+    chunk_decay = new(chunks, heads, 1, 1)
+    lower = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
+    for lo in range(0, chunks, LOCAL_BLOCK):
+        part = slice(lo, lo + LOCAL_BLOCK)
+        qb, kb_, vb, bb = qc[part], kc[part], vc[part], bc[part]
+        cum = gc[part].cumsum(-1)
+        decay = (cum.unsqueeze(-1) - cum.unsqueeze(-2)).masked_fill(~lower, float("-inf")).exp()
+        kb = kb_ * bb.unsqueeze(-1)
+        a = (kb @ kb_.transpose(-1, -2)) * decay
+        rhs = torch.cat([vb * bb.unsqueeze(-1), kb * cum.exp().unsqueeze(-1)], dim=-1)
+        u_base[part], w[part] = unit_lower_solve(a, rhs).split([dv, dk], dim=-1)
+        torch.mul(qb @ kb_.transpose(-1, -2), decay, out=intra[part])
+        torch.mul(qb, cum.exp().unsqueeze(-1), out=q_dec[part])
+        k_dec[part] = (kb_ * (cum[..., -1:] - cum).exp().unsqueeze(-1)).transpose(-1, -2)
+        chunk_decay[part] = cum[..., -1].exp()[..., None, None]
+    state = states.clone()  # [B, H, dk, dv]: the running sequences are a prefix
+    out = torch.empty_like(u_base)
+    saves = list(plan.saves)
+    for j, sl in enumerate(plan.step_slices()):
+        s = state[: sl.stop - sl.start]
+        u = u_base[sl] - w[sl] @ s
+        out[sl] = q_dec[sl] @ s + intra[sl] @ u
+        s.copy_(s * chunk_decay[sl] + k_dec[sl] @ u)
+        while saves and saves[0].step == j:
+            save = saves.pop(0)
+            on_save(save.key, state[save.seq])
+    return plan.scatter(out.movedim(1, 2), q.shape[0])

@@ -44,17 +44,18 @@ def gated_delta_step(
     ``S <- exp(g) S``; ``u = beta (v - S^T k)``; ``S <- S + k u^T``; ``o = S^T q``.
     Returns ``(o [S, H, dv], new state)``. ``state`` is left alone unless ``in_place``: then the
     new state is written into it (for a state the caller owns, such as a gathered copy). The state
-    is the large operand, so it is touched in four passes (decay, recall, rank-1 update, readout),
-    each a scale or a batched matmul.
+    is the large operand, so it is touched in three passes: one batched matmul reads both the
+    recall ``S^T k`` and the readout ``S^T q`` from the old state (``o = exp(g) S^T q + (k.q) u``
+    equals the readout of the new state), then the decay and the rank-1 update.
     """
     rows, heads, dk = k.shape
     dv = v.shape[-1]
-    decay = g.exp()[..., None, None]
-    state = state.mul_(decay) if in_place else state * decay
+    decay = g.exp().unsqueeze(-1)  # [S, H, 1]
     flat = state.view(rows * heads, dk, dv)
-    keys = k.reshape(rows * heads, 1, dk)
-    recalled = torch.bmm(keys, flat).view(rows, heads, dv)  # S^T k
-    u = beta.unsqueeze(-1) * (v - recalled)
-    flat.baddbmm_(keys.transpose(1, 2), u.reshape(rows * heads, 1, dv))  # S += k u^T
-    out = torch.bmm(q.reshape(rows * heads, 1, dk), flat).view(rows, heads, dv)
+    keys_queries = torch.stack([k, q], dim=2).view(rows * heads, 2, dk)
+    read = torch.bmm(keys_queries, flat).view(rows, heads, 2, dv)  # old S^T k and S^T q
+    u = beta.unsqueeze(-1) * (v - decay * read[:, :, 0])
+    out = decay * read[:, :, 1] + (k * q).sum(-1, keepdim=True) * u
+    state = state.mul_(decay.unsqueeze(-1)) if in_place else state * decay.unsqueeze(-1)
+    state.view(rows * heads, dk, dv).baddbmm_(k.reshape(rows * heads, dk, 1), u.reshape(rows * heads, 1, dv))
     return out, state

@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.kernels.delta_rule import causal_conv, chunked_gated_delta_rule, l2norm
+from radixflow.models.kernels.chunks import ChunkPlan
+from radixflow.models.kernels.delta_rule import CHUNK, causal_conv, gated_delta_rule_chunks, l2norm
 from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
 
@@ -76,12 +77,10 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b.float())
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        offs = batch.offsets
         if len(batch.decode):
             self._decode(qkv, g, beta, batch.decode, batch, out)
-        for i in batch.others:
-            sl = slice(offs[i], offs[i + 1])
-            out[sl] = self._sequence(qkv[sl], g[sl], beta[sl], batch.seqs[i], batch)
+        if batch.others:
+            self._prefill(qkv, g, beta, batch, out)
         y = self.norm(out.to(x.dtype), z)
         return self.out_proj(y.reshape(x.shape[0], self.value_dim))
 
@@ -105,28 +104,52 @@ class GatedDeltaNet(nn.Module):
         out[tok], rec = gated_delta_step(q, k, v, g[tok], beta[tok], rec.float(), in_place=True)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
-    def _sequence(
-        self, qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, seq: SeqSpec, batch: ForwardBatch
-    ) -> torch.Tensor:
-        """Conv + delta rule for one sequence's chunk, segment by segment (saving snapshots)."""
-        loaded = batch.state.load(self.layer_idx, seq.restore_slot)
+    def _prefill(
+        self, qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, batch: ForwardBatch, out: torch.Tensor
+    ) -> None:
+        """Conv + delta rule for every per-sequence row (`batch.others`) in one chunked kernel
+        call, saving each segment's state at its snapshots (mutates the pool); writes the rows'
+        ``out``."""
+        tokens = batch.other_tokens
+        mixed, inits, segs = [], [], []
+        windows: list[torch.Tensor] = []  # conv window per save key
+        slots: list[tuple[int, ...]] = []  # slots per save key
+        base = 0
+        for i in batch.others:
+            seq, lo = batch.seqs[i], batch.offsets[i]
+            conv_state, rec = self._initial_state(batch, seq.restore_slot, qkv.device)
+            conv, padded = causal_conv(qkv[lo : lo + seq.length], conv_state, self.conv1d.weight.squeeze(1))
+            mixed.append(conv)
+            inits.append(rec)
+            mine = []
+            for seg in seq.segments():
+                key = None
+                if seg.slots:
+                    key = len(slots)
+                    slots.append(seg.slots)
+                    windows.append(padded[:, seg.hi : seg.hi + self.kernel - 1])
+                mine.append((base + seg.lo, base + seg.hi, key))
+            segs.append(mine)
+            base += seq.length
+        plan = ChunkPlan.build(segs, base, CHUNK, qkv.device)
+
+        def save(key: int, rec: torch.Tensor) -> None:
+            for slot in slots[key]:
+                batch.state.save(self.layer_idx, slot, (windows[key], rec))
+
+        q, k, v = self._split_heads(torch.cat(mixed))
+        states = torch.stack([inits[b] for b in plan.order])
+        out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states, plan, save)
+
+    def _initial_state(
+        self, batch: ForwardBatch, slot: int | None, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(conv window, float32 recurrent state) restored from ``slot`` (zeros from scratch)."""
+        loaded = batch.state.load(self.layer_idx, slot)
         if loaded is None:
             shapes = self.state_shapes()
-            loaded = tuple(torch.zeros(s, dtype=torch.float32, device=qkv.device) for s in shapes)
-        conv_state, rec = loaded[0], loaded[1].float()
-        mixed, padded = causal_conv(qkv, conv_state, self.conv1d.weight.squeeze(1))
-        q, k, v = self._split_heads(mixed)
-        out = torch.empty(
-            qkv.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device
-        )
-        for seg in seq.segments():
-            lo, hi = seg.lo, seg.hi
-            out[lo:hi], rec = chunked_gated_delta_rule(
-                q[lo:hi], k[lo:hi], v[lo:hi], g[lo:hi], beta[lo:hi], rec
-            )
-            for slot in seg.slots:
-                batch.state.save(self.layer_idx, slot, (padded[:, hi : hi + self.kernel - 1], rec))
-        return out
+            loaded = tuple(torch.zeros(s, dtype=torch.float32, device=device) for s in shapes)
+        return loaded[0], loaded[1].float()
 
     def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""

@@ -39,9 +39,11 @@ TOKENIZER_THREADS = 2  # one long prompt being tokenized does not hold up the ot
 
 def server_thread_plan(cpus: int) -> ThreadPlan:
     """The server's threads on ``cpus`` CPUs. Pure. Forward passes get every CPU the HTTP side
-    does not need: on two CPUs, one torch thread served 1.5x the requests/s of two (README,
-    "Generate and serve"), because two threads spinning on two cores starve the event loop
-    and the tokenizer threads, and a round then waits for both."""
+    does not need. Measured on a quiet 2-CPU machine with 64 loopback clients on the same cores
+    (`benchmarks/serve_compare.py`, medians of 3 interleaved runs; README, "Generate and serve"):
+    one torch thread served as many requests/s as two (23.9 vs 23.7) with a 14% lower chat TTFT
+    p50 and 21% less server CPU per request, since two threads spinning on two cores contend
+    with the event loop, the tokenizer threads and the clients."""
     http = max(1, cpus // HTTP_SHARE)
     return ThreadPlan(torch_threads=max(1, cpus - http), tokenizer_threads=max(TOKENIZER_THREADS, http))
 

@@ -156,11 +156,7 @@ class Scheduler:
     def _recompute(self, req: Request, match: Match, budget: _Budget, out: SchedulerOutput) -> _Admit:
         """Start a blocked consumer from the deepest READY point above its PENDING one: it
         recomputes the prefix rather than wait for the producer (mutates as `_start` does)."""
-        status = _Admit.NO_MEMORY
-        for point in self.reuse.shallower(req, match.checkpoint_tokens):
-            status = self._start(req, point, budget, out)
-            if status is not _Admit.NO_MEMORY:
-                break
+        status = self._start_shallower(req, match.checkpoint_tokens, budget, out)
         if status is _Admit.SCHEDULED:
             self.checkpoints.observe(req, match)
         return status
@@ -198,13 +194,20 @@ class Scheduler:
         if status is _Admit.NO_MEMORY and point.tokens and self.config.has_recurrent and not self.running:
             # Nothing running will free capacity, so waiting cannot help. Our own lock on the reuse
             # point pins the checkpoints above it; a shallower start frees them for a working slot.
-            for fallback in self.reuse.shallower(req, point.tokens):
-                status = self._start(req, fallback, budget, out)
-                if status is not _Admit.NO_MEMORY:
-                    break
+            status = self._start_shallower(req, point.tokens, budget, out)
         if status is _Admit.SCHEDULED:
             self.checkpoints.observe(req, match)
         return status, match
+
+    def _start_shallower(self, req: Request, below: int, budget: _Budget, out: SchedulerOutput) -> _Admit:
+        """`_start` from the deepest READY point shallower than ``below`` prompt tokens that can
+        get its capacity (NO_MEMORY when none can)."""
+        status = _Admit.NO_MEMORY
+        for point in self.reuse.shallower(req, below):
+            status = self._start(req, point, budget, out)
+            if status is not _Admit.NO_MEMORY:
+                break
+        return status
 
     def _start(self, req: Request, point: ReusePoint, budget: _Budget, out: SchedulerOutput) -> _Admit:
         """Lock ``point``, reserve the request's capacity and emit its first chunk."""

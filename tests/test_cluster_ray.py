@@ -31,21 +31,25 @@ def kill_one_replica() -> str:
     return victim
 
 
-async def answers(loop: RemoteLoop, prompts: list[tuple[int, ...]], kill_after_s: float) -> list[Final]:
+async def collect(
+    loop: RemoteLoop, requests: list[Request], flag: bool, timeout_s: float, kill_after_s: float | None = None
+) -> list[Final]:
+    """Submit ``requests`` and wait for every final answer (killing a replica after
+    ``kill_after_s`` when given); fails if any is still unanswered after ``timeout_s``."""
     finals: list[Final] = []
     done = asyncio.Event()
 
     def sink(event) -> None:
         if isinstance(event, Final):
             finals.append(event)
-            if len(finals) == len(prompts):
+            if len(finals) == len(requests):
                 done.set()
 
-    params = SamplingParams(max_tokens=24, ignore_eos=True)
-    loop.submit([(Request(f"q{i}", p, sampling=params), None) for i, p in enumerate(prompts)], sink, True)  # type: ignore[misc]
-    await asyncio.sleep(kill_after_s)
-    await asyncio.to_thread(kill_one_replica)
-    await asyncio.wait_for(done.wait(), 90)  # none hangs
+    loop.submit([(r, None) for r in requests], sink, flag)  # type: ignore[misc]
+    if kill_after_s is not None:
+        await asyncio.sleep(kill_after_s)
+        await asyncio.to_thread(kill_one_replica)
+    await asyncio.wait_for(done.wait(), timeout_s)  # none hangs
     return finals
 
 
@@ -58,26 +62,14 @@ def test_a_replica_killed_mid_run_leaves_no_request_hanging():
         loop = RemoteLoop(lambda job: streaming.generate.remote(job), None, ServerMetrics(), 64)
         prompts = [tuple(range(10 + i, 60 + i)) for i in range(12)]
         t0 = time.monotonic()
-        finals = asyncio.run(answers(loop, prompts, kill_after_s=1.0))
+        params = SamplingParams(max_tokens=24, ignore_eos=True)
+        first = [Request(f"q{i}", p, sampling=params) for i, p in enumerate(prompts)]
+        finals = asyncio.run(collect(loop, first, True, 90, kill_after_s=1.0))
         assert len(finals) == 12 and time.monotonic() - t0 < 90
         ok = [f for f in finals if f.output is not None]
         failed = [f for f in finals if f.output is None]
         assert all(f.status == 503 and "replica" in (f.error or "") for f in failed)
         assert ok, "the surviving replica answered nothing"
-        later = asyncio.run(_after(loop, prompts[:4]))
+        second = [Request(f"later{i}", p) for i, p in enumerate(prompts[:4])]
+        later = asyncio.run(collect(loop, second, False, 60))
         assert all(f.output is not None for f in later)  # the survivor serves what comes next
-
-
-async def _after(loop: RemoteLoop, prompts: list[tuple[int, ...]]) -> list[Final]:
-    finals: list[Final] = []
-    done = asyncio.Event()
-
-    def sink(event) -> None:
-        if isinstance(event, Final):
-            finals.append(event)
-            if len(finals) == len(prompts):
-                done.set()
-
-    loop.submit([(Request(f"later{i}", p), None) for i, p in enumerate(prompts)], sink, False)  # type: ignore[misc]
-    await asyncio.wait_for(done.wait(), 60)
-    return finals

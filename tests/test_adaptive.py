@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import pytest
+
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.adaptive import Adaptive
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
@@ -38,14 +43,31 @@ def counters(engine: Engine) -> dict[str, int]:
 STEM = tuple(range(1, 193))
 
 
-def test_a_producer_with_dependents_is_promoted_ahead_of_earlier_lone_work():
+def test_a_producer_with_dependents_is_promoted_ahead_of_earlier_lone_work(monkeypatch: pytest.MonkeyPatch):
     lone = Request("lone", tuple(range(1000, 1400)))  # arrived first, shares nothing
     group = [Request(f"g{i}", STEM + (900 + i,) * 8) for i in range(3)]
     first = run("radixflow", [lone, *group]).rounds[0]
     assert first.chunks[0][0] == "lone"
-    engine = run("adaptive", [lone, *group])
-    assert engine.rounds[0].chunks[0][0] == "g0"  # its key counts the two consumers it releases
+    # without the FCFS bound, the producer's key (it counts the two consumers it releases) wins
+    monkeypatch.setitem(SCHEDULING_POLICIES, "unbounded", partial(Adaptive, fcfs_share=1e9))
+    engine = run("unbounded", [lone, *group])
+    assert engine.rounds[0].chunks[0][0] == "g0"
     assert counters(engine)["promotions"] >= 1
+    # with it, `lone` (first in line, FCFS would serve it in its first round) keeps its place
+    assert run("adaptive", [lone, *group]).rounds[0].chunks[0][0] == "lone"
+
+
+def test_the_fcfs_bound_holds_a_long_request_near_its_fcfs_place(monkeypatch: pytest.MonkeyPatch):
+    """A long request ahead of a stream of short ones: unbounded, every short one overtakes it;
+    bounded, it runs no later than FCFS would have run it."""
+    long = Request("long", tuple(range(2000, 2400)), arrival_s=0.0)
+    shorts = [Request(f"s{i}", tuple(range(3000 + 40 * i, 3040 + 40 * i)), arrival_s=0.0) for i in range(12)]
+    monkeypatch.setitem(SCHEDULING_POLICIES, "unbounded", partial(Adaptive, fcfs_share=1e9))
+    unbounded = run("unbounded", [long, *shorts])
+    bounded = run("adaptive", [long, *shorts])
+    fcfs = run("radixflow", [long, *shorts])
+    assert unbounded.get("long").finish_s > 1.5 * fcfs.get("long").finish_s  # overtaken by all
+    assert bounded.get("long").finish_s <= fcfs.get("long").finish_s
 
 
 def test_a_consumer_recomputes_when_the_round_has_room_and_waiting_costs_a_round():

@@ -3,7 +3,9 @@
 Order: by deadline from a `RankIndex` kept up to date by events (arrival, wake-up, a group
 member taken), never by a rescan. A request's slack grows with its key (`shapes`): ready
 consumers first, then producers with the most dependents (producer promotion), then lone work;
-the deadline counts from arrival, so aging bounds every wait.
+the deadline counts from arrival, so aging bounds every wait, and no slack exceeds a share of
+the wait first-come-first-served would have given the request (`fcfs_bound`), which holds the
+tail near the FCFS baselines'.
 
 How much: every ready request the budgets allow, the last one cut into a chunk, as `radixflow`
 fills its rounds. A per-round rollout choosing between such full rounds and rounds of whole
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
+from radixflow.scheduler.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.ranking import RankIndex
 from radixflow.scheduler.recompute import Blocked, Verdict, weigh
@@ -40,8 +43,10 @@ SKIPS_PER_SLOT = 1
 class Adaptive:
     name = "adaptive"
 
-    def __init__(self, aging: float = AGING) -> None:
+    def __init__(self, aging: float = AGING, fcfs_share: float = FCFS_SHARE) -> None:
         self._aging = aging
+        self._fcfs_share = fcfs_share
+        self._fcfs: FcfsBound | None = None  # slack bounds, from the token budget at `bind`
         self._ctx: PolicyContext | None = None
         self._shapes: Shapes | None = None
         self._times: RoundTimes | None = None
@@ -59,15 +64,17 @@ class Adaptive:
         self._shapes = Shapes(context)
         self._times = RoundTimes(context.predict, context.config)
         self._ranked = context.config.has_recurrent
+        self._fcfs = FcfsBound(context.config.token_budget, self._fcfs_share)
 
     def on_arrival(self, request: Request) -> None:
         """Shape and rank the newcomer; its group's members are re-keyed before the next scan
         (mutates only the policy)."""
         if not self._ranked:
             return
-        assert self._shapes is not None
+        assert self._shapes is not None and self._fcfs is not None
         shape = self._shapes.arrived(request)
-        self._index.add(request, self._round, self._slack(shape))
+        self._fcfs.arrive(request.id, self._round, shape.remaining)
+        self._index.add(request, self._round, self._slack(request, shape))
 
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
         """Re-key the woken consumers, whose reuse changed (mutates only the policy)."""
@@ -144,13 +151,17 @@ class Adaptive:
     # ----------------------------------------------------------------- keys
     def _rekey(self, request: Request) -> None:
         assert self._shapes is not None
-        self._index.rekey(request, self._slack(self._shapes.of(request)))
+        self._index.rekey(request, self._slack(request, self._shapes.of(request)))
 
     def _forget(self, request: Request) -> None:
         assert self._shapes is not None
         self._shapes.forget(request)
         self._waited.discard(request.id)
+        if self._fcfs is not None:
+            self._fcfs.forget(request.id)
 
-    def _slack(self, shape: Shape) -> float:
-        assert self._ctx is not None
-        return self._aging * shape.key / self._ctx.config.token_budget
+    def _slack(self, request: Request, shape: Shape) -> float:
+        """Rounds the request may wait from its arrival: its key's worth, at most its share of
+        what FCFS would have made it wait."""
+        assert self._ctx is not None and self._fcfs is not None
+        return self._fcfs.cap(request.id, self._aging * shape.key / self._ctx.config.token_budget)

@@ -77,8 +77,8 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b.float())
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        if len(batch.decode):
-            self._decode(qkv, g, beta, batch.decode, batch, out)
+        for rows in batch.decode_parts:
+            self._decode(qkv, g, beta, rows, batch, out)
         if batch.others:
             self._prefill(qkv, g, beta, batch, out)
         y = self.norm(out.to(x.dtype), z)
@@ -93,14 +93,16 @@ class GatedDeltaNet(nn.Module):
         batch: ForwardBatch,
         out: torch.Tensor,
     ) -> None:
-        """Every one-token row in one step: gather states, conv shift + delta rule, scatter the
-        new states to the rows' snapshot slots (mutates the pool); writes the rows of ``out``."""
+        """The one-token rows of one part in one step: their states (gathered, or the pool's own
+        rows for an in-place block), conv shift + delta rule, the new states to the rows'
+        snapshot slots (mutates the pool); writes the rows of ``out``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
         step = qkv[rows.tokens]
         mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None)
         q, k, v = self._split_heads(F.silu(mixed))
         tok = rows.tokens
-        # in place: the gathered state (or its float32 copy) belongs to this step alone
+        # in place: the gathered state (or its float32 copy, or the block this step overwrites)
+        # belongs to this step alone
         out[tok], rec = gated_delta_step(q, k, v, g[tok], beta[tok], rec.float(), in_place=True)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 

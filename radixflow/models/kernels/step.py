@@ -32,6 +32,8 @@ def conv_step(
         out += x * weight[:, taps - 1]
     if bias is not None:
         out = out + bias.to(x.dtype)
+    if taps == 1:  # no window to shift
+        return out, window
     return out, torch.cat([window[..., 1:], x.unsqueeze(-1)], dim=-1)
 
 

@@ -17,7 +17,7 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, causal_conv, gated_delta_rule_chunks, l2norm
+from radixflow.models.kernels.delta_rule import CHUNK, causal_conv_packed, gated_delta_rule_chunks, l2norm
 from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
 
@@ -113,15 +113,15 @@ class GatedDeltaNet(nn.Module):
         call, saving each segment's state at its snapshots (mutates the pool); writes the rows'
         ``out``."""
         tokens = batch.other_tokens
-        mixed, inits, segs = [], [], []
-        windows: list[torch.Tensor] = []  # conv window per save key
+        xs, conv_states, inits, segs = [], [], [], []
+        ends: list[tuple[int, int]] = []  # (sequence, chunk position) per save key
         slots: list[tuple[int, ...]] = []  # slots per save key
         base = 0
-        for i in batch.others:
+        for n, i in enumerate(batch.others):
             seq, lo = batch.seqs[i], batch.offsets[i]
             conv_state, rec = self._initial_state(batch, seq.restore_slot, qkv.device)
-            conv, padded = causal_conv(qkv[lo : lo + seq.length], conv_state, self.conv1d.weight.squeeze(1))
-            mixed.append(conv)
+            xs.append(qkv[lo : lo + seq.length])
+            conv_states.append(conv_state)
             inits.append(rec)
             mine = []
             for seg in seq.segments():
@@ -129,17 +129,21 @@ class GatedDeltaNet(nn.Module):
                 if seg.slots:
                     key = len(slots)
                     slots.append(seg.slots)
-                    windows.append(padded[:, seg.hi : seg.hi + self.kernel - 1])
+                    ends.append((n, seg.hi))
                 mine.append((base + seg.lo, base + seg.hi, key))
             segs.append(mine)
             base += seq.length
+        # one conv call for every sequence: 32 prompts x 9 layers made 288 small ones
+        mixed, padded, bases = causal_conv_packed(xs, conv_states, self.conv1d.weight.squeeze(1))
+        w = self.kernel - 1
+        windows = [padded[bases[n] + hi : bases[n] + hi + w].t() for n, hi in ends]
         plan = ChunkPlan.build(segs, base, CHUNK, qkv.device)
 
         def save(key: int, rec: torch.Tensor) -> None:
             for slot in slots[key]:
                 batch.state.save(self.layer_idx, slot, (windows[key], rec))
 
-        q, k, v = self._split_heads(torch.cat(mixed))
+        q, k, v = self._split_heads(mixed)
         states = torch.stack([inits[b] for b in plan.order])
         out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states, plan, save)
 

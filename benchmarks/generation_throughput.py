@@ -136,6 +136,9 @@ def bench_decode(runner: TorchRunner, hf: Any, n: int, prompt_len: int, gen: int
 
     t = interleaved({"ours": ours, "transformers": theirs}, repeats)
     reqs, their_tokens = t["ours"]["out"], t["transformers"]["out"]
+    short = [(r.id, len(r.output), r.error) for r in reqs if len(r.output) != gen]
+    if short:  # a failed round ends its requests early: their rate would count tokens never made
+        raise SystemExit(f"decode {n}: requests did not generate {gen} tokens: {short[:3]}")
     same_as_generate = all(r.output == their_tokens[i].tolist() for i, r in enumerate(reqs))
     equal, diff = uncached_check(hf, reqs, prompt_len)
     out = row(f"decode {n}", n * gen, "tok/s", t, diff, equal)

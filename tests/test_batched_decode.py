@@ -8,8 +8,11 @@ chunked path (the reference). Every round's logits and the final state pool must
 The rounds hit the edges of the gather/scatter: a fresh one-token prompt (no state to restore),
 fresh and restored rows together, two rows restoring one checkpoint, a row saving into two
 slots and one saving into none, a sequence finishing while others go on, mixed prefill and
-decode in one round (decode rows first, and once after a prefill chunk), a batch of one, and a
-state pool with no spare slot (the last slot is used).
+decode in one round (decode rows first, and once after a prefill chunk), a batch of one, a
+state pool with no spare slot (the last slot is used), and the in-place update: rows that save
+into the slot they restore update it where it lies (`StatePool.place` moves those states into
+one block of pool rows first, so the slots move between rows from round to round), next to rows
+gathered in the same round, and a round where every in-place row also saves into a second slot.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ SEQS = {
     "B": (prompt(2, 22), [2, 3]),
     "C": (prompt(3, 4), [4]),
     "D": (prompt(4, 20), [5, 6]),
-    "E": (A[:24] + prompt(5, 3), [0, 7]),
-    "F": (A[:25] + prompt(6, 2), [0, 8]),
+    "E": (A[:24] + prompt(5, 4), [0, 7]),
+    "F": (A[:25] + prompt(6, 3), [0, 8]),
     "G": (prompt(7, 3), [9]),
 }
 NUM_BLOCKS, NUM_SLOTS = 10, 8  # every slot is used (slot 7 is the last one)
@@ -89,6 +92,8 @@ ROUNDS: list[list[Row]] = [
     ],
     [Row("A", 26, 1, 0, ((27, 0),))],  # a batch of one
     [Row("F", 26, 1, 5, ((27, 5),)), Row("E", 26, 1, 4, ((27, 4),)), Row("C", 3, 1, 3)],
+    # every row updates its own slot in place and also saves into another (a tail checkpoint)
+    [Row("F", 27, 1, 5, ((28, 5), (28, 1))), Row("E", 27, 1, 4, ((28, 4), (28, 6)))],
 ]
 COPIES = {1: [(1, 7)], 2: [(1, 8)]}  # before round i: copy KV block src -> dst (E's and F's fork)
 
@@ -142,12 +147,12 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
 def test_batched_decode_matches_the_per_sequence_path(model: torch.nn.Module) -> None:
     batched, batched_state, decode_rows = play(model, batched=True)
     serial, serial_state, no_rows = play(model, batched=False)
-    assert decode_rows == [1, 5, 6, 1, 3] and not any(no_rows)  # the batched step really ran
+    assert decode_rows == [1, 5, 6, 1, 3, 2] and not any(no_rows)  # the batched step really ran
     for rnd, (got, want) in enumerate(zip(batched, serial, strict=True)):
         for row, g, w in zip(ROUNDS[rnd], got, want, strict=True):
             assert (g - w).abs().max().item() <= STEP_TOL, (rnd, row.seq)
-    for layer, tensors in batched_state.tensors.items():
-        for g, w in zip(tensors, serial_state.tensors[layer], strict=True):
+    for layer in batched_state.tensors:
+        for g, w in zip(batched_state.logical(layer), serial_state.logical(layer), strict=True):
             assert (g - w).abs().max().item() <= STEP_TOL, layer
 
 

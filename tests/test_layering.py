@@ -93,7 +93,8 @@ NO_TORCH = {
 MODELS_ALLOWED = {
     "kernels": set(),
     "decode_rows": set(),
-    "batch": {"decode_rows"},
+    "state_pool": {"decode_rows"},
+    "batch": {"decode_rows", "state_pool"},
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
@@ -101,7 +102,16 @@ MODELS_ALLOWED = {
     "attention": {"batch", "decode_rows"},
     "layers": {"batch"},
     "mixers": {"batch", "decode_rows", "attention", "layers", "kernels"},
-    "families": {"batch", "attention", "layers", "mixers", "kernels", "config_schema", "config_rules"},
+    "families": {
+        "batch",
+        "decode_rows",
+        "attention",
+        "layers",
+        "mixers",
+        "kernels",
+        "config_schema",
+        "config_rules",
+    },
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
     "zoo": {"layers", "registry", "io"},
 }

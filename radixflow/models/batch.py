@@ -10,11 +10,11 @@ sequence may attend to KV written by another sequence of the same round (full-at
 within a round). Recurrent layers can only start from a checkpoint saved by an earlier round.
 
 Decode rows (sequences computing one token) are grouped into `DecodeRows`: each layer runs them
-in one batched step (states gathered from the `StatePool` in one index op, new states scattered
-to every slot they snapshot; one attention call over the paged KV), while the other rows keep the
-chunked per-sequence path. ``batched_decode=False`` sends every row down the per-sequence path,
-the reference the batched step is tested against. Attention over the paged KV is
-`radixflow.models.attention.paged_attention`.
+in one batched step (a row that saves into the slot it restores updates its state where it lies
+in the `StatePool`, the others are gathered in one index op and scattered back; one attention
+call over the paged KV), while the other rows keep the chunked per-sequence path.
+``batched_decode=False`` sends every row down the per-sequence path, the reference the batched
+step is tested against. Attention over the paged KV is `radixflow.models.attention.paged_attention`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from functools import cached_property
 
 import torch
 
-from radixflow.models.decode_rows import DecodeContext, DecodeRows, length_groups
+from radixflow.models.decode_rows import DecodeContext, DecodeRows, Picked, length_groups
+from radixflow.models.state_pool import StatePool
 
 
 @dataclass(frozen=True)
@@ -127,85 +128,6 @@ class KVPool:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
-# Rows of at least this size are scattered one plain copy each: on CPU the index-copy kernel moves
-# large rows at about half the speed of a memcpy (a Mamba2 row is 256 KiB at 16 heads of 64 x 64).
-ROW_COPY_BYTES = 64 * 1024
-
-
-class StatePool:
-    """Recurrent-state checkpoints: for each recurrent layer a tuple of ``[num_slots, *shape]``."""
-
-    def __init__(
-        self,
-        layout: dict[int, tuple[tuple[int, ...], ...]],
-        num_slots: int,
-        dtype: torch.dtype,
-        device: torch.device | str,
-    ) -> None:
-        self.num_slots = num_slots
-        self.tensors: dict[int, tuple[torch.Tensor, ...]] = {
-            layer: tuple(torch.zeros(num_slots, *s, dtype=dtype, device=device) for s in shapes)
-            for layer, shapes in layout.items()
-        }
-        # gather's output buffers (per tensor position and row shape), reused layer after layer:
-        # a fresh multi-megabyte tensor per layer costs page faults that show in the decode step
-        self._scratch: dict[tuple[int, torch.Size], torch.Tensor] = {}
-
-    def load(self, layer: int, slot: int | None) -> tuple[torch.Tensor, ...] | None:
-        """Copies of the state in ``slot`` (None when starting from scratch)."""
-        if slot is None:
-            return None
-        return tuple(t[slot].clone() for t in self.tensors[layer])
-
-    def save(self, layer: int, slot: int, state: tuple[torch.Tensor, ...]) -> None:
-        """Overwrite ``slot`` of ``layer`` with ``state`` (mutates the pool)."""
-        for dst, src in zip(self.tensors[layer], state, strict=True):
-            dst[slot].copy_(src)
-
-    def copy_slot(self, src: int, dst: int) -> None:
-        for tensors in self.tensors.values():
-            for t in tensors:
-                t[dst].copy_(t[src])
-
-    def gather(self, layer: int, rows: DecodeRows) -> tuple[torch.Tensor, ...]:
-        """The state every decode row restores, ``[rows, *shape]`` per tensor in the pool's dtype
-        (zeros for rows starting from scratch).
-
-        The tensors are scratch buffers the caller may update in place; they stay valid until
-        the next ``gather`` (which reuses them), so a layer scatters its new state before the
-        next layer gathers.
-        """
-        out = []
-        for j, t in enumerate(self.tensors[layer]):
-            key = (j, t.shape[1:])
-            buf = self._scratch.get(key)
-            if buf is None or buf.shape[0] < len(rows):  # grown to the largest batch seen
-                buf = self._scratch[key] = torch.empty(len(rows), *key[1], dtype=t.dtype, device=t.device)
-            buf = buf[: len(rows)]
-            if rows.restore is None:
-                buf.zero_()
-            else:
-                torch.index_select(t, 0, rows.restore, out=buf)
-                if rows.fresh is not None:
-                    buf[rows.fresh] = 0
-            out.append(buf)
-        return tuple(out)
-
-    def scatter(self, layer: int, rows: DecodeRows, state: tuple[torch.Tensor, ...]) -> None:
-        """Write row ``i``'s new state (``state[j][i]``) into every slot row ``i`` snapshots
-        (mutates the pool; rows without snapshots write nothing)."""
-        if not rows.saves:
-            return
-        for dst, src in zip(self.tensors[layer], state, strict=True):
-            if src[0].nbytes >= ROW_COPY_BYTES:
-                for row, slot in rows.saves:
-                    dst[slot].copy_(src[row])
-                continue
-            if rows.save_rows is not None:
-                src = src.index_select(0, rows.save_rows)
-            dst.index_copy_(0, rows.save_slots, src.to(dst.dtype))
-
-
 @dataclass
 class ForwardBatch:
     """Everything a model's forward needs for one round."""
@@ -227,14 +149,28 @@ class ForwardBatch:
         return out
 
     @cached_property
-    def decode(self) -> DecodeRows:
-        """The one-token rows, run by one batched step per layer (empty unless ``batched_decode``)."""
-        picked = [
+    def _picked(self) -> list[Picked]:
+        """The one-token rows as `DecodeRows.build` takes them (none unless ``batched_decode``)."""
+        return [
             (i, self.offsets[i], s.restore_slot, tuple(snap.slot for snap in s.snapshots))
             for i, s in enumerate(self.seqs)
             if self.batched_decode and s.length == 1
         ]
-        return DecodeRows.build(picked, self.input_ids.device)
+
+    @cached_property
+    def decode(self) -> DecodeRows:
+        """The one-token rows, run by one batched step per layer (empty unless ``batched_decode``),
+        in batch order, with their slots as the scheduler names them (the recurrent layers use
+        `decode_parts`)."""
+        return DecodeRows.build(self._picked, self.input_ids.device)
+
+    @cached_property
+    def decode_parts(self) -> tuple[DecodeRows, ...]:
+        """The one-token rows split as the state pool reaches them (`StatePool.place`: gathered
+        rows, then a block updated in place), in pool rows; placed once per batch, on first use
+        (placing moves states between pool rows in every layer at once, so it is safe at any
+        point of the forward)."""
+        return self.state.place(self._picked, self.input_ids.device)
 
     @cached_property
     def others(self) -> list[int]:

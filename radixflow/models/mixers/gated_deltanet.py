@@ -17,7 +17,7 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, causal_conv, gated_delta_rule_chunks, l2norm
+from radixflow.models.kernels.delta_rule import CHUNK, causal_conv_packed, gated_delta_rule_chunks, l2norm
 from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
 
@@ -77,8 +77,8 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b.float())
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        if len(batch.decode):
-            self._decode(qkv, g, beta, batch.decode, batch, out)
+        for rows in batch.decode_parts:
+            self._decode(qkv, g, beta, rows, batch, out)
         if batch.others:
             self._prefill(qkv, g, beta, batch, out)
         y = self.norm(out.to(x.dtype), z)
@@ -93,14 +93,16 @@ class GatedDeltaNet(nn.Module):
         batch: ForwardBatch,
         out: torch.Tensor,
     ) -> None:
-        """Every one-token row in one step: gather states, conv shift + delta rule, scatter the
-        new states to the rows' snapshot slots (mutates the pool); writes the rows of ``out``."""
+        """The one-token rows of one part in one step: their states (gathered, or the pool's own
+        rows for an in-place block), conv shift + delta rule, the new states to the rows'
+        snapshot slots (mutates the pool); writes the rows of ``out``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
         step = qkv[rows.tokens]
         mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None)
         q, k, v = self._split_heads(F.silu(mixed))
         tok = rows.tokens
-        # in place: the gathered state (or its float32 copy) belongs to this step alone
+        # in place: the gathered state (or its float32 copy, or the block this step overwrites)
+        # belongs to this step alone
         out[tok], rec = gated_delta_step(q, k, v, g[tok], beta[tok], rec.float(), in_place=True)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
@@ -111,15 +113,15 @@ class GatedDeltaNet(nn.Module):
         call, saving each segment's state at its snapshots (mutates the pool); writes the rows'
         ``out``."""
         tokens = batch.other_tokens
-        mixed, inits, segs = [], [], []
-        windows: list[torch.Tensor] = []  # conv window per save key
+        xs, conv_states, inits, segs = [], [], [], []
+        ends: list[tuple[int, int]] = []  # (sequence, chunk position) per save key
         slots: list[tuple[int, ...]] = []  # slots per save key
         base = 0
-        for i in batch.others:
+        for n, i in enumerate(batch.others):
             seq, lo = batch.seqs[i], batch.offsets[i]
             conv_state, rec = self._initial_state(batch, seq.restore_slot, qkv.device)
-            conv, padded = causal_conv(qkv[lo : lo + seq.length], conv_state, self.conv1d.weight.squeeze(1))
-            mixed.append(conv)
+            xs.append(qkv[lo : lo + seq.length])
+            conv_states.append(conv_state)
             inits.append(rec)
             mine = []
             for seg in seq.segments():
@@ -127,17 +129,21 @@ class GatedDeltaNet(nn.Module):
                 if seg.slots:
                     key = len(slots)
                     slots.append(seg.slots)
-                    windows.append(padded[:, seg.hi : seg.hi + self.kernel - 1])
+                    ends.append((n, seg.hi))
                 mine.append((base + seg.lo, base + seg.hi, key))
             segs.append(mine)
             base += seq.length
+        # one conv call for every sequence: 32 prompts x 9 layers made 288 small ones
+        mixed, padded, bases = causal_conv_packed(xs, conv_states, self.conv1d.weight.squeeze(1))
+        w = self.kernel - 1
+        windows = [padded[bases[n] + hi : bases[n] + hi + w].t() for n, hi in ends]
         plan = ChunkPlan.build(segs, base, CHUNK, qkv.device)
 
         def save(key: int, rec: torch.Tensor) -> None:
             for slot in slots[key]:
                 batch.state.save(self.layer_idx, slot, (windows[key], rec))
 
-        q, k, v = self._split_heads(torch.cat(mixed))
+        q, k, v = self._split_heads(mixed)
         states = torch.stack([inits[b] for b in plan.order])
         out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states, plan, save)
 

@@ -134,8 +134,8 @@ class Mamba2Mixer(nn.Module):
         z, xbc, dt = proj.split([s.inner, s.conv_dim, s.heads], dim=-1)
         y = torch.empty(x.shape[0], s.inner, dtype=torch.float32, device=x.device)
         offs = batch.offsets
-        if len(batch.decode):
-            self._decode(batch, batch.decode, xbc, dt, y)
+        for rows in batch.decode_parts:
+            self._decode(batch, rows, xbc, dt, y)
         for i in batch.others:
             self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
         if s.norm == "nemotron":
@@ -216,14 +216,16 @@ class Mamba2Mixer(nn.Module):
     def _decode(
         self, batch: ForwardBatch, rows: DecodeRows, xbc: torch.Tensor, dt: torch.Tensor, y: torch.Tensor
     ) -> None:
-        """Every one-token row in one step: gather states, conv shift + recurrence, scatter the
-        new states to the rows' snapshot slots (mutates the pool); writes the rows of ``y``."""
+        """The one-token rows of one part in one step: their states (gathered, or the pool's own
+        rows for an in-place block), conv shift + recurrence, the new states to the rows'
+        snapshot slots (mutates the pool); writes the rows of ``y``."""
         window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
         step = xbc[rows.tokens]  # [S, C]
         conv, window = conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias)
         xs, b, c = self._split_xbc(self.act(conv))
         a = -torch.exp(self.A_log.float())
-        # in place: the gathered state (or its float32 copy) belongs to this step alone
+        # in place: the gathered state (or its float32 copy, or the block this step overwrites)
+        # belongs to this step alone
         out, h = ssd_step(xs, self._dt(dt[rows.tokens]), a, b, c, h.float(), in_place=True)
         out = out + self.D.float()[:, None] * xs
         y[rows.tokens] = out.reshape(len(rows), -1)

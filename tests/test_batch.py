@@ -61,6 +61,29 @@ def decode_batch(specs: list[SeqSpec], state: StatePool, batched: bool = True) -
     return ForwardBatch.build([([1] * s.length, s) for s in specs], kv, state, "cpu", batched)
 
 
+def test_state_pool_load_many_restores_each_slot_and_zeros_fresh_rows():
+    pool = StatePool({3: ((2,), (1, 2))}, num_slots=3, dtype=torch.float32, device="cpu")
+    for slot in range(3):
+        pool.save(3, slot, (torch.full((2,), slot + 1.0), torch.full((1, 2), -slot - 1.0)))
+    windows, recs = pool.load_many(3, [2, None, 0, 2])
+    assert windows[:, 0].tolist() == [3.0, 0.0, 1.0, 3.0]
+    assert recs[:, 0, 0].tolist() == [-3.0, 0.0, -1.0, -3.0]
+    windows.add_(10.0)  # copies: the pool is untouched
+    assert pool.load(3, 2)[0].tolist() == [3.0, 3.0]
+    # a decode round that updates slots 0 and 2 in place makes them one block of pool rows
+    # (slot 2 moves to row 1): load_many still answers by slot
+    pool4 = StatePool({3: ((2,), (1, 2))}, num_slots=4, dtype=torch.float32, device="cpu")
+    for slot in range(4):
+        pool4.save(3, slot, (torch.full((2,), slot + 1.0), torch.full((1, 2), -slot - 1.0)))
+    pool4.place([(0, 0, 0, (0,)), (1, 1, 2, (2,))], torch.device("cpu"))
+    assert pool4.rows != [0, 1, 2, 3]
+    windows, _ = pool4.load_many(3, [2, None, 0, 1, 3])
+    assert windows[:, 0].tolist() == [3.0, 0.0, 1.0, 2.0, 4.0]
+    empty = StatePool({3: ((2,),)}, num_slots=0, dtype=torch.float32, device="cpu")
+    (fresh,) = empty.load_many(3, [None, None])  # no slot at all: zeros, no index into the pool
+    assert fresh.shape == (2, 2) and not fresh.any()
+
+
 def test_decode_rows_are_the_one_token_chunks_unless_batching_is_off():
     state = StatePool({}, 0, torch.float32, "cpu")
     specs = [SeqSpec(0, 5, [0, 1]), SeqSpec(3, 1, [2], 0), SeqSpec(0, 1, [3]), SeqSpec(2, 2, [4], 1)]

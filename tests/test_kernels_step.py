@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from radixflow.models.kernels.delta_rule import (
     causal_conv,
-    causal_conv_packed,
     chunked_gated_delta_rule,
     l2norm,
 )
@@ -94,23 +93,3 @@ def test_conv_step_shifts_the_window_like_the_chunked_conv(kernel: int) -> None:
         want, padded = causal_conv(x[r : r + 1], window[r], weight)  # silu(conv), no bias
         assert (F.silu(out[r] - bias) - want[0]).abs().max() < 1e-6
         assert torch.equal(new_window[r], padded[:, 1:])
-
-
-@pytest.mark.parametrize("kernel", [1, 4])
-def test_packed_conv_matches_one_conv_per_sequence(kernel: int) -> None:
-    # lengths 1 (shorter than the window), 6 and 3: no output may read across a sequence edge
-    g = torch.Generator().manual_seed(kernel)
-    chans, lengths = 5, [1, 6, 3]
-    xs = [torch.randn(n, chans, generator=g) for n in lengths]
-    states = [torch.randn(chans, kernel - 1, generator=g) for _ in lengths]
-    weight = torch.randn(chans, kernel, generator=g)
-    got, padded, bases = causal_conv_packed(xs, states, weight)
-    assert got.shape == (sum(lengths), chans)
-    lo = 0
-    for x, state, base in zip(xs, states, bases, strict=True):
-        want, want_padded = causal_conv(x, state, weight)
-        assert (got[lo : lo + len(x)] - want).abs().max() < 1e-6
-        for p in range(len(x) + 1):  # the conv state after every prefix
-            window = padded[base + p : base + p + kernel - 1].t()
-            assert torch.equal(window, want_padded[:, p : p + kernel - 1])
-        lo += len(x)

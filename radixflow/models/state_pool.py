@@ -53,6 +53,22 @@ class StatePool:
             return None
         return tuple(t[self.rows[slot]].clone() for t in self.tensors[layer])
 
+    def load_many(self, layer: int, slots: list[int | None]) -> tuple[torch.Tensor, ...]:
+        """Copies of the states in ``slots``, ``[len(slots), *shape]`` per tensor, in one index op
+        per tensor (zeros where a slot is None: starting from scratch)."""
+        tensors = self.tensors[layer]
+        fresh = [i for i, s in enumerate(slots) if s is None]
+        if len(fresh) == len(slots):
+            return tuple(t.new_zeros(len(slots), *t.shape[1:]) for t in tensors)
+        device = tensors[0].device
+        rows = [0 if s is None else self.rows[s] for s in slots]
+        index = torch.tensor(rows, dtype=torch.long, device=device)
+        out = tuple(t.index_select(0, index) for t in tensors)
+        if fresh:
+            for t in out:
+                t[fresh] = 0
+        return out
+
     def save(self, layer: int, slot: int, state: tuple[torch.Tensor, ...]) -> None:
         """Overwrite ``slot`` of ``layer`` with ``state`` (mutates the pool)."""
         for dst, src in zip(self.tensors[layer], state, strict=True):

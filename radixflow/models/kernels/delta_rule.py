@@ -40,27 +40,6 @@ def causal_conv(
     return F.silu(out[0].t()), padded
 
 
-def causal_conv_packed(
-    xs: list[torch.Tensor], states: list[torch.Tensor], weight: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """`causal_conv` for several sequences in ONE conv call: ``xs[i] [L_i, C]`` continuing from
-    ``states[i] [C, K-1]``. Each sequence's inputs are prefixed with its state and the padded
-    sequences laid end to end; outputs whose window would cross into the next sequence are
-    dropped. Returns ``(silu(conv) [sum L_i, C], padded [sum(K-1+L_i), C], bases)``: sequence
-    ``i``'s conv state after its prefix ``p`` is ``padded[bases[i] + p : bases[i] + p + K-1].T``.
-    """
-    w = weight.shape[1] - 1
-    pieces, keep, bases, base = [], [], [], 0
-    for x, state in zip(xs, states, strict=True):
-        pieces += [state.to(x.dtype).t(), x]
-        keep.append(torch.arange(base, base + x.shape[0], device=x.device))
-        bases.append(base)
-        base += w + x.shape[0]
-    padded = torch.cat(pieces)
-    out = F.conv1d(padded.t().unsqueeze(0), weight.unsqueeze(1), groups=weight.shape[0])[0]
-    return F.silu(out.t()[torch.cat(keep)]), padded, bases
-
-
 def _to_chunks(x: torch.Tensor, size: int) -> torch.Tensor:
     """``[L, H, *d] -> [H, N, size, *d]``, zero-padding L up to a multiple of ``size``.
 

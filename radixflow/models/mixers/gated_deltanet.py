@@ -17,7 +17,8 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, causal_conv_packed, gated_delta_rule_chunks, l2norm
+from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, l2norm
+from radixflow.models.kernels.packed_conv import PackedConv
 from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
 
@@ -109,53 +110,39 @@ class GatedDeltaNet(nn.Module):
     def _prefill(
         self, qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, batch: ForwardBatch, out: torch.Tensor
     ) -> None:
-        """Conv + delta rule for every per-sequence row (`batch.others`) in one chunked kernel
-        call, saving each segment's state at its snapshots (mutates the pool); writes the rows'
-        ``out``."""
+        """Conv + delta rule for every per-sequence row (`batch.others`): one packed conv and one
+        chunked kernel call for all of them, saving each segment's state at its snapshots
+        (mutates the pool); writes the rows' ``out``."""
         tokens = batch.other_tokens
-        xs, conv_states, inits, segs = [], [], [], []
-        ends: list[tuple[int, int]] = []  # (sequence, chunk position) per save key
-        slots: list[tuple[int, ...]] = []  # slots per save key
+        seqs = [batch.seqs[i] for i in batch.others]
+        packed = PackedConv.build([s.length for s in seqs], self.kernel - 1, qkv.device)
+        saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
+        segs = []
         base = 0
-        for n, i in enumerate(batch.others):
-            seq, lo = batch.seqs[i], batch.offsets[i]
-            conv_state, rec = self._initial_state(batch, seq.restore_slot, qkv.device)
-            xs.append(qkv[lo : lo + seq.length])
-            conv_states.append(conv_state)
-            inits.append(rec)
+        for n, seq in enumerate(seqs):
             mine = []
             for seg in seq.segments():
                 key = None
                 if seg.slots:
-                    key = len(slots)
-                    slots.append(seg.slots)
-                    ends.append((n, seg.hi))
+                    key = len(saves)
+                    saves.append((n, seg.hi, seg.slots))
                 mine.append((base + seg.lo, base + seg.hi, key))
             segs.append(mine)
             base += seq.length
-        # one conv call for every sequence: 32 prompts x 9 layers made 288 small ones
-        mixed, padded, bases = causal_conv_packed(xs, conv_states, self.conv1d.weight.squeeze(1))
-        w = self.kernel - 1
-        windows = [padded[bases[n] + hi : bases[n] + hi + w].t() for n, hi in ends]
         plan = ChunkPlan.build(segs, base, CHUNK, qkv.device)
+        # initial states in plan order: the kernel's order; the packed conv places each window
+        windows, states = batch.state.load_many(self.layer_idx, [seqs[b].restore_slot for b in plan.order])
+        buf = packed.pack(qkv[tokens], windows, plan.order)
+        mixed = packed.conv(buf, self.conv1d.weight.squeeze(1))
 
         def save(key: int, rec: torch.Tensor) -> None:
-            for slot in slots[key]:
-                batch.state.save(self.layer_idx, slot, (windows[key], rec))
+            n, before, slots = saves[key]
+            window = packed.window_after(buf, n, before)
+            for slot in slots:
+                batch.state.save(self.layer_idx, slot, (window, rec))
 
         q, k, v = self._split_heads(mixed)
-        states = torch.stack([inits[b] for b in plan.order])
-        out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states, plan, save)
-
-    def _initial_state(
-        self, batch: ForwardBatch, slot: int | None, device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(conv window, float32 recurrent state) restored from ``slot`` (zeros from scratch)."""
-        loaded = batch.state.load(self.layer_idx, slot)
-        if loaded is None:
-            shapes = self.state_shapes()
-            loaded = tuple(torch.zeros(s, dtype=torch.float32, device=device) for s in shapes)
-        return loaded[0], loaded[1].float()
+        out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states.float(), plan, save)
 
     def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""

@@ -1,0 +1,132 @@
+"""`serve_load.py`'s traffic straight into one engine, no HTTP: where a server round's CPU goes.
+
+A closed loop of ``--clients`` virtual clients, each with one request in flight; when a request
+is answered its client sends the next one at once (the same mix as serve_load: candidate
+scoring with echo + logprobs=1 and max_tokens 0 or 1 after one of 8 shared contexts, or a chat
+turn of 16 sampled tokens). Prints the round composition, requests/s, and the engine thread's
+CPU, run-queue wait (CPU other jobs held) and sleep (the GIL) from ``/proc``, so a run on a busy
+machine still says how much CPU a request costs. ``--profile`` adds cProfile's top functions.
+
+    python benchmarks/serve_replay.py --rounds 40 [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from radixflow.generation.output_processor import Done, EngineDriver, OutputProcessor
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.setup import load_model
+from radixflow.generation.tracker import RequestTracker
+from radixflow.models.io.tokenizer import corpus
+from radixflow.options import EngineOptions
+from radixflow.scheduler.request import Request
+
+
+def thread_times() -> tuple[float, float, float]:
+    """(wall, CPU, run-queue wait) of the calling thread so far, in seconds (Linux)."""
+    tid = threading.get_native_id()
+    cpu, wait, _ = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+    return time.perf_counter(), int(cpu) / 1e9, int(wait) / 1e9
+
+
+class Clients:
+    """The virtual clients: each one's next request, drawn as serve_load draws them."""
+
+    def __init__(self, model: object, engine: object, count: int) -> None:
+        self.tok = model.tokenizer  # type: ignore[attr-defined]
+        self.processor = OutputProcessor(engine)  # type: ignore[arg-type]
+        self.engine = engine
+        lines = [line for line in corpus() if len(line) > 20]
+        rng = random.Random(0)
+        self.contexts = [" ".join(rng.sample(lines, 12)) for _ in range(8)]
+        self.candidates = [f" Answer: {line}" for line in rng.sample(lines, 16)]
+        self.rngs = [random.Random(i) for i in range(count)]
+        self.owner: dict[str, int] = {}
+        self.serial = 0
+
+    def send(self, client: int) -> None:
+        rng = self.rngs[client]
+        self.serial += 1
+        if rng.random() < 0.25:
+            question = rng.choice(self.candidates).removeprefix(" Answer: ")
+            text = self.tok.chat.render([{"role": "user", "content": f"Explain: {question}"}], True)
+            ids = self.tok.encode(text, add_special_tokens=False)
+            params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True)
+        else:
+            ids = self.tok.encode(rng.choice(self.contexts) + rng.choice(self.candidates), True)
+            params = SamplingParams(
+                max_tokens=rng.choice([0, 1]), temperature=0.0, logprobs=1, prompt_logprobs=1
+            )
+        req = Request(f"r{self.serial}", tuple(ids), "default", sampling=params)
+        req.arrival_s = self.engine.now  # type: ignore[attr-defined]
+        self.owner[req.id] = client
+        self.processor.submit(RequestTracker(req, self.tok), stream=params.max_tokens > 1)
+
+    def run(self, rounds: int) -> int:
+        """Step ``rounds`` rounds; every answered client sends again. Returns requests answered."""
+        driver = EngineDriver(self.engine, self.processor)  # type: ignore[arg-type]
+        done = 0
+        for _ in range(rounds):
+            for event in driver.step():
+                if isinstance(event, Done):
+                    done += 1
+                    self.send(self.owner.pop(event.request_id))
+        return done
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen3_5-small")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=40, help="rounds measured (after 20 to fill the loop)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    options = EngineOptions.from_mapping(
+        {"kv_blocks": 4096, "max_requests": args.clients}, model=args.model
+    )
+    model = load_model(options)
+    engine = model.engine()
+    clients = Clients(model, engine, args.clients)
+    for i in range(args.clients):
+        clients.send(i)
+    clients.run(20)
+    profile = cProfile.Profile() if args.profile else None
+    before = thread_times()
+    if profile:
+        profile.enable()
+    done = clients.run(args.rounds)
+    if profile:
+        profile.disable()
+    after = thread_times()
+    wall, cpu, queued = (b - a for a, b in zip(before, after, strict=True))
+    rounds = list(engine.rounds)[-args.rounds :]
+    decode = [sum(1 for _, lo, hi in r.chunks if hi - lo == 1) for r in rounds]
+    prefill = [sum(hi - lo for _, lo, hi in r.chunks if hi - lo > 1) for r in rounds]
+    print(
+        f"per round: {statistics.mean(prefill):.0f} prefill tokens, {statistics.mean(decode):.0f} decode "
+        f"rows, {statistics.mean(len(r.chunks) for r in rounds):.0f} chunks"
+    )
+    print(
+        f"{args.rounds} rounds, {done} requests: {done / wall:.1f} requests/s, "
+        f"{1e3 * wall / args.rounds:.0f} ms per round; "
+        f"engine thread CPU {1e3 * cpu / done:.1f} ms per request "
+        f"(wall {wall:.1f} s = CPU {cpu:.1f} + run queue {queued:.1f} + asleep {wall - cpu - queued:.1f})"
+    )
+    if profile:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()

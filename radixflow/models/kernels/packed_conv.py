@@ -1,0 +1,81 @@
+"""The depthwise causal conv over the prefill chunks of several sequences in one call.
+
+A round of a server carries many short prefill chunks (a candidate after a cached context, a
+chat prompt): one ``conv1d`` per chunk and layer cost more in call overhead than in arithmetic.
+`PackedConv` lays every chunk out behind its own conv window, ``[window_0, x_0, window_1, x_1,
+...]`` (time along rows), runs one depthwise conv over the whole buffer and keeps the outputs
+whose receptive field lies inside one sequence: those at the rows of the ``x`` parts. Windows
+that straddle two sequences are computed and dropped (``K-1`` per sequence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class PackedConv:
+    """Where each sequence's window and inputs sit in the packed buffer (built once per round)."""
+
+    window: int  # K - 1: conv-state columns in front of each sequence
+    bases: tuple[int, ...]  # buffer row of each sequence's first window row
+    input_rows: torch.Tensor  # [T] long: buffer row of every input token, in sequence order
+    window_rows: torch.Tensor  # [B * window] long: buffer rows of the windows, sequence-major
+    rows: int  # buffer rows in all
+
+    @classmethod
+    def build(cls, lengths: list[int], window: int, device: torch.device) -> PackedConv:
+        """Layout for sequences of ``lengths`` tokens behind windows of ``window`` rows."""
+        bases: list[int] = []
+        inputs: list[int] = []
+        windows: list[int] = []
+        row = 0
+        for length in lengths:
+            bases.append(row)
+            windows.extend(range(row, row + window))
+            inputs.extend(range(row + window, row + window + length))
+            row += window + length
+        return cls(
+            window=window,
+            bases=tuple(bases),
+            input_rows=torch.tensor(inputs, dtype=torch.long, device=device),
+            window_rows=torch.tensor(windows, dtype=torch.long, device=device),
+            rows=row,
+        )
+
+    def pack(
+        self, x: torch.Tensor, windows: torch.Tensor, order: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """``x [T, C]`` (every sequence's inputs, in order) and ``windows [B, C, K-1]`` (conv states,
+        oldest first; ``windows[p]`` is sequence ``order[p]``'s, sequence ``p``'s without
+        ``order``) -> the packed buffer ``[rows, C]``."""
+        buf = x.new_empty(self.rows, x.shape[1])
+        buf[self.input_rows] = x
+        rows = self.window_rows
+        if order is not None:
+            starts = [self.bases[b] + j for b in order for j in range(self.window)]
+            rows = torch.tensor(starts, dtype=torch.long, device=x.device)
+        buf[rows] = windows.transpose(1, 2).reshape(-1, x.shape[1]).to(x.dtype)
+        return buf
+
+    def conv(self, buf: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``silu(conv(x))`` of every input row, ``[T, C]``, from the packed ``buf`` and the depthwise
+        ``weight [C, K]``. The output at input row ``r`` reads buffer rows ``r-K+1 .. r``."""
+        # As K shifted multiply-adds over the rows: on CPU ~5x faster than a depthwise conv1d
+        # over [1, C, rows] (measured at 1024 channels, 23 and 276 rows) and equal to it there.
+        taps = weight.t().to(buf.dtype)  # [K, C]
+        n = self.rows - self.window
+        full = buf[:n] * taps[0]
+        for j in range(1, self.window + 1):
+            full.addcmul_(buf[j : j + n], taps[j])
+        return F.silu(full.index_select(0, self.input_rows - self.window))
+
+    def window_after(self, buf: torch.Tensor, seq: int, tokens: int) -> torch.Tensor:
+        """Sequence ``seq``'s conv state after its first ``tokens`` inputs, ``[C, K-1]`` (a view
+        of ``buf``)."""
+        lo = self.bases[seq] + tokens
+        return buf[lo : lo + self.window].t()

@@ -11,7 +11,7 @@ from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.families.qwen3_5 import PRESETS, Qwen35ForCausalLM, init_weights
 from radixflow.models.families.qwen3_next import PRESETS as PRESETS_NEXT
 from radixflow.models.families.qwen3_next import Qwen3NextForCausalLM
-from radixflow.models.kernels.delta_rule import chunked_gated_delta_rule, unit_lower_solve
+from radixflow.models.kernels.delta_rule import CHUNK_SIZES, chunked_gated_delta_rule, unit_lower_solve
 from radixflow.models.layers import Config
 
 transformers = pytest.importorskip("transformers")
@@ -139,6 +139,28 @@ def test_mixed_batch_and_mid_chunk_snapshots(models) -> None:
     print(f"{ours.config.model_type} mixed batch max abs diff {max(diffs):.2e}")
 
 
+@pytest.mark.parametrize("chunk", CHUNK_SIZES)
+def test_short_suffixes_beside_a_prompt_match_transformers(models, chunk: int, monkeypatch) -> None:
+    """A server-like round at every chunk length the kernel may pick (forced here: the tiny
+    model's small heads would always pick 32): 12 suffixes of 11 tokens after a checkpointed
+    16-token context, beside one 70-token prompt from scratch."""
+    from radixflow.models.mixers import gated_deltanet
+
+    monkeypatch.setattr(gated_deltanet, "pick_chunk", lambda *args: chunk)
+    ours, ref, vocab = models
+    pools = Pools(ours)
+    ctx = tokens(16, 21, vocab)
+    ctx_table = pools.blocks(16)
+    pools.run(ours, [(ctx, SeqSpec(0, 16, ctx_table, snapshots=[Snapshot(16, 0)]))])
+    prompts = [ctx + tokens(11, 30 + i, vocab) for i in range(12)]
+    chunks = [(p[16:], SeqSpec(16, 11, pools.blocks(27, prefix=ctx_table), restore_slot=0)) for p in prompts]
+    long = tokens(70, 50, vocab)
+    outs = pools.run(ours, [*chunks, (long, SeqSpec(0, 70, pools.blocks(70)))])
+    diffs = [check(out, reference(ref, p)[16:]) for out, p in zip(outs, prompts, strict=False)]
+    diffs.append(check(outs[-1], reference(ref, long)))
+    print(f"{ours.config.model_type} chunk {chunk} short suffixes max abs diff {max(diffs):.2e}")
+
+
 def test_decode_steps_match_transformers(models) -> None:
     """Single-token chunks (decode) continuing from a prefill checkpoint, several sequences at once."""
     ours, ref, vocab = models
@@ -186,8 +208,11 @@ def _naive_delta_rule(q, k, v, g, beta, state):
     return torch.stack(outs), state
 
 
-@pytest.mark.parametrize("splits", [[150], [1, 63, 86], [64, 64, 22], [5, 1, 1, 143]])
-def test_chunked_delta_rule_matches_recurrence(splits: list[int]) -> None:
+@pytest.mark.parametrize("chunk", CHUNK_SIZES)
+@pytest.mark.parametrize(
+    "splits", [[150], [1, 63, 86], [64, 64, 22], [5, 1, 1, 143], [16, 16, 1], [32, 33], [17, 15]]
+)
+def test_chunked_delta_rule_matches_recurrence(splits: list[int], chunk: int) -> None:
     gen = torch.Generator().manual_seed(0)
     n, h, dk, dv = sum(splits), 3, 8, 6
     q = torch.nn.functional.normalize(torch.randn(n, h, dk, generator=gen), dim=-1) * dk**-0.5
@@ -200,7 +225,7 @@ def test_chunked_delta_rule_matches_recurrence(splits: list[int]) -> None:
     state, lo, outs = init, 0, []
     for length in splits:
         sl = slice(lo, lo + length)
-        out, state = chunked_gated_delta_rule(q[sl], k[sl], v[sl], g[sl], beta[sl], state, chunk=64)
+        out, state = chunked_gated_delta_rule(q[sl], k[sl], v[sl], g[sl], beta[sl], state, chunk=chunk)
         outs.append(out)
         lo += length
     assert torch.allclose(torch.cat(outs), want, atol=1e-5)
@@ -226,7 +251,7 @@ def test_unit_lower_solve_matches_lapack() -> None:
     assert torch.allclose(unit_lower_solve(a, rhs), want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("chunk", [4, 64])
+@pytest.mark.parametrize("chunk", [4, 16, 32, 64])
 def test_chunk_plan_kernel_matches_per_segment_kernel(chunk: int) -> None:
     """Several sequences of unequal length, cut into segments with saves, in one batched call:
     the outputs and every saved state equal the per-segment kernel's (padding is inert)."""

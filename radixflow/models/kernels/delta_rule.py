@@ -16,6 +16,14 @@ import torch.nn.functional as F
 from radixflow.models.kernels.chunks import ChunkPlan
 
 CHUNK = 64  # chunk length of the matrix-form delta rule (as in the FLA kernels)
+CHUNK_SIZES = (16, 32, 64)  # the chunk lengths `pick_chunk` chooses from on the CPU
+# One carry step of `gated_delta_rule_chunks` (a few small matmuls and their dispatch) costs
+# about as much as this many multiply-adds of per-row work. Fitted, not derived: thread-CPU
+# times of the kernel over 15 mixes of segment lengths (one long prompt to 30 short suffixes)
+# with 8 heads of 64 x 64, one torch thread, on the 2-core Sapphire Rapids machine this was
+# written on gave ~0.30 ms per step against ~72 fs per multiply-add
+# (`python benchmarks/delta_rule_chunks.py` reprints the measurement beside each pick).
+STEP_COST = 4.2e6
 # Chunks whose chunk-local work runs together: their temporaries (decays, systems, scores; ~1 MB
 # at 8 heads) stay in cache. All of a round's chunks at once ran ~15% slower than this at 32.
 LOCAL_BLOCK = 8
@@ -38,6 +46,28 @@ def causal_conv(
     padded = torch.cat([conv_state.to(x.dtype), x.t()], dim=1)
     out = F.conv1d(padded.unsqueeze(0), weight.unsqueeze(1), groups=weight.shape[0])
     return F.silu(out[0].t()), padded
+
+
+def pick_chunk(lengths: list[list[int]], heads: int, dk: int, dv: int) -> int:
+    """The chunk length in `CHUNK_SIZES` with the least estimated work for segments of these
+    lengths (one list per sequence), laid out as `ChunkPlan.build` lays them out. Pure.
+
+    Every segment is zero-padded to a whole number of chunks, so a round of short suffixes
+    beside one longer prompt wastes most of its rows at 64 (13 segments of 11 tokens and one of
+    70 pad 202 rows to 896). A row costs its carry product (3 dk dv) and its share of the
+    chunk-local systems (about size * (3 dk + dv) + size^2); a step of the carry loop costs
+    `STEP_COST`, so long prompts still take long chunks.
+    """
+    longest = max((n for segs in lengths for n in segs), default=1)
+    best, best_cost = CHUNK, float("inf")
+    for chunk in CHUNK_SIZES:
+        size = min(chunk, longest)
+        rows = sum(-(-n // size) * size for segs in lengths for n in segs)
+        steps = max(sum(-(-n // size) for n in segs) for segs in lengths)
+        cost = heads * rows * (3 * dk * dv + size * (3 * dk + dv) + size * size) + steps * STEP_COST
+        if cost < best_cost:
+            best, best_cost = chunk, cost
+    return best
 
 
 def _to_chunks(x: torch.Tensor, size: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, l2norm
+from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, l2norm, pick_chunk
 from radixflow.models.kernels.packed_conv import PackedConv
 from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
@@ -129,7 +129,7 @@ class GatedDeltaNet(nn.Module):
                 mine.append((base + seg.lo, base + seg.hi, key))
             segs.append(mine)
             base += seq.length
-        plan = ChunkPlan.build(segs, base, CHUNK, qkv.device)
+        plan = ChunkPlan.build(segs, base, self._chunk(segs, qkv.device), qkv.device)
         # initial states in plan order: the kernel's order; the packed conv places each window
         windows, states = batch.state.load_many(self.layer_idx, [seqs[b].restore_slot for b in plan.order])
         buf = packed.pack(qkv[tokens], windows, plan.order)
@@ -143,6 +143,14 @@ class GatedDeltaNet(nn.Module):
 
         q, k, v = self._split_heads(mixed)
         out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states.float(), plan, save)
+
+    def _chunk(self, segs: list[list[tuple[int, int, int | None]]], device: torch.device) -> int:
+        """The kernel's chunk length for this round: chosen by the padded work on the CPU; the
+        FLA length elsewhere (a GPU pays per launch, not per padded row)."""
+        if device.type != "cpu":
+            return CHUNK
+        lengths = [[hi - lo for lo, hi, _ in mine] for mine in segs]
+        return pick_chunk(lengths, self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
     def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""

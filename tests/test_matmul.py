@@ -17,7 +17,6 @@ from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import (
-    AUTO_BACKENDS,
     BACKENDS,
     SHAPE_CLASSES,
     MatmulPlan,
@@ -65,7 +64,7 @@ def test_auto_measures_the_decode_classes_only():
     plan = measure_plan(torch.randn(256, 128), repeats=2)
     assert plan.source == "measured" and plan.choices[-1] == "mkl"  # prefill keeps MKL
     assert [name for name, _ in plan.timings] == ["single", "decode"]
-    usable = {name for name in AUTO_BACKENDS if BACKENDS[name].usable()}
+    usable = {name for name, b in BACKENDS.items() if b.usable()}
     for (_, times), choice in zip(plan.timings, plan.choices, strict=False):
         assert {n for n, _ in times} == usable and choice in usable
 

@@ -17,11 +17,6 @@ So "auto" measures only the decode classes and keeps prefill rounds (which produ
 logprobs) on MKL; a given plan (``"mkl"``, ``"onednn"`` or ``"single=mkl,decode=onednn,
 prefill=onednn"``) may put any class anywhere.
 
-A third backend, ``split`` (`radixflow.runners.split_linear`), runs a large product's output
-columns in two halves on the calling thread and a helper thread: same MKL products, a second
-core. "auto" never picks it (a benchmark timing one thread would not see the second core's
-work); `radixflow serve` does where its thread plan leaves a core to the forward passes.
-
 A oneDNN-packed weight is a second copy of that weight, kept for the runner's lifetime; a plan
 without oneDNN packs nothing.
 """
@@ -41,7 +36,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.problems import Problem
-from radixflow.runners.split_linear import SplitLinear
 
 
 @dataclass(frozen=True)
@@ -120,10 +114,7 @@ class OneDnnLinear:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # noqa: SLF001
 
 
-BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (MklLinear(), OneDnnLinear(), SplitLinear())}
-# what "auto" measures: `split` uses a second core, which a probe on a quiet machine would
-# always favour; it is chosen by the thread plan of `radixflow serve`, or by name
-AUTO_BACKENDS = ("mkl", "onednn")
+BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (MklLinear(), OneDnnLinear())}
 
 
 @dataclass(frozen=True)
@@ -190,7 +181,7 @@ def measure_plan(weight: torch.Tensor, repeats: int = 5) -> MatmulPlan:
     probe_rows = max(c.probe_rows for c in SHAPE_CLASSES if c.name in AUTO_MEASURED)
     out_rows = int(PROBE_FLOPS / (2 * probe_rows * weight.shape[1]))
     probe = weight.detach()[: max(PROBE_MIN_OUT, min(PROBE_MAX_OUT, out_rows))].contiguous()
-    usable = [b for b in BACKENDS.values() if b.name in AUTO_BACKENDS and b.usable()]
+    usable = [b for b in BACKENDS.values() if b.usable()]
     prepared = {b.name: b.prepare(probe) for b in usable}
     g = torch.Generator().manual_seed(0)
     choices, timings = [], []

@@ -7,7 +7,7 @@ turn of 16 sampled tokens). Prints the round composition, requests/s, and the en
 CPU, run-queue wait (CPU other jobs held) and sleep (the GIL) from ``/proc``, so a run on a busy
 machine still says how much CPU a request costs. ``--profile`` adds cProfile's top functions.
 
-    python benchmarks/serve_replay.py --rounds 40 [--profile]
+    python benchmarks/serve_replay.py --rounds 40 [--profile] [--matmul PLAN]
 """
 
 from __future__ import annotations
@@ -90,11 +90,12 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=40, help="rounds measured (after 20 to fill the loop)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--matmul", default="auto", help="the engine's GEMM plan, e.g. prefill=onednn")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     options = EngineOptions.from_mapping(
-        {"kv_blocks": 4096, "max_requests": args.clients}, model=args.model
+        {"kv_blocks": 4096, "max_requests": args.clients, "matmul": args.matmul}, model=args.model
     )
     model = load_model(options)
     engine = model.engine()

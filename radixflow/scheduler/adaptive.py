@@ -11,7 +11,10 @@ How much: every ready request the budgets allow, the last one cut into a chunk, 
 fills its rounds. A per-round rollout choosing between such full rounds and rounds of whole
 requests (short rounds that pipeline, as `native`'s) was measured on `experiments/policies.toml`
 and lost: within 1% of the better baseline in 84% of hybrid cells against 95% for full rounds,
-worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts.
+worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts, with
+one exception (`admission`): a whole prompt that would lengthen a round completing others by
+more than a round of its own costs it and the requests behind it (counted with the measured
+busy fraction) is left for the next round, once.
 
 Blocked consumers: skipped as in `radixflow` (they wait), unless recomputing the prefix from a
 shallower READY point finishes them sooner than the cost model says the others lose

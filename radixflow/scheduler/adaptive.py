@@ -94,6 +94,8 @@ class Adaptive:
                 self._rekey(req)
         if now is not None:
             assert self._times is not None and self._ctx is not None
+            # without a runner predictor the round times are in token units, far above any span:
+            # the busy fraction then reads 1 (the rule leaves a request only for a crowded round)
             predicted = 0.0 if self._draft is None else self._times.draft_seconds(self._draft.chunks)
             self._busy.round_ended(now, predicted, bool(self._ctx.running) or self._waiting() > 0)
 

@@ -150,3 +150,42 @@ def test_a_round_visits_what_it_takes_not_the_whole_queue():
         before = policy._index.pops
         engine.step()
         assert policy._index.pops - before <= 2 * cfg.max_requests
+
+
+# a larger model, whose rounds grow steeply with their tokens, at the grid's budget
+NEMOTRON = SimRunner(SIM_MODELS["nemotron_h-8b"], HARDWARE["h100"])
+WIDE = SchedulerConfig(token_budget=2048, max_requests=16, block_size=16, num_blocks=4096, num_state_slots=64)
+CONTEXT = tuple(range(1, 1025))
+
+
+def consumers_and_a_late_prompt(consumers: int, behind: int = 0) -> list[Request]:
+    """A producer, its consumers, and lone 1088-token prompts that arrive while it runs."""
+    group = [Request(f"c{i}", CONTEXT + (900 + i,) * 64) for i in range(consumers + 1)]
+    late = [
+        Request(f"late{i}", tuple(range(5000 + 2000 * i, 6088 + 2000 * i)), arrival_s=0.001)
+        for i in range(behind + 1)
+    ]
+    return group + late
+
+
+def test_a_long_prompt_gets_a_round_of_its_own_after_a_round_of_consumers():
+    """Six consumers complete in round 1; taking the late prompt would make each wait for its
+    1088 tokens, while a round of its own costs it one fixed part."""
+    reqs = consumers_and_a_late_prompt(6)
+    adaptive, radixflow = run("adaptive", reqs, NEMOTRON, WIDE), run("radixflow", reqs, NEMOTRON, WIDE)
+    assert "late0" in [c[0] for c in radixflow.rounds[1].chunks]
+    assert [c[0] for c in adaptive.rounds[1].chunks] == [f"c{i}" for i in range(1, 7)]
+    assert [c[0] for c in adaptive.rounds[2].chunks] == ["late0"]
+    assert counters(adaptive)["separated"] == 1
+    mean = lambda e: sum(r.latency_s for r in e.requests) / len(e.requests)  # noqa: E731
+    assert mean(adaptive) < mean(radixflow)
+    assert outputs(adaptive) == outputs(radixflow)
+
+
+def test_one_consumer_or_a_queue_behind_the_prompt_takes_it():
+    alone = run("adaptive", consumers_and_a_late_prompt(1), NEMOTRON, WIDE)
+    assert [c[0] for c in alone.rounds[1].chunks] == ["c1", "late0"]
+    # eight more long prompts wait: a round of its own would delay all of them by a fixed part
+    queued = run("adaptive", consumers_and_a_late_prompt(6, behind=8), NEMOTRON, WIDE)
+    assert "late0" in [c[0] for c in queued.rounds[1].chunks]
+    assert counters(alone)["separated"] == counters(queued)["separated"] == 0

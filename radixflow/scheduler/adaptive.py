@@ -11,7 +11,10 @@ How much: every ready request the budgets allow, the last one cut into a chunk, 
 fills its rounds. A per-round rollout choosing between such full rounds and rounds of whole
 requests (short rounds that pipeline, as `native`'s) was measured on `experiments/policies.toml`
 and lost: within 1% of the better baseline in 84% of hybrid cells against 95% for full rounds,
-worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts.
+worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts, with
+one exception (`admission`): a whole prompt that would lengthen a round completing others by
+more than a round of its own costs it and the requests behind it (counted with the measured
+busy fraction) is left for the next round, once.
 
 Blocked consumers: skipped as in `radixflow` (they wait), unless recomputing the prefix from a
 shallower READY point finishes them sooner than the cost model says the others lose
@@ -25,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
+from radixflow.scheduler.admission import BusyFraction, Split, leave_for_later
 from radixflow.scheduler.fcfs_bound import FCFS_SHARE, FcfsBound
-from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.ranking import RankIndex
 from radixflow.scheduler.recompute import Blocked, Verdict, weigh
 from radixflow.scheduler.request import Request, RequestStatus
@@ -55,7 +59,11 @@ class Adaptive:
         self._round = 0
         self._skips = 0  # blocked consumers this scan passed over
         self._waited: set[str] = set()  # consumers counted as waiting once
-        self._counts = {"waits": 0, "recomputes": 0, "promotions": 0}
+        self._counts = {"waits": 0, "recomputes": 0, "promotions": 0, "separated": 0}
+        self._busy = BusyFraction()
+        self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
+        self._continuing = 0  # chunks of running requests at the head of this round's draft
+        self._left: set[str] = set()  # requests once left for a round of their own
 
     # ----------------------------------------------------------------- events
     def bind(self, context: PolicyContext) -> None:
@@ -77,10 +85,19 @@ class Adaptive:
         self._index.add(request, self._round, self._slack(request, shape))
 
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
-        """Re-key the woken consumers, whose reuse changed (mutates only the policy)."""
+        """Re-key the woken consumers, whose reuse changed; measure how busy the engine is
+        (mutates only the policy)."""
+        if not self._ranked:
+            return
         for req in woken:
-            if req.status is RequestStatus.WAITING and self._ranked:
+            if req.status is RequestStatus.WAITING:
                 self._rekey(req)
+        if now is not None:
+            assert self._times is not None and self._ctx is not None
+            # without a runner predictor the round times are in token units, far above any span:
+            # the busy fraction then reads 1 (the rule leaves a request only for a crowded round)
+            predicted = 0.0 if self._draft is None else self._times.draft_seconds(self._draft.chunks)
+            self._busy.round_ended(now, predicted, bool(self._ctx.running) or self._waiting() > 0)
 
     def counters(self) -> dict[str, int]:
         return dict(self._counts)
@@ -93,7 +110,8 @@ class Adaptive:
         self._skips = 0
         if not self._ranked:
             return waiting
-        assert self._shapes is not None
+        assert self._shapes is not None and self._ctx is not None
+        self._draft, self._continuing = None, len(self._ctx.running)
         for req in self._shapes.stale():
             self._rekey(req)
         return self._index.scan()
@@ -101,6 +119,7 @@ class Adaptive:
     def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         """Wait (skip it) or recompute; counts and notes the decision (mutates only the policy)."""
         assert self._ctx is not None
+        self._draft = draft
         verdict = self._weigh(request, match, draft)
         if verdict is not None and verdict.recompute:
             self._counts["recomputes"] += 1
@@ -119,12 +138,19 @@ class Adaptive:
     def on_ready(
         self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
     ) -> ScanAction | None:
-        """Take it (the budgets decide how much); note a producer its dependents promoted. Its
-        group is re-keyed before the next scan: its siblings become consumers once it runs
-        (mutates only the policy)."""
+        """Take it (the budgets decide how much), unless a round of its own serves everyone
+        better (`admission`); note a producer its dependents promoted. Its group is re-keyed
+        before the next scan: its siblings become consumers once it runs (mutates only the
+        policy)."""
         if not self._ranked:
             return None
         assert self._shapes is not None and self._ctx is not None
+        self._draft = draft
+        if self._leave(request, reuse, draft):
+            self._left.add(request.id)
+            self._counts["separated"] += 1
+            self._ctx.note("separate", request.id, busy=round(self._busy.value, 3))
+            return ScanAction.SKIP
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:
@@ -133,6 +159,28 @@ class Adaptive:
         return None
 
     # ----------------------------------------------------------------- decisions
+    def _leave(self, request: Request, reuse: int, draft: SchedulerOutput) -> bool:
+        """Whether to leave a ready request for a round of its own; a request is left once at
+        most, so none waits on this rule for more than a round."""
+        assert self._ctx is not None and self._times is not None
+        remaining = len(request.prompt) - reuse
+        if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - draft.tokens:
+            return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
+        completions = sum(1 for c in draft.chunks if self._completes_prompt(c))
+        grows = self._times.draft_seconds(draft.chunks, remaining) - self._times.draft_seconds(draft.chunks)
+        alone = self._times.seconds(remaining)
+        return leave_for_later(Split(completions, grows, alone, self._waiting() - 1, self._busy.value))
+
+    def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
+        """The chunk ends its request's prompt (a decode step completes no request)."""
+        req = self._ctx.running.get(chunk.request_id) if self._ctx is not None else None
+        return chunk.sample and req is not None and chunk.end <= len(req.prompt)
+
+    def _waiting(self) -> int:
+        """Requests waiting now: the index keeps those admitted this round until the next scan."""
+        admitted = 0 if self._draft is None else len(self._draft.chunks) - self._continuing
+        return max(len(self._index) - admitted, 0)
+
     def _weigh(self, request: Request, match: Match, draft: SchedulerOutput) -> Verdict | None:
         """The recompute verdict for a blocked consumer; None when the round is full or its
         producer is not running."""
@@ -157,6 +205,7 @@ class Adaptive:
         assert self._shapes is not None
         self._shapes.forget(request)
         self._waited.discard(request.id)
+        self._left.discard(request.id)
         if self._fcfs is not None:
             self._fcfs.forget(request.id)
 

@@ -103,8 +103,14 @@ def test_the_full_attention_control_schedules_as_radixflow():
 
 def test_outputs_match_both_baselines_on_grouped_poisson_arrivals():
     spec = WorkloadSpec(
-        groups=6, candidates=4, context_len=256, candidate_len=16, order="interleaved", arrival="poisson",
-        rate=2000.0, seed=1,
+        groups=6,
+        candidates=4,
+        context_len=256,
+        candidate_len=16,
+        order="interleaved",
+        arrival="poisson",
+        rate=2000.0,
+        seed=1,
     )
     reqs = build_workload(spec).requests
     small = SchedulerConfig(

@@ -124,7 +124,10 @@ class Adaptive:
         if verdict is not None and verdict.recompute:
             self._counts["recomputes"] += 1
             self._ctx.note(
-                "recompute", request.id, producer=match.producer, tokens=match.checkpoint_tokens,
+                "recompute",
+                request.id,
+                producer=match.producer,
+                tokens=match.checkpoint_tokens,
                 rounds_saved=verdict.rounds_saved,
             )
             return ScanAction.RECOMPUTE

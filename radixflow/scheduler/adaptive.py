@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.scheduler.admission import BusyFraction, Split, leave_for_later
+from radixflow.scheduler.admission import BusyFraction, DraftTally, Split, leave_for_later
 from radixflow.scheduler.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.ranking import RankIndex
@@ -61,6 +61,7 @@ class Adaptive:
         self._waited: set[str] = set()  # consumers counted as waiting once
         self._counts = {"waits": 0, "recomputes": 0, "promotions": 0, "separated": 0}
         self._busy = BusyFraction()
+        self._tally = DraftTally()  # this round's draft, for the admission rule
         self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
         self._continuing = 0  # chunks of running requests at the head of this round's draft
         self._left: set[str] = set()  # requests once left for a round of their own
@@ -112,6 +113,7 @@ class Adaptive:
             return waiting
         assert self._shapes is not None and self._ctx is not None
         self._draft, self._continuing = None, len(self._ctx.running)
+        self._tally.start()
         for req in self._shapes.stale():
             self._rekey(req)
         return self._index.scan()
@@ -166,13 +168,17 @@ class Adaptive:
         """Whether to leave a ready request for a round of its own; a request is left once at
         most, so none waits on this rule for more than a round."""
         assert self._ctx is not None and self._times is not None
+        tally = self._tally
+        tally.advance(draft.chunks, self._completes_prompt)
         remaining = len(request.prompt) - reuse
-        if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - draft.tokens:
+        if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - tally.tokens:
             return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
-        completions = sum(1 for c in draft.chunks if self._completes_prompt(c))
-        grows = self._times.draft_seconds(draft.chunks, remaining) - self._times.draft_seconds(draft.chunks)
+        prefill = tally.tokens - tally.decodes
+        now = self._times.seconds(prefill, tally.decodes)
+        grows = self._times.seconds(prefill + remaining, tally.decodes) - now
         alone = self._times.seconds(remaining)
-        return leave_for_later(Split(completions, grows, alone, self._waiting() - 1, self._busy.value))
+        split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)
+        return leave_for_later(split)
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
         """The chunk ends its request's prompt (a decode step completes no request)."""

@@ -26,7 +26,10 @@ come from the same measurements:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from radixflow.scheduler.output import ScheduledChunk
 
 # completions a round must hold before a request is left for a round of its own (see above)
 MIN_COMPLETIONS = 2
@@ -80,6 +83,7 @@ class BusyFraction:
         self._spans: deque[tuple[float, float]] = deque(maxlen=window)  # (span, busy) per round
         self._last_end = 0.0
         self._work_left = False  # whether work remained when the last round ended
+        self._value = 0.0  # recomputed once per round: every admission decision reads it
 
     def round_ended(self, now: float, predicted_s: float, work_left: bool) -> None:
         """A round ended at engine time ``now``; it was predicted to take ``predicted_s``;
@@ -88,9 +92,37 @@ class BusyFraction:
         busy = span if self._work_left else min(span, max(predicted_s, 0.0))
         self._spans.append((span, busy))
         self._last_end, self._work_left = now, work_left
+        total = sum(s for s, _ in self._spans)
+        self._value = 0.0 if total <= 0.0 else min(sum(b for _, b in self._spans) / total, 1.0)
 
     @property
     def value(self) -> float:
         """The busy fraction over the window (0 before any round). Pure."""
-        span = sum(s for s, _ in self._spans)
-        return 0.0 if span <= 0.0 else min(sum(b for _, b in self._spans) / span, 1.0)
+        return self._value
+
+
+class DraftTally:
+    """What this round's draft holds so far: its tokens, decode steps and completed prompts.
+
+    A draft only grows during a scan, so each look reads just the chunks appended since the last
+    one: a decision costs O(1) amortized instead of a pass over the round per ready request.
+    """
+
+    def __init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        """A new round's scan begins (mutates the tally)."""
+        self._seen = 0
+        self.tokens = 0
+        self.decodes = 0
+        self.completions = 0
+
+    def advance(self, chunks: Sequence[ScheduledChunk], completes: Callable[[ScheduledChunk], bool]) -> None:
+        """Count the chunks appended to ``chunks`` since the last call (mutates the tally)."""
+        for i in range(self._seen, len(chunks)):
+            chunk = chunks[i]
+            self.tokens += chunk.length
+            self.decodes += chunk.length == 1  # as the cost models count decode steps
+            self.completions += completes(chunk)
+        self._seen = len(chunks)

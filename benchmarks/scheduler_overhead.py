@@ -18,8 +18,9 @@ import random
 import resource
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -28,6 +29,7 @@ from radixflow.engine.engine import Engine
 from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
 
+T = TypeVar("T")
 POLICIES = ("native", "radixflow", "adaptive")
 CONFIG = SchedulerConfig(
     token_budget=2048, max_requests=32, block_size=16, num_blocks=2048, num_state_slots=256
@@ -115,8 +117,7 @@ def blocked_round(policy: str, consumers: int) -> float:
     return 1e3 * timed.per_round[0]
 
 
-def _whole_run(args: tuple[str, int]) -> dict[str, float]:
-    policy, n = args
+def _whole_run(policy: str, n: int) -> dict[str, float]:
     timed = TimedEngine(policy)
     stream = requests(seed=n)
     t0 = time.perf_counter()
@@ -130,10 +131,12 @@ def _whole_run(args: tuple[str, int]) -> dict[str, float]:
     }
 
 
-def whole_run(policy: str, n: int) -> dict[str, float]:
-    """One run in a fresh process, so its peak RSS is its own."""
+def fresh(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` in a fresh process, so its peak RSS and its heap are its own: measured in
+    the process that had already run the other policies, `adaptive` (measured last) took 7.7 ms
+    per round at 10k waiting against 5.5 ms in a process of its own."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.map(_whole_run, [(policy, n)])[0]
+        return pool.apply(fn, args)
 
 
 def main() -> None:
@@ -146,12 +149,12 @@ def main() -> None:
     args = p.parse_args()
     console = Console()
     result: dict = {"config": CONFIG.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
-    # Whole runs first: a child process inherits its parent's peak RSS, so fork while it is small.
     for policy in POLICIES:
-        result["runs"][policy] = [whole_run(policy, n) for n in args.runs]
+        result["runs"][policy] = [fresh(_whole_run, policy, n) for n in args.runs]
         console.print(f"{policy}: whole runs done")
     for policy in POLICIES:
-        result["per_round"][policy] = [per_round(policy, n, args.rounds) for n in args.waiting]
+        result["per_round"][policy] = [fresh(per_round, policy, n, args.rounds) for n in args.waiting]
+        blocked_round(policy, 1)  # warm-up: the first round in a process loads the cost model's tables
         result["blocked_round_ms"][policy] = {n: blocked_round(policy, n) for n in args.blocked}
         console.print(f"{policy}: per-round figures done")
     _print(result, console)
@@ -181,8 +184,12 @@ def _print(result: dict, console: Console) -> None:
     for policy, rows in result["runs"].items():
         for r in rows:
             table.add_row(
-                policy, f"{r['requests']:,}", f"{r['scheduler_cpu_s']:.2f}", f"{r['wall_s']:.1f}",
-                str(r["rounds"]), f"{r['peak_rss_mb']:.0f}",
+                policy,
+                f"{r['requests']:,}",
+                f"{r['scheduler_cpu_s']:.2f}",
+                f"{r['wall_s']:.1f}",
+                str(r["rounds"]),
+                f"{r['peak_rss_mb']:.0f}",
             )
     console.print(table)
 

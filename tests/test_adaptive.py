@@ -7,6 +7,7 @@ from functools import partial
 import pytest
 
 from radixflow.engine.engine import Engine
+from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.adaptive import Adaptive
@@ -19,9 +20,13 @@ CFG = SchedulerConfig(token_budget=512, max_requests=8, block_size=8, num_blocks
 
 
 def run(
-    policy: str, requests: list[Request], runner: SimRunner = HYBRID, cfg: SchedulerConfig = CFG
+    policy: str,
+    requests: list[Request],
+    runner: SimRunner = HYBRID,
+    cfg: SchedulerConfig = CFG,
+    placement: str | None = None,
 ) -> Engine:
-    engine = Engine(runner, cfg, policy=policy)
+    engine = Engine(runner, cfg, policy=policy, placement=placement)
     for r in requests:
         engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s, sampling=r.sampling))
     while engine.has_work():
@@ -59,13 +64,14 @@ def test_a_producer_with_dependents_is_promoted_ahead_of_earlier_lone_work(monke
 
 def test_the_fcfs_bound_holds_a_long_request_near_its_fcfs_place(monkeypatch: pytest.MonkeyPatch):
     """A long request ahead of a stream of short ones: unbounded, every short one overtakes it;
-    bounded, it runs no later than FCFS would have run it."""
+    bounded, it runs no later than FCFS would have run it. All three place checkpoints alike: the
+    bound is about order (adaptive's own `lone` placement adds checkpoint writes radixflow's lacks)."""
     long = Request("long", tuple(range(2000, 2400)), arrival_s=0.0)
     shorts = [Request(f"s{i}", tuple(range(3000 + 40 * i, 3040 + 40 * i)), arrival_s=0.0) for i in range(12)]
     monkeypatch.setitem(SCHEDULING_POLICIES, "unbounded", partial(Adaptive, fcfs_share=1e9))
-    unbounded = run("unbounded", [long, *shorts])
-    bounded = run("adaptive", [long, *shorts])
-    fcfs = run("radixflow", [long, *shorts])
+    unbounded = run("unbounded", [long, *shorts], placement="branch")
+    bounded = run("adaptive", [long, *shorts], placement="branch")
+    fcfs = run("radixflow", [long, *shorts], placement="branch")
     assert unbounded.get("long").finish_s > 1.5 * fcfs.get("long").finish_s  # overtaken by all
     assert bounded.get("long").finish_s <= fcfs.get("long").finish_s
 
@@ -195,3 +201,100 @@ def test_one_consumer_or_a_queue_behind_the_prompt_takes_it():
     queued = run("adaptive", consumers_and_a_late_prompt(6, behind=8), NEMOTRON, WIDE)
     assert "late0" in [c[0] for c in queued.rounds[1].chunks]
     assert counters(alone)["separated"] == counters(queued)["separated"] == 0
+
+
+def one_at_a_time(policy: str, requests: list[Request], placement: str | None = None) -> Engine:
+    """Each request submitted when the one before it has finished (a client calling per candidate)."""
+    engine = Engine(HYBRID, CFG, policy=policy, placement=placement)
+    for r in requests:
+        engine.run([Request(r.id, r.prompt, r.namespace, engine.now)])
+        engine.check_integrity()
+    return engine
+
+
+def test_adaptive_checkpoints_a_lone_context_so_candidates_called_one_by_one_reuse_it():
+    """With no placement given, `adaptive` uses its own (`lone`): the first candidate of a context
+    leaves a checkpoint near where the context ends, and the later ones reuse it; under `radixflow`
+    (its own is `branch`) the first sees no sibling, so the second recomputes the context (and
+    checkpoints the fork it finds). Outputs are the same."""
+    context = tuple(range(1, 257))  # 32 blocks of 8
+    reqs = [Request(f"c{i}", context + tuple(range(1000 + 40 * i, 1040 + 40 * i))) for i in range(4)]
+    ours, paper = one_at_a_time("adaptive", reqs), one_at_a_time("radixflow", reqs)
+    assert ours.placement == "lone" and paper.placement == "branch"
+    # the second reuses the cold-start ladder's rung at 232 (296 - 8 x 8), the rest the learned fork
+    assert [r.reused for r in ours.requests] == [0, 232, 256, 256]
+    assert [r.reused for r in paper.requests] == [0, 0, 256, 256]
+    assert outputs(ours) == outputs(paper)
+    assert ours.now < paper.now
+    # a placement given explicitly wins over the policy's own
+    assert [r.reused for r in one_at_a_time("adaptive", reqs, "branch").requests] == [0, 0, 256, 256]
+
+
+def test_a_model_without_recurrent_state_places_no_checkpoints_whatever_the_policy():
+    assert Engine(ATTN, CFG, policy="adaptive").placement == "none"
+    assert Engine(ATTN, CFG, policy="adaptive", placement="lone").placement == "none"
+
+
+def grid_cell(
+    fixed_ms: float, groups: int, order: str = "grouped"
+) -> tuple[SimRunner, SchedulerConfig, list]:
+    """One batch cell of `experiments/policies.toml` on nemotron_h-8b (H200, budget 2048)."""
+    setup_plan = plan_engine(
+        EngineOptions.from_mapping(
+            dict(
+                runner="sim", model="nemotron_h-8b", hardware="h200", fixed_cost_ms=fixed_ms, max_requests=256
+            )
+        )
+    )
+    spec = WorkloadSpec(groups=groups, candidates=8, context_len=1024, candidate_len=64, order=order, seed=0)
+    reqs = build_workload(spec).requests
+    setup = setup_plan.build([len(r.prompt) for r in reqs])
+    return setup.runner, setup.scheduler, reqs
+
+
+def mean_latency(engine: Engine) -> float:
+    return sum(r.latency_s for r in engine.requests) / len(engine.requests)
+
+
+def test_a_cut_chunk_waits_when_the_round_completes_many_and_a_fixed_part_is_cheap(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Grouped batch at 1 ms per call: `radixflow` cuts the next context's producer into every
+    round of consumers; `native` starts it a round later and wins the mean. `adaptive` defers the
+    cut chunk, lands within 1% of `native`, and never defers a request past the round FCFS would
+    have finished it by."""
+    runner, cfg, reqs = grid_cell(1.0, 8)
+    past_due: list[str] = []
+    defer = Adaptive._defer
+
+    def checked(self: Adaptive, request: Request, reuse: int) -> bool:
+        deferred = defer(self, request, reuse)
+        due = self._fcfs.due(request.id) if self._fcfs is not None else None
+        if deferred and (due is None or self._round >= due):
+            past_due.append(request.id)
+        return deferred
+
+    monkeypatch.setattr(Adaptive, "_defer", checked)
+    engines = {p: run(p, reqs, runner, cfg) for p in ("native", "radixflow", "adaptive")}
+    assert counters(engines["adaptive"])["deferred"] > 0 and past_due == []
+    assert mean_latency(engines["native"]) < mean_latency(engines["radixflow"])
+    assert mean_latency(engines["adaptive"]) <= 1.01 * mean_latency(engines["native"])
+    assert outputs(engines["adaptive"]) == outputs(engines["native"]) == outputs(engines["radixflow"])
+    # shuffled at 3 ms: without the FCFS guard the first deferrals come past their FCFS round
+    runner, cfg, shuffled = grid_cell(3.0, 8, "shuffled")
+    run("adaptive", shuffled, runner, cfg)
+    assert past_due == []
+
+
+def test_a_cut_chunk_is_taken_when_fixed_parts_are_dear_or_the_next_round_has_room():
+    # 10 ms per call and 32 contexts: the rounds a full budget saves are worth more
+    runner, cfg, reqs = grid_cell(10.0, 32)
+    dear = run("adaptive", reqs, runner, cfg)
+    assert mean_latency(dear) < mean_latency(run("native", reqs, runner, cfg))
+    # two long prompts and nothing behind them: the second's cut chunk completes nothing sooner,
+    # but the next round has room, so the chunk taken now shortens it
+    runner, cfg, _ = grid_cell(1.0, 2)
+    two = [Request(f"long{i}", tuple(range(5000 * (i + 1), 5000 * (i + 1) + 1500))) for i in range(2)]
+    engine = run("adaptive", two, runner, cfg)
+    assert [c[0] for c in engine.rounds[0].chunks] == ["long0", "long1"]
+    assert counters(engine)["deferred"] == 0

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.scheduler.admission import BUSY_CAP, MIN_COMPLETIONS, BusyFraction, Split, leave_for_later
+from radixflow.scheduler.admission import (
+    BUSY_CAP,
+    MIN_COMPLETIONS,
+    ArrivalRate,
+    Backlog,
+    BusyFraction,
+    Cut,
+    DraftTally,
+    Split,
+    defer_cut,
+    leave_for_later,
+)
+from radixflow.scheduler.output import ScheduledChunk
 
 
 def split(
@@ -79,3 +91,79 @@ def test_the_window_forgets_old_rounds():
     busy.round_ended(2.0, predicted_s=0.1, work_left=True)
     busy.round_ended(2.5, predicted_s=0.1, work_left=True)
     assert busy.value == pytest.approx((0.1 + 0.5) / 1.5)  # the first round left the window
+
+
+def cut(
+    affected: int = 8,
+    grows: float = 9.0,
+    fixed: float = 1.0,
+    share: float = 0.25,
+    waiting: int = 48,
+    load: float = 0.0,
+) -> Cut:
+    return Cut(affected, grows, fixed, share, waiting, load)
+
+
+def test_a_cut_chunk_is_deferred_when_the_completions_lose_more_than_its_share_of_a_fixed_part():
+    # 8 completions x 9 ms = 72 ms against 48 waiting x 1 ms x a quarter of a round = 12 ms
+    assert defer_cut(cut())
+    # at 10 ms per call and 32 contexts (254 waiting) the saved fixed part wins
+    assert not defer_cut(cut(fixed=10.0, waiting=254))
+    # the edge: 72 ms against 288 x 1 x 0.25 = 72 ms is not more
+    assert not defer_cut(cut(waiting=288))
+    assert defer_cut(cut(waiting=287))
+    # nothing completes or wakes in the round: nobody is delayed by the chunk
+    assert not defer_cut(cut(affected=0))
+
+
+def test_the_offered_load_counts_the_arrivals_before_the_waiting_drain():
+    assert cut(waiting=48, load=0.5).delayed == pytest.approx(96.0)
+    assert cut(waiting=10, load=7.0).delayed == pytest.approx(10 / (1 - BUSY_CAP))  # capped
+    assert defer_cut(cut(waiting=48, load=0.0)) and not defer_cut(cut(waiting=48, load=0.9))
+
+
+def test_the_backlog_follows_each_requests_latest_remaining_tokens():
+    backlog = Backlog()
+    backlog.set("p", 1088)
+    backlog.set("c", 1088)
+    assert backlog.tokens == 2176
+    backlog.set("c", 64)  # its producer computed the shared context: it became a consumer
+    assert backlog.tokens == 1152 and backlog.of("c") == 64
+    backlog.drop("p")
+    backlog.drop("p")  # twice is harmless
+    assert backlog.tokens == 64 and backlog.of("p") == 0
+
+
+def test_the_arrival_rate_is_zero_for_a_batch_and_decays_when_a_stream_stops():
+    batch = ArrivalRate()
+    for _ in range(10):
+        batch.arrived(0.0, 1000)
+    batch.now = 0.5
+    assert batch.load(1e-4) == 0.0  # every arrival at once: no span, nothing more will come
+    stream = ArrivalRate(window=8)
+    for i in range(8):
+        stream.arrived(0.01 * i, 1000)  # 100 per second
+    stream.now = 0.07
+    assert stream.load(1e-5) == pytest.approx(100 * 1000 * 1e-5)  # 7 gaps over 0.07 s
+    stream.now = 0.1  # the span runs to now: 7 arrivals over 0.1 s
+    assert stream.load(1e-5) == pytest.approx(70 * 1000 * 1e-5)
+    stream.now = 0.7  # arrivals stopped: the rate decays
+    assert stream.load(1e-5) == pytest.approx(10 * 1000 * 1e-5)
+
+
+def chunk(rid: str, start: int, end: int) -> ScheduledChunk:
+    return ScheduledChunk(rid, "n", tuple(range(end)), start, end, (), None, (), True)
+
+
+def test_the_tally_counts_fresh_tokens_past_the_running_requests_and_where_chunks_end():
+    tally = DraftTally()
+    tally.start(continuing=1)
+    chunks = [chunk("running", 512, 1024), chunk("new", 0, 300)]
+    tally.advance(chunks, lambda c: c.end >= 1000)
+    assert (tally.tokens, tally.fresh_tokens, tally.completions) == (812, 300, 1)
+    assert tally.ends == {"running": 1024, "new": 300}
+    chunks.append(chunk("another", 0, 64))
+    tally.advance(chunks, lambda c: False)
+    assert (tally.tokens, tally.fresh_tokens) == (876, 364)
+    tally.start()
+    assert (tally.tokens, tally.fresh_tokens, tally.ends) == (0, 0, {})

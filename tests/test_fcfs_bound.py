@@ -36,3 +36,13 @@ def test_forget_drops_the_bound_but_not_the_clock():
 def test_bad_arguments_are_refused(budget: int, share: float):
     with pytest.raises(ValueError, match="must be positive"):
         FcfsBound(budget, share)
+
+
+def test_due_is_the_round_fcfs_would_have_finished_the_request_by():
+    bound = FcfsBound(token_budget=100, share=0.4)
+    bound.arrive("a", 0, 250)
+    bound.arrive("b", 1, 100)
+    assert bound.due("a") == pytest.approx(2.5) and bound.due("b") == pytest.approx(3.5)
+    assert bound.due("never-seen") is None
+    bound.forget("a")
+    assert bound.due("a") is None

@@ -28,3 +28,17 @@ def test_both_keep_arrival_order():
 def test_unknown_policy_is_rejected():
     with pytest.raises(ValueError, match="unknown scheduling policy"):
         make_policy("shortest-first")
+
+
+def test_each_policy_names_a_registered_placement_of_its_own():
+    from radixflow.scheduler import PLACEMENTS, SCHEDULING_POLICIES
+    from radixflow.scheduler.policy import default_placement
+
+    assert {name: default_placement(name) for name in SCHEDULING_POLICIES} == {
+        "native": "branch",
+        "radixflow": "branch",
+        "adaptive": "lone",
+    }
+    assert all(default_placement(name) in PLACEMENTS for name in SCHEDULING_POLICIES)
+    with pytest.raises(ValueError, match="unknown scheduling policy"):
+        default_placement("shortest-first")

@@ -10,6 +10,7 @@ from radixflow.bench.metrics import PolicyResult, summarize
 from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
+from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 
@@ -47,20 +48,20 @@ def run_policies(
     runner: Runner,
     scheduler: SchedulerConfig,
     policies: list[str],
-    placement: str,
+    placement: str | None,
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
     repeats: int = 1,
     eviction: str = "lru",
     events: Callable[[str], EngineEvents | None] | None = None,
 ) -> list[PolicyRun]:
     """Each policy ``repeats`` times, interleaved, each on a fresh engine over ``runner``; timings
-    are reported as medians over repeats. ``events(label)``: an observer for each engine (a trace
-    process per policy run)."""
+    are reported as medians over repeats. ``placement`` None: each policy's own.
+    ``events(label)``: an observer for each engine (a trace process per policy run)."""
     reference = runner.reference_tokens(requests)
     trials: dict[str, list[PolicyRun]] = {p: [] for p in policies}
     for _ in range(repeats):
         for policy in policies:
-            label = _label(policy, placement, repeats, len(trials[policy]))
+            label = _label(policy, placement or default_placement(policy), repeats, len(trials[policy]))
             observer = None if events is None else events(label)
             engine = Engine(
                 runner, scheduler, policy=policy, placement=placement, eviction=eviction, events=observer

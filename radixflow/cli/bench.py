@@ -21,6 +21,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import RoundRecord
 from radixflow.options import EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
+from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request
 from radixflow.workloads.trace import write_trace
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         setup.scheduler,
         runner=plan.choice.name,
         model=setup.runner.model.name,
-        placement=options.placement,
+        placement=options.placement or {n: default_placement(n) for n in names},
         repeats=args.repeat,
     )
     config.update(plan.choice.describe())

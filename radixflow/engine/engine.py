@@ -49,14 +49,15 @@ class Engine:
         runner: Runner,
         config: SchedulerConfig,
         policy: str = "radixflow",
-        placement: str = "branch",
+        placement: str | None = None,
         eviction: str = "lru",
         round_history: int | None = None,
         events: EngineEvents | None = None,
     ) -> None:
         """``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
         long-running server keeps a window and aggregates each returned record itself).
-        ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody)."""
+        ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody).
+        ``placement``: where recurrent-state checkpoints go (None: the policy's own)."""
         self.runner = runner
         self.events = events
         config = replace(
@@ -65,11 +66,13 @@ class Engine:
         self.cache = RadixCache(
             config.block_size, config.num_blocks, config.num_state_slots, make_eviction_policy(eviction)
         )
+        scheduling = make_policy(policy)
+        self.placement = (placement or scheduling.placement) if config.has_recurrent else "none"
         self.scheduler = Scheduler(
             config,
             self.cache,
-            make_policy(policy),
-            make_placement(placement if config.has_recurrent else "none"),
+            scheduling,
+            make_placement(self.placement),
             predict=getattr(runner, "round_predictor", None),  # runners that predict nothing omit it
             events=events,
         )

@@ -100,7 +100,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     runner = CpuTimedRunner(setup.runner)
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])
-    by_placement: dict[str, list[Variant]] = {}
+    by_placement: dict[str | None, list[Variant]] = {}  # None: each policy its own
     for v in variants:
         by_placement.setdefault(v.placement or options.placement, []).append(v)
     results: dict[str, dict[str, Any]] = {}

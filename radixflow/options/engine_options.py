@@ -99,8 +99,13 @@ class EngineOptions:
     policy: str = _opt(
         "radixflow", "scheduling policy", str, choices=_names(SCHEDULING_POLICIES), group="scheduler"
     )
-    placement: str = _opt(
-        "branch", "where recurrent-state checkpoints go", str, choices=_names(PLACEMENTS), group="scheduler"
+    placement: str | None = _opt(
+        None,
+        "where recurrent-state checkpoints go (default: the policy's own: lone for adaptive, branch "
+        "for native and radixflow)",
+        str,
+        choices=_names(PLACEMENTS),
+        group="scheduler",
     )
     eviction: str = _opt(
         "lru",

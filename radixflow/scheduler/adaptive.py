@@ -12,9 +12,15 @@ fills its rounds. A per-round rollout choosing between such full rounds and roun
 requests (short rounds that pipeline, as `native`'s) was measured on `experiments/policies.toml`
 and lost: within 1% of the better baseline in 84% of hybrid cells against 95% for full rounds,
 worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts, with
-one exception (`admission`): a whole prompt that would lengthen a round completing others by
+two exceptions (`admission`): a whole prompt that would lengthen a round completing others by
 more than a round of its own costs it and the requests behind it (counted with the measured
-busy fraction) is left for the next round, once.
+busy fraction) is left for the next round, once; and under a backlog that fills the next round
+anyway, a budget-cut chunk is left when what it delays (the round's completions and wake-ups)
+outweighs the share of a fixed part it saves the requests behind (counted with the measured
+arrival rate), never past the round FCFS would have finished its request by.
+
+Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
+shared context is predicted to end), so candidates arriving one at a time reuse their context.
 
 Blocked consumers: skipped as in `radixflow` (they wait), unless recomputing the prefix from a
 shallower READY point finishes them sooner than the cost model says the others lose
@@ -28,7 +34,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.scheduler.admission import BusyFraction, DraftTally, Split, leave_for_later
+from radixflow.scheduler.admission import (
+    ArrivalRate,
+    Backlog,
+    BusyFraction,
+    Cut,
+    DraftTally,
+    Split,
+    defer_cut,
+    leave_for_later,
+)
 from radixflow.scheduler.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.ranking import RankIndex
@@ -39,13 +54,16 @@ from radixflow.scheduler.scan import PolicyContext, ScanAction
 from radixflow.scheduler.shapes import Shape, Shapes
 
 AGING = 32.0  # slack of a request, in rounds, per full token budget of work per completion
-# blocked consumers one scan passes over before it ends, per request a round may hold: keeps a
-# round's cost flat however many consumers wait on one producer
+# blocked consumers and deferred chunks one scan passes over before it ends, per request a round
+# may hold: keeps a round's cost flat however many consumers wait on one producer
 SKIPS_PER_SLOT = 1
 
 
 class Adaptive:
     name = "adaptive"
+    # `branch` plus a checkpoint at the end of a lone request's shared context, so candidates that
+    # arrive one at a time reuse it (the issue's "lone context" part of this policy)
+    placement = "lone"
 
     def __init__(self, aging: float = AGING, fcfs_share: float = FCFS_SHARE) -> None:
         self._aging = aging
@@ -59,12 +77,15 @@ class Adaptive:
         self._round = 0
         self._skips = 0  # blocked consumers this scan passed over
         self._waited: set[str] = set()  # consumers counted as waiting once
-        self._counts = {"waits": 0, "recomputes": 0, "promotions": 0, "separated": 0}
+        self._counts = {"waits": 0, "recomputes": 0, "promotions": 0, "separated": 0, "deferred": 0}
         self._busy = BusyFraction()
         self._tally = DraftTally()  # this round's draft, for the admission rule
         self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
         self._continuing = 0  # chunks of running requests at the head of this round's draft
         self._left: set[str] = set()  # requests once left for a round of their own
+        self._backlog = Backlog()  # remaining tokens of the waiting requests
+        self._arrivals = ArrivalRate()
+        self._woken = 0  # blocked consumers this round's draft wakes
 
     # ----------------------------------------------------------------- events
     def bind(self, context: PolicyContext) -> None:
@@ -82,6 +103,8 @@ class Adaptive:
             return
         assert self._shapes is not None and self._fcfs is not None
         shape = self._shapes.arrived(request)
+        self._backlog.set(request.id, shape.remaining)
+        self._arrivals.arrived(request.arrival_s, len(request.prompt))
         self._fcfs.arrive(request.id, self._round, shape.remaining)
         self._index.add(request, self._round, self._slack(request, shape))
 
@@ -95,6 +118,7 @@ class Adaptive:
                 self._rekey(req)
         if now is not None:
             assert self._times is not None and self._ctx is not None
+            self._arrivals.now = now
             # without a runner predictor the round times are in token units, far above any span:
             # the busy fraction then reads 1 (the rule leaves a request only for a crowded round)
             predicted = 0.0 if self._draft is None else self._times.draft_seconds(self._draft.chunks)
@@ -109,11 +133,12 @@ class Adaptive:
         the policy)."""
         self._round += 1
         self._skips = 0
+        self._woken = 0
         if not self._ranked:
             return waiting
         assert self._shapes is not None and self._ctx is not None
         self._draft, self._continuing = None, len(self._ctx.running)
-        self._tally.start()
+        self._tally.start(self._continuing)
         for req in self._shapes.stale():
             self._rekey(req)
         return self._index.scan()
@@ -136,6 +161,15 @@ class Adaptive:
         if request.id not in self._waited:
             self._waited.add(request.id)
             self._counts["waits"] += 1
+        self._tally.advance(draft.chunks, self._completes_prompt)
+        if self._tally.ends.get(match.producer or "", 0) >= match.checkpoint_tokens:
+            self._woken += 1  # its producer reaches the checkpoint in this round: it wakes after
+        return self._skip()
+
+    def _skip(self) -> ScanAction:
+        """Pass over a request; end the scan once it has passed over its limit (mutates the
+        count of this scan's skips)."""
+        assert self._ctx is not None
         self._skips += 1
         limit = SKIPS_PER_SLOT * self._ctx.config.max_requests
         return ScanAction.STOP if self._skips > limit else ScanAction.SKIP
@@ -156,6 +190,10 @@ class Adaptive:
             self._counts["separated"] += 1
             self._ctx.note("separate", request.id, busy=round(self._busy.value, 3))
             return ScanAction.SKIP
+        if self._defer(request, reuse):
+            self._counts["deferred"] += 1
+            self._ctx.note("defer", request.id)
+            return self._skip()
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:
@@ -179,6 +217,36 @@ class Adaptive:
         alone = self._times.seconds(remaining)
         split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)
         return leave_for_later(split)
+
+    def _defer(self, request: Request, reuse: int) -> bool:
+        """Whether to leave a budget-cut chunk for the next round (`admission.Cut`): only under a
+        backlog that fills the next round anyway, only when the chunk would not finish its
+        request a round sooner, and never once FCFS would have finished the request (so no
+        request is deferred past that). Call after `_leave` (the tally is current)."""
+        assert self._ctx is not None and self._times is not None
+        tally, budget = self._tally, self._ctx.config.token_budget
+        left, remaining = budget - tally.tokens, len(request.prompt) - reuse
+        if left <= 0 or remaining <= left or self._past_fcfs(request):
+            return False
+        if -(-(remaining - left) // budget) < -(-remaining // budget):
+            return False  # taken now, the chunk finishes its request a round sooner
+        behind = self._backlog.tokens - self._backlog.of(request.id) - tally.fresh_tokens
+        if behind + remaining - left < budget:
+            return False  # the next round has room: the chunk taken now shortens it
+        prefill = tally.tokens - tally.decodes
+        now = self._times.seconds(prefill, tally.decodes)
+        grows = self._times.seconds(prefill + left, tally.decodes) - now
+        full = self._times.seconds(budget)
+        fixed = max(2 * self._times.seconds(budget // 2) - full, 0.0)  # extrapolated to no tokens
+        load = self._arrivals.load(full / budget)
+        cut = Cut(tally.completions + self._woken, grows, fixed, left / budget, self._waiting(), load)
+        return defer_cut(cut)
+
+    def _past_fcfs(self, request: Request) -> bool:
+        """FCFS would have finished the request by now: deferring it again could starve it."""
+        assert self._fcfs is not None
+        due = self._fcfs.due(request.id)
+        return due is not None and self._round >= due
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
         """The chunk ends its request's prompt (a decode step completes no request)."""
@@ -208,13 +276,16 @@ class Adaptive:
     # ----------------------------------------------------------------- keys
     def _rekey(self, request: Request) -> None:
         assert self._shapes is not None
-        self._index.rekey(request, self._slack(request, self._shapes.of(request)))
+        shape = self._shapes.of(request)
+        self._backlog.set(request.id, shape.remaining)
+        self._index.rekey(request, self._slack(request, shape))
 
     def _forget(self, request: Request) -> None:
         assert self._shapes is not None
         self._shapes.forget(request)
         self._waited.discard(request.id)
         self._left.discard(request.id)
+        self._backlog.drop(request.id)
         if self._fcfs is not None:
             self._fcfs.forget(request.id)
 

@@ -33,6 +33,7 @@ class FcfsBound:
         self._share = share
         self._clock = 0.0  # rounds: when FCFS would finish every arrival so far
         self._slack: dict[str, float] = {}  # request id -> its bound
+        self._due: dict[str, float] = {}  # request id -> the round FCFS would have finished it by
 
     def arrive(self, request_id: str, round_index: int, work_tokens: int) -> float:
         """Advance the clock by a newcomer's prompt work and fix its bound, which it returns
@@ -40,7 +41,12 @@ class FcfsBound:
         self._clock = max(self._clock, float(round_index)) + max(work_tokens, 0) / self._budget
         bound = (self._clock - round_index) * self._share
         self._slack[request_id] = bound
+        self._due[request_id] = self._clock
         return bound
+
+    def due(self, request_id: str) -> float | None:
+        """The round by which FCFS would have finished the request (None: never seen). Pure."""
+        return self._due.get(request_id)
 
     def cap(self, request_id: str, slack: float) -> float:
         """``slack`` held to the request's bound (unchanged for a request never seen). Pure."""
@@ -50,6 +56,7 @@ class FcfsBound:
     def forget(self, request_id: str) -> None:
         """The request left the queue (mutates the book)."""
         self._slack.pop(request_id, None)
+        self._due.pop(request_id, None)
 
     def __len__(self) -> int:
         return len(self._slack)

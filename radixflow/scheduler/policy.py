@@ -10,12 +10,14 @@ from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scan import PolicyContext, ScanAction, SchedulingPolicy
 
-__all__ = ["SCHEDULING_POLICIES", "ScanAction", "SchedulingPolicy", "make_policy"]
+__all__ = ["SCHEDULING_POLICIES", "ScanAction", "SchedulingPolicy", "default_placement", "make_policy"]
 
 
 class FCFS:
     """Arrival order (the queue is kept in arrival order already); takes every ready request and
     keeps no state between rounds."""
+
+    placement = "branch"  # the paper's: where known sequences diverge, plus each prompt's end
 
     def bind(self, context: PolicyContext) -> None:
         pass
@@ -69,3 +71,12 @@ def make_policy(name: str) -> SchedulingPolicy:
     except KeyError:
         known = ", ".join(SCHEDULING_POLICIES)
         raise ValueError(f"unknown scheduling policy {name!r} (known: {known})") from None
+
+
+def default_placement(policy: str) -> str:
+    """The checkpoint placement ``policy`` is built around (raises ValueError for an unknown name)."""
+    try:
+        return SCHEDULING_POLICIES[policy].placement
+    except KeyError:
+        known = ", ".join(SCHEDULING_POLICIES)
+        raise ValueError(f"unknown scheduling policy {policy!r} (known: {known})") from None

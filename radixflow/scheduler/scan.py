@@ -48,6 +48,9 @@ class PolicyContext:
 
 class SchedulingPolicy(Protocol):
     name: str
+    # the checkpoint placement (`placement.PLACEMENTS`) this policy is built around: what an engine
+    # uses when it is given none
+    placement: str
 
     def bind(self, context: PolicyContext) -> None:
         """Called once by the scheduler that uses this policy (mutates only the policy)."""

@@ -160,7 +160,7 @@ def test_the_tally_counts_fresh_tokens_past_the_running_requests_and_where_chunk
     tally.start(continuing=1)
     chunks = [chunk("running", 512, 1024), chunk("new", 0, 300)]
     tally.advance(chunks, lambda c: c.end >= 1000)
-    assert (tally.tokens, tally.fresh_tokens, tally.completions) == (812, 300, 1)
+    assert (tally.tokens, tally.fresh_tokens, tally.completions, tally.samples) == (812, 300, 1, 2)
     assert tally.ends == {"running": 1024, "new": 300}
     chunks.append(chunk("another", 0, 64))
     tally.advance(chunks, lambda c: False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from radixflow.scheduler import SchedulerConfig
 from radixflow.scheduler.output import ScheduledChunk
-from radixflow.scheduler.recompute import Blocked, done_recomputing, done_waiting, weigh
+from radixflow.scheduler.recompute import Blocked, Draft, done_recomputing, done_waiting, weigh
 from radixflow.scheduler.round_time import RoundTimes
 
 BUDGET = 100
@@ -17,8 +17,9 @@ def linear(fixed: float, per_token: float) -> RoundTimes:
     return RoundTimes(predict, SchedulerConfig(token_budget=BUDGET, max_requests=8, block_size=1))
 
 
-def chunk(tokens: int) -> ScheduledChunk:
-    return ScheduledChunk("p", "n", tuple(range(tokens)), 0, tokens, (), None, (), True)
+def drafted(tokens: int) -> Draft:
+    """A round holding one prefill chunk of ``tokens`` that completes its prompt."""
+    return Draft(tokens=tokens, decodes=0, completions=1)
 
 
 def test_rounds_waiting_and_recomputing():
@@ -35,17 +36,17 @@ def test_rounds_waiting_and_recomputing():
 
 def test_a_high_fixed_cost_makes_a_round_worth_the_duplicate():
     b = Blocked(prompt=60, pending=48, ready=0, producer_at=60)
-    verdict = weigh(b, linear(fixed=10.0, per_token=0.01), [chunk(30)], BUDGET, completions=1, waiting=1)
+    verdict = weigh(b, linear(fixed=10.0, per_token=0.01), drafted(30), BUDGET, waiting=1)
     assert verdict.recompute and verdict.rounds_saved == 1
 
 
 def test_no_fixed_cost_and_a_queue_behind_make_the_consumer_wait():
     b = Blocked(prompt=60, pending=48, ready=0, producer_at=60)
-    verdict = weigh(b, linear(fixed=0.0, per_token=1.0), [chunk(30)], BUDGET, completions=1, waiting=20)
+    verdict = weigh(b, linear(fixed=0.0, per_token=1.0), drafted(30), BUDGET, waiting=20)
     assert not verdict.recompute and verdict.cost_s > verdict.benefit_s
 
 
 def test_no_room_in_the_round_means_waiting():
     b = Blocked(prompt=60, pending=48, ready=0, producer_at=60)
-    verdict = weigh(b, linear(fixed=10.0, per_token=0.01), [chunk(BUDGET)], BUDGET, completions=1, waiting=0)
+    verdict = weigh(b, linear(fixed=10.0, per_token=0.01), drafted(BUDGET), BUDGET, waiting=0)
     assert not verdict.recompute and verdict.rounds_saved == 0

@@ -47,7 +47,7 @@ from radixflow.scheduler.admission import (
 from radixflow.scheduler.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.ranking import RankIndex
-from radixflow.scheduler.recompute import Blocked, Verdict, weigh
+from radixflow.scheduler.recompute import Blocked, Draft, Verdict, weigh
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.round_time import RoundTimes
 from radixflow.scheduler.scan import PolicyContext, ScanAction
@@ -264,14 +264,16 @@ class Adaptive:
         assert self._ctx is not None and self._times is not None
         budget = self._ctx.config.token_budget
         producer = self._ctx.running.get(match.producer or "")
-        if producer is None or draft.tokens >= budget:
+        tally = self._tally
+        tally.advance(draft.chunks, self._completes_prompt)
+        if producer is None or tally.tokens >= budget:
             return None  # a full round has no room to recompute in
         ready = next(iter(self._ctx.reuse.shallower(request, match.checkpoint_tokens))).tokens
         shared = 0 if request.registration is None else self._ctx.cache.sharing(request.registration).tokens
         pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
         blocked = Blocked(len(request.prompt), pending, ready, producer.computed)
-        completions = sum(1 for c in draft.chunks if c.sample)
-        return weigh(blocked, self._times, draft.chunks, budget, completions, len(self._index))
+        drafted = Draft(tally.tokens, tally.decodes, tally.samples)
+        return weigh(blocked, self._times, drafted, budget, len(self._index))
 
     # ----------------------------------------------------------------- keys
     def _rekey(self, request: Request) -> None:

@@ -211,6 +211,7 @@ class DraftTally:
         self.fresh_tokens = 0  # tokens of the chunks of requests admitted from the queue
         self.decodes = 0
         self.completions = 0
+        self.samples = 0  # chunks that sample a token (decode steps too)
         self.ends: dict[str, int] = {}  # request id -> where its chunk in the draft ends
 
     def advance(self, chunks: Sequence[ScheduledChunk], completes: Callable[[ScheduledChunk], bool]) -> None:
@@ -220,6 +221,7 @@ class DraftTally:
             self.tokens += chunk.length
             self.decodes += chunk.length == 1  # as the cost models count decode steps
             self.completions += completes(chunk)
+            self.samples += chunk.sample
             self.fresh_tokens += chunk.length if i >= self._continuing else 0
             self.ends[chunk.request_id] = chunk.end
         self._seen = len(chunks)

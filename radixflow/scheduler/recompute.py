@@ -9,10 +9,8 @@ every request still waiting the time of the duplicated tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from radixflow.scheduler.output import ScheduledChunk
 from radixflow.scheduler.round_time import RoundTimes
 
 
@@ -51,22 +49,27 @@ class Verdict:
     cost_s: float  # what everyone else pays
 
 
-def weigh(
-    b: Blocked,
-    times: RoundTimes,
-    draft: Sequence[ScheduledChunk],
-    budget: int,
-    completions: int,
-    waiting: int,
-) -> Verdict:
+@dataclass(frozen=True)
+class Draft:
+    """The round so far: its tokens, how many of them are decode steps, and its sampled chunks."""
+
+    tokens: int
+    decodes: int
+    completions: int  # chunks that sample a token this round
+
+
+def weigh(b: Blocked, times: RoundTimes, draft: Draft, budget: int, waiting: int) -> Verdict:
     """Recompute when the consumer's gain (the rounds it saves, at a full round's time) exceeds
-    the delay to the ``completions`` of this round and to the ``waiting`` requests. Pure but for
-    the round-time probe cache."""
-    left = budget - sum(c.length for c in draft)
+    the delay to the draft's ``completions`` and to the ``waiting`` requests. Pure but for the
+    round-time probe cache."""
+    left = budget - draft.tokens
     if left <= 0:
         return Verdict(False, 0, 0.0, 0.0)
     saved = done_waiting(b, budget) - done_recomputing(b, budget, left)
     benefit = saved * times.seconds(budget)
-    grows = times.draft_seconds(draft, min(b.prompt - b.ready, left)) - times.draft_seconds(draft)
+    prefill = draft.tokens - draft.decodes
+    extra = min(b.prompt - b.ready, left)
+    grows = times.seconds(prefill + extra, draft.decodes) - times.seconds(prefill, draft.decodes)
+    completions = draft.completions
     cost = grows * completions + (b.pending - b.ready) * times.per_token() * waiting
     return Verdict(saved > 0 and benefit > cost, saved, benefit, cost)

@@ -211,9 +211,7 @@ class Adaptive:
         remaining = len(request.prompt) - reuse
         if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - tally.tokens:
             return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
-        prefill = tally.tokens - tally.decodes
-        now = self._times.seconds(prefill, tally.decodes)
-        grows = self._times.seconds(prefill + remaining, tally.decodes) - now
+        grows = self._times.grows(tally.tokens, tally.decodes, remaining)
         alone = self._times.seconds(remaining)
         split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)
         return leave_for_later(split)
@@ -233,13 +231,10 @@ class Adaptive:
         behind = self._backlog.tokens - self._backlog.of(request.id) - tally.fresh_tokens
         if behind + remaining - left < budget:
             return False  # the next round has room: the chunk taken now shortens it
-        prefill = tally.tokens - tally.decodes
-        now = self._times.seconds(prefill, tally.decodes)
-        grows = self._times.seconds(prefill + left, tally.decodes) - now
-        full = self._times.seconds(budget)
-        fixed = max(2 * self._times.seconds(budget // 2) - full, 0.0)  # extrapolated to no tokens
-        load = self._arrivals.load(full / budget)
-        cut = Cut(tally.completions + self._woken, grows, fixed, left / budget, self._waiting(), load)
+        grows = self._times.grows(tally.tokens, tally.decodes, left)
+        load = self._arrivals.load(self._times.seconds(budget) / budget)
+        affected = tally.completions + self._woken
+        cut = Cut(affected, grows, self._times.fixed(), left / budget, self._waiting(), load)
         return defer_cut(cut)
 
     def _past_fcfs(self, request: Request) -> bool:

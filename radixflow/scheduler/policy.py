@@ -65,18 +65,18 @@ SCHEDULING_POLICIES: dict[str, type[SchedulingPolicy]] = {
 }
 
 
-def make_policy(name: str) -> SchedulingPolicy:
+def _registered(name: str) -> type[SchedulingPolicy]:
     try:
-        return SCHEDULING_POLICIES[name]()
+        return SCHEDULING_POLICIES[name]
     except KeyError:
         known = ", ".join(SCHEDULING_POLICIES)
         raise ValueError(f"unknown scheduling policy {name!r} (known: {known})") from None
 
 
+def make_policy(name: str) -> SchedulingPolicy:
+    return _registered(name)()
+
+
 def default_placement(policy: str) -> str:
     """The checkpoint placement ``policy`` is built around (raises ValueError for an unknown name)."""
-    try:
-        return SCHEDULING_POLICIES[policy].placement
-    except KeyError:
-        known = ", ".join(SCHEDULING_POLICIES)
-        raise ValueError(f"unknown scheduling policy {policy!r} (known: {known})") from None
+    return _registered(policy).placement

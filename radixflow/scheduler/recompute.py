@@ -67,9 +67,7 @@ def weigh(b: Blocked, times: RoundTimes, draft: Draft, budget: int, waiting: int
         return Verdict(False, 0, 0.0, 0.0)
     saved = done_waiting(b, budget) - done_recomputing(b, budget, left)
     benefit = saved * times.seconds(budget)
-    prefill = draft.tokens - draft.decodes
-    extra = min(b.prompt - b.ready, left)
-    grows = times.seconds(prefill + extra, draft.decodes) - times.seconds(prefill, draft.decodes)
+    grows = times.grows(draft.tokens, draft.decodes, min(b.prompt - b.ready, left))
     completions = draft.completions
     cost = grows * completions + (b.pending - b.ready) * times.per_token() * waiting
     return Verdict(saved > 0 and benefit > cost, saved, benefit, cost)

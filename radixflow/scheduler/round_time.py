@@ -58,6 +58,17 @@ class RoundTimes:
         prefill = sum(c.length for c in chunks) - decodes + extra_tokens
         return self.seconds(prefill, decodes)
 
+    def grows(self, tokens: int, decodes: int, extra: int) -> float:
+        """How much longer a round of ``tokens`` (``decodes`` of them decode steps) runs with
+        ``extra`` more prompt tokens. Mutates only the probe cache."""
+        prefill = tokens - decodes
+        return self.seconds(prefill + extra, decodes) - self.seconds(prefill, decodes)
+
+    def fixed(self) -> float:
+        """A prefill round's fixed part: its time extrapolated to no tokens from a half and a full
+        budget (a one-token round is costed as a decode step, so it is not the intercept)."""
+        return max(2 * self.seconds(self._budget // 2) - self.seconds(self._budget), 0.0)
+
     def per_token(self) -> float:
         """Mean marginal seconds per prompt token over a full budget."""
         return max(self.seconds(self._budget) - self.seconds(1), 1e-12) / max(self._budget - 1, 1)

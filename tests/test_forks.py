@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from radixflow.scheduler.forks import ForkHistory
 
 
@@ -51,3 +54,37 @@ def test_history_is_bounded_per_namespace_and_in_namespaces():
     forks.observe("third", 10, 5)  # evicts "other", the namespace seen least recently
     assert forks.predict("other", 10, 1) is None
     assert forks.predict("ns", 544, 16) == 512
+
+
+def _gain(tails: list[int], prompt_len: int, pos: int) -> int:
+    return pos * sum(1 for t in tails if t <= prompt_len - pos)
+
+
+def _by_definition(tails: list[int], prompt_len: int, block: int) -> int:
+    """The block boundary maximising position × tails it serves, the earliest on a tie."""
+    best, best_gain = 0, 0
+    for pos in range(block, prompt_len + 1, block):
+        if _gain(tails, prompt_len, pos) > best_gain:
+            best, best_gain = pos, _gain(tails, prompt_len, pos)
+    return best
+
+
+@given(
+    st.lists(st.integers(0, 300), min_size=1, max_size=40),
+    st.integers(1, 400),
+    st.sampled_from([1, 4, 16]),
+    st.integers(1, 12),
+)
+@settings(max_examples=300, deadline=None)
+def test_prediction_matches_its_definition_with_repeated_tails_and_a_full_history(
+    tails: list[int], prompt_len: int, block: int, size: int
+):
+    forks = ForkHistory(per_namespace=size)
+    for tail in tails:
+        forks.observe("ns", 1000, 1000 - tail)
+    kept = tails[-size:]
+    predicted = forks.predict("ns", prompt_len, block)
+    expected = _by_definition(kept, prompt_len, block)
+    # equal gains at two positions: either is the best; both serve the same tokens
+    same = predicted > 0 and _gain(kept, prompt_len, predicted) == _gain(kept, prompt_len, expected)
+    assert predicted == expected or same

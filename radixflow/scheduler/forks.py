@@ -18,17 +18,27 @@ NAMESPACES = 1024
 
 
 class _Tails:
-    """One namespace's recent tails, and the same tails kept sorted (what `predict` scans)."""
+    """One namespace's recent tails, and how many of each (what `predict` scans, shortest first:
+    requests of one workload repeat a few tail lengths, so the scan is short)."""
 
     def __init__(self, size: int) -> None:
         self.recent: deque[int] = deque(maxlen=size)
-        self.sorted: list[int] = []
+        self.count: dict[int, int] = {}
+        self.distinct: list[int] = []  # the keys of ``count``, ascending
 
     def add(self, tail: int) -> None:
         if len(self.recent) == self.recent.maxlen:
-            self.sorted.remove(self.recent[0])
+            self._drop(self.recent[0])
         self.recent.append(tail)
-        insort(self.sorted, tail)
+        if tail not in self.count:
+            insort(self.distinct, tail)
+        self.count[tail] = self.count.get(tail, 0) + 1
+
+    def _drop(self, tail: int) -> None:
+        self.count[tail] -= 1
+        if not self.count[tail]:
+            del self.count[tail]
+            self.distinct.remove(tail)
 
 
 class ForkHistory:
@@ -58,8 +68,9 @@ class ForkHistory:
         tails = self._tails.get(namespace)
         if tails is None:
             return None
-        best, best_gain = 0, 0
-        for served, tail in enumerate(tails.sorted, start=1):
+        best, best_gain, served = 0, 0, 0
+        for tail in tails.distinct:
+            served += tails.count[tail]
             pos = (prompt_len - tail) // block_size * block_size
             # the longest tails come last: a position serving more of them is earlier, never later
             if pos > 0 and pos * served > best_gain:

@@ -41,11 +41,16 @@ class BranchPlacement:
     name = "branch"
 
     def positions(self, ctx: PlacementContext) -> list[int]:
-        points = set(ctx.branch_points(ctx.start, ctx.end))
+        return sorted(self._points(ctx, ctx.branch_points(ctx.start, ctx.end)))
+
+    @staticmethod
+    def _points(ctx: PlacementContext, branches: list[int]) -> set[int]:
+        """The chunk's branch points among ``branches``, and the prompt's last block boundary."""
+        points = {b for b in branches if ctx.start < b <= ctx.end}
         tail = _floor(ctx.prompt_len, ctx.block_size)
         if ctx.start < tail <= ctx.end:
             points.add(tail)
-        return sorted(points)
+        return points
 
 
 class LonePlacement(BranchPlacement):
@@ -64,9 +69,11 @@ class LonePlacement(BranchPlacement):
     LADDER = 5  # rungs of the cold-start ladder
 
     def positions(self, ctx: PlacementContext) -> list[int]:
-        points = set(super().positions(ctx))
         known = ctx.branch_points(0, ctx.prompt_len)
+        points = self._points(ctx, known)
         deepest = max(known, default=0)
+        if deepest >= ctx.end:
+            return sorted(points)  # a guess must lie past the deepest known branch: none fits
         for pos in self._guesses(ctx, lone=not known):
             if ctx.start < pos <= ctx.end and pos > deepest:
                 points.add(pos)

@@ -45,7 +45,11 @@ class RankIndex:
         the index)."""
         if request.id not in self._since:
             return  # not ranked here (it left, or never arrived)
-        entry = (self._since[request.id] + slack, self._seq[request.id], next(self._versions), request)
+        deadline = self._since[request.id] + slack
+        live = self._live.get(request.id)
+        if live is not None and live[0] == deadline:
+            return  # same place in the order: a new entry would only grow the heap
+        entry = (deadline, self._seq[request.id], next(self._versions), request)
         self._live[request.id] = entry
         heapq.heappush(self._heap, entry)
 

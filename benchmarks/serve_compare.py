@@ -43,6 +43,14 @@ def parse_variant(text: str) -> Variant:
     return Variant(label, path, tuple(shlex.split(flags)))
 
 
+def imported_tree(variant: Variant) -> Path:
+    """Where a server process started as `serve_load.py` starts it imports radixflow from."""
+    env = {**os.environ, "PYTHONPATH": str(variant.tree), "PYTHONSAFEPATH": "1"}
+    code = "import radixflow; print(radixflow.__file__)"
+    found = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip()).resolve().parent.parent
+
+
 def run_once(variant: Variant, load_args: list[str], out: Path) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(variant.tree)}
     cmd = [sys.executable, str(LOAD), *load_args, *variant.flags, "--json", str(out)]
@@ -88,6 +96,9 @@ def main() -> None:
     args, load_args = ap.parse_known_args()
     if args.repeat < 1:
         raise SystemExit("--repeat must be at least 1")
+    for v in args.variant:  # a variant that ran another tree's server once made c05b93d look like main
+        if (tree := imported_tree(v)) != v.tree:
+            raise SystemExit(f"{v.label}: a server would import radixflow from {tree}, not {v.tree}")
     runs: dict[str, list[dict[str, float | None]]] = {v.label: [] for v in args.variant}
     tmp = args.json.with_suffix(".runs")
     tmp.mkdir(parents=True, exist_ok=True)

@@ -163,7 +163,9 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]
     for flag in ("torch_threads", "tokenizer_threads"):  # given: passed on (else the server's plan)
         if getattr(args, flag) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    proc = subprocess.Popen(cmd, env=os.environ.copy())
+    # PYTHONSAFEPATH: `python -m` would otherwise put the working directory first on sys.path, so a
+    # server meant to run another source tree (PYTHONPATH, `serve_compare.py`) ran this one
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONSAFEPATH": "1"})
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:

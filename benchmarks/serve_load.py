@@ -156,6 +156,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def server_env() -> dict[str, str]:
+    """The server process's environment. PYTHONSAFEPATH: `python -m` would otherwise put the
+    working directory first on sys.path, so a server meant to run another source tree
+    (PYTHONPATH, `serve_compare.py`) ran the tree the benchmark was started from."""
+    return {**os.environ, "PYTHONSAFEPATH": "1"}
+
+
 def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "radixflow.cli", "serve", args.model, "--port", str(port)]
     cmd += ["--max-pending", str(args.max_pending), "--policy", args.policy, "--log-level", "warning"]
@@ -163,9 +170,7 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]
     for flag in ("torch_threads", "tokenizer_threads"):  # given: passed on (else the server's plan)
         if getattr(args, flag) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    # PYTHONSAFEPATH: `python -m` would otherwise put the working directory first on sys.path, so a
-    # server meant to run another source tree (PYTHONPATH, `serve_compare.py`) ran this one
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONSAFEPATH": "1"})
+    proc = subprocess.Popen(cmd, env=server_env())
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -9,6 +9,7 @@ from radixflow.cache.evictable import kv_evictable
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
+from radixflow.scheduler.scheduler import BUBBLE_WALK_PER_SLOT
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
@@ -295,3 +296,38 @@ def test_lone_candidates_reuse_their_context_where_branch_recomputes_it():
     assert sum(reused["lone"].values()) == sum(r.reused for r in run("radixflow", reqs).requests)
     assert [r.output for r in lone.requests] == [r.output for r in branch.requests]
     assert lone.now < branch.now
+
+
+@pytest.mark.parametrize("policy", ["native", "adaptive"])
+def test_the_bubble_count_of_a_round_looks_at_a_bounded_part_of_a_queue_of_blocked_consumers(policy):
+    """A round of these policies costs the same with 100 or 1000 consumers blocked behind one
+    producer; `radixflow`'s first round matches every one of them once (then they are parked)."""
+    matched = {}
+    for consumers in (100, 1000):
+        engine = Engine(HYBRID, CFG, policy=policy)
+        reqs = grouped(groups=1, candidates=consumers + 1)
+        reqs.append(Request("solo", tuple(range(900, 940)), arrival_s=0.0))  # runnable, behind them all
+        for r in reqs:
+            engine.submit(r)
+        engine._admit_arrivals()  # an arrival costs its own match (adaptive shapes it), once
+        calls = _count_matches(engine)
+        engine.step()
+        engine.check_integrity()
+        matched[consumers] = len(calls)
+        # the solo request lies past the walk: the count is a lower bound, here none of it
+        assert engine.rounds[0].bubble_tokens == 0
+    # the walk past the stop, the scan's own skips and (adaptive) a group's bounded re-keying
+    assert matched[100] == matched[1000] < 4 * BUBBLE_WALK_PER_SLOT * CFG.max_requests + 64
+
+
+def _count_matches(engine: Engine) -> list[str]:
+    """The ids the scheduler matches from now on, one entry per match."""
+    calls: list[str] = []
+    plain = engine.scheduler.reuse.match
+
+    def counting(req, touch=True):
+        calls.append(req.id)
+        return plain(req, touch)
+
+    engine.scheduler.reuse.match = counting
+    return calls

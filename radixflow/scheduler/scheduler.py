@@ -8,6 +8,7 @@ O(1), blocked consumers are parked rather than re-matched, and the cache evicts 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -26,6 +27,10 @@ from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
 from radixflow.scheduler.scan import PolicyContext
+
+# waiting requests the bubble count looks at past the scan's stop, per request a round may hold
+# (a lower bound beyond that; the default bench and every cell of experiments/policies.toml fit)
+BUBBLE_WALK_PER_SLOT = 2
 
 
 class _Admit(Enum):
@@ -165,13 +170,17 @@ class Scheduler:
         """Prompt tokens (up to ``cap``) of waiting requests that could have run this round.
 
         Everything the scan passed was admitted or parked (parked consumers could not run), so
-        only the stop request and what the scan never reached are matched, without touching LRU.
+        only the stop request and what the scan never reached are matched, without touching LRU,
+        and at most `BUBBLE_WALK_PER_SLOT` requests per request a round may hold: consumers
+        blocked behind one producer add nothing, and a queue of them must not make the count
+        (a metric) cost a round O(queue).
         """
         total = 0
         if stop.request is not None:
             match = stop.match or self.reuse.match(stop.request, touch=False)
             total += self._feasible(stop.request, match)
-        for req in stop.rest:
+        walk = BUBBLE_WALK_PER_SLOT * self.config.max_requests
+        for req in itertools.islice(stop.rest, walk):
             if total >= cap:
                 break
             if not self.parked.holds(req):

@@ -41,6 +41,7 @@ class RoundTimes:
         self._decode_sizes = _grid(1, config.max_requests)
         self._prefill: dict[int, float] = {}
         self._decode: dict[int, float] = {}
+        self._seen: dict[int, float] = {}  # prefill round sizes answered so far (at most the budget)
 
     def seconds(self, prefill_tokens: int, decode_steps: int = 0) -> float:
         """A round computing ``prefill_tokens`` prompt positions (in any number of chunks) and
@@ -50,7 +51,11 @@ class RoundTimes:
         if prefill_tokens <= 0:
             return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode)
         tokens = prefill_tokens + decode_steps
-        return self._at(self._prefill_sizes, self._prefill, tokens, self._probe_prefill)
+        known = self._seen.get(tokens)
+        if known is None:  # a policy asks for the same few sizes round after round
+            known = self._at(self._prefill_sizes, self._prefill, tokens, self._probe_prefill)
+            self._seen[tokens] = known
+        return known
 
     def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
         """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""

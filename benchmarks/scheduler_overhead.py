@@ -4,7 +4,9 @@ Workload: shared contexts of 64 tokens, each followed by 2 candidates of 16 toke
 requests are consumers, blocked while their producer runs), token budget 2048, 32 requests per
 round, block size 16. Per-round figures are taken once the cache is full and every admission
 evicts, with the queue topped up so it stays at the target length. Scheduler CPU is
-`time.process_time` around `Scheduler.schedule` and `Scheduler.update`.
+`time.process_time` around `Scheduler.schedule` and `Scheduler.update`. Each per-round figure is
+measured ``--repeat`` times (3), policies interleaved, each time in a fresh process, and the median
+is reported beside every run's and the ratio to `radixflow`.
 
     python benchmarks/scheduler_overhead.py --json results/scheduler_overhead.json
 """
@@ -139,12 +141,32 @@ def fresh(fn: Callable[..., T], *args: object) -> T:
         return pool.apply(fn, args)
 
 
+def per_round_repeated(waiting: list[int], rounds: int, repeat: int) -> dict[str, list[dict]]:
+    """`per_round` for every policy and queue length, ``repeat`` times interleaved (policy after
+    policy, each in a fresh process): the same work timed twice here differs by up to 1.6x from
+    one process to the next, so a ratio of single measurements says little. Medians."""
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {(p, n): [] for p in POLICIES for n in waiting}
+    for _ in range(repeat):
+        for n in waiting:
+            for policy in POLICIES:
+                runs[policy, n].append(fresh(per_round, policy, n, rounds))
+    out: dict[str, list[dict]] = {p: [] for p in POLICIES}
+    for (policy, _), rs in runs.items():
+        medians = [r["median_ms"] for r in rs]
+        row = {**rs[0], "median_ms": statistics.median(medians), "median_ms_runs": medians}
+        row["p99_ms"] = statistics.median(r["p99_ms"] for r in rs)
+        row["cache_full"] = all(r["cache_full"] for r in rs)
+        out[policy].append(row)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--waiting", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     p.add_argument("--runs", type=int, nargs="+", default=[10_000, 50_000, 100_000])
     p.add_argument("--blocked", type=int, nargs="+", default=[1_000, 10_000, 50_000])
     p.add_argument("--rounds", type=int, default=60, help="measured rounds per queue length")
+    p.add_argument("--repeat", type=int, default=3, help="per-round measurements of each, interleaved")
     p.add_argument("--json", type=Path, default=Path("results/scheduler_overhead.json"))
     args = p.parse_args()
     console = Console()
@@ -152,11 +174,14 @@ def main() -> None:
     for policy in POLICIES:
         result["runs"][policy] = [fresh(_whole_run, policy, n) for n in args.runs]
         console.print(f"{policy}: whole runs done")
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be at least 1")
+    result["per_round"] = per_round_repeated(args.waiting, args.rounds, args.repeat)
+    console.print("per-round figures done")
     for policy in POLICIES:
-        result["per_round"][policy] = [fresh(per_round, policy, n, args.rounds) for n in args.waiting]
         blocked_round(policy, 1)  # warm-up: the first round in a process loads the cost model's tables
         result["blocked_round_ms"][policy] = {n: blocked_round(policy, n) for n in args.blocked}
-        console.print(f"{policy}: per-round figures done")
+        console.print(f"{policy}: blocked-round figures done")
     _print(result, console)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
@@ -164,13 +189,16 @@ def main() -> None:
 
 
 def _print(result: dict, console: Console) -> None:
-    table = Table(title="scheduler CPU per round, cache full and evicting (ms)")
-    for col in ("policy", "waiting", "median", "p99", "cache full"):
+    table = Table(title="scheduler CPU per round, cache full and evicting (ms, medians over repeats)")
+    for col in ("policy", "waiting", "median", "runs", "p99", "× radixflow", "cache full"):
         table.add_column(col, justify="right")
+    base = {r["waiting"]: r["median_ms"] for r in result["per_round"]["radixflow"]}
     for policy, rows in result["per_round"].items():
         for r in rows:
-            cells = f"{r['waiting']:,}", f"{r['median_ms']:.3f}", f"{r['p99_ms']:.3f}", str(r["cache_full"])
-            table.add_row(policy, *cells)
+            runs = " ".join(f"{m:.2f}" for m in r.get("median_ms_runs", [r["median_ms"]]))
+            ratio = f"{r['median_ms'] / base[r['waiting']]:.2f}"
+            cells = f"{r['waiting']:,}", f"{r['median_ms']:.3f}", runs, f"{r['p99_ms']:.3f}", ratio
+            table.add_row(policy, *cells, str(r["cache_full"]))
     console.print(table)
     table = Table(title="first round with N blocked consumers (ms)")
     table.add_column("policy")

@@ -4,9 +4,9 @@ Workload: shared contexts of 64 tokens, each followed by 2 candidates of 16 toke
 requests are consumers, blocked while their producer runs), token budget 2048, 32 requests per
 round, block size 16. Per-round figures are taken once the cache is full and every admission
 evicts, with the queue topped up so it stays at the target length. Scheduler CPU is
-`time.process_time` around `Scheduler.schedule` and `Scheduler.update`. Each per-round figure is
-measured ``--repeat`` times (3), policies interleaved, each time in a fresh process, and the median
-is reported beside every run's and the ratio to `radixflow`.
+`time.process_time` around `Scheduler.schedule` and `Scheduler.update`. The policies' per-round figures are
+taken side by side in one process (their rounds in turn), ``--repeat`` times (3) in fresh
+processes; the median is reported beside every run's, with the ratio to `radixflow`.
 
     python benchmarks/scheduler_overhead.py --json results/scheduler_overhead.json
 """
@@ -76,9 +76,33 @@ class TimedEngine:
         return usage.free_blocks < 0.05 * usage.total_blocks and usage.free_slots < 0.05 * usage.total_slots
 
 
-def per_round(policy: str, waiting: int, rounds: int) -> dict[str, float]:
-    timed = TimedEngine(policy)
-    engine, stream = timed.engine, requests(seed=waiting)
+def per_round(waiting: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Scheduler CPU per round of every policy at one queue length, side by side in one process:
+    each engine is filled and warmed up, then they take their measured rounds in turn (round r
+    of each before round r + 1 of any), so a slow spell of this shared machine hits all alike."""
+    timed = {policy: TimedEngine(policy) for policy in POLICIES}
+    streams = {policy: requests(seed=waiting) for policy in POLICIES}
+    warmups = {policy: _fill(timed[policy], streams[policy], waiting) for policy in POLICIES}
+    for _ in range(rounds):
+        for policy in POLICIES:
+            timed[policy].engine.step()
+            _top_up(timed[policy].engine, streams[policy], waiting)
+    out = {}
+    for policy, t in timed.items():
+        ms = sorted(1e3 * x for x in t.per_round)
+        out[policy] = {
+            "waiting": waiting,
+            "median_ms": statistics.median(ms),
+            "p99_ms": ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))],
+            "warmup_rounds": warmups[policy],
+            "cache_full": t.full(),
+        }
+    return out
+
+
+def _fill(timed: TimedEngine, stream: Iterator[Request], waiting: int) -> int:
+    """Queue ``waiting`` requests and run rounds until the cache is full; returns those rounds."""
+    engine = timed.engine
     for _ in range(waiting):
         engine.submit(next(stream))
     warmup = 0
@@ -87,17 +111,7 @@ def per_round(policy: str, waiting: int, rounds: int) -> dict[str, float]:
         warmup += 1
         _top_up(engine, stream, waiting)
     timed.per_round.clear()
-    for _ in range(rounds):
-        engine.step()
-        _top_up(engine, stream, waiting)
-    ms = sorted(1e3 * t for t in timed.per_round)
-    return {
-        "waiting": waiting,
-        "median_ms": statistics.median(ms),
-        "p99_ms": ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))],
-        "warmup_rounds": warmup,
-        "cache_full": timed.full(),
-    }
+    return warmup
 
 
 def _top_up(engine: Engine, stream: Iterator[Request], waiting: int) -> None:
@@ -134,29 +148,24 @@ def _whole_run(policy: str, n: int) -> dict[str, float]:
 
 
 def fresh(fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)`` in a fresh process, so its peak RSS and its heap are its own: measured in
-    the process that had already run the other policies, `adaptive` (measured last) took 7.7 ms
-    per round at 10k waiting against 5.5 ms in a process of its own."""
+    """``fn(*args)`` in a fresh process, so its peak RSS and its heap are its own (a whole run's
+    peak RSS would otherwise be the largest of every run before it)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(fn, args)
 
 
 def per_round_repeated(waiting: list[int], rounds: int, repeat: int) -> dict[str, list[dict]]:
-    """`per_round` for every policy and queue length, ``repeat`` times interleaved (policy after
-    policy, each in a fresh process): the same work timed twice here differs by up to 1.6x from
-    one process to the next, so a ratio of single measurements says little. Medians."""
-    runs: dict[tuple[str, int], list[dict[str, float]]] = {(p, n): [] for p in POLICIES for n in waiting}
-    for _ in range(repeat):
-        for n in waiting:
-            for policy in POLICIES:
-                runs[policy, n].append(fresh(per_round, policy, n, rounds))
+    """`per_round` at every queue length, ``repeat`` times, each in a fresh process: the same work
+    timed in two processes here differs by up to 1.6x, so medians over processes."""
+    runs = {n: [fresh(per_round, n, rounds) for _ in range(repeat)] for n in waiting}
     out: dict[str, list[dict]] = {p: [] for p in POLICIES}
-    for (policy, _), rs in runs.items():
-        medians = [r["median_ms"] for r in rs]
-        row = {**rs[0], "median_ms": statistics.median(medians), "median_ms_runs": medians}
-        row["p99_ms"] = statistics.median(r["p99_ms"] for r in rs)
-        row["cache_full"] = all(r["cache_full"] for r in rs)
-        out[policy].append(row)
+    for policy in POLICIES:
+        for rs in runs.values():
+            medians = [r[policy]["median_ms"] for r in rs]
+            row = {**rs[0][policy], "median_ms": statistics.median(medians), "median_ms_runs": medians}
+            row["p99_ms"] = statistics.median(r[policy]["p99_ms"] for r in rs)
+            row["cache_full"] = all(r[policy]["cache_full"] for r in rs)
+            out[policy].append(row)
     return out
 
 

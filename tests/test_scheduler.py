@@ -9,7 +9,7 @@ from radixflow.cache.evictable import kv_evictable
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
-from radixflow.scheduler.scheduler import BUBBLE_WALK_PER_SLOT
+from radixflow.scheduler.bubble import BUBBLE_WALK_PER_SLOT
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])

@@ -8,17 +8,18 @@ O(1), blocked consumers are parked rather than re-matched, and the cache evicts 
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
+from radixflow.scheduler.bubble import ScanStop, bubble_tokens
 from radixflow.scheduler.checkpoints import CheckpointPlanner
+from radixflow.scheduler.chunk_writer import ChunkWriter
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.events import SchedulerEvents
-from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec, StopReason
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, StopReason
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
 from radixflow.scheduler.policy import ScanAction, SchedulingPolicy
@@ -27,10 +28,6 @@ from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
 from radixflow.scheduler.scan import PolicyContext
-
-# waiting requests the bubble count looks at past the scan's stop, per request a round may hold
-# (a lower bound beyond that; the default bench and every cell of experiments/policies.toml fit)
-BUBBLE_WALK_PER_SLOT = 2
 
 
 class _Admit(Enum):
@@ -46,15 +43,6 @@ class _Admit(Enum):
 class _Budget:
     tokens: int
     requests: int
-
-
-@dataclass(frozen=True)
-class _Stop:
-    """Where the waiting scan stopped: the request it could not admit and the rest of the scan."""
-
-    request: Request | None
-    match: Match | None  # the stop request's match, when it is not parked
-    rest: Iterator[Request]
 
 
 class Scheduler:
@@ -83,9 +71,7 @@ class Scheduler:
         self.running: dict[str, Request] = {}  # admission order
         self.parked = ParkingLot()
         self.rounds = 0
-        self._promised = 0  # KV blocks running requests will still allocate (= sum of _owed)
-        # checkpoint slot -> fewest rounds any schedule needs before that state can exist
-        self._slot_depth: dict[int, int] = {}
+        self.writer = ChunkWriter(cache, config, self.checkpoints)
         policy.bind(PolicyContext(config, cache, self.reuse, self.running, predict, self.note))
 
     # ----------------------------------------------------------------- queue
@@ -106,10 +92,11 @@ class Scheduler:
         if self._continue_running(budget, out):
             stop = self._scan(budget, out)
         else:
-            stop = _Stop(None, None, iter(self.policy.order(self.waiting)))
+            stop = ScanStop(None, None, iter(self.policy.order(self.waiting)))
         self.rounds += 1
         if stop is not None and budget.tokens > 0 and budget.requests > 0:
-            out.bubble_tokens = self._bubble(stop, cap=budget.tokens)
+            slots = self.config.max_requests
+            out.bubble_tokens = bubble_tokens(stop, self.reuse, self.parked, budget.tokens, slots)
         return out
 
     def _continue_running(self, budget: _Budget, out: SchedulerOutput) -> bool:
@@ -124,13 +111,13 @@ class Scheduler:
             out.chunks.append(chunk)
         return True
 
-    def _scan(self, budget: _Budget, out: SchedulerOutput) -> _Stop | None:
+    def _scan(self, budget: _Budget, out: SchedulerOutput) -> ScanStop | None:
         """Admit waiting requests in the policy's order; None when every one was considered."""
         scan = iter(self.policy.order(self.waiting))
         for req in scan:
             if budget.requests == 0:
                 out.stop_reason = StopReason.REQUEST_BUDGET
-                return _Stop(req, None, scan)
+                return ScanStop(req, None, scan)
             status, match = self._admit(req, budget, out)
             if status is _Admit.BLOCKED:
                 action = self.policy.on_blocked(req, match, out)
@@ -140,14 +127,14 @@ class Scheduler:
                     self._park(req, match, out)
                 if action is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
-                    return _Stop(None, None, scan)
+                    return ScanStop(None, None, scan)
             if status is _Admit.DECLINED:
                 out.stop_reason = StopReason.POLICY
-                return _Stop(req, match, scan)
+                return ScanStop(req, match, scan)
             elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED, _Admit.BLOCKED):
                 no_budget = status is _Admit.NO_BUDGET
                 out.stop_reason = StopReason.TOKEN_BUDGET if no_budget else StopReason.MEMORY
-                return _Stop(req, match, scan)
+                return ScanStop(req, match, scan)
         return None
 
     def _park(self, req: Request, match: Match, out: SchedulerOutput) -> None:
@@ -165,31 +152,6 @@ class Scheduler:
         if status is _Admit.SCHEDULED:
             self.checkpoints.observe(req, match)
         return status
-
-    def _bubble(self, stop: _Stop, cap: int) -> int:
-        """Prompt tokens (up to ``cap``) of waiting requests that could have run this round.
-
-        Everything the scan passed was admitted or parked (parked consumers could not run), so
-        only the stop request and what the scan never reached are matched, without touching LRU,
-        and at most `BUBBLE_WALK_PER_SLOT` requests per request a round may hold: consumers
-        blocked behind one producer add nothing, and a queue of them must not make the count
-        (a metric) cost a round O(queue).
-        """
-        total = 0
-        if stop.request is not None:
-            match = stop.match or self.reuse.match(stop.request, touch=False)
-            total += self._feasible(stop.request, match)
-        walk = BUBBLE_WALK_PER_SLOT * self.config.max_requests
-        for req in itertools.islice(stop.rest, walk):
-            if total >= cap:
-                break
-            if not self.parked.holds(req):
-                total += self._feasible(req, self.reuse.match(req, touch=False))
-        return min(total, cap)
-
-    def _feasible(self, req: Request, match: Match) -> int:
-        reuse = self.reuse.tokens(match)
-        return 0 if reuse is None else len(req.prompt) - reuse
 
     def _admit(self, req: Request, budget: _Budget, out: SchedulerOutput) -> tuple[_Admit, Match]:
         match = self.reuse.match(req)
@@ -228,19 +190,16 @@ class Scheduler:
         working = 1 if self.config.has_recurrent and carries_state else 0
         # Admit only when the whole prompt's KV fits beside what running requests still need,
         # so a running request can always finish (no deadlock, no preemption needed).
-        if not self.cache.reserve(self._owed(point.tokens, req) + self._promised, working):
+        if not self.writer.reserve(req, point, working):
             self.cache.unlock(point.handle)
             return _Admit.NO_MEMORY
         ckpts = self.checkpoints.positions(req, point.tokens, end, held=working)
-        req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
-        req.block_table = self.cache.block_table(point.handle)
-        req.depth_base = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
+        self.writer.start(req, point)
         if working:
             req.working_slot = self.cache.alloc_working_slot()
         req.status = RequestStatus.RUNNING
         self.waiting.remove(req)
         self.running[req.id] = req
-        self._promised += self._owed(req.computed, req)
         out.chunks.append(self._emit(req, end, ckpts, point.restore_slot, budget))
         return _Admit.SCHEDULED
 
@@ -254,48 +213,14 @@ class Scheduler:
         ckpts = [] if decoding else self.checkpoints.positions(req, req.computed, end)
         return self._emit(req, end, ckpts, req.working_slot, budget)
 
-    def _owed(self, computed: int, req: Request) -> int:
-        """KV blocks ``req`` still has to allocate once ``computed`` positions exist."""
-        return self.config.blocks_needed(computed, req.max_length)
-
     def _emit(
         self, req: Request, end: int, ckpts: list[int], restore: int | None, budget: _Budget
     ) -> ScheduledChunk:
-        """Allocate the chunk's blocks, publish its whole blocks and checkpoints in the tree."""
-        start, seq, bs = req.computed, req.sequence, self.config.block_size
-        blocks = self.cache.alloc_blocks(-(-end // bs) - len(req.block_table))  # a decode step may need none
-        req.own_blocks.extend(blocks)
-        req.block_table.extend(blocks)
-        ext = self.cache.extend(req.namespace, seq, start, end, req.block_table[start // bs :], ckpts, req.id)
-        self.cache.relock(req.lock, ext.handle)
-        req.lock = ext.handle
-        for pos, slot in ext.checkpoints.items():
-            self._slot_depth[slot] = req.depth_base + self.config.rounds_for(pos - req.reused)
-        snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
-        snaps.extend(self.checkpoints.own_snapshots(req, end))
-        self._promised -= self._owed(start, req) - self._owed(end, req)
-        req.computed = end
-        budget.tokens -= end - start
+        """The writer's chunk for ``req`` up to ``end``, charged to the round's budget."""
+        chunk = self.writer.emit(req, end, ckpts, restore)
+        budget.tokens -= chunk.end - chunk.start
         budget.requests -= 1
-        sample = end == len(seq) and req.sampling.max_tokens > 0
-        return ScheduledChunk(
-            request_id=req.id,
-            namespace=req.namespace,
-            tokens=seq,
-            start=start,
-            end=end,
-            block_table=tuple(req.block_table),
-            restore_slot=restore,
-            snapshots=tuple(snaps),
-            sample=sample,
-            sampling=req.sampling,
-            prompt_logprobs_from=self._prompt_logprobs_from(req, start),
-        )
-
-    def _prompt_logprobs_from(self, req: Request, start: int) -> int | None:
-        if req.sampling.prompt_logprobs is None or start >= len(req.prompt):
-            return None
-        return 1 if start == req.reused else start  # the first chunk also reports reused positions
+        return chunk
 
     # ----------------------------------------------------------------- update
     def update(
@@ -356,18 +281,8 @@ class Scheduler:
         self._release(req)
 
     def _release(self, req: Request) -> None:
-        """Give back everything ``req`` holds: path lock, private blocks, working slot, demand."""
-        if self.running.pop(req.id, None) is not None:
-            self._promised -= self._owed(req.computed, req)
-        self.cache.unlock(req.lock)
-        self.cache.free_blocks(req.own_blocks)
-        for slot in (req.working_slot, req.tail_slot):
-            if slot is not None:
-                self.cache.free_working_slot(slot)
-        if req.registration is not None:
-            self.cache.unregister(req.registration)
-        req.lock, req.working_slot, req.tail_slot, req.registration = None, None, None, None
-        req.own_blocks, req.block_table = [], []
+        """Give back everything ``req`` holds (`ChunkWriter.release`); it leaves the running set."""
+        self.writer.release(req, running=self.running.pop(req.id, None) is not None)
 
     def abort(self, req: Request) -> None:
         """Cancel a waiting or running request between rounds (mutates queues, frees its resources).
@@ -429,5 +344,4 @@ class Scheduler:
         assert all(r.status is RequestStatus.RUNNING for r in running), "a non-running request runs"
         assert all(r.status is RequestStatus.WAITING for r in self.waiting), "a non-waiting request waits"
         assert not self.parked, "a consumer is still parked after its round"
-        owed = sum(self._owed(r.computed, r) for r in running)
-        assert self._promised == owed, f"promised KV {self._promised} != {owed}"
+        self.writer.check(running)

@@ -1,0 +1,103 @@
+"""A request's chunks as the cache sees them, and the ledger of KV blocks promised to running work.
+
+Admission reserves a request's whole remaining prompt beside what running requests still need,
+so a running request can always finish (no deadlock, no preemption). This writer keeps that
+count (`promised`, the blocks running requests will still allocate), allocates and publishes each
+chunk's blocks and checkpoints in the tree as the chunk is scheduled, and gives a request's
+resources back when it leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from radixflow.cache.radix import RadixCache
+from radixflow.scheduler.checkpoints import CheckpointPlanner
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.output import ScheduledChunk, SnapshotSpec
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.reuse import ReusePoint
+
+
+class ChunkWriter:
+    def __init__(self, cache: RadixCache, config: SchedulerConfig, checkpoints: CheckpointPlanner) -> None:
+        self.cache = cache
+        self.config = config
+        self.checkpoints = checkpoints
+        self.promised = 0  # KV blocks running requests will still allocate (= sum of `owed` over them)
+        # checkpoint slot -> fewest rounds any schedule needs before that state can exist
+        self._slot_depth: dict[int, int] = {}
+
+    def owed(self, computed: int, req: Request) -> int:
+        """KV blocks ``req`` still has to allocate once ``computed`` positions exist. Pure."""
+        return self.config.blocks_needed(computed, req.max_length)
+
+    def reserve(self, req: Request, point: ReusePoint, working: int) -> bool:
+        """Reserve ``req``'s whole remaining KV from ``point`` beside what running requests still
+        need, and ``working`` state slots (may evict; mutates the cache's reservation)."""
+        return self.cache.reserve(self.owed(point.tokens, req) + self.promised, working)
+
+    def start(self, req: Request, point: ReusePoint) -> None:
+        """``req`` runs from ``point``: its lock, reuse, block table and depth; its blocks join the
+        ledger (mutates ``req`` and the ledger; the caller has locked ``point``)."""
+        req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
+        req.block_table = self.cache.block_table(point.handle)
+        req.depth_base = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
+        self.promised += self.owed(req.computed, req)
+
+    def emit(self, req: Request, end: int, ckpts: list[int], restore: int | None) -> ScheduledChunk:
+        """The chunk computing ``[req.computed, end)``: allocates its blocks and publishes its whole
+        blocks and checkpoints in the tree (mutates ``req``, the cache and the ledger)."""
+        start, seq, bs = req.computed, req.sequence, self.config.block_size
+        blocks = self.cache.alloc_blocks(-(-end // bs) - len(req.block_table))  # a decode step may need none
+        req.own_blocks.extend(blocks)
+        req.block_table.extend(blocks)
+        ext = self.cache.extend(req.namespace, seq, start, end, req.block_table[start // bs :], ckpts, req.id)
+        self.cache.relock(req.lock, ext.handle)
+        req.lock = ext.handle
+        for pos, slot in ext.checkpoints.items():
+            self._slot_depth[slot] = req.depth_base + self.config.rounds_for(pos - req.reused)
+        snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
+        snaps.extend(self.checkpoints.own_snapshots(req, end))
+        self.promised -= self.owed(start, req) - self.owed(end, req)
+        req.computed = end
+        return ScheduledChunk(
+            request_id=req.id,
+            namespace=req.namespace,
+            tokens=seq,
+            start=start,
+            end=end,
+            block_table=tuple(req.block_table),
+            restore_slot=restore,
+            snapshots=tuple(snaps),
+            sample=end == len(seq) and req.sampling.max_tokens > 0,
+            sampling=req.sampling,
+            prompt_logprobs_from=_prompt_logprobs_from(req, start),
+        )
+
+    def release(self, req: Request, running: bool) -> None:
+        """Give back everything ``req`` holds: path lock, private blocks, working slots, demand;
+        ``running``: it was running, so its blocks leave the ledger (mutates ``req``, the cache
+        and the ledger)."""
+        if running:
+            self.promised -= self.owed(req.computed, req)
+        self.cache.unlock(req.lock)
+        self.cache.free_blocks(req.own_blocks)
+        for slot in (req.working_slot, req.tail_slot):
+            if slot is not None:
+                self.cache.free_working_slot(slot)
+        if req.registration is not None:
+            self.cache.unregister(req.registration)
+        req.lock, req.working_slot, req.tail_slot, req.registration = None, None, None, None
+        req.own_blocks, req.block_table = [], []
+
+    def check(self, running: Iterable[Request]) -> None:
+        """The ledger is exact: what the running requests still owe, no more, no less."""
+        owed = sum(self.owed(r.computed, r) for r in running)
+        assert self.promised == owed, f"promised KV {self.promised} != {owed}"
+
+
+def _prompt_logprobs_from(req: Request, start: int) -> int | None:
+    if req.sampling.prompt_logprobs is None or start >= len(req.prompt):
+        return None
+    return 1 if start == req.reused else start  # the first chunk also reports reused positions

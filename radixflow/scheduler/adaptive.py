@@ -35,7 +35,6 @@ from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
 from radixflow.scheduler.admission import (
-    MIN_COMPLETIONS,
     ArrivalRate,
     Backlog,
     BusyFraction,
@@ -212,8 +211,6 @@ class Adaptive:
         remaining = len(request.prompt) - reuse
         if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - tally.tokens:
             return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
-        if tally.completions < MIN_COMPLETIONS:
-            return False  # `leave_for_later`'s first test, before the round times it would read
         grows = self._times.grows(tally.tokens, tally.decodes, remaining)
         alone = self._times.seconds(remaining)
         split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)

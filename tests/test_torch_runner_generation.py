@@ -1,6 +1,6 @@
 """Greedy generation through the engine equals transformers' ``generate``, token for token.
 
-For every family's tiny zoo preset and for the real SmolLM2-135M, under both policies: prompts
+For every family's tiny zoo preset and for the real SmolLM2-135M, under the three policies: prompts
 sharing a prefix decode 32 tokens side by side in one engine; a later wave reuses the cached
 prefix, and a follow-up turn reuses the decoded conversation's tail checkpoint. transformers
 runs each prompt alone with its own plain DynamicCache (no prefix caching on its side).
@@ -82,7 +82,7 @@ def shared_prefix_conversation(runner: TorchRunner, policy: str) -> tuple[list[R
     return first, later
 
 
-@pytest.mark.parametrize("policy", ["native", "radixflow"])
+@pytest.mark.parametrize("policy", ["native", "radixflow", "adaptive"])
 def test_greedy_32_tokens_equal_transformers_generate(pair, policy):
     first, later = pair.conversation(policy)
     for req in first + later:

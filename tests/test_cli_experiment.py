@@ -126,3 +126,24 @@ def test_calibrate_on_a_broken_checkpoint_is_one_line(tmp_path, capsys, zoo, bre
     assert err.startswith("radixflow: error: cannot calibrate") and says in err, err
     assert "\n" not in err and "Traceback" not in captured.err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_seeds_flag_reruns_every_cell_on_other_seeds(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text("seeds = [0, 1]\n" + CONFIG)
+    out = tmp_path / "out"
+    assert main(["experiment", str(config), "--out", str(out), "--seeds", "3,5-6,5"]) == 0
+    assert "3 run, 0 from cache" in capsys.readouterr().out
+    doc = json.loads((out / "results.json").read_text())
+    assert [c["cell"]["workload"]["seed"] for c in doc["cells"]] == [3, 5, 6]
+    assert doc["command"].endswith("--seeds 3,5-6,5")
+
+
+@pytest.mark.parametrize("seeds", ["5-3", "x", "1-", "-2", "1,,2", "0-5000", "²"])
+def test_bad_seeds_flag_is_one_line_and_exit_2(tmp_path, capsys, seeds):
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    assert main(["experiment", str(config), "--out", str(tmp_path / "o"), "--seeds", seeds]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("radixflow: error: --seeds") and "\n" not in err
+    assert not (tmp_path / "o").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.experiments.cells import without_timing
-from radixflow.experiments.config import Cell, ExperimentConfigError, load_config
+from radixflow.experiments.config import Cell, ExperimentConfigError, load_config, parse_seeds
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
 
@@ -93,6 +93,20 @@ def test_tiny_experiment_serial_then_cached_then_on_ray(tiny: Path, tmp_path: Pa
     assert on_ray.ran == 6
     _check_outputs(tmp_path / "ray")
     assert [without_timing(r) for r in on_ray.results] == [without_timing(r) for r in serial.results]
+
+
+def test_with_seeds_keeps_each_distinct_cell_once_per_new_seed(tiny: Path, tmp_path: Path):
+    text = TINY.replace("seeds = [0]", "seeds = [0, 1, 2]")
+    text = text.replace('name = "load"', 'name = "load"\nseeds = [8]')  # a grid's own seeds
+    (tmp_path / "s.toml").write_text(text)
+    config = load_config(tmp_path / "s.toml")
+    assert len(config.cells) == 2 * 3 + 2 * 3 + 2 * 1
+    again = config.with_seeds([4, 9])
+    unseeded = [(c.group, c.settings, {**c.workload, "seed": None}) for c in again.cells]
+    assert [c.workload["seed"] for c in again.cells] == [4, 9] * 6
+    assert unseeded[::2] == unseeded[1::2] and len({json.dumps(u, sort_keys=True) for u in unseeded}) == 6
+    assert [c.group for c in again.cells[::2]] == [c.group for c in load_config(tiny).cells]
+    assert parse_seeds("0,3-5,4") == [0, 3, 4, 5] and parse_seeds(" 7 ") == [7]
 
 
 def test_cell_key_changes_with_the_cell(tiny: Path):

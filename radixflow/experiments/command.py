@@ -11,7 +11,13 @@ from pathlib import Path
 from rich.console import Console
 
 from radixflow.experiments.cells import cell_options
-from radixflow.experiments.config import Cell, ExperimentConfig, ExperimentConfigError, load_config
+from radixflow.experiments.config import (
+    Cell,
+    ExperimentConfig,
+    ExperimentConfigError,
+    load_config,
+    parse_seeds,
+)
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import default_out, run_experiment
@@ -30,7 +36,7 @@ class ExperimentUsageError(ValueError):
 HELP = (
     "run every cell of an experiment config (TOML) with the policies side by side on identical inputs; "
     "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them. "
-    "--device, when given, replaces the device of every torch-runner cell"
+    "--device, when given, replaces the device of every torch-runner cell; --seeds the seeds of every cell"
 )
 
 
@@ -39,6 +45,11 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--out", type=Path, help="output directory (default: results/<experiment name>)")
     e.add_argument("--ray", action="store_true", help="run cells as Ray tasks (a local instance by default)")
     e.add_argument("--ray-address", help="address of an existing Ray cluster (implies --ray)")
+    e.add_argument(
+        "--seeds",
+        help="run every cell with these seeds instead of the config's, e.g. 3-9 or 0,4,7 "
+        "(an out-of-sample check of a grid chosen on other seeds)",
+    )
     add_engine_flags(e, only=OVERRIDES)  # given, it overrides the config's torch-runner cells
 
 
@@ -66,11 +77,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise ExperimentUsageError(str(e)) from None
     if args.device is not None:
         config = config.with_device(from_args(args, only=OVERRIDES).device)
+    if args.seeds is not None:
+        try:
+            config = config.with_seeds(parse_seeds(args.seeds))
+        except ValueError as e:
+            raise ExperimentUsageError(str(e)) from None
     _check_torch_cells(config)
     out = args.out or default_out(config)
     if out.exists() and not out.is_dir():
         raise ExperimentUsageError(f"cannot write to {out}: it is a file")
-    flags = [("--out", args.out), ("--ray-address", args.ray_address), ("--device", args.device)]
+    flags = [
+        ("--out", args.out),
+        ("--ray-address", args.ray_address),
+        ("--device", args.device),
+        ("--seeds", args.seeds),
+    ]
     command = " ".join(
         ["radixflow experiment", shlex.quote(str(args.config))]
         + [f"{k} {shlex.quote(str(v))}" for k, v in flags if v is not None]

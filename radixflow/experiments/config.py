@@ -31,6 +31,7 @@ SCHEMA = 2  # bump when a cell's meaning changes: cached cell results are keyed 
 
 MAX_REPETITIONS = 1000
 MAX_REPLICAS = 1024
+MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
 # A cell's engine settings are `EngineOptions` fields (their defaults, types and limits; the
 # policy comes from the experiment's `policies`); these keys are the experiment's own.
 EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
@@ -111,6 +112,39 @@ class ExperimentConfig:
             for c in self.cells
         ]
         return replace(self, cells=cells)
+
+    def with_seeds(self, seeds: list[int]) -> ExperimentConfig:
+        """The same experiment with ``seeds`` in place of every cell's seed: each distinct cell
+        once per seed, in the config's order (an out-of-sample rerun of a grid)."""
+        distinct: dict[str, Cell] = {}
+        for c in self.cells:
+            unseeded = Cell(c.group, c.settings, {k: v for k, v in c.workload.items() if k != "seed"})
+            distinct.setdefault(json.dumps(unseeded.to_dict(), sort_keys=True), unseeded)
+        cells = [
+            Cell(c.group, c.settings, {**c.workload, "seed": s}) for c in distinct.values() for s in seeds
+        ]
+        return replace(self, cells=cells)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"3-9"``, ``"0,4,7"`` or both (``"0,3-5"``) as a list of distinct seeds, in order; raises
+    ValueError with a one-line reason."""
+    seeds: dict[int, None] = {}  # ordered and distinct
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        if not _digits(lo) or (sep and not _digits(hi)):
+            raise ValueError(f"--seeds: {text!r} is not a list like 3-9 or 0,4,7 of integers >= 0")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ValueError(f"--seeds: the range {part!r} runs backwards")
+        if len(seeds) + last - first >= MAX_SEEDS:
+            raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")
+        seeds.update(dict.fromkeys(range(first, last + 1)))
+    return list(seeds)
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _fail(origin: str, key: str, why: str) -> ExperimentConfigError:

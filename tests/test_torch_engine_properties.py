@@ -204,6 +204,66 @@ def test_batched_decode_generates_what_the_per_sequence_path_does(checkpoint: tu
     prop()
 
 
+@st.composite
+def generation_configs(draw: st.DrawFn) -> SchedulerConfig:
+    """Either block size, budgets that cut prompts anywhere, one request per round up to five,
+    the runner's whole KV pool (a prompt plus what it decodes always fits) and few state slots."""
+    bs = draw(st.sampled_from(BLOCK_SIZES))
+    return SchedulerConfig(
+        token_budget=draw(st.sampled_from([8, 16]) | st.integers(max(bs, 4), 40)),
+        max_requests=draw(st.integers(1, 5)),
+        block_size=bs,
+        num_blocks=KV_TOKENS // bs,
+        num_state_slots=draw(st.integers(1, MAX_SLOTS)),
+    )
+
+
+def greedy_reference(runner: TorchRunner, prompt: tuple[int, ...], n: int) -> list[int]:
+    """``n`` greedy tokens, each from a plain no-cache prefill of the prompt and the tokens before it."""
+    out: list[int] = []
+    for _ in range(n):
+        out.append(runner.reference_tokens([Request("ref", prompt + tuple(out))])["ref"])
+    return out
+
+
+def test_generation_under_every_policy_matches_a_no_cache_greedy_reference(runners: Runners) -> None:
+    # Decode steps share rounds with chunked prefills, checkpoints are taken and restored between
+    # them, and one request may be aborted mid-run: every request that finishes decodes exactly
+    # the tokens a no-cache greedy loop gives, and nothing stays locked.
+    family = runners[BLOCK_SIZES[0]].model.name
+
+    @settings(max_examples=EXAMPLES[family] // 2, deadline=None)
+    @given(
+        reqs=generations(),
+        cfg=generation_configs(),
+        policy=st.sampled_from(["native", "radixflow", "adaptive"]),
+        placement=st.sampled_from(["branch", "lone", "align"]),
+        abort=st.none() | st.tuples(st.integers(0, 6), st.integers(0, 5)),
+    )
+    def prop(reqs: list[Request], cfg: SchedulerConfig, policy: str, placement: str, abort) -> None:
+        runner = runners[cfg.block_size]
+        engine = Engine(runner, cfg, policy=policy, placement=placement)
+        for r in reqs:
+            engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s, r.sampling))
+        step = 0
+        while engine.has_work():
+            if abort is not None and step == abort[0]:
+                engine.abort(reqs[abort[1] % len(reqs)].id)
+            engine.step()
+            engine.check_integrity()
+            step += 1
+        usage = engine.cache.usage()
+        assert usage.locked_blocks == 0 and usage.working_slots == 0
+        for r in engine.requests:
+            if r.status is RequestStatus.ABORTED:
+                continue
+            assert r.status is RequestStatus.FINISHED, (r.id, r.error)
+            assert len(r.output) == r.sampling.max_tokens, r.id
+            assert r.output == greedy_reference(runner, r.prompt, len(r.output)), (policy, placement, r.id)
+
+    prop()
+
+
 def test_candidates_arriving_one_by_one_reuse_a_lone_context_exactly(runners: Runners) -> None:
     # each candidate is submitted when the one before it has finished: only `lone` leaves the
     # first candidate of a context a checkpoint where the context ends

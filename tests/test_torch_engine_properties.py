@@ -4,7 +4,8 @@ Random workloads built to hit the edges where recurrent state goes wrong: chunke
 chunks end on checkpoint positions and block boundaries, prompts that are prefixes of other
 prompts, one to three state slots, small token budgets. After every round the cache's integrity
 holds; at the end nothing stays locked, every request has finished (each fits the cache alone)
-and its token equals a plain no-cache prefill of its prompt.
+and its token equals a plain no-cache prefill of its prompt. With decoding (several tokens, an
+abort mid-run) every finished request's tokens equal a no-cache greedy loop's.
 """
 
 from __future__ import annotations

@@ -157,9 +157,10 @@ def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Pat
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"mean latency change, {last} vs {mine[0].baseline} (%)")
-    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # beside the axes, in columns of up to 40 entries; the saved image grows to hold it
+    # (tight_layout cannot shrink the axes enough for a legend of a hundred settings)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + (len(series) - 1) // 40)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -98,16 +99,18 @@ def test_tiny_experiment_serial_then_cached_then_on_ray(tiny: Path, tmp_path: Pa
     assert [without_timing(r) for r in on_ray.results] == [without_timing(r) for r in serial.results]
 
 
-def test_output_that_is_not_a_terminal_gets_a_progress_line_per_step(tiny: Path, tmp_path: Path):
-    # a log file shows no live bar; 6 cells give a line per cell (5% of 6 rounds down to 1)
+def test_output_that_is_not_a_terminal_gets_a_progress_line_per_step(tiny: Path, tmp_path: Path, monkeypatch):
+    # a log file shows no live bar; 6 cells give a line per cell (5% of 6 rounds down to 1), here
+    # from the first second on
+    monkeypatch.setattr("radixflow.progress.QUIET_S", 0.0)
     log = io.StringIO()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # plotting included: a stray warning is a user-facing wart
         console = Console(file=log, force_terminal=False)
         run_experiment(tiny, tmp_path / "o", ExecutionOptions(), "test", console)
-    lines = [line for line in log.getvalue().splitlines() if "cells run" in line]
-    assert [line.split(":")[1].split()[0] for line in lines] == [f"{i}/6" for i in range(1, 7)]
-    assert lines[-1].startswith("tiny: 6/6 cells run, ") and lines[-1].endswith("ETA 0 s")
+    lines = [line for line in log.getvalue().splitlines() if "/6 (" in line]
+    assert [re.search(r"(\d)/6 \(", line)[1] for line in lines] == ["1", "2", "3", "4", "5", "6"]
+    assert lines[0].startswith("tiny: models ") and re.search(r"6/6 \(100%\), \d+ s, ETA 0 s$", lines[-1])
 
 
 def test_with_seeds_keeps_each_distinct_cell_once_per_new_seed(tiny: Path, tmp_path: Path):

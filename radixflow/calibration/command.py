@@ -6,13 +6,14 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
 from radixflow.costmodel.hardware import ProfileError, save_profile
+from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
 # flag -> (least, most): past these a typo would time for hours; 256 tokens hold the fit grid
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if out.is_dir() or not out.resolve().parent.is_dir():
         raise CalibrationUsageError(f"cannot write {out}: not a file in an existing directory")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+    with LoggedProgress(*columns, console=Console(stderr=True)) as progress:
         task = progress.add_task("timing worker calls", total=total_batches(plan))
         try:
             profile, errors = calibrate(

@@ -9,7 +9,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress
 
 from radixflow.bench.harness import BenchReport, PolicyRun, config_dict, run_policies
 from radixflow.bench.report import render
@@ -21,6 +20,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import RoundRecord
 from radixflow.options import EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
+from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request
 from radixflow.workloads.trace import write_trace
@@ -70,7 +70,7 @@ def _run(
     args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
 ) -> list[PolicyRun]:
     by_id = {r.id: r for r in requests}
-    with Progress(console=Console(stderr=True), transient=True) as progress:
+    with LoggedProgress(console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(requests) * len(names) * args.repeat)
 
         def on_round(policy: str, record: RoundRecord, engine: object) -> None:

@@ -9,19 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from radixflow.experiments.config import SCHEMA, ExperimentConfig, load_config
 from radixflow.experiments.execute import ExecutionOptions, Pending, execute
 from radixflow.experiments.plots import write_plots
 from radixflow.experiments.report import render_report
+from radixflow.progress import LoggedProgress
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,7 @@ def run_experiment(
     config = config or load_config(path)
     out = out or default_out(config)
     out.mkdir(parents=True, exist_ok=True)
-    counts = {"ran": 0, "pending": 0}
+    counts = {"ran": 0}
     console = progress_console or Console(stderr=True)
     columns = (
         TextColumn("{task.description}"),
@@ -60,19 +54,15 @@ def run_experiment(
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, transient=True) as progress:
+    with LoggedProgress(*columns, console=console) as progress:
         task = progress.add_task(config.name, total=None)
 
         def on_start(total: int, pending: int) -> None:
-            counts["pending"] = pending
             progress.update(task, total=pending, description=f"{config.name}: {total - pending} cached")
 
         def on_cell(p: Pending, result: dict[str, Any]) -> None:
             counts["ran"] += 1
             progress.update(task, advance=1, description=f"{config.name}: {p.cell.group} {result['model']}")
-            if not console.is_terminal:  # a log file gets no live bar: a line every 5% instead
-                elapsed = time.perf_counter() - t0
-                _plain_progress(console, config.name, counts["ran"], counts["pending"], elapsed)
 
         results = execute(config, out, options, on_start, on_cell)
     plots = write_plots(results, out)
@@ -92,12 +82,3 @@ def run_experiment(
     (out / "results.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     (out / "report.md").write_text(render_report(meta, results, plots) + "\n")
     return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)
-
-
-def _plain_progress(console: Console, name: str, done: int, total: int, elapsed_s: float) -> None:
-    """One line at every 5% of the cells (and at the last), for output that is not a terminal."""
-    step = max(total // 20, 1)
-    if done % step and done != total:
-        return
-    eta = elapsed_s * (total - done) / done
-    console.print(f"{name}: {done}/{total} cells run, {elapsed_s:.0f} s, ETA {eta:.0f} s", highlight=False)

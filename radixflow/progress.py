@@ -1,0 +1,57 @@
+"""A progress bar that still reports when nobody watches a terminal.
+
+rich draws a live bar on a terminal and nothing at all elsewhere, so a long `radixflow
+experiment`, `bench` or `calibrate` whose output goes to a log file (nohup, CI, a pipe) said
+nothing until it ended. `LoggedProgress` is rich's bar on a terminal; anywhere else it prints a
+plain line each time a task crosses another 5% of its total, once the task has run a few
+seconds (a run that short needs no progress report, and a log of it stays clean).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress, ProgressColumn, TaskID
+
+LOG_STEPS = 20  # lines per task when the output is not a terminal: one every 5%
+QUIET_S = 5.0  # seconds a task runs before its first line
+
+
+class LoggedProgress(Progress):
+    """rich's transient progress bar, plus a line per 5% of a task when not on a terminal."""
+
+    def __init__(
+        self, *columns: str | ProgressColumn, console: Console, quiet_s: float | None = None
+    ) -> None:
+        super().__init__(*columns, console=console, transient=True)
+        self._quiet_s = QUIET_S if quiet_s is None else quiet_s
+        self._logged: dict[TaskID, int] = {}  # task -> the last step it printed
+
+    def update(self, task_id: TaskID, **kwargs: Any) -> None:
+        """As rich's (mutates the task); may print a line."""
+        super().update(task_id, **kwargs)
+        self._log(task_id)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        """As rich's (mutates the task); may print a line."""
+        super().advance(task_id, advance)
+        self._log(task_id)
+
+    def _log(self, task_id: TaskID) -> None:
+        if self.console.is_terminal:
+            return
+        task = next((t for t in self.tasks if t.id == task_id), None)
+        if task is None or not task.total or task.completed <= 0:
+            return
+        step = int(min(task.completed / task.total, 1.0) * LOG_STEPS)
+        elapsed = task.elapsed or 0.0
+        if step <= self._logged.get(task_id, 0) or elapsed < self._quiet_s:
+            return
+        self._logged[task_id] = step
+        eta = elapsed * (task.total - task.completed) / task.completed
+        self.console.print(
+            f"{task.description}: {task.completed:.0f}/{task.total:.0f} ({task.completed / task.total:.0%}), "
+            f"{elapsed:.0f} s, ETA {max(eta, 0.0):.0f} s",
+            highlight=False,
+        )

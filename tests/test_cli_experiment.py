@@ -137,6 +137,8 @@ def test_seeds_flag_reruns_every_cell_on_other_seeds(tmp_path, capsys):
     doc = json.loads((out / "results.json").read_text())
     assert [c["cell"]["workload"]["seed"] for c in doc["cells"]] == [3, 5, 6]
     assert doc["command"].endswith("--seeds 3,5-6,5")
+    assert doc["description"].endswith("(Run on seeds 3, 5, 6 instead.)")
+    assert "(Run on seeds 3, 5, 6 instead.)" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("seeds", ["5-3", "x", "1-", "-2", "1,,2", "0-5000", "²"])

@@ -115,7 +115,8 @@ class ExperimentConfig:
 
     def with_seeds(self, seeds: list[int]) -> ExperimentConfig:
         """The same experiment with ``seeds`` in place of every cell's seed: each distinct cell
-        once per seed, in the config's order (an out-of-sample rerun of a grid)."""
+        once per seed, in the config's order (an out-of-sample rerun of a grid). The description
+        says so, since the config's may name its own seeds."""
         distinct: dict[str, Cell] = {}
         for c in self.cells:
             unseeded = Cell(c.group, c.settings, {k: v for k, v in c.workload.items() if k != "seed"})
@@ -123,7 +124,9 @@ class ExperimentConfig:
         cells = [
             Cell(c.group, c.settings, {**c.workload, "seed": s}) for c in distinct.values() for s in seeds
         ]
-        return replace(self, cells=cells)
+        shown = ", ".join(map(str, seeds[:12])) + (f" and {len(seeds) - 12} more" if len(seeds) > 12 else "")
+        note = f"(Run on seeds {shown} instead.)"
+        return replace(self, cells=cells, description=f"{self.description} {note}".strip())
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -15,6 +16,15 @@ from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+# a runner whose recurrent layers cannot restore a state saved in the same round: a blocked
+# consumer can only wait or recompute there
+def waiting(model: str) -> SimRunner:
+    runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
+    runner.model = replace(runner.model, same_round_state=False)
+    return runner
+
+
+WAITING = waiting("qwen3_5-2b")
 ATTN = SimRunner(SIM_MODELS["qwen3-4b"], HARDWARE["h100"])
 CFG = SchedulerConfig(token_budget=512, max_requests=8, block_size=8, num_blocks=4096, num_state_slots=64)
 
@@ -80,7 +90,7 @@ def test_a_consumer_recomputes_when_the_round_has_room_and_waiting_costs_a_round
     """Both prompts fit one round: the consumer recomputes the 192 shared tokens beside its
     producer rather than wait a whole round (at the sim's fixed cost a round costs more)."""
     reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
-    radixflow, adaptive = run("radixflow", reqs), run("adaptive", reqs)
+    radixflow, adaptive = run("radixflow", reqs, WAITING), run("adaptive", reqs, WAITING)
     assert [c[0] for c in adaptive.rounds[0].chunks] == ["p", "c"]
     assert len(adaptive.rounds) < len(radixflow.rounds)
     assert counters(adaptive)["recomputes"] == 1
@@ -89,15 +99,41 @@ def test_a_consumer_recomputes_when_the_round_has_room_and_waiting_costs_a_round
     assert c is not None and c.reused == 0
 
 
+def test_a_consumer_follows_its_producer_into_the_round_where_the_runner_restores_state_saved_in_it():
+    """The same pair on a runner whose recurrent layers run a round in waves: the consumer starts
+    from the producer's PENDING checkpoint in the producer's round, recomputing nothing."""
+    reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
+    adaptive, radixflow = run("adaptive", reqs), run("radixflow", reqs)
+    assert adaptive.rounds[0].chunks == (("p", 0, 200), ("c", 192, 200))
+    assert len(adaptive.rounds) == 1 < len(radixflow.rounds)
+    assert counters(adaptive)["follows"] == 1 and counters(adaptive)["recomputes"] == 0
+    assert outputs(adaptive) == outputs(radixflow)
+    # the follower runs in the round its state is saved in: its dependency depth is its producer's
+    assert adaptive.dependency_depth() == 1
+
+
+def test_a_follower_is_never_followed_in_its_round():
+    """c1 follows p; c2 shares more with c1 than with p, so its deepest checkpoint is c1's: it
+    may not follow c1 in the same round (a runner's recurrent layers take at most two waves)."""
+    a, b = STEM[:96], STEM[96:]
+    reqs = [Request("p", a + (900,) * 8)]
+    reqs += [Request(f"c{i}", a + b + (900 + i,) * 8) for i in (1, 2)]
+    engine = run("adaptive", reqs)
+    first = {c[0]: c for c in engine.rounds[0].chunks}
+    assert first["c1"][1] == 96  # followed p from its checkpoint at the branch point
+    assert "c2" not in first or first["c2"][1] != 192  # not from c1's PENDING checkpoint
+    assert outputs(engine) == outputs(run("radixflow", reqs))
+
+
 def test_a_consumer_waits_when_many_others_would_pay_for_the_duplicate():
     """A long shared prefix and a queue behind: recomputing it would delay every one of them."""
     stem = tuple(range(1, 449))
     reqs = [Request(f"g{i}", stem + (900 + i,) * 8) for i in range(2)]
     reqs += [Request(f"x{i}", tuple(range(2000 + 100 * i, 2060 + 100 * i))) for i in range(30)]
-    engine = run("adaptive", reqs)
+    engine = run("adaptive", reqs, WAITING)
     assert counters(engine)["recomputes"] == 0
     assert counters(engine)["waits"] >= 1
-    assert outputs(engine) == outputs(run("native", reqs))
+    assert outputs(engine) == outputs(run("native", reqs, WAITING))
 
 
 def test_the_full_attention_control_schedules_as_radixflow():
@@ -141,13 +177,16 @@ def test_decisions_reach_the_trace_observer():
         def decision(self, kind: str, request_id: str, **details: object) -> None:
             seen.append((kind, request_id))
 
-    engine = Engine(HYBRID, CFG, policy="adaptive")
-    engine.scheduler.events = Observer()
-    for r in [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]:
-        engine.submit(r)
-    while engine.has_work():
-        engine.step()
-    assert ("recompute", "c") in seen and ("promote", "p") in seen
+    reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
+    for runner, kind in ((WAITING, "recompute"), (HYBRID, "follow")):
+        seen.clear()
+        engine = Engine(runner, CFG, policy="adaptive")
+        engine.scheduler.events = Observer()
+        for r in reqs:
+            engine.submit(Request(r.id, r.prompt))
+        while engine.has_work():
+            engine.step()
+        assert (kind, "c") in seen and ("promote", "p") in seen
 
 
 def test_a_round_visits_what_it_takes_not_the_whole_queue():
@@ -165,7 +204,8 @@ def test_a_round_visits_what_it_takes_not_the_whole_queue():
 
 
 # a larger model, whose rounds grow steeply with their tokens, at the grid's budget
-NEMOTRON = SimRunner(SIM_MODELS["nemotron_h-8b"], HARDWARE["h100"])
+# the admission rules below are about consumers that wait a round for their producer
+NEMOTRON = waiting("nemotron_h-8b")
 WIDE = SchedulerConfig(token_budget=2048, max_requests=16, block_size=16, num_blocks=4096, num_state_slots=64)
 CONTEXT = tuple(range(1, 1025))
 

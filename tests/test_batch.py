@@ -94,6 +94,28 @@ def test_decode_rows_are_the_one_token_chunks_unless_batching_is_off():
     assert len(off.decode) == 0 and off.others == [0, 1, 2, 3]
 
 
+def test_rows_restoring_a_state_saved_in_their_round_run_in_later_waves():
+    # row 0 saves slot 5; rows 2 (one token: a decode row otherwise) and 3 restore it; row 3
+    # saves slot 6, which row 4 restores (a third wave); row 1 restores a slot from an earlier round
+    state = StatePool({}, 0, torch.float32, "cpu")
+    specs = [
+        SeqSpec(0, 4, [0], snapshots=[Snapshot(4, 5)]),
+        SeqSpec(3, 1, [1], 9),
+        SeqSpec(4, 1, [2], 5),
+        SeqSpec(4, 2, [3], 5, [Snapshot(6, 6)]),
+        SeqSpec(6, 2, [4], 6),
+    ]
+    fb = decode_batch(specs, state)
+    assert fb.decode.seqs == (1,)
+    assert [(rows, tokens.tolist()) for rows, tokens in fb.waves] == [
+        ([0], [0, 1, 2, 3]),
+        ([2, 3], [5, 6, 7]),
+        ([4], [8, 9]),
+    ]
+    plain = decode_batch([SeqSpec(0, 5, [0, 1]), SeqSpec(2, 2, [4], 1)], state)
+    assert [(rows, tokens.tolist()) for rows, tokens in plain.waves] == [([0, 1], [0, 1, 2, 3, 4, 5, 6])]
+
+
 @pytest.mark.parametrize("row_shape", [(3, 2), (64, 64, 4)])  # small rows: index_copy; large: copies
 def test_gather_and_scatter_move_each_rows_state_between_its_slots(row_shape):
     pool = StatePool({5: (row_shape, (2,))}, num_slots=6, dtype=torch.float32, device="cpu")

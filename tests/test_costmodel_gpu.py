@@ -327,3 +327,63 @@ def test_a_rounds_prefill_chunks_are_one_batched_call():
     four = model.breakdown([ChunkShape(0, 2048, True)] * 4).terms["gdn"].seconds
     # four sequences run side by side: far less than four times one (the measured batch efficiency)
     assert one < four < 3 * one
+
+
+# ------------------------------------------------------------------ waves
+@pytest.mark.parametrize("name", ["qwen3_5-2b", "nemotron_h-8b", "lfm2-1.2b", "falcon_h1-1.5b"])
+def test_a_follower_pays_a_second_call_of_each_recurrent_kernel_and_nothing_more(name):
+    """A consumer following its producer within the round (wave 1) runs every recurrent layer's
+    kernels a second time, on its own rows: the round costs more than the same chunks in one wave,
+    by recurrent terms only, and less than a round of its own."""
+    model = _gpu(name, HARDWARE["h200"])
+    producer = ChunkShape(0, 1088, True, snapshots=1)
+    follower = ChunkShape(1024, 64, True, restores=True)
+    one = model.breakdown([producer, follower]).terms
+    two = model.breakdown([producer, replace(follower, wave=1)]).terms
+    changed = {k for k in one.keys() | two.keys() if k not in one or k not in two or one[k] != two[k]}
+    recurrent = {"gdn", "mamba2", "conv"}
+    assert changed and changed <= recurrent
+    assert sum(two[k].seconds for k in changed) > sum(one[k].seconds for k in changed)
+    together = model.round_seconds([producer, replace(follower, wave=1)])
+    apart = model.round_seconds([producer]) + model.round_seconds([follower])
+    assert together < apart
+
+
+def test_a_one_token_follower_is_costed_as_a_prefill_row_not_a_decode_step():
+    model = _gpu("qwen3_5-2b", HARDWARE["h200"])
+    producer = ChunkShape(0, 1025, False, snapshots=1)
+    follower = ChunkShape(1024, 1, True, restores=True, wave=1)
+    terms = model.breakdown([producer, follower]).terms
+    assert "decode" not in terms["fixed"].source  # a call with prefill
+    alone = model.breakdown([producer]).terms
+    assert terms["gdn"].seconds > alone["gdn"].seconds
+
+
+def test_the_fitted_model_charges_a_later_wave_the_layer_overhead_of_each_recurrent_layer():
+    shape = SIM_MODELS["qwen3_5-2b"]
+    hw = replace(HARDWARE["cpu"], layer_overhead_s=1e-4)
+    model = CostModel(shape, hw)
+    chunks = [ChunkShape(0, 64, True, snapshots=1), ChunkShape(48, 16, True, restores=True)]
+    waved = [chunks[0], replace(chunks[1], wave=1)]
+    recurrent = sum(layer.has_state for layer in shape.layers)
+    assert 0 < recurrent < len(shape.layers)
+    extra = model.breakdown(waved).terms["layers"].seconds - model.breakdown(chunks).terms["layers"].seconds
+    assert extra == pytest.approx(recurrent * 1e-4)
+    assert round_work(shape, waved).counts["layer"] == shape.decoder_layers + recurrent
+
+
+def test_the_sim_puts_a_chunk_restoring_a_slot_saved_earlier_in_its_round_in_the_next_wave():
+    from radixflow.runners.sim import chunk_shapes
+    from radixflow.scheduler.output import SnapshotSpec
+
+    def chunk(rid: str, start: int, end: int, restore: int | None, saves: tuple[int, ...]) -> ScheduledChunk:
+        snaps = tuple(SnapshotSpec(end, s) for s in saves)
+        return ScheduledChunk(rid, "", tuple(range(end)), start, end, (), restore, snaps, True)
+
+    chunks = [
+        chunk("p", 0, 64, None, (1,)),
+        chunk("ready", 32, 64, 7, ()),  # restores a slot saved in an earlier round
+        chunk("f", 64, 80, 1, (2,)),
+        chunk("ff", 80, 96, 2, ()),
+    ]
+    assert [c.wave for c in chunk_shapes(chunks)] == [0, 0, 1, 2]

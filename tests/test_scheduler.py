@@ -331,3 +331,56 @@ def _count_matches(engine: Engine) -> list[str]:
 
     engine.scheduler.reuse.match = counting
     return calls
+
+
+def _follower_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register `follows`: radixflow that follows every blocked consumer into its round."""
+    from radixflow.scheduler.policy import SCHEDULING_POLICIES, RadixFlow, ScanAction
+
+    class Follows(RadixFlow):
+        name = "follows"
+
+        def on_blocked(self, request, match, draft):
+            return ScanAction.FOLLOW
+
+    monkeypatch.setitem(SCHEDULING_POLICIES, "follows", Follows)
+
+
+def test_a_follower_starts_from_the_pending_checkpoint_and_a_failed_round_takes_it_down_too(monkeypatch):
+    _follower_policy(monkeypatch)
+    reqs = grouped(groups=1, candidates=3)
+    engine = Engine(_FailOnce(HYBRID), CFG, policy="follows", placement="branch")
+    for r in reqs:
+        engine.submit(r)
+    seen = []
+    schedule = engine.scheduler.schedule
+
+    def spy():
+        out = schedule()
+        rows = [(c.request_id, c.start, c.restore_slot, [x.slot for x in c.snapshots]) for c in out.chunks]
+        seen.append(rows)
+        return out
+
+    engine.scheduler.schedule = spy
+    record = engine.step()  # all three in one round; the worker call fails
+    (first,) = seen
+    slot = first[0][3][0]
+    assert [c[:3] for c in first] == [(reqs[0].id, 0, None), (reqs[1].id, 64, slot), (reqs[2].id, 64, slot)]
+    assert record is not None and record.error is not None
+    assert all(r.status is RequestStatus.FAILED for r in reqs)
+    engine.check_integrity()
+    assert engine.cache.usage().locked_blocks == 0
+    assert all(n.checkpoint is None for n in engine.cache.tree.nodes())  # nothing became READY
+
+
+def test_following_on_a_runner_without_same_round_state_is_refused(monkeypatch):
+    from dataclasses import replace
+
+    _follower_policy(monkeypatch)
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    runner.model = replace(runner.model, same_round_state=False)
+    engine = Engine(runner, CFG, policy="follows", placement="branch")
+    for r in grouped(groups=1, candidates=2):
+        engine.submit(r)
+    with pytest.raises(ValueError, match="cannot"):
+        engine.step()

@@ -89,6 +89,30 @@ def test_one_token_chunks_save_the_state_into_every_slot(model, tokens, expected
         close(out, expected[33:])
 
 
+def test_followers_restore_what_their_producer_saves_earlier_in_the_same_round(model, tokens, expected):
+    # One round: a producer saves at 16 and 32; followers restore those slots in the same round,
+    # one of them a single token (a decode-shaped row), one a follower of a follower (a third
+    # wave), and an independent row sits between them. Each equals the plain prefill.
+    pools = Pools(model)
+    first = pools.blocks(32)
+    chain = first[:1] + pools.blocks(16)  # [16, 32) of its own, then the second follower's table
+    single = first + pools.blocks(N - 32)  # the one-token follower's: it writes position 32
+    rows = [
+        (tokens[:32], SeqSpec(0, 32, first, snapshots=[Snapshot(16, 0), Snapshot(32, 1)])),
+        (tokens[32:], SeqSpec(32, N - 32, first + pools.blocks(N - 32), 1)),
+        (tokens[:8], SeqSpec(0, 8, pools.blocks(8))),
+        (tokens[32:33], SeqSpec(32, 1, single, 1, [Snapshot(33, 3)])),
+        (tokens[16:32], SeqSpec(16, 16, chain, 0, [Snapshot(32, 2)])),
+        (tokens[32:], SeqSpec(32, N - 32, chain + pools.blocks(N - 32), 2)),
+    ]
+    outs = run(model, pools, rows)
+    for (_, spec), out in zip(rows, outs, strict=True):
+        close(out, expected[spec.start : spec.end])
+    # the one-token follower saved the state after 33: a later round continues from it
+    (rest,) = run(model, pools, [(tokens[33:], SeqSpec(33, N - 33, single, 3))])
+    close(rest, expected[33:])
+
+
 def test_a_snapshot_at_the_chunk_start_or_past_its_end_is_refused():
     with pytest.raises(ValueError, match="outside the chunk"):
         SeqSpec(16, 8, [0, 1], snapshots=[Snapshot(16, 0)])

@@ -51,7 +51,8 @@ class _Round:
     def __init__(self, chunks: list[ChunkShape]) -> None:
         self.chunks = chunks
         self.tokens = sum(c.length for c in chunks)
-        self.prefill = [c for c in chunks if not c.decode]
+        # a chunk in a later wave runs as a prefill row whatever its length (`ChunkShape.wave`)
+        self.prefill = [c for c in chunks if not c.decode or c.wave]
         self.decodes = len(chunks) - len(self.prefill)
         # the prefill chunks run as one batched (varlen) call: its typical sequence
         n = len(self.prefill)
@@ -60,8 +61,22 @@ class _Round:
             max(math.ceil(sum(c.end for c in self.prefill) / n), self.prefill_tokens) if n else 0
         )
         # decode attention is linear in the KV it reads: one call at the mean context
-        decode_ends = sum(c.end for c in chunks if c.decode)
+        decode_ends = sum(c.end for c in chunks if c.decode and not c.wave)
         self.decode_context = math.ceil(decode_ends / self.decodes) if self.decodes else 0
+
+    @property
+    def decode_chunks(self) -> list[ChunkShape]:
+        return [c for c in self.chunks if c.decode and not c.wave]
+
+
+def _waves(r: _Round) -> Iterator[_Round]:
+    """The round's prefill chunks split into the waves a recurrent layer runs one after another
+    (one wave, the whole round, when no chunk follows another in the round)."""
+    if not any(c.wave for c in r.prefill):
+        yield r
+        return
+    for wave in sorted({c.wave for c in r.prefill}):
+        yield _Round([c for c in r.prefill if c.wave == wave] + (r.decode_chunks if wave == 0 else []))
 
 
 def _batched(call: TermCost, flops: float) -> TermCost:
@@ -145,7 +160,7 @@ class KernelCostModel:
     def breakdown(self, chunks: Iterable[ChunkShape]) -> RoundBreakdown:
         """Every term of the round computing ``chunks`` (their seconds sum to the round). Pure."""
         r = _Round(list(chunks))
-        terms = fixed_terms(self.hardware, r.chunks, self.shape.decoder_layers)
+        terms = fixed_terms(self.hardware, r.chunks, self.shape.layer_calls(r.chunks))
         if r.tokens:
             self._layers(r, terms)
         self._head(r, terms)
@@ -161,8 +176,11 @@ class KernelCostModel:
         for (n, k), count in self._gemms.items():
             add(terms, "matmul", times(kt.gemm(r.tokens, n, k), count))
         for mixer, count in self._mixers.items():
-            for cost in MIXING[type(mixer)](kt, mixer, r, tp):
-                add(terms, mixer.kind, times(cost, count))
+            # attention reads KV every chunk of the round wrote: one call; a recurrent layer runs
+            # its kernels once per wave (`ChunkShape.wave`)
+            for part in (r,) if isinstance(mixer, Attention) else _waves(r):
+                for cost in MIXING[type(mixer)](kt, mixer, part, tp):
+                    add(terms, mixer.kind, times(cost, count))
         for mlp, count in self._experts.items():
             inter = share(mlp.intermediate, tp)
             if not mlp.gated:  # the kernel class is SwiGLU's 3 matrices; relu2 experts have 2

@@ -7,6 +7,7 @@ Mamba2 in parallel in every layer) and optionally an MLP (dense or mixture of ex
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from radixflow.costmodel.mixers import Attention, Mixer, Projection, projection_params
@@ -32,6 +33,10 @@ class ChunkShape:
     # prompt positions whose logits the output head computes for prompt logprobs (beyond the
     # sampled position): every reported position of a prompt-logprob request
     head_rows: int = 0
+    # the wave of the round's recurrent layers the chunk runs in: 0, or later for a chunk that
+    # restores state an earlier chunk of the same round saves (each wave is one more call of
+    # every recurrent layer's kernels)
+    wave: int = 0
 
     @property
     def end(self) -> int:
@@ -148,6 +153,12 @@ class ModelShape:
         mlp = sum(layer.mlp.total_params(self.hidden) for layer in self.layers if layer.mlp)
         embeddings = self.hidden * self.vocab_size * (1 if self.tied_embeddings else 2)
         return self.mixer_params() + mlp + embeddings
+
+    def layer_calls(self, chunks: Sequence[ChunkShape]) -> int:
+        """Layers a worker call runs: the decoder layers, and every layer with recurrent state once
+        more per later wave (`ChunkShape.wave`), so a per-layer overhead is charged per run."""
+        extra = max((c.wave for c in chunks), default=0)
+        return self.decoder_layers + extra * sum(layer.has_state for layer in self.layers)
 
     @property
     def decoder_layers(self) -> int:

@@ -62,7 +62,7 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
     kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)
     copies = sum(int(c.restores) + c.snapshots for c in chunks)
     weights = shape.touched_params(tokens) * dtype_bytes
-    counts = {"round": 1.0, "layer": float(shape.decoder_layers), "sequence": float(len(chunks))}
+    counts = {"round": 1.0, "layer": float(shape.layer_calls(chunks)), "sequence": float(len(chunks))}
     return RoundWork(counts, flops, float(weights + kv + copies * shape.state_bytes()))
 
 
@@ -91,7 +91,7 @@ class CostModel:
         chunks = list(chunks)
         hw = self.hardware
         work = round_work(self.shape, chunks, hw.weight_bytes)
-        fixed = fixed_terms(hw, chunks, self.shape.decoder_layers)
+        fixed = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
         compute = sum(work.flops[t] * hw.seconds_per_flop(t) for t in COMPUTE_TERMS)
         memory = work.bytes / hw.bandwidth if hw.bandwidth else 0.0
         return RoundCost(sum(t.seconds for t in fixed.values()), compute, memory)
@@ -101,7 +101,7 @@ class CostModel:
         chunks = list(chunks)
         hw = self.hardware
         work = round_work(self.shape, chunks, hw.weight_bytes)
-        terms = fixed_terms(hw, chunks, self.shape.decoder_layers)
+        terms = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
         why = source(hw, "flops")
         compute = 0.0
         for t in COMPUTE_TERMS:

@@ -60,8 +60,12 @@ class Engine:
         ``placement``: where recurrent-state checkpoints go (None: the policy's own)."""
         self.runner = runner
         self.events = events
+        model = runner.model
         config = replace(
-            config, has_recurrent=runner.model.has_recurrent, eos_token_ids=runner.model.eos_token_ids
+            config,
+            has_recurrent=model.has_recurrent,
+            same_round_state=model.same_round_state and model.has_recurrent,
+            eos_token_ids=model.eos_token_ids,
         )
         self.cache = RadixCache(
             config.block_size, config.num_blocks, config.num_state_slots, make_eviction_policy(eviction)

@@ -22,6 +22,8 @@ class ModelInfo:
     # each request's own cost before it can be scheduled (tokenization, API), modelled: the engine
     # admits a request this long after its arrival, so it is in the request's latency, in no round
     request_overhead_s: float = 0.0
+    # restores recurrent state saved earlier in the same round (`SchedulerConfig.same_round_state`)
+    same_round_state: bool = False
 
 
 @dataclass

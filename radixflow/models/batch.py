@@ -7,7 +7,9 @@ restore recurrent layers from, and the positions at which to snapshot recurrent 
 
 Attention layers write the K/V of *every* token of the batch before any sequence reads, so a
 sequence may attend to KV written by another sequence of the same round (full-attention reuse
-within a round). Recurrent layers can only start from a checkpoint saved by an earlier round.
+within a round). A recurrent layer runs its sequences in waves (`ForwardBatch.waves`): a sequence
+that restores a state another sequence of the round saves runs in a wave after that one's, so a
+consumer may follow its producer within a round (the scheduler's `ScanAction.FOLLOW`).
 
 Decode rows (sequences computing one token) are grouped into `DecodeRows`: each layer runs them
 in one batched step (a row that saves into the slot it restores updates its state where it lies
@@ -149,12 +151,44 @@ class ForwardBatch:
         return out
 
     @cached_property
+    def _wave_of(self) -> list[int]:
+        """Each row's wave: 0, or one more than the wave of the earlier row that saves the state
+        it restores (a slot's first saver this round; the scheduler orders a producer's chunk
+        before its followers')."""
+        saved: dict[int, int] = {}
+        out = []
+        for s in self.seqs:
+            wave = 0 if s.restore_slot is None else saved.get(s.restore_slot, -1) + 1
+            out.append(wave)
+            for snap in s.snapshots:
+                saved.setdefault(snap.slot, wave)
+        return out
+
+    @cached_property
+    def waves(self) -> list[tuple[list[int], torch.Tensor]]:
+        """The per-sequence rows (`others`) by wave, each with its flat token indices: a recurrent
+        layer runs a wave once the one before it has saved its states. One wave (all of
+        `others`) unless a row restores a state saved in this round."""
+        rows: dict[int, list[int]] = {}
+        for i in self.others:
+            rows.setdefault(self._wave_of[i], []).append(i)
+        if len(rows) <= 1:
+            return [(self.others, self.other_tokens)] if self.others else []
+        offs, device = self.offsets, self.input_ids.device
+        return [
+            (rows[w], torch.cat([torch.arange(offs[i], offs[i + 1], device=device) for i in rows[w]]))
+            for w in sorted(rows)
+        ]
+
+    @cached_property
     def _picked(self) -> list[Picked]:
-        """The one-token rows as `DecodeRows.build` takes them (none unless ``batched_decode``)."""
+        """The one-token rows as `DecodeRows.build` takes them (none unless ``batched_decode``);
+        a row of a later wave stays on the per-sequence path, which runs after the state it
+        restores is saved."""
         return [
             (i, self.offsets[i], s.restore_slot, tuple(snap.slot for snap in s.snapshots))
             for i, s in enumerate(self.seqs)
-            if self.batched_decode and s.length == 1
+            if self.batched_decode and s.length == 1 and self._wave_of[i] == 0
         ]
 
     @cached_property

@@ -12,7 +12,7 @@ from radixflow.costmodel.rounds import RoundCostModel, round_cost_model
 from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
-from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import Sample
 
@@ -28,7 +28,12 @@ __all__ = [
 ]
 
 
-def chunk_shape(chunk: ScheduledChunk) -> ChunkShape:
+def chunk_shapes(chunks: Sequence[ScheduledChunk]) -> list[ChunkShape]:
+    """The round's chunks as the cost model sees them, each in its wave (`output.waves`)."""
+    return [chunk_shape(c, w) for c, w in zip(chunks, waves(chunks), strict=True)]
+
+
+def chunk_shape(chunk: ScheduledChunk, wave: int = 0) -> ChunkShape:
     return ChunkShape(
         start=chunk.start,
         length=chunk.length,
@@ -36,6 +41,7 @@ def chunk_shape(chunk: ScheduledChunk) -> ChunkShape:
         restores=chunk.restore_slot is not None,
         snapshots=len(chunk.snapshots),
         head_rows=prompt_logit_rows(chunk),
+        wave=wave,
     )
 
 
@@ -69,6 +75,7 @@ class SimRunner:
             spec.vocab_size,
             spec.max_context,
             request_overhead_s=hardware.request_overhead_s,
+            same_round_state=True,  # a round's cost is priced per wave (`ChunkShape.wave`)
         )
 
     def validate(self, request: Request) -> Problem | None:
@@ -82,10 +89,10 @@ class SimRunner:
 
     def predict_round(self, chunks: Sequence[ScheduledChunk]) -> float:
         """The time a round of ``chunks`` takes: exactly what `run` charges for them. Pure."""
-        return self.cost.round_seconds(chunk_shape(c) for c in chunks)
+        return self.cost.round_seconds(chunk_shapes(chunks))
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
-        cost = self.cost.breakdown(chunk_shape(c) for c in batch.chunks)
+        cost = self.cost.breakdown(chunk_shapes(batch.chunks))
         samples = {
             c.request_id: Sample(sim_token(c.namespace, c.tokens, self.spec.vocab_size), 0.0)
             for c in batch.chunks

@@ -95,6 +95,7 @@ class TorchRunner:
         self.model = ModelInfo(
             name=label or Path(path).name,
             has_recurrent=bool(self.net.state_layout()),
+            same_round_state=True,  # recurrent layers run a round's rows in waves (`ForwardBatch.waves`)
             vocab_size=int(cfg.vocab_size),
             max_context=int(cfg.get("max_position_embeddings", 4096)),
             eos_token_ids=eos_token_ids(path, cfg),

@@ -77,7 +77,10 @@ class Adaptive:
         self._round = 0
         self._skips = 0  # blocked consumers this scan passed over
         self._waited: set[str] = set()  # consumers counted as waiting once
-        self._counts = {"waits": 0, "recomputes": 0, "promotions": 0, "separated": 0, "deferred": 0}
+        self._counts = {
+            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "separated": 0, "deferred": 0
+        }
+        self._followers: set[str] = set()  # consumers following their producer in this round
         self._busy = BusyFraction()
         self._tally = DraftTally()  # this round's draft, for the admission rule
         self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
@@ -134,6 +137,7 @@ class Adaptive:
         self._round += 1
         self._skips = 0
         self._woken = 0
+        self._followers.clear()
         if not self._ranked:
             return waiting
         assert self._shapes is not None and self._ctx is not None
@@ -144,9 +148,15 @@ class Adaptive:
         return self._index.scan()
 
     def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
-        """Wait (skip it) or recompute; counts and notes the decision (mutates only the policy)."""
+        """Follow its producer into this round, wait (skip it) or recompute; counts and notes the
+        decision (mutates only the policy)."""
         assert self._ctx is not None
         self._draft = draft
+        if self._can_follow(match, draft):
+            self._followers.add(request.id)
+            self._counts["follows"] += 1
+            self._ctx.note("follow", request.id, producer=match.producer, tokens=match.checkpoint_tokens)
+            return ScanAction.FOLLOW
         verdict = self._weigh(request, match, draft)
         if verdict is not None and verdict.recompute:
             self._counts["recomputes"] += 1
@@ -165,6 +175,17 @@ class Adaptive:
         if self._tally.ends.get(match.producer or "", 0) >= match.checkpoint_tokens:
             self._woken += 1  # its producer reaches the checkpoint in this round: it wakes after
         return self._skip()
+
+    def _can_follow(self, match: Match, draft: SchedulerOutput) -> bool:
+        """Whether the consumer can start after its producer within this round: the runner restores
+        state saved in the same round, the producer is not a follower itself (a runner's recurrent
+        layers then take at most two waves) and a block of budget is left."""
+        assert self._ctx is not None
+        config = self._ctx.config
+        if not config.same_round_state or match.producer in self._followers:
+            return False
+        self._tally.advance(draft.chunks, self._completes_prompt)
+        return self._tally.tokens + config.block_size <= config.token_budget
 
     def _skip(self) -> ScanAction:
         """Pass over a request; end the scan once it has passed over its limit (mutates the

@@ -42,7 +42,9 @@ class ChunkWriter:
         ledger (mutates ``req`` and the ledger; the caller has locked ``point``)."""
         req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
         req.block_table = self.cache.block_table(point.handle)
-        req.depth_base = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
+        depth = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
+        # a state saved earlier in the same round serves in that round: one round fewer
+        req.depth_base = max(depth - 1, 0) if point.same_round else depth
         self.promised += self.owed(req.computed, req)
 
     def emit(self, req: Request, end: int, ckpts: list[int], restore: int | None) -> ScheduledChunk:

@@ -16,6 +16,10 @@ class SchedulerConfig:
     num_blocks: int = 32768  # KV capacity
     num_state_slots: int = 1024  # checkpoint + working-state capacity
     has_recurrent: bool = True  # False: full-attention model, nothing is ever blocked
+    # the runner restores recurrent state a chunk earlier in the same round saves (it runs such
+    # chunks in a later wave of each recurrent layer), so a blocked consumer may follow its
+    # producer into the round (`ScanAction.FOLLOW`) instead of waiting for the next one
+    same_round_state: bool = False
     eos_token_ids: tuple[int, ...] = ()  # the model's end-of-sequence tokens
 
     def validate(self) -> None:

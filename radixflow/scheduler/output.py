@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -61,3 +62,17 @@ class SchedulerOutput:
     @property
     def tokens(self) -> int:
         return sum(c.length for c in self.chunks)
+
+
+def waves(chunks: Sequence[ScheduledChunk]) -> list[int]:
+    """Each chunk's wave in a runner's recurrent layers: 0, or one more than the wave of the
+    earlier chunk of the round that saves the state it restores (a consumer following its
+    producer, `ScanAction.FOLLOW`). Pure."""
+    saved: dict[int, int] = {}  # slot -> wave of the chunk saving it this round
+    out = []
+    for chunk in chunks:
+        wave = 0 if chunk.restore_slot is None else saved.get(chunk.restore_slot, -1) + 1
+        out.append(wave)
+        for snap in chunk.snapshots:
+            saved.setdefault(snap.slot, wave)
+    return out

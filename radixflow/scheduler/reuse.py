@@ -15,6 +15,8 @@ class ReusePoint:
     tokens: int  # prompt tokens served from the cache
     handle: NodeHandle | None  # node to lock while the request needs them (None: the root)
     restore_slot: int | None  # checkpoint holding the state after ``tokens`` (None: zero state)
+    # the checkpoint is PENDING: its producer's chunk saves it earlier in this very round
+    same_round: bool = False
 
 
 NO_REUSE = ReusePoint(0, None, None)
@@ -49,6 +51,12 @@ class ReuseFinder:
         if not self.has_recurrent:
             return ReusePoint(tokens, self.cache.kv_handle(req.namespace, req.prompt, tokens), None)
         return ReusePoint(tokens, match.handle, match.checkpoint_slot)
+
+    def pending_point(self, match: Match) -> ReusePoint:
+        """The PENDING checkpoint of a blocked ``match`` as a reuse point: usable only by a chunk
+        that runs after its producer's within the same round. Pure."""
+        assert match.blocked, "not a PENDING checkpoint"
+        return ReusePoint(match.checkpoint_tokens, match.handle, match.checkpoint_slot, same_round=True)
 
     def shallower(self, req: Request, below: int) -> Iterator[ReusePoint]:
         """READY checkpoints above position ``below`` on ``req``'s path, deepest first, then none."""

@@ -32,6 +32,9 @@ class ScanAction(Enum):
     # (at a blocked consumer) start it now from a shallower READY point, recomputing the prefix
     # its PENDING checkpoint would have served
     RECOMPUTE = "recompute"
+    # (at a blocked consumer, where `SchedulerConfig.same_round_state`) start it now from its
+    # PENDING checkpoint: its producer's chunk, earlier in this round, saves that state first
+    FOLLOW = "follow"
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,9 @@ class SchedulingPolicy(Protocol):
 
     def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         """Decide the scan's fate at a consumer whose best reuse point is PENDING: STOP the scan,
-        SKIP it (it waits for the producer), or RECOMPUTE (it starts now from a shallower point).
+        SKIP it (it waits for the producer), RECOMPUTE (it starts now from a shallower point) or,
+        where the runner restores state saved in the same round, FOLLOW (it starts now from the
+        PENDING point, after its producer within the round).
         ``draft`` is the round so far (read it, never mutate it). Mutates only the policy."""
         ...
 

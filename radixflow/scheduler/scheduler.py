@@ -123,6 +123,8 @@ class Scheduler:
                 action = self.policy.on_blocked(req, match, out)
                 if action is ScanAction.RECOMPUTE:
                     status = self._recompute(req, match, budget, out)
+                elif action is ScanAction.FOLLOW:
+                    status = self._follow(req, match, budget, out)
                 else:
                     self._park(req, match, out)
                 if action is ScanAction.STOP:
@@ -149,6 +151,17 @@ class Scheduler:
         """Start a blocked consumer from the deepest READY point above its PENDING one: it
         recomputes the prefix rather than wait for the producer (mutates as `_start` does)."""
         status = self._start_shallower(req, match.checkpoint_tokens, budget, out)
+        if status is _Admit.SCHEDULED:
+            self.checkpoints.observe(req, match)
+        return status
+
+    def _follow(self, req: Request, match: Match, budget: _Budget, out: SchedulerOutput) -> _Admit:
+        """Start a blocked consumer from its PENDING checkpoint: the producer's chunk in this
+        round saves the state before the runner's later wave restores it (mutates as `_start`)."""
+        if not self.config.same_round_state:
+            raise ValueError(f"policy {self.policy.name!r} follows a producer on a runner that cannot")
+        point = self.reuse.pending_point(match)
+        status = self._start(req, point, budget, out)
         if status is _Admit.SCHEDULED:
             self.checkpoints.observe(req, match)
         return status

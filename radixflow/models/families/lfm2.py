@@ -120,14 +120,15 @@ class Lfm2ShortConv(nn.Module):
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         b, c, x = self.in_proj(h).chunk(3, dim=-1)
         bx = b * x
-        if not len(batch.decode):
-            y = self._causal_conv(bx, batch)
+        waves = batch.waves
+        if not len(batch.decode) and len(waves) == 1:
+            y = self._causal_conv(bx, batch, waves[0][0])
         else:
             y = torch.empty_like(bx)
             for rows in batch.decode_parts:
                 y[rows.tokens] = self._decode(bx, rows, batch)
-            if batch.others:
-                y[batch.other_tokens] = self._causal_conv(bx, batch)
+            for seqs, tokens in waves:  # a wave restores the windows the waves before it saved
+                y[tokens] = self._causal_conv(bx, batch, seqs)
         return self.out_proj(c * y)
 
     def _decode(self, bx: torch.Tensor, rows: DecodeRows, batch: ForwardBatch) -> torch.Tensor:
@@ -139,8 +140,9 @@ class Lfm2ShortConv(nn.Module):
         batch.state.scatter(self.layer_idx, rows, (window,))
         return out
 
-    def _causal_conv(self, bx: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        """Depthwise causal conv of the per-sequence rows (`batch.others`) in ONE conv1d call.
+    def _causal_conv(self, bx: torch.Tensor, batch: ForwardBatch, rows: list[int]) -> torch.Tensor:
+        """Depthwise causal conv of one wave of per-sequence rows (``rows``, `batch.waves`) in ONE
+        conv1d call.
 
         Each sequence's chunk is prefixed with its restored window (zeros from scratch); the
         padded chunks are concatenated and convolved without padding, and the outputs whose
@@ -154,7 +156,7 @@ class Lfm2ShortConv(nn.Module):
         padded: list[torch.Tensor] = []
         gather: list[torch.Tensor] = []
         base = 0
-        for i in batch.others:
+        for i in rows:
             seq = batch.seqs[i]
             restored = batch.state.load(self.layer_idx, seq.restore_slot)
             if restored is None:
@@ -167,14 +169,14 @@ class Lfm2ShortConv(nn.Module):
         full = torch.cat(padded)  # [sum(w + len), C]
         out = F.conv1d(full.transpose(0, 1).unsqueeze(0), self.conv.weight, self.conv.bias, groups=chans)
         y = out[0].transpose(0, 1)[torch.cat(gather)]
-        self._save_snapshots(full, batch)
+        self._save_snapshots(full, batch, rows)
         return y
 
-    def _save_snapshots(self, full: torch.Tensor, batch: ForwardBatch) -> None:
+    def _save_snapshots(self, full: torch.Tensor, batch: ForwardBatch, rows: list[int]) -> None:
         """Window after chunk position ``hi`` = padded inputs ``[hi, hi + w)`` of that sequence."""
         w = self.kernel - 1
         base = 0
-        for seq in (batch.seqs[i] for i in batch.others):
+        for seq in (batch.seqs[i] for i in rows):
             for snap in seq.snapshots:
                 hi = base + snap.position - seq.start
                 batch.state.save(self.layer_idx, snap.slot, (full[hi : hi + w].transpose(0, 1),))

@@ -80,8 +80,8 @@ class GatedDeltaNet(nn.Module):
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
         for rows in batch.decode_parts:
             self._decode(qkv, g, beta, rows, batch, out)
-        if batch.others:
-            self._prefill(qkv, g, beta, batch, out)
+        for rows, tokens in batch.waves:
+            self._prefill(qkv, g, beta, batch, rows, tokens, out)
         y = self.norm(out.to(x.dtype), z)
         return self.out_proj(y.reshape(x.shape[0], self.value_dim))
 
@@ -108,13 +108,19 @@ class GatedDeltaNet(nn.Module):
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
     def _prefill(
-        self, qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, batch: ForwardBatch, out: torch.Tensor
+        self,
+        qkv: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        batch: ForwardBatch,
+        rows: list[int],
+        tokens: torch.Tensor,
+        out: torch.Tensor,
     ) -> None:
-        """Conv + delta rule for every per-sequence row (`batch.others`): one packed conv and one
-        chunked kernel call for all of them, saving each segment's state at its snapshots
-        (mutates the pool); writes the rows' ``out``."""
-        tokens = batch.other_tokens
-        seqs = [batch.seqs[i] for i in batch.others]
+        """Conv + delta rule for one wave of per-sequence rows (`batch.waves`: ``rows`` and their
+        flat ``tokens``): one packed conv and one chunked kernel call for all of them, saving each
+        segment's state at its snapshots (mutates the pool); writes the rows' ``out``."""
+        seqs = [batch.seqs[i] for i in rows]
         packed = PackedConv.build([s.length for s in seqs], self.kernel - 1, qkv.device)
         saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
         segs = []

@@ -136,8 +136,9 @@ class Mamba2Mixer(nn.Module):
         offs = batch.offsets
         for rows in batch.decode_parts:
             self._decode(batch, rows, xbc, dt, y)
-        for i in batch.others:
-            self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
+        for rows, _ in batch.waves:  # a wave restores what the waves before it saved
+            for i in rows:
+                self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
         if s.norm == "nemotron":
             y = gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, norm_before_gate=False)
         elif s.norm == "falcon":

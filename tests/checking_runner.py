@@ -3,7 +3,9 @@
 It records what each KV position and state slot holds — (namespace, the exact token prefix it was
 computed from) — and asserts that every chunk reads KV of ``prompt[:start]`` of its own namespace
 and restores recurrent state of exactly ``prompt[:start]`` from a READY checkpoint or from its own
-working slot. Generated tokens are the sim runner's hash of namespace and prompt.
+working slot, or (with ``same_round_state``, as the torch runner's waves allow) from a slot an
+earlier chunk of the same round saves. Generated tokens are the sim runner's hash of namespace
+and prompt.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class InjectedFailure(RuntimeError):
 class CheckingRunner:
     name = "checking"
 
-    def __init__(self, has_recurrent: bool, block_size: int) -> None:
-        self.model = ModelInfo("checking", has_recurrent, VOCAB, 1 << 16)
+    def __init__(self, has_recurrent: bool, block_size: int, same_round_state: bool = False) -> None:
+        self.model = ModelInfo("checking", has_recurrent, VOCAB, 1 << 16, same_round_state=same_round_state)
         self.block_size = block_size
         self.cache: RadixCache | None = None  # attach the engine's cache to check readiness
         self.fail_rounds: set[int] = set()  # worker calls (0-based) that raise
@@ -61,11 +63,12 @@ class CheckingRunner:
                 got = self.kv.get(self._slot(c, pos))
                 assert got == (c.namespace, c.tokens[: pos + 1]), f"{c.request_id}: wrong KV at {pos}"
             if self.model.has_recurrent:
-                self._check_restore(c)
+                self._check_restore(c, saved)
             for snap in c.snapshots:
                 assert c.start < snap.position <= c.end, f"{c.request_id}: snapshot outside its chunk"
-                saved[snap.slot] = (c.namespace, c.tokens[: snap.position])
-        self.state.update(saved)  # snapshots land after the round: nobody may read them in it
+                saved.setdefault(snap.slot, (c.namespace, c.tokens[: snap.position]))
+        # without same-round state, snapshots land after the round: nobody may read them in it
+        self.state.update(saved)
         samples = {
             c.request_id: Sample(sim_token(c.namespace, c.tokens, VOCAB), 0.0)
             for c in batch.chunks
@@ -73,11 +76,16 @@ class CheckingRunner:
         }
         return RoundResult(samples=samples, duration_s=1e-3 * (1 + batch.tokens), worker_call_s=1e-3)
 
-    def _check_restore(self, c: ScheduledChunk) -> None:
+    def _check_restore(self, c: ScheduledChunk, saved: dict[int, tuple[str, tuple[int, ...]]]) -> None:
+        """``saved``: what earlier chunks of this round saved, slot by slot (the first saver's)."""
         if c.start == 0:
             assert c.restore_slot is None, f"{c.request_id}: restores state at position 0"
             return
         assert c.restore_slot is not None, f"{c.request_id}: starts at {c.start} from zero state"
+        if self.model.same_round_state and c.restore_slot in saved:  # a follower, in a later wave
+            got = saved[c.restore_slot]
+            assert got == (c.namespace, c.tokens[: c.start]), f"{c.request_id}: follows the wrong state"
+            return
         got = self.state.get(c.restore_slot)
         assert got == (c.namespace, c.tokens[: c.start]), f"{c.request_id}: restores the wrong state"
         if self.cache is not None:

@@ -34,6 +34,7 @@ class Scenario:
     fail_rounds: set[int]
     aborts: dict[int, list[int]]  # before step k: abort these request indices
     stops: dict[int, list[int]]  # before step k: end these requests with what they generated
+    same_round: bool = False  # the runner restores state saved earlier in the round (followers)
 
 
 def draw(rng: random.Random, n: int) -> tuple[int, ...]:
@@ -67,12 +68,12 @@ def scenario(rng: random.Random) -> Scenario:
     fails = {rng.randrange(steps) for _ in range(rng.choice([0, 0, 0, 1, 2]))}
     return Scenario(
         reqs, cfg, rng.choice(["native", "radixflow", "adaptive"]), rng.choice(["branch", "lone", "align"]),
-        rng.random() < 0.85, fails, aborts, stops,
+        rng.random() < 0.85, fails, aborts, stops, rng.random() < 0.5,
     )
 
 
 def check(sc: Scenario) -> Engine:
-    runner = CheckingRunner(sc.hybrid, sc.config.block_size)
+    runner = CheckingRunner(sc.hybrid, sc.config.block_size, sc.same_round)
     runner.fail_rounds = sc.fail_rounds
     engine = Engine(runner, sc.config, policy=sc.policy, placement=sc.placement)
     runner.cache = engine.cache
@@ -107,10 +108,13 @@ def check(sc: Scenario) -> Engine:
 
 def test_two_thousand_random_workloads_are_exact_and_never_lose_a_request():
     outcomes = {s: 0 for s in RequestStatus}
+    follows = 0
     for seed in range(2000):
         engine = check(scenario(random.Random(seed)))
         for r in engine.requests:
             outcomes[r.status] += 1
+        follows += engine.scheduler.policy.counters().get("follows", 0)
+    assert follows > 20  # consumers followed their producer into its round, checked as such
     # the draw really exercises every ending, not only the easy one
     assert outcomes[RequestStatus.FINISHED] > 10 * outcomes[RequestStatus.ABORTED] > 0
     assert outcomes[RequestStatus.FAILED] > 0 and outcomes[RequestStatus.WAITING] == 0

@@ -169,7 +169,7 @@ def test_fallback_prefers_a_shallower_ready_checkpoint():
 def test_abort_of_a_running_chunked_request_releases_everything():
     cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
     long, other = Request("long", tuple(range(1, 60))), Request("other", tuple(range(100, 130)))
-    engine = Engine(HYBRID, cfg)
+    engine = Engine(HYBRID, cfg, policy="radixflow")
     engine.submit(long)
     engine.submit(other)
     engine.step()
@@ -187,7 +187,7 @@ def test_abort_of_a_running_chunked_request_releases_everything():
 
 
 def test_abort_of_a_waiting_request_drops_its_registered_demand():
-    engine = Engine(HYBRID, CFG)
+    engine = Engine(HYBRID, CFG, policy="radixflow")
     reqs = grouped(groups=1, candidates=3)
     for r in reqs:
         engine.submit(r)

@@ -48,7 +48,7 @@ class Engine:
         self,
         runner: Runner,
         config: SchedulerConfig,
-        policy: str = "radixflow",
+        policy: str = "adaptive",  # as `EngineOptions.policy`
         placement: str | None = None,
         eviction: str = "lru",
         round_history: int | None = None,

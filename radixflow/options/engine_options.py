@@ -97,7 +97,7 @@ class EngineOptions:
         metavar="N",
     )
     policy: str = _opt(
-        "radixflow", "scheduling policy", str, choices=_names(SCHEDULING_POLICIES), group="scheduler"
+        "adaptive", "scheduling policy", str, choices=_names(SCHEDULING_POLICIES), group="scheduler"
     )
     placement: str | None = _opt(
         None,

@@ -25,7 +25,7 @@ SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
 TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul")
 POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "
-    "(default: radixflow; bench: native and radixflow)"
+    "(default: adaptive; bench: native, radixflow and adaptive)"
 )
 
 

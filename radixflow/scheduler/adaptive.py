@@ -22,11 +22,13 @@ arrival rate), never past the round FCFS would have finished its request by.
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.
 
-Blocked consumers: skipped as in `radixflow` (they wait), unless recomputing the prefix from a
-shallower READY point finishes them sooner than the cost model says the others lose
-(`recompute`). Without recurrent state nothing blocks and every prompt reuses KV written in the
-same round, so there is nothing to reorder for: the policy keeps arrival order and takes what
-fits, as `radixflow` does (the ranking lost up to 12% there when measured).
+Blocked consumers: where the runner restores state saved earlier in the same round, a consumer
+follows its producer into the round (`ScanAction.FOLLOW`), unless the producer is a follower
+itself or no block of budget is left. Otherwise skipped as in `radixflow` (they wait), unless
+recomputing the prefix from a shallower READY point finishes them sooner than the cost model says
+the others lose (`recompute`). Without recurrent state nothing blocks and every prompt reuses KV
+written in the same round, so there is nothing to reorder for: the policy keeps arrival order and
+takes what fits, as `radixflow` does (the ranking lost up to 12% there when measured).
 """
 
 from __future__ import annotations

@@ -124,6 +124,23 @@ def test_a_flow_runs_from_the_producers_round_to_its_consumers(traced):
     assert producer["ts"] <= parked[0]["ts"] < consumer["ts"]
 
 
+def test_a_follower_shows_as_a_follow_instant_naming_its_producer_in_the_producers_round(tmp_path):
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build()
+    engine = setup.engine(policy="adaptive")
+    engine.run(requests())
+    engine.flush_events()
+    events = check_format(json.loads(path.read_text()))
+    tracks = track_names(events)
+    follows = {tracks[(e["pid"], e["tid"])]: e for e in events if e["name"] == "follow"}
+    assert set(follows) == {"g0c1", "g0c2", "g1c1", "g1c2"}
+    assert follows["g0c1"]["args"] == {"producer": "g0c0", "tokens": 64}
+    assert not [e for e in events if e["name"] == "parked"]  # nobody waited a round
+    # followers run in their producer's round: both contexts take one round between them
+    rounds = [e for e in events if e.get("cat") == "round" and e["ph"] == "X"]
+    assert len(rounds) == len(engine.rounds) == 1
+
+
 def test_the_file_is_valid_json_after_every_flush_and_empty_flushes_are_harmless(tmp_path):
     path = tmp_path / "t.json"
     trace = TraceFile(path, {"clock": "sim"})

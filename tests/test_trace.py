@@ -136,6 +136,14 @@ def test_a_follower_shows_as_a_follow_instant_naming_its_producer_in_the_produce
     assert set(follows) == {"g0c1", "g0c2", "g1c1", "g1c2"}
     assert follows["g0c1"]["args"] == {"producer": "g0c0", "tokens": 64}
     assert not [e for e in events if e["name"] == "parked"]  # nobody waited a round
+    # a flow arrow from each producer's chunk to its followers', within the round
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    pairs = {
+        (tracks[(starts[e["id"]]["pid"], starts[e["id"]]["tid"])], tracks[(e["pid"], e["tid"])])
+        for e in events
+        if e["ph"] == "f"
+    }
+    assert pairs == {("g0c0", "g0c1"), ("g0c0", "g0c2"), ("g1c0", "g1c1"), ("g1c0", "g1c2")}
     # followers run in their producer's round: both contexts take one round between them
     rounds = [e for e in events if e.get("cat") == "round" and e["ph"] == "X"]
     assert len(rounds) == len(engine.rounds) == 1

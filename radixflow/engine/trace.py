@@ -9,10 +9,10 @@ process of the trace, named after its policy, so a benchmark's policies lie side
 - one track per request: ``arrived``, ``queued`` (arrival to first chunk), every chunk it ran
   (``prefill`` / ``decode``, args: positions, restore slot, checkpoints written), ``parked`` for
   a round spent blocked on a producer (args: the producer) and ``woken`` when it ended, policy
-  decisions (instants such as ``promote`` / ``recompute``, see `radixflow.scheduler.events`) and
+  decisions (instants such as ``promote`` / ``follow`` / ``recompute``, see `radixflow.scheduler.events`) and
   ``finished``;
 - flows (``s`` → ``f``) from the chunk that wrote a checkpoint to each chunk of another request
-  that restored it: producer to consumer.
+  that restored it: producer to consumer, in one round for a follower (``follow``).
 
 Timestamps and durations are µs of engine time (`Engine.now`): the sim clock on the sim runner,
 measured wall time of the worker calls on a real one (``otherData.clock`` says which). The file
@@ -168,12 +168,15 @@ class TraceRecorder:
         ts, dur = _us(record.start_s), _us(record.duration_s)
         mid, end = round(ts + dur / 2, 3), round(ts + dur, 3)  # flows bind at a chunk's middle
         self._round(record, ts, dur)
+        # slots saved by earlier chunks of this round: a follower restores from one of them (the
+        # runner runs it in a later wave); a chunk restoring its own slot reads the older state
+        saved: dict[int, _Writer] = {}
         for chunk in out.chunks:
-            self._chunk(chunk, ts, dur, mid)
-        for chunk in out.chunks:  # after every restore of the round: a chunk may write its own
+            self._chunk(chunk, ts, dur, mid, saved)
             writer = _Writer(chunk.request_id, self._tid(chunk.request_id), mid)
             for snap in chunk.snapshots:
-                self._slots[snap.slot] = writer
+                saved.setdefault(snap.slot, writer)
+        self._slots.update(saved)
         for consumer, producer in self._parked:
             self._complete("parked", "dependency", self._tid(consumer), ts, dur, {"producer": producer})
         for consumer, producer in self._woken:
@@ -212,7 +215,9 @@ class TraceRecorder:
         if record.bubble_tokens > 0:
             self._instant("bubble", "round", 0, ts, {"tokens": record.bubble_tokens})
 
-    def _chunk(self, chunk: ScheduledChunk, ts: float, dur: float, mid: float) -> None:
+    def _chunk(
+        self, chunk: ScheduledChunk, ts: float, dur: float, mid: float, saved: dict[int, _Writer]
+    ) -> None:
         rid = chunk.request_id
         tid = self._tid(rid)
         arrival = self._arrival.pop(rid, None)
@@ -227,7 +232,8 @@ class TraceRecorder:
             "sample": chunk.sample,
         }
         self._complete("prefill" if prefill else "decode", "chunk", tid, ts, dur, args)
-        writer = self._slots.get(chunk.restore_slot) if chunk.restore_slot is not None else None
+        slot = chunk.restore_slot
+        writer = None if slot is None else saved.get(slot) or self._slots.get(slot)
         if writer is not None and writer.request_id != rid:
             self._flow(writer, tid, mid, chunk.start)
 

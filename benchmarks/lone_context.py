@@ -114,8 +114,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="interleaved runs; times are their minimum")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    options = EngineOptions(
-        model=args.model, torch_threads=args.torch_threads, device=args.device, hardware=args.hardware
+    options = EngineOptions(  # radixflow: the placements compared under the policy of the README's table
+        model=args.model,
+        torch_threads=args.torch_threads,
+        device=args.device,
+        hardware=args.hardware,
+        policy="radixflow",
     )
     plan = plan_engine(options)
     spec = WorkloadSpec(

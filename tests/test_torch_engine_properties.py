@@ -5,12 +5,15 @@ chunks end on checkpoint positions and block boundaries, prompts that are prefix
 prompts, one to three state slots, small token budgets. After every round the cache's integrity
 holds; at the end nothing stays locked, every request has finished (each fits the cache alone)
 and its token equals a plain no-cache prefill of its prompt. With decoding (several tokens, an
-abort mid-run) every finished request's tokens equal a no-cache greedy loop's.
+abort mid-run) every finished request's tokens equal a no-cache greedy loop's. Groups of
+candidates arriving together make `adaptive`'s consumers follow their producer into its round
+(the recurrent layers' second wave).
 """
 
 from __future__ import annotations
 
 import importlib
+import random
 from pathlib import Path
 
 import pytest
@@ -138,6 +141,45 @@ def test_torch_engine_matches_the_no_cache_reference(runners: Runners) -> None:
         check_against_reference(runners[cfg.block_size], cfg, placement, reqs)
 
     prop()
+
+
+def groups_of_candidates(rng: random.Random, block_size: int) -> list[Request]:
+    """One to three shared stems (on and off block boundaries) with one to four tails each (of
+    0, 1, 2 tokens, a block or 9), most arriving together: consumers that follow their producer."""
+    reqs = []
+    for g in range(rng.randint(1, 3)):
+        stem_len = rng.choice([block_size, 2 * block_size, 24, 31, 32])
+        stem = tuple(rng.randrange(3, 500) for _ in range(stem_len))
+        for c in range(rng.randint(1, 4)):
+            tail = tuple(rng.randrange(3, 500) for _ in range(rng.choice([0, 1, 1, 2, block_size, 9])))
+            prompt = (stem + tail)[:MAX_PROMPT] or (7,)
+            arrival = rng.choice([0.0, 0.0, 1e-4])
+            reqs.append(Request(f"g{g}c{c}", prompt, rng.choice(["a", "a", "b"]), arrival_s=arrival))
+    return reqs
+
+
+def test_consumers_following_their_producer_into_its_round_match_the_reference(runners: Runners) -> None:
+    # Candidates of shared contexts arriving together, under budgets that fit a producer and its
+    # followers in one round or cut them: `adaptive` starts consumers from checkpoints their
+    # producer writes earlier in the same round (the runner's second wave), and it must happen.
+    follows = 0
+    for seed in range(24):
+        rng = random.Random(seed)
+        bs = rng.choice(BLOCK_SIZES)
+        reqs = groups_of_candidates(rng, bs)
+        cfg = SchedulerConfig(
+            token_budget=rng.choice([16, 32, 48, 64, 96]),
+            max_requests=rng.randint(2, 8),
+            block_size=bs,
+            num_blocks=KV_TOKENS // bs,
+            num_state_slots=rng.randint(1, MAX_SLOTS),
+        )
+        placement = rng.choice(["branch", "lone", "align"])
+        check_against_reference(runners[bs], cfg, placement, reqs)
+        engine = run_engine(runners[bs], cfg, "adaptive", placement, reqs)
+        follows += engine.scheduler.policy.counters()["follows"]
+    has_state = runners[BLOCK_SIZES[0]].model.has_recurrent
+    assert (follows > 5) if has_state else (follows == 0)  # nothing blocks without recurrent state
 
 
 @pytest.mark.parametrize("placement", ["branch", "lone", "align"])

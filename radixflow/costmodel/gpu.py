@@ -69,14 +69,15 @@ class _Round:
         return [c for c in self.chunks if c.decode and not c.wave]
 
 
-def _waves(r: _Round) -> Iterator[_Round]:
+def _waves(r: _Round) -> list[_Round]:
     """The round's prefill chunks split into the waves a recurrent layer runs one after another
     (one wave, the whole round, when no chunk follows another in the round)."""
     if not any(c.wave for c in r.prefill):
-        yield r
-        return
-    for wave in sorted({c.wave for c in r.prefill}):
-        yield _Round([c for c in r.prefill if c.wave == wave] + (r.decode_chunks if wave == 0 else []))
+        return [r]
+    return [
+        _Round([c for c in r.prefill if c.wave == wave] + (r.decode_chunks if wave == 0 else []))
+        for wave in sorted({c.wave for c in r.prefill})
+    ]
 
 
 def _batched(call: TermCost, flops: float) -> TermCost:
@@ -175,10 +176,11 @@ class KernelCostModel:
         kt, tp, hidden = self.kernels, self.tp, self.shape.hidden
         for (n, k), count in self._gemms.items():
             add(terms, "matmul", times(kt.gemm(r.tokens, n, k), count))
+        waves = _waves(r)  # once per round, not per mixer
         for mixer, count in self._mixers.items():
             # attention reads KV every chunk of the round wrote: one call; a recurrent layer runs
             # its kernels once per wave (`ChunkShape.wave`)
-            for part in (r,) if isinstance(mixer, Attention) else _waves(r):
+            for part in [r] if isinstance(mixer, Attention) else waves:
                 for cost in MIXING[type(mixer)](kt, mixer, part, tp):
                     add(terms, mixer.kind, times(cost, count))
         for mlp, count in self._experts.items():

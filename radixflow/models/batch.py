@@ -174,11 +174,7 @@ class ForwardBatch:
             rows.setdefault(self._wave_of[i], []).append(i)
         if len(rows) <= 1:
             return [(self.others, self.other_tokens)] if self.others else []
-        offs, device = self.offsets, self.input_ids.device
-        return [
-            (rows[w], torch.cat([torch.arange(offs[i], offs[i + 1], device=device) for i in rows[w]]))
-            for w in sorted(rows)
-        ]
+        return [(rows[w], self._tokens_of(rows[w])) for w in sorted(rows)]
 
     @cached_property
     def _picked(self) -> list[Picked]:
@@ -215,8 +211,12 @@ class ForwardBatch:
     @cached_property
     def other_tokens(self) -> torch.Tensor:
         """Flat token indices of the `others` rows, in batch order."""
+        return self._tokens_of(self.others)
+
+    def _tokens_of(self, rows: list[int]) -> torch.Tensor:
+        """Flat token indices of batch rows ``rows``, in their order."""
         offs, device = self.offsets, self.input_ids.device
-        return torch.cat([torch.arange(offs[i], offs[i + 1], device=device) for i in self.others])
+        return torch.cat([torch.arange(offs[i], offs[i + 1], device=device) for i in rows])
 
     @cached_property
     def block_tables(self) -> torch.Tensor:

@@ -7,9 +7,9 @@ import pytest
 from radixflow.calibration.design import fit_design, held_out_design
 from radixflow.calibration.fit import fit_profile
 from radixflow.calibration.timing import TimedBatch, to_scheduler_output
-from radixflow.costmodel.hardware import HardwareProfile, load_profile, save_profile
-from radixflow.costmodel.model import CostModel
-from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
+from radixflow.costmodel.round_cost.fitted_rates import CostModel
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 
 
 def test_held_out_shapes_never_occur_in_the_fit_design():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from radixflow.cli import main
-from radixflow.costmodel.hardware import DENSE_BF16_FLOPS
+from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS
 
 TERM_KEYS = {"seconds", "flops", "bytes", "source"}
 

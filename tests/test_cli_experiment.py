@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.cli import main
-from radixflow.costmodel.hardware import HARDWARE, save_profile
+from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
 
 CONFIG = """
 name = "cli"

@@ -8,13 +8,19 @@ from dataclasses import replace
 
 import pytest
 
-from radixflow.costmodel.configs import shape_from_config
-from radixflow.costmodel.hardware import HARDWARE, ProfileError, load_profile, resolve_hardware, save_profile
-from radixflow.costmodel.kinds import ChunkShape
-from radixflow.costmodel.model import CostModel, round_work
-from radixflow.costmodel.nnls import nnls
-from radixflow.costmodel.rounds import round_cost_model
-from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.costmodel.hardware.profiles import (
+    HARDWARE,
+    ProfileError,
+    load_profile,
+    resolve_hardware,
+    save_profile,
+)
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.round_cost.fitted_rates import CostModel, round_work
+from radixflow.costmodel.round_cost.nnls import nnls
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 
 
 def test_falcon_h1_sim_shape_has_state_in_every_layer():

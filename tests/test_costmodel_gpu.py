@@ -1,5 +1,5 @@
-"""The GPU cost model (`costmodel.gpu`) on the roofline kernels: terms, tensor parallelism, MoE,
-fixed costs per call, the scheduler's time and the per-request cost."""
+"""The GPU cost model (`costmodel.round_cost.kernel_sum`) on the roofline kernels: terms, tensor
+parallelism, MoE, fixed costs per call, the scheduler's time and the per-request cost."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from radixflow.costmodel.breakdown import scheduler_s
-from radixflow.costmodel.gpu import KernelCostModel
-from radixflow.costmodel.hardware import DENSE_BF16_FLOPS, HARDWARE
-from radixflow.costmodel.kinds import ChunkShape, Layer, ModelShape, expected_experts
-from radixflow.costmodel.model import CostModel, round_work
-from radixflow.costmodel.parallel import MAX_TP, choose_tp
-from radixflow.costmodel.roofline import RooflineKernels
-from radixflow.costmodel.rounds import round_cost_model
-from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS, HARDWARE
+from radixflow.costmodel.kernel_times.roofline import RooflineKernels
+from radixflow.costmodel.round_cost.breakdown import scheduler_s
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.round_cost.fitted_rates import CostModel, round_work
+from radixflow.costmodel.round_cost.kernel_sum import KernelCostModel
+from radixflow.costmodel.round_cost.tensor_parallel import MAX_TP, choose_tp
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import Layer, ModelShape, expected_experts
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import SimRunner, chunk_shape
 from radixflow.scheduler import Request, SchedulerConfig

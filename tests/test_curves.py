@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from radixflow.costmodel.curves import (
+from radixflow.costmodel.kernel_times.curves import (
     EXACT,
     EXTRAPOLATED,
     INTERPOLATED,

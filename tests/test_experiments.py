@@ -227,7 +227,7 @@ candidate_len = 8
 
 def test_torch_cell_agrees_and_checks_the_cost_model_on_its_rounds(tmp_path: Path):
     pytest.importorskip("torch")
-    from radixflow.costmodel.hardware import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
 
     save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
     (tmp_path / "t.toml").write_text(TORCH)

@@ -1,4 +1,4 @@
-"""Hardware profiles (`costmodel.hardware`): every key checked, so no profile makes the sim's times
+"""Hardware profiles (`costmodel.hardware.profiles`): every key checked, so no profile makes the sim's times
 (or `bench --json`) infinite or NaN."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.cli import main
-from radixflow.costmodel.hardware import (
+from radixflow.costmodel.hardware.profiles import (
     COMPUTE_TERMS,
     HARDWARE,
     MAX_BANDWIDTH,

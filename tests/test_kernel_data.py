@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.costmodel.kernel_data import (
+from radixflow.costmodel.kernel_times.table_files import (
     COLUMNS,
     DATA_DIR,
     SYSTEMS,
@@ -27,7 +27,7 @@ def test_a_wrong_header_or_row_length_is_refused():
     with pytest.raises(ValueError, match="header"):
         decode_table("allreduce", encode_table("gemm", [(1, 1, 1, 1.0)]))
     with pytest.raises(ValueError, match="fields"):
-        from radixflow.costmodel.kernel_data import parse_row
+        from radixflow.costmodel.kernel_times.table_files import parse_row
 
         parse_row("gemm", ["1", "2", "0.5"])
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from radixflow.costmodel.kernel_data import read_table
-from radixflow.costmodel.kernel_times import KernelTimes, TermCost
-from radixflow.costmodel.measured import GPUS, KernelTablesError, MeasuredKernels, kernel_times
+from radixflow.costmodel.kernel_times.contract import KernelTimes, TermCost
+from radixflow.costmodel.kernel_times.measured import GPUS, KernelTablesError, MeasuredKernels, kernel_times
+from radixflow.costmodel.kernel_times.table_files import read_table
 
 MS = 1e-3
 GPU_NAMES = sorted(GPUS)
@@ -22,7 +22,7 @@ def kt(request) -> MeasuredKernels:
 
 
 def rows_where(gpu: str, table: str, **match: int) -> list[tuple]:
-    from radixflow.costmodel.kernel_data import COLUMNS
+    from radixflow.costmodel.kernel_times.table_files import COLUMNS
 
     cols = COLUMNS[table]
     return [r for r in read_table(gpu, table) if all(r[cols.index(c)] == v for c, v in match.items())]

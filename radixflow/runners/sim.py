@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
-from radixflow.costmodel.hardware import HARDWARE, HardwareProfile
-from radixflow.costmodel.kinds import ChunkShape, ModelShape
-from radixflow.costmodel.model import CostModel
-from radixflow.costmodel.rounds import RoundCostModel, round_cost_model
-from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
+from radixflow.costmodel.round_cost.by_profile import RoundCostModel, round_cost_model
+from radixflow.costmodel.round_cost.fitted_rates import CostModel
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves

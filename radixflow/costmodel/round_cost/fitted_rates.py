@@ -1,12 +1,13 @@
 """Round time of a worker call from the work it does per layer kind and fitted per-term rates.
 
 This is how a profile without ``kernels`` is costed (the CPU profile, profiles fitted by
-`radixflow calibrate`; a profile with ``kernels`` is costed kernel by kernel, `costmodel.gpu`):
+`radixflow calibrate`; a profile with ``kernels`` is costed kernel by kernel,
+`costmodel.round_cost.kernel_sum`):
 
     round_s = fixed per call + per layer · decoder layers + per sequence · sequences
               + max(Σ_term FLOPs_term · s/FLOP_term,  bytes / bandwidth)
 
-The fixed part is the same for either way of costing (`costmodel.breakdown.fixed_terms`).
+The fixed part is the same for either way of costing (`costmodel.round_cost.breakdown.fixed_terms`).
 FLOPs are split by cost term. ``matmul``: every weight matmul of every layer kind (attention,
 Gated DeltaNet, Mamba2 and short-conv projections, the dense MLP or the active experts of an
 MoE), which run at one GEMM rate on any hardware. The sequence mixing of each kind has its own
@@ -23,10 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from radixflow.costmodel.breakdown import RoundBreakdown, charge_scheduler, fixed_terms, source
-from radixflow.costmodel.hardware import COMPUTE_TERMS, HardwareProfile
-from radixflow.costmodel.kernel_times import TermCost
-from radixflow.costmodel.kinds import ChunkShape, ModelShape
+from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.kernel_times.contract import TermCost
+from radixflow.costmodel.round_cost.breakdown import RoundBreakdown, charge_scheduler, fixed_terms, source
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import ModelShape
 
 OVERHEAD_TERMS = ("round", "layer", "sequence")
 

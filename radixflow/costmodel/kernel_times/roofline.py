@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from radixflow.costmodel.kernel_times import TermCost
-from radixflow.costmodel.kinds import expected_experts
-
-if TYPE_CHECKING:
-    from radixflow.costmodel.hardware import HardwareProfile
+from radixflow.costmodel.kernel_times.contract import TermCost
+from radixflow.costmodel.shape.model_shape import expected_experts
 
 BF16 = 2  # bytes per weight, activation and KV element
-STATE = 4  # recurrent state is float32 (costmodel.mixers.STATE_BYTES)
+STATE = 4  # recurrent state is float32 (costmodel.shape.mixer_shapes.STATE_BYTES)
 
 # Fractions of the dense peak, each from the nearest measured kernel class on H200 (bf16).
 GEMM_EFFICIENCY = 0.80
@@ -44,6 +41,23 @@ WHY_ALLREDUCE = (
 )
 
 
+class Datasheet(Protocol):
+    """The figures a roofline reads off a GPU (a `HardwareProfile` is one): kernel times sit below
+    the hardware profiles, which name their source in the kernel-time registry."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def flops(self) -> float: ...
+
+    @property
+    def bandwidth(self) -> float | None: ...
+
+    @property
+    def memory_bytes(self) -> float | None: ...
+
+
 @dataclass(frozen=True)
 class RooflineKernels:
     """Kernel times of one GPU from its peak FLOP/s and memory bandwidth (pure arithmetic)."""
@@ -55,7 +69,7 @@ class RooflineKernels:
     link_bandwidth: float = LINK_BANDWIDTH
 
     @classmethod
-    def from_profile(cls, profile: HardwareProfile) -> RooflineKernels:
+    def from_profile(cls, profile: Datasheet) -> RooflineKernels:
         """The roofline of a profile's ``flops`` (its peak) and ``bandwidth`` (None: no memory
         time) with ``memory_bytes`` of memory (None: unlimited)."""
         return cls(

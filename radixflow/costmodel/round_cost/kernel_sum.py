@@ -16,7 +16,7 @@ Per GPU (tensor parallelism splits every projection, head and expert ``tp`` ways
 - ``state_copy``: recurrent state restored from and saved to checkpoint slots, read and written
   at the memory bandwidth;
 
-plus the fixed terms and the scheduler's time (`costmodel.breakdown`).
+plus the fixed terms and the scheduler's time (`costmodel.round_cost.breakdown`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,20 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from radixflow.costmodel.breakdown import RoundBreakdown, add, charge_scheduler, fixed_terms, times
-from radixflow.costmodel.hardware import HardwareProfile
-from radixflow.costmodel.kernel_times import KernelTimes, TermCost
-from radixflow.costmodel.kinds import ChunkShape, Mlp, ModelShape
-from radixflow.costmodel.mixers import Attention, GatedDeltaNet, Mamba2, Mixer, Projection, ShortConv
-from radixflow.costmodel.parallel import Parallelism, choose_tp, share
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.kernel_times.contract import KernelTimes, TermCost
+from radixflow.costmodel.round_cost.breakdown import RoundBreakdown, add, charge_scheduler, fixed_terms, times
+from radixflow.costmodel.round_cost.tensor_parallel import Parallelism, choose_tp, share
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.mixer_shapes import (
+    Attention,
+    GatedDeltaNet,
+    Mamba2,
+    Mixer,
+    Projection,
+    ShortConv,
+)
+from radixflow.costmodel.shape.model_shape import Mlp, ModelShape
 
 ACTIVATION_BYTES = 2  # bf16 activations: what an all-reduce moves per element
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from radixflow.costmodel import kernel_work as kw
-from radixflow.costmodel.kernel_times import TermCost
-from radixflow.costmodel.measured_tables import MeasuredTable, Site
+from radixflow.costmodel.kernel_times import kernel_work as kw
+from radixflow.costmodel.kernel_times.contract import TermCost
+from radixflow.costmodel.kernel_times.measured_tables import MeasuredTable, Site
 
 
 def gdn_site_channels(site: Site) -> float:

@@ -1,7 +1,7 @@
 """`KernelTimes` from measured kernel latencies: the GPU cost model's default on H100 and H200.
 
 Every figure comes from NVIDIA's aiconfigurator-core 0.12.0 tables for vLLM 0.24.0 (shipped in
-``data/``, see ``kernel_data``), interpolated by `measured_tables`. Kernels with no measurement
+``data/``, see `table_files`), interpolated by `measured_tables`. Kernels with no measurement
 (Mamba2's conv and scan, LFM2's short conv) are priced by `borrowed` on their roofline at the
 efficiency of the nearest measured kernel class, and say so in their source.
 
@@ -19,11 +19,11 @@ from numbers import Real
 from pathlib import Path
 from typing import Any, TypeVar
 
-from radixflow.costmodel import kernel_work as kw
-from radixflow.costmodel import measured_tables as mt
-from radixflow.costmodel.kernel_data import DATA_DIR, GDN_KERNELS, Row, read_table, table_label
-from radixflow.costmodel.kernel_times import ZERO, TermCost
-from radixflow.costmodel.measured_borrowed import Borrowed
+from radixflow.costmodel.kernel_times import kernel_work as kw
+from radixflow.costmodel.kernel_times import measured_tables as mt
+from radixflow.costmodel.kernel_times.borrowed import Borrowed
+from radixflow.costmodel.kernel_times.contract import ZERO, TermCost
+from radixflow.costmodel.kernel_times.table_files import DATA_DIR, GDN_KERNELS, Row, read_table, table_label
 from radixflow.problems import Problem
 
 DENSE_BF16_FLOPS = 989e12

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixflow.costmodel.configs import shape_from_config
-from radixflow.costmodel.kinds import ModelShape
+from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.model_shape import ModelShape
 
 _QWEN35_GDN = {
     "linear_conv_kernel_dim": 4,

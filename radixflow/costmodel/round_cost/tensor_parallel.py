@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixflow.costmodel.kinds import ModelShape
+from radixflow.costmodel.shape.model_shape import ModelShape
 
 MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization: the rest is activations, graphs
 MIN_POOL_TOKENS = 32_768  # KV for one long sequence, or 16 of 2k tokens

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from radixflow.costmodel.breakdown import RoundBreakdown
-from radixflow.costmodel.gpu import KernelCostModel
-from radixflow.costmodel.hardware import HardwareProfile
-from radixflow.costmodel.kernel_sources import kernel_times
-from radixflow.costmodel.kinds import ChunkShape, ModelShape
-from radixflow.costmodel.model import CostModel
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.kernel_times.registry import named_kernel_times
+from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
+from radixflow.costmodel.round_cost.fitted_rates import CostModel
+from radixflow.costmodel.round_cost.kernel_sum import KernelCostModel
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import ModelShape
 
 
 class RoundCostModel(Protocol):
@@ -33,7 +34,7 @@ class RoundCostModel(Protocol):
 
 
 def round_cost_model(shape: ModelShape, hardware: HardwareProfile) -> RoundCostModel:
-    kernels = kernel_times(hardware)
+    kernels = named_kernel_times(hardware.kernels, hardware)
     if kernels is None:
         return CostModel(shape, hardware)
     return KernelCostModel(shape, hardware, kernels)

@@ -1,6 +1,6 @@
 """The measured kernel tables shipped with the package: their schema, where they live, how they read.
 
-Each GPU has one gzip'd CSV per kernel class under ``radixflow/costmodel/data/<gpu>/``, derived
+Each GPU has one gzip'd CSV per kernel class under ``radixflow/costmodel/kernel_times/data/<gpu>/``, derived
 from NVIDIA's aiconfigurator-core 0.12.0 (Apache-2.0; see ``data/NOTICE``) by
 ``benchmarks/derive_kernel_tables.py``: bf16 rows (bf16 KV cache) of the vLLM 0.24.0 tables,
 latencies in milliseconds. Every column but ``latency_ms`` (and GDN's ``kernel``) is an integer.

@@ -3,9 +3,9 @@
 A profile says what one worker call costs: fixed parts (per call, different for calls with prefill
 and decode-only calls; per decoder layer; per scheduled sequence; the scheduler's own CPU time,
 overlapped with the worker call or in series) plus the work. The work is costed one of two ways
-(`radixflow.costmodel.rounds.round_cost_model`): a profile that names ``kernels`` (the H100/H200
-profiles) sums the time of every kernel the round runs, each from a `KernelTimes`; one that does
-not (the CPU profile, profiles fitted by `radixflow calibrate`) takes the larger of compute time
+(`radixflow.costmodel.round_cost.by_profile.round_cost_model`): a profile that names ``kernels``
+(the H100/H200 profiles) sums the time of every kernel the round runs, each from a `KernelTimes`;
+one that does not (the CPU profile, profiles fitted by `radixflow calibrate`) takes the larger of compute time
 (FLOPs of each cost term at that term's fitted rate) and memory time (bytes at the bandwidth). A
 request's own cost (tokenization, API) is added to its latency, never to a round.
 """
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.gpu_figures import (
+from radixflow.costmodel.hardware.gpu_figures import (
     DECODE_FIXED_S,
     DENSE_BF16_FLOPS,
     PREFILL_FIXED_S,
@@ -36,10 +36,10 @@ from radixflow.costmodel.gpu_figures import (
     SRC_REQUEST,
     SRC_SCHEDULER,
 )
-from radixflow.costmodel.kernel_sources import KERNEL_SOURCES
+from radixflow.costmodel.kernel_times.registry import KERNEL_SOURCES
 from radixflow.problems import Problem
 
-# Cost terms whose FLOPs are timed (see costmodel.model.round_work).
+# Cost terms whose FLOPs are timed (see costmodel.round_cost.fitted_rates.round_work).
 COMPUTE_TERMS = ("matmul", "attention", "gdn", "mamba2", "conv", "lm_head")
 
 SCHEDULER_MODES = {"overlap": True, "serial": False}  # option value -> HardwareProfile.scheduler_overlap

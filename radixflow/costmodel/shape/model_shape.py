@@ -1,7 +1,7 @@
-"""A hybrid model as the cost model sees it: layers, their MLPs, and the chunks a round computes.
+"""A hybrid model as the cost model sees it: its layers, their mixers and MLPs.
 
 Pure arithmetic over shapes: no torch, no timing. A layer holds one or more sequence mixers
-(`costmodel.mixers`: attention, Gated DeltaNet, Mamba2, short conv; Falcon-H1 runs attention and
+(`costmodel.shape.mixer_shapes`: attention, Gated DeltaNet, Mamba2, short conv; Falcon-H1 runs attention and
 Mamba2 in parallel in every layer) and optionally an MLP (dense or mixture of experts).
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from radixflow.costmodel.mixers import Attention, Mixer, Projection, projection_params
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.mixer_shapes import Attention, Mixer, Projection, projection_params
 
 
 def expected_experts(experts: int, top_k: int, tokens: float) -> float:
@@ -19,38 +20,6 @@ def expected_experts(experts: int, top_k: int, tokens: float) -> float:
     if experts <= 0 or tokens <= 0:
         return 0.0
     return experts * (1.0 - (1.0 - min(top_k, experts) / experts) ** tokens)
-
-
-@dataclass(frozen=True)
-class ChunkShape:
-    """What the cost model needs to know about one scheduled chunk."""
-
-    start: int  # cached prefix length: the chunk computes positions [start, start + length)
-    length: int
-    sample: bool  # the output projection runs at the chunk's last position
-    restores: bool = False  # recurrent state restored from a checkpoint slot
-    snapshots: int = 0  # recurrent-state checkpoints written inside the chunk
-    # prompt positions whose logits the output head computes for prompt logprobs (beyond the
-    # sampled position): every reported position of a prompt-logprob request
-    head_rows: int = 0
-    # the wave of the round's recurrent layers the chunk runs in: 0, or later for a chunk that
-    # restores state an earlier chunk of the same round saves (each wave is one more call of
-    # every recurrent layer's kernels)
-    wave: int = 0
-
-    @property
-    def end(self) -> int:
-        return self.start + self.length
-
-    @property
-    def decode(self) -> bool:
-        """One new position: batched with the other decode steps of a round (costed as one)."""
-        return self.length == 1
-
-    @property
-    def logit_rows(self) -> int:
-        """Positions that go through the output head."""
-        return int(self.sample) + self.head_rows
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from radixflow.costmodel.kinds import Layer, Mlp, ModelShape
-from radixflow.costmodel.mixers import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
+from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
+from radixflow.costmodel.shape.model_shape import Layer, Mlp, ModelShape
 
 Config = dict[str, Any]
 

@@ -17,9 +17,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from radixflow.costmodel import kernel_work as kw
-from radixflow.costmodel.curves import EXACT, EXTRAPOLATED, INTERPOLATED, Curve, Grid2, Sites
-from radixflow.costmodel.kernel_data import Row
+from radixflow.costmodel.kernel_times import kernel_work as kw
+from radixflow.costmodel.kernel_times.curves import EXACT, EXTRAPOLATED, INTERPOLATED, Curve, Grid2, Sites
+from radixflow.costmodel.kernel_times.table_files import Row
 
 MS = 1e-3
 KIND_ORDER = (EXACT, INTERPOLATED, EXTRAPOLATED)  # the least direct of several reads names them all

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from radixflow.costmodel.hardware import HardwareProfile
-from radixflow.costmodel.kernel_times import TermCost
-from radixflow.costmodel.kinds import ChunkShape
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.kernel_times.contract import TermCost
+from radixflow.costmodel.shape.chunk import ChunkShape
 
 SCHEDULER = "scheduler"
 

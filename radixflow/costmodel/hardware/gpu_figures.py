@@ -1,6 +1,6 @@
 """The public figures behind the built-in GPU profiles, each with where it comes from.
 
-Each is an assumption of the sim, not a measurement here; `costmodel.hardware` builds the H100
+Each is an assumption of the sim, not a measurement here; `costmodel.hardware.profiles` builds the H100
 and H200 profiles from them and keeps each source in the profile's ``sources``.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 DENSE_BF16_FLOPS = 989e12
 SRC_FLOPS = (
     "NVIDIA H100 / H200 datasheets: 989 TFLOP/s dense BF16 Tensor Core (1,979 is the sparse figure); "
-    "the roofline kernels run each kernel class at a stated fraction of it (costmodel/roofline.py)"
+    "the roofline kernels run each kernel class at a stated fraction of it "
+    "(costmodel/kernel_times/roofline.py)"
 )
 SRC_H100_MEM = "NVIDIA H100 SXM datasheet: 80 GB HBM3 at 3.35 TB/s"
 SRC_H200_MEM = "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s"
@@ -53,7 +54,8 @@ SRC_PER_SEQUENCE = (
 )
 SRC_KERNELS = (
     "every kernel of the round from a KernelTimes source; 'measured-<gpu>': NVIDIA's measured "
-    "latencies (aiconfigurator-core 0.12.0, vLLM 0.24.0 tables, Apache-2.0; costmodel/data/NOTICE), "
+    "latencies (aiconfigurator-core 0.12.0, vLLM 0.24.0 tables, Apache-2.0; "
+    "costmodel/kernel_times/data/NOTICE), "
     "interpolated, with labelled rooflines where nothing was measured (Mamba2, short conv); "
     "'roofline': FLOPs at a stated fraction of the datasheet peak or bytes at the datasheet "
     "bandwidth, whichever is longer, per kernel"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from radixflow.costmodel.kinds import ChunkShape
+    from radixflow.costmodel.shape.chunk import ChunkShape
 
 STATE_BYTES = 4  # recurrent state is kept in float32 by every family here (and by vLLM/SGLang)
 

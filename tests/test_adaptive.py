@@ -11,7 +11,7 @@ from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
-from radixflow.scheduler.adaptive import Adaptive
+from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.scheduler.admission import (
+from radixflow.scheduler.adaptive.deferral import (
     BUSY_CAP,
     MIN_COMPLETIONS,
     ArrivalRate,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.scheduler.fcfs_bound import FcfsBound
+from radixflow.scheduler.adaptive.fcfs_bound import FcfsBound
 
 
 def test_the_clock_runs_a_full_budget_per_round_and_never_behind_the_rounds():

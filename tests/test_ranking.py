@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radixflow.scheduler.ranking import RankIndex
+from radixflow.scheduler.adaptive.ranking import RankIndex
 from radixflow.scheduler.request import Request, RequestStatus
 
 

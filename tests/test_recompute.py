@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from radixflow.scheduler import SchedulerConfig
+from radixflow.scheduler.adaptive.recompute import Blocked, Draft, done_recomputing, done_waiting, weigh
+from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
 from radixflow.scheduler.output import ScheduledChunk
-from radixflow.scheduler.recompute import Blocked, Draft, done_recomputing, done_waiting, weigh
-from radixflow.scheduler.round_time import RoundTimes
 
 BUDGET = 100
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from radixflow.scheduler import SchedulerConfig
+from radixflow.scheduler.adaptive.round_time_curve import FALLBACK_FIXED_SHARE, RoundTimes
 from radixflow.scheduler.output import ScheduledChunk
-from radixflow.scheduler.round_time import FALLBACK_FIXED_SHARE, RoundTimes
 
 CFG = SchedulerConfig(token_budget=1000, max_requests=8, block_size=1)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.round_cost.by_profile import RoundCostModel, round_cost_model
@@ -16,6 +16,7 @@ from radixflow.problems import Problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.scan import RoundPredictor
 
 # The cost model lives in radixflow.costmodel (no torch); these names are re-exported for callers.
 __all__ = [
@@ -85,7 +86,7 @@ class SimRunner:
         return validate_prompt(request, self.model)
 
     @property
-    def round_predictor(self) -> Callable[[Sequence[ScheduledChunk]], float]:
+    def round_predictor(self) -> RoundPredictor:
         return self.predict_round
 
     def predict_round(self, chunks: Sequence[ScheduledChunk]) -> float:

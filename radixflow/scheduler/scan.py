@@ -20,7 +20,8 @@ from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.reuse import ReuseFinder
 
-# Predicted seconds of a round computing these chunks (the runner's model; pure).
+# Predicted seconds of a round computing these chunks: the runner's model (`Runner.round_predictor`,
+# pure), what a policy may weigh rounds by.
 RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
 # Report a decision about a request to the scheduler's observer: note(kind, request_id, **details).
 Note = Callable[..., None]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import ScheduledChunk
+from radixflow.scheduler.scan import RoundPredictor
 
 FALLBACK_FIXED_SHARE = 0.125  # the fixed cost of a worker call without a predictor, in budgets
 GRID_RATIO = 1.25  # between neighbouring probed sizes: interpolation error stays a few percent
@@ -33,7 +34,7 @@ class RoundTimes:
     """Predicted seconds of a round from its prefill tokens and its decode steps."""
 
     def __init__(
-        self, predict: Callable[[Sequence[ScheduledChunk]], float] | None, config: SchedulerConfig
+        self, predict: RoundPredictor | None, config: SchedulerConfig
     ) -> None:
         self._predict = predict
         self._budget = config.token_budget

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.scheduler.admission import (
+from radixflow.scheduler.adaptive.deferral import (
     ArrivalRate,
     Backlog,
     BusyFraction,
@@ -46,14 +46,14 @@ from radixflow.scheduler.admission import (
     defer_cut,
     leave_for_later,
 )
-from radixflow.scheduler.fcfs_bound import FCFS_SHARE, FcfsBound
+from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
+from radixflow.scheduler.adaptive.ranking import RankIndex
+from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
+from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
+from radixflow.scheduler.adaptive.waiting_shapes import Shape, Shapes
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
-from radixflow.scheduler.ranking import RankIndex
-from radixflow.scheduler.recompute import Blocked, Draft, Verdict, weigh
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.scheduler.round_time import RoundTimes
 from radixflow.scheduler.scan import PolicyContext, ScanAction
-from radixflow.scheduler.shapes import Shape, Shapes
 
 AGING = 32.0  # slack of a request, in rounds, per full token budget of work per completion
 # blocked consumers and deferred chunks one scan passes over before it ends, per request a round

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixflow.scheduler.round_time import RoundTimes
+from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
 
 
 @dataclass(frozen=True)

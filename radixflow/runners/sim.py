@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.round_cost.by_profile import RoundCostModel, round_cost_model
-from radixflow.costmodel.round_cost.fitted_rates import CostModel
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
@@ -23,7 +22,6 @@ __all__ = [
     "DEFAULT_SIM_MODEL",
     "HARDWARE",
     "SIM_MODELS",
-    "CostModel",
     "HardwareProfile",
     "SimRunner",
     "sim_token",

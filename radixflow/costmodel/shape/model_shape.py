@@ -106,10 +106,6 @@ class ModelShape:
     def has_recurrent(self) -> bool:
         return any(layer.has_state for layer in self.layers)
 
-    @property
-    def attention_layers(self) -> int:
-        return sum(layer.has_attention for layer in self.layers)
-
     def mixer_params(self) -> int:
         return sum(m.params(self.hidden) for layer in self.layers for m in layer.mixers)
 

@@ -1,9 +1,10 @@
 """What a scheduling policy sees and decides while the scheduler scans its waiting queue.
 
 The scheduler owns budgets, reservations and the cache; a policy owns the order of the scan and
-three decisions: what to do at a blocked consumer (stop, wait, or recompute the prefix it waits
-for), whether to take a ready request into the round, and (optionally) what to remember between
-rounds, fed by the scheduler's events.
+three decisions: what to do at a blocked consumer (stop the scan, skip it so it waits, recompute
+the prefix it waits for, or follow its producer into the round where the runner restores state
+saved in the same round), whether to take a ready request into the round, and (optionally) what
+to remember between rounds, fed by the scheduler's events.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ attention's (heads, kv heads, head dim), ...) into a `Curve` along one axis or a
 (batch, axis). A lookup at a measured site interpolates along its axes. An unmeasured site
 borrows measured efficiency (roofline time / measured time): where each of its coordinates lies
 between measured values and every corner of that box was measured, the log efficiency is
-interpolated log2-multilinearly between the corners (GEMM's (n, k) grid: held-out median error
-2.7% vs 7% taking the nearest); otherwise the nearest site's efficiency is taken. Sources read
-``measured: <table> (<how>)``, e.g. ``(interpolated)``, ``(nearest (n, k)=(2560, 10240): exact)``
-or ``(between measured (n, k)=(16384..51200, 2560): exact)``.
+interpolated log2-multilinearly between the corners (on GEMM's (n, k) grid this validates
+better on held-out shapes than taking the nearest); otherwise the nearest site's efficiency is
+taken. Sources read ``measured: <table> (<how>)``, e.g. ``(interpolated)``,
+``(nearest (n, k)=(2560, 10240): exact)`` or ``(between measured (n, k)=(16384..51200, 2560): exact)``.
 """
 
 from __future__ import annotations
@@ -164,10 +164,9 @@ def moe_equal_load(site: Site, near: Site, axes: tuple[float, ...]) -> tuple[flo
 def equal_parallelism(column: int) -> AxisMap:
     """Read the nearest shape at the batch giving the same batch x heads (``column``: which
     heads): the kernels spread (sequence, head) pairs over the SMs, so a shape with half the
-    heads at twice the batch fills the GPU alike. The held-out-shape validation prefers this
-    to reading the nearest shape at the same batch (context attention by query heads, GDN by
-    value heads: median error 15% -> 8% and 17% -> 8% on H200; decode attention by KV heads:
-    7% -> 6%)."""
+    heads at twice the batch fills the GPU alike. The held-out-shape validation
+    (`benchmarks/costmodel_validation.py`) prefers this to reading the nearest shape at the same
+    batch: context attention by query heads, GDN by value heads, decode attention by KV heads."""
 
     def axis_map(site: Site, near: Site, axes: tuple[float, ...]) -> tuple[float, ...]:
         batch, *rest = axes
@@ -177,8 +176,8 @@ def equal_parallelism(column: int) -> AxisMap:
 
 
 GEMM = TableSpec(2, "(n, k)", _gemm, site_order=(1, 2), axes_order=(0,))
-# prefill time grows ~quadratically in isl: a power law between grid points fits it (held-out
-# median 3.7% vs 6.1% linear); elsewhere linear interpolation validates as well or better
+# prefill time grows ~quadratically in isl: a power law between grid points fits it better than
+# linear on held-out points; elsewhere linear interpolation validates as well or better
 CONTEXT_ATTENTION = TableSpec(
     3, "(heads, kv_heads, head_dim)", _context, mode="loglog", axis_map=equal_parallelism(0)
 )

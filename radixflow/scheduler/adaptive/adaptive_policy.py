@@ -1,22 +1,20 @@
 """`adaptive`: rank the queue by work per completion, and weigh waiting against recomputing.
 
 Order: by deadline from a `RankIndex` kept up to date by events (arrival, wake-up, a group
-member taken), never by a rescan. A request's slack grows with its key (`shapes`): ready
+member taken), never by a rescan. A request's slack grows with its key (`waiting_shapes`): ready
 consumers first, then producers with the most dependents (producer promotion), then lone work;
 the deadline counts from arrival, so aging bounds every wait, and no slack exceeds a share of
 the wait first-come-first-served would have given the request (`fcfs_bound`), which holds the
 tail near the FCFS baselines'.
 
 How much: every ready request the budgets allow, the last one cut into a chunk, as `radixflow`
-fills its rounds. A per-round rollout choosing between such full rounds and rounds of whole
-requests (short rounds that pipeline, as `native`'s) was measured on `experiments/policies.toml`
-and lost: within 1% of the better baseline in 84% of hybrid cells against 95% for full rounds,
-worst cell +69% against +10% (README, Scheduling policies). So the order is what adapts, with
-two exceptions (`admission`): a whole prompt that would lengthen a round completing others by
-more than a round of its own costs it and the requests behind it (counted with the measured
+fills its rounds (a per-round choice between such full rounds and rounds of whole requests, as
+`native`'s, lost when measured: docs/decisions.md). So the order is what adapts, with two
+exceptions (`deferral`): a whole prompt that would lengthen a round completing others by
+more than a round of its own costs it and the requests behind it (counted with the observed
 busy fraction) is left for the next round, once; and under a backlog that fills the next round
 anyway, a budget-cut chunk is left when what it delays (the round's completions and wake-ups)
-outweighs the share of a fixed part it saves the requests behind (counted with the measured
+outweighs the share of a fixed part it saves the requests behind (counted with the observed
 arrival rate), never past the round FCFS would have finished its request by.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
@@ -28,7 +26,7 @@ itself or no block of budget is left. Otherwise skipped as in `radixflow` (they 
 recomputing the prefix from a shallower READY point finishes them sooner than the cost model says
 the others lose (`recompute`). Without recurrent state nothing blocks and every prompt reuses KV
 written in the same round, so there is nothing to reorder for: the policy keeps arrival order and
-takes what fits, as `radixflow` does (the ranking lost up to 12% there when measured).
+takes what fits, as `radixflow` does (ranking there only cost latency when measured).
 """
 
 from __future__ import annotations
@@ -84,7 +82,7 @@ class Adaptive:
         }
         self._followers: set[str] = set()  # consumers following their producer in this round
         self._busy = BusyFraction()
-        self._tally = DraftTally()  # this round's draft, for the admission rule
+        self._tally = DraftTally()  # this round's draft, for the deferral rule
         self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
         self._continuing = 0  # chunks of running requests at the head of this round's draft
         self._left: set[str] = set()  # requests once left for a round of their own
@@ -201,7 +199,7 @@ class Adaptive:
         self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
     ) -> ScanAction | None:
         """Take it (the budgets decide how much), unless a round of its own serves everyone
-        better (`admission`); note a producer its dependents promoted. Its group is re-keyed
+        better (`deferral`); note a producer its dependents promoted. Its group is re-keyed
         before the next scan: its siblings become consumers once it runs (mutates only the
         policy)."""
         if not self._ranked:
@@ -240,7 +238,7 @@ class Adaptive:
         return leave_for_later(split)
 
     def _defer(self, request: Request, reuse: int) -> bool:
-        """Whether to leave a budget-cut chunk for the next round (`admission.Cut`): only under a
+        """Whether to leave a budget-cut chunk for the next round (`deferral.Cut`): only under a
         backlog that fills the next round anyway, only when the chunk would not finish its
         request a round sooner, and never once FCFS would have finished the request (so no
         request is deferred past that). Call after `_leave` (the tally is current)."""

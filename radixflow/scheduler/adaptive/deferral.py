@@ -1,45 +1,18 @@
-"""Take one more whole prompt into a round that already completes others, or give it a round of
-its own: Smith's rule on the fixed cost of a round. And the same question for a budget-cut
-chunk (`Cut`, at the end of this docstring).
+"""Whether to leave a ready request for a later round: Smith's rule on the fixed cost of a round.
 
-A round costs a fixed part plus its tokens (`round_time`). Taking a ready request whose whole
-remaining prompt fits the round lengthens the round by ``grows`` seconds, which every request the
-round completes waits. Leaving it for the next round costs the fixed part a round of its own adds,
-``alone - grows``, to it and to every request served after it until the engine next idles: the
-requests waiting now and those arriving while that backlog drains, about
-``(waiting + 1) / (1 - busy)`` at the engine's busy fraction ``busy`` (each queued request's
-service time brings ``busy / (1 - busy)`` more arrivals before the queue empties). The request is
-left when the completions pay more than that count does.
+A whole prompt (`Split`) that fits the round lengthens it by ``grows`` seconds, which every request
+the round completes waits; leaving it costs the fixed part a round of its own adds,
+``alone - grows``, to it and to every request served after it until the engine next idles, about
+``(waiting + 1) / (1 - busy)`` at the engine's busy fraction. It is left when the completions pay
+more. Only whole prompts (a budget-cut chunk needs a later round anyway, so leaving it saves no
+fixed part) and only from rounds completing at least ``MIN_COMPLETIONS`` prompts (a consumer split
+off a new producer delays that producer's own consumers, which are not counted yet).
 
-Measured on the seed-0 grid of `experiments/policies.toml` (432 cells, against `adaptive`
-taking every fitting request): hybrid cells better than both baselines by >1% 183 -> 194, within
-1% of the better baseline 342 -> 343, worst cell +9.8% both, p99 failures 16 both. Two limits
-come from the same measurements:
-
-- only whole prompts are left: a budget-cut chunk needs a later round anyway, so leaving it
-  saves no fixed part, it only moves work; leaving those too lost up to 8% in light-load
-  interleaved and shuffled cells;
-- only rounds completing at least ``MIN_COMPLETIONS`` prompts: splitting one consumer off a new
-  producer delayed the producer's own consumers, which arrive next and are not counted yet
-  (p99 +9% in a light-load grouped cell).
-
-A budget-cut chunk (part of a request that needs a later round anyway) is weighed differently,
-and only under a backlog, when the work waiting beyond this round fills the next round whatever
-happens to the chunk: the chunk then saves no round for its own request, it only fills the
-budget, which saves the requests behind a share ``chunk / budget`` of one fixed part; taking it
-delays everything the round completes or wakes by the time it adds. The requests behind are the
-ones waiting now and those arriving before they drain, ``waiting / (1 - load)`` with ``load``
-the offered load from the measured arrival rate (`ArrivalRate`; a batch brings no more, unlike
-the busy fraction, which a batch's backlog holds at 1). Without the backlog condition the rule
-lost up to 8% in light-load cells, where the next round has room and the chunk taken now
-shortens it. Measured on the seed-0 grid (432 cells, `adaptive` with `lone` placement, against
-taking every cut chunk): hybrid cells within 1% of the better baseline 351 -> 359, worst cell
-+9.2% -> +1.7% (grouped batch cells at 1-3 ms, where `native` wins by starting the next
-producer a round later), better than both 313 -> 316, p99 failures 2 both. The policy never
-defers a request past the round FCFS would have finished it by (without that guard: p99
-failures 3); a plain limit of deferrals per request instead lost the grouped cells (worst +4.1%
-at 3 per request, +6.4% at 1), as every waiting producer is weighed in every round. Without
-counting the arrivals (``load`` 0): p99 failures 7, worst +4.1%.
+A budget-cut chunk (`Cut`) is weighed only under a backlog that fills the next round anyway: then
+it saves the requests behind (``waiting / (1 - load)``, ``load`` from the arrival rate) a share
+``chunk / budget`` of one fixed part, against the time it adds to everything the round completes
+or wakes; never past the round FCFS would have finished its request by. Why these limits and not
+others: the measurements in docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -50,7 +23,7 @@ from dataclasses import dataclass
 
 from radixflow.scheduler.output import ScheduledChunk
 
-# completions a round must hold before a request is left for a round of its own (see above)
+# completions a round must hold before a request is left for a round of its own (see the docstring)
 MIN_COMPLETIONS = 2
 # rounds over which the busy fraction is measured: long enough to span a few idle gaps at light
 # load (about one round in three is followed by one), short enough to follow a change of load
@@ -174,7 +147,7 @@ class BusyFraction:
         self._spans: deque[tuple[float, float]] = deque(maxlen=window)  # (span, busy) per round
         self._last_end = 0.0
         self._work_left = False  # whether work remained when the last round ended
-        self._value = 0.0  # recomputed once per round: every admission decision reads it
+        self._value = 0.0  # recomputed once per round: every deferral decision reads it
 
     def round_ended(self, now: float, predicted_s: float, work_left: bool) -> None:
         """A round ended at engine time ``now``; it was predicted to take ``predicted_s``;

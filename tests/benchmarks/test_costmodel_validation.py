@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "costmodel_validation.py"
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "costmodel_validation.py"
 
 
 @pytest.fixture(scope="module")

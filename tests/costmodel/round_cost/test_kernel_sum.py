@@ -23,7 +23,8 @@ from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import ScheduledChunk
 
 # the shipped H200 profile times measured kernels; these tests pin the model's structure on the
-# roofline kernels, whose figures follow from the shapes alone (tests/test_measured.py: the tables)
+# roofline kernels, whose figures follow from the shapes alone (the tables:
+# tests/costmodel/kernel_times/test_measured.py)
 H200 = replace(HARDWARE["h200"], kernels="roofline")
 # a round with everything in it: a fresh prefill, one after a cached prefix (state restored, two
 # snapshots) and decode steps at two contexts

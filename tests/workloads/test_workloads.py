@@ -9,7 +9,7 @@ import pytest
 
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS, WorkloadSpec, build_workload
-from radixflow.workloads.trace import TraceError, read_trace, write_trace
+from radixflow.workloads.jsonl_trace import TraceError, read_trace, write_trace
 from radixflow.workloads.workload import CANDIDATE, INDEPENDENT, RequestTag, Workload
 
 

@@ -36,7 +36,7 @@ from radixflow.costmodel.hardware.gpu_figures import (
     SRC_REQUEST,
     SRC_SCHEDULER,
 )
-from radixflow.costmodel.kernel_times.registry import KERNEL_SOURCES
+from radixflow.costmodel.kernel_times.sources import KERNEL_SOURCES
 from radixflow.problems import Problem
 
 # Cost terms whose FLOPs are timed (see costmodel.round_cost.fitted_rates.round_work).

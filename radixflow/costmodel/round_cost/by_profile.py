@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from radixflow.costmodel.hardware.profiles import HardwareProfile
-from radixflow.costmodel.kernel_times.registry import named_kernel_times
+from radixflow.costmodel.kernel_times.sources import named_kernel_times
 from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
 from radixflow.costmodel.round_cost.fitted_rates import CostModel
 from radixflow.costmodel.round_cost.kernel_sum import KernelCostModel

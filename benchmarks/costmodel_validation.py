@@ -9,7 +9,7 @@ k-th interior n and k of its (n, k) grid), so every prediction borrows measured 
 efficiency: the error of an unmeasured shape.
 
 Data: the aiconfigurator-core package when it is installed (the ``gpu-tables`` extra), else the
-tables shipped in radixflow/costmodel/data (the same rows, latencies to 6 significant digits).
+tables shipped in radixflow/costmodel/kernel_times/data (the same rows, latencies to 6 significant digits).
 
     python benchmarks/costmodel_validation.py [--k 5] [--json results/costmodel_validation.json]
 
@@ -31,9 +31,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from radixflow.costmodel import measured_tables as mt
-from radixflow.costmodel.kernel_data import SYSTEMS, Row, read_tables
-from radixflow.costmodel.measured import GPUS, MeasuredKernels
+from radixflow.costmodel.kernel_times import measured_tables as mt
+from radixflow.costmodel.kernel_times.measured import GPUS, MeasuredKernels
+from radixflow.costmodel.kernel_times.table_files import SYSTEMS, Row, read_tables
 
 ACCEPT = {"gemm": 0.10, "context_attention": 0.10, "generation_attention": 0.10, "gdn": 0.10}
 Predictor = Callable[[Sequence], float]

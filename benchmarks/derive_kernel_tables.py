@@ -1,8 +1,8 @@
 """Derive the kernel tables the GPU cost model ships from NVIDIA's aiconfigurator-core package.
 
 Reads the vLLM 0.24.0 parquet tables of h100_sxm and h200_sxm (latency in ms) and writes the
-subset the default needs to ``radixflow/costmodel/data/<gpu>/<table>.csv.gz`` (schema in
-``radixflow/costmodel/kernel_data.py``). Kept: bf16 weights and activations, bf16 KV cache, full
+subset the default needs to ``radixflow/costmodel/kernel_times/data/<gpu>/<table>.csv.gz`` (schema in
+``radixflow/costmodel/kernel_times/table_files.py``). Kept: bf16 weights and activations, bf16 KV cache, full
 attention (no sliding window), balanced MoE routing without expert parallelism, vLLM's
 CUDA-graph custom all-reduce. Where several rows share a key (GDN shapes measured for several
 models) the fastest is kept. The output is byte-identical from run to run.
@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from radixflow.costmodel.kernel_data import (
+from radixflow.costmodel.kernel_times.table_files import (
     BACKEND,
     BACKEND_VERSION,
     COLUMNS,

@@ -1,7 +1,7 @@
-"""Helpers shared by the model-family parity tests (``tests/test_models_*.py``).
+"""Helpers shared by the model-family parity tests (``tests/models/families/test_*.py``).
 
-A plain module (not a conftest): pytest's default ``prepend`` import mode puts ``tests/`` on
-``sys.path``, so the tests import it as ``from model_utils import ...``.
+A plain module (not a conftest): pytest's ``pythonpath`` (pyproject.toml) puts ``tests/`` on
+``sys.path``, so the tests import it as ``from model_utils import ...`` from any directory.
 """
 
 from __future__ import annotations

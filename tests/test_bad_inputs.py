@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from radixflow.cli import build_parser, main
 from radixflow.cli.calibrate import ENGINE_OPTIONS as CALIBRATE_ENGINE
 from radixflow.cli.command import UsageError
-from radixflow.costmodel.hardware import HardwareProfile
-from radixflow.costmodel.kinds import ChunkShape
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError, parse_config
 from radixflow.options import EngineOptions, option_fields, plan_engine
 from radixflow.options.flags import from_args
@@ -337,8 +337,8 @@ JSON_VALUES = st.one_of(
 def test_profile_fields_refuse_naming_the_key_or_keep_the_value_and_finite_times(
     key, value, tmp_path_factory
 ):
-    from radixflow.costmodel.hardware import HARDWARE, ProfileError, load_profile
-    from radixflow.costmodel.shapes import SIM_MODELS
+    from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, load_profile
+    from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
     from radixflow.runners.sim import SimRunner
 
     data = {**HARDWARE["h100"].to_dict(), key: value}

@@ -204,3 +204,49 @@ def test_only_the_cache_reaches_its_parts():
             )
         attrs = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
         assert not attrs & CACHE_PART_ATTRIBUTES, f"{path.relative_to(PKG)} reaches into the cache's parts"
+
+
+# Inside costmodel/, bottom up: what a model is (shape), what one kernel call costs on one GPU
+# (kernel_times; a GPU's figures reach it through its `Datasheet` protocol, never a profile),
+# hardware profiles (which name their kernel-time source), and a round's cost over all three.
+# sub-package -> sub-packages it may import (besides itself)
+COSTMODEL_ALLOWED = {
+    "shape": set(),
+    "kernel_times": {"shape"},
+    "hardware": {"kernel_times"},
+    "round_cost": {"shape", "kernel_times", "hardware"},
+}
+
+
+def test_every_costmodel_module_sits_in_a_sub_package():
+    root = PKG / "costmodel"
+    loose = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    parts = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert not loose, f"costmodel modules outside a sub-package: {sorted(loose)}"
+    assert parts == set(COSTMODEL_ALLOWED)
+
+
+@pytest.mark.parametrize("part", sorted(COSTMODEL_ALLOWED))
+def test_costmodel_parts_import_only_lower_parts(part):
+    root = PKG / "costmodel"
+    for path in (root / part).rglob("*.py"):
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[:2] == ["radixflow", "costmodel"] and len(parts) > 2:
+                allowed = COSTMODEL_ALLOWED[part] | {part}
+                assert parts[2] in allowed, f"{path.relative_to(root)} imports {name}"
+
+
+# `adaptive` is one policy among the scheduler's: its package leans on the scheduler's core (scan,
+# output, request, config, the cache), and only the policy registry names it, so the core never
+# depends on one policy's parts.
+ADAPTIVE_USERS = {"scheduler/policy.py"}
+
+
+def test_only_the_policy_registry_reaches_the_adaptive_package():
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        if rel.parts[:2] == ("scheduler", "adaptive") or str(rel) in ADAPTIVE_USERS:
+            continue
+        for name in imports(path):
+            assert not name.startswith("radixflow.scheduler.adaptive"), f"{rel} imports {name}"

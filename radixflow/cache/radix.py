@@ -344,6 +344,8 @@ class RadixCache:
 
     def check_integrity(self) -> None:
         """Raise `IntegrityError` at the first broken invariant. Pure."""
+        # deliberate circle: the checker walks a whole RadixCache (it names the type only for
+        # hints), so it is imported here, when first used, not at the top of this module
         from radixflow.cache.integrity import check_cache
 
         check_cache(self)

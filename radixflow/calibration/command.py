@@ -12,7 +12,7 @@ from rich.table import Table
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
-from radixflow.costmodel.hardware import ProfileError, save_profile
+from radixflow.costmodel.hardware.profiles import ProfileError, save_profile
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts

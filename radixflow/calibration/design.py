@@ -10,7 +10,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from radixflow.costmodel.kinds import ChunkShape
+from radixflow.costmodel.shape.chunk import ChunkShape
 
 FIT_SEQUENCES = (1, 2, 4, 8)
 FIT_LENGTHS = (16, 64, 256)

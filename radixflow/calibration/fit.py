@@ -6,10 +6,10 @@ import statistics
 from dataclasses import dataclass
 
 from radixflow.calibration.timing import TimedBatch
-from radixflow.costmodel.hardware import COMPUTE_TERMS, HardwareProfile
-from radixflow.costmodel.kinds import ModelShape
-from radixflow.costmodel.model import CostModel, feature_names, round_work
-from radixflow.costmodel.nnls import nnls
+from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.round_cost.fitted_rates import CostModel, feature_names, round_work
+from radixflow.costmodel.round_cost.nnls import nnls
+from radixflow.costmodel.shape.model_shape import ModelShape
 
 SRC_FITTED = "fitted by `radixflow calibrate` (NNLS on timed worker calls; see 'calibration')"
 

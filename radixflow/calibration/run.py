@@ -10,9 +10,9 @@ from pathlib import Path
 from radixflow.calibration.design import DesignBatch, fit_design, held_out_design
 from radixflow.calibration.fit import ModelError, fit_profile
 from radixflow.calibration.timing import BLOCK_SIZE, TimedBatch, time_batches
-from radixflow.costmodel.configs import shape_from_config
-from radixflow.costmodel.hardware import HardwareProfile
-from radixflow.costmodel.kinds import ModelShape
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.model_shape import ModelShape
 
 
 @dataclass(frozen=True)

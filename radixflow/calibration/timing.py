@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from radixflow.calibration.design import DesignBatch
-from radixflow.costmodel.kinds import ChunkShape
+from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec
 
 BLOCK_SIZE = 16

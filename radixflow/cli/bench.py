@@ -23,7 +23,7 @@ from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request
-from radixflow.workloads.trace import write_trace
+from radixflow.workloads.jsonl_trace import write_trace
 
 DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
 

@@ -13,7 +13,7 @@ from radixflow.options import EnginePlan
 from radixflow.problems import flag
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
-from radixflow.workloads.trace import TraceError, read_trace
+from radixflow.workloads.jsonl_trace import TraceError, read_trace
 from radixflow.workloads.workload import Workload
 
 

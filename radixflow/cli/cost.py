@@ -12,10 +12,11 @@ from rich.table import Table
 
 from radixflow.cli.args import int_arg
 from radixflow.cli.command import Command, UsageError
-from radixflow.costmodel.breakdown import RoundBreakdown
-from radixflow.costmodel.kinds import ChunkShape, ModelShape
-from radixflow.costmodel.rounds import round_cost_model
-from radixflow.costmodel.shapes import SIM_MODELS
+from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.options.runners import sim_hardware
 from radixflow.problems import Problem, ProblemError

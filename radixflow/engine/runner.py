@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from radixflow.problems import Problem
-from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import PromptLogprobs, Sample
+from radixflow.scheduler.scan import RoundPredictor
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,6 @@ class RoundResult:
     @property
     def tokens(self) -> dict[str, int]:
         return {rid: s.token for rid, s in self.samples.items()}
-
-
-# Predicted seconds of a round computing these chunks (what a policy may weigh rounds by).
-RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
 
 
 class Runner(Protocol):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.hardware import HARDWARE, ProfileError, resolve_hardware
+from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, option_fields, runner_name
 from radixflow.options.runners import name_problem

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.configs import shape_from_config
-from radixflow.costmodel.hardware import resolve_hardware
-from radixflow.costmodel.kinds import ChunkShape, ModelShape
-from radixflow.costmodel.rounds import round_cost_model
+from radixflow.costmodel.hardware.profiles import resolve_hardware
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner
 from radixflow.problems import Problem

@@ -32,7 +32,3 @@ class Decision:
     replica: str
     reason: str  # AFFINITY, PLACEMENT, BALANCE or LOAD
     depth: int = 0  # prompt tokens the router expects the replica to resume from
-
-    @property
-    def by_affinity(self) -> bool:
-        return self.reason == AFFINITY

@@ -42,7 +42,6 @@ class TextTokenizer:
         )
         self.chat = ChatTemplate(self.info.chat_template, self.info.bos_token, self.info.eos_token)
         added = backend.get_added_tokens_decoder()
-        self._special = frozenset(i for i, t in added.items() if t.special)
         self._added = {i: t.content for i, t in added.items()}
         decoder = backend.decoder
         self._byte_level = decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
@@ -112,12 +111,6 @@ class TextTokenizer:
         if fallback is not None:
             return bytes([int(fallback.group(1), 16)])
         return piece.replace("\u2581", " ").encode("utf-8")  # sentencepiece's word-start mark is a space
-
-    def is_special(self, token: int) -> bool:
-        return token in self._special
-
-    def special_id(self, text: str | None) -> int | None:
-        return None if text is None else self._tok.token_to_id(text)
 
 
 def _byte_level_alphabet() -> dict[str, int]:

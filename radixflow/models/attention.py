@@ -65,7 +65,7 @@ def _decode_attention(
     grouped KV heads are shared inside the fused kernel (``enable_gqa``), not copied.
     """
     shape = (*context.slots.shape, *kc.shape[1:])  # [G, L, kv_heads, dim]
-    flat = context.slots.view(-1)  # index_select gathers rows ~2.5x faster than advanced indexing here
+    flat = context.slots.view(-1)  # index_select gathers rows faster than advanced indexing here
     keys = kc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
     vals = vc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)
     mask = context.valid[:, None, None, :]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
-from radixflow.costmodel.hardware import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
+from radixflow.costmodel.hardware.profiles import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import Problem, ProblemError

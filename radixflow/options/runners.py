@@ -11,9 +11,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from radixflow.costmodel.hardware import SCHEDULER_MODES, HardwareProfile, ProfileError, resolve_hardware
-from radixflow.costmodel.rounds import round_cost_model
-from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
+from radixflow.costmodel.hardware.profiles import (
+    SCHEDULER_MODES,
+    HardwareProfile,
+    ProfileError,
+    resolve_hardware,
+)
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import Runner
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.machine import pools_problem

@@ -2,9 +2,9 @@
 
 PyTorch reaches float32 GEMM on x86 CPUs two ways: MKL (``F.linear``) and oneDNN
 (``torch.ops.mkldnn._linear_pointwise`` on a weight pre-packed into oneDNN's blocked layout).
-Which is faster depends on the CPU, the thread count and the number of rows: on the 2-core
-machine this was written on, oneDNN ran a 16-row GEMM ~1.8x faster than MKL, MKL won at one row,
-and they tied at prefill sizes. So the runner routes every Linear call by its shape class
+Which is faster depends on the CPU, the thread count and the number of rows (on the machine
+this was written on, oneDNN won at a few rows, MKL at one, and they tied at prefill sizes). So
+the runner routes every Linear call by its shape class
 (`SHAPE_CLASSES`: decode rounds of a few rows, decode rounds of a batch, anything with a prefill
 chunk) through a `MatmulPlan`, measured once at startup on the model's own dominant weight shape.
 

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from radixflow.costmodel.hardware import HARDWARE, HardwareProfile
-from radixflow.costmodel.kinds import ChunkShape, ModelShape
-from radixflow.costmodel.model import CostModel
-from radixflow.costmodel.rounds import RoundCostModel, round_cost_model
-from radixflow.costmodel.shapes import DEFAULT_SIM_MODEL, SIM_MODELS
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
+from radixflow.costmodel.round_cost.by_profile import RoundCostModel, round_cost_model
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.scan import RoundPredictor
 
 # The cost model lives in radixflow.costmodel (no torch); these names are re-exported for callers.
 __all__ = [
     "DEFAULT_SIM_MODEL",
     "HARDWARE",
     "SIM_MODELS",
-    "CostModel",
     "HardwareProfile",
     "SimRunner",
     "sim_token",
@@ -84,7 +84,7 @@ class SimRunner:
         return validate_prompt(request, self.model)
 
     @property
-    def round_predictor(self) -> Callable[[Sequence[ScheduledChunk]], float]:
+    def round_predictor(self) -> RoundPredictor:
         return self.predict_round
 
     def predict_round(self, chunks: Sequence[ScheduledChunk]) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.scheduler.adaptive import Adaptive
+from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scan import PolicyContext, ScanAction, SchedulingPolicy

@@ -1,9 +1,10 @@
 """What a scheduling policy sees and decides while the scheduler scans its waiting queue.
 
 The scheduler owns budgets, reservations and the cache; a policy owns the order of the scan and
-three decisions: what to do at a blocked consumer (stop, wait, or recompute the prefix it waits
-for), whether to take a ready request into the round, and (optionally) what to remember between
-rounds, fed by the scheduler's events.
+three decisions: what to do at a blocked consumer (stop the scan, skip it so it waits, recompute
+the prefix it waits for, or follow its producer into the round where the runner restores state
+saved in the same round), whether to take a ready request into the round, and (optionally) what
+to remember between rounds, fed by the scheduler's events.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.reuse import ReuseFinder
 
-# Predicted seconds of a round computing these chunks (the runner's model; pure).
+# Predicted seconds of a round computing these chunks: the runner's model (`Runner.round_predictor`,
+# pure), what a policy may weigh rounds by.
 RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
 # Report a decision about a request to the scheduler's observer: note(kind, request_id, **details).
 Note = Callable[..., None]

@@ -8,7 +8,6 @@ O(1), blocked consumers are parked rather than re-matched, and the cache evicts 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -27,7 +26,7 @@ from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
-from radixflow.scheduler.scan import PolicyContext
+from radixflow.scheduler.scan import PolicyContext, RoundPredictor
 
 
 class _Admit(Enum):
@@ -52,7 +51,7 @@ class Scheduler:
         cache: RadixCache,
         policy: SchedulingPolicy,
         placement: CheckpointPlacement,
-        predict: Callable[[Sequence[ScheduledChunk]], float] | None = None,
+        predict: RoundPredictor | None = None,
         events: SchedulerEvents | None = None,
     ) -> None:
         """``predict``: the seconds a round of these chunks would take (the runner's model; None

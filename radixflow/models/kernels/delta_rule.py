@@ -25,7 +25,7 @@ CHUNK_SIZES = (16, 32, 64)  # the chunk lengths `pick_chunk` chooses from on the
 # (`python benchmarks/delta_rule_chunks.py` reprints the measurement beside each pick).
 STEP_COST = 4.2e6
 # Chunks whose chunk-local work runs together: their temporaries (decays, systems, scores; ~1 MB
-# at 8 heads) stay in cache. All of a round's chunks at once ran ~15% slower than this at 32.
+# at 8 heads) stay in cache; all of a round's chunks at once ran slower when measured.
 LOCAL_BLOCK = 8
 
 

@@ -25,7 +25,7 @@ def causal_conv(
     """
     k = weight.shape[1]
     full = torch.cat([window.to(xbc.dtype), xbc.t()], dim=1)  # [C, K-1+L]
-    # one depthwise conv1d call (the oneDNN kernel transformers' nn.Conv1d also runs): 10x less
+    # one depthwise conv1d call (the oneDNN kernel transformers' nn.Conv1d also runs): far less
     # CPU time than K shifted multiply-adds over [L, C]
     out = F.conv1d(full.unsqueeze(0), weight.to(xbc.dtype).unsqueeze(1), _as(bias, xbc), groups=full.shape[0])
     return out[0].t(), full[:, full.shape[1] - (k - 1) :]

@@ -1,0 +1,62 @@
+"""The public figures behind the built-in GPU profiles, each with where it comes from.
+
+Each is an assumption of the sim, not a measurement here; `costmodel.hardware.profiles` builds the H100
+and H200 profiles from them and keeps each source in the profile's ``sources``.
+"""
+
+from __future__ import annotations
+
+# Public figures behind the GPU profiles. Each is an assumption of the sim, not a measurement here.
+DENSE_BF16_FLOPS = 989e12
+SRC_FLOPS = (
+    "NVIDIA H100 / H200 datasheets: 989 TFLOP/s dense BF16 Tensor Core (1,979 is the sparse figure); "
+    "the roofline kernels run each kernel class at a stated fraction of it "
+    "(costmodel/kernel_times/roofline.py)"
+)
+SRC_H100_MEM = "NVIDIA H100 SXM datasheet: 80 GB HBM3 at 3.35 TB/s"
+SRC_H200_MEM = "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s"
+
+# Fixed costs of a worker call. The earlier per-layer cost of every call misread
+# ai-dynamo/aiconfigurator PR #1166, which adds 0.8 ms x layers once per *request* as a TTFT
+# residual (end-to-end time at batch ~1 minus kernel time: HTTP, tokenization, queueing and
+# detokenization included), never per worker call.
+PREFILL_FIXED_S = 3e-3
+PREFILL_FIXED_BAND_S = (1e-3, 10e-3)  # what the experiments sweep (experiments/sensitivity.toml)
+SRC_PREFILL_FIXED = (
+    "fixed cost of a worker call with prefill: central 3 ms, band 1-10 ms (not measured here: "
+    "1-5 ms per prefill round of 1k-8k tokens for 2B-8B models on H100/H200 is what the "
+    "evaluations of ai-dynamo/aiconfigurator PR #1166 leave room for, widened to 1-10 ms; they put "
+    "a whole 512-token Qwen3-8B request at ~23 ms to first token, and that PR's 0.8 ms x layers "
+    "is a per-request residual, not a cost of each call)"
+)
+DECODE_FIXED_S = 0.4e-3
+SRC_DECODE_FIXED = (
+    "fixed cost of a decode-only worker call: ~0.4 ms of overhead per decode step (CUDA graphs) in "
+    "the evaluations of ai-dynamo/aiconfigurator PR #1166; band 0.3-2 ms"
+)
+REQUEST_OVERHEAD_S = 2e-3
+SRC_REQUEST = (
+    "each request's own cost before it can be scheduled (HTTP/API and tokenization), 2 ms: an "
+    "estimate, not a measurement here (encoding runs ~10-20 us per token in "
+    "tenstorrent/tt-inference-server#2173); in the request's latency, in no worker call"
+)
+SCHEDULER_ROUND_S = 0.1e-3
+SCHEDULER_CHUNK_S = 50e-6
+SRC_SCHEDULER = (
+    "the scheduler's CPU time, modelled from benchmarks/scheduler_overhead.py (README 'Scheduler "
+    "overhead'; native ~0.2 ms per round, radixflow ~1.7 ms at 32 requests per round): 0.1 ms per "
+    "round plus 50 us per prefill chunk, none per decode step (not measured); a model, not timed "
+    "at run time, so sim runs stay deterministic"
+)
+SRC_PER_SEQUENCE = (
+    "no public per-sequence measurement used: a sequence costs only its state restore/snapshot "
+    "copies, charged as memory traffic"
+)
+SRC_KERNELS = (
+    "every kernel of the round from a KernelTimes source; 'measured-<gpu>': NVIDIA's measured "
+    "latencies (aiconfigurator-core 0.12.0, vLLM 0.24.0 tables, Apache-2.0; "
+    "costmodel/kernel_times/data/NOTICE), "
+    "interpolated, with labelled rooflines where nothing was measured (Mamba2, short conv); "
+    "'roofline': FLOPs at a stated fraction of the datasheet peak or bytes at the datasheet "
+    "bandwidth, whichever is longer, per kernel"
+)

@@ -1,0 +1,121 @@
+"""Round time of a worker call from the work it does per layer kind and fitted per-term rates.
+
+This is how a profile without ``kernels`` is costed (the CPU profile, profiles fitted by
+`radixflow calibrate`; a profile with ``kernels`` is costed kernel by kernel,
+`costmodel.round_cost.kernel_sum`):
+
+    round_s = fixed per call + per layer · decoder layers + per sequence · sequences
+              + max(Σ_term FLOPs_term · s/FLOP_term,  bytes / bandwidth)
+
+The fixed part is the same for either way of costing (`costmodel.round_cost.breakdown.fixed_terms`).
+FLOPs are split by cost term. ``matmul``: every weight matmul of every layer kind (attention,
+Gated DeltaNet, Mamba2 and short-conv projections, the dense MLP or the active experts of an
+MoE), which run at one GEMM rate on any hardware. The sequence mixing of each kind has its own
+term, since its kernels differ: ``attention`` (QK^T and PV over the cached and new context; it
+grows with the prefix a chunk reads), ``gdn`` (delta-rule recurrence and its short conv),
+``mamba2`` (SSD scan and conv), ``conv`` (LFM2's short conv). ``lm_head``: the output projection,
+at sampled positions and at the prompt positions of prompt-logprob requests. Bytes are the weights
+once per call (of an MoE, the experts the round's tokens touch), the KV each chunk reads in each
+attention layer, and the recurrent state restored from or saved to checkpoint slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.kernel_times.contract import TermCost
+from radixflow.costmodel.round_cost.breakdown import RoundBreakdown, charge_scheduler, fixed_terms, source
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.model_shape import ModelShape
+
+OVERHEAD_TERMS = ("round", "layer", "sequence")
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    counts: dict[str, float]  # overhead terms: round (1), layer (decoder layers), sequence (chunks)
+    flops: dict[str, float]  # compute term -> FLOPs this round
+    bytes: float  # weights + KV reads + state copies
+
+    def features(self) -> list[float]:
+        """Regressors of a linear fit, in `feature_names()` order."""
+        return [self.counts[t] for t in OVERHEAD_TERMS] + [self.flops[t] for t in COMPUTE_TERMS]
+
+
+def feature_names() -> list[str]:
+    return list(OVERHEAD_TERMS) + list(COMPUTE_TERMS)
+
+
+def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int = 2) -> RoundWork:
+    """FLOPs and bytes of one worker call computing ``chunks`` on a model of ``shape``."""
+    chunks = list(chunks)
+    tokens = sum(c.length for c in chunks)
+    flops = dict.fromkeys(COMPUTE_TERMS, 0.0)
+    for layer in shape.layers:
+        for mixer in layer.mixers:
+            flops["matmul"] += 2.0 * mixer.params(shape.hidden) * tokens
+            flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
+        if layer.mlp is not None:
+            flops["matmul"] += 2.0 * layer.mlp.active_params(shape.hidden) * tokens
+    rows = sum(c.logit_rows for c in chunks)
+    flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * rows
+    kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)
+    copies = sum(int(c.restores) + c.snapshots for c in chunks)
+    weights = shape.touched_params(tokens) * dtype_bytes
+    counts = {"round": 1.0, "layer": float(shape.layer_calls(chunks)), "sequence": float(len(chunks))}
+    return RoundWork(counts, flops, float(weights + kv + copies * shape.state_bytes()))
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    overhead_s: float
+    compute_s: float
+    memory_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.overhead_s + max(self.compute_s, self.memory_s)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    shape: ModelShape
+    hardware: HardwareProfile
+
+    @property
+    def tp(self) -> int:
+        return 1  # a fitted profile times one device
+
+    def cost(self, chunks: Iterable[ChunkShape]) -> RoundCost:
+        """The worker call as fixed, compute and memory time (the scheduler's time apart)."""
+        chunks = list(chunks)
+        hw = self.hardware
+        work = round_work(self.shape, chunks, hw.weight_bytes)
+        fixed = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
+        compute = sum(work.flops[t] * hw.seconds_per_flop(t) for t in COMPUTE_TERMS)
+        memory = work.bytes / hw.bandwidth if hw.bandwidth else 0.0
+        return RoundCost(sum(t.seconds for t in fixed.values()), compute, memory)
+
+    def breakdown(self, chunks: Iterable[ChunkShape]) -> RoundBreakdown:
+        """Fixed terms, each compute term at its rate, and the memory time compute does not hide."""
+        chunks = list(chunks)
+        hw = self.hardware
+        work = round_work(self.shape, chunks, hw.weight_bytes)
+        terms = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
+        why = source(hw, "flops")
+        compute = 0.0
+        for t in COMPUTE_TERMS:
+            if work.flops[t]:
+                seconds = work.flops[t] * hw.seconds_per_flop(t)
+                terms[t] = TermCost(seconds, work.flops[t], 0.0, why)
+                compute += seconds
+        if hw.bandwidth:
+            hidden = f"{source(hw, 'bandwidth')} (the memory time compute does not hide)"
+            terms["memory"] = TermCost(max(0.0, work.bytes / hw.bandwidth - compute), 0.0, work.bytes, hidden)
+        charge_scheduler(hw, chunks, terms)
+        return RoundBreakdown(terms)
+
+    def round_seconds(self, chunks: Iterable[ChunkShape]) -> float:
+        return self.breakdown(chunks).seconds

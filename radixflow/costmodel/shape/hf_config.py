@@ -1,0 +1,162 @@
+"""Hugging Face ``config.json`` dicts → `ModelShape`, one small reader per ``model_type``.
+
+The same readers serve the zoo checkpoints (calibration times them on the torch runner) and the
+public configs the GPU-scale sim shapes are written as, so both are costed by one set of rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
+from radixflow.costmodel.shape.model_shape import Layer, Mlp, ModelShape
+
+Config = dict[str, Any]
+
+
+class UnknownModelTypeError(ValueError):
+    """The config's ``model_type`` has no reader here."""
+
+
+def _attention(cfg: Config, gated: bool = False) -> Attention:
+    heads = int(cfg["num_attention_heads"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return Attention(heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), gated)
+
+
+def _dense(cfg: Config, gated: bool = True) -> Mlp:
+    return Mlp(int(cfg["intermediate_size"]), gated)
+
+
+def _llama(cfg: Config) -> tuple[Layer, ...]:
+    return tuple(Layer((_attention(cfg),), _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
+
+
+def _qwen_hybrid_types(cfg: Config) -> list[str]:
+    n = int(cfg["num_hidden_layers"])
+    every = int(cfg.get("full_attention_interval", 4))
+    default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+    return list(cfg.get("layer_types") or default)
+
+
+def _qwen_mlp(cfg: Config, index: int) -> Mlp:
+    experts = int(cfg.get("num_experts") or 0)
+    sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
+    if not sparse or (index + 1) % int(cfg.get("decoder_sparse_step", 1)):
+        return _dense(cfg)
+    return Mlp(
+        int(cfg["moe_intermediate_size"]),
+        experts=experts,
+        top_k=int(cfg["num_experts_per_tok"]),
+        shared_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+    )
+
+
+def _qwen_hybrid(cfg: Config) -> tuple[Layer, ...]:
+    gdn = GatedDeltaNet(
+        int(cfg["linear_num_key_heads"]),
+        int(cfg["linear_num_value_heads"]),
+        int(cfg["linear_key_head_dim"]),
+        int(cfg["linear_value_head_dim"]),
+        int(cfg.get("linear_conv_kernel_dim", 4)),
+    )
+    attn = _attention(cfg, gated=True)
+    return tuple(
+        Layer((attn if kind == "full_attention" else gdn,), _qwen_mlp(cfg, i))
+        for i, kind in enumerate(_qwen_hybrid_types(cfg))
+    )
+
+
+def _lfm2_ff(cfg: Config) -> int:
+    size = int(cfg.get("intermediate_size") or cfg["block_ff_dim"])
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        size = int(2 * size / 3)
+        multiplier = cfg.get("block_ffn_dim_multiplier")
+        if multiplier is not None:
+            multiple = int(cfg.get("block_multiple_of", 256))
+            size = int(multiplier * size)
+            size = multiple * ((size + multiple - 1) // multiple)
+    return size
+
+
+def _lfm2(cfg: Config) -> tuple[Layer, ...]:
+    n, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
+    attn_idx = set(cfg.get("full_attn_idxs") or [])
+    types = cfg.get("layer_types") or ["full_attention" if i in attn_idx else "conv" for i in range(n)]
+    conv = ShortConv(hidden, int(cfg.get("conv_L_cache", 3)))
+    mlp = Mlp(_lfm2_ff(cfg))
+    return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
+
+
+# config keys of (heads, head dim, state size, groups, conv kernel) in each family
+_NEMOTRON_MAMBA = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel")
+_FALCON_MAMBA = ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv")
+
+
+def _mamba2(cfg: Config, keys: tuple[str, ...]) -> Mamba2:
+    heads = int(cfg[keys[0]])
+    head_dim = cfg.get(keys[1])
+    if not isinstance(head_dim, int):  # Falcon-H1 "auto": d_ssm split over the heads
+        head_dim = int(cfg.get("mamba_d_ssm") or cfg.get("mamba_expand", 2) * cfg["hidden_size"]) // heads
+    return Mamba2(heads, head_dim, int(cfg[keys[2]]), int(cfg[keys[3]]), int(cfg.get(keys[4], 4)))
+
+
+_NEMOTRON_CODES = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
+    kinds = cfg.get("layers_block_type")
+    if not kinds:
+        kinds = [_NEMOTRON_CODES[c] for c in cfg["hybrid_override_pattern"]]
+    kinds = [{"mamba": "linear_attention", "attention": "full_attention"}.get(k, k) for k in kinds]
+    moe = Mlp(
+        int(cfg.get("moe_intermediate_size") or 0),
+        gated=False,
+        experts=int(cfg.get("n_routed_experts") or 0),
+        top_k=int(cfg.get("num_experts_per_tok") or 0),
+        shared_intermediate=int(cfg.get("moe_shared_expert_intermediate_size") or 0),
+    )
+    by_kind: dict[str, Layer] = {
+        "linear_attention": Layer((_mamba2(cfg, _NEMOTRON_MAMBA),)),
+        "full_attention": Layer((_attention(cfg),)),
+        "mlp": Layer((), _dense(cfg, gated=False)),
+        "moe": Layer((), moe),
+    }
+    return tuple(by_kind[k] for k in kinds)
+
+
+def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
+    # attention and Mamba2 side by side in every layer, then the MLP: every layer carries state
+    mixers: tuple[Mixer, ...] = (_attention(cfg), _mamba2(cfg, _FALCON_MAMBA))
+    return tuple(Layer(mixers, _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
+
+
+READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
+    "llama": _llama,
+    "qwen3": _llama,
+    "qwen3_5_text": _qwen_hybrid,
+    "qwen3_5_moe_text": _qwen_hybrid,
+    "qwen3_next": _qwen_hybrid,
+    "lfm2": _lfm2,
+    "nemotron_h": _nemotron_h,
+    "falcon_h1": _falcon_h1,
+}
+
+
+def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
+    """The cost-model shape of a model given its Hugging Face config dict."""
+    reader = READERS.get(str(cfg.get("model_type")))
+    if reader is None:
+        known = ", ".join(READERS)
+        kind = cfg.get("model_type")
+        raise UnknownModelTypeError(f"no cost-model reader for model_type {kind!r} (known: {known})")
+    return ModelShape(
+        name=name,
+        hidden=int(cfg["hidden_size"]),
+        vocab_size=int(cfg["vocab_size"]),
+        layers=reader(cfg),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_context=int(cfg.get("max_position_embeddings") or 262_144),
+        source=source,
+    )

@@ -1,0 +1,157 @@
+"""A hybrid model as the cost model sees it: its layers, their mixers and MLPs.
+
+Pure arithmetic over shapes: no torch, no timing. A layer holds one or more sequence mixers
+(`costmodel.shape.mixer_shapes`: attention, Gated DeltaNet, Mamba2, short conv; Falcon-H1 runs attention and
+Mamba2 in parallel in every layer) and optionally an MLP (dense or mixture of experts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.mixer_shapes import Attention, Mixer, Projection, projection_params
+
+
+def expected_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Distinct routed experts ``tokens`` tokens touch, expected under uniform routing:
+    E·(1 − (1 − k/E)^tokens), which is ≈ min(E, tokens·k) at both ends."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - min(top_k, experts) / experts) ** tokens)
+
+
+@dataclass(frozen=True)
+class Mlp:
+    """Dense MLP (``experts == 0``) or routed MoE with ``top_k`` of ``experts`` and a shared expert."""
+
+    intermediate: int
+    gated: bool = True  # SwiGLU (3 matrices) vs a plain up/down MLP (Nemotron-H's relu2)
+    experts: int = 0
+    top_k: int = 0
+    shared_intermediate: int = 0
+
+    def _matrices(self) -> int:
+        return 3 if self.gated else 2
+
+    def dense_projections(self, hidden: int) -> tuple[Projection, ...]:
+        """The matrices every token goes through: the dense MLP, or an MoE's router (replicated
+        under tensor parallelism) and its shared expert."""
+        width = self.shared_intermediate if self.experts else self.intermediate
+        router = (Projection(self.experts, hidden, "none"),) if self.experts else ()
+        if not width:
+            return router
+        up = Projection((self._matrices() - 1) * width, hidden)
+        return (*router, up, Projection(hidden, width, "row"))
+
+    def expert_params(self, hidden: int) -> int:
+        """Weights of one routed expert (0 for a dense MLP)."""
+        return self._matrices() * hidden * self.intermediate if self.experts else 0
+
+    def touched_experts(self, tokens: int) -> float:
+        """Routed experts a round of ``tokens`` tokens reads (`expected_experts`)."""
+        return expected_experts(self.experts, self.top_k, tokens)
+
+    def active_params(self, hidden: int) -> int:
+        dense = projection_params(self.dense_projections(hidden))
+        return dense + self.top_k * self.expert_params(hidden)
+
+    def total_params(self, hidden: int) -> int:
+        dense = projection_params(self.dense_projections(hidden))
+        return dense + self.experts * self.expert_params(hidden)
+
+    def touched_params(self, hidden: int, tokens: int) -> float:
+        """Weights a round of ``tokens`` tokens reads: the dense part and the experts touched."""
+        dense = projection_params(self.dense_projections(hidden))
+        return dense + self.touched_experts(tokens) * self.expert_params(hidden)
+
+
+@dataclass(frozen=True)
+class Layer:
+    mixers: tuple[Mixer, ...]
+    mlp: Mlp | None = None
+
+    @property
+    def kind(self) -> str:
+        names = [m.kind for m in self.mixers] or ["mlp"]
+        return "+".join(names)
+
+    @property
+    def has_state(self) -> bool:
+        return any(m.state_bytes() > 0 for m in self.mixers)
+
+    @property
+    def has_attention(self) -> bool:
+        return any(isinstance(m, Attention) for m in self.mixers)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A model as the cost model sees it: layers in order, embedding sizes, where it came from."""
+
+    name: str
+    hidden: int
+    vocab_size: int
+    layers: tuple[Layer, ...]
+    tied_embeddings: bool = False
+    max_context: int = 262_144
+    source: str = ""  # the public config (or zoo preset) the figures were taken from
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        return tuple(layer.kind for layer in self.layers)
+
+    @property
+    def has_recurrent(self) -> bool:
+        return any(layer.has_state for layer in self.layers)
+
+    def mixer_params(self) -> int:
+        return sum(m.params(self.hidden) for layer in self.layers for m in layer.mixers)
+
+    def active_params(self) -> int:
+        """Weights touched per token (embedding lookup excluded, output projection included)."""
+        mlp = sum(layer.mlp.active_params(self.hidden) for layer in self.layers if layer.mlp)
+        return self.mixer_params() + mlp + self.hidden * self.vocab_size
+
+    def total_params(self) -> int:
+        mlp = sum(layer.mlp.total_params(self.hidden) for layer in self.layers if layer.mlp)
+        embeddings = self.hidden * self.vocab_size * (1 if self.tied_embeddings else 2)
+        return self.mixer_params() + mlp + embeddings
+
+    def layer_calls(self, chunks: Sequence[ChunkShape]) -> int:
+        """Layers a worker call runs: the decoder layers, and every layer with recurrent state once
+        more per later wave (`ChunkShape.wave`), so a per-layer overhead is charged per run."""
+        extra = max((c.wave for c in chunks), default=0)
+        return self.decoder_layers + extra * sum(layer.has_state for layer in self.layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        """Layers as a decoder counts them, a sequence mixer and the MLP after it: an MLP-only
+        block (Nemotron-H's "-") that follows a mixer without an MLP belongs to that mixer's layer,
+        so a model's count does not depend on how its blocks are labelled."""
+        count, open_mlp = 0, False
+        for layer in self.layers:
+            if layer.mixers:
+                count, open_mlp = count + 1, layer.mlp is None
+            elif open_mlp:
+                open_mlp = False
+            else:
+                count += 1
+        return count
+
+    def touched_params(self, tokens: int) -> float:
+        """`total_params` with each MoE layer's weights cut to the experts ``tokens`` tokens touch."""
+        untouched = sum(
+            (layer.mlp.experts - layer.mlp.touched_experts(tokens)) * layer.mlp.expert_params(self.hidden)
+            for layer in self.layers
+            if layer.mlp is not None and layer.mlp.experts
+        )
+        return self.total_params() - untouched
+
+    def state_bytes(self) -> int:
+        """One full checkpoint: every recurrent layer's state for one sequence."""
+        return sum(m.state_bytes() for layer in self.layers for m in layer.mixers)
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return sum(m.kv_bytes_per_token(dtype_bytes) for layer in self.layers for m in layer.mixers)

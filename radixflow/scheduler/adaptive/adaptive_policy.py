@@ -1,0 +1,314 @@
+"""`adaptive`: rank the queue by work per completion, and weigh waiting against recomputing.
+
+Order: by deadline from a `RankIndex` kept up to date by events (arrival, wake-up, a group
+member taken), never by a rescan. A request's slack grows with its key (`waiting_shapes`): ready
+consumers first, then producers with the most dependents (producer promotion), then lone work;
+the deadline counts from arrival, so aging bounds every wait, and no slack exceeds a share of
+the wait first-come-first-served would have given the request (`fcfs_bound`), which holds the
+tail near the FCFS baselines'.
+
+How much: every ready request the budgets allow, the last one cut into a chunk, as `radixflow`
+fills its rounds (a per-round choice between such full rounds and rounds of whole requests, as
+`native`'s, lost when measured: docs/decisions.md). So the order is what adapts, with two
+exceptions (`deferral`): a whole prompt that would lengthen a round completing others by
+more than a round of its own costs it and the requests behind it (counted with the observed
+busy fraction) is left for the next round, once; and under a backlog that fills the next round
+anyway, a budget-cut chunk is left when what it delays (the round's completions and wake-ups)
+outweighs the share of a fixed part it saves the requests behind (counted with the observed
+arrival rate), never past the round FCFS would have finished its request by.
+
+Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
+shared context is predicted to end), so candidates arriving one at a time reuse their context.
+
+Blocked consumers: where the runner restores state saved earlier in the same round, a consumer
+follows its producer into the round (`ScanAction.FOLLOW`), unless the producer is a follower
+itself or no block of budget is left. Otherwise skipped as in `radixflow` (they wait), unless
+recomputing the prefix from a shallower READY point finishes them sooner than the cost model says
+the others lose (`recompute`). Without recurrent state nothing blocks and every prompt reuses KV
+written in the same round, so there is nothing to reorder for: the policy keeps arrival order and
+takes what fits, as `radixflow` does (ranking there only cost latency when measured).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from radixflow.cache.types import Match
+from radixflow.scheduler.adaptive.deferral import (
+    ArrivalRate,
+    Backlog,
+    BusyFraction,
+    Cut,
+    DraftTally,
+    Split,
+    defer_cut,
+    leave_for_later,
+)
+from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
+from radixflow.scheduler.adaptive.ranking import RankIndex
+from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
+from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
+from radixflow.scheduler.adaptive.waiting_shapes import Shape, Shapes
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.scan import PolicyContext, ScanAction
+
+AGING = 32.0  # slack of a request, in rounds, per full token budget of work per completion
+# blocked consumers and deferred chunks one scan passes over before it ends, per request a round
+# may hold: keeps a round's cost flat however many consumers wait on one producer
+SKIPS_PER_SLOT = 1
+
+
+class Adaptive:
+    name = "adaptive"
+    # `branch` plus a checkpoint at the end of a lone request's shared context, so candidates that
+    # arrive one at a time reuse it (the issue's "lone context" part of this policy)
+    placement = "lone"
+
+    def __init__(self, aging: float = AGING, fcfs_share: float = FCFS_SHARE) -> None:
+        self._aging = aging
+        self._fcfs_share = fcfs_share
+        self._fcfs: FcfsBound | None = None  # slack bounds, from the token budget at `bind`
+        self._ctx: PolicyContext | None = None
+        self._shapes: Shapes | None = None
+        self._times: RoundTimes | None = None
+        self._ranked = True  # False without recurrent state: arrival order, as radixflow
+        self._index = RankIndex(on_drop=self._forget)
+        self._round = 0
+        self._skips = 0  # blocked consumers this scan passed over
+        self._waited: set[str] = set()  # consumers counted as waiting once
+        self._counts = {
+            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "separated": 0, "deferred": 0
+        }
+        self._followers: set[str] = set()  # consumers following their producer in this round
+        self._busy = BusyFraction()
+        self._tally = DraftTally()  # this round's draft, for the deferral rule
+        self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
+        self._continuing = 0  # chunks of running requests at the head of this round's draft
+        self._left: set[str] = set()  # requests once left for a round of their own
+        self._backlog = Backlog()  # remaining tokens of the waiting requests
+        self._arrivals = ArrivalRate()
+        self._woken = 0  # blocked consumers this round's draft wakes
+
+    # ----------------------------------------------------------------- events
+    def bind(self, context: PolicyContext) -> None:
+        """Take the scheduler's context (mutates only the policy)."""
+        self._ctx = context
+        self._shapes = Shapes(context)
+        self._times = RoundTimes(context.predict, context.config)
+        self._ranked = context.config.has_recurrent
+        self._fcfs = FcfsBound(context.config.token_budget, self._fcfs_share)
+
+    def on_arrival(self, request: Request) -> None:
+        """Shape and rank the newcomer; its group's members are re-keyed before the next scan
+        (mutates only the policy)."""
+        if not self._ranked:
+            return
+        assert self._shapes is not None and self._fcfs is not None
+        shape = self._shapes.arrived(request)
+        self._backlog.set(request.id, shape.remaining)
+        self._arrivals.arrived(request.arrival_s, len(request.prompt))
+        self._fcfs.arrive(request.id, self._round, shape.remaining)
+        self._index.add(request, self._round, self._slack(request, shape))
+
+    def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
+        """Re-key the woken consumers, whose reuse changed; measure how busy the engine is
+        (mutates only the policy)."""
+        if not self._ranked:
+            return
+        for req in woken:
+            if req.status is RequestStatus.WAITING:
+                self._rekey(req)
+        if now is not None:
+            assert self._times is not None and self._ctx is not None
+            self._arrivals.now = now
+            # without a runner predictor the round times are in token units, far above any span:
+            # the busy fraction then reads 1 (the rule leaves a request only for a crowded round)
+            predicted = 0.0 if self._draft is None else self._times.draft_seconds(self._draft.chunks)
+            self._busy.round_ended(now, predicted, bool(self._ctx.running) or self._waiting() > 0)
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    # ----------------------------------------------------------------- the scan
+    def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
+        """The index's scan by deadline, after re-keying the groups that changed (mutates only
+        the policy)."""
+        self._round += 1
+        self._skips = 0
+        self._woken = 0
+        self._followers.clear()
+        if not self._ranked:
+            return waiting
+        assert self._shapes is not None and self._ctx is not None
+        self._draft, self._continuing = None, len(self._ctx.running)
+        self._tally.start(self._continuing)
+        for req in self._shapes.stale():
+            self._rekey(req)
+        return self._index.scan()
+
+    def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
+        """Follow its producer into this round, wait (skip it) or recompute; counts and notes the
+        decision (mutates only the policy)."""
+        assert self._ctx is not None
+        self._draft = draft
+        if self._can_follow(match, draft):
+            self._followers.add(request.id)
+            self._counts["follows"] += 1
+            self._ctx.note("follow", request.id, producer=match.producer, tokens=match.checkpoint_tokens)
+            return ScanAction.FOLLOW
+        verdict = self._weigh(request, match, draft)
+        if verdict is not None and verdict.recompute:
+            self._counts["recomputes"] += 1
+            self._ctx.note(
+                "recompute",
+                request.id,
+                producer=match.producer,
+                tokens=match.checkpoint_tokens,
+                rounds_saved=verdict.rounds_saved,
+            )
+            return ScanAction.RECOMPUTE
+        if request.id not in self._waited:
+            self._waited.add(request.id)
+            self._counts["waits"] += 1
+        self._tally.advance(draft.chunks, self._completes_prompt)
+        if self._tally.ends.get(match.producer or "", 0) >= match.checkpoint_tokens:
+            self._woken += 1  # its producer reaches the checkpoint in this round: it wakes after
+        return self._skip()
+
+    def _can_follow(self, match: Match, draft: SchedulerOutput) -> bool:
+        """Whether the consumer can start after its producer within this round: the runner restores
+        state saved in the same round, the producer is not a follower itself (a runner's recurrent
+        layers then take at most two waves) and a block of budget is left."""
+        assert self._ctx is not None
+        config = self._ctx.config
+        if not config.same_round_state or match.producer in self._followers:
+            return False
+        self._tally.advance(draft.chunks, self._completes_prompt)
+        return self._tally.tokens + config.block_size <= config.token_budget
+
+    def _skip(self) -> ScanAction:
+        """Pass over a request; end the scan once it has passed over its limit (mutates the
+        count of this scan's skips)."""
+        assert self._ctx is not None
+        self._skips += 1
+        limit = SKIPS_PER_SLOT * self._ctx.config.max_requests
+        return ScanAction.STOP if self._skips > limit else ScanAction.SKIP
+
+    def on_ready(
+        self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
+    ) -> ScanAction | None:
+        """Take it (the budgets decide how much), unless a round of its own serves everyone
+        better (`deferral`); note a producer its dependents promoted. Its group is re-keyed
+        before the next scan: its siblings become consumers once it runs (mutates only the
+        policy)."""
+        if not self._ranked:
+            return None
+        assert self._shapes is not None and self._ctx is not None
+        self._draft = draft
+        if self._leave(request, reuse, draft):
+            self._left.add(request.id)
+            self._counts["separated"] += 1
+            self._ctx.note("separate", request.id, busy=round(self._busy.value, 3))
+            return ScanAction.SKIP
+        if self._defer(request, reuse):
+            self._counts["deferred"] += 1
+            self._ctx.note("defer", request.id)
+            return self._skip()
+        shape = self._shapes.of(request, reuse)
+        self._shapes.touch(shape)
+        if shape.dependents and shape.key < shape.remaining:
+            self._counts["promotions"] += 1
+            self._ctx.note("promote", request.id, dependents=shape.dependents)
+        return None
+
+    # ----------------------------------------------------------------- decisions
+    def _leave(self, request: Request, reuse: int, draft: SchedulerOutput) -> bool:
+        """Whether to leave a ready request for a round of its own; a request is left once at
+        most, so none waits on this rule for more than a round."""
+        assert self._ctx is not None and self._times is not None
+        tally = self._tally
+        tally.advance(draft.chunks, self._completes_prompt)
+        remaining = len(request.prompt) - reuse
+        if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - tally.tokens:
+            return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
+        grows = self._times.grows(tally.tokens, tally.decodes, remaining)
+        alone = self._times.seconds(remaining)
+        split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)
+        return leave_for_later(split)
+
+    def _defer(self, request: Request, reuse: int) -> bool:
+        """Whether to leave a budget-cut chunk for the next round (`deferral.Cut`): only under a
+        backlog that fills the next round anyway, only when the chunk would not finish its
+        request a round sooner, and never once FCFS would have finished the request (so no
+        request is deferred past that). Call after `_leave` (the tally is current)."""
+        assert self._ctx is not None and self._times is not None
+        tally, budget = self._tally, self._ctx.config.token_budget
+        left, remaining = budget - tally.tokens, len(request.prompt) - reuse
+        if left <= 0 or remaining <= left or self._past_fcfs(request):
+            return False
+        if -(-(remaining - left) // budget) < -(-remaining // budget):
+            return False  # taken now, the chunk finishes its request a round sooner
+        behind = self._backlog.tokens - self._backlog.of(request.id) - tally.fresh_tokens
+        if behind + remaining - left < budget:
+            return False  # the next round has room: the chunk taken now shortens it
+        grows = self._times.grows(tally.tokens, tally.decodes, left)
+        load = self._arrivals.load(self._times.seconds(budget) / budget)
+        affected = tally.completions + self._woken
+        cut = Cut(affected, grows, self._times.fixed(), left / budget, self._waiting(), load)
+        return defer_cut(cut)
+
+    def _past_fcfs(self, request: Request) -> bool:
+        """FCFS would have finished the request by now: deferring it again could starve it."""
+        assert self._fcfs is not None
+        due = self._fcfs.due(request.id)
+        return due is not None and self._round >= due
+
+    def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
+        """The chunk ends its request's prompt (a decode step completes no request)."""
+        req = self._ctx.running.get(chunk.request_id) if self._ctx is not None else None
+        return chunk.sample and req is not None and chunk.end <= len(req.prompt)
+
+    def _waiting(self) -> int:
+        """Requests waiting now: the index keeps those admitted this round until the next scan."""
+        admitted = 0 if self._draft is None else len(self._draft.chunks) - self._continuing
+        return max(len(self._index) - admitted, 0)
+
+    def _weigh(self, request: Request, match: Match, draft: SchedulerOutput) -> Verdict | None:
+        """The recompute verdict for a blocked consumer; None when the round is full or its
+        producer is not running."""
+        assert self._ctx is not None and self._times is not None
+        budget = self._ctx.config.token_budget
+        producer = self._ctx.running.get(match.producer or "")
+        tally = self._tally
+        tally.advance(draft.chunks, self._completes_prompt)
+        if producer is None or tally.tokens >= budget:
+            return None  # a full round has no room to recompute in
+        ready = next(iter(self._ctx.reuse.shallower(request, match.checkpoint_tokens))).tokens
+        shared = 0 if request.registration is None else self._ctx.cache.sharing(request.registration).tokens
+        pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
+        blocked = Blocked(len(request.prompt), pending, ready, producer.computed)
+        drafted = Draft(tally.tokens, tally.decodes, tally.samples)
+        return weigh(blocked, self._times, drafted, budget, len(self._index))
+
+    # ----------------------------------------------------------------- keys
+    def _rekey(self, request: Request) -> None:
+        assert self._shapes is not None
+        shape = self._shapes.of(request)
+        self._backlog.set(request.id, shape.remaining)
+        self._index.rekey(request, self._slack(request, shape))
+
+    def _forget(self, request: Request) -> None:
+        assert self._shapes is not None
+        self._shapes.forget(request)
+        self._waited.discard(request.id)
+        self._left.discard(request.id)
+        self._backlog.drop(request.id)
+        if self._fcfs is not None:
+            self._fcfs.forget(request.id)
+
+    def _slack(self, request: Request, shape: Shape) -> float:
+        """Rounds the request may wait from its arrival: its key's worth, at most its share of
+        what FCFS would have made it wait."""
+        assert self._ctx is not None and self._fcfs is not None
+        return self._fcfs.cap(request.id, self._aging * shape.key / self._ctx.config.token_budget)

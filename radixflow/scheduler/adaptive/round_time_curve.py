@@ -1,0 +1,112 @@
+"""A round's time as a function of its size, read off the runner's predictor at a few sizes.
+
+A policy weighs dozens of candidate chunks per round; the runner's predictor costs about half a
+millisecond a call (it walks every kernel of the round). So the predictor is asked once per
+size on a geometric grid, on first need, and sizes between grid points are interpolated.
+Without a predictor (a real runner that models nothing) a round costs a fixed part worth
+``FALLBACK_FIXED_SHARE`` of a full token budget plus its tokens, in arbitrary units: only
+ratios of round times are ever compared.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.output import ScheduledChunk
+from radixflow.scheduler.scan import RoundPredictor
+
+FALLBACK_FIXED_SHARE = 0.125  # the fixed cost of a worker call without a predictor, in budgets
+GRID_RATIO = 1.25  # between neighbouring probed sizes: interpolation error stays a few percent
+DECODE_CONTEXT = 1024  # context a probed decode step reads
+
+
+def _grid(low: int, high: int) -> list[int]:
+    sizes, x = [], float(low)
+    while x < high:
+        sizes.append(int(x))
+        x = max(x * GRID_RATIO, x + 1)
+    return sorted({*sizes, high})
+
+
+class RoundTimes:
+    """Predicted seconds of a round from its prefill tokens and its decode steps."""
+
+    def __init__(
+        self, predict: RoundPredictor | None, config: SchedulerConfig
+    ) -> None:
+        self._predict = predict
+        self._budget = config.token_budget
+        self._prefill_sizes = _grid(1, config.token_budget)
+        self._decode_sizes = _grid(1, config.max_requests)
+        self._prefill: dict[int, float] = {}
+        self._decode: dict[int, float] = {}
+        self._seen: dict[int, float] = {}  # prefill round sizes answered so far (at most the budget)
+
+    def seconds(self, prefill_tokens: int, decode_steps: int = 0) -> float:
+        """A round computing ``prefill_tokens`` prompt positions (in any number of chunks) and
+        ``decode_steps`` single-position steps. Mutates only the probe cache."""
+        if prefill_tokens <= 0 and decode_steps <= 0:
+            return 0.0
+        if prefill_tokens <= 0:
+            return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode)
+        tokens = prefill_tokens + decode_steps
+        known = self._seen.get(tokens)
+        if known is None:  # a policy asks for the same few sizes round after round
+            known = self._at(self._prefill_sizes, self._prefill, tokens, self._probe_prefill)
+            self._seen[tokens] = known
+        return known
+
+    def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
+        """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""
+        decodes = sum(1 for c in chunks if c.length == 1)  # as the cost models count them
+        prefill = sum(c.length for c in chunks) - decodes + extra_tokens
+        return self.seconds(prefill, decodes)
+
+    def grows(self, tokens: int, decodes: int, extra: int) -> float:
+        """How much longer a round of ``tokens`` (``decodes`` of them decode steps) runs with
+        ``extra`` more prompt tokens. Mutates only the probe cache."""
+        prefill = tokens - decodes
+        return self.seconds(prefill + extra, decodes) - self.seconds(prefill, decodes)
+
+    def fixed(self) -> float:
+        """A prefill round's fixed part: its time extrapolated to no tokens from a half and a full
+        budget (a one-token round is costed as a decode step, so it is not the intercept)."""
+        return max(2 * self.seconds(self._budget // 2) - self.seconds(self._budget), 0.0)
+
+    def per_token(self) -> float:
+        """Mean marginal seconds per prompt token over a full budget."""
+        return max(self.seconds(self._budget) - self.seconds(1), 1e-12) / max(self._budget - 1, 1)
+
+    def _at(self, sizes: list[int], cache: dict[int, float], n: int, probe: Callable[[int], float]) -> float:
+        n = max(1, min(n, sizes[-1]))
+        i = bisect.bisect_left(sizes, n)
+        hi = sizes[i]
+        if hi == n or i == 0:
+            return self._cached(cache, hi, probe)
+        lo = sizes[i - 1]
+        t_lo, t_hi = self._cached(cache, lo, probe), self._cached(cache, hi, probe)
+        return t_lo + (t_hi - t_lo) * (n - lo) / (hi - lo)
+
+    @staticmethod
+    def _cached(cache: dict[int, float], n: int, probe: Callable[[int], float]) -> float:
+        if n not in cache:
+            cache[n] = probe(n)
+        return cache[n]
+
+    def _probe_prefill(self, tokens: int) -> float:
+        if self._predict is None:
+            return FALLBACK_FIXED_SHARE * self._budget + tokens
+        chunk = ScheduledChunk("probe", "probe", tuple(range(tokens)), 0, tokens, (), None, (), True)
+        return self._predict([chunk])
+
+    def _probe_decode(self, steps: int) -> float:
+        if self._predict is None:
+            return FALLBACK_FIXED_SHARE * self._budget + steps
+        seq = tuple(range(DECODE_CONTEXT + 1))
+        chunks = [
+            ScheduledChunk(f"probe{i}", "probe", seq, DECODE_CONTEXT, DECODE_CONTEXT + 1, (), None, (), True)
+            for i in range(steps)
+        ]
+        return self._predict(chunks)

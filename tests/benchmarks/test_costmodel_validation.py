@@ -1,0 +1,45 @@
+"""benchmarks/costmodel_validation.py: held-out error of the measured kernel tables, as JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "costmodel_validation.py"
+
+
+@pytest.fixture(scope="module")
+def validation():
+    spec = importlib.util.spec_from_file_location("costmodel_validation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_held_out_error_meets_the_acceptance_and_is_written_as_json(validation, tmp_path, capsys):
+    out = tmp_path / "validation.json"
+    assert validation.main(["--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["accepted"] is True
+    for gpu in ("h100", "h200"):
+        classes = result["gpus"][gpu]
+        assert set(classes) == {
+            "gemm",
+            "context_attention",
+            "generation_attention",
+            "gdn",
+            "moe",
+            "allreduce",
+        }
+        for name in ("gemm", "context_attention", "generation_attention", "gdn"):
+            assert 0 <= classes[name]["median"] <= 0.10 and classes[name]["median"] <= classes[name]["p90"]
+            assert classes[name]["n"] > 0 and classes[name]["shapes"]["n"] > 0
+    assert "median" in capsys.readouterr().out
+
+
+def test_holding_out_every_point_is_refused(validation):
+    with pytest.raises(SystemExit):
+        validation.main(["--k", "1"])

@@ -1,0 +1,60 @@
+"""Calibration: disjoint fit/held-out designs, executable rounds, a fit that recovers its coefficients."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.calibration.design import fit_design, held_out_design
+from radixflow.calibration.fit import fit_profile
+from radixflow.calibration.timing import TimedBatch, to_scheduler_output
+from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
+from radixflow.costmodel.round_cost.fitted_rates import CostModel
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+
+
+def test_held_out_shapes_never_occur_in_the_fit_design():
+    fit = fit_design(1024, 16, hybrid=True)
+    held = held_out_design(12, 1024, 16, hybrid=True)
+    fit_lengths = {c.length for b in fit for c in b.chunks}
+    assert all(c.length not in fit_lengths for b in held for c in b.chunks)
+    assert all(b.tokens <= 1024 for b in fit + held) and len(held) == 12
+    assert all(b.chunks[0].sample for b in held)
+
+
+def test_design_rounds_are_valid_scheduler_outputs():
+    for batch in fit_design(512, 16, hybrid=True)[:6] + held_out_design(4, 512, 16, hybrid=True):
+        out = to_scheduler_output(batch, vocab_size=100)
+        blocks = [b for c in out.chunks for b in c.block_table]
+        assert len(blocks) == len(set(blocks))  # no two chunks share a KV block
+        for c, shape in zip(out.chunks, batch.chunks, strict=True):
+            assert (c.start, c.end, c.sample) == (shape.start, shape.end, shape.sample)
+            assert len(c.block_table) * 16 >= c.end and (c.end == len(c.tokens)) == c.sample
+            assert all(c.start < s.position <= c.end for s in c.snapshots)
+
+
+def test_fit_recovers_a_known_profile_and_scores_held_out_rounds(tmp_path):
+    shape = SIM_MODELS["qwen3_5-2b"]
+    truth = HardwareProfile(
+        "truth", 1e11, None, 0.02, 0.004, kind_scale={"attention": 3.0, "gdn": 2.0}, weight_bytes=4
+    )
+    model = CostModel(shape, truth)
+    batches = [
+        TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks))
+        for b in fit_design(1024, 16, True) + held_out_design(8, 1024, 16, True)
+    ]
+    fitted = fit_profile("fitted", batches, {shape.name: shape}, 4, "cpu")
+    errors = fitted.calibration["errors"]
+    assert errors[0]["median_abs_error"] < 1e-3 and errors[0]["held_out_rounds"] == 8
+    assert fitted.calibration["unfitted_terms"] == ["conv", "mamba2"]
+    save_profile(fitted, tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json").round_overhead_s == pytest.approx(fitted.round_overhead_s)
+
+
+def test_timing_a_tiny_model_end_to_end():
+    pytest.importorskip("torch")
+    from radixflow.calibration.timing import time_batches
+
+    batches = fit_design(64, 16, hybrid=True)[:3]
+    timed = time_batches("qwen3_5-tiny", "cpu", batches, repeats=1, threads=1)
+    assert [t.chunks for t in timed] == [b.chunks for b in batches]
+    assert all(t.seconds > 0 for t in timed)

@@ -1,0 +1,99 @@
+"""`radixflow cost`: one worker call's predicted time and its terms, as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS
+
+TERM_KEYS = {"seconds", "flops", "bytes", "source"}
+
+
+def cost(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["cost", *argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    return json.loads(out)
+
+
+def test_json_is_exactly_seconds_tp_and_terms_that_sum_to_it(capsys):
+    report = cost(
+        capsys, "qwen3_5-2b", "--hardware", "h200", "--prefill", "300", "--decode", "4", "--context", "64"
+    )
+    assert set(report) == {"seconds", "tp", "terms"}
+    assert isinstance(report["seconds"], float) and report["tp"] == 1
+    for name, term in report["terms"].items():
+        assert set(term) == TERM_KEYS, name
+        assert all(isinstance(term[k], float | int) for k in ("seconds", "flops", "bytes"))
+        assert isinstance(term["source"], str) and term["source"], name
+    assert report["seconds"] == pytest.approx(sum(t["seconds"] for t in report["terms"].values()))
+    assert {"fixed", "matmul", "attention", "gdn", "lm_head", "state_copy"} <= set(report["terms"])
+
+
+def test_acceptance_figures(capsys):
+    prefill = cost(capsys, "qwen3-4b", "--hardware", "h200", "--prefill", "512")
+    assert 5e-3 <= prefill["seconds"] <= 30e-3
+    decode = cost(capsys, "qwen3-4b", "--hardware", "h200", "--decode", "1", "--context", "2048")
+    assert 1.5e-3 <= decode["seconds"] <= 6e-3
+    big = cost(capsys, "qwen3_next-80b-a3b", "--hardware", "h200")
+    assert big["tp"] >= 2 and big["terms"]["allreduce"]["seconds"] > 0
+    long = cost(capsys, "qwen3_5-2b", "--hardware", "h200", "--prefill", "8192")
+    matmul = long["terms"]["matmul"]
+    assert matmul["flops"] / matmul["seconds"] <= 0.9 * DENSE_BF16_FLOPS
+
+
+def test_no_round_given_is_a_512_token_prefill(capsys):
+    assert cost(capsys, "qwen3-4b") == cost(capsys, "qwen3-4b", "--prefill", "512")
+
+
+def test_the_engine_flags_set_the_fixed_costs_and_the_scheduler_mode(capsys):
+    fixed = cost(capsys, "qwen3-4b", "--round-overhead-ms", "10")["terms"]["fixed"]["seconds"]
+    assert fixed == pytest.approx(10e-3)
+    decode = cost(capsys, "qwen3-4b", "--decode", "2", "--decode-fixed-cost-ms", "1")
+    assert decode["terms"]["fixed"]["seconds"] == pytest.approx(1e-3)
+    serial = cost(capsys, "qwen3-4b", "--scheduler-time", "serial")["terms"]["scheduler"]["seconds"]
+    assert serial == pytest.approx(0.1e-3 + 50e-6)
+
+
+def test_a_fitted_profile_is_costed_by_its_rates(capsys):
+    report = cost(capsys, "qwen3-4b", "--hardware", "cpu")
+    assert report["tp"] == 1 and "memory" in report["terms"] and "scheduler" not in report["terms"]
+
+
+def test_the_table_names_every_term_and_the_total(capsys):
+    assert (
+        main(["cost", "qwen3_next-80b-a3b", "--hardware", "h100", "--decode", "8", "--context", "100"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "qwen3_next-80b-a3b on h100 (tp 4)" in out and "8 decode steps at context 101" in out
+    for term in ("fixed", "matmul", "moe", "allreduce", "lm_head"):
+        assert f"{term}: " in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["gpt-17"], "model: unknown sim model 'gpt-17'"),
+        (["qwen3-4b", "--context", "-1"], "--context: must be >= 0, got -1"),
+        (["qwen3-4b", "--prefill", "0"], "--prefill: must be positive, got 0"),
+        (["qwen3-4b", "--decode", "0"], "--decode: must be positive, got 0"),
+        (["qwen3-4b", "--decode", "70000"], "--decode: must be at most 65536"),
+        (["qwen3-4b", "--prefill", "x"], "not a valid integer"),
+        (["qwen3-4b", "--prefill", "40000", "--context", "1000"], "reaches past qwen3-4b's context of 40960"),
+        (["qwen3-4b", "--decode", "1", "--context", "40960"], "--context 40960 reaches past"),
+        (["qwen3-4b", "--hardware", "tpu"], "--hardware: unknown hardware 'tpu'"),
+        (["qwen3-4b", "--fixed-cost-ms", "nan"], "must be a finite number, got nan"),
+        (["qwen3-4b", "--decode-fixed-cost-ms", "-1"], "--decode-fixed-cost-ms: must be >= 0, got -1.0"),
+        (["qwen3-4b", "--scheduler-time", "async"], "invalid choice: 'async'"),
+        (["qwen3-4b", "--kv-blocks", "4"], "unrecognized arguments: --kv-blocks"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, says):
+    assert main(["cost", *argv]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and lines[0].startswith("radixflow: error: "), err
+    assert says in lines[0], lines[0]

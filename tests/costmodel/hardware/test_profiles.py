@@ -1,0 +1,169 @@
+"""Hardware profiles (`costmodel.hardware.profiles`): every key checked, so no profile makes the sim's times
+(or `bench --json`) infinite or NaN."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.costmodel.hardware.profiles import (
+    COMPUTE_TERMS,
+    HARDWARE,
+    MAX_BANDWIDTH,
+    MAX_FLOPS,
+    MAX_KIND_SCALE,
+    MAX_OVERHEAD_S,
+    MAX_WEIGHT_BYTES,
+    MIN_RATE,
+    ProfileError,
+    load_profile,
+    profile_from_dict,
+    resolve_hardware,
+    save_profile,
+)
+
+GOOD = HARDWARE["h200"].to_dict()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("flops", 1e-300, "got 1e-300"),
+        ("flops", 0, "got 0"),
+        ("flops", -1e12, "got -1000000000000.0"),
+        ("flops", 1e19, "got 1e+19"),
+        ("flops", math.nan, "got NaN"),
+        ("flops", math.inf, "got Infinity"),
+        ("flops", "1e12", 'got "1e12"'),
+        ("flops", True, "got true"),
+        ("bandwidth", 0, "or null, got 0"),
+        ("bandwidth", 1e16, "got 1e+16"),
+        ("round_overhead_s", -0.001, "got -0.001"),
+        ("per_request_s", 1e9, "got 1000000000.0"),
+        ("layer_overhead_s", "fast", 'got "fast"'),
+        ("memory_bytes", -1, "got -1"),
+        ("kind_scale", [], "must be a JSON object of cost terms to numbers, got []"),
+        ("kind_scale", {"tensor_cores": 1.0}, "unknown term 'tensor_cores'"),
+        ("kind_scale", {"gdn": -1.0}, "entry gdn: must be a number from 0"),
+        (
+            "kind_scale",
+            {"gdn": "2"},
+            'entry gdn: must be a number from 0 to 1e+06 (times the flops rate\'s cost), got "2"',
+        ),
+        ("kind_scale", {"gdn": math.nan}, "entry gdn:"),
+        ("sources", "abc", 'must be a JSON object of figures to strings, got "abc"'),
+        ("sources", {"flops": 3}, "entry 'flops' must be a string, got 3"),
+        ("weight_bytes", 2.0, "must be an integer from 1 to 8, got 2.0"),
+        ("weight_bytes", 0, "got 0"),
+        ("weight_bytes", True, "got true"),
+        ("name", 5, "must be a non-empty string, got 5"),
+        ("calibration", "yes", 'must be a JSON object or null, got "yes"'),
+        ("speed", 1, "is not a profile key"),
+        (
+            "kernels",
+            "measured-b200",
+            'must be one of measured-h100, measured-h200, roofline, or null, got "measured-b200"',
+        ),
+        ("kernels", 1, "got 1"),
+        ("scheduler_overlap", "yes", 'must be true or false, got "yes"'),
+        ("scheduler_overlap", 1, "got 1"),
+        ("decode_overhead_s", -1, "got -1"),
+        ("request_overhead_s", math.inf, "got Infinity"),
+        ("scheduler_chunk_s", "50us", 'got "50us"'),
+    ],
+)
+def test_a_bad_profile_value_is_one_line_naming_key_and_value(
+    tmp_path: Path, key: str, value, says: str
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**GOOD, key: value}))  # NaN and Infinity as JSON's extensions
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{path}: profile key '{key}' ") and says in text, text
+    assert info.value.problem.param == key
+
+
+@pytest.mark.parametrize("key", ["flops", "round_overhead_s", "per_request_s"])
+def test_required_keys(key: str) -> None:
+    data = {k: v for k, v in GOOD.items() if k != key}
+    with pytest.raises(ProfileError, match=rf"profile key '{key}' missing"):
+        profile_from_dict(data, "p.json")
+
+
+def test_optional_keys_may_be_null_or_absent_and_a_file_round_trips(tmp_path: Path) -> None:
+    minimal = profile_from_dict({"flops": 1e12, "round_overhead_s": 0, "per_request_s": 0}, "dir/mine.json")
+    assert minimal.name == "mine" and minimal.bandwidth is None and minimal.weight_bytes == 2
+    assert isinstance(minimal.round_overhead_s, float)
+    nulls = {**GOOD, "bandwidth": None, "memory_bytes": None, "calibration": None, "layer_overhead_s": None}
+    assert profile_from_dict(nulls).layer_overhead_s == 0.0
+    save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
+    assert load_profile(tmp_path / "cpu.json") == HARDWARE["cpu"]
+
+
+def test_a_profile_made_in_code_is_checked_too() -> None:
+    with pytest.raises(ProfileError, match=r"hardware profile 'h200': profile key 'flops' .* got NaN"):
+        replace(HARDWARE["h200"], flops=math.nan)
+    with pytest.raises(ProfileError, match="'round_overhead_s'"):
+        HARDWARE["h200"].with_fixed_round_cost(-1.0)
+    assert HARDWARE["h200"].with_fixed_round_cost(MAX_OVERHEAD_S).round_overhead_s == MAX_OVERHEAD_S
+
+
+def test_a_broken_profile_is_a_one_line_bench_error(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**GOOD, "sources": "abc"}))
+    assert main(["bench", "--hardware", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("radixflow: error: ") and "'sources'" in err and "\n" not in err
+
+
+def _no_constant(name: str) -> float:
+    raise AssertionError(f"bench --json wrote {name}")
+
+
+def _all_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_all_finite(v) for v in value)
+    return True
+
+
+SLOWEST = {
+    "name": "slowest",
+    "flops": MIN_RATE,
+    "bandwidth": MIN_RATE,
+    "round_overhead_s": MAX_OVERHEAD_S,
+    "per_request_s": MAX_OVERHEAD_S,
+    "layer_overhead_s": MAX_OVERHEAD_S,
+    "kind_scale": dict.fromkeys(COMPUTE_TERMS, MAX_KIND_SCALE),
+    "weight_bytes": MAX_WEIGHT_BYTES,
+}
+FASTEST = {
+    "name": "fastest",
+    "flops": MAX_FLOPS,
+    "bandwidth": MAX_BANDWIDTH,
+    "round_overhead_s": 0.0,
+    "per_request_s": 0.0,
+    "kind_scale": dict.fromkeys(COMPUTE_TERMS, 0.0),  # every round free
+    "weight_bytes": 1,
+}
+
+
+@pytest.mark.parametrize("profile", [SLOWEST, FASTEST], ids=["slowest", "fastest"])
+@pytest.mark.parametrize("model", ["qwen3_5-2b", "qwen3_next-80b-a3b"])
+def test_a_profile_at_its_bounds_gives_finite_json(tmp_path: Path, profile: dict, model: str) -> None:
+    path, out = tmp_path / "p.json", tmp_path / "r.json"
+    path.write_text(json.dumps(profile))
+    argv = ["bench", "--model", model, "--hardware", str(path), "--groups", "2", "--context-len", "2048"]
+    assert main([*argv, "--json", str(out)]) == 0
+    report = json.loads(out.read_text(), parse_constant=_no_constant)
+    assert _all_finite(report)
+    assert report["config"]["hardware"]["name"] == profile["name"]

@@ -1,0 +1,68 @@
+"""The shipped kernel tables: schema, canonical bytes, attribution."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.costmodel.kernel_times.table_files import (
+    COLUMNS,
+    DATA_DIR,
+    SYSTEMS,
+    decode_table,
+    encode_table,
+    read_table,
+    table_label,
+    table_path,
+)
+
+
+def test_encoding_is_deterministic_and_sorted():
+    rows = [(3, 1, 1, 0.5), (1, 2, 2, 0.25)]
+    once, twice = encode_table("gemm", rows), encode_table("gemm", list(reversed(rows)))
+    assert once == twice
+    assert decode_table("gemm", once) == sorted(rows)
+
+
+def test_a_wrong_header_or_row_length_is_refused():
+    with pytest.raises(ValueError, match="header"):
+        decode_table("allreduce", encode_table("gemm", [(1, 1, 1, 1.0)]))
+    with pytest.raises(ValueError, match="fields"):
+        from radixflow.costmodel.kernel_times.table_files import parse_row
+
+        parse_row("gemm", ["1", "2", "0.5"])
+
+
+@pytest.mark.parametrize("gpu", sorted(SYSTEMS))
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_shipped_tables_are_canonical(gpu, table):
+    """Re-encoding the shipped rows gives the shipped bytes: the files are what
+    derive_kernel_tables writes (sorted, 6 significant digits, no gzip timestamp)."""
+    data = table_path(gpu, table).read_bytes()
+    rows = decode_table(table, data)
+    assert rows, f"{gpu}/{table} is empty"
+    assert encode_table(table, rows) == data
+    assert all(r[-1] > 0 for r in rows)
+
+
+def test_every_table_names_its_source():
+    assert table_label("h200", "gemm") == "h200_sxm/gemm/vllm/0.24.0/gemm_perf"
+    assert table_label("h100", "allreduce") == "h100_sxm/comm/vllm/0.24.0/custom_allreduce_perf"
+
+
+def test_the_data_carries_its_apache_notice():
+    notice = (DATA_DIR / "NOTICE").read_text()
+    assert "aiconfigurator-core 0.12.0" in notice and "Apache" in notice
+    assert "NVIDIA CORPORATION" in notice
+    assert "Apache License" in (DATA_DIR / "LICENSE").read_text()
+
+
+def test_shipped_data_stays_small():
+    total = sum(p.stat().st_size for p in DATA_DIR.rglob("*.csv.gz"))
+    assert total < 3_000_000
+
+
+def test_known_measurements_are_shipped():
+    # H200, one 2k-token request (32 q / 8 kv heads, head dim 128): 87 us
+    rows = read_table("h200", "context_attention")
+    (latency,) = [r[-1] for r in rows if r[:-1] == (32, 8, 128, 1, 2048)]
+    assert latency == pytest.approx(0.0874, rel=0.01)

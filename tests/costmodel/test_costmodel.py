@@ -1,0 +1,153 @@
+"""Cost model: per-kind work, hardware profiles, shapes read from configs, the NNLS fit."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+from radixflow.costmodel.hardware.profiles import (
+    HARDWARE,
+    ProfileError,
+    load_profile,
+    resolve_hardware,
+    save_profile,
+)
+from radixflow.costmodel.round_cost.by_profile import round_cost_model
+from radixflow.costmodel.round_cost.fitted_rates import CostModel, round_work
+from radixflow.costmodel.round_cost.nnls import nnls
+from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+
+
+def test_falcon_h1_sim_shape_has_state_in_every_layer():
+    # Falcon-H1 runs attention and Mamba2 in parallel in each layer: every layer holds state.
+    shape = SIM_MODELS["falcon_h1-1.5b"]
+    assert shape.has_recurrent
+    assert all(layer.has_state and layer.has_attention for layer in shape.layers)
+    assert set(shape.layer_kinds) == {"attention+mamba2"}
+
+
+def test_falcon_h1_sim_blocks_consumers_so_policies_differ():
+    from radixflow.bench.harness import run_policies
+    from radixflow.runners.sim import SimRunner
+    from radixflow.scheduler.scheduler import SchedulerConfig
+    from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+    spec = WorkloadSpec(groups=4, candidates=4, context_len=256, candidate_len=16, seed=1)
+    reqs = build_workload(spec).requests
+    runner = SimRunner(SIM_MODELS["falcon_h1-1.5b"], HARDWARE["h200"])
+    config = SchedulerConfig(token_budget=512)
+    native, flow = run_policies(reqs, runner, config, ["native", "radixflow"], "branch")
+    assert native.result.bubble_tokens > 0 and flow.result.rounds < native.result.rounds
+
+
+def test_every_hybrid_sim_shape_is_hybrid_and_the_control_is_not():
+    for name, shape in SIM_MODELS.items():
+        assert shape.has_recurrent == (name != "qwen3-4b"), name
+        assert shape.source, name
+
+
+def test_output_projection_is_charged_at_sampled_positions_only():
+    shape = SIM_MODELS["qwen3_5-2b"]
+    sampled = round_work(shape, [ChunkShape(0, 512, True)])
+    unsampled = round_work(shape, [ChunkShape(0, 512, False)])
+    assert unsampled.flops["lm_head"] == 0
+    assert sampled.flops["lm_head"] == 2 * shape.hidden * shape.vocab_size
+    assert {k: v for k, v in sampled.flops.items() if k != "lm_head"} == {
+        k: v for k, v in unsampled.flops.items() if k != "lm_head"
+    }
+
+
+def test_attention_pays_for_context_and_recurrent_layers_do_not():
+    shape = SIM_MODELS["qwen3_5-2b"]
+    fresh = round_work(shape, [ChunkShape(0, 256, True)])
+    late = round_work(shape, [ChunkShape(8192, 256, True)])
+    assert late.flops["attention"] > 10 * fresh.flops["attention"]
+    assert late.flops["gdn"] == fresh.flops["gdn"] > 0  # recurrent cost: per token, not per context
+    assert late.flops["matmul"] == fresh.flops["matmul"]
+    assert late.bytes > fresh.bytes  # more KV read
+
+
+def test_state_copies_are_memory_traffic():
+    shape = SIM_MODELS["nemotron_h-8b"]
+    plain = round_work(shape, [ChunkShape(64, 64, True)])
+    copies = round_work(shape, [ChunkShape(64, 64, True, restores=True, snapshots=2)])
+    assert copies.bytes - plain.bytes == pytest.approx(3 * shape.state_bytes())
+
+
+def test_h100_and_h200_share_compute_and_differ_in_memory():
+    h100, h200 = HARDWARE["h100"], HARDWARE["h200"]
+    assert h100.flops == h200.flops == 989e12
+    assert (h100.bandwidth, h200.bandwidth) == (3.35e12, 4.8e12)
+    assert h100.layer_overhead_s == h200.layer_overhead_s == 0.0  # no per-layer cost of a call
+    assert (h100.round_overhead_s, h100.decode_overhead_s) == (3e-3, 0.4e-3)
+    shape = SIM_MODELS["qwen3-4b"]
+    small, big = [ChunkShape(0, 16, True)], [ChunkShape(0, 8192, True)]
+    h100_model, h200_model = round_cost_model(shape, h100), round_cost_model(shape, h200)
+    # a 16-token round reads every weight: memory-bound, faster on the H200's HBM3e
+    assert h200_model.round_seconds(small) < h100_model.round_seconds(small)
+    # an 8192-token round's GEMMs are compute-bound: measured within a few percent of each other
+    matmul = [m.breakdown(big).terms["matmul"].seconds for m in (h100_model, h200_model)]
+    assert matmul[0] == pytest.approx(matmul[1], rel=0.1)
+    assert h100_model.breakdown(small).terms["fixed"].seconds == pytest.approx(3e-3)
+
+
+def test_fixed_round_cost_override_replaces_the_per_layer_part():
+    cpu = HARDWARE["cpu"]
+    fitted = replace(cpu, layer_overhead_s=1e-3)  # a calibrated profile may charge per layer
+    shape = SIM_MODELS["qwen3-4b"]
+    assert CostModel(shape, fitted).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(
+        2e-3 + 36 * 1e-3 + 1e-3
+    )
+    hw = fitted.with_fixed_round_cost(0.01)
+    assert CostModel(shape, hw).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(0.01 + 1e-3)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "qwen3"])
+def test_shape_from_zoo_config_matches_the_built_model(family):
+    zoo = pytest.importorskip("radixflow.models.zoo")
+    name = f"{family}-small"
+    shape = shape_from_config(name, zoo.preset_config(name))
+    info = zoo.model_info(name)
+    assert shape.total_params() == pytest.approx(info.params, rel=0.01)  # norms/biases not counted
+    assert len(shape.layers) == len(info.layers)
+    stateful = [any(r in k for r in ("deltanet", "mamba2", "conv")) for k in info.layers]
+    assert [layer.has_state for layer in shape.layers] == stateful
+
+
+def test_nnls_recovers_non_negative_coefficients():
+    rng = random.Random(0)
+    truth = [0.5, 0.0, 2e-9, 3.0]
+    rows = [[1.0, rng.random() * 5, rng.random() * 1e9, rng.random()] for _ in range(40)]
+    y = [sum(a * b for a, b in zip(r, truth, strict=True)) for r in rows]
+    got = nnls(rows, y)
+    assert all(g >= 0 for g in got)
+    for g, t in zip(got, truth, strict=True):
+        assert g == pytest.approx(t, rel=1e-6, abs=1e-9)
+
+
+def test_nnls_clamps_a_coefficient_that_would_be_negative():
+    rows = [[1.0, float(x)] for x in range(10)]
+    y = [5.0 - 0.1 * x for x in range(10)]  # best unconstrained slope is negative
+    intercept, slope = nnls(rows, y)
+    assert slope == 0 and intercept == pytest.approx(sum(y) / len(y), rel=1e-6)
+
+
+def test_profile_file_round_trip_and_errors(tmp_path):
+    path = tmp_path / "p.json"
+    save_profile(HARDWARE["h200"], path)
+    assert load_profile(path) == HARDWARE["h200"]
+    assert resolve_hardware(str(path)).bandwidth == 4.8e12
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "flops": "fast"}))
+    with pytest.raises(ProfileError, match="'flops'"):
+        load_profile(path)
+    path.write_text(json.dumps({**data, "speed": 1}))
+    with pytest.raises(ProfileError, match="'speed'"):
+        load_profile(path)
+    with pytest.raises(ProfileError, match="unknown hardware"):
+        resolve_hardware("tpu")

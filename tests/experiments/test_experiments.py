@@ -1,0 +1,247 @@
+"""`radixflow experiment`: a tiny config end to end (serial and on Ray), caching, config errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from radixflow.experiments.cells import without_timing
+from radixflow.experiments.config import Cell, ExperimentConfigError, load_config, parse_seeds
+from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.run import run_experiment
+
+TINY = """
+name = "tiny"
+policies = ["native", "radixflow"]
+seeds = [0]
+
+[defaults]
+runner = "sim"
+hardware = "h200"
+token_budget = 256
+max_requests = 16
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 128
+candidate_len = 16
+
+[[grid]]
+name = "models"
+model = ["qwen3_5-2b", "qwen3-4b"]
+
+[[grid]]
+name = "fixed cost"
+model = "falcon_h1-1.5b"
+fixed_cost_ms = [0, 20]
+
+[[grid]]
+name = "load"
+model = "qwen3_5-2b"
+[grid.workload]
+arrival = "poisson"
+rate = [10.0, 1000.0]
+"""
+CELL_FIELDS = {"key", "cell", "model", "hybrid", "requests", "fixed_cost_ms", "results", "wall_s"}
+VARIANT_FIELDS = {
+    "variant",
+    "rounds",
+    "mean_latency_s",
+    "p99_latency_s",
+    "reuse_rate",
+    "latencies_s",
+    "goodput_rps",
+}
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def _check_outputs(out: Path) -> dict:
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["variants"] == ["native", "radixflow"] and len(doc["cells"]) == 6
+    for cell in doc["cells"]:
+        assert set(cell) >= CELL_FIELDS
+        assert [r["variant"] for r in cell["results"]] == doc["variants"]
+        for r in cell["results"]:
+            assert set(r) >= VARIANT_FIELDS and r["completed"] == r["requests"] == 6
+    report = (out / "report.md").read_text()
+    assert "−44% to −11%" in report and "| sim | qwen3_5-2b |" in report and "## Regime" in report
+    for png in ("latency_cdf.png", "rounds.png", "latency_vs_load.png", "latency_change_vs_fixed_cost.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    return doc
+
+
+def test_tiny_experiment_serial_then_cached_then_on_ray(tiny: Path, tmp_path: Path):
+    serial = run_experiment(tiny, tmp_path / "serial", ExecutionOptions(), "test")
+    assert serial.ran == 6
+    doc = _check_outputs(tmp_path / "serial")
+    control = next(c for c in doc["cells"] if c["model"] == "qwen3-4b")
+    assert control["hybrid"] is False and control["results"][0]["rounds"] == control["results"][1]["rounds"]
+
+    again = run_experiment(tiny, tmp_path / "serial", ExecutionOptions(), "test")
+    assert again.ran == 0 and again.results == serial.results
+
+    pytest.importorskip("ray")
+    on_ray = run_experiment(tiny, tmp_path / "ray", ExecutionOptions(ray=True), "test")
+    assert on_ray.ran == 6
+    _check_outputs(tmp_path / "ray")
+    assert [without_timing(r) for r in on_ray.results] == [without_timing(r) for r in serial.results]
+
+
+def test_output_that_is_not_a_terminal_gets_a_progress_line_per_step(tiny: Path, tmp_path: Path, monkeypatch):
+    # a log file shows no live bar; 6 cells give a line per cell (5% of 6 rounds down to 1), here
+    # from the first second on
+    monkeypatch.setattr("radixflow.progress.QUIET_S", 0.0)
+    log = io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # plotting included: a stray warning is a user-facing wart
+        console = Console(file=log, force_terminal=False)
+        run_experiment(tiny, tmp_path / "o", ExecutionOptions(), "test", console)
+    lines = [line for line in log.getvalue().splitlines() if "/6 (" in line]
+    assert [re.search(r"(\d)/6 \(", line)[1] for line in lines] == ["1", "2", "3", "4", "5", "6"]
+    assert lines[0].startswith("tiny: models ") and re.search(r"6/6 \(100%\), \d+ s, ETA 0 s$", lines[-1])
+
+
+def test_with_seeds_keeps_each_distinct_cell_once_per_new_seed(tiny: Path, tmp_path: Path):
+    text = TINY.replace("seeds = [0]", "seeds = [0, 1, 2]")
+    text = text.replace('name = "load"', 'name = "load"\nseeds = [8]')  # a grid's own seeds
+    (tmp_path / "s.toml").write_text(text)
+    config = load_config(tmp_path / "s.toml")
+    assert len(config.cells) == 2 * 3 + 2 * 3 + 2 * 1
+    again = config.with_seeds([4, 9])
+    unseeded = [(c.group, c.settings, {**c.workload, "seed": None}) for c in again.cells]
+    assert [c.workload["seed"] for c in again.cells] == [4, 9] * 6
+    assert unseeded[::2] == unseeded[1::2] and len({json.dumps(u, sort_keys=True) for u in unseeded}) == 6
+    assert [c.group for c in again.cells[::2]] == [c.group for c in load_config(tiny).cells]
+    assert parse_seeds("0,3-5,4") == [0, 3, 4, 5] and parse_seeds(" 7 ") == [7]
+
+
+def test_cell_key_changes_with_the_cell(tiny: Path):
+    cells = load_config(tiny).cells
+    variants = load_config(tiny).variants
+    assert len({c.key(variants) for c in cells}) == len(cells)
+
+
+def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: Path, tmp_path: Path):
+    from radixflow.experiments.cells import run_cell
+
+    config = load_config(tiny)
+    cell = config.cells[0]
+    traced = Cell(cell.group, {**cell.settings, "trace_out": str(tmp_path / "cell.json")}, cell.workload)
+    assert traced.key(config.variants) == cell.key(config.variants)  # same results, cached alike
+    run_cell(traced, config.variants)
+    events = json.loads((tmp_path / "cell.json").read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
+    assert names == ["native · branch", "radixflow · branch"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (("[defaults]", "[defaults]\ncolour = 1"), "defaults.colour"),
+        (("rate = [10.0, 1000.0]", "rate = [10.0, -1.0]"), "grid[2].workload.rate"),
+        (('model = "falcon_h1-1.5b"', 'model = "falcon-h1"'), "grid[1].model"),
+        (("token_budget = 256", "token_budget = 0"), "defaults.token_budget"),
+        (('"radixflow"]', '"greedy"]'), "policies"),
+        (("groups = 2", 'groups = "two"'), "defaults.workload.groups"),
+        (('hardware = "h200"', 'hardware = "missing.json"'), "defaults.hardware"),
+        (("candidate_len = 16", 'candidate_len = 16\norder = "random"'), "defaults.workload.order"),
+        (("candidate_len = 16", "candidate_len = 0"), "defaults.workload.candidate_len"),
+        (("[defaults]", '[defaults]\nrouter = "round_robin"'), "defaults.router"),
+        (("[defaults]", "[defaults]\nreplicas = 0"), "defaults.replicas"),
+        (("candidate_len = 16", 'candidate_len = 16\nkind = "essays"'), "defaults.workload.kind"),
+        (("candidate_len = 16", "candidate_len = 16\nskew = -1.0"), "defaults.workload.skew"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str], key: str):
+    tiny.write_text(TINY.replace(*edit, 1))
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    message = str(info.value)
+    assert "\n" not in message and f": {key}" in message
+
+
+def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
+    from radixflow.experiments.cells import run_cell
+
+    fleet = TINY.replace("[defaults]", '[defaults]\nreplicas = 3\nrouter = "checkpoint"', 1)
+    tiny.write_text(fleet.replace("groups = 2", 'groups = 6\nkind = "chats"', 1))
+    config = load_config(tiny)
+    cell = config.cells[0]
+    result = run_cell(cell, config.variants)
+    for r in result["results"]:
+        assert r["completed"] == r["requests"] == 18 and r["reuse_rate"] > 0.5
+        assert r["fleet"]["replicas"] == 3 and r["fleet"]["router"] == "checkpoint"
+        assert sum(p["routed"] for p in r["fleet"]["per_replica"]) == 18
+
+
+def test_a_fleet_needs_the_sim_runner():
+    from radixflow.experiments.config import parse_config
+
+    data = {"defaults": {"runner": "torch", "model": "qwen3_5-tiny", "replicas": 2}}
+    with pytest.raises(
+        ExperimentConfigError, match=r"defaults\.replicas: a fleet of 2 replicas needs the sim"
+    ):
+        parse_config(data, "x.toml", Path("."))
+
+
+def test_fleet_keys_at_their_defaults_leave_cell_keys_alone(tiny: Path):
+    before = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    tiny.write_text(TINY.replace("[defaults]", '[defaults]\nreplicas = 1\nrouter = "pow2"', 1))
+    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == before
+
+
+def test_not_toml_is_one_line(tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [")
+    with pytest.raises(ExperimentConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+TORCH = """
+name = "torch"
+[defaults]
+runner = "torch"
+model = "lfm2-tiny"
+token_budget = 64
+max_requests = 8
+cost_profile = "cpu.json"
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 40
+candidate_len = 8
+"""
+
+
+def test_torch_cell_agrees_and_checks_the_cost_model_on_its_rounds(tmp_path: Path):
+    pytest.importorskip("torch")
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
+    (tmp_path / "t.toml").write_text(TORCH)
+    out = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test")
+    (cell,) = out.results
+    for r in cell["results"]:
+        assert r["agreement"] == 1.0 and r["failed"] == 0
+        assert r["worker_clock"] == "process" and r["worker_measured_s"] > 0
+        assert r["predicted_worker_s"] > 0 and r["prediction_error"] is not None
+    assert "## Cost model check (torch cells)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_cpu_time_maps_onto_runs_only_when_calls_and_rounds_match():
+    from radixflow.experiments.costcheck import split_cpu
+
+    assert split_cpu([1.0, 2.0, 3.0], [2, 1]) == [3.0, 3.0]
+    assert split_cpu([1.0, 2.0, 3.0], [1, 1]) is None  # e.g. a failed worker call: no clean mapping

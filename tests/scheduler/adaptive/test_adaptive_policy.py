@@ -1,0 +1,340 @@
+"""The `adaptive` policy's decisions on tiny hand-built cases, through the sim runner."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+import pytest
+
+from radixflow.engine.engine import Engine
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
+from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+# a runner whose recurrent layers cannot restore a state saved in the same round: a blocked
+# consumer can only wait or recompute there
+def waiting(model: str) -> SimRunner:
+    runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
+    runner.model = replace(runner.model, same_round_state=False)
+    return runner
+
+
+WAITING = waiting("qwen3_5-2b")
+ATTN = SimRunner(SIM_MODELS["qwen3-4b"], HARDWARE["h100"])
+CFG = SchedulerConfig(token_budget=512, max_requests=8, block_size=8, num_blocks=4096, num_state_slots=64)
+
+
+def run(
+    policy: str,
+    requests: list[Request],
+    runner: SimRunner = HYBRID,
+    cfg: SchedulerConfig = CFG,
+    placement: str | None = None,
+) -> Engine:
+    engine = Engine(runner, cfg, policy=policy, placement=placement)
+    for r in requests:
+        engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s, sampling=r.sampling))
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    return engine
+
+
+def outputs(engine: Engine) -> dict[str, list[int]]:
+    return {r.id: r.output for r in engine.requests}
+
+
+def counters(engine: Engine) -> dict[str, int]:
+    policy = engine.scheduler.policy
+    assert isinstance(policy, Adaptive)
+    return policy.counters()
+
+
+STEM = tuple(range(1, 193))
+
+
+def test_a_producer_with_dependents_is_promoted_ahead_of_earlier_lone_work(monkeypatch: pytest.MonkeyPatch):
+    lone = Request("lone", tuple(range(1000, 1400)))  # arrived first, shares nothing
+    group = [Request(f"g{i}", STEM + (900 + i,) * 8) for i in range(3)]
+    first = run("radixflow", [lone, *group]).rounds[0]
+    assert first.chunks[0][0] == "lone"
+    # without the FCFS bound, the producer's key (it counts the two consumers it releases) wins
+    monkeypatch.setitem(SCHEDULING_POLICIES, "unbounded", partial(Adaptive, fcfs_share=1e9))
+    engine = run("unbounded", [lone, *group])
+    assert engine.rounds[0].chunks[0][0] == "g0"
+    assert counters(engine)["promotions"] >= 1
+    # with it, `lone` (first in line, FCFS would serve it in its first round) keeps its place
+    assert run("adaptive", [lone, *group]).rounds[0].chunks[0][0] == "lone"
+
+
+def test_the_fcfs_bound_holds_a_long_request_near_its_fcfs_place(monkeypatch: pytest.MonkeyPatch):
+    """A long request ahead of a stream of short ones: unbounded, every short one overtakes it;
+    bounded, it runs no later than FCFS would have run it. All three place checkpoints alike: the
+    bound is about order (adaptive's own `lone` placement adds checkpoint writes radixflow's lacks)."""
+    long = Request("long", tuple(range(2000, 2400)), arrival_s=0.0)
+    shorts = [Request(f"s{i}", tuple(range(3000 + 40 * i, 3040 + 40 * i)), arrival_s=0.0) for i in range(12)]
+    monkeypatch.setitem(SCHEDULING_POLICIES, "unbounded", partial(Adaptive, fcfs_share=1e9))
+    unbounded = run("unbounded", [long, *shorts], placement="branch")
+    bounded = run("adaptive", [long, *shorts], placement="branch")
+    fcfs = run("radixflow", [long, *shorts], placement="branch")
+    assert unbounded.get("long").finish_s > 1.5 * fcfs.get("long").finish_s  # overtaken by all
+    assert bounded.get("long").finish_s <= fcfs.get("long").finish_s
+
+
+def test_a_consumer_recomputes_when_the_round_has_room_and_waiting_costs_a_round():
+    """Both prompts fit one round: the consumer recomputes the 192 shared tokens beside its
+    producer rather than wait a whole round (at the sim's fixed cost a round costs more)."""
+    reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
+    radixflow, adaptive = run("radixflow", reqs, WAITING), run("adaptive", reqs, WAITING)
+    assert [c[0] for c in adaptive.rounds[0].chunks] == ["p", "c"]
+    assert len(adaptive.rounds) < len(radixflow.rounds)
+    assert counters(adaptive)["recomputes"] == 1
+    assert outputs(adaptive) == outputs(radixflow)
+    c = adaptive.get("c")
+    assert c is not None and c.reused == 0
+
+
+def test_a_consumer_follows_its_producer_into_the_round_where_the_runner_restores_state_saved_in_it():
+    """The same pair on a runner whose recurrent layers run a round in waves: the consumer starts
+    from the producer's PENDING checkpoint in the producer's round, recomputing nothing."""
+    reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
+    adaptive, radixflow = run("adaptive", reqs), run("radixflow", reqs)
+    assert adaptive.rounds[0].chunks == (("p", 0, 200), ("c", 192, 200))
+    assert len(adaptive.rounds) == 1 < len(radixflow.rounds)
+    assert counters(adaptive)["follows"] == 1 and counters(adaptive)["recomputes"] == 0
+    assert outputs(adaptive) == outputs(radixflow)
+    # the follower runs in the round its state is saved in: its dependency depth is its producer's
+    assert adaptive.dependency_depth() == 1
+
+
+def test_a_follower_is_never_followed_in_its_round():
+    """c1 follows p; c2 shares more with c1 than with p, so its deepest checkpoint is c1's: it
+    may not follow c1 in the same round (a runner's recurrent layers take at most two waves)."""
+    a, b = STEM[:96], STEM[96:]
+    reqs = [Request("p", a + (900,) * 8)]
+    reqs += [Request(f"c{i}", a + b + (900 + i,) * 8) for i in (1, 2)]
+    engine = run("adaptive", reqs)
+    first = {c[0]: c for c in engine.rounds[0].chunks}
+    assert first["c1"][1] == 96  # followed p from its checkpoint at the branch point
+    assert "c2" not in first or first["c2"][1] != 192  # not from c1's PENDING checkpoint
+    assert outputs(engine) == outputs(run("radixflow", reqs))
+
+
+def test_a_consumer_waits_when_many_others_would_pay_for_the_duplicate():
+    """A long shared prefix and a queue behind: recomputing it would delay every one of them."""
+    stem = tuple(range(1, 449))
+    reqs = [Request(f"g{i}", stem + (900 + i,) * 8) for i in range(2)]
+    reqs += [Request(f"x{i}", tuple(range(2000 + 100 * i, 2060 + 100 * i))) for i in range(30)]
+    engine = run("adaptive", reqs, WAITING)
+    assert counters(engine)["recomputes"] == 0
+    assert counters(engine)["waits"] >= 1
+    assert outputs(engine) == outputs(run("native", reqs, WAITING))
+
+
+def test_the_full_attention_control_schedules_as_radixflow():
+    spec = WorkloadSpec(groups=4, candidates=4, context_len=128, candidate_len=8, order="shuffled", seed=3)
+    reqs = build_workload(spec).requests
+    a, r = run("adaptive", reqs, ATTN), run("radixflow", reqs, ATTN)
+    assert [x.chunks for x in a.rounds] == [x.chunks for x in r.rounds]
+
+
+def test_outputs_match_both_baselines_on_grouped_poisson_arrivals():
+    spec = WorkloadSpec(
+        groups=6,
+        candidates=4,
+        context_len=256,
+        candidate_len=16,
+        order="interleaved",
+        arrival="poisson",
+        rate=2000.0,
+        seed=1,
+    )
+    reqs = build_workload(spec).requests
+    small = SchedulerConfig(
+        token_budget=256, max_requests=8, block_size=8, num_blocks=4096, num_state_slots=64
+    )
+    runs = {p: run(p, reqs, cfg=small) for p in ("native", "radixflow", "adaptive")}
+    assert outputs(runs["adaptive"]) == outputs(runs["native"]) == outputs(runs["radixflow"])
+    assert all(r.finish_s is not None for r in runs["adaptive"].requests)
+    assert len(runs["adaptive"].rounds) <= len(runs["native"].rounds)  # it fills rounds as radixflow does
+
+
+def test_decisions_reach_the_trace_observer():
+    seen: list[tuple[str, str]] = []
+
+    class Observer:
+        def parked(self, consumer: str, producer: str) -> None:
+            pass
+
+        def woken(self, consumer: str, producer: str) -> None:
+            pass
+
+        def decision(self, kind: str, request_id: str, **details: object) -> None:
+            seen.append((kind, request_id))
+
+    reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
+    for runner, kind in ((WAITING, "recompute"), (HYBRID, "follow")):
+        seen.clear()
+        engine = Engine(runner, CFG, policy="adaptive")
+        engine.scheduler.events = Observer()
+        for r in reqs:
+            engine.submit(Request(r.id, r.prompt))
+        while engine.has_work():
+            engine.step()
+        assert (kind, "c") in seen and ("promote", "p") in seen
+
+
+def test_a_round_visits_what_it_takes_not_the_whole_queue():
+    """2000 lone requests waiting: each round pops about what it admits from the rank index."""
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=8192, num_state_slots=64)
+    engine = Engine(HYBRID, cfg, policy="adaptive")
+    for i in range(2000):
+        engine.submit(Request(f"r{i}", tuple(range(10 * i + 1, 10 * i + 17))))
+    policy = engine.scheduler.policy
+    assert isinstance(policy, Adaptive)
+    for _ in range(10):
+        before = policy._index.pops
+        engine.step()
+        assert policy._index.pops - before <= 2 * cfg.max_requests
+
+
+# a larger model, whose rounds grow steeply with their tokens, at the grid's budget
+# the admission rules below are about consumers that wait a round for their producer
+NEMOTRON = waiting("nemotron_h-8b")
+WIDE = SchedulerConfig(token_budget=2048, max_requests=16, block_size=16, num_blocks=4096, num_state_slots=64)
+CONTEXT = tuple(range(1, 1025))
+
+
+def consumers_and_a_late_prompt(consumers: int, behind: int = 0) -> list[Request]:
+    """A producer, its consumers, and lone 1088-token prompts that arrive while it runs."""
+    group = [Request(f"c{i}", CONTEXT + (900 + i,) * 64) for i in range(consumers + 1)]
+    late = [
+        Request(f"late{i}", tuple(range(5000 + 2000 * i, 6088 + 2000 * i)), arrival_s=0.001)
+        for i in range(behind + 1)
+    ]
+    return group + late
+
+
+def test_a_long_prompt_gets_a_round_of_its_own_after_a_round_of_consumers():
+    """Six consumers complete in round 1; taking the late prompt would make each wait for its
+    1088 tokens, while a round of its own costs it one fixed part."""
+    reqs = consumers_and_a_late_prompt(6)
+    adaptive, radixflow = run("adaptive", reqs, NEMOTRON, WIDE), run("radixflow", reqs, NEMOTRON, WIDE)
+    assert "late0" in [c[0] for c in radixflow.rounds[1].chunks]
+    assert [c[0] for c in adaptive.rounds[1].chunks] == [f"c{i}" for i in range(1, 7)]
+    assert [c[0] for c in adaptive.rounds[2].chunks] == ["late0"]
+    assert counters(adaptive)["separated"] == 1
+    mean = lambda e: sum(r.latency_s for r in e.requests) / len(e.requests)  # noqa: E731
+    assert mean(adaptive) < mean(radixflow)
+    assert outputs(adaptive) == outputs(radixflow)
+
+
+def test_one_consumer_or_a_queue_behind_the_prompt_takes_it():
+    alone = run("adaptive", consumers_and_a_late_prompt(1), NEMOTRON, WIDE)
+    assert [c[0] for c in alone.rounds[1].chunks] == ["c1", "late0"]
+    # eight more long prompts wait: a round of its own would delay all of them by a fixed part
+    queued = run("adaptive", consumers_and_a_late_prompt(6, behind=8), NEMOTRON, WIDE)
+    assert "late0" in [c[0] for c in queued.rounds[1].chunks]
+    assert counters(alone)["separated"] == counters(queued)["separated"] == 0
+
+
+def one_at_a_time(policy: str, requests: list[Request], placement: str | None = None) -> Engine:
+    """Each request submitted when the one before it has finished (a client calling per candidate)."""
+    engine = Engine(HYBRID, CFG, policy=policy, placement=placement)
+    for r in requests:
+        engine.run([Request(r.id, r.prompt, r.namespace, engine.now)])
+        engine.check_integrity()
+    return engine
+
+
+def test_adaptive_checkpoints_a_lone_context_so_candidates_called_one_by_one_reuse_it():
+    """With no placement given, `adaptive` uses its own (`lone`): the first candidate of a context
+    leaves a checkpoint near where the context ends, and the later ones reuse it; under `radixflow`
+    (its own is `branch`) the first sees no sibling, so the second recomputes the context (and
+    checkpoints the fork it finds). Outputs are the same."""
+    context = tuple(range(1, 257))  # 32 blocks of 8
+    reqs = [Request(f"c{i}", context + tuple(range(1000 + 40 * i, 1040 + 40 * i))) for i in range(4)]
+    ours, paper = one_at_a_time("adaptive", reqs), one_at_a_time("radixflow", reqs)
+    assert ours.placement == "lone" and paper.placement == "branch"
+    # the second reuses the cold-start ladder's rung at 232 (296 - 8 x 8), the rest the learned fork
+    assert [r.reused for r in ours.requests] == [0, 232, 256, 256]
+    assert [r.reused for r in paper.requests] == [0, 0, 256, 256]
+    assert outputs(ours) == outputs(paper)
+    assert ours.now < paper.now
+    # a placement given explicitly wins over the policy's own
+    assert [r.reused for r in one_at_a_time("adaptive", reqs, "branch").requests] == [0, 0, 256, 256]
+
+
+def test_a_model_without_recurrent_state_places_no_checkpoints_whatever_the_policy():
+    assert Engine(ATTN, CFG, policy="adaptive").placement == "none"
+    assert Engine(ATTN, CFG, policy="adaptive", placement="lone").placement == "none"
+
+
+def grid_cell(
+    fixed_ms: float, groups: int, order: str = "grouped"
+) -> tuple[SimRunner, SchedulerConfig, list]:
+    """One batch cell of `experiments/policies.toml` on nemotron_h-8b (H200, budget 2048)."""
+    setup_plan = plan_engine(
+        EngineOptions.from_mapping(
+            dict(
+                runner="sim", model="nemotron_h-8b", hardware="h200", fixed_cost_ms=fixed_ms, max_requests=256
+            )
+        )
+    )
+    spec = WorkloadSpec(groups=groups, candidates=8, context_len=1024, candidate_len=64, order=order, seed=0)
+    reqs = build_workload(spec).requests
+    setup = setup_plan.build([len(r.prompt) for r in reqs])
+    return setup.runner, setup.scheduler, reqs
+
+
+def mean_latency(engine: Engine) -> float:
+    return sum(r.latency_s for r in engine.requests) / len(engine.requests)
+
+
+def test_a_cut_chunk_waits_when_the_round_completes_many_and_a_fixed_part_is_cheap(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Grouped batch at 1 ms per call: `radixflow` cuts the next context's producer into every
+    round of consumers; `native` starts it a round later and wins the mean. `adaptive` defers the
+    cut chunk, lands within 1% of `native`, and never defers a request past the round FCFS would
+    have finished it by."""
+    runner, cfg, reqs = grid_cell(1.0, 8)
+    past_due: list[str] = []
+    defer = Adaptive._defer
+
+    def checked(self: Adaptive, request: Request, reuse: int) -> bool:
+        deferred = defer(self, request, reuse)
+        due = self._fcfs.due(request.id) if self._fcfs is not None else None
+        if deferred and (due is None or self._round >= due):
+            past_due.append(request.id)
+        return deferred
+
+    monkeypatch.setattr(Adaptive, "_defer", checked)
+    engines = {p: run(p, reqs, runner, cfg) for p in ("native", "radixflow", "adaptive")}
+    assert counters(engines["adaptive"])["deferred"] > 0 and past_due == []
+    assert mean_latency(engines["native"]) < mean_latency(engines["radixflow"])
+    assert mean_latency(engines["adaptive"]) <= 1.01 * mean_latency(engines["native"])
+    assert outputs(engines["adaptive"]) == outputs(engines["native"]) == outputs(engines["radixflow"])
+    # shuffled at 3 ms: without the FCFS guard the first deferrals come past their FCFS round
+    runner, cfg, shuffled = grid_cell(3.0, 8, "shuffled")
+    run("adaptive", shuffled, runner, cfg)
+    assert past_due == []
+
+
+def test_a_cut_chunk_is_taken_when_fixed_parts_are_dear_or_the_next_round_has_room():
+    # 10 ms per call and 32 contexts: the rounds a full budget saves are worth more
+    runner, cfg, reqs = grid_cell(10.0, 32)
+    dear = run("adaptive", reqs, runner, cfg)
+    assert mean_latency(dear) < mean_latency(run("native", reqs, runner, cfg))
+    # two long prompts and nothing behind them: the second's cut chunk completes nothing sooner,
+    # but the next round has room, so the chunk taken now shortens it
+    runner, cfg, _ = grid_cell(1.0, 2)
+    two = [Request(f"long{i}", tuple(range(5000 * (i + 1), 5000 * (i + 1) + 1500))) for i in range(2)]
+    engine = run("adaptive", two, runner, cfg)
+    assert [c[0] for c in engine.rounds[0].chunks] == ["long0", "long1"]
+    assert counters(engine)["deferred"] == 0

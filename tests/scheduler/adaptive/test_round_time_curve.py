@@ -1,0 +1,48 @@
+"""Round times read off the predictor on a grid: exact at grid sizes, interpolated between."""
+
+from __future__ import annotations
+
+from radixflow.scheduler import SchedulerConfig
+from radixflow.scheduler.adaptive.round_time_curve import FALLBACK_FIXED_SHARE, RoundTimes
+from radixflow.scheduler.output import ScheduledChunk
+
+CFG = SchedulerConfig(token_budget=1000, max_requests=8, block_size=1)
+
+
+def test_a_linear_predictor_is_read_back_exactly_and_probed_once_per_size():
+    calls: list[int] = []
+
+    def predict(chunks: list[ScheduledChunk]) -> float:
+        calls.append(len(chunks))
+        return 5.0 + 0.01 * sum(c.end - c.start for c in chunks)
+
+    times = RoundTimes(predict, CFG)
+    assert abs(times.seconds(1000) - 15.0) < 1e-9
+    assert abs(times.seconds(333) - 8.33) < 1e-9  # interpolated on a linear model: exact
+    probes = len(calls)
+    times.seconds(333)
+    assert len(calls) == probes  # cached
+    assert abs(times.per_token() - 0.01) < 1e-9
+    chunk = ScheduledChunk("a", "n", tuple(range(100)), 0, 100, (), None, (), True)
+    assert abs(times.draft_seconds([chunk], extra_tokens=50) - 6.5) < 1e-9
+    assert times.seconds(0) == 0.0
+
+
+def test_without_a_predictor_a_round_is_a_fixed_part_plus_its_tokens():
+    times = RoundTimes(None, CFG)
+    assert times.seconds(100) == FALLBACK_FIXED_SHARE * 1000 + 100
+
+
+def test_the_fixed_part_is_the_prefill_intercept_and_growth_counts_decode_steps_apart():
+    def predict(chunks: list[ScheduledChunk]) -> float:
+        decodes = sum(1 for c in chunks if c.end - c.start == 1)
+        prefill = sum(c.end - c.start for c in chunks) - decodes
+        # a decode-only round is cheap; a round with prefill pays 5 s plus 0.01 s a token
+        return (5.0 if prefill else 0.5) + 0.01 * prefill + 0.002 * decodes
+
+    times = RoundTimes(predict, CFG)
+    assert abs(times.fixed() - 5.0) < 1e-9
+    assert times.seconds(1) < times.fixed()  # one token is costed as a decode step
+    assert abs(times.grows(300, 0, 100) - 1.0) < 1e-9
+    # 300 tokens of which 20 decode steps: 280 prefill; 100 more prefill tokens add 1 s
+    assert abs(times.grows(300, 20, 100) - 1.0) < 1e-9

@@ -1,0 +1,255 @@
+"""Workload generator and JSONL traces."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from radixflow.scheduler.request import Request
+from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS, WorkloadSpec, build_workload
+from radixflow.workloads.jsonl_trace import TraceError, read_trace, write_trace
+from radixflow.workloads.workload import CANDIDATE, INDEPENDENT, RequestTag, Workload
+
+
+def test_grouped_shares_context_within_group_only():
+    reqs = build_workload(WorkloadSpec(groups=2, candidates=3, context_len=20, candidate_len=5)).requests
+    assert [r.id for r in reqs] == ["g0c0", "g0c1", "g0c2", "g1c0", "g1c1", "g1c2"]
+    assert reqs[0].prompt[:20] == reqs[2].prompt[:20] != reqs[3].prompt[:20]
+    assert all(len(r.prompt) == 25 for r in reqs)
+
+
+def test_orders_and_seed_determinism():
+    inter = build_workload(WorkloadSpec(groups=2, candidates=2, order="interleaved")).requests
+    assert [r.id for r in inter] == ["g0c0", "g1c0", "g0c1", "g1c1"]
+    a = build_workload(WorkloadSpec(order="shuffled", seed=3)).requests
+    b = build_workload(WorkloadSpec(order="shuffled", seed=3)).requests
+    assert [(r.id, r.prompt) for r in a] == [(r.id, r.prompt) for r in b]
+    assert [r.id for r in a] != sorted(r.id for r in a)
+
+
+def test_arrivals():
+    pois = build_workload(WorkloadSpec(groups=4, candidates=4, arrival="poisson", rate=10.0)).requests
+    times = [r.arrival_s for r in pois]
+    assert times == sorted(times) and times[-1] > 0
+    bursty = WorkloadSpec(groups=2, candidates=8, arrival="bursty", rate=16, burst_size=8)
+    burst = build_workload(bursty).requests
+    assert sorted({r.arrival_s for r in burst}) == [0.0, 0.5]
+
+
+def test_independent_requests_and_namespaces():
+    work = build_workload(WorkloadSpec(groups=2, candidates=2, independent=3, namespaces=2))
+    assert sum(work.tag(r).kind == INDEPENDENT for r in work.requests) == 3
+    assert {r.namespace for r in work.requests if work.tag(r).group is not None} == {"ns0", "ns1"}
+
+
+def test_every_request_is_tagged_with_its_group_and_kind():
+    work = build_workload(WorkloadSpec(groups=3, candidates=2, independent=2, order="shuffled", seed=5))
+    assert [r.id for r in work.requests] == list(work.tags)  # tags in queue order
+    for r in work.requests:
+        if r.id.startswith("i"):
+            assert work.tag(r) == RequestTag(group=None, kind=INDEPENDENT)
+        else:  # "g{group}c{candidate}"
+            assert work.tag(r) == RequestTag(group=int(r.id[1 : r.id.index("c")]), kind=CANDIDATE)
+
+
+def test_a_single_independent_request_is_a_workload():
+    work = build_workload(WorkloadSpec(groups=0, independent=1))
+    assert [(r.id, work.tag(r)) for r in work.requests] == [("i0", RequestTag(None, INDEPENDENT))]
+
+
+def test_the_engine_request_carries_no_workload_tags():
+    names = set(Request.__dataclass_fields__)
+    assert not names & {"group", "kind"}
+    assert not hasattr(Request, "output_token") and not hasattr(Request, "top_logprobs")
+
+
+@pytest.mark.parametrize(
+    "ids, tagged",
+    [
+        (["a", "b"], ["a"]),  # a request without a tag
+        (["a"], ["a", "b"]),  # a tag without a request
+        (["a", "a"], ["a"]),  # two requests, one id
+    ],
+)
+def test_workload_needs_one_tag_per_unique_request_id(ids, tagged):
+    with pytest.raises(ValueError, match="one tag per request"):
+        Workload([Request(i, (1,)) for i in ids], {i: RequestTag() for i in tagged})
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        WorkloadSpec(groups=0, independent=0),
+        WorkloadSpec(rate=-1.0),
+        WorkloadSpec(order="sideways"),
+        WorkloadSpec(candidate_len=0),
+        WorkloadSpec(rate=float("nan")),
+        WorkloadSpec(rate=float("inf")),
+        WorkloadSpec(rate=1e-300),
+    ],
+)
+def test_bad_specs_are_rejected(spec):
+    with pytest.raises(ValueError):
+        build_workload(spec)
+
+
+def test_trace_round_trip(tmp_path):
+    work = build_workload(WorkloadSpec(groups=2, candidates=2, independent=1, arrival="poisson"))
+    path = tmp_path / "t.jsonl"
+    write_trace(path, work)
+    back = read_trace(path)
+    assert [(r.id, r.prompt, r.namespace, r.arrival_s) for r in back.requests] == [
+        (r.id, r.prompt, r.namespace, r.arrival_s) for r in work.requests
+    ]
+    assert back.tags == work.tags
+    assert {RequestTag(0, CANDIDATE), RequestTag(1, CANDIDATE), RequestTag(None, INDEPENDENT)} == set(
+        back.tags.values()
+    )
+
+
+def test_trace_lines_keep_their_format(tmp_path):
+    work = build_workload(WorkloadSpec(groups=1, candidates=1, context_len=1, candidate_len=1, independent=1))
+    path = tmp_path / "t.jsonl"
+    write_trace(path, work)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [list(row) for row in rows] == [["id", "namespace", "arrival_s", "group", "kind", "prompt"]] * 2
+    assert [(row["id"], row["group"], row["kind"]) for row in rows] == [
+        ("i0", None, "independent"),  # mixed in evenly: before the one candidate
+        ("g0c0", 0, "candidate"),
+    ]
+
+
+def test_trace_written_before_tags_left_the_request_still_loads(tmp_path):
+    # lines as older versions wrote them (group and kind beside the prompt), one with no tags at all,
+    # and a kind this version never generates: all are kept as tags
+    path = tmp_path / "old.jsonl"
+    rows = [
+        '{"id": "g3c0", "namespace": "ns1", "arrival_s": 0.5, "group": 3, "kind": "candidate", '
+        '"prompt": [5, 6]}',
+        '{"id": "i0", "namespace": "ns0", "arrival_s": 0.0, "group": null, "kind": "independent", '
+        '"prompt": [7]}',
+        '{"id": "bare", "prompt": [8]}',
+        '{"id": "odd", "prompt": [9], "kind": "probe"}',
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    work = read_trace(path)
+    assert [(r.id, r.prompt, r.namespace, r.arrival_s) for r in work.requests] == [
+        ("g3c0", (5, 6), "ns1", 0.5),
+        ("i0", (7,), "ns0", 0.0),
+        ("bare", (8,), "default", 0.0),
+        ("odd", (9,), "default", 0.0),
+    ]
+    assert work.tags == {
+        "g3c0": RequestTag(3, CANDIDATE),
+        "i0": RequestTag(None, INDEPENDENT),
+        "bare": RequestTag(None, CANDIDATE),
+        "odd": RequestTag(None, "probe"),
+    }
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ('{"id": "a", "prompt": [1], "group": "g1"}', "'group' must be an integer or null"),
+        ('{"id": "a", "prompt": [1], "kind": ""}', "'kind' must be a non-empty string"),
+    ],
+)
+def test_bad_tags_in_a_trace_name_their_line(tmp_path, line, needle):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(TraceError, match=rf"bad.jsonl:1: {needle}"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"id": "a", "prompt": []}', "'prompt'"),
+        ('{"id": "a", "prompt": [1, "x"]}', "'prompt'"),
+        ('{"id": "a", "prompt": [1], "arrival_s": -2}', "'arrival_s'"),
+        ('{"prompt": [1]}', "'id'"),
+    ],
+)
+def test_malformed_trace_line_names_its_line(tmp_path, line, needle):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "ok", "prompt": [1, 2]}\n' + line + "\n")
+    with pytest.raises(TraceError, match=rf"bad.jsonl:2: .*{needle}"):
+        read_trace(path)
+
+
+def test_workload_size_limit_is_checked_before_any_token_is_drawn():
+    spec = WorkloadSpec(groups=100_000_000)
+    assert spec.total_tokens > MAX_WORKLOAD_TOKENS
+    with pytest.raises(ValueError, match=f"the limit is {MAX_WORKLOAD_TOKENS}"):
+        build_workload(spec)  # returns at once: nothing is drawn
+
+
+def test_trace_token_limit_names_the_line_where_it_is_passed(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1, 2, 3]}\n{"id": "b", "prompt": [4, 5, 6]}\n')
+    assert len(read_trace(path, max_tokens=6).requests) == 2
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: the trace exceeds the limit of 5 prompt tokens"):
+        read_trace(path, max_tokens=5)
+
+
+def test_trace_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1, 2]}\n', encoding="utf-8-sig")
+    assert [r.id for r in read_trace(path).requests] == ["a"]
+
+
+def test_trace_namespace_null_no_longer_merges_with_the_string_none(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [
+        '{"id": "a", "prompt": [1], "namespace": "None"}',
+        '{"id": "b", "prompt": [1], "namespace": null}',
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: 'namespace' must be a non-empty string, got null"):
+        read_trace(path)
+
+
+def test_nested_sharing_puts_one_system_prompt_before_every_context():
+    reqs = build_workload(
+        WorkloadSpec(groups=3, candidates=2, context_len=8, candidate_len=4, shared_prefix_len=5)
+    ).requests
+    system = reqs[0].prompt[:5]
+    assert all(r.prompt[:5] == system and len(r.prompt) == 17 for r in reqs)
+    contexts = {r.prompt[5:13] for r in reqs}
+    assert len(contexts) == 3  # the contexts still differ per group
+
+
+def test_without_a_shared_prefix_the_workload_is_unchanged():
+    spec = WorkloadSpec(groups=2, candidates=2, context_len=8, candidate_len=4)
+    assert [r.prompt for r in build_workload(spec).requests] == [
+        r.prompt for r in build_workload(WorkloadSpec(**{**spec.to_dict(), "shared_prefix_len": 0})).requests
+    ]
+    assert build_workload(spec).requests[0].prompt[:8] != build_workload(spec).requests[2].prompt[:8]
+
+
+def test_negative_shared_prefix_is_refused():
+    with pytest.raises(ValueError, match="shared_prefix_len: must be at least 0"):
+        WorkloadSpec(shared_prefix_len=-1).validate()
+
+
+def test_chat_turns_extend_the_previous_turn():
+    spec = WorkloadSpec(groups=2, candidates=4, context_len=32, candidate_len=8, kind="chats", seed=3)
+    reqs = {r.id: r for r in build_workload(spec).requests}
+    for g in range(2):
+        turns = [reqs[f"g{g}c{k}"].prompt for k in range(4)]
+        assert [len(t) for t in turns] == [40, 48, 56, 64]
+        assert all(b[: len(a)] == a for a, b in itertools.pairwise(turns))
+    assert spec.prompt_len == 64
+
+
+def test_skew_gives_the_first_groups_most_requests():
+    spec = WorkloadSpec(groups=8, candidates=4, context_len=16, candidate_len=4, skew=1.0)
+    sizes = spec.group_sizes()
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > 3 * sizes[-1] and min(sizes) >= 1
+    assert len(build_workload(spec).requests) == sum(sizes) == spec.requests
+    assert WorkloadSpec(skew=0.0).group_sizes() == [8] * 8
+    assert WorkloadSpec(skew=-1.0).problem().param == "skew"
+    assert WorkloadSpec(kind="essays").problem().param == "kind"

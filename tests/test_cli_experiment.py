@@ -300,3 +300,16 @@ def test_a_large_grid_shows_progress_while_its_cells_are_checked(tmp_path, capsy
         f"c.toml: checking cells: {n}/301" for n in (100, 200, 300)
     ], err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_torch_cells_device_is_checked_where_the_config_sets_it(tmp_path, capsys):
+    pytest.importorskip("torch")
+    config = tmp_path / "c.toml"
+    torch_cell = CONFIG.replace(
+        'model = "qwen3_5-2b"', 'runner = "torch"\nmodel = "lfm2-tiny"\ndevice = "quantum"'
+    )
+    config.write_text(torch_cell)
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "c.toml: defaults.device: unknown device 'quantum'" in line, line
+    assert not (tmp_path / "o").exists()

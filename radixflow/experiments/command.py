@@ -24,7 +24,7 @@ from radixflow.experiments.run import default_out, progress_bar, run_experiment
 from radixflow.options import plan_engine
 from radixflow.options.flags import add_engine_flags, from_args, parse_int
 from radixflow.options.runners import device_problem
-from radixflow.problems import ProblemError
+from radixflow.problems import Problem, ProblemError
 
 EXTRA = "pip install -e '.[experiments]'"
 OVERRIDES = ("device",)  # engine options the command line may set for every torch-runner cell
@@ -83,8 +83,8 @@ def _device(args: argparse.Namespace) -> str | None:
         return None
     device = from_args(args, only=OVERRIDES).device
     problem = device_problem(device)
-    if problem is not None:
-        raise ProblemError(problem)
+    if problem is not None:  # the flag the user gave, whichever check refused it
+        raise ProblemError(Problem("device", problem.message))
     return device
 
 

@@ -20,7 +20,7 @@ from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, option_fields, runner_name
-from radixflow.options.runners import name_problem
+from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import ProblemError
 from radixflow.scheduler.placement import PLACEMENTS
@@ -189,6 +189,9 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
     if problem is not None:
         raise fail(origin, loc("model"), problem.message)
     s["runner"] = runner_name(options)
+    problem = device_problem(s["device"]) if s["runner"] == "torch" else None
+    if problem is not None:  # the torch runner's own check, before any cell runs
+        raise fail(origin, loc("device"), problem.message)
     if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)

@@ -20,7 +20,7 @@ MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says m
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
 MAX_NAME = 100  # characters in an experiment or grid name
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-SAFE_HELP = "letters, digits, '-', '_' and '.' (not first), as it names the directory results/<name>"
+SAFE_HELP = "ASCII letters, digits, '-', '_' and '.' (not first): it names the directory results/<name>"
 
 
 class ExperimentConfigError(ValueError):

@@ -24,7 +24,8 @@ class LoggedProgress(Progress):
     def __init__(
         self, *columns: str | ProgressColumn, console: Console, quiet_s: float | None = None
     ) -> None:
-        super().__init__(*columns, console=console, transient=True)
+        # no live display off a terminal: there it draws nothing but a stray blank line when it stops
+        super().__init__(*columns, console=console, transient=True, disable=not console.is_terminal)
         self._quiet_s = QUIET_S if quiet_s is None else quiet_s
         self._logged: dict[TaskID, int] = {}  # task -> the last step it printed
 

@@ -399,3 +399,148 @@ def test_config_fields_refuse_naming_the_field_or_keep_the_value(zoo, zoo_name, 
         return
     kept = got.to_dict().get(field)
     assert kept == value or (isinstance(value, float) and math.isnan(value)), (field, value, kept)
+
+
+# ------------------------------------------------------------------ experiment names and lists
+# what a careless or hostile config might put where a name belongs (TOML has no null)
+NAME_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            " ",
+            ".",
+            "..",
+            "../x",
+            "../../../x",
+            "a/b",
+            "/abs",
+            "a\\b",
+            ".hidden",
+            "-dash",
+            "a b",
+            "a\nb",
+            "tab\there",
+            "nul\x00",
+            "x" * 101,
+            "ok-name_1.2",
+            "C:x",
+            "~",
+            "é",
+            "main",
+            "a",
+            "b",
+            "grid[1]",
+        ]
+    ),
+    st.text(max_size=12),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+NAMES_BASE: dict[str, Any] = {
+    "name": "t",
+    "defaults": {"runner": "sim", "model": "qwen3_5-2b", "workload": {"groups": 1, "candidates": 2}},
+    "grid": [{"name": "a", "token_budget": 256}, {"name": "b", "token_budget": 512}],
+}
+
+
+def _with(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``data`` with ``value`` at ``path`` ("grid[1].workload.rate", "seeds")."""
+    out = json.loads(json.dumps(data))
+    *tables, last = path.split(".")
+    here = out
+    for part in tables:
+        name, _, index = part.partition("[")
+        here = here.setdefault(name, {})
+        if index:
+            here = here[int(index.rstrip("]"))]
+    here[last] = value
+    return out
+
+
+def _refused(data: dict[str, Any], tmp: Path) -> str | None:
+    """The one-line refusal of ``data`` (None: accepted), within a time limit."""
+    try:
+        with time_limit(30):
+            parse_config(data, "t.toml", tmp)
+    except ExperimentConfigError as e:
+        assert "\n" not in str(e) and str(e).startswith("t.toml: "), e
+        return str(e)
+    return None
+
+
+@SETTINGS
+@given(where=st.sampled_from(["name", "description", "grid[0].name", "grid[1].name"]), value=NAME_VALUES)
+def test_experiment_names_refuse_in_one_line_or_are_plain_names(where, value, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("names")
+    data = _with(NAMES_BASE, where, value)
+    refusal = _refused(data, tmp)
+    if refusal is not None:
+        assert f"t.toml: {where}: " in refusal, (where, value, refusal)
+        return
+    config = parse_config(data, "t.toml", tmp)
+    assert isinstance(value, str), (where, value)
+    if where == "name":  # it names a directory under results/: one plain component, inside it
+        root = tmp / "results"
+        assert config.name == value and len(Path(value).parts) == 1 and value not in (".", "..")
+        assert (root / value).resolve().parent == root.resolve() and not value.startswith(".")
+    elif where.startswith("grid"):  # it labels the report: one printable line, one grid's own
+        assert value.strip() and value.isprintable(), value
+        assert len({c.group for c in config.cells}) == 2, (value, [c.group for c in config.cells])
+
+
+LIST_KEYS = [
+    "policies",
+    "seeds",
+    "grid[0].seeds",
+    *(f"defaults.{k}" for k in sorted(CELL_KEYS)),
+    *(f"grid[0].{k}" for k in sorted(CELL_KEYS)),
+    *(f"grid[0].workload.{k}" for k in sorted(WORKLOAD_KEYS)),
+]
+LIST_ITEMS = st.one_of(
+    st.sampled_from(["native", "radixflow", "adaptive", "native@", "qwen3_5-2b", "h200", "sim", "pow2"]),
+    st.sampled_from([0, 1, 2, 256, 512, 1.0, 2.5, True]),
+    NAME_VALUES,
+)
+
+
+def _default_of(path: str) -> Any:
+    key = path.rsplit(".", 1)[-1]
+    if path.startswith("grid[0].workload."):
+        return WORKLOAD_KEYS[key]
+    return {"policies": "native", "seeds": 0}.get(key, CELL_KEYS.get(key))
+
+
+def _exact_repeat(values: list[Any]) -> bool:
+    """Two entries of one type and one value (NaN is never equal to itself)."""
+    return any(type(a) is type(b) and a == b for i, a in enumerate(values) for b in values[i + 1 :])
+
+
+@SETTINGS
+@given(
+    where=st.sampled_from(LIST_KEYS),
+    items=st.lists(LIST_ITEMS, max_size=4),
+    repeat=st.sampled_from(["none", "first", "default"]),
+)
+def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
+    where, items, repeat, tmp_path_factory
+):
+    default = _default_of(where)
+    if repeat == "first" and items:
+        items = [*items, items[0]]
+    elif repeat == "default" and default is not None:
+        items = [default, *items, default]
+    tmp = tmp_path_factory.mktemp("lists")
+    data = _with(NAMES_BASE, where, items)
+    refusal = _refused(data, tmp)
+    key = where.removeprefix("defaults.") if where.startswith("defaults.") else where
+    if refusal is not None:
+        assert key in refusal, (where, items, refusal)
+        return
+    assert items and not _exact_repeat(items), (where, items)
+    config = parse_config(data, "t.toml", tmp)
+    labels = [v.label for v in config.variants]
+    keys = [c.key(config.variants) for c in config.cells]
+    assert len(set(labels)) == len(labels) and len(set(keys)) == len(keys), (where, items)

@@ -51,6 +51,11 @@ class Comparison:
     base: dict[str, Any] = field(default_factory=dict)
     new: dict[str, Any] = field(default_factory=dict)
 
+    def value(self, axis: str) -> Any:
+        """The cell's value along ``axis``: "fixed_cost_ms" (what its runner charged; None on a real
+        runner) or a setting key. None where the cell has none: callers leave such cells out."""
+        return self.fixed_cost_ms if axis == "fixed_cost_ms" else self.settings.get(axis)
+
 
 def _flat(cell: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in cell.items() if k != "workload"}
@@ -136,7 +141,7 @@ def regime(comps: list[Comparison], axis: str, variant: str) -> list[RegimePoint
     """Mean-latency change of hybrid cells grouped by ``axis`` ("fixed_cost_ms" or a setting key)."""
     by_value: dict[float, list[float]] = {}
     for c in comps:
-        value = c.fixed_cost_ms if axis == "fixed_cost_ms" else c.settings.get(axis)
+        value = c.value(axis)
         change = c.change["mean_latency_s"]
         if c.variant == variant and c.hybrid and value is not None and change is not None:
             by_value.setdefault(float(value), []).append(change)

@@ -16,17 +16,19 @@ from radixflow.experiments.config import (
     ExperimentConfig,
     ExperimentConfigError,
     load_config,
-    parse_seeds,
 )
+from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.failures import completed_nothing
-from radixflow.experiments.run import default_out, run_experiment
+from radixflow.experiments.run import default_out, progress_bar, run_experiment
 from radixflow.options import plan_engine
-from radixflow.options.flags import add_engine_flags, from_args
-from radixflow.problems import ProblemError
+from radixflow.options.flags import add_engine_flags, from_args, parse_int
+from radixflow.options.runners import device_problem
+from radixflow.problems import Problem, ProblemError
 
 EXTRA = "pip install -e '.[experiments]'"
 OVERRIDES = ("device",)  # engine options the command line may set for every torch-runner cell
+PROGRESS_EVERY = 100  # cells checked between updates of the bar
 
 
 class ExperimentUsageError(ValueError):
@@ -36,7 +38,8 @@ class ExperimentUsageError(ValueError):
 HELP = (
     "run every cell of an experiment config (TOML) with the policies side by side on identical inputs; "
     "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them. "
-    "--device, when given, replaces the device of every torch-runner cell; --seeds the seeds of every cell"
+    "--device, when given, replaces the device of every torch-runner cell; --seeds the seeds of every cell; "
+    f"a config of more than {MAX_CELLS:,} cells is refused unless --max-cells allows it"
 )
 
 
@@ -49,6 +52,14 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
         "--seeds",
         help="run every cell with these seeds instead of the config's, e.g. 3-9 or 0,4,7 "
         "(an out-of-sample check of a grid chosen on other seeds)",
+    )
+    e.add_argument(
+        "--max-cells",
+        type=parse_int,
+        default=MAX_CELLS,
+        metavar="N",
+        help=f"run a config of up to N cells (default: {MAX_CELLS}; a larger grid is refused before it "
+        "is expanded, so a slip of a list does not start a run of days)",
     )
     add_engine_flags(e, only=OVERRIDES)  # given, it overrides the config's torch-runner cells
 
@@ -66,20 +77,55 @@ def _check_torch_cells(config: ExperimentConfig) -> None:
             raise ExperimentUsageError(str(e.problem)) from None
 
 
+def _device(args: argparse.Namespace) -> str | None:
+    """``--device``, checked as the torch runner checks its own (None: not given)."""
+    if args.device is None:
+        return None
+    device = from_args(args, only=OVERRIDES).device
+    problem = device_problem(device)
+    if problem is not None:  # the flag the user gave, whichever check refused it
+        raise ProblemError(Problem("device", problem.message))
+    return device
+
+
+def _on_device(config: ExperimentConfig, device: str) -> ExperimentConfig:
+    if not any(c.settings["runner"] == "torch" for c in config.cells):
+        print(
+            "radixflow: warning: --device has no effect: no cell of this experiment runs on the torch runner",
+            file=sys.stderr,
+        )
+    return config.with_device(device)
+
+
+def _load(args: argparse.Namespace) -> ExperimentConfig:
+    """The config with every cell checked, counted on a bar as they are (a large grid takes a while)."""
+    with progress_bar(Console(stderr=True)) as progress:
+        task = progress.add_task(f"{args.config.name}: checking cells", total=None)
+
+        def checked(done: int, total: int) -> None:
+            if done % PROGRESS_EVERY == 0 or done == total:
+                progress.update(task, completed=done, total=total)
+
+        try:
+            return load_config(args.config, args.max_cells, checked)
+        except ExperimentConfigError as e:
+            raise ExperimentUsageError(str(e)) from None
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     use_ray = args.ray or args.ray_address is not None
     for module in ("matplotlib", *(("ray",) if use_ray else ())):
         if importlib.util.find_spec(module) is None:
             raise ExperimentUsageError(f"{module} is not installed: {EXTRA}")
-    try:
-        config = load_config(args.config)
-    except ExperimentConfigError as e:
-        raise ExperimentUsageError(str(e)) from None
-    if args.device is not None:
-        config = config.with_device(from_args(args, only=OVERRIDES).device)
+    if args.max_cells < 1:
+        raise ExperimentUsageError(f"--max-cells: must be at least 1, got {args.max_cells}")
+    device = _device(args)
+    config = _load(args)
+    if device is not None:
+        config = _on_device(config, device)
     if args.seeds is not None:
         try:
-            config = config.with_seeds(parse_seeds(args.seeds))
+            config = config.with_seeds(parse_seeds(args.seeds), args.max_cells)
         except ValueError as e:
             raise ExperimentUsageError(str(e)) from None
     _check_torch_cells(config)
@@ -91,6 +137,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         ("--ray-address", args.ray_address),
         ("--device", args.device),
         ("--seeds", args.seeds),
+        ("--max-cells", args.max_cells if args.max_cells != MAX_CELLS else None),
     ]
     command = " ".join(
         ["radixflow experiment", shlex.quote(str(args.config))]

@@ -10,17 +10,18 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
+from radixflow.experiments import config_checks as checks
+from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, option_fields, runner_name
-from radixflow.options.runners import name_problem
+from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import ProblemError
 from radixflow.scheduler.placement import PLACEMENTS
@@ -31,7 +32,6 @@ SCHEMA = 2  # bump when a cell's meaning changes: cached cell results are keyed 
 
 MAX_REPETITIONS = 1000
 MAX_REPLICAS = 1024
-MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
 # A cell's engine settings are `EngineOptions` fields (their defaults, types and limits; the
 # policy comes from the experiment's `policies`); these keys are the experiment's own.
 EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
@@ -55,10 +55,6 @@ CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in
 WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
 OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its results
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
-
-
-class ExperimentConfigError(ValueError):
-    """A config mistake, reported as one line naming the key."""
 
 
 @dataclass(frozen=True)
@@ -113,14 +109,16 @@ class ExperimentConfig:
         ]
         return replace(self, cells=cells)
 
-    def with_seeds(self, seeds: list[int]) -> ExperimentConfig:
+    def with_seeds(self, seeds: list[int], max_cells: int = MAX_CELLS) -> ExperimentConfig:
         """The same experiment with ``seeds`` in place of every cell's seed: each distinct cell
         once per seed, in the config's order (an out-of-sample rerun of a grid). The description
-        says so, since the config's may name its own seeds."""
+        says so, since the config's may name its own seeds. More than ``max_cells`` cells are
+        refused (`ExperimentConfigError`)."""
         distinct: dict[str, Cell] = {}
         for c in self.cells:
             unseeded = Cell(c.group, c.settings, {k: v for k, v in c.workload.items() if k != "seed"})
             distinct.setdefault(json.dumps(unseeded.to_dict(), sort_keys=True), unseeded)
+        checks.seeded_size(len(distinct), len(seeds), max_cells)
         cells = [
             Cell(c.group, c.settings, {**c.workload, "seed": s}) for c in distinct.values() for s in seeds
         ]
@@ -129,80 +127,45 @@ class ExperimentConfig:
         return replace(self, cells=cells, description=f"{self.description} {note}".strip())
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"3-9"``, ``"0,4,7"`` or both (``"0,3-5"``) as a list of distinct seeds, in order; raises
-    ValueError with a one-line reason."""
-    seeds: dict[int, None] = {}  # ordered and distinct
-    for part in (p.strip() for p in text.split(",")):
-        lo, sep, hi = part.partition("-")
-        if not _digits(lo) or (sep and not _digits(hi)):
-            raise ValueError(f"--seeds: {text!r} is not a list like 3-9 or 0,4,7 of integers >= 0")
-        first, last = int(lo), int(hi) if sep else int(lo)
-        if last < first:
-            raise ValueError(f"--seeds: the range {part!r} runs backwards")
-        if len(seeds) + last - first >= MAX_SEEDS:
-            raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")
-        seeds.update(dict.fromkeys(range(first, last + 1)))
-    return list(seeds)
-
-
-def _digits(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
-def _fail(origin: str, key: str, why: str) -> ExperimentConfigError:
-    return ExperimentConfigError(f"{origin}: {key}: {why}")
-
-
 def _variant(text: Any, origin: str) -> Variant:
     if not isinstance(text, str):
-        raise _fail(origin, "policies", f"each entry must be a string, got {text!r}")
+        raise fail(origin, "policies", f"each entry must be a string, got {text!r}")
     policy, _, placement = text.partition("@")
     if policy not in SCHEDULING_POLICIES:
         known = ", ".join(SCHEDULING_POLICIES)
-        raise _fail(origin, "policies", f"unknown policy {policy!r} (known: {known})")
+        raise fail(origin, "policies", f"unknown policy {policy!r} (known: {known})")
     if placement and placement not in PLACEMENTS:
-        raise _fail(origin, "policies", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
+        raise fail(origin, "policies", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
     return Variant(policy, placement or None)
-
-
-def _check_value(origin: str, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
-    """A workload value: the type of its default, finite, not negative."""
-    if isinstance(value, bool) or not isinstance(value, kind):
-        name = kind.__name__ if isinstance(kind, type) else "number"
-        raise _fail(origin, key, f"must be a {name}, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _fail(origin, key, f"must be finite, got {value!r}")
-    if isinstance(value, int | float) and value < 0:
-        raise _fail(origin, key, f"must be >= 0, got {value!r}")
 
 
 def _values(value: Any, origin: str, key: str) -> list[Any]:
     values = value if isinstance(value, list) else [value]
     if not values:
-        raise _fail(origin, key, "an empty list expands to no cells")
+        raise fail(origin, key, "an empty list expands to no cells")
+    checks.no_repeats(values, origin, key)  # each value once: a repeat is the same cell again
     return values
 
 
 def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(cell keys, workload keys) of a [defaults] or [[grid]] table, every value as a list."""
     if not isinstance(table, dict):
-        raise _fail(origin, where, "must be a table")
+        raise fail(origin, where, "must be a table")
     cell: dict[str, Any] = {}
     workload: dict[str, Any] = {}
     for key, value in table.items():
         if key == "workload":
             if not isinstance(value, dict):
-                raise _fail(origin, f"{where}.workload", "must be a table")
+                raise fail(origin, f"{where}.workload", "must be a table")
             for wkey, wvalue in value.items():
                 if wkey not in WORKLOAD_KEYS:
                     known = ", ".join(WORKLOAD_KEYS)
-                    raise _fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
+                    raise fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
                 workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}")
         elif key not in ("name", "seeds") or where == "defaults":
-            raise _fail(origin, f"{where}.{key}", f"unknown key (known: {', '.join(CELL_KEYS)}, workload)")
+            raise fail(origin, f"{where}.{key}", f"unknown key (known: {', '.join(CELL_KEYS)}, workload)")
     return cell, workload
 
 
@@ -210,39 +173,30 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
     """Check a resolved cell; ``loc`` names the config key a setting came from."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
-        s[key] = _profile(s[key], origin, loc(key), base)
+        s[key] = checks.profile_path(s[key], origin, loc(key), base)
     for key, (spec, default) in EXPERIMENT_KEYS.items():
         problem = check_value(key, s[key], spec, default is None)
         if problem is not None:
-            raise _fail(origin, loc(key), problem.message)
+            raise fail(origin, loc(key), problem.message)
     if s["independent_share"] is not None and s["independent_share"] >= 1:
-        raise _fail(origin, loc("independent_share"), f"must be below 1, got {s['independent_share']}")
+        raise fail(origin, loc("independent_share"), f"must be below 1, got {s['independent_share']}")
     if s["model"] is None:
-        raise _fail(origin, loc("model"), "missing (a sim shape or a zoo model)")
+        raise fail(origin, loc("model"), "missing (a sim shape or a zoo model)")
     try:
         options = EngineOptions.from_mapping({k: s[k] for k in ENGINE_KEYS})
     except ProblemError as e:
-        raise _fail(origin, loc(e.problem.param or "model"), e.problem.message) from None
+        raise fail(origin, loc(e.problem.param or "model"), e.problem.message) from None
     problem = name_problem(options)
     if problem is not None:
-        raise _fail(origin, loc("model"), problem.message)
+        raise fail(origin, loc("model"), problem.message)
     s["runner"] = runner_name(options)
+    problem = device_problem(s["device"]) if s["runner"] == "torch" else None
+    if problem is not None:  # the torch runner's own check, before any cell runs
+        raise fail(origin, loc("device"), problem.message)
     if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
-        raise _fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
+        raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
     return Cell(cell.group, s, cell.workload)
-
-
-def _profile(value: Any, origin: str, key: str, base: Path) -> Any:
-    """A profile file named relative to the config, as an absolute path (built-in names as they are)."""
-    if not isinstance(value, str) or value in HARDWARE:
-        return value  # a wrong type is reported with the other checks
-    path = (base / value).resolve()
-    try:
-        resolve_hardware(str(path))
-    except ProfileError as e:
-        raise _fail(origin, key, str(e)) from None
-    return str(path)
 
 
 def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> None:
@@ -250,66 +204,110 @@ def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> No
         if key == "seed":
             continue  # checked with `seeds`
         kind = type(WORKLOAD_KEYS[key])
-        _check_value(origin, loc(f"workload.{key}"), value, (int, float) if kind is float else kind)
+        checks.workload_value(origin, loc(f"workload.{key}"), value, (int, float) if kind is float else kind)
     for key, choices in (("order", ORDERS), ("arrival", ARRIVALS), ("kind", KINDS)):
         if cell.workload[key] not in choices:
             known = ", ".join(choices)
-            raise _fail(
+            raise fail(
                 origin, loc(f"workload.{key}"), f"unknown {key} {cell.workload[key]!r} (known: {known})"
             )
     problem = WorkloadSpec(**cell.workload).problem()
     if problem is not None:
         key = "workload" if problem.param is None else f"workload.{problem.param}"
-        raise _fail(origin, loc(key), problem.message)
+        raise fail(origin, loc(key), problem.message)
 
 
-def _seeds(value: Any, origin: str, key: str) -> list[int]:
-    if not isinstance(value, list) or not value or any(type(s) is not int or s < 0 for s in value):
-        raise _fail(origin, key, "must be a non-empty list of integers >= 0")
-    return value
-
-
-def _expand(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def _expand(values: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """Every combination of the values, one at a time (a large grid is counted as it expands)."""
     keys = list(values)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values[k] for k in keys))]
+    for combo in itertools.product(*(values[k] for k in keys)):
+        yield dict(zip(keys, combo, strict=True))
 
 
-def parse_config(data: dict[str, Any], origin: str, base: Path) -> ExperimentConfig:
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise _fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+@dataclass(frozen=True)
+class _Grid:
+    """One [[grid]] table over the defaults: every key's list of values, and the grid's seeds."""
+
+    where: str  # grid[i]
+    name: str
+    cell: dict[str, list[Any]]  # CELL_KEYS
+    workload: dict[str, list[Any]]  # WORKLOAD_KEYS
+    seeds: list[int]
+    from_defaults: frozenset[str]  # keys set by [defaults] and not by the grid ("workload.<key>" too)
+
+    @property
+    def size(self) -> int:
+        return checks.grid_size([*self.cell.values(), *self.workload.values(), self.seeds])
+
+    def loc(self, key: str) -> str:
+        """The config key a setting came from."""
+        return f"defaults.{key}" if key in self.from_defaults else f"{self.where}.{key}"
+
+    def cells(self) -> Iterator[Cell]:
+        for settings in _expand(self.cell):
+            for workload in _expand(self.workload):
+                for seed in self.seeds:
+                    yield Cell(self.name, settings, {**workload, "seed": seed})
+
+
+def _grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[_Grid]:
+    d_cell, d_work = _section(data.get("defaults", {}), "defaults", origin)
+    tables = data.get("grid", [{"name": "main"}])
+    if not isinstance(tables, list) or not tables:
+        raise fail(origin, "grid", "must be a non-empty array of tables ([[grid]])")
+    grids, taken = [], {}
+    for i, table in enumerate(tables):
+        where = f"grid[{i}]"
+        g_cell, g_work = _section(table, where, origin)
+        if not table:
+            raise fail(origin, where, "an empty table: a grid sets the keys it sweeps (or a name)")
+        name = checks.grid_name(table, where, origin, taken)
+        own = checks.seeds(table["seeds"], origin, f"{where}.seeds") if "seeds" in table else seeds
+        from_defaults = {k for k in d_cell if k not in g_cell}
+        from_defaults |= {f"workload.{k}" for k in d_work if k not in g_work}
+        cell = {**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}
+        work = {**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}
+        grids.append(_Grid(where, name, cell, work, own, frozenset(from_defaults)))
+    return grids
+
+
+def _variants(data: dict[str, Any], origin: str) -> list[Variant]:
     policies = data.get("policies", ["native", "radixflow"])
     if not isinstance(policies, list) or len(policies) < 1:
-        raise _fail(origin, "policies", "must be a non-empty list")
+        raise fail(origin, "policies", "must be a non-empty list")
     variants = [_variant(p, origin) for p in policies]
-    seeds = _seeds(data.get("seeds", [0]), origin, "seeds")
-    d_cell, d_work = _section(data.get("defaults", {}), "defaults", origin)
-    grids = data.get("grid", [{"name": "main"}])
-    if not isinstance(grids, list) or not grids:
-        raise _fail(origin, "grid", "must be a non-empty array of tables ([[grid]])")
-    cells: list[Cell] = []
-    for i, grid in enumerate(grids):
-        where = f"grid[{i}]"
-        g_cell, g_work = _section(grid, where, origin)
-
-        def loc(key: str, where: str = where, g_cell: dict = g_cell, g_work: dict = g_work) -> str:
-            name, table, defaults = (
-                (key[9:], g_work, d_work) if key.startswith("workload.") else (key, g_cell, d_cell)
-            )
-            return f"defaults.{key}" if name in defaults and name not in table else f"{where}.{key}"
-
-        name = str(grid.get("name", where))
-        grid_seeds = _seeds(grid["seeds"], origin, f"{where}.seeds") if "seeds" in grid else seeds
-        for settings in _expand({**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}):
-            for workload in _expand({**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}):
-                for seed in grid_seeds:
-                    cell = Cell(name, settings, {**workload, "seed": seed})
-                    cells.append(_validate_cell(cell, origin, loc, base))
-    name = str(data.get("name", Path(origin).stem))
-    return ExperimentConfig(name, str(data.get("description", "")), variants, cells, Path(origin))
+    checks.no_repeats([v.label for v in variants], origin, "policies")
+    return variants
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
+def parse_config(
+    data: dict[str, Any],
+    origin: str,
+    base: Path,
+    max_cells: int = MAX_CELLS,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExperimentConfig:
+    """Every check of the config, then its cells, each validated; ``progress(done, total)`` is
+    told after each cell. A grid of more than ``max_cells`` cells is refused before it expands."""
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+    name, description = checks.experiment_name(data, origin), checks.description(data, origin)
+    variants = _variants(data, origin)
+    grids = _grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))
+    checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
+    total, cells = sum(g.size for g in grids), []
+    for grid in grids:
+        for cell in grid.cells():
+            cells.append(_validate_cell(cell, origin, grid.loc, base))
+            if progress is not None:
+                progress(len(cells), total)
+    return ExperimentConfig(name, description, variants, cells, Path(origin))
+
+
+def load_config(
+    path: str | Path, max_cells: int = MAX_CELLS, progress: Callable[[int, int], None] | None = None
+) -> ExperimentConfig:
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -317,4 +315,4 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ExperimentConfigError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
-    return parse_config(data, str(path), path.parent)
+    return parse_config(data, str(path), path.parent, max_cells, progress)

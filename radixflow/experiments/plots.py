@@ -115,7 +115,7 @@ def latency_vs_load(results: list[CellResult], path: Path) -> bool:
     return True
 
 
-def _series(comps: list[Comparison], axis: str, value: Any) -> dict[str, list[tuple[float, float]]]:
+def _series(comps: list[Comparison], axis: str) -> dict[str, list[tuple[float, float]]]:
     """Per grid and setting (seeds pooled): the median mean-latency change at each swept value."""
     ignore = {axis, "fixed_cost_ms", "group", "workload.seed"}
     keys = {
@@ -126,7 +126,7 @@ def _series(comps: list[Comparison], axis: str, value: Any) -> dict[str, list[tu
     for c in comps:
         if c.change["mean_latency_s"] is not None:
             where = ", ".join(f"{k.rsplit('.', 1)[-1]}={c.settings.get(k)}" for k in keys[c.group]) or c.model
-            points.setdefault(f"{c.group}: {where}", {}).setdefault(value(c), []).append(
+            points.setdefault(f"{c.group}: {where}", {}).setdefault(c.value(axis), []).append(
                 c.change["mean_latency_s"]
             )
     return {
@@ -140,11 +140,10 @@ def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Pat
     if not comps:
         return False
     last = comps[-1].variant
-    value = (lambda c: c.fixed_cost_ms) if axis == "fixed_cost_ms" else (lambda c: c.settings.get(axis))
-    mine = [c for c in comps if c.variant == last and c.hybrid and value(c) is not None]
-    if len({value(c) for c in mine}) < 2:
+    mine = [c for c in comps if c.variant == last and c.hybrid and c.value(axis) is not None]
+    if len({c.value(axis) for c in mine}) < 2:
         return False
-    series = {k: v for k, v in _series(mine, axis, value).items() if len(v) > 1}
+    series = {k: v for k, v in _series(mine, axis).items() if len(v) > 1}
     if not series:
         return False
     plt = _pyplot()

@@ -176,7 +176,12 @@ def _regime_lines(points: list[RegimePoint], axis: str, unit: str, variant: str)
 def _largest_rises(comps: list[Comparison], variant: str, axis: str, unit: str) -> str:
     """The settings behind the largest mean-latency rises (what the regime's exceptions are)."""
     rising = [
-        c for c in comps if c.variant == variant and c.hybrid and (c.change["mean_latency_s"] or 0) > CHANGED
+        c
+        for c in comps
+        if c.variant == variant
+        and c.hybrid
+        and c.value(axis) is not None
+        and (c.change["mean_latency_s"] or 0) > CHANGED
     ]
     if not rising:
         return ""
@@ -186,8 +191,7 @@ def _largest_rises(comps: list[Comparison], variant: str, axis: str, unit: str) 
         group = [d for d in comps if d.group == c.group]
         keys = [k for k in varying(group) if k not in (axis, "fixed_cost_ms", "workload.seed")]
         where = ", ".join(f"{k.rsplit('.', 1)[-1]}={c.settings.get(k)}" for k in keys) or c.model
-        value = c.fixed_cost_ms if axis == "fixed_cost_ms" else c.settings.get(axis)
-        text = f"{c.group}: {where} at {value:g} {unit}"
+        text = f"{c.group}: {where} at {c.value(axis):g} {unit}"
         if not any(p.startswith(text) for p in parts):  # seeds of one setting: the largest only
             parts.append(f"{text} ({pct(c.change['mean_latency_s'])})")
         if len(parts) == 4:

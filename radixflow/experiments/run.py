@@ -31,6 +31,19 @@ def default_out(config: ExperimentConfig) -> Path:
     return Path("results") / config.name
 
 
+def progress_bar(console: Console) -> LoggedProgress:
+    """The bar (a line per 5% where the output is not a terminal) that cells are counted on."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    return LoggedProgress(*columns, console=console)
+
+
 def run_experiment(
     path: str | Path,
     out: Path | None,
@@ -45,16 +58,7 @@ def run_experiment(
     out = out or default_out(config)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"ran": 0}
-    console = progress_console or Console(stderr=True)
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with LoggedProgress(*columns, console=console) as progress:
+    with progress_bar(progress_console or Console(stderr=True)) as progress:
         task = progress.add_task(config.name, total=None)
 
         def on_start(total: int, pending: int) -> None:

@@ -31,6 +31,9 @@ class Versus:
     mean: float  # relative to min(native, radixflow)
     p99: float  # relative to max(native p99, radixflow p99)
     same_outputs: bool
+    # the fixed cost of a worker call the cell's runner charged (the cell's own setting or its
+    # profile's); None on a real runner, which pays what it pays
+    fixed_cost_ms: float | None
 
 
 def versus(results: list[dict[str, Any]], policy: str) -> list[Versus]:
@@ -47,15 +50,16 @@ def versus(results: list[dict[str, Any]], policy: str) -> list[Versus]:
             continue
         same = len({v.get("outputs_sha256") for v in r["results"]}) == 1
         mean, p99 = by[policy]["mean_latency_s"] / best - 1, by[policy]["p99_latency_s"] / worse - 1
-        out.append(Versus(r["cell"], r["hybrid"], mean, p99, same))
+        out.append(Versus(r["cell"], r["hybrid"], mean, p99, same, r.get("fixed_cost_ms")))
     return out
 
 
-def _label(cell: dict[str, Any]) -> str:
-    w = cell["workload"]
+def _label(row: Versus) -> str:
+    cell, w = row.cell, row.cell["workload"]
     rate = "batch" if w["arrival"] == "batch" else f"{w['arrival']} {w['rate']:g}/s"
-    fixed = f"{cell['fixed_cost_ms']:g} ms"
-    return f"{cell['model']}, {w['order']}, {rate}, {fixed}, {w['groups']} contexts, seed {w['seed']}"
+    fixed = [] if row.fixed_cost_ms is None else [f"{row.fixed_cost_ms:g} ms"]
+    parts = [cell["model"], w["order"], rate, *fixed, f"{w['groups']} contexts", f"seed {w['seed']}"]
+    return ", ".join(map(str, parts))
 
 
 def summary(rows: list[Versus], policy: str) -> list[str]:
@@ -84,7 +88,7 @@ def summary(rows: list[Versus], policy: str) -> list[str]:
         f"| ≥ 95%: {mark(within >= 0.95 * n)} |",
         f"| hybrid cells better than both by > 1% | {better}/{n} ({better / n:.0%}) "
         f"| ≥ 60%: {mark(better >= 0.6 * n)} |",
-        f"| worst hybrid cell | {worst.mean:+.1%} ({_label(worst.cell)}) "
+        f"| worst hybrid cell | {worst.mean:+.1%} ({_label(worst)}) "
         f"| ≤ +5%: {mark(worst.mean <= NEVER_ABOVE)} |",
         f"| median hybrid cell | {median:+.1%} | |",
         f"| cells with p99 > the worse baseline's + 5% | {len(p99_bad)}/{len(rows)} "
@@ -98,7 +102,7 @@ def summary(rows: list[Versus], policy: str) -> list[str]:
     losers = sorted((r for r in hybrid if r.mean > WITHIN), key=lambda r: -r.mean)[:WORST_SHOWN]
     if losers:
         lines += [f"Where `{policy}` still loses (mean, p99 vs the worse baseline's):", ""]
-        lines += [f"- {r.mean:+.1%} (p99 {r.p99:+.1%}): {_label(r.cell)}" for r in losers]
+        lines += [f"- {r.mean:+.1%} (p99 {r.p99:+.1%}): {_label(r)}" for r in losers]
         lines.append("")
     return lines
 

@@ -255,19 +255,27 @@ def _guard(make):  # type: ignore[no-untyped-def]
         raise ProblemError(Problem("model", str(e))) from None
 
 
-def _resolve(name: str, device: str) -> Path:
-    """The model's directory (a zoo model is built there on first use)."""
+def device_problem(device: str) -> Problem | None:
+    """Why the torch runner cannot run on ``device`` here (None: it can). Cheap: nothing is built,
+    so a door that only passes the device on (an experiment's ``--device``) checks it up front."""
     try:
         from radixflow.models.device import DeviceError, check_device
-        from radixflow.models.zoo import ensure_model
     except ImportError as e:
-        raise ProblemError(
-            Problem("runner", f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})")
-        ) from None
+        return Problem("runner", f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})")
     try:
-        check_device(device)  # before any model is built or loaded
+        check_device(device)
     except DeviceError as e:
-        raise ProblemError(Problem("device", str(e))) from None
+        return Problem("device", str(e))
+    return None
+
+
+def _resolve(name: str, device: str) -> Path:
+    """The model's directory (a zoo model is built there on first use)."""
+    problem = device_problem(device)  # before any model is built or loaded
+    if problem is not None:
+        raise ProblemError(problem)
+    from radixflow.models.zoo import ensure_model
+
     return _guard(lambda: ensure_model(name))
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -148,4 +151,165 @@ def test_bad_seeds_flag_is_one_line_and_exit_2(tmp_path, capsys, seeds):
     assert main(["experiment", str(config), "--out", str(tmp_path / "o"), "--seeds", seeds]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("radixflow: error: --seeds") and "\n" not in err
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------- issue 28: what a careless config got through
+@contextlib.contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Fail instead of hanging (SIGALRM interrupts the call on the main thread)."""
+
+    def on_alarm(*_: object) -> None:
+        raise TimeoutError(f"no answer in {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str]:
+    with time_limit(120):  # a refusal is immediate; without one the grid would run for hours
+        code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("radixflow: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _grid(line: str, *more: str) -> str:
+    return "\n".join([CONFIG, "[[grid]]", line, *more, ""])
+
+
+def _big_grid(n: int) -> str:
+    """``n``**3 cells: three keys with ``n`` values each."""
+    values = ", ".join(str(256 + i) for i in range(n))
+    rates = ", ".join(f"{10.0 + i}" for i in range(n))
+    return _grid(
+        f"token_budget = [{values}]", f"max_requests = [{values}]", "[grid.workload]", f"rate = [{rates}]"
+    )
+
+
+def test_three_policies_without_a_fixed_cost_write_their_report(tmp_path, capsys):
+    # the policies section labels its worst cell with the fixed cost the cell's runner used
+    config = tmp_path / "c.toml"
+    config.write_text('policies = ["native", "radixflow", "adaptive"]\n' + CONFIG)
+    out = tmp_path / "out"
+    code, err = _run(["experiment", str(config), "--out", str(out)], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    fixed = json.loads((out / "results.json").read_text())["cells"][0]["fixed_cost_ms"]
+    report = (out / "report.md").read_text()
+    assert "## `adaptive` against min(native, radixflow)" in report
+    assert f"(qwen3_5-2b, grouped, batch, {fixed:g} ms, 2 contexts, seed 0)" in report
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (CONFIG.replace('name = "cli"', "name = 3"), "name"),
+        (CONFIG.replace('name = "cli"', 'name = ""'), "name"),
+        (CONFIG.replace('name = "cli"', 'name = "../../../x"'), "name"),
+        (CONFIG.replace('name = "cli"', 'name = "a/b"'), "name"),
+        (CONFIG.replace('name = "cli"', 'name = ".hidden"'), "name"),
+        (CONFIG.replace('name = "cli"', 'name = "two words"'), "name"),
+        (CONFIG.replace('name = "cli"', 'name = "cli"\ndescription = 3'), "description"),
+        ("seeds = [1, 1]\n" + CONFIG, "seeds"),
+        ('policies = ["native", "native"]\n' + CONFIG, "policies"),
+        ('policies = ["native", "radixflow", "native@"]\n' + CONFIG, "policies"),
+        (CONFIG + "\n[[grid]]\n", "grid[0]"),
+        (
+            CONFIG + '[[grid]]\nname = "a"\ntoken_budget = 128\n[[grid]]\nname = "a"\ntoken_budget = 512\n',
+            "grid[1].name",
+        ),
+        (_grid("name = 3"), "grid[0].name"),
+        (_grid('name = ""'), "grid[0].name"),
+        (_grid('name = "two\\nlines"'), "grid[0].name"),
+        (_grid("seeds = [2, 2]"), "grid[0].seeds"),
+        (_grid("seeds = []"), "grid[0].seeds"),
+        (_grid("token_budget = [256, 512, 256]"), "grid[0].token_budget"),
+        (_grid("token_budget = []"), "grid[0].token_budget"),
+        (_grid("[grid.workload]", "rate = [10.0, 10]"), "grid[0].workload.rate"),
+        (_big_grid(100), "grid"),
+    ],
+    ids=lambda x: x if isinstance(x, str) and len(x) < 20 else None,
+)
+def test_a_careless_config_is_refused_in_one_line_before_any_cell_runs(
+    tmp_path, capsys, monkeypatch, text, where
+):
+    monkeypatch.chdir(tmp_path)  # results/<name> would be written here without --out
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    code, err = _run(["experiment", str(config)], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and f"c.toml: {where}: " in line, line
+    assert sorted(p.name for p in tmp_path.parent.iterdir() if p.name in ("x", "results")) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["c.toml"]
+
+
+def test_a_grid_too_large_says_its_size_and_how_to_run_it_anyway(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(_big_grid(100))
+    line = _one_error_line(_run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)[1])
+    assert "1,000,000 cells" in line and "--max-cells 1000000" in line, line
+    config.write_text(_grid("token_budget = [256, 512, 1024]"))
+    argv = ["experiment", str(config), "--out", str(tmp_path / "o")]
+    code, err = _run([*argv, "--max-cells", "2"], capsys)
+    assert code == 2 and "3 cells" in _one_error_line(err) and "--max-cells 3" in err
+    code, err = _run([*argv, "--max-cells", "3", "--seeds", "0-1"], capsys)
+    assert code == 2 and _one_error_line(err).startswith("radixflow: error: --seeds: 6 cells"), err
+    assert not (tmp_path / "o").exists()
+    assert _run([*argv, "--max-cells", "3"], capsys)[0] == 0
+    code, err = _run([*argv, "--max-cells", "0"], capsys)
+    assert code == 2 and "--max-cells" in _one_error_line(err)
+
+
+def test_device_is_checked_as_the_torch_runner_checks_it_and_unused_is_a_warning(tmp_path, capsys):
+    pytest.importorskip("torch")
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)  # sim cells only
+    out = tmp_path / "o"
+    code, err = _run(["experiment", str(config), "--out", str(out), "--device", "quantum"], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "--device" in line and "'quantum'" in line, line
+    assert not out.exists()
+    code, err = _run(["experiment", str(config), "--out", str(out), "--device", "cpu"], capsys)
+    said = [line for line in err.splitlines() if line.startswith("radixflow:")]
+    assert code == 0 and said == [
+        "radixflow: warning: --device has no effect: no cell of this experiment runs on the torch runner"
+    ], err
+
+
+def test_a_large_grid_shows_progress_while_its_cells_are_checked(tmp_path, capsys, monkeypatch):
+    # a log (not a terminal) gets a line per step from the first second on; the last grid is bad,
+    # so nothing runs after the 300 cells of the first are checked
+    monkeypatch.setattr("radixflow.progress.QUIET_S", 0.0)
+    config = tmp_path / "c.toml"
+    values = ", ".join(str(256 + i) for i in range(300))
+    config.write_text(_grid(f"token_budget = [{values}]") + "[[grid]]\ntoken_budget = 0\n")
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1].startswith("radixflow: error: ") and "grid[1].token_budget" in lines[-1]
+    assert [line.split(" (")[0] for line in lines[:-1]] == [
+        f"c.toml: checking cells: {n}/301" for n in (100, 200, 300)
+    ], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_torch_cells_device_is_checked_where_the_config_sets_it(tmp_path, capsys):
+    pytest.importorskip("torch")
+    config = tmp_path / "c.toml"
+    torch_cell = CONFIG.replace(
+        'model = "qwen3_5-2b"', 'runner = "torch"\nmodel = "lfm2-tiny"\ndevice = "quantum"'
+    )
+    config.write_text(torch_cell)
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "c.toml: defaults.device: unknown device 'quantum'" in line, line
     assert not (tmp_path / "o").exists()

@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from radixflow.experiments.cells import without_timing
-from radixflow.experiments.config import Cell, ExperimentConfigError, load_config, parse_seeds
+from radixflow.experiments.config import Cell, ExperimentConfigError, load_config
+from radixflow.experiments.config_checks import parse_seeds
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
 
@@ -125,6 +126,12 @@ def test_with_seeds_keeps_each_distinct_cell_once_per_new_seed(tiny: Path, tmp_p
     assert unseeded[::2] == unseeded[1::2] and len({json.dumps(u, sort_keys=True) for u in unseeded}) == 6
     assert [c.group for c in again.cells[::2]] == [c.group for c in load_config(tiny).cells]
     assert parse_seeds("0,3-5,4") == [0, 3, 4, 5] and parse_seeds(" 7 ") == [7]
+
+
+def test_cells_are_counted_as_the_grid_expands(tiny: Path):
+    seen: list[tuple[int, int]] = []
+    config = load_config(tiny, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(n, 6) for n in range(1, 7)] and len(config.cells) == 6
 
 
 def test_cell_key_changes_with_the_cell(tiny: Path):

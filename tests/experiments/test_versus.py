@@ -6,7 +6,7 @@ from pathlib import Path
 
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
-from radixflow.experiments.versus import Versus, summary, versus
+from radixflow.experiments.versus import Versus, summary, versus, versus_section
 
 THREE = """
 name = "three"
@@ -52,9 +52,9 @@ def test_versus_measures_against_the_better_mean_and_the_worse_p99():
 
 
 def test_summary_marks_each_acceptance_line():
-    rows = [Versus(cell(seed=i), True, -0.1, 0.0, True) for i in range(19)]
-    rows.append(Versus(cell("loser"), True, 0.2, 0.3, True))
-    rows.append(Versus(cell("control"), False, 0.0, 0.0, True))
+    rows = [Versus(cell(seed=i), True, -0.1, 0.0, True, 3.0) for i in range(19)]
+    rows.append(Versus(cell("loser"), True, 0.2, 0.3, True, 3.0))
+    rows.append(Versus(cell("control"), False, 0.0, 0.0, True, 3.0))
     text = "\n".join(summary(rows, "adaptive"))
     assert "| 19/20 (95%) | ≥ 95%: met |" in text  # within +1%
     assert "| +20.0% (loser, grouped, poisson 50/s, 3 ms, 8 contexts, seed 0) | ≤ +5%: **not met** |" in text
@@ -70,3 +70,15 @@ def test_a_three_policy_experiment_reports_adaptive_against_both(tmp_path: Path)
     assert "## `adaptive` against min(native, radixflow)" in report
     assert "| cells whose decoded outputs differ between variants | 0/4 | none: met |" in report
     assert "| control cells worse than the better baseline by > 1% | 0/2 | none: met |" in report
+
+
+def test_a_cell_is_labelled_by_the_fixed_cost_its_runner_charged_or_none():
+    # the cell's own `fixed_cost_ms` is None where the config leaves it to the profile (sim: the
+    # result says what was charged) or where a real runner pays what it pays (torch: None too)
+    loser = result((1.0, 1.0, 1.5), (1.0, 1.0, 1.0))
+    loser["cell"] = {**loser["cell"], "fixed_cost_ms": None}
+    sim = {**loser, "key": "sim", "fixed_cost_ms": 2.5}
+    torch = {**loser, "key": "torch", "fixed_cost_ms": None}
+    text = "\n".join(versus_section([sim, torch]))
+    assert "- +50.0% (p99 +0.0%): m, grouped, poisson 50/s, 2.5 ms, 8 contexts, seed 0" in text
+    assert "- +50.0% (p99 +0.0%): m, grouped, poisson 50/s, 8 contexts, seed 0" in text

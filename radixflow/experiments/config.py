@@ -16,7 +16,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.fleet import ROUTERS

@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.hardware import HARDWARE, ProfileError, resolve_hardware
+from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -43,16 +42,9 @@ def chat_prompt(body: ChatRequest, state: ServerState) -> list[int]:
     try:
         text = tokenizer.chat.render(body.messages, body.add_generation_prompt)
     except ChatTemplateError as e:
-        raise ApiError(400, str(e), "messages") from None
+        raise ApiError(400, str(e), e.param) from None
     # the template writes any BOS itself; special tokens in the rendered text become their ids
     return tokenizer.encode(text, add_special_tokens=False)
-
-
-def fit_params(body: ChatRequest, params: SamplingParams, prompt_len: int, context: int) -> SamplingParams:
-    if body.max_tokens is None and body.max_completion_tokens is None:
-        # no limit given: the server default, but never past the model context
-        params = replace(params, max_tokens=max(1, min(params.max_tokens, context - prompt_len)))
-    return params
 
 
 def prepare(
@@ -61,7 +53,7 @@ def prepare(
     """Render, tokenize and check the conversation: slow for a long one, so this runs on a
     tokenizer thread. ApiError 400 when it cannot run."""
     prompt = chat_prompt(body, state)
-    return state.requests([prompt], fit_params(body, params, len(prompt), state.context), body.namespace)
+    return state.requests([prompt], params, body.namespace, fit=body.unsent_max_tokens)
 
 
 @router.post("/v1/chat/completions")

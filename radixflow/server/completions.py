@@ -61,7 +61,7 @@ def prepare(body: CompletionRequest, state: ServerState, params: SamplingParams)
     ApiError 400 for a prompt that cannot run. An echoed prompt's token texts wait for the
     answer (`CompletionView`): a request that fails or is abandoned never pays for them."""
     prompts = prompt_ids(body.prompt, state.tokenizer, body.add_special_tokens)
-    return Prepared(prompts, state.requests(prompts, params, body.namespace))
+    return Prepared(prompts, state.requests(prompts, params, body.namespace, fit=body.unsent_max_tokens))
 
 
 class CompletionView:

@@ -226,6 +226,19 @@ async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission:
     raise ClientGone
 
 
+async def answers(http: HttpRequest, submission: Submission) -> list[Final] | None:
+    """Every prompt's `Final`, in order; None when the client left first (nobody reads an answer).
+    The first prompt without an answer is raised as the error the whole response becomes."""
+    try:
+        finals = await unless_disconnected(http, submission.finals(), submission)
+    except ClientGone:
+        return None
+    error = failure(finals)
+    if error is not None:
+        raise error
+    return finals
+
+
 async def _disconnect(http: HttpRequest) -> None:
     while (await http.receive())["type"] != "http.disconnect":
         pass

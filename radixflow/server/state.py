@@ -40,7 +40,7 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is
 @dataclass(frozen=True)
 class ServerConfig:
     max_pending: int = 256  # accepted, unanswered requests before new ones get 429
-    default_max_tokens: int = 256  # a chat request that names no max_tokens (capped by the context)
+    default_max_tokens: int = 256  # a chat request that names no max_tokens (capped to what fits)
     drain_s: float = 30.0  # on shutdown: time for accepted requests to finish before they fail
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get 413, unparsed
     # tokenizing and answer building beside the event loop; `radixflow serve` passes its thread

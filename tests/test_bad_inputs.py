@@ -3,6 +3,8 @@
 Each door is driven from its own declaration (the parser's flags, the TOML cell keys, ...), so an
 option added tomorrow is fed bad values the day it is added. The property: a refusal is one line
 naming the option (exit 2), never a traceback or a hang; an acceptance used the value as given.
+The server's token-id fields (found by their declared type) and chat roles: a 400 naming the field
+exactly when an id is outside the vocabulary or a role unknown to the chat template.
 """
 
 from __future__ import annotations
@@ -478,7 +480,10 @@ def test_experiment_names_refuse_in_one_line_or_are_plain_names(where, value, tm
     data = _with(NAMES_BASE, where, value)
     refusal = _refused(data, tmp)
     if refusal is not None:
-        assert f"t.toml: {where}: " in refusal, (where, value, refusal)
+        # a grid name equal to the other grid's is refused where it repeats: at grid[1]
+        clash = where.startswith("grid") and value in ("a", "b")
+        named = "grid[1].name" if clash and value == data["grid"][0]["name"] else where
+        assert f"t.toml: {named}: " in refusal, (where, value, refusal)
         return
     config = parse_config(data, "t.toml", tmp)
     assert isinstance(value, str), (where, value)
@@ -544,3 +549,95 @@ def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
     labels = [v.label for v in config.variants]
     keys = [c.key(config.variants) for c in config.cells]
     assert len(set(labels)) == len(labels) and len(set(keys)) == len(keys), (where, items)
+
+# ------------------------------------------------------------------ the server's ids and roles
+def _server_routes() -> dict[str, tuple[Any, dict[str, Any]]]:
+    from server_utils import MODEL
+
+    from radixflow.server.protocol import ChatRequest, CompletionRequest, DetokenizeRequest
+
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    return {
+        "/v1/completions": (CompletionRequest, {"model": MODEL, "prompt": "Hello", "max_tokens": 1}),
+        "/v1/chat/completions": (ChatRequest, chat),
+        "/detokenize": (DetokenizeRequest, {"tokens": [1, 2]}),
+    }
+
+
+def _id_fields() -> list[tuple[str, str]]:
+    """Every request field that holds token ids, found by its declared type: a field added
+    tomorrow as a list of ids is fed bad ids the day it is added."""
+    return [
+        (route, name)
+        for route, (model, _) in _server_routes().items()
+        for name, info in model.model_fields.items()
+        if "list[int]" in str(info.annotation)
+    ]
+
+
+@pytest.fixture(scope="module")
+def server(zoo) -> Iterator[Any]:
+    from server_utils import running_server
+
+    from radixflow.server.state import ServerConfig
+
+    with running_server(ServerConfig(default_max_tokens=1)) as running, running.http(timeout=30) as http:
+        yield running, http
+
+
+def _vocab(http: Any) -> int:
+    return int(http.get("/tokenizer_info").json()["vocab_size"])
+
+
+def test_the_id_fields_are_found():
+    assert set(_id_fields()) >= {
+        ("/v1/completions", "prompt"),
+        ("/v1/completions", "stop_token_ids"),
+        ("/v1/chat/completions", "stop_token_ids"),
+        ("/detokenize", "tokens"),
+    }
+
+
+SERVER_SETTINGS = settings(
+    max_examples=max(EXAMPLES // 2, 10), deadline=None, suppress_health_check=list(HealthCheck)
+)
+IDS = st.one_of(st.integers(), st.sampled_from([-1, 0, 511, 512, 2**31, 2**63, 2**64, -(2**63)]))
+
+
+@SERVER_SETTINGS
+@given(field=st.sampled_from(_id_fields()), ids=st.lists(IDS, min_size=1, max_size=4))
+def test_every_id_field_refuses_ids_outside_the_vocabulary_naming_it(server, field, ids):
+    _, http = server
+    route, name = field
+    vocab = _vocab(http)
+    body = {**_server_routes()[route][1], name: ids}
+    r = http.post(route, json=body)
+    inside = all(0 <= t < vocab for t in ids)
+    if inside:
+        assert r.status_code == 200, (field, ids, r.text)
+        return
+    assert r.status_code == 400, (field, ids, r.text)
+    error = r.json()["error"]
+    assert error["param"] == name and "\n" not in error["message"], (field, ids, error)
+
+
+ROLES = st.one_of(
+    st.sampled_from(["system", "user", "assistant", "tool", "developer", "function", "wizard", "User", ""]),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=10),  # surrogates: strict.py's
+)
+
+
+@SERVER_SETTINGS
+@given(route=st.sampled_from(["/v1/chat/completions", "/tokenize"]), role=ROLES)
+def test_chat_roles_are_those_the_template_knows_or_a_400_naming_the_message(server, route, role):
+    running, http = server
+    state = running.server.state
+    known = state.tokenizer.chat.roles  # the template's, as the server reads it
+    messages = [{"role": "user", "content": "hi"}, {"role": role, "content": "there"}]
+    r = http.post(route, json={"model": state.model_name, "messages": messages, "max_tokens": 1})
+    if role in known:
+        assert r.status_code == 200, (role, r.text)
+        return
+    assert r.status_code == 400, (role, r.text)
+    error = r.json()["error"]
+    assert error["param"] == "messages[1].role" and "\n" not in error["message"], (role, error)

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.cluster.replica import EngineReplica, ReplicaInfo
 from radixflow.cluster.wire import Job, WireEvent
-from radixflow.engine.runner import validate_prompt
+from radixflow.engine.runner import generation_room, validate_prompt
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem
@@ -116,7 +116,10 @@ def fleet_server(handle: Any, config: ServerConfig, host: str, port: int, log_le
         loops.append(RemoteLoop(open_stream, tokenizer, metrics, config.max_pending))
         return loops[-1]
 
-    backend = Backend(info.name, tokenizer, info.model, ingress_problem(info), make_loop)
+    def room(prompt_len: int) -> int:
+        return generation_room(prompt_len, info.model, info.scheduler)
+
+    backend = Backend(info.name, tokenizer, info.model, ingress_problem(info), room, make_loop)
     server = serve_state(ServerState(backend, config), host, port, log_level)
     app = server.config.app
 

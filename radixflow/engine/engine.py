@@ -12,7 +12,7 @@ from radixflow.cache.digest import CheckpointDigest
 from radixflow.cache.eviction import make_eviction_policy
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
-from radixflow.engine.runner import Runner
+from radixflow.engine.runner import Runner, generation_room
 from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
@@ -114,6 +114,11 @@ class Engine:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
         cache); None when it can. Pure: safe to call from another thread before submitting."""
         return self.runner.validate(request) or self.scheduler.config.unfit_reason(request)
+
+    def room(self, prompt_len: int) -> int:
+        """The most tokens a prompt of ``prompt_len`` tokens may generate here (`generation_room`).
+        Pure, as `problem` is."""
+        return generation_room(prompt_len, self.runner.model, self.scheduler.config)
 
     @property
     def requests(self) -> list[Request]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from radixflow.problems import Problem
+from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import PromptLogprobs, Sample
@@ -62,6 +63,13 @@ class Runner(Protocol):
         ...
 
 
+def generation_room(prompt_len: int, model: ModelInfo, config: SchedulerConfig) -> int:
+    """The most tokens a prompt of ``prompt_len`` tokens may generate here, within the model
+    context and alone on an empty cache (0: the prompt itself cannot run). Pure. What a request
+    that names no ``max_tokens`` is capped to, so its default never fails where the prompt fits."""
+    return max(0, min(model.max_context - prompt_len, config.room(prompt_len)))
+
+
 def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     """Checks every runner applies before a request is queued."""
     if not request.prompt:
@@ -76,6 +84,11 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     problem = request.sampling.problem()
     if problem is not None:
         return problem
+    bad = next((t for t in request.sampling.stop_token_ids if not 0 <= t < model.vocab_size), None)
+    if bad is not None:
+        return Problem(
+            "stop_token_ids", f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})"
+        )
     if len(request.prompt) + request.sampling.max_tokens > model.max_context:
         return Problem(
             "max_tokens",

@@ -6,9 +6,20 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# Roles every chat template is taken to know: it writes them, whether by name or verbatim.
+BASE_ROLES = ("system", "user", "assistant")
+# Roles a template knows only if it names them (a template that writes the role verbatim would
+# otherwise put any string into the prompt as a turn the model never saw in training).
+NAMED_ROLES = ("developer", "tool", "function", "ipython")
+
 
 class ChatTemplateError(ValueError):
-    """The conversation cannot be rendered: no template, bad messages, or the template refused."""
+    """The conversation cannot be rendered: no template, bad messages, or the template refused.
+    ``param`` is the request field at fault, as OpenAI's error body names it."""
+
+    def __init__(self, message: str, param: str = "messages") -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def message_text(content: Any) -> str:
@@ -42,6 +53,13 @@ class ChatTemplate:
     def available(self) -> bool:
         return self.source is not None
 
+    @functools.cached_property
+    def roles(self) -> tuple[str, ...]:
+        """The message roles this template knows: the base ones and those it names as literals."""
+        source = self.source or ""
+        named = tuple(r for r in NAMED_ROLES if f"'{r}'" in source or f'"{r}"' in source)
+        return BASE_ROLES + named
+
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
         """The prompt text for ``messages`` (each with "role" and "content")."""
         if self.source is None:
@@ -52,6 +70,12 @@ class ChatTemplate:
         for i, m in enumerate(messages):
             if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
                 raise ChatTemplateError(f"message {i} needs a string 'role'")
+            if m["role"] not in self.roles:
+                raise ChatTemplateError(
+                    f"messages[{i}].role: unknown role {m['role']!r}; this model's chat template "
+                    f"knows {', '.join(self.roles)}",
+                    f"messages[{i}].role",
+                )
             plain.append({**m, "content": message_text(m.get("content"))})
         import jinja2
 

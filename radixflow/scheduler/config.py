@@ -51,6 +51,16 @@ class SchedulerConfig:
         end = (start + tokens) // self.block_size * self.block_size
         return end if end > start else None
 
+    def room(self, prompt_len: int) -> int:
+        """The most tokens a prompt of ``prompt_len`` tokens may generate alone on an empty cache
+        (0: the prompt itself does not fit). Pure; agrees with `unfit_reason`."""
+        capacity = self.num_blocks * self.block_size
+        if prompt_len > capacity:
+            return 0
+        if self.has_recurrent and self.num_state_slots < 1:
+            return 0 if prompt_len > self.token_budget else 1
+        return capacity - prompt_len + 1  # the last token's KV is never written
+
     def unfit_reason(self, req: Request) -> Problem | None:
         """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
         blocks = self.blocks_needed(0, req.max_length)

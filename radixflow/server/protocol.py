@@ -157,6 +157,11 @@ class _Generate(StrictBody):
         return "default" if self.cache_salt is None else f"salt:{self.cache_salt}"
 
     @property
+    def unsent_max_tokens(self) -> bool:
+        """The client named no length limit: the default is capped per prompt to what fits."""
+        return all(getattr(self, f, None) is None for f in ("max_tokens", "max_completion_tokens"))
+
+    @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
@@ -172,8 +177,10 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
     def params(self, context: int) -> SamplingParams:
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise ApiError(400, f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")
-        max_tokens = OPENAI_COMPLETION_MAX_TOKENS if self.max_tokens is None else self.max_tokens
-        _check_max_tokens(max_tokens, 0, context)
+        if self.max_tokens is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
+            max_tokens = OPENAI_COMPLETION_MAX_TOKENS
+        else:
+            max_tokens = _check_max_tokens(self.max_tokens, 0, context)
         prompt_logprobs = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
         return self.sampling(max_tokens, self.logprobs, prompt_logprobs)
 
@@ -199,8 +206,7 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
             raise ApiError(400, f"top_logprobs must be between 0 and {MAX_LOGPROBS}", "top_logprobs")
         named = "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
         given = getattr(self, named)
-        max_tokens = default_max_tokens if given is None else given
-        _check_max_tokens(max_tokens, 1, context, named)
+        max_tokens = default_max_tokens if given is None else _check_max_tokens(given, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return self.sampling(max_tokens, logprobs, None)
 
@@ -221,8 +227,10 @@ class DetokenizeRequest(StrictBody):
     tokens: list[int]
 
 
-def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> None:
+def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> int:
+    """``value`` as sent, once it is within bounds (the default is never checked here)."""
     if not low <= value <= context:
         raise ApiError(
             400, f"{named} must be between {low} and the model context {context}, got {value}", named
         )
+    return value

@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -40,7 +40,7 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is
 @dataclass(frozen=True)
 class ServerConfig:
     max_pending: int = 256  # accepted, unanswered requests before new ones get 429
-    default_max_tokens: int = 256  # a chat request that names no max_tokens (capped by the context)
+    default_max_tokens: int = 256  # a chat request that names no max_tokens (capped to what fits)
     drain_s: float = 30.0  # on shutdown: time for accepted requests to finish before they fail
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get 413, unparsed
     # tokenizing and answer building beside the event loop; `radixflow serve` passes its thread
@@ -65,6 +65,9 @@ class ServingLoop(Protocol):
     @property
     def accepting(self) -> bool: ...
 
+    def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
+        return replace(params, max_tokens=max(1, min(params.max_tokens, self._room(prompt_len))))
+
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
         ...
@@ -88,6 +91,7 @@ class Backend:
     tokenizer: TextTokenizer | None
     info: ModelInfo
     problem: Callable[[Request], Problem | None]  # pure: why a request can never run here
+    room: Callable[[int], int]  # pure: most tokens a prompt of this many tokens may generate here
     make_loop: Callable[[ServerMetrics], ServingLoop]
 
 
@@ -98,6 +102,7 @@ def local_backend(model: LoadedModel, engine: Engine, max_pending: int) -> Backe
         model.tokenizer,
         engine.runner.model,
         engine.problem,  # a pure check, safe from the event loop
+        engine.room,
         lambda metrics: EngineLoop(engine, metrics, max_pending),
     )
 
@@ -106,7 +111,7 @@ class ServerState:
     def __init__(self, backend: Backend, config: ServerConfig) -> None:
         self.model_name, self.tokenizer, self.config = backend.name, backend.tokenizer, config
         self.engine_info = backend.info
-        self._problem = backend.problem
+        self._problem, self._room = backend.problem, backend.room
         self.metrics = ServerMetrics()
         self.loop = backend.make_loop(self.metrics)
         self._serial = itertools.count()
@@ -137,10 +142,13 @@ class ServerState:
             )
 
     def requests(
-        self, prompts: list[list[int]], params: SamplingParams, namespace: str
+        self, prompts: list[list[int]], params: SamplingParams, namespace: str, fit: bool = False
     ) -> list[tuple[Request, RequestTracker]]:
         """Engine requests for these prompts; ApiError 400 naming the first one that cannot run.
-        Safe on a tokenizer thread, where it runs: the checks cost a pass over every prompt token."""
+        ``fit``: ``params.max_tokens`` is a default the client never sent, so each prompt's is
+        capped to what fits here (`Backend.room`; at least 1, so a prompt too long for the cache
+        is refused as the prompt). Safe on a tokenizer thread, where it runs: the checks cost a
+        pass over every prompt token."""
         if len(prompts) > self.config.max_pending:
             raise ApiError(
                 400,
@@ -149,12 +157,16 @@ class ServerState:
             )
         items = []
         for i, prompt in enumerate(prompts):
-            req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=params)
+            sampling = self._fitted(params, len(prompt)) if fit else params
+            req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=sampling)
             problem = self._problem(req)
             if problem is not None:
                 raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
             items.append((req, RequestTracker(req, self.tokenizer)))
         return items
+
+    def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
+        return replace(params, max_tokens=max(1, min(params.max_tokens, self._room(prompt_len))))
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         try:
@@ -212,6 +224,19 @@ async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission:
     task.cancel()
     submission.abort()
     raise ClientGone
+
+
+async def answers(http: HttpRequest, submission: Submission) -> list[Final] | None:
+    """Every prompt's `Final`, in order; None when the client left first (nobody reads an answer).
+    The first prompt without an answer is raised as the error the whole response becomes."""
+    try:
+        finals = await unless_disconnected(http, submission.finals(), submission)
+    except ClientGone:
+        return None
+    error = failure(finals)
+    if error is not None:
+        raise error
+    return finals
 
 
 async def _disconnect(http: HttpRequest) -> None:

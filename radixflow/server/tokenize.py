@@ -53,7 +53,7 @@ def _tokenize(body: TokenizeRequest, tokenizer: TextTokenizer) -> tuple[list[int
         try:
             text = tokenizer.chat.render(body.messages, body.add_generation_prompt)
         except ChatTemplateError as e:
-            raise ApiError(400, str(e), "messages") from None
+            raise ApiError(400, str(e), e.param) from None
         ids = tokenizer.encode(text, add_special_tokens=False)
     else:
         ids = tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)

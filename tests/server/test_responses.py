@@ -8,7 +8,7 @@ import pytest
 
 from radixflow.generation.outputs import PromptTokenLogprobs, TokenLogprob
 from radixflow.scheduler.sampling import PromptLogprobs
-from radixflow.server.responses import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames
+from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames
 
 PROMPT = [5, 6, 7, 8]
 TEXTS = ["The", " cat", "", " sat"]  # a token inside a character has no text of its own

@@ -14,7 +14,7 @@ from server_utils import MODEL, OPTIONS, RunningServer, running_server
 from radixflow.generation import LLM, SamplingParams
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.outputs import TokenLogprob
-from radixflow.server.responses import TokenNames, chat_logprobs
+from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
 from radixflow.server.state import ServerConfig
 
 CONTEXT = "Reranking models score each candidate document against the same query. " * 2

@@ -1,14 +1,13 @@
-"""Response bodies in OpenAI's shapes: completions, chat completions, their stream chunks, usage."""
+"""Logprobs in OpenAI's two shapes (the legacy completion object, chat's ``content`` list) and how
+tokens are named in them."""
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, TokenLogprob
+from radixflow.generation.outputs import PromptTokenLogprobs, TokenLogprob
 from radixflow.generation.tokenizer import TextTokenizer
 
 NEG_INF_LOGPROB = -9999.0  # JSON has no -inf (vLLM reports the same stand-in)
@@ -16,39 +15,6 @@ NEG_INF_LOGPROB = -9999.0  # JSON has no -inf (vLLM reports the same stand-in)
 
 def _lp(value: float) -> float:
     return value if math.isfinite(value) else NEG_INF_LOGPROB
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """What every body of one response shares."""
-
-    id: str
-    model: str
-    created: int
-
-    @classmethod
-    def new(cls, request_id: str, model: str) -> Envelope:
-        return cls(request_id, model, int(time.time()))
-
-    def body(self, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": kind,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-
-
-def usage(outputs: Sequence[GenerationOutput]) -> dict[str, Any]:
-    prompt = sum(len(o.prompt_token_ids) for o in outputs)
-    completion = sum(len(o.token_ids) for o in outputs)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in outputs)},
-    }
 
 
 class TokenNames:
@@ -149,24 +115,3 @@ def chat_logprobs(entries: Sequence[TokenLogprob], k: int, names: TokenNames) ->
         top = [item(t, None, lp) for t, lp in e.top[:k]]
         content.append({**item(e.token, e.text, e.logprob), "top_logprobs": top})
     return {"content": content}
-
-
-def completion_choice(
-    index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None
-) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-
-
-def chat_choice(index: int, output: GenerationOutput, logprobs: dict[str, Any] | None) -> dict[str, Any]:
-    return {
-        "index": index,
-        "message": {"role": "assistant", "content": output.text},
-        "logprobs": logprobs,
-        "finish_reason": output.finish_reason,
-    }
-
-
-def chat_chunk_choice(
-    index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None, finish: str | None
-) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}

@@ -1,0 +1,44 @@
+"""The ``chat.completion.chunk`` objects of a streamed chat reply: the role first, then content."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixflow.generation.outputs import TokenLogprob
+from radixflow.server.loop import Delta, Final
+from radixflow.server.responses.envelope import Envelope
+from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
+
+
+def choice(
+    delta: dict[str, Any], logprobs: dict[str, Any] | None, finish: str | None
+) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+
+
+class ChatChunks:
+    """A streamed chat reply as a `ChunkShape`; ``k``: top logprobs per token (None: no logprobs)."""
+
+    kind = "chat.completion.chunk"
+    prompts = 1
+
+    def __init__(self, envelope: Envelope, names: TokenNames, k: int | None) -> None:
+        self.envelope, self._names, self._k = envelope, names, k
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [choice({"role": "assistant", "content": ""}, None, None)]
+
+    async def delta(self, event: Delta) -> dict[str, Any] | None:
+        delta = event.delta
+        if not (delta.text or (self._k is not None and delta.token_ids)):
+            return None
+        return choice({"content": delta.text}, self._logprobs(delta.logprobs), None)
+
+    def final(self, event: Final) -> dict[str, Any]:
+        assert event.output is not None
+        return choice({}, None, event.output.finish_reason)
+
+    def _logprobs(self, entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+        if self._k is None or not entries:
+            return None
+        return chat_logprobs(entries, self._k, self._names)

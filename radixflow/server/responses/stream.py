@@ -1,0 +1,67 @@
+"""A streamed response as server-sent events: the chunks of one shape, each prompt's error, usage.
+
+What every streamed shape shares is here; what its chunks hold is the shape's own (`ChunkShape`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from radixflow.generation.outputs import GenerationOutput
+from radixflow.server.errors import error_body
+from radixflow.server.loop import Delta, Final
+from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.state import Submission, sse
+
+
+class ChunkShape(Protocol):
+    """The chunks of one streamed response: each is ``envelope.body(kind, [choice])``."""
+
+    envelope: Envelope
+    kind: str  # the chunks' "object"
+    prompts: int  # prompts answered: with several, an error names which one failed
+
+    def opening(self) -> list[dict[str, Any]]:
+        """Choices sent before any token."""
+        ...
+
+    async def delta(self, event: Delta) -> dict[str, Any] | None:
+        """The choice for new tokens of one prompt; None when there is nothing worth sending."""
+        ...
+
+    def final(self, event: Final) -> dict[str, Any]:
+        """The choice that ends a prompt's answer (``event.output`` is set)."""
+        ...
+
+
+async def sse_stream(submission: Submission, shape: ChunkShape, include_usage: bool) -> AsyncIterator[str]:
+    """Each event of ``submission`` as its chunk, then usage if asked for, then ``[DONE]``."""
+    outputs: list[GenerationOutput] = []
+    try:
+        for choice in shape.opening():
+            yield _chunk(shape, choice)
+        async for event in submission.events():
+            if isinstance(event, Delta):
+                choice = await shape.delta(event)
+                if choice is not None:
+                    yield _chunk(shape, choice)
+            elif event.output is None:
+                yield sse(error_body(event.status, _failed(event, shape.prompts)))
+            else:
+                outputs.append(event.output)
+                yield _chunk(shape, shape.final(event))
+        if include_usage:
+            yield sse({**shape.envelope.body(shape.kind, []), "usage": usage(outputs)})
+        yield sse("[DONE]")
+    finally:
+        submission.abort()  # the client left mid-stream (or the stream ended: then nothing is open)
+
+
+def _chunk(shape: ChunkShape, choice: dict[str, Any]) -> str:
+    return sse(shape.envelope.body(shape.kind, [choice]))
+
+
+def _failed(event: Final, prompts: int) -> str:
+    prefix = f"prompt {event.index}: " if prompts > 1 else ""
+    return prefix + (event.error or "request failed")

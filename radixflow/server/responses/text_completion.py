@@ -1,0 +1,111 @@
+"""The ``text_completion`` object of ``/v1/completions``: whole, or as the chunks of a stream
+(the same shape, one choice per chunk).
+
+``echo`` returns the prompt's tokens as the tokenizer split it, with their logprobs when
+``logprobs`` is set (exact even when most of the prompt came from the cache). Building an echoed
+prompt's texts is slow for a long prompt: it runs on a tokenizer thread, and only once the answer
+is there, so a request that fails or is abandoned never pays for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from radixflow.generation.detokenize import token_texts
+from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta
+from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.server.loop import Delta, Final
+from radixflow.server.protocol import CompletionRequest
+from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.responses.logprobs import CompletionLogprobs, TokenNames
+
+KIND = "text_completion"
+Offload = Callable[..., Awaitable[Any]]  # runs ``fn(*args)`` on a tokenizer thread
+
+
+def choice(index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+
+class TextCompletion:
+    """One request's ``text_completion``: its whole body (`body`) or its stream's chunks (a
+    `ChunkShape`); while streaming, it keeps each choice's text offset."""
+
+    kind = KIND
+
+    def __init__(
+        self,
+        body: CompletionRequest,
+        prompts: list[list[int]],
+        tokenizer: TextTokenizer,
+        envelope: Envelope,
+        offload: Offload,
+    ) -> None:
+        self.envelope, self.prompts = envelope, len(prompts)
+        self._prompt_ids, self._tokenizer, self._offload = prompts, tokenizer, offload
+        self._echo, self._k = bool(body.echo), body.logprobs
+        self._names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
+        self._offsets: dict[int, int] = {}  # streaming: text offset reached per choice
+
+    async def body(self, finals: list[Final]) -> dict[str, Any]:
+        """The whole response for these answers (each has its output)."""
+        answered = [(f.index, f.output) for f in finals if f.output is not None]
+
+        def choices() -> list[dict[str, Any]]:
+            return [self._choice(index, out) for index, out in answered]
+
+        # an echo's logprob entries are as long as the prompts: built beside the event loop
+        built = await self._offload(choices) if self._echo else choices()
+        return {**self.envelope.body(KIND, built), "usage": usage([out for _, out in answered])}
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    async def delta(self, event: Delta) -> dict[str, Any] | None:
+        """A chunk with text, logprobs someone asked for, or the echoed prompt; not an empty one."""
+        index, delta = event.index, event.delta
+        echo_pending = self._echo and index not in self._offsets
+        if not (delta.text or (self._k is not None and delta.token_ids) or echo_pending):
+            return None
+        if echo_pending:  # costly to build when the prompt is long
+            return await self._offload(self._delta_choice, index, delta)
+        return self._delta_choice(index, delta)
+
+    def final(self, event: Final) -> dict[str, Any]:
+        assert event.output is not None
+        return choice(event.index, "", None, event.output.finish_reason)
+
+    def _choice(self, index: int, out: GenerationOutput) -> dict[str, Any]:
+        lp = CompletionLogprobs(self._names, self._k or 0)
+        text, offset = self._echoed(index, lp, out.prompt_logprobs, 0) if self._echo else ("", 0)
+        if self._k is not None:
+            lp.add(out.logprobs or (), offset)
+        logprobs = lp.body() if self._k is not None else None
+        return choice(index, text + out.text, logprobs, out.finish_reason)
+
+    def _delta_choice(self, index: int, delta: StreamDelta) -> dict[str, Any]:
+        first = index not in self._offsets
+        offset = self._offsets.get(index, 0)
+        lp = CompletionLogprobs(self._names, self._k or 0)
+        text = ""
+        if first and self._echo:
+            text, offset = self._echoed(index, lp, delta.prompt_logprobs, offset)
+        if self._k is not None:
+            offset = lp.add(delta.logprobs or (), offset)
+        else:
+            offset += len(delta.text)
+        self._offsets[index] = offset
+        logprobs = lp.body() if self._k is not None else None
+        return choice(index, text + delta.text, logprobs, None)
+
+    def _echoed(
+        self, index: int, lp: CompletionLogprobs, scored: PromptTokenLogprobs | None, offset: int
+    ) -> tuple[str, int]:
+        """The echoed prompt's text and the text offset after it; its logprobs go into ``lp``."""
+        ids = self._prompt_ids[index]
+        texts = token_texts(self._tokenizer, ids)
+        text = "".join(texts)
+        if self._k is None:
+            return text, offset + len(text)
+        return text, lp.add_prompt(ids, texts, scored, offset)

@@ -1,0 +1,133 @@
+"""A request is judged by what it sent: a default the client never named fits the cache, every
+token id is checked against the vocabulary, and a chat role the template does not know is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from server_utils import MODEL, RunningServer, running_server
+
+from radixflow.generation.params import SamplingParams
+from radixflow.options import EngineOptions
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.request import Request
+
+# 64 blocks of 16 tokens: 1,024 tokens of KV, far below the model context (8,192)
+SMALL_CACHE = EngineOptions(model=MODEL, kv_blocks=64, state_slots=16, token_budget=256)
+CAPACITY = 64 * 16
+BAD_IDS = [-1, 512, 1_000_000_000, 2**64]  # the tiny model's vocabulary is 0..511
+
+
+@pytest.fixture(scope="module")
+def served(zoo) -> Iterator[RunningServer]:
+    with running_server(options=SMALL_CACHE) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def http(served) -> Iterator[httpx.Client]:
+    with served.http(timeout=60) as client:
+        yield client
+
+
+def chat_of(http: httpx.Client, words: int) -> tuple[list[dict[str, str]], int]:
+    """A conversation of about ``words`` words, and its prompt's length in tokens."""
+    messages = [{"role": "user", "content": "hello world " * words}]
+    count = http.post("/tokenize", json={"messages": messages}).json()["count"]
+    return messages, count
+
+
+def test_a_chat_without_max_tokens_gets_a_default_that_fits_the_cache(http):
+    messages, n = chat_of(http, 126)
+    assert CAPACITY - 256 < n <= CAPACITY  # the server default (256) would not fit beside it
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= CAPACITY - n + 1
+
+
+def test_a_completion_without_max_tokens_gets_a_default_that_fits_the_cache(http):
+    prompt = [7] * (CAPACITY - 4)  # OpenAI's default of 16 tokens would not fit beside it
+    r = http.post("/v1/completions", json={"model": MODEL, "prompt": prompt})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 5
+
+
+def test_a_prompt_too_long_for_the_cache_is_refused_as_the_prompt(http):
+    messages, n = chat_of(http, 140)
+    assert n > CAPACITY
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "prompt" and "max_tokens" not in error["message"], error
+
+
+def test_a_sent_max_tokens_that_does_not_fit_is_still_refused_as_max_tokens(http):
+    messages, _ = chat_of(http, 126)
+    body = {"model": MODEL, "messages": messages, "max_tokens": 300}
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
+def generate(http: httpx.Client, route: str, **fields: Any) -> httpx.Response:
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    base: dict[str, Any] = {"prompt": "Hello"} if route == "/v1/completions" else chat
+    return http.post(route, json={"model": MODEL, "max_tokens": 1, **base, **fields})
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_stop_token_ids_outside_the_vocabulary_are_refused(http, route, bad):
+    r = generate(http, route, stop_token_ids=[3, bad])
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "stop_token_ids" and str(bad) in error["message"]
+
+
+def test_stop_token_ids_inside_the_vocabulary_are_used(http):
+    assert generate(http, "/v1/completions", stop_token_ids=[0, 511]).status_code == 200
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/tokenize"])
+def test_a_role_the_template_does_not_know_is_refused_naming_it(http, route):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "wizard", "content": "hi"}]
+    r = http.post(route, json={"model": MODEL, "messages": messages, "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "messages[1].role" and "'wizard'" in error["message"], error
+
+
+def test_the_roles_a_template_names_are_known_and_only_those():
+    from radixflow.generation.chat import ChatTemplate
+
+    named = "{% for m in messages %}{% if m.role == 'tool' %}T{% endif %}{{ m.content }}{% endfor %}"
+    assert "tool" in ChatTemplate(named, None, None).roles
+    verbatim = "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}"
+    assert set(ChatTemplate(verbatim, None, None).roles) == {"system", "user", "assistant"}
+
+
+def test_the_offline_door_refuses_the_same_ids(zoo):
+    from radixflow.generation.llm import LLM
+
+    llm = LLM(MODEL, kv_blocks=64, state_slots=4)
+    with pytest.raises(ValueError, match="stop_token_ids"):
+        llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, stop_token_ids=(-1,)))
+    with pytest.raises(ValueError, match=r"messages\[0\]\.role"):
+        llm.chat([{"role": "wizard", "content": "hi"}])
+
+
+def test_room_is_exactly_what_unfit_reason_lets_run():
+    """The default's cap and the admission check are one rule: m tokens fit iff m <= room."""
+    for config in (
+        SchedulerConfig(block_size=16, num_blocks=8),
+        SchedulerConfig(block_size=4, num_blocks=3, num_state_slots=0, token_budget=8),
+        SchedulerConfig(block_size=4, num_blocks=3, has_recurrent=False, num_state_slots=0),
+    ):
+        for n in range(1, config.num_blocks * config.block_size + 3):
+            room = config.room(n)
+            for m in range(1, room + 3):
+                req = Request("r", tuple([1] * n), sampling=SamplingParams(max_tokens=m))
+                assert (config.unfit_reason(req) is None) == (m <= room), (config, n, m)

@@ -18,6 +18,7 @@ from radixflow.costmodel.hardware import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MO
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.config import SchedulerConfig, budget_problem
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 
@@ -36,6 +37,12 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # resolved per device: mode
 
 def _opt(default: Any, help: str, kind: type, **spec: Any) -> Any:
     return field(default=default, metadata={"spec": OptionSpec(help, kind, **spec)})
+
+
+def _scheduler_default(name: str) -> Any:
+    """The default `SchedulerConfig` declares for ``name``: the round budgets are declared there
+    (the scheduler owns them) and read here, so each has one declaration."""
+    return {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}[name]
 
 
 def _names(registry: Mapping[str, object]) -> Callable[[], list[str]]:
@@ -115,7 +122,7 @@ class EngineOptions:
         group="scheduler",
     )
     token_budget: int = _opt(
-        2048,
+        _scheduler_default("token_budget"),
         "prompt tokens computed per round (at least one block)",
         int,
         low=1,
@@ -124,14 +131,17 @@ class EngineOptions:
         metavar="N",
     )
     max_requests: int = _opt(
-        32, "chunks per round", int, low=1, high=MAX_COUNT, group="scheduler", metavar="N"
+        _scheduler_default("max_requests"),
+        "chunks per round", int, low=1, high=MAX_COUNT, group="scheduler", metavar="N"
     )
     block_size: int = _opt(
-        16, "tokens per KV block", int, low=1, high=MAX_BLOCK_SIZE, group="scheduler", metavar="N"
+        _scheduler_default("block_size"),
+        "tokens per KV block", int, low=1, high=MAX_BLOCK_SIZE, group="scheduler", metavar="N"
     )
     kv_blocks: int | None = _opt(
         None,
-        f"KV capacity in blocks, at most {MAX_KV_BLOCKS} (default: sim 32768; torch: sized to the "
+        f"KV capacity in blocks, at most {MAX_KV_BLOCKS} (default: sim "
+        f"{_scheduler_default('num_blocks')}; torch: sized to the "
         "workload where there is one, else 1024)",
         int,
         low=1,
@@ -141,7 +151,8 @@ class EngineOptions:
     )
     state_slots: int | None = _opt(
         None,
-        f"recurrent-state checkpoint slots, at most {MAX_STATE_SLOTS} (default: sim 1024, torch 256; "
+        f"recurrent-state checkpoint slots, at most {MAX_STATE_SLOTS} (default: sim "
+        f"{_scheduler_default('num_state_slots')}, torch 256; "
         "a full-attention model gets none)",
         int,
         low=0,
@@ -260,13 +271,9 @@ class EngineOptions:
             problem = check_value(f.name, getattr(self, f.name), spec_of(f), f.default is None)
             if problem is not None:
                 return problem
-        if self.token_budget < self.block_size:
-            return Problem(
-                "token_budget",
-                f"{self.token_budget} is smaller than one block (block_size {self.block_size} tokens)",
-            )
         return (
-            threads_problem(self.torch_threads)
+            budget_problem(self.token_budget, self.block_size)
+            or threads_problem(self.torch_threads)
             or bookkeeping_problem(self.kv_blocks, self.state_slots)
             or output_problem("trace_out", self.trace_out)
         )

@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,10 @@ import torch
 
 from radixflow.engine.engine import Engine
 from radixflow.models.zoo import ensure_model
+from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.options.build import new_engine
 from radixflow.runners.torch_runner import TorchRunner
-from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.scheduler import Request
 from radixflow.scheduler.sampling import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -66,11 +69,27 @@ def tokens(vocab: int, n: int, g: torch.Generator) -> tuple[int, ...]:
     return tuple(torch.randint(3, vocab, (n,), generator=g).tolist())
 
 
-def config(requests: int, longest: int) -> SchedulerConfig:
-    blocks = requests * (-(-longest // 16) + 1) + 16
-    return SchedulerConfig(
-        token_budget=4096, max_requests=max(requests, 1), num_blocks=blocks, num_state_slots=256
+def options(model: str, requests: int, longest: int) -> EngineOptions:
+    """The engine for ``requests`` at a time of up to ``longest`` tokens each."""
+    blocks = requests * (-(-longest // EngineOptions().block_size) + 1) + 16
+    return EngineOptions(
+        model=model,
+        runner="torch",
+        dtype="float32",
+        policy=POLICY,
+        token_budget=4096,
+        max_requests=max(requests, 1),
+        kv_blocks=blocks,
+        state_slots=256,
     )
+
+
+def engine(setup: EngineSetup, requests: int, longest: int) -> Engine:
+    """An engine over the setup's runner (its pools sized for the largest case) with this case's
+    cache and round size."""
+    case = options(str(setup.options.model), requests, longest)
+    scheduler = replace(setup.scheduler, max_requests=case.max_requests, num_blocks=case.kv_blocks)
+    return new_engine(setup.runner, scheduler, setup.options)
 
 
 def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
@@ -120,15 +139,15 @@ def bench_prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int
     return row("prefill", sum(lengths), "tok/s", t, (a - b).abs().max().item(), equal)
 
 
-def bench_decode(runner: TorchRunner, hf: Any, n: int, prompt_len: int, gen: int, repeats: int) -> dict:
+def bench_decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repeats: int) -> dict:
+    runner = setup.runner
     g = torch.Generator().manual_seed(n)
     batch = [tokens(runner.model.vocab_size, prompt_len, g) for _ in range(n)]
-    cfg = config(n, prompt_len + gen)
     params = SamplingParams(max_tokens=gen, ignore_eos=True, logprobs=0)
 
     def ours() -> list[Request]:
         reqs = [Request(f"r{i}", p, sampling=params) for i, p in enumerate(batch)]
-        Engine(runner, cfg, policy=POLICY).run(reqs)
+        engine(setup, n, prompt_len + gen).run(reqs)
         return reqs
 
     def theirs() -> torch.Tensor:
@@ -169,27 +188,26 @@ def uncached_check(hf: Any, reqs: list[Request], prompt_len: int) -> tuple[bool,
 
 
 def bench_scoring(
-    runner: TorchRunner, hf: Any, echo: bool, k: int, context_len: int, cand_len: int, repeats: int
+    setup: EngineSetup, hf: Any, echo: bool, k: int, context_len: int, cand_len: int, repeats: int
 ) -> dict:
     g = torch.Generator().manual_seed(1)
-    vocab = runner.model.vocab_size
+    vocab = setup.runner.model.vocab_size
     context = tokens(vocab, context_len, g)
     cands = [context + tokens(vocab, cand_len, g) for _ in range(k)]
-    cfg = config(k, context_len + cand_len)
     params = (
         SamplingParams(max_tokens=0, prompt_logprobs=0) if echo else SamplingParams(max_tokens=1, logprobs=0)
     )
 
     def batch() -> list[Request]:
         reqs = [Request(f"c{i}", p, sampling=params) for i, p in enumerate(cands)]
-        Engine(runner, cfg, policy=POLICY).run(reqs)
+        engine(setup, k, context_len + cand_len).run(reqs)
         return reqs
 
     def one_call_each() -> list[Request]:
-        engine = Engine(runner, cfg, policy=POLICY)
+        one = engine(setup, k, context_len + cand_len)
         reqs = [Request(f"c{i}", p, sampling=params) for i, p in enumerate(cands)]
         for req in reqs:
-            engine.run([req])
+            one.run([req])
         return reqs
 
     def theirs() -> list[torch.Tensor]:
@@ -255,18 +273,18 @@ def main() -> None:
         before = loadavg()
         path = ensure_model(name)
         longest = max(args.prompt_len + args.generate, args.context_len + args.candidate_len)
-        cfg = config(max(*args.requests, args.candidates), longest)
-        runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots, label=name)
+        setup = plan_engine(options(name, max(*args.requests, args.candidates), longest)).build()
+        runner = setup.runner
         hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
         rows = [bench_prefill(runner, hf, args.prefill, args.repeats)]
         print_row(name, rows[-1])
         for n in args.requests:
-            rows.append(bench_decode(runner, hf, n, args.prompt_len, args.generate, args.repeats))
+            rows.append(bench_decode(setup, hf, n, args.prompt_len, args.generate, args.repeats))
             print_row(name, rows[-1])
         for echo in (False, True):
             rows.append(
                 bench_scoring(
-                    runner, hf, echo, args.candidates, args.context_len, args.candidate_len, args.repeats
+                    setup, hf, echo, args.candidates, args.context_len, args.candidate_len, args.repeats
                 )
             )
             print_row(name, rows[-1])

@@ -25,17 +25,19 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from radixflow.engine.engine import Engine
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.device import DeviceError, check_device, resolve_dtype
 from radixflow.models.zoo import ensure_model
+from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.options.build import new_engine
 from radixflow.runners.torch_runner import TorchRunner
-from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.scheduler import Request
 from radixflow.scheduler.sampling import SamplingParams
 
 MODELS = ["qwen3_5-small", "lfm2-small", "nemotron_h-small"]
@@ -96,24 +98,26 @@ def prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int) -> d
     }
 
 
-def decode(runner: TorchRunner, hf: Any, n: int, prompt_len: int, gen: int, repeats: int) -> dict[str, Any]:
+def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repeats: int) -> dict[str, Any]:
+    runner = setup.runner
     g = torch.Generator().manual_seed(n)
     device = torch.device(runner.device)
     batch = [
         tuple(torch.randint(3, runner.model.vocab_size, (prompt_len,), generator=g).tolist())
         for _ in range(n)
     ]
-    cfg = SchedulerConfig(
-        token_budget=8192,
+    # this case's share of the runner's pools (sized for the largest case)
+    cfg = replace(
+        setup.scheduler,
         max_requests=n,
-        num_blocks=n * (-(-(prompt_len + gen) // 16) + 1) + 16,
+        num_blocks=n * (-(-(prompt_len + gen) // setup.scheduler.block_size) + 1) + 16,
         num_state_slots=4 * n + 16,
     )
     params = SamplingParams(max_tokens=gen, ignore_eos=True, logprobs=0)
 
     def ours() -> list[Request]:
         reqs = [Request(f"r{i}", p, sampling=params) for i, p in enumerate(batch)]
-        Engine(runner, cfg).run(reqs)
+        new_engine(runner, cfg, setup.options).run(reqs)
         return reqs
 
     def theirs() -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,11 +183,23 @@ def main() -> int:
     for model in args.models:
         path = ensure_model(model)
         longest = max(args.prompt_len + args.generate, max(args.prefill))
-        blocks = max(args.requests) * (-(-longest // 16) + 1) + 16
-        runner = TorchRunner(path, 16, blocks, 4 * max(args.requests) + 16, device=str(device), dtype=dtype)
+        block_size = EngineOptions().block_size
+        blocks = max(args.requests) * (-(-longest // block_size) + 1) + 16
+        options = EngineOptions(
+            model=str(path),
+            runner="torch",
+            device=str(device),
+            dtype=args.dtype,
+            token_budget=8192,
+            max_requests=max(args.requests),
+            kv_blocks=blocks,
+            state_slots=4 * max(args.requests) + 16,
+        )
+        setup = plan_engine(options).build()
+        runner = setup.runner
         hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
         rows = [prefill(runner, hf, args.prefill, args.repeats)]
-        rows += [decode(runner, hf, n, args.prompt_len, args.generate, args.repeats) for n in args.requests]
+        rows += [decode(setup, hf, n, args.prompt_len, args.generate, args.repeats) for n in args.requests]
         for r in rows:
             ours, theirs = r["ours_tok_s"], r["transformers_tok_s"]
             diff = r.get("max_abs_logit_diff", r.get("max_abs_logprob_diff"))
@@ -193,7 +209,7 @@ def main() -> int:
                 flush=True,
             )
         results.append({"model": model, "rows": rows})
-        del runner, hf
+        del runner, setup, hf
         if device.type == "cuda":
             torch.cuda.empty_cache()
     args.json.parent.mkdir(parents=True, exist_ok=True)

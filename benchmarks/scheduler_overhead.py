@@ -28,13 +28,15 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.engine.engine import Engine
-from radixflow.runners.sim import DEFAULT_SIM_MODEL, HARDWARE, SIM_MODELS, SimRunner
-from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.runners.sim import DEFAULT_SIM_MODEL
+from radixflow.scheduler import Request
 
 T = TypeVar("T")
 POLICIES = ("native", "radixflow", "adaptive")
-CONFIG = SchedulerConfig(
-    token_budget=2048, max_requests=32, block_size=16, num_blocks=2048, num_state_slots=256
+# the default round budgets, a small cache (the sim runner's default cache for `blocked_round`)
+OPTIONS = EngineOptions(
+    model=DEFAULT_SIM_MODEL, runner="sim", hardware="h100", kv_blocks=2048, state_slots=256
 )
 
 
@@ -50,9 +52,8 @@ def requests(seed: int, prefix: str = "r") -> Iterator[Request]:
 class TimedEngine:
     """An engine whose scheduler calls are timed (CPU seconds per round)."""
 
-    def __init__(self, policy: str, config: SchedulerConfig = CONFIG) -> None:
-        runner = SimRunner(SIM_MODELS[DEFAULT_SIM_MODEL], HARDWARE["h100"])
-        self.engine = Engine(runner, config, policy=policy)
+    def __init__(self, policy: str, options: EngineOptions = OPTIONS) -> None:
+        self.engine = plan_engine(options.replace(policy=policy)).build().engine()
         self.per_round: list[float] = []
         sched = self.engine.scheduler
         schedule, update = sched.schedule, sched.update
@@ -124,7 +125,7 @@ def _top_up(engine: Engine, stream: Iterator[Request], waiting: int) -> None:
 
 def blocked_round(policy: str, consumers: int) -> float:
     """CPU ms of the first round when one producer and ``consumers`` consumers of it all wait."""
-    timed = TimedEngine(policy, SchedulerConfig(token_budget=2048, max_requests=32, block_size=16))
+    timed = TimedEngine(policy, OPTIONS.replace(kv_blocks=None, state_slots=None))
     rng = random.Random(consumers)
     ctx = tuple(rng.randrange(32_000) for _ in range(64))
     for k in range(consumers + 1):
@@ -179,7 +180,8 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=Path("results/scheduler_overhead.json"))
     args = p.parse_args()
     console = Console()
-    result: dict = {"config": CONFIG.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
+    config = plan_engine(OPTIONS).scheduler_config()
+    result: dict = {"config": config.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
     for policy in POLICIES:
         result["runs"][policy] = [fresh(_whole_run, policy, n) for n in args.runs]
         console.print(f"{policy}: whole runs done")

@@ -12,8 +12,9 @@ import json
 import random
 from dataclasses import dataclass
 
+from engine_utils import new_engine
+
 from radixflow.bench.metrics import first_token
-from radixflow.engine.engine import Engine
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
 from radixflow.runners.sim import sim_token
@@ -113,7 +114,7 @@ def cases() -> list[PinCase]:
 
 def outcome(case: PinCase, policy: str) -> dict[str, object]:
     reqs = build_workload(case.spec).requests if case.spec is not None else _random_requests(case.seed)
-    engine = Engine(FixedCostRunner(case.hybrid), case.config, policy=policy, placement=case.placement)
+    engine = new_engine(FixedCostRunner(case.hybrid), case.config, policy=policy, placement=case.placement)
     engine.run(reqs)
     return {
         "rounds": len(engine.rounds),

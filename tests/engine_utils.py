@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from radixflow.engine.engine import Engine
-from radixflow.scheduler import Request
+from radixflow.engine.events import EngineEvents
+from radixflow.engine.runner import Runner
+from radixflow.options import EngineOptions, build
+from radixflow.scheduler import Request, SchedulerConfig
 
 
 def drive(engine: Engine, reqs: list[Request]) -> Engine:
@@ -14,3 +19,33 @@ def drive(engine: Engine, reqs: list[Request]) -> Engine:
         engine.step()
         engine.check_integrity()
     return engine
+
+
+def new_engine(
+    runner: Runner,
+    config: SchedulerConfig,
+    policy: str | None = None,
+    placement: str | None = None,
+    round_history: int | None = None,
+    events: EngineEvents | None = None,
+) -> Engine:
+    """An engine over a hand-built runner and config, through the one builder: what a test leaves
+    out is `EngineOptions`' default (the engine has none of its own)."""
+    return build.new_engine(runner, config, EngineOptions(), policy, placement, round_history, events)
+
+
+@dataclass(frozen=True)
+class Engines:
+    """A hand-built runner and config as the bench harness's engine source (`run_policies`)."""
+
+    runner: Runner
+    scheduler: SchedulerConfig
+
+    def engine(
+        self,
+        policy: str | None = None,
+        placement: str | None = None,
+        round_history: int | None = None,
+        label: str | None = None,
+    ) -> Engine:
+        return new_engine(self.runner, self.scheduler, policy, placement, round_history)

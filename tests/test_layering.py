@@ -47,7 +47,8 @@ ALLOWED = {
         "fleet",
     },
     "generation": {"scheduler", "engine", "runners", "models", "options"},
-    "server": {"scheduler", "engine", "generation"},
+    # the server's settings are declared with the options' `OptionSpec` (options/spec.py)
+    "server": {"scheduler", "engine", "generation", "options"},
     # replicas on Ray Serve: the server's pieces over many engines, routed by the fleet routers
     "cluster": {"cache", "scheduler", "engine", "generation", "server", "options", "fleet"},
     "cli": {

@@ -5,10 +5,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Protocol
 
 from radixflow.bench.metrics import PolicyResult, summarize
 from radixflow.engine.engine import Engine, RoundRecord
-from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
 from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request
@@ -43,29 +43,42 @@ def fresh_copy(requests: list[Request]) -> list[Request]:
     return [Request(r.id, r.prompt, r.namespace, r.arrival_s, sampling=r.sampling) for r in requests]
 
 
+class Engines(Protocol):
+    """Where the harness gets its engines: `radixflow.options.EngineSetup` (the one builder)."""
+
+    @property
+    def runner(self) -> Runner: ...
+
+    @property
+    def scheduler(self) -> SchedulerConfig: ...
+
+    def engine(
+        self,
+        policy: str | None = None,
+        placement: str | None = None,
+        round_history: int | None = None,
+        label: str | None = None,
+    ) -> Engine: ...
+
+
 def run_policies(
     requests: list[Request],
-    runner: Runner,
-    scheduler: SchedulerConfig,
+    engines: Engines,
     policies: list[str],
     placement: str | None,
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
     repeats: int = 1,
-    eviction: str = "lru",
-    events: Callable[[str], EngineEvents | None] | None = None,
 ) -> list[PolicyRun]:
-    """Each policy ``repeats`` times, interleaved, each on a fresh engine over ``runner``; timings
-    are reported as medians over repeats. ``placement`` None: each policy's own.
-    ``events(label)``: an observer for each engine (a trace process per policy run)."""
-    reference = runner.reference_tokens(requests)
+    """Each policy ``repeats`` times, interleaved, each on a fresh engine from ``engines``; timings
+    are reported as medians over repeats. ``placement`` None: each policy's own. With a trace,
+    each engine is a process of it named after its policy run."""
+    scheduler = engines.scheduler
+    reference = engines.runner.reference_tokens(requests)
     trials: dict[str, list[PolicyRun]] = {p: [] for p in policies}
     for _ in range(repeats):
         for policy in policies:
             label = _label(policy, placement or default_placement(policy), repeats, len(trials[policy]))
-            observer = None if events is None else events(label)
-            engine = Engine(
-                runner, scheduler, policy=policy, placement=placement, eviction=eviction, events=observer
-            )
+            engine = engines.engine(policy, placement, label=label)
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)

@@ -12,8 +12,10 @@ from rich.console import Console
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
-from radixflow.options import option_fields
-from radixflow.problems import ProblemError, flag
+from radixflow.options import EngineOptions
+from radixflow.options.flags import flag_spellings
+from radixflow.problems import ProblemError
+from radixflow.server.config import Listen, ServerConfig
 
 DESCRIPTION = (
     "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
@@ -33,7 +35,8 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
-ENGINE_FLAGS = {f.name for f in option_fields()} - {"model"}
+# every option a command-line flag sets, by name -> its flag (the model is an argument of some commands)
+FLAGS = {k: v for k, v in flag_spellings(EngineOptions, Listen, ServerConfig).items() if k != "model"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _spelling(param: str) -> str:
     """A parameter as the command line spells it: an engine option by its flag (``kv_blocks`` ->
     ``--kv-blocks``); the model (an argument of some commands) and request fields as they are."""
-    return flag(param) if param in ENGINE_FLAGS else param
+    return FLAGS.get(param, param)
 
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:

@@ -78,17 +78,7 @@ def _run(
             progress.update(task, advance=done, description=f"{policy}: round {record.index + 1}")
 
         o = setup.options
-        runs = run_policies(
-            requests,
-            setup.runner,
-            setup.scheduler,
-            names,
-            o.placement,
-            on_round,
-            args.repeat,
-            o.eviction,
-            events=setup.events,
-        )
+        runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat)
     if o.trace_out is not None:
         _write(Path(o.trace_out), lambda _: setup.flush_trace())
     return runs

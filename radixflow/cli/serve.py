@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -12,8 +13,6 @@ from rich.console import Console
 from radixflow.cli.args import (
     check_output_paths,
     int_arg,
-    non_negative_float,
-    positive_int,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -21,45 +20,19 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions
-from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
+from radixflow.options.spec import checked
+from radixflow.server.config import Listen, ServerConfig
+from radixflow.server.listen import bind, bound_port
 
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p, model_positional=True)
-    g = p.add_argument_group("server")
-    g.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    g.add_argument("--port", type=int_arg(0, 65535), default=8000, help="port to listen on")
-    g.add_argument(
-        "--max-pending", type=positive_int, default=256, help="accepted, unanswered requests before 429"
-    )
-    g.add_argument(
-        "--default-max-tokens",
-        type=positive_int,
-        default=256,
-        help="chat max_tokens when a request names none",
-    )
-    g.add_argument(
-        "--max-body-bytes",
-        type=int_arg(1024, 2**40),
-        default=4 * 1024 * 1024,  # ServerConfig's default (a test keeps them equal)
-        help="larger request bodies get 413 before they are parsed",
-    )
-    g.add_argument(
-        "--tokenizer-threads",
-        type=positive_int,
-        help="threads that tokenize prompts and build answers beside the event loop "
-        "(default: the server's thread plan, 2 up to 23 CPUs)",
-    )
-    g.add_argument(
-        "--drain-timeout",
-        type=non_negative_float,
-        default=30.0,
-        help="seconds to finish requests on shutdown",
-    )
-    g.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    add_option_flags(p, Listen, "server")
+    add_option_flags(p, ServerConfig, "server limits and threads")
     f = p.add_argument_group("fleet (Ray Serve)")
     f.add_argument(
         "--replicas",
@@ -101,6 +74,14 @@ def threads(options: EngineOptions, tokenizer_threads: int | None, cpus: int) ->
     return options, tokenizer_threads or plan.tokenizer_threads
 
 
+def server_settings(args: argparse.Namespace) -> tuple[Listen, ServerConfig]:
+    """Where to listen and the server's limits: the flags given, the declared defaults for the rest
+    (`ProblemError` naming the flag at fault)."""
+    return checked(Listen, given_values(args, Listen)), checked(
+        ServerConfig, given_values(args, ServerConfig)
+    )
+
+
 def require_cluster_extra() -> None:
     try:
         importlib.import_module("ray.serve")
@@ -123,25 +104,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_serve_extra()
     from radixflow.generation.setup import load_model
     from radixflow.server.serve import build_server
-    from radixflow.server.state import ServerConfig
 
     options = from_args(args)
+    listen, config = server_settings(args)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, {})
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+    config = replace(config, tokenizer_threads=tokenizer_threads)
+    sock = bind(listen.host, listen.port)  # before the model loads: a bad address is one line
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
-    config = ServerConfig(
-        args.max_pending, args.default_max_tokens, args.drain_timeout, args.max_body_bytes, tokenizer_threads
-    )
-    server = build_server(model, config, args.host, args.port, args.log_level)
+    port = bound_port(sock)
+    server = build_server(model, config, listen.host, port, listen.log_level)
     print(
-        f"radixflow: serving {args.model} on http://{args.host}:{args.port}/v1 "
-        f"({options.torch_threads} torch threads, {tokenizer_threads} tokenizer threads)",
+        f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
+        f"({options.torch_threads} torch threads, {config.tokenizer_threads} tokenizer threads)",
         file=sys.stderr,
     )
-    server.run()
+    server.run(sockets=[sock])
     return 0
 
 
@@ -153,26 +134,24 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     require_serve_extra()
     require_cluster_extra()
     from radixflow.cluster.launch import FleetSpec, deploy, fleet_server, ray_serve
-    from radixflow.server.state import ServerConfig
 
+    listen, config = server_settings(args)
     warn_ineffective_options(args, options)
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
     spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address)
-    config = ServerConfig(
-        args.max_pending, args.default_max_tokens, args.drain_timeout, args.max_body_bytes,
-        args.tokenizer_threads or 2,
-    )  # fmt: skip
+    sock = bind(listen.host, listen.port)  # before any replica loads its model
+    port = bound_port(sock)
     with ray_serve(spec):
         handle = deploy(options, spec, config)
-        server = fleet_server(handle, config, args.host, args.port, args.log_level)
+        server = fleet_server(handle, config, listen.host, port, listen.log_level)
         print(
-            f"radixflow: serving {args.model} on http://{args.host}:{args.port}/v1 "
+            f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
             f"({spec.replicas} replicas on Ray Serve, router {spec.router}, "
             f"{options.torch_threads} torch threads each)",
             file=sys.stderr,
         )
-        server.run()
+        server.run(sockets=[sock])
     return 0
 
 

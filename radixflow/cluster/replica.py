@@ -49,7 +49,8 @@ def replica_name() -> str:
 
 
 class EngineReplica:
-    def __init__(self, options: EngineOptions, max_pending: int = 256, drain_s: float = 30.0) -> None:
+    def __init__(self, options: EngineOptions, max_pending: int, drain_s: float) -> None:
+        """``max_pending`` and ``drain_s``: the fleet's `ServerConfig` (declared there, not here)."""
         self.model: LoadedModel = load_model(options)
         self.engine = self.model.engine(round_history=ROUND_HISTORY)
         self.metrics = ServerMetrics()

@@ -48,13 +48,15 @@ class Engine:
         self,
         runner: Runner,
         config: SchedulerConfig,
-        policy: str = "adaptive",  # as `EngineOptions.policy`
-        placement: str | None = None,
-        eviction: str = "lru",
+        policy: str,
+        placement: str | None,
+        eviction: str,
         round_history: int | None = None,
         events: EngineEvents | None = None,
     ) -> None:
-        """``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
+        """No defaults of its own: ``policy``, ``placement`` and ``eviction`` come from the
+        `EngineOptions` that declare them (`radixflow.options.build.new_engine`).
+        ``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
         long-running server keeps a window and aggregates each returned record itself).
         ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody).
         ``placement``: where recurrent-state checkpoints go (None: the policy's own)."""

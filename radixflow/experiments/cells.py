@@ -7,10 +7,12 @@ any process (serially or as a Ray task).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from radixflow.bench.fleet import run_fleet
@@ -26,7 +28,7 @@ from radixflow.experiments.costcheck import (
     split_cpu,
 )
 from radixflow.fleet import RouterConfig, make_router
-from radixflow.options import EngineOptions, RunnerChoice, plan_engine
+from radixflow.options import EngineOptions, EngineSetup, RunnerChoice, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -97,7 +99,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     plan = plan_engine(options)
     requests = cell_requests(cell, plan.choice.vocab_size)
     setup = plan.build([len(r.prompt) for r in requests])
-    runner = CpuTimedRunner(setup.runner)
+    timed = replace(setup, runner=CpuTimedRunner(setup.runner))  # the same engines, timed
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])
     by_placement: dict[str | None, list[Variant]] = {}  # None: each policy its own
@@ -107,32 +109,22 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     ran: list[tuple[Variant, PolicyRun]] = []
     if s["replicas"] > 1:  # a fleet behind the cell's router
         for v in variants:
-            results[v.label] = _fleet_variant(cell, v, requests, setup, options, rate)
+            results[v.label] = _fleet_variant(cell, v, requests, setup, rate)
         by_placement = {}
     for placement, group in by_placement.items():
         policies = [v.policy for v in group]
-        runs = run_policies(
-            requests,
-            runner,
-            setup.scheduler,
-            policies,
-            placement,
-            None,
-            s["repetitions"],
-            options.eviction,
-            events=setup.events,
-        )
+        runs = run_policies(requests, timed, policies, placement, None, s["repetitions"])
         ran += zip(group, runs, strict=True)
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
     setup.flush_trace()  # the cell's trace_out, if it has one: a process per variant run
     if plan.choice.name == "torch" and ran:
-        _cost_check(ran, results, runner.cpu_s, requests, s, plan.choice)
+        _cost_check(ran, results, timed.runner.cpu_s, requests, s, plan.choice)
     return {
         "cell": cell.to_dict(),
         "requests": len(requests),
-        "model": runner.model.name,
-        "hybrid": runner.model.has_recurrent,
+        "model": setup.runner.model.name,
+        "hybrid": setup.runner.model.has_recurrent,
         "runner_settings": plan.choice.describe(),
         "fixed_cost_ms": plan.choice.fixed_cost_ms,
         "results": [results[v.label] for v in variants],
@@ -144,15 +136,17 @@ def _fleet_variant(
     cell: Cell,
     variant: Variant,
     requests: list[Request],
-    setup: Any,
-    options: EngineOptions,
+    setup: EngineSetup,
     rate: float | None,
 ) -> dict[str, Any]:
-    """One variant on ``replicas`` engines behind the cell's router (seeded by the workload seed)."""
-    s, placement = cell.settings, variant.placement or options.placement
+    """One variant on ``replicas`` engines behind the cell's router (seeded by the workload seed);
+    with a trace, each replica's engine is a process of it."""
+    s = cell.settings
+    replica = itertools.count()
 
     def engine() -> Engine:
-        return Engine(setup.runner, setup.scheduler, variant.policy, placement, options.eviction)
+        label = f"{variant.label} · replica {next(replica)}"
+        return setup.engine(variant.policy, variant.placement, label=label)
 
     router = make_router(s["router"], RouterConfig(seed=cell.workload["seed"]))
     run = run_fleet(fresh_copy(requests), engine, s["replicas"], router)

@@ -23,6 +23,28 @@ from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.request import Request
 
 
+def new_engine(
+    runner: Runner,
+    scheduler: SchedulerConfig,
+    options: EngineOptions,
+    policy: str | None = None,
+    placement: str | None = None,
+    round_history: int | None = None,
+    events: EngineEvents | None = None,
+) -> Engine:
+    """The one place an `Engine` is assembled: its policy, placement and eviction are the options'
+    (``policy`` / ``placement``: a variant's own instead, as a benchmark compares several)."""
+    return Engine(
+        runner,
+        scheduler,
+        policy=policy or options.policy,
+        placement=placement or options.placement,
+        eviction=options.eviction,
+        round_history=round_history,
+        events=events,
+    )
+
+
 @dataclass(frozen=True)
 class EngineSetup:
     options: EngineOptions
@@ -32,21 +54,18 @@ class EngineSetup:
     trace: TraceFile | None = None  # the dependency trace (``trace_out``), opened by `build`
 
     def engine(
-        self, policy: str | None = None, placement: str | None = None, round_history: int | None = None
+        self,
+        policy: str | None = None,
+        placement: str | None = None,
+        round_history: int | None = None,
+        label: str | None = None,
     ) -> Engine:
         """A fresh engine (empty cache, idle scheduler) over this setup's runner. ``policy`` and
         ``placement`` default to the options'; ``round_history`` bounds the rounds it keeps; with
-        a trace, the engine is a process of it."""
+        a trace, the engine is a process of it named ``label`` (default: its policy)."""
         policy = policy or self.options.policy
-        return Engine(
-            self.runner,
-            self.scheduler,
-            policy=policy,
-            placement=placement or self.options.placement,
-            eviction=self.options.eviction,
-            round_history=round_history,
-            events=self.events(policy),
-        )
+        events = self.events(label or policy)
+        return new_engine(self.runner, self.scheduler, self.options, policy, placement, round_history, events)
 
     def events(self, label: str) -> EngineEvents | None:
         """The trace's observer for one more engine, a process named ``label`` (None: no trace)."""

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.costmodel.hardware.profiles import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
-from radixflow.options.spec import OptionSpec, check_value
+from radixflow.options.spec import checked, fields_problem, option
+from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.config import SchedulerConfig, budget_problem
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 
@@ -34,8 +36,10 @@ RUNNERS = ("sim", "torch")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # resolved per device: models/device.py
 
 
-def _opt(default: Any, help: str, kind: type, **spec: Any) -> Any:
-    return field(default=default, metadata={"spec": OptionSpec(help, kind, **spec)})
+def _scheduler_default(name: str) -> Any:
+    """The default `SchedulerConfig` declares for ``name``: the round budgets are declared there
+    (the scheduler owns them) and read here, so each has one declaration."""
+    return {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}[name]
 
 
 def _names(registry: Mapping[str, object]) -> Callable[[], list[str]]:
@@ -44,7 +48,7 @@ def _names(registry: Mapping[str, object]) -> Callable[[], list[str]]:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    model: str | None = _opt(
+    model: str | None = option(
         None,
         "a sim shape (see `radixflow bench --help`), a zoo model (see `radixflow models`) or a "
         "checkpoint directory (default: qwen3_5-2b on the sim runner, qwen3_5-small on torch)",
@@ -52,15 +56,15 @@ class EngineOptions:
         group="model",
         metavar="MODEL",
     )
-    runner: str | None = _opt(
+    runner: str | None = option(
         None,
         "sim: the cost model; torch: real forward passes (default: sim for a sim shape, else torch)",
         str,
         choices=lambda: list(RUNNERS),
         group="model",
     )
-    device: str = _opt("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
-    torch_threads: int | None = _opt(
+    device: str = option("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
+    torch_threads: int | None = option(
         None,
         "torch intra-op threads, at most this machine's CPUs (default: torch's; serve: the server's "
         "thread plan, one CPU left to the HTTP side per 8)",
@@ -69,7 +73,7 @@ class EngineOptions:
         group="model",
         metavar="N",
     )
-    dtype: str = _opt(
+    dtype: str = option(
         "auto",
         "torch runner weight and activation dtype: auto (float32 on a CPU, bfloat16 on CUDA where "
         "supported, else float16), float32, bfloat16 (on a CPU too: slower, logprobs ~0.1 off "
@@ -78,7 +82,7 @@ class EngineOptions:
         choices=lambda: list(DTYPES),
         group="model",
     )
-    matmul: str = _opt(
+    matmul: str = option(
         "auto",
         "torch runner on a CPU: the matmul library per shape class: auto (measured at startup), mkl, "
         "onednn, or class=library pairs for the classes single, decode and prefill",
@@ -86,7 +90,7 @@ class EngineOptions:
         group="model",
         metavar="PLAN",
     )
-    seed: int = _opt(
+    seed: int = option(
         0,
         "random seed: of the sampler, for requests without a seed of their own (bench: "
         "also of a generated workload's token ids and arrivals; generate: also each prompt's own seed)",
@@ -96,10 +100,10 @@ class EngineOptions:
         group="model",
         metavar="N",
     )
-    policy: str = _opt(
+    policy: str = option(
         "adaptive", "scheduling policy", str, choices=_names(SCHEDULING_POLICIES), group="scheduler"
     )
-    placement: str | None = _opt(
+    placement: str | None = option(
         None,
         "where recurrent-state checkpoints go (default: the policy's own: lone for adaptive, branch "
         "for native and radixflow)",
@@ -107,15 +111,15 @@ class EngineOptions:
         choices=_names(PLACEMENTS),
         group="scheduler",
     )
-    eviction: str = _opt(
+    eviction: str = option(
         "lru",
         "which cached entry is evicted first",
         str,
         choices=_names(EVICTION_POLICIES),
         group="scheduler",
     )
-    token_budget: int = _opt(
-        2048,
+    token_budget: int = option(
+        _scheduler_default("token_budget"),
         "prompt tokens computed per round (at least one block)",
         int,
         low=1,
@@ -123,15 +127,18 @@ class EngineOptions:
         group="scheduler",
         metavar="N",
     )
-    max_requests: int = _opt(
-        32, "chunks per round", int, low=1, high=MAX_COUNT, group="scheduler", metavar="N"
+    max_requests: int = option(
+        _scheduler_default("max_requests"),
+        "chunks per round", int, low=1, high=MAX_COUNT, group="scheduler", metavar="N"
     )
-    block_size: int = _opt(
-        16, "tokens per KV block", int, low=1, high=MAX_BLOCK_SIZE, group="scheduler", metavar="N"
+    block_size: int = option(
+        _scheduler_default("block_size"),
+        "tokens per KV block", int, low=1, high=MAX_BLOCK_SIZE, group="scheduler", metavar="N"
     )
-    kv_blocks: int | None = _opt(
+    kv_blocks: int | None = option(
         None,
-        f"KV capacity in blocks, at most {MAX_KV_BLOCKS} (default: sim 32768; torch: sized to the "
+        f"KV capacity in blocks, at most {MAX_KV_BLOCKS} (default: sim "
+        f"{_scheduler_default('num_blocks')}; torch: sized to the "
         "workload where there is one, else 1024)",
         int,
         low=1,
@@ -139,9 +146,10 @@ class EngineOptions:
         group="scheduler",
         metavar="N",
     )
-    state_slots: int | None = _opt(
+    state_slots: int | None = option(
         None,
-        f"recurrent-state checkpoint slots, at most {MAX_STATE_SLOTS} (default: sim 1024, torch 256; "
+        f"recurrent-state checkpoint slots, at most {MAX_STATE_SLOTS} (default: sim "
+        f"{_scheduler_default('num_state_slots')}, torch 256; "
         "a full-attention model gets none)",
         int,
         low=0,
@@ -149,14 +157,14 @@ class EngineOptions:
         group="scheduler",
         metavar="N",
     )
-    hardware: str = _opt(
+    hardware: str = option(
         "h100",
         "sim cost profile: h100, h200, cpu or a profile file written by `radixflow calibrate`",
         str,
         group="sim",
         metavar="NAME|FILE",
     )
-    fixed_cost_ms: float | None = _opt(
+    fixed_cost_ms: float | None = option(
         None,
         f"sim: the whole fixed cost of a worker call with prefill in ms (replaces the profile's "
         f"per-call and per-layer parts; h100/h200: 3, band 1-10), at most {MAX_COST_MS:.0f} "
@@ -168,7 +176,7 @@ class EngineOptions:
         metavar="MS",
         aliases=("--round-overhead-ms",),
     )
-    decode_fixed_cost_ms: float | None = _opt(
+    decode_fixed_cost_ms: float | None = option(
         None,
         f"sim: the fixed cost of a decode-only worker call in ms (h100/h200: 0.4), at most "
         f"{MAX_COST_MS:.0f} (default: the profile's; a profile without one charges --fixed-cost-ms)",
@@ -178,7 +186,7 @@ class EngineOptions:
         group="sim",
         metavar="MS",
     )
-    request_overhead_ms: float | None = _opt(
+    request_overhead_ms: float | None = option(
         None,
         f"sim: each request's own cost in ms (tokenization, API; h100/h200: 2): it is admitted that "
         f"long after it arrives, so the cost is in its latency and in no round; at most "
@@ -189,7 +197,7 @@ class EngineOptions:
         group="sim",
         metavar="MS",
     )
-    scheduler_time: str | None = _opt(
+    scheduler_time: str | None = option(
         None,
         "sim: the scheduler's modelled CPU time per round overlaps the worker call (overlap: vLLM "
         "V1's async scheduling; only what is longer than the call shows) or adds to it (serial) "
@@ -198,7 +206,7 @@ class EngineOptions:
         choices=lambda: list(SCHEDULER_MODES),
         group="sim",
     )
-    per_request_ms: float | None = _opt(
+    per_request_ms: float | None = option(
         None,
         f"sim: cost per scheduled chunk in ms, at most {MAX_COST_MS:.0f} (default: the profile's)",
         float,
@@ -207,7 +215,7 @@ class EngineOptions:
         group="sim",
         metavar="MS",
     )
-    tflops: float | None = _opt(
+    tflops: float | None = option(
         None,
         f"sim: the profile's TFLOP/s (a roofline profile: the peak its kernels run at a stated "
         f"fraction of; h100/h200 time measured kernels and ignore it), {TFLOPS_RANGE[0]:g} to "
@@ -218,7 +226,7 @@ class EngineOptions:
         group="sim",
         metavar="X",
     )
-    trace_out: str | None = _opt(
+    trace_out: str | None = option(
         None,
         "write the dependency trace (rounds, chunks, producers and their consumers, bubbles) to this "
         "file as Chrome/Perfetto trace JSON; open it in ui.perfetto.dev (bench: a process per policy "
@@ -236,15 +244,7 @@ class EngineOptions:
 
         Raises `ProblemError` naming the first bad key; the result is validated.
         """
-        given = {**data, **overrides}
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        for key, value in given.items():
-            if key not in known:
-                raise ProblemError(Problem(key, f"unknown option (known: {', '.join(known)})"))
-            problem = check_value(key, value, spec_of(known[key]), known[key].default is None)
-            if problem is not None:
-                raise ProblemError(problem)
-        options = cls(**given)
+        options = checked(cls, {**data, **overrides})
         options.check()
         return options
 
@@ -256,17 +256,10 @@ class EngineOptions:
         """Why these options cannot build an engine (None when they can): every field's type,
         range and choices, the budgets against each other, and this machine's limits. Reads the
         machine (CPU count, available memory); allocates nothing."""
-        for f in dataclasses.fields(self):
-            problem = check_value(f.name, getattr(self, f.name), spec_of(f), f.default is None)
-            if problem is not None:
-                return problem
-        if self.token_budget < self.block_size:
-            return Problem(
-                "token_budget",
-                f"{self.token_budget} is smaller than one block (block_size {self.block_size} tokens)",
-            )
         return (
-            threads_problem(self.torch_threads)
+            fields_problem(self)
+            or budget_problem(self.token_budget, self.block_size)
+            or threads_problem(self.torch_threads)
             or bookkeeping_problem(self.kv_blocks, self.state_slots)
             or output_problem("trace_out", self.trace_out)
         )
@@ -276,10 +269,6 @@ class EngineOptions:
         problem = self.validate()
         if problem is not None:
             raise ProblemError(problem)
-
-
-def spec_of(f: dataclasses.Field[Any]) -> OptionSpec:
-    return f.metadata["spec"]
 
 
 def option_fields() -> tuple[dataclasses.Field[Any], ...]:

@@ -7,6 +7,7 @@ warn about one that cannot change the run); the option's own default is shown in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from typing import Any
 
@@ -74,9 +75,9 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, defau
     if name == "policy":
         group.add_argument("--policy", action="append", choices=choices, help=POLICY_HELP)
         return
-    shown = "" if default is None else f" (default: {default})"
+    shown = "" if default is None or not spec.show_default else f" (default: {default})"
     group.add_argument(
-        flag(name),
+        spec.flag or flag(name),
         *spec.aliases,
         dest=name,
         type=PARSERS[spec.kind],
@@ -84,6 +85,25 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, defau
         metavar=spec.metavar,
         help=spec.help + shown,
     )
+
+
+def add_option_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """Every field of an options dataclass declared with `option` (the server's) as a flag, in one
+    group: default None ("not given"), so the dataclass's own default applies (`given_values`)."""
+    group = parser.add_argument_group(title)
+    for f in dataclasses.fields(cls):
+        _add_flag(group, f.name, spec_of(f), f.default)
+
+
+def given_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` whose flags were given, by field name (for `spec.checked`)."""
+    names = (f.name for f in dataclasses.fields(cls))
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
+def flag_spellings(*classes: type) -> dict[str, str]:
+    """Field name -> its flag, for every field of these options dataclasses (how an error names it)."""
+    return {f.name: spec_of(f).flag or flag(f.name) for cls in classes for f in dataclasses.fields(cls)}
 
 
 def given(args: argparse.Namespace, only: tuple[str, ...] | None = None) -> list[str]:

@@ -1,13 +1,21 @@
-"""How one option is declared (`OptionSpec`) and the strict check of a value against it."""
+"""How one option is declared (`OptionSpec`, `option`) and the strict check of a value against it.
+
+An options dataclass (`EngineOptions`, the server's `ServerConfig`) declares each field once with
+`option(default, help, kind, ...)`; the command-line flags, the mapping form (`checked`) and the
+field-by-field check (`fields_problem`) all read that one declaration.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from radixflow.problems import Problem
+from radixflow.problems import Problem, ProblemError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -20,6 +28,39 @@ class OptionSpec:
     group: str = "engine"  # where the flag is listed: model, scheduler, sim
     metavar: str | None = None
     aliases: tuple[str, ...] = ()  # other flag spellings (a documented older name)
+    flag: str | None = None  # the flag, where it is not the field's name (``drain_s``: --drain-timeout)
+    show_default: bool = True  # False: the help says what the default is (a door decides it)
+
+
+def option(default: Any, help: str, kind: type, **spec: Any) -> Any:
+    """A dataclass field declared with its `OptionSpec`: the one declaration of its default."""
+    return field(default=default, metadata={"spec": OptionSpec(help, kind, **spec)})
+
+
+def spec_of(f: dataclasses.Field[Any]) -> OptionSpec:
+    return f.metadata["spec"]
+
+
+def fields_problem(options: Any) -> Problem | None:
+    """The first field of an options dataclass whose value its spec refuses (None: all fine)."""
+    for f in dataclasses.fields(options):
+        problem = check_value(f.name, getattr(options, f.name), spec_of(f), f.default is None)
+        if problem is not None:
+            return problem
+    return None
+
+
+def checked(cls: type[T], data: Mapping[str, Any]) -> T:
+    """An options dataclass from a mapping of field names; values must have the field's type (an
+    int field given 4.5, "4" or True is refused, not cast). `ProblemError` names the first bad key."""
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key, value in data.items():
+        if key not in known:
+            raise ProblemError(Problem(key, f"unknown option (known: {', '.join(known)})"))
+        problem = check_value(key, value, spec_of(known[key]), known[key].default is None)
+        if problem is not None:
+            raise ProblemError(problem)
+    return cls(**data)
 
 
 def show(x: float) -> str:

@@ -8,8 +8,20 @@ from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
 
 
+def budget_problem(token_budget: int, block_size: int) -> Problem | None:
+    """Why a round of ``token_budget`` tokens cannot hold a block of ``block_size`` (None when it
+    can): the one check of this rule, for `SchedulerConfig` and `EngineOptions` alike. Pure."""
+    if token_budget < block_size:
+        return Problem(
+            "token_budget", f"{token_budget} is smaller than one block (block_size {block_size} tokens)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
+    # The defaults of token_budget, max_requests and block_size are declared here and nowhere else:
+    # `EngineOptions` (and so every door: flags, TOML cells, `LLM(...)`) reads them from these fields.
     token_budget: int = 2048  # prompt tokens computed per round
     max_requests: int = 32  # chunks per round
     block_size: int = 16
@@ -25,10 +37,9 @@ class SchedulerConfig:
     def validate(self) -> None:
         if self.block_size < 1:
             raise ValueError("block size must be >= 1")
-        if self.token_budget < self.block_size:
-            raise ValueError(
-                f"token budget {self.token_budget} is smaller than one block ({self.block_size} tokens)"
-            )
+        problem = budget_problem(self.token_budget, self.block_size)
+        if problem is not None:
+            raise ValueError(str(problem))
         if self.max_requests < 1:
             raise ValueError("max requests per round must be >= 1")
 

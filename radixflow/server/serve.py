@@ -84,7 +84,7 @@ def build_server(
     config: ServerConfig,
     host: str,
     port: int,
-    log_level: str = "info",
+    log_level: str,
 ) -> Server:
     if model.tokenizer is None:
         raise ProblemError(
@@ -96,7 +96,7 @@ def build_server(
     )
 
 
-def serve_state(state: ServerState, host: str, port: int, log_level: str = "info") -> Server:
+def serve_state(state: ServerState, host: str, port: int, log_level: str) -> Server:
     """The HTTP server over ``state`` (its loop starts with the app)."""
     config = state.config
     uv_config = uvicorn.Config(

@@ -27,25 +27,13 @@ from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
+from radixflow.server.config import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES  # re-exported
+from radixflow.server.config import ServerConfig
 from radixflow.server.errors import ApiError
 from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
 
 T = TypeVar("T")
-
-
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    max_pending: int = 256  # accepted, unanswered requests before new ones get 429
-    default_max_tokens: int = 256  # a chat request that names no max_tokens (capped to what fits)
-    drain_s: float = 30.0  # on shutdown: time for accepted requests to finish before they fail
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get 413, unparsed
-    # tokenizing and answer building beside the event loop; `radixflow serve` passes its thread
-    # plan's (options.machine.server_thread_plan) unless told
-    tokenizer_threads: int = 2
 
 
 class ClientGone(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from engine_utils import new_engine
 
 from radixflow.bench.fleet import QueueSample, ReplicaKill, run_fleet
 from radixflow.bench.fleet_metrics import fleet_figures, fleet_policy_result, imbalance
@@ -31,7 +32,7 @@ def fleet(setup, router: str, replicas: int = 4, kills=()):
     built, requests = setup
 
     def engine() -> Engine:
-        return Engine(built.runner, built.scheduler)
+        return new_engine(built.runner, built.scheduler)
 
     return run_fleet(fresh_copy(requests), engine, replicas, make_router(router, RouterConfig(seed=1)), kills)
 
@@ -63,7 +64,7 @@ def test_checkpoint_router_reuses_more_than_pow2(setup):
 def test_one_replica_fleet_matches_a_lone_engine(setup):
     built, requests = setup
     run = fleet(setup, "checkpoint", replicas=1)
-    engine = Engine(built.runner, built.scheduler)
+    engine = new_engine(built.runner, built.scheduler)
     engine.run(fresh_copy(requests))
     by_id = {r.id: r for r in engine.requests}
     assert [(r.reused, r.finish_s) for r in run.requests] == [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from engine_utils import new_engine
+
 from radixflow.bench.metrics import (
     agreement,
     first_token,
@@ -11,7 +13,6 @@ from radixflow.bench.metrics import (
     rounds_lower_bound,
     summarize,
 )
-from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request
 from radixflow.scheduler.request import RequestStatus
@@ -62,7 +63,7 @@ def test_rounds_lower_bound_respects_the_request_cap():
 def test_rounds_lower_bound_of_a_run_counts_its_chunks():
     # Ten independent 16-token requests, two per round: the token budget alone says 1 round.
     cfg = SchedulerConfig(token_budget=1024, max_requests=2)
-    engine = Engine(SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"]), cfg)
+    engine = new_engine(SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"]), cfg)
     engine.run([Request(f"r{i}", tuple(range(i * 16, i * 16 + 16))) for i in range(10)])
     result = summarize("radixflow", engine, cfg)
     assert result.rounds_lower_bound == 5 <= result.rounds

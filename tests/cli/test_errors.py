@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import radixflow
 from radixflow.cli import main
 
 
@@ -224,3 +229,59 @@ def test_replicas_without_the_cluster_extra_names_the_install_command(monkeypatc
 )
 def test_bad_fleet_flags_are_refused(capsys, argv, needle):
     assert needle in one_line_error(capsys, ["serve", "qwen3_5-tiny", *argv])
+
+
+IN_USE = "is already in use on 127.0.0.1 (is another server running?)"
+
+
+@pytest.fixture
+def port_in_use() -> Iterator[int]:
+    """A port another server is listening on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def _no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the model is what a bind error must come before."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded before the address was checked")
+
+    monkeypatch.setattr("radixflow.generation.setup.load_model", refuse)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--host", "256.1.1.1"], "radixflow: error: --host: cannot resolve '256.1.1.1'"),
+        (["--host", "not a host!"], "radixflow: error: --host: cannot resolve 'not a host!'"),
+        (["--host", "192.0.2.1"], "radixflow: error: --host: '192.0.2.1' is not an address of this machine"),
+    ],
+)
+def test_serve_refuses_a_bad_host_before_loading_the_model(monkeypatch, capsys, argv, expected):
+    pytest.importorskip("uvicorn")
+    _no_model_load(monkeypatch)
+    assert one_line_error(capsys, ["serve", "qwen3_5-tiny", "--port", "0", *argv]).startswith(expected)
+
+
+def test_serve_refuses_a_port_in_use_before_loading_the_model(monkeypatch, capsys, port_in_use):
+    pytest.importorskip("uvicorn")
+    _no_model_load(monkeypatch)
+    err = one_line_error(capsys, ["serve", "qwen3_5-tiny", "--port", str(port_in_use)])
+    assert err == f"radixflow: error: --port: {port_in_use} {IN_USE}"
+
+
+def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use):
+    """The real entry point, as its own process: one line, exit 2, and no model loaded (the
+    checkpoint directory does not exist, so loading it would be a different error)."""
+    pytest.importorskip("uvicorn")
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = ["serve", str(Path(root) / "no-such-model-dir"), "--port", str(port_in_use)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "radixflow.cli", *argv], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [f"radixflow: error: --port: {port_in_use} {IN_USE}"]

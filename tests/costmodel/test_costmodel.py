@@ -32,6 +32,8 @@ def test_falcon_h1_sim_shape_has_state_in_every_layer():
 
 
 def test_falcon_h1_sim_blocks_consumers_so_policies_differ():
+    from engine_utils import Engines
+
     from radixflow.bench.harness import run_policies
     from radixflow.runners.sim import SimRunner
     from radixflow.scheduler.scheduler import SchedulerConfig
@@ -41,7 +43,7 @@ def test_falcon_h1_sim_blocks_consumers_so_policies_differ():
     reqs = build_workload(spec).requests
     runner = SimRunner(SIM_MODELS["falcon_h1-1.5b"], HARDWARE["h200"])
     config = SchedulerConfig(token_budget=512)
-    native, flow = run_policies(reqs, runner, config, ["native", "radixflow"], "branch")
+    native, flow = run_policies(reqs, Engines(runner, config), ["native", "radixflow"], "branch")
     assert native.result.bubble_tokens > 0 and flow.result.rounds < native.result.rounds
 
 

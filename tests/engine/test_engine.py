@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from engine_utils import new_engine
 
-from radixflow.engine.engine import AbortResult, Engine
+from radixflow.engine.engine import AbortResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.sampling import SamplingParams
@@ -22,7 +23,7 @@ def test_bad_requests_fail_and_the_rest_are_served():
         Request("empty", ()),
         Request("ok2", (4, 5, 6)),
     ]
-    engine = Engine(RUNNER, CFG)
+    engine = new_engine(RUNNER, CFG)
     engine.run(reqs)
     status = {r.id: r.status for r in reqs}
     assert status == {
@@ -37,7 +38,7 @@ def test_bad_requests_fail_and_the_rest_are_served():
 
 def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
     late = Request("late", (1, 2, 3), arrival_s=5.0)
-    engine = Engine(RUNNER, CFG)
+    engine = new_engine(RUNNER, CFG)
     engine.run([late])
     overhead = RUNNER.model.request_overhead_s  # tokenization and API, before it can be scheduled
     assert overhead == pytest.approx(2e-3)
@@ -47,9 +48,9 @@ def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
 
 def test_request_cannot_be_submitted_twice():
     req = Request("a", (1, 2, 3))
-    Engine(RUNNER, CFG).run([req])
+    new_engine(RUNNER, CFG).run([req])
     with pytest.raises(ValueError, match="already submitted"):
-        Engine(RUNNER, CFG).submit(req)
+        new_engine(RUNNER, CFG).submit(req)
 
 
 def test_sim_cost_grows_with_tokens_and_context():
@@ -67,7 +68,7 @@ def test_sim_cost_grows_with_tokens_and_context():
 
 
 def test_duplicate_request_id_is_rejected():
-    engine = Engine(RUNNER, CFG)
+    engine = new_engine(RUNNER, CFG)
     engine.submit(Request("same", (1, 2, 3)))
     with pytest.raises(ValueError, match="duplicate request id 'same'"):
         engine.submit(Request("same", (7, 8, 9)))
@@ -77,7 +78,7 @@ def test_duplicate_request_id_is_rejected():
 
 
 def test_abort_reports_unknown_done_and_not_yet_arrived_requests():
-    engine = Engine(RUNNER, CFG)
+    engine = new_engine(RUNNER, CFG)
     early, late = Request("early", (1, 2, 3)), Request("late", (4, 5, 6), arrival_s=9.0)
     engine.submit(early)
     engine.submit(late)
@@ -92,7 +93,7 @@ def test_abort_reports_unknown_done_and_not_yet_arrived_requests():
 
 def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit():
     cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=4, num_state_slots=0)
-    engine = Engine(RUNNER, cfg)
+    engine = new_engine(RUNNER, cfg)
     too_long, chunked = Request("too-long", tuple(range(1, 40))), Request("chunked", tuple(range(1, 30)))
     engine.submit(too_long)
     engine.submit(chunked)
@@ -103,7 +104,7 @@ def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit()
 
 
 def test_forget_drops_done_requests_and_round_history_is_bounded():
-    engine = Engine(RUNNER, CFG, round_history=2)
+    engine = new_engine(RUNNER, CFG, round_history=2)
     reqs = [Request(f"r{i}", (1 + i, 2, 3), arrival_s=float(i)) for i in range(4)]
     engine.run(reqs)
     assert len(engine.rounds) == 2 and [rd.index for rd in engine.rounds] == [2, 3]
@@ -117,7 +118,7 @@ def test_forget_drops_done_requests_and_round_history_is_bounded():
 
 def test_the_scheduler_sees_a_predictor_that_gives_the_sim_round_time_of_its_chunks():
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h200"])
-    engine = Engine(runner, CFG)
+    engine = new_engine(runner, CFG)
     assert engine.scheduler.predict is not None
     outputs = []
     schedule = engine.scheduler.schedule
@@ -140,4 +141,4 @@ def test_the_scheduler_sees_a_predictor_that_gives_the_sim_round_time_of_its_chu
 def test_a_runner_that_predicts_nothing_gives_the_scheduler_none():
     from tests.behaviour_pins import FixedCostRunner
 
-    assert Engine(FixedCostRunner(has_recurrent=True), CFG).scheduler.predict is None
+    assert new_engine(FixedCostRunner(has_recurrent=True), CFG).scheduler.predict is None

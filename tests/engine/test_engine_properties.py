@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from engine_utils import new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +40,7 @@ configs = st.builds(
 
 
 def run(runner, cfg: SchedulerConfig, policy: str, reqs: list[Request]) -> Engine:
-    engine = Engine(runner, cfg, policy=policy)
+    engine = new_engine(runner, cfg, policy=policy)
     for r in reqs:
         engine.submit(r)
     while engine.has_work():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 from checking_runner import VOCAB, CheckingRunner
+from engine_utils import new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,7 +76,7 @@ def scenario(rng: random.Random) -> Scenario:
 def check(sc: Scenario) -> Engine:
     runner = CheckingRunner(sc.hybrid, sc.config.block_size, sc.same_round)
     runner.fail_rounds = sc.fail_rounds
-    engine = Engine(runner, sc.config, policy=sc.policy, placement=sc.placement)
+    engine = new_engine(runner, sc.config, policy=sc.policy, placement=sc.placement)
     runner.cache = engine.cache
     for r in sc.requests:
         engine.submit(r)
@@ -133,7 +134,7 @@ def test_checking_runner_catches_a_wrong_restore(policy):
     reqs = [Request("p", tuple(range(1, 18))), Request("c", tuple(range(1, 17)) + (99, 98, 97))]
     sc = Scenario(reqs, SchedulerConfig(token_budget=64, block_size=8), policy, "branch", True, set(), {}, {})
     runner = CheckingRunner(True, 8)
-    engine = Engine(runner, sc.config, policy=policy)
+    engine = new_engine(runner, sc.config, policy=policy)
     runner.cache = engine.cache
     for r in reqs:
         engine.submit(r)

@@ -193,6 +193,21 @@ def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
         assert sum(p["routed"] for p in r["fleet"]["per_replica"]) == 18
 
 
+
+def test_a_fleet_cells_trace_has_a_process_per_replica_of_each_variant(tiny: Path, tmp_path: Path):
+    """The fleet cell builds its engines through the same builder as the others: with
+    ``trace_out``, every replica's engine is traced (it once dropped the observer)."""
+    from radixflow.experiments.cells import run_cell
+
+    trace = tmp_path / "fleet.json"
+    tiny.write_text(TINY.replace("[defaults]", f'[defaults]\nreplicas = 2\ntrace_out = "{trace}"', 1))
+    config = load_config(tiny)
+    run_cell(config.cells[0], config.variants)
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
+    assert names == [f"{v.label} · replica {i}" for v in config.variants for i in (0, 1)]
+    assert any(e["name"] != "process_name" for e in events)  # rounds recorded, not just names
+
 def test_a_fleet_needs_the_sim_runner():
     from radixflow.experiments.config import parse_config
 

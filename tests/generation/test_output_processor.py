@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
+from engine_utils import new_engine
+
 from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.output_processor import (
@@ -74,7 +76,7 @@ def ids(tokenizer) -> list[int]:
 
 def setup(scripts: dict[str, list[int]]) -> tuple[Engine, OutputProcessor, ScriptedRunner]:
     runner = ScriptedRunner(scripts)
-    engine = Engine(runner, CFG)
+    engine = new_engine(runner, CFG)
     return engine, OutputProcessor(engine), runner
 
 

@@ -11,10 +11,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from engine_utils import drive
+from engine_utils import drive, new_engine
 from model_utils import ZOO_PARITY, one_thread, zoo_model  # noqa: F401  (a fixture)
 
-from radixflow.engine.engine import Engine
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
@@ -88,12 +87,12 @@ def same(a: list[PromptLogprob], b: list[PromptLogprob], tol: float = TOL) -> bo
 def test_cold_and_reused_prompts_match_transformers(pair, policy):
     context = tokens(pair.vocab, 48, 1)  # cold's tail checkpoint (hybrids) lands on its end
     cold = Request("cold", context + tokens(pair.vocab, 6, 2), sampling=replace(ECHO, max_tokens=1))
-    engine = drive(Engine(pair.runner, CFG, policy=policy), [cold])
+    engine = drive(new_engine(pair.runner, CFG, policy=policy), [cold])
     warm = Request("warm", context + tokens(pair.vocab, 9, 3), sampling=ECHO)
     drive(engine, [warm])
     assert cold.reused == 0 and warm.reused == 48  # most of warm's prompt came from the cache
     worst = max(pair.check(cold), pair.check(warm))
-    alone = drive(Engine(pair.runner, CFG, policy=policy), [Request("alone", warm.prompt, sampling=ECHO)])
+    alone = drive(new_engine(pair.runner, CFG, policy=policy), [Request("alone", warm.prompt, sampling=ECHO)])
     # served from the cache = computed cold, position by position
     assert same(alone.requests[0].prompt_logprobs, warm.prompt_logprobs)
     print(f"{pair.name} {policy}: max |Δ logprob| vs transformers {worst:.2e}")
@@ -106,7 +105,7 @@ def test_candidates_scored_against_one_context_reuse_its_logprobs(pair):
     asks = [replace(ECHO, prompt_logprobs=12), ECHO, ECHO, ECHO]
     cands = [Request(f"c{i}", context + tokens(pair.vocab, 4, 10 + i), sampling=asks[i]) for i in range(4)]
     before = pair.runner.scorer.rows_computed
-    drive(Engine(pair.runner, CFG), cands)
+    drive(new_engine(pair.runner, CFG), cands)
     for c in cands:
         pair.check(c)
     shared = {c.reused for c in cands[1:]}
@@ -122,7 +121,7 @@ def test_chunked_prefill_and_a_follow_up_turn_match_transformers(pair):
     small = replace(CFG, token_budget=32)
     params = SamplingParams(max_tokens=20, prompt_logprobs=K)
     first = Request("first", tokens(pair.vocab, 70, 5), sampling=params)
-    engine = drive(Engine(pair.runner, small), [first])
+    engine = drive(new_engine(pair.runner, small), [first])
     assert max(rd.tokens for rd in engine.rounds) == 32  # the prompt was chunked
     pair.check(first)
     turn = Request("turn", first.sequence + tokens(pair.vocab, 5, 6), sampling=ECHO)
@@ -138,7 +137,7 @@ def test_overwritten_slots_are_not_served_from_the_memo(pair):
     a = tokens(pair.vocab, 50, 7)
     b = (3 + (a[0] - 2) % (pair.vocab - 3), *a[1:])
     ra, rb = Request("a", a, sampling=ECHO), Request("b", b, sampling=ECHO)
-    drive(Engine(pair.runner, tight), [ra, rb])
+    drive(new_engine(pair.runner, tight), [ra, rb])
     pair.check(ra)
     pair.check(rb)
     assert not same(ra.prompt_logprobs[1:], rb.prompt_logprobs[1:], tol=1e-7)
@@ -153,7 +152,7 @@ def test_a_small_memo_evicts_reuses_and_grows_its_rows_and_stays_exact(pair, mon
     scorer = runner.scorer = PromptScorer(runner.net, runner.kv, memo_entries=8)
     try:
         context = tokens(pair.vocab, 40, 20)
-        engine = Engine(runner, CFG)
+        engine = new_engine(runner, CFG)
         for i in range(3):
             cand = Request(f"m{i}", context + tokens(pair.vocab, 5, 30 + i), sampling=ECHO)
             before = scorer.rows_computed

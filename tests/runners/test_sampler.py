@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from engine_utils import new_engine
 from model_utils import one_thread, zoo_model  # noqa: F401  (one_thread is a fixture)
 
-from radixflow.engine.engine import Engine
 from radixflow.runners.sampler import MIN_TOP, Sampler, SampleRow, row_seed
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, SchedulerConfig
@@ -116,7 +116,7 @@ def runner(tmp_path_factory, one_thread):  # noqa: F811
 
 
 def generate(runner: TorchRunner, reqs: list[Request]) -> dict[str, list[int]]:
-    engine = Engine(runner, CFG)
+    engine = new_engine(runner, CFG)
     engine.run(reqs)
     return {r.id: r.output for r in engine.requests}
 

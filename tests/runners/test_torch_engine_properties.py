@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_utils import drive
+from engine_utils import drive, new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_utils import one_thread  # noqa: F401 (fixture)
 
-from radixflow.engine.engine import Engine
 from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
@@ -111,7 +110,7 @@ def runners(checkpoint: tuple[str, Path]) -> Runners:
 
 
 def run_engine(runner: TorchRunner, cfg: SchedulerConfig, policy: str, placement: str, reqs: list[Request]):
-    engine = Engine(runner, cfg, policy=policy, placement=placement)
+    engine = new_engine(runner, cfg, policy=policy, placement=placement)
     for r in reqs:
         engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s))
     while engine.has_work():
@@ -235,7 +234,7 @@ def test_batched_decode_generates_what_the_per_sequence_path_does(checkpoint: tu
     def prop(reqs: list[Request], cfg: SchedulerConfig) -> None:
         outs = []
         for runner in runners:
-            engine = Engine(runner, cfg, policy="radixflow")
+            engine = new_engine(runner, cfg, policy="radixflow")
             drive(engine, [Request(r.id, r.prompt, r.namespace, r.arrival_s, r.sampling) for r in reqs])
             outs.append({r.id: r for r in engine.requests})
         for rid, got in outs[0].items():
@@ -285,7 +284,7 @@ def test_generation_under_every_policy_matches_a_no_cache_greedy_reference(runne
     )
     def prop(reqs: list[Request], cfg: SchedulerConfig, policy: str, placement: str, abort) -> None:
         runner = runners[cfg.block_size]
-        engine = Engine(runner, cfg, policy=policy, placement=placement)
+        engine = new_engine(runner, cfg, policy=policy, placement=placement)
         for r in reqs:
             engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s, r.sampling))
         step = 0
@@ -320,7 +319,7 @@ def test_candidates_arriving_one_by_one_reuse_a_lone_context_exactly(runners: Ru
         for c in range(3)
     ]
     reference = runner.reference_tokens(reqs)
-    engine = Engine(runner, cfg, policy="radixflow", placement="lone")
+    engine = new_engine(runner, cfg, policy="radixflow", placement="lone")
     for r in reqs:
         engine.run([Request(r.id, r.prompt, r.namespace, engine.now)])
         engine.cache.check_integrity()

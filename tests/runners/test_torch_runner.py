@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
+from engine_utils import Engines, new_engine
 
 from radixflow.bench.harness import fresh_copy, run_policies
-from radixflow.engine.engine import Engine
 from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import FAMILIES
@@ -53,7 +53,7 @@ def test_policies_agree_with_the_no_cache_reference(tmp_path_factory, model_type
     path = tiny_checkpoint(tmp_path_factory, model_type, presets)
     runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
     reqs = workload(runner.model.vocab_size)
-    runs = run_policies(reqs, runner, CFG, ["native", "radixflow"], "branch")
+    runs = run_policies(reqs, Engines(runner, CFG), ["native", "radixflow"], "branch")
     for run in runs:
         assert run.result.completed == len(reqs)
         assert run.result.agreement == 1.0
@@ -69,7 +69,7 @@ def test_chunked_prefill_and_eviction_stay_exact(tmp_path_factory):
     runner = TorchRunner(path, tight.block_size, tight.num_blocks, tight.num_state_slots)
     reqs = workload(runner.model.vocab_size)
     reference = runner.reference_tokens(reqs)
-    engine = Engine(runner, tight)
+    engine = new_engine(runner, tight)
     engine.run(fresh_copy(reqs))
     assert all(r.status is RequestStatus.FINISHED for r in engine.requests)
     assert {r.id: r.output[0] for r in engine.requests} == reference
@@ -81,7 +81,7 @@ def test_bad_requests_fail_and_others_are_served(tmp_path_factory):
     runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
     vocab, ctx = runner.model.vocab_size, runner.model.max_context
     reqs = [Request("ok", (1, 2, 3)), Request("oov", (1, vocab)), Request("long", (1,) * (ctx + 1))]
-    Engine(runner, CFG).run(reqs)
+    new_engine(runner, CFG).run(reqs)
     assert [r.status for r in reqs] == [RequestStatus.FINISHED, RequestStatus.FAILED, RequestStatus.FAILED]
     assert "vocabulary" in (reqs[1].error or "") and "context" in (reqs[2].error or "")
 
@@ -126,7 +126,7 @@ def test_bfloat16_on_a_cpu_runs_and_picks_float32s_first_token(zoo, name):
         runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots, dtype=dtype)
         params = SamplingParams(max_tokens=3, ignore_eos=True, logprobs=0)
         reqs = [Request(f"r{i}", p, sampling=params) for i, p in enumerate(prompts)]
-        Engine(runner, cfg).run(reqs)  # a token budget of 64 chunks the prompts: restores too
+        new_engine(runner, cfg).run(reqs)  # a token budget of 64 chunks the prompts: restores too
         assert all(r.status == RequestStatus.FINISHED and len(r.output) == 3 for r in reqs)
         assert all(t.dtype == torch.float32 for ts in runner.state.tensors.values() for t in ts)
         assert next(runner.net.parameters()).dtype == dtype

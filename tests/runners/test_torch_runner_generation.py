@@ -12,10 +12,9 @@ import statistics
 
 import pytest
 import torch
-from engine_utils import drive
+from engine_utils import drive, new_engine
 from model_utils import ZOO_PARITY, needs_smollm2, one_thread, zoo_model  # noqa: F401  (a fixture)
 
-from radixflow.engine.engine import Engine
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.sampling import FinishReason, SamplingParams
@@ -71,7 +70,7 @@ def shared_prefix_conversation(runner: TorchRunner, policy: str) -> tuple[list[R
     first = [
         Request(f"a{i}", prefix + random_tokens(vocab, n, g), sampling=GREEDY) for i, n in enumerate(TAILS)
     ]
-    engine = Engine(runner, CFG, policy=policy)
+    engine = new_engine(runner, CFG, policy=policy)
     drive(engine, first)
     a0 = first[0]
     later = [
@@ -126,7 +125,7 @@ def test_chat_answer_stops_at_eos_like_transformers(tmp_path_factory, one_thread
     text = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
     prompt = tuple(Tokenizer.from_file(str(path / "tokenizer.json")).encode(text).ids)
     req = Request("chat", prompt, sampling=SamplingParams(max_tokens=N))
-    drive(Engine(runner, CFG), [req])
+    drive(new_engine(runner, CFG), [req])
     ref = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     with torch.no_grad():
         expected = ref.generate(torch.tensor([prompt]), max_new_tokens=N, do_sample=False)[0, len(prompt) :]

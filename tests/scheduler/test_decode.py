@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine_utils import drive
+from engine_utils import drive, new_engine
 
-from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.sampling import FinishReason, SamplingParams
@@ -26,7 +25,7 @@ def expected(req: Request, n: int) -> list[int]:
 
 def test_generates_max_tokens_one_decode_step_per_round():
     req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=6))
-    engine = drive(Engine(HYBRID, CFG), [req])
+    engine = drive(new_engine(HYBRID, CFG), [req])
     assert req.output == expected(req, 6) and req.finish_reason is FinishReason.LENGTH
     decode_steps = [(("a", p, p + 1),) for p in range(20, 25)]
     assert [rd.chunks for rd in engine.rounds] == [(("a", 0, 20),), *decode_steps]
@@ -39,7 +38,7 @@ def test_decode_steps_go_first_and_share_the_round_with_prefill():
     cfg = replace(CFG, token_budget=16)
     long_gen = Request("gen", tuple(range(1, 9)), sampling=SamplingParams(max_tokens=4))
     late = Request("late", tuple(range(100, 140)), arrival_s=1e-9)
-    engine = drive(Engine(HYBRID, cfg), [long_gen, late])
+    engine = drive(new_engine(HYBRID, cfg), [long_gen, late])
     second = engine.rounds[1].chunks
     assert second[0] == ("gen", 8, 9)  # the decode step is scheduled before the newcomer's prefill
     assert second[1] == ("late", 0, 8)  # the prefill chunk fills what the budget leaves (block aligned)
@@ -51,7 +50,7 @@ def test_stop_token_and_zero_max_tokens():
     first_two = expected(Request("x", prompt), 2)
     stopper = Request("s", prompt, sampling=SamplingParams(max_tokens=10, stop_token_ids=(first_two[1],)))
     scorer = Request("z", prompt, sampling=SamplingParams(max_tokens=0))
-    drive(Engine(HYBRID, CFG), [stopper, scorer])
+    drive(new_engine(HYBRID, CFG), [stopper, scorer])
     assert stopper.output == first_two and stopper.finish_reason is FinishReason.STOP
     assert scorer.output == [] and scorer.finish_reason is FinishReason.LENGTH
     assert scorer.status is RequestStatus.FINISHED
@@ -64,7 +63,7 @@ def test_eos_ends_generation_unless_ignored():
     runner.model = replace(runner.model, eos_token_ids=(eos,))
     ends = Request("e", prompt, sampling=SamplingParams(max_tokens=8))
     ignores = Request("i", prompt, sampling=SamplingParams(max_tokens=8, ignore_eos=True))
-    drive(Engine(runner, CFG), [ends, ignores])
+    drive(new_engine(runner, CFG), [ends, ignores])
     assert len(ends.output) == 3 and ends.finish_reason is FinishReason.STOP
     assert len(ignores.output) == 8 and ignores.finish_reason is FinishReason.LENGTH
 
@@ -72,7 +71,7 @@ def test_eos_ends_generation_unless_ignored():
 def test_follow_up_turn_reuses_prompt_and_output_of_the_finished_conversation():
     for runner in (HYBRID, ATTN):
         first = Request("t1", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
-        engine = drive(Engine(runner, CFG), [first])
+        engine = drive(new_engine(runner, CFG), [first])
         history = first.prompt + tuple(first.output)  # 34 tokens; KV of the first 33 exists
         follow = Request("t2", (*history, 900, 901, 902), sampling=SamplingParams(max_tokens=2))
         drive(engine, [follow])
@@ -82,7 +81,7 @@ def test_follow_up_turn_reuses_prompt_and_output_of_the_finished_conversation():
 
 def test_stop_mid_decode_keeps_the_output_and_caches_it():
     req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=50))
-    engine = Engine(HYBRID, CFG)
+    engine = new_engine(HYBRID, CFG)
     engine.submit(req)
     for _ in range(14):
         engine.step()
@@ -99,7 +98,7 @@ def test_stop_mid_decode_keeps_the_output_and_caches_it():
 def test_abort_mid_decode_releases_everything():
     req = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=50))
     other = Request("b", tuple(range(40, 60)), sampling=SamplingParams(max_tokens=3))
-    engine = Engine(HYBRID, CFG)
+    engine = new_engine(HYBRID, CFG)
     engine.submit(req)
     engine.submit(other)
     for _ in range(5):
@@ -120,7 +119,7 @@ def test_kv_for_max_tokens_is_reserved_at_admission():
     cfg = replace(CFG, num_blocks=4)
     a = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=13))
     b = Request("b", tuple(range(30, 50)), sampling=SamplingParams(max_tokens=13))
-    engine = drive(Engine(HYBRID, cfg), [a, b])
+    engine = drive(new_engine(HYBRID, cfg), [a, b])
     assert a.output == expected(a, 13) and b.output == expected(b, 13)
     assert b.first_token_s is not None and a.finish_s is not None and b.first_token_s > a.finish_s
     too_long = Request("c", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from engine_utils import new_engine
 
 from radixflow.cache import IntegrityError
 from radixflow.cache.evictable import kv_evictable
@@ -23,7 +24,7 @@ def grouped(groups=3, candidates=3, context=64, cand=8, **kw) -> list[Request]:
 
 
 def run(policy: str, requests, runner=HYBRID, cfg=CFG, placement="branch") -> Engine:
-    engine = Engine(runner, cfg, policy=policy, placement=placement)
+    engine = new_engine(runner, cfg, policy=policy, placement=placement)
     for r in requests:
         engine.submit(r)
     while engine.has_work():
@@ -33,7 +34,7 @@ def run(policy: str, requests, runner=HYBRID, cfg=CFG, placement="branch") -> En
 
 
 def test_native_stops_at_first_blocked_consumer():
-    engine = Engine(HYBRID, CFG, policy="native")
+    engine = new_engine(HYBRID, CFG, policy="native")
     for r in grouped():
         engine.submit(r)
     engine.step()
@@ -45,7 +46,7 @@ def test_native_stops_at_first_blocked_consumer():
 
 
 def test_radixflow_fills_the_round_with_independent_producers():
-    engine = Engine(HYBRID, CFG, policy="radixflow")
+    engine = new_engine(HYBRID, CFG, policy="radixflow")
     for r in grouped():
         engine.submit(r)
     engine.step()
@@ -169,7 +170,7 @@ def test_fallback_prefers_a_shallower_ready_checkpoint():
 def test_abort_of_a_running_chunked_request_releases_everything():
     cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
     long, other = Request("long", tuple(range(1, 60))), Request("other", tuple(range(100, 130)))
-    engine = Engine(HYBRID, cfg, policy="radixflow")
+    engine = new_engine(HYBRID, cfg, policy="radixflow")
     engine.submit(long)
     engine.submit(other)
     engine.step()
@@ -187,7 +188,7 @@ def test_abort_of_a_running_chunked_request_releases_everything():
 
 
 def test_abort_of_a_waiting_request_drops_its_registered_demand():
-    engine = Engine(HYBRID, CFG, policy="radixflow")
+    engine = new_engine(HYBRID, CFG, policy="radixflow")
     reqs = grouped(groups=1, candidates=3)
     for r in reqs:
         engine.submit(r)
@@ -220,7 +221,7 @@ class _FailOnce:
 
 
 def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_producer():
-    engine = Engine(_FailOnce(HYBRID), CFG, policy="radixflow")
+    engine = new_engine(_FailOnce(HYBRID), CFG, policy="radixflow")
     reqs = grouped(groups=1, candidates=3)
     for r in reqs:
         engine.submit(r)
@@ -242,7 +243,7 @@ def test_rollback_withdraws_the_rounds_checkpoints_and_a_consumer_becomes_produc
 
 @pytest.mark.parametrize("policy", ["native", "radixflow"])
 def test_a_blocked_consumer_is_parked_and_never_matched_twice_in_a_round(policy):
-    engine = Engine(HYBRID, CFG, policy=policy)
+    engine = new_engine(HYBRID, CFG, policy=policy)
     reqs = grouped(groups=1, candidates=20) + [Request("solo", tuple(range(900, 940)))]
     for r in reqs:
         engine.submit(r)
@@ -276,7 +277,7 @@ def test_integrity_notices_an_evictable_entry_missing_from_its_queue():
 
 def one_by_one(placement: str, requests: list[Request]) -> Engine:
     """Each request submitted when the one before it has finished (a call per candidate)."""
-    engine = Engine(HYBRID, CFG, policy="radixflow", placement=placement)
+    engine = new_engine(HYBRID, CFG, policy="radixflow", placement=placement)
     for r in requests:
         engine.run([Request(r.id, r.prompt, r.namespace, engine.now, sampling=r.sampling)])
         engine.check_integrity()
@@ -304,7 +305,7 @@ def test_the_bubble_count_of_a_round_looks_at_a_bounded_part_of_a_queue_of_block
     producer; `radixflow`'s first round matches every one of them once (then they are parked)."""
     matched = {}
     for consumers in (100, 1000):
-        engine = Engine(HYBRID, CFG, policy=policy)
+        engine = new_engine(HYBRID, CFG, policy=policy)
         reqs = grouped(groups=1, candidates=consumers + 1)
         reqs.append(Request("solo", tuple(range(900, 940)), arrival_s=0.0))  # runnable, behind them all
         for r in reqs:
@@ -349,7 +350,7 @@ def _follower_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_follower_starts_from_the_pending_checkpoint_and_a_failed_round_takes_it_down_too(monkeypatch):
     _follower_policy(monkeypatch)
     reqs = grouped(groups=1, candidates=3)
-    engine = Engine(_FailOnce(HYBRID), CFG, policy="follows", placement="branch")
+    engine = new_engine(_FailOnce(HYBRID), CFG, policy="follows", placement="branch")
     for r in reqs:
         engine.submit(r)
     seen = []
@@ -379,7 +380,7 @@ def test_following_on_a_runner_without_same_round_state_is_refused(monkeypatch):
     _follower_policy(monkeypatch)
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     runner.model = replace(runner.model, same_round_state=False)
-    engine = Engine(runner, CFG, policy="follows", placement="branch")
+    engine = new_engine(runner, CFG, policy="follows", placement="branch")
     for r in grouped(groups=1, candidates=2):
         engine.submit(r)
     with pytest.raises(ValueError, match="cannot"):

@@ -38,7 +38,7 @@ def test_the_default_limit_leaves_room_for_a_long_context_and_the_flag_agrees():
     from radixflow.cli import build_parser
 
     assert ServerConfig().max_body_bytes == DEFAULT_MAX_BODY_BYTES >= 1 << 20
-    assert build_parser().parse_args(["serve", MODEL]).max_body_bytes == DEFAULT_MAX_BODY_BYTES
+    assert build_parser().parse_args(["serve", MODEL]).max_body_bytes is None  # ServerConfig's applies
 
 
 @pytest.mark.parametrize("chunked", [False, True])

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+from engine_utils import new_engine
 
 import radixflow.engine.trace as trace
-from radixflow.engine.engine import Engine
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
@@ -44,7 +44,7 @@ def make_loop() -> Iterator:
     loops: list[EngineLoop] = []
 
     def make(runner: SimRunner, max_pending: int = 8) -> EngineLoop:
-        loop = EngineLoop(Engine(runner, CFG), ServerMetrics(), max_pending)
+        loop = EngineLoop(new_engine(runner, CFG), ServerMetrics(), max_pending)
         loop.start()
         loops.append(loop)
         return loop
@@ -151,7 +151,7 @@ def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
 def test_the_trace_is_flushed_while_serving_and_written_at_shutdown(tokenizer, tmp_path, monkeypatch):
     path = tmp_path / "serve.json"
     file = trace.TraceFile(path, {"clock": "sim"})
-    engine = Engine(SimRunner(SPEC, HARDWARE["h100"]), CFG, events=file.recorder("radixflow"))
+    engine = new_engine(SimRunner(SPEC, HARDWARE["h100"]), CFG, events=file.recorder("radixflow"))
     loop = EngineLoop(engine, ServerMetrics(), 8)
     monkeypatch.setattr(trace, "FLUSH_EVERY_S", 0.0)  # every round flushes: what a crash would leave
     loop.start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from engine_utils import new_engine
 
 from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS, HARDWARE
 from radixflow.costmodel.kernel_times.roofline import RooflineKernels
@@ -17,7 +18,6 @@ from radixflow.costmodel.round_cost.tensor_parallel import MAX_TP, choose_tp
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import Layer, ModelShape, expected_experts
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.engine.engine import Engine
 from radixflow.runners.sim import SimRunner, chunk_shape
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import ScheduledChunk
@@ -243,7 +243,7 @@ def test_decode_steps_cost_the_scheduler_its_per_round_time_only():
 
 def test_the_sim_round_is_worker_call_plus_the_scheduler_time_it_shows():
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], replace(H200, scheduler_overlap=False))
-    engine = Engine(runner, SchedulerConfig(token_budget=256, block_size=16))
+    engine = new_engine(runner, SchedulerConfig(token_budget=256, block_size=16))
     engine.run([Request(f"r{i}", tuple(range(i, i + 40))) for i in range(3)])
     record = engine.rounds[0]
     assert record.duration_s == pytest.approx(record.worker_call_s + 0.1e-3 + 3 * 50e-6)
@@ -253,7 +253,7 @@ def test_the_sim_round_is_worker_call_plus_the_scheduler_time_it_shows():
 def test_the_request_cost_is_in_each_latency_and_in_no_round():
     def run(ms: float) -> tuple[list[float], list[float]]:
         runner = SimRunner(SIM_MODELS["qwen3_5-2b"], replace(H200, request_overhead_s=ms / 1e3))
-        engine = Engine(runner, SchedulerConfig(token_budget=4096, block_size=16))
+        engine = new_engine(runner, SchedulerConfig(token_budget=4096, block_size=16))
         reqs = [Request(f"r{i}", tuple(range(i, i + 100)), arrival_s=0.5 * i) for i in range(3)]
         engine.run(reqs)
         return [r.duration_s for r in engine.rounds], [r.latency_s for r in reqs]

@@ -6,6 +6,7 @@ from dataclasses import replace
 from functools import partial
 
 import pytest
+from engine_utils import new_engine
 
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
@@ -36,7 +37,7 @@ def run(
     cfg: SchedulerConfig = CFG,
     placement: str | None = None,
 ) -> Engine:
-    engine = Engine(runner, cfg, policy=policy, placement=placement)
+    engine = new_engine(runner, cfg, policy=policy, placement=placement)
     for r in requests:
         engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s, sampling=r.sampling))
     while engine.has_work():
@@ -180,7 +181,7 @@ def test_decisions_reach_the_trace_observer():
     reqs = [Request("p", STEM + (900,) * 8), Request("c", STEM + (901,) * 8)]
     for runner, kind in ((WAITING, "recompute"), (HYBRID, "follow")):
         seen.clear()
-        engine = Engine(runner, CFG, policy="adaptive")
+        engine = new_engine(runner, CFG, policy="adaptive")
         engine.scheduler.events = Observer()
         for r in reqs:
             engine.submit(Request(r.id, r.prompt))
@@ -192,7 +193,7 @@ def test_decisions_reach_the_trace_observer():
 def test_a_round_visits_what_it_takes_not_the_whole_queue():
     """2000 lone requests waiting: each round pops about what it admits from the rank index."""
     cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=8192, num_state_slots=64)
-    engine = Engine(HYBRID, cfg, policy="adaptive")
+    engine = new_engine(HYBRID, cfg, policy="adaptive")
     for i in range(2000):
         engine.submit(Request(f"r{i}", tuple(range(10 * i + 1, 10 * i + 17))))
     policy = engine.scheduler.policy
@@ -245,7 +246,7 @@ def test_one_consumer_or_a_queue_behind_the_prompt_takes_it():
 
 def one_at_a_time(policy: str, requests: list[Request], placement: str | None = None) -> Engine:
     """Each request submitted when the one before it has finished (a client calling per candidate)."""
-    engine = Engine(HYBRID, CFG, policy=policy, placement=placement)
+    engine = new_engine(HYBRID, CFG, policy=policy, placement=placement)
     for r in requests:
         engine.run([Request(r.id, r.prompt, r.namespace, engine.now)])
         engine.check_integrity()
@@ -271,8 +272,8 @@ def test_adaptive_checkpoints_a_lone_context_so_candidates_called_one_by_one_reu
 
 
 def test_a_model_without_recurrent_state_places_no_checkpoints_whatever_the_policy():
-    assert Engine(ATTN, CFG, policy="adaptive").placement == "none"
-    assert Engine(ATTN, CFG, policy="adaptive", placement="lone").placement == "none"
+    assert new_engine(ATTN, CFG, policy="adaptive").placement == "none"
+    assert new_engine(ATTN, CFG, policy="adaptive", placement="lone").placement == "none"
 
 
 def grid_cell(

@@ -1,0 +1,67 @@
+"""The server's settings, each declared once with its `OptionSpec`: `ServerConfig` (what the routes
+and the engine loop obey) and `Listen` (where the HTTP server listens).
+
+`radixflow serve` makes its flags from these declarations (`options.flags.add_option_flags`), so a
+flag's default, help and error come from here; tests and the fleet build `ServerConfig` directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS
+from radixflow.options.spec import option
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    max_pending: int = option(
+        256, "accepted, unanswered requests before new ones get 429", int, low=1, group="server", metavar="N"
+    )
+    default_max_tokens: int = option(
+        256,
+        "chat max_tokens when a request names none (capped by the context)",
+        int,
+        low=1,
+        group="server",
+        metavar="N",
+    )
+    drain_s: float = option(
+        30.0,
+        "seconds to finish accepted requests on shutdown before they fail",
+        float,
+        low=0.0,
+        group="server",
+        metavar="S",
+        flag="--drain-timeout",
+    )
+    max_body_bytes: int = option(
+        DEFAULT_MAX_BODY_BYTES,
+        "larger request bodies get 413 before they are parsed",
+        int,
+        low=1024,
+        high=2**40,
+        group="server",
+        metavar="N",
+    )
+    tokenizer_threads: int = option(
+        TOKENIZER_THREADS,
+        "threads that tokenize prompts and build answers beside the event loop (default: the "
+        f"server's thread plan, {TOKENIZER_THREADS} up to {(TOKENIZER_THREADS + 1) * HTTP_SHARE - 1} "
+        f"CPUs; with --replicas, {TOKENIZER_THREADS})",
+        int,
+        low=1,
+        group="server",
+        metavar="N",
+        show_default=False,
+    )
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str = option("127.0.0.1", "address to listen on", str, group="server", metavar="HOST")
+    port: int = option(8000, "port to listen on (0: any free port)", int, low=0, high=65535, group="server")
+    log_level: str = option("info", "server log level", str, choices=lambda: list(LOG_LEVELS), group="server")

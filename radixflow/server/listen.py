@@ -1,0 +1,50 @@
+"""Binding the server's socket before anything slow happens, so a bad ``--host`` or a port in use
+is one line naming the flag, not uvicorn's traceback after the model has loaded.
+
+The bound socket is handed to uvicorn (`uvicorn.Server.run(sockets=...)`), so nothing can take the
+port between this check and its use.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from radixflow.problems import Problem, ProblemError
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (not yet listening). Raises `ProblemError` naming
+    ``host`` (cannot be resolved, or is not an address of this machine) or ``port`` (in use, or
+    not ours to take)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as e:
+        reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
+        raise ProblemError(Problem("host", f"cannot resolve {host!r}: {reason}")) from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart binds
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise ProblemError(_bind_problem(host, port, e)) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _bind_problem(host: str, port: int, e: OSError) -> Problem:
+    if e.errno == errno.EADDRINUSE:
+        return Problem("port", f"{port} is already in use on {host} (is another server running?)")
+    if e.errno == errno.EACCES:
+        return Problem("port", f"no permission to listen on {port} (ports below 1024 need privileges)")
+    if e.errno == errno.EADDRNOTAVAIL:
+        return Problem("host", f"{host!r} is not an address of this machine")
+    return Problem("host", f"cannot listen on {host}:{port}: {e.strerror or e}")
+
+
+def bound_port(sock: socket.socket) -> int:
+    """The port ``sock`` is bound to (the one the system chose for port 0)."""
+    return int(sock.getsockname()[1])

@@ -115,8 +115,19 @@ def reference(ref: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
         return ref(input_ids=torch.tensor([tokens])).logits[0].float()
 
 
+def assert_same_top1(got: torch.Tensor, want: torch.Tensor, tol: float = TOL) -> None:
+    """Each row of ``got`` picks ``want``'s top token wherever ``want``'s top-1 margin exceeds
+    2 * ``tol``. Within that margin an error of ``tol`` in each logit may swap the two: such a row
+    tests the CPU's rounding order (AVX2 and AVX-512 kernels sum in different orders), not the
+    code, so it is not compared. (Where every logit is within ``tol``, which callers check first,
+    the other rows cannot differ: this names the property a reader looks for, at no luck.)"""
+    top2 = want.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 2 * tol
+    assert torch.equal(got.argmax(-1)[clear], want.argmax(-1)[clear])
+
+
 def check(ours: torch.Tensor, expected: torch.Tensor) -> float:
     diff = (ours - expected).abs().max().item()
     assert diff <= TOL, diff
-    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
+    assert_same_top1(ours, expected)
     return diff

@@ -1,11 +1,16 @@
-"""Side-by-side table of policy results (rich), with failed requests grouped by reason."""
+"""Side-by-side table of policy results (rich), with failed requests grouped by reason.
+
+No cell wraps: where the whole table is wider than the console (a pipe counts as 80 columns), its
+columns are split over several tables, each repeating the metric names."""
 
 from __future__ import annotations
 
 import math
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from radixflow.bench.metrics import Failure, PolicyResult
 
@@ -29,6 +34,7 @@ ROWS: list[tuple[str, str, str]] = [
 ]
 MAX_REASONS = 5  # reason rows under "failed"; the rest are summed into one row
 MAX_IDS = 3  # request ids shown per reason
+MAX_REASON_CHARS = 30  # a reason's row label: the metric column never wraps, so it stays short
 
 
 def relative_change(base: object, new: object) -> str:
@@ -52,6 +58,11 @@ def _ids_cell(ids: list[str]) -> str:
     return f"{len(ids)} ({shown})"
 
 
+def _cut(reason: str) -> str:
+    """A failure reason short enough for a row label (the whole text is in --json)."""
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1].rstrip() + "…"
+
+
 def _failure_rows(results: list[PolicyResult]) -> list[tuple[str, list[str]]]:
     """Rows under "failed": one per reason (count and first ids per policy), most common first."""
     per_policy = [group_failures(r.failures) for r in results]
@@ -60,7 +71,7 @@ def _failure_rows(results: list[PolicyResult]) -> list[tuple[str, list[str]]]:
         for reason, ids in groups.items():
             reasons[reason] = reasons.get(reason, 0) + len(ids)
     ordered = sorted(reasons, key=lambda reason: -reasons[reason])
-    rows = [(f"  {reason}", [_ids_cell(g.get(reason, [])) for g in per_policy]) for reason in ordered]
+    rows = [(f"  {_cut(reason)}", [_ids_cell(g.get(reason, [])) for g in per_policy]) for reason in ordered]
     if len(rows) > MAX_REASONS:
         rest = ordered[MAX_REASONS - 1 :]
         counts = [str(sum(len(g.get(reason, [])) for reason in rest)) for g in per_policy]
@@ -68,14 +79,13 @@ def _failure_rows(results: list[PolicyResult]) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def render(results: list[PolicyResult], title: str, console: Console) -> None:
-    table = Table(title=title)
-    table.add_column("metric")
-    for r in results:
-        table.add_column(r.policy, justify="right")
+def _rows(results: list[PolicyResult]) -> tuple[list[Text], list[tuple[str, list[str]]]]:
+    """The column headers after the metric's (each policy, then each compared with the first) and
+    every row: its label and one cell per column."""
     others = results[1:]  # each compared with the first policy
-    for r in others:
-        table.add_column(f"{r.policy} vs {results[0].policy}", justify="right")
+    headers = [Text(r.policy) for r in results]
+    headers += [Text(f"{r.policy}\nvs {results[0].policy}") for r in others]
+    rows: list[tuple[str, list[str]]] = []
     for label, name, fmt in ROWS:
         values = [getattr(r, name) for r in results]
         if all(v is None for v in values):
@@ -86,8 +96,42 @@ def render(results: list[PolicyResult], title: str, console: Console) -> None:
                 cells.append("same" if values[0] == v else "DIFFERENT")
             else:
                 cells.append(relative_change(values[0], v))
-        table.add_row(label, *cells)
+        rows.append((label, cells))
         if name == "failed":
-            for reason_label, reason_cells in _failure_rows(results):
-                table.add_row(reason_label, *reason_cells, *([""] * len(others)))
-    console.print(table)
+            rows += [(label, [*cells, *[""] * len(others)]) for label, cells in _failure_rows(results)]
+    return headers, rows
+
+
+def _table(
+    title: str | None, headers: list[Text], rows: list[tuple[str, list[str]]], columns: list[int]
+) -> Table:
+    """The metric column and ``columns`` (indices into ``headers``); no cell wraps or is cut."""
+    table = Table(title=title)
+    table.add_column("metric", no_wrap=True)
+    for c in columns:
+        table.add_column(headers[c], justify="right", no_wrap=True)
+    for label, cells in rows:
+        table.add_row(label, *(cells[c] for c in columns))
+    return table
+
+
+def _fit(headers: list[Text], rows: list[tuple[str, list[str]]], console: Console) -> list[list[int]]:
+    """The columns, in order, packed into as few tables as fit the console's width, each repeating
+    the metric column: one table wider than the terminal (a pipe counts as 80 columns) would
+    wrap every metric name or cut every value."""
+    unbounded = console.options.update_width(10**6)
+    groups: list[list[int]] = [[]]
+    for c in range(len(headers)):
+        trial = [*groups[-1], c]
+        width = Measurement.get(console, unbounded, _table(None, headers, rows, trial)).maximum
+        if groups[-1] and width > console.width:
+            groups.append([c])
+        else:
+            groups[-1] = trial
+    return groups
+
+
+def render(results: list[PolicyResult], title: str, console: Console) -> None:
+    headers, rows = _rows(results)
+    for i, columns in enumerate(_fit(headers, rows, console)):
+        console.print(_table(title if i == 0 else None, headers, rows, columns))

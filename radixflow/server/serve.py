@@ -38,13 +38,20 @@ class Server(uvicorn.Server):
         self.state = state
         self._aio: asyncio.AbstractEventLoop | None = None
         self._give_up_at: float | None = None  # set by the second Ctrl-C
+        self._interrupted = False  # a Ctrl-C (SIGINT) stopped it
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._aio = asyncio.get_running_loop()
         await super().serve(sockets)
+        if self._interrupted:
+            # uvicorn re-raises the signal under the handler the process started with; where that
+            # ignores SIGINT (a background job of a non-interactive shell, nohup) the re-raise is
+            # lost and the process would exit 0. The CLI's 130 must not depend on how it started.
+            raise KeyboardInterrupt
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A signal handler: it only hands the work to the event loop (safe from a handler).
+        self._interrupted = self._interrupted or sig == signal.SIGINT
         second = self.should_exit and sig == signal.SIGINT and self._give_up_at is None
         if not second or self._aio is None:
             super().handle_exit(sig, frame)  # the first (drain) or the third (uvicorn's forced exit)

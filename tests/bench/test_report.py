@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 from dataclasses import replace
 
+import pytest
 from rich.console import Console
 
 from radixflow.bench.metrics import Failure, PolicyResult
-from radixflow.bench.report import MAX_REASONS, group_failures, render
+from radixflow.bench.report import MAX_REASONS, ROWS, group_failures, render
 
 BASE = PolicyResult(
     policy="native",
@@ -65,3 +66,36 @@ def test_many_reasons_are_summed_into_one_row():
 def test_no_failures_shows_a_zero_failed_row_and_no_reasons():
     text = table_text([BASE])
     assert any(line.startswith("│ failed") and "0" in line for line in text.splitlines())
+
+
+def rendered(results: list[PolicyResult], width: int) -> list[str]:
+    console = Console(file=io.StringIO(), width=width, record=True)
+    render(results, "qwen3_5-2b · 64 requests · sim runner", console)
+    return console.export_text().splitlines()
+
+
+THREE = [BASE, replace(BASE, policy="radixflow", rounds=2), replace(BASE, policy="adaptive", rounds=2)]
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_no_metric_name_or_value_is_split_at_80_columns_or_fewer(width: int) -> None:
+    """A pipe counts as 80 columns: the three-policy table once broke every metric name over two
+    or three lines there and cut the sha256 cells."""
+    fails = (Failure("r0", "prompt: token id 99999999 is outside the vocabulary (0..511)"),)
+    results = [replace(THREE[0], failed=1, failures=fails), *THREE[1:]]
+    lines = rendered(results, width)
+    assert max(len(line) for line in lines) <= width
+    tables = sum(line.startswith("┏") for line in lines)
+    for label, name, _ in ROWS:
+        if getattr(BASE, name) is not None:  # a row is shown whole once per table
+            assert sum(line.startswith(f"│ {label} ") for line in lines) == tables, label
+    assert sum(line.count("ab" * 6) for line in lines) == 3  # each policy's sha256 prefix, uncut
+    assert any("radixflow" in line for line in lines) and any("adaptive" in line for line in lines)
+    assert any(line.startswith("│   prompt: token id 99999999 is…") for line in lines)
+
+
+def test_a_wide_console_gets_one_table() -> None:
+    lines = rendered(THREE, 200)
+    assert sum(line.startswith("┏") for line in lines) == 1
+    header = "".join(lines[:6])
+    assert "radixflow" in header and "vs native" in header

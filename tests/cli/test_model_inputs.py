@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from radixflow.cli import main
 from radixflow.models.families import lfm2
@@ -83,8 +84,10 @@ def test_config_json_that_is_not_text_is_a_one_line_error(checkpoint: Path, caps
         ({"hidden_size": None}, "hidden_size: missing"),
         ({"num_attention_heads": "four"}, 'num_attention_heads: must be an integer, got "four"'),
         ({"layer_types": ["conv"]}, "layer_types: has 1 entries, but num_hidden_layers is 5"),
+        ({"max_position_embeddings": -1}, "max_position_embeddings: must be a positive integer, got -1"),
+        ({"eos_token_id": 1_000_000}, "eos_token_id: must be below vocab_size"),
     ],
-    ids=["missing-field", "wrong-type", "inconsistent"],
+    ids=["missing-field", "wrong-type", "inconsistent", "negative-context", "eos-past-vocab"],
 )
 def test_config_the_family_cannot_build_is_a_one_line_error(checkpoint: Path, capsys, change, says) -> None:
     path = checkpoint / "config.json"
@@ -106,6 +109,18 @@ def test_garbage_safetensors_is_a_one_line_error_naming_the_file(checkpoint: Pat
     (checkpoint / "model.safetensors").write_bytes(garbage)
     err = bench_error(capsys, "--model", str(checkpoint))
     assert "model.safetensors: not a readable safetensors file" in err
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_an_integer_weight_is_a_one_line_error_naming_the_tensor(checkpoint: Path, capsys, dtype) -> None:
+    """An integer norm weight was once cast into the float parameter without a word."""
+    weights = checkpoint / "model.safetensors"
+    state = load_file(weights)
+    name = next(k for k in sorted(state) if k.endswith("norm.weight"))
+    state[name] = state[name].to(dtype)
+    save_file(state, weights)
+    err = bench_error(capsys, "--model", str(checkpoint))
+    assert f"model.safetensors: tensor {name} has dtype" in err and "expected a floating-point dtype" in err
 
 
 def test_broken_shard_index_is_a_one_line_error(checkpoint: Path, capsys) -> None:

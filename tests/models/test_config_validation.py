@@ -60,6 +60,10 @@ def eps_as_string(c: dict[str, Any], eps: str, field: str | None) -> dict[str, A
     return {**c, eps: "1e-6"}
 
 
+def eos_past_vocab(c: dict[str, Any], eps: str, field: str | None) -> dict[str, Any]:
+    return {**c, "eos_token_id": [0, c["vocab_size"]]}
+
+
 # case -> (change, the fields the error may name, what it says about the value)
 CASES: dict[str, tuple[Change, tuple[str, ...], str]] = {
     "short-pattern": (short_pattern, ("PATTERN",), "but num_hidden_layers is"),
@@ -85,6 +89,13 @@ CASES: dict[str, tuple[Change, tuple[str, ...], str]] = {
     "missing-field": (without("hidden_size"), ("hidden_size",), "missing (must be a positive integer)"),
     "kv-heads-not-dividing": (setting("num_key_value_heads", 3), ("num_key_value_heads",), "must divide"),
     "negative-vocab": (setting("vocab_size", -5), ("vocab_size",), "must be a positive integer, got -5"),
+    # once reported per prompt as "the model context is -1", never naming config.json
+    "negative-context": (
+        setting("max_position_embeddings", -1),
+        ("max_position_embeddings",),
+        "must be a positive integer, got -1",
+    ),
+    "eos-past-vocab": (eos_past_vocab, ("eos_token_id",), "must be below vocab_size"),
 }
 PATTERN_CASES = {"short-pattern", "unknown-layer-kind"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_utils import BLOCK, TOL, Pools, one_thread, prompt, run  # noqa: F401 (fixture)
+from model_utils import BLOCK, TOL, Pools, assert_same_top1, one_thread, prompt, run  # noqa: F401 (fixture)
 
 from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.kernels.delta_rule import chunked_gated_delta_rule
@@ -49,7 +49,7 @@ def expected(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
 
 def close(got: torch.Tensor, want: torch.Tensor) -> None:
     assert (got - want).abs().max().item() <= TOL
-    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    assert_same_top1(got, want)
 
 
 def test_every_snapshot_of_a_chunk_restores_the_prefill_state(model, tokens, expected):

@@ -52,7 +52,8 @@ class Pair:
             assert p.token == tokens[p.position]
             k = req.sampling.prompt_logprobs or 0
             vals, ids = row.topk(max(k, 1))
-            assert len(p.top) == k and p.top[0][0] == int(ids[0])
+            # the same top token, but at a near-tie that either side's rounding may break
+            assert len(p.top) == k and (p.top[0][0] == int(ids[0]) or float(vals[0] - vals[1]) <= 2 * TOL)
             diffs = [abs(p.logprob - float(row[p.token]))]
             diffs += [abs(v - float(e)) for (_, v), e in zip(p.top, vals, strict=True)]
             diffs += [abs(v - float(row[t])) for t, v in p.top]
@@ -70,15 +71,30 @@ def tokens(vocab: int, n: int, seed: int) -> tuple[int, ...]:
     return tuple(torch.randint(3, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist())
 
 
+def same_ranking(x: PromptLogprob, y: PromptLogprob, tol: float) -> bool:
+    """The same top ids in the same order, but where two ranks' logprobs are within 2 * ``tol``
+    (a near-tie either run's rounding may order either way; at the last rank, with the next one,
+    which is not listed)."""
+    values = [v for _, v in x.top]
+    for i, ((a, _), (b, _)) in enumerate(zip(x.top, y.top, strict=True)):
+        near = i == len(values) - 1 or abs(values[i] - values[i + 1]) <= 2 * tol
+        near = near or (i > 0 and abs(values[i] - values[i - 1]) <= 2 * tol)
+        if a != b and not near:
+            return False
+    return True
+
+
 def same(a: list[PromptLogprob], b: list[PromptLogprob], tol: float = TOL) -> bool:
-    """Position by position the same tokens and top ids, logprobs within ``tol``: two runs that
-    compute a position in chunks of different shapes sum in another order (on this AMD EPYC,
-    1.05e-5 apart at one position of qwen3_5-tiny; each run is within 1e-4 of transformers)."""
+    """Position by position the same tokens and top ids (`same_ranking`), logprobs within ``tol``:
+    two runs that compute a position in chunks of different shapes sum in another order (on this
+    AMD EPYC, 1.05e-5 apart at one position of qwen3_5-tiny; each run is within 1e-4 of
+    transformers)."""
     return all(
         x.position == y.position
         and x.token == y.token
         and abs(x.logprob - y.logprob) <= tol
-        and [t for t, _ in x.top] == [t for t, _ in y.top]
+        and all(abs(v - w) <= tol for (_, v), (_, w) in zip(x.top, y.top, strict=True))
+        and same_ranking(x, y, tol)
         for x, y in zip(a, b, strict=True)
     )
 

@@ -15,6 +15,7 @@ from radixflow.models.layers import Config
 from radixflow.models.registry import FAMILIES
 from radixflow.runners.torch_runner import TorchRunner, eos_token_ids
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.sampling import Sample
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 CFG = SchedulerConfig(token_budget=160, max_requests=8, block_size=16, num_blocks=256, num_state_slots=48)
@@ -102,18 +103,33 @@ def test_runner_reports_the_checkpoint_eos(tmp_path_factory):
     assert runner.model.eos_token_ids == (int(runner.net.config.eos_token_id),)
 
 
-# bfloat16 keeps 8 mantissa bits: through a tiny model's layers the first token's logprob moved
-# by at most 0.12 from float32's (qwen3_next-tiny) when written; a wrong dtype path (a state
-# rounded to bf16 and fed back, a mis-cast pool) moves it by O(1) or breaks the greedy token.
+# bfloat16 keeps 8 mantissa bits: through a tiny model's layers a greedy token's first logprob
+# moved by at most 0.16 from float32's (qwen3_5-tiny, AVX2 kernels) when written; a wrong dtype
+# path (a state rounded to bf16 and fed back, a mis-cast pool) moves it by O(1). Only the greedy
+# tokens are compared: a lower-ranked token moves further where bf16 flips an MoE router's near-tie.
 BF16_LOGPROB_TOL = 0.25
+BF16_TOP = 5  # alternatives reported per first token
 BF16_MODELS = [f"{f}-tiny" for f in ("qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "llama")]
 
 
+def assert_bf16_matches_f32(f32: Sample, bf16: Sample) -> None:
+    """Each run's greedy token has its logprob within `BF16_LOGPROB_TOL` in the other run, so
+    bfloat16's token may differ from float32's only where float32 ranks it within 2 * tol of its
+    own: a near-tie, which the CPU's bfloat16 kernels (AVX2 or AVX-512, each rounding in its own
+    order) may break either way. Where float32's top-1 margin exceeds 2 * tol the tokens agree."""
+    in_f32, in_bf16 = dict(f32.top), dict(bf16.top)
+    assert f32.token in in_bf16 and bf16.token in in_f32, (f32, bf16)
+    assert abs(in_bf16[f32.token] - f32.logprob) <= BF16_LOGPROB_TOL, (f32, bf16)
+    assert abs(in_f32[bf16.token] - bf16.logprob) <= BF16_LOGPROB_TOL, (f32, bf16)
+    assert in_f32[bf16.token] >= f32.logprob - 2 * BF16_LOGPROB_TOL, (f32, bf16)
+
+
 @pytest.mark.parametrize("name", BF16_MODELS)
-def test_bfloat16_on_a_cpu_runs_and_picks_float32s_first_token(zoo, name):
+def test_bfloat16_on_a_cpu_runs_and_matches_float32_but_at_near_ties(zoo, name):
     """Every `.to(dtype)` path of the runner (weights, KV pool, float32 recurrent state, logits)
-    runs on a CPU in bfloat16: the first greedy token equals float32's, its logprob within
-    `BF16_LOGPROB_TOL`, and the recurrent state pool stays float32."""
+    runs on a CPU in bfloat16: the first greedy token is float32's but at a near-tie, its logprob
+    within `BF16_LOGPROB_TOL` (`assert_bf16_matches_f32`), and the recurrent state pool stays
+    float32."""
     from radixflow.models.zoo import ensure_model
     from radixflow.scheduler.sampling import SamplingParams
 
@@ -124,7 +140,7 @@ def test_bfloat16_on_a_cpu_runs_and_picks_float32s_first_token(zoo, name):
     firsts = {}
     for dtype in (torch.float32, torch.bfloat16):
         runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots, dtype=dtype)
-        params = SamplingParams(max_tokens=3, ignore_eos=True, logprobs=0)
+        params = SamplingParams(max_tokens=3, ignore_eos=True, logprobs=BF16_TOP)
         reqs = [Request(f"r{i}", p, sampling=params) for i, p in enumerate(prompts)]
         new_engine(runner, cfg).run(reqs)  # a token budget of 64 chunks the prompts: restores too
         assert all(r.status == RequestStatus.FINISHED and len(r.output) == 3 for r in reqs)
@@ -132,5 +148,4 @@ def test_bfloat16_on_a_cpu_runs_and_picks_float32s_first_token(zoo, name):
         assert next(runner.net.parameters()).dtype == dtype
         firsts[dtype] = [r.output_logprobs[0] for r in reqs]
     for a, b in zip(firsts[torch.float32], firsts[torch.bfloat16], strict=True):
-        assert a.token == b.token
-        assert abs(a.logprob - b.logprob) <= BF16_LOGPROB_TOL
+        assert_bf16_matches_f32(a, b)

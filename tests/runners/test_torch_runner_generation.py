@@ -25,6 +25,7 @@ CFG = SchedulerConfig(token_budget=96, max_requests=8, block_size=16, num_blocks
 N = 32
 TAILS = (5, 11, 27)  # first-wave prompts: the shared prefix plus this many tokens
 GREEDY = SamplingParams(max_tokens=N, ignore_eos=True)
+TOL = 1e-4  # our logprobs against transformers'
 
 
 class Pair:
@@ -81,12 +82,21 @@ def shared_prefix_conversation(runner: TorchRunner, policy: str) -> tuple[list[R
     return first, later
 
 
+def comparable(req: Request) -> int:
+    """How many of ``req``'s tokens must equal transformers': all up to its first near-tie (a
+    top-1 margin within 2 * TOL, where either side's rounding may pick the other token; after it
+    the two continue from different contexts)."""
+    margins = [s.top[0][1] - s.top[1][1] for s in req.output_logprobs]
+    return next((i for i, m in enumerate(margins) if m <= 2 * TOL), len(req.output))
+
+
 @pytest.mark.parametrize("policy", ["native", "radixflow", "adaptive"])
 def test_greedy_32_tokens_equal_transformers_generate(pair, policy):
     first, later = pair.conversation(policy)
     for req in first + later:
         assert req.status is RequestStatus.FINISHED and req.finish_reason is FinishReason.LENGTH
-        assert req.output == pair.generate(req.prompt), req.id
+        n = comparable(req)
+        assert req.output[:n] == pair.generate(req.prompt)[:n], req.id
     late, turn2 = later
     assert late.reused >= CFG.block_size  # the prefix came from the cache
     assert turn2.reused > len(first[0].prompt)  # ...and the follow-up reused decoded tokens too
@@ -106,11 +116,12 @@ def test_every_output_logprob_matches_transformers(pair):
     worst = 0.0
     for sample, row, token in zip(req.output_logprobs, expected, req.output, strict=True):
         vals, ids = row.topk(5)
-        assert len(sample.top) == 5 and sample.top[0][0] == sample.token == token == int(ids[0])
+        assert len(sample.top) == 5 and sample.top[0][0] == sample.token == token
+        assert token == int(ids[0]) or float(vals[0] - vals[1]) <= 2 * TOL  # the same but at a near-tie
         diffs = [abs(sample.logprob - float(row[token]))]
         diffs += [abs(v - float(e)) for (_, v), e in zip(sample.top, vals, strict=True)]
         worst = max(worst, *diffs)
-    assert worst <= 1e-4
+    assert worst <= TOL
     print(f"{pair.name}: output logprobs max |Δ| vs transformers {worst:.2e}")
 
 
@@ -130,4 +141,5 @@ def test_chat_answer_stops_at_eos_like_transformers(tmp_path_factory, one_thread
     with torch.no_grad():
         expected = ref.generate(torch.tensor([prompt]), max_new_tokens=N, do_sample=False)[0, len(prompt) :]
     assert req.finish_reason is FinishReason.STOP and req.output[-1] == 2 and len(req.output) < N
-    assert req.output == expected.tolist()
+    n = comparable(req)
+    assert req.output[:n] == expected.tolist()[:n]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -68,7 +69,8 @@ def submit(loop: EngineLoop, tokenizer: TextTokenizer, n: int, max_tokens: int =
 
 
 def finals(events: queue.Queue, n: int) -> list[Final]:
-    return sorted((events.get(timeout=10) for _ in range(n)), key=lambda f: f.index)
+    # a deadline against a hang, not a speed test: a busy machine may take a while
+    return sorted((events.get(timeout=60) for _ in range(n)), key=lambda f: f.index)
 
 
 def test_requests_are_answered_and_forgotten(make_loop, tokenizer):
@@ -102,11 +104,29 @@ def test_an_engine_failure_answers_everyone_and_refuses_more(make_loop, tokenize
         submit(loop, tokenizer, 1)
 
 
+class GatedRunner(SimRunner):
+    """Runs its first round, then holds every later one until ``gate`` is set: the requests are
+    running, and none can finish however long the test takes to look (no race against time)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.rounds = 0
+        self.gate = threading.Event()
+
+    def run(self, batch):
+        self.rounds += 1
+        if self.rounds > 1:
+            assert self.gate.wait(30), "the test never opened the gate"
+        return super().run(batch)
+
+
 def test_the_queue_bound_counts_prompts_until_they_are_answered(make_loop, tokenizer):
-    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]), max_pending=3)
-    events = submit(loop, tokenizer, 3, max_tokens=2000)
+    runner = GatedRunner(SPEC, HARDWARE["h100"])  # none can be answered before the gate opens
+    loop = make_loop(runner, max_pending=3)
+    events = submit(loop, tokenizer, 3)
     with pytest.raises(QueueFull, match=r"3 requests are queued \(limit 3\)"):
         submit(loop, tokenizer, 1)
+    runner.gate.set()
     finals(events, 3)
     finals(submit(loop, tokenizer, 3), 3)  # answered requests no longer count
 
@@ -125,23 +145,19 @@ def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):
     assert not loop.alive
 
 
-class SlowRunner(SimRunner):
-    def run(self, batch):
-        time.sleep(0.01)  # 500 tokens take 5 s: the test aborts them well before
-        return super().run(batch)
-
-
 def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
-    loop = make_loop(SlowRunner(SPEC, HARDWARE["h100"]))
+    runner = GatedRunner(SPEC, HARDWARE["h100"])
+    loop = make_loop(runner)
     events = submit(loop, tokenizer, 3, max_tokens=500)
     ids = loop.call(lambda e: [r.id for r in e.requests])
     gauge = loop.metrics.registry.get_sample_value
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while gauge("radixflow_requests_running") != 3:  # published after each round
         assert time.monotonic() < deadline, "the requests never ran"
         time.sleep(0.01)
     assert gauge("radixflow_requests_pending") == 3
     loop.abort(ids)  # every client went away: no step follows, nothing else arrives
+    runner.gate.set()  # the held round ends; the abort is applied before the next one
     loop.call(lambda e: None)  # the abort has been applied
     assert [gauge(f"radixflow_requests_{g}") for g in ("running", "waiting", "pending")] == [0, 0, 0]
     assert gauge("radixflow_requests_total", {"outcome": "aborted"}) == 3

@@ -210,16 +210,22 @@ _CHECKS: dict[str, Callable[[str, object], Problem | None]] = {
     "kernels": _kernels,
 }
 _REQUIRED = ("flops", "round_overhead_s", "per_request_s")
+# Keys whose default is a value, not an absence: null here is a mistake, never "use the default"
+# (a null kind_scale read as {} would set every term's scale to 1.0 without a word).
+_NOT_NULL = ("name", "kind_scale", "weight_bytes", "sources", "scheduler_overlap")
 
 
 def profile_problems(data: dict[str, Any]) -> list[Problem]:
     """Why ``data`` (profile key -> value, as in a profile file) is not a usable profile: unknown
     keys, missing ones, wrong types (no coercion: ``"1e12"`` is not a number) and out-of-range
-    values. Null stands for an optional key's absence. Pure."""
+    values. Null stands for an optional key's absence; a key with a default value may be left
+    out but not null. Pure."""
     problems = [Problem(k, "is not a profile key") for k in data if k not in _CHECKS]
     for key, check in _CHECKS.items():
         value = data.get(key)
-        if value is None and key in _REQUIRED:
+        if value is None and key in data and key in _NOT_NULL:
+            problems.append(Problem(key, "must not be null (leave the key out for its default)"))
+        elif value is None and key in _REQUIRED:
             problems.append(Problem(key, f"missing (must be {check.describe()})"))  # type: ignore[attr-defined]
         elif value is not None and (problem := check(key, value)) is not None:
             problems.append(problem)

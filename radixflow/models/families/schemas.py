@@ -47,14 +47,16 @@ CONV_KERNEL = Int(2)
 
 # --------------------------------------------------------------------------- shared parts
 
-# Read by every family.
+# Read by every family (the runner reads the context length and the end-of-sequence ids).
 BASE = Schema(
     (
         ConfigField("vocab_size", Int(1), required=True),
         ConfigField("hidden_size", Int(1), required=True),
         ConfigField("tie_word_embeddings", Bool()),
         ConfigField("eos_token_id", AnyOf((Int(0), ListOf(Int(0))))),
-    )
+        ConfigField("max_position_embeddings", Int(1)),
+    ),
+    rules=(AtMost("eos_token_id", "vocab_size", strict=True),),  # an id the model can emit
 )
 
 # Read by `layers.attention_heads` (every attention layer); KV heads serve groups of query heads.

@@ -2,9 +2,10 @@
 
 `Checkpoint` holds the open safetensors files. `Checkpoint.check` matches every tensor to a
 parameter (through the family's conversion plan, `radixflow.models.io.convert`) using the files'
-headers alone: unused, missing and mis-shaped tensors are refused before any value is read, so it
-also works against a model built on the meta device. `Checkpoint.fill` then copies the values one
-tensor at a time, refusing NaN and infinity (a min/max pass per tensor, a few percent of the load).
+headers alone: unused, missing, mis-shaped and integer-typed tensors are refused before any value
+is read, so it also works against a model built on the meta device. `Checkpoint.fill` then copies
+the values one tensor at a time, refusing NaN and infinity (a min/max pass per tensor, a few
+percent of the load).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from radixflow.models.io.convert import Plan, plan_conversion, unused
 SHOWN = 5  # tensor names listed in an error; the rest are counted
 # dtypes torch.aminmax reduces directly; others (float8) are widened first
 _REDUCIBLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# safetensors header dtypes that hold floating point: F16, F32, F64, BF16, F8_E4M3, ...; an integer
+# or boolean tensor copied into a float parameter would be cast silently, its values meaningless
+_FLOAT_PREFIXES = ("F", "BF")
 
 
 class TensorError(ValueError):
@@ -48,6 +52,10 @@ class Checkpoint:
     def shape(self, key: str) -> tuple[int, ...]:
         return tuple(self.handles[self.where[key]].get_slice(key).get_shape())
 
+    def dtype(self, key: str) -> str:
+        """The tensor's dtype as the file's header spells it ("F32", "BF16", "I32", "BOOL")."""
+        return str(self.handles[self.where[key]].get_slice(key).get_dtype())
+
     def read(self, key: str) -> torch.Tensor:
         """The tensor's values; NaN or infinity anywhere is a `TensorError` naming it."""
         tensor = self.handles[self.where[key]].get_tensor(key)
@@ -72,10 +80,16 @@ class Checkpoint:
             what = f"{len(extra)} tensor(s) the {model_type} model has no parameter for"
             raise TensorError(f"{what}: {_listing(extra)}")
         for key, (shape, name) in expected_shapes(plan, wanted).items():
+            what = key if key == name else f"{key} (for {name})"
             if self.shape(key) != shape:
-                what = key if key == name else f"{key} (for {name})"
                 raise TensorError(
                     f"{self.where[key].name}: tensor {what} has shape {self.shape(key)}, expected {shape}"
+                )
+            # merged and split tensors fill expert weights, always floating point
+            if _floating(wanted, name) and not self.dtype(key).startswith(_FLOAT_PREFIXES):
+                raise TensorError(
+                    f"{self.where[key].name}: tensor {what} has dtype {self.dtype(key)}, "
+                    "expected a floating-point dtype"
                 )
         missing = sorted(set(wanted) - filled(plan, wanted) - optional)
         if missing:
@@ -137,6 +151,11 @@ def _check_cover(name: str, n_parts: int, pieces: list[tuple[str, int, int]], ex
             f"{name}: the checkpoint's per-expert tensors cover (expert, part) {sorted(have)[:6]}..., "
             f"expected each of {n_parts} part(s) once for each of {experts} experts"
         )
+
+
+def _floating(wanted: dict[str, torch.Tensor], name: str) -> bool:
+    """Whether ``name`` (a parameter, or a slice of an expert weight) is floating point."""
+    return wanted[name].is_floating_point() if name in wanted else True
 
 
 def _finite(tensor: torch.Tensor) -> bool:

@@ -106,6 +106,20 @@ def test_optional_keys_may_be_null_or_absent_and_a_file_round_trips(tmp_path: Pa
     assert load_profile(tmp_path / "cpu.json") == HARDWARE["cpu"]
 
 
+@pytest.mark.parametrize("key", ["kind_scale", "weight_bytes", "sources", "scheduler_overlap", "name"])
+def test_null_for_a_key_with_a_default_value_is_refused(tmp_path: Path, capsys, key: str) -> None:
+    """A null ``kind_scale`` once became {} (every term's scale 1.0) without a word."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**GOOD, key: None}))
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    says = "must not be null (leave the key out for its default)"
+    assert str(info.value) == f"{path}: profile key {key!r} {says}"
+    assert main(["bench", "--hardware", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("radixflow: error: ") and f"{key!r} must not be null" in err and "\n" not in err
+
+
 def test_a_profile_made_in_code_is_checked_too() -> None:
     with pytest.raises(ProfileError, match=r"hardware profile 'h200': profile key 'flops' .* got NaN"):
         replace(HARDWARE["h200"], flops=math.nan)

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import model_utils  # noqa: E402
-from model_utils import BLOCK, TOL, prompt, reference, save_and_load  # noqa: E402
+from model_utils import BLOCK, TOL, assert_same_top1, prompt, reference, save_and_load  # noqa: E402
 
 from radixflow.models.batch import SeqSpec, Snapshot  # noqa: E402
 from radixflow.models.families.llama import (  # noqa: E402
@@ -48,7 +48,7 @@ def models(request, tmp_path_factory):
 def check(ours_logits: torch.Tensor, ref_logits: torch.Tensor) -> float:
     diff = (ours_logits - ref_logits).abs().max().item()
     assert diff <= TOL, f"max abs diff {diff:.3g}"
-    assert torch.equal(ours_logits.argmax(-1), ref_logits.argmax(-1))
+    assert_same_top1(ours_logits, ref_logits)
     return diff
 
 

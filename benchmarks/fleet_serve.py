@@ -67,7 +67,7 @@ def ray_processes() -> int:
 def start(model: str, replicas: int, router: str, port: int, log: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "radixflow.cli", "serve", model, "--replicas", str(replicas)]
     cmd += ["--router", router, "--port", str(port), "--log-level", "warning"]
-    cmd += ["--policy", "radixflow"]  # the policy of the README's figures (adaptive is the default now)
+    cmd += ["--policy", "radixflow"]  # the policy of docs/fleet.md's figures (adaptive is the default now)
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=os.environ.copy())
 
 

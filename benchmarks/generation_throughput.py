@@ -53,7 +53,7 @@ from runner_throughput import hf_forward, ours_forward, prompts  # the prefill c
 MODELS = ["qwen3_5-small", "lfm2-small", "nemotron_h-small"]
 
 
-# the policy the README's figures were measured under (adaptive is the engine's default now)
+# the policy docs/real-models.md's figures were measured under (adaptive is the engine's default now)
 POLICY = "radixflow"
 
 

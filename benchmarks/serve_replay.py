@@ -95,7 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     options = EngineOptions.from_mapping(
-        # radixflow: the policy the README's figures were measured under (adaptive is the default now)
+        # radixflow: the policy docs/serving.md's figures were measured under (adaptive is the default now)
         {"kv_blocks": 4096, "max_requests": args.clients, "matmul": args.matmul, "policy": "radixflow"},
         model=args.model,
     )

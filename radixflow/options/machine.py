@@ -41,12 +41,9 @@ def server_thread_plan(cpus: int) -> ThreadPlan:
     """The server's threads on ``cpus`` CPUs. Pure. Forward passes get every CPU the HTTP side
     does not need. On 2 CPUs that is one torch thread, the setting that cannot collapse under
     contention: two threads spinning on two cores contend with the event loop, the tokenizer
-    threads, the clients and other jobs (one run at load ~8 was 130x slower). Measured with 64
-    loopback clients on the same cores (`benchmarks/serve_compare.py`, medians of 3 interleaved
-    runs; README, "Generate and serve"): at 8f2b990 one thread served as many requests/s as two
-    (23.9 vs 23.7) with a 14% lower chat TTFT p50; at ded9ced two served 1.24x the requests/s
-    of one (31.9 vs 25.7) with a 27% lower TTFT p50 (load 1.1-1.6), so `--torch-threads 2` is
-    the faster setting on a quiet machine."""
+    threads, the clients and other jobs. On a quiet machine `--torch-threads 2` can be faster;
+    the measurements (`benchmarks/serve_compare.py`) are in docs/serving.md, "Against the server
+    of c05b93d, and the thread default"."""
     http = max(1, cpus // HTTP_SHARE)
     return ThreadPlan(torch_threads=max(1, cpus - http), tokenizer_threads=max(TOKENIZER_THREADS, http))
 

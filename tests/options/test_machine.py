@@ -14,7 +14,7 @@ from radixflow.options.machine import ThreadPlan, server_thread_plan
     ("cpus", "plan"),
     [
         (1, ThreadPlan(1, 2)),  # nothing to share: one thread, oversubscribed whatever we do
-        (2, ThreadPlan(1, 2)),  # measured (README): one torch thread, the other CPU for HTTP
+        (2, ThreadPlan(1, 2)),  # measured (docs/serving.md): one torch thread, the other CPU for HTTP
         (4, ThreadPlan(3, 2)),
         (8, ThreadPlan(7, 2)),
         (16, ThreadPlan(14, 2)),

@@ -43,8 +43,8 @@ SRC_REQUEST = (
 SCHEDULER_ROUND_S = 0.1e-3
 SCHEDULER_CHUNK_S = 50e-6
 SRC_SCHEDULER = (
-    "the scheduler's CPU time, modelled from benchmarks/scheduler_overhead.py (README 'Scheduler "
-    "overhead'; native ~0.2 ms per round, radixflow ~1.7 ms at 32 requests per round): 0.1 ms per "
+    "the scheduler's CPU time, modelled from benchmarks/scheduler_overhead.py (docs/policies.md "
+    "'Scheduler overhead'; native ~0.2 ms per round, radixflow ~1.7 ms at 32 requests per round): 0.1 ms per "
     "round plus 50 us per prefill chunk, none per decode step (not measured); a model, not timed "
     "at run time, so sim runs stay deterministic"
 )

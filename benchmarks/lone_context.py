@@ -114,7 +114,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="interleaved runs; times are their minimum")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    options = EngineOptions(  # radixflow: the placements compared under the policy of docs/policies.md's table
+    options = EngineOptions(  # radixflow: the placements compared under docs/policies.md's policy
         model=args.model,
         torch_threads=args.torch_threads,
         device=args.device,

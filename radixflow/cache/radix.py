@@ -68,7 +68,9 @@ class RadixCache:
             node.demand -= 1
         for node in end.ancestors():
             if node.demand == 0 and not node.materialized:
-                self.tree.remove(node)
+                self.tree.remove(node)  # the last one may take its namespace with it
+        if end.parent is None:  # a prompt shorter than a block ends on its namespace's root
+            self.tree.drop_if_bare(end)
 
     def branch_points(self, handle: NodeHandle, lo: int, hi: int) -> list[int]:
         """Positions in ``(lo, hi]`` on a registered path where known sequences diverge."""
@@ -106,7 +108,10 @@ class RadixCache:
         """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
         bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
-        node, pos = self.tree.root(namespace), 0
+        root = self.tree.find_root(namespace)
+        if root is None:  # the namespace holds nothing (a lookup makes no namespace)
+            return Match(0, 0, True, None, None, None)
+        node, pos = root, 0
         best: Node | None = None
         while pos < len(tokens):
             child = node.children.get(tokens[pos : pos + bs])
@@ -321,7 +326,14 @@ class RadixCache:
             free_slots=self.slots.free,
             checkpoint_slots=ckpts,
             working_slots=len(self._working),
+            namespaces=self.namespaces,
         )
+
+    @property
+    def namespaces(self) -> int:
+        """Namespaces holding something: cached KV below their root, or a registered prompt. At
+        most the KV blocks plus the registered prompts (an empty namespace is dropped). Pure."""
+        return len(self.tree.roots())
 
     def ready_digest(self, kv_runs: bool = False) -> CheckpointDigest:
         """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from radixflow.generation.tokenizer import TextTooLong
 from radixflow.problems import Problem
 from radixflow.server.strict import SURROGATE, UNSUPPORTED
 
@@ -116,6 +117,10 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(TextTooLong)
+    async def _too_long(_: Request, exc: TextTooLong) -> JSONResponse:
+        return ApiError.from_problem(exc.problem).response()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

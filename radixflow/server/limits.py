@@ -8,9 +8,15 @@ prompt held the event loop for seconds in JSON parsing, validation and tokenizat
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from radixflow.server.errors import ApiError
+
+# The size of the body of the request being handled: set here for each request (the variable's
+# value belongs to the request's own task), read by `ServerState.offload` to pick a tokenizer lane.
+BODY_BYTES: ContextVar[int] = ContextVar("radixflow_body_bytes", default=0)
 
 
 class BodyLimit:
@@ -33,6 +39,7 @@ class BodyLimit:
             await self._refuse(scope, receive, send, "the request body")
             return
         replay: list[Message] = [first]
+        BODY_BYTES.set(len(first.get("body", b"")))
 
         async def replayed() -> Message:
             # the body once, then the connection's own messages (a later disconnect, say)

@@ -28,6 +28,7 @@ from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
 from radixflow.server.errors import ApiError
+from radixflow.server.limits import BODY_BYTES
 from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
 
@@ -35,6 +36,9 @@ T = TypeVar("T")
 
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
+# Bodies past this size have their tokenizing done in the long lane (`ServerState.offload`): a
+# text this long tokenizes in tens of milliseconds.
+LONG_BODY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,10 @@ class ServerConfig:
     # tokenizing and answer building beside the event loop; `radixflow serve` passes its thread
     # plan's (options.machine.server_thread_plan) unless told
     tokenizer_threads: int = 2
+    # threads for the tokenizing of bodies over ``long_body_bytes``, apart from the others: a long
+    # text waits for long ones only
+    long_text_threads: int = 1
+    long_body_bytes: int = LONG_BODY_BYTES
 
 
 class ClientGone(Exception):
@@ -104,7 +112,11 @@ def local_backend(model: LoadedModel, engine: Engine, max_pending: int) -> Backe
 
 class ServerState:
     def __init__(self, backend: Backend, config: ServerConfig) -> None:
-        self.model_name, self.tokenizer, self.config = backend.name, backend.tokenizer, config
+        self.model_name, self.config = backend.name, config
+        # prompts: a text too long for the context is refused before it is tokenized; /tokenize
+        # counts a text of any length
+        self.unbounded_tokenizer = backend.tokenizer
+        self.tokenizer = backend.tokenizer.limited(backend.info.max_context) if backend.tokenizer else None
         self.engine_info = backend.info
         self._problem = backend.problem
         self.metrics = ServerMetrics()
@@ -112,16 +124,23 @@ class ServerState:
         self._serial = itertools.count()
         self._run_id = uuid.uuid4().hex[:8]
         self._workers = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="radixflow-tokenizer")
+        self._long_lane = ThreadPoolExecutor(config.long_text_threads, thread_name_prefix="radixflow-long")
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a tokenizer thread, so the event loop keeps answering other requests
         meanwhile: tokenizing, rendering a chat template or detokenizing an echoed prompt takes
-        seconds for a long one. The tokenizer releases the GIL while it works."""
-        return await asyncio.get_running_loop().run_in_executor(self._workers, partial(fn, *args))
+        seconds for a long one. The tokenizer releases the GIL while it works.
+
+        A request whose body is over ``long_body_bytes`` gets a thread of the long lane: however
+        many long texts arrive, they queue behind each other, never ahead of a short prompt."""
+        long = BODY_BYTES.get() > self.config.long_body_bytes
+        pool = self._long_lane if long else self._workers
+        return await asyncio.get_running_loop().run_in_executor(pool, partial(fn, *args))
 
     def close(self) -> None:
         """Stop the tokenizer threads (the server is done)."""
         self._workers.shutdown(wait=False, cancel_futures=True)
+        self._long_lane.shutdown(wait=False, cancel_futures=True)
 
     @property
     def context(self) -> int:

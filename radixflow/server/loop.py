@@ -265,6 +265,7 @@ class EngineLoop:
         with self._cond:
             pending = self._pending
         self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+        self.metrics.on_cache(sched.cache.namespaces)
 
 
 def _final(index: int, done: Done) -> Final:

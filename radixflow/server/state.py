@@ -85,7 +85,10 @@ class ServingLoop(Protocol):
         """Stop accepting; fail what has not finished after ``drain_s`` seconds. Returns at once."""
         ...
 
-    def join(self, timeout: float | None = None) -> None: ...
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every accepted request is answered after `shutdown` (at most ``timeout``
+        seconds); True once that is so."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,7 @@ def test_unique_salts_leave_a_bounded_cache():
     for i in range(2000):
         _serve_once(cache, f"salt:{i}", CTX, [8, 16], f"r{i}")
     assert cache.namespaces <= 16 // (len(CTX) // BS)
+    assert cache.locked_nodes == 0  # nothing is held: no lock bookkeeping is left either
     assert len(cache.tree.nodes()) <= 2 * 16
     assert len(cache.evictor.kv_victims) <= 2 * 16 + cache.evictor.kv_victims.SLACK
     assert len(cache.evictor.state_victims) <= 2 * 16 + cache.evictor.state_victims.SLACK

@@ -298,6 +298,12 @@ def test_cache_salts_never_share_a_prefix(served):
     assert cached("tenant-b") == 0
     assert cached(None) == 0  # nor with requests that name no salt
     assert cached(None) > 0
+    long_a, long_b = "s" * 100_000 + "a", "s" * 100_000 + "b"  # kept by their digests
+    assert cached(long_a) == 0
+    assert cached(long_a) > 0
+    assert cached(long_b) == 0
+    names = served.on_engine(lambda e: [ns for ns, _ in e.cache.tree.named_roots()])
+    assert max(len(ns) for ns in names) < 100  # a cached namespace's name is short however long the salt
 
 
 def test_models_health_and_metrics(served):

@@ -177,7 +177,7 @@ class RadixCache:
         top, node = self.tree.lookup(old), self.tree.lookup(new)
         if self._locks[old.node_id] == 0:
             raise ValueError(f"unlock of an unlocked node {old}")
-        self._locks[old.node_id] -= 1
+        self._release_lock(old.node_id)
         self._locks[new.node_id] += 1
         while node is not top:
             assert node is not None and node.parent is not None, "relock to a node not below the old one"
@@ -190,13 +190,19 @@ class RadixCache:
         node = self.tree.lookup(handle)
         if self._locks[node.id] == 0:
             raise ValueError(f"unlock of an unlocked node {handle}")
-        self._locks[node.id] -= 1
+        self._release_lock(node.id)
         walk: Node | None = node
         while walk is not None and walk.parent is not None:
             walk.lock_ref -= 1
             if walk.lock_ref == 0:
                 self.evictor.offer(walk)
             walk = walk.parent
+
+    def _release_lock(self, node_id: int) -> None:
+        # an entry goes with its last lock: node ids are never reused, so zeros would pile up
+        self._locks[node_id] -= 1
+        if not self._locks[node_id]:
+            del self._locks[node_id]
 
     # ----------------------------------------------------------------- private resources
     def alloc_blocks(self, n: int) -> list[int]:
@@ -370,6 +376,11 @@ class RadixCache:
     def working_slots(self) -> Set[int]:
         """State slots held by running requests for their chunk-to-chunk state (a live view)."""
         return SetView(self._working)
+
+    @property
+    def locked_nodes(self) -> int:
+        """Nodes with a lock held on exactly them (each lock holder's node; bounded by them). Pure."""
+        return len(self._locks)
 
     def own_locks(self, node: Node) -> int:
         """Locks held on exactly ``node`` (not on a node below it)."""

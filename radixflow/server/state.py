@@ -8,6 +8,7 @@ left if its client goes away.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import uuid
@@ -170,6 +171,7 @@ class ServerState:
                 "prompt",
             )
         items = []
+        namespace = compact_namespace(namespace)
         for i, prompt in enumerate(prompts):
             req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=params)
             problem = self._problem(req)
@@ -187,6 +189,20 @@ class ServerState:
         except NotAccepting as e:
             self.metrics.on_rejected("not_accepting")
             raise ApiError(503, str(e)) from None
+
+
+MAX_NAMESPACE_CHARS = 64
+
+
+def compact_namespace(namespace: str) -> str:
+    """``namespace``, or past ``MAX_NAMESPACE_CHARS`` its SHA-256 (a prefix no short namespace
+    has): the cache keeps a namespace's name for as long as it holds its blocks, and a client's
+    cache salt may be megabytes long. Distinct salts keep distinct namespaces (as a collision of
+    SHA-256 is not found), so none shares a prefix with another."""
+    if len(namespace) <= MAX_NAMESPACE_CHARS:
+        return namespace
+    digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sha256:{digest}"
 
 
 class Submission:

@@ -110,6 +110,8 @@ def encoding_problem(body: bytes) -> str | None:
     JSON but always in UTF-16 or UTF-32 JSON); None when it is. Pure."""
     if b"\x00" in body:
         return "the request body must be JSON in UTF-8; it holds NUL bytes (UTF-16 or UTF-32?)"
+    if body.isascii():  # the common case, without decoding a 4 MB body twice
+        return None
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as e:

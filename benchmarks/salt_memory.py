@@ -43,6 +43,7 @@ class Figures:
     rss_start_mb: float
     rss_after_warmup_mb: float
     rss_end_mb: float
+    rss_series_mb: list[float]  # after the warmup, then after every further ``--every`` requests
     growth_after_warmup_pct: float
     namespaces_end: int  # the cache's count once the last request is answered
     namespaces_metric: float  # what /metrics says
@@ -69,9 +70,11 @@ def start(options: EngineOptions) -> tuple[Server, threading.Thread, str]:
     return server, thread, f"http://127.0.0.1:{port}"
 
 
-async def send(url: str, model: str, count: int, clients: int, salt_bytes: int) -> tuple[int, int]:
+async def send(
+    url: str, model: str, count: int, clients: int, salt_bytes: int, first: int = 0
+) -> tuple[int, int]:
     """``count`` completions with unique salts from ``clients`` connections: (answered, failed)."""
-    todo = iter(range(count))
+    todo = iter(range(first, first + count))
     ok = failed = 0
 
     async def client() -> None:
@@ -96,26 +99,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=1500, help="requests in all (default 1500)")
     ap.add_argument("--warmup", type=int, default=1000, help="memory is compared from here on")
+    ap.add_argument("--every", type=int, default=1000, help="memory is read after every this many")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--salt-bytes", type=int, default=256, help="length of each cache salt")
     ap.add_argument("--model", default="qwen3_5-tiny")
     ap.add_argument("--kv-blocks", type=int, default=256)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    if not 0 < args.warmup < args.requests:
-        ap.error("--warmup must be between 0 and --requests")
+    if not 0 < args.warmup < args.requests or args.every < 1:
+        ap.error("--warmup must be between 0 and --requests, --every at least 1")
     options = EngineOptions(model=args.model, kv_blocks=args.kv_blocks, state_slots=64, token_budget=256)
     rss_start = rss_mb()
     server, thread, url = start(options)
     began = time.monotonic()
     try:
         ok1, bad1 = asyncio.run(send(url, args.model, args.warmup, args.clients, args.salt_bytes))
-        rss_warm = rss_mb()
-        ok2, bad2 = asyncio.run(
-            send(url, args.model, args.requests - args.warmup, args.clients, args.salt_bytes)
-        )
+        series = [rss_mb()]
+        ok2 = bad2 = 0
+        for done in range(args.warmup, args.requests, args.every):
+            n = min(args.every, args.requests - done)
+            ok, bad = asyncio.run(send(url, args.model, n, args.clients, args.salt_bytes, first=done))
+            ok2, bad2 = ok2 + ok, bad2 + bad
+            series.append(rss_mb())
         seconds = time.monotonic() - began
-        rss_end = rss_mb()
+        rss_warm, rss_end = series[0], series[-1]
         held = server.state.loop.call(lambda e: e.cache.namespaces)
         metric = namespaces_metric(url)
     finally:
@@ -132,6 +139,7 @@ def main() -> None:
         rss_start_mb=round(rss_start, 1),
         rss_after_warmup_mb=round(rss_warm, 1),
         rss_end_mb=round(rss_end, 1),
+        rss_series_mb=[round(x, 1) for x in series],
         growth_after_warmup_pct=round(100 * (rss_end - rss_warm) / rss_warm, 2),
         namespaces_end=held,
         namespaces_metric=metric,

@@ -195,10 +195,10 @@ MAX_NAMESPACE_CHARS = 64
 
 
 def compact_namespace(namespace: str) -> str:
-    """``namespace``, or past ``MAX_NAMESPACE_CHARS`` its SHA-256 (a prefix no short namespace
-    has): the cache keeps a namespace's name for as long as it holds its blocks, and a client's
-    cache salt may be megabytes long. Distinct salts keep distinct namespaces (as a collision of
-    SHA-256 is not found), so none shares a prefix with another."""
+    """``namespace``, or past ``MAX_NAMESPACE_CHARS`` its SHA-256 (71 characters: no namespace
+    kept as it is reads like one): the cache keeps a namespace's name for as long as it holds its
+    blocks, and a client's cache salt may be megabytes long. Distinct salts keep distinct
+    namespaces (no SHA-256 collision is known), so none shares a prefix with another."""
     if len(namespace) <= MAX_NAMESPACE_CHARS:
         return namespace
     digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()

@@ -23,6 +23,12 @@ Priority = tuple[int, ...]
 
 
 class EvictionQueue:
+    """A node pruned from the tree while queued is `forget`-ten: its entry is counted stale and
+    the heap is rebuilt without such entries once they are half of it, so a queue that is rarely
+    popped (state slots seldom short) does not keep every node the tree ever pruned."""
+
+    SLACK = 64  # stale entries tolerated in a small heap before a rebuild
+
     def __init__(
         self,
         eligible: Callable[[Node], bool],
@@ -34,6 +40,7 @@ class EvictionQueue:
         self._live = live  # is the node still in the tree?
         self._heap: list[tuple[Priority, int, Node]] = []
         self._queued: set[int] = set()  # ids of nodes with an entry in the heap
+        self.stale = 0  # entries of forgotten nodes still in the heap
 
     def offer(self, node: Node) -> None:
         """Queue ``node`` if it is eligible and not queued yet (mutates the heap)."""
@@ -45,6 +52,9 @@ class EvictionQueue:
         """Remove and return the eligible node with the smallest priority; None if there is none."""
         while self._heap:
             key, nid, node = heapq.heappop(self._heap)
+            if nid not in self._queued:  # forgotten: counted stale until now
+                self.stale -= 1
+                continue
             if not self._live(node) or not self._eligible(node):
                 self._queued.discard(nid)
                 continue
@@ -56,6 +66,17 @@ class EvictionQueue:
             return node
         return None
 
+    def forget(self, node: Node) -> None:
+        """``node`` left the tree: its entry, if any, is stale (mutates the heap when they pile up)."""
+        if node.id not in self._queued:
+            return
+        self._queued.discard(node.id)
+        self.stale += 1
+        if self.stale > max(len(self._heap) // 2, self.SLACK):
+            self._heap = [entry for entry in self._heap if entry[1] in self._queued]
+            heapq.heapify(self._heap)
+            self.stale = 0
+
     def queued(self, node: Node) -> bool:
         return node.id in self._queued
 
@@ -66,8 +87,12 @@ class EvictionQueue:
 def kv_evictable(node: Node) -> bool:
     """A KV leaf nothing holds: unlocked, no PENDING state, no materialized child."""
     ready = node.checkpoint is None or node.checkpoint.readiness is Readiness.READY
-    return node.parent is not None and node.materialized and node.lock_ref == 0 and ready and (
-        node.live_children == 0
+    return (
+        node.parent is not None
+        and node.materialized
+        and node.lock_ref == 0
+        and ready
+        and (node.live_children == 0)
     )
 
 
@@ -105,6 +130,9 @@ class Evictor:
         parent = node.parent
         assert parent is not None
         self.tree.drop_kv(node)
+        if not self.tree.is_live(node):  # pruned: its queue entries would keep it alive
+            self.kv_victims.forget(node)
+            self.state_victims.forget(node)
         self.kv_victims.offer(parent)
 
     def reserve(self, blocks: int, slots: int) -> bool:

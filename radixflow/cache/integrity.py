@@ -41,6 +41,8 @@ def check_cache(cache: RadixCache) -> None:
     slots: list[int] = []
     for root in cache.tree.roots():
         _require(root.parent is None and root.key == () and root.end == 0, "malformed root")
+        # an empty namespace holds only its name: kept, a client naming new salts grows the server
+        _require(bool(root.children) or root.ends > 0, f"root {root.id}: a namespace that holds nothing")
         _check_subtree(cache, journals, root, tree_blocks, slots)
     private, working = cache.private_blocks, cache.working_slots
     _require(len(tree_blocks) == len(set(tree_blocks)), "a KV block is owned by two nodes")

@@ -68,7 +68,9 @@ class RadixCache:
             node.demand -= 1
         for node in end.ancestors():
             if node.demand == 0 and not node.materialized:
-                self.tree.remove(node)
+                self.tree.remove(node)  # the last one may take its namespace with it
+        if end.parent is None:  # a prompt shorter than a block ends on its namespace's root
+            self.tree.drop_if_bare(end)
 
     def branch_points(self, handle: NodeHandle, lo: int, hi: int) -> list[int]:
         """Positions in ``(lo, hi]`` on a registered path where known sequences diverge."""
@@ -106,7 +108,10 @@ class RadixCache:
         """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
         bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
-        node, pos = self.tree.root(namespace), 0
+        root = self.tree.find_root(namespace)
+        if root is None:  # the namespace holds nothing (a lookup makes no namespace)
+            return Match(0, 0, True, None, None, None)
+        node, pos = root, 0
         best: Node | None = None
         while pos < len(tokens):
             child = node.children.get(tokens[pos : pos + bs])
@@ -172,7 +177,7 @@ class RadixCache:
         top, node = self.tree.lookup(old), self.tree.lookup(new)
         if self._locks[old.node_id] == 0:
             raise ValueError(f"unlock of an unlocked node {old}")
-        self._locks[old.node_id] -= 1
+        self._release_lock(old.node_id)
         self._locks[new.node_id] += 1
         while node is not top:
             assert node is not None and node.parent is not None, "relock to a node not below the old one"
@@ -185,13 +190,19 @@ class RadixCache:
         node = self.tree.lookup(handle)
         if self._locks[node.id] == 0:
             raise ValueError(f"unlock of an unlocked node {handle}")
-        self._locks[node.id] -= 1
+        self._release_lock(node.id)
         walk: Node | None = node
         while walk is not None and walk.parent is not None:
             walk.lock_ref -= 1
             if walk.lock_ref == 0:
                 self.evictor.offer(walk)
             walk = walk.parent
+
+    def _release_lock(self, node_id: int) -> None:
+        # an entry goes with its last lock: node ids are never reused, so zeros would pile up
+        self._locks[node_id] -= 1
+        if not self._locks[node_id]:
+            del self._locks[node_id]
 
     # ----------------------------------------------------------------- private resources
     def alloc_blocks(self, n: int) -> list[int]:
@@ -321,7 +332,14 @@ class RadixCache:
             free_slots=self.slots.free,
             checkpoint_slots=ckpts,
             working_slots=len(self._working),
+            namespaces=self.namespaces,
         )
+
+    @property
+    def namespaces(self) -> int:
+        """Namespaces holding something: cached KV below their root, or a registered prompt. At
+        most the KV blocks plus the registered prompts (an empty namespace is dropped). Pure."""
+        return len(self.tree.roots())
 
     def ready_digest(self, kv_runs: bool = False) -> CheckpointDigest:
         """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;
@@ -360,6 +378,11 @@ class RadixCache:
     def working_slots(self) -> Set[int]:
         """State slots held by running requests for their chunk-to-chunk state (a live view)."""
         return SetView(self._working)
+
+    @property
+    def locked_nodes(self) -> int:
+        """Nodes with a lock held on exactly them (each lock holder's node; bounded by them). Pure."""
+        return len(self._locks)
 
     def own_locks(self, node: Node) -> int:
         """Locks held on exactly ``node`` (not on a node below it)."""

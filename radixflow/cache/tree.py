@@ -1,5 +1,9 @@
 """The radix tree's structure: one tree per namespace, nodes indexed by id, paths and splits.
 
+A namespace exists only while it holds something: its root is made by the first path through it
+and dropped when its last child goes and no registered prompt ends on it. An empty root would
+hold only its name (a client's cache salt, say), so keeping them would grow without bound.
+
 Knows nothing of readiness, locks' meaning, rounds or eviction order. `RadixCache` holds one and
 builds the cache on it; the `Evictor` frees nodes through `drop_kv` and `drop_checkpoint`; the
 integrity check walks it through `roots` and `is_live`.
@@ -30,6 +34,7 @@ class Tree:
         self.slots = slots  # state slot ids: a checkpoint owns one
         self._on_split = on_split
         self._roots: dict[str, Node] = {}
+        self._namespace_of: dict[int, str] = {}  # root id -> its namespace
         self._nodes: dict[int, Node] = {}
         self._next_id = 0
 
@@ -57,12 +62,29 @@ class Tree:
         except KeyError:
             raise ValueError(f"stale cache handle {handle}") from None
 
+    def find_root(self, namespace: str) -> Node | None:
+        """The root of ``namespace``'s tree; None while the namespace holds nothing. Pure."""
+        return self._roots.get(namespace)
+
     # ----------------------------------------------------------------- shaping
     def root(self, namespace: str) -> Node:
-        """The root of ``namespace``'s tree; creates it on first use (mutates the index then)."""
-        if namespace not in self._roots:
-            self._roots[namespace] = self._new_node((), None, 0, blocks=[])
-        return self._roots[namespace]
+        """The root of ``namespace``'s tree; creates it on first use (mutates the index then).
+        The caller hangs something on a new root at once (a child, or a registered prompt's end)
+        or hands it to `drop_if_bare`."""
+        root = self._roots.get(namespace)
+        if root is None:
+            root = self._roots[namespace] = self._new_node((), None, 0, blocks=[])
+            self._namespace_of[root.id] = namespace
+        return root
+
+    def drop_if_bare(self, root: Node) -> None:
+        """Forget ``root``'s namespace if it holds nothing: no child, no registered prompt ending on
+        it (mutates the index then)."""
+        assert root.parent is None
+        if root.children or root.ends or not self.is_live(root):
+            return
+        del self._roots[self._namespace_of.pop(root.id)]
+        del self._nodes[root.id]
 
     def path(
         self, namespace: str, tokens: tuple[int, ...], nblocks: int, cuts: Sequence[int] = ()
@@ -70,8 +92,11 @@ class Tree:
         """Nodes covering the first ``nblocks`` blocks, creating/splitting so one ends exactly there
         and at every position in ``cuts`` (sorted, block-aligned).
 
-        Mutates the tree: new nodes are unmaterialized; a split calls the split hook.
+        Mutates the tree: new nodes are unmaterialized; a split calls the split hook. No blocks: no
+        nodes, and no root made for them.
         """
+        if nblocks == 0:
+            return []
         bs, limit = self.block_size, nblocks * self.block_size
         node, pos, path, i = self.root(namespace), 0, [], 0
         while pos < limit:
@@ -96,10 +121,14 @@ class Tree:
         node.blocks = blocks
 
     def remove(self, node: Node) -> None:
-        """Prune an unlocked leaf: unlinks it from its parent and the index."""
-        assert node.parent is not None and not node.children and node.lock_ref == 0
-        del node.parent.children[node.key[: self.block_size]]
+        """Prune an unlocked leaf: unlinks it from its parent and the index (and forgets the
+        namespace when that parent is a root left holding nothing)."""
+        parent = node.parent
+        assert parent is not None and not node.children and node.lock_ref == 0
+        del parent.children[node.key[: self.block_size]]
         del self._nodes[node.id]
+        if parent.parent is None:
+            self.drop_if_bare(parent)
 
     # ----------------------------------------------------------------- freeing
     def drop_kv(self, node: Node) -> None:

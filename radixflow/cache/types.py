@@ -74,3 +74,4 @@ class CacheUsage:
     free_slots: int
     checkpoint_slots: int
     working_slots: int  # held by running requests for chunk-to-chunk state
+    namespaces: int  # namespaces holding cached KV or a registered prompt

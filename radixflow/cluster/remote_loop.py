@@ -117,8 +117,8 @@ class RemoteLoop:
             self._deadline.cancel()
         self._deadline = aio.call_later(drain_s, self._fail_all)
 
-    def join(self, timeout: float | None = None) -> None:
-        self._idle.wait(timeout)
+    def join(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
 
     # ------------------------------------------------------------ event loop
     def _fail_all(self) -> None:

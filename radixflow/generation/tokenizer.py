@@ -15,10 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.generation.chat import ChatTemplate
+from radixflow.generation.token_bound import token_bound
+from radixflow.problems import Problem
 
 
 class TokenizerError(ValueError):
     """The model directory has no usable tokenizer (a one-line reason)."""
+
+
+class TextTooLong(TokenizerError):
+    """A text that certainly has more tokens than a `limited` tokenizer takes; refused before it
+    was tokenized. Carries the `Problem` (the ``prompt``, as the context check after tokenizing)."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -32,8 +43,10 @@ class TokenizerInfo:
 
 
 class TextTokenizer:
-    def __init__(self, backend: Any, config: dict[str, Any]) -> None:
-        self._tok = backend
+    def __init__(self, backend: Any, config: dict[str, Any], context: int | None = None) -> None:
+        """``context``: refuse (`TextTooLong`) a text whose length proves it has that many tokens
+        or more, before tokenizing it (`limited`)."""
+        self._tok, self._config = backend, config
         self.info = TokenizerInfo(
             vocab_size=int(backend.get_vocab_size(with_added_tokens=True)),
             bos_token=_token_text(config.get("bos_token")),
@@ -48,6 +61,20 @@ class TextTokenizer:
         # each token's text on its own, as decoded so far: pure, at most one entry per token id,
         # and read by every echoed prompt and every top-logprob key (a dict is safe across threads)
         self._texts: dict[int, str] = {}
+        self._bound = token_bound(backend)  # None: no sound bound for this pipeline
+        self._context = context  # a text must have fewer tokens than this (None: any length)
+
+    def limited(self, context: int) -> TextTokenizer:
+        """This tokenizer, refusing with `TextTooLong`, before tokenizing it, a text that its length
+        proves has ``context`` tokens or more (the model's context: no such prompt can run). A
+        text the bound cannot judge is tokenized as before."""
+        return TextTokenizer(self._tok, self._config, context)
+
+    def min_tokens(self, text: str) -> int:
+        """A lower bound on ``len(encode(text))``, from the text's length alone (0: no bound). Pure."""
+        if self._bound is None:
+            return 0
+        return self._bound.over(text, 0) or 0
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TextTokenizer:
@@ -67,8 +94,15 @@ class TextTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in it (``<|im_start|>``) become their ids.
 
-        Raises `TokenizerError` for text with no UTF-8 form (a lone UTF-16 surrogate)."""
+        Raises `TokenizerError` for text with no UTF-8 form (a lone UTF-16 surrogate), and
+        `TextTooLong` from a `limited` tokenizer."""
         _check_unicode(text)
+        if self._context is not None and self._bound is not None:
+            least = self._bound.over(text, self._context - 1)
+            if least is not None:
+                raise TextTooLong(
+                    Problem("prompt", f"has at least {least} tokens; the model context is {self._context}")
+                )
         if len(text) < _LONG:
             return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
         return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)

@@ -5,11 +5,13 @@ whatever checkpoint it could restore) forked at ``f``: its *tail* is ``n - f``. 
 workload have tails alike (a candidate after its shared context, a user turn after a system
 prompt), so the tails seen so far say where a request alone in the queue, with no known sibling
 yet, should leave a checkpoint for the siblings that may follow it. Bounded: the last
-``per_namespace`` tails of the ``namespaces`` namespaces seen most recently.
+``per_namespace`` tails of the ``namespaces`` namespaces seen most recently, each known by a
+fixed-size digest of its name (a cache salt may be megabytes long).
 """
 
 from __future__ import annotations
 
+import hashlib
 from bisect import insort
 from collections import OrderedDict, deque
 
@@ -45,19 +47,20 @@ class ForkHistory:
     def __init__(self, per_namespace: int = PER_NAMESPACE, namespaces: int = NAMESPACES) -> None:
         self.per_namespace = per_namespace
         self.namespaces = namespaces
-        self._tails: OrderedDict[str, _Tails] = OrderedDict()
+        self._tails: OrderedDict[bytes, _Tails] = OrderedDict()
 
     def observe(self, namespace: str, prompt_len: int, fork: int) -> None:
         """Record an admission: ``fork`` prompt tokens of ``prompt_len`` were already cached (0: it
         shared nothing, which counts too: it lowers the share of requests a checkpoint serves).
         Mutates the history; forgets the namespace seen least recently past ``namespaces``."""
-        tails = self._tails.get(namespace)
+        key = _key(namespace)
+        tails = self._tails.get(key)
         if tails is None:
-            tails = self._tails[namespace] = _Tails(self.per_namespace)
+            tails = self._tails[key] = _Tails(self.per_namespace)
             if len(self._tails) > self.namespaces:
                 self._tails.popitem(last=False)
         else:
-            self._tails.move_to_end(namespace)
+            self._tails.move_to_end(key)
         tails.add(prompt_len - fork)
 
     def predict(self, namespace: str, prompt_len: int, block_size: int) -> int | None:
@@ -65,7 +68,7 @@ class ForkHistory:
         block boundary ``p`` maximising ``p`` × (past tails it would have served, those at most
         ``prompt_len - p`` long); 0 when no position serves any; None when the namespace has no
         history (nothing to learn from yet). Pure."""
-        tails = self._tails.get(namespace)
+        tails = self._tails.get(_key(namespace))
         if tails is None:
             return None
         best, best_gain, served = 0, 0, 0
@@ -76,3 +79,9 @@ class ForkHistory:
             if pos > 0 and pos * served > best_gain:
                 best, best_gain = pos, pos * served
         return best
+
+
+def _key(namespace: str) -> bytes:
+    # 128 bits: two namespaces' histories never mix in practice (and a mix would only move a
+    # checkpoint, never change an output)
+    return hashlib.blake2b(namespace.encode("utf-8", "surrogatepass"), digest_size=16).digest()

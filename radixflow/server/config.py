@@ -13,6 +13,9 @@ from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS
 from radixflow.options.spec import option
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
+# Bodies past this size have their tokenizing done in the long lane (`ServerState.offload`): a
+# text this long tokenizes in tens of milliseconds.
+LONG_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -57,6 +60,24 @@ class ServerConfig:
         group="server",
         metavar="N",
         show_default=False,
+    )
+    long_text_threads: int = option(
+        1,
+        "threads that tokenize bodies over --long-body-bytes, apart from the others (a long text "
+        "waits for long ones only)",
+        int,
+        low=1,
+        group="server",
+        metavar="N",
+    )
+    long_body_bytes: int = option(
+        LONG_BODY_BYTES,
+        "request bodies over this many bytes are tokenized in the long-text lane",
+        int,
+        low=1,
+        high=2**40,
+        group="server",
+        metavar="N",
     )
 
 

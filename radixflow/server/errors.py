@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from radixflow.generation.tokenizer import TextTooLong
 from radixflow.problems import Problem
 from radixflow.server.strict import SURROGATE, UNSUPPORTED
 
@@ -85,10 +86,13 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         detail = first.get("ctx", {}).get("error", "")
         return f"malformed JSON body: {detail}".rstrip(": "), None
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    kind = first.get("type")
+    if not loc and kind == SURROGATE:  # in a field nobody declared: the path names it
+        ctx = first.get("ctx", {})
+        return f"{ctx.get('path')}: {first.get('msg')}", ctx.get("param")
     if not loc:
         return "the request body must be a JSON object", None
     param, where = loc[0], ".".join(loc)
-    kind = first.get("type")
     if kind == "missing":
         return f"missing required parameter: {where}", param
     if kind in (SURROGATE, UNSUPPORTED):  # our own checks: the message is written to follow the name
@@ -116,6 +120,10 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(TextTooLong)
+    async def _too_long(_: Request, exc: TextTooLong) -> JSONResponse:
+        return ApiError.from_problem(exc.problem).response()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""A limit on request bodies, enforced before anything parses them.
+"""A limit on request bodies, enforced before anything parses them; and their encoding (UTF-8).
 
 A body's bytes are counted as they arrive (a chunked upload has no Content-Length, and a declared
 length is refused at once without reading anything); past the limit the request gets a 413 in
@@ -8,9 +8,16 @@ prompt held the event loop for seconds in JSON parsing, validation and tokenizat
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from radixflow.server.errors import ApiError
+from radixflow.server.strict import encoding_problem
+
+# The size of the body of the request being handled: set here for each request (the variable's
+# value belongs to the request's own task), read by `ServerState.offload` to pick a tokenizer lane.
+BODY_BYTES: ContextVar[int] = ContextVar("radixflow_body_bytes", default=0)
 
 
 class BodyLimit:
@@ -32,7 +39,13 @@ class BodyLimit:
         if first is None:
             await self._refuse(scope, receive, send, "the request body")
             return
+        body = first.get("body", b"")
+        problem = encoding_problem(body) if first["type"] == "http.request" else None
+        if problem is not None:
+            await ApiError(400, problem).response()(scope, receive, send)
+            return
         replay: list[Message] = [first]
+        BODY_BYTES.set(len(body))
 
         async def replayed() -> Message:
             # the body once, then the connection's own messages (a later disconnect, say)

@@ -149,9 +149,11 @@ class EngineLoop:
             self._deadline = deadline if self._deadline is None else min(self._deadline, deadline)
             self._cond.notify()
 
-    def join(self, timeout: float | None = None) -> None:
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the engine thread to end (at most ``timeout`` seconds); True once it has."""
         if self._thread.is_alive():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _command(self, fn: Callable[[], None]) -> None:
         with self._cond:
@@ -265,6 +267,7 @@ class EngineLoop:
         with self._cond:
             pending = self._pending
         self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+        self.metrics.on_cache(sched.cache.namespaces)
 
 
 def _final(index: int, done: Done) -> Final:

@@ -50,6 +50,11 @@ class ServerMetrics:
         self.pending = Gauge(
             p + "requests_pending", "accepted requests not yet answered (the bounded queue)", registry=r
         )
+        self.namespaces = Gauge(
+            p + "cache_namespaces",
+            "cache namespaces (cache_salt values) holding cached KV or a queued prompt",
+            registry=r,
+        )
         self.requests = Counter(p + "requests", "requests answered, by outcome", ["outcome"], registry=r)
         self.rejected = Counter(
             p + "requests_rejected", "requests refused before admission", ["reason"], registry=r
@@ -99,6 +104,10 @@ class ServerMetrics:
         self.waiting.set(waiting)
         self.running.set(running)
         self.pending.set(pending)
+
+    def on_cache(self, namespaces: int) -> None:
+        """The engine's cache now holds ``namespaces`` namespaces (one per live cache salt)."""
+        self.namespaces.set(namespaces)
 
     def on_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)

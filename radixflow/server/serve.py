@@ -25,7 +25,10 @@ class Server(uvicorn.Server):
 
     Ctrl-C (or SIGTERM): stop accepting and drain. The engine loop gives accepted requests
     ``drain_s`` to finish, then fails the rest with a 503, while their connections are still open
-    to carry that answer. A second Ctrl-C ends the drain now: every unfinished request gets its
+    to carry that answer. The listening socket stays open while it drains: a request arriving
+    meanwhile, on a new connection or a kept-alive one, is answered with a 503 in OpenAI's shape
+    (and ``/health`` says ``draining``), not refused at the TCP level; it closes once the engine
+    loop is done. A second Ctrl-C ends the drain now: every unfinished request gets its
     503 at once (a JSON error body; a stream, an error event and ``[DONE]``), and the server exits
     when those answers are out, or after ``HURRY_S`` if a client does not take its answer. Only a
     third Ctrl-C drops connections unanswered (uvicorn's own forced exit). Either way the engine
@@ -68,7 +71,8 @@ class Server(uvicorn.Server):
         self.state.loop.shutdown(self.state.config.drain_s)
         watch = asyncio.ensure_future(self._give_up_when_due())
         try:
-            await super().shutdown(sockets)
+            await self._drain()
+            await super().shutdown(sockets)  # closes the listening socket, then the connections
         finally:
             watch.cancel()
         if self.force_exit:
@@ -78,6 +82,12 @@ class Server(uvicorn.Server):
             await self.lifespan.shutdown()
         await asyncio.to_thread(self.state.loop.join)  # whatever ran the app (or did not)
         self.state.close()
+
+    async def _drain(self) -> None:
+        """Until the engine loop has answered every accepted request (or failed them at the drain's
+        end, or a second Ctrl-C), or a third Ctrl-C; the server keeps answering meanwhile."""
+        while not self.force_exit and not await asyncio.to_thread(self.state.loop.join, 0.1):
+            pass
 
     async def _give_up_when_due(self) -> None:
         while self._give_up_at is None or time.monotonic() < self._give_up_at:

@@ -8,6 +8,7 @@ left if its client goes away.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import uuid
@@ -30,6 +31,7 @@ from radixflow.scheduler.request import Request
 from radixflow.server.config import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES  # re-exported
 from radixflow.server.config import ServerConfig
 from radixflow.server.errors import ApiError
+from radixflow.server.limits import BODY_BYTES
 from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
 
@@ -68,7 +70,10 @@ class ServingLoop(Protocol):
         """Stop accepting; fail what has not finished after ``drain_s`` seconds. Returns at once."""
         ...
 
-    def join(self, timeout: float | None = None) -> None: ...
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every accepted request is answered after `shutdown` (at most ``timeout``
+        seconds); True once that is so."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,11 @@ def local_backend(model: LoadedModel, engine: Engine, max_pending: int) -> Backe
 
 class ServerState:
     def __init__(self, backend: Backend, config: ServerConfig) -> None:
-        self.model_name, self.tokenizer, self.config = backend.name, backend.tokenizer, config
+        self.model_name, self.config = backend.name, config
+        # prompts: a text too long for the context is refused before it is tokenized; /tokenize
+        # counts a text of any length
+        self.unbounded_tokenizer = backend.tokenizer
+        self.tokenizer = backend.tokenizer.limited(backend.info.max_context) if backend.tokenizer else None
         self.engine_info = backend.info
         self._problem, self._room = backend.problem, backend.room
         self.metrics = ServerMetrics()
@@ -105,16 +114,23 @@ class ServerState:
         self._serial = itertools.count()
         self._run_id = uuid.uuid4().hex[:8]
         self._workers = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="radixflow-tokenizer")
+        self._long_lane = ThreadPoolExecutor(config.long_text_threads, thread_name_prefix="radixflow-long")
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a tokenizer thread, so the event loop keeps answering other requests
         meanwhile: tokenizing, rendering a chat template or detokenizing an echoed prompt takes
-        seconds for a long one. The tokenizer releases the GIL while it works."""
-        return await asyncio.get_running_loop().run_in_executor(self._workers, partial(fn, *args))
+        seconds for a long one. The tokenizer releases the GIL while it works.
+
+        A request whose body is over ``long_body_bytes`` gets a thread of the long lane: however
+        many long texts arrive, they queue behind each other, never ahead of a short prompt."""
+        long = BODY_BYTES.get() > self.config.long_body_bytes
+        pool = self._long_lane if long else self._workers
+        return await asyncio.get_running_loop().run_in_executor(pool, partial(fn, *args))
 
     def close(self) -> None:
         """Stop the tokenizer threads (the server is done)."""
         self._workers.shutdown(wait=False, cancel_futures=True)
+        self._long_lane.shutdown(wait=False, cancel_futures=True)
 
     @property
     def context(self) -> int:
@@ -144,6 +160,7 @@ class ServerState:
                 "prompt",
             )
         items = []
+        namespace = compact_namespace(namespace)
         for i, prompt in enumerate(prompts):
             sampling = self._fitted(params, len(prompt)) if fit else params
             req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=sampling)
@@ -165,6 +182,20 @@ class ServerState:
         except NotAccepting as e:
             self.metrics.on_rejected("not_accepting")
             raise ApiError(503, str(e)) from None
+
+
+MAX_NAMESPACE_CHARS = 64
+
+
+def compact_namespace(namespace: str) -> str:
+    """``namespace``, or past ``MAX_NAMESPACE_CHARS`` its SHA-256 (71 characters: no namespace
+    kept as it is reads like one): the cache keeps a namespace's name for as long as it holds its
+    blocks, and a client's cache salt may be megabytes long. Distinct salts keep distinct
+    namespaces (no SHA-256 collision is known), so none shares a prefix with another."""
+    if len(namespace) <= MAX_NAMESPACE_CHARS:
+        return namespace
+    digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sha256:{digest}"
 
 
 class Submission:

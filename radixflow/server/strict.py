@@ -5,7 +5,9 @@ Strict types: a JSON string is not a number, ``true`` is not 1, and ``1.0`` is n
 (``NaN``, ``Infinity``, ``1e999``, which Python's JSON parser accepts) are refused.
 
 Valid Unicode: JSON may escape a lone UTF-16 surrogate (``"\\ud800"``); such a string has no UTF-8
-form, so the tokenizer cannot take it. Every field is checked, nested ones included.
+form, so the tokenizer cannot take it. Every field is checked, nested ones included, and so are
+the fields nobody declared (ignored, but not their Unicode). The body itself must be UTF-8
+(`encoding_problem`): Python's JSON parser would take UTF-16 and UTF-32 as well.
 
 Refused fields: a known OpenAI or vLLM field asking for something the server does not do is a 400
 naming it, unless its value asks for nothing (its default, or a listed no-op such as ``tools: []``).
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 SURROGATE = "surrogate"  # pydantic error types raised here (errors.py turns them into one line)
@@ -58,6 +60,23 @@ class StrictBody(BaseModel):
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
     REFUSED: ClassVar[dict[str, Refused]] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _check_undeclared(cls, data: Any) -> Any:
+        """A lone surrogate in a field nobody declared is refused too (declared ones: `_check`)."""
+        if not isinstance(data, dict):
+            return data
+        for key, value in data.items():
+            if key in cls.model_fields:
+                continue
+            bad_name = _first_surrogate(key)
+            if bad_name is not None:  # not named in the answer: it has no UTF-8 form
+                raise _surrogate_error("a field name", None, bad_name)
+            where = surrogate_at(value)
+            if where is not None:
+                raise _surrogate_error(f"{key}{where[0]}", key, where[1])
+        return data
+
     @field_validator("*", mode="after")
     @classmethod
     def _check(cls, value: Any, info: ValidationInfo) -> Any:
@@ -74,6 +93,30 @@ class StrictBody(BaseModel):
                 {"path": path, "char": f"\\u{ord(char):04x}"},
             )
         return value
+
+
+def _surrogate_error(path: str, param: str | None, char: str) -> PydanticCustomError:
+    """The error for a lone surrogate in a field nobody declared: at the body's top level, so the
+    path (``extra[0].x``) and the param (``extra``) travel in its context for errors.py."""
+    return PydanticCustomError(
+        SURROGATE,
+        "contains a lone UTF-16 surrogate ({char}), which is not valid Unicode",
+        {"path": path, "param": param, "char": f"\\u{ord(char):04x}"},
+    )
+
+
+def encoding_problem(body: bytes) -> str | None:
+    """Why ``body`` is not JSON in UTF-8 (RFC 8259 asks for UTF-8; a NUL byte is never in UTF-8
+    JSON but always in UTF-16 or UTF-32 JSON); None when it is. Pure."""
+    if b"\x00" in body:
+        return "the request body must be JSON in UTF-8; it holds NUL bytes (UTF-16 or UTF-32?)"
+    if body.isascii():  # the common case, without decoding a 4 MB body twice
+        return None
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"the request body must be JSON in UTF-8; byte {e.start} is not UTF-8"
+    return None
 
 
 def surrogate_at(value: Any, path: str = "") -> tuple[str, str] | None:

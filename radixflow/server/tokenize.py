@@ -41,7 +41,7 @@ async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object
     state.check_model(body.model)
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of prompt and messages", "prompt")
-    ids, strs = await state.offload(_tokenize, body, state.tokenizer)  # seconds for a long text
+    ids, strs = await state.offload(_tokenize, body, state.unbounded_tokenizer)  # seconds for a long text
     out: dict[str, object] = {"count": len(ids), "max_model_len": state.context, "tokens": ids}
     if strs is not None:
         out["token_strs"] = strs

@@ -134,6 +134,8 @@ CORRUPTIONS = {
     ),
     # the tree's index (no operation unlinks a node from it alone)
     "not indexed": lambda cache: cache.tree._nodes.pop(_wanted(cache).id),
+    # a root made and never used (a lookup once made one per namespace asked about)
+    "a namespace that holds nothing": lambda cache: cache.tree.root("salt:never-used"),
 }
 
 
@@ -159,13 +161,76 @@ def test_state_eviction_drops_only_unlocked_ready_checkpoints():
     cache.check_integrity()
 
 
+def _serve_once(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts, rid: str) -> None:
+    """One request's life as the scheduler drives it: register, compute, commit, release."""
+    reg = cache.register(ns, tokens)
+    assert cache.reserve(-(-len(tokens) // BS), len(ckpts))
+    ext, blocks = compute(cache, ns, tokens, 0, len(tokens), ckpts, rid=rid)
+    cache.commit(rid)
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    cache.unregister(reg)
+
+
+def test_a_namespace_goes_with_its_last_cached_block():
+    cache = RadixCache(BS, 8, 4)
+    _serve_once(cache, "salt:a", CTX, [16], "r")
+    assert cache.namespaces == 1 and cache.usage().namespaces == 1  # its KV is cached
+    assert cache.reserve(8, 4)  # evicts every block
+    assert cache.namespaces == 0 and not cache.tree.nodes()
+    cache.check_integrity()
+
+
+def test_a_lookup_or_a_prompt_that_caches_nothing_leaves_no_namespace():
+    cache = RadixCache(BS, 8, 4)
+    assert cache.match("salt:looked-up", A, len(A)).kv_tokens == 0
+    short = cache.register("salt:short", (1, 2))  # under a block: it ends on the root itself
+    long = cache.register("salt:long", A)
+    assert cache.namespaces == 2
+    cache.check_integrity()
+    cache.unregister(short)
+    cache.unregister(long)
+    assert cache.namespaces == 0 and not cache.tree.nodes()
+    ext = cache.extend("salt:tiny", (1, 2), 0, 2, cache.alloc_blocks(1), [], "r")  # no whole block
+    assert ext.handle is None and cache.namespaces == 0
+    cache.check_integrity()
+
+
+def test_unique_salts_leave_a_bounded_cache():
+    """Every request its own namespace, the cache full for most of them: what stays is bounded
+    by the capacity, nodes and eviction queues included (not by the requests seen)."""
+    cache = RadixCache(BS, num_blocks=16, num_slots=64)  # slots never short: their queue is never popped
+    for i in range(2000):
+        _serve_once(cache, f"salt:{i}", CTX, [8, 16], f"r{i}")
+    assert cache.namespaces <= 16 // (len(CTX) // BS)
+    assert cache.locked_nodes == 0  # nothing is held: no lock bookkeeping is left either
+    assert len(cache.tree.nodes()) <= 2 * 16
+    assert len(cache.evictor.kv_victims) <= 2 * 16 + cache.evictor.kv_victims.SLACK
+    assert len(cache.evictor.state_victims) <= 2 * 16 + cache.evictor.state_victims.SLACK
+    cache.check_integrity()
+
+
+def test_a_withdrawn_round_leaves_no_namespace():
+    cache = RadixCache(BS, 8, 4)
+    reg = cache.register("salt:w", CTX)
+    ext, blocks = compute(cache, "salt:w", CTX, 0, 16, [16], rid="p")
+    cache.unlock(ext.handle)
+    cache.withdraw(["p"])
+    cache.free_blocks(blocks)
+    assert cache.namespaces == 1  # the registered prompt still holds it
+    cache.unregister(reg)
+    assert cache.namespaces == 0
+    cache.check_integrity()
+
+
 # --------------------------------------------------------------------------- state machine
 PREFIXES = [tuple(range(10, 18)), tuple(range(10, 14)) + (7, 7, 7, 7), (1, 2, 3, 4)]
 prompts = st.builds(
     lambda p, tail: p + tuple(tail),
     st.sampled_from(PREFIXES),
     st.lists(st.integers(0, 3), min_size=1, max_size=10),
-)
+) | st.lists(st.integers(0, 3), min_size=2, max_size=BS - 1).map(tuple)  # under a block: ends on a root
+NAMESPACES = ["a", "b", "c"]
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -175,10 +240,10 @@ class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.cache = RadixCache(BS, num_blocks=24, num_slots=6)
-        self.computed: dict[str, set[tuple[int, ...]]] = {"a": set(), "b": set()}
+        self.computed: dict[str, set[tuple[int, ...]]] = {ns: set() for ns in NAMESPACES}
         self.n = 0
 
-    @rule(target=registered, ns=st.sampled_from(["a", "b"]), tokens=prompts)
+    @rule(target=registered, ns=st.sampled_from(NAMESPACES), tokens=prompts)
     def register(self, ns, tokens):
         return (ns, tokens, self.cache.register(ns, tokens))
 
@@ -221,7 +286,7 @@ class CacheMachine(RuleBasedStateMachine):
     def evict(self, blocks, slots):
         self.cache.reserve(blocks, slots)
 
-    @rule(ns=st.sampled_from(["a", "b"]), tokens=prompts)
+    @rule(ns=st.sampled_from(NAMESPACES), tokens=prompts)
     def match_is_bounded_by_what_was_computed(self, ns, tokens):
         m = self.cache.match(ns, tokens, len(tokens))
         best = max((_lcp(tokens, c) for c in self.computed[ns]), default=0)
@@ -233,6 +298,11 @@ class CacheMachine(RuleBasedStateMachine):
     @invariant()
     def integrity(self):
         self.cache.check_integrity()
+
+    @invariant()
+    def namespaces_hold_something(self):
+        holding = {ns for ns, root in self.cache.tree.named_roots() if root.children or root.ends}
+        assert self.cache.namespaces == len(holding)
 
 
 def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:

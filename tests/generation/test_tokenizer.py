@@ -4,12 +4,14 @@ texts through the GIL-releasing batch calls giving the same tokens."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("tokenizers")
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tokenizer import TextTokenizer, TextTooLong
 from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
 
 TEXTS = ["naïve café, 日本語 and 🙂 in the middle", "<|im_start|>user\nhé<|im_end|>"]
@@ -63,3 +65,78 @@ def test_long_texts_tokenize_and_decode_as_short_ones_do(tokenizer):
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert ids == [t for piece in pieces for t in tokenizer.encode(piece, add_special_tokens=False)]
     assert tokenizer.decode(ids) == text
+
+
+# --------------------------------------------------------------------------- the length bound
+# texts that pack the most text into the fewest tokens the vocabulary allows: the bound is sound
+# only if it never exceeds their count (a prompt that fits must never be refused unread)
+DENSE = ["", "a", " " * 5000, "0" * 3000, "🙂" * 700, "e\u0301" * 900, "<|im_start|>" * 300, "x" * 4097]
+
+
+def _longest_token_runs(tok: TextTokenizer) -> list[str]:
+    texts = [tok.decode([t]) for t in range(tok.info.vocab_size)]
+    return [t * 50 for t in sorted(texts, key=len)[-20:]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400) | st.lists(st.sampled_from(TEXTS + DENSE[:4]), max_size=6).map("".join))
+def test_the_length_bound_never_exceeds_the_token_count(tokenizer, sentencepiece_like, text):
+    text = text.encode("utf-8", "replace").decode("utf-8")  # the tokenizer refuses lone surrogates
+    for tok in (tokenizer, sentencepiece_like):
+        assert tok.min_tokens(text) <= len(tok.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "sentencepiece"])
+def test_the_bound_holds_for_the_densest_texts_and_refuses_only_what_cannot_fit(
+    tokenizer, sentencepiece_like, kind
+):
+    tok = tokenizer if kind == "byte-level" else sentencepiece_like
+    for text in DENSE + _longest_token_runs(tok):
+        n = len(tok.encode(text, add_special_tokens=False))
+        assert tok.min_tokens(text) <= n, text[:20]
+        tok.limited(n + 1).encode(text, add_special_tokens=False)  # a prompt that fits is tokenized
+    long = "hello world " * 20_000
+    assert tok.min_tokens(long) > 1000
+    with pytest.raises(TextTooLong, match=r"prompt: has at least \d+ tokens; the model context is 1000"):
+        tok.limited(1000).encode(long)
+
+
+def test_a_normalizer_that_shortens_text_is_counted_after_it():
+    """NFC makes each ``e`` + combining accent one ``é``, four of which are one token: counted
+    before normalizing, the text would seem to need more tokens than it has."""
+    pieces = ["▁", "é", "éé", "éééé"]
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}}
+    vocab.update({p: 257 + i for i, p in enumerate(pieces)})
+    model = models.BPE(vocab=vocab, merges=[("é", "é"), ("éé", "éé")], unk_token="<unk>", byte_fallback=True)
+    backend = Tokenizer(model)
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok = TextTokenizer(backend, {})
+    text = "e\u0301" * 2000
+    n = len(tok.encode(text))
+    longest = max(len(p) for p in vocab)
+    assert -(-len(text) // longest) > n  # the raw text's length would refuse it
+    assert tok.min_tokens(text) <= n
+    tok.limited(n + 1).encode(text)
+
+
+def _rebuilt(tok: TextTokenizer, change) -> TextTokenizer:
+    backend = Tokenizer.from_str(tok._tok.to_str())
+    change(backend)
+    return TextTokenizer(backend, {})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: setattr(b, "pre_tokenizer", pre_tokenizers.Whitespace()),  # drops whitespace
+        lambda b: setattr(b, "pre_tokenizer", pre_tokenizers.Split(" ", "removed")),  # drops the spaces
+        lambda b: b.add_tokens([AddedToken("<mask>", lstrip=True)]),  # swallows the spaces before it
+        lambda b: b.enable_truncation(8),  # any text fits
+    ],
+    ids=["whitespace", "split-removed", "lstrip-token", "truncation"],
+)
+def test_pipelines_that_may_drop_text_get_no_bound(tokenizer, change):
+    tok = _rebuilt(tokenizer, change)
+    assert tok.min_tokens(" " * 10_000 + "<mask>") == 0
+    tok.limited(10).encode(" " * 10_000)  # tokenized, not refused unread

@@ -67,7 +67,8 @@ def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(served, chunked):
 def test_tokenizing_runs_beside_the_event_loop(served, monkeypatch, route, body):
     """While one request's text is being tokenized (held here for as long as the test likes),
     the server keeps answering others."""
-    tokenizer = served.server.state.tokenizer
+    state = served.server.state
+    tokenizer = state.unbounded_tokenizer if route == "/tokenize" else state.tokenizer
     entered, release = threading.Event(), threading.Event()
     encode = tokenizer.encode
 
@@ -88,3 +89,99 @@ def test_tokenizing_runs_beside_the_event_loop(served, monkeypatch, route, body)
         release.set()
         worker.join(30)
     assert answer["r"].status_code == 200, answer["r"].text
+
+
+# --------------------------------------------------------------------------- long texts
+@pytest.fixture(scope="module")
+def roomy(zoo) -> Iterator[RunningServer]:
+    """Bodies of a megabyte; those over 64 KiB tokenized in the long lane (the defaults)."""
+    with running_server(ServerConfig(max_body_bytes=1 << 20, default_max_tokens=1)) as running:
+        yield running
+
+
+class CountingBackend:
+    """A `tokenizers.Tokenizer` that counts the texts it is asked to encode."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.encoded = backend, 0
+
+    def encode(self, *args, **kwargs):
+        self.encoded += 1
+        return self.backend.encode(*args, **kwargs)
+
+    def encode_batch(self, texts, *args, **kwargs):
+        self.encoded += len(texts)
+        return self.backend.encode_batch(texts, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_text_longer_than_the_context_is_refused_before_it_is_tokenized(roomy, monkeypatch, route):
+    state = roomy.server.state
+    counting = CountingBackend(state.tokenizer._tok)
+    monkeypatch.setattr(state.tokenizer, "_tok", counting)
+    text = "hello world " * (state.context * 2)  # more than the context however it is tokenized
+    body = (
+        {"model": MODEL, "prompt": text}
+        if route == "/v1/completions"
+        else {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+    )
+    r = roomy.http(timeout=60).post(route, json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "prompt"
+    assert error["message"].startswith("prompt: has at least ")
+    assert f"the model context is {state.context}" in error["message"]
+    assert counting.encoded == 0  # refused from its length: the tokenizer never saw it
+    fits = "hello world " * 10
+    ok = roomy.http(timeout=60).post("/v1/completions", json={"model": MODEL, "prompt": fits})
+    assert ok.status_code == 200 and counting.encoded == 1  # a prompt that fits is tokenized
+
+
+def test_long_texts_being_tokenized_hold_up_no_short_prompt(roomy, monkeypatch):
+    """As many long bodies as there are tokenizer threads, and one more, are being tokenized (held
+    here); a short prompt from another client is still answered. Each long text waits for the
+    others, in its own lane, not ahead of the short one."""
+    state = roomy.server.state
+    tokenizer = state.tokenizer
+    release = threading.Event()
+    encode = tokenizer.encode
+
+    def held(text, *args, **kwargs):
+        if text.startswith("HOLD"):
+            assert release.wait(60), "the test never released the tokenizer"
+        return encode(text, *args, **kwargs)
+
+    offloaded = threading.Semaphore(0)
+    offload = state.offload
+
+    async def counted(fn, *args):
+        offloaded.release()  # the work is handed to a thread in this same step of the event loop
+        return await offload(fn, *args)
+
+    monkeypatch.setattr(tokenizer, "encode", held)
+    monkeypatch.setattr(state, "offload", counted)
+    pad = "x" * (state.config.long_body_bytes + 1)
+    long_body = {"model": MODEL, "prompt": "HOLD " + "word " * 100, "padding": pad}
+    n_long = state.config.tokenizer_threads + 1
+    answers: list[httpx.Response] = []
+
+    def post_long() -> None:
+        answers.append(roomy.http(timeout=90).post("/v1/completions", json=long_body))
+
+    workers = [threading.Thread(target=post_long) for _ in range(n_long)]
+    try:
+        for worker in workers:
+            worker.start()
+        for _ in range(n_long):
+            assert offloaded.acquire(timeout=30), "a long request never reached the tokenizer lanes"
+        short = roomy.http(timeout=30).post("/v1/completions", json={"model": MODEL, "prompt": "Hello"})
+        assert short.status_code == 200, short.text
+        assert not release.is_set() and not answers  # answered while every long text was held
+    finally:
+        release.set()
+        for worker in workers:
+            worker.join(90)
+    assert [a.status_code for a in answers] == [200] * n_long

@@ -154,6 +154,11 @@ AS_USERS_SENT_THEM = [
     (CMPL, '"prompt": [true, false]', "prompt", "prompt must be a string, a list of token ids"),
     (CMPL, '"prompt": "a", "temperature": NaN', "temperature", "temperature: must be a finite number"),
     (CMPL, '"prompt": "a", "top_p": 1e999', "top_p", "top_p: must be a finite number"),
+    # fields nobody declared are ignored, but a lone surrogate is refused anywhere in the body
+    (CMPL, '"prompt": "a", "x_note": "a\\ud800b"', "x_note", f"x_note: {LONE}"),
+    (CHAT, HI + '"x_meta": {"k": ["ok", "\\ud800"]}', "x_meta", f"x_meta.k[1]: {LONE}"),
+    (TOK, '"prompt": "a", "x_note": "\\ud800"', "x_note", f"x_note: {LONE}"),
+    (CMPL, '"prompt": "a", "\\ud800": 1', None, f"a field name: {LONE}"),
 ]  # fmt: skip
 
 
@@ -191,3 +196,18 @@ def test_every_refused_field_is_declared_so_it_cannot_be_ignored():
     for model, _ in ROUTES.values():
         assert set(model.REFUSED) <= set(model.model_fields), model.__name__
     assert {r for r, _ in FIELDS} == set(ROUTES)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "latin-1"])
+def test_a_body_not_in_utf8_is_a_400(http, encoding):
+    """JSON bodies must be UTF-8 (RFC 8259); Python's parser alone would take UTF-16 and UTF-32."""
+    body = f'{{"model": "{MODEL}", "prompt": "café", "max_tokens": 1}}'.encode(encoding)
+    r = http.post(CMPL, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["message"].startswith("the request body must be JSON in UTF-8"), error
+    assert error["type"] == "invalid_request_error" and error["param"] is None
+    ok = http.post(
+        CMPL, content=body.decode(encoding).encode("utf-8"), headers={"content-type": "application/json"}
+    )
+    assert ok.status_code == 200, ok.text

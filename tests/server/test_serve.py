@@ -136,3 +136,37 @@ def test_a_second_ctrl_c_answers_every_client_then_exits_cleanly(server_process)
     # interrupted: not an abort (-6 / 134), and not 0 where the process started with SIGINT ignored
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
+
+
+def health_status(url: str) -> int | None:
+    """/health's status code; None when the connection is refused."""
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code
+    except httpx.TransportError:
+        return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_while_draining_a_new_connection_gets_a_503_not_a_refusal(server_process, sig):
+    proc, url = server_process
+    got: dict[str, httpx.Response] = {}
+    client = threading.Thread(
+        target=lambda: got.update(r=httpx.post(f"{url}/v1/completions", json=LONG, timeout=60))
+    )
+    client.start()
+    wait_until(lambda: pending(url) == 1, 30)
+    proc.send_signal(sig)  # drain: 120 s for the 3000-token request
+    wait_until(lambda: health_status(url) != 200, 10)
+    draining = httpx.get(f"{url}/health", timeout=5)  # a new connection: answered, not refused
+    assert draining.status_code == 503 and draining.json() == {"status": "draining"}
+    late = httpx.post(f"{url}/v1/completions", json={**LONG, "max_tokens": 1}, timeout=10)
+    assert late.status_code == 503, late.text
+    error = late.json()["error"]
+    assert error["type"] == "service_unavailable_error" and "shutting down" in error["message"], error
+    proc.send_signal(signal.SIGINT)  # ends the drain: the accepted request gets its 503 now
+    client.join(30)
+    assert got["r"].status_code == 503
+    proc.wait(30)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert "Traceback" not in stderr, stderr
+    assert health_status(url) is None  # closed once every answer is out

@@ -14,6 +14,7 @@ from server_utils import MODEL, OPTIONS, RunningServer, running_server
 from radixflow.generation import LLM, SamplingParams
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.outputs import TokenLogprob
+from radixflow.options import EngineOptions
 from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
 from radixflow.server.state import ServerConfig
 
@@ -297,6 +298,12 @@ def test_cache_salts_never_share_a_prefix(served):
     assert cached("tenant-b") == 0
     assert cached(None) == 0  # nor with requests that name no salt
     assert cached(None) > 0
+    long_a, long_b = "s" * 100_000 + "a", "s" * 100_000 + "b"  # kept by their digests
+    assert cached(long_a) == 0
+    assert cached(long_a) > 0
+    assert cached(long_b) == 0
+    names = served.on_engine(lambda e: [ns for ns, _ in e.cache.tree.named_roots()])
+    assert max(len(ns) for ns in names) < 100  # a cached namespace's name is short however long the salt
 
 
 def test_models_health_and_metrics(served):
@@ -324,6 +331,7 @@ def test_models_health_and_metrics(served):
         "requests_running",
         "requests_pending",
         "tokens_per_second",
+        "cache_namespaces",
     ):
         assert f"radixflow_{name}" in metrics
 
@@ -484,3 +492,35 @@ def test_random_concurrent_requests_are_answered_or_refused_and_leave_nothing_lo
     with served.http() as http:
         answer = http.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
         assert answer.status_code == 200
+
+
+def _namespaces_gauge(running: RunningServer) -> float:
+    lines = running.http().get("/metrics").text.splitlines()
+    return float(next(line.split(" ")[1] for line in lines if line.startswith("radixflow_cache_namespaces ")))
+
+
+def test_unique_cache_salts_leave_a_bounded_number_of_namespaces(zoo):
+    """Every request names a new salt: once answered, a namespace that cached nothing is gone and
+    the rest are bounded by the KV capacity (evicted with their last block), as /metrics shows."""
+    kv_blocks = 24
+    options = EngineOptions(model=MODEL, kv_blocks=kv_blocks, state_slots=16, token_budget=256)
+    with running_server(ServerConfig(), options) as running:
+        client = running.client()
+
+        def ask(salt: str, prompt: str) -> None:
+            client.completions.create(
+                model=MODEL, prompt=prompt, max_tokens=1, extra_body={"cache_salt": salt}
+            )
+
+        for i in range(12):  # under one block: nothing to cache
+            ask(f"short-{i}", "Hi.")
+        running.wait_idle()
+        assert running.on_engine(lambda e: e.cache.namespaces) == 0
+        assert _namespaces_gauge(running) == 0
+        for i in range(3 * kv_blocks):  # a few blocks each: the cache fills, then evicts
+            ask(f"long-{i}", CONTEXT + f"Candidate {i}.")
+        running.wait_idle()
+        held = running.on_engine(lambda e: e.cache.namespaces)
+        assert 0 < held <= kv_blocks // 2
+        assert _namespaces_gauge(running) == held
+        running.on_engine(lambda e: e.check_integrity())

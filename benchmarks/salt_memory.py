@@ -1,0 +1,155 @@
+"""Server memory under requests that each name a new ``cache_salt`` (issue 28, item 1).
+
+Starts `radixflow serve`'s server in this process (a thread, on a loopback port, as the server
+tests do), sends ``--requests`` completions from ``--clients`` concurrent connections, each with
+a cache salt no other request uses, and reads this process's resident memory (VmRSS) after the
+first ``--warmup`` answers and at the end. Memory is flat when what each salt leaves behind is
+bounded: the cache drops a namespace that holds nothing, and evicts the rest with their blocks.
+Prints the figures and the cache's namespace count (``radixflow_cache_namespaces`` in /metrics);
+writes JSON.
+
+    python benchmarks/salt_memory.py --requests 10000 --json results/salt_memory.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from radixflow.generation.setup import load_model
+from radixflow.options import EngineOptions
+from radixflow.server.serve import Server, build_server
+from radixflow.server.state import ServerConfig
+
+
+@dataclass(frozen=True)
+class Figures:
+    requests: int
+    warmup: int
+    salt_bytes: int
+    kv_blocks: int
+    answered: int
+    failed: int
+    seconds: float
+    rss_start_mb: float
+    rss_after_warmup_mb: float
+    rss_end_mb: float
+    rss_series_mb: list[float]  # after the warmup, then after every further ``--every`` requests
+    growth_after_warmup_pct: float
+    namespaces_end: int  # the cache's count once the last request is answered
+    namespaces_metric: float  # what /metrics says
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def start(options: EngineOptions) -> tuple[Server, threading.Thread, str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = build_server(load_model(options), ServerConfig(), "127.0.0.1", port, log_level="warning")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise SystemExit("the server did not start")
+        time.sleep(0.01)
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+async def send(
+    url: str, model: str, count: int, clients: int, salt_bytes: int, first: int = 0
+) -> tuple[int, int]:
+    """``count`` completions with unique salts from ``clients`` connections: (answered, failed)."""
+    todo = iter(range(first, first + count))
+    ok = failed = 0
+
+    async def client() -> None:
+        nonlocal ok, failed
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            for i in todo:
+                salt = f"{i}-{uuid.uuid4().hex}".ljust(salt_bytes, "s")
+                body = {"model": model, "prompt": f"Request {i} asks the server.", "max_tokens": 1}
+                r = await http.post("/v1/completions", json={**body, "cache_salt": salt})
+                ok, failed = (ok + 1, failed) if r.status_code == 200 else (ok, failed + 1)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return ok, failed
+
+
+def namespaces_metric(url: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    return float(next(x.split()[1] for x in text.splitlines() if x.startswith("radixflow_cache_namespaces ")))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=1500, help="requests in all (default 1500)")
+    ap.add_argument("--warmup", type=int, default=1000, help="memory is compared from here on")
+    ap.add_argument("--every", type=int, default=1000, help="memory is read after every this many")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--salt-bytes", type=int, default=256, help="length of each cache salt")
+    ap.add_argument("--model", default="qwen3_5-tiny")
+    ap.add_argument("--kv-blocks", type=int, default=256)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    if not 0 < args.warmup < args.requests or args.every < 1:
+        ap.error("--warmup must be between 0 and --requests, --every at least 1")
+    options = EngineOptions(model=args.model, kv_blocks=args.kv_blocks, state_slots=64, token_budget=256)
+    rss_start = rss_mb()
+    server, thread, url = start(options)
+    began = time.monotonic()
+    try:
+        ok1, bad1 = asyncio.run(send(url, args.model, args.warmup, args.clients, args.salt_bytes))
+        series = [rss_mb()]
+        ok2 = bad2 = 0
+        for done in range(args.warmup, args.requests, args.every):
+            n = min(args.every, args.requests - done)
+            ok, bad = asyncio.run(send(url, args.model, n, args.clients, args.salt_bytes, first=done))
+            ok2, bad2 = ok2 + ok, bad2 + bad
+            series.append(rss_mb())
+        seconds = time.monotonic() - began
+        rss_warm, rss_end = series[0], series[-1]
+        held = server.state.loop.call(lambda e: e.cache.namespaces)
+        metric = namespaces_metric(url)
+    finally:
+        server.should_exit = True
+        thread.join(60)
+    figures = Figures(
+        requests=args.requests,
+        warmup=args.warmup,
+        salt_bytes=args.salt_bytes,
+        kv_blocks=args.kv_blocks,
+        answered=ok1 + ok2,
+        failed=bad1 + bad2,
+        seconds=round(seconds, 1),
+        rss_start_mb=round(rss_start, 1),
+        rss_after_warmup_mb=round(rss_warm, 1),
+        rss_end_mb=round(rss_end, 1),
+        rss_series_mb=[round(x, 1) for x in series],
+        growth_after_warmup_pct=round(100 * (rss_end - rss_warm) / rss_warm, 2),
+        namespaces_end=held,
+        namespaces_metric=metric,
+    )
+    for name, value in asdict(figures).items():
+        print(f"{name:>24}: {value}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(asdict(figures), indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

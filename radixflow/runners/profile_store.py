@@ -95,10 +95,17 @@ def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | No
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _read_json(path)
         if not isinstance(data, dict) or data.get("model") != key.model or data.get("machine") != key.machine:
             raise ProfileError("it was measured for another model or machine")
         return profile_from_dict(data.get("profile"), str(path))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ProfileError) as e:
+    except (OSError, ProfileError) as e:
         log.warning("ignoring the stored round profile %s: %s", path, e)
         return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProfileError(f"not valid JSON ({e})") from None

@@ -102,14 +102,15 @@ def test_window_is_bounded_and_a_change_of_rates_is_followed():
     for _ in range(20):
         row = synthetic_round(rng)
         fit.observe(row, seconds(row, slower))
-    assert len(fit._rows) == 16 and fit.rounds == 60  # noqa: SLF001
+    assert len(fit._rows) == 16 and fit.rounds == 60
     row = synthetic_round(rng)
     assert fit.predict(row) == pytest.approx(seconds(row, slower), rel=0.1)  # the old rates: 50% off
 
 
 def test_a_term_the_prior_sets_to_zero_can_still_be_learned():
     scale = nominal_prior(threads=1).coefficients
-    zero_matmul = Prior(tuple(0.0 if n == "matmul" else c for n, c in zip(NAMES, scale, strict=True)), 2.0, "t")
+    coef = tuple(0.0 if n == "matmul" else c for n, c in zip(NAMES, scale, strict=True))
+    zero_matmul = Prior(coef, 2.0, "t")
     fit = OnlineFit(zero_matmul, scale)
     rng = random.Random(4)
     for _ in range(40):

@@ -7,11 +7,13 @@ no stored profile starts from a rough prior and converges to its own rates.
 
 Each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the squared
 *relative* error of the last ``window`` rounds (as calibration does: a long round is not worth
-more than a short one) plus ``weight`` · Σⱼ sⱼ (θⱼ − θ₀ⱼ)², sⱼ the term's mean share of the
-window's rounds as the prior prices them. Weighted so, the prior counts as ``weight`` rounds of
-evidence for each term whatever its size, pulls only where the rounds seen so far do not tell
-the terms apart, and a first round that the prior misses by a factor rescales every term by the
-same factor. A term no round has shown stays at the prior. The normal equations are kept up to
+more than a short one) plus ``weight`` · Σⱼ (sⱼ / g) (θⱼ − g θ₀ⱼ)², g the factor that best
+scales the whole prior to the window's rounds and sⱼ the term's mean share of those rounds as
+the prior prices them. Weighted so, the prior counts as ``weight`` rounds of evidence for the
+*shape* of the cost (how it splits between terms) whatever a term's size or the machine's
+speed, and pulls only where the rounds seen so far do not tell the terms apart; a first round
+the prior misses by a factor rescales every term by that factor. A term no round has shown
+stays at the prior, rescaled. The normal equations are kept up to
 date row by row (O(terms²) per round, a row added and the oldest taken out) and solved by
 `nnls.nnls_gram` (O(terms³), independent of the window).
 """
@@ -119,8 +121,20 @@ class OnlineFit:
     def _refit(self) -> None:
         gram = [r[:] for r in self._gram]
         rhs = self._rhs[:]
+        speed = self._speed()
         for i in range(len(rhs)):
-            pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE)
+            pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE) / speed
             gram[i][i] += pull
-            rhs[i] += pull * self._theta0[i]
+            rhs[i] += pull * speed * self._theta0[i]
         self.theta = nnls_gram(gram, rhs)
+
+    def _speed(self) -> float:
+        """The one factor that best scales the prior to the window's rounds (relative least
+        squares, from the normal equations: O(terms²)). The prior pulls towards its own shape
+        at this speed, so a machine many times slower or faster than the prior (a nominal
+        guess, or a calibrated machine now loaded) is followed at once, not against the pull."""
+        t0 = self._theta0
+        n = len(t0)
+        num = sum(self._rhs[i] * t0[i] for i in range(n))
+        den = sum(t0[i] * self._gram[i][j] * t0[j] for i in range(n) for j in range(n))
+        return num / den if num > 0 and den > 0 else 1.0

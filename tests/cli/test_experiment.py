@@ -63,7 +63,7 @@ def test_bench_accepts_a_profile_file_and_refuses_a_broken_one(tmp_path, capsys)
     assert "'flops'" in capsys.readouterr().err
 
 
-def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys):
+def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys, zoo):
     pytest.importorskip("torch")
     profile = tmp_path / "cpu.json"
     args = ["--max-tokens", "256", "--held-out", "2", "--repeats", "1", "--out", str(profile)]

@@ -140,7 +140,7 @@ def test_rounds_carry_the_prediction_and_the_bench_reports_its_error(tmp_path_fa
     assert run.result.to_dict()["predictor"]["rounds"] == error.rounds
 
 
-def test_the_trace_and_metrics_show_the_prediction(tmp_path):
+def test_the_trace_and_metrics_show_the_prediction(tmp_path, zoo):
     pytest.importorskip("torch")
     from radixflow.options import EngineOptions, plan_engine
     from radixflow.scheduler.request import Request

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
-from radixflow.engine.engine import Engine
+from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.scheduler import SchedulerConfig
 
@@ -22,6 +22,33 @@ class Failure:
 
     id: str
     reason: str
+
+
+PREDICTOR_WARMUP_ROUNDS = 5  # a predictor's first rounds, left out of its error (it starts rough)
+
+
+@dataclass(frozen=True)
+class PredictorError:
+    """The runner's round predictor against the measured worker call: |predicted − measured| /
+    measured per round, over the rounds predicted after the predictor's first
+    `PREDICTOR_WARMUP_ROUNDS` (counted over the runner's life: policies of a bench share it)."""
+
+    rounds: int  # rounds counted
+    median: float | None
+    p90: float | None
+
+
+def predictor_error(rounds: list[RoundRecord]) -> PredictorError | None:
+    """None when the runner predicted none of the rounds (the sim's prediction is its charge)."""
+    predicted = [r for r in rounds if r.predicted_s is not None]
+    if not predicted:
+        return None
+    errors = [
+        abs(r.predicted_s - r.worker_call_s) / r.worker_call_s  # type: ignore[operator]
+        for r in predicted
+        if r.predicted_from >= PREDICTOR_WARMUP_ROUNDS and r.worker_call_s > 0
+    ]
+    return PredictorError(len(errors), percentile(errors, 50), percentile(errors, 90))
 
 
 @dataclass(frozen=True)
@@ -45,6 +72,7 @@ class PolicyResult:
     agreement: float | None = None  # see `agreement`; None without a reference
     median_top1_margin: float | None = None  # logit gap top-1 minus top-2, beside agreement
     failures: tuple[Failure, ...] = ()  # in submission order
+    predictor: PredictorError | None = None  # None: the runner predicts nothing of its own
 
     def to_dict(self) -> dict[str, object]:
         """Every field; None (JSON null) where a figure is undefined."""
@@ -134,4 +162,5 @@ def summarize(
         agreement=None if reference is None else agreement(reqs, reference),
         median_top1_margin=median_margin(done),
         failures=failures,
+        predictor=predictor_error(list(engine.rounds)),
     )

@@ -12,7 +12,7 @@ from rich.table import Table
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
-from radixflow.costmodel.hardware.profiles import ProfileError, save_profile
+from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, save_profile
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -67,16 +67,35 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
     )
 
 
-def _own_fit_errors(timed: list[TimedBatch], profile_models: list[str], device: str) -> dict[str, float]:
-    """Each model fitted on its own rounds alone (shown beside the joint fit)."""
+def _own_fits(timed: list[TimedBatch], profile_models: list[str], device: str) -> dict[str, HardwareProfile]:
+    """Each model fitted on its own rounds alone (shown beside the joint fit; what the torch
+    runner's round predictor starts from)."""
     from radixflow.calibration.run import model_shape
 
-    out = {}
-    for model in profile_models:
-        mine = [t for t in timed if t.model == model]
-        _, errors = refit(model, mine, {model: model_shape(model)}, device)
-        out[model] = errors[0].median_abs_error
-    return out
+    return {
+        model: refit(model, [t for t in timed if t.model == model], {model: model_shape(model)}, device)[0]
+        for model in profile_models
+    }
+
+
+def _median_error(profile: HardwareProfile) -> float:
+    return float((profile.calibration or {})["errors"][0]["median_abs_error"])
+
+
+def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, console: Console) -> None:
+    """Each model's own fit where the torch runner finds it again (`runners.profile_store`):
+    keyed by the model and this machine, with the threads the timing used."""
+    from radixflow.models.zoo import ensure_model
+    from radixflow.runners.profile_store import save_stored, store_key
+
+    for model, profile in own.items():
+        key = store_key(ensure_model(model), "float32", plan.device, plan.threads)  # calibration's dtype
+        try:
+            path = save_stored(profile, key)
+        except OSError as e:
+            console.print(f"[yellow]warning:[/] {model}'s round profile not stored: {e.strerror or e}")
+            continue
+        console.print(f"{model}: round predictor profile stored in {path}")
 
 
 def render(errors: list[ModelError], own: dict[str, float], console: Console) -> None:
@@ -134,12 +153,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         except ProfileError as e:  # the fit gave figures outside a profile's bounds
             raise CalibrationUsageError(f"the timings fit no usable profile: {e}") from None
     timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
-    own = _own_fit_errors(timed, list(plan.models), plan.device) if len(plan.models) > 1 else {}
+    own_fits = _own_fits(timed, list(plan.models), plan.device)
+    own = {m: _median_error(p) for m, p in own_fits.items()} if len(plan.models) > 1 else {}
     if profile.calibration is not None:
         profile.calibration["own_fit_median_abs_error"] = own
         profile.calibration["threads"] = plan.threads
         profile.calibration["clock"] = plan.clock
     save_profile(profile, out)
+    _store_own_fits(own_fits, plan, console)
     render(errors, own, console)
     worst = max(e.median_abs_error for e in errors)
     verdict = "within" if worst <= ACCEPTABLE else "OVER"

@@ -35,6 +35,8 @@ class RoundRecord:
     stop_reason: str
     chunks: tuple[tuple[str, int, int], ...]  # (request id, start, end)
     error: str | None = None  # the worker call failed and the round was rolled back
+    predicted_s: float | None = None  # the runner's prediction of worker_call_s (`RoundResult`)
+    predicted_from: int = 0  # ... from a fit over this many measured rounds
 
 
 class AbortResult(Enum):
@@ -208,7 +210,11 @@ class Engine:
         start = self.now
         self.now += result.duration_s
         finished = self.scheduler.update(out, result.samples, self.now, result.prompt_logprobs)
-        record = self._record(out, start, result.duration_s, result.worker_call_s)
+        record = replace(
+            self._record(out, start, result.duration_s, result.worker_call_s),
+            predicted_s=result.predicted_s,
+            predicted_from=result.predicted_from,
+        )
         self.rounds.append(record)
         if self.events is not None:
             self.events.round(record, out, [r.id for r in finished])

@@ -34,6 +34,10 @@ class RoundResult:
     worker_call_s: float  # time spent in the worker call itself (modelled or measured)
     # request id -> logprobs of the prompt positions this round reports (chunks that ask for them)
     prompt_logprobs: dict[str, PromptLogprobs] = field(default_factory=dict)
+    # the runner's own prediction of ``worker_call_s``, made before the call (None: it predicts
+    # nothing, or its prediction is the charge itself, as the sim's)
+    predicted_s: float | None = None
+    predicted_from: int = 0  # measured rounds the predictor had learned from when it predicted
 
     @property
     def tokens(self) -> dict[str, int]:

@@ -3,7 +3,8 @@
 One `TraceFile` per output path, one `TraceRecorder` (an `EngineEvents` observer) per engine: a
 process of the trace, named after its policy, so a benchmark's policies lie side by side. In it:
 
-- track 0, ``rounds``: each round as a complete event (``X``) with its figures as args, a
+- track 0, ``rounds``: each round as a complete event (``X``) with its figures as args (with
+  ``predicted_us`` where the runner predicted its worker call, as the torch runner does), a
   counter (``C``) of its tokens, bubble tokens and blocked consumers, and a ``bubble`` instant
   where token budget went unused while feasible work waited;
 - one track per request: ``arrived``, ``queued`` (arrival to first chunk), every chunk it ran
@@ -204,6 +205,8 @@ class TraceRecorder:
             "stop_reason": record.stop_reason,
             "worker_call_us": _us(record.worker_call_s),
         }
+        if record.predicted_s is not None:  # the runner's own prediction of the worker call
+            args["predicted_us"] = _us(record.predicted_s)
         name = f"round {record.index}"
         if record.error is not None:
             args["error"], name = record.error, f"{name} (rolled back)"

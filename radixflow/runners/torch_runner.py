@@ -22,7 +22,9 @@ from radixflow.runners.matmul import (
     measure_plan,
     parse_plan,
 )
+from radixflow.runners.profile_store import load_stored, store_key
 from radixflow.runners.prompt_logprobs import PromptScorer
+from radixflow.runners.round_predictor import LearnedRoundPredictor, make_predictor
 from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
@@ -57,7 +59,6 @@ def _spec(chunk: ScheduledChunk) -> SeqSpec:
 
 class TorchRunner:
     name = "torch"
-    round_predictor = None  # real forward passes: no model of their time here
 
     def __init__(
         self,
@@ -71,12 +72,16 @@ class TorchRunner:
         seed: int = 0,
         batched_decode: bool = True,
         matmul: str = "auto",
+        predict_rounds: bool = True,
     ) -> None:
         """``seed`` seeds the generator of requests sampled without a seed of their own.
         ``batched_decode=False`` runs every one-token chunk on its own (chunked, per-sequence)
         path: the reference the batched decode step is tested against. ``matmul`` picks the CPU
         GEMM library per shape class (`radixflow.runners.matmul.parse_plan`): ``"auto"``
-        measures at startup; a bad value raises `ProblemError` on ``matmul``."""
+        measures at startup; a bad value raises `ProblemError` on ``matmul``.
+        ``predict_rounds``: learn a round predictor (`runners.round_predictor`) from the rounds
+        run, starting from the profile stored for this model and machine; off, the runner
+        predicts nothing (calibration times the bare worker call)."""
         given = parse_plan(matmul)
         if isinstance(given, Problem):
             raise ProblemError(given)
@@ -101,6 +106,17 @@ class TorchRunner:
             eos_token_ids=eos_token_ids(path, cfg),
         )
         self._warmup()
+        self.predictor = self._predictor(path, label) if predict_rounds else None
+
+    @property
+    def round_predictor(self) -> LearnedRoundPredictor | None:
+        return self.predictor
+
+    def _predictor(self, path: str | Path, label: str | None) -> LearnedRoundPredictor:
+        """The stored profile of this model on this machine as the prior, else the nominal one."""
+        threads = torch.get_num_threads()
+        key = store_key(path, str(self.dtype).removeprefix("torch."), self.device, threads)
+        return make_predictor(path, label or Path(path).name, load_stored(key), threads)
 
     def _route_matmuls(self, given: MatmulPlan | None) -> MatmulRouter | None:
         """Route the model's Linear layers (CPU float32 only; None elsewhere): the given plan,
@@ -136,6 +152,10 @@ class TorchRunner:
     def run(self, batch: SchedulerOutput) -> RoundResult:
         chunks = [(list(c.tokens[c.start : c.end]), _spec(c)) for c in batch.chunks]
         sampled = [c for c in batch.chunks if c.sample]
+        # the round's terms and its prediction, outside the timed call
+        features = None if self.predictor is None else self.predictor.features(batch.chunks)
+        predicted = None if features is None else self.predictor.fit.predict(features)  # type: ignore[union-attr]
+        learned = 0 if self.predictor is None else self.predictor.fit.rounds
         t0 = time.perf_counter()
         fb = ForwardBatch.build(chunks, self.kv, self.state, self.device, self.batched_decode)
         self.scorer.forget(fb.new_slots.tolist())  # before the forward: a failed round may write KV
@@ -146,11 +166,15 @@ class TorchRunner:
         samples = self.sampler.sample(logits, [SampleRow(c.sampling, c.end) for c in sampled])
         prompt_logprobs = self.scorer.score(batch.chunks)
         elapsed = time.perf_counter() - t0
+        if features is not None:
+            self.predictor.observe(features, elapsed)  # type: ignore[union-attr]
         return RoundResult(
             samples={c.request_id: s for c, s in zip(sampled, samples, strict=True)},
             duration_s=elapsed,
             worker_call_s=elapsed,
             prompt_logprobs=prompt_logprobs,
+            predicted_s=predicted,
+            predicted_from=learned,
         )
 
     def _forward(self, fb: ForwardBatch, sample: list[bool]) -> torch.Tensor:

@@ -22,7 +22,8 @@ from radixflow.scheduler.request import Request
 from radixflow.scheduler.reuse import ReuseFinder
 
 # Predicted seconds of a round computing these chunks: the runner's model (`Runner.round_predictor`,
-# pure), what a policy may weigh rounds by.
+# pure), what a policy may weigh rounds by. One that learns between rounds (the torch runner's)
+# has an int ``revision`` that changes when its answers may: memoised answers are stale then.
 RoundPredictor = Callable[[Sequence[ScheduledChunk]], float]
 # Report a decision about a request to the scheduler's observer: note(kind, request_id, **details).
 Note = Callable[..., None]

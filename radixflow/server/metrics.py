@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from radixflow.engine.engine import RoundRecord
 from radixflow.scheduler.request import Request
 
+_ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 THROUGHPUT_WINDOW_S = 10.0
 
@@ -76,6 +77,12 @@ class ServerMetrics:
             f"tokens computed per second over the last {THROUGHPUT_WINDOW_S:g} s",
             registry=r,
         )
+        self.prediction_error = Histogram(
+            p + "round_prediction_relative_error",
+            "|predicted - measured| / measured worker call of each round the runner predicted",
+            buckets=_ERROR_BUCKETS,
+            registry=r,
+        )
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of recent rounds
         self._lock = threading.Lock()  # the window is read by /metrics, written by the engine thread
         self._prompt_sum = self._reused_sum = 0
@@ -89,6 +96,9 @@ class ServerMetrics:
         self.bubble_tokens.inc(record.bubble_tokens)
         self.blocked.inc(record.blocked)
         self.blocked_now.set(record.blocked)
+        measured = record.worker_call_s
+        if record.predicted_s is not None and measured > 0:
+            self.prediction_error.observe(abs(record.predicted_s - measured) / measured)
         now = time.monotonic()
         with self._lock:
             self._window.append((now, record.tokens))

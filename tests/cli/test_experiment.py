@@ -66,7 +66,7 @@ def test_bench_accepts_a_profile_file_and_refuses_a_broken_one(tmp_path, capsys)
     assert "'flops'" in capsys.readouterr().err
 
 
-def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys):
+def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys, zoo):
     pytest.importorskip("torch")
     profile = tmp_path / "cpu.json"
     args = ["--max-tokens", "256", "--held-out", "2", "--repeats", "1", "--out", str(profile)]
@@ -76,6 +76,12 @@ def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys):
     data = json.loads(profile.read_text())
     assert data["calibration"]["errors"][0]["held_out_rounds"] == 2 and data["bandwidth"] is None
     assert main(["bench", "--hardware", str(profile), "--groups", "2"]) == 0
+    # the model's own fit, where the torch runner looks for it on this machine (one thread timed)
+    from radixflow.models.zoo import ensure_model
+    from radixflow.runners.profile_store import load_stored, store_key
+
+    stored = load_stored(store_key(ensure_model("lfm2-tiny"), "float32", "cpu", 1))
+    assert stored is not None and stored.round_overhead_s == pytest.approx(data["round_overhead_s"])
 
 
 def test_calibrate_unknown_model_is_one_line(tmp_path, capsys):

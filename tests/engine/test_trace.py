@@ -96,6 +96,7 @@ def test_a_small_run_gives_every_kind_of_event_in_the_trace_event_format(traced)
     assert promote["args"] == {"dependents": 2, "why": "nan"} and promote["cat"] == "decision"
     rounds = [e for e in events if e.get("cat") == "round" and e["ph"] == "X"]
     for e, record in zip(rounds, engine.rounds, strict=True):  # µs of the sim clock
+        assert "predicted_us" not in e["args"]  # the sim's prediction is its charge: not shown
         assert e["ts"] == pytest.approx(record.start_s * 1e6) and e["dur"] == pytest.approx(
             record.duration_s * 1e6
         )

@@ -65,3 +65,34 @@ def nnls(rows: Matrix, y: list[float], max_iter: int = 200) -> list[float]:
             if not passive:
                 break
     return [x[j] / norms[j] for j in range(n)]
+
+
+def nnls_gram(gram: Matrix, rhs: list[float], max_iter: int = 100) -> list[float]:
+    """argmin ½xᵀGx − bᵀx subject to x >= 0, from the normal equations alone (G = AᵀA, b = Aᵀy).
+
+    The same active-set method as `nnls`, but each step costs O(n³) in the n columns, whatever
+    the number of rows behind G: an online fit keeps G and b up to date row by row and solves
+    here. G must be positive definite on the columns that enter (a ridge makes it so).
+    """
+    n = len(rhs)
+    x = [0.0] * n
+    tol = 1e-12 * max((abs(gram[i][i]) for i in range(n)), default=1.0)
+    passive: list[int] = []
+    for _ in range(max_iter):
+        grad = [rhs[j] - sum(gram[j][k] * x[k] for k in range(n)) for j in range(n)]
+        candidates = [j for j in range(n) if j not in passive and grad[j] > tol]
+        if not candidates:
+            break
+        passive.append(max(candidates, key=lambda j: grad[j]))
+        for _ in range(n + 1):
+            sub = _solve([[gram[i][j] for j in passive] for i in passive], [rhs[i] for i in passive])
+            z = dict(zip(passive, sub, strict=True))
+            if all(v > 0 for v in z.values()):
+                x = [z.get(j, 0.0) for j in range(n)]
+                break
+            alpha = min((x[j] / (x[j] - z[j]) for j in passive if z[j] <= 0 and x[j] > z[j]), default=0.0)
+            x = [x[j] + alpha * (z.get(j, 0.0) - x[j]) for j in range(n)]
+            passive = [j for j in passive if x[j] > 1e-15]
+            if not passive:
+                break
+    return x

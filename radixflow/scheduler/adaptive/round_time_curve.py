@@ -2,7 +2,9 @@
 
 A policy weighs dozens of candidate chunks per round; the runner's predictor costs about half a
 millisecond a call (it walks every kernel of the round). So the predictor is asked once per
-size on a geometric grid, on first need, and sizes between grid points are interpolated.
+size on a geometric grid, on first need, and sizes between grid points are interpolated. A
+predictor that learns from the rounds it sees (the torch runner's) carries a ``revision`` that
+changes when it does; the probes are then asked again.
 Without a predictor (a real runner that models nothing) a round costs a fixed part worth
 ``FALLBACK_FIXED_SHARE`` of a full token budget plus its tokens, in arbitrary units: only
 ratios of round times are ever compared.
@@ -43,12 +45,14 @@ class RoundTimes:
         self._prefill: dict[int, float] = {}
         self._decode: dict[int, float] = {}
         self._seen: dict[int, float] = {}  # prefill round sizes answered so far (at most the budget)
+        self._revision = getattr(predict, "revision", None)
 
     def seconds(self, prefill_tokens: int, decode_steps: int = 0) -> float:
         """A round computing ``prefill_tokens`` prompt positions (in any number of chunks) and
         ``decode_steps`` single-position steps. Mutates only the probe cache."""
         if prefill_tokens <= 0 and decode_steps <= 0:
             return 0.0
+        self._follow_predictor()
         if prefill_tokens <= 0:
             return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode)
         tokens = prefill_tokens + decode_steps
@@ -57,6 +61,15 @@ class RoundTimes:
             known = self._at(self._prefill_sizes, self._prefill, tokens, self._probe_prefill)
             self._seen[tokens] = known
         return known
+
+    def _follow_predictor(self) -> None:
+        """Forget the probes when the predictor has been refitted since they were asked."""
+        revision = getattr(self._predict, "revision", None)
+        if revision != self._revision:
+            self._revision = revision
+            self._prefill.clear()
+            self._decode.clear()
+            self._seen.clear()
 
     def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
         """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""

@@ -46,3 +46,24 @@ def test_the_fixed_part_is_the_prefill_intercept_and_growth_counts_decode_steps_
     assert abs(times.grows(300, 0, 100) - 1.0) < 1e-9
     # 300 tokens of which 20 decode steps: 280 prefill; 100 more prefill tokens add 1 s
     assert abs(times.grows(300, 20, 100) - 1.0) < 1e-9
+
+
+class Learning:
+    """A predictor refitted between rounds, as the torch runner's: ``revision`` says when."""
+
+    def __init__(self) -> None:
+        self.per_token, self.revision = 0.01, 0
+
+    def __call__(self, chunks: list[ScheduledChunk]) -> float:
+        return 1.0 + self.per_token * sum(c.end - c.start for c in chunks)
+
+
+def test_a_learning_predictor_is_asked_again_after_each_refit_only():
+    predict = Learning()
+    times = RoundTimes(predict, CFG)
+    assert abs(times.seconds(500) - 6.0) < 1e-9
+    predict.per_token = 0.02  # refitted, but not yet announced: the probes still stand
+    assert abs(times.seconds(500) - 6.0) < 1e-9
+    predict.revision += 1
+    assert abs(times.seconds(500) - 11.0) < 1e-9
+    assert abs(times.per_token() - 0.02) < 1e-9

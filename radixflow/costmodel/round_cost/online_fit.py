@@ -1,0 +1,140 @@
+"""A round-time model refitted online from measured rounds: the fitted-rates terms, windowed NNLS.
+
+A round's time is linear in the terms `fitted_rates.round_work` counts (fixed per call, per
+layer, per sequence, seconds per FLOP of each compute kind), as `radixflow calibrate` fits them
+offline. Here the same coefficients are refitted after every measured round, so a machine with
+no stored profile starts from a rough prior and converges to its own rates.
+
+Each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the squared
+*relative* error of the last ``window`` rounds (as calibration does: a long round is not worth
+more than a short one) plus ``weight`` · Σⱼ (sⱼ / g) (θⱼ − g θ₀ⱼ)², g the factor that best
+scales the whole prior to the window's rounds and sⱼ the term's mean share of those rounds as
+the prior prices them. Weighted so, the prior counts as ``weight`` rounds of evidence for the
+*shape* of the cost (how it splits between terms) whatever a term's size or the machine's
+speed, and pulls only where the rounds seen so far do not tell the terms apart; a first round
+the prior misses by a factor rescales every term by that factor. A term no round has shown
+stays at the prior, rescaled. The normal equations are kept up to
+date row by row (O(terms²) per round, a row added and the oldest taken out) and solved by
+`nnls.nnls_gram` (O(terms³), independent of the window).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.round_cost.fitted_rates import OVERHEAD_TERMS, feature_names
+from radixflow.costmodel.round_cost.nnls import nnls_gram
+
+UNSEEN_SHARE = 1e-6  # the prior's pull on a term no round in the window has shown
+WINDOW = 32  # rounds the refit reads: enough to tell the terms apart, short enough to follow drift
+
+# The prior for a machine with no stored profile. Not measured: an order-of-magnitude guess.
+# A core's float32 FMA peak is ~100 GFLOP/s on AVX2 at 3 GHz; a GEMM at these small shapes gets
+# a fraction of it, every other kind of work is priced the same way, and the per-call terms are
+# a Python forward's usual few milliseconds. The online fit replaces all of it within a few rounds.
+NOMINAL_FLOPS_PER_THREAD = 50e9
+NOMINAL_ROUND_S = 2e-3
+NOMINAL_LAYER_S = 2e-4
+NOMINAL_SEQUENCE_S = 5e-4
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Coefficients (seconds per unit of each `feature_names()` term) to start from and return
+    to where the data is silent; ``weight``: how many rounds' worth of evidence it counts as."""
+
+    coefficients: tuple[float, ...]
+    weight: float
+    source: str  # where the figures come from, for the record
+
+
+def nominal_prior(threads: int, weight: float = 0.05) -> Prior:
+    """Every term at the nominal figures above (unmeasured), for ``threads`` intra-op threads."""
+    per_flop = 1.0 / (NOMINAL_FLOPS_PER_THREAD * max(threads, 1))
+    overhead = {"round": NOMINAL_ROUND_S, "layer": NOMINAL_LAYER_S, "sequence": NOMINAL_SEQUENCE_S}
+    coef = [overhead[t] for t in OVERHEAD_TERMS] + [per_flop for _ in COMPUTE_TERMS]
+    rate = f"{NOMINAL_FLOPS_PER_THREAD:.0e} FLOP/s a thread"
+    return Prior(tuple(coef), weight, f"nominal, not measured ({rate})")
+
+
+def profile_prior(profile: HardwareProfile, weight: float = 2.0) -> Prior:
+    """A fitted-rates profile's coefficients (as `radixflow calibrate` writes them)."""
+    overhead = [profile.round_overhead_s, profile.layer_overhead_s, profile.per_request_s]
+    coef = overhead + [profile.seconds_per_flop(t) for t in COMPUTE_TERMS]
+    return Prior(tuple(coef), weight, f"profile {profile.name!r}")
+
+
+class OnlineFit:
+    """Windowed non-negative least squares of round seconds on feature rows, towards a prior."""
+
+    def __init__(self, prior: Prior, scale: Sequence[float], window: int = WINDOW) -> None:
+        """``scale``: a positive coefficient per term (the nominal prior's), the unit of θ; a term
+        the prior puts at 0 is then a θ₀ of 0, which the data can still raise."""
+        if len(scale) != len(feature_names()) or min(scale) <= 0:
+            raise ValueError("scale needs one positive figure per feature")
+        self.prior = prior
+        self._scale = list(scale)
+        self._theta0 = [c / s for c, s in zip(prior.coefficients, scale, strict=True)]
+        n = len(scale)
+        self._gram = [[0.0] * n for _ in range(n)]
+        self._rhs = [0.0] * n
+        self._share = [0.0] * n  # Σ over the window of each row (each term's share of its round)
+        self._rows: deque[list[float]] = deque()
+        self._window = window
+        self.rounds = 0  # measured rounds seen, all told
+        self.theta = list(self._theta0)
+
+    @property
+    def coefficients(self) -> list[float]:
+        """Seconds per unit of each `feature_names()` term, as now fitted."""
+        return [t * s for t, s in zip(self.theta, self._scale, strict=True)]
+
+    def predict(self, features: Sequence[float]) -> float:
+        return sum(c * f for c, f in zip(self.coefficients, features, strict=True))
+
+    def observe(self, features: Sequence[float], seconds: float) -> None:
+        """Add a measured round (the oldest leaves past the window) and refit. A round with no
+        positive time is no evidence (a clock that did not tick)."""
+        if not seconds > 0:
+            return
+        row = [f * s / seconds for f, s in zip(features, self._scale, strict=True)]
+        self._add(row, 1.0)
+        self._rows.append(row)
+        if len(self._rows) > self._window:
+            self._add(self._rows.popleft(), -1.0)
+        self.rounds += 1
+        self._refit()
+
+    def _add(self, row: list[float], sign: float) -> None:
+        n = len(row)
+        for i in range(n):
+            if row[i] == 0.0:
+                continue
+            self._rhs[i] += sign * row[i]  # target 1: measured / measured
+            self._share[i] += sign * row[i]
+            for j in range(n):
+                self._gram[i][j] += sign * row[i] * row[j]
+
+    def _refit(self) -> None:
+        gram = [r[:] for r in self._gram]
+        rhs = self._rhs[:]
+        speed = self._speed()
+        for i in range(len(rhs)):
+            pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE) / speed
+            gram[i][i] += pull
+            rhs[i] += pull * speed * self._theta0[i]
+        self.theta = nnls_gram(gram, rhs)
+
+    def _speed(self) -> float:
+        """The one factor that best scales the prior to the window's rounds (relative least
+        squares, from the normal equations: O(terms²)). The prior pulls towards its own shape
+        at this speed, so a machine many times slower or faster than the prior (a nominal
+        guess, or a calibrated machine now loaded) is followed at once, not against the pull."""
+        t0 = self._theta0
+        n = len(t0)
+        num = sum(self._rhs[i] * t0[i] for i in range(n))
+        den = sum(t0[i] * self._gram[i][j] * t0[j] for i in range(n) for j in range(n))
+        return num / den if num > 0 and den > 0 else 1.0

@@ -1,0 +1,111 @@
+"""Fitted round-time profiles on disk, found again by model and machine.
+
+`radixflow calibrate` writes each model's own fit here; the torch runner reads it at startup as
+its round predictor's prior. The store sits beside the zoo's models (`models.zoo.default_cache_dir`,
+so ``$RADIXFLOW_CACHE`` moves both): ``<cache>/round_profiles/<machine>/<model>.json``. A file
+names the machine it was measured on in full; one whose machine differs is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, profile_from_dict
+
+log = logging.getLogger("radixflow.predictor")
+
+STORE_DIR = "round_profiles"
+
+
+@dataclass(frozen=True)
+class StoreKey:
+    """Whose profile: the model (name, config hash, dtype) on the machine (CPU or GPU model,
+    CPUs, torch threads, torch version, device)."""
+
+    model: str
+    machine: dict[str, Any]
+
+    def path(self, root: Path | None = None) -> Path:
+        from radixflow.models.zoo import default_cache_dir
+
+        digest = hashlib.sha256(json.dumps(self.machine, sort_keys=True).encode()).hexdigest()[:16]
+        return (root or default_cache_dir()) / STORE_DIR / digest / f"{self.model}.json"
+
+
+def processor_name() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux; what the platform says elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_identity(device: str, threads: int) -> dict[str, Any]:
+    import torch
+
+    dev = torch.device(device)
+    accelerator = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
+    return {
+        "cpu": processor_name(),
+        "cpus": os.cpu_count(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "device": dev.type,
+        "accelerator": accelerator,
+    }
+
+
+def model_identity(checkpoint: str | Path, dtype: str) -> str:
+    """``<directory name>-<config.json hash>-<dtype>``: a zoo model is its name (its config is
+    fixed); a checkpoint directory is told apart from another of the same name by its config."""
+    path = Path(checkpoint)
+    config = (path / "config.json").read_bytes()
+    return f"{path.name}-{hashlib.sha256(config).hexdigest()[:12]}-{dtype}"
+
+
+def store_key(checkpoint: str | Path, dtype: str, device: str, threads: int) -> StoreKey:
+    return StoreKey(model_identity(checkpoint, dtype), machine_identity(device, threads))
+
+
+def save_stored(profile: HardwareProfile, key: StoreKey, root: Path | None = None) -> Path:
+    """Write ``profile`` under ``key`` (atomically: a reader never sees half a file)."""
+    path = key.path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"model": key.model, "machine": key.machine, "profile": profile.to_dict()}
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | None:
+    """The profile stored for ``key``; None when there is none, or (with a one-line warning)
+    when the file cannot be used."""
+    path = key.path(root)
+    if not path.is_file():
+        return None
+    try:
+        data = _read_json(path)
+        if not isinstance(data, dict) or data.get("model") != key.model or data.get("machine") != key.machine:
+            raise ProfileError("it was measured for another model or machine")
+        return profile_from_dict(data.get("profile"), str(path))
+    except (OSError, ProfileError) as e:
+        log.warning("ignoring the stored round profile %s: %s", path, e)
+        return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProfileError(f"not valid JSON ({e})") from None

@@ -1,0 +1,61 @@
+"""The torch runner's round predictor: the fitted-rates model of its rounds, learned as it runs.
+
+It starts from the profile `radixflow calibrate` stored for this model on this machine
+(`profile_store`), or from a nominal prior when there is none, and refits its coefficients after
+every round the runner measures (`costmodel.round_cost.online_fit`). The scheduler sees only
+a `scheduler.scan.RoundPredictor` (a callable, pure between two rounds) whose ``revision``
+changes whenever the fit does, so a policy that memoises predictions knows to ask again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.round_cost.fitted_rates import round_work
+from radixflow.costmodel.round_cost.online_fit import OnlineFit, Prior, nominal_prior, profile_prior
+from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.runners.sim import chunk_shapes
+from radixflow.scheduler.output import ScheduledChunk
+
+
+class LearnedRoundPredictor:
+    """Seconds of a round of chunks on this runner, from the coefficients fitted so far."""
+
+    def __init__(self, shape: ModelShape, prior: Prior, threads: int) -> None:
+        self.shape = shape
+        self.fit = OnlineFit(prior, nominal_prior(threads).coefficients)
+        self.revision = 0  # bumped by every refit
+
+    def features(self, chunks: Sequence[ScheduledChunk]) -> list[float]:
+        return round_work(self.shape, chunk_shapes(chunks)).features()
+
+    def __call__(self, chunks: Sequence[ScheduledChunk]) -> float:
+        """Pure: the same answer until the next `observe`."""
+        return self.fit.predict(self.features(chunks))
+
+    def observe(self, features: Sequence[float], seconds: float) -> None:
+        """A round of ``features`` (`features`) took ``seconds``: refit."""
+        self.fit.observe(features, seconds)
+        self.revision += 1
+
+    @property
+    def source(self) -> str:
+        return self.fit.prior.source
+
+
+def checkpoint_shape(checkpoint: str | Path, label: str) -> ModelShape:
+    config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    return shape_from_config(label, config, str(checkpoint))
+
+
+def make_predictor(
+    checkpoint: str | Path, label: str, stored: HardwareProfile | None, threads: int
+) -> LearnedRoundPredictor:
+    """A predictor for the model at ``checkpoint`` from its ``stored`` profile (None: the
+    nominal prior)."""
+    prior = nominal_prior(threads) if stored is None else profile_prior(stored)
+    return LearnedRoundPredictor(checkpoint_shape(checkpoint, label), prior, threads)

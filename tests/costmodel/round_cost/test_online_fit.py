@@ -1,0 +1,126 @@
+"""The online round-time fit: it recovers known coefficients from noisy synthetic rounds, starting
+from a prior far from them, keeps a bounded window and follows a change of machine."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from radixflow.costmodel.round_cost.fitted_rates import feature_names
+from radixflow.costmodel.round_cost.nnls import nnls, nnls_gram
+from radixflow.costmodel.round_cost.online_fit import OnlineFit, Prior, nominal_prior
+
+NAMES = feature_names()
+# seconds per unit of each term: per call, per layer, per sequence, then per FLOP of each kind
+TRUE = {
+    "round": 0.020,
+    "layer": 0.0,
+    "sequence": 0.003,
+    "matmul": 1 / 1.0e11,
+    "attention": 2.0 / 1.0e11,
+    "gdn": 15.0 / 1.0e11,
+    "mamba2": 0.0,
+    "conv": 0.0,
+    "lm_head": 1 / 1.0e11,
+}
+PARAMS = 5e6  # weights a token passes through (sizes chosen so every term has a real share)
+
+
+def synthetic_round(rng: random.Random) -> list[float]:
+    """Feature row of a random round, each term drawn on its own so that every term shows (in
+    a model's real rounds some move together, e.g. matmul and recurrent FLOPs with the tokens;
+    the fit then only needs their sum)."""
+    row = dict.fromkeys(NAMES, 0.0)
+    row.update(
+        round=1.0,
+        layer=12.0,
+        sequence=float(rng.randint(1, 16)),
+        matmul=2 * PARAMS * rng.randint(1, 1024),
+        attention=4 * 256 * rng.randint(1, 512) * rng.randint(1, 1536) * 3,
+        gdn=2 * 128 * 128 * rng.randint(1, 1024) * 9,
+        lm_head=2 * 256 * 32000 * rng.randint(1, 16),
+    )
+    return [row[n] for n in NAMES]
+
+
+def seconds(row: list[float], truth: dict[str, float]) -> float:
+    return sum(truth[n] * v for n, v in zip(NAMES, row, strict=True))
+
+
+def test_nnls_on_normal_equations_matches_nnls_on_rows():
+    rng = random.Random(3)
+    rows = [[rng.uniform(0, 1) for _ in range(4)] for _ in range(30)]
+    y = [2 * r[0] - 1.5 * r[1] + 0.5 * r[3] + rng.gauss(0, 0.01) for r in rows]  # one would be < 0
+    gram = [[sum(r[i] * r[j] for r in rows) for j in range(4)] for i in range(4)]
+    rhs = [sum(r[i] * t for r, t in zip(rows, y, strict=True)) for i in range(4)]
+    assert nnls_gram(gram, rhs) == pytest.approx(nnls(rows, y), abs=1e-6)
+    assert nnls_gram(gram, rhs)[1] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fit_recovers_known_terms_from_noisy_rounds(seed):
+    rng = random.Random(seed)
+    fit = OnlineFit(nominal_prior(threads=1), nominal_prior(threads=1).coefficients)
+    for _ in range(60):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.98, 1.02))
+    got = dict(zip(NAMES, fit.coefficients, strict=True))
+    # within what 2% noise on a 32-round window allows for terms of a 10-40% share; the terms
+    # these rounds tell apart (layer is a constant 12 here: it shares the call's cost)
+    assert got["round"] + 12 * got["layer"] == pytest.approx(TRUE["round"], rel=0.2)
+    for name in ("sequence", "matmul", "attention", "gdn"):
+        assert got[name] == pytest.approx(TRUE[name], rel=0.2), name
+    fresh = [synthetic_round(rng) for _ in range(50)]
+    errors = [abs(fit.predict(r) - seconds(r, TRUE)) / seconds(r, TRUE) for r in fresh]
+    assert statistics.median(errors) < 0.03
+
+
+def test_a_fresh_fit_is_rough_then_converges_within_a_few_rounds():
+    rng = random.Random(1)
+    prior = nominal_prior(threads=1)
+    fit = OnlineFit(prior, prior.coefficients)
+    errors = []
+    for _ in range(40):
+        row = synthetic_round(rng)
+        truth = seconds(row, TRUE)
+        errors.append(abs(fit.predict(row) - truth) / truth)
+        fit.observe(row, truth * rng.uniform(0.97, 1.03))
+    assert statistics.median(errors[:2]) > 0.3  # the nominal prior is far from this machine
+    assert statistics.median(errors[10:]) < 0.1
+
+
+def test_window_is_bounded_and_a_change_of_rates_is_followed():
+    rng = random.Random(2)
+    prior = nominal_prior(threads=1)
+    fit = OnlineFit(prior, prior.coefficients, window=16)
+    for _ in range(40):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE))
+    slower = {k: 2 * v for k, v in TRUE.items()}  # the machine got busy: everything twice as slow
+    for _ in range(20):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, slower))
+    assert len(fit._rows) == 16 and fit.rounds == 60
+    row = synthetic_round(rng)
+    assert fit.predict(row) == pytest.approx(seconds(row, slower), rel=0.1)  # the old rates: 50% off
+
+
+def test_a_term_the_prior_sets_to_zero_can_still_be_learned():
+    scale = nominal_prior(threads=1).coefficients
+    coef = tuple(0.0 if n == "matmul" else c for n, c in zip(NAMES, scale, strict=True))
+    zero_matmul = Prior(coef, 2.0, "t")
+    fit = OnlineFit(zero_matmul, scale)
+    rng = random.Random(4)
+    for _ in range(40):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE))
+    assert fit.coefficients[NAMES.index("matmul")] > 0.5 * TRUE["matmul"]
+
+
+def test_a_round_without_time_is_no_evidence():
+    prior = nominal_prior(threads=1)
+    fit = OnlineFit(prior, prior.coefficients)
+    fit.observe(synthetic_round(random.Random(5)), 0.0)
+    assert fit.rounds == 0 and fit.coefficients == pytest.approx(list(prior.coefficients))

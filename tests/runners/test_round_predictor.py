@@ -1,0 +1,164 @@
+"""The torch runner's round predictor: profiles stored by model and machine, found again only for
+the same pair; a bad stored file is a one-line warning; the runner predicts each round and the
+bench reports the error; the sim's results carry no predictor block."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.runners.profile_store import (
+    StoreKey,
+    load_stored,
+    machine_identity,
+    model_identity,
+    save_stored,
+    store_key,
+)
+
+MACHINE = {"cpu": "Test CPU", "cpus": 2, "threads": 1, "torch": "2.x", "device": "cpu", "accelerator": None}
+PROFILE = HardwareProfile(
+    "fitted", 1e11, None, 0.027, 0.003, kind_scale={"gdn": 16.0}, weight_bytes=4, sources={"all": "test"}
+)
+
+
+def test_a_stored_profile_is_found_again_by_model_and_machine(tmp_path):
+    key = StoreKey("qwen3_5-small-abc-float32", MACHINE)
+    path = save_stored(PROFILE, key, tmp_path)
+    assert path.is_file() and path.is_relative_to(tmp_path)
+    loaded = load_stored(StoreKey(key.model, dict(MACHINE)), tmp_path)
+    assert loaded is not None and loaded.round_overhead_s == PROFILE.round_overhead_s
+    assert loaded.kind_scale["gdn"] == 16.0
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        StoreKey("qwen3_5-small-abc-float32", {**MACHINE, "cpu": "Another CPU"}),
+        StoreKey("qwen3_5-small-abc-float32", {**MACHINE, "threads": 2}),
+        StoreKey("qwen3_5-small-abc-bfloat16", MACHINE),
+        StoreKey("lfm2-small-abc-float32", MACHINE),
+    ],
+)
+def test_another_machine_or_model_does_not_load_it(tmp_path, other):
+    save_stored(PROFILE, StoreKey("qwen3_5-small-abc-float32", MACHINE), tmp_path)
+    assert load_stored(other, tmp_path) is None
+
+
+def test_a_file_claiming_another_machine_is_not_used(tmp_path, caplog):
+    key = StoreKey("m-abc-float32", MACHINE)
+    path = save_stored(PROFILE, key, tmp_path)
+    data = json.loads(path.read_text())
+    data["machine"]["cpu"] = "Another CPU"  # a hash collision, or a hand-copied file
+    path.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="radixflow.predictor"):
+        assert load_stored(key, tmp_path) is None
+    assert "another model or machine" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"model": "m-abc-float32", "machine": null}', "another model or machine"),
+        (None, "'flops'"),  # a profile with a bad value
+        (b"\xff\xfe", "not valid JSON"),
+    ],
+)
+def test_a_bad_stored_profile_is_a_one_line_warning(tmp_path, caplog, content, says):
+    key = StoreKey("m-abc-float32", MACHINE)
+    path = key.path(tmp_path)
+    path.parent.mkdir(parents=True)
+    if content is None:
+        bad = {**PROFILE.to_dict(), "flops": -1.0}
+        content = json.dumps({"model": key.model, "machine": MACHINE, "profile": bad})
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with caplog.at_level(logging.WARNING, logger="radixflow.predictor"):
+        assert load_stored(key, tmp_path) is None
+    [record] = caplog.records
+    assert says in record.getMessage() and "\n" not in record.getMessage()
+    assert record.exc_info is None
+
+
+def test_identities_name_model_config_dtype_and_machine(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"a": 1}')
+    first = model_identity(tmp_path / "m", "float32")
+    (tmp_path / "m" / "config.json").write_text('{"a": 2}')
+    assert first.startswith("m-") and first.endswith("-float32")
+    assert model_identity(tmp_path / "m", "float32") != first
+    machine = machine_identity("cpu", 3)
+    assert machine["threads"] == 3 and machine["device"] == "cpu" and machine["cpu"]
+
+
+def test_the_runner_starts_from_the_stored_profile_or_the_nominal_prior(tmp_path_factory, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from model_utils import zoo_model
+
+    from radixflow.runners.torch_runner import TorchRunner
+
+    path = zoo_model(tmp_path_factory, "qwen3_5-tiny")
+    root = tmp_path_factory.mktemp("store")
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(root))
+    fresh = TorchRunner(path, 16, 16, 4)
+    assert fresh.round_predictor is not None and fresh.round_predictor.source.startswith("nominal")
+    save_stored(PROFILE, store_key(path, "float32", "cpu", torch.get_num_threads()))
+    stored = TorchRunner(path, 16, 16, 4)
+    assert stored.round_predictor is not None and stored.round_predictor.source == "profile 'fitted'"
+    assert TorchRunner(path, 16, 16, 4, predict_rounds=False).round_predictor is None
+
+
+def test_rounds_carry_the_prediction_and_the_bench_reports_its_error(tmp_path_factory, monkeypatch):
+    pytest.importorskip("torch")
+    from model_utils import zoo_model
+
+    from radixflow.bench.harness import run_policies
+    from radixflow.runners.torch_runner import TorchRunner
+    from radixflow.scheduler.request import Request
+    from radixflow.scheduler.sampling import SamplingParams
+    from radixflow.scheduler.scheduler import SchedulerConfig
+
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.mktemp("store")))
+    path = zoo_model(tmp_path_factory, "qwen3_5-tiny")
+    cfg = SchedulerConfig(block_size=16, num_blocks=64, num_state_slots=16, token_budget=64)
+    runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots)
+    greedy = SamplingParams(max_tokens=4)
+    reqs = [Request(f"r{i}", tuple(range(1 + i, 40 + i)), sampling=greedy) for i in range(4)]
+    [run] = run_policies(reqs, runner, cfg, ["adaptive"], None)
+    assert all(r.predicted_s is not None and r.predicted_s > 0 for r in run.rounds)
+    assert [r.predicted_from for r in run.rounds] == list(range(len(run.rounds)))
+    error = run.result.predictor
+    assert error is not None and error.rounds == len(run.rounds) - 5 > 0
+    assert error.median is not None and error.p90 is not None and error.p90 >= error.median >= 0
+    assert run.result.to_dict()["predictor"]["rounds"] == error.rounds
+
+
+def test_the_trace_and_metrics_show_the_prediction(tmp_path, zoo):
+    pytest.importorskip("torch")
+    from radixflow.options import EngineOptions, plan_engine
+    from radixflow.scheduler.request import Request
+    from radixflow.server.metrics import ServerMetrics
+
+    path = tmp_path / "trace.json"
+    options = EngineOptions(model="qwen3_5-tiny", runner="torch", trace_out=str(path))
+    setup = plan_engine(options).build([40, 40])
+    engine = setup.engine(policy="adaptive")
+    engine.run([Request("a", tuple(range(1, 40))), Request("b", tuple(range(2, 41)))])
+    engine.flush_events()
+    events = json.loads(path.read_text())["traceEvents"]
+    rounds = [e for e in events if e.get("cat") == "round" and e["ph"] == "X"]
+    assert len(rounds) == len(engine.rounds) > 0
+    for event, record in zip(rounds, engine.rounds, strict=True):
+        assert event["args"]["predicted_us"] == pytest.approx(record.predicted_s * 1e6, abs=1e-3)
+    metrics = ServerMetrics()
+    for record in engine.rounds:
+        metrics.on_round(record)
+    shown = metrics.render().decode()
+    assert f"radixflow_round_prediction_relative_error_count {float(len(engine.rounds))}" in shown

@@ -117,6 +117,7 @@ def test_the_runner_starts_from_the_stored_profile_or_the_nominal_prior(tmp_path
 
 def test_rounds_carry_the_prediction_and_the_bench_reports_its_error(tmp_path_factory, monkeypatch):
     pytest.importorskip("torch")
+    from engine_utils import Engines
     from model_utils import zoo_model
 
     from radixflow.bench.harness import run_policies
@@ -131,7 +132,7 @@ def test_rounds_carry_the_prediction_and_the_bench_reports_its_error(tmp_path_fa
     runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots)
     greedy = SamplingParams(max_tokens=4)
     reqs = [Request(f"r{i}", tuple(range(1 + i, 40 + i)), sampling=greedy) for i in range(4)]
-    [run] = run_policies(reqs, runner, cfg, ["adaptive"], None)
+    [run] = run_policies(reqs, Engines(runner, cfg), ["adaptive"], None)
     assert all(r.predicted_s is not None and r.predicted_s > 0 for r in run.rounds)
     assert [r.predicted_from for r in run.rounds] == list(range(len(run.rounds)))
     error = run.result.predictor

@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--k", type=int, default=5, help="hold out every k-th point (k >= 2)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--smoke", action="store_true", help="accepted for CI: the full run takes seconds")
     parser.add_argument(
         "--mode",
         choices=["linear", "loglog"],

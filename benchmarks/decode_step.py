@@ -129,7 +129,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--smoke", action="store_true", help="one tiny model, batch 1 and 2, one repeat (CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.models, args.batches, args.context, args.repeats = ["qwen3_5-tiny"], [1, 2], 8, 1
     torch.set_num_threads(args.threads)
     results = []
     for name in args.models:

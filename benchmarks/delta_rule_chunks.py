@@ -40,6 +40,8 @@ CASES = {
     "3 + 90": [3, 90],
 }
 
+SMOKE_CASES = ("server round", "3 + 90")
+
 
 def kernel_call(lengths: list[int], chunk: int, heads: int, dk: int, dv: int) -> tuple[Callable, ChunkPlan]:
     rows, segs, base = sum(lengths), [], 0
@@ -79,11 +81,15 @@ def main() -> None:
     ap.add_argument("--dv", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--json", type=Path, default=Path("results/delta_rule_chunks.json"))
+    ap.add_argument("--smoke", action="store_true", help="two cases, small heads, one repeat (CI)")
     args = ap.parse_args()
+    cases = {k: CASES[k] for k in SMOKE_CASES} if args.smoke else CASES
+    if args.smoke:
+        args.heads, args.dk, args.dv, args.repeats = 2, 16, 16, 1
     torch.set_num_threads(1)
     print(f"heads {args.heads}, dk {args.dk}, dv {args.dv}; thread-CPU ms, median of {args.repeats}")
     results, total = [], {"picked": 0.0, "best": 0.0, "64": 0.0}
-    for name, lengths in CASES.items():
+    for name, lengths in cases.items():
         by_chunk = measure(lengths, args.heads, args.dk, args.dv, args.repeats)
         pick = pick_chunk([[n] for n in lengths], args.heads, args.dk, args.dv)
         best = min(by_chunk, key=lambda c: by_chunk[c]["ms"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -174,13 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", type=Path, default=None, help="aiconfigurator's systems/data")
     parser.add_argument("--out", type=Path, default=DATA_DIR, help="where the tables go")
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    parser.add_argument("--json", type=Path, default=None, help="also write the tables' row counts here")
+    parser.add_argument("--smoke", action="store_true", help="CI: --check, nothing written but --json")
     args = parser.parse_args(argv)
+    args.check = args.check or args.smoke
     data_root = args.data_root or package_data_root()
-    differ = []
+    differ, counts = [], {}
     for gpu in SYSTEMS:
         for table, rows in derive(data_root, gpu).items():
             path = table_path(gpu, table, args.out)
             data = encode_table(table, rows)
+            counts[f"{gpu}/{table}"] = len(rows)
             if args.check:
                 if not path.exists() or path.read_bytes() != data:
                     differ.append(str(path))
@@ -190,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {len(rows)} rows, {len(data)} bytes")
     for path in differ:
         print(f"differs: {path}", file=sys.stderr)
+    if args.check:
+        print(f"checked {len(counts)} tables: {len(differ)} differ")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": counts, "differ": differ}, indent=2) + "\n")
     return 1 if differ else 0
 
 

@@ -225,7 +225,11 @@ def main() -> int:
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--log-dir", default="results")
     p.add_argument("--json", type=Path, default=Path("results/fleet_serve.json"))
+    p.add_argument("--smoke", action="store_true", help="one router, two clients, a tiny workload (CI)")
     args = p.parse_args()
+    if args.smoke:
+        args.routers, args.clients, args.groups, args.candidates = "checkpoint", 2, 2, 2
+        args.context, args.candidate, args.log_dir = 32, 4, str(args.json.parent)
     prompts = workload(args)
     runs = []
     for router in args.routers.split(","):

@@ -257,7 +257,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is per thread)")
     ap.add_argument("--json", type=Path, default=Path("results/generation_throughput.json"))
+    ap.add_argument("--smoke", action="store_true", help="one tiny model, tiny shapes, one repeat (CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.models, args.prefill, args.requests, args.repeats = ["qwen3_5-tiny"], [16, 8], [2], 1
+        args.prompt_len, args.generate, args.candidates, args.context_len, args.candidate_len = 8, 2, 2, 16, 4
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging

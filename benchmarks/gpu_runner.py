@@ -156,7 +156,7 @@ def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repea
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default=None, help="cuda (the default), or cpu for a dry run")
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA where supported), float32, ...")
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--prefill", type=int, nargs="+", default=[2048, 512, 1536, 1024])
@@ -165,7 +165,15 @@ def main() -> int:
     ap.add_argument("--generate", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=Path("results/gpu_runner.json"))
+    ap.add_argument(
+        "--smoke", action="store_true", help="CI: one tiny model, tiny shapes, on the CPU unless --device"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.device, args.dtype = args.device or "cpu", "float32" if args.device is None else args.dtype
+        args.models, args.prefill, args.requests, args.repeats = ["qwen3_5-tiny"], [16, 8], [2], 1
+        args.prompt_len, args.generate = 8, 2
+    args.device = args.device or "cuda"
     try:
         device = check_device(args.device)
         dtype = resolve_dtype(args.dtype, device)

@@ -113,7 +113,11 @@ def main() -> None:
     ap.add_argument("--placements", nargs="+", default=["branch", "lone"])
     ap.add_argument("--repeat", type=int, default=1, help="interleaved runs; times are their minimum")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny on torch, 2x2 candidates")
     args = ap.parse_args()
+    if args.smoke:
+        args.model, args.groups, args.candidates = "qwen3_5-tiny", 2, 2
+        args.context_len, args.candidate_len = 32, 4
     options = EngineOptions(  # radixflow: the placements compared under docs/policies.md's policy
         model=args.model,
         torch_threads=args.torch_threads,

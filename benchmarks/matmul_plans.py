@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -55,7 +56,8 @@ def decode(model, router: MatmulRouter, pools) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - t0, logits
 
 
-def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> None:
+def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> dict[str, object]:
+    """Print one model's rows as they come; return them for the JSON."""
     path = ensure_model(name)
     weight = dominant_weight(load_model(path))
     t0 = time.perf_counter()
@@ -70,19 +72,23 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> No
     for b in batches:
         pools = {k: setup(models[k], b, 64, seed=b) for k in plans}
         cases[f"decode {b}"] = lambda k, p=pools: decode(models[k], routers[k], p[k])
+    result: dict[str, object] = {"model": name, "auto_plan": auto.describe(), "cases": {}}
     for case, run in cases.items():
         first = {k: run(k)[1] for k in plans}  # warm-up, and the logits to compare
         times: dict[str, list[float]] = {k: [] for k in plans}
         for _ in range(repeats):
             for k in plans:
                 times[k].append(run(k)[0])
-        cells = []
+        cells, figures = [], {}
         for k in plans:
             med = statistics.median(times[k])
             rate = f"{sum(lengths) / med:7.0f} tok/s" if case == "prefill" else f"{1e3 * med:7.1f} ms"
             diff = (first[k] - first["mkl"]).abs().max().item()
             cells.append(f"{k} {rate} (max |Δlogit| vs mkl {diff:.1e})")
+            figures[k] = {"median_s": med, "max_dlogit_vs_mkl": diff}
+        result["cases"][case] = figures  # type: ignore[index]
         print(f"  {case:9s}: " + "  ".join(cells) + f"  load {os.getloadavg()[0]:.2f}", flush=True)
+    return result
 
 
 def main() -> None:
@@ -92,12 +98,20 @@ def main() -> None:
     ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--smoke", action="store_true", help="one tiny model, tiny shapes, one repeat (CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.models, args.prefill, args.batches, args.repeats = ["qwen3_5-tiny"], [16, 8], [2], 1
     torch.set_num_threads(args.threads)
     print(f"threads={args.threads}")
+    results = []
     for name in args.models:
         with contextlib.suppress(KeyboardInterrupt):
-            bench(name, args.prefill, args.batches, args.repeats)
+            results.append(bench(name, args.prefill, args.batches, args.repeats))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"threads": args.threads, "results": results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -85,22 +85,26 @@ def load(
         ctx.Process(target=sender, args=(url, body, go, sending, statuses, stop, flood), daemon=True)
         for _ in range(args.oversized)
     ]
-    for p in procs:
-        p.start()
     seen: list[int] = []
     times = []
-    for i in range(args.samples):
-        if not flood:
-            for _ in procs:
-                go.release()
-        for _ in procs:  # every oversized body is on its way
-            assert sending.acquire(timeout=300), "an oversized client never sent"
-        times.append(short(http, args.model, i))
-        if not flood:
-            seen.extend(statuses.get(timeout=300) for _ in procs)
-    stop.set()
-    for p in procs:
-        p.join(120)
+    try:
+        for p in procs:
+            p.start()
+        for i in range(args.samples):
+            if not flood:
+                for _ in procs:
+                    go.release()
+            for _ in procs:  # every oversized body is on its way
+                assert sending.acquire(timeout=300), "an oversized client never sent"
+            times.append(short(http, args.model, i))
+            if not flood:
+                seen.extend(statuses.get(timeout=300) for _ in procs)
+    finally:  # the clients stop even when a sample failed
+        stop.set()
+        for p in procs:
+            p.join(120)
+            if p.is_alive():
+                p.kill()
     while not statuses.empty():
         seen.append(statuses.get())
     median = statistics.median(times)
@@ -120,7 +124,10 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20, help="short completions timed per load")
     ap.add_argument("--model", default="qwen3_5-tiny")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="CI: two half-megabyte bodies, two samples")
     args = ap.parse_args()
+    if args.smoke:
+        args.oversized, args.body_mb, args.samples = 2, 0.5, 2
     options = EngineOptions(model=args.model, kv_blocks=256, state_slots=64, token_budget=256)
     server, thread, url = start(options)
     size = int(args.body_mb * (1 << 20))

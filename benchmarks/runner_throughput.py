@@ -73,10 +73,10 @@ def timed(fn, *args) -> tuple[float, torch.Tensor]:
     return time.thread_time() - t0, out
 
 
-def bench_family(family: str, lengths: list[int], repeats: int) -> dict[str, object]:
+def bench_family(family: str, lengths: list[int], repeats: int, size: str = "small") -> dict[str, object]:
     from transformers import AutoModelForCausalLM
 
-    path = ensure_model(f"{family}-small")
+    path = ensure_model(f"{family}-{size}")
     ours = load_model(path)
     theirs = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     batch = prompts(lengths, int(ours.config.vocab_size), seed=0)
@@ -112,7 +112,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=Path("results/runner_throughput.json"))
+    ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, two short prompts, one repeat (CI)")
     args = ap.parse_args()
+    size = "tiny" if args.smoke else "small"
+    if args.smoke:
+        args.families, args.lengths, args.repeats = ["qwen3_5"], [16, 8], 1
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     print(f"threads={args.threads}; loadavg {Path('/proc/loadavg').read_text().split()[:3]}")
@@ -126,7 +130,7 @@ def main() -> None:
         "  greedy-equal  max|Δlogit|"
     )
     for family in args.families:
-        row = bench_family(family, args.lengths, args.repeats)
+        row = bench_family(family, args.lengths, args.repeats, size)
         rows.append(row)
         print(
             f"{family:<12}{row['ours_tokens_per_s']:>12.0f}{row['transformers_tokens_per_s']:>11.0f}"

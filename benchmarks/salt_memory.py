@@ -105,7 +105,10 @@ def main() -> None:
     ap.add_argument("--model", default="qwen3_5-tiny")
     ap.add_argument("--kv-blocks", type=int, default=256)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="CI: 40 requests from two clients")
     args = ap.parse_args()
+    if args.smoke:
+        args.requests, args.warmup, args.every, args.clients = 40, 20, 10, 2
     if not 0 < args.warmup < args.requests or args.every < 1:
         ap.error("--warmup must be between 0 and --requests, --every at least 1")
     options = EngineOptions(model=args.model, kv_blocks=args.kv_blocks, state_slots=64, token_budget=256)

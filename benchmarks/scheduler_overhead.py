@@ -178,7 +178,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=60, help="measured rounds per queue length")
     p.add_argument("--repeat", type=int, default=3, help="per-round measurements of each, interleaved")
     p.add_argument("--json", type=Path, default=Path("results/scheduler_overhead.json"))
+    p.add_argument("--smoke", action="store_true", help="CI: small queues, few rounds, one repeat")
     args = p.parse_args()
+    if args.smoke:
+        args.waiting, args.runs, args.blocked, args.rounds, args.repeat = [200], [500], [100], 5, 1
     console = Console()
     config = plan_engine(OPTIONS).scheduler_config()
     result: dict = {"config": config.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}

@@ -88,12 +88,19 @@ def main() -> None:
         "--variant",
         type=parse_variant,
         action="append",
-        required=True,
-        help="LABEL=TREE[:SERVER FLAGS]; the first is the reference of the ratios",
+        help="LABEL=TREE[:SERVER FLAGS]; the first is the reference of the ratios (required)",
+    )
+    ap.add_argument(
+        "--smoke", action="store_true", help="CI: this tree (unless --variant), once, serve_load --smoke"
     )
     ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant (medians)")
     ap.add_argument("--json", type=Path, default=Path("results/serve_compare.json"))
     args, load_args = ap.parse_known_args()
+    if args.smoke:
+        args.variant = args.variant or [parse_variant(f"this={LOAD.parent.parent}")]
+        args.repeat, load_args = 1, [*load_args, "--smoke"]
+    if not args.variant:
+        ap.error("the following arguments are required: --variant")
     if args.repeat < 1:
         raise SystemExit("--repeat must be at least 1")
     for v in args.variant:  # a variant that ran another tree's server once made c05b93d look like main

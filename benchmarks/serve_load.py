@@ -185,6 +185,16 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]
     raise SystemExit("the server did not come up within 300 s")
 
 
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """A graceful shutdown, as Ctrl-C; killed if it has not exited within two minutes."""
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(120)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of process ``pid`` (all its threads) so far; None off Linux.
 
@@ -318,7 +328,11 @@ def main() -> None:
     ap.add_argument("--torch-threads", type=int, help="passed to the server (default: its thread plan)")
     ap.add_argument("--tokenizer-threads", type=int, help="passed to the server (default: its thread plan)")
     ap.add_argument("--json", type=Path, default=Path("results/serve_load.json"))
+    ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, four clients for two seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.model, args.clients, args.duration, args.groups, args.candidates = "qwen3_5-tiny", 4, 2.0, 2, 2
+        args.context_sentences, args.chat_tokens, args.kv_blocks = 2, 2, 256
     if args.clients < 1 or args.duration <= 0:
         raise SystemExit("--clients must be >= 1 and --duration > 0")
     traffic = make_traffic(args)
@@ -340,8 +354,7 @@ def main() -> None:
             "load_1min_after": os.getloadavg()[0],
         }
     finally:
-        server.send_signal(signal.SIGINT)  # a graceful shutdown, as Ctrl-C
-        server.wait(120)
+        stop_server(server)
     show(summary)
     config = {k: v for k, v in vars(args).items() if k != "json"}
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import random
 import statistics
@@ -92,7 +93,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--matmul", default="auto", help="the engine's GEMM plan, e.g. prefill=onednn")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--fill", type=int, default=20, help="rounds run before the measured ones")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, four clients, a few rounds")
     args = ap.parse_args()
+    if args.smoke:
+        args.model, args.clients, args.rounds, args.fill = "qwen3_5-tiny", 4, 5, 3
     torch.set_num_threads(args.threads)
     options = EngineOptions.from_mapping(
         # radixflow: the policy docs/serving.md's figures were measured under (adaptive is the default now)
@@ -104,7 +110,7 @@ def main() -> None:
     clients = Clients(model, engine, args.clients)
     for i in range(args.clients):
         clients.send(i)
-    clients.run(20)
+    clients.run(args.fill)
     profile = cProfile.Profile() if args.profile else None
     before = thread_times()
     if profile:
@@ -117,16 +123,33 @@ def main() -> None:
     rounds = list(engine.rounds)[-args.rounds :]
     decode = [sum(1 for _, lo, hi in r.chunks if hi - lo == 1) for r in rounds]
     prefill = [sum(hi - lo for _, lo, hi in r.chunks if hi - lo > 1) for r in rounds]
+    figures = {
+        "rounds": len(rounds),
+        "requests": done,
+        "prefill_tokens_per_round": statistics.mean(prefill),
+        "decode_rows_per_round": statistics.mean(decode),
+        "chunks_per_round": statistics.mean(len(r.chunks) for r in rounds),
+        "requests_per_s": done / wall,
+        "ms_per_round": 1e3 * wall / len(rounds),
+        "engine_cpu_ms_per_request": 1e3 * cpu / done if done else None,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "run_queue_s": queued,
+    }
     print(
-        f"per round: {statistics.mean(prefill):.0f} prefill tokens, {statistics.mean(decode):.0f} decode "
-        f"rows, {statistics.mean(len(r.chunks) for r in rounds):.0f} chunks"
+        f"per round: {figures['prefill_tokens_per_round']:.0f} prefill tokens, "
+        f"{figures['decode_rows_per_round']:.0f} decode rows, {figures['chunks_per_round']:.0f} chunks"
     )
+    per_request = "n/a" if not done else f"{1e3 * cpu / done:.1f} ms"
     print(
-        f"{args.rounds} rounds, {done} requests: {done / wall:.1f} requests/s, "
-        f"{1e3 * wall / args.rounds:.0f} ms per round; "
-        f"engine thread CPU {1e3 * cpu / done:.1f} ms per request "
+        f"{len(rounds)} rounds, {done} requests: {done / wall:.1f} requests/s, "
+        f"{figures['ms_per_round']:.0f} ms per round; engine thread CPU {per_request} per request "
         f"(wall {wall:.1f} s = CPU {cpu:.1f} + run queue {queued:.1f} + asleep {wall - cpu - queued:.1f})"
     )
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        config = vars(args) | {"json": str(args.json)}
+        args.json.write_text(json.dumps({"config": config, **figures}, indent=2))
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
 

@@ -39,6 +39,7 @@ def test_benchmark_runs_at_its_smallest_size(script: Path, tmp_path: Path) -> No
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, f"{script.name} exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    tail = f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{script.name} exit {done.returncode}\n{tail}"
     figures = json.loads(out.read_text())
     assert isinstance(figures, dict | list) and figures, f"{script.name}: empty JSON"

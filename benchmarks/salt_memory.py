@@ -1,9 +1,10 @@
 """Server memory under requests that each name a new ``cache_salt`` (issue 28, item 1).
 
-Starts `radixflow serve`'s server in this process (a thread, on a loopback port, as the server
-tests do), sends ``--requests`` completions from ``--clients`` concurrent connections, each with
-a cache salt no other request uses, and reads this process's resident memory (VmRSS) after the
-first ``--warmup`` answers and at the end. Memory is flat when what each salt leaves behind is
+Starts `radixflow serve` as a process of its own on a loopback port, sends ``--requests``
+completions from ``--clients`` concurrent connections, each with a cache salt no other request
+uses, and reads the server process's resident memory (VmRSS) after the first ``--warmup`` answers
+and after every ``--every`` more (the clients run in this process, so their memory is not
+counted as the server's). Memory is flat when what each salt leaves behind is
 bounded: the cache drops a namespace that holds nothing, and evicts the rest with their blocks.
 Prints the figures and the cache's namespace count (``radixflow_cache_namespaces`` in /metrics);
 writes JSON.
@@ -16,7 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -40,17 +44,16 @@ class Figures:
     answered: int
     failed: int
     seconds: float
-    rss_start_mb: float
+    rss_start_mb: float  # the server process's, once it answers
     rss_after_warmup_mb: float
     rss_end_mb: float
     rss_series_mb: list[float]  # after the warmup, then after every further ``--every`` requests
     growth_after_warmup_pct: float
-    namespaces_end: int  # the cache's count once the last request is answered
-    namespaces_metric: float  # what /metrics says
+    namespaces_end: float  # the cache's count once the last request is answered (/metrics)
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
+def rss_mb(pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
         line = next(x for x in f if x.startswith("VmRSS:"))
     return int(line.split()[1]) / 1024
 
@@ -68,6 +71,35 @@ def start(options: EngineOptions) -> tuple[Server, threading.Thread, str]:
             raise SystemExit("the server did not start")
         time.sleep(0.01)
     return server, thread, f"http://127.0.0.1:{port}"
+
+
+def spawn(options: EngineOptions) -> tuple[subprocess.Popen[str], str]:
+    """`radixflow serve` in a process of its own on a free loopback port: (process, base url)."""
+    cmd = [
+        sys.executable, "-m", "radixflow.cli", "serve", options.model or "qwen3_5-tiny",
+        "--host", "127.0.0.1", "--port", "0", "--log-level", "warning",
+        "--kv-blocks", str(options.kv_blocks), "--state-slots", str(options.state_slots),
+        "--token-budget", str(options.token_budget),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the server names its port once it has bound it
+        if line.startswith("radixflow: serving "):
+            url = line.split(" on ", 1)[1].split()[0].removesuffix("/v1")
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            break
+    else:
+        raise SystemExit(f"the server did not start (exit {proc.wait()})")
+    deadline = time.monotonic() + 60
+    while True:  # bound before the model loaded: wait until it answers
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the server did not start")
+        time.sleep(0.05)
 
 
 async def send(
@@ -112,25 +144,24 @@ def main() -> None:
     if not 0 < args.warmup < args.requests or args.every < 1:
         ap.error("--warmup must be between 0 and --requests, --every at least 1")
     options = EngineOptions(model=args.model, kv_blocks=args.kv_blocks, state_slots=64, token_budget=256)
-    rss_start = rss_mb()
-    server, thread, url = start(options)
+    proc, url = spawn(options)
     began = time.monotonic()
     try:
+        rss_start = rss_mb(proc.pid)
         ok1, bad1 = asyncio.run(send(url, args.model, args.warmup, args.clients, args.salt_bytes))
-        series = [rss_mb()]
+        series = [rss_mb(proc.pid)]
         ok2 = bad2 = 0
         for done in range(args.warmup, args.requests, args.every):
             n = min(args.every, args.requests - done)
             ok, bad = asyncio.run(send(url, args.model, n, args.clients, args.salt_bytes, first=done))
             ok2, bad2 = ok2 + ok, bad2 + bad
-            series.append(rss_mb())
+            series.append(rss_mb(proc.pid))
         seconds = time.monotonic() - began
         rss_warm, rss_end = series[0], series[-1]
-        held = server.state.loop.call(lambda e: e.cache.namespaces)
         metric = namespaces_metric(url)
     finally:
-        server.should_exit = True
-        thread.join(60)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
     figures = Figures(
         requests=args.requests,
         warmup=args.warmup,
@@ -144,8 +175,7 @@ def main() -> None:
         rss_end_mb=round(rss_end, 1),
         rss_series_mb=[round(x, 1) for x in series],
         growth_after_warmup_pct=round(100 * (rss_end - rss_warm) / rss_warm, 2),
-        namespaces_end=held,
-        namespaces_metric=metric,
+        namespaces_end=metric,
     )
     for name, value in asdict(figures).items():
         print(f"{name:>24}: {value}")

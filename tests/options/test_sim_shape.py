@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,17 @@ def test_a_zoo_name_on_the_sim_builds_no_model(tmp_path, monkeypatch):
     monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path))
     sim_spec("lfm2-small")
     assert list(tmp_path.iterdir()) == []  # nothing materialised: the preset config is enough
+
+
+def test_a_zoo_name_on_the_sim_needs_no_torch():
+    code = (
+        "import sys; from radixflow.options import EngineOptions, plan_engine; "
+        "from radixflow.scheduler.config import SchedulerConfig; "
+        "plan = plan_engine(EngineOptions(runner='sim', model='nemotron_h-small')); "
+        "plan.choice.build(SchedulerConfig()); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_an_unknown_sim_model_is_one_line_naming_model_and_what_is_known(capsys):

@@ -19,7 +19,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.options.runners import sim_hardware
-from radixflow.problems import Problem, ProblemError
+from radixflow.options.sim_shape import sim_shape
 
 HELP = (
     "the predicted time of one worker call of a sim model (a prefill chunk, a batch of decode "
@@ -39,7 +39,12 @@ MAX_DECODE = 1 << 16  # sequences in one decode batch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help=f"a sim shape: {', '.join(SIM_MODELS)}")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help=f"a sim shape ({', '.join(SIM_MODELS)}), a zoo model (see `radixflow models`) or a "
+        "checkpoint directory, costed by its config",
+    )
     p.add_argument(
         "--prefill",
         type=int_arg(positive=True),
@@ -89,10 +94,7 @@ def round_chunks(
 
 def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args, only=ENGINE_OPTIONS)
-    if args.model not in SIM_MODELS:
-        known = ", ".join(SIM_MODELS)
-        raise ProblemError(Problem("model", f"unknown sim model {args.model!r} (known: {known})"))
-    shape = SIM_MODELS[args.model]
+    shape = sim_shape(args.model)  # a `ProblemError` on model for a name that is none of them
     chunks = round_chunks(shape, args.prefill, args.context, args.decode)
     hardware = sim_hardware(options)
     cost = round_cost_model(shape, hardware).breakdown(chunks)

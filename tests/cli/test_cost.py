@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, says):
     lines = err.strip().splitlines()
     assert out == "" and len(lines) == 1 and lines[0].startswith("radixflow: error: "), err
     assert says in lines[0], lines[0]
+
+
+def test_a_zoo_name_is_costed_as_calibrate_fitted_it(capsys):
+    """`cost <zoo name>` on the calibrated CPU profile predicts the profile's own held-out rounds
+    of that model within the error `radixflow calibrate` recorded for it: the shape read from the
+    zoo's preset is the one the profile was fitted on."""
+    path = Path(__file__).resolve().parents[2] / "experiments" / "profiles" / "cpu.json"
+    calibration = json.loads(path.read_text())["calibration"]
+    worst = {e["model"]: e["max_abs_error"] for e in calibration["errors"]}
+    single = [r for r in calibration["rounds"] if r["split"] == "held_out" and len(r["chunks"]) == 1]
+    assert {r["model"] for r in single} == set(worst)
+    for r in single:
+        start, length = r["chunks"][0][:2]
+        argv = [r["model"], "--hardware", str(path), "--prefill", str(length), "--context", str(start)]
+        predicted = cost(capsys, *argv)["seconds"]
+        assert abs(predicted / r["seconds"] - 1) <= worst[r["model"]] + 1e-3, (r, predicted)

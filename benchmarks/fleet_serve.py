@@ -147,7 +147,7 @@ async def interrupt_mid_flight(proc: subprocess.Popen, port: int, model: str, pr
     client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
                                 timeout=120)  # fmt: skip
     tasks = [asyncio.ensure_future(one(client, model, p, 0)) for p in prompts]
-    await accepted(port, len(prompts))
+    await accepted(port, tasks)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -159,16 +159,28 @@ async def interrupt_mid_flight(proc: subprocess.Popen, port: int, model: str, pr
     await client.close()
 
 
-async def accepted(port: int, n: int, timeout_s: float = 5.0) -> None:
-    """Wait until the server holds ``n`` accepted, unanswered requests (its pending gauge)."""
+async def accepted(port: int, tasks: list[asyncio.Future], timeout_s: float = 120.0) -> None:
+    """Wait until the server has accepted every one of ``tasks``' requests: those not answered yet
+    are held (its pending gauge), so the Ctrl-C finds them in flight however slowly a loaded
+    machine lets them arrive."""
+    n = len(tasks)
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient() as http:
         while time.monotonic() < deadline:
             text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
             line = next((x for x in text.splitlines() if x.startswith("radixflow_requests_pending ")), "")
-            if line and float(line.split()[1]) >= n:
+            if line and float(line.split()[1]) + sum(t.done() for t in tasks) >= n:
                 return
             await asyncio.sleep(0.02)
+    raise RuntimeError(f"the server did not hold {n} requests within {timeout_s:.0f} s")
+
+
+def ray_settled(before: int, timeout_s: float = 120.0) -> int:
+    """Ray processes left beyond ``before``, once they stop shutting down (or at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := ray_processes() - before) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
 
 
 def started(args: argparse.Namespace, router: str, log: Path) -> tuple[subprocess.Popen, int]:
@@ -205,8 +217,7 @@ def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    time.sleep(2)
-    run.ray_processes_left = ray_processes() - before
+    run.ray_processes_left = ray_settled(before)
     return run
 
 

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from model_utils import BLOCK, TOL, ZOO_TINY, assert_same_top1, one_thread, prompt  # noqa: F401 (fixture)
+from model_utils import BLOCK, TOL, ZOO_TINY, SpyPool, assert_same_top1, one_thread, prompt  # noqa: F401 (fixture)
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
-from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
@@ -73,27 +72,7 @@ ROUNDS: list[list[Row]] = [
 ]
 IN_PLACE = [0, 3, 2, 3, 2, 3]  # rows per round that restore and save their own slot
 GATHERED = [0, 0, 2, 0, 2, 0]  # the other decode rows
-
-
-class SpyPool(StatePool):
-    """A state pool that counts, per layer call, the decode rows stepped on the pool's own rows,
-    the rows gathered into scratch, and the states the step left elsewhere (copied back)."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
-        self.in_place, self.gathered, self.copied_back = 0, 0, 0
-
-    def gather(self, layer: int, rows: DecodeRows) -> tuple[torch.Tensor, ...]:
-        if rows.block is None:
-            self.gathered += len(rows)
-        else:
-            self.in_place += len(rows)
-        return super().gather(layer, rows)
-
-    def _commit_block(self, layer: int, rows: DecodeRows, state: tuple[torch.Tensor, ...]) -> None:
-        for pool, new in zip(self.tensors[layer], state, strict=True):
-            self.copied_back += new.data_ptr() != pool[rows.block].data_ptr()
-        super()._commit_block(layer, rows, state)
+CHECKPOINTS = [0, 1, 0, 1, 0, 0]  # checkpoints saved by in-place rows
 
 
 @pytest.fixture(scope="module", params=ZOO_TINY)
@@ -108,8 +87,8 @@ def model(request: pytest.FixtureRequest) -> torch.nn.Module:
 
 
 def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]], SpyPool, list[tuple]]:
-    """Run ROUNDS on fresh pools: per round, each row's logits ``[length, vocab]``, and per round
-    the spy's counts per recurrent layer (in place, gathered) and its copies back."""
+    """Run ROUNDS on fresh pools: per round, each row's logits ``[length, vocab]``, and the spy's
+    counts per recurrent layer (in place, gathered, checkpoints) and its copies back."""
     kv = KVPool(model.kv_layout(), NUM_BLOCKS, BLOCK, torch.float32, "cpu")
     state = SpyPool(model.state_layout(), NUM_SLOTS, torch.float32, "cpu")
     layers = len(model.state_layout())
@@ -125,11 +104,13 @@ def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]
             chunks.append(
                 (tokens[r.start : r.start + r.length], SeqSpec(r.start, r.length, table, r.restore, snaps))
             )
-        state.in_place = state.gathered = state.copied_back = 0
+        state.reset()
         batch = ForwardBatch.build(chunks, kv, state, "cpu", batched_decode=batched)
         with torch.inference_mode():
             logits = model.compute_logits(model(batch))
-        counts.append((state.in_place / layers, state.gathered / layers, state.copied_back))
+        counts.append(
+            (state.in_place / layers, state.gathered / layers, state.checkpoints / layers, state.copied_back)
+        )
         offs = batch.offsets
         out.append([logits[offs[j] : offs[j + 1]] for j in range(len(rows))])
     return out, state, counts
@@ -145,7 +126,7 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
 
 def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(model) -> None:
     got, _, counts = play(model, batched=True)
-    assert counts == [(n, g, 0) for n, g in zip(IN_PLACE, GATHERED, strict=True)]
+    assert counts == [(n, g, c, 0) for n, g, c in zip(IN_PLACE, GATHERED, CHECKPOINTS, strict=True)]
     full = {name: no_cache(model, tokens) for name, (tokens, _) in SEQS.items()}
     for rnd, rows in enumerate(ROUNDS):
         for row, logits in zip(rows, got[rnd], strict=True):
@@ -157,7 +138,7 @@ def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(mo
 def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model) -> None:
     _, batched, _ = play(model, batched=True)
     _, serial, counts = play(model, batched=False)
-    assert not any(n or g for n, g, _ in counts)  # the reference took no batched step
+    assert not any(n or g for n, g, _, _ in counts)  # the reference took no batched step
     assert batched.rows != list(range(NUM_SLOTS))  # `place` moved slots between pool rows
     for layer in batched.tensors:
         for g, w in zip(batched.logical(layer), serial.logical(layer), strict=True):

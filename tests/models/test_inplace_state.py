@@ -143,12 +143,3 @@ def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model) -> 
     for layer in batched.tensors:
         for g, w in zip(batched.logical(layer), serial.logical(layer), strict=True):
             assert (g - w).abs().max().item() <= STEP_TOL, layer
-
-
-def test_a_slot_is_read_where_it_lies_for_a_prefill() -> None:
-    pool = StatePool({0: ((3, 2), (2, 4, 4))}, 3, torch.float32, "cpu")
-    pool._swap([0], [2])  # slot 0 now in pool row 2
-    views = pool.load(0, 0)
-    assert views is not None and pool.load(0, None) is None
-    for view, tensor in zip(views, pool.tensors[0], strict=True):
-        assert view.data_ptr() == tensor[2].data_ptr()

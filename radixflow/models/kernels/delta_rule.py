@@ -187,8 +187,8 @@ def gated_delta_rule_chunks(
     order (left alone unless ``in_place``: then it is the carry's running state, for states the
     caller owns, such as a gathered copy). The chunk-local work (decays, the triangular solves,
     intra-chunk scores) runs for the chunks of every sequence together, `LOCAL_BLOCK` chunks per
-    set of batched ops; the carry then steps through the chunks with the sequences still running side by side,
-    calling ``on_save(key, state [H, dk, dv])`` where a segment ends on a save. Returns
+    set of batched ops; the carry then steps through the chunks with the sequences still running
+    side by side, calling ``on_save(key, state [H, dk, dv])`` where a segment ends on a save. Returns
     ``o [R, H, dv]``. Same math as `chunked_gated_delta_rule` per segment (a segment's zero
     padding writes and decays nothing).
     """

@@ -2,10 +2,14 @@
 
 For each model: ``batch`` sequences of ``--context`` tokens are prefilled (each saving its state
 into its own slot), then one decode round is timed: every row is one token at position
-``context`` that restores from its slot and saves into a second one (so every repeat computes the
-same thing). Each mixer layer's forward is timed by a wrapper, and the median per layer kind is
-reported in microseconds per layer, beside the whole round. Batch sizes are interleaved across
-repeats and medians reported, since the machine is shared and noisy.
+``context`` that restores from its slot and, with ``--saves other`` (the default), saves into a
+second one (so every repeat computes the same thing; the states are gathered into scratch and
+scattered back); with ``--saves own`` it saves back into the slot it restores, as the engine's
+working slot does (the state is updated where it lies in the pool; each repeat advances it by
+one more step of the same cost). Each mixer layer's forward is timed by a wrapper, and the median
+per layer kind is reported in microseconds per layer, beside the whole round (wall and this
+thread's CPU time). Batch sizes are interleaved across repeats and medians reported, since the
+machine is shared and noisy.
 
     python benchmarks/decode_step.py --models qwen3_5-small lfm2-small nemotron_h-small
 
@@ -72,8 +76,11 @@ class LayerTimer:
         return out
 
 
-def setup(model: nn.Module, batch: int, context: int, seed: int) -> tuple[KVPool, StatePool, list]:
-    """Prefill ``batch`` sequences of ``context`` tokens; return the pools and the decode chunks."""
+def setup(
+    model: nn.Module, batch: int, context: int, seed: int, own: bool = False
+) -> tuple[KVPool, StatePool, list]:
+    """Prefill ``batch`` sequences of ``context`` tokens; return the pools and the decode chunks
+    (each saving into the slot it restores when ``own``)."""
     vocab = int(model.config.vocab_size)
     g = torch.Generator().manual_seed(seed)
     per_seq = -(-(context + 1) // BLOCK)
@@ -84,25 +91,27 @@ def setup(model: nn.Module, batch: int, context: int, seed: int) -> tuple[KVPool
         table = list(range(i * per_seq, (i + 1) * per_seq))
         tokens = torch.randint(0, vocab, (context + 1,), generator=g).tolist()
         prefill.append((tokens[:context], SeqSpec(0, context, table, None, [Snapshot(context, i)])))
-        decode.append(([tokens[context]], SeqSpec(context, 1, table, i, [Snapshot(context + 1, batch + i)])))
+        save = Snapshot(context + 1, i if own else batch + i)
+        decode.append(([tokens[context]], SeqSpec(context, 1, table, i, [save])))
     with torch.inference_mode():
         model(ForwardBatch.build(prefill, kv, state, "cpu"))
     return kv, state, decode
 
 
-def run_round(model: nn.Module, kv: KVPool, state: StatePool, chunks: list) -> float:
-    t0 = time.perf_counter()
+def run_round(model: nn.Module, kv: KVPool, state: StatePool, chunks: list) -> tuple[float, float]:
+    """Wall and thread-CPU seconds of one decode round."""
+    t0, c0 = time.perf_counter(), time.thread_time()
     with torch.inference_mode():
         hidden = model(ForwardBatch.build(chunks, kv, state, "cpu"))
         model.compute_logits(hidden)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.thread_time() - c0
 
 
-def bench(name: str, batches: list[int], context: int, repeats: int) -> dict[str, object]:
+def bench(name: str, batches: list[int], context: int, repeats: int, own: bool) -> dict[str, object]:
     model = load_model(ensure_model(name))
     timer = LayerTimer(model)
-    setups = {b: setup(model, b, context, seed=b) for b in batches}
-    rounds: dict[int, list[float]] = defaultdict(list)
+    setups = {b: setup(model, b, context, seed=b, own=own) for b in batches}
+    rounds: dict[int, list[tuple[float, float]]] = defaultdict(list)
     layers: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in batches}
     for b in batches:  # warm-up
         run_round(model, *setups[b])
@@ -115,7 +124,8 @@ def bench(name: str, batches: list[int], context: int, repeats: int) -> dict[str
     rows = {}
     for b in batches:
         rows[b] = {
-            "round_ms": 1e3 * statistics.median(rounds[b]),
+            "round_ms": 1e3 * statistics.median(wall for wall, _ in rounds[b]),
+            "round_cpu_ms": 1e3 * statistics.median(cpu for _, cpu in rounds[b]),
             **{f"{k}_us_per_layer": 1e6 * statistics.median(v) for k, v in sorted(layers[b].items())},
         }
     return {"model": name, "layers": dict(timer.counts), "batches": rows}
@@ -128,6 +138,12 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--saves",
+        choices=["other", "own"],
+        default="other",
+        help="each row saves into a second slot (gathered and scattered) or the one it restores (in place)",
+    )
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="one tiny model, batch 1 and 2, one repeat (CI)")
     args = ap.parse_args()
@@ -136,9 +152,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     results = []
     for name in args.models:
-        res = bench(name, args.batches, args.context, args.repeats)
+        load = os.getloadavg()[0]
+        res = bench(name, args.batches, args.context, args.repeats, args.saves == "own")
+        res.update(saves=args.saves, load=[load, os.getloadavg()[0]])
         results.append(res)
-        print(f"{name} ({res['layers']}), threads={args.threads}, load={os.getloadavg()[0]:.2f}")
+        print(f"{name} ({res['layers']}), saves={args.saves}, threads={args.threads}, load={load:.2f}")
         for b, row in res["batches"].items():
             cells = "  ".join(f"{k}={v:8.1f}" for k, v in row.items())
             print(f"  batch {b:3d}: {cells}")

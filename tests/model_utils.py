@@ -9,11 +9,13 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.io.loader import load_model, save_model
 
 BLOCK = 16
@@ -68,6 +70,34 @@ class Pools:
     def run(self, model: torch.nn.Module, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
         """One round; returns each sequence's logits ``[length, vocab]``."""
         return run(model, self, chunks)
+
+
+class SpyPool(StatePool):
+    """A state pool that counts, over the layer calls since `reset`, the decode rows stepped on
+    the pool's own rows (``in_place``), the rows gathered into scratch (``gathered``), the states
+    a step left outside the pool that had to be copied back (``copied_back``), and the extra
+    slots (checkpoints) in-place rows saved into (``checkpoints``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reset()
+
+    def reset(self) -> None:
+        self.in_place, self.gathered, self.copied_back, self.checkpoints = 0, 0, 0, 0
+
+    def gather(self, layer: int, rows: DecodeRows) -> tuple[torch.Tensor, ...]:
+        if rows.block is None:
+            self.gathered += len(rows)
+        else:
+            self.in_place += len(rows)
+        return super().gather(layer, rows)
+
+    def _commit_block(self, layer: int, rows: DecodeRows, state: tuple[torch.Tensor, ...]) -> None:
+        assert rows.block is not None
+        for pool, new in zip(self.tensors[layer], state, strict=True):
+            self.copied_back += new.data_ptr() != pool[rows.block].data_ptr()
+        self.checkpoints += len(rows.saves)
+        super()._commit_block(layer, rows, state)
 
 
 def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:

@@ -48,10 +48,12 @@ class StatePool:
         self._scratch: dict[tuple[int, torch.Size], torch.Tensor] = {}
 
     def load(self, layer: int, slot: int | None) -> tuple[torch.Tensor, ...] | None:
-        """Copies of the state in ``slot`` (None when starting from scratch)."""
+        """The state in ``slot``, read where it lies: views of the pool, valid until that slot is
+        next written (None when starting from scratch). For a kernel that leaves its initial
+        state alone and reads it before it saves anything: no copy out of the pool."""
         if slot is None:
             return None
-        return tuple(t[self.rows[slot]].clone() for t in self.tensors[layer])
+        return tuple(t[self.rows[slot]] for t in self.tensors[layer])
 
     def load_many(self, layer: int, slots: list[int | None]) -> tuple[torch.Tensor, ...]:
         """Copies of the states in ``slots``, ``[len(slots), *shape]`` per tensor, in one index op

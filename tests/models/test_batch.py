@@ -46,14 +46,16 @@ def test_paged_attention_matches_dense_causal_attention_across_rounds():
     assert torch.allclose(got, want, atol=1e-5)
 
 
-def test_state_pool_load_is_a_copy():
-    pool = StatePool({3: ((2, 2),)}, num_slots=2, dtype=torch.float32, device="cpu")
-    pool.save(3, 1, (torch.ones(2, 2),))
+def test_state_pool_load_reads_the_slot_where_it_lies():
+    """A prefill's restored state is a view of the pool (no copy out), through the slot-to-row map."""
+    pool = StatePool({3: ((2, 2), (1, 3))}, num_slots=3, dtype=torch.float32, device="cpu")
+    pool.save(3, 1, (torch.ones(2, 2), torch.full((1, 3), 2.0)))
+    pool._swap([1], [2])  # slot 1 now in pool row 2
     loaded = pool.load(3, 1)
-    assert loaded is not None
-    loaded[0].add_(1)
-    assert torch.equal(pool.tensors[3][0][1], torch.ones(2, 2))
-    assert pool.load(3, None) is None
+    assert loaded is not None and pool.load(3, None) is None
+    assert torch.equal(loaded[0], torch.ones(2, 2)) and torch.equal(loaded[1], torch.full((1, 3), 2.0))
+    for view, tensor in zip(loaded, pool.tensors[3], strict=True):
+        assert view.data_ptr() == tensor[2].data_ptr()
 
 
 def decode_batch(specs: list[SeqSpec], state: StatePool, batched: bool = True) -> ForwardBatch:

@@ -133,7 +133,9 @@ class Lfm2ShortConv(nn.Module):
         own rows for an in-place block), shift in the new input, the new windows to the rows'
         snapshot slots (mutates the pool). Returns ``[rows, C]``."""
         (window,) = batch.state.gather(self.layer_idx, rows)
-        out, window = conv_step(bx[rows.tokens], window, self.conv.weight[:, 0], self.conv.bias)
+        # in place: the gathered window (or the block of the pool this step shifts) is this step's
+        weight, bias = self.conv.weight[:, 0], self.conv.bias
+        out, window = conv_step(bx[rows.tokens], window, weight, bias, in_place=True)
         batch.state.scatter(self.layer_idx, rows, (window,))
         return out
 

@@ -177,15 +177,18 @@ def gated_delta_rule_chunks(
     states: torch.Tensor,
     plan: ChunkPlan,
     on_save: Callable[[int, torch.Tensor], None],
+    *,
+    in_place: bool = False,
 ) -> torch.Tensor:
     """The gated delta rule over the segments of several sequences at once, in float32.
 
     ``q``/``k``: ``[R, H, dk]``, ``v``: ``[R, H, dv]``, ``g``/``beta``: ``[R, H]`` over all token
     rows ``plan`` reads; ``states``: ``[B, H, dk, dv]``, each sequence's initial state in plan
-    order (left alone). The chunk-local work (decays, the triangular solves, intra-chunk scores)
-    runs for the chunks of every sequence together, `LOCAL_BLOCK` chunks per set of batched ops;
-    the carry then steps through the chunks with the sequences still running side by side,
-    calling ``on_save(key, state [H, dk, dv])`` where a segment ends on a save. Returns
+    order (left alone unless ``in_place``: then it is the carry's running state, for states the
+    caller owns, such as a gathered copy). The chunk-local work (decays, the triangular solves,
+    intra-chunk scores) runs for the chunks of every sequence together, `LOCAL_BLOCK` chunks per
+    set of batched ops; the carry then steps through the chunks with the sequences still running
+    side by side, calling ``on_save(key, state [H, dk, dv])`` where a segment ends on a save. Returns
     ``o [R, H, dv]``. Same math as `chunked_gated_delta_rule` per segment (a segment's zero
     padding writes and decays nothing).
     """
@@ -212,7 +215,7 @@ def gated_delta_rule_chunks(
         torch.mul(qb, cum.exp().unsqueeze(-1), out=q_dec[part])
         k_dec[part] = (kb_ * (cum[..., -1:] - cum).exp().unsqueeze(-1)).transpose(-1, -2)
         chunk_decay[part] = cum[..., -1].exp()[..., None, None]
-    state = states.clone()  # [B, H, dk, dv]: the running sequences are a prefix
+    state = states if in_place else states.clone()  # [B, H, dk, dv]: the running sequences are a prefix
     out = torch.empty_like(u_base)
     saves = list(plan.saves)
     for j, sl in enumerate(plan.step_slices()):

@@ -12,29 +12,43 @@ import torch
 
 
 def conv_step(
-    x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor,
+    window: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Depthwise causal conv of one new input per row, before any activation.
 
     ``x``: ``[S, C]``; ``window``: ``[S, C, K-1]`` (the previous K-1 inputs, oldest first);
     ``weight``: ``[C, K]``. Returns ``(out [S, C], new window [S, C, K-1])``, the new window
-    being the old one shifted left by the new input.
+    being the old one shifted left by the new input. ``window`` is left alone unless
+    ``in_place``: then it is shifted where it lies (in its own dtype) and returned, so a window
+    held in the state pool needs no copy back.
     """
-    window, weight = window.to(x.dtype), weight.to(x.dtype)
+    taps_in, weight = window.to(x.dtype), weight.to(x.dtype)
     # One multiply-add per tap, oldest first, instead of building the [S, C, K] window and
     # reducing its short last dimension: faster on CPU (and equal to the bit to that reduction,
     # which also adds the taps oldest first).
     taps = weight.shape[-1]
-    out = window[..., 0] * weight[:, 0] if taps > 1 else x * weight[:, 0]
+    out = taps_in[..., 0] * weight[:, 0] if taps > 1 else x * weight[:, 0]
     for j in range(1, taps - 1):
-        out += window[..., j] * weight[:, j]
+        out += taps_in[..., j] * weight[:, j]
     if taps > 1:
         out += x * weight[:, taps - 1]
     if bias is not None:
         out = out + bias.to(x.dtype)
     if taps == 1:  # no window to shift
         return out, window
-    return out, torch.cat([window[..., 1:], x.unsqueeze(-1)], dim=-1)
+    if not in_place:
+        return out, torch.cat([taps_in[..., 1:], x.unsqueeze(-1)], dim=-1)
+    # column by column, oldest first: each column is read before it is overwritten (a copy of
+    # overlapping slices in one call is refused)
+    for j in range(taps - 2):
+        window[..., j].copy_(window[..., j + 1])
+    window[..., -1].copy_(x)
+    return out, window
 
 
 def gated_delta_step(

@@ -99,11 +99,11 @@ class GatedDeltaNet(nn.Module):
         snapshot slots (mutates the pool); writes the rows of ``out``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
         step = qkv[rows.tokens]
-        mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None)
-        q, k, v = self._split_heads(F.silu(mixed))
-        tok = rows.tokens
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
+        mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None, in_place=True)
+        q, k, v = self._split_heads(F.silu(mixed))
+        tok = rows.tokens
         out[tok], rec = gated_delta_step(q, k, v, g[tok], beta[tok], rec.float(), in_place=True)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
@@ -148,7 +148,10 @@ class GatedDeltaNet(nn.Module):
                 batch.state.save(self.layer_idx, slot, (window, rec))
 
         q, k, v = self._split_heads(mixed)
-        out[tokens] = gated_delta_rule_chunks(q, k, v, g[tokens], beta[tokens], states.float(), plan, save)
+        # in place: `load_many` made the initial states this call's own
+        out[tokens] = gated_delta_rule_chunks(
+            q, k, v, g[tokens], beta[tokens], states.float(), plan, save, in_place=True
+        )
 
     def _chunk(self, segs: list[list[tuple[int, int, int | None]]], device: torch.device) -> int:
         """The kernel's chunk length for this round: chosen by the padded work on the CPU; the

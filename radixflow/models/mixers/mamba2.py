@@ -152,7 +152,8 @@ class Mamba2Mixer(nn.Module):
     def _initial_state(
         self, batch: ForwardBatch, slot: int | None, like: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(conv window in the activation dtype, float32 SSM state) restored from ``slot``."""
+        """(conv window in the activation dtype, float32 SSM state) restored from ``slot``: in
+        float32 the pool's own rows, read in place (the segment kernels leave them alone)."""
         state = batch.state.load(self.layer_idx, slot)
         if state is None:
             shapes = self.state_shapes()
@@ -222,11 +223,11 @@ class Mamba2Mixer(nn.Module):
         snapshot slots (mutates the pool); writes the rows of ``y``."""
         window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
         step = xbc[rows.tokens]  # [S, C]
-        conv, window = conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias)
-        xs, b, c = self._split_xbc(self.act(conv))
-        a = -torch.exp(self.A_log.float())
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
+        conv, window = conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias, in_place=True)
+        xs, b, c = self._split_xbc(self.act(conv))
+        a = -torch.exp(self.A_log.float())
         out, h = ssd_step(xs, self._dt(dt[rows.tokens]), a, b, c, h.float(), in_place=True)
         out = out + self.D.float()[:, None] * xs
         y[rows.tokens] = out.reshape(len(rows), -1)

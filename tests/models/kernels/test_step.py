@@ -93,3 +93,16 @@ def test_conv_step_shifts_the_window_like_the_chunked_conv(kernel: int) -> None:
         want, padded = causal_conv(x[r : r + 1], window[r], weight)  # silu(conv), no bias
         assert (F.silu(out[r] - bias) - want[0]).abs().max() < 1e-6
         assert torch.equal(new_window[r], padded[:, 1:])
+
+
+@pytest.mark.parametrize("kernel", [1, 2, 4])
+def test_conv_step_in_place_shifts_the_window_where_it_lies(kernel: int) -> None:
+    g = torch.Generator().manual_seed(10 + kernel)
+    chans = 6
+    x = torch.randn(3, chans, generator=g)
+    window = torch.randn(3, chans, kernel - 1, generator=g)
+    weight = torch.randn(chans, kernel, generator=g)
+    out, new_window = conv_step(x, window.clone(), weight, None)
+    out2, same = conv_step(x, window, weight, None, in_place=True)
+    assert same.data_ptr() == window.data_ptr()
+    assert torch.equal(out2, out) and torch.equal(window, new_window)

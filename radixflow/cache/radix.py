@@ -105,20 +105,22 @@ class RadixCache:
 
     # ----------------------------------------------------------------- matching
     def match(self, namespace: str, tokens: Sequence[int], limit: int, touch: bool = True) -> Match:
-        """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
+        """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock
+        and counts a hit on each of its nodes."""
         bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
         root = self.tree.find_root(namespace)
         if root is None:  # the namespace holds nothing (a lookup makes no namespace)
             return Match(0, 0, True, None, None, None)
-        node, pos = root, 0
+        node, pos, clock = root, 0, self.evictor.policy.clock
         best: Node | None = None
         while pos < len(tokens):
             child = node.children.get(tokens[pos : pos + bs])
             if child is None or not child.materialized:
                 break
             if touch:
-                child.last_used = self._tick
+                child.last_used, child.aged = self._tick, clock
+                child.hits += 1
             shared = common_blocks(child.key, tokens, pos, bs)
             pos += shared * bs
             if shared * bs < len(child.key):
@@ -250,8 +252,9 @@ class RadixCache:
         path = self.tree.path(namespace, tokens, nblocks, cuts)
         self._tick += 1
         adopted, made, wanted = 0, {}, set(checkpoints)
+        clock = self.evictor.policy.clock
         for node in path:
-            node.last_used = self._tick
+            node.last_used, node.aged = self._tick, clock  # no hit: a chunk is no new request
             if node.end <= start:
                 continue
             if not node.materialized:
@@ -302,7 +305,7 @@ class RadixCache:
             for node in closed.pending:
                 if node.checkpoint is not None and node.checkpoint.producer == producer:
                     self.tree.drop_checkpoint(node)
-                    self.evictor.offer(node)
+                    self.evictor.checkpoint_dropped(node)
             fresh.extend(closed.adopted)
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
             assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"

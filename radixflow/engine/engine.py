@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from radixflow.cache.digest import CheckpointDigest
-from radixflow.cache.eviction import make_eviction_policy
+from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner, generation_room
@@ -71,8 +71,14 @@ class Engine:
             same_round_state=model.same_round_state and model.has_recurrent,
             eos_token_ids=model.eos_token_ids,
         )
+        sizes = EntrySizes(  # unknown sizes (0) count as one byte: tokens alone decide then
+            max(model.kv_bytes_per_token, 1), max(model.checkpoint_bytes, 1), config.has_recurrent
+        )
         self.cache = RadixCache(
-            config.block_size, config.num_blocks, config.num_state_slots, make_eviction_policy(eviction)
+            config.block_size,
+            config.num_blocks,
+            config.num_state_slots,
+            make_eviction_policy(eviction, sizes),
         )
         scheduling = make_policy(policy)
         self.placement = (placement or scheduling.placement) if config.has_recurrent else "none"

@@ -7,7 +7,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from radixflow.cache import RadixCache, Readiness
+from radixflow.cache import EVICTION_POLICIES, RadixCache, Readiness
+from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.integrity import IntegrityError
 from radixflow.cache.node import Node
 
@@ -237,9 +238,12 @@ class CacheMachine(RuleBasedStateMachine):
     registered = Bundle("registered")
     running = Bundle("running")
 
+    BLOCKS, SLOTS, EVICTION = 24, 6, "lru"
+
     def __init__(self) -> None:
         super().__init__()
-        self.cache = RadixCache(BS, num_blocks=24, num_slots=6)
+        policy = make_eviction_policy(self.EVICTION, EntrySizes(kv_bytes_per_token=3, checkpoint_bytes=40))
+        self.cache = RadixCache(BS, num_blocks=self.BLOCKS, num_slots=self.SLOTS, eviction=policy)
         self.computed: dict[str, set[tuple[int, ...]]] = {ns: set() for ns in NAMESPACES}
         self.n = 0
 
@@ -282,7 +286,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache.unlock(handle)
         self.cache.free_blocks(blocks)
 
-    @rule(blocks=st.integers(0, 24), slots=st.integers(0, 6))
+    @rule(blocks=st.integers(0, 24), slots=st.integers(0, 6))  # beyond capacity: refused
     def evict(self, blocks, slots):
         self.cache.reserve(blocks, slots)
 
@@ -314,3 +318,13 @@ def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 CacheMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestCacheMachine = CacheMachine.TestCase
+
+
+class ScarceCacheMachine(CacheMachine):
+    """The same rules with every eviction policy over a cache that holds little: most steps evict."""
+
+
+for _name in EVICTION_POLICIES:
+    _machine = type(f"Scarce_{_name}", (ScarceCacheMachine,), {"BLOCKS": 8, "SLOTS": 2, "EVICTION": _name})
+    _machine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+    globals()[f"TestScarceCacheMachine_{_name.replace('-', '_')}"] = _machine.TestCase

@@ -320,6 +320,11 @@ class RadixCache:
         """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
         return self.evictor.free_slots_upto(n)
 
+    @property
+    def free_slots(self) -> int:
+        """State slots free now, without evicting anything. Pure."""
+        return self.slots.free
+
     # ----------------------------------------------------------------- accounting
     def usage(self) -> CacheUsage:
         tree = [n for n in self.tree.nodes() if n.blocks]

@@ -14,6 +14,7 @@ from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner, generation_room
 from radixflow.problems import Problem
+from radixflow.scheduler.admission import make_admission
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
@@ -53,11 +54,13 @@ class Engine:
         policy: str,
         placement: str | None,
         eviction: str,
+        admission: str,
         round_history: int | None = None,
         events: EngineEvents | None = None,
     ) -> None:
-        """No defaults of its own: ``policy``, ``placement`` and ``eviction`` come from the
-        `EngineOptions` that declare them (`radixflow.options.build.new_engine`).
+        """No defaults of its own: ``policy``, ``placement``, ``eviction`` and ``admission`` (which
+        wanted checkpoints may evict cached ones) come from the `EngineOptions` that declare them
+        (`radixflow.options.build.new_engine`).
         ``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
         long-running server keeps a window and aggregates each returned record itself).
         ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody).
@@ -89,6 +92,7 @@ class Engine:
             make_placement(self.placement),
             predict=getattr(runner, "round_predictor", None),  # runners that predict nothing omit it
             events=events,
+            admission=make_admission(admission),
         )
         self.now = 0.0
         self.rounds: deque[RoundRecord] = deque(maxlen=round_history)  # worker call succeeded

@@ -147,6 +147,21 @@ class Evictor:
             self.kv_victims.offer(node)
             self.state_victims.offer(node)
 
+    def checkpoint_added(self, node: Node) -> None:
+        """A checkpoint appeared on ``node``: for a policy that values a checkpoint by the tokens
+        since the one above it, the nearest checkpoints below now save less: queue them at their
+        new priority (a walk down to them, through materialized nodes only)."""
+        if not self.policy.coupled:
+            return
+        stack = [c for c in node.children.values() if c.materialized]
+        while stack:
+            below = stack.pop()
+            if below.checkpoint is not None:
+                self.kv_victims.requeue(below)
+                self.state_victims.requeue(below)
+            else:
+                stack.extend(c for c in below.children.values() if c.materialized)
+
     def checkpoint_dropped(self, node: Node) -> None:
         """``node`` lost its checkpoint and kept its KV, which may be worth less now: queue it at
         its new priority (a policy that values KV by the checkpoint on it lowers it)."""

@@ -48,9 +48,12 @@ class EntrySizes:
 
 class EvictionPolicy(Protocol):
     name: str
-    # The inflation clock (GreedyDual's L): the cache stamps it on a node as ``Node.aged`` whenever
-    # it touches the node. It never decreases.
+    # The inflation clock (GreedyDual's L): the cache stamps it on a node as ``Node.aged`` when a
+    # request resumes there or computes it. It never decreases.
     clock: float
+    # Whether an entry's priority depends on the checkpoints above it (then a checkpoint added
+    # above lowers it, and the cache requeues the entries below: a walk it spares other policies).
+    coupled: bool
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
         """Sort key of ``node``'s entry of ``kind``; the smallest is evicted first. Pure.
@@ -70,6 +73,7 @@ class LRU:
 
     name = "lru"
     clock = 0.0  # never advances: recency is ``last_used`` alone
+    coupled = False
 
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         pass  # sizes play no part in recency
@@ -90,14 +94,17 @@ class CostPerByte:
     with L the inflation clock when it was last touched: each eviction raises the clock to the
     victim's H, so an entry untouched for long falls behind newer ones without any key decreasing.
 
-    Cost is the prompt tokens the entry saves. A checkpoint saves its whole prefix (``end``
-    tokens). A KV leaf of a hybrid model is worth the checkpoint on it, lost with it, and nothing
-    without one: no request can resume inside KV that no checkpoint closes. Without recurrent
-    layers, a KV leaf is worth its own tokens (resuming anywhere), so every KV byte weighs alike
-    and hits and recency decide.
+    Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
+    above it to its own position (a request resumes there instead). A KV leaf of a hybrid model
+    is worth the checkpoint on it, lost with it, and nothing without one: no request can resume
+    inside KV that no checkpoint closes (and a checkpoint cannot outlive its KV). Without
+    recurrent layers, a KV leaf is worth its own tokens (resuming anywhere), so every KV byte
+    weighs alike and hits and recency decide. Hits count where matches resume, not the nodes
+    they pass through.
     """
 
     name = "cost-per-byte"
+    coupled = True
 
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         self.sizes = sizes or EntrySizes()
@@ -107,18 +114,26 @@ class CostPerByte:
         """Tokens saved per byte held by ``node``'s entry of ``kind``, per hit. Pure."""
         sizes = self.sizes
         if kind is EntryKind.CHECKPOINT:
-            return node.end / sizes.checkpoint_bytes
+            return _since_checkpoint_above(node) / sizes.checkpoint_bytes
         if not sizes.recurrent:
             return 1 / sizes.kv_bytes_per_token
         if node.checkpoint is None:
             return 0.0
-        return node.end / sizes.bytes(node, kind)
+        return _since_checkpoint_above(node) / sizes.bytes(node, kind)
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
         return (node.aged + node.hits * self.value(node, kind), node.last_used)
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
         self.clock = max(self.clock, self.priority(node, kind)[0])
+
+
+def _since_checkpoint_above(node: Node) -> int:
+    """Tokens from the nearest checkpoint above ``node`` (or the start) to ``node``'s end. Pure."""
+    above = node.parent
+    while above is not None and above.checkpoint is None:
+        above = above.parent
+    return node.end - (above.end if above is not None else 0)
 
 
 EVICTION_POLICIES: dict[str, Callable[[EntrySizes | None], EvictionPolicy]] = {

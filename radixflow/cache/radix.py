@@ -106,21 +106,21 @@ class RadixCache:
     # ----------------------------------------------------------------- matching
     def match(self, namespace: str, tokens: Sequence[int], limit: int, touch: bool = True) -> Match:
         """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock
-        and counts a hit on each of its nodes."""
+        and counts a hit where the prompt would resume (the deepest checkpoint on the path, else
+        the deepest node): an entry a match only passes through is not what it reuses."""
         bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
         root = self.tree.find_root(namespace)
         if root is None:  # the namespace holds nothing (a lookup makes no namespace)
             return Match(0, 0, True, None, None, None)
-        node, pos, clock = root, 0, self.evictor.policy.clock
+        node, pos = root, 0
         best: Node | None = None
         while pos < len(tokens):
             child = node.children.get(tokens[pos : pos + bs])
             if child is None or not child.materialized:
                 break
             if touch:
-                child.last_used, child.aged = self._tick, clock
-                child.hits += 1
+                child.last_used = self._tick
             shared = common_blocks(child.key, tokens, pos, bs)
             pos += shared * bs
             if shared * bs < len(child.key):
@@ -128,6 +128,10 @@ class RadixCache:
             node = child
             if node.checkpoint is not None:
                 best = node
+        resumes = best or (node if node is not root else None)
+        if touch and resumes is not None:
+            resumes.hits += 1
+            resumes.aged = self.evictor.policy.clock
         ckpt = best.checkpoint if best is not None else None
         return Match(
             kv_tokens=pos,
@@ -254,7 +258,9 @@ class RadixCache:
         adopted, made, wanted = 0, {}, set(checkpoints)
         clock = self.evictor.policy.clock
         for node in path:
-            node.last_used, node.aged = self._tick, clock  # no hit: a chunk is no new request
+            node.last_used = self._tick
+            if node.end > start:  # computed now: enters the policy's order at the clock (no hit)
+                node.aged = clock
             if node.end <= start:
                 continue
             if not node.materialized:
@@ -267,6 +273,7 @@ class RadixCache:
                 slot = self.slots.take(1)[0]
                 node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
                 self.journal.add_pending(producer, node)
+                self.evictor.checkpoint_added(node)
                 made[node.end] = slot
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
@@ -282,6 +289,8 @@ class RadixCache:
             self.slots.give([slot])
             return
         node.checkpoint = Checkpoint(slot, Readiness.READY, None)
+        node.aged = self.evictor.policy.clock
+        self.evictor.checkpoint_added(node)
         self.evictor.offer(node)
 
     def commit(self, producer: str) -> None:

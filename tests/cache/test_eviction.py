@@ -34,16 +34,16 @@ def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int],
     cache.check_integrity()
 
 
-def kv_ends(cache: RadixCache) -> set[tuple[str, int]]:
-    """(namespace, end) of every node holding KV."""
-    found, stack = set(), [(ns, root) for ns, root in cache.tree.named_roots()]
+def kv_ends(cache: RadixCache) -> list[tuple[str, int]]:
+    """(namespace, end) of every node holding KV, sorted."""
+    found, stack = [], [(ns, root) for ns, root in cache.tree.named_roots()]
     while stack:
         ns, top = stack.pop()
         for child in top.children.values():
             if child.materialized:
-                found.add((ns, child.end))
+                found.append((ns, child.end))
             stack.append((ns, child))
-    return found
+    return sorted(found)
 
 
 def ends_with_checkpoint(cache: RadixCache) -> set[int]:
@@ -81,15 +81,18 @@ def test_a_cheap_checkpoint_goes_before_an_expensive_one_even_when_used_last(pol
 
 
 @pytest.mark.parametrize(
-    ("policy", "left"), [("lru", {("a", 64), ("b", 64)}), ("cost-per-byte", {("a", 64), ("a", 72)})]
+    ("policy", "left"),
+    [("lru", [("a", 64), ("a", 72), ("b", 64)]), ("cost-per-byte", [("a", 64), ("a", 72), ("a", 72)])],
 )
 def test_a_big_cheap_kv_leaf_goes_before_a_small_expensive_one(policy, left):
-    # Namespace a: 64 tokens with a checkpoint at 64, then a one-block leaf [64, 72) with a
-    # checkpoint at 72 (older). Namespace b: an eight-block leaf with a checkpoint at 64 (newer).
-    # Freeing one block: LRU takes a's small leaf, the oldest; cost-per-byte takes b's, which
-    # saves fewer tokens per byte held.
-    cache = new_cache(policy, blocks=17, slots=3)
-    serve(cache, "a", seq(100, 72), [64, 72], "small")
+    # Namespace a (older): two prompts sharing 64 tokens with no checkpoint there, each ending in
+    # a one-block leaf with a checkpoint at 72: evicting one loses 72 tokens for 8 tokens of KV.
+    # Namespace b (newer): an eight-block leaf with a checkpoint at 64: 64 tokens for 64 of KV.
+    # Freeing one block: LRU takes a's oldest leaf; cost-per-byte takes b's, which saves fewer
+    # tokens per byte held.
+    cache = new_cache(policy, blocks=18, slots=3)
+    serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    serve(cache, "a", seq(100, 64) + seq(600, 8), [72], "a2")
     serve(cache, "b", seq(300, 64), [64], "big")
     assert cache.reserve(cache.kv.free + 1, 0)
     assert kv_ends(cache) == left
@@ -158,3 +161,28 @@ def test_without_recurrent_layers_every_kv_byte_weighs_alike():
     assert policy.priority(short, EntryKind.KV) == policy.priority(long, EntryKind.KV)
     hybrid = CostPerByte(SIZES)
     assert hybrid.priority(long, EntryKind.KV) == (0.0, 0)  # a hybrid model cannot resume in it
+
+
+@pytest.mark.parametrize(("policy", "gone"), [("lru", ("c", 32)), ("cost-per-byte", ("a", 72))])
+def test_a_checkpoint_saves_only_the_tokens_since_the_one_above(policy, gone):
+    # c: a checkpoint at 32 (oldest). a1: one at 72 over 64 shared tokens; a2 then adds one at
+    # 64, the branch point, above a1's: a1's now saves 8 tokens, not 72, and goes first.
+    cache = new_cache(policy, blocks=32, slots=4)
+    serve(cache, "c", seq(900, 32), [32], "c")
+    serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    serve(cache, "a", seq(100, 64) + seq(600, 8), [64, 72], "a2")
+    before = sorted((ns, n.end) for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint)
+    assert cache.free_slots_upto(1) == 1
+    cache.check_integrity()
+    after = sorted((ns, n.end) for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint)
+    assert len(after) == len(before) - 1
+    assert before.count(gone) - after.count(gone) == 1
+
+
+def _walk(root: Node) -> list[Node]:
+    out, stack = [], list(root.children.values())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out

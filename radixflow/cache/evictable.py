@@ -59,6 +59,7 @@ class EvictionQueue:
         else:  # eligible or not: it may become so again, and must not be found at its old key then
             heapq.heappush(self._heap, (self._priority(node), node.id, next(self._seq), node))
             self.stale += 1
+            self._compact()
 
     def pop(self) -> Node | None:
         """Remove and return the eligible node with the smallest priority; None if there is none."""
@@ -84,6 +85,10 @@ class EvictionQueue:
             return
         self._queued.discard(node.id)
         self.stale += 1
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap without stale entries once they are half of it (mutates the heap)."""
         if self.stale > max(len(self._heap) // 2, self.SLACK):
             self._heap = list(self.stored().values())  # each queued node's smallest entry
             heapq.heapify(self._heap)
@@ -161,6 +166,16 @@ class Evictor:
                 self.state_victims.requeue(below)
             else:
                 stack.extend(c for c in below.children.values() if c.materialized)
+
+    def demand_dropped(self, node: Node) -> None:
+        """A registered prompt through ``node`` and its ancestors is gone: for a policy that counts
+        waiting prompts as future hits, the checkpoints among them are worth less now."""
+        if not self.policy.coupled:
+            return
+        for above in node.ancestors():
+            if above.checkpoint is not None:
+                self.kv_victims.requeue(above)
+                self.state_victims.requeue(above)
 
     def checkpoint_dropped(self, node: Node) -> None:
         """``node`` lost its checkpoint and kept its KV, which may be worth less now: queue it at

@@ -51,8 +51,9 @@ class EvictionPolicy(Protocol):
     # The inflation clock (GreedyDual's L): the cache stamps it on a node as ``Node.aged`` when a
     # request resumes there or computes it. It never decreases.
     clock: float
-    # Whether an entry's priority depends on the checkpoints above it (then a checkpoint added
-    # above lowers it, and the cache requeues the entries below: a walk it spares other policies).
+    # Whether an entry's priority depends on the tree around it (the checkpoints above it, the
+    # prompts waiting through it): then the cache requeues the entries a change lowers, walks it
+    # spares other policies.
     coupled: bool
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
@@ -89,18 +90,19 @@ class CostPerByte:
     """Evicts what costs least to recompute per byte freed, weighed by frequency and recency:
     GreedyDual-Size-Frequency (Cherkasova, 1998). An entry's key is
 
-        H = L + hits * cost / bytes
+        H = L + (hits + waiting) * cost / bytes
 
-    with L the inflation clock when it was last touched: each eviction raises the clock to the
-    victim's H, so an entry untouched for long falls behind newer ones without any key decreasing.
+    with L the inflation clock when a request last resumed there (or computed it): each eviction
+    raises the clock to the victim's H, so an entry unused for long falls behind newer ones. Hits
+    are requests that resumed there; waiting, the registered prompts through it (``demand``):
+    hits to come.
 
     Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
     above it to its own position (a request resumes there instead). A KV leaf of a hybrid model
     is worth the checkpoint on it, lost with it, and nothing without one: no request can resume
     inside KV that no checkpoint closes (and a checkpoint cannot outlive its KV). Without
     recurrent layers, a KV leaf is worth its own tokens (resuming anywhere), so every KV byte
-    weighs alike and hits and recency decide. Hits count where matches resume, not the nodes
-    they pass through.
+    weighs alike and hits and recency decide.
     """
 
     name = "cost-per-byte"
@@ -122,7 +124,7 @@ class CostPerByte:
         return _since_checkpoint_above(node) / sizes.bytes(node, kind)
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
-        return (node.aged + node.hits * self.value(node, kind), node.last_used)
+        return (node.aged + (node.hits + node.demand) * self.value(node, kind), node.last_used)
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
         self.clock = max(self.clock, self.priority(node, kind)[0])

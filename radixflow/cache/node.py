@@ -43,7 +43,7 @@ class Node:
     demand: int = 0
     ends: int = 0
     last_used: int = 0
-    hits: int = 1  # matches that reached this node, counting the request that made it
+    hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
     aged: float = 0.0  # the eviction policy's inflation clock when this node was last touched
     live_children: int = 0  # children that are materialized (0: a KV leaf)
     published_by: str | None = None  # producer whose current, uncommitted round wrote this KV

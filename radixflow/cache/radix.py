@@ -66,6 +66,7 @@ class RadixCache:
         end.ends -= 1
         for node in end.ancestors():
             node.demand -= 1
+        self.evictor.demand_dropped(end)
         for node in end.ancestors():
             if node.demand == 0 and not node.materialized:
                 self.tree.remove(node)  # the last one may take its namespace with it
@@ -105,9 +106,7 @@ class RadixCache:
 
     # ----------------------------------------------------------------- matching
     def match(self, namespace: str, tokens: Sequence[int], limit: int, touch: bool = True) -> Match:
-        """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock
-        and counts a hit where the prompt would resume (the deepest checkpoint on the path, else
-        the deepest node): an entry a match only passes through is not what it reuses."""
+        """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
         bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
         root = self.tree.find_root(namespace)
@@ -128,10 +127,6 @@ class RadixCache:
             node = child
             if node.checkpoint is not None:
                 best = node
-        resumes = best or (node if node is not root else None)
-        if touch and resumes is not None:
-            resumes.hits += 1
-            resumes.aged = self.evictor.policy.clock
         ckpt = best.checkpoint if best is not None else None
         return Match(
             kv_tokens=pos,
@@ -141,6 +136,14 @@ class RadixCache:
             checkpoint_slot=ckpt.slot if ckpt is not None else None,
             handle=NodeHandle(best.id) if best is not None else None,
         )
+
+    def resumed(self, handle: NodeHandle | None) -> None:
+        """A request starts from ``handle``'s node (None: from scratch): a hit there, counted once
+        per request (a waiting request is matched every round it waits), at the eviction clock."""
+        if handle is not None:
+            node = self.tree.lookup(handle)
+            node.hits += 1
+            node.aged = self.evictor.policy.clock
 
     def kv_handle(self, namespace: str, tokens: Sequence[int], upto: int) -> NodeHandle | None:
         """Handle of the materialized node ending exactly at ``upto`` (splitting if needed)."""

@@ -262,6 +262,7 @@ class CacheMachine(RuleBasedStateMachine):
         if m.blocked:
             return None
         self.cache.lock(m.handle)
+        self.cache.resumed(m.handle)
         start, end = m.checkpoint_tokens, len(tokens)
         ckpts = sorted({p for p in (start + BS * cut, end // BS * BS) if start < p <= end and p % BS == 0})
         need = -(-end // BS) - start // BS

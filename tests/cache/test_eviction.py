@@ -34,6 +34,13 @@ def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int],
     cache.check_integrity()
 
 
+def resume(cache: RadixCache, ns: str, tokens: tuple[int, ...], at: int) -> None:
+    """A request over ``tokens`` starts from the checkpoint at ``at`` (a hit there)."""
+    match = cache.match(ns, tokens, len(tokens))
+    assert match.checkpoint_tokens == at
+    cache.resumed(match.handle)
+
+
 def kv_ends(cache: RadixCache) -> list[tuple[str, int]]:
     """(namespace, end) of every node holding KV, sorted."""
     found, stack = [], [(ns, root) for ns, root in cache.tree.named_roots()]
@@ -109,7 +116,7 @@ def test_a_kv_leaf_whose_checkpoint_is_gone_goes_first(policy, survivor):
     cache = new_cache(policy, blocks=10, slots=2)
     serve(cache, "a", seq(100, 64), [64], "a")
     serve(cache, "b", seq(300, 16), [16], "b")
-    assert cache.match("b", seq(300, 16) + (1,), 17).checkpoint_tokens == 16
+    resume(cache, "b", seq(300, 16) + (1,), 16)
     leaf = {ns: root for ns, root in cache.tree.named_roots()}
     a, b = (next(iter(leaf[ns].children.values())) for ns in "ab")
     kv = cache.evictor.kv_victims
@@ -127,13 +134,16 @@ def test_a_kv_leaf_whose_checkpoint_is_gone_goes_first(policy, survivor):
 
 @pytest.mark.parametrize(("policy", "kept"), [("lru", 16), ("cost-per-byte", 8)])
 def test_hits_outweigh_recency_until_the_clock_moves_on(policy, kept):
-    # A checkpoint at 8 matched three times, then one at 16 computed: 3 x 8 tokens saved beats
-    # 1 x 16, so cost-per-byte keeps the older, frequently used one; LRU keeps the newer.
+    # A checkpoint at 8 resumed from twice (three hits with the request that made it), then one
+    # at 16 computed and matched often, never resumed from: 3 x 8 tokens saved beats 1 x 16, so
+    # cost-per-byte keeps the older, frequently used one; LRU keeps the newer.
     cache = new_cache(policy, blocks=8, slots=2)
     serve(cache, "a", seq(100, 8), [8], "hot")
     for _ in range(2):
-        assert cache.match("a", seq(100, 8) + (1,), 9).checkpoint_tokens == 8
+        resume(cache, "a", seq(100, 8) + (1,), 8)
     serve(cache, "b", seq(300, 16), [16], "cold")
+    for _ in range(5):  # a waiting prompt is matched every round it waits: no hit until it starts
+        assert cache.match("b", seq(300, 16) + (1,), 17).checkpoint_tokens == 16
     assert cache.free_slots_upto(1) == 1
     assert ends_with_checkpoint(cache) == {kept}
     cache.check_integrity()
@@ -186,3 +196,17 @@ def _walk(root: Node) -> list[Node]:
         out.append(node)
         stack.extend(node.children.values())
     return out
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("lru", "b"), ("cost-per-byte", "a")])
+def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, kept):
+    # Two checkpoints saving as much: a's older, b's newer; a prompt waits through a's. Once it
+    # is gone (unregistered), a's checkpoint is worth what it was before.
+    cache = new_cache(policy, blocks=8, slots=2)
+    serve(cache, "a", seq(100, 16), [16], "a")
+    serve(cache, "b", seq(300, 16), [16], "b")
+    waiting = cache.register("a", seq(100, 16) + seq(700, 8))
+    assert cache.free_slots_upto(1) == 1
+    assert {ns for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint} == {kept}
+    cache.unregister(waiting)
+    cache.check_integrity()

@@ -172,10 +172,10 @@ class Evictor:
         waiting prompts as future hits, the checkpoints among them are worth less now."""
         if not self.policy.coupled:
             return
-        for above in node.ancestors():
-            if above.checkpoint is not None:
-                self.kv_victims.requeue(above)
-                self.state_victims.requeue(above)
+        for above in node.ancestors():  # a node not queued gets its current priority when offered
+            for queue in (self.kv_victims, self.state_victims):
+                if queue.queued(above):
+                    queue.requeue(above)
 
     def checkpoint_dropped(self, node: Node) -> None:
         """``node`` lost its checkpoint and kept its KV, which may be worth less now: queue it at

@@ -238,11 +238,12 @@ class CacheMachine(RuleBasedStateMachine):
     registered = Bundle("registered")
     running = Bundle("running")
 
-    BLOCKS, SLOTS, EVICTION = 24, 6, "lru"
+    BLOCKS, SLOTS, EVICTION, RECURRENT = 24, 6, "lru", True
 
     def __init__(self) -> None:
         super().__init__()
-        policy = make_eviction_policy(self.EVICTION, EntrySizes(kv_bytes_per_token=3, checkpoint_bytes=40))
+        sizes = EntrySizes(kv_bytes_per_token=3, checkpoint_bytes=40, recurrent=self.RECURRENT)
+        policy = make_eviction_policy(self.EVICTION, sizes)
         self.cache = RadixCache(BS, num_blocks=self.BLOCKS, num_slots=self.SLOTS, eviction=policy)
         self.computed: dict[str, set[tuple[int, ...]]] = {ns: set() for ns in NAMESPACES}
         self.n = 0
@@ -326,6 +327,9 @@ class ScarceCacheMachine(CacheMachine):
 
 
 for _name in EVICTION_POLICIES:
-    _machine = type(f"Scarce_{_name}", (ScarceCacheMachine,), {"BLOCKS": 8, "SLOTS": 2, "EVICTION": _name})
-    _machine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
-    globals()[f"TestScarceCacheMachine_{_name.replace('-', '_')}"] = _machine.TestCase
+    for _recurrent in (True, False):  # sizes of a hybrid model, and of one that resumes anywhere
+        _label = f"{_name.replace('-', '_')}{'' if _recurrent else '_attention'}"
+        _attrs = {"BLOCKS": 8, "SLOTS": 2, "EVICTION": _name, "RECURRENT": _recurrent}
+        _machine = type(f"Scarce_{_label}", (ScarceCacheMachine,), _attrs)
+        _machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+        globals()[f"TestScarceCacheMachine_{_label}"] = _machine.TestCase

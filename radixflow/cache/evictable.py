@@ -1,7 +1,7 @@
 """What may be evicted, and the queues it is evicted from: the next victim in O(log n), never a
 tree scan.
 
-A queue is a lazy min-heap over tree nodes holding at most one entry per node. The cache offers a
+A queue is a lazy min-heap over tree nodes, one valid entry per queued node. The cache offers a
 node whenever it may have become evictable (unlock to zero, commit, a child evicted, ...); entries
 are checked when popped: a node that is gone or no longer eligible is dropped, and one whose
 priority moved since it was pushed (a match touched it) goes back with its current priority.
@@ -180,7 +180,10 @@ class Evictor:
     def checkpoint_dropped(self, node: Node) -> None:
         """``node`` lost its checkpoint and kept its KV, which may be worth less now: queue it at
         its new priority (a policy that values KV by the checkpoint on it lowers it)."""
-        self.kv_victims.requeue(node)
+        if self.policy.coupled:
+            self.kv_victims.requeue(node)
+        else:
+            self.kv_victims.offer(node)
 
     def drop_kv(self, node: Node) -> None:
         """Free ``node``'s KV and checkpoint now (`Tree.drop_kv`: may prune it) and queue its parent,

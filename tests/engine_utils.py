@@ -28,10 +28,12 @@ def new_engine(
     placement: str | None = None,
     round_history: int | None = None,
     events: EngineEvents | None = None,
+    eviction: str | None = None,
 ) -> Engine:
     """An engine over a hand-built runner and config, through the one builder: what a test leaves
     out is `EngineOptions`' default (the engine has none of its own)."""
-    return build.new_engine(runner, config, EngineOptions(), policy, placement, round_history, events)
+    options = EngineOptions() if eviction is None else EngineOptions(eviction=eviction)
+    return build.new_engine(runner, config, options, policy, placement, round_history, events)
 
 
 @dataclass(frozen=True)

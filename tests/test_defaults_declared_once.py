@@ -144,7 +144,7 @@ def test_a_copied_default_is_caught(tmp_path):
 
 def test_the_engine_has_no_defaults_of_its_own():
     params = inspect.signature(Engine).parameters
-    for name in ("policy", "placement", "eviction"):
+    for name in ("policy", "placement", "eviction", "admission"):
         assert params[name].default is inspect.Parameter.empty
 
 

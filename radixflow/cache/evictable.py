@@ -1,25 +1,25 @@
 """What may be evicted, and the queues it is evicted from: the next victim in O(log n), never a
 tree scan.
 
-A queue is a lazy min-heap over tree nodes holding at most one entry per node. The cache offers a
+A queue is a lazy min-heap over tree nodes, one valid entry per queued node. The cache offers a
 node whenever it may have become evictable (unlock to zero, commit, a child evicted, ...); entries
 are checked when popped: a node that is gone or no longer eligible is dropped, and one whose
 priority moved since it was pushed (a match touched it) goes back with its current priority.
-Stored priorities never exceed current ones (touches only raise ``last_used``), so the first valid
-pop is the true minimum: the same victim a full rebuild of the heap would choose.
+Stored priorities never exceed current ones (touches only raise them; a change of the tree that
+lowers one queues the node again at its new priority, `requeue`), so the first valid pop is the
+true minimum: the same victim a full rebuild of the heap would choose.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable
 
-from radixflow.cache.eviction import EvictionPolicy
+from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority
 from radixflow.cache.node import Node
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import Readiness
-
-Priority = tuple[int, ...]
 
 
 class EvictionQueue:
@@ -38,21 +38,34 @@ class EvictionQueue:
         self._eligible = eligible  # may this node be evicted now?
         self._priority = priority  # smallest first
         self._live = live  # is the node still in the tree?
-        self._heap: list[tuple[Priority, int, Node]] = []
+        # (priority, node id, push sequence, node): ties go by node id, and the sequence keeps two
+        # entries of one node apart without comparing nodes
+        self._heap: list[tuple[Priority, int, int, Node]] = []
+        self._seq = itertools.count()
         self._queued: set[int] = set()  # ids of nodes with an entry in the heap
-        self.stale = 0  # entries of forgotten nodes still in the heap
+        self.stale = 0  # entries of forgotten nodes, and superseded ones (`requeue`), still in the heap
 
     def offer(self, node: Node) -> None:
         """Queue ``node`` if it is eligible and not queued yet (mutates the heap)."""
         if node.id not in self._queued and self._eligible(node):
-            heapq.heappush(self._heap, (self._priority(node), node.id, node))
+            heapq.heappush(self._heap, (self._priority(node), node.id, next(self._seq), node))
             self._queued.add(node.id)
+
+    def requeue(self, node: Node) -> None:
+        """``node``'s priority may have dropped: queue it (again) at its current priority. A node
+        already queued gets a second entry, the first then counted stale (mutates the heap)."""
+        if node.id not in self._queued:
+            self.offer(node)
+        else:  # eligible or not: it may become so again, and must not be found at its old key then
+            heapq.heappush(self._heap, (self._priority(node), node.id, next(self._seq), node))
+            self.stale += 1
+            self._compact()
 
     def pop(self) -> Node | None:
         """Remove and return the eligible node with the smallest priority; None if there is none."""
         while self._heap:
-            key, nid, node = heapq.heappop(self._heap)
-            if nid not in self._queued:  # forgotten: counted stale until now
+            key, nid, _, node = heapq.heappop(self._heap)
+            if nid not in self._queued:  # forgotten or superseded: counted stale until now
                 self.stale -= 1
                 continue
             if not self._live(node) or not self._eligible(node):
@@ -60,7 +73,7 @@ class EvictionQueue:
                 continue
             current = self._priority(node)
             if current != key:
-                heapq.heappush(self._heap, (current, nid, node))
+                heapq.heappush(self._heap, (current, nid, next(self._seq), node))
                 continue
             self._queued.discard(nid)
             return node
@@ -72,10 +85,27 @@ class EvictionQueue:
             return
         self._queued.discard(node.id)
         self.stale += 1
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap without stale entries once they are half of it (mutates the heap)."""
         if self.stale > max(len(self._heap) // 2, self.SLACK):
-            self._heap = [entry for entry in self._heap if entry[1] in self._queued]
+            self._heap = list(self.stored().values())  # each queued node's smallest entry
             heapq.heapify(self._heap)
             self.stale = 0
+
+    def stored(self) -> dict[int, tuple[Priority, int, int, Node]]:
+        """Each queued node's smallest heap entry, by node id (a full pass: for checks). Pure."""
+        smallest: dict[int, tuple[Priority, int, int, Node]] = {}
+        for entry in self._heap:
+            nid = entry[1]
+            if nid in self._queued and (nid not in smallest or entry < smallest[nid]):
+                smallest[nid] = entry
+        return smallest
+
+    def priority(self, node: Node) -> Priority:
+        """``node``'s current priority in this queue. Pure."""
+        return self._priority(node)
 
     def queued(self, node: Node) -> bool:
         return node.id in self._queued
@@ -112,11 +142,9 @@ class Evictor:
     def __init__(self, tree: Tree, policy: EvictionPolicy) -> None:
         self.tree = tree
         self.policy = policy
-        self.kv_victims = EvictionQueue(kv_evictable, self._priority, tree.is_live)
-        self.state_victims = EvictionQueue(checkpoint_evictable, self._priority, tree.is_live)
-
-    def _priority(self, node: Node) -> Priority:
-        return self.policy.priority(node.last_used, node.end)
+        kv, ckpt, live = EntryKind.KV, EntryKind.CHECKPOINT, tree.is_live
+        self.kv_victims = EvictionQueue(kv_evictable, lambda n: policy.priority(n, kv), live)
+        self.state_victims = EvictionQueue(checkpoint_evictable, lambda n: policy.priority(n, ckpt), live)
 
     def offer(self, node: Node) -> None:
         """``node`` may have become evictable: queue its KV and its checkpoint."""
@@ -124,15 +152,49 @@ class Evictor:
             self.kv_victims.offer(node)
             self.state_victims.offer(node)
 
+    def checkpoint_added(self, node: Node) -> None:
+        """A checkpoint appeared on ``node``: for a policy that values a checkpoint by the tokens
+        since the one above it, the nearest checkpoints below now save less: queue them at their
+        new priority (a walk down to them, through materialized nodes only)."""
+        if not self.policy.coupled:
+            return
+        stack = [c for c in node.children.values() if c.materialized]
+        while stack:
+            below = stack.pop()
+            if below.checkpoint is not None:
+                self.kv_victims.requeue(below)
+                self.state_victims.requeue(below)
+            else:
+                stack.extend(c for c in below.children.values() if c.materialized)
+
+    def demand_dropped(self, node: Node) -> None:
+        """A registered prompt through ``node`` and its ancestors is gone: for a policy that counts
+        waiting prompts as future hits, the checkpoints among them are worth less now."""
+        if not self.policy.coupled:
+            return
+        for above in node.ancestors():  # a node not queued gets its current priority when offered
+            for queue in (self.kv_victims, self.state_victims):
+                if queue.queued(above):
+                    queue.requeue(above)
+
+    def checkpoint_dropped(self, node: Node) -> None:
+        """``node`` lost its checkpoint and kept its KV, which may be worth less now: queue it at
+        its new priority (a policy that values KV by the checkpoint on it lowers it)."""
+        if self.policy.coupled:
+            self.kv_victims.requeue(node)
+        else:
+            self.kv_victims.offer(node)
+
     def drop_kv(self, node: Node) -> None:
         """Free ``node``'s KV and checkpoint now (`Tree.drop_kv`: may prune it) and queue its parent,
         which may have become an evictable KV leaf."""
         parent = node.parent
         assert parent is not None
         self.tree.drop_kv(node)
-        if not self.tree.is_live(node):  # pruned: its queue entries would keep it alive
-            self.kv_victims.forget(node)
-            self.state_victims.forget(node)
+        # pruned, its entries would keep it alive; kept bare for a waiting prompt, they would hold
+        # the priority of an entry it no longer has: either way they are stale
+        self.kv_victims.forget(node)
+        self.state_victims.forget(node)
         self.kv_victims.offer(parent)
 
     def reserve(self, blocks: int, slots: int) -> bool:
@@ -157,6 +219,7 @@ class Evictor:
             if node is None:
                 return False
             freed += len(node.blocks or [])
+            self.policy.evicted(node, EntryKind.KV)
             self.drop_kv(node)
         return True
 
@@ -166,6 +229,7 @@ class Evictor:
             node = self.state_victims.pop()
             if node is None:
                 return False
+            self.policy.evicted(node, EntryKind.CHECKPOINT)
             self.tree.drop_checkpoint(node)
-            self.kv_victims.offer(node)
+            self.checkpoint_dropped(node)
         return True

@@ -1,36 +1,155 @@
-"""Eviction policies: which unlocked, READY cache entry goes first when capacity runs out."""
+"""Eviction policies: which unlocked, READY cache entry goes first when capacity runs out.
+
+A policy ranks entries of two kinds: a KV leaf (its blocks, and the checkpoint on it, which goes
+with them) and a checkpoint alone (its KV stays). It sees the node itself (position, length, last
+touch, hits, the inflation clock at that touch) and the sizes the engine passes down as plain
+numbers (`EntrySizes`): the cache layer never asks a runner or a cost model.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
+
+from radixflow.cache.node import Node
+
+Priority = tuple[float, ...]
+
+
+class EntryKind(Enum):
+    KV = "kv"  # a KV leaf: its blocks (and the checkpoint on it, which cannot outlive them)
+    CHECKPOINT = "checkpoint"  # a READY checkpoint alone: its KV stays
+
+
+@dataclass(frozen=True)
+class EntrySizes:
+    """What cache entries weigh, decided where the engine is built (the cost model's shapes in the
+    sim, the pools' tensors on the torch runner). Unknown sizes default to 1 byte: the ranking then
+    weighs tokens alone. ``recurrent``: resuming needs a checkpoint (a hybrid model), so KV under
+    which no checkpoint remains saves nothing."""
+
+    kv_bytes_per_token: int = 1
+    checkpoint_bytes: int = 1
+    recurrent: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kv_bytes_per_token < 1 or self.checkpoint_bytes < 1:
+            raise ValueError(f"entry sizes must be at least one byte: {self}")
+
+    def bytes(self, node: Node, kind: EntryKind) -> int:
+        """Bytes freed by evicting ``node``'s entry of ``kind`` (a KV leaf's checkpoint included)."""
+        if kind is EntryKind.CHECKPOINT:
+            return self.checkpoint_bytes
+        held = self.checkpoint_bytes if node.checkpoint is not None else 0
+        return len(node.key) * self.kv_bytes_per_token + held
 
 
 class EvictionPolicy(Protocol):
     name: str
+    # The inflation clock (GreedyDual's L): the cache stamps it on a node as ``Node.aged`` when a
+    # request resumes there or computes it. It never decreases.
+    clock: float
+    # Whether an entry's priority depends on the tree around it (the checkpoints above it, the
+    # prompts waiting through it): then the cache requeues the entries a change lowers, walks it
+    # spares other policies.
+    coupled: bool
 
-    def priority(self, last_used: int, tokens: int) -> tuple[int, ...]:
-        """Sort key of an entry; the smallest is evicted first. Pure: mutates nothing.
+    def priority(self, node: Node, kind: EntryKind) -> Priority:
+        """Sort key of ``node``'s entry of ``kind``; the smallest is evicted first. Pure.
 
-        ``last_used``: logical clock of the last match/extend that touched the entry; ``tokens``:
-        the position its KV or checkpoint ends at. Keys may only grow as ``last_used`` does.
-        """
+        Keys may only grow as the node is touched (the queues are lazy heaps). A change of the tree
+        that lowers one (the checkpoint on a KV leaf evicted) must be reported to the queue
+        (`EvictionQueue.requeue`)."""
+        ...
+
+    def evicted(self, node: Node, kind: EntryKind) -> None:
+        """``node``'s entry of ``kind`` is being evicted now (may advance ``clock``)."""
         ...
 
 
 class LRU:
+    """Least recently used first, KV and checkpoints alike."""
+
     name = "lru"
+    clock = 0.0  # never advances: recency is ``last_used`` alone
+    coupled = False
 
-    def priority(self, last_used: int, tokens: int) -> tuple[int, ...]:
-        return (last_used,)
+    def __init__(self, sizes: EntrySizes | None = None) -> None:
+        pass  # sizes play no part in recency
+
+    def priority(self, node: Node, kind: EntryKind) -> Priority:
+        return (node.last_used,)
+
+    def evicted(self, node: Node, kind: EntryKind) -> None:
+        pass
 
 
-EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRU}
+class CostPerByte:
+    """Evicts what costs least to recompute per byte freed, weighed by frequency and recency:
+    GreedyDual-Size-Frequency (Cherkasova, 1998). An entry's key is
+
+        H = L + (hits + waiting) * cost / bytes
+
+    with L the inflation clock when a request last resumed there (or computed it): each eviction
+    raises the clock to the victim's H, so an entry unused for long falls behind newer ones. Hits
+    are requests that resumed there; waiting, the registered prompts through it (``demand``):
+    hits to come.
+
+    Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
+    above it to its own position (a request resumes there instead). A KV leaf of a hybrid model
+    is worth the checkpoint on it, lost with it, and nothing without one: no request can resume
+    inside KV that no checkpoint closes (and a checkpoint cannot outlive its KV). Without
+    recurrent layers, a KV leaf is worth its own tokens (resuming anywhere), so every KV byte
+    weighs alike and hits and recency decide.
+    """
+
+    name = "cost-per-byte"
+    coupled = True
+
+    def __init__(self, sizes: EntrySizes | None = None) -> None:
+        self.sizes = sizes or EntrySizes()
+        self.clock = 0.0
+
+    def value(self, node: Node, kind: EntryKind) -> float:
+        """Tokens saved per byte held by ``node``'s entry of ``kind``, per hit. Pure."""
+        sizes = self.sizes
+        if kind is EntryKind.CHECKPOINT:
+            return _since_checkpoint_above(node) / sizes.checkpoint_bytes
+        if not sizes.recurrent:
+            return 1 / sizes.kv_bytes_per_token
+        if node.checkpoint is None:
+            return 0.0
+        return _since_checkpoint_above(node) / sizes.bytes(node, kind)
+
+    def priority(self, node: Node, kind: EntryKind) -> Priority:
+        return (node.aged + (node.hits + node.demand) * self.value(node, kind), node.last_used)
+
+    def evicted(self, node: Node, kind: EntryKind) -> None:
+        self.clock = max(self.clock, self.priority(node, kind)[0])
 
 
-def make_eviction_policy(name: str) -> EvictionPolicy:
+def _since_checkpoint_above(node: Node) -> int:
+    """Tokens from the nearest checkpoint above ``node`` (or the start) to ``node``'s end. Pure."""
+    above = node.parent
+    while above is not None and above.checkpoint is None:
+        above = above.parent
+    return node.end - (above.end if above is not None else 0)
+
+
+EVICTION_POLICIES: dict[str, Callable[[EntrySizes | None], EvictionPolicy]] = {
+    "lru": LRU,
+    "cost-per-byte": CostPerByte,
+}
+
+
+def make_eviction_policy(name: str, sizes: EntrySizes | None = None) -> EvictionPolicy:
+    """A fresh policy (its clock at zero) over entries of ``sizes`` (None: every byte alike)."""
     try:
-        return EVICTION_POLICIES[name]()
+        factory = EVICTION_POLICIES[name]
     except KeyError:
         raise ValueError(
             f"unknown eviction policy {name!r} (known: {', '.join(EVICTION_POLICIES)})"
         ) from None
+    return factory(sizes)

@@ -56,6 +56,7 @@ def check_cache(cache: RadixCache) -> None:
         usage.free_blocks + usage.cached_blocks + usage.locked_blocks == usage.total_blocks,
         "free + cached + locked != total blocks",
     )
+    _check_queues(cache)
     for producer, nodes in journals.adopted.items():
         for node in nodes:
             _require(node.published_by == producer, f"stale round journal entry for {producer}")
@@ -63,6 +64,17 @@ def check_cache(cache: RadixCache) -> None:
         for node in nodes:
             ck = node.checkpoint
             _require(ck is not None and ck.producer == producer, f"stale pending entry for {producer}")
+
+
+def _check_queues(cache: RadixCache) -> None:
+    """The lazy heaps' invariant: no queued entry of a node still in the tree is ranked later than
+    its node's current priority (else a pop could pass over the true victim)."""
+    evictor = cache.evictor
+    for queue in (evictor.kv_victims, evictor.state_victims):
+        for key, nid, _, node in queue.stored().values():
+            if cache.tree.is_live(node):
+                current = queue.priority(node)
+                _require(key <= current, f"node {nid}: queued at {key}, above its priority {current}")
 
 
 def _check_subtree(
@@ -100,6 +112,8 @@ def _check_node(cache: RadixCache, journals: _Journals, parent: Node, node: Node
     else:
         _require(len(node.blocks) == len(node.key) // cache.block_size, f"node {nid}: block count")
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
+    _require(node.hits >= 1, f"node {nid}: {node.hits} hits")
+    _require(node.aged <= cache.evictor.policy.clock, f"node {nid}: aged past the eviction clock")
     live = sum(c.materialized for c in node.children.values())
     _require(node.live_children == live, f"node {nid}: live_children {node.live_children} != {live}")
     if kv_evictable(node):

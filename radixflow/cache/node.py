@@ -28,7 +28,8 @@ class Node:
     - ``demand`` = registered prompts ending here (``ends``) + sum of the children's ``demand``;
     - ``live_children`` = number of materialized children;
     - a PENDING checkpoint sits on a locked node;
-    - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it.
+    - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it;
+    - ``hits`` >= 1 and ``aged`` <= the eviction policy's clock.
     """
 
     id: int
@@ -42,6 +43,8 @@ class Node:
     demand: int = 0
     ends: int = 0
     last_used: int = 0
+    hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
+    aged: float = 0.0  # the eviction policy's inflation clock when this node was last touched
     live_children: int = 0  # children that are materialized (0: a KV leaf)
     published_by: str | None = None  # producer whose current, uncommitted round wrote this KV
 

@@ -66,6 +66,7 @@ class RadixCache:
         end.ends -= 1
         for node in end.ancestors():
             node.demand -= 1
+        self.evictor.demand_dropped(end)
         for node in end.ancestors():
             if node.demand == 0 and not node.materialized:
                 self.tree.remove(node)  # the last one may take its namespace with it
@@ -135,6 +136,14 @@ class RadixCache:
             checkpoint_slot=ckpt.slot if ckpt is not None else None,
             handle=NodeHandle(best.id) if best is not None else None,
         )
+
+    def resumed(self, handle: NodeHandle | None) -> None:
+        """A request starts from ``handle``'s node (None: from scratch): a hit there, counted once
+        per request (a waiting request is matched every round it waits), at the eviction clock."""
+        if handle is not None:
+            node = self.tree.lookup(handle)
+            node.hits += 1
+            node.aged = self.evictor.policy.clock
 
     def kv_handle(self, namespace: str, tokens: Sequence[int], upto: int) -> NodeHandle | None:
         """Handle of the materialized node ending exactly at ``upto`` (splitting if needed)."""
@@ -250,8 +259,11 @@ class RadixCache:
         path = self.tree.path(namespace, tokens, nblocks, cuts)
         self._tick += 1
         adopted, made, wanted = 0, {}, set(checkpoints)
+        clock = self.evictor.policy.clock
         for node in path:
             node.last_used = self._tick
+            if node.end > start:  # computed now: enters the policy's order at the clock (no hit)
+                node.aged = clock
             if node.end <= start:
                 continue
             if not node.materialized:
@@ -264,6 +276,7 @@ class RadixCache:
                 slot = self.slots.take(1)[0]
                 node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
                 self.journal.add_pending(producer, node)
+                self.evictor.checkpoint_added(node)
                 made[node.end] = slot
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
@@ -279,6 +292,8 @@ class RadixCache:
             self.slots.give([slot])
             return
         node.checkpoint = Checkpoint(slot, Readiness.READY, None)
+        node.aged = self.evictor.policy.clock
+        self.evictor.checkpoint_added(node)
         self.evictor.offer(node)
 
     def commit(self, producer: str) -> None:
@@ -302,7 +317,7 @@ class RadixCache:
             for node in closed.pending:
                 if node.checkpoint is not None and node.checkpoint.producer == producer:
                     self.tree.drop_checkpoint(node)
-                    self.evictor.offer(node)
+                    self.evictor.checkpoint_dropped(node)
             fresh.extend(closed.adopted)
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
             assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
@@ -316,6 +331,11 @@ class RadixCache:
     def free_slots_upto(self, n: int) -> int:
         """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
         return self.evictor.free_slots_upto(n)
+
+    @property
+    def free_slots(self) -> int:
+        """State slots free now, without evicting anything. Pure."""
+        return self.slots.free
 
     # ----------------------------------------------------------------- accounting
     def usage(self) -> CacheUsage:

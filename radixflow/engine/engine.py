@@ -9,11 +9,12 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from radixflow.cache.digest import CheckpointDigest
-from radixflow.cache.eviction import make_eviction_policy
+from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner, generation_room
 from radixflow.problems import Problem
+from radixflow.scheduler.admission import make_admission
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
@@ -53,11 +54,13 @@ class Engine:
         policy: str,
         placement: str | None,
         eviction: str,
+        admission: str,
         round_history: int | None = None,
         events: EngineEvents | None = None,
     ) -> None:
-        """No defaults of its own: ``policy``, ``placement`` and ``eviction`` come from the
-        `EngineOptions` that declare them (`radixflow.options.build.new_engine`).
+        """No defaults of its own: ``policy``, ``placement``, ``eviction`` and ``admission`` (which
+        wanted checkpoints may evict cached ones) come from the `EngineOptions` that declare them
+        (`radixflow.options.build.new_engine`).
         ``round_history`` bounds the rounds kept in `rounds` (None: all, for benchmarks; a
         long-running server keeps a window and aggregates each returned record itself).
         ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody).
@@ -71,8 +74,14 @@ class Engine:
             same_round_state=model.same_round_state and model.has_recurrent,
             eos_token_ids=model.eos_token_ids,
         )
+        sizes = EntrySizes(  # unknown sizes (0) count as one byte: tokens alone decide then
+            max(model.kv_bytes_per_token, 1), max(model.checkpoint_bytes, 1), config.has_recurrent
+        )
         self.cache = RadixCache(
-            config.block_size, config.num_blocks, config.num_state_slots, make_eviction_policy(eviction)
+            config.block_size,
+            config.num_blocks,
+            config.num_state_slots,
+            make_eviction_policy(eviction, sizes),
         )
         scheduling = make_policy(policy)
         self.placement = (placement or scheduling.placement) if config.has_recurrent else "none"
@@ -83,6 +92,7 @@ class Engine:
             make_placement(self.placement),
             predict=getattr(runner, "round_predictor", None),  # runners that predict nothing omit it
             events=events,
+            admission=make_admission(admission),
         )
         self.now = 0.0
         self.rounds: deque[RoundRecord] = deque(maxlen=round_history)  # worker call succeeded

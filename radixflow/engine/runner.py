@@ -25,6 +25,10 @@ class ModelInfo:
     request_overhead_s: float = 0.0
     # restores recurrent state saved earlier in the same round (`SchedulerConfig.same_round_state`)
     same_round_state: bool = False
+    # what one token's KV and one checkpoint take in the runner's pools (0: not known), for an
+    # eviction policy that weighs entries by size (`radixflow.cache.eviction.EntrySizes`)
+    kv_bytes_per_token: int = 0
+    checkpoint_bytes: int = 0
 
 
 @dataclass

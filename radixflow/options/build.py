@@ -32,7 +32,7 @@ def new_engine(
     round_history: int | None = None,
     events: EngineEvents | None = None,
 ) -> Engine:
-    """The one place an `Engine` is assembled: its policy, placement and eviction are the options'
+    """The one place an `Engine` is assembled: its policy, placement, eviction and admission are the options'
     (``policy`` / ``placement``: a variant's own instead, as a benchmark compares several)."""
     return Engine(
         runner,
@@ -40,6 +40,7 @@ def new_engine(
         policy=policy or options.policy,
         placement=placement or options.placement,
         eviction=options.eviction,
+        admission=options.admission,
         round_history=round_history,
         events=events,
     )

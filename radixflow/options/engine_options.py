@@ -19,6 +19,7 @@ from radixflow.options.machine import bookkeeping_problem, output_problem, threa
 from radixflow.options.spec import checked, fields_problem, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.config import SchedulerConfig, budget_problem
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
@@ -117,6 +118,14 @@ class EngineOptions:
         "which cached entry is evicted first",
         str,
         choices=_names(EVICTION_POLICIES),
+        group="scheduler",
+    )
+    admission: str = option(
+        "all",
+        "which wanted checkpoints may evict cached ones when state slots are short (likely: only "
+        "where reuse is likely)",
+        str,
+        choices=_names(ADMISSIONS),
         group="scheduler",
     )
     token_budget: int = option(

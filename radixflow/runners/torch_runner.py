@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from pathlib import Path
 
@@ -104,6 +105,8 @@ class TorchRunner:
             vocab_size=int(cfg.vocab_size),
             max_context=int(cfg.get("max_position_embeddings", 4096)),
             eos_token_ids=eos_token_ids(path, cfg),
+            kv_bytes_per_token=_row_bytes([*self.kv.k.values(), *self.kv.v.values(), self.kv.hidden]),
+            checkpoint_bytes=_row_bytes([t for ts in self.state.tensors.values() for t in ts]),
         )
         self._warmup()
         self.predictor = self._predictor(path, label) if predict_rounds else None
@@ -199,3 +202,8 @@ class TorchRunner:
             fb = ForwardBatch.build([(list(req.prompt), spec)], kv, state, self.device)
             out[req.id] = int(self._forward(fb, [True]).argmax(-1)[0])
         return out
+
+
+def _row_bytes(tensors: list[torch.Tensor | None]) -> int:
+    """Bytes of one row (one token's slot, one checkpoint's slot) across pool tensors."""
+    return sum(math.prod(t.shape[1:]) * t.element_size() for t in tensors if t is not None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
+from radixflow.scheduler.admission import AdmissionContext, AdmitAll, CheckpointAdmission
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.forks import ForkHistory
 from radixflow.scheduler.output import SnapshotSpec
@@ -12,10 +13,17 @@ from radixflow.scheduler.request import Request
 
 
 class CheckpointPlanner:
-    def __init__(self, cache: RadixCache, placement: CheckpointPlacement, config: SchedulerConfig) -> None:
+    def __init__(
+        self,
+        cache: RadixCache,
+        placement: CheckpointPlacement,
+        config: SchedulerConfig,
+        admission: CheckpointAdmission | None = None,
+    ) -> None:
         self.cache = cache
         self.placement = placement
         self.config = config
+        self.admission = admission or AdmitAll()
         self.forks = ForkHistory()
 
     def observe(self, req: Request, match: Match) -> None:
@@ -27,9 +35,9 @@ class CheckpointPlanner:
     def positions(self, req: Request, start: int, end: int, held: int = 0) -> list[int]:
         """Where the prefill chunk ``[start, end)`` checkpoints, as far as state slots allow.
 
-        Checkpoints are an optimisation: as many as free (or evictable) slots allow, earliest
-        first; ``held`` slots are already spoken for (a working slot not yet allocated). May evict
-        READY checkpoints.
+        Checkpoints are an optimisation: as many as free slots allow, and evictable ones for the
+        saves admission deems worth it, earliest first; ``held`` slots are already spoken for (a
+        working slot not yet allocated). May evict READY checkpoints.
         """
         if not self.config.has_recurrent:
             return []
@@ -44,10 +52,30 @@ class CheckpointPlanner:
             predicted_fork=lambda: self.forks.predict(req.namespace, len(req.prompt), self.config.block_size),
         )
         wanted = self.placement.positions(ctx)
-        if not wanted:
+        if not wanted or self.cache.free_slots >= len(wanted) + held:
             return wanted
-        free = self.cache.free_slots_upto(len(wanted) + held) - held
-        return wanted[: max(free, 0)]
+        resumed = req.reused if req.computed else start  # a first chunk starts where it resumed
+        keen = self.admission.may_evict(
+            AdmissionContext(
+                wanted,
+                lambda: ctx.branch_points(start, end),
+                ctx.predicted_fork,
+                ctx.prompt_len // ctx.block_size * ctx.block_size,
+                resumed,
+            )
+        )
+        return self._fit(wanted, keen, held)
+
+    def _fit(self, wanted: list[int], keen: list[int], held: int) -> list[int]:
+        """``keen`` positions in evictable slots, then the rest of ``wanted`` in free ones,
+        earliest first (may evict READY checkpoints for ``keen``)."""
+        free = max(self.cache.free_slots_upto(len(keen) + held) - held, 0)
+        if len(keen) == len(wanted):
+            return wanted[:free]
+        chosen = set(keen[:free])
+        spare = max(self.cache.free_slots - held - len(chosen), 0)
+        chosen.update([p for p in wanted if p not in chosen][:spare])
+        return sorted(chosen)
 
     def own_snapshots(self, req: Request, end: int) -> list[SnapshotSpec]:
         """The request's own state saves at ``end``: its working slot while it goes on, and the
@@ -59,9 +87,18 @@ class CheckpointPlanner:
         if req.prefilled and end % self.config.block_size == 0:
             # Decoding past a block boundary: keep that state, so the finished conversation ends in
             # a checkpoint a follow-up turn can reuse (best effort, one rolling slot per request).
-            if req.tail_slot is None and self.cache.free_slots_upto(1):
+            if req.tail_slot is None and self._tail_slot_free(req, end):
                 req.tail_slot = self.cache.alloc_working_slot()
             if req.tail_slot is not None:
                 snaps.append(SnapshotSpec(end, req.tail_slot))
                 req.tail_position = end
         return snaps
+
+    def _tail_slot_free(self, req: Request, end: int) -> bool:
+        """Whether a slot is free for ``req``'s rolling tail save at ``end``, evicting a READY
+        checkpoint for it only where admission deems that save worth it."""
+        if self.cache.free_slots:
+            return True
+        ctx = AdmissionContext([end], lambda: [], lambda: None, end, req.reused)
+        return bool(self.admission.may_evict(ctx)) and self.cache.free_slots_upto(1) > 0
+

@@ -41,6 +41,7 @@ class ChunkWriter:
         """``req`` runs from ``point``: its lock, reuse, block table and depth; its blocks join the
         ledger (mutates ``req`` and the ledger; the caller has locked ``point``)."""
         req.lock, req.reused, req.computed = point.handle, point.tokens, point.tokens
+        self.cache.resumed(point.handle)
         req.block_table = self.cache.block_table(point.handle)
         depth = self._slot_depth.get(point.restore_slot, 0) if point.restore_slot is not None else 0
         # a state saved earlier in the same round serves in that round: one round fewer

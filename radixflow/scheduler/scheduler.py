@@ -13,6 +13,7 @@ from enum import Enum
 
 from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
+from radixflow.scheduler.admission import CheckpointAdmission
 from radixflow.scheduler.bubble import ScanStop, bubble_tokens
 from radixflow.scheduler.checkpoints import CheckpointPlanner
 from radixflow.scheduler.chunk_writer import ChunkWriter
@@ -53,10 +54,12 @@ class Scheduler:
         placement: CheckpointPlacement,
         predict: RoundPredictor | None = None,
         events: SchedulerEvents | None = None,
+        admission: CheckpointAdmission | None = None,
     ) -> None:
         """``predict``: the seconds a round of these chunks would take (the runner's model; None
         where it has none), lent to the policy with the rest of `PolicyContext`.
-        ``events``: who is told of parked and woken consumers and policy decisions (None: nobody)."""
+        ``events``: who is told of parked and woken consumers and policy decisions (None: nobody).
+        ``admission``: which wanted checkpoints may evict cached ones (None: every one)."""
         config.validate()
         self.events = events
         self.config = config
@@ -65,7 +68,7 @@ class Scheduler:
         self.policy = policy
         self.placement = placement
         self.reuse = ReuseFinder(cache, config.block_size, config.has_recurrent)
-        self.checkpoints = CheckpointPlanner(cache, placement, config)
+        self.checkpoints = CheckpointPlanner(cache, placement, config, admission)
         self.waiting = WaitingQueue()  # arrival order; parked consumers stay in place
         self.running: dict[str, Request] = {}  # admission order
         self.parked = ParkingLot()

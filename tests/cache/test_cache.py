@@ -7,7 +7,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from radixflow.cache import RadixCache, Readiness
+from radixflow.cache import EVICTION_POLICIES, RadixCache, Readiness
+from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.integrity import IntegrityError
 from radixflow.cache.node import Node
 
@@ -237,9 +238,13 @@ class CacheMachine(RuleBasedStateMachine):
     registered = Bundle("registered")
     running = Bundle("running")
 
+    BLOCKS, SLOTS, EVICTION, RECURRENT = 24, 6, "lru", True
+
     def __init__(self) -> None:
         super().__init__()
-        self.cache = RadixCache(BS, num_blocks=24, num_slots=6)
+        sizes = EntrySizes(kv_bytes_per_token=3, checkpoint_bytes=40, recurrent=self.RECURRENT)
+        policy = make_eviction_policy(self.EVICTION, sizes)
+        self.cache = RadixCache(BS, num_blocks=self.BLOCKS, num_slots=self.SLOTS, eviction=policy)
         self.computed: dict[str, set[tuple[int, ...]]] = {ns: set() for ns in NAMESPACES}
         self.n = 0
 
@@ -258,6 +263,7 @@ class CacheMachine(RuleBasedStateMachine):
         if m.blocked:
             return None
         self.cache.lock(m.handle)
+        self.cache.resumed(m.handle)
         start, end = m.checkpoint_tokens, len(tokens)
         ckpts = sorted({p for p in (start + BS * cut, end // BS * BS) if start < p <= end and p % BS == 0})
         need = -(-end // BS) - start // BS
@@ -282,7 +288,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache.unlock(handle)
         self.cache.free_blocks(blocks)
 
-    @rule(blocks=st.integers(0, 24), slots=st.integers(0, 6))
+    @rule(blocks=st.integers(0, 24), slots=st.integers(0, 6))  # beyond capacity: refused
     def evict(self, blocks, slots):
         self.cache.reserve(blocks, slots)
 
@@ -314,3 +320,16 @@ def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 CacheMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestCacheMachine = CacheMachine.TestCase
+
+
+class ScarceCacheMachine(CacheMachine):
+    """The same rules with every eviction policy over a cache that holds little: most steps evict."""
+
+
+for _name in EVICTION_POLICIES:
+    for _recurrent in (True, False):  # sizes of a hybrid model, and of one that resumes anywhere
+        _label = f"{_name.replace('-', '_')}{'' if _recurrent else '_attention'}"
+        _attrs = {"BLOCKS": 8, "SLOTS": 2, "EVICTION": _name, "RECURRENT": _recurrent}
+        _machine = type(f"Scarce_{_label}", (ScarceCacheMachine,), _attrs)
+        _machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+        globals()[f"TestScarceCacheMachine_{_label}"] = _machine.TestCase

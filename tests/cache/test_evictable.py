@@ -73,3 +73,52 @@ def test_drop_kv_queues_the_parent_it_leaves_a_leaf():
     assert not evictor.kv_victims.queued(top)  # it has a materialized child
     evictor.drop_kv(low)
     assert evictor.kv_victims.queued(top) and tree.kv.free == 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["offer", "raise", "lower", "block", "pop", "remove"]), st.integers(0, 9))
+    )
+)
+def test_requeue_keeps_the_true_minimum_when_a_priority_drops(ops):
+    # As above, with priorities that may also drop (the checkpoint on a KV leaf evicted) when
+    # the queue is told: `requeue`. Also checks `stored` never ranks a node above its priority.
+    nodes = [Node(id=i, key=(i,), parent=None, end=i + 1) for i in range(10)]
+    prio = dict.fromkeys(range(10), 100)
+    blocked: set[int] = set()
+    gone: set[int] = set()
+    q = EvictionQueue(
+        eligible=lambda n: n.id not in blocked,
+        priority=lambda n: (prio[n.id],),
+        live=lambda n: n.id not in gone,
+    )
+    offered: set[int] = set()
+    for op, i in ops:
+        node = nodes[i]
+        if op == "offer" and i not in gone:
+            blocked.discard(i)
+            q.offer(node)
+            offered.add(i)
+        elif op == "raise":
+            prio[i] += 1 + i
+        elif op == "lower":
+            prio[i] -= 1 + i
+            q.requeue(node)
+            if i not in gone and i not in blocked:
+                offered.add(i)
+        elif op == "block":
+            blocked.add(i)
+        elif op == "remove":
+            gone.add(i)
+            q.forget(node)
+            offered.discard(i)
+        elif op == "pop":
+            candidates = [n for n in nodes if n.id in offered and n.id not in blocked and n.id not in gone]
+            expected = min(candidates, key=lambda n: (prio[n.id], n.id), default=None)
+            got = q.pop()
+            assert got is expected
+            if got is not None:
+                offered.discard(got.id)
+        for key, nid, *_ in q.stored().values():
+            assert key <= (prio[nid],)
+        assert q.stale >= 0

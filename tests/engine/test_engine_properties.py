@@ -7,6 +7,7 @@ from engine_utils import new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from radixflow.cache import EVICTION_POLICIES
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
@@ -39,8 +40,10 @@ configs = st.builds(
 )
 
 
-def run(runner, cfg: SchedulerConfig, policy: str, reqs: list[Request]) -> Engine:
-    engine = new_engine(runner, cfg, policy=policy)
+def run(
+    runner, cfg: SchedulerConfig, policy: str, reqs: list[Request], eviction: str | None = None
+) -> Engine:
+    engine = new_engine(runner, cfg, policy=policy, eviction=eviction)
     for r in reqs:
         engine.submit(r)
     while engine.has_work():
@@ -60,3 +63,32 @@ def test_sim_engine_finishes_everything_exactly(model, reqs, cfg, policy):
     for r in engine.requests:  # every prompt fits the cache alone, so none may be refused
         assert r.status is RequestStatus.FINISHED, (r.id, r.error)
         assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
+
+
+# A cache that holds one prompt (at most 60 tokens: 8 blocks) and little more, and one to three
+# state slots: nearly every admission evicts something.
+scarce = st.builds(
+    SchedulerConfig,
+    token_budget=st.integers(BS, 64),
+    max_requests=st.integers(1, 6),
+    block_size=st.just(BS),
+    num_blocks=st.integers(9, 14),
+    num_state_slots=st.integers(1, 3),
+)
+
+
+@pytest.mark.parametrize("model", list(SIM_MODELS))
+@settings(max_examples=25, deadline=None)
+@given(
+    reqs=workloads(),
+    cfg=scarce,
+    policy=st.sampled_from(["native", "radixflow", "adaptive"]),
+    eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+)
+def test_scarce_memory_stays_exact_under_every_eviction_policy(model, reqs, cfg, policy, eviction):
+    runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
+    engine = run(runner, cfg, policy, reqs, eviction)
+    for r in engine.requests:
+        assert r.status is RequestStatus.FINISHED, (r.id, r.error)
+        assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
+

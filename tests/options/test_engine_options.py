@@ -35,7 +35,7 @@ def test_defaults_are_valid_and_every_field_is_declared_with_help():
         ({"block_size": 0}, "block_size", "must be at least 1"),
         ({"policy": "fastest"}, "policy", "unknown policy 'fastest' (known: adaptive, native, radixflow)"),
         ({"placement": "everywhere"}, "placement", "unknown placement"),
-        ({"eviction": "random"}, "eviction", "unknown eviction 'random' (known: lru)"),
+        ({"eviction": "random"}, "eviction", "unknown eviction 'random' (known: cost-per-byte, lru)"),
         ({"runner": "gpu"}, "runner", "unknown runner 'gpu' (known: sim, torch)"),
         ({"tflops": 1e-300}, "tflops", "must be at least 0.001"),
         ({"fixed_cost_ms": math.nan}, "fixed_cost_ms", "must be a finite number, got nan"),

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_utils import one_thread  # noqa: F401 (fixture)
 
+from radixflow.cache import EVICTION_POLICIES
 from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
@@ -113,8 +114,15 @@ def runners(checkpoint: tuple[str, Path]) -> Runners:
     }
 
 
-def run_engine(runner: TorchRunner, cfg: SchedulerConfig, policy: str, placement: str, reqs: list[Request]):
-    engine = new_engine(runner, cfg, policy=policy, placement=placement)
+def run_engine(
+    runner: TorchRunner,
+    cfg: SchedulerConfig,
+    policy: str,
+    placement: str,
+    reqs: list[Request],
+    eviction: str | None = None,
+):
+    engine = new_engine(runner, cfg, policy=policy, placement=placement, eviction=eviction)
     for r in reqs:
         engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s))
     while engine.has_work():
@@ -125,10 +133,16 @@ def run_engine(runner: TorchRunner, cfg: SchedulerConfig, policy: str, placement
     return engine
 
 
-def check_against_reference(runner: TorchRunner, cfg: SchedulerConfig, placement: str, reqs: list[Request]):
+def check_against_reference(
+    runner: TorchRunner,
+    cfg: SchedulerConfig,
+    placement: str,
+    reqs: list[Request],
+    eviction: str | None = None,
+):
     reference = runner.reference_tokens(reqs)
     for policy in ("native", "radixflow", "adaptive"):
-        engine = run_engine(runner, cfg, policy, placement, reqs)
+        engine = run_engine(runner, cfg, policy, placement, reqs, eviction)
         for r in engine.requests:
             # every drawn prompt fits the cache alone (KV for MAX_PROMPT, >= 1 slot): none may fail
             assert r.status is RequestStatus.FINISHED, (policy, r.id, r.error)
@@ -139,9 +153,42 @@ def test_torch_engine_matches_the_no_cache_reference(runners: Runners) -> None:
     family = runners[BLOCK_SIZES[0]].model.name
 
     @settings(max_examples=EXAMPLES[family], deadline=None)
-    @given(reqs=workloads(), cfg=configs(), placement=st.sampled_from(["branch", "lone", "align"]))
-    def prop(reqs: list[Request], cfg: SchedulerConfig, placement: str) -> None:
-        check_against_reference(runners[cfg.block_size], cfg, placement, reqs)
+    @given(
+        reqs=workloads(),
+        cfg=configs(),
+        placement=st.sampled_from(["branch", "lone", "align"]),
+        eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+    )
+    def prop(reqs: list[Request], cfg: SchedulerConfig, placement: str, eviction: str) -> None:
+        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction)
+
+    prop()
+
+
+@st.composite
+def scarce_configs(draw: st.DrawFn) -> SchedulerConfig:
+    """KV for the longest prompt and two blocks more, one or two state slots: most admissions
+    evict something."""
+    bs = draw(st.sampled_from(BLOCK_SIZES))
+    return SchedulerConfig(
+        token_budget=draw(st.sampled_from([8, 16, 24])),
+        max_requests=draw(st.integers(1, 4)),
+        block_size=bs,
+        num_blocks=-(-MAX_PROMPT // bs) + 2,
+        num_state_slots=draw(st.integers(1, 2)),
+    )
+
+
+def test_scarce_memory_matches_the_reference_under_every_eviction_policy(runners: Runners) -> None:
+    @settings(max_examples=12, deadline=None)
+    @given(
+        reqs=workloads(),
+        cfg=scarce_configs(),
+        placement=st.sampled_from(["branch", "lone"]),
+        eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+    )
+    def prop(reqs: list[Request], cfg: SchedulerConfig, placement: str, eviction: str) -> None:
+        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction)
 
     prop()
 

@@ -1,0 +1,114 @@
+"""Scheduler plus eviction CPU per round under each eviction policy (and admission), full cache.
+
+The workload and timing of `scheduler_overhead.py` (shared contexts of 64 tokens with two
+16-token candidates each; `time.process_time` around `Scheduler.schedule` and `update`, where
+every eviction happens): each variant's engine is filled until its cache is full and every
+admission evicts, then the variants take their measured rounds in turn, so a slow spell of a
+shared machine hits all alike. ``--repeat`` fresh processes; medians, and each variant's ratio
+to `lru`.
+
+    python benchmarks/eviction_overhead.py --waiting 10000 --json results/eviction_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from radixflow.engine.engine import Engine
+from radixflow.scheduler import Request
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
+from scheduler_overhead import OPTIONS, TimedEngine, requests
+
+# (eviction, admission): the baseline first
+VARIANTS = (("lru", "all"), ("cost-per-byte", "all"), ("cost-per-byte", "likely"))
+
+
+def label(variant: tuple[str, str]) -> str:
+    return f"{variant[0]}/{variant[1]}"
+
+
+def per_round(waiting: int, rounds: int, policy: str) -> dict[str, float]:
+    """Median CPU ms per round of every variant at one queue length, interleaved round by round."""
+    timed = {
+        v: TimedEngine(policy, OPTIONS.replace(eviction=v[0], admission=v[1])) for v in VARIANTS
+    }
+    streams = {v: requests(seed=waiting) for v in VARIANTS}
+    for v in VARIANTS:
+        _fill(timed[v], streams[v], waiting)
+    for _ in range(rounds):
+        for v in VARIANTS:
+            timed[v].engine.step()
+            _top_up(timed[v].engine, streams[v], waiting)
+    return {label(v): statistics.median(1e3 * x for x in timed[v].per_round) for v in VARIANTS}
+
+
+def _fill(timed: TimedEngine, stream: Iterator[Request], waiting: int) -> None:
+    for _ in range(waiting):
+        timed.engine.submit(next(stream))
+    for _ in range(400):
+        if timed.full():
+            break
+        timed.engine.step()
+        _top_up(timed.engine, stream, waiting)
+    timed.per_round.clear()
+
+
+def _top_up(engine: Engine, stream: Iterator[Request], waiting: int) -> None:
+    for _ in range(max(waiting - len(engine.scheduler.waiting), 0)):
+        req = next(stream)
+        req.arrival_s = engine.now
+        engine.submit(req)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--waiting", type=int, nargs="+", default=[10_000])
+    p.add_argument("--rounds", type=int, default=40, help="measured rounds per queue length")
+    p.add_argument("--repeat", type=int, default=3, help="fresh processes per queue length")
+    p.add_argument("--policy", default="adaptive")
+    p.add_argument("--json", type=Path, default=Path("results/eviction_overhead.json"))
+    p.add_argument("--smoke", action="store_true", help="CI: a small queue, few rounds, one repeat")
+    args = p.parse_args()
+    if args.smoke:
+        args.waiting, args.rounds, args.repeat = [200], 5, 1
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be at least 1")
+    result: dict = {"policy": args.policy, "rounds": args.rounds, "per_round": {}}
+    ctx = multiprocessing.get_context("spawn")
+    for waiting in args.waiting:
+        with ctx.Pool(1) as pool:
+            runs = [pool.apply(per_round, (waiting, args.rounds, args.policy)) for _ in range(args.repeat)]
+        medians = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+        base = medians[label(VARIANTS[0])]
+        result["per_round"][waiting] = {
+            name: {"median_ms": ms, "runs_ms": [r[name] for r in runs], "vs_lru": ms / base}
+            for name, ms in medians.items()
+        }
+    _print(result)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+
+
+def _print(result: dict) -> None:
+    table = Table(title=f"scheduler + eviction CPU per round ({result['policy']}), full cache")
+    for col in ("waiting", "variant", "median ms", "x lru", "runs ms"):
+        table.add_column(col)
+    for waiting, rows in result["per_round"].items():
+        for name, row in rows.items():
+            runs = ", ".join(f"{x:.2f}" for x in row["runs_ms"])
+            table.add_row(str(waiting), name, f"{row['median_ms']:.2f}", f"{row['vs_lru']:.2f}", runs)
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

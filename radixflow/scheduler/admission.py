@@ -1,0 +1,70 @@
+"""Checkpoint admission: which wanted checkpoints may evict a READY one to get a state slot.
+
+Placement says where a chunk would like to save recurrent state; admission decides which of those
+saves are worth a checkpoint already cached when state slots are short. A save not admitted still
+takes a free slot if one is left: admission changes only what is kept, never an output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class AdmissionContext:
+    """What is known of one request's wanted saves when slots are short."""
+
+    wanted: list[int]  # positions the placement wants, sorted
+    branch_points: Callable[[], list[int]]  # known divergences within the chunk (registered or cached)
+    predicted_fork: Callable[[], int | None]  # where the namespace's past requests forked (`ForkHistory`)
+    tail: int  # the request's own last position a save may land on (prompt tail or decode step)
+    resumed: int  # prompt tokens it resumed from the cache (> 0: it continues cached content)
+
+
+class CheckpointAdmission(Protocol):
+    name: str
+
+    def may_evict(self, ctx: AdmissionContext) -> list[int]:
+        """The positions of ``ctx.wanted`` worth evicting a READY checkpoint for, sorted; the rest
+        take only free slots. Pure."""
+        ...
+
+
+class AdmitAll:
+    """Every wanted save may evict (what the cache did before admission existed)."""
+
+    name = "all"
+
+    def may_evict(self, ctx: AdmissionContext) -> list[int]:
+        return ctx.wanted
+
+
+class AdmitLikely:
+    """Only saves with evidence of reuse may evict: a known branch point (other prompts diverge
+    there now, or cached ones did before), the fork the namespace's history predicts (what `lone`
+    learns), or the own tail of a request that continued cached content (a conversation's next
+    turn starts there). A one-off prompt's tail, the cold-start ladder's guesses and chunk-end
+    saves take only free slots, so they never flush checkpoints that serve others."""
+
+    name = "likely"
+
+    def may_evict(self, ctx: AdmissionContext) -> list[int]:
+        backed = set(ctx.branch_points())
+        fork = ctx.predicted_fork()
+        if fork:
+            backed.add(fork)
+        if ctx.resumed > 0:
+            backed.add(ctx.tail)
+        return [p for p in ctx.wanted if p in backed]
+
+
+ADMISSIONS: dict[str, type[CheckpointAdmission]] = {"all": AdmitAll, "likely": AdmitLikely}
+
+
+def make_admission(name: str) -> CheckpointAdmission:
+    try:
+        return ADMISSIONS[name]()
+    except KeyError:
+        raise ValueError(f"unknown checkpoint admission {name!r} (known: {', '.join(ADMISSIONS)})") from None

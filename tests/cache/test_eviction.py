@@ -1,0 +1,212 @@
+"""Eviction policies' order: `cost-per-byte` evicts what costs least to recompute per byte freed,
+weighed by hits and aged by its inflation clock, where `lru` evicts the least recently used."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.cache import RadixCache
+from radixflow.cache.eviction import (
+    EVICTION_POLICIES,
+    LRU,
+    CostPerByte,
+    EntryKind,
+    EntrySizes,
+    make_eviction_policy,
+)
+from radixflow.cache.node import Node
+
+BS = 8
+SIZES = EntrySizes(kv_bytes_per_token=10, checkpoint_bytes=100)
+
+
+def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int], rid: str) -> None:
+    """A request computes ``tokens`` from scratch (what is cached keeps its own KV), checkpoints
+    at ``ckpts``, commits and lets go: everything it published is evictable afterwards."""
+    need = len(tokens) // BS
+    assert cache.reserve(need, len(ckpts))
+    blocks = cache.alloc_blocks(need)
+    ext = cache.extend(ns, tokens, 0, len(tokens), blocks, ckpts, rid)
+    cache.lock(ext.handle)
+    cache.commit(rid)
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    cache.check_integrity()
+
+
+def resume(cache: RadixCache, ns: str, tokens: tuple[int, ...], at: int) -> None:
+    """A request over ``tokens`` starts from the checkpoint at ``at`` (a hit there)."""
+    match = cache.match(ns, tokens, len(tokens))
+    assert match.checkpoint_tokens == at
+    cache.resumed(match.handle)
+
+
+def kv_ends(cache: RadixCache) -> list[tuple[str, int]]:
+    """(namespace, end) of every node holding KV, sorted."""
+    found, stack = [], [(ns, root) for ns, root in cache.tree.named_roots()]
+    while stack:
+        ns, top = stack.pop()
+        for child in top.children.values():
+            if child.materialized:
+                found.append((ns, child.end))
+            stack.append((ns, child))
+    return sorted(found)
+
+
+def ends_with_checkpoint(cache: RadixCache) -> set[int]:
+    return {n.end for n in cache.tree.nodes() if n.checkpoint is not None}
+
+
+def seq(first: int, n: int) -> tuple[int, ...]:
+    return tuple(range(first, first + n))
+
+
+def new_cache(policy: str, blocks: int, slots: int) -> RadixCache:
+    return RadixCache(BS, blocks, slots, make_eviction_policy(policy, SIZES))
+
+
+def test_the_registry_builds_both_with_sizes():
+    assert set(EVICTION_POLICIES) == {"lru", "cost-per-byte"}
+    assert isinstance(make_eviction_policy("lru", SIZES), LRU)
+    assert make_eviction_policy("cost-per-byte", SIZES).sizes == SIZES  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="unknown eviction policy 'mru'"):
+        make_eviction_policy("mru")
+    with pytest.raises(ValueError, match="at least one byte"):
+        EntrySizes(kv_bytes_per_token=0)
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("lru", 8), ("cost-per-byte", 64)])
+def test_a_cheap_checkpoint_goes_before_an_expensive_one_even_when_used_last(policy, kept):
+    # Two checkpoints of one size: at 8 tokens (cheap to recompute) and at 64, the cheap one
+    # touched last. LRU drops the expensive one; cost-per-byte the cheap one.
+    cache = new_cache(policy, blocks=16, slots=2)
+    serve(cache, "a", seq(100, 64), [64], "deep")
+    serve(cache, "b", seq(300, 8), [8], "shallow")
+    assert cache.free_slots_upto(1) == 1
+    assert ends_with_checkpoint(cache) == {kept}
+    cache.check_integrity()
+
+
+@pytest.mark.parametrize(
+    ("policy", "left"),
+    [("lru", [("a", 64), ("a", 72), ("b", 64)]), ("cost-per-byte", [("a", 64), ("a", 72), ("a", 72)])],
+)
+def test_a_big_cheap_kv_leaf_goes_before_a_small_expensive_one(policy, left):
+    # Namespace a (older): two prompts sharing 64 tokens with no checkpoint there, each ending in
+    # a one-block leaf with a checkpoint at 72: evicting one loses 72 tokens for 8 tokens of KV.
+    # Namespace b (newer): an eight-block leaf with a checkpoint at 64: 64 tokens for 64 of KV.
+    # Freeing one block: LRU takes a's oldest leaf; cost-per-byte takes b's, which saves fewer
+    # tokens per byte held.
+    cache = new_cache(policy, blocks=18, slots=3)
+    serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    serve(cache, "a", seq(100, 64) + seq(600, 8), [72], "a2")
+    serve(cache, "b", seq(300, 64), [64], "big")
+    assert cache.reserve(cache.kv.free + 1, 0)
+    assert kv_ends(cache) == left
+    cache.check_integrity()
+
+
+@pytest.mark.parametrize(("policy", "survivor"), [("lru", "b"), ("cost-per-byte", "a")])
+def test_a_kv_leaf_whose_checkpoint_is_gone_goes_first(policy, survivor):
+    # a (older, one 64-token leaf, checkpoint at 64) and b (newer, a 16-token leaf, checkpoint at
+    # 16, matched once more). Per byte, b's checkpoint saves less than a's (2 x 16 < 64 tokens),
+    # but b's KV leaf with its checkpoint saves more than a's (2 x 16 / 260 > 64 / 740 bytes).
+    # Freeing a slot drops b's checkpoint under cost-per-byte, leaving b's KV under no
+    # checkpoint: worth nothing to a hybrid model, it goes first when KV is short.
+    cache = new_cache(policy, blocks=10, slots=2)
+    serve(cache, "a", seq(100, 64), [64], "a")
+    serve(cache, "b", seq(300, 16), [16], "b")
+    resume(cache, "b", seq(300, 16) + (1,), 16)
+    leaf = {ns: root for ns, root in cache.tree.named_roots()}
+    a, b = (next(iter(leaf[ns].children.values())) for ns in "ab")
+    kv = cache.evictor.kv_victims
+    if policy == "cost-per-byte":
+        assert kv.priority(b) > kv.priority(a)  # while its checkpoint stands
+    assert cache.free_slots_upto(1) == 1
+    cache.check_integrity()
+    if policy == "cost-per-byte":
+        assert b.checkpoint is None and kv.priority(b) < kv.priority(a)
+    assert cache.reserve(cache.kv.free + 2, 0)  # two blocks: all of b, or a quarter of a
+    cache.check_integrity()
+    namespaces = {ns for ns, _ in cache.tree.named_roots()}
+    assert namespaces == {survivor}
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("lru", 16), ("cost-per-byte", 8)])
+def test_hits_outweigh_recency_until_the_clock_moves_on(policy, kept):
+    # A checkpoint at 8 resumed from twice (three hits with the request that made it), then one
+    # at 16 computed and matched often, never resumed from: 3 x 8 tokens saved beats 1 x 16, so
+    # cost-per-byte keeps the older, frequently used one; LRU keeps the newer.
+    cache = new_cache(policy, blocks=8, slots=2)
+    serve(cache, "a", seq(100, 8), [8], "hot")
+    for _ in range(2):
+        resume(cache, "a", seq(100, 8) + (1,), 8)
+    serve(cache, "b", seq(300, 16), [16], "cold")
+    for _ in range(5):  # a waiting prompt is matched every round it waits: no hit until it starts
+        assert cache.match("b", seq(300, 16) + (1,), 17).checkpoint_tokens == 16
+    assert cache.free_slots_upto(1) == 1
+    assert ends_with_checkpoint(cache) == {kept}
+    cache.check_integrity()
+
+
+def node(end: int, length: int, hits: int = 1, aged: float = 0.0, last_used: int = 0) -> Node:
+    return Node(id=end, key=(0,) * length, parent=None, end=end, hits=hits, aged=aged, last_used=last_used)
+
+
+def test_the_inflation_clock_lets_a_fresh_entry_overtake_an_old_frequent_one():
+    policy = CostPerByte(SIZES)
+    old = node(64, 8, hits=5)
+    victim = node(640, 8, hits=1)  # worth 6.4 per hit: the clock moves to its key when it goes
+    policy.evicted(victim, EntryKind.CHECKPOINT)
+    assert policy.clock == pytest.approx(6.4)
+    fresh = node(64, 8, hits=1, aged=policy.clock, last_used=1)
+    assert policy.priority(old, EntryKind.CHECKPOINT) < policy.priority(fresh, EntryKind.CHECKPOINT)
+    policy.evicted(old, EntryKind.CHECKPOINT)  # a victim ranked below the clock leaves it alone
+    assert policy.clock == pytest.approx(6.4)
+
+
+def test_without_recurrent_layers_every_kv_byte_weighs_alike():
+    policy = CostPerByte(EntrySizes(kv_bytes_per_token=10, checkpoint_bytes=100, recurrent=False))
+    short, long = node(8, 8), node(640, 64)  # no checkpoint on either: KV alone resumes
+    assert policy.priority(short, EntryKind.KV) == policy.priority(long, EntryKind.KV)
+    hybrid = CostPerByte(SIZES)
+    assert hybrid.priority(long, EntryKind.KV) == (0.0, 0)  # a hybrid model cannot resume in it
+
+
+@pytest.mark.parametrize(("policy", "gone"), [("lru", ("c", 32)), ("cost-per-byte", ("a", 72))])
+def test_a_checkpoint_saves_only_the_tokens_since_the_one_above(policy, gone):
+    # c: a checkpoint at 32 (oldest). a1: one at 72 over 64 shared tokens; a2 then adds one at
+    # 64, the branch point, above a1's: a1's now saves 8 tokens, not 72, and goes first.
+    cache = new_cache(policy, blocks=32, slots=4)
+    serve(cache, "c", seq(900, 32), [32], "c")
+    serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    serve(cache, "a", seq(100, 64) + seq(600, 8), [64, 72], "a2")
+    before = sorted((ns, n.end) for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint)
+    assert cache.free_slots_upto(1) == 1
+    cache.check_integrity()
+    after = sorted((ns, n.end) for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint)
+    assert len(after) == len(before) - 1
+    assert before.count(gone) - after.count(gone) == 1
+
+
+def _walk(root: Node) -> list[Node]:
+    out, stack = [], list(root.children.values())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("lru", "b"), ("cost-per-byte", "a")])
+def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, kept):
+    # Two checkpoints saving as much: a's older, b's newer; a prompt waits through a's. Once it
+    # is gone (unregistered), a's checkpoint is worth what it was before.
+    cache = new_cache(policy, blocks=8, slots=2)
+    serve(cache, "a", seq(100, 16), [16], "a")
+    serve(cache, "b", seq(300, 16), [16], "b")
+    waiting = cache.register("a", seq(100, 16) + seq(700, 8))
+    assert cache.free_slots_upto(1) == 1
+    assert {ns for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint} == {kept}
+    cache.unregister(waiting)
+    cache.check_integrity()

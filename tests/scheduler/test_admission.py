@@ -1,0 +1,75 @@
+"""Checkpoint admission: which wanted saves may evict a cached checkpoint. `likely` keeps the
+checkpoints that serve others from being flushed by one-off prompts; outputs never change."""
+
+from __future__ import annotations
+
+import pytest
+from engine_utils import new_engine as engine_over
+
+from radixflow.engine.engine import Engine
+from radixflow.options import EngineOptions, build
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.admission import ADMISSIONS, AdmissionContext, AdmitAll, AdmitLikely, make_admission
+
+HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+
+
+def context(wanted, branches=(), fork=None, tail=64, resumed=0) -> AdmissionContext:
+    return AdmissionContext(list(wanted), lambda: list(branches), lambda: fork, tail, resumed)
+
+
+def test_likely_admits_branch_points_the_learned_fork_and_a_continuing_tail():
+    likely = AdmitLikely()
+    assert likely.may_evict(context([16, 32, 48, 64], branches=[32])) == [32]  # 64: a one-off's tail
+    assert likely.may_evict(context([16, 32, 48, 64], fork=48)) == [48]
+    assert likely.may_evict(context([16, 64], resumed=8)) == [64]  # a later turn's own tail
+    assert likely.may_evict(context([16, 64], fork=0)) == []  # history says: nowhere useful
+    assert AdmitAll().may_evict(context([16, 64])) == [16, 64]
+
+
+def test_the_registry():
+    assert set(ADMISSIONS) == {"all", "likely"}
+    with pytest.raises(ValueError, match="unknown checkpoint admission 'some'"):
+        make_admission("some")
+
+
+def engine(admission: str, cfg: SchedulerConfig) -> Engine:
+    options = EngineOptions(admission=admission)
+    return build.new_engine(HYBRID, cfg, options, policy="radixflow", placement="branch")
+
+
+CTX = tuple(range(1000, 1064))  # 64 tokens: 8 blocks
+
+
+def workload() -> list[Request]:
+    """Three candidates over one context, then five one-off prompts one after another, then a
+    late fourth candidate over the same context."""
+    reqs = [Request(f"c{i}", CTX + tuple(range(10 * i, 10 * i + 8))) for i in range(3)]
+    for i in range(5):
+        reqs.append(Request(f"once{i}", tuple(range(5000 + 100 * i, 5048 + 100 * i)), arrival_s=1.0 + i))
+    reqs.append(Request("late", CTX + tuple(range(90, 98)), arrival_s=10.0))
+    return reqs
+
+
+@pytest.mark.parametrize(("admission", "late_reuse"), [("all", 0), ("likely", 64)])
+def test_one_off_prompts_do_not_flush_a_shared_context_under_likely(admission, late_reuse):
+    cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=2)
+    eng = engine(admission, cfg)
+    for r in workload():
+        eng.submit(r)
+    while eng.has_work():
+        eng.step()
+        eng.check_integrity()
+    done = {r.id: r for r in eng.requests}
+    assert all(r.status is RequestStatus.FINISHED for r in done.values())
+    for r in done.values():  # what is kept changes, never what is computed
+        assert r.output[0] == sim_token(r.namespace, r.prompt, HYBRID.model.vocab_size)
+    assert done["late"].reused == late_reuse
+
+
+def test_admission_all_is_what_the_planner_did_before():
+    # The default: every engine built without naming admission evicts for every wanted save.
+    cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=2)
+    eng = engine_over(HYBRID, cfg, policy="radixflow", placement="branch")
+    assert isinstance(eng.scheduler.checkpoints.admission, AdmitAll)

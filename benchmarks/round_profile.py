@@ -154,8 +154,9 @@ def in_gemm(event) -> bool:
     return False
 
 
-def bench(kind: str, model: str, batches: list[int], context: int, lengths: list[int], repeats: int) -> dict:
-    runner = TorchRunner(ensure_model(model), BLOCK, 8, 0, predict_rounds=False)
+def bench(kind: str, model: str, args: argparse.Namespace) -> dict:
+    runner = TorchRunner(ensure_model(model), BLOCK, 8, 0, matmul=args.matmul, predict_rounds=False)
+    batches, context, lengths, repeats = args.batches, args.context, args.lengths, args.repeats
     rounds = [Round(f"decode {b}", decode_round(runner, b, context)) for b in batches]
     rounds.append(Round(f"prefill {sum(lengths)}", prefill_round(runner, lengths)))
     for r in rounds:
@@ -196,6 +197,7 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 64, 192, 128])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--matmul", default="auto", help="the runner's GEMM plan (auto: measured at startup)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, tiny rounds, one repeat (CI)")
     args = ap.parse_args()
@@ -208,7 +210,7 @@ def main() -> None:
     print(f"commit {meta['commit']}, threads={args.threads}, load={meta['load_before']:.2f}")
     results = []
     for kind in args.kinds:
-        res = bench(kind, models[kind], args.batches, args.context, args.lengths, args.repeats)
+        res = bench(kind, models[kind], args)
         results.append(res)
         print(f"\n{kind} ({res['model']}, matmul {res['matmul_plan']})")
         print(f"  {'round':<13}{'total ms':>9}{'GEMM ms':>9}{'non-GEMM':>9}  top non-GEMM ops (ms, profiled)")

@@ -1,0 +1,231 @@
+"""What a round costs besides its GEMMs: one decode round (8 and 32 requests) and one prefill
+round per mixer kind, split into GEMM time and everything else.
+
+The model is built as the engine builds it (a `TorchRunner`, so its Linear layers are routed to
+the GEMM library the runner measured at startup, and decode rounds are marked as such). Each
+round is run under a dispatch hook that records every GEMM call (``mm``, ``addmm``, ``bmm``,
+``baddbmm``, ``linear``, ``matmul``, oneDNN's linear) with its very arguments; those calls are
+then replayed alone, so the GEMM time is what the same GEMMs cost at the rate the library runs
+them here, and the rest of the round (its thread CPU time minus that) is everything between
+GEMMs. Rounds and replays are interleaved across repeats and medians reported, since the machine
+is shared and noisy. A few profiled runs of each round (torch.profiler, median self CPU time per
+op) name the largest non-GEMM ops. The recurrent state updates (``baddbmm_``, ``mul_`` on the
+state in place) and the attention kernel are not GEMMs here: they are in the rest.
+
+Decode rounds restore every row from its slot and save back into it (the engine's working
+slot, updated in place); the prefill round is one packed batch of prompts of ``--lengths``.
+
+    python benchmarks/round_profile.py --json results/round_profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from decode_step import setup  # benchmarks/ is on sys.path when a script in it runs
+from runner_throughput import prompts
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.zoo import ensure_model
+from radixflow.runners.torch_runner import TorchRunner
+
+MODELS = {  # mixer kind -> model that has it
+    "deltanet": "qwen3_5-small",
+    "mamba2": "nemotron_h-small",
+    "conv": "lfm2-small",
+    "attention": "qwen3-small",
+}
+# aten::linear and aten::matmul reach the dispatcher whole under inference mode; replaying one
+# replays the mm/addmm (and weight transpose) it runs
+GEMM_OPS = (
+    "aten::linear",
+    "aten::matmul",
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "mkldnn::_linear_pointwise",
+)
+
+BLOCK = 16
+
+
+class GemmRecorder(TorchDispatchMode):
+    """Records every GEMM call that passes the dispatcher, with its arguments, for replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Callable, tuple, dict]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.name() in GEMM_OPS:
+            self.calls.append((func, args, kwargs))
+        return func(*args, **kwargs)
+
+
+@dataclass
+class Round:
+    """One round to measure: a name, the call that runs it, and its GEMMs once recorded."""
+
+    name: str
+    run: Callable[[], object]
+    gemms: list[tuple[Callable, tuple, dict]] = field(default_factory=list)
+    totals: list[float] = field(default_factory=list)
+    gemm_times: list[float] = field(default_factory=list)
+
+    def record(self) -> None:
+        with GemmRecorder() as rec:
+            self.run()
+        self.gemms = rec.calls
+
+    def replay(self) -> None:
+        with torch.inference_mode():
+            for func, args, kwargs in self.gemms:
+                func(*args, **kwargs)
+
+
+def cpu_seconds(fn: Callable[[], object]) -> float:
+    t0 = time.thread_time()
+    fn()
+    return time.thread_time() - t0
+
+
+def decode_round(runner: TorchRunner, batch: int, context: int) -> Callable[[], object]:
+    """One decode round of ``batch`` rows at position ``context``, each updating its own slot."""
+    kv, state, chunks = setup(runner.net, batch, context, seed=batch, own=True)
+    return lambda: forward(runner, chunks, kv, state, decode_only=True)
+
+
+def prefill_round(runner: TorchRunner, lengths: list[int]) -> Callable[[], object]:
+    """One packed prefill round of fresh prompts of ``lengths`` tokens (no cache, no state)."""
+    net = runner.net
+    chunks, nxt = [], 0
+    for p in prompts(lengths, int(net.config.vocab_size), seed=0):
+        n = -(-len(p) // BLOCK)
+        chunks.append((p, SeqSpec(0, len(p), list(range(nxt, nxt + n)))))
+        nxt += n
+    kv = KVPool(net.kv_layout(), nxt, BLOCK, torch.float32, "cpu")
+    state = StatePool(net.state_layout(), 0, torch.float32, "cpu")
+    return lambda: forward(runner, chunks, kv, state, decode_only=False)
+
+
+def forward(runner: TorchRunner, chunks: list, kv: KVPool, state: StatePool, decode_only: bool) -> object:
+    """The runner's work for one round: build the batch, forward, logits of every last token."""
+    routed = runner.matmul.round(decode_only) if runner.matmul is not None else contextlib.nullcontext()
+    with torch.inference_mode(), routed:
+        fb = ForwardBatch.build(chunks, kv, state, "cpu")
+        hidden = runner.net(fb)
+        return runner.net.compute_logits(hidden[fb.last_token_indices()])
+
+
+def top_non_gemm(run: Callable[[], object], n: int = 5, runs: int = 3) -> list[tuple[str, float]]:
+    """The ``n`` non-GEMM ops with the most self CPU time, median over ``runs`` profiled runs
+    (ms); ops run inside a GEMM op (its weight transpose, its mm) count as the GEMM's."""
+    spent: dict[str, list[float]] = defaultdict(lambda: [0.0] * runs)
+    for i in range(-1, runs):  # run -1: the first profiled run of a process bills start-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run()
+        for event in prof.events() if i >= 0 else ():
+            if not in_gemm(event):
+                spent[event.name][i] += event.self_cpu_time_total / 1e3
+    medians = {name: statistics.median(ms) for name, ms in spent.items()}
+    return sorted(medians.items(), key=lambda r: -r[1])[:n]
+
+
+def in_gemm(event) -> bool:
+    while event is not None:
+        if event.name in GEMM_OPS:
+            return True
+        event = event.cpu_parent
+    return False
+
+
+def bench(kind: str, model: str, args: argparse.Namespace) -> dict:
+    runner = TorchRunner(ensure_model(model), BLOCK, 8, 0, matmul=args.matmul, predict_rounds=False)
+    batches, context, lengths, repeats = args.batches, args.context, args.lengths, args.repeats
+    rounds = [Round(f"decode {b}", decode_round(runner, b, context)) for b in batches]
+    rounds.append(Round(f"prefill {sum(lengths)}", prefill_round(runner, lengths)))
+    for r in rounds:
+        r.run()  # warm-up
+        r.record()
+    for _ in range(repeats):
+        for r in rounds:
+            r.totals.append(cpu_seconds(r.run))
+            r.gemm_times.append(cpu_seconds(r.replay))
+    rows = []
+    for r in rounds:
+        total, gemm = statistics.median(r.totals), statistics.median(r.gemm_times)
+        rows.append(
+            {
+                "round": r.name,
+                "total_ms": 1e3 * total,
+                "gemm_ms": 1e3 * gemm,
+                "gemm_calls": len(r.gemms),
+                "non_gemm_share": max(0.0, 1 - gemm / total),
+                "top_non_gemm_ms": top_non_gemm(r.run),
+            }
+        )
+    plan = runner.matmul.plan.describe() if runner.matmul is not None else "none"
+    return {"kind": kind, "model": model, "matmul_plan": plan, "rounds": rows}
+
+
+def commit() -> str:
+    here = Path(__file__).resolve().parent
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kinds", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
+    ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[256, 64, 192, 128])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--matmul", default="auto", help="the runner's GEMM plan (auto: measured at startup)")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, tiny rounds, one repeat (CI)")
+    args = ap.parse_args()
+    models = dict(MODELS)
+    if args.smoke:
+        models = {"deltanet": "qwen3_5-tiny"}
+        args.kinds, args.batches, args.context, args.lengths, args.repeats = ["deltanet"], [2], 8, [8, 4], 1
+    torch.set_num_threads(args.threads)
+    meta = {"commit": commit(), "threads": args.threads, "load_before": os.getloadavg()[0]}
+    print(f"commit {meta['commit']}, threads={args.threads}, load={meta['load_before']:.2f}")
+    results = []
+    for kind in args.kinds:
+        res = bench(kind, models[kind], args)
+        results.append(res)
+        print(f"\n{kind} ({res['model']}, matmul {res['matmul_plan']})")
+        print(f"  {'round':<13}{'total ms':>9}{'GEMM ms':>9}{'non-GEMM':>9}  top non-GEMM ops (ms, profiled)")
+        for row in res["rounds"]:
+            top = ", ".join(f"{k.removeprefix('aten::')} {ms:.2f}" for k, ms in row["top_non_gemm_ms"])
+            print(
+                f"  {row['round']:<13}{row['total_ms']:>9.2f}{row['gemm_ms']:>9.2f}"
+                f"{row['non_gemm_share']:>9.0%}  {top}",
+                flush=True,
+            )
+    meta["load_after"] = os.getloadavg()[0]
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({**meta, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

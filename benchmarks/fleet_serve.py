@@ -241,6 +241,9 @@ def main() -> int:
     if args.smoke:
         args.routers, args.clients, args.groups, args.candidates = "checkpoint", 2, 2, 2
         args.context, args.candidate, args.log_dir = 32, 4, str(args.json.parent)
+        # a loaded machine starts Ray and its replicas slowly: the smoke test's own 600 s bound
+        # is the backstop, readiness (not this figure) ends the wait
+        args.start_timeout = max(args.start_timeout, 540.0)
     prompts = workload(args)
     runs = []
     for router in args.routers.split(","):

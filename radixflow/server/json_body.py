@@ -3,10 +3,10 @@
 FastAPI parses a JSON body with Python's ``json`` module on the event loop, before validation. A
 body near ``--max-body-bytes`` then holds the loop several times longer than pydantic-core's
 parser needs, and every other client waits behind it (a thread would not help: both parsers hold
-the GIL for the whole body). pydantic-core's parser builds the same Python values for every body it accepts; it
-refuses some that Python's takes (a lone UTF-16 surrogate escape, a leading BOM), and for those,
-as for malformed JSON, Python's parser decides: so every body parses, or fails with the same
-``json.JSONDecodeError`` FastAPI turns into a 400, exactly as before.
+the GIL for the whole body). pydantic-core's parser builds the same Python values for every body
+it accepts; it refuses some that Python's takes (a lone UTF-16 surrogate escape, a leading BOM),
+and for those, as for malformed JSON, Python's parser decides: so every body parses, or fails
+with the same ``json.JSONDecodeError`` FastAPI turns into a 400, exactly as before.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ class TokenBound:
     normalize: Callable[[str], str] | None  # the tokenizer's normalizer, if it has one
 
     def units(self, text: str) -> int:
-        return len(text.encode("utf-8", "surrogatepass")) if self.byte_level else len(text)
+        if not self.byte_level or text.isascii():  # an ASCII text is as many bytes as characters
+            return len(text)
+        return len(text.encode("utf-8", "surrogatepass"))
 
     def over(self, text: str, limit: int) -> int | None:
         """A lower bound on ``text``'s tokens when it proves more than ``limit``; else None. Pure."""

@@ -165,6 +165,8 @@ _LONG = 2048
 
 
 def _check_unicode(text: str) -> None:
+    if text.isascii():  # a flag CPython keeps: no pass over a long prompt (on a thread holding the GIL)
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:

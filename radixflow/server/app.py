@@ -13,7 +13,7 @@ from starlette.requests import Request as HttpRequest
 
 from radixflow.server import chat, completions, tokenize
 from radixflow.server.errors import install_handlers
-from radixflow.server.limits import BodyLimit
+from radixflow.server.limits import BodyLimit, LongBodyLane
 from radixflow.server.state import ServerState
 
 
@@ -31,7 +31,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     app = FastAPI(title="RadixFlow", lifespan=lifespan)
     app.state.radixflow = state
-    app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes)
+    lane = LongBodyLane(state.config.long_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)
     install_handlers(app)
     for module in (completions, chat, tokenize):
         app.include_router(module.router)

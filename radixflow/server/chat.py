@@ -15,6 +15,7 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
 from radixflow.server.errors import ApiError
+from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import ChatRequest
 from radixflow.server.responses.chat_chunk import ChatChunks
 from radixflow.server.responses.chat_completion import chat_completion
@@ -23,7 +24,7 @@ from radixflow.server.responses.logprobs import TokenNames
 from radixflow.server.responses.stream import sse_stream
 from radixflow.server.state import ServerState, answers, response_id
 
-router = APIRouter()
+router = APIRouter(route_class=FastJsonRoute)
 
 
 def chat_prompt(body: ChatRequest, state: ServerState) -> list[int]:

@@ -16,13 +16,14 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
+from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.stream import sse_stream
 from radixflow.server.responses.text_completion import TextCompletion
 from radixflow.server.state import ServerState, answers, response_id
 
-router = APIRouter()
+router = APIRouter(route_class=FastJsonRoute)
 
 
 def prompt_ids(

@@ -1,13 +1,20 @@
-"""A limit on request bodies, enforced before anything parses them; and their encoding (UTF-8).
+"""A limit on request bodies, enforced before anything parses them; their encoding (UTF-8); and
+long bodies read one at a time.
 
 A body's bytes are counted as they arrive (a chunked upload has no Content-Length, and a declared
 length is refused at once without reading anything); past the limit the request gets a 413 in
 OpenAI's error shape and the rest of its body is never read or parsed. Without the limit a 10 MB
 prompt held the event loop for seconds in JSON parsing, validation and tokenization.
+
+Long bodies (over ``--long-body-bytes``) are read one piece at a time (`LongBodyLane`): each piece
+read costs the event loop a turn, so eight long uploads read side by side put eight pieces ahead
+of every step of a short request; read in turn, one. The others wait in their sockets (the HTTP
+layer stops reading a body nobody asks for), not on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,13 +26,39 @@ from radixflow.server.strict import encoding_problem
 # value belongs to the request's own task), read by `ServerState.offload` to pick a tokenizer lane.
 BODY_BYTES: ContextVar[int] = ContextVar("radixflow_body_bytes", default=0)
 
+# A long body whose next piece takes longer than this to arrive lets the next long body be read
+# meanwhile: a client uploading slowly (or not at all) never holds the lane.
+LONG_BODY_STALL_S = 0.5
+
+
+class LongBodyLane:
+    """Pieces of long bodies are read one at a time, in turn: a piece is awaited while holding
+    the lane, for at most ``stall_s`` seconds (then it is awaited without the lane)."""
+
+    def __init__(self, long_bytes: int, stall_s: float = LONG_BODY_STALL_S) -> None:
+        self.long_bytes, self.stall_s = long_bytes, stall_s
+        self._lane = asyncio.Semaphore(1)
+
+    async def next(self, receive: Receive, size: int) -> Message:
+        """The next message of a body of which ``size`` bytes (read, or declared) are known."""
+        if size <= self.long_bytes:
+            return await receive()
+        async with self._lane:
+            piece = asyncio.ensure_future(receive())
+            try:
+                await asyncio.wait({piece}, timeout=self.stall_s)
+            except BaseException:  # the request's task was cancelled (the server closing)
+                piece.cancel()
+                raise
+        return await piece  # a cancellation here cancels the piece too
+
 
 class BodyLimit:
     """ASGI middleware: bodies over ``max_bytes`` are refused with a 413; others are read whole
     and handed on (the JSON routes read them whole anyway)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, lane: LongBodyLane) -> None:
+        self.app, self.max_bytes, self.lane = app, max_bytes, lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,7 +68,7 @@ class BodyLimit:
         if declared is not None and declared > self.max_bytes:
             await self._refuse(scope, receive, send, f"the request body of {declared} bytes")
             return
-        first = await self._read(receive)
+        first = await self._read(receive, declared or 0)
         if first is None:
             await self._refuse(scope, receive, send, "the request body")
             return
@@ -53,12 +86,12 @@ class BodyLimit:
 
         await self.app(scope, replayed, send)
 
-    async def _read(self, receive: Receive) -> Message | None:
+    async def _read(self, receive: Receive, declared: int) -> Message | None:
         """The whole body as one message; None once it passes the limit."""
         chunks: list[bytes] = []
         size = 0
         while True:
-            message = await receive()
+            message = await self.lane.next(receive, max(size, declared))
             if message["type"] != "http.request":
                 return message  # the client left: the app sees the disconnect
             chunk = message.get("body", b"")

@@ -14,10 +14,11 @@ from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.server.errors import ApiError
+from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import DetokenizeRequest, TokenizeRequest
 from radixflow.server.state import ServerState
 
-router = APIRouter()
+router = APIRouter(route_class=FastJsonRoute)
 
 
 @router.get("/tokenizer_info")

@@ -9,8 +9,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from server_utils import MODEL, RunningServer, running_server
 
+from radixflow.server.json_body import parse_json
 from radixflow.server.state import DEFAULT_MAX_BODY_BYTES, ServerConfig
 
 LIMIT = 64 * 1024
@@ -89,6 +92,62 @@ def test_tokenizing_runs_beside_the_event_loop(served, monkeypatch, route, body)
         release.set()
         worker.join(30)
     assert answer["r"].status_code == 200, answer["r"].text
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/v1/completions", {"model": MODEL, "prompt": "Hello there", "max_tokens": 1}),
+        ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/tokenize", {"prompt": "Hello there"}),
+    ],
+)  # fmt: skip
+def test_bodies_are_parsed_by_pydantic_core_and_json_decides_the_rest(served, monkeypatch, route, body):
+    """Python's JSON parser holds the event loop several times longer on a big body; it is kept
+    for the bodies pydantic-core's refuses, so those are answered exactly as before."""
+    calls = []
+    loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda *a, **k: calls.append(1) or loads(*a, **k))
+    http = served.http(timeout=30)
+    assert http.post(route, json=body).status_code == 200
+    assert calls == []
+    surrogate = json.dumps({**body, "extra": "a\ud800b"}).encode()  # a lone surrogate: jiter refuses
+    r = http.post(route, content=surrogate, headers={"content-type": "application/json"})
+    assert calls == [1]  # before r.json(), which is this process's json.loads too
+    assert r.status_code == 400 and "surrogate" in r.json()["error"]["message"], r.text
+    r = http.post(route, content=b'{"model": 1,}', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"], r.text
+
+
+def test_parse_json_gives_what_python_json_gives():
+    cases = [b'{"a": NaN, "b": -Infinity, "c": 1e999}', b'{"a": "\\ud800"}', b'\xef\xbb\xbf{"a": 1}',
+             b'{"a": 18446744073709551616, "a": 0.1}', b'{"\\udc00": [1, -0.0, "\\u00e9"]}']  # fmt: skip
+    for case in cases:
+        assert repr(parse_json(case)) == repr(json.loads(case))
+    for bad in (b'{"a": 1} x', b"[1,]", b'{"a": "x\x01"}', b"  "):
+        with pytest.raises(json.JSONDecodeError) as ours:
+            parse_json(bad)
+        with pytest.raises(json.JSONDecodeError) as theirs:
+            json.loads(bad)
+        assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats()  # NaN and infinities too (Python writes them as NaN, Infinity)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, ascii_only=st.booleans())
+def test_parse_json_gives_what_python_json_gives_for_any_value(value, ascii_only):
+    body = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    assert repr(parse_json(body)) == repr(json.loads(body))
 
 
 # --------------------------------------------------------------------------- long texts

@@ -1,0 +1,112 @@
+"""Long bodies are read one piece at a time (server/limits.py `LongBodyLane`), short ones beside them,
+and a long upload that stalls does not keep the next one waiting. Driven at the ASGI level with
+uploads whose pieces the test hands over itself: no server, no clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.types import Message, Receive, Scope, Send
+
+from radixflow.server.limits import BodyLimit, LongBodyLane
+
+LONG = 1000  # bytes: longer bodies take the lane
+
+
+class Upload:
+    """One request's body, handed over piece by piece as the test says."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+        self.asked = self.delivered = 0  # pieces the server has asked for, and has had
+        self.released: asyncio.Queue[None] = asyncio.Queue()
+
+    @property
+    def scope(self) -> Scope:
+        size = str(sum(map(len, self.pieces))).encode()
+        return {"type": "http", "method": "POST", "path": "/", "headers": [(b"content-length", size)]}
+
+    async def receive(self) -> Message:
+        i = self.asked
+        self.asked += 1
+        await self.released.get()
+        self.delivered += 1
+        return {"type": "http.request", "body": self.pieces[i], "more_body": i + 1 < len(self.pieces)}
+
+    @property
+    def waiting(self) -> bool:
+        return self.asked > self.delivered
+
+    def release(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.released.put_nowait(None)
+
+
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    message = await receive()
+    scope["seen"] = message["body"]
+
+
+async def settle() -> None:
+    for _ in range(50):  # every ready step of every task runs (no timers involved)
+        await asyncio.sleep(0)
+
+
+def test_long_bodies_are_read_one_piece_at_a_time_and_short_ones_beside_them():
+    async def main() -> None:
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=3600))
+        uploads = [Upload([bytes([65 + i]) * 600] * 3) for i in range(3)]
+        scopes = [u.scope for u in uploads]
+        tasks = [
+            asyncio.ensure_future(limit(s, u.receive, _no_send)) for s, u in zip(scopes, uploads, strict=True)
+        ]
+        for step in range(9):
+            await settle()
+            waiting = [u for u in uploads if u.waiting]
+            assert len(waiting) == 1, f"step {step}: {len(waiting)} long bodies read at once"
+            if step == 4:  # a short body is read while a long one holds the lane
+                short = Upload([b"{}"])
+                short.release()
+                await asyncio.wait_for(limit(short.scope, short.receive, _no_send), 60)
+            waiting[0].release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        assert [s["seen"] for s in scopes] == [bytes([65 + i]) * 1800 for i in range(3)]
+
+    asyncio.run(main())
+
+
+def test_a_stalled_long_upload_lets_the_next_one_be_read():
+    async def main() -> None:
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=0))
+        stalled, moving = Upload([b"a" * 2000]), Upload([b"b" * 2000])
+        scopes = [stalled.scope, moving.scope]
+        tasks = [
+            asyncio.ensure_future(limit(s, u.receive, _no_send))
+            for s, u in zip(scopes, (stalled, moving), strict=True)
+        ]
+        moving.release()  # the stalled one never sends anything until the end
+        await asyncio.wait_for(tasks[1], 60)
+        assert scopes[1]["seen"] == b"b" * 2000 and not tasks[0].done()
+        stalled.release()  # it still gets its body once it sends
+        await asyncio.wait_for(tasks[0], 60)
+        assert scopes[0]["seen"] == b"a" * 2000
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_request_gives_the_lane_back():
+    async def main() -> None:
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=3600))
+        gone, next_one = Upload([b"a" * 2000]), Upload([b"b" * 2000])
+        task = asyncio.ensure_future(limit(gone.scope, gone.receive, _no_send))
+        await settle()
+        task.cancel()  # the server closes the request while it holds the lane
+        waiting = asyncio.ensure_future(limit(next_one.scope, next_one.receive, _no_send))
+        next_one.release()
+        await asyncio.wait_for(waiting, 60)
+
+    asyncio.run(main())
+
+
+async def _no_send(message: Message) -> None:
+    raise AssertionError(f"nothing is answered here: {message}")

@@ -100,6 +100,7 @@ MODELS_ALLOWED = {
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
     "config_rules": {"config_schema"},
+    "presets": set(),  # the zoo's preset configs: plain data, so a preset's shape is read without torch
     "attention": {"batch", "decode_rows"},
     "layers": {"batch"},
     "mixers": {"batch", "decode_rows", "attention", "layers", "kernels"},
@@ -112,9 +113,10 @@ MODELS_ALLOWED = {
         "kernels",
         "config_schema",
         "config_rules",
+        "presets",
     },
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
-    "zoo": {"layers", "registry", "io"},
+    "zoo": {"layers", "registry", "io", "presets"},
 }
 
 
@@ -175,6 +177,12 @@ def test_every_models_part_has_a_layer():
         p.name for p in (PKG / "models").iterdir() if (p / "__init__.py").is_file()
     }
     assert parts - {"__init__"} == set(MODELS_ALLOWED)
+
+
+def test_the_zoo_presets_never_import_torch():
+    """The sim reads a zoo name's shape from its preset: that must not need the torch extra."""
+    for path in (PKG / "models" / "presets").rglob("*.py"):
+        assert not [n for n in imports(path) if n.split(".")[0] == "torch"], f"{path.name} imports torch"
 
 
 @pytest.mark.parametrize("part", sorted(MODELS_ALLOWED))

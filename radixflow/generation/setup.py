@@ -37,8 +37,9 @@ def load_model(options: EngineOptions) -> LoadedModel:
         raise ProblemError(
             Problem(
                 "model",
-                f"{plan.choice.label!r} is a sim shape: generation needs a model with weights "
-                "(a zoo name, see `radixflow models`, or a checkpoint directory)",
+                f"{plan.choice.label!r} on the sim runner has no weights: generation needs the torch "
+                "runner and a model with weights (a zoo name, see `radixflow models`, or a checkpoint "
+                "directory)",
             )
         )
     try:

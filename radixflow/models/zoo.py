@@ -4,7 +4,9 @@ Preset models have random weights from a fixed seed, scaled by each family's ``i
 that greedy decoding is numerically robust. ``ensure_model(name)`` materialises a model once as a
 Hugging Face-layout directory (config.json, model.safetensors, tokenizer.json) in the cache and
 returns its path; later calls reuse it. Family modules are imported lazily, by name, so a broken
-or missing family affects only its own entries.
+or missing family affects only its own entries. A family's preset configs live apart from its
+model code, in the module of the same name under `radixflow.models.presets` (plain data, no
+torch), so a preset can be read, e.g. for the sim's shape of a zoo name, without importing torch.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from radixflow.models.registry import UnknownModelError
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 CACHE_ENV = "RADIXFLOW_CACHE"
 SIZES = ("tiny", "small")
+PRESETS_PACKAGE = "radixflow.models.presets"
 
-# family -> (module, presets dict attribute, name of its recurrent layer kind or None)
+# family -> (module, presets dict attribute, name of its recurrent layer kind or None); the presets
+# dict is read from the module of the same name under radixflow.models.presets
 FAMILY_SOURCES: dict[str, tuple[str, str, str | None]] = {
     "llama": ("radixflow.models.families.llama", "PRESETS_LLAMA", None),
     "qwen3": ("radixflow.models.families.llama", "PRESETS_QWEN3", None),
@@ -87,7 +91,16 @@ def _entry(name: str) -> ZooEntry:
 
 
 def _family_module(family: str) -> Any:
-    module_name = FAMILY_SOURCES[family][0]
+    """The family's model code (imports torch)."""
+    return _import(family, FAMILY_SOURCES[family][0])
+
+
+def _presets_module(family: str) -> Any:
+    """The family's preset configs: plain data, no torch."""
+    return _import(family, PRESETS_PACKAGE + "." + FAMILY_SOURCES[family][0].rsplit(".", 1)[-1])
+
+
+def _import(family: str, module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except Exception as e:  # missing or broken module: only this family is unavailable
@@ -112,12 +125,11 @@ def preset_config(name: str) -> dict[str, Any]:
     entry = _entry(name)
     if entry.size == "gguf":
         return dict(_smollm2_config())
-    module = _family_module(entry.family)
+    module = _presets_module(entry.family)
     presets = getattr(module, FAMILY_SOURCES[entry.family][1], None)
     if not isinstance(presets, dict) or entry.size not in presets:
         raise ModelUnavailableError(
-            f"{FAMILY_SOURCES[entry.family][0]} has no preset "
-            f"{FAMILY_SOURCES[entry.family][1]}[{entry.size!r}]"
+            f"{module.__name__} has no preset {FAMILY_SOURCES[entry.family][1]}[{entry.size!r}]"
         )
     return copy.deepcopy(presets[entry.size])
 
@@ -145,6 +157,8 @@ def model_info(name: str) -> ModelInfo:
     """Size and layer structure of a zoo model (builds it on the meta device, no weights)."""
     entry = _entry(name)
     config = preset_config(name)
+    if entry.size != "gguf":
+        _family_module(entry.family)  # a family whose model code cannot load is not listed
     model = _model_on_meta(config)
     recurrent_kind = FAMILY_SOURCES[entry.family][2] or "recurrent"
     kv, state = set(model.kv_layout()), set(model.state_layout())

@@ -52,7 +52,8 @@ class EngineOptions:
     model: str | None = option(
         None,
         "a sim shape (see `radixflow bench --help`), a zoo model (see `radixflow models`) or a "
-        "checkpoint directory (default: qwen3_5-2b on the sim runner, qwen3_5-small on torch)",
+        "checkpoint directory; the sim runner costs any of them by its config, no weights read "
+        "(default: qwen3_5-2b on the sim runner, qwen3_5-small on torch)",
         str,
         group="model",
         metavar="MODEL",

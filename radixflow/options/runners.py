@@ -22,6 +22,7 @@ from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODEL
 from radixflow.engine.runner import Runner
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.machine import pools_problem
+from radixflow.options.sim_shape import sim_name_problem, sim_shape
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig
 
@@ -78,10 +79,8 @@ class SimChoice:
 
     def __init__(self, options: EngineOptions) -> None:
         self.label = options.model or DEFAULT_SIM_MODEL
-        if self.label not in SIM_MODELS:
-            known = ", ".join(SIM_MODELS)
-            raise ProblemError(Problem("model", f"unknown sim model {self.label!r} (known: {known})"))
-        self.spec, self.hardware = SIM_MODELS[self.label], sim_hardware(options)
+        # a catalogue shape, or the shape of a model the torch runner loads (no weights read)
+        self.spec, self.hardware = sim_shape(self.label), sim_hardware(options)
 
     @property
     def vocab_size(self) -> int:
@@ -303,14 +302,13 @@ def name_problem(options: EngineOptions) -> Problem | None:
     if name is None:
         return None
     if runner == "sim":
-        ok, known = name in SIM_MODELS, f"sim shapes: {', '.join(SIM_MODELS)}"
-    else:
-        from radixflow.models.zoo import model_names
+        return sim_name_problem(name)
+    from radixflow.models.zoo import model_names
 
-        ok = name in model_names() or Path(name).is_dir()
-        known = f"zoo names: {', '.join(model_names())}"
-        if options.runner is None:
-            known += f"; sim shapes: {', '.join(SIM_MODELS)}"
+    ok = name in model_names() or Path(name).is_dir()
+    known = f"zoo names: {', '.join(model_names())}"
+    if options.runner is None:
+        known += f"; sim shapes: {', '.join(SIM_MODELS)}"
     return None if ok else Problem("model", f"unknown {runner} model {name!r} ({known})")
 
 

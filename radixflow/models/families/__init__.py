@@ -1,2 +1,3 @@
-"""Model families, one module per Hugging Face ``model_type`` (plus shared presets/init): each
-assembles mixers and layers into a `CausalLM` and defines its ``PRESETS`` and ``init_weights``."""
+"""Model families, one module per Hugging Face ``model_type`` (plus shared init): each assembles
+mixers and layers into a `CausalLM`, defines its ``init_weights`` and re-exports the ``PRESETS``
+kept, torch-free, in the module of the same name under `radixflow.models.presets`."""

@@ -1,33 +1,15 @@
-"""Zoo support shared by the Mamba2 hybrids (Nemotron-H, Falcon-H1): the fields every preset
-config starts from and the deterministic weight init."""
+"""Zoo support shared by the Mamba2 hybrids (Nemotron-H, Falcon-H1): the deterministic weight init
+(the fields every preset config starts from are in `radixflow.models.presets.mamba2`)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
 
 from radixflow.models.layers import Config
 from radixflow.models.mixers.mamba2 import as_float
-
-
-def common_config(model_type: str, arch: str) -> dict[str, Any]:
-    """Config fields every Mamba2-hybrid preset starts from."""
-    return {
-        "model_type": model_type,
-        "architectures": [arch],
-        "torch_dtype": "float32",
-        "initializer_range": 0.02,
-        "use_cache": True,
-        # Special ids follow the zoo tokenizer (radixflow.models.io.tokenizer): 0 is <|endoftext|>.
-        "bos_token_id": 0,
-        "eos_token_id": 0,
-        "pad_token_id": 0,
-        "tie_word_embeddings": False,
-    }
-
 
 _OUTPUT_PROJECTIONS = ("o_proj.weight", "out_proj.weight", "down_proj.weight", "fc2_latent_proj.weight")
 

@@ -37,6 +37,7 @@ from radixflow.models.config_schema import (
     Table,
 )
 from radixflow.models.layers import ACTIVATIONS
+from radixflow.models.presets.nemotron_h import NEMOTRON_PATTERN  # the pattern string's codes
 
 ACTIVATION = Str(tuple(ACTIVATIONS))
 EPS = Float(above=0.0)  # a norm's epsilon: 0 divides by zero on an all-zero row
@@ -226,7 +227,6 @@ LFM2 = BASE.merged(
 
 NEMOTRON_KINDS = ("linear_attention", "full_attention", "mlp", "moe")
 NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
-NEMOTRON_PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
 
 
 def nemotron_kinds(data: Mapping[str, Any]) -> list[str]:

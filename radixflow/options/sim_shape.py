@@ -1,0 +1,91 @@
+"""The shape the sim costs for a model name: a sim catalogue shape, a torch zoo name, or a checkpoint.
+
+The sim can take any model the torch runner can load, so the real runner's regime can be explored
+deterministically on any profile: a zoo name is read from the preset config the zoo builds it from
+(no weights are built), a checkpoint directory from its ``config.json``. Both go through the same
+config readers as the GPU-scale catalogue (`costmodel.shape.hf_config`), and the context length is
+the one the torch runner would allow, so a prompt the sim accepts is one the torch runner accepts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, shape_from_config
+from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.problems import Problem, ProblemError
+
+# The torch runner's context when config.json names none (runners/torch_runner.py reads
+# ``max_position_embeddings`` with this default); the catalogue's readers assume a GPU-scale one.
+TORCH_DEFAULT_CONTEXT = 4096
+
+
+def zoo_names() -> list[str]:
+    """The torch zoo's names (pure: the zoo's table, no family module imported)."""
+    from radixflow.models.zoo import model_names
+
+    return model_names()
+
+
+def is_checkpoint(name: str) -> bool:
+    return (Path(name).expanduser() / "config.json").is_file()
+
+
+def sim_name_problem(name: str) -> Problem | None:
+    """Why ``name`` is no model the sim can cost (None: it may be). Cheap: nothing is read."""
+    if name in SIM_MODELS or name in zoo_names() or is_checkpoint(name):
+        return None
+    return Problem("model", f"unknown sim model {name!r} ({known_models()})")
+
+
+def known_models() -> str:
+    return (
+        f"sim shapes: {', '.join(SIM_MODELS)}; zoo names: {', '.join(zoo_names())}; "
+        "or a checkpoint directory with config.json"
+    )
+
+
+def sim_shape(name: str) -> ModelShape:
+    """The shape of ``name``: a catalogue shape as it is, else the zoo's or checkpoint's config
+    read as the torch runner would load it. Raises `ProblemError` on ``model``."""
+    if name in SIM_MODELS:
+        return SIM_MODELS[name]
+    problem = sim_name_problem(name)
+    if problem is not None:
+        raise ProblemError(problem)
+    config, source = _zoo_config(name) if name in zoo_names() else _checkpoint_config(name)
+    try:
+        shape = shape_from_config(name, config, source)
+    except UnknownModelTypeError as e:
+        raise ProblemError(Problem("model", f"{name}: {e}")) from None
+    except KeyError as e:
+        raise ProblemError(Problem("model", f"{name}: config.json has no {e.args[0]!r}")) from None
+    except (TypeError, ValueError) as e:
+        raise ProblemError(Problem("model", f"{name}: config.json cannot be read as a shape ({e})")) from None
+    context = int(config.get("max_position_embeddings") or TORCH_DEFAULT_CONTEXT)
+    return replace(shape, max_context=context)
+
+
+def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
+    """The preset config the zoo builds ``name`` from (imports its family module, builds nothing)."""
+    from radixflow.models.zoo import ModelUnavailableError, preset_config
+
+    try:
+        return preset_config(name), f"zoo preset {name}"
+    except ModelUnavailableError as e:
+        raise ProblemError(Problem("model", str(e))) from None
+
+
+def _checkpoint_config(name: str) -> tuple[dict[str, Any], str]:
+    path = Path(name).expanduser() / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProblemError(Problem("model", f"cannot read {path}: {e}")) from None
+    if not isinstance(config, dict):
+        raise ProblemError(Problem("model", f"{path} does not hold a JSON object"))
+    return config, str(path.parent)

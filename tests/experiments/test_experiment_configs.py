@@ -1,0 +1,54 @@
+"""The experiment configs shipped in experiments/ parse, and the CPU-regime grid's cells all build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from radixflow.experiments.cells import cell_options, cell_requests
+from radixflow.experiments.config import load_config
+from radixflow.options import plan_engine
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+SIM_CONFIGS = ["ablation", "fleet", "load_sweep", "policies", "policies_cpu", "sensitivity"]
+
+
+@pytest.mark.parametrize("name", SIM_CONFIGS)
+def test_a_shipped_sim_config_parses(name):
+    config = load_config(EXPERIMENTS / f"{name}.toml")
+    assert config.name == name and config.cells
+    assert {c.settings["runner"] for c in config.cells} == {"sim"}
+
+
+def family(model: str) -> str:
+    return model.split("-")[0]
+
+
+def test_the_cpu_grid_mirrors_the_gpu_grid_at_the_small_shapes():
+    gpu, cpu = load_config(EXPERIMENTS / "policies.toml"), load_config(EXPERIMENTS / "policies_cpu.toml")
+    assert [v.label for v in cpu.variants] == [v.label for v in gpu.variants]
+    families = {family(c.settings["model"]) for c in gpu.cells}
+    assert {family(c.settings["model"]) for c in cpu.cells} == families
+    assert {c.settings["model"].split("-")[1] for c in cpu.cells} == {"small"}
+    for key in ("order", "arrival", "seed"):
+        assert {c.workload[key] for c in cpu.cells} == {c.workload[key] for c in gpu.cells}
+    profile = EXPERIMENTS / "profiles" / "cpu.json"
+    assert {c.settings["hardware"] for c in cpu.cells} == {str(profile.resolve())}
+    # the real runner's sizes: 512-token contexts, 32-token candidates, its default budgets
+    assert {(c.workload["context_len"], c.workload["candidate_len"]) for c in cpu.cells} == {(512, 32)}
+    poisson = {c.settings["model"] for c in cpu.cells if c.workload["arrival"] == "poisson"}
+    assert poisson == {c.settings["model"] for c in cpu.cells}  # every model under load too
+
+
+def test_every_cell_of_the_cpu_grid_builds():
+    config = load_config(EXPERIMENTS / "policies_cpu.toml")
+    for cell in config.cells:
+        plan = plan_engine(cell_options(cell))
+        requests = cell_requests(cell, plan.choice.vocab_size)
+        setup = plan.build([len(r.prompt) for r in requests])
+        runner = setup.runner
+        assert runner.model.name == cell.settings["model"]  # type: ignore[attr-defined]
+        assert runner.spec.has_recurrent == (family(cell.settings["model"]) != "qwen3")  # type: ignore[attr-defined]
+        assert plan.choice.describe()["hardware"]["name"] == "cpu-2core"  # type: ignore[index]
+        assert len(requests) == cell.workload["groups"] * cell.workload["candidates"]

@@ -1,0 +1,138 @@
+"""`--runner sim --model` takes any model the torch runner loads (zoo name, checkpoint directory)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.costmodel.shape.mixer_shapes import Attention
+from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.problems import ProblemError
+from radixflow.scheduler.config import SchedulerConfig
+
+CPU_PROFILE = str(Path(__file__).resolve().parents[2] / "experiments" / "profiles" / "cpu.json")
+FAMILIES = ["qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "qwen3"]
+SMALL = [f"{family}-small" for family in FAMILIES]
+
+
+def sim_spec(model: str, hardware: str = "h200") -> ModelShape:
+    """The shape the sim runner built through the options costs."""
+    plan = plan_engine(EngineOptions(runner="sim", model=model, hardware=hardware))
+    return plan.choice.build(SchedulerConfig()).spec  # type: ignore[attr-defined]
+
+
+def torch_model(config: dict):  # type: ignore[no-untyped-def]
+    """The torch runner's model for ``config``, on the meta device (no weights)."""
+    torch = pytest.importorskip("torch")
+    from radixflow.models.layers import Config
+    from radixflow.models.registry import model_class
+
+    with torch.device("meta"):
+        return model_class(config["model_type"])(Config(config))
+
+
+def assert_matches_torch_model(spec: ModelShape, config: dict) -> None:
+    """Same layers, attention heads and head dims, recurrent state sizes, vocabulary and weights."""
+    model = torch_model(config)
+    attention = {
+        i: (m.kv_heads, m.head_dim)
+        for i, layer in enumerate(spec.layers)
+        for m in layer.mixers
+        if isinstance(m, Attention)
+    }
+    assert attention == model.kv_layout()
+    state = {i: sum(m.state_bytes() for m in layer.mixers) // 4 for i, layer in enumerate(spec.layers)}
+    torch_state = {i: sum(math.prod(s) for s in shapes) for i, shapes in model.state_layout().items()}
+    assert {i: n for i, n in state.items() if n} == torch_state
+    assert spec.vocab_size == int(config["vocab_size"])
+    params = sum(p.numel() for p in model.parameters())
+    assert spec.total_params() == pytest.approx(params, rel=0.02)  # norms and biases are not costed
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_a_zoo_name_gives_the_torch_models_shape(name):
+    from radixflow.models.zoo import preset_config
+
+    spec = sim_spec(name, CPU_PROFILE)
+    assert spec.name == name
+    assert_matches_torch_model(spec, preset_config(name))
+
+
+def test_a_checkpoint_directory_gives_its_configs_shape(tmp_path):
+    from radixflow.models.zoo import preset_config
+
+    config = preset_config("qwen3_5-tiny")  # a config no preset has: other widths, vocabulary, layers
+    config.update(hidden_size=96, vocab_size=300, intermediate_size=200, linear_num_value_heads=6)
+    config["layer_types"] = ["linear_attention", "linear_attention", "full_attention"]
+    config["num_hidden_layers"] = 3
+    config.pop("max_position_embeddings", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = sim_spec(str(tmp_path))
+    assert spec.vocab_size == 300 and spec.hidden == 96
+    assert spec.max_context == 4096  # what the torch runner allows when config.json names none
+    assert_matches_torch_model(spec, config)
+
+
+def test_a_zoo_name_on_the_sim_builds_no_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path))
+    sim_spec("lfm2-small")
+    assert list(tmp_path.iterdir()) == []  # nothing materialised: the preset config is enough
+
+
+def test_a_zoo_name_on_the_sim_needs_no_torch():
+    code = (
+        "import sys; from radixflow.options import EngineOptions, plan_engine; "
+        "from radixflow.scheduler.config import SchedulerConfig; "
+        "plan = plan_engine(EngineOptions(runner='sim', model='nemotron_h-small')); "
+        "plan.choice.build(SchedulerConfig()); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_an_unknown_sim_model_is_one_line_naming_model_and_what_is_known(capsys):
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(runner="sim", model="gpt-9"))
+    problem = info.value.problem
+    assert problem.param == "model" and "\n" not in problem.message
+    for known in ("sim shapes: qwen3_5-2b", "zoo names: ", "qwen3_5-small", "checkpoint directory"):
+        assert known in problem.message
+    assert main(["bench", "--runner", "sim", "--model", "gpt-9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("radixflow: error: model: unknown sim model 'gpt-9'")
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"model_type": "mystery"}, "no cost-model reader for model_type 'mystery'"),
+        ({"model_type": "llama"}, "config.json has no 'hidden_size'"),
+        ([1, 2], "does not hold a JSON object"),
+    ],
+)
+def test_an_unreadable_checkpoint_config_is_a_problem_on_model(tmp_path, config, words):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(runner="sim", model=str(tmp_path)))
+    assert info.value.problem.param == "model" and words in info.value.problem.message
+
+
+def test_the_sim_on_a_zoo_shape_is_deterministic(tmp_path):
+    args = ["bench", "--runner", "sim", "--model", "qwen3_5-small", "--hardware", CPU_PROFILE]
+    args += ["--groups", "2", "--candidates", "4", "--context-len", "512", "--candidate-len", "32"]
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"{i}.json"
+        assert main([*args, "--json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    assert runs[0] == runs[1]
+    native, flow, _ = runs[0]["results"]
+    assert runs[0]["config"]["model"] == "qwen3_5-small"
+    assert native["outputs_sha256"] == flow["outputs_sha256"] and flow["rounds"] < native["rounds"]

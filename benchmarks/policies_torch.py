@@ -234,21 +234,26 @@ def main() -> None:
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the engine clock (wall beside)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the CPU profile's: 1)")
     ap.add_argument("--profile", type=Path, default=PROFILE, help="the sim's hardware profile")
+    ap.add_argument("--shape", nargs=4, type=int, metavar=("GROUPS", "CANDIDATES", "CONTEXT", "CANDIDATE"),
+                    help="another workload size (default: 4 8 512 32)")  # fmt: skip
     ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))
     args = ap.parse_args()
-    shape = SMOKE_SHAPE if args.smoke else SHAPE
+    shape = SHAPE if args.shape is None else dict(zip(SHAPE, args.shape, strict=True))
+    shape = SMOKE_SHAPE if args.smoke else shape
     if args.smoke:
         args.families, args.repeat = list(SMOKE_FAMILIES), 1
     passive_waits(args)
-    cells = [cell for family in args.families for cell in run_family(family, args, shape)]
     config = {
         "workload": shape, "workloads": args.workloads, "policies": list(POLICIES), "repeats": args.repeat,
         "clock": args.clock, "torch_threads": args.threads, "profile": str(args.profile),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpus": os.cpu_count(),
     }  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"config": config, "cells": cells}, indent=2, allow_nan=False))
+    cells: list[dict[str, object]] = []
+    for family in args.families:  # written after each family: a cut-short run keeps what it measured
+        cells += run_family(family, args, shape)
+        args.json.write_text(json.dumps({"config": config, "cells": cells}, indent=2, allow_nan=False))
     print(f"wrote {args.json}")
 
 

@@ -217,6 +217,54 @@ def print_cell(cell: dict[str, object]) -> None:
           + (f"; sim: {cell['sim_error']}" if cell["sim_error"] else ""), flush=True)  # fmt: skip
 
 
+def _pct(x: object) -> str:
+    return "-" if x is None else f"{x:+.1%}"  # type: ignore[str-format]
+
+
+def summary_markdown(cells: list[dict]) -> str:
+    """One row per family: the three policies' mean latency on the grouped batch, adaptive against
+    native on every workload, exactness (the README's table)."""
+    by_family: dict[str, dict[str, dict]] = {}
+    for c in cells:
+        by_family.setdefault(c["family"], {})[c["workload"]] = c
+    names = [w for w in WORKLOADS if any(w in f for f in by_family.values())]
+    lines = [
+        "| model | mean latency n / r / a, grouped (s) | " + " | ".join(f"a vs n, {w}" for w in names)
+        + " | outputs = no-cache |",
+        "| --- | ---: | " + " | ".join("---:" for _ in names) + " | :---: |",
+    ]  # fmt: skip
+    for family, work in by_family.items():
+        grouped = work.get("grouped", next(iter(work.values())))
+        means = " / ".join(_num(grouped["policies"][p]["mean_latency_s"], ".2f") for p in POLICIES)
+        exact = all(f["identical_to_no_cache"] for c in work.values() for f in c["policies"].values())
+        ratios = " | ".join(_pct(work[w]["adaptive_vs_native"]) if w in work else "-" for w in names)
+        lines.append(f"| {family} | {means} | {ratios} | {'yes' if exact else 'NO'} |")
+    return "\n".join(lines)
+
+
+def detail_markdown(cells: list[dict]) -> str:
+    """Every family x workload x policy: median and spread, p99, rounds, wall, the sim beside."""
+    lines = [
+        "| model | workload | policy | rounds | mean latency (s), median [min-max] | p99 (s) | wall mean (s) "
+        "| sim mean (s) / rounds | sim vs real | load |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    for c in cells:
+        for p, f in c["policies"].items():
+            sim = f["sim"] or {}
+            low, high = _num(f["mean_latency_min_s"]), _num(f["mean_latency_max_s"])
+            spread = f"{_num(f['mean_latency_s'])} [{low}-{high}]"
+            rounds = "/".join(str(n) for n in f["rounds"])
+            simmed = f"{_num(sim.get('mean_latency_s'))} / {sim.get('rounds', '-')}"
+            load = "-".join(f"{x:.1f}" for x in f["load_1min"])
+            lines.append(
+                f"| {c['family']} | {c['workload']} | {p} | {rounds} | {spread} | {_num(f['p99_latency_s'])} "
+                f"| {_num(f['wall_mean_latency_s'])} | {simmed} | {_pct(f['sim_vs_real_mean_latency'])} "
+                f"| {load} |"
+            )
+    return "\n".join(lines)
+
+
 def passive_waits(args: argparse.Namespace) -> None:
     """CPU clock on several threads: OpenMP must wait passively, or spinning threads bill other
     load to the clock (`engine.clocks`). Set before torch loads its OpenMP runtime."""
@@ -238,7 +286,12 @@ def main() -> None:
                     help="another workload size (default: 4 8 512 32)")  # fmt: skip
     ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))
+    ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the tables of a stored run and exit")
     args = ap.parse_args()
+    if args.markdown is not None:
+        cells = json.loads(args.markdown.read_text())["cells"]
+        print(summary_markdown(cells), detail_markdown(cells), sep="\n\n")
+        return
     shape = SHAPE if args.shape is None else dict(zip(SHAPE, args.shape, strict=True))
     shape = SMOKE_SHAPE if args.smoke else shape
     if args.smoke:

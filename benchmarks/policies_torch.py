@@ -25,13 +25,17 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from radixflow.bench.harness import fresh_copy
 from radixflow.bench.metrics import PolicyResult, summarize
+from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.options.build import new_engine
 from radixflow.problems import ProblemError
+from radixflow.scheduler.output import SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -52,9 +56,38 @@ MEDIUM_LOAD = 0.5  # Poisson rate as a fraction of the rate native clears the gr
 
 
 @dataclass
+class Shapes:
+    """An engine observer counting what a schedule asks of the runner: each round's recurrent
+    waves (`scheduler.output.waves`) and its state copies (restores and snapshots)."""
+
+    waves: int = 0
+    state_copies: int = 0
+
+    def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
+        if out.chunks:
+            self.waves += max(waves(out.chunks)) + 1
+        self.state_copies += sum((c.restore_slot is not None) + len(c.snapshots) for c in out.chunks)
+
+    def arrived(self, request: Request) -> None: ...
+    def parked(self, consumer: str, producer: str) -> None: ...
+    def woken(self, consumer: str, producer: str) -> None: ...
+    def decision(self, kind: str, request_id: str, **details: object) -> None: ...
+    def flush(self) -> None: ...
+
+
+def run_one(setup: EngineSetup, policy: str, requests: list[Request]) -> tuple[Engine, Shapes]:
+    """One policy on a fresh engine over ``setup``'s runner, its waves and copies counted."""
+    shapes = Shapes()
+    engine = new_engine(setup.runner, setup.scheduler, setup.options, policy, events=shapes)
+    engine.run(fresh_copy(requests))
+    return engine, shapes
+
+
+@dataclass
 class Trials:
     results: list[PolicyResult] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
+    shapes: list[Shapes] = field(default_factory=list)
 
 
 def interleaved(
@@ -65,9 +98,9 @@ def interleaved(
     for _ in range(repeats):
         for policy in POLICIES:
             trials[policy].loads.append(os.getloadavg()[0])
-            engine = setup.engine(policy)
-            engine.run(fresh_copy(requests))
+            engine, shapes = run_one(setup, policy, requests)
             trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
+            trials[policy].shapes.append(shapes)
     return trials
 
 
@@ -91,6 +124,8 @@ def real_figures(t: Trials) -> dict[str, object]:
         "makespan_s": _median([r.makespan_s for r in rs]),
         "rounds": sorted({r.rounds for r in rs}),
         "tokens_computed": sorted({r.tokens_computed for r in rs}),
+        "waves": sorted({s.waves for s in t.shapes}),
+        "state_copies": sorted({s.state_copies for s in t.shapes}),
         "identical_to_no_cache": all(r.failed == 0 and r.agreement == 1.0 for r in rs),
         "outputs_sha256": sorted({r.outputs_sha256 for r in rs}),
         "predictor_median_error": _median(predictor),  # type: ignore[arg-type]
@@ -115,11 +150,10 @@ def sim_figures(family: str, spec: WorkloadSpec, setup: EngineSetup, profile: Pa
         return {"error": str(e)}
     out: dict[str, object] = {}
     for policy in POLICIES:
-        engine = sim.engine(policy)
-        engine.run(fresh_copy(requests))
+        engine, shapes = run_one(sim, policy, requests)
         r = summarize(policy, engine, sim.scheduler)
         out[policy] = {"mean_latency_s": r.mean_latency_s, "p99_latency_s": r.p99_latency_s}
-        out[policy] |= {"rounds": r.rounds, "counters": engine.scheduler.policy.counters()}
+        out[policy] |= {"rounds": r.rounds, "waves": shapes.waves, "state_copies": shapes.state_copies}
     return out
 
 
@@ -158,11 +192,7 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
 
 def _medium_rate(setup: EngineSetup, requests: list[Request], repeats: int) -> float:
     """Poisson's rate where the grouped batch was not run first: from native's makespan on it."""
-    makespans = []
-    for _ in range(repeats):
-        engine = setup.engine("native")
-        engine.run(fresh_copy(requests))
-        makespans.append(engine.now)
+    makespans = [run_one(setup, "native", requests)[0].now for _ in range(repeats)]
     return MEDIUM_LOAD * len(requests) / statistics.median(makespans)
 
 
@@ -245,8 +275,8 @@ def summary_markdown(cells: list[dict]) -> str:
 def detail_markdown(cells: list[dict]) -> str:
     """Every family x workload x policy: median and spread, p99, rounds, wall, the sim beside."""
     lines = [
-        "| model | workload | policy | rounds | mean latency (s), median [min-max] | p99 (s) | wall mean (s) "
-        "| sim mean (s) / rounds | sim vs real | load |",
+        "| model | workload | policy | rounds / waves / state copies | mean latency (s), median [min-max] "
+        "| p99 (s) | wall mean (s) | sim: mean (s), rounds / waves / copies | sim vs real | load |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip
     for c in cells:
@@ -254,8 +284,9 @@ def detail_markdown(cells: list[dict]) -> str:
             sim = f["sim"] or {}
             low, high = _num(f["mean_latency_min_s"]), _num(f["mean_latency_max_s"])
             spread = f"{_num(f['mean_latency_s'])} [{low}-{high}]"
-            rounds = "/".join(str(n) for n in f["rounds"])
-            simmed = f"{_num(sim.get('mean_latency_s'))} / {sim.get('rounds', '-')}"
+            rounds = " / ".join(",".join(str(n) for n in f[k]) for k in ("rounds", "waves", "state_copies"))
+            shape = " / ".join(str(sim.get(k, "-")) for k in ("rounds", "waves", "state_copies"))
+            simmed = f"{_num(sim.get('mean_latency_s'))}, {shape}"
             load = "-".join(f"{x:.1f}" for x in f["load_1min"])
             lines.append(
                 f"| {c['family']} | {c['workload']} | {p} | {rounds} | {spread} | {_num(f['p99_latency_s'])} "

@@ -34,19 +34,22 @@ def _result(mean: float, agreement: float = 1.0, rounds: int = 3) -> PolicyResul
 
 
 def test_a_policys_figures_are_the_median_and_spread_of_its_repeats(bench):
-    trials = bench.Trials([_result(1.0), _result(3.0), _result(2.0, rounds=4)], [0.5, 1.5, 1.0])
+    shapes = [bench.Shapes(4, 6), bench.Shapes(4, 6), bench.Shapes(5, 6)]
+    trials = bench.Trials([_result(1.0), _result(3.0), _result(2.0, rounds=4)], [0.5, 1.5, 1.0], shapes)
     f = bench.real_figures(trials)
     assert f["mean_latency_s"] == 2.0 and (f["mean_latency_min_s"], f["mean_latency_max_s"]) == (1.0, 3.0)
     assert f["p99_latency_s"] == 4.0 and f["rounds"] == [3, 4] and f["load_1min"] == [0.5, 1.5]
+    assert f["waves"] == [4, 5] and f["state_copies"] == [6]
     assert f["identical_to_no_cache"] is True
-    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0])
+    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0], [bench.Shapes()] * 2)
     assert bench.real_figures(one_miss)["identical_to_no_cache"] is False  # any repeat's miss counts
 
 
 def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_with_the_real(bench):
     means = dict(zip(bench.POLICIES, (2.0, 1.6, 1.2), strict=True))
-    real = {p: bench.real_figures(bench.Trials([_result(m)], [0.0])) for p, m in means.items()}
-    sim = {p: {"mean_latency_s": 1.1, "rounds": 3} for p in bench.POLICIES}
+    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.Shapes()])  # noqa: E731
+    real = {p: bench.real_figures(one(m)) for p, m in means.items()}
+    sim = {p: {"mean_latency_s": 1.1, "rounds": 3, "waves": 3, "state_copies": 5} for p in bench.POLICIES}
     spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
     cell = bench._cell("qwen3_5-small", "grouped", spec, real, sim)
     assert cell["adaptive_vs_native"] == pytest.approx(-0.4)
@@ -59,4 +62,5 @@ def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_
     summary = bench.summary_markdown([cell, no_sim])
     assert "| qwen3_5-small | 2.00 / 1.60 / 1.20 | -40.0% | yes |" in summary
     detail = bench.detail_markdown([cell])
-    assert "| qwen3_5-small | grouped | adaptive | 3 | 1.200 [1.200-1.200] |" in detail
+    assert "| qwen3_5-small | grouped | adaptive | 3 / 0 / 0 | 1.200 [1.200-1.200] |" in detail
+    assert "| 1.100, 3 / 3 / 5 | -8.3% |" in detail

@@ -185,9 +185,18 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
         sim = sim_figures(family, spec, setup, args.profile)
-        cells.append(_cell(family, name, spec, real, sim))
+        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)})
         print_cell(cells[-1])
     return cells
+
+
+def _runner(setup: EngineSetup) -> dict[str, object]:
+    """How the torch runner ran: its matmul plan and where its round predictor started from."""
+    matmul, predictor = getattr(setup.runner, "matmul", None), setup.runner.round_predictor
+    return {
+        "matmul": None if matmul is None else matmul.plan.describe(),
+        "predictor_prior": getattr(predictor, "source", None),
+    }
 
 
 def _medium_rate(setup: EngineSetup, requests: list[Request], repeats: int) -> float:

@@ -305,6 +305,38 @@ def detail_markdown(cells: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def acceptance(cells: list[dict]) -> dict[str, object]:
+    """Issue 29's lines for the real runner and for the sim against it, counted over the cells
+    measured (hybrid families; the control is listed apart)."""
+    hybrid = [c for c in cells if not c["control"]]
+    within = [c for c in hybrid if c["adaptive_vs_best_baseline"] is not None]
+    grouped = [c for c in hybrid if c["workload"] == "grouped" and c["adaptive_vs_native"] is not None]
+    every = [f for c in cells for f in c["policies"].values()]
+    sims = [f["sim_vs_real_mean_latency"] for f in every]
+    signs = [c for c in cells if _sim_sign(c) is not None]
+    return {
+        "hybrid_cells": len(hybrid),
+        "adaptive_within_2pct_of_best": sum(c["adaptive_vs_best_baseline"] <= 0.02 for c in within),
+        "grouped_families_5pct_below_native": sum(c["adaptive_vs_native"] <= -0.05 for c in grouped),
+        "grouped_families": len(grouped),
+        "identical_to_no_cache": all(f["identical_to_no_cache"] for f in every),
+        "sim_within_10pct": sum(abs(x) <= 0.10 for x in sims if x is not None),
+        "sim_compared": sum(x is not None for x in sims),
+        "sim_same_sign_where_real_over_3pct": sum(_sim_sign(c) for c in signs),  # type: ignore[misc]
+        "sim_sign_cells": len(signs),
+    }
+
+
+def _sim_sign(cell: dict) -> bool | None:
+    """Whether the sim puts adaptive on the same side of native as the real runner does, where the
+    real difference exceeds 3% (None: it does not, or the sim did not run)."""
+    real, pol = cell["adaptive_vs_native"], cell["policies"]
+    sims = [(pol[p]["sim"] or {}).get("mean_latency_s") for p in ("adaptive", "native")]
+    if real is None or abs(real) <= 0.03 or None in sims or not sims[1]:
+        return None
+    return (sims[0] / sims[1] - 1 < 0) == (real < 0)
+
+
 def passive_waits(args: argparse.Namespace) -> None:
     """CPU clock on several threads: OpenMP must wait passively, or spinning threads bill other
     load to the clock (`engine.clocks`). Set before torch loads its OpenMP runtime."""
@@ -330,7 +362,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.markdown is not None:
         cells = json.loads(args.markdown.read_text())["cells"]
-        print(summary_markdown(cells), detail_markdown(cells), sep="\n\n")
+        print(summary_markdown(cells), detail_markdown(cells), json.dumps(acceptance(cells)), sep="\n\n")
         return
     shape = SHAPE if args.shape is None else dict(zip(SHAPE, args.shape, strict=True))
     shape = SMOKE_SHAPE if args.smoke else shape
@@ -346,7 +378,9 @@ def main() -> None:
     cells: list[dict[str, object]] = []
     for family in args.families:  # written after each family: a cut-short run keeps what it measured
         cells += run_family(family, args, shape)
-        args.json.write_text(json.dumps({"config": config, "cells": cells}, indent=2, allow_nan=False))
+        report = {"config": config, "acceptance": acceptance(cells), "cells": cells}
+        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+    print("acceptance:", json.dumps(acceptance(cells)))
     print(f"wrote {args.json}")
 
 

@@ -1,89 +1,386 @@
-"""`native`, `radixflow` and `adaptive` on the real PyTorch runner, for every hybrid `-small` zoo model.
+"""`native`, `radixflow` and `adaptive` on the real PyTorch runner, with the sim's prediction beside.
 
-Runs `radixflow bench --runner torch` once per model on the same candidate-scoring workload and
-collects the figures into one JSON file and one table: rounds, latency, reuse, agreement with the
-no-cache reference, top-1 margin, and whether every policy produced identical outputs.
+For each family (the five hybrid `-small` zoo models and the attention-only control) and each
+workload (4 contexts of 512 tokens x 8 candidates of 32, one generated token: grouped and
+shuffled candidates arriving at once, and Poisson arrivals at a medium load, half the rate at
+which `native` clears the grouped batch), the three policies run interleaved run by run
+(a, b, c, a, b, c, ...) on one runner, each on a fresh engine. Reported per policy: the median
+mean latency over the repeats and its spread (min-max), the median p99, rounds, the wall-time
+mean latency beside the engine clock's, whether every output equals a no-cache run of the same
+model, and the machine's load average during the runs. Beside each real figure: the sim's
+prediction (`--runner sim --model FAMILY` with the calibrated CPU profile, same workload and
+budgets) and its relative difference, or why the sim could not run that shape.
+
+The engine clock defaults to `cpu` on one torch thread: the calibrated profile was timed that
+way, and the thread's CPU time does not move with other load on the machine (`engine.clocks`).
 
     python benchmarks/policies_torch.py --json results/policies_torch.json
-    python benchmarks/policies_torch.py --smoke --json /tmp/p.json   # seconds: one tiny model
+    python benchmarks/policies_torch.py --smoke --json /tmp/p.json   # seconds: tiny models
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import tempfile
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rich.console import Console
+from radixflow.bench.harness import fresh_copy
+from radixflow.bench.metrics import PolicyResult, summarize
+from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.options.build import new_engine
+from radixflow.problems import ProblemError
+from radixflow.scheduler.output import SchedulerOutput, waves
+from radixflow.scheduler.request import Request
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
-from radixflow.cli import main as radixflow_main
-
-POLICIES = ["native", "radixflow", "adaptive"]
-MODELS = [
-    "qwen3_5-small",
-    "qwen3_next-small",
-    "lfm2-small",
-    "nemotron_h-small",
-    "falcon_h1-small",
-    "qwen3-small",
-]
-WORKLOAD = ["--groups", "4", "--candidates", "8", "--context-len", "512", "--candidate-len", "32"]
-SMOKE_WORKLOAD = ["--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "4"]
-FIGURES = ("rounds", "mean_latency_s", "p99_latency_s", "worker_call_s", "reuse_rate", "agreement")
-
-
-def run_model(model: str, workload: list[str], extra: list[str]) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.json"
-        chosen = [flag for p in POLICIES for flag in ("--policy", p)]
-        argv = ["bench", "--runner", "torch", "--model", model, *workload, *chosen, *extra]
-        quiet = Console(file=io.StringIO())
-        code = radixflow_main([*argv, "--json", str(out)], console=quiet)
-        if code != 0:
-            raise SystemExit(f"radixflow bench failed for {model} (exit {code})")
-        return json.loads(out.read_text())
+POLICIES = ("native", "radixflow", "adaptive")
+FAMILIES = ("qwen3_5-small", "qwen3_next-small", "lfm2-small", "nemotron_h-small", "falcon_h1-small")
+CONTROL = "qwen3-small"  # attention only: nothing is ever blocked, every policy should tie
+SMOKE_FAMILIES = ("qwen3_5-tiny", "qwen3-tiny")
+CONTROLS = {CONTROL, "qwen3-tiny"}
+PROFILE = Path(__file__).resolve().parent.parent / "experiments" / "profiles" / "cpu.json"
+SHAPE = {"groups": 4, "candidates": 8, "context_len": 512, "candidate_len": 32}
+SMOKE_SHAPE = {"groups": 2, "candidates": 2, "context_len": 32, "candidate_len": 4}
+WORKLOADS = {  # name -> (order, arrival); Poisson's rate is set from the grouped batch
+    "grouped": ("grouped", "batch"),
+    "shuffled": ("shuffled", "batch"),
+    "poisson": ("grouped", "poisson"),
+}
+MEDIUM_LOAD = 0.5  # Poisson rate as a fraction of the rate native clears the grouped batch at
 
 
-def row(model: str, data: dict[str, object]) -> dict[str, object]:
-    """One model's figures, each a list in `POLICIES` order."""
-    by_policy = {r["policy"]: r for r in data["results"]}  # type: ignore[attr-defined]
-    runs = [by_policy[p] for p in POLICIES]
-    figures = {name: [r[name] for r in runs] for name in FIGURES}
+@dataclass
+class Shapes:
+    """An engine observer counting what a schedule asks of the runner: each round's recurrent
+    waves (`scheduler.output.waves`) and its state copies (restores and snapshots)."""
+
+    waves: int = 0
+    state_copies: int = 0
+
+    def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
+        if out.chunks:
+            self.waves += max(waves(out.chunks)) + 1
+        self.state_copies += sum((c.restore_slot is not None) + len(c.snapshots) for c in out.chunks)
+
+    def arrived(self, request: Request) -> None: ...
+    def parked(self, consumer: str, producer: str) -> None: ...
+    def woken(self, consumer: str, producer: str) -> None: ...
+    def decision(self, kind: str, request_id: str, **details: object) -> None: ...
+    def flush(self) -> None: ...
+
+
+def run_one(setup: EngineSetup, policy: str, requests: list[Request]) -> tuple[Engine, Shapes]:
+    """One policy on a fresh engine over ``setup``'s runner, its waves and copies counted."""
+    shapes = Shapes()
+    engine = new_engine(setup.runner, setup.scheduler, setup.options, policy, events=shapes)
+    engine.run(fresh_copy(requests))
+    return engine, shapes
+
+
+@dataclass
+class Trials:
+    results: list[PolicyResult] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
+    shapes: list[Shapes] = field(default_factory=list)
+
+
+def interleaved(
+    setup: EngineSetup, requests: list[Request], reference: dict[str, int], repeats: int
+) -> dict[str, Trials]:
+    """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine."""
+    trials = {p: Trials() for p in POLICIES}
+    for _ in range(repeats):
+        for policy in POLICIES:
+            trials[policy].loads.append(os.getloadavg()[0])
+            engine, shapes = run_one(setup, policy, requests)
+            trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
+            trials[policy].shapes.append(shapes)
+    return trials
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def real_figures(t: Trials) -> dict[str, object]:
+    """One policy's figures over its repeats: medians, the spread of the mean latency, exactness."""
+    rs = t.results
+    means = [r.mean_latency_s for r in rs if r.mean_latency_s is not None]
+    predictor = [r.predictor.median for r in rs if r.predictor is not None]
     return {
-        "model": model,
-        "policies": POLICIES,
-        **figures,
-        "median_top1_margin": runs[0].get("median_top1_margin"),
-        "same_outputs": len({r["outputs_sha256"] for r in runs}) == 1,
+        "mean_latency_s": _median(means),  # type: ignore[arg-type]
+        "mean_latency_min_s": min(means, default=None),
+        "mean_latency_max_s": max(means, default=None),
+        "mean_latency_runs_s": means,
+        "p99_latency_s": _median([r.p99_latency_s for r in rs]),
+        "wall_mean_latency_s": _median([r.wall_mean_latency_s for r in rs]),
+        "makespan_s": _median([r.makespan_s for r in rs]),
+        "rounds": sorted({r.rounds for r in rs}),
+        "tokens_computed": sorted({r.tokens_computed for r in rs}),
+        "waves": sorted({s.waves for s in t.shapes}),
+        "state_copies": sorted({s.state_copies for s in t.shapes}),
+        "identical_to_no_cache": all(r.failed == 0 and r.agreement == 1.0 for r in rs),
+        "outputs_sha256": sorted({r.outputs_sha256 for r in rs}),
+        "predictor_median_error": _median(predictor),  # type: ignore[arg-type]
+        "load_1min": [min(t.loads), max(t.loads)],
     }
+
+
+def sim_figures(family: str, spec: WorkloadSpec, setup: EngineSetup, profile: Path) -> dict[str, object]:
+    """The sim's run of the same workload per policy (deterministic: once), at the real runner's
+    budgets and capacities; ``{"error": ...}`` where the sim cannot take the shape."""
+    s = setup.scheduler
+    options = EngineOptions(
+        runner="sim", model=family, hardware=str(profile), token_budget=s.token_budget,
+        max_requests=s.max_requests, block_size=s.block_size, kv_blocks=s.num_blocks,
+        state_slots=s.num_state_slots or None,
+    )  # fmt: skip
+    try:
+        plan = plan_engine(options)
+        requests = build_workload(replace(spec, vocab_size=plan.choice.vocab_size)).requests
+        sim = plan.build([len(r.prompt) for r in requests])
+    except ProblemError as e:
+        return {"error": str(e)}
+    out: dict[str, object] = {}
+    for policy in POLICIES:
+        engine, shapes = run_one(sim, policy, requests)
+        r = summarize(policy, engine, sim.scheduler)
+        out[policy] = {"mean_latency_s": r.mean_latency_s, "p99_latency_s": r.p99_latency_s}
+        out[policy] |= {"rounds": r.rounds, "waves": shapes.waves, "state_copies": shapes.state_copies}
+    return out
+
+
+def relative(sim: float | None, real: float | None) -> float | None:
+    return None if sim is None or not real else (sim - real) / real
+
+
+def workload_spec(name: str, shape: dict[str, int], vocab: int, rate: float | None) -> WorkloadSpec:
+    order, arrival = WORKLOADS[name]
+    rated = {} if rate is None else {"rate": rate}
+    return WorkloadSpec(**shape, order=order, arrival=arrival, vocab_size=vocab, seed=0, **rated)
+
+
+def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> list[dict[str, object]]:
+    """Every workload on one family: one runner, interleaved real runs, the sim beside."""
+    options = EngineOptions(runner="torch", model=family, clock=args.clock, torch_threads=args.threads)
+    plan = plan_engine(options)
+    first = build_workload(workload_spec("grouped", shape, plan.choice.vocab_size, None)).requests
+    setup = plan.build([len(r.prompt) for r in first])
+    reference = setup.runner.reference_tokens(first)  # same prompts in every workload
+    cells, rate = [], None
+    for name in args.workloads:
+        spec = workload_spec(name, shape, plan.choice.vocab_size, rate if name == "poisson" else None)
+        if name == "poisson" and rate is None:  # the grouped batch first, for its rate
+            spec = replace(spec, rate=_medium_rate(setup, first, args.repeat))
+        requests = build_workload(spec).requests
+        trials = interleaved(setup, requests, reference, args.repeat)
+        real = {p: real_figures(trials[p]) for p in POLICIES}
+        if name == "grouped":
+            rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
+        sim = sim_figures(family, spec, setup, args.profile)
+        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)})
+        print_cell(cells[-1])
+    return cells
+
+
+def _runner(setup: EngineSetup) -> dict[str, object]:
+    """How the torch runner ran: its matmul plan and where its round predictor started from."""
+    matmul, predictor = getattr(setup.runner, "matmul", None), setup.runner.round_predictor
+    return {
+        "matmul": None if matmul is None else matmul.plan.describe(),
+        "predictor_prior": getattr(predictor, "source", None),
+    }
+
+
+def _medium_rate(setup: EngineSetup, requests: list[Request], repeats: int) -> float:
+    """Poisson's rate where the grouped batch was not run first: from native's makespan on it."""
+    makespans = [run_one(setup, "native", requests)[0].now for _ in range(repeats)]
+    return MEDIUM_LOAD * len(requests) / statistics.median(makespans)
+
+
+def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> dict[str, object]:
+    policies = {}
+    for p in POLICIES:
+        s = sim.get(p, {})
+        policies[p] = {
+            **real[p],
+            "sim": s or None,
+            "sim_vs_real_mean_latency": relative(s.get("mean_latency_s"), real[p]["mean_latency_s"]),
+        }
+    base = real["native"]["mean_latency_s"]
+    best = min(real["native"]["mean_latency_s"], real["radixflow"]["mean_latency_s"])
+    return {
+        "family": family,
+        "control": family in CONTROLS,
+        "workload": name,
+        "rate_per_s": spec.rate if spec.arrival == "poisson" else None,
+        "policies": policies,
+        "adaptive_vs_native": relative(real["adaptive"]["mean_latency_s"], base),
+        "adaptive_vs_best_baseline": relative(real["adaptive"]["mean_latency_s"], best),
+        "same_outputs_all_policies": len({h for p in POLICIES for h in real[p]["outputs_sha256"]}) == 1,
+        "sim_error": sim.get("error"),
+    }
+
+
+def _num(x: object, fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)  # type: ignore[arg-type]
+
+
+def print_cell(cell: dict[str, object]) -> None:
+    head = f"{cell['family']} · {cell['workload']}"
+    if cell["rate_per_s"] is not None:
+        head += f" ({cell['rate_per_s']:.2f} req/s)"
+    print(head)
+    print(f"  {'policy':<10}{'rounds':>8}{'mean s':>9}{'min-max':>15}{'p99 s':>8}{'wall s':>8}"
+          f"{'exact':>7}{'load':>11}{'sim s':>8}{'sim rnd':>8}{'sim/real':>9}")  # fmt: skip
+    for p, f in cell["policies"].items():  # type: ignore[union-attr]
+        sim = f["sim"] or {}
+        spread = f"{_num(f['mean_latency_min_s'])}-{_num(f['mean_latency_max_s'])}"
+        load = "-".join(f"{x:.1f}" for x in f["load_1min"])
+        rounds = "/".join(str(n) for n in f["rounds"])
+        print(
+            f"  {p:<10}{rounds:>8}{_num(f['mean_latency_s']):>9}{spread:>15}{_num(f['p99_latency_s']):>8}"
+            f"{_num(f['wall_mean_latency_s']):>8}{'yes' if f['identical_to_no_cache'] else 'NO':>7}{load:>11}"
+            f"{_num(sim.get('mean_latency_s')):>8}{sim.get('rounds', '-'):>8}"
+            f"{_num(f['sim_vs_real_mean_latency'], '+.1%'):>9}"
+        )
+    print(f"  adaptive vs native {_num(cell['adaptive_vs_native'], '+.1%')}, vs the better baseline "
+          f"{_num(cell['adaptive_vs_best_baseline'], '+.1%')}"
+          + (f"; sim: {cell['sim_error']}" if cell["sim_error"] else ""), flush=True)  # fmt: skip
+
+
+def _pct(x: object) -> str:
+    return "-" if x is None else f"{x:+.1%}"  # type: ignore[str-format]
+
+
+def summary_markdown(cells: list[dict]) -> str:
+    """One row per family: the three policies' mean latency on the grouped batch, adaptive against
+    native on every workload, exactness (the README's table)."""
+    by_family: dict[str, dict[str, dict]] = {}
+    for c in cells:
+        by_family.setdefault(c["family"], {})[c["workload"]] = c
+    names = [w for w in WORKLOADS if any(w in f for f in by_family.values())]
+    lines = [
+        "| model | mean latency n / r / a, grouped (s) | " + " | ".join(f"a vs n, {w}" for w in names)
+        + " | outputs = no-cache |",
+        "| --- | ---: | " + " | ".join("---:" for _ in names) + " | :---: |",
+    ]  # fmt: skip
+    for family, work in by_family.items():
+        grouped = work.get("grouped", next(iter(work.values())))
+        means = " / ".join(_num(grouped["policies"][p]["mean_latency_s"], ".2f") for p in POLICIES)
+        exact = all(f["identical_to_no_cache"] for c in work.values() for f in c["policies"].values())
+        ratios = " | ".join(_pct(work[w]["adaptive_vs_native"]) if w in work else "-" for w in names)
+        lines.append(f"| {family} | {means} | {ratios} | {'yes' if exact else 'NO'} |")
+    return "\n".join(lines)
+
+
+def detail_markdown(cells: list[dict]) -> str:
+    """Every family x workload x policy: median and spread, p99, rounds, wall, the sim beside."""
+    lines = [
+        "| model | workload | policy | rounds / waves / state copies | mean latency (s), median [min-max] "
+        "| p99 (s) | wall mean (s) | sim: mean (s), rounds / waves / copies | sim vs real | load |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    for c in cells:
+        for p, f in c["policies"].items():
+            sim = f["sim"] or {}
+            low, high = _num(f["mean_latency_min_s"]), _num(f["mean_latency_max_s"])
+            spread = f"{_num(f['mean_latency_s'])} [{low}-{high}]"
+            rounds = " / ".join(",".join(str(n) for n in f[k]) for k in ("rounds", "waves", "state_copies"))
+            shape = " / ".join(str(sim.get(k, "-")) for k in ("rounds", "waves", "state_copies"))
+            simmed = f"{_num(sim.get('mean_latency_s'))}, {shape}"
+            load = "-".join(f"{x:.1f}" for x in f["load_1min"])
+            lines.append(
+                f"| {c['family']} | {c['workload']} | {p} | {rounds} | {spread} | {_num(f['p99_latency_s'])} "
+                f"| {_num(f['wall_mean_latency_s'])} | {simmed} | {_pct(f['sim_vs_real_mean_latency'])} "
+                f"| {load} |"
+            )
+    return "\n".join(lines)
+
+
+def acceptance(cells: list[dict]) -> dict[str, object]:
+    """Issue 29's lines for the real runner and for the sim against it, counted over the cells
+    measured (hybrid families; the control is listed apart)."""
+    hybrid = [c for c in cells if not c["control"]]
+    within = [c for c in hybrid if c["adaptive_vs_best_baseline"] is not None]
+    grouped = [c for c in hybrid if c["workload"] == "grouped" and c["adaptive_vs_native"] is not None]
+    every = [f for c in cells for f in c["policies"].values()]
+    sims = [f["sim_vs_real_mean_latency"] for f in every]
+    signs = [c for c in cells if _sim_sign(c) is not None]
+    return {
+        "hybrid_cells": len(hybrid),
+        "adaptive_within_2pct_of_best": sum(c["adaptive_vs_best_baseline"] <= 0.02 for c in within),
+        "grouped_families_5pct_below_native": sum(c["adaptive_vs_native"] <= -0.05 for c in grouped),
+        "grouped_families": len(grouped),
+        "identical_to_no_cache": all(f["identical_to_no_cache"] for f in every),
+        "sim_within_10pct": sum(abs(x) <= 0.10 for x in sims if x is not None),
+        "sim_compared": sum(x is not None for x in sims),
+        "sim_same_sign_where_real_over_3pct": sum(_sim_sign(c) for c in signs),  # type: ignore[misc]
+        "sim_sign_cells": len(signs),
+    }
+
+
+def _sim_sign(cell: dict) -> bool | None:
+    """Whether the sim puts adaptive on the same side of native as the real runner does, where the
+    real difference exceeds 3% (None: it does not, or the sim did not run)."""
+    real, pol = cell["adaptive_vs_native"], cell["policies"]
+    sims = [(pol[p]["sim"] or {}).get("mean_latency_s") for p in ("adaptive", "native")]
+    if real is None or abs(real) <= 0.03 or None in sims or not sims[1]:
+        return None
+    return (sims[0] / sims[1] - 1 < 0) == (real < 0)
+
+
+def passive_waits(args: argparse.Namespace) -> None:
+    """CPU clock on several threads: OpenMP must wait passively, or spinning threads bill other
+    load to the clock (`engine.clocks`). Set before torch loads its OpenMP runtime."""
+    if args.clock == "cpu" and args.threads > 1:
+        if "torch" in sys.modules:
+            raise SystemExit("policies_torch: set OMP_WAIT_POLICY=passive before torch is imported")
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=MODELS)
-    ap.add_argument("--repeat", type=int, default=1, help="runs per policy (medians)")
-    ap.add_argument("--smoke", action="store_true", help="one tiny model, a tiny workload (CI)")
+    ap.add_argument("--families", nargs="+", default=[*FAMILIES, CONTROL])
+    ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    ap.add_argument("--repeat", type=int, default=3, help="runs per policy, interleaved (medians, spread)")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the engine clock (wall beside)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the CPU profile's: 1)")
+    ap.add_argument("--profile", type=Path, default=PROFILE, help="the sim's hardware profile")
+    ap.add_argument("--shape", nargs=4, type=int, metavar=("GROUPS", "CANDIDATES", "CONTEXT", "CANDIDATE"),
+                    help="another workload size (default: 4 8 512 32)")  # fmt: skip
+    ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))
+    ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the tables of a stored run and exit")
     args = ap.parse_args()
-    workload = SMOKE_WORKLOAD if args.smoke else WORKLOAD
-    models = ["qwen3_5-tiny"] if args.smoke else args.models
-    rows = []
-    print(f"{'model':<18}{'rounds n/r/a':>14}{'mean lat n/r/a (s)':>24}{'agreement':>11}{'margin':>8}  same")
-    for model in models:
-        r = row(model, run_model(model, workload, ["--repeat", str(args.repeat)]))
-        rows.append(r)
-        rounds = "/".join(str(n) for n in r["rounds"])
-        lat = "/".join(f"{x:.2f}" for x in r["mean_latency_s"])
-        margin = r["median_top1_margin"]
-        print(
-            f"{model:<18}{rounds:>14}{lat:>24}{min(r['agreement']):>11.3f}"
-            f"{'-' if margin is None else f'{margin:.3f}':>8}  {r['same_outputs']}",
-            flush=True,
-        )
+    if args.markdown is not None:
+        cells = json.loads(args.markdown.read_text())["cells"]
+        print(summary_markdown(cells), detail_markdown(cells), json.dumps(acceptance(cells)), sep="\n\n")
+        return
+    shape = SHAPE if args.shape is None else dict(zip(SHAPE, args.shape, strict=True))
+    shape = SMOKE_SHAPE if args.smoke else shape
+    if args.smoke:
+        args.families, args.repeat = list(SMOKE_FAMILIES), 1
+    passive_waits(args)
+    config = {
+        "workload": shape, "workloads": args.workloads, "policies": list(POLICIES), "repeats": args.repeat,
+        "clock": args.clock, "torch_threads": args.threads, "profile": str(args.profile),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpus": os.cpu_count(),
+    }  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"workload": workload, "results": rows}, indent=2))
+    cells: list[dict[str, object]] = []
+    for family in args.families:  # written after each family: a cut-short run keeps what it measured
+        cells += run_family(family, args, shape)
+        report = {"config": config, "acceptance": acceptance(cells), "cells": cells}
+        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+    print("acceptance:", json.dumps(acceptance(cells)))
     print(f"wrote {args.json}")
 
 

@@ -22,7 +22,7 @@ PKG = Path(__file__).resolve().parent.parent / "radixflow"
 OPTION_CLASSES = (EngineOptions, ServerConfig, Listen)
 # Not yet single: the torch runner's (and its sampler's) constructor keeps keyword defaults of its
 # own for these, for runners built by hand in tests and benchmarks (the options always pass theirs).
-TORCH_RUNNER_KWARGS = {"device", "dtype", "matmul", "seed"}
+TORCH_RUNNER_KWARGS = {"device", "dtype", "matmul", "seed", "clock"}
 NAMES = ({f.name for cls in OPTION_CLASSES for f in dataclasses.fields(cls)} - TORCH_RUNNER_KWARGS) | {
     "num_blocks",  # SchedulerConfig's capacities: the sim runner's defaults
     "num_state_slots",
@@ -32,6 +32,7 @@ HOMONYMS = {
     ("fleet/routers.py", "RouterConfig", "block_size"),  # the prefix router's hash granularity
     ("fleet/routers.py", "RouterConfig", "seed"),  # the router's random choices
     ("workloads/candidates.py", "WorkloadSpec", "seed"),  # a generated workload's draw
+    ("calibration/run.py", "CalibrationPlan", "clock"),  # how calibration times a call (process/wall)
 }
 
 

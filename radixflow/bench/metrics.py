@@ -6,6 +6,7 @@ reference) is None, never NaN, so the JSON stays strict.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -73,6 +74,10 @@ class PolicyResult:
     median_top1_margin: float | None = None  # logit gap top-1 minus top-2, beside agreement
     failures: tuple[Failure, ...] = ()  # in submission order
     predictor: PredictorError | None = None  # None: the runner predicts nothing of its own
+    # measured wall time beside an engine clock that is not it (`engine.clocks`: cpu); None where
+    # the engine clock is the wall time or is modelled
+    wall_mean_latency_s: float | None = None  # latencies with each round's wall time (`wall_times`)
+    wall_worker_call_s: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Every field; None (JSON null) where a figure is undefined."""
@@ -128,6 +133,30 @@ def median_margin(requests: list[Request]) -> float | None:
     return percentile(gaps, 50) if gaps else None
 
 
+def wall_times(rounds: list[RoundRecord], times: list[float]) -> list[float]:
+    """Engine times mapped to the wall clock of the same run: each round that ended by a time
+    counts its measured wall time instead of its engine duration (idle gaps, where the engine
+    jumps to the next arrival, are the same on both). Rounds in order, as an engine runs them."""
+    ends, shifts, shift = [], [], 0.0
+    for rd in rounds:
+        shift += (rd.wall_s if rd.wall_s is not None else rd.duration_s) - rd.duration_s
+        ends.append(rd.start_s + rd.duration_s)
+        shifts.append(shift)
+    return [t + (shifts[i - 1] if (i := bisect.bisect_right(ends, t)) else 0.0) for t in times]
+
+
+def wall_latencies(engine: Engine, done: list[Request]) -> list[float] | None:
+    """Each completed request's latency in wall time (None: no round measured a wall time of its
+    own, so the engine clock is the wall time or is modelled)."""
+    rounds = list(engine.rounds)
+    if not any(rd.wall_s is not None for rd in rounds):
+        return None
+    timed = [r for r in done if r.finish_s is not None]
+    arrive = wall_times(rounds, [r.arrival_s for r in timed])
+    finish = wall_times(rounds, [r.finish_s for r in timed])  # type: ignore[misc]
+    return [f - a for a, f in zip(arrive, finish, strict=True)]
+
+
 def summarize(
     policy: str, engine: Engine, scheduler: SchedulerConfig, reference: dict[str, int] | None = None
 ) -> PolicyResult:
@@ -142,6 +171,7 @@ def summarize(
     computed = sum(rd.tokens for rd in engine.rounds)
     chunks = sum(rd.requests for rd in engine.rounds)
     depth = engine.dependency_depth()
+    wall_lat = wall_latencies(engine, done)
     return PolicyResult(
         policy=policy,
         requests=len(reqs),
@@ -163,4 +193,6 @@ def summarize(
         median_top1_margin=median_margin(done),
         failures=failures,
         predictor=predictor_error(list(engine.rounds)),
+        wall_mean_latency_s=None if wall_lat is None or not wall_lat else sum(wall_lat) / len(wall_lat),
+        wall_worker_call_s=None if wall_lat is None else sum(rd.wall_s or 0.0 for rd in engine.rounds),
     )

@@ -89,9 +89,9 @@ def time_batches(
     device: str,
     batches: list[DesignBatch],
     repeats: int,
-    threads: int | None = None,
-    on_batch: Callable[[], None] | None = None,
-    clock: str = "wall",
+    threads: int | None,
+    on_batch: Callable[[], None] | None,
+    clock: str,
 ) -> list[TimedBatch]:
     """Fastest worker-call time of each batch; each repeat times every batch, in a fresh order."""
     import torch

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from radixflow.cli.command import UsageError
 from radixflow.options import EngineOptions
-from radixflow.options.flags import given, ineffective, ineffective_for_model, parse_float, parse_int
+from radixflow.options.flags import (
+    clock_warnings,
+    given,
+    ineffective,
+    ineffective_for_model,
+    parse_float,
+    parse_int,
+)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -102,8 +109,9 @@ def warn(message: str) -> None:
 
 
 def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions) -> None:
-    """Warn about engine flags the user gave that cannot change a run on the chosen runner."""
-    for message in ineffective(options, given(args)):
+    """Warn about engine flags the user gave that cannot change a run on the chosen runner, and
+    about a clock that would read load-dependent figures."""
+    for message in ineffective(options, given(args)) + clock_warnings(options):
         warn(message)
 
 

@@ -38,6 +38,7 @@ class RoundRecord:
     error: str | None = None  # the worker call failed and the round was rolled back
     predicted_s: float | None = None  # the runner's prediction of worker_call_s (`RoundResult`)
     predicted_from: int = 0  # ... from a fit over this many measured rounds
+    wall_s: float | None = None  # measured wall time of the call, where the clock is another (`RoundResult`)
 
 
 class AbortResult(Enum):
@@ -224,6 +225,7 @@ class Engine:
             self._record(out, start, result.duration_s, result.worker_call_s),
             predicted_s=result.predicted_s,
             predicted_from=result.predicted_from,
+            wall_s=result.wall_s,
         )
         self.rounds.append(record)
         if self.events is not None:

@@ -42,6 +42,9 @@ class RoundResult:
     # nothing, or its prediction is the charge itself, as the sim's)
     predicted_s: float | None = None
     predicted_from: int = 0  # measured rounds the predictor had learned from when it predicted
+    # the call's measured wall time where the engine clock is another (`engine.clocks`: cpu);
+    # None where ``duration_s`` is the wall time or is modelled
+    wall_s: float | None = None
 
     @property
     def tokens(self) -> dict[str, int]:

@@ -16,8 +16,8 @@ process of the trace, named after its policy, so a benchmark's policies lie side
   that restored it: producer to consumer, in one round for a follower (``follow``).
 
 Timestamps and durations are µs of engine time (`Engine.now`): the sim clock on the sim runner,
-measured wall time of the worker calls on a real one (``otherData.clock`` says which). The file
-is valid JSON after every flush (events go in before the closing brackets, which are rewritten
+measured wall or CPU time of the worker calls on a real one (``otherData.clock`` says which). The
+file is valid JSON after every flush (events go in before the closing brackets, which are rewritten
 after them), and flushes come every few seconds, so a crash loses only the last ones.
 """
 
@@ -33,15 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.engine.engine import RoundRecord
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 
 log = logging.getLogger("radixflow.trace")
-CLOCKS = {
-    "sim": "the sim runner's modelled clock",
-    "wall": "measured wall time of each worker call, laid end to end (host time between calls is not in it)",
-}
+CLOCKS = {"sim": "the sim runner's modelled clock"} | {c.name: c.means for c in ROUND_CLOCKS.values()}
 FLUSH_EVERY_S = 5.0
 FLUSH_EVENTS = 50_000  # or sooner, when this many wait
 _CLOSE = b"\n]}\n"

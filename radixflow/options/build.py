@@ -117,7 +117,7 @@ class EnginePlan:
         path = self.options.trace_out
         if path is None:
             return None
-        clock = "sim" if self.choice.name == "sim" else "wall"
+        clock = "sim" if self.choice.name == "sim" else self.options.clock
         metadata = {"clock": clock, "clock_means": CLOCKS[clock], "time_unit": "us"}
         metadata |= {"runner": self.choice.name, "model": runner.model.name}
         try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.costmodel.hardware.profiles import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
+from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.spec import checked, fields_problem, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
@@ -91,6 +92,15 @@ class EngineOptions:
         str,
         group="model",
         metavar="PLAN",
+    )
+    clock: str = option(
+        "wall",
+        "torch runner: what a round advances the engine clock (latencies, makespan) by: wall (its "
+        "wall time) or cpu (the CPU time of the thread running it, so other load on the machine "
+        "does not move the figures; wall time is reported beside)",
+        str,
+        choices=lambda: list(ROUND_CLOCKS),
+        group="model",
     )
     seed: int = option(
         0,

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 from typing import Any
 
+from radixflow.engine.clocks import spin_warning
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
@@ -23,7 +25,7 @@ GROUPS = {
     "output": "output",
 }
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
-TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul")
+TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "clock")
 POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "
     "(default: adaptive; bench: native, radixflow and adaptive)"
@@ -142,6 +144,15 @@ def ineffective(options: EngineOptions, given_names: list[str]) -> list[str]:
     if runner == "sim" and (names := [n for n in TORCH_ONLY if n in given_names]):
         out.append(f"{_listed(names)} no effect with the sim runner")
     return out
+
+
+def clock_warnings(options: EngineOptions) -> list[str]:
+    """A warning where the torch runner's CPU clock would count threads spinning (`spin_warning`);
+    threads not given: torch's default, one per core."""
+    if runner_name(options) != "torch":
+        return []
+    message = spin_warning(options.clock, options.torch_threads or os.cpu_count() or 1)
+    return [] if message is None else [message]
 
 
 def ineffective_for_model(given_names: list[str], has_recurrent: bool) -> list[str]:

@@ -144,6 +144,7 @@ class TorchChoice:
     def __init__(self, options: EngineOptions) -> None:
         self.label, self.device = options.model or DEFAULT_TORCH_MODEL, options.device
         self.threads, self.seed, self.matmul = options.torch_threads, options.seed, options.matmul
+        self.clock = options.clock
         _check_matmul(options.matmul)
         self.checkpoint: Path = _resolve(self.label, self.device)
         self.dtype = _dtype(options.dtype, self.device)  # after the device is known to exist
@@ -194,11 +195,17 @@ class TorchChoice:
                 label=self.label,
                 seed=self.seed,
                 matmul=self.matmul,
+                clock=self.clock,
             )
         )
 
     def describe(self) -> dict[str, object]:
-        return {"device": self.device, "dtype": str(self.dtype), "checkpoint": str(self.checkpoint)}
+        return {
+            "device": self.device,
+            "dtype": str(self.dtype),
+            "checkpoint": str(self.checkpoint),
+            "clock": self.clock,
+        }
 
     @property
     def fixed_cost_ms(self) -> float | None:

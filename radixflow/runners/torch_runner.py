@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
@@ -74,6 +75,7 @@ class TorchRunner:
         batched_decode: bool = True,
         matmul: str = "auto",
         predict_rounds: bool = True,
+        clock: str = "wall",
     ) -> None:
         """``seed`` seeds the generator of requests sampled without a seed of their own.
         ``batched_decode=False`` runs every one-token chunk on its own (chunked, per-sequence)
@@ -82,12 +84,14 @@ class TorchRunner:
         measures at startup; a bad value raises `ProblemError` on ``matmul``.
         ``predict_rounds``: learn a round predictor (`runners.round_predictor`) from the rounds
         run, starting from the profile stored for this model and machine; off, the runner
-        predicts nothing (calibration times the bare worker call)."""
+        predicts nothing (calibration times the bare worker call). ``clock``: what a round
+        advances the engine by (`radixflow.engine.clocks`; the wall time is measured beside)."""
         given = parse_plan(matmul)
         if isinstance(given, Problem):
             raise ProblemError(given)
         self.net = load_model(path, device=device, dtype=dtype)
         self.batched_decode = batched_decode
+        self.clock = round_clock(clock)
         self.device, self.dtype, self.block_size = device, dtype, block_size
         self.matmul = self._route_matmuls(given)
         cfg = self.net.config
@@ -159,7 +163,7 @@ class TorchRunner:
         features = None if self.predictor is None else self.predictor.features(batch.chunks)
         predicted = None if features is None else self.predictor.fit.predict(features)  # type: ignore[union-attr]
         learned = 0 if self.predictor is None else self.predictor.fit.rounds
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), self.clock.read()
         fb = ForwardBatch.build(chunks, self.kv, self.state, self.device, self.batched_decode)
         self.scorer.forget(fb.new_slots.tolist())  # before the forward: a failed round may write KV
         with torch.inference_mode(), self._round(fb):
@@ -168,8 +172,8 @@ class TorchRunner:
             logits = self._logits(fb, hidden, [c.sample for c in batch.chunks])
         samples = self.sampler.sample(logits, [SampleRow(c.sampling, c.end) for c in sampled])
         prompt_logprobs = self.scorer.score(batch.chunks)
-        elapsed = time.perf_counter() - t0
-        if features is not None:
+        elapsed, wall = self.clock.read() - c0, time.perf_counter() - t0
+        if features is not None:  # the predictor learns the engine's clock: the scheduler weighs rounds in it
             self.predictor.observe(features, elapsed)  # type: ignore[union-attr]
         return RoundResult(
             samples={c.request_id: s for c, s in zip(sampled, samples, strict=True)},
@@ -178,6 +182,7 @@ class TorchRunner:
             prompt_logprobs=prompt_logprobs,
             predicted_s=predicted,
             predicted_from=learned,
+            wall_s=None if self.clock.name == "wall" else wall,
         )
 
     def _forward(self, fb: ForwardBatch, sample: list[bool]) -> torch.Tensor:

@@ -88,3 +88,26 @@ def test_first_token_is_the_first_generated_one_or_none():
     r = _finished("b", 5)
     r.output.append(6)  # a generating request: only the first token is scored
     assert first_token(r) == 5
+
+
+def test_wall_times_count_each_finished_rounds_wall_time_and_keep_idle_gaps():
+    from radixflow.bench.metrics import wall_times
+    from radixflow.engine.engine import RoundRecord
+
+    def rnd(i: int, start: float, duration: float, wall: float) -> RoundRecord:
+        return RoundRecord(i, start, duration, duration, 1, 1, 0, 0, "budget", (), wall_s=wall)
+
+    rounds = [rnd(0, 0.0, 1.0, 3.0), rnd(1, 5.0, 1.0, 2.0)]  # idle from 1 to 5 (engine clock)
+    # a round's end counts its whole wall time; an arrival in the idle gap keeps the gap
+    assert wall_times(rounds, [0.0, 0.5, 1.0, 5.0, 6.0]) == [0.0, 0.5, 3.0, 7.0, 9.0]
+    assert wall_times([], [2.0]) == [2.0]
+
+
+def test_the_sim_reports_no_wall_figures_of_its_own():
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    config = SchedulerConfig(token_budget=64)
+    engine = new_engine(runner, config, "adaptive")
+    engine.run([Request("a", tuple(range(1, 40)))])
+    result = summarize("adaptive", engine, config)
+    assert result.wall_mean_latency_s is None and result.wall_worker_call_s is None
+    assert all(r.wall_s is None for r in engine.rounds)

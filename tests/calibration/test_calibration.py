@@ -55,6 +55,6 @@ def test_timing_a_tiny_model_end_to_end():
     from radixflow.calibration.timing import time_batches
 
     batches = fit_design(64, 16, hybrid=True)[:3]
-    timed = time_batches("qwen3_5-tiny", "cpu", batches, repeats=1, threads=1)
+    timed = time_batches("qwen3_5-tiny", "cpu", batches, repeats=1, threads=1, on_batch=None, clock="wall")
     assert [t.chunks for t in timed] == [b.chunks for b in batches]
     assert all(t.seconds > 0 for t in timed)

@@ -10,7 +10,14 @@ from radixflow.cli import build_parser
 from radixflow.experiments.config import CELL_KEYS
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options.engine_options import spec_of
-from radixflow.options.flags import POLICY_HELP, add_engine_flags, from_args, ineffective, policies
+from radixflow.options.flags import (
+    POLICY_HELP,
+    add_engine_flags,
+    clock_warnings,
+    from_args,
+    ineffective,
+    policies,
+)
 from radixflow.problems import ProblemError
 
 ENGINE_COMMANDS = ("bench", "generate", "serve")
@@ -93,3 +100,16 @@ def test_given_options_that_cannot_change_the_run_are_named():
     (warning,) = ineffective(torch, ["model", "tflops"])
     assert warning.startswith("--tflops has no effect with the torch runner")
     assert ineffective(EngineOptions(), []) == []
+
+
+def test_the_cpu_clock_with_spinning_torch_threads_is_warned_about(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert ineffective(EngineOptions(model="qwen3_5-2b"), ["clock"]) == [
+        "--clock has no effect with the sim runner"
+    ]
+    torch = EngineOptions(model="qwen3_5-tiny", clock="cpu")
+    assert clock_warnings(torch.replace(torch_threads=1)) == []
+    assert clock_warnings(torch.replace(clock="wall", torch_threads=2)) == []
+    (warning,) = clock_warnings(torch.replace(torch_threads=2))
+    assert "OMP_WAIT_POLICY=passive" in warning and "--torch-threads 1" in warning
+    assert clock_warnings(EngineOptions(model="qwen3_5-2b", clock="cpu", torch_threads=2)) == []

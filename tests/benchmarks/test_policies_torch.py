@@ -1,0 +1,66 @@
+"""benchmarks/policies_torch.py: its figures per policy (medians, spread, exactness over every
+repeat), the comparisons it derives, and the tables written from a stored run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from radixflow.bench.metrics import PolicyResult
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("policies_torch", ROOT / "benchmarks" / "policies_torch.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["policies_torch"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(mean: float, agreement: float = 1.0, rounds: int = 3) -> PolicyResult:
+    return PolicyResult(
+        policy="p", requests=4, completed=4, failed=0, rounds=rounds, rounds_lower_bound=2,
+        mean_latency_s=mean, p50_latency_s=mean, p99_latency_s=2 * mean, reuse_rate=0.5, bubble_tokens=0,
+        tokens_computed=100, dependency_depth=1, makespan_s=3 * mean, worker_call_s=mean,
+        outputs_sha256="abc", agreement=agreement,
+    )  # fmt: skip
+
+
+def test_a_policys_figures_are_the_median_and_spread_of_its_repeats(bench):
+    shapes = [bench.Shapes(4, 6), bench.Shapes(4, 6), bench.Shapes(5, 6)]
+    trials = bench.Trials([_result(1.0), _result(3.0), _result(2.0, rounds=4)], [0.5, 1.5, 1.0], shapes)
+    f = bench.real_figures(trials)
+    assert f["mean_latency_s"] == 2.0 and (f["mean_latency_min_s"], f["mean_latency_max_s"]) == (1.0, 3.0)
+    assert f["p99_latency_s"] == 4.0 and f["rounds"] == [3, 4] and f["load_1min"] == [0.5, 1.5]
+    assert f["waves"] == [4, 5] and f["state_copies"] == [6]
+    assert f["identical_to_no_cache"] is True
+    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0], [bench.Shapes()] * 2)
+    assert bench.real_figures(one_miss)["identical_to_no_cache"] is False  # any repeat's miss counts
+
+
+def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_with_the_real(bench):
+    means = dict(zip(bench.POLICIES, (2.0, 1.6, 1.2), strict=True))
+    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.Shapes()])  # noqa: E731
+    real = {p: bench.real_figures(one(m)) for p, m in means.items()}
+    sim = {p: {"mean_latency_s": 1.1, "rounds": 3, "waves": 3, "state_copies": 5} for p in bench.POLICIES}
+    spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
+    cell = bench._cell("qwen3_5-small", "grouped", spec, real, sim)
+    assert cell["adaptive_vs_native"] == pytest.approx(-0.4)
+    assert cell["adaptive_vs_best_baseline"] == pytest.approx(-0.25)
+    assert cell["policies"]["native"]["sim_vs_real_mean_latency"] == pytest.approx(-0.45)
+    assert cell["same_outputs_all_policies"] and not cell["control"] and cell["sim_error"] is None
+    no_sim = bench._cell("qwen3-small", "grouped", spec, real, {"error": "model: unknown"})
+    assert no_sim["control"] and no_sim["sim_error"] == "model: unknown"
+    assert no_sim["policies"]["adaptive"]["sim_vs_real_mean_latency"] is None
+    summary = bench.summary_markdown([cell, no_sim])
+    assert "| qwen3_5-small | 2.00 / 1.60 / 1.20 | -40.0% | yes |" in summary
+    detail = bench.detail_markdown([cell])
+    assert "| qwen3_5-small | grouped | adaptive | 3 / 0 / 0 | 1.200 [1.200-1.200] |" in detail
+    assert "| 1.100, 3 / 3 / 5 | -8.3% |" in detail

@@ -167,6 +167,8 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     """A profile file named relative to the config, as an absolute path (built-in names as they are)."""
     if not isinstance(value, str) or value in HARDWARE:
         return value  # a wrong type is reported with the other checks
+    if "\x00" in value:
+        raise fail(origin, key, f"{value!r} contains a NUL character")
     path = (base / value).resolve()
     try:
         resolve_hardware(str(path))

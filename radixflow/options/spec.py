@@ -102,6 +102,8 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
         return range_problem(name, value, spec.low, spec.high)
     if spec.kind is str and not value.strip():
         return Problem(name, "must not be empty")
+    if spec.kind is str and "\x00" in value:  # no file, model or host name holds one; os calls refuse it
+        return Problem(name, f"{value!r} contains a NUL character")
     if spec.choices is not None and value not in spec.choices():
         return Problem(name, f"unknown {name} {value!r} (known: {', '.join(spec.choices())})")
     return None

@@ -45,6 +45,11 @@ def test_experiment_command_writes_results_and_skips_cached_cells(tmp_path, caps
         (CONFIG.replace("groups = 2", "groups = -2"), "defaults.workload.groups"),
         (CONFIG + "\n[[grid]]\nrunner = 'gpu'\n", "grid[0].runner"),
         ("name = 'x'\nseeds = 3\n", "seeds"),
+        # a NUL in a path used to reach os.path as "ValueError: embedded null byte"
+        *(
+            (CONFIG + f'\n[[grid]]\n{key} = ["a\\u0000b"]\n', f"grid[0].{key}")
+            for key in ("hardware", "cost_profile", "trace_out")
+        ),
     ],
 )
 def test_bad_experiment_config_is_one_line_and_exit_2(tmp_path, capsys, text, needle):

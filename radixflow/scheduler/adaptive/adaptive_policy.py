@@ -47,6 +47,8 @@ from radixflow.scheduler.adaptive.deferral import (
 from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.adaptive.ranking import RankIndex
 from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
+from radixflow.scheduler.adaptive.round_cut import Unit
+from radixflow.scheduler.adaptive.round_plan import Lookahead, Room, RoundPlanner, RoundTake
 from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
 from radixflow.scheduler.adaptive.waiting_shapes import Shape, Shapes
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -89,6 +91,9 @@ class Adaptive:
         self._backlog = Backlog()  # remaining tokens of the waiting requests
         self._arrivals = ArrivalRate()
         self._woken = 0  # blocked consumers this round's draft wakes
+        self._planner: RoundPlanner | None = None
+        self._scan: Lookahead | None = None  # this round's order
+        self._take: RoundTake | None = None  # this round's cut, from its first request on
 
     # ----------------------------------------------------------------- events
     def bind(self, context: PolicyContext) -> None:
@@ -98,6 +103,7 @@ class Adaptive:
         self._times = RoundTimes(context.predict, context.config)
         self._ranked = context.config.has_recurrent
         self._fcfs = FcfsBound(context.config.token_budget, self._fcfs_share)
+        self._planner = RoundPlanner(context.config, self._times, self._shapes)
 
     def on_arrival(self, request: Request) -> None:
         """Shape and rank the newcomer; its group's members are re-keyed before the next scan
@@ -107,6 +113,8 @@ class Adaptive:
         assert self._shapes is not None and self._fcfs is not None
         shape = self._shapes.arrived(request)
         self._backlog.set(request.id, shape.remaining)
+        assert self._planner is not None
+        self._planner.shaped(request, shape)
         self._arrivals.arrived(request.arrival_s, len(request.prompt))
         self._fcfs.arrive(request.id, self._round, shape.remaining)
         self._index.add(request, self._round, self._slack(request, shape))
@@ -145,13 +153,17 @@ class Adaptive:
         self._tally.start(self._continuing)
         for req in self._shapes.stale():
             self._rekey(req)
-        return self._index.scan()
+        self._take = None
+        self._scan = Lookahead(self._index.scan())
+        return self._scan
 
     def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         """Follow its producer into this round, wait (skip it) or recompute; counts and notes the
         decision (mutates only the policy)."""
         assert self._ctx is not None
         self._draft = draft
+        if not self._takes(request, None, draft):
+            return ScanAction.STOP  # it belongs to a unit this round does not take
         if self._can_follow(match, draft):
             self._followers.add(request.id)
             self._counts["follows"] += 1
@@ -206,15 +218,10 @@ class Adaptive:
             return None
         assert self._shapes is not None and self._ctx is not None
         self._draft = draft
-        if self._leave(request, reuse, draft):
-            self._left.add(request.id)
-            self._counts["separated"] += 1
-            self._ctx.note("separate", request.id, busy=round(self._busy.value, 3))
-            return ScanAction.SKIP
-        if self._defer(request, reuse):
+        if not self._takes(request, len(request.prompt) - reuse, draft):
             self._counts["deferred"] += 1
             self._ctx.note("defer", request.id)
-            return self._skip()
+            return ScanAction.STOP  # the round ends before its unit (`round_cut`)
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:
@@ -223,6 +230,38 @@ class Adaptive:
         return None
 
     # ----------------------------------------------------------------- decisions
+    def _takes(self, request: Request, tokens: int | None, draft: SchedulerOutput) -> bool:
+        """Whether this round takes ``request``'s unit; the round's cut is planned at its first
+        request (``tokens``: what it computes if taken, None: as last ranked)."""
+        assert self._planner is not None and self._ctx is not None and self._times is not None
+        if self._take is None:
+            assert self._scan is not None
+            tally, config = self._tally, self._ctx.config
+            tally.advance(draft.chunks, self._completes_prompt)
+            prefill, decodes = tally.tokens - tally.decodes, tally.decodes
+            room = Room(
+                config.token_budget - tally.tokens,
+                config.max_requests - len(draft.chunks),
+                len(draft.chunks),
+                len(self._index),
+                self._expected_arrivals,
+            )
+            first = lambda x: self._times.seconds(prefill + x, decodes)  # noqa: E731
+            shape_tokens = tokens if tokens is not None else len(request.prompt)
+            self._take = self._planner.plan(self._scan, request, shape_tokens, first, room)
+        return self._take.takes(self._planner.key(request))
+
+    def _expected_arrivals(self, units: list[Unit]) -> float:
+        """Requests expected to arrive while ``units`` run, at the measured rate (each then
+        waits behind them: the marginal cost of a longer horizon)."""
+        assert self._ctx is not None and self._times is not None
+        rate = self._arrivals.rate()
+        if rate <= 0.0 or self._ctx.predict is None:
+            return 0.0  # without a predictor round times are not in seconds
+        budget = self._ctx.config.token_budget
+        full, part = divmod(sum(u.tokens for u in units), budget)
+        return rate * (full * self._times.seconds(budget) + self._times.seconds(part))
+
     def _leave(self, request: Request, reuse: int, draft: SchedulerOutput) -> bool:
         """Whether to leave a ready request for a round of its own; a request is left once at
         most, so none waits on this rule for more than a round."""
@@ -296,11 +335,15 @@ class Adaptive:
         assert self._shapes is not None
         shape = self._shapes.of(request)
         self._backlog.set(request.id, shape.remaining)
+        assert self._planner is not None
+        self._planner.shaped(request, shape)
         self._index.rekey(request, self._slack(request, shape))
 
     def _forget(self, request: Request) -> None:
         assert self._shapes is not None
         self._shapes.forget(request)
+        if self._planner is not None:
+            self._planner.forget(request.id)
         self._waited.discard(request.id)
         self._left.discard(request.id)
         self._backlog.drop(request.id)

@@ -123,8 +123,8 @@ class ArrivalRate:
         self._times.append(arrival_s)
         self._mean_prompt = prompt_tokens if first else 0.9 * self._mean_prompt + 0.1 * prompt_tokens
 
-    def load(self, seconds_per_token: float) -> float:
-        """The offered load: 0 until two arrivals at different times (a batch brings no more).
+    def rate(self) -> float:
+        """Arrivals per second: 0 until two arrivals at different times (a batch brings no more).
         The span runs from the window's first arrival to now, so once arrivals stop the rate
         decays. Pure."""
         if len(self._times) < 2:
@@ -132,7 +132,11 @@ class ArrivalRate:
         span = max(self.now, self._times[-1]) - self._times[0]
         if span <= 0.0 or self.now - self._times[-1] >= span:
             return 0.0
-        return (len(self._times) - 1) / span * self._mean_prompt * seconds_per_token
+        return (len(self._times) - 1) / span
+
+    def load(self, seconds_per_token: float) -> float:
+        """The offered load: the arrival rate times the mean prompt's seconds. Pure."""
+        return self.rate() * self._mean_prompt * seconds_per_token
 
 
 class BusyFraction:

@@ -1,0 +1,128 @@
+"""How much of the ranked queue this round takes: the cut that minimizes the predicted waits.
+
+Total latency is the sum over rounds of the round's time times the requests still incomplete
+when it runs (those in it and all behind it). With the queue in rank order grouped into units (a
+producer and the consumers that follow it into its round; a lone request is a unit of one), a
+schedule of the next few rounds is a partition of that sequence into rounds: each ends at a unit
+boundary, or where its token budget runs out inside a unit (a budget-cut chunk). The best
+partition is a small dynamic program over those end points (serial batching with a setup per
+batch: Coffman, Yannakakis, Magazine & Santos 1990), and this round takes its first part.
+
+Round times come from the runner's predictor (`RoundTimes`), so the curve decides: where a round
+is mostly a fixed part, fewer rounds save everyone a fixed part and the cut packs the budget;
+where its time grows with its tokens, short rounds let the first units finish early and the cut
+pipelines; in between, what the curve says. Requests beyond the horizon and arrivals expected
+while it runs wait behind every round of it (`Horizon.behind`); running requests' chunks are in
+the first round whatever is cut.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+RoundTime = Callable[[int], float]  # seconds of a round of this many prompt tokens
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Work that completes together: a producer and its followers, or a lone request."""
+
+    tokens: int  # prompt tokens it computes
+    requests: int  # requests it completes
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """The ranked units of the next few rounds and what bounds and weighs those rounds."""
+
+    units: Sequence[Unit]
+    budget: int  # prompt tokens a round may compute
+    slots: int  # chunks a round may hold
+    first_tokens: int  # budget left in this round (its running requests' chunks are in it)
+    first_slots: int  # chunks left in this round
+    running: int  # requests this round holds already: they wait for this round only
+    behind: float  # requests that wait behind every round of the horizon
+
+
+@dataclass(frozen=True)
+class Cut:
+    """This round's share of the best partition."""
+
+    units: int  # whole units it takes, from the front
+    fill: bool  # and the next unit up to the budget (a budget-cut chunk)
+    cost_s: float  # the predicted sum of waits over the horizon (request-seconds)
+
+
+class _Plan:
+    """The horizon laid out as token positions: unit ends and how many requests each completes."""
+
+    def __init__(self, h: Horizon, first: RoundTime, later: RoundTime) -> None:
+        self.h, self.first, self.later = h, first, later
+        self.ends = [0]  # token position where each unit ends (ends[0]: nothing)
+        self.done = [0]  # requests completed by then
+        for u in h.units:
+            self.ends.append(self.ends[-1] + max(u.tokens, 0))
+            self.done.append(self.done[-1] + u.requests)
+        self.total = self.done[-1]
+        self.memo: dict[int, tuple[float, int]] = {}
+
+    def units_by(self, p: int) -> int:
+        """Units wholly computed by position ``p``."""
+        return bisect.bisect_right(self.ends, p) - 1
+
+    def waiting_at(self, p: int) -> float:
+        """Requests incomplete when a round starts at ``p``."""
+        return self.total - self.done[self.units_by(p)] + self.h.behind
+
+    def ends_from(self, p: int, tokens: int, slots: int) -> list[int]:
+        """Where a round starting at ``p`` may end: unit ends within its tokens and chunks, and
+        the budget's end inside a unit when the tokens run out first."""
+        out: list[int] = []
+        first = self.units_by(p)  # the unit holding position p (or starting at it)
+        for j in range(first + 1, len(self.ends)):
+            if self.ends[j] - p > tokens:  # the budget ends inside unit j - 1: cut its first chunk
+                if self.done[j - 1] - self.done[first] < slots:
+                    out.append(p + tokens)
+                break
+            if self.done[j] - self.done[first] > slots:
+                break
+            out.append(self.ends[j])
+        return out
+
+    def best_from(self, p: int) -> float:
+        """Least sum of waits from a later round starting at ``p`` to the horizon's end."""
+        if p >= self.ends[-1]:
+            return 0.0
+        known = self.memo.get(p)
+        if known is not None:
+            return known[0]
+        weight = self.waiting_at(p)
+        best, arg = float("inf"), p
+        for q in self.ends_from(p, self.h.budget, self.h.slots) or [p + self.h.budget]:
+            cost = self.later(q - p) * weight + self.best_from(q)
+            if cost < best:
+                best, arg = cost, q
+        self.memo[p] = (best, arg)
+        return best
+
+
+def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
+    """The first round of the partition of ``h`` with the least predicted sum of waits.
+
+    ``first(x)``: this round's seconds with ``x`` more tokens than its running chunks;
+    ``later(x)``: a later round's. Ties go to the larger cut (fewer rounds). Pure."""
+    plan = _Plan(h, first, later)
+    if not h.units or h.first_tokens <= 0 or h.first_slots <= 0:
+        return Cut(0, False, 0.0)
+    weight = plan.waiting_at(0) + h.running
+    best, arg = float("inf"), 0
+    for q in reversed(plan.ends_from(0, h.first_tokens, h.first_slots)):
+        cost = first(q) * weight + plan.best_from(q)
+        if cost < best:
+            best, arg = cost, q
+    if arg == 0:  # not even one unit's first chunk fits: take what the budget allows
+        return Cut(0, True, 0.0)
+    units = plan.units_by(arg)
+    return Cut(units, plan.ends[units] != arg, best)

@@ -245,10 +245,10 @@ class Adaptive:
                 len(draft.chunks),
                 len(self._index),
                 self._expected_arrivals,
+                self._past_fcfs,
             )
             first = lambda x: self._times.seconds(prefill + x, decodes)  # noqa: E731
-            shape_tokens = tokens if tokens is not None else len(request.prompt)
-            self._take = self._planner.plan(self._scan, request, shape_tokens, first, room)
+            self._take = self._planner.plan(self._scan, request, tokens, first, room)
         return self._take.takes(self._planner.key(request))
 
     def _expected_arrivals(self, units: list[Unit]) -> float:

@@ -44,6 +44,8 @@ class Horizon:
     first_slots: int  # chunks left in this round
     running: int  # requests this round holds already: they wait for this round only
     behind: float  # requests that wait behind every round of the horizon
+    due: int = 0  # units this round must take (they hold a request it may not delay again)
+    beyond: bool = False  # work waits beyond the horizon: a round may end inside it
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class _Plan:
             self.done.append(self.done[-1] + u.requests)
         self.total = self.done[-1]
         self.memo: dict[int, tuple[float, int]] = {}
+        # what a token of the work beyond the horizon, computed early, saves those behind it: its
+        # share of a full round, as the rounds after the horizon run
+        full = h.budget
+        self.credit = later(full) / full * h.behind if h.beyond else 0.0
 
     def units_by(self, p: int) -> int:
         """Units wholly computed by position ``p``."""
@@ -89,12 +95,15 @@ class _Plan:
             if self.done[j] - self.done[first] > slots:
                 break
             out.append(self.ends[j])
+        else:
+            if self.h.beyond and self.done[-1] - self.done[first] < slots:
+                out.append(p + tokens)  # the rest of the horizon and the work beyond it
         return out
 
     def best_from(self, p: int) -> float:
         """Least sum of waits from a later round starting at ``p`` to the horizon's end."""
         if p >= self.ends[-1]:
-            return 0.0
+            return -(p - self.ends[-1]) * self.credit  # work beyond the horizon done already
         known = self.memo.get(p)
         if known is not None:
             return known[0]
@@ -118,11 +127,13 @@ def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
         return Cut(0, False, 0.0)
     weight = plan.waiting_at(0) + h.running
     best, arg = float("inf"), 0
-    for q in reversed(plan.ends_from(0, h.first_tokens, h.first_slots)):
+    ends = plan.ends_from(0, h.first_tokens, h.first_slots)
+    due = plan.ends[min(h.due, len(h.units))]
+    for q in reversed([q for q in ends if q >= due] or ends[-1:]):
         cost = first(q) * weight + plan.best_from(q)
         if cost < best:
             best, arg = cost, q
     if arg == 0:  # not even one unit's first chunk fits: take what the budget allows
         return Cut(0, True, 0.0)
     units = plan.units_by(arg)
-    return Cut(units, plan.ends[units] != arg, best)
+    return Cut(units, (units == len(h.units) and arg > plan.ends[-1]) or plan.ends[units] != arg, best)

@@ -83,24 +83,32 @@ class RoundPlanner:
         return request.id if shape is None or shape.group is None else shape.group.node_id
 
     def plan(
-        self, scan: Lookahead, head: Request, head_tokens: int, first: Callable[[int], float], room: Room
+        self,
+        scan: Lookahead,
+        head: Request,
+        head_tokens: int | None,
+        first: Callable[[int], float],
+        room: Room,
     ) -> RoundTake:
         """Pull the horizon after ``head`` from ``scan``, cut it, and put the taken units' members
         first in ``scan``'s order (mutates ``scan``)."""
         units, pulled, keys, whole = self._pull(scan, head, head_tokens)
-        behind = max(room.queued - sum(u.requests for u in units), 0) + room.arrivals(units)
+        arriving = room.arrivals(units)
+        behind = max(room.queued - sum(u.requests for u in units), 0) + arriving
         budget, slots = self._config.token_budget, self._config.max_requests
-        horizon = Horizon(units, budget, slots, room.tokens, room.slots, room.running, behind)
+        due = 1 + max((p.unit for p in pulled if room.overdue(p.request)), default=-1)
+        beyond = not whole or arriving >= 1.0  # work beyond the horizon: queued, or on its way
+        horizon = Horizon(units, budget, slots, room.tokens, room.slots, room.running, behind, due, beyond)
         choice = cut(horizon, first, self._times.seconds)
         if choice.units == 0 and not choice.fill:
             return RoundTake(frozenset(), True)
         taken = choice.units + choice.fill
-        take = RoundTake(frozenset(keys[:taken]), whole and taken >= len(units))
+        take = RoundTake(frozenset(keys[:taken]), taken > len(units) or (whole and taken >= len(units)))
         self._reorder(scan, pulled, take, keys[:taken])
         return take
 
     def _pull(
-        self, scan: Lookahead, head: Request, head_tokens: int
+        self, scan: Lookahead, head: Request, head_tokens: int | None
     ) -> tuple[list[Unit], list[_Pulled], list[object], bool]:
         """The units of the next few budgets of the order, starting with ``head``'s, and whether
         they are the whole of it."""
@@ -109,6 +117,7 @@ class RoundPlanner:
         index: dict[object, int] = {}
         pulled: list[_Pulled] = []
         tokens, limit = 0, HORIZON_BUDGETS * self._config.token_budget
+        most = min(HORIZON_UNITS, HORIZON_BUDGETS * self._config.max_requests)
         req: Request | None = head
         while req is not None:
             key = self.key(req)
@@ -116,7 +125,7 @@ class RoundPlanner:
                 pulled.append(_Pulled(req, index[key]))
                 self._grow(units, index[key], req)
             else:
-                if tokens >= limit or len(units) >= HORIZON_UNITS:
+                if tokens >= limit or len(units) >= most:
                     scan.ahead.appendleft(req)
                     return units, pulled, keys, False
                 unit = self._unit(req, head_tokens if req is head else None)
@@ -181,3 +190,4 @@ class Room:
     running: int  # chunks already in the round
     queued: int  # requests waiting now
     arrivals: Callable[[list[Unit]], float]  # arrivals expected while the horizon's units run
+    overdue: Callable[[Request], bool]  # FCFS would have finished it by now: not to be left again

@@ -13,6 +13,7 @@ from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
+from radixflow.scheduler.adaptive.round_plan import HORIZON_BUDGETS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -191,7 +192,8 @@ def test_decisions_reach_the_trace_observer():
 
 
 def test_a_round_visits_what_it_takes_not_the_whole_queue():
-    """2000 lone requests waiting: each round pops about what it admits from the rank index."""
+    """2000 lone requests waiting: each round pops what its horizon holds from the rank index
+    (a few rounds' worth: `round_plan`), not the queue."""
     cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=8192, num_state_slots=64)
     engine = new_engine(HYBRID, cfg, policy="adaptive")
     for i in range(2000):
@@ -201,7 +203,7 @@ def test_a_round_visits_what_it_takes_not_the_whole_queue():
     for _ in range(10):
         before = policy._index.pops
         engine.step()
-        assert policy._index.pops - before <= 2 * cfg.max_requests
+        assert policy._index.pops - before <= (HORIZON_BUDGETS + 1) * cfg.max_requests + 1
 
 
 # a larger model, whose rounds grow steeply with their tokens, at the grid's budget
@@ -223,13 +225,13 @@ def consumers_and_a_late_prompt(consumers: int, behind: int = 0) -> list[Request
 
 def test_a_long_prompt_gets_a_round_of_its_own_after_a_round_of_consumers():
     """Six consumers complete in round 1; taking the late prompt would make each wait for its
-    1088 tokens, while a round of its own costs it one fixed part."""
+    1088 tokens, while a round of its own costs it one fixed part: the round's cut ends before it."""
     reqs = consumers_and_a_late_prompt(6)
     adaptive, radixflow = run("adaptive", reqs, NEMOTRON, WIDE), run("radixflow", reqs, NEMOTRON, WIDE)
     assert "late0" in [c[0] for c in radixflow.rounds[1].chunks]
     assert [c[0] for c in adaptive.rounds[1].chunks] == [f"c{i}" for i in range(1, 7)]
     assert [c[0] for c in adaptive.rounds[2].chunks] == ["late0"]
-    assert counters(adaptive)["separated"] == 1
+    assert counters(adaptive)["deferred"] >= 1
     mean = lambda e: sum(r.latency_s for r in e.requests) / len(e.requests)  # noqa: E731
     assert mean(adaptive) < mean(radixflow)
     assert outputs(adaptive) == outputs(radixflow)
@@ -241,7 +243,6 @@ def test_one_consumer_or_a_queue_behind_the_prompt_takes_it():
     # eight more long prompts wait: a round of its own would delay all of them by a fixed part
     queued = run("adaptive", consumers_and_a_late_prompt(6, behind=8), NEMOTRON, WIDE)
     assert "late0" in [c[0] for c in queued.rounds[1].chunks]
-    assert counters(alone)["separated"] == counters(queued)["separated"] == 0
 
 
 def one_at_a_time(policy: str, requests: list[Request], placement: str | None = None) -> Engine:
@@ -332,10 +333,13 @@ def test_a_cut_chunk_is_taken_when_fixed_parts_are_dear_or_the_next_round_has_ro
     runner, cfg, reqs = grid_cell(10.0, 32)
     dear = run("adaptive", reqs, runner, cfg)
     assert mean_latency(dear) < mean_latency(run("native", reqs, runner, cfg))
-    # two long prompts and nothing behind them: the second's cut chunk completes nothing sooner,
-    # but the next round has room, so the chunk taken now shortens it
+    # two long prompts and nothing behind them: a budget-cut chunk of the second would lengthen
+    # the first's round and finish the second no sooner (both ways its tokens and two fixed parts
+    # come before it), so the round ends with the first; the baselines cut the chunk in
     runner, cfg, _ = grid_cell(1.0, 2)
     two = [Request(f"long{i}", tuple(range(5000 * (i + 1), 5000 * (i + 1) + 1500))) for i in range(2)]
-    engine = run("adaptive", two, runner, cfg)
-    assert [c[0] for c in engine.rounds[0].chunks] == ["long0", "long1"]
-    assert counters(engine)["deferred"] == 0
+    engine, paper = run("adaptive", two, runner, cfg), run("radixflow", two, runner, cfg)
+    assert [c[0] for c in engine.rounds[0].chunks] == ["long0"]
+    assert [c[0] for c in paper.rounds[0].chunks] == ["long0", "long1"]
+    assert mean_latency(engine) < mean_latency(paper)
+    assert outputs(engine) == outputs(paper)

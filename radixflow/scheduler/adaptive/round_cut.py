@@ -61,7 +61,16 @@ class _Plan:
     """The horizon laid out as token positions: unit ends and how many requests each completes."""
 
     def __init__(self, h: Horizon, first: RoundTime, later: RoundTime) -> None:
-        self.h, self.first, self.later = h, first, later
+        self.h, self.first = h, first
+        times: dict[int, float] = {}
+
+        def remembered(tokens: int) -> float:  # the DP asks for the same few sizes many times
+            t = times.get(tokens)
+            if t is None:
+                t = times[tokens] = later(tokens)
+            return t
+
+        self.later = remembered
         self.ends = [0]  # token position where each unit ends (ends[0]: nothing)
         self.done = [0]  # requests completed by then
         for u in h.units:

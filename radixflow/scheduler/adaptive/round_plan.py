@@ -46,7 +46,7 @@ class Lookahead:
         return next(self._source, None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Pulled:
     request: Request
     unit: int  # its unit's index
@@ -104,7 +104,7 @@ class RoundPlanner:
             return RoundTake(frozenset(), True)
         taken = choice.units + choice.fill
         take = RoundTake(frozenset(keys[:taken]), taken > len(units) or (whole and taken >= len(units)))
-        self._reorder(scan, pulled, take, keys[:taken])
+        self._reorder(scan, pulled, len(units) if take.all else taken, choice.units)
         return take
 
     def _pull(
@@ -117,10 +117,14 @@ class RoundPlanner:
         index: dict[object, int] = {}
         pulled: list[_Pulled] = []
         tokens, limit = 0, HORIZON_BUDGETS * self._config.token_budget
-        most = min(HORIZON_UNITS, HORIZON_BUDGETS * self._config.max_requests)
+        slots = HORIZON_BUDGETS * self._config.max_requests  # requests a horizon's rounds hold
+        most = min(HORIZON_UNITS, slots)
         req: Request | None = head
         while req is not None:
             key = self.key(req)
+            if len(pulled) >= slots:  # many consumers of few producers: the rest wait anyway
+                scan.ahead.appendleft(req)
+                return units, pulled, keys, False
             if key in index:
                 pulled.append(_Pulled(req, index[key]))
                 self._grow(units, index[key], req)
@@ -157,17 +161,26 @@ class RoundPlanner:
         tokens = len(request.prompt) if shape is None else shape.remaining
         units[i] = Unit(unit.tokens + tokens, unit.requests + 1)
 
-    def _reorder(self, scan: Lookahead, pulled: list[_Pulled], take: RoundTake, keys: list[object]) -> None:
-        """The taken units' members first (their order kept, the group's other waiting members
-        after its first), then the rest of what was pulled, then the order's remainder."""
-        rest = [p.request for p in pulled[1:] if not take.takes(self.key(p.request))]
+    def _reorder(self, scan: Lookahead, pulled: list[_Pulled], taken: int, whole: int) -> None:
+        """The ``taken`` units' members first (their order kept; after the first of each of the
+        ``whole`` units, its group's other waiting members, which follow it), then the rest of
+        what was pulled, then the order's remainder (mutates ``scan``)."""
+        members: list[list[Request]] = [[] for _ in range(taken)]
+        leaders: list[Request | None] = [None] * taken
+        rest: list[Request] = []
+        for p in pulled:
+            if p.unit >= taken:
+                rest.append(p.request)
+                continue
+            if leaders[p.unit] is None:
+                leaders[p.unit] = p.request
+            if p.request is not pulled[0].request:  # the head is in the scan's hands already
+                members[p.unit].append(p.request)
         seen = {p.request.id for p in pulled}
         front: list[Request] = []
-        for key in keys:
-            members = [p.request for p in pulled[1:] if self.key(p.request) == key]
-            front += members
-            first = next((p.request for p in pulled if self.key(p.request) == key), None)
-            for other in self._siblings(first):
+        for i in range(taken):
+            front += members[i]
+            for other in self._siblings(leaders[i]) if i < whole else ():
                 if other.id not in seen:
                     seen.add(other.id)
                     front.append(other)

@@ -249,7 +249,9 @@ class Adaptive:
             )
             first = lambda x: self._times.seconds(prefill + x, decodes)  # noqa: E731
             self._take = self._planner.plan(self._scan, request, tokens, first, room)
-        return self._take.takes(self._planner.key(request))
+        key = self._planner.key(request)
+        # a consumer blocked on its producer starts in this round only by following it
+        return self._take.takes(key) if tokens is not None else self._take.follows(key)
 
     def _expected_arrivals(self, units: list[Unit]) -> float:
         """Requests expected to arrive while ``units`` run, at the measured rate (each then

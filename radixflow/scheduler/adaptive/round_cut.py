@@ -31,6 +31,9 @@ class Unit:
 
     tokens: int  # prompt tokens it computes
     requests: int  # requests it completes
+    # tokens of its producer, which a round may end after (its followers then start the next
+    # round from the saved state, in the first wave); 0: the unit is not split
+    lead: int = 0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Horizon:
     behind: float  # requests that wait behind every round of the horizon
     due: int = 0  # units this round must take (they hold a request it may not delay again)
     beyond: bool = False  # work waits beyond the horizon: a round may end inside it
+    wave_s: float = 0.0  # what a round pays when followers restore state saved in it (a wave)
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,12 @@ class Cut:
     units: int  # whole units it takes, from the front
     fill: bool  # and the next unit up to the budget (a budget-cut chunk)
     cost_s: float  # the predicted sum of waits over the horizon (request-seconds)
+    lead: bool = False  # and the next unit's producer alone (its followers start next round)
 
 
 class _Plan:
-    """The horizon laid out as token positions: unit ends and how many requests each completes."""
+    """The horizon laid out as token positions: where a round may end (a unit's end, or its
+    producer's end), how many requests are complete there, and where producers end."""
 
     def __init__(self, h: Horizon, first: RoundTime, later: RoundTime) -> None:
         self.h, self.first = h, first
@@ -71,11 +77,16 @@ class _Plan:
             return t
 
         self.later = remembered
-        self.ends = [0]  # token position where each unit ends (ends[0]: nothing)
-        self.done = [0]  # requests completed by then
-        for u in h.units:
-            self.ends.append(self.ends[-1] + max(u.tokens, 0))
-            self.done.append(self.done[-1] + u.requests)
+        self.ends = [0]  # cut points, in token positions (ends[0]: nothing)
+        self.done = [0]  # requests complete there
+        self.unit = [0]  # units wholly computed there
+        self.leads: list[int] = []  # where producers with followers end
+        for i, u in enumerate(h.units):
+            start, before = self.ends[-1], self.done[-1]
+            if 0 < u.lead < u.tokens and u.requests > 1:
+                self.leads.append(start + u.lead)
+                self._point(start + u.lead, before + 1, i)
+            self._point(start + max(u.tokens, 0), before + u.requests, i + 1)
         self.total = self.done[-1]
         self.memo: dict[int, tuple[float, int]] = {}
         # what a token of the work beyond the horizon, computed early, saves those behind it: its
@@ -83,21 +94,32 @@ class _Plan:
         full = h.budget
         self.credit = later(full) / full * h.behind if h.beyond else 0.0
 
-    def units_by(self, p: int) -> int:
-        """Units wholly computed by position ``p``."""
+    def _point(self, position: int, done: int, units: int) -> None:
+        self.ends.append(position)
+        self.done.append(done)
+        self.unit.append(units)
+
+    def point_by(self, p: int) -> int:
+        """The last cut point at or before position ``p``."""
         return bisect.bisect_right(self.ends, p) - 1
 
     def waiting_at(self, p: int) -> float:
         """Requests incomplete when a round starts at ``p``."""
-        return self.total - self.done[self.units_by(p)] + self.h.behind
+        return self.total - self.done[self.point_by(p)] + self.h.behind
+
+    def seconds(self, p: int, q: int, time: RoundTime) -> float:
+        """A round computing positions ``[p, q)``: a second wave when a producer ends inside it."""
+        i = bisect.bisect_right(self.leads, p)
+        wave = self.h.wave_s if i < len(self.leads) and self.leads[i] < q else 0.0
+        return time(q - p) + wave
 
     def ends_from(self, p: int, tokens: int, slots: int) -> list[int]:
-        """Where a round starting at ``p`` may end: unit ends within its tokens and chunks, and
+        """Where a round starting at ``p`` may end: cut points within its tokens and chunks, and
         the budget's end inside a unit when the tokens run out first."""
         out: list[int] = []
-        first = self.units_by(p)  # the unit holding position p (or starting at it)
+        first = self.point_by(p)  # the cut point at or before p
         for j in range(first + 1, len(self.ends)):
-            if self.ends[j] - p > tokens:  # the budget ends inside unit j - 1: cut its first chunk
+            if self.ends[j] - p > tokens:  # the budget ends before point j: cut a chunk there
                 if self.done[j - 1] - self.done[first] < slots:
                     out.append(p + tokens)
                 break
@@ -119,7 +141,7 @@ class _Plan:
         weight = self.waiting_at(p)
         best, arg = float("inf"), p
         for q in self.ends_from(p, self.h.budget, self.h.slots) or [p + self.h.budget]:
-            cost = self.later(q - p) * weight + self.best_from(q)
+            cost = self.seconds(p, q, self.later) * weight + self.best_from(q)
             if cost < best:
                 best, arg = cost, q
         self.memo[p] = (best, arg)
@@ -137,12 +159,15 @@ def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
     weight = plan.waiting_at(0) + h.running
     best, arg = float("inf"), 0
     ends = plan.ends_from(0, h.first_tokens, h.first_slots)
-    due = plan.ends[min(h.due, len(h.units))]
+    due = plan.ends[plan.unit.index(min(h.due, len(h.units)))]
     for q in reversed([q for q in ends if q >= due] or ends[-1:]):
-        cost = first(q) * weight + plan.best_from(q)
+        cost = plan.seconds(0, q, first) * weight + plan.best_from(q)
         if cost < best:
             best, arg = cost, q
     if arg == 0:  # not even one unit's first chunk fits: take what the budget allows
         return Cut(0, True, 0.0)
-    units = plan.units_by(arg)
-    return Cut(units, (units == len(h.units) and arg > plan.ends[-1]) or plan.ends[units] != arg, best)
+    i = plan.point_by(arg)
+    units = plan.unit[i]
+    if arg > plan.ends[i]:
+        return Cut(units, True, best)  # a budget-cut chunk of the next unit (or beyond them all)
+    return Cut(units, False, best, lead=arg in plan.leads)

@@ -58,9 +58,14 @@ class RoundTake:
 
     keys: frozenset[object]
     all: bool
+    lead: object | None = None  # a unit whose producer alone it takes (its followers wait)
 
     def takes(self, key: object) -> bool:
         return self.all or key in self.keys
+
+    def follows(self, key: object) -> bool:
+        """Whether a consumer of this unit may follow its producer into the round."""
+        return self.takes(key) and key != self.lead
 
 
 class RoundPlanner:
@@ -98,12 +103,17 @@ class RoundPlanner:
         budget, slots = self._config.token_budget, self._config.max_requests
         due = 1 + max((p.unit for p in pulled if room.overdue(p.request)), default=-1)
         beyond = not whole or arriving >= 1.0  # work beyond the horizon: queued, or on its way
-        horizon = Horizon(units, budget, slots, room.tokens, room.slots, room.running, behind, due, beyond)
+        wave = self._times.second_wave() if self._config.same_round_state else 0.0
+        horizon = Horizon(
+            units, budget, slots, room.tokens, room.slots, room.running, behind, due, beyond, wave
+        )
         choice = cut(horizon, first, self._times.seconds)
-        if choice.units == 0 and not choice.fill:
+        if choice.units == 0 and not (choice.fill or choice.lead):
             return RoundTake(frozenset(), True)
-        taken = choice.units + choice.fill
-        take = RoundTake(frozenset(keys[:taken]), taken > len(units) or (whole and taken >= len(units)))
+        taken = choice.units + (choice.fill or choice.lead)
+        every = taken > len(units) or (whole and taken >= len(units) and not choice.lead)
+        lead = keys[choice.units] if choice.lead else None
+        take = RoundTake(frozenset(keys[:taken]), every, lead)
         self._reorder(scan, pulled, len(units) if take.all else taken, choice.units)
         return take
 
@@ -149,7 +159,9 @@ class RoundPlanner:
         if shape is None or not shape.dependents:
             return Unit(own, 1)
         follow = round(shape.key * (shape.dependents + 1)) - shape.remaining  # the dependents' work
-        return Unit(own + max(follow, 0), shape.dependents + 1)
+        # without same-round state its dependents cannot follow it: no round ends between them
+        lead = own if self._config.same_round_state else 0
+        return Unit(own + max(follow, 0), shape.dependents + 1, lead)
 
     def _grow(self, units: list[Unit], i: int, request: Request) -> None:
         """A later member of unit ``i``: counted already when the unit's first member was their

@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Callable, Sequence
 
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.scheduler.output import ScheduledChunk
+from radixflow.scheduler.output import ScheduledChunk, SnapshotSpec
 from radixflow.scheduler.scan import RoundPredictor
 
 FALLBACK_FIXED_SHARE = 0.125  # the fixed cost of a worker call without a predictor, in budgets
@@ -45,6 +45,8 @@ class RoundTimes:
         self._prefill: dict[int, float] = {}
         self._decode: dict[int, float] = {}
         self._seen: dict[int, float] = {}  # prefill round sizes answered so far (at most the budget)
+        self._wave: float | None = None  # what a second wave costs, once asked
+        self._block = config.block_size
         self._revision = getattr(predict, "revision", None)
 
     def seconds(self, prefill_tokens: int, decode_steps: int = 0) -> float:
@@ -70,6 +72,7 @@ class RoundTimes:
             self._prefill.clear()
             self._decode.clear()
             self._seen.clear()
+            self._wave = None
 
     def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
         """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""
@@ -82,6 +85,25 @@ class RoundTimes:
         ``extra`` more prompt tokens. Mutates only the probe cache."""
         prefill = tokens - decodes
         return self.seconds(prefill + extra, decodes) - self.seconds(prefill, decodes)
+
+    def second_wave(self) -> float:
+        """What a round pays beyond its tokens when a follower restores state its producer saves
+        in it (the runner's recurrent layers run the round in two waves): a half-budget producer
+        and a one-block follower, with and without that dependency. Mutates only the cache."""
+        self._follow_predictor()
+        if self._wave is None:
+            self._wave = 0.0 if self._predict is None else max(self._probe_wave(), 0.0)
+        return self._wave
+
+    def _probe_wave(self) -> float:
+        assert self._predict is not None
+        lead = max(self._budget // 2 // self._block * self._block, self._block)
+        seq = tuple(range(lead + self._block))
+        saves = (SnapshotSpec(lead, 0),)
+        producer = ScheduledChunk("probe", "probe", seq[:lead], 0, lead, (), None, saves, True)
+        follower = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), 0, (), True)
+        alone = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), None, (), True)
+        return self._predict([producer, follower]) - self._predict([producer, alone])
 
     def fixed(self) -> float:
         """A prefill round's fixed part: its time extrapolated to no tokens from a half and a full

@@ -7,15 +7,15 @@ the deadline counts from arrival, so aging bounds every wait, and no slack excee
 the wait first-come-first-served would have given the request (`fcfs_bound`), which holds the
 tail near the FCFS baselines'.
 
-How much: every ready request the budgets allow, the last one cut into a chunk, as `radixflow`
-fills its rounds (a per-round choice between such full rounds and rounds of whole requests, as
-`native`'s, lost when measured: docs/decisions.md). So the order is what adapts, with two
-exceptions (`deferral`): a whole prompt that would lengthen a round completing others by
-more than a round of its own costs it and the requests behind it (counted with the observed
-busy fraction) is left for the next round, once; and under a backlog that fills the next round
-anyway, a budget-cut chunk is left when what it delays (the round's completions and wake-ups)
-outweighs the share of a fixed part it saves the requests behind (counted with the observed
-arrival rate), never past the round FCFS would have finished its request by.
+How much: the round's cut (`round_cut`, applied by `round_plan`). At the scan's first request
+the next few budgets of the ranked queue are grouped into units (a producer and the consumers
+that follow it; a lone request), and the round ends where the predicted sum of waits over the
+next few rounds is least, with round times from the runner's predictor (`round_time_curve`):
+packed rounds where a fixed part dominates, short pipelined rounds where a round's time grows
+with its tokens, a round ending after a producer where a second wave costs more than its
+followers gain. Requests beyond the horizon and arrivals expected while it runs (the measured
+rate, `round_tally`) wait behind every planned round. A unit holding a request past the round
+FCFS would have finished it by is always taken, so the cut never starves anything.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.
@@ -34,21 +34,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.scheduler.adaptive.deferral import (
-    ArrivalRate,
-    Backlog,
-    BusyFraction,
-    Cut,
-    DraftTally,
-    Split,
-    defer_cut,
-    leave_for_later,
-)
 from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.adaptive.ranking import RankIndex
 from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
 from radixflow.scheduler.adaptive.round_cut import Unit
 from radixflow.scheduler.adaptive.round_plan import Lookahead, Room, RoundPlanner, RoundTake
+from radixflow.scheduler.adaptive.round_tally import ArrivalRate, DraftTally
 from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
 from radixflow.scheduler.adaptive.waiting_shapes import Shape, Shapes
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -80,17 +71,12 @@ class Adaptive:
         self._skips = 0  # blocked consumers this scan passed over
         self._waited: set[str] = set()  # consumers counted as waiting once
         self._counts = {
-            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "separated": 0, "deferred": 0
+            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "deferred": 0
         }
         self._followers: set[str] = set()  # consumers following their producer in this round
-        self._busy = BusyFraction()
         self._tally = DraftTally()  # this round's draft, for the deferral rule
-        self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
         self._continuing = 0  # chunks of running requests at the head of this round's draft
-        self._left: set[str] = set()  # requests once left for a round of their own
-        self._backlog = Backlog()  # remaining tokens of the waiting requests
         self._arrivals = ArrivalRate()
-        self._woken = 0  # blocked consumers this round's draft wakes
         self._planner: RoundPlanner | None = None
         self._scan: Lookahead | None = None  # this round's order
         self._take: RoundTake | None = None  # this round's cut, from its first request on
@@ -112,28 +98,22 @@ class Adaptive:
             return
         assert self._shapes is not None and self._fcfs is not None
         shape = self._shapes.arrived(request)
-        self._backlog.set(request.id, shape.remaining)
         assert self._planner is not None
         self._planner.shaped(request, shape)
-        self._arrivals.arrived(request.arrival_s, len(request.prompt))
+        self._arrivals.arrived(request.arrival_s)
         self._fcfs.arrive(request.id, self._round, shape.remaining)
         self._index.add(request, self._round, self._slack(request, shape))
 
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
-        """Re-key the woken consumers, whose reuse changed; measure how busy the engine is
-        (mutates only the policy)."""
+        """Re-key the woken consumers, whose reuse changed; note the engine's time for the arrival
+        rate (mutates only the policy)."""
         if not self._ranked:
             return
         for req in woken:
             if req.status is RequestStatus.WAITING:
                 self._rekey(req)
         if now is not None:
-            assert self._times is not None and self._ctx is not None
             self._arrivals.now = now
-            # without a runner predictor the round times are in token units, far above any span:
-            # the busy fraction then reads 1 (the rule leaves a request only for a crowded round)
-            predicted = 0.0 if self._draft is None else self._times.draft_seconds(self._draft.chunks)
-            self._busy.round_ended(now, predicted, bool(self._ctx.running) or self._waiting() > 0)
 
     def counters(self) -> dict[str, int]:
         return dict(self._counts)
@@ -144,12 +124,11 @@ class Adaptive:
         the policy)."""
         self._round += 1
         self._skips = 0
-        self._woken = 0
         self._followers.clear()
         if not self._ranked:
             return waiting
         assert self._shapes is not None and self._ctx is not None
-        self._draft, self._continuing = None, len(self._ctx.running)
+        self._continuing = len(self._ctx.running)
         self._tally.start(self._continuing)
         for req in self._shapes.stale():
             self._rekey(req)
@@ -161,7 +140,6 @@ class Adaptive:
         """Follow its producer into this round, wait (skip it) or recompute; counts and notes the
         decision (mutates only the policy)."""
         assert self._ctx is not None
-        self._draft = draft
         if not self._takes(request, None, draft):
             return ScanAction.STOP  # it belongs to a unit this round does not take
         if self._can_follow(match, draft):
@@ -183,9 +161,6 @@ class Adaptive:
         if request.id not in self._waited:
             self._waited.add(request.id)
             self._counts["waits"] += 1
-        self._tally.advance(draft.chunks, self._completes_prompt)
-        if self._tally.ends.get(match.producer or "", 0) >= match.checkpoint_tokens:
-            self._woken += 1  # its producer reaches the checkpoint in this round: it wakes after
         return self._skip()
 
     def _can_follow(self, match: Match, draft: SchedulerOutput) -> bool:
@@ -217,7 +192,6 @@ class Adaptive:
         if not self._ranked:
             return None
         assert self._shapes is not None and self._ctx is not None
-        self._draft = draft
         if not self._takes(request, len(request.prompt) - reuse, draft):
             self._counts["deferred"] += 1
             self._ctx.note("defer", request.id)
@@ -251,7 +225,8 @@ class Adaptive:
             self._take = self._planner.plan(self._scan, request, tokens, first, room)
         key = self._planner.key(request)
         # a consumer blocked on its producer starts in this round only by following it
-        return self._take.takes(key) if tokens is not None else self._take.follows(key)
+        taken = self._take.takes(key) if tokens is not None else self._take.follows(key)
+        return taken or self._past_fcfs(request)  # never left past its FCFS round
 
     def _expected_arrivals(self, units: list[Unit]) -> float:
         """Requests expected to arrive while ``units`` run, at the measured rate (each then
@@ -264,41 +239,6 @@ class Adaptive:
         full, part = divmod(sum(u.tokens for u in units), budget)
         return rate * (full * self._times.seconds(budget) + self._times.seconds(part))
 
-    def _leave(self, request: Request, reuse: int, draft: SchedulerOutput) -> bool:
-        """Whether to leave a ready request for a round of its own; a request is left once at
-        most, so none waits on this rule for more than a round."""
-        assert self._ctx is not None and self._times is not None
-        tally = self._tally
-        tally.advance(draft.chunks, self._completes_prompt)
-        remaining = len(request.prompt) - reuse
-        if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - tally.tokens:
-            return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
-        grows = self._times.grows(tally.tokens, tally.decodes, remaining)
-        alone = self._times.seconds(remaining)
-        split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)
-        return leave_for_later(split)
-
-    def _defer(self, request: Request, reuse: int) -> bool:
-        """Whether to leave a budget-cut chunk for the next round (`deferral.Cut`): only under a
-        backlog that fills the next round anyway, only when the chunk would not finish its
-        request a round sooner, and never once FCFS would have finished the request (so no
-        request is deferred past that). Call after `_leave` (the tally is current)."""
-        assert self._ctx is not None and self._times is not None
-        tally, budget = self._tally, self._ctx.config.token_budget
-        left, remaining = budget - tally.tokens, len(request.prompt) - reuse
-        if left <= 0 or remaining <= left or self._past_fcfs(request):
-            return False
-        if -(-(remaining - left) // budget) < -(-remaining // budget):
-            return False  # taken now, the chunk finishes its request a round sooner
-        behind = self._backlog.tokens - self._backlog.of(request.id) - tally.fresh_tokens
-        if behind + remaining - left < budget:
-            return False  # the next round has room: the chunk taken now shortens it
-        grows = self._times.grows(tally.tokens, tally.decodes, left)
-        load = self._arrivals.load(self._times.seconds(budget) / budget)
-        affected = tally.completions + self._woken
-        cut = Cut(affected, grows, self._times.fixed(), left / budget, self._waiting(), load)
-        return defer_cut(cut)
-
     def _past_fcfs(self, request: Request) -> bool:
         """FCFS would have finished the request by now: deferring it again could starve it."""
         assert self._fcfs is not None
@@ -309,11 +249,6 @@ class Adaptive:
         """The chunk ends its request's prompt (a decode step completes no request)."""
         req = self._ctx.running.get(chunk.request_id) if self._ctx is not None else None
         return chunk.sample and req is not None and chunk.end <= len(req.prompt)
-
-    def _waiting(self) -> int:
-        """Requests waiting now: the index keeps those admitted this round until the next scan."""
-        admitted = 0 if self._draft is None else len(self._draft.chunks) - self._continuing
-        return max(len(self._index) - admitted, 0)
 
     def _weigh(self, request: Request, match: Match, draft: SchedulerOutput) -> Verdict | None:
         """The recompute verdict for a blocked consumer; None when the round is full or its
@@ -336,7 +271,6 @@ class Adaptive:
     def _rekey(self, request: Request) -> None:
         assert self._shapes is not None
         shape = self._shapes.of(request)
-        self._backlog.set(request.id, shape.remaining)
         assert self._planner is not None
         self._planner.shaped(request, shape)
         self._index.rekey(request, self._slack(request, shape))
@@ -347,8 +281,6 @@ class Adaptive:
         if self._planner is not None:
             self._planner.forget(request.id)
         self._waited.discard(request.id)
-        self._left.discard(request.id)
-        self._backlog.drop(request.id)
         if self._fcfs is not None:
             self._fcfs.forget(request.id)
 

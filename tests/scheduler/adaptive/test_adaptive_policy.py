@@ -14,6 +14,7 @@ from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.adaptive.round_plan import HORIZON_BUDGETS
+from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -302,27 +303,25 @@ def test_a_cut_chunk_waits_when_the_round_completes_many_and_a_fixed_part_is_che
     monkeypatch: pytest.MonkeyPatch,
 ):
     """Grouped batch at 1 ms per call: `radixflow` cuts the next context's producer into every
-    round of consumers; `native` starts it a round later and wins the mean. `adaptive` defers the
-    cut chunk, lands within 1% of `native`, and never defers a request past the round FCFS would
-    have finished it by."""
+    round of consumers; `native` starts it a round later and wins the mean. `adaptive`'s cut
+    ends its rounds where the curve says, lands within 1% of `native`, and never leaves a
+    request past the round FCFS would have finished it by."""
     runner, cfg, reqs = grid_cell(1.0, 8)
     past_due: list[str] = []
-    defer = Adaptive._defer
+    takes = Adaptive._takes
 
-    def checked(self: Adaptive, request: Request, reuse: int) -> bool:
-        deferred = defer(self, request, reuse)
-        due = self._fcfs.due(request.id) if self._fcfs is not None else None
-        if deferred and (due is None or self._round >= due):
+    def checked(self: Adaptive, request: Request, tokens: int | None, draft: SchedulerOutput) -> bool:
+        taken = takes(self, request, tokens, draft)
+        if not taken and self._past_fcfs(request):
             past_due.append(request.id)
-        return deferred
+        return taken
 
-    monkeypatch.setattr(Adaptive, "_defer", checked)
+    monkeypatch.setattr(Adaptive, "_takes", checked)
     engines = {p: run(p, reqs, runner, cfg) for p in ("native", "radixflow", "adaptive")}
     assert counters(engines["adaptive"])["deferred"] > 0 and past_due == []
     assert mean_latency(engines["native"]) < mean_latency(engines["radixflow"])
     assert mean_latency(engines["adaptive"]) <= 1.01 * mean_latency(engines["native"])
     assert outputs(engines["adaptive"]) == outputs(engines["native"]) == outputs(engines["radixflow"])
-    # shuffled at 3 ms: without the FCFS guard the first deferrals come past their FCFS round
     runner, cfg, shuffled = grid_cell(3.0, 8, "shuffled")
     run("adaptive", shuffled, runner, cfg)
     assert past_due == []

@@ -74,7 +74,7 @@ class Adaptive:
             "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "deferred": 0
         }
         self._followers: set[str] = set()  # consumers following their producer in this round
-        self._tally = DraftTally()  # this round's draft, for the deferral rule
+        self._tally = DraftTally()  # this round's draft, for the cut, following and recomputing
         self._continuing = 0  # chunks of running requests at the head of this round's draft
         self._arrivals = ArrivalRate()
         self._planner: RoundPlanner | None = None
@@ -185,8 +185,8 @@ class Adaptive:
     def on_ready(
         self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
     ) -> ScanAction | None:
-        """Take it (the budgets decide how much), unless a round of its own serves everyone
-        better (`deferral`); note a producer its dependents promoted. Its group is re-keyed
+        """Take it (the budgets decide how much) when the round's cut takes its unit, else end the
+        scan (`round_cut`); note a producer its dependents promoted. Its group is re-keyed
         before the next scan: its siblings become consumers once it runs (mutates only the
         policy)."""
         if not self._ranked:

@@ -327,7 +327,7 @@ def test_a_cut_chunk_waits_when_the_round_completes_many_and_a_fixed_part_is_che
     assert past_due == []
 
 
-def test_a_cut_chunk_is_taken_when_fixed_parts_are_dear_or_the_next_round_has_room():
+def test_a_cut_chunk_is_taken_when_fixed_parts_are_dear_not_when_it_finishes_nothing_sooner():
     # 10 ms per call and 32 contexts: the rounds a full budget saves are worth more
     runner, cfg, reqs = grid_cell(10.0, 32)
     dear = run("adaptive", reqs, runner, cfg)

@@ -220,6 +220,7 @@ class Adaptive:
                 len(self._index),
                 self._expected_arrivals,
                 self._past_fcfs,
+                self._allowance,
             )
             first = lambda x: self._times.seconds(prefill + x, decodes)  # noqa: E731
             self._take = self._planner.plan(self._scan, request, tokens, first, room)
@@ -240,10 +241,23 @@ class Adaptive:
         return rate * (full * self._times.seconds(budget) + self._times.seconds(part))
 
     def _past_fcfs(self, request: Request) -> bool:
-        """FCFS would have finished the request by now: deferring it again could starve it."""
-        assert self._fcfs is not None
+        """Holding the request back another round would pass its FCFS bound: in seconds where
+        the runner predicts them (`_allowance`), else in rounds."""
+        assert self._fcfs is not None and self._ctx is not None
+        if self._ctx.predict is not None:
+            return self._allowance(request) <= 0.0
         due = self._fcfs.due(request.id)
         return due is not None and self._round >= due
+
+    def _allowance(self, request: Request) -> float:
+        """Seconds the request may still be held back: its bound, in full rounds' seconds, from its
+        arrival (inf without a predictor: the bound is then kept in rounds by `_past_fcfs`)."""
+        assert self._fcfs is not None and self._ctx is not None and self._times is not None
+        bound = self._fcfs.bound(request.id)
+        if self._ctx.predict is None or bound is None:
+            return float("inf")
+        full = self._times.seconds(self._ctx.config.token_budget)
+        return request.arrival_s + bound * full - self._arrivals.now
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
         """The chunk ends its request's prompt (a decode step completes no request)."""

@@ -48,6 +48,10 @@ class FcfsBound:
         bound (None: never seen). Pure."""
         return self._due.get(request_id)
 
+    def bound(self, request_id: str) -> float | None:
+        """The rounds the request may be held back from its arrival (None: never seen). Pure."""
+        return self._slack.get(request_id)
+
     def cap(self, request_id: str, slack: float) -> float:
         """``slack`` held to the request's bound (unchanged for a request never seen). Pure."""
         bound = self._slack.get(request_id)

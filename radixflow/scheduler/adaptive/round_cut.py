@@ -50,6 +50,8 @@ class Horizon:
     due: int = 0  # units this round must take (they hold a request it may not delay again)
     beyond: bool = False  # work waits beyond the horizon: a round may end inside it
     wave_s: float = 0.0  # what a round pays when followers restore state saved in it (a wave)
+    # per unit, the seconds it may still be held back (its FCFS bound); empty: no limit
+    allow: Sequence[float] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,16 @@ class _Plan:
         return best
 
 
+def _held_limits(h: Horizon) -> list[float]:
+    """For each unit index ``i``, the least allowance among units ``i`` and after (those a round
+    taking ``i`` whole units leaves); one more entry past the last unit (nothing left)."""
+    limits = [float("inf")] * (len(h.units) + 1)
+    allow = list(h.allow) + [float("inf")] * (len(h.units) - len(h.allow))
+    for i in range(len(h.units) - 1, -1, -1):
+        limits[i] = min(limits[i + 1], allow[i])
+    return limits
+
+
 def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
     """The first round of the partition of ``h`` with the least predicted sum of waits.
 
@@ -160,8 +172,12 @@ def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
     best, arg = float("inf"), 0
     ends = plan.ends_from(0, h.first_tokens, h.first_slots)
     due = plan.ends[plan.unit.index(min(h.due, len(h.units)))]
+    held = _held_limits(h)
     for q in reversed([q for q in ends if q >= due] or ends[-1:]):
-        cost = plan.seconds(0, q, first) * weight + plan.best_from(q)
+        seconds = plan.seconds(0, q, first)
+        if seconds > held[min(plan.unit[plan.point_by(q)], len(held) - 1)] and q != ends[-1]:
+            continue  # a unit it leaves would be held past its bound: a larger cut
+        cost = seconds * weight + plan.best_from(q)
         if cost < best:
             best, arg = cost, q
     if arg == 0:  # not even one unit's first chunk fits: take what the budget allows

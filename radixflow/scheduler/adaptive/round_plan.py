@@ -102,10 +102,14 @@ class RoundPlanner:
         behind = max(room.queued - sum(u.requests for u in units), 0) + arriving
         budget, slots = self._config.token_budget, self._config.max_requests
         due = 1 + max((p.unit for p in pulled if room.overdue(p.request)), default=-1)
+        allow = [float("inf")] * len(units)
+        for p in pulled:
+            allow[p.unit] = min(allow[p.unit], room.allowance(p.request))
         beyond = not whole or arriving >= 1.0  # work beyond the horizon: queued, or on its way
         wave = self._times.second_wave() if self._config.same_round_state else 0.0
         horizon = Horizon(
-            units, budget, slots, room.tokens, room.slots, room.running, behind, due, beyond, wave
+            units, budget, slots, room.tokens, room.slots, room.running, behind, due, beyond, wave,
+            allow,
         )
         choice = cut(horizon, first, self._times.seconds)
         if choice.units == 0 and not (choice.fill or choice.lead):
@@ -215,4 +219,5 @@ class Room:
     running: int  # chunks already in the round
     queued: int  # requests waiting now
     arrivals: Callable[[list[Unit]], float]  # arrivals expected while the horizon's units run
-    overdue: Callable[[Request], bool]  # FCFS would have finished it by now: not to be left again
+    overdue: Callable[[Request], bool]  # past its FCFS bound: not to be left again
+    allowance: Callable[[Request], float]  # seconds it may still be held back (inf: no limit)

@@ -8,6 +8,8 @@ from functools import partial
 import pytest
 from engine_utils import new_engine
 
+from radixflow.bench.harness import fresh_copy
+from radixflow.bench.metrics import percentile
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
@@ -239,13 +241,34 @@ def test_a_long_prompt_gets_a_round_of_its_own_after_a_round_of_consumers():
     assert outputs(adaptive) == outputs(radixflow)
 
 
-def test_the_cut_leaves_a_prompt_no_longer_than_its_share_of_the_fcfs_wait():
-    """With six consumers ahead of it, FCFS would serve the late prompt within about two
-    rounds, and its share of that wait is over by round 1: the cut may not leave it there,
-    however much the consumers' mean would gain (the p99 side of the trade)."""
-    adaptive = run("adaptive", consumers_and_a_late_prompt(6), NEMOTRON, WIDE)
-    assert "late0" in [c[0] for c in adaptive.rounds[1].chunks]
-    assert counters(adaptive)["deferred"] == 0
+def test_the_cut_holds_no_request_past_its_share_of_the_fcfs_wait():
+    """A light Poisson load (the policies grid's qwen3_5-2b cell at 125 requests/s, 3 ms per
+    call, 8 contexts, interleaved): contexts arrive one by one, FCFS would serve each within a
+    round or so, and leaving one for a round of its own would hold it past its share of that
+    wait. The cut takes it: the p99 stays at the baselines' (it was 10% over when the cut
+    weighed the mean alone) and the mean is no worse than the better baseline's."""
+    setup_plan = plan_engine(
+        EngineOptions.from_mapping(
+            dict(runner="sim", model="qwen3_5-2b", hardware="h200", fixed_cost_ms=3.0, max_requests=256)
+        )
+    )
+    vocab = setup_plan.choice.vocab_size
+    spec = WorkloadSpec(
+        groups=8, order="interleaved", arrival="poisson", rate=125.0, seed=0, vocab_size=vocab
+    )
+    reqs = build_workload(spec).requests
+    setup = setup_plan.build([len(r.prompt) for r in reqs])
+    engines = {}
+    for policy in ("native", "radixflow", "adaptive"):
+        engines[policy] = setup.engine(policy)
+        engines[policy].run(fresh_copy(reqs))
+
+    def p99(e: Engine) -> float:
+        return percentile([r.latency_s for r in e.requests], 99.0) or 0.0
+
+    assert p99(engines["adaptive"]) <= 1.05 * max(p99(engines["native"]), p99(engines["radixflow"]))
+    assert mean_latency(engines["adaptive"]) <= 1.01 * min(mean_latency(e) for e in engines.values())
+    assert outputs(engines["adaptive"]) == outputs(engines["native"])
 
 
 def test_one_consumer_or_a_queue_behind_the_prompt_takes_it():

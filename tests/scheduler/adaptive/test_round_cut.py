@@ -61,3 +61,14 @@ def test_a_round_holds_no_more_chunks_than_its_slots():
     lone = [Unit(16, 1)] * 10
     h = Horizon(lone, 2048, 4, 2048, 3, 1, 0.0)
     assert cut(h, fixed, fixed).units == 3  # the three slots left in this round
+
+
+def test_a_unit_is_not_left_for_longer_than_its_allowance():
+    """On a linear curve the cut takes one unit (0.768 s); a unit behind it that may be held only
+    0.5 s more makes that cut infeasible, so the round takes it too; one that may wait 1 s does
+    not."""
+    linear = affine(0.0, 0.001)
+    tight = Horizon(CONTEXTS, 2048, 256, 2048, 256, 0, 0.0, allow=[float("inf"), 0.5, 9.0, 9.0])
+    assert cut(tight, linear, linear).units == 2
+    loose = Horizon(CONTEXTS, 2048, 256, 2048, 256, 0, 0.0, allow=[float("inf"), 1.0, 9.0, 9.0])
+    assert cut(loose, linear, linear).units == 1

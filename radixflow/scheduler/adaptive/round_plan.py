@@ -83,9 +83,14 @@ class RoundPlanner:
         self._shape.pop(request_id, None)
 
     def key(self, request: Request) -> object:
-        """Its unit's key: its group's node, or itself when it shares nothing that waits."""
+        """Its unit's key: its group's node while the group's shared prefix waits to be computed
+        (a producer and the dependents that follow it), else itself: a ready consumer completes
+        on its own, so it is ranked and taken on its own (grouped, a late sibling would go
+        ahead of other groups' earlier consumers)."""
         shape = self._shape.get(request.id)
-        return request.id if shape is None or shape.group is None else shape.group.node_id
+        if shape is None or shape.group is None or not shape.dependents:
+            return request.id
+        return shape.group.node_id
 
     def plan(
         self,

@@ -222,7 +222,8 @@ class Adaptive:
                 self._past_fcfs,
                 self._allowance,
             )
-            first = lambda x: self._times.seconds(prefill + x, decodes)  # noqa: E731
+            running = len(draft.chunks) - decodes  # prefill chunks in the round already
+            first = lambda x, n: self._times.seconds(prefill + x, decodes, running + n)  # noqa: E731
             self._take = self._planner.plan(self._scan, request, tokens, first, room)
         key = self._planner.key(request)
         # a consumer blocked on its producer starts in this round only by following it

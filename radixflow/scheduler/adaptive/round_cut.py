@@ -22,7 +22,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-RoundTime = Callable[[int], float]  # seconds of a round of this many prompt tokens
+RoundTime = Callable[[int, int], float]  # seconds of a round of this many prompt tokens, in so many chunks
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,12 @@ class _Plan:
 
     def __init__(self, h: Horizon, first: RoundTime, later: RoundTime) -> None:
         self.h, self.first = h, first
-        times: dict[int, float] = {}
+        times: dict[tuple[int, int], float] = {}
 
-        def remembered(tokens: int) -> float:  # the DP asks for the same few sizes many times
-            t = times.get(tokens)
+        def remembered(tokens: int, chunks: int) -> float:  # the DP asks for the same few sizes
+            t = times.get((tokens, chunks))
             if t is None:
-                t = times[tokens] = later(tokens)
+                t = times[(tokens, chunks)] = later(tokens, chunks)
             return t
 
         self.later = remembered
@@ -94,7 +94,7 @@ class _Plan:
         # what a token of the work beyond the horizon, computed early, saves those behind it: its
         # share of a full round, as the rounds after the horizon run
         full = h.budget
-        self.credit = later(full) / full * h.behind if h.beyond else 0.0
+        self.credit = later(full, 1) / full * h.behind if h.beyond else 0.0
 
     def _point(self, position: int, done: int, units: int) -> None:
         self.ends.append(position)
@@ -110,10 +110,13 @@ class _Plan:
         return self.total - self.done[self.point_by(p)] + self.h.behind
 
     def seconds(self, p: int, q: int, time: RoundTime) -> float:
-        """A round computing positions ``[p, q)``: a second wave when a producer ends inside it."""
+        """A round computing positions ``[p, q)``, in one chunk per request it reaches (so the
+        predictor prices it as it runs); a second wave when a producer ends inside it."""
         i = bisect.bisect_right(self.leads, p)
         wave = self.h.wave_s if i < len(self.leads) and self.leads[i] < q else 0.0
-        return time(q - p) + wave
+        a, b = self.point_by(p), self.point_by(q)
+        chunks = self.done[b] - self.done[a] + (1 if q > self.ends[b] else 0)
+        return time(q - p, max(chunks, 1)) + wave
 
     def ends_from(self, p: int, tokens: int, slots: int) -> list[int]:
         """Where a round starting at ``p`` may end: cut points within its tokens and chunks, and
@@ -163,8 +166,8 @@ def _held_limits(h: Horizon) -> list[float]:
 def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
     """The first round of the partition of ``h`` with the least predicted sum of waits.
 
-    ``first(x)``: this round's seconds with ``x`` more tokens than its running chunks;
-    ``later(x)``: a later round's. Ties go to the larger cut (fewer rounds). Pure."""
+    ``first(x, n)``: this round's seconds with ``x`` more tokens in ``n`` more chunks than its
+    running chunks; ``later(x, n)``: a later round's. Ties go to the larger cut (fewer rounds). Pure."""
     plan = _Plan(h, first, later)
     if not h.units or h.first_tokens <= 0 or h.first_slots <= 0:
         return Cut(0, False, 0.0)

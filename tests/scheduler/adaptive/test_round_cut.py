@@ -17,7 +17,7 @@ def horizon(
 
 
 def affine(fixed: float, per_token: float):
-    return lambda tokens: fixed + per_token * tokens if tokens > 0 else 0.0
+    return lambda tokens, chunks=1: fixed + per_token * tokens if tokens > 0 else 0.0
 
 
 def test_a_linear_curve_gives_one_unit_per_round_in_rank_order():
@@ -49,7 +49,7 @@ def test_the_first_round_holds_what_its_running_chunks_leave():
     linear = affine(0.0, 0.001)
     # 500 tokens of budget left: the first unit's producer is cut there
     h = Horizon(CONTEXTS, 2048, 256, 500, 256, 1, 0.0)
-    choice = cut(h, lambda x: linear(x + 1548), linear)
+    choice = cut(h, lambda x, n=1: linear(x + 1548), linear)
     assert (choice.units, choice.fill) == (0, True)
     # no room at all: nothing to decide
     full = Horizon(CONTEXTS, 2048, 256, 0, 256, 1, 0.0)

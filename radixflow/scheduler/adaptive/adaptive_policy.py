@@ -9,13 +9,16 @@ tail near the FCFS baselines'.
 
 How much: the round's cut (`round_cut`, applied by `round_plan`). At the scan's first request
 the next few budgets of the ranked queue are grouped into units (a producer and the consumers
-that follow it; a lone request), and the round ends where the predicted sum of waits over the
-next few rounds is least, with round times from the runner's predictor (`round_time_curve`):
+that follow it; a lone request or ready consumer), and the round ends where the predicted sum of
+waits over the next few rounds is least, with round times from the runner's predictor
+(`round_time_curve`, each round priced in as many chunks as it runs):
 packed rounds where a fixed part dominates, short pipelined rounds where a round's time grows
 with its tokens, a round ending after a producer where a second wave costs more than its
 followers gain. Requests beyond the horizon and arrivals expected while it runs (the measured
-rate, `round_tally`) wait behind every planned round. A unit holding a request past the round
-FCFS would have finished it by is always taken, so the cut never starves anything.
+rate, `round_tally`) wait behind every planned round. The cut leaves a unit only while each of
+its requests' FCFS allowance (its `fcfs_bound` share of the FCFS wait, in full rounds' predicted
+seconds, from arrival) covers the round that leaves it; a request past it is always taken. So
+the cut trades the mean only within the same bound the ranking's slack obeys.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.

@@ -91,6 +91,7 @@ class _Plan:
             self._point(start + max(u.tokens, 0), before + u.requests, i + 1)
         self.total = self.done[-1]
         self.memo: dict[int, tuple[float, int]] = {}
+        self._points: dict[int, int] = {}
         # what a token of the work beyond the horizon, computed early, saves those behind it: its
         # share of a full round, as the rounds after the horizon run
         full = h.budget
@@ -102,8 +103,12 @@ class _Plan:
         self.unit.append(units)
 
     def point_by(self, p: int) -> int:
-        """The last cut point at or before position ``p``."""
-        return bisect.bisect_right(self.ends, p) - 1
+        """The last cut point at or before position ``p`` (remembered: the DP asks for the same
+        few positions many times)."""
+        j = self._points.get(p)
+        if j is None:
+            j = self._points[p] = bisect.bisect_right(self.ends, p) - 1
+        return j
 
     def waiting_at(self, p: int) -> float:
         """Requests incomplete when a round starts at ``p``."""
@@ -112,8 +117,10 @@ class _Plan:
     def seconds(self, p: int, q: int, time: RoundTime) -> float:
         """A round computing positions ``[p, q)``, in one chunk per request it reaches (so the
         predictor prices it as it runs); a second wave when a producer ends inside it."""
-        i = bisect.bisect_right(self.leads, p)
-        wave = self.h.wave_s if i < len(self.leads) and self.leads[i] < q else 0.0
+        wave = 0.0
+        if self.leads:
+            i = bisect.bisect_right(self.leads, p)
+            wave = self.h.wave_s if i < len(self.leads) and self.leads[i] < q else 0.0
         a, b = self.point_by(p), self.point_by(q)
         chunks = self.done[b] - self.done[a] + (1 if q > self.ends[b] else 0)
         return time(q - p, max(chunks, 1)) + wave

@@ -1,1 +1,2 @@
-"""The `adaptive` scheduling policy and the parts only it uses: ranking, deferral, recompute, FCFS bound."""
+"""The `adaptive` scheduling policy and the parts only it uses: ranking, the round's cut, recompute,
+FCFS bound."""

@@ -7,15 +7,18 @@ the deadline counts from arrival, so aging bounds every wait, and no slack excee
 the wait first-come-first-served would have given the request (`fcfs_bound`), which holds the
 tail near the FCFS baselines'.
 
-How much: every ready request the budgets allow, the last one cut into a chunk, as `radixflow`
-fills its rounds (a per-round choice between such full rounds and rounds of whole requests, as
-`native`'s, lost when measured: docs/decisions.md). So the order is what adapts, with two
-exceptions (`deferral`): a whole prompt that would lengthen a round completing others by
-more than a round of its own costs it and the requests behind it (counted with the observed
-busy fraction) is left for the next round, once; and under a backlog that fills the next round
-anyway, a budget-cut chunk is left when what it delays (the round's completions and wake-ups)
-outweighs the share of a fixed part it saves the requests behind (counted with the observed
-arrival rate), never past the round FCFS would have finished its request by.
+How much: the round's cut (`round_cut`, applied by `round_plan`). At the scan's first request
+the next few budgets of the ranked queue are grouped into units (a producer and the consumers
+that follow it; a lone request or ready consumer), and the round ends where the predicted sum of
+waits over the next few rounds is least, with round times from the runner's predictor
+(`round_time_curve`, each round priced in as many chunks as it runs):
+packed rounds where a fixed part dominates, short pipelined rounds where a round's time grows
+with its tokens, a round ending after a producer where a second wave costs more than its
+followers gain. Requests beyond the horizon and arrivals expected while it runs (the measured
+rate, `round_tally`) wait behind every planned round. The cut leaves a unit only while each of
+its requests' FCFS allowance (its `fcfs_bound` share of the FCFS wait, in full rounds' predicted
+seconds, from arrival) covers the round that leaves it; a request past it is always taken. So
+the cut trades the mean only within the same bound the ranking's slack obeys.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.
@@ -34,19 +37,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
-from radixflow.scheduler.adaptive.deferral import (
-    ArrivalRate,
-    Backlog,
-    BusyFraction,
-    Cut,
-    DraftTally,
-    Split,
-    defer_cut,
-    leave_for_later,
-)
 from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.adaptive.ranking import RankIndex
 from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
+from radixflow.scheduler.adaptive.round_cut import Unit
+from radixflow.scheduler.adaptive.round_plan import Lookahead, Room, RoundPlanner, RoundTake
+from radixflow.scheduler.adaptive.round_tally import ArrivalRate, DraftTally
 from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
 from radixflow.scheduler.adaptive.waiting_shapes import Shape, Shapes
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -78,17 +74,15 @@ class Adaptive:
         self._skips = 0  # blocked consumers this scan passed over
         self._waited: set[str] = set()  # consumers counted as waiting once
         self._counts = {
-            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "separated": 0, "deferred": 0
+            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "deferred": 0
         }
         self._followers: set[str] = set()  # consumers following their producer in this round
-        self._busy = BusyFraction()
-        self._tally = DraftTally()  # this round's draft, for the deferral rule
-        self._draft: SchedulerOutput | None = None  # this round's, once the scan reached a request
+        self._tally = DraftTally()  # this round's draft, for the cut, following and recomputing
         self._continuing = 0  # chunks of running requests at the head of this round's draft
-        self._left: set[str] = set()  # requests once left for a round of their own
-        self._backlog = Backlog()  # remaining tokens of the waiting requests
         self._arrivals = ArrivalRate()
-        self._woken = 0  # blocked consumers this round's draft wakes
+        self._planner: RoundPlanner | None = None
+        self._scan: Lookahead | None = None  # this round's order
+        self._take: RoundTake | None = None  # this round's cut, from its first request on
 
     # ----------------------------------------------------------------- events
     def bind(self, context: PolicyContext) -> None:
@@ -98,6 +92,7 @@ class Adaptive:
         self._times = RoundTimes(context.predict, context.config)
         self._ranked = context.config.has_recurrent
         self._fcfs = FcfsBound(context.config.token_budget, self._fcfs_share)
+        self._planner = RoundPlanner(context.config, self._times, self._shapes)
 
     def on_arrival(self, request: Request) -> None:
         """Shape and rank the newcomer; its group's members are re-keyed before the next scan
@@ -106,26 +101,22 @@ class Adaptive:
             return
         assert self._shapes is not None and self._fcfs is not None
         shape = self._shapes.arrived(request)
-        self._backlog.set(request.id, shape.remaining)
-        self._arrivals.arrived(request.arrival_s, len(request.prompt))
+        assert self._planner is not None
+        self._planner.shaped(request, shape)
+        self._arrivals.arrived(request.arrival_s)
         self._fcfs.arrive(request.id, self._round, shape.remaining)
         self._index.add(request, self._round, self._slack(request, shape))
 
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
-        """Re-key the woken consumers, whose reuse changed; measure how busy the engine is
-        (mutates only the policy)."""
+        """Re-key the woken consumers, whose reuse changed; note the engine's time for the arrival
+        rate (mutates only the policy)."""
         if not self._ranked:
             return
         for req in woken:
             if req.status is RequestStatus.WAITING:
                 self._rekey(req)
         if now is not None:
-            assert self._times is not None and self._ctx is not None
             self._arrivals.now = now
-            # without a runner predictor the round times are in token units, far above any span:
-            # the busy fraction then reads 1 (the rule leaves a request only for a crowded round)
-            predicted = 0.0 if self._draft is None else self._times.draft_seconds(self._draft.chunks)
-            self._busy.round_ended(now, predicted, bool(self._ctx.running) or self._waiting() > 0)
 
     def counters(self) -> dict[str, int]:
         return dict(self._counts)
@@ -136,22 +127,24 @@ class Adaptive:
         the policy)."""
         self._round += 1
         self._skips = 0
-        self._woken = 0
         self._followers.clear()
         if not self._ranked:
             return waiting
         assert self._shapes is not None and self._ctx is not None
-        self._draft, self._continuing = None, len(self._ctx.running)
+        self._continuing = len(self._ctx.running)
         self._tally.start(self._continuing)
         for req in self._shapes.stale():
             self._rekey(req)
-        return self._index.scan()
+        self._take = None
+        self._scan = Lookahead(self._index.scan())
+        return self._scan
 
     def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
         """Follow its producer into this round, wait (skip it) or recompute; counts and notes the
         decision (mutates only the policy)."""
         assert self._ctx is not None
-        self._draft = draft
+        if not self._takes(request, None, draft):
+            return ScanAction.STOP  # it belongs to a unit this round does not take
         if self._can_follow(match, draft):
             self._followers.add(request.id)
             self._counts["follows"] += 1
@@ -171,9 +164,6 @@ class Adaptive:
         if request.id not in self._waited:
             self._waited.add(request.id)
             self._counts["waits"] += 1
-        self._tally.advance(draft.chunks, self._completes_prompt)
-        if self._tally.ends.get(match.producer or "", 0) >= match.checkpoint_tokens:
-            self._woken += 1  # its producer reaches the checkpoint in this round: it wakes after
         return self._skip()
 
     def _can_follow(self, match: Match, draft: SchedulerOutput) -> bool:
@@ -198,23 +188,17 @@ class Adaptive:
     def on_ready(
         self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
     ) -> ScanAction | None:
-        """Take it (the budgets decide how much), unless a round of its own serves everyone
-        better (`deferral`); note a producer its dependents promoted. Its group is re-keyed
+        """Take it (the budgets decide how much) when the round's cut takes its unit, else end the
+        scan (`round_cut`); note a producer its dependents promoted. Its group is re-keyed
         before the next scan: its siblings become consumers once it runs (mutates only the
         policy)."""
         if not self._ranked:
             return None
         assert self._shapes is not None and self._ctx is not None
-        self._draft = draft
-        if self._leave(request, reuse, draft):
-            self._left.add(request.id)
-            self._counts["separated"] += 1
-            self._ctx.note("separate", request.id, busy=round(self._busy.value, 3))
-            return ScanAction.SKIP
-        if self._defer(request, reuse):
+        if not self._takes(request, len(request.prompt) - reuse, draft):
             self._counts["deferred"] += 1
             self._ctx.note("defer", request.id)
-            return self._skip()
+            return ScanAction.STOP  # the round ends before its unit (`round_cut`)
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:
@@ -223,56 +207,66 @@ class Adaptive:
         return None
 
     # ----------------------------------------------------------------- decisions
-    def _leave(self, request: Request, reuse: int, draft: SchedulerOutput) -> bool:
-        """Whether to leave a ready request for a round of its own; a request is left once at
-        most, so none waits on this rule for more than a round."""
-        assert self._ctx is not None and self._times is not None
-        tally = self._tally
-        tally.advance(draft.chunks, self._completes_prompt)
-        remaining = len(request.prompt) - reuse
-        if request.id in self._left or not 0 < remaining <= self._ctx.config.token_budget - tally.tokens:
-            return False  # a budget-cut chunk needs a later round anyway: leaving it saves no round
-        grows = self._times.grows(tally.tokens, tally.decodes, remaining)
-        alone = self._times.seconds(remaining)
-        split = Split(tally.completions, grows, alone, self._waiting() - 1, self._busy.value)
-        return leave_for_later(split)
+    def _takes(self, request: Request, tokens: int | None, draft: SchedulerOutput) -> bool:
+        """Whether this round takes ``request``'s unit; the round's cut is planned at its first
+        request (``tokens``: what it computes if taken, None: as last ranked)."""
+        assert self._planner is not None and self._ctx is not None and self._times is not None
+        if self._take is None:
+            assert self._scan is not None
+            tally, config = self._tally, self._ctx.config
+            tally.advance(draft.chunks, self._completes_prompt)
+            prefill, decodes = tally.tokens - tally.decodes, tally.decodes
+            room = Room(
+                config.token_budget - tally.tokens,
+                config.max_requests - len(draft.chunks),
+                len(draft.chunks),
+                len(self._index),
+                self._expected_arrivals,
+                self._past_fcfs,
+                self._allowance,
+            )
+            running = len(draft.chunks) - decodes  # prefill chunks in the round already
+            first = lambda x, n: self._times.seconds(prefill + x, decodes, running + n)  # noqa: E731
+            self._take = self._planner.plan(self._scan, request, tokens, first, room)
+        key = self._planner.key(request)
+        # a consumer blocked on its producer starts in this round only by following it
+        taken = self._take.takes(key) if tokens is not None else self._take.follows(key)
+        return taken or self._past_fcfs(request)  # never left past its FCFS round
 
-    def _defer(self, request: Request, reuse: int) -> bool:
-        """Whether to leave a budget-cut chunk for the next round (`deferral.Cut`): only under a
-        backlog that fills the next round anyway, only when the chunk would not finish its
-        request a round sooner, and never once FCFS would have finished the request (so no
-        request is deferred past that). Call after `_leave` (the tally is current)."""
+    def _expected_arrivals(self, units: list[Unit]) -> float:
+        """Requests expected to arrive while ``units`` run, at the measured rate (each then
+        waits behind them: the marginal cost of a longer horizon)."""
         assert self._ctx is not None and self._times is not None
-        tally, budget = self._tally, self._ctx.config.token_budget
-        left, remaining = budget - tally.tokens, len(request.prompt) - reuse
-        if left <= 0 or remaining <= left or self._past_fcfs(request):
-            return False
-        if -(-(remaining - left) // budget) < -(-remaining // budget):
-            return False  # taken now, the chunk finishes its request a round sooner
-        behind = self._backlog.tokens - self._backlog.of(request.id) - tally.fresh_tokens
-        if behind + remaining - left < budget:
-            return False  # the next round has room: the chunk taken now shortens it
-        grows = self._times.grows(tally.tokens, tally.decodes, left)
-        load = self._arrivals.load(self._times.seconds(budget) / budget)
-        affected = tally.completions + self._woken
-        cut = Cut(affected, grows, self._times.fixed(), left / budget, self._waiting(), load)
-        return defer_cut(cut)
+        rate = self._arrivals.rate()
+        if rate <= 0.0 or self._ctx.predict is None:
+            return 0.0  # without a predictor round times are not in seconds
+        budget = self._ctx.config.token_budget
+        full, part = divmod(sum(u.tokens for u in units), budget)
+        return rate * (full * self._times.seconds(budget) + self._times.seconds(part))
 
     def _past_fcfs(self, request: Request) -> bool:
-        """FCFS would have finished the request by now: deferring it again could starve it."""
-        assert self._fcfs is not None
+        """Holding the request back another round would pass its FCFS bound: in seconds where
+        the runner predicts them (`_allowance`), else in rounds."""
+        assert self._fcfs is not None and self._ctx is not None
+        if self._ctx.predict is not None:
+            return self._allowance(request) <= 0.0
         due = self._fcfs.due(request.id)
         return due is not None and self._round >= due
+
+    def _allowance(self, request: Request) -> float:
+        """Seconds the request may still be held back: its bound, in full rounds' seconds, from its
+        arrival (inf without a predictor: the bound is then kept in rounds by `_past_fcfs`)."""
+        assert self._fcfs is not None and self._ctx is not None and self._times is not None
+        bound = self._fcfs.bound(request.id)
+        if self._ctx.predict is None or bound is None:
+            return float("inf")
+        full = self._times.seconds(self._ctx.config.token_budget)
+        return request.arrival_s + bound * full - self._arrivals.now
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
         """The chunk ends its request's prompt (a decode step completes no request)."""
         req = self._ctx.running.get(chunk.request_id) if self._ctx is not None else None
         return chunk.sample and req is not None and chunk.end <= len(req.prompt)
-
-    def _waiting(self) -> int:
-        """Requests waiting now: the index keeps those admitted this round until the next scan."""
-        admitted = 0 if self._draft is None else len(self._draft.chunks) - self._continuing
-        return max(len(self._index) - admitted, 0)
 
     def _weigh(self, request: Request, match: Match, draft: SchedulerOutput) -> Verdict | None:
         """The recompute verdict for a blocked consumer; None when the round is full or its
@@ -295,15 +289,16 @@ class Adaptive:
     def _rekey(self, request: Request) -> None:
         assert self._shapes is not None
         shape = self._shapes.of(request)
-        self._backlog.set(request.id, shape.remaining)
+        assert self._planner is not None
+        self._planner.shaped(request, shape)
         self._index.rekey(request, self._slack(request, shape))
 
     def _forget(self, request: Request) -> None:
         assert self._shapes is not None
         self._shapes.forget(request)
+        if self._planner is not None:
+            self._planner.forget(request.id)
         self._waited.discard(request.id)
-        self._left.discard(request.id)
-        self._backlog.drop(request.id)
         if self._fcfs is not None:
             self._fcfs.forget(request.id)
 

@@ -40,12 +40,17 @@ class FcfsBound:
         self._clock = max(self._clock, float(round_index)) + max(work_tokens, 0) / self._budget
         bound = (self._clock - round_index) * self._share
         self._slack[request_id] = bound
-        self._due[request_id] = self._clock
+        self._due[request_id] = round_index + bound
         return bound
 
     def due(self, request_id: str) -> float | None:
-        """The round by which FCFS would have finished the request (None: never seen). Pure."""
+        """The round past which the request may not be held back any more: its arrival plus its
+        bound (None: never seen). Pure."""
         return self._due.get(request_id)
+
+    def bound(self, request_id: str) -> float | None:
+        """The rounds the request may be held back from its arrival (None: never seen). Pure."""
+        return self._slack.get(request_id)
 
     def cap(self, request_id: str, slack: float) -> float:
         """``slack`` held to the request's bound (unchanged for a request never seen). Pure."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.scheduler.output import ScheduledChunk
+from radixflow.scheduler.output import ScheduledChunk, SnapshotSpec
 from radixflow.scheduler.scan import RoundPredictor
 
 FALLBACK_FIXED_SHARE = 0.125  # the fixed cost of a worker call without a predictor, in budgets
@@ -42,24 +43,32 @@ class RoundTimes:
         self._budget = config.token_budget
         self._prefill_sizes = _grid(1, config.token_budget)
         self._decode_sizes = _grid(1, config.max_requests)
-        self._prefill: dict[int, float] = {}
+        self._prefill: dict[int, dict[int, float]] = {}  # chunk count -> size -> seconds
         self._decode: dict[int, float] = {}
-        self._seen: dict[int, float] = {}  # prefill round sizes answered so far (at most the budget)
+        self._seen: dict[tuple[int, int], float] = {}  # (tokens, chunks) answered so far
+        self._wave: float | None = None  # what a second wave costs, once asked
+        self._block = config.block_size
         self._revision = getattr(predict, "revision", None)
 
-    def seconds(self, prefill_tokens: int, decode_steps: int = 0) -> float:
-        """A round computing ``prefill_tokens`` prompt positions (in any number of chunks) and
-        ``decode_steps`` single-position steps. Mutates only the probe cache."""
+    def seconds(self, prefill_tokens: int, decode_steps: int = 0, chunks: int = 1) -> float:
+        """A round computing ``prefill_tokens`` prompt positions in ``chunks`` chunks and
+        ``decode_steps`` single-position steps. The chunk count matters: a predictor's kernels
+        run several sequences of a round more efficiently than one long one, so a round is probed
+        split as it will run (equal chunks, their count rounded down to a power of two, so a few
+        curves serve every count). Mutates only the probe cache."""
         if prefill_tokens <= 0 and decode_steps <= 0:
             return 0.0
         self._follow_predictor()
         if prefill_tokens <= 0:
             return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode)
         tokens = prefill_tokens + decode_steps
-        known = self._seen.get(tokens)
+        split = 1 << (max(1, min(chunks, prefill_tokens)).bit_length() - 1)
+        known = self._seen.get((tokens, split))
         if known is None:  # a policy asks for the same few sizes round after round
-            known = self._at(self._prefill_sizes, self._prefill, tokens, self._probe_prefill)
-            self._seen[tokens] = known
+            curve = self._prefill.setdefault(split, {})
+            probe = partial(self._probe_prefill, split)
+            known = self._at(self._prefill_sizes, curve, max(tokens, split), probe)
+            self._seen[(tokens, split)] = known
         return known
 
     def _follow_predictor(self) -> None:
@@ -70,6 +79,7 @@ class RoundTimes:
             self._prefill.clear()
             self._decode.clear()
             self._seen.clear()
+            self._wave = None
 
     def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
         """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""
@@ -82,6 +92,25 @@ class RoundTimes:
         ``extra`` more prompt tokens. Mutates only the probe cache."""
         prefill = tokens - decodes
         return self.seconds(prefill + extra, decodes) - self.seconds(prefill, decodes)
+
+    def second_wave(self) -> float:
+        """What a round pays beyond its tokens when a follower restores state its producer saves
+        in it (the runner's recurrent layers run the round in two waves): a half-budget producer
+        and a one-block follower, with and without that dependency. Mutates only the cache."""
+        self._follow_predictor()
+        if self._wave is None:
+            self._wave = 0.0 if self._predict is None else max(self._probe_wave(), 0.0)
+        return self._wave
+
+    def _probe_wave(self) -> float:
+        assert self._predict is not None
+        lead = max(self._budget // 2 // self._block * self._block, self._block)
+        seq = tuple(range(lead + self._block))
+        saves = (SnapshotSpec(lead, 0),)
+        producer = ScheduledChunk("probe", "probe", seq[:lead], 0, lead, (), None, saves, True)
+        follower = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), 0, (), True)
+        alone = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), None, (), True)
+        return self._predict([producer, follower]) - self._predict([producer, alone])
 
     def fixed(self) -> float:
         """A prefill round's fixed part: its time extrapolated to no tokens from a half and a full
@@ -108,11 +137,16 @@ class RoundTimes:
             cache[n] = probe(n)
         return cache[n]
 
-    def _probe_prefill(self, tokens: int) -> float:
+    def _probe_prefill(self, chunks: int, tokens: int) -> float:
         if self._predict is None:
             return FALLBACK_FIXED_SHARE * self._budget + tokens
-        chunk = ScheduledChunk("probe", "probe", tuple(range(tokens)), 0, tokens, (), None, (), True)
-        return self._predict([chunk])
+        n = max(1, min(chunks, tokens))
+        sizes = [tokens // n + (1 if i < tokens % n else 0) for i in range(n)]
+        probes = [
+            ScheduledChunk(f"probe{i}", "probe", tuple(range(size)), 0, size, (), None, (), True)
+            for i, size in enumerate(sizes)
+        ]
+        return self._predict(probes)
 
     def _probe_decode(self, steps: int) -> float:
         if self._predict is None:

@@ -79,10 +79,14 @@ class Shapes:
         """Waiting members of every group touched since the last call (clears the touches)."""
         dirty, self._dirty = self._dirty, {}
         for group in dirty.values():
-            for end in self._ctx.cache.registered_under(group, GROUP_WALK):
-                for req in self._by_end.get(end.node_id, ()):
-                    if req.status is RequestStatus.WAITING:
-                        yield req
+            yield from self.members(group)
+
+    def members(self, group: NodeHandle) -> Iterator[Request]:
+        """Waiting requests registered under ``group``, at most `GROUP_WALK` nodes visited. Pure."""
+        for end in self._ctx.cache.registered_under(group, GROUP_WALK):
+            for req in self._by_end.get(end.node_id, ()):
+                if req.status is RequestStatus.WAITING:
+                    yield req
 
     def forget(self, request: Request) -> None:
         """``request`` left the queue (mutates the book)."""

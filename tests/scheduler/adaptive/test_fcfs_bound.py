@@ -38,11 +38,12 @@ def test_bad_arguments_are_refused(budget: int, share: float):
         FcfsBound(budget, share)
 
 
-def test_due_is_the_round_fcfs_would_have_finished_the_request_by():
+def test_due_is_the_arrival_round_plus_the_bound():
+    """Past its arrival plus its share of the FCFS wait a request may not be held back again."""
     bound = FcfsBound(token_budget=100, share=0.4)
-    bound.arrive("a", 0, 250)
-    bound.arrive("b", 1, 100)
-    assert bound.due("a") == pytest.approx(2.5) and bound.due("b") == pytest.approx(3.5)
+    bound.arrive("a", 0, 250)  # FCFS finishes it by round 2.5: held at most 0.4 x 2.5
+    bound.arrive("b", 1, 100)  # by round 3.5: held at most 0.4 x 2.5 from round 1
+    assert bound.due("a") == pytest.approx(1.0) and bound.due("b") == pytest.approx(2.0)
     assert bound.due("never-seen") is None
     bound.forget("a")
     assert bound.due("a") is None

@@ -67,3 +67,17 @@ def test_a_learning_predictor_is_asked_again_after_each_refit_only():
     predict.revision += 1
     assert abs(times.seconds(500) - 11.0) < 1e-9
     assert abs(times.per_token() - 0.02) < 1e-9
+
+
+def test_a_round_is_probed_in_as_many_chunks_as_it_runs():
+    """A predictor that runs several sequences faster than one long one (attention is quadratic
+    in a chunk's length): a round of 1000 tokens in 8 chunks is priced as 8 chunks of 125, not as
+    one of 1000; counts round down to a power of two (6 chunks are probed as 4)."""
+
+    def predict(chunks: list[ScheduledChunk]) -> float:
+        return 1.0 + sum((c.end - c.start) ** 2 for c in chunks) * 1e-6
+
+    times = RoundTimes(predict, CFG)
+    assert abs(times.seconds(1000) - (1.0 + 1.0)) < 1e-9
+    assert abs(times.seconds(1000, chunks=8) - (1.0 + 8 * 125**2 * 1e-6)) < 1e-9
+    assert abs(times.seconds(1000, chunks=6) - (1.0 + 4 * 250**2 * 1e-6)) < 1e-9

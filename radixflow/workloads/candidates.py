@@ -61,12 +61,18 @@ class WorkloadSpec:
             return Problem("rate", f"must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
             return Problem(
-                None,
+                self._largest_factor(),
                 f"workload too large: {self.requests} requests (groups × candidates + independent) of "
                 f"{self.prompt_len} tokens (shared_prefix_len + context_len + candidate_len) are "
                 f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
         return None
+
+    def _largest_factor(self) -> str:
+        """The largest of the counts and lengths whose product is the workload's size: the one a
+        too-large workload's error names."""
+        factors = ("groups", "candidates", "independent", "shared_prefix_len", "context_len", "candidate_len")
+        return max(factors, key=lambda name: getattr(self, name))
 
     def validate(self) -> None:
         """`problem`, raising `ProblemError` (a ValueError)."""

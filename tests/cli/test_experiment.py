@@ -45,6 +45,11 @@ def test_experiment_command_writes_results_and_skips_cached_cells(tmp_path, caps
         (CONFIG.replace("groups = 2", "groups = -2"), "defaults.workload.groups"),
         (CONFIG + "\n[[grid]]\nrunner = 'gpu'\n", "grid[0].runner"),
         ("name = 'x'\nseeds = 3\n", "seeds"),
+        # a workload too large names the largest of its factors (it named no key; test_bad_inputs)
+        (
+            CONFIG + "\n[[grid]]\nworkload.shared_prefix_len = [16776129]\n",
+            "grid[0].workload.shared_prefix_len",
+        ),
         # a NUL in a path used to reach os.path as "ValueError: embedded null byte"
         *(
             (CONFIG + f'\n[[grid]]\n{key} = ["a\\u0000b"]\n', f"grid[0].{key}")

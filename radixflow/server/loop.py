@@ -267,7 +267,8 @@ class EngineLoop:
         with self._cond:
             pending = self._pending
         self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
-        self.metrics.on_cache(sched.cache.namespaces)
+        cache = sched.cache
+        self.metrics.on_cache(cache.namespaces, cache.memory(), cache.evictions())
 
 
 def _final(index: int, done: Done) -> Final:

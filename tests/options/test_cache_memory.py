@@ -110,3 +110,16 @@ def test_llm_and_serve_refuse_in_one_line_naming_it(zoo, capsys):
     code = main(["serve", TINY, "--cache-memory", "10b"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("radixflow: error: --cache-memory: "), err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_torch_plan_sizes_entries_as_the_runner_allocates_them(zoo, dtype):
+    """The caps are sized from the plan's entry bytes before the runner exists; the ledger charges
+    the runner's real tensors: they agree."""
+    plan = plan_engine(EngineOptions(model=TINY, dtype=dtype, cache_memory="4MiB"))
+    entry = plan.choice.entry_bytes(16)
+    setup = plan.build()
+    model = setup.runner.model
+    assert (entry.block, entry.slot) == (model.kv_bytes_per_token * 16, model.checkpoint_bytes)
+    engine = setup.engine()
+    assert engine.cache.ledger.budget == 4 << 20 and engine.cache.ledger.block_bytes == entry.block

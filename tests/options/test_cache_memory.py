@@ -123,3 +123,11 @@ def test_the_torch_plan_sizes_entries_as_the_runner_allocates_them(zoo, dtype):
     assert (entry.block, entry.slot) == (model.kv_bytes_per_token * 16, model.checkpoint_bytes)
     engine = setup.engine()
     assert engine.cache.ledger.budget == 4 << 20 and engine.cache.ledger.block_bytes == entry.block
+
+
+def test_torch_pools_at_the_budgets_caps_beyond_memory_name_cache_memory(zoo, monkeypatch):
+    from radixflow.options import machine
+
+    monkeypatch.setattr(machine, "available_memory", lambda: 1 << 20)
+    with pytest.raises(ProblemError, match=r"^cache_memory: the torch runner.s cache .* lower cache_memory"):
+        plan_engine(EngineOptions(model=TINY, cache_memory="64MiB")).build()

@@ -268,7 +268,13 @@ class EngineLoop:
             pending = self._pending
         self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
         cache = sched.cache
-        self.metrics.on_cache(cache.namespaces, cache.memory(), cache.evictions())
+        memory = cache.memory()
+        in_use = {
+            "kv": memory.kv_bytes,
+            "checkpoint": memory.checkpoint_bytes,
+            "working": memory.working_bytes,
+        }
+        self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, cache.evictions())
 
 
 def _final(index: int, done: Done) -> Final:

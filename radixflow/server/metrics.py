@@ -13,7 +13,6 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from radixflow.cache.ledger import MemoryUsage
 from radixflow.engine.engine import RoundRecord
 from radixflow.scheduler.request import Request
 
@@ -137,17 +136,15 @@ class ServerMetrics:
         self.running.set(running)
         self.pending.set(pending)
 
-    def on_cache(self, namespaces: int, memory: MemoryUsage, evictions: Mapping[str, int]) -> None:
+    def on_cache(
+        self, namespaces: int, budget: int, in_use: Mapping[str, int], evictions: Mapping[str, int]
+    ) -> None:
         """The engine's cache now holds ``namespaces`` namespaces (one per live cache salt) and
-        ``memory``; ``evictions``: its entries evicted so far, by kind (totals: counted here as
-        the increase since the last call)."""
+        ``in_use`` bytes by kind of its ``budget``; ``evictions``: its entries evicted so far, by
+        kind (totals: counted here as the increase since the last call)."""
         self.namespaces.set(namespaces)
-        self.cache_budget.set(memory.budget_bytes)
-        for kind, used in (
-            ("kv", memory.kv_bytes),
-            ("checkpoint", memory.checkpoint_bytes),
-            ("working", memory.working_bytes),
-        ):
+        self.cache_budget.set(budget)
+        for kind, used in in_use.items():
             self.cache_bytes.labels(kind).set(used)
         for kind, total in evictions.items():
             self.evictions.labels(kind).inc(total - self._evicted.get(kind, 0))

@@ -193,6 +193,40 @@ def test_scarce_memory_matches_the_reference_under_every_eviction_policy(runners
     prop()
 
 
+@st.composite
+def scarce_budgets(draw: st.DrawFn, runners: Runners) -> SchedulerConfig:
+    """Scarce memory as one byte budget: the longest prompt's KV and two blocks more, and one or two
+    checkpoints' bytes, shared under the runner's whole pools as caps (a freed checkpoint holds KV,
+    freed KV a checkpoint)."""
+    bs = draw(st.sampled_from(BLOCK_SIZES))
+    model = runners[bs].model
+    block, slot = model.kv_bytes_per_token * bs, max(model.checkpoint_bytes, 1)
+    blocks, slots = -(-MAX_PROMPT // bs) + 2, draw(st.integers(1, 2))
+    return SchedulerConfig(
+        token_budget=draw(st.sampled_from([8, 16, 24])),
+        max_requests=draw(st.integers(1, 4)),
+        block_size=bs,
+        num_blocks=KV_TOKENS // bs,
+        num_state_slots=MAX_SLOTS,
+        cache_memory=blocks * block + slots * slot + draw(st.integers(0, block - 1)),
+    )
+
+
+def test_a_scarce_byte_budget_matches_the_reference_under_every_eviction_policy(runners: Runners) -> None:
+    @settings(max_examples=12, deadline=None)
+    @given(
+        data=st.data(),
+        reqs=workloads(),
+        placement=st.sampled_from(["branch", "lone"]),
+        eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+    )
+    def prop(data: st.DataObject, reqs: list[Request], placement: str, eviction: str) -> None:
+        cfg = data.draw(scarce_budgets(runners))
+        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction)
+
+    prop()
+
+
 def groups_of_candidates(rng: random.Random, block_size: int) -> list[Request]:
     """One to three shared stems (on and off block boundaries) with one to four tails each (of
     0, 1, 2 tokens, a block or 9), most arriving together: consumers that follow their producer."""

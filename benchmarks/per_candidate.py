@@ -69,7 +69,10 @@ class ModeFigures:
 
 def fresh_prompts(rng: random.Random, shape: Shape) -> list[list[int]]:
     context = [rng.randrange(1, shape.vocab) for _ in range(shape.context_len)]
-    return [context + [rng.randrange(1, shape.vocab) for _ in range(shape.candidate_len)] for _ in range(shape.candidates)]
+    return [
+        context + [rng.randrange(1, shape.vocab) for _ in range(shape.candidate_len)]
+        for _ in range(shape.candidates)
+    ]
 
 
 def load() -> list[float]:
@@ -141,7 +144,12 @@ def server_calls(http: httpx.Client, model: str, kind: str, gen_tokens: int) -> 
     if kind == "score":
         body |= {"max_tokens": 0, "echo": True, "logprobs": 0}
     else:
-        body |= {"max_tokens": gen_tokens, "ignore_eos": True}
+        body |= {
+            "max_tokens": gen_tokens,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+        }
 
     def post(prompts: list[list[int]]) -> list[Answer]:
         r = http.post("/v1/completions", json={**body, "prompt": prompts})
@@ -160,10 +168,10 @@ def server_calls(http: httpx.Client, model: str, kind: str, gen_tokens: int) -> 
 
 
 def _server_answer(choice: dict, kind: str, prompt_len: int) -> Answer:
-    logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+    logprobs = choice.get("logprobs") or {}
     if kind == "score":
-        return (), tuple(float(x) for x in logprobs[1:prompt_len])
-    return tuple(choice.get("token_ids") or ()), ()
+        return (), tuple(float(x) for x in logprobs["token_logprobs"][1:prompt_len])
+    return tuple(int(t.removeprefix("token_id:")) for t in logprobs["tokens"]), ()
 
 
 # ---------------------------------------------------------------- measuring
@@ -219,7 +227,9 @@ def run_llm(model: str, shape: Shape, args: argparse.Namespace) -> dict[str, dic
     llm = LLM(model, torch_threads=args.torch_threads, seed=0)
     calls = {kind: llm_calls(llm, kind, shape.gen_tokens) for kind in args.kinds}
     calls[args.kinds[0]]["batch"](fresh_prompts(random.Random(-1), shape))  # warm-up
-    return {k: measure(c, shape, args.repeat, time.process_time, args.atol, args.seed) for k, c in calls.items()}
+    return {
+        k: measure(c, shape, args.repeat, time.process_time, args.atol, args.seed) for k, c in calls.items()
+    }
 
 
 def run_server(model: str, shape: Shape, args: argparse.Namespace) -> dict[str, dict[str, ModeFigures]]:
@@ -270,7 +280,9 @@ def main() -> None:
     for model in args.models:
         for door in args.doors:
             figures = DOORS[door](model, shape, args)
-            results.setdefault(model, {})[door] = {k: {m: asdict(f) for m, f in v.items()} for k, v in figures.items()}
+            results.setdefault(model, {})[door] = {
+                k: {m: asdict(f) for m, f in v.items()} for k, v in figures.items()
+            }
             for kind, modes in figures.items():
                 for mode, f in modes.items():
                     spread = f"{f.wall_min_s:.2f}-{f.wall_max_s:.2f}"

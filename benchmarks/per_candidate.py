@@ -35,13 +35,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import httpx
 
 from radixflow.generation.llm import LLM
 from radixflow.generation.params import SamplingParams
+from radixflow.options import EngineOptions, plan_engine
 
 Answer = tuple[tuple[int, ...], tuple[float, ...]]  # greedy tokens, prompt logprobs (score)
 Call = Callable[[list[list[int]]], list[Answer]]
@@ -153,7 +154,8 @@ def server_calls(http: httpx.Client, model: str, kind: str, gen_tokens: int) -> 
 
     def post(prompts: list[list[int]]) -> list[Answer]:
         r = http.post("/v1/completions", json={**body, "prompt": prompts})
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise SystemExit(f"the server answered {r.status_code}: {r.text[:300]}")
         choices = sorted(r.json()["choices"], key=lambda c: c["index"])
         return [_server_answer(c, kind, len(p)) for c, p in zip(choices, prompts, strict=True)]
 
@@ -257,7 +259,7 @@ def main() -> None:
     ap.add_argument("--context-len", type=int, default=512)
     ap.add_argument("--candidate-len", type=int, default=32)
     ap.add_argument("--gen-tokens", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=1000, help="prompt tokens are drawn below this id")
+    ap.add_argument("--vocab", type=int, default=1000, help="token ids drawn below this")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--torch-threads", type=int, default=None)
     ap.add_argument("--atol", type=float, default=1e-4, help="prompt logprobs agree this closely")
@@ -279,7 +281,8 @@ def main() -> None:
           f"{'wall x':>8}{'cpu x':>7}  same")  # fmt: skip
     for model in args.models:
         for door in args.doors:
-            figures = DOORS[door](model, shape, args)
+            vocab = min(args.vocab, plan_engine(EngineOptions(model=model)).choice.vocab_size)
+            figures = DOORS[door](model, replace(shape, vocab=vocab), args)
             results.setdefault(model, {})[door] = {
                 k: {m: asdict(f) for m, f in v.items()} for k, v in figures.items()
             }

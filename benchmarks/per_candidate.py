@@ -41,6 +41,7 @@ from pathlib import Path
 import httpx
 
 from radixflow.generation.llm import LLM
+from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.options import EngineOptions, plan_engine
 
@@ -105,13 +106,9 @@ def llm_calls(llm: LLM, kind: str, gen_tokens: int) -> dict[str, Call]:
     return {"batch": answers, "sequential": sequential}
 
 
-def _llm_answer(output: object) -> Answer:
-    plps = getattr(output, "prompt_logprobs", None) or []
-    return tuple(output.token_ids), tuple(_chosen(e) for e in plps[1:])  # type: ignore[attr-defined]
-
-
-def _chosen(entry: object) -> float:
-    return float(getattr(entry, "logprob", entry))  # type: ignore[arg-type]
+def _llm_answer(output: GenerationOutput) -> Answer:
+    scored = output.prompt_logprobs or ()
+    return tuple(output.token_ids), tuple(e.logprob for e in scored if e is not None)
 
 
 # ---------------------------------------------------------------- server door

@@ -153,3 +153,24 @@ def test_profile_file_round_trip_and_errors(tmp_path):
         load_profile(path)
     with pytest.raises(ProfileError, match="unknown hardware"):
         resolve_hardware("tpu")
+
+
+@pytest.mark.parametrize("name", sorted(SIM_MODELS))
+def test_round_work_charges_every_layers_weights_and_mixing(name):
+    # The per-shape constants `round_work` reads (computed once per shape) are the layers' own
+    # figures, summed in layer order: the same FLOPs as walking the layers every round.
+    shape = SIM_MODELS[name]
+    chunks = [ChunkShape(300, 17, True, restores=True), ChunkShape(0, 1, False, wave=1)]
+    matmul, mixing = 0.0, dict.fromkeys(("attention", "gdn", "mamba2", "conv"), 0.0)
+    for layer in shape.layers:
+        for mixer in layer.mixers:
+            matmul += 2.0 * mixer.params(shape.hidden) * 18
+            mixing[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
+        if layer.mlp is not None:
+            matmul += 2.0 * layer.mlp.active_params(shape.hidden) * 18
+    work = round_work(shape, chunks)
+    assert work.flops["matmul"] == matmul
+    assert {k: work.flops[k] for k in mixing} == mixing
+    fewer = replace(shape, layers=shape.layers[:1])  # a copy computes its own constants
+    assert fewer.total_params() < shape.total_params() and len(fewer.mixers) < len(shape.mixers)
+    assert work.counts["layer"] == shape.decoder_layers + sum(layer.has_state for layer in shape.layers)

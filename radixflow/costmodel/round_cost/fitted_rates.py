@@ -53,12 +53,10 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
     chunks = list(chunks)
     tokens = sum(c.length for c in chunks)
     flops = dict.fromkeys(COMPUTE_TERMS, 0.0)
-    for layer in shape.layers:
-        for mixer in layer.mixers:
-            flops["matmul"] += 2.0 * mixer.params(shape.hidden) * tokens
-            flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
-        if layer.mlp is not None:
-            flops["matmul"] += 2.0 * layer.mlp.active_params(shape.hidden) * tokens
+    for params in shape.matmul_params:  # summed in layer order, as the projections run
+        flops["matmul"] += 2.0 * params * tokens
+    for mixer in shape.mixers:
+        flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
     rows = sum(c.logit_rows for c in chunks)
     flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * rows
     kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)

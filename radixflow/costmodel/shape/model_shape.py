@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.mixer_shapes import Attention, Mixer, Projection, projection_params
@@ -88,7 +89,12 @@ class Layer:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A model as the cost model sees it: layers in order, embedding sizes, where it came from."""
+    """A model as the cost model sees it: layers in order, embedding sizes, where it came from.
+
+    What does not depend on a round (parameter counts, the mixers in order, layers with state) is
+    computed once per shape (`cached_property`: the dataclass is frozen, so it never goes stale):
+    the runner's round predictor costs several candidate rounds for every round it schedules.
+    """
 
     name: str
     hidden: int
@@ -106,8 +112,28 @@ class ModelShape:
     def has_recurrent(self) -> bool:
         return any(layer.has_state for layer in self.layers)
 
+    @cached_property
+    def mixers(self) -> tuple[Mixer, ...]:
+        """Every layer's sequence mixers, in layer order."""
+        return tuple(m for layer in self.layers for m in layer.mixers)
+
+    @cached_property
+    def matmul_params(self) -> tuple[int, ...]:
+        """Weights every token goes through, one entry per mixer and per MLP in layer order (a
+        mixer's projections, an MLP's active part): a round's matmul FLOPs are 2·Σ·tokens."""
+        out: list[int] = []
+        for layer in self.layers:
+            out.extend(m.params(self.hidden) for m in layer.mixers)
+            if layer.mlp is not None:
+                out.append(layer.mlp.active_params(self.hidden))
+        return tuple(out)
+
     def mixer_params(self) -> int:
-        return sum(m.params(self.hidden) for layer in self.layers for m in layer.mixers)
+        return self._mixer_params
+
+    @cached_property
+    def _mixer_params(self) -> int:
+        return sum(m.params(self.hidden) for m in self.mixers)
 
     def active_params(self) -> int:
         """Weights touched per token (embedding lookup excluded, output projection included)."""
@@ -115,6 +141,10 @@ class ModelShape:
         return self.mixer_params() + mlp + self.hidden * self.vocab_size
 
     def total_params(self) -> int:
+        return self._total_params
+
+    @cached_property
+    def _total_params(self) -> int:
         mlp = sum(layer.mlp.total_params(self.hidden) for layer in self.layers if layer.mlp)
         embeddings = self.hidden * self.vocab_size * (1 if self.tied_embeddings else 2)
         return self.mixer_params() + mlp + embeddings
@@ -123,9 +153,17 @@ class ModelShape:
         """Layers a worker call runs: the decoder layers, and every layer with recurrent state once
         more per later wave (`ChunkShape.wave`), so a per-layer overhead is charged per run."""
         extra = max((c.wave for c in chunks), default=0)
-        return self.decoder_layers + extra * sum(layer.has_state for layer in self.layers)
+        return self.decoder_layers + extra * self._stateful_layers
 
-    @property
+    @cached_property
+    def _stateful_layers(self) -> int:
+        return sum(layer.has_state for layer in self.layers)
+
+    @cached_property
+    def _moe_layers(self) -> tuple[Mlp, ...]:
+        return tuple(layer.mlp for layer in self.layers if layer.mlp is not None and layer.mlp.experts)
+
+    @cached_property
     def decoder_layers(self) -> int:
         """Layers as a decoder counts them, a sequence mixer and the MLP after it: an MLP-only
         block (Nemotron-H's "-") that follows a mixer without an MLP belongs to that mixer's layer,
@@ -143,15 +181,18 @@ class ModelShape:
     def touched_params(self, tokens: int) -> float:
         """`total_params` with each MoE layer's weights cut to the experts ``tokens`` tokens touch."""
         untouched = sum(
-            (layer.mlp.experts - layer.mlp.touched_experts(tokens)) * layer.mlp.expert_params(self.hidden)
-            for layer in self.layers
-            if layer.mlp is not None and layer.mlp.experts
+            (mlp.experts - mlp.touched_experts(tokens)) * mlp.expert_params(self.hidden)
+            for mlp in self._moe_layers
         )
         return self.total_params() - untouched
 
     def state_bytes(self) -> int:
         """One full checkpoint: every recurrent layer's state for one sequence."""
-        return sum(m.state_bytes() for layer in self.layers for m in layer.mixers)
+        return self._state_bytes
+
+    @cached_property
+    def _state_bytes(self) -> int:
+        return sum(m.state_bytes() for m in self.mixers)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return sum(m.kv_bytes_per_token(dtype_bytes) for layer in self.layers for m in layer.mixers)
+        return sum(m.kv_bytes_per_token(dtype_bytes) for m in self.mixers)

@@ -110,3 +110,25 @@ def test_a_cancelled_request_gives_the_lane_back():
 
 async def _no_send(message: Message) -> None:
     raise AssertionError(f"nothing is answered here: {message}")
+
+
+def test_a_long_bodys_pieces_are_awaited_in_the_requests_own_task():
+    """No task per piece (a body of megabytes comes in dozens of pieces, each one a turn of the
+    event loop that every other client waits behind): the lane only times the piece."""
+
+    async def main() -> None:
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=3600))
+        upload = Upload([b"a" * 700] * 3)
+        tasks: list[asyncio.Task[object] | None] = []
+        receive = upload.receive
+
+        async def watched() -> Message:
+            tasks.append(asyncio.current_task())
+            return await receive()
+
+        upload.release(3)
+        request = asyncio.ensure_future(limit(upload.scope, watched, _no_send))
+        await asyncio.wait_for(request, 60)
+        assert tasks == [request] * 3
+
+    asyncio.run(main())

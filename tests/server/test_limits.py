@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -156,6 +157,25 @@ def test_a_body_handed_on_whole_is_taken_as_it_is_and_pieces_are_joined():
     assert body_of([whole]) is whole
     assert body_of([b'{"a": ', b"", b"[1, 2]}"]) == b'{"a": [1, 2]}'
     assert body_of([b""]) == b""
+
+
+def test_no_request_is_counted_as_being_answered_once_its_answer_is_out(served):
+    """Long bodies make way while the engine answers (`Answering`): every way a request ends
+    (answered, streamed, left by its client mid-stream, refused) leaves nothing counted."""
+    answering = served.server.state.answering
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
+    with served.http(timeout=60) as http:
+        assert http.post("/v1/completions", json=body).status_code == 200
+        with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+            assert r.status_code == 200 and "[DONE]" in r.read().decode()
+        with http.stream("POST", "/v1/completions", json={**body, "stream": True, "max_tokens": 200}) as r:
+            next(r.iter_bytes())  # then the client leaves
+        assert http.post("/v1/completions", json={**body, "prompt": [10**9]}).status_code == 400
+    served.wait_idle()
+    deadline = time.monotonic() + 20
+    while answering.count and time.monotonic() < deadline:  # the abort is seen on the event loop
+        time.sleep(0.02)
+    assert answering.count == 0
 
 
 JSON_VALUES = st.recursive(

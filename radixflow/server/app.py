@@ -31,7 +31,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     app = FastAPI(title="RadixFlow", lifespan=lifespan)
     app.state.radixflow = state
-    lane = LongBodyLane(state.config.long_body_bytes)
+    lane = LongBodyLane(state.config.long_body_bytes, answering=state.answering)
     app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)
     install_handlers(app)
     for module in (completions, chat, tokenize):

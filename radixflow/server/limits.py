@@ -10,11 +10,19 @@ Long bodies (over ``--long-body-bytes``) are read one piece at a time (`LongBody
 read costs the event loop a turn, so eight long uploads read side by side put eight pieces ahead
 of every step of a short request; read in turn, one. The others wait in their sockets (the HTTP
 layer stops reading a body nobody asks for), not on the event loop.
+
+Long bodies also make way for answers (`Answering`): while the engine is answering requests, the
+lane reads no piece of a long body and hands no finished one on to be parsed, for at most
+``LONG_BODY_YIELD_S`` at a time. On shared cores the engine thread and the event loop compete for
+the same CPU time: megabytes of body read and parsed beside a short request's round slowed the round
+itself, by the run-queue wait of the engine thread. A long upload under a steady stream of short
+requests is read more slowly instead (a piece per ``LONG_BODY_YIELD_S`` at the least).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from contextvars import ContextVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,28 +37,82 @@ BODY_BYTES: ContextVar[int] = ContextVar("radixflow_body_bytes", default=0)
 # A long body whose next piece takes longer than this to arrive lets the next long body be read
 # meanwhile: a client uploading slowly (or not at all) never holds the lane.
 LONG_BODY_STALL_S = 0.5
+# The longest a long body waits, each time, for the engine to have no request to answer.
+LONG_BODY_YIELD_S = 0.1
+
+
+class Answering:
+    """How many requests the engine is answering (submitted, not all answered nor aborted), and
+    a wait until there are none. Used on the event loop only."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def started(self) -> None:
+        self.count += 1
+        self._none.clear()
+
+    def ended(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._none.set()
+
+    async def none(self, max_s: float) -> None:
+        """Returns once no request is being answered, or after ``max_s`` seconds."""
+        if self.count:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._none.wait(), max_s)
 
 
 class LongBodyLane:
     """Pieces of long bodies are read one at a time, in turn: a piece is awaited while holding
-    the lane, for at most ``stall_s`` seconds (then it is awaited without the lane)."""
+    the lane, for at most ``stall_s`` seconds (then it is awaited without the lane).
 
-    def __init__(self, long_bytes: int, stall_s: float = LONG_BODY_STALL_S) -> None:
-        self.long_bytes, self.stall_s = long_bytes, stall_s
+    A piece is awaited directly, with a timer that gives the lane up if it stalls: a body of
+    megabytes arrives in dozens of pieces, and a task and a wait per piece cost the event loop
+    more than the rest of the lane's work."""
+
+    def __init__(
+        self,
+        long_bytes: int,
+        stall_s: float = LONG_BODY_STALL_S,
+        answering: Answering | None = None,
+        yield_s: float = LONG_BODY_YIELD_S,
+    ) -> None:
+        self.long_bytes, self.stall_s, self.yield_s = long_bytes, stall_s, yield_s
+        self.answering = answering or Answering()
         self._lane = asyncio.Semaphore(1)
+
+    async def make_way(self) -> None:
+        """Until the engine answers no request (at most ``yield_s``): a long body's next step waits."""
+        await self.answering.none(self.yield_s)
 
     async def next(self, receive: Receive, size: int) -> Message:
         """The next message of a body of which ``size`` bytes (read, or declared) are known."""
         if size <= self.long_bytes:
             return await receive()
-        async with self._lane:
-            piece = asyncio.ensure_future(receive())
-            try:
-                await asyncio.wait({piece}, timeout=self.stall_s)
-            except BaseException:  # the request's task was cancelled (the server closing)
-                piece.cancel()
-                raise
-        return await piece  # a cancellation here cancels the piece too
+        await self._lane.acquire()
+        held = True
+        try:
+            await self.make_way()
+        except BaseException:  # the request's task was cancelled (the server closing)
+            self._lane.release()
+            raise
+
+        def give_back() -> None:  # once: when the piece stalls, or has come (or was cancelled)
+            nonlocal held
+            if held:
+                held = False
+                self._lane.release()
+
+        stall = asyncio.get_running_loop().call_later(self.stall_s, give_back)
+        try:
+            return await receive()  # a cancellation (the server closing) cancels the piece too
+        finally:
+            stall.cancel()
+            give_back()
 
 
 class BodyLimit:
@@ -100,6 +162,8 @@ class BodyLimit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
+                if size > self.lane.long_bytes:
+                    await self.lane.make_way()  # it is parsed next, in one go
                 return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from radixflow.scheduler.request import Request
 from radixflow.server.config import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES  # re-exported
 from radixflow.server.config import ServerConfig
 from radixflow.server.errors import ApiError
-from radixflow.server.limits import BODY_BYTES
+from radixflow.server.limits import BODY_BYTES, Answering
 from radixflow.server.loop import EngineLoop, Event, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
 
@@ -111,6 +112,7 @@ class ServerState:
         self._problem, self._room = backend.problem, backend.room
         self.metrics = ServerMetrics()
         self.loop = backend.make_loop(self.metrics)
+        self.answering = Answering()  # long bodies make way for these (`LongBodyLane`)
         self._serial = itertools.count()
         self._run_id = uuid.uuid4().hex[:8]
         self._workers = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="radixflow-tokenizer")
@@ -175,7 +177,7 @@ class ServerState:
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         try:
-            return Submission(self.loop, items, stream)
+            return Submission(self.loop, items, stream, self.answering)
         except QueueFull as e:
             self.metrics.on_rejected("queue_full")
             raise ApiError(429, str(e), None, "queue_full") from None
@@ -199,13 +201,25 @@ def compact_namespace(namespace: str) -> str:
 
 
 class Submission:
-    def __init__(self, loop: EngineLoop, items: list[tuple[Request, RequestTracker]], stream: bool) -> None:
+    def __init__(
+        self,
+        loop: EngineLoop,
+        items: list[tuple[Request, RequestTracker]],
+        stream: bool,
+        answering: Answering | None = None,
+    ) -> None:
         self.ids = [req.id for req, _ in items]
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         self._open = set(range(len(items)))
         self._loop = loop
-        aio = asyncio.get_running_loop()
-        loop.submit(items, lambda event: aio.call_soon_threadsafe(self.queue.put_nowait, event), stream)
+        aio, queue = asyncio.get_running_loop(), self.queue  # the engine thread holds the queue, not this
+        loop.submit(items, lambda event: aio.call_soon_threadsafe(queue.put_nowait, event), stream)
+        # ended once: every prompt answered, the rest aborted, or this dropped unread (a stream
+        # never started); dropped on the event loop, as nothing else holds it
+        answering = answering or Answering()  # counted apart when no count is shared
+        answering.started()
+        self._ended = weakref.finalize(self, answering.ended)
+        self._ended.atexit = False
 
     async def events(self) -> AsyncIterator[Event]:
         """Events until every prompt has its `Final`."""
@@ -213,6 +227,8 @@ class Submission:
             event = await self.queue.get()
             if isinstance(event, Final):
                 self._open.discard(event.index)
+                if not self._open:
+                    self._ended()
             yield event
 
     async def finals(self) -> list[Final]:
@@ -224,6 +240,7 @@ class Submission:
         if self._open:
             self._loop.abort([self.ids[i] for i in sorted(self._open)])
             self._open.clear()
+        self._ended()
 
 
 async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission: Submission) -> T:

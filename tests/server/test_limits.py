@@ -3,8 +3,10 @@ tokenization on the tokenizer threads (ServerState.offload)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from server_utils import MODEL, RunningServer, running_server
 
-from radixflow.server.json_body import parse_json
+from radixflow.server.json_body import FastJsonRequest, parse_json
 from radixflow.server.state import DEFAULT_MAX_BODY_BYTES, ServerConfig
 
 LIMIT = 64 * 1024
@@ -130,6 +132,50 @@ def test_parse_json_gives_what_python_json_gives():
         with pytest.raises(json.JSONDecodeError) as theirs:
             json.loads(bad)
         assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
+
+
+def test_a_body_handed_on_whole_is_taken_as_it_is_and_pieces_are_joined():
+    """BodyLimit hands a body on in one message: the route reads that very object (no copy of a
+    long body on the event loop); a body in pieces (another ASGI server's) is still joined."""
+
+    def body_of(pieces: list[bytes]) -> bytes:
+        messages = [{"type": "http.request", "body": b, "more_body": True} for b in pieces]
+        messages[-1]["more_body"] = False
+
+        async def receive() -> dict[str, object]:
+            return messages.pop(0)
+
+        async def read() -> bytes:
+            request = FastJsonRequest({"type": "http", "method": "POST", "headers": []}, receive)
+            body = await request.body()
+            assert await request.body() is body
+            return body
+
+        return asyncio.run(read())
+
+    whole = b'{"prompt": "' + b"x" * 100_000 + b'"}'
+    assert body_of([whole]) is whole
+    assert body_of([b'{"a": ', b"", b"[1, 2]}"]) == b'{"a": [1, 2]}'
+    assert body_of([b""]) == b""
+
+
+def test_no_request_is_counted_as_being_answered_once_its_answer_is_out(served):
+    """Long bodies make way while the engine answers (`Answering`): every way a request ends
+    (answered, streamed, left by its client mid-stream, refused) leaves nothing counted."""
+    answering = served.server.state.answering
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
+    with served.http(timeout=60) as http:
+        assert http.post("/v1/completions", json=body).status_code == 200
+        with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+            assert r.status_code == 200 and "[DONE]" in r.read().decode()
+        with http.stream("POST", "/v1/completions", json={**body, "stream": True, "max_tokens": 200}) as r:
+            next(r.iter_bytes())  # then the client leaves
+        assert http.post("/v1/completions", json={**body, "prompt": [10**9]}).status_code == 400
+    served.wait_idle()
+    deadline = time.monotonic() + 20
+    while answering.count and time.monotonic() < deadline:  # the abort is seen on the event loop
+        time.sleep(0.02)
+    assert answering.count == 0
 
 
 JSON_VALUES = st.recursive(

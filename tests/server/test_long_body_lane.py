@@ -1,5 +1,6 @@
 """Long bodies are read one piece at a time (server/limits.py `LongBodyLane`), short ones beside them,
-and a long upload that stalls does not keep the next one waiting. Driven at the ASGI level with
+a long upload that stalls does not keep the next one waiting, and long bodies make way while the
+engine answers requests (`Answering`, counted by each `Submission`). Driven at the ASGI level with
 uploads whose pieces the test hands over itself: no server, no clock."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import asyncio
 
 from starlette.types import Message, Receive, Scope, Send
 
-from radixflow.server.limits import BodyLimit, LongBodyLane
+from radixflow.server.limits import Answering, BodyLimit, LongBodyLane
+from radixflow.server.state import Submission
 
 LONG = 1000  # bytes: longer bodies take the lane
 
@@ -110,3 +112,91 @@ def test_a_cancelled_request_gives_the_lane_back():
 
 async def _no_send(message: Message) -> None:
     raise AssertionError(f"nothing is answered here: {message}")
+
+
+def test_a_long_bodys_pieces_are_awaited_in_the_requests_own_task():
+    """No task per piece (a body of megabytes comes in dozens of pieces, each one a turn of the
+    event loop that every other client waits behind): the lane only times the piece."""
+
+    async def main() -> None:
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=3600))
+        upload = Upload([b"a" * 700] * 3)
+        tasks: list[asyncio.Task[object] | None] = []
+        receive = upload.receive
+
+        async def watched() -> Message:
+            tasks.append(asyncio.current_task())
+            return await receive()
+
+        upload.release(3)
+        request = asyncio.ensure_future(limit(upload.scope, watched, _no_send))
+        await asyncio.wait_for(request, 60)
+        assert tasks == [request] * 3
+
+    asyncio.run(main())
+
+
+def test_long_bodies_make_way_while_the_engine_answers_and_short_ones_do_not():
+    async def main() -> None:
+        answering = Answering()
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=3600, answering=answering, yield_s=3600))
+        long, short = Upload([b"a" * 700] * 2), Upload([b"{}"])
+        scope = long.scope
+        answering.started()  # a request is being answered
+        task = asyncio.ensure_future(limit(scope, long.receive, _no_send))
+        await settle()
+        assert long.asked == 0  # not even the first piece
+        short.release()
+        await asyncio.wait_for(limit(short.scope, short.receive, _no_send), 60)
+        answering.ended()
+        await settle()
+        assert long.asked == 1
+        answering.started()  # a second request: the next piece waits again
+        long.release()
+        await settle()
+        assert long.asked == 1
+        answering.ended()
+        await settle()
+        long.release()
+        answering.started()  # the whole body is in: it is handed on (and parsed) once none is
+        await settle()
+        assert long.asked == 2 and "seen" not in scope
+        answering.ended()
+        await asyncio.wait_for(task, 60)
+        assert scope["seen"] == b"a" * 1400
+
+    asyncio.run(main())
+
+
+def test_a_long_body_waits_for_answers_only_so_long():
+    async def main() -> None:
+        answering = Answering()
+        answering.started()  # and never ended
+        limit = BodyLimit(app, 1 << 20, LongBodyLane(LONG, stall_s=3600, answering=answering, yield_s=0))
+        long = Upload([b"a" * 2000])
+        long.release()
+        scope = long.scope
+        await asyncio.wait_for(limit(scope, long.receive, _no_send), 60)
+        assert scope["seen"] == b"a" * 2000
+
+    asyncio.run(main())
+
+
+class _Loop:
+    def submit(self, items: object, sink: object, stream: bool) -> None:
+        pass
+
+
+def test_a_submission_counts_as_answered_once_whatever_ends_it():
+    async def main() -> None:
+        answering = Answering()
+        aborted, dropped = Submission(_Loop(), [], False, answering), Submission(_Loop(), [], True, answering)
+        assert answering.count == 2
+        aborted.abort()
+        aborted.abort()
+        assert answering.count == 1
+        del dropped  # a stream never started: nobody reads it, nobody aborts it
+        assert answering.count == 0
+        await asyncio.wait_for(answering.none(3600), 60)
+
+    asyncio.run(main())

@@ -160,11 +160,13 @@ class _Plan:
         return best
 
 
-def _held_limits(h: Horizon) -> list[float]:
-    """For each unit index ``i``, the least allowance among units ``i`` and after (those a round
-    taking ``i`` whole units leaves); one more entry past the last unit (nothing left)."""
+def _held_limits(h: Horizon, reach: int) -> list[float]:
+    """For each unit index ``i``, the least allowance among units ``i`` to ``reach`` (those a
+    round taking ``i`` whole units leaves, and could have taken whole); one more entry past the
+    last unit (nothing left). A unit no cut of this round can take whole completes in a later
+    round whatever the cut, so its allowance does not bind this round (once overdue, it is due)."""
     limits = [float("inf")] * (len(h.units) + 1)
-    allow = list(h.allow) + [float("inf")] * (len(h.units) - len(h.allow))
+    allow = list(h.allow[:reach]) + [float("inf")] * (len(h.units) - min(len(h.allow), reach))
     for i in range(len(h.units) - 1, -1, -1):
         limits[i] = min(limits[i + 1], allow[i])
     return limits
@@ -182,7 +184,7 @@ def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
     best, arg = float("inf"), 0
     ends = plan.ends_from(0, h.first_tokens, h.first_slots)
     due = plan.ends[plan.unit.index(min(h.due, len(h.units)))]
-    held = _held_limits(h)
+    held = _held_limits(h, max(plan.unit[plan.point_by(q)] for q in ends) if ends else 0)
     for q in reversed([q for q in ends if q >= due] or ends[-1:]):
         seconds = plan.seconds(0, q, first)
         if seconds > held[min(plan.unit[plan.point_by(q)], len(held) - 1)] and q != ends[-1]:

@@ -14,11 +14,13 @@ waits over the next few rounds is least, with round times from the runner's pred
 (`round_time_curve`, each round priced in as many chunks as it runs):
 packed rounds where a fixed part dominates, short pipelined rounds where a round's time grows
 with its tokens, a round ending after a producer where a second wave costs more than its
-followers gain. Requests beyond the horizon and arrivals expected while it runs (the measured
-rate, `round_tally`) wait behind every planned round. The cut leaves a unit only while each of
-its requests' FCFS allowance (its `fcfs_bound` share of the FCFS wait, in full rounds' predicted
-seconds, from arrival) covers the round that leaves it; a request past it is always taken. So
-the cut trades the mean only within the same bound the ranking's slack obeys.
+followers gain. Requests beyond the horizon and arrivals expected before the queue next empties
+(the measured rate, `round_tally`, over the queue's busy period) wait behind every planned
+round: a second a round takes delays each of them by a second. The cut leaves a unit it could
+take whole only while each of its requests' FCFS allowance (its `fcfs_bound` share of the FCFS
+wait, in full rounds' predicted seconds, from arrival) covers the round that leaves it; a
+request past it is always taken. So the cut trades the mean only within the same bound the
+ranking's slack obeys.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.

@@ -12,8 +12,9 @@ Round times come from the runner's predictor (`RoundTimes`), so the curve decide
 is mostly a fixed part, fewer rounds save everyone a fixed part and the cut packs the budget;
 where its time grows with its tokens, short rounds let the first units finish early and the cut
 pipelines; in between, what the curve says. Requests beyond the horizon and arrivals expected
-while it runs wait behind every round of it (`Horizon.behind`); running requests' chunks are in
-the first round whatever is cut.
+before the queue next empties wait behind every round of it (`Horizon.behind`); running
+requests' chunks are in the first round whatever is cut. A unit this round could take whole is
+left only while its allowance (`Horizon.allow`) covers this round.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Horizon:
     first_tokens: int  # budget left in this round (its running requests' chunks are in it)
     first_slots: int  # chunks left in this round
     running: int  # requests this round holds already: they wait for this round only
-    behind: float  # requests that wait behind every round of the horizon
+    behind: float  # requests that wait behind every round of the horizon (queued, or to arrive)
     due: int = 0  # units this round must take (they hold a request it may not delay again)
     beyond: bool = False  # work waits beyond the horizon: a round may end inside it
     wave_s: float = 0.0  # what a round pays when followers restore state saved in it (a wave)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import pytest
 from engine_utils import new_engine
@@ -392,3 +393,26 @@ def test_a_cut_chunk_is_taken_when_fixed_parts_are_dear_not_when_it_completes_no
     last = lambda e: max(r.latency_s for r in e.requests)  # noqa: E731
     assert last(engine) <= 1.05 * last(paper)
     assert outputs(engine) == outputs(paper)
+
+
+def test_shuffled_candidates_at_once_on_the_cpu_profile_run_whole_contexts_per_round():
+    """The real runner's shuffled batch, in the sim on the calibrated CPU profile (lfm2-small, 4
+    contexts x 8 candidates of 512 + 32): two rounds of two contexts with their followers each.
+    The third context's producer cannot complete in the first round, so its short FCFS allowance
+    no longer forces a budget-cut chunk of it there (which lengthened the round of sixteen
+    completions and left rounds of one or two consumers at the end)."""
+    profile = Path(__file__).resolve().parents[3] / "experiments" / "profiles" / "cpu.json"
+    plan = plan_engine(EngineOptions(runner="sim", model="lfm2-small", hardware=str(profile)))
+    spec = WorkloadSpec(
+        groups=4, candidates=8, context_len=512, candidate_len=32, order="shuffled",
+        vocab_size=plan.choice.vocab_size,
+    )  # fmt: skip
+    reqs = build_workload(spec).requests
+    setup = plan.build([len(r.prompt) for r in reqs])
+    engines = {p: setup.engine(p) for p in ("native", "adaptive")}
+    for engine in engines.values():
+        engine.run(fresh_copy(reqs))
+    adaptive = engines["adaptive"]
+    assert [r.tokens for r in adaptive.rounds] == [1536, 1536]
+    assert mean_latency(adaptive) < 0.9 * mean_latency(engines["native"])
+    assert outputs(adaptive) == outputs(engines["native"])

@@ -14,11 +14,13 @@ waits over the next few rounds is least, with round times from the runner's pred
 (`round_time_curve`, each round priced in as many chunks as it runs):
 packed rounds where a fixed part dominates, short pipelined rounds where a round's time grows
 with its tokens, a round ending after a producer where a second wave costs more than its
-followers gain. Requests beyond the horizon and arrivals expected while it runs (the measured
-rate, `round_tally`) wait behind every planned round. The cut leaves a unit only while each of
-its requests' FCFS allowance (its `fcfs_bound` share of the FCFS wait, in full rounds' predicted
-seconds, from arrival) covers the round that leaves it; a request past it is always taken. So
-the cut trades the mean only within the same bound the ranking's slack obeys.
+followers gain. Requests beyond the horizon and arrivals expected before the queue next empties
+(the measured rate, `round_tally`, over the queue's busy period) wait behind every planned
+round: a second a round takes delays each of them by a second. The cut leaves a unit it could
+take whole only while each of its requests' FCFS allowance (its `fcfs_bound` share of the FCFS
+wait, in full rounds' predicted seconds, from arrival) covers the round that leaves it; a
+request past it is always taken. So the cut trades the mean only within the same bound the
+ranking's slack obeys.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.
@@ -233,16 +235,25 @@ class Adaptive:
         taken = self._take.takes(key) if tokens is not None else self._take.follows(key)
         return taken or self._past_fcfs(request)  # never left past its FCFS round
 
-    def _expected_arrivals(self, units: list[Unit]) -> float:
-        """Requests expected to arrive while ``units`` run, at the measured rate (each then
-        waits behind them: the marginal cost of a longer horizon)."""
+    def _expected_arrivals(self, units: list[Unit], queued: int) -> float:
+        """Requests expected to arrive, at the measured rate, while the queue drains: each second
+        the horizon's rounds take delays every one of them by a second (the marginal cost of a
+        longer horizon). The ``queued`` requests take the horizon's seconds per request, and
+        arrivals while they run bring more work at that rate: a busy period of the queue's work
+        over ``1 - load``. The rate is extrapolated no further than it was measured over, and
+        at least over the horizon."""
         assert self._ctx is not None and self._times is not None
         rate = self._arrivals.rate()
-        if rate <= 0.0 or self._ctx.predict is None:
+        served = sum(u.requests for u in units)
+        if rate <= 0.0 or self._ctx.predict is None or served == 0:
             return 0.0  # without a predictor round times are not in seconds
         budget = self._ctx.config.token_budget
         full, part = divmod(sum(u.tokens for u in units), budget)
-        return rate * (full * self._times.seconds(budget) + self._times.seconds(part))
+        horizon = full * self._times.seconds(budget) + self._times.seconds(part)
+        per_request = horizon / served
+        load = rate * per_request
+        busy = float("inf") if load >= 1.0 else per_request * max(queued, served) / (1.0 - load)
+        return rate * max(horizon, min(busy, self._arrivals.span()))
 
     def _past_fcfs(self, request: Request) -> bool:
         """Holding the request back another round would pass its FCFS bound: in seconds where

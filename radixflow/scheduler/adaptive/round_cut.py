@@ -12,8 +12,9 @@ Round times come from the runner's predictor (`RoundTimes`), so the curve decide
 is mostly a fixed part, fewer rounds save everyone a fixed part and the cut packs the budget;
 where its time grows with its tokens, short rounds let the first units finish early and the cut
 pipelines; in between, what the curve says. Requests beyond the horizon and arrivals expected
-while it runs wait behind every round of it (`Horizon.behind`); running requests' chunks are in
-the first round whatever is cut.
+before the queue next empties wait behind every round of it (`Horizon.behind`); running
+requests' chunks are in the first round whatever is cut. A unit this round could take whole is
+left only while its allowance (`Horizon.allow`) covers this round.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Horizon:
     first_tokens: int  # budget left in this round (its running requests' chunks are in it)
     first_slots: int  # chunks left in this round
     running: int  # requests this round holds already: they wait for this round only
-    behind: float  # requests that wait behind every round of the horizon
+    behind: float  # requests that wait behind every round of the horizon (queued, or to arrive)
     due: int = 0  # units this round must take (they hold a request it may not delay again)
     beyond: bool = False  # work waits beyond the horizon: a round may end inside it
     wave_s: float = 0.0  # what a round pays when followers restore state saved in it (a wave)
@@ -160,11 +161,13 @@ class _Plan:
         return best
 
 
-def _held_limits(h: Horizon) -> list[float]:
-    """For each unit index ``i``, the least allowance among units ``i`` and after (those a round
-    taking ``i`` whole units leaves); one more entry past the last unit (nothing left)."""
+def _held_limits(h: Horizon, reach: int) -> list[float]:
+    """For each unit index ``i``, the least allowance among units ``i`` to ``reach`` (those a
+    round taking ``i`` whole units leaves, and could have taken whole); one more entry past the
+    last unit (nothing left). A unit no cut of this round can take whole completes in a later
+    round whatever the cut, so its allowance does not bind this round (once overdue, it is due)."""
     limits = [float("inf")] * (len(h.units) + 1)
-    allow = list(h.allow) + [float("inf")] * (len(h.units) - len(h.allow))
+    allow = list(h.allow[:reach]) + [float("inf")] * (len(h.units) - min(len(h.allow), reach))
     for i in range(len(h.units) - 1, -1, -1):
         limits[i] = min(limits[i + 1], allow[i])
     return limits
@@ -182,7 +185,7 @@ def cut(h: Horizon, first: RoundTime, later: RoundTime) -> Cut:
     best, arg = float("inf"), 0
     ends = plan.ends_from(0, h.first_tokens, h.first_slots)
     due = plan.ends[plan.unit.index(min(h.due, len(h.units)))]
-    held = _held_limits(h)
+    held = _held_limits(h, max(plan.unit[plan.point_by(q)] for q in ends) if ends else 0)
     for q in reversed([q for q in ends if q >= due] or ends[-1:]):
         seconds = plan.seconds(0, q, first)
         if seconds > held[min(plan.unit[plan.point_by(q)], len(held) - 1)] and q != ends[-1]:

@@ -103,7 +103,7 @@ class RoundPlanner:
         """Pull the horizon after ``head`` from ``scan``, cut it, and put the taken units' members
         first in ``scan``'s order (mutates ``scan``)."""
         units, pulled, keys, whole = self._pull(scan, head, head_tokens)
-        arriving = room.arrivals(units)
+        arriving = room.arrivals(units, room.queued)
         behind = max(room.queued - sum(u.requests for u in units), 0) + arriving
         budget, slots = self._config.token_budget, self._config.max_requests
         due = 1 + max((p.unit for p in pulled if room.overdue(p.request)), default=-1)
@@ -223,6 +223,7 @@ class Room:
     slots: int  # chunks left
     running: int  # chunks already in the round
     queued: int  # requests waiting now
-    arrivals: Callable[[list[Unit]], float]  # arrivals expected while the horizon's units run
+    # arrivals expected before the queue (``queued``, the horizon's units first) next empties
+    arrivals: Callable[[list[Unit], int], float]
     overdue: Callable[[Request], bool]  # past its FCFS bound: not to be left again
     allowance: Callable[[Request], float]  # seconds it may still be held back (inf: no limit)

@@ -31,12 +31,17 @@ class ArrivalRate:
         """Arrivals per second: 0 until two arrivals at different times (a batch brings no more).
         The span runs from the window's first arrival to now, so once arrivals stop the rate
         decays. Pure."""
+        span = self.span()
+        return 0.0 if span <= 0.0 else (len(self._times) - 1) / span
+
+    def span(self) -> float:
+        """Seconds the rate is measured over (0: no rate yet). Pure."""
         if len(self._times) < 2:
             return 0.0
         span = max(self.now, self._times[-1]) - self._times[0]
         if span <= 0.0 or self.now - self._times[-1] >= span:
             return 0.0
-        return (len(self._times) - 1) / span
+        return span
 
 
 class DraftTally:

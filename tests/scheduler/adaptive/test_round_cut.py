@@ -72,3 +72,16 @@ def test_a_unit_is_not_left_for_longer_than_its_allowance():
     assert cut(tight, linear, linear).units == 2
     loose = Horizon(CONTEXTS, 2048, 256, 2048, 256, 0, 0.0, allow=[float("inf"), 1.0, 9.0, 9.0])
     assert cut(loose, linear, linear).units == 1
+
+
+def test_a_unit_no_cut_can_take_whole_does_not_force_a_budget_cut_chunk():
+    """The third unit cannot complete in this round (two units fill 1536 of the 2048 tokens):
+    whatever the cut, it completes in a later round, so its short allowance does not make the
+    round compute a chunk of it that completes nothing; the cut follows the curve (one unit).
+    A unit the round could take whole still binds."""
+    linear = affine(0.0, 0.001)
+    beyond = Horizon(CONTEXTS, 2048, 256, 2048, 256, 0, 0.0, allow=[float("inf"), float("inf"), 0.5, 9.0])
+    choice = cut(beyond, linear, linear)
+    assert (choice.units, choice.fill) == (1, False)
+    within = Horizon(CONTEXTS, 2048, 256, 2048, 256, 0, 0.0, allow=[float("inf"), 0.5, 0.5, 9.0])
+    assert (cut(within, linear, linear).units, cut(within, linear, linear).fill) == (2, False)

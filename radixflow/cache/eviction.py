@@ -94,8 +94,9 @@ class CostPerByte:
 
     with L the inflation clock when a request last resumed there (or computed it): each eviction
     raises the clock to the victim's H, so an entry unused for long falls behind newer ones. Hits
-    are requests that resumed there; waiting, the registered prompts through it (``demand``):
-    hits to come.
+    are requests that resumed there, plus, while the node ends a chain, the turns that continued
+    that chain (`expected_hits`); waiting, the registered prompts through it (``demand``): hits
+    to come.
 
     Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
     above it to its own position (a request resumes there instead). A KV leaf of a hybrid model
@@ -124,10 +125,19 @@ class CostPerByte:
         return _since_checkpoint_above(node) / sizes.bytes(node, kind)
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
-        return (node.aged + (node.hits + node.demand) * self.value(node, kind), node.last_used)
+        return (node.aged + expected_hits(node) * self.value(node, kind), node.last_used)
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
         self.clock = max(self.clock, self.priority(node, kind)[0])
+
+
+def expected_hits(node: Node) -> int:
+    """Hits an entry on ``node`` is counted for: requests that resumed there, prompts waiting
+    through it, and, while it ends a chain (a KV leaf), the turns that continued that chain: a
+    conversation continued k times is as likely to be continued again as its own past says,
+    where a node that made only one hit so far is the one-off it looks like. Pure."""
+    ahead = node.continued if node.live_children == 0 else 0
+    return node.hits + node.demand + ahead
 
 
 def _since_checkpoint_above(node: Node) -> int:

@@ -210,3 +210,34 @@ def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, k
     assert {ns for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint} == {kept}
     cache.unregister(waiting)
     cache.check_integrity()
+
+
+def continue_turn(cache: RadixCache, ns: str, tokens: tuple[int, ...], at: int, rid: str) -> None:
+    """A conversation's next turn: resumes at the checkpoint at ``at`` (the previous turn's tail),
+    computes the rest of ``tokens`` and checkpoints its own tail."""
+    resume(cache, ns, tokens, at)
+    need = (len(tokens) - at) // BS
+    assert cache.reserve(need, 1)
+    blocks = cache.alloc_blocks(need)
+    ext = cache.extend(ns, tokens, at, len(tokens), blocks, [len(tokens)], rid)
+    cache.lock(ext.handle)
+    cache.commit(rid)
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    cache.check_integrity()
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("lru", {8, 32}), ("cost-per-byte", {16, 32})])
+def test_a_conversation_continued_twice_keeps_its_tail_over_a_newer_one_off(policy, kept):
+    # a: turns ending at 16, 24, 32, each resuming at the last one's tail; then b, a one-off of
+    # 8 tokens. a's tail and b's save 8 tokens each, but a's chain was continued twice: counted
+    # as two hits to come, it outlives b. a's checkpoint at 24 is now inside the chain (its turn
+    # resumed there once; the deeper tail serves the next turn), so it goes before the tail.
+    cache = new_cache(policy, blocks=16, slots=4)
+    serve(cache, "a", seq(100, 16), [16], "a0")
+    continue_turn(cache, "a", seq(100, 24), 16, "a1")
+    continue_turn(cache, "a", seq(100, 32), 24, "a2")
+    serve(cache, "b", seq(500, 8), [8], "b")
+    assert cache.free_slots_upto(2) == 2
+    assert ends_with_checkpoint(cache) == kept
+    cache.check_integrity()

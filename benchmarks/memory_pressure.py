@@ -55,7 +55,7 @@ def run(options: EngineOptions, spec: WorkloadSpec) -> dict[str, float | int | N
     engine = plan_engine(options).build().engine()
     evicted = count_evictions(engine)
     engine.run(build_workload(spec).requests)
-    figures = pressure_figures(engine.requests, dense_flops_per_token(engine))
+    figures = pressure_figures(engine.requests, dense_flops_per_token(engine.runner))
     return figures | {f"evicted_{kind}": n for kind, n in evicted.items()}
 
 

@@ -19,6 +19,7 @@ from radixflow.bench.harness import fresh_copy
 from radixflow.cache.eviction import EntryKind
 from radixflow.cache.node import Node
 from radixflow.engine.engine import Engine
+from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
 
@@ -105,8 +106,8 @@ def pressure_figures(requests: list[Request], flops_per_token: float | None) -> 
     }
 
 
-def dense_flops_per_token(engine: Engine) -> float | None:
+def dense_flops_per_token(runner: Runner) -> float | None:
     """2 x the active parameters: a token's matmul FLOPs (attention over the context left out),
     where the runner knows its shape (the sim); None elsewhere."""
-    spec = getattr(engine.runner, "spec", None)
+    spec = getattr(runner, "spec", None)
     return None if spec is None else 2.0 * spec.active_params()

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import Counter
 from collections.abc import Callable
 
 from radixflow.cache.eviction import EntryKind, EvictionPolicy, Priority
+from radixflow.cache.ledger import ByteLedger
 from radixflow.cache.node import Node
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import Readiness
@@ -61,23 +63,33 @@ class EvictionQueue:
             self.stale += 1
             self._compact()
 
-    def pop(self) -> Node | None:
-        """Remove and return the eligible node with the smallest priority; None if there is none."""
+    def peek(self) -> Node | None:
+        """The eligible node with the smallest priority, left queued; None if there is none
+        (drops the invalid entries above it, mutating the heap)."""
         while self._heap:
-            key, nid, _, node = heapq.heappop(self._heap)
+            key, nid, _, node = self._heap[0]
             if nid not in self._queued:  # forgotten or superseded: counted stale until now
+                heapq.heappop(self._heap)
                 self.stale -= 1
                 continue
             if not self._live(node) or not self._eligible(node):
+                heapq.heappop(self._heap)
                 self._queued.discard(nid)
                 continue
             current = self._priority(node)
             if current != key:
-                heapq.heappush(self._heap, (current, nid, next(self._seq), node))
+                heapq.heapreplace(self._heap, (current, nid, next(self._seq), node))
                 continue
-            self._queued.discard(nid)
             return node
         return None
+
+    def pop(self) -> Node | None:
+        """Remove and return the eligible node with the smallest priority; None if there is none."""
+        node = self.peek()
+        if node is not None:
+            heapq.heappop(self._heap)
+            self._queued.discard(node.id)
+        return node
 
     def forget(self, node: Node) -> None:
         """``node`` left the tree: its entry, if any, is stale (mutates the heap when they pile up)."""
@@ -137,14 +149,19 @@ class Evictor:
 
     The cache offers a node whenever it may have become evictable (a lock dropped to zero, a
     checkpoint committed, a child evicted); `check_integrity` verifies nothing evictable is missing.
+    Under a byte budget (``ledger``) bytes short are freed from either kind, the entry the policy
+    ranks lowest first; ids short in a pool are freed from that pool's kind.
     """
 
-    def __init__(self, tree: Tree, policy: EvictionPolicy) -> None:
+    def __init__(self, tree: Tree, policy: EvictionPolicy, ledger: ByteLedger | None = None) -> None:
         self.tree = tree
         self.policy = policy
+        self.ledger = ledger or ByteLedger(tree.kv, tree.slots, 1, 1, None)
         kv, ckpt, live = EntryKind.KV, EntryKind.CHECKPOINT, tree.is_live
         self.kv_victims = EvictionQueue(kv_evictable, lambda n: policy.priority(n, kv), live)
         self.state_victims = EvictionQueue(checkpoint_evictable, lambda n: policy.priority(n, ckpt), live)
+        # entries evicted, by kind: KV leaves, and checkpoints (those lost with their leaf included)
+        self.evictions: Counter[EntryKind] = Counter()
 
     def offer(self, node: Node) -> None:
         """``node`` may have become evictable: queue its KV and its checkpoint."""
@@ -205,18 +222,39 @@ class Evictor:
         self.kv_victims.offer(parent)
 
     def reserve(self, blocks: int, slots: int) -> bool:
-        """Evict until ``blocks`` KV blocks and ``slots`` state slots are free; False if impossible."""
-        kv, state = self.tree.kv, self.tree.slots
+        """Evict until ``blocks`` KV blocks and ``slots`` state slots are free, in their pools and
+        in the budget; False if impossible."""
+        kv, state, ledger = self.tree.kv, self.tree.slots, self.ledger
         if kv.free < blocks and not self._evict_leaves(blocks - kv.free):
             return False
-        return state.free >= slots or self._evict_checkpoints(slots - state.free)
+        if state.free < slots and not self._evict_checkpoints(slots - state.free):
+            return False
+        return self._evict_ranked(lambda: ledger.shortfall(blocks, slots) == 0)
 
     def free_slots_upto(self, n: int) -> int:
-        """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
-        state = self.tree.slots
+        """Evict until ``n`` state slots can be taken (`ByteLedger.free_slots`) or nothing more can
+        go; returns min(that, n). Only READY checkpoints go for a slot short in its pool; under a
+        budget, bytes short go as the policy ranks KV leaves and checkpoints."""
+        state, ledger = self.tree.slots, self.ledger
         if state.free < n:
             self._evict_checkpoints(n - state.free)
-        return min(state.free, n)
+        self._evict_ranked(lambda: ledger.free_slots() >= min(n, state.free))
+        return min(ledger.free_slots(), n)
+
+    def _evict_ranked(self, enough: Callable[[], bool]) -> bool:
+        """Evict the lowest-ranked entry of either kind until ``enough()``; False if none is left."""
+        while not enough():
+            leaf, ckpt = self.kv_victims.peek(), self.state_victims.peek()
+            if leaf is None and ckpt is None:
+                return False
+            if ckpt is None or (
+                leaf is not None
+                and self.kv_victims.priority(leaf) <= self.state_victims.priority(ckpt)
+            ):
+                self._evict_leaves(1)
+            else:
+                self._evict_checkpoints(1)
+        return True
 
     def _evict_leaves(self, need: int) -> bool:
         """Free at least ``need`` KV blocks from evictable leaves; a parent left bare may follow."""
@@ -227,6 +265,8 @@ class Evictor:
                 return False
             freed += len(node.blocks or [])
             self.policy.evicted(node, EntryKind.KV)
+            self.evictions[EntryKind.KV] += 1
+            self.evictions[EntryKind.CHECKPOINT] += node.checkpoint is not None
             self.drop_kv(node)
         return True
 
@@ -237,6 +277,7 @@ class Evictor:
             if node is None:
                 return False
             self.policy.evicted(node, EntryKind.CHECKPOINT)
+            self.evictions[EntryKind.CHECKPOINT] += 1
             self.tree.drop_checkpoint(node)
             self.checkpoint_dropped(node)
         return True

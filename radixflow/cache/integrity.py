@@ -56,6 +56,11 @@ def check_cache(cache: RadixCache) -> None:
         usage.free_blocks + usage.cached_blocks + usage.locked_blocks == usage.total_blocks,
         "free + cached + locked != total blocks",
     )
+    _require(
+        usage.free_slots + usage.checkpoint_slots + usage.working_slots == usage.total_slots,
+        "free + checkpoint + working != total state slots",
+    )
+    _check_ledger(cache, len(tree_blocks) + len(private), len(slots), len(working))
     _check_queues(cache)
     for producer, nodes in journals.adopted.items():
         for node in nodes:
@@ -64,6 +69,20 @@ def check_cache(cache: RadixCache) -> None:
         for node in nodes:
             ck = node.checkpoint
             _require(ck is not None and ck.producer == producer, f"stale pending entry for {producer}")
+
+
+def _check_ledger(cache: RadixCache, blocks: int, checkpoints: int, working: int) -> None:
+    """The byte ledger charges exactly what the tree and the requests hold, within the budget, and
+    the KV promised to running requests fits beside it."""
+    ledger, memory = cache.ledger, cache.memory()
+    _require(memory.kv_bytes == blocks * ledger.block_bytes, "ledger: KV bytes != blocks held")
+    _require(memory.checkpoint_bytes == checkpoints * ledger.slot_bytes, "ledger: checkpoint bytes mismatch")
+    _require(memory.working_bytes == working * ledger.slot_bytes, "ledger: working-state bytes mismatch")
+    _require(ledger.promised >= 0, f"ledger: {ledger.promised} KV blocks promised")
+    if ledger.budget is not None:
+        _require(memory.used_bytes <= ledger.budget, f"ledger: {memory.used_bytes} bytes over the budget")
+        in_use = memory.used_bytes + memory.promised_bytes
+        _require(in_use <= ledger.budget, f"ledger: {in_use} bytes with promised KV over the budget")
 
 
 def _check_queues(cache: RadixCache) -> None:

@@ -15,22 +15,30 @@ class IdPool:
             raise ValueError(f"{name} capacity must be >= 0")
         self.capacity = capacity
         self.name = name
-        self._free = list(range(capacity - 1, -1, -1))  # stack, pops the lowest id
+        # ids below ``_fresh`` have been handed out at least once; those given back wait on
+        # ``_free`` (a stack, most recently freed on top) and go before fresh ones. Fresh ids are
+        # never listed, so a large cap costs nothing until it is used (a byte budget sizes the caps
+        # to what it could ever hold). The order is that of a stack holding every id, lowest on top.
+        self._fresh = 0
+        self._free: list[int] = []
         self._used: set[int] = set()
 
     @property
     def free(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.capacity - self._fresh
 
     def take(self, n: int) -> list[int]:
         """Allocate ``n`` ids; raises `OutOfCapacity` and allocates nothing if short."""
-        if n > len(self._free):
-            raise OutOfCapacity(f"{self.name}: need {n}, have {len(self._free)}")
+        if n > self.free:
+            raise OutOfCapacity(f"{self.name}: need {n}, have {self.free}")
         if n == 0:
             return []
-        ids = self._free[-n:]
-        del self._free[-n:]
-        ids.reverse()  # the stack's top is the lowest id
+        reused = min(n, len(self._free))
+        ids = self._free[len(self._free) - reused :]
+        del self._free[len(self._free) - reused :]
+        ids.reverse()  # the stack's top first
+        ids.extend(range(self._fresh, self._fresh + n - reused))
+        self._fresh += n - reused
         self._used.update(ids)
         return ids
 

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence, Set
 
 from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
 from radixflow.cache.evictable import Evictor
-from radixflow.cache.eviction import LRU, EvictionPolicy
+from radixflow.cache.eviction import LRU, EntryKind, EvictionPolicy
+from radixflow.cache.ledger import ByteLedger, CacheBudget, MemoryUsage
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
 from radixflow.cache.rounds import RoundJournal
@@ -35,11 +36,16 @@ class RadixCache:
         num_blocks: int,
         num_slots: int,
         eviction: EvictionPolicy | None = None,
+        budget: CacheBudget | None = None,
     ) -> None:
+        """``num_blocks`` and ``num_slots`` cap the two pools; ``budget`` (None: none) limits the
+        bytes both hold together (`radixflow.cache.ledger`)."""
         kv, slots = IdPool(num_blocks, "KV blocks"), IdPool(num_slots, "state slots")
+        b = budget or CacheBudget()
+        self.ledger = ByteLedger(kv, slots, b.block_bytes, b.slot_bytes, b.budget_bytes)
         self.journal = RoundJournal()
         self.tree = Tree(block_size, kv, slots, on_split=self.journal.on_split)
-        self.evictor = Evictor(self.tree, eviction or LRU())
+        self.evictor = Evictor(self.tree, eviction or LRU(), self.ledger)
         self.block_size, self.kv, self.slots = block_size, kv, slots
         self._tick = 0
         self._locks: Counter[int] = Counter()  # node id -> locks held on exactly that node
@@ -330,8 +336,19 @@ class RadixCache:
 
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
-        """Evict unlocked READY entries until ``blocks`` and ``slots`` are free; False if impossible."""
+        """Evict unlocked READY entries until ``blocks`` and ``slots`` are free, in the pools and in
+        the budget; False if impossible. ``blocks`` counts the promised ones (`promise`)."""
         return self.evictor.reserve(blocks, slots)
+
+    def promise(self, blocks: int) -> None:
+        """Running requests will still allocate ``blocks`` KV blocks: their bytes are spoken for,
+        so checkpoints take only what is left beside them (`free_slots`)."""
+        self.ledger.promised = blocks
+
+    @property
+    def promised(self) -> int:
+        """KV blocks promised to running requests (`promise`). Pure."""
+        return self.ledger.promised
 
     def free_slots_upto(self, n: int) -> int:
         """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
@@ -339,8 +356,22 @@ class RadixCache:
 
     @property
     def free_slots(self) -> int:
-        """State slots free now, without evicting anything. Pure."""
-        return self.slots.free
+        """State slots that can be taken now without evicting anything: free in their pool and,
+        under a budget, in bytes beside the promised KV. Pure."""
+        return self.ledger.free_slots()
+
+    def holds(self, blocks: int, slots: int) -> bool:
+        """Whether the empty cache could hold ``blocks`` KV blocks and ``slots`` state slots. Pure."""
+        return self.ledger.holds(blocks, slots)
+
+    def memory(self) -> MemoryUsage:
+        """Bytes held by kind against the budget; O(1), for a per-round metric. Pure."""
+        return self.ledger.usage(len(self._working))
+
+    def evictions(self) -> dict[str, int]:
+        """Entries evicted so far, by kind (``kv``: KV leaves; ``checkpoint``: checkpoints, those
+        lost with their leaf included). Pure."""
+        return {kind.value: self.evictor.evictions[kind] for kind in EntryKind}
 
     # ----------------------------------------------------------------- accounting
     def usage(self) -> CacheUsage:

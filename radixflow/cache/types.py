@@ -71,7 +71,7 @@ class CacheUsage:
     cached_blocks: int  # in the tree, evictable
     locked_blocks: int  # in the tree under a lock, or held privately by requests
     total_slots: int
-    free_slots: int
+    free_slots: int  # free in the pool (a budget may hold fewer: `RadixCache.free_slots`)
     checkpoint_slots: int
     working_slots: int  # held by running requests for chunk-to-chunk state
     namespaces: int  # namespaces holding cached KV or a registered prompt

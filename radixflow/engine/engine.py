@@ -10,9 +10,10 @@ from enum import Enum
 
 from radixflow.cache.digest import CheckpointDigest
 from radixflow.cache.eviction import EntrySizes, make_eviction_policy
+from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
-from radixflow.engine.runner import Runner, generation_room
+from radixflow.engine.runner import ModelInfo, Runner, generation_room
 from radixflow.problems import Problem
 from radixflow.scheduler.admission import make_admission
 from radixflow.scheduler.output import SchedulerOutput
@@ -39,6 +40,19 @@ class RoundRecord:
     predicted_s: float | None = None  # the runner's prediction of worker_call_s (`RoundResult`)
     predicted_from: int = 0  # ... from a fit over this many measured rounds
     wall_s: float | None = None  # measured wall time of the call, where the clock is another (`RoundResult`)
+
+
+def cache_budget(config: SchedulerConfig, model: ModelInfo) -> CacheBudget:
+    """The cache's byte budget (``config.cache_memory``), its entries charged at the sizes the
+    runner reports (the cost model's in the sim, the pools' tensors on the torch runner)."""
+    unknown = model.kv_bytes_per_token < 1 or (model.has_recurrent and model.checkpoint_bytes < 1)
+    if config.cache_memory is not None and unknown:
+        raise ValueError(f"cache_memory needs entry sizes; runner model {model.name!r} reports none")
+    return CacheBudget(
+        block_bytes=max(model.kv_bytes_per_token, 1) * config.block_size,
+        slot_bytes=max(model.checkpoint_bytes, 1),
+        budget_bytes=config.cache_memory,
+    )
 
 
 class AbortResult(Enum):
@@ -83,6 +97,7 @@ class Engine:
             config.num_blocks,
             config.num_state_slots,
             make_eviction_policy(eviction, sizes),
+            cache_budget(config, model),
         )
         scheduling = make_policy(policy)
         self.placement = (placement or scheduling.placement) if config.has_recurrent else "none"

@@ -9,15 +9,17 @@ sizes the cache and builds the runner; `EngineSetup.engine` then makes engines o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
 from radixflow.engine.trace import CLOCKS, TraceFile
+from radixflow.options.budget import budget_caps, working_set_problem
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.runners import RunnerChoice, choose_runner, name_problem
+from radixflow.options.sizes import parse_size
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.request import Request
@@ -86,17 +88,31 @@ class EnginePlan:
     def scheduler_config(self, prompt_lengths: Sequence[int] | None = None) -> SchedulerConfig:
         """Budgets and capacities: given ones, else the runner's default for prompts of these
         lengths (None: an open-ended stream, as a server serves). A full-attention model gets no
-        state slots."""
+        state slots. With ``cache_memory`` the capacities are caps within what the budget holds
+        (`budget_caps`); `ProblemError` when it cannot hold one request."""
         o = self.options
         default = self.choice.capacity(prompt_lengths, o.block_size)
         slots = default.state_slots if o.state_slots is None else o.state_slots
-        return SchedulerConfig(
+        config = SchedulerConfig(
             token_budget=o.token_budget,
             max_requests=o.max_requests,
             block_size=o.block_size,
             num_blocks=o.kv_blocks or default.kv_blocks,
             num_state_slots=slots if self.choice.has_recurrent else 0,
         )
+        if o.cache_memory is None:
+            return config
+        budget = parse_size(o.cache_memory)
+        assert isinstance(budget, int), "cache_memory is validated with the options"
+        entry = self.choice.entry_bytes(o.block_size)
+        caps = budget_caps(budget, entry, o.kv_blocks, o.state_slots if self.choice.has_recurrent else 0)
+        if isinstance(caps, Problem):
+            raise ProblemError(caps)
+        problem = working_set_problem(budget, entry, prompt_lengths, o.block_size, self.choice.has_recurrent)
+        if problem is not None:
+            raise ProblemError(problem)
+        caps_given = {"num_blocks": caps.kv_blocks, "num_state_slots": caps.state_slots}
+        return replace(config, **caps_given, cache_memory=budget)
 
     def build(self, prompt_lengths: Sequence[int] | None = None) -> EngineSetup:
         """Size the cache (for prompts of these lengths) and build the runner; `ProblemError`

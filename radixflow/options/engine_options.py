@@ -17,6 +17,7 @@ from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.costmodel.hardware.profiles import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
+from radixflow.options.sizes import size_problem
 from radixflow.options.spec import checked, fields_problem, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
@@ -177,6 +178,16 @@ class EngineOptions:
         group="scheduler",
         metavar="N",
     )
+    cache_memory: str | None = option(
+        None,
+        "one memory budget for the cache, shared on demand by KV blocks and recurrent-state "
+        "checkpoints, each charged at its real size: bytes with a unit, e.g. 2GiB, 512MB, 300M "
+        "(M, G: powers of 1000; Mi, Gi: of 1024); kv_blocks and state_slots then only cap each kind "
+        "(default: no shared budget, the two capacities alone)",
+        str,
+        group="scheduler",
+        metavar="SIZE",
+    )
     hardware: str = option(
         "h100",
         "sim cost profile: h100, h200, cpu or a profile file written by `radixflow calibrate`",
@@ -281,6 +292,7 @@ class EngineOptions:
             or budget_problem(self.token_budget, self.block_size)
             or threads_problem(self.torch_threads)
             or bookkeeping_problem(self.kv_blocks, self.state_slots)
+            or size_problem("cache_memory", self.cache_memory)
             or output_problem("trace_out", self.trace_out)
         )
 

@@ -24,6 +24,7 @@ from radixflow.options.engine_options import EngineOptions
 from radixflow.options.machine import pools_problem
 from radixflow.options.sim_shape import sim_name_problem, sim_shape
 from radixflow.problems import Problem, ProblemError
+from radixflow.runners.footprint import BYTES_PER_ELEMENT
 from radixflow.scheduler.config import SchedulerConfig
 
 DEFAULT_TORCH_MODEL = "qwen3_5-small"
@@ -33,6 +34,15 @@ DEFAULT_TORCH_MODEL = "qwen3_5-small"
 class Capacity:
     kv_blocks: int
     state_slots: int
+
+
+@dataclass(frozen=True)
+class EntryBytes:
+    """One KV block (every attention layer, ``block_size`` tokens) and one state slot (every
+    recurrent layer's state; 0 for a full-attention model), in bytes."""
+
+    block: int
+    slot: int
 
 
 class RunnerChoice(Protocol):
@@ -57,6 +67,10 @@ class RunnerChoice(Protocol):
 
     def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
         """Why the runner's pools for this capacity cannot fit this machine (None: they can). Pure."""
+        ...
+
+    def entry_bytes(self, block_size: int) -> EntryBytes:
+        """What one KV block and one state slot take in the runner's pools. Pure."""
         ...
 
     def build(self, scheduler: SchedulerConfig) -> Runner:
@@ -96,6 +110,11 @@ class SimChoice:
 
     def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
         return None  # no tensors: the bookkeeping was checked with the options
+
+    def entry_bytes(self, block_size: int) -> EntryBytes:
+        # what `SimRunner` reports in its `ModelInfo`: the cost model's shapes
+        kv = self.spec.kv_bytes_per_token(self.hardware.weight_bytes)
+        return EntryBytes(kv * block_size, self.spec.state_bytes() if self.has_recurrent else 0)
 
     def build(self, scheduler: SchedulerConfig) -> Runner:
         from radixflow.runners.sim import SimRunner
@@ -177,6 +196,11 @@ class TorchChoice:
             f"{scheduler.num_state_slots} state slots"
         )
         return pools_problem(need, self.device, what)
+
+    def entry_bytes(self, block_size: int) -> EntryBytes:
+        # the footprint counts float32 elements; KV is kept in the runner's dtype, state in float32
+        kv_elements = self.footprint.kv_bytes_per_token // BYTES_PER_ELEMENT
+        return EntryBytes(kv_elements * self.dtype.itemsize * block_size, self.footprint.state_bytes_per_slot)
 
     def build(self, scheduler: SchedulerConfig) -> Runner:
         from radixflow.runners.footprint import set_torch_threads

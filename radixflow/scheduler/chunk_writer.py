@@ -24,9 +24,18 @@ class ChunkWriter:
         self.cache = cache
         self.config = config
         self.checkpoints = checkpoints
-        self.promised = 0  # KV blocks running requests will still allocate (= sum of `owed` over them)
         # checkpoint slot -> fewest rounds any schedule needs before that state can exist
         self._slot_depth: dict[int, int] = {}
+
+    @property
+    def promised(self) -> int:
+        """KV blocks running requests will still allocate (= sum of `owed` over them): kept in the
+        cache, whose byte budget holds them back from checkpoints (`RadixCache.promise`)."""
+        return self.cache.promised
+
+    @promised.setter
+    def promised(self, blocks: int) -> None:
+        self.cache.promise(blocks)
 
     def owed(self, computed: int, req: Request) -> int:
         """KV blocks ``req`` still has to allocate once ``computed`` positions exist. Pure."""

@@ -27,6 +27,9 @@ class SchedulerConfig:
     block_size: int = 16
     num_blocks: int = 32768  # KV capacity
     num_state_slots: int = 1024  # checkpoint + working-state capacity
+    # one byte budget shared by KV blocks and state slots (`radixflow.cache.ledger`); None: the two
+    # capacities alone limit. With one, the capacities are caps sized to what the budget can hold.
+    cache_memory: int | None = None
     has_recurrent: bool = True  # False: full-attention model, nothing is ever blocked
     # the runner restores recurrent state a chunk earlier in the same round saves (it runs such
     # chunks in a later wave of each recurrent layer), so a blocked consumer may follow its

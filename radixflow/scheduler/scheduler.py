@@ -208,8 +208,8 @@ class Scheduler:
         if not self.writer.reserve(req, point, working):
             self.cache.unlock(point.handle)
             return _Admit.NO_MEMORY
+        self.writer.start(req, point)  # first: its KV joins the promise checkpoints must leave room for
         ckpts = self.checkpoints.positions(req, point.tokens, end, held=working)
-        self.writer.start(req, point)
         if working:
             req.working_slot = self.cache.alloc_working_slot()
         req.status = RequestStatus.RUNNING

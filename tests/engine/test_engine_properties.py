@@ -92,3 +92,40 @@ def test_scarce_memory_stays_exact_under_every_eviction_policy(model, reqs, cfg,
         assert r.status is RequestStatus.FINISHED, (r.id, r.error)
         assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
 
+
+
+@st.composite
+def budgets(draw: st.DrawFn, runner: SimRunner) -> SchedulerConfig:
+    """Scarce memory as one byte budget: room for 9 to 14 blocks and 1 to 3 checkpoints' worth of
+    bytes, shared, under caps that let either kind take most of it (a freed checkpoint can hold
+    KV, and the other way round)."""
+    block = runner.model.kv_bytes_per_token * BS
+    slot = runner.model.checkpoint_bytes
+    blocks, slots = draw(st.integers(9, 14)), draw(st.integers(1, 3))
+    spare = draw(st.integers(0, block - 1))
+    return SchedulerConfig(
+        token_budget=draw(st.integers(BS, 64)),
+        max_requests=draw(st.integers(1, 6)),
+        block_size=BS,
+        num_blocks=draw(st.sampled_from([blocks, 64, 4096])),
+        num_state_slots=draw(st.sampled_from([slots, 16])),
+        cache_memory=blocks * block + slots * slot + spare,
+    )
+
+
+@pytest.mark.parametrize("model", list(SIM_MODELS))
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.data(),
+    reqs=workloads(),
+    policy=st.sampled_from(["native", "radixflow", "adaptive"]),
+    eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+)
+def test_scarce_byte_budget_stays_exact_under_every_eviction_policy(model, data, reqs, policy, eviction):
+    runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
+    cfg = data.draw(budgets(runner))
+    engine = run(runner, cfg, policy, reqs, eviction)
+    for r in engine.requests:
+        assert r.status is RequestStatus.FINISHED, (r.id, r.error)
+        assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
+    assert engine.cache.memory().used_bytes <= cfg.cache_memory

@@ -1,0 +1,50 @@
+"""Memory sizes as a user writes them: ``2GiB``, ``512MB``, ``300M``, ``1073741824``."""
+
+from __future__ import annotations
+
+import re
+
+from radixflow.problems import Problem
+
+# Decimal units are powers of 1000 (``M``, ``MB``), binary ones powers of 1024 (``Mi``, ``MiB``),
+# as Kubernetes and IEC write them; a bare number is bytes.
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtp]?)(i?)(b?)", re.IGNORECASE)
+MAX_MEMORY = 1 << 50  # 1 PiB: far beyond any device, small enough for exact integer bytes
+EXAMPLES = "a size like 2GiB, 512MB, 300M or 1073741824 (bytes)"
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def parse_size(text: str) -> int | Problem:
+    """``text`` in bytes, or the `Problem` with it (named ``size``: the caller renames it). Pure."""
+    m = _SIZE.fullmatch(text.strip())
+    if text.strip().startswith("-"):  # a negative number, said as such
+        return Problem("size", f"must be a positive size, got {_shown(text)}")
+    if m is None or (m.group(3) and not m.group(2)):  # "iB" names no unit
+        return Problem("size", f"must be {EXAMPLES}, got {_shown(text)}")
+    number, power, binary = m.group(1), _POWERS[m.group(2).lower()], bool(m.group(3))
+    value = float(number) * (1024 if binary else 1000) ** power  # inf for a thousand digits
+    if value > MAX_MEMORY:
+        return Problem("size", f"must be at most 1PiB, got {_shown(text)}")
+    if value < 1:
+        return Problem("size", f"must be at least one byte, got {_shown(text)}")
+    return int(value)
+
+
+def size_problem(name: str, text: str | None) -> Problem | None:
+    """Why ``text`` is not a valid size for option ``name`` (None: it is, or it is not given). Pure."""
+    if text is None:
+        return None
+    parsed = parse_size(text)
+    return Problem(name, parsed.message) if isinstance(parsed, Problem) else None
+
+
+def show_size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps three significant digits. Pure."""
+    for unit, power in (("TiB", 4), ("GiB", 3), ("MiB", 2), ("KiB", 1)):
+        if n >= 1024**power:
+            return f"{n / 1024**power:.3g}{unit}"
+    return f"{n}B"

@@ -3,9 +3,9 @@
 
 Workloads (`radixflow.workloads.candidates`): multi-turn chats with Zipf popularity over the
 conversations, candidates over long shared contexts, and chats mixed with one-off prompts.
-Capacity is a fraction of the working set: the KV blocks and checkpoints an unbounded cache
-(lru/all) holds at the end of the same workload; KV never below twice the longest prompt, state
-slots never below four. Reported per cell: token hit rate (reused / prompt tokens), recomputed
+Capacity is one byte budget (``cache_memory``) shared by KV and checkpoints, a fraction of the
+working set: the bytes an unbounded cache (lru/all) holds at its fullest over the same workload
+(`radixflow.bench.pressure`). Reported per cell: token hit rate (reused / prompt tokens), recomputed
 prompt tokens, TTFT p50 / p95, mean latency and evictions by kind (KV leaves, checkpoints).
 
     python benchmarks/memory_pressure.py --json results/memory_pressure.json
@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.bench.pressure import (
-    count_evictions,
     dense_flops_per_token,
+    evictions,
     measure_working_set,
     pressure_figures,
     under_pressure,
@@ -52,11 +52,11 @@ WORKLOADS = {
 
 def run(options: EngineOptions, spec: WorkloadSpec) -> dict[str, float | int | None]:
     """One engine over a fresh copy of ``spec``'s requests: its figures and evictions by kind."""
-    engine = plan_engine(options).build().engine()
-    evicted = count_evictions(engine)
-    engine.run(build_workload(spec).requests)
+    requests = build_workload(spec).requests
+    engine = plan_engine(options).build([len(r.prompt) for r in requests]).engine()
+    engine.run(requests)
     figures = pressure_figures(engine.requests, dense_flops_per_token(engine.runner))
-    return figures | {f"evicted_{kind}": n for kind, n in evicted.items()}
+    return figures | {f"evicted_{kind}": n for kind, n in evictions(engine).items()}
 
 
 def cells(
@@ -78,8 +78,8 @@ def cells(
                 row = {"model": model, "hardware": hardware, "workload": name, "seed": seed}
                 row |= {
                     "capacity": fraction,
-                    "kv_blocks": options.kv_blocks,
-                    "state_slots": options.state_slots,
+                    "cache_memory": options.cache_memory,
+                    "working_set_bytes": ws.peak_bytes,
                 }
                 row |= {"eviction": eviction, "admission": admission}
                 out.append(row | run(options, spec))

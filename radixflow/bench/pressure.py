@@ -1,24 +1,23 @@
 """Memory pressure: a workload's working set, engine options holding a share of it, and what a run
 under pressure cost (hit rate, recomputed tokens and FLOPs, TTFT, evictions by kind).
 
-The working set is what an unbounded cache (`lru`, every checkpoint admitted) holds once the
-workload is done: its KV blocks and checkpoints, and their bytes at the model's sizes. A share of
-it caps the cache at that share of each; KV never below twice the longest prompt (a request
-fits, and another beside it), checkpoints never below `MIN_SLOTS`.
+The working set is what an unbounded cache (`lru`, every checkpoint admitted) holds at its fullest
+over the workload, in bytes at the model's sizes (KV blocks, checkpoints and running requests'
+own state: `RadixCache.memory`). A share of it is one byte budget (``cache_memory``) shared by
+KV and checkpoints; never below what the longest prompt needs twice over (it fits, and another
+beside it) plus `MIN_SLOTS` states.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from radixflow.bench.harness import fresh_copy
 from radixflow.cache.eviction import EntryKind
-from radixflow.cache.node import Node
-from radixflow.engine.engine import Engine
+from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
@@ -30,62 +29,56 @@ MIN_SLOTS = 4  # the placement's own saves and a resume point, with room to spar
 
 @dataclass(frozen=True)
 class WorkingSet:
-    """What an unbounded cache holds at the end of a workload."""
+    """What an unbounded cache holds: at its fullest (bytes), and at the workload's end."""
 
-    kv_blocks: int
-    checkpoints: int
+    peak_bytes: int  # KV, checkpoints and running requests' state, at the fullest round
+    kv_blocks: int  # cached KV blocks at the end
+    checkpoints: int  # checkpoints at the end
     block_bytes: int  # one KV block at the model's size
-    checkpoint_bytes: int  # one checkpoint (every recurrent layer's state)
-
-    @property
-    def bytes(self) -> int:
-        return self.kv_blocks * self.block_bytes + self.checkpoints * self.checkpoint_bytes
+    checkpoint_bytes: int  # one checkpoint (every recurrent layer's state; 1 without any)
 
 
 def measure_working_set(options: EngineOptions, requests: list[Request]) -> WorkingSet:
-    """Run ``requests`` on an unbounded cache (`lru`, `all`) and read what it holds."""
+    """Run ``requests`` on an unbounded cache (`lru`, `all`, no budget) and read what it holds."""
     unbounded = options.replace(
-        kv_blocks=UNBOUNDED_BLOCKS, state_slots=UNBOUNDED_SLOTS, eviction="lru", admission="all"
+        kv_blocks=UNBOUNDED_BLOCKS,
+        state_slots=UNBOUNDED_SLOTS,
+        cache_memory=None,
+        eviction="lru",
+        admission="all",
     )
     setup = plan_engine(unbounded).build([len(r.prompt) for r in requests])
     engine = setup.engine()
-    evicted = count_evictions(engine)
-    engine.run(fresh_copy(requests))
-    if sum(evicted.values()):
+    peak = 0
+
+    def fullest(record: RoundRecord) -> None:
+        nonlocal peak
+        peak = max(peak, engine.cache.memory().used_bytes)
+
+    engine.run(fresh_copy(requests), on_round=fullest)
+    if sum(engine.cache.evictor.evictions.values()):
         raise RuntimeError("the unbounded run evicted: raise UNBOUNDED_BLOCKS / UNBOUNDED_SLOTS")
-    usage, model = engine.cache.usage(), engine.runner.model
+    usage, ledger = engine.cache.usage(), engine.cache.ledger
     return WorkingSet(
-        usage.cached_blocks,
-        usage.checkpoint_slots,
-        max(model.kv_bytes_per_token, 1) * setup.scheduler.block_size,
-        max(model.checkpoint_bytes, 1),
+        peak, usage.cached_blocks, usage.checkpoint_slots, ledger.block_bytes, ledger.slot_bytes
     )
 
 
 def under_pressure(
     options: EngineOptions, ws: WorkingSet, share: float, longest_prompt: int
 ) -> EngineOptions:
-    """``options`` with the cache capped at ``share`` of ``ws`` (see the module's floors)."""
-    block = options.block_size
-    floor = 2 * math.ceil(longest_prompt / block) + 1
-    kv = max(math.ceil(share * ws.kv_blocks), floor)
-    slots = max(math.ceil(share * ws.checkpoints), MIN_SLOTS)
-    return options.replace(kv_blocks=kv, state_slots=slots)
+    """``options`` with a cache budget of ``share`` of ``ws``'s bytes (see the module's floor)."""
+    blocks = 2 * math.ceil(longest_prompt / options.block_size) + 1
+    floor = blocks * ws.block_bytes + MIN_SLOTS * ws.checkpoint_bytes
+    budget = max(math.ceil(share * ws.peak_bytes), floor)
+    return options.replace(kv_blocks=None, state_slots=None, cache_memory=str(budget))
 
 
-def count_evictions(engine: Engine) -> Counter[str]:
-    """Evictions by kind (`EntryKind` values) on ``engine`` from now on: the policy's `evicted`
-    hook is wrapped (mutates the engine's policy object)."""
-    counts: Counter[str] = Counter({kind.value: 0 for kind in EntryKind})
-    policy = engine.cache.evictor.policy
-    inner = policy.evicted
-
-    def counted(node: Node, kind: EntryKind) -> None:
-        counts[kind.value] += 1
-        inner(node, kind)
-
-    policy.evicted = counted  # type: ignore[method-assign]
-    return counts
+def evictions(engine: Engine) -> dict[str, int]:
+    """Evictions by kind on ``engine`` so far: KV leaves, and checkpoints (with their leaf or
+    alone). Pure."""
+    counts = engine.cache.evictor.evictions
+    return {kind.value: counts[kind] for kind in EntryKind}
 
 
 def pressure_figures(requests: list[Request], flops_per_token: float | None) -> dict[str, Any]:

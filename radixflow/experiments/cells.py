@@ -25,6 +25,7 @@ from radixflow.bench.pressure import (
     pressure_figures,
     under_pressure,
 )
+from radixflow.cache.eviction import EntryKind
 from radixflow.engine.engine import Engine
 from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
 from radixflow.experiments.costcheck import (
@@ -107,9 +108,14 @@ class _Pressure:
     flops_per_token: float | None
 
     def figures(self, run: PolicyRun) -> dict[str, Any]:
-        return pressure_figures(run.requests, self.flops_per_token) | {
-            "working_set_bytes": self.working_set.bytes,
-        }
+        evicted = {f"evicted_{kind.value}": run.evictions.get(kind.value, 0) for kind in EntryKind}
+        return (
+            pressure_figures(run.requests, self.flops_per_token)
+            | evicted
+            | {
+                "working_set_bytes": self.working_set.peak_bytes,
+            }
+        )
 
 
 def run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:

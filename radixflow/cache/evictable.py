@@ -184,13 +184,6 @@ class Evictor:
             else:
                 stack.extend(c for c in below.children.values() if c.materialized)
 
-    def leaf_extended(self, node: Node) -> None:
-        """``node`` stopped being a KV leaf (a child got KV): for a policy that counts a leaf's
-        continuations as hits to come, its checkpoint is worth less now."""
-        if self.policy.coupled:
-            self.kv_victims.requeue(node)
-            self.state_victims.requeue(node)
-
     def demand_dropped(self, node: Node) -> None:
         """A registered prompt through ``node`` and its ancestors is gone: for a policy that counts
         waiting prompts as future hits, the checkpoints among them are worth less now."""

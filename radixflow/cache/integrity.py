@@ -132,7 +132,6 @@ def _check_node(cache: RadixCache, journals: _Journals, parent: Node, node: Node
         _require(len(node.blocks) == len(node.key) // cache.block_size, f"node {nid}: block count")
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
     _require(node.hits >= 1, f"node {nid}: {node.hits} hits")
-    _require(node.continued >= 0, f"node {nid}: continued {node.continued}")
     _require(node.aged <= cache.evictor.policy.clock, f"node {nid}: aged past the eviction clock")
     live = sum(c.materialized for c in node.children.values())
     _require(node.live_children == live, f"node {nid}: live_children {node.live_children} != {live}")

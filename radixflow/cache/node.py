@@ -29,7 +29,7 @@ class Node:
     - ``live_children`` = number of materialized children;
     - a PENDING checkpoint sits on a locked node;
     - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it;
-    - ``hits`` >= 1, ``continued`` >= 0 and ``aged`` <= the eviction policy's clock.
+    - ``hits`` >= 1 and ``aged`` <= the eviction policy's clock.
     """
 
     id: int
@@ -45,9 +45,6 @@ class Node:
     last_used: int = 0
     hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
     aged: float = 0.0  # the eviction policy's inflation clock when this node was last touched
-    # turns that continued the chain ending here: a node made by a request extending a KV leaf
-    # inherits that leaf's count plus one (a conversation's next turn), 0 elsewhere
-    continued: int = 0
     live_children: int = 0  # children that are materialized (0: a KV leaf)
     published_by: str | None = None  # producer whose current, uncommitted round wrote this KV
 

@@ -266,20 +266,15 @@ class RadixCache:
         self._tick += 1
         adopted, made, wanted = 0, {}, set(checkpoints)
         clock = self.evictor.policy.clock
-        continued = _continued(path, start)
         for node in path:
             node.last_used = self._tick
             if node.end > start:  # computed now: enters the policy's order at the clock (no hit)
                 node.aged = clock
-                node.continued = max(node.continued, continued)
             if node.end <= start:
                 continue
             if not node.materialized:
                 first = node.start // bs - start // bs
-                was_leaf = node.parent is not None and node.parent.live_children == 0
                 self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
-                if was_leaf:
-                    self.evictor.leaf_extended(node.parent)
                 self._private.difference_update(node.blocks or [])
                 self.journal.adopt(producer, node)
                 adopted += len(node.blocks)
@@ -443,13 +438,3 @@ class RadixCache:
     def own_locks(self, node: Node) -> int:
         """Locks held on exactly ``node`` (not on a node below it)."""
         return self._locks[node.id]
-
-
-def _continued(path: list[Node], start: int) -> int:
-    """``continued`` of the nodes a request computes from ``start``: one more than the KV leaf it
-    extends (a conversation's next turn), 0 where it branches off content already continued (a
-    candidate after its shared context) or starts from scratch. Pure."""
-    above = next((n for n in reversed(path) if n.end == start and n.materialized), None)
-    if above is None or above.live_children > 0:
-        return 0
-    return above.continued + 1

@@ -168,7 +168,7 @@ class Tree:
             upper_blocks, node.blocks = node.blocks[:nblocks], node.blocks[nblocks:]
         upper = self._new_node(upper_key, parent, node.start, upper_blocks)
         upper.lock_ref, upper.demand, upper.last_used = node.lock_ref, node.demand, node.last_used
-        upper.hits, upper.aged, upper.continued = node.hits, node.aged, node.continued
+        upper.hits, upper.aged = node.hits, node.aged
         upper.live_children = int(node.materialized)
         upper.children[node.key[:bs]] = node
         node.parent = upper

@@ -63,6 +63,15 @@ BAD_TEXT = st.one_of(
             "None",
             "qwen3_5-2b",
             "h200",
+            # sizes (cache_memory): units, a budget too small for one request, a negative one
+            "2GiB",
+            "300M",
+            "1KiB",
+            "-2GiB",
+            "5i",
+            "1.5.5G",
+            "4\x00GiB",
+            "2 PiB",
         ]
     ),
     st.integers(-(10**20), 10**20).map(str),
@@ -250,6 +259,11 @@ TOML_VALUES = st.one_of(
             "[]",
             "{}",
             "9223372036854775807",
+            '"2GiB"',
+            '"1KiB"',
+            '"-1G"',
+            '"4\\u0000G"',
+            '"512 MB"',
         ]
     ),
     st.integers(-(2**63), 2**63 - 1).map(str),

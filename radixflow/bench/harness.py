@@ -85,7 +85,7 @@ def run_policies(
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)
             counters = engine.scheduler.policy.counters()
-            evicted = {kind.value: n for kind, n in engine.cache.evictor.evictions.items()}
+            evicted = engine.cache.evictions()
             trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests, counters, evicted))
     return [_median_run(trials[p]) for p in policies]
 

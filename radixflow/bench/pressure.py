@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.bench.harness import fresh_copy
-from radixflow.cache.eviction import EntryKind
 from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
@@ -56,7 +55,7 @@ def measure_working_set(options: EngineOptions, requests: list[Request]) -> Work
         peak = max(peak, engine.cache.memory().used_bytes)
 
     engine.run(fresh_copy(requests), on_round=fullest)
-    if sum(engine.cache.evictor.evictions.values()):
+    if sum(engine.cache.evictions().values()):
         raise RuntimeError("the unbounded run evicted: raise UNBOUNDED_BLOCKS / UNBOUNDED_SLOTS")
     usage, ledger = engine.cache.usage(), engine.cache.ledger
     return WorkingSet(
@@ -77,8 +76,7 @@ def under_pressure(
 def evictions(engine: Engine) -> dict[str, int]:
     """Evictions by kind on ``engine`` so far: KV leaves, and checkpoints (with their leaf or
     alone). Pure."""
-    counts = engine.cache.evictor.evictions
-    return {kind.value: counts[kind] for kind in EntryKind}
+    return engine.cache.evictions()
 
 
 def pressure_figures(requests: list[Request], flops_per_token: float | None) -> dict[str, Any]:

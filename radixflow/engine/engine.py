@@ -143,7 +143,23 @@ class Engine:
     def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
         cache); None when it can. Pure: safe to call from another thread before submitting."""
-        return self.runner.validate(request) or self.scheduler.config.unfit_reason(request)
+        return (
+            self.runner.validate(request)
+            or self.scheduler.config.unfit_reason(request)
+            or self._budget_problem(request)
+        )
+
+    def _budget_problem(self, request: Request) -> Problem | None:
+        """Why ``request``'s KV and working state cannot fit the byte budget even alone (the caps
+        `build` sizes from the budget rule this out; a hand-built config may not). Pure."""
+        config = self.scheduler.config
+        blocks = config.blocks_needed(0, request.max_length)
+        slots = 1 if config.has_recurrent and config.num_state_slots > 0 else 0
+        if self.cache.holds(blocks, slots):
+            return None
+        param = "prompt" if request.sampling.max_tokens <= 1 else "max_tokens"
+        need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
+        return Problem(param, f"does not fit in the cache_memory budget: it needs {need}")
 
     def room(self, prompt_len: int) -> int:
         """The most tokens a prompt of ``prompt_len`` tokens may generate here (`generation_room`).

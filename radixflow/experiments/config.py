@@ -20,7 +20,7 @@ from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.fleet import ROUTERS
-from radixflow.options import EngineOptions, option_fields, runner_name
+from radixflow.options import EngineOptions, option_fields, plan_engine, runner_name
 from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import ProblemError
@@ -212,6 +212,11 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
     problem = device_problem(s["device"]) if s["runner"] == "torch" else None
     if problem is not None:  # the torch runner's own check, before any cell runs
         raise fail(origin, loc("device"), problem.message)
+    if options.cache_memory is not None and s["runner"] == "sim":  # the budget against the model's sizes
+        try:
+            plan_engine(options).scheduler_config()
+        except ProblemError as e:
+            raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None
     if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)

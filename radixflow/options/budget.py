@@ -50,6 +50,6 @@ def working_set_problem(
         return None
     return Problem(
         "cache_memory",
-        f"{show_size(budget)} cannot hold one request: the longest prompt ({longest} tokens) needs "
-        f"{show_size(need)} of KV{' and state' if recurrent else ''}",
+        f"{show_size(budget)} ({budget} bytes) cannot hold one request: the longest prompt "
+        f"({longest} tokens) needs {need} bytes of KV{' and state' if recurrent else ''}",
     )

@@ -80,15 +80,19 @@ def bookkeeping_problem(kv_blocks: int | None, state_slots: int | None) -> Probl
     )
 
 
-def pools_problem(need: int | None, device: str, what: str) -> Problem | None:
-    """The torch runner's pools (``need`` bytes, None: unknown) against available memory."""
+def pools_problem(need: int | None, device: str, what: str, budgeted: bool = False) -> Problem | None:
+    """The torch runner's pools (``need`` bytes, None: unknown) against available memory;
+    ``budgeted``: their sizes are the caps of a ``cache_memory`` budget, which the problem names."""
     have = available_memory() if device == "cpu" else None
     if need is None or have is None or need <= MEMORY_SHARE * have:
         return None
+    lower = "kv_blocks, block_size or state_slots"
+    if budgeted:
+        lower = "cache_memory, or cap kv_blocks and state_slots"
     return Problem(
-        "kv_blocks",
+        "cache_memory" if budgeted else "kv_blocks",
         f"the torch runner's cache needs {need / 1e9:.1f} GB ({what}) but {have / 1e9:.1f} GB of memory "
-        "is available: lower kv_blocks, block_size or state_slots",
+        f"is available: lower {lower}",
     )
 
 

@@ -195,7 +195,7 @@ class TorchChoice:
             f"{scheduler.num_blocks} KV blocks of {scheduler.block_size} tokens, "
             f"{scheduler.num_state_slots} state slots"
         )
-        return pools_problem(need, self.device, what)
+        return pools_problem(need, self.device, what, budgeted=scheduler.cache_memory is not None)
 
     def entry_bytes(self, block_size: int) -> EntryBytes:
         # the footprint counts float32 elements; KV is kept in the runner's dtype, state in float32

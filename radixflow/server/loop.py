@@ -267,7 +267,14 @@ class EngineLoop:
         with self._cond:
             pending = self._pending
         self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
-        self.metrics.on_cache(sched.cache.namespaces)
+        cache = sched.cache
+        memory = cache.memory()
+        in_use = {
+            "kv": memory.kv_bytes,
+            "checkpoint": memory.checkpoint_bytes,
+            "working": memory.working_bytes,
+        }
+        self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, cache.evictions())
 
 
 def _final(index: int, done: Done) -> Final:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -56,6 +57,26 @@ class ServerMetrics:
             "cache namespaces (cache_salt values) holding cached KV or a queued prompt",
             registry=r,
         )
+        self.cache_bytes = Gauge(
+            p + "cache_bytes",
+            "cache memory in use, by kind: kv (KV blocks), checkpoint (recurrent-state checkpoints), "
+            "working (running requests' own recurrent state)",
+            ["kind"],
+            registry=r,
+        )
+        self.cache_budget = Gauge(
+            p + "cache_budget_bytes",
+            "the cache's memory budget (cache_memory; without one, what its KV and state capacities hold)",
+            registry=r,
+        )
+        self.evictions = Counter(
+            p + "cache_evictions",
+            "cache entries evicted, by kind: kv (KV leaves), checkpoint (checkpoints, those lost with "
+            "their KV included)",
+            ["kind"],
+            registry=r,
+        )
+        self._evicted: dict[str, int] = {}  # the cache's eviction totals when last published
         self.requests = Counter(p + "requests", "requests answered, by outcome", ["outcome"], registry=r)
         self.rejected = Counter(
             p + "requests_rejected", "requests refused before admission", ["reason"], registry=r
@@ -115,9 +136,19 @@ class ServerMetrics:
         self.running.set(running)
         self.pending.set(pending)
 
-    def on_cache(self, namespaces: int) -> None:
-        """The engine's cache now holds ``namespaces`` namespaces (one per live cache salt)."""
+    def on_cache(
+        self, namespaces: int, budget: int, in_use: Mapping[str, int], evictions: Mapping[str, int]
+    ) -> None:
+        """The engine's cache now holds ``namespaces`` namespaces (one per live cache salt) and
+        ``in_use`` bytes by kind of its ``budget``; ``evictions``: its entries evicted so far, by
+        kind (totals: counted here as the increase since the last call)."""
         self.namespaces.set(namespaces)
+        self.cache_budget.set(budget)
+        for kind, used in in_use.items():
+            self.cache_bytes.labels(kind).set(used)
+        for kind, total in evictions.items():
+            self.evictions.labels(kind).inc(total - self._evicted.get(kind, 0))
+            self._evicted[kind] = total
 
     def on_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)

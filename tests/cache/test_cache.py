@@ -10,6 +10,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from radixflow.cache import EVICTION_POLICIES, RadixCache, Readiness
 from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.integrity import IntegrityError
+from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.node import Node
 
 BS = 4
@@ -239,12 +240,14 @@ class CacheMachine(RuleBasedStateMachine):
     running = Bundle("running")
 
     BLOCKS, SLOTS, EVICTION, RECURRENT = 24, 6, "lru", True
+    BUDGET: int | None = None  # one byte budget over both pools (None: the pools alone)
 
     def __init__(self) -> None:
         super().__init__()
         sizes = EntrySizes(kv_bytes_per_token=3, checkpoint_bytes=40, recurrent=self.RECURRENT)
         policy = make_eviction_policy(self.EVICTION, sizes)
-        self.cache = RadixCache(BS, num_blocks=self.BLOCKS, num_slots=self.SLOTS, eviction=policy)
+        budget = CacheBudget(3 * BS, 40, self.BUDGET)  # the sizes the policy weighs entries by
+        self.cache = RadixCache(BS, self.BLOCKS, self.SLOTS, eviction=policy, budget=budget)
         self.computed: dict[str, set[tuple[int, ...]]] = {ns: set() for ns in NAMESPACES}
         self.n = 0
 
@@ -292,6 +295,11 @@ class CacheMachine(RuleBasedStateMachine):
     def evict(self, blocks, slots):
         self.cache.reserve(blocks, slots)
 
+    @rule(n=st.integers(0, 3))
+    def make_slots(self, n):
+        got = self.cache.free_slots_upto(n)
+        assert got <= n and self.cache.free_slots >= got
+
     @rule(ns=st.sampled_from(NAMESPACES), tokens=prompts)
     def match_is_bounded_by_what_was_computed(self, ns, tokens):
         m = self.cache.match(ns, tokens, len(tokens))
@@ -333,3 +341,17 @@ for _name in EVICTION_POLICIES:
         _machine = type(f"Scarce_{_label}", (ScarceCacheMachine,), _attrs)
         _machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
         globals()[f"TestScarceCacheMachine_{_label}"] = _machine.TestCase
+
+
+class BudgetCacheMachine(CacheMachine):
+    """The same rules over one byte budget holding 8 blocks and 2 checkpoints' worth, under caps
+    that let either kind take most of it: KV and checkpoints trade bytes at every step."""
+
+
+for _name in EVICTION_POLICIES:
+    for _recurrent in (True, False):
+        _label = f"{_name.replace('-', '_')}{'' if _recurrent else '_attention'}"
+        _attrs = {"BUDGET": 8 * 3 * BS + 2 * 40, "EVICTION": _name, "RECURRENT": _recurrent}
+        _machine = type(f"Budget_{_label}", (BudgetCacheMachine,), _attrs)
+        _machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+        globals()[f"TestBudgetCacheMachine_{_label}"] = _machine.TestCase

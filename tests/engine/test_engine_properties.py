@@ -138,3 +138,20 @@ def test_scarce_byte_budget_stays_exact_under_every_eviction_policy(
         assert r.status is RequestStatus.FINISHED, (r.id, r.error)
         assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
     assert engine.cache.memory().used_bytes <= cfg.cache_memory
+
+
+def test_a_request_the_budget_cannot_hold_fails_alone():
+    """A hand-built config whose caps exceed its budget: the request that cannot fit the budget
+    fails with a one-line reason; the one that fits still runs."""
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
+    cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
+                          cache_memory=4 * block + slot)
+    engine = new_engine(runner, cfg)
+    big, small = Request("big", tuple(range(1, 41))), Request("small", tuple(range(1, 25)))
+    engine.submit(big)
+    engine.submit(small)
+    while engine.has_work():
+        engine.step()
+    assert big.status is RequestStatus.FAILED and "cache_memory budget" in (big.error or "")
+    assert small.status is RequestStatus.FINISHED

@@ -203,24 +203,24 @@ def test_scarce_memory_matches_the_reference_under_every_eviction_policy(runners
 
 @st.composite
 def scarce_budgets(draw: st.DrawFn, runners: Runners) -> SchedulerConfig:
-    """Scarce memory as one byte budget at the runner's real entry sizes: the longest prompt's KV,
-    two blocks more and one or two checkpoints' worth of bytes, shared, under caps that let either
-    kind take most of it (a freed checkpoint can hold KV, and the other way round)."""
+    """Scarce memory as one byte budget: the longest prompt's KV and two blocks more, and one or two
+    checkpoints' bytes, shared under the runner's whole pools as caps (a freed checkpoint holds KV,
+    freed KV a checkpoint)."""
     bs = draw(st.sampled_from(BLOCK_SIZES))
     model = runners[bs].model
     block, slot = model.kv_bytes_per_token * bs, max(model.checkpoint_bytes, 1)
-    blocks = -(-MAX_PROMPT // bs) + 2
+    blocks, slots = -(-MAX_PROMPT // bs) + 2, draw(st.integers(1, 2))
     return SchedulerConfig(
         token_budget=draw(st.sampled_from([8, 16, 24])),
         max_requests=draw(st.integers(1, 4)),
         block_size=bs,
         num_blocks=KV_TOKENS // bs,
         num_state_slots=MAX_SLOTS,
-        cache_memory=blocks * block + draw(st.integers(1, 2)) * slot,
+        cache_memory=blocks * block + slots * slot + draw(st.integers(0, block - 1)),
     )
 
 
-def test_scarce_byte_budget_matches_the_reference_under_every_eviction_policy(runners: Runners) -> None:
+def test_a_scarce_byte_budget_matches_the_reference_under_every_eviction_policy(runners: Runners) -> None:
     @settings(max_examples=12, deadline=None)
     @given(
         data=st.data(),

@@ -332,6 +332,12 @@ def test_models_health_and_metrics(served):
         "requests_pending",
         "tokens_per_second",
         "cache_namespaces",
+        "cache_budget_bytes",
+        'cache_bytes{kind="kv"}',
+        'cache_bytes{kind="checkpoint"}',
+        'cache_bytes{kind="working"}',
+        'cache_evictions_total{kind="kv"}',
+        'cache_evictions_total{kind="checkpoint"}',
     ):
         assert f"radixflow_{name}" in metrics
 
@@ -523,4 +529,34 @@ def test_unique_cache_salts_leave_a_bounded_number_of_namespaces(zoo):
         held = running.on_engine(lambda e: e.cache.namespaces)
         assert 0 < held <= kv_blocks // 2
         assert _namespaces_gauge(running) == held
+        running.on_engine(lambda e: e.check_integrity())
+
+
+def _metrics(running: RunningServer) -> dict[str, float]:
+    lines = running.http().get("/metrics").text.splitlines()
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in lines if not line.startswith("#")}
+
+
+def test_metrics_show_the_budget_in_use_and_evictions_by_kind(zoo):
+    """Under a byte budget the cache fills and evicts: /metrics shows the bytes in use by kind
+    within the budget, and the evictions by kind as they happen."""
+    from radixflow.options import plan_engine
+
+    entry = plan_engine(EngineOptions(model=MODEL)).choice.entry_bytes(16)
+    budget = 24 * entry.block + 2 * entry.slot
+    options = EngineOptions(model=MODEL, cache_memory=str(budget), token_budget=256)
+    with running_server(ServerConfig(), options) as running:
+        client = running.client()
+        for i in range(24):  # distinct prompts of a few blocks each: the budget fills, then evicts
+            client.completions.create(model=MODEL, prompt=CONTEXT + f"Candidate {i}.", max_tokens=1,
+                                      extra_body={"cache_salt": f"s{i}"})
+        running.wait_idle()
+        metrics = _metrics(running)
+        used = sum(metrics[f'radixflow_cache_bytes{{kind="{k}"}}'] for k in ("kv", "checkpoint", "working"))
+        assert metrics["radixflow_cache_budget_bytes"] == budget
+        assert 0 < used <= budget and metrics['radixflow_cache_bytes{kind="working"}'] == 0
+        evicted = running.on_engine(lambda e: e.cache.evictions())
+        assert evicted["kv"] > 0
+        for kind, n in evicted.items():
+            assert metrics[f'radixflow_cache_evictions_total{{kind="{kind}"}}'] == n
         running.on_engine(lambda e: e.check_integrity())

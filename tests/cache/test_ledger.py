@@ -1,0 +1,111 @@
+"""One byte budget over KV blocks and checkpoints (`radixflow.cache.ledger`): bytes freed from one
+kind hold the other, the policy's rank decides which goes, promised KV is held back from
+checkpoints, and `check_integrity` catches a ledger over its budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.cache import IntegrityError, RadixCache
+from radixflow.cache.ledger import CacheBudget
+from radixflow.cache.pool import IdPool
+
+BS = 4
+BLOCK, SLOT = 10, 30  # bytes: a checkpoint weighs three blocks
+
+
+def budgeted(budget: int, blocks: int = 100, slots: int = 100) -> RadixCache:
+    return RadixCache(BS, blocks, slots, budget=CacheBudget(BLOCK, SLOT, budget))
+
+
+def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int], rid: str) -> bool:
+    """A request computes ``tokens`` from scratch with checkpoints at ``ckpts`` and lets go
+    (False: its reservation failed)."""
+    need = len(tokens) // BS
+    if not cache.reserve(need, len(ckpts)):
+        return False
+    blocks = cache.alloc_blocks(need)
+    ext = cache.extend(ns, tokens, 0, len(tokens), blocks, ckpts, rid)
+    cache.lock(ext.handle)
+    cache.commit(rid)
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    cache.check_integrity()
+    return True
+
+
+def seq(first: int, n: int) -> tuple[int, ...]:
+    return tuple(range(first, first + n))
+
+
+def test_checkpoint_bytes_freed_hold_kv():
+    cache = budgeted(budget=4 * BLOCK + SLOT)
+    assert serve(cache, "a", seq(0, 8), [8], "r0")  # 2 blocks + 1 checkpoint: 50 of 70 bytes
+    assert cache.memory().used_bytes == 2 * BLOCK + SLOT
+    # four more blocks need 40 bytes, 20 free: only evicting bytes of either kind makes room,
+    # and the least recently used entry is the old leaf (its checkpoint goes with it)
+    assert serve(cache, "b", seq(100, 16), [], "r1")
+    assert cache.evictions() == {"kv": 1, "checkpoint": 1}
+    assert cache.memory().kv_bytes == 4 * BLOCK and cache.memory().checkpoint_bytes == 0
+
+
+def test_kv_bytes_freed_hold_a_checkpoint():
+    cache = budgeted(budget=6 * BLOCK)
+    assert serve(cache, "a", seq(0, 24), [], "r0")  # 6 blocks: the whole budget
+    assert cache.free_slots == 0  # the slot pool has room, the budget none
+    assert cache.free_slots_upto(1) == 1  # evicting KV leaves frees the bytes
+    assert cache.evictions()["kv"] >= 1 and cache.evictions()["checkpoint"] == 0
+    cache.check_integrity()
+
+
+def test_promised_kv_is_held_back_from_checkpoints():
+    cache = budgeted(budget=6 * BLOCK + 3 * SLOT)  # 150 bytes: five checkpoints' worth
+    assert cache.free_slots == 5
+    cache.promise(4)  # running requests will still allocate 4 blocks: 40 bytes spoken for
+    assert cache.free_slots == 3
+    cache.promise(7)
+    assert cache.free_slots == 2
+    assert cache.free_slots_upto(3) == 2  # nothing to evict: the promise stands
+    cache.check_integrity()
+
+
+def test_without_a_budget_the_pools_alone_limit():
+    cache = RadixCache(BS, 4, 2, budget=CacheBudget(BLOCK, SLOT, None))
+    assert cache.memory().budget_bytes == 4 * BLOCK + 2 * SLOT
+    assert cache.reserve(4, 2) and not cache.reserve(5, 0)
+    assert cache.free_slots == 2
+
+
+def test_ranked_eviction_takes_the_older_kind_first():
+    cache = budgeted(budget=5 * BLOCK + 2 * SLOT)
+    assert serve(cache, "a", seq(0, 4), [4], "r0")  # oldest: a block and a checkpoint
+    assert serve(cache, "b", seq(100, 4), [4], "r1")  # newer: the same
+    assert cache.reserve(3, 0)  # 30 bytes free already: fits without evicting
+    assert cache.evictions() == {"kv": 0, "checkpoint": 0}
+    assert cache.reserve(4, 1)  # 70 bytes, 30 free: the older pair (40 bytes) goes, the newer stays
+    assert cache.match("b", seq(100, 4), 4).checkpoint_tokens == 4
+    assert cache.match("a", seq(0, 4), 4).kv_tokens == 0
+
+
+def test_integrity_catches_bytes_over_the_budget():
+    cache = budgeted(budget=3 * BLOCK)
+    cache.alloc_blocks(3)
+    cache.check_integrity()
+    cache.ledger.budget = 2 * BLOCK  # as if an allocation had bypassed the ledger
+    with pytest.raises(IntegrityError, match="over the budget"):
+        cache.check_integrity()
+
+
+def test_integrity_catches_promised_kv_over_the_budget():
+    cache = budgeted(budget=3 * BLOCK)
+    cache.alloc_blocks(2)
+    cache.promise(2)
+    with pytest.raises(IntegrityError, match="promised KV over the budget"):
+        cache.check_integrity()
+
+
+def test_a_large_cap_costs_nothing_until_used():
+    pool = IdPool(1 << 40, "KV blocks")  # never listed: taking stays cheap
+    assert pool.take(3) == [0, 1, 2] and pool.free == (1 << 40) - 3
+    pool.give([1])
+    assert pool.take(2) == [1, 3]

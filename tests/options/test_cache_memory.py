@@ -1,0 +1,133 @@
+"""`cache_memory`: one byte budget, parsed and checked the same through every door (flags, TOML
+cells, `LLM(...)`, serve): a bad size, or a budget that cannot hold one request, is one line
+naming it."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.experiments.config import ExperimentConfigError, parse_config
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.options.sizes import parse_size
+from radixflow.problems import Problem, ProblemError
+
+SMALL = ["--groups", "1", "--candidates", "2", "--context-len", "16", "--candidate-len", "16"]
+TINY = "qwen3_5-tiny"
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("2GiB", 2 << 30), ("512MB", 512 * 10**6), ("300M", 300 * 10**6), ("1073741824", 1 << 30),
+     ("1.5 KiB", 1536), ("64k", 64000), ("7b", 7)],
+)
+def test_sizes_with_units(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("-1G", "positive"), ("0", "at least one byte"), ("0.5", "at least one byte"), ("abc", "like 2GiB"),
+     ("GiB", "like 2GiB"), ("5i", "like 2GiB"), ("1e9", "like 2GiB"), ("2PiB", "at most 1PiB"),
+     ("9" * 400, "at most 1PiB"), ("٣G", "like 2GiB")],
+)
+def test_bad_sizes_are_one_line_problems(text, says):
+    problem = parse_size(text)
+    assert isinstance(problem, Problem) and says in problem.message and "\n" not in problem.message
+
+
+def _bench_error(capsys, *extra: str) -> str:
+    code = main(["bench", *SMALL, *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    return err[0]
+
+
+def test_the_command_line_refuses_in_one_line_naming_the_flag(capsys):
+    assert _bench_error(capsys, "--cache-memory=-2GiB").startswith("radixflow: error: --cache-memory: ")
+    assert _bench_error(capsys, "--cache-memory", "4\x00GiB").startswith("radixflow: error: --cache-memory: ")
+    line = _bench_error(capsys, "--cache-memory", "1KiB")  # below one block and one checkpoint
+    assert line.startswith("radixflow: error: --cache-memory: 1KiB cannot hold one KV block")
+    line = _bench_error(capsys, "--cache-memory", "19.6MiB")  # one block and a slot, not the prompt
+    assert "--cache-memory: " in line and "cannot hold one request" in line
+
+
+def test_a_budget_caps_the_pools_within_what_it_holds():
+    plan = plan_engine(EngineOptions(model="qwen3_5-2b", runner="sim", cache_memory="2GiB"))
+    entry, config = plan.choice.entry_bytes(16), plan.scheduler_config()
+    assert config.cache_memory == 2 << 30
+    held = config.num_blocks * entry.block + entry.slot  # all KV, beside one checkpoint
+    assert held <= 2 << 30 < held + entry.block
+    assert config.num_state_slots * entry.slot + entry.block <= 2 << 30
+    capped = plan_engine(EngineOptions(model="qwen3_5-2b", runner="sim", cache_memory="2GiB", kv_blocks=100))
+    assert capped.scheduler_config().num_blocks == 100  # an explicit cap stays a cap
+    attention = plan_engine(EngineOptions(model="qwen3-4b", runner="sim", cache_memory="1GiB"))
+    assert attention.scheduler_config().num_state_slots == 0
+
+
+CELL = """
+name = "t"
+[defaults]
+runner = "sim"
+model = "qwen3_5-2b"
+cache_memory = {value}
+[defaults.workload]
+groups = 1
+candidates = 2
+context_len = 16
+candidate_len = 16
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [('"-1G"', "positive"), ('"1KiB"', "cannot hold one KV block"), ("2147483648", "must be a str"),
+     ('"2\\u0000G"', "NUL"), ('"abc"', "like 2GiB")],
+)
+def test_a_toml_cell_refuses_in_one_line_naming_the_key(value, says, tmp_path: Path):
+    data = tomllib.loads(CELL.format(value=value))
+    with pytest.raises(ExperimentConfigError) as e:
+        parse_config(data, "t.toml", tmp_path)
+    assert str(e.value).startswith("t.toml: defaults.cache_memory: ") and says in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_toml_cell_keeps_a_good_budget(tmp_path: Path):
+    config = parse_config(tomllib.loads(CELL.format(value='"1GiB"')), "t.toml", tmp_path)
+    assert [c.settings["cache_memory"] for c in config.cells] == ["1GiB"]
+
+
+def test_llm_and_serve_refuse_in_one_line_naming_it(zoo, capsys):
+    from radixflow.generation import LLM
+
+    with pytest.raises(ProblemError, match=r"^cache_memory: must be a positive size"):
+        LLM(TINY, cache_memory="-5M")
+    with pytest.raises(ProblemError, match=r"^cache_memory: .* cannot hold one KV block"):
+        LLM(TINY, cache_memory="10b")
+    code = main(["serve", TINY, "--cache-memory", "10b"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("radixflow: error: --cache-memory: "), err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_torch_plan_sizes_entries_as_the_runner_allocates_them(zoo, dtype):
+    """The caps are sized from the plan's entry bytes before the runner exists; the ledger charges
+    the runner's real tensors: they agree."""
+    plan = plan_engine(EngineOptions(model=TINY, dtype=dtype, cache_memory="4MiB"))
+    entry = plan.choice.entry_bytes(16)
+    setup = plan.build()
+    model = setup.runner.model
+    assert (entry.block, entry.slot) == (model.kv_bytes_per_token * 16, model.checkpoint_bytes)
+    engine = setup.engine()
+    assert engine.cache.ledger.budget == 4 << 20 and engine.cache.ledger.block_bytes == entry.block
+
+
+def test_torch_pools_at_the_budgets_caps_beyond_memory_name_cache_memory(zoo, monkeypatch):
+    from radixflow.options import machine
+
+    monkeypatch.setattr(machine, "available_memory", lambda: 1 << 20)
+    with pytest.raises(ProblemError, match=r"^cache_memory: the torch runner.s cache .* lower cache_memory"):
+        plan_engine(EngineOptions(model=TINY, cache_memory="64MiB")).build()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,7 +20,11 @@ BASELINE = "adaptive+lru+all"
 
 
 def _workload(cell: dict) -> str:
-    return cell["group"].split(" ")[0]
+    """chat, mixed (chats with one-off prompts) or candidates, from the cell's workload."""
+    work = cell["workload"]
+    if work.get("kind") == "chats":
+        return "mixed" if work.get("independent") else "chat"
+    return "candidates"
 
 
 def rows(results: dict) -> list[dict]:
@@ -94,15 +99,51 @@ def medians(table: list[dict]) -> dict[tuple[str, str, str], dict[float, str]]:
     return out
 
 
+SMOKE = """
+name = "memory-smoke"
+policies = ["adaptive+lru+all", "adaptive+cost-per-byte+all"]
+[defaults]
+runner = "sim"
+hardware = "h100"
+model = "qwen3_5-2b"
+capacity = 0.25
+[defaults.workload]
+kind = "chats"
+groups = 4
+candidates = 3
+context_len = 128
+candidate_len = 16
+"""
+
+
+def smoke_results() -> dict:
+    """One small chat cell under pressure, run here (CI: the table's input, end to end)."""
+    from radixflow.experiments.cells import run_cell
+    from radixflow.experiments.config import parse_config
+
+    config = parse_config(tomllib.loads(SMOKE), "smoke.toml", Path("."))
+    return {
+        "name": config.name,
+        "command": "--smoke",
+        "cells": [run_cell(c, config.variants) for c in config.cells],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, nargs="?", help="an experiment's results.json")
+    p.add_argument("--json", type=Path, help="also write the bars and every row as JSON here")
+    p.add_argument("--smoke", action="store_true", help="CI: tabulate one small cell run here")
     args = p.parse_args()
-    results = json.loads(args.results.read_text())
+    if args.results is None and not args.smoke:
+        p.error("give a results.json (or --smoke)")
+    results = smoke_results() if args.smoke else json.loads(args.results.read_text())
     table = rows(results)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"bars": bars(table), "rows": table}, indent=2))
     print(f"# `{results['name']}`: every cell against `{BASELINE}`\n")
     print(f"Command: `{results.get('command', 'radixflow experiment experiments/memory.toml')}`, then")
-    print(f"`python benchmarks/memory_table.py {args.results}`.\n")
+    print(f"`python benchmarks/memory_table.py {args.results or '--smoke'}`.\n")
     print("## Bars met\n")
     summary = bars(table)
     keys = list(next(iter(summary.values())))

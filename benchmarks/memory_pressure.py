@@ -9,6 +9,10 @@ working set: the bytes an unbounded cache (lru/all) holds at its fullest over th
 prompt tokens, TTFT p50 / p95, mean latency and evictions by kind (KV leaves, checkpoints).
 
     python benchmarks/memory_pressure.py --json results/memory_pressure.json
+    python benchmarks/memory_pressure.py --runner torch --fractions 0.25 --json results/memory_torch.json
+
+``--runner torch`` runs the real PyTorch runner on this CPU (the five hybrid ``-small`` zoo models,
+one thread, the CPU clock) on smaller chat and mixed workloads at a rate such a model serves.
 """
 
 from __future__ import annotations
@@ -48,6 +52,19 @@ WORKLOADS = {
         independent=48, order="interleaved", arrival="poisson", rate=40.0,
     ),
 }  # fmt: skip
+# The real runner on this CPU (`--runner torch`, the `-small` zoo models, one thread, the CPU
+# clock): the same shapes, smaller, at a rate such a model serves
+TORCH_WORKLOADS = {
+    "chat": WorkloadSpec(
+        kind="chats", groups=8, candidates=4, skew=1.0, context_len=128, candidate_len=32,
+        order="interleaved", arrival="poisson", rate=2.0,
+    ),
+    "mixed": WorkloadSpec(
+        kind="chats", groups=6, candidates=4, skew=1.0, context_len=128, candidate_len=32,
+        independent=12, order="interleaved", arrival="poisson", rate=2.0,
+    ),
+}  # fmt: skip
+TORCH_MODELS = ["qwen3_5-small", "qwen3_next-small", "lfm2-small", "nemotron_h-small", "falcon_h1-small"]
 
 
 def run(options: EngineOptions, spec: WorkloadSpec) -> dict[str, float | int | None]:
@@ -61,21 +78,26 @@ def run(options: EngineOptions, spec: WorkloadSpec) -> dict[str, float | int | N
 
 def cells(
     model: str,
+    runner: str,
     hardware: str,
     workloads: dict[str, WorkloadSpec],
     fractions: tuple[float, ...],
     seeds: list[int],
 ) -> list[dict]:
-    base = EngineOptions(model=model, runner="sim", hardware=hardware, policy="adaptive")
+    base = EngineOptions(model=model, runner=runner, hardware=hardware, policy="adaptive")
+    if runner == "torch":  # one thread on the CPU clock, as the calibrated profile was timed
+        base = base.replace(clock="cpu", torch_threads=1)
     out = []
     for (name, spec), seed in itertools.product(workloads.items(), seeds):
         spec = replace(spec, seed=seed)
+        if runner == "torch":  # tokens the model knows
+            spec = replace(spec, vocab_size=plan_engine(base).choice.vocab_size)
         ws = measure_working_set(base, build_workload(spec).requests)
         for fraction in fractions:
             capped = under_pressure(base, ws, fraction, spec.prompt_len)
             for eviction, admission in VARIANTS:
                 options = capped.replace(eviction=eviction, admission=admission)
-                row = {"model": model, "hardware": hardware, "workload": name, "seed": seed}
+                row = {"model": model, "runner": runner, "hardware": hardware, "workload": name, "seed": seed}
                 row |= {
                     "capacity": fraction,
                     "cache_memory": options.cache_memory,
@@ -88,7 +110,8 @@ def cells(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["qwen3_5-2b"])
+    p.add_argument("--runner", choices=["sim", "torch"], default="sim")
+    p.add_argument("--models", nargs="+", help="default: qwen3_5-2b (sim), the -small families (torch)")
     p.add_argument("--hardware", default="h100")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -96,12 +119,15 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=Path("results/memory_pressure.json"))
     p.add_argument("--smoke", action="store_true", help="CI: one small workload, two capacities")
     args = p.parse_args()
-    workloads = {name: WORKLOADS[name] for name in args.workloads}
+    shapes = TORCH_WORKLOADS if args.runner == "torch" else WORKLOADS
+    workloads = {name: shapes[name] for name in args.workloads if name in shapes}
+    args.models = args.models or (TORCH_MODELS if args.runner == "torch" else ["qwen3_5-2b"])
     if args.smoke:
         workloads = {"chat": replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)}
         args.fractions = [0.25, 1.0]
     fractions = tuple(args.fractions)
-    rows = [row for m in args.models for row in cells(m, args.hardware, workloads, fractions, args.seeds)]
+    grid = (args.runner, args.hardware, workloads, fractions, args.seeds)
+    rows = [row for m in args.models for row in cells(m, *grid)]
     _print(rows)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"cells": rows}, indent=2))

@@ -24,6 +24,7 @@ from radixflow.scheduler.request import Request, RequestStatus
 UNBOUNDED_BLOCKS = 1 << 20
 UNBOUNDED_SLOTS = 1 << 16
 MIN_SLOTS = 4  # the placement's own saves and a resume point, with room to spare
+SAVES_PER_REQUEST = 4  # checkpoints one request may leave (branch point, tail, a ladder's)
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,13 @@ class WorkingSet:
 
 def measure_working_set(options: EngineOptions, requests: list[Request]) -> WorkingSet:
     """Run ``requests`` on an unbounded cache (`lru`, `all`, no budget) and read what it holds."""
+    # room for everything the workload could ever cache (its whole prompts, a few checkpoints
+    # each), so a runner that allocates its pools up front (torch) allocates no more than that
+    bs = options.block_size
+    blocks = sum(-(-(len(r.prompt) + 1) // bs) for r in requests) + 1
     unbounded = options.replace(
-        kv_blocks=UNBOUNDED_BLOCKS,
-        state_slots=UNBOUNDED_SLOTS,
+        kv_blocks=min(blocks, UNBOUNDED_BLOCKS),
+        state_slots=min(SAVES_PER_REQUEST * len(requests) + MIN_SLOTS, UNBOUNDED_SLOTS),
         cache_memory=None,
         eviction="lru",
         admission="all",
@@ -56,7 +61,7 @@ def measure_working_set(options: EngineOptions, requests: list[Request]) -> Work
 
     engine.run(fresh_copy(requests), on_round=fullest)
     if sum(engine.cache.evictions().values()):
-        raise RuntimeError("the unbounded run evicted: raise UNBOUNDED_BLOCKS / UNBOUNDED_SLOTS")
+        raise RuntimeError("the unbounded run evicted: raise SAVES_PER_REQUEST or UNBOUNDED_*")
     usage, ledger = engine.cache.usage(), engine.cache.ledger
     return WorkingSet(
         peak, usage.cached_blocks, usage.checkpoint_slots, ledger.block_bytes, ledger.slot_bytes

@@ -37,11 +37,11 @@ def label(variant: tuple[str, str]) -> str:
     return f"{variant[0]}/{variant[1]}"
 
 
-def per_round(waiting: int, rounds: int, policy: str) -> dict[str, float]:
-    """Median CPU ms per round of every variant at one queue length, interleaved round by round."""
-    timed = {
-        v: TimedEngine(policy, OPTIONS.replace(eviction=v[0], admission=v[1])) for v in VARIANTS
-    }
+def per_round(waiting: int, rounds: int, policy: str, cache_memory: str | None = None) -> dict[str, float]:
+    """Median CPU ms per round of every variant at one queue length, interleaved round by round;
+    ``cache_memory``: one byte budget over KV and checkpoints (None: the two caps alone)."""
+    options = OPTIONS if cache_memory is None else OPTIONS.replace(cache_memory=cache_memory)
+    timed = {v: TimedEngine(policy, options.replace(eviction=v[0], admission=v[1])) for v in VARIANTS}
     streams = {v: requests(seed=waiting) for v in VARIANTS}
     for v in VARIANTS:
         _fill(timed[v], streams[v], waiting)
@@ -78,16 +78,21 @@ def main() -> None:
     p.add_argument("--policy", default="adaptive")
     p.add_argument("--json", type=Path, default=Path("results/eviction_overhead.json"))
     p.add_argument("--smoke", action="store_true", help="CI: a small queue, few rounds, one repeat")
+    p.add_argument(
+        "--cache-memory", help="one byte budget over KV and checkpoints, e.g. 1GiB (default: the caps alone)"
+    )
     args = p.parse_args()
     if args.smoke:
         args.waiting, args.rounds, args.repeat = [200], 5, 1
     if args.repeat < 1:
         raise SystemExit("--repeat must be at least 1")
-    result: dict = {"policy": args.policy, "rounds": args.rounds, "per_round": {}}
+    result: dict = {"policy": args.policy, "rounds": args.rounds, "cache_memory": args.cache_memory}
+    result["per_round"] = {}
     ctx = multiprocessing.get_context("spawn")
     for waiting in args.waiting:
         with ctx.Pool(1) as pool:
-            runs = [pool.apply(per_round, (waiting, args.rounds, args.policy)) for _ in range(args.repeat)]
+            job = (waiting, args.rounds, args.policy, args.cache_memory)
+            runs = [pool.apply(per_round, job) for _ in range(args.repeat)]
         medians = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
         base = medians[label(VARIANTS[0])]
         result["per_round"][waiting] = {

@@ -3,30 +3,37 @@
 
 Workloads (`radixflow.workloads.candidates`): multi-turn chats with Zipf popularity over the
 conversations, candidates over long shared contexts, and chats mixed with one-off prompts.
-Capacity is a fraction of the working set: the KV blocks and checkpoints an unbounded cache
-(lru/all) holds at the end of the same workload; KV never below twice the longest prompt, state
-slots never below four. Reported per cell: token hit rate (reused / prompt tokens), recomputed
+Capacity is one byte budget (``cache_memory``) shared by KV and checkpoints, a fraction of the
+working set: the bytes an unbounded cache (lru/all) holds at its fullest over the same workload
+(`radixflow.bench.pressure`). Reported per cell: token hit rate (reused / prompt tokens), recomputed
 prompt tokens, TTFT p50 / p95, mean latency and evictions by kind (KV leaves, checkpoints).
 
     python benchmarks/memory_pressure.py --json results/memory_pressure.json
+    python benchmarks/memory_pressure.py --runner torch --fractions 0.25 --json results/memory_torch.json
+
+``--runner torch`` runs the real PyTorch runner on this CPU (the five hybrid ``-small`` zoo models,
+one thread, the CPU clock) on smaller chat and mixed workloads at a rate such a model serves.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import math
-import statistics
 from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from radixflow.cache.eviction import EntryKind
-from radixflow.engine.engine import Engine
+from radixflow.bench.pressure import (
+    dense_flops_per_token,
+    evictions,
+    measure_working_set,
+    pressure_figures,
+    under_pressure,
+)
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.scheduler import Request, RequestStatus
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 VARIANTS = (("lru", "all"), ("cost-per-byte", "all"), ("lru", "likely"), ("cost-per-byte", "likely"))
@@ -45,82 +52,82 @@ WORKLOADS = {
         independent=48, order="interleaved", arrival="poisson", rate=40.0,
     ),
 }  # fmt: skip
+# The real runner on this CPU (`--runner torch`, the `-small` zoo models, one thread, the CPU
+# clock): the same shapes, smaller, at a rate such a model serves
+TORCH_WORKLOADS = {
+    "chat": WorkloadSpec(
+        kind="chats", groups=8, candidates=4, skew=1.0, context_len=128, candidate_len=32,
+        order="interleaved", arrival="poisson", rate=2.0,
+    ),
+    "mixed": WorkloadSpec(
+        kind="chats", groups=6, candidates=4, skew=1.0, context_len=128, candidate_len=32,
+        independent=12, order="interleaved", arrival="poisson", rate=2.0,
+    ),
+}  # fmt: skip
+TORCH_MODELS = ["qwen3_5-small", "qwen3_next-small", "lfm2-small", "nemotron_h-small", "falcon_h1-small"]
 
 
-def run(options: EngineOptions, spec: WorkloadSpec) -> tuple[Engine, dict[str, int]]:
-    """One engine over a fresh copy of ``spec``'s requests; evictions counted by kind."""
-    plan = plan_engine(options)
-    engine = plan.build().engine()
-    evicted = {kind.value: 0 for kind in EntryKind}
-    policy = engine.cache.evictor.policy
-    inner = policy.evicted
-
-    def counting(node, kind):  # type: ignore[no-untyped-def]
-        evicted[kind.value] += 1
-        inner(node, kind)
-
-    policy.evicted = counting  # type: ignore[method-assign]
-    engine.run(build_workload(spec).requests)
-    return engine, evicted
+def run(options: EngineOptions, spec: WorkloadSpec) -> dict[str, float | int | None]:
+    """One engine over a fresh copy of ``spec``'s requests: its figures and evictions by kind."""
+    requests = build_workload(spec).requests
+    engine = plan_engine(options).build([len(r.prompt) for r in requests]).engine()
+    engine.run(requests)
+    figures = pressure_figures(engine.requests, dense_flops_per_token(engine.runner))
+    return figures | {f"evicted_{kind}": n for kind, n in evictions(engine).items()}
 
 
-def working_set(options: EngineOptions, spec: WorkloadSpec) -> tuple[int, int]:
-    """KV blocks and checkpoints an unbounded cache holds once the workload is done."""
-    engine, evicted = run(options.replace(kv_blocks=1 << 20, state_slots=1 << 16), spec)
-    assert not any(evicted.values()), "the unbounded run evicted"
-    usage = engine.cache.usage()
-    return usage.cached_blocks, usage.checkpoint_slots
-
-
-def summary(engine: Engine, evicted: dict[str, int]) -> dict[str, float | int | None]:
-    reqs: list[Request] = engine.requests
-    done = [r for r in reqs if r.status is RequestStatus.FINISHED]
-    prompt = sum(len(r.prompt) for r in done)
-    reused = sum(r.reused for r in done)
-    ttft = sorted(r.ttft_s for r in done if r.ttft_s is not None)
-    return {
-        "finished": len(done),
-        "requests": len(reqs),
-        "hit_rate": reused / prompt if prompt else None,
-        "recomputed_tokens": prompt - reused,
-        "ttft_p50_ms": 1e3 * statistics.median(ttft) if ttft else None,
-        "ttft_p95_ms": 1e3 * ttft[min(len(ttft) - 1, round(0.95 * (len(ttft) - 1)))] if ttft else None,
-        "mean_latency_ms": 1e3 * statistics.fmean(r.latency_s or 0.0 for r in done) if done else None,
-        "evicted_kv": evicted[EntryKind.KV.value],
-        "evicted_checkpoints": evicted[EntryKind.CHECKPOINT.value],
-    }
-
-
-def cells(model: str, workloads: dict[str, WorkloadSpec], fractions: tuple[float, ...]) -> list[dict]:
-    base = EngineOptions(model=model, runner="sim", hardware="h100", policy="adaptive")
+def cells(
+    model: str,
+    runner: str,
+    hardware: str,
+    workloads: dict[str, WorkloadSpec],
+    fractions: tuple[float, ...],
+    seeds: list[int],
+) -> list[dict]:
+    base = EngineOptions(model=model, runner=runner, hardware=hardware, policy="adaptive")
+    if runner == "torch":  # one thread on the CPU clock, as the calibrated profile was timed
+        base = base.replace(clock="cpu", torch_threads=1)
     out = []
-    for name, spec in workloads.items():
-        blocks, slots = working_set(base, spec)
-        floor = 2 * math.ceil(spec.prompt_len / base.block_size) + 1
+    for (name, spec), seed in itertools.product(workloads.items(), seeds):
+        spec = replace(spec, seed=seed)
+        if runner == "torch":  # tokens the model knows
+            spec = replace(spec, vocab_size=plan_engine(base).choice.vocab_size)
+        ws = measure_working_set(base, build_workload(spec).requests)
         for fraction in fractions:
-            kv, ck = max(math.ceil(fraction * blocks), floor), max(math.ceil(fraction * slots), 4)
+            capped = under_pressure(base, ws, fraction, spec.prompt_len)
             for eviction, admission in VARIANTS:
-                options = base.replace(kv_blocks=kv, state_slots=ck, eviction=eviction, admission=admission)
-                engine, evicted = run(options, spec)
-                row = {"model": model, "workload": name, "capacity": fraction, "kv_blocks": kv}
-                row |= {"state_slots": ck, "eviction": eviction, "admission": admission}
-                out.append(row | summary(engine, evicted))
+                options = capped.replace(eviction=eviction, admission=admission)
+                row = {"model": model, "runner": runner, "hardware": hardware, "workload": name, "seed": seed}
+                row |= {
+                    "capacity": fraction,
+                    "cache_memory": options.cache_memory,
+                    "working_set_bytes": ws.peak_bytes,
+                }
+                row |= {"eviction": eviction, "admission": admission}
+                out.append(row | run(options, spec))
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["qwen3_5-2b"])
+    p.add_argument("--runner", choices=["sim", "torch"], default="sim")
+    p.add_argument("--models", nargs="+", help="default: qwen3_5-2b (sim), the -small families (torch)")
+    p.add_argument("--hardware", default="h100")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     p.add_argument("--json", type=Path, default=Path("results/memory_pressure.json"))
     p.add_argument("--smoke", action="store_true", help="CI: one small workload, two capacities")
     args = p.parse_args()
-    workloads = {name: WORKLOADS[name] for name in args.workloads}
+    shapes = TORCH_WORKLOADS if args.runner == "torch" else WORKLOADS
+    workloads = {name: shapes[name] for name in args.workloads if name in shapes}
+    args.models = args.models or (TORCH_MODELS if args.runner == "torch" else ["qwen3_5-2b"])
     if args.smoke:
         workloads = {"chat": replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)}
         args.fractions = [0.25, 1.0]
-    rows = [row for model in args.models for row in cells(model, workloads, tuple(args.fractions))]
+    fractions = tuple(args.fractions)
+    grid = (args.runner, args.hardware, workloads, fractions, args.seeds)
+    rows = [row for m in args.models for row in cells(m, *grid)]
     _print(rows)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"cells": rows}, indent=2))
@@ -129,7 +136,7 @@ def main() -> None:
 def _print(rows: list[dict]) -> None:
     table = Table(title="memory pressure (sim): hit rate, TTFT, latency, evictions")
     cols = ("model", "workload", "capacity", "eviction", "admission", "hit_rate", "recomputed_tokens")
-    cols += ("ttft_p50_ms", "ttft_p95_ms", "mean_latency_ms", "evicted_kv", "evicted_checkpoints")
+    cols += ("ttft_p50_ms", "ttft_p95_ms", "mean_latency_ms", "evicted_kv", "evicted_checkpoint")
     for col in cols:
         table.add_column(col)
     for row in rows:

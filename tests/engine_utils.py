@@ -29,10 +29,12 @@ def new_engine(
     round_history: int | None = None,
     events: EngineEvents | None = None,
     eviction: str | None = None,
+    admission: str | None = None,
 ) -> Engine:
     """An engine over a hand-built runner and config, through the one builder: what a test leaves
     out is `EngineOptions`' default (the engine has none of its own)."""
-    options = EngineOptions() if eviction is None else EngineOptions(eviction=eviction)
+    given = {"eviction": eviction, "admission": admission}
+    options = EngineOptions(**{k: v for k, v in given.items() if v is not None})
     return build.new_engine(runner, config, options, policy, placement, round_history, events)
 
 

@@ -22,6 +22,8 @@ class PolicyRun:
     requests: list[Request]
     # the policy's own decision counts (`SchedulingPolicy.counters`: adaptive's waits, recomputes...)
     counters: dict[str, int] = field(default_factory=dict)
+    # cache entries evicted, by kind (`EntryKind` values: KV leaves, checkpoints)
+    evictions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,7 +85,8 @@ def run_policies(
             engine.run(fresh_copy(requests), on_round=callback)
             result = summarize(policy, engine, scheduler, reference)
             counters = engine.scheduler.policy.counters()
-            trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests, counters))
+            evicted = engine.cache.evictions()
+            trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests, counters, evicted))
     return [_median_run(trials[p]) for p in policies]
 
 
@@ -100,7 +103,8 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
         values = [getattr(t.result, f.name) for t in trials]
         if all(isinstance(v, float) for v in values):
             timed[f.name] = statistics.median(values)
-    return PolicyRun(replace(first, **timed), trials[0].rounds, trials[0].requests, trials[0].counters)
+    kept = trials[0]
+    return PolicyRun(replace(first, **timed), kept.rounds, kept.requests, kept.counters, kept.evictions)
 
 
 def config_dict(scheduler: SchedulerConfig, **extra: object) -> dict[str, object]:

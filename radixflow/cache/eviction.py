@@ -87,22 +87,27 @@ class LRU:
 
 
 class CostPerByte:
-    """Evicts what costs least to recompute per byte freed, weighed by frequency and recency:
-    GreedyDual-Size-Frequency (Cherkasova, 1998). An entry's key is
+    """Evicts what costs least to recompute per byte freed, aged by recency: GreedyDual-Size
+    (Cao and Irani, 1997) with the prompts known to be coming as its frequency. An entry's key is
 
-        H = L + (hits + waiting) * cost / bytes
+        H = L + (1 + waiting) * cost / bytes
 
     with L the inflation clock when a request last resumed there (or computed it): each eviction
-    raises the clock to the victim's H, so an entry unused for long falls behind newer ones. Hits
-    are requests that resumed there; waiting, the registered prompts through it (``demand``):
-    hits to come.
+    raises the clock to the victim's H, so an entry unused for long falls behind newer ones, the
+    cheaper to recompute per byte the sooner. Waiting: the registered prompts through it
+    (``demand``), hits known to be coming. Past hits are not counted (GDSF's frequency): a group
+    of candidates or a conversation is finite, so the hits an entry has had do not predict the
+    ones to come (in a group of K they count down what is left), and a count that only grows
+    keeps a spent context over a fresh one.
 
     Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
-    above it to its own position (a request resumes there instead). A KV leaf of a hybrid model
-    is worth the checkpoint on it, lost with it, and nothing without one: no request can resume
-    inside KV that no checkpoint closes (and a checkpoint cannot outlive its KV). Without
-    recurrent layers, a KV leaf is worth its own tokens (resuming anywhere), so every KV byte
-    weighs alike and hits and recency decide.
+    above it to its own position (a request resumes there instead; a checkpoint inside a chain
+    of them saves only its stretch). A KV leaf of a hybrid model is worth the checkpoint on it,
+    lost with it, and nothing without one: no request can resume inside KV that no checkpoint
+    closes (and a checkpoint cannot outlive its KV). Without recurrent layers, a KV leaf is worth
+    its own tokens (resuming anywhere), so every KV byte weighs alike and recency decides.
+    Bytes are the entry's real size (`EntrySizes`): under one budget a checkpoint as large as
+    thousands of tokens of KV competes with KV at that weight.
     """
 
     name = "cost-per-byte"
@@ -124,7 +129,7 @@ class CostPerByte:
         return _since_checkpoint_above(node) / sizes.bytes(node, kind)
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
-        return (node.aged + (node.hits + node.demand) * self.value(node, kind), node.last_used)
+        return (node.aged + (1 + node.demand) * self.value(node, kind), node.last_used)
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
         self.clock = max(self.clock, self.priority(node, kind)[0])

@@ -12,12 +12,20 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from radixflow.bench.fleet import run_fleet
 from radixflow.bench.fleet_metrics import fleet_figures, fleet_policy_result
 from radixflow.bench.harness import PolicyRun, fresh_copy, run_policies
+from radixflow.bench.pressure import (
+    WorkingSet,
+    dense_flops_per_token,
+    measure_working_set,
+    pressure_figures,
+    under_pressure,
+)
+from radixflow.cache.eviction import EntryKind
 from radixflow.engine.engine import Engine
 from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
 from radixflow.experiments.costcheck import (
@@ -66,7 +74,11 @@ def _finite(x: Any) -> Any:
 
 
 def _variant_result(
-    variant: Variant, run: PolicyRun, slo_ms: float | None, rate: float | None
+    variant: Variant,
+    run: PolicyRun,
+    slo_ms: float | None,
+    rate: float | None,
+    pressure: _Pressure | None = None,
 ) -> dict[str, Any]:
     done = [r for r in run.requests if r.status is RequestStatus.FINISHED and r.latency_s is not None]
     latencies = sorted(r.latency_s for r in done if r.latency_s is not None)
@@ -83,7 +95,27 @@ def _variant_result(
         "failures": [
             {"id": r.id, "reason": r.error} for r in run.requests if r.status is RequestStatus.FAILED
         ],
+        **({} if pressure is None else {"pressure": pressure.figures(run)}),
     }
+
+
+@dataclass(frozen=True)
+class _Pressure:
+    """A cell under memory pressure: the working set its cache was capped against, and the
+    dense FLOPs of one recomputed token (None: the runner does not know its shape)."""
+
+    working_set: WorkingSet
+    flops_per_token: float | None
+
+    def figures(self, run: PolicyRun) -> dict[str, Any]:
+        evicted = {f"evicted_{kind.value}": run.evictions.get(kind.value, 0) for kind in EntryKind}
+        return (
+            pressure_figures(run.requests, self.flops_per_token)
+            | evicted
+            | {
+                "working_set_bytes": self.working_set.peak_bytes,
+            }
+        )
 
 
 def run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:
@@ -98,25 +130,37 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     s = cell.settings
     plan = plan_engine(options)
     requests = cell_requests(cell, plan.choice.vocab_size)
+    ws = None if s["capacity"] is None else measure_working_set(options, requests)
+    if ws is not None:  # the cache capped at the cell's share of the working set
+        options = under_pressure(options, ws, s["capacity"], max(len(r.prompt) for r in requests))
+        plan = plan_engine(options)
     setup = plan.build([len(r.prompt) for r in requests])
     timed = replace(setup, runner=CpuTimedRunner(setup.runner))  # the same engines, timed
+    pressure = None if ws is None else _Pressure(ws, dense_flops_per_token(setup.runner))
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])
-    by_placement: dict[str | None, list[Variant]] = {}  # None: each policy its own
+    # variants sharing a placement (None: each policy its own) and cache policies run together
+    groups: dict[tuple[str | None, str, str], list[Variant]] = {}
     for v in variants:
-        by_placement.setdefault(v.placement or options.placement, []).append(v)
+        key = (
+            v.placement or options.placement,
+            v.eviction or options.eviction,
+            v.admission or options.admission,
+        )
+        groups.setdefault(key, []).append(v)
     results: dict[str, dict[str, Any]] = {}
     ran: list[tuple[Variant, PolicyRun]] = []
     if s["replicas"] > 1:  # a fleet behind the cell's router
         for v in variants:
             results[v.label] = _fleet_variant(cell, v, requests, setup, rate)
-        by_placement = {}
-    for placement, group in by_placement.items():
+        groups = {}
+    for (placement, eviction, admission), group in groups.items():
+        engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
         policies = [v.policy for v in group]
-        runs = run_policies(requests, timed, policies, placement, None, s["repetitions"])
+        runs = run_policies(requests, engines, policies, placement, None, s["repetitions"])
         ran += zip(group, runs, strict=True)
         for v, run in zip(group, runs, strict=True):
-            results[v.label] = _variant_result(v, run, s["slo_ms"], rate)
+            results[v.label] = _variant_result(v, run, s["slo_ms"], rate, pressure)
     setup.flush_trace()  # the cell's trace_out, if it has one: a process per variant run
     if plan.choice.name == "torch" and ran:
         _cost_check(ran, results, timed.runner.cpu_s, requests, s, plan.choice)

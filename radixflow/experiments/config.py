@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.fleet import ROUTERS
@@ -23,6 +24,7 @@ from radixflow.options import EngineOptions, option_fields, plan_engine, runner_
 from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import ProblemError
+from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.workloads.candidates import ARRIVALS, KINDS, ORDERS, WorkloadSpec
@@ -44,10 +46,13 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
     # a fleet: this many engines (same settings) behind the router, on one shared modelled clock
     "replicas": (OptionSpec("engine replicas behind the router", int, 1, MAX_REPLICAS), 1),
     "router": (OptionSpec("router over the replicas", str, choices=lambda: tuple(ROUTERS)), "pow2"),
+    # memory pressure: the cache capped at this share of the workload's working set (what an
+    # unbounded cache holds at its end; `radixflow.bench.pressure`); None: the engine's own sizes
+    "capacity": (OptionSpec("cache capacity as a share of the working set", float, 0.01, 1.0), None),
 }
 # keys added after results were cached: left out of a cell's cache key at their default, so the
 # cells that existed before them keep their keys (and their cached results)
-LATE_KEYS = {"replicas": 1, "router": "pow2", "kind": "candidates", "skew": 0.0}
+LATE_KEYS = {"replicas": 1, "router": "pow2", "kind": "candidates", "skew": 0.0, "capacity": None}
 ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model
@@ -58,14 +63,19 @@ TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
 
 @dataclass(frozen=True)
 class Variant:
-    """One column of the side-by-side comparison: a scheduling policy and where it checkpoints."""
+    """One column of the side-by-side comparison: a scheduling policy, where it checkpoints, and
+    the cache's eviction policy and checkpoint admission (written ``policy@placement+eviction+
+    admission``; each part after the policy optional)."""
 
     policy: str
     placement: str | None  # None: the cell's placement
+    eviction: str | None = None  # None: the cell's eviction policy
+    admission: str | None = None  # None: the cell's admission
 
     @property
     def label(self) -> str:
-        return self.policy if self.placement is None else f"{self.policy}@{self.placement}"
+        label = self.policy if self.placement is None else f"{self.policy}@{self.placement}"
+        return "+".join([label, *(part for part in (self.eviction, self.admission) if part is not None)])
 
 
 @dataclass(frozen=True)
@@ -129,13 +139,23 @@ class ExperimentConfig:
 def _variant(text: Any, origin: str) -> Variant:
     if not isinstance(text, str):
         raise fail(origin, "policies", f"each entry must be a string, got {text!r}")
-    policy, _, placement = text.partition("@")
+    head, *cache = text.split("+")
+    if len(cache) > 2:
+        raise fail(origin, "policies", f"{text!r}: at most policy@placement+eviction+admission")
+    eviction, admission = (cache + [None, None])[:2]
+    for part, value, known in (
+        ("eviction", eviction, EVICTION_POLICIES),
+        ("admission", admission, ADMISSIONS),
+    ):
+        if value is not None and value not in known:
+            raise fail(origin, "policies", f"unknown {part} {value!r} (known: {', '.join(known)})")
+    policy, _, placement = head.partition("@")
     if policy not in SCHEDULING_POLICIES:
         known = ", ".join(SCHEDULING_POLICIES)
         raise fail(origin, "policies", f"unknown policy {policy!r} (known: {known})")
     if placement and placement not in PLACEMENTS:
         raise fail(origin, "policies", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
-    return Variant(policy, placement or None)
+    return Variant(policy, placement or None, eviction, admission)
 
 
 def _values(value: Any, origin: str, key: str) -> list[Any]:

@@ -11,6 +11,7 @@ from radixflow.cache import EVICTION_POLICIES
 from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.admission import ADMISSIONS
 
 BS = 8
 STEMS = [tuple(range(10, 50)), tuple(range(10, 34)) + tuple(range(90, 106)), tuple(range(200, 216))]
@@ -41,9 +42,14 @@ configs = st.builds(
 
 
 def run(
-    runner, cfg: SchedulerConfig, policy: str, reqs: list[Request], eviction: str | None = None
+    runner,
+    cfg: SchedulerConfig,
+    policy: str,
+    reqs: list[Request],
+    eviction: str | None = None,
+    admission: str | None = None,
 ) -> Engine:
-    engine = new_engine(runner, cfg, policy=policy, eviction=eviction)
+    engine = new_engine(runner, cfg, policy=policy, eviction=eviction, admission=admission)
     for r in reqs:
         engine.submit(r)
     while engine.has_work():
@@ -84,14 +90,14 @@ scarce = st.builds(
     cfg=scarce,
     policy=st.sampled_from(["native", "radixflow", "adaptive"]),
     eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+    admission=st.sampled_from(sorted(ADMISSIONS)),
 )
-def test_scarce_memory_stays_exact_under_every_eviction_policy(model, reqs, cfg, policy, eviction):
+def test_scarce_memory_stays_exact_under_every_eviction_policy(model, reqs, cfg, policy, eviction, admission):
     runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
-    engine = run(runner, cfg, policy, reqs, eviction)
+    engine = run(runner, cfg, policy, reqs, eviction, admission)
     for r in engine.requests:
         assert r.status is RequestStatus.FINISHED, (r.id, r.error)
         assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)
-
 
 
 @st.composite
@@ -120,11 +126,14 @@ def budgets(draw: st.DrawFn, runner: SimRunner) -> SchedulerConfig:
     reqs=workloads(),
     policy=st.sampled_from(["native", "radixflow", "adaptive"]),
     eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+    admission=st.sampled_from(sorted(ADMISSIONS)),
 )
-def test_scarce_byte_budget_stays_exact_under_every_eviction_policy(model, data, reqs, policy, eviction):
+def test_scarce_byte_budget_stays_exact_under_every_eviction_policy(
+    model, data, reqs, policy, eviction, admission
+):
     runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
     cfg = data.draw(budgets(runner))
-    engine = run(runner, cfg, policy, reqs, eviction)
+    engine = run(runner, cfg, policy, reqs, eviction, admission)
     for r in engine.requests:
         assert r.status is RequestStatus.FINISHED, (r.id, r.error)
         assert r.output[0] == sim_token(r.namespace, r.prompt, runner.model.vocab_size)

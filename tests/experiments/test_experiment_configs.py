@@ -11,7 +11,7 @@ from radixflow.experiments.config import load_config
 from radixflow.options import plan_engine
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-SIM_CONFIGS = ["ablation", "fleet", "load_sweep", "policies", "policies_cpu", "sensitivity"]
+SIM_CONFIGS = ["ablation", "fleet", "load_sweep", "memory", "policies", "policies_cpu", "sensitivity"]
 
 
 @pytest.mark.parametrize("name", SIM_CONFIGS)

@@ -169,6 +169,11 @@ def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: 
         (("[defaults]", "[defaults]\nreplicas = 0"), "defaults.replicas"),
         (("candidate_len = 16", 'candidate_len = 16\nkind = "essays"'), "defaults.workload.kind"),
         (("candidate_len = 16", "candidate_len = 16\nskew = -1.0"), "defaults.workload.skew"),
+        (("[defaults]", "[defaults]\ncapacity = 0.0"), "defaults.capacity"),
+        (("[defaults]", "[defaults]\ncapacity = 1.5"), "defaults.capacity"),
+        (('"radixflow"]', '"radixflow+fifo"]'), "policies"),
+        (('"radixflow"]', '"radixflow+lru+maybe"]'), "policies"),
+        (('"radixflow"]', '"radixflow+lru+all+more"]'), "policies"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str], key: str):
@@ -193,7 +198,6 @@ def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
         assert sum(p["routed"] for p in r["fleet"]["per_replica"]) == 18
 
 
-
 def test_a_fleet_cells_trace_has_a_process_per_replica_of_each_variant(tiny: Path, tmp_path: Path):
     """The fleet cell builds its engines through the same builder as the others: with
     ``trace_out``, every replica's engine is traced (it once dropped the observer)."""
@@ -207,6 +211,7 @@ def test_a_fleet_cells_trace_has_a_process_per_replica_of_each_variant(tiny: Pat
     names = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
     assert names == [f"{v.label} · replica {i}" for v in config.variants for i in (0, 1)]
     assert any(e["name"] != "process_name" for e in events)  # rounds recorded, not just names
+
 
 def test_a_fleet_needs_the_sim_runner():
     from radixflow.experiments.config import parse_config
@@ -267,3 +272,28 @@ def test_cpu_time_maps_onto_runs_only_when_calls_and_rounds_match():
 
     assert split_cpu([1.0, 2.0, 3.0], [2, 1]) == [3.0, 3.0]
     assert split_cpu([1.0, 2.0, 3.0], [1, 1]) is None  # e.g. a failed worker call: no clean mapping
+
+
+def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admission(tiny: Path):
+    """``capacity`` caps the cache at a share of the working set (one byte budget); a variant
+    ``policy+eviction+admission`` runs on engines built with those; each gets pressure figures."""
+    from radixflow.experiments.cells import run_cell
+
+    text = TINY.replace(
+        'policies = ["native", "radixflow"]', 'policies = ["adaptive+lru", "adaptive+cost-per-byte+likely"]'
+    )
+    text = text.replace("[defaults]", "[defaults]\ncapacity = 0.25", 1)
+    tiny.write_text(text.replace("groups = 2", 'groups = 6\nkind = "chats"', 1))
+    config = load_config(tiny)
+    assert [(v.policy, v.eviction, v.admission) for v in config.variants] == [
+        ("adaptive", "lru", None),
+        ("adaptive", "cost-per-byte", "likely"),
+    ]
+    result = run_cell(config.cells[0], config.variants)
+    lru, cost = (r["pressure"] for r in result["results"])
+    assert lru["working_set_bytes"] == cost["working_set_bytes"] > 0
+    for p in (lru, cost):
+        assert 0 <= p["hit_rate"] < 1 and p["ttft_p95_ms"] >= p["ttft_p50_ms"] > 0
+        assert p["recomputed_flops"] > 0
+    assert lru["evicted_kv"] + lru["evicted_checkpoint"] > 0  # a quarter of the working set evicts
+    assert (lru["hit_rate"], lru["evicted_kv"]) != (cost["hit_rate"], cost["evicted_kv"])  # other engines

@@ -30,6 +30,7 @@ from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.sampling import SamplingParams
 
 Runners = dict[int, TorchRunner]  # block size -> runner
@@ -121,8 +122,11 @@ def run_engine(
     placement: str,
     reqs: list[Request],
     eviction: str | None = None,
+    admission: str | None = None,
 ):
-    engine = new_engine(runner, cfg, policy=policy, placement=placement, eviction=eviction)
+    engine = new_engine(
+        runner, cfg, policy=policy, placement=placement, eviction=eviction, admission=admission
+    )
     for r in reqs:
         engine.submit(Request(r.id, r.prompt, r.namespace, r.arrival_s))
     while engine.has_work():
@@ -139,10 +143,11 @@ def check_against_reference(
     placement: str,
     reqs: list[Request],
     eviction: str | None = None,
+    admission: str | None = None,
 ):
     reference = runner.reference_tokens(reqs)
     for policy in ("native", "radixflow", "adaptive"):
-        engine = run_engine(runner, cfg, policy, placement, reqs, eviction)
+        engine = run_engine(runner, cfg, policy, placement, reqs, eviction, admission)
         for r in engine.requests:
             # every drawn prompt fits the cache alone (KV for MAX_PROMPT, >= 1 slot): none may fail
             assert r.status is RequestStatus.FINISHED, (policy, r.id, r.error)
@@ -186,9 +191,12 @@ def test_scarce_memory_matches_the_reference_under_every_eviction_policy(runners
         cfg=scarce_configs(),
         placement=st.sampled_from(["branch", "lone"]),
         eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+        admission=st.sampled_from(sorted(ADMISSIONS)),
     )
-    def prop(reqs: list[Request], cfg: SchedulerConfig, placement: str, eviction: str) -> None:
-        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction)
+    def prop(
+        reqs: list[Request], cfg: SchedulerConfig, placement: str, eviction: str, admission: str
+    ) -> None:
+        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction, admission)
 
     prop()
 
@@ -219,10 +227,11 @@ def test_a_scarce_byte_budget_matches_the_reference_under_every_eviction_policy(
         reqs=workloads(),
         placement=st.sampled_from(["branch", "lone"]),
         eviction=st.sampled_from(sorted(EVICTION_POLICIES)),
+        admission=st.sampled_from(sorted(ADMISSIONS)),
     )
-    def prop(data: st.DataObject, reqs: list[Request], placement: str, eviction: str) -> None:
+    def prop(data: st.DataObject, reqs: list[Request], placement: str, eviction: str, admission: str) -> None:
         cfg = data.draw(scarce_budgets(runners))
-        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction)
+        check_against_reference(runners[cfg.block_size], cfg, placement, reqs, eviction, admission)
 
     prop()
 

@@ -16,6 +16,8 @@ way, and the thread's CPU time does not move with other load on the machine (`en
 
     python benchmarks/policies_torch.py --json results/policies_torch.json
     python benchmarks/policies_torch.py --smoke --json /tmp/p.json   # seconds: tiny models
+    python benchmarks/policies_torch.py --resim results/policies_torch.json --profile P.json \
+        --json /tmp/resim.json   # the same real figures, the sim twin on another profile
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from radixflow.options.build import new_engine
 from radixflow.problems import ProblemError
 from radixflow.scheduler.output import SchedulerOutput, waves
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 POLICIES = ("native", "radixflow", "adaptive")
@@ -133,10 +136,9 @@ def real_figures(t: Trials) -> dict[str, object]:
     }
 
 
-def sim_figures(family: str, spec: WorkloadSpec, setup: EngineSetup, profile: Path) -> dict[str, object]:
+def sim_figures(family: str, spec: WorkloadSpec, s: SchedulerConfig, profile: Path) -> dict[str, object]:
     """The sim's run of the same workload per policy (deterministic: once), at the real runner's
-    budgets and capacities; ``{"error": ...}`` where the sim cannot take the shape."""
-    s = setup.scheduler
+    budgets and capacities ``s``; ``{"error": ...}`` where the sim cannot take the shape."""
     options = EngineOptions(
         runner="sim", model=family, hardware=str(profile), token_budget=s.token_budget,
         max_requests=s.max_requests, block_size=s.block_size, kv_blocks=s.num_blocks,
@@ -184,7 +186,7 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
         real = {p: real_figures(trials[p]) for p in POLICIES}
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
-        sim = sim_figures(family, spec, setup, args.profile)
+        sim = sim_figures(family, spec, setup.scheduler, args.profile)
         cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)})
         print_cell(cells[-1])
     return cells
@@ -337,6 +339,23 @@ def _sim_sign(cell: dict) -> bool | None:
     return (sims[0] / sims[1] - 1 < 0) == (real < 0)
 
 
+def resimulated(report: dict, profile: Path) -> dict:
+    """A stored run with its sim columns computed again on ``profile`` (the real figures kept):
+    two profiles compared on the same real measurements, with no real run repeated."""
+    shape = report["config"]["workload"]
+    cells = []
+    for c in report["cells"]:
+        plan = plan_engine(EngineOptions(runner="torch", model=c["family"]))
+        vocab = plan.choice.vocab_size
+        spec = workload_spec(c["workload"], shape, vocab, c["rate_per_s"])
+        lengths = [len(r.prompt) for r in build_workload(spec).requests]
+        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), profile)
+        real = {p: {k: v for k, v in f.items() if not k.startswith("sim")} for p, f in c["policies"].items()}
+        cells.append(c | _cell(c["family"], c["workload"], spec, real, sim))
+    config = report["config"] | {"profile": str(profile)}
+    return {"config": config, "acceptance": acceptance(cells), "cells": cells}
+
+
 def passive_waits(args: argparse.Namespace) -> None:
     """CPU clock on several threads: OpenMP must wait passively, or spinning threads bill other
     load to the clock (`engine.clocks`). Set before torch loads its OpenMP runtime."""
@@ -359,7 +378,14 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))
     ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the tables of a stored run and exit")
+    ap.add_argument(
+        "--resim", type=Path, metavar="JSON", help="a stored run's sim columns again on --profile (to --json)"
+    )
     args = ap.parse_args()
+    if args.resim is not None:
+        report = resimulated(json.loads(args.resim.read_text()), args.profile)
+        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+        args.markdown = args.json
     if args.markdown is not None:
         cells = json.loads(args.markdown.read_text())["cells"]
         print(summary_markdown(cells), detail_markdown(cells), json.dumps(acceptance(cells)), sep="\n\n")

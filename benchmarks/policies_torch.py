@@ -16,6 +16,8 @@ way, and the thread's CPU time does not move with other load on the machine (`en
 
     python benchmarks/policies_torch.py --json results/policies_torch.json
     python benchmarks/policies_torch.py --smoke --json /tmp/p.json   # seconds: tiny models
+    python benchmarks/policies_torch.py --resim results/policies_torch.json --profile P.json \
+        --json /tmp/resim.json   # the same real figures, the sim twin on another profile
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from radixflow.options.build import new_engine
 from radixflow.problems import ProblemError
 from radixflow.scheduler.output import SchedulerOutput, waves
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 POLICIES = ("native", "radixflow", "adaptive")
@@ -133,12 +136,12 @@ def real_figures(t: Trials) -> dict[str, object]:
     }
 
 
-def sim_figures(family: str, spec: WorkloadSpec, setup: EngineSetup, profile: Path) -> dict[str, object]:
+def sim_figures(family: str, spec: WorkloadSpec, s: SchedulerConfig, profile: Path) -> dict[str, object]:
     """The sim's run of the same workload per policy (deterministic: once), at the real runner's
-    budgets and capacities; ``{"error": ...}`` where the sim cannot take the shape."""
-    s = setup.scheduler
+    budgets and capacities ``s``; ``{"error": ...}`` where the sim cannot take the shape."""
+    hardware = profile / f"{family}.json" if profile.is_dir() else profile
     options = EngineOptions(
-        runner="sim", model=family, hardware=str(profile), token_budget=s.token_budget,
+        runner="sim", model=family, hardware=str(hardware), token_budget=s.token_budget,
         max_requests=s.max_requests, block_size=s.block_size, kv_blocks=s.num_blocks,
         state_slots=s.num_state_slots or None,
     )  # fmt: skip
@@ -167,12 +170,34 @@ def workload_spec(name: str, shape: dict[str, int], vocab: int, rate: float | No
     return WorkloadSpec(**shape, order=order, arrival=arrival, vocab_size=vocab, seed=0, **rated)
 
 
+def twin_profile(family: str, args: argparse.Namespace, budget: int) -> tuple[Path, list[dict[str, object]]]:
+    """The sim twin's profile for ``family``: ``--profile`` as given, or (``--twin calibrate``)
+    `radixflow calibrate`'s design timed on this family now, just before its real runs, and
+    fitted to this family alone, written beside the JSON. A profile timed hours earlier misprices
+    every round by however much the shared machine's speed has moved since (the CPU clock keeps
+    out the time spent waiting for a core, not the slowdown of sharing one)."""
+    if args.twin == "profile":
+        return args.profile, []
+    from radixflow.calibration.run import CalibrationPlan, calibrate
+    from radixflow.costmodel.hardware.profiles import save_profile
+
+    clock = "process" if args.clock == "cpu" else "wall"
+    repeats, threads = args.calibrate_repeats, args.threads
+    plan = CalibrationPlan((family,), "cpu", budget, repeats=repeats, threads=threads, clock=clock)
+    profile, errors = calibrate(plan, f"{family}-twin")
+    path = args.json.with_suffix(".profiles") / f"{family}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_profile(profile, path)
+    return path, [e.__dict__ for e in errors]
+
+
 def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> list[dict[str, object]]:
     """Every workload on one family: one runner, interleaved real runs, the sim beside."""
     options = EngineOptions(runner="torch", model=family, clock=args.clock, torch_threads=args.threads)
     plan = plan_engine(options)
     first = build_workload(workload_spec("grouped", shape, plan.choice.vocab_size, None)).requests
     setup = plan.build([len(r.prompt) for r in first])
+    profile, held_out = twin_profile(family, args, setup.scheduler.token_budget)
     reference = setup.runner.reference_tokens(first)  # same prompts in every workload
     cells, rate = [], None
     for name in args.workloads:
@@ -184,8 +209,9 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
         real = {p: real_figures(trials[p]) for p in POLICIES}
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
-        sim = sim_figures(family, spec, setup, args.profile)
-        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)})
+        sim = sim_figures(family, spec, setup.scheduler, profile)
+        twin = {"twin_profile": str(profile), "twin_held_out": held_out}
+        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)} | twin)
         print_cell(cells[-1])
     return cells
 
@@ -337,6 +363,23 @@ def _sim_sign(cell: dict) -> bool | None:
     return (sims[0] / sims[1] - 1 < 0) == (real < 0)
 
 
+def resimulated(report: dict, profile: Path) -> dict:
+    """A stored run with its sim columns computed again on ``profile`` (the real figures kept):
+    two profiles compared on the same real measurements, with no real run repeated."""
+    shape = report["config"]["workload"]
+    cells = []
+    for c in report["cells"]:
+        plan = plan_engine(EngineOptions(runner="torch", model=c["family"]))
+        vocab = plan.choice.vocab_size
+        spec = workload_spec(c["workload"], shape, vocab, c["rate_per_s"])
+        lengths = [len(r.prompt) for r in build_workload(spec).requests]
+        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), profile)
+        real = {p: {k: v for k, v in f.items() if not k.startswith("sim")} for p, f in c["policies"].items()}
+        cells.append(c | _cell(c["family"], c["workload"], spec, real, sim))
+    config = report["config"] | {"profile": str(profile)}
+    return {"config": config, "acceptance": acceptance(cells), "cells": cells}
+
+
 def passive_waits(args: argparse.Namespace) -> None:
     """CPU clock on several threads: OpenMP must wait passively, or spinning threads bill other
     load to the clock (`engine.clocks`). Set before torch loads its OpenMP runtime."""
@@ -353,13 +396,33 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per policy, interleaved (medians, spread)")
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the engine clock (wall beside)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the CPU profile's: 1)")
-    ap.add_argument("--profile", type=Path, default=PROFILE, help="the sim's hardware profile")
+    ap.add_argument(
+        "--twin",
+        choices=["calibrate", "profile"],
+        default="calibrate",
+        help="the sim twin's profile: each family's own, timed just before its runs "
+        "(calibrate), or --profile (profile)",
+    )
+    ap.add_argument("--calibrate-repeats", type=int, default=1, help="--twin calibrate: timings per shape")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=PROFILE,
+        help="the sim's profile (--twin profile, --resim); a directory: FAMILY.json in it",
+    )
     ap.add_argument("--shape", nargs=4, type=int, metavar=("GROUPS", "CANDIDATES", "CONTEXT", "CANDIDATE"),
                     help="another workload size (default: 4 8 512 32)")  # fmt: skip
     ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))
     ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the tables of a stored run and exit")
+    ap.add_argument(
+        "--resim", type=Path, metavar="JSON", help="a stored run's sim columns again on --profile (to --json)"
+    )
     args = ap.parse_args()
+    if args.resim is not None:
+        report = resimulated(json.loads(args.resim.read_text()), args.profile)
+        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+        args.markdown = args.json
     if args.markdown is not None:
         cells = json.loads(args.markdown.read_text())["cells"]
         print(summary_markdown(cells), detail_markdown(cells), json.dumps(acceptance(cells)), sep="\n\n")
@@ -371,7 +434,7 @@ def main() -> None:
     passive_waits(args)
     config = {
         "workload": shape, "workloads": args.workloads, "policies": list(POLICIES), "repeats": args.repeat,
-        "clock": args.clock, "torch_threads": args.threads, "profile": str(args.profile),
+        "clock": args.clock, "torch_threads": args.threads, "profile": str(args.profile), "twin": args.twin,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpus": os.cpu_count(),
     }  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)

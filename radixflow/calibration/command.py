@@ -37,7 +37,12 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
     c.add_argument("--repeats", type=int, default=5, help="timings per batch shape; the fastest is kept")
     c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model")
-    c.add_argument("--max-tokens", type=int, default=1024, help="largest batch timed, in tokens")
+    c.add_argument(
+        "--max-tokens",
+        type=int,
+        default=CalibrationPlan.max_tokens,
+        help="largest batch timed, in tokens (default: the scheduler's round budget)",
+    )
     c.add_argument(
         "--clock",
         choices=sorted(CLOCKS),

@@ -23,8 +23,19 @@ class ModelError:
     max_abs_error: float
 
 
+# Beside the fitted-rates terms (`feature_names`), the squared token count of the round: on a CPU
+# a token costs more in a large round than in a small one once the round's activations outgrow a
+# core's cache, which no term linear in tokens can price at both ends of a round budget.
+FIT_TERMS = [*feature_names(), "token_pairs"]
+
+
 def _rows(batches: list[TimedBatch], shapes: dict[str, ModelShape], dtype_bytes: int) -> list[list[float]]:
-    return [round_work(shapes[b.model], b.chunks, dtype_bytes).features() for b in batches]
+    return [_row(b, shapes[b.model], dtype_bytes) for b in batches]
+
+
+def _row(batch: TimedBatch, shape: ModelShape, dtype_bytes: int) -> list[float]:
+    tokens = sum(c.length for c in batch.chunks)
+    return [*round_work(shape, batch.chunks, dtype_bytes).features(), float(tokens) ** 2]
 
 
 def fit_profile(
@@ -46,8 +57,8 @@ def fit_profile(
         raise ValueError("no fit rounds to calibrate from")
     rows = _rows(fit, shapes, dtype_bytes)
     weighted = [[v / b.seconds for v in row] for row, b in zip(rows, fit, strict=True)]
-    coef = dict(zip(feature_names(), nnls(weighted, [1.0] * len(fit)), strict=True))
-    seen = {t for t in COMPUTE_TERMS if any(row[feature_names().index(t)] > 0 for row in rows)}
+    coef = dict(zip(FIT_TERMS, nnls(weighted, [1.0] * len(fit)), strict=True))
+    seen = {t for t in COMPUTE_TERMS if any(row[FIT_TERMS.index(t)] > 0 for row in rows)}
     reference = coef["matmul"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
     scale = {t: (coef[t] if t in seen else reference) / reference for t in COMPUTE_TERMS}
     profile = HardwareProfile(
@@ -57,6 +68,7 @@ def fit_profile(
         round_overhead_s=coef["round"],
         per_request_s=coef["sequence"],
         layer_overhead_s=coef["layer"],
+        token_pair_s=coef["token_pairs"],
         kind_scale=scale,
         weight_bytes=dtype_bytes,
         sources={"all": SRC_FITTED},

@@ -13,13 +13,17 @@ from radixflow.calibration.timing import BLOCK_SIZE, TimedBatch, time_batches
 from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.shape.hf_config import shape_from_config
 from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.scheduler.config import SchedulerConfig
 
 
 @dataclass(frozen=True)
 class CalibrationPlan:
     models: tuple[str, ...]
     device: str = "cpu"
-    max_tokens: int = 1024  # largest round timed
+    # largest round timed: the scheduler's round budget, so the fit covers every round size a
+    # default engine runs (a fit on smaller rounds misprices the full ones, whose activations
+    # no longer stay in a core's cache)
+    max_tokens: int = SchedulerConfig.token_budget
     held_out: int = 12  # held-out rounds per model
     repeats: int = 5  # timings per round (the fastest is kept)
     threads: int = 1  # torch intra-op threads: one gives stable timings on a shared small machine

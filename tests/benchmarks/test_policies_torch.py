@@ -64,3 +64,20 @@ def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_
     detail = bench.detail_markdown([cell])
     assert "| qwen3_5-small | grouped | adaptive | 3 / 0 / 0 | 1.200 [1.200-1.200] |" in detail
     assert "| 1.100, 3 / 3 / 5 | -8.3% |" in detail
+
+
+def test_a_stored_run_is_resimulated_on_another_profile_with_its_real_figures_kept(bench, tmp_path):
+    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.Shapes()])  # noqa: E731
+    real = {p: bench.real_figures(one(1.0)) for p in bench.POLICIES}
+    spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
+    stale = {p: {"mean_latency_s": 9.0, "rounds": 1, "waves": 1, "state_copies": 0} for p in bench.POLICIES}
+    cell = bench._cell("qwen3_5-tiny", "grouped", spec, real, stale)
+    report = {"config": {"workload": bench.SMOKE_SHAPE, "profile": "old.json"}, "cells": [cell]}
+    fresh = bench.resimulated(report, bench.PROFILE)
+    again = fresh["cells"][0]["policies"]
+    assert fresh["config"]["profile"] == str(bench.PROFILE)
+    for p in bench.POLICIES:
+        assert again[p]["mean_latency_s"] == 1.0  # the real figure, untouched
+        assert again[p]["sim"]["mean_latency_s"] not in (None, 9.0)  # the sim's, computed anew
+        assert again[p]["sim_vs_real_mean_latency"] == pytest.approx(again[p]["sim"]["mean_latency_s"] - 1.0)
+    assert fresh["acceptance"]["sim_compared"] == 3

@@ -58,3 +58,16 @@ def test_timing_a_tiny_model_end_to_end():
     timed = time_batches("qwen3_5-tiny", "cpu", batches, repeats=1, threads=1, on_batch=None, clock="wall")
     assert [t.chunks for t in timed] == [b.chunks for b in batches]
     assert all(t.seconds > 0 for t in timed)
+
+
+def test_fit_recovers_a_per_token_cost_that_grows_with_the_round():
+    """A machine whose token costs more in a larger round (``token_pair_s``): the fit over rounds
+    up to the round budget finds the term, and no term linear in tokens could stand in for it."""
+    shape = SIM_MODELS["qwen3_5-2b"]
+    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, token_pair_s=2e-8, weight_bytes=4)
+    model = CostModel(shape, truth)
+    design = fit_design(2048, 16, True) + held_out_design(8, 2048, 16, True)
+    batches = [TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks)) for b in design]
+    fitted = fit_profile("fitted", batches, {shape.name: shape}, 4, "cpu")
+    assert fitted.token_pair_s == pytest.approx(2e-8, rel=1e-3)
+    assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-3

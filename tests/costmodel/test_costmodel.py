@@ -109,6 +109,17 @@ def test_fixed_round_cost_override_replaces_the_per_layer_part():
     assert CostModel(shape, hw).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(0.01 + 1e-3)
 
 
+def test_a_fitted_per_token_pair_cost_makes_a_token_dearer_in_a_larger_round():
+    shape = SIM_MODELS["qwen3-4b"]
+    plain = CostModel(shape, HARDWARE["cpu"])
+    paired = CostModel(shape, replace(HARDWARE["cpu"], token_pair_s=1e-8))
+    small, big = [ChunkShape(0, 256, True)], [ChunkShape(0, 256, True)] * 8
+    assert "token_pairs" not in plain.breakdown(big).terms  # a profile without the figure: no term
+    assert paired.breakdown(big).terms["token_pairs"].seconds == pytest.approx(1e-8 * 2048**2)
+    extra = [paired.round_seconds(r) - plain.round_seconds(r) for r in (small, big)]
+    assert extra == pytest.approx([1e-8 * 256**2, 1e-8 * 2048**2])  # squared: 64x for 8x the tokens
+
+
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "qwen3"])
 def test_shape_from_zoo_config_matches_the_built_model(family):
     zoo = pytest.importorskip("radixflow.models.zoo")

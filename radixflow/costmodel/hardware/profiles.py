@@ -76,6 +76,9 @@ class HardwareProfile:
     round_overhead_s: float  # fixed cost of one worker call (with prefill, where decode_overhead_s is set)
     per_request_s: float  # per scheduled chunk (metadata, launches per sequence)
     layer_overhead_s: float = 0.0  # fixed cost per decoder layer per worker call (a fitted CPU figure)
+    # seconds per squared token count of a worker call (a fitted CPU figure): a round's per-token
+    # cost grows with its size once its activations outgrow a core's cache
+    token_pair_s: float = 0.0
     kind_scale: dict[str, float] = field(default_factory=dict)  # term -> cost per FLOP vs 1/flops
     weight_bytes: int = 2  # bytes per weight and per KV element
     memory_bytes: float | None = None  # device memory, for the record
@@ -197,6 +200,7 @@ _CHECKS: dict[str, Callable[[str, object], Problem | None]] = {
     "round_overhead_s": _Range(0.0, MAX_OVERHEAD_S, "s"),
     "per_request_s": _Range(0.0, MAX_OVERHEAD_S, "s"),
     "layer_overhead_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
+    "token_pair_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
     "kind_scale": _kind_scale,
     "weight_bytes": _weight_bytes,
     "memory_bytes": _Range(1.0, MAX_MEMORY_BYTES, "bytes", optional=True),

@@ -66,8 +66,9 @@ def _fixed(seconds: float, why: str) -> TermCost:
 
 
 def fixed_terms(profile: HardwareProfile, chunks: Sequence[ChunkShape], layers: int) -> dict[str, TermCost]:
-    """The fixed costs of a worker call computing ``chunks`` on a model of ``layers`` decoder
-    layers (terms of zero cost left out, but ``fixed`` always there)."""
+    """The costs of a worker call computing ``chunks`` on a model of ``layers`` decoder layers
+    that are not priced by FLOPs: per call, per layer, per sequence, and the growth of per-token
+    cost with the round's size (terms of zero cost left out, but ``fixed`` always there)."""
     decode_only = all(c.decode for c in chunks)
     key = "decode_overhead_s" if decode_only and profile.decode_overhead_s is not None else "round_overhead_s"
     terms = {"fixed": _fixed(profile.fixed_call_s(decode_only), source(profile, key))}
@@ -75,6 +76,9 @@ def fixed_terms(profile: HardwareProfile, chunks: Sequence[ChunkShape], layers: 
         terms["layers"] = _fixed(profile.layer_overhead_s * layers, source(profile, "layer_overhead_s"))
     if profile.per_request_s:
         terms["sequences"] = _fixed(profile.per_request_s * len(chunks), source(profile, "per_request_s"))
+    if profile.token_pair_s:
+        pairs = float(sum(c.length for c in chunks)) ** 2
+        terms["token_pairs"] = _fixed(profile.token_pair_s * pairs, source(profile, "token_pair_s"))
     return terms
 
 

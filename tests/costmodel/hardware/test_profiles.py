@@ -46,6 +46,7 @@ GOOD = HARDWARE["h200"].to_dict()
         ("round_overhead_s", -0.001, "got -0.001"),
         ("per_request_s", 1e9, "got 1000000000.0"),
         ("layer_overhead_s", "fast", 'got "fast"'),
+        ("token_pair_s", -1e-9, "got -1e-09"),
         ("memory_bytes", -1, "got -1"),
         ("kind_scale", [], "must be a JSON object of cost terms to numbers, got []"),
         ("kind_scale", {"tensor_cores": 1.0}, "unknown term 'tensor_cores'"),
@@ -157,6 +158,7 @@ SLOWEST = {
     "round_overhead_s": MAX_OVERHEAD_S,
     "per_request_s": MAX_OVERHEAD_S,
     "layer_overhead_s": MAX_OVERHEAD_S,
+    "token_pair_s": MAX_OVERHEAD_S,
     "kind_scale": dict.fromkeys(COMPUTE_TERMS, MAX_KIND_SCALE),
     "weight_bytes": MAX_WEIGHT_BYTES,
 }

@@ -142,12 +142,12 @@ def ssd_step(
     c_heads = c.repeat_interleave(r, dim=1).reshape(s, heads, n, 1)
     decay = torch.exp(dt * a)[..., None, None]
     new = h if in_place else torch.empty_like(h)
-    y = torch.empty(s, heads, p, dtype=x.dtype, device=x.device)
+    y = torch.empty(s, heads, p, dtype=x.dtype, device=x.device)  # filled block by block
     for rows in row_blocks(s, h.stride(0) * h.element_size()):
         m = (rows.stop - rows.start) * heads
         block = torch.mul(h[rows], decay[rows], out=new[rows]).view(m, p, n)
         block.baddbmm_(xdt[rows].view(m, p, 1), b_heads[rows].view(m, 1, n))  # h += dt x B^T
-        y[rows] = torch.bmm(block, c_heads[rows].view(m, n, 1)).view(-1, heads, p)
+        torch.bmm(block, c_heads[rows].view(m, n, 1), out=y[rows].view(m, p, 1))
     return y, new
 
 

@@ -80,20 +80,22 @@ def gated_delta_step(
     rows, heads, dk = k.shape
     dv = v.shape[-1]
     decay = g.exp().unsqueeze(-1)  # [S, H, 1]
-    decay4 = decay.unsqueeze(-1)
-    keys_queries = torch.stack([k, q], dim=2)  # [S, H, 2, dk]
-    dot = (k * q).sum(-1, keepdim=True)
+    # per row and head, before the blocks: u = beta v - (beta exp(g)) S^T k needs one op a block
     gain = beta.unsqueeze(-1)
+    scaled_v, scaled_decay = gain * v, gain * decay
+    keys_queries = torch.stack([k, q], dim=2).view(rows * heads, 2, dk)
+    dot = (k * q).sum(-1, keepdim=True)
     new = state if in_place else torch.empty_like(state)
     out = torch.empty(rows, heads, dv, dtype=v.dtype, device=v.device)
+    flat, flat_new = state.view(rows * heads, dk, dv), new.view(rows * heads, dk, dv)
+    decay_flat = decay.view(rows * heads, 1, 1)
     for b in row_blocks(rows, state.stride(0) * state.element_size()):
-        n = (b.stop - b.start) * heads
-        old = state[b].view(n, dk, dv)
-        read = torch.bmm(keys_queries[b].reshape(n, 2, dk), old).view(-1, heads, 2, dv)  # S^T k, S^T q
-        u = gain[b] * (v[b] - decay[b] * read[:, :, 0])
-        out[b] = decay[b] * read[:, :, 1] + dot[b] * u
-        block = torch.mul(state[b], decay4[b], out=new[b]).view(n, dk, dv)
-        block.baddbmm_(k[b].reshape(n, dk, 1), u.reshape(n, 1, dv))
+        h = slice(b.start * heads, b.stop * heads)  # the block's (row, head) pairs
+        read = torch.bmm(keys_queries[h], flat[h]).view(-1, heads, 2, dv)  # S^T k, S^T q
+        u = torch.addcmul(scaled_v[b], scaled_decay[b], read[:, :, 0], value=-1)
+        torch.addcmul(decay[b] * read[:, :, 1], dot[b], u, out=out[b])
+        block = torch.mul(flat[h], decay_flat[h], out=flat_new[h])
+        block.baddbmm_(k.view(rows * heads, dk, 1)[h], u.view(-1, 1, dv))
     return out, new
 
 

@@ -140,10 +140,10 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
-        self.act = ACTIVATIONS[act]
+        self.act = ACTIVATIONS_IN_PLACE[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # the activation's output is a fresh tensor: the product goes into it
+        # the projections' outputs are this call's own: activation and product written into them
         return self.down_proj(self.act(self.gate_proj(x)).mul_(self.up_proj(x)))
 
 
@@ -153,6 +153,17 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "relu": F.relu,
     "relu2": lambda x: F.relu(x).square(),
+}
+
+# The same activations written into their input, for a fresh tensor (a projection's output) that
+# nothing else reads: no output allocation (at prefill sizes a new multi-megabyte tensor per
+# layer), the same arithmetic. GELU has no in-place form: it allocates as before.
+ACTIVATIONS_IN_PLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": lambda x: F.silu(x, inplace=True),
+    "swish": lambda x: F.silu(x, inplace=True),
+    "gelu": F.gelu,
+    "relu": F.relu_,
+    "relu2": lambda x: F.relu_(x).square_(),
 }
 
 

@@ -68,7 +68,7 @@ class Lfm2MLP(nn.Module):
         self.w2 = nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)).mul_(self.w3(x)))  # into silu's own output
+        return self.w2(F.silu(self.w1(x), inplace=True).mul_(self.w3(x)))  # into w1's own output
 
 
 class Lfm2Attention(nn.Module):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-# Bytes of recurrent state per block of rows in the batched steps (`row_blocks`): half the L2
-# cache of a core on the CPUs this runs on, so a block and the step's small operands stay there.
+# Bytes of recurrent state per block of rows in the batched steps (`row_blocks`): half the 2 MiB
+# L2 of a core of the machine this was tuned on, so a block and the step's small operands stay
+# there. Only speed depends on it: each row's arithmetic is the same for any block size.
 BLOCK_BYTES = 1 << 20
 
 

@@ -37,7 +37,7 @@ def paged_attention(
     out = torch.empty_like(q)
     if len(batch.decode):
         for group in batch.decode_context:
-            out[group.tokens] = _decode_attention(q[group.tokens], kc, vc, group, scale)
+            group.put(out, _decode_attention(group.take(q), layer, batch, group, scale))
     heads, kv_heads = q.shape[1], k.shape[1]
     for i in batch.others:
         s, ctx, mask = batch.seqs[i], batch.context_slots[i], batch.masks[i]
@@ -57,18 +57,20 @@ def paged_attention(
 
 
 def _decode_attention(
-    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, context: DecodeContext, scale: float
+    q: torch.Tensor, layer: int, batch: ForwardBatch, context: DecodeContext, scale: float
 ) -> torch.Tensor:
     """One query token per row over its padded context: ``q [G, heads, dim]`` -> same shape.
 
-    Padding positions are masked out, so each row's softmax runs over exactly its own context;
-    grouped KV heads are shared inside the fused kernel (``enable_gqa``), not copied.
+    The context is gathered from the paged pool into the pool's reused buffers (one row copy
+    per position). Padding positions are masked out, so each row's softmax runs over exactly its
+    own context (no mask when every row's context is as long as the group's); grouped KV heads
+    are shared inside the fused kernel (``enable_gqa``), not copied.
     """
-    shape = (*context.slots.shape, *kc.shape[1:])  # [G, L, kv_heads, dim]
-    flat = context.slots.view(-1)  # index_select gathers rows faster than advanced indexing here
-    keys = kc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
-    vals = vc.index_select(0, flat).view(shape).to(q.dtype).transpose(1, 2)
-    mask = context.valid[:, None, None, :]
+    kv, flat = batch.kv, context.slots.view(-1)
+    shape = (*context.slots.shape, *kv.k[layer].shape[1:])  # [G, L, kv_heads, dim]
+    keys = kv.gather(kv.k[layer], flat, 0).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
+    vals = kv.gather(kv.v[layer], flat, 1).view(shape).to(q.dtype).transpose(1, 2)
+    mask = context.valid[:, None, None, :] if context.ragged else None
     o = F.scaled_dot_product_attention(
         q[:, :, None], keys, vals, attn_mask=mask, scale=scale, enable_gqa=True
     )

@@ -26,7 +26,7 @@ from functools import cached_property
 
 import torch
 
-from radixflow.models.decode_rows import DecodeContext, DecodeRows, Picked, length_groups
+from radixflow.models.decode_rows import DecodeContext, DecodeRows, Picked, consecutive, length_groups
 from radixflow.models.state_pool import StatePool
 
 
@@ -122,6 +122,22 @@ class KVPool:
             self.k[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
             self.v[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
         self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device) if hidden_size else None
+        # `gather`'s output buffers (K and V), reused layer after layer and round after round: a
+        # fresh multi-megabyte copy per layer costs page faults beside the copy itself
+        self._scratch: dict[tuple[int, torch.Size], torch.Tensor] = {}
+
+    def gather(self, cache: torch.Tensor, slots: torch.Tensor, which: int) -> torch.Tensor:
+        """Rows ``slots`` of ``cache`` (one of the pool's ``[slots, heads, dim]`` tensors) as
+        ``[len(slots), heads, dim]``, in a buffer of this pool's (``which``: 0 for K, 1 for V),
+        valid until the next ``gather`` with the same ``which``."""
+        key = (which, cache.shape[1:])
+        buf = self._scratch.get(key)
+        if buf is None or buf.shape[0] < len(slots):  # grown to the largest context gathered
+            buf = self._scratch[key] = cache.new_empty(len(slots), *cache.shape[1:])
+        out = buf[: len(slots)]
+        # a 2-D row gather into an existing buffer: one copy per row, no allocation
+        torch.index_select(cache.view(cache.shape[0], -1), 0, slots, out=out.view(len(slots), -1))
+        return out
 
     def slots(self, block_table: list[int], lo: int, hi: int, device: torch.device) -> torch.Tensor:
         """Flat slot index of absolute positions ``lo..hi-1`` under ``block_table``."""
@@ -253,6 +269,7 @@ class ForwardBatch:
         """The decode rows' attention contexts in groups of similar length (see `DecodeContext`)."""
         device = self.input_ids.device
         ends = [self.seqs[i].end for i in self.decode.seqs]
+        row_tokens = [token for _, token, _, _ in self._picked]  # the rows of `decode`, in order
         out = []
         for group in length_groups(ends):
             seqs = torch.tensor([self.decode.seqs[j] for j in group], dtype=torch.long, device=device)
@@ -260,8 +277,10 @@ class ForwardBatch:
             positions = torch.arange(ends[group[0]], device=device)
             valid = positions < group_ends[:, None]
             slots = self._slots(seqs[:, None], positions.where(valid, 0))
-            tokens = self.decode.tokens[torch.tensor(group, dtype=torch.long, device=device)]
-            out.append(DecodeContext(tokens, slots, valid))
+            flat = [row_tokens[j] for j in group]
+            tokens = torch.tensor(flat, dtype=torch.long, device=device)
+            ragged = ends[group[-1]] < ends[group[0]]  # a group is longest first
+            out.append(DecodeContext(tokens, slots, valid, consecutive(flat), ragged))
         return out
 
     @cached_property

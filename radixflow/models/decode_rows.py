@@ -35,9 +35,18 @@ class DecodeRows:
     # first pool row of a block the rows update in place (row i in pool row block + i; `saves`
     # then lists only the extra slots); None: the states are gathered and scattered
     block: int | None = None
+    span: slice | None = None  # `tokens` as a slice when they are consecutive (see `take`)
 
     def __len__(self) -> int:
         return len(self.seqs)
+
+    def take(self, t: torch.Tensor) -> torch.Tensor:
+        """The rows' entries of ``t`` (indexed by flat token): a view when they are consecutive."""
+        return take(t, self.tokens, self.span)
+
+    def put(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Write ``src`` (one entry per row) into the rows' entries of ``dst`` (mutates ``dst``)."""
+        put(dst, self.tokens, self.span, src)
 
     @classmethod
     def build(cls, picked: list[Picked], device: torch.device, block: int | None = None) -> DecodeRows:
@@ -52,9 +61,10 @@ class DecodeRows:
         def longs(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.long, device=device)
 
+        tokens = [token for _, token, _, _ in picked]
         return cls(
             seqs=idx,
-            tokens=longs([token for _, token, _, _ in picked]),
+            tokens=longs(tokens),
             restore=None if all(fresh) else longs([0 if r is None else r for r in restores]),
             fresh=torch.tensor(fresh, device=device) if any(fresh) and not all(fresh) else None,
             saves=saves,
@@ -62,6 +72,7 @@ class DecodeRows:
             save_rows=None if save_rows == list(range(len(idx))) else longs(save_rows),
             save_slots=longs([slot for _, slot in saves]),
             block=block,
+            span=consecutive(tokens),
         )
 
 
@@ -73,6 +84,37 @@ class DecodeContext:
     tokens: torch.Tensor  # [G] long: flat token index of each row
     slots: torch.Tensor  # [G, longest] long
     valid: torch.Tensor  # [G, longest] bool: position < the row's end
+    span: slice | None = None  # `tokens` as a slice when they are consecutive
+    ragged: bool = True  # some row's context is shorter than the group's longest (mask needed)
+
+    def take(self, t: torch.Tensor) -> torch.Tensor:
+        """The rows' entries of ``t`` (indexed by flat token): a view when they are consecutive."""
+        return take(t, self.tokens, self.span)
+
+    def put(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Write ``src`` (one entry per row) into the rows' entries of ``dst`` (mutates ``dst``)."""
+        put(dst, self.tokens, self.span, src)
+
+
+def consecutive(values: list[int]) -> slice | None:
+    """``values`` as a slice when they are ascending consecutive integers (None otherwise)."""
+    if values and values == list(range(values[0], values[0] + len(values))):
+        return slice(values[0], values[0] + len(values))
+    return None
+
+
+def take(t: torch.Tensor, index: torch.Tensor, span: slice | None) -> torch.Tensor:
+    """``t[index]``, as the view ``t[span]`` when ``span`` says the index is one run: a decode
+    round's rows are usually the batch's tokens in order, and a view copies nothing."""
+    return t[span] if span is not None else t[index]
+
+
+def put(dst: torch.Tensor, index: torch.Tensor, span: slice | None, src: torch.Tensor) -> None:
+    """``dst[index] = src``, as a plain copy into ``dst[span]`` when ``span`` is given."""
+    if span is not None:
+        dst[span] = src
+    else:
+        dst[index] = src
 
 
 def length_groups(ends: list[int], waste: float = 2.0) -> list[list[int]]:

@@ -86,10 +86,14 @@ class RMSNorm(nn.Module):
         self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
+        weight = self.weight.float()
+        if self.offset:
+            weight = self.offset + weight
+        # the temporaries are this call's own, so the steps after the first write in place
+        # (fewer allocations, the same arithmetic in the same order)
         h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (h * (self.offset + self.weight.float())).to(dtype)
+        h = h * h.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        return h.mul_(weight).to(x.dtype)
 
 
 class Rotary:
@@ -100,17 +104,32 @@ class Rotary:
         self.inv_freq = 1.0 / (
             theta ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
         )
+        # (positions, dtype, cos, sin) of the last call: a layer rotates q and k at the same
+        # positions, so the tables are computed once per layer and round, not once per call
+        self._last: tuple[torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
+
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos`` and ``sin`` of ``positions``, ``[T, 1, rot_dim]`` in ``dtype``."""
+        last = self._last
+        if last is not None and last[0] is positions and last[1] == dtype:
+            return last[2], last[3]
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq.to(positions.device)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos = emb.cos().unsqueeze(1).to(dtype)
+        sin = emb.sin().unsqueeze(1).to(dtype)
+        self._last = (positions, dtype, cos, sin)
+        return cos, sin
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``x``: ``[T, heads, head_dim]``; ``positions``: ``[T]``."""
-        freqs = positions.float().unsqueeze(-1) * self.inv_freq.to(x.device)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        cos = emb.cos().unsqueeze(1).to(x.dtype)
-        sin = emb.sin().unsqueeze(1).to(x.dtype)
-        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
+        cos, sin = self.tables(positions, x.dtype)
         half = self.rot_dim // 2
+        if self.rot_dim == x.shape[-1]:  # the whole head: no pass-through part to append
+            rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+            return (x * cos).add_(rotated.mul_(sin))
+        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
         rotated = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
-        return torch.cat([rot * cos + rotated * sin, rest], dim=-1)
+        return torch.cat([(rot * cos).add_(rotated.mul_(sin)), rest], dim=-1)
 
 
 class GatedMLP(nn.Module):
@@ -121,10 +140,11 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
-        self.act = ACTIVATIONS[act]
+        self.act = ACTIVATIONS_IN_PLACE[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        # the projections' outputs are this call's own: activation and product written into them
+        return self.down_proj(self.act(self.gate_proj(x)).mul_(self.up_proj(x)))
 
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -133,6 +153,17 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "relu": F.relu,
     "relu2": lambda x: F.relu(x).square(),
+}
+
+# The same activations written into their input, for a fresh tensor (a projection's output) that
+# nothing else reads: no output allocation (at prefill sizes a new multi-megabyte tensor per
+# layer), the same arithmetic. GELU has no in-place form: it allocates as before.
+ACTIVATIONS_IN_PLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": lambda x: F.silu(x, inplace=True),
+    "swish": lambda x: F.silu(x, inplace=True),
+    "gelu": F.gelu,
+    "relu": F.relu_,
+    "relu2": lambda x: F.relu_(x).square_(),
 }
 
 

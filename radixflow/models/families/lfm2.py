@@ -68,7 +68,7 @@ class Lfm2MLP(nn.Module):
         self.w2 = nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.silu(self.w1(x), inplace=True).mul_(self.w3(x)))  # into w1's own output
 
 
 class Lfm2Attention(nn.Module):
@@ -123,7 +123,7 @@ class Lfm2ShortConv(nn.Module):
         else:
             y = torch.empty_like(bx)
             for rows in batch.decode_parts:
-                y[rows.tokens] = self._decode(bx, rows, batch)
+                rows.put(y, self._decode(bx, rows, batch))
             for seqs, tokens in waves:  # a wave restores the windows the waves before it saved
                 y[tokens] = self._causal_conv(bx, batch, seqs)
         return self.out_proj(c * y)
@@ -135,7 +135,7 @@ class Lfm2ShortConv(nn.Module):
         (window,) = batch.state.gather(self.layer_idx, rows)
         # in place: the gathered window (or the block of the pool this step shifts) is this step's
         weight, bias = self.conv.weight[:, 0], self.conv.bias
-        out, window = conv_step(bx[rows.tokens], window, weight, bias, in_place=True)
+        out, window = conv_step(rows.take(bx), window, weight, bias, in_place=True)
         batch.state.scatter(self.layer_idx, rows, (window,))
         return out
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.layers import ACTIVATIONS, Config
+from radixflow.models.layers import ACTIVATIONS_IN_PLACE, Config
 
 
 class NemotronHMLP(nn.Module):
@@ -22,10 +22,10 @@ class NemotronHMLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
-        self.act = ACTIVATIONS[act]
+        self.act = ACTIVATIONS_IN_PLACE[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.up_proj(x)))
+        return self.down_proj(self.act(self.up_proj(x)))  # written into up_proj's own output
 
 
 class NemotronHRouter(nn.Module):

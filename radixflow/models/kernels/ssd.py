@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from radixflow.models.kernels.step import row_blocks
+
 
 def causal_conv(
     xbc: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
@@ -129,19 +131,24 @@ def ssd_step(
 
     ``h`` is left alone unless ``in_place``: then the new state is written into it (for a state
     the caller owns, such as a gathered copy) and returned. The state is the large operand, so it
-    is touched in three passes: decay, rank-1 update, readout (batched matmuls over ``S H`` heads).
+    is touched in three passes (decay, rank-1 update, readout: batched matmuls over ``S H`` heads),
+    block of rows by block (`row_blocks`).
     """
     s, heads, p = x.shape
     n = b.shape[2]
     r = heads // b.shape[1]
-    xdt = (x * dt.unsqueeze(-1)).reshape(s * heads, p, 1)
-    b_heads = b.repeat_interleave(r, dim=1).reshape(s * heads, 1, n)  # head h reads group h // r
-    c_heads = c.repeat_interleave(r, dim=1).reshape(s * heads, n, 1)
+    xdt = (x * dt.unsqueeze(-1)).reshape(s, heads, p, 1)
+    b_heads = b.repeat_interleave(r, dim=1).reshape(s, heads, 1, n)  # head h reads group h // r
+    c_heads = c.repeat_interleave(r, dim=1).reshape(s, heads, n, 1)
     decay = torch.exp(dt * a)[..., None, None]
-    h = h.mul_(decay) if in_place else h * decay
-    flat = h.view(s * heads, p, n)
-    flat.baddbmm_(xdt, b_heads)  # h += dt x B^T
-    return torch.bmm(flat, c_heads).view(s, heads, p), h
+    new = h if in_place else torch.empty_like(h)
+    y = torch.empty(s, heads, p, dtype=x.dtype, device=x.device)  # filled block by block
+    for rows in row_blocks(s, h.stride(0) * h.element_size()):
+        m = (rows.stop - rows.start) * heads
+        block = torch.mul(h[rows], decay[rows], out=new[rows]).view(m, p, n)
+        block.baddbmm_(xdt[rows].view(m, p, 1), b_heads[rows].view(m, 1, n))  # h += dt x B^T
+        torch.bmm(block, c_heads[rows].view(m, n, 1), out=y[rows].view(m, p, 1))
+    return y, new
 
 
 def gated_rms_norm(

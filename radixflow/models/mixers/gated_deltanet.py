@@ -34,9 +34,10 @@ class GatedRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        h = self.weight * h.to(dtype)
-        return (h * F.silu(gate.float())).to(dtype)
+        h = (h * h.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()).to(dtype)
+        # temporaries of this call's own from here: in place, same arithmetic in the same order
+        h = h.mul_(self.weight) if h.dtype == self.weight.dtype else self.weight * h
+        return h.mul_(F.silu(gate.float())).to(dtype)
 
 
 class GatedDeltaNet(nn.Module):
@@ -98,13 +99,13 @@ class GatedDeltaNet(nn.Module):
         rows for an in-place block), conv shift + delta rule, the new states to the rows'
         snapshot slots (mutates the pool); writes the rows of ``out``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
-        step = qkv[rows.tokens]
+        step = rows.take(qkv)
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
         mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None, in_place=True)
         q, k, v = self._split_heads(F.silu(mixed))
-        tok = rows.tokens
-        out[tok], rec = gated_delta_step(q, k, v, g[tok], beta[tok], rec.float(), in_place=True)
+        o, rec = gated_delta_step(q, k, v, rows.take(g), rows.take(beta), rec.float(), in_place=True)
+        rows.put(out, o)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
     def _prefill(

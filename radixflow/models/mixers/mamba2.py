@@ -222,15 +222,15 @@ class Mamba2Mixer(nn.Module):
         rows for an in-place block), conv shift + recurrence, the new states to the rows'
         snapshot slots (mutates the pool); writes the rows of ``y``."""
         window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
-        step = xbc[rows.tokens]  # [S, C]
+        step = rows.take(xbc)  # [S, C]
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
         conv, window = conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias, in_place=True)
         xs, b, c = self._split_xbc(self.act(conv))
         a = -torch.exp(self.A_log.float())
-        out, h = ssd_step(xs, self._dt(dt[rows.tokens]), a, b, c, h.float(), in_place=True)
+        out, h = ssd_step(xs, self._dt(rows.take(dt)), a, b, c, h.float(), in_place=True)
         out = out + self.D.float()[:, None] * xs
-        y[rows.tokens] = out.reshape(len(rows), -1)
+        rows.put(y, out.reshape(len(rows), -1))
         batch.state.scatter(self.layer_idx, rows, (window, h))
 
 

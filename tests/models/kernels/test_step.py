@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from radixflow.models.kernels import step
 from radixflow.models.kernels.delta_rule import (
     causal_conv,
     chunked_gated_delta_rule,
@@ -106,3 +107,28 @@ def test_conv_step_in_place_shifts_the_window_where_it_lies(kernel: int) -> None
     out2, same = conv_step(x, window, weight, None, in_place=True)
     assert same.data_ptr() == window.data_ptr()
     assert torch.equal(out2, out) and torch.equal(window, new_window)
+
+
+@pytest.mark.parametrize("rows_per_block", [1, 2, 3])
+def test_steps_by_blocks_of_rows_equal_one_block(
+    monkeypatch: pytest.MonkeyPatch, rows_per_block: int
+) -> None:
+    """The batched steps give each row the same bits whether the rows run as one block or as
+    several (`row_blocks`; an uneven last block included), in place or not."""
+    g = torch.Generator().manual_seed(rows_per_block)
+    rows = 7
+    q, k, v, gate, beta = delta_inputs(g, rows)
+    state = torch.randn(rows, 3, 8, 5, generator=g)
+    x, dt = torch.randn(rows, 4, 6, generator=g), torch.rand(rows, 4, generator=g)
+    a = -torch.rand(4, generator=g)
+    b, c = torch.randn(rows, 2, 5, generator=g), torch.randn(rows, 2, 5, generator=g)
+    h = torch.randn(rows, 4, 6, 5, generator=g)
+    whole_delta = gated_delta_step(q, k, v, gate, beta, state)
+    whole_ssd = ssd_step(x, dt, a, b, c, h)
+    monkeypatch.setattr(step, "BLOCK_BYTES", rows_per_block * state[0].nbytes)
+    assert len(step.row_blocks(rows, state[0].nbytes)) == -(-rows // rows_per_block)
+    blocked_delta = gated_delta_step(q, k, v, gate, beta, state.clone(), in_place=True)
+    monkeypatch.setattr(step, "BLOCK_BYTES", rows_per_block * h[0].nbytes)
+    blocked_ssd = ssd_step(x, dt, a, b, c, h.clone(), in_place=True)
+    for whole, blocked in ((whole_delta, blocked_delta), (whole_ssd, blocked_ssd)):
+        assert torch.equal(whole[0], blocked[0]) and torch.equal(whole[1], blocked[1])

@@ -1,0 +1,156 @@
+"""Two versions of the model code on the same rounds, in one process, alternated: a before/after
+that a loaded machine cannot skew the way two separate processes are skewed.
+
+``--base`` names another checkout (or a ``git archive`` of one); its ``radixflow`` package is
+copied under the name ``radixflow_base`` (imports rewritten) and loaded beside this tree's. Both
+sides build the model from the same checkpoint with the same weights and GEMM library, run the
+same decode rounds (``--batches`` rows at context 64, each updating its own state slot in place,
+as the engine does) and one packed prefill round, old and new one after the other for
+``--repeats`` rounds; thread CPU time, medians and minima, and the largest logit difference of
+the first round (the logits of the last token of every row).
+
+    git archive c60a733 | tar -x -C /tmp/base
+    python benchmarks/round_ab.py --base /tmp/base --models qwen3_5-small --json results/round_ab.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+HERE = Path(__file__).resolve().parents[1]
+BLOCK = 16
+MODELS = ["qwen3_5-small", "nemotron_h-small", "lfm2-small", "qwen3-small"]  # one per mixer kind
+
+
+def base_package(base: Path, into: Path) -> None:
+    """Copy ``base``'s radixflow package to ``into/radixflow_base``, its imports renamed."""
+    dst = into / "radixflow_base"
+    shutil.copytree(base / "radixflow", dst)
+    for path in dst.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        text = re.sub(r"\bradixflow\.", "radixflow_base.", text)
+        text = text.replace("from radixflow import", "from radixflow_base import")
+        path.write_text(text, encoding="utf-8")
+
+
+def side(pkg: str, model: str) -> tuple[torch.nn.Module, ModuleType]:
+    """The model as the engine builds it (GEMMs on MKL) and the package's batch module."""
+    zoo = importlib.import_module(f"{pkg}.models.zoo")
+    runner = importlib.import_module(f"{pkg}.runners.torch_runner")
+    built = runner.TorchRunner(zoo.ensure_model(model), BLOCK, 8, 0, matmul="mkl", predict_rounds=False)
+    return built.net, importlib.import_module(f"{pkg}.models.batch")
+
+
+def decode_round(net: torch.nn.Module, b: ModuleType, rows: int, context: int) -> Callable[[], torch.Tensor]:
+    """Prefill ``rows`` prompts, then a decode round of one token each, saving in place."""
+    gen = torch.Generator().manual_seed(rows)
+    per = -(-(context + 1) // BLOCK)
+    kv = b.KVPool(net.kv_layout(), rows * per, BLOCK, torch.float32, "cpu")
+    state = b.StatePool(net.state_layout(), 2 * rows, torch.float32, "cpu")
+    prefill, decode = [], []
+    for i in range(rows):
+        table = list(range(i * per, (i + 1) * per))
+        tokens = torch.randint(0, int(net.config.vocab_size), (context + 1,), generator=gen).tolist()
+        prefill.append((tokens[:context], b.SeqSpec(0, context, table, None, [b.Snapshot(context, i)])))
+        decode.append(([tokens[context]], b.SeqSpec(context, 1, table, i, [b.Snapshot(context + 1, i)])))
+    with torch.inference_mode():
+        net(b.ForwardBatch.build(prefill, kv, state, "cpu"))
+    return lambda: forward(net, b, decode, kv, state)
+
+
+def prefill_round(net: torch.nn.Module, b: ModuleType, lengths: list[int]) -> Callable[[], torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    chunks, nxt = [], 0
+    for n in lengths:
+        tokens = torch.randint(0, int(net.config.vocab_size), (n,), generator=gen).tolist()
+        blocks = -(-n // BLOCK)
+        chunks.append((tokens, b.SeqSpec(0, n, list(range(nxt, nxt + blocks)))))
+        nxt += blocks
+    kv = b.KVPool(net.kv_layout(), nxt, BLOCK, torch.float32, "cpu")
+    state = b.StatePool(net.state_layout(), 0, torch.float32, "cpu")
+    return lambda: forward(net, b, chunks, kv, state)
+
+
+def forward(net: torch.nn.Module, b: ModuleType, chunks: list, kv: object, state: object) -> torch.Tensor:
+    with torch.inference_mode():
+        fb = b.ForwardBatch.build(chunks, kv, state, "cpu")
+        return net.compute_logits(net(fb)[fb.last_token_indices()])
+
+
+def compare(name: str, runs: dict[str, Callable[[], torch.Tensor]], repeats: int) -> dict:
+    first = {pkg: run() for pkg, run in runs.items()}
+    times: dict[str, list[float]] = {pkg: [] for pkg in runs}
+    for _ in range(repeats):
+        for pkg, run in runs.items():
+            t0 = time.thread_time()
+            run()
+            times[pkg].append(time.thread_time() - t0)
+    old, new = times["radixflow_base"], times["radixflow"]
+    return {
+        "round": name,
+        "base_ms_median": 1e3 * statistics.median(old),
+        "new_ms_median": 1e3 * statistics.median(new),
+        "ratio_median": statistics.median(new) / statistics.median(old),
+        "ratio_min": min(new) / min(old),
+        "max_dlogit": (first["radixflow"] - first["radixflow_base"]).abs().max().item(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", type=Path, default=HERE, help="the other checkout (default: this one)")
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[256, 64, 192, 128])
+    ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, tiny rounds, two repeats (CI)")
+    args = ap.parse_args()
+    if args.smoke:
+        args.models, args.batches, args.lengths, args.repeats = ["qwen3_5-tiny"], [2], [8, 4], 2
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="round_ab_"))
+    base_package(args.base, tmp)
+    sys.path.insert(0, str(tmp))
+    results = {"base": str(args.base), "load_before": os.getloadavg()[0], "rows": []}
+    for model in args.models:
+        sides = {pkg: side(pkg, model) for pkg in ("radixflow_base", "radixflow")}
+        sides["radixflow"][0].load_state_dict(sides["radixflow_base"][0].state_dict())
+        cases = {
+            f"decode {n}": {p: decode_round(net, b, n, 64) for p, (net, b) in sides.items()}
+            for n in args.batches
+        }
+        prefill = {p: prefill_round(net, b, args.lengths) for p, (net, b) in sides.items()}
+        cases[f"prefill {sum(args.lengths)}"] = prefill
+        for name, runs in cases.items():
+            row = {"model": model, **compare(name, runs, args.repeats)}
+            results["rows"].append(row)
+            print(
+                f"{model:<18}{name:<13} base {row['base_ms_median']:7.1f} ms"
+                f"  new {row['new_ms_median']:7.1f} ms"
+                f"  new/base {row['ratio_median']:.3f} (minima {row['ratio_min']:.3f})"
+                f"  max|dlogit| {row['max_dlogit']:.1e}",
+                flush=True,
+            )
+    results["load_after"] = os.getloadavg()[0]
+    shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

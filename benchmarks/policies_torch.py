@@ -181,9 +181,8 @@ def twin_profile(family: str, args: argparse.Namespace, budget: int) -> tuple[Pa
     from radixflow.calibration.run import CalibrationPlan, calibrate
     from radixflow.costmodel.hardware.profiles import save_profile
 
-    clock = "process" if args.clock == "cpu" else "wall"
     repeats, threads = args.calibrate_repeats, args.threads
-    plan = CalibrationPlan((family,), "cpu", budget, repeats=repeats, threads=threads, clock=clock)
+    plan = CalibrationPlan((family,), "cpu", budget, repeats=repeats, threads=threads, clock=args.clock)
     profile, errors = calibrate(plan, f"{family}-twin")
     path = args.json.with_suffix(".profiles") / f"{family}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

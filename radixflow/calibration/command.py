@@ -11,8 +11,9 @@ from rich.table import Table
 
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
-from radixflow.calibration.timing import CLOCKS, TimedBatch, default_clock
+from radixflow.calibration.timing import TimedBatch, default_clock
 from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, save_profile
+from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -45,9 +46,10 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     )
     c.add_argument(
         "--clock",
-        choices=sorted(CLOCKS),
-        help="process: CPU time of the worker call (one thread: the undisturbed wall time, even on a "
-        "busy machine); wall: wall-clock time (default: process on cpu, wall on other devices)",
+        choices=sorted(ROUND_CLOCKS),
+        help="cpu: CPU time of the thread running the worker call, as the engine's --clock cpu (one "
+        "thread: the undisturbed wall time, even on a busy machine); wall: wall-clock time "
+        "(default: cpu on cpu, wall on other devices)",
     )
 
 
@@ -57,9 +59,9 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         if not low <= value <= high:
             name = "--" + flag.replace("_", "-")
             raise CalibrationUsageError(f"{name} must be from {low} to {high}, got {value}")
-    if (args.clock or default_clock(args.device)) == "process" and args.threads != 1:
+    if (args.clock or default_clock(args.device)) == "cpu" and args.threads != 1:
         raise CalibrationUsageError(
-            "--clock process times one thread: use --torch-threads 1, or --clock wall"
+            "--clock cpu times one thread: use --torch-threads 1, or --clock wall"
         )
     return CalibrationPlan(
         tuple(dict.fromkeys(args.model)),

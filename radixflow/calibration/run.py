@@ -27,7 +27,7 @@ class CalibrationPlan:
     held_out: int = 12  # held-out rounds per model
     repeats: int = 5  # timings per round (the fastest is kept)
     threads: int = 1  # torch intra-op threads: one gives stable timings on a shared small machine
-    clock: str = "process"  # see calibration.timing.CLOCKS
+    clock: str = "cpu"  # a name in engine.clocks.ROUND_CLOCKS
     seed: int = 1
 
 

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from radixflow.calibration.design import DesignBatch
 from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.engine.clocks import round_clock
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec
 
 BLOCK_SIZE = 16
 
-# How a worker call is timed. "process": CPU time of this process. With one intra-op thread it
-# equals the wall time on an idle machine, and other processes on a shared machine do not inflate
-# it (they only delay when it runs). "wall": wall-clock time; needed on a GPU, whose work the CPU
-# clock does not see.
-CLOCKS: dict[str, Callable[[], float]] = {"process": time.process_time, "wall": time.perf_counter}
-
-
+# A worker call is timed on the engine's round clocks (`engine.clocks`, the names `--clock` takes
+# everywhere): "cpu", the CPU time of the thread running it (with one intra-op thread, the wall
+# time on an idle machine; other processes on a shared machine do not inflate it, they only delay
+# when it runs), or "wall"; a GPU needs wall, its work is not on the CPU clock.
 def default_clock(device: str) -> str:
-    return "process" if device == "cpu" else "wall"
+    return "cpu" if device == "cpu" else "wall"
 
 
 @dataclass(frozen=True)
@@ -99,6 +96,7 @@ def time_batches(
     from radixflow.models.zoo import ensure_model
     from radixflow.runners.torch_runner import TorchRunner
 
+    read = round_clock(clock).read
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
@@ -110,9 +108,9 @@ def time_batches(
         for rep in range(repeats):
             random.Random(rep).shuffle(order)  # no batch always runs right after the same one
             for i in order:
-                t0 = CLOCKS[clock]()
+                t0 = read()
                 runner.run(outputs[i])
-                samples[i].append(CLOCKS[clock]() - t0)
+                samples[i].append(read() - t0)
                 if on_batch is not None:
                     on_batch()
     finally:

@@ -222,7 +222,7 @@ def _cost_check(
             shape = checkpoint_shape(str(path), s["model"])
             predicted = predicted_worker_s(run.rounds, prompt_len, shape, s["cost_profile"])
         measured = cpu_v if on_cpu else run.result.worker_call_s
-        results[v.label].update(check_figures(measured, "process" if on_cpu else "wall", predicted))
+        results[v.label].update(check_figures(measured, "cpu" if on_cpu else "wall", predicted))
 
 
 def without_timing(result: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ beside the CPU time those worker calls took (a check of the cost model on unseen
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +12,21 @@ from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.hf_config import shape_from_config
 from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner
 from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 
+CPU_CLOCK = ROUND_CLOCKS["cpu"]
+
 
 class CpuTimedRunner:
     """A runner that also records the CPU time of each worker call, in call order.
 
-    CPU time (one intra-op thread) is what calibration fits, and other processes on a shared
-    machine do not inflate it.
+    CPU time of the thread running the call (the engine's ``cpu`` clock; one intra-op thread) is
+    what calibration fits, and other processes on a shared machine do not inflate it.
     """
 
     def __init__(self, inner: Runner) -> None:
@@ -41,11 +43,11 @@ class CpuTimedRunner:
         return self.inner.reference_tokens(requests)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
-        t0 = time.process_time()
+        t0 = CPU_CLOCK.read()
         try:
             return self.inner.run(batch)
         finally:
-            self.cpu_s.append(time.process_time() - t0)
+            self.cpu_s.append(CPU_CLOCK.read() - t0)
 
 
 def checkpoint_shape(path: str | Path, name: str) -> ModelShape:
@@ -81,7 +83,7 @@ def split_cpu(cpu_s: list[float], rounds_per_run: list[int]) -> list[float] | No
 
 
 def check_figures(measured: float | None, clock: str, predicted: float | None) -> dict[str, Any]:
-    """``measured``: the run's worker time on ``clock`` ("process" on a CPU, "wall" on a GPU)."""
+    """``measured``: the run's worker time on ``clock`` ("cpu" on a CPU, "wall" on a GPU)."""
     error = (
         None if measured is None or predicted is None or measured <= 0 else (predicted - measured) / measured
     )

@@ -262,7 +262,7 @@ def test_torch_cell_agrees_and_checks_the_cost_model_on_its_rounds(tmp_path: Pat
     (cell,) = out.results
     for r in cell["results"]:
         assert r["agreement"] == 1.0 and r["failed"] == 0
-        assert r["worker_clock"] == "process" and r["worker_measured_s"] > 0
+        assert r["worker_clock"] == "cpu" and r["worker_measured_s"] > 0
         assert r["predicted_worker_s"] > 0 and r["prediction_error"] is not None
     assert "## Cost model check (torch cells)" in (tmp_path / "out" / "report.md").read_text()
 

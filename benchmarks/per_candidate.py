@@ -30,8 +30,6 @@ import json
 import random
 import statistics
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import httpx
+from salt_memory import serve_process  # benchmarks/ is on sys.path when a script in it runs
 
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
@@ -114,27 +113,8 @@ def _llm_answer(output: GenerationOutput) -> Answer:
 # ---------------------------------------------------------------- server door
 def spawn(model: str, threads: int | None) -> tuple[subprocess.Popen[str], str]:
     """`radixflow serve` in a process of its own on a free loopback port: (process, base url)."""
-    cmd = [sys.executable, "-m", "radixflow.cli", "serve", model, "--host", "127.0.0.1", "--port", "0"]
-    cmd += ["--log-level", "warning"] + ([] if threads is None else ["--torch-threads", str(threads)])
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:  # the server names its port once it has bound it
-        if line.startswith("radixflow: serving "):
-            url = line.split(" on ", 1)[1].split()[0].removesuffix("/v1")
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-            break
-    else:
-        raise SystemExit(f"the server did not start (exit {proc.wait()})")
-    deadline = time.monotonic() + 120
-    while True:  # bound before the model loaded: wait until it answers
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the server did not start")
-        time.sleep(0.05)
+    threads_args = [] if threads is None else ["--torch-threads", str(threads)]
+    return serve_process([model, *threads_args], ready_s=120)
 
 
 def server_calls(http: httpx.Client, model: str, kind: str, gen_tokens: int) -> dict[str, Call]:

@@ -75,12 +75,20 @@ def start(options: EngineOptions) -> tuple[Server, threading.Thread, str]:
 
 def spawn(options: EngineOptions) -> tuple[subprocess.Popen[str], str]:
     """`radixflow serve` in a process of its own on a free loopback port: (process, base url)."""
-    cmd = [
-        sys.executable, "-m", "radixflow.cli", "serve", options.model or "qwen3_5-tiny",
-        "--host", "127.0.0.1", "--port", "0", "--log-level", "warning",
-        "--kv-blocks", str(options.kv_blocks), "--state-slots", str(options.state_slots),
-        "--token-budget", str(options.token_budget),
-    ]  # fmt: skip
+    sizes = {
+        "--kv-blocks": options.kv_blocks,
+        "--state-slots": options.state_slots,
+        "--token-budget": options.token_budget,
+    }
+    args = [options.model or "qwen3_5-tiny"] + [str(x) for pair in sizes.items() for x in pair]
+    return serve_process(args, ready_s=60)
+
+
+def serve_process(args: list[str], ready_s: float) -> tuple[subprocess.Popen[str], str]:
+    """`radixflow serve ARGS` in a process of its own on a free loopback port, once it answers
+    (within ``ready_s`` seconds): (process, base url)."""
+    cmd = [sys.executable, "-m", "radixflow.cli", "serve", *args]
+    cmd += ["--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     for line in proc.stderr:  # the server names its port once it has bound it
@@ -90,7 +98,7 @@ def spawn(options: EngineOptions) -> tuple[subprocess.Popen[str], str]:
             break
     else:
         raise SystemExit(f"the server did not start (exit {proc.wait()})")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + ready_s
     while True:  # bound before the model loaded: wait until it answers
         try:
             if httpx.get(f"{url}/health", timeout=5).status_code == 200:

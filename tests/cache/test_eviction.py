@@ -4,6 +4,7 @@ weighed by hits and aged by its inflation clock, where `lru` evicts the least re
 from __future__ import annotations
 
 import pytest
+from cache_utils import seq, serve
 
 from radixflow.cache import RadixCache
 from radixflow.cache.eviction import (
@@ -18,20 +19,6 @@ from radixflow.cache.node import Node
 
 BS = 8
 SIZES = EntrySizes(kv_bytes_per_token=10, checkpoint_bytes=100)
-
-
-def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int], rid: str) -> None:
-    """A request computes ``tokens`` from scratch (what is cached keeps its own KV), checkpoints
-    at ``ckpts``, commits and lets go: everything it published is evictable afterwards."""
-    need = len(tokens) // BS
-    assert cache.reserve(need, len(ckpts))
-    blocks = cache.alloc_blocks(need)
-    ext = cache.extend(ns, tokens, 0, len(tokens), blocks, ckpts, rid)
-    cache.lock(ext.handle)
-    cache.commit(rid)
-    cache.unlock(ext.handle)
-    cache.free_blocks(blocks)
-    cache.check_integrity()
 
 
 def resume(cache: RadixCache, ns: str, tokens: tuple[int, ...], at: int) -> None:
@@ -57,10 +44,6 @@ def ends_with_checkpoint(cache: RadixCache) -> set[int]:
     return {n.end for n in cache.tree.nodes() if n.checkpoint is not None}
 
 
-def seq(first: int, n: int) -> tuple[int, ...]:
-    return tuple(range(first, first + n))
-
-
 def new_cache(policy: str, blocks: int, slots: int) -> RadixCache:
     return RadixCache(BS, blocks, slots, make_eviction_policy(policy, SIZES))
 
@@ -80,8 +63,8 @@ def test_a_cheap_checkpoint_goes_before_an_expensive_one_even_when_used_last(pol
     # Two checkpoints of one size: at 8 tokens (cheap to recompute) and at 64, the cheap one
     # touched last. LRU drops the expensive one; cost-per-byte the cheap one.
     cache = new_cache(policy, blocks=16, slots=2)
-    serve(cache, "a", seq(100, 64), [64], "deep")
-    serve(cache, "b", seq(300, 8), [8], "shallow")
+    assert serve(cache, "a", seq(100, 64), [64], "deep")
+    assert serve(cache, "b", seq(300, 8), [8], "shallow")
     assert cache.free_slots_upto(1) == 1
     assert ends_with_checkpoint(cache) == {kept}
     cache.check_integrity()
@@ -98,9 +81,9 @@ def test_a_big_cheap_kv_leaf_goes_before_a_small_expensive_one(policy, left):
     # Freeing one block: LRU takes a's oldest leaf; cost-per-byte takes b's, which saves fewer
     # tokens per byte held.
     cache = new_cache(policy, blocks=18, slots=3)
-    serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
-    serve(cache, "a", seq(100, 64) + seq(600, 8), [72], "a2")
-    serve(cache, "b", seq(300, 64), [64], "big")
+    assert serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    assert serve(cache, "a", seq(100, 64) + seq(600, 8), [72], "a2")
+    assert serve(cache, "b", seq(300, 64), [64], "big")
     assert cache.reserve(cache.kv.free + 1, 0)
     assert kv_ends(cache) == left
     cache.check_integrity()
@@ -115,8 +98,8 @@ def test_a_kv_leaf_whose_checkpoint_is_gone_goes_first(policy, survivor):
     # leaving b's KV under no checkpoint: worth nothing to a hybrid model, it goes first when KV
     # is short.
     cache = new_cache(policy, blocks=10, slots=2)
-    serve(cache, "a", seq(100, 64), [64], "a")
-    serve(cache, "b", seq(300, 16), [16], "b")
+    assert serve(cache, "a", seq(100, 64), [64], "a")
+    assert serve(cache, "b", seq(300, 16), [16], "b")
     waiting = cache.register("b", seq(300, 16) + seq(700, 8))
     leaf = {ns: root for ns, root in cache.tree.named_roots()}
     a, b = (next(c for c in leaf[ns].children.values() if c.materialized) for ns in "ab")
@@ -140,10 +123,10 @@ def test_past_hits_do_not_keep_a_spent_checkpoint(policy):
     # resumed from. Hits past say nothing of hits to come (a group is finite): per byte the one
     # at 16 saves more, and it is the newer; both policies keep it.
     cache = new_cache(policy, blocks=8, slots=2)
-    serve(cache, "a", seq(100, 8), [8], "hot")
+    assert serve(cache, "a", seq(100, 8), [8], "hot")
     for _ in range(2):
         resume(cache, "a", seq(100, 8) + (1,), 8)
-    serve(cache, "b", seq(300, 16), [16], "cold")
+    assert serve(cache, "b", seq(300, 16), [16], "cold")
     for _ in range(5):  # a waiting prompt is matched every round it waits: no hit until it starts
         assert cache.match("b", seq(300, 16) + (1,), 17).checkpoint_tokens == 16
     assert cache.free_slots_upto(1) == 1
@@ -180,9 +163,9 @@ def test_a_checkpoint_saves_only_the_tokens_since_the_one_above(policy, gone):
     # c: a checkpoint at 32 (oldest). a1: one at 72 over 64 shared tokens; a2 then adds one at
     # 64, the branch point, above a1's: a1's now saves 8 tokens, not 72, and goes first.
     cache = new_cache(policy, blocks=32, slots=4)
-    serve(cache, "c", seq(900, 32), [32], "c")
-    serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
-    serve(cache, "a", seq(100, 64) + seq(600, 8), [64, 72], "a2")
+    assert serve(cache, "c", seq(900, 32), [32], "c")
+    assert serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    assert serve(cache, "a", seq(100, 64) + seq(600, 8), [64, 72], "a2")
     before = sorted((ns, n.end) for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint)
     assert cache.free_slots_upto(1) == 1
     cache.check_integrity()
@@ -205,8 +188,8 @@ def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, k
     # Two checkpoints saving as much: a's older, b's newer; a prompt waits through a's. Once it
     # is gone (unregistered), a's checkpoint is worth what it was before.
     cache = new_cache(policy, blocks=8, slots=2)
-    serve(cache, "a", seq(100, 16), [16], "a")
-    serve(cache, "b", seq(300, 16), [16], "b")
+    assert serve(cache, "a", seq(100, 16), [16], "a")
+    assert serve(cache, "b", seq(300, 16), [16], "b")
     waiting = cache.register("a", seq(100, 16) + seq(700, 8))
     assert cache.free_slots_upto(1) == 1
     assert {ns for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint} == {kept}

@@ -5,6 +5,7 @@ checkpoints, and `check_integrity` catches a ledger over its budget."""
 from __future__ import annotations
 
 import pytest
+from cache_utils import seq, serve
 
 from radixflow.cache import IntegrityError, RadixCache
 from radixflow.cache.ledger import CacheBudget
@@ -16,26 +17,6 @@ BLOCK, SLOT = 10, 30  # bytes: a checkpoint weighs three blocks
 
 def budgeted(budget: int, blocks: int = 100, slots: int = 100) -> RadixCache:
     return RadixCache(BS, blocks, slots, budget=CacheBudget(BLOCK, SLOT, budget))
-
-
-def serve(cache: RadixCache, ns: str, tokens: tuple[int, ...], ckpts: list[int], rid: str) -> bool:
-    """A request computes ``tokens`` from scratch with checkpoints at ``ckpts`` and lets go
-    (False: its reservation failed)."""
-    need = len(tokens) // BS
-    if not cache.reserve(need, len(ckpts)):
-        return False
-    blocks = cache.alloc_blocks(need)
-    ext = cache.extend(ns, tokens, 0, len(tokens), blocks, ckpts, rid)
-    cache.lock(ext.handle)
-    cache.commit(rid)
-    cache.unlock(ext.handle)
-    cache.free_blocks(blocks)
-    cache.check_integrity()
-    return True
-
-
-def seq(first: int, n: int) -> tuple[int, ...]:
-    return tuple(range(first, first + n))
 
 
 def test_checkpoint_bytes_freed_hold_kv():

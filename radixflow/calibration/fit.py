@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from radixflow.calibration.timing import TimedBatch
 from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
-from radixflow.costmodel.round_cost.fitted_rates import CostModel, feature_names, round_work
+from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_feature_names, fit_features
 from radixflow.costmodel.round_cost.nnls import nnls
 from radixflow.costmodel.shape.model_shape import ModelShape
 
@@ -23,10 +23,7 @@ class ModelError:
     max_abs_error: float
 
 
-# Beside the fitted-rates terms (`feature_names`), the squared token count of the round: on a CPU
-# a token costs more in a large round than in a small one once the round's activations outgrow a
-# core's cache, which no term linear in tokens can price at both ends of a round budget.
-FIT_TERMS = [*feature_names(), "token_pairs"]
+FIT_TERMS = fit_feature_names()  # the fitted-rates terms and the round's squared token count
 
 
 def _rows(batches: list[TimedBatch], shapes: dict[str, ModelShape], dtype_bytes: int) -> list[list[float]]:
@@ -34,8 +31,7 @@ def _rows(batches: list[TimedBatch], shapes: dict[str, ModelShape], dtype_bytes:
 
 
 def _row(batch: TimedBatch, shape: ModelShape, dtype_bytes: int) -> list[float]:
-    tokens = sum(c.length for c in batch.chunks)
-    return [*round_work(shape, batch.chunks, dtype_bytes).features(), float(tokens) ** 2]
+    return fit_features(shape, batch.chunks, dtype_bytes)
 
 
 def fit_profile(

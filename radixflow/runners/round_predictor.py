@@ -1,8 +1,9 @@
 """The torch runner's round predictor: the fitted-rates model of its rounds, learned as it runs.
 
 It starts from the profile `radixflow calibrate` stored for this model on this machine
-(`profile_store`), or from a nominal prior when there is none, and refits its coefficients after
-every round the runner measures (`costmodel.round_cost.online_fit`). The scheduler sees only
+(`profile_store`), or from a nominal prior when there is none, and refits after every round the
+runner measures (`costmodel.round_cost.online_fit`: the machine's speed from the last few rounds,
+the cost curve's coefficients from many). The scheduler sees only
 a `scheduler.scan.RoundPredictor` (a callable, pure between two rounds) whose ``revision``
 changes whenever the fit does, so a policy that memoises predictions knows to ask again.
 """
@@ -14,8 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from radixflow.costmodel.hardware.profiles import HardwareProfile
-from radixflow.costmodel.round_cost.fitted_rates import round_work
-from radixflow.costmodel.round_cost.online_fit import OnlineFit, Prior, nominal_prior, profile_prior
+from radixflow.costmodel.round_cost.fitted_rates import fit_features
+from radixflow.costmodel.round_cost.online_fit import (
+    OnlineFit,
+    Prior,
+    nominal_prior,
+    nominal_rates,
+    profile_prior,
+)
 from radixflow.costmodel.shape.hf_config import shape_from_config
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.runners.sim import chunk_shapes
@@ -27,11 +34,11 @@ class LearnedRoundPredictor:
 
     def __init__(self, shape: ModelShape, prior: Prior, threads: int) -> None:
         self.shape = shape
-        self.fit = OnlineFit(prior, nominal_prior(threads).coefficients)
+        self.fit = OnlineFit(prior, nominal_rates(threads))
         self.revision = 0  # bumped by every refit
 
     def features(self, chunks: Sequence[ScheduledChunk]) -> list[float]:
-        return round_work(self.shape, chunk_shapes(chunks)).features()
+        return fit_features(self.shape, chunk_shapes(chunks))
 
     def __call__(self, chunks: Sequence[ScheduledChunk]) -> float:
         """Pure: the same answer until the next `observe`."""

@@ -48,6 +48,24 @@ def feature_names() -> list[str]:
     return list(OVERHEAD_TERMS) + list(COMPUTE_TERMS)
 
 
+# Beside the fitted-rates terms, the squared token count of the round: on a CPU a token costs
+# more in a large round than in a small one once the round's activations outgrow a core's cache,
+# which no term linear in tokens can price at both ends of a round budget (`token_pair_s`).
+PAIR_TERM = "token_pairs"
+
+
+def fit_feature_names() -> list[str]:
+    """The terms a fit of measured rounds regresses on: `feature_names()` and `PAIR_TERM`."""
+    return [*feature_names(), PAIR_TERM]
+
+
+def fit_features(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int = 2) -> list[float]:
+    """A round's regressors in `fit_feature_names()` order."""
+    chunks = list(chunks)
+    tokens = sum(c.length for c in chunks)
+    return [*round_work(shape, chunks, dtype_bytes).features(), float(tokens) ** 2]
+
+
 def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int = 2) -> RoundWork:
     """FLOPs and bytes of one worker call computing ``chunks`` on a model of ``shape``."""
     chunks = list(chunks)

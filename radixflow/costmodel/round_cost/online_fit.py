@@ -1,35 +1,47 @@
-"""A round-time model refitted online from measured rounds: the fitted-rates terms, windowed NNLS.
+"""A round-time model refitted online from measured rounds: a cost curve and the machine's speed.
 
-A round's time is linear in the terms `fitted_rates.round_work` counts (fixed per call, per
-layer, per sequence, seconds per FLOP of each compute kind), as `radixflow calibrate` fits them
-offline. Here the same coefficients are refitted after every measured round, so a machine with
-no stored profile starts from a rough prior and converges to its own rates.
+A round's time is the machine's current *speed* times a *curve* linear in the terms
+`fitted_rates.fit_features` counts (fixed per call, per layer, per sequence, seconds per FLOP of
+each compute kind, the squared token count), as `radixflow calibrate` fits them offline. Both are
+refitted after every measured round, so a machine with no stored profile starts from a rough prior
+and converges to its own rates, and a shared machine whose speed drifts is followed without
+refitting the curve's shape on a handful of rounds.
 
-Each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the squared
-*relative* error of the last ``window`` rounds (as calibration does: a long round is not worth
+The two move on different time scales because the error signal has two parts. The speed of a
+shared machine moves every term of every round alike, by 10-25% over minutes: a common factor,
+followed from the last few rounds (an exponential average of log(measured / predicted), gain
+``speed_gain``). The shape (how a round's time splits between terms) needs rounds of many shapes
+to tell the terms apart, and does not drift with the load: it is fitted over the last ``window``
+rounds, each round's time first divided by the speed it was measured at, so the curve sees the
+rounds as if the machine had kept one speed. The level is shared by the two (a neutral split):
+only their product is predicted.
+
+The curve: each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the
+squared *relative* error of the window's rounds (as calibration does: a long round is not worth
 more than a short one) plus ``weight`` · Σⱼ (sⱼ / g) (θⱼ − g θ₀ⱼ)², g the factor that best
 scales the whole prior to the window's rounds and sⱼ the term's mean share of those rounds as
 the prior prices them. Weighted so, the prior counts as ``weight`` rounds of evidence for the
-*shape* of the cost (how it splits between terms) whatever a term's size or the machine's
-speed, and pulls only where the rounds seen so far do not tell the terms apart; a first round
-the prior misses by a factor rescales every term by that factor. A term no round has shown
-stays at the prior, rescaled. The normal equations are kept up to
-date row by row (O(terms²) per round, a row added and the oldest taken out) and solved by
-`nnls.nnls_gram` (O(terms³), independent of the window).
+*shape* of the cost whatever a term's size or the machine's speed, and pulls only where the
+rounds seen so far do not tell the terms apart; a first round the prior misses by a factor
+rescales every term by that factor. A term no round has shown stays at the prior, rescaled. The
+normal equations are kept up to date row by row (O(terms²) per round, a row added and the oldest
+taken out) and solved by `nnls.nnls_gram` (O(terms³), independent of the window).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
-from radixflow.costmodel.round_cost.fitted_rates import OVERHEAD_TERMS, feature_names
+from radixflow.costmodel.round_cost.fitted_rates import OVERHEAD_TERMS, fit_feature_names
 from radixflow.costmodel.round_cost.nnls import nnls_gram
 
 UNSEEN_SHARE = 1e-6  # the prior's pull on a term no round in the window has shown
-WINDOW = 32  # rounds the refit reads: enough to tell the terms apart, short enough to follow drift
+WINDOW = 128  # rounds the curve is fitted on: many shapes, so the terms are told apart
+SPEED_GAIN = 0.25  # share of a round's unexplained log error the speed takes: a time constant of ~4 rounds
 
 # The prior for a machine with no stored profile. Not measured: an order-of-magnitude guess.
 # A core's float32 FMA peak is ~100 GFLOP/s on AVX2 at 3 GHz; a GEMM at these small shapes gets
@@ -39,42 +51,63 @@ NOMINAL_FLOPS_PER_THREAD = 50e9
 NOMINAL_ROUND_S = 2e-3
 NOMINAL_LAYER_S = 2e-4
 NOMINAL_SEQUENCE_S = 5e-4
+# The unit of the token-pair term only (the nominal prior assumes no growth per token): a 2048-token
+# round's pairs at this rate cost what ~10% of its tokens cost at ~1 ms a token.
+NOMINAL_TOKEN_PAIR_S = 5e-8
 
 
 @dataclass(frozen=True)
 class Prior:
-    """Coefficients (seconds per unit of each `feature_names()` term) to start from and return
-    to where the data is silent; ``weight``: how many rounds' worth of evidence it counts as."""
+    """Coefficients (seconds per unit of each `fit_feature_names()` term) to start from and
+    return to where the data is silent; ``weight``: how many rounds' worth of evidence it counts as."""
 
     coefficients: tuple[float, ...]
     weight: float
     source: str  # where the figures come from, for the record
 
 
-def nominal_prior(threads: int, weight: float = 0.05) -> Prior:
-    """Every term at the nominal figures above (unmeasured), for ``threads`` intra-op threads."""
+def nominal_rates(threads: int) -> tuple[float, ...]:
+    """A positive figure per term at the nominal figures above (unmeasured), for ``threads``
+    intra-op threads: the unit each coefficient is fitted in."""
     per_flop = 1.0 / (NOMINAL_FLOPS_PER_THREAD * max(threads, 1))
     overhead = {"round": NOMINAL_ROUND_S, "layer": NOMINAL_LAYER_S, "sequence": NOMINAL_SEQUENCE_S}
-    coef = [overhead[t] for t in OVERHEAD_TERMS] + [per_flop for _ in COMPUTE_TERMS]
+    return (*[overhead[t] for t in OVERHEAD_TERMS], *[per_flop for _ in COMPUTE_TERMS], NOMINAL_TOKEN_PAIR_S)
+
+
+def nominal_prior(threads: int, weight: float = 0.05) -> Prior:
+    """`nominal_rates`, with no growth of a token's cost with the round's size."""
+    coef = (*nominal_rates(threads)[:-1], 0.0)
     rate = f"{NOMINAL_FLOPS_PER_THREAD:.0e} FLOP/s a thread"
-    return Prior(tuple(coef), weight, f"nominal, not measured ({rate})")
+    return Prior(coef, weight, f"nominal, not measured ({rate})")
 
 
 def profile_prior(profile: HardwareProfile, weight: float = 2.0) -> Prior:
     """A fitted-rates profile's coefficients (as `radixflow calibrate` writes them)."""
     overhead = [profile.round_overhead_s, profile.layer_overhead_s, profile.per_request_s]
-    coef = overhead + [profile.seconds_per_flop(t) for t in COMPUTE_TERMS]
+    coef = [*overhead, *[profile.seconds_per_flop(t) for t in COMPUTE_TERMS], profile.token_pair_s]
     return Prior(tuple(coef), weight, f"profile {profile.name!r}")
 
 
 class OnlineFit:
-    """Windowed non-negative least squares of round seconds on feature rows, towards a prior."""
+    """The machine's speed times a curve fitted by windowed non-negative least squares of round
+    seconds (each divided by the speed it was measured at) on feature rows, towards a prior."""
 
-    def __init__(self, prior: Prior, scale: Sequence[float], window: int = WINDOW) -> None:
-        """``scale``: a positive coefficient per term (the nominal prior's), the unit of θ; a term
-        the prior puts at 0 is then a θ₀ of 0, which the data can still raise."""
-        if len(scale) != len(feature_names()) or min(scale) <= 0:
+    def __init__(
+        self,
+        prior: Prior,
+        scale: Sequence[float],
+        window: int = WINDOW,
+        speed_gain: float = SPEED_GAIN,
+    ) -> None:
+        """``scale``: a positive coefficient per term (`nominal_rates`), the unit of θ; a term the
+        prior puts at 0 is then a θ₀ of 0, which the data can still raise. ``speed_gain`` in
+        [0, 1): 0 keeps the speed at 1 (the curve alone follows the machine, over its window)."""
+        if len(scale) != len(fit_feature_names()) or min(scale) <= 0:
             raise ValueError("scale needs one positive figure per feature")
+        if len(prior.coefficients) != len(scale):
+            raise ValueError("the prior needs one coefficient per feature")
+        if not 0 <= speed_gain < 1:
+            raise ValueError("speed_gain must be in [0, 1)")
         self.prior = prior
         self._scale = list(scale)
         self._theta0 = [c / s for c, s in zip(prior.coefficients, scale, strict=True)]
@@ -84,29 +117,47 @@ class OnlineFit:
         self._share = [0.0] * n  # Σ over the window of each row (each term's share of its round)
         self._rows: deque[list[float]] = deque()
         self._window = window
+        self._gain = speed_gain
+        self.log_speed = 0.0  # the machine's speed against the curve's, as a log factor
         self.rounds = 0  # measured rounds seen, all told
         self.theta = list(self._theta0)
 
     @property
+    def speed(self) -> float:
+        """The factor the curve is multiplied by: > 1 while the machine runs slower than the
+        rounds the curve was fitted on."""
+        return math.exp(self.log_speed)
+
+    @property
     def coefficients(self) -> list[float]:
-        """Seconds per unit of each `feature_names()` term, as now fitted."""
-        return [t * s for t, s in zip(self.theta, self._scale, strict=True)]
+        """Seconds per unit of each `fit_feature_names()` term, as now fitted (speed included)."""
+        return [self.speed * t * s for t, s in zip(self.theta, self._scale, strict=True)]
 
     def predict(self, features: Sequence[float]) -> float:
-        return sum(c * f for c, f in zip(self.coefficients, features, strict=True))
+        return self.speed * self._curve(features)
+
+    def _curve(self, features: Sequence[float]) -> float:
+        return sum(t * s * f for t, s, f in zip(self.theta, self._scale, features, strict=True))
 
     def observe(self, features: Sequence[float], seconds: float) -> None:
-        """Add a measured round (the oldest leaves past the window) and refit. A round with no
-        positive time is no evidence (a clock that did not tick)."""
+        """Add a measured round (the oldest leaves past the window), move the speed and refit the
+        curve. A round with no positive time is no evidence (a clock that did not tick)."""
         if not seconds > 0:
             return
-        row = [f * s / seconds for f, s in zip(features, self._scale, strict=True)]
+        at_one_speed = seconds / self.speed
+        row = [f * s / at_one_speed for f, s in zip(features, self._scale, strict=True)]
         self._add(row, 1.0)
         self._rows.append(row)
         if len(self._rows) > self._window:
             self._add(self._rows.popleft(), -1.0)
         self.rounds += 1
         self._refit()
+        # The speed takes what the refitted curve leaves unexplained: while the window holds
+        # fewer rounds than terms the curve explains each of them (a wrong prior's shape is not
+        # read as a change of speed); over a full window one round barely moves the curve.
+        curve = self.speed * self._curve(features)
+        if curve > 0:
+            self.log_speed += self._gain * math.log(seconds / curve)
 
     def _add(self, row: list[float], sign: float) -> None:
         n = len(row)
@@ -121,17 +172,17 @@ class OnlineFit:
     def _refit(self) -> None:
         gram = [r[:] for r in self._gram]
         rhs = self._rhs[:]
-        speed = self._speed()
+        g = self._prior_scale()
         for i in range(len(rhs)):
-            pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE) / speed
+            pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE) / g
             gram[i][i] += pull
-            rhs[i] += pull * speed * self._theta0[i]
+            rhs[i] += pull * g * self._theta0[i]
         self.theta = nnls_gram(gram, rhs)
 
-    def _speed(self) -> float:
-        """The one factor that best scales the prior to the window's rounds (relative least
+    def _prior_scale(self) -> float:
+        """The one factor g that best scales the prior to the window's rounds (relative least
         squares, from the normal equations: O(terms²)). The prior pulls towards its own shape
-        at this speed, so a machine many times slower or faster than the prior (a nominal
+        at this scale, so a machine many times slower or faster than the prior (a nominal
         guess, or a calibrated machine now loaded) is followed at once, not against the pull."""
         t0 = self._theta0
         n = len(t0)

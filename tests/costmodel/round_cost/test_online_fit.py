@@ -1,5 +1,7 @@
 """The online round-time fit: it recovers known coefficients from noisy synthetic rounds, starting
-from a prior far from them, keeps a bounded window and follows a change of machine."""
+from a prior far from them, keeps a bounded window, follows a change of machine, follows a
+drifting machine speed within a few rounds without losing the shape of the curve, and prices a
+token's growing cost in a large round."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ import statistics
 
 import pytest
 
-from radixflow.costmodel.round_cost.fitted_rates import feature_names
+from radixflow.costmodel.round_cost.fitted_rates import fit_feature_names
 from radixflow.costmodel.round_cost.nnls import nnls, nnls_gram
-from radixflow.costmodel.round_cost.online_fit import OnlineFit, Prior, nominal_prior
+from radixflow.costmodel.round_cost.online_fit import OnlineFit, Prior, nominal_prior, nominal_rates
 
-NAMES = feature_names()
+NAMES = fit_feature_names()
 # seconds per unit of each term: per call, per layer, per sequence, then per FLOP of each kind
 TRUE = {
     "round": 0.020,
@@ -24,6 +26,7 @@ TRUE = {
     "mamba2": 0.0,
     "conv": 0.0,
     "lm_head": 1 / 1.0e11,
+    "token_pairs": 0.0,
 }
 PARAMS = 5e6  # weights a token passes through (sizes chosen so every term has a real share)
 
@@ -41,6 +44,7 @@ def synthetic_round(rng: random.Random) -> list[float]:
         attention=4 * 256 * rng.randint(1, 512) * rng.randint(1, 1536) * 3,
         gdn=2 * 128 * 128 * rng.randint(1, 1024) * 9,
         lm_head=2 * 256 * 32000 * rng.randint(1, 16),
+        token_pairs=float(rng.randint(1, 2048)) ** 2,
     )
     return [row[n] for n in NAMES]
 
@@ -62,7 +66,7 @@ def test_nnls_on_normal_equations_matches_nnls_on_rows():
 @pytest.mark.parametrize("seed", range(5))
 def test_fit_recovers_known_terms_from_noisy_rounds(seed):
     rng = random.Random(seed)
-    fit = OnlineFit(nominal_prior(threads=1), nominal_prior(threads=1).coefficients)
+    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
     for _ in range(60):
         row = synthetic_round(rng)
         fit.observe(row, seconds(row, TRUE) * rng.uniform(0.98, 1.02))
@@ -80,7 +84,7 @@ def test_fit_recovers_known_terms_from_noisy_rounds(seed):
 def test_a_fresh_fit_is_rough_then_converges_within_a_few_rounds():
     rng = random.Random(1)
     prior = nominal_prior(threads=1)
-    fit = OnlineFit(prior, prior.coefficients)
+    fit = OnlineFit(prior, nominal_rates(threads=1))
     errors = []
     for _ in range(40):
         row = synthetic_round(rng)
@@ -94,7 +98,7 @@ def test_a_fresh_fit_is_rough_then_converges_within_a_few_rounds():
 def test_window_is_bounded_and_a_change_of_rates_is_followed():
     rng = random.Random(2)
     prior = nominal_prior(threads=1)
-    fit = OnlineFit(prior, prior.coefficients, window=16)
+    fit = OnlineFit(prior, nominal_rates(threads=1), window=16)
     for _ in range(40):
         row = synthetic_round(rng)
         fit.observe(row, seconds(row, TRUE))
@@ -108,7 +112,7 @@ def test_window_is_bounded_and_a_change_of_rates_is_followed():
 
 
 def test_a_term_the_prior_sets_to_zero_can_still_be_learned():
-    scale = nominal_prior(threads=1).coefficients
+    scale = nominal_rates(threads=1)
     coef = tuple(0.0 if n == "matmul" else c for n, c in zip(NAMES, scale, strict=True))
     zero_matmul = Prior(coef, 2.0, "t")
     fit = OnlineFit(zero_matmul, scale)
@@ -121,6 +125,84 @@ def test_a_term_the_prior_sets_to_zero_can_still_be_learned():
 
 def test_a_round_without_time_is_no_evidence():
     prior = nominal_prior(threads=1)
-    fit = OnlineFit(prior, prior.coefficients)
+    fit = OnlineFit(prior, nominal_rates(threads=1))
     fit.observe(synthetic_round(random.Random(5)), 0.0)
     assert fit.rounds == 0 and fit.coefficients == pytest.approx(list(prior.coefficients))
+
+
+def sized_round(tokens: int, attention: bool = True) -> list[float]:
+    """Feature row of one chunk of ``tokens`` after 512 cached (every term consistent with it);
+    ``attention`` False: a model without attention layers."""
+    row = dict.fromkeys(NAMES, 0.0)
+    row.update(
+        round=1.0,
+        layer=12.0,
+        sequence=1.0,
+        matmul=2 * PARAMS * tokens,
+        attention=4 * 256 * tokens * (512 + tokens / 2) * 3 * attention,
+        gdn=2 * 128 * 128 * tokens * 9,
+        lm_head=2 * 256 * 32000,
+        token_pairs=float(tokens) ** 2,
+    )
+    return [row[n] for n in NAMES]
+
+
+def relative_error(fit: OnlineFit, row: list[float], truth: dict[str, float]) -> float:
+    return abs(fit.predict(row) - seconds(row, truth)) / seconds(row, truth)
+
+
+def test_a_drifting_machine_speed_is_followed_within_a_few_rounds():
+    """The machine gets 20% slower (a shared machine's load): every term at once. A window of
+    rounds alone would take about half its length to follow; the speed follows in a few."""
+    rng = random.Random(6)
+    prior = nominal_prior(threads=1)
+    fit = OnlineFit(prior, nominal_rates(threads=1))
+    for _ in range(60):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.98, 1.02))
+    slower = {k: 1.2 * v for k, v in TRUE.items()}
+    errors = []
+    for _ in range(12):
+        row = synthetic_round(rng)
+        errors.append(relative_error(fit, row, slower))
+        fit.observe(row, seconds(row, slower) * rng.uniform(0.98, 1.02))
+    assert errors[0] > 0.1  # the step itself is news to any predictor
+    assert statistics.median(errors[4:]) < 0.05
+
+
+def test_the_curve_keeps_its_shape_while_the_speed_moves():
+    """Small rounds run at one speed, then only large rounds while the machine is 20% slower:
+    the next small round is priced at the new speed on the curve the small rounds showed (a fit
+    over the window alone reads the large rounds' slowdown as the large rounds' price)."""
+    rng = random.Random(7)
+    prior = nominal_prior(threads=1)
+    fit = OnlineFit(prior, nominal_rates(threads=1))
+    for _ in range(40):
+        row = sized_round(rng.choice([16, 32, 64, 1024, 2048]))  # the curve's shape: both ends
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.98, 1.02))
+    for _ in range(30):
+        row = sized_round(32)
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.98, 1.02))
+    slower = {k: 1.2 * v for k, v in TRUE.items()}
+    for _ in range(30):
+        row = sized_round(2048)
+        fit.observe(row, seconds(row, slower) * rng.uniform(0.98, 1.02))
+    assert relative_error(fit, sized_round(32), slower) < 0.05
+    assert relative_error(fit, sized_round(2048), slower) < 0.05
+
+
+def test_a_token_costs_more_in_a_large_round_and_both_ends_are_priced():
+    """A token's cost growing with the round's size (a quadratic term, as on a CPU whose caches a
+    large round outgrows), on a model without attention (no other term grows faster than its
+    tokens): rounds of 32 and of 2048 tokens both priced within a few percent."""
+    superlinear = TRUE | {"token_pairs": 2e-8}
+    share = 2e-8 * 2048**2 / seconds(sized_round(2048, attention=False), superlinear)
+    assert 0.15 < share < 0.4
+    rng = random.Random(8)
+    prior = nominal_prior(threads=1)
+    fit = OnlineFit(prior, nominal_rates(threads=1))
+    for _ in range(60):
+        row = sized_round(rng.randint(16, 2048), attention=False)
+        fit.observe(row, seconds(row, superlinear) * rng.uniform(0.98, 1.02))
+    for tokens in (32, 256, 2048):
+        assert relative_error(fit, sized_round(tokens, attention=False), superlinear) < 0.04, tokens

@@ -87,6 +87,31 @@ def run_one(setup: EngineSetup, policy: str, requests: list[Request]) -> tuple[E
 
 
 @dataclass
+class RoundLog:
+    """Every real round the runner's predictor learns from (``--rounds-out``): its terms
+    (`fitted_rates.fit_feature_names`), measured and predicted seconds, labelled by family,
+    workload, policy and repeat, one JSON line each (``benchmarks/predictor_replay.py`` reads it)."""
+
+    path: Path | None
+    label: dict[str, object] = field(default_factory=dict)
+
+    def attach(self, runner: object) -> None:
+        predictor = getattr(runner, "round_predictor", None)
+        if self.path is None or predictor is None:
+            return
+        observe = predictor.observe
+
+        def logged(features: Sequence[float], seconds: float) -> None:
+            predicted = predictor.fit.predict(features)
+            row = {"features": list(features), "seconds": seconds, "predicted": predicted}
+            with self.path.open("a", encoding="utf-8") as f:  # type: ignore[union-attr]
+                f.write(json.dumps(self.label | row) + "\n")
+            observe(features, seconds)
+
+        predictor.observe = logged
+
+
+@dataclass
 class Trials:
     results: list[PolicyResult] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
@@ -94,12 +119,13 @@ class Trials:
 
 
 def interleaved(
-    setup: EngineSetup, requests: list[Request], reference: dict[str, int], repeats: int
+    setup: EngineSetup, requests: list[Request], reference: dict[str, int], repeats: int, log: RoundLog
 ) -> dict[str, Trials]:
     """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine."""
     trials = {p: Trials() for p in POLICIES}
-    for _ in range(repeats):
+    for repeat in range(repeats):
         for policy in POLICIES:
+            log.label.update(policy=policy, repeat=repeat)
             trials[policy].loads.append(os.getloadavg()[0])
             engine, shapes = run_one(setup, policy, requests)
             trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
@@ -196,6 +222,8 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
     plan = plan_engine(options)
     first = build_workload(workload_spec("grouped", shape, plan.choice.vocab_size, None)).requests
     setup = plan.build([len(r.prompt) for r in first])
+    log = RoundLog(args.rounds_out, {"family": family, "workload": "reference", "policy": "reference"})
+    log.attach(setup.runner)
     profile, held_out = twin_profile(family, args, setup.scheduler.token_budget)
     reference = setup.runner.reference_tokens(first)  # same prompts in every workload
     cells, rate = [], None
@@ -204,7 +232,8 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
         if name == "poisson" and rate is None:  # the grouped batch first, for its rate
             spec = replace(spec, rate=_medium_rate(setup, first, args.repeat))
         requests = build_workload(spec).requests
-        trials = interleaved(setup, requests, reference, args.repeat)
+        log.label.update(workload=name, policy="reference")
+        trials = interleaved(setup, requests, reference, args.repeat, log)
         real = {p: real_figures(trials[p]) for p in POLICIES}
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
@@ -414,6 +443,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))
     ap.add_argument("--markdown", type=Path, metavar="JSON", help="print the tables of a stored run and exit")
+    ap.add_argument("--rounds-out", type=Path, metavar="JSONL", help="append every real round's predictor "
+                    "terms, measured and predicted seconds (for predictor_replay.py)")  # fmt: skip
     ap.add_argument(
         "--resim", type=Path, metavar="JSON", help="a stored run's sim columns again on --profile (to --json)"
     )

@@ -8,13 +8,13 @@ and converges to its own rates, and a shared machine whose speed drifts is follo
 refitting the curve's shape on a handful of rounds.
 
 The two move on different time scales because the error signal has two parts. The speed of a
-shared machine moves every term of every round alike, by 10-25% over minutes: a common factor,
-followed from the last few rounds (an exponential average of log(measured / predicted), gain
-``speed_gain``). The shape (how a round's time splits between terms) needs rounds of many shapes
-to tell the terms apart, and does not drift with the load: it is fitted over the last ``window``
-rounds, each round's time first divided by the speed it was measured at, so the curve sees the
-rounds as if the machine had kept one speed. The level is shared by the two (a neutral split):
-only their product is predicted.
+shared machine moves every term of every round alike, within minutes: a common factor, followed
+from the last few rounds (each round moves its log by ``speed_gain`` times the log of measured /
+predicted, the prediction on the curve refitted with that round). The shape (how a round's time
+splits between terms) needs rounds of many shapes to tell the terms apart, and does not drift
+with the load: it is fitted over the last ``window`` rounds, each round's time first divided by
+the speed it was measured at, so the curve sees the rounds as if the machine had kept one speed.
+The level is shared by the two (a neutral split): only their product is predicted.
 
 The curve: each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the
 squared *relative* error of the window's rounds (as calibration does: a long round is not worth
@@ -140,8 +140,9 @@ class OnlineFit:
         return sum(t * s * f for t, s, f in zip(self.theta, self._scale, features, strict=True))
 
     def observe(self, features: Sequence[float], seconds: float) -> None:
-        """Add a measured round (the oldest leaves past the window), move the speed and refit the
-        curve. A round with no positive time is no evidence (a clock that did not tick)."""
+        """Add a measured round (the oldest leaves past the window), refit the curve, then move
+        the speed by what the curve leaves unexplained. A round with no positive time is no
+        evidence (a clock that did not tick)."""
         if not seconds > 0:
             return
         at_one_speed = seconds / self.speed

@@ -1,0 +1,113 @@
+"""How far a sim twin's mean latency moves when the price of its rounds moves a little.
+
+For each cell of a stored `policies_torch.py` run (``--cells`` workloads), the sim twin of that
+cell (same workload, rate, budgets; the profile ``--profile``, a directory: FAMILY.json in it) is
+run again with every round's time multiplied by a log-normal factor (``--noise`` σ, drawn per
+round, ``--seeds`` draws) and with every round's time off by ``--bias`` either way. Printed per
+policy beside the real run's repeats: what a per-round price noise of that size does to one run's
+mean latency, and how much a uniform price error is amplified through the queue. Where those
+spreads are as wide as the criterion, one run's mean cannot be compared to it.
+
+    python benchmarks/twin_sensitivity.py --run results/policies_torch.json \\
+        --profile results/policies_torch.profiles --cells poisson
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.runners import sim as sim_runner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import policies_torch as pt
+
+PRICE = {"rng": random.Random(0), "sigma": 0.0, "factor": 1.0}  # read by the patched sim runner
+
+
+def priced_run(self: sim_runner.SimRunner, batch):  # type: ignore[no-untyped-def]
+    result = RUN(self, batch)
+    noise = math.exp(PRICE["rng"].gauss(0, PRICE["sigma"])) if PRICE["sigma"] else 1.0
+    f = PRICE["factor"] * noise
+    return replace(result, duration_s=result.duration_s * f, worker_call_s=result.worker_call_s * f)
+
+
+RUN = sim_runner.SimRunner.run
+
+
+def twin_means(cell: dict, shape: dict, profile: Path, sigma: float, factor: float, seed: int) -> dict:
+    PRICE.update(rng=random.Random(seed), sigma=sigma, factor=factor)
+    plan = plan_engine(EngineOptions(runner="torch", model=cell["family"]))
+    spec = pt.workload_spec(cell["workload"], shape, plan.choice.vocab_size, cell["rate_per_s"])
+    lengths = [len(r.prompt) for r in pt.build_workload(spec).requests]
+    sim = pt.sim_figures(cell["family"], spec, plan.scheduler_config(lengths), profile)
+    return {p: sim[p]["mean_latency_s"] for p in pt.POLICIES} if "error" not in sim else {}
+
+
+def sensitivity(cell: dict, shape: dict, profile: Path, args: argparse.Namespace) -> dict:
+    base = twin_means(cell, shape, profile, 0.0, 1.0, 0)
+    noisy = [twin_means(cell, shape, profile, args.noise, 1.0, s) for s in range(args.seeds)]
+    low = twin_means(cell, shape, profile, 0.0, 1 - args.bias, 0)
+    high = twin_means(cell, shape, profile, 0.0, 1 + args.bias, 0)
+    out = {}
+    for p in base:
+        runs = sorted(n[p] / base[p] - 1 for n in noisy)
+        real = cell["policies"][p]["mean_latency_runs_s"]
+        out[p] = {
+            "twin_mean_s": base[p],
+            "noise_median": statistics.median(runs),
+            "noise_10_90": [runs[len(runs) // 10], runs[-1 - len(runs) // 10]],
+            "price_low": low[p] / base[p] - 1,
+            "price_high": high[p] / base[p] - 1,
+            "real_runs_s": real,
+            "real_spread": (max(real) - min(real)) / statistics.median(real),
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", type=Path, help="a stored policies_torch.py JSON")
+    ap.add_argument("--profile", type=Path, help="the twin's profile (a directory: FAMILY.json)")
+    ap.add_argument("--cells", nargs="+", default=["poisson"], choices=list(pt.WORKLOADS))
+    ap.add_argument("--noise", type=float, default=0.05, help="σ of the per-round log-normal price factor")
+    ap.add_argument("--bias", type=float, default=0.10, help="a uniform price error, either way")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true", help="policies_torch's smoke run, 3 seeds (CI)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if args.smoke:
+        args.run, args.seeds = args.json.with_suffix(".run.json"), 3
+        args.profile = pt.PROFILE
+        sys.argv = ["policies_torch.py", "--smoke", "--twin", "profile", "--json", str(args.run)]
+        pt.main()
+    run = json.loads(args.run.read_text())
+    sim_runner.SimRunner.run = priced_run  # type: ignore[method-assign]
+    report = []
+    for cell in (c for c in run["cells"] if c["workload"] in args.cells):
+        profile = args.profile / f"{cell['family']}.json" if args.profile.is_dir() else args.profile
+        result = sensitivity(cell, run["config"]["workload"], profile, args)
+        report.append({"family": cell["family"], "workload": cell["workload"], "policies": result})
+        for p, r in result.items():
+            lo, hi = r["noise_10_90"]
+            runs = " ".join(f"{x:.3f}" for x in r["real_runs_s"])
+            print(
+                f"{cell['family']:17s} {cell['workload']:8s} {p:9s} twin {r['twin_mean_s']:.3f} s; "
+                f"price noise {args.noise:.0%}/round: 10-90% {lo:+.0%}..{hi:+.0%}; "
+                f"price {-args.bias:+.0%} / {args.bias:+.0%}: "
+                f"{r['price_low']:+.0%} / {r['price_high']:+.0%}; "
+                f"real repeats {runs} (spread {r['real_spread']:.0%})"
+            )
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

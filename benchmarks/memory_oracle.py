@@ -190,10 +190,11 @@ def cell(model: str, hardware: str, name: str, seed: int, fraction: float) -> di
     row = {"model": model, "hardware": hardware, "workload": name, "seed": seed, "capacity": fraction}
     for order in ("belady", "belady-bytes", "lru"):
         row[f"model_{order}"] = model_hit_rate(trace, order, sizes, budget)
-    for eviction in ("lru", "cost-per-byte"):
-        figures = run(capped.replace(eviction=eviction, admission="all"), spec)
-        row[f"engine_{eviction}"] = figures["hit_rate"]
-        row[f"engine_{eviction}_p95_ms"] = figures["ttft_p95_ms"]
+    for eviction, admission in (("lru", "all"), ("cost-per-byte", "all"), ("cost-per-byte", "likely")):
+        figures = run(capped.replace(eviction=eviction, admission=admission), spec)
+        name = eviction if admission == "all" else f"{eviction}+{admission}"
+        row[f"engine_{name}"] = figures["hit_rate"]
+        row[f"engine_{name}_p95_ms"] = figures["ttft_p95_ms"]
     # nothing evicted (the whole working set fits): the TTFT of the misses no cache can avoid
     whole = under_pressure(base, ws, 1.0, spec.prompt_len)
     row["no_eviction_p95_ms"] = run(whole.replace(eviction="lru", admission="all"), spec)["ttft_p95_ms"]

@@ -55,8 +55,8 @@ UNEVIDENCED_ODDS = 0.25
 
 
 def evidenced(node: Node) -> bool:
-    """Whether ``node`` shows evidence of reuse: a request resumed from it, or it was published
-    below content that a request had resumed from (a continued conversation's next turn). Pure."""
+    """Whether ``node`` shows evidence of reuse: a request resumed from it, or it continues
+    content one did (`Node.continues`: a conversation's next turn, not a sibling branch). Pure."""
     return node.hits > 1 or node.continues
 
 

@@ -275,7 +275,10 @@ class RadixCache:
             if not node.materialized:
                 first = node.start // bs - start // bs
                 self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
-                node.continues = node.parent is not None and evidenced(node.parent)
+                # a continuation: the only branch below content a request resumed from (a
+                # conversation's next turn); a second branch there is a sibling (a candidate)
+                parent = node.parent
+                node.continues = parent is not None and parent.live_children == 1 and evidenced(parent)
                 self._private.difference_update(node.blocks or [])
                 self.journal.adopt(producer, node)
                 adopted += len(node.blocks)

@@ -13,6 +13,7 @@ from radixflow.cache.eviction import (
     CostPerByte,
     EntryKind,
     EntrySizes,
+    evidenced,
     make_eviction_policy,
 )
 from radixflow.cache.node import Node
@@ -26,6 +27,22 @@ def resume(cache: RadixCache, ns: str, tokens: tuple[int, ...], at: int) -> None
     match = cache.match(ns, tokens, len(tokens))
     assert match.checkpoint_tokens == at
     cache.resumed(match.handle)
+
+
+def publish(
+    cache: RadixCache, ns: str, tokens: tuple[int, ...], start: int, ckpts: list[int], rid: str
+) -> Node:
+    """A request that resumed at ``start`` computes the rest of ``tokens`` and publishes it (with
+    checkpoints at ``ckpts``), commits and lets go; returns the node it ends on."""
+    blocks = cache.alloc_blocks((len(tokens) - start) // cache.block_size)
+    ext = cache.extend(ns, tokens, start, len(tokens), blocks, ckpts, rid)
+    cache.lock(ext.handle)
+    cache.commit(rid)
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    cache.check_integrity()
+    assert ext.handle is not None
+    return cache.tree.lookup(ext.handle)
 
 
 def kv_ends(cache: RadixCache) -> list[tuple[str, int]]:
@@ -154,12 +171,7 @@ def test_a_one_off_tail_goes_before_a_continued_conversations_tail(policy, kept)
     turn1, turn2 = seq(100, 16), seq(100, 16) + seq(500, 16)
     assert serve(cache, "a", turn1, [16], "t1")
     resume(cache, "a", turn2, 16)
-    blocks = cache.alloc_blocks(2)
-    ext = cache.extend("a", turn2, 16, 32, blocks, [32], "t2")
-    cache.lock(ext.handle)
-    cache.commit("t2")
-    cache.unlock(ext.handle)
-    cache.free_blocks(blocks)
+    publish(cache, "a", turn2, 16, [32], "t2")
     assert serve(cache, "a", seq(900, 32), [32], "one-off")
     assert cache.free_slots_upto(1) == 1  # one of three slots goes: the chain's at 16 is cheapest
     assert cache.free_slots_upto(2) == 2  # and then one of the two tails at 32
@@ -229,3 +241,21 @@ def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, k
     assert {ns for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint} == {kept}
     cache.unregister(waiting)
     cache.check_integrity()
+
+
+def test_a_continuation_is_the_only_branch_below_resumed_content():
+    # A context with a first candidate below it; a second candidate resumes at the context and
+    # publishes a sibling branch: no evidence that the branch will be continued (a candidate).
+    # A request that resumes at the first candidate's tail and goes on publishes its only branch:
+    # a continuation (a conversation's next turn), and so is what is published below that.
+    cache = new_cache("cost-per-byte", blocks=32, slots=6)
+    context = seq(100, 16)
+    assert serve(cache, "a", context + seq(500, 8), [16, 24], "c1")
+    resume(cache, "a", context + seq(600, 8) + (1,), 16)
+    sibling = publish(cache, "a", context + seq(600, 8), 16, [24], "c2")
+    assert not sibling.continues and not evidenced(sibling)
+    resume(cache, "a", context + seq(500, 16) + (1,), 24)
+    turn = publish(cache, "a", context + seq(500, 16), 24, [32], "t2")
+    assert turn.continues and evidenced(turn)
+    below = publish(cache, "a", context + seq(500, 24), 32, [40], "t3")  # no hit at 32 yet
+    assert below.continues

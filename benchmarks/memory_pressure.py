@@ -52,6 +52,23 @@ WORKLOADS = {
         independent=48, order="interleaved", arrival="poisson", rate=40.0,
     ),
 }  # fmt: skip
+# Shapes the grid (`experiments/memory.toml`) does not hold, to check a policy chosen on the grid
+# out of sample (`--workloads chat-system ...`): conversations after a shared system prompt, spread
+# over namespaces with a steeper popularity; twice the one-off traffic; smaller candidate groups.
+HELD_OUT = {
+    "chat-system": WorkloadSpec(
+        kind="chats", groups=32, candidates=5, skew=1.5, context_len=384, candidate_len=96,
+        shared_prefix_len=256, namespaces=4, order="interleaved", arrival="poisson", rate=40.0,
+    ),
+    "mixed-heavy": WorkloadSpec(
+        kind="chats", groups=12, candidates=8, skew=0.8, context_len=768, candidate_len=48,
+        independent=96, order="interleaved", arrival="poisson", rate=40.0,
+    ),
+    "candidates-small": WorkloadSpec(
+        groups=24, candidates=4, context_len=1024, candidate_len=32, order="shuffled",
+        arrival="poisson", rate=40.0,
+    ),
+}  # fmt: skip
 # The real runner on this CPU (`--runner torch`, the `-small` zoo models, one thread, the CPU
 # clock): the same shapes, smaller, at a rate such a model serves
 TORCH_WORKLOADS = {
@@ -114,12 +131,12 @@ def main() -> None:
     p.add_argument("--models", nargs="+", help="default: qwen3_5-2b (sim), the -small families (torch)")
     p.add_argument("--hardware", default="h100")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=[*WORKLOADS, *HELD_OUT])
     p.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     p.add_argument("--json", type=Path, default=Path("results/memory_pressure.json"))
     p.add_argument("--smoke", action="store_true", help="CI: one small workload, two capacities")
     args = p.parse_args()
-    shapes = TORCH_WORKLOADS if args.runner == "torch" else WORKLOADS
+    shapes = TORCH_WORKLOADS if args.runner == "torch" else WORKLOADS | HELD_OUT
     workloads = {name: shapes[name] for name in args.workloads if name in shapes}
     args.models = args.models or (TORCH_MODELS if args.runner == "torch" else ["qwen3_5-2b"])
     if args.smoke:

@@ -46,6 +46,20 @@ class EntrySizes:
         return len(node.key) * self.kv_bytes_per_token + held
 
 
+# The odds of reuse credited to an entry without evidence of it (`evidenced`), against 1 for one
+# with: a prior, not a measurement. Most such entries are one-off prompts' tails and turns that
+# no conversation has continued yet; discounting them keeps the tails that conversations resume
+# from when one-off traffic or a round of new conversations would flush them. Higher: closer to
+# plain GreedyDual-Size; lower: a fresh group's context is evicted sooner before its first reuse.
+UNEVIDENCED_ODDS = 0.25
+
+
+def evidenced(node: Node) -> bool:
+    """Whether ``node`` shows evidence of reuse: a request resumed from it, or it continues
+    content one did (`Node.continues`: a conversation's next turn, not a sibling branch). Pure."""
+    return node.hits > 1 or node.continues
+
+
 class EvictionPolicy(Protocol):
     name: str
     # The inflation clock (GreedyDual's L): the cache stamps it on a node as ``Node.aged`` when a
@@ -90,15 +104,17 @@ class CostPerByte:
     """Evicts what costs least to recompute per byte freed, aged by recency: GreedyDual-Size
     (Cao and Irani, 1997) with the prompts known to be coming as its frequency. An entry's key is
 
-        H = L + (1 + waiting) * cost / bytes
+        H = L + (P(reuse) + waiting) * cost / bytes
 
     with L the inflation clock when a request last resumed there (or computed it): each eviction
     raises the clock to the victim's H, so an entry unused for long falls behind newer ones, the
     cheaper to recompute per byte the sooner. Waiting: the registered prompts through it
-    (``demand``), hits known to be coming. Past hits are not counted (GDSF's frequency): a group
-    of candidates or a conversation is finite, so the hits an entry has had do not predict the
-    ones to come (in a group of K they count down what is left), and a count that only grows
-    keeps a spent context over a fresh one.
+    (``demand``), hits known to be coming. P(reuse): 1 for an entry with evidence of reuse (a
+    request resumed from it, or it continues content one did: `evidenced`), `UNEVIDENCED_ODDS`
+    for one without (a one-off prompt's tail, a conversation's first turn). Past hits are not
+    counted beyond that (GDSF's frequency): a group of candidates or a conversation is finite, so
+    how many hits an entry has had does not predict the ones to come (in a group of K they count
+    down what is left), and a count that only grows keeps a spent context over a fresh one.
 
     Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
     above it to its own position (a request resumes there instead; a checkpoint inside a chain
@@ -129,7 +145,8 @@ class CostPerByte:
         return _since_checkpoint_above(node) / sizes.bytes(node, kind)
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
-        return (node.aged + (1 + node.demand) * self.value(node, kind), node.last_used)
+        reuse = 1.0 if evidenced(node) else UNEVIDENCED_ODDS
+        return (node.aged + (reuse + node.demand) * self.value(node, kind), node.last_used)
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
         self.clock = max(self.clock, self.priority(node, kind)[0])

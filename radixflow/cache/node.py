@@ -46,6 +46,10 @@ class Node:
     hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
     aged: float = 0.0  # the eviction policy's inflation clock when this node was last touched
     live_children: int = 0  # children that are materialized (0: a KV leaf)
+    # published as the only branch below content a request resumed from, or below such a node
+    # (a conversation's next turn): evidence that it will be continued in turn. Set once, when
+    # the KV is published, so that a node's eviction priority never drops.
+    continues: bool = False
     published_by: str | None = None  # producer whose current, uncommitted round wrote this KV
 
     @property

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence, Set
 
 from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
 from radixflow.cache.evictable import Evictor
-from radixflow.cache.eviction import LRU, EntryKind, EvictionPolicy
+from radixflow.cache.eviction import LRU, EntryKind, EvictionPolicy, evidenced
 from radixflow.cache.ledger import ByteLedger, CacheBudget, MemoryUsage
 from radixflow.cache.node import Checkpoint, Node, common_blocks
 from radixflow.cache.pool import IdPool
@@ -275,6 +275,10 @@ class RadixCache:
             if not node.materialized:
                 first = node.start // bs - start // bs
                 self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
+                # a continuation: the only branch below content a request resumed from (a
+                # conversation's next turn); a second branch there is a sibling (a candidate)
+                parent = node.parent
+                node.continues = parent is not None and parent.live_children == 1 and evidenced(parent)
                 self._private.difference_update(node.blocks or [])
                 self.journal.adopt(producer, node)
                 adopted += len(node.blocks)

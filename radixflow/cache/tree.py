@@ -169,6 +169,7 @@ class Tree:
         upper = self._new_node(upper_key, parent, node.start, upper_blocks)
         upper.lock_ref, upper.demand, upper.last_used = node.lock_ref, node.demand, node.last_used
         upper.hits, upper.aged = node.hits, node.aged
+        upper.continues = node.continues
         upper.live_children = int(node.materialized)
         upper.children[node.key[:bs]] = node
         node.parent = upper

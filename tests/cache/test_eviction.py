@@ -13,6 +13,7 @@ from radixflow.cache.eviction import (
     CostPerByte,
     EntryKind,
     EntrySizes,
+    evidenced,
     make_eviction_policy,
 )
 from radixflow.cache.node import Node
@@ -26,6 +27,22 @@ def resume(cache: RadixCache, ns: str, tokens: tuple[int, ...], at: int) -> None
     match = cache.match(ns, tokens, len(tokens))
     assert match.checkpoint_tokens == at
     cache.resumed(match.handle)
+
+
+def publish(
+    cache: RadixCache, ns: str, tokens: tuple[int, ...], start: int, ckpts: list[int], rid: str
+) -> Node:
+    """A request that resumed at ``start`` computes the rest of ``tokens`` and publishes it (with
+    checkpoints at ``ckpts``), commits and lets go; returns the node it ends on."""
+    blocks = cache.alloc_blocks((len(tokens) - start) // cache.block_size)
+    ext = cache.extend(ns, tokens, start, len(tokens), blocks, ckpts, rid)
+    cache.lock(ext.handle)
+    cache.commit(rid)
+    cache.unlock(ext.handle)
+    cache.free_blocks(blocks)
+    cache.check_integrity()
+    assert ext.handle is not None
+    return cache.tree.lookup(ext.handle)
 
 
 def kv_ends(cache: RadixCache) -> list[tuple[str, int]]:
@@ -91,23 +108,25 @@ def test_a_big_cheap_kv_leaf_goes_before_a_small_expensive_one(policy, left):
 
 @pytest.mark.parametrize(("policy", "survivor"), [("lru", "b"), ("cost-per-byte", "a")])
 def test_a_kv_leaf_whose_checkpoint_is_gone_goes_first(policy, survivor):
-    # a (older, one 64-token leaf, checkpoint at 64) and b (newer, a 16-token leaf, checkpoint at
-    # 16, a prompt waiting through it: one hit to come). Per byte, b's checkpoint saves less than
-    # a's (2 x 16 < 64 tokens), but b's KV leaf with its checkpoint saves more than a's
-    # (2 x 16 / 260 > 64 / 740 bytes). Freeing a slot drops b's checkpoint under cost-per-byte,
-    # leaving b's KV under no checkpoint: worth nothing to a hybrid model, it goes first when KV
-    # is short.
+    # a (older, one 64-token leaf, checkpoint at 64, resumed from once: evidence of reuse) and b
+    # (newer, a 16-token leaf, checkpoint at 16, no evidence but two prompts waiting through it:
+    # two hits to come). Per byte, b's checkpoint saves less than a's (2.25 x 16 < 64 tokens), but
+    # b's KV leaf with its checkpoint saves more than a's (2.25 x 16 / 260 > 64 / 740 bytes).
+    # Freeing a slot drops b's checkpoint under cost-per-byte, leaving b's KV under no
+    # checkpoint: worth nothing to a hybrid model, it goes first when KV is short.
     cache = new_cache(policy, blocks=10, slots=2)
     assert serve(cache, "a", seq(100, 64), [64], "a")
+    resume(cache, "a", seq(100, 64) + (1,), 64)
     assert serve(cache, "b", seq(300, 16), [16], "b")
-    waiting = cache.register("b", seq(300, 16) + seq(700, 8))
+    waiting = [cache.register("b", seq(300, 16) + seq(700 + i, 8)) for i in range(2)]
     leaf = {ns: root for ns, root in cache.tree.named_roots()}
     a, b = (next(c for c in leaf[ns].children.values() if c.materialized) for ns in "ab")
     kv = cache.evictor.kv_victims
     if policy == "cost-per-byte":
         assert kv.priority(b) > kv.priority(a)  # while its checkpoint stands
     assert cache.free_slots_upto(1) == 1
-    cache.unregister(waiting)
+    for handle in waiting:
+        cache.unregister(handle)
     cache.check_integrity()
     if policy == "cost-per-byte":
         assert b.checkpoint is None and kv.priority(b) < kv.priority(a)
@@ -117,21 +136,48 @@ def test_a_kv_leaf_whose_checkpoint_is_gone_goes_first(policy, survivor):
     assert namespaces == {survivor}
 
 
-@pytest.mark.parametrize("policy", ["lru", "cost-per-byte"])
-def test_past_hits_do_not_keep_a_spent_checkpoint(policy):
-    # A checkpoint at 8 resumed from twice, then one at 16 computed and matched often, never
-    # resumed from. Hits past say nothing of hits to come (a group is finite): per byte the one
-    # at 16 saves more, and it is the newer; both policies keep it.
+@pytest.mark.parametrize(("policy", "hot_hits", "cold", "kept"), [
+    ("lru", 2, 24, 24),
+    ("cost-per-byte", 0, 24, 24),
+    ("cost-per-byte", 1, 24, 8),
+    ("cost-per-byte", 5, 24, 8),
+    ("cost-per-byte", 5, 40, 40),
+])  # fmt: skip
+def test_past_hits_are_evidence_of_reuse_not_a_count(policy, hot_hits, cold, kept):
+    # A checkpoint at 8 resumed from ``hot_hits`` times, then one at ``cold`` computed and matched
+    # often, never resumed from. LRU keeps the newer. Cost-per-byte credits an entry with evidence
+    # of reuse (a hit) in full and one without at UNEVIDENCED_ODDS (1/4): after a hit, 8 tokens
+    # beat 24 / 4. More hits add nothing (a group is finite, so they count down what is left):
+    # against 40 / 4 tokens the resumed 8 lose, however often they were resumed from.
     cache = new_cache(policy, blocks=8, slots=2)
     assert serve(cache, "a", seq(100, 8), [8], "hot")
-    for _ in range(2):
+    for _ in range(hot_hits):
         resume(cache, "a", seq(100, 8) + (1,), 8)
-    assert serve(cache, "b", seq(300, 16), [16], "cold")
+    assert serve(cache, "b", seq(300, cold), [cold], "cold")
     for _ in range(5):  # a waiting prompt is matched every round it waits: no hit until it starts
-        assert cache.match("b", seq(300, 16) + (1,), 17).checkpoint_tokens == 16
+        assert cache.match("b", seq(300, cold) + (1,), cold + 1).checkpoint_tokens == cold
     assert cache.free_slots_upto(1) == 1
-    assert ends_with_checkpoint(cache) == {16}
+    assert ends_with_checkpoint(cache) == {kept}
     cache.check_integrity()
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("lru", "one-off"), ("cost-per-byte", "chat")])
+def test_a_one_off_tail_goes_before_a_continued_conversations_tail(policy, kept):
+    # A conversation's first turn, then its second turn resumed from it and published its own
+    # tail; then a one-off prompt of the same length as that turn. The two tails save as much
+    # per byte and the one-off's is newer, but only the conversation's shows evidence that it
+    # will be continued (it continues content a request resumed from): cost-per-byte keeps it.
+    cache = new_cache(policy, blocks=32, slots=3)
+    turn1, turn2 = seq(100, 16), seq(100, 16) + seq(500, 16)
+    assert serve(cache, "a", turn1, [16], "t1")
+    resume(cache, "a", turn2, 16)
+    publish(cache, "a", turn2, 16, [32], "t2")
+    assert serve(cache, "a", seq(900, 32), [32], "one-off")
+    assert cache.free_slots_upto(1) == 1  # one of three slots goes: the chain's at 16 is cheapest
+    assert cache.free_slots_upto(2) == 2  # and then one of the two tails at 32
+    cache.check_integrity()
+    tails = {n.key[0]: n for n in _walk(cache.tree.find_root("a")) if n.checkpoint and n.end == 32}
+    assert {"chat" if 500 in tails else "one-off"} == {kept}
 
 
 def node(end: int, length: int, hits: int = 1, aged: float = 0.0, last_used: int = 0) -> Node:
@@ -139,12 +185,12 @@ def node(end: int, length: int, hits: int = 1, aged: float = 0.0, last_used: int
 
 
 def test_the_inflation_clock_puts_a_fresh_entry_above_an_old_one_of_equal_worth():
-    policy = CostPerByte(SIZES)
-    old = node(64, 8)  # worth 0.64, touched before the clock moved
-    victim = node(640, 8)  # worth 6.4: the clock moves to its key when it goes
+    policy = CostPerByte(SIZES)  # entries resumed from (two hits): their worth counted in full
+    old = node(64, 8, hits=2)  # worth 0.64, touched before the clock moved
+    victim = node(640, 8, hits=2)  # worth 6.4: the clock moves to its key when it goes
     policy.evicted(victim, EntryKind.CHECKPOINT)
     assert policy.clock == pytest.approx(6.4)
-    fresh = node(64, 8, aged=policy.clock, last_used=1)
+    fresh = node(64, 8, hits=2, aged=policy.clock, last_used=1)
     assert policy.priority(old, EntryKind.CHECKPOINT) < policy.priority(fresh, EntryKind.CHECKPOINT)
     policy.evicted(old, EntryKind.CHECKPOINT)  # a victim ranked below the clock leaves it alone
     assert policy.clock == pytest.approx(6.4)
@@ -195,3 +241,21 @@ def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, k
     assert {ns for ns, root in cache.tree.named_roots() for n in _walk(root) if n.checkpoint} == {kept}
     cache.unregister(waiting)
     cache.check_integrity()
+
+
+def test_a_continuation_is_the_only_branch_below_resumed_content():
+    # A context with a first candidate below it; a second candidate resumes at the context and
+    # publishes a sibling branch: no evidence that the branch will be continued (a candidate).
+    # A request that resumes at the first candidate's tail and goes on publishes its only branch:
+    # a continuation (a conversation's next turn), and so is what is published below that.
+    cache = new_cache("cost-per-byte", blocks=32, slots=6)
+    context = seq(100, 16)
+    assert serve(cache, "a", context + seq(500, 8), [16, 24], "c1")
+    resume(cache, "a", context + seq(600, 8) + (1,), 16)
+    sibling = publish(cache, "a", context + seq(600, 8), 16, [24], "c2")
+    assert not sibling.continues and not evidenced(sibling)
+    resume(cache, "a", context + seq(500, 16) + (1,), 24)
+    turn = publish(cache, "a", context + seq(500, 16), 24, [32], "t2")
+    assert turn.continues and evidenced(turn)
+    below = publish(cache, "a", context + seq(500, 24), 32, [40], "t3")  # no hit at 32 yet
+    assert below.continues

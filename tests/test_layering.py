@@ -95,7 +95,7 @@ MODELS_ALLOWED = {
     "kernels": set(),
     "decode_rows": set(),
     "state_pool": {"decode_rows"},
-    "batch": {"decode_rows", "state_pool"},
+    "batch": {"decode_rows", "state_pool", "kernels"},  # the decode-step backend a round runs with
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator

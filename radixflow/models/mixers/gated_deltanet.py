@@ -19,7 +19,6 @@ from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
 from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, l2norm, pick_chunk
 from radixflow.models.kernels.packed_conv import PackedConv
-from radixflow.models.kernels.step import conv_step, gated_delta_step
 from radixflow.models.layers import Config
 
 
@@ -102,9 +101,10 @@ class GatedDeltaNet(nn.Module):
         step = rows.take(qkv)
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
-        mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None, in_place=True)
+        kernels = batch.kernels
+        mixed, window = kernels.conv_step(step, window, self.conv1d.weight[:, 0], None)
         q, k, v = self._split_heads(F.silu(mixed))
-        o, rec = gated_delta_step(q, k, v, rows.take(g), rows.take(beta), rec.float(), in_place=True)
+        o, rec = kernels.gated_delta_step(q, k, v, rows.take(g), rows.take(beta), rec.float())
         rows.put(out, o)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 

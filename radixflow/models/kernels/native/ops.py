@@ -1,0 +1,147 @@
+"""The native kernels as tensor functions: the eager steps' signatures, run by `steps.c`.
+
+Each function takes CPU float32 tensors, passes them to the library by ``data_ptr()`` and keeps
+the eager function's contract (`radixflow.models.kernels.step`, `ssd.ssd_step`): the recurrent
+state and the conv window are updated where they lie. Inputs that are not contiguous are copied
+first (a view of a projection's columns); a state that is not contiguous is stepped in a copy
+and copied back, so the caller's tensor always holds the new state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype != torch.float32 or t.device.type != "cpu":
+        raise TypeError(f"native kernels take CPU float32 tensors, got {t.dtype} on {t.device}")
+    return t.contiguous()
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def gated_delta_step(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`step.gated_delta_step` with ``in_place=True``: ``(o [S, H, dv], state)``."""
+    rows, heads, dk = k.shape
+    dv = v.shape[-1]
+    q, k, v, g, beta = (_dense(t) for t in (q, k, v, g, beta))
+    work = _dense(state)
+    out = torch.empty(rows, heads, dv, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_gated_delta_step(
+            rows, heads, dk, dv, _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(work), _ptr(out)
+        )
+        if failed:
+            raise MemoryError("native gated delta step: no memory for its scratch")
+    return out, _written_back(state, work)
+
+
+def ssd_step(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    h: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ssd.ssd_step` with ``in_place=True``: ``(y [S, H, P], h)``."""
+    rows, heads, p = x.shape
+    groups, n = b.shape[1], b.shape[2]
+    x, dt, a, b, c = (_dense(t) for t in (x, dt, a, b, c))
+    work = _dense(h)
+    y = torch.empty(rows, heads, p, dtype=torch.float32)
+    if rows:
+        lib.rf_ssd_step(
+            rows, heads, groups, p, n, _ptr(x), _ptr(dt), _ptr(a), _ptr(b), _ptr(c), _ptr(work), _ptr(y)
+        )
+    return y, _written_back(h, work)
+
+
+def conv_step(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    window: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`step.conv_step` with ``in_place=True``: ``(out [S, C], window)``, the window shifted
+    where it lies."""
+    rows, channels = x.shape
+    taps = weight.shape[-1]
+    if x.stride(-1) != 1 or x.dtype != torch.float32:
+        x = _dense(x)
+    weight = _dense(weight)
+    bias = None if bias is None else _dense(bias)
+    work = _dense(window)
+    out = torch.empty(rows, channels, dtype=torch.float32)
+    if rows:
+        lib.rf_conv_step(
+            rows,
+            channels,
+            taps,
+            _ptr(x),
+            x.stride(0),
+            _ptr(work),
+            _ptr(weight),
+            None if bias is None else _ptr(bias),
+            _ptr(out),
+        )
+    return out, _written_back(window, work)
+
+
+def decode_attention(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    slots: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query per row over its paged context, read from the pool where it lies:
+    ``q [G, heads, dim]``, ``kc``/``vc [pool slots, kv_heads, dim]``, ``slots [G, width]``
+    (int64; positions past a row's length are never read), ``lengths [G]`` (each >= 1)
+    -> ``[G, heads, dim]``."""
+    rows, heads, dim = q.shape
+    kv_heads, width = kc.shape[1], slots.shape[1]
+    q, kc, vc = _dense(q), _dense(kc), _dense(vc)
+    slots, lengths = slots.to(torch.int64).contiguous(), lengths.to(torch.int64).contiguous()
+    out = torch.empty(rows, heads, dim, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_decode_attention(
+            rows,
+            heads,
+            kv_heads,
+            dim,
+            width,
+            _ptr(q),
+            _ptr(kc),
+            _ptr(vc),
+            _ptr(slots),
+            _ptr(lengths),
+            scale,
+            _ptr(out),
+        )
+        if failed:
+            raise MemoryError("native decode attention: no memory for its scratch")
+    return out
+
+
+def _written_back(target: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
+    """``target`` holding ``work``'s values (nothing to do when the step ran on it directly)."""
+    if work.data_ptr() != target.data_ptr():
+        target.copy_(work)
+    return target

@@ -84,6 +84,28 @@ void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t
     }
 }
 
+/* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
+ * constant for the usual window lengths, so the loop over channels vectorises. */
+static inline __attribute__((always_inline)) void conv_row(int64_t channels, int64_t keep,
+                                                           const float *xr, float *w,
+                                                           const float *weight, const float *bias,
+                                                           float *o) {
+    const int64_t taps = keep + 1;
+#pragma omp simd
+    for (int64_t ch = 0; ch < channels; ch++) {
+        float *wc = w + ch * keep;
+        const float *wt = weight + ch * taps;
+        const float xin = xr[ch];
+        float acc = keep > 0 ? wc[0] * wt[0] : xin * wt[0];
+        for (int64_t j = 1; j < keep; j++) acc += wc[j] * wt[j];
+        if (keep > 0) acc += xin * wt[keep];
+        if (bias != NULL) acc += bias[ch];
+        o[ch] = acc;
+        for (int64_t j = 0; j + 1 < keep; j++) wc[j] = wc[j + 1];
+        if (keep > 0) wc[keep - 1] = xin;
+    }
+}
+
 /* Depthwise causal conv of one new input per row: x [rows, channels] with row stride x_stride,
  * window [rows, channels, taps-1] (oldest first; shifted in place), weight [channels, taps],
  * bias [channels] or NULL, out [rows, channels]. Taps are added oldest first, as the eager step
@@ -93,18 +115,13 @@ void rf_conv_step(int64_t rows, int64_t channels, int64_t taps, const float *x, 
     const int64_t keep = taps - 1;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * x_stride;
-        for (int64_t ch = 0; ch < channels; ch++) {
-            float *w = window + (r * channels + ch) * keep;
-            const float *wt = weight + ch * taps;
-            const float xin = xr[ch];
-            float acc = keep > 0 ? w[0] * wt[0] : xin * wt[0];
-            for (int64_t j = 1; j < keep; j++) acc += w[j] * wt[j];
-            if (keep > 0) acc += xin * wt[keep];
-            if (bias != NULL) acc += bias[ch];
-            out[r * channels + ch] = acc;
-            for (int64_t j = 0; j + 1 < keep; j++) w[j] = w[j + 1];
-            if (keep > 0) w[keep - 1] = xin;
-        }
+        float *w = window + r * channels * keep, *o = out + r * channels;
+        if (keep == 3)
+            conv_row(channels, 3, xr, w, weight, bias, o);
+        else if (keep == 2)
+            conv_row(channels, 2, xr, w, weight, bias, o);
+        else
+            conv_row(channels, keep, xr, w, weight, bias, o);
     }
 }
 

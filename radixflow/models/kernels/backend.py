@@ -60,6 +60,20 @@ class Kernels(Protocol):
         """`step.gated_delta_step`, the state updated in place."""
         ...
 
+    def deltanet_decode(
+        self,
+        qkv: torch.Tensor,
+        window: torch.Tensor,
+        weight: torch.Tensor,
+        key_heads: int,
+        dk: int,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`step.deltanet_decode`: conv, silu, heads and delta rule, window and state in place."""
+        ...
+
     def ssd_step(
         self,
         x: torch.Tensor,
@@ -97,6 +111,9 @@ class TorchKernels:
     def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
         return step.gated_delta_step(q, k, v, g, beta, state, in_place=True)
 
+    def deltanet_decode(self, qkv, window, weight, key_heads, dk, g, beta, state):  # type: ignore[no-untyped-def]
+        return step.deltanet_decode(qkv, window, weight, key_heads, dk, g, beta, state)
+
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
 
@@ -128,6 +145,9 @@ class NativeKernels:
 
     def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
         return ops.gated_delta_step(self.lib, q, k, v, g, beta, state)
+
+    def deltanet_decode(self, qkv, window, weight, key_heads, dk, g, beta, state):  # type: ignore[no-untyped-def]
+        return ops.deltanet_decode(self.lib, qkv, window, weight, key_heads, dk, g, beta, state)
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)

@@ -17,8 +17,9 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, l2norm, pick_chunk
+from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, pick_chunk
 from radixflow.models.kernels.packed_conv import PackedConv
+from radixflow.models.kernels.step import delta_heads
 from radixflow.models.layers import Config
 
 
@@ -98,13 +99,18 @@ class GatedDeltaNet(nn.Module):
         rows for an in-place block), conv shift + delta rule, the new states to the rows'
         snapshot slots (mutates the pool); writes the rows of ``out``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
-        step = rows.take(qkv)
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
-        kernels = batch.kernels
-        mixed, window = kernels.conv_step(step, window, self.conv1d.weight[:, 0], None)
-        q, k, v = self._split_heads(F.silu(mixed))
-        o, rec = kernels.gated_delta_step(q, k, v, rows.take(g), rows.take(beta), rec.float())
+        o, rec = batch.kernels.deltanet_decode(
+            rows.take(qkv),
+            window,
+            self.conv1d.weight[:, 0],
+            self.num_k_heads,
+            self.head_k_dim,
+            rows.take(g),
+            rows.take(beta),
+            rec.float(),
+        )
         rows.put(out, o)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
@@ -164,14 +170,7 @@ class GatedDeltaNet(nn.Module):
 
     def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""
-        length = mixed.shape[0]
-        q, k, v = mixed.float().split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = l2norm(q.reshape(length, self.num_k_heads, self.head_k_dim)) * self.head_k_dim**-0.5
-        k = l2norm(k.reshape(length, self.num_k_heads, self.head_k_dim))
-        groups = self.num_v_heads // self.num_k_heads
-        if groups > 1:  # each key head serves `groups` consecutive value heads
-            q, k = q.repeat_interleave(groups, dim=1), k.repeat_interleave(groups, dim=1)
-        return q, k, v.reshape(length, self.num_v_heads, self.head_v_dim)
+        return delta_heads(mixed, self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
 
 class Qwen35GatedDeltaNet(GatedDeltaNet):

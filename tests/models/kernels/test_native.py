@@ -61,6 +61,26 @@ def test_the_delta_rule_step_matches_the_eager_step(native, rows, heads, dk, dv)
 
 
 @pytest.mark.parametrize(
+    ("rows", "key_heads", "heads", "dk", "dv"), [(1, 2, 2, 8, 8), (32, 2, 4, 16, 16), (3, 1, 3, 7, 5)]
+)
+def test_the_fused_deltanet_decode_matches_the_eager_chain(native, rows, key_heads, heads, dk, dv) -> None:
+    g = torch.Generator().manual_seed(rows + heads)
+    conv_dim, taps = 2 * key_heads * dk + heads * dv, 4
+    projected = torch.randn(rows, conv_dim + 3, generator=g)
+    qkv = projected[:, 1 : 1 + conv_dim]  # a view of the projection, as the mixer passes it
+    weight = torch.randn(conv_dim, taps, generator=g) * 0.5
+    window = torch.randn(rows, conv_dim, taps - 1, generator=g)
+    gate, beta = -torch.rand(rows, heads, generator=g) * 2, torch.rand(rows, heads, generator=g)
+    state = torch.randn(rows, heads, dk, dv, generator=g)
+    args = (weight, key_heads, dk, gate, beta)
+    w_window, w_state = window.clone(), state.clone()
+    want_o, want_s = TORCH_KERNELS.deltanet_decode(qkv, w_window, *args, w_state)
+    got_o, got_s = native.deltanet_decode(qkv, window, *args, state)
+    assert got_s is state and _close(got_o, want_o, 1e-5) and _close(got_s, want_s, 1e-5)
+    assert torch.equal(window, w_window)  # the conv window shifted in place, by copies only
+
+
+@pytest.mark.parametrize(
     ("rows", "heads", "groups", "p", "n"), [(1, 2, 1, 4, 8), (32, 4, 2, 8, 16), (5, 3, 3, 5, 7)]
 )
 def test_the_mamba2_step_matches_the_eager_step(native, rows, heads, groups, p, n) -> None:

@@ -48,6 +48,49 @@ def gated_delta_step(
     return out, _written_back(state, work)
 
 
+def deltanet_decode(
+    lib: ctypes.CDLL,
+    qkv: torch.Tensor,
+    window: torch.Tensor,
+    weight: torch.Tensor,
+    key_heads: int,
+    dk: int,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`step.deltanet_decode` in one call: ``(o [S, H, dv], state)``, window and state updated
+    where they lie."""
+    rows, heads, _, dv = state.shape
+    taps = weight.shape[-1]
+    if qkv.stride(-1) != 1 or qkv.dtype != torch.float32:
+        qkv = _dense(qkv)
+    weight, g, beta = _dense(weight), _dense(g), _dense(beta)
+    work_window, work_state = _dense(window), _dense(state)
+    out = torch.empty(rows, heads, dv, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_deltanet_decode(
+            rows,
+            key_heads,
+            heads,
+            dk,
+            dv,
+            taps,
+            _ptr(qkv),
+            qkv.stride(0),
+            _ptr(work_window),
+            _ptr(weight),
+            _ptr(g),
+            _ptr(beta),
+            _ptr(work_state),
+            _ptr(out),
+        )
+        if failed:
+            raise MemoryError("native deltanet decode: no memory for its scratch")
+    _written_back(window, work_window)
+    return out, _written_back(state, work_state)
+
+
 def ssd_step(
     lib: ctypes.CDLL,
     x: torch.Tensor,

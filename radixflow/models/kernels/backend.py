@@ -67,11 +67,17 @@ class Kernels(Protocol):
         weight: torch.Tensor,
         key_heads: int,
         dk: int,
-        g: torch.Tensor,
-        beta: torch.Tensor,
+        gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
         state: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`step.deltanet_decode`: conv, silu, heads and delta rule, window and state in place."""
+        """`step.deltanet_decode`: conv, silu, heads, gates from ``(b, a, a_log, dt_bias)`` and
+        delta rule, window and state in place."""
+        ...
+
+    def gated_rms_norm(
+        self, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """`step.gated_rms_norm`: the Gated DeltaNet output norm, per head."""
         ...
 
     def ssd_step(
@@ -111,8 +117,11 @@ class TorchKernels:
     def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
         return step.gated_delta_step(q, k, v, g, beta, state, in_place=True)
 
-    def deltanet_decode(self, qkv, window, weight, key_heads, dk, g, beta, state):  # type: ignore[no-untyped-def]
-        return step.deltanet_decode(qkv, window, weight, key_heads, dk, g, beta, state)
+    def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
+        return step.deltanet_decode(qkv, window, weight, key_heads, dk, gates, state)
+
+    def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
+        return step.gated_rms_norm(x, gate, weight, eps)
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
@@ -146,8 +155,11 @@ class NativeKernels:
     def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
         return ops.gated_delta_step(self.lib, q, k, v, g, beta, state)
 
-    def deltanet_decode(self, qkv, window, weight, key_heads, dk, g, beta, state):  # type: ignore[no-untyped-def]
-        return ops.deltanet_decode(self.lib, qkv, window, weight, key_heads, dk, g, beta, state)
+    def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
+        return ops.deltanet_decode(self.lib, qkv, window, weight, key_heads, dk, gates, state)
+
+    def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
+        return ops.gated_rms_norm(self.lib, x, gate, weight, eps)
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)

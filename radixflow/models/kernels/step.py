@@ -117,24 +117,44 @@ def delta_heads(
     return q, k, v.reshape(length, heads, dv)
 
 
+def delta_gates(
+    b: torch.Tensor, a: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule's gates from the raw projections ``b``, ``a [T, H]``: ``(beta, g)`` in
+    float32, ``beta = sigmoid(b)``, ``g = -exp(a_log) softplus(a + dt_bias)``."""
+    beta = torch.sigmoid(b.float())
+    return beta, -a_log.float().exp() * F.softplus(a.float() + dt_bias.float())
+
+
 def deltanet_decode(
     qkv: torch.Tensor,
     window: torch.Tensor,
     weight: torch.Tensor,
     key_heads: int,
     dk: int,
-    g: torch.Tensor,
-    beta: torch.Tensor,
+    gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A Gated DeltaNet decode step from the projection to the heads' readout: the conv step
-    (``weight [C, K]``, no bias; ``window`` shifted in place), silu, `delta_heads`, then
-    `gated_delta_step` (``state [S, H, dk, dv]`` updated in place). Returns ``(o [S, H, dv],
-    state)``."""
+    """A Gated DeltaNet decode step from the projections to the heads' readout: the conv step
+    (``weight [C, K]``, no bias; ``window`` shifted in place), silu, `delta_heads`, the gates
+    from ``(b, a, a_log, dt_bias)`` (`delta_gates`), then `gated_delta_step` (``state [S, H, dk,
+    dv]`` updated in place). Returns ``(o [S, H, dv], state)``."""
     heads, dv = state.shape[1], state.shape[3]
+    beta, g = delta_gates(*gates)
     mixed, _ = conv_step(qkv, window, weight, None, in_place=True)
     q, k, v = delta_heads(F.silu(mixed), key_heads, heads, dk, dv)
     return gated_delta_step(q, k, v, g, beta, state, in_place=True)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim (plain ``w``, not ``1 + w``) times ``silu(gate)``, computed in
+    float32 and returned in ``x``'s dtype (the Gated DeltaNet output norm)."""
+    dtype = x.dtype
+    h = x.float()
+    h = (h * h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()).to(dtype)
+    # temporaries of this call's own from here: in place, same arithmetic in the same order
+    h = h.mul_(weight) if h.dtype == weight.dtype else weight * h
+    return h.mul_(F.silu(gate.float())).to(dtype)
 
 
 def row_blocks(rows: int, row_bytes: int) -> list[slice]:

@@ -11,7 +11,6 @@ the input projections: Qwen3.5 has separate ``in_proj_qkv``, ``in_proj_z``, ``in
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
@@ -19,7 +18,7 @@ from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
 from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, pick_chunk
 from radixflow.models.kernels.packed_conv import PackedConv
-from radixflow.models.kernels.step import delta_heads
+from radixflow.models.kernels.step import delta_gates, delta_heads, gated_rms_norm
 from radixflow.models.layers import Config
 
 
@@ -32,12 +31,7 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = (h * h.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()).to(dtype)
-        # temporaries of this call's own from here: in place, same arithmetic in the same order
-        h = h.mul_(self.weight) if h.dtype == self.weight.dtype else self.weight * h
-        return h.mul_(F.silu(gate.float())).to(dtype)
+        return gated_rms_norm(x, gate, self.weight, self.eps)
 
 
 class GatedDeltaNet(nn.Module):
@@ -76,21 +70,20 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         qkv, z, b, a = self.project(x)
-        beta = torch.sigmoid(b.float())
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        for rows in batch.decode_parts:
-            self._decode(qkv, g, beta, rows, batch, out)
-        for rows, tokens in batch.waves:
-            self._prefill(qkv, g, beta, batch, rows, tokens, out)
-        y = self.norm(out.to(x.dtype), z)
+        for rows in batch.decode_parts:  # the gates of decode rows are formed inside the step
+            self._decode(qkv, (b, a), rows, batch, out)
+        if batch.waves:
+            beta, g = delta_gates(b, a, self.A_log, self.dt_bias)
+            for rows, tokens in batch.waves:
+                self._prefill(qkv, g, beta, batch, rows, tokens, out)
+        y = batch.kernels.gated_rms_norm(out.to(x.dtype), z, self.norm.weight, self.norm.eps)
         return self.out_proj(y.reshape(x.shape[0], self.value_dim))
 
     def _decode(
         self,
         qkv: torch.Tensor,
-        g: torch.Tensor,
-        beta: torch.Tensor,
+        gates: tuple[torch.Tensor, torch.Tensor],
         rows: DecodeRows,
         batch: ForwardBatch,
         out: torch.Tensor,
@@ -107,8 +100,7 @@ class GatedDeltaNet(nn.Module):
             self.conv1d.weight[:, 0],
             self.num_k_heads,
             self.head_k_dim,
-            rows.take(g),
-            rows.take(beta),
+            (rows.take(gates[0]), rows.take(gates[1]), self.A_log, self.dt_bias),
             rec.float(),
         )
         rows.put(out, o)

@@ -70,9 +70,10 @@ def test_the_fused_deltanet_decode_matches_the_eager_chain(native, rows, key_hea
     qkv = projected[:, 1 : 1 + conv_dim]  # a view of the projection, as the mixer passes it
     weight = torch.randn(conv_dim, taps, generator=g) * 0.5
     window = torch.randn(rows, conv_dim, taps - 1, generator=g)
-    gate, beta = -torch.rand(rows, heads, generator=g) * 2, torch.rand(rows, heads, generator=g)
+    raw = torch.randn(rows, 2 * heads, generator=g) * 3  # b and a, as views of one projection
+    gates = (raw[:, :heads], raw[:, heads:], torch.randn(heads, generator=g), torch.randn(heads, generator=g))
     state = torch.randn(rows, heads, dk, dv, generator=g)
-    args = (weight, key_heads, dk, gate, beta)
+    args = (weight, key_heads, dk, gates)
     w_window, w_state = window.clone(), state.clone()
     want_o, want_s = TORCH_KERNELS.deltanet_decode(qkv, w_window, *args, w_state)
     got_o, got_s = native.deltanet_decode(qkv, window, *args, state)
@@ -92,6 +93,15 @@ def test_the_mamba2_step_matches_the_eager_step(native, rows, heads, groups, p, 
     want_y, want_h = TORCH_KERNELS.ssd_step(x, dt, a, b, c, h.clone())
     got_y, got_h = native.ssd_step(x, dt, a, b, c, h)
     assert got_h is h and _close(got_y, want_y) and _close(got_h, want_h)
+
+
+@pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32 * 4, 16), (3, 5)])
+def test_the_gated_norm_matches_the_eager_norm(native, vectors, dim) -> None:
+    g = torch.Generator().manual_seed(dim)
+    x, gate = torch.randn(vectors, 2, dim, generator=g), torch.randn(vectors, 2, dim, generator=g) * 4
+    weight = torch.randn(dim, generator=g)
+    want = TORCH_KERNELS.gated_rms_norm(x, gate, weight, 1e-6)
+    assert _close(native.gated_rms_norm(x, gate, weight, 1e-6), want, 1e-5)
 
 
 @pytest.mark.parametrize("taps", [1, 2, 4])

@@ -42,7 +42,11 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 SIGNATURES: dict[str, tuple[type, list[type]]] = {
     "rf_abi_version": (ctypes.c_int, []),
     "rf_gated_delta_step": (ctypes.c_int, [_I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),
-    "rf_deltanet_decode": (ctypes.c_int, [_I, _I, _I, _I, _I, _I, _P, _I, _P, _P, _P, _P, _P, _P]),
+    "rf_deltanet_decode": (
+        ctypes.c_int,
+        [_I, _I, _I, _I, _I, _I, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P],
+    ),
+    "rf_gated_rms_norm": (None, [_I, _I, _P, _P, _P, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_ssd_step": (None, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]
     "rf_conv_step": (None, [_I, _I, _I, _P, _I, _P, _P, _P, _P]),  # type: ignore[dict-item]
     "rf_decode_attention": (ctypes.c_int, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, ctypes.c_float, _P]),

@@ -20,6 +20,12 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as rows of contiguous floats (a row stride is passed along: a view of a
+    projection's columns is not copied)."""
+    return t if t.stride(-1) == 1 and t.dtype == torch.float32 and t.device.type == "cpu" else _dense(t)
+
+
 def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
@@ -55,17 +61,17 @@ def deltanet_decode(
     weight: torch.Tensor,
     key_heads: int,
     dk: int,
-    g: torch.Tensor,
-    beta: torch.Tensor,
+    gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`step.deltanet_decode` in one call: ``(o [S, H, dv], state)``, window and state updated
-    where they lie."""
+    where they lie; ``gates``: ``(b, a [S, H], a_log, dt_bias [H])``."""
     rows, heads, _, dv = state.shape
     taps = weight.shape[-1]
-    if qkv.stride(-1) != 1 or qkv.dtype != torch.float32:
-        qkv = _dense(qkv)
-    weight, g, beta = _dense(weight), _dense(g), _dense(beta)
+    qkv = _rows(qkv)
+    b, a = _dense(gates[0]), _dense(gates[1])
+    a_log, dt_bias = _dense(gates[2]), _dense(gates[3])
+    weight = _dense(weight)
     work_window, work_state = _dense(window), _dense(state)
     out = torch.empty(rows, heads, dv, dtype=torch.float32)
     if rows:
@@ -80,8 +86,11 @@ def deltanet_decode(
             qkv.stride(0),
             _ptr(work_window),
             _ptr(weight),
-            _ptr(g),
-            _ptr(beta),
+            _ptr(b),
+            _ptr(a),
+            heads,
+            _ptr(a_log),
+            _ptr(dt_bias),
             _ptr(work_state),
             _ptr(out),
         )
@@ -124,8 +133,7 @@ def conv_step(
     where it lies."""
     rows, channels = x.shape
     taps = weight.shape[-1]
-    if x.stride(-1) != 1 or x.dtype != torch.float32:
-        x = _dense(x)
+    x = _rows(x)
     weight = _dense(weight)
     bias = None if bias is None else _dense(bias)
     work = _dense(window)
@@ -180,6 +188,18 @@ def decode_attention(
         )
         if failed:
             raise MemoryError("native decode attention: no memory for its scratch")
+    return out
+
+
+def gated_rms_norm(
+    lib: ctypes.CDLL, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """`step.gated_rms_norm` in one call (float32): ``x``, ``gate [..., dim]`` -> same shape."""
+    x, gate, weight = _dense(x), _dense(gate), _dense(weight)
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel():
+        lib.rf_gated_rms_norm(x.numel() // dim, dim, _ptr(x), _ptr(gate), _ptr(weight), eps, _ptr(out))
     return out
 
 

@@ -112,6 +112,24 @@ int rf_gated_delta_step(int64_t rows, int64_t heads, int64_t dk, int64_t dv, con
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* torch's softplus (beta 1, threshold 20) */
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* RMSNorm of each of `vectors` vectors of dim floats, times weight, times silu(gate):
+ * x, gate, out [vectors, dim], weight [dim]. */
+void rf_gated_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *gate,
+                       const float *weight, float eps, float *out) {
+    for (int64_t v = 0; v < vectors; v++) {
+        const float *xv = x + v * dim, *gv = gate + v * dim;
+        float *ov = out + v * dim;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t i = 0; i < dim; i++) sq += xv[i] * xv[i];
+        const float inv = 1.0f / sqrtf(sq / (float)dim + eps);
+        for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * weight[i] * silu(gv[i]);
+    }
+}
 
 /* x / sqrt(sum(x^2) + eps) * scale over n floats, in place (the FLA l2norm, eps 1e-6). */
 static void l2norm(int64_t n, float *x, float scale) {
@@ -126,13 +144,15 @@ static void l2norm(int64_t n, float *x, float scale) {
  * qkv [rows, 2 key_dim + value_dim] with row stride qkv_stride (the conv's input), window
  * [rows, conv_dim, taps-1] and weight [conv_dim, taps] (the depthwise conv, no bias; window
  * shifted in place), then silu; q and k split into key_heads heads of dk, l2-normalised (q also
- * scaled by dk^-1/2), value head h reading key head h / (heads / key_heads); g, beta [rows,
- * heads]; state [rows, heads, dk, dv] updated in place; out [rows, heads, dv].
+ * scaled by dk^-1/2), value head h reading key head h / (heads / key_heads); the gates from
+ * the raw projections b, a [rows, heads] (row strides gate_stride): beta = sigmoid(b),
+ * g = -exp(a_log) softplus(a + dt_bias) per head; state [rows, heads, dk, dv] updated in place;
+ * out [rows, heads, dv].
  * Returns 0, or 1 when its scratch cannot be allocated. */
 int rf_deltanet_decode(int64_t rows, int64_t key_heads, int64_t heads, int64_t dk, int64_t dv,
                        int64_t taps, const float *qkv, int64_t qkv_stride, float *window,
-                       const float *weight, const float *g, const float *beta, float *state,
-                       float *out) {
+                       const float *weight, const float *b, const float *a, int64_t gate_stride,
+                       const float *a_log, const float *dt_bias, float *state, float *out) {
     const int64_t key_dim = key_heads * dk, conv_dim = 2 * key_dim + heads * dv;
     const int64_t per_key = heads / key_heads;
     float *mixed = malloc(sizeof(float) * (size_t)(conv_dim + 2 * dv));
@@ -150,8 +170,10 @@ int rf_deltanet_decode(int64_t rows, int64_t key_heads, int64_t heads, int64_t d
         }
         for (int64_t h = 0; h < heads; h++) {
             const int64_t rh = r * heads + h, kh = h / per_key;
+            const float beta = sigmoid(b[r * gate_stride + h]);
+            const float g = -expf(a_log[h]) * softplus(a[r * gate_stride + h] + dt_bias[h]);
             delta_head(dk, dv, mixed + kh * dk, mixed + key_dim + kh * dk,
-                       mixed + 2 * key_dim + h * dv, g[rh], beta[rh], state + rh * dk * dv,
+                       mixed + 2 * key_dim + h * dv, g, beta, state + rh * dk * dv,
                        out + rh * dv, scratch,
                        rh + 1 < rows * heads ? state + (rh + 1) * dk * dv : NULL);
         }

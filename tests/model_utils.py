@@ -18,6 +18,7 @@ from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.layers import use_kernels
 
 BLOCK = 16
 TOL = 1e-4
@@ -110,6 +111,7 @@ class SpyPool(StatePool):
 
 def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
     """One round; returns per-sequence logits ``[len, vocab]``."""
+    use_kernels(model, pools.kernels)  # the norms too (a model fixture is shared across backends)
     batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=pools.kernels)
     with torch.no_grad():
         logits = model.compute_logits(model(batch))

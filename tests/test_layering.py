@@ -102,7 +102,7 @@ MODELS_ALLOWED = {
     "config_rules": {"config_schema"},
     "presets": set(),  # the zoo's preset configs: plain data, so a preset's shape is read without torch
     "attention": {"batch", "decode_rows"},
-    "layers": {"batch"},
+    "layers": {"batch", "kernels"},
     "mixers": {"batch", "decode_rows", "attention", "layers", "kernels"},
     "families": {
         "batch",

@@ -15,7 +15,7 @@ from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import Kernels, KernelsError, resolve_kernels
-from radixflow.models.layers import Config
+from radixflow.models.layers import Config, use_kernels
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import (
     MatmulPlan,
@@ -95,6 +95,7 @@ class TorchRunner:
             raise ProblemError(given)
         self.kernels = _kernels(kernels, device, dtype)  # before the model: a refusal costs nothing
         self.net = load_model(path, device=device, dtype=dtype)
+        use_kernels(self.net, self.kernels)  # the norms; the decode steps take them from each batch
         self.batched_decode = batched_decode
         self.clock = round_clock(clock)
         self.device, self.dtype, self.block_size = device, dtype, block_size

@@ -33,7 +33,7 @@ from model_utils import (  # noqa: F401 (fixtures)
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
-from radixflow.models.layers import Config
+from radixflow.models.layers import Config, use_kernels
 from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 
@@ -124,6 +124,7 @@ def play(
     model: torch.nn.Module, batched: bool, kernels: Kernels = TORCH_KERNELS
 ) -> tuple[list[list[torch.Tensor]], StatePool, list[int]]:
     """Run ROUNDS on fresh pools; per round, each row's logits ``[length, vocab]``."""
+    use_kernels(model, kernels)  # the norms too (the model fixture is shared across backends)
     kv = KVPool(model.kv_layout(), NUM_BLOCKS, BLOCK, torch.float32, "cpu")
     state = StatePool(model.state_layout(), NUM_SLOTS, torch.float32, "cpu")
     out, decode_rows = [], []
@@ -147,6 +148,7 @@ def play(
 
 def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
     n = len(tokens)
+    use_kernels(model, TORCH_KERNELS)  # the eager reference
     kv = KVPool(model.kv_layout(), -(-n // BLOCK), BLOCK, torch.float32, "cpu")
     state = StatePool(model.state_layout(), 0, torch.float32, "cpu")
     batch = ForwardBatch.build([(tokens, SeqSpec(0, n, list(range(-(-n // BLOCK)))))], kv, state, "cpu")

@@ -123,6 +123,9 @@ class TorchKernels:
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return step.gated_rms_norm(x, gate, weight, eps)
 
+    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
+        return step.rms_norm(x, weight, eps, offset)
+
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
 
@@ -160,6 +163,11 @@ class NativeKernels:
 
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return ops.gated_rms_norm(self.lib, x, gate, weight, eps)
+
+    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
+        if x.dtype != torch.float32 or weight.dtype != torch.float32:
+            return step.rms_norm(x, weight, eps, offset)  # the native kernels run float32 only
+        return ops.rms_norm(self.lib, x, weight, eps, offset)
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)

@@ -146,6 +146,19 @@ def deltanet_decode(
     return gated_delta_step(q, k, v, g, beta, state, in_place=True)
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+    """RMSNorm over the last dim computed in float32, times ``offset + weight`` (``offset`` 1: the
+    zero-centred variant), returned in ``x``'s dtype."""
+    weight = weight.float()
+    if offset:
+        weight = offset + weight
+    # the temporaries are this call's own, so the steps after the first write in place
+    # (fewer allocations, the same arithmetic in the same order)
+    h = x.float()
+    h = h * h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    return h.mul_(weight).to(x.dtype)
+
+
 def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim (plain ``w``, not ``1 + w``) times ``silu(gate)``, computed in
     float32 and returned in ``x``'s dtype (the Gated DeltaNet output norm)."""

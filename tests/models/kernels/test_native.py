@@ -95,6 +95,16 @@ def test_the_mamba2_step_matches_the_eager_step(native, rows, heads, groups, p, 
     assert got_h is h and _close(got_y, want_y) and _close(got_h, want_h)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32, 512), (3, 5)])
+def test_the_rms_norm_matches_the_eager_norm(native, vectors, dim, offset) -> None:
+    g = torch.Generator().manual_seed(dim)
+    x = torch.randn(vectors, dim + 2, generator=g)[:, 1:-1]  # a view, as a head split passes it
+    weight = torch.randn(dim, generator=g)
+    want = TORCH_KERNELS.rms_norm(x, weight, 1e-6, offset)
+    assert _close(native.rms_norm(x, weight, 1e-6, offset), want, 1e-5)
+
+
 @pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32 * 4, 16), (3, 5)])
 def test_the_gated_norm_matches_the_eager_norm(native, vectors, dim) -> None:
     g = torch.Generator().manual_seed(dim)

@@ -46,6 +46,7 @@ SIGNATURES: dict[str, tuple[type, list[type]]] = {
         ctypes.c_int,
         [_I, _I, _I, _I, _I, _I, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P],
     ),
+    "rf_rms_norm": (None, [_I, _I, _P, _P, ctypes.c_float, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_gated_rms_norm": (None, [_I, _I, _P, _P, _P, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_ssd_step": (None, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]
     "rf_conv_step": (None, [_I, _I, _I, _P, _I, _P, _P, _P, _P]),  # type: ignore[dict-item]

@@ -191,6 +191,18 @@ def decode_attention(
     return out
 
 
+def rms_norm(
+    lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+) -> torch.Tensor:
+    """`step.rms_norm` in one call (float32): ``x [..., dim]`` -> same shape."""
+    x, weight = _dense(x), _dense(weight)
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel():
+        lib.rf_rms_norm(x.numel() // dim, dim, _ptr(x), _ptr(weight), offset, eps, _ptr(out))
+    return out
+
+
 def gated_rms_norm(
     lib: ctypes.CDLL, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> torch.Tensor:

@@ -116,6 +116,22 @@ static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch's softplus (beta 1, threshold 20) */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* RMSNorm of each of `vectors` vectors of dim floats, times (offset + weight): x, out
+ * [vectors, dim], weight [dim]. */
+void rf_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *weight, float offset,
+                 float eps, float *out) {
+    for (int64_t v = 0; v < vectors; v++) {
+        const float *xv = x + v * dim;
+        float *ov = out + v * dim;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t i = 0; i < dim; i++) sq += xv[i] * xv[i];
+        const float inv = 1.0f / sqrtf(sq / (float)dim + eps);
+#pragma omp simd
+        for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * (offset + weight[i]);
+    }
+}
+
 /* RMSNorm of each of `vectors` vectors of dim floats, times weight, times silu(gate):
  * x, gate, out [vectors, dim], weight [dim]. */
 void rf_gated_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *gate,

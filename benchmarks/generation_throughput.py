@@ -69,10 +69,13 @@ def tokens(vocab: int, n: int, g: torch.Generator) -> tuple[int, ...]:
     return tuple(torch.randint(3, vocab, (n,), generator=g).tolist())
 
 
-def options(model: str, requests: int, longest: int) -> EngineOptions:
-    """The engine for ``requests`` at a time of up to ``longest`` tokens each."""
+def options(model: str, requests: int, longest: int, kernels: str | None = None) -> EngineOptions:
+    """The engine for ``requests`` at a time of up to ``longest`` tokens each (``kernels``: the
+    decode-step backend; None: the option's default)."""
     blocks = requests * (-(-longest // EngineOptions().block_size) + 1) + 16
+    given = {} if kernels is None else {"kernels": kernels}
     return EngineOptions(
+        **given,
         model=model,
         runner="torch",
         dtype="float32",
@@ -256,6 +259,9 @@ def main() -> None:
     ap.add_argument("--candidate-len", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is per thread)")
+    ap.add_argument(
+        "--kernels", help="the engine's decode-step backend: auto, native or torch (default: the option's)"
+    )
     ap.add_argument("--json", type=Path, default=Path("results/generation_throughput.json"))
     ap.add_argument("--smoke", action="store_true", help="one tiny model, tiny shapes, one repeat (CI)")
     args = ap.parse_args()
@@ -277,7 +283,9 @@ def main() -> None:
         before = loadavg()
         path = ensure_model(name)
         longest = max(args.prompt_len + args.generate, args.context_len + args.candidate_len)
-        setup = plan_engine(options(name, max(*args.requests, args.candidates), longest)).build()
+        setup = plan_engine(
+            options(name, max(*args.requests, args.candidates), longest, args.kernels)
+        ).build()
         runner = setup.runner
         hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
         rows = [bench_prefill(runner, hf, args.prefill, args.repeats)]

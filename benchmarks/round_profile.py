@@ -14,6 +14,10 @@ state in place) and the attention kernel are not GEMMs here: they are in the res
 
 Decode rounds restore every row from its slot and save back into it (the engine's working
 slot, updated in place); the prefill round is one packed batch of prompts of ``--lengths``.
+``--kernels torch native`` runs every round with each decode-step backend
+(`radixflow.models.kernels.backend`) in the same process, interleaved, on the same GEMM plan.
+The native steps are single C calls: a GEMM inside them (the delta rule's readout) is not a
+GEMM call here, so it counts in the rest.
 
     python benchmarks/round_profile.py --json results/round_profile.json
 """
@@ -39,7 +43,8 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
-from radixflow.models.zoo import ensure_model
+from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
+from radixflow.models.zoo import default_cache_dir, ensure_model
 from radixflow.runners.torch_runner import TorchRunner
 
 MODELS = {  # mixer kind -> model that has it
@@ -104,13 +109,13 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
     return time.thread_time() - t0
 
 
-def decode_round(runner: TorchRunner, batch: int, context: int) -> Callable[[], object]:
+def decode_round(runner: TorchRunner, batch: int, context: int, kernels: Kernels) -> Callable[[], object]:
     """One decode round of ``batch`` rows at position ``context``, each updating its own slot."""
     kv, state, chunks = setup(runner.net, batch, context, seed=batch, own=True)
-    return lambda: forward(runner, chunks, kv, state, decode_only=True)
+    return lambda: forward(runner, chunks, kv, state, decode_only=True, kernels=kernels)
 
 
-def prefill_round(runner: TorchRunner, lengths: list[int]) -> Callable[[], object]:
+def prefill_round(runner: TorchRunner, lengths: list[int], kernels: Kernels) -> Callable[[], object]:
     """One packed prefill round of fresh prompts of ``lengths`` tokens (no cache, no state)."""
     net = runner.net
     chunks, nxt = [], 0
@@ -120,14 +125,16 @@ def prefill_round(runner: TorchRunner, lengths: list[int]) -> Callable[[], objec
         nxt += n
     kv = KVPool(net.kv_layout(), nxt, BLOCK, torch.float32, "cpu")
     state = StatePool(net.state_layout(), 0, torch.float32, "cpu")
-    return lambda: forward(runner, chunks, kv, state, decode_only=False)
+    return lambda: forward(runner, chunks, kv, state, decode_only=False, kernels=kernels)
 
 
-def forward(runner: TorchRunner, chunks: list, kv: KVPool, state: StatePool, decode_only: bool) -> object:
+def forward(
+    runner: TorchRunner, chunks: list, kv: KVPool, state: StatePool, decode_only: bool, kernels: Kernels
+) -> object:
     """The runner's work for one round: build the batch, forward, logits of every last token."""
     routed = runner.matmul.round(decode_only) if runner.matmul is not None else contextlib.nullcontext()
     with torch.inference_mode(), routed:
-        fb = ForwardBatch.build(chunks, kv, state, "cpu")
+        fb = ForwardBatch.build(chunks, kv, state, "cpu", kernels=kernels)
         hidden = runner.net(fb)
         return runner.net.compute_logits(hidden[fb.last_token_indices()])
 
@@ -157,8 +164,13 @@ def in_gemm(event) -> bool:
 def bench(kind: str, model: str, args: argparse.Namespace) -> dict:
     runner = TorchRunner(ensure_model(model), BLOCK, 8, 0, matmul=args.matmul, predict_rounds=False)
     batches, context, lengths, repeats = args.batches, args.context, args.lengths, args.repeats
-    rounds = [Round(f"decode {b}", decode_round(runner, b, context)) for b in batches]
-    rounds.append(Round(f"prefill {sum(lengths)}", prefill_round(runner, lengths)))
+    rounds = []
+    for name in args.kernels:
+        kernels = resolve_kernels(name, "cpu", torch.float32, default_cache_dir() / "kernels")
+        tag = f" {kernels.name}" if len(args.kernels) > 1 else ""
+        rounds += [Round(f"decode {b}{tag}", decode_round(runner, b, context, kernels)) for b in batches]
+        if name == args.kernels[0]:  # prefill runs the chunked kernels whatever the backend
+            rounds.append(Round(f"prefill {sum(lengths)}", prefill_round(runner, lengths, kernels)))
     for r in rounds:
         r.run()  # warm-up
         r.record()
@@ -198,6 +210,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--matmul", default="auto", help="the runner's GEMM plan (auto: measured at startup)")
+    ap.add_argument(
+        "--kernels",
+        nargs="+",
+        default=["auto"],
+        choices=CHOICES,
+        help="decode-step backends, each round run with each, interleaved (default: auto, the engine's)",
+    )
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, tiny rounds, one repeat (CI)")
     args = ap.parse_args()
@@ -206,18 +225,23 @@ def main() -> None:
         models = {"deltanet": "qwen3_5-tiny"}
         args.kinds, args.batches, args.context, args.lengths, args.repeats = ["deltanet"], [2], 8, [8, 4], 1
     torch.set_num_threads(args.threads)
-    meta = {"commit": commit(), "threads": args.threads, "load_before": os.getloadavg()[0]}
+    meta = {
+        "commit": commit(),
+        "threads": args.threads,
+        "kernels": args.kernels,
+        "load_before": os.getloadavg()[0],
+    }
     print(f"commit {meta['commit']}, threads={args.threads}, load={meta['load_before']:.2f}")
     results = []
     for kind in args.kinds:
         res = bench(kind, models[kind], args)
         results.append(res)
         print(f"\n{kind} ({res['model']}, matmul {res['matmul_plan']})")
-        print(f"  {'round':<13}{'total ms':>9}{'GEMM ms':>9}{'non-GEMM':>9}  top non-GEMM ops (ms, profiled)")
+        print(f"  {'round':<20}{'total ms':>9}{'GEMM ms':>9}{'non-GEMM':>9}  top non-GEMM ops (ms, profiled)")
         for row in res["rounds"]:
             top = ", ".join(f"{k.removeprefix('aten::')} {ms:.2f}" for k, ms in row["top_non_gemm_ms"])
             print(
-                f"  {row['round']:<13}{row['total_ms']:>9.2f}{row['gemm_ms']:>9.2f}"
+                f"  {row['round']:<20}{row['total_ms']:>9.2f}{row['gemm_ms']:>9.2f}"
                 f"{row['non_gemm_share']:>9.0%}  {top}",
                 flush=True,
             )

@@ -17,6 +17,8 @@ import torch
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.io.loader import load_model, save_model
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.layers import use_kernels
 
 BLOCK = 16
 TOL = 1e-4
@@ -44,7 +46,14 @@ class Pools:
     NUM_BLOCKS = 128
     NUM_SLOTS = 16
 
-    def __init__(self, model: torch.nn.Module, num_blocks: int | None = None, num_slots: int | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_blocks: int | None = None,
+        num_slots: int | None = None,
+        kernels: Kernels = TORCH_KERNELS,
+    ):
+        self.kernels = kernels  # what runs the batched decode steps of `run`
         num_blocks = self.NUM_BLOCKS if num_blocks is None else num_blocks
         num_slots = self.NUM_SLOTS if num_slots is None else num_slots
         self.kv = KVPool(model.kv_layout(), num_blocks, BLOCK, torch.float32, "cpu")
@@ -102,7 +111,8 @@ class SpyPool(StatePool):
 
 def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqSpec]]) -> list[torch.Tensor]:
     """One round; returns per-sequence logits ``[len, vocab]``."""
-    batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu")
+    use_kernels(model, pools.kernels)  # the norms too (a model fixture is shared across backends)
+    batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=pools.kernels)
     with torch.no_grad():
         logits = model.compute_logits(model(batch))
     offs = batch.offsets

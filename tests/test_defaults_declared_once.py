@@ -22,7 +22,7 @@ PKG = Path(__file__).resolve().parent.parent / "radixflow"
 OPTION_CLASSES = (EngineOptions, ServerConfig, Listen)
 # Not yet single: the torch runner's (and its sampler's) constructor keeps keyword defaults of its
 # own for these, for runners built by hand in tests and benchmarks (the options always pass theirs).
-TORCH_RUNNER_KWARGS = {"device", "dtype", "matmul", "seed", "clock"}
+TORCH_RUNNER_KWARGS = {"device", "dtype", "matmul", "kernels", "seed", "clock"}
 NAMES = ({f.name for cls in OPTION_CLASSES for f in dataclasses.fields(cls)} - TORCH_RUNNER_KWARGS) | {
     "num_blocks",  # SchedulerConfig's capacities: the sim runner's defaults
     "num_state_slots",

@@ -95,14 +95,14 @@ MODELS_ALLOWED = {
     "kernels": set(),
     "decode_rows": set(),
     "state_pool": {"decode_rows"},
-    "batch": {"decode_rows", "state_pool"},
+    "batch": {"decode_rows", "state_pool", "kernels"},  # the decode-step backend a round runs with
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
     "config_rules": {"config_schema"},
     "presets": set(),  # the zoo's preset configs: plain data, so a preset's shape is read without torch
     "attention": {"batch", "decode_rows"},
-    "layers": {"batch"},
+    "layers": {"batch", "kernels"},
     "mixers": {"batch", "decode_rows", "attention", "layers", "kernels"},
     "families": {
         "batch",

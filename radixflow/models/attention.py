@@ -59,19 +59,8 @@ def paged_attention(
 def _decode_attention(
     q: torch.Tensor, layer: int, batch: ForwardBatch, context: DecodeContext, scale: float
 ) -> torch.Tensor:
-    """One query token per row over its padded context: ``q [G, heads, dim]`` -> same shape.
-
-    The context is gathered from the paged pool into the pool's reused buffers (one row copy
-    per position). Padding positions are masked out, so each row's softmax runs over exactly its
-    own context (no mask when every row's context is as long as the group's); grouped KV heads
-    are shared inside the fused kernel (``enable_gqa``), not copied.
-    """
-    kv, flat = batch.kv, context.slots.view(-1)
-    shape = (*context.slots.shape, *kv.k[layer].shape[1:])  # [G, L, kv_heads, dim]
-    keys = kv.gather(kv.k[layer], flat, 0).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
-    vals = kv.gather(kv.v[layer], flat, 1).view(shape).to(q.dtype).transpose(1, 2)
-    mask = context.valid[:, None, None, :] if context.ragged else None
-    o = F.scaled_dot_product_attention(
-        q[:, :, None], keys, vals, attn_mask=mask, scale=scale, enable_gqa=True
-    )
-    return o[:, :, 0]
+    """One query token per row over its padded context: ``q [G, heads, dim]`` -> same shape, run by
+    the batch's kernels (the eager ones gather the context into the pool's reused buffers; the
+    native ones read it where it lies). Each row's softmax runs over exactly its own context."""
+    kv = batch.kv
+    return batch.kernels.decode_attention(q, kv.k[layer], kv.v[layer], context, scale, kv.gather)

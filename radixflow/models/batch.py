@@ -27,6 +27,7 @@ from functools import cached_property
 import torch
 
 from radixflow.models.decode_rows import DecodeContext, DecodeRows, Picked, consecutive, length_groups
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
 from radixflow.models.state_pool import StatePool
 
 
@@ -156,6 +157,7 @@ class ForwardBatch:
     kv: KVPool
     state: StatePool
     batched_decode: bool = True  # False: every row takes the per-sequence path (the reference)
+    kernels: Kernels = TORCH_KERNELS  # what runs the batched decode steps (`models.kernels.backend`)
 
     # The index tensors below are the same for every layer: built once per batch.
     @cached_property
@@ -300,8 +302,9 @@ class ForwardBatch:
         state: StatePool,
         device: str,
         batched_decode: bool = True,
+        kernels: Kernels = TORCH_KERNELS,
     ) -> ForwardBatch:
-        """Pack ``(chunk_token_ids, spec)`` pairs into one batch."""
+        """Pack ``(chunk_token_ids, spec)`` pairs into one batch, its decode steps run by ``kernels``."""
         ids: list[int] = []
         pos: list[int] = []
         for tokens, spec in chunks:
@@ -316,6 +319,7 @@ class ForwardBatch:
             kv=kv,
             state=state,
             batched_decode=batched_decode,
+            kernels=kernels,
         )
 
     def last_token_indices(self) -> torch.Tensor:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
 
 
 class Config:
@@ -77,7 +78,10 @@ def lm_head(config: Config, embedding: nn.Embedding, tie: bool) -> nn.Linear:
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant."""
+    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant.
+    Run by ``kernels`` (`models.kernels.backend`; eager unless `use_kernels` says otherwise)."""
+
+    kernels: Kernels = TORCH_KERNELS
 
     def __init__(self, dim: int, eps: float = 1e-6, offset: float = 0.0) -> None:
         super().__init__()
@@ -86,14 +90,15 @@ class RMSNorm(nn.Module):
         self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight.float()
-        if self.offset:
-            weight = self.offset + weight
-        # the temporaries are this call's own, so the steps after the first write in place
-        # (fewer allocations, the same arithmetic in the same order)
-        h = x.float()
-        h = h * h.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
-        return h.mul_(weight).to(x.dtype)
+        return self.kernels.rms_norm(x, self.weight, self.eps, self.offset)
+
+
+def use_kernels(net: nn.Module, kernels: Kernels) -> None:
+    """Run every `RMSNorm` of ``net`` with ``kernels`` (mutates the modules): the norms have no
+    batch to carry the choice, so the runner sets it once, as it builds the model."""
+    for module in net.modules():
+        if isinstance(module, RMSNorm):
+            module.kernels = kernels
 
 
 class Rotary:

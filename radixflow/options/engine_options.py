@@ -37,6 +37,7 @@ TFLOPS_RANGE = (1e-3, MAX_FLOPS / 1e12)  # 1 GFLOP/s (a slow CPU) up to the prof
 MAX_SEED = 2**64 - 1
 RUNNERS = ("sim", "torch")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # resolved per device: models/device.py
+KERNELS = ("auto", "native", "torch")  # resolved per device and dtype: models/kernels/backend.py
 
 
 def _scheduler_default(name: str) -> Any:
@@ -93,6 +94,15 @@ class EngineOptions:
         str,
         group="model",
         metavar="PLAN",
+    )
+    kernels: str = option(
+        "auto",
+        "torch runner: what runs the decode steps that are not GEMMs (recurrent state steps, decode "
+        "attention): native (C kernels built at first use with the system compiler; CPU float32 "
+        "only), torch (eager ops), or auto (native where it runs and builds, else torch)",
+        str,
+        choices=lambda: list(KERNELS),
+        group="model",
     )
     clock: str = option(
         "wall",

@@ -25,7 +25,7 @@ GROUPS = {
     "output": "output",
 }
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
-TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "clock")
+TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "kernels", "clock")
 POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "
     "(default: adaptive; bench: native, radixflow and adaptive)"

@@ -163,6 +163,7 @@ class TorchChoice:
     def __init__(self, options: EngineOptions) -> None:
         self.label, self.device = options.model or DEFAULT_TORCH_MODEL, options.device
         self.threads, self.seed, self.matmul = options.torch_threads, options.seed, options.matmul
+        self.kernels = options.kernels
         self.clock = options.clock
         _check_matmul(options.matmul)
         self.checkpoint: Path = _resolve(self.label, self.device)
@@ -219,6 +220,7 @@ class TorchChoice:
                 label=self.label,
                 seed=self.seed,
                 matmul=self.matmul,
+                kernels=self.kernels,
                 clock=self.clock,
             )
         )
@@ -228,6 +230,7 @@ class TorchChoice:
             "device": self.device,
             "dtype": str(self.dtype),
             "checkpoint": str(self.checkpoint),
+            "kernels": self.kernels,
             "clock": self.clock,
         }
 

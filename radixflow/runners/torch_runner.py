@@ -14,7 +14,8 @@ from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
-from radixflow.models.layers import Config
+from radixflow.models.kernels.backend import Kernels, KernelsError, resolve_kernels
+from radixflow.models.layers import Config, use_kernels
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import (
     MatmulPlan,
@@ -76,6 +77,7 @@ class TorchRunner:
         matmul: str = "auto",
         predict_rounds: bool = True,
         clock: str = "wall",
+        kernels: str = "auto",
     ) -> None:
         """``seed`` seeds the generator of requests sampled without a seed of their own.
         ``batched_decode=False`` runs every one-token chunk on its own (chunked, per-sequence)
@@ -85,11 +87,15 @@ class TorchRunner:
         ``predict_rounds``: learn a round predictor (`runners.round_predictor`) from the rounds
         run, starting from the profile stored for this model and machine; off, the runner
         predicts nothing (calibration times the bare worker call). ``clock``: what a round
-        advances the engine by (`radixflow.engine.clocks`; the wall time is measured beside)."""
+        advances the engine by (`radixflow.engine.clocks`; the wall time is measured beside).
+        ``kernels``: what runs the decode steps that are not GEMMs (`models.kernels.backend`:
+        auto, native or torch); one that cannot run here raises `ProblemError` on ``kernels``."""
         given = parse_plan(matmul)
         if isinstance(given, Problem):
             raise ProblemError(given)
+        self.kernels = _kernels(kernels, device, dtype)  # before the model: a refusal costs nothing
         self.net = load_model(path, device=device, dtype=dtype)
+        use_kernels(self.net, self.kernels)  # the norms; the decode steps take them from each batch
         self.batched_decode = batched_decode
         self.clock = round_clock(clock)
         self.device, self.dtype, self.block_size = device, dtype, block_size
@@ -149,7 +155,7 @@ class TorchRunner:
             [SeqSpec(0, 1, [i]) for i in range(8)],
         ):
             chunks = [([1] * s.length, s) for s in specs]
-            fb = ForwardBatch.build(chunks, kv, state, self.device, self.batched_decode)
+            fb = ForwardBatch.build(chunks, kv, state, self.device, self.batched_decode, self.kernels)
             with self._round(fb):
                 self._forward(fb, [True] * len(specs))
 
@@ -164,7 +170,7 @@ class TorchRunner:
         predicted = None if features is None else self.predictor.fit.predict(features)  # type: ignore[union-attr]
         learned = 0 if self.predictor is None else self.predictor.fit.rounds
         t0, c0 = time.perf_counter(), self.clock.read()
-        fb = ForwardBatch.build(chunks, self.kv, self.state, self.device, self.batched_decode)
+        fb = ForwardBatch.build(chunks, self.kv, self.state, self.device, self.batched_decode, self.kernels)
         self.scorer.forget(fb.new_slots.tolist())  # before the forward: a failed round may write KV
         with torch.inference_mode(), self._round(fb):
             hidden = self.net(fb)
@@ -207,6 +213,17 @@ class TorchRunner:
             fb = ForwardBatch.build([(list(req.prompt), spec)], kv, state, self.device)
             out[req.id] = int(self._forward(fb, [True]).argmax(-1)[0])
         return out
+
+
+def _kernels(name: str, device: str, dtype: torch.dtype) -> Kernels:
+    """The decode-step backend for option ``kernels``, its native library cached beside the zoo's
+    models (`models.zoo.default_cache_dir`)."""
+    from radixflow.models.zoo import default_cache_dir
+
+    try:
+        return resolve_kernels(name, device, dtype, default_cache_dir() / "kernels")
+    except KernelsError as e:
+        raise ProblemError(Problem("kernels", str(e))) from None
 
 
 def _row_bytes(tensors: list[torch.Tensor | None]) -> int:

@@ -22,10 +22,18 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from model_utils import BLOCK, TOL, ZOO_TINY, assert_same_top1, one_thread, prompt  # noqa: F401 (fixture)
+from model_utils import (  # noqa: F401 (fixtures)
+    BLOCK,
+    TOL,
+    ZOO_TINY,
+    assert_same_top1,
+    one_thread,
+    prompt,
+)
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
-from radixflow.models.layers import Config
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.layers import Config, use_kernels
 from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 
@@ -112,8 +120,11 @@ def copy_block(kv: KVPool, src: int, dst: int) -> None:
         pool[dst * BLOCK : (dst + 1) * BLOCK] = pool[src * BLOCK : (src + 1) * BLOCK]
 
 
-def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]], StatePool, list[int]]:
+def play(
+    model: torch.nn.Module, batched: bool, kernels: Kernels = TORCH_KERNELS
+) -> tuple[list[list[torch.Tensor]], StatePool, list[int]]:
     """Run ROUNDS on fresh pools; per round, each row's logits ``[length, vocab]``."""
+    use_kernels(model, kernels)  # the norms too (the model fixture is shared across backends)
     kv = KVPool(model.kv_layout(), NUM_BLOCKS, BLOCK, torch.float32, "cpu")
     state = StatePool(model.state_layout(), NUM_SLOTS, torch.float32, "cpu")
     out, decode_rows = [], []
@@ -126,7 +137,7 @@ def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]
             snaps = [Snapshot(pos, slot) for pos, slot in r.saves]
             spec = SeqSpec(r.start, r.length, table, r.restore, snaps)
             chunks.append((tokens[r.start : r.start + r.length], spec))
-        batch = ForwardBatch.build(chunks, kv, state, "cpu", batched_decode=batched)
+        batch = ForwardBatch.build(chunks, kv, state, "cpu", batched_decode=batched, kernels=kernels)
         decode_rows.append(len(batch.decode))
         with torch.inference_mode():
             logits = model.compute_logits(model(batch))
@@ -137,6 +148,7 @@ def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]
 
 def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
     n = len(tokens)
+    use_kernels(model, TORCH_KERNELS)  # the eager reference
     kv = KVPool(model.kv_layout(), -(-n // BLOCK), BLOCK, torch.float32, "cpu")
     state = StatePool(model.state_layout(), 0, torch.float32, "cpu")
     batch = ForwardBatch.build([(tokens, SeqSpec(0, n, list(range(-(-n // BLOCK)))))], kv, state, "cpu")
@@ -144,8 +156,10 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
         return model.compute_logits(model(batch))
 
 
-def test_batched_decode_matches_the_per_sequence_path(model: torch.nn.Module) -> None:
-    batched, batched_state, decode_rows = play(model, batched=True)
+def test_batched_decode_matches_the_per_sequence_path(
+    model: torch.nn.Module, decode_kernels: Kernels
+) -> None:
+    batched, batched_state, decode_rows = play(model, batched=True, kernels=decode_kernels)
     serial, serial_state, no_rows = play(model, batched=False)
     assert decode_rows == [1, 5, 6, 1, 3, 2] and not any(no_rows)  # the batched step really ran
     for rnd, (got, want) in enumerate(zip(batched, serial, strict=True)):
@@ -156,8 +170,8 @@ def test_batched_decode_matches_the_per_sequence_path(model: torch.nn.Module) ->
             assert (g - w).abs().max().item() <= STEP_TOL, layer
 
 
-def test_batched_decode_matches_a_plain_prefill(model: torch.nn.Module) -> None:
-    batched, _, _ = play(model, batched=True)
+def test_batched_decode_matches_a_plain_prefill(model: torch.nn.Module, decode_kernels: Kernels) -> None:
+    batched, _, _ = play(model, batched=True, kernels=decode_kernels)
     full = {name: no_cache(model, tokens) for name, (tokens, _) in SEQS.items()}
     for rnd, rows in enumerate(ROUNDS):
         for row, got in zip(rows, batched[rnd], strict=True):

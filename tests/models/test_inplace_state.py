@@ -21,10 +21,19 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from model_utils import BLOCK, TOL, ZOO_TINY, SpyPool, assert_same_top1, one_thread, prompt  # noqa: F401 (fixture)
+from model_utils import (  # noqa: F401 (fixtures)
+    BLOCK,
+    TOL,
+    ZOO_TINY,
+    SpyPool,
+    assert_same_top1,
+    one_thread,
+    prompt,
+)
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
-from radixflow.models.layers import Config
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.layers import Config, use_kernels
 from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
 
@@ -86,9 +95,12 @@ def model(request: pytest.FixtureRequest) -> torch.nn.Module:
     return net.eval()
 
 
-def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]], SpyPool, list[tuple]]:
+def play(
+    model: torch.nn.Module, batched: bool, kernels: Kernels = TORCH_KERNELS
+) -> tuple[list[list[torch.Tensor]], SpyPool, list[tuple]]:
     """Run ROUNDS on fresh pools: per round, each row's logits ``[length, vocab]``, and the spy's
     counts per recurrent layer (in place, gathered, checkpoints) and its copies back."""
+    use_kernels(model, kernels)  # the norms too (the model fixture is shared across backends)
     kv = KVPool(model.kv_layout(), NUM_BLOCKS, BLOCK, torch.float32, "cpu")
     state = SpyPool(model.state_layout(), NUM_SLOTS, torch.float32, "cpu")
     layers = len(model.state_layout())
@@ -105,7 +117,7 @@ def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]
                 (tokens[r.start : r.start + r.length], SeqSpec(r.start, r.length, table, r.restore, snaps))
             )
         state.reset()
-        batch = ForwardBatch.build(chunks, kv, state, "cpu", batched_decode=batched)
+        batch = ForwardBatch.build(chunks, kv, state, "cpu", batched_decode=batched, kernels=kernels)
         with torch.inference_mode():
             logits = model.compute_logits(model(batch))
         counts.append(
@@ -117,6 +129,7 @@ def play(model: torch.nn.Module, batched: bool) -> tuple[list[list[torch.Tensor]
 
 
 def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
+    use_kernels(model, TORCH_KERNELS)  # the eager reference
     kv = KVPool(model.kv_layout(), 1, BLOCK, torch.float32, "cpu")
     state = StatePool(model.state_layout(), 0, torch.float32, "cpu")
     batch = ForwardBatch.build([(tokens, SeqSpec(0, len(tokens), [0]))], kv, state, "cpu")
@@ -124,8 +137,8 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
         return model.compute_logits(model(batch))
 
 
-def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(model) -> None:
-    got, _, counts = play(model, batched=True)
+def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(model, decode_kernels) -> None:
+    got, _, counts = play(model, batched=True, kernels=decode_kernels)
     assert counts == [(n, g, c, 0) for n, g, c in zip(IN_PLACE, GATHERED, CHECKPOINTS, strict=True)]
     full = {name: no_cache(model, tokens) for name, (tokens, _) in SEQS.items()}
     for rnd, rows in enumerate(ROUNDS):
@@ -135,8 +148,8 @@ def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(mo
             assert_same_top1(logits, want)
 
 
-def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model) -> None:
-    _, batched, _ = play(model, batched=True)
+def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model, decode_kernels) -> None:
+    _, batched, _ = play(model, batched=True, kernels=decode_kernels)
     _, serial, counts = play(model, batched=False)
     assert not any(n or g for n, g, _, _ in counts)  # the reference took no batched step
     assert batched.rows != list(range(NUM_SLOTS))  # `place` moved slots between pool rows

@@ -120,3 +120,18 @@ def test_the_dtype_reaches_the_torch_runner(zoo):
     assert engine.runner.dtype == torch.bfloat16
     assert engine.runner.matmul is None  # the CPU GEMM plan routes float32 weights only
     assert plan_engine(EngineOptions(model="llama-tiny")).build().runner.dtype == torch.float32
+
+
+def test_the_kernels_option_reaches_the_torch_runner(zoo):
+    from radixflow.models.kernels.backend import CHOICES
+    from radixflow.options.engine_options import KERNELS
+
+    assert KERNELS == CHOICES  # the option's values are the backends' names (options import no torch)
+    eager = plan_engine(EngineOptions(model="llama-tiny", kernels="torch")).build()
+    assert eager.runner.kernels.name == "torch"
+    # auto: native on a CPU in float32 where the compiler builds it (else torch, one log line)
+    auto = plan_engine(EngineOptions(model="llama-tiny")).build()
+    assert auto.runner.kernels.name in ("native", "torch")
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(model="llama-tiny", dtype="bfloat16", kernels="native")).build()
+    assert info.value.problem.param == "kernels" and "CPU in float32" in info.value.problem.message

@@ -38,6 +38,7 @@ def test_defaults_are_valid_and_every_field_is_declared_with_help():
         ({"eviction": "random"}, "eviction", "unknown eviction 'random' (known: cost-per-byte, lru)"),
         ({"runner": "gpu"}, "runner", "unknown runner 'gpu' (known: sim, torch)"),
         ({"clock": "gpu"}, "clock", "unknown clock 'gpu' (known: wall, cpu)"),
+        ({"kernels": "fast"}, "kernels", "unknown kernels 'fast' (known: auto, native, torch)"),
         ({"tflops": 1e-300}, "tflops", "must be at least 0.001"),
         ({"fixed_cost_ms": math.nan}, "fixed_cost_ms", "must be a finite number, got nan"),
         ({"fixed_cost_ms": math.inf}, "fixed_cost_ms", "must be a finite number, got inf"),

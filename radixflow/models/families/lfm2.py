@@ -21,7 +21,6 @@ from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.families import schemas
-from radixflow.models.kernels.step import conv_step
 from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, lm_head, run_layers
 from radixflow.models.presets.lfm2 import ATTENTION, CONV
 from radixflow.models.presets.lfm2 import PRESETS as PRESETS  # the zoo reads them here
@@ -135,7 +134,7 @@ class Lfm2ShortConv(nn.Module):
         (window,) = batch.state.gather(self.layer_idx, rows)
         # in place: the gathered window (or the block of the pool this step shifts) is this step's
         weight, bias = self.conv.weight[:, 0], self.conv.bias
-        out, window = conv_step(rows.take(bx), window, weight, bias, in_place=True)
+        out, window = batch.kernels.conv_step(rows.take(bx), window, weight, bias)
         batch.state.scatter(self.layer_idx, rows, (window,))
         return out
 

@@ -9,6 +9,9 @@ single-token recurrence is `radixflow.models.kernels.ssd.ssd_step`.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+from radixflow.models.kernels.delta_rule import l2norm
 
 # Bytes of recurrent state per block of rows in the batched steps (`row_blocks`): half the 2 MiB
 # L2 of a core of the machine this was tuned on, so a block and the step's small operands stay
@@ -98,6 +101,73 @@ def gated_delta_step(
         block = torch.mul(flat[h], decay_flat[h], out=flat_new[h])
         block.baddbmm_(k.view(rows * heads, dk, 1)[h], u.view(-1, 1, dv))
     return out, new
+
+
+def delta_heads(
+    mixed: torch.Tensor, key_heads: int, heads: int, dk: int, dv: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Post-conv ``[L, 2 key_heads dk + heads dv]`` -> float32 q, k (l2-normalised, q scaled by
+    ``dk^-1/2``, each key head serving ``heads / key_heads`` consecutive value heads), v."""
+    length, key_dim = mixed.shape[0], key_heads * dk
+    q, k, v = mixed.float().split([key_dim, key_dim, heads * dv], dim=-1)
+    q = l2norm(q.reshape(length, key_heads, dk)) * dk**-0.5
+    k = l2norm(k.reshape(length, key_heads, dk))
+    if heads > key_heads:
+        q, k = q.repeat_interleave(heads // key_heads, dim=1), k.repeat_interleave(heads // key_heads, dim=1)
+    return q, k, v.reshape(length, heads, dv)
+
+
+def delta_gates(
+    b: torch.Tensor, a: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule's gates from the raw projections ``b``, ``a [T, H]``: ``(beta, g)`` in
+    float32, ``beta = sigmoid(b)``, ``g = -exp(a_log) softplus(a + dt_bias)``."""
+    beta = torch.sigmoid(b.float())
+    return beta, -a_log.float().exp() * F.softplus(a.float() + dt_bias.float())
+
+
+def deltanet_decode(
+    qkv: torch.Tensor,
+    window: torch.Tensor,
+    weight: torch.Tensor,
+    key_heads: int,
+    dk: int,
+    gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Gated DeltaNet decode step from the projections to the heads' readout: the conv step
+    (``weight [C, K]``, no bias; ``window`` shifted in place), silu, `delta_heads`, the gates
+    from ``(b, a, a_log, dt_bias)`` (`delta_gates`), then `gated_delta_step` (``state [S, H, dk,
+    dv]`` updated in place). Returns ``(o [S, H, dv], state)``."""
+    heads, dv = state.shape[1], state.shape[3]
+    beta, g = delta_gates(*gates)
+    mixed, _ = conv_step(qkv, window, weight, None, in_place=True)
+    q, k, v = delta_heads(F.silu(mixed), key_heads, heads, dk, dv)
+    return gated_delta_step(q, k, v, g, beta, state, in_place=True)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+    """RMSNorm over the last dim computed in float32, times ``offset + weight`` (``offset`` 1: the
+    zero-centred variant), returned in ``x``'s dtype."""
+    weight = weight.float()
+    if offset:
+        weight = offset + weight
+    # the temporaries are this call's own, so the steps after the first write in place
+    # (fewer allocations, the same arithmetic in the same order)
+    h = x.float()
+    h = h * h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    return h.mul_(weight).to(x.dtype)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim (plain ``w``, not ``1 + w``) times ``silu(gate)``, computed in
+    float32 and returned in ``x``'s dtype (the Gated DeltaNet output norm)."""
+    dtype = x.dtype
+    h = x.float()
+    h = (h * h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()).to(dtype)
+    # temporaries of this call's own from here: in place, same arithmetic in the same order
+    h = h.mul_(weight) if h.dtype == weight.dtype else weight * h
+    return h.mul_(F.silu(gate.float())).to(dtype)
 
 
 def row_blocks(rows: int, row_bytes: int) -> list[slice]:

@@ -11,15 +11,14 @@ the input projections: Qwen3.5 has separate ``in_proj_qkv``, ``in_proj_z``, ``in
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, l2norm, pick_chunk
+from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, pick_chunk
 from radixflow.models.kernels.packed_conv import PackedConv
-from radixflow.models.kernels.step import conv_step, gated_delta_step
+from radixflow.models.kernels.step import delta_gates, delta_heads, gated_rms_norm
 from radixflow.models.layers import Config
 
 
@@ -32,12 +31,7 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = (h * h.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()).to(dtype)
-        # temporaries of this call's own from here: in place, same arithmetic in the same order
-        h = h.mul_(self.weight) if h.dtype == self.weight.dtype else self.weight * h
-        return h.mul_(F.silu(gate.float())).to(dtype)
+        return gated_rms_norm(x, gate, self.weight, self.eps)
 
 
 class GatedDeltaNet(nn.Module):
@@ -76,21 +70,20 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         qkv, z, b, a = self.project(x)
-        beta = torch.sigmoid(b.float())
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        for rows in batch.decode_parts:
-            self._decode(qkv, g, beta, rows, batch, out)
-        for rows, tokens in batch.waves:
-            self._prefill(qkv, g, beta, batch, rows, tokens, out)
-        y = self.norm(out.to(x.dtype), z)
+        for rows in batch.decode_parts:  # the gates of decode rows are formed inside the step
+            self._decode(qkv, (b, a), rows, batch, out)
+        if batch.waves:
+            beta, g = delta_gates(b, a, self.A_log, self.dt_bias)
+            for rows, tokens in batch.waves:
+                self._prefill(qkv, g, beta, batch, rows, tokens, out)
+        y = batch.kernels.gated_rms_norm(out.to(x.dtype), z, self.norm.weight, self.norm.eps)
         return self.out_proj(y.reshape(x.shape[0], self.value_dim))
 
     def _decode(
         self,
         qkv: torch.Tensor,
-        g: torch.Tensor,
-        beta: torch.Tensor,
+        gates: tuple[torch.Tensor, torch.Tensor],
         rows: DecodeRows,
         batch: ForwardBatch,
         out: torch.Tensor,
@@ -99,12 +92,17 @@ class GatedDeltaNet(nn.Module):
         rows for an in-place block), conv shift + delta rule, the new states to the rows'
         snapshot slots (mutates the pool); writes the rows of ``out``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
-        step = rows.take(qkv)
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
-        mixed, window = conv_step(step, window, self.conv1d.weight[:, 0], None, in_place=True)
-        q, k, v = self._split_heads(F.silu(mixed))
-        o, rec = gated_delta_step(q, k, v, rows.take(g), rows.take(beta), rec.float(), in_place=True)
+        o, rec = batch.kernels.deltanet_decode(
+            rows.take(qkv),
+            window,
+            self.conv1d.weight[:, 0],
+            self.num_k_heads,
+            self.head_k_dim,
+            (rows.take(gates[0]), rows.take(gates[1]), self.A_log, self.dt_bias),
+            rec.float(),
+        )
         rows.put(out, o)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
 
@@ -164,14 +162,7 @@ class GatedDeltaNet(nn.Module):
 
     def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""
-        length = mixed.shape[0]
-        q, k, v = mixed.float().split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = l2norm(q.reshape(length, self.num_k_heads, self.head_k_dim)) * self.head_k_dim**-0.5
-        k = l2norm(k.reshape(length, self.num_k_heads, self.head_k_dim))
-        groups = self.num_v_heads // self.num_k_heads
-        if groups > 1:  # each key head serves `groups` consecutive value heads
-            q, k = q.repeat_interleave(groups, dim=1), k.repeat_interleave(groups, dim=1)
-        return q, k, v.reshape(length, self.num_v_heads, self.head_v_dim)
+        return delta_heads(mixed, self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
 
 class Qwen35GatedDeltaNet(GatedDeltaNet):

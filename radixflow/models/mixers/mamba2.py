@@ -25,7 +25,6 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch, SeqSpec
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.ssd import causal_conv, gated_rms_norm, ssd_chunked, ssd_step
-from radixflow.models.kernels.step import conv_step
 from radixflow.models.layers import ACTIVATIONS, Config
 
 # ---------------------------------------------------------------------------------------------
@@ -225,10 +224,11 @@ class Mamba2Mixer(nn.Module):
         step = rows.take(xbc)  # [S, C]
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
-        conv, window = conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias, in_place=True)
+        kernels = batch.kernels
+        conv, window = kernels.conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias)
         xs, b, c = self._split_xbc(self.act(conv))
         a = -torch.exp(self.A_log.float())
-        out, h = ssd_step(xs, self._dt(rows.take(dt)), a, b, c, h.float(), in_place=True)
+        out, h = kernels.ssd_step(xs, self._dt(rows.take(dt)), a, b, c, h.float())
         out = out + self.D.float()[:, None] * xs
         rows.put(y, out.reshape(len(rows), -1))
         batch.state.scatter(self.layer_idx, rows, (window, h))

@@ -51,9 +51,11 @@ def test_restore_continuation(models: tuple[Lfm2ForCausalLM, torch.nn.Module]) -
     print(f"restored continuation max abs diff: {diff:.2e}")
 
 
-def test_mixed_batch_and_mid_chunk_snapshots(models: tuple[Lfm2ForCausalLM, torch.nn.Module]) -> None:
+def test_mixed_batch_and_mid_chunk_snapshots(
+    models: tuple[Lfm2ForCausalLM, torch.nn.Module], decode_kernels
+) -> None:
     ours, ref = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=decode_kernels)
     a, b, c = prompt(5, 53), prompt(6, 77), prompt(7, 80)
     ta, tb, tc = pools.blocks(len(a) + 1), pools.blocks(len(b)), pools.blocks(len(c))
     # Earlier round: B's first 48 tokens, checkpoint at 48.
@@ -92,10 +94,10 @@ def test_mixed_batch_and_mid_chunk_snapshots(models: tuple[Lfm2ForCausalLM, torc
     print(f"mixed batch max abs diff: {max(diffs):.2e}")
 
 
-def test_short_chunks_keep_window(models: tuple[Lfm2ForCausalLM, torch.nn.Module]) -> None:
+def test_short_chunks_keep_window(models: tuple[Lfm2ForCausalLM, torch.nn.Module], decode_kernels) -> None:
     """Chunks shorter than the conv window must carry older inputs through the checkpoint."""
     ours, ref = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=decode_kernels)
     tokens = prompt(10, 8)
     table = pools.blocks(len(tokens))
     outs = []

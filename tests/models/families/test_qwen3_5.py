@@ -161,10 +161,10 @@ def test_short_suffixes_beside_a_prompt_match_transformers(models, chunk: int, m
     print(f"{ours.config.model_type} chunk {chunk} short suffixes max abs diff {max(diffs):.2e}")
 
 
-def test_decode_steps_match_transformers(models) -> None:
+def test_decode_steps_match_transformers(models, decode_kernels) -> None:
     """Single-token chunks (decode) continuing from a prefill checkpoint, several sequences at once."""
     ours, ref, vocab = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=decode_kernels)
     seqs = [tokens(40, 20, vocab), tokens(53, 21, vocab)]
     prefill = [24, 48]
     tables = [pools.blocks(n) for n in (40, 53)]

@@ -1,0 +1,228 @@
+"""Which kernels a round's decode steps run: the eager torch ops or the native (C) library.
+
+A `Kernels` backend runs the four one-token decode steps that are not GEMMs: the conv window
+step, the gated delta rule step, the Mamba2 recurrence step and decode attention over the paged
+KV pool. `TorchKernels` is the eager reference (`kernels.step`, `kernels.ssd`, one fused SDPA
+call over a gathered context); `NativeKernels` runs `native/steps.c`, built at first use, which
+passes over each row's state once or twice while it is in cache and reads the KV where it lies.
+The runner resolves the engine option (``auto``, ``native``, ``torch``) once (`resolve_kernels`)
+and every `ForwardBatch` carries the result; prefill keeps the chunked eager kernels either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from radixflow.models.kernels import ssd, step
+from radixflow.models.kernels.native import ops
+from radixflow.models.kernels.native.build import Built, build, find_compiler
+
+log = logging.getLogger("radixflow.kernels")
+
+# (cache, pool slots, 0 for K / 1 for V) -> the rows at those slots, as `KVPool.gather` returns them
+Gather = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+class PagedContext(Protocol):
+    """Decode rows' KV slots, padded to the longest row (`models.decode_rows.DecodeContext`)."""
+
+    slots: torch.Tensor  # [G, width] long
+    valid: torch.Tensor  # [G, width] bool: position < the row's end
+    ragged: bool  # some row is shorter than width
+
+
+class Kernels(Protocol):
+    name: str
+
+    def conv_step(
+        self, x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`step.conv_step`, the window shifted in place."""
+        ...
+
+    def gated_delta_step(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`step.gated_delta_step`, the state updated in place."""
+        ...
+
+    def deltanet_decode(
+        self,
+        qkv: torch.Tensor,
+        window: torch.Tensor,
+        weight: torch.Tensor,
+        key_heads: int,
+        dk: int,
+        gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`step.deltanet_decode`: conv, silu, heads, gates from ``(b, a, a_log, dt_bias)`` and
+        delta rule, window and state in place."""
+        ...
+
+    def gated_rms_norm(
+        self, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """`step.gated_rms_norm`: the Gated DeltaNet output norm, per head."""
+        ...
+
+    def ssd_step(
+        self,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        c: torch.Tensor,
+        h: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`ssd.ssd_step`, the state updated in place."""
+        ...
+
+    def decode_attention(
+        self,
+        q: torch.Tensor,
+        kc: torch.Tensor,
+        vc: torch.Tensor,
+        context: PagedContext,
+        scale: float,
+        gather: Gather,
+    ) -> torch.Tensor:
+        """One query token per row ``q [G, heads, dim]`` over the rows' contexts in the pool's
+        ``kc``/``vc [slots, kv_heads, dim]`` -> ``[G, heads, dim]``."""
+        ...
+
+
+class TorchKernels:
+    """The eager steps: the reference every other backend is tested against."""
+
+    name = "torch"
+
+    def conv_step(self, x, window, weight, bias):  # type: ignore[no-untyped-def]
+        return step.conv_step(x, window, weight, bias, in_place=True)
+
+    def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
+        return step.gated_delta_step(q, k, v, g, beta, state, in_place=True)
+
+    def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
+        return step.deltanet_decode(qkv, window, weight, key_heads, dk, gates, state)
+
+    def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
+        return step.gated_rms_norm(x, gate, weight, eps)
+
+    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
+        return step.rms_norm(x, weight, eps, offset)
+
+    def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
+        return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
+
+    def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
+        """The context gathered into the pool's reused buffers, then one fused SDPA call (padding
+        masked out; grouped KV heads shared inside the kernel, not copied)."""
+        flat = context.slots.view(-1)
+        shape = (*context.slots.shape, *kc.shape[1:])  # [G, L, kv_heads, dim]
+        keys = gather(kc, flat, 0).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
+        vals = gather(vc, flat, 1).view(shape).to(q.dtype).transpose(1, 2)
+        mask = context.valid[:, None, None, :] if context.ragged else None
+        o = F.scaled_dot_product_attention(
+            q[:, :, None], keys, vals, attn_mask=mask, scale=scale, enable_gqa=True
+        )
+        return o[:, :, 0]
+
+
+class NativeKernels:
+    """The steps of `native/steps.c` (CPU, float32): no gather of the KV context, one pass per
+    state for the recurrences."""
+
+    name = "native"
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.lib = library
+
+    def conv_step(self, x, window, weight, bias):  # type: ignore[no-untyped-def]
+        return ops.conv_step(self.lib, x, window, weight, bias)
+
+    def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
+        return ops.gated_delta_step(self.lib, q, k, v, g, beta, state)
+
+    def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
+        return ops.deltanet_decode(self.lib, qkv, window, weight, key_heads, dk, gates, state)
+
+    def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
+        return ops.gated_rms_norm(self.lib, x, gate, weight, eps)
+
+    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
+        if x.dtype != torch.float32 or weight.dtype != torch.float32:
+            return step.rms_norm(x, weight, eps, offset)  # the native kernels run float32 only
+        return ops.rms_norm(self.lib, x, weight, eps, offset)
+
+    def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
+        return ops.ssd_step(self.lib, x, dt, a, b, c, h)
+
+    def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
+        slots = context.slots
+        if context.ragged:
+            lengths = context.valid.sum(1)
+        else:
+            lengths = torch.full((slots.shape[0],), slots.shape[1], dtype=torch.int64)
+        return ops.decode_attention(self.lib, q, kc, vc, slots, lengths, scale)
+
+
+TORCH_KERNELS = TorchKernels()
+# the backends by name; the option's third value, "auto", picks native where it runs, else torch
+KERNELS: dict[str, Callable[..., Kernels]] = {"native": NativeKernels, "torch": TorchKernels}
+CHOICES = ("auto", *KERNELS)
+
+
+class KernelsError(ValueError):
+    """The kernels asked for cannot run here (one line: why)."""
+
+
+@functools.cache
+def native_library(cache_dir: Path, compiler: str | None) -> Built:
+    """The native library, built (or found on disk) once per process, cache directory and compiler."""
+    return build(cache_dir, compiler)
+
+
+def resolve_kernels(
+    name: str, device: str, dtype: torch.dtype, cache_dir: Path, compiler: str | None = None
+) -> Kernels:
+    """The backend for option value ``name`` on ``device`` in ``dtype``. ``auto``: native on a
+    CPU in float32 when the library builds (else torch, with one log line saying why), torch
+    elsewhere; ``native`` raises `KernelsError` where it cannot run. ``compiler``: a path (None:
+    the system's, `find_compiler`)."""
+    if name not in CHOICES:
+        raise KernelsError(f"unknown kernels {name!r} (known: {', '.join(CHOICES)})")
+    if name == "torch":
+        return TORCH_KERNELS
+    fits = torch.device(device).type == "cpu" and dtype == torch.float32
+    if not fits:
+        if name == "native":
+            raise KernelsError(f"native kernels run on a CPU in float32, not {device} in {dtype}")
+        return TORCH_KERNELS
+    built = native_library(cache_dir, compiler if compiler is not None else find_compiler())
+    if built.library is not None:
+        return NativeKernels(built.library)
+    if name == "native":
+        raise KernelsError(f"native kernels could not be built: {built.problem}")
+    _log_fallback(str(built.problem))
+    return TORCH_KERNELS
+
+
+@functools.cache
+def _log_fallback(problem: str) -> None:
+    """One log line per process and cause, however many runners fall back."""
+    log.warning("native kernels unavailable (%s): running the eager torch kernels", problem)

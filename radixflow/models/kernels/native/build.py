@@ -1,0 +1,145 @@
+"""Compile `steps.c` with the system C compiler at first use and load it with ctypes.
+
+No Python or torch headers are involved, so a build takes about a second. The shared library is
+cached on disk under ``<cache>/kernels/<hash>.so`` (``<cache>``: the zoo's cache directory,
+`radixflow.models.zoo.default_cache_dir`, passed in by the caller), the hash covering the
+source, the compiler (path and version), its flags and this CPU's instruction-set flags: a
+machine of another kind (AVX2-only against AVX-512) never loads a library built for another.
+A build writes a temporary file beside the target and renames it into place, so processes
+building at the same time never load a half-written library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("steps.c")
+# -march=native: the hash includes the CPU flags. No -ffast-math: NaN/inf behave as in eager
+# torch; -ffp-contract=off keeps a*b+c two roundings, as torch's separate ops are.
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fPIC",
+    "-shared",
+    "-std=c11",
+    "-fopenmp-simd",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+)
+COMPILERS = ("gcc", "cc")
+ABI_VERSION = 1  # rf_abi_version() of the source this module's signatures describe
+BUILD_TIMEOUT_S = 120
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+SIGNATURES: dict[str, tuple[type, list[type]]] = {
+    "rf_abi_version": (ctypes.c_int, []),
+    "rf_gated_delta_step": (ctypes.c_int, [_I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),
+    "rf_deltanet_decode": (
+        ctypes.c_int,
+        [_I, _I, _I, _I, _I, _I, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P],
+    ),
+    "rf_rms_norm": (None, [_I, _I, _P, _P, ctypes.c_float, ctypes.c_float, _P]),  # type: ignore[dict-item]
+    "rf_gated_rms_norm": (None, [_I, _I, _P, _P, _P, ctypes.c_float, _P]),  # type: ignore[dict-item]
+    "rf_ssd_step": (None, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]
+    "rf_conv_step": (None, [_I, _I, _I, _P, _I, _P, _P, _P, _P]),  # type: ignore[dict-item]
+    "rf_decode_attention": (ctypes.c_int, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, ctypes.c_float, _P]),
+}
+
+
+@dataclass(frozen=True)
+class Built:
+    """The loaded library, or why there is none (one line, for the log)."""
+
+    library: ctypes.CDLL | None
+    problem: str | None = None
+
+
+def find_compiler() -> str | None:
+    """The system C compiler's path (None: none on PATH)."""
+    for name in COMPILERS:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    return None
+
+
+def build(cache_dir: Path, compiler: str | None) -> Built:
+    """The kernels library for this machine: loaded from ``cache_dir`` if built before, else
+    compiled with ``compiler`` (a path; None: no compiler) into it first. Never raises for a
+    missing compiler, a failed build or a library that will not load: `Built.problem` says why."""
+    if compiler is None:
+        return Built(None, "no C compiler on PATH (looked for gcc, cc)")
+    try:
+        target = cache_dir / f"{_digest(compiler)}.so"
+        if not target.is_file():
+            _compile(compiler, target)
+        return Built(_load(target))
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        return Built(None, _one_line(str(e)) or type(e).__name__)
+
+
+def _digest(compiler: str) -> str:
+    version = subprocess.run(
+        [compiler, "-dumpfullversion", "-dumpversion", "-dumpmachine"],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=True,
+    ).stdout
+    parts = [SOURCE.read_bytes(), compiler.encode(), version.encode(), " ".join(FLAGS).encode()]
+    parts += [platform.machine().encode(), _cpu_flags().encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:24]
+
+
+def _cpu_flags() -> str:
+    """This CPU's instruction-set flags (what -march=native compiles for), as the OS lists them."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compile(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            raise ValueError(f"{Path(compiler).name} failed: {_one_line(done.stderr)}")
+        os.replace(tmp, target)  # atomic: another process sees the old state or the whole library
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if lib.rf_abi_version() != ABI_VERSION:
+        raise ValueError(f"{path.name}: ABI version {lib.rf_abi_version()}, expected {ABI_VERSION}")
+    return lib
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line), lines[0] if lines else "")
+    return first[:300]

@@ -1,0 +1,222 @@
+"""The native kernels as tensor functions: the eager steps' signatures, run by `steps.c`.
+
+Each function takes CPU float32 tensors, passes them to the library by ``data_ptr()`` and keeps
+the eager function's contract (`radixflow.models.kernels.step`, `ssd.ssd_step`): the recurrent
+state and the conv window are updated where they lie. Inputs that are not contiguous are copied
+first (a view of a projection's columns); a state that is not contiguous is stepped in a copy
+and copied back, so the caller's tensor always holds the new state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype != torch.float32 or t.device.type != "cpu":
+        raise TypeError(f"native kernels take CPU float32 tensors, got {t.dtype} on {t.device}")
+    return t.contiguous()
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as rows of contiguous floats (a row stride is passed along: a view of a
+    projection's columns is not copied)."""
+    return t if t.stride(-1) == 1 and t.dtype == torch.float32 and t.device.type == "cpu" else _dense(t)
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def gated_delta_step(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`step.gated_delta_step` with ``in_place=True``: ``(o [S, H, dv], state)``."""
+    rows, heads, dk = k.shape
+    dv = v.shape[-1]
+    q, k, v, g, beta = (_dense(t) for t in (q, k, v, g, beta))
+    work = _dense(state)
+    out = torch.empty(rows, heads, dv, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_gated_delta_step(
+            rows, heads, dk, dv, _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(work), _ptr(out)
+        )
+        if failed:
+            raise MemoryError("native gated delta step: no memory for its scratch")
+    return out, _written_back(state, work)
+
+
+def deltanet_decode(
+    lib: ctypes.CDLL,
+    qkv: torch.Tensor,
+    window: torch.Tensor,
+    weight: torch.Tensor,
+    key_heads: int,
+    dk: int,
+    gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`step.deltanet_decode` in one call: ``(o [S, H, dv], state)``, window and state updated
+    where they lie; ``gates``: ``(b, a [S, H], a_log, dt_bias [H])``."""
+    rows, heads, _, dv = state.shape
+    taps = weight.shape[-1]
+    qkv = _rows(qkv)
+    b, a = _dense(gates[0]), _dense(gates[1])
+    a_log, dt_bias = _dense(gates[2]), _dense(gates[3])
+    weight = _dense(weight)
+    work_window, work_state = _dense(window), _dense(state)
+    out = torch.empty(rows, heads, dv, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_deltanet_decode(
+            rows,
+            key_heads,
+            heads,
+            dk,
+            dv,
+            taps,
+            _ptr(qkv),
+            qkv.stride(0),
+            _ptr(work_window),
+            _ptr(weight),
+            _ptr(b),
+            _ptr(a),
+            heads,
+            _ptr(a_log),
+            _ptr(dt_bias),
+            _ptr(work_state),
+            _ptr(out),
+        )
+        if failed:
+            raise MemoryError("native deltanet decode: no memory for its scratch")
+    _written_back(window, work_window)
+    return out, _written_back(state, work_state)
+
+
+def ssd_step(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    h: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ssd.ssd_step` with ``in_place=True``: ``(y [S, H, P], h)``."""
+    rows, heads, p = x.shape
+    groups, n = b.shape[1], b.shape[2]
+    x, dt, a, b, c = (_dense(t) for t in (x, dt, a, b, c))
+    work = _dense(h)
+    y = torch.empty(rows, heads, p, dtype=torch.float32)
+    if rows:
+        lib.rf_ssd_step(
+            rows, heads, groups, p, n, _ptr(x), _ptr(dt), _ptr(a), _ptr(b), _ptr(c), _ptr(work), _ptr(y)
+        )
+    return y, _written_back(h, work)
+
+
+def conv_step(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    window: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`step.conv_step` with ``in_place=True``: ``(out [S, C], window)``, the window shifted
+    where it lies."""
+    rows, channels = x.shape
+    taps = weight.shape[-1]
+    x = _rows(x)
+    weight = _dense(weight)
+    bias = None if bias is None else _dense(bias)
+    work = _dense(window)
+    out = torch.empty(rows, channels, dtype=torch.float32)
+    if rows:
+        lib.rf_conv_step(
+            rows,
+            channels,
+            taps,
+            _ptr(x),
+            x.stride(0),
+            _ptr(work),
+            _ptr(weight),
+            None if bias is None else _ptr(bias),
+            _ptr(out),
+        )
+    return out, _written_back(window, work)
+
+
+def decode_attention(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    slots: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query per row over its paged context, read from the pool where it lies:
+    ``q [G, heads, dim]``, ``kc``/``vc [pool slots, kv_heads, dim]``, ``slots [G, width]``
+    (int64; positions past a row's length are never read), ``lengths [G]`` (each >= 1)
+    -> ``[G, heads, dim]``."""
+    rows, heads, dim = q.shape
+    kv_heads, width = kc.shape[1], slots.shape[1]
+    q, kc, vc = _dense(q), _dense(kc), _dense(vc)
+    slots, lengths = slots.to(torch.int64).contiguous(), lengths.to(torch.int64).contiguous()
+    out = torch.empty(rows, heads, dim, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_decode_attention(
+            rows,
+            heads,
+            kv_heads,
+            dim,
+            width,
+            _ptr(q),
+            _ptr(kc),
+            _ptr(vc),
+            _ptr(slots),
+            _ptr(lengths),
+            scale,
+            _ptr(out),
+        )
+        if failed:
+            raise MemoryError("native decode attention: no memory for its scratch")
+    return out
+
+
+def rms_norm(
+    lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+) -> torch.Tensor:
+    """`step.rms_norm` in one call (float32): ``x [..., dim]`` -> same shape."""
+    x, weight = _dense(x), _dense(weight)
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel():
+        lib.rf_rms_norm(x.numel() // dim, dim, _ptr(x), _ptr(weight), offset, eps, _ptr(out))
+    return out
+
+
+def gated_rms_norm(
+    lib: ctypes.CDLL, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """`step.gated_rms_norm` in one call (float32): ``x``, ``gate [..., dim]`` -> same shape."""
+    x, gate, weight = _dense(x), _dense(gate), _dense(weight)
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel():
+        lib.rf_gated_rms_norm(x.numel() // dim, dim, _ptr(x), _ptr(gate), _ptr(weight), eps, _ptr(out))
+    return out
+
+
+def _written_back(target: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
+    """``target`` holding ``work``'s values (nothing to do when the step ran on it directly)."""
+    if work.data_ptr() != target.data_ptr():
+        target.copy_(work)
+    return target

@@ -1,0 +1,294 @@
+/* Fused one-token decode steps over contiguous float32 buffers (RadixFlow native kernels).
+ *
+ * Built at first use by radixflow/models/kernels/native/build.py with the system C compiler and
+ * loaded with ctypes: no Python or torch headers. Each function does, per row and head, what the
+ * eager torch step does in several passes over the recurrent state, in one or two passes while
+ * that row's state is in the core's L1/L2 cache. Compiled without -ffast-math: NaN and inf
+ * propagate as in the eager path; the only reassociation is the explicit `omp simd reduction`
+ * of dot products.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+int rf_abi_version(void) { return 1; }
+
+/* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
+ * constant for the usual window lengths, so the loop over channels vectorises. */
+static inline __attribute__((always_inline)) void conv_row(int64_t channels, int64_t keep,
+                                                           const float *xr, float *w,
+                                                           const float *weight, const float *bias,
+                                                           float *o) {
+    const int64_t taps = keep + 1;
+#pragma omp simd
+    for (int64_t ch = 0; ch < channels; ch++) {
+        float *wc = w + ch * keep;
+        const float *wt = weight + ch * taps;
+        const float xin = xr[ch];
+        float acc = keep > 0 ? wc[0] * wt[0] : xin * wt[0];
+        for (int64_t j = 1; j < keep; j++) acc += wc[j] * wt[j];
+        if (keep > 0) acc += xin * wt[keep];
+        if (bias != NULL) acc += bias[ch];
+        o[ch] = acc;
+        for (int64_t j = 0; j + 1 < keep; j++) wc[j] = wc[j + 1];
+        if (keep > 0) wc[keep - 1] = xin;
+    }
+}
+
+/* Depthwise causal conv of one new input per row: x [rows, channels] with row stride x_stride,
+ * window [rows, channels, taps-1] (oldest first; shifted in place), weight [channels, taps],
+ * bias [channels] or NULL, out [rows, channels]. Taps are added oldest first, as the eager step
+ * does. */
+void rf_conv_step(int64_t rows, int64_t channels, int64_t taps, const float *x, int64_t x_stride,
+                  float *window, const float *weight, const float *bias, float *out) {
+    const int64_t keep = taps - 1;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * x_stride;
+        float *w = window + r * channels * keep, *o = out + r * channels;
+        if (keep == 3)
+            conv_row(channels, 3, xr, w, weight, bias, o);
+        else if (keep == 2)
+            conv_row(channels, 2, xr, w, weight, bias, o);
+        else
+            conv_row(channels, keep, xr, w, weight, bias, o);
+    }
+}
+
+/* Ask for the 64-byte lines of n floats at p ahead of use: the next head's state streams in
+ * while this head's passes run in L1 (the state is read from memory once per step). */
+static inline void prefetch(const float *p, int64_t n) {
+    if (p == NULL) return;
+    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 1, 3);
+}
+
+/* One (row, head) of the gated delta rule: s [dk, dv] updated in place, o [dv] written; scratch
+ * holds 2 dv floats; next: the state the caller steps next (prefetched), or NULL. */
+static void delta_head(int64_t dk, int64_t dv, const float *qi, const float *ki, const float *vi,
+                       float g, float beta, float *s, float *o, float *scratch, const float *next) {
+    float *recall = scratch, *readout = scratch + dv;
+    const float decay = expf(g), gain_decay = beta * decay;
+    float kq = 0.0f;
+#pragma omp simd reduction(+ : kq)
+    for (int64_t i = 0; i < dk; i++) kq += ki[i] * qi[i];
+    for (int64_t j = 0; j < dv; j++) recall[j] = readout[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++) { /* pass 1: S^T k and S^T q */
+        const float a = ki[i], c = qi[i];
+        const float *row = s + i * dv;
+#pragma omp simd
+        for (int64_t j = 0; j < dv; j++) {
+            recall[j] += row[j] * a;
+            readout[j] += row[j] * c;
+        }
+    }
+    for (int64_t j = 0; j < dv; j++) {
+        const float u = beta * vi[j] - gain_decay * recall[j];
+        recall[j] = u;
+        o[j] = decay * readout[j] + kq * u;
+    }
+    for (int64_t i = 0; i < dk; i++) { /* pass 2: decay and rank-1 update */
+        const float a = ki[i];
+        float *row = s + i * dv;
+        prefetch(next == NULL ? NULL : next + i * dv, dv);
+#pragma omp simd
+        for (int64_t j = 0; j < dv; j++) row[j] = row[j] * decay + a * recall[j];
+    }
+}
+
+/* Gated delta rule, one token per row: q, k [rows, heads, dk] (contiguous), v [rows, heads, dv],
+ * g, beta [rows, heads], state [rows, heads, dk, dv] (updated in place), out [rows, heads, dv].
+ * S <- exp(g) S; u = beta (v - S^T k); S <- S + k u^T; o = S^T q, the readout taken from the old
+ * state as exp(g) S^T q + (k.q) u. Returns 0, or 1 when its scratch cannot be allocated. */
+int rf_gated_delta_step(int64_t rows, int64_t heads, int64_t dk, int64_t dv, const float *q,
+                        const float *k, const float *v, const float *g, const float *beta,
+                        float *state, float *out) {
+    float *scratch = malloc(sizeof(float) * 2 * (size_t)dv);
+    if (scratch == NULL) return 1;
+    for (int64_t rh = 0; rh < rows * heads; rh++)
+        delta_head(dk, dv, q + rh * dk, k + rh * dk, v + rh * dv, g[rh], beta[rh],
+                   state + rh * dk * dv, out + rh * dv, scratch,
+                   rh + 1 < rows * heads ? state + (rh + 1) * dk * dv : NULL);
+    free(scratch);
+    return 0;
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* torch's softplus (beta 1, threshold 20) */
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* RMSNorm of each of `vectors` vectors of dim floats, times (offset + weight): x, out
+ * [vectors, dim], weight [dim]. */
+void rf_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *weight, float offset,
+                 float eps, float *out) {
+    for (int64_t v = 0; v < vectors; v++) {
+        const float *xv = x + v * dim;
+        float *ov = out + v * dim;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t i = 0; i < dim; i++) sq += xv[i] * xv[i];
+        const float inv = 1.0f / sqrtf(sq / (float)dim + eps);
+#pragma omp simd
+        for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * (offset + weight[i]);
+    }
+}
+
+/* RMSNorm of each of `vectors` vectors of dim floats, times weight, times silu(gate):
+ * x, gate, out [vectors, dim], weight [dim]. */
+void rf_gated_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *gate,
+                       const float *weight, float eps, float *out) {
+    for (int64_t v = 0; v < vectors; v++) {
+        const float *xv = x + v * dim, *gv = gate + v * dim;
+        float *ov = out + v * dim;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t i = 0; i < dim; i++) sq += xv[i] * xv[i];
+        const float inv = 1.0f / sqrtf(sq / (float)dim + eps);
+        for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * weight[i] * silu(gv[i]);
+    }
+}
+
+/* x / sqrt(sum(x^2) + eps) * scale over n floats, in place (the FLA l2norm, eps 1e-6). */
+static void l2norm(int64_t n, float *x, float scale) {
+    float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t i = 0; i < n; i++) sq += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(sq + 1e-6f);
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
+}
+
+/* Gated DeltaNet decode, one token per row, from the projection to the heads' readout:
+ * qkv [rows, 2 key_dim + value_dim] with row stride qkv_stride (the conv's input), window
+ * [rows, conv_dim, taps-1] and weight [conv_dim, taps] (the depthwise conv, no bias; window
+ * shifted in place), then silu; q and k split into key_heads heads of dk, l2-normalised (q also
+ * scaled by dk^-1/2), value head h reading key head h / (heads / key_heads); the gates from
+ * the raw projections b, a [rows, heads] (row strides gate_stride): beta = sigmoid(b),
+ * g = -exp(a_log) softplus(a + dt_bias) per head; state [rows, heads, dk, dv] updated in place;
+ * out [rows, heads, dv].
+ * Returns 0, or 1 when its scratch cannot be allocated. */
+int rf_deltanet_decode(int64_t rows, int64_t key_heads, int64_t heads, int64_t dk, int64_t dv,
+                       int64_t taps, const float *qkv, int64_t qkv_stride, float *window,
+                       const float *weight, const float *b, const float *a, int64_t gate_stride,
+                       const float *a_log, const float *dt_bias, float *state, float *out) {
+    const int64_t key_dim = key_heads * dk, conv_dim = 2 * key_dim + heads * dv;
+    const int64_t per_key = heads / key_heads;
+    float *mixed = malloc(sizeof(float) * (size_t)(conv_dim + 2 * dv));
+    if (mixed == NULL) return 1;
+    float *scratch = mixed + conv_dim;
+    const float q_scale = 1.0f / sqrtf((float)dk);
+    for (int64_t r = 0; r < rows; r++) {
+        rf_conv_step(1, conv_dim, taps, qkv + r * qkv_stride, qkv_stride,
+                     window + r * conv_dim * (taps - 1), weight, NULL, mixed);
+#pragma omp simd
+        for (int64_t c = 0; c < conv_dim; c++) mixed[c] = silu(mixed[c]);
+        for (int64_t kh = 0; kh < key_heads; kh++) {
+            l2norm(dk, mixed + kh * dk, q_scale);
+            l2norm(dk, mixed + key_dim + kh * dk, 1.0f);
+        }
+        for (int64_t h = 0; h < heads; h++) {
+            const int64_t rh = r * heads + h, kh = h / per_key;
+            const float beta = sigmoid(b[r * gate_stride + h]);
+            const float g = -expf(a_log[h]) * softplus(a[r * gate_stride + h] + dt_bias[h]);
+            delta_head(dk, dv, mixed + kh * dk, mixed + key_dim + kh * dk,
+                       mixed + 2 * key_dim + h * dv, g, beta, state + rh * dk * dv,
+                       out + rh * dv, scratch,
+                       rh + 1 < rows * heads ? state + (rh + 1) * dk * dv : NULL);
+        }
+    }
+    free(mixed);
+    return 0;
+}
+
+/* Mamba2 recurrence, one token per row: x [rows, heads, p], dt [rows, heads], a [heads],
+ * b, c [rows, groups, n] (head h reads group h / (heads / groups)), h [rows, heads, p, n]
+ * (updated in place), y [rows, heads, p]. h <- exp(dt a) h + (dt x) b^T; y = h c. */
+void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t n,
+                 const float *x, const float *dt, const float *a, const float *b, const float *c,
+                 float *h, float *y) {
+    const int64_t per_group = heads / groups;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t hd = 0; hd < heads; hd++) {
+            const int64_t rh = r * heads + hd, grp = r * groups + hd / per_group;
+            const float step = dt[rh], decay = expf(step * a[hd]);
+            const float *bb = b + grp * n, *cc = c + grp * n;
+            const int last = r + 1 == rows && hd + 1 == heads;
+            for (int64_t i = 0; i < p; i++) {
+                const float xdt = x[rh * p + i] * step;
+                float *row = h + (rh * p + i) * n;
+                prefetch(last ? NULL : row + p * n, n); /* the next head's row i */
+                float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                for (int64_t j = 0; j < n; j++) {
+                    const float next = row[j] * decay + xdt * bb[j];
+                    row[j] = next;
+                    acc += next * cc[j];
+                }
+                y[rh * p + i] = acc;
+            }
+        }
+    }
+}
+
+/* One query token per row over its paged context, read where it lies: q [rows, heads, dim],
+ * kc, vc [slots, kv_heads, dim] (the KV pool), slots [rows, width] (KV slot of each position),
+ * lengths [rows] (positions 0..length-1 are the row's context, length >= 1), out [rows, heads,
+ * dim]. Query head h reads KV head h / (heads / kv_heads). Each position's K (then V) of every
+ * KV head is read once, in one piece, the next position's prefetched. Softmax per head in two
+ * passes over the scores (max, then exp and sum), the weighted sum of V divided by the sum at
+ * the end. Returns 0, or 1 when its scratch cannot be allocated. */
+int rf_decode_attention(int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t width,
+                        const float *q, const float *kc, const float *vc, const int64_t *slots,
+                        const int64_t *lengths, float scale, float *out) {
+    const int64_t group = heads / kv_heads, span = kv_heads * dim;
+    float *scores = malloc(sizeof(float) * (size_t)(heads * width + heads));
+    if (scores == NULL) return 1;
+    float *sums = scores + heads * width;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t len = lengths[r];
+        const int64_t *sl = slots + r * width;
+        const float *qr = q + r * heads * dim;
+        float *orow = out + r * heads * dim;
+        for (int64_t t = 0; t < len; t++) {
+            const float *kr = kc + sl[t] * span;
+            if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
+            for (int64_t h = 0; h < heads; h++) {
+                const float *qe = qr + h * dim, *kh = kr + (h / group) * dim;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int64_t d = 0; d < dim; d++) dot += qe[d] * kh[d];
+                scores[h * width + t] = dot * scale;
+            }
+        }
+        for (int64_t h = 0; h < heads; h++) {
+            float *se = scores + h * width;
+            float top = se[0];
+            /* !(s <= top): a NaN score becomes the max, so it reaches every weight */
+            for (int64_t t = 1; t < len; t++)
+                if (!(se[t] <= top)) top = se[t];
+            float sum = 0.0f;
+            for (int64_t t = 0; t < len; t++) {
+                se[t] = expf(se[t] - top);
+                sum += se[t];
+            }
+            sums[h] = sum;
+        }
+        for (int64_t i = 0; i < heads * dim; i++) orow[i] = 0.0f;
+        for (int64_t t = 0; t < len; t++) {
+            const float *vr = vc + sl[t] * span;
+            if (t + 1 < len) prefetch(vc + sl[t + 1] * span, span);
+            for (int64_t h = 0; h < heads; h++) {
+                const float wgt = scores[h * width + t], *vh = vr + (h / group) * dim;
+                float *oe = orow + h * dim;
+#pragma omp simd
+                for (int64_t d = 0; d < dim; d++) oe[d] += wgt * vh[d];
+            }
+        }
+        for (int64_t h = 0; h < heads; h++) {
+            const float inv = 1.0f / sums[h];
+            float *oe = orow + h * dim;
+#pragma omp simd
+            for (int64_t d = 0; d < dim; d++) oe[d] *= inv;
+        }
+    }
+    free(scores);
+    return 0;
+}

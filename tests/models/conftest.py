@@ -1,0 +1,20 @@
+"""Fixtures shared by the model tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels, resolve_kernels
+from radixflow.models.kernels.native.build import find_compiler
+
+
+@pytest.fixture(scope="session", params=["torch", "native"])
+def decode_kernels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Kernels:
+    """Each decode-step backend (`models.kernels.backend`): the eager reference, then the native
+    library, built once per test process (skipped where there is no C compiler)."""
+    if request.param == "torch":
+        return TORCH_KERNELS
+    if find_compiler() is None:
+        pytest.skip("no C compiler: the native kernels cannot be built here")
+    return resolve_kernels("native", "cpu", torch.float32, tmp_path_factory.getbasetemp() / "kernels")

@@ -1,0 +1,226 @@
+"""The native (C) decode kernels against the eager torch steps, at the edges; and the fallback.
+
+Each native step must give the eager step's outputs and new state within float32 rounding (the
+native kernels reassociate dot products, so not to the bit) for one row, many rows, odd head
+sizes, grouped heads and inputs that are views; a NaN in one row stays in that row. The library
+is built once per test process into a temporary cache. Without a working compiler ``auto``
+falls back to the eager kernels with one log line, and ``native`` is refused in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from radixflow.models.kernels.backend import (
+    TORCH_KERNELS,
+    KernelsError,
+    NativeKernels,
+    native_library,
+    resolve_kernels,
+)
+from radixflow.models.kernels.native.build import build, find_compiler
+
+TOL = 2e-6
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory) -> NativeKernels:
+    if find_compiler() is None:
+        pytest.skip("no C compiler here: the fallback tests cover this machine")
+    kernels = resolve_kernels("native", "cpu", torch.float32, tmp_path_factory.getbasetemp() / "kernels")
+    assert isinstance(kernels, NativeKernels)
+    return kernels
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = TOL) -> bool:
+    return a.shape == b.shape and bool(((a - b).abs() <= tol * (1 + b.abs())).all())
+
+
+def _delta_inputs(g: torch.Generator, rows: int, heads: int, dk: int, dv: int) -> list[torch.Tensor]:
+    q = F.normalize(torch.randn(rows, heads, dk, generator=g), dim=-1) * dk**-0.5
+    k = F.normalize(torch.randn(rows, heads, dk, generator=g), dim=-1)
+    v = torch.randn(rows, heads, dv, generator=g)
+    gate, beta = -torch.rand(rows, heads, generator=g) * 2, torch.rand(rows, heads, generator=g)
+    return [q, k, v, gate, beta, torch.randn(rows, heads, dk, dv, generator=g)]
+
+
+@pytest.mark.parametrize(("rows", "heads", "dk", "dv"), [(1, 2, 8, 8), (32, 4, 16, 16), (3, 3, 7, 5)])
+def test_the_delta_rule_step_matches_the_eager_step(native, rows, heads, dk, dv) -> None:
+    *inputs, state = _delta_inputs(torch.Generator().manual_seed(rows), rows, heads, dk, dv)
+    want_o, want_s = TORCH_KERNELS.gated_delta_step(*inputs, state.clone())
+    pooled = state.clone()
+    got_o, got_s = native.gated_delta_step(*inputs, pooled)
+    assert got_s is pooled  # updated where it lies
+    assert _close(got_o, want_o) and _close(got_s, want_s)
+
+
+@pytest.mark.parametrize(
+    ("rows", "key_heads", "heads", "dk", "dv"), [(1, 2, 2, 8, 8), (32, 2, 4, 16, 16), (3, 1, 3, 7, 5)]
+)
+def test_the_fused_deltanet_decode_matches_the_eager_chain(native, rows, key_heads, heads, dk, dv) -> None:
+    g = torch.Generator().manual_seed(rows + heads)
+    conv_dim, taps = 2 * key_heads * dk + heads * dv, 4
+    projected = torch.randn(rows, conv_dim + 3, generator=g)
+    qkv = projected[:, 1 : 1 + conv_dim]  # a view of the projection, as the mixer passes it
+    weight = torch.randn(conv_dim, taps, generator=g) * 0.5
+    window = torch.randn(rows, conv_dim, taps - 1, generator=g)
+    raw = torch.randn(rows, 2 * heads, generator=g) * 3  # b and a, as views of one projection
+    gates = (raw[:, :heads], raw[:, heads:], torch.randn(heads, generator=g), torch.randn(heads, generator=g))
+    state = torch.randn(rows, heads, dk, dv, generator=g)
+    args = (weight, key_heads, dk, gates)
+    w_window, w_state = window.clone(), state.clone()
+    want_o, want_s = TORCH_KERNELS.deltanet_decode(qkv, w_window, *args, w_state)
+    got_o, got_s = native.deltanet_decode(qkv, window, *args, state)
+    assert got_s is state and _close(got_o, want_o, 1e-5) and _close(got_s, want_s, 1e-5)
+    assert torch.equal(window, w_window)  # the conv window shifted in place, by copies only
+
+
+@pytest.mark.parametrize(
+    ("rows", "heads", "groups", "p", "n"), [(1, 2, 1, 4, 8), (32, 4, 2, 8, 16), (5, 3, 3, 5, 7)]
+)
+def test_the_mamba2_step_matches_the_eager_step(native, rows, heads, groups, p, n) -> None:
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, heads, p, generator=g)
+    dt, a = torch.rand(rows, heads, generator=g), -torch.rand(heads, generator=g) * 3
+    b, c = torch.randn(rows, groups, n, generator=g), torch.randn(rows, groups, n, generator=g)
+    h = torch.randn(rows, heads, p, n, generator=g)
+    want_y, want_h = TORCH_KERNELS.ssd_step(x, dt, a, b, c, h.clone())
+    got_y, got_h = native.ssd_step(x, dt, a, b, c, h)
+    assert got_h is h and _close(got_y, want_y) and _close(got_h, want_h)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32, 512), (3, 5)])
+def test_the_rms_norm_matches_the_eager_norm(native, vectors, dim, offset) -> None:
+    g = torch.Generator().manual_seed(dim)
+    x = torch.randn(vectors, dim + 2, generator=g)[:, 1:-1]  # a view, as a head split passes it
+    weight = torch.randn(dim, generator=g)
+    want = TORCH_KERNELS.rms_norm(x, weight, 1e-6, offset)
+    assert _close(native.rms_norm(x, weight, 1e-6, offset), want, 1e-5)
+
+
+@pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32 * 4, 16), (3, 5)])
+def test_the_gated_norm_matches_the_eager_norm(native, vectors, dim) -> None:
+    g = torch.Generator().manual_seed(dim)
+    x, gate = torch.randn(vectors, 2, dim, generator=g), torch.randn(vectors, 2, dim, generator=g) * 4
+    weight = torch.randn(dim, generator=g)
+    want = TORCH_KERNELS.gated_rms_norm(x, gate, weight, 1e-6)
+    assert _close(native.gated_rms_norm(x, gate, weight, 1e-6), want, 1e-5)
+
+
+@pytest.mark.parametrize("taps", [1, 2, 4])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_conv_step_equals_the_eager_step(native, taps, with_bias) -> None:
+    g = torch.Generator().manual_seed(taps)
+    rows, channels = 6, 11
+    wide = torch.randn(rows, channels + 5, generator=g)
+    x = wide[:, 2 : 2 + channels]  # a view of a projection's columns, as the mixers pass it
+    window = torch.randn(rows, channels, taps - 1, generator=g)
+    weight, bias = torch.randn(channels, taps, generator=g), torch.randn(channels, generator=g)
+    bias = bias if with_bias else None
+    want_out, want_w = TORCH_KERNELS.conv_step(x, window.clone(), weight, bias)
+    got_out, got_w = native.conv_step(x, window, weight, bias)
+    # the same products added in the same order, each rounded once: equal to the bit
+    assert got_w is window and torch.equal(got_out, want_out) and torch.equal(got_w, want_w)
+
+
+class _Context:
+    def __init__(self, slots: torch.Tensor, valid: torch.Tensor) -> None:
+        self.slots, self.valid = slots, valid
+        self.ragged = not bool(valid.all())
+
+
+def _gather(cache: torch.Tensor, slots: torch.Tensor, which: int) -> torch.Tensor:
+    return cache.index_select(0, slots)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "heads", "kv_heads", "dim"), [([1], 2, 2, 8), ([9] * 32, 8, 2, 16), ([7, 3, 1], 6, 3, 5)]
+)
+def test_decode_attention_reads_the_pool_where_it_lies(native, lengths, heads, kv_heads, dim) -> None:
+    g = torch.Generator().manual_seed(len(lengths))
+    pool = 64
+    kc, vc = torch.randn(pool, kv_heads, dim, generator=g), torch.randn(pool, kv_heads, dim, generator=g)
+    width = max(lengths)
+    slots = torch.randint(0, pool, (len(lengths), width), generator=g)
+    valid = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+    q = torch.randn(len(lengths), heads, dim, generator=g)
+    context = _Context(slots.where(valid, 0), valid)
+    want = TORCH_KERNELS.decode_attention(q, kc, vc, context, dim**-0.5, _gather)
+    got = native.decode_attention(q, kc, vc, context, dim**-0.5, _gather)
+    assert _close(got, want)
+
+
+def test_a_nan_stays_in_its_own_row(native) -> None:
+    *inputs, state = _delta_inputs(torch.Generator().manual_seed(9), 4, 2, 8, 8)
+    state[2, 1, 3, 3] = float("nan")
+    out, new = native.gated_delta_step(*inputs, state)
+    assert out[2, 1].isnan().any() and new[2, 1].isnan().any()
+    assert not out[[0, 1, 3]].isnan().any() and not new[[0, 1, 3]].isnan().any()
+
+
+def test_a_state_that_is_not_contiguous_gets_its_new_values(native) -> None:
+    *inputs, state = _delta_inputs(torch.Generator().manual_seed(3), 3, 2, 4, 4)
+    want_o, want_s = TORCH_KERNELS.gated_delta_step(*inputs, state.clone())
+    strided = state.transpose(2, 3).clone().transpose(2, 3)  # same values, other strides
+    got_o, got_s = native.gated_delta_step(*inputs, strided)
+    assert got_s is strided and _close(got_s, want_s) and _close(got_o, want_o)
+
+
+def _failing_compiler(tmp_path) -> str:
+    path = tmp_path / "cc"
+    # answers the version query (part of the cache key), fails the build
+    path.write_text(
+        '#!/bin/sh\nif [ "$1" = -dumpfullversion ]; then echo 12; exit 0; fi\n'
+        "echo 'steps.c:1: error: this compiler is broken' >&2\nexit 1\n"
+    )
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_without_a_compiler_auto_runs_the_eager_kernels_with_one_log_line(tmp_path, caplog) -> None:
+    missing = str(tmp_path / "no-such-cc")
+    with caplog.at_level(logging.WARNING, logger="radixflow.kernels"):
+        for _ in range(3):  # three runners, one line
+            assert resolve_kernels("auto", "cpu", torch.float32, tmp_path, compiler=missing) is TORCH_KERNELS
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "native kernels unavailable" in lines[0] and "\n" not in lines[0]
+    with pytest.raises(KernelsError, match="could not be built"):
+        resolve_kernels("native", "cpu", torch.float32, tmp_path, compiler=missing)
+
+
+def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplog) -> None:
+    compiler = _failing_compiler(tmp_path)
+    built = build(tmp_path / "cache", compiler)
+    assert built.library is None and built.problem is not None
+    assert "error: this compiler is broken" in built.problem and "\n" not in built.problem
+    assert not list((tmp_path / "cache").glob("*.so"))  # nor a half-written temporary file
+    with caplog.at_level(logging.WARNING, logger="radixflow.kernels"):
+        assert resolve_kernels("auto", "cpu", torch.float32, tmp_path / "cache", compiler) is TORCH_KERNELS
+    assert len(caplog.records) == 1
+
+
+def test_a_built_library_is_reused_from_the_disk_cache(native, tmp_path_factory) -> None:
+    cache = tmp_path_factory.getbasetemp() / "kernels"
+    (library,) = cache.glob("*.so")  # built once by the fixture
+    before = library.stat().st_mtime_ns
+    again = build(cache, find_compiler())  # a fresh process would call this
+    assert again.library is not None and library.stat().st_mtime_ns == before
+    assert native_library(cache, find_compiler()).library is native.lib  # once per process
+
+
+def test_the_eager_kernels_run_where_the_native_ones_cannot(tmp_path) -> None:
+    assert resolve_kernels("torch", "cpu", torch.float32, tmp_path) is TORCH_KERNELS
+    assert resolve_kernels("auto", "cpu", torch.bfloat16, tmp_path) is TORCH_KERNELS
+    assert resolve_kernels("auto", "cuda", torch.float32, tmp_path) is TORCH_KERNELS
+    with pytest.raises(KernelsError, match="CPU in float32"):
+        resolve_kernels("native", "cpu", torch.bfloat16, tmp_path)
+    with pytest.raises(KernelsError, match="unknown kernels 'fast'"):
+        resolve_kernels("fast", "cpu", torch.float32, tmp_path)
+    assert not os.listdir(tmp_path)  # nothing was built for them

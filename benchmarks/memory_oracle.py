@@ -177,8 +177,11 @@ def model_hit_rate(trace: Trace, order: str, sizes: tuple[int, int, bool], budge
     return reused / sum(trace.tokens) if trace.tokens else 0.0
 
 
-def cell(model: str, hardware: str, name: str, seed: int, fraction: float) -> dict:
-    spec = replace(WORKLOADS[name], seed=seed, rate=RATES.get(model, WORKLOADS[name].rate))
+def cell(
+    model: str, hardware: str, name: str, seed: int, fraction: float, shapes: dict | None = None
+) -> dict:
+    shape = (shapes or WORKLOADS)[name]
+    spec = replace(shape, seed=seed, rate=RATES.get(model, shape.rate))
     base = EngineOptions(model=model, runner="sim", hardware=hardware, policy="adaptive")
     requests = build_workload(spec).requests
     ws = measure_working_set(base, requests)
@@ -215,13 +218,18 @@ def main() -> None:
     p.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--json", type=Path)
+    p.add_argument("--smoke", action="store_true", help="CI: one small chat, one model, one capacity")
     args = p.parse_args()
+    shapes = dict(WORKLOADS)
+    if args.smoke:
+        shapes["chat"] = replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)
+        args.models, args.workloads, args.fractions, args.seeds = ["qwen3_5-2b"], ["chat"], [0.25], [0]
     rows = []
     for model in args.models:
         for name in args.workloads:
             for seed in args.seeds:
                 for fraction in args.fractions:
-                    row = cell(model, args.hardware, name, seed, fraction)
+                    row = cell(model, args.hardware, name, seed, fraction, shapes)
                     rows.append(row)
                     print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))  # noqa: E501
     if args.json:

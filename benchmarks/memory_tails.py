@@ -9,8 +9,10 @@ the cache is run), a later turn that missed (its previous turn's tail was evicte
 from __future__ import annotations
 
 import argparse
+import json
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 from memory_oracle import RATES
 from memory_pressure import VARIANTS, WORKLOADS
@@ -52,12 +54,17 @@ def main() -> None:
     p.add_argument("--workload", default="chat", choices=list(WORKLOADS))
     p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="write each variant's figures and slowest requests here")
+    p.add_argument("--smoke", action="store_true", help="CI: a small chat workload on qwen3_5-2b")
     args = p.parse_args()
     spec = WORKLOADS[args.workload]
+    if args.smoke:
+        args.model, spec = "qwen3_5-2b", replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)
     spec = replace(spec, seed=args.seed, rate=RATES.get(args.model, spec.rate))
     base = EngineOptions(model=args.model, runner="sim", hardware=args.hardware, policy="adaptive")
     ws = measure_working_set(base, build_workload(spec).requests)
     capped = under_pressure(base, ws, args.fraction, spec.prompt_len)
+    report = []
     for eviction, admission in VARIANTS:
         requests = build_workload(spec).requests
         engine = plan_engine(capped.replace(eviction=eviction, admission=admission))
@@ -70,9 +77,14 @@ def main() -> None:
         kinds = Counter(kind(r, previous) for r in done)
         print(f"{eviction}/{admission}: hit {figures['hit_rate']:.3f} p95 {figures['ttft_p95_ms']:.0f} ms "
               f"mean {figures['mean_latency_ms']:.0f} ms; all requests: {dict(kinds)}")  # fmt: skip
+        slowest = [{"id": r.id, "ttft_ms": 1e3 * (r.ttft_s or 0), "prompt": len(r.prompt), "reused": r.reused,
+                    "kind": kind(r, previous)} for r in tail]  # fmt: skip
+        report.append({"eviction": eviction, "admission": admission, **figures, "slowest": slowest})
         for r in tail:
             print(f"  {r.id:>7} ttft {1e3 * (r.ttft_s or 0):7.0f} ms  prompt {len(r.prompt):5}  "
                   f"reused {r.reused:5}  arrival {r.arrival_s:6.2f}s  {kind(r, previous)}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"model": args.model, "variants": report}, indent=2))
 
 
 if __name__ == "__main__":

@@ -38,26 +38,27 @@ class EntrySizes:
         if self.kv_bytes_per_token < 1 or self.checkpoint_bytes < 1:
             raise ValueError(f"entry sizes must be at least one byte: {self}")
 
-    def bytes(self, node: Node, kind: EntryKind) -> int:
-        """Bytes freed by evicting ``node``'s entry of ``kind`` (a KV leaf's checkpoint included)."""
-        if kind is EntryKind.CHECKPOINT:
-            return self.checkpoint_bytes
-        held = self.checkpoint_bytes if node.checkpoint is not None else 0
-        return len(node.key) * self.kv_bytes_per_token + held
-
 
 # The odds of reuse credited to an entry without evidence of it (`evidenced`), against 1 for one
 # with: a prior, not a measurement. Most such entries are one-off prompts' tails and turns that
 # no conversation has continued yet; discounting them keeps the tails that conversations resume
 # from when one-off traffic or a round of new conversations would flush them. Higher: closer to
-# plain GreedyDual-Size; lower: a fresh group's context is evicted sooner before its first reuse.
+# plain GreedyDual-Size; lower: unevidenced entries (contexts included, used or not) go sooner
+# against conversations' tails.
 UNEVIDENCED_ODDS = 0.25
 
 
 def evidenced(node: Node) -> bool:
-    """Whether ``node`` shows evidence of reuse: a request resumed from it, or it continues
-    content one did (`Node.continues`: a conversation's next turn, not a sibling branch). Pure."""
-    return node.hits > 1 or node.continues
+    """Whether ``node`` shows evidence of reuse: it ends a prompt that a request resumed from (a
+    conversation continued there), or it continues such content (`Node.continues`: a
+    conversation's next turn). Pure.
+
+    A hit inside a prompt is no such evidence: a context that candidates fork from is resumed
+    once per candidate of a finite group, so its hits count down the ones it has left, and
+    crediting them would keep a spent context over a fresh one (GDSF's frequency has the same
+    flaw; see `CostPerByte`). Such entries, used or fresh, are weighed alike: by recency and
+    cost per byte."""
+    return node.continues or (node.hits > 1 and node.closes_prompt)
 
 
 class EvictionPolicy(Protocol):
@@ -110,11 +111,12 @@ class CostPerByte:
     raises the clock to the victim's H, so an entry unused for long falls behind newer ones, the
     cheaper to recompute per byte the sooner. Waiting: the registered prompts through it
     (``demand``), hits known to be coming. P(reuse): 1 for an entry with evidence of reuse (a
-    request resumed from it, or it continues content one did: `evidenced`), `UNEVIDENCED_ODDS`
-    for one without (a one-off prompt's tail, a conversation's first turn). Past hits are not
-    counted beyond that (GDSF's frequency): a group of candidates or a conversation is finite, so
-    how many hits an entry has had does not predict the ones to come (in a group of K they count
-    down what is left), and a count that only grows keeps a spent context over a fresh one.
+    prompt's end that a request resumed from, or content continuing one: `evidenced`),
+    `UNEVIDENCED_ODDS` for one without (a one-off prompt's tail, a conversation's first turn, a
+    context inside prompts). Past hits are not counted as frequency (GDSF's), nor as evidence
+    where they are a count: a group of candidates is finite, so the hits of the context they
+    fork from do not predict the ones to come (in a group of K they count down what is left),
+    and a count that only grows keeps a spent context over a fresh one.
 
     Cost is the prompt tokens the entry saves: a checkpoint, those from the nearest checkpoint
     above it to its own position (a request resumes there instead; a checkpoint inside a chain
@@ -123,7 +125,9 @@ class CostPerByte:
     closes (and a checkpoint cannot outlive its KV). Without recurrent layers, a KV leaf is worth
     its own tokens (resuming anywhere), so every KV byte weighs alike and recency decides.
     Bytes are the entry's real size (`EntrySizes`): under one budget a checkpoint as large as
-    thousands of tokens of KV competes with KV at that weight.
+    thousands of tokens of KV competes with KV at that weight. A KV leaf also holds the
+    checkpoint-less KV above it (`_since_checkpoint_above`), useless without it: those tokens
+    are in its cost, so they are in its bytes too.
     """
 
     name = "cost-per-byte"
@@ -142,7 +146,10 @@ class CostPerByte:
             return 1 / sizes.kv_bytes_per_token
         if node.checkpoint is None:
             return 0.0
-        return _since_checkpoint_above(node) / sizes.bytes(node, kind)
+        # the KV above it back to that checkpoint is usable only through checkpoints at or below
+        # it: the leaf holds those bytes too (`_since_checkpoint_above`)
+        tokens = _since_checkpoint_above(node)
+        return tokens / (tokens * sizes.kv_bytes_per_token + sizes.checkpoint_bytes)
 
     def priority(self, node: Node, kind: EntryKind) -> Priority:
         reuse = 1.0 if evidenced(node) else UNEVIDENCED_ODDS
@@ -153,7 +160,16 @@ class CostPerByte:
 
 
 def _since_checkpoint_above(node: Node) -> int:
-    """Tokens from the nearest checkpoint above ``node`` (or the start) to ``node``'s end. Pure."""
+    """Tokens from the nearest checkpoint above ``node`` (or the start) to ``node``'s end. Pure.
+
+    For a KV leaf with a checkpoint these are also the tokens of KV it holds: the KV above it
+    back to that checkpoint serves a hybrid model only through the checkpoints below it (a
+    request resumes at a checkpoint, never inside KV that none closes), so it is worth nothing
+    once they are gone. A context split off a short leaf that holds its checkpoint (a split, a
+    ladder of saves) is then worth its prefix per byte of the whole prefix, not of the leaf
+    alone, and a tail below a context saved without a checkpoint does not pin that context at
+    many times its worth. Charged in full to each branch below it, shared or not: a share would
+    grow each time a sibling goes, lowering the others' keys (a requeue per eviction)."""
     above = node.parent
     while above is not None and above.checkpoint is None:
         above = above.parent

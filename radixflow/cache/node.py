@@ -46,10 +46,14 @@ class Node:
     hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
     aged: float = 0.0  # the eviction policy's inflation clock when this node was last touched
     live_children: int = 0  # children that are materialized (0: a KV leaf)
-    # published as the only branch below content a request resumed from, or below such a node
-    # (a conversation's next turn): evidence that it will be continued in turn. Set once, when
-    # the KV is published, so that a node's eviction priority never drops.
+    # published below the end of a prompt that a request resumed from, or below such a node (a
+    # conversation's next turn): evidence that it will be continued in turn. Set once, when the
+    # KV is published, so that a node's eviction priority never drops.
     continues: bool = False
+    # published as the last whole block of the sequence that computed it: where a follow-up of
+    # that prompt (a conversation's next turn) resumes. A node inside a prompt (a context that
+    # candidates fork from, the upper part of a split) is not. Set once, when the KV is published.
+    closes_prompt: bool = False
     published_by: str | None = None  # producer whose current, uncommitted round wrote this KV
 
     @property

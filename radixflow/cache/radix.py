@@ -275,10 +275,11 @@ class RadixCache:
             if not node.materialized:
                 first = node.start // bs - start // bs
                 self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
-                # a continuation: the only branch below content a request resumed from (a
-                # conversation's next turn); a second branch there is a sibling (a candidate)
+                # a continuation: below the end of a prompt a request resumed from (a
+                # conversation's next turn); a branch below a context is a sibling (a candidate)
                 parent = node.parent
-                node.continues = parent is not None and parent.live_children == 1 and evidenced(parent)
+                node.continues = parent is not None and evidenced(parent)
+                node.closes_prompt = node.end == len(tokens) // bs * bs
                 self._private.difference_update(node.blocks or [])
                 self.journal.adopt(producer, node)
                 adopted += len(node.blocks)

@@ -93,10 +93,11 @@ def test_a_cheap_checkpoint_goes_before_an_expensive_one_even_when_used_last(pol
 )
 def test_a_big_cheap_kv_leaf_goes_before_a_small_expensive_one(policy, left):
     # Namespace a (older): two prompts sharing 64 tokens with no checkpoint there, each ending in
-    # a one-block leaf with a checkpoint at 72: evicting one loses 72 tokens for 8 tokens of KV.
-    # Namespace b (newer): an eight-block leaf with a checkpoint at 64: 64 tokens for 64 of KV.
+    # a one-block leaf with a checkpoint at 72: evicting one loses 72 tokens for the 72 tokens of
+    # KV it holds (the shared 64 serve only through it) and its checkpoint. Namespace b (newer):
+    # an eight-block leaf with a checkpoint at 64: 64 tokens for 64 of KV and a checkpoint.
     # Freeing one block: LRU takes a's oldest leaf; cost-per-byte takes b's, which saves fewer
-    # tokens per byte held.
+    # tokens per byte held (the checkpoint weighs on fewer tokens).
     cache = new_cache(policy, blocks=18, slots=3)
     assert serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
     assert serve(cache, "a", seq(100, 64) + seq(600, 8), [72], "a2")
@@ -181,11 +182,15 @@ def test_a_one_off_tail_goes_before_a_continued_conversations_tail(policy, kept)
 
 
 def node(end: int, length: int, hits: int = 1, aged: float = 0.0, last_used: int = 0) -> Node:
-    return Node(id=end, key=(0,) * length, parent=None, end=end, hits=hits, aged=aged, last_used=last_used)
+    # a prompt's end (a hit there is evidence of reuse)
+    return Node(
+        id=end, key=(0,) * length, parent=None, end=end, hits=hits, aged=aged, last_used=last_used,
+        closes_prompt=True,
+    )  # fmt: skip
 
 
 def test_the_inflation_clock_puts_a_fresh_entry_above_an_old_one_of_equal_worth():
-    policy = CostPerByte(SIZES)  # entries resumed from (two hits): their worth counted in full
+    policy = CostPerByte(SIZES)  # prompts' ends resumed from (two hits): their worth counted in full
     old = node(64, 8, hits=2)  # worth 0.64, touched before the clock moved
     victim = node(640, 8, hits=2)  # worth 6.4: the clock moves to its key when it goes
     policy.evicted(victim, EntryKind.CHECKPOINT)
@@ -243,11 +248,11 @@ def test_a_prompt_waiting_through_a_checkpoint_counts_as_a_hit_to_come(policy, k
     cache.check_integrity()
 
 
-def test_a_continuation_is_the_only_branch_below_resumed_content():
+def test_a_continuation_is_published_below_a_prompts_end_resumed_from():
     # A context with a first candidate below it; a second candidate resumes at the context and
     # publishes a sibling branch: no evidence that the branch will be continued (a candidate).
-    # A request that resumes at the first candidate's tail and goes on publishes its only branch:
-    # a continuation (a conversation's next turn), and so is what is published below that.
+    # A request that resumes at the first candidate's tail (its prompt's end) and goes on
+    # publishes a continuation (a conversation's next turn), and so is what is published below.
     cache = new_cache("cost-per-byte", blocks=32, slots=6)
     context = seq(100, 16)
     assert serve(cache, "a", context + seq(500, 8), [16, 24], "c1")
@@ -259,3 +264,79 @@ def test_a_continuation_is_the_only_branch_below_resumed_content():
     assert turn.continues and evidenced(turn)
     below = publish(cache, "a", context + seq(500, 24), 32, [40], "t3")  # no hit at 32 yet
     assert below.continues
+
+
+def test_a_candidate_is_no_continuation_when_its_siblings_were_evicted():
+    # Under pressure a candidate's tail is gone before the next candidate resumes at the context:
+    # that candidate's branch is then the context's only one, yet a sibling all the same. The
+    # context lies inside the prompts, so hits there are no evidence (they count down a group).
+    cache = new_cache("cost-per-byte", blocks=32, slots=6)
+    context = seq(100, 16)
+    assert serve(cache, "a", context + seq(500, 8), [16, 24], "c1")
+    first = cache.tree.lookup(cache.kv_handle("a", context + seq(500, 8), 24))
+    cache.evictor.drop_kv(first)
+    cache.check_integrity()
+    resume(cache, "a", context + seq(600, 8) + (1,), 16)
+    shared = cache.tree.lookup(cache.kv_handle("a", context, 16))
+    assert shared.hits == 2 and shared.live_children == 0 and not evidenced(shared)
+    second = publish(cache, "a", context + seq(600, 8), 16, [24], "c2")
+    assert not second.continues and not evidenced(second)
+
+
+SMALL_CHECKPOINT = EntrySizes(kv_bytes_per_token=10, checkpoint_bytes=20)  # 2 tokens of KV (LFM2-like)
+
+
+@pytest.mark.parametrize("policy", ["lru", "cost-per-byte"])
+def test_a_spent_context_goes_before_a_fresh_one_of_equal_worth(policy):
+    # Context a (older) served three candidates: two resumed from it. Context b (newer) has served
+    # one. With a small checkpoint a context (64 tokens for 6.6 of KV) and a candidate tail (8
+    # for 1) cost about alike per byte, so recency decides, as under LRU: the tails go, then a.
+    # Crediting a's hits as evidence of reuse would keep it and drop b, though a group of
+    # candidates is finite and a's hits count down the ones it has left.
+    cache = RadixCache(BS, 20, 6, make_eviction_policy(policy, SMALL_CHECKPOINT))
+    a, b = seq(100, 64), seq(300, 64)
+    assert serve(cache, "a", a + seq(500, 8), [64, 72], "a1")
+    for i in (2, 3):
+        resume(cache, "a", a + seq(500 + 100 * i, 8) + (1,), 64)
+        publish(cache, "a", a + seq(500 + 100 * i, 8), 64, [72], f"a{i}")
+    assert serve(cache, "b", b + seq(900, 8), [64, 72], "b1")
+    assert cache.kv.free == 0
+    assert cache.reserve(12, 0)  # the four tails and one context
+    cache.check_integrity()
+    assert kv_ends(cache) == [("b", 64)]
+
+
+@pytest.mark.parametrize("policy", ["lru", "cost-per-byte"])
+def test_a_leaf_holding_the_only_checkpoint_of_a_split_context_holds_all_of_it(policy):
+    # a (older): a 64-token context, split at 56 by a prompt that registered and left: its leaf
+    # [56, 64) holds the checkpoint that makes all 64 tokens of KV usable, so it holds them too.
+    # b (newer): a 64-token context in one node. Both save 64 tokens for 64 of KV and a
+    # checkpoint; recency decides. Counting the leaf's own 8 tokens of KV alone would make a
+    # eight times dearer per byte and drop b.
+    cache = new_cache(policy, blocks=16, slots=2)
+    assert serve(cache, "a", seq(100, 64), [64], "a")
+    cache.unregister(cache.register("a", seq(100, 56) + seq(800, 8)))
+    assert {n.end for n in _walk(cache.tree.find_root("a"))} == {56, 64}
+    assert serve(cache, "b", seq(300, 64), [64], "b")
+    assert cache.reserve(cache.kv.free + 8, 0)
+    cache.check_integrity()
+    assert {ns for ns, _ in cache.tree.named_roots()} == {"b"}
+
+
+def test_each_branch_below_checkpointless_kv_holds_all_of_it():
+    # Two prompts share 64 tokens with no checkpoint there, each ending in a one-block leaf with
+    # a checkpoint at 72: each leaf saves 72 tokens and holds all 72 tokens of KV that only its
+    # checkpoint makes usable (and its checkpoint), shared or not. So a sibling's eviction leaves
+    # the other's key as it was: nothing to requeue (check_integrity checks queued keys).
+    cache = new_cache("cost-per-byte", blocks=18, slots=3)
+    assert serve(cache, "a", seq(100, 64) + seq(500, 8), [72], "a1")
+    assert serve(cache, "a", seq(100, 64) + seq(600, 8), [72], "a2")
+    leaves = [n for n in _walk(cache.tree.find_root("a")) if n.end == 72]
+    policy = cache.evictor.policy
+    assert all(policy.value(n, EntryKind.KV) == pytest.approx(72 / (72 * 10 + 100)) for n in leaves)
+    kv = cache.evictor.kv_victims
+    before = {n.key[0]: kv.priority(n) for n in leaves}
+    assert cache.reserve(cache.kv.free + 1, 0)
+    cache.check_integrity()
+    (left,) = [n for n in leaves if n.materialized]
+    assert kv.priority(left) == before[left.key[0]]

@@ -17,7 +17,6 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.kernels.packed_conv import PackedConv
 from radixflow.models.kernels.step import delta_gates, delta_key_heads, gated_rms_norm
 from radixflow.models.layers import Config
 
@@ -117,11 +116,10 @@ class GatedDeltaNet(nn.Module):
         out: torch.Tensor,
     ) -> None:
         """Conv + delta rule for one wave of per-sequence rows (`batch.waves`: ``rows`` and their
-        flat ``tokens``): one packed conv and one delta-rule call (the batch's kernels) for all of
+        flat ``tokens``): one conv call and one delta-rule call (the batch's kernels) for all of
         them, saving each segment's state at its snapshots (mutates the pool); writes the rows'
         ``out``."""
         seqs = [batch.seqs[i] for i in rows]
-        packed = PackedConv.build([s.length for s in seqs], self.kernel - 1, qkv.device)
         saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
         segs = []
         base = 0
@@ -136,12 +134,12 @@ class GatedDeltaNet(nn.Module):
             segs.append(mine)
             base += seq.length
         windows, states = batch.state.load_many(self.layer_idx, [s.restore_slot for s in seqs])
-        buf = packed.pack(qkv[tokens], windows)
-        mixed = packed.conv(buf, self.conv1d.weight.squeeze(1))
+        weight, lengths = self.conv1d.weight.squeeze(1), [s.length for s in seqs]
+        mixed, window_after = batch.kernels.prefill_conv_silu(qkv, tokens, lengths, windows, weight)
 
         def save(key: int, rec: torch.Tensor) -> None:
             n, before, slots = saves[key]
-            window = packed.window_after(buf, n, before)
+            window = window_after(n, before)
             for slot in slots:
                 batch.state.save(self.layer_idx, slot, (window, rec))
 

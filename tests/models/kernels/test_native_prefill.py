@@ -125,3 +125,27 @@ def test_a_nan_stays_in_its_own_sequence(native) -> None:
     assert out[6:12, 0].isnan().any() and saved[1][0].isnan().any()
     assert not out[:6].isnan().any() and not out[12:].isnan().any()
     assert not saved[0].isnan().any() and not saved[2].isnan().any()
+
+
+CONV_LAYOUTS = [[1], [2], [3], [5, 70, 1], [24] * 15]
+
+
+@pytest.mark.parametrize("lengths", CONV_LAYOUTS)
+@pytest.mark.parametrize("taps", [4, 2])
+def test_the_prefill_conv_matches_the_packed_conv_and_saves_the_same_windows(native, lengths, taps) -> None:
+    """The wave's rows picked out of a wider projection (a later wave's rows, not from 0, in
+    no particular order; the projection a view of its columns), each sequence behind its own
+    window; every window a save may ask for (after each of its tokens) read back alike."""
+    g = torch.Generator().manual_seed(len(lengths) + taps)
+    tokens, channels = sum(lengths), 12
+    projected = torch.randn(tokens + 5, channels + 3, generator=g)
+    x = projected[:, 1 : 1 + channels]
+    rows = torch.randperm(tokens + 5, generator=g)[:tokens]
+    windows = torch.randn(len(lengths), channels, taps - 1, generator=g)
+    weight = torch.randn(channels, taps, generator=g)
+    want, want_after = TORCH_KERNELS.prefill_conv_silu(x, rows, lengths, windows, weight)
+    got, got_after = native.prefill_conv_silu(x, rows, lengths, windows, weight)
+    assert _close(got, want)
+    for seq, n in enumerate(lengths):
+        for before in range(1, n + 1):
+            assert torch.equal(got_after(seq, before), want_after(seq, before)), (seq, before)

@@ -50,6 +50,7 @@ SIGNATURES: dict[str, tuple[type, list[type]]] = {
         ctypes.c_int,
         [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P],
     ),
+    "rf_conv_silu_runs": (None, [_I, _I, _I, _P, _I, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]
     "rf_rms_norm": (None, [_I, _I, _P, _P, ctypes.c_float, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_gated_rms_norm": (None, [_I, _I, _P, _P, _P, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_ssd_step": (None, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]

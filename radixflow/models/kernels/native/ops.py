@@ -104,6 +104,40 @@ def gated_delta_scan(
     return out, saved
 
 
+def conv_silu_runs(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    lengths: list[int],
+    windows: torch.Tensor,
+    weight: torch.Tensor,
+) -> torch.Tensor:
+    """``silu(causal depthwise conv)`` of several sequences' prefill tokens: token p reads row
+    ``rows[p]`` of ``x [*, C]``, the sequences' tokens consecutive in ``lengths``, each behind its
+    window ``windows [B, C, K-1]`` (oldest first); ``weight [C, K]``. Returns ``[tokens, C]``."""
+    channels, taps = weight.shape
+    x, windows, weight = _rows(x), _dense(windows), _dense(weight)
+    rows = rows.to(torch.int64).contiguous()
+    bounds = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
+    lo, hi = bounds[:-1].contiguous(), bounds[1:].contiguous()
+    out = torch.empty(len(rows), channels, dtype=torch.float32)
+    if len(rows):
+        lib.rf_conv_silu_runs(
+            len(lengths),
+            channels,
+            taps,
+            _ptr(x),
+            x.stride(0),
+            _ptr(rows),
+            _ptr(lo),
+            _ptr(hi),
+            _ptr(windows),
+            _ptr(weight),
+            _ptr(out),
+        )
+    return out
+
+
 def deltanet_decode(
     lib: ctypes.CDLL,
     qkv: torch.Tensor,

@@ -246,6 +246,41 @@ static void l2norm(int64_t n, float *x, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
 }
 
+/* Depthwise causal conv then silu over the prefill tokens of several sequences (the Gated
+ * DeltaNet prefill's front end): token p of the list reads row rows[p] of x [*, channels] (row
+ * stride x_stride); sequence s is tokens lo[s]..hi[s]-1, behind its window windows[s]
+ * [channels, taps-1] (oldest first; not modified); weight [channels, taps], no bias; out
+ * [tokens, channels], token p at row p. Taps are added oldest first, as the eager packed conv
+ * adds them. */
+void rf_conv_silu_runs(int64_t seqs, int64_t channels, int64_t taps, const float *x,
+                       int64_t x_stride, const int64_t *rows, const int64_t *lo,
+                       const int64_t *hi, const float *windows, const float *weight, float *out) {
+    const int64_t keep = taps - 1;
+    for (int64_t s = 0; s < seqs; s++) {
+        const float *win = windows + s * channels * keep;
+        for (int64_t p = lo[s]; p < hi[s]; p++) {
+            float *o = out + p * channels;
+            for (int64_t j = 0; j < taps; j++) { /* tap j reads the input keep - j tokens back */
+                const int64_t q = p - keep + j, col = q - lo[s] + keep;
+                const float *in = q >= lo[s] ? x + rows[q] * x_stride : NULL;
+                if (in != NULL && j == 0) {
+#pragma omp simd
+                    for (int64_t c = 0; c < channels; c++) o[c] = in[c] * weight[c * taps];
+                } else if (in != NULL) {
+#pragma omp simd
+                    for (int64_t c = 0; c < channels; c++) o[c] += in[c] * weight[c * taps + j];
+                } else if (j == 0) { /* from the window: column col of each channel */
+                    for (int64_t c = 0; c < channels; c++) o[c] = win[c * keep + col] * weight[c * taps];
+                } else {
+                    for (int64_t c = 0; c < channels; c++)
+                        o[c] += win[c * keep + col] * weight[c * taps + j];
+                }
+            }
+            for (int64_t c = 0; c < channels; c++) o[c] = silu(o[c]);
+        }
+    }
+}
+
 /* Gated DeltaNet decode, one token per row, from the projection to the heads' readout:
  * qkv [rows, 2 key_dim + value_dim] with row stride qkv_stride (the conv's input), window
  * [rows, conv_dim, taps-1] and weight [conv_dim, taps] (the depthwise conv, no bias; window

@@ -4,7 +4,10 @@ For mixes of segment lengths (one long prompt, a prefill of four prompts, candid
 context, a server round of short suffixes beside a chat prompt, ...), times
 `gated_delta_rule_chunks` at every length in `CHUNK_SIZES` (thread-CPU time, one torch thread,
 repeats interleaved across lengths, medians) and prints the padded rows, the carry steps and
-which length `pick_chunk` takes. This is the measurement `STEP_COST` was fitted to.
+which length `pick_chunk` takes. This is the measurement `STEP_COST` was fitted to. Beside
+them, interleaved, the native kernels' prefill (`NativeKernels.delta_rule_prefill`: the same
+segments token by token in one C call) where the library builds here: the backend the engine's
+``kernels`` option (``auto``) runs on a CPU in float32.
 
     python benchmarks/delta_rule_chunks.py [--heads 8 --dk 64 --dv 64] [--json PATH]
 """
@@ -21,8 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from radixflow.models.kernels.backend import NativeKernels, resolve_kernels
 from radixflow.models.kernels.chunks import ChunkPlan
 from radixflow.models.kernels.delta_rule import CHUNK_SIZES, gated_delta_rule_chunks, pick_chunk
+from radixflow.models.zoo import default_cache_dir
 
 CASES = {
     "server round": [11] * 12 + [70],
@@ -43,35 +48,65 @@ CASES = {
 SMOKE_CASES = ("server round", "3 + 90")
 
 
-def kernel_call(lengths: list[int], chunk: int, heads: int, dk: int, dv: int) -> tuple[Callable, ChunkPlan]:
-    rows, segs, base = sum(lengths), [], 0
-    for n in lengths:
-        segs.append([(base, base + n, None)])
-        base += n
-    plan = ChunkPlan.build(segs, rows, chunk, torch.device("cpu"))
-    g = torch.Generator().manual_seed(0)
+def inputs(lengths: list[int], heads: int, dk: int, dv: int) -> list[torch.Tensor]:
+    rows, g = sum(lengths), torch.Generator().manual_seed(0)
     q = F.normalize(torch.randn(rows, heads, dk, generator=g), dim=-1) * dk**-0.5
     k = F.normalize(torch.randn(rows, heads, dk, generator=g), dim=-1)
     v = torch.randn(rows, heads, dv, generator=g)
     gate, beta = -torch.rand(rows, heads, generator=g) * 0.1, torch.rand(rows, heads, generator=g)
+    return [q, k, v, gate, beta]
+
+
+def segments(lengths: list[int]) -> list[list[tuple[int, int, int | None]]]:
+    segs, base = [], 0
+    for n in lengths:
+        segs.append([(base, base + n, None)])
+        base += n
+    return segs
+
+
+def kernel_call(lengths: list[int], chunk: int, heads: int, dk: int, dv: int) -> tuple[Callable, ChunkPlan]:
+    plan = ChunkPlan.build(segments(lengths), sum(lengths), chunk, torch.device("cpu"))
+    args = inputs(lengths, heads, dk, dv)
     states = torch.zeros(len(lengths), heads, dk, dv)
-    return lambda: gated_delta_rule_chunks(q, k, v, gate, beta, states, plan, lambda *_: None), plan
+    return lambda: gated_delta_rule_chunks(*args, states, plan, lambda *_: None), plan
 
 
-def measure(lengths: list[int], heads: int, dk: int, dv: int, repeats: int) -> dict[int, dict]:
+def native_call(lengths: list[int], kernels: NativeKernels, heads: int, dk: int, dv: int) -> Callable:
+    """The native prefill over the same segments (a fresh zero state per call, as above)."""
+    args, segs = inputs(lengths, heads, dk, dv), segments(lengths)
+    return lambda: kernels.delta_rule_prefill(
+        *args, torch.zeros(len(lengths), heads, dk, dv), segs, lambda *_: None
+    )
+
+
+def measure(
+    lengths: list[int], heads: int, dk: int, dv: int, repeats: int, native: NativeKernels | None
+) -> dict[int | str, dict]:
     calls = {c: kernel_call(lengths, c, heads, dk, dv) for c in CHUNK_SIZES}
-    times: dict[int, list[float]] = {c: [] for c in CHUNK_SIZES}
-    for fn, _ in calls.values():
+    fns: dict[int | str, Callable] = {c: fn for c, (fn, _) in calls.items()}
+    if native is not None:
+        fns["native"] = native_call(lengths, native, heads, dk, dv)
+    times: dict[int | str, list[float]] = {c: [] for c in fns}
+    for fn in fns.values():
         fn()  # warm-up
     for _ in range(repeats):
-        for c, (fn, _) in calls.items():
+        for c, fn in fns.items():
             t0 = time.thread_time()
             fn()
             times[c].append(time.thread_time() - t0)
-    return {
+    out: dict[int | str, dict] = {
         c: {"ms": statistics.median(times[c]) * 1e3, "rows": len(plan.rows), "steps": len(plan.steps)}
         for c, (_, plan) in calls.items()
     }
+    if native is not None:
+        out["native"] = {"ms": statistics.median(times["native"]) * 1e3}
+    return out
+
+
+def native_kernels() -> NativeKernels | None:
+    kernels = resolve_kernels("auto", "cpu", torch.float32, default_cache_dir() / "kernels")
+    return kernels if isinstance(kernels, NativeKernels) else None
 
 
 def main() -> None:
@@ -88,24 +123,36 @@ def main() -> None:
         args.heads, args.dk, args.dv, args.repeats = 2, 16, 16, 1
     torch.set_num_threads(1)
     print(f"heads {args.heads}, dk {args.dk}, dv {args.dv}; thread-CPU ms, median of {args.repeats}")
-    results, total = [], {"picked": 0.0, "best": 0.0, "64": 0.0}
+    native = native_kernels()
+    results, total = [], {"picked": 0.0, "best": 0.0, "64": 0.0, "native": 0.0}
     for name, lengths in cases.items():
-        by_chunk = measure(lengths, args.heads, args.dk, args.dv, args.repeats)
+        measured = measure(lengths, args.heads, args.dk, args.dv, args.repeats, native)
+        by_chunk = {c: r for c, r in measured.items() if isinstance(c, int)}
         pick = pick_chunk([[n] for n in lengths], args.heads, args.dk, args.dv)
         best = min(by_chunk, key=lambda c: by_chunk[c]["ms"])
         cols = "  ".join(
             f"{c}: {r['ms']:6.2f} ({r['rows']} rows, {r['steps']} steps)" for c, r in by_chunk.items()
         )
-        print(f"{name:<26} {cols}  pick {pick}  fastest {best}", flush=True)
+        scan = f"  native {measured['native']['ms']:6.2f}" if "native" in measured else ""
+        print(f"{name:<26} {cols}  pick {pick}  fastest {best}{scan}", flush=True)
         total["picked"] += by_chunk[pick]["ms"]
         total["best"] += by_chunk[best]["ms"]
         total["64"] += by_chunk[64]["ms"]
+        total["native"] += measured["native"]["ms"] if "native" in measured else 0.0
         results.append(
-            {"case": name, "lengths": lengths, "by_chunk": by_chunk, "pick": pick, "fastest": best}
+            {
+                "case": name,
+                "lengths": lengths,
+                "by_chunk": by_chunk,
+                "native_ms": measured.get("native", {}).get("ms"),
+                "pick": pick,
+                "fastest": best,
+            }
         )
     print(
         f"sum over cases: picked {total['picked']:.1f} ms, fastest per case {total['best']:.1f} ms, "
         f"always 64 {total['64']:.1f} ms"
+        + (f", native {total['native']:.1f} ms" if native is not None else " (no native kernels here)")
     )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     run = {"args": {k: str(v) for k, v in vars(args).items()}, "cases": results, "total": total}

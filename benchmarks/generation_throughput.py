@@ -2,8 +2,9 @@
 
 For each model (the three mixer kinds by default: Gated DeltaNet, LFM2 short conv, Mamba2):
 
-- ``prefill``: prompts of mixed lengths from scratch; ours packs them into one forward,
-  transformers runs them one by one (no padding). Max |Δlogit| of the last positions.
+- ``prefill``: prompts of mixed lengths from scratch; ours packs them into one forward with the
+  runner's kernels (``--kernels``), transformers runs them one by one (no padding). Max |Δlogit|
+  of the last positions.
 - ``decode N``: N concurrent requests (equal-length prompts), G greedy tokens each, through the
   engine; transformers' batched ``generate`` on the same N prompts. Tokens/s counts generated
   tokens over the whole run, prefill included. Checked against transformers' forward without a
@@ -132,7 +133,7 @@ def bench_prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int
     batch = prompts(lengths, runner.model.vocab_size, seed=0)
     t = interleaved(
         {
-            "ours": lambda: ours_forward(runner.net, batch),
+            "ours": lambda: ours_forward(runner.net, batch, kernels=runner.kernels),
             "transformers": lambda: torch.cat([hf_forward(hf, [p]) for p in batch]),
         },
         repeats,

@@ -14,10 +14,11 @@ state in place) and the attention kernel are not GEMMs here: they are in the res
 
 Decode rounds restore every row from its slot and save back into it (the engine's working
 slot, updated in place); the prefill round is one packed batch of prompts of ``--lengths``.
-``--kernels torch native`` runs every round with each decode-step backend
-(`radixflow.models.kernels.backend`) in the same process, interleaved, on the same GEMM plan.
-The native steps are single C calls: a GEMM inside them (the delta rule's readout) is not a
-GEMM call here, so it counts in the rest.
+``--kernels torch native`` runs every round with each kernels backend
+(`radixflow.models.kernels.backend`: the decode steps, and the Gated DeltaNet prefill's delta
+rule) in the same process, interleaved, on the same GEMM plan. The native steps are single C
+calls: a GEMM inside them (the delta rule's readout) is not a GEMM call here, so it counts in
+the rest.
 
     python benchmarks/round_profile.py --json results/round_profile.json
 """
@@ -169,8 +170,8 @@ def bench(kind: str, model: str, args: argparse.Namespace) -> dict:
         kernels = resolve_kernels(name, "cpu", torch.float32, default_cache_dir() / "kernels")
         tag = f" {kernels.name}" if len(args.kernels) > 1 else ""
         rounds += [Round(f"decode {b}{tag}", decode_round(runner, b, context, kernels)) for b in batches]
-        if name == args.kernels[0]:  # prefill runs the chunked kernels whatever the backend
-            rounds.append(Round(f"prefill {sum(lengths)}", prefill_round(runner, lengths, kernels)))
+        # each backend's prefill too: the native one runs the Gated DeltaNet delta rule
+        rounds.append(Round(f"prefill {sum(lengths)}{tag}", prefill_round(runner, lengths, kernels)))
     for r in rounds:
         r.run()  # warm-up
         r.record()
@@ -215,7 +216,7 @@ def main() -> None:
         nargs="+",
         default=["auto"],
         choices=CHOICES,
-        help="decode-step backends, each round run with each, interleaved (default: auto, the engine's)",
+        help="kernels backends, each round run with each, interleaved (default: auto, the engine's)",
     )
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, tiny rounds, one repeat (CI)")

@@ -23,6 +23,7 @@ import torch
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.io.loader import load_model
+from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
 from radixflow.models.zoo import ensure_model
 
 FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]
@@ -33,7 +34,11 @@ def prompts(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
-def ours_forward(model, batch_prompts: list[list[int]], block: int = 16) -> torch.Tensor:
+def ours_forward(
+    model, batch_prompts: list[list[int]], block: int = 16, kernels: Kernels = TORCH_KERNELS
+) -> torch.Tensor:
+    """One packed prefill of ``batch_prompts`` from scratch, its recurrent kernels ``kernels``
+    (the runner's, `models.kernels.backend`); the last position's logits of each."""
     specs, nxt = [], 0
     for p in batch_prompts:
         n = -(-len(p) // block)
@@ -41,7 +46,7 @@ def ours_forward(model, batch_prompts: list[list[int]], block: int = 16) -> torc
         nxt += n
     kv = KVPool(model.kv_layout(), nxt, block, torch.float32, "cpu")
     state = StatePool(model.state_layout(), 0, torch.float32, "cpu")
-    fb = ForwardBatch.build(specs, kv, state, "cpu")
+    fb = ForwardBatch.build(specs, kv, state, "cpu", kernels=kernels)
     with torch.inference_mode():
         hidden = model(fb)
         return model.compute_logits(hidden[fb.last_token_indices()])

@@ -10,9 +10,10 @@ from radixflow.models.kernels.native.build import find_compiler
 
 
 @pytest.fixture(scope="session", params=["torch", "native"])
-def decode_kernels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Kernels:
-    """Each decode-step backend (`models.kernels.backend`): the eager reference, then the native
-    library, built once per test process (skipped where there is no C compiler)."""
+def kernels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Kernels:
+    """Each kernels backend (`models.kernels.backend`: the decode steps, and the Gated DeltaNet
+    prefill): the eager reference, then the native library, built once per test process
+    (skipped where there is no C compiler)."""
     if request.param == "torch":
         return TORCH_KERNELS
     if find_compiler() is None:

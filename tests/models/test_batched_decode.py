@@ -157,9 +157,9 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
 
 
 def test_batched_decode_matches_the_per_sequence_path(
-    model: torch.nn.Module, decode_kernels: Kernels
+    model: torch.nn.Module, kernels: Kernels
 ) -> None:
-    batched, batched_state, decode_rows = play(model, batched=True, kernels=decode_kernels)
+    batched, batched_state, decode_rows = play(model, batched=True, kernels=kernels)
     serial, serial_state, no_rows = play(model, batched=False)
     assert decode_rows == [1, 5, 6, 1, 3, 2] and not any(no_rows)  # the batched step really ran
     for rnd, (got, want) in enumerate(zip(batched, serial, strict=True)):
@@ -170,8 +170,8 @@ def test_batched_decode_matches_the_per_sequence_path(
             assert (g - w).abs().max().item() <= STEP_TOL, layer
 
 
-def test_batched_decode_matches_a_plain_prefill(model: torch.nn.Module, decode_kernels: Kernels) -> None:
-    batched, _, _ = play(model, batched=True, kernels=decode_kernels)
+def test_batched_decode_matches_a_plain_prefill(model: torch.nn.Module, kernels: Kernels) -> None:
+    batched, _, _ = play(model, batched=True, kernels=kernels)
     full = {name: no_cache(model, tokens) for name, (tokens, _) in SEQS.items()}
     for rnd, rows in enumerate(ROUNDS):
         for row, got in zip(rows, batched[rnd], strict=True):

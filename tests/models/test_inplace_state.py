@@ -137,8 +137,8 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
         return model.compute_logits(model(batch))
 
 
-def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(model, decode_kernels) -> None:
-    got, _, counts = play(model, batched=True, kernels=decode_kernels)
+def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(model, kernels) -> None:
+    got, _, counts = play(model, batched=True, kernels=kernels)
     assert counts == [(n, g, c, 0) for n, g, c in zip(IN_PLACE, GATHERED, CHECKPOINTS, strict=True)]
     full = {name: no_cache(model, tokens) for name, (tokens, _) in SEQS.items()}
     for rnd, rows in enumerate(ROUNDS):
@@ -148,8 +148,8 @@ def test_in_place_rows_keep_their_state_in_the_pool_and_match_a_plain_prefill(mo
             assert_same_top1(logits, want)
 
 
-def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model, decode_kernels) -> None:
-    _, batched, _ = play(model, batched=True, kernels=decode_kernels)
+def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model, kernels) -> None:
+    _, batched, _ = play(model, batched=True, kernels=kernels)
     _, serial, counts = play(model, batched=False)
     assert not any(n or g for n, g, _, _ in counts)  # the reference took no batched step
     assert batched.rows != list(range(NUM_SLOTS))  # `place` moved slots between pool rows

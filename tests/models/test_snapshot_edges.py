@@ -3,7 +3,8 @@
 A chunk that ends on a checkpoint position carries two snapshots there (the checkpoint slot and
 the working slot); a checkpoint can sit on the chunk's first token, on a block boundary, or in a
 chunk of one token. Each saved slot must hold exactly the state a plain prefill has at that
-position: continuing from it reproduces the reference logits.
+position: continuing from it reproduces the reference logits (the eager plain prefill), with
+each kernels backend.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def close(got: torch.Tensor, want: torch.Tensor) -> None:
     assert_same_top1(got, want)
 
 
-def test_every_snapshot_of_a_chunk_restores_the_prefill_state(model, tokens, expected):
+def test_every_snapshot_of_a_chunk_restores_the_prefill_state(model, tokens, expected, kernels):
     # Snapshots on the first token, on a block boundary, and twice on the chunk's end.
-    pools = Pools(model)
+    pools = Pools(model, kernels=kernels)
     first = pools.blocks(32)
     snaps = [Snapshot(1, 0), Snapshot(16, 1), Snapshot(32, 2), Snapshot(32, 3)]
     (head,) = run(model, pools, [(tokens[:32], SeqSpec(0, 32, first, snapshots=snaps))])
@@ -70,9 +71,9 @@ def test_every_snapshot_of_a_chunk_restores_the_prefill_state(model, tokens, exp
         close(out, expected[start:])
 
 
-def test_one_token_chunks_save_the_state_into_every_slot(model, tokens, expected):
+def test_one_token_chunks_save_the_state_into_every_slot(model, tokens, expected, kernels):
     # Two one-token chunks in one round (Mamba2's vectorised decode path), one with two snapshots.
-    pools = Pools(model)
+    pools = Pools(model, kernels=kernels)
     first = pools.blocks(32)
     run(model, pools, [(tokens[:32], SeqSpec(0, 32, first, snapshots=[Snapshot(32, 0)]))])
     tables = [first + pools.blocks(N - 32), first + pools.blocks(N - 32)]
@@ -89,11 +90,13 @@ def test_one_token_chunks_save_the_state_into_every_slot(model, tokens, expected
         close(out, expected[33:])
 
 
-def test_followers_restore_what_their_producer_saves_earlier_in_the_same_round(model, tokens, expected):
+def test_followers_restore_what_their_producer_saves_earlier_in_the_same_round(
+    model, tokens, expected, kernels
+):
     # One round: a producer saves at 16 and 32; followers restore those slots in the same round,
     # one of them a single token (a decode-shaped row), one a follower of a follower (a third
     # wave), and an independent row sits between them. Each equals the plain prefill.
-    pools = Pools(model)
+    pools = Pools(model, kernels=kernels)
     first = pools.blocks(32)
     chain = first[:1] + pools.blocks(16)  # [16, 32) of its own, then the second follower's table
     single = first + pools.blocks(N - 32)  # the one-token follower's: it writes position 32

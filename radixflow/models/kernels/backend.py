@@ -1,18 +1,24 @@
-"""Which kernels a round's decode steps run: the eager torch ops or the native (C) library.
+"""Which kernels a round's recurrent steps run: the eager torch ops or the native (C) library.
 
-A `Kernels` backend runs the four one-token decode steps that are not GEMMs: the conv window
-step, the gated delta rule step, the Mamba2 recurrence step and decode attention over the paged
-KV pool. `TorchKernels` is the eager reference (`kernels.step`, `kernels.ssd`, one fused SDPA
-call over a gathered context); `NativeKernels` runs `native/steps.c`, built at first use, which
-passes over each row's state once or twice while it is in cache and reads the KV where it lies.
-The runner resolves the engine option (``auto``, ``native``, ``torch``) once (`resolve_kernels`)
-and every `ForwardBatch` carries the result; prefill keeps the chunked eager kernels either way.
+A `Kernels` backend runs the one-token decode steps that are not GEMMs (the conv window step,
+the gated delta rule step, the Mamba2 recurrence step, decode attention over the paged KV pool)
+and the Gated DeltaNet prefill's conv and delta rule over a round's segments. `TorchKernels` is
+the eager reference (`kernels.step`, `kernels.ssd`, one fused SDPA call over a gathered
+context, the packed conv, the chunked delta rule); `NativeKernels` runs `native/steps.c`, built
+at first use, which passes over each row's state once or twice while it is in cache, reads the
+KV and a prefill's conv inputs where they lie, and runs a prefill's delta rule token by token
+with each head's state in cache (on a CPU cheaper than the chunked form at every length: fewer
+multiply-adds than its 64-token chunks, none in padding or small-matmul dispatch). The runner
+resolves the engine option (``auto``, ``native``, ``torch``) once (`resolve_kernels`) and every
+`ForwardBatch` carries the result; Mamba2 and short-conv prefill keep their eager kernels
+either way.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -22,13 +28,17 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.models.kernels import ssd, step
+from radixflow.models.kernels.delta_rule import Segments, gated_delta_rule_segments
 from radixflow.models.kernels.native import ops
 from radixflow.models.kernels.native.build import Built, build, find_compiler
+from radixflow.models.kernels.packed_conv import PackedConv, window_after_inputs
 
 log = logging.getLogger("radixflow.kernels")
 
 # (cache, pool slots, 0 for K / 1 for V) -> the rows at those slots, as `KVPool.gather` returns them
 Gather = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+# (sequence, tokens) -> that sequence's conv state after its first `tokens` inputs, [C, K-1]
+WindowAfter = Callable[[int, int], torch.Tensor]
 
 
 class PagedContext(Protocol):
@@ -72,6 +82,35 @@ class Kernels(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`step.deltanet_decode`: conv, silu, heads, gates from ``(b, a, a_log, dt_bias)`` and
         delta rule, window and state in place."""
+        ...
+
+    def prefill_conv_silu(
+        self,
+        x: torch.Tensor,
+        rows: torch.Tensor,
+        lengths: list[int],
+        windows: torch.Tensor,
+        weight: torch.Tensor,
+    ) -> tuple[torch.Tensor, WindowAfter]:
+        """``silu(causal depthwise conv)`` of a wave's prefill tokens (the Gated DeltaNet front
+        end): token p reads row ``rows[p]`` of ``x [*, C]``, sequence b's tokens consecutive,
+        ``lengths[b]`` of them, behind its window ``windows[b] [C, K-1]``; ``weight [C, K]``.
+        Returns ``([tokens, C], window_after)``."""
+        ...
+
+    def delta_rule_prefill(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        states: torch.Tensor,
+        segs: Segments,
+        on_save: Callable[[int, torch.Tensor], None],
+    ) -> torch.Tensor:
+        """`delta_rule.gated_delta_rule_segments`: the delta rule over a round's prefill
+        segments (key heads not repeated), ``states`` the call's own."""
         ...
 
     def gated_rms_norm(
@@ -120,6 +159,15 @@ class TorchKernels:
     def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
         return step.deltanet_decode(qkv, window, weight, key_heads, dk, gates, state)
 
+    def prefill_conv_silu(self, x, rows, lengths, windows, weight):  # type: ignore[no-untyped-def]
+        """The rows packed behind their windows, one multiply-add per tap over the whole buffer."""
+        packed = PackedConv.build(lengths, weight.shape[1] - 1, x.device)
+        buf = packed.pack(x[rows], windows)
+        return packed.conv(buf, weight), functools.partial(packed.window_after, buf)
+
+    def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
+        return gated_delta_rule_segments(q, k, v, g, beta, states, segs, on_save)
+
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return step.gated_rms_norm(x, gate, weight, eps)
 
@@ -160,6 +208,31 @@ class NativeKernels:
 
     def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
         return ops.deltanet_decode(self.lib, qkv, window, weight, key_heads, dk, gates, state)
+
+    def prefill_conv_silu(self, x, rows, lengths, windows, weight):  # type: ignore[no-untyped-def]
+        """One pass per token over its inputs where they lie (no packed copy); the windows to
+        save read from the inputs too."""
+        out = ops.conv_silu_runs(self.lib, x, rows, lengths, windows, weight)
+        firsts = [0, *itertools.accumulate(lengths)]
+
+        def window_after(seq: int, tokens: int) -> torch.Tensor:
+            return window_after_inputs(x, rows, firsts[seq], windows[seq], tokens)
+
+        return out, window_after
+
+    def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
+        """Every segment token by token in one call; the saved states handed on after it."""
+        runs, keys = [], []
+        for b, mine in enumerate(segs):
+            for lo, hi, key in mine:
+                runs.append((lo, hi, b, -1 if key is None else len(keys)))
+                if key is not None:
+                    keys.append(key)
+        table = torch.tensor(runs, dtype=torch.int64).view(-1, 4)
+        out, saved = ops.gated_delta_scan(self.lib, q, k, v, g, beta, table, states, len(keys))
+        for i, key in enumerate(keys):
+            on_save(key, saved[i])
+        return out
 
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return ops.gated_rms_norm(self.lib, x, gate, weight, eps)

@@ -34,6 +34,11 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
 
 
+def expand_key_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """``[L, key_heads, d]`` -> ``[L, heads, d]``: each key head repeated for its value heads."""
+    return x if heads == x.shape[1] else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
 def causal_conv(
     x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,6 +171,40 @@ def chunked_gated_delta_rule(
         state = state * chunk_decay[:, n, None, None] + k_dec[:, n].transpose(-1, -2) @ u
     out = out.reshape(out.shape[0], -1, out.shape[-1])[:, :length]
     return out.transpose(0, 1), state
+
+
+# token rows (lo, hi) of one sequence's segment and the key its state is saved under, or None
+Segments = list[list[tuple[int, int, int | None]]]
+
+
+def gated_delta_rule_segments(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    states: torch.Tensor,
+    segs: Segments,
+    on_save: Callable[[int, torch.Tensor], None],
+) -> torch.Tensor:
+    """The eager prefill of the gated delta rule over a round's segments (the reference the
+    native scan is tested against): ``q``, ``k [R, key_heads, dk]``, ``v [R, heads, dv]``, ``g``,
+    ``beta [R, heads]``; ``states [B, heads, dk, dv]``, sequence ``b``'s initial state at ``b``
+    (the call's own: used as scratch); ``segs[b]``: sequence b's segments ``(lo, hi, key)`` in
+    order, over the rows of q. Calls ``on_save(key, state)`` where a segment has a key; returns
+    ``o [R, heads, dv]``. The chunk length is chosen by the padded work on a CPU (`pick_chunk`),
+    the FLA length elsewhere (a GPU pays per launch, not per padded row)."""
+    heads, dk, dv = v.shape[1], k.shape[-1], v.shape[-1]
+    if q.device.type == "cpu":
+        chunk = pick_chunk([[hi - lo for lo, hi, _ in mine] for mine in segs], heads, dk, dv)
+    else:
+        chunk = CHUNK
+    plan = ChunkPlan.build(segs, q.shape[0], chunk, q.device)
+    order = list(plan.order)
+    if order != list(range(len(order))):
+        states = states[order]
+    q, k = expand_key_heads(q, heads), expand_key_heads(k, heads)
+    return gated_delta_rule_chunks(q, k, v, g, beta, states, plan, on_save, in_place=True)
 
 
 def gated_delta_rule_chunks(

@@ -79,3 +79,15 @@ class PackedConv:
         of ``buf``)."""
         lo = self.bases[seq] + tokens
         return buf[lo : lo + self.window].t()
+
+
+def window_after_inputs(
+    x: torch.Tensor, rows: torch.Tensor, first: int, window: torch.Tensor, tokens: int
+) -> torch.Tensor:
+    """A sequence's conv state after its first ``tokens`` inputs, ``[C, K-1]`` (oldest first),
+    read from its inputs where they lie: rows ``rows[first : first + tokens]`` of ``x [*, C]``,
+    behind its restored ``window [C, K-1]`` (the state before them)."""
+    keep = window.shape[1]
+    if tokens >= keep:
+        return x[rows[first + tokens - keep : first + tokens]].t()
+    return torch.cat([window[:, tokens:], x[rows[first : first + tokens]].t().to(window.dtype)], dim=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.delta_rule import l2norm
+from radixflow.models.kernels.delta_rule import expand_key_heads, l2norm
 
 # Bytes of recurrent state per block of rows in the batched steps (`row_blocks`): half the 2 MiB
 # L2 of a core of the machine this was tuned on, so a block and the step's small operands stay
@@ -108,12 +108,19 @@ def delta_heads(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Post-conv ``[L, 2 key_heads dk + heads dv]`` -> float32 q, k (l2-normalised, q scaled by
     ``dk^-1/2``, each key head serving ``heads / key_heads`` consecutive value heads), v."""
+    q, k, v = delta_key_heads(mixed, key_heads, heads, dk, dv)
+    return expand_key_heads(q, heads), expand_key_heads(k, heads), v
+
+
+def delta_key_heads(
+    mixed: torch.Tensor, key_heads: int, heads: int, dk: int, dv: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`delta_heads` before the key heads are repeated: q, k ``[L, key_heads, dk]``, v ``[L,
+    heads, dv]`` (the native kernels read key head ``h / (heads / key_heads)`` for value head h)."""
     length, key_dim = mixed.shape[0], key_heads * dk
     q, k, v = mixed.float().split([key_dim, key_dim, heads * dv], dim=-1)
     q = l2norm(q.reshape(length, key_heads, dk)) * dk**-0.5
     k = l2norm(k.reshape(length, key_heads, dk))
-    if heads > key_heads:
-        q, k = q.repeat_interleave(heads // key_heads, dim=1), k.repeat_interleave(heads // key_heads, dim=1)
     return q, k, v.reshape(length, heads, dv)
 
 

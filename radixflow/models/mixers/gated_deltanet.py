@@ -2,10 +2,12 @@
 
 Recurrent state of a DeltaNet layer: ``(conv_state [conv_dim, kernel-1], recurrent [v_heads,
 k_dim, v_dim])``, carried exactly across segment boundaries (snapshots). The math lives in
-`radixflow.models.kernels.delta_rule` (chunked, per sequence) and `radixflow.models.kernels.step`
-(the one-token step every decode row of a round takes together). The families differ only in
-the input projections: Qwen3.5 has separate ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
-``in_proj_a``; Qwen3-Next fused ``in_proj_qkvz``/``in_proj_ba`` grouped per key head.
+`radixflow.models.kernels.delta_rule` (chunked, the eager prefill), `radixflow.models.kernels.step`
+(the one-token step every decode row of a round takes together) and the native library
+(`radixflow.models.kernels.native`: both, the prefill token by token); the batch's kernels
+choose. The families differ only in the input projections: Qwen3.5 has separate
+``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fused
+``in_proj_qkvz``/``in_proj_ba`` grouped per key head.
 """
 
 from __future__ import annotations
@@ -15,10 +17,7 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.kernels.chunks import ChunkPlan
-from radixflow.models.kernels.delta_rule import CHUNK, gated_delta_rule_chunks, pick_chunk
-from radixflow.models.kernels.packed_conv import PackedConv
-from radixflow.models.kernels.step import delta_gates, delta_heads, gated_rms_norm
+from radixflow.models.kernels.step import delta_gates, delta_key_heads, gated_rms_norm
 from radixflow.models.layers import Config
 
 
@@ -117,10 +116,10 @@ class GatedDeltaNet(nn.Module):
         out: torch.Tensor,
     ) -> None:
         """Conv + delta rule for one wave of per-sequence rows (`batch.waves`: ``rows`` and their
-        flat ``tokens``): one packed conv and one chunked kernel call for all of them, saving each
-        segment's state at its snapshots (mutates the pool); writes the rows' ``out``."""
+        flat ``tokens``): one conv call and one delta-rule call (the batch's kernels) for all of
+        them, saving each segment's state at its snapshots (mutates the pool); writes the rows'
+        ``out``."""
         seqs = [batch.seqs[i] for i in rows]
-        packed = PackedConv.build([s.length for s in seqs], self.kernel - 1, qkv.device)
         saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
         segs = []
         base = 0
@@ -134,35 +133,20 @@ class GatedDeltaNet(nn.Module):
                 mine.append((base + seg.lo, base + seg.hi, key))
             segs.append(mine)
             base += seq.length
-        plan = ChunkPlan.build(segs, base, self._chunk(segs, qkv.device), qkv.device)
-        # initial states in plan order: the kernel's order; the packed conv places each window
-        windows, states = batch.state.load_many(self.layer_idx, [seqs[b].restore_slot for b in plan.order])
-        buf = packed.pack(qkv[tokens], windows, plan.order)
-        mixed = packed.conv(buf, self.conv1d.weight.squeeze(1))
+        windows, states = batch.state.load_many(self.layer_idx, [s.restore_slot for s in seqs])
+        weight, lengths = self.conv1d.weight.squeeze(1), [s.length for s in seqs]
+        mixed, window_after = batch.kernels.prefill_conv_silu(qkv, tokens, lengths, windows, weight)
 
         def save(key: int, rec: torch.Tensor) -> None:
             n, before, slots = saves[key]
-            window = packed.window_after(buf, n, before)
+            window = window_after(n, before)
             for slot in slots:
                 batch.state.save(self.layer_idx, slot, (window, rec))
 
-        q, k, v = self._split_heads(mixed)
-        # in place: `load_many` made the initial states this call's own
-        out[tokens] = gated_delta_rule_chunks(
-            q, k, v, g[tokens], beta[tokens], states.float(), plan, save, in_place=True
-        )
-
-    def _chunk(self, segs: list[list[tuple[int, int, int | None]]], device: torch.device) -> int:
-        """The kernel's chunk length for this round: chosen by the padded work on the CPU; the
-        FLA length elsewhere (a GPU pays per launch, not per padded row)."""
-        if device.type != "cpu":
-            return CHUNK
-        lengths = [[hi - lo for lo, hi, _ in mine] for mine in segs]
-        return pick_chunk(lengths, self.num_v_heads, self.head_k_dim, self.head_v_dim)
-
-    def _split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Post-conv ``[L, conv_dim]`` -> float32 q, k (normalised, expanded to v heads), v."""
-        return delta_heads(mixed, self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
+        q, k, v = delta_key_heads(mixed, self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
+        # `load_many` made the initial states this call's own
+        rule = batch.kernels.delta_rule_prefill
+        out[tokens] = rule(q, k, v, g[tokens], beta[tokens], states.float(), segs, save)
 
 
 class Qwen35GatedDeltaNet(GatedDeltaNet):

@@ -52,10 +52,10 @@ def test_restore_continuation(models: tuple[Lfm2ForCausalLM, torch.nn.Module]) -
 
 
 def test_mixed_batch_and_mid_chunk_snapshots(
-    models: tuple[Lfm2ForCausalLM, torch.nn.Module], decode_kernels
+    models: tuple[Lfm2ForCausalLM, torch.nn.Module], kernels
 ) -> None:
     ours, ref = models
-    pools = Pools(ours, kernels=decode_kernels)
+    pools = Pools(ours, kernels=kernels)
     a, b, c = prompt(5, 53), prompt(6, 77), prompt(7, 80)
     ta, tb, tc = pools.blocks(len(a) + 1), pools.blocks(len(b)), pools.blocks(len(c))
     # Earlier round: B's first 48 tokens, checkpoint at 48.
@@ -94,10 +94,10 @@ def test_mixed_batch_and_mid_chunk_snapshots(
     print(f"mixed batch max abs diff: {max(diffs):.2e}")
 
 
-def test_short_chunks_keep_window(models: tuple[Lfm2ForCausalLM, torch.nn.Module], decode_kernels) -> None:
+def test_short_chunks_keep_window(models: tuple[Lfm2ForCausalLM, torch.nn.Module], kernels) -> None:
     """Chunks shorter than the conv window must carry older inputs through the checkpoint."""
     ours, ref = models
-    pools = Pools(ours, kernels=decode_kernels)
+    pools = Pools(ours, kernels=kernels)
     tokens = prompt(10, 8)
     table = pools.blocks(len(tokens))
     outs = []

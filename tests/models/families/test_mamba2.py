@@ -148,9 +148,9 @@ def test_restore_continuation(models, p: int, n: int) -> None:
     print(f"{ours.config.model_type} restored continuation at {p} max abs diff: {diff:.2e}")
 
 
-def test_mixed_batch_and_mid_chunk_snapshots(models, decode_kernels) -> None:
+def test_mixed_batch_and_mid_chunk_snapshots(models, kernels) -> None:
     ours, ref = models
-    pools = Pools(ours, kernels=decode_kernels)
+    pools = Pools(ours, kernels=kernels)
     a, b, c = prompt(5, 53), prompt(6, 77), prompt(7, 80)
     ta, tb, tc = pools.blocks(len(a) + 1), pools.blocks(len(b) + 1), pools.blocks(len(c))
     # Earlier round: B's first 48 tokens, checkpoint at 48.
@@ -197,10 +197,10 @@ def test_mixed_batch_and_mid_chunk_snapshots(models, decode_kernels) -> None:
     print(f"{ours.config.model_type} mixed batch max abs diff: {max(diffs):.2e}")
 
 
-def test_short_chunks_keep_window(models, decode_kernels) -> None:
+def test_short_chunks_keep_window(models, kernels) -> None:
     """Chunks shorter than the conv window must carry older inputs through the checkpoint."""
     ours, ref = models
-    pools = Pools(ours, kernels=decode_kernels)
+    pools = Pools(ours, kernels=kernels)
     tokens = prompt(11, 8)
     table = pools.blocks(len(tokens))
     outs = []

@@ -11,6 +11,7 @@ from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.families.qwen3_5 import PRESETS, Qwen35ForCausalLM, init_weights
 from radixflow.models.families.qwen3_next import PRESETS as PRESETS_NEXT
 from radixflow.models.families.qwen3_next import Qwen3NextForCausalLM
+from radixflow.models.kernels.backend import TORCH_KERNELS
 from radixflow.models.kernels.delta_rule import CHUNK_SIZES, chunked_gated_delta_rule, unit_lower_solve
 from radixflow.models.layers import Config
 
@@ -81,9 +82,9 @@ def test_state_dict_keys_match_transformers(models) -> None:
     assert set(ours.state_dict()) == set(ref.state_dict())
 
 
-def test_packed_prefill_matches_transformers(models) -> None:
+def test_packed_prefill_matches_transformers(models, kernels) -> None:
     ours, ref, vocab = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=kernels)
     prompts = [tokens(n, seed, vocab) for seed, n in enumerate((37, 64, 100))]
     chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
     diffs = [check(out, reference(ref, p)) for out, p in zip(pools.run(ours, chunks), prompts, strict=True)]
@@ -91,9 +92,9 @@ def test_packed_prefill_matches_transformers(models) -> None:
 
 
 @pytest.mark.parametrize("p", [32, 64])
-def test_continuation_from_checkpoint(models, p: int) -> None:
+def test_continuation_from_checkpoint(models, p: int, kernels) -> None:
     ours, ref, vocab = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=kernels)
     ids = tokens(100, 7, vocab)
     table = pools.blocks(p)
     pools.run(ours, [(ids[:p], SeqSpec(0, p, table, snapshots=[Snapshot(p, 3)]))])
@@ -103,9 +104,9 @@ def test_continuation_from_checkpoint(models, p: int) -> None:
     print(f"{ours.config.model_type} continuation at {p}: max abs diff {diff:.2e}")
 
 
-def test_mixed_batch_and_mid_chunk_snapshots(models) -> None:
+def test_mixed_batch_and_mid_chunk_snapshots(models, kernels) -> None:
     ours, ref, vocab = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=kernels)
     x, y, z = tokens(80, 11, vocab), tokens(37, 12, vocab), tokens(100, 13, vocab)
     x_table = pools.blocks(32)
     pools.run(ours, [(x[:32], SeqSpec(0, 32, x_table, snapshots=[Snapshot(32, 0)]))])
@@ -139,16 +140,11 @@ def test_mixed_batch_and_mid_chunk_snapshots(models) -> None:
     print(f"{ours.config.model_type} mixed batch max abs diff {max(diffs):.2e}")
 
 
-@pytest.mark.parametrize("chunk", CHUNK_SIZES)
-def test_short_suffixes_beside_a_prompt_match_transformers(models, chunk: int, monkeypatch) -> None:
-    """A server-like round at every chunk length the kernel may pick (forced here: the tiny
-    model's small heads would always pick 32): 12 suffixes of 11 tokens after a checkpointed
-    16-token context, beside one 70-token prompt from scratch."""
-    from radixflow.models.mixers import gated_deltanet
-
-    monkeypatch.setattr(gated_deltanet, "pick_chunk", lambda *args: chunk)
+def _short_suffixes_beside_a_prompt(models, kernels) -> None:
+    """12 suffixes of 11 tokens after a checkpointed 16-token context, beside one 70-token prompt
+    from scratch, in one round: each against transformers."""
     ours, ref, vocab = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=kernels)
     ctx = tokens(16, 21, vocab)
     ctx_table = pools.blocks(16)
     pools.run(ours, [(ctx, SeqSpec(0, 16, ctx_table, snapshots=[Snapshot(16, 0)]))])
@@ -158,13 +154,51 @@ def test_short_suffixes_beside_a_prompt_match_transformers(models, chunk: int, m
     outs = pools.run(ours, [*chunks, (long, SeqSpec(0, 70, pools.blocks(70)))])
     diffs = [check(out, reference(ref, p)[16:]) for out, p in zip(outs, prompts, strict=False)]
     diffs.append(check(outs[-1], reference(ref, long)))
-    print(f"{ours.config.model_type} chunk {chunk} short suffixes max abs diff {max(diffs):.2e}")
+    print(f"{ours.config.model_type} {kernels.name} short suffixes max abs diff {max(diffs):.2e}")
 
 
-def test_decode_steps_match_transformers(models, decode_kernels) -> None:
+@pytest.mark.parametrize("chunk", CHUNK_SIZES)
+def test_short_suffixes_beside_a_prompt_match_transformers(models, chunk: int, monkeypatch) -> None:
+    """A server-like round at every chunk length the eager kernel may pick (forced here: the
+    tiny model's small heads would always pick 32)."""
+    from radixflow.models.kernels import delta_rule
+
+    monkeypatch.setattr(delta_rule, "pick_chunk", lambda *args: chunk)
+    _short_suffixes_beside_a_prompt(models, TORCH_KERNELS)
+
+
+def test_short_suffixes_beside_a_prompt_match_transformers_token_by_token(models, kernels) -> None:
+    """The same round through each backend (the native one runs the delta rule token by token,
+    with no chunk length)."""
+    _short_suffixes_beside_a_prompt(models, kernels)
+
+
+def test_a_prompt_that_is_a_prefix_of_another_matches_transformers(models, kernels) -> None:
+    """One round: a prompt, and a longer one it is a prefix of, from scratch side by side, the
+    first saving its state at its end (a checkpoint on a block boundary) and a third row
+    following from that state in the same round (a second wave); a one-token prompt beside."""
+    ours, ref, vocab = models
+    pools = Pools(ours, kernels=kernels)
+    longer = tokens(45, 61, vocab)
+    short = longer[:32]
+    first = pools.blocks(32)
+    follow = pools.blocks(45, prefix=first)
+    rows = [
+        (short, SeqSpec(0, 32, first, snapshots=[Snapshot(32, 0)])),
+        (longer, SeqSpec(0, 45, pools.blocks(45))),
+        (longer[32:], SeqSpec(32, 13, follow, restore_slot=0)),
+        (longer[:1], SeqSpec(0, 1, pools.blocks(1))),
+    ]
+    outs = pools.run(ours, rows)
+    want = reference(ref, longer)
+    for (_, spec), out in zip(rows, outs, strict=True):
+        check(out, want[spec.start : spec.end])
+
+
+def test_decode_steps_match_transformers(models, kernels) -> None:
     """Single-token chunks (decode) continuing from a prefill checkpoint, several sequences at once."""
     ours, ref, vocab = models
-    pools = Pools(ours, kernels=decode_kernels)
+    pools = Pools(ours, kernels=kernels)
     seqs = [tokens(40, 20, vocab), tokens(53, 21, vocab)]
     prefill = [24, 48]
     tables = [pools.blocks(n) for n in (40, 53)]

@@ -54,6 +54,90 @@ def gated_delta_step(
     return out, _written_back(state, work)
 
 
+def gated_delta_scan(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    runs: torch.Tensor,
+    states: torch.Tensor,
+    saves: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule token by token over runs of a round's token rows: ``q``, ``k [T,
+    key_heads, dk]``, ``v [T, heads, dv]``, ``g``, ``beta [T, heads]``; ``runs [R, 4]`` int64
+    rows ``(lo, hi, state index, save index or -1)``, a sequence's runs in order; ``states [B,
+    heads, dk, dv]`` updated in place. Returns ``(o [T, heads, dv], saved [saves, heads, dk,
+    dv])``: the state after each run that names a save index."""
+    rows, key_heads, dk = k.shape
+    heads, dv = v.shape[1], v.shape[2]
+    q, k, v, g, beta = (_dense(t) for t in (q, k, v, g, beta))
+    runs = runs.to(torch.int64).contiguous()
+    work = _dense(states)
+    out = torch.empty(rows, heads, dv, dtype=torch.float32)
+    saved = torch.empty(saves, heads, dk, dv, dtype=torch.float32)
+    if len(runs):
+        lo, hi, seq, save = (runs[:, i].contiguous() for i in range(4))
+        failed = lib.rf_gated_delta_scan(
+            len(runs),
+            key_heads,
+            heads,
+            dk,
+            dv,
+            _ptr(q),
+            _ptr(k),
+            _ptr(v),
+            _ptr(g),
+            _ptr(beta),
+            _ptr(lo),
+            _ptr(hi),
+            _ptr(seq),
+            _ptr(save),
+            _ptr(work),
+            _ptr(saved),
+            _ptr(out),
+        )
+        if failed:
+            raise MemoryError("native gated delta scan: no memory for its scratch")
+    _written_back(states, work)
+    return out, saved
+
+
+def conv_silu_runs(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    lengths: list[int],
+    windows: torch.Tensor,
+    weight: torch.Tensor,
+) -> torch.Tensor:
+    """``silu(causal depthwise conv)`` of several sequences' prefill tokens: token p reads row
+    ``rows[p]`` of ``x [*, C]``, the sequences' tokens consecutive in ``lengths``, each behind its
+    window ``windows [B, C, K-1]`` (oldest first); ``weight [C, K]``. Returns ``[tokens, C]``."""
+    channels, taps = weight.shape
+    x, windows, weight = _rows(x), _dense(windows), _dense(weight)
+    rows = rows.to(torch.int64).contiguous()
+    bounds = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
+    lo, hi = bounds[:-1].contiguous(), bounds[1:].contiguous()
+    out = torch.empty(len(rows), channels, dtype=torch.float32)
+    if len(rows):
+        lib.rf_conv_silu_runs(
+            len(lengths),
+            channels,
+            taps,
+            _ptr(x),
+            x.stride(0),
+            _ptr(rows),
+            _ptr(lo),
+            _ptr(hi),
+            _ptr(windows),
+            _ptr(weight),
+            _ptr(out),
+        )
+    return out
+
+
 def deltanet_decode(
     lib: ctypes.CDLL,
     qkv: torch.Tensor,

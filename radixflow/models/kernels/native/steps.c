@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-int rf_abi_version(void) { return 1; }
+int rf_abi_version(void) { return 2; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -111,6 +111,96 @@ int rf_gated_delta_step(int64_t rows, int64_t heads, int64_t dk, int64_t dv, con
     return 0;
 }
 
+/* One run of consecutive tokens of one (sequence, head) of the gated delta rule, token after
+ * token: q, k (dk floats per token, token stride qk_stride), v, o (dv floats, stride v_stride),
+ * g, beta (stride g_stride), s [dk, dv] the running state (updated in place, in L1 for the whole
+ * run); scratch holds 3 dv floats. Per token the arithmetic of delta_head, in the same order;
+ * the decay and rank-1 update of one token and the recall and readout of the next are one pass
+ * over the state. */
+static void delta_run(int64_t n, int64_t dk, int64_t dv, const float *q, const float *k,
+                      int64_t qk_stride, const float *v, float *o, int64_t v_stride,
+                      const float *g, const float *beta, int64_t g_stride, float *s,
+                      float *scratch) {
+    float *recall = scratch, *readout = scratch + dv, *u = scratch + 2 * dv;
+    for (int64_t j = 0; j < dv; j++) recall[j] = readout[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++) { /* the first token's S^T k and S^T q */
+        const float a = k[i], c = q[i];
+        const float *row = s + i * dv;
+#pragma omp simd
+        for (int64_t j = 0; j < dv; j++) {
+            recall[j] += row[j] * a;
+            readout[j] += row[j] * c;
+        }
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const float *qt = q + t * qk_stride, *kt = k + t * qk_stride, *vt = v + t * v_stride;
+        float *ot = o + t * v_stride;
+        const float bt = beta[t * g_stride], decay = expf(g[t * g_stride]), gain_decay = bt * decay;
+        float kq = 0.0f;
+#pragma omp simd reduction(+ : kq)
+        for (int64_t i = 0; i < dk; i++) kq += kt[i] * qt[i];
+        for (int64_t j = 0; j < dv; j++) {
+            u[j] = bt * vt[j] - gain_decay * recall[j];
+            ot[j] = decay * readout[j] + kq * u[j];
+        }
+        if (t + 1 == n) { /* the last token: decay and update only */
+            for (int64_t i = 0; i < dk; i++) {
+                const float a = kt[i];
+                float *row = s + i * dv;
+#pragma omp simd
+                for (int64_t j = 0; j < dv; j++) row[j] = row[j] * decay + a * u[j];
+            }
+            break;
+        }
+        const float *qn = qt + qk_stride, *kn = kt + qk_stride;
+        for (int64_t j = 0; j < dv; j++) recall[j] = readout[j] = 0.0f;
+        for (int64_t i = 0; i < dk; i++) { /* this token's update, the next one's reads */
+            const float a = kt[i], b = kn[i], c = qn[i];
+            float *row = s + i * dv;
+#pragma omp simd
+            for (int64_t j = 0; j < dv; j++) {
+                const float next = row[j] * decay + a * u[j];
+                row[j] = next;
+                recall[j] += next * b;
+                readout[j] += next * c;
+            }
+        }
+    }
+}
+
+/* Gated delta rule over runs of consecutive tokens (a prefill's segments), token by token:
+ * q, k [T, key_heads, dk] (normalised, q scaled), v [T, heads, dv], g, beta [T, heads], all
+ * contiguous over the round's token rows; value head h reads key head h / (heads / key_heads).
+ * Run r covers token rows lo[r]..hi[r]-1 (hi > lo) of the sequence whose state is
+ * states[seq[r]] [heads, dk, dv], updated in place (a sequence's runs come in order); after run
+ * r its state is copied to saves[save[r]] when save[r] >= 0. out [T, heads, dv]. Each head's
+ * state stays in cache for the whole run. Returns 0, or 1 when its scratch cannot be allocated. */
+int rf_gated_delta_scan(int64_t runs, int64_t key_heads, int64_t heads, int64_t dk, int64_t dv,
+                        const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, const int64_t *lo, const int64_t *hi,
+                        const int64_t *seq, const int64_t *save, float *states, float *saves,
+                        float *out) {
+    const int64_t per_key = heads / key_heads, per_state = heads * dk * dv;
+    float *scratch = malloc(sizeof(float) * 3 * (size_t)dv);
+    if (scratch == NULL) return 1;
+    for (int64_t r = 0; r < runs; r++) {
+        const int64_t t0 = lo[r], n = hi[r] - lo[r];
+        for (int64_t h = 0; h < heads; h++) {
+            const int64_t kh = h / per_key;
+            float *s = states + seq[r] * per_state + h * dk * dv;
+            delta_run(n, dk, dv, q + (t0 * key_heads + kh) * dk, k + (t0 * key_heads + kh) * dk,
+                      key_heads * dk, v + (t0 * heads + h) * dv, out + (t0 * heads + h) * dv,
+                      heads * dv, g + t0 * heads + h, beta + t0 * heads + h, heads, s, scratch);
+            if (save[r] >= 0) {
+                float *dst = saves + save[r] * per_state + h * dk * dv;
+                for (int64_t i = 0; i < dk * dv; i++) dst[i] = s[i];
+            }
+        }
+    }
+    free(scratch);
+    return 0;
+}
+
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch's softplus (beta 1, threshold 20) */
@@ -154,6 +244,41 @@ static void l2norm(int64_t n, float *x, float scale) {
     for (int64_t i = 0; i < n; i++) sq += x[i] * x[i];
     const float inv = 1.0f / sqrtf(sq + 1e-6f);
     for (int64_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
+}
+
+/* Depthwise causal conv then silu over the prefill tokens of several sequences (the Gated
+ * DeltaNet prefill's front end): token p of the list reads row rows[p] of x [*, channels] (row
+ * stride x_stride); sequence s is tokens lo[s]..hi[s]-1, behind its window windows[s]
+ * [channels, taps-1] (oldest first; not modified); weight [channels, taps], no bias; out
+ * [tokens, channels], token p at row p. Taps are added oldest first, as the eager packed conv
+ * adds them. */
+void rf_conv_silu_runs(int64_t seqs, int64_t channels, int64_t taps, const float *x,
+                       int64_t x_stride, const int64_t *rows, const int64_t *lo,
+                       const int64_t *hi, const float *windows, const float *weight, float *out) {
+    const int64_t keep = taps - 1;
+    for (int64_t s = 0; s < seqs; s++) {
+        const float *win = windows + s * channels * keep;
+        for (int64_t p = lo[s]; p < hi[s]; p++) {
+            float *o = out + p * channels;
+            for (int64_t j = 0; j < taps; j++) { /* tap j reads the input keep - j tokens back */
+                const int64_t q = p - keep + j, col = q - lo[s] + keep;
+                const float *in = q >= lo[s] ? x + rows[q] * x_stride : NULL;
+                if (in != NULL && j == 0) {
+#pragma omp simd
+                    for (int64_t c = 0; c < channels; c++) o[c] = in[c] * weight[c * taps];
+                } else if (in != NULL) {
+#pragma omp simd
+                    for (int64_t c = 0; c < channels; c++) o[c] += in[c] * weight[c * taps + j];
+                } else if (j == 0) { /* from the window: column col of each channel */
+                    for (int64_t c = 0; c < channels; c++) o[c] = win[c * keep + col] * weight[c * taps];
+                } else {
+                    for (int64_t c = 0; c < channels; c++)
+                        o[c] += win[c * keep + col] * weight[c * taps + j];
+                }
+            }
+            for (int64_t c = 0; c < channels; c++) o[c] = silu(o[c]);
+        }
+    }
 }
 
 /* Gated DeltaNet decode, one token per row, from the projection to the heads' readout:

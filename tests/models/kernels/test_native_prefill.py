@@ -1,0 +1,151 @@
+"""The native delta-rule prefill (token by token) against the eager chunked prefill, at the edges.
+
+`NativeKernels.delta_rule_prefill` runs every segment of a round token by token; the eager
+reference (`delta_rule.gated_delta_rule_segments`) runs them in chunks. They must agree within
+float32 rounding on the outputs and on every saved state, for one-token segments, segments that
+end on a chunk boundary of every chunk length, several segments per sequence, grouped and
+ungrouped key heads, odd head sizes and zero initial states; a NaN stays in its own sequence.
+Token by token, the scan is the native decode step applied once per token: equal to the bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from radixflow.models.kernels.backend import TORCH_KERNELS, NativeKernels, resolve_kernels
+from radixflow.models.kernels.delta_rule import Segments, expand_key_heads
+from radixflow.models.kernels.native.build import find_compiler
+
+TOL = 2e-5
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory) -> NativeKernels:
+    if find_compiler() is None:
+        pytest.skip("no C compiler here: the eager prefill is what runs")
+    kernels = resolve_kernels("native", "cpu", torch.float32, tmp_path_factory.getbasetemp() / "kernels")
+    assert isinstance(kernels, NativeKernels)
+    return kernels
+
+
+def _inputs(seed: int, rows: int, key_heads: int, heads: int, dk: int, dv: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    q = F.normalize(torch.randn(rows, key_heads, dk, generator=g), dim=-1) * dk**-0.5
+    k = F.normalize(torch.randn(rows, key_heads, dk, generator=g), dim=-1)
+    v = torch.randn(rows, heads, dv, generator=g)
+    gate, beta = -torch.rand(rows, heads, generator=g) * 2, torch.rand(rows, heads, generator=g)
+    return [q, k, v, gate, beta]
+
+
+def _layout(lengths: list[list[int]]) -> tuple[Segments, int]:
+    """Every segment saves (keys in order), so each sequence's final state is compared too."""
+    segs, base, key = [], 0, 0
+    for mine in lengths:
+        out = []
+        for n in mine:
+            out.append((base, base + n, key))
+            base, key = base + n, key + 1
+        segs.append(out)
+    return segs, base
+
+
+def _prefill(kernels, inputs, states, segs) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    saved: dict[int, torch.Tensor] = {}
+    keep = lambda key, s: saved.__setitem__(key, s.clone())  # noqa: E731
+    out = kernels.delta_rule_prefill(*inputs, states.clone(), segs, keep)
+    return out, saved
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(((a - b).abs() <= TOL * (1 + b.abs())).all())
+
+
+LAYOUTS = [
+    [[1]],  # one token
+    [[1], [1], [1]],  # one-token prompts side by side
+    [[16], [32], [64]],  # each ends on a chunk boundary of one of the chunk lengths
+    [[64, 64], [128]],  # segments on chunk boundaries, the state carried across them
+    [[5, 70], [1], [13, 2, 9], [64]],
+    [[24]] * 15,  # the scoring benchmark's candidate round
+    [[400, 24]],  # a context saved at its branch point, then a candidate
+]
+
+
+@pytest.mark.parametrize("lengths", LAYOUTS)
+@pytest.mark.parametrize(("key_heads", "heads", "dk", "dv"), [(2, 4, 16, 16), (3, 3, 7, 5), (1, 2, 64, 64)])
+def test_the_scan_matches_the_chunked_prefill(native, lengths, key_heads, heads, dk, dv) -> None:
+    segs, rows = _layout(lengths)
+    inputs = _inputs(rows + heads, rows, key_heads, heads, dk, dv)
+    states = torch.randn(len(lengths), heads, dk, dv, generator=torch.Generator().manual_seed(5)) * 0.3
+    states[0] = 0  # a sequence from scratch
+    want_o, want_s = _prefill(TORCH_KERNELS, inputs, states, segs)
+    got_o, got_s = _prefill(native, inputs, states, segs)
+    assert _close(got_o, want_o)
+    assert sorted(got_s) == sorted(want_s) == list(range(sum(len(m) for m in lengths)))
+    for key, want in want_s.items():
+        assert _close(got_s[key], want), key
+
+
+def test_the_states_given_are_stepped_in_place_and_segments_without_a_key_save_nothing(native) -> None:
+    segs: Segments = [[(0, 3, None), (3, 9, None)], [(9, 10, None)]]
+    inputs = _inputs(1, 10, 2, 2, 8, 8)
+    states = torch.randn(2, 2, 8, 8, generator=torch.Generator().manual_seed(2))
+    saved: dict[int, torch.Tensor] = {}
+    want_segs: Segments = [[(0, 3, None), (3, 9, 0)], [(9, 10, 1)]]
+    want_o, want_s = _prefill(TORCH_KERNELS, inputs, states, want_segs)
+    work = states.clone()
+    out = native.delta_rule_prefill(*inputs, work, segs, lambda key, s: saved.__setitem__(key, s))
+    assert not saved and _close(out, want_o)
+    assert _close(work[0], want_s[0]) and _close(work[1], want_s[1])
+
+
+def test_the_scan_equals_the_native_decode_step_token_by_token(native) -> None:
+    """The same arithmetic in the same order: the scan is the one-token step run per token."""
+    heads, dk, dv, n = 4, 16, 16, 37
+    q, k, v, gate, beta = _inputs(3, n, 2, heads, dk, dv)
+    init = torch.randn(1, heads, dk, dv, generator=torch.Generator().manual_seed(4))
+    got_o, got_s = _prefill(native, [q, k, v, gate, beta], init, [[(0, n, 0)]])
+    state, outs = init.clone(), []
+    qe, ke = expand_key_heads(q, heads), expand_key_heads(k, heads)
+    for t in range(n):
+        at = slice(t, t + 1)
+        o, state = native.gated_delta_step(qe[at], ke[at], v[at], gate[at], beta[at], state)
+        outs.append(o)
+    assert torch.equal(got_o, torch.cat(outs)) and torch.equal(got_s[0], state[0])
+
+
+def test_a_nan_stays_in_its_own_sequence(native) -> None:
+    segs, rows = _layout([[6], [6], [6]])
+    inputs = _inputs(7, rows, 2, 2, 8, 8)
+    states = torch.zeros(3, 2, 8, 8)
+    states[1, 0, 2, 2] = float("nan")
+    out, saved = _prefill(native, inputs, states, segs)
+    assert out[6:12, 0].isnan().any() and saved[1][0].isnan().any()
+    assert not out[:6].isnan().any() and not out[12:].isnan().any()
+    assert not saved[0].isnan().any() and not saved[2].isnan().any()
+
+
+CONV_LAYOUTS = [[1], [2], [3], [5, 70, 1], [24] * 15]
+
+
+@pytest.mark.parametrize("lengths", CONV_LAYOUTS)
+@pytest.mark.parametrize("taps", [4, 2])
+def test_the_prefill_conv_matches_the_packed_conv_and_saves_the_same_windows(native, lengths, taps) -> None:
+    """The wave's rows picked out of a wider projection (a later wave's rows, not from 0, in
+    no particular order; the projection a view of its columns), each sequence behind its own
+    window; every window a save may ask for (after each of its tokens) read back alike."""
+    g = torch.Generator().manual_seed(len(lengths) + taps)
+    tokens, channels = sum(lengths), 12
+    projected = torch.randn(tokens + 5, channels + 3, generator=g)
+    x = projected[:, 1 : 1 + channels]
+    rows = torch.randperm(tokens + 5, generator=g)[:tokens]
+    windows = torch.randn(len(lengths), channels, taps - 1, generator=g)
+    weight = torch.randn(channels, taps, generator=g)
+    want, want_after = TORCH_KERNELS.prefill_conv_silu(x, rows, lengths, windows, weight)
+    got, got_after = native.prefill_conv_silu(x, rows, lengths, windows, weight)
+    assert _close(got, want)
+    for seq, n in enumerate(lengths):
+        for before in range(1, n + 1):
+            assert torch.equal(got_after(seq, before), want_after(seq, before)), (seq, before)

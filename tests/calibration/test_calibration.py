@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from radixflow.calibration.design import fit_design, held_out_design
 from radixflow.calibration.fit import fit_profile
-from radixflow.calibration.timing import TimedBatch, to_scheduler_output
+from radixflow.calibration.timing import TimedBatch, round_noise_sigma, to_scheduler_output
 from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
@@ -58,6 +60,45 @@ def test_timing_a_tiny_model_end_to_end():
     timed = time_batches("qwen3_5-tiny", "cpu", batches, repeats=1, threads=1, on_batch=None, clock="wall")
     assert [t.chunks for t in timed] == [b.chunks for b in batches]
     assert all(t.seconds > 0 for t in timed)
+    again = time_batches("qwen3_5-tiny", "cpu", batches, 3, 1, None, "wall", kept="median")
+    assert all(len(t.repeats) == 3 and t.seconds == sorted(t.repeats)[1] for t in again)
+    assert TimedBatch.from_dict(again[0].to_dict()) == again[0]
+
+
+def test_calibration_times_the_bare_worker_call_as_the_engine_clock_does(monkeypatch):
+    """The engine's clock stops before the runner's predictor learns from the round; a timing
+    that also held the predictor's bookkeeping would price every round over the engine's charge."""
+    pytest.importorskip("torch")
+    from radixflow.calibration import timing
+    from radixflow.runners import torch_runner
+
+    built = []
+    real = torch_runner.TorchRunner.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        built.append(self.round_predictor)
+
+    monkeypatch.setattr(torch_runner.TorchRunner, "__init__", init)
+    timing.time_batches("qwen3_5-tiny", "cpu", fit_design(64, 16, hybrid=True)[:1], 1, 1, None, "wall")
+    assert built == [None]
+
+
+def test_round_noise_is_the_pooled_log_spread_of_each_shapes_repeats():
+    shape = SIM_MODELS["qwen3_5-2b"]
+    chunks = fit_design(256, 16, True)[0].chunks
+    e = 2.718281828459045
+    batches = [
+        TimedBatch(shape.name, "fit", chunks, 1.0, (1.0, e**0.1, e**-0.1)),  # logs 0, ±0.1: var 0.01
+        TimedBatch(shape.name, "fit", chunks, 5.0, (5.0 * e**0.1, 5.0 * e**-0.1)),  # var 0.02 on 1 dof
+        TimedBatch(shape.name, "held_out", chunks, 2.0, (2.0,)),  # timed once: no evidence
+    ]
+    assert round_noise_sigma(batches) == pytest.approx(((0.02 + 0.02) / 3) ** 0.5)
+    assert round_noise_sigma(batches[2:]) is None
+    fitted = fit_profile(
+        "f", batches[:2] + [replace(batches[2], split="held_out")], {shape.name: shape}, 4, "cpu"
+    )
+    assert fitted.calibration["round_noise_sigma"] == pytest.approx(round_noise_sigma(batches))
 
 
 def test_fit_recovers_a_per_token_cost_that_grows_with_the_round():

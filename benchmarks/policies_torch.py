@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -94,6 +95,63 @@ class RoundLog:
         predictor.observe = logged
 
 
+# Round shapes of calibrate's fit grid (sequences, tokens each, cached prefix) timed between the
+# real runs on a runner of their own: the machine's speed at the time of each cell's runs.
+PROBE_SHAPES = ((2, 256, 0), (4, 16, 1024), (1, 64, 1024))
+
+
+@dataclass
+class SpeedProbe:
+    """A shared machine's speed moves by tens of percent within minutes, on the CPU clock too
+    (it leaves out waiting for a core, not the slowdown of sharing one): a profile timed before a
+    family's runs prices the later ones at the speed of its own minutes. The probe times fixed
+    round shapes (never the real rounds) around the profile's timing (``reference``) and after each
+    turn of the real runs (``current``); `speed` is their ratio, by which the twin prices a cell."""
+
+    runner: object
+    outputs: list[object]
+    read: object  # the engine clock's reader
+    reference: list[list[float]] = field(default_factory=list)
+    current: list[list[float]] = field(default_factory=list)
+
+    @staticmethod
+    def build(family: str, budget: int, clock: str) -> SpeedProbe:
+        from radixflow.calibration.design import fit_design
+        from radixflow.calibration.run import model_shape
+        from radixflow.calibration.timing import BLOCK_SIZE, pool_sizes, to_scheduler_output
+        from radixflow.engine.clocks import round_clock
+        from radixflow.models.zoo import ensure_model
+        from radixflow.runners.torch_runner import TorchRunner
+
+        design = fit_design(budget, BLOCK_SIZE, model_shape(family).has_recurrent)
+        pick = lambda b: (len(b.chunks), b.chunks[0].length, b.chunks[0].start)  # noqa: E731
+        batches = [b for b in design if pick(b) in PROBE_SHAPES]
+        blocks, slots = pool_sizes(batches)
+        path = ensure_model(family)
+        runner = TorchRunner(path, BLOCK_SIZE, blocks, slots, label=family, predict_rounds=False)
+        outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
+        return SpeedProbe(runner, outputs, round_clock(clock).read)
+
+    def time(self, into: list[list[float]]) -> None:
+        """One timing of every probe shape, appended to ``into``."""
+        row = []
+        for out in self.outputs:
+            t0 = self.read()  # type: ignore[operator]
+            self.runner.run(out)  # type: ignore[attr-defined]
+            row.append(self.read() - t0)  # type: ignore[operator]
+        into.append(row)
+
+    def speed(self) -> float | None:
+        """The geometric mean over shapes of (median now) / (median while the profile was timed)."""
+        if not self.reference or not self.current:
+            return None
+        ratios = [
+            statistics.median(r[i] for r in self.current) / statistics.median(r[i] for r in self.reference)
+            for i in range(len(self.outputs))
+        ]
+        return math.exp(statistics.fmean(math.log(x) for x in ratios))
+
+
 @dataclass
 class Trials:
     results: list[PolicyResult] = field(default_factory=list)
@@ -102,9 +160,15 @@ class Trials:
 
 
 def interleaved(
-    setup: EngineSetup, requests: list[Request], reference: dict[str, int], repeats: int, log: RoundLog
+    setup: EngineSetup,
+    requests: list[Request],
+    reference: dict[str, int],
+    repeats: int,
+    log: RoundLog,
+    probe: SpeedProbe | None = None,
 ) -> dict[str, Trials]:
-    """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine."""
+    """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine;
+    the ``probe`` timed after each turn."""
     trials = {p: Trials() for p in POLICIES}
     for repeat in range(repeats):
         for policy in POLICIES:
@@ -113,6 +177,8 @@ def interleaved(
             engine, tape = run_one(setup, policy, requests, taped=True)
             trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
             trials[policy].tapes.append(tape)
+        if probe is not None:
+            probe.time(probe.current)
     return trials
 
 
@@ -154,6 +220,7 @@ class Twin:
     profile: Path
     sigma: float | None = None
     draws: int = 0
+    speed: float | None = None  # the machine's speed during the cell over the profile's (`SpeedProbe`)
 
 
 def twin_setup(
@@ -197,9 +264,14 @@ def sim_figures(
         r = summarize(policy, engine, sim.scheduler)
         f = {"mean_latency_s": r.mean_latency_s, "p99_latency_s": r.p99_latency_s, "rounds": r.rounds}
         f |= {"waves": tape.waves, "state_copies": tape.state_copies}
+        speed = twin.speed or 1.0
+        if twin.speed is not None:  # the same twin at the speed the cell's runs saw
+            steady = replace(sim, runner=NoisyPrice(sim.runner, 0.0, 0, speed))  # type: ignore[arg-type]
+            at = summarize(policy, run_one(steady, policy, requests)[0], sim.scheduler)
+            f["at_speed"] = {"speed": speed, "mean_latency_s": at.mean_latency_s, "rounds": at.rounds}
         if twin.sigma and twin.draws:
             repeats = len(real[policy].results) if real is not None else 1
-            f["noisy"] = noisy_twin(sim, policy, requests, twin.sigma, twin.draws, repeats)
+            f["noisy"] = noisy_twin(sim, policy, requests, twin.sigma, twin.draws, repeats, speed)
         if real is not None:
             f["real_rounds"] = against_real(sim, policy, requests, real[policy])
         out[policy] = f
@@ -207,18 +279,26 @@ def sim_figures(
 
 
 def noisy_twin(
-    sim: EngineSetup, policy: str, requests: list[Request], sigma: float, draws: int, repeats: int = 1
+    sim: EngineSetup,
+    policy: str,
+    requests: list[Request],
+    sigma: float,
+    draws: int,
+    repeats: int = 1,
+    speed: float = 1.0,
 ) -> dict:
     """The twin's mean latency and rounds over ``draws`` runs, each round's price times a
     log-normal factor of ``sigma`` (`bench.twin.NoisyPrice`; draw i uses seed i for every policy),
-    and the 5-95% band a median of ``repeats`` such runs falls in (`bench.twin.median_of_n`)."""
+    and the 5-95% band a median of ``repeats`` such runs falls in (`bench.twin.median_of_n`); every
+    round priced at ``speed`` times the profile's."""
     means, rounds = [], []
     for seed in range(draws):
-        engine, _ = run_one(replace(sim, runner=NoisyPrice(sim.runner, sigma, seed)), policy, requests)  # type: ignore[arg-type]
+        noisy = NoisyPrice(sim.runner, sigma, seed, speed)  # type: ignore[arg-type]
+        engine, _ = run_one(replace(sim, runner=noisy), policy, requests)
         r = summarize(policy, engine, sim.scheduler)
         means.append(r.mean_latency_s)
         rounds.append(float(r.rounds))
-    return {"sigma": sigma, "draws": draws, "mean_latency_s": Spread.of(means).to_dict(),
+    return {"sigma": sigma, "draws": draws, "speed": speed, "mean_latency_s": Spread.of(means).to_dict(),
             "rounds": Spread.of(rounds).to_dict(),
             "median_of_repeats": median_of_n(means, repeats).to_dict()}  # fmt: skip
 
@@ -298,7 +378,14 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
     setup = plan.build([len(r.prompt) for r in first])
     log = RoundLog(args.rounds_out, {"family": family, "workload": "reference", "policy": "reference"})
     log.attach(setup.runner)
+    calibrating = args.twin == "calibrate"
+    budget = setup.scheduler.token_budget
+    probe = SpeedProbe.build(family, budget, args.clock) if args.probe and calibrating else None
+    if probe is not None:
+        probe.time(probe.reference)
     profile, held_out = twin_profile(family, args, setup.scheduler.token_budget)
+    if probe is not None:
+        probe.time(probe.reference)
     twin = Twin(profile, twin_noise(profile, family, args), args.draws)
     reference = setup.runner.reference_tokens(first)  # same prompts in every workload
     cells, rate = [], None
@@ -309,13 +396,18 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
         requests = build_workload(spec).requests
         log.label.update(workload=name, policy="reference")
         repeats = args.poisson_repeat if WORKLOADS[name][1] == "poisson" else args.repeat
-        trials = interleaved(setup, requests, reference, repeats, log)
+        if probe is not None:
+            probe.current = []
+        trials = interleaved(setup, requests, reference, repeats, log, probe)
         real = {p: real_figures(trials[p]) for p in POLICIES}
+        cell_twin = replace(twin, speed=None if probe is None else probe.speed())
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
-        sim = sim_figures(family, spec, setup.scheduler, twin, trials)
+        sim = sim_figures(family, spec, setup.scheduler, cell_twin, trials)
         write_tapes(args.tapes_out, {"family": family, "workload": name}, trials, spec, setup.scheduler, twin)
-        about = {"twin_profile": str(profile), "twin_held_out": held_out, "twin_sigma": twin.sigma}
+        probed = None if probe is None else {"reference": probe.reference, "current": probe.current}
+        about = {"twin_profile": str(profile), "twin_held_out": held_out, "twin_sigma": twin.sigma,
+                 "twin_speed": cell_twin.speed, "probe": probed}  # fmt: skip
         cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)} | about)
         print_cell(cells[-1])
     return cells
@@ -363,12 +455,14 @@ def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> 
     for p in POLICIES:
         s = sim.get(p, {})
         noisy = (s.get("noisy") or {}).get("mean_latency_s") or {}
+        at_speed = (s.get("at_speed") or {}).get("mean_latency_s")
         policies[p] = {
             **real[p],
             "sim": s or None,
             "sim_vs_real_mean_latency": relative(s.get("mean_latency_s"), real[p]["mean_latency_s"]),
             # the twin's median over price-noise draws against the real runs' median
             "twin_vs_real_mean_latency": relative(noisy.get("median"), real[p]["mean_latency_s"]),
+            "twin_at_speed_vs_real_mean_latency": relative(at_speed, real[p]["mean_latency_s"]),
             # whether the real median lies where a median of as many twin runs falls, 5-95%
             "real_median_in_twin_band": _in_band(s, real[p]["mean_latency_s"]),
         }
@@ -400,6 +494,10 @@ def print_cell(cell: dict[str, object]) -> None:
     head = f"{cell['family']} · {cell['workload']}"
     if cell["rate_per_s"] is not None:
         head += f" ({cell['rate_per_s']:.2f} req/s)"
+    if cell.get("twin_speed") is not None:
+        head += f"; twin at {cell['twin_speed']:.2f}x its profile's speed (probed)"
+    if cell.get("twin_sigma") is not None:
+        head += f", sigma {cell['twin_sigma']:.3f}"
     print(head)
     print(f"  {'policy':<10}{'rounds':>8}{'mean s':>9}{'min-max':>15}{'p99 s':>8}{'wall s':>8}"
           f"{'exact':>7}{'load':>11}{'sim s':>8}{'sim rnd':>8}{'sim/real':>9}"
@@ -573,10 +671,13 @@ def main() -> None:
         "(calibrate), or --profile (profile)",
     )
     ap.add_argument("--poisson-repeat", type=int, default=5, help="runs per policy on Poisson cells")
-    ap.add_argument("--calibrate-repeats", type=int, default=3,
+    ap.add_argument("--calibrate-repeats", type=int, default=2,
                     help="--twin calibrate: timings per shape (their median is fitted, their spread is σ)")
     ap.add_argument("--noise-sigma", type=float, help="the twin's per-round log-normal price noise "
                     "(default: the σ its profile measured, calibration.round_noise_sigma)")
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                    help="--twin calibrate: price each cell's twin at the machine's speed during its runs, "
+                    "timed on fixed shapes around the profile and after each turn of runs")
     ap.add_argument("--draws", type=int, default=40, help="twin runs under the price noise per policy")
     ap.add_argument("--tapes-out", type=Path, metavar="JSONL", help="append every real run's rounds and "
                     "the twin's, with the twin's price of each round (round-by-round comparison)")

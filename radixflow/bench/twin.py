@@ -30,7 +30,7 @@ from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult
 from radixflow.problems import Problem
 from radixflow.runners.sim import SimRunner, chunk_shapes
-from radixflow.scheduler.output import SchedulerOutput, waves
+from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 
 RoundKey = tuple[tuple[str, int, int], ...]  # (request id, start, end) of every chunk, in order
@@ -139,22 +139,28 @@ class ReplayRunner:
 
 
 class NoisyPrice:
-    """The sim runner with every round's time multiplied by exp(N(0, ``sigma``)), drawn per
-    round from ``seed``: one draw of a machine whose round times scatter around the model's.
-    Its predictor stays the noise-free model (a real predictor cannot foresee the noise)."""
+    """The sim runner with every round's time multiplied by ``speed`` and by exp(N(0, ``sigma``)),
+    drawn per round from ``seed``: one draw of a machine running at ``speed`` times the profile's
+    round times, scattering around them. Its predictor knows the speed, not the noise (a real
+    predictor follows the machine's speed and cannot foresee a round's scatter)."""
 
     name = "sim"
 
-    def __init__(self, sim: SimRunner, sigma: float, seed: int) -> None:
+    def __init__(self, sim: SimRunner, sigma: float, seed: int, speed: float = 1.0) -> None:
         if not (sigma >= 0 and math.isfinite(sigma)):
             raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
-        self.sim, self.sigma = sim, sigma
+        if not (speed > 0 and math.isfinite(speed)):
+            raise ValueError(f"speed must be a finite number > 0, got {speed!r}")
+        self.sim, self.sigma, self.speed = sim, sigma, speed
         self.model: ModelInfo = sim.model
         self._rng = random.Random(seed)
 
     @property
     def round_predictor(self) -> object:
-        return self.sim.round_predictor
+        return self.predict_round
+
+    def predict_round(self, chunks: Sequence[ScheduledChunk]) -> float:
+        return self.speed * self.sim.predict_round(chunks)
 
     def validate(self, request: Request) -> Problem | None:
         return self.sim.validate(request)
@@ -164,7 +170,7 @@ class NoisyPrice:
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
         result = self.sim.run(batch)
-        f = math.exp(self._rng.gauss(0.0, self.sigma)) if self.sigma else 1.0
+        f = self.speed * (math.exp(self._rng.gauss(0.0, self.sigma)) if self.sigma else 1.0)
         return replace(result, duration_s=result.duration_s * f, worker_call_s=result.worker_call_s * f)
 
 

@@ -55,18 +55,24 @@ class TimedBatch:
 
 
 def round_noise_sigma(batches: Sequence[TimedBatch]) -> float | None:
-    """The machine's per-round timing noise as a log-normal σ: the pooled standard deviation of
-    the log of each batch's repeated timings about that batch's own mean (each batch's shape
-    priced the same every time, so what is left is the machine). None with no batch timed twice."""
-    squares, dof = 0.0, 0
-    for b in batches:
-        logs = [math.log(t) for t in b.repeats if t > 0]
-        if len(logs) < 2:
-            continue
-        mean = statistics.fmean(logs)
-        squares += sum((x - mean) ** 2 for x in logs)
-        dof += len(logs) - 1
-    return math.sqrt(squares / dof) if dof else None
+    """The machine's per-round timing noise as a log-normal σ, from every shape timed the same
+    number of times (the most common count, at least 2): the log of each timing less its shape's
+    mean and its pass's mean (a pass: one timing of every shape, in the order taken), pooled.
+    Taking the pass out leaves the slow drift of a shared machine's speed between passes (a
+    common factor, minutes apart) out of the per-round noise. None with no shape timed twice."""
+    counts = [len(b.repeats) for b in batches if len(b.repeats) >= 2 and min(b.repeats) > 0]
+    if not counts:
+        return None
+    passes = max(set(counts), key=counts.count)
+    timed = [b.repeats for b in batches if len(b.repeats) == passes and min(b.repeats) > 0]
+    rows = [[math.log(t) for t in r] for r in timed]
+    if len(rows) < 2:  # one shape: its pass means are its timings, nothing is left to tell noise by
+        return None
+    grand = statistics.fmean(x for r in rows for x in r)
+    shape = [statistics.fmean(r) for r in rows]
+    step = [statistics.fmean(r[j] for r in rows) for j in range(passes)]
+    squares = sum((r[j] - shape[i] - step[j] + grand) ** 2 for i, r in enumerate(rows) for j in range(passes))
+    return math.sqrt(squares / ((len(rows) - 1) * (passes - 1)))
 
 
 def _blocks(tokens: int) -> int:

@@ -181,3 +181,17 @@ def test_the_band_of_a_median_of_n_narrows_as_n_grows():
     assert median_of_n(draws, 5, seed=3) == five
     with pytest.raises(ValueError):
         median_of_n(draws, 0)
+
+
+def test_a_twin_at_another_speed_charges_and_predicts_every_round_that_much_more():
+    setup, requests = _sim()
+    chunk = ScheduledChunk("a", "ns", tuple(range(64)), 0, 64, tuple(range(4)), None, (), True)
+    batch = SchedulerOutput(round_index=0, chunks=[chunk])
+    slow = NoisyPrice(setup.runner, 0.0, 0, speed=1.25)
+    assert slow.run(batch).duration_s == pytest.approx(1.25 * setup.runner.run(batch).duration_s)
+    assert slow.round_predictor([chunk]) == pytest.approx(1.25 * setup.runner.predict_round([chunk]))
+    plain = _run(setup, setup.runner, "native", requests)
+    at_speed = _run(setup, slow, "native", requests)
+    assert at_speed.now > plain.now
+    with pytest.raises(ValueError):
+        NoisyPrice(setup.runner, 0.0, 0, speed=0.0)

@@ -9,7 +9,13 @@ mean latency over the repeats and its spread (min-max), the median p99, rounds, 
 mean latency beside the engine clock's, whether every output equals a no-cache run of the same
 model, and the machine's load average during the runs. Beside each real figure: the sim's
 prediction (`--runner sim --model FAMILY` with the calibrated CPU profile, same workload and
-budgets) and its relative difference, or why the sim could not run that shape.
+budgets) and its relative difference, or why the sim could not run that shape. And the twin as a
+distribution (`bench.twin`): run ``--draws`` times under the machine's per-round price noise (σ
+from the twin's calibration), priced at the machine's speed probed during the cell's runs
+(`SpeedProbe`), its median and the band a median of the real repeats would fall in; every real
+round priced by the twin (measured / priced) and every real run replayed on the sim at its
+measured prices (reproduced: the two runners schedule alike). Poisson cells take
+``--poisson-repeat`` runs (5), the others ``--repeat`` (3).
 
 The engine clock defaults to `cpu` on one torch thread: the calibrated profile was timed that
 way, and the thread's CPU time does not move with other load on the machine (`engine.clocks`).

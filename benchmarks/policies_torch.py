@@ -9,7 +9,13 @@ mean latency over the repeats and its spread (min-max), the median p99, rounds, 
 mean latency beside the engine clock's, whether every output equals a no-cache run of the same
 model, and the machine's load average during the runs. Beside each real figure: the sim's
 prediction (`--runner sim --model FAMILY` with the calibrated CPU profile, same workload and
-budgets) and its relative difference, or why the sim could not run that shape.
+budgets) and its relative difference, or why the sim could not run that shape. And the twin as a
+distribution (`bench.twin`): run ``--draws`` times under the machine's per-round price noise (σ
+from the twin's calibration), priced at the machine's speed probed during the cell's runs
+(`SpeedProbe`), its median and the band a median of the real repeats would fall in; every real
+round priced by the twin (measured / priced) and every real run replayed on the sim at its
+measured prices (reproduced: the two runners schedule alike). Poisson cells take
+``--poisson-repeat`` runs (5), the others ``--repeat`` (3).
 
 The engine clock defaults to `cpu` on one torch thread: the calibrated profile was timed that
 way, and the thread's CPU time does not move with other load on the machine (`engine.clocks`).
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -33,11 +40,11 @@ from pathlib import Path
 
 from radixflow.bench.harness import fresh_copy
 from radixflow.bench.metrics import PolicyResult, summarize
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.bench.twin import NoisyPrice, ReplayRunner, RoundTape, Spread, median_of_n
+from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.options.build import new_engine
 from radixflow.problems import ProblemError
-from radixflow.scheduler.output import SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
@@ -58,32 +65,15 @@ WORKLOADS = {  # name -> (order, arrival); Poisson's rate is set from the groupe
 MEDIUM_LOAD = 0.5  # Poisson rate as a fraction of the rate native clears the grouped batch at
 
 
-@dataclass
-class Shapes:
-    """An engine observer counting what a schedule asks of the runner: each round's recurrent
-    waves (`scheduler.output.waves`) and its state copies (restores and snapshots)."""
-
-    waves: int = 0
-    state_copies: int = 0
-
-    def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
-        if out.chunks:
-            self.waves += max(waves(out.chunks)) + 1
-        self.state_copies += sum((c.restore_slot is not None) + len(c.snapshots) for c in out.chunks)
-
-    def arrived(self, request: Request) -> None: ...
-    def parked(self, consumer: str, producer: str) -> None: ...
-    def woken(self, consumer: str, producer: str) -> None: ...
-    def decision(self, kind: str, request_id: str, **details: object) -> None: ...
-    def flush(self) -> None: ...
-
-
-def run_one(setup: EngineSetup, policy: str, requests: list[Request]) -> tuple[Engine, Shapes]:
-    """One policy on a fresh engine over ``setup``'s runner, its waves and copies counted."""
-    shapes = Shapes()
-    engine = new_engine(setup.runner, setup.scheduler, setup.options, policy, events=shapes)
+def run_one(
+    setup: EngineSetup, policy: str, requests: list[Request], taped: bool = False
+) -> tuple[Engine, RoundTape]:
+    """One policy on a fresh engine over ``setup``'s runner, its rounds recorded (``taped``: with
+    the runner's predictor as each round was scheduled, for `bench.twin.ReplayRunner`)."""
+    tape = RoundTape(getattr(setup.runner, "round_predictor", None) if taped else None)
+    engine = new_engine(setup.runner, setup.scheduler, setup.options, policy, events=tape)
     engine.run(fresh_copy(requests))
-    return engine, shapes
+    return engine, tape
 
 
 @dataclass
@@ -111,25 +101,90 @@ class RoundLog:
         predictor.observe = logged
 
 
+# Round shapes of calibrate's fit grid (sequences, tokens each, cached prefix) timed between the
+# real runs on a runner of their own: the machine's speed at the time of each cell's runs.
+PROBE_SHAPES = ((2, 256, 0), (4, 16, 1024), (1, 64, 1024))
+
+
+@dataclass
+class SpeedProbe:
+    """A shared machine's speed moves by tens of percent within minutes, on the CPU clock too
+    (it leaves out waiting for a core, not the slowdown of sharing one): a profile timed before a
+    family's runs prices the later ones at the speed of its own minutes. The probe times fixed
+    round shapes (never the real rounds) around the profile's timing (``reference``) and after each
+    turn of the real runs (``current``); `speed` is their ratio, by which the twin prices a cell."""
+
+    runner: object
+    outputs: list[object]
+    read: object  # the engine clock's reader
+    reference: list[list[float]] = field(default_factory=list)
+    current: list[list[float]] = field(default_factory=list)
+
+    @staticmethod
+    def build(family: str, budget: int, clock: str) -> SpeedProbe:
+        from radixflow.calibration.design import fit_design
+        from radixflow.calibration.run import model_shape
+        from radixflow.calibration.timing import BLOCK_SIZE, pool_sizes, to_scheduler_output
+        from radixflow.engine.clocks import round_clock
+        from radixflow.models.zoo import ensure_model
+        from radixflow.runners.torch_runner import TorchRunner
+
+        design = fit_design(budget, BLOCK_SIZE, model_shape(family).has_recurrent)
+        pick = lambda b: (len(b.chunks), b.chunks[0].length, b.chunks[0].start)  # noqa: E731
+        batches = [b for b in design if pick(b) in PROBE_SHAPES]
+        blocks, slots = pool_sizes(batches)
+        path = ensure_model(family)
+        runner = TorchRunner(path, BLOCK_SIZE, blocks, slots, label=family, predict_rounds=False)
+        outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
+        return SpeedProbe(runner, outputs, round_clock(clock).read)
+
+    def time(self, into: list[list[float]]) -> None:
+        """One timing of every probe shape, appended to ``into``."""
+        row = []
+        for out in self.outputs:
+            t0 = self.read()  # type: ignore[operator]
+            self.runner.run(out)  # type: ignore[attr-defined]
+            row.append(self.read() - t0)  # type: ignore[operator]
+        into.append(row)
+
+    def speed(self) -> float | None:
+        """The geometric mean over shapes of (median now) / (median while the profile was timed)."""
+        if not self.reference or not self.current:
+            return None
+        ratios = [
+            statistics.median(r[i] for r in self.current) / statistics.median(r[i] for r in self.reference)
+            for i in range(len(self.outputs))
+        ]
+        return math.exp(statistics.fmean(math.log(x) for x in ratios))
+
+
 @dataclass
 class Trials:
     results: list[PolicyResult] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
-    shapes: list[Shapes] = field(default_factory=list)
+    tapes: list[RoundTape] = field(default_factory=list)  # each run's rounds (waves, state copies)
 
 
 def interleaved(
-    setup: EngineSetup, requests: list[Request], reference: dict[str, int], repeats: int, log: RoundLog
+    setup: EngineSetup,
+    requests: list[Request],
+    reference: dict[str, int],
+    repeats: int,
+    log: RoundLog,
+    probe: SpeedProbe | None = None,
 ) -> dict[str, Trials]:
-    """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine."""
+    """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine;
+    the ``probe`` timed after each turn."""
     trials = {p: Trials() for p in POLICIES}
     for repeat in range(repeats):
         for policy in POLICIES:
             log.label.update(policy=policy, repeat=repeat)
             trials[policy].loads.append(os.getloadavg()[0])
-            engine, shapes = run_one(setup, policy, requests)
+            engine, tape = run_one(setup, policy, requests, taped=True)
             trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
-            trials[policy].shapes.append(shapes)
+            trials[policy].tapes.append(tape)
+        if probe is not None:
+            probe.time(probe.current)
     return trials
 
 
@@ -153,8 +208,8 @@ def real_figures(t: Trials) -> dict[str, object]:
         "makespan_s": _median([r.makespan_s for r in rs]),
         "rounds": sorted({r.rounds for r in rs}),
         "tokens_computed": sorted({r.tokens_computed for r in rs}),
-        "waves": sorted({s.waves for s in t.shapes}),
-        "state_copies": sorted({s.state_copies for s in t.shapes}),
+        "waves": sorted({s.waves for s in t.tapes}),
+        "state_copies": sorted({s.state_copies for s in t.tapes}),
         "identical_to_no_cache": all(r.failed == 0 and r.agreement == 1.0 for r in rs),
         "outputs_sha256": sorted({r.outputs_sha256 for r in rs}),
         "predictor_median_error": _median(predictor),  # type: ignore[arg-type]
@@ -162,9 +217,23 @@ def real_figures(t: Trials) -> dict[str, object]:
     }
 
 
-def sim_figures(family: str, spec: WorkloadSpec, s: SchedulerConfig, profile: Path) -> dict[str, object]:
-    """The sim's run of the same workload per policy (deterministic: once), at the real runner's
-    budgets and capacities ``s``; ``{"error": ...}`` where the sim cannot take the shape."""
+@dataclass(frozen=True)
+class Twin:
+    """How a cell's sim twin runs: its ``profile`` (a directory: FAMILY.json in it), and the
+    machine's per-round price noise (a log-normal ``sigma``, measured apart: `calibrate`'s
+    repeated timings) under which it also runs ``draws`` times (None / 0: deterministic only)."""
+
+    profile: Path
+    sigma: float | None = None
+    draws: int = 0
+    speed: float | None = None  # the machine's speed during the cell over the profile's (`SpeedProbe`)
+
+
+def twin_setup(
+    family: str, spec: WorkloadSpec, s: SchedulerConfig, profile: Path
+) -> tuple[EngineSetup, list[Request]] | str:
+    """The sim of ``family`` at the real runner's budgets and capacities ``s`` and the workload's
+    requests for it, or why the sim cannot take the shape."""
     hardware = profile / f"{family}.json" if profile.is_dir() else profile
     options = EngineOptions(
         runner="sim", model=family, hardware=str(hardware), token_budget=s.token_budget,
@@ -174,16 +243,94 @@ def sim_figures(family: str, spec: WorkloadSpec, s: SchedulerConfig, profile: Pa
     try:
         plan = plan_engine(options)
         requests = build_workload(replace(spec, vocab_size=plan.choice.vocab_size)).requests
-        sim = plan.build([len(r.prompt) for r in requests])
+        return plan.build([len(r.prompt) for r in requests]), requests
     except ProblemError as e:
-        return {"error": str(e)}
+        return str(e)
+
+
+def sim_figures(
+    family: str,
+    spec: WorkloadSpec,
+    s: SchedulerConfig,
+    profile: Path | Twin,
+    real: dict[str, Trials] | None = None,
+) -> dict[str, object]:
+    """The sim twin's run of the same workload per policy, deterministic (once), and where the
+    twin has a noise σ its mean latency over that many draws of per-round price noise; with the
+    ``real`` runs' tapes beside, each real round priced by the twin and each real run replayed
+    (`against_real`). ``{"error": ...}`` where the sim cannot take the shape."""
+    twin = profile if isinstance(profile, Twin) else Twin(profile)
+    built = twin_setup(family, spec, s, twin.profile)
+    if isinstance(built, str):
+        return {"error": built}
+    sim, requests = built
     out: dict[str, object] = {}
     for policy in POLICIES:
-        engine, shapes = run_one(sim, policy, requests)
+        engine, tape = run_one(sim, policy, requests)
         r = summarize(policy, engine, sim.scheduler)
-        out[policy] = {"mean_latency_s": r.mean_latency_s, "p99_latency_s": r.p99_latency_s}
-        out[policy] |= {"rounds": r.rounds, "waves": shapes.waves, "state_copies": shapes.state_copies}
+        f = {"mean_latency_s": r.mean_latency_s, "p99_latency_s": r.p99_latency_s, "rounds": r.rounds}
+        f |= {"waves": tape.waves, "state_copies": tape.state_copies}
+        speed = twin.speed or 1.0
+        if twin.speed is not None:  # the same twin at the speed the cell's runs saw
+            steady = replace(sim, runner=NoisyPrice(sim.runner, 0.0, 0, speed))  # type: ignore[arg-type]
+            at = summarize(policy, run_one(steady, policy, requests)[0], sim.scheduler)
+            f["at_speed"] = {"speed": speed, "mean_latency_s": at.mean_latency_s, "rounds": at.rounds}
+        if twin.sigma and twin.draws:
+            repeats = len(real[policy].results) if real is not None else 1
+            f["noisy"] = noisy_twin(sim, policy, requests, twin.sigma, twin.draws, repeats, speed)
+        if real is not None:
+            f["real_rounds"] = against_real(sim, policy, requests, real[policy])
+        out[policy] = f
     return out
+
+
+def noisy_twin(
+    sim: EngineSetup,
+    policy: str,
+    requests: list[Request],
+    sigma: float,
+    draws: int,
+    repeats: int = 1,
+    speed: float = 1.0,
+) -> dict:
+    """The twin's mean latency and rounds over ``draws`` runs, each round's price times a
+    log-normal factor of ``sigma`` (`bench.twin.NoisyPrice`; draw i uses seed i for every policy),
+    and the 5-95% band a median of ``repeats`` such runs falls in (`bench.twin.median_of_n`); every
+    round priced at ``speed`` times the profile's."""
+    means, rounds = [], []
+    for seed in range(draws):
+        noisy = NoisyPrice(sim.runner, sigma, seed, speed)  # type: ignore[arg-type]
+        engine, _ = run_one(replace(sim, runner=noisy), policy, requests)
+        r = summarize(policy, engine, sim.scheduler)
+        means.append(r.mean_latency_s)
+        rounds.append(float(r.rounds))
+    return {"sigma": sigma, "draws": draws, "speed": speed, "mean_latency_s": Spread.of(means).to_dict(),
+            "rounds": Spread.of(rounds).to_dict(),
+            "median_of_repeats": median_of_n(means, repeats).to_dict()}  # fmt: skip
+
+
+def against_real(sim: EngineSetup, policy: str, requests: list[Request], real: Trials) -> dict:
+    """The real runs of one policy seen by the twin: every real round priced by the twin's cost
+    model (measured / priced, the price error apart from the schedule), and every real run
+    replayed on the sim at its measured round times with its predictor (`bench.twin.ReplayRunner`):
+    reproduced when the replay runs the same rounds and ends at the same mean latency."""
+    cost = sim.runner.cost  # type: ignore[attr-defined]
+    ratios = [t.seconds / cost.round_seconds(t.shapes) for tape in real.tapes for t in tape.rounds]
+    diverged, reproduced = [], 0
+    for tape, result in zip(real.tapes, real.results, strict=True):
+        replay = ReplayRunner(sim.runner, tape)  # type: ignore[arg-type]
+        engine = new_engine(replay, sim.scheduler, sim.options, policy)
+        engine.run(fresh_copy(requests))
+        mean = summarize(policy, engine, sim.scheduler).mean_latency_s
+        same = replay.diverged_at is None and len(engine.rounds) == len(tape.rounds)
+        reproduced += same and mean is not None and abs(mean - (result.mean_latency_s or 0.0)) <= 1e-9 * mean
+        diverged.append(replay.diverged_at)
+    return {
+        "measured_over_twin_price": Spread.of(ratios).to_dict() if ratios else None,
+        "replays_reproduced": reproduced,
+        "replays": len(real.tapes),
+        "replay_diverged_at": diverged,
+    }
 
 
 def relative(sim: float | None, real: float | None) -> float | None:
@@ -208,12 +355,25 @@ def twin_profile(family: str, args: argparse.Namespace, budget: int) -> tuple[Pa
     from radixflow.costmodel.hardware.profiles import save_profile
 
     repeats, threads = args.calibrate_repeats, args.threads
-    plan = CalibrationPlan((family,), "cpu", budget, repeats=repeats, threads=threads, clock=args.clock)
+    # the median of the repeats: a real round is one draw around the typical round, not its floor
+    plan = CalibrationPlan(
+        (family,), "cpu", budget, repeats=repeats, threads=threads, clock=args.clock, kept="median"
+    )
     profile, errors = calibrate(plan, f"{family}-twin")
     path = args.json.with_suffix(".profiles") / f"{family}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     save_profile(profile, path)
     return path, [e.__dict__ for e in errors]
+
+
+def twin_noise(profile: Path, family: str, args: argparse.Namespace) -> float | None:
+    """The per-round price noise σ of the twin: ``--noise-sigma``, else what the twin's profile
+    measured (`calibration.round_noise_sigma`, from its repeated timings of each round shape)."""
+    if args.noise_sigma is not None:
+        return args.noise_sigma
+    path = profile / f"{family}.json" if profile.is_dir() else profile
+    calibration = json.loads(path.read_text()).get("calibration") or {}
+    return calibration.get("round_noise_sigma")
 
 
 def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> list[dict[str, object]]:
@@ -224,7 +384,15 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
     setup = plan.build([len(r.prompt) for r in first])
     log = RoundLog(args.rounds_out, {"family": family, "workload": "reference", "policy": "reference"})
     log.attach(setup.runner)
+    calibrating = args.twin == "calibrate"
+    budget = setup.scheduler.token_budget
+    probe = SpeedProbe.build(family, budget, args.clock) if args.probe and calibrating else None
+    if probe is not None:
+        probe.time(probe.reference)
     profile, held_out = twin_profile(family, args, setup.scheduler.token_budget)
+    if probe is not None:
+        probe.time(probe.reference)
+    twin = Twin(profile, twin_noise(profile, family, args), args.draws)
     reference = setup.runner.reference_tokens(first)  # same prompts in every workload
     cells, rate = [], None
     for name in args.workloads:
@@ -233,15 +401,44 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
             spec = replace(spec, rate=_medium_rate(setup, first, args.repeat))
         requests = build_workload(spec).requests
         log.label.update(workload=name, policy="reference")
-        trials = interleaved(setup, requests, reference, args.repeat, log)
+        repeats = args.poisson_repeat if WORKLOADS[name][1] == "poisson" else args.repeat
+        if probe is not None:
+            probe.current = []
+        trials = interleaved(setup, requests, reference, repeats, log, probe)
         real = {p: real_figures(trials[p]) for p in POLICIES}
+        cell_twin = replace(twin, speed=None if probe is None else probe.speed())
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
-        sim = sim_figures(family, spec, setup.scheduler, profile)
-        twin = {"twin_profile": str(profile), "twin_held_out": held_out}
-        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)} | twin)
+        sim = sim_figures(family, spec, setup.scheduler, cell_twin, trials)
+        write_tapes(args.tapes_out, {"family": family, "workload": name}, trials, spec, setup.scheduler, twin)
+        probed = None if probe is None else {"reference": probe.reference, "current": probe.current}
+        about = {"twin_profile": str(profile), "twin_held_out": held_out, "twin_sigma": twin.sigma,
+                 "twin_speed": cell_twin.speed, "probe": probed}  # fmt: skip
+        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)} | about)
         print_cell(cells[-1])
     return cells
+
+
+def write_tapes(
+    path: Path | None, label: dict[str, str], trials: dict[str, Trials], spec: WorkloadSpec,
+    s: SchedulerConfig, twin: Twin,
+) -> None:  # fmt: skip
+    """Every real run's rounds and the deterministic twin's, one JSON line per run (``--tapes-out``):
+    each round's start on the engine clock, its time, the twin's price of it, and its chunks
+    (request id, start, end): where the two schedules part, round by round."""
+    built = None if path is None else twin_setup(label["family"], spec, s, twin.profile)
+    if path is None or isinstance(built, str) or built is None:
+        return
+    sim, requests = built
+    cost = sim.runner.cost  # type: ignore[attr-defined]
+    with path.open("a", encoding="utf-8") as f:
+        for policy in POLICIES:
+            runs = [("real", i, tape) for i, tape in enumerate(trials[policy].tapes)]
+            runs.append(("twin", 0, run_one(sim, policy, requests)[1]))
+            for side, i, tape in runs:
+                rows = [[t.start_s, t.seconds, cost.round_seconds(t.shapes), t.key] for t in tape.rounds]
+                run = {"policy": policy, "side": side, "repeat": i, "rounds": rows}
+                f.write(json.dumps(label | run) + "\n")
 
 
 def _runner(setup: EngineSetup) -> dict[str, object]:
@@ -263,10 +460,17 @@ def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> 
     policies = {}
     for p in POLICIES:
         s = sim.get(p, {})
+        noisy = (s.get("noisy") or {}).get("mean_latency_s") or {}
+        at_speed = (s.get("at_speed") or {}).get("mean_latency_s")
         policies[p] = {
             **real[p],
             "sim": s or None,
             "sim_vs_real_mean_latency": relative(s.get("mean_latency_s"), real[p]["mean_latency_s"]),
+            # the twin's median over price-noise draws against the real runs' median
+            "twin_vs_real_mean_latency": relative(noisy.get("median"), real[p]["mean_latency_s"]),
+            "twin_at_speed_vs_real_mean_latency": relative(at_speed, real[p]["mean_latency_s"]),
+            # whether the real median lies where a median of as many twin runs falls, 5-95%
+            "real_median_in_twin_band": _in_band(s, real[p]["mean_latency_s"]),
         }
     base = real["native"]["mean_latency_s"]
     best = min(real["native"]["mean_latency_s"], real["radixflow"]["mean_latency_s"])
@@ -283,6 +487,11 @@ def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> 
     }
 
 
+def _in_band(sim: dict, real: float | None) -> bool | None:
+    band = (sim.get("noisy") or {}).get("median_of_repeats")
+    return None if band is None or real is None else band["low"] <= real <= band["high"]
+
+
 def _num(x: object, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)  # type: ignore[arg-type]
 
@@ -291,9 +500,14 @@ def print_cell(cell: dict[str, object]) -> None:
     head = f"{cell['family']} · {cell['workload']}"
     if cell["rate_per_s"] is not None:
         head += f" ({cell['rate_per_s']:.2f} req/s)"
+    if cell.get("twin_speed") is not None:
+        head += f"; twin at {cell['twin_speed']:.2f}x its profile's speed (probed)"
+    if cell.get("twin_sigma") is not None:
+        head += f", sigma {cell['twin_sigma']:.3f}"
     print(head)
     print(f"  {'policy':<10}{'rounds':>8}{'mean s':>9}{'min-max':>15}{'p99 s':>8}{'wall s':>8}"
-          f"{'exact':>7}{'load':>11}{'sim s':>8}{'sim rnd':>8}{'sim/real':>9}")  # fmt: skip
+          f"{'exact':>7}{'load':>11}{'sim s':>8}{'sim rnd':>8}{'sim/real':>9}"
+          f"{'twin med [10-90%]':>22}{'twin/real':>10}{'price':>7}{'replay':>8}")  # fmt: skip
     for p, f in cell["policies"].items():  # type: ignore[union-attr]
         sim = f["sim"] or {}
         spread = f"{_num(f['mean_latency_min_s'])}-{_num(f['mean_latency_max_s'])}"
@@ -303,11 +517,30 @@ def print_cell(cell: dict[str, object]) -> None:
             f"  {p:<10}{rounds:>8}{_num(f['mean_latency_s']):>9}{spread:>15}{_num(f['p99_latency_s']):>8}"
             f"{_num(f['wall_mean_latency_s']):>8}{'yes' if f['identical_to_no_cache'] else 'NO':>7}{load:>11}"
             f"{_num(sim.get('mean_latency_s')):>8}{sim.get('rounds', '-'):>8}"
-            f"{_num(f['sim_vs_real_mean_latency'], '+.1%'):>9}"
+            f"{_num(f['sim_vs_real_mean_latency'], '+.1%'):>9}{_twin(sim):>22}"
+            f"{_num(f.get('twin_vs_real_mean_latency'), '+.1%'):>10}{_price(sim):>7}{_replays(sim):>8}"
         )
     print(f"  adaptive vs native {_num(cell['adaptive_vs_native'], '+.1%')}, vs the better baseline "
           f"{_num(cell['adaptive_vs_best_baseline'], '+.1%')}"
           + (f"; sim: {cell['sim_error']}" if cell["sim_error"] else ""), flush=True)  # fmt: skip
+
+
+def _twin(sim: dict) -> str:
+    """The noisy twin's mean latency: median [10%-90%] over its draws."""
+    m = (sim.get("noisy") or {}).get("mean_latency_s")
+    return "-" if not m else f"{m['median']:.3f} [{m['low']:.3f}-{m['high']:.3f}]"
+
+
+def _price(sim: dict) -> str:
+    """Median over the real rounds of measured / the twin's price of the same round."""
+    ratio = ((sim.get("real_rounds") or {}).get("measured_over_twin_price") or {}).get("median")
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
+def _replays(sim: dict) -> str:
+    """Real runs the sim replays exactly at their measured prices, of those replayed."""
+    r = sim.get("real_rounds") or {}
+    return "-" if not r else f"{r['replays_reproduced']}/{r['replays']}"
 
 
 def _pct(x: object) -> str:
@@ -367,6 +600,8 @@ def acceptance(cells: list[dict]) -> dict[str, object]:
     grouped = [c for c in hybrid if c["workload"] == "grouped" and c["adaptive_vs_native"] is not None]
     every = [f for c in cells for f in c["policies"].values()]
     sims = [f["sim_vs_real_mean_latency"] for f in every]
+    twins = [f.get("twin_vs_real_mean_latency") for f in every]
+    replays = [(f["sim"] or {}).get("real_rounds") or {} for f in every]
     signs = [c for c in cells if _sim_sign(c) is not None]
     return {
         "hybrid_cells": len(hybrid),
@@ -376,6 +611,13 @@ def acceptance(cells: list[dict]) -> dict[str, object]:
         "identical_to_no_cache": all(f["identical_to_no_cache"] for f in every),
         "sim_within_10pct": sum(abs(x) <= 0.10 for x in sims if x is not None),
         "sim_compared": sum(x is not None for x in sims),
+        # the twin's median over price-noise draws against the median of the real repeats
+        "twin_median_within_10pct": sum(abs(x) <= 0.10 for x in twins if x is not None),
+        "twin_median_compared": sum(x is not None for x in twins),
+        "real_median_in_twin_band": sum(bool(f.get("real_median_in_twin_band")) for f in every),
+        # real runs the sim replays round for round at their measured prices (same schedule)
+        "real_runs_replayed_exactly": sum(r.get("replays_reproduced", 0) for r in replays),
+        "real_runs_replayed": sum(r.get("replays", 0) for r in replays),
         "sim_same_sign_where_real_over_3pct": sum(_sim_sign(c) for c in signs),  # type: ignore[misc]
         "sim_sign_cells": len(signs),
     }
@@ -391,9 +633,10 @@ def _sim_sign(cell: dict) -> bool | None:
     return (sims[0] / sims[1] - 1 < 0) == (real < 0)
 
 
-def resimulated(report: dict, profile: Path) -> dict:
+def resimulated(report: dict, profile: Path, sigma: float | None = None, draws: int = 0) -> dict:
     """A stored run with its sim columns computed again on ``profile`` (the real figures kept):
-    two profiles compared on the same real measurements, with no real run repeated."""
+    two profiles compared on the same real measurements, with no real run repeated; with a
+    ``sigma``, the twin also over ``draws`` draws of that per-round price noise."""
     shape = report["config"]["workload"]
     cells = []
     for c in report["cells"]:
@@ -401,8 +644,10 @@ def resimulated(report: dict, profile: Path) -> dict:
         vocab = plan.choice.vocab_size
         spec = workload_spec(c["workload"], shape, vocab, c["rate_per_s"])
         lengths = [len(r.prompt) for r in build_workload(spec).requests]
-        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), profile)
-        real = {p: {k: v for k, v in f.items() if not k.startswith("sim")} for p, f in c["policies"].items()}
+        twin = Twin(profile, sigma, draws)
+        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), twin)
+        measured = lambda f: {k: v for k, v in f.items() if not k.startswith(("sim", "twin"))}  # noqa: E731
+        real = {p: measured(f) for p, f in c["policies"].items()}
         cells.append(c | _cell(c["family"], c["workload"], spec, real, sim))
     config = report["config"] | {"profile": str(profile)}
     return {"config": config, "acceptance": acceptance(cells), "cells": cells}
@@ -431,7 +676,17 @@ def main() -> None:
         help="the sim twin's profile: each family's own, timed just before its runs "
         "(calibrate), or --profile (profile)",
     )
-    ap.add_argument("--calibrate-repeats", type=int, default=1, help="--twin calibrate: timings per shape")
+    ap.add_argument("--poisson-repeat", type=int, default=5, help="runs per policy on Poisson cells")
+    ap.add_argument("--calibrate-repeats", type=int, default=2,
+                    help="--twin calibrate: timings per shape (their median is fitted, their spread is σ)")
+    ap.add_argument("--noise-sigma", type=float, help="the twin's per-round log-normal price noise "
+                    "(default: the σ its profile measured, calibration.round_noise_sigma)")
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                    help="--twin calibrate: price each cell's twin at the machine's speed during its runs, "
+                    "timed on fixed shapes around the profile and after each turn of runs")
+    ap.add_argument("--draws", type=int, default=40, help="twin runs under the price noise per policy")
+    ap.add_argument("--tapes-out", type=Path, metavar="JSONL", help="append every real run's rounds and "
+                    "the twin's, with the twin's price of each round (round-by-round comparison)")
     ap.add_argument(
         "--profile",
         type=Path,
@@ -450,7 +705,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.resim is not None:
-        report = resimulated(json.loads(args.resim.read_text()), args.profile)
+        report = resimulated(json.loads(args.resim.read_text()), args.profile, args.noise_sigma, args.draws)
         args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
         args.markdown = args.json
     if args.markdown is not None:
@@ -460,10 +715,11 @@ def main() -> None:
     shape = SHAPE if args.shape is None else dict(zip(SHAPE, args.shape, strict=True))
     shape = SMOKE_SHAPE if args.smoke else shape
     if args.smoke:
-        args.families, args.repeat = list(SMOKE_FAMILIES), 1
+        args.families, args.repeat, args.poisson_repeat, args.draws = list(SMOKE_FAMILIES), 1, 1, 3
     passive_waits(args)
     config = {
         "workload": shape, "workloads": args.workloads, "policies": list(POLICIES), "repeats": args.repeat,
+        "poisson_repeats": args.poisson_repeat, "twin_draws": args.draws, "noise_sigma": args.noise_sigma,
         "clock": args.clock, "torch_threads": args.threads, "profile": str(args.profile), "twin": args.twin,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpus": os.cpu_count(),
     }  # fmt: skip

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
-from radixflow.calibration.timing import TimedBatch, default_clock
+from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, save_profile
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.progress import LoggedProgress
@@ -36,7 +36,14 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
     c.add_argument("--out", type=Path, help="profile file to write (default: profile-<device>.json)")
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
-    c.add_argument("--repeats", type=int, default=5, help="timings per batch shape; the fastest is kept")
+    c.add_argument("--repeats", type=int, default=5, help="timings per batch shape (see --keep)")
+    c.add_argument(
+        "--keep",
+        choices=sorted(KEPT),
+        default=CalibrationPlan.kept,
+        help="which of a shape's timings the fit takes: min, the undisturbed cost (default); median, "
+        "the typical round (the profile also records the σ of the repeats: calibration.round_noise_sigma)",
+    )
     c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model")
     c.add_argument(
         "--max-tokens",
@@ -71,6 +78,7 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         args.repeats,
         args.threads,
         args.clock or default_clock(args.device),
+        kept=args.keep,
     )
 
 

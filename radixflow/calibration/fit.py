@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from radixflow.calibration.timing import TimedBatch
+from radixflow.calibration.timing import TimedBatch, round_noise_sigma
 from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_feature_names, fit_features
 from radixflow.costmodel.round_cost.nnls import nnls
@@ -75,6 +75,8 @@ def fit_profile(
         "models": sorted(shapes),
         "unfitted_terms": sorted(set(COMPUTE_TERMS) - seen),
         "errors": [e.__dict__ for e in errors],
+        # the log-normal σ of one round's repeated timings (None: no round timed twice)
+        "round_noise_sigma": round_noise_sigma(batches),
         "rounds": [b.to_dict() for b in batches],
     }
     return HardwareProfile(**{**profile.__dict__, "calibration": calibration})

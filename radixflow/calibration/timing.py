@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from radixflow.calibration.design import DesignBatch
@@ -21,15 +23,20 @@ def default_clock(device: str) -> str:
     return "cpu" if device == "cpu" else "wall"
 
 
+# What of a batch's repeated timings the fit takes. ``min`` (the default): on a shared machine
+# timing noise is mostly one-sided (other processes only ever add time), so the fastest estimates
+# the undisturbed cost. ``median``: the typical round, what a single real round scatters around
+# (the sim twin of a real run prices rounds so, `benchmarks/policies_torch.py`).
+KEPT: dict[str, Callable[[Sequence[float]], float]] = {"min": min, "median": statistics.median}
+
+
 @dataclass(frozen=True)
 class TimedBatch:
     model: str
     split: str
     chunks: tuple[ChunkShape, ...]
-    # Fastest worker call over the repeats. On a shared machine timing noise is one-sided (other
-    # processes only ever add time), so the minimum estimates the undisturbed cost; fit and
-    # held-out rounds are measured the same way.
-    seconds: float
+    seconds: float  # the kept figure of the repeats (`KEPT`); fit and held-out rounds alike
+    repeats: tuple[float, ...] = ()  # every timing, in the order taken (empty: not recorded)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -37,12 +44,35 @@ class TimedBatch:
             "split": self.split,
             "seconds": self.seconds,
             "chunks": [[c.start, c.length, int(c.sample), int(c.restores), c.snapshots] for c in self.chunks],
+            "repeats": list(self.repeats),
         }
 
     @staticmethod
     def from_dict(data: dict[str, object]) -> TimedBatch:
         chunks = tuple(ChunkShape(s, n, bool(x), bool(r), k) for s, n, x, r, k in data["chunks"])  # type: ignore[union-attr]
-        return TimedBatch(str(data["model"]), str(data["split"]), chunks, float(data["seconds"]))  # type: ignore[arg-type]
+        repeats = tuple(float(t) for t in data.get("repeats", ()))  # type: ignore[union-attr]
+        return TimedBatch(str(data["model"]), str(data["split"]), chunks, float(data["seconds"]), repeats)  # type: ignore[arg-type]
+
+
+def round_noise_sigma(batches: Sequence[TimedBatch]) -> float | None:
+    """The machine's per-round timing noise as a log-normal σ, from every shape timed the same
+    number of times (the most common count, at least 2): the log of each timing less its shape's
+    mean and its pass's mean (a pass: one timing of every shape, in the order taken), pooled.
+    Taking the pass out leaves the slow drift of a shared machine's speed between passes (a
+    common factor, minutes apart) out of the per-round noise. None with no shape timed twice."""
+    counts = [len(b.repeats) for b in batches if len(b.repeats) >= 2 and min(b.repeats) > 0]
+    if not counts:
+        return None
+    passes = max(set(counts), key=counts.count)
+    timed = [b.repeats for b in batches if len(b.repeats) == passes and min(b.repeats) > 0]
+    rows = [[math.log(t) for t in r] for r in timed]
+    if len(rows) < 2:  # one shape: its pass means are its timings, nothing is left to tell noise by
+        return None
+    grand = statistics.fmean(x for r in rows for x in r)
+    shape = [statistics.fmean(r) for r in rows]
+    step = [statistics.fmean(r[j] for r in rows) for j in range(passes)]
+    squares = sum((r[j] - shape[i] - step[j] + grand) ** 2 for i, r in enumerate(rows) for j in range(passes))
+    return math.sqrt(squares / ((len(rows) - 1) * (passes - 1)))
 
 
 def _blocks(tokens: int) -> int:
@@ -89,8 +119,12 @@ def time_batches(
     threads: int | None,
     on_batch: Callable[[], None] | None,
     clock: str,
+    kept: str = "min",
 ) -> list[TimedBatch]:
-    """Fastest worker-call time of each batch; each repeat times every batch, in a fresh order."""
+    """Each batch's worker-call times (``kept``: the figure of them the fit takes, `KEPT`); each
+    repeat times every batch, in a fresh order. The runner predicts nothing here: its predictor's
+    bookkeeping (a round's terms before the call, a refit after) is outside the engine clock's
+    worker call, so timing it would price every round over what the engine charges for it."""
     import torch
 
     from radixflow.models.zoo import ensure_model
@@ -101,7 +135,9 @@ def time_batches(
     torch.set_num_threads(threads or before)
     try:
         blocks, slots = pool_sizes(batches)
-        runner = TorchRunner(ensure_model(model), BLOCK_SIZE, blocks, slots, device=device, label=model)
+        runner = TorchRunner(
+            ensure_model(model), BLOCK_SIZE, blocks, slots, device=device, label=model, predict_rounds=False
+        )
         outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
         samples: list[list[float]] = [[] for _ in batches]
         order = list(range(len(outputs)))
@@ -115,4 +151,7 @@ def time_batches(
                     on_batch()
     finally:
         torch.set_num_threads(before)
-    return [TimedBatch(model, b.split, b.chunks, min(s)) for b, s in zip(batches, samples, strict=True)]
+    keep = KEPT[kept]
+    return [
+        TimedBatch(model, b.split, b.chunks, keep(s), tuple(s)) for b, s in zip(batches, samples, strict=True)
+    ]

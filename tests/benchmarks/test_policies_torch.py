@@ -34,20 +34,24 @@ def _result(mean: float, agreement: float = 1.0, rounds: int = 3) -> PolicyResul
 
 
 def test_a_policys_figures_are_the_median_and_spread_of_its_repeats(bench):
-    shapes = [bench.Shapes(4, 6), bench.Shapes(4, 6), bench.Shapes(5, 6)]
+    shapes = [
+        bench.RoundTape(waves=4, state_copies=6),
+        bench.RoundTape(waves=4, state_copies=6),
+        bench.RoundTape(waves=5, state_copies=6),
+    ]
     trials = bench.Trials([_result(1.0), _result(3.0), _result(2.0, rounds=4)], [0.5, 1.5, 1.0], shapes)
     f = bench.real_figures(trials)
     assert f["mean_latency_s"] == 2.0 and (f["mean_latency_min_s"], f["mean_latency_max_s"]) == (1.0, 3.0)
     assert f["p99_latency_s"] == 4.0 and f["rounds"] == [3, 4] and f["load_1min"] == [0.5, 1.5]
     assert f["waves"] == [4, 5] and f["state_copies"] == [6]
     assert f["identical_to_no_cache"] is True
-    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0], [bench.Shapes()] * 2)
+    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0], [bench.RoundTape()] * 2)
     assert bench.real_figures(one_miss)["identical_to_no_cache"] is False  # any repeat's miss counts
 
 
 def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_with_the_real(bench):
     means = dict(zip(bench.POLICIES, (2.0, 1.6, 1.2), strict=True))
-    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.Shapes()])  # noqa: E731
+    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.RoundTape()])  # noqa: E731
     real = {p: bench.real_figures(one(m)) for p, m in means.items()}
     sim = {p: {"mean_latency_s": 1.1, "rounds": 3, "waves": 3, "state_copies": 5} for p in bench.POLICIES}
     spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
@@ -67,7 +71,7 @@ def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_
 
 
 def test_a_stored_run_is_resimulated_on_another_profile_with_its_real_figures_kept(bench, tmp_path):
-    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.Shapes()])  # noqa: E731
+    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.RoundTape()])  # noqa: E731
     real = {p: bench.real_figures(one(1.0)) for p in bench.POLICIES}
     spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
     stale = {p: {"mean_latency_s": 9.0, "rounds": 1, "waves": 1, "state_copies": 0} for p in bench.POLICIES}
@@ -81,3 +85,51 @@ def test_a_stored_run_is_resimulated_on_another_profile_with_its_real_figures_ke
         assert again[p]["sim"]["mean_latency_s"] not in (None, 9.0)  # the sim's, computed anew
         assert again[p]["sim_vs_real_mean_latency"] == pytest.approx(again[p]["sim"]["mean_latency_s"] - 1.0)
     assert fresh["acceptance"]["sim_compared"] == 3
+
+
+def test_the_noisy_twins_median_is_compared_with_the_real_median_beside_the_deterministic_twin(bench):
+    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.RoundTape()])  # noqa: E731
+    real = {p: bench.real_figures(one(1.0)) for p in bench.POLICIES}
+    spread = {"median": 1.05, "low": 0.9, "high": 1.3, "count": 40}
+    sim = {
+        p: {"mean_latency_s": 1.2, "rounds": 3, "noisy": {"mean_latency_s": spread}} for p in bench.POLICIES
+    }
+    spec = bench.workload_spec("poisson", bench.SMOKE_SHAPE, 100, 2.0)
+    cell = bench._cell("qwen3_5-small", "poisson", spec, real, sim)
+    f = cell["policies"]["native"]
+    assert f["sim_vs_real_mean_latency"] == pytest.approx(0.2)
+    assert f["twin_vs_real_mean_latency"] == pytest.approx(0.05)
+    counted = bench.acceptance([cell])
+    assert (counted["sim_within_10pct"], counted["twin_median_within_10pct"]) == (0, 3)
+    assert counted["twin_median_compared"] == 3
+
+
+def test_real_runs_are_priced_by_the_twin_and_replayed_on_it(bench):
+    """Runs of a noisy sim stand in for real ones: each replays exactly, and its rounds cost the
+    noise's factors over the twin's price."""
+    from radixflow.bench.twin import NoisyPrice
+
+    spec = bench.workload_spec("poisson", bench.SMOKE_SHAPE, 100, 1.0)
+    probe = bench.twin_setup("qwen3_5-2b", spec, _config(bench), bench.PROFILE)
+    sim, requests = probe
+    trials = bench.Trials()
+    for seed in (1, 2):
+        engine, tape = bench.run_one(
+            bench.replace(sim, runner=NoisyPrice(sim.runner, 0.2, seed)), "radixflow", requests
+        )
+        trials.results.append(bench.summarize("radixflow", engine, sim.scheduler))
+        trials.tapes.append(tape)
+    seen = bench.against_real(sim, "radixflow", requests, trials)
+    assert (seen["replays_reproduced"], seen["replays"], seen["replay_diverged_at"]) == (2, 2, [None, None])
+    ratio = seen["measured_over_twin_price"]
+    assert ratio["count"] == sum(len(t.rounds) for t in trials.tapes) and ratio["low"] < 1 < ratio["high"]
+    noisy = bench.noisy_twin(sim, "radixflow", requests, 0.2, 5)
+    assert noisy["draws"] == 5 and noisy["mean_latency_s"]["count"] == 5
+
+
+def _config(bench):
+    from radixflow.options import EngineOptions, plan_engine
+
+    plan = plan_engine(EngineOptions(runner="sim", model="qwen3_5-2b", hardware=str(bench.PROFILE)))
+    spec = bench.workload_spec("poisson", bench.SMOKE_SHAPE, plan.choice.vocab_size, 1.0)
+    return plan.scheduler_config([len(r.prompt) for r in bench.build_workload(spec).requests])

@@ -6,7 +6,7 @@ import pytest
 
 from radixflow.calibration.design import fit_design, held_out_design
 from radixflow.calibration.fit import fit_profile
-from radixflow.calibration.timing import TimedBatch, to_scheduler_output
+from radixflow.calibration.timing import TimedBatch, round_noise_sigma, to_scheduler_output
 from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
@@ -58,16 +58,49 @@ def test_timing_a_tiny_model_end_to_end():
     timed = time_batches("qwen3_5-tiny", "cpu", batches, repeats=1, threads=1, on_batch=None, clock="wall")
     assert [t.chunks for t in timed] == [b.chunks for b in batches]
     assert all(t.seconds > 0 for t in timed)
+    again = time_batches("qwen3_5-tiny", "cpu", batches, 3, 1, None, "wall", kept="median")
+    assert all(len(t.repeats) == 3 and t.seconds == sorted(t.repeats)[1] for t in again)
+    assert TimedBatch.from_dict(again[0].to_dict()) == again[0]
 
 
-def test_fit_recovers_a_per_token_cost_that_grows_with_the_round():
-    """A machine whose token costs more in a larger round (``token_pair_s``): the fit over rounds
-    up to the round budget finds the term, and no term linear in tokens could stand in for it."""
+def test_calibration_times_the_bare_worker_call_as_the_engine_clock_does(monkeypatch):
+    """The engine's clock stops before the runner's predictor learns from the round; a timing
+    that also held the predictor's bookkeeping would price every round over the engine's charge."""
+    pytest.importorskip("torch")
+    from radixflow.calibration import timing
+    from radixflow.runners import torch_runner
+
+    built = []
+    real = torch_runner.TorchRunner.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        built.append(self.round_predictor)
+
+    monkeypatch.setattr(torch_runner.TorchRunner, "__init__", init)
+    timing.time_batches("qwen3_5-tiny", "cpu", fit_design(64, 16, hybrid=True)[:1], 1, 1, None, "wall")
+    assert built == [None]
+
+
+def test_round_noise_is_the_log_spread_of_each_shapes_repeats_less_the_drift_between_passes():
     shape = SIM_MODELS["qwen3_5-2b"]
-    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, token_pair_s=2e-8, weight_bytes=4)
-    model = CostModel(shape, truth)
-    design = fit_design(2048, 16, True) + held_out_design(8, 2048, 16, True)
-    batches = [TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks)) for b in design]
-    fitted = fit_profile("fitted", batches, {shape.name: shape}, 4, "cpu")
-    assert fitted.token_pair_s == pytest.approx(2e-8, rel=1e-3)
-    assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-3
+    chunks = fit_design(256, 16, True)[0].chunks
+    e = 2.718281828459045
+    noise = [(0.1, -0.1, 0.0), (-0.1, 0.1, 0.0), (0.0, 0.0, 0.0)]  # each row and column sums to 0
+    drift = (0.0, 0.3, -0.2)  # every shape slower in the second pass, faster in the third
+    batches = [
+        TimedBatch(
+            shape.name,
+            "fit",
+            chunks,
+            1.0,
+            tuple(base * e ** (n + d) for n, d in zip(row, drift, strict=True)),
+        )
+        for base, row in zip((1.0, 5.0, 0.2), noise, strict=True)
+    ]
+    once = TimedBatch(shape.name, "held_out", chunks, 2.0, (2.0,))  # timed once: no evidence
+    squares = sum(x * x for row in noise for x in row)
+    assert round_noise_sigma([*batches, once]) == pytest.approx((squares / 4) ** 0.5)  # (3-1)(3-1) dof
+    assert round_noise_sigma([once]) is None and round_noise_sigma(batches[:1]) is None
+    fitted = fit_profile("f", [*batches, once], {shape.name: shape}, 4, "cpu")
+    assert fitted.calibration["round_noise_sigma"] == pytest.approx(round_noise_sigma(batches))

@@ -33,7 +33,8 @@ ALLOWED = {
         "options",
         "fleet",
     },
-    "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel"},
+    # a command, like bench: its flags parse through the options' argument types (`path_arg`)
+    "calibration": {"cache", "scheduler", "engine", "runners", "models", "costmodel", "options"},
     "experiments": {
         "cache",
         "scheduler",

@@ -7,10 +7,9 @@ so a warning can tell a given flag that does nothing from a default.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int, warn
-from radixflow.options.flags import add_engine_flags
+from radixflow.options.flags import add_engine_flags, path_arg
 from radixflow.workloads.candidates import ARRIVALS, MIN_RATE, ORDERS, WorkloadSpec
 
 MAX_REPEAT = 1000
@@ -41,25 +40,25 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     )
     io.add_argument(
         "--trace",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="read the workload from this JSONL trace (default: a generated workload)",
     )
     io.add_argument(
         "--write-trace",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="write the workload to this JSONL trace (default: not written)",
     )
     io.add_argument(
         "--json",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="write the results as strict JSON here (default: not written)",
     )
     io.add_argument(
         "--round-trace",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="write every round of every policy as JSONL here (default: not written)",
     )

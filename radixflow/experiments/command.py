@@ -6,7 +6,6 @@ import argparse
 import importlib.util
 import shlex
 import sys
-from pathlib import Path
 
 from rich.console import Console
 
@@ -22,7 +21,7 @@ from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import default_out, progress_bar, run_experiment
 from radixflow.options import plan_engine
-from radixflow.options.flags import add_engine_flags, from_args, parse_int
+from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
 from radixflow.options.runners import device_problem
 from radixflow.problems import Problem, ProblemError
 
@@ -44,8 +43,8 @@ HELP = (
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
-    e.add_argument("config", type=Path, help="experiment config (TOML), e.g. experiments/paper.toml")
-    e.add_argument("--out", type=Path, help="output directory (default: results/<experiment name>)")
+    e.add_argument("config", type=path_arg, help="experiment config (TOML), e.g. experiments/paper.toml")
+    e.add_argument("--out", type=path_arg, help="output directory (default: results/<experiment name>)")
     e.add_argument("--ray", action="store_true", help="run cells as Ray tasks (a local instance by default)")
     e.add_argument("--ray-address", help="address of an existing Ray cluster (implies --ray)")
     e.add_argument(

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 from radixflow.engine.clocks import spin_warning
@@ -30,6 +31,16 @@ POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "
     "(default: adaptive; bench: native, radixflow and adaptive)"
 )
+
+
+def path_arg(text: str) -> Path:
+    """argparse type: a file path. A NUL character is refused here, where the flag is named: no
+    file name holds one and every os call would fail on it later, far from the flag."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} contains a NUL character")
+    if not text:
+        raise argparse.ArgumentTypeError("must be a path, got an empty string")
+    return Path(text)
 
 
 def parse_int(text: str) -> int:

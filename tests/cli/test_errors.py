@@ -285,3 +285,24 @@ def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_u
     )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.splitlines() == [f"radixflow: error: --port: {port_in_use} {IN_USE}"]
+
+
+# a NUL in a path flag reached Path.resolve() as "ValueError: embedded null byte" (a traceback;
+# found by test_bad_inputs' property test). argv from a shell never holds one; main(argv) can.
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--json", "a\x00b"],
+        ["bench", "--round-trace", "a\x00b"],
+        ["bench", "--write-trace", "a\x00b"],
+        ["bench", "--trace", "a\x00b"],
+        ["bench", "--json", ""],
+        ["experiment", "a\x00b.toml"],
+        ["experiment", "experiments/paper.toml", "--out", "a\x00b"],
+        ["calibrate", "--out", "a\x00b"],
+    ],
+)
+def test_a_nul_or_empty_path_is_one_line_naming_its_flag(capsys, argv):
+    line = one_line_error(capsys, argv)
+    named = argv[-2] if argv[-2].startswith("--") else "config"
+    assert named in line, line

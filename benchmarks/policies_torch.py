@@ -14,8 +14,12 @@ distribution (`bench.twin`): run ``--draws`` times under the machine's per-round
 from the twin's calibration), priced at the machine's speed probed during the cell's runs
 (`SpeedProbe`), its median and the band a median of the real repeats would fall in; every real
 round priced by the twin (measured / priced) and every real run replayed on the sim at its
-measured prices (reproduced: the two runners schedule alike). Poisson cells take
-``--poisson-repeat`` runs (5), the others ``--repeat`` (3).
+measured prices (reproduced: the two runners schedule alike). The cells arriving at once take
+``--repeat`` runs (3) and report their median. A Poisson cell runs ``--poisson-sequences`` arrival
+sequences (8) of the same prompts once each and reports the mean over them, the policy's expected
+latency at that rate: on one sequence a round that ends a little later takes in one more arrival,
+so the mean of one sequence jumps with a few percent of round price (3-7x the price error, measured
+on the sim), while the mean over sequences moves smoothly with it (about 2x).
 
 The engine clock defaults to `cpu` on one torch thread: the calibrated profile was timed that
 way, and the thread's CPU time does not move with other load on the machine (`engine.clocks`).
@@ -32,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 from collections.abc import Sequence
@@ -63,6 +68,29 @@ WORKLOADS = {  # name -> (order, arrival); Poisson's rate is set from the groupe
     "poisson": ("grouped", "poisson"),
 }
 MEDIUM_LOAD = 0.5  # Poisson rate as a fraction of the rate native clears the grouped batch at
+POISSON_SEQUENCES = 8  # arrival sequences per Poisson cell (see the docstring)
+
+
+def arrival_sequence(requests: list[Request], rate: float, k: int) -> list[Request]:
+    """The same prompts in the same order arriving as Poisson sequence ``k`` at ``rate``: sequence
+    0 is the workload's own arrivals, every other one exponential gaps drawn from a seed of its own
+    (the prompts, and so the no-cache reference, stay those of the workload)."""
+    if k == 0:
+        return fresh_copy(requests)
+    rng, t, out = random.Random(f"arrivals-{k}"), 0.0, []
+    for r in fresh_copy(requests):
+        r.arrival_s = t
+        out.append(r)
+        t += rng.expovariate(rate)
+    return out
+
+
+def sequences(requests: list[Request], spec: WorkloadSpec, count: int) -> list[list[Request]]:
+    """The request lists a cell's repeats run: ``count`` arrival sequences for a Poisson cell
+    (`arrival_sequence`), else ``count`` times the same list."""
+    if spec.arrival != "poisson":
+        return [requests] * count
+    return [arrival_sequence(requests, spec.rate, k) for k in range(count)]
 
 
 def run_one(
@@ -167,16 +195,15 @@ class Trials:
 
 def interleaved(
     setup: EngineSetup,
-    requests: list[Request],
+    runs: list[list[Request]],
     reference: dict[str, int],
-    repeats: int,
     log: RoundLog,
     probe: SpeedProbe | None = None,
 ) -> dict[str, Trials]:
-    """Every policy ``repeats`` times, in turn (a, b, c, a, b, c, ...), each on a fresh engine;
-    the ``probe`` timed after each turn."""
+    """Every policy once on each of ``runs`` (the requests of each repeat, `sequences`), in turn
+    (a, b, c, a, b, c, ...), each on a fresh engine; the ``probe`` timed after each turn."""
     trials = {p: Trials() for p in POLICIES}
-    for repeat in range(repeats):
+    for repeat, requests in enumerate(runs):
         for policy in POLICIES:
             log.label.update(policy=policy, repeat=repeat)
             trials[policy].loads.append(os.getloadavg()[0])
@@ -193,13 +220,17 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def real_figures(t: Trials) -> dict[str, object]:
-    """One policy's figures over its repeats: medians, the spread of the mean latency, exactness."""
+def real_figures(t: Trials, pooled: bool = False) -> dict[str, object]:
+    """One policy's figures over its runs: the median mean latency of repeats of one workload, or
+    (``pooled``: one run per arrival sequence) the mean over the runs, every request weighing the
+    same; the spread of the runs' means, medians of the rest, exactness."""
     rs = t.results
     means = [r.mean_latency_s for r in rs if r.mean_latency_s is not None]
     predictor = [r.predictor.median for r in rs if r.predictor is not None]
+    mean = (statistics.fmean(means) if means else None) if pooled else _median(means)  # type: ignore[arg-type]
     return {
-        "mean_latency_s": _median(means),  # type: ignore[arg-type]
+        "mean_latency_s": mean,
+        "pooled_over_sequences": pooled,
         "mean_latency_min_s": min(means, default=None),
         "mean_latency_max_s": max(means, default=None),
         "mean_latency_runs_s": means,
@@ -254,70 +285,93 @@ def sim_figures(
     s: SchedulerConfig,
     profile: Path | Twin,
     real: dict[str, Trials] | None = None,
+    count: int = 1,
 ) -> dict[str, object]:
-    """The sim twin's run of the same workload per policy, deterministic (once), and where the
-    twin has a noise σ its mean latency over that many draws of per-round price noise; with the
-    ``real`` runs' tapes beside, each real round priced by the twin and each real run replayed
-    (`against_real`). ``{"error": ...}`` where the sim cannot take the shape."""
+    """The sim twin's run of the same workload per policy, deterministic (once per arrival
+    sequence: ``count`` of them for a Poisson cell, their mean), and where the twin has a noise σ
+    its mean latency over that many draws of per-round price noise; with the ``real`` runs' tapes
+    beside, each real round priced by the twin and each real run replayed (`against_real`).
+    ``{"error": ...}`` where the sim cannot take the shape."""
     twin = profile if isinstance(profile, Twin) else Twin(profile)
     built = twin_setup(family, spec, s, twin.profile)
     if isinstance(built, str):
         return {"error": built}
     sim, requests = built
+    runs = sequences(requests, spec, count if spec.arrival == "poisson" else 1)
+    speed = twin.speed or 1.0
     out: dict[str, object] = {}
     for policy in POLICIES:
-        engine, tape = run_one(sim, policy, requests)
-        r = summarize(policy, engine, sim.scheduler)
-        f = {"mean_latency_s": r.mean_latency_s, "p99_latency_s": r.p99_latency_s, "rounds": r.rounds}
-        f |= {"waves": tape.waves, "state_copies": tape.state_copies}
-        speed = twin.speed or 1.0
+        results, tapes = zip(*(run_twin(sim, policy, r) for r in runs), strict=True)
+        f: dict[str, object] = {
+            "mean_latency_s": statistics.fmean(r.mean_latency_s for r in results),
+            "p99_latency_s": statistics.median(r.p99_latency_s for r in results),
+            "rounds": round(statistics.median(r.rounds for r in results)),
+            "waves": round(statistics.median(t.waves for t in tapes)),
+            "state_copies": round(statistics.median(t.state_copies for t in tapes)),
+            "sequences": len(runs),
+        }
         if twin.speed is not None:  # the same twin at the speed the cell's runs saw
-            steady = replace(sim, runner=NoisyPrice(sim.runner, 0.0, 0, speed))  # type: ignore[arg-type]
-            at = summarize(policy, run_one(steady, policy, requests)[0], sim.scheduler)
-            f["at_speed"] = {"speed": speed, "mean_latency_s": at.mean_latency_s, "rounds": at.rounds}
+            at = [run_twin(sim, policy, r, NoisyPrice(sim.runner, 0.0, 0, speed))[0] for r in runs]
+            f["at_speed"] = {"speed": speed, "mean_latency_s": statistics.fmean(r.mean_latency_s for r in at),
+                             "rounds": round(statistics.median(r.rounds for r in at))}  # fmt: skip
         if twin.sigma and twin.draws:
             repeats = len(real[policy].results) if real is not None else 1
-            f["noisy"] = noisy_twin(sim, policy, requests, twin.sigma, twin.draws, repeats, speed)
+            f["noisy"] = noisy_twin(sim, policy, runs, twin.sigma, twin.draws, repeats, speed)
         if real is not None:
-            f["real_rounds"] = against_real(sim, policy, requests, real[policy])
+            taped = sequences(requests, spec, len(real[policy].tapes))
+            f["real_rounds"] = against_real(sim, policy, taped, real[policy])
         out[policy] = f
     return out
+
+
+def run_twin(
+    sim: EngineSetup, policy: str, requests: list[Request], runner: object | None = None
+) -> tuple[PolicyResult, RoundTape]:
+    """One sim run of ``policy`` on ``requests`` (on ``runner`` in place of the sim's own)."""
+    setup = sim if runner is None else replace(sim, runner=runner)
+    engine, tape = run_one(setup, policy, requests)
+    return summarize(policy, engine, sim.scheduler), tape
 
 
 def noisy_twin(
     sim: EngineSetup,
     policy: str,
-    requests: list[Request],
+    runs: list[list[Request]],
     sigma: float,
     draws: int,
     repeats: int = 1,
     speed: float = 1.0,
 ) -> dict:
-    """The twin's mean latency and rounds over ``draws`` runs, each round's price times a
-    log-normal factor of ``sigma`` (`bench.twin.NoisyPrice`; draw i uses seed i for every policy),
-    and the 5-95% band a median of ``repeats`` such runs falls in (`bench.twin.median_of_n`); every
-    round priced at ``speed`` times the profile's."""
+    """The twin's mean latency and rounds over ``draws`` draws, each round's price times a
+    log-normal factor of ``sigma`` (`bench.twin.NoisyPrice`; the same seeds for every policy), and
+    the 5-95% band the real figure falls in: a median of ``repeats`` runs of one workload
+    (`bench.twin.median_of_n`), or with several arrival sequences in ``runs`` the mean over them,
+    one draw of which is the mean of a draw on each; every round priced at ``speed`` times the
+    profile's."""
     means, rounds = [], []
     for seed in range(draws):
-        noisy = NoisyPrice(sim.runner, sigma, seed, speed)  # type: ignore[arg-type]
-        engine, _ = run_one(replace(sim, runner=noisy), policy, requests)
-        r = summarize(policy, engine, sim.scheduler)
-        means.append(r.mean_latency_s)
-        rounds.append(float(r.rounds))
-    return {"sigma": sigma, "draws": draws, "speed": speed, "mean_latency_s": Spread.of(means).to_dict(),
-            "rounds": Spread.of(rounds).to_dict(),
-            "median_of_repeats": median_of_n(means, repeats).to_dict()}  # fmt: skip
+        drawn = [
+            run_twin(sim, policy, r, NoisyPrice(sim.runner, sigma, seed * len(runs) + k, speed))[0]  # type: ignore[arg-type]
+            for k, r in enumerate(runs)
+        ]
+        means.append(statistics.fmean(r.mean_latency_s for r in drawn))
+        rounds.append(statistics.fmean(float(r.rounds) for r in drawn))
+    band = median_of_n(means, repeats) if len(runs) == 1 else Spread.of(means, tail=0.05)
+    return {"sigma": sigma, "draws": draws, "speed": speed, "sequences": len(runs),
+            "mean_latency_s": Spread.of(means).to_dict(), "rounds": Spread.of(rounds).to_dict(),
+            "median_of_repeats": band.to_dict()}  # fmt: skip
 
 
-def against_real(sim: EngineSetup, policy: str, requests: list[Request], real: Trials) -> dict:
+def against_real(sim: EngineSetup, policy: str, runs: list[list[Request]], real: Trials) -> dict:
     """The real runs of one policy seen by the twin: every real round priced by the twin's cost
-    model (measured / priced, the price error apart from the schedule), and every real run
-    replayed on the sim at its measured round times with its predictor (`bench.twin.ReplayRunner`):
-    reproduced when the replay runs the same rounds and ends at the same mean latency."""
+    model (measured / priced, the price error apart from the schedule), and every real run (on the
+    requests of ``runs`` in turn) replayed on the sim at its measured round times with its
+    predictor (`bench.twin.ReplayRunner`): reproduced when the replay runs the same rounds and ends
+    at the same mean latency."""
     cost = sim.runner.cost  # type: ignore[attr-defined]
     ratios = [t.seconds / cost.round_seconds(t.shapes) for tape in real.tapes for t in tape.rounds]
     diverged, reproduced = [], 0
-    for tape, result in zip(real.tapes, real.results, strict=True):
+    for tape, result, requests in zip(real.tapes, real.results, runs, strict=True):
         replay = ReplayRunner(sim.runner, tape)  # type: ignore[arg-type]
         engine = new_engine(replay, sim.scheduler, sim.options, policy)
         engine.run(fresh_copy(requests))
@@ -401,15 +455,16 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
             spec = replace(spec, rate=_medium_rate(setup, first, args.repeat))
         requests = build_workload(spec).requests
         log.label.update(workload=name, policy="reference")
-        repeats = args.poisson_repeat if WORKLOADS[name][1] == "poisson" else args.repeat
+        poisson = spec.arrival == "poisson"
+        runs = sequences(requests, spec, args.poisson_sequences if poisson else args.repeat)
         if probe is not None:
             probe.current = []
-        trials = interleaved(setup, requests, reference, repeats, log, probe)
-        real = {p: real_figures(trials[p]) for p in POLICIES}
+        trials = interleaved(setup, runs, reference, log, probe)
+        real = {p: real_figures(trials[p], pooled=poisson) for p in POLICIES}
         cell_twin = replace(twin, speed=None if probe is None else probe.speed())
         if name == "grouped":
             rate = MEDIUM_LOAD * len(requests) / real["native"]["makespan_s"]  # type: ignore[operator]
-        sim = sim_figures(family, spec, setup.scheduler, cell_twin, trials)
+        sim = sim_figures(family, spec, setup.scheduler, cell_twin, trials, len(runs))
         write_tapes(args.tapes_out, {"family": family, "workload": name}, trials, spec, setup.scheduler, twin)
         probed = None if probe is None else {"reference": probe.reference, "current": probe.current}
         about = {"twin_profile": str(profile), "twin_held_out": held_out, "twin_sigma": twin.sigma,
@@ -423,7 +478,8 @@ def write_tapes(
     path: Path | None, label: dict[str, str], trials: dict[str, Trials], spec: WorkloadSpec,
     s: SchedulerConfig, twin: Twin,
 ) -> None:  # fmt: skip
-    """Every real run's rounds and the deterministic twin's, one JSON line per run (``--tapes-out``):
+    """Every real run's rounds and the deterministic twin's (one per arrival sequence), one JSON
+    line per run (``--tapes-out``):
     each round's start on the engine clock, its time, the twin's price of it, and its chunks
     (request id, start, end): where the two schedules part, round by round."""
     built = None if path is None else twin_setup(label["family"], spec, s, twin.profile)
@@ -433,8 +489,10 @@ def write_tapes(
     cost = sim.runner.cost  # type: ignore[attr-defined]
     with path.open("a", encoding="utf-8") as f:
         for policy in POLICIES:
-            runs = [("real", i, tape) for i, tape in enumerate(trials[policy].tapes)]
-            runs.append(("twin", 0, run_one(sim, policy, requests)[1]))
+            taped = trials[policy].tapes
+            runs = [("real", i, tape) for i, tape in enumerate(taped)]
+            twins = sequences(requests, spec, len(taped) if spec.arrival == "poisson" else 1)
+            runs += [("twin", i, run_one(sim, policy, r)[1]) for i, r in enumerate(twins)]
             for side, i, tape in runs:
                 rows = [[t.start_s, t.seconds, cost.round_seconds(t.shapes), t.key] for t in tape.rounds]
                 run = {"policy": policy, "side": side, "repeat": i, "rounds": rows}
@@ -645,7 +703,8 @@ def resimulated(report: dict, profile: Path, sigma: float | None = None, draws: 
         spec = workload_spec(c["workload"], shape, vocab, c["rate_per_s"])
         lengths = [len(r.prompt) for r in build_workload(spec).requests]
         twin = Twin(profile, sigma, draws)
-        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), twin)
+        count = report["config"].get("poisson_sequences", 1)
+        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), twin, count=count)
         measured = lambda f: {k: v for k, v in f.items() if not k.startswith(("sim", "twin"))}  # noqa: E731
         real = {p: measured(f) for p, f in c["policies"].items()}
         cells.append(c | _cell(c["family"], c["workload"], spec, real, sim))
@@ -676,7 +735,8 @@ def main() -> None:
         help="the sim twin's profile: each family's own, timed just before its runs "
         "(calibrate), or --profile (profile)",
     )
-    ap.add_argument("--poisson-repeat", type=int, default=5, help="runs per policy on Poisson cells")
+    ap.add_argument("--poisson-sequences", type=int, default=POISSON_SEQUENCES,
+                    help="arrival sequences per Poisson cell, one run each per policy (their mean)")
     ap.add_argument("--calibrate-repeats", type=int, default=2,
                     help="--twin calibrate: timings per shape (their median is fitted, their spread is σ)")
     ap.add_argument("--noise-sigma", type=float, help="the twin's per-round log-normal price noise "
@@ -715,11 +775,12 @@ def main() -> None:
     shape = SHAPE if args.shape is None else dict(zip(SHAPE, args.shape, strict=True))
     shape = SMOKE_SHAPE if args.smoke else shape
     if args.smoke:
-        args.families, args.repeat, args.poisson_repeat, args.draws = list(SMOKE_FAMILIES), 1, 1, 3
+        args.families, args.repeat, args.poisson_sequences, args.draws = list(SMOKE_FAMILIES), 1, 2, 3
     passive_waits(args)
     config = {
         "workload": shape, "workloads": args.workloads, "policies": list(POLICIES), "repeats": args.repeat,
-        "poisson_repeats": args.poisson_repeat, "twin_draws": args.draws, "noise_sigma": args.noise_sigma,
+        "poisson_sequences": args.poisson_sequences, "twin_draws": args.draws,
+        "noise_sigma": args.noise_sigma,
         "clock": args.clock, "torch_threads": args.threads, "profile": str(args.profile), "twin": args.twin,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpus": os.cpu_count(),
     }  # fmt: skip

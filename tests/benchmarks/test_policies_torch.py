@@ -119,12 +119,59 @@ def test_real_runs_are_priced_by_the_twin_and_replayed_on_it(bench):
         )
         trials.results.append(bench.summarize("radixflow", engine, sim.scheduler))
         trials.tapes.append(tape)
-    seen = bench.against_real(sim, "radixflow", requests, trials)
+    seen = bench.against_real(sim, "radixflow", [requests, requests], trials)
     assert (seen["replays_reproduced"], seen["replays"], seen["replay_diverged_at"]) == (2, 2, [None, None])
     ratio = seen["measured_over_twin_price"]
     assert ratio["count"] == sum(len(t.rounds) for t in trials.tapes) and ratio["low"] < 1 < ratio["high"]
-    noisy = bench.noisy_twin(sim, "radixflow", requests, 0.2, 5)
+    noisy = bench.noisy_twin(sim, "radixflow", [requests], 0.2, 5)
     assert noisy["draws"] == 5 and noisy["mean_latency_s"]["count"] == 5
+
+
+def test_a_poisson_cell_runs_other_arrivals_of_the_same_prompts(bench):
+    spec = bench.workload_spec("poisson", bench.SMOKE_SHAPE, 100, 2.0)
+    requests = bench.build_workload(spec).requests
+    runs = bench.sequences(requests, spec, 3)
+    described = lambda run: [(r.id, r.prompt, r.arrival_s) for r in run]  # noqa: E731
+    assert described(runs[0]) == described(requests)
+    for run in runs[1:]:
+        assert [(r.id, r.prompt) for r in run] == [(r.id, r.prompt) for r in requests]
+        arrivals = [r.arrival_s for r in run]
+        assert arrivals[0] == 0.0 and arrivals == sorted(arrivals)
+    assert len({tuple(r.arrival_s for r in run) for run in runs}) == 3  # three different sequences
+    again = bench.sequences(requests, spec, 3)
+    assert [[r.arrival_s for r in run] for run in again] == [[r.arrival_s for r in run] for run in runs]
+    at_once = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
+    assert bench.sequences(requests, at_once, 2) == [requests, requests]
+
+
+def test_a_poisson_cells_figure_is_the_mean_over_its_sequences(bench):
+    trials = bench.Trials([_result(1.0), _result(1.0), _result(4.0)], [0.0] * 3, [bench.RoundTape()] * 3)
+    assert bench.real_figures(trials)["mean_latency_s"] == 1.0  # repeats of one workload: the median
+    pooled = bench.real_figures(trials, pooled=True)
+    assert pooled["mean_latency_s"] == 2.0 and pooled["pooled_over_sequences"] is True
+
+
+def test_each_real_run_is_replayed_on_its_own_arrival_sequence(bench):
+    """Two sequences run on a noisy sim stand in for a Poisson cell's real runs: each replays
+    exactly on its own arrivals, and not on the other's."""
+    from radixflow.bench.twin import NoisyPrice
+
+    spec = bench.workload_spec("poisson", bench.SMOKE_SHAPE, 100, 1.0)
+    sim, requests = bench.twin_setup("qwen3_5-2b", spec, _config(bench), bench.PROFILE)
+    runs = bench.sequences(requests, spec, 2)
+    trials = bench.Trials()
+    for k, run in enumerate(runs):
+        engine, tape = bench.run_one(bench.replace(sim, runner=NoisyPrice(sim.runner, 0.1, k)), "native", run)
+        trials.results.append(bench.summarize("native", engine, sim.scheduler))
+        trials.tapes.append(tape)
+    assert bench.against_real(sim, "native", runs, trials)["replays_reproduced"] == 2
+    assert bench.against_real(sim, "native", [runs[0], runs[0]], trials)["replays_reproduced"] == 1
+    noisy = bench.noisy_twin(sim, "native", runs, 0.1, 4, repeats=2)
+    assert noisy["sequences"] == 2 and noisy["median_of_repeats"]["count"] == 4
+    figures = bench.sim_figures("qwen3_5-2b", spec, _config(bench), bench.PROFILE, count=2)
+    alone = [bench.run_twin(sim, "native", run)[0].mean_latency_s for run in runs]
+    assert figures["native"]["sequences"] == 2
+    assert figures["native"]["mean_latency_s"] == pytest.approx(sum(alone) / 2)
 
 
 def _config(bench):

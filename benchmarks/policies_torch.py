@@ -629,7 +629,8 @@ def summary_markdown(cells: list[dict]) -> str:
 def detail_markdown(cells: list[dict]) -> str:
     """Every family x workload x policy: median and spread, p99, rounds, wall, the sim beside."""
     lines = [
-        "| model | workload | policy | rounds / waves / state copies | mean latency (s), median [min-max] "
+        "| model | workload | policy | rounds / waves / state copies "
+        "| mean latency (s) [min-max of the runs] "
         "| p99 (s) | wall mean (s) | sim: mean (s), rounds / waves / copies | sim vs real | load |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from radixflow.costmodel.shape.chunk import ChunkShape
 
 FIT_SEQUENCES = (1, 2, 4, 8)
-FIT_LENGTHS = (16, 64, 256)
+# up to a prompt of half the default round budget: a lone long prompt computed from scratch is a
+# common round (a context with its first candidate), and priced from chunks of at most 256 tokens
+# its causal attention was an extrapolation (docs/cost-model.md, "Quiet and noisy hours")
+FIT_LENGTHS = (16, 64, 256, 1024)
 FIT_STARTS = (0, 1024)
-HELD_OUT_LENGTHS = (24, 48, 96, 160, 384)
+HELD_OUT_LENGTHS = (24, 48, 96, 160, 384, 768)
 HELD_OUT_STARTS = (256, 640, 1536)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from radixflow.costmodel.hardware.profiles import (
     HARDWARE,
+    HardwareProfile,
     ProfileError,
     load_profile,
     resolve_hardware,
@@ -68,10 +69,34 @@ def test_attention_pays_for_context_and_recurrent_layers_do_not():
     shape = SIM_MODELS["qwen3_5-2b"]
     fresh = round_work(shape, [ChunkShape(0, 256, True)])
     late = round_work(shape, [ChunkShape(8192, 256, True)])
-    assert late.flops["attention"] > 10 * fresh.flops["attention"]
+    assert late.flops["attention"] == fresh.flops["attention"] > 0  # the chunk's own causal pairs
+    assert fresh.flops["prefix_attention"] == 0
+    assert late.flops["prefix_attention"] > 10 * fresh.flops["attention"]
     assert late.flops["gdn"] == fresh.flops["gdn"] > 0  # recurrent cost: per token, not per context
     assert late.flops["matmul"] == fresh.flops["matmul"]
     assert late.bytes > fresh.bytes  # more KV read
+
+
+def test_attention_split_into_the_chunks_own_pairs_and_its_prefix_prices_as_before():
+    """A chunk's attention FLOPs are its causal pairs plus its pairs over the cached prefix; a
+    profile with no figure of its own for the prefix (every one written before the split) prices
+    it at attention's rate, so its rounds cost what they did."""
+    shape = SIM_MODELS["falcon_h1-1.5b"]
+    chunks = [ChunkShape(512, 32, True, restores=True, snapshots=1), ChunkShape(0, 544, True, snapshots=1)]
+    work = round_work(shape, chunks)
+    attention = [m for m in shape.mixers if m.kind == "attention"]
+    total = sum(m.mix_flops(c) for m in attention for c in chunks)
+    assert work.flops["attention"] + work.flops["prefix_attention"] == pytest.approx(total, rel=1e-15)
+    assert work.flops["prefix_attention"] == sum(4.0 * m.heads * m.head_dim * 32 * 512 for m in attention)
+    old = HardwareProfile("old", 1e11, None, 0.01, 0.001, kind_scale={"attention": 3.0, "mamba2": 20.0})
+    assert old.seconds_per_flop("prefix_attention") == old.seconds_per_flop("attention")
+    as_before = sum(work.flops[t] * old.seconds_per_flop(t) for t in ("matmul", "mamba2", "lm_head"))
+    as_before += total * old.seconds_per_flop("attention")
+    fixed = CostModel(shape, old).round_seconds(chunks) - CostModel(shape, old).cost(chunks).compute_s
+    assert CostModel(shape, old).round_seconds(chunks) == pytest.approx(fixed + as_before, rel=1e-12)
+    scales = {"attention": 3.0, "prefix_attention": 1.0}
+    split = HardwareProfile("new", 1e11, None, 0.01, 0.001, kind_scale=scales)
+    assert split.seconds_per_flop("prefix_attention") == pytest.approx(split.seconds_per_flop("matmul"))
 
 
 def test_state_copies_are_memory_traffic():
@@ -172,11 +197,13 @@ def test_round_work_charges_every_layers_weights_and_mixing(name):
     # figures, summed in layer order: the same FLOPs as walking the layers every round.
     shape = SIM_MODELS[name]
     chunks = [ChunkShape(300, 17, True, restores=True), ChunkShape(0, 1, False, wave=1)]
-    matmul, mixing = 0.0, dict.fromkeys(("attention", "gdn", "mamba2", "conv"), 0.0)
+    matmul, mixing = 0.0, dict.fromkeys(("attention", "prefix_attention", "gdn", "mamba2", "conv"), 0.0)
     for layer in shape.layers:
         for mixer in layer.mixers:
             matmul += 2.0 * mixer.params(shape.hidden) * 18
-            mixing[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
+            prefix = sum(mixer.prefix_flops(c) for c in chunks)  # over the 300 cached tokens
+            mixing[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks) - prefix
+            mixing["prefix_attention"] += prefix
         if layer.mlp is not None:
             matmul += 2.0 * layer.mlp.active_params(shape.hidden) * 18
     work = round_work(shape, chunks)

@@ -40,7 +40,10 @@ from radixflow.costmodel.kernel_times.sources import KERNEL_SOURCES
 from radixflow.problems import Problem
 
 # Cost terms whose FLOPs are timed (see costmodel.round_cost.fitted_rates.round_work).
-COMPUTE_TERMS = ("matmul", "attention", "gdn", "mamba2", "conv", "lm_head")
+COMPUTE_TERMS = ("matmul", "attention", "prefix_attention", "gdn", "mamba2", "conv", "lm_head")
+# A term split off another: a profile written before the split prices it at the other's scale, so
+# its rounds cost what they did (attention over a chunk's cached prefix was part of "attention").
+SPLIT_FROM = {"prefix_attention": "attention"}
 
 SCHEDULER_MODES = {"overlap": True, "serial": False}  # option value -> HardwareProfile.scheduler_overlap
 
@@ -98,7 +101,10 @@ class HardwareProfile:
             raise _error(f"hardware profile {self.name!r}", problems[0])
 
     def seconds_per_flop(self, term: str) -> float:
-        return self.kind_scale.get(term, 1.0) / self.flops
+        scale = self.kind_scale.get(term)
+        if scale is None and term in SPLIT_FROM:
+            scale = self.kind_scale.get(SPLIT_FROM[term])
+        return (1.0 if scale is None else scale) / self.flops
 
     def fixed_call_s(self, decode_only: bool) -> float:
         """The fixed cost of one worker call, layers apart."""

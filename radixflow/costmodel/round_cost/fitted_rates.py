@@ -11,9 +11,11 @@ The fixed part is the same for either way of costing (`costmodel.round_cost.brea
 FLOPs are split by cost term. ``matmul``: every weight matmul of every layer kind (attention,
 Gated DeltaNet, Mamba2 and short-conv projections, the dense MLP or the active experts of an
 MoE), which run at one GEMM rate on any hardware. The sequence mixing of each kind has its own
-term, since its kernels differ: ``attention`` (QK^T and PV over the cached and new context; it
-grows with the prefix a chunk reads), ``gdn`` (delta-rule recurrence and its short conv),
-``mamba2`` (SSD scan and conv), ``conv`` (LFM2's short conv). ``lm_head``: the output projection,
+term, since its kernels differ: ``attention`` (QK^T and PV of a chunk's new tokens over each other,
+causally), ``prefix_attention`` (the same over the cached prefix the chunk reads: gathered KV, no
+mask, another rate per FLOP; a profile without its own figure prices it as ``attention``),
+``gdn`` (delta-rule recurrence and its short conv), ``mamba2`` (SSD scan and conv), ``conv``
+(LFM2's short conv). ``lm_head``: the output projection,
 at sampled positions and at the prompt positions of prompt-logprob requests. Bytes are the weights
 once per call (of an MoE, the experts the round's tokens touch), the KV each chunk reads in each
 attention layer, and the recurrent state restored from or saved to checkpoint slots.
@@ -74,7 +76,9 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
     for params in shape.matmul_params:  # summed in layer order, as the projections run
         flops["matmul"] += 2.0 * params * tokens
     for mixer in shape.mixers:
-        flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks)
+        prefix = sum(mixer.prefix_flops(c) for c in chunks)
+        flops[mixer.kind] += sum(mixer.mix_flops(c) for c in chunks) - prefix
+        flops["prefix_attention"] += prefix
     rows = sum(c.logit_rows for c in chunks)
     flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * rows
     kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)

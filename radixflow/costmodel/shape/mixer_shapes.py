@@ -50,6 +50,13 @@ class Mixer(Protocol):
         """FLOPs of the sequence mixing itself (beyond the projections) for ``chunk``. Pure."""
         ...
 
+    def prefix_flops(self, chunk: ChunkShape) -> float:
+        """The part of `mix_flops` that reads ``chunk``'s cached prefix: charged to its own term
+        (``prefix_attention``), since attention over cached KV runs apart from the causal
+        attention inside the chunk and costs another rate per FLOP; 0 where a recurrent state
+        carries the prefix. Pure."""
+        ...
+
     def state_bytes(self) -> int:
         """Bytes of one sequence's recurrent state in this layer (0 for attention). Pure."""
         ...
@@ -80,6 +87,9 @@ class Attention:
         cost grows with the cached prefix the chunk reads)."""
         attended = chunk.length * (chunk.start + chunk.end + 1) / 2
         return 4.0 * self.heads * self.head_dim * attended
+
+    def prefix_flops(self, chunk: ChunkShape) -> float:
+        return 4.0 * self.heads * self.head_dim * chunk.length * chunk.start
 
     def state_bytes(self) -> int:
         return 0
@@ -113,6 +123,9 @@ class GatedDeltaNet:
         # per token and head: S k, rank-1 delta update with decay, S^T q over a k_dim x v_dim state
         state = self.v_heads * self.k_dim * self.v_dim
         return chunk.length * (8.0 * state + 2.0 * self.conv_kernel * self._conv_channels())
+
+    def prefix_flops(self, chunk: ChunkShape) -> float:
+        return 0.0  # the recurrent state carries the prefix
 
     def state_bytes(self) -> int:
         conv = (self.conv_kernel - 1) * self._conv_channels()
@@ -151,6 +164,9 @@ class Mamba2:
         conv = 2.0 * self.conv_kernel * self._conv_channels()
         return chunk.length * (6.0 * self.d_inner * self.d_state + conv)
 
+    def prefix_flops(self, chunk: ChunkShape) -> float:
+        return 0.0  # the recurrent state carries the prefix
+
     def state_bytes(self) -> int:
         conv = (self.conv_kernel - 1) * self._conv_channels()
         return (self.d_inner * self.d_state + conv) * STATE_BYTES
@@ -175,6 +191,9 @@ class ShortConv:
 
     def mix_flops(self, chunk: ChunkShape) -> float:
         return chunk.length * 2.0 * self.kernel * self.channels
+
+    def prefix_flops(self, chunk: ChunkShape) -> float:
+        return 0.0  # the recurrent state carries the prefix
 
     def state_bytes(self) -> int:
         return (self.kernel - 1) * self.channels * STATE_BYTES

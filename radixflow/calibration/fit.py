@@ -23,7 +23,7 @@ class ModelError:
     max_abs_error: float
 
 
-FIT_TERMS = fit_feature_names()  # the fitted-rates terms and the round's squared token count
+FIT_TERMS = fit_feature_names()  # the fitted-rates terms, the round's squared token count, cached KV read
 
 
 def _rows(batches: list[TimedBatch], shapes: dict[str, ModelShape], dtype_bytes: int) -> list[list[float]]:
@@ -65,6 +65,7 @@ def fit_profile(
         per_request_s=coef["sequence"],
         layer_overhead_s=coef["layer"],
         token_pair_s=coef["token_pairs"],
+        prefix_kv_s=coef["prefix_kv"],
         kind_scale=scale,
         weight_bytes=dtype_bytes,
         sources={"all": SRC_FITTED},

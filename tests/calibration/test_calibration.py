@@ -50,6 +50,25 @@ def test_fit_recovers_a_known_profile_and_scores_held_out_rounds(tmp_path):
     assert load_profile(tmp_path / "p.json").round_overhead_s == pytest.approx(fitted.round_overhead_s)
 
 
+def test_fit_tells_attention_over_the_prefix_and_its_gathered_kv_from_the_chunks_own():
+    """Rounds priced by a profile whose prefix attention and cached-KV reads have rates of their
+    own: the fit recovers each, and prices unseen rounds (a lone long prompt among them)."""
+    shape = SIM_MODELS["qwen3-4b"]
+    truth = HardwareProfile(
+        "truth", 1e11, None, 0.02, 0.004, token_pair_s=2e-8, prefix_kv_s=3e-10,
+        kind_scale={"attention": 3.0, "prefix_attention": 1.5}, weight_bytes=4,
+    )  # fmt: skip
+    model = CostModel(shape, truth)
+    design = fit_design(2048, 16, False) + held_out_design(12, 2048, 16, False)
+    assert any(len(b.chunks) == 1 and b.chunks[0].length == 1024 for b in design)  # a long prompt
+    batches = [TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks)) for b in design]
+    fitted = fit_profile("fitted", batches, {shape.name: shape}, 4, "cpu")
+    assert fitted.kind_scale["prefix_attention"] == pytest.approx(1.5, rel=1e-3)
+    assert fitted.kind_scale["attention"] == pytest.approx(3.0, rel=1e-3)
+    assert fitted.prefix_kv_s == pytest.approx(3e-10, rel=1e-3)
+    assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-6
+
+
 def test_timing_a_tiny_model_end_to_end():
     pytest.importorskip("torch")
     from radixflow.calibration.timing import time_batches

@@ -94,6 +94,10 @@ def test_attention_split_into_the_chunks_own_pairs_and_its_prefix_prices_as_befo
     as_before += total * old.seconds_per_flop("attention")
     fixed = CostModel(shape, old).round_seconds(chunks) - CostModel(shape, old).cost(chunks).compute_s
     assert CostModel(shape, old).round_seconds(chunks) == pytest.approx(fixed + as_before, rel=1e-12)
+    gathered = replace(old, prefix_kv_s=1e-9)
+    extra = CostModel(shape, gathered).round_seconds(chunks) - CostModel(shape, old).round_seconds(chunks)
+    assert extra == pytest.approx(1e-9 * shape.kv_bytes_per_token(1) * 512)  # 512 cached tokens read
+    assert CostModel(shape, gathered).breakdown(chunks).terms["prefix_kv"].seconds == pytest.approx(extra)
     scales = {"attention": 3.0, "prefix_attention": 1.0}
     split = HardwareProfile("new", 1e11, None, 0.01, 0.001, kind_scale=scales)
     assert split.seconds_per_flop("prefix_attention") == pytest.approx(split.seconds_per_flop("matmul"))

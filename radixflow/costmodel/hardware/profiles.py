@@ -82,6 +82,9 @@ class HardwareProfile:
     # seconds per squared token count of a worker call (a fitted CPU figure): a round's per-token
     # cost grows with its size once its activations outgrow a core's cache
     token_pair_s: float = 0.0
+    # seconds per cached KV element (K or V value, every attention layer) a chunk reads (a fitted
+    # CPU figure): gathering a prefix's KV from the paged pool costs per cached token
+    prefix_kv_s: float = 0.0
     kind_scale: dict[str, float] = field(default_factory=dict)  # term -> cost per FLOP vs 1/flops
     weight_bytes: int = 2  # bytes per weight and per KV element
     memory_bytes: float | None = None  # device memory, for the record
@@ -207,6 +210,7 @@ _CHECKS: dict[str, Callable[[str, object], Problem | None]] = {
     "per_request_s": _Range(0.0, MAX_OVERHEAD_S, "s"),
     "layer_overhead_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
     "token_pair_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
+    "prefix_kv_s": _Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
     "kind_scale": _kind_scale,
     "weight_bytes": _weight_bytes,
     "memory_bytes": _Range(1.0, MAX_MEMORY_BYTES, "bytes", optional=True),

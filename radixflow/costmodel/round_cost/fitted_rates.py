@@ -54,18 +54,29 @@ def feature_names() -> list[str]:
 # more in a large round than in a small one once the round's activations outgrow a core's cache,
 # which no term linear in tokens can price at both ends of a round budget (`token_pair_s`).
 PAIR_TERM = "token_pairs"
+# And the cached KV a round's chunks read, in elements (K and V values over every attention layer):
+# on a CPU each chunk gathers its prefix's KV from the paged pool before it attends, memory traffic
+# per cached token however few new tokens read it, which FLOPs of new x cached pairs misprice at
+# both ends (16 new tokens after 1024 cached cost more than their pairs, 256 less) (`prefix_kv_s`).
+PREFIX_KV_TERM = "prefix_kv"
 
 
 def fit_feature_names() -> list[str]:
-    """The terms a fit of measured rounds regresses on: `feature_names()` and `PAIR_TERM`."""
-    return [*feature_names(), PAIR_TERM]
+    """The terms a fit of measured rounds regresses on: `feature_names()`, `PAIR_TERM` and
+    `PREFIX_KV_TERM`."""
+    return [*feature_names(), PAIR_TERM, PREFIX_KV_TERM]
 
 
 def fit_features(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int = 2) -> list[float]:
     """A round's regressors in `fit_feature_names()` order."""
     chunks = list(chunks)
     tokens = sum(c.length for c in chunks)
-    return [*round_work(shape, chunks, dtype_bytes).features(), float(tokens) ** 2]
+    return [*round_work(shape, chunks, dtype_bytes).features(), float(tokens) ** 2, prefix_kv(shape, chunks)]
+
+
+def prefix_kv(shape: ModelShape, chunks: Iterable[ChunkShape]) -> float:
+    """KV elements of the cached prefixes ``chunks`` read, over every attention layer."""
+    return float(shape.kv_bytes_per_token(1) * sum(c.start for c in chunks))
 
 
 def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int = 2) -> RoundWork:
@@ -114,9 +125,10 @@ class CostModel:
         hw = self.hardware
         work = round_work(self.shape, chunks, hw.weight_bytes)
         fixed = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
+        gather = hw.prefix_kv_s * prefix_kv(self.shape, chunks)
         compute = sum(work.flops[t] * hw.seconds_per_flop(t) for t in COMPUTE_TERMS)
         memory = work.bytes / hw.bandwidth if hw.bandwidth else 0.0
-        return RoundCost(sum(t.seconds for t in fixed.values()), compute, memory)
+        return RoundCost(sum(t.seconds for t in fixed.values()) + gather, compute, memory)
 
     def breakdown(self, chunks: Iterable[ChunkShape]) -> RoundBreakdown:
         """Fixed terms, each compute term at its rate, and the memory time compute does not hide."""
@@ -124,6 +136,8 @@ class CostModel:
         hw = self.hardware
         work = round_work(self.shape, chunks, hw.weight_bytes)
         terms = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
+        if hw.prefix_kv_s and (elements := prefix_kv(self.shape, chunks)):
+            terms[PREFIX_KV_TERM] = TermCost(hw.prefix_kv_s * elements, 0.0, 0.0, source(hw, "prefix_kv_s"))
         why = source(hw, "flops")
         compute = 0.0
         for t in COMPUTE_TERMS:

@@ -54,6 +54,9 @@ NOMINAL_SEQUENCE_S = 5e-4
 # The unit of the token-pair term only (the nominal prior assumes no growth per token): a 2048-token
 # round's pairs at this rate cost what ~10% of its tokens cost at ~1 ms a token.
 NOMINAL_TOKEN_PAIR_S = 5e-8
+# The unit of the cached-KV term: a float32 element read at ~10 GB/s, about one core's memory
+# bandwidth here (not measured for this: an order of magnitude).
+NOMINAL_PREFIX_KV_S = 4e-10
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,14 @@ def nominal_rates(threads: int) -> tuple[float, ...]:
     intra-op threads: the unit each coefficient is fitted in."""
     per_flop = 1.0 / (NOMINAL_FLOPS_PER_THREAD * max(threads, 1))
     overhead = {"round": NOMINAL_ROUND_S, "layer": NOMINAL_LAYER_S, "sequence": NOMINAL_SEQUENCE_S}
-    return (*[overhead[t] for t in OVERHEAD_TERMS], *[per_flop for _ in COMPUTE_TERMS], NOMINAL_TOKEN_PAIR_S)
+    compute = [per_flop for _ in COMPUTE_TERMS]
+    return (*[overhead[t] for t in OVERHEAD_TERMS], *compute, NOMINAL_TOKEN_PAIR_S, NOMINAL_PREFIX_KV_S)
 
 
 def nominal_prior(threads: int, weight: float = 0.05) -> Prior:
     """`nominal_rates`, with no growth of a token's cost with the round's size."""
-    coef = (*nominal_rates(threads)[:-1], 0.0)
+    *linear, _, prefix = nominal_rates(threads)
+    coef = (*linear, 0.0, prefix)
     rate = f"{NOMINAL_FLOPS_PER_THREAD:.0e} FLOP/s a thread"
     return Prior(coef, weight, f"nominal, not measured ({rate})")
 
@@ -84,7 +89,8 @@ def nominal_prior(threads: int, weight: float = 0.05) -> Prior:
 def profile_prior(profile: HardwareProfile, weight: float = 2.0) -> Prior:
     """A fitted-rates profile's coefficients (as `radixflow calibrate` writes them)."""
     overhead = [profile.round_overhead_s, profile.layer_overhead_s, profile.per_request_s]
-    coef = [*overhead, *[profile.seconds_per_flop(t) for t in COMPUTE_TERMS], profile.token_pair_s]
+    compute = [profile.seconds_per_flop(t) for t in COMPUTE_TERMS]
+    coef = [*overhead, *compute, profile.token_pair_s, profile.prefix_kv_s]
     return Prior(tuple(coef), weight, f"profile {profile.name!r}")
 
 

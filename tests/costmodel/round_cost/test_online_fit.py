@@ -28,6 +28,7 @@ TRUE = {
     "conv": 0.0,
     "lm_head": 1 / 1.0e11,
     "token_pairs": 0.0,
+    "prefix_kv": 2e-9,
 }
 PARAMS = 5e6  # weights a token passes through (sizes chosen so every term has a real share)
 
@@ -45,6 +46,7 @@ def synthetic_round(rng: random.Random) -> list[float]:
         matmul=2 * PARAMS * rng.randint(1, 1024),
         attention=4 * 256 * new * (new + 1) / 2 * 3,
         prefix_attention=4 * 256 * new * cached * 3,
+        prefix_kv=2 * 128 * cached * 3.0,
         gdn=2 * 128 * 128 * rng.randint(1, 1024) * 9,
         lm_head=2 * 256 * 32000 * rng.randint(1, 16),
         token_pairs=float(rng.randint(1, 2048)) ** 2,
@@ -146,6 +148,7 @@ def sized_round(tokens: int, attention: bool = True) -> list[float]:
         matmul=2 * PARAMS * tokens,
         attention=4 * 256 * tokens * (tokens + 1) / 2 * 3 * attention,
         prefix_attention=4 * 256 * tokens * 512 * 3 * attention,
+        prefix_kv=2 * 128 * 512 * 3.0 * attention,
         gdn=2 * 128 * 128 * tokens * 9,
         lm_head=2 * 256 * 32000,
         token_pairs=float(tokens) ** 2,

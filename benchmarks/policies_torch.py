@@ -164,6 +164,8 @@ class SpeedProbe:
         path = ensure_model(family)
         runner = TorchRunner(path, BLOCK_SIZE, blocks, slots, label=family, predict_rounds=False)
         outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
+        for out in outputs:  # untimed: a fresh runner's first calls are slow (read 15-28% over here)
+            runner.run(out)
         return SpeedProbe(runner, outputs, round_clock(clock).read)
 
     def time(self, into: list[list[float]]) -> None:

@@ -34,27 +34,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import statistics
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from radixflow.bench.harness import fresh_copy
-from radixflow.bench.metrics import PolicyResult, summarize
-from radixflow.bench.twin import NoisyPrice, ReplayRunner, RoundTape, Spread, median_of_n
-from radixflow.engine.engine import Engine
+from radixflow.bench.metrics import summarize
+from radixflow.bench.policy_tables import (
+    acceptance,
+    detail_markdown,
+    in_band,
+    print_cell,
+    relative,
+    summary_markdown,
+)
+from radixflow.bench.speed_probe import RoundLog, SpeedProbe
+from radixflow.bench.twin_runs import POLICIES, Trials, Twin, run_one, sequences, sim_figures, twin_setup
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
-from radixflow.options.build import new_engine
-from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
-POLICIES = ("native", "radixflow", "adaptive")
 FAMILIES = ("qwen3_5-small", "qwen3_next-small", "lfm2-small", "nemotron_h-small", "falcon_h1-small")
 CONTROL = "qwen3-small"  # attention only: nothing is ever blocked, every policy should tie
 SMOKE_FAMILIES = ("qwen3_5-tiny", "qwen3-tiny")
@@ -69,130 +70,6 @@ WORKLOADS = {  # name -> (order, arrival); Poisson's rate is set from the groupe
 }
 MEDIUM_LOAD = 0.5  # Poisson rate as a fraction of the rate native clears the grouped batch at
 POISSON_SEQUENCES = 8  # arrival sequences per Poisson cell (see the docstring)
-
-
-def arrival_sequence(requests: list[Request], rate: float, k: int) -> list[Request]:
-    """The same prompts in the same order arriving as Poisson sequence ``k`` at ``rate``: sequence
-    0 is the workload's own arrivals, every other one exponential gaps drawn from a seed of its own
-    (the prompts, and so the no-cache reference, stay those of the workload)."""
-    if k == 0:
-        return fresh_copy(requests)
-    rng, t, out = random.Random(f"arrivals-{k}"), 0.0, []
-    for r in fresh_copy(requests):
-        r.arrival_s = t
-        out.append(r)
-        t += rng.expovariate(rate)
-    return out
-
-
-def sequences(requests: list[Request], spec: WorkloadSpec, count: int) -> list[list[Request]]:
-    """The request lists a cell's repeats run: ``count`` arrival sequences for a Poisson cell
-    (`arrival_sequence`), else ``count`` times the same list."""
-    if spec.arrival != "poisson":
-        return [requests] * count
-    return [arrival_sequence(requests, spec.rate, k) for k in range(count)]
-
-
-def run_one(
-    setup: EngineSetup, policy: str, requests: list[Request], taped: bool = False
-) -> tuple[Engine, RoundTape]:
-    """One policy on a fresh engine over ``setup``'s runner, its rounds recorded (``taped``: with
-    the runner's predictor as each round was scheduled, for `bench.twin.ReplayRunner`)."""
-    tape = RoundTape(getattr(setup.runner, "round_predictor", None) if taped else None)
-    engine = new_engine(setup.runner, setup.scheduler, setup.options, policy, events=tape)
-    engine.run(fresh_copy(requests))
-    return engine, tape
-
-
-@dataclass
-class RoundLog:
-    """Every real round the runner's predictor learns from (``--rounds-out``): its terms
-    (`fitted_rates.fit_feature_names`), measured and predicted seconds, labelled by family,
-    workload, policy and repeat, one JSON line each (``benchmarks/predictor_replay.py`` reads it)."""
-
-    path: Path | None
-    label: dict[str, object] = field(default_factory=dict)
-
-    def attach(self, runner: object) -> None:
-        predictor = getattr(runner, "round_predictor", None)
-        if self.path is None or predictor is None:
-            return
-        observe = predictor.observe
-
-        def logged(features: Sequence[float], seconds: float) -> None:
-            predicted = predictor.fit.predict(features)
-            row = {"features": list(features), "seconds": seconds, "predicted": predicted}
-            with self.path.open("a", encoding="utf-8") as f:  # type: ignore[union-attr]
-                f.write(json.dumps(self.label | row) + "\n")
-            observe(features, seconds)
-
-        predictor.observe = logged
-
-
-# Round shapes of calibrate's fit grid (sequences, tokens each, cached prefix) timed between the
-# real runs on a runner of their own: the machine's speed at the time of each cell's runs.
-PROBE_SHAPES = ((2, 256, 0), (4, 16, 1024), (1, 64, 1024))
-
-
-@dataclass
-class SpeedProbe:
-    """A shared machine's speed moves by tens of percent within minutes, on the CPU clock too
-    (it leaves out waiting for a core, not the slowdown of sharing one): a profile timed before a
-    family's runs prices the later ones at the speed of its own minutes. The probe times fixed
-    round shapes (never the real rounds) around the profile's timing (``reference``) and after each
-    turn of the real runs (``current``); `speed` is their ratio, by which the twin prices a cell."""
-
-    runner: object
-    outputs: list[object]
-    read: object  # the engine clock's reader
-    reference: list[list[float]] = field(default_factory=list)
-    current: list[list[float]] = field(default_factory=list)
-
-    @staticmethod
-    def build(family: str, budget: int, clock: str) -> SpeedProbe:
-        from radixflow.calibration.design import fit_design
-        from radixflow.calibration.run import model_shape
-        from radixflow.calibration.timing import BLOCK_SIZE, pool_sizes, to_scheduler_output
-        from radixflow.engine.clocks import round_clock
-        from radixflow.models.zoo import ensure_model
-        from radixflow.runners.torch_runner import TorchRunner
-
-        design = fit_design(budget, BLOCK_SIZE, model_shape(family).has_recurrent)
-        pick = lambda b: (len(b.chunks), b.chunks[0].length, b.chunks[0].start)  # noqa: E731
-        batches = [b for b in design if pick(b) in PROBE_SHAPES]
-        blocks, slots = pool_sizes(batches)
-        path = ensure_model(family)
-        runner = TorchRunner(path, BLOCK_SIZE, blocks, slots, label=family, predict_rounds=False)
-        outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
-        for out in outputs:  # untimed: a fresh runner's first calls are slow (read 15-28% over here)
-            runner.run(out)
-        return SpeedProbe(runner, outputs, round_clock(clock).read)
-
-    def time(self, into: list[list[float]]) -> None:
-        """One timing of every probe shape, appended to ``into``."""
-        row = []
-        for out in self.outputs:
-            t0 = self.read()  # type: ignore[operator]
-            self.runner.run(out)  # type: ignore[attr-defined]
-            row.append(self.read() - t0)  # type: ignore[operator]
-        into.append(row)
-
-    def speed(self) -> float | None:
-        """The geometric mean over shapes of (median now) / (median while the profile was timed)."""
-        if not self.reference or not self.current:
-            return None
-        ratios = [
-            statistics.median(r[i] for r in self.current) / statistics.median(r[i] for r in self.reference)
-            for i in range(len(self.outputs))
-        ]
-        return math.exp(statistics.fmean(math.log(x) for x in ratios))
-
-
-@dataclass
-class Trials:
-    results: list[PolicyResult] = field(default_factory=list)
-    loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
-    tapes: list[RoundTape] = field(default_factory=list)  # each run's rounds (waves, state copies)
 
 
 def interleaved(
@@ -248,149 +125,6 @@ def real_figures(t: Trials, pooled: bool = False) -> dict[str, object]:
         "predictor_median_error": _median(predictor),  # type: ignore[arg-type]
         "load_1min": [min(t.loads), max(t.loads)],
     }
-
-
-@dataclass(frozen=True)
-class Twin:
-    """How a cell's sim twin runs: its ``profile`` (a directory: FAMILY.json in it), and the
-    machine's per-round price noise (a log-normal ``sigma``, measured apart: `calibrate`'s
-    repeated timings) under which it also runs ``draws`` times (None / 0: deterministic only)."""
-
-    profile: Path
-    sigma: float | None = None
-    draws: int = 0
-    speed: float | None = None  # the machine's speed during the cell over the profile's (`SpeedProbe`)
-
-
-def twin_setup(
-    family: str, spec: WorkloadSpec, s: SchedulerConfig, profile: Path
-) -> tuple[EngineSetup, list[Request]] | str:
-    """The sim of ``family`` at the real runner's budgets and capacities ``s`` and the workload's
-    requests for it, or why the sim cannot take the shape."""
-    hardware = profile / f"{family}.json" if profile.is_dir() else profile
-    options = EngineOptions(
-        runner="sim", model=family, hardware=str(hardware), token_budget=s.token_budget,
-        max_requests=s.max_requests, block_size=s.block_size, kv_blocks=s.num_blocks,
-        state_slots=s.num_state_slots or None,
-    )  # fmt: skip
-    try:
-        plan = plan_engine(options)
-        requests = build_workload(replace(spec, vocab_size=plan.choice.vocab_size)).requests
-        return plan.build([len(r.prompt) for r in requests]), requests
-    except ProblemError as e:
-        return str(e)
-
-
-def sim_figures(
-    family: str,
-    spec: WorkloadSpec,
-    s: SchedulerConfig,
-    profile: Path | Twin,
-    real: dict[str, Trials] | None = None,
-    count: int = 1,
-) -> dict[str, object]:
-    """The sim twin's run of the same workload per policy, deterministic (once per arrival
-    sequence: ``count`` of them for a Poisson cell, their mean), and where the twin has a noise σ
-    its mean latency over that many draws of per-round price noise; with the ``real`` runs' tapes
-    beside, each real round priced by the twin and each real run replayed (`against_real`).
-    ``{"error": ...}`` where the sim cannot take the shape."""
-    twin = profile if isinstance(profile, Twin) else Twin(profile)
-    built = twin_setup(family, spec, s, twin.profile)
-    if isinstance(built, str):
-        return {"error": built}
-    sim, requests = built
-    runs = sequences(requests, spec, count if spec.arrival == "poisson" else 1)
-    speed = twin.speed or 1.0
-    out: dict[str, object] = {}
-    for policy in POLICIES:
-        results, tapes = zip(*(run_twin(sim, policy, r) for r in runs), strict=True)
-        f: dict[str, object] = {
-            "mean_latency_s": statistics.fmean(r.mean_latency_s for r in results),
-            "p99_latency_s": statistics.median(r.p99_latency_s for r in results),
-            "rounds": round(statistics.median(r.rounds for r in results)),
-            "waves": round(statistics.median(t.waves for t in tapes)),
-            "state_copies": round(statistics.median(t.state_copies for t in tapes)),
-            "sequences": len(runs),
-        }
-        if twin.speed is not None:  # the same twin at the speed the cell's runs saw
-            at = [run_twin(sim, policy, r, NoisyPrice(sim.runner, 0.0, 0, speed))[0] for r in runs]
-            f["at_speed"] = {"speed": speed, "mean_latency_s": statistics.fmean(r.mean_latency_s for r in at),
-                             "rounds": round(statistics.median(r.rounds for r in at))}  # fmt: skip
-        if twin.sigma and twin.draws:
-            repeats = len(real[policy].results) if real is not None else 1
-            f["noisy"] = noisy_twin(sim, policy, runs, twin.sigma, twin.draws, repeats, speed)
-        if real is not None:
-            taped = sequences(requests, spec, len(real[policy].tapes))
-            f["real_rounds"] = against_real(sim, policy, taped, real[policy])
-        out[policy] = f
-    return out
-
-
-def run_twin(
-    sim: EngineSetup, policy: str, requests: list[Request], runner: object | None = None
-) -> tuple[PolicyResult, RoundTape]:
-    """One sim run of ``policy`` on ``requests`` (on ``runner`` in place of the sim's own)."""
-    setup = sim if runner is None else replace(sim, runner=runner)
-    engine, tape = run_one(setup, policy, requests)
-    return summarize(policy, engine, sim.scheduler), tape
-
-
-def noisy_twin(
-    sim: EngineSetup,
-    policy: str,
-    runs: list[list[Request]],
-    sigma: float,
-    draws: int,
-    repeats: int = 1,
-    speed: float = 1.0,
-) -> dict:
-    """The twin's mean latency and rounds over ``draws`` draws, each round's price times a
-    log-normal factor of ``sigma`` (`bench.twin.NoisyPrice`; the same seeds for every policy), and
-    the 5-95% band the real figure falls in: a median of ``repeats`` runs of one workload
-    (`bench.twin.median_of_n`), or with several arrival sequences in ``runs`` the mean over them,
-    one draw of which is the mean of a draw on each; every round priced at ``speed`` times the
-    profile's."""
-    means, rounds = [], []
-    for seed in range(draws):
-        drawn = [
-            run_twin(sim, policy, r, NoisyPrice(sim.runner, sigma, seed * len(runs) + k, speed))[0]  # type: ignore[arg-type]
-            for k, r in enumerate(runs)
-        ]
-        means.append(statistics.fmean(r.mean_latency_s for r in drawn))
-        rounds.append(statistics.fmean(float(r.rounds) for r in drawn))
-    band = median_of_n(means, repeats) if len(runs) == 1 else Spread.of(means, tail=0.05)
-    return {"sigma": sigma, "draws": draws, "speed": speed, "sequences": len(runs),
-            "mean_latency_s": Spread.of(means).to_dict(), "rounds": Spread.of(rounds).to_dict(),
-            "median_of_repeats": band.to_dict()}  # fmt: skip
-
-
-def against_real(sim: EngineSetup, policy: str, runs: list[list[Request]], real: Trials) -> dict:
-    """The real runs of one policy seen by the twin: every real round priced by the twin's cost
-    model (measured / priced, the price error apart from the schedule), and every real run (on the
-    requests of ``runs`` in turn) replayed on the sim at its measured round times with its
-    predictor (`bench.twin.ReplayRunner`): reproduced when the replay runs the same rounds and ends
-    at the same mean latency."""
-    cost = sim.runner.cost  # type: ignore[attr-defined]
-    ratios = [t.seconds / cost.round_seconds(t.shapes) for tape in real.tapes for t in tape.rounds]
-    diverged, reproduced = [], 0
-    for tape, result, requests in zip(real.tapes, real.results, runs, strict=True):
-        replay = ReplayRunner(sim.runner, tape)  # type: ignore[arg-type]
-        engine = new_engine(replay, sim.scheduler, sim.options, policy)
-        engine.run(fresh_copy(requests))
-        mean = summarize(policy, engine, sim.scheduler).mean_latency_s
-        same = replay.diverged_at is None and len(engine.rounds) == len(tape.rounds)
-        reproduced += same and mean is not None and abs(mean - (result.mean_latency_s or 0.0)) <= 1e-9 * mean
-        diverged.append(replay.diverged_at)
-    return {
-        "measured_over_twin_price": Spread.of(ratios).to_dict() if ratios else None,
-        "replays_reproduced": reproduced,
-        "replays": len(real.tapes),
-        "replay_diverged_at": diverged,
-    }
-
-
-def relative(sim: float | None, real: float | None) -> float | None:
-    return None if sim is None or not real else (sim - real) / real
 
 
 def workload_spec(name: str, shape: dict[str, int], vocab: int, rate: float | None) -> WorkloadSpec:
@@ -530,7 +264,7 @@ def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> 
             "twin_vs_real_mean_latency": relative(noisy.get("median"), real[p]["mean_latency_s"]),
             "twin_at_speed_vs_real_mean_latency": relative(at_speed, real[p]["mean_latency_s"]),
             # whether the real median lies where a median of as many twin runs falls, 5-95%
-            "real_median_in_twin_band": _in_band(s, real[p]["mean_latency_s"]),
+            "real_median_in_twin_band": in_band(s, real[p]["mean_latency_s"]),
         }
     base = real["native"]["mean_latency_s"]
     best = min(real["native"]["mean_latency_s"], real["radixflow"]["mean_latency_s"])
@@ -545,153 +279,6 @@ def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> 
         "same_outputs_all_policies": len({h for p in POLICIES for h in real[p]["outputs_sha256"]}) == 1,
         "sim_error": sim.get("error"),
     }
-
-
-def _in_band(sim: dict, real: float | None) -> bool | None:
-    band = (sim.get("noisy") or {}).get("median_of_repeats")
-    return None if band is None or real is None else band["low"] <= real <= band["high"]
-
-
-def _num(x: object, fmt: str = ".3f") -> str:
-    return "-" if x is None else format(x, fmt)  # type: ignore[arg-type]
-
-
-def print_cell(cell: dict[str, object]) -> None:
-    head = f"{cell['family']} · {cell['workload']}"
-    if cell["rate_per_s"] is not None:
-        head += f" ({cell['rate_per_s']:.2f} req/s)"
-    if cell.get("twin_speed") is not None:
-        head += f"; twin at {cell['twin_speed']:.2f}x its profile's speed (probed)"
-    if cell.get("twin_sigma") is not None:
-        head += f", sigma {cell['twin_sigma']:.3f}"
-    print(head)
-    print(f"  {'policy':<10}{'rounds':>8}{'mean s':>9}{'min-max':>15}{'p99 s':>8}{'wall s':>8}"
-          f"{'exact':>7}{'load':>11}{'sim s':>8}{'sim rnd':>8}{'sim/real':>9}"
-          f"{'twin med [10-90%]':>22}{'twin/real':>10}{'price':>7}{'replay':>8}")  # fmt: skip
-    for p, f in cell["policies"].items():  # type: ignore[union-attr]
-        sim = f["sim"] or {}
-        spread = f"{_num(f['mean_latency_min_s'])}-{_num(f['mean_latency_max_s'])}"
-        load = "-".join(f"{x:.1f}" for x in f["load_1min"])
-        rounds = "/".join(str(n) for n in f["rounds"])
-        print(
-            f"  {p:<10}{rounds:>8}{_num(f['mean_latency_s']):>9}{spread:>15}{_num(f['p99_latency_s']):>8}"
-            f"{_num(f['wall_mean_latency_s']):>8}{'yes' if f['identical_to_no_cache'] else 'NO':>7}{load:>11}"
-            f"{_num(sim.get('mean_latency_s')):>8}{sim.get('rounds', '-'):>8}"
-            f"{_num(f['sim_vs_real_mean_latency'], '+.1%'):>9}{_twin(sim):>22}"
-            f"{_num(f.get('twin_vs_real_mean_latency'), '+.1%'):>10}{_price(sim):>7}{_replays(sim):>8}"
-        )
-    print(f"  adaptive vs native {_num(cell['adaptive_vs_native'], '+.1%')}, vs the better baseline "
-          f"{_num(cell['adaptive_vs_best_baseline'], '+.1%')}"
-          + (f"; sim: {cell['sim_error']}" if cell["sim_error"] else ""), flush=True)  # fmt: skip
-
-
-def _twin(sim: dict) -> str:
-    """The noisy twin's mean latency: median [10%-90%] over its draws."""
-    m = (sim.get("noisy") or {}).get("mean_latency_s")
-    return "-" if not m else f"{m['median']:.3f} [{m['low']:.3f}-{m['high']:.3f}]"
-
-
-def _price(sim: dict) -> str:
-    """Median over the real rounds of measured / the twin's price of the same round."""
-    ratio = ((sim.get("real_rounds") or {}).get("measured_over_twin_price") or {}).get("median")
-    return "-" if ratio is None else f"{ratio:.2f}"
-
-
-def _replays(sim: dict) -> str:
-    """Real runs the sim replays exactly at their measured prices, of those replayed."""
-    r = sim.get("real_rounds") or {}
-    return "-" if not r else f"{r['replays_reproduced']}/{r['replays']}"
-
-
-def _pct(x: object) -> str:
-    return "-" if x is None else f"{x:+.1%}"  # type: ignore[str-format]
-
-
-def summary_markdown(cells: list[dict]) -> str:
-    """One row per family: the three policies' mean latency on the grouped batch, adaptive against
-    native on every workload, exactness (the README's table)."""
-    by_family: dict[str, dict[str, dict]] = {}
-    for c in cells:
-        by_family.setdefault(c["family"], {})[c["workload"]] = c
-    names = [w for w in WORKLOADS if any(w in f for f in by_family.values())]
-    lines = [
-        "| model | mean latency n / r / a, grouped (s) | " + " | ".join(f"a vs n, {w}" for w in names)
-        + " | outputs = no-cache |",
-        "| --- | ---: | " + " | ".join("---:" for _ in names) + " | :---: |",
-    ]  # fmt: skip
-    for family, work in by_family.items():
-        grouped = work.get("grouped", next(iter(work.values())))
-        means = " / ".join(_num(grouped["policies"][p]["mean_latency_s"], ".2f") for p in POLICIES)
-        exact = all(f["identical_to_no_cache"] for c in work.values() for f in c["policies"].values())
-        ratios = " | ".join(_pct(work[w]["adaptive_vs_native"]) if w in work else "-" for w in names)
-        lines.append(f"| {family} | {means} | {ratios} | {'yes' if exact else 'NO'} |")
-    return "\n".join(lines)
-
-
-def detail_markdown(cells: list[dict]) -> str:
-    """Every family x workload x policy: median and spread, p99, rounds, wall, the sim beside."""
-    lines = [
-        "| model | workload | policy | rounds / waves / state copies "
-        "| mean latency (s) [min-max of the runs] "
-        "| p99 (s) | wall mean (s) | sim: mean (s), rounds / waves / copies | sim vs real | load |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]  # fmt: skip
-    for c in cells:
-        for p, f in c["policies"].items():
-            sim = f["sim"] or {}
-            low, high = _num(f["mean_latency_min_s"]), _num(f["mean_latency_max_s"])
-            spread = f"{_num(f['mean_latency_s'])} [{low}-{high}]"
-            rounds = " / ".join(",".join(str(n) for n in f[k]) for k in ("rounds", "waves", "state_copies"))
-            shape = " / ".join(str(sim.get(k, "-")) for k in ("rounds", "waves", "state_copies"))
-            simmed = f"{_num(sim.get('mean_latency_s'))}, {shape}"
-            load = "-".join(f"{x:.1f}" for x in f["load_1min"])
-            lines.append(
-                f"| {c['family']} | {c['workload']} | {p} | {rounds} | {spread} | {_num(f['p99_latency_s'])} "
-                f"| {_num(f['wall_mean_latency_s'])} | {simmed} | {_pct(f['sim_vs_real_mean_latency'])} "
-                f"| {load} |"
-            )
-    return "\n".join(lines)
-
-
-def acceptance(cells: list[dict]) -> dict[str, object]:
-    """Issue 29's lines for the real runner and for the sim against it, counted over the cells
-    measured (hybrid families; the control is listed apart)."""
-    hybrid = [c for c in cells if not c["control"]]
-    within = [c for c in hybrid if c["adaptive_vs_best_baseline"] is not None]
-    grouped = [c for c in hybrid if c["workload"] == "grouped" and c["adaptive_vs_native"] is not None]
-    every = [f for c in cells for f in c["policies"].values()]
-    sims = [f["sim_vs_real_mean_latency"] for f in every]
-    twins = [f.get("twin_vs_real_mean_latency") for f in every]
-    replays = [(f["sim"] or {}).get("real_rounds") or {} for f in every]
-    signs = [c for c in cells if _sim_sign(c) is not None]
-    return {
-        "hybrid_cells": len(hybrid),
-        "adaptive_within_2pct_of_best": sum(c["adaptive_vs_best_baseline"] <= 0.02 for c in within),
-        "grouped_families_5pct_below_native": sum(c["adaptive_vs_native"] <= -0.05 for c in grouped),
-        "grouped_families": len(grouped),
-        "identical_to_no_cache": all(f["identical_to_no_cache"] for f in every),
-        "sim_within_10pct": sum(abs(x) <= 0.10 for x in sims if x is not None),
-        "sim_compared": sum(x is not None for x in sims),
-        # the twin's median over price-noise draws against the median of the real repeats
-        "twin_median_within_10pct": sum(abs(x) <= 0.10 for x in twins if x is not None),
-        "twin_median_compared": sum(x is not None for x in twins),
-        "real_median_in_twin_band": sum(bool(f.get("real_median_in_twin_band")) for f in every),
-        # real runs the sim replays round for round at their measured prices (same schedule)
-        "real_runs_replayed_exactly": sum(r.get("replays_reproduced", 0) for r in replays),
-        "real_runs_replayed": sum(r.get("replays", 0) for r in replays),
-        "sim_same_sign_where_real_over_3pct": sum(_sim_sign(c) for c in signs),  # type: ignore[misc]
-        "sim_sign_cells": len(signs),
-    }
-
-
-def _sim_sign(cell: dict) -> bool | None:
-    """Whether the sim puts adaptive on the same side of native as the real runner does, where the
-    real difference exceeds 3% (None: it does not, or the sim did not run)."""
-    real, pol = cell["adaptive_vs_native"], cell["policies"]
-    sims = [(pol[p]["sim"] or {}).get("mean_latency_s") for p in ("adaptive", "native")]
-    if real is None or abs(real) <= 0.03 or None in sims or not sims[1]:
-        return None
-    return (sims[0] / sims[1] - 1 < 0) == (real < 0)
 
 
 def resimulated(report: dict, profile: Path, sigma: float | None = None, draws: int = 0) -> dict:
@@ -724,7 +311,8 @@ def passive_waits(args: argparse.Namespace) -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (the docstring above is its help)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", nargs="+", default=[*FAMILIES, CONTROL])
     ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -738,18 +326,39 @@ def main() -> None:
         help="the sim twin's profile: each family's own, timed just before its runs "
         "(calibrate), or --profile (profile)",
     )
-    ap.add_argument("--poisson-sequences", type=int, default=POISSON_SEQUENCES,
-                    help="arrival sequences per Poisson cell, one run each per policy (their mean)")
-    ap.add_argument("--calibrate-repeats", type=int, default=2,
-                    help="--twin calibrate: timings per shape (their median is fitted, their spread is σ)")
-    ap.add_argument("--noise-sigma", type=float, help="the twin's per-round log-normal price noise "
-                    "(default: the σ its profile measured, calibration.round_noise_sigma)")
-    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
-                    help="--twin calibrate: price each cell's twin at the machine's speed during its runs, "
-                    "timed on fixed shapes around the profile and after each turn of runs")
+    ap.add_argument(
+        "--poisson-sequences",
+        type=int,
+        default=POISSON_SEQUENCES,
+        help="arrival sequences per Poisson cell, one run each per policy (their mean)",
+    )
+    ap.add_argument(
+        "--calibrate-repeats",
+        type=int,
+        default=2,
+        help="--twin calibrate: timings per shape (their median is fitted, their spread is σ)",
+    )
+    ap.add_argument(
+        "--noise-sigma",
+        type=float,
+        help="the twin's per-round log-normal price noise "
+        "(default: the σ its profile measured, calibration.round_noise_sigma)",
+    )
+    ap.add_argument(
+        "--probe",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--twin calibrate: price each cell's twin at the machine's speed during its runs, "
+        "timed on fixed shapes around the profile and after each turn of runs",
+    )
     ap.add_argument("--draws", type=int, default=40, help="twin runs under the price noise per policy")
-    ap.add_argument("--tapes-out", type=Path, metavar="JSONL", help="append every real run's rounds and "
-                    "the twin's, with the twin's price of each round (round-by-round comparison)")
+    ap.add_argument(
+        "--tapes-out",
+        type=Path,
+        metavar="JSONL",
+        help="append every real run's rounds and "
+        "the twin's, with the twin's price of each round (round-by-round comparison)",
+    )
     ap.add_argument(
         "--profile",
         type=Path,
@@ -766,7 +375,11 @@ def main() -> None:
     ap.add_argument(
         "--resim", type=Path, metavar="JSON", help="a stored run's sim columns again on --profile (to --json)"
     )
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = arguments().parse_args()
     if args.resim is not None:
         report = resimulated(json.loads(args.resim.read_text()), args.profile, args.noise_sigma, args.draws)
         args.json.write_text(json.dumps(report, indent=2, allow_nan=False))

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from radixflow.bench import twin_runs
 from radixflow.bench.metrics import PolicyResult
+from radixflow.bench.twin import RoundTape
 
 ROOT = Path(__file__).parents[2]
 
@@ -35,9 +37,9 @@ def _result(mean: float, agreement: float = 1.0, rounds: int = 3) -> PolicyResul
 
 def test_a_policys_figures_are_the_median_and_spread_of_its_repeats(bench):
     shapes = [
-        bench.RoundTape(waves=4, state_copies=6),
-        bench.RoundTape(waves=4, state_copies=6),
-        bench.RoundTape(waves=5, state_copies=6),
+        RoundTape(waves=4, state_copies=6),
+        RoundTape(waves=4, state_copies=6),
+        RoundTape(waves=5, state_copies=6),
     ]
     trials = bench.Trials([_result(1.0), _result(3.0), _result(2.0, rounds=4)], [0.5, 1.5, 1.0], shapes)
     f = bench.real_figures(trials)
@@ -45,13 +47,13 @@ def test_a_policys_figures_are_the_median_and_spread_of_its_repeats(bench):
     assert f["p99_latency_s"] == 4.0 and f["rounds"] == [3, 4] and f["load_1min"] == [0.5, 1.5]
     assert f["waves"] == [4, 5] and f["state_copies"] == [6]
     assert f["identical_to_no_cache"] is True
-    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0], [bench.RoundTape()] * 2)
+    one_miss = bench.Trials([_result(1.0), _result(1.0, agreement=0.75)], [0.0, 0.0], [RoundTape()] * 2)
     assert bench.real_figures(one_miss)["identical_to_no_cache"] is False  # any repeat's miss counts
 
 
 def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_with_the_real(bench):
     means = dict(zip(bench.POLICIES, (2.0, 1.6, 1.2), strict=True))
-    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.RoundTape()])  # noqa: E731
+    one = lambda m: bench.Trials([_result(m)], [0.0], [RoundTape()])  # noqa: E731
     real = {p: bench.real_figures(one(m)) for p, m in means.items()}
     sim = {p: {"mean_latency_s": 1.1, "rounds": 3, "waves": 3, "state_copies": 5} for p in bench.POLICIES}
     spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
@@ -71,7 +73,7 @@ def test_cells_compare_adaptive_with_native_and_the_better_baseline_and_the_sim_
 
 
 def test_a_stored_run_is_resimulated_on_another_profile_with_its_real_figures_kept(bench, tmp_path):
-    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.RoundTape()])  # noqa: E731
+    one = lambda m: bench.Trials([_result(m)], [0.0], [RoundTape()])  # noqa: E731
     real = {p: bench.real_figures(one(1.0)) for p in bench.POLICIES}
     spec = bench.workload_spec("grouped", bench.SMOKE_SHAPE, 100, None)
     stale = {p: {"mean_latency_s": 9.0, "rounds": 1, "waves": 1, "state_copies": 0} for p in bench.POLICIES}
@@ -88,7 +90,7 @@ def test_a_stored_run_is_resimulated_on_another_profile_with_its_real_figures_ke
 
 
 def test_the_noisy_twins_median_is_compared_with_the_real_median_beside_the_deterministic_twin(bench):
-    one = lambda m: bench.Trials([_result(m)], [0.0], [bench.RoundTape()])  # noqa: E731
+    one = lambda m: bench.Trials([_result(m)], [0.0], [RoundTape()])  # noqa: E731
     real = {p: bench.real_figures(one(1.0)) for p in bench.POLICIES}
     spread = {"median": 1.05, "low": 0.9, "high": 1.3, "count": 40}
     sim = {
@@ -119,11 +121,11 @@ def test_real_runs_are_priced_by_the_twin_and_replayed_on_it(bench):
         )
         trials.results.append(bench.summarize("radixflow", engine, sim.scheduler))
         trials.tapes.append(tape)
-    seen = bench.against_real(sim, "radixflow", [requests, requests], trials)
+    seen = twin_runs.against_real(sim, "radixflow", [requests, requests], trials)
     assert (seen["replays_reproduced"], seen["replays"], seen["replay_diverged_at"]) == (2, 2, [None, None])
     ratio = seen["measured_over_twin_price"]
     assert ratio["count"] == sum(len(t.rounds) for t in trials.tapes) and ratio["low"] < 1 < ratio["high"]
-    noisy = bench.noisy_twin(sim, "radixflow", [requests], 0.2, 5)
+    noisy = twin_runs.noisy_twin(sim, "radixflow", [requests], 0.2, 5)
     assert noisy["draws"] == 5 and noisy["mean_latency_s"]["count"] == 5
 
 
@@ -145,7 +147,7 @@ def test_a_poisson_cell_runs_other_arrivals_of_the_same_prompts(bench):
 
 
 def test_a_poisson_cells_figure_is_the_mean_over_its_sequences(bench):
-    trials = bench.Trials([_result(1.0), _result(1.0), _result(4.0)], [0.0] * 3, [bench.RoundTape()] * 3)
+    trials = bench.Trials([_result(1.0), _result(1.0), _result(4.0)], [0.0] * 3, [RoundTape()] * 3)
     assert bench.real_figures(trials)["mean_latency_s"] == 1.0  # repeats of one workload: the median
     pooled = bench.real_figures(trials, pooled=True)
     assert pooled["mean_latency_s"] == 2.0 and pooled["pooled_over_sequences"] is True
@@ -164,12 +166,12 @@ def test_each_real_run_is_replayed_on_its_own_arrival_sequence(bench):
         engine, tape = bench.run_one(bench.replace(sim, runner=NoisyPrice(sim.runner, 0.1, k)), "native", run)
         trials.results.append(bench.summarize("native", engine, sim.scheduler))
         trials.tapes.append(tape)
-    assert bench.against_real(sim, "native", runs, trials)["replays_reproduced"] == 2
-    assert bench.against_real(sim, "native", [runs[0], runs[0]], trials)["replays_reproduced"] == 1
-    noisy = bench.noisy_twin(sim, "native", runs, 0.1, 4, repeats=2)
+    assert twin_runs.against_real(sim, "native", runs, trials)["replays_reproduced"] == 2
+    assert twin_runs.against_real(sim, "native", [runs[0], runs[0]], trials)["replays_reproduced"] == 1
+    noisy = twin_runs.noisy_twin(sim, "native", runs, 0.1, 4, repeats=2)
     assert noisy["sequences"] == 2 and noisy["median_of_repeats"]["count"] == 4
     figures = bench.sim_figures("qwen3_5-2b", spec, _config(bench), bench.PROFILE, count=2)
-    alone = [bench.run_twin(sim, "native", run)[0].mean_latency_s for run in runs]
+    alone = [twin_runs.run_twin(sim, "native", run)[0].mean_latency_s for run in runs]
     assert figures["native"]["sequences"] == 2
     assert figures["native"]["mean_latency_s"] == pytest.approx(sum(alone) / 2)
 

@@ -49,8 +49,9 @@ from radixflow.bench.policy_tables import (
     relative,
     summary_markdown,
 )
-from radixflow.bench.speed_probe import RoundLog, SpeedProbe
+from radixflow.bench.round_log import RoundLog
 from radixflow.bench.twin_runs import POLICIES, Trials, Twin, run_one, sequences, sim_figures, twin_setup
+from radixflow.calibration.speed_probe import SpeedProbe
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig

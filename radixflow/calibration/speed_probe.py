@@ -1,41 +1,12 @@
-"""Measuring the real runner beside a benchmark's runs: every round its predictor learns from
-(`RoundLog`), and the shared machine's speed on fixed round shapes (`SpeedProbe`), by which a sim
-twin prices the rounds of the minutes it is compared with (`benchmarks/policies_torch.py`)."""
+"""The shared machine's speed now against its speed while a profile was timed, on fixed round
+shapes of calibrate's fit grid (`SpeedProbe`): a sim twin priced on a profile timed minutes
+earlier is priced at the speed of the minutes it is compared with (`benchmarks/policies_torch.py`)."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-
-
-@dataclass
-class RoundLog:
-    """Every real round the runner's predictor learns from (``--rounds-out``): its terms
-    (`fitted_rates.fit_feature_names`), measured and predicted seconds, labelled by family,
-    workload, policy and repeat, one JSON line each (``benchmarks/predictor_replay.py`` reads it)."""
-
-    path: Path | None
-    label: dict[str, object] = field(default_factory=dict)
-
-    def attach(self, runner: object) -> None:
-        predictor = getattr(runner, "round_predictor", None)
-        if self.path is None or predictor is None:
-            return
-        observe = predictor.observe
-
-        def logged(features: Sequence[float], seconds: float) -> None:
-            predicted = predictor.fit.predict(features)
-            row = {"features": list(features), "seconds": seconds, "predicted": predicted}
-            with self.path.open("a", encoding="utf-8") as f:  # type: ignore[union-attr]
-                f.write(json.dumps(self.label | row) + "\n")
-            observe(features, seconds)
-
-        predictor.observe = logged
-
 
 # Round shapes of calibrate's fit grid (sequences, tokens each, cached prefix) timed between the
 # real runs on a runner of their own: the machine's speed at the time of each cell's runs.

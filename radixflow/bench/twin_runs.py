@@ -60,6 +60,8 @@ def run_one(
 
 @dataclass
 class Trials:
+    """One policy's runs of one cell, in the order they ran (one entry per run in each list)."""
+
     results: list[PolicyResult] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)  # 1-minute load average when each run began
     tapes: list[RoundTape] = field(default_factory=list)  # each run's rounds (waves, state copies)

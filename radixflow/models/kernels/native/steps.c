@@ -61,6 +61,110 @@ static inline void prefetch(const float *p, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 1, 3);
 }
 
+/* One SIMD register of floats as a value (GCC/Clang vector extension): 256 bits with AVX (also
+ * on AVX-512 machines: these loops read and write memory, and GCC's 512-bit reductions measured
+ * slower here), 128 bits otherwise; a type wider than the registers would be split and spilled.
+ * Element-wise +, * round each lane as the scalar operation does. */
+#if defined(__AVX__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * sizeof(float))));
+
+static inline vf loadv(const float *p) {
+    vf v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void storev(float *p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
+
+/* The lanes of v added pairwise (lane i + VL/2, then halves again), by lane subscripts: taking
+ * the vector's address would keep a caller's accumulator in memory. */
+static inline float hsumv(vf v) {
+    float l[VL];
+    for (int i = 0; i < VL; i++) l[i] = v[i];
+    for (int w = VL / 2; w > 0; w /= 2)
+        for (int i = 0; i < w; i++) l[i] += l[i + w];
+    return l[0];
+}
+
+/* Value columns per register block of the delta rule's passes: DV_REGS registers per
+ * accumulator, two accumulators, held in registers while a pass walks the state's rows (8 each
+ * where AVX-512 gives 32 registers, 4 where there are 16). Each element is still computed by
+ * the same operations in the same order as a plain loop over j. */
+#if defined(__AVX512F__) || defined(__aarch64__)
+#define DV_REGS 8
+#else
+#define DV_REGS 4
+#endif
+#define DV_BLOCK (DV_REGS * VL)
+
+/* recall = S^T k and readout = S^T q over the state's dk rows, for columns j0..j0+DV_BLOCK-1. */
+static inline void delta_reads_block(int64_t dk, int64_t dv, const float *s, const float *ki,
+                                     const float *qi, float *recall, float *readout,
+                                     const float *next) {
+    vf rc[DV_REGS] = {{0}}, rd[DV_REGS] = {{0}};
+    for (int64_t i = 0; i < dk; i++) {
+        const float a = ki[i], c = qi[i];
+        if (next != NULL) prefetch(next + i * dv, dv);
+        for (int b = 0; b < DV_REGS; b++) {
+            const vf r = loadv(s + i * dv + VL * b);
+            rc[b] += r * a;
+            rd[b] += r * c;
+        }
+    }
+    for (int b = 0; b < DV_REGS; b++) {
+        storev(recall + VL * b, rc[b]);
+        storev(readout + VL * b, rd[b]);
+    }
+}
+
+/* recall = S^T k and readout = S^T q, S [dk, dv] (the first pass of a delta-rule step). */
+static void delta_reads(int64_t dk, int64_t dv, const float *s, const float *ki, const float *qi,
+                        float *recall, float *readout, const float *next) {
+    int64_t j0 = 0;
+    for (; j0 + DV_BLOCK <= dv; j0 += DV_BLOCK)
+        delta_reads_block(dk, dv, s + j0, ki, qi, recall + j0, readout + j0,
+                          j0 == 0 ? next : NULL);
+    if (j0 == dv) return;
+    for (int64_t j = j0; j < dv; j++) recall[j] = readout[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++) {
+        const float a = ki[i], c = qi[i];
+        const float *row = s + i * dv;
+        if (j0 == 0 && next != NULL) prefetch(next + i * dv, dv);
+#pragma omp simd
+        for (int64_t j = j0; j < dv; j++) {
+            recall[j] += row[j] * a;
+            readout[j] += row[j] * c;
+        }
+    }
+}
+
+/* S <- S decay + k u^T, S [dk, dv] (the second pass); next: the state stepped next, prefetched
+ * a row at a time, or NULL. */
+static void delta_update(int64_t dk, int64_t dv, float *s, const float *ki, const float *u,
+                         float decay) {
+    int64_t j0 = 0;
+    for (; j0 + DV_BLOCK <= dv; j0 += DV_BLOCK) {
+        vf uu[DV_REGS];
+        for (int b = 0; b < DV_REGS; b++) uu[b] = loadv(u + j0 + VL * b);
+        for (int64_t i = 0; i < dk; i++) {
+            const float a = ki[i];
+            float *row = s + i * dv + j0;
+            for (int b = 0; b < DV_REGS; b++)
+                storev(row + VL * b, loadv(row + VL * b) * decay + uu[b] * a);
+        }
+    }
+    for (int64_t i = 0; i < dk && j0 < dv; i++) {
+        const float a = ki[i];
+        float *row = s + i * dv;
+#pragma omp simd
+        for (int64_t j = j0; j < dv; j++) row[j] = row[j] * decay + a * u[j];
+    }
+}
+
 /* One (row, head) of the gated delta rule: s [dk, dv] updated in place, o [dv] written; scratch
  * holds 2 dv floats; next: the state the caller steps next (prefetched), or NULL. */
 static void delta_head(int64_t dk, int64_t dv, const float *qi, const float *ki, const float *vi,
@@ -70,28 +174,13 @@ static void delta_head(int64_t dk, int64_t dv, const float *qi, const float *ki,
     float kq = 0.0f;
 #pragma omp simd reduction(+ : kq)
     for (int64_t i = 0; i < dk; i++) kq += ki[i] * qi[i];
-    for (int64_t j = 0; j < dv; j++) recall[j] = readout[j] = 0.0f;
-    for (int64_t i = 0; i < dk; i++) { /* pass 1: S^T k and S^T q */
-        const float a = ki[i], c = qi[i];
-        const float *row = s + i * dv;
-#pragma omp simd
-        for (int64_t j = 0; j < dv; j++) {
-            recall[j] += row[j] * a;
-            readout[j] += row[j] * c;
-        }
-    }
+    delta_reads(dk, dv, s, ki, qi, recall, readout, next);
     for (int64_t j = 0; j < dv; j++) {
         const float u = beta * vi[j] - gain_decay * recall[j];
         recall[j] = u;
         o[j] = decay * readout[j] + kq * u;
     }
-    for (int64_t i = 0; i < dk; i++) { /* pass 2: decay and rank-1 update */
-        const float a = ki[i];
-        float *row = s + i * dv;
-        prefetch(next == NULL ? NULL : next + i * dv, dv);
-#pragma omp simd
-        for (int64_t j = 0; j < dv; j++) row[j] = row[j] * decay + a * recall[j];
-    }
+    delta_update(dk, dv, s, ki, recall, decay);
 }
 
 /* Gated delta rule, one token per row: q, k [rows, heads, dk] (contiguous), v [rows, heads, dv],
@@ -106,7 +195,7 @@ int rf_gated_delta_step(int64_t rows, int64_t heads, int64_t dk, int64_t dv, con
     for (int64_t rh = 0; rh < rows * heads; rh++)
         delta_head(dk, dv, q + rh * dk, k + rh * dk, v + rh * dv, g[rh], beta[rh],
                    state + rh * dk * dv, out + rh * dv, scratch,
-                   rh + 1 < rows * heads ? state + (rh + 1) * dk * dv : NULL);
+                   rh + 2 < rows * heads ? state + (rh + 2) * dk * dv : NULL);
     free(scratch);
     return 0;
 }
@@ -316,16 +405,43 @@ int rf_deltanet_decode(int64_t rows, int64_t key_heads, int64_t heads, int64_t d
             delta_head(dk, dv, mixed + kh * dk, mixed + key_dim + kh * dk,
                        mixed + 2 * key_dim + h * dv, g, beta, state + rh * dk * dv,
                        out + rh * dv, scratch,
-                       rh + 1 < rows * heads ? state + (rh + 1) * dk * dv : NULL);
+                       rh + 2 < rows * heads ? state + (rh + 2) * dk * dv : NULL);
         }
     }
     free(mixed);
     return 0;
 }
 
+/* One state row of the Mamba2 step: row <- row decay + xdt b; returns row . c (n a multiple
+ * of VL, one register at a time, the lanes summed by hsumv). */
+static inline float ssd_row_v(int64_t n, float *row, float decay, float xdt, const float *bb,
+                              const float *cc) {
+    vf acc = {0};
+    for (int64_t j = 0; j < n; j += VL) {
+        const vf next = loadv(row + j) * decay + loadv(bb + j) * xdt;
+        storev(row + j, next);
+        acc += next * loadv(cc + j);
+    }
+    return hsumv(acc);
+}
+
+/* The same for any n, one float at a time in the compiler's vector reduction. */
+static inline float ssd_row(int64_t n, float *row, float decay, float xdt, const float *bb,
+                            const float *cc) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t j = 0; j < n; j++) {
+        const float next = row[j] * decay + xdt * bb[j];
+        row[j] = next;
+        acc += next * cc[j];
+    }
+    return acc;
+}
+
 /* Mamba2 recurrence, one token per row: x [rows, heads, p], dt [rows, heads], a [heads],
  * b, c [rows, groups, n] (head h reads group h / (heads / groups)), h [rows, heads, p, n]
- * (updated in place), y [rows, heads, p]. h <- exp(dt a) h + (dt x) b^T; y = h c. */
+ * (updated in place), y [rows, heads, p]. h <- exp(dt a) h + (dt x) b^T; y = h c. One pass
+ * over each state row; the next head's state prefetched a row at a time. */
 void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t n,
                  const float *x, const float *dt, const float *a, const float *b, const float *c,
                  float *h, float *y) {
@@ -340,26 +456,111 @@ void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t
                 const float xdt = x[rh * p + i] * step;
                 float *row = h + (rh * p + i) * n;
                 prefetch(last ? NULL : row + p * n, n); /* the next head's row i */
-                float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-                for (int64_t j = 0; j < n; j++) {
-                    const float next = row[j] * decay + xdt * bb[j];
-                    row[j] = next;
-                    acc += next * cc[j];
-                }
-                y[rh * p + i] = acc;
+                y[rh * p + i] = n % VL == 0 ? ssd_row_v(n, row, decay, xdt, bb, cc)
+                                            : ssd_row(n, row, decay, xdt, bb, cc);
             }
         }
     }
 }
 
+/* Softmax of each head's scores [heads, width] over its first len entries, in place: the max,
+ * then exp and sum in order; sums[h] gets head h's sum. */
+static void softmax_rows(int64_t heads, int64_t width, int64_t len, float *scores, float *sums) {
+    for (int64_t h = 0; h < heads; h++) {
+        float *se = scores + h * width;
+        float top = se[0];
+        /* !(s <= top): a NaN score becomes the max, so it reaches every weight */
+        for (int64_t t = 1; t < len; t++)
+            if (!(se[t] <= top)) top = se[t];
+        float sum = 0.0f;
+        for (int64_t t = 0; t < len; t++) {
+            se[t] = expf(se[t] - top);
+            sum += se[t];
+        }
+        sums[h] = sum;
+    }
+}
+
+/* a . b over dim floats (a multiple of VL), in two interleaved partial sums (even and odd
+ * registers), so consecutive additions do not wait on each other. */
+static inline float dotv(int64_t dim, const float *a, const float *b) {
+    vf even = {0}, odd = {0};
+    int64_t d = 0;
+    for (; d + 2 * VL <= dim; d += 2 * VL) {
+        even += loadv(a + d) * loadv(b + d);
+        odd += loadv(a + d + VL) * loadv(b + d + VL);
+    }
+    if (d < dim) even += loadv(a + d) * loadv(b + d);
+    return hsumv(even + odd);
+}
+
+/* Each head's output: the sum over positions of its softmax weights times V (one pass over the
+ * positions, each V row read once for every head, the next one prefetched), divided by the
+ * head's sum. */
+static void weighted_values(int64_t heads, int64_t group, int64_t dim, int64_t span,
+                            int64_t width, int64_t len, const float *vc, const int64_t *sl,
+                            const float *scores, const float *sums, float *orow) {
+    for (int64_t i = 0; i < heads * dim; i++) orow[i] = 0.0f;
+    for (int64_t t = 0; t < len; t++) {
+        const float *vr = vc + sl[t] * span;
+        if (t + 1 < len) prefetch(vc + sl[t + 1] * span, span);
+        for (int64_t h = 0; h < heads; h++) {
+            const float wgt = scores[h * width + t], *vh = vr + (h / group) * dim;
+            float *oe = orow + h * dim;
+#pragma omp simd
+            for (int64_t d = 0; d < dim; d++) oe[d] += wgt * vh[d];
+        }
+    }
+    for (int64_t h = 0; h < heads; h++) {
+        const float inv = 1.0f / sums[h];
+        float *oe = orow + h * dim;
+#pragma omp simd
+        for (int64_t d = 0; d < dim; d++) oe[d] *= inv;
+    }
+}
+
+/* One row of rf_decode_attention for dim a multiple of VL: each score a dot product in
+ * registers (dotv). */
+static void attention_row_blocked(int64_t heads, int64_t group, int64_t dim, int64_t span,
+                                  int64_t width, int64_t len, const float *qr, const float *kc,
+                                  const float *vc, const int64_t *sl, float scale, float *scores,
+                                  float *sums, float *orow) {
+    for (int64_t t = 0; t < len; t++) { /* position by position: K is read as one stream */
+        const float *kr = kc + sl[t] * span;
+        if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
+        for (int64_t h = 0; h < heads; h++)
+            scores[h * width + t] = dotv(dim, qr + h * dim, kr + (h / group) * dim) * scale;
+    }
+    softmax_rows(heads, width, len, scores, sums);
+    weighted_values(heads, group, dim, span, width, len, vc, sl, scores, sums, orow);
+}
+
+/* One row of rf_decode_attention for any dim: position by position. */
+static void attention_row_plain(int64_t heads, int64_t group, int64_t dim, int64_t span,
+                                int64_t width, int64_t len, const float *qr, const float *kc,
+                                const float *vc, const int64_t *sl, float scale, float *scores,
+                                float *sums, float *orow) {
+    for (int64_t t = 0; t < len; t++) {
+        const float *kr = kc + sl[t] * span;
+        if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
+        for (int64_t h = 0; h < heads; h++) {
+            const float *qe = qr + h * dim, *kh = kr + (h / group) * dim;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t d = 0; d < dim; d++) dot += qe[d] * kh[d];
+            scores[h * width + t] = dot * scale;
+        }
+    }
+    softmax_rows(heads, width, len, scores, sums);
+    weighted_values(heads, group, dim, span, width, len, vc, sl, scores, sums, orow);
+}
+
 /* One query token per row over its paged context, read where it lies: q [rows, heads, dim],
  * kc, vc [slots, kv_heads, dim] (the KV pool), slots [rows, width] (KV slot of each position),
  * lengths [rows] (positions 0..length-1 are the row's context, length >= 1), out [rows, heads,
- * dim]. Query head h reads KV head h / (heads / kv_heads). Each position's K (then V) of every
- * KV head is read once, in one piece, the next position's prefetched. Softmax per head in two
- * passes over the scores (max, then exp and sum), the weighted sum of V divided by the sum at
- * the end. Returns 0, or 1 when its scratch cannot be allocated. */
+ * dim]. Query head h reads KV head h / (heads / kv_heads). Softmax per head in two passes over
+ * the scores (max, then exp and sum), the weighted sum of V divided by the sum at the end.
+ * Returns 0, or 1 when its scratch cannot be allocated. */
 int rf_decode_attention(int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t width,
                         const float *q, const float *kc, const float *vc, const int64_t *slots,
                         const int64_t *lengths, float scale, float *out) {
@@ -368,51 +569,14 @@ int rf_decode_attention(int64_t rows, int64_t heads, int64_t kv_heads, int64_t d
     if (scores == NULL) return 1;
     float *sums = scores + heads * width;
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t len = lengths[r];
-        const int64_t *sl = slots + r * width;
         const float *qr = q + r * heads * dim;
-        float *orow = out + r * heads * dim;
-        for (int64_t t = 0; t < len; t++) {
-            const float *kr = kc + sl[t] * span;
-            if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
-            for (int64_t h = 0; h < heads; h++) {
-                const float *qe = qr + h * dim, *kh = kr + (h / group) * dim;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t d = 0; d < dim; d++) dot += qe[d] * kh[d];
-                scores[h * width + t] = dot * scale;
-            }
-        }
-        for (int64_t h = 0; h < heads; h++) {
-            float *se = scores + h * width;
-            float top = se[0];
-            /* !(s <= top): a NaN score becomes the max, so it reaches every weight */
-            for (int64_t t = 1; t < len; t++)
-                if (!(se[t] <= top)) top = se[t];
-            float sum = 0.0f;
-            for (int64_t t = 0; t < len; t++) {
-                se[t] = expf(se[t] - top);
-                sum += se[t];
-            }
-            sums[h] = sum;
-        }
-        for (int64_t i = 0; i < heads * dim; i++) orow[i] = 0.0f;
-        for (int64_t t = 0; t < len; t++) {
-            const float *vr = vc + sl[t] * span;
-            if (t + 1 < len) prefetch(vc + sl[t + 1] * span, span);
-            for (int64_t h = 0; h < heads; h++) {
-                const float wgt = scores[h * width + t], *vh = vr + (h / group) * dim;
-                float *oe = orow + h * dim;
-#pragma omp simd
-                for (int64_t d = 0; d < dim; d++) oe[d] += wgt * vh[d];
-            }
-        }
-        for (int64_t h = 0; h < heads; h++) {
-            const float inv = 1.0f / sums[h];
-            float *oe = orow + h * dim;
-#pragma omp simd
-            for (int64_t d = 0; d < dim; d++) oe[d] *= inv;
-        }
+        const int64_t *sl = slots + r * width;
+        if (dim % VL == 0)
+            attention_row_blocked(heads, group, dim, span, width, lengths[r], qr, kc, vc, sl,
+                                  scale, scores, sums, out + r * heads * dim);
+        else
+            attention_row_plain(heads, group, dim, span, width, lengths[r], qr, kc, vc, sl, scale,
+                                scores, sums, out + r * heads * dim);
     }
     free(scores);
     return 0;

@@ -32,8 +32,8 @@ def paged_attention(
     """
     kc, vc = batch.kv.k[layer], batch.kv.v[layer]
     offs = batch.offsets
-    kc[batch.new_slots] = k.to(kc.dtype)
-    vc[batch.new_slots] = v.to(vc.dtype)
+    kc.index_copy_(0, batch.new_slots, k.to(kc.dtype))  # each token its own slot
+    vc.index_copy_(0, batch.new_slots, v.to(vc.dtype))
     out = torch.empty_like(q)
     if len(batch.decode):
         for group in batch.decode_context:

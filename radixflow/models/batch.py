@@ -159,6 +159,12 @@ class ForwardBatch:
     batched_decode: bool = True  # False: every row takes the per-sequence path (the reference)
     kernels: Kernels = TORCH_KERNELS  # what runs the batched decode steps (`models.kernels.backend`)
 
+    @cached_property
+    def memo(self) -> dict[object, object]:
+        """Values every layer of the round shares, computed by the first that needs them (the
+        rotary tables, `layers.Rotary.tables`)."""
+        return {}
+
     # The index tensors below are the same for every layer: built once per batch.
     @cached_property
     def offsets(self) -> list[int]:
@@ -275,14 +281,14 @@ class ForwardBatch:
         out = []
         for group in length_groups(ends):
             seqs = torch.tensor([self.decode.seqs[j] for j in group], dtype=torch.long, device=device)
-            group_ends = torch.tensor([ends[j] for j in group], device=device)
+            group_ends = torch.tensor([ends[j] for j in group], dtype=torch.long, device=device)
             positions = torch.arange(ends[group[0]], device=device)
             valid = positions < group_ends[:, None]
             slots = self._slots(seqs[:, None], positions.where(valid, 0))
             flat = [row_tokens[j] for j in group]
             tokens = torch.tensor(flat, dtype=torch.long, device=device)
             ragged = ends[group[-1]] < ends[group[0]]  # a group is longest first
-            out.append(DecodeContext(tokens, slots, valid, consecutive(flat), ragged))
+            out.append(DecodeContext(tokens, slots, valid, group_ends, consecutive(flat), ragged))
         return out
 
     @cached_property

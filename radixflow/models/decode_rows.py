@@ -84,6 +84,7 @@ class DecodeContext:
     tokens: torch.Tensor  # [G] long: flat token index of each row
     slots: torch.Tensor  # [G, longest] long
     valid: torch.Tensor  # [G, longest] bool: position < the row's end
+    ends: torch.Tensor  # [G] long: each row's context length (its first `ends` slots are valid)
     span: slice | None = None  # `tokens` as a slice when they are consecutive
     ragged: bool = True  # some row's context is shorter than the group's longest (mask needed)
 

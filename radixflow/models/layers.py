@@ -109,32 +109,31 @@ class Rotary:
         self.inv_freq = 1.0 / (
             theta ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float32) / self.rot_dim)
         )
-        # (positions, dtype, cos, sin) of the last call: a layer rotates q and k at the same
-        # positions, so the tables are computed once per layer and round, not once per call
-        self._last: tuple[torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
+        self._key: tuple[torch.Tensor, bytes] | None = None  # (inv_freq, its bytes): `_freq_key`
 
-    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos`` and ``sin`` of ``positions``, ``[T, 1, rot_dim]`` in ``dtype``."""
-        last = self._last
-        if last is not None and last[0] is positions and last[1] == dtype:
-            return last[2], last[3]
-        freqs = positions.float().unsqueeze(-1) * self.inv_freq.to(positions.device)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        cos = emb.cos().unsqueeze(1).to(dtype)
-        sin = emb.sin().unsqueeze(1).to(dtype)
-        self._last = (positions, dtype, cos, sin)
-        return cos, sin
+    def __call__(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """``x [T, heads, head_dim]`` rotated at the batch's positions, by the batch's kernels."""
+        cos, sin = self.tables(batch, x.dtype)
+        return batch.kernels.rotary(x, cos, sin)
 
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """``x``: ``[T, heads, head_dim]``; ``positions``: ``[T]``."""
-        cos, sin = self.tables(positions, x.dtype)
-        half = self.rot_dim // 2
-        if self.rot_dim == x.shape[-1]:  # the whole head: no pass-through part to append
-            rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-            return (x * cos).add_(rotated.mul_(sin))
-        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
-        rotated = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
-        return torch.cat([(rot * cos).add_(rotated.mul_(sin)), rest], dim=-1)
+    def tables(self, batch: ForwardBatch, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos`` and ``sin`` of the batch's positions, ``[T, 1, rot_dim]`` in ``dtype``: computed
+        once per round for every layer with these frequencies (kept in `ForwardBatch.memo`)."""
+        key = ("rotary", self._freq_key(), dtype)
+        found = batch.memo.get(key)
+        if found is None:
+            positions = batch.positions
+            freqs = positions.float().unsqueeze(-1) * self.inv_freq.to(positions.device)
+            emb = torch.cat([freqs, freqs], dim=-1)
+            found = batch.memo[key] = (emb.cos().unsqueeze(1).to(dtype), emb.sin().unsqueeze(1).to(dtype))
+        return found
+
+    def _freq_key(self) -> bytes:
+        # the frequencies' bytes, recomputed only when `inv_freq` is replaced (scaled variants
+        # replace it once, as they are built)
+        if self._key is None or self._key[0] is not self.inv_freq:
+            self._key = (self.inv_freq, self.inv_freq.cpu().numpy().tobytes())
+        return self._key[1]
 
 
 class GatedMLP(nn.Module):

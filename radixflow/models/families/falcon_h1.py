@@ -87,8 +87,8 @@ class FalconH1Attention(nn.Module):
         q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim) * self.key_multiplier
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q = self.rotary(q, batch.positions)
-        k = self.rotary(k, batch.positions)
+        q = self.rotary(q, batch)
+        k = self.rotary(k, batch)
         out = paged_attention(self.layer_idx, q, k, v, batch, self.head_dim**-0.5)
         return self.o_proj(out.reshape(t, -1))
 

@@ -93,8 +93,8 @@ class Lfm2Attention(nn.Module):
         q = self.q_layernorm(self.q_proj(h).view(t, self.num_heads, self.head_dim))
         k = self.k_layernorm(self.k_proj(h).view(t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(h).view(t, self.num_kv_heads, self.head_dim)
-        q = self.rotary(q, batch.positions)
-        k = self.rotary(k, batch.positions)
+        q = self.rotary(q, batch)
+        k = self.rotary(k, batch)
         out = paged_attention(self.layer_idx, q, k, v, batch, self.scaling)
         return self.out_proj(out.reshape(t, -1))
 

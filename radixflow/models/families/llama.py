@@ -98,8 +98,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = self.rotary(q, batch.positions)
-        k = self.rotary(k, batch.positions)
+        q = self.rotary(q, batch)
+        k = self.rotary(k, batch)
         out = paged_attention(self.layer_idx, q, k, v, batch, self.scale)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 

@@ -46,6 +46,7 @@ class PagedContext(Protocol):
 
     slots: torch.Tensor  # [G, width] long
     valid: torch.Tensor  # [G, width] bool: position < the row's end
+    ends: torch.Tensor  # [G] long: each row's context length
     ragged: bool  # some row is shorter than width
 
 
@@ -131,6 +132,28 @@ class Kernels(Protocol):
         """`ssd.ssd_step`, the state updated in place."""
         ...
 
+    def rotary(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """`step.rotary`: ``x [T, heads, dim]`` rotated by the tables -> a new tensor."""
+        ...
+
+    def mamba2_decode(
+        self,
+        xbc: torch.Tensor,
+        dt: torch.Tensor,
+        window: torch.Tensor,
+        params: ssd.Mamba2Step,
+        h: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`ssd.mamba2_decode`: ``(y [S, heads * head_dim], h)``; mutates ``window`` and ``h``
+        (the rows' conv window and state, stepped where they lie)."""
+        ...
+
+    def group_gated_rms_norm(
+        self, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, groups: int, eps: float, before: bool
+    ) -> torch.Tensor:
+        """`ssd.gated_rms_norm` (``before``: the norm before the gate)."""
+        ...
+
     def decode_attention(
         self,
         q: torch.Tensor,
@@ -176,6 +199,15 @@ class TorchKernels:
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
+
+    def mamba2_decode(self, xbc, dt, window, params, h):  # type: ignore[no-untyped-def]
+        return ssd.mamba2_decode(xbc, dt, window, params, h)
+
+    def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
+        return step.rotary(x, cos, sin)
+
+    def group_gated_rms_norm(self, x, gate, weight, groups, eps, before):  # type: ignore[no-untyped-def]
+        return ssd.gated_rms_norm(x, gate, weight, groups, eps, before)
 
     def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
         """The context gathered into the pool's reused buffers, then one fused SDPA call (padding
@@ -245,13 +277,23 @@ class NativeKernels:
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)
 
+    def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
+        if x.dtype != torch.float32 or cos.dtype != torch.float32:
+            return step.rotary(x, cos, sin)  # the native kernels run float32 only
+        return ops.rotary(self.lib, x, cos, sin)
+
+    def mamba2_decode(self, xbc, dt, window, params, h):  # type: ignore[no-untyped-def]
+        if not params.silu:  # the native step computes silu only
+            return ssd.mamba2_decode(xbc, dt, window, params, h)
+        return ops.mamba2_decode(self.lib, xbc, dt, window, params, h)
+
+    def group_gated_rms_norm(self, x, gate, weight, groups, eps, before):  # type: ignore[no-untyped-def]
+        if x.dtype != torch.float32 or gate.dtype != torch.float32 or weight.dtype != torch.float32:
+            return ssd.gated_rms_norm(x, gate, weight, groups, eps, before)
+        return ops.group_gated_rms_norm(self.lib, x, gate, weight, groups, eps, before)
+
     def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
-        slots = context.slots
-        if context.ragged:
-            lengths = context.valid.sum(1)
-        else:
-            lengths = torch.full((slots.shape[0],), slots.shape[1], dtype=torch.int64)
-        return ops.decode_attention(self.lib, q, kc, vc, slots, lengths, scale)
+        return ops.decode_attention(self.lib, q, kc, vc, context.slots, context.ends, scale)
 
 
 TORCH_KERNELS = TorchKernels()

@@ -10,10 +10,13 @@ recurrence, `ssd_step`. `causal_conv` is the depthwise conv in front of the scan
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.step import row_blocks
+from radixflow.models.kernels.step import conv_step, row_blocks
 
 
 def causal_conv(
@@ -169,3 +172,45 @@ def gated_rms_norm(
     if norm_before_gate:
         y = y * gate
     return y
+
+
+@dataclass(frozen=True)
+class Mamba2Step:
+    """What a Mamba2 layer's decode step reads besides its rows and state: the conv and the
+    per-head parameters, as the mixer holds them (float32 on the native path)."""
+
+    heads: int
+    head_dim: int
+    groups: int
+    d_state: int
+    conv_weight: torch.Tensor  # [conv_dim, K]
+    conv_bias: torch.Tensor | None  # [conv_dim]
+    dt_bias: torch.Tensor  # [heads]
+    a_log: torch.Tensor  # [heads]
+    d: torch.Tensor  # [heads]
+    dt_min: float
+    dt_max: float
+    act: Callable[[torch.Tensor], torch.Tensor]  # on the conv output
+    silu: bool  # whether ``act`` is silu (the one activation the native step computes)
+
+
+def mamba2_decode(
+    xbc: torch.Tensor, dt: torch.Tensor, window: torch.Tensor, p: Mamba2Step, h: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Mamba2 decode step from the projections to the heads' output: ``xbc [S, conv_dim]``
+    through the conv step (``window [S, conv_dim, K-1]`` shifted in place) and ``act``; the raw
+    ``dt [S, heads]`` to ``clamp(softplus(dt + dt_bias))``; `ssd_step` with ``A = -exp(a_log)``
+    (``h [S, heads, P, N]`` float32, updated in place) plus the D skip. Returns ``(y [S, heads
+    * P], h)``."""
+    conv, _ = conv_step(xbc, window, p.conv_weight, p.conv_bias, in_place=True)
+    inner, gn = p.heads * p.head_dim, p.groups * p.d_state
+    xs, b, c = p.act(conv).float().split([inner, gn, gn], dim=-1)
+    s = xbc.shape[0]
+    xs = xs.reshape(s, p.heads, p.head_dim)
+    step = F.softplus(dt.float() + p.dt_bias.float()).clamp(min=p.dt_min, max=p.dt_max)
+    a = -torch.exp(p.a_log.float())
+    out, h = ssd_step(
+        xs, step, a, b.reshape(s, p.groups, p.d_state), c.reshape(s, p.groups, p.d_state), h, in_place=True
+    )
+    out = out + p.d.float()[:, None] * xs
+    return out.reshape(s, inner), h

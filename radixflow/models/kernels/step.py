@@ -186,3 +186,17 @@ def row_blocks(rows: int, row_bytes: int) -> list[slice]:
     """
     per = max(1, BLOCK_BYTES // max(1, row_bytes))
     return [slice(i, min(i + per, rows)) for i in range(0, rows, per)]
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (rotate-half) of the first ``rot`` dims of each head: ``x [T, heads,
+    head_dim]``, ``cos``/``sin [T, 1, rot]`` (`layers.Rotary` tables) -> a new tensor; the dims
+    past ``rot`` pass through."""
+    rot = cos.shape[-1]
+    half = rot // 2
+    if rot == x.shape[-1]:  # the whole head: no pass-through part to append
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return (x * cos).add_(rotated.mul_(sin))
+    part, rest = x[..., :rot], x[..., rot:]
+    rotated = torch.cat([-part[..., half:], part[..., :half]], dim=-1)
+    return torch.cat([(part * cos).add_(rotated.mul_(sin)), rest], dim=-1)

@@ -24,7 +24,7 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch, SeqSpec
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.kernels.ssd import causal_conv, gated_rms_norm, ssd_chunked, ssd_step
+from radixflow.models.kernels.ssd import Mamba2Step, causal_conv, ssd_chunked, ssd_step
 from radixflow.models.layers import ACTIVATIONS, Config
 
 # ---------------------------------------------------------------------------------------------
@@ -138,10 +138,9 @@ class Mamba2Mixer(nn.Module):
         for rows, _ in batch.waves:  # a wave restores what the waves before it saved
             for i in rows:
                 self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
-        if s.norm == "nemotron":
-            y = gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, norm_before_gate=False)
-        elif s.norm == "falcon":
-            y = gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, s.norm_before_gate)
+        if s.norm != "none":  # nemotron: the gate first; falcon: as its config says
+            before = s.norm == "falcon" and s.norm_before_gate
+            y = batch.kernels.group_gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, before)
         else:
             y = y * F.silu(z.float())
         return self.out_proj(y.to(x.dtype))
@@ -221,17 +220,31 @@ class Mamba2Mixer(nn.Module):
         rows for an in-place block), conv shift + recurrence, the new states to the rows'
         snapshot slots (mutates the pool); writes the rows of ``y``."""
         window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
-        step = rows.take(xbc)  # [S, C]
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
-        kernels = batch.kernels
-        conv, window = kernels.conv_step(step, window, self.conv1d.weight[:, 0], self.conv1d.bias)
-        xs, b, c = self._split_xbc(self.act(conv))
-        a = -torch.exp(self.A_log.float())
-        out, h = kernels.ssd_step(xs, self._dt(rows.take(dt)), a, b, c, h.float())
-        out = out + self.D.float()[:, None] * xs
-        rows.put(y, out.reshape(len(rows), -1))
+        out, h = batch.kernels.mamba2_decode(
+            rows.take(xbc), rows.take(dt), window, self._step_params(), h.float()
+        )
+        rows.put(y, out)
         batch.state.scatter(self.layer_idx, rows, (window, h))
+
+    def _step_params(self) -> Mamba2Step:
+        s = self.spec
+        return Mamba2Step(
+            heads=s.heads,
+            head_dim=s.head_dim,
+            groups=s.groups,
+            d_state=s.d_state,
+            conv_weight=self.conv1d.weight[:, 0],
+            conv_bias=self.conv1d.bias,
+            dt_bias=self.dt_bias,
+            a_log=self.A_log,
+            d=self.D,
+            dt_min=s.dt_min,
+            dt_max=s.dt_max,
+            act=self.act,
+            silu=s.act in ("silu", "swish"),
+        )
 
 
 class _WeightOnly(nn.Module):

@@ -132,7 +132,7 @@ def test_the_conv_step_equals_the_eager_step(native, taps, with_bias) -> None:
 
 class _Context:
     def __init__(self, slots: torch.Tensor, valid: torch.Tensor) -> None:
-        self.slots, self.valid = slots, valid
+        self.slots, self.valid, self.ends = slots, valid, valid.sum(1)
         self.ragged = not bool(valid.all())
 
 

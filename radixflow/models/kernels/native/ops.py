@@ -13,6 +13,8 @@ import ctypes
 
 import torch
 
+from radixflow.models.kernels.ssd import Mamba2Step
+
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
     if t.dtype != torch.float32 or t.device.type != "cpu":
@@ -296,6 +298,95 @@ def gated_rms_norm(
     out = torch.empty_like(x)
     if x.numel():
         lib.rf_gated_rms_norm(x.numel() // dim, dim, _ptr(x), _ptr(gate), _ptr(weight), eps, _ptr(out))
+    return out
+
+
+def mamba2_decode(
+    lib: ctypes.CDLL,
+    xbc: torch.Tensor,
+    dt: torch.Tensor,
+    window: torch.Tensor,
+    params: Mamba2Step,
+    h: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ssd.mamba2_decode` in one call (silu only): ``(y [S, heads * head_dim], h)``, window
+    and state updated where they lie."""
+    rows, taps = xbc.shape[0], params.conv_weight.shape[-1]
+    xbc, dt = _rows(xbc), _rows(dt)
+    weight = _dense(params.conv_weight)
+    bias = None if params.conv_bias is None else _dense(params.conv_bias)
+    dt_bias, a_log, d = _dense(params.dt_bias), _dense(params.a_log), _dense(params.d)
+    work_window, work_h = _dense(window), _dense(h)
+    y = torch.empty(rows, params.heads * params.head_dim, dtype=torch.float32)
+    if rows:
+        failed = lib.rf_mamba2_decode(
+            rows,
+            params.heads,
+            params.groups,
+            params.head_dim,
+            params.d_state,
+            taps,
+            _ptr(xbc),
+            xbc.stride(0),
+            _ptr(dt),
+            dt.stride(0),
+            _ptr(work_window),
+            _ptr(weight),
+            None if bias is None else _ptr(bias),
+            _ptr(dt_bias),
+            _ptr(a_log),
+            _ptr(d),
+            params.dt_min,
+            params.dt_max,
+            _ptr(work_h),
+            _ptr(y),
+        )
+        if failed:
+            raise MemoryError("native mamba2 decode: no memory for its scratch")
+    _written_back(window, work_window)
+    return y, _written_back(h, work_h)
+
+
+def group_gated_rms_norm(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    groups: int,
+    eps: float,
+    norm_before_gate: bool,
+) -> torch.Tensor:
+    """`ssd.gated_rms_norm` in one call (float32): ``x``, ``gate [..., dim]`` -> same shape."""
+    x, gate, weight = _dense(x), _dense(gate), _dense(weight)
+    dim = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel():
+        lib.rf_group_gated_rms_norm(
+            x.numel() // dim,
+            dim,
+            groups,
+            int(norm_before_gate),
+            _ptr(x),
+            _ptr(gate),
+            _ptr(weight),
+            eps,
+            _ptr(out),
+        )
+    return out
+
+
+def rotary(lib: ctypes.CDLL, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """`step.rotary` in one call: ``x [T, heads, dim]`` rotated over the first ``rot`` dims of
+    each head by ``cos``, ``sin [T, 1, rot]`` -> a new ``[T, heads, dim]``."""
+    tokens, heads, dim = x.shape
+    if x.stride(2) != 1 or x.stride(1) != dim or x.dtype != torch.float32 or x.device.type != "cpu":
+        x = _dense(x)  # a token's heads must lie together; a row stride is passed along
+    cos, sin = _dense(cos), _dense(sin)
+    out = torch.empty(tokens, heads, dim, dtype=torch.float32)
+    if x.numel():
+        lib.rf_rotary(
+            tokens, heads, dim, cos.shape[-1], _ptr(x), x.stride(0), _ptr(cos), _ptr(sin), _ptr(out)
+        )
     return out
 
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-int rf_abi_version(void) { return 2; }
+int rf_abi_version(void) { return 4; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -88,6 +88,65 @@ static inline float hsumv(vf v) {
     for (int w = VL / 2; w > 0; w /= 2)
         for (int i = 0; i < w; i++) l[i] += l[i + w];
     return l[0];
+}
+
+typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
+
+/* c in every lane. */
+static inline vf splat(float c) {
+    const vf zero = {0};
+    return zero + c;
+}
+
+/* a where mask, else b (mask lanes all ones or all zeros, as vector comparisons give). */
+static inline vf selectv(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
+
+/* exp of each lane (Cephes' expf: exp(x) = 2^k exp(r), |r| <= ln2/2, a degree-6 polynomial;
+ * within a few ulp of expf), so the activations and softmax run a register at a time where libm's
+ * expf would run one float at a time. NaN stays NaN; above 88.72 gives inf, below -87.34 gives 0
+ * (expf would give a subnormal there). */
+static inline vf expv(vf x) {
+    const vi over = x > 88.72283905f, under = x < -87.33654475f;
+    const vf xc = selectv(over, splat(88.72283905f), selectv(under, splat(-87.33654475f), x));
+    const vf k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    vf r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    const vf z = r * r;
+    vf y = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * z + r + 1.0f;
+    const vi ki = __builtin_convertvector(k, vi), half = ki >> 1; /* 2^k in two factors: k = 128 */
+    y = y * (vf)((half + 127) << 23) * (vf)((ki - half + 127) << 23);
+    return selectv(over, splat(INFINITY), selectv(under, splat(0.0f), y));
+}
+
+/* out = x / (1 + exp(-x)) over n floats (out may be x): a register at a time, the tail padded. */
+static void silu_into(int64_t n, const float *x, float *out) {
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        const vf v = loadv(x + i);
+        storev(out + i, v / (1.0f + expv(-v)));
+    }
+    if (i == n) return;
+    float tail[VL] = {0};
+    for (int64_t j = i; j < n; j++) tail[j - i] = x[j];
+    const vf v = loadv(tail);
+    storev(tail, v / (1.0f + expv(-v)));
+    for (int64_t j = i; j < n; j++) out[j] = tail[j - i];
+}
+
+/* x <- exp(x - top) over n floats, as silu_into runs them. */
+static void exp_shifted(int64_t n, float *x, float top) {
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) storev(x + i, expv(loadv(x + i) - top));
+    if (i == n) return;
+    float tail[VL] = {0};
+    for (int64_t j = i; j < n; j++) tail[j - i] = x[j];
+    storev(tail, expv(loadv(tail) - top));
+    for (int64_t j = i; j < n; j++) x[j] = tail[j - i];
 }
 
 /* Value columns per register block of the delta rule's passes: DV_REGS registers per
@@ -290,7 +349,6 @@ int rf_gated_delta_scan(int64_t runs, int64_t key_heads, int64_t heads, int64_t 
     return 0;
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch's softplus (beta 1, threshold 20) */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -322,7 +380,8 @@ void rf_gated_rms_norm(int64_t vectors, int64_t dim, const float *x, const float
 #pragma omp simd reduction(+ : sq)
         for (int64_t i = 0; i < dim; i++) sq += xv[i] * xv[i];
         const float inv = 1.0f / sqrtf(sq / (float)dim + eps);
-        for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * weight[i] * silu(gv[i]);
+        silu_into(dim, gv, ov);
+        for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * weight[i] * ov[i];
     }
 }
 
@@ -365,7 +424,7 @@ void rf_conv_silu_runs(int64_t seqs, int64_t channels, int64_t taps, const float
                         o[c] += win[c * keep + col] * weight[c * taps + j];
                 }
             }
-            for (int64_t c = 0; c < channels; c++) o[c] = silu(o[c]);
+            silu_into(channels, o, o);
         }
     }
 }
@@ -392,8 +451,7 @@ int rf_deltanet_decode(int64_t rows, int64_t key_heads, int64_t heads, int64_t d
     for (int64_t r = 0; r < rows; r++) {
         rf_conv_step(1, conv_dim, taps, qkv + r * qkv_stride, qkv_stride,
                      window + r * conv_dim * (taps - 1), weight, NULL, mixed);
-#pragma omp simd
-        for (int64_t c = 0; c < conv_dim; c++) mixed[c] = silu(mixed[c]);
+        silu_into(conv_dim, mixed, mixed);
         for (int64_t kh = 0; kh < key_heads; kh++) {
             l2norm(dk, mixed + kh * dk, q_scale);
             l2norm(dk, mixed + key_dim + kh * dk, 1.0f);
@@ -472,11 +530,9 @@ static void softmax_rows(int64_t heads, int64_t width, int64_t len, float *score
         /* !(s <= top): a NaN score becomes the max, so it reaches every weight */
         for (int64_t t = 1; t < len; t++)
             if (!(se[t] <= top)) top = se[t];
+        exp_shifted(len, se, top);
         float sum = 0.0f;
-        for (int64_t t = 0; t < len; t++) {
-            se[t] = expf(se[t] - top);
-            sum += se[t];
-        }
+        for (int64_t t = 0; t < len; t++) sum += se[t];
         sums[h] = sum;
     }
 }
@@ -580,4 +636,98 @@ int rf_decode_attention(int64_t rows, int64_t heads, int64_t kv_heads, int64_t d
     }
     free(scores);
     return 0;
+}
+
+/* Mamba2 decode, one token per row, from the projection to the heads' output: xbc [rows,
+ * conv_dim] (row stride xbc_stride; conv_dim = heads p + 2 groups n) through the depthwise conv
+ * (window [rows, conv_dim, taps-1] shifted in place, conv_w [conv_dim, taps], conv_b
+ * [conv_dim] or NULL) and silu, split into x [heads, p], B, C [groups, n]; the raw dt [rows,
+ * heads] (row stride dt_stride) to clamp(softplus(dt + dt_bias), dt_min, dt_max); then per head
+ * the recurrence of rf_ssd_step with A = -exp(a_log) (h [rows, heads, p, n] updated in place)
+ * and the D skip: y [rows, heads p] = h c + d x. Returns 0, or 1 when its scratch cannot be
+ * allocated. */
+int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t n,
+                     int64_t taps, const float *xbc, int64_t xbc_stride, const float *dt,
+                     int64_t dt_stride, float *window, const float *conv_w, const float *conv_b,
+                     const float *dt_bias, const float *a_log, const float *d, float dt_min,
+                     float dt_max, float *h, float *y) {
+    const int64_t inner = heads * p, conv_dim = inner + 2 * groups * n, per_group = heads / groups;
+    float *mixed = malloc(sizeof(float) * (size_t)conv_dim);
+    if (mixed == NULL) return 1;
+    for (int64_t r = 0; r < rows; r++) {
+        rf_conv_step(1, conv_dim, taps, xbc + r * xbc_stride, xbc_stride,
+                     window + r * conv_dim * (taps - 1), conv_w, conv_b, mixed);
+        silu_into(conv_dim, mixed, mixed);
+        const float *xs = mixed, *bs = mixed + inner, *cs = bs + groups * n;
+        for (int64_t hd = 0; hd < heads; hd++) {
+            float step = softplus(dt[r * dt_stride + hd] + dt_bias[hd]);
+            step = step < dt_min ? dt_min : (step > dt_max ? dt_max : step); /* NaN stays NaN */
+            const float a = -expf(a_log[hd]), decay = expf(step * a);
+            const float *bb = bs + (hd / per_group) * n, *cc = cs + (hd / per_group) * n;
+            const float *xh = xs + hd * p;
+            float *hh = h + (r * heads + hd) * p * n, *yh = y + r * inner + hd * p;
+            const int last = r + 1 == rows && hd + 1 == heads;
+            for (int64_t i = 0; i < p; i++) {
+                const float xdt = xh[i] * step;
+                float *row = hh + i * n;
+                prefetch(last ? NULL : row + p * n, n); /* the next head's row i */
+                const float acc = n % VL == 0 ? ssd_row_v(n, row, decay, xdt, bb, cc)
+                                              : ssd_row(n, row, decay, xdt, bb, cc);
+                yh[i] = acc + d[hd] * xh[i];
+            }
+        }
+    }
+    free(mixed);
+    return 0;
+}
+
+/* RMSNorm over `groups` equal slices of each of `vectors` vectors of dim floats, times weight,
+ * gated by silu(gate) after the norm (before_gate != 0) or before it: x, gate, out [vectors,
+ * dim], weight [dim]. The gate goes into the slice before its sum of squares when it comes
+ * first, as the eager grouped norm multiplies it in first. */
+void rf_group_gated_rms_norm(int64_t vectors, int64_t dim, int64_t groups, int before_gate,
+                             const float *x, const float *gate, const float *weight, float eps,
+                             float *out) {
+    const int64_t span = dim / groups;
+    for (int64_t v = 0; v < vectors; v++) {
+        const float *xv = x + v * dim, *gv = gate + v * dim;
+        float *ov = out + v * dim;
+        if (!before_gate) {
+            silu_into(dim, gv, ov);
+            for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * ov[i];
+        }
+        for (int64_t g = 0; g < groups; g++) {
+            const float *src = (before_gate ? xv : ov) + g * span;
+            float *dst = ov + g * span;
+            float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+            for (int64_t i = 0; i < span; i++) sq += src[i] * src[i];
+            const float inv = 1.0f / sqrtf(sq / (float)span + eps);
+            const float *wg = weight + g * span, *gg = gv + g * span;
+            if (before_gate) {
+                silu_into(span, gg, dst);
+                for (int64_t i = 0; i < span; i++) dst[i] = src[i] * inv * wg[i] * dst[i];
+            } else
+                for (int64_t i = 0; i < span; i++) dst[i] = src[i] * inv * wg[i];
+        }
+    }
+}
+
+/* Rotary embedding (rotate-half) of the first `rot` dims of each head: x [tokens, heads, dim]
+ * (token stride x_stride, heads contiguous), cos, sin [tokens, rot] (each half repeated, as the
+ * eager tables are), out [tokens, heads, dim]; dims past rot are copied. The eager arithmetic:
+ * out = x cos + rotate_half(x) sin, each product rounded, then the sum. */
+void rf_rotary(int64_t tokens, int64_t heads, int64_t dim, int64_t rot, const float *x,
+               int64_t x_stride, const float *cos_t, const float *sin_t, float *out) {
+    const int64_t half = rot / 2;
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *c = cos_t + t * rot, *s = sin_t + t * rot;
+        for (int64_t h = 0; h < heads; h++) {
+            const float *xh = x + t * x_stride + h * dim;
+            float *oh = out + (t * heads + h) * dim;
+            for (int64_t i = 0; i < half; i++) oh[i] = xh[i] * c[i] + -xh[i + half] * s[i];
+            for (int64_t i = half; i < rot; i++) oh[i] = xh[i] * c[i] + xh[i - half] * s[i];
+            for (int64_t i = rot; i < dim; i++) oh[i] = xh[i];
+        }
+    }
 }

@@ -96,10 +96,12 @@ def test_another_activation_runs_the_eager_chain(native) -> None:
 @pytest.mark.parametrize(("vectors", "dim", "groups"), [(1, 8, 1), (32, 1024, 8), (3, 15, 3)])
 def test_the_grouped_gated_norm_matches_the_eager_norm(native, vectors, dim, groups, before) -> None:
     g = torch.Generator().manual_seed(dim + groups)
-    x, gate = torch.randn(vectors, dim, generator=g), torch.randn(vectors, dim, generator=g) * 4
+    x = torch.randn(vectors, dim, generator=g)
+    gate = torch.randn(vectors, dim + 3, generator=g)[:, 2 : 2 + dim] * 4  # a projection's columns
     weight = torch.randn(dim, generator=g)
     want = TORCH_KERNELS.group_gated_rms_norm(x, gate, weight, groups, 1e-5, before)
     assert _close(native.group_gated_rms_norm(x, gate, weight, groups, 1e-5, before), want)
+    assert _close(native.group_gated_rms_norm(x, gate.contiguous(), weight, groups, 1e-5, before), want)
 
 
 @pytest.mark.parametrize(

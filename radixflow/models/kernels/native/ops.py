@@ -356,8 +356,10 @@ def group_gated_rms_norm(
     eps: float,
     norm_before_gate: bool,
 ) -> torch.Tensor:
-    """`ssd.gated_rms_norm` in one call (float32): ``x``, ``gate [..., dim]`` -> same shape."""
-    x, gate, weight = _dense(x), _dense(gate), _dense(weight)
+    """`ssd.gated_rms_norm` in one call (float32): ``x``, ``gate [..., dim]`` -> same shape (a
+    2-D gate may be a view of a projection's columns: its row stride is passed along)."""
+    x, weight = _dense(x), _dense(weight)
+    gate = _rows(gate) if gate.dim() == 2 else _dense(gate)
     dim = x.shape[-1]
     out = torch.empty_like(x)
     if x.numel():
@@ -368,6 +370,7 @@ def group_gated_rms_norm(
             int(norm_before_gate),
             _ptr(x),
             _ptr(gate),
+            gate.stride(-2) if gate.dim() > 1 else dim,
             _ptr(weight),
             eps,
             _ptr(out),

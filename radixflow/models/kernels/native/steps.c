@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-int rf_abi_version(void) { return 4; }
+int rf_abi_version(void) { return 5; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -83,11 +83,12 @@ static inline void storev(float *p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
 /* The lanes of v added pairwise (lane i + VL/2, then halves again), by lane subscripts: taking
  * the vector's address would keep a caller's accumulator in memory. */
 static inline float hsumv(vf v) {
-    float l[VL];
-    for (int i = 0; i < VL; i++) l[i] = v[i];
-    for (int w = VL / 2; w > 0; w /= 2)
-        for (int i = 0; i < w; i++) l[i] += l[i + w];
-    return l[0];
+#if VL == 8
+    const float a0 = v[0] + v[4], a1 = v[1] + v[5], a2 = v[2] + v[6], a3 = v[3] + v[7];
+    return (a0 + a2) + (a1 + a3);
+#else
+    return (v[0] + v[2]) + (v[1] + v[3]);
+#endif
 }
 
 typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
@@ -682,15 +683,16 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
 }
 
 /* RMSNorm over `groups` equal slices of each of `vectors` vectors of dim floats, times weight,
- * gated by silu(gate) after the norm (before_gate != 0) or before it: x, gate, out [vectors,
- * dim], weight [dim]. The gate goes into the slice before its sum of squares when it comes
- * first, as the eager grouped norm multiplies it in first. */
+ * gated by silu(gate) after the norm (before_gate != 0) or before it: x, out [vectors, dim],
+ * gate [vectors, dim] with row stride gate_stride, weight [dim]. The gate goes into the slice
+ * before its sum of squares when it comes first, as the eager grouped norm multiplies it in
+ * first. */
 void rf_group_gated_rms_norm(int64_t vectors, int64_t dim, int64_t groups, int before_gate,
-                             const float *x, const float *gate, const float *weight, float eps,
-                             float *out) {
+                             const float *x, const float *gate, int64_t gate_stride,
+                             const float *weight, float eps, float *out) {
     const int64_t span = dim / groups;
     for (int64_t v = 0; v < vectors; v++) {
-        const float *xv = x + v * dim, *gv = gate + v * dim;
+        const float *xv = x + v * dim, *gv = gate + v * gate_stride;
         float *ov = out + v * dim;
         if (!before_gate) {
             silu_into(dim, gv, ov);

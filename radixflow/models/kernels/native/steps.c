@@ -484,6 +484,30 @@ static inline float ssd_row_v(int64_t n, float *row, float decay, float xdt, con
     return hsumv(acc);
 }
 
+/* Two state rows at once (n a multiple of 2 VL): B and C read once for both, each readout in
+ * two partial sums (even and odd registers), so four additions run side by side instead of
+ * one chain per row. out[0], out[1] = the rows' readouts. */
+static inline void ssd_rows2_v(int64_t n, float *r0, float *r1, float decay, float xdt0,
+                               float xdt1, const float *bb, const float *cc, float *out) {
+    vf a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
+    for (int64_t j = 0; j < n; j += 2 * VL) {
+        const vf be = loadv(bb + j), bo = loadv(bb + j + VL);
+        const vf ce = loadv(cc + j), co = loadv(cc + j + VL);
+        const vf n0e = loadv(r0 + j) * decay + be * xdt0, n0o = loadv(r0 + j + VL) * decay + bo * xdt0;
+        const vf n1e = loadv(r1 + j) * decay + be * xdt1, n1o = loadv(r1 + j + VL) * decay + bo * xdt1;
+        storev(r0 + j, n0e);
+        storev(r0 + j + VL, n0o);
+        storev(r1 + j, n1e);
+        storev(r1 + j + VL, n1o);
+        a0 += n0e * ce;
+        a1 += n0o * co;
+        b0 += n1e * ce;
+        b1 += n1o * co;
+    }
+    out[0] = hsumv(a0 + a1);
+    out[1] = hsumv(b0 + b1);
+}
+
 /* The same for any n, one float at a time in the compiler's vector reduction. */
 static inline float ssd_row(int64_t n, float *row, float decay, float xdt, const float *bb,
                             const float *cc) {
@@ -495,6 +519,26 @@ static inline float ssd_row(int64_t n, float *row, float decay, float xdt, const
         acc += next * cc[j];
     }
     return acc;
+}
+
+/* One head of the Mamba2 step: its state hh [p, n] decayed and updated row by row (row i with
+ * x_i dt, B and C shared), y[i] = row_i . c; next: the state stepped next (prefetched a row at a
+ * time), or NULL. */
+static void ssd_head(int64_t p, int64_t n, float *hh, float decay, float step, const float *xh,
+                     const float *bb, const float *cc, float *yh, const float *next) {
+    int64_t i = 0;
+    if (n % (2 * VL) == 0)
+        for (; i + 2 <= p; i += 2) {
+            if (next != NULL) prefetch(next + i * n, 2 * n);
+            ssd_rows2_v(n, hh + i * n, hh + (i + 1) * n, decay, xh[i] * step, xh[i + 1] * step,
+                        bb, cc, yh + i);
+        }
+    for (; i < p; i++) {
+        const float xdt = xh[i] * step;
+        float *row = hh + i * n;
+        if (next != NULL) prefetch(next + i * n, n);
+        yh[i] = n % VL == 0 ? ssd_row_v(n, row, decay, xdt, bb, cc) : ssd_row(n, row, decay, xdt, bb, cc);
+    }
 }
 
 /* Mamba2 recurrence, one token per row: x [rows, heads, p], dt [rows, heads], a [heads],
@@ -511,13 +555,8 @@ void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t
             const float step = dt[rh], decay = expf(step * a[hd]);
             const float *bb = b + grp * n, *cc = c + grp * n;
             const int last = r + 1 == rows && hd + 1 == heads;
-            for (int64_t i = 0; i < p; i++) {
-                const float xdt = x[rh * p + i] * step;
-                float *row = h + (rh * p + i) * n;
-                prefetch(last ? NULL : row + p * n, n); /* the next head's row i */
-                y[rh * p + i] = n % VL == 0 ? ssd_row_v(n, row, decay, xdt, bb, cc)
-                                            : ssd_row(n, row, decay, xdt, bb, cc);
-            }
+            ssd_head(p, n, h + rh * p * n, decay, step, x + rh * p, bb, cc, y + rh * p,
+                     last ? NULL : h + (rh + 1) * p * n);
         }
     }
 }
@@ -668,14 +707,8 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
             const float *xh = xs + hd * p;
             float *hh = h + (r * heads + hd) * p * n, *yh = y + r * inner + hd * p;
             const int last = r + 1 == rows && hd + 1 == heads;
-            for (int64_t i = 0; i < p; i++) {
-                const float xdt = xh[i] * step;
-                float *row = hh + i * n;
-                prefetch(last ? NULL : row + p * n, n); /* the next head's row i */
-                const float acc = n % VL == 0 ? ssd_row_v(n, row, decay, xdt, bb, cc)
-                                              : ssd_row(n, row, decay, xdt, bb, cc);
-                yh[i] = acc + d[hd] * xh[i];
-            }
+            ssd_head(p, n, hh, decay, step, xh, bb, cc, yh, last ? NULL : hh + p * n);
+            for (int64_t i = 0; i < p; i++) yh[i] = yh[i] + d[hd] * xh[i];
         }
     }
     free(mixed);

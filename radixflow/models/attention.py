@@ -32,8 +32,7 @@ def paged_attention(
     """
     kc, vc = batch.kv.k[layer], batch.kv.v[layer]
     offs = batch.offsets
-    kc.index_copy_(0, batch.new_slots, k.to(kc.dtype))  # each token its own slot
-    vc.index_copy_(0, batch.new_slots, v.to(vc.dtype))
+    batch.kernels.kv_write(kc, vc, batch.new_slots, k, v)
     out = torch.empty_like(q)
     if len(batch.decode):
         for group in batch.decode_context:

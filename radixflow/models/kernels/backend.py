@@ -136,6 +136,12 @@ class Kernels(Protocol):
         """`step.rotary`: ``x [T, heads, dim]`` rotated by the tables -> a new tensor."""
         ...
 
+    def kv_write(
+        self, kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """`step.kv_write`: mutates ``kc``, ``vc`` (a layer's K and V pool) at rows ``slots``."""
+        ...
+
     def mamba2_decode(
         self,
         xbc: torch.Tensor,
@@ -205,6 +211,9 @@ class TorchKernels:
 
     def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
         return step.rotary(x, cos, sin)
+
+    def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
+        step.kv_write(kc, vc, slots, k, v)
 
     def group_gated_rms_norm(self, x, gate, weight, groups, eps, before):  # type: ignore[no-untyped-def]
         return ssd.gated_rms_norm(x, gate, weight, groups, eps, before)
@@ -276,6 +285,17 @@ class NativeKernels:
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)
+
+    def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
+        native = (
+            all(t.dtype == torch.float32 for t in (kc, vc, k, v))
+            and kc.is_contiguous()
+            and vc.is_contiguous()
+        )
+        if not native:  # the native kernels run float32 only, on a contiguous pool
+            step.kv_write(kc, vc, slots, k, v)
+            return
+        ops.kv_write(self.lib, kc, vc, slots, k, v)
 
     def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
         if x.dtype != torch.float32 or cos.dtype != torch.float32:

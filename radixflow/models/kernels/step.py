@@ -188,6 +188,15 @@ def row_blocks(rows: int, row_bytes: int) -> list[slice]:
     return [slice(i, min(i + per, rows)) for i in range(0, rows, per)]
 
 
+def kv_write(
+    kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
+    """The new tokens' K and V (``[T, kv_heads, dim]``) into pool rows ``slots`` of ``kc``, ``vc``
+    (mutates them; each token its own slot)."""
+    kc.index_copy_(0, slots, k.to(kc.dtype))
+    vc.index_copy_(0, slots, v.to(vc.dtype))
+
+
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding (rotate-half) of the first ``rot`` dims of each head: ``x [T, heads,
     head_dim]``, ``cos``/``sin [T, 1, rot]`` (`layers.Rotary` tables) -> a new tensor; the dims

@@ -378,6 +378,22 @@ def group_gated_rms_norm(
     return out
 
 
+def kv_write(
+    lib: ctypes.CDLL,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    slots: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+) -> None:
+    """`step.kv_write` in one call (float32, the pool contiguous): mutates ``kc``, ``vc``."""
+    n = k.shape[0]
+    span = kc[0].numel()
+    k, v, slots = _dense(k), _dense(v), slots.to(torch.int64).contiguous()
+    if n:
+        lib.rf_kv_write(n, span, _ptr(k), _ptr(v), _ptr(slots), _ptr(kc), _ptr(vc))
+
+
 def rotary(lib: ctypes.CDLL, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """`step.rotary` in one call: ``x [T, heads, dim]`` rotated over the first ``rot`` dims of
     each head by ``cos``, ``sin [T, 1, rot]`` -> a new ``[T, heads, dim]``."""

@@ -10,8 +10,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
-int rf_abi_version(void) { return 5; }
+int rf_abi_version(void) { return 6; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -765,4 +768,28 @@ void rf_rotary(int64_t tokens, int64_t heads, int64_t dim, int64_t rot, const fl
             for (int64_t i = rot; i < dim; i++) oh[i] = xh[i];
         }
     }
+}
+
+/* The new tokens' K and V into the paged pool: k, v [n, span] (contiguous), rows slots[i] of
+ * kc, vc [slots, span]. A pool row is written whole and read again only in later rounds (or once
+ * by this round's attention), so with AVX it goes past the cache (streaming stores, when 32-byte
+ * aligned): no read of the cold line it replaces. */
+void rf_kv_write(int64_t n, int64_t span, const float *k, const float *v, const int64_t *slots,
+                 float *kc, float *vc) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *src[2] = {k + i * span, v + i * span};
+        float *dst[2] = {kc + slots[i] * span, vc + slots[i] * span};
+        for (int j = 0; j < 2; j++) {
+#if defined(__AVX__)
+            if (span % 8 == 0 && ((uintptr_t)dst[j] & 31) == 0) {
+                for (int64_t d = 0; d < span; d += 8) _mm256_stream_ps(dst[j] + d, _mm256_loadu_ps(src[j] + d));
+                continue;
+            }
+#endif
+            for (int64_t d = 0; d < span; d++) dst[j][d] = src[j][d];
+        }
+    }
+#if defined(__AVX__)
+    _mm_sfence(); /* the streamed rows visible before anything reads them */
+#endif
 }

@@ -1,10 +1,12 @@
-"""The fused native Mamba2 decode step and grouped gated norm against the eager chain.
+"""The fused native steps against their eager references: the Mamba2 decode step, the grouped
+gated norm, the rotary embedding and the KV write.
 
 `ssd.mamba2_decode` (conv step, activation, dt, recurrence, D skip) and `ssd.gated_rms_norm`
-are the references; the native calls must match them within float32 rounding at the edges: one
-row, many rows, grouped B/C, head sizes that are not a multiple of a register, a conv with and
-without bias, a dt clamp that bites, inputs that are column views of a projection, and a NaN
-that stays in its own row. A non-silu activation runs the eager chain.
+must be matched within float32 rounding at the edges: one row, many rows, grouped B/C, head
+sizes that are not a multiple of a register, a conv with and without bias, a dt clamp that
+bites, inputs that are column views of a projection, and a NaN that stays in its own row; a
+non-silu activation runs the eager chain. The rotary embedding and the KV write do the eager
+arithmetic (or copies) and must be equal to the bit.
 """
 
 from __future__ import annotations
@@ -117,3 +119,16 @@ def test_the_rotary_equals_the_eager_rotary(native, tokens, heads, dim, rot) -> 
     cos, sin = torch.cat([angles.cos()] * 2, dim=-1), torch.cat([angles.sin()] * 2, dim=-1)
     for inp in (x, wide):
         assert torch.equal(native.rotary(inp, cos, sin), TORCH_KERNELS.rotary(inp, cos, sin))
+
+
+@pytest.mark.parametrize(("kv_heads", "dim"), [(4, 128), (2, 64), (3, 5)])  # 3 x 5: not a register
+def test_the_kv_write_equals_the_index_copy(native, kv_heads, dim) -> None:
+    g = torch.Generator().manual_seed(dim)
+    kc, vc = torch.randn(64, kv_heads, dim, generator=g), torch.randn(64, kv_heads, dim, generator=g)
+    k = torch.randn(5, kv_heads, dim, generator=g)
+    v = torch.randn(5, kv_heads, 2 * dim, generator=g)[..., :dim]  # a view, as a projection's split
+    slots = torch.tensor([7, 0, 63, 20, 21])
+    want_k, want_v = kc.clone(), vc.clone()
+    TORCH_KERNELS.kv_write(want_k, want_v, slots, k, v)
+    native.kv_write(kc, vc, slots, k, v)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)

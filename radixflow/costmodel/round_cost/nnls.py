@@ -67,17 +67,24 @@ def nnls(rows: Matrix, y: list[float], max_iter: int = 200) -> list[float]:
     return [x[j] / norms[j] for j in range(n)]
 
 
-def nnls_gram(gram: Matrix, rhs: list[float], max_iter: int = 100) -> list[float]:
+def nnls_gram(
+    gram: Matrix, rhs: list[float], max_iter: int = 100, start: list[float] | None = None
+) -> list[float]:
     """argmin ½xᵀGx − bᵀx subject to x >= 0, from the normal equations alone (G = AᵀA, b = Aᵀy).
 
     The same active-set method as `nnls`, but each step costs O(n³) in the n columns, whatever
     the number of rows behind G: an online fit keeps G and b up to date row by row and solves
-    here. G must be positive definite on the columns that enter (a ridge makes it so).
+    here. G must be positive definite on the columns that enter (a ridge makes it so), so the
+    answer is unique. ``start``: a previous answer, whose positive coefficients are tried as the
+    active set first; an online fit's set rarely changes from one round to the next, and then one
+    solve finds the answer (the loop below only confirms it).
     """
     n = len(rhs)
     x = [0.0] * n
     tol = 1e-12 * max((abs(gram[i][i]) for i in range(n)), default=1.0)
     passive: list[int] = []
+    if start is not None:
+        x, passive = _warm(gram, rhs, start)
     for _ in range(max_iter):
         grad = [rhs[j] - sum(gram[j][k] * x[k] for k in range(n)) for j in range(n)]
         candidates = [j for j in range(n) if j not in passive and grad[j] > tol]
@@ -96,3 +103,17 @@ def nnls_gram(gram: Matrix, rhs: list[float], max_iter: int = 100) -> list[float
             if not passive:
                 break
     return x
+
+
+def _warm(gram: Matrix, rhs: list[float], start: list[float]) -> tuple[list[float], list[int]]:
+    """The unconstrained optimum on ``start``'s positive coefficients, with that set, when every
+    coefficient of it comes out positive (a feasible point for the active-set loop); otherwise the
+    cold start (zero, no set)."""
+    n = len(rhs)
+    passive = [j for j in range(n) if start[j] > 0]
+    if passive:
+        sub = _solve([[gram[i][j] for j in passive] for i in passive], [rhs[i] for i in passive])
+        if all(v > 0 for v in sub):
+            z = dict(zip(passive, sub, strict=True))
+            return [z.get(j, 0.0) for j in range(n)], passive
+    return [0.0] * n, []

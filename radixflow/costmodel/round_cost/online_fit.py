@@ -184,7 +184,7 @@ class OnlineFit:
             pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE) / g
             gram[i][i] += pull
             rhs[i] += pull * g * self._theta0[i]
-        self.theta = nnls_gram(gram, rhs)
+        self.theta = nnls_gram(gram, rhs, start=self.theta)  # the last answer: one solve, mostly
 
     def _prior_scale(self) -> float:
         """The one factor g that best scales the prior to the window's rounds (relative least

@@ -215,3 +215,19 @@ def test_a_token_costs_more_in_a_large_round_and_both_ends_are_priced():
         fit.observe(row, seconds(row, superlinear) * rng.uniform(0.98, 1.02))
     for tokens in (32, 256, 2048):
         assert relative_error(fit, sized_round(tokens, attention=False), superlinear) < 0.04, tokens
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_warm_start_finds_the_cold_answer(seed: int) -> None:
+    """Whatever set a previous answer suggests (the right one, a wrong one, an empty one), the
+    warm-started solve ends at the same unique optimum as the cold one."""
+    rng = random.Random(seed)
+    n = 7
+    rows = [[rng.random() for _ in range(n)] for _ in range(30)]
+    truth = [rng.choice([0.0, rng.random()]) for _ in range(n)]
+    y = [sum(r * t for r, t in zip(row, truth, strict=True)) + rng.gauss(0, 0.05) for row in rows]
+    gram = [[sum(r[i] * r[j] for r in rows) + (1e-9 if i == j else 0.0) for j in range(n)] for i in range(n)]
+    rhs = [sum(r[i] * yi for r, yi in zip(rows, y, strict=True)) for i in range(n)]
+    cold = nnls_gram(gram, rhs)
+    for start in (cold, [1.0] * n, [0.0] * n, [rng.choice([0.0, 1.0]) for _ in range(n)]):
+        assert nnls_gram(gram, rhs, start=start) == pytest.approx(cold, abs=1e-9)

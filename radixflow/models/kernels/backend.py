@@ -1,8 +1,9 @@
 """Which kernels a round's recurrent steps run: the eager torch ops or the native (C) library.
 
 A `Kernels` backend runs the one-token decode steps that are not GEMMs (the conv window step,
-the gated delta rule step, the Mamba2 recurrence step, decode attention over the paged KV pool)
-and the Gated DeltaNet prefill's conv and delta rule over a round's segments. `TorchKernels` is
+the gated delta rule step, the Mamba2 step from its projection to the D skip, decode attention
+over the paged KV pool), the small per-layer ops around them (norms, the rotary embedding, the KV
+write) and the Gated DeltaNet prefill's conv and delta rule over a round's segments. `TorchKernels` is
 the eager reference (`kernels.step`, `kernels.ssd`, one fused SDPA call over a gathered
 context, the packed conv, the chunked delta rule); `NativeKernels` runs `native/steps.c`, built
 at first use, which passes over each row's state once or twice while it is in cache, reads the

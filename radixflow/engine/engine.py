@@ -134,7 +134,7 @@ class Engine:
             request.status, request.error = RequestStatus.FAILED, str(problem)
             return
         # One int object per distinct token id: a prompt then costs 8 bytes per token, not 36.
-        request.prompt = tuple(self._token_ids.setdefault(t, t) for t in request.prompt)
+        request.prompt = tuple(map(self._token_ids.setdefault, request.prompt, request.prompt))
         # the request's own cost (tokenization, API) delays its admission; latency is still
         # measured from its arrival
         ready = request.arrival_s + self.runner.model.request_overhead_s

@@ -33,10 +33,12 @@ def paged_attention(
     kc, vc = batch.kv.k[layer], batch.kv.v[layer]
     offs = batch.offsets
     batch.kernels.kv_write(kc, vc, batch.new_slots, k, v)
+    groups = batch.decode_context if len(batch.decode) else []
+    if len(groups) == 1 and groups[0].covers(q.shape[0]):  # every row, in order: its output is ours
+        return _decode_attention(q, layer, batch, groups[0], scale)
     out = torch.empty_like(q)
-    if len(batch.decode):
-        for group in batch.decode_context:
-            group.put(out, _decode_attention(group.take(q), layer, batch, group, scale))
+    for group in groups:
+        group.put(out, _decode_attention(group.take(q), layer, batch, group, scale))
     heads, kv_heads = q.shape[1], k.shape[1]
     for i in batch.others:
         s, ctx, mask = batch.seqs[i], batch.context_slots[i], batch.masks[i]

@@ -48,6 +48,10 @@ class DecodeRows:
         """Write ``src`` (one entry per row) into the rows' entries of ``dst`` (mutates ``dst``)."""
         put(dst, self.tokens, self.span, src)
 
+    def covers(self, tokens: int) -> bool:
+        """Whether the rows are all ``tokens`` of the batch, in order (see `DecodeContext.covers`)."""
+        return self.span == slice(0, tokens)
+
     @classmethod
     def build(cls, picked: list[Picked], device: torch.device, block: int | None = None) -> DecodeRows:
         """Rows from ``(batch index, flat token index, restore slot or None, snapshot slots)``
@@ -95,6 +99,11 @@ class DecodeContext:
     def put(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """Write ``src`` (one entry per row) into the rows' entries of ``dst`` (mutates ``dst``)."""
         put(dst, self.tokens, self.span, src)
+
+    def covers(self, tokens: int) -> bool:
+        """Whether the rows are all ``tokens`` of the batch, in order (a pure decode round in one
+        group): a step's output is then the layer's own, with nothing to put back."""
+        return self.span == slice(0, tokens)
 
 
 def consecutive(values: list[int]) -> slice | None:

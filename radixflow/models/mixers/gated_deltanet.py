@@ -69,15 +69,24 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         qkv, z, b, a = self.project(x)
-        out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        for rows in batch.decode_parts:  # the gates of decode rows are formed inside the step
-            self._decode(qkv, (b, a), rows, batch, out)
-        if batch.waves:
-            beta, g = delta_gates(b, a, self.A_log, self.dt_bias)
-            for rows, tokens in batch.waves:
-                self._prefill(qkv, g, beta, batch, rows, tokens, out)
+        out = self._mix(qkv, b, a, batch)
         y = batch.kernels.gated_rms_norm(out.to(x.dtype), z, self.norm.weight, self.norm.eps)
         return self.out_proj(y.reshape(x.shape[0], self.value_dim))
+
+    def _mix(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """The heads' readout ``[T, v_heads, dv]`` (float32) of every row: the one-token rows in
+        batched steps (their gates formed inside the step), then the others wave by wave."""
+        parts, tokens = batch.decode_parts, qkv.shape[0]
+        if len(parts) == 1 and not batch.waves and parts[0].covers(tokens):
+            return self._decode(qkv, (b, a), parts[0], batch)  # every row, in order: the step's output
+        out = torch.empty(tokens, self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device)
+        for rows in parts:
+            rows.put(out, self._decode(qkv, (b, a), rows, batch))
+        if batch.waves:
+            beta, g = delta_gates(b, a, self.A_log, self.dt_bias)
+            for rows, wave in batch.waves:
+                self._prefill(qkv, g, beta, batch, rows, wave, out)
+        return out
 
     def _decode(
         self,
@@ -85,11 +94,10 @@ class GatedDeltaNet(nn.Module):
         gates: tuple[torch.Tensor, torch.Tensor],
         rows: DecodeRows,
         batch: ForwardBatch,
-        out: torch.Tensor,
-    ) -> None:
+    ) -> torch.Tensor:
         """The one-token rows of one part in one step: their states (gathered, or the pool's own
         rows for an in-place block), conv shift + delta rule, the new states to the rows'
-        snapshot slots (mutates the pool); writes the rows of ``out``."""
+        snapshot slots (mutates the pool); returns the rows' readout ``[S, v_heads, dv]``."""
         window, rec = batch.state.gather(self.layer_idx, rows)
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
@@ -102,8 +110,8 @@ class GatedDeltaNet(nn.Module):
             (rows.take(gates[0]), rows.take(gates[1]), self.A_log, self.dt_bias),
             rec.float(),
         )
-        rows.put(out, o)
         batch.state.scatter(self.layer_idx, rows, (window, rec))
+        return o
 
     def _prefill(
         self,

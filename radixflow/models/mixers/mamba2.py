@@ -131,19 +131,28 @@ class Mamba2Mixer(nn.Module):
         if self.mup_vector is not None:
             proj = proj * self.mup_vector
         z, xbc, dt = proj.split([s.inner, s.conv_dim, s.heads], dim=-1)
-        y = torch.empty(x.shape[0], s.inner, dtype=torch.float32, device=x.device)
-        offs = batch.offsets
-        for rows in batch.decode_parts:
-            self._decode(batch, rows, xbc, dt, y)
-        for rows, _ in batch.waves:  # a wave restores what the waves before it saved
-            for i in rows:
-                self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
+        y = self._mix(batch, xbc, dt)
         if s.norm != "none":  # nemotron: the gate first; falcon: as its config says
             before = s.norm == "falcon" and s.norm_before_gate
             y = batch.kernels.group_gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, before)
         else:
             y = y * F.silu(z.float())
         return self.out_proj(y.to(x.dtype))
+
+    def _mix(self, batch: ForwardBatch, xbc: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+        """The heads' output ``[T, inner]`` (float32) of every row: the one-token rows in batched
+        steps, then the others wave by wave (a wave restores what the waves before it saved)."""
+        parts, tokens = batch.decode_parts, xbc.shape[0]
+        if len(parts) == 1 and not batch.waves and parts[0].covers(tokens):
+            return self._decode(batch, parts[0], xbc, dt)  # every row, in order: the step's output
+        y = torch.empty(tokens, self.spec.inner, dtype=torch.float32, device=xbc.device)
+        for rows in parts:
+            rows.put(y, self._decode(batch, rows, xbc, dt))
+        offs = batch.offsets
+        for rows, _ in batch.waves:
+            for i in rows:
+                self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
+        return y
 
     # -- per sequence ------------------------------------------------------------------------
 
@@ -214,19 +223,19 @@ class Mamba2Mixer(nn.Module):
         return out.reshape(length, -1), window, h
 
     def _decode(
-        self, batch: ForwardBatch, rows: DecodeRows, xbc: torch.Tensor, dt: torch.Tensor, y: torch.Tensor
-    ) -> None:
+        self, batch: ForwardBatch, rows: DecodeRows, xbc: torch.Tensor, dt: torch.Tensor
+    ) -> torch.Tensor:
         """The one-token rows of one part in one step: their states (gathered, or the pool's own
         rows for an in-place block), conv shift + recurrence, the new states to the rows'
-        snapshot slots (mutates the pool); writes the rows of ``y``."""
+        snapshot slots (mutates the pool); returns the rows' output ``[S, inner]``."""
         window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
         out, h = batch.kernels.mamba2_decode(
             rows.take(xbc), rows.take(dt), window, self._step_params(), h.float()
         )
-        rows.put(y, out)
         batch.state.scatter(self.layer_idx, rows, (window, h))
+        return out
 
     def _step_params(self) -> Mamba2Step:
         s = self.spec

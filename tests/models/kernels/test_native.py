@@ -20,22 +20,12 @@ import torch.nn.functional as F
 from radixflow.models.kernels.backend import (
     TORCH_KERNELS,
     KernelsError,
-    NativeKernels,
     native_library,
     resolve_kernels,
 )
 from radixflow.models.kernels.native.build import build, find_compiler
 
 TOL = 2e-6
-
-
-@pytest.fixture(scope="module")
-def native(tmp_path_factory) -> NativeKernels:
-    if find_compiler() is None:
-        pytest.skip("no C compiler here: the fallback tests cover this machine")
-    kernels = resolve_kernels("native", "cpu", torch.float32, tmp_path_factory.getbasetemp() / "kernels")
-    assert isinstance(kernels, NativeKernels)
-    return kernels
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = TOL) -> bool:

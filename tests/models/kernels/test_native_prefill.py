@@ -14,20 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.backend import TORCH_KERNELS, NativeKernels, resolve_kernels
+from radixflow.models.kernels.backend import TORCH_KERNELS
 from radixflow.models.kernels.delta_rule import Segments, expand_key_heads
-from radixflow.models.kernels.native.build import find_compiler
 
 TOL = 2e-5
-
-
-@pytest.fixture(scope="module")
-def native(tmp_path_factory) -> NativeKernels:
-    if find_compiler() is None:
-        pytest.skip("no C compiler here: the eager prefill is what runs")
-    kernels = resolve_kernels("native", "cpu", torch.float32, tmp_path_factory.getbasetemp() / "kernels")
-    assert isinstance(kernels, NativeKernels)
-    return kernels
 
 
 def _inputs(seed: int, rows: int, key_heads: int, heads: int, dk: int, dv: int) -> list[torch.Tensor]:

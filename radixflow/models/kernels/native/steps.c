@@ -184,7 +184,8 @@ static inline void delta_reads_block(int64_t dk, int64_t dv, const float *s, con
     }
 }
 
-/* recall = S^T k and readout = S^T q, S [dk, dv] (the first pass of a delta-rule step). */
+/* recall = S^T k and readout = S^T q, S [dk, dv] (the first pass of a delta-rule step); next: a
+ * state stepped later, prefetched a row at a time during this pass, or NULL. */
 static void delta_reads(int64_t dk, int64_t dv, const float *s, const float *ki, const float *qi,
                         float *recall, float *readout, const float *next) {
     int64_t j0 = 0;
@@ -205,8 +206,7 @@ static void delta_reads(int64_t dk, int64_t dv, const float *s, const float *ki,
     }
 }
 
-/* S <- S decay + k u^T, S [dk, dv] (the second pass); next: the state stepped next, prefetched
- * a row at a time, or NULL. */
+/* S <- S decay + k u^T, S [dk, dv] (the second pass). */
 static void delta_update(int64_t dk, int64_t dv, float *s, const float *ki, const float *u,
                          float decay) {
     int64_t j0 = 0;
@@ -229,7 +229,8 @@ static void delta_update(int64_t dk, int64_t dv, float *s, const float *ki, cons
 }
 
 /* One (row, head) of the gated delta rule: s [dk, dv] updated in place, o [dv] written; scratch
- * holds 2 dv floats; next: the state the caller steps next (prefetched), or NULL. */
+ * holds 2 dv floats; next: a state the caller steps later (prefetched), or NULL. Callers pass the
+ * one two heads on: the next head starts before a one-ahead prefetch could land. */
 static void delta_head(int64_t dk, int64_t dv, const float *qi, const float *ki, const float *vi,
                        float g, float beta, float *s, float *o, float *scratch, const float *next) {
     float *recall = scratch, *readout = scratch + dv;
@@ -618,37 +619,27 @@ static void weighted_values(int64_t heads, int64_t group, int64_t dim, int64_t s
     }
 }
 
-/* One row of rf_decode_attention for dim a multiple of VL: each score a dot product in
- * registers (dotv). */
-static void attention_row_blocked(int64_t heads, int64_t group, int64_t dim, int64_t span,
-                                  int64_t width, int64_t len, const float *qr, const float *kc,
-                                  const float *vc, const int64_t *sl, float scale, float *scores,
-                                  float *sums, float *orow) {
-    for (int64_t t = 0; t < len; t++) { /* position by position: K is read as one stream */
-        const float *kr = kc + sl[t] * span;
-        if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
-        for (int64_t h = 0; h < heads; h++)
-            scores[h * width + t] = dotv(dim, qr + h * dim, kr + (h / group) * dim) * scale;
-    }
-    softmax_rows(heads, width, len, scores, sums);
-    weighted_values(heads, group, dim, span, width, len, vc, sl, scores, sums, orow);
+/* q . k over dim floats, scaled: register-wide (dotv) when dim is a multiple of VL, else in
+ * the compiler's vector reduction. */
+static inline float score(int64_t dim, const float *q, const float *k, float scale) {
+    if (dim % VL == 0) return dotv(dim, q, k) * scale;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < dim; d++) dot += q[d] * k[d];
+    return dot * scale;
 }
 
-/* One row of rf_decode_attention for any dim: position by position. */
-static void attention_row_plain(int64_t heads, int64_t group, int64_t dim, int64_t span,
-                                int64_t width, int64_t len, const float *qr, const float *kc,
-                                const float *vc, const int64_t *sl, float scale, float *scores,
-                                float *sums, float *orow) {
+/* One row of rf_decode_attention: the scores position by position (K read as one stream, the
+ * next position's prefetched), the softmax, the weighted sum of V. */
+static void attention_row(int64_t heads, int64_t group, int64_t dim, int64_t span, int64_t width,
+                          int64_t len, const float *qr, const float *kc, const float *vc,
+                          const int64_t *sl, float scale, float *scores, float *sums,
+                          float *orow) {
     for (int64_t t = 0; t < len; t++) {
         const float *kr = kc + sl[t] * span;
         if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
-        for (int64_t h = 0; h < heads; h++) {
-            const float *qe = qr + h * dim, *kh = kr + (h / group) * dim;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t d = 0; d < dim; d++) dot += qe[d] * kh[d];
-            scores[h * width + t] = dot * scale;
-        }
+        for (int64_t h = 0; h < heads; h++)
+            scores[h * width + t] = score(dim, qr + h * dim, kr + (h / group) * dim, scale);
     }
     softmax_rows(heads, width, len, scores, sums);
     weighted_values(heads, group, dim, span, width, len, vc, sl, scores, sums, orow);
@@ -670,12 +661,8 @@ int rf_decode_attention(int64_t rows, int64_t heads, int64_t kv_heads, int64_t d
     for (int64_t r = 0; r < rows; r++) {
         const float *qr = q + r * heads * dim;
         const int64_t *sl = slots + r * width;
-        if (dim % VL == 0)
-            attention_row_blocked(heads, group, dim, span, width, lengths[r], qr, kc, vc, sl,
-                                  scale, scores, sums, out + r * heads * dim);
-        else
-            attention_row_plain(heads, group, dim, span, width, lengths[r], qr, kc, vc, sl, scale,
-                                scores, sums, out + r * heads * dim);
+        attention_row(heads, group, dim, span, width, lengths[r], qr, kc, vc, sl, scale, scores,
+                      sums, out + r * heads * dim);
     }
     free(scores);
     return 0;

@@ -227,6 +227,16 @@ class ForwardBatch:
         return self.state.place(self._picked, self.input_ids.device)
 
     @cached_property
+    def whole_decode(self) -> DecodeRows | None:
+        """The one decode part when it is every row of the batch, in order (a pure decode round
+        stepped as one part): a recurrent layer's step output is then the layer's own, with
+        nothing to put back. None otherwise."""
+        parts = self.decode_parts
+        if len(parts) == 1 and parts[0].covers(len(self.input_ids)):
+            return parts[0]
+        return None
+
+    @cached_property
     def others(self) -> list[int]:
         """Batch indices of the rows that take the per-sequence (chunked) path."""
         batched = set(self.decode.seqs)

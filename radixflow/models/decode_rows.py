@@ -49,7 +49,7 @@ class DecodeRows:
         put(dst, self.tokens, self.span, src)
 
     def covers(self, tokens: int) -> bool:
-        """Whether the rows are all ``tokens`` of the batch, in order (see `DecodeContext.covers`)."""
+        """Whether the rows are all ``tokens`` of the batch, in order (`ForwardBatch.whole_decode`)."""
         return self.span == slice(0, tokens)
 
     @classmethod

@@ -116,14 +116,14 @@ class Lfm2ShortConv(nn.Module):
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         b, c, x = self.in_proj(h).chunk(3, dim=-1)
         bx = b * x
-        waves, parts = batch.waves, batch.decode_parts
+        waves = batch.waves
         if not len(batch.decode) and len(waves) == 1:
             y = self._causal_conv(bx, batch, waves[0][0])
-        elif not waves and len(parts) == 1 and parts[0].covers(bx.shape[0]):
-            y = self._decode(bx, parts[0], batch)  # every row, in order: the step's output
+        elif batch.whole_decode is not None:  # every row, in order: the step's output is ours
+            y = self._decode(bx, batch.whole_decode, batch)
         else:
             y = torch.empty_like(bx)
-            for rows in parts:
+            for rows in batch.decode_parts:
                 rows.put(y, self._decode(bx, rows, batch))
             for seqs, tokens in waves:  # a wave restores the windows the waves before it saved
                 y[tokens] = self._causal_conv(bx, batch, seqs)

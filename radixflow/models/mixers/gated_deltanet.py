@@ -76,11 +76,12 @@ class GatedDeltaNet(nn.Module):
     def _mix(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         """The heads' readout ``[T, v_heads, dv]`` (float32) of every row: the one-token rows in
         batched steps (their gates formed inside the step), then the others wave by wave."""
-        parts, tokens = batch.decode_parts, qkv.shape[0]
-        if len(parts) == 1 and not batch.waves and parts[0].covers(tokens):
-            return self._decode(qkv, (b, a), parts[0], batch)  # every row, in order: the step's output
-        out = torch.empty(tokens, self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device)
-        for rows in parts:
+        if batch.whole_decode is not None:  # every row, in order: the step's output is ours
+            return self._decode(qkv, (b, a), batch.whole_decode, batch)
+        out = torch.empty(
+            qkv.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device
+        )
+        for rows in batch.decode_parts:
             rows.put(out, self._decode(qkv, (b, a), rows, batch))
         if batch.waves:
             beta, g = delta_gates(b, a, self.A_log, self.dt_bias)

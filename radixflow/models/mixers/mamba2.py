@@ -142,11 +142,10 @@ class Mamba2Mixer(nn.Module):
     def _mix(self, batch: ForwardBatch, xbc: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
         """The heads' output ``[T, inner]`` (float32) of every row: the one-token rows in batched
         steps, then the others wave by wave (a wave restores what the waves before it saved)."""
-        parts, tokens = batch.decode_parts, xbc.shape[0]
-        if len(parts) == 1 and not batch.waves and parts[0].covers(tokens):
-            return self._decode(batch, parts[0], xbc, dt)  # every row, in order: the step's output
-        y = torch.empty(tokens, self.spec.inner, dtype=torch.float32, device=xbc.device)
-        for rows in parts:
+        if batch.whole_decode is not None:  # every row, in order: the step's output is ours
+            return self._decode(batch, batch.whole_decode, xbc, dt)
+        y = torch.empty(xbc.shape[0], self.spec.inner, dtype=torch.float32, device=xbc.device)
+        for rows in batch.decode_parts:
             rows.put(y, self._decode(batch, rows, xbc, dt))
         offs = batch.offsets
         for rows, _ in batch.waves:

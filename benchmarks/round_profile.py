@@ -4,7 +4,8 @@ round per mixer kind, split into GEMM time and everything else.
 The model is built as the engine builds it (a `TorchRunner`, so its Linear layers are routed to
 the GEMM library the runner measured at startup, and decode rounds are marked as such). Each
 round is run under a dispatch hook that records every GEMM call (``mm``, ``addmm``, ``bmm``,
-``baddbmm``, ``linear``, ``matmul``, oneDNN's linear) with its very arguments; those calls are
+``baddbmm``, ``linear``, ``matmul``, oneDNN's linear; and the native few-row product, a ctypes
+call the dispatcher never sees, by wrapping its backend) with its very arguments; those calls are
 then replayed alone, so the GEMM time is what the same GEMMs cost at the rate the library runs
 them here, and the rest of the round (its thread CPU time minus that) is everything between
 GEMMs. Rounds and replays are interleaved across repeats and medians reported, since the machine
@@ -33,7 +34,7 @@ import statistics
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
 from radixflow.models.zoo import default_cache_dir, ensure_model
+from radixflow.runners.matmul import BACKENDS
 from radixflow.runners.torch_runner import TorchRunner
 
 MODELS = {  # mixer kind -> model that has it
@@ -83,6 +85,24 @@ class GemmRecorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def native_rows_recorded(calls: list[tuple[Callable, tuple, dict]]) -> Iterator[None]:
+    """Record the native matmul backend's calls into ``calls`` too (for the block's duration it
+    is wrapped: an instance attribute over its method)."""
+    backend = BACKENDS["native"]
+    plain = backend.linear
+
+    def recorded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        calls.append((plain, (x, weight, bias), {}))
+        return plain(x, weight, bias)
+
+    backend.linear = recorded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del backend.linear
+
+
 @dataclass
 class Round:
     """One round to measure: a name, the call that runs it, and its GEMMs once recorded."""
@@ -94,7 +114,7 @@ class Round:
     gemm_times: list[float] = field(default_factory=list)
 
     def record(self) -> None:
-        with GemmRecorder() as rec:
+        with GemmRecorder() as rec, native_rows_recorded(rec.calls):
             self.run()
         self.gemms = rec.calls
 

@@ -90,7 +90,8 @@ class EngineOptions:
     matmul: str = option(
         "auto",
         "torch runner on a CPU: the matmul library per shape class: auto (measured at startup), mkl, "
-        "onednn, or class=library pairs for the classes single, decode and prefill",
+        "onednn, native (the native kernels' few-row product), or class=library pairs for the "
+        "classes single, decode and prefill",
         str,
         group="model",
         metavar="PLAN",

@@ -1,9 +1,12 @@
 """Which CPU GEMM library runs the model's ``nn.Linear`` layers, chosen by measurement.
 
 PyTorch reaches float32 GEMM on x86 CPUs two ways: MKL (``F.linear``) and oneDNN
-(``torch.ops.mkldnn._linear_pointwise`` on a weight pre-packed into oneDNN's blocked layout).
-Which is faster depends on the CPU, the thread count and the number of rows (on the machine
-this was written on, oneDNN won at a few rows, MKL at one, and they tied at prefill sizes). So
+(``torch.ops.mkldnn._linear_pointwise`` on a weight pre-packed into oneDNN's blocked layout); the
+native kernels add a third for a few rows (``rf_linear_rows``: each weight row read once, as one
+stream, where both libraries read the weights of a 1-row call at a fraction of the memory's
+speed). Which is faster depends on the CPU, the thread count and the number of rows (on the
+machine this was written on, oneDNN won at a few rows, MKL at one, and they tied at prefill
+sizes; the native rows beat both at one row). So
 the runner routes every Linear call by its shape class
 (`SHAPE_CLASSES`: decode rounds of a few rows, decode rounds of a batch, anything with a prefill
 chunk) through a `MatmulPlan`, measured once at startup on the model's own dominant weight shape.
@@ -18,23 +21,30 @@ logprobs) on MKL; a given plan (``"mkl"``, ``"onednn"`` or ``"single=mkl,decode=
 prefill=onednn"``) may put any class anywhere.
 
 A oneDNN-packed weight is a second copy of that weight, kept for the runner's lifetime; a plan
-without oneDNN packs nothing.
+without oneDNN packs nothing. The native rows read the weight where it lies.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixflow.models.kernels.backend import native_library
+from radixflow.models.kernels.native.build import find_compiler
+from radixflow.models.kernels.native.ops import linear_rows
+from radixflow.models.zoo import default_cache_dir
 from radixflow.problems import Problem
 
 
@@ -47,10 +57,13 @@ class ShapeClass:
     decode_only: bool
     max_rows: int
     probe_rows: int  # rows the startup measurement uses for this class
+    # its calls read every weight from memory (a round of a few rows is over before the next
+    # layer's weights could be in any cache): the measurement empties the caches before each call
+    cold: bool = False
 
 
 SHAPE_CLASSES = (
-    ShapeClass("single", True, 4, 1),  # decode rounds of one to four rows
+    ShapeClass("single", True, 4, 1, cold=True),  # decode rounds of one to four rows
     ShapeClass("decode", True, 64, 16),  # decode rounds of a batch of rows
     ShapeClass("prefill", False, sys.maxsize, 128),  # everything else (never measured by "auto")
 )
@@ -59,12 +72,16 @@ AUTO_MEASURED = ("single", "decode")
 # enough that one probe call stays near PROBE_FLOPS (the measurement then takes a few ms on one
 # core whatever the model size).
 PROBE_MAX_OUT, PROBE_MIN_OUT, PROBE_FLOPS = 1024, 64, 20e6
-MARGIN = 0.05  # oneDNN must be this much faster to be chosen: MKL needs no packed copy
-AGREE_RTOL = 1e-4  # probe outputs of the two libraries must agree this closely (float32 noise)
+MARGIN = 0.05  # a backend that packs a copy of the weights must be this much faster to be chosen
+AGREE_RTOL = 1e-4  # probe outputs of two backends must agree this closely (float32 noise)
+# Bytes written between cold probe calls: twice the last-level cache where sysfs gives its size
+# (32 MiB per CCD on the EPYC this was written on), else this.
+EVICT_BYTES = 64 << 20
 
 
 class LinearBackend(Protocol):
     name: str
+    packs: bool  # whether `prepare` makes a copy of the weight (kept for the runner's lifetime)
 
     def usable(self) -> bool:
         """Whether this backend computes IEEE float32 here (checked once, at plan time)."""
@@ -81,6 +98,7 @@ class LinearBackend(Protocol):
 
 class MklLinear:
     name = "mkl"
+    packs = False
 
     def usable(self) -> bool:
         return True
@@ -97,6 +115,7 @@ class OneDnnLinear:
     CPU code generation calls), hence the ``noqa: SLF001`` below."""
 
     name = "onednn"
+    packs = True
 
     def usable(self) -> bool:
         mkldnn = torch.backends.mkldnn
@@ -114,7 +133,41 @@ class OneDnnLinear:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # noqa: SLF001
 
 
-BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (MklLinear(), OneDnnLinear())}
+class NativeLinear:
+    """The native kernels' ``rf_linear_rows`` (`models.kernels.native`), built on first use like
+    the decode steps' (a machine without a C compiler has no such backend)."""
+
+    name = "native"
+    packs = False
+
+    def usable(self) -> bool:
+        return _native_lib() is not None
+
+    def prepare(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        lib = _native_lib()
+        if lib is None:  # only a given plan gets here; the runner refuses it first (`unusable`)
+            raise RuntimeError("the native kernels are not built on this machine")
+        return linear_rows(lib, x, weight, bias)
+
+
+@functools.cache
+def _native_lib() -> ctypes.CDLL | None:
+    """The native kernels' library where they build here: looked up once per process (a routed
+    call must not search PATH for a compiler), built once (`native_library`)."""
+    return native_library(default_cache_dir() / "kernels", find_compiler()).library
+
+
+BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (MklLinear(), OneDnnLinear(), NativeLinear())}
+
+
+def unusable(plan: MatmulPlan) -> list[str]:
+    """The backends ``plan`` names that cannot run here, in class order (a given plan is not
+    measured, so nothing else catches one)."""
+    names = dict.fromkeys(plan.choices)
+    return [name for name in names if not BACKENDS[name].usable()]
 
 
 @dataclass(frozen=True)
@@ -176,8 +229,9 @@ def dominant_weight(net: nn.Module) -> torch.Tensor | None:
 
 def measure_plan(weight: torch.Tensor, repeats: int = 5) -> MatmulPlan:
     """Time every usable backend on a slice of ``weight`` for each class in `AUTO_MEASURED`
-    (interleaved repeats, medians); the other classes keep MKL. MKL wins ties within `MARGIN`;
-    a backend whose probe result disagrees with MKL's is out."""
+    (interleaved repeats, medians; a cold class with the caches emptied before each call); the
+    other classes keep MKL. A backend that packs a copy must win by `MARGIN`; ties go to the
+    earlier in `BACKENDS` (MKL first); a backend whose probe result disagrees with MKL's is out."""
     probe_rows = max(c.probe_rows for c in SHAPE_CLASSES if c.name in AUTO_MEASURED)
     out_rows = int(PROBE_FLOPS / (2 * probe_rows * weight.shape[1]))
     probe = weight.detach()[: max(PROBE_MIN_OUT, min(PROBE_MAX_OUT, out_rows))].contiguous()
@@ -193,10 +247,28 @@ def measure_plan(weight: torch.Tensor, repeats: int = 5) -> MatmulPlan:
         with torch.inference_mode():
             ref = F.linear(x, probe)
             ok = [b for b in usable if _agrees(b.linear(x, prepared[b.name], None), ref)]
-            times = _interleaved({b.name: _call(b, x, prepared[b.name]) for b in ok}, repeats)
-        choices.append(min(times, key=lambda n: times[n] * (1.0 if n == "mkl" else 1.0 + MARGIN)))
+            calls = {b.name: _call(b, x, prepared[b.name]) for b in ok}
+            times = _interleaved(calls, repeats, _evictor() if cls.cold else None)
+        choices.append(min(times, key=lambda n: times[n] * (1.0 + MARGIN if BACKENDS[n].packs else 1.0)))
         timings.append((cls.name, tuple(sorted(times.items()))))
     return MatmulPlan(tuple(choices), "measured", tuple(timings))
+
+
+def _evictor() -> Callable[[], object]:
+    """A call that pushes the probe out of every cache: it writes twice the last-level cache's
+    size (`EVICT_BYTES` where sysfs does not say)."""
+    buf = torch.empty(max(2 * _last_level_cache_bytes(), 1 << 20) // 4)
+    return lambda: buf.fill_(1.0)
+
+
+def _last_level_cache_bytes() -> int:
+    """The largest cache sysfs lists for CPU 0 (Linux), else half of `EVICT_BYTES`."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text(encoding="ascii").strip()
+        if text[:-1].isdigit() and text[-1] in "KM":
+            sizes.append(int(text[:-1]) << (10 if text[-1] == "K" else 20))
+    return max(sizes, default=EVICT_BYTES // 2)
 
 
 def _call(backend: LinearBackend, x: torch.Tensor, weight: torch.Tensor) -> Callable[[], torch.Tensor]:
@@ -208,12 +280,18 @@ def _agrees(got: torch.Tensor, ref: torch.Tensor) -> bool:
     return (got - ref).abs().max().item() <= AGREE_RTOL * scale
 
 
-def _interleaved(calls: dict[str, Callable[[], torch.Tensor]], repeats: int) -> dict[str, float]:
+def _interleaved(
+    calls: dict[str, Callable[[], torch.Tensor]], repeats: int, before: Callable[[], object] | None = None
+) -> dict[str, float]:
+    """Median seconds of each call over ``repeats`` rounds that take the calls in turn; ``before``
+    (untimed) runs ahead of every timed call."""
     for call in calls.values():  # warm-up: lazy kernel setup is not the steady state
         call()
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
+            if before is not None:
+                before()
             t0 = time.perf_counter()
             call()
             samples[name].append(time.perf_counter() - t0)

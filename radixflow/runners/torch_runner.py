@@ -24,6 +24,7 @@ from radixflow.runners.matmul import (
     install,
     measure_plan,
     parse_plan,
+    unusable,
 )
 from radixflow.runners.profile_store import load_stored, store_key
 from radixflow.runners.prompt_logprobs import PromptScorer
@@ -93,6 +94,8 @@ class TorchRunner:
         given = parse_plan(matmul)
         if isinstance(given, Problem):
             raise ProblemError(given)
+        if given is not None and (missing := unusable(given)):
+            raise ProblemError(Problem("matmul", f"{', '.join(missing)} cannot run on this machine"))
         self.kernels = _kernels(kernels, device, dtype)  # before the model: a refusal costs nothing
         self.net = load_model(path, device=device, dtype=dtype)
         use_kernels(self.net, self.kernels)  # the norms; the decode steps take them from each batch

@@ -23,6 +23,7 @@ from radixflow.models.kernels.backend import (
     native_library,
     resolve_kernels,
 )
+from radixflow.models.kernels.native import ops
 from radixflow.models.kernels.native.build import build, find_compiler
 
 TOL = 2e-6
@@ -214,3 +215,30 @@ def test_the_eager_kernels_run_where_the_native_ones_cannot(tmp_path) -> None:
     with pytest.raises(KernelsError, match="unknown kernels 'fast'"):
         resolve_kernels("fast", "cpu", torch.float32, tmp_path)
     assert not os.listdir(tmp_path)  # nothing was built for them
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 4, 5])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (7, 3), (16, 8), (33, 45), (64, 96), (5, 0)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_rows_is_f_linear(native, rows, n, k, bias) -> None:
+    # k off the register width and its 4-register blocks, a row count past the few it is for,
+    # no rows, an empty dot product
+    g = torch.Generator().manual_seed(rows * 1000 + n * 10 + k)
+    x, w = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    got = ops.linear_rows(native.lib, x, w, b)
+    assert _close(got, F.linear(x, w, b), tol=1e-5)
+
+
+def test_linear_rows_reads_rows_where_they_lie_and_keeps_leading_dims(native) -> None:
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(24, 40, generator=g)
+    view = torch.randn(3, 100, generator=g)[:, 7:47]  # rows 100 floats apart
+    assert _close(ops.linear_rows(native.lib, view, w, None), F.linear(view, w), tol=1e-5)
+    x3 = torch.randn(2, 1, 40, generator=g)
+    got = ops.linear_rows(native.lib, x3, w, None)
+    assert got.shape == (2, 1, 24) and _close(got, F.linear(x3, w), tol=1e-5)
+    x = torch.randn(2, 40, generator=g)
+    x[1, 3] = float("nan")
+    out = ops.linear_rows(native.lib, x, w, None)
+    assert out[1].isnan().all() and not out[0].isnan().any()  # a NaN stays in its row

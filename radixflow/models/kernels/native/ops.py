@@ -10,6 +10,7 @@ and copied back, so the caller's tensor always holds the new state.
 from __future__ import annotations
 
 import ctypes
+import math
 
 import torch
 
@@ -414,3 +415,20 @@ def _written_back(target: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
     if work.data_ptr() != target.data_ptr():
         target.copy_(work)
     return target
+
+
+def linear_rows(
+    lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``F.linear`` in one call (float32), for a few rows: ``x [..., k]`` times ``weight [n, k]``
+    transposed, plus ``bias [n]`` -> ``[..., n]`` (rows of ``x`` read where they lie)."""
+    k, n, lead = x.shape[-1], weight.shape[0], x.shape[:-1]
+    rows = _rows(x.reshape(math.prod(lead), k))
+    weight = _dense(weight)
+    bias = None if bias is None else _dense(bias)
+    out = torch.empty(rows.shape[0], n, dtype=torch.float32)
+    if out.numel():
+        b = None if bias is None else _ptr(bias)
+        lib.rf_linear_rows(rows.shape[0], n, k, _ptr(rows), rows.stride(0), _ptr(weight), b, _ptr(out))
+    return out.view(*lead, n)
+

@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 6; }
+int rf_abi_version(void) { return 7; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -779,4 +779,37 @@ void rf_kv_write(int64_t n, int64_t span, const float *k, const float *v, const 
 #if defined(__AVX__)
     _mm_sfence(); /* the streamed rows visible before anything reads them */
 #endif
+}
+
+/* a . b over k floats in four register partial sums (then a register at a time, then one float
+ * at a time): consecutive additions do not wait on each other. */
+static inline float row_dot(int64_t k, const float *a, const float *b) {
+    vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    int64_t d = 0;
+    for (; d + 4 * VL <= k; d += 4 * VL) {
+        s0 += loadv(a + d) * loadv(b + d);
+        s1 += loadv(a + d + VL) * loadv(b + d + VL);
+        s2 += loadv(a + d + 2 * VL) * loadv(b + d + 2 * VL);
+        s3 += loadv(a + d + 3 * VL) * loadv(b + d + 3 * VL);
+    }
+    for (; d + VL <= k; d += VL) s0 += loadv(a + d) * loadv(b + d);
+    float sum = hsumv((s0 + s1) + (s2 + s3));
+    for (; d < k; d++) sum += a[d] * b[d];
+    return sum;
+}
+
+/* y [m, n] = x [m, k] (row stride x_stride) times w [n, k] transposed, plus bias [n] (or NULL):
+ * the few rows of a lone decode round. One weight row at a time, read from memory as one stream
+ * and dotted with every row of x while it is in L1: a GEMM library's blocking for many rows reads
+ * the weights at a fraction of the memory's speed when there are one to four. */
+void rf_linear_rows(int64_t m, int64_t n, int64_t k, const float *x, int64_t x_stride,
+                    const float *w, const float *bias, float *y) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *wi = w + i * k;
+        for (int64_t r = 0; r < m; r++) {
+            float v = row_dot(k, x + r * x_stride, wi);
+            if (bias != NULL) v += bias[i];
+            y[r * n + i] = v;
+        }
+    }
 }

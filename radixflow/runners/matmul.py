@@ -17,8 +17,8 @@ with MKL's beyond float noise), but in another summation order: through SmolLM2-
 that moved prompt logprobs up to 1.45e-4 from transformers' (which uses MKL; our MKL path matches
 it bit for bit there), past the 1e-4 parity bar, while decode-round logprobs stayed within 6e-5.
 So "auto" measures only the decode classes and keeps prefill rounds (which produce prompt
-logprobs) on MKL; a given plan (``"mkl"``, ``"onednn"`` or ``"single=mkl,decode=onednn,
-prefill=onednn"``) may put any class anywhere.
+logprobs) on MKL; a given plan (``"mkl"``, ``"onednn"``, ``"native"`` or
+``"single=native,decode=onednn,prefill=onednn"``) may put any class anywhere.
 
 A oneDNN-packed weight is a second copy of that weight, kept for the runner's lifetime; a plan
 without oneDNN packs nothing. The native rows read the weight where it lies.
@@ -75,8 +75,9 @@ PROBE_MAX_OUT, PROBE_MIN_OUT, PROBE_FLOPS = 1024, 64, 20e6
 MARGIN = 0.05  # a backend that packs a copy of the weights must be this much faster to be chosen
 AGREE_RTOL = 1e-4  # probe outputs of two backends must agree this closely (float32 noise)
 # Bytes written between cold probe calls: twice the last-level cache where sysfs gives its size
-# (32 MiB per CCD on the EPYC this was written on), else this.
-EVICT_BYTES = 64 << 20
+# (32 MiB per CCD on the EPYC this was written on), else this; never more than EVICT_MAX_BYTES
+# (a CPU with a stacked cache of hundreds of MiB gets a partly warm probe, not a huge buffer).
+EVICT_BYTES, EVICT_MAX_BYTES = 64 << 20, 256 << 20
 
 
 class LinearBackend(Protocol):
@@ -257,7 +258,7 @@ def measure_plan(weight: torch.Tensor, repeats: int = 5) -> MatmulPlan:
 def _evictor() -> Callable[[], object]:
     """A call that pushes the probe out of every cache: it writes twice the last-level cache's
     size (`EVICT_BYTES` where sysfs does not say)."""
-    buf = torch.empty(max(2 * _last_level_cache_bytes(), 1 << 20) // 4)
+    buf = torch.empty(min(2 * _last_level_cache_bytes(), EVICT_MAX_BYTES) // 4)
     return lambda: buf.fill_(1.0)
 
 
@@ -265,7 +266,10 @@ def _last_level_cache_bytes() -> int:
     """The largest cache sysfs lists for CPU 0 (Linux), else half of `EVICT_BYTES`."""
     sizes = []
     for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = path.read_text(encoding="ascii").strip()
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except OSError:  # unreadable here: the default
+            continue
         if text[:-1].isdigit() and text[-1] in "KM":
             sizes.append(int(text[:-1]) << (10 if text[-1] == "K" else 20))
     return max(sizes, default=EVICT_BYTES // 2)

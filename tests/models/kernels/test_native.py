@@ -242,3 +242,14 @@ def test_linear_rows_reads_rows_where_they_lie_and_keeps_leading_dims(native) ->
     x[1, 3] = float("nan")
     out = ops.linear_rows(native.lib, x, w, None)
     assert out[1].isnan().all() and not out[0].isnan().any()  # a NaN stays in its row
+
+
+def test_linear_rows_gives_each_row_what_it_gets_alone(native) -> None:
+    # a decode row's logits must not depend on the rows sharing its round (pairs share loads)
+    g = torch.Generator().manual_seed(8)
+    for k in (45, 96, 512):
+        w, b = torch.randn(19, k, generator=g), torch.randn(19, generator=g)
+        x = torch.randn(5, k, generator=g)
+        together = ops.linear_rows(native.lib, x, w, b)
+        alone = torch.cat([ops.linear_rows(native.lib, x[i : i + 1], w, b) for i in range(5)])
+        assert torch.equal(together, alone)

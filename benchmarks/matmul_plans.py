@@ -1,10 +1,11 @@
 """Prefill and decode speed of the model under each CPU GEMM plan (`radixflow.runners.matmul`).
 
 For each model: the plan "auto" measures at startup (printed with its probe timings), then the
-same weights run under ``mkl``, ``onednn`` and the measured plan: a prefill of ``--prefill``
-prompts from scratch (tok/s) and decode rounds of 8 and 32 one-token rows (ms per round), with
-the largest logit difference from the MKL plan beside each. Repeats are interleaved across plans
-and medians reported, since the machine is shared and noisy.
+same weights run under ``mkl``, ``onednn``, ``single=native`` (the native few-row product for
+decode rounds of 1-4 rows, MKL elsewhere; where the native kernels build) and the measured plan:
+a prefill of ``--prefill`` prompts from scratch (tok/s) and decode rounds of 1, 8 and 32
+one-token rows (ms per round), with the largest logit difference from the MKL plan beside each.
+Repeats are interleaved across plans and medians reported, since the machine is shared and noisy.
 
     python benchmarks/matmul_plans.py --models qwen3_5-small lfm2-small nemotron_h-small
 """
@@ -25,7 +26,14 @@ import torch
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.zoo import ensure_model
-from radixflow.runners.matmul import MatmulRouter, dominant_weight, install, measure_plan, parse_plan
+from radixflow.runners.matmul import (
+    BACKENDS,
+    MatmulRouter,
+    dominant_weight,
+    install,
+    measure_plan,
+    parse_plan,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from decode_step import setup  # the decode-round setup shared with decode_step.py
@@ -65,7 +73,8 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> di
     took = time.perf_counter() - t0
     probes = "; ".join(f"{c}: " + ", ".join(f"{n} {1e6 * t:.0f} us" for n, t in ts) for c, ts in auto.timings)
     print(f"{name}: auto plan {auto.describe()} in {1e3 * took:.1f} ms ({probes})", flush=True)
-    plans = {"mkl": parse_plan("mkl"), "onednn": parse_plan("onednn"), "auto": auto}
+    given = ["mkl", "onednn"] + (["single=native"] if BACKENDS["native"].usable() else [])
+    plans = {k: parse_plan(k) for k in given} | {"auto": auto}
     models = {k: load_model(path) for k in plans}
     routers = {k: install(models[k], plan) for k, plan in plans.items()}
     cases = {"prefill": lambda k: prefill(models[k], routers[k], lengths)}
@@ -95,7 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
     ap.add_argument("--prefill", nargs="+", type=int, default=[512] * 4, help="prompt lengths")
-    ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")

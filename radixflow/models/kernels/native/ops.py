@@ -431,4 +431,3 @@ def linear_rows(
         b = None if bias is None else _ptr(bias)
         lib.rf_linear_rows(rows.shape[0], n, k, _ptr(rows), rows.stride(0), _ptr(weight), b, _ptr(out))
     return out.view(*lead, n)
-

@@ -21,6 +21,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.generation.params import MAX_CHOICES
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.problems import ProblemError
 from radixflow.scheduler.sampling import MAX_LOGPROBS
@@ -34,6 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--chat", action="store_true", help="send each prompt as a user message through the chat template"
     )
     g.add_argument("--max-tokens", type=non_negative_int, default=32, help="tokens to generate per prompt")
+    g.add_argument(
+        "--n",
+        type=int_arg(low=1, high=MAX_CHOICES),
+        default=1,
+        help="choices per prompt (they share the prompt in the cache; with --seed each has its own stream)",
+    )
     g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
     g.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
@@ -65,6 +72,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         stop=tuple(args.stop),
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
+        n=args.n,
     )
     try:
         llm = LLM.from_options(options)
@@ -83,8 +91,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps([asdict(o) for o in outputs], indent=2))
         return 0
-    for prompt, out in zip(args.prompt, outputs, strict=True):
-        console.print(f"[bold]{escape(prompt)}[/bold]{escape(out.text)}", highlight=False)
+    for i, out in enumerate(outputs):
+        label = f"[dim]choice {out.choice}:[/dim] " if args.n > 1 else ""
+        prompt = escape(args.prompt[i // args.n])
+        console.print(f"{label}[bold]{prompt}[/bold]{escape(out.text)}", highlight=False)
         console.print(
             f"[dim]{len(out.token_ids)} tokens, finish reason {out.finish_reason}, "
             f"{out.cached_tokens} prompt tokens from the cache[/dim]",

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from radixflow.engine.engine import Engine
@@ -69,8 +70,10 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
     ) -> list[GenerationOutput]:
-        """One output per prompt, in order. A prompt is text or a list of token ids; ``params``
-        is one for all prompts or one per prompt (default: one greedy token).
+        """One output per prompt and choice, in order: each prompt's ``n`` choices
+        (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
+        text or a list of token ids; ``params`` is one for all prompts or one per prompt
+        (default: one greedy token). A prompt's choices share its prompt in the cache.
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
@@ -78,11 +81,16 @@ class LLM:
         params_list = self._params(params, len(token_prompts))
         if any(p.stop for p in params_list):
             _ = self.tokenizer  # stop strings are found in text: refused without a tokenizer
-        requests = [
-            Request(f"gen-{next(self._ids)}", tuple(p), namespace, self.engine.now, sampling=sp)
-            for p, sp in zip(token_prompts, params_list, strict=True)
-        ]
-        return self._run(requests)
+        calls = []
+        for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
+            problem = sp.problem()  # before `choices`, which needs a valid n
+            if problem is not None:
+                raise ValueError(problem.of_item(f"prompt {i}") if len(token_prompts) > 1 else str(problem))
+            for choice, choice_params in enumerate(sp.choices()):
+                rid = f"gen-{next(self._ids)}"
+                req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
+                calls.append(_Call(req, i, choice))
+        return self._run(calls, len(token_prompts))
 
     def chat(
         self,
@@ -128,33 +136,44 @@ class LLM:
         except OSError as e:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
-    def _run(self, requests: list[Request]) -> list[GenerationOutput]:
-        for i, req in enumerate(requests):  # refuse before anything runs
-            problem = self.engine.problem(req)
+    def _run(self, calls: list[_Call], prompts: int) -> list[GenerationOutput]:
+        for call in calls:  # refuse before anything runs
+            problem = self.engine.problem(call.request)
             if problem is not None:
-                raise ValueError(problem.of_item(f"prompt {i}") if len(requests) > 1 else str(problem))
+                raise ValueError(problem.of_item(f"prompt {call.prompt}") if prompts > 1 else str(problem))
         processor = OutputProcessor(self.engine)
         answers: dict[str, Done] = {}
         try:
             decoder = self.model.tokenizer or NoText()
-            refused = [e for r in requests for e in processor.submit(RequestTracker(r, decoder))]
+            refused = [
+                e for c in calls for e in processor.submit(RequestTracker(c.request, decoder, c.choice))
+            ]
             for event in itertools.chain(refused, EngineDriver(self.engine, processor).run()):
                 if isinstance(event, Done):
                     answers[event.request_id] = event
         finally:
-            for req in requests:  # an exception (or Ctrl-C) leaves no request running
-                aborted = processor.abort(req.id)
+            for call in calls:  # an exception (or Ctrl-C) leaves no request running
+                aborted = processor.abort(call.request.id)
                 if aborted is not None:
-                    answers[req.id] = aborted
+                    answers[call.request.id] = aborted
             self._flush_trace()
         outputs = []
-        for req in requests:
-            done = answers[req.id]
+        for call in calls:
+            done = answers[call.request.id]
             if done.output is None:
                 why = done.failure or Failure(FailureKind.FAILED, "no output")
-                raise GenerationError(f"request {req.id} {why.kind.value}: {why.reason}")
+                raise GenerationError(f"request {call.request.id} {why.kind.value}: {why.reason}")
             outputs.append(done.output)
         return outputs
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One engine request of a `generate` call: which prompt it answers, and which choice."""
+
+    request: Request
+    prompt: int
+    choice: int
 
 
 def _is_token_list(value: object) -> bool:

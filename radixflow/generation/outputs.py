@@ -86,7 +86,8 @@ class GenerationOutput:
     included); ``text`` is their text, special tokens left out unless asked for, cut before a stop
     string. ``logprobs`` has one entry per generated token when asked for (texts joined give
     ``text``); ``prompt_logprobs`` one per prompt token, the first None (nothing precedes it).
-    ``cached_tokens``: prompt tokens served from the prefix cache.
+    ``cached_tokens``: prompt tokens served from the prefix cache. ``choice``: which of the
+    prompt's ``n`` choices this is (`SamplingParams.n`; 0 when there is one).
     """
 
     request_id: str
@@ -98,6 +99,7 @@ class GenerationOutput:
     prompt_logprobs: PromptTokenLogprobs | None = None
     cached_tokens: int = 0
     stop_string: str | None = None  # the stop string that ended it, if one did
+    choice: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
+
+MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
+_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
 class SamplingParams(TokenSamplingParams):
     """Token-level sampling (max_tokens, temperature, top_p, top_k, seed, stop_token_ids,
     ignore_eos, logprobs, prompt_logprobs: see the scheduler's `SamplingParams`) plus what only
-    text can decide.
+    text or a door can decide.
 
     ``stop`` ends generation at the first occurrence of any of these strings in the generated
     text, which is cut just before it (as OpenAI does); ``skip_special_tokens`` leaves special
-    tokens (an end-of-sequence token, for instance) out of the text. The engine sees this object as
-    its own `SamplingParams` and ignores the text fields.
+    tokens (an end-of-sequence token, for instance) out of the text. ``n`` asks for that many
+    choices per prompt: the door (`LLM`, the server) turns the prompt into ``n`` requests
+    (`choices`), whose shared prompt the prefix cache computes once. The engine sees this object
+    as its own `SamplingParams` and ignores these fields.
     """
 
     stop: tuple[str, ...] = ()
     skip_special_tokens: bool = True
+    n: int = 1
 
     def __post_init__(self) -> None:
         # Accept what people type: a single string or a list; store a tuple (the object is frozen).
@@ -39,4 +45,29 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "stop strings must not be empty")
         if not isinstance(self.skip_special_tokens, bool):
             return Problem("skip_special_tokens", f"must be true or false, got {self.skip_special_tokens!r}")
+        n = self.n
+        if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
+            return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {n!r}")
         return None
+
+    def choices(self) -> list[SamplingParams]:
+        """The parameters of each of the ``n`` choices (each with ``n`` 1). With a ``seed``, choice
+        0 keeps it and choice ``i`` draws from `choice_seed` ``(seed, i)``, so the choices differ
+        and each is what a lone request with its seed would give; unseeded choices draw from the
+        engine's generator, one after another."""
+        return [
+            replace(self, n=1, seed=None if self.seed is None else choice_seed(self.seed, i))
+            for i in range(self.n)
+        ]
+
+
+def choice_seed(seed: int, choice: int) -> int:
+    """The seed of choice ``choice`` of a request seeded ``seed``: ``seed`` itself for choice 0,
+    else a 63-bit splitmix64 mix of the two (seeds 1 and 2 with two choices each give four
+    unrelated streams, not an overlap). Pure."""
+    if choice == 0:
+        return seed
+    z = (seed * 0xD1B54A32D192ED03 + choice * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1

@@ -16,8 +16,10 @@ from radixflow.scheduler.request import Request
 
 
 class RequestTracker:
-    def __init__(self, request: Request, tokenizer: Decoder) -> None:
-        self.request = request
+    """``choice``: which of its prompt's ``n`` choices the request is (its output says so)."""
+
+    def __init__(self, request: Request, tokenizer: Decoder, choice: int = 0) -> None:
+        self.request, self.choice = request, choice
         self._tokenizer = tokenizer
         params = request.sampling
         self._stops = StopStrings(getattr(params, "stop", ()))
@@ -107,6 +109,7 @@ class RequestTracker:
             prompt_logprobs=self._prompt_logprobs(),
             cached_tokens=req.reused,
             stop_string=self.stop_string,
+            choice=self.choice,
         )
 
     def _limit(self) -> int:

@@ -57,7 +57,7 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     k = (body.top_logprobs or 0) if body.logprobs else None  # None: no logprobs
     headers = {"X-Request-Id": envelope.id}
     if body.streamed:
-        chunks = sse_stream(submission, ChatChunks(envelope, names, k), body.include_usage)
+        chunks = sse_stream(submission, ChatChunks(envelope, names, k, params.n), body.include_usage)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
     finals = await answers(http, submission)
     if finals is None:

@@ -39,7 +39,6 @@ _TOOLS = "tool calling is not implemented"
 
 # Both generation routes: OpenAI's sampling fields the engine lacks, then vLLM's extensions.
 COMMON_REFUSED = {
-    "n": Refused("only one choice per prompt is generated (n must be 1)", (1,)),
     "presence_penalty": Refused(_PENALTIES, (0,)),
     "frequency_penalty": Refused(_PENALTIES, (0,)),
     "logit_bias": Refused("logit biases are not implemented", ({},)),
@@ -66,7 +65,6 @@ COMMON_REFUSED = {
 
 COMPLETION_REFUSED = {
     **COMMON_REFUSED,
-    "best_of": Refused("only one choice per prompt is generated (best_of must be 1)", (1,)),
     "suffix": Refused("suffixes (insertion) are not implemented", ("",)),
 }
 
@@ -109,6 +107,7 @@ class StreamOptions(StrictBody):
 
 class _Generate(StrictBody):
     model: str
+    n: int | None = None  # choices per prompt
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -141,6 +140,7 @@ class _Generate(StrictBody):
             prompt_logprobs=prompt_logprobs,
             stop=tuple(stop),
             skip_special_tokens=self.skip_special_tokens,
+            n=1 if self.n is None else self.n,
         )
         problem = params.problem()
         if problem is not None:
@@ -170,6 +170,7 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
     REFUSED: ClassVar[dict[str, Refused]] = COMPLETION_REFUSED
 
     prompt: str | list[int] | list[str] | list[list[int]]
+    best_of: int | None = None  # only equal to n: choices are not ranked
     echo: bool | None = False
     logprobs: int | None = None
     add_special_tokens: bool = True  # vLLM extension: BOS and the like around a text prompt
@@ -182,7 +183,11 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
         else:
             max_tokens = _check_max_tokens(self.max_tokens, 0, context)
         prompt_logprobs = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
-        return self.sampling(max_tokens, self.logprobs, prompt_logprobs)
+        params = self.sampling(max_tokens, self.logprobs, prompt_logprobs)
+        if self.best_of is not None and self.best_of != params.n:
+            why = f"best_of must equal n ({params.n}): choices are not ranked, so none is dropped"
+            raise ApiError(400, why, "best_of")
+        return params
 
 
 class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[misc]

@@ -150,26 +150,28 @@ class ServerState:
     def requests(
         self, prompts: list[list[int]], params: SamplingParams, namespace: str, fit: bool = False
     ) -> list[tuple[Request, RequestTracker]]:
-        """Engine requests for these prompts; ApiError 400 naming the first one that cannot run.
+        """Engine requests for these prompts, each prompt's ``params.n`` choices one after another
+        (item ``prompt * n + choice``); ApiError 400 naming the first prompt that cannot run.
         ``fit``: ``params.max_tokens`` is a default the client never sent, so each prompt's is
         capped to what fits here (`Backend.room`; at least 1, so a prompt too long for the cache
         is refused as the prompt). Safe on a tokenizer thread, where it runs: the checks cost a
         pass over every prompt token."""
-        if len(prompts) > self.config.max_pending:
+        if len(prompts) * params.n > self.config.max_pending:
+            asked = f"{len(prompts)} prompts" + (f" times n = {params.n}" if params.n > 1 else "")
             raise ApiError(
-                400,
-                f"{len(prompts)} prompts in one request; the server queues {self.config.max_pending}",
-                "prompt",
+                400, f"{asked} in one request; the server queues {self.config.max_pending}", "prompt"
             )
         items = []
         namespace = compact_namespace(namespace)
         for i, prompt in enumerate(prompts):
             sampling = self._fitted(params, len(prompt)) if fit else params
-            req = Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=sampling)
-            problem = self._problem(req)
-            if problem is not None:
-                raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
-            items.append((req, RequestTracker(req, self.tokenizer)))
+            for choice, choice_params in enumerate(sampling.choices()):
+                rid = f"{self._run_id}-{next(self._serial)}"
+                req = Request(rid, tuple(prompt), namespace, sampling=choice_params)
+                problem = self._problem(req)
+                if problem is not None:
+                    raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
+                items.append((req, RequestTracker(req, self.tokenizer, choice)))
         return items
 
     def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:

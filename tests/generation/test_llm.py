@@ -96,6 +96,27 @@ def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, wher
     assert out.text == (base.text[: base.text.find(stop)] if where == "completes" else base.text)
 
 
+def test_n_choices_share_their_prompt_and_each_equals_a_lone_request_with_its_seed(llm):
+    prompts = ["Choices share this prompt, which is long enough to fill two blocks. " * 2, PROMPTS[3]]
+    sampled = SamplingParams(max_tokens=8, temperature=1.0, seed=11, ignore_eos=True, n=3)
+    outs = llm.generate(prompts, sampled)
+    assert [o.choice for o in outs] == [0, 1, 2] * 2
+    ids = [tuple(llm.tokenizer.encode(prompts[0])), tuple(prompts[1])]
+    assert [o.prompt_token_ids for o in outs] == [ids[0]] * 3 + [ids[1]] * 3
+    # the first choice computes the fresh prompt; the others take it from the cache
+    assert outs[0].cached_tokens == 0 and all(o.cached_tokens >= 16 for o in outs[1:3])
+    assert len({o.token_ids for o in outs[:3]}) > 1  # each choice draws its own stream
+    for out, params in zip(outs, sampled.choices() * 2, strict=True):
+        (alone,) = llm.generate(prompts[0] if out.prompt_token_ids == ids[0] else prompts[1], params)
+        assert alone.token_ids == out.token_ids and alone.text == out.text
+    greedy = llm.generate(prompts[0], SamplingParams(max_tokens=6, n=2))
+    assert greedy[0].token_ids == greedy[1].token_ids  # greedy choices are the same choice
+    with pytest.raises(ValueError, match="prompt 1: n: must be an integer between 1 and 128, got 0"):
+        llm.generate(prompts, [sampled, replace(sampled, n=0)])
+    llm.engine.check_integrity()
+    assert llm.engine.requests == []
+
+
 def test_a_request_that_cannot_run_is_refused_before_anything_runs(llm):
     with pytest.raises(ValueError, match="prompt 1: token id 100000 is outside the vocabulary"):
         llm.generate(["fine", [1, 100000]], GREEDY)
@@ -172,6 +193,12 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     (printed,) = json.loads(capsys.readouterr().out)
     (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=12, ignore_eos=True))
     assert printed["token_ids"] == list(out.token_ids) and printed["text"] == out.text
+    assert main([*argv, "--n", "2", "--temperature", "1", "--seed", "4"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    sampled = SamplingParams(max_tokens=12, ignore_eos=True, temperature=1.0, seed=4, n=2)
+    offline = llm.generate(PROMPTS[2], sampled)
+    expected = [(o.choice, list(o.token_ids)) for o in offline]
+    assert [(p["choice"], p["token_ids"]) for p in printed] == expected
     assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
 

@@ -59,7 +59,12 @@ BAD_COMPLETIONS = [
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
     ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20"),
-    ("several choices", {"n": 2}, "n: only one choice per prompt is generated (n must be 1)"),
+    ("no choices", {"n": 0}, "n: must be an integer between 1 and 128, got 0"),
+    (
+        "best_of above n",
+        {"n": 2, "best_of": 3},
+        "best_of must equal n (2): choices are not ranked, so none is dropped",
+    ),
     ("penalties", {"presence_penalty": 0.5}, "presence_penalty: penalties are not implemented"),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]

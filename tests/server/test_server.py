@@ -6,6 +6,7 @@ import json
 import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -240,6 +241,43 @@ def test_seeded_sampling_is_reproducible_and_equals_the_offline_api(served, llm)
     assert len({out.text, greedy_out.text, *other_seed}) > 1  # sampling does sample
 
 
+def test_n_choices_equal_the_offline_api_and_count_each_prompt_once(served, llm):
+    client, prompts = served.client(), [PROMPTS[0], PROMPTS[2]]
+    sampled = SamplingParams(max_tokens=6, temperature=0.9, seed=5, ignore_eos=True, n=2)
+    offline = llm.generate(prompts, sampled)
+    params = {"max_tokens": 6, "temperature": 0.9, "seed": 5, "n": 2, "extra_body": {"ignore_eos": True}}
+    r = client.completions.create(model=MODEL, prompt=prompts, **params)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]  # prompt * n + choice, as OpenAI orders them
+    assert [c.text for c in r.choices] == [o.text for o in offline]
+    assert r.usage.prompt_tokens == len(offline[0].prompt_token_ids) + len(offline[2].prompt_token_ids)
+    assert r.usage.completion_tokens == 24
+    chunks = list(client.completions.create(model=MODEL, prompt=prompts, stream=True, echo=True, **params))
+    texts: dict[int, str] = {}
+    for chunk in chunks:
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+    assert texts == {i: prompts[i // 2] + o.text for i, o in enumerate(offline)}  # echo: its own prompt
+    convo = [{"role": "user", "content": PROMPTS[2]}]
+    chat_offline = llm.chat(convo, replace(sampled, max_tokens=4))
+    four = {**params, "max_tokens": 4}
+    chat = client.chat.completions.create(model=MODEL, messages=convo, **four)
+    assert [(c.index, c.message.content) for c in chat.choices] == [(o.choice, o.text) for o in chat_offline]
+    assert chat.usage.prompt_tokens == len(chat_offline[0].prompt_token_ids)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=convo, stream=True, **{**params, "max_tokens": 4}
+    )
+    roles, contents, finishes = {}, {0: "", 1: ""}, {}
+    for chunk in stream:
+        (c,) = chunk.choices
+        roles.setdefault(c.index, c.delta.role)  # each choice opens with its role
+        contents[c.index] += c.delta.content or ""
+        finishes[c.index] = c.finish_reason
+    assert roles == {0: "assistant", 1: "assistant"} and finishes == {0: "length", 1: "length"}
+    assert contents == {o.choice: o.text for o in chat_offline}
+    served.wait_idle()
+    served.on_engine(lambda e: e.check_integrity())
+
+
 def test_chat_logprob_bytes_are_each_tokens_own_even_inside_a_character(llm):
     tok = llm.tokenizer
     text = "é🙂"
@@ -429,6 +467,7 @@ FUZZ_VALID = {
     "stream": [False, True, True],
     "ignore_eos": [True],
     "stream_options": [{"include_usage": True}],
+    "n": [2],
 }
 # one of these makes a request invalid: each must be refused with a one-line 400
 FUZZ_INVALID = [
@@ -437,7 +476,8 @@ FUZZ_INVALID = [
     ("temperature", -1),
     ("top_p", 1.5),
     ("seed", -3),
-    ("n", 2),
+    ("n", 0),
+    ("best_of", 3),
     ("model", "nope"),
     ("messages", []),
     ("messages", "hi"),
@@ -548,8 +588,12 @@ def test_metrics_show_the_budget_in_use_and_evictions_by_kind(zoo):
     with running_server(ServerConfig(), options) as running:
         client = running.client()
         for i in range(24):  # distinct prompts of a few blocks each: the budget fills, then evicts
-            client.completions.create(model=MODEL, prompt=CONTEXT + f"Candidate {i}.", max_tokens=1,
-                                      extra_body={"cache_salt": f"s{i}"})
+            client.completions.create(
+                model=MODEL,
+                prompt=CONTEXT + f"Candidate {i}.",
+                max_tokens=1,
+                extra_body={"cache_salt": f"s{i}"},
+            )
         running.wait_idle()
         metrics = _metrics(running)
         used = sum(metrics[f'radixflow_cache_bytes{{kind="{k}"}}'] for k in ("kv", "checkpoint", "working"))

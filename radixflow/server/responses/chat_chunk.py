@@ -11,32 +11,33 @@ from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
 
 
 def choice(
-    delta: dict[str, Any], logprobs: dict[str, Any] | None, finish: str | None
+    index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None, finish: str | None
 ) -> dict[str, Any]:
-    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
 
 
 class ChatChunks:
-    """A streamed chat reply as a `ChunkShape`; ``k``: top logprobs per token (None: no logprobs)."""
+    """A streamed chat reply (``n`` choices) as a `ChunkShape`; ``k``: top logprobs per token
+    (None: no logprobs)."""
 
     kind = "chat.completion.chunk"
     prompts = 1
 
-    def __init__(self, envelope: Envelope, names: TokenNames, k: int | None) -> None:
-        self.envelope, self._names, self._k = envelope, names, k
+    def __init__(self, envelope: Envelope, names: TokenNames, k: int | None, n: int = 1) -> None:
+        self.envelope, self._names, self._k, self.n = envelope, names, k, n
 
     def opening(self) -> list[dict[str, Any]]:
-        return [choice({"role": "assistant", "content": ""}, None, None)]
+        return [choice(i, {"role": "assistant", "content": ""}, None, None) for i in range(self.n)]
 
     async def delta(self, event: Delta) -> dict[str, Any] | None:
         delta = event.delta
         if not (delta.text or (self._k is not None and delta.token_ids)):
             return None
-        return choice({"content": delta.text}, self._logprobs(delta.logprobs), None)
+        return choice(event.index, {"content": delta.text}, self._logprobs(delta.logprobs), None)
 
     def final(self, event: Final) -> dict[str, Any]:
         assert event.output is not None
-        return choice({}, None, event.output.finish_reason)
+        return choice(event.index, {}, None, event.output.finish_reason)
 
     def _logprobs(self, entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
         if self._k is None or not entries:

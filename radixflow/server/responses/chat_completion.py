@@ -14,14 +14,16 @@ KIND = "chat.completion"
 def chat_completion(
     envelope: Envelope, finals: list[Final], names: TokenNames, k: int | None
 ) -> dict[str, Any]:
-    """The body for a conversation's one answer; ``k``: top logprobs per token (None: no logprobs)."""
-    out = finals[0].output
-    assert out is not None
-    logprobs = chat_logprobs(out.logprobs or (), k, names) if k is not None else None
-    choice = {
-        "index": 0,
-        "message": {"role": "assistant", "content": out.text},
-        "logprobs": logprobs,
-        "finish_reason": out.finish_reason,
-    }
-    return {**envelope.body(KIND, [choice]), "usage": usage([out])}
+    """The body for a conversation's answers, one choice each (``n`` of them, one prompt);
+    ``k``: top logprobs per token (None: no logprobs)."""
+    answered = [(f.index, f.output) for f in finals if f.output is not None]
+    choices = [
+        {
+            "index": index,
+            "message": {"role": "assistant", "content": out.text},
+            "logprobs": chat_logprobs(out.logprobs or (), k, names) if k is not None else None,
+            "finish_reason": out.finish_reason,
+        }
+        for index, out in answered
+    ]
+    return {**envelope.body(KIND, choices), "usage": usage(answered, len(finals))}

@@ -32,12 +32,21 @@ class Envelope:
         }
 
 
-def usage(outputs: Sequence[GenerationOutput]) -> dict[str, Any]:
-    prompt = sum(len(o.prompt_token_ids) for o in outputs)
-    completion = sum(len(o.token_ids) for o in outputs)
+def usage(answered: Sequence[tuple[int, GenerationOutput]], n: int = 1) -> dict[str, Any]:
+    """Token counts of the answered choices, ``(index, output)`` with index ``prompt * n +
+    choice``: every choice's generated tokens, each prompt's tokens once however many of its
+    choices there are (as OpenAI counts them), and its cached tokens from the choice that took
+    the fewest from the cache (the others reuse what that one computed)."""
+    per_prompt: dict[int, GenerationOutput] = {}
+    for index, out in answered:
+        seen = per_prompt.get(index // n)
+        if seen is None or out.cached_tokens < seen.cached_tokens:
+            per_prompt[index // n] = out
+    prompt = sum(len(o.prompt_token_ids) for o in per_prompt.values())
+    completion = sum(len(o.token_ids) for _, o in answered)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in outputs)},
+        "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in per_prompt.values())},
     }

@@ -21,6 +21,7 @@ class ChunkShape(Protocol):
     envelope: Envelope
     kind: str  # the chunks' "object"
     prompts: int  # prompts answered: with several, an error names which one failed
+    n: int  # choices per prompt: event ``index`` is ``prompt * n + choice``
 
     def opening(self) -> list[dict[str, Any]]:
         """Choices sent before any token."""
@@ -37,7 +38,7 @@ class ChunkShape(Protocol):
 
 async def sse_stream(submission: Submission, shape: ChunkShape, include_usage: bool) -> AsyncIterator[str]:
     """Each event of ``submission`` as its chunk, then usage if asked for, then ``[DONE]``."""
-    outputs: list[GenerationOutput] = []
+    outputs: list[tuple[int, GenerationOutput]] = []
     try:
         for choice in shape.opening():
             yield _chunk(shape, choice)
@@ -47,12 +48,12 @@ async def sse_stream(submission: Submission, shape: ChunkShape, include_usage: b
                 if choice is not None:
                     yield _chunk(shape, choice)
             elif event.output is None:
-                yield sse(error_body(event.status, _failed(event, shape.prompts)))
+                yield sse(error_body(event.status, _failed(event, shape)))
             else:
-                outputs.append(event.output)
+                outputs.append((event.index, event.output))
                 yield _chunk(shape, shape.final(event))
         if include_usage:
-            yield sse({**shape.envelope.body(shape.kind, []), "usage": usage(outputs)})
+            yield sse({**shape.envelope.body(shape.kind, []), "usage": usage(outputs, shape.n)})
         yield sse("[DONE]")
     finally:
         submission.abort()  # the client left mid-stream (or the stream ended: then nothing is open)
@@ -62,6 +63,8 @@ def _chunk(shape: ChunkShape, choice: dict[str, Any]) -> str:
     return sse(shape.envelope.body(shape.kind, [choice]))
 
 
-def _failed(event: Final, prompts: int) -> str:
-    prefix = f"prompt {event.index}: " if prompts > 1 else ""
-    return prefix + (event.error or "request failed")
+def _failed(event: Final, shape: ChunkShape) -> str:
+    prompt, choice = divmod(event.index, shape.n)
+    names = [f"prompt {prompt}"] if shape.prompts > 1 else []
+    names += [f"choice {choice}"] if shape.n > 1 else []
+    return "".join(f"{name}: " for name in names) + (event.error or "request failed")

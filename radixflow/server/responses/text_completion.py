@@ -42,7 +42,7 @@ class TextCompletion:
         envelope: Envelope,
         offload: Offload,
     ) -> None:
-        self.envelope, self.prompts = envelope, len(prompts)
+        self.envelope, self.prompts, self.n = envelope, len(prompts), body.n or 1
         self._prompt_ids, self._tokenizer, self._offload = prompts, tokenizer, offload
         self._echo, self._k = bool(body.echo), body.logprobs
         self._names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
@@ -57,7 +57,7 @@ class TextCompletion:
 
         # an echo's logprob entries are as long as the prompts: built beside the event loop
         built = await self._offload(choices) if self._echo else choices()
-        return {**self.envelope.body(KIND, built), "usage": usage([out for _, out in answered])}
+        return {**self.envelope.body(KIND, built), "usage": usage(answered, self.n)}
 
     def opening(self) -> list[dict[str, Any]]:
         return []
@@ -103,7 +103,7 @@ class TextCompletion:
         self, index: int, lp: CompletionLogprobs, scored: PromptTokenLogprobs | None, offset: int
     ) -> tuple[str, int]:
         """The echoed prompt's text and the text offset after it; its logprobs go into ``lp``."""
-        ids = self._prompt_ids[index]
+        ids = self._prompt_ids[index // self.n]
         texts = token_texts(self._tokenizer, ids)
         text = "".join(texts)
         if self._k is None:

@@ -1,0 +1,34 @@
+"""`SamplingParams` of the generation layer: ``n`` choices per prompt and their seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.generation.params import MAX_CHOICES, SamplingParams, choice_seed
+
+
+@pytest.mark.parametrize("n", [0, -1, MAX_CHOICES + 1, 1.0, "2", True, None])
+def test_n_outside_one_to_the_limit_is_a_problem_naming_n(n):
+    problem = SamplingParams(n=n).problem()
+    assert problem is not None and problem.param == "n"
+    assert str(problem) == f"n: must be an integer between 1 and {MAX_CHOICES}, got {n!r}"
+
+
+def test_choices_keep_everything_but_n_and_the_seed():
+    params = SamplingParams(max_tokens=5, temperature=0.7, top_k=3, seed=9, stop=("x",), logprobs=2, n=4)
+    assert params.problem() is None
+    choices = params.choices()
+    assert len(choices) == 4 and all(c.n == 1 and c.problem() is None for c in choices)
+    kept = {(c.max_tokens, c.temperature, c.top_k, c.stop, c.logprobs) for c in choices}
+    assert kept == {(5, 0.7, 3, ("x",), 2)}
+    # choice 0 is the request's own seed: n = 1 gives what it always gave
+    assert [c.seed for c in choices] == [9, choice_seed(9, 1), choice_seed(9, 2), choice_seed(9, 3)]
+    assert SamplingParams(seed=9).choices() == [SamplingParams(seed=9)]
+    assert all(c.seed is None for c in SamplingParams(n=3).choices())  # unseeded stays unseeded
+
+
+def test_choice_seeds_are_distinct_and_do_not_overlap_neighbouring_seeds():
+    seeds = [choice_seed(s, i) for s in range(-3, 40) for i in range(8)]
+    assert len(set(seeds)) == len(seeds)  # seeds 1 and 2 with n = 2 draw four different streams
+    big = [choice_seed(s, 1) for s in (2**64 - 1, -(2**63), 0)]
+    assert all(0 <= s < 2**63 for s in big)  # a 64-bit seed from the server mixes into range

@@ -56,9 +56,6 @@ class ServingLoop(Protocol):
     @property
     def accepting(self) -> bool: ...
 
-    def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
-        return replace(params, max_tokens=max(1, min(params.max_tokens, self._room(prompt_len))))
-
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
         ...

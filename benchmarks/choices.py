@@ -1,0 +1,127 @@
+"""Several choices per prompt (``SamplingParams.n``) against the two ways to get them without it.
+
+One prompt of ``--context-len`` random tokens, ``--n`` sampled continuations of ``--gen-tokens``
+tokens each, through `LLM`, three ways:
+
+* ``n``: ONE call with ``SamplingParams(n=N)``: the choices are requests sharing the prompt, so the
+  cache computes it once and the choices decode side by side;
+* ``calls``: N calls one after another, each with the seed its choice has (`choice_seed`): the
+  prompt is computed by the first and found in the cache by the others, but every call decodes
+  alone;
+* ``prompts``: ONE call with N different prompts of the same length (nothing to share): what the
+  choices would cost if the prompt were computed for each.
+
+Every run draws a fresh prompt, so nothing is cached from an earlier run; modes are interleaved,
+their order rotated per repeat; reported per mode: median CPU time of this process (one torch
+thread unless ``--torch-threads``), the spread (min-max), the ratio to ``n``, and the machine's
+load average. ``same`` checks that the N calls give exactly the N choices of one ``n`` call.
+
+    python benchmarks/choices.py --json results/choices.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from radixflow.generation import LLM, GenerationOutput, SamplingParams
+
+MODES = ("n", "calls", "prompts")
+
+
+VOCAB = 500  # token ids are drawn below this (every zoo model's vocabulary is larger)
+
+
+def runs(
+    llm: LLM, params: SamplingParams, prompt_len: int, rng: random.Random
+) -> dict[str, Callable[[], object]]:
+    def fresh() -> list[int]:
+        return [rng.randrange(3, VOCAB) for _ in range(prompt_len)]
+
+    return {
+        "n": lambda: llm.generate([fresh()], params),
+        "calls": lambda: [llm.generate([p], c)[0] for p in [fresh()] for c in params.choices()],
+        "prompts": lambda: llm.generate([fresh() for _ in range(params.n)], params.choices()),
+    }
+
+
+def same_choices(llm: LLM, params: SamplingParams, prompt: list[int]) -> bool:
+    together: list[GenerationOutput] = llm.generate([prompt], params)
+    alone = [llm.generate([prompt], c)[0] for c in params.choices()]
+    return [o.token_ids for o in together] == [o.token_ids for o in alone]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen3_5-small")
+    ap.add_argument("--n", type=int, default=8, help="choices per prompt")
+    ap.add_argument("--context-len", type=int, default=512)
+    ap.add_argument("--gen-tokens", type=int, default=16)
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, a short prompt, one repeat (CI)")
+    args = ap.parse_args()
+    if args.smoke:
+        args.model, args.n, args.context_len, args.gen_tokens, args.repeat = "qwen3_5-tiny", 3, 40, 3, 1
+    llm = LLM(args.model, torch_threads=args.torch_threads, seed=0)
+    params = SamplingParams(
+        max_tokens=args.gen_tokens, temperature=args.temperature, seed=1, ignore_eos=True, n=args.n
+    )
+    rng = random.Random(0)
+    modes = runs(llm, params, args.context_len, rng)
+    modes["n"]()  # warm-up: first calls build kernels and plans
+    load_before = os.getloadavg()
+    seconds: dict[str, list[float]] = {m: [] for m in MODES}
+    for rep in range(args.repeat):
+        order = MODES[rep % len(MODES) :] + MODES[: rep % len(MODES)]
+        for mode in order:
+            t = time.process_time()
+            modes[mode]()
+            seconds[mode].append(time.process_time() - t)
+    load_after = os.getloadavg()
+    same = same_choices(llm, params, [rng.randrange(3, VOCAB) for _ in range(args.context_len)])
+    base = statistics.median(seconds["n"])
+    rows = {
+        m: {
+            "cpu_s": statistics.median(v),
+            "min_s": min(v),
+            "max_s": max(v),
+            "ratio_to_n": statistics.median(v) / base,
+            "runs": v,
+        }
+        for m, v in seconds.items()
+    }
+    print(
+        f"{args.model}: one prompt of {args.context_len} tokens, n = {args.n} choices of "
+        f"{args.gen_tokens} tokens; medians of {args.repeat}; "
+        f"load average {load_before[0]:.1f} -> {load_after[0]:.1f}"
+    )
+    print(f"{'mode':8s} {'cpu s':>7s} {'spread':>13s} {'x n':>6s}")
+    for m, r in rows.items():
+        print(f"{m:8s} {r['cpu_s']:7.2f} {r['min_s']:6.2f}-{r['max_s']:<6.2f} {r['ratio_to_n']:6.2f}")
+    print(f"the {args.n} calls give exactly the n = {args.n} choices: {same}")
+    if args.json:
+        figures = {
+            "model": args.model,
+            "n": args.n,
+            "context_len": args.context_len,
+            "gen_tokens": args.gen_tokens,
+            "repeat": args.repeat,
+            "load_before": load_before,
+            "load_after": load_after,
+            "same": same,
+            "modes": rows,
+        }
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -59,7 +59,7 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     if body.streamed:
         chunks = sse_stream(submission, ChatChunks(envelope, names, k, params.n), body.include_usage)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-    finals = await answers(http, submission)
+    finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
     return JSONResponse(chat_completion(envelope, finals, names, k), headers=headers)

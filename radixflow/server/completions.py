@@ -64,7 +64,7 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     if body.streamed:
         events = sse_stream(submission, shape, body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-    finals = await answers(http, submission)
+    finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
     return JSONResponse(await shape.body(finals), headers=headers)

@@ -261,14 +261,15 @@ async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission:
     raise ClientGone
 
 
-async def answers(http: HttpRequest, submission: Submission) -> list[Final] | None:
-    """Every prompt's `Final`, in order; None when the client left first (nobody reads an answer).
-    The first prompt without an answer is raised as the error the whole response becomes."""
+async def answers(http: HttpRequest, submission: Submission, n: int = 1) -> list[Final] | None:
+    """Every choice's `Final`, in order (``n`` per prompt); None when the client left first
+    (nobody reads an answer). The first choice without an answer is raised as the error the whole
+    response becomes."""
     try:
         finals = await unless_disconnected(http, submission.finals(), submission)
     except ClientGone:
         return None
-    error = failure(finals)
+    error = failure(finals, n)
     if error is not None:
         raise error
     return finals
@@ -279,13 +280,21 @@ async def _disconnect(http: HttpRequest) -> None:
         pass
 
 
-def failure(finals: list[Final]) -> ApiError | None:
-    """The first prompt without an answer, as the error the whole response becomes."""
+def failure(finals: list[Final], n: int = 1) -> ApiError | None:
+    """The first choice without an answer, as the error the whole response becomes."""
     bad = next((f for f in finals if f.output is None), None)
     if bad is None:
         return None
-    where = f"prompt {bad.index}: " if len(finals) > 1 else ""
-    return ApiError(bad.status, where + (bad.error or "request failed"))
+    return ApiError(bad.status, where(bad.index, len(finals) // n, n) + (bad.error or "request failed"))
+
+
+def where(index: int, prompts: int, n: int) -> str:
+    """The prefix naming item ``index`` (``prompt * n + choice``) in an error: "prompt 2: ",
+    "choice 1: ", "prompt 2: choice 1: ", or nothing when the response has one item."""
+    prompt, choice = divmod(index, n)
+    names = [f"prompt {prompt}"] if prompts > 1 else []
+    names += [f"choice {choice}"] if n > 1 else []
+    return "".join(f"{name}: " for name in names)
 
 
 def response_id(prefix: str, http: HttpRequest) -> str:

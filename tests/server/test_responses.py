@@ -6,9 +6,11 @@ import math
 
 import pytest
 
-from radixflow.generation.outputs import PromptTokenLogprobs, TokenLogprob
+from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, TokenLogprob
 from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.server.responses.envelope import usage
 from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames
+from radixflow.server.state import where
 
 PROMPT = [5, 6, 7, 8]
 TEXTS = ["The", " cat", "", " sat"]  # a token inside a character has no text of its own
@@ -67,3 +69,32 @@ def test_a_prompt_without_logprobs_echoes_tokens_and_offsets_only():
     lp = CompletionLogprobs(TokenNames(Names(), False), 2)  # type: ignore[arg-type]
     assert lp.add_prompt(PROMPT, TEXTS, None, 7) == 7 + len("".join(TEXTS))
     assert lp.body()["token_logprobs"] == [None] * 4 and lp.body()["text_offset"] == [7, 10, 14, 14]
+
+
+@pytest.mark.parametrize(
+    ("index", "prompts", "n", "prefix"),
+    [
+        (0, 1, 1, ""),
+        (2, 3, 1, "prompt 2: "),
+        (1, 1, 3, "choice 1: "),
+        (3, 2, 2, "prompt 1: choice 1: "),
+        (4, 3, 2, "prompt 2: choice 0: "),
+    ],
+)
+def test_an_error_names_the_prompt_and_choice_it_belongs_to(index, prompts, n, prefix):
+    assert where(index, prompts, n) == prefix
+
+
+def test_usage_counts_each_prompt_once_whatever_its_choices():
+    def out(prompt: int, generated: int, cached: int) -> GenerationOutput:
+        return GenerationOutput("r", (1,) * prompt, (2,) * generated, "", "length", cached_tokens=cached)
+
+    # two prompts of 10 and 4 tokens, two choices each; prompt 0's second choice took 8 from the cache
+    answered = [(0, out(10, 3, 0)), (1, out(10, 2, 8)), (2, out(4, 1, 4)), (3, out(4, 5, 4))]
+    assert usage(answered, 2) == {
+        "prompt_tokens": 14,
+        "completion_tokens": 11,
+        "total_tokens": 25,
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
+    assert usage(answered, 1)["prompt_tokens"] == 28  # n = 1: every output is a prompt of its own

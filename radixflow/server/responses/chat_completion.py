@@ -26,4 +26,4 @@ def chat_completion(
         }
         for index, out in answered
     ]
-    return {**envelope.body(KIND, choices), "usage": usage(answered, len(finals))}
+    return {**envelope.body(KIND, choices), "usage": usage(answered, len(finals))}  # one prompt

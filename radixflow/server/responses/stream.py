@@ -12,7 +12,7 @@ from radixflow.generation.outputs import GenerationOutput
 from radixflow.server.errors import error_body
 from radixflow.server.loop import Delta, Final
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.state import Submission, sse
+from radixflow.server.state import Submission, sse, where
 
 
 class ChunkShape(Protocol):
@@ -64,7 +64,4 @@ def _chunk(shape: ChunkShape, choice: dict[str, Any]) -> str:
 
 
 def _failed(event: Final, shape: ChunkShape) -> str:
-    prompt, choice = divmod(event.index, shape.n)
-    names = [f"prompt {prompt}"] if shape.prompts > 1 else []
-    names += [f"choice {choice}"] if shape.n > 1 else []
-    return "".join(f"{name}: " for name in names) + (event.error or "request failed")
+    return where(event.index, shape.prompts, shape.n) + (event.error or "request failed")

@@ -22,7 +22,7 @@ from radixflow.cli.args import (
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.generation.params import MAX_CHOICES
-from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
 from radixflow.problems import ProblemError
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 
@@ -45,11 +45,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--presence-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
+    g.add_argument("--frequency-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
+    g.add_argument(
+        "--repetition-penalty", type=parse_float, default=1.0, help="> 0; 1 is none (transformers' rule)"
+    )
+    g.add_argument(
+        "--logit-bias",
+        type=token_bias,
+        action="append",
+        default=[],
+        metavar="TOKEN=BIAS",
+        help="add BIAS (in [-100, 100]) to token id TOKEN's logit (repeatable)",
+    )
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
     g.add_argument(
         "--logprobs", type=int_arg(high=MAX_LOGPROBS), default=None, help="top alternatives per token"
     )
     g.add_argument("--json", action="store_true", help="print every output as JSON")
+
+
+def token_bias(text: str) -> tuple[int, float]:
+    """argparse type: ``TOKEN=BIAS`` as ``(token id, bias)`` (ranges are checked with the rest)."""
+    token, sep, bias = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"must be TOKEN=BIAS, got {text!r}")
+    return parse_int(token), parse_float(bias)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -73,6 +94,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
         n=args.n,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        repetition_penalty=args.repetition_penalty,
+        logit_bias=tuple(args.logit_bias),
     )
     try:
         llm = LLM.from_options(options)

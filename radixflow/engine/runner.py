@@ -95,11 +95,13 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     problem = request.sampling.problem()
     if problem is not None:
         return problem
-    bad = next((t for t in request.sampling.stop_token_ids if not 0 <= t < model.vocab_size), None)
-    if bad is not None:
-        return Problem(
-            "stop_token_ids", f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})"
-        )
+    for param, ids in (
+        ("stop_token_ids", request.sampling.stop_token_ids),
+        ("logit_bias", [t for t, _ in request.sampling.logit_bias]),
+    ):
+        bad = next((t for t in ids if not 0 <= t < model.vocab_size), None)
+        if bad is not None:
+            return Problem(param, f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})")
     if len(request.prompt) + request.sampling.max_tokens > model.max_context:
         return Problem(
             "max_tokens",

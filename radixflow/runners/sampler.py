@@ -12,8 +12,10 @@ what else shares the round or on how many rounds ran before. Unseeded requests d
 sampler's own generator, in round order.
 
 ``Sample.logprob`` and ``Sample.top`` always describe the model's own distribution: the raw
-``log_softmax`` of the logits, before temperature, top-k or top-p (as vLLM reports by default),
-so a sampled token's logprob does not depend on how it was sampled.
+``log_softmax`` of the logits, before logit bias, penalties, temperature, top-k or top-p (as vLLM
+reports by default), so a sampled token's logprob does not depend on how it was sampled. The
+token itself, greedy or drawn, is picked from the logits after a row's bias and penalties
+(`adjusted`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class SampleRow:
 
     params: SamplingParams
     position: int  # sequence position the sampled token will occupy
+    tokens: tuple[int, ...] = ()  # the sequence so far: the prompt, then what was generated
+    prompt_len: int = 0  # tokens[:prompt_len] are the prompt
 
 
 def row_seed(seed: int, position: int) -> int:
@@ -43,6 +47,38 @@ def row_seed(seed: int, position: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return (z ^ (z >> 31)) >> 1
+
+
+def adjusted(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, in the
+    order and by the rules `SamplingParams` gives: a copy when a row has any, else ``logits``."""
+    marked = [i for i, r in enumerate(rows) if r.params.adjusts_logits]
+    if not marked:
+        return logits
+    out = logits.clone()
+    for i in marked:
+        _adjust(out[i], rows[i])
+    # an extreme penalty (1e-130) sends logits past float32's range: kept at its ends, as +inf
+    # would leave the draw's ``logit - max`` undefined
+    limit = torch.finfo(out.dtype)
+    out[marked] = out[marked].clamp(limit.min, limit.max)
+    return out
+
+
+def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
+    """One row's logits, adjusted in place."""
+    p, device = sample.params, row.device
+    if p.logit_bias:
+        ids = torch.tensor([t for t, _ in p.logit_bias], dtype=torch.long, device=device)
+        row.index_add_(0, ids, torch.tensor([b for _, b in p.logit_bias], dtype=row.dtype, device=device))
+    if p.repetition_penalty != 1 and sample.tokens:
+        seen = torch.tensor(sorted(set(sample.tokens)), dtype=torch.long, device=device)
+        vals = row[seen]
+        row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+    generated = sample.tokens[sample.prompt_len :]
+    if (p.frequency_penalty or p.presence_penalty) and generated:
+        ids, counts = torch.tensor(generated, dtype=torch.long, device=device).unique(return_counts=True)
+        row[ids] -= p.frequency_penalty * counts.to(row.dtype) + p.presence_penalty
 
 
 def top_count(params: SamplingParams) -> int:
@@ -61,13 +97,14 @@ class Sampler:
         if not rows:
             return []
         logits = logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1)
+        logprobs = torch.log_softmax(logits, dim=-1)  # the model's own: reported
         k = min(max(top_count(r.params) for r in rows), logits.shape[-1])
         top_vals, top_ids = logprobs.topk(k, dim=-1)
-        tokens = logits.argmax(dim=-1)
+        pick_from = adjusted(logits, rows)
+        tokens = pick_from.argmax(dim=-1)
         random = [i for i, r in enumerate(rows) if not r.params.greedy]
         if random:
-            picked = self._draw(logits[random], [rows[i] for i in random])
+            picked = self._draw(pick_from[random], [rows[i] for i in random])
             tokens[random] = picked
         chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
         ids, vals, toks = top_ids.tolist(), top_vals.tolist(), tokens.tolist()

@@ -179,7 +179,8 @@ class TorchRunner:
             hidden = self.net(fb)
             self.scorer.record(fb.new_slots, hidden)
             logits = self._logits(fb, hidden, [c.sample for c in batch.chunks])
-        samples = self.sampler.sample(logits, [SampleRow(c.sampling, c.end) for c in sampled])
+        rows = [SampleRow(c.sampling, c.end, c.tokens, c.prompt_len) for c in sampled]
+        samples = self.sampler.sample(logits, rows)
         prompt_logprobs = self.scorer.score(batch.chunks)
         elapsed, wall = self.clock.read() - c0, time.perf_counter() - t0
         if features is not None:  # the predictor learns the engine's clock: the scheduler weighs rounds in it

@@ -85,6 +85,7 @@ class ChunkWriter:
             sample=end == len(seq) and req.sampling.max_tokens > 0,
             sampling=req.sampling,
             prompt_logprobs_from=_prompt_logprobs_from(req, start),
+            prompt_len=len(req.prompt),
         )
 
     def release(self, req: Request, running: bool) -> None:

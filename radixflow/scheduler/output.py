@@ -36,6 +36,7 @@ class ScheduledChunk:
     # report the logprobs of prompt positions [prompt_logprobs_from, end) (None: none); on a
     # request's first chunk this starts at 1 and covers positions served from the cache too
     prompt_logprobs_from: int | None = None
+    prompt_len: int = 0  # tokens[:prompt_len] are the prompt, the rest were generated
 
     @property
     def length(self) -> int:

@@ -11,6 +11,8 @@ from typing import overload
 from radixflow.problems import Problem
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
+PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
+MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's does
 
 
 class FinishReason(Enum):
@@ -26,6 +28,13 @@ class SamplingParams:
     to the ``top_k`` most likely tokens (0: no cut) and to the smallest set whose probability
     reaches ``top_p``. With a ``seed`` the tokens depend only on the seed, the model and the
     sequence so far, never on what else shares the round.
+
+    Before a token is picked (greedy too) its logits are adjusted, in vLLM's order: ``logit_bias``
+    ``(token, bias)`` pairs are added; ``repetition_penalty`` divides the positive logits of every
+    token in the prompt or the output so far and multiplies the negative ones (transformers'
+    rule); ``frequency_penalty`` times a token's count in the output so far and
+    ``presence_penalty`` once if it is there are subtracted. Reported logprobs are the model's own,
+    before any of this.
     """
 
     max_tokens: int = 1
@@ -37,10 +46,16 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # alternatives reported per generated token (None: only its own)
     prompt_logprobs: int | None = None  # None: none; k: each prompt token's logprob and top k
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
         k_range = f"must be an integer between 0 and {MAX_LOGPROBS}"
+        penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
+        repetition = _is_real(self.repetition_penalty) and self.repetition_penalty > 0
         checks = [
             (_is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens", "must be an integer >= 0"),
             (_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a number >= 0"),
@@ -51,19 +66,45 @@ class SamplingParams:
             (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),
             (all(_is_int(t) for t in self.stop_token_ids), "stop_token_ids", "must be integers"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),
+            (_within(self.presence_penalty, PENALTY_RANGE), "presence_penalty", penalty),
+            (_within(self.frequency_penalty, PENALTY_RANGE), "frequency_penalty", penalty),
+            (repetition, "repetition_penalty", "must be a number > 0"),
         ]
         for ok, param, message in checks:
             if not ok:
                 return Problem(param, f"{message}, got {getattr(self, param)!r}")
-        return None
+        return _bias_problem(self.logit_bias)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether a logit bias or a penalty changes the logits a token is picked from."""
+        penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
+        return bool(self.logit_bias) or penalties != (0, 0, 1)
+
 
 def _in_range(k: int | None) -> bool:
     return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+
+
+def _within(x: object, bound: float) -> bool:
+    return _is_real(x) and -bound <= x <= bound  # type: ignore[operator]
+
+
+def _bias_problem(pairs: object) -> Problem | None:
+    """Why ``logit_bias`` is not (token id, bias) pairs with each bias in range (None: it is)."""
+    if not isinstance(pairs, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+        return Problem("logit_bias", f"must map token ids to biases, got {pairs!r}")
+    for token, bias in pairs:
+        if not _is_int(token):
+            return Problem("logit_bias", f"keys must be token ids, got {token!r}")
+        if not _within(bias, MAX_LOGIT_BIAS):
+            limit = f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
+            return Problem("logit_bias", f"token {token}'s bias must be a number in {limit}, got {bias!r}")
+    return None
 
 
 def _is_int(x: object) -> bool:

@@ -33,17 +33,12 @@ IGNORED = {
     "parallel_tool_calls": "only matters with tools, which are refused",
 }
 
-_PENALTIES = "penalties are not implemented"
 _STRUCTURED = "structured output is not implemented"
 _TOOLS = "tool calling is not implemented"
 
 # Both generation routes: OpenAI's sampling fields the engine lacks, then vLLM's extensions.
 COMMON_REFUSED = {
-    "presence_penalty": Refused(_PENALTIES, (0,)),
-    "frequency_penalty": Refused(_PENALTIES, (0,)),
-    "logit_bias": Refused("logit biases are not implemented", ({},)),
     "response_format": Refused(f'{_STRUCTURED} (only {{"type": "text"}})', ({"type": "text"},)),
-    "repetition_penalty": Refused(_PENALTIES, (1,)),
     "min_tokens": Refused("a minimum length is not implemented", (0,)),
     "min_p": Refused("min-p sampling is not implemented", (0,)),
     "use_beam_search": Refused("beam search is not implemented", (False,)),
@@ -108,6 +103,10 @@ class StreamOptions(StrictBody):
 class _Generate(StrictBody):
     model: str
     n: int | None = None  # choices per prompt
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None  # vLLM extension
+    logit_bias: dict[str, float] | None = None  # token id (as a string, JSON keys are) -> bias
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -141,6 +140,10 @@ class _Generate(StrictBody):
             stop=tuple(stop),
             skip_special_tokens=self.skip_special_tokens,
             n=1 if self.n is None else self.n,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            logit_bias=_token_biases(self.logit_bias or {}),
         )
         problem = params.problem()
         if problem is not None:
@@ -230,6 +233,18 @@ class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  #
 class DetokenizeRequest(StrictBody):
     model: str | None = None
     tokens: list[int]
+
+
+def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``logit_bias`` (token ids as JSON keys) as (token, bias) pairs; ApiError 400 for
+    a key that is not a token id."""
+    pairs = []
+    for key, value in bias.items():
+        try:
+            pairs.append((int(key), value))
+        except ValueError:
+            raise ApiError(400, f"logit_bias: keys must be token ids, got {key!r}", "logit_bias") from None
+    return tuple(pairs)
 
 
 def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> int:

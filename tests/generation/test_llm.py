@@ -199,6 +199,16 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     offline = llm.generate(PROMPTS[2], sampled)
     expected = [(o.choice, list(o.token_ids)) for o in offline]
     assert [(p["choice"], p["token_ids"]) for p in printed] == expected
+    flags = ["--logit-bias", "7=4.5", "--repetition-penalty", "1.4", "--presence-penalty", "0.5"]
+    assert main([*argv, *flags]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    adjusted = SamplingParams(
+        max_tokens=12, ignore_eos=True, logit_bias={7: 4.5}, repetition_penalty=1.4, presence_penalty=0.5
+    )
+    (out,) = llm.generate(PROMPTS[2], adjusted)
+    assert printed["token_ids"] == list(out.token_ids)
+    assert main(["generate", MODEL, "--prompt", "x", "--logit-bias", "7"]) == 2
+    assert "--logit-bias: must be TOKEN=BIAS, got '7'" in capsys.readouterr().err
     assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
 

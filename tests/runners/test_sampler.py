@@ -10,7 +10,7 @@ import torch
 from engine_utils import new_engine
 from model_utils import one_thread, zoo_model  # noqa: F401  (one_thread is a fixture)
 
-from radixflow.runners.sampler import MIN_TOP, Sampler, SampleRow, row_seed
+from radixflow.runners.sampler import MIN_TOP, Sampler, SampleRow, adjusted, row_seed
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.sampling import SamplingParams
@@ -148,3 +148,66 @@ def test_top_k_1_through_the_engine_is_greedy(runner):
     greedy_out = generate(runner, [Request("g", mine, sampling=greedy)])["g"]
     hot = replace(greedy, temperature=1.5, top_k=1)
     assert generate(runner, [Request("k", mine, sampling=hot)])["k"] == greedy_out
+
+
+def reference_adjusted(
+    row: list[float], params: SamplingParams, tokens: list[int], prompt_len: int
+) -> list[float]:
+    """The adjustments written out one logit at a time: bias, repetition, frequency, presence."""
+    out = list(row)
+    for token, bias in params.logit_bias:
+        out[token] += bias
+    for token in set(tokens):
+        r = params.repetition_penalty
+        out[token] = out[token] / r if out[token] > 0 else out[token] * r
+    generated = tokens[prompt_len:]
+    for token in set(generated):
+        out[token] -= params.frequency_penalty * generated.count(token) + params.presence_penalty
+    return out
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(logit_bias=((3, 5.0), (7, -100.0))),
+        SamplingParams(repetition_penalty=1.7),
+        SamplingParams(repetition_penalty=0.6),
+        SamplingParams(frequency_penalty=0.5),
+        SamplingParams(presence_penalty=-1.25),
+        SamplingParams(
+            frequency_penalty=2.0, presence_penalty=2.0, repetition_penalty=1.2, logit_bias=((9, 1.5),)
+        ),
+    ],
+)
+def test_bias_and_penalties_are_applied_as_written(params):
+    logits = logits_batch(2, seed=4)
+    tokens = (1, 2, 2, 9, 3, 9, 9, 40)  # a prompt of 4, then 4 generated (9 twice among them)
+    rows = [SampleRow(params, 8, tokens, 4), SampleRow(SamplingParams(), 8, tokens, 4)]
+    out = adjusted(logits, rows)
+    expected = reference_adjusted(logits[0].tolist(), params, list(tokens), 4)
+    assert out[0].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert torch.equal(out[1], logits[1])  # a row without adjustments is left alone
+    plain = logits[1:]
+    assert adjusted(plain, rows[1:]) is plain  # no row adjusts: no copy
+
+
+def test_a_bias_picks_the_token_while_the_reported_logprobs_stay_the_models():
+    logits = logits_batch(1, seed=2)
+    worst = int(logits[0].argmin())
+    (sample,) = Sampler().sample(logits, [SampleRow(SamplingParams(logit_bias=((worst, 100.0),)), 5)])
+    raw = torch.log_softmax(logits[0], dim=-1)
+    assert sample.token == worst and sample.logprob == pytest.approx(float(raw[worst]))
+    assert sample.top[0][0] == int(raw.argmax())  # the model's own best, not the biased one
+    banned = int(logits[0].argmax())
+    (other,) = Sampler().sample(logits, [SampleRow(SamplingParams(logit_bias=((banned, -100.0),)), 5)])
+    assert other.token != banned
+
+
+@pytest.mark.parametrize("penalty", [1.6e-130, 1e-30, 1e30, 1e300])
+@pytest.mark.parametrize("params", [SamplingParams(), HOT, replace(HOT, top_p=0.5), replace(HOT, top_k=3)])
+def test_an_extreme_penalty_still_picks_a_token(penalty, params):
+    # every token seen, logits of both signs: the penalty sends some past float32's range
+    logits = logits_batch(2, seed=6)
+    rows = [SampleRow(replace(params, repetition_penalty=penalty, seed=1), 60, tuple(range(VOCAB)), 10)] * 2
+    samples = Sampler().sample(logits, rows)
+    assert all(0 <= s.token < VOCAB and math.isfinite(s.logprob) for s in samples)

@@ -9,6 +9,7 @@ runs each prompt alone with its own plain DynamicCache (no prefix caching on its
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 import torch
@@ -123,6 +124,22 @@ def test_every_output_logprob_matches_transformers(pair):
         worst = max(worst, *diffs)
     assert worst <= TOL
     print(f"{pair.name}: output logprobs max |Δ| vs transformers {worst:.2e}")
+
+
+def test_repetition_penalty_equals_transformers_generate(pair):
+    """Greedy under a repetition penalty: our tokens are transformers' own (its rule over the
+    prompt and the output so far), two prompts on a shared prefix decoding side by side."""
+    g = torch.Generator().manual_seed(11)
+    vocab = pair.runner.model.vocab_size
+    prefix = random_tokens(vocab, 20, g)
+    penalized = replace(GREEDY, max_tokens=16, repetition_penalty=1.3)
+    reqs = [Request(f"r{n}", prefix + random_tokens(vocab, n, g), sampling=penalized) for n in (3, 9)]
+    drive(new_engine(pair.runner, CFG, policy="adaptive"), reqs)
+    for req in reqs:
+        with torch.no_grad():
+            kw = {"max_new_tokens": 16, "do_sample": False, "eos_token_id": None, "pad_token_id": 0}
+            out = pair.ref.generate(torch.tensor([req.prompt]), repetition_penalty=1.3, **kw)
+        assert req.output == out[0, len(req.prompt) :].tolist(), req.id
 
 
 @needs_smollm2

@@ -65,7 +65,23 @@ BAD_COMPLETIONS = [
         {"n": 2, "best_of": 3},
         "best_of must equal n (2): choices are not ranked, so none is dropped",
     ),
-    ("penalties", {"presence_penalty": 0.5}, "presence_penalty: penalties are not implemented"),
+    (
+        "penalty out of range",
+        {"presence_penalty": 2.5},
+        "presence_penalty: must be a number in [-2, 2], got 2.5",
+    ),
+    ("logit_bias key", {"logit_bias": {"the": 1}}, "logit_bias: keys must be token ids, got 'the'"),
+    (
+        "logit_bias value",
+        {"logit_bias": {"7": -101}},
+        "logit_bias: token 7's bias must be a number in [-100, 100], got -101.0",
+    ),
+    (
+        "logit_bias token",
+        {"logit_bias": {"512": 1}},
+        "logit_bias: token id 512 is outside the vocabulary (0..511)",
+    ),
+    ("min_p", {"min_p": 0.1}, "min_p: min-p sampling is not implemented"),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]
 

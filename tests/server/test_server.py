@@ -278,6 +278,24 @@ def test_n_choices_equal_the_offline_api_and_count_each_prompt_once(served, llm)
     served.on_engine(lambda e: e.check_integrity())
 
 
+def test_logit_bias_and_penalties_equal_the_offline_api(served, llm):
+    (plain,) = llm.generate(PROMPTS[2], greedy(8))
+    banned = plain.token_ids[0]
+    asked = {
+        "logit_bias": {str(banned): -100, "7": 3.5},
+        "presence_penalty": 0.8,
+        "frequency_penalty": 0.4,
+        "repetition_penalty": 1.3,
+    }
+    r = served.client().completions.create(
+        model=MODEL, prompt=PROMPTS[2], max_tokens=8, temperature=0, extra_body={"ignore_eos": True, **asked}
+    )
+    params = {**asked, "logit_bias": {banned: -100, 7: 3.5}}
+    (offline,) = llm.generate(PROMPTS[2], greedy(8, **params))
+    assert r.choices[0].text == offline.text and banned not in offline.token_ids
+    assert offline.token_ids != plain.token_ids
+
+
 def test_chat_logprob_bytes_are_each_tokens_own_even_inside_a_character(llm):
     tok = llm.tokenizer
     text = "é🙂"
@@ -468,6 +486,9 @@ FUZZ_VALID = {
     "ignore_eos": [True],
     "stream_options": [{"include_usage": True}],
     "n": [2],
+    "presence_penalty": [0.5, -1],
+    "frequency_penalty": [1.0],
+    "logit_bias": [{"7": 5}],
 }
 # one of these makes a request invalid: each must be refused with a one-line 400
 FUZZ_INVALID = [
@@ -478,6 +499,8 @@ FUZZ_INVALID = [
     ("seed", -3),
     ("n", 0),
     ("best_of", 3),
+    ("presence_penalty", 3),
+    ("logit_bias", {"x": 1}),
     ("model", "nope"),
     ("messages", []),
     ("messages", "hi"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem
@@ -31,17 +30,11 @@ class SamplingParams(TokenSamplingParams):
     n: int = 1
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Accept what people type: a single string or a list; store a tuple (the object is frozen).
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        # a mapping of token id to bias, as OpenAI's ``logit_bias`` is, or (token, bias) pairs
-        bias = self.logit_bias
-        if isinstance(bias, Mapping):
-            object.__setattr__(self, "logit_bias", tuple(bias.items()))
-        elif isinstance(bias, list | tuple):
-            pairs = tuple(tuple(p) if isinstance(p, list) else p for p in bias)
-            object.__setattr__(self, "logit_bias", pairs)
 
     def problem(self) -> Problem | None:
         base = super().problem()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import overload
@@ -50,6 +50,18 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        # Accept what people write: a mapping of token id to bias (OpenAI's ``logit_bias``) or
+        # lists; store tuples (the object is frozen and hashable). Bad values stay for `problem`.
+        bias = self.logit_bias
+        if isinstance(bias, Mapping):
+            object.__setattr__(self, "logit_bias", tuple(bias.items()))
+        elif isinstance(bias, list | tuple):
+            pairs = tuple(tuple(p) if isinstance(p, list) else p for p in bias)
+            object.__setattr__(self, "logit_bias", pairs)
+        if isinstance(self.stop_token_ids, list):
+            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""

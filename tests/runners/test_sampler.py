@@ -211,3 +211,12 @@ def test_an_extreme_penalty_still_picks_a_token(penalty, params):
     rows = [SampleRow(replace(params, repetition_penalty=penalty, seed=1), 60, tuple(range(VOCAB)), 10)] * 2
     samples = Sampler().sample(logits, rows)
     assert all(0 <= s.token < VOCAB and math.isfinite(s.logprob) for s in samples)
+
+
+def test_biases_given_as_a_mapping_are_kept_as_pairs_and_checked():
+    params = SamplingParams(logit_bias={3: 1.5, 9: -100})
+    assert params.logit_bias == ((3, 1.5), (9, -100)) and params.problem() is None and hash(params)
+    assert str(SamplingParams(logit_bias={3: 101}).problem()) == (
+        "logit_bias: token 3's bias must be a number in [-100, 100], got 101"
+    )
+    assert str(SamplingParams(logit_bias={"3": 1}).problem()) == "logit_bias: keys must be token ids, got '3'"

@@ -68,10 +68,12 @@ SHAPE_CLASSES = (
     ShapeClass("prefill", False, sys.maxsize, 128),  # everything else (never measured by "auto")
 )
 AUTO_MEASURED = ("single", "decode")
-# The probe weight is a slice of the dominant shape: at most this many output rows, and few
-# enough that one probe call stays near PROBE_FLOPS (the measurement then takes a few ms on one
-# core whatever the model size).
-PROBE_MAX_OUT, PROBE_MIN_OUT, PROBE_FLOPS = 1024, 64, 20e6
+# The probe weight is the dominant shape, or a slice of it for a large model: at most this many
+# output rows, and few enough that one probe call stays near PROBE_FLOPS (a whole measurement
+# takes 0.1-0.2 s on one core whatever the model size). The whole weight of a small model, not a
+# slice: on 1024-row slices oneDNN's lead at 16 rows was 4-30% and fell under MARGIN in 2 of 24
+# runner starts here (decode then ran on MKL, 40% slower); on whole weights it was 28-50%.
+PROBE_MAX_OUT, PROBE_MIN_OUT, PROBE_FLOPS = 4096, 64, 80e6
 MARGIN = 0.05  # a backend that packs a copy of the weights must be this much faster to be chosen
 AGREE_RTOL = 1e-4  # probe outputs of two backends must agree this closely (float32 noise)
 # Bytes written between cold probe calls: twice the last-level cache where sysfs gives its size
@@ -228,10 +230,11 @@ def dominant_weight(net: nn.Module) -> torch.Tensor | None:
     return example[max(total, key=lambda s: total[s])]
 
 
-def measure_plan(weight: torch.Tensor, repeats: int = 5) -> MatmulPlan:
-    """Time every usable backend on a slice of ``weight`` for each class in `AUTO_MEASURED`
-    (interleaved repeats, medians; a cold class with the caches emptied before each call); the
-    other classes keep MKL. A backend that packs a copy must win by `MARGIN`; ties go to the
+def measure_plan(weight: torch.Tensor, repeats: int = 9) -> MatmulPlan:
+    """Time every usable backend on ``weight`` (a slice, past `PROBE_FLOPS`) for each class in
+    `AUTO_MEASURED`: interleaved repeats, medians of the calls' thread CPU time (a call preempted
+    on a shared machine does not decide), a cold class with the caches emptied before each call.
+    The other classes keep MKL. A backend that packs a copy must win by `MARGIN`; ties go to the
     earlier in `BACKENDS` (MKL first); a backend whose probe result disagrees with MKL's is out."""
     probe_rows = max(c.probe_rows for c in SHAPE_CLASSES if c.name in AUTO_MEASURED)
     out_rows = int(PROBE_FLOPS / (2 * probe_rows * weight.shape[1]))
@@ -296,9 +299,9 @@ def _interleaved(
         for name, call in calls.items():
             if before is not None:
                 before()
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             call()
-            samples[name].append(time.perf_counter() - t0)
+            samples[name].append(time.thread_time() - t0)
     return {name: statistics.median(ts) for name, ts in samples.items()}
 
 

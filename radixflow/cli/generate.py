@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
     g.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
+    g.add_argument(
+        "--min-p", type=parse_float, default=0.0, help="in [0, 1]: drop tokens under min-p times the best's"
+    )
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--presence-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
     g.add_argument("--frequency-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
+        min_p=args.min_p,
         seed=args.seed,  # given: each prompt draws from its own seeded stream
         stop=tuple(args.stop),
         ignore_eos=args.ignore_eos,

@@ -25,6 +25,7 @@ about 1e-7 of a boundary; a row without one draws the same token when ``u`` land
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -58,10 +59,16 @@ def _no_cut(p: SamplingParams) -> bool:
 
 
 def _scale(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
-    """``(logits - max) / temperature``: every row's best token at 0, the rest at or below it."""
+    """``(logits - max) / temperature``: every row's best token at 0, the rest at or below it;
+    with ``min_p``, -inf (no probability) below ``log(min_p)``, where a token's probability is
+    under ``min_p`` times the best one's."""
     temps = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=logits.device)
     shifted = logits - logits.max(dim=-1, keepdim=True).values
-    return shifted / temps.clamp(min=_TINY)[:, None]
+    scaled = shifted / temps.clamp(min=_TINY)[:, None]
+    floors = [(i, math.log(p.min_p)) for i, p in enumerate(params) if p.min_p > 0]
+    for i, floor in floors:
+        scaled[i].masked_fill_(scaled[i] < floor, -torch.inf)
+    return scaled
 
 
 def ranked(scaled: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,9 +24,10 @@ class FinishReason(Enum):
 class SamplingParams:
     """How to pick each generated token. The default is one greedy token.
 
-    ``temperature`` 0 is greedy; otherwise the distribution is scaled by ``1/temperature`` and cut
-    to the ``top_k`` most likely tokens (0: no cut) and to the smallest set whose probability
-    reaches ``top_p``. With a ``seed`` the tokens depend only on the seed, the model and the
+    ``temperature`` 0 is greedy; otherwise the distribution is scaled by ``1/temperature``, tokens
+    less likely than ``min_p`` times the most likely one are dropped (vLLM's min-p; 0: none), and
+    what is left is cut to the ``top_k`` most likely tokens (0: no cut) and to the smallest set
+    whose probability reaches ``top_p``. With a ``seed`` the tokens depend only on the seed, the model and the
     sequence so far, never on what else shares the round.
 
     Before a token is picked (greedy too) its logits are adjusted, in vLLM's order: ``logit_bias``
@@ -41,6 +42,7 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
@@ -73,6 +75,7 @@ class SamplingParams:
             (_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a number >= 0"),
             (_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0"),
+            (_is_real(self.min_p) and 0 <= self.min_p <= 1, "min_p", "must be in [0, 1]"),
             (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
             (_in_range(self.logprobs), "logprobs", k_range),
             (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),

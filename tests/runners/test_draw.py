@@ -113,9 +113,20 @@ def chi_square_limit(df: int, z: float = 4.75) -> float:
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
-@pytest.mark.parametrize("params", [HOT, replace(HOT, top_p=0.9), replace(HOT, top_k=30, temperature=2.0)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        HOT,
+        replace(HOT, top_p=0.9),
+        replace(HOT, top_k=30, temperature=2.0),
+        replace(HOT, min_p=0.05),
+        replace(HOT, min_p=0.02, top_p=0.9),
+        replace(HOT, min_p=0.1, top_k=30, temperature=2.0),
+    ],
+)
 def test_draws_follow_the_kept_distribution(params):
-    """Chi-square over many draws against the exact (float64) kept distribution."""
+    """Chi-square over many draws against the exact (float64) kept distribution: min-p first
+    (vLLM's order), then top-k and top-p over what is left."""
     vocab, n = 2 * BLOCK + 100, 20000
     g = torch.Generator().manual_seed(7)
     logits = torch.randn(vocab, generator=g) * 1.5
@@ -123,7 +134,9 @@ def test_draws_follow_the_kept_distribution(params):
     scaled = logits.double() / params.temperature
     vals, order = scaled.sort(descending=True, stable=True)
     p = torch.softmax(vals, -1)
-    keep = torch.arange(vocab) < (params.top_k or vocab)
+    p = p * (p >= params.min_p * p[0])
+    p = p / p.sum()
+    keep = (torch.arange(vocab) < (params.top_k or vocab)) & (p > 0)
     q = p * keep / (p * keep).sum()
     keep &= (q.cumsum(-1) - q < params.top_p) | (params.top_p >= 1)
     probs[order] = p * keep / (p * keep).sum()

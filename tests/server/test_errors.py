@@ -81,7 +81,8 @@ BAD_COMPLETIONS = [
         {"logit_bias": {"512": 1}},
         "logit_bias: token id 512 is outside the vocabulary (0..511)",
     ),
-    ("min_p", {"min_p": 0.1}, "min_p: min-p sampling is not implemented"),
+    ("min_p out of range", {"min_p": 1.5}, "min_p: must be in [0, 1], got 1.5"),
+    ("min_tokens", {"min_tokens": 3}, "min_tokens: a minimum length is not implemented"),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]
 

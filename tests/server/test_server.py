@@ -489,6 +489,7 @@ FUZZ_VALID = {
     "presence_penalty": [0.5, -1],
     "frequency_penalty": [1.0],
     "logit_bias": [{"7": 5}],
+    "min_p": [0.05],
 }
 # one of these makes a request invalid: each must be refused with a one-line 400
 FUZZ_INVALID = [

@@ -206,17 +206,21 @@ class TorchRunner:
 
     def reference_tokens(self, requests: list[Request]) -> dict[str, int]:
         """Greedy token of each request from a plain full prefill with no cache at all."""
-        out: dict[str, int] = {}
-        for req in requests:
-            if validate_prompt(req, self.model) is not None:
-                continue
-            nblocks = -(-len(req.prompt) // self.block_size)
-            kv = KVPool(self.net.kv_layout(), nblocks, self.block_size, self.dtype, self.device)
-            state = StatePool(self.net.state_layout(), 0, torch.float32, self.device)
-            spec = SeqSpec(0, len(req.prompt), list(range(nblocks)))
-            fb = ForwardBatch.build([(list(req.prompt), spec)], kv, state, self.device)
-            out[req.id] = int(self._forward(fb, [True]).argmax(-1)[0])
-        return out
+        return {
+            req.id: int(self.reference_logits(req.prompt).argmax(-1))
+            for req in requests
+            if validate_prompt(req, self.model) is None
+        }
+
+    def reference_logits(self, tokens: tuple[int, ...]) -> torch.Tensor:
+        """The next token's logits ``[vocab]`` after ``tokens``, from a plain full prefill with no
+        cache at all (the reference the cached paths are tested against)."""
+        nblocks = -(-len(tokens) // self.block_size)
+        kv = KVPool(self.net.kv_layout(), nblocks, self.block_size, self.dtype, self.device)
+        state = StatePool(self.net.state_layout(), 0, torch.float32, self.device)
+        spec = SeqSpec(0, len(tokens), list(range(nblocks)))
+        fb = ForwardBatch.build([(list(tokens), spec)], kv, state, self.device)
+        return self._forward(fb, [True])[0]
 
 
 def _kernels(name: str, device: str, dtype: torch.dtype) -> Kernels:

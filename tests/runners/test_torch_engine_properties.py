@@ -28,6 +28,7 @@ from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
 from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.runners.sampler import SampleRow, adjusted
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS
@@ -295,7 +296,14 @@ def generations(draw: st.DrawFn) -> list[Request]:
                 f"g{i}",
                 draw(prompts([r.prompt for r in reqs])),
                 arrival_s=draw(st.sampled_from([0.0, 0.0, 1e-4, 1e-3])),
-                sampling=SamplingParams(max_tokens=draw(st.integers(1, 8)), ignore_eos=True),
+                sampling=SamplingParams(
+                    max_tokens=draw(st.integers(1, 8)),
+                    ignore_eos=True,
+                    repetition_penalty=draw(st.sampled_from([1.0, 1.0, 1.3, 0.8])),
+                    presence_penalty=draw(st.sampled_from([0.0, 0.0, 0.7])),
+                    frequency_penalty=draw(st.sampled_from([0.0, 0.0, -0.5])),
+                    logit_bias=draw(st.sampled_from([(), (), ((5, 2.5), (9, -1.0))])),
+                ),
             )
         )
     return reqs
@@ -354,11 +362,18 @@ def generation_configs(draw: st.DrawFn) -> SchedulerConfig:
     )
 
 
-def greedy_reference(runner: TorchRunner, prompt: tuple[int, ...], n: int) -> list[int]:
-    """``n`` greedy tokens, each from a plain no-cache prefill of the prompt and the tokens before it."""
+def greedy_reference(
+    runner: TorchRunner, prompt: tuple[int, ...], n: int, params: SamplingParams | None = None
+) -> list[int]:
+    """``n`` greedy tokens, each from a plain no-cache prefill of the prompt and the tokens before
+    it, after ``params``' logit bias and penalties (the sampler's own rule: what is tested here
+    is that the cache changes nothing)."""
+    params = params or SamplingParams()
     out: list[int] = []
     for _ in range(n):
-        out.append(runner.reference_tokens([Request("ref", prompt + tuple(out))])["ref"])
+        seq = prompt + tuple(out)
+        row = SampleRow(params, len(seq), seq, len(prompt))
+        out.append(int(adjusted(runner.reference_logits(seq)[None], [row]).argmax(-1)))
     return out
 
 
@@ -395,7 +410,8 @@ def test_generation_under_every_policy_matches_a_no_cache_greedy_reference(runne
                 continue
             assert r.status is RequestStatus.FINISHED, (r.id, r.error)
             assert len(r.output) == r.sampling.max_tokens, r.id
-            assert r.output == greedy_reference(runner, r.prompt, len(r.output)), (policy, placement, r.id)
+            want = greedy_reference(runner, r.prompt, len(r.output), r.sampling)
+            assert r.output == want, (policy, placement, r.id)
 
     prop()
 

@@ -36,6 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-tokens", type=non_negative_int, default=32, help="tokens to generate per prompt")
     g.add_argument(
+        "--min-tokens",
+        type=non_negative_int,
+        default=0,
+        help="tokens before EOS, a stop token or string may end it",
+    )
+    g.add_argument(
         "--n",
         type=int_arg(low=1, high=MAX_CHOICES),
         default=1,
@@ -89,6 +95,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     warn_ineffective_options(args, options)
     params = SamplingParams(
         max_tokens=args.max_tokens,
+        min_tokens=args.min_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,

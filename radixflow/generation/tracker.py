@@ -54,11 +54,22 @@ class RequestTracker:
             self._ends[-1] = len(self.text)
         if self.cut is not None:
             return False
-        self.cut = self._stops.find(self.text, new_from)
+        floor = self._stops_from()
+        if floor is None:
+            return False
+        self.cut = self._stops.find(self.text, max(new_from, floor))
         if self.cut is None:
             return False
         self.stop_string = next(s for s in self._stops.stops if self.text.startswith(s, self.cut))
         return True
+
+    def _stops_from(self) -> int | None:
+        """Where in ``text`` a stop string may end (None: nowhere yet): stop strings count once
+        ``min_tokens`` tokens are generated, as the newest text is searched when that token comes."""
+        low = getattr(self.request.sampling, "min_tokens", 0)
+        if low <= 1:
+            return 0
+        return self._ends[low - 2] if len(self._ends) >= low else None
 
     def _append(self, piece: str) -> None:
         self.text += piece

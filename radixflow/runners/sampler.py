@@ -49,9 +49,10 @@ def row_seed(seed: int, position: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
-def adjusted(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
-    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, in the
-    order and by the rules `SamplingParams` gives: a copy when a row has any, else ``logits``."""
+def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] = ()) -> torch.Tensor:
+    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, and its
+    stop and ``eos`` tokens held back before ``min_tokens``, in the order and by the rules
+    `SamplingParams` gives: a copy when a row has any, else ``logits``."""
     marked = [i for i, r in enumerate(rows) if r.params.adjusts_logits]
     if not marked:
         return logits
@@ -62,7 +63,20 @@ def adjusted(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     # would leave the draw's ``logit - max`` undefined
     limit = torch.finfo(out.dtype)
     out[marked] = out[marked].clamp(limit.min, limit.max)
+    for i in marked:
+        held = _held_back(rows[i], eos)
+        if held:
+            out[i, list(held)] = -torch.inf
     return out
+
+
+def _held_back(sample: SampleRow, eos: tuple[int, ...]) -> set[int]:
+    """The tokens a row may not pick yet: its stop tokens and ``eos`` (unless it ignores EOS)
+    while it has generated fewer than ``min_tokens``."""
+    p = sample.params
+    if len(sample.tokens) - sample.prompt_len >= p.min_tokens:
+        return set()
+    return set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos))
 
 
 def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
@@ -89,8 +103,10 @@ def top_count(params: SamplingParams) -> int:
 class Sampler:
     """Picks one token per row of a round's logits (owns the generator of unseeded requests)."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, eos_token_ids: tuple[int, ...] = ()) -> None:
+        """``eos_token_ids``: the model's end-of-sequence tokens (held back by ``min_tokens``)."""
         self.generator = torch.Generator().manual_seed(seed)
+        self.eos_token_ids = eos_token_ids
 
     def sample(self, logits: torch.Tensor, rows: list[SampleRow]) -> list[Sample]:
         """``logits``: ``[len(rows), vocab]``. Advances the generator once per unseeded row."""
@@ -100,7 +116,7 @@ class Sampler:
         logprobs = torch.log_softmax(logits, dim=-1)  # the model's own: reported
         k = min(max(top_count(r.params) for r in rows), logits.shape[-1])
         top_vals, top_ids = logprobs.topk(k, dim=-1)
-        pick_from = adjusted(logits, rows)
+        pick_from = adjusted(logits, rows, self.eos_token_ids)
         tokens = pick_from.argmax(dim=-1)
         random = [i for i, r in enumerate(rows) if not r.params.greedy]
         if random:

@@ -109,7 +109,7 @@ class TorchRunner:
         # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
         # every earlier token (a bfloat16 state would round the whole history each step)
         self.state = StatePool(self.net.state_layout(), num_slots, torch.float32, device)
-        self.sampler = Sampler(seed)
+        self.sampler = Sampler(seed, eos_token_ids(path, self.net.config))
         self.scorer = PromptScorer(self.net, self.kv)
         self.model = ModelInfo(
             name=label or Path(path).name,

@@ -34,11 +34,14 @@ class SamplingParams:
     ``(token, bias)`` pairs are added; ``repetition_penalty`` divides the positive logits of every
     token in the prompt or the output so far and multiplies the negative ones (transformers'
     rule); ``frequency_penalty`` times a token's count in the output so far and
-    ``presence_penalty`` once if it is there are subtracted. Reported logprobs are the model's own,
-    before any of this.
+    ``presence_penalty`` once if it is there are subtracted; while fewer than ``min_tokens`` tokens
+    are generated, the stop tokens and the end-of-sequence ones (unless ``ignore_eos``) cannot be
+    picked (and stop strings do not count, the caller's rule). Reported logprobs are the model's
+    own, before any of this.
     """
 
     max_tokens: int = 1
+    min_tokens: int = 0
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -70,8 +73,10 @@ class SamplingParams:
         k_range = f"must be an integer between 0 and {MAX_LOGPROBS}"
         penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
         repetition = _is_real(self.repetition_penalty) and self.repetition_penalty > 0
+        at_most_max = f"must be an integer between 0 and max_tokens ({self.max_tokens!r})"
         checks = [
             (_is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens", "must be an integer >= 0"),
+            (_min_tokens_ok(self.min_tokens, self.max_tokens), "min_tokens", at_most_max),
             (_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a number >= 0"),
             (_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0"),
@@ -98,11 +103,18 @@ class SamplingParams:
     def adjusts_logits(self) -> bool:
         """Whether a logit bias or a penalty changes the logits a token is picked from."""
         penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
-        return bool(self.logit_bias) or penalties != (0, 0, 1)
+        return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0
 
 
 def _in_range(k: int | None) -> bool:
     return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+
+
+def _min_tokens_ok(low: object, high: object) -> bool:
+    """``low`` (min_tokens) an integer in [0, ``high``] (max_tokens, when that is one)."""
+    if not _is_int(low) or low < 0:  # type: ignore[operator]
+        return False
+    return not _is_int(high) or low <= high  # type: ignore[operator]
 
 
 def _within(x: object, bound: float) -> bool:

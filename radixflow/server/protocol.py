@@ -39,7 +39,6 @@ _TOOLS = "tool calling is not implemented"
 # Both generation routes: OpenAI's sampling fields the engine lacks, then vLLM's extensions.
 COMMON_REFUSED = {
     "response_format": Refused(f'{_STRUCTURED} (only {{"type": "text"}})', ({"type": "text"},)),
-    "min_tokens": Refused("a minimum length is not implemented", (0,)),
     "use_beam_search": Refused("beam search is not implemented", (False,)),
     "length_penalty": Refused("beam search is not implemented", (1,)),
     "include_stop_str_in_output": Refused("not implemented: a stop string is always cut off", (False,)),
@@ -106,6 +105,7 @@ class _Generate(StrictBody):
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None  # vLLM extension
     min_p: float | None = None  # vLLM extension
+    min_tokens: int | None = None  # vLLM extension
     logit_bias: dict[str, float] | None = None  # token id (as a string, JSON keys are) -> bias
     max_tokens: int | None = None
     temperature: float | None = None
@@ -133,6 +133,7 @@ class _Generate(StrictBody):
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=0 if self.top_k in (None, -1) else self.top_k,  # type: ignore[arg-type]
             min_p=self.min_p or 0.0,
+            min_tokens=self.min_tokens or 0,
             seed=self.seed,
             stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos,

@@ -172,7 +172,8 @@ class ServerState:
         return items
 
     def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
-        return replace(params, max_tokens=max(1, min(params.max_tokens, self._room(prompt_len))))
+        fitted = max(1, min(params.max_tokens, self._room(prompt_len)))
+        return replace(params, max_tokens=fitted, min_tokens=min(params.min_tokens, fitted))
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         try:

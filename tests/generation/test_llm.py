@@ -117,6 +117,25 @@ def test_n_choices_share_their_prompt_and_each_equals_a_lone_request_with_its_se
     assert llm.engine.requests == []
 
 
+def test_min_tokens_hold_back_eos_stop_tokens_and_stop_strings(llm):
+    eos = llm.engine.runner.model.eos_token_ids[0]
+    forced = SamplingParams(max_tokens=8, logit_bias={eos: 100})  # EOS is always the best token
+    (at_once,) = llm.generate(PROMPTS[2], forced)
+    (held,) = llm.generate(PROMPTS[2], replace(forced, min_tokens=4))
+    assert at_once.token_ids == (eos,) and held.token_ids[-1] == eos and len(held.token_ids) == 5
+    assert eos not in held.token_ids[:4] and held.finish_reason == "stop"
+    text = llm.tokenizer.decode([42])
+    every = SamplingParams(max_tokens=6, logit_bias={42: 100}, stop=text)  # its text every step
+    (cut,) = llm.generate(PROMPTS[2], every)
+    (later,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3))
+    assert cut.text == "" and cut.token_ids == (42,)
+    assert later.text == text * 2 and later.token_ids == (42, 42, 42) and later.finish_reason == "stop"
+    (token,) = llm.generate(PROMPTS[2], replace(every, stop=(), stop_token_ids=(42,), min_tokens=3))
+    assert len(token.token_ids) == 4 and token.token_ids[-1] == 42 and 42 not in token.token_ids[:3]
+    with pytest.raises(ValueError, match=r"min_tokens: must be an integer between 0 and max_tokens \(6\)"):
+        llm.generate(PROMPTS[2], replace(every, min_tokens=7))
+
+
 def test_a_request_that_cannot_run_is_refused_before_anything_runs(llm):
     with pytest.raises(ValueError, match="prompt 1: token id 100000 is outside the vocabulary"):
         llm.generate(["fine", [1, 100000]], GREEDY)

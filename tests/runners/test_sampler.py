@@ -220,3 +220,21 @@ def test_biases_given_as_a_mapping_are_kept_as_pairs_and_checked():
         "logit_bias: token 3's bias must be a number in [-100, 100], got 101"
     )
     assert str(SamplingParams(logit_bias={"3": 1}).problem()) == "logit_bias: keys must be token ids, got '3'"
+
+
+def test_min_tokens_hold_back_stop_and_eos_tokens_until_reached():
+    logits = logits_batch(1, seed=8)
+    best = int(logits[0].argmax())
+    held = SamplingParams(min_tokens=3, stop_token_ids=(best,))
+    prompt = (1, 2, 3)
+    for generated, allowed in ((0, False), (2, False), (3, True)):
+        tokens = prompt + (7,) * generated
+        row = SampleRow(held, len(tokens), tokens, len(prompt))
+        (sample,) = Sampler(eos_token_ids=(4,)).sample(logits, [row])
+        assert (sample.token == best) is allowed, generated
+    eos_first = logits.clone()
+    eos_first[0, 4] = 50.0  # the model's end-of-sequence token is by far the best
+    row = SampleRow(SamplingParams(min_tokens=2), 3, prompt, 3)
+    assert Sampler(eos_token_ids=(4,)).sample(eos_first, [row])[0].token != 4
+    ignoring = SampleRow(SamplingParams(min_tokens=2, ignore_eos=True), 3, prompt, 3)
+    assert Sampler(eos_token_ids=(4,)).sample(eos_first, [ignoring])[0].token == 4  # EOS ends nothing then

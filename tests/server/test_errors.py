@@ -82,7 +82,11 @@ BAD_COMPLETIONS = [
         "logit_bias: token id 512 is outside the vocabulary (0..511)",
     ),
     ("min_p out of range", {"min_p": 1.5}, "min_p: must be in [0, 1], got 1.5"),
-    ("min_tokens", {"min_tokens": 3}, "min_tokens: a minimum length is not implemented"),
+    (
+        "min_tokens over max",
+        {"min_tokens": 3},
+        "min_tokens: must be an integer between 0 and max_tokens (2), got 3",
+    ),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
 ]
 

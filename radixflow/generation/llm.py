@@ -137,7 +137,9 @@ class LLM:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
     def _run(self, calls: list[_Call], prompts: int) -> list[GenerationOutput]:
-        for call in calls:  # refuse before anything runs
+        # refuse before anything runs; a prompt's choices differ only in their seeds, so its
+        # first choice's check (a pass over the prompt) stands for all
+        for call in (c for c in calls if c.choice == 0):
             problem = self.engine.problem(call.request)
             if problem is not None:
                 raise ValueError(problem.of_item(f"prompt {call.prompt}") if prompts > 1 else str(problem))

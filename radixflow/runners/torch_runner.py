@@ -109,7 +109,8 @@ class TorchRunner:
         # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
         # every earlier token (a bfloat16 state would round the whole history each step)
         self.state = StatePool(self.net.state_layout(), num_slots, torch.float32, device)
-        self.sampler = Sampler(seed, eos_token_ids(path, self.net.config))
+        eos = eos_token_ids(path, self.net.config)
+        self.sampler = Sampler(seed, eos)
         self.scorer = PromptScorer(self.net, self.kv)
         self.model = ModelInfo(
             name=label or Path(path).name,
@@ -117,7 +118,7 @@ class TorchRunner:
             same_round_state=True,  # recurrent layers run a round's rows in waves (`ForwardBatch.waves`)
             vocab_size=int(cfg.vocab_size),
             max_context=int(cfg.get("max_position_embeddings", 4096)),
-            eos_token_ids=eos_token_ids(path, cfg),
+            eos_token_ids=eos,
             kv_bytes_per_token=_row_bytes([*self.kv.k.values(), *self.kv.v.values(), self.kv.hidden]),
             checkpoint_bytes=_row_bytes([t for ts in self.state.tensors.values() for t in ts]),
         )

@@ -162,13 +162,16 @@ class ServerState:
         namespace = compact_namespace(namespace)
         for i, prompt in enumerate(prompts):
             sampling = self._fitted(params, len(prompt)) if fit else params
-            for choice, choice_params in enumerate(sampling.choices()):
-                rid = f"{self._run_id}-{next(self._serial)}"
-                req = Request(rid, tuple(prompt), namespace, sampling=choice_params)
-                problem = self._problem(req)
-                if problem is not None:
-                    raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
-                items.append((req, RequestTracker(req, self.tokenizer, choice)))
+            reqs = [
+                Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=p)
+                for p in sampling.choices()
+            ]
+            # the choices differ only in their seeds: the first one's check (a pass over the
+            # prompt) stands for all
+            problem = self._problem(reqs[0])
+            if problem is not None:
+                raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
+            items.extend((req, RequestTracker(req, self.tokenizer, c)) for c, req in enumerate(reqs))
         return items
 
     def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:

@@ -72,7 +72,8 @@ AUTO_MEASURED = ("single", "decode")
 # output rows, and few enough that one probe call stays near PROBE_FLOPS (a whole measurement
 # takes 0.1-0.2 s on one core whatever the model size). The whole weight of a small model, not a
 # slice: on 1024-row slices oneDNN's lead at 16 rows was 4-30% and fell under MARGIN in 2 of 24
-# runner starts here (decode then ran on MKL, 40% slower); on whole weights it was 28-50%.
+# runner starts (decode then ran on MKL, 40% slower); on whole weights it was 28-50% (the -small
+# zoo models, one thread of a 2-core AMD EPYC Zen 4 VM, 5 Dec; docs/real-models.md).
 PROBE_MAX_OUT, PROBE_MIN_OUT, PROBE_FLOPS = 4096, 64, 80e6
 MARGIN = 0.05  # a backend that packs a copy of the weights must be this much faster to be chosen
 AGREE_RTOL = 1e-4  # probe outputs of two backends must agree this closely (float32 noise)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +26,9 @@ from radixflow.generation.params import MAX_CHOICES
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
 from radixflow.problems import ProblemError
 from radixflow.scheduler.sampling import MAX_LOGPROBS
+
+if TYPE_CHECKING:
+    from radixflow.generation.outputs import GenerationOutput
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--logprobs", type=int_arg(high=MAX_LOGPROBS), default=None, help="top alternatives per token"
     )
+    g.add_argument(
+        "--prompt-logprobs",
+        type=int_arg(high=MAX_LOGPROBS),
+        default=None,
+        metavar="K",
+        help="score the prompt: each token's logprob, rank and top K (the sum is printed; all with --json)",
+    )
     g.add_argument("--json", action="store_true", help="print every output as JSON")
 
 
@@ -104,6 +115,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         stop=tuple(args.stop),
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
+        prompt_logprobs=args.prompt_logprobs,
         n=args.n,
         presence_penalty=args.presence_penalty,
         frequency_penalty=args.frequency_penalty,
@@ -125,7 +137,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         print(f"radixflow: error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps([asdict(o) for o in outputs], indent=2))
+        print(json.dumps([as_json(o) for o in outputs], indent=2))
         return 0
     for i, out in enumerate(outputs):
         label = f"[dim]choice {out.choice}:[/dim] " if args.n > 1 else ""
@@ -136,7 +148,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
             f"{out.cached_tokens} prompt tokens from the cache[/dim]",
             highlight=False,
         )
+        if out.prompt_logprobs is not None:
+            scored = [e.logprob for e in out.prompt_logprobs if e is not None]
+            console.print(f"[dim]prompt logprob {sum(scored):.4f} over {len(scored)} tokens[/dim]")
     return 0
+
+
+def as_json(out: GenerationOutput) -> dict[str, Any]:
+    """One output as JSON-ready data; prompt logprobs as a list (None for the first token)."""
+    data = asdict(replace(out, prompt_logprobs=None))
+    if out.prompt_logprobs is not None:
+        data["prompt_logprobs"] = [None if e is None else asdict(e) for e in out.prompt_logprobs]
+    return data
 
 
 COMMAND = Command("generate", "generate text with a model (offline, no server)", add_arguments, run)

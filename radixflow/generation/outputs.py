@@ -11,12 +11,15 @@ from radixflow.scheduler.sampling import PromptLogprobs
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """One token, its share of the text, its logprob and the most likely tokens there (best first)."""
+    """One token, its share of the text, its logprob and the most likely tokens there (best
+    first); ``rank``: 1 + how many tokens the model found likelier (None where not computed:
+    generated tokens)."""
 
     token: int
     text: str
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    rank: int | None = None
 
 
 class PromptTokenLogprobs(Sequence[TokenLogprob | None]):
@@ -64,7 +67,7 @@ class PromptTokenLogprobs(Sequence[TokenLogprob | None]):
             self._texts = self._texts_of()
         s = self.scored
         top = tuple(zip(s.top_ids[row], s.top_logprobs[row], strict=True))
-        return TokenLogprob(self.prompt[position], self._texts[position], s.logprobs[row], top)
+        return TokenLogprob(self.prompt[position], self._texts[position], s.logprobs[row], top, s.rank(row))
 
     def __iter__(self) -> Iterator[TokenLogprob | None]:
         return (self[i] for i in range(len(self)))

@@ -51,6 +51,7 @@ class PromptScorer:
         self._logprob = torch.empty(0, device=device)
         self._top_ids = torch.empty(0, MAX_LOGPROBS, dtype=torch.long, device=device)
         self._top_logprobs = torch.empty(0, MAX_LOGPROBS, device=device)
+        self._rank = torch.empty(0, dtype=torch.long, device=device)
         self.rows_computed = 0  # positions that went through the output head (memo misses)
 
     def forget(self, slots: list[int]) -> None:
@@ -102,6 +103,7 @@ class PromptScorer:
             self._logprob[rows].tolist(),
             self._top_ids[rows, :k].tolist(),
             self._top_logprobs[rows, :k].tolist(),
+            self._rank[rows].tolist(),
         )
 
     def _fill(self, need: dict[_Key, int]) -> None:
@@ -151,6 +153,7 @@ class PromptScorer:
         self._top_logprobs = torch.cat(
             [self._top_logprobs, self._top_logprobs.new_empty(new - old, MAX_LOGPROBS)]
         )
+        self._rank = torch.cat([self._rank, self._rank.new_empty(new - old)])
         self._free.extend(range(new - 1, old - 1, -1))
 
     def _compute(self, part: list[tuple[_Key, int]]) -> None:
@@ -164,6 +167,7 @@ class PromptScorer:
             k = min(max(k for _, k in part), logprobs.shape[-1])
             top_vals, top_ids = logprobs.topk(k, dim=-1)
             own = logprobs.gather(1, tokens[:, None])[:, 0]
+            rank = (logprobs > own[:, None]).sum(dim=-1) + 1  # vLLM's rank: 1 is the likeliest
         rows_list = [self._row(key) for key, _ in part]
         for row in rows_list:
             self._k[row] = k
@@ -173,3 +177,4 @@ class PromptScorer:
         self._logprob[rows] = own
         self._top_ids[rows, :k] = top_ids
         self._top_logprobs[rows, :k] = top_vals
+        self._rank[rows] = rank

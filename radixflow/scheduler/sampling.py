@@ -159,6 +159,7 @@ class PromptLogprob:
     token: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    rank: int | None = None  # 1 + how many tokens the model found likelier there
 
 
 @dataclass
@@ -174,6 +175,7 @@ class PromptLogprobs(Sequence[PromptLogprob]):
     logprobs: list[float] = field(default_factory=list)
     top_ids: list[list[int]] = field(default_factory=list)  # per row, the best first
     top_logprobs: list[list[float]] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)  # per row, the token's rank (empty: not known)
 
     def extend(self, more: PromptLogprobs) -> None:
         """Append ``more``'s rows (mutates this one)."""
@@ -182,6 +184,12 @@ class PromptLogprobs(Sequence[PromptLogprob]):
         self.logprobs.extend(more.logprobs)
         self.top_ids.extend(more.top_ids)
         self.top_logprobs.extend(more.top_logprobs)
+        self.ranks.extend(more.ranks)
+
+    def rank(self, i: int) -> int | None:
+        """Row ``i``'s rank (None where the producer did not rank its rows)."""
+        i = range(len(self))[i]  # a negative index counts from the end of the rows
+        return self.ranks[i] if i < len(self.ranks) else None
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -194,7 +202,7 @@ class PromptLogprobs(Sequence[PromptLogprob]):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         top = tuple(zip(self.top_ids[i], self.top_logprobs[i], strict=True))
-        return PromptLogprob(self.positions[i], self.tokens[i], self.logprobs[i], top)
+        return PromptLogprob(self.positions[i], self.tokens[i], self.logprobs[i], top, self.rank(i))
 
     def __iter__(self) -> Iterator[PromptLogprob]:
         return (self[i] for i in range(len(self)))

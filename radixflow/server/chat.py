@@ -62,4 +62,8 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
-    return JSONResponse(chat_completion(envelope, finals, names, k), headers=headers)
+    if body.prompt_logprobs is None:
+        return JSONResponse(chat_completion(envelope, finals, names, k), headers=headers)
+    # a long prompt's entries take a while to build: beside the event loop
+    built = await state.offload(chat_completion, envelope, finals, names, k, body.prompt_logprobs)
+    return JSONResponse(built, headers=headers)

@@ -42,7 +42,6 @@ COMMON_REFUSED = {
     "use_beam_search": Refused("beam search is not implemented", (False,)),
     "length_penalty": Refused("beam search is not implemented", (1,)),
     "include_stop_str_in_output": Refused("not implemented: a stop string is always cut off", (False,)),
-    "prompt_logprobs": Refused("not implemented; echo with logprobs on /v1/completions gives them"),
     "guided_json": Refused(_STRUCTURED),
     "guided_regex": Refused(_STRUCTURED),
     "guided_choice": Refused(_STRUCTURED),
@@ -107,6 +106,7 @@ class _Generate(StrictBody):
     min_p: float | None = None  # vLLM extension
     min_tokens: int | None = None  # vLLM extension
     logit_bias: dict[str, float] | None = None  # token id (as a string, JSON keys are) -> bias
+    prompt_logprobs: int | None = None  # vLLM extension: each prompt token's logprob, rank, top k
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -123,7 +123,15 @@ class _Generate(StrictBody):
     user: str | None = None  # IGNORED
 
     def sampling(self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None) -> SamplingParams:
-        """The request's `SamplingParams`; ApiError 400 naming the parameter when one is invalid."""
+        """The request's `SamplingParams`; ApiError 400 naming the parameter when one is invalid.
+        ``prompt_logprobs``: what the engine computes (the door's own need and the client's)."""
+        k = self.prompt_logprobs
+        if k is not None and not 0 <= k <= MAX_LOGPROBS:
+            why = f"prompt_logprobs must be between 0 and {MAX_LOGPROBS}, got {k}"
+            raise ApiError(400, why, "prompt_logprobs")
+        if k is not None and self.stream:
+            # as vLLM: a stream's chunks have no place for them
+            raise ApiError(400, "prompt_logprobs cannot be returned in a stream", "prompt_logprobs")
         if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise ApiError(400, "seed must fit in 64 bits", "seed")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -187,8 +195,8 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
             max_tokens = OPENAI_COMPLETION_MAX_TOKENS
         else:
             max_tokens = _check_max_tokens(self.max_tokens, 0, context)
-        prompt_logprobs = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
-        params = self.sampling(max_tokens, self.logprobs, prompt_logprobs)
+        echoed = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
+        params = self.sampling(max_tokens, self.logprobs, _most(echoed, self.prompt_logprobs))
         if self.best_of is not None and self.best_of != params.n:
             why = f"best_of must equal n ({params.n}): choices are not ranked, so none is dropped"
             raise ApiError(400, why, "best_of")
@@ -218,7 +226,7 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
         given = getattr(self, named)
         max_tokens = default_max_tokens if given is None else _check_max_tokens(given, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self.sampling(max_tokens, logprobs, None)
+        return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
 
 
 class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
@@ -235,6 +243,11 @@ class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  #
 class DetokenizeRequest(StrictBody):
     model: str | None = None
     tokens: list[int]
+
+
+def _most(a: int | None, b: int | None) -> int | None:
+    """The larger of two optional alternative counts (None: neither asks)."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:

@@ -226,8 +226,22 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     )
     (out,) = llm.generate(PROMPTS[2], adjusted)
     assert printed["token_ids"] == list(out.token_ids)
+    assert main([*argv, "--prompt-logprobs", "2"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=12, ignore_eos=True, prompt_logprobs=2))
+    assert out.prompt_logprobs is not None and printed["prompt_logprobs"][0] is None
+    want = [(e.token, e.rank, [t for t, _ in e.top]) for e in out.prompt_logprobs[1:]]  # type: ignore[union-attr]
+    assert [(e["token"], e["rank"], [t for t, _ in e["top"]]) for e in printed["prompt_logprobs"][1:]] == want
+    argv = argv[: argv.index("--json")] + argv[argv.index("--json") + 1 :]
+    assert main([*argv, "--prompt-logprobs", "0"]) == 0
+    total = sum(e.logprob for e in out.prompt_logprobs[1:])  # type: ignore[union-attr]
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("prompt logprob"))
+    value, tokens = line.split()[2], line.split()[4]
+    assert float(value) == pytest.approx(total, abs=1e-3) and int(tokens) == len(out.prompt_token_ids) - 1
     assert main(["generate", MODEL, "--prompt", "x", "--logit-bias", "7"]) == 2
     assert "--logit-bias: must be TOKEN=BIAS, got '7'" in capsys.readouterr().err
+    assert main(["generate", MODEL, "--prompt", "x", "--prompt-logprobs", "21"]) == 2
+    assert "--prompt-logprobs: must be at most 20, got 21" in capsys.readouterr().err
     assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
 

@@ -54,6 +54,10 @@ class Pair:
             vals, ids = row.topk(max(k, 1))
             # the same top token, but at a near-tie that either side's rounding may break
             assert len(p.top) == k and (p.top[0][0] == int(ids[0]) or float(vals[0] - vals[1]) <= 2 * TOL)
+            # the rank: 1 + the tokens likelier, counting a near-tie with the token either way
+            own = row[p.token]
+            likelier, tied = int((row > own + 2 * TOL).sum()), int((row >= own - 2 * TOL).sum())
+            assert p.rank is not None and likelier + 1 <= p.rank <= tied, (p.rank, likelier, tied)
             diffs = [abs(p.logprob - float(row[p.token]))]
             diffs += [abs(v - float(e)) for (_, v), e in zip(p.top, vals, strict=True)]
             diffs += [abs(v - float(row[t])) for t, v in p.top]

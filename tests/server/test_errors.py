@@ -88,6 +88,17 @@ BAD_COMPLETIONS = [
         "min_tokens: must be an integer between 0 and max_tokens (2), got 3",
     ),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
+    ("too many prompt logprobs", {"prompt_logprobs": 21}, "prompt_logprobs must be between 0 and 20, got 21"),
+    (  # vLLM's -1 (the whole vocabulary) is past the cap every logprobs field has here
+        "every prompt logprob under echo",
+        {"prompt_logprobs": -1, "echo": True, "logprobs": 2},
+        "prompt_logprobs must be between 0 and 20, got -1",
+    ),
+    (
+        "prompt logprobs in a stream",
+        {"prompt_logprobs": 1, "stream": True},
+        "prompt_logprobs cannot be returned in a stream",
+    ),
 ]
 
 
@@ -115,6 +126,7 @@ BAD_CHAT = [
     ("message without a role", {"messages": [{"content": "hi"}]}, "message 0 needs a string 'role'"),
     ("zero max_tokens", {"max_tokens": 0}, "max_tokens must be between 1 and the model context"),
     ("top_logprobs without logprobs", {"top_logprobs": 2}, "top_logprobs needs logprobs set to true"),
+    ("prompt logprobs in a stream", {"prompt_logprobs": 0, "stream": True}, "prompt_logprobs cannot be"),
     (
         "image content",
         {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},

@@ -474,6 +474,58 @@ def test_echo_bodies_equal_the_ones_built_from_offline_entries(served, llm, stre
     assert_same_body(merged, want_body)
 
 
+def vllm_prompt_entries(out, k: int, names: TokenNames) -> list[dict | None]:
+    """vLLM's ``prompt_logprobs`` built from the offline API's entry objects (one per position)."""
+    body: list[dict | None] = []
+    for e in out.prompt_logprobs:
+        if e is None:
+            body.append(None)
+            continue
+        ranked = {str(e.token): (e.logprob, e.rank, names.name(e.token, e.text))}
+        for i, (t, v) in enumerate(e.top[:k]):
+            ranked.setdefault(str(t), (v, i + 1, names.name(t)))
+        body.append(ranked)
+    return body
+
+
+def assert_same_prompt_entries(served: list, expected: list) -> None:
+    assert len(served) == len(expected) and served[0] is None and expected[0] is None
+    for got, want in zip(served[1:], expected[1:], strict=True):
+        assert got.keys() == want.keys()
+        for key, (logprob, rank, text) in want.items():
+            assert got[key]["logprob"] == pytest.approx(logprob, abs=TOL)
+            assert (got[key]["rank"], got[key]["decoded_token"]) == (rank, text)
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_vllm_prompt_logprobs_on_both_routes_equal_the_offline_entries(served, llm, k):
+    """vLLM's ``prompt_logprobs``: on each completion choice (``n`` 2: both carry their prompt's),
+    at the top of a chat body; the token itself with its rank and text, then the ``k`` likeliest."""
+    http, names = served.http(), TokenNames(llm.tokenizer, as_ids=False)
+    body = {"model": MODEL, "prompt": PROMPTS[:2], "max_tokens": 1, "temperature": 0, "n": 2}
+    r = http.post("/v1/completions", json=body | {"prompt_logprobs": k, "seed": 3})
+    assert r.status_code == 200, r.text
+    offline = llm.generate(PROMPTS[:2], greedy(1, prompt_logprobs=k), "pl-reference")
+    for c in r.json()["choices"]:
+        out = offline[c["index"] // 2]
+        assert len(c["prompt_logprobs"]) == len(out.prompt_token_ids)
+        assert_same_prompt_entries(c["prompt_logprobs"], vllm_prompt_entries(out, k, names))
+        entries, ids = c["prompt_logprobs"][1:], out.prompt_token_ids[1:]
+        ranks = [e[str(t)]["rank"] for e, t in zip(entries, ids, strict=True)]
+        assert all(isinstance(x, int) and x >= 1 for x in ranks)
+    plain = http.post("/v1/completions", json=body).json()["choices"][0]
+    assert "prompt_logprobs" not in plain  # only when asked: an OpenAI body stays as it was
+    messages = [{"role": "user", "content": PROMPTS[2]}]
+    chat = http.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": messages, "max_tokens": 1, "temperature": 0, "prompt_logprobs": k},
+    ).json()
+    prompt = llm.tokenizer.encode(llm.tokenizer.chat.render(messages, True), add_special_tokens=False)
+    (out,) = llm.generate([prompt], greedy(1, prompt_logprobs=k), "pl-chat-reference")
+    assert len(chat["prompt_logprobs"]) == chat["usage"]["prompt_tokens"] == len(prompt)
+    assert_same_prompt_entries(chat["prompt_logprobs"], vllm_prompt_entries(out, k, names))
+
+
 FUZZ_TEXTS = ["hello", "héllo wörld 🎉", CONTEXT, "\n\n", "0123456789"]
 FUZZ_VALID = {
     "max_tokens": [1, 3, 8],

@@ -6,16 +6,17 @@ from typing import Any
 
 from radixflow.server.loop import Final
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
+from radixflow.server.responses.logprobs import TokenNames, chat_logprobs, prompt_logprobs_body
 
 KIND = "chat.completion"
 
 
 def chat_completion(
-    envelope: Envelope, finals: list[Final], names: TokenNames, k: int | None
+    envelope: Envelope, finals: list[Final], names: TokenNames, k: int | None, prompt_k: int | None = None
 ) -> dict[str, Any]:
     """The body for a conversation's answers, one choice each (``n`` of them, one prompt);
-    ``k``: top logprobs per token (None: no logprobs)."""
+    ``k``: top logprobs per token (None: no logprobs); ``prompt_k``: vLLM's ``prompt_logprobs``
+    (None: not asked), once for the conversation's prompt, as vLLM returns them."""
     answered = [(f.index, f.output) for f in finals if f.output is not None]
     choices = [
         {
@@ -26,4 +27,8 @@ def chat_completion(
         }
         for index, out in answered
     ]
-    return {**envelope.body(KIND, choices), "usage": usage(answered, len(finals))}  # one prompt
+    body = {**envelope.body(KIND, choices), "usage": usage(answered, len(finals))}  # one prompt
+    scored = next((out.prompt_logprobs for _, out in answered if out.prompt_logprobs is not None), None)
+    if prompt_k is not None and scored is not None:
+        body["prompt_logprobs"] = prompt_logprobs_body(scored, prompt_k, names)
+    return body

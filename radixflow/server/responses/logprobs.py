@@ -41,6 +41,10 @@ class TokenNames:
             [t for t, _ in entry.top[:k]], [lp for _, lp in entry.top[:k]], entry.token, entry.logprob
         )
 
+    def ranked(self, token: int, logprob: float, rank: int | None, text: str | None = None) -> dict[str, Any]:
+        """vLLM's ``Logprob`` object of one token: its logprob, rank and text."""
+        return {"logprob": _lp(logprob), "rank": rank, "decoded_token": self.name(token, text)}
+
     def top_of(
         self, ids: Sequence[int], logprobs: Sequence[float], token: int, logprob: float
     ) -> dict[str, float]:
@@ -104,6 +108,23 @@ class CompletionLogprobs:
             "top_logprobs": self.top_logprobs,
             "text_offset": self.text_offset,
         }
+
+
+def prompt_logprobs_body(
+    entries: Sequence[TokenLogprob | None], k: int, names: TokenNames
+) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's ``prompt_logprobs``: per prompt token, None where nothing precedes it, else the
+    token itself (its text in the prompt) and the ``k`` likeliest there, keyed by token id."""
+    body: list[dict[str, dict[str, Any]] | None] = []
+    for e in entries:
+        if e is None:
+            body.append(None)
+            continue
+        ranked = {str(e.token): names.ranked(e.token, e.logprob, e.rank, e.text)}
+        for i, (token, logprob) in enumerate(e.top[:k]):
+            ranked.setdefault(str(token), names.ranked(token, logprob, i + 1))
+        body.append(ranked)
+    return body
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob], k: int, names: TokenNames) -> dict[str, Any]:

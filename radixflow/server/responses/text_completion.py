@@ -2,9 +2,10 @@
 (the same shape, one choice per chunk).
 
 ``echo`` returns the prompt's tokens as the tokenizer split it, with their logprobs when
-``logprobs`` is set (exact even when most of the prompt came from the cache). Building an echoed
-prompt's texts is slow for a long prompt: it runs on a tokenizer thread, and only once the answer
-is there, so a request that fails or is abandoned never pays for it.
+``logprobs`` is set (exact even when most of the prompt came from the cache); vLLM's
+``prompt_logprobs`` returns them in vLLM's shape, on each choice. Building an echoed prompt's texts
+is slow for a long prompt: it runs on a tokenizer thread, and only once the answer is there, so a
+request that fails or is abandoned never pays for it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.server.loop import Delta, Final
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.responses.logprobs import CompletionLogprobs, TokenNames
+from radixflow.server.responses.logprobs import CompletionLogprobs, TokenNames, prompt_logprobs_body
 
 KIND = "text_completion"
 Offload = Callable[..., Awaitable[Any]]  # runs ``fn(*args)`` on a tokenizer thread
@@ -44,7 +45,7 @@ class TextCompletion:
     ) -> None:
         self.envelope, self.prompts, self.n = envelope, len(prompts), body.n or 1
         self._prompt_ids, self._tokenizer, self._offload = prompts, tokenizer, offload
-        self._echo, self._k = bool(body.echo), body.logprobs
+        self._echo, self._k, self._prompt_k = bool(body.echo), body.logprobs, body.prompt_logprobs
         self._names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
         self._offsets: dict[int, int] = {}  # streaming: text offset reached per choice
 
@@ -56,7 +57,8 @@ class TextCompletion:
             return [self._choice(index, out) for index, out in answered]
 
         # an echo's logprob entries are as long as the prompts: built beside the event loop
-        built = await self._offload(choices) if self._echo else choices()
+        long = self._echo or self._prompt_k is not None
+        built = await self._offload(choices) if long else choices()
         return {**self.envelope.body(KIND, built), "usage": usage(answered, self.n)}
 
     def opening(self) -> list[dict[str, Any]]:
@@ -82,7 +84,10 @@ class TextCompletion:
         if self._k is not None:
             lp.add(out.logprobs or (), offset)
         logprobs = lp.body() if self._k is not None else None
-        return choice(index, text + out.text, logprobs, out.finish_reason)
+        body = choice(index, text + out.text, logprobs, out.finish_reason)
+        if self._prompt_k is not None and out.prompt_logprobs is not None:
+            body["prompt_logprobs"] = prompt_logprobs_body(out.prompt_logprobs, self._prompt_k, self._names)
+        return body
 
     def _delta_choice(self, index: int, delta: StreamDelta) -> dict[str, Any]:
         first = index not in self._offsets

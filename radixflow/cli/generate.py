@@ -58,6 +58,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--min-p", type=parse_float, default=0.0, help="in [0, 1]: drop tokens under min-p times the best's"
     )
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument(
+        "--include-stop-str-in-output",
+        action="store_true",
+        help="end the text after the stop string that ended it (default: just before it)",
+    )
+    g.add_argument(
+        "--allowed-token-ids",
+        type=token_ids,
+        default=None,
+        metavar="IDS",
+        help="comma-separated token ids: the only tokens that may be generated",
+    )
     g.add_argument("--presence-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
     g.add_argument("--frequency-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
     g.add_argument(
@@ -83,6 +95,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="score the prompt: each token's logprob, rank and top K (the sum is printed; all with --json)",
     )
     g.add_argument("--json", action="store_true", help="print every output as JSON")
+
+
+def token_ids(text: str) -> tuple[int, ...]:
+    """argparse type: ``3,17,42`` as token ids (the vocabulary's bounds are checked with the rest)."""
+    return tuple(parse_int(part) for part in text.split(","))
 
 
 def token_bias(text: str) -> tuple[int, float]:
@@ -113,6 +130,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         min_p=args.min_p,
         seed=args.seed,  # given: each prompt draws from its own seeded stream
         stop=tuple(args.stop),
+        include_stop_str_in_output=args.include_stop_str_in_output,
+        allowed_token_ids=args.allowed_token_ids,
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
         prompt_logprobs=args.prompt_logprobs,

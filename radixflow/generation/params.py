@@ -18,7 +18,8 @@ class SamplingParams(TokenSamplingParams):
     text or a door can decide.
 
     ``stop`` ends generation at the first occurrence of any of these strings in the generated
-    text, which is cut just before it (as OpenAI does); ``skip_special_tokens`` leaves special
+    text, which is cut just before it (as OpenAI does), or just after it with
+    ``include_stop_str_in_output`` (vLLM's); ``skip_special_tokens`` leaves special
     tokens (an end-of-sequence token, for instance) out of the text. ``n`` asks for that many
     choices per prompt: the door (`LLM`, the server) turns the prompt into ``n`` requests
     (`choices`), whose shared prompt the prefix cache computes once. The engine sees this object
@@ -26,6 +27,7 @@ class SamplingParams(TokenSamplingParams):
     """
 
     stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     n: int = 1
 
@@ -44,8 +46,9 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
-        if not isinstance(self.skip_special_tokens, bool):
-            return Problem("skip_special_tokens", f"must be true or false, got {self.skip_special_tokens!r}")
+        for name in ("include_stop_str_in_output", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                return Problem(name, f"must be true or false, got {getattr(self, name)!r}")
         n = self.n
         if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
             return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {n!r}")

@@ -126,6 +126,9 @@ class RequestTracker:
     def _limit(self) -> int:
         """End of the text that may be shown now."""
         if self.cut is not None:
+            if getattr(self.request.sampling, "include_stop_str_in_output", False):
+                assert self.stop_string is not None
+                return self.cut + len(self.stop_string)
             return self.cut
         if self.done:
             return len(self.text)

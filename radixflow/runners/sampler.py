@@ -50,9 +50,10 @@ def row_seed(seed: int, position: int) -> int:
 
 
 def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] = ()) -> torch.Tensor:
-    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, and its
-    stop and ``eos`` tokens held back before ``min_tokens``, in the order and by the rules
-    `SamplingParams` gives: a copy when a row has any, else ``logits``."""
+    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, the tokens
+    outside its allowed ones at -inf, and its stop and ``eos`` tokens held back before
+    ``min_tokens``, in the order and by the rules `SamplingParams` gives: a copy when a row has
+    any, else ``logits``."""
     marked = [i for i, r in enumerate(rows) if r.params.adjusts_logits]
     if not marked:
         return logits
@@ -64,8 +65,14 @@ def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] =
     limit = torch.finfo(out.dtype)
     out[marked] = out[marked].clamp(limit.min, limit.max)
     for i in marked:
+        allowed = rows[i].params.allowed_token_ids
+        if allowed is not None:
+            keep = torch.tensor(sorted(set(allowed)), dtype=torch.long, device=out.device)
+            kept = out[i, keep]
+            out[i] = -torch.inf
+            out[i, keep] = kept
         held = _held_back(rows[i], eos)
-        if held:
+        if held and (allowed is None or not set(allowed) <= held):  # something must stay pickable
             out[i, list(held)] = -torch.inf
     return out
 

@@ -34,10 +34,12 @@ class SamplingParams:
     ``(token, bias)`` pairs are added; ``repetition_penalty`` divides the positive logits of every
     token in the prompt or the output so far and multiplies the negative ones (transformers'
     rule); ``frequency_penalty`` times a token's count in the output so far and
-    ``presence_penalty`` once if it is there are subtracted; while fewer than ``min_tokens`` tokens
-    are generated, the stop tokens and the end-of-sequence ones (unless ``ignore_eos``) cannot be
-    picked (and stop strings do not count, the caller's rule). Reported logprobs are the model's
-    own, before any of this.
+    ``presence_penalty`` once if it is there are subtracted; a token outside
+    ``allowed_token_ids`` (None: every token is allowed) cannot be picked; while fewer than
+    ``min_tokens`` tokens are generated, the stop tokens and the end-of-sequence ones (unless
+    ``ignore_eos``) cannot be picked either, unless they are all the allowed tokens left (and stop
+    strings do not count, the caller's rule). Reported logprobs are the model's own, before any of
+    this.
     """
 
     max_tokens: int = 1
@@ -55,6 +57,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None  # vLLM's: the only tokens that may be picked
 
     def __post_init__(self) -> None:
         # Accept what people write: a mapping of token id to bias (OpenAI's ``logit_bias``) or
@@ -65,8 +68,9 @@ class SamplingParams:
         elif isinstance(bias, list | tuple):
             pairs = tuple(tuple(p) if isinstance(p, list) else p for p in bias)
             object.__setattr__(self, "logit_bias", pairs)
-        if isinstance(self.stop_token_ids, list):
-            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        for name in ("stop_token_ids", "allowed_token_ids"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
@@ -85,6 +89,7 @@ class SamplingParams:
             (_in_range(self.logprobs), "logprobs", k_range),
             (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),
             (all(_is_int(t) for t in self.stop_token_ids), "stop_token_ids", "must be integers"),
+            (_allowed_ok(self.allowed_token_ids), "allowed_token_ids", "must be a non-empty list of ids"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),
             (_within(self.presence_penalty, PENALTY_RANGE), "presence_penalty", penalty),
             (_within(self.frequency_penalty, PENALTY_RANGE), "frequency_penalty", penalty),
@@ -103,11 +108,17 @@ class SamplingParams:
     def adjusts_logits(self) -> bool:
         """Whether a logit bias or a penalty changes the logits a token is picked from."""
         penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
-        return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0
+        allowed = self.allowed_token_ids is not None
+        return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0 or allowed
 
 
 def _in_range(k: int | None) -> bool:
     return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+
+
+def _allowed_ok(ids: object) -> bool:
+    """None, or a non-empty tuple of integers (the vocabulary's bounds are the engine's check)."""
+    return ids is None or (isinstance(ids, tuple) and len(ids) > 0 and all(_is_int(t) for t in ids))
 
 
 def _min_tokens_ok(low: object, high: object) -> bool:

@@ -41,13 +41,11 @@ COMMON_REFUSED = {
     "response_format": Refused(f'{_STRUCTURED} (only {{"type": "text"}})', ({"type": "text"},)),
     "use_beam_search": Refused("beam search is not implemented", (False,)),
     "length_penalty": Refused("beam search is not implemented", (1,)),
-    "include_stop_str_in_output": Refused("not implemented: a stop string is always cut off", (False,)),
     "guided_json": Refused(_STRUCTURED),
     "guided_regex": Refused(_STRUCTURED),
     "guided_choice": Refused(_STRUCTURED),
     "guided_grammar": Refused(_STRUCTURED),
     "structured_outputs": Refused(_STRUCTURED),
-    "allowed_token_ids": Refused("token allow-lists are not implemented"),
     "bad_words": Refused("bad-word lists are not implemented", ([],)),
     "logits_processors": Refused("logits processors are not implemented", ([],)),
     "truncate_prompt_tokens": Refused("not implemented: prompts are never truncated"),
@@ -114,6 +112,8 @@ class _Generate(StrictBody):
     seed: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None  # vLLM extension
+    include_stop_str_in_output: bool = False  # vLLM extension: the text ends after the stop string
+    allowed_token_ids: list[int] | None = None  # vLLM extension: the only tokens that may be picked
     ignore_eos: bool = False  # vLLM extension
     skip_special_tokens: bool = True  # vLLM extension
     return_tokens_as_token_ids: bool = False  # vLLM extension: "token_id:N" instead of token text
@@ -148,6 +148,8 @@ class _Generate(StrictBody):
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             stop=tuple(stop),
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            allowed_token_ids=None if self.allowed_token_ids is None else tuple(self.allowed_token_ids),
             skip_special_tokens=self.skip_special_tokens,
             n=1 if self.n is None else self.n,
             presence_penalty=self.presence_penalty or 0.0,

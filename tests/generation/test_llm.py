@@ -69,18 +69,25 @@ def test_stop_string_cuts_the_text_and_ends_the_request(llm, batch):
     assert out.text == base.text[:cut] and out.finish_reason == "stop" and out.stop_string == stop
     assert out.token_ids == base.token_ids[: len(out.token_ids)] and len(out.token_ids) < 12
     assert out.logprobs is not None and "".join(e.text for e in out.logprobs) == out.text
+    (kept,) = llm.generate(PROMPTS[2], replace(GREEDY, stop=(stop,), include_stop_str_in_output=True))
+    assert kept.text == base.text[: cut + len(stop)] and kept.token_ids == out.token_ids
+    assert kept.logprobs is not None and "".join(e.text for e in kept.logprobs) == kept.text
     llm.engine.check_integrity()
 
 
+@pytest.mark.parametrize("include", [False, True])
 @pytest.mark.parametrize("where", ["completes", "never_completes"])
-def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, where):
+def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, where, include):
     base = batch[0]
     middle = len(base.text) // 2
     # a stop string that appears mid-text, or one whose start is generated but never its end
     stop = base.text[middle : middle + 3] if where == "completes" else base.text[-3:] + "#"
     req = Request(
-        f"stream-{where}", tuple(llm.tokenizer.encode(PROMPTS[0])), sampling=replace(GREEDY, stop=(stop,))
+        f"stream-{where}",
+        tuple(llm.tokenizer.encode(PROMPTS[0])),
+        sampling=replace(GREEDY, stop=(stop,), include_stop_str_in_output=include),
     )
+    end = base.text.find(stop) + (len(stop) if include else 0) if where == "completes" else None
     tracker = RequestTracker(req, llm.tokenizer)
     llm.engine.submit(req)
     shown = ""
@@ -89,11 +96,11 @@ def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, wher
         observe(llm.engine, tracker)
         delta = tracker.delta()
         shown += delta.text if delta is not None else ""
-        assert base.text[: base.text.find(stop) if where == "completes" else None].startswith(shown)
+        assert base.text[:end].startswith(shown)
     llm.engine.forget(req.id)
     out = tracker.output()
     assert shown == out.text
-    assert out.text == (base.text[: base.text.find(stop)] if where == "completes" else base.text)
+    assert out.text == base.text[:end]
 
 
 def test_n_choices_share_their_prompt_and_each_equals_a_lone_request_with_its_seed(llm):

@@ -238,3 +238,40 @@ def test_min_tokens_hold_back_stop_and_eos_tokens_until_reached():
     assert Sampler(eos_token_ids=(4,)).sample(eos_first, [row])[0].token != 4
     ignoring = SampleRow(SamplingParams(min_tokens=2, ignore_eos=True), 3, prompt, 3)
     assert Sampler(eos_token_ids=(4,)).sample(eos_first, [ignoring])[0].token == 4  # EOS ends nothing then
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), HOT, replace(HOT, top_p=0.3), replace(HOT, top_k=2)])
+def test_only_allowed_tokens_are_picked_and_the_reported_logprobs_stay_the_models(params):
+    logits = logits_batch(3, seed=9)
+    worst = [int(row.argmin()) for row in logits]
+    allowed = (worst[0], worst[1], 17, 17)  # the least likely tokens and one more, one twice
+    rows = [SampleRow(replace(params, allowed_token_ids=allowed, seed=s), 40) for s in range(3)]
+    raw = torch.log_softmax(logits, dim=-1)
+    for _ in range(20 if not params.greedy else 1):
+        for i, s in enumerate(Sampler().sample(logits, rows)):
+            assert s.token in allowed and s.logprob == pytest.approx(float(raw[i, s.token]))
+            assert s.top[0][0] == int(raw[i].argmax())  # the model's own best, whatever was allowed
+        rows = [replace(r, position=r.position + 1) for r in rows]
+    greedy = SampleRow(SamplingParams(allowed_token_ids=allowed), 5)
+    best_allowed = max(set(allowed), key=lambda t: float(logits[0, t]))
+    assert Sampler().sample(logits[:1], [greedy])[0].token == best_allowed
+
+
+def test_allowed_tokens_that_are_all_held_back_by_min_tokens_stay_pickable():
+    """min_tokens holds back stop and EOS tokens, unless they are every allowed token: a row
+    always has a token to pick."""
+    logits = logits_batch(1, seed=10)
+    prompt = (1, 2, 3)
+    only_stops = SamplingParams(min_tokens=3, stop_token_ids=(8,), allowed_token_ids=(8, 4))
+    row = SampleRow(only_stops, 3, prompt, 3)
+    assert Sampler(eos_token_ids=(4,)).sample(logits, [row])[0].token in (8, 4)
+    one_more = replace(only_stops, allowed_token_ids=(8, 4, 11))
+    assert Sampler(eos_token_ids=(4,)).sample(logits, [SampleRow(one_more, 3, prompt, 3)])[0].token == 11
+
+
+def test_allowed_token_ids_are_checked():
+    assert SamplingParams(allowed_token_ids=[3, 5]).allowed_token_ids == (3, 5)
+    for bad in ([], ["3"], [True], 7):
+        assert str(SamplingParams(allowed_token_ids=bad).problem()).startswith(
+            "allowed_token_ids: must be a non-empty list of ids"
+        )

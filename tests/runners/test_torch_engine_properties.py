@@ -303,6 +303,7 @@ def generations(draw: st.DrawFn) -> list[Request]:
                     presence_penalty=draw(st.sampled_from([0.0, 0.0, 0.7])),
                     frequency_penalty=draw(st.sampled_from([0.0, 0.0, -0.5])),
                     logit_bias=draw(st.sampled_from([(), (), ((5, 2.5), (9, -1.0))])),
+                    allowed_token_ids=draw(st.sampled_from([None, None, None, (5, 9, 21, 40)])),
                 ),
             )
         )
@@ -366,7 +367,7 @@ def greedy_reference(
     runner: TorchRunner, prompt: tuple[int, ...], n: int, params: SamplingParams | None = None
 ) -> list[int]:
     """``n`` greedy tokens, each from a plain no-cache prefill of the prompt and the tokens before
-    it, after ``params``' logit bias and penalties (the sampler's own rule: what is tested here
+    it, after ``params``' logit bias, penalties and allow-list (the sampler's own rule: what is tested here
     is that the cache changes nothing)."""
     params = params or SamplingParams()
     out: list[int] = []

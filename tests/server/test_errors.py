@@ -88,6 +88,12 @@ BAD_COMPLETIONS = [
         "min_tokens: must be an integer between 0 and max_tokens (2), got 3",
     ),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
+    ("empty allow-list", {"allowed_token_ids": []}, "allowed_token_ids: must be a non-empty list of ids"),
+    (
+        "allowed token outside the vocabulary",
+        {"allowed_token_ids": [3, 512]},
+        "allowed_token_ids: token id 512 is outside the vocabulary (0..511)",
+    ),
     ("too many prompt logprobs", {"prompt_logprobs": 21}, "prompt_logprobs must be between 0 and 20, got 21"),
     (  # vLLM's -1 (the whole vocabulary) is past the cap every logprobs field has here
         "every prompt logprob under echo",

@@ -136,6 +136,42 @@ def test_stop_strings_cut_the_text_as_offline(served, llm):
     (out,) = llm.generate(PROMPTS[0], greedy(12, stop=(stop,)))
     assert r.choices[0].text == out.text == base.text[: base.text.find(stop)]
     assert r.choices[0].finish_reason == "stop"
+    body = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0, "stop": [stop]}
+    body |= {"ignore_eos": True, "include_stop_str_in_output": True}
+    kept = served.http().post("/v1/completions", json=body).json()["choices"][0]
+    streamed = served.http().post("/v1/completions", json=body | {"stream": True})
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    shown = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert kept["text"] == shown == base.text[: base.text.find(stop) + len(stop)]
+    assert kept["finish_reason"] == "stop"
+
+
+def test_allowed_token_ids_limit_what_is_generated_on_both_routes(served, llm):
+    (base,) = llm.generate(PROMPTS[2], greedy(6))
+    allowed = sorted({*base.token_ids[:1], 7, 11})  # the model's first pick, and two others
+    body = {"model": MODEL, "max_tokens": 6, "ignore_eos": True, "allowed_token_ids": allowed, "seed": 5}
+    body |= {"return_tokens_as_token_ids": True}  # logprob entries name their token ids
+
+    def ids(entries: list[str]) -> set[int]:
+        return {int(name.removeprefix("token_id:")) for name in entries}
+
+    http = served.http()
+    (greedy_out,) = llm.generate(PROMPTS[2], greedy(6, allowed_token_ids=tuple(allowed)))
+    for temperature in (0, 1.0):
+        r = http.post(
+            "/v1/completions", json=body | {"prompt": PROMPTS[2], "temperature": temperature, "logprobs": 0}
+        )
+        assert r.status_code == 200, r.text
+        (c,) = r.json()["choices"]
+        assert len(c["logprobs"]["tokens"]) == 6 and ids(c["logprobs"]["tokens"]) <= set(allowed)
+        if temperature == 0:
+            assert c["text"] == greedy_out.text
+    messages = [{"role": "user", "content": "hi"}]
+    chat = http.post(
+        "/v1/chat/completions", json=body | {"messages": messages, "logprobs": True, "temperature": 1.0}
+    ).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert len(content) == 6 and ids([c["token"] for c in content]) <= set(allowed)
 
 
 def test_chat_uses_the_template_and_equals_the_offline_api(served, llm):

@@ -578,6 +578,9 @@ FUZZ_VALID = {
     "frequency_penalty": [1.0],
     "logit_bias": [{"7": 5}],
     "min_p": [0.05],
+    "allowed_token_ids": [[5, 9, 40, 101]],
+    "include_stop_str_in_output": [True],
+    "prompt_logprobs": [0, 2],  # in a stream: a one-line 400, as vLLM's
 }
 # one of these makes a request invalid: each must be refused with a one-line 400
 FUZZ_INVALID = [
@@ -590,6 +593,8 @@ FUZZ_INVALID = [
     ("best_of", 3),
     ("presence_penalty", 3),
     ("logit_bias", {"x": 1}),
+    ("allowed_token_ids", []),
+    ("prompt_logprobs", 21),
     ("model", "nope"),
     ("messages", []),
     ("messages", "hi"),

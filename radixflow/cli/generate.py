@@ -64,6 +64,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="end the text after the stop string that ended it (default: just before it)",
     )
     g.add_argument(
+        "--guided-choice",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="the output is one of these strings (repeatable)",
+    )
+    g.add_argument(
         "--allowed-token-ids",
         type=token_ids,
         default=None,
@@ -132,6 +139,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         stop=tuple(args.stop),
         include_stop_str_in_output=args.include_stop_str_in_output,
         allowed_token_ids=args.allowed_token_ids,
+        guided_choice=tuple(args.guided_choice),
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
         prompt_logprobs=args.prompt_logprobs,

@@ -79,13 +79,14 @@ class LLM:
         """
         token_prompts = self._token_prompts(prompts)
         params_list = self._params(params, len(token_prompts))
-        if any(p.stop for p in params_list):
-            _ = self.tokenizer  # stop strings are found in text: refused without a tokenizer
+        if any(p.stop or p.guided_choice for p in params_list):
+            _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
         calls = []
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
             problem = sp.problem()  # before `choices`, which needs a valid n
             if problem is not None:
                 raise ValueError(problem.of_item(f"prompt {i}") if len(token_prompts) > 1 else str(problem))
+            sp = sp.tokenized(self._encode_choice)
             for choice, choice_params in enumerate(sp.choices()):
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
@@ -103,6 +104,9 @@ class LLM:
         texts = [self.tokenizer.chat.render(conv) for conv in convs]  # type: ignore[arg-type]
         prompts = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
         return self.generate(prompts, params, namespace)
+
+    def _encode_choice(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def _token_prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
         if isinstance(prompts, str) or (_is_token_list(prompts) and prompts):

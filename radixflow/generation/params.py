@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem
@@ -20,7 +21,9 @@ class SamplingParams(TokenSamplingParams):
     ``stop`` ends generation at the first occurrence of any of these strings in the generated
     text, which is cut just before it (as OpenAI does), or just after it with
     ``include_stop_str_in_output`` (vLLM's); ``skip_special_tokens`` leaves special
-    tokens (an end-of-sequence token, for instance) out of the text. ``n`` asks for that many
+    tokens (an end-of-sequence token, for instance) out of the text. ``guided_choice`` (vLLM's)
+    makes the output one of these strings, each generated as the tokenizer splits it alone
+    (`tokenized` turns them into the engine's ``token_choices``). ``n`` asks for that many
     choices per prompt: the door (`LLM`, the server) turns the prompt into ``n`` requests
     (`choices`), whose shared prompt the prefix cache computes once. The engine sees this object
     as its own `SamplingParams` and ignores these fields.
@@ -28,6 +31,7 @@ class SamplingParams(TokenSamplingParams):
 
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
+    guided_choice: tuple[str, ...] = ()
     skip_special_tokens: bool = True
     n: int = 1
 
@@ -36,6 +40,8 @@ class SamplingParams(TokenSamplingParams):
         # Accept what people type: a single string or a list; store a tuple (the object is frozen).
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         object.__setattr__(self, "stop", stop)
+        if isinstance(self.guided_choice, list):
+            object.__setattr__(self, "guided_choice", tuple(self.guided_choice))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     def problem(self) -> Problem | None:
@@ -46,6 +52,11 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
+        choices = self.guided_choice
+        if not isinstance(choices, tuple) or not all(isinstance(c, str) and c for c in choices):
+            return Problem("guided_choice", f"must be a list of non-empty strings, got {choices!r}")
+        if choices and self.allowed_token_ids is not None:
+            return Problem("allowed_token_ids", "cannot be combined with guided_choice")
         for name in ("include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 return Problem(name, f"must be true or false, got {getattr(self, name)!r}")
@@ -53,6 +64,13 @@ class SamplingParams(TokenSamplingParams):
         if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
             return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {n!r}")
         return None
+
+    def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:
+        """These parameters with ``guided_choice`` as the engine's ``token_choices``, each string
+        split by ``encode`` (the tokenizer, no special tokens); themselves when there is none."""
+        if not self.guided_choice:
+            return self
+        return replace(self, token_choices=tuple(tuple(encode(c)) for c in self.guided_choice))
 
     def choices(self) -> list[SamplingParams]:
         """The parameters of each of the ``n`` choices (each with ``n`` 1). With a ``seed``, choice

@@ -26,6 +26,7 @@ import torch
 
 from radixflow.runners.draw import draw
 from radixflow.scheduler.sampling import Sample, SamplingParams
+from radixflow.scheduler.token_choices import choice_step
 
 MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)
 _MASK64 = (1 << 64) - 1
@@ -65,16 +66,27 @@ def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] =
     limit = torch.finfo(out.dtype)
     out[marked] = out[marked].clamp(limit.min, limit.max)
     for i in marked:
-        allowed = rows[i].params.allowed_token_ids
-        if allowed is not None:
-            keep = torch.tensor(sorted(set(allowed)), dtype=torch.long, device=out.device)
+        pickable = _pickable(rows[i], eos)
+        if pickable is not None:
+            keep = torch.tensor(sorted(pickable), dtype=torch.long, device=out.device)
             kept = out[i, keep]
             out[i] = -torch.inf
             out[i, keep] = kept
         held = _held_back(rows[i], eos)
-        if held and (allowed is None or not set(allowed) <= held):  # something must stay pickable
+        if held and (pickable is None or not pickable <= held):  # something must stay pickable
             out[i, list(held)] = -torch.inf
     return out
+
+
+def _pickable(sample: SampleRow, eos: tuple[int, ...]) -> set[int] | None:
+    """The only tokens a row may pick (None: any): its allow-list, or what continues one of its
+    token choices (and ``eos`` where the output is a whole choice a longer one extends)."""
+    p = sample.params
+    if p.token_choices is None:
+        return None if p.allowed_token_ids is None else set(p.allowed_token_ids)
+    step = choice_step(p.token_choices, sample.tokens[sample.prompt_len :])
+    ends = set(eos) if step.complete and not p.ignore_eos else set()
+    return set(step.next_tokens) | ends
 
 
 def _held_back(sample: SampleRow, eos: tuple[int, ...]) -> set[int]:

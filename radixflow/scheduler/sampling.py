@@ -9,6 +9,7 @@ from enum import Enum
 from typing import overload
 
 from radixflow.problems import Problem
+from radixflow.scheduler.token_choices import choices_problem
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
@@ -38,8 +39,11 @@ class SamplingParams:
     ``allowed_token_ids`` (None: every token is allowed) cannot be picked; while fewer than
     ``min_tokens`` tokens are generated, the stop tokens and the end-of-sequence ones (unless
     ``ignore_eos``) cannot be picked either, unless they are all the allowed tokens left (and stop
-    strings do not count, the caller's rule). Reported logprobs are the model's own, before any of
-    this.
+    strings do not count, the caller's rule). With ``token_choices`` the output is one of those
+    token sequences: only a token that continues one may be picked (an end-of-sequence token too
+    where the output is a whole choice that a longer one extends), and the request ends once it is
+    a whole choice nothing extends (`scheduler.token_choices`). Reported logprobs are the model's
+    own, before any of this.
     """
 
     max_tokens: int = 1
@@ -58,6 +62,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     allowed_token_ids: tuple[int, ...] | None = None  # vLLM's: the only tokens that may be picked
+    token_choices: tuple[tuple[int, ...], ...] | None = None  # the output is one of these
 
     def __post_init__(self) -> None:
         # Accept what people write: a mapping of token id to bias (OpenAI's ``logit_bias``) or
@@ -71,6 +76,9 @@ class SamplingParams:
         for name in ("stop_token_ids", "allowed_token_ids"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+        if isinstance(self.token_choices, list | tuple):
+            choices = tuple(tuple(c) if isinstance(c, list) else c for c in self.token_choices)
+            object.__setattr__(self, "token_choices", choices)
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
@@ -98,7 +106,15 @@ class SamplingParams:
         for ok, param, message in checks:
             if not ok:
                 return Problem(param, f"{message}, got {getattr(self, param)!r}")
-        return _bias_problem(self.logit_bias)
+        return _bias_problem(self.logit_bias) or self._choices_problem()
+
+    def _choices_problem(self) -> Problem | None:
+        why = choices_problem(self.token_choices)
+        if why is not None:
+            return Problem("token_choices", why)
+        if self.token_choices is not None and self.allowed_token_ids is not None:
+            return Problem("allowed_token_ids", "cannot be combined with a guided choice")
+        return None
 
     @property
     def greedy(self) -> bool:
@@ -108,8 +124,8 @@ class SamplingParams:
     def adjusts_logits(self) -> bool:
         """Whether a logit bias or a penalty changes the logits a token is picked from."""
         penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
-        allowed = self.allowed_token_ids is not None
-        return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0 or allowed
+        limited = self.allowed_token_ids is not None or self.token_choices is not None
+        return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0 or limited
 
 
 def _in_range(k: int | None) -> bool:

@@ -28,6 +28,7 @@ from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
 from radixflow.scheduler.scan import PolicyContext, RoundPredictor
+from radixflow.scheduler.token_choices import ends_the_output
 
 
 class _Admit(Enum):
@@ -279,6 +280,8 @@ class Scheduler:
         if sample.token in params.stop_token_ids:
             return FinishReason.STOP
         if sample.token in self.config.eos_token_ids and not params.ignore_eos:
+            return FinishReason.STOP
+        if params.token_choices is not None and ends_the_output(params.token_choices, req.output):
             return FinishReason.STOP
         return FinishReason.LENGTH if len(req.output) >= params.max_tokens else None
 

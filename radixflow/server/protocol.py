@@ -33,7 +33,7 @@ IGNORED = {
     "parallel_tool_calls": "only matters with tools, which are refused",
 }
 
-_STRUCTURED = "structured output is not implemented"
+_STRUCTURED = "structured output is not implemented beyond guided_choice"
 _TOOLS = "tool calling is not implemented"
 
 # Both generation routes: OpenAI's sampling fields the engine lacks, then vLLM's extensions.
@@ -43,7 +43,6 @@ COMMON_REFUSED = {
     "length_penalty": Refused("beam search is not implemented", (1,)),
     "guided_json": Refused(_STRUCTURED),
     "guided_regex": Refused(_STRUCTURED),
-    "guided_choice": Refused(_STRUCTURED),
     "guided_grammar": Refused(_STRUCTURED),
     "structured_outputs": Refused(_STRUCTURED),
     "bad_words": Refused("bad-word lists are not implemented", ([],)),
@@ -114,6 +113,7 @@ class _Generate(StrictBody):
     stop_token_ids: list[int] | None = None  # vLLM extension
     include_stop_str_in_output: bool = False  # vLLM extension: the text ends after the stop string
     allowed_token_ids: list[int] | None = None  # vLLM extension: the only tokens that may be picked
+    guided_choice: list[str] | None = None  # vLLM extension: the output is one of these strings
     ignore_eos: bool = False  # vLLM extension
     skip_special_tokens: bool = True  # vLLM extension
     return_tokens_as_token_ids: bool = False  # vLLM extension: "token_id:N" instead of token text
@@ -150,6 +150,7 @@ class _Generate(StrictBody):
             stop=tuple(stop),
             include_stop_str_in_output=self.include_stop_str_in_output,
             allowed_token_ids=None if self.allowed_token_ids is None else tuple(self.allowed_token_ids),
+            guided_choice=tuple(self.guided_choice or ()),
             skip_special_tokens=self.skip_special_tokens,
             n=1 if self.n is None else self.n,
             presence_penalty=self.presence_penalty or 0.0,

@@ -160,6 +160,7 @@ class ServerState:
             )
         items = []
         namespace = compact_namespace(namespace)
+        params = params.tokenized(partial(self.tokenizer.encode, add_special_tokens=False))
         for i, prompt in enumerate(prompts):
             sampling = self._fitted(params, len(prompt)) if fit else params
             reqs = [

@@ -21,6 +21,7 @@ PROMPTS = [
     [5, 6, 7, 8, 9, 10, 11, 12],
 ]
 GREEDY = SamplingParams(max_tokens=12, logprobs=2, ignore_eos=True)
+SCORE = SamplingParams(max_tokens=0, prompt_logprobs=0)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,30 @@ def test_stop_string_cuts_the_text_and_ends_the_request(llm, batch):
     (kept,) = llm.generate(PROMPTS[2], replace(GREEDY, stop=(stop,), include_stop_str_in_output=True))
     assert kept.text == base.text[: cut + len(stop)] and kept.token_ids == out.token_ids
     assert kept.logprobs is not None and "".join(e.text for e in kept.logprobs) == kept.text
+    llm.engine.check_integrity()
+
+
+def test_guided_choice_generates_one_of_the_strings_the_model_likes_best(llm):
+    prompt = llm.tokenizer.encode(PROMPTS[1])
+    letters = ("x", "y", "z", "q")
+    assert all(len(llm.tokenizer.encode(c, add_special_tokens=False)) == 1 for c in letters)
+    (out,) = llm.generate([prompt], SamplingParams(max_tokens=4, guided_choice=letters))
+    # greedy among one-token choices: the one whose logprob after the prompt is the highest
+    scores = {}
+    for c in letters:
+        (scored,) = llm.generate([prompt + llm.tokenizer.encode(c, add_special_tokens=False)], SCORE)
+        scores[c] = scored.prompt_logprobs[-1].logprob  # type: ignore[index, union-attr]
+    assert out.text == max(scores, key=scores.__getitem__) and out.finish_reason == "stop"
+    phrases = ("the lazy dog", "a quick fox", "the lazy cat", "away")
+    sampled = SamplingParams(max_tokens=16, temperature=1.5, seed=2, n=12, guided_choice=phrases)
+    outs = llm.generate([prompt], sampled)
+    assert all(o.text in phrases and o.finish_reason == "stop" for o in outs)
+    assert len({o.text for o in outs}) > 1  # drawn, not always the same
+    assert all(list(o.token_ids) == llm.tokenizer.encode(o.text, add_special_tokens=False) for o in outs)
+    with pytest.raises(ValueError, match="guided_choice: must be a list of non-empty strings"):
+        llm.generate([prompt], SamplingParams(guided_choice=("a", "")))
+    with pytest.raises(ValueError, match="allowed_token_ids: cannot be combined with guided_choice"):
+        llm.generate([prompt], SamplingParams(guided_choice=("a",), allowed_token_ids=(3,)))
     llm.engine.check_integrity()
 
 
@@ -245,6 +270,11 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("prompt logprob"))
     value, tokens = line.split()[2], line.split()[4]
     assert float(value) == pytest.approx(total, abs=1e-3) and int(tokens) == len(out.prompt_token_ids) - 1
+    assert main([*argv, "--guided-choice", "yes", "--guided-choice", "no way", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    guided = SamplingParams(max_tokens=12, ignore_eos=True, guided_choice=("yes", "no way"))
+    (out,) = llm.generate(PROMPTS[2], guided)
+    assert printed["text"] == out.text and out.text in ("yes", "no way")
     assert main(["generate", MODEL, "--prompt", "x", "--logit-bias", "7"]) == 2
     assert "--logit-bias: must be TOKEN=BIAS, got '7'" in capsys.readouterr().err
     assert main(["generate", MODEL, "--prompt", "x", "--prompt-logprobs", "21"]) == 2

@@ -275,3 +275,25 @@ def test_allowed_token_ids_are_checked():
         assert str(SamplingParams(allowed_token_ids=bad).problem()).startswith(
             "allowed_token_ids: must be a non-empty list of ids"
         )
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), HOT, replace(HOT, top_k=1)])
+def test_token_choices_pick_only_what_continues_a_choice(params):
+    logits = logits_batch(1, seed=11)
+    choices = ((5, 9), (5, 9, 40), (21,))
+    prompt = (1, 2, 3)
+    eos = (int(logits[0].argmax()),)  # the model's favourite: an end-of-sequence token here
+    picked: dict[tuple[tuple[int, ...], bool], set[int]] = {}
+    sampler = Sampler(eos_token_ids=eos)
+    for generated in ((), (5,), (5, 9)):
+        for ignore in (False, True):
+            p = replace(params, token_choices=choices, ignore_eos=ignore)
+            for seed in range(12):
+                row = SampleRow(replace(p, seed=seed), 3 + len(generated), prompt + generated, 3)
+                picked.setdefault((generated, ignore), set()).add(sampler.sample(logits, [row])[0].token)
+    assert picked[((), False)] <= {5, 21} and picked[((), True)] <= {5, 21}
+    assert picked[((5,), False)] == picked[((5,), True)] == {9}
+    # a whole choice that a longer one extends: the end-of-sequence may end it, unless ignored
+    assert picked[((5, 9), False)] <= {40, eos[0]} and picked[((5, 9), True)] == {40}
+    if params.greedy or params.top_k == 1:
+        assert picked[((5, 9), False)] == {eos[0]}

@@ -286,6 +286,10 @@ def test_a_chunk_ending_on_a_checkpoint_completes_exactly(runners: Runners, plac
     check_against_reference(runners[8], cfg, placement, reqs)
 
 
+# what a request may pick: anything, an allow-list, or token choices (one a prefix of another)
+LIMITS = [{}, {}, {}, {"allowed_token_ids": (5, 9, 21, 40)}, {"token_choices": ((5, 9), (5, 9, 40), (21,))}]
+
+
 @st.composite
 def generations(draw: st.DrawFn) -> list[Request]:
     """Two to six requests that decode different numbers of tokens, some arriving later."""
@@ -303,7 +307,7 @@ def generations(draw: st.DrawFn) -> list[Request]:
                     presence_penalty=draw(st.sampled_from([0.0, 0.0, 0.7])),
                     frequency_penalty=draw(st.sampled_from([0.0, 0.0, -0.5])),
                     logit_bias=draw(st.sampled_from([(), (), ((5, 2.5), (9, -1.0))])),
-                    allowed_token_ids=draw(st.sampled_from([None, None, None, (5, 9, 21, 40)])),
+                    **draw(st.sampled_from(LIMITS)),
                 ),
             )
         )
@@ -410,7 +414,12 @@ def test_generation_under_every_policy_matches_a_no_cache_greedy_reference(runne
             if r.status is RequestStatus.ABORTED:
                 continue
             assert r.status is RequestStatus.FINISHED, (r.id, r.error)
-            assert len(r.output) == r.sampling.max_tokens, r.id
+            choices = r.sampling.token_choices
+            if choices is None:
+                assert len(r.output) == r.sampling.max_tokens, r.id
+            else:  # a whole choice nothing extends, or cut by max_tokens
+                assert any(tuple(c[: len(r.output)]) == tuple(r.output) for c in choices), r.output
+                assert len(r.output) == r.sampling.max_tokens or tuple(r.output) in {(5, 9, 40), (21,)}
             want = greedy_reference(runner, r.prompt, len(r.output), r.sampling)
             assert r.output == want, (policy, placement, r.id)
 

@@ -94,6 +94,12 @@ BAD_COMPLETIONS = [
         {"allowed_token_ids": [3, 512]},
         "allowed_token_ids: token id 512 is outside the vocabulary (0..511)",
     ),
+    ("empty choice", {"guided_choice": ["yes", ""]}, "guided_choice: must be a list of non-empty strings"),
+    (
+        "choice and allow-list",
+        {"guided_choice": ["yes"], "allowed_token_ids": [3]},
+        "allowed_token_ids: cannot be combined with guided_choice",
+    ),
     ("too many prompt logprobs", {"prompt_logprobs": 21}, "prompt_logprobs must be between 0 and 20, got 21"),
     (  # vLLM's -1 (the whole vocabulary) is past the cap every logprobs field has here
         "every prompt logprob under echo",

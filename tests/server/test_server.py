@@ -174,6 +174,26 @@ def test_allowed_token_ids_limit_what_is_generated_on_both_routes(served, llm):
     assert len(content) == 6 and ids([c["token"] for c in content]) <= set(allowed)
 
 
+def test_guided_choice_answers_with_one_of_the_strings_on_both_routes(served, llm):
+    phrases = ["the lazy dog", "a quick fox", "Candidate two"]
+    body = {"model": MODEL, "max_tokens": 16, "guided_choice": phrases, "n": 4, "temperature": 1.2, "seed": 1}
+    http = served.http()
+    r = http.post("/v1/completions", json=body | {"prompt": PROMPTS[0]})
+    assert r.status_code == 200, r.text
+    assert all(c["text"] in phrases and c["finish_reason"] == "stop" for c in r.json()["choices"])
+    greedy_body = body | {"n": 1, "temperature": 0, "prompt": PROMPTS[0]}
+    (offline,) = llm.generate(PROMPTS[0], SamplingParams(max_tokens=16, guided_choice=tuple(phrases)))
+    assert http.post("/v1/completions", json=greedy_body).json()["choices"][0]["text"] == offline.text
+    messages = [{"role": "user", "content": "Pick one."}]
+    chat = http.post("/v1/chat/completions", json=body | {"messages": messages, "stream": True})
+    chunks = [json.loads(line[6:]) for line in chat.text.splitlines() if line.startswith("data: {")]
+    texts: dict[int, str] = {}
+    for chunk in chunks:
+        for c in chunk["choices"]:
+            texts[c["index"]] = texts.get(c["index"], "") + (c["delta"].get("content") or "")
+    assert sorted(texts) == [0, 1, 2, 3] and all(t in phrases for t in texts.values())
+
+
 def test_chat_uses_the_template_and_equals_the_offline_api(served, llm):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What boils at 100?"}]
     client = served.client()
@@ -580,6 +600,7 @@ FUZZ_VALID = {
     "min_p": [0.05],
     "allowed_token_ids": [[5, 9, 40, 101]],
     "include_stop_str_in_output": [True],
+    "guided_choice": [["yes", "no"], ["a b c", "a", "hello"]],  # with an allow-list: a one-line 400
     "prompt_logprobs": [0, 2],  # in a stream: a one-line 400, as vLLM's
 }
 # one of these makes a request invalid: each must be refused with a one-line 400

@@ -1,0 +1,46 @@
+"""Guided choice at the token level: a request whose output must be one of a few token sequences.
+
+The door tokenizes the caller's strings (`generation.params.SamplingParams.guided_choice`) into
+``SamplingParams.token_choices``; from the tokens generated so far this module says which tokens
+may come next and whether the output is already a whole choice. The sampler lets only those
+tokens be picked (and the end-of-sequence where a whole choice is also the start of a longer one);
+the scheduler ends the request once it is a whole choice no other choice extends. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChoiceStep:
+    """Where a request stands among its choices."""
+
+    next_tokens: frozenset[int]  # tokens that continue some choice the output is a prefix of
+    complete: bool  # the output is itself one of the choices
+
+
+def choice_step(choices: Sequence[Sequence[int]], generated: Sequence[int]) -> ChoiceStep:
+    """Which tokens may follow ``generated`` so the output stays a prefix of some choice."""
+    n = len(generated)
+    following = [c for c in choices if len(c) >= n and tuple(c[:n]) == tuple(generated)]
+    return ChoiceStep(
+        frozenset(c[n] for c in following if len(c) > n), any(len(c) == n for c in following)
+    )
+
+
+def ends_the_output(choices: Sequence[Sequence[int]], generated: Sequence[int]) -> bool:
+    """The output is a whole choice that no other choice goes on from: nothing may follow."""
+    step = choice_step(choices, generated)
+    return step.complete and not step.next_tokens
+
+
+def choices_problem(choices: object) -> str | None:
+    """Why ``choices`` is not None or a non-empty tuple of non-empty token-id tuples (None: it is)."""
+    if choices is None:
+        return None
+    ok = isinstance(choices, tuple) and len(choices) > 0
+    ok = ok and all(isinstance(c, tuple) and len(c) > 0 for c in choices)  # type: ignore[union-attr]
+    ok = ok and all(isinstance(t, int) and not isinstance(t, bool) for c in choices for t in c)  # type: ignore[union-attr]
+    return None if ok else f"must be a non-empty list of non-empty token-id lists, got {choices!r}"

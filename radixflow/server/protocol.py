@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import create_model
+from pydantic import Field, create_model
 
 from radixflow.generation.params import SamplingParams
 from radixflow.scheduler.sampling import MAX_LOGPROBS
@@ -44,7 +44,6 @@ COMMON_REFUSED = {
     "guided_json": Refused(_STRUCTURED),
     "guided_regex": Refused(_STRUCTURED),
     "guided_grammar": Refused(_STRUCTURED),
-    "structured_outputs": Refused(_STRUCTURED),
     "bad_words": Refused("bad-word lists are not implemented", ([],)),
     "logits_processors": Refused("logits processors are not implemented", ([],)),
     "truncate_prompt_tokens": Refused("not implemented: prompts are never truncated"),
@@ -90,6 +89,25 @@ def _declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) ->
     return create_model(name, __base__=base, **{f: (Any, None) for f in fields})  # type: ignore[call-overload]
 
 
+class StructuredOutputs(StrictBody):
+    """vLLM's ``structured_outputs``: of its kinds, only ``choice`` (as ``guided_choice``)."""
+
+    REFUSED: ClassVar[dict[str, Refused]] = {
+        "json_schema": Refused(_STRUCTURED),  # sent as ``json`` (a name pydantic models keep)
+        "regex": Refused(_STRUCTURED),
+        "grammar": Refused(_STRUCTURED),
+        "structural_tag": Refused(_STRUCTURED),
+        "json_object": Refused(_STRUCTURED, (False,)),
+    }
+
+    choice: list[str] | None = None
+    json_schema: Any = Field(None, alias="json")
+    regex: Any = None
+    grammar: Any = None
+    structural_tag: Any = None
+    json_object: Any = None
+
+
 class StreamOptions(StrictBody):
     include_usage: bool | None = False
 
@@ -114,6 +132,7 @@ class _Generate(StrictBody):
     include_stop_str_in_output: bool = False  # vLLM extension: the text ends after the stop string
     allowed_token_ids: list[int] | None = None  # vLLM extension: the only tokens that may be picked
     guided_choice: list[str] | None = None  # vLLM extension: the output is one of these strings
+    structured_outputs: StructuredOutputs | None = None  # vLLM's newer form (its choice only)
     ignore_eos: bool = False  # vLLM extension
     skip_special_tokens: bool = True  # vLLM extension
     return_tokens_as_token_ids: bool = False  # vLLM extension: "token_id:N" instead of token text
@@ -150,7 +169,7 @@ class _Generate(StrictBody):
             stop=tuple(stop),
             include_stop_str_in_output=self.include_stop_str_in_output,
             allowed_token_ids=None if self.allowed_token_ids is None else tuple(self.allowed_token_ids),
-            guided_choice=tuple(self.guided_choice or ()),
+            guided_choice=self._choices(),
             skip_special_tokens=self.skip_special_tokens,
             n=1 if self.n is None else self.n,
             presence_penalty=self.presence_penalty or 0.0,
@@ -162,6 +181,14 @@ class _Generate(StrictBody):
         if problem is not None:
             raise ApiError.from_problem(problem)
         return params
+
+    def _choices(self) -> tuple[str, ...]:
+        """The guided choice, sent as vLLM's older field or its newer one (not both)."""
+        newer = self.structured_outputs.choice if self.structured_outputs is not None else None
+        if newer is not None and self.guided_choice is not None:
+            why = "guided_choice and structured_outputs.choice: give the choices once"
+            raise ApiError(400, why, "guided_choice")
+        return tuple(self.guided_choice or newer or ())
 
     @property
     def streamed(self) -> bool:

@@ -100,6 +100,16 @@ BAD_COMPLETIONS = [
         {"guided_choice": ["yes"], "allowed_token_ids": [3]},
         "allowed_token_ids: cannot be combined with guided_choice",
     ),
+    (
+        "choices sent twice",
+        {"guided_choice": ["yes"], "structured_outputs": {"choice": ["no"]}},
+        "guided_choice and structured_outputs.choice: give the choices once",
+    ),
+    (
+        "a JSON schema",
+        {"structured_outputs": {"json": {"type": "object"}}},
+        "structured_outputs.json: structured output is not implemented beyond guided_choice",
+    ),
     ("too many prompt logprobs", {"prompt_logprobs": 21}, "prompt_logprobs must be between 0 and 20, got 21"),
     (  # vLLM's -1 (the whole vocabulary) is past the cap every logprobs field has here
         "every prompt logprob under echo",

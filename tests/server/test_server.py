@@ -192,6 +192,9 @@ def test_guided_choice_answers_with_one_of_the_strings_on_both_routes(served, ll
         for c in chunk["choices"]:
             texts[c["index"]] = texts.get(c["index"], "") + (c["delta"].get("content") or "")
     assert sorted(texts) == [0, 1, 2, 3] and all(t in phrases for t in texts.values())
+    newer = greedy_body | {"structured_outputs": {"choice": phrases, "json_object": False}}
+    del newer["guided_choice"]  # vLLM's newer form of the same request
+    assert http.post("/v1/completions", json=newer).json()["choices"][0]["text"] == offline.text
 
 
 def test_chat_uses_the_template_and_equals_the_offline_api(served, llm):

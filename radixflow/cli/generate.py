@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the output is one of these strings (repeatable)",
     )
     g.add_argument(
+        "--bad-word", action="append", default=[], metavar="TEXT", help="never generate TEXT (repeatable)"
+    )
+    g.add_argument(
         "--allowed-token-ids",
         type=token_ids,
         default=None,
@@ -140,6 +143,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         include_stop_str_in_output=args.include_stop_str_in_output,
         allowed_token_ids=args.allowed_token_ids,
         guided_choice=tuple(args.guided_choice),
+        bad_words=tuple(args.bad_word),
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
         prompt_logprobs=args.prompt_logprobs,

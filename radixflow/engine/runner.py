@@ -100,6 +100,7 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
         ("logit_bias", [t for t, _ in request.sampling.logit_bias]),
         ("allowed_token_ids", request.sampling.allowed_token_ids or ()),
         ("token_choices", [t for c in request.sampling.token_choices or () for t in c]),
+        ("bad_token_sequences", [t for c in request.sampling.bad_token_sequences for t in c]),
     ):
         bad = next((t for t in ids if not 0 <= t < model.vocab_size), None)
         if bad is not None:

@@ -79,7 +79,7 @@ class LLM:
         """
         token_prompts = self._token_prompts(prompts)
         params_list = self._params(params, len(token_prompts))
-        if any(p.stop or p.guided_choice for p in params_list):
+        if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
         calls = []
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):

@@ -23,7 +23,9 @@ class SamplingParams(TokenSamplingParams):
     ``include_stop_str_in_output`` (vLLM's); ``skip_special_tokens`` leaves special
     tokens (an end-of-sequence token, for instance) out of the text. ``guided_choice`` (vLLM's)
     makes the output one of these strings, each generated as the tokenizer splits it alone
-    (`tokenized` turns them into the engine's ``token_choices``). ``n`` asks for that many
+    (`tokenized` turns them into the engine's ``token_choices``). ``bad_words`` (vLLM's) are never
+    generated, each as the tokenizer splits it alone and after a space (a word in mid-text). ``n``
+    asks for that many
     choices per prompt: the door (`LLM`, the server) turns the prompt into ``n`` requests
     (`choices`), whose shared prompt the prefix cache computes once. The engine sees this object
     as its own `SamplingParams` and ignores these fields.
@@ -32,6 +34,7 @@ class SamplingParams(TokenSamplingParams):
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
     guided_choice: tuple[str, ...] = ()
+    bad_words: tuple[str, ...] = ()
     skip_special_tokens: bool = True
     n: int = 1
 
@@ -40,8 +43,9 @@ class SamplingParams(TokenSamplingParams):
         # Accept what people type: a single string or a list; store a tuple (the object is frozen).
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         object.__setattr__(self, "stop", stop)
-        if isinstance(self.guided_choice, list):
-            object.__setattr__(self, "guided_choice", tuple(self.guided_choice))
+        for name in ("guided_choice", "bad_words"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     def problem(self) -> Problem | None:
@@ -52,10 +56,11 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
-        choices = self.guided_choice
-        if not isinstance(choices, tuple) or not all(isinstance(c, str) and c for c in choices):
-            return Problem("guided_choice", f"must be a list of non-empty strings, got {choices!r}")
-        if choices and self.allowed_token_ids is not None:
+        for name in ("guided_choice", "bad_words"):
+            texts = getattr(self, name)
+            if not isinstance(texts, tuple) or not all(isinstance(c, str) and c.strip() for c in texts):
+                return Problem(name, f"must be a list of non-empty strings, got {texts!r}")
+        if self.guided_choice and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with guided_choice")
         for name in ("include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
@@ -66,11 +71,17 @@ class SamplingParams(TokenSamplingParams):
         return None
 
     def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:
-        """These parameters with ``guided_choice`` as the engine's ``token_choices``, each string
-        split by ``encode`` (the tokenizer, no special tokens); themselves when there is none."""
-        if not self.guided_choice:
+        """These parameters with ``guided_choice`` as the engine's ``token_choices`` and
+        ``bad_words`` as its ``bad_token_sequences``, each string split by ``encode`` (the
+        tokenizer, no special tokens); themselves when there are none."""
+        if not (self.guided_choice or self.bad_words):
             return self
-        return replace(self, token_choices=tuple(tuple(encode(c)) for c in self.guided_choice))
+        choices = tuple(tuple(encode(c)) for c in self.guided_choice) or self.token_choices
+        banned = dict.fromkeys(self.bad_token_sequences)  # distinct, in order
+        for word in self.bad_words:
+            for text in (word.lstrip(), " " + word.lstrip()):  # at the start, and after a space
+                banned.setdefault(tuple(encode(text)))
+        return replace(self, token_choices=choices, bad_token_sequences=tuple(banned))
 
     def choices(self) -> list[SamplingParams]:
         """The parameters of each of the ``n`` choices (each with ``n`` 1). With a ``seed``, choice

@@ -26,7 +26,7 @@ import torch
 
 from radixflow.runners.draw import draw
 from radixflow.scheduler.sampling import Sample, SamplingParams
-from radixflow.scheduler.token_choices import choice_step
+from radixflow.scheduler.token_sequences import banned_next, choice_step
 
 MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)
 _MASK64 = (1 << 64) - 1
@@ -112,6 +112,9 @@ def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
     if (p.frequency_penalty or p.presence_penalty) and generated:
         ids, counts = torch.tensor(generated, dtype=torch.long, device=device).unique(return_counts=True)
         row[ids] -= p.frequency_penalty * counts.to(row.dtype) + p.presence_penalty
+    banned = banned_next(p.bad_token_sequences, generated)
+    if banned:  # the clamp after this keeps them the least likely: a row never runs out of tokens
+        row[sorted(banned)] = -torch.inf
 
 
 def top_count(params: SamplingParams) -> int:

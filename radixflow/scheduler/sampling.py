@@ -9,7 +9,7 @@ from enum import Enum
 from typing import overload
 
 from radixflow.problems import Problem
-from radixflow.scheduler.token_choices import choices_problem
+from radixflow.scheduler.token_sequences import sequences_problem
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
@@ -42,8 +42,9 @@ class SamplingParams:
     strings do not count, the caller's rule). With ``token_choices`` the output is one of those
     token sequences: only a token that continues one may be picked (an end-of-sequence token too
     where the output is a whole choice that a longer one extends), and the request ends once it is
-    a whole choice nothing extends (`scheduler.token_choices`). Reported logprobs are the model's
-    own, before any of this.
+    a whole choice nothing extends (`scheduler.token_sequences`). The last token of a sequence in
+    ``bad_token_sequences`` cannot be picked right after the rest of it (a one-token one never).
+    Reported logprobs are the model's own, before any of this.
     """
 
     max_tokens: int = 1
@@ -63,6 +64,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     allowed_token_ids: tuple[int, ...] | None = None  # vLLM's: the only tokens that may be picked
     token_choices: tuple[tuple[int, ...], ...] | None = None  # the output is one of these
+    bad_token_sequences: tuple[tuple[int, ...], ...] = ()  # the output contains none of these
 
     def __post_init__(self) -> None:
         # Accept what people write: a mapping of token id to bias (OpenAI's ``logit_bias``) or
@@ -76,9 +78,10 @@ class SamplingParams:
         for name in ("stop_token_ids", "allowed_token_ids"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        if isinstance(self.token_choices, list | tuple):
-            choices = tuple(tuple(c) if isinstance(c, list) else c for c in self.token_choices)
-            object.__setattr__(self, "token_choices", choices)
+        for name in ("token_choices", "bad_token_sequences"):
+            value = getattr(self, name)
+            if isinstance(value, list | tuple):
+                object.__setattr__(self, name, tuple(tuple(c) if isinstance(c, list) else c for c in value))
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
@@ -109,9 +112,12 @@ class SamplingParams:
         return _bias_problem(self.logit_bias) or self._choices_problem()
 
     def _choices_problem(self) -> Problem | None:
-        why = choices_problem(self.token_choices)
+        why = None if self.token_choices is None else sequences_problem(self.token_choices, False)
         if why is not None:
             return Problem("token_choices", why)
+        why = sequences_problem(self.bad_token_sequences, True)
+        if why is not None:
+            return Problem("bad_token_sequences", why)
         if self.token_choices is not None and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with a guided choice")
         return None
@@ -125,6 +131,7 @@ class SamplingParams:
         """Whether a logit bias or a penalty changes the logits a token is picked from."""
         penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
         limited = self.allowed_token_ids is not None or self.token_choices is not None
+        limited = limited or bool(self.bad_token_sequences)
         return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0 or limited
 
 

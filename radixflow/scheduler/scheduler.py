@@ -28,7 +28,7 @@ from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder, ReusePoint
 from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
 from radixflow.scheduler.scan import PolicyContext, RoundPredictor
-from radixflow.scheduler.token_choices import ends_the_output
+from radixflow.scheduler.token_sequences import ends_the_output
 
 
 class _Admit(Enum):

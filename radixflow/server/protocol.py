@@ -44,7 +44,6 @@ COMMON_REFUSED = {
     "guided_json": Refused(_STRUCTURED),
     "guided_regex": Refused(_STRUCTURED),
     "guided_grammar": Refused(_STRUCTURED),
-    "bad_words": Refused("bad-word lists are not implemented", ([],)),
     "logits_processors": Refused("logits processors are not implemented", ([],)),
     "truncate_prompt_tokens": Refused("not implemented: prompts are never truncated"),
     "spaces_between_special_tokens": Refused("not implemented: tokens decode as the tokenizer says", (True,)),
@@ -132,6 +131,7 @@ class _Generate(StrictBody):
     include_stop_str_in_output: bool = False  # vLLM extension: the text ends after the stop string
     allowed_token_ids: list[int] | None = None  # vLLM extension: the only tokens that may be picked
     guided_choice: list[str] | None = None  # vLLM extension: the output is one of these strings
+    bad_words: list[str] | None = None  # vLLM extension: never generated
     structured_outputs: StructuredOutputs | None = None  # vLLM's newer form (its choice only)
     ignore_eos: bool = False  # vLLM extension
     skip_special_tokens: bool = True  # vLLM extension
@@ -170,6 +170,7 @@ class _Generate(StrictBody):
             include_stop_str_in_output=self.include_stop_str_in_output,
             allowed_token_ids=None if self.allowed_token_ids is None else tuple(self.allowed_token_ids),
             guided_choice=self._choices(),
+            bad_words=tuple(self.bad_words or ()),
             skip_special_tokens=self.skip_special_tokens,
             n=1 if self.n is None else self.n,
             presence_penalty=self.presence_penalty or 0.0,

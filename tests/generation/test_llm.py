@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
@@ -98,6 +99,23 @@ def test_guided_choice_generates_one_of_the_strings_the_model_likes_best(llm):
     with pytest.raises(ValueError, match="allowed_token_ids: cannot be combined with guided_choice"):
         llm.generate([prompt], SamplingParams(guided_choice=("a",), allowed_token_ids=(3,)))
     llm.engine.check_integrity()
+
+
+def test_bad_words_are_never_generated_as_the_tokenizer_splits_them(llm, batch):
+    base = batch[2]
+    encode = partial(llm.tokenizer.encode, add_special_tokens=False)
+    word = llm.tokenizer.decode(list(base.token_ids[2:4])).strip()  # text the model generates here
+    assert word
+    (out,) = llm.generate(PROMPTS[2], replace(GREEDY, bad_words=(word,)))
+    params = SamplingParams(bad_words=(word,)).tokenized(encode)
+    both = (tuple(encode(word)), tuple(encode(" " + word)))  # at the start, and after a space
+    assert params.bad_token_sequences == tuple(dict.fromkeys(both))
+    for seq in params.bad_token_sequences:  # no banned sequence anywhere in the output
+        n = len(seq)
+        assert all(tuple(out.token_ids[i : i + n]) != seq for i in range(len(out.token_ids) - n + 1))
+    assert out.token_ids != base.token_ids
+    with pytest.raises(ValueError, match="bad_words: must be a list of non-empty strings"):
+        llm.generate(PROMPTS[2], SamplingParams(bad_words=(" ",)))
 
 
 @pytest.mark.parametrize("include", [False, True])
@@ -275,6 +293,11 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     guided = SamplingParams(max_tokens=12, ignore_eos=True, guided_choice=("yes", "no way"))
     (out,) = llm.generate(PROMPTS[2], guided)
     assert printed["text"] == out.text and out.text in ("yes", "no way")
+    assert main([*argv, "--bad-word", out.text[:3], "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    banning = SamplingParams(max_tokens=12, ignore_eos=True, bad_words=(out.text[:3],))
+    (out,) = llm.generate(PROMPTS[2], banning)
+    assert printed["token_ids"] == list(out.token_ids)
     assert main(["generate", MODEL, "--prompt", "x", "--logit-bias", "7"]) == 2
     assert "--logit-bias: must be TOKEN=BIAS, got '7'" in capsys.readouterr().err
     assert main(["generate", MODEL, "--prompt", "x", "--prompt-logprobs", "21"]) == 2

@@ -297,3 +297,26 @@ def test_token_choices_pick_only_what_continues_a_choice(params):
     assert picked[((5, 9), False)] <= {40, eos[0]} and picked[((5, 9), True)] == {40}
     if params.greedy or params.top_k == 1:
         assert picked[((5, 9), False)] == {eos[0]}
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), HOT, replace(HOT, top_k=3)])
+def test_a_banned_sequence_is_never_completed(params):
+    logits = logits_batch(1, seed=12)
+    best = int(logits[0].argmax())
+    banned = ((best,), (3, 4, 9))
+    prompt = (1, 2)
+    sampler = Sampler()
+    for generated in ((), (3, 4), (4, 3)):
+        p = replace(params, bad_token_sequences=banned)
+        picks = set()
+        for seed in range(12):
+            row = SampleRow(replace(p, seed=seed), 2 + len(generated), prompt + generated, 2)
+            picks.add(sampler.sample(logits, [row])[0].token)
+        assert best not in picks
+        if generated == (3, 4):
+            assert 9 not in picks
+    boosted = logits.clone()
+    boosted[0, 9] = 60.0  # the best by far: picked unless (3, 4) came just before
+    for generated, allowed in (((3, 4), False), ((4, 3), True), ((3, 4, 1), True)):
+        row = SampleRow(SamplingParams(bad_token_sequences=banned), 2 + len(generated), prompt + generated, 2)
+        assert (sampler.sample(boosted, [row])[0].token == 9) is allowed

@@ -286,8 +286,16 @@ def test_a_chunk_ending_on_a_checkpoint_completes_exactly(runners: Runners, plac
     check_against_reference(runners[8], cfg, placement, reqs)
 
 
-# what a request may pick: anything, an allow-list, or token choices (one a prefix of another)
-LIMITS = [{}, {}, {}, {"allowed_token_ids": (5, 9, 21, 40)}, {"token_choices": ((5, 9), (5, 9, 40), (21,))}]
+# what a request may pick: anything, an allow-list, token choices (one a prefix of another), or
+# anything but banned sequences
+LIMITS = [
+    {},
+    {},
+    {},
+    {"allowed_token_ids": (5, 9, 21, 40)},
+    {"token_choices": ((5, 9), (5, 9, 40), (21,))},
+    {"bad_token_sequences": ((7,), (5, 9))},
+]
 
 
 @st.composite

@@ -172,6 +172,10 @@ def test_allowed_token_ids_limit_what_is_generated_on_both_routes(served, llm):
     ).json()
     content = chat["choices"][0]["logprobs"]["content"]
     assert len(content) == 6 and ids([c["token"] for c in content]) <= set(allowed)
+    banned = {"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    (offline,) = llm.generate(PROMPTS[2], greedy(6, bad_words=(base.text[:2],)))
+    r = http.post("/v1/completions", json=banned | {"bad_words": [base.text[:2]]})
+    assert r.json()["choices"][0]["text"] == offline.text != base.text
 
 
 def test_guided_choice_answers_with_one_of_the_strings_on_both_routes(served, llm):
@@ -604,6 +608,7 @@ FUZZ_VALID = {
     "allowed_token_ids": [[5, 9, 40, 101]],
     "include_stop_str_in_output": [True],
     "guided_choice": [["yes", "no"], ["a b c", "a", "hello"]],  # with an allow-list: a one-line 400
+    "bad_words": [["the"], ["a", " b c"]],
     "prompt_logprobs": [0, 2],  # in a stream: a one-line 400, as vLLM's
 }
 # one of these makes a request invalid: each must be refused with a one-line 400

@@ -1,10 +1,12 @@
-"""Guided choice at the token level: a request whose output must be one of a few token sequences.
+"""Rules over token sequences: guided choices (the output must be one of a few sequences) and
+banned sequences (the output must contain none of them).
 
 The door tokenizes the caller's strings (`generation.params.SamplingParams.guided_choice`) into
 ``SamplingParams.token_choices``; from the tokens generated so far this module says which tokens
 may come next and whether the output is already a whole choice. The sampler lets only those
 tokens be picked (and the end-of-sequence where a whole choice is also the start of a longer one);
-the scheduler ends the request once it is a whole choice no other choice extends. Pure.
+the scheduler ends the request once it is a whole choice no other choice extends. A banned
+sequence's last token cannot follow its other tokens (`banned_next`). Pure.
 """
 
 from __future__ import annotations
@@ -36,11 +38,22 @@ def ends_the_output(choices: Sequence[Sequence[int]], generated: Sequence[int]) 
     return step.complete and not step.next_tokens
 
 
-def choices_problem(choices: object) -> str | None:
-    """Why ``choices`` is not None or a non-empty tuple of non-empty token-id tuples (None: it is)."""
-    if choices is None:
-        return None
-    ok = isinstance(choices, tuple) and len(choices) > 0
-    ok = ok and all(isinstance(c, tuple) and len(c) > 0 for c in choices)  # type: ignore[union-attr]
-    ok = ok and all(isinstance(t, int) and not isinstance(t, bool) for c in choices for t in c)  # type: ignore[union-attr]
-    return None if ok else f"must be a non-empty list of non-empty token-id lists, got {choices!r}"
+def banned_next(banned: Sequence[Sequence[int]], generated: Sequence[int]) -> set[int]:
+    """Tokens that would complete a banned sequence right after ``generated`` (a one-token
+    sequence is always banned)."""
+    out = set()
+    for seq in banned:
+        head = len(seq) - 1
+        if head == 0 or (len(generated) >= head and tuple(generated[-head:]) == tuple(seq[:head])):
+            out.add(seq[-1])
+    return out
+
+
+def sequences_problem(sequences: object, empty_ok: bool) -> str | None:
+    """Why ``sequences`` is not a tuple (empty only where ``empty_ok``) of non-empty token-id
+    tuples (None: it is)."""
+    ok = isinstance(sequences, tuple) and (empty_ok or len(sequences) > 0)
+    ok = ok and all(isinstance(c, tuple) and len(c) > 0 for c in sequences)  # type: ignore[union-attr]
+    ok = ok and all(isinstance(t, int) and not isinstance(t, bool) for c in sequences for t in c)  # type: ignore[union-attr]
+    lists = "a list" if empty_ok else "a non-empty list"
+    return None if ok else f"must be {lists} of non-empty token-id lists, got {sequences!r}"

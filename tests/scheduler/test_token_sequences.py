@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.scheduler.sampling import SamplingParams
-from radixflow.scheduler.token_choices import ChoiceStep, choice_step, ends_the_output
+from radixflow.scheduler.token_sequences import ChoiceStep, banned_next, choice_step, ends_the_output
 
 CHOICES = ((5, 9), (5, 9, 40), (21,), (5, 7))
 
@@ -36,3 +36,23 @@ def test_token_choices_are_checked_and_kept_as_tuples():
         )
     both = SamplingParams(token_choices=((5,),), allowed_token_ids=(5,))
     assert str(both.problem()) == "allowed_token_ids: cannot be combined with a guided choice"
+
+
+def test_a_banned_sequence_bans_its_last_token_right_after_the_rest():
+    banned = ((7,), (3, 4, 5), (9, 5))
+    assert banned_next(banned, ()) == {7}  # a one-token sequence: always
+    assert banned_next(banned, (1, 3, 4)) == {7, 5}
+    assert banned_next(banned, (3, 4, 1)) == {7}
+    assert banned_next(banned, (9,)) == {7, 5}
+    assert banned_next((), (1, 2)) == set()
+
+
+def test_bad_token_sequences_are_checked_and_kept_as_tuples():
+    params = SamplingParams(bad_token_sequences=[[5, 9], (21,)])
+    assert params.bad_token_sequences == ((5, 9), (21,)) and params.problem() is None
+    assert params.adjusts_logits
+    assert SamplingParams(bad_token_sequences=()).problem() is None
+    for bad in (((),), (("5",),), 5):
+        assert str(SamplingParams(bad_token_sequences=bad).problem()).startswith(  # type: ignore[arg-type]
+            "bad_token_sequences: must be a list of non-empty token-id lists"
+        )

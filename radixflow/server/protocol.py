@@ -1,12 +1,8 @@
 """Request bodies of the OpenAI-compatible routes, and what they ask of the engine.
 
 Types are strict and strings must be valid Unicode (see `strict`). Unknown fields are ignored, as
-OpenAI clients send many. Known fields fall in three groups:
-
-- implemented: declared with their types below;
-- ``IGNORED``: accepted and typed, but they cannot change the answer here (bookkeeping, hints);
-- ``*_REFUSED``: fields for something the engine does not do; a value that asks for it is a 400
-  naming the field, a value that asks for nothing (null, the default, ``tools: []``) is accepted.
+OpenAI clients send many. Known fields are implemented (declared with their types below), ignored
+or refused (the tables in `refused`).
 """
 
 from __future__ import annotations
@@ -18,69 +14,16 @@ from pydantic import Field, create_model
 from radixflow.generation.params import SamplingParams
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 from radixflow.server.errors import ApiError
+from radixflow.server.refused import (
+    CHAT_REFUSED,
+    COMPLETION_REFUSED,
+    STRUCTURED,
+    TEMPLATE_REFUSED,
+)
 from radixflow.server.strict import Refused, StrictBody
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 SEED_RANGE = (-(2**63), 2**64 - 1)
-
-# Accepted and unused: none of them changes what is generated.
-IGNORED = {
-    "user": "an end-user id for the provider's abuse monitoring",
-    "safety_identifier": "the same, OpenAI's newer name",
-    "prompt_cache_key": "a routing hint for OpenAI's prompt cache; the radix cache finds prefixes itself",
-    "service_tier": "a billing tier",
-    "metadata": "tags for stored completions (nothing is stored)",
-    "parallel_tool_calls": "only matters with tools, which are refused",
-}
-
-_STRUCTURED = "structured output is not implemented beyond guided_choice"
-_TOOLS = "tool calling is not implemented"
-
-# Both generation routes: OpenAI's sampling fields the engine lacks, then vLLM's extensions.
-COMMON_REFUSED = {
-    "response_format": Refused(f'{_STRUCTURED} (only {{"type": "text"}})', ({"type": "text"},)),
-    "use_beam_search": Refused("beam search is not implemented", (False,)),
-    "length_penalty": Refused("beam search is not implemented", (1,)),
-    "guided_json": Refused(_STRUCTURED),
-    "guided_regex": Refused(_STRUCTURED),
-    "guided_grammar": Refused(_STRUCTURED),
-    "logits_processors": Refused("logits processors are not implemented", ([],)),
-    "truncate_prompt_tokens": Refused("not implemented: prompts are never truncated"),
-    "spaces_between_special_tokens": Refused("not implemented: tokens decode as the tokenizer says", (True,)),
-    "priority": Refused("request priorities are not implemented (the policy orders requests)", (0,)),
-}
-
-COMPLETION_REFUSED = {
-    **COMMON_REFUSED,
-    "suffix": Refused("suffixes (insertion) are not implemented", ("",)),
-}
-
-# How messages become a prompt is the model's chat template's business alone.
-TEMPLATE_REFUSED = {
-    "tools": Refused(_TOOLS, ([],)),
-    "chat_template": Refused("not implemented: the model's own chat template is always used"),
-    "chat_template_kwargs": Refused("chat template arguments are not implemented", ({},)),
-    "continue_final_message": Refused("not implemented: a reply starts a new turn", (False,)),
-    "documents": Refused("documents for the chat template are not implemented", ([],)),
-}
-
-CHAT_REFUSED = {
-    **COMMON_REFUSED,
-    **TEMPLATE_REFUSED,
-    "tool_choice": Refused(_TOOLS, ("none", "auto")),
-    "functions": Refused(_TOOLS, ([],)),
-    "function_call": Refused(_TOOLS, ("none", "auto")),
-    "audio": Refused("audio output is not implemented"),
-    "modalities": Refused("only text output is implemented", (["text"],)),
-    "prediction": Refused("predicted outputs are not implemented"),
-    "reasoning_effort": Refused("reasoning effort is not implemented"),
-    "verbosity": Refused("verbosity control is not implemented", ("medium",)),
-    "web_search_options": Refused("web search is not implemented"),
-    "store": Refused("not implemented: completions are not stored", (False,)),
-    "echo": Refused("not implemented for chat (echo is a /v1/completions feature)", (False,)),
-    "add_special_tokens": Refused("not implemented: the chat template writes them", (False,)),
-}
-
 
 def _declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) -> type[StrictBody]:
     """``base`` plus each refused field as an optional field of any type: declared, so a request
@@ -92,11 +35,11 @@ class StructuredOutputs(StrictBody):
     """vLLM's ``structured_outputs``: of its kinds, only ``choice`` (as ``guided_choice``)."""
 
     REFUSED: ClassVar[dict[str, Refused]] = {
-        "json_schema": Refused(_STRUCTURED),  # sent as ``json`` (a name pydantic models keep)
-        "regex": Refused(_STRUCTURED),
-        "grammar": Refused(_STRUCTURED),
-        "structural_tag": Refused(_STRUCTURED),
-        "json_object": Refused(_STRUCTURED, (False,)),
+        "json_schema": Refused(STRUCTURED),  # sent as ``json`` (a name pydantic models keep)
+        "regex": Refused(STRUCTURED),
+        "grammar": Refused(STRUCTURED),
+        "structural_tag": Refused(STRUCTURED),
+        "json_object": Refused(STRUCTURED, (False,)),
     }
 
     choice: list[str] | None = None

@@ -74,6 +74,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--bad-word", action="append", default=[], metavar="TEXT", help="never generate TEXT (repeatable)"
     )
     g.add_argument(
+        "--truncate-prompt-tokens",
+        type=parse_int,
+        default=None,
+        metavar="K",
+        help="keep only each prompt's last K tokens (-1: as many as leave room for --max-tokens)",
+    )
+    g.add_argument(
         "--allowed-token-ids",
         type=token_ids,
         default=None,
@@ -144,6 +151,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         allowed_token_ids=args.allowed_token_ids,
         guided_choice=tuple(args.guided_choice),
         bad_words=tuple(args.bad_word),
+        truncate_prompt_tokens=args.truncate_prompt_tokens,
         ignore_eos=args.ignore_eos,
         logprobs=args.logprobs,
         prompt_logprobs=args.prompt_logprobs,

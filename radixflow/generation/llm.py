@@ -87,6 +87,7 @@ class LLM:
             if problem is not None:
                 raise ValueError(problem.of_item(f"prompt {i}") if len(token_prompts) > 1 else str(problem))
             sp = sp.tokenized(self._encode_choice)
+            prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
             for choice, choice_params in enumerate(sp.choices()):
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)

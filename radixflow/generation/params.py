@@ -24,8 +24,9 @@ class SamplingParams(TokenSamplingParams):
     tokens (an end-of-sequence token, for instance) out of the text. ``guided_choice`` (vLLM's)
     makes the output one of these strings, each generated as the tokenizer splits it alone
     (`tokenized` turns them into the engine's ``token_choices``). ``bad_words`` (vLLM's) are never
-    generated, each as the tokenizer splits it alone and after a space (a word in mid-text). ``n``
-    asks for that many
+    generated, each as the tokenizer splits it alone and after a space (a word in mid-text).
+    ``truncate_prompt_tokens`` (vLLM's) keeps only a prompt's last k tokens (-1: as many as leave
+    room for ``max_tokens`` in the model's context; `truncated`). ``n`` asks for that many
     choices per prompt: the door (`LLM`, the server) turns the prompt into ``n`` requests
     (`choices`), whose shared prompt the prefix cache computes once. The engine sees this object
     as its own `SamplingParams` and ignores these fields.
@@ -35,6 +36,7 @@ class SamplingParams(TokenSamplingParams):
     include_stop_str_in_output: bool = False
     guided_choice: tuple[str, ...] = ()
     bad_words: tuple[str, ...] = ()
+    truncate_prompt_tokens: int | None = None
     skip_special_tokens: bool = True
     n: int = 1
 
@@ -60,6 +62,9 @@ class SamplingParams(TokenSamplingParams):
             texts = getattr(self, name)
             if not isinstance(texts, tuple) or not all(isinstance(c, str) and c.strip() for c in texts):
                 return Problem(name, f"must be a list of non-empty strings, got {texts!r}")
+        k = self.truncate_prompt_tokens
+        if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
+            return Problem("truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {k!r}")
         if self.guided_choice and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with guided_choice")
         for name in ("include_stop_str_in_output", "skip_special_tokens"):
@@ -69,6 +74,15 @@ class SamplingParams(TokenSamplingParams):
         if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES):
             return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {n!r}")
         return None
+
+    def truncated(self, prompt: list[int], context: int) -> list[int]:
+        """``prompt``'s last ``truncate_prompt_tokens`` tokens (all of it when None; -1: what
+        leaves room for ``max_tokens`` in a model context of ``context`` tokens, at least one)."""
+        k = self.truncate_prompt_tokens
+        if k is None:
+            return prompt
+        keep = max(1, context - max(self.max_tokens, 1)) if k == -1 else k
+        return prompt[-keep:] if len(prompt) > keep else prompt
 
     def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:
         """These parameters with ``guided_choice`` as the engine's ``token_choices`` and

@@ -75,6 +75,7 @@ class _Generate(StrictBody):
     allowed_token_ids: list[int] | None = None  # vLLM extension: the only tokens that may be picked
     guided_choice: list[str] | None = None  # vLLM extension: the output is one of these strings
     bad_words: list[str] | None = None  # vLLM extension: never generated
+    truncate_prompt_tokens: int | None = None  # vLLM extension: keep a prompt's last k tokens
     structured_outputs: StructuredOutputs | None = None  # vLLM's newer form (its choice only)
     ignore_eos: bool = False  # vLLM extension
     skip_special_tokens: bool = True  # vLLM extension
@@ -114,6 +115,7 @@ class _Generate(StrictBody):
             allowed_token_ids=None if self.allowed_token_ids is None else tuple(self.allowed_token_ids),
             guided_choice=self._choices(),
             bad_words=tuple(self.bad_words or ()),
+            truncate_prompt_tokens=self.truncate_prompt_tokens,
             skip_special_tokens=self.skip_special_tokens,
             n=1 if self.n is None else self.n,
             presence_penalty=self.presence_penalty or 0.0,

@@ -31,7 +31,6 @@ COMMON_REFUSED = {
     "guided_regex": Refused(STRUCTURED),
     "guided_grammar": Refused(STRUCTURED),
     "logits_processors": Refused("logits processors are not implemented", ([],)),
-    "truncate_prompt_tokens": Refused("not implemented: prompts are never truncated"),
     "spaces_between_special_tokens": Refused("not implemented: tokens decode as the tokenizer says", (True,)),
     "priority": Refused("request priorities are not implemented (the policy orders requests)", (0,)),
 }

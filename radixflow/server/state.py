@@ -161,7 +161,8 @@ class ServerState:
         items = []
         namespace = compact_namespace(namespace)
         params = params.tokenized(partial(self.tokenizer.encode, add_special_tokens=False))
-        for i, prompt in enumerate(prompts):
+        for i, whole in enumerate(prompts):
+            prompt = params.truncated(whole, self.context)
             sampling = self._fitted(params, len(prompt)) if fit else params
             reqs = [
                 Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=p)

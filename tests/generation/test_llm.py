@@ -118,6 +118,13 @@ def test_bad_words_are_never_generated_as_the_tokenizer_splits_them(llm, batch):
         llm.generate(PROMPTS[2], SamplingParams(bad_words=(" ",)))
 
 
+def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
+    prompt = llm.tokenizer.encode(PROMPTS[1])
+    (cut,) = llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=7))
+    (alone,) = llm.generate([prompt[-7:]], GREEDY)
+    assert cut.prompt_token_ids == tuple(prompt[-7:]) and cut.token_ids == alone.token_ids
+
+
 @pytest.mark.parametrize("include", [False, True])
 @pytest.mark.parametrize("where", ["completes", "never_completes"])
 def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, where, include):

@@ -32,3 +32,21 @@ def test_choice_seeds_are_distinct_and_do_not_overlap_neighbouring_seeds():
     assert len(set(seeds)) == len(seeds)  # seeds 1 and 2 with n = 2 draw four different streams
     big = [choice_seed(s, 1) for s in (2**64 - 1, -(2**63), 0)]
     assert all(0 <= s < 2**63 for s in big)  # a 64-bit seed from the server mixes into range
+
+
+@pytest.mark.parametrize(
+    ("k", "max_tokens", "kept"),
+    [(None, 4, 10), (3, 4, 3), (10, 4, 10), (50, 4, 10), (-1, 4, 8), (-1, 16, 1), (-1, 0, 10)],
+)
+def test_truncation_keeps_the_prompts_last_tokens(k, max_tokens, kept):
+    prompt = list(range(10))
+    params = SamplingParams(max_tokens=max_tokens, truncate_prompt_tokens=k)
+    assert params.problem() is None
+    assert params.truncated(prompt, context=12) == prompt[-kept:]  # -1: room for max_tokens in 12
+
+
+@pytest.mark.parametrize("k", [0, -2, 1.5, True])
+def test_a_truncation_that_keeps_nothing_is_a_problem(k):
+    assert str(SamplingParams(truncate_prompt_tokens=k).problem()).startswith(
+        "truncate_prompt_tokens: must be an integer >= 1, or -1 (what fits)"
+    )

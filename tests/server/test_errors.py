@@ -94,6 +94,7 @@ BAD_COMPLETIONS = [
         {"allowed_token_ids": [3, 512]},
         "allowed_token_ids: token id 512 is outside the vocabulary (0..511)",
     ),
+    ("truncation to nothing", {"truncate_prompt_tokens": 0}, "truncate_prompt_tokens: must be an integer"),
     ("blank bad word", {"bad_words": ["the", " "]}, "bad_words: must be a list of non-empty strings"),
     ("empty choice", {"guided_choice": ["yes", ""]}, "guided_choice: must be a list of non-empty strings"),
     (

@@ -178,6 +178,20 @@ def test_allowed_token_ids_limit_what_is_generated_on_both_routes(served, llm):
     assert r.json()["choices"][0]["text"] == offline.text != base.text
 
 
+def test_a_truncated_prompt_is_echoed_and_counted_as_it_ran(served, llm):
+    prompt = llm.tokenizer.encode(PROMPTS[1])
+    body = {"model": MODEL, "prompt": PROMPTS[1], "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+    body |= {"truncate_prompt_tokens": 6, "echo": True, "logprobs": 0}
+    r = served.http().post("/v1/completions", json=body)
+    (c,) = r.json()["choices"]
+    (alone,) = llm.generate([prompt[-6:]], greedy(3))
+    assert c["text"] == llm.tokenizer.decode(prompt[-6:]) + alone.text
+    assert r.json()["usage"]["prompt_tokens"] == 6 and len(c["logprobs"]["tokens"]) == 6 + 3
+    messages = [{"role": "user", "content": PROMPTS[1]}]
+    chat = {"model": MODEL, "messages": messages, "truncate_prompt_tokens": 5}
+    assert served.http().post("/v1/chat/completions", json=chat).json()["usage"]["prompt_tokens"] == 5
+
+
 def test_guided_choice_answers_with_one_of_the_strings_on_both_routes(served, llm):
     phrases = ["the lazy dog", "a quick fox", "Candidate two"]
     body = {"model": MODEL, "max_tokens": 16, "guided_choice": phrases, "n": 4, "temperature": 1.2, "seed": 1}

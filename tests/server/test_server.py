@@ -623,6 +623,7 @@ FUZZ_VALID = {
     "include_stop_str_in_output": [True],
     "guided_choice": [["yes", "no"], ["a b c", "a", "hello"]],  # with an allow-list: a one-line 400
     "bad_words": [["the"], ["a", " b c"]],
+    "truncate_prompt_tokens": [4, -1],
     "prompt_logprobs": [0, 2],  # in a stream: a one-line 400, as vLLM's
 }
 # one of these makes a request invalid: each must be refused with a one-line 400

@@ -1,13 +1,14 @@
 """RadixFlow: an inference engine and scheduler for hybrid language models with exact-prefix caching.
 
-``radixflow.LLM(model).generate(prompts, radixflow.SamplingParams(...))`` is the offline API.
+``radixflow.LLM(model).generate(prompts, radixflow.SamplingParams(...))`` is the offline API;
+``radixflow.LLM(model).score(context, candidates)`` scores candidates against one shared context.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "CandidateScore", "SamplingParams"]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from radixflow.cli import bench, calibrate, cost, experiment, generate, models, serve
+from radixflow.cli import bench, calibrate, cost, experiment, generate, models, score, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 from radixflow.options import EngineOptions
@@ -20,7 +20,8 @@ from radixflow.server.config import Listen, ServerConfig
 DESCRIPTION = (
     "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
     "model to timed worker calls), cost (one worker call's predicted time, term by term), experiment "
-    "(frozen experiment configs), generate (offline generation) and serve (an OpenAI-compatible server)."
+    "(frozen experiment configs), generate (offline generation), score (candidates ranked after one "
+    "context) and serve (an OpenAI-compatible server)."
 )
 
 # Every subcommand, in `--help` order. A new command is a new module with a COMMAND.
@@ -31,6 +32,7 @@ COMMANDS: tuple[Command, ...] = (
     cost.COMMAND,
     experiment.COMMAND,
     generate.COMMAND,
+    score.COMMAND,
     serve.COMMAND,
 )
 

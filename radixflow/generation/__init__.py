@@ -3,5 +3,14 @@
 from radixflow.generation.llm import LLM, GenerationError
 from radixflow.generation.outputs import GenerationOutput, StreamDelta, TokenLogprob
 from radixflow.generation.params import SamplingParams
+from radixflow.generation.scoring import CandidateScore
 
-__all__ = ["LLM", "GenerationError", "GenerationOutput", "SamplingParams", "StreamDelta", "TokenLogprob"]
+__all__ = [
+    "LLM",
+    "CandidateScore",
+    "GenerationError",
+    "GenerationOutput",
+    "SamplingParams",
+    "StreamDelta",
+    "TokenLogprob",
+]

@@ -20,6 +20,7 @@ from radixflow.generation.output_processor import (
 )
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
+from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
 from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
@@ -93,6 +94,21 @@ class LLM:
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
                 calls.append(_Call(req, i, choice))
         return self._run(calls, len(token_prompts))
+
+    def score(
+        self, context: Prompt, candidates: Sequence[Prompt], namespace: str = "default"
+    ) -> list[CandidateScore]:
+        """Each candidate's logprob given ``context``, in order (`generation.scoring`): text is
+        tokenized alone (the context as a prompt, with the tokenizer's special tokens; candidates
+        without), token ids are used as they are. One batch: the cache computes the context once.
+
+        Raises ValueError for an empty context or candidate, or one that cannot run."""
+        ctx = self._token_prompts([context])[0]
+        cands = [self._encode_choice(c) if isinstance(c, str) else list(c) for c in candidates]
+        if not all(_is_token_list(c) for c in cands):
+            raise ValueError("candidates: each must be text or a list of token ids")
+        outputs = self.generate(scoring_prompts(ctx, cands), SCORING, namespace)
+        return candidate_scores(len(ctx), outputs)
 
     def chat(
         self,

@@ -1,0 +1,77 @@
+"""`radixflow score MODEL --context ... --candidate ...`: candidates ranked by their logprob given
+one shared context (`LLM.score`), best first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
+from radixflow.cli.command import Command, UsageError
+from radixflow.cli.extras import require_torch_extra
+from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.problems import ProblemError
+
+ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per token
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_engine_flags(p, model_positional=True)
+    g = p.add_argument_group("scoring")
+    g.add_argument("--context", required=True, help="the text every candidate follows")
+    g.add_argument(
+        "--candidate", action="append", required=True, help="a continuation to score (repeat for each)"
+    )
+    g.add_argument(
+        "--rank-by", choices=ORDERS, default="total", help="total log-likelihood, or mean per token"
+    )
+    g.add_argument("--json", action="store_true", help="print every score as JSON, in the given order")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    require_torch_extra("radixflow score")
+    from radixflow.generation import LLM, GenerationError
+
+    options = from_args(args)
+    if options.trace_out is not None:
+        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
+    warn_ineffective_options(args, options)
+    try:
+        llm = LLM.from_options(options)
+        warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
+        scores = llm.score(args.context, list(args.candidate))
+    except ProblemError:
+        raise
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except GenerationError as e:
+        print(f"radixflow: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        rows = [
+            {**asdict(s), "candidate": args.candidate[s.index], "total": s.total, "mean": s.mean}
+            for s in scores
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table("rank", "candidate", "tokens", "total logprob", "mean", "cached")
+    ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
+    for rank, s in enumerate(ranked, 1):
+        text = escape(args.candidate[s.index])
+        table.add_row(
+            str(rank), text, str(len(s.token_ids)), f"{s.total:.4f}", f"{s.mean:.4f}", str(s.cached_tokens)
+        )
+    console.print(table)
+    return 0
+
+
+COMMAND = Command(
+    "score", "rank candidates by their logprob after one shared context (offline)", add_arguments, run
+)

@@ -1,0 +1,65 @@
+"""Scoring candidates against one shared context: each candidate's logprob given the context.
+
+The niche's core job. The context is tokenized once and each candidate on its own, then joined
+as token ids, so every request starts with exactly the same tokens and the prefix cache computes
+the context once (tokenizing ``context + candidate`` as one text could merge tokens across the
+seam and share nothing). Each request generates nothing and asks for its prompt's logprobs; a
+candidate's score is the sum over its own tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from radixflow.generation.outputs import GenerationOutput
+from radixflow.generation.params import SamplingParams
+
+SCORING = SamplingParams(max_tokens=0, prompt_logprobs=0)  # the prompt's logprobs, nothing generated
+
+
+@dataclass(frozen=True)
+class CandidateScore:
+    """One candidate: its tokens, each one's logprob given the context and the tokens before it,
+    and how much of its prompt came from the cache."""
+
+    index: int  # the candidate's place in the call
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    cached_tokens: int
+
+    @property
+    def total(self) -> float:
+        """Log-likelihood of the whole candidate given the context."""
+        return sum(self.logprobs)
+
+    @property
+    def mean(self) -> float:
+        """Per-token log-likelihood (a length-fair ranking)."""
+        return self.total / len(self.logprobs)
+
+
+def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[int]]:
+    """One prompt per candidate: the context's tokens, then the candidate's. ValueError for an
+    empty context (its first candidate token would have nothing to be scored against) or
+    candidate."""
+    if not context:
+        raise ValueError("context: is empty (a candidate is scored given the tokens before it)")
+    if not candidates:
+        raise ValueError("candidates: none given")
+    empty = next((i for i, c in enumerate(candidates) if not c), None)
+    if empty is not None:
+        raise ValueError(f"candidate {empty}: is empty")
+    return [[*context, *c] for c in candidates]
+
+
+def candidate_scores(context_len: int, outputs: Sequence[GenerationOutput]) -> list[CandidateScore]:
+    """Each output's candidate part (past ``context_len`` prompt tokens) as a `CandidateScore`."""
+    scores = []
+    for i, out in enumerate(outputs):
+        entries = out.prompt_logprobs
+        assert entries is not None  # asked for by SCORING
+        part = entries[context_len:]
+        logprobs = tuple(e.logprob for e in part if e is not None)
+        scores.append(CandidateScore(i, out.prompt_token_ids[context_len:], logprobs, out.cached_tokens))
+    return scores

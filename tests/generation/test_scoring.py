@@ -1,0 +1,76 @@
+"""Scoring candidates against one shared context (`LLM.score`, `radixflow score`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixflow.generation import LLM, SamplingParams
+
+MODEL = "qwen3_5-tiny"
+CONTEXT = "Reranking models score each candidate document against the same query. " * 3
+CANDIDATES = [" The first one.", " A second, longer candidate than the first.", " x", " The first one!"]
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def llm(zoo) -> LLM:
+    return LLM(MODEL, kv_blocks=256, state_slots=64)
+
+
+def test_each_score_is_the_sum_of_its_candidate_tokens_logprobs_alone(llm):
+    scores = llm.score(CONTEXT, CANDIDATES, namespace="fresh")  # nothing cached there yet
+    ctx = llm.tokenizer.encode(CONTEXT)
+    assert [s.index for s in scores] == [0, 1, 2, 3]
+    for s, cand in zip(scores, CANDIDATES, strict=True):
+        ids = llm.tokenizer.encode(cand, add_special_tokens=False)
+        assert s.token_ids == tuple(ids) and len(s.logprobs) == len(ids)
+        (alone,) = LLM(MODEL, kv_blocks=64, state_slots=8).generate(
+            [ctx + ids], SamplingParams(max_tokens=0, prompt_logprobs=0)
+        )
+        want = [e.logprob for e in alone.prompt_logprobs[len(ctx) :]]  # type: ignore[index, union-attr]
+        assert s.logprobs == pytest.approx(want, abs=TOL)
+        assert s.total == pytest.approx(sum(want), abs=len(ids) * TOL) and s.mean == s.total / len(ids)
+    # one batch: the context is computed once, later candidates take it (whole blocks) from the
+    # cache; two candidates that begin alike share more
+    cached = sorted(s.cached_tokens for s in scores)
+    assert cached[0] == 0 and all(c >= len(ctx) // 16 * 16 for c in cached[1:])
+    llm.engine.check_integrity()
+
+
+def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
+    ctx = llm.tokenizer.encode(CONTEXT)
+    by_ids = llm.score(ctx, [[5, 9, 40], [7]])
+    assert [s.token_ids for s in by_ids] == [(5, 9, 40), (7,)]
+    again = llm.score(ctx, [[7], [5, 9, 40]])
+    assert again[1].logprobs == pytest.approx(by_ids[0].logprobs, abs=TOL)
+    for context, candidates, message in (
+        ([], [[5]], "context: is empty"),
+        (ctx, [], "candidates: none given"),
+        (ctx, [[5], []], "candidate 1: is empty"),
+        (ctx, [[5], [1.5]], "candidates: each must be text or a list of token ids"),
+        (ctx, [[5], [10**6]], "token id 1000000 is outside the vocabulary"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            llm.score(context, candidates)
+
+
+def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):
+    from radixflow.cli import main
+
+    argv = ["score", MODEL, "--context", CONTEXT, "--kv-blocks", "256", "--state-slots", "64"]
+    for c in CANDIDATES:
+        argv += ["--candidate", c]
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    want = llm.score(CONTEXT, CANDIDATES)
+    assert [p["candidate"] for p in printed] == CANDIDATES
+    assert [p["total"] for p in printed] == pytest.approx([s.total for s in want], abs=1e-3)
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    best = max(want, key=lambda s: s.total)
+    first_row = next(line for line in table.splitlines() if line.startswith("│ 1 "))
+    assert CANDIDATES[best.index].strip() in first_row
+    assert main(["score", MODEL, "--context", "a", "--candidate", ""]) == 2
+    assert "candidate 0: is empty" in capsys.readouterr().err

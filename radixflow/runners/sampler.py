@@ -51,10 +51,10 @@ def row_seed(seed: int, position: int) -> int:
 
 
 def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] = ()) -> torch.Tensor:
-    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, the tokens
-    outside its allowed ones at -inf, and its stop and ``eos`` tokens held back before
-    ``min_tokens``, in the order and by the rules `SamplingParams` gives: a copy when a row has
-    any, else ``logits``."""
+    """``logits [len(rows), vocab]`` with each row's logit bias and penalties applied, its banned
+    sequences' next tokens made the least likely, the tokens outside its allow-list or choices at
+    -inf, and its stop and ``eos`` tokens held back before ``min_tokens``, in the order and by the
+    rules `SamplingParams` gives: a copy when a row has any, else ``logits``."""
     marked = [i for i, r in enumerate(rows) if r.params.adjusts_logits]
     if not marked:
         return logits

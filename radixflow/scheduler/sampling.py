@@ -128,7 +128,8 @@ class SamplingParams:
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether a logit bias or a penalty changes the logits a token is picked from."""
+        """Whether a bias, a penalty, a ban, an allow-list, choices or ``min_tokens`` change the
+        logits a token is picked from."""
         penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
         limited = self.allowed_token_ids is not None or self.token_choices is not None
         limited = limited or bool(self.bad_token_sequences)

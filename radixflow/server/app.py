@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request as HttpRequest
 
-from radixflow.server import chat, completions, tokenize
+from radixflow.server import chat, completions, score, tokenize
 from radixflow.server.errors import install_handlers
 from radixflow.server.limits import BodyLimit, LongBodyLane
 from radixflow.server.state import ServerState
@@ -34,7 +34,7 @@ def create_app(state: ServerState) -> FastAPI:
     lane = LongBodyLane(state.config.long_body_bytes, answering=state.answering)
     app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)
     install_handlers(app)
-    for module in (completions, chat, tokenize):
+    for module in (completions, chat, score, tokenize):
         app.include_router(module.router)
 
     @app.get("/v1/models")

@@ -48,6 +48,8 @@ _SAID = {
 UNION_SHAPES = {
     "prompt": "a string, a list of token ids, a list of strings or a list of token-id lists",
     "stop": "a string or a list of strings",
+    "context": "a string or a list of token ids",
+    "candidates": "a list of strings or a list of token-id lists",
 }
 
 

@@ -142,8 +142,7 @@ class _Generate(StrictBody):
 
     @property
     def namespace(self) -> str:
-        # A salted namespace cannot collide with the unsalted one or another salt.
-        return "default" if self.cache_salt is None else f"salt:{self.cache_salt}"
+        return salted(self.cache_salt)
 
     @property
     def unsent_max_tokens(self) -> bool:
@@ -205,6 +204,20 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
         return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
 
 
+class ScoreRequest(StrictBody):
+    """``/v1/score``: candidates (texts or token-id lists) after one context (text or ids)."""
+
+    model: str
+    context: str | list[int]
+    candidates: list[str] | list[list[int]]
+    add_special_tokens: bool = True  # around a text context, as /v1/completions adds them
+    cache_salt: str | None = None
+
+    @property
+    def namespace(self) -> str:
+        return salted(self.cache_salt)
+
+
 class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
     REFUSED: ClassVar[dict[str, Refused]] = TEMPLATE_REFUSED
 
@@ -219,6 +232,12 @@ class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  #
 class DetokenizeRequest(StrictBody):
     model: str | None = None
     tokens: list[int]
+
+
+def salted(cache_salt: str | None) -> str:
+    """The cache namespace of a request with this ``cache_salt``: a salted one cannot collide with
+    the unsalted one or another salt."""
+    return "default" if cache_salt is None else f"salt:{cache_salt}"
 
 
 def _most(a: int | None, b: int | None) -> int | None:

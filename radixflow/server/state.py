@@ -145,16 +145,22 @@ class ServerState:
             )
 
     def requests(
-        self, prompts: list[list[int]], params: SamplingParams, namespace: str, fit: bool = False
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        namespace: str,
+        fit: bool = False,
+        item: str = "prompt",
     ) -> list[tuple[Request, RequestTracker]]:
         """Engine requests for these prompts, each prompt's ``params.n`` choices one after another
         (item ``prompt * n + choice``); ApiError 400 naming the first prompt that cannot run.
         ``fit``: ``params.max_tokens`` is a default the client never sent, so each prompt's is
         capped to what fits here (`Backend.room`; at least 1, so a prompt too long for the cache
         is refused as the prompt). Safe on a tokenizer thread, where it runs: the checks cost a
-        pass over every prompt token."""
+        pass over every prompt token. ``item``: what an error calls prompt ``i`` (a scoring
+        request's prompts are its candidates)."""
         if len(prompts) * params.n > self.config.max_pending:
-            asked = f"{len(prompts)} prompts" + (f" times n = {params.n}" if params.n > 1 else "")
+            asked = f"{len(prompts)} {item}s" + (f" times n = {params.n}" if params.n > 1 else "")
             raise ApiError(
                 400, f"{asked} in one request; the server queues {self.config.max_pending}", "prompt"
             )
@@ -172,7 +178,8 @@ class ServerState:
             # prompt) stands for all
             problem = self._problem(reqs[0])
             if problem is not None:
-                raise ApiError.from_problem(problem, f"prompt {i}" if len(prompts) > 1 else None)
+                named = len(prompts) > 1 or item != "prompt"
+                raise ApiError.from_problem(problem, f"{item} {i}" if named else None)
             items.extend((req, RequestTracker(req, self.tokenizer, c)) for c, req in enumerate(reqs))
         return items
 

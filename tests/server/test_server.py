@@ -215,6 +215,47 @@ def test_guided_choice_answers_with_one_of_the_strings_on_both_routes(served, ll
     assert http.post("/v1/completions", json=newer).json()["choices"][0]["text"] == offline.text
 
 
+def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
+    candidates = [" Candidate one.", " Candidate two is longer.", " x"]
+    http = served.http()
+    body = {"model": MODEL, "context": CONTEXT, "candidates": candidates, "cache_salt": "score-test"}
+    r = http.post("/v1/score", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    want = llm.score(CONTEXT, candidates, namespace="score-reference")
+    assert got["object"] == "score" and [d["index"] for d in got["data"]] == [0, 1, 2]
+    for d, w in zip(got["data"], want, strict=True):
+        assert d["token_ids"] == list(w.token_ids) and d["total_logprob"] == pytest.approx(w.total, abs=1e-3)
+        assert d["token_logprobs"] == pytest.approx(list(w.logprobs), abs=TOL)
+        assert d["mean_logprob"] == pytest.approx(d["total_logprob"] / len(d["token_ids"]))
+    context = llm.tokenizer.encode(CONTEXT)
+    assert got["usage"]["prompt_tokens"] == sum(len(context) + len(d["token_ids"]) for d in got["data"])
+    assert sorted(d["cached_tokens"] for d in got["data"])[1:] >= [len(context) // 16 * 16] * 2
+    by_ids = http.post("/v1/score", json=body | {"context": context, "candidates": [[5, 9], [7]]}).json()
+    assert [d["token_ids"] for d in by_ids["data"]] == [[5, 9], [7]]
+    assert all(d["cached_tokens"] >= len(context) // 16 * 16 for d in by_ids["data"])  # the context, cached
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "message"),
+    [
+        ({"context": ""}, "context", "context: is empty"),
+        ({"candidates": []}, "candidates", "candidates: none given"),
+        ({"candidates": ["a", ""]}, "candidates", "candidate 1: is empty"),
+        ({"candidates": [[3, 600]]}, "prompt", "candidate 0: prompt: token id 600 is outside the vocabulary"),
+        ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
+        ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),
+        ({"model": "gpt-17"}, "model", "model 'gpt-17' does not exist"),
+    ],
+)
+def test_bad_score_input_is_a_one_line_400(served, change, param, message):
+    body = {"model": MODEL, "context": "Hello there.", "candidates": [" a", " b"]} | change
+    r = served.http().post("/v1/score", json=body)
+    error = r.json()["error"]
+    assert r.status_code in (400, 404) and error["message"].startswith(message), error
+    assert "\n" not in error["message"] and error["param"] == param
+
+
 def test_chat_uses_the_template_and_equals_the_offline_api(served, llm):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What boils at 100?"}]
     client = served.client()

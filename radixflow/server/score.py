@@ -1,0 +1,73 @@
+"""``POST /v1/score``: candidates scored against one shared context (`LLM.score` over HTTP).
+
+Not an OpenAI route (and not vLLM's ``/score``, which runs cross-encoders): the context is
+tokenized once and each candidate on its own, joined as token ids, so every request starts with
+exactly the context's tokens and the prefix cache computes it once (see `generation.scoring`).
+The answer lists each candidate's log-likelihood, per token and in total, in the given order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import Request as HttpRequest
+
+from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request
+from radixflow.server.completions import prompt_ids
+from radixflow.server.errors import ApiError
+from radixflow.server.json_body import FastJsonRoute
+from radixflow.server.protocol import ScoreRequest
+from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.state import ServerState, answers, response_id
+
+router = APIRouter(route_class=FastJsonRoute)
+KIND = "score"
+
+
+def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Request, RequestTracker]]]:
+    """The context's length and one request per candidate (on a tokenizer thread: long texts
+    take a while). ApiError 400 for an empty context or candidate, or one that cannot run."""
+    (context,) = prompt_ids(body.context, state.tokenizer, body.add_special_tokens)
+    candidates = [
+        state.tokenizer.encode(c, add_special_tokens=False) if isinstance(c, str) else list(c)
+        for c in body.candidates
+    ]
+    try:
+        prompts = scoring_prompts(context, candidates)
+    except ValueError as e:
+        param = "context" if str(e).startswith("context") else "candidates"
+        raise ApiError(400, str(e), param) from None
+    return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
+
+
+def entry(score: CandidateScore) -> dict[str, Any]:
+    return {
+        "index": score.index,
+        "total_logprob": score.total,
+        "mean_logprob": score.mean,
+        "token_ids": list(score.token_ids),
+        "token_logprobs": list(score.logprobs),
+        "cached_tokens": score.cached_tokens,
+    }
+
+
+@router.post("/v1/score")
+async def score(body: ScoreRequest, http: HttpRequest) -> Response:
+    state: ServerState = http.app.state.radixflow
+    state.check_model(body.model)
+    context_len, items = await state.offload(prepare, body, state)
+    submission = state.submit(items, stream=False)
+    envelope = Envelope.new(response_id("score", http), state.model_name)
+    finals = await answers(http, submission)
+    if finals is None:
+        return Response(status_code=499)  # nobody reads it: the client has gone
+    outputs = [f.output for f in finals if f.output is not None]
+    data = [entry(s) for s in candidate_scores(context_len, outputs)]
+    answered = list(enumerate(outputs))
+    body_out = {"id": envelope.id, "object": KIND, "created": envelope.created, "model": envelope.model}
+    headers = {"X-Request-Id": envelope.id}
+    return JSONResponse({**body_out, "data": data, "usage": usage(answered)}, headers=headers)

@@ -56,3 +56,14 @@ class LoggedProgress(Progress):
             f"{elapsed:.0f} s, ETA {max(eta, 0.0):.0f} s",
             highlight=False,
         )
+
+
+class RequestBar:
+    """A `LoggedProgress` task counting answered requests: the ``progress`` hook of `LLM` calls
+    (``bar.hear(done, total)``), for the commands that run them."""
+
+    def __init__(self, progress: LoggedProgress, description: str) -> None:
+        self.progress, self.task = progress, progress.add_task(description, total=None)
+
+    def hear(self, done: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total)

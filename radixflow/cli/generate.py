@@ -25,6 +25,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.generation.params import MAX_CHOICES
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
 from radixflow.problems import ProblemError
+from radixflow.progress import LoggedProgress, RequestBar
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 
 if TYPE_CHECKING:
@@ -164,10 +165,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-        if args.chat:
-            outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)
-        else:
-            outputs = llm.generate(list(args.prompt), params)
+        with LoggedProgress(console=Console(stderr=True)) as progress:
+            bar = RequestBar(progress, "generating")
+            if args.chat:
+                convs = [[{"role": "user", "content": p}] for p in args.prompt]
+                outputs = llm.chat(convs, params, progress=bar.hear)
+            else:
+                outputs = llm.generate(list(args.prompt), params, progress=bar.hear)
     except ProblemError:
         raise
     except (ChatTemplateError, ValueError) as e:

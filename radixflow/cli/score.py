@@ -18,6 +18,7 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.problems import ProblemError
+from radixflow.progress import LoggedProgress, RequestBar
 
 ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per token
 
@@ -26,8 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p, model_positional=True)
     g = p.add_argument_group("scoring")
     g.add_argument("--context", required=True, help="the text every candidate follows")
+    g.add_argument("--candidate", action="append", default=[], help="a continuation to score (repeatable)")
     g.add_argument(
-        "--candidate", action="append", required=True, help="a continuation to score (repeat for each)"
+        "--candidates-file",
+        type=Path,
+        metavar="PATH",
+        help="more candidates, one per line as written (leading spaces count; the line break does not)",
     )
     g.add_argument(
         "--rank-by", choices=ORDERS, default="total", help="total log-likelihood, or mean per token"
@@ -39,6 +44,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow score")
     from radixflow.generation import LLM, GenerationError
 
+    candidates = list(args.candidate) + _read_candidates(args.candidates_file)
+    if not candidates:
+        raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
     options = from_args(args)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, {})
@@ -46,7 +54,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-        scores = llm.score(args.context, list(args.candidate))
+        with LoggedProgress(console=Console(stderr=True)) as progress:
+            bar = RequestBar(progress, "scoring")
+            scores = llm.score(args.context, candidates, progress=bar.hear)
     except ProblemError:
         raise
     except ValueError as e:
@@ -56,7 +66,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return 1
     if args.json:
         rows = [
-            {**asdict(s), "candidate": args.candidate[s.index], "total": s.total, "mean": s.mean}
+            {**asdict(s), "candidate": candidates[s.index], "total": s.total, "mean": s.mean}
             for s in scores
         ]
         print(json.dumps(rows, indent=2))
@@ -64,12 +74,23 @@ def run(args: argparse.Namespace, console: Console) -> int:
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
     for rank, s in enumerate(ranked, 1):
-        text = escape(args.candidate[s.index])
+        text = escape(candidates[s.index])
         table.add_row(
             str(rank), text, str(len(s.token_ids)), f"{s.total:.4f}", f"{s.mean:.4f}", str(s.cached_tokens)
         )
     console.print(table)
     return 0
+
+
+def _read_candidates(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise UsageError(f"--candidates-file: cannot read {path}: {why}") from None
+    return text.splitlines()
 
 
 COMMAND = Command(

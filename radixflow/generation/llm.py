@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from radixflow.scheduler.request import Request
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
+Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
 
 
 class GenerationError(RuntimeError):
@@ -70,11 +71,13 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
+        progress: Progress | None = None,
     ) -> list[GenerationOutput]:
         """One output per prompt and choice, in order: each prompt's ``n`` choices
         (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
         text or a list of token ids; ``params`` is one for all prompts or one per prompt
         (default: one greedy token). A prompt's choices share its prompt in the cache.
+        ``progress`` hears of each request that ends (a progress bar's hook).
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
@@ -93,10 +96,14 @@ class LLM:
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
                 calls.append(_Call(req, i, choice))
-        return self._run(calls, len(token_prompts))
+        return self._run(calls, len(token_prompts), progress)
 
     def score(
-        self, context: Prompt, candidates: Sequence[Prompt], namespace: str = "default"
+        self,
+        context: Prompt,
+        candidates: Sequence[Prompt],
+        namespace: str = "default",
+        progress: Progress | None = None,
     ) -> list[CandidateScore]:
         """Each candidate's logprob given ``context``, in order (`generation.scoring`): text is
         tokenized alone (the context as a prompt, with the tokenizer's special tokens; candidates
@@ -107,7 +114,7 @@ class LLM:
         cands = [self._encode_choice(c) if isinstance(c, str) else list(c) for c in candidates]
         if not all(_is_token_list(c) for c in cands):
             raise ValueError("candidates: each must be text or a list of token ids")
-        outputs = self.generate(scoring_prompts(ctx, cands), SCORING, namespace)
+        outputs = self.generate(scoring_prompts(ctx, cands), SCORING, namespace, progress)
         return candidate_scores(len(ctx), outputs)
 
     def chat(
@@ -115,12 +122,13 @@ class LLM:
         conversations: Messages | Sequence[Messages],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
+        progress: Progress | None = None,
     ) -> list[GenerationOutput]:
         """The assistant's reply to each conversation, rendered with the model's chat template."""
         convs = [conversations] if _is_conversation(conversations) else list(conversations)
         texts = [self.tokenizer.chat.render(conv) for conv in convs]  # type: ignore[arg-type]
         prompts = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
-        return self.generate(prompts, params, namespace)
+        return self.generate(prompts, params, namespace, progress)
 
     def _encode_choice(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -157,7 +165,7 @@ class LLM:
         except OSError as e:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
-    def _run(self, calls: list[_Call], prompts: int) -> list[GenerationOutput]:
+    def _run(self, calls: list[_Call], prompts: int, progress: Progress | None) -> list[GenerationOutput]:
         # refuse before anything runs; a prompt's choices differ only in their seeds, so its
         # first choice's check (a pass over the prompt) stands for all
         for call in (c for c in calls if c.choice == 0):
@@ -174,6 +182,8 @@ class LLM:
             for event in itertools.chain(refused, EngineDriver(self.engine, processor).run()):
                 if isinstance(event, Done):
                     answers[event.request_id] = event
+                    if progress is not None:
+                        progress(len(answers), len(calls))
         finally:
             for call in calls:  # an exception (or Ctrl-C) leaves no request running
                 aborted = processor.abort(call.request.id)

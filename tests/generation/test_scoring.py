@@ -74,3 +74,24 @@ def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):
     assert CANDIDATES[best.index].strip() in first_row
     assert main(["score", MODEL, "--context", "a", "--candidate", ""]) == 2
     assert "candidate 0: is empty" in capsys.readouterr().err
+    assert main(["score", MODEL, "--context", "a"]) == 2
+    assert "no candidates: give --candidate TEXT" in capsys.readouterr().err
+
+
+def test_candidates_file_lines_are_candidates_as_written(llm, capsys, tmp_path):
+    from radixflow.cli import main
+
+    listed = tmp_path / "candidates.txt"
+    listed.write_text("".join(c + "\n" for c in CANDIDATES[1:]), encoding="utf-8")
+    argv = ["score", MODEL, "--context", CONTEXT, "--candidate", CANDIDATES[0], "--json"]
+    assert main([*argv, "--candidates-file", str(listed), "--kv-blocks", "256", "--state-slots", "64"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [p["candidate"] for p in printed] == CANDIDATES  # leading spaces kept
+    assert main([*argv, "--candidates-file", str(tmp_path / "missing.txt")]) == 2
+    assert "--candidates-file: cannot read" in capsys.readouterr().err
+
+
+def test_progress_hears_every_request_end(llm):
+    heard: list[tuple[int, ...]] = []
+    llm.score(CONTEXT, CANDIDATES, namespace="progress", progress=lambda *seen: heard.append(seen))
+    assert heard == [(i, len(CANDIDATES)) for i in range(1, len(CANDIDATES) + 1)]

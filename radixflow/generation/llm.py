@@ -90,7 +90,7 @@ class LLM:
             problem = sp.problem()  # before `choices`, which needs a valid n
             if problem is not None:
                 raise ValueError(problem.of_item(f"prompt {i}") if len(token_prompts) > 1 else str(problem))
-            sp = sp.tokenized(self._encode_choice)
+            sp = sp.tokenized(self._encode_bare)
             prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
             for choice, choice_params in enumerate(sp.choices()):
                 rid = f"gen-{next(self._ids)}"
@@ -111,7 +111,7 @@ class LLM:
 
         Raises ValueError for an empty context or candidate, or one that cannot run."""
         ctx = self._token_prompts([context])[0]
-        cands = [self._encode_choice(c) if isinstance(c, str) else list(c) for c in candidates]
+        cands = [self._encode_bare(c) if isinstance(c, str) else list(c) for c in candidates]
         if not all(_is_token_list(c) for c in cands):
             raise ValueError("candidates: each must be text or a list of token ids")
         outputs = self.generate(scoring_prompts(ctx, cands), SCORING, namespace, progress)
@@ -130,7 +130,8 @@ class LLM:
         prompts = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
         return self.generate(prompts, params, namespace, progress)
 
-    def _encode_choice(self, text: str) -> list[int]:
+    def _encode_bare(self, text: str) -> list[int]:
+        """``text``'s tokens without special ones: a choice, a banned word, a candidate."""
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def _token_prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:

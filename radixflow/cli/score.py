@@ -67,11 +67,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         rows = [
             {**asdict(s), "candidate": candidates[s.index], "total": s.total, "mean": s.mean}
+            | {"greedy": s.greedy}
             for s in scores
         ]
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table("rank", "candidate", "tokens", "total logprob", "mean", "cached")
+    table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
     for rank, s in enumerate(ranked, 1):
         text = escape(candidates[s.index])

@@ -21,11 +21,13 @@ SCORING = SamplingParams(max_tokens=0, prompt_logprobs=0)  # the prompt's logpro
 @dataclass(frozen=True)
 class CandidateScore:
     """One candidate: its tokens, each one's logprob given the context and the tokens before it,
-    and how much of its prompt came from the cache."""
+    its rank there (1: the model's likeliest token), and how much of its prompt came from the
+    cache."""
 
     index: int  # the candidate's place in the call
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
+    ranks: tuple[int, ...]
     cached_tokens: int
 
     @property
@@ -37,6 +39,13 @@ class CandidateScore:
     def mean(self) -> float:
         """Per-token log-likelihood (a length-fair ranking)."""
         return self.total / len(self.logprobs)
+
+    @property
+    def greedy(self) -> bool:
+        """Every token was the model's likeliest there: greedy decoding after the context would
+        produce this candidate (lm-evaluation-harness's ``is_greedy``; a token tied with the
+        likeliest counts as likeliest)."""
+        return all(r == 1 for r in self.ranks)
 
 
 def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -59,7 +68,9 @@ def candidate_scores(context_len: int, outputs: Sequence[GenerationOutput]) -> l
     for i, out in enumerate(outputs):
         entries = out.prompt_logprobs
         assert entries is not None  # asked for by SCORING
-        part = entries[context_len:]
-        logprobs = tuple(e.logprob for e in part if e is not None)
-        scores.append(CandidateScore(i, out.prompt_token_ids[context_len:], logprobs, out.cached_tokens))
+        part = [e for e in entries[context_len:] if e is not None]
+        logprobs = tuple(e.logprob for e in part)
+        ranks = tuple(e.rank or 0 for e in part)  # 0: not ranked (a runner that ranks nothing)
+        ids = out.prompt_token_ids[context_len:]
+        scores.append(CandidateScore(i, ids, logprobs, ranks, out.cached_tokens))
     return scores

@@ -51,6 +51,8 @@ def entry(score: CandidateScore) -> dict[str, Any]:
         "mean_logprob": score.mean,
         "token_ids": list(score.token_ids),
         "token_logprobs": list(score.logprobs),
+        "token_ranks": list(score.ranks),
+        "greedy": score.greedy,
         "cached_tokens": score.cached_tokens,
     }
 

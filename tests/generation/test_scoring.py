@@ -31,12 +31,21 @@ def test_each_score_is_the_sum_of_its_candidate_tokens_logprobs_alone(llm):
         )
         want = [e.logprob for e in alone.prompt_logprobs[len(ctx) :]]  # type: ignore[index, union-attr]
         assert s.logprobs == pytest.approx(want, abs=TOL)
+        ranks = [e.rank for e in alone.prompt_logprobs[len(ctx) :]]  # type: ignore[index, union-attr]
+        assert s.ranks == tuple(ranks) and s.greedy == all(r == 1 for r in ranks)
         assert s.total == pytest.approx(sum(want), abs=len(ids) * TOL) and s.mean == s.total / len(ids)
     # one batch: the context is computed once, later candidates take it (whole blocks) from the
     # cache; two candidates that begin alike share more
     cached = sorted(s.cached_tokens for s in scores)
     assert cached[0] == 0 and all(c >= len(ctx) // 16 * 16 for c in cached[1:])
     llm.engine.check_integrity()
+
+
+def test_a_greedy_continuation_scores_as_greedy(llm):
+    (out,) = llm.generate(CONTEXT, SamplingParams(max_tokens=6, ignore_eos=True))
+    (score, other) = llm.score(CONTEXT, [list(out.token_ids), [*out.token_ids[:5], out.token_ids[5] + 1]])
+    assert score.greedy and score.ranks == (1,) * 6
+    assert not other.greedy and other.ranks[:5] == (1,) * 5 and other.ranks[5] > 1
 
 
 def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):

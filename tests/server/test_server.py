@@ -227,6 +227,7 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     for d, w in zip(got["data"], want, strict=True):
         assert d["token_ids"] == list(w.token_ids) and d["total_logprob"] == pytest.approx(w.total, abs=1e-3)
         assert d["token_logprobs"] == pytest.approx(list(w.logprobs), abs=TOL)
+        assert d["token_ranks"] == list(w.ranks) and d["greedy"] == w.greedy
         assert d["mean_logprob"] == pytest.approx(d["total_logprob"] / len(d["token_ids"]))
     context = llm.tokenizer.encode(CONTEXT)
     assert got["usage"]["prompt_tokens"] == sum(len(context) + len(d["token_ids"]) for d in got["data"])

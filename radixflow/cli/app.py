@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
 from rich.console import Console
@@ -14,6 +13,7 @@ from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 from radixflow.options import EngineOptions
 from radixflow.options.flags import flag_spellings
+from radixflow.package import package_version
 from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
 
@@ -44,13 +44,6 @@ FLAGS = {k: v for k, v in flag_spellings(EngineOptions, Listen, ServerConfig).it
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
-
-
-def package_version() -> str:
-    try:
-        return version("radixflow")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request as HttpRequest
 
+from radixflow.package import package_version
 from radixflow.server import chat, completions, score, tokenize
 from radixflow.server.errors import install_handlers
 from radixflow.server.limits import BodyLimit, LongBodyLane
@@ -54,6 +55,10 @@ def create_app(state: ServerState) -> FastAPI:
             return JSONResponse({"status": "ok"})
         status = state.loop.failure or ("draining" if state.loop.alive else "stopped")
         return JSONResponse({"status": status}, status_code=503)
+
+    @app.get("/version")
+    async def server_version() -> dict[str, str]:
+        return {"version": package_version()}  # as vLLM's route
 
     @app.get("/metrics")
     async def metrics(_: HttpRequest) -> Response:

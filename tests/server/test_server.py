@@ -486,6 +486,9 @@ def test_models_health_and_metrics(served):
     models = served.client().models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert http.get("/health").status_code == 200
+    from radixflow.package import package_version
+
+    assert http.get("/version").json() == {"version": package_version()}
     served.client().completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=2)
     text = http.get("/metrics").text
     metrics = {

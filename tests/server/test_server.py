@@ -706,10 +706,22 @@ def fuzz_body(rng: random.Random, chat: bool) -> dict:
     return body
 
 
+def fuzz_score_body(rng: random.Random) -> dict:
+    """A `/v1/score` body: text or ids around, some candidates empty, mistyped or outside the vocabulary."""
+    context: object = rng.choice([rng.choice(FUZZ_TEXTS), [rng.randrange(3, 300) for _ in range(20)], "", []])
+    pool = [" yes", " no", "", "héllo 🎉", [5, 9], [600], 7]
+    candidates = [rng.choice(pool) for _ in range(rng.randrange(0, 5))]
+    if all(isinstance(c, str) for c in candidates) or all(isinstance(c, list) for c in candidates):
+        return {"model": MODEL, "context": context, "candidates": candidates}
+    return {"model": MODEL, "context": context, "candidates": candidates[:1]}
+
+
 def fuzz_one(url: str, rng: random.Random) -> list[str]:
     """One random request (a stream may be cut after its first events); what went wrong."""
     chat = rng.random() < 0.5
     path, body = ("/v1/chat/completions" if chat else "/v1/completions"), fuzz_body(rng, chat)
+    if rng.random() < 0.2:
+        path, body = "/v1/score", fuzz_score_body(rng)
     with httpx.Client(base_url=url, timeout=120) as client:
         if body.get("stream"):
             with client.stream("POST", path, json=body) as r:

@@ -81,7 +81,17 @@ class LLM:
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
-        token_prompts = self._token_prompts(prompts)
+        return self._generate(self._token_prompts(prompts), params, namespace, progress, "prompt")
+
+    def _generate(
+        self,
+        token_prompts: list[list[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None,
+        namespace: str,
+        progress: Progress | None,
+        item: str,
+    ) -> list[GenerationOutput]:
+        """`generate` over token prompts; an error calls prompt ``i`` "``item`` i"."""
         params_list = self._params(params, len(token_prompts))
         if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
@@ -89,14 +99,14 @@ class LLM:
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
             problem = sp.problem()  # before `choices`, which needs a valid n
             if problem is not None:
-                raise ValueError(problem.of_item(f"prompt {i}") if len(token_prompts) > 1 else str(problem))
+                raise ValueError(problem.of_item(f"{item} {i}") if len(token_prompts) > 1 else str(problem))
             sp = sp.tokenized(self._encode_bare)
             prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
             for choice, choice_params in enumerate(sp.choices()):
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
                 calls.append(_Call(req, i, choice))
-        return self._run(calls, len(token_prompts), progress)
+        return self._run(calls, len(token_prompts), progress, item)
 
     def score(
         self,
@@ -114,7 +124,7 @@ class LLM:
         cands = [self._encode_bare(c) if isinstance(c, str) else list(c) for c in candidates]
         if not all(_is_token_list(c) for c in cands):
             raise ValueError("candidates: each must be text or a list of token ids")
-        outputs = self.generate(scoring_prompts(ctx, cands), SCORING, namespace, progress)
+        outputs = self._generate(scoring_prompts(ctx, cands), SCORING, namespace, progress, "candidate")
         return candidate_scores(len(ctx), outputs)
 
     def chat(
@@ -166,13 +176,16 @@ class LLM:
         except OSError as e:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
-    def _run(self, calls: list[_Call], prompts: int, progress: Progress | None) -> list[GenerationOutput]:
+    def _run(
+        self, calls: list[_Call], prompts: int, progress: Progress | None, item: str
+    ) -> list[GenerationOutput]:
         # refuse before anything runs; a prompt's choices differ only in their seeds, so its
         # first choice's check (a pass over the prompt) stands for all
         for call in (c for c in calls if c.choice == 0):
             problem = self.engine.problem(call.request)
             if problem is not None:
-                raise ValueError(problem.of_item(f"prompt {call.prompt}") if prompts > 1 else str(problem))
+                named = prompts > 1 or item != "prompt"
+                raise ValueError(problem.of_item(f"{item} {call.prompt}") if named else str(problem))
         processor = OutputProcessor(self.engine)
         answers: dict[str, Done] = {}
         try:

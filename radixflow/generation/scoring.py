@@ -3,8 +3,8 @@
 The niche's core job. The context is tokenized once and each candidate on its own, then joined
 as token ids, so every request starts with exactly the same tokens and the prefix cache computes
 the context once (tokenizing ``context + candidate`` as one text could merge tokens across the
-seam, changing which tokens are scored as the candidate's). Each request generates nothing and asks for its prompt's logprobs; a
-candidate's score is the sum over its own tokens.
+seam, changing which tokens are scored as the candidate's). Each request generates nothing and
+asks for its prompt's logprobs; a candidate's score is the sum over its own tokens.
 """
 
 from __future__ import annotations

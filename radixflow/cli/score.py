@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p, model_positional=True)
     g = p.add_argument_group("scoring")
     g.add_argument("--context", required=True, help="the text every candidate follows")
+    g.add_argument(
+        "--chat",
+        action="store_true",
+        help="send the context as a user message through the chat template: the candidates are replies",
+    )
     g.add_argument("--candidate", action="append", default=[], help="a continuation to score (repeatable)")
     g.add_argument(
         "--candidates-file",
@@ -56,7 +61,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress:
             bar = RequestBar(progress, "scoring")
-            scores = llm.score(args.context, candidates, progress=bar.hear)
+            context = [{"role": "user", "content": args.context}] if args.chat else args.context
+            scores = llm.score(context, candidates, progress=bar.hear)
     except ProblemError:
         raise
     except ValueError as e:

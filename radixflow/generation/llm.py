@@ -110,17 +110,23 @@ class LLM:
 
     def score(
         self,
-        context: Prompt,
+        context: Prompt | Messages,
         candidates: Sequence[Prompt],
         namespace: str = "default",
         progress: Progress | None = None,
     ) -> list[CandidateScore]:
         """Each candidate's logprob given ``context``, in order (`generation.scoring`): text is
         tokenized alone (the context as a prompt, with the tokenizer's special tokens; candidates
-        without), token ids are used as they are. One batch: the cache computes the context once.
+        without), token ids are used as they are, and a conversation (a list of messages) is
+        rendered by the chat template up to the assistant's turn, so the candidates are replies.
+        One batch: the cache computes the context once.
 
         Raises ValueError for an empty context or candidate, or one that cannot run."""
-        ctx = self._token_prompts([context])[0]
+        if _is_conversation(context):
+            text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
+            ctx = self._encode_bare(text)  # the template writes the special tokens itself
+        else:
+            ctx = self._token_prompts([context])[0]  # type: ignore[list-item]
         cands = [self._encode_bare(c) if isinstance(c, str) else list(c) for c in candidates]
         if not all(_is_token_list(c) for c in cands):
             raise ValueError("candidates: each must be text or a list of token ids")

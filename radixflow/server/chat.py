@@ -6,6 +6,8 @@ The route renders, tokenizes and submits; the answer's body is built by the modu
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request as HttpRequest
@@ -27,10 +29,14 @@ from radixflow.server.state import ServerState, answers, response_id
 router = APIRouter(route_class=FastJsonRoute)
 
 
-def chat_prompt(body: ChatRequest, state: ServerState) -> list[int]:
+def chat_prompt(
+    messages: list[dict[str, Any]], state: ServerState, add_generation_prompt: bool = True
+) -> list[int]:
+    """The conversation's prompt tokens, rendered by the model's chat template; ApiError 400 when
+    the template refuses it."""
     tokenizer = state.tokenizer
     try:
-        text = tokenizer.chat.render(body.messages, body.add_generation_prompt)
+        text = tokenizer.chat.render(messages, add_generation_prompt)
     except ChatTemplateError as e:
         raise ApiError(400, str(e), e.param) from None
     # the template writes any BOS itself; special tokens in the rendered text become their ids
@@ -42,7 +48,7 @@ def prepare(
 ) -> list[tuple[Request, RequestTracker]]:
     """Render, tokenize and check the conversation: slow for a long one, so this runs on a
     tokenizer thread. ApiError 400 when it cannot run."""
-    prompt = chat_prompt(body, state)
+    prompt = chat_prompt(body.messages, state, body.add_generation_prompt)
     return state.requests([prompt], params, body.namespace, fit=body.unsent_max_tokens)
 
 

@@ -204,11 +204,16 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
         return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
 
 
-class ScoreRequest(StrictBody):
-    """``/v1/score``: candidates (texts or token-id lists) after one context (text or ids)."""
+class ScoreRequest(_declaring("_Score", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
+    """``/v1/score``: candidates (texts or token-id lists) after one context (text or ids), or
+    after a conversation (``messages``, rendered up to the assistant's turn: the candidates are
+    replies)."""
+
+    REFUSED: ClassVar[dict[str, Refused]] = TEMPLATE_REFUSED
 
     model: str
-    context: str | list[int]
+    context: str | list[int] | None = None
+    messages: list[dict[str, Any]] | None = None
     candidates: list[str] | list[list[int]]
     add_special_tokens: bool = True  # around a text context, as /v1/completions adds them
     cache_salt: str | None = None

@@ -17,6 +17,7 @@ from starlette.requests import Request as HttpRequest
 from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
+from radixflow.server.chat import chat_prompt
 from radixflow.server.completions import prompt_ids
 from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
@@ -31,7 +32,12 @@ KIND = "score"
 def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Request, RequestTracker]]]:
     """The context's length and one request per candidate (on a tokenizer thread: long texts
     take a while). ApiError 400 for an empty context or candidate, or one that cannot run."""
-    (context,) = prompt_ids(body.context, state.tokenizer, body.add_special_tokens)
+    if (body.context is None) == (body.messages is None):
+        raise ApiError(400, "give exactly one of context and messages", "context")
+    if body.messages is not None:
+        context = chat_prompt(body.messages, state)
+    else:
+        (context,) = prompt_ids(body.context, state.tokenizer, body.add_special_tokens)  # type: ignore[arg-type]
     candidates = [
         state.tokenizer.encode(c, add_special_tokens=False) if isinstance(c, str) else list(c)
         for c in body.candidates

@@ -41,6 +41,18 @@ def test_each_score_is_the_sum_of_its_candidate_tokens_logprobs_alone(llm):
     llm.engine.check_integrity()
 
 
+def test_a_conversation_context_scores_the_candidates_as_replies(llm):
+    messages = [{"role": "user", "content": "Which candidate is best?"}]
+    replies = ["The first.", "The second one, clearly."]
+    scores = llm.score(messages, replies, namespace="chat")
+    prompt = llm.tokenizer.encode(llm.tokenizer.chat.render(messages), add_special_tokens=False)
+    by_ids = llm.score(prompt, [llm.tokenizer.encode(r, add_special_tokens=False) for r in replies])
+    assert [s.token_ids for s in scores] == [s.token_ids for s in by_ids]
+    assert [s.total for s in scores] == pytest.approx([s.total for s in by_ids], abs=1e-3)
+    with pytest.raises(ValueError, match="context: is empty"):
+        llm.score([], replies)
+
+
 def test_a_greedy_continuation_scores_as_greedy(llm):
     (out,) = llm.generate(CONTEXT, SamplingParams(max_tokens=6, ignore_eos=True))
     (score, other) = llm.score(CONTEXT, [list(out.token_ids), [*out.token_ids[:5], out.token_ids[5] + 1]])
@@ -83,6 +95,11 @@ def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):
     assert CANDIDATES[best.index].strip() in first_row
     assert main(["score", MODEL, "--context", "a", "--candidate", ""]) == 2
     assert "candidate 0: is empty" in capsys.readouterr().err
+    assert main([*argv[:-2], "--chat", "--candidate", " yes", "--json"]) == 0
+    chat = json.loads(capsys.readouterr().out)
+    (reply,) = llm.score([{"role": "user", "content": CONTEXT}], [" yes"])
+    assert chat[-1]["token_ids"] == list(reply.token_ids)
+    assert chat[-1]["total"] == pytest.approx(reply.total, abs=1e-3)
     assert main(["score", MODEL, "--context", "a"]) == 2
     assert "no candidates: give --candidate TEXT" in capsys.readouterr().err
 

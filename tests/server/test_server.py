@@ -235,12 +235,19 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     by_ids = http.post("/v1/score", json=body | {"context": context, "candidates": [[5, 9], [7]]}).json()
     assert [d["token_ids"] for d in by_ids["data"]] == [[5, 9], [7]]
     assert all(d["cached_tokens"] >= len(context) // 16 * 16 for d in by_ids["data"])  # the context, cached
+    messages = [{"role": "user", "content": "Pick one."}]
+    chat = {"model": MODEL, "messages": messages, "candidates": candidates}
+    replies = http.post("/v1/score", json=chat).json()["data"]
+    offline = llm.score(messages, candidates, namespace="score-chat-reference")
+    assert [d["total_logprob"] for d in replies] == pytest.approx([w.total for w in offline], abs=1e-3)
 
 
 @pytest.mark.parametrize(
     ("change", "param", "message"),
     [
         ({"context": ""}, "context", "context: is empty"),
+        ({"messages": [{"role": "user", "content": "hi"}]}, "context", "give exactly one of context and"),
+        ({"context": None, "messages": []}, "messages", "messages must not be empty"),
         ({"candidates": []}, "candidates", "candidates: none given"),
         ({"candidates": ["a", ""]}, "candidates", "candidate 1: is empty"),
         ({"candidates": [[3, 600]]}, "prompt", "candidate 0: prompt: token id 600 is outside the vocabulary"),

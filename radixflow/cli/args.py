@@ -20,10 +20,11 @@ from radixflow.options.flags import (
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends "(default: X)" to a flag's help unless it has no default (None/False) or says it."""
+    """Appends "(default: X)" to a flag's help unless it has no default (None, False, or the empty
+    list a repeatable flag starts from) or says it."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False:
+        if action.default is None or action.default is False or action.default == []:
             return action.help
         return super()._get_help_string(action)
 

@@ -82,9 +82,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
     for rank, s in enumerate(ranked, 1):
         text = escape(candidates[s.index])
-        table.add_row(
-            str(rank), text, str(len(s.token_ids)), f"{s.total:.4f}", f"{s.mean:.4f}", str(s.cached_tokens)
-        )
+        greedy = "yes" if s.greedy else ""
+        figures = (len(s.token_ids), f"{s.total:.4f}", f"{s.mean:.4f}", greedy, s.cached_tokens)
+        table.add_row(str(rank), text, *map(str, figures))
     console.print(table)
     return 0
 

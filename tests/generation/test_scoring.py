@@ -93,6 +93,8 @@ def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):
     best = max(want, key=lambda s: s.total)
     first_row = next(line for line in table.splitlines() if line.startswith("│ 1 "))
     assert CANDIDATES[best.index].strip() in first_row
+    cells = [c.strip() for c in first_row.strip("│").split("│")]  # rank, candidate, ..., greedy, cached
+    assert cells[-2:] == ["yes" if best.greedy else "", str(best.cached_tokens)]
     assert main(["score", MODEL, "--context", "a", "--candidate", ""]) == 2
     assert "candidate 0: is empty" in capsys.readouterr().err
     assert main([*argv[:-2], "--chat", "--candidate", " yes", "--json"]) == 0

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem
+from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,4 @@ def choice_seed(seed: int, choice: int) -> int:
     unrelated streams, not an overlap). Pure."""
     if choice == 0:
         return seed
-    z = (seed * 0xD1B54A32D192ED03 + choice * 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (z ^ (z >> 31)) >> 1
+    return mix64(seed * 0xD1B54A32D192ED03 + choice * SPLITMIX_STEP)

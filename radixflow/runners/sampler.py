@@ -25,11 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from radixflow.runners.draw import draw
-from radixflow.scheduler.sampling import Sample, SamplingParams
+from radixflow.scheduler.sampling import SPLITMIX_STEP, Sample, SamplingParams, mix64
 from radixflow.scheduler.token_sequences import banned_next, choice_step
 
 MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,7 @@ class SampleRow:
 
 def row_seed(seed: int, position: int) -> int:
     """A 63-bit generator seed from (seed, position): splitmix64 of the two mixed. Pure."""
-    z = (seed * 0x9E3779B97F4A7C15 + position + 1) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (z ^ (z >> 31)) >> 1
+    return mix64(seed * SPLITMIX_STEP + position + 1)
 
 
 def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] = ()) -> torch.Tensor:

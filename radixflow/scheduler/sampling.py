@@ -14,6 +14,19 @@ from radixflow.scheduler.token_sequences import sequences_problem
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
 MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's does
+_MASK64 = (1 << 64) - 1
+
+
+SPLITMIX_STEP = 0x9E3779B97F4A7C15  # splitmix64's increment (the golden ratio in 64 bits)
+
+
+def mix64(z: int) -> int:
+    """splitmix64's finalizer on ``z`` (taken mod 2^64), as a 63-bit seed: nearby inputs give
+    unrelated seeds. Pure; a row's seed per position and a choice's seed both come from it."""
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1
 
 
 class FinishReason(Enum):

@@ -96,11 +96,14 @@ class LLM:
         if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
         calls = []
+        tokenized: dict[int, SamplingParams] = {}  # one params object for many prompts: tokenized once
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
             problem = sp.problem()  # before `choices`, which needs a valid n
             if problem is not None:
                 raise ValueError(problem.of_item(f"{item} {i}") if len(token_prompts) > 1 else str(problem))
-            sp = sp.tokenized(self._encode_bare)
+            if id(sp) not in tokenized:
+                tokenized[id(sp)] = sp.tokenized(self._encode_bare)
+            sp = tokenized[id(sp)]
             prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
             for choice, choice_params in enumerate(sp.choices()):
                 rid = f"gen-{next(self._ids)}"

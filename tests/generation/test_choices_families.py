@@ -6,28 +6,15 @@ computes), and the engine is left consistent."""
 from __future__ import annotations
 
 import pytest
+from model_utils import ZOO_TINY
 
 from radixflow.generation import LLM, SamplingParams
 
-FAMILIES = [
-    "qwen3_5-tiny",
-    "qwen3_next-tiny",
-    "lfm2-tiny",
-    "nemotron_h-tiny",
-    "falcon_h1-tiny",
-    "qwen3-tiny",
-    "llama-tiny",
-]
 BLOCK = 16
 PARAMS = SamplingParams(max_tokens=7, temperature=1.0, seed=21, ignore_eos=True, n=3)
 
 
-@pytest.fixture(scope="module")
-def roomy(zoo) -> dict[str, LLM]:
-    return {m: LLM(m, kv_blocks=64, state_slots=16, torch_threads=1) for m in FAMILIES}
-
-
-@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("model", ZOO_TINY)
 def test_choices_under_scarce_memory_equal_lone_requests(zoo, roomy, model):
     # each choice alone needs 3 blocks (up to 33 + 7 tokens): 5 blocks cannot hold three at once
     scarce = LLM(model, kv_blocks=5, state_slots=4, torch_threads=1)

@@ -7,28 +7,15 @@ changes when work runs, never what it computes), and the engine is left consiste
 from __future__ import annotations
 
 import pytest
+from model_utils import ZOO_TINY
 
 from radixflow.generation import LLM
 
-FAMILIES = [
-    "qwen3_5-tiny",
-    "qwen3_next-tiny",
-    "lfm2-tiny",
-    "nemotron_h-tiny",
-    "falcon_h1-tiny",
-    "qwen3-tiny",
-    "llama-tiny",
-]
 BLOCK = 16
 TOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def roomy(zoo) -> dict[str, LLM]:
-    return {m: LLM(m, kv_blocks=64, state_slots=16, torch_threads=1) for m in FAMILIES}
-
-
-@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("model", ZOO_TINY)
 def test_scores_under_scarce_memory_equal_each_candidate_alone(zoo, roomy, model):
     # one candidate's prompt needs up to 4 blocks (33 + 16 tokens): 6 cannot hold four at once
     scarce = LLM(model, kv_blocks=6, state_slots=2, torch_threads=1)

@@ -158,10 +158,15 @@ def _variant(text: Any, origin: str) -> Variant:
     return Variant(policy, placement or None, eviction, admission)
 
 
-def _values(value: Any, origin: str, key: str) -> list[Any]:
+def _values(value: Any, origin: str, key: str, sweeps: bool = True) -> list[Any]:
+    """A setting's values, one cell each; ``sweeps`` False: an output setting, which takes one
+    (cells differing only in where they write would be one cell under one cache key)."""
     values = value if isinstance(value, list) else [value]
     if not values:
         raise fail(origin, key, "an empty list expands to no cells")
+    if not sweeps and len(values) > 1:
+        why = "takes one value, not a list: cells that differ only in where they write are one cell"
+        raise fail(origin, key, why)
     checks.no_repeats(values, origin, key)  # each value once: a repeat is the same cell again
     return values
 
@@ -182,7 +187,7 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
                     raise fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
                 workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
         elif key in CELL_KEYS:
-            cell[key] = _values(value, origin, f"{where}.{key}")
+            cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
         elif key not in ("name", "seeds") or where == "defaults":
             raise fail(origin, f"{where}.{key}", f"unknown key (known: {', '.join(CELL_KEYS)}, workload)")
     return cell, workload

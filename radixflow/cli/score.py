@@ -1,5 +1,6 @@
 """`radixflow score MODEL --context ... --candidate ...`: candidates ranked by their logprob given
-one shared context (`LLM.score`), best first."""
+one shared context (`LLM.score`), best first; or `--input FILE`: many contexts, each with its own
+candidates, from JSONL to JSONL (`cli.score_file`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,9 +18,13 @@ from rich.table import Table
 from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
+
+if TYPE_CHECKING:  # the generation package is imported when a command runs (torch extra checked first)
+    from radixflow.generation.scoring import CandidateScore
 
 ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per token
 
@@ -26,7 +32,7 @@ ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per tok
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p, model_positional=True)
     g = p.add_argument_group("scoring")
-    g.add_argument("--context", required=True, help="the text every candidate follows")
+    g.add_argument("--context", help="the text every candidate follows")
     g.add_argument(
         "--chat",
         action="store_true",
@@ -43,24 +49,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rank-by", choices=ORDERS, default="total", help="total log-likelihood, or mean per token"
     )
     g.add_argument("--json", action="store_true", help="print every score as JSON, in the given order")
+    g.add_argument(
+        "--input",
+        type=Path,
+        metavar="PATH",
+        help='JSONL, one {"context": ..., "candidates": [...], "id": ...} per line (instead of --context)',
+    )
+    g.add_argument(
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="with --input: where the JSONL results go (default: stdout)",
+    )
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow score")
     from radixflow.generation import LLM, GenerationError
 
-    candidates = list(args.candidate) + _read_candidates(args.candidates_file)
-    if not candidates:
-        raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
+    jobs, candidates = _inputs(args)
     options = from_args(args)
-    if options.trace_out is not None:
-        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
+    outputs = {"--trace-out": None if options.trace_out is None else Path(options.trace_out)}
+    check_output_paths(outputs | {"--output": args.output}, {"--input": args.input})
     warn_ineffective_options(args, options)
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress:
             bar = RequestBar(progress, "scoring")
+            if jobs is not None:
+                return _run_file(args, llm, jobs, bar)
             context = [{"role": "user", "content": args.context}] if args.chat else args.context
             scores = llm.score(context, candidates, progress=bar.hear)
     except ProblemError:
@@ -70,6 +88,41 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except GenerationError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)
         return 1
+    _print_scores(args, console, candidates, scores)
+    return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]:
+    """The input file's jobs (None without ``--input``) and the candidates of the flags."""
+    candidates = list(args.candidate) + _read_candidates(args.candidates_file)
+    if args.input is not None:
+        given = [flag for flag, value in (("--context", args.context), ("--chat", args.chat)) if value]
+        given += ["--candidate"] * bool(candidates)
+        if given:
+            raise UsageError(f"--input: the file gives contexts and candidates; drop {given[0]}")
+        return read_jobs(args.input), []
+    if args.output is not None:
+        raise UsageError("--output: only with --input (the ranking of --context is printed)")
+    if args.context is None:
+        raise UsageError("no context: give --context TEXT, or --input PATH with many")
+    if not candidates:
+        raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
+    return None, candidates
+
+
+def _run_file(args: argparse.Namespace, llm: Any, jobs: list[ScoreJob], bar: RequestBar) -> int:
+    """Every job of ``--input``, a JSON line each to ``--output`` (or stdout) as it ends."""
+    if args.output is None:
+        run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)
+        return 0
+    with args.output.open("w", encoding="utf-8") as out:
+        run_jobs(jobs, llm.score_many, out, bar.hear)
+    return 0
+
+
+def _print_scores(
+    args: argparse.Namespace, console: Console, candidates: list[str], scores: list[CandidateScore]
+) -> None:
     if args.json:
         rows = [
             {**asdict(s), "candidate": candidates[s.index], "total": s.total, "mean": s.mean}
@@ -77,7 +130,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             for s in scores
         ]
         print(json.dumps(rows, indent=2))
-        return 0
+        return
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
     for rank, s in enumerate(ranked, 1):
@@ -86,7 +139,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         figures = (len(s.token_ids), f"{s.total:.4f}", f"{s.mean:.4f}", greedy, s.cached_tokens)
         table.add_row(str(rank), text, *map(str, figures))
     console.print(table)
-    return 0
 
 
 def _read_candidates(path: Path | None) -> list[str]:

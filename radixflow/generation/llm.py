@@ -89,9 +89,13 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None,
         namespace: str,
         progress: Progress | None,
-        item: str,
+        item: str | Sequence[str],
     ) -> list[GenerationOutput]:
-        """`generate` over token prompts; an error calls prompt ``i`` "``item`` i"."""
+        """`generate` over token prompts; an error calls prompt ``i`` "``item`` i", or
+        ``item[i]`` when a label is given per prompt."""
+        labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
+        # one prompt of `generate` is not named; any other item is (a candidate, a context's)
+        named = len(token_prompts) > 1 or item != "prompt"
         params_list = self._params(params, len(token_prompts))
         if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
@@ -100,7 +104,7 @@ class LLM:
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
             problem = sp.problem()  # before `choices`, which needs a valid n
             if problem is not None:
-                raise ValueError(problem.of_item(f"{item} {i}") if len(token_prompts) > 1 else str(problem))
+                raise ValueError(problem.of_item(labels[i]) if named else str(problem))
             if id(sp) not in tokenized:
                 tokenized[id(sp)] = sp.tokenized(self._encode_bare)
             sp = tokenized[id(sp)]
@@ -109,7 +113,7 @@ class LLM:
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
                 calls.append(_Call(req, i, choice))
-        return self._run(calls, len(token_prompts), progress, item)
+        return self._run(calls, labels if named else None, progress)
 
     def score(
         self,
@@ -125,16 +129,63 @@ class LLM:
         One batch: the cache computes the context once.
 
         Raises ValueError for an empty context or candidate, or one that cannot run."""
+        ctx, cands = self._scoring_tokens(context, candidates)
+        outputs = self._generate(scoring_prompts(ctx, cands), SCORING, namespace, progress, "candidate")
+        return candidate_scores(len(ctx), outputs)
+
+    def score_many(
+        self,
+        contexts: Sequence[Prompt | Messages],
+        candidates: Sequence[Sequence[Prompt]],
+        namespace: str = "default",
+        progress: Progress | None = None,
+    ) -> list[list[CandidateScore]]:
+        """`score` for each context and its own candidates (``candidates[i]`` follow
+        ``contexts[i]``), all in one batch: the scheduler fills its rounds across contexts, each
+        context computed once. One list of scores per context, in order.
+
+        Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
+        if isinstance(contexts, str) or (_is_token_list(contexts) and contexts) or _is_conversation(contexts):
+            raise ValueError("contexts: a list of contexts (use score() for one context)")
+        if len(contexts) != len(candidates):
+            raise ValueError(f"{len(contexts)} contexts for {len(candidates)} lists of candidates")
+        if not contexts:
+            raise ValueError("contexts: none given")
+        jobs = []
+        for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
+            try:
+                jobs.append(self._scoring_tokens(context, cands))
+            except ValueError as e:
+                raise ValueError(f"context {i}: {e}") from None
+        prompts, labels = [], []
+        for i, (ctx, cands) in enumerate(jobs):
+            try:
+                prompts += scoring_prompts(ctx, cands)
+            except ValueError as e:
+                raise ValueError(f"context {i}: {e}") from None
+            labels += [f"context {i}, candidate {j}" for j in range(len(cands))]
+        outputs = self._generate(prompts, SCORING, namespace, progress, labels)
+        scores, start = [], 0
+        for ctx, cands in jobs:
+            scores.append(candidate_scores(len(ctx), outputs[start : start + len(cands)]))
+            start += len(cands)
+        return scores
+
+    def _scoring_tokens(
+        self, context: Prompt | Messages, candidates: Sequence[Prompt]
+    ) -> tuple[list[int], list[list[int]]]:
+        """The context's and each candidate's token ids, as `score` tokenizes them."""
         if _is_conversation(context):
             text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
             ctx = self._encode_bare(text)  # the template writes the special tokens itself
         else:
             ctx = self._token_prompts([context])[0]  # type: ignore[list-item]
-        cands = [self._encode_bare(c) if isinstance(c, str) else list(c) for c in candidates]
-        if not all(_is_token_list(c) for c in cands):
-            raise ValueError("candidates: each must be text or a list of token ids")
-        outputs = self._generate(scoring_prompts(ctx, cands), SCORING, namespace, progress, "candidate")
-        return candidate_scores(len(ctx), outputs)
+        if isinstance(candidates, str) or (_is_token_list(candidates) and candidates):
+            raise ValueError("candidates: a list of candidates (each text or a list of token ids)")
+        bad = next((j for j, c in enumerate(candidates) if not _is_text_or_ids(c)), None)
+        if bad is not None:
+            raise ValueError(f"candidate {bad}: is neither text nor a list of token ids")
+        return ctx, [self._encode_bare(c) if isinstance(c, str) else [int(t) for t in c] for c in candidates]
 
     def chat(
         self,
@@ -186,15 +237,16 @@ class LLM:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
     def _run(
-        self, calls: list[_Call], prompts: int, progress: Progress | None, item: str
+        self, calls: list[_Call], labels: list[str] | None, progress: Progress | None
     ) -> list[GenerationOutput]:
+        """Run ``calls`` to the end; a request that cannot run is refused first, named by its
+        prompt's label (None: a lone prompt, not named)."""
         # refuse before anything runs; a prompt's choices differ only in their seeds, so its
         # first choice's check (a pass over the prompt) stands for all
         for call in (c for c in calls if c.choice == 0):
             problem = self.engine.problem(call.request)
             if problem is not None:
-                named = prompts > 1 or item != "prompt"
-                raise ValueError(problem.of_item(f"{item} {call.prompt}") if named else str(problem))
+                raise ValueError(str(problem) if labels is None else problem.of_item(labels[call.prompt]))
         processor = OutputProcessor(self.engine)
         answers: dict[str, Done] = {}
         try:
@@ -236,6 +288,10 @@ def _is_token_list(value: object) -> bool:
     if not isinstance(value, Sequence) or isinstance(value, str):
         return False
     return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def _is_text_or_ids(value: object) -> bool:
+    return isinstance(value, str) or _is_token_list(value)
 
 
 def _is_conversation(value: object) -> bool:

@@ -70,7 +70,10 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
         ([], [[5]], "context: is empty"),
         (ctx, [], "candidates: none given"),
         (ctx, [[5], []], "candidate 1: is empty"),
-        (ctx, [[5], [1.5]], "candidates: each must be text or a list of token ids"),
+        (ctx, [[5], [1.5]], "candidate 1: is neither text nor a list of token ids"),
+        (ctx, [[5], 7], "candidate 1: is neither text nor a list of token ids"),
+        (ctx, " Paris", "candidates: a list of candidates"),  # not scored letter by letter
+        (ctx, [5, 9], "candidates: a list of candidates"),
         (ctx, [[5], [10**6]], "token id 1000000 is outside the vocabulary"),
     ):
         with pytest.raises(ValueError, match=message):
@@ -123,3 +126,92 @@ def test_progress_hears_every_request_end(llm):
     heard: list[tuple[int, ...]] = []
     llm.score(CONTEXT, CANDIDATES, namespace="progress", progress=lambda *seen: heard.append(seen))
     assert heard == [(i, len(CANDIDATES)) for i in range(1, len(CANDIDATES) + 1)]
+
+
+def test_score_many_scores_each_context_as_score_does(llm):
+    contexts = [CONTEXT, "Q: Which river flows through Paris?\nA:", [{"role": "user", "content": "Hi"}]]
+    candidates = [CANDIDATES, [" the Seine", " the Rhine"], [" hello", " goodbye there"]]
+    many = llm.score_many(contexts, candidates)
+    assert [len(scores) for scores in many] == [len(c) for c in candidates]
+    for context, cands, scores in zip(contexts, candidates, many, strict=True):
+        alone = llm.score(context, cands)
+        assert [s.index for s in scores] == list(range(len(cands)))
+        assert [s.token_ids for s in scores] == [s.token_ids for s in alone]
+        for got, want in zip(scores, alone, strict=True):
+            assert got.logprobs == pytest.approx(want.logprobs, abs=TOL) and got.ranks == want.ranks
+
+
+def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
+    ctx = llm.tokenizer.encode(CONTEXT)
+    for contexts, candidates, message in (
+        ([ctx], [[[5]], [[6]]], "1 contexts for 2 lists of candidates"),
+        ([], [], "contexts: none given"),
+        (ctx, [[[5]]], "contexts: a list of contexts"),
+        ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),
+        ([ctx, ctx], [[[5]], [[6], []]], "context 1: candidate 1: is empty"),
+        ([ctx, ctx], [[[5]], " x"], "context 1: candidates: a list of candidates"),
+        ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: prompt: token id 1000000 is outside"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            llm.score_many(contexts, candidates)
+
+
+def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, monkeypatch):
+    from radixflow.cli import main, score_file
+
+    monkeypatch.setattr(score_file, "CONTEXTS_PER_CALL", 2)  # three lines: two calls
+    lines = [
+        {"id": "q1", "context": CONTEXT, "candidates": CANDIDATES[:2]},
+        {"context": llm.tokenizer.encode("Q: Which river?\nA:"), "candidates": [" the Seine", [5, 9]]},
+        {"id": 3, "context": [{"role": "user", "content": "Hi"}], "candidates": [" hello"]},
+    ]
+    given = tmp_path / "in.jsonl"
+    given.write_text(json.dumps(lines[0]) + "\n\n" + "\n".join(json.dumps(x) for x in lines[1:]) + "\n")
+    out = tmp_path / "out.jsonl"
+    flags = ["--kv-blocks", "256", "--state-slots", "64"]
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out), *flags]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["line"]) for r in rows] == [("q1", 1), (None, 3), (3, 4)]
+    want = llm.score_many([x["context"] for x in lines], [x["candidates"] for x in lines])
+    for row, line, scores in zip(rows, lines, want, strict=True):
+        assert [s["candidate"] for s in row["scores"]] == line["candidates"]
+        assert [s["total"] for s in row["scores"]] == pytest.approx([s.total for s in scores], abs=1e-3)
+    assert main(["score", MODEL, "--input", str(given), *flags]) == 0  # to stdout
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == rows
+
+
+@pytest.mark.parametrize(
+    ("text", "extra", "message"),
+    [
+        ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input line 2: not JSON"),
+        ('[1, 2]\n', [], "--input line 1: a JSON object with context and candidates"),
+        ('{"context": "a"}\n', [], "--input line 1: candidates: a non-empty list"),
+        ('{"candidates": [" b"]}\n', [], "--input line 1: no context"),
+        ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
+        ('\n \n', [], "no lines to score"),
+        ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
+         "--input line 2: candidate 0: is empty"),
+        ('{"context": "a", "candidates": [[100000]]}\n', [],
+         "--input line 1, candidate 0: prompt: token id 100000 is outside"),
+        ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
+    ],
+)
+def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, text, extra, message):
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text(text)
+    assert main(["score", MODEL, "--input", str(given), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_output_without_input_and_no_context_are_usage_errors(zoo, capsys, tmp_path):
+    from radixflow.cli import main
+
+    assert main(["score", MODEL, "--context", "a", "--candidate", " b", "--output", str(tmp_path / "o")]) == 2
+    assert "--output: only with --input" in capsys.readouterr().err
+    assert main(["score", MODEL, "--candidate", " b"]) == 2
+    assert "no context: give --context TEXT, or --input PATH" in capsys.readouterr().err
+    assert main(["score", MODEL, "--input", str(tmp_path / "missing.jsonl")]) == 2
+    assert "--input: cannot read" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""`radixflow score --input FILE`: many contexts, each with its own candidates, from a JSONL file.
+
+One line per context: ``{"context": ..., "candidates": [...]}`` (a context is text, token ids or a
+list of chat messages; a candidate is text or token ids), plus an optional ``"id"`` echoed back.
+Every line is read and checked before anything runs; contexts then run ``CONTEXTS_PER_CALL`` at a
+time through `LLM.score_many` (one batch each, the cache kept across them), and each context's
+line of results is written as soon as its call ends, so a run cut short keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from radixflow.cli.command import UsageError
+
+if TYPE_CHECKING:
+    from radixflow.generation.scoring import CandidateScore
+
+# Contexts per `score_many` call: enough for the scheduler to fill rounds across contexts, few
+# enough that a file of any length holds only this many contexts' requests at a time.
+CONTEXTS_PER_CALL = 64
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One input line: where it was, its id (if any), its context and candidates as given."""
+
+    line: int  # 1-based line number in the file
+    id: Any
+    context: Any
+    candidates: list[Any]
+
+
+def read_jobs(path: Path) -> list[ScoreJob]:
+    """Every non-blank line of ``path`` as a `ScoreJob`; `UsageError` naming the line for one
+    that is not a JSON object with a ``context`` and a non-empty list of ``candidates``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise UsageError(f"--input: cannot read {path}: {why}") from None
+    jobs = [_job(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not jobs:
+        raise UsageError(f"--input {path}: no lines to score")
+    return jobs
+
+
+def _job(n: int, line: str) -> ScoreJob:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--input line {n}: not JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise UsageError(f"--input line {n}: a JSON object with context and candidates is expected")
+    unknown = sorted(set(row) - {"id", "context", "candidates"})
+    if unknown:
+        raise UsageError(f"--input line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")
+    if "context" not in row:
+        raise UsageError(f"--input line {n}: no context")
+    candidates = row.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        raise UsageError(f"--input line {n}: candidates: a non-empty list is expected")
+    return ScoreJob(n, row.get("id"), row["context"], candidates)
+
+
+def score_rows(job: ScoreJob, scores: list[CandidateScore]) -> dict[str, Any]:
+    """One output line: the job's id and line, and each candidate's scores in the given order."""
+    rows = [_row(job.candidates[s.index], s) for s in scores]
+    return {"id": job.id, "line": job.line, "scores": rows}
+
+
+def _row(candidate: Any, s: CandidateScore) -> dict[str, Any]:
+    return {"candidate": candidate, **asdict(s), "total": s.total, "mean": s.mean, "greedy": s.greedy}
+
+
+def chunks(jobs: list[ScoreJob], size: int = CONTEXTS_PER_CALL) -> Iterator[list[ScoreJob]]:
+    for start in range(0, len(jobs), size):
+        yield jobs[start : start + size]
+
+
+def run_jobs(
+    jobs: list[ScoreJob],
+    score_many: Callable[..., list[list[CandidateScore]]],
+    out: IO[str],
+    progress: Callable[[int, int], None],
+) -> None:
+    """Score ``jobs`` chunk by chunk with ``score_many`` (`LLM.score_many`), writing a line per
+    job to ``out`` as each chunk ends; ``progress`` hears (candidates scored, candidates).
+    ValueError from a chunk is re-raised naming the job's input line."""
+    total, done = sum(len(j.candidates) for j in jobs), 0
+    for chunk in chunks(jobs):
+        try:
+            results = score_many(
+                [j.context for j in chunk],
+                [j.candidates for j in chunk],
+                progress=lambda n, _, base=done: progress(base + n, total),
+            )
+        except ValueError as e:
+            raise ValueError(_on_line(str(e), chunk)) from None
+        for job, scores in zip(chunk, results, strict=True):
+            out.write(json.dumps(score_rows(job, scores)) + "\n")
+        out.flush()
+        done += sum(len(j.candidates) for j in chunk)
+
+
+def _on_line(message: str, chunk: list[ScoreJob]) -> str:
+    """``score_many``'s "context i: ..." or "context i, candidate j: ..." with the chunk's i-th
+    job's input line in place of "context i"."""
+    named = _CONTEXT.match(message)
+    if named is None or int(named[1]) >= len(chunk):
+        return f"--input: {message}"
+    return f"--input line {chunk[int(named[1])].line}{named[2]}"
+
+
+_CONTEXT = re.compile(r"context (\d+)([:,].*)\Z", re.DOTALL)

@@ -92,6 +92,8 @@ class LLM:
         item: str,
     ) -> list[GenerationOutput]:
         """`generate` over token prompts; an error calls prompt ``i`` "``item`` i"."""
+        if not isinstance(namespace, str):  # else the scheduler fails mid-round, leaking what it promised
+            raise ValueError(f"namespace must be a string, got {namespace!r}")
         params_list = self._params(params, len(token_prompts))
         if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -123,3 +124,17 @@ def test_progress_hears_every_request_end(llm):
     heard: list[tuple[int, ...]] = []
     llm.score(CONTEXT, CANDIDATES, namespace="progress", progress=lambda *seen: heard.append(seen))
     assert heard == [(i, len(CANDIDATES)) for i in range(1, len(CANDIDATES) + 1)]
+
+
+@pytest.mark.parametrize("namespace", [None, 5, b"ns"])
+def test_a_namespace_that_is_not_a_string_is_a_value_error_before_anything_runs(llm, namespace):
+    # it used to fail inside the scheduler's first round, leaving promised KV behind
+    calls = (
+        lambda: llm.score(CONTEXT, [" a"], namespace=namespace),
+        lambda: llm.generate("a", namespace=namespace),
+    )
+    for call in calls:
+        with pytest.raises(ValueError, match=re.escape(f"namespace must be a string, got {namespace!r}")):
+            call()
+    llm.engine.check_integrity()
+    assert llm.engine.requests == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from radixflow.scheduler.request import Request
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
 Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
+CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
 
 
 class GenerationError(RuntimeError):
@@ -126,17 +127,39 @@ class LLM:
         rendered by the chat template up to the assistant's turn, so the candidates are replies.
         One batch: the cache computes the context once.
 
-        Raises ValueError for an empty context or candidate, or one that cannot run."""
-        if _is_conversation(context):
-            text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
-            ctx = self._encode_bare(text)  # the template writes the special tokens itself
-        else:
-            ctx = self._token_prompts([context])[0]  # type: ignore[list-item]
-        cands = [self._encode_bare(c) if isinstance(c, str) else list(c) for c in candidates]
-        if not all(_is_token_list(c) for c in cands):
-            raise ValueError("candidates: each must be text or a list of token ids")
+        Raises ValueError for a context or candidate of another type, an empty one, or one that
+        cannot run."""
+        ctx = self._context_ids(context)
+        cands = self._candidate_ids(candidates)
         outputs = self._generate(scoring_prompts(ctx, cands), SCORING, namespace, progress, "candidate")
         return candidate_scores(len(ctx), outputs)
+
+    def _context_ids(self, context: Prompt | Messages) -> list[int]:
+        """A scoring context's tokens; ValueError for a value of another shape (a lone token id
+        is not a context of one token)."""
+        if _is_conversation(context):
+            text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
+            return self._encode_bare(text)  # the template writes the special tokens itself
+        if isinstance(context, str):
+            return self.tokenizer.encode(context)
+        if _is_token_list(context):
+            return [int(t) for t in context]  # type: ignore[union-attr]
+        raise ValueError("context must be a string, a list of token ids or a list of messages")
+
+    def _candidate_ids(self, candidates: Sequence[Prompt]) -> list[list[int]]:
+        """Each candidate's tokens; ValueError for candidates of another shape (one string is not
+        a candidate per character)."""
+        if isinstance(candidates, str) or not isinstance(candidates, Iterable):
+            raise ValueError(f"{CANDIDATES_SHAPE}, got a {type(candidates).__name__}")
+        ids = []
+        for i, c in enumerate(candidates):
+            if isinstance(c, str):
+                ids.append(self._encode_bare(c))
+            elif _is_token_list(c):
+                ids.append([int(t) for t in c])
+            else:
+                raise ValueError(f"{CANDIDATES_SHAPE} (candidate {i} is neither)")
+        return ids
 
     def chat(
         self,

@@ -67,15 +67,26 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
     assert [s.token_ids for s in by_ids] == [(5, 9, 40), (7,)]
     again = llm.score(ctx, [[7], [5, 9, 40]])
     assert again[1].logprobs == pytest.approx(by_ids[0].logprobs, abs=TOL)
+    shapes = "candidates must be a list of strings or a list of token-id lists"
     for context, candidates, message in (
         ([], [[5]], "context: is empty"),
         (ctx, [], "candidates: none given"),
         (ctx, [[5], []], "candidate 1: is empty"),
-        (ctx, [[5], [1.5]], "candidates: each must be text or a list of token ids"),
+        (ctx, [[5], [1.5]], f"{shapes} (candidate 1 is neither)"),
+        (ctx, [[5], [True]], f"{shapes} (candidate 1 is neither)"),
+        (ctx, [" a", None], f"{shapes} (candidate 1 is neither)"),
+        (ctx, [5], f"{shapes} (candidate 0 is neither)"),
+        (ctx, " a b", f"{shapes}, got a str"),  # not each character a candidate
+        (ctx, None, f"{shapes}, got a NoneType"),
         (ctx, [[5], [10**6]], "token id 1000000 is outside the vocabulary"),
+        (5, [" a"], "context must be a string, a list of token ids or a list of messages"),
+        (None, [" a"], "context must be a string, a list of token ids or a list of messages"),
+        ([True, 5], [" a"], "context must be a string, a list of token ids or a list of messages"),
+        ([5.0], [" a"], "context must be a string, a list of token ids or a list of messages"),
+        ([[5]], [" a"], "context must be a string, a list of token ids or a list of messages"),
     ):
-        with pytest.raises(ValueError, match=message):
-            llm.score(context, candidates)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            llm.score(context, candidates)  # type: ignore[arg-type]
 
 
 def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):

@@ -20,7 +20,13 @@ from radixflow.generation.output_processor import (
 )
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
+from radixflow.generation.scoring import (
+    SCORING,
+    CandidateScore,
+    candidate_scores,
+    context_problem,
+    scoring_prompts,
+)
 from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
@@ -130,8 +136,11 @@ class LLM:
         Raises ValueError for a context or candidate of another type, an empty one, or one that
         cannot run."""
         ctx = self._context_ids(context)
-        cands = self._candidate_ids(candidates)
-        outputs = self._generate(scoring_prompts(ctx, cands), SCORING, namespace, progress, "candidate")
+        prompts = scoring_prompts(ctx, self._candidate_ids(candidates))
+        problem = context_problem(ctx, self.engine.problem)
+        if problem is not None:
+            raise ValueError(str(problem))
+        outputs = self._generate(prompts, SCORING, namespace, progress, "candidate")
         return candidate_scores(len(ctx), outputs)
 
     def _context_ids(self, context: Prompt | Messages) -> list[int]:

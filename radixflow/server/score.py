@@ -14,7 +14,13 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import Request as HttpRequest
 
-from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
+from radixflow.generation.scoring import (
+    SCORING,
+    CandidateScore,
+    candidate_scores,
+    context_problem,
+    scoring_prompts,
+)
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
 from radixflow.server.chat import chat_prompt
@@ -47,7 +53,13 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
     except ValueError as e:
         param = "context" if str(e).startswith("context") else "candidates"
         raise ApiError(400, str(e), param) from None
-    return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
+    problem = context_problem(context, state.problem)
+    if problem is not None:
+        raise ApiError.from_problem(problem)
+    try:
+        return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
+    except ApiError as e:  # said of a prompt: a scoring body's prompts are its candidates
+        raise ApiError(e.status, e.message, "candidates", e.code) from None
 
 
 def entry(score: CandidateScore) -> dict[str, Any]:

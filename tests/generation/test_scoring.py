@@ -78,7 +78,9 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
         (ctx, [5], f"{shapes} (candidate 0 is neither)"),
         (ctx, " a b", f"{shapes}, got a str"),  # not each character a candidate
         (ctx, None, f"{shapes}, got a NoneType"),
-        (ctx, [[5], [10**6]], "token id 1000000 is outside the vocabulary"),
+        (ctx, [[5], [10**6]], "candidate 1: prompt: token id 1000000 is outside the vocabulary"),
+        ([*ctx, 10**6], [" a"], "context: token id 1000000 is outside the vocabulary"),  # not candidate 0's
+        ([*ctx, -1], [" a"], "context: token id -1 is outside the vocabulary"),
         (5, [" a"], "context must be a string, a list of token ids or a list of messages"),
         (None, [" a"], "context must be a string, a list of token ids or a list of messages"),
         ([True, 5], [" a"], "context must be a string, a list of token ids or a list of messages"),

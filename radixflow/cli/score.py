@@ -93,7 +93,7 @@ def _read_candidates(path: Path | None) -> list[str]:
     if path is None:
         return []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not the first candidate's
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--candidates-file: cannot read {path}: {why}") from None

@@ -129,6 +129,13 @@ def test_candidates_file_lines_are_candidates_as_written(llm, capsys, tmp_path):
     assert main([*argv, "--candidates-file", str(listed), "--kv-blocks", "256", "--state-slots", "64"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [p["candidate"] for p in printed] == CANDIDATES  # leading spaces kept
+    # a Windows editor's file: a byte-order mark (not part of the first candidate) and CRLF
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"\xef\xbb\xbf" + "".join(c + "\r\n" for c in CANDIDATES[1:]).encode())
+    assert main([*argv, "--candidates-file", str(windows), "--kv-blocks", "256", "--state-slots", "64"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [p["candidate"] for p in again] == CANDIDATES
+    assert [p["token_ids"] for p in again] == [p["token_ids"] for p in printed]
     assert main([*argv, "--candidates-file", str(tmp_path / "missing.txt")]) == 2
     assert "--candidates-file: cannot read" in capsys.readouterr().err
 

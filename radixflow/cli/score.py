@@ -97,7 +97,11 @@ def _read_candidates(path: Path | None) -> list[str]:
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--candidates-file: cannot read {path}: {why}") from None
-    return text.splitlines()
+    lines = text.splitlines()
+    empty = next((n for n, line in enumerate(lines, 1) if not line), None)
+    if empty is not None:  # said of the file's line: a candidate's number means nothing in a file
+        raise UsageError(f"--candidates-file: line {empty} of {path} is empty (each line is a candidate)")
+    return lines
 
 
 COMMAND = Command(

@@ -136,6 +136,10 @@ def test_candidates_file_lines_are_candidates_as_written(llm, capsys, tmp_path):
     again = json.loads(capsys.readouterr().out)
     assert [p["candidate"] for p in again] == CANDIDATES
     assert [p["token_ids"] for p in again] == [p["token_ids"] for p in printed]
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" yes\n\n no\n", encoding="utf-8")  # the error names the file's line, not "candidate 2"
+    assert main([*argv, "--candidates-file", str(blank)]) == 2
+    assert f"--candidates-file: line 2 of {blank} is empty" in capsys.readouterr().err
     assert main([*argv, "--candidates-file", str(tmp_path / "missing.txt")]) == 2
     assert "--candidates-file: cannot read" in capsys.readouterr().err
 

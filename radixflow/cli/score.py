@@ -145,11 +145,15 @@ def _read_candidates(path: Path | None) -> list[str]:
     if path is None:
         return []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not the first candidate's
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--candidates-file: cannot read {path}: {why}") from None
-    return text.splitlines()
+    lines = text.splitlines()
+    empty = next((n for n, line in enumerate(lines, 1) if not line), None)
+    if empty is not None:  # said of the file's line: a candidate's number means nothing in a file
+        raise UsageError(f"--candidates-file: line {empty} of {path} is empty (each line is a candidate)")
+    return lines
 
 
 COMMAND = Command(

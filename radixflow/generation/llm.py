@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,13 @@ from radixflow.generation.output_processor import (
 )
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
+from radixflow.generation.scoring import (
+    SCORING,
+    CandidateScore,
+    candidate_scores,
+    context_problem,
+    scoring_prompts,
+)
 from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
@@ -30,6 +36,7 @@ from radixflow.scheduler.request import Request
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
 Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
+CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
 
 
 class GenerationError(RuntimeError):
@@ -93,6 +100,8 @@ class LLM:
     ) -> list[GenerationOutput]:
         """`generate` over token prompts; an error calls prompt ``i`` "``item`` i", or
         ``item[i]`` when a label is given per prompt."""
+        if not isinstance(namespace, str):  # else the scheduler fails mid-round, leaking what it promised
+            raise ValueError(f"namespace must be a string, got {namespace!r}")
         labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
         # one prompt of `generate` is not named; any other item is (a candidate, a context's)
         named = len(token_prompts) > 1 or item != "prompt"
@@ -128,9 +137,10 @@ class LLM:
         rendered by the chat template up to the assistant's turn, so the candidates are replies.
         One batch: the cache computes the context once.
 
-        Raises ValueError for an empty context or candidate, or one that cannot run."""
-        ctx, cands = self._scoring_tokens(context, candidates)
-        outputs = self._generate(scoring_prompts(ctx, cands), SCORING, namespace, progress, "candidate")
+        Raises ValueError for a context or candidate of another type, an empty one, or one that
+        cannot run."""
+        ctx, prompts = self._scoring_job(context, candidates)
+        outputs = self._generate(prompts, SCORING, namespace, progress, "candidate")
         return candidate_scores(len(ctx), outputs)
 
     def score_many(
@@ -154,38 +164,57 @@ class LLM:
         jobs = []
         for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
             try:
-                jobs.append(self._scoring_tokens(context, cands))
+                jobs.append(self._scoring_job(context, cands))
             except ValueError as e:
                 raise ValueError(f"context {i}: {e}") from None
-        prompts, labels = [], []
-        for i, (ctx, cands) in enumerate(jobs):
-            try:
-                prompts += scoring_prompts(ctx, cands)
-            except ValueError as e:
-                raise ValueError(f"context {i}: {e}") from None
-            labels += [f"context {i}, candidate {j}" for j in range(len(cands))]
+        prompts = [p for _, job in jobs for p in job]
+        labels = [f"context {i}, candidate {j}" for i, (_, job) in enumerate(jobs) for j in range(len(job))]
         outputs = self._generate(prompts, SCORING, namespace, progress, labels)
         scores, start = [], 0
-        for ctx, cands in jobs:
-            scores.append(candidate_scores(len(ctx), outputs[start : start + len(cands)]))
-            start += len(cands)
+        for ctx, job in jobs:
+            scores.append(candidate_scores(len(ctx), outputs[start : start + len(job)]))
+            start += len(job)
         return scores
 
-    def _scoring_tokens(
+    def _scoring_job(
         self, context: Prompt | Messages, candidates: Sequence[Prompt]
     ) -> tuple[list[int], list[list[int]]]:
-        """The context's and each candidate's token ids, as `score` tokenizes them."""
+        """The context's tokens and one prompt per candidate; ValueError for input of another
+        shape, an empty one, or a context the engine refuses (named as the context, not as
+        candidate 0, in whose prompt it would be found first)."""
+        ctx = self._context_ids(context)
+        prompts = scoring_prompts(ctx, self._candidate_ids(candidates))
+        problem = context_problem(ctx, self.engine.problem)
+        if problem is not None:
+            raise ValueError(str(problem))
+        return ctx, prompts
+
+    def _context_ids(self, context: Prompt | Messages) -> list[int]:
+        """A scoring context's tokens; ValueError for a value of another shape (a lone token id
+        is not a context of one token)."""
         if _is_conversation(context):
             text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
-            ctx = self._encode_bare(text)  # the template writes the special tokens itself
-        else:
-            ctx = self._token_prompts([context])[0]  # type: ignore[list-item]
-        if isinstance(candidates, str) or (_is_token_list(candidates) and candidates):
-            raise ValueError("candidates: a list of candidates (each text or a list of token ids)")
-        bad = next((j for j, c in enumerate(candidates) if not _is_text_or_ids(c)), None)
-        if bad is not None:
-            raise ValueError(f"candidate {bad}: is neither text nor a list of token ids")
-        return ctx, [self._encode_bare(c) if isinstance(c, str) else [int(t) for t in c] for c in candidates]
+            return self._encode_bare(text)  # the template writes the special tokens itself
+        if isinstance(context, str):
+            return self.tokenizer.encode(context)
+        if _is_token_list(context):
+            return [int(t) for t in context]  # type: ignore[union-attr]
+        raise ValueError("context must be a string, a list of token ids or a list of messages")
+
+    def _candidate_ids(self, candidates: Sequence[Prompt]) -> list[list[int]]:
+        """Each candidate's tokens; ValueError for candidates of another shape (one string is not
+        a candidate per character)."""
+        if isinstance(candidates, str) or not isinstance(candidates, Iterable):
+            raise ValueError(f"{CANDIDATES_SHAPE}, got a {type(candidates).__name__}")
+        ids = []
+        for i, c in enumerate(candidates):
+            if isinstance(c, str):
+                ids.append(self._encode_bare(c))
+            elif _is_token_list(c):
+                ids.append([int(t) for t in c])
+            else:
+                raise ValueError(f"{CANDIDATES_SHAPE} (candidate {i} is neither)")
+        return ids
 
     def chat(
         self,
@@ -288,10 +317,6 @@ def _is_token_list(value: object) -> bool:
     if not isinstance(value, Sequence) or isinstance(value, str):
         return False
     return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
-
-
-def _is_text_or_ids(value: object) -> bool:
-    return isinstance(value, str) or _is_token_list(value)
 
 
 def _is_conversation(value: object) -> bool:

@@ -9,11 +9,13 @@ asks for its prompt's logprobs; a candidate's score is the sum over its own toke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
+from radixflow.problems import Problem
+from radixflow.scheduler.request import Request
 
 SCORING = SamplingParams(max_tokens=0, prompt_logprobs=0)  # the prompt's logprobs, nothing generated
 
@@ -60,6 +62,14 @@ def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]])
     if empty is not None:
         raise ValueError(f"candidate {empty}: is empty")
     return [[*context, *c] for c in candidates]
+
+
+def context_problem(context: Sequence[int], problem: Callable[[Request], Problem | None]) -> Problem | None:
+    """Why the context alone cannot run (a token id outside the vocabulary, too long), as the
+    context's problem: ``problem`` (the engine's check) would find it in every candidate's
+    prompt and blame candidate 0. None when the context can run."""
+    found = problem(Request("context", tuple(context), sampling=SCORING))
+    return None if found is None else Problem("context", found.message)
 
 
 def candidate_scores(context_len: int, outputs: Sequence[GenerationOutput]) -> list[CandidateScore]:

@@ -14,8 +14,16 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import Request as HttpRequest
 
-from radixflow.generation.scoring import SCORING, CandidateScore, candidate_scores, scoring_prompts
+from radixflow.generation.scoring import (
+    SCORING,
+    CandidateScore,
+    candidate_scores,
+    context_problem,
+    scoring_prompts,
+)
+from radixflow.generation.tokenizer import TextTooLong
 from radixflow.generation.tracker import RequestTracker
+from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
 from radixflow.server.chat import chat_prompt
 from radixflow.server.completions import prompt_ids
@@ -34,20 +42,43 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
     take a while). ApiError 400 for an empty context or candidate, or one that cannot run."""
     if (body.context is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of context and messages", "context")
-    if body.messages is not None:
-        context = chat_prompt(body.messages, state)
-    else:
-        (context,) = prompt_ids(body.context, state.tokenizer, body.add_special_tokens)  # type: ignore[arg-type]
-    candidates = [
-        state.tokenizer.encode(c, add_special_tokens=False) if isinstance(c, str) else list(c)
-        for c in body.candidates
-    ]
+    context = context_ids(body, state)
+    candidates = [candidate_ids(i, c, state) for i, c in enumerate(body.candidates)]
     try:
         prompts = scoring_prompts(context, candidates)
     except ValueError as e:
         param = "context" if str(e).startswith("context") else "candidates"
         raise ApiError(400, str(e), param) from None
-    return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
+    problem = context_problem(context, state.problem)
+    if problem is not None:
+        raise ApiError.from_problem(problem)
+    try:
+        return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
+    except ApiError as e:  # said of a prompt: a scoring body's prompts are its candidates
+        raise ApiError(e.status, e.message, "candidates", e.code) from None
+
+
+def context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
+    """The context's tokens (rendered from ``messages`` if given); a text too long for the model
+    is the context's 400, as `LLM.score` says it (the tokenizer says it of a ``prompt``)."""
+    try:
+        if body.messages is not None:
+            return chat_prompt(body.messages, state)
+        (context,) = prompt_ids(body.context, state.tokenizer, body.add_special_tokens)  # type: ignore[arg-type]
+    except TextTooLong as e:
+        raise ApiError.from_problem(Problem("context", e.problem.message)) from None
+    return context
+
+
+def candidate_ids(index: int, candidate: str | list[int], state: ServerState) -> list[int]:
+    """A candidate's tokens (text without special tokens); a text too long for the model is a
+    400 naming the candidate."""
+    if not isinstance(candidate, str):
+        return list(candidate)
+    try:
+        return state.tokenizer.encode(candidate, add_special_tokens=False)
+    except TextTooLong as e:
+        raise ApiError(400, e.problem.of_item(f"candidate {index}"), "candidates") from None
 
 
 def entry(score: CandidateScore) -> dict[str, Any]:

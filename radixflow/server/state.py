@@ -135,6 +135,10 @@ class ServerState:
     def context(self) -> int:
         return self.engine_info.max_context
 
+    def problem(self, request: Request) -> Problem | None:
+        """Why ``request`` can never run here; None when it can. Pure, as `Backend.problem`."""
+        return self._problem(request)
+
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:
             raise ApiError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -66,18 +67,29 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
     assert [s.token_ids for s in by_ids] == [(5, 9, 40), (7,)]
     again = llm.score(ctx, [[7], [5, 9, 40]])
     assert again[1].logprobs == pytest.approx(by_ids[0].logprobs, abs=TOL)
+    shapes = "candidates must be a list of strings or a list of token-id lists"
     for context, candidates, message in (
         ([], [[5]], "context: is empty"),
         (ctx, [], "candidates: none given"),
         (ctx, [[5], []], "candidate 1: is empty"),
-        (ctx, [[5], [1.5]], "candidate 1: is neither text nor a list of token ids"),
-        (ctx, [[5], 7], "candidate 1: is neither text nor a list of token ids"),
-        (ctx, " Paris", "candidates: a list of candidates"),  # not scored letter by letter
-        (ctx, [5, 9], "candidates: a list of candidates"),
-        (ctx, [[5], [10**6]], "token id 1000000 is outside the vocabulary"),
+        (ctx, [[5], [1.5]], f"{shapes} (candidate 1 is neither)"),
+        (ctx, [[5], [True]], f"{shapes} (candidate 1 is neither)"),
+        (ctx, [" a", None], f"{shapes} (candidate 1 is neither)"),
+        (ctx, [5], f"{shapes} (candidate 0 is neither)"),
+        (ctx, [5, 9], f"{shapes} (candidate 0 is neither)"),  # one flat id list is not a candidate
+        (ctx, " a b", f"{shapes}, got a str"),  # not each character a candidate
+        (ctx, None, f"{shapes}, got a NoneType"),
+        (ctx, [[5], [10**6]], "candidate 1: prompt: token id 1000000 is outside the vocabulary"),
+        ([*ctx, 10**6], [" a"], "context: token id 1000000 is outside the vocabulary"),  # not candidate 0's
+        ([*ctx, -1], [" a"], "context: token id -1 is outside the vocabulary"),
+        (5, [" a"], "context must be a string, a list of token ids or a list of messages"),
+        (None, [" a"], "context must be a string, a list of token ids or a list of messages"),
+        ([True, 5], [" a"], "context must be a string, a list of token ids or a list of messages"),
+        ([5.0], [" a"], "context must be a string, a list of token ids or a list of messages"),
+        ([[5]], [" a"], "context must be a string, a list of token ids or a list of messages"),
     ):
-        with pytest.raises(ValueError, match=message):
-            llm.score(context, candidates)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            llm.score(context, candidates)  # type: ignore[arg-type]
 
 
 def test_score_command_ranks_what_the_offline_api_scores(llm, capsys):
@@ -118,6 +130,17 @@ def test_candidates_file_lines_are_candidates_as_written(llm, capsys, tmp_path):
     assert main([*argv, "--candidates-file", str(listed), "--kv-blocks", "256", "--state-slots", "64"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [p["candidate"] for p in printed] == CANDIDATES  # leading spaces kept
+    # a Windows editor's file: a byte-order mark (not part of the first candidate) and CRLF
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"\xef\xbb\xbf" + "".join(c + "\r\n" for c in CANDIDATES[1:]).encode())
+    assert main([*argv, "--candidates-file", str(windows), "--kv-blocks", "256", "--state-slots", "64"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [p["candidate"] for p in again] == CANDIDATES
+    assert [p["token_ids"] for p in again] == [p["token_ids"] for p in printed]
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" yes\n\n no\n", encoding="utf-8")  # the error names the file's line, not "candidate 2"
+    assert main([*argv, "--candidates-file", str(blank)]) == 2
+    assert f"--candidates-file: line 2 of {blank} is empty" in capsys.readouterr().err
     assert main([*argv, "--candidates-file", str(tmp_path / "missing.txt")]) == 2
     assert "--candidates-file: cannot read" in capsys.readouterr().err
 
@@ -149,7 +172,8 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
         (ctx, [[[5]]], "contexts: a list of contexts"),
         ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),
         ([ctx, ctx], [[[5]], [[6], []]], "context 1: candidate 1: is empty"),
-        ([ctx, ctx], [[[5]], " x"], "context 1: candidates: a list of candidates"),
+        ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or a list of token-id"),
+        ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: context: token id 1000000 is outside"),
         ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: prompt: token id 1000000 is outside"),
     ):
         with pytest.raises(ValueError, match=message):
@@ -215,3 +239,17 @@ def test_output_without_input_and_no_context_are_usage_errors(zoo, capsys, tmp_p
     assert "no context: give --context TEXT, or --input PATH" in capsys.readouterr().err
     assert main(["score", MODEL, "--input", str(tmp_path / "missing.jsonl")]) == 2
     assert "--input: cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("namespace", [None, 5, b"ns"])
+def test_a_namespace_that_is_not_a_string_is_a_value_error_before_anything_runs(llm, namespace):
+    # it used to fail inside the scheduler's first round, leaving promised KV behind
+    calls = (
+        lambda: llm.score(CONTEXT, [" a"], namespace=namespace),
+        lambda: llm.generate("a", namespace=namespace),
+    )
+    for call in calls:
+        with pytest.raises(ValueError, match=re.escape(f"namespace must be a string, got {namespace!r}")):
+            call()
+    llm.engine.check_integrity()
+    assert llm.engine.requests == []

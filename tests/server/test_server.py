@@ -22,6 +22,7 @@ from radixflow.server.state import ServerConfig
 CONTEXT = "Reranking models score each candidate document against the same query. " * 2
 PROMPTS = [CONTEXT + "Candidate one.", CONTEXT + "Candidate two is longer.", "Water boils at 100 degrees."]
 TOL = 1e-4
+LONG_TEXT = "Hello world " * 60000  # far past the model's context
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +251,12 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
         ({"context": None, "messages": []}, "messages", "messages must not be empty"),
         ({"candidates": []}, "candidates", "candidates: none given"),
         ({"candidates": ["a", ""]}, "candidates", "candidate 1: is empty"),
-        ({"candidates": [[3, 600]]}, "prompt", "candidate 0: prompt: token id 600 is outside the vocabulary"),
+        ({"candidates": [[3, 600]]}, "candidates", "candidate 0: prompt: token id 600 is outside the"),
+        ({"context": [3, 600], "candidates": [[3]]}, "context", "context: token id 600 is outside the"),
+        ({"candidates": [" a"] * 65}, "candidates", "65 candidates in one request; the server queues 64"),
+        ({"context": LONG_TEXT}, "context", "context: has at least"),  # refused before it is tokenized
+        ({"context": None, "messages": [{"role": "user", "content": LONG_TEXT}]}, "context", "context: has"),
+        ({"candidates": [" a", LONG_TEXT]}, "candidates", "candidate 1: prompt: has at least"),
         ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
         ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),
         ({"model": "gpt-17"}, "model", "model 'gpt-17' does not exist"),

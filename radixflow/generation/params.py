@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem
-from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
+from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
@@ -52,6 +52,8 @@ class SamplingParams(TokenSamplingParams):
 
     def problem(self) -> Problem | None:
         base = super().problem()
+        if base == NO_OPEN_CHOICE and self.guided_choice:  # the engine's fields, as this door names them
+            return Problem("bad_words", "ban every guided_choice (each contains one of them)")
         if base is not None:
             return base
         if not all(isinstance(s, str) for s in self.stop):

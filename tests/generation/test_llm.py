@@ -118,6 +118,15 @@ def test_bad_words_are_never_generated_as_the_tokenizer_splits_them(llm, batch):
         llm.generate(PROMPTS[2], SamplingParams(bad_words=(" ",)))
 
 
+def test_a_bad_word_closes_the_guided_choices_it_is_in(llm):
+    pair = SamplingParams(max_tokens=8, guided_choice=("cat", "dog"))
+    (liked,) = llm.generate(PROMPTS[2], pair)
+    (other,) = llm.generate(PROMPTS[2], replace(pair, bad_words=(liked.text,)))
+    assert {liked.text, other.text} == {"cat", "dog"} and other.finish_reason == "stop"
+    with pytest.raises(ValueError, match="bad_words: ban every guided_choice"):
+        llm.generate(PROMPTS[2], replace(pair, bad_words=("cat", "dog")))
+
+
 def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
     prompt = llm.tokenizer.encode(PROMPTS[1])
     (cut,) = llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=7))

@@ -196,6 +196,8 @@ def test_min_tokens_hold_back_eos_stop_tokens_and_stop_strings(llm):
     (later,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3))
     assert cut.text == "" and cut.token_ids == (42,)
     assert later.text == text * 2 and later.token_ids == (42, 42, 42) and later.finish_reason == "stop"
+    (longer,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3, stop=(text, "a stop never seen")))
+    assert longer.text == later.text and longer.token_ids == later.token_ids  # as with one stop string
     (token,) = llm.generate(PROMPTS[2], replace(every, stop=(), stop_token_ids=(42,), min_tokens=3))
     assert len(token.token_ids) == 4 and token.token_ids[-1] == 42 and 42 not in token.token_ids[:3]
     with pytest.raises(ValueError, match=r"min_tokens: must be an integer between 0 and max_tokens \(6\)"):

@@ -43,12 +43,12 @@ class SamplingParams(TokenSamplingParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         # Accept what people type: a single string or a list; store a tuple (the object is frozen).
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        object.__setattr__(self, "stop", stop)
-        for name in ("guided_choice", "bad_words"):
+        # Anything else stays as it is, for `problem` to name (None is no list of stop strings).
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        for name in ("stop", "guided_choice", "bad_words"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     def problem(self) -> Problem | None:
         base = super().problem()
@@ -56,7 +56,7 @@ class SamplingParams(TokenSamplingParams):
             return Problem("bad_words", "ban every guided_choice (each contains one of them)")
         if base is not None:
             return base
-        if not all(isinstance(s, str) for s in self.stop):
+        if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")

@@ -117,7 +117,7 @@ class SamplingParams:
             (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
             (_in_range(self.logprobs), "logprobs", k_range),
             (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),
-            (all(_is_int(t) for t in self.stop_token_ids), "stop_token_ids", "must be integers"),
+            (_ids_ok(self.stop_token_ids), "stop_token_ids", "must be a list of token ids"),
             (_allowed_ok(self.allowed_token_ids), "allowed_token_ids", "must be a non-empty list of ids"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),
             (_within(self.presence_penalty, PENALTY_RANGE), "presence_penalty", penalty),
@@ -166,6 +166,11 @@ class SamplingParams:
 
 def _in_range(k: int | None) -> bool:
     return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+
+
+def _ids_ok(ids: object) -> bool:
+    """A tuple of integers (the vocabulary's bounds are the engine's check)."""
+    return isinstance(ids, tuple) and all(_is_int(t) for t in ids)
 
 
 def _allowed_ok(ids: object) -> bool:

@@ -34,7 +34,7 @@ class SamplingParams(TokenSamplingParams):
 
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
-    guided_choice: tuple[str, ...] = ()
+    guided_choice: tuple[str, ...] | None = None  # None: free text (an empty list is a problem)
     bad_words: tuple[str, ...] = ()
     truncate_prompt_tokens: int | None = None
     skip_special_tokens: bool = True
@@ -60,8 +60,10 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
-        for name in ("guided_choice", "bad_words"):
-            texts = getattr(self, name)
+        if self.guided_choice == ():  # asked for a choice of nothing: no text could be one
+            return Problem("guided_choice", "must not be empty (leave it out for free text)")
+        choices = () if self.guided_choice is None else self.guided_choice
+        for name, texts in (("guided_choice", choices), ("bad_words", self.bad_words)):
             if not isinstance(texts, tuple) or not all(isinstance(c, str) and c.strip() for c in texts):
                 return Problem(name, f"must be a list of non-empty strings, got {texts!r}")
         k = self.truncate_prompt_tokens
@@ -92,7 +94,9 @@ class SamplingParams(TokenSamplingParams):
         tokenizer, no special tokens); themselves when there are none."""
         if not (self.guided_choice or self.bad_words):
             return self
-        choices = tuple(tuple(encode(c)) for c in self.guided_choice) or self.token_choices
+        choices = self.token_choices
+        if self.guided_choice:
+            choices = tuple(tuple(encode(c)) for c in self.guided_choice)
         banned = dict.fromkeys(self.bad_token_sequences)  # distinct, in order
         for word in self.bad_words:
             for text in (word.lstrip(), " " + word.lstrip()):  # at the start, and after a space

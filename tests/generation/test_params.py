@@ -60,3 +60,10 @@ def test_a_stop_that_is_no_list_is_a_problem_not_a_crash(field, value):
     problem = SamplingParams(**{field: value}).problem()
     assert problem is not None and problem.param == field
     assert SamplingParams(stop="x", stop_token_ids=[3]).problem() is None
+
+
+@pytest.mark.parametrize("empty", [(), []])
+def test_an_empty_choice_list_is_a_problem_not_free_text(empty):
+    assert SamplingParams().guided_choice is None and SamplingParams().problem() is None
+    problem = SamplingParams(guided_choice=empty).problem()
+    assert problem is not None and problem.param == "guided_choice"

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         stop=tuple(args.stop),
         include_stop_str_in_output=args.include_stop_str_in_output,
         allowed_token_ids=args.allowed_token_ids,
-        guided_choice=tuple(args.guided_choice),
+        guided_choice=tuple(args.guided_choice) or None,  # None: free text
         bad_words=tuple(args.bad_word),
         truncate_prompt_tokens=args.truncate_prompt_tokens,
         ignore_eos=args.ignore_eos,

@@ -92,11 +92,11 @@ class StopStrings:
         self._longest = max((len(s) for s in self.stops), default=0)
 
     def find(self, text: str, new_from: int) -> int | None:
-        """Where the first stop string starts in ``text``, given none ended before ``new_from``."""
-        if not self.stops:
-            return None
-        start = max(0, new_from - self._longest + 1)
-        hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+        """Where the first stop string that ends past ``new_from`` starts in ``text`` (the text
+        before it was searched already, or may not stop the request yet: ``min_tokens``)."""
+        # each string from where it would end just past new_from: a shorter one wholly before
+        # new_from is not in its window
+        hits = [i for i in (text.find(s, max(0, new_from - len(s) + 1)) for s in self.stops) if i >= 0]
         return min(hits) if hits else None
 
     def held_back(self, text: str) -> int:

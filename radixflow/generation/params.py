@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem
-from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
+from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
@@ -34,7 +34,7 @@ class SamplingParams(TokenSamplingParams):
 
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
-    guided_choice: tuple[str, ...] = ()
+    guided_choice: tuple[str, ...] | None = None  # None: free text (an empty list is a problem)
     bad_words: tuple[str, ...] = ()
     truncate_prompt_tokens: int | None = None
     skip_special_tokens: bool = True
@@ -43,23 +43,27 @@ class SamplingParams(TokenSamplingParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         # Accept what people type: a single string or a list; store a tuple (the object is frozen).
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        object.__setattr__(self, "stop", stop)
-        for name in ("guided_choice", "bad_words"):
+        # Anything else stays as it is, for `problem` to name (None is no list of stop strings).
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        for name in ("stop", "guided_choice", "bad_words"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     def problem(self) -> Problem | None:
         base = super().problem()
+        if base == NO_OPEN_CHOICE and self.guided_choice:  # the engine's fields, as this door names them
+            return Problem("bad_words", "ban every guided_choice (each contains one of them)")
         if base is not None:
             return base
-        if not all(isinstance(s, str) for s in self.stop):
+        if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
-        for name in ("guided_choice", "bad_words"):
-            texts = getattr(self, name)
+        if self.guided_choice == ():  # asked for a choice of nothing: no text could be one
+            return Problem("guided_choice", "must not be empty (leave it out for free text)")
+        choices = () if self.guided_choice is None else self.guided_choice
+        for name, texts in (("guided_choice", choices), ("bad_words", self.bad_words)):
             if not isinstance(texts, tuple) or not all(isinstance(c, str) and c.strip() for c in texts):
                 return Problem(name, f"must be a list of non-empty strings, got {texts!r}")
         k = self.truncate_prompt_tokens
@@ -90,7 +94,9 @@ class SamplingParams(TokenSamplingParams):
         tokenizer, no special tokens); themselves when there are none."""
         if not (self.guided_choice or self.bad_words):
             return self
-        choices = tuple(tuple(encode(c)) for c in self.guided_choice) or self.token_choices
+        choices = self.token_choices
+        if self.guided_choice:
+            choices = tuple(tuple(encode(c)) for c in self.guided_choice)
         banned = dict.fromkeys(self.bad_token_sequences)  # distinct, in order
         for word in self.bad_words:
             for text in (word.lstrip(), " " + word.lstrip()):  # at the start, and after a space

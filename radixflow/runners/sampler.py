@@ -76,11 +76,12 @@ def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] =
 
 def _pickable(sample: SampleRow, eos: tuple[int, ...]) -> set[int] | None:
     """The only tokens a row may pick (None: any): its allow-list, or what continues one of its
-    token choices (and ``eos`` where the output is a whole choice a longer one extends)."""
+    open token choices (and ``eos`` where the output is a whole choice a longer one extends)."""
     p = sample.params
-    if p.token_choices is None:
+    choices = p.open_choices
+    if choices is None:
         return None if p.allowed_token_ids is None else set(p.allowed_token_ids)
-    step = choice_step(p.token_choices, sample.tokens[sample.prompt_len :])
+    step = choice_step(choices, sample.tokens[sample.prompt_len :])
     ends = set(eos) if step.complete and not p.ignore_eos else set()
     return set(step.next_tokens) | ends
 

@@ -9,7 +9,7 @@ from enum import Enum
 from typing import overload
 
 from radixflow.problems import Problem
-from radixflow.scheduler.token_sequences import sequences_problem
+from radixflow.scheduler.token_sequences import open_choices, sequences_problem
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
@@ -27,6 +27,10 @@ def mix64(z: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return (z ^ (z >> 31)) >> 1
+
+
+# every choice holds a banned sequence: no output could be both (the door names its own fields)
+NO_OPEN_CHOICE = Problem("bad_token_sequences", "ban every one of the token_choices")
 
 
 class FinishReason(Enum):
@@ -56,7 +60,8 @@ class SamplingParams:
     token sequences: only a token that continues one may be picked (an end-of-sequence token too
     where the output is a whole choice that a longer one extends), and the request ends once it is
     a whole choice nothing extends (`scheduler.token_sequences`). The last token of a sequence in
-    ``bad_token_sequences`` cannot be picked right after the rest of it (a one-token one never).
+    ``bad_token_sequences`` cannot be picked right after the rest of it (a one-token one never), so
+    only the choices with no banned sequence inside are followed (`open_choices`; none is a problem).
     Reported logprobs are the model's own, before any of this.
     """
 
@@ -112,7 +117,7 @@ class SamplingParams:
             (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
             (_in_range(self.logprobs), "logprobs", k_range),
             (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),
-            (all(_is_int(t) for t in self.stop_token_ids), "stop_token_ids", "must be integers"),
+            (_ids_ok(self.stop_token_ids), "stop_token_ids", "must be a list of token ids"),
             (_allowed_ok(self.allowed_token_ids), "allowed_token_ids", "must be a non-empty list of ids"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),
             (_within(self.presence_penalty, PENALTY_RANGE), "presence_penalty", penalty),
@@ -133,7 +138,17 @@ class SamplingParams:
             return Problem("bad_token_sequences", why)
         if self.token_choices is not None and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with a guided choice")
+        if self.open_choices == ():
+            return NO_OPEN_CHOICE
         return None
+
+    @property
+    def open_choices(self) -> tuple[tuple[int, ...], ...] | None:
+        """The token choices the output may become: those with no banned sequence inside (None:
+        no choices). What the sampler and the scheduler follow."""
+        if self.token_choices is None:
+            return None
+        return open_choices(self.token_choices, self.bad_token_sequences)
 
     @property
     def greedy(self) -> bool:
@@ -151,6 +166,11 @@ class SamplingParams:
 
 def _in_range(k: int | None) -> bool:
     return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+
+
+def _ids_ok(ids: object) -> bool:
+    """A tuple of integers (the vocabulary's bounds are the engine's check)."""
+    return isinstance(ids, tuple) and all(_is_int(t) for t in ids)
 
 
 def _allowed_ok(ids: object) -> bool:

@@ -281,7 +281,8 @@ class Scheduler:
             return FinishReason.STOP
         if sample.token in self.config.eos_token_ids and not params.ignore_eos:
             return FinishReason.STOP
-        if params.token_choices is not None and ends_the_output(params.token_choices, req.output):
+        choices = params.open_choices
+        if choices is not None and ends_the_output(choices, req.output):
             return FinishReason.STOP
         return FinishReason.LENGTH if len(req.output) >= params.max_tokens else None
 

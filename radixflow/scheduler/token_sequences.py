@@ -6,13 +6,18 @@ The door tokenizes the caller's strings (`generation.params.SamplingParams.guide
 may come next and whether the output is already a whole choice. The sampler lets only those
 tokens be picked (and the end-of-sequence where a whole choice is also the start of a longer one);
 the scheduler ends the request once it is a whole choice no other choice extends. A banned
-sequence's last token cannot follow its other tokens (`banned_next`). Pure.
+sequence's last token cannot follow its other tokens (`banned_next`), so a choice with a banned
+sequence inside can never be finished: both follow only the choices without one (`open_choices`).
+Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+
+Sequences = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,18 @@ def ends_the_output(choices: Sequence[Sequence[int]], generated: Sequence[int]) 
     """The output is a whole choice that no other choice goes on from: nothing may follow."""
     step = choice_step(choices, generated)
     return step.complete and not step.next_tokens
+
+
+@lru_cache(maxsize=256)  # asked every decode step of a request, with the same two arguments
+def open_choices(choices: Sequences, banned: Sequences) -> Sequences:
+    """The ``choices`` with no ``banned`` sequence inside them: the only ones an output may
+    become. Following a closed one would lead the output where its only way on is banned."""
+    return tuple(c for c in choices if not any(_inside(b, c) for b in banned))
+
+
+def _inside(part: tuple[int, ...], whole: tuple[int, ...]) -> bool:
+    n = len(part)
+    return any(whole[i : i + n] == part for i in range(len(whole) - n + 1))
 
 
 def banned_next(banned: Sequence[Sequence[int]], generated: Sequence[int]) -> set[int]:

@@ -30,11 +30,14 @@ router = APIRouter(route_class=FastJsonRoute)
 
 
 def chat_prompt(
-    messages: list[dict[str, Any]], state: ServerState, add_generation_prompt: bool = True
+    messages: list[dict[str, Any]],
+    state: ServerState,
+    add_generation_prompt: bool = True,
+    params: SamplingParams | None = None,
 ) -> list[int]:
     """The conversation's prompt tokens, rendered by the model's chat template; ApiError 400 when
-    the template refuses it."""
-    tokenizer = state.tokenizer
+    the template refuses it. ``params``: the request's, which may truncate the prompt."""
+    tokenizer = state.tokenizer if params is None else state.prompt_tokenizer(params)
     try:
         text = tokenizer.chat.render(messages, add_generation_prompt)
     except ChatTemplateError as e:
@@ -48,7 +51,7 @@ def prepare(
 ) -> list[tuple[Request, RequestTracker]]:
     """Render, tokenize and check the conversation: slow for a long one, so this runs on a
     tokenizer thread. ApiError 400 when it cannot run."""
-    prompt = chat_prompt(body.messages, state, body.add_generation_prompt)
+    prompt = chat_prompt(body.messages, state, body.add_generation_prompt, params)
     return state.requests([prompt], params, body.namespace, fit=body.unsent_max_tokens)
 
 

@@ -47,7 +47,7 @@ class Prepared:
 def prepare(body: CompletionRequest, state: ServerState, params: SamplingParams) -> Prepared:
     """Tokenize and check the prompts: slow for long ones, so this runs on a tokenizer thread.
     ApiError 400 for a prompt that cannot run."""
-    prompts = prompt_ids(body.prompt, state.tokenizer, body.add_special_tokens)
+    prompts = prompt_ids(body.prompt, state.prompt_tokenizer(params), body.add_special_tokens)
     items = state.requests(prompts, params, body.namespace, fit=body.unsent_max_tokens)
     ran = [list(req.prompt) for req, _ in items[:: params.n]]  # as truncated: an echo shows what ran
     return Prepared(ran, items)

@@ -128,13 +128,15 @@ class _Generate(StrictBody):
             raise ApiError.from_problem(problem)
         return params
 
-    def _choices(self) -> tuple[str, ...]:
-        """The guided choice, sent as vLLM's older field or its newer one (not both)."""
+    def _choices(self) -> tuple[str, ...] | None:
+        """The guided choice, sent as vLLM's older field or its newer one (not both; None:
+        neither, an empty list is sent on for the check to refuse)."""
         newer = self.structured_outputs.choice if self.structured_outputs is not None else None
         if newer is not None and self.guided_choice is not None:
             why = "guided_choice and structured_outputs.choice: give the choices once"
             raise ApiError(400, why, "guided_choice")
-        return tuple(self.guided_choice or newer or ())
+        choices = self.guided_choice if self.guided_choice is not None else newer
+        return None if choices is None else tuple(choices)
 
     @property
     def streamed(self) -> bool:

@@ -139,6 +139,14 @@ class ServerState:
         """Why ``request`` can never run here; None when it can. Pure, as `Backend.problem`."""
         return self._problem(request)
 
+    def prompt_tokenizer(self, params: SamplingParams) -> TextTokenizer:
+        """The tokenizer of a request's prompts: the one refusing a text too long for the context
+        untokenized, unless the request truncates its prompts (``truncate_prompt_tokens``: the
+        end of a text of any length runs, as offline)."""
+        if params.truncate_prompt_tokens is None:
+            return self.tokenizer
+        return self.unbounded_tokenizer
+
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:
             raise ApiError(

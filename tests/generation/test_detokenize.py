@@ -67,6 +67,15 @@ def test_stop_strings_earliest_match_and_search_window():
     assert StopStrings([]).find("anything", 0) is None
 
 
+def test_only_a_stop_string_ending_past_new_from_is_found():
+    # min_tokens: the text before new_from may hold a stop string that must not count (a
+    # shorter one than the longest, within the longest's window)
+    stops = StopStrings(["x", "a long stop"])
+    assert stops.find("axbc", new_from=3) is None
+    assert stops.find("axbcx", new_from=3) == 4
+    assert stops.find("axbx", new_from=3) == 3
+
+
 def test_held_back_is_the_longest_tail_that_may_start_a_stop_string():
     stops = StopStrings(["STOP", "ST!"])
     assert stops.held_back("abcS") == 1

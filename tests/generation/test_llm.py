@@ -118,6 +118,15 @@ def test_bad_words_are_never_generated_as_the_tokenizer_splits_them(llm, batch):
         llm.generate(PROMPTS[2], SamplingParams(bad_words=(" ",)))
 
 
+def test_a_bad_word_closes_the_guided_choices_it_is_in(llm):
+    pair = SamplingParams(max_tokens=8, guided_choice=("cat", "dog"))
+    (liked,) = llm.generate(PROMPTS[2], pair)
+    (other,) = llm.generate(PROMPTS[2], replace(pair, bad_words=(liked.text,)))
+    assert {liked.text, other.text} == {"cat", "dog"} and other.finish_reason == "stop"
+    with pytest.raises(ValueError, match="bad_words: ban every guided_choice"):
+        llm.generate(PROMPTS[2], replace(pair, bad_words=("cat", "dog")))
+
+
 def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
     prompt = llm.tokenizer.encode(PROMPTS[1])
     (cut,) = llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=7))
@@ -187,6 +196,8 @@ def test_min_tokens_hold_back_eos_stop_tokens_and_stop_strings(llm):
     (later,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3))
     assert cut.text == "" and cut.token_ids == (42,)
     assert later.text == text * 2 and later.token_ids == (42, 42, 42) and later.finish_reason == "stop"
+    (longer,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3, stop=(text, "a stop never seen")))
+    assert longer.text == later.text and longer.token_ids == later.token_ids  # as with one stop string
     (token,) = llm.generate(PROMPTS[2], replace(every, stop=(), stop_token_ids=(42,), min_tokens=3))
     assert len(token.token_ids) == 4 and token.token_ids[-1] == 42 and 42 not in token.token_ids[:3]
     with pytest.raises(ValueError, match=r"min_tokens: must be an integer between 0 and max_tokens \(6\)"):

@@ -50,3 +50,20 @@ def test_a_truncation_that_keeps_nothing_is_a_problem(k):
     assert str(SamplingParams(truncate_prompt_tokens=k).problem()).startswith(
         "truncate_prompt_tokens: must be an integer >= 1, or -1 (what fits)"
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("stop", None), ("stop", 5), ("stop", [None]), ("stop_token_ids", None), ("stop_token_ids", 5)],
+)
+def test_a_stop_that_is_no_list_is_a_problem_not_a_crash(field, value):
+    problem = SamplingParams(**{field: value}).problem()
+    assert problem is not None and problem.param == field
+    assert SamplingParams(stop="x", stop_token_ids=[3]).problem() is None
+
+
+@pytest.mark.parametrize("empty", [(), []])
+def test_an_empty_choice_list_is_a_problem_not_free_text(empty):
+    assert SamplingParams().guided_choice is None and SamplingParams().problem() is None
+    problem = SamplingParams(guided_choice=empty).problem()
+    assert problem is not None and problem.param == "guided_choice"

@@ -299,6 +299,17 @@ def test_token_choices_pick_only_what_continues_a_choice(params):
         assert picked[((5, 9), False)] == {eos[0]}
 
 
+@pytest.mark.parametrize("params", [SamplingParams(), HOT])
+def test_a_choice_a_banned_sequence_is_inside_is_never_started(params):
+    logits = logits_batch(1, seed=11)
+    logits[0, 5] = 60.0  # the best by far: the start of the choice (5, 9), whose 9 is banned after 5
+    choices = ((5, 9), (21,))
+    p = replace(params, token_choices=choices, bad_token_sequences=((5, 9),))
+    for seed in range(12):
+        row = SampleRow(replace(p, seed=seed), 3, (1, 2, 3), 3)
+        assert Sampler().sample(logits, [row])[0].token == 21
+
+
 @pytest.mark.parametrize("params", [SamplingParams(), HOT, replace(HOT, top_k=3)])
 def test_a_banned_sequence_is_never_completed(params):
     logits = logits_batch(1, seed=12)

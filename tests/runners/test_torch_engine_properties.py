@@ -33,6 +33,7 @@ from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.sampling import SamplingParams
+from radixflow.scheduler.token_sequences import ends_the_output
 
 Runners = dict[int, TorchRunner]  # block size -> runner
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -295,6 +296,7 @@ LIMITS = [
     {"allowed_token_ids": (5, 9, 21, 40)},
     {"token_choices": ((5, 9), (5, 9, 40), (21,))},
     {"bad_token_sequences": ((7,), (5, 9))},
+    {"token_choices": ((5, 9), (5, 9, 40), (21,)), "bad_token_sequences": ((9, 40),)},  # (5, 9, 40) closed
 ]
 
 
@@ -422,12 +424,13 @@ def test_generation_under_every_policy_matches_a_no_cache_greedy_reference(runne
             if r.status is RequestStatus.ABORTED:
                 continue
             assert r.status is RequestStatus.FINISHED, (r.id, r.error)
-            choices = r.sampling.token_choices
+            choices = r.sampling.open_choices
             if choices is None:
                 assert len(r.output) == r.sampling.max_tokens, r.id
-            else:  # a whole choice nothing extends, or cut by max_tokens
+            else:  # a whole open choice nothing extends, or cut by max_tokens
                 assert any(tuple(c[: len(r.output)]) == tuple(r.output) for c in choices), r.output
-                assert len(r.output) == r.sampling.max_tokens or tuple(r.output) in {(5, 9, 40), (21,)}
+                ended = ends_the_output(choices, r.output)
+                assert len(r.output) == r.sampling.max_tokens or ended, r.output
             want = greedy_reference(runner, r.prompt, len(r.output), r.sampling)
             assert r.output == want, (policy, placement, r.id)
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from radixflow.scheduler.sampling import SamplingParams
-from radixflow.scheduler.token_sequences import ChoiceStep, banned_next, choice_step, ends_the_output
+from radixflow.scheduler.token_sequences import (
+    ChoiceStep,
+    banned_next,
+    choice_step,
+    ends_the_output,
+    open_choices,
+)
 
 CHOICES = ((5, 9), (5, 9, 40), (21,), (5, 7))
 
@@ -56,3 +62,14 @@ def test_bad_token_sequences_are_checked_and_kept_as_tuples():
         assert str(SamplingParams(bad_token_sequences=bad).problem()).startswith(  # type: ignore[arg-type]
             "bad_token_sequences: must be a list of non-empty token-id lists"
         )
+
+
+def test_a_choice_with_a_banned_sequence_inside_is_closed():
+    banned = ((9, 40), (7,))
+    assert open_choices(CHOICES, banned) == ((5, 9), (21,))
+    assert open_choices(CHOICES, ()) == CHOICES
+    params = SamplingParams(token_choices=CHOICES, bad_token_sequences=banned)
+    assert params.open_choices == ((5, 9), (21,)) and params.problem() is None
+    assert SamplingParams().open_choices is None
+    every = SamplingParams(token_choices=((5, 9), (21,)), bad_token_sequences=((9,), (21,)))
+    assert str(every.problem()) == "bad_token_sequences: ban every one of the token_choices"

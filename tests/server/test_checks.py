@@ -131,3 +131,17 @@ def test_room_is_exactly_what_unfit_reason_lets_run():
             for m in range(1, room + 3):
                 req = Request("r", tuple([1] * n), sampling=SamplingParams(max_tokens=m))
                 assert (config.unfit_reason(req) is None) == (m <= room), (config, n, m)
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_text_too_long_for_the_context_runs_truncated(http, route):
+    # long enough that its length alone proves it is over the context (refused untokenized)
+    text = "hello world " * 10_000
+    base: dict[str, Any] = {"prompt": text} if route == "/v1/completions" else {
+        "messages": [{"role": "user", "content": text}]
+    }
+    body = {"model": MODEL, "max_tokens": 1, **base}
+    assert http.post(route, json=body).json()["error"]["param"] == "prompt"
+    r = http.post(route, json=body | {"truncate_prompt_tokens": 50})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 50

@@ -97,6 +97,13 @@ BAD_COMPLETIONS = [
     ("truncation to nothing", {"truncate_prompt_tokens": 0}, "truncate_prompt_tokens: must be an integer"),
     ("blank bad word", {"bad_words": ["the", " "]}, "bad_words: must be a list of non-empty strings"),
     ("empty choice", {"guided_choice": ["yes", ""]}, "guided_choice: must be a list of non-empty strings"),
+    ("no choices", {"guided_choice": []}, "guided_choice: must not be empty"),
+    ("no newer choices", {"structured_outputs": {"choice": []}}, "guided_choice: must not be empty"),
+    (
+        "every choice banned",
+        {"guided_choice": ["yes", "no"], "bad_words": ["no", "yes"]},
+        "bad_words: ban every guided_choice",
+    ),
     (
         "choice and allow-list",
         {"guided_choice": ["yes"], "allowed_token_ids": [3]},

@@ -1,0 +1,138 @@
+"""Many contexts with candidates of their own: one `LLM.score` call per context against one
+`LLM.score_many` call for all of them (what `radixflow score --input FILE` runs).
+
+``--contexts`` contexts of ``--context-len`` random tokens, each with ``--candidates`` candidates
+of ``--candidate-len`` tokens. ``per_context`` scores them as a loop over `score` does (each
+context's batch alone); ``many`` in one `score_many` call, so the scheduler can fill a round with
+several contexts' work. Every run draws fresh contexts (nothing cached from an earlier run);
+modes are interleaved, their order rotated per repeat. Reported per mode: median wall time, its
+spread, median CPU time of this process, the ratio of each to ``many``, the load average, and
+whether every candidate's logprobs equal across modes (within ``--atol``).
+
+    python benchmarks/score_many.py --json results/score_many.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from radixflow.generation.llm import LLM
+
+Scores = list[list[tuple[float, ...]]]  # per context, per candidate: its tokens' logprobs
+
+
+def fresh_jobs(rng: random.Random, args: argparse.Namespace, vocab: int) -> tuple[list, list]:
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(1, vocab) for _ in range(n)]
+
+    contexts = [tokens(args.context_len) for _ in range(args.contexts)]
+    candidates = [[tokens(args.candidate_len) for _ in range(args.candidates)] for _ in contexts]
+    return contexts, candidates
+
+
+def modes(llm: LLM) -> dict[str, Callable[[list, list], Scores]]:
+    def per_context(contexts: list, candidates: list) -> Scores:
+        return [[s.logprobs for s in llm.score(c, k)] for c, k in zip(contexts, candidates, strict=True)]
+
+    def many(contexts: list, candidates: list) -> Scores:
+        return [[s.logprobs for s in scores] for scores in llm.score_many(contexts, candidates)]
+
+    return {"per_context": per_context, "many": many}
+
+
+def close(a: Scores, b: Scores, atol: float) -> bool:
+    pairs = [(x, y) for ca, cb in zip(a, b, strict=True) for x, y in zip(ca, cb, strict=True)]
+    return all(len(x) == len(y) and max(map(abs, map(float.__sub__, x, y))) <= atol for x, y in pairs)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    llm = LLM(args.model, torch_threads=args.torch_threads)
+    vocab = args.vocab
+    calls = modes(llm)
+    rng = random.Random(args.seed)
+    walls: dict[str, list[float]] = {m: [] for m in calls}
+    cpus: dict[str, list[float]] = {m: [] for m in calls}
+    same = True
+    for rep in range(args.repeat + 1):  # the first round warms up and is not counted
+        names = list(calls)[rep % len(calls) :] + list(calls)[: rep % len(calls)]
+        got = {}
+        for name in names:
+            contexts, candidates = fresh_jobs(random.Random(rng.random()), args, vocab)
+            w0, c0 = time.perf_counter(), time.process_time()
+            got[name] = calls[name](contexts, candidates)
+            if rep:
+                walls[name].append(time.perf_counter() - w0)
+                cpus[name].append(time.process_time() - c0)
+        one = fresh_jobs(random.Random(rep), args, vocab)
+        same &= close(calls["per_context"](*one), calls["many"](*one), args.atol)
+    base = statistics.median(walls["many"])
+    base_cpu = statistics.median(cpus["many"])
+    figures = {
+        name: {
+            "wall_s": statistics.median(walls[name]),
+            "wall_min_s": min(walls[name]),
+            "wall_max_s": max(walls[name]),
+            "cpu_s": statistics.median(cpus[name]),
+            "wall_ratio": statistics.median(walls[name]) / base,
+            "cpu_ratio": statistics.median(cpus[name]) / base_cpu,
+        }
+        for name in calls
+    }
+    return {"model": args.model, "shape": shape(args), "modes": figures, "same_scores": same}
+
+
+def shape(args: argparse.Namespace) -> dict:
+    keys = ("contexts", "candidates", "context_len", "candidate_len", "repeat", "torch_threads")
+    return {k: getattr(args, k) for k in keys}
+
+
+def report(args: argparse.Namespace, result: dict) -> None:
+    print(
+        f"{args.model}: {args.contexts} contexts x {args.candidates} candidates ({args.context_len} + "
+        f"{args.candidate_len} tokens), {args.repeat} repeats, load {result['load_before_after']}"
+    )
+    for name, f in result["modes"].items():
+        spread = f"{f['wall_min_s']:.3f}-{f['wall_max_s']:.3f}"
+        ratios = f"wall {f['wall_ratio']:.2f}x cpu {f['cpu_ratio']:.2f}x"
+        print(f"  {name:12s} wall {f['wall_s']:.3f} s ({spread}) cpu {f['cpu_s']:.3f} s; / many: {ratios}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen3_5-small")
+    ap.add_argument("--contexts", type=int, default=8)
+    ap.add_argument("--candidates", type=int, default=8)
+    ap.add_argument("--context-len", type=int, default=512)
+    ap.add_argument("--candidate-len", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", type=int, default=1000, help="token ids drawn below this")
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, 2 x 2 candidates, one repeat (CI)")
+    args = ap.parse_args()
+    if args.smoke:
+        args.model, args.contexts, args.candidates = "qwen3_5-tiny", 2, 2
+        args.context_len, args.candidate_len = 32, 4
+        args.repeat, args.vocab = 1, 100
+    torch.set_num_threads(args.torch_threads)
+    before = Path("/proc/loadavg").read_text().split()[:3]
+    result = measure(args)
+    result["load_before_after"] = [before, Path("/proc/loadavg").read_text().split()[:3]]
+    report(args, result)
+    print(f"  same scores in both modes: {result['same_scores']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

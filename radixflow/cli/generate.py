@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return 0
     for i, out in enumerate(outputs):
         label = f"[dim]choice {out.choice}:[/dim] " if args.n > 1 else ""
-        prompt = escape(args.prompt[i // args.n])
+        prompt = escape(_prompt_that_ran(args, llm, i // args.n, out))
         console.print(f"{label}[bold]{prompt}[/bold]{escape(out.text)}", highlight=False)
         console.print(
             f"[dim]{len(out.token_ids)} tokens, finish reason {out.finish_reason}, "
@@ -195,6 +195,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
             scored = [e.logprob for e in out.prompt_logprobs if e is not None]
             console.print(f"[dim]prompt logprob {sum(scored):.4f} over {len(scored)} tokens[/dim]")
     return 0
+
+
+def _prompt_that_ran(args: argparse.Namespace, llm: Any, i: int, out: GenerationOutput) -> str:
+    """Prompt ``i`` as given, or with ``--truncate-prompt-tokens`` the end of it that ran ("..."
+    before it), so the printed text is what the output continues."""
+    if args.truncate_prompt_tokens is None or args.chat:  # a chat prompt is printed as the message
+        return args.prompt[i]
+    full = llm.tokenizer.encode(args.prompt[i])
+    if len(full) <= len(out.prompt_token_ids):
+        return args.prompt[i]
+    return "..." + llm.tokenizer.decode(out.prompt_token_ids, skip_special_tokens=True)
 
 
 def as_json(out: GenerationOutput) -> dict[str, Any]:

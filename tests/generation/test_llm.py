@@ -356,3 +356,15 @@ def test_the_trace_holds_every_generate_call_on_the_wall_clock(zoo, tmp_path):
     events = json.loads(path.read_text())["traceEvents"]
     assert sum(e["name"] == "finished" for e in events) == 2
     assert any(e["ph"] == "f" for e in events)  # a flow from the first call's chunk to the second's
+
+
+def test_generate_command_prints_the_end_of_a_truncated_prompt_that_ran(llm, capsys):
+    from radixflow.cli import main
+
+    argv = ["generate", MODEL, "--prompt", PROMPTS[2], "--max-tokens", "2", "--ignore-eos"]
+    argv += ["--kv-blocks", "256", "--state-slots", "64", "--truncate-prompt-tokens", "3"]
+    assert main(argv) == 0
+    (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=2, ignore_eos=True, truncate_prompt_tokens=3))
+    ran = llm.tokenizer.decode(out.prompt_token_ids, skip_special_tokens=True)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("..." + ran) and PROMPTS[2] not in first

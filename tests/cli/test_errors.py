@@ -306,3 +306,25 @@ def test_a_nul_or_empty_path_is_one_line_naming_its_flag(capsys, argv):
     line = one_line_error(capsys, argv)
     named = argv[-2] if argv[-2].startswith("--") else "config"
     assert named in line, line
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """`radixflow cost ... --json | head -c 10`: the reader closes the pipe before the output is
+    written. That ends the command as SIGPIPE ends a shell tool (status 141, nothing on stderr),
+    not with a BrokenPipeError traceback."""
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    read, write = os.pipe()
+    os.close(read)  # the reader has left before anything is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "radixflow.cli", "cost", "qwen3_5-2b", "--json"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")

@@ -273,6 +273,18 @@ def test_serve_refuses_a_port_in_use_before_loading_the_model(monkeypatch, capsy
     assert err == f"radixflow: error: --port: {port_in_use} {IN_USE}"
 
 
+def test_router_without_replicas_warns_on_stderr_as_every_warning_does(monkeypatch, capsys, port_in_use):
+    """`--router` with one replica cannot change the run: a `radixflow: warning:` line on stderr,
+    like bench's, not a line on stdout among the output."""
+    pytest.importorskip("uvicorn")
+    _no_model_load(monkeypatch)
+    assert main(["serve", "qwen3_5-tiny", "--port", str(port_in_use), "--router", "pow2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    warning = "radixflow: warning: --router has no effect with one replica (see --replicas)"
+    assert err.splitlines()[0] == warning
+
+
 def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use):
     """The real entry point, as its own process: one line, exit 2, and no model loaded (the
     checkpoint directory does not exist, so loading it would be a different error)."""

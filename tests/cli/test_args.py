@@ -23,3 +23,9 @@ def test_a_flag_whose_help_names_its_default_gets_no_second_one(name):
     for action in parser._actions:
         text = formatter._expand_help(action) if action.help else ""
         assert text.count("(default") <= 1, (action.option_strings, text)
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_flag_has_help(name):
+    """`generate --top-p` was listed with no help and no default."""
+    assert [a.option_strings for a in _commands()[name]._actions if not a.help] == []

@@ -50,7 +50,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         default=CalibrationPlan.max_tokens,
-        help="largest batch timed, in tokens (default: the scheduler's round budget)",
+        help="largest batch timed, in tokens (default: the scheduler's round budget, %(default)s)",
     )
     c.add_argument(
         "--clock",

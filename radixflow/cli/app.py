@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -77,3 +79,12 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     except KeyboardInterrupt:
         print("radixflow: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout left early (`radixflow cost ... | head`)
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """End quietly, as SIGPIPE ends a shell tool: stdout now points at /dev/null, so the
+    interpreter's last flush of what is still buffered cannot raise a second BrokenPipeError."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE

@@ -26,6 +26,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default is False or action.default == []:
             return action.help
+        if action.help and "(default" in action.help:  # it says it in its own words
+            return action.help
         return super()._get_help_string(action)
 
 

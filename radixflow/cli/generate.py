@@ -53,7 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="choices per prompt (they share the prompt in the cache; with --seed each has its own stream)",
     )
     g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
-    g.add_argument("--top-p", type=float_arg(high=1.0, positive=True), default=1.0)
+    g.add_argument(
+        "--top-p",
+        type=float_arg(high=1.0, positive=True),
+        default=1.0,
+        help="in (0, 1]: sample from the likeliest tokens whose probability reaches it; 1 is no cut",
+    )
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
     g.add_argument(
         "--min-p", type=parse_float, default=0.0, help="in [0, 1]: drop tokens under min-p times the best's"

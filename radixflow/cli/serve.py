@@ -13,6 +13,7 @@ from rich.console import Console
 from radixflow.cli.args import (
     check_output_paths,
     int_arg,
+    warn,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if fleet_wanted(args):
         return run_fleet(args, console)
     if args.router is not None:
-        console.print("[yellow]warning:[/] --router has no effect with one replica (see --replicas)")
+        warn("--router has no effect with one replica (see --replicas)")
     require_torch_extra("radixflow serve")
     require_serve_extra()
     from radixflow.generation.setup import load_model

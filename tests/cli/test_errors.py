@@ -273,6 +273,18 @@ def test_serve_refuses_a_port_in_use_before_loading_the_model(monkeypatch, capsy
     assert err == f"radixflow: error: --port: {port_in_use} {IN_USE}"
 
 
+def test_router_without_replicas_warns_on_stderr_as_every_warning_does(monkeypatch, capsys, port_in_use):
+    """`--router` with one replica cannot change the run: a `radixflow: warning:` line on stderr,
+    like bench's, not a line on stdout among the output."""
+    pytest.importorskip("uvicorn")
+    _no_model_load(monkeypatch)
+    assert main(["serve", "qwen3_5-tiny", "--port", str(port_in_use), "--router", "pow2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    warning = "radixflow: warning: --router has no effect with one replica (see --replicas)"
+    assert err.splitlines()[0] == warning
+
+
 def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use):
     """The real entry point, as its own process: one line, exit 2, and no model loaded (the
     checkpoint directory does not exist, so loading it would be a different error)."""
@@ -306,3 +318,25 @@ def test_a_nul_or_empty_path_is_one_line_naming_its_flag(capsys, argv):
     line = one_line_error(capsys, argv)
     named = argv[-2] if argv[-2].startswith("--") else "config"
     assert named in line, line
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """`radixflow cost ... --json | head -c 10`: the reader closes the pipe before the output is
+    written. That ends the command as SIGPIPE ends a shell tool (status 141, nothing on stderr),
+    not with a BrokenPipeError traceback."""
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    read, write = os.pipe()
+    os.close(read)  # the reader has left before anything is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "radixflow.cli", "cost", "qwen3_5-2b", "--json"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from radixflow.cli import bench, calibrate, cost, experiment, generate, models, score, serve
+from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
 from radixflow.options import EngineOptions
@@ -36,6 +36,7 @@ COMMANDS: tuple[Command, ...] = (
     generate.COMMAND,
     score.COMMAND,
     serve.COMMAND,
+    run_batch.COMMAND,
 )
 
 

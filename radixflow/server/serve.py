@@ -103,14 +103,18 @@ def build_server(
     port: int,
     log_level: str,
 ) -> Server:
+    return serve_state(server_state(model, config), host, port, log_level)
+
+
+def server_state(model: LoadedModel, config: ServerConfig) -> ServerState:
+    """What the routes share, over an engine of ``model`` (`ProblemError` for a model without a
+    tokenizer: the HTTP API takes text)."""
     if model.tokenizer is None:
         raise ProblemError(
             Problem("model", f"{model.path} has no tokenizer.json: the HTTP API needs the model's tokenizer")
         )
     engine = model.engine(round_history=ROUND_HISTORY)
-    return serve_state(
-        ServerState(local_backend(model, engine, config.max_pending), config), host, port, log_level
-    )
+    return ServerState(local_backend(model, engine, config.max_pending), config)
 
 
 def serve_state(state: ServerState, host: str, port: int, log_level: str) -> Server:

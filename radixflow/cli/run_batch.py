@@ -1,0 +1,101 @@
+"""`radixflow run-batch MODEL -i requests.jsonl -o results.jsonl`: an OpenAI batch file run
+offline through the server's own routes (`radixflow.server.batch`), with the server's checks,
+answers and thread plan, and no socket."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import IO
+
+from rich.console import Console
+
+from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
+from radixflow.cli.command import Command, UsageError
+from radixflow.cli.extras import require_torch_extra
+from radixflow.cli.serve import require_serve_extra, threads
+from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
+from radixflow.options.machine import cpu_count
+from radixflow.options.spec import checked
+from radixflow.progress import LoggedProgress, RequestBar
+from radixflow.server.config import ServerConfig
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_engine_flags(p, model_positional=True)
+    add_option_flags(p, ServerConfig, "server limits and threads (as radixflow serve)")
+    g = p.add_argument_group("batch")
+    g.add_argument(
+        "-i",
+        "--input",
+        type=Path,
+        required=True,
+        metavar="PATH",
+        help='OpenAI batch JSONL: {"custom_id", "method": "POST", "url", "body"} per line, url one of '
+        "/v1/completions, /v1/chat/completions, /v1/score",
+    )
+    g.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="where the answers go, one OpenAI batch output line each (default: stdout)",
+    )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    require_torch_extra("radixflow run-batch")
+    require_serve_extra()
+    from radixflow.generation.setup import load_model
+    from radixflow.server.app import create_app
+    from radixflow.server.batch import BatchInputError, read_batch
+    from radixflow.server.serve import server_state
+
+    try:
+        lines = read_batch(_read(args.input))
+    except BatchInputError as e:
+        raise UsageError(f"--input {args.input}: {e}") from None
+    options = from_args(args)
+    config = checked(ServerConfig, given_values(args, ServerConfig))
+    trace = None if options.trace_out is None else Path(options.trace_out)
+    check_output_paths({"--output": args.output, "--trace-out": trace}, {"--input": args.input})
+    warn_ineffective_options(args, options)
+    options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+    config = replace(config, tokenizer_threads=tokenizer_threads)
+    model = load_model(options)
+    warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
+    app = create_app(server_state(model, config))
+    if args.output is None:
+        return _run(app, lines, sys.stdout, config.max_pending)
+    with args.output.open("w", encoding="utf-8") as out:
+        return _run(app, lines, out, config.max_pending)
+
+
+def _run(app: object, lines: list, out: IO[str], concurrency: int) -> int:
+    from radixflow.server.batch import run_batch
+
+    with LoggedProgress(console=Console(stderr=True)) as progress:
+        bar = RequestBar(progress, "requests")
+        tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))  # type: ignore[arg-type]
+    counts = ", ".join(f"{n} answered {status}" for status, n in sorted(tally.by_status.items()))
+    print(f"radixflow: {len(lines)} requests: {counts}", file=sys.stderr)
+    return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise UsageError(f"--input: cannot read {path}: {why}") from None
+
+
+COMMAND = Command(
+    "run-batch",
+    "run an OpenAI batch file (completions, chat, score) through the server's routes, offline",
+    add_arguments,
+    run,
+)

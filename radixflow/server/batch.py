@@ -1,0 +1,122 @@
+"""OpenAI batch files run offline through the server's own routes (`radixflow run-batch`).
+
+Each input line is OpenAI's batch request, ``{"custom_id", "method": "POST", "url", "body"}``,
+for ``/v1/completions``, ``/v1/chat/completions`` or ``/v1/score``. The lines are posted to the
+very app `radixflow serve` runs, in this process (no socket), so every body is checked, run and
+answered exactly as the server answers it; up to ``concurrency`` at a time, so the engine batches
+them. Each answer is written as OpenAI's batch output line, ``{"id", "custom_id", "response":
+{"status_code", "request_id", "body"}, "error": null}``, as soon as it arrives (a 4xx answer is a
+response like any other), so a run cut short keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import httpx
+from fastapi import FastAPI
+
+URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
+
+
+class BatchInputError(ValueError):
+    """A batch file line that is not a request this command can run (the text names the line)."""
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One request of the file: where it was, its id, its route and its body as given."""
+
+    line: int  # 1-based line number in the file
+    custom_id: str
+    url: str
+    body: dict[str, Any]
+
+
+@dataclass
+class BatchTally:
+    """Answers by status code (a line answered twice cannot happen: each is posted once)."""
+
+    by_status: dict[int, int] = field(default_factory=dict)
+
+    def add(self, status: int) -> None:
+        self.by_status[status] = self.by_status.get(status, 0) + 1
+
+
+def read_batch(text: str) -> list[BatchLine]:
+    """Every non-blank line as a `BatchLine`; `BatchInputError` for the first line that is not
+    a POST of a JSON object body to a supported URL, not streamed, under a new ``custom_id``."""
+    lines = [_line(n, raw) for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+    if not lines:
+        raise BatchInputError("no requests in the file")
+    seen: dict[str, int] = {}
+    for line in lines:
+        if line.custom_id in seen:
+            first = seen[line.custom_id]
+            raise BatchInputError(f"line {line.line}: custom_id {line.custom_id!r} is line {first}'s too")
+        seen[line.custom_id] = line.line
+    return lines
+
+
+def _line(n: int, raw: str) -> BatchLine:
+    try:
+        row = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise BatchInputError(f"line {n}: not JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise BatchInputError(f"line {n}: a JSON object (custom_id, method, url, body) is expected")
+    custom_id, method, url, body = (row.get(k) for k in ("custom_id", "method", "url", "body"))
+    if not isinstance(custom_id, str) or not custom_id:
+        raise BatchInputError(f"line {n}: custom_id: a non-empty string is expected")
+    if method != "POST":
+        raise BatchInputError(f"line {n}: method: only POST is supported, got {method!r}")
+    if url not in URLS:
+        raise BatchInputError(f"line {n}: url: one of {', '.join(URLS)} is expected, got {url!r}")
+    if not isinstance(body, dict):
+        raise BatchInputError(f"line {n}: body: a JSON object is expected")
+    if body.get("stream"):
+        raise BatchInputError(f"line {n}: body: stream is not supported in a batch (each answer is one line)")
+    return BatchLine(n, custom_id, url, body)
+
+
+async def run_batch(
+    app: FastAPI,
+    lines: list[BatchLine],
+    out: IO[str],
+    concurrency: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> BatchTally:
+    """Post every line to ``app`` (its lifespan run around them: the engine loop starts and
+    drains) from ``concurrency`` workers, writing each answer to ``out`` as it arrives."""
+    tally = BatchTally()
+    pending = iter(lines)  # shared by the workers: each line is taken by one of them, once
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None) as client:
+
+            async def worker() -> None:
+                for line in pending:
+                    answer = await client.post(line.url, json=line.body)
+                    out.write(json.dumps(output_line(line, answer.status_code, answer.json())) + "\n")
+                    out.flush()
+                    tally.add(answer.status_code)
+                    if progress is not None:
+                        progress(sum(tally.by_status.values()), len(lines))
+
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(lines)))))
+    return tally
+
+
+def output_line(line: BatchLine, status: int, body: Any) -> dict[str, Any]:
+    """OpenAI's batch output line for ``line``'s answer."""
+    request_id = body.get("id") if isinstance(body, dict) else None
+    return {
+        "id": f"batch_req_{line.line}",
+        "custom_id": line.custom_id,
+        "response": {"status_code": status, "request_id": request_id, "body": body},
+        "error": None,
+    }

@@ -1,0 +1,84 @@
+"""`radixflow run-batch`: OpenAI batch files through the server's routes, offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixflow.cli import main
+from radixflow.generation import LLM, SamplingParams
+
+MODEL = "qwen3_5-tiny"
+FLAGS = ["--kv-blocks", "256", "--state-slots", "64"]
+
+
+def batch_line(custom_id: str, url: str, body: dict, method: str = "POST") -> str:
+    return json.dumps({"custom_id": custom_id, "method": method, "url": url, "body": body})
+
+
+def completion(custom_id: str, prompt: str) -> str:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 5, "temperature": 0}  # greedy, as offline
+    return batch_line(custom_id, "/v1/completions", body)
+
+
+@pytest.fixture(scope="module")
+def llm(zoo) -> LLM:
+    return LLM(MODEL, kv_blocks=256, state_slots=64)
+
+
+def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm, tmp_path, capsys):
+    prompts = [f"Request number {i} asks for a few tokens" for i in range(6)]
+    lines = [completion(f"c{i}", p) for i, p in enumerate(prompts)]
+    scoring = {"model": MODEL, "context": "Q: yes?\nA:", "candidates": [" yes", " no"]}
+    lines.append(batch_line("s", "/v1/score", scoring))
+    lines.append(batch_line("bad", "/v1/completions", {"model": "gpt-4o", "prompt": "x"}))
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    lines.append(batch_line("chat", "/v1/chat/completions", chat))
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("\n".join(lines) + "\n\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    assert "9 requests: 8 answered 200, 1 answered 400" in capsys.readouterr().err
+    answers = {row["custom_id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert sorted(answers) == sorted(json.loads(line)["custom_id"] for line in lines)
+    offline = llm.generate(prompts, SamplingParams(max_tokens=5))
+    for i, want in enumerate(offline):
+        response = answers[f"c{i}"]["response"]
+        assert response["status_code"] == 200 and response["request_id"] == response["body"]["id"]
+        assert response["body"]["choices"][0]["text"] == want.text
+    scored = answers["s"]["response"]["body"]["data"]
+    want_scores = llm.score("Q: yes?\nA:", [" yes", " no"])
+    assert [d["total_logprob"] for d in scored] == pytest.approx([s.total for s in want_scores], abs=1e-4)
+    refused = answers["bad"]["response"]
+    assert refused["status_code"] == 400 and refused["body"]["error"]["param"] == "model"
+    assert answers["chat"]["response"]["body"]["object"] == "chat.completion"
+    assert all(row["error"] is None and row["id"].startswith("batch_req_") for row in answers.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json\n", "line 1: not JSON"),
+        (batch_line("a", "/v1/completions", {}, method="GET") + "\n", "line 1: method: only POST"),
+        (batch_line("a", "/v1/embeddings", {}) + "\n", "line 1: url: one of"),
+        (batch_line("", "/v1/score", {}) + "\n", "line 1: custom_id: a non-empty"),
+        (batch_line("a", "/v1/score", []) + "\n", "line 1: body: a JSON object"),  # type: ignore[arg-type]
+        (
+            batch_line("a", "/v1/completions", {"prompt": "x", "stream": True}) + "\n",
+            "line 1: body: stream is not supported in a batch",
+        ),
+        (
+            completion("a", "x") + "\n" + batch_line("a", "/v1/score", {}) + "\n",
+            "line 2: custom_id 'a' is line 1's too",
+        ),
+        ("\n  \n", "no requests in the file"),
+    ],
+)
+def test_a_bad_batch_file_is_one_line_before_anything_runs(zoo, tmp_path, capsys, text, message):
+    given = tmp_path / "in.jsonl"
+    given.write_text(text)
+    assert main(["run-batch", MODEL, "-i", str(given)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert main(["run-batch", MODEL, "-i", str(tmp_path / "missing.jsonl")]) == 2
+    assert "--input: cannot read" in capsys.readouterr().err

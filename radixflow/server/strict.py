@@ -18,7 +18,7 @@ Each failure is a pydantic error located at its field, so the 400's ``param`` is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -121,23 +121,48 @@ def encoding_problem(body: bytes) -> str | None:
 
 def surrogate_at(value: Any, path: str = "") -> tuple[str, str] | None:
     """Where the first lone surrogate in ``value`` (strings, dict keys, nested lists) is: its path
-    inside the field (``[0].content``) and the character; None when there is none."""
-    if isinstance(value, str):
-        bad = _first_surrogate(value)
-        return None if bad is None else (path, bad)
+    inside the field (``[0].content``) and the character; None when there is none.
+
+    Walked with a stack of the containers it is inside, not by recursion: Python's JSON parser
+    takes a body nested nearly as deep as the recursion limit, and this runs deeper in the stack.
+    Each item comes with its label (a list's index, a dict's key, None for ``value`` itself); the
+    path is spelled from the labels on the stack only for the surrogate found."""
+    walks: list[tuple[Any, Iterator[tuple[Any, Any]]]] = [(None, iter([(None, value)]))]
+    while walks:
+        for label, item in walks[-1][1]:
+            if isinstance(label, str):  # a dict's key, at the dict's own path
+                bad = _first_surrogate(label)
+                if bad is not None:
+                    return _spelled(path, walks), bad
+            if isinstance(item, str):
+                bad = _first_surrogate(item)
+                if bad is not None:
+                    return _spelled(path, walks, label), bad
+            elif isinstance(item, dict | list | tuple | BaseModel):
+                inside = _items(item)
+                if inside is not None:
+                    walks.append((label, inside))
+                    break  # the container first; this one's items resume after it
+        else:
+            walks.pop()
+    return None
+
+
+def _items(value: Any) -> Iterator[tuple[Any, Any]] | None:
+    """What ``value`` holds, with their labels: a dict's keys, a list's indices; None for a list
+    of numbers (token ids: nothing to walk)."""
     if isinstance(value, BaseModel):
         value = value.__dict__
     if isinstance(value, dict):
-        for key, item in value.items():
-            found = surrogate_at(key, path) or surrogate_at(item, f"{path}.{key}")
-            if found is not None:
-                return found
-    elif isinstance(value, list | tuple) and not _all_numbers(value):
-        for i, item in enumerate(value):
-            found = surrogate_at(item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    return None
+        return iter(value.items())
+    return None if _all_numbers(value) else enumerate(value)
+
+
+def _spelled(path: str, walks: list[tuple[Any, Any]], label: Any = None) -> str:
+    """``path`` followed by the labels of the containers walked into, then ``label``: ``[0]``
+    for an index, ``.key`` for a key."""
+    labels = [at for at, _ in walks[1:]] + [label]
+    return path + "".join(f"[{at}]" if isinstance(at, int) else f".{at}" for at in labels if at is not None)
 
 
 def _first_surrogate(text: str) -> str | None:

@@ -9,6 +9,7 @@ covered by this test the day it is added.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -211,3 +212,29 @@ def test_a_body_not_in_utf8_is_a_400(http, encoding):
         CMPL, content=body.decode(encoding).encode("utf-8"), headers={"content-type": "application/json"}
     )
     assert ok.status_code == 200, ok.text
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+@pytest.mark.parametrize("where", ["declared", "undeclared"])
+def test_a_deeply_nested_value_is_checked_without_recursion(where):
+    # Python's JSON parser takes bodies nested almost as deep as the recursion limit; the Unicode
+    # check ran deeper in the stack, so such a body (inside messages[0]) was a RecursionError: a 500,
+    # or no answer at all. Nested past the limit here, the check must still find the surrogate.
+    depth = sys.getrecursionlimit() + 100
+    message = {"role": "user", "content": "hi"}
+    body = {"model": MODEL, "messages": [message], "max_tokens": 1}
+    place = (lambda v: message.update(x=v)) if where == "declared" else (lambda v: body.update(x=v))
+    place(_nested(depth, "ok"))
+    ChatRequest.model_validate(body)  # valid Unicode all the way down
+    place(_nested(depth, "a\ud800b"))
+    with pytest.raises(ValidationError) as caught:
+        ChatRequest.model_validate(body)
+    (error,) = caught.value.errors()
+    assert error["type"] == "surrogate"
+    loc, path = (("messages",), "[0].x") if where == "declared" else ((), "x")
+    assert error["loc"] == loc and error["ctx"]["path"] == path + "[0]" * depth

@@ -23,7 +23,8 @@ class ChatTemplateError(ValueError):
 
 
 def message_text(content: Any) -> str:
-    """A message's content: a string, or OpenAI's list of parts whose text parts are joined."""
+    """A message's content: a string, or OpenAI's list of parts whose texts are joined by a line
+    break, as vLLM joins them (the same request renders the same prompt on both servers)."""
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
@@ -38,7 +39,7 @@ def message_text(content: Any) -> str:
                     "only text content parts ({'type': 'text', 'text': ...}) are supported"
                 )
             parts.append(part["text"])
-        return "".join(parts)
+        return "\n".join(parts)
     if content is None:
         return ""
     raise ChatTemplateError("message content must be a string or a list of text parts")

@@ -244,7 +244,7 @@ def test_chat_renders_the_template_as_transformers_does(llm):
     ours = llm.tokenizer.chat.render(messages)
     hf = PreTrainedTokenizerFast.from_pretrained(str(llm.model.path))
     plain = [
-        {**m, "content": m["content"] if isinstance(m["content"], str) else "Hi there"} for m in messages
+        {**m, "content": m["content"] if isinstance(m["content"], str) else "Hi \nthere"} for m in messages
     ]
     assert ours == hf.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
     (reply,) = llm.chat(messages, SamplingParams(max_tokens=3, ignore_eos=True))

@@ -95,6 +95,8 @@ class _Generate(StrictBody):
         if k is not None and self.stream:
             # as vLLM: a stream's chunks have no place for them
             raise ApiError(400, "prompt_logprobs cannot be returned in a stream", "prompt_logprobs")
+        if self.stream_options is not None and not self.stream:  # as vLLM and OpenAI refuse it
+            raise ApiError(400, "stream_options: only with stream: true", "stream_options")
         if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise ApiError(400, "seed must fit in 64 bits", "seed")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])

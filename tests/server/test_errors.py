@@ -130,6 +130,11 @@ BAD_COMPLETIONS = [
         {"prompt_logprobs": 1, "stream": True},
         "prompt_logprobs cannot be returned in a stream",
     ),
+    (  # as vLLM and OpenAI: the options of a stream that is not asked for are a client's mistake
+        "stream options without a stream",
+        {"stream_options": {"include_usage": True}},
+        "stream_options: only with stream: true",
+    ),
 ]
 
 

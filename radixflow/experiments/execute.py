@@ -18,6 +18,7 @@ from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 
 CellResult = dict[str, Any]
+CELLS_DIR = "cells"  # under the output directory: one file per finished cell
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Pending:
 
 class CellCache:
     def __init__(self, out: Path) -> None:
-        self.dir = out / "cells"
+        self.dir = out / CELLS_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: str) -> Path:

@@ -128,6 +128,12 @@ class ExperimentConfig:
             unseeded = Cell(c.group, c.settings, {k: v for k, v in c.workload.items() if k != "seed"})
             distinct.setdefault(json.dumps(unseeded.to_dict(), sort_keys=True), unseeded)
         checks.seeded_size(len(distinct), len(seeds), max_cells)
+        traced = [c.settings["trace_out"] for c in distinct.values() if c.settings["trace_out"] is not None]
+        if traced and len(seeds) > 1:  # each seed's run of a cell would replace the last one's trace
+            raise ExperimentConfigError(
+                f"--seeds: {len(seeds)} seeds would write {len(seeds)} traces to one trace_out "
+                f"({traced[0]!r}): one cell a path, so run a cell with a trace on one seed"
+            )
         cells = [
             Cell(c.group, c.settings, {**c.workload, "seed": s}) for c in distinct.values() for s in seeds
         ]
@@ -325,10 +331,11 @@ def parse_config(
     variants = _variants(data, origin)
     grids = _grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))
     checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
-    total, cells = sum(g.size for g in grids), []
+    total, cells, traces = sum(g.size for g in grids), [], {}
     for grid in grids:
         for cell in grid.cells():
             cells.append(_validate_cell(cell, origin, grid.loc, base))
+            checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
             if progress is not None:
                 progress(len(cells), total)
     return ExperimentConfig(name, description, variants, cells, Path(origin))

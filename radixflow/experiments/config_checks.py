@@ -163,6 +163,19 @@ def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, .
         raise fail(origin, key, f"must be >= 0, got {value!r}")
 
 
+def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None:
+    """A trace file is one cell's (``trace_out``, one path a cell): every cell writes its trace
+    whole, so a second cell writing the same file replaced the first's without a word. ``taken``
+    maps the files seen so far to the key that set them and gains this one."""
+    if not isinstance(path, str):
+        return  # None: no trace (a wrong type is reported with the other checks)
+    resolved = Path(path).resolve()
+    if resolved in taken:
+        why = f"{path!r} would hold the trace of more than one cell (also set by {taken[resolved]})"
+        raise fail(origin, key, f"{why}, each replacing the last's: set it in a grid of one cell")
+    taken[resolved] = key
+
+
 def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     """A profile file named relative to the config, as an absolute path (built-in names as they are)."""
     if not isinstance(value, str) or value in HARDWARE:

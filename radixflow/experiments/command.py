@@ -20,7 +20,7 @@ from radixflow.experiments.config import (
     load_config,
 )
 from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
-from radixflow.experiments.execute import CELLS_DIR, ExecutionOptions
+from radixflow.experiments.execute import CELLS_DIR, ExecutionOptions, RayStartError
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
 from radixflow.options import plan_engine
@@ -163,9 +163,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         + [f"{k} {shlex.quote(str(v))}" for k, v in flags if v is not None]
         + (["--ray"] if args.ray else [])
     )
-    result = run_experiment(
-        args.config, out, ExecutionOptions(ray=use_ray, ray_address=args.ray_address), command, config=config
-    )
+    execution = ExecutionOptions(ray=use_ray, ray_address=args.ray_address)
+    try:
+        result = run_experiment(args.config, out, execution, command, config=config)
+    except RayStartError as e:
+        raise ExperimentUsageError(str(e)) from None
     cached = len(result.results) - result.ran
     console.print(
         f"{config.name}: {len(result.results)} cells ({result.ran} run, {cached} from cache) in "

@@ -359,3 +359,13 @@ def test_an_output_directory_that_cannot_be_written_is_one_line_before_any_cell_
     line = _one_error_line(err)
     assert code == 2 and line.startswith(f"radixflow: error: cannot write to {out}"), line
     assert not (out / "cells").is_dir()  # refused before any cell ran
+
+
+def test_a_ray_address_ray_refuses_is_one_line(tmp_path, capsys):
+    # ray.init's "Invalid address format" reached the user as a traceback after the config was checked
+    pytest.importorskip("ray")
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o"), "--ray-address", "x"], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and line.startswith("radixflow: error: --ray-address x: ") and "Invalid address" in line

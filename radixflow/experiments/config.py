@@ -87,6 +87,15 @@ class Cell:
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, **self.settings, "workload": self.workload}
 
+    def run_workload(self) -> dict[str, Any]:
+        """The workload the cell runs: ``independent_share`` (of the whole queue) sets the count
+        of independent requests. The one place it is applied, so the check sees what runs."""
+        share = self.settings.get("independent_share")
+        if share is None:
+            return self.workload
+        independent = round(share * self.workload["groups"] * self.workload["candidates"] / (1 - share))
+        return {**self.workload, "independent": independent}
+
     def key(self, variants: list[Variant]) -> str:
         """The cell's result cache key: its settings and variants (not where it writes a trace)."""
         labels = [v.label for v in variants]
@@ -246,9 +255,14 @@ def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> No
             raise fail(
                 origin, loc(f"workload.{key}"), f"unknown {key} {cell.workload[key]!r} (known: {known})"
             )
-    problem = WorkloadSpec(**cell.workload).problem()
+    share = cell.settings["independent_share"]
+    if share is not None and cell.workload["independent"]:
+        why = "sets the count of independent requests: give it or workload.independent, not both"
+        raise fail(origin, loc("independent_share"), why)
+    problem = WorkloadSpec(**cell.run_workload()).problem()
     if problem is not None:
         key = "workload" if problem.param is None else f"workload.{problem.param}"
+        key = "independent_share" if share is not None and problem.param == "independent" else key
         raise fail(origin, loc(key), problem.message)
 
 

@@ -223,6 +223,36 @@ def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str]
     assert "\n" not in message and f": {key}" in message
 
 
+@pytest.mark.parametrize(
+    ("edits", "key", "says"),
+    [
+        # 599,994 independent requests: the cell's workload is too large, found only when it ran
+        (
+            [("[defaults]", "[defaults]\nindependent_share = 0.99999")],
+            "defaults.independent_share",
+            "too large",
+        ),
+        (  # the share sets the count: the workload's own count was dropped without a word
+            [
+                ("[defaults]", "[defaults]\nindependent_share = 0.5"),
+                ("groups = 2", "groups = 2\nindependent = 3"),
+            ],
+            "defaults.independent_share",
+            "workload.independent",
+        ),
+    ],
+)
+def test_independent_share_is_checked_with_the_workload_it_makes(tiny: Path, edits, key, says):
+    text = TINY
+    for edit in edits:
+        text = text.replace(*edit, 1)
+    tiny.write_text(text)
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    message = str(info.value)
+    assert "\n" not in message and f": {key}: " in message and says in message, message
+
+
 def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
     from radixflow.experiments.cells import run_cell
 

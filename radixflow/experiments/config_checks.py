@@ -152,11 +152,14 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+TYPE_WORDS = {int: "an integer", str: "a string", float: "a number"}  # "an integer", as engine options say
+
+
 def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
     """A workload value: the type of its default, finite, not negative."""
     if isinstance(value, bool) or not isinstance(value, kind):
-        name = kind.__name__ if isinstance(kind, type) else "number"
-        raise fail(origin, key, f"must be a {name}, got {value!r}")
+        name = TYPE_WORDS.get(kind, "a number") if isinstance(kind, type) else "a number"
+        raise fail(origin, key, f"must be {name}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise fail(origin, key, f"must be finite, got {value!r}")
     if isinstance(value, int | float) and value < 0:

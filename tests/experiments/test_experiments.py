@@ -253,6 +253,27 @@ def test_independent_share_is_checked_with_the_workload_it_makes(tiny: Path, edi
     assert "\n" not in message and f": {key}: " in message and says in message, message
 
 
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (("groups = 2", "groups = 2.0"), "defaults.workload.groups: must be an integer, got 2.0"),
+        (
+            ("candidate_len = 16", "candidate_len = 16\norder = 3"),
+            "defaults.workload.order: must be a string, got 3",
+        ),
+        (
+            ("candidate_len = 16", 'candidate_len = 16\nskew = "1"'),
+            "defaults.workload.skew: must be a number, got '1'",
+        ),
+    ],
+)
+def test_a_workload_value_of_the_wrong_type_says_the_type_in_words(tiny: Path, edit, says):
+    # it said "must be a int" and "must be a str" (an engine option says "must be an integer")
+    tiny.write_text(TINY.replace(*edit, 1))
+    with pytest.raises(ExperimentConfigError, match=re.escape(says)):
+        load_config(tiny)
+
+
 def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
     from radixflow.experiments.cells import run_cell
 

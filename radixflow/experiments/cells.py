@@ -62,11 +62,7 @@ def cell_options(cell: Cell) -> EngineOptions:
 
 
 def cell_requests(cell: Cell, vocab_size: int) -> list[Request]:
-    work = dict(cell.workload)
-    share = cell.settings.get("independent_share")
-    if share is not None:  # independent requests as a share of the whole queue
-        work["independent"] = round(share * work["groups"] * work["candidates"] / (1 - share))
-    return build_workload(WorkloadSpec(**work, vocab_size=vocab_size)).requests
+    return build_workload(WorkloadSpec(**cell.run_workload(), vocab_size=vocab_size)).requests
 
 
 def _finite(x: Any) -> Any:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
+import os
 import shlex
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -17,9 +20,9 @@ from radixflow.experiments.config import (
     load_config,
 )
 from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
-from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.execute import CELLS_DIR, ExecutionOptions, RayStartError
 from radixflow.experiments.failures import completed_nothing
-from radixflow.experiments.run import default_out, progress_bar, run_experiment
+from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
 from radixflow.options import plan_engine
 from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
 from radixflow.options.runners import device_problem
@@ -111,6 +114,24 @@ def _load(args: argparse.Namespace) -> ExperimentConfig:
             raise ExperimentUsageError(str(e)) from None
 
 
+def _check_out(out: Path) -> None:
+    """Refuse, before any cell runs, an output directory the run cannot write: these failed as
+    tracebacks, at its mkdir or at results.json once every cell had run."""
+    if out.exists() and not out.is_dir():
+        raise ExperimentUsageError(f"cannot write to {out}: it is a file")
+    if (out / CELLS_DIR).exists() and not (out / CELLS_DIR).is_dir():
+        raise ExperimentUsageError(f"cannot write to {out}: {CELLS_DIR} in it is a file")
+    for name in WRITTEN:
+        if (out / name).is_dir():
+            raise ExperimentUsageError(f"cannot write to {out}: {name} in it is a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExperimentUsageError(f"cannot write to {out}: {e.strerror or e}") from None
+    if not os.access(out, os.W_OK):
+        raise ExperimentUsageError(f"cannot write to {out}: {os.strerror(errno.EACCES)}")
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     use_ray = args.ray or args.ray_address is not None
     for module in ("matplotlib", *(("ray",) if use_ray else ())):
@@ -129,8 +150,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise ExperimentUsageError(str(e)) from None
     _check_torch_cells(config)
     out = args.out or default_out(config)
-    if out.exists() and not out.is_dir():
-        raise ExperimentUsageError(f"cannot write to {out}: it is a file")
+    _check_out(out)
     flags = [
         ("--out", args.out),
         ("--ray-address", args.ray_address),
@@ -143,9 +163,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         + [f"{k} {shlex.quote(str(v))}" for k, v in flags if v is not None]
         + (["--ray"] if args.ray else [])
     )
-    result = run_experiment(
-        args.config, out, ExecutionOptions(ray=use_ray, ray_address=args.ray_address), command, config=config
-    )
+    execution = ExecutionOptions(ray=use_ray, ray_address=args.ray_address)
+    try:
+        result = run_experiment(args.config, out, execution, command, config=config)
+    except RayStartError as e:
+        raise ExperimentUsageError(str(e)) from None
     cached = len(result.results) - result.ran
     console.print(
         f"{config.name}: {len(result.results)} cells ({result.ran} run, {cached} from cache) in "

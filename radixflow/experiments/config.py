@@ -87,6 +87,15 @@ class Cell:
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, **self.settings, "workload": self.workload}
 
+    def run_workload(self) -> dict[str, Any]:
+        """The workload the cell runs: ``independent_share`` (of the whole queue) sets the count
+        of independent requests. The one place it is applied, so the check sees what runs."""
+        share = self.settings.get("independent_share")
+        if share is None:
+            return self.workload
+        independent = round(share * self.workload["groups"] * self.workload["candidates"] / (1 - share))
+        return {**self.workload, "independent": independent}
+
     def key(self, variants: list[Variant]) -> str:
         """The cell's result cache key: its settings and variants (not where it writes a trace)."""
         labels = [v.label for v in variants]
@@ -128,6 +137,12 @@ class ExperimentConfig:
             unseeded = Cell(c.group, c.settings, {k: v for k, v in c.workload.items() if k != "seed"})
             distinct.setdefault(json.dumps(unseeded.to_dict(), sort_keys=True), unseeded)
         checks.seeded_size(len(distinct), len(seeds), max_cells)
+        traced = [c.settings["trace_out"] for c in distinct.values() if c.settings["trace_out"] is not None]
+        if traced and len(seeds) > 1:  # each seed's run of a cell would replace the last one's trace
+            raise ExperimentConfigError(
+                f"--seeds: {len(seeds)} seeds would write {len(seeds)} traces to one trace_out "
+                f"({traced[0]!r}): one cell a path, so run a cell with a trace on one seed"
+            )
         cells = [
             Cell(c.group, c.settings, {**c.workload, "seed": s}) for c in distinct.values() for s in seeds
         ]
@@ -240,9 +255,14 @@ def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> No
             raise fail(
                 origin, loc(f"workload.{key}"), f"unknown {key} {cell.workload[key]!r} (known: {known})"
             )
-    problem = WorkloadSpec(**cell.workload).problem()
+    share = cell.settings["independent_share"]
+    if share is not None and cell.workload["independent"]:
+        why = "sets the count of independent requests: give it or workload.independent, not both"
+        raise fail(origin, loc("independent_share"), why)
+    problem = WorkloadSpec(**cell.run_workload()).problem()
     if problem is not None:
         key = "workload" if problem.param is None else f"workload.{problem.param}"
+        key = "independent_share" if share is not None and problem.param == "independent" else key
         raise fail(origin, loc(key), problem.message)
 
 
@@ -325,10 +345,11 @@ def parse_config(
     variants = _variants(data, origin)
     grids = _grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))
     checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
-    total, cells = sum(g.size for g in grids), []
+    total, cells, traces = sum(g.size for g in grids), [], {}
     for grid in grids:
         for cell in grid.cells():
             cells.append(_validate_cell(cell, origin, grid.loc, base))
+            checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
             if progress is not None:
                 progress(len(cells), total)
     return ExperimentConfig(name, description, variants, cells, Path(origin))

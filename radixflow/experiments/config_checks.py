@@ -152,15 +152,31 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+TYPE_WORDS = {int: "an integer", str: "a string", float: "a number"}  # "an integer", as engine options say
+
+
 def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
     """A workload value: the type of its default, finite, not negative."""
     if isinstance(value, bool) or not isinstance(value, kind):
-        name = kind.__name__ if isinstance(kind, type) else "number"
-        raise fail(origin, key, f"must be a {name}, got {value!r}")
+        name = TYPE_WORDS.get(kind, "a number") if isinstance(kind, type) else "a number"
+        raise fail(origin, key, f"must be {name}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise fail(origin, key, f"must be finite, got {value!r}")
     if isinstance(value, int | float) and value < 0:
         raise fail(origin, key, f"must be >= 0, got {value!r}")
+
+
+def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None:
+    """A trace file is one cell's (``trace_out``, one path a cell): every cell writes its trace
+    whole, so a second cell writing the same file replaced the first's without a word. ``taken``
+    maps the files seen so far to the key that set them and gains this one."""
+    if not isinstance(path, str):
+        return  # None: no trace (a wrong type is reported with the other checks)
+    resolved = Path(path).resolve()
+    if resolved in taken:
+        why = f"{path!r} would hold the trace of more than one cell (also set by {taken[resolved]})"
+        raise fail(origin, key, f"{why}, each replacing the last's: set it in a grid of one cell")
+    taken[resolved] = key
 
 
 def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:

@@ -18,6 +18,11 @@ from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 
 CellResult = dict[str, Any]
+CELLS_DIR = "cells"  # under the output directory: one file per finished cell
+
+
+class RayStartError(RuntimeError):
+    """Ray refused the cluster it was asked for (one line, naming the flag)."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class Pending:
 
 class CellCache:
     def __init__(self, out: Path) -> None:
-        self.dir = out / "cells"
+        self.dir = out / CELLS_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: str) -> Path:
@@ -61,7 +66,11 @@ def _ray(
     import ray
 
     env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
-    ray.init(address=address, runtime_env=env, include_dashboard=False, log_to_driver=False)
+    try:
+        ray.init(address=address, runtime_env=env, include_dashboard=False, log_to_driver=False)
+    except (ValueError, ConnectionError) as e:  # a malformed or unreachable address: the user's
+        where = "--ray" if address is None else f"--ray-address {address}"
+        raise RayStartError(f"{where}: Ray did not start: {e}") from None
     try:
         task = ray.remote(_remote_cell)
         refs = {}

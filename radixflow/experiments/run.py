@@ -17,6 +17,9 @@ from radixflow.experiments.plots import write_plots
 from radixflow.experiments.report import render_report
 from radixflow.progress import LoggedProgress
 
+RESULTS, REPORT = "results.json", "report.md"
+WRITTEN = (RESULTS, REPORT)  # written into the output directory once every cell has run
+
 
 @dataclass(frozen=True)
 class ExperimentOutput:
@@ -83,6 +86,6 @@ def run_experiment(
         "variants": [v.label for v in config.variants],
         "cells": results,
     }
-    (out / "results.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
-    (out / "report.md").write_text(render_report(meta, results, plots) + "\n")
+    (out / RESULTS).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    (out / REPORT).write_text(render_report(meta, results, plots) + "\n")
     return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)

@@ -329,3 +329,43 @@ def test_a_torch_cells_device_is_checked_where_the_config_sets_it(tmp_path, caps
     line = _one_error_line(err)
     assert code == 2 and "c.toml: defaults.device: unknown device 'quantum'" in line, line
     assert not (tmp_path / "o").exists()
+
+
+def _below_a_file(tmp_path):
+    return tmp_path / "c.toml" / "sub"
+
+
+def _occupied(name: str, directory: bool):
+    def make(tmp_path):
+        out = tmp_path / "o"
+        out.mkdir()
+        (out / name).mkdir() if directory else (out / name).write_text("")
+        return out
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_below_a_file, _occupied("cells", False), _occupied("results.json", True), _occupied("report.md", True)],
+    ids=["below-a-file", "cells-is-a-file", "results-is-a-dir", "report-is-a-dir"],
+)
+def test_an_output_directory_that_cannot_be_written_is_one_line_before_any_cell_runs(tmp_path, capsys, make):
+    # each reached os calls as a traceback: mkdir, or writing results.json after every cell ran
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    out = make(tmp_path)
+    code, err = _run(["experiment", str(config), "--out", str(out)], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and line.startswith(f"radixflow: error: cannot write to {out}"), line
+    assert not (out / "cells").is_dir()  # refused before any cell ran
+
+
+def test_a_ray_address_ray_refuses_is_one_line(tmp_path, capsys):
+    # ray.init's "Invalid address format" reached the user as a traceback after the config was checked
+    pytest.importorskip("ray")
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o"), "--ray-address", "x"], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and line.startswith("radixflow: error: --ray-address x: ") and "Invalid address" in line

@@ -154,6 +154,45 @@ def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: 
 
 
 @pytest.mark.parametrize(
+    ("edits", "key"),
+    [
+        ([("[defaults]", '[defaults]\ntrace_out = "T"')], "defaults.trace_out"),  # all 7 cells
+        ([("fixed_cost_ms = [0, 20]", 'fixed_cost_ms = [0, 20]\ntrace_out = "T"')], "grid[1].trace_out"),
+        (  # two grids of one cell each, one file spelled two ways
+            [
+                ("fixed_cost_ms = [0, 20]", 'fixed_cost_ms = 0\ntrace_out = "T"'),
+                ('name = "load"', 'name = "load"\ntrace_out = "./T"'),
+                ("rate = [10.0, 1000.0]", "rate = 10.0"),
+            ],
+            "grid[2].trace_out",
+        ),
+    ],
+)
+def test_a_trace_file_written_by_two_cells_is_refused(tiny: Path, tmp_path: Path, monkeypatch, edits, key):
+    """One path a cell: a second cell writing the same trace replaced the first's without a word."""
+    monkeypatch.chdir(tmp_path)
+    text = TINY
+    for edit in edits:
+        text = text.replace(*edit, 1)
+    tiny.write_text(text)
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    message = str(info.value)
+    assert "\n" not in message and f": {key}: " in message and "T'" in message, message
+
+
+def test_a_trace_file_of_one_cell_is_refused_on_several_seeds(tiny: Path, tmp_path: Path):
+    one_cell = TINY.replace(
+        'model = ["qwen3_5-2b", "qwen3-4b"]', f'model = "qwen3_5-2b"\ntrace_out = "{tmp_path / "T"}"'
+    )
+    tiny.write_text(one_cell)
+    config = load_config(tiny)  # one cell writes it: fine
+    assert config.with_seeds([0]).cells
+    with pytest.raises(ExperimentConfigError, match=r"^--seeds: .*trace_out"):
+        config.with_seeds([0, 1])
+
+
+@pytest.mark.parametrize(
     ("edit", "key"),
     [
         (("[defaults]", "[defaults]\ncolour = 1"), "defaults.colour"),
@@ -184,6 +223,57 @@ def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str]
     assert "\n" not in message and f": {key}" in message
 
 
+@pytest.mark.parametrize(
+    ("edits", "key", "says"),
+    [
+        # 599,994 independent requests: the cell's workload is too large, found only when it ran
+        (
+            [("[defaults]", "[defaults]\nindependent_share = 0.99999")],
+            "defaults.independent_share",
+            "too large",
+        ),
+        (  # the share sets the count: the workload's own count was dropped without a word
+            [
+                ("[defaults]", "[defaults]\nindependent_share = 0.5"),
+                ("groups = 2", "groups = 2\nindependent = 3"),
+            ],
+            "defaults.independent_share",
+            "workload.independent",
+        ),
+    ],
+)
+def test_independent_share_is_checked_with_the_workload_it_makes(tiny: Path, edits, key, says):
+    text = TINY
+    for edit in edits:
+        text = text.replace(*edit, 1)
+    tiny.write_text(text)
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    message = str(info.value)
+    assert "\n" not in message and f": {key}: " in message and says in message, message
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (("groups = 2", "groups = 2.0"), "defaults.workload.groups: must be an integer, got 2.0"),
+        (
+            ("candidate_len = 16", "candidate_len = 16\norder = 3"),
+            "defaults.workload.order: must be a string, got 3",
+        ),
+        (
+            ("candidate_len = 16", 'candidate_len = 16\nskew = "1"'),
+            "defaults.workload.skew: must be a number, got '1'",
+        ),
+    ],
+)
+def test_a_workload_value_of_the_wrong_type_says_the_type_in_words(tiny: Path, edit, says):
+    # it said "must be a int" and "must be a str" (an engine option says "must be an integer")
+    tiny.write_text(TINY.replace(*edit, 1))
+    with pytest.raises(ExperimentConfigError, match=re.escape(says)):
+        load_config(tiny)
+
+
 def test_a_fleet_cell_runs_its_variants_behind_the_router(tiny: Path):
     from radixflow.experiments.cells import run_cell
 
@@ -204,7 +294,10 @@ def test_a_fleet_cells_trace_has_a_process_per_replica_of_each_variant(tiny: Pat
     from radixflow.experiments.cells import run_cell
 
     trace = tmp_path / "fleet.json"
-    tiny.write_text(TINY.replace("[defaults]", f'[defaults]\nreplicas = 2\ntrace_out = "{trace}"', 1))
+    one_cell = TINY.replace(
+        'model = ["qwen3_5-2b", "qwen3-4b"]', f'model = "qwen3_5-2b"\ntrace_out = "{trace}"'
+    )
+    tiny.write_text(one_cell.replace("[defaults]", "[defaults]\nreplicas = 2", 1))
     config = load_config(tiny)
     run_cell(config.cells[0], config.variants)
     events = json.loads(trace.read_text())["traceEvents"]

@@ -111,7 +111,8 @@ class LLM:
         calls = []
         tokenized: dict[int, SamplingParams] = {}  # one params object for many prompts: tokenized once
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
-            problem = sp.problem()  # before `choices`, which needs a valid n
+            # before `choices`, which needs a valid n
+            problem = sp.problem() or sp.context_problem(self.engine.runner.model.max_context)
             if problem is not None:
                 raise ValueError(problem.of_item(labels[i]) if named else str(problem))
             if id(sp) not in tokenized:

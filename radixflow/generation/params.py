@@ -79,6 +79,14 @@ class SamplingParams(TokenSamplingParams):
             return Problem("n", f"must be an integer between 1 and {MAX_CHOICES}, got {n!r}")
         return None
 
+    def context_problem(self, context: int) -> Problem | None:
+        """What is wrong with these parameters for a model context of ``context`` tokens (None:
+        nothing): a truncation past it, as vLLM refuses one (no prompt that long can run)."""
+        k = self.truncate_prompt_tokens
+        if isinstance(k, int) and k > context:
+            return Problem("truncate_prompt_tokens", f"{k} is more than the model context of {context}")
+        return None
+
     def truncated(self, prompt: list[int], context: int) -> list[int]:
         """``prompt``'s last ``truncate_prompt_tokens`` tokens (all of it when None; -1: what
         leaves room for ``max_tokens`` in a model context of ``context`` tokens, at least one)."""

@@ -176,6 +176,9 @@ class ServerState:
             raise ApiError(
                 400, f"{asked} in one request; the server queues {self.config.max_pending}", "prompt"
             )
+        problem = params.context_problem(self.context)
+        if problem is not None:
+            raise ApiError.from_problem(problem)
         items = []
         namespace = compact_namespace(namespace)
         params = params.tokenized(partial(self.tokenizer.encode, add_special_tokens=False))

@@ -132,6 +132,10 @@ def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
     (cut,) = llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=7))
     (alone,) = llm.generate([prompt[-7:]], GREEDY)
     assert cut.prompt_token_ids == tuple(prompt[-7:]) and cut.token_ids == alone.token_ids
+    context = llm.engine.runner.model.max_context
+    past = f"truncate_prompt_tokens: {context + 1} is more than the model context of {context}"
+    with pytest.raises(ValueError, match=past):  # as vLLM refuses it
+        llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=context + 1))
 
 
 @pytest.mark.parametrize("include", [False, True])

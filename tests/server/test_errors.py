@@ -95,6 +95,11 @@ BAD_COMPLETIONS = [
         "allowed_token_ids: token id 512 is outside the vocabulary (0..511)",
     ),
     ("truncation to nothing", {"truncate_prompt_tokens": 0}, "truncate_prompt_tokens: must be an integer"),
+    (  # as vLLM refuses it: no prompt that long can run
+        "truncation past the context",
+        {"truncate_prompt_tokens": 10**6},
+        "truncate_prompt_tokens: 1000000 is more than the model context",
+    ),
     ("blank bad word", {"bad_words": ["the", " "]}, "bad_words: must be a list of non-empty strings"),
     ("empty choice", {"guided_choice": ["yes", ""]}, "guided_choice: must be a list of non-empty strings"),
     ("no choices", {"guided_choice": []}, "guided_choice: must not be empty"),

@@ -88,6 +88,8 @@ class ChatTemplate:
             raise
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"the chat template failed: {e}") from None
+        except Exception as e:  # the template is the checkpoint's code: whatever it raises is its failure
+            raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
 
 def _raise(message: str) -> None:

@@ -22,3 +22,23 @@ def test_a_template_that_fails_in_python_is_a_chat_template_error(source: str, e
     template's failure (one line naming it), never a traceback from the server or the API."""
     with pytest.raises(ChatTemplateError, match=rf"^the chat template failed: {error}"):
         ChatTemplate(source, None, None).render(USER)
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        # transformers' tojson: keys in their order, no HTML or ASCII escapes (Jinja's sorts and escapes)
+        ("{{ messages[0] | tojson }}", '{"role": "user", "content": "a<b & \'ü\'"}'),
+        ("{{ messages[1] | tojson(indent=1) }}", '{\n "role": "assistant",\n "content": "ok"\n}'),
+        # loop controls ({% break %}, {% continue %}) are enabled
+        (
+            "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}",
+            "a<b & 'ü'",
+        ),
+        # Llama 3 templates date the system prompt with strftime_now when it is defined
+        ("{{ 'dated' if strftime_now is defined else 'undated' }}", "dated"),
+    ],
+)
+def test_templates_render_in_transformers_environment(source: str, expected: str) -> None:
+    """The prompt text, hence the tokens, is what transformers' apply_chat_template gives."""
+    assert ChatTemplate(source, None, None).render(USER) == expected

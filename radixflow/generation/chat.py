@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 # Roles every chat template is taken to know: it writes them, whether by name or verbatim.
@@ -89,17 +91,42 @@ class ChatTemplate:
             raise
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"the chat template failed: {e}") from None
+        except Exception as e:  # the template is the checkpoint's code: whatever it raises is its failure
+            raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
 
 def _raise(message: str) -> None:
     raise ChatTemplateError(message)
 
 
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
+    """transformers' ``tojson`` filter: keys in their order, no HTML or ASCII escapes (Jinja's own
+    sorts the keys and escapes ``<>&'`` and non-ASCII, which would change the prompt's tokens)."""
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
 @functools.lru_cache(maxsize=8)
 def _compile(source: str) -> Any:
-    """A sandboxed template (a checkpoint's template is untrusted input), compiled once."""
+    """A sandboxed template (a checkpoint's template is untrusted input), compiled once, in the
+    environment transformers' ``apply_chat_template`` gives it (loop controls, ``tojson``,
+    ``strftime_now``), so a template renders the same prompt text here as there."""
+    from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)

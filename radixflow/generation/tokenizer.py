@@ -189,10 +189,16 @@ def _read_config(root: Path) -> dict[str, Any]:
         raise TokenizerError(f"{path} does not hold a JSON object")
     template = root / "chat_template.jinja"  # newer Hugging Face checkpoints keep it beside the config
     if not config.get("chat_template") and template.is_file():
-        config["chat_template"] = template.read_text(encoding="utf-8")
+        try:
+            config["chat_template"] = template.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise TokenizerError(f"cannot read {template}: {e}") from None
     if isinstance(config.get("chat_template"), list):  # named templates: use the default one
         named = {t.get("name"): t.get("template") for t in config["chat_template"] if isinstance(t, dict)}
         config["chat_template"] = named.get("default")
+    found = config.get("chat_template")
+    if found is not None and not isinstance(found, str):  # refused now, not as a TypeError at the first chat
+        raise TokenizerError(f"{path}: chat_template must be a string, got {type(found).__name__}")
     return config
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, shape_from_config
+from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, language_config, shape_from_config
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.problems import Problem, ProblemError
@@ -66,7 +66,7 @@ def sim_shape(name: str) -> ModelShape:
         raise ProblemError(Problem("model", f"{name}: config.json has no {e.args[0]!r}")) from None
     except (TypeError, ValueError) as e:
         raise ProblemError(Problem("model", f"{name}: config.json cannot be read as a shape ({e})")) from None
-    context = int(config.get("max_position_embeddings") or TORCH_DEFAULT_CONTEXT)
+    context = int(language_config(config).get("max_position_embeddings") or TORCH_DEFAULT_CONTEXT)
     return replace(shape, max_context=context)
 
 

@@ -161,6 +161,19 @@ def test_shape_from_zoo_config_matches_the_built_model(family):
     assert [layer.has_state for layer in shape.layers] == stateful
 
 
+def test_a_qwen3_5_multimodal_config_is_costed_as_its_language_model():
+    """A Hub Qwen3.5 checkpoint nests the language model under ``text_config`` (the torch loader
+    builds that); the torch runner's round predictor reads the same file, and crashed on it."""
+    zoo = pytest.importorskip("radixflow.models.zoo")
+    text = zoo.preset_config("qwen3_5-small")
+    wrapped = {
+        "model_type": "qwen3_5",
+        "text_config": {**text, "model_type": "qwen3_5_text"},
+        "vision_config": {"model_type": "qwen3_5_vision"},
+    }
+    assert shape_from_config("m", wrapped) == shape_from_config("m", text)
+
+
 def test_nnls_recovers_non_negative_coefficients():
     rng = random.Random(0)
     truth = [0.5, 0.0, 2e-9, 3.0]

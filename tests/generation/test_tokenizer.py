@@ -11,7 +11,7 @@ pytest.importorskip("tokenizers")
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from radixflow.generation.tokenizer import TextTokenizer, TextTooLong
+from radixflow.generation.tokenizer import TextTokenizer, TextTooLong, TokenizerError
 from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
 
 TEXTS = ["naïve café, 日本語 and 🙂 in the middle", "<|im_start|>user\nhé<|im_end|>"]
@@ -140,3 +140,27 @@ def test_pipelines_that_may_drop_text_get_no_bound(tokenizer, change):
     tok = _rebuilt(tokenizer, change)
     assert tok.min_tokens(" " * 10_000 + "<mask>") == 0
     tok.limited(10).encode(" " * 10_000)  # tokenized, not refused unread
+
+
+@pytest.mark.parametrize(
+    "config, jinja, error",
+    [
+        ({"chat_template": 5}, None, r"tokenizer_config\.json: chat_template must be a string, got int"),
+        (
+            {"chat_template": [{"name": "default", "template": ["x"]}]},
+            None,
+            r"tokenizer_config\.json: chat_template must be a string, got list",
+        ),
+        ({}, b"\xff{{ messages }}", r"cannot read .*chat_template\.jinja: 'utf-8' codec"),
+    ],
+)
+def test_a_chat_template_that_is_not_text_is_refused_on_load(tmp_path, config, jinja, error):
+    """Refused with the file named when the tokenizer loads, not as a TypeError at the first chat."""
+    import json
+
+    save_tokenizer(train_tokenizer(512), tmp_path, chat_template=None)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    if jinja is not None:
+        (tmp_path / "chat_template.jinja").write_bytes(jinja)
+    with pytest.raises(TokenizerError, match=error):
+        TextTokenizer.load(tmp_path)

@@ -80,6 +80,17 @@ def test_a_checkpoint_directory_gives_its_configs_shape(tmp_path):
     assert_matches_torch_model(spec, config)
 
 
+def test_a_qwen3_5_multimodal_directory_gives_its_language_models_shape(tmp_path):
+    from radixflow.models.zoo import preset_config
+
+    text = {**preset_config("qwen3_5-tiny"), "max_position_embeddings": 1000}
+    wrapped = {"model_type": "qwen3_5", "text_config": {**text, "model_type": "qwen3_5_text"}}
+    (tmp_path / "config.json").write_text(json.dumps(wrapped))
+    spec = sim_spec(str(tmp_path))
+    assert spec.max_context == 1000  # the language model's, as the torch runner reads it
+    assert_matches_torch_model(spec, text)
+
+
 def test_a_zoo_name_on_the_sim_builds_no_model(tmp_path, monkeypatch):
     monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path))
     sim_spec("lfm2-small")

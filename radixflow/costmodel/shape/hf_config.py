@@ -144,8 +144,18 @@ READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
 }
 
 
+def language_config(cfg: Config) -> Config:
+    """The config of the language model a checkpoint's ``config.json`` describes: a multimodal
+    Qwen3.5 config nests it under ``text_config``, which is what the torch loader builds
+    (`radixflow.models.io.loader.read_config`, the same rule); any other config as it is."""
+    if cfg.get("model_type") == "qwen3_5" and isinstance(cfg.get("text_config"), dict):
+        return {**cfg["text_config"], "model_type": "qwen3_5_text"}
+    return cfg
+
+
 def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
     """The cost-model shape of a model given its Hugging Face config dict."""
+    cfg = language_config(cfg)
     reader = READERS.get(str(cfg.get("model_type")))
     if reader is None:
         known = ", ".join(READERS)

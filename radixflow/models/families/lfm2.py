@@ -225,7 +225,9 @@ class Lfm2ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = Lfm2Model(config)
-        tie = config.get("tie_word_embeddings", config.get("tie_embedding", True))
+        # LFM2's own tie_embedding, where given, decides (transformers' Lfm2Config sets
+        # tie_word_embeddings from it), so a config holding both disagreeing ties as there
+        tie = config.get("tie_embedding", config.get("tie_word_embeddings", True))
         self.lm_head = lm_head(config, self.model.embed_tokens, tie)
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:

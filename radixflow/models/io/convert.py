@@ -114,12 +114,14 @@ class Plan:
 
     ``direct``: checkpoint key -> parameter name. ``merged``: parameter name -> (number of parts,
     list of (checkpoint key, expert, part)). ``split``: checkpoint key -> (head, part), to be copied into
-    ``{head}.{j}.{part}.weight`` for every expert ``j``. Keys in none of these are `unused`.
+    ``{head}.{j}.{part}.weight`` for every expert ``j``. Keys in none of these (``tied`` aside) are `unused`.
     """
 
     direct: dict[str, str] = field(default_factory=dict)
     merged: dict[str, tuple[int, list[tuple[str, int, int]]]] = field(default_factory=dict)
     split: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # checkpoint key -> the parameter a tied alias shares (a stored tied lm_head): checked, not copied
+    tied: dict[str, str] = field(default_factory=dict)
 
     def keys(self) -> set[str]:
         """Every checkpoint key the plan reads."""

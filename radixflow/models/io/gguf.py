@@ -69,7 +69,10 @@ def open_gguf(path: str | Path) -> Any:
         import gguf
     except ImportError as e:  # optional dependency (extra "torch")
         raise ImportError("reading GGUF files needs the 'gguf' package (pip install gguf)") from e
-    return gguf.GGUFReader(str(path))
+    try:
+        return gguf.GGUFReader(str(path))
+    except (ValueError, IndexError, KeyError) as e:  # the reader's own words for a cut or garbled file
+        raise GGUFError(f"{path}: not a readable GGUF file ({e})") from None
 
 
 def _field(reader: Any, key: str, default: Any = None) -> Any:

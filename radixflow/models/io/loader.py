@@ -86,15 +86,16 @@ def _build(config: Config, cfg_path: Path) -> nn.Module:
         raise CheckpointError(f"{cfg_path}: cannot build a {config.model_type} model from it ({e})") from None
 
 
-def _tied(model: nn.Module) -> set[str]:
-    """Parameter names that alias an earlier parameter (e.g. a tied lm_head). By identity, so it
-    also holds on the meta device, where every tensor has the same (null) data pointer."""
-    seen: set[int] = set()
-    tied: set[str] = set()
+def _tied(model: nn.Module) -> dict[str, str]:
+    """Parameter names that alias an earlier parameter (e.g. a tied lm_head) -> that parameter's
+    name. By identity, so it also holds on the meta device, where every tensor has the same (null)
+    data pointer."""
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            tied.add(name)
-        seen.add(id(p))
+        if id(p) in first:
+            tied[name] = first[id(p)]
+        first.setdefault(id(p), name)
     return tied
 
 
@@ -154,7 +155,7 @@ def save_model(model: nn.Module, path: str | Path) -> None:
     """Write ``config.json`` and ``model.safetensors`` (tied aliases omitted)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tied = _tied(model) | _buffers(model)
+    tied = set(_tied(model)) | _buffers(model)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     config: Config = model.config  # type: ignore[assignment]

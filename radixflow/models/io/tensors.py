@@ -67,14 +67,16 @@ class Checkpoint:
         return tensor
 
     def check(
-        self, model_type: str, wanted: dict[str, torch.Tensor], tied: set[str], optional: set[str]
+        self, model_type: str, wanted: dict[str, torch.Tensor], tied: dict[str, str], optional: set[str]
     ) -> Plan:
         """The plan that fills ``wanted`` (parameter name -> tensor; only shapes are used), after
-        refusing unused tensors (those mapping onto a ``tied`` alias aside), mis-shaped ones and
-        missing ones (``optional`` names, e.g. buffers, may be missing)."""
+        refusing unused tensors (those mapping onto a ``tied`` alias aside: alias -> the parameter
+        it shares), mis-shaped ones and missing ones (``optional`` names, e.g. buffers, may be
+        missing)."""
         plan = plan_conversion(model_type, self.where, set(wanted))
         extra = unused(model_type, self.where, plan)
-        aliases = set(plan_conversion(model_type, extra, tied).direct)  # e.g. a stored tied lm_head
+        aliases = plan_conversion(model_type, extra, set(tied)).direct  # e.g. a stored tied lm_head
+        plan.tied = {key: tied[name] for key, name in aliases.items()}
         extra = [k for k in extra if k not in aliases]
         if extra:
             what = f"{len(extra)} tensor(s) the {model_type} model has no parameter for"
@@ -109,6 +111,19 @@ class Checkpoint:
             for key, (head, part) in plan.split.items():
                 for j, expert in enumerate(self.read(key)):
                     wanted[f"{head}.{j}.{part}.weight"].copy_(expert)
+            for key, name in plan.tied.items():
+                self._check_tied(key, wanted[name], name)
+
+    def _check_tied(self, key: str, shared: torch.Tensor, name: str) -> None:
+        """A stored copy of a tied alias must equal the parameter it shares (as loaded). One that
+        differs means the config's tying is wrong for this file: transformers then unties them and
+        uses the stored values, so dropping it would silently give other logits."""
+        stored = self.read(key)
+        if stored.shape != shared.shape or not torch.equal(stored.to(shared.dtype), shared):
+            raise TensorError(
+                f"{self.where[key].name}: tensor {key} differs from {name}, but config.json ties them "
+                '(tie_word_embeddings); set "tie_word_embeddings": false to load it as stored'
+            )
 
 
 def expected_shapes(plan: Plan, wanted: dict[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -129,3 +129,27 @@ def test_small_preset_size() -> None:
     assert 40e6 <= n <= 70e6
     assert PRESETS["small"]["max_position_embeddings"] >= 4096
     assert PRESETS["small"]["vocab_size"] == 8192
+
+
+@pytest.mark.parametrize("word, embedding", [(False, True), (True, False)])
+def test_tie_embedding_decides_over_tie_word_embeddings(tmp_path, word: bool, embedding: bool) -> None:
+    """transformers' Lfm2Config sets tie_word_embeddings from LFM2's own ``tie_embedding`` when a
+    config has it: the two disagreeing, ours must tie (or not) as transformers does."""
+    import json
+
+    from radixflow.models.io.loader import load_model, save_model
+
+    torch.manual_seed(0)
+    model = Lfm2ForCausalLM(Config({**PRESETS["tiny"], "tie_word_embeddings": embedding}))
+    init_weights(model, torch.Generator().manual_seed(5))
+    save_model(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(tie_word_embeddings=word, tie_embedding=embedding)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours = load_model(tmp_path)
+    assert (ours.lm_head.weight is ours.model.embed_tokens.weight) is embedding
+    ids = prompt(9, 12)
+    pools = Pools(ours)
+    (got,) = run(ours, pools, [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
+    check(got, reference(ref, ids))

@@ -343,6 +343,23 @@ def test_tensors_transformers_ignores_still_load(tmp_path: Path) -> None:
     load_model(next_path)
 
 
+def test_a_stored_tied_lm_head_with_other_values_is_refused(tmp_path: Path) -> None:
+    """config.json ties lm_head to the embeddings, but the file stores an lm_head of its own:
+    transformers then leaves them untied and uses it; dropping it would give other logits."""
+    save_model(tiny("radixflow.models.families.llama", "Qwen3ForCausalLM", "PRESETS_QWEN3"), tmp_path)
+    embed = load_file(str(tmp_path / "model.safetensors"))["model.embed_tokens.weight"]
+    edit_tensors(tmp_path, lambda s: s.update({"lm_head.weight": embed + 1}))
+    with pytest.raises(
+        CheckpointError,
+        match=r"model\.safetensors: tensor lm_head\.weight differs from model\.embed_tokens\.weight.*"
+        r"tie_word_embeddings",
+    ):
+        load_model(tmp_path)
+    edit_tensors(tmp_path, lambda s: s.update({"lm_head.weight": embed.bfloat16()}))
+    with pytest.raises(CheckpointError, match=r"lm_head\.weight differs"):  # rounded: differs too
+        load_model(tmp_path)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path: Path, value: float, dtype) -> None:

@@ -1,0 +1,44 @@
+"""Chat templates render as transformers renders them, and every failure of one is one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixflow.generation.chat import ChatTemplate, ChatTemplateError
+
+USER = [{"role": "user", "content": "a<b & 'ü'"}, {"role": "assistant", "content": "ok"}]
+
+
+@pytest.mark.parametrize(
+    "source, error",
+    [
+        ("{{ messages[0]['content'] + 1 }}", r"TypeError: can only concatenate str"),
+        ("{{ 1 // 0 }}", r"ZeroDivisionError: integer division"),
+        ("{{ messages[5]['content'] }}", r"list object has no element 5"),
+    ],
+)
+def test_a_template_that_fails_in_python_is_a_chat_template_error(source: str, error: str) -> None:
+    """A template is code from the checkpoint: an error it raises while rendering is the
+    template's failure (one line naming it), never a traceback from the server or the API."""
+    with pytest.raises(ChatTemplateError, match=rf"^the chat template failed: {error}"):
+        ChatTemplate(source, None, None).render(USER)
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        # transformers' tojson: keys in their order, no HTML or ASCII escapes (Jinja's sorts and escapes)
+        ("{{ messages[0] | tojson }}", '{"role": "user", "content": "a<b & \'ü\'"}'),
+        ("{{ messages[1] | tojson(indent=1) }}", '{\n "role": "assistant",\n "content": "ok"\n}'),
+        # loop controls ({% break %}, {% continue %}) are enabled
+        (
+            "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}",
+            "a<b & 'ü'",
+        ),
+        # Llama 3 templates date the system prompt with strftime_now when it is defined
+        ("{{ 'dated' if strftime_now is defined else 'undated' }}", "dated"),
+    ],
+)
+def test_templates_render_in_transformers_environment(source: str, expected: str) -> None:
+    """The prompt text, hence the tokens, is what transformers' apply_chat_template gives."""
+    assert ChatTemplate(source, None, None).render(USER) == expected

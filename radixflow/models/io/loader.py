@@ -71,6 +71,8 @@ def _weight_files(path: Path) -> list[Path]:
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(f"{index}: no weight_map of tensor names to file names")
         return [path / n for n in sorted(set(weight_map.values()))]
+    if (path / "model.safetensors").is_file():  # as transformers reads it: another file beside
+        return [path / "model.safetensors"]  # it (an adapter, an old copy) is not these weights
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path}: no *.safetensors files")

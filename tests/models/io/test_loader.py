@@ -196,6 +196,15 @@ def test_missing_config(tmp_path: Path) -> None:
         load_model(tmp_path)
 
 
+def test_a_model_safetensors_is_read_alone_as_transformers_reads_it(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.families.llama", "LlamaForCausalLM")
+    save_model(model, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    save_file({k: v + 1 for k, v in state.items()}, str(tmp_path / "zz-old-copy.safetensors"))
+    ids = prompt(0, 12)
+    assert torch.equal(logits(load_model(tmp_path), ids), logits(model, ids))  # not the copy's values
+
+
 def test_no_safetensors(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)

@@ -38,8 +38,12 @@ class ChunkWriter:
         self.cache.promise(blocks)
 
     def owed(self, computed: int, req: Request) -> int:
-        """KV blocks ``req`` still has to allocate once ``computed`` positions exist. Pure."""
-        return self.config.blocks_needed(computed, req.max_length)
+        """KV blocks ``req`` still has to allocate once ``computed`` positions exist. Pure.
+
+        Its block table holds every block up to position ``computed - 1``: a prompt that ends
+        inside a block holds that block, so the count starts at the next boundary."""
+        bs = self.config.block_size
+        return self.config.blocks_needed(-(-computed // bs) * bs, req.max_length)
 
     def reserve(self, req: Request, point: ReusePoint, working: int) -> bool:
         """Reserve ``req``'s whole remaining KV from ``point`` beside what running requests still

@@ -125,3 +125,14 @@ def test_kv_for_max_tokens_is_reserved_at_admission():
     too_long = Request("c", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
     engine.submit(too_long)
     assert too_long.status is RequestStatus.FAILED and "max_tokens: does not fit" in (too_long.error or "")
+
+
+def test_a_prompt_ending_mid_block_owes_no_kv_for_the_block_it_already_holds():
+    # a's 20-token prompt ends inside its third block, which it holds: its 4 decode steps (to
+    # position 24) allocate nothing more, so b's one block fits beside it in 4 blocks at once.
+    cfg = replace(CFG, num_blocks=4)
+    a = Request("a", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=5))
+    b = Request("b", tuple(range(30, 34)), arrival_s=1e-9, sampling=SamplingParams(max_tokens=5))
+    drive(new_engine(HYBRID, cfg), [a, b])
+    assert a.output == expected(a, 5) and b.output == expected(b, 5)
+    assert b.first_token_s is not None and a.finish_s is not None and b.first_token_s < a.finish_s

@@ -205,6 +205,7 @@ def parse_plan(spec: str) -> MatmulPlan | Problem | None:
         return MatmulPlan(tuple(spec for _ in SHAPE_CLASSES), "given")
     names = [c.name for c in SHAPE_CLASSES]
     chosen = dict.fromkeys(names, "mkl")
+    given: set[str] = set()
     for part in spec.split(","):
         cls, sep, backend = (s.strip() for s in part.partition("="))
         if not sep or cls not in chosen or backend not in BACKENDS:
@@ -213,6 +214,9 @@ def parse_plan(spec: str) -> MatmulPlan | Problem | None:
                 f"{spec!r} is not 'auto', one of {sorted(BACKENDS)}, or class=backend pairs "
                 f"(classes {names})",
             )
+        if cls in given:  # the later pair would silently win
+            return Problem("matmul", f"{spec!r}: the class {cls} is given twice")
+        given.add(cls)
         chosen[cls] = backend
     return MatmulPlan(tuple(chosen[n] for n in names), "given")
 

@@ -40,6 +40,8 @@ def test_plans_parse_from_one_name_or_class_pairs():
     for bad in ("fast", "decode=blas", "huge=mkl", "decode", ""):
         problem = parse_plan(bad)
         assert isinstance(problem, Problem) and problem.param == "matmul" and repr(bad) in problem.message
+    twice = parse_plan("single=mkl,single=onednn")  # which one would it be?
+    assert isinstance(twice, Problem) and "single is given twice" in twice.message
 
 
 def test_a_bad_plan_is_refused_before_the_model_loads(tmp_path):

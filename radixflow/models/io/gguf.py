@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from radixflow.models.config_schema import validate_config
 from radixflow.models.families.llama import LlamaForCausalLM
 from radixflow.models.layers import Config
 
@@ -80,6 +81,14 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
     return default if field is None else field.contents()
 
 
+def _required(reader: Any, key: str) -> Any:
+    """A metadata field the model cannot be built without; `GGUFError` naming it when absent."""
+    value = _field(reader, key)
+    if value is None:
+        raise GGUFError(f"the GGUF metadata has no {key}")
+    return value
+
+
 def _round_f32(x: float) -> float:
     """GGUF stores floats as float32 (1e-5 reads back as 9.9999997e-06); undo that noise."""
     return float(f"{x:.7g}")
@@ -91,8 +100,8 @@ def gguf_config(reader: Any) -> dict[str, Any]:
     if arch != "llama":
         raise GGUFError(f"GGUF architecture {arch!r} is not supported (only 'llama')")
     tensor_names = {t.name for t in reader.tensors}
-    heads = int(_field(reader, "llama.attention.head_count"))
-    hidden = int(_field(reader, "llama.embedding_length"))
+    heads = int(_required(reader, "llama.attention.head_count"))
+    hidden = int(_required(reader, "llama.embedding_length"))
     tokens = _field(reader, "tokenizer.ggml.tokens") or []
     rope: dict[str, Any] = {
         "rope_type": "default",
@@ -110,8 +119,8 @@ def gguf_config(reader: Any) -> dict[str, Any]:
         "torch_dtype": "float32",
         "vocab_size": int(_field(reader, "llama.vocab_size", len(tokens))),
         "hidden_size": hidden,
-        "intermediate_size": int(_field(reader, "llama.feed_forward_length")),
-        "num_hidden_layers": int(_field(reader, "llama.block_count")),
+        "intermediate_size": int(_required(reader, "llama.feed_forward_length")),
+        "num_hidden_layers": int(_required(reader, "llama.block_count")),
         "num_attention_heads": heads,
         "num_key_value_heads": int(_field(reader, "llama.attention.head_count_kv", heads)),
         "head_dim": int(_field(reader, "llama.rope.dimension_count", hidden // heads)),
@@ -212,7 +221,13 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     Pass ``reader`` (from `open_gguf`) to reuse already-parsed metadata.
     """
     reader = reader if reader is not None else open_gguf(path)
-    config = gguf_config(reader)
+    try:
+        config = gguf_config(reader)
+    except GGUFError as e:
+        raise GGUFError(f"{path}: {e}") from None
+    problems = validate_config(LlamaForCausalLM.config_schema, config)  # as a config.json is checked
+    if problems:
+        raise GGUFError(f"{path}: the model its metadata describes cannot be built ({problems[0]})")
     model = LlamaForCausalLM(Config(config))
     state = gguf_state_dict(reader, config)
     if config["tie_word_embeddings"]:

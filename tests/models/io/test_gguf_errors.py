@@ -34,3 +34,42 @@ def test_a_truncated_or_garbled_gguf_names_the_file(tmp_path: Path, cut: str) ->
     path.write_bytes(broken[cut])
     with pytest.raises(GGUFError, match=rf"^{re.escape(str(path))}: not a readable GGUF file \("):
         load_gguf(path)
+
+
+def write_llama(path: Path, **fields: int) -> None:
+    """A little llama GGUF whose metadata holds ``fields`` (dots as double underscores)."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in fields.items():
+        writer.add_uint32(key.replace("__", "."), value)
+    writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+SIZES = {
+    "llama__block_count": 1,
+    "llama__embedding_length": 32,
+    "llama__feed_forward_length": 64,
+    "llama__attention__head_count": 4,
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {k: v for k, v in SIZES.items() if k != "llama__attention__head_count"},
+            "has no llama.attention.head_count",
+        ),
+        ({**SIZES, "llama__attention__head_count_kv": 3}, "cannot be built"),  # 3 KV heads for 4 heads
+    ],
+)
+def test_metadata_a_model_cannot_be_built_from_is_one_error_naming_the_file(
+    tmp_path: Path, fields: dict[str, int], message: str
+) -> None:
+    path = tmp_path / "odd.gguf"
+    write_llama(path, **fields)
+    with pytest.raises(GGUFError, match=rf"^{re.escape(str(path))}: .*{re.escape(message)}"):
+        load_gguf(path)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from radixflow.cli.command import UsageError
+from radixflow.jsonl import json_object
 
 if TYPE_CHECKING:
     from radixflow.generation.scoring import CandidateScore
@@ -52,11 +53,9 @@ def read_jobs(path: Path) -> list[ScoreJob]:
 
 def _job(n: int, line: str) -> ScoreJob:
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--input line {n}: not JSON ({e.msg})") from None
-    if not isinstance(row, dict):
-        raise UsageError(f"--input line {n}: a JSON object with context and candidates is expected")
+        row = json_object(line, "context, candidates")
+    except ValueError as e:
+        raise UsageError(f"--input line {n}: {e}") from None
     unknown = sorted(set(row) - {"id", "context", "candidates"})
     if unknown:
         raise UsageError(f"--input line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")

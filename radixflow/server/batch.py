@@ -20,6 +20,8 @@ from typing import IO, Any
 import httpx
 from fastapi import FastAPI
 
+from radixflow.jsonl import json_object
+
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
 
 
@@ -64,11 +66,9 @@ def read_batch(text: str) -> list[BatchLine]:
 
 def _line(n: int, raw: str) -> BatchLine:
     try:
-        row = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise BatchInputError(f"line {n}: not JSON ({e.msg})") from None
-    if not isinstance(row, dict):
-        raise BatchInputError(f"line {n}: a JSON object (custom_id, method, url, body) is expected")
+        row = json_object(raw, "custom_id, method, url, body")
+    except ValueError as e:
+        raise BatchInputError(f"line {n}: {e}") from None
     custom_id, method, url, body = (row.get(k) for k in ("custom_id", "method", "url", "body"))
     if not isinstance(custom_id, str) or not custom_id:
         raise BatchInputError(f"line {n}: custom_id: a non-empty string is expected")

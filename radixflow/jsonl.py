@@ -12,7 +12,7 @@ def json_object(line: str, fields: str) -> dict[str, Any]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e.msg})") from None
+        raise ValueError(f"not valid JSON ({e.msg})") from None
     if not isinstance(row, dict):
-        raise ValueError(f"a JSON object ({fields}) is expected")
+        raise ValueError(f"expected a JSON object ({fields})")
     return row

@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+from radixflow.jsonl import json_object
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS
 from radixflow.workloads.workload import CANDIDATE, RequestTag, Workload
@@ -90,11 +91,9 @@ def _string(row: dict[str, object], key: str, default: str, where: str) -> str:
 
 def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise TraceError(f"{where}: not valid JSON ({e.msg})") from None
-    if not isinstance(row, dict):
-        raise TraceError(f"{where}: expected a JSON object")
+        row = json_object(line, ", ".join(FIELDS))
+    except ValueError as e:
+        raise TraceError(f"{where}: {e}") from None
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise TraceError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")

@@ -207,8 +207,8 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
 @pytest.mark.parametrize(
     ("text", "extra", "message"),
     [
-        ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input line 2: not JSON"),
-        ('[1, 2]\n', [], "--input line 1: a JSON object (context, candidates) is expected"),
+        ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input line 2: not valid JSON"),
+        ('[1, 2]\n', [], "--input line 1: expected a JSON object (context, candidates)"),
         ('{"context": "a"}\n', [], "--input line 1: candidates: a non-empty list"),
         ('{"candidates": [" b"]}\n', [], "--input line 1: no context"),
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),

@@ -58,7 +58,7 @@ def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm,
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("not json\n", "line 1: not JSON"),
+        ("not json\n", "line 1: not valid JSON"),
         (batch_line("a", "/v1/completions", {}, method="GET") + "\n", "line 1: method: only POST"),
         (batch_line("a", "/v1/embeddings", {}) + "\n", "line 1: url: one of"),
         (batch_line("", "/v1/score", {}) + "\n", "line 1: custom_id: a non-empty"),

@@ -171,13 +171,7 @@ def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: 
 def test_a_trace_file_written_by_two_cells_is_refused(tiny: Path, tmp_path: Path, monkeypatch, edits, key):
     """One path a cell: a second cell writing the same trace replaced the first's without a word."""
     monkeypatch.chdir(tmp_path)
-    text = TINY
-    for edit in edits:
-        text = text.replace(*edit, 1)
-    tiny.write_text(text)
-    with pytest.raises(ExperimentConfigError) as info:
-        load_config(tiny)
-    message = str(info.value)
+    message = refusal(tiny, edits)
     assert "\n" not in message and f": {key}: " in message and "T'" in message, message
 
 
@@ -243,14 +237,19 @@ def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str]
     ],
 )
 def test_independent_share_is_checked_with_the_workload_it_makes(tiny: Path, edits, key, says):
+    message = refusal(tiny, edits)
+    assert "\n" not in message and f": {key}: " in message and says in message, message
+
+
+def refusal(tiny: Path, edits: list[tuple[str, str]]) -> str:
+    """The one-line refusal of the tiny config with ``edits`` (old, new) applied, once each."""
     text = TINY
     for edit in edits:
         text = text.replace(*edit, 1)
     tiny.write_text(text)
     with pytest.raises(ExperimentConfigError) as info:
         load_config(tiny)
-    message = str(info.value)
-    assert "\n" not in message and f": {key}: " in message and says in message, message
+    return str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,9 @@ def read_jobs(path: Path) -> list[ScoreJob]:
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--input: cannot read {path}: {why}") from None
-    jobs = [_job(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    # split at newlines only: str.splitlines also ends a line at U+2028 and the like, which a JSON
+    # string may hold unescaped
+    jobs = [_job(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     if not jobs:
         raise UsageError(f"--input {path}: no lines to score")
     return jobs

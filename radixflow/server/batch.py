@@ -50,7 +50,9 @@ class BatchTally:
 def read_batch(text: str) -> list[BatchLine]:
     """Every non-blank line as a `BatchLine`; `BatchInputError` for the first line that is not
     a POST of a JSON object body to a supported URL, not streamed, under a new ``custom_id``."""
-    lines = [_line(n, raw) for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+    # split at newlines only: str.splitlines also ends a line at U+2028 and the like, which a JSON
+    # string may hold unescaped
+    lines = [_line(n, raw) for n, raw in enumerate(text.split("\n"), 1) if raw.strip()]
     if not lines:
         raise BatchInputError("no requests in the file")
     seen: dict[str, int] = {}

@@ -253,3 +253,20 @@ def test_a_namespace_that_is_not_a_string_is_a_value_error_before_anything_runs(
             call()
     llm.engine.check_integrity()
     assert llm.engine.requests == []
+
+
+def test_input_lines_end_at_newlines_only(tmp_path):
+    # U+2028, U+2029 and U+0085 may stand unescaped inside a JSON string (json.dumps with
+    # ensure_ascii=False writes them so): they end no JSONL line, and later lines keep their numbers
+    from radixflow.cli.score_file import read_jobs
+
+    rows = [
+        {"id": "a\u2028b", "context": "Q: x\u2029y\nA:", "candidates": [" z\x85"]},
+        {"id": 2, "context": "c", "candidates": [" d"]},
+    ]
+    given = tmp_path / "in.jsonl"
+    given.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
+    jobs = read_jobs(given)
+    assert [(j.line, j.id, j.context, j.candidates) for j in jobs] == [
+        (n, r["id"], r["context"], r["candidates"]) for n, r in enumerate(rows, 1)
+    ]

@@ -82,3 +82,15 @@ def test_a_bad_batch_file_is_one_line_before_anything_runs(zoo, tmp_path, capsys
     assert message in err and "Traceback" not in err
     assert main(["run-batch", MODEL, "-i", str(tmp_path / "missing.jsonl")]) == 2
     assert "--input: cannot read" in capsys.readouterr().err
+
+
+def test_batch_lines_end_at_newlines_only():
+    # a JSON string may hold U+2028, U+2029 or U+0085 unescaped: no line ends there
+    from radixflow.server.batch import read_batch
+
+    bodies = [{"prompt": "a\u2028b\u2029c\x85d"}, {"prompt": "e"}]
+    url = "/v1/completions"
+    rows = [{"custom_id": f"c{i}", "method": "POST", "url": url, "body": b} for i, b in enumerate(bodies)]
+    text = "\n".join(json.dumps(row, ensure_ascii=False) for row in rows)
+    lines = read_batch(text + "\n")
+    assert [(x.line, x.custom_id, x.body) for x in lines] == [(1, "c0", bodies[0]), (2, "c1", bodies[1])]

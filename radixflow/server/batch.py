@@ -97,7 +97,9 @@ async def run_batch(
     tally = BatchTally()
     pending = iter(lines)  # shared by the workers: each line is taken by one of them, once
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        # an exception in a route is answered with a 500, as `radixflow serve` answers it; by
+        # default the transport raised it here as well, ending the run
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None) as client:
 
             async def worker() -> None:

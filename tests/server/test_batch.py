@@ -94,3 +94,26 @@ def test_batch_lines_end_at_newlines_only():
     text = "\n".join(json.dumps(row, ensure_ascii=False) for row in rows)
     lines = read_batch(text + "\n")
     assert [(x.line, x.custom_id, x.body) for x in lines] == [(1, "c0", bodies[0]), (2, "c1", bodies[1])]
+
+
+def test_an_internal_error_is_a_500_answer_and_the_run_goes_on(zoo, tmp_path, capsys, monkeypatch):
+    # `radixflow serve` answers an exception in a route with a 500 in OpenAI's shape; the batch
+    # wrote it likewise instead of ending the run with a traceback
+    from radixflow.server import score
+
+    prepare = score.prepare
+
+    def failing(body, state):
+        if body.context == "boom":
+            raise RuntimeError("a bug")
+        return prepare(body, state)
+
+    monkeypatch.setattr(score, "prepare", failing)
+    bodies = [{"model": MODEL, "context": c, "candidates": [" a"]} for c in ("fine", "boom", "also fine")]
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(batch_line(f"s{i}", "/v1/score", b) + "\n" for i, b in enumerate(bodies)))
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]) == 0
+    assert "3 requests: 2 answered 200, 1 answered 500" in capsys.readouterr().err
+    answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
+    assert answers["s1"]["status_code"] == 500
+    assert answers["s1"]["body"]["error"]["message"] == "internal server error: RuntimeError"

@@ -21,6 +21,7 @@ import httpx
 from fastapi import FastAPI
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
+JSON = {"content-type": "application/json"}
 
 
 class BatchInputError(ValueError):
@@ -104,7 +105,7 @@ async def run_batch(
 
             async def worker() -> None:
                 for line in pending:
-                    answer = await client.post(line.url, json=line.body)
+                    answer = await client.post(line.url, content=encoded(line.body), headers=JSON)
                     out.write(json.dumps(output_line(line, answer.status_code, answer.json())) + "\n")
                     out.flush()
                     tally.add(answer.status_code)
@@ -113,6 +114,13 @@ async def run_batch(
 
             await asyncio.gather(*(worker() for _ in range(min(concurrency, len(lines)))))
     return tally
+
+
+def encoded(body: dict[str, Any]) -> bytes:
+    """``body`` as the request's bytes, by Python's encoder: it writes NaN and Infinity back as the
+    file gave them, for the route to answer (httpx's ``json=`` raises on them, ending the run),
+    and escapes what is not ASCII (a lone surrogate the file escaped cannot be UTF-8)."""
+    return json.dumps(body).encode()
 
 
 def output_line(line: BatchLine, status: int, body: Any) -> dict[str, Any]:

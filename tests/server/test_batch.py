@@ -117,3 +117,19 @@ def test_an_internal_error_is_a_500_answer_and_the_run_goes_on(zoo, tmp_path, ca
     answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
     assert answers["s1"]["status_code"] == 500
     assert answers["s1"]["body"]["error"]["message"] == "internal server error: RuntimeError"
+
+
+def test_a_body_is_posted_as_python_reads_it_nan_and_all(zoo, tmp_path, capsys):
+    # Python's json reads NaN and 1e400 (inf), and serve answers such a body with a 400; httpx's
+    # own encoder refuses them, which ended the run with a traceback (and an abort at exit)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    nan = '{"custom_id": "nan", "method": "POST", "url": "/v1/completions", "body": {"model": "%s", '
+    given.write_text(
+        (nan % MODEL) + '"prompt": "x", "temperature": NaN}}\n'
+        + (nan % MODEL).replace('"nan"', '"inf"') + '"prompt": "x", "top_p": 1e400}}\n'
+    )
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    assert "2 requests: 2 answered 400" in capsys.readouterr().err
+    answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
+    assert answers["nan"]["body"]["error"]["message"] == "temperature: must be a finite number, got NaN"
+    assert answers["inf"]["body"]["error"]["message"] == "top_p: must be a finite number, got Infinity"

@@ -81,7 +81,7 @@ def _line(n: int, raw: str) -> BatchLine:
         raise BatchInputError(f"line {n}: url: one of {', '.join(URLS)} is expected, got {url!r}")
     if not isinstance(body, dict):
         raise BatchInputError(f"line {n}: body: a JSON object is expected")
-    if body.get("stream"):
+    if body.get("stream") is True:  # any other value is the route's to refuse, as serve does
         raise BatchInputError(f"line {n}: body: stream is not supported in a batch (each answer is one line)")
     return BatchLine(n, custom_id, url, body)
 

@@ -133,3 +133,15 @@ def test_a_body_is_posted_as_python_reads_it_nan_and_all(zoo, tmp_path, capsys):
     answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
     assert answers["nan"]["body"]["error"]["message"] == "temperature: must be a finite number, got NaN"
     assert answers["inf"]["body"]["error"]["message"] == "top_p: must be a finite number, got Infinity"
+
+
+def test_a_stream_that_is_not_true_is_answered_as_serve_answers_it(zoo, tmp_path, capsys):
+    # only stream: true streams; serve answers "false" or an object with a 400 naming stream,
+    # which the batch used to refuse as a streamed line, running nothing
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    bodies = [{"model": MODEL, "prompt": "x", "stream": s} for s in ("false", {"on": True})]
+    given.write_text("".join(batch_line(f"c{i}", "/v1/completions", b) + "\n" for i, b in enumerate(bodies)))
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    for row in map(json.loads, out.read_text().splitlines()):
+        assert row["response"]["status_code"] == 400
+        assert row["response"]["body"]["error"]["param"] == "stream"

@@ -86,6 +86,37 @@ def _line(n: int, raw: str) -> BatchLine:
     return BatchLine(n, custom_id, url, body)
 
 
+@dataclass
+class _Arrivals:
+    """How many answers have arrived, and a wake-up for a worker waiting for one."""
+
+    count: int = 0
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def add(self) -> None:
+        async with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    async def past(self, seen: int) -> None:
+        """Return once more than ``seen`` answers have arrived."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.count > seen)
+
+
+async def _answer(client: httpx.AsyncClient, line: BatchLine, arrivals: _Arrivals) -> httpx.Response:
+    """``line``'s answer. ``--max-pending`` counts engine requests (a scoring body's candidates, a
+    completion's prompts times n), so bodies of several can fill the queue: the only 429 a route
+    gives is a full queue, which holds this batch's requests alone, so the line is posted again
+    once another answer has freed room (one was unanswered when it was refused)."""
+    while True:
+        seen = arrivals.count
+        answer = await client.post(line.url, content=encoded(line.body), headers=JSON)
+        if answer.status_code != 429:
+            return answer
+        await arrivals.past(seen)
+
+
 async def run_batch(
     app: FastAPI,
     lines: list[BatchLine],
@@ -95,7 +126,7 @@ async def run_batch(
 ) -> BatchTally:
     """Post every line to ``app`` (its lifespan run around them: the engine loop starts and
     drains) from ``concurrency`` workers, writing each answer to ``out`` as it arrives."""
-    tally = BatchTally()
+    tally, arrivals = BatchTally(), _Arrivals()
     pending = iter(lines)  # shared by the workers: each line is taken by one of them, once
     async with app.router.lifespan_context(app):
         # an exception in a route is answered with a 500, as `radixflow serve` answers it; by
@@ -105,7 +136,8 @@ async def run_batch(
 
             async def worker() -> None:
                 for line in pending:
-                    answer = await client.post(line.url, content=encoded(line.body), headers=JSON)
+                    answer = await _answer(client, line, arrivals)
+                    await arrivals.add()
                     out.write(json.dumps(output_line(line, answer.status_code, answer.json())) + "\n")
                     out.flush()
                     tally.add(answer.status_code)

@@ -145,3 +145,18 @@ def test_a_stream_that_is_not_true_is_answered_as_serve_answers_it(zoo, tmp_path
     for row in map(json.loads, out.read_text().splitlines()):
         assert row["response"]["status_code"] == 400
         assert row["response"]["body"]["error"]["param"] == "stream"
+
+
+def test_bodies_of_many_requests_wait_for_room_in_the_queue(zoo, tmp_path, capsys):
+    # --max-pending counts engine requests (a scoring body's candidates, a completion's n); the
+    # batch posted that many bodies at once, so most were answered 429 queue_full
+    candidates = [" yes", " no", " maybe"]
+    bodies = [{"model": MODEL, "context": f"Q: {i}?\nA:", "candidates": candidates} for i in range(6)]
+    lines = [batch_line(f"s{i}", "/v1/score", b) for i, b in enumerate(bodies)]
+    twice = {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "n": 2, "temperature": 0}
+    lines += [batch_line(f"c{i}", "/v1/completions", twice) for i in range(3)]
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("\n".join(lines) + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "4", *FLAGS]) == 0
+    assert "9 requests: 9 answered 200" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 9

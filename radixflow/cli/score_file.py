@@ -64,6 +64,10 @@ def _job(n: int, line: str) -> ScoreJob:
         raise UsageError(f"--input line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")
     if "context" not in row:
         raise UsageError(f"--input line {n}: no context")
+    # a lone message or a number, alone in its call, would read to score_many as all the contexts
+    # at once (one conversation, one token-id list); the rest of a context's shape is its to check
+    if not isinstance(row["context"], str | list):
+        raise UsageError(f"--input line {n}: context: text, token ids or a list of messages is expected")
     candidates = row.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         raise UsageError(f"--input line {n}: candidates: a non-empty list is expected")

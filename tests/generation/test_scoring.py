@@ -270,3 +270,15 @@ def test_input_lines_end_at_newlines_only(tmp_path):
     assert [(j.line, j.id, j.context, j.candidates) for j in jobs] == [
         (n, r["id"], r["context"], r["candidates"]) for n, r in enumerate(rows, 1)
     ]
+
+
+@pytest.mark.parametrize("context", [{"role": "user", "content": "Hi"}, 5, None])
+def test_a_context_of_another_type_is_named_by_its_line(zoo, capsys, tmp_path, context):
+    # alone in its call, a lone message or a number looked to score_many like one conversation or
+    # one token-id list passed as all the contexts: "--input: contexts: ... (use score() ...)"
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text(json.dumps({"context": context, "candidates": [" b"]}) + "\n")
+    assert main(["score", MODEL, "--input", str(given)]) == 2
+    assert "--input line 1: context: text, token ids or a list of messages" in capsys.readouterr().err

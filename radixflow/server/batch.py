@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -144,8 +144,21 @@ async def run_batch(
                     if progress is not None:
                         progress(sum(tally.by_status.values()), len(lines))
 
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(lines)))))
+            await _together([worker() for _ in range(min(concurrency, len(lines)))])
     return tally
+
+
+async def _together(workers: list[Coroutine[Any, Any, None]]) -> None:
+    """Run ``workers`` to the end. The first to fail (or a Ctrl-C) cancels the others, and their
+    requests are aborted, before the error is raised: the app's shutdown then has nothing to drain
+    (`asyncio.gather` left them running, posting more lines)."""
+    tasks = [asyncio.ensure_future(w) for w in workers]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def encoded(body: dict[str, Any]) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 
 import pytest
@@ -160,3 +162,26 @@ def test_bodies_of_many_requests_wait_for_room_in_the_queue(zoo, tmp_path, capsy
     assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "4", *FLAGS]) == 0
     assert "9 requests: 9 answered 200" in capsys.readouterr().err
     assert len(out.read_text().splitlines()) == 9
+
+
+class _FullDisk(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_run_that_fails_stops_the_engine_loop(zoo):
+    # the error went through the app's lifespan without its shutdown: the engine thread went on
+    # running rounds as the interpreter ended (an abort at exit, status 134)
+    from radixflow.generation.setup import load_model
+    from radixflow.options import EngineOptions
+    from radixflow.server.app import create_app
+    from radixflow.server.batch import read_batch, run_batch
+    from radixflow.server.config import ServerConfig
+    from radixflow.server.serve import server_state
+
+    model = load_model(EngineOptions.from_mapping({"kv_blocks": 256, "state_slots": 64}, model=MODEL))
+    state = server_state(model, ServerConfig())
+    lines = read_batch("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
+    with pytest.raises(OSError, match="No space left"):
+        asyncio.run(run_batch(create_app(state), lines, _FullDisk(), concurrency=3))
+    assert state.loop.join(timeout=0) and state.loop.engine.requests == []

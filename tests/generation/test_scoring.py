@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -282,3 +283,14 @@ def test_a_context_of_another_type_is_named_by_its_line(zoo, capsys, tmp_path, c
     given.write_text(json.dumps({"context": context, "candidates": [" b"]}) + "\n")
     assert main(["score", MODEL, "--input", str(given)]) == 2
     assert "--input line 1: context: text, token ids or a list of messages" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line(zoo, capsys, tmp_path):
+    # a disk that fills mid-run: one line, as bench says it, not a traceback
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"context": "a", "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given), "--output", "/dev/full"]) == 2
+    assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err

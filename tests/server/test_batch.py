@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 
 import pytest
 
@@ -185,3 +186,11 @@ def test_a_run_that_fails_stops_the_engine_loop(zoo):
     with pytest.raises(OSError, match="No space left"):
         asyncio.run(run_batch(create_app(state), lines, _FullDisk(), concurrency=3))
     assert state.loop.join(timeout=0) and state.loop.engine.requests == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line(zoo, tmp_path, capsys):
+    given = tmp_path / "in.jsonl"
+    given.write_text(completion("a", "x") + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", "/dev/full", *FLAGS]) == 2
+    assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err

@@ -40,7 +40,7 @@ def read_jobs(path: Path) -> list[ScoreJob]:
     """Every non-blank line of ``path`` as a `ScoreJob`; `UsageError` naming the line for one
     that is not a JSON object with a ``context`` and a non-empty list of ``candidates``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--input: cannot read {path}: {why}") from None

@@ -294,3 +294,12 @@ def test_an_output_that_cannot_be_written_is_one_line(zoo, capsys, tmp_path):
     given.write_text('{"context": "a", "candidates": [" b"]}\n')
     assert main(["score", MODEL, "--input", str(given), "--output", "/dev/full"]) == 2
     assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
+    # as run-batch and --candidates-file read their files (an editor on Windows writes one)
+    from radixflow.cli.score_file import read_jobs
+
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"id": 1, "context": "a", "candidates": [" b"]}\n', encoding="utf-8-sig")
+    assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1)]

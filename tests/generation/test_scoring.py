@@ -172,7 +172,7 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
         ([], [], "contexts: none given"),
         (ctx, [[[5]]], "contexts: a list of contexts"),
         ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),
-        ([ctx, ctx], [[[5]], [[6], []]], "context 1: candidate 1: is empty"),
+        ([ctx, ctx], [[[5]], [[6], []]], "context 1, candidate 1: is empty"),  # as the engine names one
         ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or a list of token-id"),
         ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: context: token id 1000000 is outside"),
         ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: prompt: token id 1000000 is outside"),
@@ -215,7 +215,7 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
         ('\n \n', [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
-         "--input line 2: candidate 0: is empty"),
+         "--input line 2, candidate 0: is empty"),
         ('{"context": "a", "candidates": [[100000]]}\n', [],
          "--input line 1, candidate 0: prompt: token id 100000 is outside"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),

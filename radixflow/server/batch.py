@@ -40,7 +40,8 @@ class BatchLine:
 
 @dataclass
 class BatchTally:
-    """Answers by status code (a line answered twice cannot happen: each is posted once)."""
+    """Answers by status code, one per line (a line refused for a full queue is posted again, and
+    counted once, when answered)."""
 
     by_status: dict[int, int] = field(default_factory=dict)
 

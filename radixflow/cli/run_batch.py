@@ -70,8 +70,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     app = create_app(server_state(model, config))
     if args.output is None:
         return _run(app, lines, sys.stdout, config.max_pending)
-    with args.output.open("w", encoding="utf-8") as out:
-        return _run(app, lines, out, config.max_pending)
+    try:
+        with args.output.open("w", encoding="utf-8") as out:
+            return _run(app, lines, out, config.max_pending)
+    except OSError as e:  # a disk that fills mid-run: one line, as bench says it
+        raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
 
 
 def _run(app: object, lines: list, out: IO[str], concurrency: int) -> int:

@@ -115,8 +115,11 @@ def _run_file(args: argparse.Namespace, llm: Any, jobs: list[ScoreJob], bar: Req
     if args.output is None:
         run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)
         return 0
-    with args.output.open("w", encoding="utf-8") as out:
-        run_jobs(jobs, llm.score_many, out, bar.hear)
+    try:
+        with args.output.open("w", encoding="utf-8") as out:
+            run_jobs(jobs, llm.score_many, out, bar.hear)
+    except OSError as e:  # a disk that fills mid-run: one line, as bench says it
+        raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
     return 0
 
 

@@ -41,11 +41,13 @@ def read_jobs(path: Path) -> list[ScoreJob]:
     """Every non-blank line of ``path`` as a `ScoreJob`; `UsageError` naming the line for one
     that is not a JSON object with a ``context`` and a non-empty list of ``candidates``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--input: cannot read {path}: {why}") from None
-    jobs = [_job(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    # split at newlines only: str.splitlines also ends a line at U+2028 and the like, which a JSON
+    # string may hold unescaped
+    jobs = [_job(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     if not jobs:
         raise UsageError(f"--input {path}: no lines to score")
     return jobs
@@ -61,6 +63,10 @@ def _job(n: int, line: str) -> ScoreJob:
         raise UsageError(f"--input line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")
     if "context" not in row:
         raise UsageError(f"--input line {n}: no context")
+    # a lone message or a number, alone in its call, would read to score_many as all the contexts
+    # at once (one conversation, one token-id list); the rest of a context's shape is its to check
+    if not isinstance(row["context"], str | list):
+        raise UsageError(f"--input line {n}: context: text, token ids or a list of messages is expected")
     candidates = row.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         raise UsageError(f"--input line {n}: candidates: a non-empty list is expected")

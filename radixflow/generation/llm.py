@@ -167,7 +167,7 @@ class LLM:
             try:
                 jobs.append(self._scoring_job(context, cands))
             except ValueError as e:
-                raise ValueError(f"context {i}: {e}") from None
+                raise ValueError(_of_context(i, str(e))) from None
         prompts = [p for _, job in jobs for p in job]
         labels = [f"context {i}, candidate {j}" for i, (_, job) in enumerate(jobs) for j in range(len(job))]
         outputs = self._generate(prompts, SCORING, namespace, progress, labels)
@@ -312,6 +312,12 @@ class _Call:
     request: Request
     prompt: int
     choice: int
+
+
+def _of_context(i: int, message: str) -> str:
+    """``message`` about context ``i`` of `score_many`: "context 1: ...", or "context 1, candidate
+    2: ..." for one about a candidate, as the engine's problems with a candidate are named."""
+    return f"context {i}{', ' if message.startswith('candidate ') else ': '}{message}"
 
 
 def _is_token_list(value: object) -> bool:

@@ -24,11 +24,14 @@ def create_app(state: ServerState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.loop.start()
-        yield
-        # Normally `Server.shutdown` has begun draining already; this covers other ASGI servers.
-        state.loop.shutdown(state.config.drain_s)
-        await asyncio.to_thread(state.loop.join)
-        state.close()
+        try:
+            yield
+        finally:
+            # Also when the app's own client fails (run-batch): the engine thread ran on otherwise.
+            # Normally `Server.shutdown` has begun draining already; this covers other ASGI servers.
+            state.loop.shutdown(state.config.drain_s)
+            await asyncio.to_thread(state.loop.join)
+            state.close()
 
     app = FastAPI(title="RadixFlow", lifespan=lifespan)
     app.state.radixflow = state

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from radixflow.jsonl import json_object
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
+JSON = {"content-type": "application/json"}
 
 
 class BatchInputError(ValueError):
@@ -41,7 +42,8 @@ class BatchLine:
 
 @dataclass
 class BatchTally:
-    """Answers by status code (a line answered twice cannot happen: each is posted once)."""
+    """Answers by status code, one per line (a line refused for a full queue is posted again, and
+    counted once, when answered)."""
 
     by_status: dict[int, int] = field(default_factory=dict)
 
@@ -52,7 +54,9 @@ class BatchTally:
 def read_batch(text: str) -> list[BatchLine]:
     """Every non-blank line as a `BatchLine`; `BatchInputError` for the first line that is not
     a POST of a JSON object body to a supported URL, not streamed, under a new ``custom_id``."""
-    lines = [_line(n, raw) for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+    # split at newlines only: str.splitlines also ends a line at U+2028 and the like, which a JSON
+    # string may hold unescaped
+    lines = [_line(n, raw) for n, raw in enumerate(text.split("\n"), 1) if raw.strip()]
     if not lines:
         raise BatchInputError("no requests in the file")
     seen: dict[str, int] = {}
@@ -78,9 +82,40 @@ def _line(n: int, raw: str) -> BatchLine:
         raise BatchInputError(f"line {n}: url: one of {', '.join(URLS)} is expected, got {url!r}")
     if not isinstance(body, dict):
         raise BatchInputError(f"line {n}: body: a JSON object is expected")
-    if body.get("stream"):
+    if body.get("stream") is True:  # any other value is the route's to refuse, as serve does
         raise BatchInputError(f"line {n}: body: stream is not supported in a batch (each answer is one line)")
     return BatchLine(n, custom_id, url, body)
+
+
+@dataclass
+class _Arrivals:
+    """How many answers have arrived, and a wake-up for a worker waiting for one."""
+
+    count: int = 0
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def add(self) -> None:
+        async with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    async def past(self, seen: int) -> None:
+        """Return once more than ``seen`` answers have arrived."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.count > seen)
+
+
+async def _answer(client: httpx.AsyncClient, line: BatchLine, arrivals: _Arrivals) -> httpx.Response:
+    """``line``'s answer. ``--max-pending`` counts engine requests (a scoring body's candidates, a
+    completion's prompts times n), so bodies of several can fill the queue: the only 429 a route
+    gives is a full queue, which holds this batch's requests alone, so the line is posted again
+    once another answer has freed room (one was unanswered when it was refused)."""
+    while True:
+        seen = arrivals.count
+        answer = await client.post(line.url, content=encoded(line.body), headers=JSON)
+        if answer.status_code != 429:
+            return answer
+        await arrivals.past(seen)
 
 
 async def run_batch(
@@ -92,23 +127,46 @@ async def run_batch(
 ) -> BatchTally:
     """Post every line to ``app`` (its lifespan run around them: the engine loop starts and
     drains) from ``concurrency`` workers, writing each answer to ``out`` as it arrives."""
-    tally = BatchTally()
+    tally, arrivals = BatchTally(), _Arrivals()
     pending = iter(lines)  # shared by the workers: each line is taken by one of them, once
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        # an exception in a route is answered with a 500, as `radixflow serve` answers it; by
+        # default the transport raised it here as well, ending the run
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None) as client:
 
             async def worker() -> None:
                 for line in pending:
-                    answer = await client.post(line.url, json=line.body)
+                    answer = await _answer(client, line, arrivals)
+                    await arrivals.add()
                     out.write(json.dumps(output_line(line, answer.status_code, answer.json())) + "\n")
                     out.flush()
                     tally.add(answer.status_code)
                     if progress is not None:
                         progress(sum(tally.by_status.values()), len(lines))
 
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(lines)))))
+            await _together([worker() for _ in range(min(concurrency, len(lines)))])
     return tally
+
+
+async def _together(workers: list[Coroutine[Any, Any, None]]) -> None:
+    """Run ``workers`` to the end. The first to fail (or a Ctrl-C) cancels the others, and their
+    requests are aborted, before the error is raised: the app's shutdown then has nothing to drain
+    (`asyncio.gather` left them running, posting more lines)."""
+    tasks = [asyncio.ensure_future(w) for w in workers]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def encoded(body: dict[str, Any]) -> bytes:
+    """``body`` as the request's bytes, by Python's encoder: it writes NaN and Infinity back as the
+    file gave them, for the route to answer (httpx's ``json=`` raises on them, ending the run),
+    and escapes what is not ASCII (a lone surrogate the file escaped cannot be UTF-8)."""
+    return json.dumps(body).encode()
 
 
 def output_line(line: BatchLine, status: int, body: Any) -> dict[str, Any]:

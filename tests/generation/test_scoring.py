@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -171,7 +172,7 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
         ([], [], "contexts: none given"),
         (ctx, [[[5]]], "contexts: a list of contexts"),
         ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),
-        ([ctx, ctx], [[[5]], [[6], []]], "context 1: candidate 1: is empty"),
+        ([ctx, ctx], [[[5]], [[6], []]], "context 1, candidate 1: is empty"),  # as the engine names one
         ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or a list of token-id"),
         ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: context: token id 1000000 is outside"),
         ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: prompt: token id 1000000 is outside"),
@@ -214,7 +215,7 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
         ('\n \n', [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
-         "--input line 2: candidate 0: is empty"),
+         "--input line 2, candidate 0: is empty"),
         ('{"context": "a", "candidates": [[100000]]}\n', [],
          "--input line 1, candidate 0: prompt: token id 100000 is outside"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
@@ -253,3 +254,52 @@ def test_a_namespace_that_is_not_a_string_is_a_value_error_before_anything_runs(
             call()
     llm.engine.check_integrity()
     assert llm.engine.requests == []
+
+
+def test_input_lines_end_at_newlines_only(tmp_path):
+    # U+2028, U+2029 and U+0085 may stand unescaped inside a JSON string (json.dumps with
+    # ensure_ascii=False writes them so): they end no JSONL line, and later lines keep their numbers
+    from radixflow.cli.score_file import read_jobs
+
+    rows = [
+        {"id": "a\u2028b", "context": "Q: x\u2029y\nA:", "candidates": [" z\x85"]},
+        {"id": 2, "context": "c", "candidates": [" d"]},
+    ]
+    given = tmp_path / "in.jsonl"
+    given.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
+    jobs = read_jobs(given)
+    assert [(j.line, j.id, j.context, j.candidates) for j in jobs] == [
+        (n, r["id"], r["context"], r["candidates"]) for n, r in enumerate(rows, 1)
+    ]
+
+
+@pytest.mark.parametrize("context", [{"role": "user", "content": "Hi"}, 5, None])
+def test_a_context_of_another_type_is_named_by_its_line(zoo, capsys, tmp_path, context):
+    # alone in its call, a lone message or a number looked to score_many like one conversation or
+    # one token-id list passed as all the contexts: "--input: contexts: ... (use score() ...)"
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text(json.dumps({"context": context, "candidates": [" b"]}) + "\n")
+    assert main(["score", MODEL, "--input", str(given)]) == 2
+    assert "--input line 1: context: text, token ids or a list of messages" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line(zoo, capsys, tmp_path):
+    # a disk that fills mid-run: one line, as bench says it, not a traceback
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"context": "a", "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given), "--output", "/dev/full"]) == 2
+    assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
+    # as run-batch and --candidates-file read their files (an editor on Windows writes one)
+    from radixflow.cli.score_file import read_jobs
+
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"id": 1, "context": "a", "candidates": [" b"]}\n', encoding="utf-8-sig")
+    assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1)]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
 
 import pytest
 
@@ -82,3 +85,112 @@ def test_a_bad_batch_file_is_one_line_before_anything_runs(zoo, tmp_path, capsys
     assert message in err and "Traceback" not in err
     assert main(["run-batch", MODEL, "-i", str(tmp_path / "missing.jsonl")]) == 2
     assert "--input: cannot read" in capsys.readouterr().err
+
+
+def test_batch_lines_end_at_newlines_only():
+    # a JSON string may hold U+2028, U+2029 or U+0085 unescaped: no line ends there
+    from radixflow.server.batch import read_batch
+
+    bodies = [{"prompt": "a\u2028b\u2029c\x85d"}, {"prompt": "e"}]
+    url = "/v1/completions"
+    rows = [{"custom_id": f"c{i}", "method": "POST", "url": url, "body": b} for i, b in enumerate(bodies)]
+    text = "\n".join(json.dumps(row, ensure_ascii=False) for row in rows)
+    lines = read_batch(text + "\n")
+    assert [(x.line, x.custom_id, x.body) for x in lines] == [(1, "c0", bodies[0]), (2, "c1", bodies[1])]
+
+
+def test_an_internal_error_is_a_500_answer_and_the_run_goes_on(zoo, tmp_path, capsys, monkeypatch):
+    # `radixflow serve` answers an exception in a route with a 500 in OpenAI's shape; the batch
+    # wrote it likewise instead of ending the run with a traceback
+    from radixflow.server import score
+
+    prepare = score.prepare
+
+    def failing(body, state):
+        if body.context == "boom":
+            raise RuntimeError("a bug")
+        return prepare(body, state)
+
+    monkeypatch.setattr(score, "prepare", failing)
+    bodies = [{"model": MODEL, "context": c, "candidates": [" a"]} for c in ("fine", "boom", "also fine")]
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(batch_line(f"s{i}", "/v1/score", b) + "\n" for i, b in enumerate(bodies)))
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]) == 0
+    assert "3 requests: 2 answered 200, 1 answered 500" in capsys.readouterr().err
+    answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
+    assert answers["s1"]["status_code"] == 500
+    assert answers["s1"]["body"]["error"]["message"] == "internal server error: RuntimeError"
+
+
+def test_a_body_is_posted_as_python_reads_it_nan_and_all(zoo, tmp_path, capsys):
+    # Python's json reads NaN and 1e400 (inf), and serve answers such a body with a 400; httpx's
+    # own encoder refuses them, which ended the run with a traceback (and an abort at exit)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    nan = '{"custom_id": "nan", "method": "POST", "url": "/v1/completions", "body": {"model": "%s", '
+    given.write_text(
+        (nan % MODEL) + '"prompt": "x", "temperature": NaN}}\n'
+        + (nan % MODEL).replace('"nan"', '"inf"') + '"prompt": "x", "top_p": 1e400}}\n'
+    )
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    assert "2 requests: 2 answered 400" in capsys.readouterr().err
+    answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
+    assert answers["nan"]["body"]["error"]["message"] == "temperature: must be a finite number, got NaN"
+    assert answers["inf"]["body"]["error"]["message"] == "top_p: must be a finite number, got Infinity"
+
+
+def test_a_stream_that_is_not_true_is_answered_as_serve_answers_it(zoo, tmp_path, capsys):
+    # only stream: true streams; serve answers "false" or an object with a 400 naming stream,
+    # which the batch used to refuse as a streamed line, running nothing
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    bodies = [{"model": MODEL, "prompt": "x", "stream": s} for s in ("false", {"on": True})]
+    given.write_text("".join(batch_line(f"c{i}", "/v1/completions", b) + "\n" for i, b in enumerate(bodies)))
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    for row in map(json.loads, out.read_text().splitlines()):
+        assert row["response"]["status_code"] == 400
+        assert row["response"]["body"]["error"]["param"] == "stream"
+
+
+def test_bodies_of_many_requests_wait_for_room_in_the_queue(zoo, tmp_path, capsys):
+    # --max-pending counts engine requests (a scoring body's candidates, a completion's n); the
+    # batch posted that many bodies at once, so most were answered 429 queue_full
+    candidates = [" yes", " no", " maybe"]
+    bodies = [{"model": MODEL, "context": f"Q: {i}?\nA:", "candidates": candidates} for i in range(6)]
+    lines = [batch_line(f"s{i}", "/v1/score", b) for i, b in enumerate(bodies)]
+    twice = {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "n": 2, "temperature": 0}
+    lines += [batch_line(f"c{i}", "/v1/completions", twice) for i in range(3)]
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("\n".join(lines) + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "4", *FLAGS]) == 0
+    assert "9 requests: 9 answered 200" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 9
+
+
+class _FullDisk(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_run_that_fails_stops_the_engine_loop(zoo):
+    # the error went through the app's lifespan without its shutdown: the engine thread went on
+    # running rounds as the interpreter ended (an abort at exit, status 134)
+    from radixflow.generation.setup import load_model
+    from radixflow.options import EngineOptions
+    from radixflow.server.app import create_app
+    from radixflow.server.batch import read_batch, run_batch
+    from radixflow.server.config import ServerConfig
+    from radixflow.server.serve import server_state
+
+    model = load_model(EngineOptions.from_mapping({"kv_blocks": 256, "state_slots": 64}, model=MODEL))
+    state = server_state(model, ServerConfig())
+    lines = read_batch("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
+    with pytest.raises(OSError, match="No space left"):
+        asyncio.run(run_batch(create_app(state), lines, _FullDisk(), concurrency=3))
+    assert state.loop.join(timeout=0) and state.loop.engine.requests == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line(zoo, tmp_path, capsys):
+    given = tmp_path / "in.jsonl"
+    given.write_text(completion("a", "x") + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", "/dev/full", *FLAGS]) == 2
+    assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err

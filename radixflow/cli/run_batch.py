@@ -9,7 +9,7 @@ import asyncio
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
@@ -22,6 +22,11 @@ from radixflow.options.machine import cpu_count
 from radixflow.options.spec import checked
 from radixflow.progress import LoggedProgress, RequestBar
 from radixflow.server.config import ServerConfig
+
+if TYPE_CHECKING:  # fastapi and the app are imported when the command runs (the serve extra checked first)
+    from fastapi import FastAPI
+
+    from radixflow.server.batch import BatchLine
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,12 +82,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
 
 
-def _run(app: object, lines: list, out: IO[str], concurrency: int) -> int:
+def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -> int:
     from radixflow.server.batch import run_batch
 
     with LoggedProgress(console=Console(stderr=True)) as progress:
         bar = RequestBar(progress, "requests")
-        tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))  # type: ignore[arg-type]
+        tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
     counts = ", ".join(f"{n} answered {status}" for status, n in sorted(tally.by_status.items()))
     print(f"radixflow: {len(lines)} requests: {counts}", file=sys.stderr)
     return 0

@@ -9,7 +9,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,6 +24,7 @@ from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
 
 if TYPE_CHECKING:  # the generation package is imported when a command runs (torch extra checked first)
+    from radixflow.generation import LLM
     from radixflow.generation.scoring import CandidateScore
 
 ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per token
@@ -110,7 +111,7 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
     return None, candidates
 
 
-def _run_file(args: argparse.Namespace, llm: Any, jobs: list[ScoreJob], bar: RequestBar) -> int:
+def _run_file(args: argparse.Namespace, llm: LLM, jobs: list[ScoreJob], bar: RequestBar) -> int:
     """Every job of ``--input``, a JSON line each to ``--output`` (or stdout) as it ends."""
     if args.output is None:
         run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)

@@ -57,7 +57,7 @@ def _case(rows: int, heads: int, groups: int, p: int, n: int, taps: int, bias: b
         (32, 4, 2, 16, 32, 4, False),
         (5, 6, 3, 5, 7, 3, True),
         (2, 2, 1, 3, 9, 2, False),
-        (5, 2, 1, 16000, 8, 4, True),  # conv_dim 32016: its rows run in blocks of 2, 2 and 1
+        (5, 2, 1, 16000, 8, 4, True),  # a wide conv (conv_dim 32016) beside narrow states
     ],
 )
 def test_the_fused_decode_matches_the_eager_chain(native, rows, heads, groups, p, n, taps, bias) -> None:

@@ -682,32 +682,23 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
                      const float *dt_bias, const float *a_log, const float *d, float dt_min,
                      float dt_max, float *h, float *y) {
     const int64_t inner = heads * p, conv_dim = inner + 2 * groups * n, per_group = heads / groups;
-    /* The conv and silu of a block of rows run first, as one stream over their windows, into a
-     * scratch that stays in L2 (64 Ki floats) while the block's states step: run row by row,
-     * each row's window came from memory between two state streams, ~0.3 ms a round slower at
-     * 32 rows of nemotron_h-small. The arithmetic is the same either way. */
-    int64_t block = ((int64_t)1 << 16) / conv_dim;
-    block = block < 1 ? 1 : (block > rows ? rows : block);
-    float *mixed = malloc(sizeof(float) * (size_t)(conv_dim * (block > 0 ? block : 1)));
+    float *mixed = malloc(sizeof(float) * (size_t)conv_dim);
     if (mixed == NULL) return 1;
-    for (int64_t r0 = 0; r0 < rows; r0 += block) {
-        const int64_t nb = rows - r0 < block ? rows - r0 : block;
-        rf_conv_step(nb, conv_dim, taps, xbc + r0 * xbc_stride, xbc_stride,
-                     window + r0 * conv_dim * (taps - 1), conv_w, conv_b, mixed);
-        silu_into(nb * conv_dim, mixed, mixed);
-        for (int64_t r = r0; r < r0 + nb; r++) {
-            const float *xs = mixed + (r - r0) * conv_dim, *bs = xs + inner, *cs = bs + groups * n;
-            for (int64_t hd = 0; hd < heads; hd++) {
-                float step = softplus(dt[r * dt_stride + hd] + dt_bias[hd]);
-                step = step < dt_min ? dt_min : (step > dt_max ? dt_max : step); /* NaN stays NaN */
-                const float a = -expf(a_log[hd]), decay = expf(step * a);
-                const float *bb = bs + (hd / per_group) * n, *cc = cs + (hd / per_group) * n;
-                const float *xh = xs + hd * p;
-                float *hh = h + (r * heads + hd) * p * n, *yh = y + r * inner + hd * p;
-                const int last = r + 1 == rows && hd + 1 == heads;
-                ssd_head(p, n, hh, decay, step, xh, bb, cc, yh, last ? NULL : hh + p * n);
-                for (int64_t i = 0; i < p; i++) yh[i] = yh[i] + d[hd] * xh[i];
-            }
+    for (int64_t r = 0; r < rows; r++) {
+        rf_conv_step(1, conv_dim, taps, xbc + r * xbc_stride, xbc_stride,
+                     window + r * conv_dim * (taps - 1), conv_w, conv_b, mixed);
+        silu_into(conv_dim, mixed, mixed);
+        const float *xs = mixed, *bs = mixed + inner, *cs = bs + groups * n;
+        for (int64_t hd = 0; hd < heads; hd++) {
+            float step = softplus(dt[r * dt_stride + hd] + dt_bias[hd]);
+            step = step < dt_min ? dt_min : (step > dt_max ? dt_max : step); /* NaN stays NaN */
+            const float a = -expf(a_log[hd]), decay = expf(step * a);
+            const float *bb = bs + (hd / per_group) * n, *cc = cs + (hd / per_group) * n;
+            const float *xh = xs + hd * p;
+            float *hh = h + (r * heads + hd) * p * n, *yh = y + r * inner + hd * p;
+            const int last = r + 1 == rows && hd + 1 == heads;
+            ssd_head(p, n, hh, decay, step, xh, bb, cc, yh, last ? NULL : hh + p * n);
+            for (int64_t i = 0; i < p; i++) yh[i] = yh[i] + d[hd] * xh[i];
         }
     }
     free(mixed);

@@ -180,9 +180,9 @@ def gguf_tokenizer(reader: Any) -> Any:
     kind = _field(reader, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise GGUFError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
-    tokens: list[str] = _field(reader, "tokenizer.ggml.tokens")
+    tokens: list[str] = _required(reader, "tokenizer.ggml.tokens")
     types: list[int] = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
-    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
+    merges = [tuple(m.split(" ", 1)) for m in _required(reader, "tokenizer.ggml.merges")]
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     pre = _field(reader, "tokenizer.ggml.pre", "default")
@@ -235,4 +235,7 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise GGUFError(f"{path}: tensor mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    return model.eval(), gguf_tokenizer(reader)
+    try:
+        return model.eval(), gguf_tokenizer(reader)
+    except GGUFError as e:
+        raise GGUFError(f"{path}: {e}") from None

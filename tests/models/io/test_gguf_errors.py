@@ -10,7 +10,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
 
-from radixflow.models.io.gguf import GGUFError, load_gguf  # noqa: E402
+from radixflow.models.io.gguf import GGUFError, gguf_tokenizer, load_gguf, open_gguf  # noqa: E402
 
 
 def write_tiny(path: Path) -> None:
@@ -73,3 +73,16 @@ def test_metadata_a_model_cannot_be_built_from_is_one_error_naming_the_file(
     write_llama(path, **fields)
     with pytest.raises(GGUFError, match=rf"^{re.escape(str(path))}: .*{re.escape(message)}"):
         load_gguf(path)
+
+
+def test_a_tokenizer_without_its_token_list_is_one_error_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "no_tokens.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_string("tokenizer.ggml.model", "gpt2")
+    writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(GGUFError, match=re.escape("has no tokenizer.ggml.tokens")):
+        gguf_tokenizer(open_gguf(path))

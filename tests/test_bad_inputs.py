@@ -180,8 +180,17 @@ def test_bench_runs_what_it_accepts(capsys):
         assert code in (0, 1) and "Traceback" not in err, (extra, err)
 
 
-# --------------------------------------------- generate, serve, calibrate: flags -> options
-@pytest.mark.parametrize("command", ["generate", "serve", "calibrate"])
+# --------------------------------------------- generate, score, serve, run-batch, calibrate: flags -> options
+# the least each command parses with (its model and required inputs)
+BASE_ARGS = {
+    "generate": ["m", "--prompt", "x"],
+    "score": ["m", "--context", "x", "--candidate", "y"],
+    "serve": ["m"],
+    "run-batch": ["m", "-i", "f.jsonl"],
+    "calibrate": ["--model", "m"],
+}
+
+@pytest.mark.parametrize("command", ["generate", "score", "serve", "run-batch", "calibrate"])
 @SETTINGS
 @given(data=st.data())
 def test_engine_flags_of_every_command_refuse_in_one_line_or_keep_the_value(command, data):
@@ -189,7 +198,7 @@ def test_engine_flags_of_every_command_refuse_in_one_line_or_keep_the_value(comm
     flags = {k: a for k, a in _flags(command).items() if a.dest in engine}
     option = data.draw(st.sampled_from(sorted(flags)))
     text, missing = data.draw(BAD_TEXT), data.draw(st.booleans())
-    base = {"generate": ["m", "--prompt", "x"], "serve": ["m"], "calibrate": ["--model", "m"]}[command]
+    base = BASE_ARGS[command]
     argv = [command, *base, option] + ([] if missing else [text])
     dest = flags[option].dest
     try:

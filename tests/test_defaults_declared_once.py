@@ -149,11 +149,17 @@ def test_the_engine_has_no_defaults_of_its_own():
         assert params[name].default is inspect.Parameter.empty
 
 
-@pytest.mark.parametrize("command", ["bench", "generate", "serve"])
+@pytest.mark.parametrize("command", ["bench", "generate", "score", "serve", "run-batch"])
 def test_every_door_reads_the_one_declaration(command):
     """The flags of each command (nothing given), a TOML cell's options and `LLM(...)` all give
     the declared defaults; `EngineOptions` gives the scheduler's budgets."""
-    base = {"bench": [], "generate": ["m", "--prompt", "x"], "serve": ["m"]}[command]
+    base = {
+        "bench": [],
+        "generate": ["m", "--prompt", "x"],
+        "score": ["m", "--context", "x", "--candidate", "y"],
+        "serve": ["m"],
+        "run-batch": ["m", "-i", "f.jsonl"],
+    }[command]
     args = build_parser().parse_args([command, *base])
     assert from_args(args).replace(model=None) == EngineOptions()
     scheduler = SchedulerConfig()
@@ -163,6 +169,11 @@ def test_every_door_reads_the_one_declaration(command):
         from radixflow.cli.serve import server_settings
 
         assert server_settings(args) == (Listen(), ServerConfig())
+    if command == "run-batch":  # the server's limits, declared once with serve's
+        from radixflow.options.flags import given_values
+        from radixflow.options.spec import checked
+
+        assert checked(ServerConfig, given_values(args, ServerConfig)) == ServerConfig()
 
 
 def test_the_other_doors_take_no_defaults_of_their_own():

@@ -114,13 +114,14 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
 def _run_file(args: argparse.Namespace, llm: LLM, jobs: list[ScoreJob], bar: RequestBar) -> int:
     """Every job of ``--input``, a JSON line each to ``--output`` (or stdout) as it ends."""
     if args.output is None:
-        run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)
-        return 0
-    try:
-        with args.output.open("w", encoding="utf-8") as out:
-            run_jobs(jobs, llm.score_many, out, bar.hear)
-    except OSError as e:  # a disk that fills mid-run: one line, as bench says it
-        raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
+        tally = run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)
+    else:
+        try:
+            with args.output.open("w", encoding="utf-8") as out:
+                tally = run_jobs(jobs, llm.score_many, out, bar.hear)
+        except OSError as e:  # a disk that fills mid-run: one line, as bench says it
+            raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
+    print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 0
 
 

@@ -88,16 +88,40 @@ def chunks(jobs: list[ScoreJob], size: int = CONTEXTS_PER_CALL) -> Iterator[list
         yield jobs[start : start + size]
 
 
+@dataclass
+class ScoreTally:
+    """What a run scored: contexts, candidates, and the candidates' prompt tokens in all and
+    from the cache (a context is computed once; its later candidates find it there)."""
+
+    contexts: int = 0
+    candidates: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, scores: list[CandidateScore]) -> None:
+        self.contexts += 1
+        self.candidates += len(scores)
+        self.prompt_tokens += sum(s.prompt_tokens for s in scores)
+        self.cached_tokens += sum(s.cached_tokens for s in scores)
+
+    def line(self) -> str:
+        share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return (
+            f"{self.contexts} contexts, {self.candidates} candidates scored; "
+            f"{self.cached_tokens} of {self.prompt_tokens} prompt tokens from the cache ({share:.0%})"
+        )
+
+
 def run_jobs(
     jobs: list[ScoreJob],
     score_many: Callable[..., list[list[CandidateScore]]],
     out: IO[str],
     progress: Callable[[int, int], None],
-) -> None:
+) -> ScoreTally:
     """Score ``jobs`` chunk by chunk with ``score_many`` (`LLM.score_many`), writing a line per
     job to ``out`` as each chunk ends; ``progress`` hears (candidates scored, candidates).
     ValueError from a chunk is re-raised naming the job's input line."""
-    total, done = sum(len(j.candidates) for j in jobs), 0
+    total, done, tally = sum(len(j.candidates) for j in jobs), 0, ScoreTally()
     for chunk in chunks(jobs):
         try:
             results = score_many(
@@ -109,8 +133,10 @@ def run_jobs(
             raise ValueError(_on_line(str(e), chunk)) from None
         for job, scores in zip(chunk, results, strict=True):
             out.write(json.dumps(score_rows(job, scores)) + "\n")
+            tally.add(scores)
         out.flush()
         done += sum(len(j.candidates) for j in chunk)
+    return tally
 
 
 def _on_line(message: str, chunk: list[ScoreJob]) -> str:

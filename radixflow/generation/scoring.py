@@ -30,7 +30,8 @@ class CandidateScore:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     ranks: tuple[int, ...]
-    cached_tokens: int
+    cached_tokens: int  # of the prompt (context and candidate), found in the cache
+    prompt_tokens: int = 0  # the prompt's length: context and candidate
 
     @property
     def total(self) -> float:
@@ -82,5 +83,5 @@ def candidate_scores(context_len: int, outputs: Sequence[GenerationOutput]) -> l
         logprobs = tuple(e.logprob for e in part)
         ranks = tuple(e.rank or 0 for e in part)  # 0: not ranked (a runner that ranks nothing)
         ids = out.prompt_token_ids[context_len:]
-        scores.append(CandidateScore(i, ids, logprobs, ranks, out.cached_tokens))
+        scores.append(CandidateScore(i, ids, logprobs, ranks, out.cached_tokens, len(out.prompt_token_ids)))
     return scores

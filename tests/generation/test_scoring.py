@@ -197,6 +197,14 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
     assert main(["score", MODEL, "--input", str(given), "--output", str(out), *flags]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["line"]) for r in rows] == [("q1", 1), (None, 3), (3, 4)]
+    context_ids = lines[1]["context"]
+    assert [s["prompt_tokens"] for s in rows[1]["scores"]] == [
+        len(context_ids) + len(s["token_ids"]) for s in rows[1]["scores"]
+    ]
+    scored = [s for r in rows for s in r["scores"]]
+    cached, prompt = sum(s["cached_tokens"] for s in scored), sum(s["prompt_tokens"] for s in scored)
+    assert 0 < cached < prompt  # each context computed once, its second candidate finds it
+    assert f"3 contexts, 5 candidates scored; {cached} of {prompt} prompt tokens" in capsys.readouterr().err
     want = llm.score_many([x["context"] for x in lines], [x["candidates"] for x in lines])
     for row, line, scores in zip(rows, lines, want, strict=True):
         assert [s["candidate"] for s in row["scores"]] == line["candidates"]

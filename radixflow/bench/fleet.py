@@ -78,7 +78,8 @@ def run_fleet(
         t_arrival = arrivals[0].arrival_s if arrivals else math.inf
         step_at, replica = _next_step(fleet)
         if deaths and deaths[0].at_s <= min(step_at, t_arrival):
-            _kill(run, fleet[deaths.popleft().replica], router, latest)
+            death = deaths.popleft()
+            _kill(run, fleet[death.replica], router, latest, death.at_s)
         elif replica is not None and step_at < t_arrival:
             replica.engine.step()
             replica.steps += 1
@@ -114,15 +115,21 @@ def _route(run: FleetRun, req: Request, router: Router, now: float) -> None:
     target.engine.submit(req)
 
 
-def _kill(run: FleetRun, dead: SimReplica, router: Router, latest: dict[str, Request]) -> None:
-    """``dead`` stops: what it finished stays answered; the rest is retried elsewhere (or fails)."""
+def _kill(run: FleetRun, dead: SimReplica, router: Router, latest: dict[str, Request], at: float) -> None:
+    """``dead`` stops at ``at``: what it finished by then stays answered; the rest is retried
+    elsewhere from then on (or fails)."""
     dead.alive = False
     router.forget(dead.name)
-    now = dead.engine.now
+    # a round cannot be cut short: the one running at ``at`` has moved the dead engine past its
+    # death, and what it finished came too late to be answered. Idle survivors' clocks catch up
+    # with the death, so no retry runs before it.
+    for replica in run.replicas:
+        if replica.alive:
+            replica.engine.now = max(replica.engine.now, at)
     for old in dead.engine.requests:
-        if old.status.done:
+        if old.status.done and (old.finish_s is None or old.finish_s <= at):
             continue
         retry = Request(old.id, old.prompt, old.namespace, old.arrival_s, sampling=old.sampling)
         latest[old.id] = retry
         run.retried += 1
-        _route(run, retry, router, now)
+        _route(run, retry, router, at)

@@ -134,7 +134,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
     require_serve_extra()
     require_cluster_extra()
-    from radixflow.cluster.launch import FleetSpec, deploy, fleet_server, ray_serve
+    from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve
 
     listen, config = server_settings(args)
     warn_ineffective_options(args, options)
@@ -143,16 +143,19 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
     port = bound_port(sock)
-    with ray_serve(spec):
-        handle = deploy(options, spec, config)
-        server = fleet_server(handle, config, listen.host, port, listen.log_level)
-        print(
-            f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
-            f"({spec.replicas} replicas on Ray Serve, router {spec.router}, "
-            f"{options.torch_threads} torch threads each)",
-            file=sys.stderr,
-        )
-        server.run(sockets=[sock])
+    try:
+        with ray_serve(spec):
+            handle = deploy(options, spec, config)
+            server = fleet_server(handle, config, listen.host, port, listen.log_level)
+            print(
+                f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
+                f"({spec.replicas} replicas on Ray Serve, router {spec.router}, "
+                f"{options.torch_threads} torch threads each)",
+                file=sys.stderr,
+            )
+            server.run(sockets=[sock])
+    except RayStartError as e:  # a bad --ray-address: one line, as every flag's error
+        raise UsageError(str(e)) from None
     return 0
 
 

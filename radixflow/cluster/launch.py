@@ -36,6 +36,10 @@ ROUTER_CLASS = "radixflow.cluster.ray_router:FleetRequestRouter"
 STATS_PERIOD_S = 0.25  # how often Serve asks each replica for its queue and checkpoint digest
 
 
+class RayStartError(RuntimeError):
+    """Ray refused to start or to join ``--ray-address`` (the message names the flag)."""
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     replicas: int
@@ -54,9 +58,17 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
     env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}}
     local = spec.ray_address is None
     cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
-    ray.init(
-        address=spec.ray_address, num_cpus=cpus, runtime_env=env, include_dashboard=False, log_to_driver=False
-    )
+    try:
+        ray.init(
+            address=spec.ray_address,
+            num_cpus=cpus,
+            runtime_env=env,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    except (ValueError, ConnectionError) as e:  # a malformed or unreachable address: the user's
+        where = "--replicas" if local else f"--ray-address {spec.ray_address}"
+        raise RayStartError(f"{where}: Ray did not start: {e}") from None
     try:
         serve.start(proxy_location="Disabled")
         yield

@@ -142,17 +142,21 @@ class RemoteLoop:
             self._done(flight)
 
     async def _relay(self, job: Job, flight: _Flight) -> None:
+        first_token = False  # its time to first token is counted
         for attempt in range(self.retries + 1):
             sent = False
             try:
                 async for wire in self.open_stream(job):
                     event = decode(wire, job.prompt, flight.index, self.tokenizer)
                     if isinstance(event, Final):
+                        if not first_token:  # not streamed: the first token came with the answer
+                            self._first_token_before(flight, event, wire.decode_s)
                         self._count(wire.replica, event)
                         self._answer(flight, event)
                         return
-                    if not sent and isinstance(event, Delta) and event.delta.token_ids:
+                    if not first_token and isinstance(event, Delta) and event.delta.token_ids:
                         self.metrics.on_first_token(time.monotonic() - flight.arrival)
+                        first_token = True
                     sent = True
                     flight.sink(event)
                 raise RuntimeError("the replica closed the stream without an answer")
@@ -165,6 +169,13 @@ class RemoteLoop:
                     return
                 self.retried += 1
                 log.warning("%s; retrying on another replica", why)
+
+    def _first_token_before(self, flight: _Flight, final: Final, decode_s: float | None) -> None:
+        """Count the time to first token of a prompt whose first token the replica made
+        ``decode_s`` before this answer (as one engine counts every prompt's)."""
+        if final.output is None or not final.output.token_ids or decode_s is None:
+            return
+        self.metrics.on_first_token(max(time.monotonic() - flight.arrival - decode_s, 0.0))
 
     def _count(self, replica: str, final: Final) -> None:
         if final.output is None:

@@ -48,6 +48,13 @@ def replica_name() -> str:
         return "local"
 
 
+def decode_seconds(req: Request) -> float | None:
+    """Seconds (engine clock) from ``req``'s first token to its end; None without a token. Pure."""
+    if req.first_token_s is None or req.finish_s is None:
+        return None
+    return req.finish_s - req.first_token_s
+
+
 class EngineReplica:
     def __init__(self, options: EngineOptions, max_pending: int, drain_s: float) -> None:
         """``max_pending`` and ``drain_s``: the fleet's `ServerConfig` (declared there, not here)."""
@@ -90,7 +97,7 @@ class EngineReplica:
             while not done:
                 event = await queue.get()
                 done = isinstance(event, Final)
-                yield encode(event, self.name)
+                yield encode(event, self.name, decode_seconds(req) if done else None)
         finally:
             if not done:
                 self.loop.abort([job.id])

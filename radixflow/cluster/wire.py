@@ -34,17 +34,21 @@ class WireEvent:
     event: Event  # with its prompt logprobs taken out
     scored: PromptLogprobs | None = None  # ... and carried here as columns
     replica: str = ""  # which replica answered (on the Final)
+    # on the Final: seconds from the replica's first token to its answer. A non-streamed prompt
+    # sends the ingress nothing before its answer, so this is how it learns the time to first token
+    decode_s: float | None = None
 
 
-def encode(event: Event, replica: str = "") -> WireEvent:
+def encode(event: Event, replica: str = "", decode_s: float | None = None) -> WireEvent:
     """``event`` without objects that hold a tokenizer. Pure."""
     if isinstance(event, Delta) and event.delta.prompt_logprobs is not None:
         scored = event.delta.prompt_logprobs.scored
         return WireEvent(Delta(event.index, replace(event.delta, prompt_logprobs=None)), scored, replica)
     if isinstance(event, Final) and event.output is not None and event.output.prompt_logprobs is not None:
         scored = event.output.prompt_logprobs.scored
-        return WireEvent(replace(event, output=replace(event.output, prompt_logprobs=None)), scored, replica)
-    return WireEvent(event, None, replica)
+        output = replace(event.output, prompt_logprobs=None)
+        return WireEvent(replace(event, output=output), scored, replica, decode_s)
+    return WireEvent(event, None, replica, decode_s)
 
 
 def decode(wire: WireEvent, prompt: tuple[int, ...], index: int, tokenizer: TextTokenizer | None) -> Event:

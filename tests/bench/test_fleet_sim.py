@@ -97,3 +97,40 @@ def test_imbalance_measures_how_long_a_queue_stays_hot():
     assert figures["imbalance_mean"] == pytest.approx((1 + 2.5 + 1) / 3)
     calm = imbalance([QueueSample(0.0, (2, 0, 0))], 1.0)  # 2 > 2 x mean, but by under 2 requests
     assert calm["longest_hot_s"] == 0.0
+
+
+def test_a_replica_answers_nothing_after_it_died(setup):
+    # a kill landing inside one of the replica's rounds let that round finish: the dead replica
+    # answered requests after its death, and their retries were routed only when it ended
+    whole = fleet(setup, "checkpoint")
+    rounds = whole.replicas[0].engine.rounds
+    ends = {r.finish_s for r in whole.replicas[0].engine.requests}
+    crossing = next(rd for rd in rounds if rd.start_s + rd.duration_s in ends and rd.duration_s > 0)
+    at = crossing.start_s + crossing.duration_s / 2  # mid-round: the round's answers come too late
+    run = fleet(setup, "checkpoint", kills=[ReplicaKill(0, at)])
+    kept = {id(r) for r in run.requests}
+    dead = run.replicas[0].engine.requests
+    assert all(r.finish_s <= at for r in dead if id(r) in kept)  # kept: answered before it died
+    assert all(r.status is RequestStatus.FINISHED for r in run.requests)
+    retried = {r.id for r in dead if id(r) not in kept}
+    assert retried and run.retried == len(retried)
+    # the retries are routed at the death and run on the survivors from then on
+    assert all(s.t >= prev.t for prev, s in zip(run.samples, run.samples[1:], strict=False))
+    survivors = [rd for rep in run.replicas[1:] for rd in rep.engine.rounds]
+    assert all(rd.start_s >= at for rd in survivors if any(c[0] in retried for c in rd.chunks))
+
+
+def test_an_idle_survivor_runs_retries_only_after_the_death(setup):
+    # the survivor had nothing to do, its clock still at 0: the retries (which keep their first
+    # arrival for latency) ran on it before the replica they were retried from had died
+    built, requests = setup
+    one_context = [r for r in requests if r.id.startswith("g0")][:4]  # too few to overload one
+    whole = fleet((built, one_context), "checkpoint", replicas=2)
+    busy = next(i for i, rep in enumerate(whole.replicas) if rep.routed)
+    assert not whole.replicas[1 - busy].routed  # the siblings followed the first: one idle replica
+    last = whole.replicas[busy].engine.rounds[-1]
+    at = last.start_s + last.duration_s / 2
+    run = fleet((built, one_context), "checkpoint", replicas=2, kills=[ReplicaKill(busy, at)])
+    assert run.retried and all(r.status is RequestStatus.FINISHED for r in run.requests)
+    assert all(rd.start_s >= at for rd in run.replicas[1 - busy].engine.rounds)
+    assert all(r.finish_s > at for r in run.replicas[1 - busy].engine.requests)

@@ -231,6 +231,14 @@ def test_bad_fleet_flags_are_refused(capsys, argv, needle):
     assert needle in one_line_error(capsys, ["serve", "qwen3_5-tiny", *argv])
 
 
+def test_a_ray_address_ray_refuses_is_one_line(capsys):
+    # ray.init's ValueError reached the user as a traceback (experiment --ray-address: one line)
+    pytest.importorskip("ray.serve")
+    argv = ["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0", "--ray-address", "x"]
+    err = one_line_error(capsys, argv)
+    assert err.startswith("radixflow: error: --ray-address x: ") and "Invalid address" in err
+
+
 IN_USE = "is already in use on 127.0.0.1 (is another server running?)"
 
 

@@ -172,3 +172,18 @@ def test_queue_full_past_max_pending():
         await asyncio.sleep(0.01)
 
     asyncio.run(main())
+
+
+def test_a_prompt_not_streamed_still_has_its_time_to_first_token_counted():
+    # the ingress took a first token only from a streamed delta: /metrics counted no time to
+    # first token for any non-streamed prompt (one engine counts every prompt's)
+    metrics = ServerMetrics()
+    answer = WireEvent(Final(0, output()), None, "replica-a", decode_s=3600.0)
+    open_stream, _ = stream_of([answer], [DELTA, answer])
+    loop = RemoteLoop(open_stream, None, metrics, 8)
+    asyncio.run(serve(loop))
+    ttft = metrics.registry.get_sample_value
+    assert ttft("radixflow_time_to_first_token_seconds_count") == 1
+    assert ttft("radixflow_time_to_first_token_seconds_sum") == 0.0  # its answer came decode_s after it
+    asyncio.run(serve(loop))  # streamed: counted at its first delta, once
+    assert ttft("radixflow_time_to_first_token_seconds_count") == 2

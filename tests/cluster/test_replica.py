@@ -1,0 +1,34 @@
+"""`EngineReplica` driven directly (no Ray): a tiny model, one job at a time."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("prometheus_client")
+
+from radixflow.cluster.replica import EngineReplica
+from radixflow.cluster.wire import Job
+from radixflow.generation.params import SamplingParams
+from radixflow.options import EngineOptions
+from radixflow.server.loop import Final
+
+
+def test_the_answer_says_how_long_after_the_first_token_it_came():
+    # the ingress of a fleet sees no first token of a non-streamed prompt: it takes the time to
+    # first token from the answer's arrival less this
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 5.0)
+    try:
+        job = Job("j", tuple(range(10, 40)), "default", SamplingParams(max_tokens=6, ignore_eos=True), False)
+
+        async def answer():
+            return [wire async for wire in replica.generate(job)]
+
+        wires = asyncio.run(answer())
+    finally:
+        replica.drain()
+    final = wires[-1]
+    assert isinstance(final.event, Final) and len(final.event.output.token_ids) == 6
+    assert final.decode_s is not None and final.decode_s > 0  # five more rounds after the first token

@@ -16,7 +16,7 @@ from radixflow.options import EngineOptions
 from radixflow.server.loop import Final
 
 
-def test_the_answer_says_how_long_after_the_first_token_it_came():
+def test_the_answer_says_how_long_after_the_first_token_it_came(zoo):
     # the ingress of a fleet sees no first token of a non-streamed prompt: it takes the time to
     # first token from the answer's arrival less this
     replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 5.0)

@@ -206,3 +206,19 @@ def test_a_command_that_fails_the_loop_leaves_no_request_unanswered(make_loop, t
     assert [(f.status, f.error) for f in finals(first, 2)] == [(500, failed)] * 2
     assert [(f.status, f.error) for f in finals(second, 1)] == [(503, failed)]
     assert loop.join(10) and not loop.accepting
+
+
+def test_requests_failed_with_the_engine_are_counted_as_failed(make_loop, tokenizer):
+    """Requests answered because the engine loop failed count as failed in
+    `radixflow_requests_total`, not as the status they had when it failed (waiting, running)."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+
+    def broken_step():
+        raise RuntimeError("invariant violated")
+
+    loop.engine.step = broken_step  # type: ignore[method-assign]
+    finals(submit(loop, tokenizer, 2), 2)
+    loop.join(10)
+    samples = [s for m in loop.metrics.registry.collect() for s in m.samples]
+    outcomes = {s.labels["outcome"]: s.value for s in samples if s.name == "radixflow_requests_total"}
+    assert outcomes == {"failed": 2}

@@ -194,21 +194,31 @@ class EngineLoop:
                     break
             commands = list(self._commands)
             self._commands.clear()
-        for command in commands:
-            command()
+        for i, command in enumerate(commands):
+            try:
+                command()
+            except BaseException:
+                # the loop fails; the commands after this one are not dropped: `_run` runs them
+                # once it has failed (their admissions are answered with the failure)
+                with self._cond:
+                    self._commands.extendleft(reversed(commands[i + 1 :]))
+                raise
         return True
 
     def _wait_s(self) -> float | None:
         return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
 
     def _admit(self, entries: list[_Entry]) -> None:
-        for entry in entries:
-            if self.failure is not None:
+        if self.failure is not None:
+            for entry in entries:
                 self._answer(entry, Final(entry.index, None, 503, self.failure))
-                continue
+            self._publish_queues()
+            return
+        for entry in entries:  # all active first: should a submit raise, the failure answers each
             req = entry.tracker.request
             req.arrival_s = self.engine.now  # the engine clock: arrived now, admitted next round
             self._active[req.id] = entry
+        for entry in entries:
             # handlers check requests first: a refusal here is a safety net (a 400 answer)
             self._forward(self._processor.submit(entry.tracker, entry.stream))
         self._publish_queues()

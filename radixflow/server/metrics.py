@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from radixflow.engine.engine import RoundRecord
-from radixflow.scheduler.request import Request
+from radixflow.scheduler.request import Request, RequestStatus
 
 _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -154,9 +154,11 @@ class ServerMetrics:
         self.ttft.observe(seconds)
 
     def on_done(self, request: Request, seconds: float) -> None:
-        """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time."""
-        self.requests.labels(request.status.value).inc()
-        if request.status.value != "finished":
+        """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time.
+        One the engine never ended (still waiting or running) failed with the engine loop itself."""
+        outcome = request.status if request.status.done else RequestStatus.FAILED
+        self.requests.labels(outcome.value).inc()
+        if outcome is not RequestStatus.FINISHED:
             return
         self.latency.observe(seconds)
         self.prompt_tokens.inc(len(request.prompt))

@@ -182,3 +182,43 @@ def test_the_trace_is_flushed_while_serving_and_written_at_shutdown(tokenizer, t
         loop.join(10)
     events = json.loads(path.read_text())["traceEvents"]
     assert sum(e["name"] == "finished" for e in events) == 3 > sum(e["name"] == "finished" for e in served)
+
+
+def test_a_command_that_fails_the_loop_leaves_no_request_unanswered(make_loop, tokenizer):
+    """A failure inside a command (here an admission) fails the engine loop like one inside a
+    round: every prompt of the failing submission and every submission queued beside it is still
+    answered, none waits forever."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    inside, gate = threading.Event(), threading.Event()
+    held = threading.Thread(target=loop.call, args=(lambda e: (inside.set(), gate.wait(30)),))
+    held.start()
+    assert inside.wait(30)  # the engine thread is in a command: the next ones are applied together
+
+    def broken_submit(request):
+        raise RuntimeError("invariant violated")
+
+    loop.engine.submit = broken_submit  # type: ignore[method-assign]
+    first = submit(loop, tokenizer, 2)  # its first prompt's admission raises
+    second = submit(loop, tokenizer, 1)  # queued in the same batch of commands, after it
+    gate.set()
+    held.join(30)
+    failed = "the engine failed: RuntimeError: invariant violated"
+    assert [(f.status, f.error) for f in finals(first, 2)] == [(500, failed)] * 2
+    assert [(f.status, f.error) for f in finals(second, 1)] == [(503, failed)]
+    assert loop.join(10) and not loop.accepting
+
+
+def test_requests_failed_with_the_engine_are_counted_as_failed(make_loop, tokenizer):
+    """Requests answered because the engine loop failed count as failed in
+    `radixflow_requests_total`, not as the status they had when it failed (waiting, running)."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+
+    def broken_step():
+        raise RuntimeError("invariant violated")
+
+    loop.engine.step = broken_step  # type: ignore[method-assign]
+    finals(submit(loop, tokenizer, 2), 2)
+    loop.join(10)
+    samples = [s for m in loop.metrics.registry.collect() for s in m.samples]
+    outcomes = {s.labels["outcome"]: s.value for s in samples if s.name == "radixflow_requests_total"}
+    assert outcomes == {"failed": 2}

@@ -25,9 +25,10 @@ class Server(uvicorn.Server):
 
     Ctrl-C (or SIGTERM): stop accepting and drain. The engine loop gives accepted requests
     ``drain_s`` to finish, then fails the rest with a 503, while their connections are still open
-    to carry that answer. The listening socket stays open while it drains: a request arriving
-    meanwhile, on a new connection or a kept-alive one, is answered with a 503 in OpenAI's shape
-    (and ``/health`` says ``draining``), not refused at the TCP level; it closes once the engine
+    to carry that answer. The listening socket stays open while it drains: a request for the
+    engine arriving meanwhile, on a new connection or a kept-alive one, is answered with a 503 in
+    OpenAI's shape (and ``/health`` says ``draining``; the tokenizer routes, which never reach the
+    engine, still answer), not refused at the TCP level; it closes once the engine
     loop is done. A second Ctrl-C ends the drain now: every unfinished request gets its
     503 at once (a JSON error body; a stream, an error event and ``[DONE]``), and the server exits
     when those answers are out, or after ``HURRY_S`` if a client does not take its answer. Only a

@@ -155,9 +155,9 @@ class OnlineFit:
 
     def observe(self, features: Sequence[float], seconds: float) -> None:
         """Add a measured round (the oldest leaves past the window), refit the curve, then move
-        the speed by what the curve leaves unexplained. A round with no positive time is no
-        evidence (a clock that did not tick)."""
-        if not seconds > 0:
+        the speed by what the curve leaves unexplained. A round with no positive, finite time is
+        no evidence (a clock that did not tick, or never stopped)."""
+        if not 0 < seconds < math.inf:
             return
         at_one_speed = seconds / self.speed
         row = [f * s / at_one_speed for f, s in zip(features, self._scale, strict=True)]
@@ -172,7 +172,8 @@ class OnlineFit:
         # read as a change of speed); over a full window one round barely moves the curve.
         curve = self.speed * self._curve(features)
         if curve > 0:
-            self.log_speed += self._gain * math.log(seconds / curve)
+            # in logs: the ratio of a finite time to the curve can overflow (1e308 / 1e-3)
+            self.log_speed += self._gain * (math.log(seconds) - math.log(curve))
         if abs(self.log_speed) > FOLD_LOG_SPEED:
             self._fold()
 

@@ -5,6 +5,7 @@ token's growing cost in a large round."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -246,3 +247,16 @@ def test_noisy_rounds_do_not_drive_the_speed_and_curve_apart_until_they_overflow
         predictions = [fit.predict(row) for row in rows]
         assert all(1e-6 < p < 1e3 for p in predictions), (i, predictions)
     assert 1e-6 < fit.speed < 1e6
+
+
+@pytest.mark.parametrize("outlier", [1.7e308, math.inf])
+def test_a_round_of_absurd_length_leaves_the_predictions_finite(outlier: float):
+    """A finite time whose ratio to the prediction overflows (seconds / curve) made the speed
+    infinite, every prediction infinite and the next round a ZeroDivisionError; an infinite
+    time (a clock that never stopped) is no evidence at all."""
+    rng = random.Random(4)
+    rows = [synthetic_round(rng) for _ in range(4)]
+    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
+    for i, t in enumerate([0.05, 0.05, outlier, 0.05, 0.05]):
+        fit.observe(rows[i % 4], t)
+        assert all(math.isfinite(fit.predict(row)) and fit.predict(row) > 0 for row in rows), i

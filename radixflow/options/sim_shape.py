@@ -84,7 +84,7 @@ def _checkpoint_config(name: str) -> tuple[dict[str, Any], str]:
     path = Path(name).expanduser() / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, an int of over 4300 digits
         raise ProblemError(Problem("model", f"cannot read {path}: {e}")) from None
     if not isinstance(config, dict):
         raise ProblemError(Problem("model", f"{path} does not hold a JSON object"))

@@ -126,10 +126,13 @@ def test_an_unknown_sim_model_is_one_line_naming_model_and_what_is_known(capsys)
         ({"model_type": "mystery"}, "no cost-model reader for model_type 'mystery'"),
         ({"model_type": "llama"}, "config.json has no 'hidden_size'"),
         ([1, 2], "does not hold a JSON object"),
+        # json.loads' ValueError for an integer of over 4300 digits is no JSONDecodeError
+        ({"model_type": "llama", "vocab_size": "HUGE"}, "cannot read"),
     ],
 )
 def test_an_unreadable_checkpoint_config_is_a_problem_on_model(tmp_path, config, words):
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    text = json.dumps(config).replace('"HUGE"', "1" + "0" * 5000)
+    (tmp_path / "config.json").write_text(text)
     with pytest.raises(ProblemError) as info:
         plan_engine(EngineOptions(runner="sim", model=str(tmp_path)))
     assert info.value.problem.param == "model" and words in info.value.problem.message

@@ -135,7 +135,8 @@ class _Range:
 
     def __call__(self, key: str, value: object) -> Problem | None:
         number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
-        if number is not None and math.isfinite(number) and self.low <= number <= self.high:
+        # the bounds first: an int too large for a float makes math.isfinite raise OverflowError
+        if number is not None and self.low <= number <= self.high and math.isfinite(number):
             return None
         return Problem(key, f"must be {self.describe()}, got {_show(value)}")
 
@@ -312,7 +313,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
         data = json.loads(path.read_text())
     except OSError as e:
         raise ProfileError(f"cannot read hardware profile {path}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of over 4300 digits
         raise ProfileError(f"hardware profile {path} is not valid JSON: {e}") from None
     return profile_from_dict(data, str(path))
 

@@ -42,6 +42,14 @@ from radixflow.costmodel.round_cost.nnls import nnls_gram
 UNSEEN_SHARE = 1e-6  # the prior's pull on a term no round in the window has shown
 WINDOW = 128  # rounds the curve is fitted on: many shapes, so the terms are told apart
 SPEED_GAIN = 0.25  # share of a round's unexplained log error the speed takes: a time constant of ~4 rounds
+# Only the product of speed and curve is predicted, so nothing holds their split: under noisy
+# rounds the speed climbs and the curve's level falls round after round (~0.01 in log per round
+# at a log-normal sigma of 0.5), and the normal equations, which grow with the speed squared,
+# overflow within thousands of rounds (predictions fall to 0 first: NNLS drops coefficients below
+# an absolute 1e-15). Past this factor the speed is folded into the curve (`OnlineFit._fold`):
+# the fit is back at the scale it is written for (speed near 1, each row near its terms' shares
+# of the round), and no prediction changes at the fold; any bound far from overflow does.
+FOLD_LOG_SPEED = math.log(1e6)
 
 # The prior for a machine with no stored profile. Not measured: an order-of-magnitude guess.
 # A core's float32 FMA peak is ~100 GFLOP/s on AVX2 at 3 GHz; a GEMM at these small shapes gets
@@ -147,9 +155,9 @@ class OnlineFit:
 
     def observe(self, features: Sequence[float], seconds: float) -> None:
         """Add a measured round (the oldest leaves past the window), refit the curve, then move
-        the speed by what the curve leaves unexplained. A round with no positive time is no
-        evidence (a clock that did not tick)."""
-        if not seconds > 0:
+        the speed by what the curve leaves unexplained. A round with no positive, finite time is
+        no evidence (a clock that did not tick, or never stopped)."""
+        if not 0 < seconds < math.inf:
             return
         at_one_speed = seconds / self.speed
         row = [f * s / at_one_speed for f, s in zip(features, self._scale, strict=True)]
@@ -164,7 +172,23 @@ class OnlineFit:
         # read as a change of speed); over a full window one round barely moves the curve.
         curve = self.speed * self._curve(features)
         if curve > 0:
-            self.log_speed += self._gain * math.log(seconds / curve)
+            # in logs: the ratio of a finite time to the curve can overflow (1e308 / 1e-3)
+            self.log_speed += self._gain * (math.log(seconds) - math.log(curve))
+        if abs(self.log_speed) > FOLD_LOG_SPEED:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Move the speed into the curve: the window's rows (each scaled by the speed it was
+        measured at), the normal equations and θ as if every round had run at the speed now
+        followed, and the speed back to 1. Every prediction stays as it was until the next refit."""
+        c = self.speed
+        for row in self._rows:
+            row[:] = [x / c for x in row]
+        self._gram = [[x / (c * c) for x in r] for r in self._gram]
+        self._rhs = [x / c for x in self._rhs]
+        self._share = [x / c for x in self._share]
+        self.theta = [t * c for t in self.theta]
+        self.log_speed = 0.0
 
     def _add(self, row: list[float], sign: float) -> None:
         n = len(row)

@@ -41,6 +41,8 @@ GOOD = HARDWARE["h200"].to_dict()
         ("flops", math.inf, "got Infinity"),
         ("flops", "1e12", 'got "1e12"'),
         ("flops", True, "got true"),
+        ("flops", 10**400, "got 1000"),  # beyond a float: no OverflowError
+        ("kind_scale", {"gdn": 10**400}, "entry gdn: must be a number from 0"),
         ("bandwidth", 0, "or null, got 0"),
         ("bandwidth", 1e16, "got 1e+16"),
         ("round_overhead_s", -0.001, "got -0.001"),
@@ -88,6 +90,17 @@ def test_a_bad_profile_value_is_one_line_naming_key_and_value(
     text = str(info.value)
     assert "\n" not in text and text.startswith(f"{path}: profile key '{key}' ") and says in text, text
     assert info.value.problem.param == key
+
+
+def test_an_integer_too_long_to_read_is_one_line(tmp_path: Path) -> None:
+    """Python refuses to read an integer of more than 4300 digits with a ValueError that is no
+    JSONDecodeError: it escaped as a traceback."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(GOOD).replace('"weight_bytes": 2', '"weight_bytes": 1' + "0" * 5000))
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    assert str(info.value).startswith(f"hardware profile {path} is not valid JSON: ")
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("key", ["flops", "round_overhead_s", "per_request_s"])

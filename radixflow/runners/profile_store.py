@@ -107,5 +107,5 @@ def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | No
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # bad UTF-8, bad JSON, or an integer too long for Python to read
         raise ProfileError(f"not valid JSON ({e})") from None

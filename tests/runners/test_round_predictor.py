@@ -66,6 +66,7 @@ def test_a_file_claiming_another_machine_is_not_used(tmp_path, caplog):
         ('{"model": "m-abc-float32", "machine": null}', "another model or machine"),
         (None, "'flops'"),  # a profile with a bad value
         (b"\xff\xfe", "not valid JSON"),
+        ('{"flops": ' + "9" * 5000 + "}", "not valid JSON"),  # past Python's 4300-digit limit
     ],
 )
 def test_a_bad_stored_profile_is_a_one_line_warning(tmp_path, caplog, content, says):

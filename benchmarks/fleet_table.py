@@ -93,9 +93,13 @@ def table(doc: dict[str, Any]) -> dict[str, Any]:
         f = rows[k]
         cols = " | ".join(f"{f[r]['reuse']:.2f} | {f[r]['mean_ms']:.0f}" for r in ROUTERS if r in f)
         imb = "/".join(f"{f[r]['imbalance']:.2f}" for r in ROUTERS if r in f)
-        print(f"| {k[0]} | {k[1]} | {k[2]} | {cols} | {f['checkpoint']['affinity']:.2f} | {imb} |")
+        affinity = f"{f['checkpoint']['affinity']:.2f}" if "checkpoint" in f else "—"
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {cols} | {affinity} | {imb} |")
     print()
-    medium = rows[(8, "candidates", "medium")]
+    medium = rows.get((8, "candidates", "medium"), {})
+    if any(r not in medium for r in ROUTERS):
+        print("no 8-replica candidates cell at medium load under every router: acceptance not checked")
+        return {"rows": _rows(rows), "checks": {}}
     p, x, c = medium["pow2"], medium["prefix"], medium["checkpoint"]
     checks = {
         "reuse >= 1.5x pow2": c["reuse"] >= 1.5 * p["reuse"],
@@ -117,12 +121,11 @@ def table(doc: dict[str, Any]) -> dict[str, Any]:
             f"{f['hot_share']:.1%} of the time, longest {f['longest_hot_ms']:.0f} ms of "
             f"{f['makespan_ms']:.0f} ms; reuse {f['reuse']:.2f}, mean {f['mean_ms']:.0f} ms"
         )
-    return {
-        "rows": [
-            {"replicas": k[0], "workload": k[1], "load": k[2], **f} for k, f in sorted(rows.items(), key=str)
-        ],
-        "checks": checks,
-    }
+    return {"rows": _rows(rows), "checks": checks}
+
+
+def _rows(rows: dict[tuple, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [{"replicas": k[0], "workload": k[1], "load": k[2], **f} for k, f in sorted(rows.items(), key=str)]
 
 
 def smoke_results(out: Path) -> Path:
@@ -154,7 +157,8 @@ def main() -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     # the smoke cell is too small for the acceptance to mean anything: it only has to be computed
-    return 0 if args.smoke or all(result["checks"].values()) else 1
+    # results without the acceptance's cell (a smaller fleet) check nothing: not a pass
+    return 0 if args.smoke or (result["checks"] and all(result["checks"].values())) else 1
 
 
 if __name__ == "__main__":

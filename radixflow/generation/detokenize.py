@@ -99,6 +99,11 @@ class StopStrings:
         hits = [i for i in (text.find(s, max(0, new_from - len(s) + 1)) for s in self.stops) if i >= 0]
         return min(hits) if hits else None
 
+    def found(self, text: str, at: int, new_from: int) -> str:
+        """The stop string `find` found at ``at``: the first listed that starts there and ends past
+        ``new_from`` (one that ends before it, under ``min_tokens``, stopped nothing)."""
+        return next(s for s in self.stops if text.startswith(s, at) and at + len(s) > new_from)
+
     def held_back(self, text: str) -> int:
         """Characters at the end of ``text`` that may be the start of a stop string (not yet safe
         to stream)."""

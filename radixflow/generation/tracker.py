@@ -57,10 +57,11 @@ class RequestTracker:
         floor = self._stops_from()
         if floor is None:
             return False
-        self.cut = self._stops.find(self.text, max(new_from, floor))
+        searched = max(new_from, floor)
+        self.cut = self._stops.find(self.text, searched)
         if self.cut is None:
             return False
-        self.stop_string = next(s for s in self._stops.stops if self.text.startswith(s, self.cut))
+        self.stop_string = self._stops.found(self.text, self.cut, searched)
         return True
 
     def _stops_from(self) -> int | None:

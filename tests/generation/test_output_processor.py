@@ -251,3 +251,14 @@ def test_a_request_aborted_behind_the_processors_back_is_answered_by_the_next_st
     assert isinstance(done, Done) and done.failure is not None
     assert done.failure.kind is FailureKind.ABORTED and done.failure.reason == "request aborted"
     assert engine.requests == [] and processor.following == 0
+
+
+def test_the_stop_string_kept_is_the_one_that_ended_the_request_under_min_tokens(tokenizer):
+    # "a" comes before min_tokens (it stops nothing), "b" at it: "ab" ends the request, and the
+    # earlier "a", listed first and starting at the same place, is not the stop string
+    a, b = (tokenizer.encode(c, add_special_tokens=False)[0] for c in "ab")
+    engine, processor, _ = setup({"m": [a, b, a, a]})
+    submit(processor, tokenizer, "m", stop=("a", "ab"), min_tokens=2, include_stop_str_in_output=True)
+    out = done_of(run_all(engine, processor), "m").output
+    assert out is not None and out.token_ids == (a, b)
+    assert out.stop_string == "ab" and out.text == "ab" and out.finish_reason == "stop"

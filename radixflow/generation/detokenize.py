@@ -42,6 +42,10 @@ class IncrementalDetokenizer:
     def __init__(self, decoder: Decoder, skip_special_tokens: bool, context: Sequence[int] = ()) -> None:
         self._decoder, self._skip = decoder, skip_special_tokens
         self._ids = list(context[-_CONTEXT:])
+        if self._ids and self._decode(0, len(self._ids)).endswith(_INCOMPLETE):
+            # the context ends inside a character (a prompt of token ids): the output's first
+            # tokens would complete it, their text taken for the context's and lost
+            self._ids = []
         self._prefix = 0  # window start: the text of ids[_prefix:_read] was already handed out
         self._read = len(self._ids)
 

@@ -50,6 +50,17 @@ def test_context_keeps_the_leading_space_and_special_tokens_can_be_skipped(token
     assert "".join(keep.push(t) for t in rest) == " world<|im_end|>"
 
 
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_prompt_ending_inside_a_character_leaves_the_output_its_own_text(tokenizer, cut):
+    # a prompt of token ids may end inside a character: the output's text is that of its own
+    # tokens (the completed character's start is the prompt's), never the bytes dropped
+    ids = tokenizer.encode("🙂x", add_special_tokens=False)
+    assert len(ids) == 5  # four byte tokens, then "x"
+    detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=False, context=ids[:cut])
+    text = "".join(detok.push(t) for t in ids[cut:]) + detok.flush()
+    assert text == tokenizer.decode(ids[cut:]) == "\ufffd" * (4 - cut) + "x"
+
+
 def test_flush_hands_out_an_unfinished_character(tokenizer):
     ids = tokenizer.encode("🙂")
     detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=False)

@@ -9,8 +9,9 @@ candidates are ever ranked, by a partial selection (`torch.topk`) in float32:
   (a flat distribution), one pass over the vocabulary sums its mass into value bins, which says
   how many it must rank (`GROWTH` times more at least) before ranking them, by a sort when
   that is past half the vocabulary;
-* a row with no cut keeps every token: its `HEAD` best are ranked, and a draw past their mass
-  lands in the rest of the vocabulary, walked in token-id order by blocks of `BLOCK` tokens.
+* a row with no cut (no ``top_p``, and no ``top_k`` or one of the whole vocabulary) keeps every
+  token: its `HEAD` best are ranked, and a draw past their mass lands in the rest of the
+  vocabulary, walked in token-id order by blocks of `BLOCK` tokens.
 
 Everything that touches every token (scaling, ``exp``, the partial selection, the block sums) is
 float32; the short cumulative sums over candidates and block sums are float64, so probabilities
@@ -45,8 +46,9 @@ def draw(logits: torch.Tensor, params: Sequence[SamplingParams], u: torch.Tensor
     float64 in [0, 1)) from the temperature-scaled distribution cut by top-k and top-p."""
     scaled = _scale(logits, params)
     tokens = torch.empty(len(params), dtype=torch.long, device=logits.device)
-    full = [i for i, p in enumerate(params) if _no_cut(p)]
-    cut = [i for i, p in enumerate(params) if not _no_cut(p)]
+    vocab = logits.shape[-1]
+    full = [i for i, p in enumerate(params) if _no_cut(p, vocab)]
+    cut = [i for i, p in enumerate(params) if not _no_cut(p, vocab)]
     if full:
         tokens[full] = _draw_full(scaled[full], u[full])
     if cut:
@@ -54,8 +56,10 @@ def draw(logits: torch.Tensor, params: Sequence[SamplingParams], u: torch.Tensor
     return tokens
 
 
-def _no_cut(p: SamplingParams) -> bool:
-    return p.top_k == 0 and p.top_p >= 1
+def _no_cut(p: SamplingParams, vocab: int) -> bool:
+    """Whether a row keeps every token. A ``top_k`` of the whole vocabulary or more cuts nothing,
+    as 0 does: the cut path would rank only `HEAD` candidates for it and keep no others."""
+    return (p.top_k == 0 or p.top_k >= vocab) and p.top_p >= 1
 
 
 def _scale(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:

@@ -198,3 +198,16 @@ def test_a_flat_top_p_row_ranks_enough_and_not_the_vocabulary(monkeypatch):
         got = int(draw(logits, params, u)[0])
         assert margin < 1e-6 or got == want
     assert widths[0] == HEAD and max(widths) < vocab // 2 and max(widths) >= 450
+
+
+@pytest.mark.parametrize("top_k", [3 * HEAD, 3 * HEAD + 1, 10**9])
+def test_a_top_k_of_the_whole_vocabulary_or_more_cuts_nothing(top_k):
+    """``top_k`` at or past the vocabulary keeps every token, as vLLM and transformers do (and
+    as ``top_k`` 0 does), not only the `HEAD` candidates ranked first: evenly spread draws give
+    each token its softmax share."""
+    vocab, n = 3 * HEAD, 3000
+    logits = torch.linspace(0.0, -1.0, vocab)[None]  # flat: most of the mass lies past HEAD
+    u = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    tokens = draw(logits.expand(n, -1), [replace(HOT, top_k=top_k)] * n, u)
+    shares = torch.bincount(tokens, minlength=vocab).double() / n
+    assert torch.allclose(shares, torch.softmax(logits[0].double(), -1), atol=2 / n)

@@ -93,6 +93,8 @@ class SamplingParams:
         elif isinstance(bias, list | tuple):
             pairs = tuple(tuple(p) if isinstance(p, list) else p for p in bias)
             object.__setattr__(self, "logit_bias", pairs)
+        if self.top_k == -1 and _is_int(self.top_k):  # vLLM's other spelling of "no cut"
+            object.__setattr__(self, "top_k", 0)
         for name in ("stop_token_ids", "allowed_token_ids"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
@@ -112,7 +114,7 @@ class SamplingParams:
             (_min_tokens_ok(self.min_tokens, self.max_tokens), "min_tokens", at_most_max),
             (_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a number >= 0"),
             (_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
-            (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0"),
+            (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0 (0 or -1: no cut)"),
             (_is_real(self.min_p) and 0 <= self.min_p <= 1, "min_p", "must be in [0, 1]"),
             (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
             (_in_range(self.logprobs), "logprobs", k_range),

@@ -67,3 +67,9 @@ def test_an_empty_choice_list_is_a_problem_not_free_text(empty):
     assert SamplingParams().guided_choice is None and SamplingParams().problem() is None
     problem = SamplingParams(guided_choice=empty).problem()
     assert problem is not None and problem.param == "guided_choice"
+
+
+def test_a_top_k_of_minus_one_is_no_cut_as_vllm_spells_it():
+    assert SamplingParams(top_k=-1).top_k == 0 and SamplingParams(top_k=-1).problem() is None
+    problem = SamplingParams(top_k=-2).problem()
+    assert problem is not None and problem.param == "top_k" and "-1: no cut" in problem.message

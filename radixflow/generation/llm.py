@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,8 @@ class GenerationError(RuntimeError):
 
 class LLM:
     """A model in an engine of its own. Requests of one `generate` call share its rounds, and the
-    prefix cache persists across calls (a follow-up turn reuses the previous one).
+    prefix cache persists across calls (a follow-up turn reuses the previous one). One call runs at
+    a time: another meanwhile (from a second thread, or a progress hook) raises RuntimeError.
 
     ``model`` is a zoo name or a checkpoint directory; ``options`` are `EngineOptions` fields
     (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ``seed``, ...), checked
@@ -57,6 +59,9 @@ class LLM:
         self.model: LoadedModel = load_model(self.options)
         self.engine: Engine = self.model.engine()
         self._ids = itertools.count()
+        # held while a call steps the engine: a second call meanwhile (another thread, or a
+        # progress hook) would step it too, running the first call's requests unobserved
+        self._busy = threading.Lock()
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LLM:
@@ -277,6 +282,26 @@ class LLM:
             problem = self.engine.problem(call.request)
             if problem is not None:
                 raise ValueError(str(problem) if labels is None else problem.of_item(labels[call.prompt]))
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(
+                "this LLM is already running a call (from another thread, or from a progress hook): "
+                "one call at a time per LLM"
+            )
+        try:
+            answers = self._answers(calls, progress)
+        finally:
+            self._busy.release()
+        outputs = []
+        for call in calls:
+            done = answers[call.request.id]
+            if done.output is None:
+                why = done.failure or Failure(FailureKind.FAILED, "no output")
+                raise GenerationError(f"request {call.request.id} {why.kind.value}: {why.reason}")
+            outputs.append(done.output)
+        return outputs
+
+    def _answers(self, calls: list[_Call], progress: Progress | None) -> dict[str, Done]:
+        """Submit ``calls`` and step the engine until each is answered (its id's `Done`)."""
         processor = OutputProcessor(self.engine)
         answers: dict[str, Done] = {}
         try:
@@ -295,14 +320,7 @@ class LLM:
                 if aborted is not None:
                     answers[call.request.id] = aborted
             self._flush_trace()
-        outputs = []
-        for call in calls:
-            done = answers[call.request.id]
-            if done.output is None:
-                why = done.failure or Failure(FailureKind.FAILED, "no output")
-                raise GenerationError(f"request {call.request.id} {why.kind.value}: {why.reason}")
-            outputs.append(done.output)
-        return outputs
+        return answers
 
 
 @dataclass(frozen=True)

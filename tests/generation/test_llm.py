@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from functools import partial
 
@@ -372,3 +373,47 @@ def test_generate_command_prints_the_end_of_a_truncated_prompt_that_ran(llm, cap
     ran = llm.tokenizer.decode(out.prompt_token_ids, skip_special_tokens=True)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("..." + ran) and PROMPTS[2] not in first
+
+
+def test_a_second_call_while_one_runs_is_refused_and_the_first_is_unharmed(zoo, llm):
+    # a call from the progress hook (or another thread) would step the engine itself, running the
+    # first call's requests past their stop strings unobserved
+    fresh = LLM(MODEL, kv_blocks=256, state_slots=64)
+    params = [SamplingParams(max_tokens=1), SamplingParams(max_tokens=12, stop=["1"], ignore_eos=True)]
+    prompts = [PROMPTS[0], PROMPTS[2]]
+    want = fresh.generate(prompts, params)
+    assert want[1].finish_reason == "stop" and len(want[1].token_ids) < 12  # the stop string comes early
+    refused = []
+
+    def inner_call(done: int, total: int) -> None:
+        if done == 1:
+            with pytest.raises(RuntimeError, match="already running a call"):
+                llm.generate(PROMPTS[1], GREEDY)
+            refused.append(done)
+
+    got = llm.generate(prompts, params, progress=inner_call)
+    assert refused == [1] and [o.token_ids for o in got] == [o.token_ids for o in want]
+    llm.engine.check_integrity()
+    assert llm.engine.requests == []
+
+
+def test_a_call_from_another_thread_while_one_runs_is_refused(llm):
+    in_hook, release = threading.Event(), threading.Event()
+    first: list[object] = []
+
+    def wait_in_hook(done: int, total: int) -> None:
+        in_hook.set()
+        release.wait(60)
+
+    call = partial(llm.generate, PROMPTS[2], GREEDY, progress=wait_in_hook)
+    worker = threading.Thread(target=lambda: first.extend(call()))
+    worker.start()
+    try:
+        assert in_hook.wait(60)
+        with pytest.raises(RuntimeError, match="already running a call"):
+            llm.generate(PROMPTS[3], GREEDY)
+    finally:
+        release.set()
+        worker.join()
+    assert len(first) == 1 and llm.engine.requests == []
+    assert llm.generate(PROMPTS[3], GREEDY)[0].finish_reason == "length"  # free again once it returns

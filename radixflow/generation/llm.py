@@ -38,6 +38,7 @@ Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
 Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
+ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 
 
 class GenerationError(RuntimeError):
@@ -57,7 +58,7 @@ class LLM:
     def __init__(self, model: str, **options: Any) -> None:
         self.options = EngineOptions.from_mapping(options, model=model)
         self.model: LoadedModel = load_model(self.options)
-        self.engine: Engine = self.model.engine()
+        self.engine: Engine = self.model.engine(round_history=ROUND_HISTORY)
         self._ids = itertools.count()
         # held while a call steps the engine: a second call meanwhile (another thread, or a
         # progress hook) would step it too, running the first call's requests unobserved

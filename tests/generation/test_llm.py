@@ -417,3 +417,10 @@ def test_a_call_from_another_thread_while_one_runs_is_refused(llm):
         worker.join()
     assert len(first) == 1 and llm.engine.requests == []
     assert llm.generate(PROMPTS[3], GREEDY)[0].finish_reason == "length"  # free again once it returns
+
+
+def test_many_calls_keep_a_bounded_round_history(llm):
+    # every call adds rounds: an LLM kept for a long job must not keep them all
+    llm.generate(PROMPTS[3], SamplingParams(max_tokens=2))
+    assert llm.engine.rounds.maxlen is not None and llm.engine.failed_rounds.maxlen is not None
+    assert len(llm.engine.rounds) <= llm.engine.rounds.maxlen and llm.engine.requests == []

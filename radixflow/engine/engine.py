@@ -196,6 +196,7 @@ class Engine:
         else:
             self.scheduler.abort(req)
         req.finish_s = self.now
+        self._ended(req)
         return AbortResult.ABORTED
 
     def stop(self, request_id: str) -> AbortResult:
@@ -212,7 +213,13 @@ class Engine:
             req.status, req.finish_reason, req.finish_s = RequestStatus.FINISHED, FinishReason.STOP, self.now
         else:
             self.scheduler.finish(req, FinishReason.STOP, self.now)
+        self._ended(req)
         return AbortResult.ABORTED
+
+    def _ended(self, request: Request) -> None:
+        """Tell the observer of a request ended between rounds: no round's finished list names it."""
+        if self.events is not None:
+            self.events.ended(request)
 
     def has_work(self) -> bool:
         self._drop_aborted_arrivals()

@@ -24,6 +24,11 @@ class EngineEvents(SchedulerEvents, Protocol):
         """``request`` entered the waiting queue (it arrived at ``request.arrival_s``). Read only."""
         ...
 
+    def ended(self, request: Request) -> None:
+        """``request`` ended between rounds: aborted, or stopped by its caller (a stop string);
+        its status says which. Read only."""
+        ...
+
     def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
         """A round ended: ``record`` (``record.error`` set when it was rolled back), the chunks it
         ran and the requests that finished in it. Called after the scheduler's update."""

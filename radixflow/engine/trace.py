@@ -36,7 +36,7 @@ from typing import Any
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.engine.engine import RoundRecord
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
-from radixflow.scheduler.request import Request
+from radixflow.scheduler.request import Request, RequestStatus
 
 log = logging.getLogger("radixflow.trace")
 CLOCKS = {"sim": "the sim runner's modelled clock"} | {c.name: c.means for c in ROUND_CLOCKS.values()}
@@ -162,6 +162,16 @@ class TraceRecorder:
         self._arrival[request.id] = ts
         self._prompt_len[request.id] = len(request.prompt)
         self._instant("arrived", "request", self._tid(request.id), ts, {"prompt_tokens": len(request.prompt)})
+
+    def ended(self, request: Request) -> None:
+        rid = request.id
+        self._arrival.pop(rid, None)
+        self._prompt_len.pop(rid, None)
+        tid = self._tids.pop(rid, None)
+        if tid is None:  # it never arrived: it has no track
+            return
+        args = {"aborted": True} if request.status is RequestStatus.ABORTED else {}
+        self._instant("finished", "request", tid, _us(request.finish_s or 0.0), args)
 
     def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
         ts, dur = _us(record.start_s), _us(record.duration_s)

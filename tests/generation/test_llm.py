@@ -424,3 +424,23 @@ def test_many_calls_keep_a_bounded_round_history(llm):
     llm.generate(PROMPTS[3], SamplingParams(max_tokens=2))
     assert llm.engine.rounds.maxlen is not None and llm.engine.failed_rounds.maxlen is not None
     assert len(llm.engine.rounds) <= llm.engine.rounds.maxlen and llm.engine.requests == []
+
+
+def test_the_trace_ends_requests_stopped_by_a_stop_string_or_cut_short(zoo, tmp_path):
+    # they end between rounds (`Engine.stop`, `Engine.abort`), not in a round's finished list
+    path = tmp_path / "llm.json"
+    llm = LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path))
+    (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=12, stop=["1"], ignore_eos=True))
+    assert out.finish_reason == "stop"
+
+    def interrupt(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    longer = SamplingParams(max_tokens=12, ignore_eos=True)
+    with pytest.raises(KeyboardInterrupt):  # the first answer comes while the other two still run
+        llm.generate(PROMPTS[:3], [SamplingParams(max_tokens=1), longer, longer], progress=interrupt)
+    events = json.loads(path.read_text())["traceEvents"]
+    ended = [(e["tid"], e["args"]) for e in events if e["name"] == "finished"]
+    assert sum(e["name"] == "arrived" for e in events) == len(ended) == 4
+    assert sorted(args.get("aborted", False) for _, args in ended) == [False, False, True, True]
+    assert len({tid for tid, _ in ended}) == 4  # each on its request's own track

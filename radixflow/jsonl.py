@@ -1,9 +1,20 @@
-"""One line of a JSONL input file as a JSON object (a leaf: any layer's file reader may use it)."""
+"""JSONL input files: their numbered lines, each a JSON object (a leaf: any layer's file reader
+may use it)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
+
+
+def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of every non-blank line of ``text``, split at newlines only:
+    `str.splitlines` also ends a line at U+2028 and the like, which a JSON string may hold
+    unescaped."""
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            yield n, line
 
 
 def json_object(line: str, fields: str) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ from rich.table import Table
 from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs
+from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs, score_row
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
@@ -129,12 +128,7 @@ def _print_scores(
     args: argparse.Namespace, console: Console, candidates: list[str], scores: list[CandidateScore]
 ) -> None:
     if args.json:
-        rows = [
-            {**asdict(s), "candidate": candidates[s.index], "total": s.total, "mean": s.mean}
-            | {"greedy": s.greedy}
-            for s in scores
-        ]
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2))
         return
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)

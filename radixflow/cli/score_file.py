@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from radixflow.cli.command import UsageError
-from radixflow.jsonl import json_object
+from radixflow.jsonl import json_object, numbered_lines
 
 if TYPE_CHECKING:
     from radixflow.generation.scoring import CandidateScore
@@ -45,9 +45,7 @@ def read_jobs(path: Path) -> list[ScoreJob]:
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--input: cannot read {path}: {why}") from None
-    # split at newlines only: str.splitlines also ends a line at U+2028 and the like, which a JSON
-    # string may hold unescaped
-    jobs = [_job(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
+    jobs = [_job(n, line) for n, line in numbered_lines(text)]
     if not jobs:
         raise UsageError(f"--input {path}: no lines to score")
     return jobs
@@ -75,11 +73,12 @@ def _job(n: int, line: str) -> ScoreJob:
 
 def score_rows(job: ScoreJob, scores: list[CandidateScore]) -> dict[str, Any]:
     """One output line: the job's id and line, and each candidate's scores in the given order."""
-    rows = [_row(job.candidates[s.index], s) for s in scores]
+    rows = [score_row(job.candidates[s.index], s) for s in scores]
     return {"id": job.id, "line": job.line, "scores": rows}
 
 
-def _row(candidate: Any, s: CandidateScore) -> dict[str, Any]:
+def score_row(candidate: Any, s: CandidateScore) -> dict[str, Any]:
+    """One candidate's figures as JSON-ready data (`--json` and `--input` write the same)."""
     return {"candidate": candidate, **asdict(s), "total": s.total, "mean": s.mean, "greedy": s.greedy}
 
 

@@ -20,7 +20,7 @@ from typing import IO, Any
 import httpx
 from fastapi import FastAPI
 
-from radixflow.jsonl import json_object
+from radixflow.jsonl import json_object, numbered_lines
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
 JSON = {"content-type": "application/json"}
@@ -54,9 +54,7 @@ class BatchTally:
 def read_batch(text: str) -> list[BatchLine]:
     """Every non-blank line as a `BatchLine`; `BatchInputError` for the first line that is not
     a POST of a JSON object body to a supported URL, not streamed, under a new ``custom_id``."""
-    # split at newlines only: str.splitlines also ends a line at U+2028 and the like, which a JSON
-    # string may hold unescaped
-    lines = [_line(n, raw) for n, raw in enumerate(text.split("\n"), 1) if raw.strip()]
+    lines = [_line(n, raw) for n, raw in numbered_lines(text)]
     if not lines:
         raise BatchInputError("no requests in the file")
     seen: dict[str, int] = {}

@@ -9,6 +9,7 @@ window's text gained; a token ending inside a UTF-8 character gives no text unti
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 _INCOMPLETE = "\ufffd"  # what the decoder yields for a partial UTF-8 character
@@ -88,6 +89,14 @@ def token_texts(decoder: Decoder, tokens: Sequence[int], skip_special_tokens: bo
     return texts
 
 
+@dataclass(frozen=True)
+class StopHit:
+    """A stop string found in a text: where it starts, and which it is."""
+
+    at: int
+    stop: str
+
+
 class StopStrings:
     """Finds the earliest stop string in a growing text, searching only where a new one can be."""
 
@@ -96,17 +105,18 @@ class StopStrings:
         self._longest = max((len(s) for s in self.stops), default=0)
 
     def find(self, text: str, new_from: int) -> int | None:
-        """Where the first stop string that ends past ``new_from`` starts in ``text`` (the text
-        before it was searched already, or may not stop the request yet: ``min_tokens``)."""
+        """Where the first stop string that ends past ``new_from`` starts in ``text`` (None: none)."""
+        hit = self.first(text, new_from)
+        return None if hit is None else hit.at
+
+    def first(self, text: str, new_from: int) -> StopHit | None:
+        """The first stop string in ``text`` that ends past ``new_from`` (the text before it was
+        searched already, or may not stop the request yet: ``min_tokens``): the earliest start,
+        the first listed of those starting there."""
         # each string from where it would end just past new_from: a shorter one wholly before
         # new_from is not in its window
-        hits = [i for i in (text.find(s, max(0, new_from - len(s) + 1)) for s in self.stops) if i >= 0]
-        return min(hits) if hits else None
-
-    def found(self, text: str, at: int, new_from: int) -> str:
-        """The stop string `find` found at ``at``: the first listed that starts there and ends past
-        ``new_from`` (one that ends before it, under ``min_tokens``, stopped nothing)."""
-        return next(s for s in self.stops if text.startswith(s, at) and at + len(s) > new_from)
+        hits = [StopHit(text.find(s, max(0, new_from - len(s) + 1)), s) for s in self.stops]
+        return min((h for h in hits if h.at >= 0), key=lambda h: h.at, default=None)
 
     def held_back(self, text: str) -> int:
         """Characters at the end of ``text`` that may be the start of a stop string (not yet safe

@@ -58,10 +58,10 @@ class RequestTracker:
         if floor is None:
             return False
         searched = max(new_from, floor)
-        self.cut = self._stops.find(self.text, searched)
-        if self.cut is None:
+        hit = self._stops.first(self.text, searched)
+        if hit is None:
             return False
-        self.stop_string = self._stops.found(self.text, self.cut, searched)
+        self.cut, self.stop_string = hit.at, hit.stop
         return True
 
     def _stops_from(self) -> int | None:

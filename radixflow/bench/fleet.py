@@ -68,7 +68,11 @@ def run_fleet(
     router: Router,
     kills: Sequence[ReplicaKill] = (),
 ) -> FleetRun:
-    """Route and run ``requests`` (fresh, with arrival times) over ``replicas`` engines."""
+    """Route and run ``requests`` (fresh, with arrival times) over ``replicas`` engines; a kill
+    of a replica already dead does nothing. ValueError for a kill naming no replica."""
+    for kill in kills:
+        if not 0 <= kill.replica < replicas:
+            raise ValueError(f"{kill} names no replica (there are {replicas} replicas, 0 to {replicas - 1})")
     fleet = [SimReplica(f"r{i}", make_engine()) for i in range(replicas)]
     run = FleetRun(fleet, [], [])
     latest: dict[str, Request] = {}
@@ -118,6 +122,8 @@ def _route(run: FleetRun, req: Request, router: Router, now: float) -> None:
 def _kill(run: FleetRun, dead: SimReplica, router: Router, latest: dict[str, Request], at: float) -> None:
     """``dead`` stops at ``at``: what it finished by then stays answered; the rest is retried
     elsewhere from then on (or fails)."""
+    if not dead.alive:  # its unfinished requests were retried when it died
+        return
     dead.alive = False
     router.forget(dead.name)
     # a round cannot be cut short: the one running at ``at`` has moved the dead engine past its

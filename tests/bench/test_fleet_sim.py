@@ -134,3 +134,22 @@ def test_an_idle_survivor_runs_retries_only_after_the_death(setup):
     assert run.retried and all(r.status is RequestStatus.FINISHED for r in run.requests)
     assert all(rd.start_s >= at for rd in run.replicas[1 - busy].engine.rounds)
     assert all(r.finish_s > at for r in run.replicas[1 - busy].engine.requests)
+
+
+def test_a_replica_killed_twice_dies_once(setup):
+    # the second kill of a dead replica retried its unfinished requests again: a second copy went
+    # to a survivor that already ran the first (ValueError: duplicate request id)
+    whole = fleet(setup, "checkpoint")
+    mid = whole.requests[len(whole.requests) // 2].arrival_s
+    once = fleet(setup, "checkpoint", kills=[ReplicaKill(0, mid)])
+    twice = fleet(setup, "checkpoint", kills=[ReplicaKill(0, mid), ReplicaKill(0, mid * 1.5)])
+    assert twice.retried == once.retried
+    assert [(r.id, r.finish_s) for r in twice.requests] == [(r.id, r.finish_s) for r in once.requests]
+
+
+def test_a_kill_naming_no_replica_is_one_line(setup):
+    with pytest.raises(ValueError, match=r"ReplicaKill\(replica=4.*4 replicas"):
+        fleet(setup, "pow2", kills=[ReplicaKill(4, 0.001)])
+    with pytest.raises(ValueError, match=r"replica=-1"):
+        fleet(setup, "pow2", kills=[ReplicaKill(-1, 0.001)])
+

@@ -106,17 +106,19 @@ def _next_step(fleet: list[SimReplica]) -> tuple[float, SimReplica | None]:
     return best
 
 
-def _route(run: FleetRun, req: Request, router: Router, now: float) -> None:
+def _route(run: FleetRun, req: Request, router: Router, now: float) -> SimReplica | None:
+    """Submit ``req`` to the replica the router picks among the live ones (returned), else fail it."""
     live = [r for r in run.replicas if r.alive]
     if not live:
         req.status, req.error, req.finish_s = RequestStatus.FAILED, "no replica is left to serve it", now
-        return
+        return None
     states = [r.state(router.uses_digests) for r in live]
     run.samples.append(QueueSample(now, tuple(s.queue for s in states)))
     decision = router.choose(RouteRequest(req.namespace, req.prompt), states)
     target = next(r for r in live if r.name == decision.replica)
     target.routed.append(decision)
     target.engine.submit(req)
+    return target
 
 
 def _kill(run: FleetRun, dead: SimReplica, router: Router, latest: dict[str, Request], at: float) -> None:
@@ -127,15 +129,14 @@ def _kill(run: FleetRun, dead: SimReplica, router: Router, latest: dict[str, Req
     dead.alive = False
     router.forget(dead.name)
     # a round cannot be cut short: the one running at ``at`` has moved the dead engine past its
-    # death, and what it finished came too late to be answered. Idle survivors' clocks catch up
-    # with the death, so no retry runs before it.
-    for replica in run.replicas:
-        if replica.alive:
-            replica.engine.now = max(replica.engine.now, at)
+    # death, and what it finished came too late to be answered. An idle survivor a retry goes to
+    # has its clock catch up with the death, so no retry runs before it.
     for old in dead.engine.requests:
         if old.status.done and (old.finish_s is None or old.finish_s <= at):
             continue
         retry = Request(old.id, old.prompt, old.namespace, old.arrival_s, sampling=old.sampling)
         latest[old.id] = retry
         run.retried += 1
-        _route(run, retry, router, at)
+        target = _route(run, retry, router, at)
+        if target is not None:
+            target.engine.now = max(target.engine.now, at)

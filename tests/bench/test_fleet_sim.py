@@ -153,3 +153,14 @@ def test_a_kill_naming_no_replica_is_one_line(setup):
     with pytest.raises(ValueError, match=r"replica=-1"):
         fleet(setup, "pow2", kills=[ReplicaKill(-1, 0.001)])
 
+
+def test_a_death_after_the_run_leaves_the_clocks_alone(setup):
+    # every survivor's clock was moved to the death though nothing was retried on it: a kill
+    # after the last answer made the makespan the time of the death
+    whole = fleet(setup, "checkpoint")
+    end = max(r.engine.now for r in whole.replicas)
+    late = fleet(setup, "checkpoint", kills=[ReplicaKill(1, end * 10)])
+    assert late.retried == 0
+    assert [r.engine.now for r in late.replicas] == [r.engine.now for r in whole.replicas]
+    built = setup[0]
+    assert fleet_policy_result("checkpoint", late, built.scheduler, None).makespan_s == end

@@ -51,6 +51,7 @@ class SimReplica:
 class QueueSample:
     t: float
     queues: tuple[int, ...]  # live replicas' queue lengths when a request arrived
+    replicas: tuple[str, ...] = ()  # ... and their names, in the same order
 
 
 @dataclass
@@ -113,7 +114,7 @@ def _route(run: FleetRun, req: Request, router: Router, now: float) -> SimReplic
         req.status, req.error, req.finish_s = RequestStatus.FAILED, "no replica is left to serve it", now
         return None
     states = [r.state(router.uses_digests) for r in live]
-    run.samples.append(QueueSample(now, tuple(s.queue for s in states)))
+    run.samples.append(QueueSample(now, tuple(s.queue for s in states), tuple(s.name for s in states)))
     decision = router.choose(RouteRequest(req.namespace, req.prompt), states)
     target = next(r for r in live if r.name == decision.replica)
     target.routed.append(decision)

@@ -107,13 +107,18 @@ def _replica_figures(name: str, decisions: list[Any], requests: list[Request], q
     }
 
 
+def _queues_of(samples: list[QueueSample], name: str) -> list[int]:
+    """``name``'s queue in every sample taken while it was alive. Pure."""
+    return [q for s in samples for n, q in zip(s.replicas, s.queues, strict=True) if n == name]
+
+
 def fleet_figures(run: FleetRun, router: str) -> dict[str, Any]:
     """The fleet's own figures (plain JSON)."""
     decisions = [d for r in run.replicas for d in r.routed]
     end = max((r.engine.now for r in run.replicas), default=0.0)
     per_replica = []
-    for i, replica in enumerate(run.replicas):
-        queues = [s.queues[i] for s in run.samples if len(s.queues) == len(run.replicas)]
+    for replica in run.replicas:
+        queues = _queues_of(run.samples, replica.name)
         per_replica.append(_replica_figures(replica.name, replica.routed, replica.engine.requests, queues))
     all_queues = [q for s in run.samples for q in s.queues]
     return {

@@ -164,3 +164,17 @@ def test_a_death_after_the_run_leaves_the_clocks_alone(setup):
     assert [r.engine.now for r in late.replicas] == [r.engine.now for r in whole.replicas]
     built = setup[0]
     assert fleet_policy_result("checkpoint", late, built.scheduler, None).makespan_s == end
+
+
+def test_per_replica_queues_count_the_samples_after_a_death(setup):
+    # samples taken after a death (fewer live queues) were dropped from every replica's figures:
+    # a kill at the start left the survivors, which served everything, with no queue figures
+    run = fleet(setup, "checkpoint", kills=[ReplicaKill(0, 0.0)])
+    figures = fleet_figures(run, "checkpoint")["per_replica"]
+    assert figures[0]["routed"] == 0 and figures[0]["mean_queue"] is None
+    for replica in figures[1:]:
+        assert replica["routed"] > 0 and replica["mean_queue"] is not None and replica["max_queue"] > 0
+    whole = fleet(setup, "checkpoint")  # without a death: the replica's queue at every arrival
+    assert [r["mean_queue"] for r in fleet_figures(whole, "checkpoint")["per_replica"]] == [
+        sum(s.queues[i] for s in whole.samples) / len(whole.samples) for i in range(4)
+    ]

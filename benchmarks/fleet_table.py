@@ -16,12 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROUTERS = ("pow2", "prefix", "checkpoint")
-LOADS = {2: (200.0, 500.0, 1000.0), 8: (800.0, 2000.0, 4000.0), 32: (3200.0, 8000.0, 16000.0)}
-LOAD_NAMES = ("light", "medium", "heavy")
+LOADS = {100.0: "light", 250.0: "medium", 500.0: "heavy"}  # requests/s per replica
+Figures = dict[str, Any]
+# the acceptance at 8 replicas, candidates, medium load: (pow2, prefix, checkpoint) -> passed
+CHECKS: dict[str, Callable[[Figures, Figures, Figures], bool]] = {
+    "reuse >= 1.5x pow2": lambda p, x, c: c["reuse"] >= 1.5 * p["reuse"],
+    "mean latency <= 0.8x pow2": lambda p, x, c: c["mean_ms"] <= 0.8 * p["mean_ms"],
+    "reuse >= prefix": lambda p, x, c: c["reuse"] >= x["reuse"],
+    "mean latency <= prefix": lambda p, x, c: c["mean_ms"] <= x["mean_ms"],
+}
 
 
 def key(cell: dict[str, Any]) -> tuple:
@@ -30,23 +38,29 @@ def key(cell: dict[str, Any]) -> tuple:
     kind = "skewed" if w.get("skew", 0.0) else w.get("kind", "candidates")
     if c.get("independent_share"):
         kind += "+independent"
-    load = (
-        LOAD_NAMES[LOADS[c["replicas"]].index(w["rate"])] if w["rate"] in LOADS[c["replicas"]] else w["rate"]
-    )
-    return c["replicas"], kind, load
+    return c["replicas"], kind, LOADS.get(w["rate"] / c["replicas"], w["rate"])
 
 
-def figures(cell: dict[str, Any]) -> dict[str, Any]:
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def num(value: float | None, spec: str) -> str:
+    """``value`` formatted, or a dash for a figure the cell could not measure (None)."""
+    return "—" if value is None else format(value, spec)
+
+
+def figures(cell: dict[str, Any]) -> Figures:
     r = cell["results"][0]
     return {
         "reuse": r["reuse_rate"],
-        "mean_ms": r["mean_latency_s"] * 1e3,
-        "p99_ms": r["p99_latency_s"] * 1e3,
+        "mean_ms": ms(r["mean_latency_s"]),
+        "p99_ms": ms(r["p99_latency_s"]),
         "affinity": r["fleet"]["affinity_share"],
         "imbalance": r["fleet"]["imbalance_mean"],
         "hot_share": r["fleet"]["hot_share"],
-        "longest_hot_ms": r["fleet"]["longest_hot_s"] * 1e3,
-        "makespan_ms": r["makespan_s"] * 1e3,
+        "longest_hot_ms": ms(r["fleet"]["longest_hot_s"]),
+        "makespan_ms": ms(r["makespan_s"]),
         "completed": f"{r['completed']}/{r['requests']}",
     }
 
@@ -77,13 +91,13 @@ rate = 2000.0
 """
 
 
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "n/a"
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b else "n/a"
 
 
 def table(doc: dict[str, Any]) -> dict[str, Any]:
     """Print the table and the acceptance; return the rows and the checks for the JSON."""
-    rows: dict[tuple, dict[str, dict[str, Any]]] = defaultdict(dict)
+    rows: dict[tuple, dict[str, Figures]] = defaultdict(dict)
     for cell in doc["cells"]:
         rows[key(cell)][cell["cell"]["router"]] = figures(cell)
     head = " | ".join(f"{r} reuse | {r} mean ms" for r in ROUTERS)
@@ -91,9 +105,11 @@ def table(doc: dict[str, Any]) -> dict[str, Any]:
     print("|" + " --- |" * (5 + 2 * len(ROUTERS)))
     for k in sorted(rows, key=lambda k: (k[0], k[1], str(k[2]))):
         f = rows[k]
-        cols = " | ".join(f"{f[r]['reuse']:.2f} | {f[r]['mean_ms']:.0f}" for r in ROUTERS if r in f)
-        imb = "/".join(f"{f[r]['imbalance']:.2f}" for r in ROUTERS if r in f)
-        affinity = f"{f['checkpoint']['affinity']:.2f}" if "checkpoint" in f else "—"
+        cols = " | ".join(
+            f"{num(f[r]['reuse'], '.2f')} | {num(f[r]['mean_ms'], '.0f')}" for r in ROUTERS if r in f
+        )
+        imb = "/".join(num(f[r]["imbalance"], ".2f") for r in ROUTERS if r in f)
+        affinity = num(f["checkpoint"]["affinity"], ".2f") if "checkpoint" in f else "—"
         print(f"| {k[0]} | {k[1]} | {k[2]} | {cols} | {affinity} | {imb} |")
     print()
     medium = rows.get((8, "candidates", "medium"), {})
@@ -101,30 +117,27 @@ def table(doc: dict[str, Any]) -> dict[str, Any]:
         print("no 8-replica candidates cell at medium load under every router: acceptance not checked")
         return {"rows": _rows(rows), "checks": {}}
     p, x, c = medium["pow2"], medium["prefix"], medium["checkpoint"]
-    checks = {
-        "reuse >= 1.5x pow2": c["reuse"] >= 1.5 * p["reuse"],
-        "mean latency <= 0.8x pow2": c["mean_ms"] <= 0.8 * p["mean_ms"],
-        "reuse >= prefix": c["reuse"] >= x["reuse"],
-        "mean latency <= prefix": c["mean_ms"] <= x["mean_ms"],
-    }
+    measured = all(f[k] is not None for f in (p, x, c) for k in ("reuse", "mean_ms"))
+    checks = {name: measured and check(p, x, c) for name, check in CHECKS.items()}
     print(
-        f"8 replicas, candidates, medium load: reuse checkpoint {c['reuse']:.3f} / pow2 {p['reuse']:.3f} "
-        f"= {ratio(c['reuse'], p['reuse'])}, prefix {x['reuse']:.3f}; mean latency checkpoint "
-        f"{c['mean_ms']:.1f} ms / pow2 {p['mean_ms']:.1f} ms = {ratio(c['mean_ms'], p['mean_ms'])}, "
-        f"prefix {x['mean_ms']:.1f} ms"
+        f"8 replicas, candidates, medium load: reuse checkpoint {num(c['reuse'], '.3f')} / pow2 "
+        f"{num(p['reuse'], '.3f')} = {ratio(c['reuse'], p['reuse'])}, prefix {num(x['reuse'], '.3f')}; "
+        f"mean latency checkpoint {num(c['mean_ms'], '.1f')} ms / pow2 {num(p['mean_ms'], '.1f')} ms = "
+        f"{ratio(c['mean_ms'], p['mean_ms'])}, prefix {num(x['mean_ms'], '.1f')} ms"
     )
     for name, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'} {name}")
     for router, f in sorted(rows.get((32, "skewed", "medium"), {}).items()):
         print(
-            f"32 replicas, skewed, {router}: imbalance {f['imbalance']:.2f}, queue above 2x the mean "
-            f"{f['hot_share']:.1%} of the time, longest {f['longest_hot_ms']:.0f} ms of "
-            f"{f['makespan_ms']:.0f} ms; reuse {f['reuse']:.2f}, mean {f['mean_ms']:.0f} ms"
+            f"32 replicas, skewed, {router}: imbalance {num(f['imbalance'], '.2f')}, queue above 2x the "
+            f"mean {num(f['hot_share'], '.1%')} of the time, longest {num(f['longest_hot_ms'], '.0f')} ms "
+            f"of {num(f['makespan_ms'], '.0f')} ms; reuse {num(f['reuse'], '.2f')}, mean "
+            f"{num(f['mean_ms'], '.0f')} ms"
         )
     return {"rows": _rows(rows), "checks": checks}
 
 
-def _rows(rows: dict[tuple, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+def _rows(rows: dict[tuple, dict[str, Figures]]) -> list[dict[str, Any]]:
     return [{"replicas": k[0], "workload": k[1], "load": k[2], **f} for k, f in sorted(rows.items(), key=str)]
 
 

@@ -46,3 +46,26 @@ def test_a_row_without_the_checkpoint_router_is_printed(fleet_table, capsys):
     doc = {"cells": [_cell(r, 2, 500.0) for r in ("pow2", "prefix")]}
     fleet_table.table(doc)
     assert "| 2 | candidates | medium |" in capsys.readouterr().out
+
+
+def test_a_fleet_of_another_size_names_its_load_per_replica(fleet_table, capsys):
+    # a 4-replica experiment (the loads are per replica: 250 requests/s each is medium) was a
+    # KeyError traceback
+    doc = {"cells": [_cell(r, 4, 1000.0) for r in ("pow2", "prefix", "checkpoint")]}
+    doc["cells"].append(_cell("pow2", 4, 123.0))
+    fleet_table.table(doc)
+    out = capsys.readouterr().out
+    assert "| 4 | candidates | medium |" in out and "| 4 | candidates | 123.0 |" in out
+
+
+def test_figures_a_cell_could_not_measure_print_as_a_dash(fleet_table, capsys):
+    # no request finished (no latency, no reuse), or every arrival found the fleet idle (no
+    # imbalance): a TypeError formatting None; the acceptance that reads them fails, no traceback
+    cells = [_cell(r, 8, 2000.0) for r in ("pow2", "prefix", "checkpoint")]
+    result = cells[2]["results"][0]
+    result.update(reuse_rate=None, mean_latency_s=None, p99_latency_s=None, completed=0)
+    result["fleet"].update(affinity_share=None, imbalance_mean=None)
+    checks = fleet_table.table({"cells": cells})["checks"]
+    out = capsys.readouterr().out
+    assert "| 8 | candidates | medium | 0.70 | 30 | 0.70 | 30 | — | — | — | 1.20/1.20/— |" in out
+    assert checks and not any(checks.values())

@@ -31,7 +31,7 @@ class RouterConfig:
     imbalance_ratio: float = 1.5
     imbalance_slack: int = 2
     match_threshold: float = 0.1  # prefix: the least share of a prompt matched to count as a hit
-    block_size: int = 16  # prefix: the granularity of its prompt memory
+    block_size: int = 16  # the granularity of a router's memory of what it sent where
     memory: int = DEFAULT_CAPACITY  # chain hashes a router remembers
 
 
@@ -57,6 +57,13 @@ def overloaded(replica: ReplicaState, replicas: Sequence[ReplicaState], config: 
 def usable_blocks(tokens: tuple[int, ...], block_size: int) -> int:
     """Whole blocks a replica could resume from: at least the last prompt token is computed."""
     return max(len(tokens) - 1, 0) // block_size
+
+
+def prompt_chain(request: RouteRequest, block_size: int) -> list[int]:
+    """Chain hashes of the prompt's usable whole blocks of ``block_size`` tokens. Pure."""
+    return chain_hashes(
+        request.namespace, request.tokens, block_size, usable_blocks(request.tokens, block_size)
+    )
 
 
 def least_loaded(replicas: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
@@ -92,8 +99,7 @@ class PrefixAffinity:
         self.memory = PrefixMemory(config.memory)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
-        bs = self.config.block_size
-        chain = chain_hashes(request.namespace, request.tokens, bs, usable_blocks(request.tokens, bs))
+        chain = prompt_chain(request, self.config.block_size)
         decision = self._decide(request, replicas, chain)
         self.memory.record(chain, decision.replica)
         return decision
@@ -126,10 +132,13 @@ class CheckpointAffinity:
         self.memory = PrefixMemory(config.memory)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
-        bs = replicas[0].digest.block_size
-        chain = chain_hashes(request.namespace, request.tokens, bs, usable_blocks(request.tokens, bs))
-        ready = {r.name: r.digest.depth(chain) for r in replicas}
-        planned = self.memory.depths(chain, bs)
+        # each digest is read at its own block size (one not reported yet has the default), the
+        # router's memory at its own
+        sizes = {r.digest.block_size for r in replicas} | {self.config.block_size}
+        chains = {bs: prompt_chain(request, bs) for bs in sizes}
+        ready = {r.name: r.digest.depth(chains[r.digest.block_size]) for r in replicas}
+        chain = chains[self.config.block_size]
+        planned = self.memory.depths(chain, self.config.block_size)
         expect = {r.name: max(ready[r.name], planned.get(r.name, 0)) for r in replicas}
         open_ = [r for r in replicas if not overloaded(r, replicas, self.config)] or list(replicas)
         best = max(open_, key=lambda r: (expect[r.name], ready[r.name], -r.queue, self.rng.random()))

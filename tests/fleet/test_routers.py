@@ -125,3 +125,16 @@ def test_unknown_router_is_one_line_naming_it():
     with pytest.raises(ProblemError) as e:
         make_router("round_robin")
     assert e.value.problem.param == "router" and "round_robin" in e.value.problem.message
+
+
+def test_a_replica_yet_to_report_does_not_hide_the_others_checkpoints():
+    # the prompt's chain was cut at the first replica's block size: one that had not reported yet
+    # (Serve's default digest, 16-token blocks) hid every other replica's checkpoints (4-token
+    # blocks), and the router's memory was cut at whichever block size came first
+    router = make_router("checkpoint", RouterConfig(block_size=BS))
+    fleet = [ReplicaState("new", 0), replica("b", 1, digest_at(PROMPT, 8)), replica("c", 0)]
+    d = route(router, fleet)
+    assert (d.replica, d.reason, d.depth) == ("b", AFFINITY, 32)
+    placed = route(router, [replica("a", 0), ReplicaState("new", 1)], CTX + (6,) * 8)
+    sibling = route(router, [ReplicaState("new", 0), replica("a", 1), replica("z", 0)], CTX + (5,) * 8)
+    assert placed.replica == "a" and (sibling.replica, sibling.reason) == ("a", AFFINITY)

@@ -106,8 +106,15 @@ class EngineReplica:
     def _sink(aio: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> Any:
         return lambda event: aio.call_soon_threadsafe(queue.put_nowait, event)
 
+    def check_health(self) -> None:
+        """Serve calls this every few seconds: a replica whose engine loop died is replaced, not
+        left in rotation answering every job with the failure."""
+        if not self.loop.alive:
+            raise RuntimeError(self.loop.failure or "the engine loop stopped")
+
     async def record_routing_stats(self) -> dict[str, Any]:
         """Serve polls this: the queue and the READY-checkpoint digest (plain lists, picklable)."""
+        self.check_health()  # a dead loop answers no call: fail now, not after the timeout
         queue, digest = await asyncio.to_thread(
             self.loop.call, lambda e: (e.queue_length(), e.routing_digest()), 10.0
         )

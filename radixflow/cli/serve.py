@@ -24,6 +24,7 @@ from radixflow.options import EngineOptions
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
 from radixflow.options.spec import checked
+from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import bind, bound_port
 
@@ -134,6 +135,11 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
     require_serve_extra()
     require_cluster_extra()
+    from radixflow.generation.setup import weights_problem
+
+    problem = weights_problem(options)  # here, in one line: in a replica it fails the deployment
+    if problem is not None:
+        raise ProblemError(problem)
     from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve
 
     listen, config = server_settings(args)

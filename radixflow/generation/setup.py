@@ -9,6 +9,7 @@ from radixflow.engine.engine import Engine
 from radixflow.engine.runner import Runner
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.options.runners import name_problem, runner_name
 from radixflow.problems import Problem, ProblemError
 
 
@@ -28,20 +29,31 @@ class LoadedModel:
         return self.setup.engine(round_history=round_history)
 
 
+def no_weights(label: str) -> Problem:
+    return Problem(
+        "model",
+        f"{label!r} on the sim runner has no weights: generation needs the torch runner and a model "
+        "with weights (a zoo name, see `radixflow models`, or a checkpoint directory)",
+    )
+
+
+def weights_problem(options: EngineOptions) -> Problem | None:
+    """What `load_model` would refuse that shows without building or reading anything (bad
+    options, a model the runner has not, the sim runner): a fleet's ingress checks this before
+    its replicas load the model. Cheap."""
+    problem = options.validate() or name_problem(options)
+    if problem is None and runner_name(options) == "sim":
+        return no_weights(str(options.model))
+    return problem
+
+
 def load_model(options: EngineOptions) -> LoadedModel:
     """Build (zoo name, first time) or read the model named by ``options.model``, its tokenizer and
     a torch runner sized by ``options``. Raises `ProblemError` naming the option at fault."""
     plan = plan_engine(options)
     path = plan.choice.checkpoint
     if path is None:
-        raise ProblemError(
-            Problem(
-                "model",
-                f"{plan.choice.label!r} on the sim runner has no weights: generation needs the torch "
-                "runner and a model with weights (a zoo name, see `radixflow models`, or a checkpoint "
-                "directory)",
-            )
-        )
+        raise ProblemError(no_weights(plan.choice.label))
     try:
         tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
     except TokenizerError as e:  # there is one, and it is broken

@@ -348,3 +348,25 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (141, "")
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["nosuchmodel"], "model: unknown torch model 'nosuchmodel'"),
+        (["qwen3_5-2b", "--runner", "sim"], "model: 'qwen3_5-2b' on the sim runner has no weights"),
+    ],
+)
+def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(monkeypatch, capsys, argv, needle):
+    # each replica found the bad model: Ray started, then a RuntimeError traceback ("Deploying
+    # application radixflow failed"), where one replica says it in one line
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import radixflow.cluster.launch as launch
+
+    def no_ray(spec):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(launch, "ray_serve", no_ray)
+    err = one_line_error(capsys, ["serve", *argv, "--replicas", "2", "--port", "0"])
+    assert err.startswith(f"radixflow: error: {needle}")

@@ -69,7 +69,7 @@ def imbalance(samples: list[QueueSample], end_s: float) -> dict[str, float | Non
     """max queue / mean queue over time (samples where the mean is positive), and how long the
     longest queue stayed above HOT x the mean (and HOT_SLACK requests above it)."""
     ratios, hot_s, longest, run_start = [], 0.0, 0.0, None
-    times = [s.t for s in samples[1:]] + [end_s]
+    times = [s.t for s in samples[1:]] + [end_s] if samples else []
     for sample, t_next in zip(samples, times, strict=True):
         mean = sum(sample.queues) / len(sample.queues)
         top = max(sample.queues)

@@ -178,3 +178,13 @@ def test_per_replica_queues_count_the_samples_after_a_death(setup):
     assert [r["mean_queue"] for r in fleet_figures(whole, "checkpoint")["per_replica"]] == [
         sum(s.queues[i] for s in whole.samples) / len(whole.samples) for i in range(4)
     ]
+
+
+def test_a_fleet_that_routed_nothing_has_figures(setup):
+    # no sample (the only replica died before the first arrival): imbalance's zip of the samples
+    # with their successors' times raised ValueError
+    run = fleet(setup, "checkpoint", replicas=1, kills=[ReplicaKill(0, 0.0)])
+    assert not run.samples and all(r.status is RequestStatus.FAILED for r in run.requests)
+    figures = fleet_figures(run, "checkpoint")
+    assert figures["imbalance_mean"] is None and figures["hot_share"] is None
+    assert figures["longest_hot_s"] == 0.0 and figures["affinity_share"] is None

@@ -116,10 +116,12 @@ def fleet_figures(run: FleetRun, router: str) -> dict[str, Any]:
     """The fleet's own figures (plain JSON)."""
     decisions = [d for r in run.replicas for d in r.routed]
     end = max((r.engine.now for r in run.replicas), default=0.0)
+    answers = {id(r) for r in run.requests}  # not what a replica finished after it died
     per_replica = []
     for replica in run.replicas:
         queues = _queues_of(run.samples, replica.name)
-        per_replica.append(_replica_figures(replica.name, replica.routed, replica.engine.requests, queues))
+        requests = [r for r in replica.engine.requests if id(r) in answers]
+        per_replica.append(_replica_figures(replica.name, replica.routed, requests, queues))
     all_queues = [q for s in run.samples for q in s.queues]
     return {
         "router": router,

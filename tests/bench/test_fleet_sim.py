@@ -188,3 +188,20 @@ def test_a_fleet_that_routed_nothing_has_figures(setup):
     figures = fleet_figures(run, "checkpoint")
     assert figures["imbalance_mean"] is None and figures["hot_share"] is None
     assert figures["longest_hot_s"] == 0.0 and figures["affinity_share"] is None
+
+
+def test_per_replica_answers_are_the_fleets_answers(setup):
+    # answers a dead replica finished after its death (retried elsewhere) were counted as its
+    # completions too: the replicas' completions added up to more than the fleet answered
+    whole = fleet(setup, "checkpoint")
+    ends = {r.finish_s for r in whole.replicas[0].engine.requests}
+    crossing = next(
+        rd
+        for rd in whole.replicas[0].engine.rounds
+        if rd.start_s + rd.duration_s in ends and rd.duration_s > 0
+    )
+    run = fleet(setup, "checkpoint", kills=[ReplicaKill(0, crossing.start_s + crossing.duration_s / 2)])
+    assert run.retried
+    per_replica = fleet_figures(run, "checkpoint")["per_replica"]
+    finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
+    assert sum(r["completed"] for r in per_replica) == len(finished) == len(run.requests)

@@ -7,8 +7,9 @@ every routing decision is made by the same lines in both.
 - ``prefix``: prompt-prefix affinity from the router's own memory of what it sent where, blind to
   whether a state checkpoint exists there (like Ray Serve LLM's PrefixCacheAffinityRouter).
 - ``checkpoint``: the replica with the deepest usable READY checkpoint for the prompt (from the
-  digests replicas report), unless it is overloaded; a new context goes to a lightly loaded
-  replica and the router remembers it, so its later siblings follow it there.
+  digests replicas report), unless it is overloaded; a new context (nothing, or under
+  ``match_threshold`` of the prompt, resumable or sent anywhere) goes to a lightly loaded replica
+  and the router remembers it, so its later siblings follow it there.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class RouterConfig:
     # a replica is overloaded when its queue exceeds both ratio x the mean queue and mean + slack
     imbalance_ratio: float = 1.5
     imbalance_slack: int = 2
-    match_threshold: float = 0.1  # prefix: the least share of a prompt matched to count as a hit
+    match_threshold: float = 0.1  # the least share of a prompt matched to count as a hit
     block_size: int = 16  # the granularity of a router's memory of what it sent where
     memory: int = DEFAULT_CAPACITY  # chain hashes a router remembers
 
@@ -143,7 +144,8 @@ class CheckpointAffinity:
         open_ = [r for r in replicas if not overloaded(r, replicas, self.config)] or list(replicas)
         best = max(open_, key=lambda r: (expect[r.name], ready[r.name], -r.queue, self.rng.random()))
         deepest = max(expect.values())
-        if deepest == 0:  # a new context: somewhere light; its siblings follow via the memory
+        if deepest == 0 or deepest < self.config.match_threshold * len(request.tokens):
+            # a new context (sharing at most a preamble): somewhere light; its siblings follow it
             decision = Decision(least_loaded(open_, self.rng).name, PLACEMENT)
         elif expect[best.name] == deepest:
             decision = Decision(best.name, AFFINITY, deepest)

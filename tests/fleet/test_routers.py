@@ -138,3 +138,19 @@ def test_a_replica_yet_to_report_does_not_hide_the_others_checkpoints():
     placed = route(router, [replica("a", 0), ReplicaState("new", 1)], CTX + (6,) * 8)
     sibling = route(router, [ReplicaState("new", 0), replica("a", 1), replica("z", 0)], CTX + (5,) * 8)
     assert placed.replica == "a" and (sibling.replica, sibling.reason) == ("a", AFFINITY)
+
+
+def test_a_context_sharing_only_a_preamble_is_placed_where_it_is_light():
+    # every prompt opening with the same few tokens (a chat template) made the replicas that had
+    # seen them "affine" for every new context: 3 of 4 replicas took all of them, one none
+    router = make_router("checkpoint", RouterConfig(block_size=BS, seed=0))
+    preamble = CTX[:4]  # one block of a 60-token prompt: under the 10% match threshold
+    queues = {"a": 0, "b": 0, "c": 0, "d": 0}
+    for i in range(40):  # 40 unrelated contexts, nothing finishes
+        d = route(router, [replica(k, q) for k, q in queues.items()], preamble + (1000 + i,) * 56)
+        assert d.reason == PLACEMENT
+        queues[d.replica] += 1
+    assert set(queues.values()) == {10}
+    # a sibling still follows its context (its match is most of the prompt)
+    sibling = route(router, [replica(k, 0) for k in queues], preamble + (1000,) * 55 + (7,))
+    assert sibling.reason == AFFINITY and sibling.depth == 56

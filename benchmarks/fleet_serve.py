@@ -34,6 +34,8 @@ from typing import Any
 import httpx
 import openai
 
+from radixflow.fleet import router_problem
+
 
 @dataclass
 class RouterRun:
@@ -238,6 +240,12 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=Path("results/fleet_serve.json"))
     p.add_argument("--smoke", action="store_true", help="one router, two clients, a tiny workload (CI)")
     args = p.parse_args()
+    for router in args.routers.split(","):
+        problem = router_problem(router)
+        if problem is not None:
+            p.error(f"--routers: {problem.message}")
+    if args.replicas < 2:
+        p.error(f"--replicas: a fleet needs at least 2 (got {args.replicas}); one replica runs without Ray")
     if args.smoke:
         args.routers, args.clients, args.groups, args.candidates = "checkpoint", 2, 2, 2
         args.context, args.candidate, args.log_dir = 32, 4, str(args.json.parent)

@@ -52,14 +52,15 @@ def num(value: float | None, spec: str) -> str:
 
 def figures(cell: dict[str, Any]) -> Figures:
     r = cell["results"][0]
+    fleet = r.get("fleet", {})  # none for a cell of one engine (a grid's baseline)
     return {
         "reuse": r["reuse_rate"],
         "mean_ms": ms(r["mean_latency_s"]),
         "p99_ms": ms(r["p99_latency_s"]),
-        "affinity": r["fleet"]["affinity_share"],
-        "imbalance": r["fleet"]["imbalance_mean"],
-        "hot_share": r["fleet"]["hot_share"],
-        "longest_hot_ms": ms(r["fleet"]["longest_hot_s"]),
+        "affinity": fleet.get("affinity_share"),
+        "imbalance": fleet.get("imbalance_mean"),
+        "hot_share": fleet.get("hot_share"),
+        "longest_hot_ms": ms(fleet.get("longest_hot_s")),
         "makespan_ms": ms(r["makespan_s"]),
         "completed": f"{r['completed']}/{r['requests']}",
     }

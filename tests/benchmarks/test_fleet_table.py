@@ -69,3 +69,15 @@ def test_figures_a_cell_could_not_measure_print_as_a_dash(fleet_table, capsys):
     out = capsys.readouterr().out
     assert "| 8 | candidates | medium | 0.70 | 30 | 0.70 | 30 | — | — | — | 1.20/1.20/— |" in out
     assert checks and not any(checks.values())
+
+
+def test_a_one_engine_cell_without_fleet_figures_is_a_row(fleet_table, capsys):
+    # a grid over replicas = [1, 2] has a lone-engine baseline cell, which has no `fleet` block:
+    # KeyError traceback
+    doc = {"cells": [_cell(r, 2, 500.0) for r in ("pow2", "prefix", "checkpoint")]}
+    lone = _cell("checkpoint", 1, 250.0)
+    del lone["results"][0]["fleet"]
+    doc["cells"].append(lone)
+    fleet_table.table(doc)
+    out = capsys.readouterr().out
+    assert "| 1 | candidates | medium | 0.70 | 30 | — | — |" in out

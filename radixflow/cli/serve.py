@@ -137,7 +137,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     require_cluster_extra()
     from radixflow.generation.setup import weights_problem
 
-    problem = weights_problem(options)  # here, in one line: in a replica it fails the deployment
+    # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
+    problem = weights_problem(options, local=args.ray_address is None)
     if problem is not None:
         raise ProblemError(problem)
     from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve

@@ -8,8 +8,10 @@ from pathlib import Path
 from radixflow.engine.engine import Engine
 from radixflow.engine.runner import Runner
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
+from radixflow.models.registry import UnknownModelError
+from radixflow.models.zoo import ensure_model, model_names
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
-from radixflow.options.runners import name_problem, runner_name
+from radixflow.options.runners import device_problem, name_problem, runner_name
 from radixflow.problems import Problem, ProblemError
 
 
@@ -37,14 +39,26 @@ def no_weights(label: str) -> Problem:
     )
 
 
-def weights_problem(options: EngineOptions) -> Problem | None:
-    """What `load_model` would refuse that shows without building or reading anything (bad
-    options, a model the runner has not, the sim runner): a fleet's ingress checks this before
-    its replicas load the model. Cheap."""
+def weights_problem(options: EngineOptions, local: bool = True) -> Problem | None:
+    """What `load_model` would refuse that shows without building or reading a model (bad options,
+    a model the runner has not, a directory without config.json, the sim runner; ``local``: a
+    device this machine lacks): a fleet's ingress checks this before its replicas load the model."""
     problem = options.validate() or name_problem(options)
     if problem is None and runner_name(options) == "sim":
         return no_weights(str(options.model))
+    if problem is None and options.model not in model_names():
+        problem = _directory_problem(str(options.model))
+    if problem is None and local:
+        problem = device_problem(options.device)
     return problem
+
+
+def _directory_problem(path: str) -> Problem | None:
+    try:
+        ensure_model(path)  # a directory (not a zoo name): only its config.json is looked for
+    except UnknownModelError as e:
+        return Problem("model", str(e))
+    return None
 
 
 def load_model(options: EngineOptions) -> LoadedModel:

@@ -355,9 +355,13 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     [
         (["nosuchmodel"], "model: unknown torch model 'nosuchmodel'"),
         (["qwen3_5-2b", "--runner", "sim"], "model: 'qwen3_5-2b' on the sim runner has no weights"),
+        (["{empty}"], "model: unknown model '{empty}': not a zoo name and not a directory with config.json"),
+        (["qwen3_5-tiny", "--device", "bogus"], "--device: unknown device 'bogus'"),
     ],
 )
-def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(monkeypatch, capsys, argv, needle):
+def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(
+    monkeypatch, capsys, tmp_path, argv, needle
+):
     # each replica found the bad model: Ray started, then a RuntimeError traceback ("Deploying
     # application radixflow failed"), where one replica says it in one line
     pytest.importorskip("ray.serve")
@@ -368,5 +372,6 @@ def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(monkeypatch, 
         raise AssertionError("Ray was started")
 
     monkeypatch.setattr(launch, "ray_serve", no_ray)
+    argv, needle = [a.format(empty=tmp_path) for a in argv], needle.format(empty=tmp_path)  # an empty dir
     err = one_line_error(capsys, ["serve", *argv, "--replicas", "2", "--port", "0"])
     assert err.startswith(f"radixflow: error: {needle}")

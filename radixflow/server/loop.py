@@ -178,13 +178,20 @@ class EngineLoop:
             self._commands.clear()
         for command in pending:  # `call`s waiting for an answer get one; admissions are failed
             command()
-        try:  # the dependency trace (--trace-out), flushed every few seconds while serving
+        self._flush_trace()
+
+    def _flush_trace(self) -> None:
+        """Write out the dependency trace (--trace-out): every few seconds while serving (the
+        engine's rounds), whenever the loop goes idle and at the end."""
+        try:
             self.engine.flush_events()
         except OSError as e:
             log.warning("the trace was not written: %s", e.strerror or e)
 
     def _next_commands(self) -> bool:
         """Wait for something to do and run the commands that came in. False: time to stop."""
+        if not self.engine.has_work():  # idle, maybe for long: what the trace holds goes to disk
+            self._flush_trace()
         with self._cond:
             while not self._commands and not self.engine.has_work():
                 if not self._accepting and not self._active:

@@ -184,6 +184,26 @@ def test_the_trace_is_flushed_while_serving_and_written_at_shutdown(tokenizer, t
     assert sum(e["name"] == "finished" for e in events) == 3 > sum(e["name"] == "finished" for e in served)
 
 
+def test_the_trace_is_on_disk_once_the_server_goes_idle(tokenizer, tmp_path, monkeypatch):
+    """A crash loses at most the last seconds (docs/trace.md): a server that goes idle writes what
+    the trace holds then, not only at its next round or at shutdown, however long that takes."""
+    path = tmp_path / "serve.json"
+    file = trace.TraceFile(path, {"clock": "sim"})
+    engine = new_engine(SimRunner(SPEC, HARDWARE["h100"]), CFG, events=file.recorder("radixflow"))
+    loop = EngineLoop(engine, ServerMetrics(), 8)
+    monkeypatch.setattr(trace, "FLUSH_EVERY_S", 3600.0)  # no timed flush in this test's life
+    loop.start()
+    try:
+        finals(submit(loop, tokenizer, 2), 2)
+        deadline = time.monotonic() + 30
+        while sum(e["name"] == "finished" for e in json.loads(path.read_text())["traceEvents"]) < 2:
+            assert time.monotonic() < deadline, "the idle server never wrote its trace"
+            time.sleep(0.02)
+    finally:
+        loop.shutdown(0.0)
+        loop.join(10)
+
+
 def test_a_command_that_fails_the_loop_leaves_no_request_unanswered(make_loop, tokenizer):
     """A failure inside a command (here an admission) fails the engine loop like one inside a
     round: every prompt of the failing submission and every submission queued beside it is still

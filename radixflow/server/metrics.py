@@ -19,6 +19,7 @@ from radixflow.scheduler.request import Request, RequestStatus
 _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 THROUGHPUT_WINDOW_S = 10.0
+REJECTIONS = ("queue_full", "not_accepting")  # why a request is refused before admission
 
 
 class ServerMetrics:
@@ -81,6 +82,11 @@ class ServerMetrics:
         self.rejected = Counter(
             p + "requests_rejected", "requests refused before admission", ["reason"], registry=r
         )
+        # every series from the start: one born with its first event hides it from rate()
+        for status in (s for s in RequestStatus if s.done):
+            self.requests.labels(status.value)
+        for reason in REJECTIONS:
+            self.rejected.labels(reason)
         self.ttft = Histogram(
             p + "time_to_first_token_seconds",
             "wall time from arrival to first token",
@@ -169,6 +175,7 @@ class ServerMetrics:
         self.reuse_rate.set(self._reused_sum / self._prompt_sum if self._prompt_sum else 0.0)
 
     def on_rejected(self, reason: str) -> None:
+        """A request refused before admission; ``reason`` is one of `REJECTIONS`."""
         self.rejected.labels(reason).inc()
 
     def render(self) -> bytes:

@@ -241,4 +241,4 @@ def test_requests_failed_with_the_engine_are_counted_as_failed(make_loop, tokeni
     loop.join(10)
     samples = [s for m in loop.metrics.registry.collect() for s in m.samples]
     outcomes = {s.labels["outcome"]: s.value for s in samples if s.name == "radixflow_requests_total"}
-    assert outcomes == {"failed": 2}
+    assert outcomes == {"finished": 0, "failed": 2, "aborted": 0}

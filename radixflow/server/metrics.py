@@ -44,7 +44,9 @@ class ServerMetrics:
         self.reused_tokens = Counter(
             p + "reused_prompt_tokens", "prompt tokens served from the cache", registry=r
         )
-        self.generation_tokens = Counter(p + "generation_tokens", "tokens generated", registry=r)
+        self.generation_tokens = Counter(
+            p + "generation_tokens", "tokens generated (by aborted and failed requests too)", registry=r
+        )
         self.reuse_rate = Gauge(p + "reuse_rate", "reused / prompt tokens of finished requests", registry=r)
         self.waiting = Gauge(p + "requests_waiting", "requests in the engine's waiting queue", registry=r)
         self.running = Gauge(
@@ -160,16 +162,18 @@ class ServerMetrics:
         self.ttft.observe(seconds)
 
     def on_done(self, request: Request, seconds: float) -> None:
-        """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time.
-        One the engine never ended (still waiting or running) failed with the engine loop itself."""
+        """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time:
+        its generated tokens count whatever the outcome; its prompt, reuse and latency only when
+        it finished. One the engine never ended (still waiting or running) failed with the engine
+        loop itself."""
         outcome = request.status if request.status.done else RequestStatus.FAILED
         self.requests.labels(outcome.value).inc()
+        self.generation_tokens.inc(len(request.output))  # generated, whatever became of them
         if outcome is not RequestStatus.FINISHED:
             return
         self.latency.observe(seconds)
         self.prompt_tokens.inc(len(request.prompt))
         self.reused_tokens.inc(request.reused)
-        self.generation_tokens.inc(len(request.output))
         self._prompt_sum += len(request.prompt)
         self._reused_sum += request.reused
         self.reuse_rate.set(self._reused_sum / self._prompt_sum if self._prompt_sum else 0.0)

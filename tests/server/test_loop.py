@@ -164,6 +164,26 @@ def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
     assert events.empty()  # nobody is answered after leaving
 
 
+def test_tokens_generated_before_an_abort_are_counted(make_loop, tokenizer):
+    """`radixflow_generation_tokens_total` is every token generated, as its help says: a client
+    that leaves mid-decode took those tokens too (prompt tokens and reuse stay finished-only)."""
+    runner = GatedRunner(SPEC, HARDWARE["h100"])
+    loop = make_loop(runner)
+    submit(loop, tokenizer, 2, max_tokens=500)
+    reqs = loop.call(lambda e: e.requests)
+    gauge = loop.metrics.registry.get_sample_value
+    deadline = time.monotonic() + 30
+    while gauge("radixflow_requests_running") != 2:  # the first round ran: one token each
+        assert time.monotonic() < deadline, "the requests never ran"
+        time.sleep(0.01)
+    loop.abort([r.id for r in reqs])
+    runner.gate.set()
+    loop.call(lambda e: None)  # the abort has been applied
+    generated = sum(len(r.output) for r in reqs)
+    assert generated >= 2 and gauge("radixflow_generation_tokens_total") == generated
+    assert gauge("radixflow_prompt_tokens_total") == 0
+
+
 def test_the_trace_is_flushed_while_serving_and_written_at_shutdown(tokenizer, tmp_path, monkeypatch):
     path = tmp_path / "serve.json"
     file = trace.TraceFile(path, {"clock": "sim"})

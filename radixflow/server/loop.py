@@ -94,6 +94,9 @@ class EngineLoop:
 
     # ------------------------------------------------------------ any thread
     def start(self) -> None:
+        # before the engine thread runs (nothing else reads the engine yet): a scrape before the
+        # first request sees the cache budget and every series at 0, not an empty budget
+        self._publish_queues()
         self._thread.start()
 
     @property

@@ -164,6 +164,19 @@ def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
     assert events.empty()  # nobody is answered after leaving
 
 
+def test_the_cache_figures_are_published_before_the_first_request(make_loop):
+    """A scrape of a server that has answered nothing yet shows its cache budget, not 0, and every
+    kind of cache memory and eviction at 0."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    gauge = loop.metrics.registry.get_sample_value
+    budget = loop.engine.cache.memory().budget_bytes
+    assert budget > 0 and gauge("radixflow_cache_budget_bytes") == budget
+    for kind in ("kv", "checkpoint", "working"):
+        assert gauge("radixflow_cache_bytes", {"kind": kind}) == 0
+    for kind in ("kv", "checkpoint"):
+        assert gauge("radixflow_cache_evictions_total", {"kind": kind}) == 0
+
+
 def test_tokens_generated_before_an_abort_are_counted(make_loop, tokenizer):
     """`radixflow_generation_tokens_total` is every token generated, as its help says: a client
     that leaves mid-decode took those tokens too (prompt tokens and reuse stay finished-only)."""

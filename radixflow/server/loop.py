@@ -261,12 +261,14 @@ class EngineLoop:
                 self._answer(entry, _final(entry.index, event))
 
     def _answer(self, entry: _Entry, final: Final) -> None:
-        self._release(entry)  # first: a client that has its answer finds its slot in the queue free
+        # first: a client that has its answer finds its slot in the queue free
+        self._release(entry, failed=final.output is None)
         _send(entry.sink, final)
 
-    def _release(self, entry: _Entry) -> None:
-        """The entry's request left the engine (the processor forgot it there): count it."""
-        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival)
+    def _release(self, entry: _Entry, failed: bool = False) -> None:
+        """The entry's request left the engine (the processor forgot it there): count it, as
+        failed when it was answered with an error (not aborted, though the drain aborts it)."""
+        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, failed)
         with self._cond:
             self._pending -= 1
 

@@ -161,12 +161,13 @@ class ServerMetrics:
     def on_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
 
-    def on_done(self, request: Request, seconds: float) -> None:
+    def on_done(self, request: Request, seconds: float, failed: bool = False) -> None:
         """A request left the engine (finished, failed or aborted) after ``seconds`` of wall time:
         its generated tokens count whatever the outcome; its prompt, reuse and latency only when
-        it finished. One the engine never ended (still waiting or running) failed with the engine
-        loop itself."""
-        outcome = request.status if request.status.done else RequestStatus.FAILED
+        it finished. ``failed``: it was answered with an error whatever its status (the drain
+        aborted it in the engine); one the engine never ended (still waiting or running) failed
+        with the engine loop itself."""
+        outcome = request.status if request.status.done and not failed else RequestStatus.FAILED
         self.requests.labels(outcome.value).inc()
         self.generation_tokens.inc(len(request.output))  # generated, whatever became of them
         if outcome is not RequestStatus.FINISHED:

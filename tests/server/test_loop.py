@@ -145,6 +145,20 @@ def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):
     assert not loop.alive
 
 
+def test_requests_failed_by_the_drain_count_as_failed_not_aborted(make_loop, tokenizer):
+    """A request the drain answers with a 503 failed (as the fleet's ingress counts it); aborted
+    is what a client that went away did."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    loop.call(lambda e: setattr(e, "step", lambda: time.sleep(0.01)))  # rounds that never finish anything
+    events = submit(loop, tokenizer, 2)
+    loop.shutdown(0.0)
+    assert {f.status for f in finals(events, 2)} == {503}
+    loop.join(10)
+    gauge = loop.metrics.registry.get_sample_value
+    outcomes = {o: gauge("radixflow_requests_total", {"outcome": o}) for o in ("failed", "aborted")}
+    assert outcomes == {"failed": 2, "aborted": 0}
+
+
 def test_the_queue_gauges_follow_aborts(make_loop, tokenizer):
     runner = GatedRunner(SPEC, HARDWARE["h100"])
     loop = make_loop(runner)

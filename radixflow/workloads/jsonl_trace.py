@@ -89,6 +89,18 @@ def _string(row: dict[str, object], key: str, default: str, where: str) -> str:
     return value
 
 
+def _arrival(value: object, where: str) -> float:
+    """``arrival_s`` as a float: a number, finite, not negative. bool is an int in Python, NaN and
+    Infinity parse as floats, and an integer past a float's range overflows: all are refused."""
+    try:
+        number = float(value) if type(value) in (int, float) else math.nan  # type: ignore[arg-type]
+    except OverflowError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise TraceError(f"{where}: 'arrival_s' must be a finite number >= 0, got {json.dumps(value)}")
+    return number
+
+
 def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     try:
         row = json_object(line, ", ".join(FIELDS))
@@ -100,10 +112,7 @@ def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     prompt = row.get("prompt")
     if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
         raise TraceError(f"{where}: 'prompt' must be a non-empty list of integer token ids")
-    arrival = row.get("arrival_s", 0.0)
-    # bool is an int in Python, and NaN/Infinity parse as floats: refuse all three
-    if type(arrival) not in (int, float) or not math.isfinite(arrival) or arrival < 0:
-        raise TraceError(f"{where}: 'arrival_s' must be a finite number >= 0, got {json.dumps(arrival)}")
+    arrival = _arrival(row.get("arrival_s", 0.0), where)
     rid = row.get("id")
     if not isinstance(rid, str) or not rid:
         raise TraceError(f"{where}: 'id' must be a non-empty string")
@@ -114,6 +123,6 @@ def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
         id=rid,
         prompt=tuple(prompt),
         namespace=_string(row, "namespace", "default", where),
-        arrival_s=float(arrival),
+        arrival_s=arrival,
     )
     return request, RequestTag(group=group, kind=_string(row, "kind", CANDIDATE, where))

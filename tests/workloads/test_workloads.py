@@ -253,3 +253,11 @@ def test_skew_gives_the_first_groups_most_requests():
     assert WorkloadSpec(skew=0.0).group_sizes() == [8] * 8
     assert WorkloadSpec(skew=-1.0).problem().param == "skew"
     assert WorkloadSpec(kind="essays").problem().param == "kind"
+
+
+@pytest.mark.parametrize("arrival", ["1" + "0" * 400, "-1" + "0" * 400])
+def test_trace_arrival_too_large_for_a_float_names_its_line(tmp_path, arrival):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1], "arrival_s": ' + arrival + "}\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: 'arrival_s' must be a finite number >= 0"):
+        read_trace(path)

@@ -50,8 +50,6 @@ class WorkloadSpec:
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 return Problem(name, f"must be at least {low}, got {getattr(self, name)!r}")
-        if self.requests == 0:
-            return Problem("groups", "empty workload: no groups/candidates and no independent requests")
         if not math.isfinite(self.skew) or self.skew < 0:
             return Problem("skew", f"must be a finite number >= 0, got {self.skew}")
         for name, known in (("order", ORDERS), ("arrival", ARRIVALS), ("kind", KINDS)):
@@ -59,6 +57,21 @@ class WorkloadSpec:
                 return Problem(name, f"unknown {name} {getattr(self, name)!r} (known: {', '.join(known)})")
         if not math.isfinite(self.rate) or self.rate < MIN_RATE:
             return Problem("rate", f"must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
+        return self._size_problem()
+
+    def _size_problem(self) -> Problem | None:
+        """An empty or too large workload; a skewed one far too large is refused before its groups
+        are sized (one weight each), as an unskewed one is by arithmetic."""
+        least = self.groups * (self.shared_prefix_len + self.context_len + self.candidate_len)
+        if self.skew > 0 and least > MAX_WORKLOAD_TOKENS:  # every group has at least one request
+            return Problem(
+                "groups",
+                f"workload too large: {self.groups} groups of at least one request of "
+                f"{least // self.groups} tokens (shared_prefix_len + context_len + candidate_len) are "
+                f"at least {least} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
+            )
+        if self.requests == 0:
+            return Problem("groups", "empty workload: no groups/candidates and no independent requests")
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
             return Problem(
                 self._largest_factor(),
@@ -98,8 +111,8 @@ class WorkloadSpec:
         if self.skew == 0 or self.groups == 0:
             return [self.candidates] * self.groups
         weights = [(g + 1) ** -self.skew for g in range(self.groups)]
-        total = self.groups * self.candidates
-        return [max(1, round(total * w / sum(weights))) for w in weights]
+        share = self.groups * self.candidates / sum(weights)
+        return [max(1, round(share * w)) for w in weights]
 
     @property
     def total_tokens(self) -> int:

@@ -261,3 +261,19 @@ def test_trace_arrival_too_large_for_a_float_names_its_line(tmp_path, arrival):
     path.write_text('{"id": "a", "prompt": [1], "arrival_s": ' + arrival + "}\n")
     with pytest.raises(TraceError, match=r"t\.jsonl:1: 'arrival_s' must be a finite number >= 0"):
         read_trace(path)
+
+
+def test_a_skewed_workload_far_too_large_is_refused_before_its_groups_are_sized():
+    problem = WorkloadSpec(groups=10**12, skew=1.0).problem()  # a list of 10**12 sizes never fits
+    assert problem is not None and problem.param == "groups" and "too large" in problem.message
+
+
+def test_skewed_group_sizes_take_time_linear_in_the_groups():
+    spec = WorkloadSpec(groups=200_000, candidates=1, context_len=0, candidate_len=1, skew=1.0)
+    assert spec.problem() is None  # was quadratic: the weights were summed again for every group
+    assert spec.requests == sum(spec.group_sizes()) >= 200_000
+
+
+@pytest.mark.parametrize("skew", [float("nan"), -1e308])
+def test_a_skew_that_cannot_weigh_groups_is_a_problem_not_a_crash(skew):
+    assert WorkloadSpec(skew=skew).problem().param == "skew"  # was ValueError / OverflowError

@@ -82,10 +82,16 @@ def _decode(raw: bytes, where: str, first: bool) -> str:
     return text.removeprefix("\ufeff") if first else text
 
 
-def _string(row: dict[str, object], key: str, default: str, where: str) -> str:
+def _string(row: dict[str, object], key: str, default: str | None, where: str) -> str:
+    """A non-empty string of Unicode text: JSON's escapes can spell a lone surrogate, which is no
+    character (it cannot be printed or written as UTF-8)."""
     value = row.get(key, default)
     if not isinstance(value, str) or not value:
         raise TraceError(f"{where}: {key!r} must be a non-empty string, got {json.dumps(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceError(f"{where}: {key!r} must be Unicode text, got {json.dumps(value)}") from None
     return value
 
 
@@ -113,9 +119,7 @@ def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
         raise TraceError(f"{where}: 'prompt' must be a non-empty list of integer token ids")
     arrival = _arrival(row.get("arrival_s", 0.0), where)
-    rid = row.get("id")
-    if not isinstance(rid, str) or not rid:
-        raise TraceError(f"{where}: 'id' must be a non-empty string")
+    rid = _string(row, "id", None, where)
     group = row.get("group")
     if group is not None and type(group) is not int:
         raise TraceError(f"{where}: 'group' must be an integer or null")

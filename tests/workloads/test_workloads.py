@@ -277,3 +277,14 @@ def test_skewed_group_sizes_take_time_linear_in_the_groups():
 @pytest.mark.parametrize("skew", [float("nan"), -1e308])
 def test_a_skew_that_cannot_weigh_groups_is_a_problem_not_a_crash(skew):
     assert WorkloadSpec(skew=skew).problem().param == "skew"  # was ValueError / OverflowError
+
+
+@pytest.mark.parametrize("key", ["id", "namespace", "kind"])
+def test_trace_text_that_is_not_unicode_names_its_line(tmp_path, key):
+    # valid JSON, but a lone surrogate is no character: it cannot be printed or written as UTF-8
+    # (the bench table crashed on such an id)
+    row = {"id": "a", "prompt": [1], key: "x\\ud800"}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(row).replace("\\\\ud800", "\\ud800") + "\n")
+    with pytest.raises(TraceError, match=rf"t\.jsonl:1: '{key}' must be .*text.*ud800"):
+        read_trace(path)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.output_processor import Done, EngineDriver, OutputProcessor
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.setup import load_model
@@ -88,12 +89,12 @@ class Clients:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3_5-small")
-    ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=40, help="rounds measured (after 20 to fill the loop)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--clients", type=positive_int, default=64)
+    ap.add_argument("--rounds", type=positive_int, default=40, help="rounds measured (after the --fill ones)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     ap.add_argument("--matmul", default="auto", help="the engine's GEMM plan, e.g. prefill=onednn")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--fill", type=int, default=20, help="rounds run before the measured ones")
+    ap.add_argument("--fill", type=non_negative_int, default=20, help="rounds run before the measured ones")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, four clients, a few rounds")
     args = ap.parse_args()

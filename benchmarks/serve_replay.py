@@ -31,6 +31,7 @@ from radixflow.generation.setup import load_model
 from radixflow.generation.tracker import RequestTracker
 from radixflow.models.io.tokenizer import corpus
 from radixflow.options import EngineOptions
+from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
 
 
@@ -101,12 +102,15 @@ def main() -> None:
     if args.smoke:
         args.model, args.clients, args.rounds, args.fill = "qwen3_5-tiny", 4, 5, 3
     torch.set_num_threads(args.threads)
-    options = EngineOptions.from_mapping(
-        # radixflow: the policy docs/serving.md's figures were measured under (adaptive is the default now)
-        {"kv_blocks": 4096, "max_requests": args.clients, "matmul": args.matmul, "policy": "radixflow"},
-        model=args.model,
-    )
-    model = load_model(options)
+    try:
+        options = EngineOptions.from_mapping(
+            # radixflow: the policy docs/serving.md's figures were measured under (adaptive: the default now)
+            {"kv_blocks": 4096, "max_requests": args.clients, "matmul": args.matmul, "policy": "radixflow"},
+            model=args.model,
+        )
+        model = load_model(options)
+    except ProblemError as e:  # an unknown model or matmul plan: one line, as radixflow's own flags
+        ap.error(str(e))
     engine = model.engine()
     clients = Clients(model, engine, args.clients)
     for i in range(args.clients):

@@ -63,7 +63,7 @@ class WorkloadSpec:
         """An empty or too large workload; a skewed one far too large is refused before its groups
         are sized (one weight each), as an unskewed one is by arithmetic."""
         least = self.groups * (self.shared_prefix_len + self.context_len + self.candidate_len)
-        if self.skew > 0 and least > MAX_WORKLOAD_TOKENS:  # every group has at least one request
+        if self.skewed and least > MAX_WORKLOAD_TOKENS:  # every group has at least one request
             return Problem(
                 "groups",
                 f"workload too large: {self.groups} groups of at least one request of "
@@ -94,25 +94,34 @@ class WorkloadSpec:
             raise ProblemError(problem)
 
     @property
+    def skewed(self) -> bool:
+        """Groups sized by popularity: a skew, and candidates to share among the groups."""
+        return self.skew != 0 and self.candidates > 0 and self.groups > 0
+
+    @property
     def requests(self) -> int:
-        return (
-            self.groups * self.candidates if self.skew == 0 else sum(self.group_sizes())
-        ) + self.independent
+        return (sum(self.group_sizes()) if self.skewed else self.groups * self.candidates) + self.independent
 
     @property
     def prompt_len(self) -> int:
         """The longest prompt: shared prefix, context and candidate (independent ones lack the
         prefix); a chat's last turn carries every turn's tokens."""
-        turns = max(self.group_sizes(), default=1) if self.kind == "chats" else 1
+        turns = max(self._largest_group(), 1) if self.kind == "chats" else 1
         return self.shared_prefix_len + self.context_len + turns * self.candidate_len
+
+    def _largest_group(self) -> int:
+        """Requests in the largest group (a chat's turns)."""
+        if self.skewed:
+            return max(self.group_sizes())
+        return self.candidates if self.groups else 0
 
     def group_sizes(self) -> list[int]:
         """Requests in each group: `candidates` each, or shares of the total by popularity."""
-        if self.skew == 0 or self.groups == 0:
+        if not self.skewed:
             return [self.candidates] * self.groups
         weights = [(g + 1) ** -self.skew for g in range(self.groups)]
-        share = self.groups * self.candidates / sum(weights)
-        return [max(1, round(share * w)) for w in weights]
+        total, weight = self.groups * self.candidates, sum(weights)  # summed once: linear in groups
+        return [max(1, round(total * w / weight)) for w in weights]
 
     @property
     def total_tokens(self) -> int:

@@ -288,3 +288,11 @@ def test_trace_text_that_is_not_unicode_names_its_line(tmp_path, key):
     path.write_text(json.dumps(row).replace("\\\\ud800", "\\ud800") + "\n")
     with pytest.raises(TraceError, match=rf"t\.jsonl:1: '{key}' must be .*text.*ud800"):
         read_trace(path)
+
+
+def test_no_candidates_is_no_group_requests_with_skew_too():
+    # skew shares groups x candidates among the groups: none to share is none, not one per group
+    skewed = WorkloadSpec(groups=4, candidates=0, independent=2, skew=1.0)
+    assert skewed.group_sizes() == [0] * 4 and skewed.requests == 2
+    assert sorted(r.id for r in build_workload(skewed).requests) == ["i0", "i1"]
+    assert WorkloadSpec(groups=4, candidates=0, skew=1.0).problem().message.startswith("empty workload")

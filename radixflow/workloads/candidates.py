@@ -70,8 +70,9 @@ class WorkloadSpec:
                 f"{least // self.groups} tokens (shared_prefix_len + context_len + candidate_len) are "
                 f"at least {least} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
-        if self.requests == 0:
-            return Problem("groups", "empty workload: no groups/candidates and no independent requests")
+        if self.requests == 0:  # named for what was given: no candidates for the groups, or no groups
+            empty = "empty workload: no groups/candidates and no independent requests"
+            return Problem("candidates" if self.groups else "groups", empty)
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
             return Problem(
                 self._largest_factor(),

@@ -49,7 +49,8 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
     "argv, needle",
     [
         (["bench", "--token-budget", "8", "--block-size", "16"], "smaller than one block"),
-        (["bench", "--groups", "0"], "empty workload"),
+        (["bench", "--groups", "0"], "--groups: empty workload"),
+        (["bench", "--candidates", "0"], "--candidates: empty workload"),  # named --groups, not given
         (["bench", "--rate", "-3"], "must be positive"),
         (["bench", "--policy", "greedy"], "invalid choice"),
         (["bench", "--model", "gpt-9"], "unknown torch model 'gpt-9' (zoo names: llama-tiny"),

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from radixflow.scheduler.request import Request
-from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS, WorkloadSpec, build_workload
+from radixflow.workloads.candidates import (
+    ARRIVALS,
+    KINDS,
+    MAX_WORKLOAD_TOKENS,
+    ORDERS,
+    WorkloadSpec,
+    build_workload,
+)
 from radixflow.workloads.jsonl_trace import TraceError, read_trace, write_trace
 from radixflow.workloads.workload import CANDIDATE, INDEPENDENT, RequestTag, Workload
 
@@ -296,3 +303,20 @@ def test_no_candidates_is_no_group_requests_with_skew_too():
     assert skewed.group_sizes() == [0] * 4 and skewed.requests == 2
     assert sorted(r.id for r in build_workload(skewed).requests) == ["i0", "i1"]
     assert WorkloadSpec(groups=4, candidates=0, skew=1.0).problem().message.startswith("empty workload")
+
+
+@pytest.mark.parametrize("kind, order, arrival", list(itertools.product(KINDS, ORDERS, ARRIVALS)), ids=str)
+def test_every_generated_shape_round_trips_through_a_trace(tmp_path, kind, order, arrival):
+    spec = WorkloadSpec(
+        groups=3, candidates=3, context_len=5, candidate_len=2, order=order, arrival=arrival, rate=7.0,
+        burst_size=2, independent=2, namespaces=2, shared_prefix_len=1, kind=kind, skew=1.0, seed=11,
+    )  # fmt: skip
+    work = build_workload(spec)
+    assert len(work.requests) == spec.requests
+    assert max(len(r.prompt) for r in work.requests) == spec.prompt_len
+    path = tmp_path / "t.jsonl"
+    write_trace(path, work)
+    back = read_trace(path)
+    fields = lambda w: [(r.id, r.prompt, r.namespace, r.arrival_s) for r in w.requests]  # noqa: E731
+    assert fields(back) == fields(work) == fields(build_workload(spec))  # and the seed redraws it
+    assert back.tags == work.tags

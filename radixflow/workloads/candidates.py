@@ -77,7 +77,7 @@ class WorkloadSpec:
             return Problem(
                 self._largest_factor(),
                 f"workload too large: {self.requests} requests (groups × candidates + independent) of "
-                f"{self.prompt_len} tokens (shared_prefix_len + context_len + candidate_len) are "
+                f"up to {self.prompt_len} tokens (shared_prefix_len + context_len + candidate_len) are "
                 f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
         return None
@@ -126,7 +126,16 @@ class WorkloadSpec:
 
     @property
     def total_tokens(self) -> int:
-        return self.requests * self.prompt_len
+        """Prompt tokens of every request, each at its own length (no tokens are drawn)."""
+        sizes = self.group_sizes() if self.skewed else [self.candidates]
+        grouped = sum(map(self._group_tokens, sizes)) * (1 if self.skewed else self.groups)
+        return grouped + self.independent * (self.context_len + self.candidate_len)
+
+    def _group_tokens(self, size: int) -> int:
+        """A group's prompt tokens: each request after the prefix and context; a chat's k-th turn
+        carries k candidates."""
+        candidates = size * (size + 1) // 2 if self.kind == "chats" else size
+        return size * (self.shared_prefix_len + self.context_len) + candidates * self.candidate_len
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -320,3 +320,26 @@ def test_every_generated_shape_round_trips_through_a_trace(tmp_path, kind, order
     fields = lambda w: [(r.id, r.prompt, r.namespace, r.arrival_s) for r in w.requests]  # noqa: E731
     assert fields(back) == fields(work) == fields(build_workload(spec))  # and the seed redraws it
     assert back.tags == work.tags
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # a chat's turns grow one candidate at a time: 64 x (1 + ... + 1000) tokens, under the limit
+        WorkloadSpec(kind="chats", groups=1, candidates=1000, context_len=0, candidate_len=64),
+        # independent requests carry no shared prefix: 30001 + 30000 tokens, not 30001 x 30001
+        WorkloadSpec(groups=1, candidates=1, context_len=0, candidate_len=1, shared_prefix_len=30000,
+                     independent=30000),
+    ],
+)  # fmt: skip
+def test_the_token_limit_counts_the_tokens_the_workload_holds(spec):
+    assert spec.total_tokens <= MAX_WORKLOAD_TOKENS < spec.requests * spec.prompt_len
+    assert spec.problem() is None  # was refused: every request counted at the longest prompt
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("skew", [0.0, 1.0])
+def test_total_tokens_is_what_the_built_workload_holds(kind, skew):
+    spec = WorkloadSpec(kind=kind, groups=3, candidates=5, context_len=7, candidate_len=2, skew=skew,
+                        shared_prefix_len=3, independent=4)  # fmt: skip
+    assert spec.total_tokens == sum(len(r.prompt) for r in build_workload(spec).requests)

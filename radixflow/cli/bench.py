@@ -29,11 +29,11 @@ DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
-    outputs["--trace-out"] = None if args.trace_out is None else Path(args.trace_out)
+    outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
     check_output_paths(outputs, {"--trace": args.trace})
     warn_ineffective(args)
-    options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
     warn_ineffective_options(args, options)
     if runner_name(options) == "torch":
         require_torch_extra("--runner torch")

@@ -317,6 +317,8 @@ def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_u
         ["bench", "--write-trace", "a\x00b"],
         ["bench", "--trace", "a\x00b"],
         ["bench", "--json", ""],
+        ["bench", "--trace-out", "a\x00b"],  # an engine option: checked where the options are
+        ["bench", "--trace-out", ""],
         ["experiment", "a\x00b.toml"],
         ["experiment", "experiments/paper.toml", "--out", "a\x00b"],
         ["calibrate", "--out", "a\x00b"],
@@ -326,6 +328,14 @@ def test_a_nul_or_empty_path_is_one_line_naming_its_flag(capsys, argv):
     line = one_line_error(capsys, argv)
     named = argv[-2] if argv[-2].startswith("--") else "config"
     assert named in line, line
+
+
+# bench probed its --trace-out as an output file before the options were checked: an empty one
+# was "cannot write --trace-out .: it is a directory", where every other door says it is empty
+@pytest.mark.parametrize("command", [["bench"], ["generate", "qwen3_5-small", "--prompt", "hi"]])
+def test_an_empty_trace_out_is_refused_in_the_options_words_at_every_command(capsys, command):
+    line = one_line_error(capsys, [*command, "--trace-out", ""])
+    assert line == "radixflow: error: --trace-out: must not be empty"
 
 
 def test_a_reader_that_leaves_early_ends_the_command_quietly():

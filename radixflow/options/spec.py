@@ -64,7 +64,10 @@ def checked(cls: type[T], data: Mapping[str, Any]) -> T:
 
 
 def show(x: float) -> str:
-    """A limit as a user types it: 3600000, not 3.6e+06; 1e-06 stays short."""
+    """A limit as a user types it: 3600000, not 3.6e+06; 1e-06 stays short; an integer limit
+    exactly (the seed's 18446744073709551615, not 1.84467e+19)."""
+    if isinstance(x, int):
+        return str(x)
     return str(int(x)) if x == int(x) and abs(x) < 1e16 else f"{x:g}"
 
 

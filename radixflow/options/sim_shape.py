@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, language_config, shape_from_config
+from radixflow.costmodel.shape.limits import layer_count_problem, shape_problem
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.problems import Problem, ProblemError
@@ -58,16 +59,23 @@ def sim_shape(name: str) -> ModelShape:
     if problem is not None:
         raise ProblemError(problem)
     config, source = _zoo_config(name) if name in zoo_names() else _checkpoint_config(name)
+    problem = layer_count_problem(language_config(config))
+    if problem is not None:
+        raise ProblemError(Problem("model", f"{name}: config.json {problem}"))
     try:
         shape = shape_from_config(name, config, source)
+        context = int(language_config(config).get("max_position_embeddings") or TORCH_DEFAULT_CONTEXT)
     except UnknownModelTypeError as e:
         raise ProblemError(Problem("model", f"{name}: {e}")) from None
     except KeyError as e:
         raise ProblemError(Problem("model", f"{name}: config.json has no {e.args[0]!r}")) from None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, ArithmeticError) as e:  # ArithmeticError: a head count of 0, int(inf)
         raise ProblemError(Problem("model", f"{name}: config.json cannot be read as a shape ({e})")) from None
-    context = int(language_config(config).get("max_position_embeddings") or TORCH_DEFAULT_CONTEXT)
-    return replace(shape, max_context=context)
+    shape = replace(shape, max_context=context)
+    problem = shape_problem(shape)
+    if problem is not None:
+        raise ProblemError(Problem("model", f"{name}: config.json {problem}"))
+    return shape
 
 
 def _zoo_config(name: str) -> tuple[dict[str, Any], str]:

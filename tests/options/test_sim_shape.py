@@ -138,6 +138,56 @@ def test_an_unreadable_checkpoint_config_is_a_problem_on_model(tmp_path, config,
     assert info.value.problem.param == "model" and words in info.value.problem.message
 
 
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "vocab_size": 100,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+}
+
+
+# A checkpoint's sizes reached the cost arithmetic unchecked: 0 heads was a ZeroDivisionError,
+# 10**400 an OverflowError (tracebacks from `radixflow cost`), a negative vocabulary or a width
+# of 0 was costed without a word, and 10**12 layers were built one by one (a hang).
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("hidden_size", 0, "hidden_size 0 (must be 1 to"),
+        ("hidden_size", -4, "hidden_size -4 (must be 1 to"),
+        ("hidden_size", "HUGE", "hidden_size 1000"),
+        ("vocab_size", -4, "vocab_size -4 (must be 1 to"),
+        ("vocab_size", "HUGE", "vocab_size 1000"),
+        ("num_hidden_layers", 0, "has 0 layers"),
+        ("num_hidden_layers", 10**12, "num_hidden_layers must be at most 65536"),
+        ("num_attention_heads", 0, "cannot be read as a shape"),
+        ("num_key_value_heads", -2, "attention kv_heads -2"),
+        ("intermediate_size", 0, "layer 0's MLP intermediate 0"),
+        ("intermediate_size", "INF", "cannot be read as a shape"),
+        ("max_position_embeddings", "HUGE", "max_position_embeddings 1000"),
+    ],
+)
+def test_a_checkpoint_size_out_of_range_is_a_problem_on_model(tmp_path, capsys, key, value, words):
+    text = json.dumps({**LLAMA, key: value}).replace('"HUGE"', "1" + "0" * 400).replace('"INF"', "Infinity")
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(runner="sim", model=str(tmp_path)))
+    assert info.value.problem.param == "model" and words in info.value.problem.message
+    assert main(["cost", str(tmp_path)]) == 2  # the door that costed it with no engine at all
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("radixflow: error: model: ") and words in err[0], err
+
+
+def test_every_catalogue_and_zoo_shape_is_within_the_limits():
+    from radixflow.costmodel.shape.limits import shape_problem
+    from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+    from radixflow.options.sim_shape import sim_shape, zoo_names
+
+    for name in [*SIM_MODELS, *zoo_names()]:
+        assert shape_problem(sim_shape(name)) is None, name
+
+
 def test_the_sim_on_a_zoo_shape_is_deterministic(tmp_path):
     args = ["bench", "--runner", "sim", "--model", "qwen3_5-small", "--hardware", CPU_PROFILE]
     args += ["--groups", "2", "--candidates", "4", "--context-len", "512", "--candidate-len", "32"]

@@ -1,0 +1,56 @@
+"""The sizes a `ModelShape` may have: what the cost model can cost.
+
+A checkpoint's ``config.json`` is read by the shape readers as it is (`hf_config`); a zero, a
+negative or a 10**400 in it would otherwise surface deep in the cost arithmetic (a ZeroDivisionError,
+an OverflowError converting to float, or a negative time). Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from radixflow.costmodel.shape.model_shape import ModelShape
+
+MAX_LAYERS = 1 << 16  # the largest public models have ~100; a shape is a tuple of them
+MAX_WIDTH = 1 << 24  # any one size: a hidden width, a vocabulary, heads, a head's dimension
+MAX_CONTEXT = 1 << 30
+
+
+def layer_count_problem(config: Mapping[str, Any]) -> str | None:
+    """Why ``num_hidden_layers`` is too many to read (the readers build one layer each)."""
+    n = config.get("num_hidden_layers")
+    if isinstance(n, int | float) and not isinstance(n, bool) and n > MAX_LAYERS:
+        return f"num_hidden_layers must be at most {MAX_LAYERS}, got {n}"
+    return None
+
+
+def shape_problem(shape: ModelShape) -> str | None:
+    """Why ``shape`` has a size the cost model cannot cost (None: every size is in range)."""
+    if not 1 <= len(shape.layers) <= MAX_LAYERS:
+        return f"has {len(shape.layers)} layers (must be 1 to {MAX_LAYERS})"
+    sizes = [("hidden_size", shape.hidden, 1, MAX_WIDTH), ("vocab_size", shape.vocab_size, 1, MAX_WIDTH)]
+    sizes.append(("max_position_embeddings", shape.max_context, 1, MAX_CONTEXT))
+    for what, value, low, high in [*sizes, *_layer_sizes(shape)]:
+        if not low <= value <= high:
+            return f"gives {what} {value} (must be {low} to {high})"
+    return None
+
+
+def _layer_sizes(shape: ModelShape) -> Iterator[tuple[str, int, int, int]]:
+    """(what, value, least, most) of every size of every layer's mixers and MLP."""
+    for i, layer in enumerate(shape.layers):
+        for mixer in layer.mixers:
+            for name, value in _ints(mixer):
+                yield f"layer {i}'s {mixer.kind} {name}", value, 1, MAX_WIDTH
+        if layer.mlp is not None:
+            for name, value in _ints(layer.mlp):  # an MoE's experts, top k and shared expert may be 0
+                yield f"layer {i}'s MLP {name}", value, 1 if name == "intermediate" else 0, MAX_WIDTH
+
+
+def _ints(part: Any) -> Iterator[tuple[str, int]]:
+    for f in dataclasses.fields(part):
+        value = getattr(part, f.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            yield f.name, value

@@ -17,7 +17,7 @@ from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, w
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.serve import require_serve_extra, threads
-from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
+from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
 from radixflow.options.machine import cpu_count
 from radixflow.options.spec import checked
 from radixflow.progress import LoggedProgress, RequestBar
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "-i",
         "--input",
-        type=Path,
+        type=path_arg,
         required=True,
         metavar="PATH",
         help='OpenAI batch JSONL: {"custom_id", "method": "POST", "url", "body"} per line, url one of '
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="where the answers go, one OpenAI batch output line each (default: stdout)",
     )

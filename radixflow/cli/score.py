@@ -18,7 +18,7 @@ from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, w
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs, score_row
-from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.flags import add_engine_flags, from_args, path_arg
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
 
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--candidate", action="append", default=[], help="a continuation to score (repeatable)")
     g.add_argument(
         "--candidates-file",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="more candidates, one per line as written (leading spaces count; the line break does not)",
     )
@@ -51,13 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print every score as JSON, in the given order")
     g.add_argument(
         "--input",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help='JSONL, one {"context": ..., "candidates": [...], "id": ...} per line (instead of --context)',
     )
     g.add_argument(
         "--output",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="with --input: where the JSONL results go (default: stdout)",
     )

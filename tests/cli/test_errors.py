@@ -322,6 +322,12 @@ def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_u
         ["experiment", "a\x00b.toml"],
         ["experiment", "experiments/paper.toml", "--out", "a\x00b"],
         ["calibrate", "--out", "a\x00b"],
+        ["run-batch", "qwen3_5-small", "--input", "a\x00b"],
+        ["run-batch", "qwen3_5-small", "--input", ""],  # was "cannot read .: Is a directory"
+        ["run-batch", "qwen3_5-small", "--input", "in.jsonl", "--output", "a\x00b"],
+        ["score", "qwen3_5-small", "--input", "a\x00b"],
+        ["score", "qwen3_5-small", "--input", "in.jsonl", "--output", "a\x00b"],
+        ["score", "qwen3_5-small", "--context", "a", "--candidates-file", "a\x00b"],
     ],
 )
 def test_a_nul_or_empty_path_is_one_line_naming_its_flag(capsys, argv):

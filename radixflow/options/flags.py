@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,29 @@ def parse_float(text: str) -> float:
     return value
 
 
-PARSERS: dict[type, Any] = {int: parse_int, float: parse_float, str: str}
+@dataclass(frozen=True)
+class Unparsed:
+    """A flag's text that is not a number of its option's type: kept, so the one check refuses it
+    in the words every door uses (``--seed: must be an integer, got 'abc'``), not argparse's."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+
+def _lenient(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return Unparsed(text)
+
+    return parse
+
+
+# an option flag's text in its option's type; nan, inf and choices are refused by the one check
+PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str}
 
 
 def add_engine_flags(
@@ -84,9 +107,10 @@ def add_engine_flags(
 
 
 def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, default: object) -> None:
-    choices = spec.choices() if spec.choices is not None else None
+    # choices are shown, not checked, here: the one check refuses a value with every door's words
+    metavar = spec.metavar or ("{" + ",".join(spec.choices()) + "}" if spec.choices is not None else None)
     if name == "policy":
-        group.add_argument("--policy", action="append", choices=choices, help=POLICY_HELP)
+        group.add_argument("--policy", action="append", metavar=metavar, help=POLICY_HELP)
         return
     shown = "" if default is None or not spec.show_default else f" (default: {default})"
     group.add_argument(
@@ -94,8 +118,7 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, defau
         *spec.aliases,
         dest=name,
         type=PARSERS[spec.kind],
-        choices=choices,
-        metavar=spec.metavar,
+        metavar=metavar,
         help=spec.help + shown,
     )
 
@@ -115,8 +138,13 @@ def given_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 
 def flag_spellings(*classes: type) -> dict[str, str]:
-    """Field name -> its flag, for every field of these options dataclasses (how an error names it)."""
-    return {f.name: spec_of(f).flag or flag(f.name) for cls in classes for f in dataclasses.fields(cls)}
+    """Field name -> its flag, for every field of these options dataclasses (how an error names it;
+    with its older spellings, as ``--fixed-cost-ms/--round-overhead-ms``, so either is recognised)."""
+    return {
+        f.name: "/".join((spec_of(f).flag or flag(f.name), *spec_of(f).aliases))
+        for cls in classes
+        for f in dataclasses.fields(cls)
+    }
 
 
 def given(args: argparse.Namespace, only: tuple[str, ...] | None = None) -> list[str]:
@@ -143,6 +171,8 @@ def from_args(
         names = policies(args) or []
         if one_policy and len(names) > 1:
             raise ProblemError(Problem("policy", f"given {len(names)} times: this command runs one engine"))
+        for name in names[1:]:  # the first is checked with the options
+            EngineOptions.from_mapping({"policy": name})
         values["policy"] = names[0]
     return EngineOptions.from_mapping(values)
 

@@ -52,7 +52,7 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
         (["bench", "--groups", "0"], "--groups: empty workload"),
         (["bench", "--candidates", "0"], "--candidates: empty workload"),  # named --groups, not given
         (["bench", "--rate", "-3"], "must be positive"),
-        (["bench", "--policy", "greedy"], "invalid choice"),
+        (["bench", "--policy", "greedy"], "--policy: unknown policy 'greedy'"),
         (["bench", "--model", "gpt-9"], "unknown torch model 'gpt-9' (zoo names: llama-tiny"),
         (["bench", "--runner", "sim", "--model", "gpt-9"], "unknown sim model 'gpt-9' (sim shapes: qwen3_5"),
         (["bench", "--frobnicate"], "unrecognized arguments"),

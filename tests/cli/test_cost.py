@@ -88,7 +88,7 @@ def test_the_table_names_every_term_and_the_total(capsys):
         (["qwen3-4b", "--hardware", "tpu"], "--hardware: unknown hardware 'tpu'"),
         (["qwen3-4b", "--fixed-cost-ms", "nan"], "must be a finite number, got nan"),
         (["qwen3-4b", "--decode-fixed-cost-ms", "-1"], "--decode-fixed-cost-ms: must be >= 0, got -1.0"),
-        (["qwen3-4b", "--scheduler-time", "async"], "invalid choice: 'async'"),
+        (["qwen3-4b", "--scheduler-time", "async"], "unknown scheduler_time 'async'"),
         (["qwen3-4b", "--kv-blocks", "4"], "unrecognized arguments: --kv-blocks"),
     ],
 )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 
-from radixflow.cli import build_parser
+from radixflow.cli import build_parser, main
+from radixflow.cli.app import FLAGS
 from radixflow.experiments.config import CELL_KEYS
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options.engine_options import spec_of
@@ -89,8 +91,8 @@ def test_ranges_are_checked_by_validate_not_by_argparse():
     with pytest.raises(ProblemError) as info:
         from_args(_parse(["--kv-blocks", "0"]))
     assert info.value.problem.param == "kv_blocks"
-    with pytest.raises(SystemExit):  # a value that is not a number never reaches the options
-        _parse(["--kv-blocks", "4.5"])
+    with pytest.raises(ProblemError, match=r"kv_blocks: must be an integer, got '4\.5'"):
+        from_args(_parse(["--kv-blocks", "4.5"]))  # refused by the one check, as at every door
 
 
 def test_given_options_that_cannot_change_the_run_are_named():
@@ -113,3 +115,43 @@ def test_the_cpu_clock_with_spinning_torch_threads_is_warned_about(monkeypatch):
     (warning,) = clock_warnings(torch.replace(torch_threads=2))
     assert "OMP_WAIT_POLICY=passive" in warning and "--torch-threads 1" in warning
     assert clock_warnings(EngineOptions(model="qwen3_5-2b", clock="cpu", torch_threads=2)) == []
+
+
+# A flag's bad value was argparse's words ("argument --dtype: invalid choice: 'x' (choose from
+# ...)", "argument --seed: not a valid integer: 'x'", "argument --fixed-cost-ms/--round-overhead-ms:
+# ..."), where a TOML cell and LLM(...) say "dtype: unknown dtype 'x' (known: ...)": one option,
+# two texts. Now the flag's text reaches the one check, which the command line spells with its flag.
+@pytest.mark.parametrize(
+    ("flag", "text", "name", "value"),
+    [
+        ("--dtype", "bogus", "dtype", "bogus"),
+        ("--runner", "gpu", "runner", "gpu"),
+        ("--policy", "greedy", "policy", "greedy"),
+        ("--scheduler-time", "async", "scheduler_time", "async"),
+        ("--eviction", "", "eviction", ""),
+        ("--seed", "abc", "seed", "abc"),
+        ("--kv-blocks", "4.5", "kv_blocks", "4.5"),
+        ("--fixed-cost-ms", "abc", "fixed_cost_ms", "abc"),
+        ("--round-overhead-ms", "nan", "fixed_cost_ms", math.nan),
+        ("--tflops", "inf", "tflops", math.inf),
+    ],
+)
+def test_a_bad_flag_is_refused_in_the_words_of_every_other_door(capsys, flag, text, name, value):
+    with pytest.raises(ProblemError) as info:
+        EngineOptions.from_mapping({name: value})
+    expected = info.value.problem.render(FLAGS.get)  # --fixed-cost-ms/--round-overhead-ms
+    assert main(["bench", flag, text]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"radixflow: error: {expected}"]
+
+
+def test_every_policy_given_is_checked_not_only_the_first(capsys):
+    assert main(["bench", "--policy", "native", "--policy", "greedy"]) == 2
+    err = capsys.readouterr().err
+    assert "radixflow: error: --policy: unknown policy 'greedy' (known: adaptive, native, radixflow)" in err
+
+
+@pytest.mark.parametrize("command", ENGINE_COMMANDS)
+def test_the_help_still_lists_each_choice(command):
+    actions = _actions(_command(command))
+    assert actions["dtype"].metavar == "{auto,float32,bfloat16,float16}"
+    assert actions["policy"].metavar == "{adaptive,native,radixflow}"

@@ -181,8 +181,8 @@ def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None
 
 def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     """A profile file named relative to the config, as an absolute path (built-in names as they are)."""
-    if not isinstance(value, str) or value in HARDWARE:
-        return value  # a wrong type is reported with the other checks
+    if not isinstance(value, str) or value in HARDWARE or not value.strip():
+        return value  # a wrong type or an empty name is reported with the other checks
     if "\x00" in value:
         raise fail(origin, key, f"{value!r} contains a NUL character")
     path = (base / value).resolve()

@@ -217,6 +217,16 @@ def test_bad_config_is_one_line_naming_the_key(tiny: Path, edit: tuple[str, str]
     assert "\n" not in message and f": {key}" in message
 
 
+# an empty profile name was resolved against the config's directory first: "cannot read hardware
+# profile /the/config/dir: Is a directory", where --hardware '' and LLM(hardware='') say it is empty
+@pytest.mark.parametrize(("key", "value"), [("hardware", '""'), ("hardware", '" "'), ("cost_profile", '""')])
+def test_an_empty_profile_is_refused_in_the_options_words(tiny: Path, key: str, value: str):
+    text = TINY.replace('hardware = "h200"\n', "")
+    tiny.write_text(text.replace("[defaults]", f"[defaults]\n{key} = {value}", 1))
+    with pytest.raises(ExperimentConfigError, match=rf": defaults\.{key}: must not be empty$"):
+        load_config(tiny)
+
+
 @pytest.mark.parametrize(
     ("edits", "key", "says"),
     [

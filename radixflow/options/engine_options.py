@@ -71,8 +71,8 @@ class EngineOptions:
     device: str = option("cpu", "torch runner device, e.g. cpu or cuda", str, group="model")
     torch_threads: int | None = option(
         None,
-        "torch intra-op threads, at most this machine's CPUs (default: torch's; serve: the server's "
-        "thread plan, one CPU left to the HTTP side per 8)",
+        "torch intra-op threads, at most this machine's CPUs (default: torch's; serve and run-batch: "
+        "the server's thread plan, one CPU left to the HTTP side per 8; serve --replicas: 1 per replica)",
         int,
         low=1,
         group="model",

@@ -155,3 +155,10 @@ def test_the_help_still_lists_each_choice(command):
     actions = _actions(_command(command))
     assert actions["dtype"].metavar == "{auto,float32,bfloat16,float16}"
     assert actions["policy"].metavar == "{adaptive,native,radixflow}"
+
+
+def test_the_torch_threads_help_names_each_command_with_a_default_of_its_own():
+    # run-batch takes the server's thread plan and a --replicas fleet one thread per replica
+    # (cli/run_batch.py, cli/serve.py); the help named serve's plan alone
+    text = _actions(_command("run-batch"))["torch_threads"].help
+    assert "serve and run-batch: the server's thread plan" in text and "--replicas: 1" in text

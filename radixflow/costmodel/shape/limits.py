@@ -21,9 +21,11 @@ MAX_CONTEXT = 1 << 30
 def layer_count_problem(config: Mapping[str, Any]) -> str | None:
     """Why ``num_hidden_layers`` is too many to read (the readers build one layer each)."""
     n = config.get("num_hidden_layers")
-    if isinstance(n, int | float) and not isinstance(n, bool) and n > MAX_LAYERS:
-        return f"num_hidden_layers must be at most {MAX_LAYERS}, got {n}"
-    return None
+    try:  # as the readers read it: int(), so "12" is 12
+        count = 0 if n is None or isinstance(n, bool) else int(n)
+    except (TypeError, ValueError, OverflowError):
+        return None  # the reader refuses it in its own words
+    return f"num_hidden_layers must be at most {MAX_LAYERS}, got {n}" if count > MAX_LAYERS else None
 
 
 def shape_problem(shape: ModelShape) -> str | None:

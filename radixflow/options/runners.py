@@ -332,7 +332,7 @@ def name_problem(options: EngineOptions) -> Problem | None:
         return sim_name_problem(name)
     from radixflow.models.zoo import model_names
 
-    ok = name in model_names() or Path(name).is_dir()
+    ok = name in model_names() or Path(name).expanduser().is_dir()  # "~/ck", as the loader reads it
     known = f"zoo names: {', '.join(model_names())}"
     if options.runner is None:
         known += f"; sim shapes: {', '.join(SIM_MODELS)}"

@@ -135,3 +135,15 @@ def test_the_kernels_option_reaches_the_torch_runner(zoo):
     with pytest.raises(ProblemError) as info:
         plan_engine(EngineOptions(model="llama-tiny", dtype="bfloat16", kernels="native")).build()
     assert info.value.problem.param == "kernels" and "CPU in float32" in info.value.problem.message
+
+
+def test_a_checkpoint_under_home_is_a_model_on_either_runner(tmp_path, monkeypatch):
+    # the zoo loader and the sim expand "~"; the torch runner's up-front name check did not, so
+    # LLM("~/ck") or model = "~/ck" in a TOML cell was "unknown torch model '~/ck'"
+    from radixflow.options.runners import name_problem
+
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text("{}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for runner in ("sim", "torch"):
+        assert name_problem(EngineOptions(model="~/ck", runner=runner)) is None, runner

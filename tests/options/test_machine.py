@@ -51,4 +51,4 @@ def test_every_door_says_the_same_about_the_default():
         sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
         (action,) = [a for a in sub._actions if "--torch-threads" in a.option_strings]
         helps.add(action.help)
-    assert len(helps) == 1 and "serve: the server's thread plan" in helps.pop()
+    assert len(helps) == 1 and "serve and run-batch: the server's thread plan" in helps.pop()

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
-from radixflow.costmodel.hardware.profiles import MAX_FLOPS, MAX_OVERHEAD_S, SCHEDULER_MODES
+from radixflow.costmodel.hardware.profiles import (
+    MAX_FLOPS,
+    MAX_OVERHEAD_S,
+    SCHEDULER_MODES,
+    ProfileError,
+    resolve_hardware,
+)
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.sizes import size_problem
@@ -305,6 +311,7 @@ class EngineOptions:
             or bookkeeping_problem(self.kv_blocks, self.state_slots)
             or size_problem("cache_memory", self.cache_memory)
             or output_problem("trace_out", self.trace_out)
+            or hardware_problem(self.hardware)
         )
 
     def check(self) -> None:
@@ -312,6 +319,16 @@ class EngineOptions:
         problem = self.validate()
         if problem is not None:
             raise ProblemError(problem)
+
+
+def hardware_problem(name: str) -> Problem | None:
+    """Why ``name`` is no cost profile (a built-in name or a readable profile file), on either
+    runner: a value is refused at every door or at none. Reads the file."""
+    try:
+        resolve_hardware(name)
+    except ProfileError as e:
+        return Problem("hardware", str(e))
+    return None
 
 
 def option_fields() -> tuple[dataclasses.Field[Any], ...]:

@@ -104,3 +104,13 @@ def test_options_are_frozen_and_replace_keeps_the_rest():
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.kv_blocks = 1  # type: ignore[misc]
     assert options.replace(policy="native") == EngineOptions(kv_blocks=64, policy="native")
+
+
+def test_an_unknown_hardware_profile_is_refused_whatever_the_runner():
+    # the sim refused it, a TOML cell refused it on either runner, but on the torch runner the
+    # command line only warned that it had no effect and LLM(model, hardware=...) took it silently
+    for model in ("qwen3_5-2b", "qwen3_5-small"):
+        problem = EngineOptions(model=model, hardware="tpu-v9").validate()
+        assert problem is not None and problem.param == "hardware", model
+        assert problem.message.startswith("unknown hardware 'tpu-v9': not one of h100, h200, cpu")
+    assert EngineOptions(model="qwen3_5-small", hardware="h200").validate() is None

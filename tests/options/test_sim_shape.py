@@ -180,6 +180,16 @@ def test_a_checkpoint_size_out_of_range_is_a_problem_on_model(tmp_path, capsys, 
     assert len(err) == 1 and err[0].startswith("radixflow: error: model: ") and words in err[0], err
 
 
+def test_a_checkpoint_routing_to_more_experts_than_it_has_is_a_problem_on_model(tmp_path, capsys):
+    from radixflow.models.zoo import preset_config
+
+    config = {**preset_config("qwen3_next-tiny"), "num_experts": 1}  # top k is 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path)]) == 2  # was "ValueError: moe: topk 2 > experts 1"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "MLP top_k 2 (must be 1 to 1)" in err[0], err
+
+
 def test_every_catalogue_and_zoo_shape_is_within_the_limits():
     from radixflow.costmodel.shape.limits import shape_problem
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

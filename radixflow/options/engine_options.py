@@ -78,7 +78,8 @@ class EngineOptions:
     torch_threads: int | None = option(
         None,
         "torch intra-op threads, at most this machine's CPUs (default: torch's; serve and run-batch: "
-        "the server's thread plan, one CPU left to the HTTP side per 8; serve --replicas: 1 per replica)",
+        "the server's thread plan, one CPU left to the HTTP side per 8; serve --replicas: 1 per replica; "
+        "calibrate: 1)",
         int,
         low=1,
         group="model",

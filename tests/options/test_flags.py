@@ -162,3 +162,5 @@ def test_the_torch_threads_help_names_each_command_with_a_default_of_its_own():
     # (cli/run_batch.py, cli/serve.py); the help named serve's plan alone
     text = _actions(_command("run-batch"))["torch_threads"].help
     assert "serve and run-batch: the server's thread plan" in text and "--replicas: 1" in text
+    # calibrate times one thread unless told (cli/calibrate.py); its help said torch's default
+    assert "calibrate: 1" in _actions(_command("calibrate"))["torch_threads"].help

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 import warnings
@@ -32,6 +31,7 @@ from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
+from radixflow.options.flags import ineffective, ineffective_for_model
 from radixflow.scheduler.request import Request
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
@@ -56,7 +56,13 @@ class LLM:
     """
 
     def __init__(self, model: str, **options: Any) -> None:
-        self.options = EngineOptions.from_mapping(options, model=model)
+        self._open(EngineOptions.from_mapping(options, model=model))
+        given, recurrent = list(options), self.model.setup.choice.has_recurrent
+        for message in ineffective(self.options, given, str) + ineffective_for_model(given, recurrent, str):
+            warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
+
+    def _open(self, options: EngineOptions) -> None:
+        self.options = options
         self.model: LoadedModel = load_model(self.options)
         self.engine: Engine = self.model.engine(round_history=ROUND_HISTORY)
         self._ids = itertools.count()
@@ -66,8 +72,11 @@ class LLM:
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LLM:
-        """An LLM built from options made elsewhere (e.g. from command-line flags)."""
-        return cls(**dataclasses.asdict(options))
+        """An LLM built from options made elsewhere (e.g. from command-line flags; that door warns
+        of the ones that cannot change the engine)."""
+        llm = cls.__new__(cls)
+        llm._open(options)  # noqa: SLF001 (its own class; __init__ would warn again)
+        return llm
 
     @property
     def tokenizer(self) -> TextTokenizer:

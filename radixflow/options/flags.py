@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ GROUPS = {
 }
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
 TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "kernels", "clock")
+Spell = Callable[[str], str]  # an option's name as a door writes it (``flag``: --kv-blocks)
 POLICY_HELP = (
     "scheduling policy; repeat to run several side by side where a command compares them "
     "(default: adaptive; bench: native, radixflow and adaptive)"
@@ -177,13 +179,14 @@ def from_args(
     return EngineOptions.from_mapping(values)
 
 
-def ineffective(options: EngineOptions, given_names: list[str]) -> list[str]:
-    """Warnings for given options that cannot change a run on this runner (one line each)."""
+def ineffective(options: EngineOptions, given_names: list[str], spell: Spell = flag) -> list[str]:
+    """Warnings for given options that cannot change a run on this runner (one line each; each
+    option as ``spell`` names it: its flag, or its keyword for `LLM(...)`)."""
     out, runner = [], runner_name(options)
     if runner == "torch" and (names := [n for n in SIM_ONLY if n in given_names]):
-        out.append(f"{_listed(names)} no effect with the torch runner (they set the sim cost model)")
+        out.append(f"{_listed(names, spell)} no effect with the torch runner (they set the sim cost model)")
     if runner == "sim" and (names := [n for n in TORCH_ONLY if n in given_names]):
-        out.append(f"{_listed(names)} no effect with the sim runner")
+        out.append(f"{_listed(names, spell)} no effect with the sim runner")
     return out
 
 
@@ -196,12 +199,12 @@ def clock_warnings(options: EngineOptions) -> list[str]:
     return [] if message is None else [message]
 
 
-def ineffective_for_model(given_names: list[str], has_recurrent: bool) -> list[str]:
+def ineffective_for_model(given_names: list[str], has_recurrent: bool, spell: Spell = flag) -> list[str]:
     """Warnings for given options that cannot change a run on this model (one line each)."""
     if has_recurrent or not (names := [n for n in ("placement", "state_slots") if n in given_names]):
         return []
-    return [f"{_listed(names)} no effect on a full-attention model: it has no recurrent state"]
+    return [f"{_listed(names, spell)} no effect on a full-attention model: it has no recurrent state"]
 
 
-def _listed(names: list[str]) -> str:
-    return f"{', '.join(flag(n) for n in names)} {'has' if len(names) == 1 else 'have'}"
+def _listed(names: list[str], spell: Spell) -> str:
+    return f"{', '.join(spell(n) for n in names)} {'has' if len(names) == 1 else 'have'}"

@@ -276,6 +276,14 @@ def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
         LLM(MODEL, policy="fastest")
 
 
+def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_line_does(zoo):
+    # `generate --tflops 3` warns that it sets the sim cost model; LLM(model, tflops=3) took it silently
+    with pytest.warns(UserWarning, match=r"^per_request_ms, tflops have no effect with the torch runner"):
+        LLM(MODEL, kv_blocks=64, state_slots=8, tflops=3.0, per_request_ms=1.0)
+    with pytest.warns(UserWarning, match=r"^state_slots has no effect on a full-attention model"):
+        LLM("qwen3-tiny", kv_blocks=64, state_slots=8)
+
+
 def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     from radixflow.cli import main
 

@@ -7,6 +7,7 @@ one line naming the key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -18,12 +19,13 @@ from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
+from radixflow.experiments.cell_fit import fit_problem
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.fleet import ROUTERS
-from radixflow.options import EngineOptions, option_fields, plan_engine, runner_name
+from radixflow.options import EngineOptions, EnginePlan, option_fields, plan_engine, runner_name
 from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
-from radixflow.problems import ProblemError
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
@@ -208,8 +210,15 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
     return cell, workload
 
 
-def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Path) -> Cell:
-    """Check a resolved cell; ``loc`` names the config key a setting came from."""
+def _validate_cell(
+    cell: Cell,
+    origin: str,
+    loc: Callable[[str], str],
+    base: Path,
+    plans: Callable[[EngineOptions], EnginePlan],
+) -> Cell:
+    """Check a resolved cell; ``loc`` names the config key a setting came from, ``plans`` gives a
+    sim cell's engine plan (one per distinct options)."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
@@ -232,14 +241,16 @@ def _validate_cell(cell: Cell, origin: str, loc: Callable[[str], str], base: Pat
     problem = device_problem(s["device"]) if s["runner"] == "torch" else None
     if problem is not None:  # the torch runner's own check, before any cell runs
         raise fail(origin, loc("device"), problem.message)
-    if options.cache_memory is not None and s["runner"] == "sim":  # the budget against the model's sizes
-        try:
-            plan_engine(options).scheduler_config()
-        except ProblemError as e:
-            raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None
     if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
+    try:  # the budget against the model's sizes, the prompts against the cache and the context
+        plan = plans(options) if s["runner"] == "sim" else None
+        problem = fit_problem(WorkloadSpec(**cell.run_workload()), options, plan)
+    except ProblemError as e:
+        problem = Problem(e.problem.param or "cache_memory", e.problem.message)
+    if problem is not None:
+        raise fail(origin, loc(problem.param or "cache_memory"), problem.message)
     return Cell(cell.group, s, cell.workload)
 
 
@@ -346,9 +357,10 @@ def parse_config(
     grids = _grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))
     checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
     total, cells, traces = sum(g.size for g in grids), [], {}
+    plans = functools.cache(plan_engine)  # this config's: cells share a few distinct settings
     for grid in grids:
         for cell in grid.cells():
-            cells.append(_validate_cell(cell, origin, grid.loc, base))
+            cells.append(_validate_cell(cell, origin, grid.loc, base, plans))
             checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
             if progress is not None:
                 progress(len(cells), total)

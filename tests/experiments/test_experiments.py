@@ -399,3 +399,27 @@ def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admis
         assert p["recomputed_flops"] > 0
     assert lru["evicted_kv"] + lru["evicted_checkpoint"] > 0  # a quarter of the working set evicts
     assert (lru["hit_rate"], lru["evicted_kv"]) != (cost["hit_rate"], cost["evicted_kv"])  # other engines
+
+
+@pytest.mark.parametrize(
+    ("edits", "key", "says"),
+    [
+        # bench refuses these before any work; a cell ran them and failed every request
+        ([('name = "models"', 'name = "models"\nkv_blocks = 4')], "grid[0].kv_blocks", "9 KV blocks"),
+        ([("[defaults]", "[defaults]\nkv_blocks = 4")], "defaults.kv_blocks", "9 KV blocks"),
+        ([("context_len = 128", "context_len = 300000")], "defaults.workload.context_len", "context"),
+        (
+            [
+                (
+                    'name = "load"\nmodel = "qwen3_5-2b"',
+                    'name = "load"\nrunner = "torch"\nmodel = "qwen3_5-small"\nkv_blocks = 4',
+                )
+            ],
+            "grid[2].kv_blocks",
+            "9 KV blocks",
+        ),
+    ],
+)
+def test_a_cell_whose_prompts_cannot_fit_is_refused_naming_the_key(tiny: Path, edits, key, says):
+    message = refusal(tiny, edits)
+    assert "\n" not in message and f": {key}: " in message and says in message, message

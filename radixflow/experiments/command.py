@@ -141,6 +141,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise ExperimentUsageError(f"--max-cells: must be at least 1, got {args.max_cells}")
     device = _device(args)
     config = _load(args)
+    for warning in config.warnings:  # keys that change none of their cells, as bench warns of flags
+        print(f"radixflow: warning: {warning}", file=sys.stderr)
     if device is not None:
         config = _on_device(config, device)
     if args.seeds is not None:

@@ -21,11 +21,12 @@ from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.cell_fit import fit_problem
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
+from radixflow.experiments.ineffective import Unused, ineffective
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, EnginePlan, option_fields, plan_engine, runner_name
 from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
-from radixflow.problems import Problem, ProblemError
+from radixflow.problems import ProblemError
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
@@ -118,6 +119,7 @@ class ExperimentConfig:
     variants: list[Variant]
     cells: list[Cell]
     path: Path
+    warnings: tuple[str, ...] = ()  # keys that change none of the cells they set, one line each
 
     def with_device(self, device: str) -> ExperimentConfig:
         """The same experiment with every torch-runner cell on ``device``."""
@@ -203,6 +205,10 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
                     known = ", ".join(WORKLOAD_KEYS)
                     raise fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
                 workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
+        elif key == "seed":  # an engine option, but a cell's seed is its workload's
+            raise fail(
+                origin, f"{where}.seed", "a cell's seed comes from `seeds` (a list, top level or in a grid)"
+            )
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
         elif key not in ("name", "seeds") or where == "defaults":
@@ -216,9 +222,10 @@ def _validate_cell(
     loc: Callable[[str], str],
     base: Path,
     plans: Callable[[EngineOptions], EnginePlan],
-) -> Cell:
+) -> tuple[Cell, bool | None]:
     """Check a resolved cell; ``loc`` names the config key a setting came from, ``plans`` gives a
-    sim cell's engine plan (one per distinct options)."""
+    sim cell's engine plan (one per distinct options). With the cell: whether its model has
+    recurrent state (None: a torch cell, whose model is built when it runs)."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
@@ -248,10 +255,10 @@ def _validate_cell(
         plan = plans(options) if s["runner"] == "sim" else None
         problem = fit_problem(WorkloadSpec(**cell.run_workload()), options, plan)
     except ProblemError as e:
-        problem = Problem(e.problem.param or "cache_memory", e.problem.message)
+        raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None
     if problem is not None:
         raise fail(origin, loc(problem.param or "cache_memory"), problem.message)
-    return Cell(cell.group, s, cell.workload)
+    return Cell(cell.group, s, cell.workload), None if plan is None else plan.choice.has_recurrent
 
 
 def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> None:
@@ -294,6 +301,7 @@ class _Grid:
     workload: dict[str, list[Any]]  # WORKLOAD_KEYS
     seeds: list[int]
     from_defaults: frozenset[str]  # keys set by [defaults] and not by the grid ("workload.<key>" too)
+    given: frozenset[str]  # keys set by [defaults] or the grid ("workload.<key>" too)
 
     @property
     def size(self) -> int:
@@ -327,7 +335,8 @@ def _grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[_Grid]:
         from_defaults |= {f"workload.{k}" for k in d_work if k not in g_work}
         cell = {**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}
         work = {**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}
-        grids.append(_Grid(where, name, cell, work, own, frozenset(from_defaults)))
+        given = {*d_cell, *g_cell, *(f"workload.{k}" for k in (*d_work, *g_work))}
+        grids.append(_Grid(where, name, cell, work, own, frozenset(from_defaults), frozenset(given)))
     return grids
 
 
@@ -358,13 +367,17 @@ def parse_config(
     checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
     total, cells, traces = sum(g.size for g in grids), [], {}
     plans = functools.cache(plan_engine)  # this config's: cells share a few distinct settings
+    unused = Unused()
     for grid in grids:
         for cell in grid.cells():
-            cells.append(_validate_cell(cell, origin, grid.loc, base, plans))
+            checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans)
+            cells.append(checked)
             checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
+            idle = ineffective(checked.settings, checked.workload, has_recurrent)
+            unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:
                 progress(len(cells), total)
-    return ExperimentConfig(name, description, variants, cells, Path(origin))
+    return ExperimentConfig(name, description, variants, cells, Path(origin), unused.warnings(origin))
 
 
 def load_config(

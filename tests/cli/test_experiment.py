@@ -369,3 +369,14 @@ def test_a_ray_address_ray_refuses_is_one_line(tmp_path, capsys):
     code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o"), "--ray-address", "x"], capsys)
     line = _one_error_line(err)
     assert code == 2 and line.startswith("radixflow: error: --ray-address x: ") and "Invalid address" in line
+
+
+def test_a_config_key_that_changes_none_of_its_cells_is_one_warning_line(tmp_path, capsys):
+    # bench warns of --device on the sim runner; the same key in a config was taken without a word
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG.replace("token_budget = 256", 'token_budget = 256\ndevice = "cuda"'))
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    said = [line for line in err.splitlines() if line.startswith("radixflow:")]
+    assert code == 0 and said == [
+        f"radixflow: warning: {config}: defaults.device has no effect with the sim runner"
+    ], err

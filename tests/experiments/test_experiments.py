@@ -423,3 +423,51 @@ def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admis
 def test_a_cell_whose_prompts_cannot_fit_is_refused_naming_the_key(tiny: Path, edits, key, says):
     message = refusal(tiny, edits)
     assert "\n" not in message and f": {key}: " in message and says in message, message
+
+
+def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
+    # it was accepted and did nothing: the workload's seed comes from `seeds`
+    message = refusal(tiny, [("[defaults]", "[defaults]\nseed = 7")])
+    assert "\n" not in message and ": defaults.seed: " in message and "seeds" in message, message
+
+
+@pytest.mark.parametrize(
+    ("edits", "says"),
+    [
+        (
+            [("[defaults]", '[defaults]\ndevice = "cuda"')],
+            "defaults.device has no effect with the sim runner",
+        ),
+        ([('name = "models"', 'name = "models"\ntorch_threads = 2')], "grid[0].torch_threads has no effect"),
+        ([("[defaults]", '[defaults]\ncost_profile = "h100"')], "defaults.cost_profile has no effect"),
+        ([("[defaults]", '[defaults]\nrouter = "prefix"')], "defaults.router has no effect"),
+        ([("candidate_len = 16", "candidate_len = 16\nrate = 50.0")], "defaults.workload.rate has no effect"),
+        ([('name = "load"', 'name = "load"\nplacement = "branch"\nstate_slots = 8')], None),
+        (
+            [('model = ["qwen3_5-2b", "qwen3-4b"]', 'model = "qwen3-4b"\nstate_slots = 8')],
+            "grid[0].state_slots has no effect on a full-attention model",
+        ),
+        (
+            [('model = "falcon_h1-1.5b"', 'runner = "torch"\nmodel = "falcon_h1-small"')],
+            "grid[1].fixed_cost_ms has no effect with the torch runner",
+        ),
+    ],
+)
+def test_a_key_that_cannot_change_any_cell_it_sets_is_a_one_line_warning(tiny: Path, edits, says):
+    text = TINY
+    for edit in edits:
+        text = text.replace(*edit, 1)
+    tiny.write_text(text)
+    warned = load_config(tiny).warnings
+    assert all("\n" not in w and w.startswith(f"{tiny}: ") for w in warned), warned
+    if says is None:
+        assert warned == (), warned
+    else:
+        assert len(warned) == 1 and says in warned[0], warned
+
+
+def test_a_key_that_changes_some_of_its_cells_is_not_warned_about(tiny: Path):
+    # rate applies to the poisson cells of a grid that sweeps arrival (experiments/paper.toml)
+    swept = 'arrival = ["batch", "poisson"]\nrate = 10.0'
+    tiny.write_text(TINY.replace('arrival = "poisson"\nrate = [10.0, 1000.0]', swept, 1))
+    assert load_config(tiny).warnings == ()

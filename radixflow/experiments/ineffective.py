@@ -1,0 +1,58 @@
+"""Keys of an experiment config that cannot change the cells they set: one warning line each.
+
+`radixflow bench` warns about a given flag that cannot change its run (`radixflow.options.flags`);
+a config key is the same slip (a setting of the other runner, a rate without arrivals spread in
+time), but it reaches many cells, so it is warned about only when it changes none of them: a rate
+beside a sweep of arrivals ``batch`` and ``poisson`` changes the poisson cells and stays quiet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixflow.options.flags import SIM_ONLY, TORCH_ONLY
+
+
+def ineffective(
+    settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool | None
+) -> dict[str, str]:
+    """Cell keys (``workload.<key>`` for the workload's) that cannot change this cell, each with
+    why; ``has_recurrent`` None: the model is not known yet (a torch cell, built when it runs)."""
+    rules = (
+        (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
+        ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
+        (
+            ("placement", "state_slots"),
+            has_recurrent is False,
+            "on a full-attention model: it has no recurrent state",
+        ),
+        (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),
+        (("workload.rate",), workload["arrival"] == "batch", "with arrival batch (all arrive at t=0)"),
+        (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
+    )
+    return {key: why for keys, applies, why in rules if applies for key in keys}
+
+
+class Unused:
+    """Per config key given (``defaults.device``, ``grid[1].workload.rate``): the cells it reaches
+    and why it could not change them, for a warning when it changed none."""
+
+    def __init__(self) -> None:
+        self.reached: dict[str, int] = {}
+        self.idle: dict[str, tuple[int, str]] = {}
+
+    def note(self, given: dict[str, str], idle: dict[str, str]) -> None:
+        """One cell: ``given`` maps its keys that the config set to the config key that set them;
+        ``idle``: its keys that cannot change it, with why (`ineffective`)."""
+        for key, where in given.items():
+            self.reached[where] = self.reached.get(where, 0) + 1
+            if key in idle:
+                count, _ = self.idle.get(where, (0, idle[key]))
+                self.idle[where] = (count + 1, idle[key])
+
+    def warnings(self, origin: str) -> tuple[str, ...]:
+        return tuple(
+            f"{origin}: {where} has no effect {why}"
+            for where, (count, why) in self.idle.items()
+            if count == self.reached[where]
+        )

@@ -222,10 +222,10 @@ def _validate_cell(
     loc: Callable[[str], str],
     base: Path,
     plans: Callable[[EngineOptions], EnginePlan],
-) -> tuple[Cell, bool | None]:
+) -> tuple[Cell, bool]:
     """Check a resolved cell; ``loc`` names the config key a setting came from, ``plans`` gives a
-    sim cell's engine plan (one per distinct options). With the cell: whether its model has
-    recurrent state (None: a torch cell, whose model is built when it runs)."""
+    cell's engine plan (one per distinct options). With the cell: whether its model has recurrent
+    state."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
@@ -252,13 +252,14 @@ def _validate_cell(
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
     try:  # the budget against the model's sizes, the prompts against the cache and the context
-        plan = plans(options) if s["runner"] == "sim" else None
-        problem = fit_problem(WorkloadSpec(**cell.run_workload()), options, plan)
+        plan = plans(options)  # a torch cell's model is resolved (a zoo model built on first use)
+        context = plan.choice.spec.max_context if s["runner"] == "sim" else None  # type: ignore[attr-defined]
+        problem = fit_problem(WorkloadSpec(**cell.run_workload()), plan, context)
     except ProblemError as e:
         raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None
     if problem is not None:
         raise fail(origin, loc(problem.param or "cache_memory"), problem.message)
-    return Cell(cell.group, s, cell.workload), None if plan is None else plan.choice.has_recurrent
+    return Cell(cell.group, s, cell.workload), plan.choice.has_recurrent
 
 
 def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> None:

@@ -13,17 +13,15 @@ from typing import Any
 from radixflow.options.flags import SIM_ONLY, TORCH_ONLY
 
 
-def ineffective(
-    settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool | None
-) -> dict[str, str]:
+def ineffective(settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool) -> dict[str, str]:
     """Cell keys (``workload.<key>`` for the workload's) that cannot change this cell, each with
-    why; ``has_recurrent`` None: the model is not known yet (a torch cell, built when it runs)."""
+    why; ``has_recurrent``: whether the cell's model has recurrent state."""
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
         (
             ("placement", "state_slots"),
-            has_recurrent is False,
+            not has_recurrent,
             "on a full-attention model: it has no recurrent state",
         ),
         (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),

@@ -418,6 +418,16 @@ def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admis
             "grid[2].kv_blocks",
             "9 KV blocks",
         ),
+        (  # found only when the cell's runner was built, after the cells before it had run
+            [
+                (
+                    'name = "load"\nmodel = "qwen3_5-2b"',
+                    'name = "load"\nrunner = "torch"\nmodel = "lfm2-tiny"\ncache_memory = "1KiB"',
+                )
+            ],
+            "grid[2].cache_memory",
+            "cannot hold one KV block",
+        ),
     ],
 )
 def test_a_cell_whose_prompts_cannot_fit_is_refused_naming_the_key(tiny: Path, edits, key, says):

@@ -100,11 +100,14 @@ class Cell:
         return {**self.workload, "independent": independent}
 
     def key(self, variants: list[Variant]) -> str:
-        """The cell's result cache key: its settings and variants (not where it writes a trace)."""
+        """The cell's result cache key: its settings, what its profile files hold, and the variants
+        (not where it writes a trace)."""
         labels = [v.label for v in variants]
         cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
         cell["workload"] = {k: v for k, v in self.workload.items() if not _late_default(k, v)}
-        blob = json.dumps({"schema": SCHEMA, "cell": cell, "variants": labels}, sort_keys=True)
+        files = checks.profile_digests(self.settings)  # none for built-in profiles: their keys stay
+        key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
+        blob = json.dumps(key, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

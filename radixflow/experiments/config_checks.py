@@ -8,6 +8,7 @@ Also here: `--seeds` as the command line gives it, a workload value, a profile n
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Hashable
@@ -191,3 +192,20 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     except ProfileError as e:
         raise fail(origin, key, str(e)) from None
     return str(path)
+
+
+PROFILE_KEYS = ("hardware", "cost_profile")  # a built-in profile's name, or a profile file's path
+
+
+def profile_digests(settings: dict[str, Any]) -> dict[str, str]:
+    """What each profile file a cell names holds (a hash), for its result cache key: a profile
+    recalibrated at the same path is another cell. Built-in names are not files: none."""
+    digests = {}
+    for key in PROFILE_KEYS:
+        value = settings.get(key)
+        if isinstance(value, str) and value not in HARDWARE:
+            try:
+                digests[key] = hashlib.sha256(Path(value).read_bytes()).hexdigest()[:16]
+            except OSError:
+                digests[key] = "unreadable"  # the cell's run reports it
+    return digests

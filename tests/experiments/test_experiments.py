@@ -481,3 +481,18 @@ def test_a_key_that_changes_some_of_its_cells_is_not_warned_about(tiny: Path):
     swept = 'arrival = ["batch", "poisson"]\nrate = 10.0'
     tiny.write_text(TINY.replace('arrival = "poisson"\nrate = [10.0, 1000.0]', swept, 1))
     assert load_config(tiny).warnings == ()
+
+
+def test_a_cell_on_a_profile_file_is_keyed_by_what_the_file_holds(tiny: Path, tmp_path: Path):
+    # a recalibrated profile at the same path gave the cached results of the old one, silently
+    from dataclasses import replace
+
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    profile = tmp_path / "fitted.json"
+    save_profile(HARDWARE["h200"], profile)
+    tiny.write_text(TINY.replace('hardware = "h200"', 'hardware = "fitted.json"', 1))
+    before = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    save_profile(replace(HARDWARE["h200"], per_request_s=1e-3), profile)
+    after = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    assert set(before).isdisjoint(after)

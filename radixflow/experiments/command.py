@@ -12,9 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from radixflow.experiments.cells import cell_options
 from radixflow.experiments.config import (
-    Cell,
     ExperimentConfig,
     ExperimentConfigError,
     load_config,
@@ -23,7 +21,6 @@ from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
 from radixflow.experiments.execute import CELLS_DIR, ExecutionOptions, RayStartError
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
-from radixflow.options import plan_engine
 from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
 from radixflow.options.runners import device_problem
 from radixflow.problems import Problem, ProblemError
@@ -66,19 +63,6 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     add_engine_flags(e, only=OVERRIDES)  # given, it overrides the config's torch-runner cells
 
 
-def _check_torch_cells(config: ExperimentConfig) -> None:
-    """Resolve every torch model and device (a zoo model is built) before any cell runs."""
-    seen: dict[tuple[str, str], Cell] = {}
-    for c in config.cells:
-        if c.settings["runner"] == "torch":
-            seen.setdefault((c.settings["model"], c.settings["device"]), c)
-    for _, cell in sorted(seen.items()):
-        try:
-            plan_engine(cell_options(cell))
-        except ProblemError as e:
-            raise ExperimentUsageError(str(e.problem)) from None
-
-
 def _device(args: argparse.Namespace) -> str | None:
     """``--device``, checked as the torch runner checks its own (None: not given)."""
     if args.device is None:
@@ -90,17 +74,18 @@ def _device(args: argparse.Namespace) -> str | None:
     return device
 
 
-def _on_device(config: ExperimentConfig, device: str) -> ExperimentConfig:
+def _warn_unused_device(config: ExperimentConfig) -> None:
     if not any(c.settings["runner"] == "torch" for c in config.cells):
         print(
             "radixflow: warning: --device has no effect: no cell of this experiment runs on the torch runner",
             file=sys.stderr,
         )
-    return config.with_device(device)
 
 
-def _load(args: argparse.Namespace) -> ExperimentConfig:
-    """The config with every cell checked, counted on a bar as they are (a large grid takes a while)."""
+def _load(args: argparse.Namespace, device: str | None) -> ExperimentConfig:
+    """The config with every cell checked (a torch cell on ``device``, given: `--device`), counted
+    on a bar as they are (a large grid takes a while); every torch model is resolved (a zoo model
+    built) before any cell runs."""
     with progress_bar(Console(stderr=True)) as progress:
         task = progress.add_task(f"{args.config.name}: checking cells", total=None)
 
@@ -109,7 +94,7 @@ def _load(args: argparse.Namespace) -> ExperimentConfig:
                 progress.update(task, completed=done, total=total)
 
         try:
-            return load_config(args.config, args.max_cells, checked)
+            return load_config(args.config, args.max_cells, checked, device)
         except ExperimentConfigError as e:
             raise ExperimentUsageError(str(e)) from None
 
@@ -140,17 +125,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.max_cells < 1:
         raise ExperimentUsageError(f"--max-cells: must be at least 1, got {args.max_cells}")
     device = _device(args)
-    config = _load(args)
+    config = _load(args, device)
     for warning in config.warnings:  # keys that change none of their cells, as bench warns of flags
         print(f"radixflow: warning: {warning}", file=sys.stderr)
     if device is not None:
-        config = _on_device(config, device)
+        _warn_unused_device(config)
     if args.seeds is not None:
         try:
             config = config.with_seeds(parse_seeds(args.seeds), args.max_cells)
         except ValueError as e:
             raise ExperimentUsageError(str(e)) from None
-    _check_torch_cells(config)
     out = args.out or default_out(config)
     _check_out(out)
     flags = [

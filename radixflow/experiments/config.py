@@ -124,16 +124,6 @@ class ExperimentConfig:
     path: Path
     warnings: tuple[str, ...] = ()  # keys that change none of the cells they set, one line each
 
-    def with_device(self, device: str) -> ExperimentConfig:
-        """The same experiment with every torch-runner cell on ``device``."""
-        cells = [
-            Cell(c.group, {**c.settings, "device": device}, c.workload)
-            if c.settings["runner"] == "torch"
-            else c
-            for c in self.cells
-        ]
-        return replace(self, cells=cells)
-
     def with_seeds(self, seeds: list[int], max_cells: int = MAX_CELLS) -> ExperimentConfig:
         """The same experiment with ``seeds`` in place of every cell's seed: each distinct cell
         once per seed, in the config's order (an out-of-sample rerun of a grid). The description
@@ -225,10 +215,11 @@ def _validate_cell(
     loc: Callable[[str], str],
     base: Path,
     plans: Callable[[EngineOptions], EnginePlan],
+    device: str | None,
 ) -> tuple[Cell, bool]:
     """Check a resolved cell; ``loc`` names the config key a setting came from, ``plans`` gives a
-    cell's engine plan (one per distinct options). With the cell: whether its model has recurrent
-    state."""
+    cell's engine plan (one per distinct options); ``device``, given, replaces a torch cell's
+    (before it is checked). With the cell: whether its model has recurrent state."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
@@ -248,6 +239,8 @@ def _validate_cell(
     if problem is not None:
         raise fail(origin, loc("model"), problem.message)
     s["runner"] = runner_name(options)
+    if device is not None and s["runner"] == "torch":
+        s["device"], options = device, options.replace(device=device)
     problem = device_problem(s["device"]) if s["runner"] == "torch" else None
     if problem is not None:  # the torch runner's own check, before any cell runs
         raise fail(origin, loc("device"), problem.message)
@@ -359,9 +352,11 @@ def parse_config(
     base: Path,
     max_cells: int = MAX_CELLS,
     progress: Callable[[int, int], None] | None = None,
+    device: str | None = None,
 ) -> ExperimentConfig:
     """Every check of the config, then its cells, each validated; ``progress(done, total)`` is
-    told after each cell. A grid of more than ``max_cells`` cells is refused before it expands."""
+    told after each cell. A grid of more than ``max_cells`` cells is refused before it expands.
+    ``device``, given, replaces every torch-runner cell's device (`--device`)."""
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
@@ -374,7 +369,7 @@ def parse_config(
     unused = Unused()
     for grid in grids:
         for cell in grid.cells():
-            checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans)
+            checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans, device)
             cells.append(checked)
             checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
             idle = ineffective(checked.settings, checked.workload, has_recurrent)
@@ -385,7 +380,10 @@ def parse_config(
 
 
 def load_config(
-    path: str | Path, max_cells: int = MAX_CELLS, progress: Callable[[int, int], None] | None = None
+    path: str | Path,
+    max_cells: int = MAX_CELLS,
+    progress: Callable[[int, int], None] | None = None,
+    device: str | None = None,
 ) -> ExperimentConfig:
     path = Path(path)
     try:
@@ -394,4 +392,4 @@ def load_config(
         raise ExperimentConfigError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
-    return parse_config(data, str(path), path.parent, max_cells, progress)
+    return parse_config(data, str(path), path.parent, max_cells, progress, device)

@@ -380,3 +380,18 @@ def test_a_config_key_that_changes_none_of_its_cells_is_one_warning_line(tmp_pat
     assert code == 0 and said == [
         f"radixflow: warning: {config}: defaults.device has no effect with the sim runner"
     ], err
+
+
+def test_device_flag_replaces_a_device_this_machine_lacks_before_the_cells_are_checked(tmp_path, capsys):
+    # the config's device was refused before --device replaced it: a GPU config could not be tried here
+    pytest.importorskip("torch")
+    config = tmp_path / "c.toml"
+    torch_cell = CONFIG.replace(
+        'model = "qwen3_5-2b"', 'runner = "torch"\nmodel = "lfm2-tiny"\ndevice = "cuda:99"'
+    )
+    config.write_text(torch_cell)
+    out = tmp_path / "o"
+    code, err = _run(["experiment", str(config), "--out", str(out), "--device", "cpu"], capsys)
+    assert code == 0 and "error" not in err, err
+    cell = json.loads((out / "results.json").read_text())["cells"][0]
+    assert cell["cell"]["device"] == "cpu" and cell["runner_settings"]["device"] == "cpu"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,14 @@ def run_experiment(
         "variants": [v.label for v in config.variants],
         "cells": results,
     }
-    (out / RESULTS).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
-    (out / REPORT).write_text(render_report(meta, results, plots) + "\n")
+    _write_whole(out / RESULTS, json.dumps(document, indent=1, allow_nan=False) + "\n")
+    _write_whole(out / REPORT, render_report(meta, results, plots) + "\n")
     return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` at once: a run interrupted while writing leaves the last
+    run's file, never half of this one's."""
+    part = path.with_name(f"{path.name}.part")
+    part.write_text(text)
+    os.replace(part, path)

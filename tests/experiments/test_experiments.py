@@ -496,3 +496,23 @@ def test_a_cell_on_a_profile_file_is_keyed_by_what_the_file_holds(tiny: Path, tm
     save_profile(replace(HARDWARE["h200"], per_request_s=1e-3), profile)
     after = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
     assert set(before).isdisjoint(after)
+
+
+def test_a_run_interrupted_while_writing_keeps_the_last_results_and_report(
+    tiny: Path, tmp_path: Path, monkeypatch
+):
+    # results.json and report.md were written in place: an interrupt mid-write left half a file
+    out = tmp_path / "out"
+    run_experiment(tiny, out, ExecutionOptions(), "test")
+    before = {name: (out / name).read_text() for name in ("results.json", "report.md")}
+    write_text = Path.write_text
+
+    def torn(self: Path, text: str, *args, **kwargs) -> int:
+        write_text(self, text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", torn)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(tiny, out, ExecutionOptions(), "test again")
+    monkeypatch.undo()
+    assert {name: (out / name).read_text() for name in before} == before

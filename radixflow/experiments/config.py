@@ -21,7 +21,7 @@ from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.cell_fit import fit_problem
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
-from radixflow.experiments.ineffective import Unused, ineffective
+from radixflow.experiments.ineffective import Unused, clock_notes, ineffective
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, EnginePlan, option_fields, plan_engine, runner_name
 from radixflow.options.runners import device_problem, name_problem
@@ -376,7 +376,13 @@ def parse_config(
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:
                 progress(len(cells), total)
-    return ExperimentConfig(name, description, variants, cells, Path(origin), unused.warnings(origin))
+    torch = [
+        EngineOptions.from_mapping({k: c.settings[k] for k in ENGINE_KEYS})
+        for c in cells
+        if c.settings["runner"] == "torch"
+    ]
+    warnings = unused.warnings(origin) + clock_notes(torch, origin)
+    return ExperimentConfig(name, description, variants, cells, Path(origin), warnings)
 
 
 def load_config(

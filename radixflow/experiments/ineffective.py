@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixflow.options.flags import SIM_ONLY, TORCH_ONLY
+from radixflow.options import EngineOptions
+from radixflow.options.flags import SIM_ONLY, TORCH_ONLY, clock_warnings
 
 
 def ineffective(settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool) -> dict[str, str]:
@@ -29,6 +30,13 @@ def ineffective(settings: dict[str, Any], workload: dict[str, Any], has_recurren
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
     )
     return {key: why for keys, applies, why in rules if applies for key in keys}
+
+
+def clock_notes(options: list[EngineOptions], origin: str) -> tuple[str, ...]:
+    """The clock warnings `radixflow bench` gives (`clock_warnings`) for the cells' options, once
+    each: a torch cell timed on the CPU clock with threads that spin."""
+    notes = dict.fromkeys(note for o in options for note in clock_warnings(o))
+    return tuple(f"{origin}: {note}" for note in notes)
 
 
 class Unused:

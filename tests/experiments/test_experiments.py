@@ -516,3 +516,13 @@ def test_a_run_interrupted_while_writing_keeps_the_last_results_and_report(
         run_experiment(tiny, out, ExecutionOptions(), "test again")
     monkeypatch.undo()
     assert {name: (out / name).read_text() for name in before} == before
+
+
+def test_a_torch_cell_on_a_cpu_clock_with_spinning_threads_is_warned_about_as_bench_does(
+    tiny: Path, monkeypatch
+):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    torch_cell = 'name = "load"\nrunner = "torch"\nmodel = "lfm2-tiny"\nclock = "cpu"\ntorch_threads = 2'
+    tiny.write_text(TINY.replace('name = "load"\nmodel = "qwen3_5-2b"', torch_cell, 1))
+    warned = [w for w in load_config(tiny).warnings if "spin-waits" in w]
+    assert len(warned) == 1 and warned[0].startswith(f"{tiny}: "), warned

@@ -148,7 +148,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     ran: list[tuple[Variant, PolicyRun]] = []
     if s["replicas"] > 1:  # a fleet behind the cell's router
         for v in variants:
-            results[v.label] = _fleet_variant(cell, v, requests, setup, rate)
+            results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate)
         groups = {}
     for (placement, eviction, admission), group in groups.items():
         engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
@@ -170,6 +170,13 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _variant_cache(setup: EngineSetup, variant: Variant) -> EngineSetup:
+    """The setup with the variant's eviction and admission (None: the cell's)."""
+    o = setup.options
+    cache = o.replace(eviction=variant.eviction or o.eviction, admission=variant.admission or o.admission)
+    return replace(setup, options=cache)
 
 
 def _fleet_variant(

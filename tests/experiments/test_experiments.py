@@ -526,3 +526,23 @@ def test_a_torch_cell_on_a_cpu_clock_with_spinning_threads_is_warned_about_as_be
     tiny.write_text(TINY.replace('name = "load"\nmodel = "qwen3_5-2b"', torch_cell, 1))
     warned = [w for w in load_config(tiny).warnings if "spin-waits" in w]
     assert len(warned) == 1 and warned[0].startswith(f"{tiny}: "), warned
+
+
+def test_a_fleet_cell_runs_each_variant_with_its_own_eviction_and_admission(tiny: Path, monkeypatch):
+    # a fleet's engines were built with the cell's eviction and admission, whatever the variant said
+    from radixflow.experiments.cells import run_cell
+    from radixflow.options import EngineSetup
+
+    built: list[tuple[str, str]] = []
+    engine = EngineSetup.engine
+
+    def record(self: EngineSetup, *args, **kwargs):
+        built.append((self.options.eviction, self.options.admission))
+        return engine(self, *args, **kwargs)
+
+    monkeypatch.setattr(EngineSetup, "engine", record)
+    fleet = TINY.replace("[defaults]", "[defaults]\nreplicas = 2", 1)
+    tiny.write_text(fleet.replace('"radixflow"]', '"radixflow+cost-per-byte+likely"]', 1))
+    config = load_config(tiny)
+    run_cell(config.cells[0], config.variants)
+    assert built == [("lru", "all")] * 2 + [("cost-per-byte", "likely")] * 2, built

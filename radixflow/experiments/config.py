@@ -367,12 +367,14 @@ def parse_config(
     total, cells, traces = sum(g.size for g in grids), [], {}
     plans = functools.cache(plan_engine)  # this config's: cells share a few distinct settings
     unused = Unused()
+    parts = ("placement", "eviction", "admission")
+    named = frozenset(p for p in parts if all(getattr(v, p) is not None for v in variants))
     for grid in grids:
         for cell in grid.cells():
             checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans, device)
             cells.append(checked)
             checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
-            idle = ineffective(checked.settings, checked.workload, has_recurrent)
+            idle = ineffective(checked.settings, checked.workload, has_recurrent, named)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:
                 progress(len(cells), total)

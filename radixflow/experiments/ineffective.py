@@ -14,9 +14,12 @@ from radixflow.options import EngineOptions
 from radixflow.options.flags import SIM_ONLY, TORCH_ONLY, clock_warnings
 
 
-def ineffective(settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool) -> dict[str, str]:
+def ineffective(
+    settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool, named: frozenset[str]
+) -> dict[str, str]:
     """Cell keys (``workload.<key>`` for the workload's) that cannot change this cell, each with
-    why; ``has_recurrent``: whether the cell's model has recurrent state."""
+    why; ``has_recurrent``: whether the cell's model has recurrent state; ``named``: the parts
+    (placement, eviction, admission) that every policy variant names for itself."""
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
@@ -28,8 +31,10 @@ def ineffective(settings: dict[str, Any], workload: dict[str, Any], has_recurren
         (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),
         (("workload.rate",), workload["arrival"] == "batch", "with arrival batch (all arrive at t=0)"),
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
+        (("repetitions",), settings["replicas"] > 1, "on a fleet (replicas > 1): it runs once"),
     )
-    return {key: why for keys, applies, why in rules if applies for key in keys}
+    idle = {key: why for keys, applies, why in rules if applies for key in keys}
+    return idle | {key: f"with every policy in `policies` naming its own {key}" for key in named}
 
 
 def clock_notes(options: list[EngineOptions], origin: str) -> tuple[str, ...]:

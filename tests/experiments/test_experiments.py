@@ -546,3 +546,34 @@ def test_a_fleet_cell_runs_each_variant_with_its_own_eviction_and_admission(tiny
     config = load_config(tiny)
     run_cell(config.cells[0], config.variants)
     assert built == [("lru", "all")] * 2 + [("cost-per-byte", "likely")] * 2, built
+
+
+@pytest.mark.parametrize(
+    ("edits", "says"),
+    [
+        (
+            [
+                ('"native", "radixflow"]', '"native@branch", "radixflow@align"]'),
+                ("[defaults]", '[defaults]\nplacement = "lone"'),
+            ],
+            "defaults.placement has no effect with every policy in `policies` naming its own placement",
+        ),
+        (
+            [
+                ('"native", "radixflow"]', '"native+lru", "radixflow+cost-per-byte"]'),
+                ("[defaults]", '[defaults]\neviction = "lru"'),
+            ],
+            "defaults.eviction has no effect with every policy in `policies` naming its own eviction",
+        ),
+        (
+            [("[defaults]", "[defaults]\nreplicas = 2\nrepetitions = 3")],
+            "defaults.repetitions has no effect on a fleet (replicas > 1): it runs once",
+        ),
+    ],
+)
+def test_a_key_every_variant_or_the_fleet_overrides_is_a_warning(tiny: Path, edits, says):
+    text = TINY
+    for edit in edits:
+        text = text.replace(*edit, 1)
+    tiny.write_text(text)
+    assert [w for w in load_config(tiny).warnings if says in w] != [], load_config(tiny).warnings

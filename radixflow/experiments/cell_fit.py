@@ -11,11 +11,23 @@ from __future__ import annotations
 
 import math
 
-from radixflow.options import EnginePlan
-from radixflow.problems import Problem
+from radixflow.options import EngineOptions, EnginePlan, plan_engine
+from radixflow.options.sim_shape import sim_shape
+from radixflow.problems import Problem, ProblemError
 from radixflow.workloads.candidates import WorkloadSpec
 
 PROMPT = "shared_prefix_len + context_len + candidate_len"
+
+
+def planned(options: EngineOptions) -> tuple[EnginePlan, int | None]:
+    """The cell's engine plan (a torch cell's model resolved: a zoo model built on first use) and
+    its model's context, read as the runner reads it (None: a checkpoint whose config the cost
+    model cannot read; the torch runner still runs it)."""
+    plan = plan_engine(options)
+    try:
+        return plan, sim_shape(plan.choice.label).max_context
+    except ProblemError:
+        return plan, None
 
 
 def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Problem | None:

@@ -19,11 +19,11 @@ from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
-from radixflow.experiments.cell_fit import fit_problem
+from radixflow.experiments.cell_fit import fit_problem, planned
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective
 from radixflow.fleet import ROUTERS
-from radixflow.options import EngineOptions, EnginePlan, option_fields, plan_engine, runner_name
+from radixflow.options import EngineOptions, EnginePlan, option_fields, runner_name
 from radixflow.options.runners import device_problem, name_problem
 from radixflow.options.spec import OptionSpec, check_value
 from radixflow.problems import ProblemError
@@ -214,12 +214,13 @@ def _validate_cell(
     origin: str,
     loc: Callable[[str], str],
     base: Path,
-    plans: Callable[[EngineOptions], EnginePlan],
+    plans: Callable[[EngineOptions], tuple[EnginePlan, int | None]],
     device: str | None,
 ) -> tuple[Cell, bool]:
     """Check a resolved cell; ``loc`` names the config key a setting came from, ``plans`` gives a
-    cell's engine plan (one per distinct options); ``device``, given, replaces a torch cell's
-    (before it is checked). With the cell: whether its model has recurrent state."""
+    cell's engine plan and its model's context (one per distinct options); ``device``, given,
+    replaces a torch cell's (before it is checked). With the cell: whether its model has
+    recurrent state."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
@@ -248,8 +249,7 @@ def _validate_cell(
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
     try:  # the budget against the model's sizes, the prompts against the cache and the context
-        plan = plans(options)  # a torch cell's model is resolved (a zoo model built on first use)
-        context = plan.choice.spec.max_context if s["runner"] == "sim" else None  # type: ignore[attr-defined]
+        plan, context = plans(options)
         problem = fit_problem(WorkloadSpec(**cell.run_workload()), plan, context)
     except ProblemError as e:
         raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None
@@ -365,7 +365,7 @@ def parse_config(
     grids = _grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))
     checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
     total, cells, traces = sum(g.size for g in grids), [], {}
-    plans = functools.cache(plan_engine)  # this config's: cells share a few distinct settings
+    plans = functools.cache(planned)  # this config's: cells share a few distinct settings
     unused = Unused()
     parts = ("placement", "eviction", "admission")
     named = frozenset(p for p in parts if all(getattr(v, p) is not None for v in variants))

@@ -428,6 +428,17 @@ def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admis
             "grid[2].cache_memory",
             "cannot hold one KV block",
         ),
+        (  # lfm2-tiny's context is 4096 tokens
+            [
+                (
+                    'name = "load"\nmodel = "qwen3_5-2b"',
+                    'name = "load"\nrunner = "torch"\nmodel = "lfm2-tiny"',
+                ),
+                ("context_len = 128", "context_len = 5000"),
+            ],
+            "defaults.workload.context_len",
+            "lfm2-tiny's context of 4096",
+        ),
     ],
 )
 def test_a_cell_whose_prompts_cannot_fit_is_refused_naming_the_key(tiny: Path, edits, key, says):

@@ -15,9 +15,9 @@ SIM_CONFIGS = ["ablation", "fleet", "load_sweep", "memory", "policies", "policie
 
 
 @pytest.mark.parametrize("name", SIM_CONFIGS)
-def test_a_shipped_sim_config_parses(name):
+def test_a_shipped_sim_config_parses_and_warns_of_nothing(name):
     config = load_config(EXPERIMENTS / f"{name}.toml")
-    assert config.name == name and config.cells
+    assert config.name == name and config.cells and config.warnings == ()
     assert {c.settings["runner"] for c in config.cells} == {"sim"}
 
 
@@ -52,3 +52,9 @@ def test_every_cell_of_the_cpu_grid_builds():
         assert runner.spec.has_recurrent == (family(cell.settings["model"]) != "qwen3")  # type: ignore[attr-defined]
         assert plan.choice.describe()["hardware"]["name"] == "cpu-2core"  # type: ignore[index]
         assert len(requests) == cell.workload["groups"] * cell.workload["candidates"]
+
+
+def test_the_paper_config_loads_with_its_torch_cells_checked_and_warns_of_nothing():
+    pytest.importorskip("torch")
+    config = load_config(EXPERIMENTS / "paper.toml")
+    assert {c.settings["runner"] for c in config.cells} == {"sim", "torch"} and config.warnings == ()

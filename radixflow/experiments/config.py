@@ -60,6 +60,8 @@ ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model
 WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
+# what `capacity` replaces: the cache is capped at its share of the working set (`under_pressure`)
+UNCAPPED = {"kv_blocks": None, "state_slots": None, "cache_memory": None}
 OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its results
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
 
@@ -249,7 +251,7 @@ def _validate_cell(
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
     try:  # the budget against the model's sizes, the prompts against the cache and the context
-        plan, context = plans(options)
+        plan, context = plans(options if s["capacity"] is None else options.replace(**UNCAPPED))
         problem = fit_problem(WorkloadSpec(**cell.run_workload()), plan, context)
     except ProblemError as e:
         raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None

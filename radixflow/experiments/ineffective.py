@@ -32,6 +32,11 @@ def ineffective(
         (("workload.rate",), workload["arrival"] == "batch", "with arrival batch (all arrive at t=0)"),
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
         (("repetitions",), settings["replicas"] > 1, "on a fleet (replicas > 1): it runs once"),
+        (
+            ("kv_blocks", "state_slots", "cache_memory"),
+            settings["capacity"] is not None,
+            "with capacity (the cache is capped at its share of the working set)",
+        ),
     )
     idle = {key: why for keys, applies, why in rules if applies for key in keys}
     return idle | {key: f"with every policy in `policies` naming its own {key}" for key in named}

@@ -588,3 +588,10 @@ def test_a_key_every_variant_or_the_fleet_overrides_is_a_warning(tiny: Path, edi
         text = text.replace(*edit, 1)
     tiny.write_text(text)
     assert [w for w in load_config(tiny).warnings if says in w] != [], load_config(tiny).warnings
+
+
+def test_cache_sizes_beside_capacity_are_a_warning_not_a_refusal(tiny: Path):
+    # capacity caps the cache at its share of the working set, replacing kv_blocks and the rest
+    tiny.write_text(TINY.replace("[defaults]", "[defaults]\ncapacity = 0.5\nkv_blocks = 4", 1))
+    warned = load_config(tiny).warnings
+    assert len(warned) == 1 and "defaults.kv_blocks has no effect with capacity" in warned[0], warned

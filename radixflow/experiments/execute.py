@@ -16,6 +16,7 @@ from typing import Any
 
 from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
+from radixflow.problems import ProblemError
 
 CellResult = dict[str, Any]
 CELLS_DIR = "cells"  # under the output directory: one file per finished cell
@@ -23,6 +24,11 @@ CELLS_DIR = "cells"  # under the output directory: one file per finished cell
 
 class RayStartError(RuntimeError):
     """Ray refused the cluster it was asked for (one line, naming the flag)."""
+
+
+class CellError(RuntimeError):
+    """A cell that failed as it ran, for a reason its checks could not see (a trace file it cannot
+    write, memory): one line naming the cell and its key."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,13 @@ class CellCache:
 
 def _serial(pending: list[Pending], variants: list[Variant]) -> Iterator[tuple[Pending, CellResult]]:
     for p in pending:
-        yield p, run_cell(p.cell, variants)
+        try:
+            result = run_cell(p.cell, variants)
+        except ProblemError as e:  # the cells before it are cached: a re-run starts here
+            seed = p.cell.workload["seed"]
+            where = f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {seed}, key {p.key})"
+            raise CellError(f"{where}: {e.problem}") from None
+        yield p, result
 
 
 def _remote_cell(cell: Cell, variants: list[Variant]) -> CellResult:

@@ -395,3 +395,19 @@ def test_device_flag_replaces_a_device_this_machine_lacks_before_the_cells_are_c
     assert code == 0 and "error" not in err, err
     cell = json.loads((out / "results.json").read_text())["cells"][0]
     assert cell["cell"]["device"] == "cpu" and cell["runner_settings"]["device"] == "cpu"
+
+
+def test_a_cell_that_fails_as_it_runs_is_one_line_naming_the_cell_and_its_key(tmp_path, capsys, monkeypatch):
+    # it said "--trace-out: ...", a flag `experiment` does not have, and not which cell failed
+    from radixflow.problems import Problem, ProblemError
+
+    def refuse(self, prompt_lengths=None):
+        raise ProblemError(Problem("trace_out", "cannot write t.json: No space left on device"))
+
+    monkeypatch.setattr("radixflow.options.build.EnginePlan.build", refuse)
+    config = tmp_path / "c.toml"
+    config.write_text(_grid('name = "traced"'))
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "cell 'traced'" in line and "trace_out: cannot write t.json" in line, line
+    assert "--trace-out" not in line

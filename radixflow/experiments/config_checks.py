@@ -170,7 +170,8 @@ def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, .
 def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None:
     """A trace file is one cell's (``trace_out``, one path a cell): every cell writes its trace
     whole, so a second cell writing the same file replaced the first's without a word. ``taken``
-    maps the files seen so far to the key that set them and gains this one."""
+    maps the files seen so far to the key that set them and gains this one. The file is opened
+    (and removed again if new) so one that cannot be written is refused before any cell runs."""
     if not isinstance(path, str):
         return  # None: no trace (a wrong type is reported with the other checks)
     resolved = Path(path).resolve()
@@ -178,6 +179,14 @@ def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None
         why = f"{path!r} would hold the trace of more than one cell (also set by {taken[resolved]})"
         raise fail(origin, key, f"{why}, each replacing the last's: set it in a grid of one cell")
     taken[resolved] = key
+    existed = resolved.exists()
+    try:  # opened now, as bench opens its outputs before any work, and not left behind
+        with open(resolved, "a"):
+            pass
+    except OSError as e:
+        raise fail(origin, key, f"cannot write {path}: {e.strerror or e}") from None
+    if not existed:
+        resolved.unlink(missing_ok=True)
 
 
 def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:

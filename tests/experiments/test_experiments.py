@@ -595,3 +595,16 @@ def test_cache_sizes_beside_capacity_are_a_warning_not_a_refusal(tiny: Path):
     tiny.write_text(TINY.replace("[defaults]", "[defaults]\ncapacity = 0.5\nkv_blocks = 4", 1))
     warned = load_config(tiny).warnings
     assert len(warned) == 1 and "defaults.kv_blocks has no effect with capacity" in warned[0], warned
+
+
+def test_a_trace_file_that_cannot_be_opened_is_refused_before_any_cell_runs(tiny: Path, tmp_path: Path):
+    # bench opens its output files before any work; a cell's trace failed only when the cell ran
+    traced = TINY.replace(
+        'model = ["qwen3_5-2b", "qwen3-4b"]', 'model = "qwen3_5-2b"\ntrace_out = "/proc/t.json"'
+    )
+    message = refusal(tiny, [(TINY, traced)])
+    assert "\n" not in message and ": grid[0].trace_out: cannot write /proc/t.json" in message, message
+    fresh = tmp_path / "fresh.json"
+    tiny.write_text(traced.replace("/proc/t.json", str(fresh)))
+    load_config(tiny)
+    assert not fresh.exists()  # opened to check, and not left behind

@@ -21,7 +21,7 @@ from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.cell_fit import fit_problem, planned
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
-from radixflow.experiments.ineffective import Unused, clock_notes, ineffective
+from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
 from radixflow.fleet import ROUTERS
 from radixflow.options import EngineOptions, EnginePlan, option_fields, runner_name
 from radixflow.options.runners import device_problem, name_problem
@@ -370,13 +370,13 @@ def parse_config(
     plans = functools.cache(planned)  # this config's: cells share a few distinct settings
     unused = Unused()
     parts = ("placement", "eviction", "admission")
-    named = frozenset(p for p in parts if all(getattr(v, p) is not None for v in variants))
+    overridden = replaced((p for p in parts if all(getattr(v, p) is not None for v in variants)), device)
     for grid in grids:
         for cell in grid.cells():
             checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans, device)
             cells.append(checked)
             checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
-            idle = ineffective(checked.settings, checked.workload, has_recurrent, named)
+            idle = ineffective(checked.settings, checked.workload, has_recurrent, overridden)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:
                 progress(len(cells), total)

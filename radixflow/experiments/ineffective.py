@@ -8,6 +8,7 @@ beside a sweep of arrivals ``batch`` and ``poisson`` changes the poisson cells a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from radixflow.options import EngineOptions
@@ -15,11 +16,11 @@ from radixflow.options.flags import SIM_ONLY, TORCH_ONLY, clock_warnings
 
 
 def ineffective(
-    settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool, named: frozenset[str]
+    settings: dict[str, Any], workload: dict[str, Any], has_recurrent: bool, replaced: dict[str, str]
 ) -> dict[str, str]:
     """Cell keys (``workload.<key>`` for the workload's) that cannot change this cell, each with
-    why; ``has_recurrent``: whether the cell's model has recurrent state; ``named``: the parts
-    (placement, eviction, admission) that every policy variant names for itself."""
+    why; ``has_recurrent``: whether the cell's model has recurrent state; ``replaced``: keys that
+    something else sets for every cell (`replaced`), with why."""
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
@@ -39,7 +40,14 @@ def ineffective(
         ),
     )
     idle = {key: why for keys, applies, why in rules if applies for key in keys}
-    return idle | {key: f"with every policy in `policies` naming its own {key}" for key in named}
+    return idle | replaced
+
+
+def replaced(named: Iterable[str], device: str | None) -> dict[str, str]:
+    """Keys set for every cell by something else: ``named``, the parts (placement, eviction,
+    admission) every policy variant names for itself; ``device``, `--device` (None: not given)."""
+    out = {key: f"with every policy in `policies` naming its own {key}" for key in named}
+    return out | ({} if device is None else {"device": "with --device (it replaces every torch cell's)"})
 
 
 def clock_notes(options: list[EngineOptions], origin: str) -> tuple[str, ...]:

@@ -411,3 +411,15 @@ def test_a_cell_that_fails_as_it_runs_is_one_line_naming_the_cell_and_its_key(tm
     line = _one_error_line(err)
     assert code == 2 and "cell 'traced'" in line and "trace_out: cannot write t.json" in line, line
     assert "--trace-out" not in line
+
+
+def test_a_configs_device_that_device_flag_replaces_is_a_warning(tmp_path, capsys):
+    pytest.importorskip("torch")
+    config = tmp_path / "c.toml"
+    config.write_text(
+        CONFIG.replace('model = "qwen3_5-2b"', 'runner = "torch"\nmodel = "lfm2-tiny"\ndevice = "cpu"')
+    )
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o"), "--device", "cpu"], capsys)
+    said = [line for line in err.splitlines() if line.startswith("radixflow:")]
+    why = "has no effect with --device (it replaces every torch cell's)"
+    assert code == 0 and said == [f"radixflow: warning: {config}: defaults.device {why}"], err

@@ -207,7 +207,8 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
         elif key not in ("name", "seeds") or where == "defaults":
-            raise fail(origin, f"{where}.{key}", f"unknown key (known: {', '.join(CELL_KEYS)}, workload)")
+            known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's seed is its workload's
+            raise fail(origin, f"{where}.{key}", f"unknown key (known: {known}, workload)")
     return cell, workload
 
 

@@ -608,3 +608,9 @@ def test_a_trace_file_that_cannot_be_opened_is_refused_before_any_cell_runs(tiny
     tiny.write_text(traced.replace("/proc/t.json", str(fresh)))
     load_config(tiny)
     assert not fresh.exists()  # opened to check, and not left behind
+
+
+def test_an_unknown_key_lists_the_keys_a_cell_takes_and_not_seed(tiny: Path):
+    message = refusal(tiny, [("[defaults]", "[defaults]\ncolour = 1")])
+    known = message.split("(known: ", 1)[1].rstrip(")").split(", ")
+    assert "token_budget" in known and "workload" in known and "seed" not in known, message

@@ -57,19 +57,25 @@ class CellCache:
         os.replace(tmp, self.path(key))
 
 
+def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
+    """The cell's result, or why it failed as it ran: one line naming the cell (plain text, so it
+    crosses from a Ray worker as it is)."""
+    try:
+        return run_cell(p.cell, variants)
+    except ProblemError as e:  # the cells before it are cached: a re-run starts here
+        seed = p.cell.workload["seed"]
+        return f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {seed}, key {p.key}): {e.problem}"
+
+
+def _result(p: Pending, result: CellResult | str) -> tuple[Pending, CellResult]:
+    if isinstance(result, str):
+        raise CellError(result)
+    return p, result
+
+
 def _serial(pending: list[Pending], variants: list[Variant]) -> Iterator[tuple[Pending, CellResult]]:
     for p in pending:
-        try:
-            result = run_cell(p.cell, variants)
-        except ProblemError as e:  # the cells before it are cached: a re-run starts here
-            seed = p.cell.workload["seed"]
-            where = f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {seed}, key {p.key})"
-            raise CellError(f"{where}: {e.problem}") from None
-        yield p, result
-
-
-def _remote_cell(cell: Cell, variants: list[Variant]) -> CellResult:
-    return run_cell(cell, variants)
+        yield _result(p, _run_one(p, variants))
 
 
 def _ray(
@@ -84,16 +90,16 @@ def _ray(
         where = "--ray" if address is None else f"--ray-address {address}"
         raise RayStartError(f"{where}: Ray did not start: {e}") from None
     try:
-        task = ray.remote(_remote_cell)
+        task = ray.remote(_run_one)
         refs = {}
         for p in pending:
             # a torch cell times real forward passes: give it the CPUs its threads use
             cpus = torch_cpus if p.cell.settings["runner"] == "torch" else 1
-            refs[task.options(num_cpus=cpus).remote(p.cell, variants)] = p
+            refs[task.options(num_cpus=cpus).remote(p, variants)] = p
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
-                yield refs.pop(ref), ray.get(ref)
+                yield _result(refs.pop(ref), ray.get(ref))
     finally:
         ray.shutdown()
 

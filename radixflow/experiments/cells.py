@@ -148,7 +148,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     ran: list[tuple[Variant, PolicyRun]] = []
     if s["replicas"] > 1:  # a fleet behind the cell's router
         for v in variants:
-            results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate)
+            results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate, pressure)
         groups = {}
     for (placement, eviction, admission), group in groups.items():
         engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
@@ -185,9 +185,11 @@ def _fleet_variant(
     requests: list[Request],
     setup: EngineSetup,
     rate: float | None,
+    pressure: _Pressure | None,
 ) -> dict[str, Any]:
     """One variant on ``replicas`` engines behind the cell's router (seeded by the workload seed);
-    with a trace, each replica's engine is a process of it."""
+    with a trace, each replica's engine is a process of it; under ``pressure``, its figures over
+    every replica (each capped as one engine of the cell is)."""
     s = cell.settings
     replica = itertools.count()
 
@@ -198,9 +200,14 @@ def _fleet_variant(
     router = make_router(s["router"], RouterConfig(seed=cell.workload["seed"]))
     run = run_fleet(fresh_copy(requests), engine, s["replicas"], router)
     result = fleet_policy_result(variant.policy, run, setup.scheduler, None)
-    policy_run = PolicyRun(result, [rd for r in run.replicas for rd in r.engine.rounds], run.requests)
+    evicted: dict[str, int] = {}
+    for r in run.replicas:
+        for kind, count in r.engine.cache.evictions().items():
+            evicted[kind] = evicted.get(kind, 0) + count
+    rounds = [rd for r in run.replicas for rd in r.engine.rounds]
+    policy_run = PolicyRun(result, rounds, run.requests, evictions=evicted)
     return {
-        **_variant_result(variant, policy_run, s["slo_ms"], rate),
+        **_variant_result(variant, policy_run, s["slo_ms"], rate, pressure),
         "fleet": fleet_figures(run, s["router"]),
     }
 

@@ -614,3 +614,17 @@ def test_an_unknown_key_lists_the_keys_a_cell_takes_and_not_seed(tiny: Path):
     message = refusal(tiny, [("[defaults]", "[defaults]\ncolour = 1")])
     known = message.split("(known: ", 1)[1].rstrip(")").split(", ")
     assert "token_budget" in known and "workload" in known and "seed" not in known, message
+
+
+def test_a_fleet_cell_under_pressure_reports_its_pressure_figures(tiny: Path):
+    # a fleet cell with capacity ran capped but left out the figures every other capped cell has
+    # (benchmarks/memory_table.py reads them from every result)
+    from radixflow.experiments.cells import run_cell
+
+    fleet = TINY.replace("[defaults]", "[defaults]\nreplicas = 2\ncapacity = 0.3", 1)
+    tiny.write_text(fleet.replace("groups = 2", 'groups = 4\nkind = "chats"', 1))
+    config = load_config(tiny)
+    result = run_cell(config.cells[0], config.variants)
+    for r in result["results"]:
+        pressure = r["pressure"]
+        assert pressure["working_set_bytes"] > 0 and {"evicted_kv", "evicted_checkpoint"} <= set(pressure), r

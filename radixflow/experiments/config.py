@@ -55,6 +55,9 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
 }
 # keys added after results were cached: left out of a cell's cache key at their default, so the
 # cells that existed before them keep their keys (and their cached results)
+# bump when a fleet cell's results change (5 Dec: each variant's own eviction and admission, the
+# pressure figures, per-replica figures after a death): only fleet cells' cached results go stale
+FLEET_REVISION = 2
 LATE_KEYS = {"replicas": 1, "router": "pow2", "kind": "candidates", "skew": 0.0, "capacity": None}
 ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
@@ -109,6 +112,8 @@ class Cell:
         cell["workload"] = {k: v for k, v in self.workload.items() if not _late_default(k, v)}
         files = checks.profile_digests(self.settings)  # none for built-in profiles: their keys stay
         key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
+        if self.settings.get("replicas", 1) > 1:
+            key["fleet_revision"] = FLEET_REVISION
         blob = json.dumps(key, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -338,6 +338,19 @@ def test_fleet_keys_at_their_defaults_leave_cell_keys_alone(tiny: Path):
     assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == before
 
 
+def test_a_fleet_cells_key_names_the_fleet_revision(tiny: Path, monkeypatch):
+    # fleet cells cached before a fix to the fleet's results must not be reused; other cells keep
+    # their keys
+    tiny.write_text(TINY.replace("[defaults]", "[defaults]\nreplicas = 2", 1))
+    fleet = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    monkeypatch.setattr("radixflow.experiments.config.FLEET_REVISION", 999)
+    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] != fleet
+    tiny.write_text(TINY)
+    single = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    monkeypatch.setattr("radixflow.experiments.config.FLEET_REVISION", 1000)
+    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == single
+
+
 def test_not_toml_is_one_line(tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = [")

@@ -30,6 +30,9 @@ class FCFS:
     ) -> ScanAction | None:
         return None
 
+    def on_scheduled(self, request: Request) -> None:
+        pass
+
     def on_arrival(self, request: Request) -> None:
         pass
 

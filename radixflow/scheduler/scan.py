@@ -89,6 +89,12 @@ class SchedulingPolicy(Protocol):
         """
         ...
 
+    def on_scheduled(self, request: Request) -> None:
+        """``request``, which this scan's last `on_ready` or `on_blocked` let in (taken, FOLLOW or
+        RECOMPUTE), got its first chunk in the round: the decision happened. Not called where the
+        budgets or the cache refused it. Mutates only the policy."""
+        ...
+
     def on_arrival(self, request: Request) -> None:
         """A request joined the waiting queue (registered in the cache). Mutates only the policy."""
         ...

@@ -133,7 +133,9 @@ class Scheduler:
                 if action is ScanAction.STOP:
                     out.stop_reason = StopReason.BLOCKED
                     return ScanStop(None, None, scan)
-            if status is _Admit.DECLINED:
+            if status is _Admit.SCHEDULED:
+                self.policy.on_scheduled(req)
+            elif status is _Admit.DECLINED:
                 out.stop_reason = StopReason.POLICY
                 return ScanStop(req, match, scan)
             elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED, _Admit.BLOCKED):

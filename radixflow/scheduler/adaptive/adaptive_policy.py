@@ -55,6 +55,8 @@ AGING = 32.0  # slack of a request, in rounds, per full token budget of work per
 # blocked consumers and deferred chunks one scan passes over before it ends, per request a round
 # may hold: keeps a round's cost flat however many consumers wait on one producer
 SKIPS_PER_SLOT = 1
+# the counter of each decision the trace notes; counted once the request got its chunk
+COUNTED = {"follow": "follows", "recompute": "recomputes", "promote": "promotions"}
 
 
 class Adaptive:
@@ -79,6 +81,8 @@ class Adaptive:
             "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "deferred": 0
         }
         self._followers: set[str] = set()  # consumers following their producer in this round
+        # the decision about the request the scan is at, counted and noted if it gets its chunk
+        self._decided: tuple[str, str, dict[str, object]] | None = None
         self._tally = DraftTally()  # this round's draft, for the cut, following and recomputing
         self._continuing = 0  # chunks of running requests at the head of this round's draft
         self._arrivals = ArrivalRate()
@@ -123,6 +127,19 @@ class Adaptive:
     def counters(self) -> dict[str, int]:
         return dict(self._counts)
 
+    def on_scheduled(self, request: Request) -> None:
+        """The request decided about last got its chunk: count and note the decision (mutates
+        only the policy)."""
+        decided, self._decided = self._decided, None
+        if decided is None or decided[0] != request.id:
+            return
+        _, kind, details = decided
+        if kind == "follow":
+            self._followers.add(request.id)
+        self._counts[COUNTED[kind]] += 1
+        assert self._ctx is not None
+        self._ctx.note(kind, request.id, **details)
+
     # ----------------------------------------------------------------- the scan
     def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
         """The index's scan by deadline, after re-keying the groups that changed (mutates only
@@ -142,26 +159,20 @@ class Adaptive:
         return self._scan
 
     def on_blocked(self, request: Request, match: Match, draft: SchedulerOutput) -> ScanAction:
-        """Follow its producer into this round, wait (skip it) or recompute; counts and notes the
-        decision (mutates only the policy)."""
+        """Follow its producer into this round, wait (skip it) or recompute; a follow or recompute
+        is counted and noted once the request starts (`on_scheduled`), a wait at once (mutates
+        only the policy)."""
         assert self._ctx is not None
+        self._decided = None
         if not self._takes(request, None, draft):
             return ScanAction.STOP  # it belongs to a unit this round does not take
+        details: dict[str, object] = {"producer": match.producer, "tokens": match.checkpoint_tokens}
         if self._can_follow(match, draft):
-            self._followers.add(request.id)
-            self._counts["follows"] += 1
-            self._ctx.note("follow", request.id, producer=match.producer, tokens=match.checkpoint_tokens)
+            self._decided = (request.id, "follow", details)
             return ScanAction.FOLLOW
         verdict = self._weigh(request, match, draft)
         if verdict is not None and verdict.recompute:
-            self._counts["recomputes"] += 1
-            self._ctx.note(
-                "recompute",
-                request.id,
-                producer=match.producer,
-                tokens=match.checkpoint_tokens,
-                rounds_saved=verdict.rounds_saved,
-            )
+            self._decided = (request.id, "recompute", details | {"rounds_saved": verdict.rounds_saved})
             return ScanAction.RECOMPUTE
         if request.id not in self._waited:
             self._waited.add(request.id)
@@ -191,9 +202,10 @@ class Adaptive:
         self, request: Request, match: Match, reuse: int, draft: SchedulerOutput
     ) -> ScanAction | None:
         """Take it (the budgets decide how much) when the round's cut takes its unit, else end the
-        scan (`round_cut`); note a producer its dependents promoted. Its group is re-keyed
-        before the next scan: its siblings become consumers once it runs (mutates only the
-        policy)."""
+        scan (`round_cut`); a producer its dependents promoted is counted and noted once it starts
+        (`on_scheduled`). Its group is re-keyed before the next scan: its siblings become
+        consumers once it runs (mutates only the policy)."""
+        self._decided = None
         if not self._ranked:
             return None
         assert self._shapes is not None and self._ctx is not None
@@ -204,8 +216,7 @@ class Adaptive:
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:
-            self._counts["promotions"] += 1
-            self._ctx.note("promote", request.id, dependents=shape.dependents)
+            self._decided = (request.id, "promote", {"dependents": shape.dependents})
         return None
 
     # ----------------------------------------------------------------- decisions

@@ -19,6 +19,7 @@ from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.adaptive.round_plan import HORIZON_BUDGETS
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.scheduler.sampling import SamplingParams
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
@@ -193,6 +194,64 @@ def test_decisions_reach_the_trace_observer():
         while engine.has_work():
             engine.step()
         assert (kind, "c") in seen and ("promote", "p") in seen
+
+
+class Decisions:
+    """A trace observer that keeps the policy's decisions as (kind, request id)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def parked(self, consumer: str, producer: str) -> None:
+        pass
+
+    def woken(self, consumer: str, producer: str) -> None:
+        pass
+
+    def decision(self, kind: str, request_id: str, **details: object) -> None:
+        self.seen.append((kind, request_id))
+
+
+def observed(
+    policy: str, requests: list[Request], runner: SimRunner, cfg: SchedulerConfig
+) -> tuple[Engine, list[tuple[str, str]]]:
+    engine = new_engine(runner, cfg, policy=policy)
+    seen = Decisions()
+    engine.scheduler.events = seen
+    for r in requests:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    return engine, seen.seen
+
+
+@pytest.mark.parametrize(
+    ("runner", "kind", "count"), [(HYBRID, "follow", "follows"), (WAITING, "recompute", "recomputes")]
+)
+def test_a_follow_or_recompute_the_cache_cannot_hold_is_neither_counted_nor_noted(
+    runner: SimRunner, kind: str, count: str
+):
+    """The consumer's capacity is not there beside its producer's (26 blocks of 8, 4 slots): it
+    does not start in the producer's round, so it neither followed nor recomputed."""
+    tight = replace(CFG, num_blocks=26, num_state_slots=4)
+    four = SamplingParams(max_tokens=4)
+    reqs = [Request("p", STEM + (900,) * 8, sampling=four), Request("c", STEM + (901,) * 8, sampling=four)]
+    engine, seen = observed("adaptive", reqs, runner, tight)
+    assert [c[0] for c in engine.rounds[0].chunks] == ["p"]
+    assert counters(engine)[count] == 0 and (kind, "c") not in seen
+    assert outputs(engine) == outputs(run("radixflow", reqs, runner, tight))
+
+
+def test_a_producer_is_promoted_once_when_it_runs_not_each_round_it_waits_for_memory():
+    """A decoding request holds the cache for six rounds; the group's producer, ranked first each
+    of them, starts only after: one promotion, one instant."""
+    tight = replace(CFG, num_blocks=40)
+    reqs = [Request("long", tuple(range(2000, 2200)), sampling=SamplingParams(max_tokens=6))]
+    reqs += [Request(f"g{i}", STEM + (900 + i,) * 8) for i in range(3)]
+    engine, seen = observed("adaptive", reqs, HYBRID, tight)
+    assert "g0" not in [c[0] for c in engine.rounds[0].chunks]
+    assert counters(engine)["promotions"] == 1 and seen.count(("promote", "g0")) == 1
 
 
 def test_a_round_visits_what_it_takes_not_the_whole_queue():

@@ -165,7 +165,7 @@ class Adaptive:
         assert self._ctx is not None
         self._decided = None
         if not self._takes(request, None, draft):
-            return ScanAction.STOP  # it belongs to a unit this round does not take
+            return self._defer(request)  # it belongs to a unit this round does not take
         details: dict[str, object] = {"producer": match.producer, "tokens": match.checkpoint_tokens}
         if self._can_follow(match, draft):
             self._decided = (request.id, "follow", details)
@@ -190,6 +190,14 @@ class Adaptive:
         self._tally.advance(draft.chunks, self._completes_prompt)
         return self._tally.tokens + config.block_size <= config.token_budget
 
+    def _defer(self, request: Request) -> ScanAction:
+        """End the scan at a request whose unit the round's cut leaves; count and note it
+        (mutates only the policy)."""
+        assert self._ctx is not None
+        self._counts["deferred"] += 1
+        self._ctx.note("defer", request.id)
+        return ScanAction.STOP
+
     def _skip(self) -> ScanAction:
         """Pass over a request; end the scan once it has passed over its limit (mutates the
         count of this scan's skips)."""
@@ -210,9 +218,7 @@ class Adaptive:
             return None
         assert self._shapes is not None and self._ctx is not None
         if not self._takes(request, len(request.prompt) - reuse, draft):
-            self._counts["deferred"] += 1
-            self._ctx.note("defer", request.id)
-            return ScanAction.STOP  # the round ends before its unit (`round_cut`)
+            return self._defer(request)  # the round ends before its unit (`round_cut`)
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:

@@ -7,11 +7,13 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from checking_runner import CheckingRunner
 from engine_utils import new_engine
 
 from radixflow.bench.harness import fresh_copy
 from radixflow.bench.metrics import percentile
 from radixflow.engine.engine import Engine
+from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
@@ -213,7 +215,7 @@ class Decisions:
 
 
 def observed(
-    policy: str, requests: list[Request], runner: SimRunner, cfg: SchedulerConfig
+    policy: str, requests: list[Request], runner: Runner, cfg: SchedulerConfig
 ) -> tuple[Engine, list[tuple[str, str]]]:
     engine = new_engine(runner, cfg, policy=policy)
     seen = Decisions()
@@ -252,6 +254,22 @@ def test_a_producer_is_promoted_once_when_it_runs_not_each_round_it_waits_for_me
     engine, seen = observed("adaptive", reqs, HYBRID, tight)
     assert "g0" not in [c[0] for c in engine.rounds[0].chunks]
     assert counters(engine)["promotions"] == 1 and seen.count(("promote", "g0")) == 1
+
+
+def test_a_scan_the_cut_ends_at_a_blocked_consumer_counts_as_deferred():
+    """r0 prefills its 34 tokens in budgets of 12; r1 and r2 arrive after its first round. In its
+    last round two tokens are left: r1 waits, and the cut ends the scan at r2 (its unit is left
+    to the next round), which `deferred` and the `defer` instant count as at a ready request."""
+    cfg = SchedulerConfig(token_budget=12, max_requests=3, block_size=4, num_blocks=4096, num_state_slots=2)
+    stem = tuple(range(1, 33))
+    reqs = [Request("r0", stem + (40, 41))]
+    reqs += [Request(f"r{i}", stem + tail, arrival_s=0.001) for i, tail in ((1, (50, 51)), (2, (60,)))]
+    engine, seen = observed("adaptive", reqs, CheckingRunner(True, 4, same_round_state=True), cfg)
+    assert [(r.chunks, r.stop_reason) for r in list(engine.rounds)[2:]] == [
+        ((("r0", 24, 34),), "blocked"),
+        ((("r1", 32, 34), ("r2", 32, 33)), "queue_empty"),
+    ]
+    assert counters(engine)["deferred"] == 1 and ("defer", "r2") in seen
 
 
 def test_a_round_visits_what_it_takes_not_the_whole_queue():

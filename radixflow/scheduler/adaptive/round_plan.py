@@ -123,7 +123,7 @@ class RoundPlanner:
         every = taken > len(units) or (whole and taken >= len(units) and not choice.lead)
         lead = keys[choice.units] if choice.lead else None
         take = RoundTake(frozenset(keys[:taken]), every, lead)
-        self._reorder(scan, pulled, len(units) if take.all else taken, choice.units)
+        self._reorder(scan, pulled, len(units) if take.all else taken, choice.units, room.overdue)
         return take
 
     def _pull(
@@ -182,10 +182,19 @@ class RoundPlanner:
         tokens = len(request.prompt) if shape is None else shape.remaining
         units[i] = Unit(unit.tokens + tokens, unit.requests + 1)
 
-    def _reorder(self, scan: Lookahead, pulled: list[_Pulled], taken: int, whole: int) -> None:
+    def _reorder(
+        self,
+        scan: Lookahead,
+        pulled: list[_Pulled],
+        taken: int,
+        whole: int,
+        overdue: Callable[[Request], bool],
+    ) -> None:
         """The ``taken`` units' members first (their order kept; after the first of each of the
         ``whole`` units, its group's other waiting members, which follow it), then the rest of
-        what was pulled, then the order's remainder (mutates ``scan``)."""
+        what was pulled, ``overdue`` requests first (the round takes them wherever it reaches
+        them: the scan must reach them before it ends at a unit the cut leaves), then the
+        order's remainder (mutates ``scan``)."""
         members: list[list[Request]] = [[] for _ in range(taken)]
         leaders: list[Request | None] = [None] * taken
         rest: list[Request] = []
@@ -205,6 +214,8 @@ class RoundPlanner:
                 if other.id not in seen:
                     seen.add(other.id)
                     front.append(other)
+        late = [r for r in rest if overdue(r)]
+        rest = late + [r for r in rest if not overdue(r)] if late else rest
         scan.ahead.extendleft(reversed(front + rest))
 
     def _siblings(self, request: Request | None) -> list[Request]:

@@ -52,13 +52,15 @@ def test_versus_measures_against_the_better_mean_and_the_worse_p99():
 
 
 def test_summary_marks_each_acceptance_line():
-    rows = [Versus(cell(seed=i), True, -0.1, 0.0, True, 3.0) for i in range(19)]
+    rows = [Versus(cell(seed=i), True, -0.1, 0.0, True, 3.0) for i in range(40)]
     rows.append(Versus(cell("loser"), True, 0.2, 0.3, True, 3.0))
     rows.append(Versus(cell("control"), False, 0.0, 0.0, True, 3.0))
     text = "\n".join(summary(rows, "adaptive"))
-    assert "| 19/20 (95%) | ≥ 95%: met |" in text  # within +1%
-    assert "| +20.0% (loser, grouped, poisson 50/s, 3 ms, 8 contexts, seed 0) | ≤ +5%: **not met** |" in text
-    assert "| 1/21 | none: **not met** |" in text  # the loser's p99
+    assert "| 40/41 (98%) | ≥ 97%: met |" in text  # within +1%
+    assert "| +20.0% (loser, grouped, poisson 50/s, 3 ms, 8 contexts, seed 0) | ≤ +3%: **not met** |" in text
+    assert "| 1/42 | none: **not met** |" in text  # the loser's p99
+    rows.append(Versus(cell("second loser"), True, 0.02, 0.0, True, 3.0))
+    assert "| 40/42 (95%) | ≥ 97%: **not met** |" in "\n".join(summary(rows, "adaptive"))
     assert "- +20.0% (p99 +30.0%): loser" in text
 
 

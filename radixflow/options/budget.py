@@ -27,7 +27,7 @@ def budget_caps(
         return Problem(
             "cache_memory",
             f"{show_size(budget)} cannot hold {what} of this model: "
-            f"give at least {show_size(block + one_slot)}",
+            f"give at least {show_size(block + one_slot, at_least=True)}",
         )
     kv_cap = min((budget - one_slot) // block, kv_blocks or MAX_KV_BLOCKS, MAX_KV_BLOCKS)
     slot_cap = 0

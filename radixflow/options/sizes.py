@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from radixflow.problems import Problem
@@ -42,9 +43,14 @@ def size_problem(name: str, text: str | None) -> Problem | None:
     return Problem(name, parsed.message) if isinstance(parsed, Problem) else None
 
 
-def show_size(n: int) -> str:
-    """``n`` bytes in the largest binary unit that keeps three significant digits. Pure."""
+def show_size(n: int, at_least: bool = False) -> str:
+    """``n`` bytes in the largest binary unit that keeps three significant digits; ``at_least``:
+    rounded up, so the size shown (a least budget asked for) parses to ``n`` bytes or more. Pure."""
     for unit, power in (("TiB", 4), ("GiB", 3), ("MiB", 2), ("KiB", 1)):
         if n >= 1024**power:
-            return f"{n / 1024**power:.3g}{unit}"
+            value = n / 1024**power
+            if not at_least:
+                return f"{value:.3g}{unit}"
+            scale = 10 ** max(0, 3 - len(str(int(value))))  # three significant digits
+            return f"{math.ceil(value * scale) / scale:g}{unit}"
     return f"{n}B"

@@ -12,7 +12,7 @@ import pytest
 from radixflow.cli import main
 from radixflow.experiments.config import ExperimentConfigError, parse_config
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.options.sizes import parse_size
+from radixflow.options.sizes import parse_size, show_size
 from radixflow.problems import Problem, ProblemError
 
 SMALL = ["--groups", "1", "--candidates", "2", "--context-len", "16", "--candidate-len", "16"]
@@ -53,6 +53,23 @@ def test_the_command_line_refuses_in_one_line_naming_the_flag(capsys):
     assert line.startswith("radixflow: error: --cache-memory: 1KiB cannot hold one KV block")
     line = _bench_error(capsys, "--cache-memory", "19.6MiB")  # one block and a slot, not the prompt
     assert "--cache-memory: " in line and "cannot hold one request" in line
+
+
+def test_the_least_budget_an_error_asks_for_is_enough(capsys):
+    # qwen3_5-2b at block size 32 needs 20594688 bytes (19.64MiB): "give at least 19.6MiB" was
+    # rounded down, and 19.6MiB was refused again with the same advice
+    line = _bench_error(capsys, "--block-size", "32", "--cache-memory", "1KiB")
+    least = line.rsplit("give at least ", 1)[1]
+    assert least == "19.7MiB", line
+    assert main(["bench", *SMALL, "--block-size", "32", "--cache-memory", least]) == 0
+
+
+def test_a_size_shown_as_a_least_rounds_up():
+    for n in [1, 1023, 1024, 1025, 20594688, 65884160, 10**9 + 7, (1 << 30) - 1, 999 * 1024 + 1]:
+        shown = show_size(n, at_least=True)
+        assert parse_size(shown) >= n, (n, shown)
+        assert len(shown.rstrip("KMGTiB").replace(".", "")) <= 4, shown
+    assert show_size(20594688, at_least=True) == "19.7MiB" and show_size(20594688) == "19.6MiB"
 
 
 def test_a_budget_caps_the_pools_within_what_it_holds():

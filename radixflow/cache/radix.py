@@ -337,8 +337,33 @@ class RadixCache:
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
         """Evict unlocked READY entries until ``blocks`` and ``slots`` are free, in the pools and in
-        the budget; False if impossible. ``blocks`` counts the promised ones (`promise`)."""
-        return self.evictor.reserve(blocks, slots)
+        the budget; False, evicting nothing, if impossible. ``blocks`` counts the promised ones
+        (`promise`)."""
+        ledger = self.ledger
+        if self.kv.free >= blocks and self.slots.free >= slots and not ledger.shortfall(blocks, slots):
+            return True
+        locked_blocks, locked_ckpts = self._locked_entries()
+        # every unlocked entry can go (a PENDING checkpoint is always locked): what would be free
+        kv = self.kv.capacity - len(self._private) - locked_blocks
+        state = self.slots.capacity - len(self._working) - locked_ckpts
+        kept = (self.kv.capacity - kv + blocks) * ledger.block_bytes
+        kept += (self.slots.capacity - state + slots) * ledger.slot_bytes
+        fits = ledger.budget is None or kept <= ledger.budget
+        return kv >= blocks and state >= slots and fits and self.evictor.reserve(blocks, slots)
+
+    def _locked_entries(self) -> tuple[int, int]:
+        """KV blocks and checkpoints on locked nodes (the paths above every lock): what eviction
+        cannot free. O(locks x depth). Pure."""
+        seen: set[int] = set()
+        blocks = ckpts = 0
+        for nid in self._locks:
+            node: Node | None = self.tree.lookup(NodeHandle(nid))
+            while node is not None and node.parent is not None and node.id not in seen:
+                seen.add(node.id)
+                blocks += len(node.blocks or ())
+                ckpts += node.checkpoint is not None
+                node = node.parent
+        return blocks, ckpts
 
     def promise(self, blocks: int) -> None:
         """Running requests will still allocate ``blocks`` KV blocks: their bytes are spoken for,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from cache_utils import seq, serve
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
@@ -91,6 +92,27 @@ def test_lru_eviction_respects_locks_and_capacity():
     cache.free_blocks(blocks)
     assert cache.reserve(8, 0)  # now evictable
     assert cache.usage().free_blocks == 8
+    cache.check_integrity()
+
+
+@pytest.mark.parametrize(
+    ("blocks", "slots", "num_blocks", "budget"), [(5, 0, 10, None), (0, 3, 10, None), (10, 0, 20, 150)]
+)
+def test_a_reservation_that_cannot_succeed_evicts_nothing(blocks, slots, num_blocks, budget):
+    # 2 cached blocks and a checkpoint; a running request holds 7 blocks and a working slot: 5 more
+    # blocks, 3 slots, or 10 blocks' bytes beside the 7 locked in a 150-byte budget can never be
+    # had. The failed reservation evicted every evictable entry all the same, each time a waiting
+    # request tried, and the prefix the next request would have reused was lost.
+    cache = RadixCache(BS, num_blocks, 3, budget=CacheBudget(10, 10, budget))
+    assert serve(cache, "a", seq(100, 8), [8], "p")
+    held, slot = cache.alloc_blocks(7), cache.alloc_working_slot()
+    before = cache.usage()
+    assert not cache.reserve(blocks, slots)
+    assert cache.usage() == before and cache.evictions() == {"kv": 0, "checkpoint": 0}
+    cache.check_integrity()
+    cache.free_blocks(held)
+    cache.free_working_slot(slot)
+    assert cache.reserve(blocks, slots)  # possible now: it evicts what it must
     cache.check_integrity()
 
 

@@ -119,3 +119,23 @@ def test_a_thousand_edge_budgets_finish_everything_exactly():
 @given(seed=st.integers(0, 2**32 - 1))
 def test_edge_budgets_hypothesis(seed):
     run(seed)
+
+
+def test_a_request_that_cannot_fit_yet_leaves_the_cache_alone():
+    # p's prompt stays cached (2 blocks); r runs and holds 8 of the 12 blocks for 3 rounds; w needs
+    # 5 and waits until r ends: each round w's failed reservation evicted p's prompt all the same,
+    # which q, waiting behind w, extends
+    runner = CheckingRunner(False, 4)
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=4, num_blocks=12, num_state_slots=1)
+    engine = new_engine(runner, cfg, policy="native")
+    p = Request("p", tuple(range(100, 108)))
+    r = Request("r", tuple(range(200, 230)), arrival_s=0.002, sampling=SamplingParams(max_tokens=3))
+    w = Request("w", tuple(range(300, 320)), arrival_s=0.002)
+    q = Request("q", tuple(range(100, 108)) + (7, 8, 9), arrival_s=0.002)
+    for req in (p, r, w, q):
+        engine.submit(req)
+    while not r.status.done:
+        engine.step()
+        engine.check_integrity()
+        assert engine.cache.match("default", p.prompt, 8, touch=False).kv_tokens == 8
+    assert w.status is RequestStatus.WAITING and engine.cache.evictions() == {"kv": 0, "checkpoint": 0}

@@ -376,8 +376,17 @@ class RadixCache:
         return self.ledger.promised
 
     def free_slots_upto(self, n: int) -> int:
-        """Evict READY checkpoints until ``n`` slots are free or none can go; returns min(free, n)."""
-        return self.evictor.free_slots_upto(n)
+        """Evict READY checkpoints (under a budget, KV leaves too) until ``n`` slots are free, or as
+        many as eviction can make free, evicting nothing for slots it cannot; returns min(free, n)."""
+        if self.free_slots >= n:
+            return n
+        locked_blocks, locked_ckpts = self._locked_entries()
+        ledger, state = self.ledger, self.slots.capacity - len(self._working) - locked_ckpts
+        if ledger.budget is not None:  # bytes left once every unlocked entry went, beside the promise
+            kept = (len(self._private) + locked_blocks + ledger.promised) * ledger.block_bytes
+            kept += (self.slots.capacity - state) * ledger.slot_bytes
+            state = min(state, max(ledger.budget - kept, 0) // ledger.slot_bytes)
+        return self.evictor.free_slots_upto(min(n, state))
 
     @property
     def free_slots(self) -> int:

@@ -116,6 +116,20 @@ def test_a_reservation_that_cannot_succeed_evicts_nothing(blocks, slots, num_blo
     cache.check_integrity()
 
 
+def test_freeing_slots_that_cannot_be_had_evicts_nothing():
+    # a checkpoint weighs 5 blocks; beside 7 locked blocks and 2 cached ones, a 100-byte budget
+    # never holds one: asking for a slot evicted the cached KV all the same, for nothing
+    cache = RadixCache(BS, 20, 4, budget=CacheBudget(10, 50, 100))
+    assert serve(cache, "a", seq(100, 8), [], "p")
+    held = cache.alloc_blocks(7)
+    before = cache.usage()
+    assert cache.free_slots_upto(1) == 0
+    assert cache.usage() == before and cache.evictions() == {"kv": 0, "checkpoint": 0}
+    cache.free_blocks(held[:3])  # 4 locked blocks: a slot fits once the 2 cached ones go
+    assert cache.free_slots_upto(2) == 1 and cache.evictions() == {"kv": 1, "checkpoint": 0}
+    cache.check_integrity()
+
+
 def test_the_accounting_views_follow_alloc_free_and_adoption():
     cache = RadixCache(BS, 16, 4)
     private, working = cache.private_blocks, cache.working_slots

@@ -342,28 +342,27 @@ class RadixCache:
         ledger = self.ledger
         if self.kv.free >= blocks and self.slots.free >= slots and not ledger.shortfall(blocks, slots):
             return True
-        locked_blocks, locked_ckpts = self._locked_entries()
-        # every unlocked entry can go (a PENDING checkpoint is always locked): what would be free
-        kv = self.kv.capacity - len(self._private) - locked_blocks
-        state = self.slots.capacity - len(self._working) - locked_ckpts
-        kept = (self.kv.capacity - kv + blocks) * ledger.block_bytes
-        kept += (self.slots.capacity - state + slots) * ledger.slot_bytes
-        fits = ledger.budget is None or kept <= ledger.budget
+        kv, state, held = self._after_eviction()
+        need = blocks * ledger.block_bytes + slots * ledger.slot_bytes
+        fits = ledger.budget is None or held + need <= ledger.budget
         return kv >= blocks and state >= slots and fits and self.evictor.reserve(blocks, slots)
 
-    def _locked_entries(self) -> tuple[int, int]:
-        """KV blocks and checkpoints on locked nodes (the paths above every lock): what eviction
-        cannot free. O(locks x depth). Pure."""
+    def _after_eviction(self) -> tuple[int, int, int]:
+        """KV blocks and state slots free, and bytes held, once every unlocked entry went (a
+        PENDING checkpoint is always locked): what only the paths above locks, requests' private
+        blocks and working slots keep. O(locks x depth). Pure."""
         seen: set[int] = set()
-        blocks = ckpts = 0
+        locked_blocks = locked_ckpts = 0
         for nid in self._locks:
             node: Node | None = self.tree.lookup(NodeHandle(nid))
             while node is not None and node.parent is not None and node.id not in seen:
                 seen.add(node.id)
-                blocks += len(node.blocks or ())
-                ckpts += node.checkpoint is not None
+                locked_blocks += len(node.blocks or ())
+                locked_ckpts += node.checkpoint is not None
                 node = node.parent
-        return blocks, ckpts
+        kv_kept, slots_kept = len(self._private) + locked_blocks, len(self._working) + locked_ckpts
+        held = kv_kept * self.ledger.block_bytes + slots_kept * self.ledger.slot_bytes
+        return self.kv.capacity - kv_kept, self.slots.capacity - slots_kept, held
 
     def promise(self, blocks: int) -> None:
         """Running requests will still allocate ``blocks`` KV blocks: their bytes are spoken for,
@@ -380,12 +379,11 @@ class RadixCache:
         many as eviction can make free, evicting nothing for slots it cannot; returns min(free, n)."""
         if self.free_slots >= n:
             return n
-        locked_blocks, locked_ckpts = self._locked_entries()
-        ledger, state = self.ledger, self.slots.capacity - len(self._working) - locked_ckpts
-        if ledger.budget is not None:  # bytes left once every unlocked entry went, beside the promise
-            kept = (len(self._private) + locked_blocks + ledger.promised) * ledger.block_bytes
-            kept += (self.slots.capacity - state) * ledger.slot_bytes
-            state = min(state, max(ledger.budget - kept, 0) // ledger.slot_bytes)
+        ledger = self.ledger
+        _, state, held = self._after_eviction()
+        if ledger.budget is not None:  # the bytes left beside what stays and the promised KV
+            spare = ledger.budget - held - ledger.promised * ledger.block_bytes
+            state = min(state, max(spare, 0) // ledger.slot_bytes)
         return self.evictor.free_slots_upto(min(n, state))
 
     @property

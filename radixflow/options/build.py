@@ -108,7 +108,8 @@ class EnginePlan:
         caps = budget_caps(budget, entry, o.kv_blocks, o.state_slots if self.choice.has_recurrent else 0)
         if isinstance(caps, Problem):
             raise ProblemError(caps)
-        problem = working_set_problem(budget, entry, prompt_lengths, o.block_size, self.choice.has_recurrent)
+        holds_state = self.choice.has_recurrent and caps.state_slots > 0  # else no request holds any
+        problem = working_set_problem(budget, entry, prompt_lengths, o.block_size, holds_state)
         if problem is not None:
             raise ProblemError(problem)
         caps_given = {"num_blocks": caps.kv_blocks, "num_state_slots": caps.state_slots}

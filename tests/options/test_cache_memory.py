@@ -64,6 +64,16 @@ def test_the_least_budget_an_error_asks_for_is_enough(capsys):
     assert main(["bench", *SMALL, "--block-size", "32", "--cache-memory", least]) == 0
 
 
+def test_without_state_slots_the_working_set_is_the_prompts_kv(capsys):
+    # --state-slots 0: no state is ever held, yet the check charged the longest prompt a slot
+    # (19.3MiB) and refused a budget that holds its KV; the engine runs it
+    entry = plan_engine(EngineOptions(model="qwen3_5-2b", runner="sim")).choice.entry_bytes(16)
+    kv = 2 * entry.block  # the longest prompt: 32 tokens, 2 blocks
+    assert main(["bench", *SMALL, "--state-slots", "0", "--cache-memory", str(kv)]) == 0
+    line = _bench_error(capsys, "--state-slots", "0", "--cache-memory", str(kv - 1))
+    assert "cannot hold one request" in line and f"needs {kv} bytes of KV" in line, line
+
+
 def test_a_size_shown_as_a_least_rounds_up():
     for n in [1, 1023, 1024, 1025, 20594688, 65884160, 10**9 + 7, (1 << 30) - 1, 999 * 1024 + 1]:
         shown = show_size(n, at_least=True)

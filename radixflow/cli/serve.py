@@ -20,7 +20,7 @@ from radixflow.cli.args import (
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.fleet import ROUTERS
-from radixflow.options import EngineOptions
+from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
 from radixflow.options.spec import checked
@@ -141,6 +141,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     problem = weights_problem(options, local=args.ray_address is None)
     if problem is not None:
         raise ProblemError(problem)
+    if options.cache_memory is not None and args.ray_address is None:  # the model is built here then
+        plan_engine(options).scheduler_config()  # the budget against the model's entry sizes
     from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve
 
     listen, config = server_settings(args)

@@ -139,6 +139,14 @@ def test_llm_and_serve_refuse_in_one_line_naming_it(zoo, capsys):
     assert code == 2 and len(err) == 1 and err[0].startswith("radixflow: error: --cache-memory: "), err
 
 
+def test_serve_with_replicas_refuses_in_one_line_before_ray_starts(zoo, capsys):
+    # each replica checked the budget as it loaded the model: the deployment failed, and the
+    # driver ended in Ray's traceback ("Deploying application radixflow failed")
+    code = main(["serve", TINY, "--replicas", "2", "--cache-memory", "10b"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("radixflow: error: --cache-memory: "), err
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_torch_plan_sizes_entries_as_the_runner_allocates_them(zoo, dtype):
     """The caps are sized from the plan's entry bytes before the runner exists; the ledger charges

@@ -96,9 +96,9 @@ class EngineOptions:
     )
     matmul: str = option(
         "auto",
-        "torch runner on a CPU: the matmul library per shape class: auto (measured at startup), mkl, "
-        "onednn, native (the native kernels' few-row product), or class=library pairs for the "
-        "classes single, decode and prefill",
+        "torch runner on a CPU in float32 (a plan is refused elsewhere): the matmul library per shape "
+        "class: auto (measured at startup), mkl, onednn, native (the native kernels' few-row product), "
+        "or class=library pairs for the classes single, decode and prefill",
         str,
         group="model",
         metavar="PLAN",

@@ -96,6 +96,9 @@ class TorchRunner:
             raise ProblemError(given)
         if given is not None and (missing := unusable(given)):
             raise ProblemError(Problem("matmul", f"{', '.join(missing)} cannot run on this machine"))
+        if given is not None and not _routes_matmuls(device, dtype):  # else torch's own GEMM runs, silently
+            where = f"not {device} in {str(dtype).removeprefix('torch.')}: leave it auto"
+            raise ProblemError(Problem("matmul", f"plans route CPU float32 matmuls only, {where}"))
         self.kernels = _kernels(kernels, device, dtype)  # before the model: a refusal costs nothing
         self.net = load_model(path, device=device, dtype=dtype)
         use_kernels(self.net, self.kernels)  # the norms; the decode steps take them from each batch
@@ -139,7 +142,7 @@ class TorchRunner:
         """Route the model's Linear layers (CPU float32 only; None elsewhere): the given plan,
         or one measured now, once, on the model's dominant weight shape."""
         weight = dominant_weight(self.net)
-        if torch.device(self.device).type != "cpu" or self.dtype != torch.float32 or weight is None:
+        if not _routes_matmuls(self.device, self.dtype) or weight is None:
             return None
         return install(self.net, given if given is not None else measure_plan(weight))
 
@@ -222,6 +225,11 @@ class TorchRunner:
         spec = SeqSpec(0, len(tokens), list(range(nblocks)))
         fb = ForwardBatch.build([(list(tokens), spec)], kv, state, self.device)
         return self._forward(fb, [True])[0]
+
+
+def _routes_matmuls(device: str, dtype: torch.dtype) -> bool:
+    """Whether a matmul plan applies: the plans route CPU float32 Linear layers only."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32
 
 
 def _kernels(name: str, device: str, dtype: torch.dtype) -> Kernels:

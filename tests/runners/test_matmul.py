@@ -50,6 +50,16 @@ def test_a_bad_plan_is_refused_before_the_model_loads(tmp_path):
     assert err.value.problem.param == "matmul" and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(("device", "dtype"), [("cpu", torch.bfloat16), ("meta", torch.float32)])
+def test_a_given_plan_off_cpu_float32_is_refused_not_ignored(tmp_path, device, dtype):
+    # the plan routes CPU float32 Linear layers only: elsewhere torch's own GEMM would run instead
+    for plan in ("native", "onednn", "mkl", "prefill=onednn"):
+        with pytest.raises(ProblemError) as err:
+            TorchRunner(tmp_path / "missing", 16, 4, 1, device=device, dtype=dtype, matmul=plan)
+        assert err.value.problem.param == "matmul" and "CPU float32" in str(err.value)
+        assert "\n" not in str(err.value)
+
+
 def test_calls_route_by_round_kind_and_rows():
     plan = MatmulPlan(("mkl", "onednn", "mkl"), "given")
     assert [plan.backend_for(rows, True).name for rows in (1, 4, 5, 64, 65)] == [

@@ -11,6 +11,7 @@ from radixflow.cli.command import UsageError
 from radixflow.options import EngineOptions
 from radixflow.options.flags import (
     clock_warnings,
+    dtype_warnings,
     given,
     ineffective,
     ineffective_for_model,
@@ -112,9 +113,9 @@ def warn(message: str) -> None:
 
 
 def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions) -> None:
-    """Warn about engine flags the user gave that cannot change a run on the chosen runner, and
-    about a clock that would read load-dependent figures."""
-    for message in ineffective(options, given(args)) + clock_warnings(options):
+    """Warn about engine flags the user gave that cannot change a run on the chosen runner, about
+    a clock that would read load-dependent figures, and about a dtype that is not exact."""
+    for message in ineffective(options, given(args)) + clock_warnings(options) + dtype_warnings(options):
         warn(message)
 
 

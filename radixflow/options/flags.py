@@ -199,6 +199,20 @@ def clock_warnings(options: EngineOptions) -> list[str]:
     return [] if message is None else [message]
 
 
+def dtype_warnings(options: EngineOptions) -> list[str]:
+    """A warning where the torch runner computes below float32 (bfloat16 or float16, given or
+    ``auto`` off a CPU): rounding then depends on how a round batches and chunks its rows, so cached
+    and batched runs no longer reproduce a no-cache run exactly."""
+    on_cpu = options.device.split(":")[0] == "cpu"
+    low = options.dtype in ("bfloat16", "float16") or (options.dtype == "auto" and not on_cpu)
+    if runner_name(options) != "torch" or not low:
+        return []
+    return [
+        f"dtype {options.dtype} (below float32): outputs are not exactly a no-cache run's "
+        "(logprobs move by ~0.1, a near-tie token may differ); use --dtype float32 for exact outputs"
+    ]
+
+
 def ineffective_for_model(given_names: list[str], has_recurrent: bool, spell: Spell = flag) -> list[str]:
     """Warnings for given options that cannot change a run on this model (one line each)."""
     if has_recurrent or not (names := [n for n in ("placement", "state_slots") if n in given_names]):

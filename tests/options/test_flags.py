@@ -16,6 +16,7 @@ from radixflow.options.flags import (
     POLICY_HELP,
     add_engine_flags,
     clock_warnings,
+    dtype_warnings,
     from_args,
     ineffective,
     policies,
@@ -164,3 +165,13 @@ def test_the_torch_threads_help_names_each_command_with_a_default_of_its_own():
     assert "serve and run-batch: the server's thread plan" in text and "--replicas: 1" in text
     # calibrate times one thread unless told (cli/calibrate.py); its help said torch's default
     assert "calibrate: 1" in _actions(_command("calibrate"))["torch_threads"].help
+
+
+def test_a_dtype_below_float32_is_warned_about_since_outputs_are_no_longer_exact():
+    cpu = EngineOptions(model="qwen3_5-tiny")
+    assert dtype_warnings(cpu) == dtype_warnings(cpu.replace(dtype="float32")) == []
+    (warning,) = dtype_warnings(cpu.replace(dtype="bfloat16"))
+    assert "bfloat16" in warning and "no-cache" in warning and "\n" not in warning
+    assert len(dtype_warnings(cpu.replace(device="cuda"))) == 1  # auto: bfloat16 or float16 there
+    assert dtype_warnings(cpu.replace(device="cuda", dtype="float32")) == []
+    assert dtype_warnings(EngineOptions(model="qwen3_5-2b", dtype="bfloat16")) == []  # the sim

@@ -11,6 +11,8 @@ from radixflow.calibration.command import HELP, CalibrationUsageError
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.runners import device_problem
+from radixflow.problems import ProblemError
 
 # the engine options calibration uses: declared, checked and defaulted as every command does
 ENGINE_OPTIONS = ("device", "torch_threads")
@@ -24,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow calibrate")
     options = from_args(args, only=ENGINE_OPTIONS)
+    if (problem := device_problem(options.device)) is not None:  # before any model is built
+        raise ProblemError(problem)
     args.device = options.device
     args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
     try:

@@ -94,6 +94,15 @@ def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys, zoo):
     assert stored is not None and stored.round_overhead_s == pytest.approx(data["round_overhead_s"])
 
 
+@pytest.mark.parametrize("device", ["cuda:7", "foo", "meta"])
+def test_calibrate_on_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, device):
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--model", "lfm2-tiny", "--device", device, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("radixflow: error: --device: ") and repr(device) in err and "\n" not in err
+    assert not out.exists()
+
+
 def test_calibrate_unknown_model_is_one_line(tmp_path, capsys):
     assert main(["calibrate", "--model", "no-such-model", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip()

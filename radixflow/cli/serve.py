@@ -111,8 +111,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     listen, config = server_settings(args)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, {})
-    warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+    warn_ineffective_options(args, options)  # after the thread plan: the clock's warning counts its threads
     config = replace(config, tokenizer_threads=tokenizer_threads)
     sock = bind(listen.host, listen.port)  # before the model loads: a bad address is one line
     model = load_model(options)
@@ -146,9 +146,9 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve
 
     listen, config = server_settings(args)
-    warn_ineffective_options(args, options)
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
+    warn_ineffective_options(args, options)
     spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
     port = bound_port(sock)

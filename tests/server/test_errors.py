@@ -303,3 +303,26 @@ def test_serve_command_refuses_bad_setup_in_one_line(zoo, capsys):
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors[0].startswith("radixflow: error: model: unknown torch model 'gpt-17'")
     assert errors[1] == "radixflow: error: --token-budget: 4 is smaller than one block (block_size 16 tokens)"
+
+
+def test_serve_warns_of_the_cpu_clock_by_the_threads_it_will_run(zoo, capsys, monkeypatch):
+    """The spin-wait warning of ``--clock cpu`` counts the server's own thread plan (one torch
+    thread on 2 CPUs), not torch's default of one thread per CPU."""
+    import os
+
+    import radixflow.server.serve
+    from radixflow.cli import main
+    from radixflow.cli import serve as serve_command
+
+    class Server:
+        def run(self, sockets: list[object]) -> None:
+            return None
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(serve_command, "cpu_count", lambda: 2)
+    monkeypatch.setattr(radixflow.server.serve, "build_server", lambda *args: Server())
+    assert main(["serve", MODEL, "--clock", "cpu", "--port", "0"]) == 0
+    assert "OMP_WAIT_POLICY" not in capsys.readouterr().err
+    assert main(["serve", MODEL, "--clock", "cpu", "--port", "0", "--torch-threads", "2"]) == 0
+    assert "clock cpu with 2 torch threads" in capsys.readouterr().err

@@ -83,7 +83,7 @@ def bookkeeping_problem(kv_blocks: int | None, state_slots: int | None) -> Probl
 def pools_problem(need: int | None, device: str, what: str, budgeted: bool = False) -> Problem | None:
     """The torch runner's pools (``need`` bytes, None: unknown) against available memory;
     ``budgeted``: their sizes are the caps of a ``cache_memory`` budget, which the problem names."""
-    have = available_memory() if device == "cpu" else None
+    have = available_memory() if device.split(":")[0] == "cpu" else None  # "cpu:0" is the CPU too
     if need is None or have is None or need <= MEMORY_SHARE * have:
         return None
     lower = "kv_blocks, block_size or state_slots"

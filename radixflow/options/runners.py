@@ -189,9 +189,8 @@ class TorchChoice:
         return Capacity(max(need, 64), 256)
 
     def memory_problem(self, scheduler: SchedulerConfig) -> Problem | None:
-        need = self.footprint.pool_bytes(
-            scheduler.block_size, scheduler.num_blocks, scheduler.num_state_slots
-        )
+        entry = self.entry_bytes(scheduler.block_size)  # in the runner's dtype, not the footprint's float32
+        need = entry.block * scheduler.num_blocks + entry.slot * scheduler.num_state_slots
         what = (
             f"{scheduler.num_blocks} KV blocks of {scheduler.block_size} tokens, "
             f"{scheduler.num_state_slots} state slots"

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-BYTES_PER_ELEMENT = 4  # the torch runner keeps its pools in float32
+BYTES_PER_ELEMENT = 4  # counted in float32; KV then scales to the runner's dtype (`TorchChoice.entry_bytes`)
 
 
 @dataclass(frozen=True)

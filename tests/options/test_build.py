@@ -97,6 +97,19 @@ def test_torch_pools_that_memory_cannot_hold_are_refused_before_allocation(zoo, 
     assert info.value.problem.param == "kv_blocks" and "memory is available" in info.value.problem.message
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu:0"])
+def test_torch_pools_are_weighed_in_the_runners_dtype(zoo, monkeypatch, device):
+    # KV is kept in the runner's dtype (bfloat16: half float32's bytes), state in float32
+    f32 = plan_engine(EngineOptions(model="qwen3_5-tiny", kv_blocks=100_000, state_slots=0, device=device))
+    f32_need = f32.choice.footprint.pool_bytes(16, 100_000, 0)  # type: ignore[attr-defined]
+    monkeypatch.setattr(machine_module, "available_memory", lambda: int(0.75 * f32_need / 0.9))
+    with pytest.raises(ProblemError) as info:
+        f32.build()
+    assert info.value.problem.param == "kv_blocks"
+    bf16 = f32.options.replace(dtype="bfloat16")
+    assert plan_engine(bf16).choice.memory_problem(plan_engine(bf16).scheduler_config()) is None
+
+
 def test_torch_capacity_is_sized_to_the_workload_when_there_is_one(zoo):
     plan = plan_engine(EngineOptions(model="qwen3_5-tiny"))
     assert plan.scheduler_config().num_blocks == 1024  # an open-ended stream (a server)

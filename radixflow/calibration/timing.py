@@ -20,7 +20,7 @@ BLOCK_SIZE = 16
 # time on an idle machine; other processes on a shared machine do not inflate it, they only delay
 # when it runs), or "wall"; a GPU needs wall, its work is not on the CPU clock.
 def default_clock(device: str) -> str:
-    return "cpu" if device == "cpu" else "wall"
+    return "cpu" if device.split(":")[0] == "cpu" else "wall"  # "cpu:0" is the CPU too
 
 
 # What of a batch's repeated timings the fit takes. ``min`` (the default): on a shared machine

@@ -222,7 +222,7 @@ def _cost_check(
 ) -> None:
     """Beside each torch variant: its measured worker time (CPU time on a CPU, where calibration uses
     it; wall time on a GPU) and what ``cost_profile`` predicts for the rounds it ran."""
-    on_cpu = s["device"] == "cpu"
+    on_cpu = s["device"].split(":")[0] == "cpu"
     cpu = split_cpu(cpu_s, [len(run.rounds) for _, run in ran]) or [None] * len(ran)
     prompt_len = {r.id: len(r.prompt) for r in requests}
     path = choice.describe().get("checkpoint")

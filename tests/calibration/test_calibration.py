@@ -6,7 +6,7 @@ import pytest
 
 from radixflow.calibration.design import fit_design, held_out_design
 from radixflow.calibration.fit import fit_profile
-from radixflow.calibration.timing import TimedBatch, round_noise_sigma, to_scheduler_output
+from radixflow.calibration.timing import TimedBatch, default_clock, round_noise_sigma, to_scheduler_output
 from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
@@ -123,3 +123,8 @@ def test_round_noise_is_the_log_spread_of_each_shapes_repeats_less_the_drift_bet
     assert round_noise_sigma([once]) is None and round_noise_sigma(batches[:1]) is None
     fitted = fit_profile("f", [*batches, once], {shape.name: shape}, 4, "cpu")
     assert fitted.calibration["round_noise_sigma"] == pytest.approx(round_noise_sigma(batches))
+
+
+def test_the_default_clock_is_the_cpu_one_on_any_spelling_of_the_cpu():
+    assert default_clock("cpu") == default_clock("cpu:0") == "cpu"
+    assert default_clock("cuda") == default_clock("cuda:1") == "wall"

@@ -27,6 +27,7 @@ from radixflow.options.sizes import size_problem
 from radixflow.options.spec import checked, fields_problem, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
+from radixflow.runners.matmul_plan import plan_problem
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.config import SchedulerConfig, budget_problem
 from radixflow.scheduler.placement import PLACEMENTS
@@ -309,6 +310,7 @@ class EngineOptions:
             fields_problem(self)
             or budget_problem(self.token_budget, self.block_size)
             or threads_problem(self.torch_threads)
+            or plan_problem(self.matmul)
             or bookkeeping_problem(self.kv_blocks, self.state_slots)
             or size_problem("cache_memory", self.cache_memory)
             or output_problem("trace_out", self.trace_out)

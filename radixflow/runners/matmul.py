@@ -29,7 +29,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,27 +45,8 @@ from radixflow.models.kernels.native.build import find_compiler
 from radixflow.models.kernels.native.ops import linear_rows
 from radixflow.models.zoo import default_cache_dir
 from radixflow.problems import Problem
+from radixflow.runners.matmul_plan import SHAPE_CLASSES, parse_choices
 
-
-@dataclass(frozen=True)
-class ShapeClass:
-    """Linear calls of a decode-only round (or of any other round) with at most ``max_rows``
-    rows, and more than the previous class of the same kind."""
-
-    name: str
-    decode_only: bool
-    max_rows: int
-    probe_rows: int  # rows the startup measurement uses for this class
-    # its calls read every weight from memory (a round of a few rows is over before the next
-    # layer's weights could be in any cache): the measurement empties the caches before each call
-    cold: bool = False
-
-
-SHAPE_CLASSES = (
-    ShapeClass("single", True, 4, 1, cold=True),  # decode rounds of one to four rows
-    ShapeClass("decode", True, 64, 16),  # decode rounds of a batch of rows
-    ShapeClass("prefill", False, sys.maxsize, 128),  # everything else (never measured by "auto")
-)
 AUTO_MEASURED = ("single", "decode")
 # The probe weight is the dominant shape, or a slice of it for a large model: at most this many
 # output rows, and few enough that one probe call stays near PROBE_FLOPS (a whole measurement
@@ -197,28 +177,10 @@ class MatmulPlan:
 
 def parse_plan(spec: str) -> MatmulPlan | Problem | None:
     """``"auto"`` (None: measure), one backend name for every class, or ``class=backend`` pairs
-    separated by commas (classes not named keep MKL). A bad spec is a `Problem` on ``matmul``."""
-    spec = spec.strip()
-    if spec == "auto":
-        return None
-    if spec in BACKENDS:
-        return MatmulPlan(tuple(spec for _ in SHAPE_CLASSES), "given")
-    names = [c.name for c in SHAPE_CLASSES]
-    chosen = dict.fromkeys(names, "mkl")
-    given: set[str] = set()
-    for part in spec.split(","):
-        cls, sep, backend = (s.strip() for s in part.partition("="))
-        if not sep or cls not in chosen or backend not in BACKENDS:
-            return Problem(
-                "matmul",
-                f"{spec!r} is not 'auto', one of {sorted(BACKENDS)}, or class=backend pairs "
-                f"(classes {names})",
-            )
-        if cls in given:  # the later pair would silently win
-            return Problem("matmul", f"{spec!r}: the class {cls} is given twice")
-        given.add(cls)
-        chosen[cls] = backend
-    return MatmulPlan(tuple(chosen[n] for n in names), "given")
+    separated by commas (classes not named keep MKL). A bad spec is a `Problem` on ``matmul``
+    (`matmul_plan.parse_choices`)."""
+    choices = parse_choices(spec)
+    return choices if choices is None or isinstance(choices, Problem) else MatmulPlan(choices, "given")
 
 
 def dominant_weight(net: nn.Module) -> torch.Tensor | None:

@@ -114,3 +114,10 @@ def test_an_unknown_hardware_profile_is_refused_whatever_the_runner():
         assert problem is not None and problem.param == "hardware", model
         assert problem.message.startswith("unknown hardware 'tpu-v9': not one of h100, h200, cpu")
     assert EngineOptions(model="qwen3_5-small", hardware="h200").validate() is None
+
+
+@pytest.mark.parametrize("model", ["qwen3_5-2b", "qwen3_5-tiny"])  # the sim runner and the torch runner
+def test_a_matmul_plan_that_does_not_parse_is_refused_at_every_door(model):
+    problem = EngineOptions(model=model, matmul="decode=gpu").validate()
+    assert problem is not None and problem.param == "matmul" and "'decode=gpu'" in problem.message
+    assert EngineOptions(model=model, matmul="single=native,prefill=onednn").validate() is None

@@ -27,6 +27,7 @@ from radixflow.runners.matmul import (
     measure_plan,
     parse_plan,
 )
+from radixflow.runners.matmul_plan import BACKEND_NAMES
 from radixflow.runners.torch_runner import TorchRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -34,6 +35,7 @@ needs_onednn = pytest.mark.skipif(not OneDnnLinear().usable(), reason="oneDNN fl
 
 
 def test_plans_parse_from_one_name_or_class_pairs():
+    assert tuple(BACKENDS) == BACKEND_NAMES  # the names the torch-free syntax check accepts
     assert parse_plan("auto") is None
     assert parse_plan("onednn") == MatmulPlan(("onednn",) * len(SHAPE_CLASSES), "given")
     assert parse_plan(" decode=onednn, prefill = onednn ").choices == ("mkl", "onednn", "onednn")

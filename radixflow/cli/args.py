@@ -18,6 +18,8 @@ from radixflow.options.flags import (
     parse_float,
     parse_int,
 )
+from radixflow.options.runners import device_problem, runner_name
+from radixflow.problems import ProblemError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -114,7 +116,10 @@ def warn(message: str) -> None:
 
 def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions) -> None:
     """Warn about engine flags the user gave that cannot change a run on the chosen runner, about
-    a clock that would read load-dependent figures, and about a dtype that is not exact."""
+    a clock that would read load-dependent figures, and about a dtype that is not exact. A device
+    this machine lacks is the error it is, before any warning about running on it."""
+    if runner_name(options) == "torch" and (problem := device_problem(options.device)) is not None:
+        raise ProblemError(problem)
     for message in ineffective(options, given(args)) + clock_warnings(options) + dtype_warnings(options):
         warn(message)
 

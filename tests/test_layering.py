@@ -72,7 +72,7 @@ ALLOWED = {
 }
 # leaf modules at the top of the package: they import nothing from radixflow, so any layer may
 # import them
-LEAVES = {"problems", "progress", "package", "jsonl"}
+LEAVES = {"problems", "progress", "package", "jsonl", "files"}
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
 # server reaches the model only through the generation layer
 NO_TORCH = {

@@ -18,6 +18,7 @@ from radixflow.cli.bench_setup import check_generated, check_generated_context, 
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import RoundRecord
+from radixflow.files import write_whole
 from radixflow.options import EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
@@ -96,14 +97,14 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     if args.json is not None:
         # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
         text = json.dumps(report.to_json(), indent=2, allow_nan=False)
-        _write(args.json, lambda path: path.write_text(text + "\n"))
+        _write(args.json, lambda path: write_whole(path, text + "\n"))
     if args.round_trace is not None:
         lines = [
             json.dumps({"policy": run.result.policy, **asdict(rec)}, allow_nan=False)
             for run in report.runs
             for rec in run.rounds
         ]
-        _write(args.round_trace, lambda path: path.write_text("".join(line + "\n" for line in lines)))
+        _write(args.round_trace, lambda path: write_whole(path, "".join(line + "\n" for line in lines)))
 
 
 def _exit_code(runs: list[PolicyRun]) -> int:

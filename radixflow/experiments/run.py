@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from radixflow.experiments.config import SCHEMA, ExperimentConfig, load_config
 from radixflow.experiments.execute import ExecutionOptions, Pending, execute
 from radixflow.experiments.plots import write_plots
 from radixflow.experiments.report import render_report
+from radixflow.files import write_whole
 from radixflow.progress import LoggedProgress
 
 RESULTS, REPORT = "results.json", "report.md"
@@ -87,14 +87,7 @@ def run_experiment(
         "variants": [v.label for v in config.variants],
         "cells": results,
     }
-    _write_whole(out / RESULTS, json.dumps(document, indent=1, allow_nan=False) + "\n")
-    _write_whole(out / REPORT, render_report(meta, results, plots) + "\n")
+    write_whole(out / RESULTS, json.dumps(document, indent=1, allow_nan=False) + "\n")
+    write_whole(out / REPORT, render_report(meta, results, plots) + "\n")
     return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)
 
-
-def _write_whole(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` at once: a run interrupted while writing leaves the last
-    run's file, never half of this one's."""
-    part = path.with_name(f"{path.name}.part")
-    part.write_text(text)
-    os.replace(part, path)

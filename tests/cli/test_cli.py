@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+import radixflow
 from radixflow.cli import main
 
 
@@ -173,3 +181,36 @@ def test_sim_cost_flags_with_the_torch_runner_are_warned_about(capsys):
 def test_no_warning_for_defaults(capsys):
     assert main(["bench", "--groups", "1", "--candidates", "2"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def _small_files(limit: int) -> Callable[[], None]:
+    """For a child process: files past ``limit`` bytes cannot be written (EFBIG, as a full disk
+    refuses them with ENOSPC), and the write fails rather than the process being killed."""
+
+    def limit_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    return limit_files
+
+
+def test_a_json_output_that_cannot_be_written_whole_leaves_the_old_file_as_it_was(tmp_path):
+    """A write that fails part way (a full disk) left --json truncated: the old report gone and
+    the new one not JSON. Now the new file replaces the old only once written whole."""
+    out = tmp_path / "out.json"
+    out.write_text('{"old": true}\n')
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = ["bench", "--runner", "sim", "--groups", "2", "--candidates", "2", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "radixflow.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        preexec_fn=_small_files(1000),
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].startswith(f"radixflow: error: cannot write {out}:"), proc.stderr
+    assert json.loads(out.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left behind

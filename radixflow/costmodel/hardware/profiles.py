@@ -37,6 +37,7 @@ from radixflow.costmodel.hardware.gpu_figures import (
     SRC_SCHEDULER,
 )
 from radixflow.costmodel.kernel_times.sources import KERNEL_SOURCES
+from radixflow.files import write_whole
 from radixflow.problems import Problem
 
 # Cost terms whose FLOPs are timed (see costmodel.round_cost.fitted_rates.round_work).
@@ -319,7 +320,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
 
 
 def save_profile(profile: HardwareProfile, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(profile.to_dict(), indent=2) + "\n")
+    write_whole(path, json.dumps(profile.to_dict(), indent=2) + "\n")
 
 
 def resolve_hardware(name_or_path: str) -> HardwareProfile:

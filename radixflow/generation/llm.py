@@ -329,8 +329,17 @@ class LLM:
                 aborted = processor.abort(call.request.id)
                 if aborted is not None:
                     answers[call.request.id] = aborted
+                self._let_go(call.request)
             self._flush_trace()
         return answers
+
+    def _let_go(self, request: Request) -> None:
+        """Abort and forget ``request`` if the engine still holds it: a Ctrl-C between the engine
+        taking it and the processor following it (or between its answer and the engine forgetting
+        it) leaves it there, unfollowed, to run in the next call and stay forever."""
+        if self.engine.get(request.id) is request:
+            self.engine.abort(request.id)
+            self.engine.forget(request.id)
 
 
 @dataclass(frozen=True)

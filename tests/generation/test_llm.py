@@ -452,3 +452,23 @@ def test_the_trace_ends_requests_stopped_by_a_stop_string_or_cut_short(zoo, tmp_
     assert sum(e["name"] == "arrived" for e in events) == len(ended) == 4
     assert sorted(args.get("aborted", False) for _, args in ended) == [False, False, True, True]
     assert len({tid for tid, _ in ended}) == 4  # each on its request's own track
+
+
+def test_a_ctrl_c_as_the_engine_takes_a_request_leaves_nothing_behind(zoo, batch, monkeypatch):
+    """A KeyboardInterrupt after the engine took a request, before the call followed it, left it
+    with the engine: still waiting to arrive, run by the next call and never forgotten."""
+    llm = LLM(MODEL, kv_blocks=256, state_slots=64)
+    submit = llm.engine.submit
+
+    def interrupted(request: Request) -> None:
+        submit(request)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm.engine, "submit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(PROMPTS[:2], GREEDY)
+    monkeypatch.undo()
+    assert llm.engine.requests == [] and not llm.engine.has_work()
+    again = llm.generate(PROMPTS[:2], GREEDY)
+    assert [o.token_ids for o in again] == [o.token_ids for o in batch[:2]]
+    llm.engine.check_integrity()

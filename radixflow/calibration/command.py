@@ -61,6 +61,11 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     )
 
 
+def default_out(device: str) -> Path:
+    """The profile file written without ``--out``."""
+    return Path(f"profile-{device.replace(':', '')}.json")
+
+
 def _plan(args: argparse.Namespace) -> CalibrationPlan:
     for flag, (low, high) in LIMITS.items():
         value = getattr(args, flag)
@@ -154,7 +159,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     plan = _plan(args)
     _check_models(plan)
-    out = args.out or Path(f"profile-{plan.device.replace(':', '')}.json")
+    out = args.out or default_out(plan.device)
     if out.is_dir() or not out.resolve().parent.is_dir():
         raise CalibrationUsageError(f"cannot write {out}: not a file in an existing directory")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
@@ -175,7 +180,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         profile.calibration["own_fit_median_abs_error"] = own
         profile.calibration["threads"] = plan.threads
         profile.calibration["clock"] = plan.clock
-    save_profile(profile, out)
+    try:
+        save_profile(profile, out)
+    except OSError as e:  # a disk that filled while timing: one line, as bench says it
+        raise CalibrationUsageError(f"cannot write --out {out}: {e.strerror or e}") from None
     _store_own_fits(own_fits, plan, console)
     render(errors, own, console)
     worst = max(e.median_abs_error for e in errors)

@@ -7,7 +7,8 @@ import argparse
 from rich.console import Console
 
 from radixflow.calibration import command as calibration
-from radixflow.calibration.command import HELP, CalibrationUsageError
+from radixflow.calibration.command import HELP, CalibrationUsageError, default_out
+from radixflow.cli.args import check_output_paths
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.options.flags import add_engine_flags, from_args
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise ProblemError(problem)
     args.device = options.device
     args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
+    check_output_paths({"--out": args.out or default_out(options.device)}, {})  # before minutes of timing
     try:
         return calibration.run(args, console)
     except CalibrationUsageError as e:

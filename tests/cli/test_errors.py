@@ -391,3 +391,12 @@ def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(
     argv, needle = [a.format(empty=tmp_path) for a in argv], needle.format(empty=tmp_path)  # an empty dir
     err = one_line_error(capsys, ["serve", *argv, "--replicas", "2", "--port", "0"])
     assert err.startswith(f"radixflow: error: {needle}")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no file can be made")
+def test_calibrate_refuses_an_out_it_cannot_write_before_timing_anything(capsys, zoo):
+    """The profile was written only once every batch was timed: an --out in a directory nothing
+    can be written to (read-only, /proc) was a traceback then, the timings lost."""
+    pytest.importorskip("torch")
+    argv = ["calibrate", "--model", "lfm2-tiny", "--held-out", "2", "--repeats", "1", "--out", "/proc/p.json"]
+    assert one_line_error(capsys, argv).startswith("radixflow: error: cannot write --out /proc/p.json: ")

@@ -18,7 +18,13 @@ from radixflow.experiments.config import (
     load_config,
 )
 from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
-from radixflow.experiments.execute import CELLS_DIR, CellError, ExecutionOptions, RayStartError
+from radixflow.experiments.execute import (
+    CELLS_DIR,
+    CellError,
+    ExecutionOptions,
+    OutputWriteError,
+    RayStartError,
+)
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
 from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
@@ -152,7 +158,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     execution = ExecutionOptions(ray=use_ray, ray_address=args.ray_address)
     try:
         result = run_experiment(args.config, out, execution, command, config=config)
-    except (RayStartError, CellError) as e:
+    except (RayStartError, CellError, OutputWriteError) as e:
         raise ExperimentUsageError(str(e)) from None
     cached = len(result.results) - result.ran
     console.print(

@@ -12,13 +12,15 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
+from radixflow.files import write_whole
 from radixflow.problems import ProblemError
 
 CellResult = dict[str, Any]
+T = TypeVar("T")
 CELLS_DIR = "cells"  # under the output directory: one file per finished cell
 
 
@@ -29,6 +31,18 @@ class RayStartError(RuntimeError):
 class CellError(RuntimeError):
     """A cell that failed as it ran, for a reason its checks could not see (a trace file it cannot
     write, memory): one line naming the cell and its key."""
+
+
+class OutputWriteError(RuntimeError):
+    """A file of the output directory could not be written (a full disk): one line, naming it."""
+
+
+def write_output(path: Path, write: Callable[[Path], T]) -> T:
+    """``write(path)``, its OSError made an `OutputWriteError` naming ``path``."""
+    try:
+        return write(path)
+    except OSError as e:
+        raise OutputWriteError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 @dataclass(frozen=True)
@@ -52,9 +66,8 @@ class CellCache:
             return None  # missing or half-written: run it again
 
     def put(self, key: str, result: CellResult) -> None:
-        tmp = self.path(key).with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, allow_nan=False))
-        os.replace(tmp, self.path(key))
+        text = json.dumps(result, allow_nan=False)
+        write_output(self.path(key), lambda path: write_whole(path, text))
 
 
 def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.experiments.analysis import CellResult, Comparison, comparisons, varying
+from radixflow.experiments.execute import write_output
 
 MAX_PANELS = 12
 
@@ -178,6 +179,6 @@ def write_plots(results: list[CellResult], out: Path) -> list[str]:
         ),
     ]
     for name, job in jobs:
-        if job(out / name):
+        if write_output(out / name, job):
             made.append(name)
     return made

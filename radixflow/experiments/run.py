@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from radixflow.experiments.config import SCHEMA, ExperimentConfig, load_config
-from radixflow.experiments.execute import ExecutionOptions, Pending, execute
+from radixflow.experiments.execute import ExecutionOptions, Pending, execute, write_output
 from radixflow.experiments.plots import write_plots
 from radixflow.experiments.report import render_report
 from radixflow.files import write_whole
@@ -87,7 +87,8 @@ def run_experiment(
         "variants": [v.label for v in config.variants],
         "cells": results,
     }
-    write_whole(out / RESULTS, json.dumps(document, indent=1, allow_nan=False) + "\n")
-    write_whole(out / REPORT, render_report(meta, results, plots) + "\n")
+    text = json.dumps(document, indent=1, allow_nan=False) + "\n"
+    write_output(out / RESULTS, lambda path: write_whole(path, text))
+    write_output(out / REPORT, lambda path: write_whole(path, render_report(meta, results, plots) + "\n"))
     return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)
 

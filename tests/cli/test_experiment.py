@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import resource
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import radixflow
 from radixflow.cli import main
 from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
 
@@ -432,3 +437,28 @@ def test_a_configs_device_that_device_flag_replaces_is_a_warning(tmp_path, capsy
     said = [line for line in err.splitlines() if line.startswith("radixflow:")]
     why = "has no effect with --device (it replaces every torch cell's)"
     assert code == 0 and said == [f"radixflow: warning: {config}: defaults.device {why}"], err
+
+
+@pytest.mark.parametrize("limit", [3000, 8000])  # a cell's file (5 kB) fails, or a plot (15 kB)
+def test_an_output_the_disk_refuses_part_way_is_one_line_and_leaves_no_half_file(tmp_path, limit):
+    """A full disk at a cell's file or a plot was a traceback, and left the cell's .tmp file."""
+    config, out = tmp_path / "c.toml", tmp_path / "out"
+    config.write_text(CONFIG)
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+    def small_files() -> None:  # files past ``limit`` bytes fail (EFBIG), as a full disk's do (ENOSPC)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "radixflow.cli", "experiment", str(config), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        preexec_fn=small_files,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"radixflow: error: cannot write {out}/"), proc.stderr
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*"))

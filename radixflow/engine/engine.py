@@ -13,7 +13,8 @@ from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
-from radixflow.engine.runner import ModelInfo, Runner, generation_room
+from radixflow.engine.interrupts import HeldInterrupt
+from radixflow.engine.runner import ModelInfo, RoundResult, Runner, generation_room
 from radixflow.problems import Problem
 from radixflow.scheduler.admission import make_admission
 from radixflow.scheduler.output import SchedulerOutput
@@ -241,11 +242,19 @@ class Engine:
                     self.events.arrived(req)
 
     def step(self) -> RoundRecord | None:
-        """One round: schedule → run → update. None when there is nothing left to do."""
-        self._admit_arrivals()
-        if not self.scheduler.has_work():
+        """One round: schedule → run → update. None when there is nothing left to do.
+
+        A Ctrl-C while the round is scheduled or its results taken is held until that is done
+        (`HeldInterrupt`): a round not yet run is rolled back, as one interrupted in the worker
+        call is, and a round already run stands; then KeyboardInterrupt is raised."""
+        with HeldInterrupt() as held:
+            out = self._schedule()
+        if held.came:
+            if out is not None and out.chunks:
+                self._roll_back(out, "interrupted")
+            raise KeyboardInterrupt
+        if out is None:
             return None
-        out = self.scheduler.schedule()
         if not out.chunks:
             self._stalled()
             return None
@@ -256,6 +265,21 @@ class Engine:
         except BaseException:  # Ctrl-C mid-round: leave the engine consistent, then stop
             self._roll_back(out, "interrupted")
             raise
+        with HeldInterrupt() as held:
+            record = self._update(out, result)
+        if held.came:
+            raise KeyboardInterrupt
+        return record
+
+    def _schedule(self) -> SchedulerOutput | None:
+        """The arrivals admitted and the next round scheduled; None when there is no work."""
+        self._admit_arrivals()
+        if not self.scheduler.has_work():
+            return None
+        return self.scheduler.schedule()
+
+    def _update(self, out: SchedulerOutput, result: RoundResult) -> RoundRecord:
+        """The round's results taken: the clock advanced, requests updated, the round recorded."""
         start = self.now
         self.now += result.duration_s
         finished = self.scheduler.update(out, result.samples, self.now, result.prompt_logprobs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from engine_utils import new_engine
 
@@ -142,3 +144,32 @@ def test_a_runner_that_predicts_nothing_gives_the_scheduler_none():
     from tests.behaviour_pins import FixedCostRunner
 
     assert new_engine(FixedCostRunner(has_recurrent=True), CFG).scheduler.predict is None
+
+
+@pytest.mark.parametrize("part", ["schedule", "update"])
+def test_a_ctrl_c_in_the_scheduler_waits_for_its_part_of_the_round(part, monkeypatch):
+    """A SIGINT while the scheduler builds a round or takes its results is raised once that part
+    is done: a round not run yet is rolled back (its requests failed, as in a worker call), one
+    that ran stands; either way the cache and scheduler stay consistent."""
+    engine = new_engine(RUNNER, CFG)
+    reqs = [Request(f"r{i}", tuple(range(1, 40 + i)), sampling=SamplingParams(max_tokens=3)) for i in range(3)]
+    for r in reqs:
+        engine.submit(r)
+    original = getattr(engine.scheduler, part)
+
+    def interrupted(*args: object) -> object:
+        signal.raise_signal(signal.SIGINT)  # noted, not raised, until the part is done
+        return original(*args)
+
+    monkeypatch.setattr(engine.scheduler, part, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    monkeypatch.undo()
+    engine.check_integrity()
+    ran = part == "update"
+    assert [len(engine.rounds), len(engine.failed_rounds)] == ([1, 0] if ran else [0, 1])
+    assert all(r.status is (RequestStatus.RUNNING if ran else RequestStatus.FAILED) for r in reqs)
+    for r in reqs:
+        engine.abort(r.id)
+    engine.check_integrity()
+    assert engine.step() is None

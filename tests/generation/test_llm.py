@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from dataclasses import replace
 from functools import partial
@@ -471,4 +472,30 @@ def test_a_ctrl_c_as_the_engine_takes_a_request_leaves_nothing_behind(zoo, batch
     assert llm.engine.requests == [] and not llm.engine.has_work()
     again = llm.generate(PROMPTS[:2], GREEDY)
     assert [o.token_ids for o in again] == [o.token_ids for o in batch[:2]]
+    llm.engine.check_integrity()
+
+
+def test_a_ctrl_c_while_a_round_is_scheduled_leaves_the_llm_as_good_as_new(zoo, batch, monkeypatch):
+    """A Ctrl-C (SIGINT) that came while the scheduler built a round, outside the worker call,
+    left a request half admitted (KV promised to it, or running without its round): the next
+    call failed the cache's integrity check. Now it takes effect once the round is built, and
+    the round is rolled back as one interrupted in the worker call is."""
+    llm = LLM(MODEL, kv_blocks=256, state_slots=64)
+    planner = llm.engine.scheduler.checkpoints
+    positions, signals = planner.positions, []
+
+    def interrupted(*args: object, **kwargs: object) -> list[int]:
+        if not signals:  # the first chunk planned: its request is part way through admission
+            signals.append(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return positions(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "positions", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(PROMPTS[:3], GREEDY)
+    monkeypatch.undo()
+    llm.engine.check_integrity()
+    assert llm.engine.requests == [] and not llm.engine.has_work()
+    again = llm.generate(PROMPTS[:3], GREEDY)
+    assert [o.token_ids for o in again] == [o.token_ids for o in batch[:3]]
     llm.engine.check_integrity()

@@ -152,7 +152,9 @@ def test_a_ctrl_c_in_the_scheduler_waits_for_its_part_of_the_round(part, monkeyp
     is done: a round not run yet is rolled back (its requests failed, as in a worker call), one
     that ran stands; either way the cache and scheduler stay consistent."""
     engine = new_engine(RUNNER, CFG)
-    reqs = [Request(f"r{i}", tuple(range(1, 40 + i)), sampling=SamplingParams(max_tokens=3)) for i in range(3)]
+    reqs = [
+        Request(f"r{i}", tuple(range(1, 40 + i)), sampling=SamplingParams(max_tokens=3)) for i in range(3)
+    ]
     for r in reqs:
         engine.submit(r)
     original = getattr(engine.scheduler, part)

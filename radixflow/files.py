@@ -1,7 +1,10 @@
-"""A result file written whole (a leaf: any layer's writer may use it)."""
+"""Result files written whole, and JSON Lines that end in a whole line (a leaf: any layer's writer may
+use it)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import stat
 from pathlib import Path
@@ -27,3 +30,46 @@ def write_whole(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class WholeLineFile(io.TextIOBase):
+    """A text file (JSON Lines) that only ever ends in a whole line: `write` gathers text, `flush`
+    writes it, and a flush that fails part way (a full disk) cuts the file back to where that
+    flush began before its OSError is raised. Unbuffered below, so nothing half written is left
+    to go out later. Closing flushes what was gathered."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self._file = open(path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
+        self._pending: list[str] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = memoryview("".join(self._pending).encode("utf-8"))
+        self._pending.clear()
+        start = self._file.tell() if self._file.seekable() else None  # a pipe or a device is not cut
+        try:
+            while data:
+                data = data[self._file.write(data) or 0 :]
+        except OSError:
+            if start is not None:
+                with contextlib.suppress(OSError):  # the write's error is the one to report
+                    self._file.truncate(start)
+                    self._file.seek(start)
+            raise
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            super().close()  # flushes what was gathered
+        finally:
+            self._file.close()

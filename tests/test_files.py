@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from radixflow.files import write_whole
+import radixflow
+from radixflow.files import WholeLineFile, write_whole
 
 
 def test_the_new_file_replaces_the_old_one_keeping_its_permissions(tmp_path):
@@ -34,3 +39,45 @@ def test_a_symlink_keeps_pointing_at_the_file_it_names_and_a_device_is_written_i
     assert link.is_symlink() and target.read_text() == "new"
     write_whole(os.devnull, "nothing")  # not replaced by a regular file
     assert not os.path.isfile(os.devnull)
+
+
+# a child process whose files cannot grow past 500 bytes (EFBIG, as a full disk gives ENOSPC)
+PART_WAY = """
+import resource, signal, sys
+from radixflow.files import WholeLineFile
+resource.setrlimit(resource.RLIMIT_FSIZE, (500, 500))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+with WholeLineFile(sys.argv[1]) as out:
+    out.write("x" * 299 + "\\n")
+    out.flush()
+    try:
+        for _ in range(3):
+            out.write("y" * 99 + "\\n")
+        out.flush()  # 300 more bytes: only 200 fit
+    except OSError as e:
+        print(e.errno)
+"""
+
+
+def test_whole_line_file_cuts_a_write_that_fails_part_way_back_to_its_last_whole_line(tmp_path):
+    """A full disk mid-line left `score --input`'s and `run-batch`'s output ending in half a
+    JSON line; now the file ends at the last line written whole."""
+    path = tmp_path / "out.jsonl"
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", PART_WAY, str(path)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and done.stdout.strip() == str(errno.EFBIG), done.stderr
+    assert path.read_text() == "x" * 299 + "\n"
+
+
+def test_whole_line_file_on_a_device_or_a_pipe_reports_the_write_error(tmp_path):
+    with pytest.raises(OSError, match="No space left"), WholeLineFile("/dev/full") as out:
+        out.write("line\n")
+    read, write = os.pipe()
+    with WholeLineFile(f"/dev/fd/{write}") as out:  # not seekable: written as it comes
+        out.write("line\n")
+    os.close(write)
+    assert os.read(read, 100) == b"line\n"
+    os.close(read)

@@ -17,6 +17,7 @@ from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, w
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.serve import require_serve_extra, threads
+from radixflow.files import WholeLineFile
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
 from radixflow.options.machine import cpu_count
 from radixflow.options.spec import checked
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.output is None:
         return _run(app, lines, sys.stdout, config.max_pending)
     try:
-        with args.output.open("w", encoding="utf-8") as out:
+        with WholeLineFile(args.output) as out:  # a full disk cuts it back to its last whole line
             return _run(app, lines, out, config.max_pending)
     except OSError as e:  # a disk that fills mid-run: one line, as bench says it
         raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None

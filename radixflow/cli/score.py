@@ -18,6 +18,7 @@ from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, w
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs, score_row
+from radixflow.files import WholeLineFile
 from radixflow.options.flags import add_engine_flags, from_args, path_arg
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
@@ -116,7 +117,7 @@ def _run_file(args: argparse.Namespace, llm: LLM, jobs: list[ScoreJob], bar: Req
         tally = run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)
     else:
         try:
-            with args.output.open("w", encoding="utf-8") as out:
+            with WholeLineFile(args.output) as out:  # a full disk cuts it back to its last whole line
                 tally = run_jobs(jobs, llm.score_many, out, bar.hear)
         except OSError as e:  # a disk that fills mid-run: one line, as bench says it
             raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None

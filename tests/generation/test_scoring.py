@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+import radixflow
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
@@ -217,15 +223,21 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
     ("text", "extra", "message"),
     [
         ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input line 2: not valid JSON"),
-        ('[1, 2]\n', [], "--input line 1: expected a JSON object (context, candidates)"),
+        ("[1, 2]\n", [], "--input line 1: expected a JSON object (context, candidates)"),
         ('{"context": "a"}\n', [], "--input line 1: candidates: a non-empty list"),
         ('{"candidates": [" b"]}\n', [], "--input line 1: no context"),
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
-        ('\n \n', [], "no lines to score"),
-        ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
-         "--input line 2, candidate 0: is empty"),
-        ('{"context": "a", "candidates": [[100000]]}\n', [],
-         "--input line 1, candidate 0: prompt: token id 100000 is outside"),
+        ("\n \n", [], "no lines to score"),
+        (
+            '{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n',
+            [],
+            "--input line 2, candidate 0: is empty",
+        ),
+        (
+            '{"context": "a", "candidates": [[100000]]}\n',
+            [],
+            "--input line 1, candidate 0: prompt: token id 100000 is outside",
+        ),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
     ],
 )
@@ -311,3 +323,41 @@ def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
     given = tmp_path / "in.jsonl"
     given.write_text('{"id": 1, "context": "a", "candidates": [" b"]}\n', encoding="utf-8-sig")
     assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1)]
+
+
+def test_score_input_stopped_by_ctrl_c_keeps_whole_lines_and_exits_130(zoo, tmp_path):
+    """`radixflow score --input` as its own process, sent SIGINT once its first batch is written:
+    one line on stderr, exit 130, and the output holds whole lines, in order."""
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [
+        {"context": f"Question {i}: after {i}? A:", "candidates": [f" {i + 1}", " x"]} for i in range(640)
+    ]
+    given.write_text("".join(json.dumps(row) + "\n" for row in rows))  # 10 batches of 64
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = [
+        sys.executable,
+        "-m",
+        "radixflow.cli",
+        "score",
+        MODEL,
+        "--input",
+        str(given),
+        "--output",
+        str(out),
+    ]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        while not (out.exists() and out.read_text().count("\n")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no line written"
+            time.sleep(0.05)  # polls for the first batch's lines; the signal is sent after them
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert (proc.returncode, err.splitlines()[-1]) == (130, "radixflow: interrupted"), err
+    assert "Traceback" not in err
+    lines = out.read_text().splitlines(keepends=True)
+    assert 64 <= len(lines) < 640 and all(line.endswith("\n") for line in lines)
+    assert [json.loads(line)["line"] for line in lines] == list(range(1, len(lines) + 1))

@@ -400,3 +400,16 @@ def test_calibrate_refuses_an_out_it_cannot_write_before_timing_anything(capsys,
     pytest.importorskip("torch")
     argv = ["calibrate", "--model", "lfm2-tiny", "--held-out", "2", "--repeats", "1", "--out", "/proc/p.json"]
     assert one_line_error(capsys, argv).startswith("radixflow: error: cannot write --out /proc/p.json: ")
+
+
+@pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace", "--trace-out"])
+def test_bench_refuses_to_write_over_its_hardware_profile(tmp_path, capsys, flag):
+    """`--hardware p.json --json p.json` ran, then wrote the report over the calibrated profile."""
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    profile = tmp_path / "p.json"
+    save_profile(HARDWARE["h200"], profile)
+    before = profile.read_text()
+    line = one_line_error(capsys, ["bench", "--hardware", str(profile), "--groups", "2", flag, str(profile)])
+    assert line == f"radixflow: error: {flag} {profile}: the same file as --hardware"
+    assert profile.read_text() == before

@@ -223,21 +223,15 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
     ("text", "extra", "message"),
     [
         ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input line 2: not valid JSON"),
-        ("[1, 2]\n", [], "--input line 1: expected a JSON object (context, candidates)"),
+        ('[1, 2]\n', [], "--input line 1: expected a JSON object (context, candidates)"),
         ('{"context": "a"}\n', [], "--input line 1: candidates: a non-empty list"),
         ('{"candidates": [" b"]}\n', [], "--input line 1: no context"),
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
-        ("\n \n", [], "no lines to score"),
-        (
-            '{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n',
-            [],
-            "--input line 2, candidate 0: is empty",
-        ),
-        (
-            '{"context": "a", "candidates": [[100000]]}\n',
-            [],
-            "--input line 1, candidate 0: prompt: token id 100000 is outside",
-        ),
+        ('\n \n', [], "no lines to score"),
+        ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
+         "--input line 2, candidate 0: is empty"),
+        ('{"context": "a", "candidates": [[100000]]}\n', [],
+         "--input line 1, candidate 0: prompt: token id 100000 is outside"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
     ],
 )

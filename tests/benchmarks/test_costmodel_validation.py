@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "costmodel_validation.py"
+from benchmark_utils import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def validation():
-    spec = importlib.util.spec_from_file_location("costmodel_validation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("costmodel_validation")
 
 
 def test_held_out_error_meets_the_acceptance_and_is_written_as_json(validation, tmp_path, capsys):

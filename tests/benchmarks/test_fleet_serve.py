@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).parents[2]
+from benchmark_utils import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def fleet_serve():
     pytest.importorskip("openai")
     pytest.importorskip("httpx")
-    spec = importlib.util.spec_from_file_location("fleet_serve", ROOT / "benchmarks" / "fleet_serve.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fleet_serve"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fleet_serve")
 
 
 @pytest.mark.parametrize(

@@ -3,22 +3,15 @@ where the results hold the cell it reads."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).parents[2]
+from benchmark_utils import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def fleet_table():
-    spec = importlib.util.spec_from_file_location("fleet_table", ROOT / "benchmarks" / "fleet_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fleet_table")
 
 
 def _cell(router: str, replicas: int, rate: float) -> dict[str, Any]:

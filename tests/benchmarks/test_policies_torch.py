@@ -3,27 +3,17 @@ repeat), the comparisons it derives, and the tables written from a stored run.""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_utils import load_benchmark
 
 from radixflow.bench import twin_runs
 from radixflow.bench.metrics import PolicyResult
 from radixflow.bench.twin import RoundTape
 
-ROOT = Path(__file__).parents[2]
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("policies_torch", ROOT / "benchmarks" / "policies_torch.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["policies_torch"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("policies_torch")
 
 
 def _result(mean: float, agreement: float = 1.0, rounds: int = 3) -> PolicyResult:

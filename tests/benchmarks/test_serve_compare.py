@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_utils import load_benchmark
 
 ROOT = Path(__file__).parents[2]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def compare():
-    return _load("serve_compare")
+    return load_benchmark("serve_compare")
 
 
 def _fake_tree(tmp_path: Path) -> Path:
@@ -46,7 +37,7 @@ def test_the_server_serve_load_starts_runs_the_variant_tree(tmp_path, monkeypatc
     """`python -m radixflow.cli` in `serve_load.server_env()`, run from this checkout."""
     tree = _fake_tree(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tree))
-    env = _load("serve_load").server_env()
+    env = load_benchmark("serve_load").server_env()
     cmd = [sys.executable, "-m", "radixflow.cli"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "old tree"

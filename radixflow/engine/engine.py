@@ -133,6 +133,9 @@ class Engine:
         problem = self.problem(request)
         if problem is not None:
             request.status, request.error = RequestStatus.FAILED, str(problem)
+            if self.events is not None:  # its track: arrived, then finished with the refusal
+                self.events.arrived(request)
+                self.events.ended(request)
             return
         # One int object per distinct token id: a prompt then costs 8 bytes per token, not 36.
         request.prompt = tuple(map(self._token_ids.setdefault, request.prompt, request.prompt))

@@ -25,8 +25,9 @@ class EngineEvents(SchedulerEvents, Protocol):
         ...
 
     def ended(self, request: Request) -> None:
-        """``request`` ended between rounds: aborted, or stopped by its caller (a stop string);
-        its status says which. Read only."""
+        """``request`` ended between rounds: aborted, stopped by its caller (a stop string), or
+        refused at submit (FAILED, its error the refusal: ``arrived`` came just before); its
+        status says which. Read only."""
         ...
 
     def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:

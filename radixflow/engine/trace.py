@@ -170,8 +170,13 @@ class TraceRecorder:
         tid = self._tids.pop(rid, None)
         if tid is None:  # it never arrived: it has no track
             return
-        args = {"aborted": True} if request.status is RequestStatus.ABORTED else {}
-        self._instant("finished", "request", tid, _us(request.finish_s or 0.0), args)
+        args: dict[str, object] = {}
+        if request.status is RequestStatus.ABORTED:
+            args["aborted"] = True
+        elif request.status is RequestStatus.FAILED:  # refused at submit
+            args["error"] = request.error
+        end = request.arrival_s if request.finish_s is None else request.finish_s
+        self._instant("finished", "request", tid, _us(end), args)
 
     def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
         ts, dur = _us(record.start_s), _us(record.duration_s)

@@ -14,7 +14,8 @@ from radixflow.cli import main
 from radixflow.engine.trace import TraceFile
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError
-from radixflow.scheduler.request import Request
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.sampling import SamplingParams
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 PHASES = {"X", "i", "s", "f", "C", "M"}
@@ -188,3 +189,19 @@ def test_without_a_trace_nobody_listens(tmp_path):
     engine = plan_engine(EngineOptions(model="qwen3_5-2b")).build().engine()
     assert engine.events is None and engine.scheduler.events is None
     engine.scheduler.note("promote", "x")  # a policy may always report; nobody hears it
+
+
+def test_a_request_refused_at_submit_has_its_track_arrived_and_finished_with_the_refusal(tmp_path):
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build()
+    engine = setup.engine(policy="native")
+    refused = Request("huge", (1, 2, 3), arrival_s=0.5, sampling=SamplingParams(max_tokens=10**9))
+    engine.run([*requests(1, 2), refused])
+    engine.flush_events()
+    assert refused.status is RequestStatus.FAILED and refused.error
+    events = check_format(json.loads(path.read_text()))
+    tracks = track_names(events)
+    mine = [e for e in events if e["ph"] != "M" and tracks.get((e["pid"], e["tid"])) == "huge"]
+    assert [e["name"] for e in mine] == ["arrived", "finished"]
+    assert mine[0]["ts"] == mine[1]["ts"] == pytest.approx(0.5e6)
+    assert mine[1]["args"] == {"error": refused.error}

@@ -24,6 +24,12 @@ class PolicyRun:
     counters: dict[str, int] = field(default_factory=dict)
     # cache entries evicted, by kind (`EntryKind` values: KV leaves, checkpoints)
     evictions: dict[str, int] = field(default_factory=dict)
+    # every trial's rounds, in trial order (``rounds`` is the first's); empty: ``rounds`` alone
+    trial_rounds: list[list[RoundRecord]] = field(default_factory=list)
+
+    def trials(self) -> list[list[RoundRecord]]:
+        """Every trial's rounds, in trial order (one trial when not repeated)."""
+        return self.trial_rounds or [self.rounds]
 
 
 @dataclass
@@ -96,7 +102,8 @@ def _label(policy: str, placement: str, repeats: int, trial: int) -> str:
 
 
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:
-    """Median of every float figure; counts, hashes and undefined (None) figures from the first trial."""
+    """Median of every float figure; counts, hashes and undefined (None) figures from the first
+    trial; every trial's rounds kept."""
     first = trials[0].result
     timed: dict[str, float] = {}
     for f in fields(first):
@@ -104,7 +111,10 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
         if all(isinstance(v, float) for v in values):
             timed[f.name] = statistics.median(values)
     kept = trials[0]
-    return PolicyRun(replace(first, **timed), kept.rounds, kept.requests, kept.counters, kept.evictions)
+    rounds = [t.rounds for t in trials]
+    return PolicyRun(
+        replace(first, **timed), kept.rounds, kept.requests, kept.counters, kept.evictions, rounds
+    )
 
 
 def config_dict(scheduler: SchedulerConfig, **extra: object) -> dict[str, object]:

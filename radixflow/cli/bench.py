@@ -106,9 +106,10 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
         _write(args.json, lambda path: write_whole(path, text + "\n"))
     if args.round_trace is not None:
         lines = [
-            json.dumps({"policy": run.result.policy, **asdict(rec)}, allow_nan=False)
+            json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
             for run in report.runs
-            for rec in run.rounds
+            for trial, rounds in enumerate(run.trials(), 1)
+            for rec in rounds
         ]
         _write(args.round_trace, lambda path: write_whole(path, "".join(line + "\n" for line in lines)))
 

@@ -60,7 +60,7 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         "--round-trace",
         type=path_arg,
         metavar="PATH",
-        help="write every round of every policy as JSONL here (default: not written)",
+        help="write every round of every policy and trial (--repeat) as JSONL here (default: not written)",
     )
 
 

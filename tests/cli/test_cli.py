@@ -53,6 +53,20 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
     assert {r["policy"] for r in rounds} == {"native", "radixflow", "adaptive"}
 
 
+def test_round_trace_keeps_every_trials_rounds_each_row_naming_its_trial(tmp_path):
+    out, trace = tmp_path / "out.json", tmp_path / "rounds.jsonl"
+    argv = ["bench", "--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
+    argv += ["--policy", "native", "--policy", "adaptive", "--repeat", "3"]
+    assert main([*argv, "--json", str(out), "--round-trace", str(trace)]) == 0
+    rows = [json.loads(x) for x in trace.read_text().splitlines()]
+    results = {r["policy"]: r["rounds"] for r in json.loads(out.read_text())["results"]}
+    for policy, rounds in results.items():
+        for trial in (1, 2, 3):
+            mine = [r for r in rows if r["policy"] == policy and r["trial"] == trial]
+            assert [r["index"] for r in mine] == list(range(rounds)), (policy, trial)
+    assert len(rows) == 3 * sum(results.values())
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         placement=options.placement or {n: default_placement(n) for n in names},
         repeats=args.repeat,
     )
-    config.update(plan.choice.describe())
+    config.update(plan.choice.describe(setup.runner))
     noun = "request" if len(requests) == 1 else "requests"
     title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     render([r.result for r in runs], title, console)

@@ -165,7 +165,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         "requests": len(requests),
         "model": setup.runner.model.name,
         "hybrid": setup.runner.model.has_recurrent,
-        "runner_settings": plan.choice.describe(),
+        "runner_settings": plan.choice.describe(setup.runner),
         "fixed_cost_ms": plan.choice.fixed_cost_ms,
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
@@ -225,7 +225,7 @@ def _cost_check(
     on_cpu = s["device"].split(":")[0] == "cpu"
     cpu = split_cpu(cpu_s, [len(run.rounds) for _, run in ran]) or [None] * len(ran)
     prompt_len = {r.id: len(r.prompt) for r in requests}
-    path = choice.describe().get("checkpoint")
+    path = choice.checkpoint
     for (v, run), cpu_v in zip(ran, cpu, strict=True):
         predicted = None
         if s.get("cost_profile") and path:

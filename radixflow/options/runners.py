@@ -77,8 +77,9 @@ class RunnerChoice(Protocol):
         """Construct the runner (reads model weights, allocates its pools)."""
         ...
 
-    def describe(self) -> dict[str, object]:
-        """Runner settings to record beside the results."""
+    def describe(self, runner: Runner) -> dict[str, object]:
+        """Runner settings to record beside the results: what ``runner`` (built by this choice)
+        runs with, an option's ``auto`` resolved."""
         ...
 
     @property
@@ -121,7 +122,7 @@ class SimChoice:
 
         return SimRunner(self.spec, self.hardware)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self, runner: Runner) -> dict[str, object]:
         tp = round_cost_model(self.spec, self.hardware).tp  # GPUs the shape is costed on
         return {"hardware": asdict(self.hardware), "tensor_parallel": tp}
 
@@ -224,12 +225,15 @@ class TorchChoice:
             )
         )
 
-    def describe(self) -> dict[str, object]:
+    def describe(self, runner: Runner) -> dict[str, object]:
+        from radixflow.runners.torch_runner import TorchRunner
+
+        assert isinstance(runner, TorchRunner), "describes the runner this choice built"
         return {
             "device": self.device,
             "dtype": str(self.dtype),
             "checkpoint": str(self.checkpoint),
-            "kernels": self.kernels,
+            **runner.resolved(),
             "clock": self.clock,
         }
 

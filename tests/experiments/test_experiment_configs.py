@@ -50,7 +50,7 @@ def test_every_cell_of_the_cpu_grid_builds():
         runner = setup.runner
         assert runner.model.name == cell.settings["model"]  # type: ignore[attr-defined]
         assert runner.spec.has_recurrent == (family(cell.settings["model"]) != "qwen3")  # type: ignore[attr-defined]
-        assert plan.choice.describe()["hardware"]["name"] == "cpu-2core"  # type: ignore[index]
+        assert plan.choice.describe(runner)["hardware"]["name"] == "cpu-2core"  # type: ignore[index]
         assert len(requests) == cell.workload["groups"] * cell.workload["candidates"]
 
 

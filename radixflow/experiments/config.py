@@ -13,7 +13,7 @@ import itertools
 import json
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +87,29 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class KeyPaths:
+    """Where a grid's settings are set in the config: its own ``[[grid]]`` table or ``[defaults]``."""
+
+    where: str  # grid[i]
+    from_defaults: frozenset[str]  # keys set by [defaults] and not by the grid ("workload.<key>" too)
+
+    def loc(self, key: str) -> str:
+        """The config key a setting came from."""
+        return f"defaults.{key}" if key in self.from_defaults else f"{self.where}.{key}"
+
+
+@dataclass(frozen=True)
 class Cell:
     group: str  # the grid it came from
     settings: dict[str, Any]  # CELL_KEYS, resolved
     workload: dict[str, Any]  # WORKLOAD_KEYS, resolved
+    paths: KeyPaths | None = field(default=None, compare=False, repr=False)  # None: keys as they are
+
+    def loc(self, param: str) -> str:
+        """A problem's parameter as this cell's config spells it: a setting by its key path
+        (``defaults.kernels``, ``grid[2].kv_blocks``); anything else as it is."""
+        setting = param in CELL_KEYS or param.startswith("workload.")
+        return self.paths.loc(param) if setting and self.paths is not None else param
 
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, **self.settings, "workload": self.workload}
@@ -138,7 +157,7 @@ class ExperimentConfig:
         refused (`ExperimentConfigError`)."""
         distinct: dict[str, Cell] = {}
         for c in self.cells:
-            unseeded = Cell(c.group, c.settings, {k: v for k, v in c.workload.items() if k != "seed"})
+            unseeded = replace(c, workload={k: v for k, v in c.workload.items() if k != "seed"})
             distinct.setdefault(json.dumps(unseeded.to_dict(), sort_keys=True), unseeded)
         checks.seeded_size(len(distinct), len(seeds), max_cells)
         traced = [c.settings["trace_out"] for c in distinct.values() if c.settings["trace_out"] is not None]
@@ -147,9 +166,7 @@ class ExperimentConfig:
                 f"--seeds: {len(seeds)} seeds would write {len(seeds)} traces to one trace_out "
                 f"({traced[0]!r}): one cell a path, so run a cell with a trace on one seed"
             )
-        cells = [
-            Cell(c.group, c.settings, {**c.workload, "seed": s}) for c in distinct.values() for s in seeds
-        ]
+        cells = [replace(c, workload={**c.workload, "seed": s}) for c in distinct.values() for s in seeds]
         shown = ", ".join(map(str, seeds[:12])) + (f" and {len(seeds) - 12} more" if len(seeds) > 12 else "")
         note = f"(Run on seeds {shown} instead.)"
         return replace(self, cells=cells, description=f"{self.description} {note}".strip())
@@ -263,7 +280,7 @@ def _validate_cell(
         raise fail(origin, loc(e.problem.param or "cache_memory"), e.problem.message) from None
     if problem is not None:
         raise fail(origin, loc(problem.param or "cache_memory"), problem.message)
-    return Cell(cell.group, s, cell.workload), plan.choice.has_recurrent
+    return replace(cell, settings=s), plan.choice.has_recurrent
 
 
 def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> None:
@@ -314,13 +331,14 @@ class _Grid:
 
     def loc(self, key: str) -> str:
         """The config key a setting came from."""
-        return f"defaults.{key}" if key in self.from_defaults else f"{self.where}.{key}"
+        return KeyPaths(self.where, self.from_defaults).loc(key)
 
     def cells(self) -> Iterator[Cell]:
+        paths = KeyPaths(self.where, self.from_defaults)  # one for the grid's cells
         for settings in _expand(self.cell):
             for workload in _expand(self.workload):
                 for seed in self.seeds:
-                    yield Cell(self.name, settings, {**workload, "seed": seed})
+                    yield Cell(self.name, settings, {**workload, "seed": seed}, paths)
 
 
 def _grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[_Grid]:

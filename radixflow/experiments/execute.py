@@ -77,7 +77,8 @@ def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
         return run_cell(p.cell, variants)
     except ProblemError as e:  # the cells before it are cached: a re-run starts here
         seed = p.cell.workload["seed"]
-        return f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {seed}, key {p.key}): {e.problem}"
+        where = f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {seed}, key {p.key})"
+        return f"{where}: {e.problem.render(p.cell.loc)}"  # a setting by its key path, as the checks name it
 
 
 def _result(p: Pending, result: CellResult | str) -> tuple[Pending, CellResult]:

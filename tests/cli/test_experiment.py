@@ -427,6 +427,25 @@ def test_a_cell_that_fails_as_it_runs_is_one_line_naming_the_cell_and_its_key(tm
     assert "--trace-out" not in line
 
 
+@pytest.mark.parametrize("where", ["defaults", "grid"])
+def test_a_runner_build_refusal_names_the_config_key_it_came_from(tmp_path, capsys, where):
+    # it said "kernels: ... not cpu in torch.bfloat16": no key path, and a torch repr for the dtype
+    pytest.importorskip("torch")
+    torch_cell = CONFIG.replace(
+        'model = "qwen3_5-2b"', 'runner = "torch"\nmodel = "lfm2-tiny"\ndtype = "bfloat16"'
+    )
+    text = torch_cell.replace("token_budget = 256", 'token_budget = 256\nkernels = "native"')
+    if where == "grid":
+        text = torch_cell + '[[grid]]\nname = "a"\nkernels = "native"\n[[grid]]\nname = "b"\n'
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    key = "defaults.kernels" if where == "defaults" else "grid[0].kernels"
+    assert code == 2 and f"{key}: native kernels run on a CPU in float32, not cpu in bfloat16" in line, line
+    assert "--kernels" not in line and "torch." not in line
+
+
 def test_a_configs_device_that_device_flag_replaces_is_a_warning(tmp_path, capsys):
     pytest.importorskip("torch")
     config = tmp_path / "c.toml"

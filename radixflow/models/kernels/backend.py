@@ -347,7 +347,8 @@ def resolve_kernels(
     fits = torch.device(device).type == "cpu" and dtype == torch.float32
     if not fits:
         if name == "native":
-            raise KernelsError(f"native kernels run on a CPU in float32, not {device} in {dtype}")
+            named = str(dtype).removeprefix("torch.")  # as users write it: bfloat16
+            raise KernelsError(f"native kernels run on a CPU in float32, not {device} in {named}")
         return TORCH_KERNELS
     built = native_library(cache_dir, compiler if compiler is not None else find_compiler())
     if built.library is not None:

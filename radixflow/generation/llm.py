@@ -53,6 +53,8 @@ class LLM:
     ``model`` is a zoo name or a checkpoint directory; ``options`` are `EngineOptions` fields
     (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ``seed``, ...), checked
     as every other door checks them: a bad one raises `ProblemError` (a ValueError) naming it.
+    ``torch_threads`` sets torch's one intra-op pool for the whole process, and is not restored:
+    an LLM has no close (it holds its engine while it lives).
     """
 
     def __init__(self, model: str, **options: Any) -> None:

@@ -262,11 +262,13 @@ class Adaptive:
         assert self._ctx is not None and self._times is not None
         rate = self._arrivals.rate()
         served = sum(u.requests for u in units)
-        if rate <= 0.0 or self._ctx.predict is None or served == 0:
+        if rate <= 0.0 or not self._times.in_seconds or served == 0:
             return 0.0  # without a predictor round times are not in seconds
         budget = self._ctx.config.token_budget
         full, part = divmod(sum(u.tokens for u in units), budget)
         horizon = full * self._times.seconds(budget) + self._times.seconds(part)
+        if not self._times.in_seconds:  # the predictor answered these no usable time
+            return 0.0
         per_request = horizon / served
         load = rate * per_request
         busy = float("inf") if load >= 1.0 else per_request * max(queued, served) / (1.0 - load)
@@ -275,9 +277,10 @@ class Adaptive:
     def _past_fcfs(self, request: Request) -> bool:
         """Holding the request back another round would pass its FCFS bound: in seconds where
         the runner predicts them (`_allowance`), else in rounds."""
-        assert self._fcfs is not None and self._ctx is not None
-        if self._ctx.predict is not None:
-            return self._allowance(request) <= 0.0
+        assert self._fcfs is not None and self._times is not None
+        allowance = self._allowance(request)
+        if self._times.in_seconds:
+            return allowance <= 0.0
         due = self._fcfs.due(request.id)
         return due is not None and self._round >= due
 
@@ -286,9 +289,11 @@ class Adaptive:
         arrival (inf without a predictor: the bound is then kept in rounds by `_past_fcfs`)."""
         assert self._fcfs is not None and self._ctx is not None and self._times is not None
         bound = self._fcfs.bound(request.id)
-        if self._ctx.predict is None or bound is None:
+        if not self._times.in_seconds or bound is None:
             return float("inf")
         full = self._times.seconds(self._ctx.config.token_budget)
+        if not self._times.in_seconds:  # the predictor answered it no usable time
+            return float("inf")
         return request.arrival_s + bound * full - self._arrivals.now
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:

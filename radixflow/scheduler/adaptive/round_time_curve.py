@@ -7,12 +7,15 @@ predictor that learns from the rounds it sees (the torch runner's) carries a ``r
 changes when it does; the probes are then asked again.
 Without a predictor (a real runner that models nothing) a round costs a fixed part worth
 ``FALLBACK_FIXED_SHARE`` of a full token budget plus its tokens, in arbitrary units: only
-ratios of round times are ever compared.
+ratios of round times are ever compared. A predictor answering no usable time (NaN, infinite,
+negative, or beyond ``MAX_ROUND_S``, where the costs built from it overflow) is treated as none
+from then on, until its ``revision`` says it was refitted.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -23,6 +26,11 @@ from radixflow.scheduler.scan import RoundPredictor
 FALLBACK_FIXED_SHARE = 0.125  # the fixed cost of a worker call without a predictor, in budgets
 GRID_RATIO = 1.25  # between neighbouring probed sizes: interpolation error stays a few percent
 DECODE_CONTEXT = 1024  # context a probed decode step reads
+MAX_ROUND_S = 1e12  # a longer predicted round is no time (costs summed from it would overflow)
+
+
+class _NoTime(Exception):
+    """The predictor answered a probe with no usable time."""
 
 
 def _grid(low: int, high: int) -> list[int]:
@@ -39,7 +47,8 @@ class RoundTimes:
     def __init__(
         self, predict: RoundPredictor | None, config: SchedulerConfig
     ) -> None:
-        self._predict = predict
+        self._given = predict
+        self._predict = predict  # None once it answered no usable time, until it is refitted
         self._budget = config.token_budget
         self._prefill_sizes = _grid(1, config.token_budget)
         self._decode_sizes = _grid(1, config.max_requests)
@@ -50,6 +59,14 @@ class RoundTimes:
         self._block = config.block_size
         self._revision = getattr(predict, "revision", None)
 
+    @property
+    def in_seconds(self) -> bool:
+        """Whether round times are the predictor's seconds (False: no predictor, or one that
+        answered no usable time since its last refit; the units are then arbitrary). Mutates
+        only the probe cache."""
+        self._follow_predictor()
+        return self._predict is not None
+
     def seconds(self, prefill_tokens: int, decode_steps: int = 0, chunks: int = 1) -> float:
         """A round computing ``prefill_tokens`` prompt positions in ``chunks`` chunks and
         ``decode_steps`` single-position steps. The chunk count matters: a predictor's kernels
@@ -59,6 +76,13 @@ class RoundTimes:
         if prefill_tokens <= 0 and decode_steps <= 0:
             return 0.0
         self._follow_predictor()
+        try:
+            return self._seconds(prefill_tokens, decode_steps, chunks)
+        except _NoTime:
+            self._drop_predictor()
+            return self._seconds(prefill_tokens, decode_steps, chunks)
+
+    def _seconds(self, prefill_tokens: int, decode_steps: int, chunks: int) -> float:
         if prefill_tokens <= 0:
             return self._at(self._decode_sizes, self._decode, decode_steps, self._probe_decode)
         tokens = prefill_tokens + decode_steps
@@ -72,14 +96,23 @@ class RoundTimes:
         return known
 
     def _follow_predictor(self) -> None:
-        """Forget the probes when the predictor has been refitted since they were asked."""
-        revision = getattr(self._predict, "revision", None)
+        """Forget the probes when the predictor has been refitted since they were asked (and ask
+        one that answered no usable time again)."""
+        revision = getattr(self._given, "revision", None)
         if revision != self._revision:
-            self._revision = revision
-            self._prefill.clear()
-            self._decode.clear()
-            self._seen.clear()
-            self._wave = None
+            self._revision, self._predict = revision, self._given
+            self._forget()
+
+    def _drop_predictor(self) -> None:
+        """Price rounds as without a predictor until it is refitted: it answered no usable time."""
+        self._predict = None
+        self._forget()
+
+    def _forget(self) -> None:
+        self._prefill.clear()
+        self._decode.clear()
+        self._seen.clear()
+        self._wave = None
 
     def draft_seconds(self, chunks: Sequence[ScheduledChunk], extra_tokens: int = 0) -> float:
         """The round ``chunks`` plus ``extra_tokens`` more prompt tokens in a new chunk."""
@@ -99,7 +132,11 @@ class RoundTimes:
         and a one-block follower, with and without that dependency. Mutates only the cache."""
         self._follow_predictor()
         if self._wave is None:
-            self._wave = 0.0 if self._predict is None else max(self._probe_wave(), 0.0)
+            try:
+                self._wave = 0.0 if self._predict is None else max(self._probe_wave(), 0.0)
+            except _NoTime:
+                self._drop_predictor()
+                self._wave = 0.0
         return self._wave
 
     def _probe_wave(self) -> float:
@@ -110,7 +147,15 @@ class RoundTimes:
         producer = ScheduledChunk("probe", "probe", seq[:lead], 0, lead, (), None, saves, True)
         follower = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), 0, (), True)
         alone = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), None, (), True)
-        return self._predict([producer, follower]) - self._predict([producer, alone])
+        return self._ask([producer, follower]) - self._ask([producer, alone])
+
+    def _ask(self, chunks: list[ScheduledChunk]) -> float:
+        """The predictor's seconds for a probe round; `_NoTime` for an answer that is none."""
+        assert self._predict is not None
+        seconds = self._predict(chunks)
+        if not (math.isfinite(seconds) and 0.0 <= seconds <= MAX_ROUND_S):
+            raise _NoTime
+        return seconds
 
     def fixed(self) -> float:
         """A prefill round's fixed part: its time extrapolated to no tokens from a half and a full
@@ -146,7 +191,7 @@ class RoundTimes:
             ScheduledChunk(f"probe{i}", "probe", tuple(range(size)), 0, size, (), None, (), True)
             for i, size in enumerate(sizes)
         ]
-        return self._predict(probes)
+        return self._ask(probes)
 
     def _probe_decode(self, steps: int) -> float:
         if self._predict is None:
@@ -156,4 +201,4 @@ class RoundTimes:
             ScheduledChunk(f"probe{i}", "probe", seq, DECODE_CONTEXT, DECODE_CONTEXT + 1, (), None, (), True)
             for i in range(steps)
         ]
-        return self._predict(chunks)
+        return self._ask(chunks)

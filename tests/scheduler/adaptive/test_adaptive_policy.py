@@ -493,3 +493,26 @@ def test_shuffled_candidates_at_once_on_the_cpu_profile_run_whole_contexts_per_r
     assert [r.tokens for r in adaptive.rounds] == [1536, 1536]
     assert mean_latency(adaptive) < 0.9 * mean_latency(engines["native"])
     assert outputs(adaptive) == outputs(engines["native"])
+
+
+class Predicting(SimRunner):
+    """The hybrid sim runner with a round predictor of the test's choosing (None: none)."""
+
+    def __init__(self, predict: object) -> None:
+        super().__init__(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+        self._predict = predict
+
+    @property
+    def round_predictor(self):  # type: ignore[override]
+        return self._predict
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300])
+def test_a_predictor_answering_no_time_schedules_as_no_predictor(bad):
+    # every cost was NaN or inf: the cut took one unit per round (20 rounds for these 20 prompts)
+    spec = WorkloadSpec(groups=0, candidates=0, independent=20, context_len=64, candidate_len=16)
+    requests = build_workload(spec).requests
+    broken = run("adaptive", requests, Predicting(lambda chunks: bad * (1 + len(chunks))))
+    plain = run("adaptive", requests, Predicting(None))
+    assert [r.tokens for r in broken.rounds] == [r.tokens for r in plain.rounds]
+    assert len(plain.rounds) < len(requests) and outputs(broken) == outputs(plain)

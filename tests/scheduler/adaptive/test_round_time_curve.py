@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from radixflow.scheduler import SchedulerConfig
 from radixflow.scheduler.adaptive.round_time_curve import FALLBACK_FIXED_SHARE, RoundTimes
 from radixflow.scheduler.output import ScheduledChunk
@@ -81,3 +83,30 @@ def test_a_round_is_probed_in_as_many_chunks_as_it_runs():
     assert abs(times.seconds(1000) - (1.0 + 1.0)) < 1e-9
     assert abs(times.seconds(1000, chunks=8) - (1.0 + 8 * 125**2 * 1e-6)) < 1e-9
     assert abs(times.seconds(1000, chunks=6) - (1.0 + 4 * 250**2 * 1e-6)) < 1e-9
+
+
+class Failing(Learning):
+    """Sane for small rounds; ``bad`` for rounds over 400 tokens until refitted (``bad`` None)."""
+
+    def __init__(self, bad: float) -> None:
+        super().__init__()
+        self.bad: float | None = bad
+
+    def __call__(self, chunks: list[ScheduledChunk]) -> float:
+        big = sum(c.end - c.start for c in chunks) > 400
+        return self.bad if big and self.bad is not None else super().__call__(chunks)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 1e300])
+def test_a_predictor_answering_no_time_is_read_as_no_predictor_until_it_is_refitted(bad):
+    # every cost came out NaN or inf, and the adaptive cut fell back to one unit per round
+    predict = Failing(bad)
+    times, plain = RoundTimes(predict, CFG), RoundTimes(None, CFG)
+    assert times.seconds(100) == 2.0  # sane so far: the predictor's
+    assert times.seconds(500) == plain.seconds(500)  # a bad answer: no predictor from then on
+    assert times.seconds(100) == plain.seconds(100) and times.second_wave() == 0.0
+    assert times.fixed() == plain.fixed() and times.per_token() == plain.per_token()
+    assert times.seconds(500, decode_steps=3) == plain.seconds(500, decode_steps=3)
+    assert times.seconds(0, decode_steps=5) == plain.seconds(0, decode_steps=5)
+    predict.bad, predict.revision = None, 1  # refitted: asked again
+    assert times.seconds(500) == 6.0

@@ -34,6 +34,11 @@ APP = "radixflow"
 DEPLOYMENT = "radixflow-engine"
 ROUTER_CLASS = "radixflow.cluster.ray_router:FleetRequestRouter"
 STATS_PERIOD_S = 0.25  # how often Serve asks each replica for its queue and checkpoint digest
+# Serve replaces a replica after three failed health checks in a row: a replica whose engine loop
+# died is out within about 3 s (Serve's default period, 10 s, left it in rotation for 30 s; the
+# routers pass over it as soon as its stats say it is dead)
+HEALTH_CHECK_PERIOD_S = 1.0
+HEALTH_CHECK_TIMEOUT_S = 5.0  # check_health only reads a flag: a replica this slow to answer is stuck
 
 
 class RayStartError(RuntimeError):
@@ -97,6 +102,8 @@ def deploy(options: EngineOptions, spec: FleetSpec, config: ServerConfig) -> Any
         max_ongoing_requests=config.max_pending,
         ray_actor_options={"num_cpus": spec.cpus_per_replica},
         request_router_config=routing,
+        health_check_period_s=HEALTH_CHECK_PERIOD_S,
+        health_check_timeout_s=HEALTH_CHECK_TIMEOUT_S,
         graceful_shutdown_timeout_s=config.drain_s + 5,
         graceful_shutdown_wait_loop_s=0.5,
     )

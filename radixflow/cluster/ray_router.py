@@ -31,7 +31,8 @@ class FleetRequestRouter(RequestRouter):
         digest = CheckpointDigest(
             int(stats.get("block_size", DEFAULT_BLOCK_SIZE)), frozenset(stats.get("checkpoints", ()))
         )
-        return ReplicaState(replica.replica_id.unique_id, queue, digest)
+        alive = bool(stats.get("alive", True))  # not reported yet: starting, so alive
+        return ReplicaState(replica.replica_id.unique_id, queue, digest, alive)
 
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
@@ -42,8 +43,13 @@ class FleetRequestRouter(RequestRouter):
         states = [self._state(r) for r in candidate_replicas]
         decision = self._router.choose(RouteRequest(job.namespace, tuple(job.prompt)), states)
         chosen = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica]
-        rest = [r for r in candidate_replicas if r.replica_id.unique_id != decision.replica]
-        return [chosen, rest] if rest else [chosen]  # the rest: only if Serve finds it full
+        alive = {s.name for s in states if s.alive}
+        rest = [
+            r
+            for r in candidate_replicas
+            if r.replica_id.unique_id != decision.replica and r.replica_id.unique_id in alive
+        ]
+        return [chosen, rest] if rest else [chosen]  # the live rest: only if Serve finds it full
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

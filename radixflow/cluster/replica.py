@@ -26,6 +26,7 @@ from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.cluster")
 ROUND_HISTORY = 256
+DEAD_BLOCK_SIZE = 16  # of the empty digest a dead replica reports
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,20 @@ class EngineReplica:
             raise RuntimeError(self.loop.failure or "the engine loop stopped")
 
     async def record_routing_stats(self) -> dict[str, Any]:
-        """Serve polls this: the queue and the READY-checkpoint digest (plain lists, picklable)."""
-        self.check_health()  # a dead loop answers no call: fail now, not after the timeout
+        """Serve polls this: whether the engine loop runs, the queue and the READY-checkpoint
+        digest (plain lists, picklable). A dead loop is reported, not raised: Serve keeps the last
+        report of a failed poll, and routers must learn the replica is dead before it is replaced."""
+        if not self.loop.alive:  # a dead loop answers no call: report now, not after the timeout
+            return {"alive": False, "queue": 0, "block_size": DEAD_BLOCK_SIZE, "checkpoints": []}
         queue, digest = await asyncio.to_thread(
             self.loop.call, lambda e: (e.queue_length(), e.routing_digest()), 10.0
         )
-        return {"queue": queue, "block_size": digest.block_size, "checkpoints": sorted(digest.hashes)}
+        return {
+            "alive": True,
+            "queue": queue,
+            "block_size": digest.block_size,
+            "checkpoints": sorted(digest.hashes),
+        }
 
     def stats(self) -> dict[str, Any]:
         """This replica's figures: requests routed here, prompt and reused tokens, rounds."""

@@ -41,7 +41,8 @@ class Router(Protocol):
     uses_digests: bool  # reads ReplicaState.digest (callers may skip computing it otherwise)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
-        """The replica for ``request`` (``replicas`` non-empty). Mutates only the router's own
+        """The replica for ``request`` (``replicas`` non-empty; one reported dead is picked only
+        when all are). Mutates only the router's own
         memory (what it sent where) and random state."""
         ...
 
@@ -67,6 +68,13 @@ def prompt_chain(request: RouteRequest, block_size: int) -> list[int]:
     )
 
 
+def in_service(replicas: Sequence[ReplicaState]) -> list[ReplicaState]:
+    """The replicas whose engine loop runs; all of them when none does (each answers a 503 naming
+    its failure: an answer, not a hang). A dead replica answers at once, so its queue looks the
+    shortest: picking it would pour traffic into errors until it is replaced. Pure."""
+    return [r for r in replicas if r.alive] or list(replicas)
+
+
 def least_loaded(replicas: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
     low = min(r.queue for r in replicas)
     return rng.choice([r for r in replicas if r.queue == low])
@@ -80,7 +88,8 @@ class PowerOfTwo:
         self.rng = random.Random(config.seed)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
-        pair = self.rng.sample(list(replicas), min(2, len(replicas)))
+        live = in_service(replicas)
+        pair = self.rng.sample(live, min(2, len(live)))
         return Decision(least_loaded(pair, self.rng).name, LOAD)
 
     def forget(self, replica: str) -> None:
@@ -101,7 +110,7 @@ class PrefixAffinity:
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         chain = prompt_chain(request, self.config.block_size)
-        decision = self._decide(request, replicas, chain)
+        decision = self._decide(request, in_service(replicas), chain)
         self.memory.record(chain, decision.replica)
         return decision
 
@@ -133,6 +142,7 @@ class CheckpointAffinity:
         self.memory = PrefixMemory(config.memory)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        replicas = in_service(replicas)
         # each digest is read at its own block size (one not reported yet has the default), the
         # router's memory at its own
         sizes = {r.digest.block_size for r in replicas} | {self.config.block_size}

@@ -19,6 +19,7 @@ class ReplicaState:
     name: str
     queue: int  # requests accepted and not answered
     digest: CheckpointDigest = field(default_factory=lambda: CheckpointDigest(16, frozenset()))
+    alive: bool = True  # False: its last report says its engine loop died (it answers only 503s)
 
 
 @dataclass(frozen=True)

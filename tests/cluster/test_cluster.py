@@ -187,3 +187,29 @@ def test_a_prompt_not_streamed_still_has_its_time_to_first_token_counted():
     assert ttft("radixflow_time_to_first_token_seconds_sum") == 0.0  # its answer came decode_s after it
     asyncio.run(serve(loop))  # streamed: counted at its first delta, once
     assert ttft("radixflow_time_to_first_token_seconds_count") == 2
+
+
+def test_the_deployment_checks_replica_health_often(monkeypatch):
+    # Serve's default (every 10 s, three failures in a row) left a replica whose engine died in
+    # rotation for half a minute; now it is checked every HEALTH_CHECK_PERIOD_S
+    serve = pytest.importorskip("ray.serve")
+    from radixflow.cluster import launch
+    from radixflow.options import EngineOptions
+    from radixflow.server.state import ServerConfig
+
+    seen: dict = {}
+
+    class Deployment:
+        def bind(self, *args):
+            return args
+
+    def deployment(cls, **kwargs):
+        seen.update(kwargs)
+        return Deployment()
+
+    monkeypatch.setattr(serve, "deployment", deployment)
+    monkeypatch.setattr(serve, "run", lambda app, **_: app)
+    spec = launch.FleetSpec(2, "pow2")
+    launch.deploy(EngineOptions.from_mapping({"model": "qwen3_5-tiny"}), spec, ServerConfig())
+    assert seen["health_check_period_s"] == launch.HEALTH_CHECK_PERIOD_S <= 2.0
+    assert seen["health_check_timeout_s"] == launch.HEALTH_CHECK_TIMEOUT_S

@@ -154,3 +154,21 @@ def test_a_context_sharing_only_a_preamble_is_placed_where_it_is_light():
     # a sibling still follows its context (its match is most of the prompt)
     sibling = route(router, [replica(k, 0) for k in queues], preamble + (1000,) * 55 + (7,))
     assert sibling.reason == AFFINITY and sibling.depth == 56
+
+
+@pytest.mark.parametrize("name", ["pow2", "prefix", "checkpoint"])
+def test_a_replica_whose_loop_died_is_never_picked(name):
+    # a dead replica answers every job at once with a 503, so its queue reads 0 and it holds the
+    # deepest checkpoint: it looked the best choice and absorbed the traffic until Serve replaced it
+    router = make_router(name, RouterConfig(block_size=BS))
+    dead = ReplicaState("dead", 0, digest_at(PROMPT, 8), alive=False)
+    for i in range(50):
+        d = route(router, [dead, replica("b", 5), replica("c", 6)], PROMPT + (i,))
+        assert d.replica != "dead"
+
+
+def test_when_every_replica_is_dead_one_still_answers():
+    # its answer is the 503 naming the failure, not a hang
+    router = make_router("checkpoint", RouterConfig(block_size=BS))
+    d = route(router, [ReplicaState("x", 0, alive=False), ReplicaState("y", 1, alive=False)])
+    assert d.replica in {"x", "y"}

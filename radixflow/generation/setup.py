@@ -11,7 +11,7 @@ from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.models.registry import UnknownModelError
 from radixflow.models.zoo import ensure_model, model_names
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
-from radixflow.options.runners import device_problem, name_problem, runner_name
+from radixflow.options.runners import device_problem, name_problem, runner_name, torch_settings_problem
 from radixflow.problems import Problem, ProblemError
 
 
@@ -41,8 +41,9 @@ def no_weights(label: str) -> Problem:
 
 def weights_problem(options: EngineOptions, local: bool = True) -> Problem | None:
     """What `load_model` would refuse that shows without building or reading a model (bad options,
-    a model the runner has not, a directory without config.json, the sim runner; ``local``: a
-    device this machine lacks): a fleet's ingress checks this before its replicas load the model."""
+    a model the runner has not, a directory without config.json, the sim runner, the torch runner's
+    refusals of its dtype, matmul plan and kernels; ``local``: a device this machine lacks): a
+    fleet's ingress checks this before its replicas load the model."""
     problem = options.validate() or name_problem(options)
     if problem is None and runner_name(options) == "sim":
         return no_weights(str(options.model))
@@ -50,7 +51,7 @@ def weights_problem(options: EngineOptions, local: bool = True) -> Problem | Non
         problem = _directory_problem(str(options.model))
     if problem is None and local:
         problem = device_problem(options.device)
-    return problem
+    return problem or torch_settings_problem(options, local)
 
 
 def _directory_problem(path: str) -> Problem | None:

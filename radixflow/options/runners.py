@@ -251,6 +251,28 @@ def _check_matmul(spec: str) -> None:
         raise ProblemError(plan)
 
 
+def torch_settings_problem(options: EngineOptions, local: bool = True) -> Problem | None:
+    """What the torch runner refuses of ``dtype``, ``matmul`` and ``kernels`` on the device, in its
+    own words, without building or reading the model (None: nothing, or not the torch runner).
+    ``local``: the device is this machine's (checked already); else the refusals that hold on
+    any machine (``auto`` on a GPU is that GPU's dtype: left to the replica)."""
+    if runner_name(options) != "torch":
+        return None
+    try:
+        import torch
+
+        from radixflow.runners.torch_runner import settings_problem
+    except ImportError:  # an ingress without torch, its replicas elsewhere: they say it
+        return None
+    if not local and options.dtype == "auto" and torch.device(options.device).type != "cpu":
+        return None
+    try:
+        dtype = _dtype(options.dtype, options.device)
+    except ProblemError as e:
+        return e.problem
+    return settings_problem(options.matmul, options.kernels, options.device, dtype, local)
+
+
 def _dtype(name: str, device: str) -> Any:
     """The runner's torch dtype for option ``dtype`` on ``device``; a refused pair is a `Problem`."""
     from radixflow.models.device import DeviceError, resolve_dtype

@@ -14,7 +14,7 @@ from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
 from radixflow.models.io.loader import load_model
-from radixflow.models.kernels.backend import Kernels, KernelsError, resolve_kernels
+from radixflow.models.kernels.backend import Kernels, KernelsError, kernels_refusal, resolve_kernels
 from radixflow.models.layers import Config, use_kernels
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import (
@@ -91,14 +91,11 @@ class TorchRunner:
         advances the engine by (`radixflow.engine.clocks`; the wall time is measured beside).
         ``kernels``: what runs the decode steps that are not GEMMs (`models.kernels.backend`:
         auto, native or torch); one that cannot run here raises `ProblemError` on ``kernels``."""
+        problem = settings_problem(matmul, kernels, device, dtype)
+        if problem is not None:
+            raise ProblemError(problem)
         given = parse_plan(matmul)
-        if isinstance(given, Problem):
-            raise ProblemError(given)
-        if given is not None and (missing := unusable(given)):
-            raise ProblemError(Problem("matmul", f"{', '.join(missing)} cannot run on this machine"))
-        if given is not None and not _routes_matmuls(device, dtype):  # else torch's own GEMM runs, silently
-            where = f"not {device} in {str(dtype).removeprefix('torch.')}: leave it auto"
-            raise ProblemError(Problem("matmul", f"plans route CPU float32 matmuls only, {where}"))
+        assert not isinstance(given, Problem)  # refused above
         self.kernels = _kernels(kernels, device, dtype)  # before the model: a refusal costs nothing
         self.net = load_model(path, device=device, dtype=dtype)
         use_kernels(self.net, self.kernels)  # the norms; the decode steps take them from each batch
@@ -231,6 +228,25 @@ class TorchRunner:
         spec = SeqSpec(0, len(tokens), list(range(nblocks)))
         fb = ForwardBatch.build([(list(tokens), spec)], kv, state, self.device)
         return self._forward(fb, [True])[0]
+
+
+def settings_problem(
+    matmul: str, kernels: str, device: str, dtype: torch.dtype, local: bool = True
+) -> Problem | None:
+    """What the runner refuses of option ``matmul`` and ``kernels`` on ``device`` in ``dtype``
+    before it reads the model (None: nothing; building the native library may still fail).
+    ``local``: the runner runs on this machine, so a plan's backends must run here. A fleet's
+    ingress asks this before any replica loads."""
+    given = parse_plan(matmul)
+    if isinstance(given, Problem):
+        return given
+    if given is not None and local and (missing := unusable(given)):
+        return Problem("matmul", f"{', '.join(missing)} cannot run on this machine")
+    if given is not None and not _routes_matmuls(device, dtype):  # else torch's own GEMM runs, silently
+        where = f"not {device} in {str(dtype).removeprefix('torch.')}: leave it auto"
+        return Problem("matmul", f"plans route CPU float32 matmuls only, {where}")
+    refused = kernels_refusal(kernels, device, dtype)
+    return None if refused is None else Problem("kernels", refused)
 
 
 def _routes_matmuls(device: str, dtype: torch.dtype) -> bool:

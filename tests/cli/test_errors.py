@@ -373,6 +373,16 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
         (["qwen3_5-2b", "--runner", "sim"], "model: 'qwen3_5-2b' on the sim runner has no weights"),
         (["{empty}"], "model: unknown model '{empty}': not a zoo name and not a directory with config.json"),
         (["qwen3_5-tiny", "--device", "bogus"], "--device: unknown device 'bogus'"),
+        # the runner's own refusals of its dtype, matmul plan and kernels, as one engine says them
+        (["qwen3_5-tiny", "--dtype", "float16"], "--dtype: float16 runs on cuda only, not on cpu"),
+        (
+            ["qwen3_5-tiny", "--matmul", "mkl", "--dtype", "bfloat16"],
+            "--matmul: plans route CPU float32 matmuls only, not cpu in bfloat16",
+        ),
+        (
+            ["qwen3_5-tiny", "--kernels", "native", "--dtype", "bfloat16"],
+            "--kernels: native kernels run on a CPU in float32, not cpu in bfloat16",
+        ),
     ],
 )
 def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(

@@ -333,6 +333,22 @@ def native_library(cache_dir: Path, compiler: str | None) -> Built:
     return build(cache_dir, compiler)
 
 
+def native_fits(device: str, dtype: torch.dtype) -> bool:
+    """Whether the native kernels can run on ``device`` in ``dtype`` (a CPU in float32). Pure."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+def kernels_refusal(name: str, device: str, dtype: torch.dtype) -> str | None:
+    """Why option ``kernels`` = ``name`` cannot run on ``device`` in ``dtype``, short of building
+    the native library (None: it may). Pure: a fleet's ingress checks it before any replica."""
+    if name not in CHOICES:
+        return f"unknown kernels {name!r} (known: {', '.join(CHOICES)})"
+    if name == "native" and not native_fits(device, dtype):
+        named = str(dtype).removeprefix("torch.")  # as users write it: bfloat16
+        return f"native kernels run on a CPU in float32, not {device} in {named}"
+    return None
+
+
 def resolve_kernels(
     name: str, device: str, dtype: torch.dtype, cache_dir: Path, compiler: str | None = None
 ) -> Kernels:
@@ -340,15 +356,10 @@ def resolve_kernels(
     CPU in float32 when the library builds (else torch, with one log line saying why), torch
     elsewhere; ``native`` raises `KernelsError` where it cannot run. ``compiler``: a path (None:
     the system's, `find_compiler`)."""
-    if name not in CHOICES:
-        raise KernelsError(f"unknown kernels {name!r} (known: {', '.join(CHOICES)})")
-    if name == "torch":
-        return TORCH_KERNELS
-    fits = torch.device(device).type == "cpu" and dtype == torch.float32
-    if not fits:
-        if name == "native":
-            named = str(dtype).removeprefix("torch.")  # as users write it: bfloat16
-            raise KernelsError(f"native kernels run on a CPU in float32, not {device} in {named}")
+    refused = kernels_refusal(name, device, dtype)
+    if refused is not None:
+        raise KernelsError(refused)
+    if name == "torch" or not native_fits(device, dtype):
         return TORCH_KERNELS
     built = native_library(cache_dir, compiler if compiler is not None else find_compiler())
     if built.library is not None:

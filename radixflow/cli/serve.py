@@ -148,7 +148,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     listen, config = server_settings(args)
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
-    warn_ineffective_options(args, options)
+    warn_ineffective_options(args, options, local=args.ray_address is None)
     spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
     port = bound_port(sock)

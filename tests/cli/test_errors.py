@@ -383,6 +383,21 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
             ["qwen3_5-tiny", "--kernels", "native", "--dtype", "bfloat16"],
             "--kernels: native kernels run on a CPU in float32, not cpu in bfloat16",
         ),
+        # a cluster's device is not this machine's, but a plan for a GPU is refused whatever it is
+        (
+            [
+                "qwen3_5-tiny",
+                "--ray-address",
+                "auto",
+                "--device",
+                "cuda",
+                "--dtype",
+                "bfloat16",
+                "--matmul",
+                "mkl",
+            ],
+            "--matmul: plans route CPU float32 matmuls only, not cuda in bfloat16",
+        ),
     ],
 )
 def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(
@@ -401,6 +416,25 @@ def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(
     argv, needle = [a.format(empty=tmp_path) for a in argv], needle.format(empty=tmp_path)  # an empty dir
     err = one_line_error(capsys, ["serve", *argv, "--replicas", "2", "--port", "0"])
     assert err.startswith(f"radixflow: error: {needle}")
+
+
+def test_a_cluster_device_this_machine_lacks_is_not_refused_here(monkeypatch, capsys):
+    # `--ray-address` runs the replicas on the cluster's machines: a GPU there is usable even
+    # where this ingress has none, yet the flag check refused `--device cuda` as this machine's
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import radixflow.cluster.launch as launch
+
+    class Started(Exception):
+        pass
+
+    def ray_serve(spec):
+        raise Started
+
+    monkeypatch.setattr(launch, "ray_serve", ray_serve)
+    argv = ["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0", "--ray-address", "auto"]
+    with pytest.raises(Started):
+        main([*argv, "--device", "cuda"])
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no file can be made")

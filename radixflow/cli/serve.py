@@ -143,6 +143,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         raise ProblemError(problem)
     if options.cache_memory is not None and args.ray_address is None:  # the model is built here then
         plan_engine(options).scheduler_config()  # the budget against the model's entry sizes
+    from radixflow.cluster.fleet_metrics import FleetFigures
     from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve
 
     listen, config = server_settings(args)
@@ -154,8 +155,9 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     port = bound_port(sock)
     try:
         with ray_serve(spec):
-            handle = deploy(options, spec, config)
-            server = fleet_server(handle, config, listen.host, port, listen.log_level)
+            figures = FleetFigures()  # the replicas' engine figures, for the ingress's /metrics
+            handle = deploy(options, spec, config, figures)
+            server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
             print(
                 f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
                 f"({spec.replicas} replicas on Ray Serve, router {spec.router}, "

@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from radixflow.cluster.fleet_metrics import FleetFigures, publish
 from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.cluster.replica import EngineReplica, ReplicaInfo
 from radixflow.cluster.wire import Job, WireEvent
@@ -26,6 +27,7 @@ from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
+from radixflow.server.metrics import ServerMetrics
 from radixflow.server.serve import Server, serve_state
 from radixflow.server.state import Backend, ServerConfig, ServerState
 
@@ -84,14 +86,19 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
             ray.shutdown()
 
 
-def deploy(options: EngineOptions, spec: FleetSpec, config: ServerConfig) -> Any:
-    """Start the replicas; returns Serve's handle to them (routed by ``spec.router``)."""
+def deploy(
+    options: EngineOptions, spec: FleetSpec, config: ServerConfig, figures: FleetFigures | None = None
+) -> Any:
+    """Start the replicas; returns Serve's handle to them (routed by ``spec.router``).
+    ``figures``: where the router puts the engine figures the replicas report (the ingress's
+    `/metrics`)."""
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
+    kwargs = {"router": spec.router} | ({} if figures is None else {"figures": publish(figures)})
     routing = RequestRouterConfig(
         request_router_class=ROUTER_CLASS,
-        request_router_kwargs={"router": spec.router},
+        request_router_kwargs=kwargs,
         request_routing_stats_period_s=STATS_PERIOD_S,
         request_routing_stats_timeout_s=10.0,
     )
@@ -120,7 +127,11 @@ def ingress_problem(info: ReplicaInfo) -> Any:
     return problem
 
 
-def fleet_server(handle: Any, config: ServerConfig, host: str, port: int, log_level: str) -> Server:
+def fleet_server(
+    handle: Any, config: ServerConfig, host: str, port: int, log_level: str, figures: FleetFigures
+) -> Server:
+    """The ingress over ``handle``'s replicas; its `/metrics` takes the engine series from
+    ``figures`` (given to `deploy`)."""
     info: ReplicaInfo = handle.describe.remote().result()
     path = Path(info.path)
     tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
@@ -131,7 +142,8 @@ def fleet_server(handle: Any, config: ServerConfig, host: str, port: int, log_le
 
     loops: list[RemoteLoop] = []
 
-    def make_loop(metrics: Any) -> RemoteLoop:
+    def make_loop(metrics: ServerMetrics) -> RemoteLoop:
+        metrics.engine_from(figures)  # no engine here: the replicas' figures
         loops.append(RemoteLoop(open_stream, tokenizer, metrics, config.max_pending))
         return loops[-1]
 

@@ -3,25 +3,43 @@ for each job; it asks the very router class the fleet simulation uses.
 
 A replica's queue is Serve's own count of requests in flight there (its queue-length cache,
 updated on every send), else what the replica last reported; its digest is what
-`EngineReplica.record_routing_stats` last reported.
+`EngineReplica.record_routing_stats` last reported; so are the engine figures it hands the
+ingress's `/metrics` (`fleet_metrics.FleetFigures`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from radixflow.cache.digest import CheckpointDigest
+from radixflow.cluster.fleet_metrics import Report, published
 from radixflow.fleet import ReplicaState, RouterConfig, RouteRequest, make_router
 
 DEFAULT_BLOCK_SIZE = 16  # before a replica has reported (its digest is empty then anyway)
 
 
+def engine_reports(replicas: Iterable[RunningReplica]) -> dict[str, Report | None]:
+    """Each replica's last reported engine figures (None: none yet), by its id. Pure."""
+    return {r.replica_id.unique_id: (r.routing_stats or {}).get("engine") for r in replicas}
+
+
 class FleetRequestRouter(RequestRouter):
-    def initialize_state(self, router: str = "checkpoint", seed: int = 0, **_: Any) -> None:
-        """Serve passes ``request_router_kwargs`` here."""
+    def initialize_state(
+        self, router: str = "checkpoint", seed: int = 0, figures: str | None = None, **_: Any
+    ) -> None:
+        """Serve passes ``request_router_kwargs`` here; ``figures``: where the ingress collects
+        the replicas' engine figures (`fleet_metrics.published`)."""
         self._router = make_router(router, RouterConfig(seed=seed))
+        self._figures = published(figures)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        """Serve calls this with the replicas running, whenever one's routing stats change."""
+        super().update_replicas(replicas)
+        if self._figures is not None:
+            self._figures.update(engine_reports(replicas))
 
     def _state(self, replica: RunningReplica) -> ReplicaState:
         stats = replica.routing_stats or {}

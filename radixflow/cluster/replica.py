@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from radixflow.cluster.fleet_metrics import engine_samples
 from radixflow.cluster.wire import Job, WireEvent, encode
 from radixflow.engine.runner import ModelInfo
 from radixflow.generation.setup import LoadedModel, load_model
@@ -114,11 +116,15 @@ class EngineReplica:
             raise RuntimeError(self.loop.failure or "the engine loop stopped")
 
     async def record_routing_stats(self) -> dict[str, Any]:
-        """Serve polls this: whether the engine loop runs, the queue and the READY-checkpoint
-        digest (plain lists, picklable). A dead loop is reported, not raised: Serve keeps the last
-        report of a failed poll, and routers must learn the replica is dead before it is replaced."""
+        """Serve polls this: whether the engine loop runs, the queue, the READY-checkpoint digest
+        and the engine's metrics (`fleet_metrics.engine_samples`), all plain and picklable. A dead
+        loop is reported, not raised: Serve keeps the last report of a failed poll, and routers
+        must learn the replica is dead before it is replaced."""
+        self.metrics.update_throughput(time.monotonic())  # an idle engine's tokens/s decays too
+        engine = engine_samples(self.metrics)  # the ingress's /metrics shows these, summed
         if not self.loop.alive:  # a dead loop answers no call: report now, not after the timeout
-            return {"alive": False, "queue": 0, "block_size": DEAD_BLOCK_SIZE, "checkpoints": []}
+            dead = {"queue": 0, "block_size": DEAD_BLOCK_SIZE, "checkpoints": []}
+            return {"alive": False, **dead, "engine": engine}
         queue, digest = await asyncio.to_thread(
             self.loop.call, lambda e: (e.queue_length(), e.routing_digest()), 10.0
         )
@@ -127,6 +133,7 @@ class EngineReplica:
             "queue": queue,
             "block_size": digest.block_size,
             "checkpoints": sorted(digest.hashes),
+            "engine": engine,
         }
 
     def stats(self) -> dict[str, Any]:

@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from radixflow.engine.engine import RoundRecord
 from radixflow.scheduler.request import Request, RequestStatus
@@ -112,6 +114,23 @@ class ServerMetrics:
             buckets=_ERROR_BUCKETS,
             registry=r,
         )
+        # what only an engine counts (a fleet's ingress has none: `engine_from` takes them over)
+        self.engine = (
+            self.rounds,
+            self.failed_rounds,
+            self.round_tokens,
+            self.bubble_tokens,
+            self.blocked,
+            self.blocked_now,
+            self.waiting,
+            self.running,
+            self.namespaces,
+            self.cache_bytes,
+            self.cache_budget,
+            self.evictions,
+            self.tokens_per_s,
+            self.prediction_error,
+        )
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of recent rounds
         self._lock = threading.Lock()  # the window is read by /metrics, written by the engine thread
         self._prompt_sum = self._reused_sum = 0
@@ -182,6 +201,17 @@ class ServerMetrics:
     def on_rejected(self, reason: str) -> None:
         """A request refused before admission; ``reason`` is one of `REJECTIONS`."""
         self.rejected.labels(reason).inc()
+
+    def engine_families(self) -> list[Metric]:
+        """The engine's series as they are now (names, types, help and samples)."""
+        return [family for metric in self.engine for family in metric.collect()]
+
+    def engine_from(self, collector: Collector) -> None:
+        """Render the engine's series from ``collector`` (a fleet's: its replicas' figures) instead
+        of these, which nothing here would update (mutates the registry)."""
+        for metric in self.engine:
+            self.registry.unregister(metric)
+        self.registry.register(collector)
 
     def render(self) -> bytes:
         self.update_throughput(time.monotonic())

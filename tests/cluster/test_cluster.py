@@ -213,3 +213,19 @@ def test_the_deployment_checks_replica_health_often(monkeypatch):
     launch.deploy(EngineOptions.from_mapping({"model": "qwen3_5-tiny"}), spec, ServerConfig())
     assert seen["health_check_period_s"] == launch.HEALTH_CHECK_PERIOD_S <= 2.0
     assert seen["health_check_timeout_s"] == launch.HEALTH_CHECK_TIMEOUT_S
+
+
+def test_the_router_hands_the_replicas_engine_reports_to_the_ingress():
+    # Serve hands the router every replica's routing stats; the engine figures in them are what
+    # the ingress's /metrics shows (it has no engine of its own)
+    pytest.importorskip("ray.serve")
+    from types import SimpleNamespace
+
+    from radixflow.cluster.ray_router import engine_reports
+
+    def running(name: str, stats: dict) -> SimpleNamespace:
+        return SimpleNamespace(replica_id=SimpleNamespace(unique_id=name), routing_stats=stats)
+
+    report = {"radixflow_rounds": [("radixflow_rounds_total", {}, 3.0)]}
+    got = engine_reports([running("a", {"queue": 1, "engine": report}), running("b", {})])
+    assert got == {"a": report, "b": None}  # b has not reported yet

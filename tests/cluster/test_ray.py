@@ -1,6 +1,7 @@
 """Two real replicas on Ray Serve (skipped without the cluster extra; about a minute on 2 CPUs):
 one replica is killed while requests are in flight; every request is answered or gets an error,
-none hangs, and later requests go to the survivor."""
+none hangs, and later requests go to the survivor; the ingress's metrics get the replicas'
+engine figures."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 pytest.importorskip("ray.serve")
 pytest.importorskip("torch")
 
+from radixflow.cluster.fleet_metrics import FleetFigures
 from radixflow.cluster.launch import DEPLOYMENT, FleetSpec, deploy, ray_serve
 from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.generation.params import SamplingParams
@@ -57,7 +59,8 @@ def test_a_replica_killed_mid_run_leaves_no_request_hanging():
     options = EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1})
     config = ServerConfig(max_pending=64, drain_s=5.0)
     with ray_serve(FleetSpec(2, "pow2")):
-        handle = deploy(options, FleetSpec(2, "pow2"), config)
+        figures = FleetFigures()  # the engine series of the ingress's /metrics
+        handle = deploy(options, FleetSpec(2, "pow2"), config, figures)
         streaming = handle.options(stream=True)
         loop = RemoteLoop(lambda job: streaming.generate.remote(job), None, ServerMetrics(), 64)
         prompts = [tuple(range(10 + i, 60 + i)) for i in range(12)]
@@ -73,3 +76,14 @@ def test_a_replica_killed_mid_run_leaves_no_request_hanging():
         second = [Request(f"later{i}", p) for i, p in enumerate(prompts[:4])]
         later = asyncio.run(collect(loop, second, False, 60))
         assert all(f.output is not None for f in later)  # the survivor serves what comes next
+        # the replicas' engine figures reach the ingress with their routing stats (they read 0)
+        ingress = ServerMetrics()
+        ingress.engine_from(figures)
+        rounds = 0.0
+        for _ in range(40):
+            rounds = ingress.registry.get_sample_value("radixflow_rounds_total") or 0.0
+            if rounds > 0:
+                break
+            time.sleep(0.25)
+        assert rounds > 0
+        assert (ingress.registry.get_sample_value("radixflow_cache_budget_bytes") or 0) > 0

@@ -35,6 +35,28 @@ def test_the_answer_says_how_long_after_the_first_token_it_came(zoo):
     assert final.decode_s is not None and final.decode_s > 0  # five more rounds after the first token
 
 
+def test_the_routing_stats_carry_the_engines_figures(zoo):
+    # the ingress of a fleet runs no engine: it learns the replicas' rounds, cache bytes and
+    # evictions from what each reports with its routing stats (its /metrics read 0 for them)
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 5.0)
+    try:
+        job = Job("j", tuple(range(10, 40)), "default", SamplingParams(max_tokens=3, ignore_eos=True), False)
+
+        async def run():
+            [wire async for wire in replica.generate(job)]
+            return await replica.record_routing_stats()
+
+        stats = asyncio.run(run())
+    finally:
+        replica.drain()
+    engine = stats["engine"]
+    assert engine["radixflow_rounds"] == [("radixflow_rounds_total", {}, 3.0)]
+    budget = engine["radixflow_cache_budget_bytes"]
+    assert len(budget) == 1 and budget[0][2] > 0
+    kinds = {labels["kind"] for _, labels, _ in engine["radixflow_cache_bytes"]}
+    assert kinds == {"kv", "checkpoint", "working"}
+
+
 def test_a_replica_whose_engine_failed_fails_its_health_check(zoo):
     # Serve asks a replica's check_health; it had none, so a replica whose engine loop had died
     # stayed in rotation, answering every job it was routed (by its last digest) with a 503

@@ -1,0 +1,105 @@
+"""A fleet's engine figures at its ingress: each replica's own `ServerMetrics` engine series, as it
+reports them with its routing stats (`engine_samples`), rendered in the single server's series.
+
+- counters and histograms (rounds, tokens, evictions by kind, prediction errors): summed over every
+  replica that ever reported, a replaced one's last totals included, so no sum goes backwards;
+- gauges of the fleet's capacity and load (cache bytes by kind, budget, waiting and running
+  requests, tokens/s): summed over the replicas running now;
+- `PER_REPLICA` gauges, which do not add up (a namespace on two replicas is one namespace; the
+  last round is each replica's own): one series per replica running now, label ``replica``.
+
+Before a replica reports, a series has no samples (not a 0 that nothing measured).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+
+from prometheus_client.metrics_core import Metric
+
+from radixflow.server.metrics import ServerMetrics
+
+Sample = tuple[str, dict[str, str], float]  # name, labels, value: plain, picklable
+Report = dict[str, list[Sample]]  # by family
+PER_REPLICA = frozenset({"radixflow_cache_namespaces", "radixflow_blocked_consumers_last_round"})
+CUMULATIVE = frozenset({"counter", "histogram"})
+
+
+def engine_samples(metrics: ServerMetrics) -> Report:
+    """The engine series of ``metrics`` as plain samples by family (without ``_created``: a
+    fleet's series have no single start). Pure."""
+    return {
+        family.name: [
+            (s.name, dict(s.labels), s.value) for s in family.samples if not s.name.endswith("_created")
+        ]
+        for family in metrics.engine_families()
+    }
+
+
+class FleetFigures:
+    """A Prometheus collector of the replicas' engine figures (thread-safe: the router's thread
+    reports, ``/metrics`` collects)."""
+
+    def __init__(self) -> None:
+        self._families = [(f.name, f.type, f.documentation) for f in ServerMetrics().engine_families()]
+        self._lock = threading.Lock()
+        self._latest: dict[str, Report] = {}  # by replica, every one that ever reported
+        self._running: list[str] = []
+
+    def update(self, reports: Mapping[str, Report | None]) -> None:
+        """The replicas running now, each with what it last reported (None: nothing yet)."""
+        with self._lock:
+            self._running = list(reports)
+            for replica, report in reports.items():
+                if report is not None:
+                    self._latest[replica] = report
+
+    def describe(self) -> Iterator[Metric]:
+        for name, kind, doc in self._families:
+            yield Metric(name, doc, kind)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            latest, running = dict(self._latest), list(self._running)
+        for name, kind, doc in self._families:
+            metric = Metric(name, doc, kind)
+            if name in PER_REPLICA:
+                for replica in running:
+                    for sample, labels, value in latest.get(replica, {}).get(name, ()):
+                        metric.add_sample(sample, {**labels, "replica": replica}, value)
+            else:
+                summed = list(latest) if kind in CUMULATIVE else [r for r in running if r in latest]
+                for (sample, labels), value in _sums([latest[r].get(name, []) for r in summed]).items():
+                    metric.add_sample(sample, dict(labels), value)
+            yield metric
+
+
+def _sums(reports: Sequence[Sequence[Sample]]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Each series summed over ``reports``, in the order first reported (histogram buckets stay
+    in order). Pure."""
+    total: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for samples in reports:
+        for name, labels, value in samples:
+            key = (name, tuple(labels.items()))
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+# Serve builds the request router itself, in this process, from JSON-only kwargs: the router
+# finds the ingress's figures by the key it is given. Weak: a finished fleet leaves nothing here.
+_PUBLISHED: weakref.WeakValueDictionary[str, FleetFigures] = weakref.WeakValueDictionary()
+
+
+def publish(figures: FleetFigures) -> str:
+    """A key under which `published` finds ``figures`` while they live (mutates the index)."""
+    key = uuid.uuid4().hex
+    _PUBLISHED[key] = figures
+    return key
+
+
+def published(key: str | None) -> FleetFigures | None:
+    """The figures published under ``key`` (None: none, or a router in another process)."""
+    return None if key is None else _PUBLISHED.get(key)

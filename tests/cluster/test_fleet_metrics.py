@@ -1,0 +1,86 @@
+"""A fleet's `/metrics`: the engine series are the replicas' own, summed (or one per replica
+where they do not add up), from what each replica reports with its routing stats. No Ray."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from radixflow.cluster.fleet_metrics import FleetFigures, engine_samples
+from radixflow.engine.engine import RoundRecord
+from radixflow.server.metrics import ServerMetrics
+
+
+def engine(rounds: int, kv: int, budget: int, namespaces: int, evicted: int) -> ServerMetrics:
+    """A replica's own metrics after ``rounds`` rounds of 10 tokens and this cache."""
+    m = ServerMetrics()
+    for i in range(rounds):
+        m.on_round(RoundRecord(i, 0.0, 0.01, 0.01, 10, 1, 2, 0, "budget", (), predicted_s=0.02))
+    m.on_cache(
+        namespaces, budget, {"kv": kv, "checkpoint": 5, "working": 0}, {"kv": evicted, "checkpoint": 0}
+    )
+    m.on_queues(1, 2, 3)
+    return m
+
+
+def samples(metrics: ServerMetrics) -> dict[tuple[str, tuple], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+    }
+
+
+def ingress(reports: dict) -> tuple[ServerMetrics, FleetFigures]:
+    metrics, figures = ServerMetrics(), FleetFigures()
+    metrics.engine_from(figures)
+    figures.update(reports)
+    return metrics, figures
+
+
+def test_the_ingress_reports_the_fleets_engine_figures_not_zeros():
+    # the ingress runs no engine: its rounds, cache bytes, budget, evictions... read 0 while the
+    # replicas worked, though docs/fleet.md says its /metrics is the single server's
+    a, b = engine(3, 100, 1000, 2, 4), engine(5, 200, 1000, 1, 1)
+    # the report travels with the routing stats: plain, picklable
+    metrics, _ = ingress({"a": pickle.loads(pickle.dumps(engine_samples(a))), "b": engine_samples(b)})
+    got = samples(metrics)
+    assert got[("radixflow_rounds_total", ())] == 8
+    assert got[("radixflow_round_tokens_total", ())] == 80
+    assert got[("radixflow_bubble_tokens_total", ())] == 16
+    assert got[("radixflow_cache_bytes", (("kind", "kv"),))] == 300
+    assert got[("radixflow_cache_bytes", (("kind", "checkpoint"),))] == 10
+    assert got[("radixflow_cache_budget_bytes", ())] == 2000
+    assert got[("radixflow_cache_evictions_total", (("kind", "kv"),))] == 5
+    assert got[("radixflow_requests_waiting", ())] == 2 and got[("radixflow_requests_running", ())] == 4
+    assert got[("radixflow_round_prediction_relative_error_count", ())] == 8
+    assert got[("radixflow_round_prediction_relative_error_bucket", (("le", "+Inf"),))] == 8
+    # a namespace on two replicas is not two namespaces: one series per replica
+    assert got[("radixflow_cache_namespaces", (("replica", "a"),))] == 2
+    assert got[("radixflow_cache_namespaces", (("replica", "b"),))] == 1
+    assert ("radixflow_cache_namespaces", ()) not in got
+    # the ingress's own figures are still its own
+    assert got[("radixflow_requests_pending", ())] == 0
+
+
+def test_a_replaced_replicas_totals_stay_and_its_gauges_go():
+    metrics, figures = ingress({"a": engine_samples(engine(3, 100, 1000, 2, 4)), "b": None})
+    figures.update({"b": engine_samples(engine(1, 7, 500, 1, 0))})  # a was replaced by b
+    got = samples(metrics)
+    assert got[("radixflow_rounds_total", ())] == 4  # a counter never goes backwards
+    assert got[("radixflow_cache_evictions_total", (("kind", "kv"),))] == 4
+    assert got[("radixflow_cache_bytes", (("kind", "kv"),))] == 7  # what is held now
+    assert got[("radixflow_cache_budget_bytes", ())] == 500
+    assert ("radixflow_cache_namespaces", (("replica", "a"),)) not in got
+
+
+def test_before_any_report_the_engine_series_have_no_samples():
+    metrics, _ = ingress({"a": None})
+    got = samples(metrics)
+    assert not any(name.startswith(("radixflow_rounds", "radixflow_cache_")) for name, _ in got)
+    assert got[("radixflow_requests_pending", ())] == 0  # the ingress's own series are there

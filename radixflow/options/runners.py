@@ -254,14 +254,15 @@ def _check_matmul(spec: str) -> None:
 def torch_settings_problem(options: EngineOptions, local: bool = True) -> Problem | None:
     """What the torch runner refuses of ``dtype``, ``matmul`` and ``kernels`` on the device, in its
     own words, without building or reading the model (None: nothing, or not the torch runner).
-    ``local``: the device is this machine's (checked already); else the refusals that hold on
-    any machine (``auto`` on a GPU is that GPU's dtype: left to the replica)."""
+    ``local``: the device is this machine's (checked already), and native kernels asked for are
+    built (or found) here as a replica builds them; else the refusals that hold on any machine
+    (``auto`` on a GPU is that GPU's dtype: left to the replica)."""
     if runner_name(options) != "torch":
         return None
     try:
         import torch
 
-        from radixflow.runners.torch_runner import settings_problem
+        from radixflow.runners.torch_runner import native_problem, settings_problem
     except ImportError:  # an ingress without torch, its replicas elsewhere: they say it
         return None
     if not local and options.dtype == "auto" and torch.device(options.device).type != "cpu":
@@ -270,7 +271,10 @@ def torch_settings_problem(options: EngineOptions, local: bool = True) -> Proble
         dtype = _dtype(options.dtype, options.device)
     except ProblemError as e:
         return e.problem
-    return settings_problem(options.matmul, options.kernels, options.device, dtype, local)
+    problem = settings_problem(options.matmul, options.kernels, options.device, dtype, local)
+    if problem is None and local and options.kernels == "native":  # built here as a replica would
+        problem = native_problem(options.device, dtype)
+    return problem
 
 
 def _dtype(name: str, device: str) -> Any:

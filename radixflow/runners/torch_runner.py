@@ -249,6 +249,16 @@ def settings_problem(
     return None if refused is None else Problem("kernels", refused)
 
 
+def native_problem(device: str, dtype: torch.dtype) -> Problem | None:
+    """Why the native kernels cannot run here on ``device`` in ``dtype`` (None: they can): the
+    runner's own refusal, the library built (or found) as the runner builds it."""
+    try:
+        _kernels("native", device, dtype)
+    except ProblemError as e:
+        return e.problem
+    return None
+
+
 def _routes_matmuls(device: str, dtype: torch.dtype) -> bool:
     """Whether a matmul plan applies: the plans route CPU float32 Linear layers only."""
     return torch.device(device).type == "cpu" and dtype == torch.float32

@@ -418,6 +418,25 @@ def test_a_model_no_replica_can_load_is_one_line_before_ray_starts(
     assert err.startswith(f"radixflow: error: {needle}")
 
 
+def test_native_kernels_that_cannot_be_built_are_one_line_before_ray_starts(monkeypatch, capsys):
+    # one engine says "--kernels: native kernels could not be built: ..."; each local replica
+    # failed its deployment with it in a Ray traceback
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import radixflow.cluster.launch as launch
+    from radixflow.models.kernels import backend
+    from radixflow.models.kernels.native.build import Built
+
+    def no_ray(spec):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(launch, "ray_serve", no_ray)
+    monkeypatch.setattr(backend, "native_library", lambda cache_dir, compiler: Built(None, "no C compiler"))
+    argv = ["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0", "--kernels", "native"]
+    err = one_line_error(capsys, argv)
+    assert err == "radixflow: error: --kernels: native kernels could not be built: no C compiler"
+
+
 def test_a_cluster_device_this_machine_lacks_is_not_refused_here(monkeypatch, capsys):
     # `--ray-address` runs the replicas on the cluster's machines: a GPU there is usable even
     # where this ingress has none, yet the flag check refused `--device cuda` as this machine's

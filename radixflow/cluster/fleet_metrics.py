@@ -1,8 +1,9 @@
 """A fleet's engine figures at its ingress: each replica's own `ServerMetrics` engine series, as it
 reports them with its routing stats (`engine_samples`), rendered in the single server's series.
 
-- counters and histograms (rounds, tokens, evictions by kind, prediction errors): summed over every
-  replica that ever reported, a replaced one's last totals included, so no sum goes backwards;
+- counters and histograms (rounds, tokens computed and generated, evictions by kind, prediction
+  errors): summed over every replica that ever reported, a replaced one's last totals included,
+  so no sum goes backwards;
 - gauges of the fleet's capacity and load (cache bytes by kind, budget, waiting and running
   requests, tokens/s): summed over the replicas running now;
 - `PER_REPLICA` gauges, which do not add up (a namespace on two replicas is one namespace; the

@@ -114,8 +114,10 @@ class ServerMetrics:
             buckets=_ERROR_BUCKETS,
             registry=r,
         )
-        # what only an engine counts (a fleet's ingress has none: `engine_from` takes them over)
+        # what only an engine counts (a fleet's ingress has none: `engine_from` takes them over);
+        # generated tokens too: an ingress sees none of a request answered with an error
         self.engine = (
+            self.generation_tokens,
             self.rounds,
             self.failed_rounds,
             self.round_tokens,

@@ -84,3 +84,19 @@ def test_before_any_report_the_engine_series_have_no_samples():
     got = samples(metrics)
     assert not any(name.startswith(("radixflow_rounds", "radixflow_cache_")) for name, _ in got)
     assert got[("radixflow_requests_pending", ())] == 0  # the ingress's own series are there
+
+
+def test_generated_tokens_are_the_replicas_count_aborted_requests_included():
+    # the ingress counted the tokens of the answers it received: none for a request whose client
+    # left or whose replica died mid-answer, though the replica generated them
+    from radixflow.scheduler.request import Request, RequestStatus
+
+    replica = engine(1, 0, 10, 0, 0)
+    done = Request("r", (1, 2, 3))
+    done.output, done.status = [7, 8, 9], RequestStatus.ABORTED
+    replica.on_done(done, 0.1)
+    metrics, _ = ingress({"a": engine_samples(replica)})
+    left = Request("r", (1, 2, 3))  # what the ingress knows of it: its client went away
+    left.status = RequestStatus.ABORTED
+    metrics.on_done(left, 0.1)
+    assert samples(metrics)[("radixflow_generation_tokens_total", ())] == 3

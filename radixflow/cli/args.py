@@ -119,8 +119,7 @@ def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions, l
     a clock that would read load-dependent figures, and about a dtype that is not exact. A device
     this machine lacks is the error it is, before any warning about running on it (``local``: the
     engines run here, not on a Ray cluster's machines)."""
-    torch = runner_name(options) == "torch"
-    if torch and local and (problem := device_problem(options.device)) is not None:
+    if runner_name(options) == "torch" and (problem := device_problem(options.device, local)) is not None:
         raise ProblemError(problem)
     for message in ineffective(options, given(args)) + clock_warnings(options) + dtype_warnings(options):
         warn(message)

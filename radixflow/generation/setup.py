@@ -49,8 +49,8 @@ def weights_problem(options: EngineOptions, local: bool = True) -> Problem | Non
         return no_weights(str(options.model))
     if problem is None and options.model not in model_names():
         problem = _directory_problem(str(options.model))
-    if problem is None and local:
-        problem = device_problem(options.device)
+    if problem is None:
+        problem = device_problem(options.device, local)
     return problem or torch_settings_problem(options, local)
 
 

@@ -46,20 +46,26 @@ def available_devices() -> list[str]:
     return out
 
 
+def parse_device(name: str | torch.device, note: str = "") -> torch.device:
+    """``name`` as a `torch.device` of a type the torch runner supports, whether or not this
+    machine has one (a Ray cluster's may); otherwise `DeviceError` (``note`` appended)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise DeviceError(f"unknown device {str(name)!r}{note}") from None
+    if device.type not in BACKENDS:
+        raise DeviceError(f"device type {device.type!r} is not supported by the torch runner{note}")
+    return device
+
+
 def check_device(name: str | torch.device) -> torch.device:
     """``name`` as a `torch.device` usable here; otherwise `DeviceError` naming the devices there are.
 
     Cheap (no model, no allocation), so callers check before building or loading anything.
     """
     here = f"(available here: {', '.join(available_devices())})"
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError, ValueError):
-        raise DeviceError(f"unknown device {str(name)!r} {here}") from None
-    count = BACKENDS.get(device.type)
-    if count is None:
-        raise DeviceError(f"device type {device.type!r} is not supported by the torch runner {here}")
-    n = count()
+    device = parse_device(name, f" {here}")
+    n = BACKENDS[device.type]()
     if n == 0:
         raise DeviceError(f"device {str(name)!r} is not available{_why(device.type)} {here}")
     if device.type != "cpu" and device.index is not None and device.index >= n:

@@ -317,15 +317,19 @@ def _guard(make):  # type: ignore[no-untyped-def]
         raise ProblemError(Problem("model", str(e))) from None
 
 
-def device_problem(device: str) -> Problem | None:
+def device_problem(device: str, local: bool = True) -> Problem | None:
     """Why the torch runner cannot run on ``device`` here (None: it can). Cheap: nothing is built,
-    so a door that only passes the device on (an experiment's ``--device``) checks it up front."""
+    so a door that only passes the device on (an experiment's ``--device``) checks it up front.
+    ``local`` False: the device is a Ray cluster's, only its name is checked (a device this
+    machine lacks, or no torch here, is the cluster's business)."""
     try:
-        from radixflow.models.device import DeviceError, check_device
+        from radixflow.models.device import DeviceError, check_device, parse_device
     except ImportError as e:
+        if not local:
+            return None
         return Problem("runner", f"the torch runner needs the torch extra: pip install -e '.[torch]' ({e})")
     try:
-        check_device(device)
+        check_device(device) if local else parse_device(device)
     except DeviceError as e:
         return Problem("device", str(e))
     return None

@@ -383,7 +383,17 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
             ["qwen3_5-tiny", "--kernels", "native", "--dtype", "bfloat16"],
             "--kernels: native kernels run on a CPU in float32, not cpu in bfloat16",
         ),
-        # a cluster's device is not this machine's, but a plan for a GPU is refused whatever it is
+        # a cluster's devices are not this machine's, but a device name torch cannot read is wrong
+        # anywhere, and a plan for a GPU is refused whatever GPU it is
+        (["qwen3_5-tiny", "--ray-address", "auto", "--device", "bogus"], "--device: unknown device 'bogus'"),
+        (
+            ["qwen3_5-tiny", "--ray-address", "auto", "--device", "cuda:x"],
+            "--device: unknown device 'cuda:x'",
+        ),
+        (
+            ["qwen3_5-tiny", "--ray-address", "auto", "--device", "meta"],
+            "--device: device type 'meta' is not supported by the torch runner",
+        ),
         (
             [
                 "qwen3_5-tiny",

@@ -229,3 +229,29 @@ def test_the_router_hands_the_replicas_engine_reports_to_the_ingress():
     report = {"radixflow_rounds": [("radixflow_rounds_total", {}, 3.0)]}
     got = engine_reports([running("a", {"queue": 1, "engine": report}), running("b", {})])
     assert got == {"a": report, "b": None}  # b has not reported yet
+
+
+def test_the_ray_router_never_offers_a_replica_whose_loop_died():
+    # neither as its choice nor as the fallback Serve tries when the choice is full
+    pytest.importorskip("ray.serve")
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from radixflow.cluster.ray_router import FleetRequestRouter
+    from radixflow.generation.params import SamplingParams
+
+    replica_id = namedtuple("ReplicaID", "unique_id")
+
+    def running(name: str, alive: bool, queue: int) -> SimpleNamespace:
+        stats = {"alive": alive, "queue": queue, "block_size": 16, "checkpoints": []}
+        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
+
+    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
+    router._replica_queue_len_cache = {}
+    router.initialize_state("pow2")
+    replicas = [running("dead", False, 0), running("b", True, 3), running("c", True, 4)]
+    job = Job("j", PROMPT, "default", SamplingParams(), False)
+    for _ in range(20):
+        ranked = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=[job])))
+        names = [r.replica_id.unique_id for rank in ranked for r in rank]
+        assert "dead" not in names and sorted(names) == ["b", "c"]

@@ -260,12 +260,10 @@ def torch_settings_problem(options: EngineOptions, local: bool = True) -> Proble
     if runner_name(options) != "torch":
         return None
     try:
-        import torch
-
         from radixflow.runners.torch_runner import native_problem, settings_problem
     except ImportError:  # an ingress without torch, its replicas elsewhere: they say it
         return None
-    if not local and options.dtype == "auto" and torch.device(options.device).type != "cpu":
+    if not local and options.dtype == "auto" and options.device.split(":")[0] != "cpu":
         return None
     try:
         dtype = _dtype(options.dtype, options.device)

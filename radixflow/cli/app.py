@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -13,6 +14,7 @@ from rich.console import Console
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError
+from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import flag_spellings
 from radixflow.package import package_version
@@ -67,19 +69,23 @@ def _spelling(param: str) -> str:
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     console = console or Console()
-    runs = {cmd.name: cmd.run for cmd in COMMANDS}
+    commands = {cmd.name: cmd for cmd in COMMANDS}
+    term = SigtermAsCtrlC()  # a SIGTERM stops a command as a Ctrl-C does, unless it handles its own
     try:
         args = build_parser().parse_args(argv)
-        return runs[args.command](args, console)
+        command = commands[args.command]
+        with contextlib.nullcontext() if command.handles_sigterm else term:
+            return command.run(args, console)
     except UsageError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)
         return 2
     except ProblemError as e:  # an option or input the engine's own checks refused
         print(f"radixflow: error: {e.problem.render(_spelling)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("radixflow: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # a Ctrl-C, or a SIGTERM taken as one
+        said, code = ("terminated", 128 + signal.SIGTERM) if term.came else ("interrupted", 130)
+        print(f"radixflow: {said}", file=sys.stderr)
+        return code
     except BrokenPipeError:  # the reader of stdout left early (`radixflow cost ... | head`)
         return _reader_left()
 

@@ -21,3 +21,7 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Console], int]  # returns the exit code
+    # SIGTERM is the command's own to handle (`serve`: uvicorn drains); any other takes it as a
+    # Ctrl-C (`cli.app.main`)
+    handles_sigterm: bool = False
+

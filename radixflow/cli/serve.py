@@ -170,4 +170,6 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-COMMAND = Command("serve", "serve a model over an OpenAI-compatible HTTP API", add_arguments, run)
+COMMAND = Command(
+    "serve", "serve a model over an OpenAI-compatible HTTP API", add_arguments, run, handles_sigterm=True
+)

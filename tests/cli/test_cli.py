@@ -228,3 +228,52 @@ def test_a_json_output_that_cannot_be_written_whole_leaves_the_old_file_as_it_wa
     assert proc.stderr.splitlines()[-1].startswith(f"radixflow: error: cannot write {out}:"), proc.stderr
     assert json.loads(out.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left behind
+
+
+def test_sigterm_stops_every_command_but_serve_as_ctrl_c_does(monkeypatch, capsys):
+    """SIGTERM ended `score --input`, `run-batch`, `bench`, ... at once, exit 143 with no word and
+    no cleanup; now main takes it as a Ctrl-C (one line, exit 143). `serve` keeps uvicorn's own
+    handling: no handler of main's is installed while it runs."""
+    import argparse
+    import dataclasses
+
+    from radixflow.cli import app
+
+    seen = {}
+
+    def probe(name):
+        def run(args, console):
+            seen[name] = signal.getsignal(signal.SIGTERM)
+            if name != "serve":
+                os.kill(os.getpid(), signal.SIGTERM)
+            return 0
+
+        return run
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(command=argv[0])
+
+    commands = tuple(dataclasses.replace(c, run=probe(c.name)) for c in app.COMMANDS)
+    monkeypatch.setattr(app, "COMMANDS", commands)
+    monkeypatch.setattr(app, "build_parser", Parser)
+    for command in commands:
+        code = app.main([command.name])
+        err = capsys.readouterr().err
+        if command.name == "serve":
+            assert (code, err, seen["serve"]) == (0, "", signal.SIG_DFL)
+        else:
+            assert (code, err) == (143, "radixflow: terminated\n"), command.name
+            assert seen[command.name] is not signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_sigterm_ignored_by_whoever_started_the_process_stays_ignored(monkeypatch):
+    from radixflow.cli.sigterm import SigtermAsCtrlC
+
+    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.SIG_IGN)
+    installed = []
+    monkeypatch.setattr(signal, "signal", lambda *a: installed.append(a))
+    with SigtermAsCtrlC() as term:
+        pass
+    assert installed == [] and not term.came

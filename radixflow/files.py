@@ -1,5 +1,5 @@
-"""Result files written whole, and JSON Lines that end in a whole line (a leaf: any layer's writer may
-use it)."""
+"""Result files written whole, and JSON Lines that end in a whole line and replace their file only
+once complete (a leaf: any layer's writer may use it)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import io
 import os
 import stat
 from pathlib import Path
+from types import TracebackType
 
 
 def write_whole(path: str | Path, text: str) -> None:
@@ -42,6 +43,7 @@ class WholeLineFile(io.TextIOBase):
         super().__init__()
         self._file = open(path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
         self._pending: list[str] = []
+        self.lines = 0  # lines written out whole so far
 
     def writable(self) -> bool:
         return True
@@ -53,7 +55,8 @@ class WholeLineFile(io.TextIOBase):
     def flush(self) -> None:
         if not self._pending:
             return
-        data = memoryview("".join(self._pending).encode("utf-8"))
+        text = "".join(self._pending)
+        data = memoryview(text.encode("utf-8"))
         self._pending.clear()
         start = self._file.tell() if self._file.seekable() else None  # a pipe or a device is not cut
         try:
@@ -65,6 +68,7 @@ class WholeLineFile(io.TextIOBase):
                     self._file.truncate(start)
                     self._file.seek(start)
             raise
+        self.lines += text.count("\n")
 
     def close(self) -> None:
         if self.closed:
@@ -73,3 +77,55 @@ class WholeLineFile(io.TextIOBase):
             super().close()  # flushes what was gathered
         finally:
             self._file.close()
+
+
+def written_in_place(path: Path) -> bool:
+    """Whether results for ``path`` go straight into it rather than into a file renamed over it:
+    a path that exists and is not a regular file (a pipe, a terminal) or names a device
+    (``/dev/stdout``, ``/dev/fd/N``: the file behind it is the one the shell opened)."""
+    device = Path(os.path.abspath(path)).parts[1:2] in (("dev",), ("proc",))
+    return device or (path.exists() and not path.is_file())
+
+
+class PartialLines:
+    """JSON Lines for ``path`` that replace it only once they are all written: entered, a
+    `WholeLineFile` at ``path.partial`` (created fresh), renamed over ``path`` when the block
+    ends (keeping the old file's permissions; a symlink's target is replaced, not the link).
+    Cut short by an exception (a Ctrl-C, a failure), ``path`` is left as it was and the exception
+    gets a note saying how many rows ``path.partial`` holds (none: it is removed)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        self.target = path.resolve() if path.is_symlink() else path
+        self.partial = self.target.with_name(f"{self.target.name}.partial")
+        self._file: WholeLineFile | None = None
+
+    def __enter__(self) -> WholeLineFile:
+        self.partial.unlink(missing_ok=True)  # an earlier run's, or one of another owner
+        self._file = WholeLineFile(self.partial)
+        return self._file
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._file is not None
+        try:
+            self._file.close()  # flushes what was gathered
+            if error is None:
+                if self.target.exists():
+                    os.chmod(self.partial, stat.S_IMODE(self.target.stat().st_mode))
+                os.replace(self.partial, self.target)
+                return
+        except BaseException as e:
+            self._kept(e)
+            raise
+        self._kept(error)
+
+    def _kept(self, error: BaseException) -> None:
+        """Say where the rows written so far are, or remove a partial file without any."""
+        rows = self._file.lines if self._file is not None else 0
+        if not rows:
+            self.partial.unlink(missing_ok=True)
+            return
+        said = "1 row written so far is" if rows == 1 else f"{rows} rows written so far are"
+        error.add_note(f"the {said} in {self.partial}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import radixflow
-from radixflow.files import WholeLineFile, write_whole
+from radixflow.files import PartialLines, WholeLineFile, write_whole, written_in_place
 
 
 def test_the_new_file_replaces_the_old_one_keeping_its_permissions(tmp_path):
@@ -81,3 +81,58 @@ def test_whole_line_file_on_a_device_or_a_pipe_reports_the_write_error(tmp_path)
     os.close(write)
     assert os.read(read, 100) == b"line\n"
     os.close(read)
+
+
+def test_partial_lines_replace_the_old_file_only_when_the_block_ends(tmp_path):
+    """`score --input` and `run-batch` truncated their --output as they started, so a Ctrl-C or a
+    failure lost the previous results; now the rows go to OUT.partial, renamed over OUT at the end."""
+    path = tmp_path / "out.jsonl"
+    path.write_text("old\n")
+    os.chmod(path, 0o640)
+    (tmp_path / "out.jsonl.partial").write_text("left by an earlier run\n")
+    with PartialLines(path) as out:
+        out.write("a\n")
+        out.flush()
+        assert path.read_text() == "old\n" and (tmp_path / "out.jsonl.partial").read_text() == "a\n"
+        out.write("b\n")
+    assert path.read_text() == "a\nb\n" and (path.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_partial_lines_cut_short_leave_the_old_file_and_say_where_the_rows_are(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt) as caught, PartialLines(path) as out:
+        out.write("a\nb\n")
+        out.flush()
+        out.write("c\n")  # gathered, not flushed: flushed as the file closes
+        raise KeyboardInterrupt
+    partial = tmp_path / "out.jsonl.partial"
+    assert path.read_text() == "old\n" and partial.read_text() == "a\nb\nc\n"
+    assert caught.value.__notes__ == [f"the 3 rows written so far are in {partial}"]
+
+
+def test_partial_lines_cut_short_before_any_row_leave_no_partial_file(tmp_path):
+    path = tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt) as caught, PartialLines(path):
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == [] and not hasattr(caught.value, "__notes__")
+
+
+def test_partial_lines_through_a_symlink_replace_its_target(tmp_path):
+    target, link = tmp_path / "target.jsonl", tmp_path / "link.jsonl"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    with PartialLines(link) as out:
+        out.write("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+
+
+def test_devices_and_pipes_are_written_in_place(tmp_path):
+    assert written_in_place(Path("/dev/stdout")) and written_in_place(Path(os.devnull))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert written_in_place(fifo)
+    assert not written_in_place(tmp_path / "new.jsonl")
+    (tmp_path / "old.jsonl").write_text("")
+    assert not written_in_place(tmp_path / "old.jsonl")

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import flag_spellings
@@ -77,14 +77,14 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         with contextlib.nullcontext() if command.handles_sigterm else term:
             return command.run(args, console)
     except UsageError as e:
-        print(f"radixflow: error: {e}", file=sys.stderr)
+        print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
         return 2
     except ProblemError as e:  # an option or input the engine's own checks refused
-        print(f"radixflow: error: {e.problem.render(_spelling)}", file=sys.stderr)
+        print(f"radixflow: error: {with_notes(e.problem.render(_spelling), e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # a Ctrl-C, or a SIGTERM taken as one
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one
         said, code = ("terminated", 128 + signal.SIGTERM) if term.came else ("interrupted", 130)
-        print(f"radixflow: {said}", file=sys.stderr)
+        print(f"radixflow: {with_notes(said, e)}", file=sys.stderr)
         return code
     except BrokenPipeError:  # the reader of stdout left early (`radixflow cost ... | head`)
         return _reader_left()

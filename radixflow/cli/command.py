@@ -25,3 +25,8 @@ class Command:
     # Ctrl-C (`cli.app.main`)
     handles_sigterm: bool = False
 
+
+def with_notes(message: str, error: BaseException) -> str:
+    """``message`` and the notes ``error`` gathered on its way out (where the rows of a run cut
+    short are), in one line."""
+    return "; ".join([message, *getattr(error, "__notes__", [])])

@@ -16,8 +16,8 @@ from rich.console import Console
 from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.cli.lines_out import check_partial, output_path, write_lines
 from radixflow.cli.serve import require_serve_extra, threads
-from radixflow.files import WholeLineFile
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
 from radixflow.options.machine import cpu_count
 from radixflow.options.spec import checked
@@ -48,7 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--output",
         type=path_arg,
         metavar="PATH",
-        help="where the answers go, one OpenAI batch output line each (default: stdout)",
+        help="where the answers go, one OpenAI batch output line each (default: stdout; - for stdout); "
+        "they stream into PATH.partial, which replaces PATH only when every line is answered (a "
+        "Ctrl-C or a failure leaves PATH as it was); a device or a pipe (/dev/stdout) is written in place",
     )
 
 
@@ -67,20 +69,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args)
     config = checked(ServerConfig, given_values(args, ServerConfig))
     trace = None if options.trace_out is None else Path(options.trace_out)
-    check_output_paths({"--output": args.output, "--trace-out": trace}, {"--input": args.input})
+    output = output_path(args.output)
+    check_output_paths({"--output": output, "--trace-out": trace}, {"--input": args.input})
+    check_partial("--output", output, {"--input": args.input})
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     config = replace(config, tokenizer_threads=tokenizer_threads)
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     app = create_app(server_state(model, config))
-    if args.output is None:
-        return _run(app, lines, sys.stdout, config.max_pending)
-    try:
-        with WholeLineFile(args.output) as out:  # a full disk cuts it back to its last whole line
-            return _run(app, lines, out, config.max_pending)
-    except OSError as e:  # a disk that fills mid-run: one line, as bench says it
-        raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
+    return write_lines("--output", output, lambda out: _run(app, lines, out, config.max_pending))
 
 
 def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -> int:

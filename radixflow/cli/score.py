@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
+from radixflow.cli.lines_out import check_partial, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs, score_row
-from radixflow.files import WholeLineFile
 from radixflow.options.flags import add_engine_flags, from_args, path_arg
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
@@ -60,7 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--output",
         type=path_arg,
         metavar="PATH",
-        help="with --input: where the JSONL results go (default: stdout)",
+        help="with --input: where the JSONL results go (default: stdout; - for stdout); they stream "
+        "into PATH.partial, which replaces PATH only when every line is done (a Ctrl-C or a failure "
+        "leaves PATH as it was); a device or a pipe (/dev/stdout) is written in place",
     )
 
 
@@ -71,7 +73,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     jobs, candidates = _inputs(args)
     options = from_args(args)
     outputs = {"--trace-out": None if options.trace_out is None else Path(options.trace_out)}
-    check_output_paths(outputs | {"--output": args.output}, {"--input": args.input})
+    output = output_path(args.output)
+    check_output_paths(outputs | {"--output": output}, {"--input": args.input})
+    check_partial("--output", output, {"--input": args.input})
     warn_ineffective_options(args, options)
     try:
         llm = LLM.from_options(options)
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         with LoggedProgress(console=Console(stderr=True)) as progress:
             bar = RequestBar(progress, "scoring")
             if jobs is not None:
-                return _run_file(args, llm, jobs, bar)
+                return _run_file(output, llm, jobs, bar)
             context = [{"role": "user", "content": args.context}] if args.chat else args.context
             scores = llm.score(context, candidates, progress=bar.hear)
     except ProblemError:
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     except GenerationError as e:
-        print(f"radixflow: error: {e}", file=sys.stderr)
+        print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
         return 1
     _print_scores(args, console, candidates, scores)
     return 0
@@ -111,16 +115,9 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
     return None, candidates
 
 
-def _run_file(args: argparse.Namespace, llm: LLM, jobs: list[ScoreJob], bar: RequestBar) -> int:
-    """Every job of ``--input``, a JSON line each to ``--output`` (or stdout) as it ends."""
-    if args.output is None:
-        tally = run_jobs(jobs, llm.score_many, sys.stdout, bar.hear)
-    else:
-        try:
-            with WholeLineFile(args.output) as out:  # a full disk cuts it back to its last whole line
-                tally = run_jobs(jobs, llm.score_many, out, bar.hear)
-        except OSError as e:  # a disk that fills mid-run: one line, as bench says it
-            raise UsageError(f"cannot write --output {args.output}: {e.strerror or e}") from None
+def _run_file(output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar) -> int:
+    """Every job of ``--input``, a JSON line each to ``output`` (None: stdout) as it ends."""
+    tally = write_lines("--output", output, lambda out: run_jobs(jobs, llm.score_many, out, bar.hear))
     print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 0
 

@@ -228,11 +228,11 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"candidates": [" b"]}\n', [], "--input line 1: no context"),
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
         ('\n \n', [], "no lines to score"),
+        ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
         ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
          "--input line 2, candidate 0: is empty"),
         ('{"context": "a", "candidates": [[100000]]}\n', [],
          "--input line 1, candidate 0: prompt: token id 100000 is outside"),
-        ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
     ],
 )
 def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, text, extra, message):
@@ -243,6 +243,31 @@ def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, tex
     assert main(["score", MODEL, "--input", str(given), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_output_dash_is_stdout_and_a_partial_file_that_cannot_be_made_is_refused_up_front(
+    zoo, capsys, tmp_path
+):
+    from radixflow.cli import main
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text('{"id": 7, "context": "a", "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given), "--output", "-"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [7]
+    assert not (tmp_path / "-").exists()
+    out.write_text("old\n")
+    (tmp_path / "out.jsonl.partial").mkdir()
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write --output" in err
+    assert "out.jsonl.partial: it is a directory" in err
+    assert out.read_text() == "old\n"
+    (tmp_path / "out.jsonl.partial").rmdir()
+    given.rename(tmp_path / "out.jsonl.partial")  # made fresh, it would remove the input
+    partial = str(tmp_path / "out.jsonl.partial")
+    assert main(["score", MODEL, "--input", partial, "--output", str(out)]) == 2
+    assert "out.jsonl.partial: the same file as --input" in capsys.readouterr().err
+    assert (tmp_path / "out.jsonl.partial").exists()
 
 
 def test_output_without_input_and_no_context_are_usage_errors(zoo, capsys, tmp_path):
@@ -319,10 +344,19 @@ def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
     assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1)]
 
 
-def test_score_input_stopped_by_ctrl_c_keeps_whole_lines_and_exits_130(zoo, tmp_path):
-    """`radixflow score --input` as its own process, sent SIGINT once its first batch is written:
-    one line on stderr, exit 130, and the output holds whole lines, in order."""
+@pytest.mark.parametrize(
+    ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+)
+def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
+    zoo, tmp_path, sig, said, code
+):
+    """`radixflow score --input` as its own process, sent SIGINT (or SIGTERM, taken as one) once
+    its first batch is written: one line on stderr saying where the rows are, exit 130 (143), the
+    old --output as it was, and the partial file whole lines, in order. It used to truncate the
+    old output as it started, and SIGTERM ended it with no word."""
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    partial = tmp_path / "out.jsonl.partial"
+    out.write_text("the previous results\n")
     rows = [
         {"context": f"Question {i}: after {i}? A:", "candidates": [f" {i + 1}", " x"]} for i in range(640)
     ]
@@ -343,15 +377,17 @@ def test_score_input_stopped_by_ctrl_c_keeps_whole_lines_and_exits_130(zoo, tmp_
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 240
-        while not (out.exists() and out.read_text().count("\n")) and proc.poll() is None:
+        while not (partial.exists() and partial.read_text().count("\n")) and proc.poll() is None:
             assert time.monotonic() < deadline, "no line written"
             time.sleep(0.05)  # polls for the first batch's lines; the signal is sent after them
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert (proc.returncode, err.splitlines()[-1]) == (130, "radixflow: interrupted"), err
+    lines = partial.read_text().splitlines(keepends=True)
+    where = f"the {len(lines)} rows written so far are in {partial}"
+    assert (proc.returncode, err.splitlines()[-1]) == (code, f"radixflow: {said}; {where}"), err
     assert "Traceback" not in err
-    lines = out.read_text().splitlines(keepends=True)
+    assert out.read_text() == "the previous results\n"
     assert 64 <= len(lines) < 640 and all(line.endswith("\n") for line in lines)
     assert [json.loads(line)["line"] for line in lines] == list(range(1, len(lines) + 1))

@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import signal
 
 import pytest
 
@@ -194,3 +195,41 @@ def test_an_output_that_cannot_be_written_is_one_line(zoo, tmp_path, capsys):
     given.write_text(completion("a", "x") + "\n")
     assert main(["run-batch", MODEL, "-i", str(given), "-o", "/dev/full", *FLAGS]) == 2
     assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+)
+def test_a_run_cut_short_keeps_the_old_output_and_says_where_the_answers_are(
+    zoo, tmp_path, capsys, monkeypatch, sig, said, code
+):
+    """run-batch truncated --output as it started, so a Ctrl-C lost the previous results, and a
+    SIGTERM ended it with no word; now the answers stream into OUT.partial, renamed over OUT
+    only when every line is answered, and a SIGTERM stops it as a Ctrl-C does."""
+    from radixflow.server import batch
+
+    written = []
+
+    def signalled(line, status, body):
+        written.append(line.custom_id)
+        if len(written) == 3:  # two lines written: stopped as the third is
+            os.kill(os.getpid(), sig)
+        return output_line(line, status, body)
+
+    output_line = batch.output_line
+    monkeypatch.setattr(batch, "output_line", signalled)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
+    out.write_text("the previous answers\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    assert main(argv) == code
+    partial = tmp_path / "out.jsonl.partial"
+    err = capsys.readouterr().err
+    kept = [json.loads(line)["custom_id"] for line in partial.read_text().splitlines()]
+    assert kept in (["c0", "c1"], ["c0", "c1", "c2"])  # asyncio stops it at the worker's next await
+    assert err.splitlines()[-1] == f"radixflow: {said}; the {len(kept)} rows written so far are in {partial}"
+    assert out.read_text() == "the previous answers\n"
+    monkeypatch.setattr(batch, "output_line", output_line)
+    assert main(argv) == 0  # the run that completes replaces the output, and leaves no partial file
+    assert len(out.read_text().splitlines()) == 6 and not partial.exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

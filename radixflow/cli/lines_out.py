@@ -1,0 +1,65 @@
+"""Where a file command's JSON Lines results go (`score --input`, `run-batch`): standard output
+(no ``--output``, or ``-``), a device or pipe written in place (``/dev/stdout``), or a file that
+the results replace only when the run completes (`PartialLines`): until then they stream into
+``OUTPUT.partial``, so a Ctrl-C or a failure leaves the previous ``OUTPUT`` as it was."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TypeVar
+
+from radixflow.cli.command import UsageError
+from radixflow.files import PartialLines, WholeLineFile, written_in_place
+
+T = TypeVar("T")
+
+
+def output_path(path: Path | None) -> Path | None:
+    """``--output`` as given; None for standard output (none given, or ``-``)."""
+    return None if path is None or str(path) == "-" else path
+
+
+def check_partial(flag: str, path: Path | None, inputs: dict[str, Path | None]) -> None:
+    """Fail before a long run, not after it, when ``path``'s partial file cannot be made fresh,
+    or is one of the ``inputs`` (flag -> path), which making it fresh would remove (``path``
+    itself is checked by `check_output_paths`)."""
+    if path is None or written_in_place(path):
+        return
+    partial = PartialLines(path).partial
+    why = None
+    named = next((f for f, p in inputs.items() if p is not None and p.resolve() == partial.resolve()), None)
+    if named is not None:
+        why = f"the same file as {named}"
+    elif partial.is_dir():
+        why = "it is a directory"
+    elif partial.exists():  # an earlier run's: removed first, which its directory must allow
+        why = None if os.access(partial.parent, os.W_OK | os.X_OK) else "Permission denied"
+    else:
+        try:
+            with open(partial, "a"):
+                pass
+        except OSError as e:
+            why = e.strerror or str(e)
+        partial.unlink(missing_ok=True)
+    if why is not None:
+        raise UsageError(f"cannot write {flag} {path}: its partial file {partial}: {why}")
+
+
+def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T]) -> T:
+    """``run`` given where ``flag``'s lines go (`output_path`'s ``path``); a write that fails
+    (a full disk) is one line naming the flag. An error or Ctrl-C that cuts the run short carries
+    a note saying where the rows written so far are."""
+    if path is None:
+        return run(sys.stdout)
+    try:
+        opened = WholeLineFile(path) if written_in_place(path) else PartialLines(path)
+        with opened as out:  # a full disk cuts it back to its last whole line
+            return run(out)
+    except OSError as e:  # a disk that fills mid-run: one line, as bench says it
+        error = UsageError(f"cannot write {flag} {path}: {e.strerror or e}")
+        for note in getattr(e, "__notes__", []):
+            error.add_note(note)
+        raise error from None

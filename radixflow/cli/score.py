@@ -116,10 +116,13 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
 
 
 def _run_file(output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar) -> int:
-    """Every job of ``--input``, a JSON line each to ``output`` (None: stdout) as it ends."""
-    tally = write_lines("--output", output, lambda out: run_jobs(jobs, llm.score_many, out, bar.hear))
+    """Every job of ``--input``, a JSON line each to ``output`` (None: stdout) as it ends; 1 when
+    the model refused a line (its error line is in the output), else 0."""
+    tally = write_lines(
+        "--output", output, lambda out: run_jobs(jobs, llm.score_many, llm.scoring_problem, out, bar.hear)
+    )
     print(f"radixflow: {tally.line()}", file=sys.stderr)
-    return 0
+    return 1 if tally.failed else 0
 
 
 def _print_scores(

@@ -2,15 +2,17 @@
 
 One line per context: ``{"context": ..., "candidates": [...]}`` (a context is text, token ids or a
 list of chat messages; a candidate is text or token ids), plus an optional ``"id"`` echoed back.
-Every line is read and checked before anything runs; contexts then run ``CONTEXTS_PER_CALL`` at a
+Every line's shape is checked before anything runs; contexts then run ``CONTEXTS_PER_CALL`` at a
 time through `LLM.score_many` (one batch each, the cache kept across them), and each context's
 line of results is written as soon as its call ends, so a run cut short keeps what it finished.
+A line whose context or candidates the model refuses (`LLM.scoring_problem`, asked before its
+batch) gets an error line in its place, ``{"id", "line", "error": {"line", "message"}}``, and the
+others are scored.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,6 +79,11 @@ def score_rows(job: ScoreJob, scores: list[CandidateScore]) -> dict[str, Any]:
     return {"id": job.id, "line": job.line, "scores": rows}
 
 
+def error_row(job: ScoreJob, message: str) -> dict[str, Any]:
+    """The output line of a job the model refused: its id and line, and why."""
+    return {"id": job.id, "line": job.line, "error": {"line": job.line, "message": message}}
+
+
 def score_row(candidate: Any, s: CandidateScore) -> dict[str, Any]:
     """One candidate's figures as JSON-ready data (`--json` and `--input` write the same)."""
     return {"candidate": candidate, **asdict(s), "total": s.total, "mean": s.mean, "greedy": s.greedy}
@@ -96,6 +103,7 @@ class ScoreTally:
     candidates: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    failed: int = 0  # lines refused, each an error line in the output
 
     def add(self, scores: list[CandidateScore]) -> None:
         self.contexts += 1
@@ -105,8 +113,9 @@ class ScoreTally:
 
     def line(self) -> str:
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        failed = f", {self.failed} lines failed" if self.failed else ""
         return (
-            f"{self.contexts} contexts, {self.candidates} candidates scored; "
+            f"{self.contexts} contexts, {self.candidates} candidates scored{failed}; "
             f"{self.cached_tokens} of {self.prompt_tokens} prompt tokens from the cache ({share:.0%})"
         )
 
@@ -114,37 +123,35 @@ class ScoreTally:
 def run_jobs(
     jobs: list[ScoreJob],
     score_many: Callable[..., list[list[CandidateScore]]],
+    problem: Callable[[Any, list[Any]], str | None],
     out: IO[str],
     progress: Callable[[int, int], None],
 ) -> ScoreTally:
     """Score ``jobs`` chunk by chunk with ``score_many`` (`LLM.score_many`), writing a line per
-    job to ``out`` as each chunk ends; ``progress`` hears (candidates scored, candidates).
-    ValueError from a chunk is re-raised naming the job's input line."""
+    job to ``out``, in order, as each chunk ends; a job ``problem`` (`LLM.scoring_problem`) names
+    is not scored but written as an error line. ``progress`` hears (candidates done, candidates)."""
     total, done, tally = sum(len(j.candidates) for j in jobs), 0, ScoreTally()
     for chunk in chunks(jobs):
-        try:
-            results = score_many(
-                [j.context for j in chunk],
-                [j.candidates for j in chunk],
+        refused = {j.line: why for j in chunk if (why := problem(j.context, j.candidates)) is not None}
+        runs = [j for j in chunk if j.line not in refused]
+        results = (
+            score_many(
+                [j.context for j in runs],
+                [j.candidates for j in runs],
                 progress=lambda n, _, base=done: progress(base + n, total),
             )
-        except ValueError as e:
-            raise ValueError(_on_line(str(e), chunk)) from None
-        for job, scores in zip(chunk, results, strict=True):
-            out.write(json.dumps(score_rows(job, scores)) + "\n")
-            tally.add(scores)
+            if runs
+            else []
+        )
+        scored = dict(zip((j.line for j in runs), results, strict=True))
+        for job in chunk:
+            if job.line in refused:
+                out.write(json.dumps(error_row(job, refused[job.line])) + "\n")
+                tally.failed += 1
+            else:
+                out.write(json.dumps(score_rows(job, scored[job.line])) + "\n")
+                tally.add(scored[job.line])
         out.flush()
         done += sum(len(j.candidates) for j in chunk)
+        progress(done, total)
     return tally
-
-
-def _on_line(message: str, chunk: list[ScoreJob]) -> str:
-    """``score_many``'s "context i: ..." or "context i, candidate j: ..." with the chunk's i-th
-    job's input line in place of "context i"."""
-    named = _CONTEXT.match(message)
-    if named is None or int(named[1]) >= len(chunk):
-        return f"--input: {message}"
-    return f"--input line {chunk[int(named[1])].line}{named[2]}"
-
-
-_CONTEXT = re.compile(r"context (\d+)([:,].*)\Z", re.DOTALL)

@@ -117,6 +117,18 @@ class LLM:
     ) -> list[GenerationOutput]:
         """`generate` over token prompts; an error calls prompt ``i`` "``item`` i", or
         ``item[i]`` when a label is given per prompt."""
+        calls, labels = self._calls(token_prompts, params, namespace, item)
+        return self._run(calls, labels, progress)
+
+    def _calls(
+        self,
+        token_prompts: list[list[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None,
+        namespace: str,
+        item: str | Sequence[str],
+    ) -> tuple[list[_Call], list[str] | None]:
+        """`_generate`'s engine requests, and the label of each prompt (None: a lone prompt, not
+        named); ValueError for params that cannot run, naming the prompt."""
         if not isinstance(namespace, str):  # else the scheduler fails mid-round, leaking what it promised
             raise ValueError(f"namespace must be a string, got {namespace!r}")
         labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
@@ -140,7 +152,7 @@ class LLM:
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
                 calls.append(_Call(req, i, choice))
-        return self._run(calls, labels if named else None, progress)
+        return calls, labels if named else None
 
     def score(
         self,
@@ -193,6 +205,20 @@ class LLM:
             scores.append(candidate_scores(len(ctx), outputs[start : start + len(job)]))
             start += len(job)
         return scores
+
+    def scoring_problem(
+        self, context: Prompt | Messages, candidates: Sequence[Prompt], namespace: str = "default"
+    ) -> str | None:
+        """Why `score` (and `score_many`, for this context) would refuse ``context`` with
+        ``candidates`` (`score`'s ValueError text: "candidate 2: ..." or one about the context),
+        or None when they can run. Nothing runs: a caller with many contexts sets the refused
+        ones aside before its batch."""
+        try:
+            _, prompts = self._scoring_job(context, candidates)
+            self._refuse(*self._calls(prompts, SCORING, namespace, "candidate"))
+        except ValueError as e:
+            return str(e)
+        return None
 
     def _scoring_job(
         self, context: Prompt | Messages, candidates: Sequence[Prompt]
@@ -288,12 +314,7 @@ class LLM:
     ) -> list[GenerationOutput]:
         """Run ``calls`` to the end; a request that cannot run is refused first, named by its
         prompt's label (None: a lone prompt, not named)."""
-        # refuse before anything runs; a prompt's choices differ only in their seeds, so its
-        # first choice's check (a pass over the prompt) stands for all
-        for call in (c for c in calls if c.choice == 0):
-            problem = self.engine.problem(call.request)
-            if problem is not None:
-                raise ValueError(str(problem) if labels is None else problem.of_item(labels[call.prompt]))
+        self._refuse(calls, labels)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError(
                 "this LLM is already running a call (from another thread, or from a progress hook): "
@@ -311,6 +332,15 @@ class LLM:
                 raise GenerationError(f"request {call.request.id} {why.kind.value}: {why.reason}")
             outputs.append(done.output)
         return outputs
+
+    def _refuse(self, calls: list[_Call], labels: list[str] | None) -> None:
+        """ValueError for the first of ``calls`` the engine cannot run, named by its prompt's label.
+        A prompt's choices differ only in their seeds, so its first choice's check (a pass over the
+        prompt) stands for all."""
+        for call in (c for c in calls if c.choice == 0):
+            problem = self.engine.problem(call.request)
+            if problem is not None:
+                raise ValueError(str(problem) if labels is None else problem.of_item(labels[call.prompt]))
 
     def _answers(self, calls: list[_Call], progress: Progress | None) -> dict[str, Done]:
         """Submit ``calls`` and step the engine until each is answered (its id's `Done`)."""

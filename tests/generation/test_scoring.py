@@ -229,10 +229,6 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
         ('\n \n', [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
-        ('{"context": "a", "candidates": [" b"]}\n{"context": "a", "candidates": [""]}\n', [],
-         "--input line 2, candidate 0: is empty"),
-        ('{"context": "a", "candidates": [[100000]]}\n', [],
-         "--input line 1, candidate 0: prompt: token id 100000 is outside"),
     ],
 )
 def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, text, extra, message):
@@ -243,6 +239,43 @@ def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, tex
     assert main(["score", MODEL, "--input", str(given), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_line_the_model_refuses_is_an_error_line_and_the_others_are_scored(
+    llm, capsys, tmp_path, monkeypatch
+):
+    """A refused line stopped the run before its batch, losing the lines before it in that batch;
+    now it is an error line in its place, the others are scored, and the exit status is 1."""
+    from radixflow.cli import main, score_file
+
+    monkeypatch.setattr(score_file, "CONTEXTS_PER_CALL", 3)
+    lines = [
+        {"id": "ok1", "context": "a", "candidates": [" b"]},
+        {"id": "empty", "context": "a", "candidates": [" b", ""]},
+        {"context": "a", "candidates": [[100000]]},
+        {"id": "ok2", "context": "c", "candidates": [" d", " e"]},
+        {"id": "none", "context": "", "candidates": [" d"]},
+    ]
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    flags = ["--kv-blocks", "256", "--state-slots", "64"]
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out), *flags]) == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    ids = [("ok1", 1), ("empty", 2), (None, 3), ("ok2", 4), ("none", 5)]
+    assert [(r["id"], r["line"]) for r in rows] == ids
+    assert rows[1]["error"] == {"line": 2, "message": llm.scoring_problem("a", [" b", ""])}
+    assert rows[1]["error"]["message"].startswith("candidate 1: ") and "scores" not in rows[1]
+    assert rows[2]["error"]["message"].startswith("candidate 0: prompt: token id 100000 is outside")
+    assert rows[4]["error"]["line"] == 5 and rows[4]["error"]["message"]
+    want = llm.score_many(["a", "c"], [[" b"], [" d", " e"]])
+    for row, scores in zip([rows[0], rows[3]], want, strict=True):
+        assert [s["total"] for s in row["scores"]] == pytest.approx([s.total for s in scores], abs=1e-3)
+    err = capsys.readouterr().err
+    assert "radixflow: 2 contexts, 3 candidates scored, 3 lines failed; " in err and "Traceback" not in err
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(lines[0]) + "\n")
+    assert main(["score", MODEL, "--input", str(good), "--output", str(out), *flags]) == 0
+    assert llm.scoring_problem("a", [" b"]) is None
 
 
 def test_output_dash_is_stdout_and_a_partial_file_that_cannot_be_made_is_refused_up_front(

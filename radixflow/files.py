@@ -37,11 +37,13 @@ class WholeLineFile(io.TextIOBase):
     """A text file (JSON Lines) that only ever ends in a whole line: `write` gathers text, `flush`
     writes it, and a flush that fails part way (a full disk) cuts the file back to where that
     flush began before its OSError is raised. Unbuffered below, so nothing half written is left
-    to go out later. Closing flushes what was gathered."""
+    to go out later. Closing flushes what was gathered. ``append``: the file is not truncated
+    but written after what it holds (a device such as /dev/stdout, behind which the shell may
+    have opened a file to append to)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, append: bool = False) -> None:
         super().__init__()
-        self._file = open(path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
+        self._file = open(path, "ab" if append else "wb", buffering=0)  # noqa: SIM115 (closed by close())
         self._pending: list[str] = []
         self.lines = 0  # lines written out whole so far
 

@@ -55,7 +55,8 @@ def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T]) -> T:
     if path is None:
         return run(sys.stdout)
     try:
-        opened = WholeLineFile(path) if written_in_place(path) else PartialLines(path)
+        # in place: appended to, as the shell's `>>` behind /dev/stdout asks (its `>` truncated already)
+        opened = WholeLineFile(path, append=True) if written_in_place(path) else PartialLines(path)
         with opened as out:  # a full disk cuts it back to its last whole line
             return run(out)
     except OSError as e:  # a disk that fills mid-run: one line, as bench says it

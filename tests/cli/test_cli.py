@@ -277,3 +277,18 @@ def test_a_sigterm_ignored_by_whoever_started_the_process_stays_ignored(monkeypa
     with SigtermAsCtrlC() as term:
         pass
     assert installed == [] and not term.came
+
+
+def test_a_device_written_in_place_is_appended_to_not_truncated(tmp_path):
+    """`score ... -o /dev/stdout >> all.jsonl` (or after a header the shell wrote) opened the file
+    behind /dev/stdout anew and truncated it, losing what was there; now it is appended to."""
+    path = tmp_path / "all.jsonl"
+    path.write_text("earlier\n")
+    from radixflow.cli.lines_out import write_lines
+
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        write_lines("--output", Path(f"/dev/fd/{fd}"), lambda out: out.write("new\n"))
+    finally:
+        os.close(fd)
+    assert path.read_text() == "earlier\nnew\n"

@@ -89,7 +89,9 @@ def score_row(candidate: Any, s: CandidateScore) -> dict[str, Any]:
     return {"candidate": candidate, **asdict(s), "total": s.total, "mean": s.mean, "greedy": s.greedy}
 
 
-def chunks(jobs: list[ScoreJob], size: int = CONTEXTS_PER_CALL) -> Iterator[list[ScoreJob]]:
+def chunks(jobs: list[ScoreJob], size: int | None = None) -> Iterator[list[ScoreJob]]:
+    """``jobs`` ``size`` at a time (default: `CONTEXTS_PER_CALL`, read when called)."""
+    size = size or CONTEXTS_PER_CALL
     for start in range(0, len(jobs), size):
         yield jobs[start : start + size]
 

@@ -278,6 +278,34 @@ def test_a_line_the_model_refuses_is_an_error_line_and_the_others_are_scored(
     assert llm.scoring_problem("a", [" b"]) is None
 
 
+def test_a_run_that_fails_part_way_keeps_the_old_output_and_says_where_the_rows_are(
+    zoo, capsys, tmp_path, monkeypatch
+):
+    from radixflow.cli import main, score_file
+    from radixflow.generation import GenerationError
+
+    monkeypatch.setattr(score_file, "CONTEXTS_PER_CALL", 2)
+    score_many, calls = LLM.score_many, []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise GenerationError("request gen-9 failed: worker call failed")
+        return score_many(self, *args, **kwargs)
+
+    monkeypatch.setattr(LLM, "score_many", failing)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(json.dumps({"context": f"c{i}", "candidates": [" b"]}) + "\n" for i in range(4)))
+    out.write_text("old\n")
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 1
+    partial = tmp_path / "out.jsonl.partial"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"radixflow: error: request gen-9 failed: worker call failed; "
+        f"the 2 rows written so far are in {partial}"
+    )
+    assert out.read_text() == "old\n" and len(partial.read_text().splitlines()) == 2
+
+
 def test_output_dash_is_stdout_and_a_partial_file_that_cannot_be_made_is_refused_up_front(
     zoo, capsys, tmp_path
 ):

@@ -218,6 +218,7 @@ def test_a_run_cut_short_keeps_the_old_output_and_says_where_the_answers_are(
 
     output_line = batch.output_line
     monkeypatch.setattr(batch, "output_line", signalled)
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or Ray's once a test has started Ray
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
     out.write_text("the previous answers\n")
@@ -232,4 +233,4 @@ def test_a_run_cut_short_keeps_the_old_output_and_says_where_the_answers_are(
     monkeypatch.setattr(batch, "output_line", output_line)
     assert main(argv) == 0  # the run that completes replaces the output, and leaves no partial file
     assert len(out.read_text().splitlines()) == 6 and not partial.exists()
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -35,10 +35,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
     outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
     check_output_paths(outputs, {"--trace": args.trace, "--hardware": _profile_file(options.hardware)})
-    warn_ineffective(args)
-    warn_ineffective_options(args, options)
     if runner_name(options) == "torch":
         require_torch_extra("--runner torch")
+    warn_ineffective(args)
+    warn_ineffective_options(args, options)
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
     plan = plan_engine(options)

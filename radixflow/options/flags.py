@@ -90,6 +90,10 @@ def _lenient(kind: type) -> Any:
 PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str}
 
 
+# MODEL of the commands that take it as an argument: each generates or scores, so needs weights
+MODEL_ARG_HELP = "a zoo model (see `radixflow models`) or a checkpoint directory: a model with weights"
+
+
 def add_engine_flags(
     parser: argparse.ArgumentParser, model_positional: bool = False, only: tuple[str, ...] | None = None
 ) -> None:
@@ -101,7 +105,7 @@ def add_engine_flags(
             continue
         spec = spec_of(f)
         if f.name == "model" and model_positional:
-            parser.add_argument("model", metavar="MODEL", help=spec.help)
+            parser.add_argument("model", metavar="MODEL", help=MODEL_ARG_HELP)
             continue
         if spec.group not in groups:
             groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])

@@ -13,6 +13,7 @@ from radixflow.experiments.config import CELL_KEYS
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options.engine_options import spec_of
 from radixflow.options.flags import (
+    MODEL_ARG_HELP,
     POLICY_HELP,
     add_engine_flags,
     clock_warnings,
@@ -44,7 +45,7 @@ def test_every_engine_option_is_a_flag_of_every_engine_command_with_one_help(com
         if f.name == "policy":
             assert action.help == POLICY_HELP
         elif f.name == "model" and not action.option_strings:
-            assert action.help == spec_of(f).help  # MODEL is an argument of generate and serve
+            assert action.help == MODEL_ARG_HELP  # MODEL is an argument of generate and serve
         else:
             shown = "" if f.default is None else f" (default: {f.default})"
             assert action.help == spec_of(f).help + shown, f"{command} {f.name}"
@@ -175,3 +176,13 @@ def test_a_dtype_below_float32_is_warned_about_since_outputs_are_no_longer_exact
     assert len(dtype_warnings(cpu.replace(device="cuda"))) == 1  # auto: bfloat16 or float16 there
     assert dtype_warnings(cpu.replace(device="cuda", dtype="float32")) == []
     assert dtype_warnings(EngineOptions(model="qwen3_5-2b", dtype="bfloat16")) == []  # the sim
+
+
+@pytest.mark.parametrize("command", ("generate", "score", "serve", "run-batch"))
+def test_a_commands_model_argument_is_said_to_need_weights_and_has_no_default(command):
+    # these commands refuse the sim runner and take MODEL as a required argument: bench's words
+    # (a sim shape, costed with no weights read; a default model) would tell of neither
+    text = _actions(_command(command))["model"].help
+    assert "default" not in text
+    assert "sim shape" not in text
+    assert "zoo model" in text and "checkpoint directory" in text

@@ -25,7 +25,8 @@ DESCRIPTION = (
     "`radixflow` command line: bench (policies side by side), models (the zoo), calibrate (fit the cost "
     "model to timed worker calls), cost (one worker call's predicted time, term by term), experiment "
     "(frozen experiment configs), generate (offline generation), score (candidates ranked after one "
-    "context) and serve (an OpenAI-compatible server)."
+    "context), serve (an OpenAI-compatible server) and run-batch (an OpenAI batch file through the "
+    "server's routes, offline)."
 )
 
 # Every subcommand, in `--help` order. A new command is a new module with a COMMAND.

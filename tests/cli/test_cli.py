@@ -15,6 +15,7 @@ import pytest
 
 import radixflow
 from radixflow.cli import main
+from radixflow.cli.app import COMMANDS, DESCRIPTION
 
 
 def test_bench_defaults_meet_the_acceptance_figures(tmp_path, capsys):
@@ -293,3 +294,8 @@ def test_a_device_written_in_place_is_appended_to_not_truncated(tmp_path):
     finally:
         os.close(fd)
     assert path.read_text() == "earlier\nnew\n"
+
+
+def test_the_top_level_help_names_every_command():
+    for command in COMMANDS:
+        assert f"{command.name} (" in DESCRIPTION, command.name

@@ -68,8 +68,16 @@ def _spelling(param: str) -> str:
     return FLAGS.get(param, param)
 
 
+class _Console(Console):
+    """rich's console, whose reader leaving early ends the command as a plain print's does (rich's
+    own handling exits with status 1, a failure)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or _Console()
     commands = {cmd.name: cmd for cmd in COMMANDS}
     term = SigtermAsCtrlC()  # a SIGTERM stops a command as a Ctrl-C does, unless it handles its own
     try:

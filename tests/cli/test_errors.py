@@ -344,8 +344,10 @@ def test_an_empty_trace_out_is_refused_in_the_options_words_at_every_command(cap
     assert line == "radixflow: error: --trace-out: must not be empty"
 
 
-def test_a_reader_that_leaves_early_ends_the_command_quietly():
-    """`radixflow cost ... --json | head -c 10`: the reader closes the pipe before the output is
+# the table went through rich's console, whose own broken-pipe handling exited 1 (a failure)
+@pytest.mark.parametrize("output", [["--json"], []], ids=["json", "table"])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(output):
+    """`radixflow cost ... | head -c 10`: the reader closes the pipe before the output is
     written. That ends the command as SIGPIPE ends a shell tool (status 141, nothing on stderr),
     not with a BrokenPipeError traceback."""
     root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
@@ -354,7 +356,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     os.close(read)  # the reader has left before anything is written
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "radixflow.cli", "cost", "qwen3_5-2b", "--json"],
+            [sys.executable, "-m", "radixflow.cli", "cost", "qwen3_5-2b", *output],
             stdout=write,
             stderr=subprocess.PIPE,
             text=True,

@@ -88,10 +88,10 @@ def _warn_unused_device(config: ExperimentConfig) -> None:
         )
 
 
-def _load(args: argparse.Namespace, device: str | None) -> ExperimentConfig:
+def _load(args: argparse.Namespace, device: str | None, seeds: list[int] | None) -> ExperimentConfig:
     """The config with every cell checked (a torch cell on ``device``, given: `--device`), counted
     on a bar as they are (a large grid takes a while); every torch model is resolved (a zoo model
-    built) before any cell runs."""
+    built) before any cell runs. ``seeds`` (`--seeds`) are counted in its size, not its own."""
     with progress_bar(Console(stderr=True)) as progress:
         task = progress.add_task(f"{args.config.name}: checking cells", total=None)
 
@@ -100,7 +100,7 @@ def _load(args: argparse.Namespace, device: str | None) -> ExperimentConfig:
                 progress.update(task, completed=done, total=total)
 
         try:
-            return load_config(args.config, args.max_cells, checked, device)
+            return load_config(args.config, args.max_cells, checked, device, seeds and len(seeds))
         except ExperimentConfigError as e:
             raise ExperimentUsageError(str(e)) from None
 
@@ -131,14 +131,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.max_cells < 1:
         raise ExperimentUsageError(f"--max-cells: must be at least 1, got {args.max_cells}")
     device = _device(args)
-    config = _load(args, device)
+    try:
+        seeds = None if args.seeds is None else parse_seeds(args.seeds)
+    except ValueError as e:
+        raise ExperimentUsageError(str(e)) from None
+    config = _load(args, device, seeds)
     for warning in config.warnings:  # keys that change none of their cells, as bench warns of flags
         print(f"radixflow: warning: {warning}", file=sys.stderr)
     if device is not None:
         _warn_unused_device(config)
-    if args.seeds is not None:
+    if seeds is not None:
         try:
-            config = config.with_seeds(parse_seeds(args.seeds), args.max_cells)
+            config = config.with_seeds(seeds, args.max_cells)
         except ValueError as e:
             raise ExperimentUsageError(str(e)) from None
     out = args.out or default_out(config)

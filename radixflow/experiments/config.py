@@ -379,17 +379,25 @@ def parse_config(
     max_cells: int = MAX_CELLS,
     progress: Callable[[int, int], None] | None = None,
     device: str | None = None,
+    seeds: int | None = None,
 ) -> ExperimentConfig:
     """Every check of the config, then its cells, each validated; ``progress(done, total)`` is
     told after each cell. A grid of more than ``max_cells`` cells is refused before it expands.
-    ``device``, given, replaces every torch-runner cell's device (`--device`)."""
+    ``device``, given, replaces every torch-runner cell's device (`--device`); ``seeds``, given,
+    is how many seeds each cell will run on (`--seeds`, `with_seeds`), counted in the size check
+    in place of the grids' own."""
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
     name, description = checks.experiment_name(data, origin), checks.description(data, origin)
     variants = _variants(data, origin)
     grids = _grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))
-    checks.grid_sizes({g.where: g.size for g in grids}, max_cells, origin)
+    # the cells checked (the config's own seeds: within the default limit, at least) and run
+    checks.grid_sizes(
+        {g.where: g.size for g in grids}, max_cells if seeds is None else max(max_cells, MAX_CELLS), origin
+    )
+    if seeds is not None:  # each distinct cell on the given seeds (at most this many: grids may share cells)
+        checks.seeded_size(sum(g.size // len(g.seeds) for g in grids), seeds, max_cells)
     total, cells, traces = sum(g.size for g in grids), [], {}
     plans = functools.cache(planned)  # this config's: cells share a few distinct settings
     unused = Unused()
@@ -418,6 +426,7 @@ def load_config(
     max_cells: int = MAX_CELLS,
     progress: Callable[[int, int], None] | None = None,
     device: str | None = None,
+    seeds: int | None = None,
 ) -> ExperimentConfig:
     path = Path(path)
     try:
@@ -426,4 +435,4 @@ def load_config(
         raise ExperimentConfigError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
-    return parse_config(data, str(path), path.parent, max_cells, progress, device)
+    return parse_config(data, str(path), path.parent, max_cells, progress, device, seeds)

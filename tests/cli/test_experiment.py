@@ -481,3 +481,15 @@ def test_an_output_the_disk_refuses_part_way_is_one_line_and_leaves_no_half_file
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.splitlines()[-1].startswith(f"radixflow: error: cannot write {out}/"), proc.stderr
     assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*"))
+
+
+def test_max_cells_bounds_the_cells_the_seeds_given_run_not_the_configs_own(tmp_path, capsys):
+    # `--seeds 0` on a config of three seeds runs a third of its cells; --max-cells of that third
+    # was refused, the config's own seeds counted before --seeds replaced them
+    config = tmp_path / "c.toml"
+    config.write_text("seeds = [0, 1, 2]\n" + _grid("token_budget = [256, 512, 1024]"))
+    argv = ["experiment", str(config), "--out", str(tmp_path / "o"), "--max-cells", "3"]
+    code, err = _run([*argv, "--seeds", "0"], capsys)
+    assert code == 0, err
+    code, err = _run([*argv, "--seeds", "0-1"], capsys)
+    assert code == 2 and "6 cells" in _one_error_line(err) and "--max-cells 6" in err, err

@@ -17,7 +17,7 @@ from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, w
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import check_partial, output_path, write_lines
-from radixflow.cli.serve import require_serve_extra, threads
+from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
 from radixflow.options.machine import cpu_count
 from radixflow.options.spec import checked
@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow run-batch")
-    require_serve_extra()
+    require_serve_extra("radixflow run-batch", BATCH_EXTRA)
     from radixflow.generation.setup import load_model
     from radixflow.server.app import create_app
     from radixflow.server.batch import BatchInputError, read_batch

@@ -28,7 +28,9 @@ from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import bind, bound_port
 
+# what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
+BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,14 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def require_serve_extra() -> None:
-    for name in SERVE_EXTRA:
+def require_serve_extra(what: str = "radixflow serve", packages: tuple[str, ...] = SERVE_EXTRA) -> None:
+    for name in packages:
         try:
             importlib.import_module(name)
         except ImportError:
             raise UsageError(
-                f"radixflow serve needs the serve extra (package {name!r} is missing): "
-                "pip install -e '.[serve]'"
+                f"{what} needs the serve extra (package {name!r} is missing): pip install -e '.[serve]'"
             ) from None
 
 

@@ -488,3 +488,17 @@ def test_bench_refuses_to_write_over_its_hardware_profile(tmp_path, capsys, flag
     line = one_line_error(capsys, ["bench", "--hardware", str(profile), "--groups", "2", flag, str(profile)])
     assert line == f"radixflow: error: {flag} {profile}: the same file as --hardware"
     assert profile.read_text() == before
+
+
+# run-batch posts through httpx, which the serve extra did not install: a traceback
+# (ModuleNotFoundError) where serve's own packages missing is one line
+@pytest.mark.parametrize("package", ["httpx", "fastapi"])
+def test_run_batch_without_a_package_of_the_serve_extra_names_the_install_command(
+    monkeypatch, capsys, tmp_path, package
+):
+    monkeypatch.setitem(sys.modules, package, None)
+    batch = tmp_path / "b.jsonl"
+    batch.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {}}\n')
+    err = one_line_error(capsys, ["run-batch", "qwen3_5-tiny", "-i", str(batch)])
+    assert f"radixflow run-batch needs the serve extra (package {package!r} is missing)" in err
+    assert "pip install -e '.[serve]'" in err

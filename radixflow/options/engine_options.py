@@ -21,6 +21,7 @@ from radixflow.costmodel.hardware.profiles import (
     ProfileError,
     resolve_hardware,
 )
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.sizes import size_problem
@@ -61,7 +62,7 @@ def _names(registry: Mapping[str, object]) -> Callable[[], list[str]]:
 class EngineOptions:
     model: str | None = option(
         None,
-        "a sim shape (see `radixflow bench --help`), a zoo model (see `radixflow models`) or a "
+        f"a sim shape ({', '.join(SIM_MODELS)}), a zoo model (see `radixflow models`) or a "
         "checkpoint directory; the sim runner costs any of them by its config, no weights read "
         "(default: qwen3_5-2b on the sim runner, qwen3_5-small on torch)",
         str,

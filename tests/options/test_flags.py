@@ -186,3 +186,12 @@ def test_a_commands_model_argument_is_said_to_need_weights_and_has_no_default(co
     assert "default" not in text
     assert "sim shape" not in text
     assert "zoo model" in text and "checkpoint directory" in text
+
+
+def test_the_model_flag_names_the_sim_shapes_it_points_to():
+    # it said "a sim shape (see `radixflow bench --help`)", in bench's own help, which lists none
+    from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+
+    text = _actions(_command("bench"))["model"].help
+    assert "see `radixflow bench --help`" not in text
+    assert all(name in text for name in SIM_MODELS)

@@ -43,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int_arg(1, 1024),
         default=1,
         help="engine replicas; more than one runs them as a Ray Serve deployment behind this "
-        "server (needs the cluster extra: pip install -e '.[cluster]'); 1: one engine here, no Ray",
+        "server (needs the cluster extra: pip install -e '.[cluster]'); 1: one engine here, no Ray "
+        "(unless --ray-address)",
     )
     f.add_argument(
         "--router",

@@ -15,7 +15,7 @@ import pytest
 
 import radixflow
 from radixflow.cli import main
-from radixflow.cli.app import COMMANDS, DESCRIPTION
+from radixflow.cli.app import COMMANDS, DESCRIPTION, build_parser
 
 
 def test_bench_defaults_meet_the_acceptance_figures(tmp_path, capsys):
@@ -299,3 +299,10 @@ def test_a_device_written_in_place_is_appended_to_not_truncated(tmp_path):
 def test_the_top_level_help_names_every_command():
     for command in COMMANDS:
         assert f"{command.name} (" in DESCRIPTION, command.name
+
+
+def test_the_replicas_help_says_one_replica_still_runs_on_ray_with_a_ray_address():
+    # `serve --replicas 1 --ray-address A` deploys on the cluster; the help said 1 meant no Ray
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    text = next(a for a in sub.choices["serve"]._actions if a.dest == "replicas").help
+    assert "no Ray" not in text or "--ray-address" in text.split("no Ray")[1][:40], text

@@ -47,7 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="more candidates, one per line as written (leading spaces count; the line break does not)",
     )
     g.add_argument(
-        "--rank-by", choices=ORDERS, default="total", help="total log-likelihood, or mean per token"
+        "--rank-by",
+        choices=ORDERS,
+        default="total",
+        help="rank --context's candidates by total log-likelihood, or mean per token",
     )
     g.add_argument("--json", action="store_true", help="print every score as JSON, in the given order")
     g.add_argument(
@@ -105,6 +108,8 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
         given += ["--candidate"] * bool(candidates)
         if given:
             raise UsageError(f"--input: the file gives contexts and candidates; drop {given[0]}")
+        if args.rank_by != "total":
+            raise UsageError("--input: each line's scores come in its candidates' order; drop --rank-by")
         return read_jobs(args.input), []
     if args.output is not None:
         raise UsageError("--output: only with --input (the ranking of --context is printed)")

@@ -229,6 +229,8 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
         ('\n \n', [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
+        # the lines keep the file's order: a ranking asked for was silently not done
+        ('{"context": "a", "candidates": [" b"]}\n', ["--rank-by", "mean"], "drop --rank-by"),
     ],
 )
 def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, text, extra, message):

@@ -247,32 +247,32 @@ class Engine:
     def step(self) -> RoundRecord | None:
         """One round: schedule → run → update. None when there is nothing left to do.
 
-        A Ctrl-C while the round is scheduled or its results taken is held until that is done
-        (`HeldInterrupt`): a round not yet run is rolled back, as one interrupted in the worker
-        call is, and a round already run stands; then KeyboardInterrupt is raised."""
+        A Ctrl-C is held (`HeldInterrupt`) but in the worker call: one while the round is
+        scheduled, or up to the moment its worker call ends, rolls the round back (its requests
+        failed); one while its results are taken, or the round is rolled back, lets that finish
+        and the round stand. Then KeyboardInterrupt is raised."""
         with HeldInterrupt() as held:
-            out = self._schedule()
+            record = self._round(held)
         if held.came:
-            if out is not None and out.chunks:
-                self._roll_back(out, "interrupted")
             raise KeyboardInterrupt
+        return record
+
+    def _round(self, held: HeldInterrupt) -> RoundRecord | None:
+        out = self._schedule()
         if out is None:
             return None
         if not out.chunks:
             self._stalled()
             return None
         try:
-            result = self.runner.run(out)
+            with held.let_through():  # a Ctrl-C held while scheduling is raised here
+                result = self.runner.run(out)
         except Exception as e:
             return self._roll_back(out, f"worker call failed: {type(e).__name__}: {e}")
-        except BaseException:  # Ctrl-C mid-round: leave the engine consistent, then stop
+        except BaseException:  # Ctrl-C: leave the engine consistent, then stop
             self._roll_back(out, "interrupted")
             raise
-        with HeldInterrupt() as held:
-            record = self._update(out, result)
-        if held.came:
-            raise KeyboardInterrupt
-        return record
+        return self._update(out, result)
 
     def _schedule(self) -> SchedulerOutput | None:
         """The arrivals admitted and the next round scheduled; None when there is no work."""

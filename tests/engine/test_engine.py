@@ -175,3 +175,65 @@ def test_a_ctrl_c_in_the_scheduler_waits_for_its_part_of_the_round(part, monkeyp
         engine.abort(r.id)
     engine.check_integrity()
     assert engine.step() is None
+
+
+def _step_with_a_ctrl_c_at(engine, line: int) -> bool:
+    """``engine.step()`` with a SIGINT raised at its ``line``-th executed line (counting the
+    engine's and the Ctrl-C hold's own lines only); whether the step got that far."""
+    import sys
+
+    watched = ("radixflow/engine/engine.py", "radixflow/engine/interrupts.py")
+    seen = 0
+
+    def trace(frame, event, arg):  # type: ignore[no-untyped-def]
+        nonlocal seen
+        if not frame.f_code.co_filename.endswith(watched):
+            return None
+        if event == "line":
+            seen += 1
+            if seen == line:
+                signal.raise_signal(signal.SIGINT)
+        return trace
+
+    sys.settrace(trace)
+    try:
+        engine.step()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    return seen >= line
+
+
+def test_a_ctrl_c_at_any_line_of_a_step_leaves_the_engine_as_good_as_new():
+    """Wherever in a round a SIGINT lands (as the scheduler's part ends and the worker call is
+    about to start, as a round is rolled back, ...), the engine is left consistent: once the
+    interrupted requests are aborted (as `LLM` does), the same prompts run exactly, every KV
+    position read was computed for that prefix."""
+    from checking_runner import VOCAB, CheckingRunner
+
+    cfg = SchedulerConfig(token_budget=16, max_requests=8, block_size=4, num_blocks=64, num_state_slots=16)
+    prompts = [tuple(range(1, 20 + i)) for i in range(3)]
+    line = 0
+    while True:
+        line += 1
+        runner = CheckingRunner(True, 4)
+        engine = new_engine(runner, cfg)
+        runner.cache = engine.cache
+        reqs = [Request(f"r{i}", p, sampling=SamplingParams(max_tokens=2)) for i, p in enumerate(prompts)]
+        for r in reqs:
+            engine.submit(r)
+        engine.step()  # one round in: the cache holds a prefix of each
+        reached = _step_with_a_ctrl_c_at(engine, line)
+        for r in reqs:
+            engine.abort(r.id)
+        engine.check_integrity()
+        again = [Request(f"a{i}", p, sampling=SamplingParams(max_tokens=2)) for i, p in enumerate(prompts)]
+        engine.run(again)
+        for r in again:
+            assert r.status is RequestStatus.FINISHED, (line, r.id, r.error)
+            expected = [sim_token(r.namespace, r.prompt + tuple(r.output[:i]), VOCAB) for i in range(2)]
+            assert r.output == expected, (line, r.id)
+        if not reached:
+            break
+    assert line > 20  # the whole step was walked

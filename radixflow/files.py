@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import stat
 from pathlib import Path
 from types import TracebackType
@@ -83,10 +84,24 @@ class WholeLineFile(io.TextIOBase):
 
 def written_in_place(path: Path) -> bool:
     """Whether results for ``path`` go straight into it rather than into a file renamed over it:
-    a path that exists and is not a regular file (a pipe, a terminal) or names a device
-    (``/dev/stdout``, ``/dev/fd/N``: the file behind it is the one the shell opened)."""
-    device = Path(os.path.abspath(path)).parts[1:2] in (("dev",), ("proc",))
-    return device or (path.exists() and not path.is_file())
+    a path that exists and is not a regular file (a pipe, a terminal) or leads to a file
+    descriptor (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``: the file behind it is the one
+    the shell opened). A regular file that merely lies under ``/dev`` (``/dev/shm``) is not."""
+    return _names_a_descriptor(path) or (path.exists() and not path.is_file())
+
+
+def _names_a_descriptor(path: Path) -> bool:
+    """Whether ``path``, its links followed one by one, is an entry of a file-descriptor
+    directory (``/dev/fd``, ``/proc/PID/fd``; ``/dev/stdout`` links to ``/proc/self/fd/1``)."""
+    here = os.path.abspath(path)
+    for _ in range(40):  # as many links as the system follows
+        folder = os.path.realpath(os.path.dirname(here))
+        if folder == "/dev/fd" or re.fullmatch(r"/proc/[^/]+/fd", folder):
+            return True
+        if not os.path.islink(here):
+            return False
+        here = os.path.normpath(os.path.join(folder, os.readlink(here)))
+    return False
 
 
 class PartialLines:

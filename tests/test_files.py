@@ -41,6 +41,7 @@ def test_a_symlink_keeps_pointing_at_the_file_it_names_and_a_device_is_written_i
     assert not os.path.isfile(os.devnull)
 
 
+
 # a child process whose files cannot grow past 500 bytes (EFBIG, as a full disk gives ENOSPC)
 PART_WAY = """
 import resource, signal, sys
@@ -136,3 +137,19 @@ def test_devices_and_pipes_are_written_in_place(tmp_path):
     assert not written_in_place(tmp_path / "new.jsonl")
     (tmp_path / "old.jsonl").write_text("")
     assert not written_in_place(tmp_path / "old.jsonl")
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="no writable /dev/shm")
+def test_a_regular_file_under_dev_is_replaced_not_appended_to(tmp_path):
+    """``--output /dev/shm/scores.jsonl`` (a RAM disk, a regular file) was taken for a device and
+    appended to, so a second run's rows followed the first's; only a path that leads to a file
+    descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) or is not a regular file is in place."""
+    path = Path(f"/dev/shm/radixflow-test-{os.getpid()}.jsonl")
+    try:
+        path.write_text("old\n")
+        assert not written_in_place(path)
+        link = tmp_path / "stdout"
+        link.symlink_to("/dev/stdout")
+        assert written_in_place(link) and written_in_place(Path("/proc/self/fd/1"))
+    finally:
+        path.unlink(missing_ok=True)

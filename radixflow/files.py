@@ -16,11 +16,13 @@ def write_whole(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader, or a run cut short (Ctrl-C, a full disk), finds
     the old file or the whole new one, never part of it: into a temporary file beside it, then
     renamed over it (keeping the old file's permissions; a symlink's target is replaced, not the
-    link). A path that exists and is not a regular file (``/dev/stdout``, a pipe) is written in
-    place. Raises OSError as the write does; the temporary file is removed first."""
+    link). A device or pipe (`written_in_place`: ``/dev/stdout``, even where the shell sent it to a
+    file) is written in place, after what it holds. Raises OSError as the write does; the
+    temporary file is removed first."""
     path = Path(path)
-    if path.exists() and not path.is_file():
-        path.write_text(text, encoding="utf-8")
+    if written_in_place(path):  # appended: `>>` behind /dev/stdout asks it (`>` truncated already)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(text)
         return
     target = path.resolve()
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -42,6 +42,22 @@ def test_a_symlink_keeps_pointing_at_the_file_it_names_and_a_device_is_written_i
 
 
 
+def test_a_file_behind_a_descriptor_is_appended_to_not_replaced(tmp_path):
+    """`bench --json /dev/stdout >> all.txt` replaced all.txt by a new file holding the JSON alone:
+    what it held, and the table bench printed before the JSON, were lost. The file the shell
+    opened is now written in place, after what it holds."""
+    path = tmp_path / "all.txt"
+    path.write_text("earlier\n")
+    inode = path.stat().st_ino
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"table\n")
+        write_whole(f"/dev/fd/{fd}", "{}\n")
+    finally:
+        os.close(fd)
+    assert path.read_text() == "earlier\ntable\n{}\n" and path.stat().st_ino == inode
+
+
 # a child process whose files cannot grow past 500 bytes (EFBIG, as a full disk gives ENOSPC)
 PART_WAY = """
 import resource, signal, sys

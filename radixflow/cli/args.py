@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -83,21 +84,27 @@ def check_output_paths(outputs: dict[str, Path | None], inputs: dict[str, Path |
     existing file is not truncated yet); one this creates is removed again, so a run that fails
     later leaves nothing behind. Two outputs, or an output and an input, may not be one file.
     """
-    seen = {p.resolve(): flag for flag, p in inputs.items() if p is not None}
+    seen = {_real(p): flag for flag, p in inputs.items() if p is not None}
     for flag, path in outputs.items():
         if path is None:
             continue
-        resolved = path.resolve()
+        resolved = _real(path)
         if resolved in seen:
             raise UsageError(f"{flag} {path}: the same file as {seen[resolved]}")
         seen[resolved] = flag
         _probe_writable(flag, path)
 
 
+def _real(path: Path) -> Path:
+    """``path`` with its links followed; a symlink loop is left for the file's own open to refuse
+    in one line (`Path.resolve` raises RuntimeError on one)."""
+    return Path(os.path.realpath(path))
+
+
 def _probe_writable(flag: str, path: Path) -> None:
     if path.is_dir():
         raise UsageError(f"cannot write {flag} {path}: it is a directory")
-    if not path.resolve().parent.is_dir():
+    if not _real(path).parent.is_dir():
         raise UsageError(f"cannot write {flag} {path}: directory {path.parent} does not exist")
     existed = path.exists()
     try:

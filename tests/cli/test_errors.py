@@ -186,6 +186,18 @@ def test_output_path_equal_to_the_input_trace_is_refused(tmp_path, capsys):
     assert "the same file as --trace" in err
 
 
+
+@pytest.mark.parametrize("flag", ["--json", "--trace"])
+def test_a_symlink_loop_as_a_path_is_one_line_naming_its_flag(tmp_path, monkeypatch, capsys, flag):
+    """``--json loop`` (a link to a link back to it) was a RuntimeError traceback from resolving it."""
+    monkeypatch.chdir(tmp_path)
+    Path("a").symlink_to("b")
+    Path("b").symlink_to("a")
+    err = one_line_error(capsys, ["bench", "--runner", "sim", flag, "a"])
+    named = "--json a" if flag == "--json" else "a: cannot read trace"
+    assert "symbolic links" in err and named in err
+
+
 @pytest.fixture
 def without_torch(monkeypatch):
     """Simulate an install without the torch extra: `import torch` raises ImportError."""

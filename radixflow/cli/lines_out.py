@@ -30,12 +30,14 @@ def check_partial(flag: str, path: Path | None, inputs: dict[str, Path | None]) 
         return
     partial = PartialLines(path).partial
     why = None
-    named = next((f for f, p in inputs.items() if p is not None and p.resolve() == partial.resolve()), None)
+    real = os.path.realpath  # Path.resolve raises RuntimeError on a symlink loop
+    named = next((f for f, p in inputs.items() if p is not None and real(p) == real(partial)), None)
     if named is not None:
         why = f"the same file as {named}"
     elif partial.is_dir():
         why = "it is a directory"
-    elif partial.exists():  # an earlier run's: removed first, which its directory must allow
+    elif partial.exists() or partial.is_symlink():  # an earlier run's (a link, even a broken one,
+        # is itself removed): removed first, which its directory must allow
         why = None if os.access(partial.parent, os.W_OK | os.X_OK) else "Permission denied"
     else:
         try:

@@ -306,3 +306,20 @@ def test_the_replicas_help_says_one_replica_still_runs_on_ray_with_a_ray_address
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     text = next(a for a in sub.choices["serve"]._actions if a.dest == "replicas").help
     assert "no Ray" not in text or "--ray-address" in text.split("no Ray")[1][:40], text
+
+
+def test_a_leftover_partial_that_is_a_broken_or_looping_link_is_replaced(tmp_path):
+    """An OUTPUT.partial left as a link to a link back to it was a RuntimeError traceback from
+    resolving it; one that is a dangling link was refused. Either is an earlier file that the
+    run removes first, as it removes any other."""
+    from radixflow.cli.lines_out import check_partial, write_lines
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("{}\n")
+    for target in ("out.jsonl.partial", "gone"):
+        partial = tmp_path / "out.jsonl.partial"
+        partial.unlink(missing_ok=True)
+        partial.symlink_to(target)
+        check_partial("--output", out, {"--input": given})
+        write_lines("--output", out, lambda f: f.write("row\n"))
+        assert out.read_text() == "row\n" and not partial.is_symlink()

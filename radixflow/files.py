@@ -4,9 +4,11 @@ once complete (a leaf: any layer's writer may use it)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import re
+import shutil
 import stat
 from pathlib import Path
 from types import TracebackType
@@ -30,10 +32,23 @@ def write_whole(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
         if target.exists():
             os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
-        os.replace(tmp, target)
+        replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def replace(done: Path, target: Path) -> None:
+    """``done`` (a finished file beside ``target``) put in ``target``'s place: renamed over it, or,
+    where ``target`` cannot be renamed over (a file bind-mounted into a container: EBUSY; one on
+    another filesystem: EXDEV), copied into it in place and then removed."""
+    try:
+        os.replace(done, target)
+    except OSError as e:
+        if e.errno not in (errno.EBUSY, errno.EXDEV):
+            raise
+        shutil.copyfile(done, target)
+        done.unlink()
 
 
 class WholeLineFile(io.TextIOBase):
@@ -133,7 +148,7 @@ class PartialLines:
             if error is None:
                 if self.target.exists():
                     os.chmod(self.partial, stat.S_IMODE(self.target.stat().st_mode))
-                os.replace(self.partial, self.target)
+                replace(self.partial, self.target)
                 return
         except BaseException as e:
             self._kept(e)

@@ -169,3 +169,24 @@ def test_a_regular_file_under_dev_is_replaced_not_appended_to(tmp_path):
         assert written_in_place(link) and written_in_place(Path("/proc/self/fd/1"))
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("code", [errno.EBUSY, errno.EXDEV])
+def test_a_target_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monkeypatch, code):
+    """A bind-mounted file (``docker -v $PWD/out.json:/out.json``) cannot be renamed over (EBUSY; a
+    target on another filesystem than its temporary file: EXDEV): the run's whole result was then
+    lost for a one-line error at its end. The finished file is now copied into it in place."""
+    import radixflow.files as files
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(files.os, "replace", refuse)
+    path = tmp_path / "r.json"
+    path.write_text("old old old\n")
+    write_whole(path, "new\n")
+    assert path.read_text() == "new\n"
+    with PartialLines(tmp_path / "rows.jsonl") as out:
+        out.write("row\n")
+    assert (tmp_path / "rows.jsonl").read_text() == "row\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "rows.jsonl"]

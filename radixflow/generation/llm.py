@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.engine.engine import Engine
+from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.generation.detokenize import NoText
 from radixflow.generation.output_processor import (
     Done,
@@ -357,13 +358,22 @@ class LLM:
                     if progress is not None:
                         progress(len(answers), len(calls))
         finally:
-            for call in calls:  # an exception (or Ctrl-C) leaves no request running
+            self._end(calls, processor, answers)
+        return answers
+
+    def _end(self, calls: list[_Call], processor: OutputProcessor, answers: dict[str, Done]) -> None:
+        """Leave no request of ``calls`` running (after an exception or a Ctrl-C), then write the
+        trace. A Ctrl-C meanwhile (pressed twice) is held until every request is let go and the
+        trace written, then raised: stopping part way would leave the rest to run in the next call."""
+        with HeldInterrupt() as held:
+            for call in calls:
                 aborted = processor.abort(call.request.id)
                 if aborted is not None:
                     answers[call.request.id] = aborted
                 self._let_go(call.request)
-            self._flush_trace()
-        return answers
+        self._flush_trace()
+        if held.came:
+            raise KeyboardInterrupt
 
     def _let_go(self, request: Request) -> None:
         """Abort and forget ``request`` if the engine still holds it: a Ctrl-C between the engine

@@ -499,3 +499,30 @@ def test_a_ctrl_c_while_a_round_is_scheduled_leaves_the_llm_as_good_as_new(zoo, 
     again = llm.generate(PROMPTS[:3], GREEDY)
     assert [o.token_ids for o in again] == [o.token_ids for o in batch[:3]]
     llm.engine.check_integrity()
+
+
+def test_a_second_ctrl_c_while_a_call_cleans_up_leaves_nothing_behind(zoo, batch, monkeypatch):
+    """A Ctrl-C pressed twice: the second, landing while the call aborted its requests after the
+    first, stopped the cleanup part way and left the rest running in the engine, to run in the
+    next call. The cleanup now finishes first."""
+    llm = LLM(MODEL, kv_blocks=256, state_slots=64)
+    abort, seen = llm.engine.abort, []
+
+    def pressed_again(request_id: str) -> object:
+        if not seen:
+            seen.append(request_id)
+            signal.raise_signal(signal.SIGINT)
+        return abort(request_id)
+
+    def interrupt(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm.engine, "abort", pressed_again)
+    longer = SamplingParams(max_tokens=8, ignore_eos=True)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(PROMPTS[:3], [SamplingParams(max_tokens=1), longer, longer], progress=interrupt)
+    monkeypatch.undo()
+    assert seen and llm.engine.requests == [] and not llm.engine.has_work()
+    llm.engine.check_integrity()
+    again = llm.generate(PROMPTS[:2], GREEDY)
+    assert [o.token_ids for o in again] == [o.token_ids for o in batch[:2]]

@@ -95,6 +95,8 @@ def _write(path: Path, write: object) -> None:
     """Write an output file; a failure this late (disk full, file removed) is one line, not a traceback."""
     try:
         write(path)  # type: ignore[operator]
+    except BrokenPipeError:  # the reader of /dev/stdout left early: as with stdout, not an error
+        raise
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 

@@ -61,6 +61,8 @@ def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T]) -> T:
         opened = WholeLineFile(path, append=True) if written_in_place(path) else PartialLines(path)
         with opened as out:  # a full disk cuts it back to its last whole line
             return run(out)
+    except BrokenPipeError:  # the reader of /dev/stdout left early: as with `-`, not an error
+        raise
     except OSError as e:  # a disk that fills mid-run: one line, as bench says it
         error = UsageError(f"cannot write {flag} {path}: {e.strerror or e}")
         for note in getattr(e, "__notes__", []):

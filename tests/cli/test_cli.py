@@ -323,3 +323,22 @@ def test_a_leftover_partial_that_is_a_broken_or_looping_link_is_replaced(tmp_pat
         check_partial("--output", out, {"--input": given})
         write_lines("--output", out, lambda f: f.write("row\n"))
         assert out.read_text() == "row\n" and not partial.is_symlink()
+
+
+def test_a_reader_that_leaves_a_path_to_stdout_early_ends_the_command_quietly(monkeypatch):
+    """``score --input F --output /dev/stdout | head -1`` (or ``bench --json /dev/stdout | head``)
+    was ``radixflow: error: cannot write ...: Broken pipe`` and exit 2, where ``--output -`` ends
+    quietly, as SIGPIPE ends a shell tool (141): the two name the same standard output."""
+    from radixflow.cli import app
+    from radixflow.cli.lines_out import write_lines
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has left
+    try:
+        with pytest.raises(BrokenPipeError):
+            write_lines("--output", Path(f"/dev/fd/{write}"), lambda out: out.write("row\n"))
+        monkeypatch.setattr(app, "_reader_left", lambda: 128 + signal.SIGPIPE)  # pytest's stdout stays
+        small = ["--runner", "sim", "--groups", "1", "--candidates", "2"]
+        assert main(["bench", *small, "--json", f"/dev/fd/{write}"]) == 128 + signal.SIGPIPE
+    finally:
+        os.close(write)

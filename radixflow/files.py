@@ -18,8 +18,9 @@ def write_whole(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader, or a run cut short (Ctrl-C, a full disk), finds
     the old file or the whole new one, never part of it: into a temporary file beside it, then
     renamed over it (keeping the old file's permissions; a symlink's target is replaced, not the
-    link). A device or pipe (`written_in_place`: ``/dev/stdout``, even where the shell sent it to a
-    file) is written in place, after what it holds. Raises OSError as the write does; the
+    link; one that cannot be renamed over is copied into: `replace`). A device or pipe
+    (`written_in_place`: ``/dev/stdout``, even where the shell sent it to a file) is written in
+    place, after what it holds. Raises OSError as the write does; the
     temporary file is removed first."""
     path = Path(path)
     if written_in_place(path):  # appended: `>>` behind /dev/stdout asks it (`>` truncated already)
@@ -124,8 +125,9 @@ def _names_a_descriptor(path: Path) -> bool:
 class PartialLines:
     """JSON Lines for ``path`` that replace it only once they are all written: entered, a
     `WholeLineFile` at ``path.partial`` (created fresh), renamed over ``path`` when the block
-    ends (keeping the old file's permissions; a symlink's target is replaced, not the link).
-    Cut short by an exception (a Ctrl-C, a failure), ``path`` is left as it was and the exception
+    ends (keeping the old file's permissions; a symlink's target is replaced, not the link;
+    one that cannot be renamed over is copied into: `replace`). Cut short by an exception (a
+    Ctrl-C, a failure), ``path`` is left as it was and the exception
     gets a note saying how many rows ``path.partial`` holds (none: it is removed)."""
 
     def __init__(self, path: str | Path) -> None:

@@ -195,13 +195,14 @@ def _step_with_a_ctrl_c_at(engine, line: int) -> bool:
                 signal.raise_signal(signal.SIGINT)
         return trace
 
+    before = sys.gettrace()  # a coverage tool's or a debugger's, put back after
     sys.settrace(trace)
     try:
         engine.step()
     except KeyboardInterrupt:
         pass
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     return seen >= line
 
 

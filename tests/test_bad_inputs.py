@@ -553,6 +553,7 @@ def _exact_repeat(values: list[Any]) -> bool:
     repeat=st.sampled_from(["none", "first", "default"]),
 )
 @example(where="grid[0].block_size", items=[512], repeat="none")  # a clash with the cell's budget
+@example(where="grid[0].workload.candidate_len", items=[261120], repeat="none")  # past the context
 def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
     where, items, repeat, tmp_path_factory
 ):

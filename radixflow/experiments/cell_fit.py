@@ -31,19 +31,28 @@ def planned(options: EngineOptions) -> tuple[EnginePlan, int | None]:
 
 
 def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Problem | None:
-    """Why the cell's prompts cannot run (None when they can), naming the option at fault or
-    ``workload.context_len``; ``context``: the model's (None: known once its runner is built).
+    """Why the cell's prompts cannot run (None when they can), naming the option at fault or the
+    longest part of a prompt (`_longest_part`); ``context``: the model's (None: known once its
+    runner is built).
     Raises `ProblemError` for a ``cache_memory`` that cannot hold them."""
     options, length = plan.options, spec.prompt_len
     scheduler = plan.scheduler_config([length] * spec.requests)
     blocks = math.ceil(length / options.block_size)
     if blocks > scheduler.num_blocks:
-        key = "workload.context_len" if options.kv_blocks is None else "kv_blocks"
+        key = _longest_part(spec) if options.kv_blocks is None else "kv_blocks"
         why = f"a prompt of {length} tokens ({PROMPT}) needs {blocks} KV blocks"
         return Problem(
             key, f"{why} of {options.block_size} tokens; the cache has {scheduler.num_blocks} (kv_blocks)"
         )
     if context is not None and length >= context:
         why = f"a prompt of {length} tokens ({PROMPT}) does not fit {options.model}'s context"
-        return Problem("workload.context_len", f"{why} of {context} tokens (one more is generated)")
+        return Problem(_longest_part(spec), f"{why} of {context} tokens (one more is generated)")
     return plan.choice.memory_problem(scheduler)
+
+
+def _longest_part(spec: WorkloadSpec) -> str:
+    """The workload key of the longest prompt's longest part (context_len on a tie): the one to
+    shorten. A chat's candidate part is every turn's."""
+    parts = {"context_len": spec.context_len, "shared_prefix_len": spec.shared_prefix_len}
+    parts["candidate_len"] = spec.prompt_len - spec.context_len - spec.shared_prefix_len
+    return f"workload.{max(parts, key=lambda k: parts[k])}"

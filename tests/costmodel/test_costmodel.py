@@ -174,6 +174,41 @@ def test_a_qwen3_5_multimodal_config_is_costed_as_its_language_model():
     assert shape_from_config("m", wrapped) == shape_from_config("m", text)
 
 
+def _moe_checkpoint_config(**text: object) -> dict:
+    """A ``config.json`` as transformers writes a Qwen3.5-MoE checkpoint's (``Qwen3_5MoeConfig``):
+    the language model's fields under ``text_config``, built from the class's own defaults."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.Qwen3_5MoeConfig(text_config=text or None).to_dict()
+
+
+def _same_layers(got, want) -> None:  # type: ignore[no-untyped-def]
+    assert len(got.layers) == len(want.layers)
+    assert got.layer_kinds == want.layer_kinds  # the DeltaNet/attention pattern
+    assert [layer.mixers for layer in got.layers] == [layer.mixers for layer in want.layers]  # KV heads
+    assert [layer.mlp for layer in got.layers] == [layer.mlp for layer in want.layers]  # experts, top-k
+
+
+def test_a_qwen3_5_moe_checkpoint_config_is_costed_as_its_language_model():
+    """transformers writes a Qwen3.5-MoE checkpoint as ``model_type: qwen3_5_moe`` with the text
+    model under ``text_config``; the reader unwrapped only ``qwen3_5`` and refused it."""
+    cfg = _moe_checkpoint_config()
+    assert cfg["model_type"] == "qwen3_5_moe"
+    assert cfg["text_config"]["model_type"] == "qwen3_5_moe_text"
+    shape = shape_from_config("m", cfg)
+    _same_layers(shape, SIM_MODELS["qwen3_5-35b-a3b"])  # the catalogue documents those defaults
+    assert (shape.hidden, shape.vocab_size) == (2048, 248_320)
+    assert shape.max_context == cfg["text_config"]["max_position_embeddings"]
+
+
+def test_a_qwen3_5_moe_checkpoint_with_the_catalogue_sizes_is_the_catalogue_shape():
+    from radixflow.costmodel.shape.sim_catalogue import PUBLIC_CONFIGS
+
+    text = dict(PUBLIC_CONFIGS["qwen3_5-35b-a3b"][0])
+    cfg = _moe_checkpoint_config(**text)
+    want = SIM_MODELS["qwen3_5-35b-a3b"]
+    assert shape_from_config(want.name, cfg, want.source) == want
+
+
 def test_nnls_recovers_non_negative_coefficients():
     rng = random.Random(0)
     truth = [0.5, 0.0, 2e-9, 3.0]

@@ -91,6 +91,30 @@ def test_a_qwen3_5_multimodal_directory_gives_its_language_models_shape(tmp_path
     assert_matches_torch_model(spec, text)
 
 
+def test_a_qwen3_5_moe_checkpoint_directory_gives_the_catalogues_moe_shape(tmp_path, capsys):
+    """A Qwen3.5-MoE ``config.json`` as transformers writes it (``qwen3_5_moe``, the text model
+    under ``text_config``) was refused: "no cost-model reader for model_type 'qwen3_5_moe'"."""
+    from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+
+    transformers = pytest.importorskip("transformers")
+    transformers.Qwen3_5MoeConfig().save_pretrained(tmp_path)
+    spec = sim_spec(str(tmp_path))
+    want = SIM_MODELS["qwen3_5-35b-a3b"]
+    assert spec.layers == want.layers and spec.max_context == 32768  # transformers' default
+    assert main(["cost", str(tmp_path)]) == 0
+    assert "qwen3_5_moe" not in capsys.readouterr().err
+
+
+def test_the_torch_runner_refuses_a_qwen3_5_moe_checkpoint_in_one_line_naming_its_type(tmp_path, capsys):
+    """The sim costs a Qwen3.5-MoE checkpoint; the torch runner has no MoE Qwen3.5 family."""
+    transformers = pytest.importorskip("transformers")
+    transformers.Qwen3_5MoeConfig().save_pretrained(tmp_path)
+    assert main(["bench", "--runner", "torch", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("radixflow: error: model: "), err
+    assert "unsupported model_type 'qwen3_5_moe'" in err[0]
+
+
 def test_a_zoo_name_on_the_sim_builds_no_model(tmp_path, monkeypatch):
     monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path))
     sim_spec("lfm2-small")

@@ -144,12 +144,17 @@ READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
 }
 
 
+# multimodal wrapper model_type -> the model_type of the language model it nests under text_config
+WRAPPERS: dict[str, str] = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+
+
 def language_config(cfg: Config) -> Config:
     """The config of the language model a checkpoint's ``config.json`` describes: a multimodal
-    Qwen3.5 config nests it under ``text_config``, which is what the torch loader builds
-    (`radixflow.models.io.loader.read_config`, the same rule); any other config as it is."""
-    if cfg.get("model_type") == "qwen3_5" and isinstance(cfg.get("text_config"), dict):
-        return {**cfg["text_config"], "model_type": "qwen3_5_text"}
+    Qwen3.5 (or Qwen3.5-MoE) config nests it under ``text_config``, which is what the torch loader
+    builds (`radixflow.models.io.loader.read_config`, the same rule); any other config as it is."""
+    inner = WRAPPERS.get(str(cfg.get("model_type")))
+    if inner is not None and isinstance(cfg.get("text_config"), dict):
+        return {**cfg["text_config"], "model_type": inner}
     return cfg
 
 

@@ -209,6 +209,14 @@ def test_a_qwen3_5_moe_checkpoint_with_the_catalogue_sizes_is_the_catalogue_shap
     assert shape_from_config(want.name, cfg, want.source) == want
 
 
+def test_every_qwen3_5_moe_layer_is_costed_as_moe_whatever_qwen3_next_fields_it_carries():
+    """transformers builds a sparse MoE block in every Qwen3.5-MoE decoder layer; it keeps but never
+    reads Qwen3-Next's ``mlp_only_layers``/``decoder_sparse_step``, which made layers dense here."""
+    cfg = _moe_checkpoint_config(mlp_only_layers=[0], decoder_sparse_step=2, intermediate_size=5632)
+    assert cfg["text_config"]["decoder_sparse_step"] == 2  # kept in config.json as written
+    _same_layers(shape_from_config("m", cfg), SIM_MODELS["qwen3_5-35b-a3b"])
+
+
 def test_nnls_recovers_non_negative_coefficients():
     rng = random.Random(0)
     truth = [0.5, 0.0, 2e-9, 3.0]

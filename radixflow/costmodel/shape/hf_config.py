@@ -40,20 +40,27 @@ def _qwen_hybrid_types(cfg: Config) -> list[str]:
     return list(cfg.get("layer_types") or default)
 
 
-def _qwen_mlp(cfg: Config, index: int) -> Mlp:
-    experts = int(cfg.get("num_experts") or 0)
-    sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
-    if not sparse or (index + 1) % int(cfg.get("decoder_sparse_step", 1)):
-        return _dense(cfg)
+def _qwen_moe(cfg: Config, index: int) -> Mlp:
+    """The routed MoE of every Qwen3.5-MoE layer (transformers reads no per-layer choice there)."""
     return Mlp(
         int(cfg["moe_intermediate_size"]),
-        experts=experts,
+        experts=int(cfg["num_experts"]),
         top_k=int(cfg["num_experts_per_tok"]),
         shared_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
     )
 
 
-def _qwen_hybrid(cfg: Config) -> tuple[Layer, ...]:
+def _qwen_mlp(cfg: Config, index: int) -> Mlp:
+    """Qwen3-Next (and dense Qwen3.5): MoE where ``num_experts``, ``mlp_only_layers`` and
+    ``decoder_sparse_step`` put it, else the dense MLP."""
+    experts = int(cfg.get("num_experts") or 0)
+    sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
+    if not sparse or (index + 1) % int(cfg.get("decoder_sparse_step", 1)):
+        return _dense(cfg)
+    return _qwen_moe(cfg, index)
+
+
+def _qwen_hybrid(cfg: Config, mlp: Callable[[Config, int], Mlp] = _qwen_mlp) -> tuple[Layer, ...]:
     gdn = GatedDeltaNet(
         int(cfg["linear_num_key_heads"]),
         int(cfg["linear_num_value_heads"]),
@@ -63,9 +70,13 @@ def _qwen_hybrid(cfg: Config) -> tuple[Layer, ...]:
     )
     attn = _attention(cfg, gated=True)
     return tuple(
-        Layer((attn if kind == "full_attention" else gdn,), _qwen_mlp(cfg, i))
+        Layer((attn if kind == "full_attention" else gdn,), mlp(cfg, i))
         for i, kind in enumerate(_qwen_hybrid_types(cfg))
     )
+
+
+def _qwen3_5_moe(cfg: Config) -> tuple[Layer, ...]:
+    return _qwen_hybrid(cfg, _qwen_moe)
 
 
 def _lfm2_ff(cfg: Config) -> int:
@@ -136,7 +147,7 @@ READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
     "llama": _llama,
     "qwen3": _llama,
     "qwen3_5_text": _qwen_hybrid,
-    "qwen3_5_moe_text": _qwen_hybrid,
+    "qwen3_5_moe_text": _qwen3_5_moe,
     "qwen3_next": _qwen_hybrid,
     "lfm2": _lfm2,
     "nemotron_h": _nemotron_h,

@@ -214,6 +214,16 @@ def test_a_checkpoint_routing_to_more_experts_than_it_has_is_a_problem_on_model(
     assert len(err) == 1 and "MLP top_k 2 (must be 1 to 1)" in err[0], err
 
 
+def test_a_qwen3_5_moe_checkpoint_with_no_experts_is_a_problem_on_model(tmp_path, capsys):
+    """Every Qwen3.5-MoE layer routes to its experts; with ``num_experts`` 0 it was costed
+    silently as a dense MLP of the expert width."""
+    transformers = pytest.importorskip("transformers")
+    transformers.Qwen3_5MoeConfig(text_config={"num_experts": 0}).save_pretrained(tmp_path)
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "layer 0's MLP experts 0 (must be 1 to" in err[0], err
+
+
 def test_every_catalogue_and_zoo_shape_is_within_the_limits():
     from radixflow.costmodel.shape.limits import shape_problem
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

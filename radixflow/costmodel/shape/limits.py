@@ -49,7 +49,8 @@ def _layer_sizes(shape: ModelShape) -> Iterator[tuple[str, int, int, int]]:
         if layer.mlp is not None:
             for name, value in _ints(layer.mlp):  # a dense MLP's experts, top k and shared expert are 0
                 yield f"layer {i}'s MLP {name}", value, 1 if name == "intermediate" else 0, MAX_WIDTH
-            if layer.mlp.experts:  # an MoE routes each token to 1 to all of its experts
+            if layer.mlp.experts or layer.mlp.top_k:  # an MoE routes each token to 1 to all of its experts
+                yield f"layer {i}'s MLP experts", layer.mlp.experts, 1, MAX_WIDTH
                 yield f"layer {i}'s MLP top_k", layer.mlp.top_k, 1, layer.mlp.experts
 
 

@@ -224,6 +224,18 @@ def test_a_qwen3_5_moe_checkpoint_with_no_experts_is_a_problem_on_model(tmp_path
     assert len(err) == 1 and "layer 0's MLP experts 0 (must be 1 to" in err[0], err
 
 
+@pytest.mark.parametrize("text", [None, "x", [1]])
+@pytest.mark.parametrize("wrapper", ["qwen3_5", "qwen3_5_moe"])
+def test_a_multimodal_qwen3_5_config_with_no_text_config_says_so(tmp_path, capsys, wrapper, text):
+    """It said "no cost-model reader for model_type 'qwen3_5_moe'", a type the sim reads."""
+    config = {"model_type": wrapper} if text is None else {"model_type": wrapper, "text_config": text}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "under text_config: none here" in err[0], err
+    assert "no cost-model reader" not in err[0]
+
+
 def test_every_catalogue_and_zoo_shape_is_within_the_limits():
     from radixflow.costmodel.shape.limits import shape_problem
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

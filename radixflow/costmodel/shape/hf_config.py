@@ -172,10 +172,12 @@ def language_config(cfg: Config) -> Config:
 def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
     """The cost-model shape of a model given its Hugging Face config dict."""
     cfg = language_config(cfg)
-    reader = READERS.get(str(cfg.get("model_type")))
+    kind = cfg.get("model_type")
+    if str(kind) in WRAPPERS:  # language_config found no language model inside
+        raise ValueError(f"model_type {kind!r} nests its language model under text_config: none here")
+    reader = READERS.get(str(kind))
     if reader is None:
-        known = ", ".join(READERS)
-        kind = cfg.get("model_type")
+        known = f"{', '.join(READERS)}; {', '.join(WRAPPERS)} with the language model under text_config"
         raise UnknownModelTypeError(f"no cost-model reader for model_type {kind!r} (known: {known})")
     return ModelShape(
         name=name,

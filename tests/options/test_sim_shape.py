@@ -236,6 +236,18 @@ def test_a_multimodal_qwen3_5_config_with_no_text_config_says_so(tmp_path, capsy
     assert "no cost-model reader" not in err[0]
 
 
+def test_a_qwen3_5_moe_checkpoint_whose_layer_types_miscount_its_layers_is_a_problem(tmp_path, capsys):
+    """transformers refuses such a config; the sim costed one layer per ``layer_types`` entry."""
+    transformers = pytest.importorskip("transformers")
+    transformers.Qwen3_5MoeConfig().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 2  # layer_types still has 40 entries
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "layer_types has 40 entries, but num_hidden_layers is 2" in err[0], err
+
+
 def test_every_catalogue_and_zoo_shape_is_within_the_limits():
     from radixflow.costmodel.shape.limits import shape_problem
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

@@ -37,7 +37,10 @@ def _qwen_hybrid_types(cfg: Config) -> list[str]:
     n = int(cfg["num_hidden_layers"])
     every = int(cfg.get("full_attention_interval", 4))
     default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
-    return list(cfg.get("layer_types") or default)
+    types = list(cfg.get("layer_types") or default)
+    if len(types) != n:  # as the torch loader's schema and transformers refuse it
+        raise ValueError(f"layer_types has {len(types)} entries, but num_hidden_layers is {n}")
+    return types
 
 
 def _qwen_moe(cfg: Config, index: int) -> Mlp:

@@ -248,6 +248,18 @@ def test_a_qwen3_5_moe_checkpoint_whose_layer_types_miscount_its_layers_is_a_pro
     assert len(err) == 1 and "layer_types has 40 entries, but num_hidden_layers is 2" in err[0], err
 
 
+def test_a_qwen3_5_moe_checkpoint_with_an_unknown_layer_type_is_a_problem(tmp_path, capsys):
+    """transformers refuses such a config; the sim costed any layer type but full_attention as DeltaNet."""
+    transformers = pytest.importorskip("transformers")
+    transformers.Qwen3_5MoeConfig().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["text_config"]["layer_types"][5] = "sliding_attention"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "layer_types[5] is 'sliding_attention'" in err[0], err
+
+
 def test_every_catalogue_and_zoo_shape_is_within_the_limits():
     from radixflow.costmodel.shape.limits import shape_problem
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

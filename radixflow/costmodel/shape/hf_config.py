@@ -33,6 +33,9 @@ def _llama(cfg: Config) -> tuple[Layer, ...]:
     return tuple(Layer((_attention(cfg),), _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
 
 
+_QWEN_LAYER_TYPES = ("linear_attention", "full_attention")
+
+
 def _qwen_hybrid_types(cfg: Config) -> list[str]:
     n = int(cfg["num_hidden_layers"])
     every = int(cfg.get("full_attention_interval", 4))
@@ -40,6 +43,9 @@ def _qwen_hybrid_types(cfg: Config) -> list[str]:
     types = list(cfg.get("layer_types") or default)
     if len(types) != n:  # as the torch loader's schema and transformers refuse it
         raise ValueError(f"layer_types has {len(types)} entries, but num_hidden_layers is {n}")
+    for i, kind in enumerate(types):
+        if kind not in _QWEN_LAYER_TYPES:
+            raise ValueError(f"layer_types[{i}] is {kind!r} (must be one of {', '.join(_QWEN_LAYER_TYPES)})")
     return types
 
 

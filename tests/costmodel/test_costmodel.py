@@ -217,6 +217,17 @@ def test_every_qwen3_5_moe_layer_is_costed_as_moe_whatever_qwen3_next_fields_it_
     _same_layers(shape_from_config("m", cfg), SIM_MODELS["qwen3_5-35b-a3b"])
 
 
+def test_a_qwen3_5_moe_shape_has_the_weights_transformers_builds():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen3_5MoeConfig()
+    with torch.device("meta"):  # 35B parameters, none allocated
+        model = transformers.Qwen3_5MoeForCausalLM(cfg.text_config)
+    params = sum(p.numel() for p in model.parameters())
+    shape = shape_from_config("m", cfg.to_dict())
+    assert shape.total_params() == pytest.approx(params, rel=1e-3)  # norms and biases are not costed
+
+
 def test_nnls_recovers_non_negative_coefficients():
     rng = random.Random(0)
     truth = [0.5, 0.0, 2e-9, 3.0]

@@ -105,14 +105,20 @@ def test_a_qwen3_5_moe_checkpoint_directory_gives_the_catalogues_moe_shape(tmp_p
     assert "qwen3_5_moe" not in capsys.readouterr().err
 
 
-def test_the_torch_runner_refuses_a_qwen3_5_moe_checkpoint_in_one_line_naming_its_type(tmp_path, capsys):
-    """The sim costs a Qwen3.5-MoE checkpoint; the torch runner has no MoE Qwen3.5 family."""
+@pytest.mark.parametrize("config_class", ["Qwen3_5MoeConfig", "Qwen3_5MoeTextConfig"])
+def test_the_torch_runner_refuses_a_qwen3_5_moe_checkpoint_in_one_line_naming_its_type(
+    tmp_path, capsys, config_class
+):
+    """The sim costs a Qwen3.5-MoE checkpoint (multimodal or text-only); the torch runner has no
+    MoE Qwen3.5 family."""
     transformers = pytest.importorskip("transformers")
-    transformers.Qwen3_5MoeConfig().save_pretrained(tmp_path)
+    config = getattr(transformers, config_class)()
+    config.save_pretrained(tmp_path)
+    assert sim_spec(str(tmp_path)).layers == sim_spec("qwen3_5-35b-a3b").layers
     assert main(["bench", "--runner", "torch", "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("radixflow: error: model: "), err
-    assert "unsupported model_type 'qwen3_5_moe'" in err[0]
+    assert f"unsupported model_type {config.model_type!r}" in err[0]
 
 
 def test_a_zoo_name_on_the_sim_builds_no_model(tmp_path, monkeypatch):

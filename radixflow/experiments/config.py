@@ -317,13 +317,16 @@ def _expand(values: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
 class _Grid:
     """One [[grid]] table over the defaults: every key's list of values, and the grid's seeds."""
 
-    where: str  # grid[i]
+    paths: KeyPaths  # where its settings are set: grid[i], or [defaults]
     name: str
     cell: dict[str, list[Any]]  # CELL_KEYS
     workload: dict[str, list[Any]]  # WORKLOAD_KEYS
     seeds: list[int]
-    from_defaults: frozenset[str]  # keys set by [defaults] and not by the grid ("workload.<key>" too)
     given: frozenset[str]  # keys set by [defaults] or the grid ("workload.<key>" too)
+
+    @property
+    def where(self) -> str:
+        return self.paths.where
 
     @property
     def size(self) -> int:
@@ -331,14 +334,13 @@ class _Grid:
 
     def loc(self, key: str) -> str:
         """The config key a setting came from."""
-        return KeyPaths(self.where, self.from_defaults).loc(key)
+        return self.paths.loc(key)
 
     def cells(self) -> Iterator[Cell]:
-        paths = KeyPaths(self.where, self.from_defaults)  # one for the grid's cells
         for settings in _expand(self.cell):
             for workload in _expand(self.workload):
                 for seed in self.seeds:
-                    yield Cell(self.name, settings, {**workload, "seed": seed}, paths)
+                    yield Cell(self.name, settings, {**workload, "seed": seed}, self.paths)
 
 
 def _grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[_Grid]:
@@ -359,7 +361,8 @@ def _grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[_Grid]:
         cell = {**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}
         work = {**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}
         given = {*d_cell, *g_cell, *(f"workload.{k}" for k in (*d_work, *g_work))}
-        grids.append(_Grid(where, name, cell, work, own, frozenset(from_defaults), frozenset(given)))
+        paths = KeyPaths(where, frozenset(from_defaults))
+        grids.append(_Grid(paths, name, cell, work, own, frozenset(given)))
     return grids
 
 

@@ -18,7 +18,9 @@ The level is shared by the two (a neutral split): only their product is predicte
 
 The curve: each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the
 squared *relative* error of the window's rounds (as calibration does: a long round is not worth
-more than a short one) plus ``weight`` · Σⱼ (sⱼ / g) (θⱼ − g θ₀ⱼ)², g the factor that best
+more than a short one; relative to the larger of a round's time and the curve's price of it when
+it was measured, so that one round measured far short of its price cannot outweigh the window)
+plus ``weight`` · Σⱼ (sⱼ / g) (θⱼ − g θ₀ⱼ)², g the factor that best
 scales the whole prior to the window's rounds and sⱼ the term's mean share of those rounds as
 the prior prices them. Weighted so, the prior counts as ``weight`` rounds of evidence for the
 *shape* of the cost whatever a term's size or the machine's speed, and pulls only where the
@@ -129,7 +131,7 @@ class OnlineFit:
         self._gram = [[0.0] * n for _ in range(n)]
         self._rhs = [0.0] * n
         self._share = [0.0] * n  # Σ over the window of each row (each term's share of its round)
-        self._rows: deque[list[float]] = deque()
+        self._rows: deque[tuple[list[float], float]] = deque()  # (row, target)
         self._window = window
         self._gain = speed_gain
         self.log_speed = 0.0  # the machine's speed against the curve's, as a log factor
@@ -160,11 +162,16 @@ class OnlineFit:
         if not 0 < seconds < math.inf:
             return
         at_one_speed = seconds / self.speed
-        row = [f * s / at_one_speed for f, s in zip(features, self._scale, strict=True)]
-        self._add(row, 1.0)
-        self._rows.append(row)
+        # the error relative to the larger of the measured time and the curve's price: bounded by
+        # 1 either way, so no one round outweighs the window (relative to the measured time alone,
+        # a round measured 10x short of its price weighs as ~80 good rounds)
+        unit = max(at_one_speed, self._curve(features))
+        row = [f * s / unit for f, s in zip(features, self._scale, strict=True)]
+        target = at_one_speed / unit
+        self._add(row, target, 1.0)
+        self._rows.append((row, target))
         if len(self._rows) > self._window:
-            self._add(self._rows.popleft(), -1.0)
+            self._add(*self._rows.popleft(), -1.0)
         self.rounds += 1
         self._refit()
         # The speed takes what the refitted curve leaves unexplained: while the window holds
@@ -182,7 +189,7 @@ class OnlineFit:
         measured at), the normal equations and θ as if every round had run at the speed now
         followed, and the speed back to 1. Every prediction stays as it was until the next refit."""
         c = self.speed
-        for row in self._rows:
+        for row, _ in self._rows:
             row[:] = [x / c for x in row]
         self._gram = [[x / (c * c) for x in r] for r in self._gram]
         self._rhs = [x / c for x in self._rhs]
@@ -190,12 +197,12 @@ class OnlineFit:
         self.theta = [t * c for t in self.theta]
         self.log_speed = 0.0
 
-    def _add(self, row: list[float], sign: float) -> None:
+    def _add(self, row: list[float], target: float, sign: float) -> None:
         n = len(row)
         for i in range(n):
             if row[i] == 0.0:
                 continue
-            self._rhs[i] += sign * row[i]  # target 1: measured / measured
+            self._rhs[i] += sign * row[i] * target  # measured / the row's unit
             self._share[i] += sign * row[i]
             for j in range(n):
                 self._gram[i][j] += sign * row[i] * row[j]

@@ -260,3 +260,25 @@ def test_a_round_of_absurd_length_leaves_the_predictions_finite(outlier: float):
     for i, t in enumerate([0.05, 0.05, outlier, 0.05, 0.05]):
         fit.observe(rows[i % 4], t)
         assert all(math.isfinite(fit.predict(row)) and fit.predict(row) > 0 for row in rows), i
+
+
+@pytest.mark.parametrize("factor", [10.0, 0.1, 1e-300])
+def test_one_round_measured_far_off_does_not_poison_the_window(factor: float):
+    """One round measured 10x too short (a clock misread, a round that skipped its work) was
+    weighed by its relative error, which has no bound for a round shorter than its price: it
+    outweighed the whole window, and rounds were priced 30% off until it left the window 128
+    rounds later (at 1e-300 s every prediction was 0). Past the speed's few rounds of recovery,
+    a round measured far off either way is as good as gone."""
+    rng = random.Random(9)
+    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
+    for _ in range(150):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    row = synthetic_round(rng)
+    fit.observe(row, seconds(row, TRUE) * factor)
+    errors = []
+    for _ in range(60):
+        row = synthetic_round(rng)
+        errors.append(relative_error(fit, row, TRUE))
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    assert statistics.median(errors[20:]) < 0.05, statistics.median(errors[20:])

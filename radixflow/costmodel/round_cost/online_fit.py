@@ -20,14 +20,15 @@ The curve: each coefficient is the prior's scale times a multiplier θ ≥ 0. Th
 squared *relative* error of the window's rounds (as calibration does: a long round is not worth
 more than a short one; relative to the larger of a round's time and the curve's price of it when
 it was measured, so that one round measured far short of its price cannot outweigh the window)
-plus ``weight`` · Σⱼ (sⱼ / g) (θⱼ − g θ₀ⱼ)², g the factor that best
-scales the whole prior to the window's rounds and sⱼ the term's mean share of those rounds as
-the prior prices them. Weighted so, the prior counts as ``weight`` rounds of evidence for the
-*shape* of the cost whatever a term's size or the machine's speed, and pulls only where the
-rounds seen so far do not tell the terms apart; a first round the prior misses by a factor
-rescales every term by that factor. A term no round has shown stays at the prior, rescaled. The
-normal equations are kept up to date row by row (O(terms²) per round, a row added and the oldest
-taken out) and solved by `nnls.nnls_gram` (O(terms³), independent of the window).
+plus ``weight`` · Σⱼ qⱼ (θⱼ − g θ₀ⱼ)², g the factor that best scales the whole prior to the
+window's rounds and qⱼ the mean over those rounds of the square of term j's row (what one
+average round adds to the curvature of θⱼ). Weighted so, the prior counts as ``weight`` rounds
+of evidence for the *shape* of the cost whatever a term's size, the machine's speed or the unit
+θ is counted in, and pulls only where the rounds seen so far do not tell the terms apart; a
+first round the prior misses by a factor rescales every term by that factor. A term no round has
+shown stays at the prior, rescaled. The normal equations are kept up to date row by row
+(O(terms²) per round, a row added and the oldest taken out) and solved by `nnls.nnls_gram`
+(O(terms³), independent of the window).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import OVERHEAD_TERMS, fit_feature_names
 from radixflow.costmodel.round_cost.nnls import nnls_gram
 
-UNSEEN_SHARE = 1e-6  # the prior's pull on a term no round in the window has shown
+# the prior's pull on a term no round in the window has shown, against the largest term's (any
+# positive pull holds such a term at the prior, rescaled)
+UNSEEN_PULL = 1e-9
 WINDOW = 128  # rounds the curve is fitted on: many shapes, so the terms are told apart
 SPEED_GAIN = 0.25  # share of a round's unexplained log error the speed takes: a time constant of ~4 rounds
 # Only the product of speed and curve is predicted, so nothing holds their split: under noisy
@@ -130,7 +133,6 @@ class OnlineFit:
         n = len(scale)
         self._gram = [[0.0] * n for _ in range(n)]
         self._rhs = [0.0] * n
-        self._share = [0.0] * n  # Σ over the window of each row (each term's share of its round)
         self._rows: deque[tuple[list[float], float]] = deque()  # (row, target)
         self._window = window
         self._gain = speed_gain
@@ -193,7 +195,6 @@ class OnlineFit:
             row[:] = [x / c for x in row]
         self._gram = [[x / (c * c) for x in r] for r in self._gram]
         self._rhs = [x / c for x in self._rhs]
-        self._share = [x / c for x in self._share]
         self.theta = [t * c for t in self.theta]
         self.log_speed = 0.0
 
@@ -203,7 +204,6 @@ class OnlineFit:
             if row[i] == 0.0:
                 continue
             self._rhs[i] += sign * row[i] * target  # measured / the row's unit
-            self._share[i] += sign * row[i]
             for j in range(n):
                 self._gram[i][j] += sign * row[i] * row[j]
 
@@ -211,8 +211,10 @@ class OnlineFit:
         gram = [r[:] for r in self._gram]
         rhs = self._rhs[:]
         g = self._prior_scale()
+        mean_square = [self._gram[i][i] / len(self._rows) for i in range(len(rhs))]
+        floor = UNSEEN_PULL * max(*mean_square, 1e-300)
         for i in range(len(rhs)):
-            pull = self.prior.weight * max(self._share[i] / len(self._rows), UNSEEN_SHARE) / g
+            pull = self.prior.weight * max(mean_square[i], floor)  # `weight` average rounds
             gram[i][i] += pull
             rhs[i] += pull * g * self._theta0[i]
         self.theta = nnls_gram(gram, rhs, start=self.theta)  # the last answer: one solve, mostly

@@ -282,3 +282,37 @@ def test_one_round_measured_far_off_does_not_poison_the_window(factor: float):
         errors.append(relative_error(fit, row, TRUE))
         fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
     assert statistics.median(errors[20:]) < 0.05, statistics.median(errors[20:])
+
+
+def stale_prior() -> Prior:
+    """A stored profile of this model whose delta rule has since got 3x faster (a kernel change
+    since calibrate), at the weight a stored profile's prior has (`profile_prior`)."""
+    return Prior(tuple(TRUE[n] * (3.0 if n == "gdn" else 1.0) for n in NAMES), 2.0, "stale profile")
+
+
+def test_the_fit_does_not_depend_on_the_unit_its_coefficients_are_fitted_in():
+    """``scale`` is the unit of each coefficient, nothing more: the prior's pull was proportional
+    to a term's mean row, not its square, so it grew as the unit shrank (and with a term's share)."""
+    rng = random.Random(10)
+    unit = nominal_rates(threads=1)
+    fits = [OnlineFit(stale_prior(), unit), OnlineFit(stale_prior(), [u * 100 for u in unit])]
+    for _ in range(40):
+        row = synthetic_round(rng)
+        t = seconds(row, TRUE) * rng.uniform(0.95, 1.05)
+        for fit in fits:
+            fit.observe(row, t)
+    rows = [synthetic_round(rng) for _ in range(10)]
+    assert [fits[0].predict(r) for r in rows] == pytest.approx([fits[1].predict(r) for r in rows], rel=1e-4)
+
+
+def test_a_stored_profile_off_in_one_term_is_learned_out_within_the_window():
+    """The prior counts as its weight in rounds of evidence: a window of rounds outweighs it
+    (its pull held the predictions 6-7% off for good, on rounds of 5% noise)."""
+    rng = random.Random(2)
+    fit = OnlineFit(stale_prior(), nominal_rates(threads=1))
+    errors = []
+    for _ in range(200):
+        row = synthetic_round(rng)
+        errors.append(relative_error(fit, row, TRUE))
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    assert statistics.median(errors[100:]) < 0.03, statistics.median(errors[100:])

@@ -47,6 +47,10 @@ from radixflow.costmodel.round_cost.nnls import nnls_gram
 UNSEEN_PULL = 1e-9
 WINDOW = 128  # rounds the curve is fitted on: many shapes, so the terms are told apart
 SPEED_GAIN = 0.25  # share of a round's unexplained log error the speed takes: a time constant of ~4 rounds
+# The most log error one round gives the speed: a round stalled far past its price (descheduled on
+# a shared machine) moves it by at most 4^0.25, x1.41; a machine whose speed changes by up to 4x
+# between two rounds is followed as it would be without the bound.
+SPEED_STEP_LOG = math.log(4.0)
 # Only the product of speed and curve is predicted, so nothing holds their split: under noisy
 # rounds the speed climbs and the curve's level falls round after round (~0.01 in log per round
 # at a log-normal sigma of 0.5), and the normal equations, which grow with the speed squared,
@@ -182,7 +186,8 @@ class OnlineFit:
         curve = self.speed * self._curve(features)
         if curve > 0:
             # in logs: the ratio of a finite time to the curve can overflow (1e308 / 1e-3)
-            self.log_speed += self._gain * (math.log(seconds) - math.log(curve))
+            error = math.log(seconds) - math.log(curve)
+            self.log_speed += self._gain * max(-SPEED_STEP_LOG, min(SPEED_STEP_LOG, error))
         if abs(self.log_speed) > FOLD_LOG_SPEED:
             self._fold()
 

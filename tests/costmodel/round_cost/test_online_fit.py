@@ -316,3 +316,22 @@ def test_a_stored_profile_off_in_one_term_is_learned_out_within_the_window():
         errors.append(relative_error(fit, row, TRUE))
         fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
     assert statistics.median(errors[100:]) < 0.03, statistics.median(errors[100:])
+
+
+def test_one_round_stalled_far_past_its_price_moves_the_speed_by_a_bounded_step():
+    """A round 100x its price (a worker call descheduled on a shared machine, on the wall clock)
+    moved the speed by a quarter of log(100), x3.2: the next rounds were priced +215%, +134%,
+    +96%, ... A genuine change of speed of up to 4x a round is followed as before."""
+    rng = random.Random(11)
+    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
+    for _ in range(150):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    row = synthetic_round(rng)
+    fit.observe(row, seconds(row, TRUE) * 100)
+    errors = []
+    for _ in range(20):
+        row = synthetic_round(rng)
+        errors.append(relative_error(fit, row, TRUE))
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    assert errors[0] < 0.5 and statistics.median(errors[3:]) < 0.1, errors[:6]

@@ -10,10 +10,11 @@ refitting the curve's shape on a handful of rounds.
 The two move on different time scales because the error signal has two parts. The speed of a
 shared machine moves every term of every round alike, within minutes: a common factor, followed
 from the last few rounds (each round moves its log by ``speed_gain`` times the log of measured /
-predicted, the prediction on the curve refitted with that round). The shape (how a round's time
-splits between terms) needs rounds of many shapes to tell the terms apart, and does not drift
-with the load: it is fitted over the last ``window`` rounds, each round's time first divided by
-the speed it was measured at, so the curve sees the rounds as if the machine had kept one speed.
+predicted, the prediction on the curve refitted with that round; that log at most
+`SPEED_STEP_LOG`). The shape (how a round's time splits between terms) needs rounds of many shapes
+to tell the terms apart, and does not drift with the load: it is fitted over the last ``window``
+rounds, each round's time first divided by the speed it was measured at, so the curve sees the
+rounds as if the machine had kept one speed.
 The level is shared by the two (a neutral split): only their product is predicted.
 
 The curve: each coefficient is the prior's scale times a multiplier θ ≥ 0. The fit minimises the

@@ -12,6 +12,8 @@ from radixflow.costmodel.round_cost.nnls import nnls
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 SRC_FITTED = "fitted by `radixflow calibrate` (NNLS on timed worker calls; see 'calibration')"
+# the source of a term no timed model exercises (`HardwareProfile.sources`, key "kind_scale.<term>")
+SRC_UNFITTED = "not timed by `radixflow calibrate` (no model it timed runs it): charged at the matmul rate"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ def fit_profile(
     weighted = [[v / b.seconds for v in row] for row, b in zip(rows, fit, strict=True)]
     coef = dict(zip(FIT_TERMS, nnls(weighted, [1.0] * len(fit)), strict=True))
     seen = {t for t in COMPUTE_TERMS if any(row[FIT_TERMS.index(t)] > 0 for row in rows)}
+    unfitted = sorted(set(COMPUTE_TERMS) - seen)
     reference = coef["matmul"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
     scale = {t: (coef[t] if t in seen else reference) / reference for t in COMPUTE_TERMS}
     profile = HardwareProfile(
@@ -68,13 +71,13 @@ def fit_profile(
         prefix_kv_s=coef["prefix_kv"],
         kind_scale=scale,
         weight_bytes=dtype_bytes,
-        sources={"all": SRC_FITTED},
+        sources={"all": SRC_FITTED, **{f"kind_scale.{t}": SRC_UNFITTED for t in unfitted}},
     )
     errors = score(profile, batches, shapes)
     calibration = {
         "device": device,
         "models": sorted(shapes),
-        "unfitted_terms": sorted(set(COMPUTE_TERMS) - seen),
+        "unfitted_terms": unfitted,
         "errors": [e.__dict__ for e in errors],
         # the log-normal σ of one round's repeated timings (None: no round timed twice)
         "round_noise_sigma": round_noise_sigma(batches),

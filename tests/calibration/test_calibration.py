@@ -9,6 +9,7 @@ from radixflow.calibration.fit import fit_profile
 from radixflow.calibration.timing import TimedBatch, default_clock, round_noise_sigma, to_scheduler_output
 from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel
+from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 
 
@@ -67,6 +68,22 @@ def test_fit_tells_attention_over_the_prefix_and_its_gathered_kv_from_the_chunks
     assert fitted.kind_scale["attention"] == pytest.approx(3.0, rel=1e-3)
     assert fitted.prefix_kv_s == pytest.approx(3e-10, rel=1e-3)
     assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-6
+
+
+def test_a_term_no_timed_model_has_is_not_sourced_as_fitted():
+    """A profile fitted on a full-attention model prices another model's Mamba2 scan at the
+    matmul rate (`calibration.unfitted_terms`); `radixflow cost` said that term was "fitted by
+    `radixflow calibrate`" all the same."""
+    shape = SIM_MODELS["qwen3-4b"]
+    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, kind_scale={"attention": 3.0}, weight_bytes=4)
+    model = CostModel(shape, truth)
+    design = fit_design(2048, 16, False) + held_out_design(4, 2048, 16, False)
+    batches = [TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks)) for b in design]
+    fitted = fit_profile("fitted", batches, {shape.name: shape}, 4, "cpu")
+    assert "mamba2" in fitted.calibration["unfitted_terms"]
+    hybrid = CostModel(SIM_MODELS["nemotron_h-8b"], fitted).breakdown([ChunkShape(0, 64, True)])
+    assert "not timed" in hybrid.terms["mamba2"].source and "fitted by" not in hybrid.terms["mamba2"].source
+    assert "fitted by" in hybrid.terms["matmul"].source and "fitted by" in hybrid.terms["attention"].source
 
 
 def test_timing_a_tiny_model_end_to_end():

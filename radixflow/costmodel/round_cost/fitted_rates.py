@@ -138,11 +138,11 @@ class CostModel:
         terms = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
         if hw.prefix_kv_s and (elements := prefix_kv(self.shape, chunks)):
             terms[PREFIX_KV_TERM] = TermCost(hw.prefix_kv_s * elements, 0.0, 0.0, source(hw, "prefix_kv_s"))
-        why = source(hw, "flops")
         compute = 0.0
         for t in COMPUTE_TERMS:
             if work.flops[t]:
                 seconds = work.flops[t] * hw.seconds_per_flop(t)
+                why = hw.sources.get(f"kind_scale.{t}") or source(hw, "flops")  # a term's own, if any
                 terms[t] = TermCost(seconds, work.flops[t], 0.0, why)
                 compute += seconds
         if hw.bandwidth:

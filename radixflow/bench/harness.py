@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Protocol
 
-from radixflow.bench.metrics import PolicyResult, summarize
+from radixflow.bench.metrics import PolicyResult, predictor_error, summarize
 from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.scheduler.policy import default_placement
@@ -102,8 +102,9 @@ def _label(policy: str, placement: str, repeats: int, trial: int) -> str:
 
 
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:
-    """Median of every float figure; counts, hashes and undefined (None) figures from the first
-    trial; every trial's rounds kept."""
+    """Median of every float figure; the predictor's error over every trial's rounds (the first
+    trials hold the runner's first rounds, which it leaves out); counts, hashes and undefined
+    (None) figures from the first trial; every trial's rounds kept."""
     first = trials[0].result
     timed: dict[str, float] = {}
     for f in fields(first):
@@ -112,8 +113,14 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
             timed[f.name] = statistics.median(values)
     kept = trials[0]
     rounds = [t.rounds for t in trials]
+    predictor = predictor_error([r for trial in rounds for r in trial])
     return PolicyRun(
-        replace(first, **timed), kept.rounds, kept.requests, kept.counters, kept.evictions, rounds
+        replace(first, **timed, predictor=predictor),
+        kept.rounds,
+        kept.requests,
+        kept.counters,
+        kept.evictions,
+        rounds,
     )
 
 

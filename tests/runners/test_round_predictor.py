@@ -142,6 +142,30 @@ def test_rounds_carry_the_prediction_and_the_bench_reports_its_error(tmp_path_fa
     assert run.result.to_dict()["predictor"]["rounds"] == error.rounds
 
 
+def test_a_repeated_bench_reports_the_error_over_every_trial(tmp_path_factory, monkeypatch):
+    """With ``--repeat`` the predictor block came from each policy's first trial alone, where the
+    runner's first rounds are: every policy read 0 rounds, though the later trials had them."""
+    pytest.importorskip("torch")
+    from engine_utils import Engines
+    from model_utils import zoo_model
+
+    from radixflow.bench.harness import run_policies
+    from radixflow.runners.torch_runner import TorchRunner
+    from radixflow.scheduler.request import Request
+    from radixflow.scheduler.sampling import SamplingParams
+    from radixflow.scheduler.scheduler import SchedulerConfig
+
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.mktemp("store")))
+    path = zoo_model(tmp_path_factory, "qwen3_5-tiny")
+    cfg = SchedulerConfig(block_size=16, num_blocks=64, num_state_slots=16, token_budget=64)
+    runner = TorchRunner(path, cfg.block_size, cfg.num_blocks, cfg.num_state_slots)
+    reqs = [Request("r0", tuple(range(1, 20)), sampling=SamplingParams(max_tokens=2))]
+    runs = run_policies(reqs, Engines(runner, cfg), ["native", "adaptive"], None, repeats=4)
+    for run in runs:
+        counted = [r for t in run.trials() for r in t if r.predicted_from >= 5]
+        assert run.result.predictor is not None and run.result.predictor.rounds == len(counted) > 0
+
+
 def test_the_trace_and_metrics_show_the_prediction(tmp_path, zoo):
     pytest.importorskip("torch")
     from radixflow.options import EngineOptions, plan_engine

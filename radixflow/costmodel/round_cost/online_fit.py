@@ -169,9 +169,9 @@ class OnlineFit:
         if not 0 < seconds < math.inf:
             return
         at_one_speed = seconds / self.speed
-        # the error relative to the larger of the measured time and the curve's price: bounded by
-        # 1 either way, so no one round outweighs the window (relative to the measured time alone,
-        # a round measured 10x short of its price weighs as ~80 good rounds)
+        # the error relative to the larger of the measured time and the curve's price: under 1
+        # either way, so no one round outweighs the window (relative to the measured time alone, a
+        # round measured 10x short of its price had an error of 9, one measured long always < 1)
         unit = max(at_one_speed, self._curve(features))
         row = [f * s / unit for f, s in zip(features, self._scale, strict=True)]
         target = at_one_speed / unit

@@ -78,8 +78,11 @@ def error_body(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    """One line for the first problem pydantic found, and the parameter it concerns."""
+def validation_message(
+    exc: RequestValidationError, content_type: str | None = None
+) -> tuple[str, str | None]:
+    """One line for the first problem pydantic found, and the parameter it concerns;
+    ``content_type``: the request's header (FastAPI parses a body as JSON only when it says so)."""
     errors = exc.errors()
     if not errors:
         return "invalid request", None
@@ -92,6 +95,9 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not loc and kind == SURROGATE:  # in a field nobody declared: the path names it
         ctx = first.get("ctx", {})
         return f"{ctx.get('path')}: {first.get('msg')}", ctx.get("param")
+    if not loc and isinstance(first.get("input"), bytes):  # left unparsed: not labelled JSON
+        why = "the request body must be sent as JSON (Content-Type: application/json)"
+        return f"{why}, got Content-Type: {content_type or 'none'}", None
     if not loc:
         return "the request body must be a JSON object", None
     param, where = loc[0], ".".join(loc)
@@ -128,8 +134,8 @@ def install_handlers(app: FastAPI) -> None:
         return ApiError.from_problem(exc.problem).response()
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_message(exc)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(exc, request.headers.get("content-type"))
         return ApiError(400, message, param).response()
 
     @app.exception_handler(HTTPException)

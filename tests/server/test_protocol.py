@@ -214,6 +214,23 @@ def test_a_body_not_in_utf8_is_a_400(http, encoding):
     assert ok.status_code == 200, ok.text
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+@pytest.mark.parametrize("route", [CMPL, CHAT, TOK])
+def test_a_json_body_sent_as_another_media_type_is_a_400_that_says_so(http, route, content_type):
+    """``curl -d`` without ``-H 'Content-Type: application/json'`` sends a form: FastAPI does not
+    parse it, and the 400 said the body "must be a JSON object" when it was one."""
+    body = json.dumps(ROUTES[route][1]).encode()
+    headers = {} if content_type is None else {"content-type": content_type}
+    r = http.post(route, content=body, headers=headers)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    sent = content_type or "none"
+    assert error["message"] == (
+        f"the request body must be sent as JSON (Content-Type: application/json), got Content-Type: {sent}"
+    ), error
+    assert error["type"] == "invalid_request_error" and error["param"] is None
+
+
 def _nested(depth: int, leaf: Any) -> Any:
     for _ in range(depth):
         leaf = [leaf]

@@ -17,6 +17,7 @@ from radixflow.server.errors import ApiError
 from radixflow.server.refused import (
     CHAT_REFUSED,
     COMPLETION_REFUSED,
+    STREAM_REFUSED,
     STRUCTURED,
     TEMPLATE_REFUSED,
 )
@@ -24,6 +25,7 @@ from radixflow.server.strict import Refused, StrictBody
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 SEED_RANGE = (-(2**63), 2**64 - 1)
+
 
 def _declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) -> type[StrictBody]:
     """``base`` plus each refused field as an optional field of any type: declared, so a request
@@ -51,7 +53,10 @@ class StructuredOutputs(StrictBody):
 
 
 class StreamOptions(StrictBody):
+    REFUSED: ClassVar[dict[str, Refused]] = STREAM_REFUSED
+
     include_usage: bool | None = False
+    continuous_usage_stats: Any = None  # vLLM's: usage in every chunk
 
 
 class _Generate(StrictBody):

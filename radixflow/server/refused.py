@@ -33,11 +33,23 @@ COMMON_REFUSED = {
     "logits_processors": Refused("logits processors are not implemented", ([],)),
     "spaces_between_special_tokens": Refused("not implemented: tokens decode as the tokenizer says", (True,)),
     "priority": Refused("request priorities are not implemented (the policy orders requests)", (0,)),
+    "return_token_ids": Refused(
+        "not implemented: logprobs with return_tokens_as_token_ids name them", (False,)
+    ),
+    "vllm_xargs": Refused("logits processors are not implemented", ({},)),
 }
 
 COMPLETION_REFUSED = {
     **COMMON_REFUSED,
     "suffix": Refused("suffixes (insertion) are not implemented", ("",)),
+    "prompt_embeds": Refused("prompt embeddings are not implemented (send text or token ids)"),
+}
+
+# Inside ``stream_options``
+STREAM_REFUSED = {
+    "continuous_usage_stats": Refused(
+        "usage in every chunk is not implemented (include_usage sends it once, at the end)", (False,)
+    ),
 }
 
 # How messages become a prompt is the model's chat template's business alone.

@@ -160,6 +160,14 @@ AS_USERS_SENT_THEM = [
     (CHAT, HI + '"x_meta": {"k": ["ok", "\\ud800"]}', "x_meta", f"x_meta.k[1]: {LONE}"),
     (TOK, '"prompt": "a", "x_note": "\\ud800"', "x_note", f"x_note: {LONE}"),
     (CMPL, '"prompt": "a", "\\ud800": 1', None, f"a field name: {LONE}"),
+    # vLLM's fields that ask for something the server does not do were ignored with a 200
+    (CHAT, HI + '"stream": true, "stream_options": {"continuous_usage_stats": true}', "stream_options",
+     "stream_options.continuous_usage_stats: usage in every chunk is not implemented"),
+    (CMPL, '"prompt": "a", "return_token_ids": true', "return_token_ids",
+     "return_token_ids: not implemented"),
+    (CHAT, HI + '"return_token_ids": true', "return_token_ids", "return_token_ids: not implemented"),
+    (CMPL, '"prompt": "a", "prompt_embeds": "AAAA"', "prompt_embeds", "prompt_embeds: prompt embeddings"),
+    (CHAT, HI + '"vllm_xargs": {"k": 1}', "vllm_xargs", "vllm_xargs: logits processors are not"),
 ]  # fmt: skip
 
 
@@ -185,6 +193,8 @@ def test_what_users_sent_is_a_400_naming_the_field_and_the_connection_stays_open
         {"response_format": {"type": "text"}},
         {"temperature": 1, "n": 1, "presence_penalty": 0, "logit_bias": {}},  # an int is a number
         {"user": "u-1", "metadata": {"k": "v"}, "stream_options": None, "store": False},
+        {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": False}},
+        {"return_token_ids": False, "vllm_xargs": {}},
     ],
 )
 def test_values_that_ask_for_nothing_are_accepted(http, extra):

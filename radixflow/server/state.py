@@ -149,8 +149,8 @@ class ServerState:
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:
-            raise ApiError(
-                400,
+            raise ApiError(  # 404, as OpenAI and vLLM answer it (the openai client's NotFoundError)
+                404,
                 f"model {name!r} does not exist; this server serves {self.model_name!r}",
                 "model",
                 "model_not_found",

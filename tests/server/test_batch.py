@@ -42,7 +42,7 @@ def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm,
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text("\n".join(lines) + "\n\n")
     assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
-    assert "9 requests: 8 answered 200, 1 answered 400" in capsys.readouterr().err
+    assert "9 requests: 8 answered 200, 1 answered 404" in capsys.readouterr().err
     answers = {row["custom_id"]: row for row in map(json.loads, out.read_text().splitlines())}
     assert sorted(answers) == sorted(json.loads(line)["custom_id"] for line in lines)
     offline = llm.generate(prompts, SamplingParams(max_tokens=5))
@@ -54,7 +54,7 @@ def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm,
     want_scores = llm.score("Q: yes?\nA:", [" yes", " no"])
     assert [d["total_logprob"] for d in scored] == pytest.approx([s.total for s in want_scores], abs=1e-4)
     refused = answers["bad"]["response"]
-    assert refused["status_code"] == 400 and refused["body"]["error"]["param"] == "model"
+    assert refused["status_code"] == 404 and refused["body"]["error"]["param"] == "model"
     assert answers["chat"]["response"]["body"]["object"] == "chat.completion"
     assert all(row["error"] is None and row["id"].startswith("batch_req_") for row in answers.values())
 

@@ -49,11 +49,6 @@ BAD_COMPLETIONS = [
         "max_tokens must be between 0 and the model context 8192, got -1",
     ),
     ("huge max_tokens", {"max_tokens": 10**6}, "max_tokens must be between 0 and the model context 8192"),
-    (
-        "unknown model",
-        {"model": "gpt-17"},
-        "model 'gpt-17' does not exist; this server serves 'qwen3_5-tiny'",
-    ),
     ("missing prompt", {"prompt": None}, "missing required parameter: prompt"),
     ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
@@ -202,6 +197,34 @@ def test_the_openai_client_sees_the_status_and_message(served):
     error = e.value.response.json()["error"]
     assert error["message"] == "prompt: token id 99999 is outside the vocabulary (0..511)"
     assert error["param"] == "prompt"
+
+
+ROUTE_BODIES = {
+    "/v1/completions": {"prompt": "Hello", "max_tokens": 1},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+    "/v1/score": {"context": "Hello", "candidates": [" a"]},
+    "/tokenize": {"prompt": "Hello"},
+    "/detokenize": {"tokens": [1]},
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTE_BODIES))
+def test_an_unknown_model_is_a_404_as_openai_and_vllm_answer_it(served, route):
+    """The openai client raises NotFoundError for a model the server does not serve (OpenAI and
+    vLLM answer 404); a 400 raised BadRequestError."""
+    r = served.http().post(route, json={"model": "gpt-17", **ROUTE_BODIES[route]})
+    assert r.status_code == 404, r.text
+    error = r.json()["error"]
+    assert error == {
+        "message": "model 'gpt-17' does not exist; this server serves 'qwen3_5-tiny'",
+        "type": "not_found_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    with pytest.raises(openai.NotFoundError):
+        served.client().chat.completions.create(
+            model="gpt-17", messages=[{"role": "user", "content": "hi"}], max_tokens=1
+        )
 
 
 def engine_state(served: RunningServer) -> tuple[int, int, int]:

@@ -41,16 +41,24 @@ def create_app(state: ServerState) -> FastAPI:
     for module in (completions, chat, score, tokenize):
         app.include_router(module.router)
 
+    card = {
+        "id": state.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "radixflow",
+        "max_model_len": state.context,
+    }
+
     @app.get("/v1/models")
     async def models() -> dict[str, object]:
-        card = {
-            "id": state.model_name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "radixflow",
-            "max_model_len": state.context,
-        }
         return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model:path}")  # the openai client's models.retrieve; an id may hold "/"
+    async def model(model: str) -> dict[str, object]:
+        if not model:  # "/v1/models/": the list, as the redirect to it gave before this route
+            return await models()
+        state.check_model(model)
+        return card
 
     @app.get("/health")
     async def health() -> Response:

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import httpx
+import openai
 import pytest
 from server_utils import MODEL, OPTIONS, RunningServer, running_server
 
@@ -491,6 +492,20 @@ def test_cache_salts_never_share_a_prefix(served):
     assert cached(long_b) == 0
     names = served.on_engine(lambda e: [ns for ns, _ in e.cache.tree.named_roots()])
     assert max(len(ns) for ns in names) < 100  # a cached namespace's name is short however long the salt
+
+
+def test_the_served_model_is_retrieved_and_no_other(served):
+    """``client.models.retrieve`` (``GET /v1/models/{id}``) was a 404 for the model served."""
+    card = served.client().models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model"
+    assert card.model_dump() == served.client().models.list().data[0].model_dump()
+    with pytest.raises(openai.NotFoundError) as e:
+        served.client().models.retrieve("gpt-17")
+    assert e.value.response.json()["error"]["code"] == "model_not_found"
+    r = served.http().get("/v1/models/org/gpt-17")  # a Hugging Face id has a slash
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+    listed = served.http(follow_redirects=True).get("/v1/models/")  # a slash too many: the list
+    assert listed.status_code == 200 and listed.json()["object"] == "list"
 
 
 def test_models_health_and_metrics(served):

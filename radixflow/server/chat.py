@@ -52,7 +52,10 @@ def prepare(
     """Render, tokenize and check the conversation: slow for a long one, so this runs on a
     tokenizer thread. ApiError 400 when it cannot run."""
     prompt = chat_prompt(body.messages, state, body.add_generation_prompt, params)
-    return state.requests([prompt], params, body.namespace, fit=body.unsent_max_tokens)
+    try:
+        return state.requests([prompt], params, body.namespace, fit=body.unsent_max_tokens)
+    except ApiError as e:  # the engine's checks say max_tokens
+        raise e.respelled("max_tokens", body.length_field) from None
 
 
 @router.post("/v1/chat/completions")

@@ -64,6 +64,13 @@ class ApiError(Exception):
         ``item`` names which of several (``prompt 1``)."""
         return cls(status, str(problem) if item is None else problem.of_item(item), problem.param)
 
+    def respelled(self, param: str, sent: str) -> ApiError:
+        """This error, if it concerns ``param``, under the name the client ``sent`` for it (the
+        engine's checks say ``max_tokens`` of what chat clients send as ``max_completion_tokens``)."""
+        if self.param != param or sent == param:
+            return self
+        return ApiError(self.status, self.message.replace(param, sent), sent, self.code)
+
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.code)
 

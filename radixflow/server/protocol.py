@@ -206,11 +206,16 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
             raise ApiError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
         if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_LOGPROBS:
             raise ApiError(400, f"top_logprobs must be between 0 and {MAX_LOGPROBS}", "top_logprobs")
-        named = "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+        named = self.length_field
         given = getattr(self, named)
         max_tokens = default_max_tokens if given is None else _check_max_tokens(given, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
+
+    @property
+    def length_field(self) -> str:
+        """The name the client gave the length limit: OpenAI's newer one wins, as in vLLM."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
 
 class ScoreRequest(_declaring("_Score", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]

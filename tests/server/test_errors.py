@@ -178,6 +178,19 @@ def test_bad_chat_input_is_a_400(served, name, case, message):
     assert r.status_code == 400 and r.json()["error"]["message"].startswith(message), r.text
 
 
+@pytest.mark.parametrize("named", ["max_tokens", "max_completion_tokens"])
+def test_a_chat_length_past_the_context_is_refused_under_the_name_sent(served, named):
+    """A ``max_completion_tokens`` (OpenAI's name now) that did not fit beside the prompt was
+    refused as ``max_tokens``, a field the client never sent."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], named: 8190}
+    r = served.http().post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == named, error
+    message = error["message"]
+    assert message.startswith(f"{named}: prompt of ") and f"plus {named} 8190 exceeds" in message
+
+
 def test_bad_tokenizer_route_input_is_a_400(served):
     http = served.http()
     r = http.post("/detokenize", json={"tokens": [1, 600]})

@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tokenizer import TextTokenizer, TextTooLong
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
+from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope
@@ -35,7 +36,22 @@ def prompt_ids(
         return [tokenizer.encode(prompt, special)]
     if not prompt or isinstance(prompt[0], int):
         return [list(prompt)]  # type: ignore[arg-type]
-    return [tokenizer.encode(p, special) if isinstance(p, str) else list(p) for p in prompt]  # type: ignore[union-attr]
+    named = len(prompt) > 1
+    return [
+        _encoded(i, p, tokenizer, special, named) if isinstance(p, str) else list(p)
+        for i, p in enumerate(prompt)  # type: ignore[arg-type]
+    ]
+
+
+def _encoded(index: int, text: str, tokenizer: TextTokenizer, special: bool, named: bool) -> list[int]:
+    """Prompt ``index``'s tokens; a text too long for the context is a 400 naming which prompt it
+    is (``named``: one of several), as a token list too long is named."""
+    try:
+        return tokenizer.encode(text, special)
+    except TextTooLong as e:
+        if not named:
+            raise
+        raise ApiError.from_problem(e.problem, f"prompt {index}") from None
 
 
 @dataclass(frozen=True)

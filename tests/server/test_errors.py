@@ -38,6 +38,12 @@ BAD_COMPLETIONS = [
     ),
     ("mixed prompt list", {"prompt": ["text", [1, 2]]}, "prompt must be a string, a list of token ids"),
     ("prompt over the context", {"prompt": [5] * 8192}, "prompt: has 8192 tokens; the model context is 8192"),
+    ("one token list of several too long", {"prompt": [[5], [5] * 8192]}, "prompt 1: has 8192 tokens"),
+    (  # refused before it is tokenized, and named as the token lists are
+        "one text of several over the context",
+        {"prompt": ["fine", "hello " * 20000]},
+        "prompt 1: has at least",
+    ),
     (
         "prompt plus max_tokens over the context",
         {"prompt": [5] * 8000, "max_tokens": 500},

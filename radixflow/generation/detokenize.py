@@ -120,9 +120,20 @@ class StopStrings:
 
     def held_back(self, text: str) -> int:
         """Characters at the end of ``text`` that may be the start of a stop string (not yet safe
-        to stream)."""
-        for n in range(min(self._longest - 1, len(text)), 0, -1):
-            tail = text[-n:]
-            if any(s.startswith(tail) for s in self.stops):
-                return n
+        to stream): the longest tail, under the longest stop string, that one starts with.
+
+        Only tails that begin with a stop string's first character are compared (found by
+        ``str.find``): comparing every tail cost time quadratic in the text for each new token."""
+        start = max(len(text) - self._longest + 1, 0)
+        return max((self._held_for(stop, text, start) for stop in self.stops), default=0)
+
+    @staticmethod
+    def _held_for(stop: str, text: str, start: int) -> int:
+        if not stop:  # refused by every door; it starts no tail
+            return 0
+        at = text.find(stop[0], start)
+        while at != -1:
+            if stop.startswith(text[at:]):  # the earliest is the longest tail
+                return len(text) - at
+            at = text.find(stop[0], at + 1)
         return 0

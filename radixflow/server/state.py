@@ -172,9 +172,11 @@ class ServerState:
         pass over every prompt token. ``item``: what an error calls prompt ``i`` (a scoring
         request's prompts are its candidates)."""
         if len(prompts) * params.n > self.config.max_pending:
-            asked = f"{len(prompts)} {item}s" + (f" times n = {params.n}" if params.n > 1 else "")
+            asked = _asked(len(prompts), params.n, item)
             raise ApiError(
-                400, f"{asked} in one request; the server queues {self.config.max_pending}", "prompt"
+                400,
+                f"{asked} in one request; the server queues {self.config.max_pending}",
+                "n" if params.n > 1 else "prompt",  # n is what a chat request can lower
             )
         problem = params.context_problem(self.context)
         if problem is not None:
@@ -211,6 +213,13 @@ class ServerState:
         except NotAccepting as e:
             self.metrics.on_rejected("not_accepting")
             raise ApiError(503, str(e)) from None
+
+
+def _asked(prompts: int, n: int, item: str) -> str:
+    """What a request asks of the queue, said as the client sent it."""
+    if n == 1:
+        return f"{prompts} {item}s"
+    return f"n = {n} choices" if prompts == 1 else f"{prompts} {item}s times n = {n}"
 
 
 MAX_NAMESPACE_CHARS = 64

@@ -197,6 +197,34 @@ def test_a_chat_length_past_the_context_is_refused_under_the_name_sent(served, n
     assert message.startswith(f"{named}: prompt of ") and f"plus {named} 8190 exceeds" in message
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "param", "message"),
+    [
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "n": 9},
+            "n",
+            "n = 9 choices in one request; the server queues 8",
+        ),
+        ("/v1/completions", {"prompt": "hi", "n": 9}, "n", "n = 9 choices in one request; the server"),
+        (
+            "/v1/completions",
+            {"prompt": ["a", "b", "c"], "n": 3},
+            "n",
+            "3 prompts times n = 3 in one request; the server queues 8",
+        ),
+        ("/v1/completions", {"prompt": ["a"] * 9}, "prompt", "9 prompts in one request; the server queues 8"),
+    ],
+)
+def test_more_choices_than_the_queue_takes_are_refused_naming_n(served, route, body, param, message):
+    """A chat request's n past --max-pending was refused as "1 prompts times n = 9", param
+    ``prompt``, a field chat requests do not have."""
+    r = served.http().post(route, json={"model": MODEL, "max_tokens": 1, **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and error["message"].startswith(message), error
+
+
 def test_bad_tokenizer_route_input_is_a_400(served):
     http = served.http()
     r = http.post("/detokenize", json={"tokens": [1, 600]})

@@ -150,11 +150,17 @@ def _read_candidates(path: Path | None) -> list[str]:
     if path is None:
         return []
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not the first candidate's
+        # as bytes: a lone carriage return inside a line stays (text mode would end the line there);
+        # a byte-order mark is not the first candidate's
+        text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or e
         raise UsageError(f"--candidates-file: cannot read {path}: {why}") from None
-    lines = text.splitlines()
+    # at newlines only (a CRLF's carriage return dropped): `str.splitlines` would also end a line
+    # at a form feed, U+2028 and the like, cutting a candidate that holds one in two
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":  # the newline that ends the last line starts no candidate
+        lines.pop()
     empty = next((n for n, line in enumerate(lines, 1) if not line), None)
     if empty is not None:  # said of the file's line: a candidate's number means nothing in a file
         raise UsageError(f"--candidates-file: line {empty} of {path} is empty (each line is a candidate)")

@@ -152,6 +152,23 @@ def test_candidates_file_lines_are_candidates_as_written(llm, capsys, tmp_path):
     assert "--candidates-file: cannot read" in capsys.readouterr().err
 
 
+def test_candidates_file_lines_end_at_newlines_only(llm, capsys, tmp_path):
+    from radixflow.cli import main
+
+    # a form feed, U+2028, NEL and a lone carriage return inside a candidate are part of it:
+    # only a newline (with the carriage return before it) ends a line
+    inside = [" a\x0cb", " c\u2028d", " e\x85f", " g\rh", " i\x1cj"]
+    listed = tmp_path / "candidates.txt"
+    listed.write_text("".join(c + "\n" for c in inside[:-1]) + inside[-1] + "\r\n", encoding="utf-8")
+    argv = ["score", MODEL, "--context", CONTEXT, "--json", "--kv-blocks", "256", "--state-slots", "64"]
+    assert main([*argv, "--candidates-file", str(listed)]) == 0
+    assert [p["candidate"] for p in json.loads(capsys.readouterr().out)] == inside
+    unfinished = tmp_path / "unfinished.txt"  # no newline after the last line
+    unfinished.write_text(" yes\n no", encoding="utf-8")
+    assert main([*argv, "--candidates-file", str(unfinished)]) == 0
+    assert [p["candidate"] for p in json.loads(capsys.readouterr().out)] == [" yes", " no"]
+
+
 def test_progress_hears_every_request_end(llm):
     heard: list[tuple[int, ...]] = []
     llm.score(CONTEXT, CANDIDATES, namespace="progress", progress=lambda *seen: heard.append(seen))

@@ -144,12 +144,13 @@ class RequestTracker:
         return out
 
     def _logprobs(self, start: int, end: int, limit: int) -> tuple[TokenLogprob, ...] | None:
-        if self.request.sampling.logprobs is None:
+        k = self.request.sampling.logprobs
+        if k is None:
             return None
         samples = self.request.output_logprobs
         texts = self._texts(start, end, limit)
-        return tuple(
-            TokenLogprob(samples[i].token, text, samples[i].logprob, samples[i].top)
+        return tuple(  # the top k asked for (the sampler reports at least a few, for its own use)
+            TokenLogprob(samples[i].token, text, samples[i].logprob, samples[i].top[:k])
             for i, text in zip(range(start, end), texts, strict=True)
         )
 

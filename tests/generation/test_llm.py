@@ -64,6 +64,15 @@ def test_text_and_logprobs_agree_with_the_tokens(llm, batch):
             assert entry.top[0][1] >= entry.top[1][1]
 
 
+@pytest.mark.parametrize("k", [0, 1, 2, 7])
+def test_logprobs_k_reports_the_top_k_alternatives(llm, k):
+    (out,) = llm.generate(PROMPTS[2], replace(GREEDY, max_tokens=3, logprobs=k))
+    assert out.logprobs is not None and [len(e.top) for e in out.logprobs] == [k] * 3
+    (wide,) = llm.generate(PROMPTS[2], replace(GREEDY, max_tokens=3, logprobs=20))
+    assert wide.logprobs is not None
+    assert [e.top for e in out.logprobs] == [e.top[:k] for e in wide.logprobs]
+
+
 def test_stop_string_cuts_the_text_and_ends_the_request(llm, batch):
     base = batch[2]
     assert len(base.text) > 4

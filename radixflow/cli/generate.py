@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="in (0, 1]: sample from the likeliest tokens whose probability reaches it; 1 is no cut",
     )
-    g.add_argument("--top-k", type=non_negative_int, default=0, help="0: no cut")
+    g.add_argument("--top-k", type=parse_int, default=0, help="0 or -1: no cut")
     g.add_argument(
         "--min-p", type=parse_float, default=0.0, help="in [0, 1]: drop tokens under min-p times the best's"
     )

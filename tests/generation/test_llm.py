@@ -347,6 +347,21 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
 
 
+def test_generate_command_takes_top_k_minus_one_as_the_offline_api_does(llm, capsys):
+    from radixflow.cli import main
+
+    argv = ["generate", MODEL, "--prompt", PROMPTS[2], "--max-tokens", "6", "--ignore-eos", "--json"]
+    argv += ["--temperature", "1", "--seed", "4", "--kv-blocks", "256", "--state-slots", "64"]
+    assert main([*argv, "--top-k", "-1"]) == 0  # vLLM's spelling of no cut, as SamplingParams takes it
+    (printed,) = json.loads(capsys.readouterr().out)
+    sampled = SamplingParams(max_tokens=6, ignore_eos=True, temperature=1.0, seed=4, top_k=-1)
+    (out,) = llm.generate(PROMPTS[2], sampled)
+    assert printed["token_ids"] == list(out.token_ids)
+    assert main([*argv, "--top-k", "-2"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "top_k" in line.replace("-", "_") and "got -2" in line
+
+
 def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path):
     import shutil
 

@@ -195,9 +195,13 @@ def _bias_problem(pairs: object) -> Problem | None:
     """Why ``logit_bias`` is not (token id, bias) pairs with each bias in range (None: it is)."""
     if not isinstance(pairs, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
         return Problem("logit_bias", f"must map token ids to biases, got {pairs!r}")
+    seen = set()
     for token, bias in pairs:
         if not _is_int(token):
             return Problem("logit_bias", f"keys must be token ids, got {token!r}")
+        if token in seen:  # its biases would add up, past the range each is checked against
+            return Problem("logit_bias", f"token {token} is given twice")
+        seen.add(token)
         if not _within(bias, MAX_LOGIT_BIAS):
             limit = f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
             return Problem("logit_bias", f"token {token}'s bias must be a number in {limit}, got {bias!r}")

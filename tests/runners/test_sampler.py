@@ -222,6 +222,12 @@ def test_biases_given_as_a_mapping_are_kept_as_pairs_and_checked():
     assert str(SamplingParams(logit_bias={"3": 1}).problem()) == "logit_bias: keys must be token ids, got '3'"
 
 
+def test_a_token_biased_twice_is_refused_not_summed_past_the_range():
+    # two pairs for one token would add up (100 + 100), past the range each is checked against
+    twice = SamplingParams(logit_bias=((3, 100.0), (9, 1.0), (3, 100.0)))
+    assert str(twice.problem()) == "logit_bias: token 3 is given twice"
+
+
 def test_min_tokens_hold_back_stop_and_eos_tokens_until_reached():
     logits = logits_batch(1, seed=8)
     best = int(logits[0].argmax())

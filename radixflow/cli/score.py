@@ -102,17 +102,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]:
     """The input file's jobs (None without ``--input``) and the candidates of the flags."""
-    candidates = list(args.candidate) + _read_candidates(args.candidates_file)
     if args.input is not None:
-        given = [flag for flag, value in (("--context", args.context), ("--chat", args.chat)) if value]
-        given += ["--candidate"] * bool(candidates)
-        if given:
+        flags = {"--context": args.context, "--chat": args.chat, "--candidate": args.candidate}
+        given = [flag for flag, value in flags.items() if value not in (None, False, [])]
+        given += ["--candidates-file"] * (args.candidates_file is not None)
+        if given:  # a flag given is named, even one whose value is empty
             raise UsageError(f"--input: the file gives contexts and candidates; drop {given[0]}")
         if args.rank_by != "total":
             raise UsageError("--input: each line's scores come in its candidates' order; drop --rank-by")
         return read_jobs(args.input), []
     if args.output is not None:
         raise UsageError("--output: only with --input (the ranking of --context is printed)")
+    candidates = list(args.candidate) + _read_candidates(args.candidates_file)
     if args.context is None:
         raise UsageError("no context: give --context TEXT, or --input PATH with many")
     if not candidates:

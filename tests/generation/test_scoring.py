@@ -20,6 +20,7 @@ MODEL = "qwen3_5-tiny"
 CONTEXT = "Reranking models score each candidate document against the same query. " * 3
 CANDIDATES = [" The first one.", " A second, longer candidate than the first.", " x", " The first one!"]
 TOL = 1e-4
+ONE_LINE = '{"context": "a", "candidates": [" b"]}\n'  # an --input file of one good line
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +249,9 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
         # the lines keep the file's order: a ranking asked for was silently not done
         ('{"context": "a", "candidates": [" b"]}\n', ["--rank-by", "mean"], "drop --rank-by"),
+        # named as given, even when the file holds no candidate (it was ignored then) or the text is empty
+        (ONE_LINE, ["--candidates-file", os.devnull], "drop --candidates-file"),
+        (ONE_LINE, ["--context", ""], "drop --context"),
     ],
 )
 def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, text, extra, message):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from radixflow.cli.args import (
     check_output_paths,
@@ -188,9 +188,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps([as_json(o) for o in outputs], indent=2))
         return 0
     for i, out in enumerate(outputs):
-        label = f"[dim]choice {out.choice}:[/dim] " if args.n > 1 else ""
-        prompt = escape(_prompt_that_ran(args, llm, i // args.n, out))
-        console.print(f"{label}[bold]{prompt}[/bold]{escape(out.text)}", highlight=False)
+        label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ""
+        prompt = (_prompt_that_ran(args, llm, i // args.n, out), "bold")
+        # as Text, printed unwrapped: no markup or emoji code is read in it, no newline put in it
+        console.print(Text.assemble(label, prompt, out.text), soft_wrap=True)
         console.print(
             f"[dim]{len(out.token_ids)} tokens, finish reason {out.finish_reason}, "
             f"{out.cached_tokens} prompt tokens from the cache[/dim]",

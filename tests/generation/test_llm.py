@@ -362,6 +362,23 @@ def test_generate_command_takes_top_k_minus_one_as_the_offline_api_does(llm, cap
     assert "top_k" in line.replace("-", "_") and "got -2" in line
 
 
+def test_generate_command_prints_the_text_as_it_is(zoo):
+    """The printed text is the prompt and output as they are: not wrapped at the console's width
+    (a newline where a space was), no emoji code turned into an emoji, no backslash lost."""
+    import io
+
+    from rich.console import Console
+
+    from radixflow.cli import main
+
+    prompt = "a :smile: b \\[c] \\[ e [bold]d[/bold] " + "word " * 30
+    buf = io.StringIO()
+    console = Console(file=buf, width=40, force_terminal=False)
+    argv = ["generate", MODEL, "--prompt", prompt, "--max-tokens", "0", "--kv-blocks", "256"]
+    assert main([*argv, "--state-slots", "64"], console=console) == 0
+    assert buf.getvalue().splitlines()[0] == prompt
+
+
 def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path):
     import shutil
 

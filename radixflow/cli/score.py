@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
 from radixflow.cli.command import Command, UsageError, with_notes
@@ -140,7 +140,7 @@ def _print_scores(
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
     for rank, s in enumerate(ranked, 1):
-        text = escape(candidates[s.index])
+        text = Text(candidates[s.index])  # no markup or emoji code is read in it
         greedy = "yes" if s.greedy else ""
         figures = (len(s.token_ids), f"{s.total:.4f}", f"{s.mean:.4f}", greedy, s.cached_tokens)
         table.add_row(str(rank), text, *map(str, figures))

@@ -153,6 +153,21 @@ def test_candidates_file_lines_are_candidates_as_written(llm, capsys, tmp_path):
     assert "--candidates-file: cannot read" in capsys.readouterr().err
 
 
+def test_score_command_shows_each_candidate_as_it_is(llm):
+    import io
+
+    from rich.console import Console
+
+    from radixflow.cli import main
+
+    odd = [" :smile:", " \\[ x", " [bold]y[/bold]"]  # no emoji, no markup, every backslash kept
+    buf = io.StringIO()
+    argv = ["score", MODEL, "--context", CONTEXT, "--kv-blocks", "256", "--state-slots", "64"]
+    assert main([*argv, *(f"--candidate={c}" for c in odd)], console=Console(file=buf, width=200)) == 0
+    cells = [line.split("│")[2].strip() for line in buf.getvalue().splitlines() if line.count("│") > 3]
+    assert sorted(cells) == sorted(c.strip() for c in odd)
+
+
 def test_candidates_file_lines_end_at_newlines_only(llm, capsys, tmp_path):
     from radixflow.cli import main
 

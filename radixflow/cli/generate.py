@@ -108,7 +108,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
     g.add_argument(
-        "--logprobs", type=int_arg(high=MAX_LOGPROBS), default=None, help="top alternatives per token"
+        "--logprobs",
+        type=int_arg(high=MAX_LOGPROBS),
+        default=None,
+        metavar="K",
+        help="each generated token's logprob and top K (the sum is printed; all with --json)",
     )
     g.add_argument(
         "--prompt-logprobs",
@@ -200,6 +204,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if out.prompt_logprobs is not None:
             scored = [e.logprob for e in out.prompt_logprobs if e is not None]
             console.print(f"[dim]prompt logprob {sum(scored):.4f} over {len(scored)} tokens[/dim]")
+        if out.logprobs is not None:
+            total = sum(e.logprob for e in out.logprobs)
+            console.print(f"[dim]output logprob {total:.4f} over {len(out.logprobs)} tokens[/dim]")
     return 0
 
 

@@ -379,6 +379,17 @@ def test_generate_command_prints_the_text_as_it_is(zoo):
     assert buf.getvalue().splitlines()[0] == prompt
 
 
+def test_generate_command_prints_the_output_logprob_when_asked(llm, capsys):
+    from radixflow.cli import main
+
+    argv = ["generate", MODEL, "--prompt", PROMPTS[2], "--max-tokens", "5", "--ignore-eos", "--logprobs", "2"]
+    assert main([*argv, "--kv-blocks", "256", "--state-slots", "64"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("output logprob"))
+    (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=5, ignore_eos=True, logprobs=2))
+    assert out.logprobs is not None and line.split()[4] == "5"
+    assert float(line.split()[2]) == pytest.approx(sum(e.logprob for e in out.logprobs), abs=1e-3)
+
+
 def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path):
     import shutil
 

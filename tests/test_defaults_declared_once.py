@@ -176,6 +176,16 @@ def test_every_door_reads_the_one_declaration(command):
         assert checked(ServerConfig, given_values(args, ServerConfig)) == ServerConfig()
 
 
+def test_generate_flags_not_given_are_the_sampling_params_defaults():
+    """`radixflow generate` and `LLM.generate` sample alike where no flag is given (but
+    --max-tokens, 32 by the docs, where `SamplingParams()` is one token)."""
+    from radixflow.cli.generate import sampling_params
+    from radixflow.generation.params import SamplingParams
+
+    args = build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    assert sampling_params(args) == SamplingParams(max_tokens=32)
+
+
 def test_the_other_doors_take_no_defaults_of_their_own():
     from radixflow.experiments.config import ENGINE_KEYS
     from radixflow.generation.llm import LLM

@@ -22,7 +22,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.generation.params import MAX_CHOICES
+from radixflow.generation.params import MAX_CHOICES, SamplingParams
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
@@ -137,18 +137,10 @@ def token_bias(text: str) -> tuple[int, float]:
     return parse_int(token), parse_float(bias)
 
 
-def run(args: argparse.Namespace, console: Console) -> int:
-    require_torch_extra("radixflow generate")
-    from radixflow.generation import LLM, GenerationError, SamplingParams
-    from radixflow.generation.chat import ChatTemplateError
-
-    if any(s == "" for s in args.stop):
-        raise UsageError("--stop strings must not be empty")
-    options = from_args(args)
-    if options.trace_out is not None:
-        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
-    warn_ineffective_options(args, options)
-    params = SamplingParams(
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    """The generation flags as `SamplingParams`: a flag not given is the field's own default,
+    but ``--max-tokens`` (32: a command line asks for text, not `SamplingParams()`'s one token)."""
+    return SamplingParams(
         max_tokens=args.max_tokens,
         min_tokens=args.min_tokens,
         temperature=args.temperature,
@@ -171,6 +163,20 @@ def run(args: argparse.Namespace, console: Console) -> int:
         repetition_penalty=args.repetition_penalty,
         logit_bias=tuple(args.logit_bias),
     )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    require_torch_extra("radixflow generate")
+    from radixflow.generation import LLM, GenerationError
+    from radixflow.generation.chat import ChatTemplateError
+
+    if any(s == "" for s in args.stop):
+        raise UsageError("--stop strings must not be empty")
+    options = from_args(args)
+    if options.trace_out is not None:
+        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
+    warn_ineffective_options(args, options)
+    params = sampling_params(args)
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)

@@ -29,7 +29,7 @@ from radixflow.generation.scoring import (
     scoring_prompts,
 )
 from radixflow.generation.setup import LoadedModel, load_model
-from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
@@ -239,9 +239,9 @@ class LLM:
         is not a context of one token)."""
         if _is_conversation(context):
             text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
-            return self._encode_bare(text)  # the template writes the special tokens itself
+            return self._encode(text, "context", special=False)  # the template writes them itself
         if isinstance(context, str):
-            return self.tokenizer.encode(context)
+            return self._encode(context, "context")
         if _is_token_list(context):
             return [int(t) for t in context]  # type: ignore[union-attr]
         raise ValueError("context must be a string, a list of token ids or a list of messages")
@@ -254,7 +254,7 @@ class LLM:
         ids = []
         for i, c in enumerate(candidates):
             if isinstance(c, str):
-                ids.append(self._encode_bare(c))
+                ids.append(self._encode(c, f"candidate {i}", special=False))
             elif _is_token_list(c):
                 ids.append([int(t) for t in c])
             else:
@@ -271,8 +271,18 @@ class LLM:
         """The assistant's reply to each conversation, rendered with the model's chat template."""
         convs = [conversations] if _is_conversation(conversations) else list(conversations)
         texts = [self.tokenizer.chat.render(conv) for conv in convs]  # type: ignore[arg-type]
-        prompts = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        named = ["prompt" if len(texts) == 1 else f"prompt {i}" for i in range(len(texts))]
+        prompts = [self._encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
         return self.generate(prompts, params, namespace, progress)
+
+    def _encode(self, text: str, label: str, special: bool = True) -> list[int]:
+        """``text``'s tokens (``special``: with the tokenizer's special tokens); text with no UTF-8
+        form is a ValueError named by ``label`` (``prompt 2``, ``candidate 1``)."""
+        tokenizer = self.tokenizer  # its refusal (no tokenizer.json) is the model's, not the text's
+        try:
+            return tokenizer.encode(text, add_special_tokens=special)
+        except TokenizerError as e:
+            raise ValueError(f"{label}: {e}") from None
 
     def _encode_bare(self, text: str) -> list[int]:
         """``text``'s tokens without special ones: a choice, a banned word, a candidate."""
@@ -281,12 +291,13 @@ class LLM:
     def _token_prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
         if isinstance(prompts, str) or (_is_token_list(prompts) and prompts):
             prompts = [prompts]  # type: ignore[list-item]
+        prompts = list(prompts)  # type: ignore[arg-type]
         if not prompts:
             raise ValueError("no prompts given")
         out = []
-        for i, p in enumerate(prompts):  # type: ignore[union-attr]
-            if isinstance(p, str):
-                out.append(self.tokenizer.encode(p))
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):  # a lone prompt is "prompt", as the engine's problems name it
+                out.append(self._encode(p, "prompt" if len(prompts) == 1 else f"prompt {i}"))
             elif _is_token_list(p):
                 out.append([int(t) for t in p])
             else:

@@ -412,6 +412,15 @@ def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
         llm.generate("a\ud800b")
 
 
+def test_text_that_is_not_unicode_is_named_by_its_prompt(llm):
+    with pytest.raises(ValueError, match=r"^prompt: text contains a lone UTF-16 surrogate"):
+        llm.generate("a\ud800b")
+    with pytest.raises(ValueError, match=r"^prompt 2: text contains a lone UTF-16 surrogate"):
+        llm.generate(["fine", [5, 6], "a\udcffb"])
+    with pytest.raises(ValueError, match=r"^prompt 1: text contains a lone UTF-16 surrogate"):
+        llm.chat([[{"role": "user", "content": "fine"}], [{"role": "user", "content": "a\ud800"}]])
+
+
 def test_the_trace_holds_every_generate_call_on_the_wall_clock(zoo, tmp_path):
     path = tmp_path / "llm.json"
     llm = LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path), placement="lone")

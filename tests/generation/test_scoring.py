@@ -220,6 +220,18 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
             llm.score_many(contexts, candidates)
 
 
+def test_text_that_is_not_unicode_is_named_as_its_context_or_candidate(llm):
+    for call, message in (
+        (lambda: llm.score("a\ud800", [" x"]), "context: "),
+        (lambda: llm.score("a", [" x", " \udcff"]), "candidate 1: "),
+        (lambda: llm.score_many(["a", "b"], [[" x"], ["\ud800"]]), "context 1, candidate 0: "),
+        (lambda: llm.scoring_problem("a\ud800", [" x"]), "context: "),
+    ):
+        with pytest.raises(ValueError, match="^" + message + "text contains a lone UTF-16 surrogate"):
+            if (said := call()) is not None:  # scoring_problem says it
+                raise ValueError(said)
+
+
 def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, monkeypatch):
     from radixflow.cli import main, score_file
 

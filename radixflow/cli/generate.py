@@ -198,10 +198,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps([as_json(o) for o in outputs], indent=2))
         return 0
     for i, out in enumerate(outputs):
-        label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ""
-        prompt = (_prompt_that_ran(args, llm, i // args.n, out), "bold")
-        # as Text, printed unwrapped: no markup or emoji code is read in it, no newline put in it
-        console.print(Text.assemble(label, prompt, out.text), soft_wrap=True)
+        label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ("", "")
+        _show(console, label, (_prompt_that_ran(args, llm, i // args.n, out), "bold"), (out.text, ""))
         console.print(
             f"[dim]{len(out.token_ids)} tokens, finish reason {out.finish_reason}, "
             f"{out.cached_tokens} prompt tokens from the cache[/dim]",
@@ -214,6 +212,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
             total = sum(e.logprob for e in out.logprobs)
             console.print(f"[dim]output logprob {total:.4f} over {len(out.logprobs)} tokens[/dim]")
     return 0
+
+
+def _show(console: Console, *parts: tuple[str, str]) -> None:
+    """(text, style) parts as one line: on a terminal as rich Text, unwrapped (no markup or emoji
+    code read in it, no newline put in it); to a file or a pipe as they are, byte for byte (rich
+    would turn a tab into spaces and drop a carriage return)."""
+    if console.is_terminal:
+        console.print(Text.assemble(*parts), soft_wrap=True)
+    else:
+        console.file.write("".join(text for text, _ in parts) + "\n")
 
 
 def _prompt_that_ran(args: argparse.Namespace, llm: Any, i: int, out: GenerationOutput) -> str:

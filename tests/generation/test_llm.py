@@ -377,6 +377,12 @@ def test_generate_command_prints_the_text_as_it_is(zoo):
     argv = ["generate", MODEL, "--prompt", prompt, "--max-tokens", "0", "--kv-blocks", "256"]
     assert main([*argv, "--state-slots", "64"], console=console) == 0
     assert buf.getvalue().splitlines()[0] == prompt
+    # to a file or a pipe, byte for byte: a tab is not spaces, a carriage return is kept
+    buf = io.StringIO()
+    exact = "tab\there,\rreturn\x0cfeed"
+    argv[argv.index(prompt)] = exact
+    assert main([*argv, "--state-slots", "64"], console=Console(file=buf, force_terminal=False)) == 0
+    assert buf.getvalue().split("\n")[0] == exact
 
 
 def test_generate_command_prints_the_output_logprob_when_asked(llm, capsys):

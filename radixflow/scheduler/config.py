@@ -75,17 +75,23 @@ class SchedulerConfig:
             return 0 if prompt_len > self.token_budget else 1
         return capacity - prompt_len + 1  # the last token's KV is never written
 
+    def _kv_problem(self, req: Request, blocks: int) -> Problem:
+        """``req``'s ``blocks`` of KV over the cache: named as the prompt when the prompt alone is
+        over it (asking for fewer tokens cannot help), else as ``max_tokens``. Pure."""
+        n = len(req.prompt)
+        alone = self.blocks_needed(0, n)
+        if alone > self.num_blocks:
+            param, what, blocks = "prompt", f"{n} tokens", alone
+        else:
+            param, what = "max_tokens", f"the prompt's {n} tokens plus max_tokens {req.sampling.max_tokens}"
+        fits = f"does not fit in the KV cache: {what} need {blocks} blocks, cache has {self.num_blocks}"
+        return Problem(param, fits)
+
     def unfit_reason(self, req: Request) -> Problem | None:
         """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""
         blocks = self.blocks_needed(0, req.max_length)
         if blocks > self.num_blocks:
-            n = len(req.prompt)
-            param, what = ("prompt", f"{n} tokens") if req.sampling.max_tokens <= 1 else (
-                "max_tokens", f"the prompt's {n} tokens plus max_tokens {req.sampling.max_tokens}")
-            return Problem(
-                param,
-                f"does not fit in the KV cache: {what} need {blocks} blocks, cache has {self.num_blocks}",
-            )
+            return self._kv_problem(req, blocks)
         if self.has_recurrent and self.num_state_slots < 1 and len(req.prompt) > self.token_budget:
             return Problem(
                 "prompt",

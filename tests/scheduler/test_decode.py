@@ -127,6 +127,17 @@ def test_kv_for_max_tokens_is_reserved_at_admission():
     assert too_long.status is RequestStatus.FAILED and "max_tokens: does not fit" in (too_long.error or "")
 
 
+def test_a_prompt_too_long_for_the_cache_alone_is_named_whatever_max_tokens_is():
+    # 4 blocks of 8 hold 32 positions: a 40-token prompt cannot fit however few tokens it asks
+    # for, so the error names the prompt (lowering max_tokens cannot help), as the context check does
+    cfg = replace(CFG, num_blocks=4)
+    for n in (1, 2, 8):
+        req = Request(f"p{n}", tuple(range(1, 41)), sampling=SamplingParams(max_tokens=n))
+        assert str(cfg.unfit_reason(req)) == (
+            "prompt: does not fit in the KV cache: 40 tokens need 5 blocks, cache has 4"
+        ), n
+
+
 def test_a_prompt_ending_mid_block_owes_no_kv_for_the_block_it_already_holds():
     # a's 20-token prompt ends inside its third block, which it holds: its 4 decode steps (to
     # position 24) allocate nothing more, so b's one block fits beside it in 4 blocks at once.

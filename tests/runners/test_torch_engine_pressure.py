@@ -114,6 +114,8 @@ def run(engine: Engine, reqs: list[Request], interrupt: tuple[int, int, bool] | 
             engine.abort(rid) if interrupt[2] else engine.stop(rid)
         engine.step()
         engine.check_integrity()
+        budget = engine.scheduler.config.cache_memory
+        assert budget is None or engine.cache.memory().used_bytes <= budget
         step += 1
     usage = engine.cache.usage()
     assert usage.locked_blocks == 0 and usage.working_slots == 0

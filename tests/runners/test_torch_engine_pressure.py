@@ -110,8 +110,8 @@ def run(engine: Engine, reqs: list[Request], interrupt: tuple[int, int, bool] | 
     step = 0
     while engine.has_work():
         if interrupt is not None and step == interrupt[0]:
-            rid = reqs[interrupt[1] % len(reqs)].id
-            engine.abort(rid) if interrupt[2] else engine.stop(rid)
+            end = engine.abort if interrupt[2] else engine.stop
+            end(reqs[interrupt[1] % len(reqs)].id)
         engine.step()
         engine.check_integrity()
         budget = engine.scheduler.config.cache_memory

@@ -123,8 +123,27 @@ class RoundPlanner:
         every = taken > len(units) or (whole and taken >= len(units) and not choice.lead)
         lead = keys[choice.units] if choice.lead else None
         take = RoundTake(frozenset(keys[:taken]), every, lead)
-        self._reorder(scan, pulled, len(units) if take.all else taken, choice.units, room.overdue)
+        behind_horizon = [] if whole else self._overdue_behind(scan, room.overdue, len(pulled))
+        self._reorder(
+            scan, pulled, len(units) if take.all else taken, choice.units, room.overdue, behind_horizon
+        )
         return take
+
+    def _overdue_behind(
+        self, scan: Lookahead, overdue: Callable[[Request], bool], pulled: int
+    ) -> list[Request]:
+        """The run of requests past their FCFS bound right behind the horizon (the rank order
+        holds them near its front; a horizon cut short by one long unit leaves them out), up to
+        the requests a horizon holds; the first that is not overdue goes back (mutates ``scan``)."""
+        late: list[Request] = []
+        room = HORIZON_BUDGETS * self._config.max_requests - pulled
+        req = next(scan, None)
+        while req is not None and len(late) < room and overdue(req):
+            late.append(req)
+            req = next(scan, None)
+        if req is not None:
+            scan.ahead.appendleft(req)
+        return late
 
     def _pull(
         self, scan: Lookahead, head: Request, head_tokens: int | None
@@ -189,12 +208,15 @@ class RoundPlanner:
         taken: int,
         whole: int,
         overdue: Callable[[Request], bool],
+        behind: list[Request],
     ) -> None:
         """The ``taken`` units' members first (their order kept; after the first of each of the
         ``whole`` units, its group's other waiting members, which follow it), then the rest of
         what was pulled, ``overdue`` requests first (the round takes them wherever it reaches
         them: the scan must reach them before it ends at a unit the cut leaves), then the
-        order's remainder (mutates ``scan``)."""
+        order's remainder (mutates ``scan``). Where requests are overdue (pulled, or ``behind``
+        the horizon), the followers still within their own bound go after them: the budget a
+        follower takes is room an overdue request was promised."""
         members: list[list[Request]] = [[] for _ in range(taken)]
         leaders: list[Request | None] = [None] * taken
         rest: list[Request] = []
@@ -206,7 +228,7 @@ class RoundPlanner:
                 leaders[p.unit] = p.request
             if p.request is not pulled[0].request:  # the head is in the scan's hands already
                 members[p.unit].append(p.request)
-        seen = {p.request.id for p in pulled}
+        seen = {p.request.id for p in pulled} | {r.id for r in behind}
         front: list[Request] = []
         for i in range(taken):
             front += members[i]
@@ -214,8 +236,12 @@ class RoundPlanner:
                 if other.id not in seen:
                     seen.add(other.id)
                     front.append(other)
-        late = [r for r in rest if overdue(r)]
-        rest = late + [r for r in rest if not overdue(r)] if late else rest
+        late = [r for r in rest if overdue(r)] + behind
+        if late:  # past its FCFS bound, a request goes ahead of followers that are not
+            lead = {id(r) for r in leaders if r is not None}
+            ahead = [r for r in front if id(r) in lead or overdue(r)]
+            riders = [r for r in front if not (id(r) in lead or overdue(r))]
+            front, rest = ahead + late + riders, [r for r in rest if not overdue(r)]
         scan.ahead.extendleft(reversed(front + rest))
 
     def _siblings(self, request: Request | None) -> list[Request]:

@@ -19,7 +19,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import check_partial, output_path, write_lines
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
-from radixflow.options.machine import cpu_count
+from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS, cpu_count
 from radixflow.options.spec import checked
 from radixflow.progress import LoggedProgress, RequestBar
 from radixflow.server.config import ServerConfig
@@ -30,9 +30,21 @@ if TYPE_CHECKING:  # fastapi and the app are imported when the command runs (the
     from radixflow.server.batch import BatchLine
 
 
+# where a server flag does something else here than in `serve` (server/batch.py)
+BATCH_HELPS = {
+    "max_pending": "engine requests in flight at a time (a scoring body's candidates, a completion's "
+    "prompts times n); a body that finds them full is posted again once an answer has made room, "
+    "never answered 429",
+    "drain_s": "no effect in run-batch: a run cut short aborts the requests in flight at once",
+    "tokenizer_threads": "threads that tokenize prompts and build answers beside the event loop "
+    f"(default: the server's thread plan, {TOKENIZER_THREADS} up to "
+    f"{(TOKENIZER_THREADS + 1) * HTTP_SHARE - 1} CPUs)",
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p, model_positional=True)
-    add_option_flags(p, ServerConfig, "server limits and threads (as radixflow serve)")
+    add_option_flags(p, ServerConfig, "server limits and threads (as radixflow serve)", BATCH_HELPS)
     g = p.add_argument_group("batch")
     g.add_argument(
         "-i",

@@ -129,12 +129,18 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, defau
     )
 
 
-def add_option_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+def add_option_flags(
+    parser: argparse.ArgumentParser, cls: type, title: str, helps: dict[str, str] | None = None
+) -> None:
     """Every field of an options dataclass declared with `option` (the server's) as a flag, in one
-    group: default None ("not given"), so the dataclass's own default applies (`given_values`)."""
+    group: default None ("not given"), so the dataclass's own default applies (`given_values`).
+    ``helps``: a command's own words for a field, where it does something else there."""
     group = parser.add_argument_group(title)
     for f in dataclasses.fields(cls):
-        _add_flag(group, f.name, spec_of(f), f.default)
+        spec = spec_of(f)
+        if helps and f.name in helps:
+            spec = dataclasses.replace(spec, help=helps[f.name])
+        _add_flag(group, f.name, spec, f.default)
 
 
 def given_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:

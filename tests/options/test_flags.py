@@ -168,6 +168,20 @@ def test_the_torch_threads_help_names_each_command_with_a_default_of_its_own():
     assert "calibrate: 1" in _actions(_command("calibrate"))["torch_threads"].help
 
 
+def test_run_batchs_server_flags_say_what_they_do_there():
+    # run-batch posts a body that finds the queue full again once an answer has made room, never
+    # answering 429 (server/batch.py, docs/serving.md), and cancels what is in flight when cut
+    # short; its help was serve's: "--max-pending: ... before new ones get 429", a drain on
+    # shutdown, and a --tokenizer-threads default "with --replicas", a flag run-batch lacks
+    actions = _actions(_command("run-batch"))
+    pending = actions["max_pending"].help
+    assert "new ones get 429" not in pending and "posted again" in pending
+    assert "--replicas" not in actions["tokenizer_threads"].help
+    assert "no effect" in actions["drain_s"].help
+    serve = _actions(_command("serve"))  # serve's own help unchanged
+    assert "429" in serve["max_pending"].help and "--replicas" in serve["tokenizer_threads"].help
+
+
 def test_a_dtype_below_float32_is_warned_about_since_outputs_are_no_longer_exact():
     cpu = EngineOptions(model="qwen3_5-tiny")
     assert dtype_warnings(cpu) == dtype_warnings(cpu.replace(dtype="float32")) == []

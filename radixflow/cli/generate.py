@@ -24,7 +24,7 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.generation.params import MAX_CHOICES, SamplingParams
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
-from radixflow.problems import ProblemError
+from radixflow.problems import ProblemError, flag
 from radixflow.progress import LoggedProgress, RequestBar
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 
@@ -124,6 +124,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print every output as JSON")
 
 
+def _sampling_flag(param: str) -> str:
+    """A `SamplingParams` field as this command's flag spells it (``logit_bias`` -> ``--logit-bias``)."""
+    return {"bad_words": "--bad-word"}.get(param, flag(param))
+
+
 def token_ids(text: str) -> tuple[int, ...]:
     """argparse type: ``3,17,42`` as token ids (the vocabulary's bounds are checked with the rest)."""
     return tuple(parse_int(part) for part in text.split(","))
@@ -177,6 +182,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         check_output_paths({"--trace-out": Path(options.trace_out)}, {})
     warn_ineffective_options(args, options)
     params = sampling_params(args)
+    problem = params.problem()  # before the model loads; the vocabulary's bounds are checked after
+    if problem is not None:
+        raise UsageError(problem.render(_sampling_flag))
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)

@@ -514,3 +514,29 @@ def test_run_batch_without_a_package_of_the_serve_extra_names_the_install_comman
     err = one_line_error(capsys, ["run-batch", "qwen3_5-tiny", "-i", str(batch)])
     assert f"radixflow run-batch needs the serve extra (package {package!r} is missing)" in err
     assert "pip install -e '.[serve]'" in err
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--logit-bias", "3=200"], "--logit-bias: token 3's bias must be a number in [-100, 100]"),
+        (["--truncate-prompt-tokens", "0"], "--truncate-prompt-tokens: must be an integer >= 1"),
+        (["--guided-choice", " "], "--guided-choice: must be a list of non-empty strings"),
+        (["--bad-word", " "], "--bad-word: must be a list of non-empty strings"),
+        (["--guided-choice", "a", "--allowed-token-ids", "3"], "--allowed-token-ids: cannot be combined"),
+    ],
+)
+def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_model(
+    monkeypatch, capsys, argv, expected
+):
+    # these were checked only once the model had loaded (seconds to minutes) and named as
+    # SamplingParams' fields (`logit_bias: ...`), where usage.md promises bad input named by its
+    # flag, before any work wherever it can be
+    from radixflow.generation import LLM
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded before the sampling flags were checked")
+
+    monkeypatch.setattr(LLM, "from_options", refuse)
+    err = one_line_error(capsys, ["generate", "qwen3_5-tiny", "--prompt", "hi", *argv])
+    assert err.startswith(f"radixflow: error: {expected}"), err

@@ -22,16 +22,17 @@ def output_path(path: Path | None) -> Path | None:
     return None if path is None or str(path) == "-" else path
 
 
-def check_partial(flag: str, path: Path | None, inputs: dict[str, Path | None]) -> None:
+def check_partial(flag: str, path: Path | None, others: dict[str, Path | None]) -> None:
     """Fail before a long run, not after it, when ``path``'s partial file cannot be made fresh,
-    or is one of the ``inputs`` (flag -> path), which making it fresh would remove (``path``
+    or is the file of one of the ``others`` (flag -> path): an input, which making it fresh would
+    remove, or another output, which would be written into it and renamed away with it (``path``
     itself is checked by `check_output_paths`)."""
     if path is None or written_in_place(path):
         return
     partial = PartialLines(path).partial
     why = None
     real = os.path.realpath  # Path.resolve raises RuntimeError on a symlink loop
-    named = next((f for f, p in inputs.items() if p is not None and real(p) == real(partial)), None)
+    named = next((f for f, p in others.items() if p is not None and real(p) == real(partial)), None)
     if named is not None:
         why = f"the same file as {named}"
     elif partial.is_dir():

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     trace = None if options.trace_out is None else Path(options.trace_out)
     output = output_path(args.output)
     check_output_paths({"--output": output, "--trace-out": trace}, {"--input": args.input})
-    check_partial("--output", output, {"--input": args.input})
+    check_partial("--output", output, {"--input": args.input, "--trace-out": trace})
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     config = replace(config, tokenizer_threads=tokenizer_threads)

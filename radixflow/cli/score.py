@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     outputs = {"--trace-out": None if options.trace_out is None else Path(options.trace_out)}
     output = output_path(args.output)
     check_output_paths(outputs | {"--output": output}, {"--input": args.input})
-    check_partial("--output", output, {"--input": args.input})
+    check_partial("--output", output, {"--input": args.input, **outputs})
     warn_ineffective_options(args, options)
     try:
         llm = LLM.from_options(options)

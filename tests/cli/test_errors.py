@@ -540,3 +540,28 @@ def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_mo
     monkeypatch.setattr(LLM, "from_options", refuse)
     err = one_line_error(capsys, ["generate", "qwen3_5-tiny", "--prompt", "hi", *argv])
     assert err.startswith(f"radixflow: error: {expected}"), err
+
+
+@pytest.mark.parametrize(
+    "command, lines",
+    [
+        (["score", "qwen3_5-tiny"], '{"context": "a b", "candidates": [" c"]}'),
+        (
+            ["run-batch", "qwen3_5-tiny"],
+            '{"custom_id": "a", "method": "POST", "url": "/v1/score", "body": {}}',
+        ),
+    ],
+    ids=["score", "run-batch"],
+)
+def test_a_trace_out_at_the_outputs_partial_file_is_refused_before_the_run(
+    tmp_path, monkeypatch, capsys, command, lines
+):
+    # --output OUT streams into OUT.partial and renames it over OUT at the end: a --trace-out of
+    # OUT.partial was written into the same file and renamed away, lost without a word (exit 0)
+    pytest.importorskip("httpx")
+    _no_model_load(monkeypatch)
+    given = write_lines(tmp_path / "in.jsonl", lines)
+    out = tmp_path / "out.jsonl"
+    argv = [*command, "--input", str(given), "--output", str(out), "--trace-out", f"{out}.partial"]
+    err = one_line_error(capsys, argv)
+    assert f"cannot write --output {out}: its partial file {out}.partial: the same file as --trace-out" in err

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radixflow.cli.command import UsageError
+from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.options import EngineOptions
 from radixflow.options.flags import (
     clock_warnings,
@@ -75,6 +76,13 @@ def float_arg(low: float = 0.0, high: float | None = None, positive: bool = Fals
 
 positive_int, non_negative_int = int_arg(positive=True), int_arg()
 positive_float, non_negative_float = float_arg(positive=True), float_arg()
+
+
+def engine_inputs(options: EngineOptions) -> dict[str, Path | None]:
+    """The files the engine options read, by flag, for `check_output_paths`'s inputs: a
+    ``--hardware`` profile file (None: a built-in profile, or not given)."""
+    hardware = options.hardware
+    return {"--hardware": None if hardware is None or hardware in HARDWARE else Path(hardware)}
 
 
 def check_output_paths(outputs: dict[str, Path | None], inputs: dict[str, Path | None]) -> None:

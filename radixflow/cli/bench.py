@@ -12,12 +12,16 @@ from rich.console import Console
 
 from radixflow.bench.harness import BenchReport, PolicyRun, config_dict, run_policies
 from radixflow.bench.report import render
-from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
+from radixflow.cli.args import (
+    check_output_paths,
+    engine_inputs,
+    warn_ineffective_for_model,
+    warn_ineffective_options,
+)
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.engine.engine import RoundRecord
 from radixflow.files import write_whole
 from radixflow.options import EngineSetup, plan_engine, runner_name
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
     outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
-    check_output_paths(outputs, {"--trace": args.trace, "--hardware": _profile_file(options.hardware)})
+    check_output_paths(outputs, {"--trace": args.trace, **engine_inputs(options)})
     if runner_name(options) == "torch":
         require_torch_extra("--runner torch")
     warn_ineffective(args)
@@ -66,11 +70,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render([r.result for r in runs], title, console)
     _write_outputs(args, BenchReport(workload, config, runs))
     return _exit_code(runs)
-
-
-def _profile_file(hardware: str | None) -> Path | None:
-    """``--hardware`` as the file it reads (None: a built-in profile, or not given)."""
-    return None if hardware is None or hardware in HARDWARE else Path(hardware)
 
 
 def _run(

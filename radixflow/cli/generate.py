@@ -14,6 +14,7 @@ from rich.text import Text
 
 from radixflow.cli.args import (
     check_output_paths,
+    engine_inputs,
     float_arg,
     int_arg,
     non_negative_int,
@@ -179,7 +180,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--stop strings must not be empty")
     options = from_args(args)
     if options.trace_out is not None:
-        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
+        check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))
     warn_ineffective_options(args, options)
     params = sampling_params(args)
     problem = params.problem()  # before the model loads; the vocabulary's bounds are checked after

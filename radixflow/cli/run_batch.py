@@ -13,7 +13,12 @@ from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
-from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
+from radixflow.cli.args import (
+    check_output_paths,
+    engine_inputs,
+    warn_ineffective_for_model,
+    warn_ineffective_options,
+)
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import check_partial, output_path, write_lines
@@ -82,8 +87,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     config = checked(ServerConfig, given_values(args, ServerConfig))
     trace = None if options.trace_out is None else Path(options.trace_out)
     output = output_path(args.output)
-    check_output_paths({"--output": output, "--trace-out": trace}, {"--input": args.input})
-    check_partial("--output", output, {"--input": args.input, "--trace-out": trace})
+    inputs = {"--input": args.input, **engine_inputs(options)}
+    check_output_paths({"--output": output, "--trace-out": trace}, inputs)
+    check_partial("--output", output, inputs | {"--trace-out": trace})
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     config = replace(config, tokenizer_threads=tokenizer_threads)

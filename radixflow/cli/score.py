@@ -14,7 +14,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from radixflow.cli.args import check_output_paths, warn_ineffective_for_model, warn_ineffective_options
+from radixflow.cli.args import (
+    check_output_paths,
+    engine_inputs,
+    warn_ineffective_for_model,
+    warn_ineffective_options,
+)
 from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import check_partial, output_path, write_lines
@@ -77,8 +82,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args)
     outputs = {"--trace-out": None if options.trace_out is None else Path(options.trace_out)}
     output = output_path(args.output)
-    check_output_paths(outputs | {"--output": output}, {"--input": args.input})
-    check_partial("--output", output, {"--input": args.input, **outputs})
+    inputs = {"--input": args.input, "--candidates-file": args.candidates_file, **engine_inputs(options)}
+    check_output_paths(outputs | {"--output": output}, inputs)
+    check_partial("--output", output, inputs | outputs)
     warn_ineffective_options(args, options)
     try:
         llm = LLM.from_options(options)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from radixflow.cli.args import (
     check_output_paths,
+    engine_inputs,
     int_arg,
     warn,
     warn_ineffective_for_model,
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args)
     listen, config = server_settings(args)
     if options.trace_out is not None:
-        check_output_paths({"--trace-out": Path(options.trace_out)}, {})
+        check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     warn_ineffective_options(args, options)  # after the thread plan: the clock's warning counts its threads
     config = replace(config, tokenizer_threads=tokenizer_threads)

@@ -565,3 +565,39 @@ def test_a_trace_out_at_the_outputs_partial_file_is_refused_before_the_run(
     argv = [*command, "--input", str(given), "--output", str(out), "--trace-out", f"{out}.partial"]
     err = one_line_error(capsys, argv)
     assert f"cannot write --output {out}: its partial file {out}.partial: the same file as --trace-out" in err
+
+
+PROFILE = Path(__file__).parents[2] / "experiments" / "profiles" / "cpu.json"
+
+
+SCORE = ["score", "qwen3_5-tiny", "--context", "a"]
+BATCH_LINE = '{"custom_id": "a", "method": "POST", "url": "/v1/score", "body": {}}'
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        ([*SCORE, "--candidates-file", "{c}", "--trace-out", "{c}"], "c"),
+        ([*SCORE, "--candidate", " b", "--hardware", "{p}", "--trace-out", "{p}"], "p"),
+        (["generate", "qwen3_5-tiny", "--prompt", "a", "--hardware", "{p}", "--trace-out", "{p}"], "p"),
+        (["run-batch", "qwen3_5-tiny", "-i", "{b}", "--hardware", "{p}", "--trace-out", "{p}"], "p"),
+        (["serve", "qwen3_5-tiny", "--port", "0", "--hardware", "{p}", "--trace-out", "{p}"], "p"),
+    ],
+    ids=["score-candidates-file", "score-hardware", "generate", "run-batch", "serve"],
+)
+def test_a_trace_out_that_names_an_input_file_is_refused_and_the_file_kept(
+    tmp_path, monkeypatch, capsys, argv, named
+):
+    # bench refused --trace-out at its --trace or --hardware file; score, generate, serve and
+    # run-batch read --candidates-file or a --hardware profile and then wrote the trace over it,
+    # the input lost with exit 0
+    pytest.importorskip("httpx")
+    _no_model_load(monkeypatch)
+    files = {"c": write_lines(tmp_path / "c.txt", " b"), "p": tmp_path / "p.json"}
+    files["p"].write_text(PROFILE.read_text())
+    files["b"] = write_lines(tmp_path / "b.jsonl", BATCH_LINE)
+    before = files[named].read_text()
+    argv = [a.format(**files) for a in argv]
+    flag = {"c": "--candidates-file", "p": "--hardware"}[named]
+    assert f"--trace-out {files[named]}: the same file as {flag}" in one_line_error(capsys, argv)
+    assert files[named].read_text() == before

@@ -119,6 +119,8 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
         return read_jobs(args.input), []
     if args.output is not None:
         raise UsageError("--output: only with --input (the ranking of --context is printed)")
+    if args.json and args.rank_by != "total":
+        raise UsageError("--json: the scores come in the candidates' order; drop --rank-by")
     candidates = list(args.candidate) + _read_candidates(args.candidates_file)
     if args.context is None:
         raise UsageError("no context: give --context TEXT, or --input PATH with many")

@@ -601,3 +601,13 @@ def test_a_trace_out_that_names_an_input_file_is_refused_and_the_file_kept(
     flag = {"c": "--candidates-file", "p": "--hardware"}[named]
     assert f"--trace-out {files[named]}: the same file as {flag}" in one_line_error(capsys, argv)
     assert files[named].read_text() == before
+
+
+def test_score_refuses_rank_by_beside_json_as_beside_input(monkeypatch, capsys):
+    # --json prints the scores in the candidates' order, so --rank-by mean changed nothing there
+    # without a word; beside --input, whose lines come in that order too, it is refused
+    _no_model_load(monkeypatch)
+    argv = ["score", "qwen3_5-tiny", "--context", "a", "--candidate", " b", "--json", "--rank-by", "mean"]
+    assert one_line_error(capsys, argv) == (
+        "radixflow: error: --json: the scores come in the candidates' order; drop --rank-by"
+    )

@@ -111,8 +111,13 @@ def _import(family: str, module_name: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _smollm2_config() -> dict[str, Any]:
-    from radixflow.models.io import gguf
-
+    try:
+        from radixflow.models.io import gguf  # its reader needs the torch extra; the presets do not
+    except ImportError as e:
+        raise ModelUnavailableError(
+            f"smollm2-135m is read from its GGUF file, which needs the torch extra ({e.name!r} is "
+            "missing): pip install -e '.[torch]'"
+        ) from e
     try:
         path = gguf.smollm2_path()
     except FileNotFoundError as e:

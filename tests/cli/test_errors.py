@@ -209,6 +209,23 @@ def test_models_without_the_torch_extra_names_the_install_command(without_torch,
     assert "package 'torch' is missing" in err and "pip install -e '.[torch]'" in err
 
 
+@pytest.mark.parametrize("command", [["cost"], ["bench", "--runner", "sim", "--model"]])
+def test_smollm2_on_the_sim_without_the_torch_extra_names_the_install_command(
+    without_torch, monkeypatch, capsys, command
+):
+    # the sim reads the zoo's shapes without torch, but smollm2-135m's from its GGUF file, whose
+    # reader imports torch: without the extra that was a ModuleNotFoundError traceback
+    import radixflow.models.io
+    from radixflow.models import zoo
+
+    # imported or not before (as other tests leave it), the reader is imported afresh here
+    monkeypatch.delattr(radixflow.models.io, "gguf", raising=False)
+    monkeypatch.delitem(sys.modules, "radixflow.models.io.gguf", raising=False)
+    zoo._smollm2_config.cache_clear()  # read once per process: a failed read is not kept
+    err = one_line_error(capsys, [*command, "smollm2-135m"])
+    assert err.startswith("radixflow: error: model: smollm2-135m") and "pip install -e '.[torch]'" in err
+
+
 def test_torch_runner_without_the_torch_extra_names_the_install_command(without_torch, capsys):
     err = one_line_error(capsys, ["bench", "--runner", "torch", "--model", "qwen3_5-tiny"])
     assert "--runner torch needs the torch extra" in err and "pip install -e '.[torch]'" in err

@@ -37,14 +37,16 @@ from radixflow.experiments.costcheck import (
 )
 from radixflow.fleet import RouterConfig, make_router
 from radixflow.options import EngineOptions, EngineSetup, RunnerChoice, plan_engine
+from radixflow.options.runners import runner_name
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 
 @contextmanager
 def _threads(options: EngineOptions) -> Iterator[None]:
-    """A torch cell runs with its own intra-op thread count (restored afterwards)."""
-    if options.torch_threads is None:
+    """A torch cell runs with its own intra-op thread count (restored afterwards); a sim cell's
+    count changes nothing and needs no torch."""
+    if options.torch_threads is None or runner_name(options) != "torch":
         yield
         return
     import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -651,3 +652,11 @@ def test_a_fleet_cell_under_pressure_reports_its_pressure_figures(tiny: Path):
     for r in result["results"]:
         pressure = r["pressure"]
         assert pressure["working_set_bytes"] > 0 and {"evicted_kv", "evicted_checkpoint"} <= set(pressure), r
+
+
+def test_a_sim_cell_given_torch_threads_runs_without_torch(tiny: Path, tmp_path: Path, monkeypatch):
+    # torch_threads changes no sim cell (a warning says so), yet the cell imported torch to save and
+    # restore the thread count: without the torch extra, a ModuleNotFoundError traceback
+    tiny.write_text(TINY.replace('name = "models"', 'name = "models"\ntorch_threads = 2'))
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert run_experiment(tiny, tmp_path / "out", ExecutionOptions(), "test").ran == 6

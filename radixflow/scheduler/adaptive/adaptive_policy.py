@@ -19,8 +19,9 @@ followers gain. Requests beyond the horizon and arrivals expected before the que
 round: a second a round takes delays each of them by a second. The cut leaves a unit it could
 take whole only while each of its requests' FCFS allowance (its `fcfs_bound` share of the FCFS
 wait, in full rounds' predicted seconds, from arrival) covers the round that leaves it; a
-request past it is always taken. So the cut trades the mean only within the same bound the
-ranking's slack obeys.
+request past it is always taken, ahead of any follower still within its own bound (a
+follower's budget is room the overdue request was promised). So the cut trades the mean only
+within the same bound the ranking's slack obeys.
 
 Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
 shared context is predicted to end), so candidates arriving one at a time reuse their context.

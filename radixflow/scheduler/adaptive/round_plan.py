@@ -5,8 +5,9 @@ them into units (a producer that other waiting prompts share with, counted with 
 which follow it into its round; a lone request or ready consumer on its own), asks `round_cut`
 where this round should end, and reorders what it pulled: the members of the units it takes
 first (a producer before its followers, the followers found through the cache's tree even when
-the rank order holds them further back), the rest after. The scan then takes the taken units and
-ends at the first request of a unit it does not take.
+the rank order holds them further back), the rest after; requests past their FCFS bound go
+right after the taken units' producers, ahead of followers still within theirs. The scan then
+takes the taken units and ends at the first request of a unit it does not take.
 """
 
 from __future__ import annotations

@@ -10,8 +10,12 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def write_whole(path: str | Path, text: str) -> None:
@@ -34,6 +38,24 @@ def write_whole(path: str | Path, text: str) -> None:
         if target.exists():
             os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
         replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_through(path: str | Path, write: Callable[[Path], T]) -> T:
+    """``write(tmp)`` into a temporary file beside ``path`` (named with ``path``'s suffix, for
+    writers that read the format from it), renamed over ``path`` once ``write`` returns (`replace`),
+    so a writer that fails part way (a plot on a full disk) leaves the old file or none, never a
+    half-written one; nothing is renamed where ``write`` wrote nothing. Returns what ``write``
+    returns; raises what it raises, the temporary file removed first."""
+    target = Path(path).resolve()
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp{target.suffix}")
+    try:
+        made = write(tmp)
+        if tmp.exists():
+            replace(tmp, target)
+        return made
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -8,6 +8,7 @@ from typing import Any
 
 from radixflow.experiments.analysis import CellResult, Comparison, comparisons, varying
 from radixflow.experiments.execute import write_output
+from radixflow.files import write_through
 
 MAX_PANELS = 12
 
@@ -178,7 +179,7 @@ def write_plots(results: list[CellResult], out: Path) -> list[str]:
             lambda p: latency_change_vs(comps, "fixed_cost_ms", "fixed cost per call with prefill (ms)", p),
         ),
     ]
-    for name, job in jobs:
-        if write_output(out / name, job):
+    for name, job in jobs:  # each PNG whole or not at all (matplotlib writes as it renders)
+        if write_output(out / name, lambda p, job=job: write_through(p, job)):
             made.append(name)
     return made

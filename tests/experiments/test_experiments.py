@@ -660,3 +660,26 @@ def test_a_sim_cell_given_torch_threads_runs_without_torch(tiny: Path, tmp_path:
     tiny.write_text(TINY.replace('name = "models"', 'name = "models"\ntorch_threads = 2'))
     monkeypatch.setitem(sys.modules, "torch", None)
     assert run_experiment(tiny, tmp_path / "out", ExecutionOptions(), "test").ran == 6
+
+
+def test_a_plot_that_fails_part_way_leaves_no_half_written_png(tmp_path, monkeypatch):
+    """matplotlib writes a PNG as it renders; a failure part way (a full disk) left a truncated
+    image under the plot's name, which a viewer or a later report took for the plot."""
+    from matplotlib.figure import Figure
+
+    from radixflow.experiments.execute import OutputWriteError
+    from radixflow.experiments.plots import write_plots
+
+    def fails_part_way(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"\x89PNG\r\n\x1a\n")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", fails_part_way)
+    out = tmp_path / "latency_cdf.png"
+    out.write_bytes(b"the previous plot")
+    result = {"key": "k", "cell": {"runner": "sim", "workload": {"order": "grouped", "arrival": "batch"}},
+              "model": "m", "results": [{"variant": "native", "completed": 2, "latencies_s": [0.1, 0.2]}]}
+    with pytest.raises(OutputWriteError, match=r"latency_cdf\.png"):
+        write_plots([result], tmp_path)
+    assert out.read_bytes() == b"the previous plot"
+    assert [p.name for p in tmp_path.iterdir()] == ["latency_cdf.png"]

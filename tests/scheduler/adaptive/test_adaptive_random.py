@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 
 import pytest
 from checking_runner import VOCAB, CheckingRunner
@@ -19,7 +20,7 @@ from engine_utils import new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixflow.engine.engine import Engine
+from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
@@ -161,6 +162,31 @@ def backlog(seed: int) -> tuple[list[Request], SchedulerConfig, bool]:
     return reqs, config, rng.random() < 0.6
 
 
+Rounds = Iterator[tuple[list[Request], RoundRecord]]
+
+
+def backlog_rounds(seed: int) -> tuple[SchedulerConfig, Adaptive, dict[str, Request], Rounds]:
+    """`backlog(seed)` run under `adaptive`, round by round: its config, the policy, its requests
+    by id, and each round's record beside the requests that waited before it (the cache's
+    integrity checked after every round)."""
+    reqs, config, same_round = backlog(seed)
+    engine = new_engine(CheckingRunner(True, config.block_size, same_round), config, policy="adaptive")
+    policy = engine.scheduler.policy
+    assert isinstance(policy, Adaptive)
+    for r in reqs:
+        engine.submit(r)
+
+    def rounds() -> Rounds:
+        while engine.has_work():
+            waiting = list(engine.scheduler.waiting)
+            record = engine.step()
+            engine.check_integrity()
+            if record is not None:
+                yield waiting, record
+
+    return config, policy, {r.id: r for r in reqs}, rounds()
+
+
 @pytest.mark.parametrize("seed", range(80))
 def test_a_round_the_cut_ends_leaves_no_request_past_its_fcfs_bound_that_fits_in_it(seed: int):
     """The cut plans a round as a prefix of the ranked units, so where a budget-cut chunk ends
@@ -168,17 +194,9 @@ def test_a_round_the_cut_ends_leaves_no_request_past_its_fcfs_bound_that_fits_in
     that was to follow waits). A request past its FCFS bound is always taken where the scan
     reaches it; ranked behind a unit the cut leaves, it was never reached, and waited rounds
     past its bound beside room it fitted in (seeds 38, 41 and 77)."""
-    reqs, config, same_round = backlog(seed)
-    engine = new_engine(CheckingRunner(True, config.block_size, same_round), config, policy="adaptive")
-    policy = engine.scheduler.policy
-    assert isinstance(policy, Adaptive)
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        waiting = list(engine.scheduler.waiting)
-        record = engine.step()
-        engine.check_integrity()
-        if record is None or record.stop_reason != "policy" or record.requests == config.max_requests:
+    config, policy, _, rounds = backlog_rounds(seed)
+    for waiting, record in rounds:
+        if record.stop_reason != "policy" or record.requests == config.max_requests:
             continue
         room = config.token_budget - record.tokens
         ran = {c[0] for c in record.chunks}
@@ -194,18 +212,9 @@ def test_no_follower_within_its_fcfs_bound_takes_the_room_of_a_request_past_its_
     much past where first-come-first-served would have served it) broke, and the tail grew past
     both FCFS baselines' (held-out grid, falcon_h1-1.5b at 750 requests/s: p99 +5%). A follower
     still within its own bound now goes after such a request."""
-    reqs, config, same_round = backlog(seed)
-    engine = new_engine(CheckingRunner(True, config.block_size, same_round), config, policy="adaptive")
-    policy = engine.scheduler.policy
-    assert isinstance(policy, Adaptive)
-    by_id = {r.id: r for r in reqs}
-    for r in reqs:
-        engine.submit(r)
-    while engine.has_work():
-        waiting = list(engine.scheduler.waiting)
-        record = engine.step()
-        engine.check_integrity()
-        if record is None or record.error is not None:
+    config, policy, by_id, rounds = backlog_rounds(seed)
+    for waiting, record in rounds:
+        if record.error is not None:
             continue
         ran = {c[0]: c[2] - c[1] for c in record.chunks}
         riders = [i for i in policy._followers if not policy._past_fcfs(by_id[i])]

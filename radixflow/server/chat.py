@@ -14,6 +14,7 @@ from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.params import SamplingParams
+from radixflow.generation.tokenizer import TextTooLong
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
 from radixflow.server.errors import ApiError
@@ -51,11 +52,24 @@ def prepare(
 ) -> list[tuple[Request, RequestTracker]]:
     """Render, tokenize and check the conversation: slow for a long one, so this runs on a
     tokenizer thread. ApiError 400 when it cannot run."""
-    prompt = chat_prompt(body.messages, state, body.add_generation_prompt, params)
     try:
+        prompt = chat_prompt(body.messages, state, body.add_generation_prompt, params)
         return state.requests([prompt], params, body.namespace, fit=body.unsent_max_tokens)
+    except TextTooLong as e:
+        raise _of_messages(ApiError.from_problem(e.problem)) from None
     except ApiError as e:  # the engine's checks say max_tokens
-        raise e.respelled("max_tokens", body.length_field) from None
+        raise _of_messages(e.respelled("max_tokens", body.length_field)) from None
+
+
+def _of_messages(error: ApiError) -> ApiError:
+    """An error the checks say of the ``prompt``, said of what a chat client sent for it: its
+    ``messages`` (as OpenAI names it; a chat request has no prompt field)."""
+    if error.param != "prompt":
+        return error
+    message = error.message.removeprefix("prompt: ")
+    if message != error.message:
+        message = f"messages: {message}"
+    return ApiError(error.status, message, "messages", error.code)
 
 
 @router.post("/v1/chat/completions")

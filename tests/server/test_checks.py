@@ -56,13 +56,15 @@ def test_a_completion_without_max_tokens_gets_a_default_that_fits_the_cache(http
     assert r.json()["usage"]["completion_tokens"] <= 5
 
 
-def test_a_prompt_too_long_for_the_cache_is_refused_as_the_prompt(http):
+def test_a_chat_prompt_too_long_for_the_cache_is_refused_as_the_messages(http):
+    # a chat request has no prompt field: OpenAI names messages (vLLM names no body field)
     messages, n = chat_of(http, 140)
     assert n > CAPACITY
     r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
     assert r.status_code == 400
     error = r.json()["error"]
-    assert error["param"] == "prompt" and "max_tokens" not in error["message"], error
+    assert error["param"] == "messages" and "max_tokens" not in error["message"], error
+    assert error["message"].startswith("messages: "), error
 
 
 def test_a_sent_max_tokens_that_does_not_fit_is_still_refused_as_max_tokens(http):
@@ -141,7 +143,9 @@ def test_a_text_too_long_for_the_context_runs_truncated(http, route):
         "messages": [{"role": "user", "content": text}]
     }
     body = {"model": MODEL, "max_tokens": 1, **base}
-    assert http.post(route, json=body).json()["error"]["param"] == "prompt"
+    error = http.post(route, json=body).json()["error"]
+    field = "prompt" if route == "/v1/completions" else "messages"  # what the client sent
+    assert error["param"] == field and error["message"].startswith(f"{field}: "), error
     r = http.post(route, json=body | {"truncate_prompt_tokens": 50})
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] == 50

@@ -236,8 +236,9 @@ def test_a_text_longer_than_the_context_is_refused_before_it_is_tokenized(roomy,
     r = roomy.http(timeout=60).post(route, json=body)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
-    assert error["param"] == "prompt"
-    assert error["message"].startswith("prompt: has at least ")
+    field = "prompt" if route == "/v1/completions" else "messages"  # what the client sent
+    assert error["param"] == field
+    assert error["message"].startswith(f"{field}: has at least ")
     assert f"the model context is {state.context}" in error["message"]
     assert counting.encoded == 0  # refused from its length: the tokenizer never saw it
     fits = "hello world " * 10

@@ -114,9 +114,14 @@ class StopStrings:
         searched already, or may not stop the request yet: ``min_tokens``): the earliest start,
         the first listed of those starting there."""
         # each string from where it would end just past new_from: a shorter one wholly before
-        # new_from is not in its window
-        hits = [StopHit(text.find(s, max(0, new_from - len(s) + 1)), s) for s in self.stops]
-        return min((h for h in hits if h.at >= 0), key=lambda h: h.at, default=None)
+        # new_from is not in its window. Only the best hit is built: a request may list many
+        # thousands of stop strings, searched on every token
+        best, stop = len(text), None
+        for s in self.stops:  # only a start before the best so far: a tie keeps the first listed
+            at = text.find(s, max(0, new_from - len(s) + 1), best + len(s) - 1)
+            if at != -1:
+                best, stop = at, s
+        return None if stop is None else StopHit(best, stop)
 
     def held_back(self, text: str) -> int:
         """Characters at the end of ``text`` that may be the start of a stop string (not yet safe

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("tokenizers")
 
+from radixflow.generation import detokenize
 from radixflow.generation.detokenize import IncrementalDetokenizer, StopStrings, token_texts
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
@@ -89,6 +90,55 @@ def test_only_a_stop_string_ending_past_new_from_is_found():
     assert stops.find("axbc", new_from=3) is None
     assert stops.find("axbcx", new_from=3) == 4
     assert stops.find("axbx", new_from=3) == 3
+
+
+def _first_by_definition(stops: list[str], text: str, new_from: int) -> tuple[int, str] | None:
+    """Every occurrence of every stop string that ends past ``new_from``: the earliest start,
+    the first listed of those starting there."""
+    hits = [
+        (at, i)
+        for i, s in enumerate(stops)
+        for at in range(len(text) - len(s) + 1)
+        if text.startswith(s, at) and at + len(s) > new_from
+    ]
+    if not hits:
+        return None
+    at, i = min(hits)
+    return at, stops[i]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stops=st.lists(st.text("ab!", min_size=1, max_size=6), min_size=1, max_size=4),
+    text=st.text("ab!c", max_size=14),
+    new_from=st.integers(0, 15),
+)
+def test_first_is_what_its_definition_says(stops, text, new_from):
+    new_from = min(new_from, len(text))
+    hit = StopStrings(stops).first(text, new_from)
+    assert (None if hit is None else (hit.at, hit.stop)) == _first_by_definition(stops, text, new_from)
+
+
+def test_first_costs_no_object_per_stop_string_that_is_not_there():
+    """A hit was built for every stop string on every token (whether found or not): with
+    20,000 stop strings, 16-85 ms a token on the engine thread."""
+    stops = StopStrings([f"stop{i}!" for i in range(20_000)] + ["o w"])
+    text = "hello world " * 40
+    built = []
+    original = detokenize.StopHit
+
+    class Counted(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object) -> None:
+            built.append(args)
+            super().__init__(*args)
+
+    detokenize.StopHit = Counted
+    try:
+        hit = stops.first(text, len(text) - 12)
+    finally:
+        detokenize.StopHit = original
+    assert hit is not None and (hit.at, hit.stop) == (len(text) - 8, "o w")
+    assert len(built) <= 1
 
 
 def test_held_back_is_the_longest_tail_that_may_start_a_stop_string():

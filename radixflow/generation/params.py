@@ -10,6 +10,9 @@ from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
+# Characters of stop strings one request may list, in all: each is searched for on every token
+# (on the engine thread, beside every other request), a long one over its length
+MAX_STOP_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
+        chars = sum(len(s) for s in self.stop)
+        if chars > MAX_STOP_CHARS:
+            return Problem("stop", f"at most {MAX_STOP_CHARS} characters of stop strings in all, got {chars}")
         if self.guided_choice == ():  # asked for a choice of nothing: no text could be one
             return Problem("guided_choice", "must not be empty (leave it out for free text)")
         choices = () if self.guided_choice is None else self.guided_choice

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.generation.params import MAX_CHOICES, SamplingParams, choice_seed
+from radixflow.generation.params import MAX_CHOICES, MAX_STOP_CHARS, SamplingParams, choice_seed
 
 
 @pytest.mark.parametrize("n", [0, -1, MAX_CHOICES + 1, 1.0, "2", True, None])
@@ -12,6 +12,22 @@ def test_n_outside_one_to_the_limit_is_a_problem_naming_n(n):
     problem = SamplingParams(n=n).problem()
     assert problem is not None and problem.param == "n"
     assert str(problem) == f"n: must be an integer between 1 and {MAX_CHOICES}, got {n!r}"
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [
+        ["x"] * (MAX_STOP_CHARS + 1),  # every one is searched for on every token
+        ["x" * (MAX_STOP_CHARS - 1), "yz"],  # a long one costs its length on every token
+    ],
+)
+def test_stop_strings_past_the_limit_in_all_are_a_problem_naming_stop(stop):
+    problem = SamplingParams(stop=stop).problem()
+    assert problem is not None and problem.param == "stop"
+    assert str(problem) == (
+        f"stop: at most {MAX_STOP_CHARS} characters of stop strings in all, got {MAX_STOP_CHARS + 1}"
+    )
+    assert SamplingParams(stop=stop[1:]).problem() is None
 
 
 def test_choices_keep_everything_but_n_and_the_seed():

@@ -89,6 +89,11 @@ BAD_COMPLETIONS = [
         "min_tokens: must be an integer between 0 and max_tokens (2), got 3",
     ),
     ("empty stop string", {"stop": [""]}, "stop: stop strings must not be empty"),
+    (  # each is searched for on every token, on the engine thread: a 4 MB body holds 700,000
+        "stop strings past the limit",
+        {"stop": ["a"] * 20_000},
+        "stop: at most 4096 characters of stop strings in all, got 20000",
+    ),
     ("empty allow-list", {"allowed_token_ids": []}, "allowed_token_ids: must be a non-empty list of ids"),
     (
         "allowed token outside the vocabulary",

@@ -25,7 +25,7 @@ from radixflow.server.responses.chat_completion import chat_completion
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames
 from radixflow.server.responses.stream import sse_stream
-from radixflow.server.state import ServerState, answers, response_id
+from radixflow.server.state import ServerState, answers, id_headers, response_id
 
 router = APIRouter(route_class=FastJsonRoute)
 
@@ -78,10 +78,10 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     state.check_model(body.model)
     params = body.params(state.config.default_max_tokens, state.context)
     submission = state.submit(await state.offload(prepare, body, state, params), body.streamed)
-    envelope = Envelope.new(response_id("chatcmpl", http), state.model_name)
+    envelope = Envelope.new(response_id("chatcmpl", http, body.request_id), state.model_name)
     names = TokenNames(state.tokenizer, body.return_tokens_as_token_ids)
     k = (body.top_logprobs or 0) if body.logprobs else None  # None: no logprobs
-    headers = {"X-Request-Id": envelope.id}
+    headers = id_headers(envelope.id)
     if body.streamed:
         chunks = sse_stream(submission, ChatChunks(envelope, names, k, params.n), body.include_usage)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)

@@ -22,7 +22,7 @@ from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.stream import sse_stream
 from radixflow.server.responses.text_completion import TextCompletion
-from radixflow.server.state import ServerState, answers, response_id
+from radixflow.server.state import ServerState, answers, id_headers, response_id
 
 router = APIRouter(route_class=FastJsonRoute)
 
@@ -76,9 +76,9 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     params = body.params(state.context)
     prepared = await state.offload(prepare, body, state, params)
     submission = state.submit(prepared.items, body.streamed)
-    envelope = Envelope.new(response_id("cmpl", http), state.model_name)
+    envelope = Envelope.new(response_id("cmpl", http, body.request_id), state.model_name)
     shape = TextCompletion(body, prepared.prompts, state.tokenizer, envelope, state.offload)
-    headers = {"X-Request-Id": envelope.id}
+    headers = id_headers(envelope.id)
     if body.streamed:
         events = sse_stream(submission, shape, body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)

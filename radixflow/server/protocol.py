@@ -88,6 +88,7 @@ class _Generate(StrictBody):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     cache_salt: str | None = None  # the namespace: requests with different salts never share a prefix
+    request_id: str | None = None  # vLLM extension: the response id, unless X-Request-Id names one
     user: str | None = None  # IGNORED
 
     def sampling(self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None) -> SamplingParams:

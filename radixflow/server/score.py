@@ -31,7 +31,7 @@ from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import ScoreRequest
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.state import ServerState, answers, response_id
+from radixflow.server.state import ServerState, answers, id_headers, response_id
 
 router = APIRouter(route_class=FastJsonRoute)
 KIND = "score"
@@ -108,5 +108,5 @@ async def score(body: ScoreRequest, http: HttpRequest) -> Response:
     data = [entry(s) for s in candidate_scores(context_len, outputs)]
     answered = list(enumerate(outputs))
     body_out = {"id": envelope.id, "object": KIND, "created": envelope.created, "model": envelope.model}
-    headers = {"X-Request-Id": envelope.id}
+    headers = id_headers(envelope.id)
     return JSONResponse({**body_out, "data": data, "usage": usage(answered)}, headers=headers)

@@ -334,10 +334,18 @@ def where(index: int, prompts: int, n: int) -> str:
     return "".join(f"{name}: " for name in names)
 
 
-def response_id(prefix: str, http: HttpRequest) -> str:
-    """``prefix-<X-Request-Id>`` when the client sent one (so it can match answers), else random."""
-    given = http.headers.get("x-request-id")
+def response_id(prefix: str, http: HttpRequest, sent: str | None = None) -> str:
+    """``prefix-<X-Request-Id>`` when the client sent one (so it can match answers), else
+    ``prefix-<sent>`` (the body's ``request_id``, as vLLM takes it), else random."""
+    given = http.headers.get("x-request-id") or sent
     return f"{prefix}-{given if given else uuid.uuid4().hex}"
+
+
+def id_headers(answer_id: str) -> dict[str, str]:
+    """The ``X-Request-Id`` header of an answer with this id, when a header can carry it (printable
+    ASCII: a body's ``request_id`` may hold a line break, which the HTTP layer refuses with the
+    connection, or a character past Latin-1, a 500); the body's ``id`` always has it."""
+    return {"X-Request-Id": answer_id} if answer_id.isascii() and answer_id.isprintable() else {}
 
 
 def sse(payload: dict[str, object] | str) -> str:

@@ -4,6 +4,7 @@ token id is checked against the vocabulary, and a chat role the template does no
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -149,3 +150,42 @@ def test_a_text_too_long_for_the_context_runs_truncated(http, route):
     r = http.post(route, json=body | {"truncate_prompt_tokens": 50})
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] == 50
+
+
+ROUTES = {"/v1/completions": "cmpl", "/v1/chat/completions": "chatcmpl"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_the_body_request_id_names_the_response_as_vllm_does(http, route, stream):
+    # vLLM: the X-Request-Id header, else the body's request_id, else a random id
+    prefix = ROUTES[route]
+    r = generate(http, route, request_id="job-7", stream=stream)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-request-id"] == f"{prefix}-job-7"
+    first = json.loads(r.text.split("\n")[0].removeprefix("data: ")) if stream else r.json()
+    assert first["id"] == f"{prefix}-job-7"
+    r = http.post(route, headers={"X-Request-Id": "from-header"}, json=json.loads(r.request.content))
+    assert r.headers["x-request-id"] == f"{prefix}-from-header"  # the header wins
+    r = generate(http, route)
+    assert r.headers["x-request-id"].startswith(f"{prefix}-") and "job-7" not in r.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("value", [7, ["a"], {"a": 1}])
+def test_a_request_id_that_is_not_a_string_is_refused_naming_it(http, value):
+    r = generate(http, "/v1/chat/completions", request_id=value)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "request_id", r.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("rid", ["a\nb", "日本", "tab\there", "é"])
+def test_a_request_id_no_header_can_carry_still_names_the_body(http, rid, stream):
+    # a line break dropped the connection (uvicorn refuses the header), a character past
+    # Latin-1 was a 500: the id stays the body's, and the header carries it only when it can
+    r = generate(http, "/v1/completions", request_id=rid, stream=stream)
+    assert r.status_code == 200, r.text
+    first = json.loads(r.text.split("\n")[0].removeprefix("data: ")) if stream else r.json()
+    assert first["id"] == f"cmpl-{rid}"
+    carried = r.headers.get("x-request-id")
+    assert carried is None or carried == f"cmpl-{rid}"
+

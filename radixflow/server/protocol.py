@@ -62,6 +62,7 @@ class StreamOptions(StrictBody):
 class _Generate(StrictBody):
     model: str
     n: int | None = None  # choices per prompt
+    best_of: int | None = None  # only equal to n: choices are not ranked
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None  # vLLM extension
@@ -134,6 +135,9 @@ class _Generate(StrictBody):
         problem = params.problem()
         if problem is not None:
             raise ApiError.from_problem(problem)
+        if self.best_of is not None and self.best_of != params.n:  # never dropped unsaid, on either route
+            why = f"best_of must equal n ({params.n}): choices are not ranked, so none is dropped"
+            raise ApiError(400, why, "best_of")
         return params
 
     def _choices(self) -> tuple[str, ...] | None:
@@ -168,7 +172,6 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
     REFUSED: ClassVar[dict[str, Refused]] = COMPLETION_REFUSED
 
     prompt: str | list[int] | list[str] | list[list[int]]
-    best_of: int | None = None  # only equal to n: choices are not ranked
     echo: bool | None = False
     logprobs: int | None = None
     add_special_tokens: bool = True  # vLLM extension: BOS and the like around a text prompt
@@ -181,11 +184,7 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
         else:
             max_tokens = _check_max_tokens(self.max_tokens, 0, context)
         echoed = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
-        params = self.sampling(max_tokens, self.logprobs, _most(echoed, self.prompt_logprobs))
-        if self.best_of is not None and self.best_of != params.n:
-            why = f"best_of must equal n ({params.n}): choices are not ranked, so none is dropped"
-            raise ApiError(400, why, "best_of")
-        return params
+        return self.sampling(max_tokens, self.logprobs, _most(echoed, self.prompt_logprobs))
 
 
 class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[misc]

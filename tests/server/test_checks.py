@@ -189,3 +189,15 @@ def test_a_request_id_no_header_can_carry_still_names_the_body(http, rid, stream
     carried = r.headers.get("x-request-id")
     assert carried is None or carried == f"cmpl-{rid}"
 
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_best_of_other_than_n_is_refused_on_both_routes(http, route):
+    # a known field that asks for ranked choices: refused, never silently dropped
+    r = generate(http, route, n=2, best_of=3)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "best_of", error
+    assert error["message"] == "best_of must equal n (2): choices are not ranked, so none is dropped"
+    assert generate(http, route, n=2, best_of=2).status_code == 200
+    assert generate(http, route, best_of=1).status_code == 200

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from checking_runner import VOCAB, CheckingRunner
@@ -165,12 +165,29 @@ def backlog(seed: int) -> tuple[list[Request], SchedulerConfig, bool]:
 Rounds = Iterator[tuple[list[Request], RoundRecord]]
 
 
-def backlog_rounds(seed: int) -> tuple[SchedulerConfig, Adaptive, dict[str, Request], Rounds]:
+class Follows:
+    """An event observer keeping each follower's producer (the `follow` decisions' details)."""
+
+    def __init__(self) -> None:
+        self.producer: dict[str, object] = {}
+
+    def decision(self, kind: str, request_id: str, **details: object) -> None:
+        if kind == "follow":
+            self.producer[request_id] = details["producer"]
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None  # every other event: nothing to keep
+
+
+def backlog_rounds(
+    seed: int, events: Follows | None = None
+) -> tuple[SchedulerConfig, Adaptive, dict[str, Request], Rounds]:
     """`backlog(seed)` run under `adaptive`, round by round: its config, the policy, its requests
     by id, and each round's record beside the requests that waited before it (the cache's
     integrity checked after every round)."""
     reqs, config, same_round = backlog(seed)
-    engine = new_engine(CheckingRunner(True, config.block_size, same_round), config, policy="adaptive")
+    runner = CheckingRunner(True, config.block_size, same_round)
+    engine = new_engine(runner, config, policy="adaptive", events=events)  # type: ignore[arg-type]
     policy = engine.scheduler.policy
     assert isinstance(policy, Adaptive)
     for r in reqs:
@@ -211,13 +228,18 @@ def test_no_follower_within_its_fcfs_bound_takes_the_room_of_a_request_past_its_
     round, the budget its followers took was room it was owed: the bound's promise (never held
     much past where first-come-first-served would have served it) broke, and the tail grew past
     both FCFS baselines' (held-out grid, falcon_h1-1.5b at 750 requests/s: p99 +5%). A follower
-    still within its own bound now goes after such a request."""
-    config, policy, by_id, rounds = backlog_rounds(seed)
+    still within its own bound now goes after such a request. (A consumer of a producer already
+    running is ranked on its own deadline, as any ready request is: it rides on no one.)"""
+    follows = Follows()
+    config, policy, by_id, rounds = backlog_rounds(seed, follows)
     for waiting, record in rounds:
         if record.error is not None:
             continue
         ran = {c[0]: c[2] - c[1] for c in record.chunks}
-        riders = [i for i in policy._followers if not policy._past_fcfs(by_id[i])]
+        queued = {r.id for r in waiting}
+        riders = [
+            i for i in policy._followers if follows.producer[i] in queued and not policy._past_fcfs(by_id[i])
+        ]
         if not riders:
             continue
         room = config.token_budget - record.tokens + sum(ran[i] for i in riders)

@@ -124,19 +124,22 @@ class RoundPlanner:
         every = taken > len(units) or (whole and taken >= len(units) and not choice.lead)
         lead = keys[choice.units] if choice.lead else None
         take = RoundTake(frozenset(keys[:taken]), every, lead)
-        behind_horizon = [] if whole else self._overdue_behind(scan, room.overdue)
+        behind_horizon = [] if whole else self._overdue_behind(scan, room.overdue, len(pulled))
         self._reorder(
             scan, pulled, len(units) if take.all else taken, choice.units, room.overdue, behind_horizon
         )
         return take
 
-    def _overdue_behind(self, scan: Lookahead, overdue: Callable[[Request], bool]) -> list[Request]:
+    def _overdue_behind(
+        self, scan: Lookahead, overdue: Callable[[Request], bool], pulled: int
+    ) -> list[Request]:
         """The run of requests past their FCFS bound right behind the horizon (the rank order
-        holds them near its front; a horizon cut short by one long unit, or filled by one group's
-        many consumers, leaves them out), up to as many requests as a horizon holds; the first that
-        is not overdue goes back (mutates ``scan``)."""
+        holds them near its front; a horizon cut short by one long unit leaves them out), up to
+        the requests a horizon holds with the ``pulled`` ones, so a round still visits a horizon's
+        worth of the queue, not all of it; the first that is not overdue goes back (mutates
+        ``scan``)."""
         late: list[Request] = []
-        room = HORIZON_BUDGETS * self._config.max_requests
+        room = HORIZON_BUDGETS * self._config.max_requests - pulled
         req = next(scan, None)
         while req is not None and len(late) < room and overdue(req):
             late.append(req)

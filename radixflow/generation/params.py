@@ -70,8 +70,9 @@ class SamplingParams(TokenSamplingParams):
             return Problem("guided_choice", "must not be empty (leave it out for free text)")
         choices = () if self.guided_choice is None else self.guided_choice
         for name, texts in (("guided_choice", choices), ("bad_words", self.bad_words)):
-            if not isinstance(texts, tuple) or not all(isinstance(c, str) and c.strip() for c in texts):
-                return Problem(name, f"must be a list of non-empty strings, got {texts!r}")
+            problem = _texts_problem(name, texts)
+            if problem is not None:
+                return problem
         k = self.truncate_prompt_tokens
         if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
             return Problem("truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {k!r}")
@@ -126,6 +127,17 @@ class SamplingParams(TokenSamplingParams):
             replace(self, n=1, seed=None if self.seed is None else choice_seed(self.seed, i))
             for i in range(self.n)
         ]
+
+
+def _texts_problem(name: str, texts: object) -> Problem | None:
+    """What is wrong with ``texts`` as a list of choices or bad words (None: nothing)."""
+    if not isinstance(texts, tuple) or not all(isinstance(c, str) for c in texts):
+        return Problem(name, f"must be a list of strings, got {texts!r}")
+    blank = next((i for i, c in enumerate(texts) if not c.strip()), None)
+    if blank is None:
+        return None
+    what = "empty" if texts[blank] == "" else "only whitespace"
+    return Problem(name, f"item {blank} is {what} ({texts[blank]!r}); each needs text")
 
 
 def choice_seed(seed: int, choice: int) -> int:

@@ -538,8 +538,8 @@ def test_run_batch_without_a_package_of_the_serve_extra_names_the_install_comman
     [
         (["--logit-bias", "3=200"], "--logit-bias: token 3's bias must be a number in [-100, 100]"),
         (["--truncate-prompt-tokens", "0"], "--truncate-prompt-tokens: must be an integer >= 1"),
-        (["--guided-choice", " "], "--guided-choice: must be a list of non-empty strings"),
-        (["--bad-word", " "], "--bad-word: must be a list of non-empty strings"),
+        (["--guided-choice", " "], "--guided-choice: item 0 is only whitespace"),
+        (["--bad-word", " "], "--bad-word: item 0 is only whitespace"),
         (["--guided-choice", "a", "--allowed-token-ids", "3"], "--allowed-token-ids: cannot be combined"),
     ],
 )

@@ -89,3 +89,20 @@ def test_a_top_k_of_minus_one_is_no_cut_as_vllm_spells_it():
     assert SamplingParams(top_k=-1).top_k == 0 and SamplingParams(top_k=-1).problem() is None
     problem = SamplingParams(top_k=-2).problem()
     assert problem is not None and problem.param == "top_k" and "-1: no cut" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("field", "texts", "expected"),
+    [
+        ("guided_choice", ("yes", " "), "guided_choice: item 1 is only whitespace (' '); each needs text"),
+        ("guided_choice", ("",), "guided_choice: item 0 is empty (''); each needs text"),
+        ("bad_words", ("\t\n",), "bad_words: item 0 is only whitespace ('\\t\\n'); each needs text"),
+        ("guided_choice", ("a", 3), "guided_choice: must be a list of strings, got ('a', 3)"),
+        ("bad_words", "word", "bad_words: must be a list of strings, got 'word'"),
+    ],
+)
+def test_a_blank_choice_or_bad_word_is_named_as_what_is_wrong_with_it(field, texts, expected):
+    # a whitespace-only choice was refused as "must be a list of non-empty strings, got (' ',)":
+    # a list of non-empty strings, by its own words
+    problem = SamplingParams(**{field: texts}).problem()
+    assert problem is not None and str(problem) == expected

@@ -106,8 +106,8 @@ BAD_COMPLETIONS = [
         {"truncate_prompt_tokens": 10**6},
         "truncate_prompt_tokens: 1000000 is more than the model context",
     ),
-    ("blank bad word", {"bad_words": ["the", " "]}, "bad_words: must be a list of non-empty strings"),
-    ("empty choice", {"guided_choice": ["yes", ""]}, "guided_choice: must be a list of non-empty strings"),
+    ("blank bad word", {"bad_words": ["the", " "]}, "bad_words: item 1 is only whitespace"),
+    ("empty choice", {"guided_choice": ["yes", ""]}, "guided_choice: item 1 is empty"),
     ("no choices", {"guided_choice": []}, "guided_choice: must not be empty"),
     ("no newer choices", {"structured_outputs": {"choice": []}}, "guided_choice: must not be empty"),
     (

@@ -52,3 +52,8 @@ class ProblemError(ValueError):
 def flag(param: str) -> str:
     """A parameter as the command line spells it: ``kv_blocks`` -> ``--kv-blocks``."""
     return "--" + param.replace("_", "-")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 context", "2 contexts"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

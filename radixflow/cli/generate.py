@@ -25,7 +25,7 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.generation.params import MAX_CHOICES, SamplingParams
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
-from radixflow.problems import ProblemError, flag
+from radixflow.problems import ProblemError, counted, flag
 from radixflow.progress import LoggedProgress, RequestBar
 from radixflow.scheduler.sampling import MAX_LOGPROBS
 
@@ -210,16 +210,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ("", "")
         _show(console, label, (_prompt_that_ran(args, llm, i // args.n, out), "bold"), (out.text, ""))
         console.print(
-            f"[dim]{len(out.token_ids)} tokens, finish reason {out.finish_reason}, "
-            f"{out.cached_tokens} prompt tokens from the cache[/dim]",
+            f"[dim]{counted(len(out.token_ids), 'token')}, finish reason {out.finish_reason}, "
+            f"{counted(out.cached_tokens, 'prompt token')} from the cache[/dim]",
             highlight=False,
         )
         if out.prompt_logprobs is not None:
             scored = [e.logprob for e in out.prompt_logprobs if e is not None]
-            console.print(f"[dim]prompt logprob {sum(scored):.4f} over {len(scored)} tokens[/dim]")
+            console.print(f"[dim]prompt logprob {sum(scored):.4f} over {counted(len(scored), 'token')}[/dim]")
         if out.logprobs is not None:
             total = sum(e.logprob for e in out.logprobs)
-            console.print(f"[dim]output logprob {total:.4f} over {len(out.logprobs)} tokens[/dim]")
+            console.print(f"[dim]output logprob {total:.4f} over {counted(len(out.logprobs), 'token')}[/dim]")
     return 0
 
 

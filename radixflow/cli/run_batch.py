@@ -105,8 +105,7 @@ def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -
     with LoggedProgress(console=Console(stderr=True)) as progress:
         bar = RequestBar(progress, "requests")
         tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
-    counts = ", ".join(f"{n} answered {status}" for status, n in sorted(tally.by_status.items()))
-    print(f"radixflow: {len(lines)} requests: {counts}", file=sys.stderr)
+    print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 0
 
 

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from radixflow.cli.command import UsageError
 from radixflow.jsonl import json_object, numbered_lines
+from radixflow.problems import counted
 
 if TYPE_CHECKING:
     from radixflow.generation.scoring import CandidateScore
@@ -115,9 +116,9 @@ class ScoreTally:
 
     def line(self) -> str:
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        failed = f", {self.failed} lines failed" if self.failed else ""
+        failed = f", {counted(self.failed, 'line')} failed" if self.failed else ""
         return (
-            f"{self.contexts} contexts, {self.candidates} candidates scored{failed}; "
+            f"{counted(self.contexts, 'context')}, {counted(self.candidates, 'candidate')} scored{failed}; "
             f"{self.cached_tokens} of {self.prompt_tokens} prompt tokens from the cache ({share:.0%})"
         )
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from radixflow.cluster.wire import Job, WireEvent, decode
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
+from radixflow.problems import counted
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.server.loop import Delta, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
@@ -83,7 +84,8 @@ class RemoteLoop:
             raise NotAccepting(self.failure or "the server is shutting down")
         if len(self._flights) + len(items) > self.max_pending:
             raise QueueFull(
-                f"{len(self._flights)} requests are queued (limit {self.max_pending}); retry later"
+                f"{counted(len(self._flights), 'request')} {'is' if len(self._flights) == 1 else 'are'} "
+                f"queued (limit {self.max_pending}); retry later"
             )
         self._aio = asyncio.get_running_loop()
         self._idle.clear()

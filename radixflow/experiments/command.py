@@ -29,7 +29,7 @@ from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
 from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
 from radixflow.options.runners import device_problem
-from radixflow.problems import Problem, ProblemError
+from radixflow.problems import Problem, ProblemError, counted
 
 EXTRA = "pip install -e '.[experiments]'"
 OVERRIDES = ("device",)  # engine options the command line may set for every torch-runner cell
@@ -166,9 +166,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise ExperimentUsageError(str(e)) from None
     cached = len(result.results) - result.ran
     console.print(
-        f"{config.name}: {len(result.results)} cells ({result.ran} run, {cached} from cache) in "
+        f"{config.name}: {counted(len(result.results), 'cell')} ({result.ran} run, {cached} from cache) in "
         f"{result.wall_s:.0f} s → {result.out / 'results.json'}, {result.out / 'report.md'}, "
-        f"{len(result.plots)} plots"
+        f"{counted(len(result.plots), 'plot')}"
     )
     return _exit_code(result.results)
 

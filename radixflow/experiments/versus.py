@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.experiments.analysis import completed_nothing_in, distinct
+from radixflow.problems import counted
 
 BASELINES = ("native", "radixflow")
 WITHIN = 0.01  # within 1% of the better baseline
@@ -59,7 +60,7 @@ def _label(row: Versus) -> str:
     cell, w = row.cell, row.cell["workload"]
     rate = "batch" if w["arrival"] == "batch" else f"{w['arrival']} {w['rate']:g}/s"
     fixed = [] if row.fixed_cost_ms is None else [f"{row.fixed_cost_ms:g} ms"]
-    parts = [cell["model"], w["order"], rate, *fixed, f"{w['groups']} contexts", f"seed {w['seed']}"]
+    parts = [cell["model"], w["order"], rate, *fixed, counted(w["groups"], "context"), f"seed {w['seed']}"]
     return ", ".join(map(str, parts))
 
 

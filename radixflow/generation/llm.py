@@ -33,6 +33,7 @@ from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
+from radixflow.problems import counted
 from radixflow.scheduler.request import Request
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
@@ -189,7 +190,8 @@ class LLM:
         if isinstance(contexts, str) or (_is_token_list(contexts) and contexts) or _is_conversation(contexts):
             raise ValueError("contexts: a list of contexts (use score() for one context)")
         if len(contexts) != len(candidates):
-            raise ValueError(f"{len(contexts)} contexts for {len(candidates)} lists of candidates")
+            given = f"{counted(len(contexts), 'context')} for {counted(len(candidates), 'list')}"
+            raise ValueError(f"{given} of candidates")
         if not contexts:
             raise ValueError("contexts: none given")
         jobs = []
@@ -311,7 +313,7 @@ class LLM:
         if isinstance(params, SamplingParams):
             return [params] * n
         if len(params) != n:
-            raise ValueError(f"{len(params)} SamplingParams for {n} prompts")
+            raise ValueError(f"{len(params)} SamplingParams for {counted(n, 'prompt')}")
         return list(params)
 
     def _flush_trace(self) -> None:

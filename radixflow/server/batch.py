@@ -21,6 +21,7 @@ import httpx
 from fastapi import FastAPI
 
 from radixflow.jsonl import json_object, numbered_lines
+from radixflow.problems import counted
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
 JSON = {"content-type": "application/json"}
@@ -49,6 +50,11 @@ class BatchTally:
 
     def add(self, status: int) -> None:
         self.by_status[status] = self.by_status.get(status, 0) + 1
+
+    def line(self) -> str:
+        """The summary: "3 requests: 2 answered 200, 1 answered 404"."""
+        counts = ", ".join(f"{n} answered {status}" for status, n in sorted(self.by_status.items()))
+        return f"{counted(sum(self.by_status.values()), 'request')}: {counts}"
 
 
 def read_batch(text: str) -> list[BatchLine]:

@@ -34,6 +34,7 @@ from radixflow.generation.output_processor import (
 )
 from radixflow.generation.outputs import GenerationOutput, StreamDelta
 from radixflow.generation.tracker import RequestTracker
+from radixflow.problems import counted
 from radixflow.scheduler.request import Request
 from radixflow.server.metrics import ServerMetrics
 
@@ -118,7 +119,8 @@ class EngineLoop:
                 raise NotAccepting(self.failure or "the server is shutting down")
             if self._pending + len(items) > self.max_pending:
                 raise QueueFull(
-                    f"{self._pending} requests are queued (limit {self.max_pending}); retry later"
+                    f"{counted(self._pending, 'request')} {'is' if self._pending == 1 else 'are'} "
+                    f"queued (limit {self.max_pending}); retry later"
                 )
             self._pending += len(items)
             entries = [_Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]

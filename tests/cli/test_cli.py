@@ -342,3 +342,11 @@ def test_a_reader_that_leaves_a_path_to_stdout_early_ends_the_command_quietly(mo
         assert main(["bench", *small, "--json", f"/dev/fd/{write}"]) == 128 + signal.SIGPIPE
     finally:
         os.close(write)
+
+
+def test_the_score_summary_counts_one_context_in_the_singular():
+    # it said "1 contexts, 1 candidates scored, 1 lines failed"
+    from radixflow.cli.score_file import ScoreTally
+
+    tally = ScoreTally(contexts=1, candidates=1, prompt_tokens=4, cached_tokens=0, failed=1)
+    assert tally.line().startswith("1 context, 1 candidate scored, 1 line failed; 0 of 4 prompt tokens")

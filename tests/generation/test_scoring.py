@@ -207,7 +207,7 @@ def test_score_many_scores_each_context_as_score_does(llm):
 def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
     ctx = llm.tokenizer.encode(CONTEXT)
     for contexts, candidates, message in (
-        ([ctx], [[[5]], [[6]]], "1 contexts for 2 lists of candidates"),
+        ([ctx], [[[5]], [[6]]], "1 context for 2 lists of candidates"),
         ([], [], "contexts: none given"),
         (ctx, [[[5]]], "contexts: a list of contexts"),
         ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),

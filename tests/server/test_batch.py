@@ -234,3 +234,11 @@ def test_a_run_cut_short_keeps_the_old_output_and_says_where_the_answers_are(
     assert main(argv) == 0  # the run that completes replaces the output, and leaves no partial file
     assert len(out.read_text().splitlines()) == 6 and not partial.exists()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_batch_summary_counts_one_request_in_the_singular():
+    # it said "1 requests: 1 answered 200"
+    from radixflow.server.batch import BatchTally
+
+    assert BatchTally({200: 1}).line() == "1 request: 1 answered 200"
+    assert BatchTally({404: 1, 200: 2}).line() == "3 requests: 2 answered 200, 1 answered 404"

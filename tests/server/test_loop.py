@@ -131,6 +131,17 @@ def test_the_queue_bound_counts_prompts_until_they_are_answered(make_loop, token
     finals(submit(loop, tokenizer, 3), 3)  # answered requests no longer count
 
 
+def test_a_full_queue_of_one_request_says_so_in_the_singular(make_loop, tokenizer):
+    # it said "1 requests are queued"
+    runner = GatedRunner(SPEC, HARDWARE["h100"])
+    loop = make_loop(runner, max_pending=1)
+    events = submit(loop, tokenizer, 1)
+    with pytest.raises(QueueFull, match=r"^1 request is queued \(limit 1\); retry later$"):
+        submit(loop, tokenizer, 1)
+    runner.gate.set()
+    finals(events, 1)
+
+
 def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):
     loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
     loop.call(lambda e: setattr(e, "step", lambda: time.sleep(0.01)))  # rounds that never finish anything

@@ -82,12 +82,17 @@ def generation_room(prompt_len: int, model: ModelInfo, config: SchedulerConfig) 
 
 
 def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
-    """Checks every runner applies before a request is queued."""
+    """Checks every runner applies before a request is queued. A prompt may fill the model context
+    only when nothing is generated (``max_tokens`` 0: scoring, prompt logprobs)."""
     if not request.prompt:
         return Problem("prompt", "is empty")
-    if len(request.prompt) >= model.max_context:
+    if len(request.prompt) > model.max_context:
         return Problem(
             "prompt", f"has {len(request.prompt)} tokens; the model context is {model.max_context}"
+        )
+    if len(request.prompt) == model.max_context and request.sampling.max_tokens != 0:  # 0: scored only
+        return Problem(
+            "prompt", f"has {model.max_context} tokens, the whole model context: no room to generate"
         )
     bad = next((t for t in request.prompt if not 0 <= t < model.vocab_size), None)
     if bad is not None:

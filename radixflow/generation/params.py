@@ -100,7 +100,7 @@ class SamplingParams(TokenSamplingParams):
         k = self.truncate_prompt_tokens
         if k is None:
             return prompt
-        keep = max(1, context - max(self.max_tokens, 1)) if k == -1 else k
+        keep = max(1, context - self.max_tokens) if k == -1 else k
         return prompt[-keep:] if len(prompt) > keep else prompt
 
     def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:

@@ -62,12 +62,12 @@ class TextTokenizer:
         # and read by every echoed prompt and every top-logprob key (a dict is safe across threads)
         self._texts: dict[int, str] = {}
         self._bound = token_bound(backend)  # None: no sound bound for this pipeline
-        self._context = context  # a text must have fewer tokens than this (None: any length)
+        self._context = context  # a text must have no more tokens than this (None: any length)
 
     def limited(self, context: int) -> TextTokenizer:
         """This tokenizer, refusing with `TextTooLong`, before tokenizing it, a text that its length
-        proves has ``context`` tokens or more (the model's context: no such prompt can run). A
-        text the bound cannot judge is tokenized as before."""
+        proves has more than ``context`` tokens (the model's context: no such prompt can run; one
+        that fills it may, generating nothing). A text the bound cannot judge is tokenized as before."""
         return TextTokenizer(self._tok, self._config, context)
 
     def min_tokens(self, text: str) -> int:
@@ -98,7 +98,7 @@ class TextTokenizer:
         `TextTooLong` from a `limited` tokenizer."""
         _check_unicode(text)
         if self._context is not None and self._bound is not None:
-            least = self._bound.over(text, self._context - 1)
+            least = self._bound.over(text, self._context)
             if least is not None:
                 raise TextTooLong(
                     Problem("prompt", f"has at least {least} tokens; the model context is {self._context}")

@@ -238,3 +238,24 @@ def test_a_ctrl_c_at_any_line_of_a_step_leaves_the_engine_as_good_as_new():
         if not reached:
             break
     assert line > 20  # the whole step was walked
+
+
+def test_a_prompt_filling_the_context_runs_when_nothing_is_generated():
+    # a prompt of exactly the model context was refused even with max_tokens 0 (scoring, prompt
+    # logprobs only), where it fits; one token more, or one token to generate, does not
+    from dataclasses import replace
+
+    runner = SimRunner(replace(SIM_MODELS["qwen3_5-2b"], max_context=64), HARDWARE["h100"])
+    engine = new_engine(runner, CFG)
+    full = Request("full", (1,) * 64, sampling=SamplingParams(max_tokens=0))
+    assert engine.problem(full) is None and engine.room(64) == 0
+    engine.run([full])
+    assert full.status == RequestStatus.FINISHED
+    over = Request("over", (1,) * 65, sampling=SamplingParams(max_tokens=0))
+    generating = Request("gen", (1,) * 64, sampling=SamplingParams(max_tokens=1))
+    for req in (over, generating):
+        problem = engine.problem(req)
+        assert problem is not None and problem.param == "prompt", problem
+    assert str(engine.problem(over)) == "prompt: has 65 tokens; the model context is 64"
+    no_room = "prompt: has 64 tokens, the whole model context: no room to generate"
+    assert str(engine.problem(generating)) == no_room

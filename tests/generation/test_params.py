@@ -61,6 +61,13 @@ def test_truncation_keeps_the_prompts_last_tokens(k, max_tokens, kept):
     assert params.truncated(prompt, context=12) == prompt[-kept:]  # -1: room for max_tokens in 12
 
 
+def test_truncating_to_what_fits_keeps_the_whole_context_when_nothing_is_generated():
+    # a prompt may fill the context with max_tokens 0 (scoring), so -1 keeps all of it then
+    prompt = list(range(10))
+    assert SamplingParams(max_tokens=0, truncate_prompt_tokens=-1).truncated(prompt, context=10) == prompt
+    assert SamplingParams(max_tokens=1, truncate_prompt_tokens=-1).truncated(prompt, context=10) == prompt[1:]
+
+
 @pytest.mark.parametrize("k", [0, -2, 1.5, True])
 def test_a_truncation_that_keeps_nothing_is_a_problem(k):
     assert str(SamplingParams(truncate_prompt_tokens=k).problem()).startswith(

@@ -37,7 +37,12 @@ BAD_COMPLETIONS = [
         "prompt: token id 512 is outside the vocabulary (0..511)",
     ),
     ("mixed prompt list", {"prompt": ["text", [1, 2]]}, "prompt must be a string, a list of token ids"),
-    ("prompt over the context", {"prompt": [5] * 8192}, "prompt: has 8192 tokens; the model context is 8192"),
+    ("prompt over the context", {"prompt": [5] * 8193}, "prompt: has 8193 tokens; the model context is 8192"),
+    (  # it fits only when nothing is generated (max_tokens 0, echo)
+        "prompt filling the context",
+        {"prompt": [5] * 8192},
+        "prompt: has 8192 tokens, the whole model context: no room to generate",
+    ),
     ("one token list of several too long", {"prompt": [[5], [5] * 8192]}, "prompt 1: has 8192 tokens"),
     (  # refused before it is tokenized, and named as the token lists are
         "one text of several over the context",

@@ -32,6 +32,8 @@ from radixflow.scheduler.sampling import MAX_LOGPROBS
 if TYPE_CHECKING:
     from radixflow.generation.outputs import GenerationOutput
 
+DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each prompt's room
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p, model_positional=True)
@@ -40,7 +42,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--chat", action="store_true", help="send each prompt as a user message through the chat template"
     )
-    g.add_argument("--max-tokens", type=non_negative_int, default=32, help="tokens to generate per prompt")
+    g.add_argument(
+        "--max-tokens",
+        type=non_negative_int,
+        default=None,
+        help=f"tokens to generate per prompt (default {DEFAULT_MAX_TOKENS}, capped to the room the prompt "
+        "leaves in the model context and the cache; one given is never capped)",
+    )
     g.add_argument(
         "--min-tokens",
         type=non_negative_int,
@@ -145,9 +153,10 @@ def token_bias(text: str) -> tuple[int, float]:
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
     """The generation flags as `SamplingParams`: a flag not given is the field's own default,
-    but ``--max-tokens`` (32: a command line asks for text, not `SamplingParams()`'s one token)."""
+    but ``--max-tokens`` (`DEFAULT_MAX_TOKENS`: a command line asks for text, not
+    `SamplingParams()`'s one token; `run` caps it to what each prompt leaves)."""
     return SamplingParams(
-        max_tokens=args.max_tokens,
+        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
         min_tokens=args.min_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
@@ -191,11 +200,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress:
             bar = RequestBar(progress, "generating")
+            fit = args.max_tokens is None  # a default: it never fails where the prompt fits
             if args.chat:
                 convs = [[{"role": "user", "content": p}] for p in args.prompt]
-                outputs = llm.chat(convs, params, progress=bar.hear)
+                outputs = llm.chat(convs, params, progress=bar.hear, fit=fit)
             else:
-                outputs = llm.generate(list(args.prompt), params, progress=bar.hear)
+                outputs = llm.generate(list(args.prompt), params, progress=bar.hear, fit=fit)
     except ProblemError:
         raise
     except (ChatTemplateError, ValueError) as e:

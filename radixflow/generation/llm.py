@@ -98,16 +98,20 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
         progress: Progress | None = None,
+        *,
+        fit: bool = False,
     ) -> list[GenerationOutput]:
         """One output per prompt and choice, in order: each prompt's ``n`` choices
         (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
         text or a list of token ids; ``params`` is one for all prompts or one per prompt
         (default: one greedy token). A prompt's choices share its prompt in the cache.
-        ``progress`` hears of each request that ends (a progress bar's hook).
+        ``progress`` hears of each request that ends (a progress bar's hook). ``fit``: each
+        ``max_tokens`` is a default the caller never gave, capped to the room its prompt leaves
+        (`SamplingParams.fitted`), as the server caps its default.
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
-        return self._generate(self._token_prompts(prompts), params, namespace, progress, "prompt")
+        return self._generate(self._token_prompts(prompts), params, namespace, progress, "prompt", fit)
 
     def _generate(
         self,
@@ -116,10 +120,11 @@ class LLM:
         namespace: str,
         progress: Progress | None,
         item: str | Sequence[str],
+        fit: bool = False,
     ) -> list[GenerationOutput]:
         """`generate` over token prompts; an error calls prompt ``i`` "``item`` i", or
         ``item[i]`` when a label is given per prompt."""
-        calls, labels = self._calls(token_prompts, params, namespace, item)
+        calls, labels = self._calls(token_prompts, params, namespace, item, fit)
         return self._run(calls, labels, progress)
 
     def _calls(
@@ -128,9 +133,10 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None,
         namespace: str,
         item: str | Sequence[str],
+        fit: bool = False,
     ) -> tuple[list[_Call], list[str] | None]:
         """`_generate`'s engine requests, and the label of each prompt (None: a lone prompt, not
-        named); ValueError for params that cannot run, naming the prompt."""
+        named); ValueError for params that cannot run, naming the prompt. ``fit``: see `generate`."""
         if not isinstance(namespace, str):  # else the scheduler fails mid-round, leaking what it promised
             raise ValueError(f"namespace must be a string, got {namespace!r}")
         labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
@@ -150,7 +156,8 @@ class LLM:
                 tokenized[id(sp)] = sp.tokenized(self._encode_bare)
             sp = tokenized[id(sp)]
             prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
-            for choice, choice_params in enumerate(sp.choices()):
+            fitted = sp.fitted(self.engine.room(len(prompt))) if fit else sp
+            for choice, choice_params in enumerate(fitted.choices()):
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
                 calls.append(_Call(req, i, choice))
@@ -269,13 +276,16 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
         progress: Progress | None = None,
+        *,
+        fit: bool = False,
     ) -> list[GenerationOutput]:
-        """The assistant's reply to each conversation, rendered with the model's chat template."""
+        """The assistant's reply to each conversation, rendered with the model's chat template
+        (``fit``: as `generate`'s)."""
         convs = [conversations] if _is_conversation(conversations) else list(conversations)
         texts = [self.tokenizer.chat.render(conv) for conv in convs]  # type: ignore[arg-type]
         named = ["prompt" if len(texts) == 1 else f"prompt {i}" for i in range(len(texts))]
         prompts = [self._encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
-        return self.generate(prompts, params, namespace, progress)
+        return self.generate(prompts, params, namespace, progress, fit=fit)
 
     def _encode(self, text: str, label: str, special: bool = True) -> list[int]:
         """``text``'s tokens (``special``: with the tokenizer's special tokens); text with no UTF-8

@@ -103,6 +103,14 @@ class SamplingParams(TokenSamplingParams):
         keep = max(1, context - self.max_tokens) if k == -1 else k
         return prompt[-keep:] if len(prompt) > keep else prompt
 
+    def fitted(self, room: int) -> SamplingParams:
+        """These parameters with ``max_tokens`` capped to ``room`` (what the prompt leaves, as
+        `Engine.room` says; at least 1, so a prompt with no room is refused as the prompt) and
+        ``min_tokens`` to that: for a ``max_tokens`` that is a default the caller never gave, so
+        the default never fails where the prompt fits."""
+        fitted = max(1, min(self.max_tokens, room))
+        return replace(self, max_tokens=fitted, min_tokens=min(self.min_tokens, fitted))
+
     def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:
         """These parameters with ``guided_choice`` as the engine's ``token_choices`` and
         ``bad_words`` as its ``bad_token_sequences``, each string split by ``encode`` (the

@@ -15,7 +15,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -186,7 +186,7 @@ class ServerState:
         params = params.tokenized(partial(self.tokenizer.encode, add_special_tokens=False))
         for i, whole in enumerate(prompts):
             prompt = params.truncated(whole, self.context)
-            sampling = self._fitted(params, len(prompt)) if fit else params
+            sampling = params.fitted(self._room(len(prompt))) if fit else params
             reqs = [
                 Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=p)
                 for p in sampling.choices()
@@ -199,10 +199,6 @@ class ServerState:
                 raise ApiError.from_problem(problem, f"{item} {i}" if named else None)
             items.extend((req, RequestTracker(req, self.tokenizer, c)) for c, req in enumerate(reqs))
         return items
-
-    def _fitted(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
-        fitted = max(1, min(params.max_tokens, self._room(prompt_len)))
-        return replace(params, max_tokens=fitted, min_tokens=min(params.min_tokens, fitted))
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         try:

@@ -385,6 +385,21 @@ def test_generate_command_prints_the_text_as_it_is(zoo):
     assert buf.getvalue().split("\n")[0] == exact
 
 
+def test_generate_commands_default_max_tokens_is_capped_to_the_room_the_prompt_leaves(capsys):
+    # the default --max-tokens (32) was sent as it is, so a prompt that fits with room for fewer
+    # failed with "max_tokens: ... plus max_tokens 32", an option never given; as the server caps
+    # its default, the command caps its own (a --max-tokens given is still refused)
+    from radixflow.cli import main
+
+    small = ["--kv-blocks", "4", "--block-size", "16", "--state-slots", "4", "--ignore-eos"]
+    argv = ["generate", MODEL, "--prompt", "word " * 15, *small]  # 46 tokens: room for 64 - 46 + 1
+    assert main([*argv, "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)
+    assert len(out["prompt_token_ids"]) == 46 and len(out["token_ids"]) == 19
+    assert main([*argv, "--max-tokens", "32"]) == 2
+    assert "max_tokens 32 need 5 blocks" in capsys.readouterr().err
+
+
 def test_generate_command_prints_the_output_logprob_when_asked(llm, capsys):
     from radixflow.cli import main
 

@@ -113,3 +113,10 @@ def test_a_blank_choice_or_bad_word_is_named_as_what_is_wrong_with_it(field, tex
     # a list of non-empty strings, by its own words
     problem = SamplingParams(**{field: texts}).problem()
     assert problem is not None and str(problem) == expected
+
+
+def test_a_default_max_tokens_is_fitted_to_the_room_and_never_below_one():
+    params = SamplingParams(max_tokens=32, min_tokens=20)
+    assert params.fitted(10) == SamplingParams(max_tokens=10, min_tokens=10)
+    assert params.fitted(0).max_tokens == 1  # no room: refused as the prompt, not as max_tokens
+    assert params.fitted(100) == params

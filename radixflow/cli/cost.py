@@ -20,6 +20,7 @@ from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.options.runners import sim_hardware
 from radixflow.options.sim_shape import sim_shape
+from radixflow.problems import counted
 
 HELP = (
     "the predicted time of one worker call of a sim model (a prefill chunk, a batch of decode "
@@ -57,8 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int_arg(),
         default=0,
         metavar="C",
-        help="tokens before the prefill chunk (cached; a hybrid model restores its state there) and "
-        "the context of each decode step",
+        help="tokens cached before the prefill chunk (a hybrid model restores its state there) and "
+        "before each decode step's one new token",
     )
     p.add_argument(
         "--decode",
@@ -114,7 +115,7 @@ def _describe(chunks: list[ChunkShape]) -> str:
     prefill = [c for c in chunks if not c.decode]
     parts = [f"prefill {c.length} tokens after {c.start} cached" for c in prefill]
     if decodes := len(chunks) - len(prefill):
-        parts.append(f"{decodes} decode steps at context {chunks[-1].end}")
+        parts.append(f"{counted(decodes, 'decode step')} after {chunks[-1].start} cached")
     return ", ".join(parts)
 
 

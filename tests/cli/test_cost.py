@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.cli import main
+from radixflow.cli.app import build_parser
 from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS
 
 TERM_KEYS = {"seconds", "flops", "bytes", "source"}
@@ -69,9 +70,20 @@ def test_the_table_names_every_term_and_the_total(capsys):
         main(["cost", "qwen3_next-80b-a3b", "--hardware", "h100", "--decode", "8", "--context", "100"]) == 0
     )
     out = capsys.readouterr().out
-    assert "qwen3_next-80b-a3b on h100 (tp 4)" in out and "8 decode steps at context 101" in out
+    assert "qwen3_next-80b-a3b on h100 (tp 4)" in out and "8 decode steps after 100 cached" in out
     for term in ("fixed", "matmul", "moe", "allreduce", "lm_head"):
         assert f"{term}: " in out
+
+
+def test_the_round_is_said_with_the_context_the_help_gives_it(capsys):
+    # the help calls --context C each decode step's context, and the output said "at context
+    # C + 1" (and "1 decode steps"): both now count C as the tokens cached before the step
+    assert main(["cost", "qwen3_5-2b", "--decode", "1", "--context", "2048"]) == 0
+    assert ": 1 decode step after 2048 cached: " in capsys.readouterr().out
+    assert main(["cost", "qwen3_5-2b", "--decode", "2", "--prefill", "8", "--context", "64"]) == 0
+    assert ": prefill 8 tokens after 64 cached, 2 decode steps after 64 cached: " in capsys.readouterr().out
+    help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["cost"].format_help().split())
+    assert "tokens cached before the prefill chunk" in help_text and "before each decode step" in help_text
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request
-from radixflow.workloads.jsonl_trace import write_trace
+from radixflow.workloads.jsonl_trace import trace_text
 
 DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
 
@@ -37,6 +37,9 @@ DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
 def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
+    if _to_stdout(outputs) is not None:  # standard output holds that output alone
+        console = Console(stderr=True)
+    outputs = {flag: None if _is_stdout(p) else p for flag, p in outputs.items()}
     outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
     check_output_paths(outputs, {"--trace": args.trace, **engine_inputs(options)})
     if runner_name(options) == "torch":
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if spec is not None:
         check_generated_context(spec, setup.runner.model)
     if args.write_trace is not None:
-        _write(args.write_trace, lambda path: write_trace(path, work))
+        _write_text(args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES
     runs = _run(args, setup, requests, names)
     config = config_dict(
@@ -100,11 +103,31 @@ def _write(path: Path, write: object) -> None:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+def _is_stdout(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def _to_stdout(outputs: dict[str, Path | None]) -> str | None:
+    """The output flag given ``-`` (standard output), if one is; a `UsageError` for two."""
+    flags = [flag for flag, path in outputs.items() if _is_stdout(path)]
+    if len(flags) > 1:
+        raise UsageError(f"{flags[1]} -: standard output already takes {flags[0]}; give one a file")
+    return flags[0] if flags else None
+
+
+def _write_text(path: Path, text: str) -> None:
+    """``text`` to standard output for ``-``, else written whole to the file at ``path``."""
+    if _is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _write(path, lambda p: write_whole(p, text))
+
+
 def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     if args.json is not None:
         # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
-        text = json.dumps(report.to_json(), indent=2, allow_nan=False)
-        _write(args.json, lambda path: write_whole(path, text + "\n"))
+        _write_text(args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
     if args.round_trace is not None:
         lines = [
             json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
@@ -112,7 +135,7 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
             for trial, rounds in enumerate(run.trials(), 1)
             for rec in rounds
         ]
-        _write(args.round_trace, lambda path: write_whole(path, "".join(line + "\n" for line in lines)))
+        _write_text(args.round_trace, "".join(line + "\n" for line in lines))
 
 
 def _exit_code(runs: list[PolicyRun]) -> int:

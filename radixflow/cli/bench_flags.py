@@ -48,19 +48,21 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         "--write-trace",
         type=path_arg,
         metavar="PATH",
-        help="write the workload to this JSONL trace (default: not written)",
+        help="write the workload to this JSONL trace (-: standard output; default: not written)",
     )
     io.add_argument(
         "--json",
         type=path_arg,
         metavar="PATH",
-        help="write the results as strict JSON here (default: not written)",
+        help="write the results as strict JSON here (-: standard output, the table then going to "
+        "standard error; default: not written)",
     )
     io.add_argument(
         "--round-trace",
         type=path_arg,
         metavar="PATH",
-        help="write every round of every policy and trial (--repeat) as JSONL here (default: not written)",
+        help="write every round of every policy and trial (--repeat) as JSONL here (-: standard output; "
+        "default: not written)",
     )
 
 

@@ -19,17 +19,24 @@ class TraceError(ValueError):
 
 def write_trace(path: str | Path, workload: Workload) -> None:
     with open(path, "w") as f:
-        for r in workload.requests:
-            tag = workload.tag(r)
-            row = {
-                "id": r.id,
-                "namespace": r.namespace,
-                "arrival_s": r.arrival_s,
-                "group": tag.group,
-                "kind": tag.kind,
-                "prompt": list(r.prompt),
-            }
-            f.write(json.dumps(row) + "\n")
+        f.write(trace_text(workload))
+
+
+def trace_text(workload: Workload) -> str:
+    """The trace of ``workload``: one JSON line per request."""
+    rows = []
+    for r in workload.requests:
+        tag = workload.tag(r)
+        row = {
+            "id": r.id,
+            "namespace": r.namespace,
+            "arrival_s": r.arrival_s,
+            "group": tag.group,
+            "kind": tag.kind,
+            "prompt": list(r.prompt),
+        }
+        rows.append(json.dumps(row) + "\n")
+    return "".join(rows)
 
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")

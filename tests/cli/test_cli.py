@@ -54,6 +54,30 @@ def test_trace_write_then_replay_gives_same_results(tmp_path):
     assert {r["policy"] for r in rounds} == {"native", "radixflow", "adaptive"}
 
 
+SMALL_BENCH = ["bench", "--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace"])
+def test_bench_writes_an_output_given_as_dash_to_standard_output(tmp_path, monkeypatch, capsys, flag):
+    # `--json -` wrote a file named "-", where score and run-batch take "-" as standard output;
+    # now it is standard output, which then holds only that output (the table goes to stderr)
+    monkeypatch.chdir(tmp_path)
+    assert main([*SMALL_BENCH, "--policy", "native", flag, "-"]) == 0
+    out, err = capsys.readouterr()
+    assert not (tmp_path / "-").exists()
+    if flag == "--json":
+        assert json.loads(out)["results"][0]["policy"] == "native"
+    else:
+        assert all(json.loads(line) for line in out.splitlines()) and out.endswith("\n")
+    assert "native" in err  # the table
+
+
+def test_bench_refuses_two_outputs_to_standard_output(capsys):
+    assert main([*SMALL_BENCH, "--json", "-", "--round-trace", "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "radixflow: error: --round-trace -: standard output already takes --json; give one a file"
+
+
 def test_round_trace_keeps_every_trials_rounds_each_row_naming_its_trial(tmp_path):
     out, trace = tmp_path / "out.json", tmp_path / "rounds.jsonl"
     argv = ["bench", "--groups", "2", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]

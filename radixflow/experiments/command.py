@@ -20,6 +20,7 @@ from radixflow.experiments.config import (
 from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
 from radixflow.experiments.execute import (
     CELLS_DIR,
+    CellCache,
     CellError,
     ExecutionOptions,
     OutputWriteError,
@@ -164,6 +165,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         result = run_experiment(args.config, out, execution, command, config=config)
     except (RayStartError, CellError, OutputWriteError) as e:
         raise ExperimentUsageError(str(e)) from None
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the finished cells stay
+        e.add_note(_kept(config, out, command))
+        raise
     cached = len(result.results) - result.ran
     console.print(
         f"{config.name}: {counted(len(result.results), 'cell')} ({result.ran} run, {cached} from cache) in "
@@ -171,6 +175,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"{counted(len(result.plots), 'plot')}"
     )
     return _exit_code(result.results)
+
+
+def _kept(config: ExperimentConfig, out: Path, command: str) -> str:
+    """What a run cut short leaves: its finished cells, each cached as it ended, which the same
+    command reads back instead of running them again."""
+    cache, keys = CellCache(out), {c.key(config.variants) for c in config.cells}
+    done = sum(cache.path(key).is_file() for key in keys)
+    kept = f"{done} of {counted(len(keys), 'cell')} finished, kept in {cache.dir}"
+    return f"{kept}: {command} runs only the rest"
 
 
 def _exit_code(results: list[dict[str, object]]) -> int:

@@ -44,6 +44,35 @@ def test_experiment_command_writes_results_and_skips_cached_cells(tmp_path, caps
     assert "0 run, 1 from cache" in capsys.readouterr().out
 
 
+def test_an_interrupted_experiment_says_its_finished_cells_are_kept_and_a_rerun_resumes(
+    tmp_path, capsys, monkeypatch
+):
+    # a Ctrl-C said only "radixflow: interrupted", not that the finished cells are kept
+    from radixflow.experiments import execute
+
+    real, calls = execute.run_cell, []
+
+    def second_interrupted(cell, variants):
+        calls.append(cell)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(cell, variants)
+
+    monkeypatch.setattr(execute, "run_cell", second_interrupted)
+    config = tmp_path / "c.toml"
+    config.write_text(_grid("token_budget = [256, 512]"))
+    out = tmp_path / "out"
+    assert main(["experiment", str(config), "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"radixflow: interrupted; 1 of 2 cells finished, kept in {out / 'cells'}: "
+        f"radixflow experiment {config} --out {out} runs only the rest"
+    )
+    monkeypatch.setattr(execute, "run_cell", real)
+    assert main(["experiment", str(config), "--out", str(out)]) == 0
+    assert "2 cells (1 run, 1 from cache)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

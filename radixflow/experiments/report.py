@@ -22,6 +22,7 @@ from radixflow.experiments.analysis import (
 )
 from radixflow.experiments.failures import failure_section
 from radixflow.experiments.versus import versus_section
+from radixflow.problems import counted
 
 
 def pct(x: float | None, points: bool = False) -> str:
@@ -103,17 +104,20 @@ def reading(results: list[CellResult], comps: list[Comparison], variant: str) ->
         reuse = max(abs(c.change["reuse_rate"] or 0) for c in hybrid)
         lower, higher, same = _count([c.change["mean_latency_s"] for c in hybrid])
         out.append(
-            f"On {len(hybrid)} simulated hybrid cells, `{variant}` changed worker rounds by a median "
+            f"On {counted(len(hybrid), 'simulated hybrid cell')}, `{variant}` changed worker rounds "
+            "by a median "
             f"{pct(r.median)} (from {pct(r.low)} to {pct(r.high)}; the paper: {PAPER_TEXT['rounds']}) "
             f"and mean latency by a median {pct(m.median)} (from {pct(m.low)} to {pct(m.high)}; the paper: "
-            f"{PAPER_TEXT['mean_latency_s']}): lower by more than 1% in {lower} cells, higher in {higher}, "
+            f"{PAPER_TEXT['mean_latency_s']}): lower by more than 1% in {counted(lower, 'cell')}, "
+            f"higher in {higher}, "
             f"within ±1% in {same}. Reuse moved by at most {reuse * 100:.2f} percentage points."
         )
     control = [c for c in mine if not c.hybrid and c.runner == "sim"]
     if control:
         r, m = span(c.change["rounds"] for c in control), span(c.change["mean_latency_s"] for c in control)
         out.append(
-            f"On the full-attention control ({len(control)} cells) nothing is ever blocked: rounds change "
+            f"On the full-attention control ({counted(len(control), 'cell')}) nothing is ever blocked: "
+            "rounds change "
             f"by a median {pct(r.median)} and mean latency by {pct(m.median) if m else '–'}."
         )
     torch_cells = [c for c in mine if c.runner == "torch"]
@@ -126,7 +130,8 @@ def reading(results: list[CellResult], comps: list[Comparison], variant: str) ->
         rounds_text = f"rounds {pct(r.median)} (median over hybrid models)" if r else "no hybrid model"
         devices = ", ".join(sorted({str(c.settings.get("device")) for c in torch_cells}))
         text = (
-            f"On the torch runner ({len(torch_cells)} cells, real forward passes on {devices}) decoded "
+            f"On the torch runner ({counted(len(torch_cells), 'cell')}, real forward passes on {devices}) "
+            "decoded "
             f"outputs agree with a no-cache run at {lowest} at worst for every variant; {rounds_text}, "
             f"measured worker-call time {pct(w.median) if w else '–'}."
         )
@@ -166,7 +171,7 @@ def _regime_lines(points: list[RegimePoint], axis: str, unit: str, variant: str)
     if raises_to is not None:
         sentence += (
             f". Settings where it raises mean latency by more than 1% occur up to {raises_to:g} {unit} "
-            f"({cells_up} of {sum(p.lower + p.higher + p.same for p in points)} cells)"
+            f"({cells_up} of {counted(sum(p.lower + p.higher + p.same for p in points), 'cell')})"
         )
     else:
         sentence += ". In no cell does it raise mean latency by more than 1%"
@@ -283,7 +288,7 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     if meta.get("description"):
         lines += [meta["description"], ""]
     lines += [
-        f"{len(results)} cells; variants {', '.join(f'`{v}`' for v in variants)}; every change is "
+        f"{counted(len(results), 'cell')}; variants {', '.join(f'`{v}`' for v in variants)}; every change is "
         f"relative to `{variants[0] if variants else ''}` on the identical requests of the same cell. "
         f"Cell compute time {meta['cells_wall_s']:.0f} s; run `{meta['command']}`.",
         "",

@@ -40,8 +40,9 @@ def test_experiment_command_writes_results_and_skips_cached_cells(tmp_path, caps
     doc = json.loads((out / "results.json").read_text())
     assert doc["variants"] == ["native", "radixflow"] and len(doc["cells"]) == 1
     assert (out / "report.md").exists() and (out / "latency_cdf.png").exists()
+    assert "1 cell; variants" in (out / "report.md").read_text()  # it said "1 cells"
     assert main(["experiment", str(config), "--out", str(out)]) == 0
-    assert "0 run, 1 from cache" in capsys.readouterr().out
+    assert "1 cell (0 run, 1 from cache)" in capsys.readouterr().out
 
 
 def test_an_interrupted_experiment_says_its_finished_cells_are_kept_and_a_rerun_resumes(

@@ -120,26 +120,17 @@ class GatedRunner(SimRunner):
         return super().run(batch)
 
 
-def test_the_queue_bound_counts_prompts_until_they_are_answered(make_loop, tokenizer):
+@pytest.mark.parametrize("limit, queued", [(3, "3 requests are queued"), (1, "1 request is queued")])
+def test_the_queue_bound_counts_prompts_until_they_are_answered(make_loop, tokenizer, limit, queued):
+    """A full queue is refused naming its count (of one in the singular: it said "1 requests")."""
     runner = GatedRunner(SPEC, HARDWARE["h100"])  # none can be answered before the gate opens
-    loop = make_loop(runner, max_pending=3)
-    events = submit(loop, tokenizer, 3)
-    with pytest.raises(QueueFull, match=r"3 requests are queued \(limit 3\)"):
+    loop = make_loop(runner, max_pending=limit)
+    events = submit(loop, tokenizer, limit)
+    with pytest.raises(QueueFull, match=rf"^{queued} \(limit {limit}\); retry later$"):
         submit(loop, tokenizer, 1)
     runner.gate.set()
-    finals(events, 3)
-    finals(submit(loop, tokenizer, 3), 3)  # answered requests no longer count
-
-
-def test_a_full_queue_of_one_request_says_so_in_the_singular(make_loop, tokenizer):
-    # it said "1 requests are queued"
-    runner = GatedRunner(SPEC, HARDWARE["h100"])
-    loop = make_loop(runner, max_pending=1)
-    events = submit(loop, tokenizer, 1)
-    with pytest.raises(QueueFull, match=r"^1 request is queued \(limit 1\); retry later$"):
-        submit(loop, tokenizer, 1)
-    runner.gate.set()
-    finals(events, 1)
+    finals(events, limit)
+    finals(submit(loop, tokenizer, limit), limit)  # answered requests no longer count
 
 
 def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):

@@ -262,6 +262,15 @@ def test_a_round_of_absurd_length_leaves_the_predictions_finite(outlier: float):
         assert all(math.isfinite(fit.predict(row)) and fit.predict(row) > 0 for row in rows), i
 
 
+def settled(rng: random.Random) -> OnlineFit:
+    """A fit from the nominal prior after 150 rounds measured at their true price, within 5%."""
+    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
+    for _ in range(150):
+        row = synthetic_round(rng)
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    return fit
+
+
 @pytest.mark.parametrize("factor", [10.0, 0.1, 1e-300])
 def test_one_round_measured_far_off_does_not_poison_the_window(factor: float):
     """One round measured 10x too short (a clock misread, a round that skipped its work) was
@@ -270,10 +279,7 @@ def test_one_round_measured_far_off_does_not_poison_the_window(factor: float):
     rounds later (at 1e-300 s every prediction was 0). Past the speed's few rounds of recovery,
     a round measured far off either way is as good as gone."""
     rng = random.Random(9)
-    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
-    for _ in range(150):
-        row = synthetic_round(rng)
-        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    fit = settled(rng)
     row = synthetic_round(rng)
     fit.observe(row, seconds(row, TRUE) * factor)
     errors = []
@@ -323,10 +329,7 @@ def test_one_round_stalled_far_past_its_price_moves_the_speed_by_a_bounded_step(
     moved the speed by a quarter of log(100), x3.2: the next rounds were priced +215%, +134%,
     +96%, ... A genuine change of speed of up to 4x a round is followed as before."""
     rng = random.Random(11)
-    fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
-    for _ in range(150):
-        row = synthetic_round(rng)
-        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    fit = settled(rng)
     row = synthetic_round(rng)
     fit.observe(row, seconds(row, TRUE) * 100)
     errors = []

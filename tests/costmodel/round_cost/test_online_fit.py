@@ -262,6 +262,17 @@ def test_a_round_of_absurd_length_leaves_the_predictions_finite(outlier: float):
         assert all(math.isfinite(fit.predict(row)) and fit.predict(row) > 0 for row in rows), i
 
 
+def errors_over(fit: OnlineFit, rng: random.Random, rounds: int) -> list[float]:
+    """Each of ``rounds`` rounds' relative error as predicted, then observed at its true price
+    within 5% (mutates ``fit``)."""
+    errors = []
+    for _ in range(rounds):
+        row = synthetic_round(rng)
+        errors.append(relative_error(fit, row, TRUE))
+        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    return errors
+
+
 def settled(rng: random.Random) -> OnlineFit:
     """A fit from the nominal prior after 150 rounds measured at their true price, within 5%."""
     fit = OnlineFit(nominal_prior(threads=1), nominal_rates(threads=1))
@@ -282,11 +293,7 @@ def test_one_round_measured_far_off_does_not_poison_the_window(factor: float):
     fit = settled(rng)
     row = synthetic_round(rng)
     fit.observe(row, seconds(row, TRUE) * factor)
-    errors = []
-    for _ in range(60):
-        row = synthetic_round(rng)
-        errors.append(relative_error(fit, row, TRUE))
-        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    errors = errors_over(fit, rng, 60)
     assert statistics.median(errors[20:]) < 0.05, statistics.median(errors[20:])
 
 
@@ -316,11 +323,7 @@ def test_a_stored_profile_off_in_one_term_is_learned_out_within_the_window():
     (its pull held the predictions 6-7% off for good, on rounds of 5% noise)."""
     rng = random.Random(2)
     fit = OnlineFit(stale_prior(), nominal_rates(threads=1))
-    errors = []
-    for _ in range(200):
-        row = synthetic_round(rng)
-        errors.append(relative_error(fit, row, TRUE))
-        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    errors = errors_over(fit, rng, 200)
     assert statistics.median(errors[100:]) < 0.03, statistics.median(errors[100:])
 
 
@@ -332,9 +335,5 @@ def test_one_round_stalled_far_past_its_price_moves_the_speed_by_a_bounded_step(
     fit = settled(rng)
     row = synthetic_round(rng)
     fit.observe(row, seconds(row, TRUE) * 100)
-    errors = []
-    for _ in range(20):
-        row = synthetic_round(rng)
-        errors.append(relative_error(fit, row, TRUE))
-        fit.observe(row, seconds(row, TRUE) * rng.uniform(0.95, 1.05))
+    errors = errors_over(fit, rng, 20)
     assert errors[0] < 0.5 and statistics.median(errors[3:]) < 0.1, errors[:6]

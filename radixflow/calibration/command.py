@@ -116,7 +116,12 @@ def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, cons
         except OSError as e:
             console.print(f"[yellow]warning:[/] {model}'s round profile not stored: {e.strerror or e}")
             continue
-        console.print(f"{model}: round predictor profile stored in {path}")
+        threads = f"{plan.threads} torch thread{'s' if plan.threads != 1 else ''}"
+        console.print(
+            f"{model}: round predictor profile stored in {path}; the torch runner starts from it on "
+            f"this machine for this model in float32 on {plan.device} with {threads} (other runs "
+            "start from the nominal prior)"
+        )
 
 
 def render(errors: list[ModelError], own: dict[str, float], console: Console) -> None:

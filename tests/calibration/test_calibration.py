@@ -7,7 +7,7 @@ import pytest
 from radixflow.calibration.design import fit_design, held_out_design
 from radixflow.calibration.fit import fit_profile
 from radixflow.calibration.timing import TimedBatch, default_clock, round_noise_sigma, to_scheduler_output
-from radixflow.costmodel.hardware.profiles import HardwareProfile, load_profile, save_profile
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile, load_profile, save_profile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
@@ -145,3 +145,25 @@ def test_round_noise_is_the_log_spread_of_each_shapes_repeats_less_the_drift_bet
 def test_the_default_clock_is_the_cpu_one_on_any_spelling_of_the_cpu():
     assert default_clock("cpu") == default_clock("cpu:0") == "cpu"
     assert default_clock("cuda") == default_clock("cuda:1") == "wall"
+
+
+def test_the_stored_profile_says_which_runs_will_find_it(monkeypatch):
+    """The store is keyed by the model, float32 and this machine with calibrate's thread count
+    and device, so a run on other threads or in bfloat16 starts from the nominal prior; the
+    message said only "stored in PATH", and a user could not tell which runs would use it."""
+    import io
+
+    from rich.console import Console
+
+    from radixflow.calibration import command
+    from radixflow.calibration.run import CalibrationPlan
+    from radixflow.runners import profile_store
+
+    monkeypatch.setattr("radixflow.models.zoo.ensure_model", lambda model: model)
+    monkeypatch.setattr(profile_store, "store_key", lambda *a: a)
+    monkeypatch.setattr(profile_store, "save_stored", lambda profile, key: "/cache/p.json")
+    out = io.StringIO()
+    plan = CalibrationPlan(models=("qwen3_5-tiny",), threads=2)
+    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=300))
+    text = out.getvalue()
+    assert "/cache/p.json" in text and "float32" in text and "2 torch threads" in text and "cpu" in text

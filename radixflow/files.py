@@ -32,15 +32,13 @@ def write_whole(path: str | Path, text: str) -> None:
             out.write(text)
         return
     target = path.resolve()
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
         if target.exists():
             os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
-        replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    write_through(target, write)
 
 
 def write_through(path: str | Path, write: Callable[[Path], T]) -> T:

@@ -239,12 +239,14 @@ class RoundPlanner:
                 if other.id not in seen:
                     seen.add(other.id)
                     front.append(other)
-        late = [r for r in rest if overdue(r)] + behind
-        if late:  # past its FCFS bound, a request goes ahead of followers that are not
+        late = [r for r in rest if overdue(r)]
+        if late or behind:  # past its FCFS bound, a request goes ahead of followers that are not
             lead = {id(r) for r in leaders if r is not None}
-            ahead = [r for r in front if id(r) in lead or overdue(r)]
-            riders = [r for r in front if not (id(r) in lead or overdue(r))]
-            front, rest = ahead + late + riders, [r for r in rest if not overdue(r)]
+            stays = [id(r) in lead or overdue(r) for r in front]
+            ahead = [r for r, keep in zip(front, stays, strict=True) if keep]
+            riders = [r for r, keep in zip(front, stays, strict=True) if not keep]
+            moved = {id(r) for r in late}
+            front, rest = ahead + late + behind + riders, [r for r in rest if id(r) not in moved]
         scan.ahead.extendleft(reversed(front + rest))
 
     def _siblings(self, request: Request | None) -> list[Request]:

@@ -79,6 +79,20 @@ class PolicyResult:
     wall_mean_latency_s: float | None = None  # latencies with each round's wall time (`wall_times`)
     wall_worker_call_s: float | None = None
 
+    @property
+    def predictor_rounds(self) -> int | None:
+        """Rounds the predictor's error is taken over (after its first `PREDICTOR_WARMUP_ROUNDS`)."""
+        return None if self.predictor is None else self.predictor.rounds
+
+    @property
+    def predictor_median(self) -> float | None:
+        """The runner's round predictor's median error (None: it predicts nothing, or no round counted)."""
+        return None if self.predictor is None else self.predictor.median
+
+    @property
+    def predictor_p90(self) -> float | None:
+        return None if self.predictor is None else self.predictor.p90
+
     def to_dict(self) -> dict[str, object]:
         """Every field; None (JSON null) where a figure is undefined."""
         return asdict(self)

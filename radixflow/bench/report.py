@@ -33,6 +33,9 @@ ROWS: list[tuple[str, str, str]] = [
     ("agreement", "agreement", "{:.3f}"),
     ("median top-1 margin", "median_top1_margin", "{:.3f}"),
     ("outputs sha256", "outputs_sha256", "{:.12}"),
+    ("round predictor, rounds counted", "predictor_rounds", "{:d}"),
+    ("round predictor error, median", "predictor_median", "{:.1%}"),
+    ("round predictor error, p90", "predictor_p90", "{:.1%}"),
 ]
 MAX_REASONS = 5  # reason rows under "failed"; the rest are summed into one row
 MAX_IDS = 3  # request ids shown per reason

@@ -126,10 +126,12 @@ class TorchRunner:
         self.predictor = self._predictor(path, label) if predict_rounds else None
 
     def resolved(self) -> dict[str, object]:
-        """What runs here, ``auto`` resolved: the decode-step ``kernels`` and the ``matmul``
-        plan (None where no plan routes the matmuls: not CPU float32, torch's own GEMM runs)."""
+        """What runs here, ``auto`` resolved: the decode-step ``kernels``, the ``matmul`` plan
+        (None where no plan routes the matmuls: not CPU float32, torch's own GEMM runs) and the
+        prior the ``round_predictor`` started from (None where it predicts nothing)."""
         plan = None if self.matmul is None else self.matmul.plan.describe()
-        return {"kernels": self.kernels.name, "matmul": plan}
+        prior = None if self.predictor is None else self.predictor.source
+        return {"kernels": self.kernels.name, "matmul": plan, "round_predictor": prior}
 
     @property
     def round_predictor(self) -> LearnedRoundPredictor | None:

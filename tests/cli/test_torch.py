@@ -115,3 +115,18 @@ def test_bench_json_records_the_kernels_and_matmul_plan_that_ran_not_auto(tmp_pa
     assert config["matmul"] == "single=mkl decode=mkl prefill=mkl (given)"
     assert main([*argv, "--runner", "sim", "--json", str(sim)]) == 0
     assert not {"kernels", "matmul"} & set(json.loads(sim.read_text())["config"])
+
+
+def test_bench_shows_the_round_predictors_error_and_the_prior_it_started_from(tmp_path, capsys, monkeypatch):
+    """The torch runner's predictor error reached the JSON only, and what its prior was (a stored
+    profile, or the unmeasured nominal figures) was shown nowhere."""
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "store"))
+    out = tmp_path / "out.json"
+    argv = ["bench", "--model", "qwen3_5-tiny", *SMALL_WORKLOAD, "--policy", "native", "--runner", "torch"]
+    assert main([*argv, "--repeat", "3", "--json", str(out)]) == 0  # rounds past the first 5
+    shown = capsys.readouterr().out
+    config = json.loads(out.read_text())["config"]
+    assert config["round_predictor"].startswith("nominal, not measured")
+    rows = ("round predictor, rounds counted", "round predictor error, median", "round predictor error, p90")
+    assert all(row in shown for row in rows)
+    assert "round predictor's prior: nominal, not measured" in " ".join(shown.split())

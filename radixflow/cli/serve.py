@@ -122,9 +122,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     port = bound_port(sock)
     server = build_server(model, config, listen.host, port, listen.log_level)
+    prior = model.setup.choice.describe(model.setup.runner).get("round_predictor")
     print(
         f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
-        f"({options.torch_threads} torch threads, {config.tokenizer_threads} tokenizer threads)",
+        f"({options.torch_threads} torch threads, {config.tokenizer_threads} tokenizer threads; "
+        f"round predictor from {prior or 'nothing'})",
         file=sys.stderr,
     )
     server.run(sockets=[sock])

@@ -136,6 +136,7 @@ def test_a_second_ctrl_c_answers_every_client_then_exits_cleanly(server_process)
     # interrupted: not an abort (-6 / 134), and not 0 where the process started with SIGINT ignored
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
+    assert "tokenizer threads; round predictor from " in stderr  # its prior: stored profile or nominal
 
 
 def health_status(url: str) -> int | None:

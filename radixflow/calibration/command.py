@@ -85,22 +85,29 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         args.threads,
         args.clock or default_clock(args.device),
         kept=args.keep,
+        dtype=args.dtype,
     )
 
 
-def _own_fits(timed: list[TimedBatch], profile_models: list[str], device: str) -> dict[str, HardwareProfile]:
+def _own_fits(
+    timed: list[TimedBatch], profile_models: list[str], plan: CalibrationPlan
+) -> dict[str, HardwareProfile]:
     """Each model fitted on its own rounds alone (shown beside the joint fit; what the torch
     runner's round predictor starts from)."""
-    from radixflow.calibration.run import model_shape
-
     return {
-        model: refit(model, [t for t in timed if t.model == model], {model: model_shape(model)}, device)[0]
+        model: _own_fit(model, [t for t in timed if t.model == model], plan)
         for model in profile_models
     }
 
 
 def _median_error(profile: HardwareProfile) -> float:
     return float((profile.calibration or {})["errors"][0]["median_abs_error"])
+
+
+def _own_fit(model: str, timed: list[TimedBatch], plan: CalibrationPlan) -> HardwareProfile:
+    from radixflow.calibration.run import model_shape
+
+    return refit(model, timed, {model: model_shape(model)}, plan.device, plan.dtype)[0]
 
 
 def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, console: Console) -> None:
@@ -110,7 +117,7 @@ def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, cons
     from radixflow.runners.profile_store import save_stored, store_key
 
     for model, profile in own.items():
-        key = store_key(ensure_model(model), "float32", plan.device, plan.threads)  # calibration's dtype
+        key = store_key(ensure_model(model), plan.dtype, plan.device, plan.threads)
         try:
             path = save_stored(profile, key)
         except OSError as e:
@@ -119,7 +126,7 @@ def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, cons
         threads = f"{plan.threads} torch thread{'s' if plan.threads != 1 else ''}"
         console.print(
             f"{model}: round predictor profile stored in {path}; the torch runner starts from it on "
-            f"this machine for this model in float32 on {plan.device} with {threads} (other runs "
+            f"this machine for this model in {plan.dtype} on {plan.device} with {threads} (other runs "
             "start from the nominal prior)"
         )
 
@@ -179,12 +186,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
         except ProfileError as e:  # the fit gave figures outside a profile's bounds
             raise CalibrationUsageError(f"the timings fit no usable profile: {e}") from None
     timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
-    own_fits = _own_fits(timed, list(plan.models), plan.device)
+    own_fits = _own_fits(timed, list(plan.models), plan)
     own = {m: _median_error(p) for m, p in own_fits.items()} if len(plan.models) > 1 else {}
     if profile.calibration is not None:
         profile.calibration["own_fit_median_abs_error"] = own
         profile.calibration["threads"] = plan.threads
         profile.calibration["clock"] = plan.clock
+        profile.calibration["dtype"] = plan.dtype
     try:
         save_profile(profile, out)
     except OSError as e:  # a disk that filled while timing: one line, as bench says it

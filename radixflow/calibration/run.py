@@ -30,6 +30,11 @@ class CalibrationPlan:
     clock: str = "cpu"  # a name in engine.clocks.ROUND_CLOCKS
     seed: int = 1
     kept: str = "min"  # which of a round's repeated timings the fit takes (`timing.KEPT`)
+    dtype: str = "float32"  # the runner's weights and activations (a key of `DTYPE_BYTES`)
+
+
+# bytes per weight and KV element of each dtype the torch runner computes in
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def model_shape(model: str) -> ModelShape:
@@ -62,15 +67,22 @@ def calibrate(
     for model in plan.models:
         batches = design(plan, shapes[model])
         timed += time_batches(
-            model, plan.device, batches, plan.repeats, plan.threads, on_batch, plan.clock, plan.kept
+            model,
+            plan.device,
+            batches,
+            plan.repeats,
+            plan.threads,
+            on_batch,
+            plan.clock,
+            plan.kept,
+            plan.dtype,
         )
-    return refit(name, timed, shapes, plan.device)
+    return refit(name, timed, shapes, plan.device, plan.dtype)
 
 
 def refit(
-    name: str, timed: list[TimedBatch], shapes: dict[str, ModelShape], device: str
+    name: str, timed: list[TimedBatch], shapes: dict[str, ModelShape], device: str, dtype: str = "float32"
 ) -> tuple[HardwareProfile, list[ModelError]]:
-    dtype_bytes = 4  # the torch runner computes in float32 on every device here
-    profile = fit_profile(name, timed, shapes, dtype_bytes, device)
+    profile = fit_profile(name, timed, shapes, DTYPE_BYTES[dtype], device)
     errors = [ModelError(**e) for e in (profile.calibration or {}).get("errors", [])]
     return profile, errors

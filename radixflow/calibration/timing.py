@@ -120,6 +120,7 @@ def time_batches(
     on_batch: Callable[[], None] | None,
     clock: str,
     kept: str = "min",
+    dtype: str = "float32",
 ) -> list[TimedBatch]:
     """Each batch's worker-call times (``kept``: the figure of them the fit takes, `KEPT`); each
     repeat times every batch, in a fresh order. The runner predicts nothing here: its predictor's
@@ -136,7 +137,14 @@ def time_batches(
     try:
         blocks, slots = pool_sizes(batches)
         runner = TorchRunner(
-            ensure_model(model), BLOCK_SIZE, blocks, slots, device=device, label=model, predict_rounds=False
+            ensure_model(model),
+            BLOCK_SIZE,
+            blocks,
+            slots,
+            device=device,
+            dtype=getattr(torch, dtype),
+            label=model,
+            predict_rounds=False,
         )
         outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
         samples: list[list[float]] = [[] for _ in batches]

@@ -275,6 +275,11 @@ def torch_settings_problem(options: EngineOptions, local: bool = True) -> Proble
     return problem
 
 
+def resolved_dtype(name: str, device: str) -> Any:
+    """The torch dtype of option ``dtype`` on ``device`` (a refused pair raises `ProblemError`)."""
+    return _dtype(name, device)
+
+
 def _dtype(name: str, device: str) -> Any:
     """The runner's torch dtype for option ``dtype`` on ``device``; a refused pair is a `Problem`."""
     from radixflow.models.device import DeviceError, resolve_dtype

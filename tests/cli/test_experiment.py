@@ -129,6 +129,33 @@ def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys, zoo):
     assert stored is not None and stored.round_overhead_s == pytest.approx(data["round_overhead_s"])
 
 
+def test_calibrate_in_bfloat16_stores_the_fit_a_bfloat16_runner_starts_from(tmp_path, capsys, monkeypatch):
+    """calibrate had no --dtype: it timed and stored float32 only, so a run in bfloat16 (CUDA's
+    default) never found a profile and always started from the nominal prior."""
+    pytest.importorskip("torch")
+    import torch
+
+    from radixflow.models.zoo import ensure_model
+    from radixflow.runners.profile_store import load_stored, store_key
+    from radixflow.runners.torch_runner import TorchRunner
+
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))  # the store too: no other test finds it
+    profile = tmp_path / "bf16.json"
+    args = ["--max-tokens", "256", "--held-out", "2", "--repeats", "1", "--out", str(profile)]
+    assert main(["calibrate", "--model", "lfm2-tiny", "--dtype", "bfloat16", *args]) == 0
+    assert "in bfloat16 on cpu" in " ".join(capsys.readouterr().out.split())
+    assert json.loads(profile.read_text())["weight_bytes"] == 2
+    path = ensure_model("lfm2-tiny")
+    assert load_stored(store_key(path, "bfloat16", "cpu", 1)) is not None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runner = TorchRunner(path, 16, 16, 4, dtype=torch.bfloat16)
+    finally:
+        torch.set_num_threads(threads)
+    assert runner.round_predictor is not None and runner.round_predictor.source.startswith("profile")
+
+
 @pytest.mark.parametrize("device", ["cuda:7", "foo", "meta"])
 def test_calibrate_on_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, device):
     out = tmp_path / "p.json"

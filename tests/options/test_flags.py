@@ -52,7 +52,7 @@ def test_every_engine_option_is_a_flag_of_every_engine_command_with_one_help(com
 
 
 @pytest.mark.parametrize(
-    ("command", "names"), [("calibrate", ("device", "torch_threads")), ("experiment", ("device",))]
+    ("command", "names"), [("calibrate", ("device", "torch_threads", "dtype")), ("experiment", ("device",))]
 )
 def test_commands_that_take_a_few_engine_options_show_them_as_the_others_do(command, names):
     bench, other = _actions(_command("bench")), _actions(_command(command))

@@ -22,13 +22,13 @@ from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.engine.engine import RoundRecord
+from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.files import write_whole
 from radixflow.options import EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
-from radixflow.scheduler.request import Request
+from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.jsonl_trace import trace_text
 
 DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
@@ -84,12 +84,19 @@ def _run(
     with LoggedProgress(console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(requests) * len(names) * args.repeat)
 
-        def on_round(policy: str, record: RoundRecord, engine: object) -> None:
-            done = sum(1 for c in record.chunks if c[2] == len(by_id[c[0]].prompt))
-            progress.update(task, advance=done, description=f"{policy}: round {record.index + 1}")
+        def on_round(policy: str, record: RoundRecord, engine: Engine) -> None:
+            # a request ends with its prompt's last chunk, or fails with its round rolled back
+            rolled_back = record.error is not None
+            ended = {c[0] for c in record.chunks if rolled_back or c[2] == len(by_id[c[0]].prompt)}
+            if record.index == 0:  # a request refused at submit runs no chunk: done all the same
+                ended |= {r.id for r in engine.requests if r.status is RequestStatus.FAILED}
+            progress.update(task, advance=len(ended), description=f"{policy}: round {record.index + 1}")
 
         o = setup.options
         runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat)
+        # every request of every run has now finished or failed (one failed in a run that never
+        # ran a round, or at admission, ran no chunk): the bar ends at 100%
+        progress.update(task, completed=len(requests) * len(names) * args.repeat)
     if o.trace_out is not None:
         _write(Path(o.trace_out), lambda _: setup.flush_trace())
     return runs

@@ -157,6 +157,20 @@ def test_requests_that_cannot_run_are_reported_with_their_reason(tmp_path, capsy
         assert "does not fit" in reasons["long"]
 
 
+def test_the_bench_progress_in_a_log_reaches_every_request_even_those_that_fail(
+    tmp_path, capsys, monkeypatch
+):
+    # a request refused at submit never runs a chunk: it still counts as done, so the log's last
+    # line says 100% rather than stopping short with an ETA
+    monkeypatch.setattr("radixflow.progress.QUIET_S", 0.0)
+    rows = [{"id": "ok", "prompt": list(range(40))}, {"id": "oov", "prompt": [1, 2, 10**9]}]
+    trace = _trace(tmp_path / "t.jsonl", rows)
+    assert main(["bench", "--trace", str(trace), "--policy", "native", "--policy", "radixflow"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "/4 (" in line]
+    assert lines and "4/4 (100%)" in lines[-1]
+    assert [line.split(": ")[0] for line in lines] == ["native", "radixflow"]
+
+
 def test_exit_1_and_null_figures_when_no_request_completes(tmp_path, capsys):
     trace = _trace(tmp_path / "t.jsonl", [{"id": "oov", "prompt": [10**9]}])
     out = tmp_path / "out.json"

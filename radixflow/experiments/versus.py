@@ -10,6 +10,7 @@ than the better baseline by > 1%.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def summary(rows: list[Versus], policy: str) -> list[str]:
     p99_bad = [r for r in rows if r.p99 > P99_SLACK]
     control_bad = [r for r in control if r.mean > WITHIN]
     differ = sum(not r.same_outputs for r in rows)
-    median = sorted(r.mean for r in hybrid)[n // 2]
+    median = statistics.median(r.mean for r in hybrid)
 
     def mark(ok: bool) -> str:
         return "met" if ok else "**not met**"

@@ -84,3 +84,12 @@ def test_a_cell_is_labelled_by_the_fixed_cost_its_runner_charged_or_none():
     text = "\n".join(versus_section([sim, torch]))
     assert "- +50.0% (p99 +0.0%): m, grouped, poisson 50/s, 2.5 ms, 8 contexts, seed 0" in text
     assert "- +50.0% (p99 +0.0%): m, grouped, poisson 50/s, 8 contexts, seed 0" in text
+
+
+def test_the_median_hybrid_cell_of_an_even_count_is_the_mean_of_the_middle_two():
+    # two cells, -10% and +2%: the median is -4%, not the upper one (+2%)
+    rows = [
+        Versus(cell(seed=0), True, -0.1, 0.0, True, 3.0),
+        Versus(cell(seed=1), True, 0.02, 0.0, True, 3.0),
+    ]
+    assert "| median hybrid cell | -4.0% | |" in "\n".join(summary(rows, "adaptive"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, ProgressColumn, TaskID
 
 LOG_STEPS = 20  # lines per task when the output is not a terminal: one every 5%
@@ -29,8 +30,16 @@ class LoggedProgress(Progress):
         self._quiet_s = QUIET_S if quiet_s is None else quiet_s
         self._logged: dict[TaskID, int] = {}  # task -> the last step it printed
 
+    def add_task(self, description: str, *args: Any, **kwargs: Any) -> TaskID:
+        """As rich's; the description is shown as given (see `update`)."""
+        return super().add_task(escape(description), *args, **kwargs)
+
     def update(self, task_id: TaskID, **kwargs: Any) -> None:
-        """As rich's (mutates the task); may print a line."""
+        """As rich's (mutates the task); may print a line. A description is shown as given, never
+        read as markup: it holds names from the user (a grid's "load [req/s]" lost its brackets,
+        and one holding "[/x]" raised a MarkupError)."""
+        if isinstance(kwargs.get("description"), str):
+            kwargs["description"] = escape(kwargs["description"])
         super().update(task_id, **kwargs)
         self._log(task_id)
 
@@ -55,6 +64,7 @@ class LoggedProgress(Progress):
             f"{task.description}: {task.completed:.0f}/{task.total:.0f} ({task.completed / task.total:.0%}), "
             f"{elapsed:.0f} s, ETA {max(eta, 0.0):.0f} s",
             highlight=False,
+            soft_wrap=True,  # one line in a log however long (a console off a terminal is 80 wide)
         )
 
 

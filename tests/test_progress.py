@@ -46,3 +46,28 @@ def test_a_short_task_prints_no_lines():
 def test_a_terminal_or_a_task_without_a_total_prints_no_lines():
     assert run(Console(file=io.StringIO(), force_terminal=True, width=200), 100, [1] * 100) == []
     assert run(Console(file=io.StringIO(), force_terminal=False, width=200), None, [1] * 10) == []
+
+
+def test_a_description_is_shown_as_given_never_read_as_markup():
+    # a grid named "load [req/s]" lost its brackets, and one holding "[/x]" ended the run with a
+    # MarkupError, in a log and on a terminal alike
+    for terminal in (False, True):
+        console = Console(file=io.StringIO(), force_terminal=terminal, width=200)
+        with LoggedProgress(console=console, quiet_s=0.0) as progress:
+            task = progress.add_task("grid [req/s]", total=2)
+            progress.advance(task)
+            progress.update(task, description="grid [/x]", advance=1)
+        text = console.file.getvalue()
+        if not terminal:
+            assert "grid [req/s]: 1/2 (50%)" in text and "grid [/x]: 2/2 (100%)" in text
+
+
+def test_a_line_in_a_log_is_one_line_however_long():
+    # a log is read (and grepped) line by line: a long description is not wrapped at 80 columns
+    console = Console(file=io.StringIO(), force_terminal=False, width=80)
+    description = "experiment: grid " + "/very/long/checkpoint" * 5
+    with LoggedProgress(console=console, quiet_s=0.0) as progress:
+        task = progress.add_task(description, total=1)
+        progress.advance(task)
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{description}: 1/1 (100%), ")

@@ -110,13 +110,14 @@ def _rows(results: list[PolicyResult]) -> tuple[list[Text], list[tuple[str, list
 def _table(
     title: str | None, headers: list[Text], rows: list[tuple[str, list[str]]], columns: list[int]
 ) -> Table:
-    """The metric column and ``columns`` (indices into ``headers``); no cell wraps or is cut."""
-    table = Table(title=title)
+    """The metric column and ``columns`` (indices into ``headers``); no cell wraps or is cut. Every
+    text as Text, never read as markup: ids, reasons and the model's name come from the user."""
+    table = Table(title=None if title is None else Text(title))
     table.add_column("metric", no_wrap=True)
     for c in columns:
         table.add_column(headers[c], justify="right", no_wrap=True)
     for label, cells in rows:
-        table.add_row(label, *(cells[c] for c in columns))
+        table.add_row(Text(label), *(Text(cells[c]) for c in columns))
     return table
 
 

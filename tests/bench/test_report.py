@@ -99,3 +99,14 @@ def test_a_wide_console_gets_one_table() -> None:
     assert sum(line.startswith("┏") for line in lines) == 1
     header = "".join(lines[:6])
     assert "radixflow" in header and "vs native" in header
+
+
+def test_ids_reasons_and_the_title_are_shown_as_given_never_read_as_markup():
+    # request ids come from the user's trace: "[/x]" raised a MarkupError after every run (before
+    # --json was written) and "[red]" vanished
+    fails = (Failure("[/x]", "bad [token]"), Failure("[red]", "bad [token]"))
+    native = replace(BASE, completed=2, failed=2, requests=4, failures=fails)
+    console = Console(file=io.StringIO(), width=200, record=True)
+    render([native], "model [/dir]", console)
+    text = console.export_text()
+    assert "2 ([/x], [red])" in text and "bad [token]" in text and "model [/dir]" in text

@@ -172,7 +172,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"{config.name}: {counted(len(result.results), 'cell')} ({result.ran} run, {cached} from cache) in "
         f"{result.wall_s:.0f} s → {result.out / 'results.json'}, {result.out / 'report.md'}, "
-        f"{counted(len(result.plots), 'plot')}"
+        f"{counted(len(result.plots), 'plot')}",
+        markup=False,  # the names are the user's (--out "o[red]" lost its brackets)
+        soft_wrap=True,  # one line, so a path is never cut where a log is 80 columns wide
     )
     return _exit_code(result.results)
 

@@ -45,6 +45,17 @@ def test_experiment_command_writes_results_and_skips_cached_cells(tmp_path, caps
     assert "1 cell (0 run, 1 from cache)" in capsys.readouterr().out
 
 
+def test_the_summary_names_the_output_directory_as_given(tmp_path, capsys):
+    # the line was read as rich markup: --out "o[red]" was shown as "o/results.json" (a path that
+    # is not there), and "o[/x]" ended a finished run with a MarkupError traceback
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    for name in ("o[red]", "o[/x]"):
+        out = tmp_path / name
+        assert main(["experiment", str(config), "--out", str(out)]) == 0
+        assert f"{out / 'results.json'}, {out / 'report.md'}" in capsys.readouterr().out
+
+
 def test_an_interrupted_experiment_says_its_finished_cells_are_kept_and_a_rerun_resumes(
     tmp_path, capsys, monkeypatch
 ):

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
@@ -121,13 +123,15 @@ def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, cons
         try:
             path = save_stored(profile, key)
         except OSError as e:
-            console.print(f"[yellow]warning:[/] {model}'s round profile not stored: {e.strerror or e}")
+            why = escape(str(e.strerror or e))
+            console.print(f"[yellow]warning:[/] {escape(model)}'s round profile not stored: {why}")
             continue
         threads = f"{plan.threads} torch thread{'s' if plan.threads != 1 else ''}"
         console.print(
             f"{model}: round predictor profile stored in {path}; the torch runner starts from it on "
             f"this machine for this model in {plan.dtype} on {plan.device} with {threads} (other runs "
-            "start from the nominal prior)"
+            "start from the nominal prior)",
+            markup=False,  # a model may be a directory, named as given
         )
 
 
@@ -147,7 +151,7 @@ def render(errors: list[ModelError], own: dict[str, float], console: Console) ->
         ]
         if own:
             row.append(f"{own[e.model]:.1%}")
-        table.add_row(*row)
+        table.add_row(*map(Text, row))  # a model as given (a directory), never read as markup
     console.print(table)
 
 
@@ -201,8 +205,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render(errors, own, console)
     worst = max(e.median_abs_error for e in errors)
     verdict = "within" if worst <= ACCEPTABLE else "OVER"
+    # the path as given, never read as markup (--out "p[red].json" was shown as p.json), on one line
+    plain = {"markup": False, "soft_wrap": True}
     console.print(
-        f"worst median error {worst:.1%} ({verdict} the {ACCEPTABLE:.0%} target); profile written to {out}"
+        f"worst median error {worst:.1%} ({verdict} the {ACCEPTABLE:.0%} target); profile written to {out}",
+        **plain,
     )
-    console.print(f"use it with: radixflow bench --runner sim --hardware {out}")
+    console.print(f"use it with: radixflow bench --runner sim --hardware {out}", **plain)
     return 0

@@ -167,6 +167,17 @@ def test_calibrate_in_bfloat16_stores_the_fit_a_bfloat16_runner_starts_from(tmp_
     assert runner.round_predictor is not None and runner.round_predictor.source.startswith("profile")
 
 
+def test_calibrate_names_its_output_as_given(tmp_path, capsys, zoo, monkeypatch):
+    # its closing lines were read as rich markup: --out "p[red].json" was shown as "p.json"
+    pytest.importorskip("torch")
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))  # the store too: no other test finds it
+    profile = tmp_path / "p[red].json"
+    args = ["--max-tokens", "256", "--held-out", "2", "--repeats", "1", "--out", str(profile)]
+    assert main(["calibrate", "--model", "lfm2-tiny", *args]) == 0
+    shown = capsys.readouterr().out
+    assert f"profile written to {profile}" in shown and f"--hardware {profile}" in shown
+
+
 @pytest.mark.parametrize("device", ["cuda:7", "foo", "meta"])
 def test_calibrate_on_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, device):
     out = tmp_path / "p.json"

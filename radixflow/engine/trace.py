@@ -53,6 +53,7 @@ class TraceFile:
     def __init__(self, path: Path, metadata: Mapping[str, object]) -> None:
         self.path = path
         self.error: str | None = None
+        self.failure: OSError | None = None  # the failed write (``error`` says it in words)
         self._pending: list[Event] = []
         self._written = 0
         self._pids = itertools.count(1)
@@ -100,7 +101,7 @@ class TraceFile:
                 f.write(_CLOSE)
                 f.truncate()
         except OSError as e:
-            self.error = f"cannot write {self.path}: {e.strerror or e}"
+            self.error, self.failure = f"cannot write {self.path}: {e.strerror or e}", e
             raise
         self._end, self._written = end, self._written + len(events)
 

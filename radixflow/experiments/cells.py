@@ -38,6 +38,7 @@ from radixflow.experiments.costcheck import (
 from radixflow.fleet import RouterConfig, make_router
 from radixflow.options import EngineOptions, EngineSetup, RunnerChoice, plan_engine
 from radixflow.options.runners import runner_name
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
@@ -159,7 +160,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         ran += zip(group, runs, strict=True)
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate, pressure)
-    setup.flush_trace()  # the cell's trace_out, if it has one: a process per variant run
+    _flush_trace(setup)  # the cell's trace_out, if it has one: a process per variant run
     if plan.choice.name == "torch" and ran:
         _cost_check(ran, results, timed.runner.cpu_s, requests, s, plan.choice)
     return {
@@ -172,6 +173,16 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _flush_trace(setup: EngineSetup) -> None:
+    """The cell's trace written; one the disk refuses is the cell's failure, named by its key
+    (`ProblemError`), as a trace that cannot be opened is."""
+    try:
+        setup.flush_trace()
+    except OSError as e:
+        problem = Problem("trace_out", f"cannot write {setup.options.trace_out}: {e.strerror or e}")
+        raise ProblemError(problem) from None
 
 
 def _variant_cache(setup: EngineSetup, variant: Variant) -> EngineSetup:

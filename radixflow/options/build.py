@@ -75,9 +75,13 @@ class EngineSetup:
         return None if self.trace is None else self.trace.recorder(label)
 
     def flush_trace(self) -> None:
-        """Write out the trace recorded so far (raises OSError); no-op without a trace."""
+        """Write out the trace recorded so far; no-op without a trace. Raises OSError, also for a
+        flush while the engines ran that failed (only logged then: the trace ends there), so a
+        run's last flush never reports a trace cut short as written."""
         if self.trace is not None:
             self.trace.flush()
+            if self.trace.failure is not None:
+                raise self.trace.failure
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,25 @@ def test_the_bench_progress_in_a_log_reaches_every_request_even_those_that_fail(
     assert [line.split(": ")[0] for line in lines] == ["native", "radixflow"]
 
 
+def test_a_trace_the_disk_refuses_while_running_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    # a flush while the policies ran failed (a warning in the log), and the last flush then said
+    # nothing: exit 0 with a trace cut short
+    import builtins
+    import errno
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if mode == "r+b":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return builtins.open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("radixflow.engine.trace.open", full_disk, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace.FLUSH_EVERY_S", 0.0)  # every round flushes
+    path = tmp_path / "t.json"
+    assert main([*SMALL_BENCH, "--policy", "native", "--trace-out", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"radixflow: error: cannot write {path}: No space left on device"
+
+
 def test_exit_1_and_null_figures_when_no_request_completes(tmp_path, capsys):
     trace = _trace(tmp_path / "t.jsonl", [{"id": "oov", "prompt": [10**9]}])
     out = tmp_path / "out.json"

@@ -506,6 +506,30 @@ def test_a_cell_that_fails_as_it_runs_is_one_line_naming_the_cell_and_its_key(tm
     assert "--trace-out" not in line
 
 
+def _trace_writes_fail(monkeypatch) -> None:
+    """The trace file opens, and every later write to it fails as a full disk does."""
+    import builtins
+    import errno
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if mode == "r+b":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return builtins.open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("radixflow.engine.trace.open", full_disk, raising=False)
+
+
+def test_a_cells_trace_the_disk_refuses_is_one_line_naming_the_cell(tmp_path, capsys, monkeypatch):
+    # the trace opened, then its write at the cell's end failed: an OSError traceback
+    _trace_writes_fail(monkeypatch)
+    config = tmp_path / "c.toml"
+    config.write_text(_grid('name = "traced"', f'trace_out = "{tmp_path / "t.json"}"'))
+    code, err = _run(["experiment", str(config), "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "cell 'traced'" in line and "No space left on device" in line, line
+    assert "trace_out: cannot write" in line
+
+
 @pytest.mark.parametrize("where", ["defaults", "grid"])
 def test_a_runner_build_refusal_names_the_config_key_it_came_from(tmp_path, capsys, where):
     # it said "kernels: ... not cpu in torch.bfloat16": no key path, and a torch repr for the dtype

@@ -21,6 +21,12 @@ class Failure:
     reasons: list[str]
 
 
+def md_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table row: a ``|`` escaped and a line break made a space
+    (a grid's name or a failure's reason would otherwise split the row into other columns)."""
+    return " ".join(text.splitlines()).replace("|", "\\|")
+
+
 def failures(results: Iterable[CellResult]) -> list[Failure]:
     """Every variant of every distinct cell with failed requests, in config order."""
     out = []
@@ -46,8 +52,8 @@ def failure_section(results: list[CellResult]) -> list[str]:
         return []
     head = "| cell | model | variant | failed | reasons |"
     rows = [
-        f"| {f.group} `{f.key}` | {f.model} | {f.variant} | {f.failed} of {f.requests} | "
-        + "; ".join(r.replace("|", "\\|") for r in f.reasons)
+        f"| {md_cell(f.group)} `{f.key}` | {md_cell(f.model)} | {f.variant} | {f.failed} of {f.requests} | "
+        + "; ".join(md_cell(r) for r in f.reasons)
         + " |"
         for f in found
     ]

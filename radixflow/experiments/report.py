@@ -20,7 +20,7 @@ from radixflow.experiments.analysis import (
     span,
     varying,
 )
-from radixflow.experiments.failures import failure_section
+from radixflow.experiments.failures import failure_section, md_cell
 from radixflow.experiments.versus import versus_section
 from radixflow.problems import counted
 
@@ -255,7 +255,7 @@ def cost_check(results: list[CellResult]) -> list[str]:
 
 
 def _cell_row(c: Comparison, cols: list[str]) -> str:
-    settings = [str(c.settings.get(k)) for k in cols]
+    settings = [md_cell(str(c.settings.get(k))) for k in cols]
     figures = [
         f"{c.base['rounds']} → {c.new['rounds']}",
         pct(c.change["rounds"]),
@@ -264,7 +264,7 @@ def _cell_row(c: Comparison, cols: list[str]) -> str:
         pct(c.change["reuse_rate"], True),
         pct(c.change["goodput_rps"]),
     ]
-    return "| " + " | ".join([c.model, *settings, c.variant, *figures]) + " |"
+    return "| " + " | ".join([md_cell(c.model), *settings, c.variant, *figures]) + " |"
 
 
 def group_tables(comps: list[Comparison]) -> list[str]:

@@ -683,3 +683,14 @@ def test_a_plot_that_fails_part_way_leaves_no_half_written_png(tmp_path, monkeyp
         write_plots([result], tmp_path)
     assert out.read_bytes() == b"the previous plot"
     assert [p.name for p in tmp_path.iterdir()] == ["latency_cdf.png"]
+
+
+def test_a_failed_requests_row_keeps_its_columns_whatever_its_grid_and_reasons_hold():
+    # a grid "H100 | batch" or a reason over two lines split the row into other columns
+    from radixflow.experiments.failures import failure_section
+
+    variant = {"variant": "native", "completed": 1, "failures": [{"id": "r", "reason": "bad\ntoken | id"}]}
+    cell = {"key": "k", "cell": {"group": "H100 | batch"}, "model": "m", "requests": 2, "results": [variant]}
+    rows = [line for line in failure_section([cell]) if line.startswith("| H100")]
+    assert len(rows) == 1 and len(re.findall(r"(?<!\\)\|", rows[0])) == 6, rows
+    assert "H100 \\| batch" in rows[0] and "bad token \\| id" in rows[0]

@@ -231,14 +231,15 @@ def cost_check(results: list[CellResult]) -> list[str]:
             if error is not None:
                 errors.append(abs(error))
             shown = "–" if predicted is None else f"{predicted:.2f}"
+            clock = c.get("runner_settings", {}).get("clock", "wall")  # the engine's: a cell may set cpu
             rows.append(
-                f"| {c['model']} | {v['variant']} | {v['rounds']} | {v['worker_call_s']:.2f} | "
+                f"| {c['model']} | {v['variant']} | {v['rounds']} | {v['worker_call_s']:.2f} ({clock}) | "
                 f"{v['worker_measured_s']:.2f} ({v['worker_clock']}) | {shown} | {pct(error)} |"
             )
     if not rows:
         return []
     head = [
-        "| model | variant | rounds | worker-call wall time (s) | measured worker time (s, clock) | "
+        "| model | variant | rounds | worker-call time (s, engine clock) | measured worker time (s, clock) | "
         "predicted by the profile (s) | error |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]

@@ -694,3 +694,18 @@ def test_a_failed_requests_row_keeps_its_columns_whatever_its_grid_and_reasons_h
     rows = [line for line in failure_section([cell]) if line.startswith("| H100")]
     assert len(rows) == 1 and len(re.findall(r"(?<!\\)\|", rows[0])) == 6, rows
     assert "H100 \\| batch" in rows[0] and "bad token \\| id" in rows[0]
+
+
+def test_the_cost_check_says_which_clock_each_worker_call_time_is_on():
+    # a torch cell on the CPU clock had its CPU time shown under "worker-call wall time"
+    from radixflow.experiments.report import cost_check
+
+    variant = {"variant": "native", "rounds": 3, "worker_call_s": 0.5, "worker_measured_s": 0.5}
+    variant |= {"worker_clock": "cpu", "predicted_worker_s": 0.4, "prediction_error": -0.2}
+    cells = [
+        {"model": "m", "runner_settings": {"clock": clock}, "results": [variant]} for clock in ("wall", "cpu")
+    ]
+    lines = cost_check(cells)
+    assert "worker-call wall time" not in "\n".join(lines)
+    rows = [line for line in lines if line.startswith("| m |")]
+    assert [row.split(" | ")[3] for row in rows] == ["0.50 (wall)", "0.50 (cpu)"]

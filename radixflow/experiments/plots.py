@@ -167,7 +167,8 @@ def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Pat
 
 
 def write_plots(results: list[CellResult], out: Path) -> list[str]:
-    """Write every plot the data supports; returns their file names (relative to ``out``)."""
+    """Write every plot the data supports, removing any other of these names an earlier run left;
+    returns their file names (relative to ``out``)."""
     comps = comparisons(results)
     made = []
     jobs = [
@@ -182,4 +183,6 @@ def write_plots(results: list[CellResult], out: Path) -> list[str]:
     for name, job in jobs:  # each PNG whole or not at all (matplotlib writes as it renders)
         if write_output(out / name, lambda p, job=job: write_through(p, job)):
             made.append(name)
+        else:  # an earlier run's plot of it would sit beside results it no longer belongs to
+            write_output(out / name, lambda p: p.unlink(missing_ok=True))
     return made

@@ -709,3 +709,17 @@ def test_the_cost_check_says_which_clock_each_worker_call_time_is_on():
     assert "worker-call wall time" not in "\n".join(lines)
     rows = [line for line in lines if line.startswith("| m |")]
     assert [row.split(" | ")[3] for row in rows] == ["0.50 (wall)", "0.50 (cpu)"]
+
+
+def test_a_plot_this_run_does_not_make_is_not_left_from_an_earlier_run(tmp_path):
+    # a re-run of an edited config (no Poisson load sweep now) left the old latency_vs_load.png
+    # beside a report and results it no longer belongs to
+    from radixflow.experiments.plots import write_plots
+
+    stale = tmp_path / "latency_vs_load.png"
+    stale.write_bytes(b"the previous run's plot")
+    variant = {"variant": "native", "completed": 2, "latencies_s": [0.1, 0.2], "rounds": 2}
+    result = {"key": "k", "cell": {"runner": "sim", "workload": {"order": "grouped", "arrival": "batch"}}}
+    made = write_plots([result | {"model": "m", "hybrid": True, "results": [variant]}], tmp_path)
+    assert made == ["latency_cdf.png", "rounds.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == made

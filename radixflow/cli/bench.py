@@ -72,7 +72,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     render([r.result for r in runs], title, console)
     if config.get("round_predictor") is not None:  # the rows above are its error from this prior
-        console.print(f"round predictor's prior: {config['round_predictor']}", highlight=False)
+        prior = f"round predictor's prior: {config['round_predictor']}"  # a profile's name is not markup
+        console.print(prior, highlight=False, markup=False, soft_wrap=True)
     _write_outputs(args, BenchReport(workload, config, runs))
     return _exit_code(runs)
 

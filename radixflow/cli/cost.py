@@ -125,7 +125,8 @@ def _rate(amount: float, seconds: float, scale: float) -> str:
 
 def _print(cost: RoundBreakdown, what: str, round_: str, console: Console) -> None:
     total = cost.seconds
-    console.print(f"{what} (tp {cost.tp}): {round_}: {total * 1e3:.3f} ms", soft_wrap=True, highlight=False)
+    line = f"{what} (tp {cost.tp}): {round_}: {total * 1e3:.3f} ms"  # a checkpoint's name is not markup
+    console.print(line, soft_wrap=True, highlight=False, markup=False)
     table = Table()
     for column in ("term", "ms", "share", "TFLOP/s", "GB/s"):
         table.add_column(column, justify="left" if column == "term" else "right")

@@ -126,3 +126,14 @@ def test_a_zoo_name_is_costed_as_calibrate_fitted_it(capsys):
         argv = [r["model"], "--hardware", str(path), "--prefill", str(length), "--context", str(start)]
         predicted = cost(capsys, *argv)["seconds"]
         assert abs(predicted / r["seconds"] - 1) <= worst[r["model"]] + 1e-3, (r, predicted)
+
+
+def test_a_checkpoint_directory_is_named_as_given_never_read_as_markup(tmp_path, capsys, zoo):
+    """The first line read the model's name as rich markup: a directory `m[red]` showed as `m`."""
+    from radixflow.models.zoo import ensure_model
+
+    model = tmp_path / "m[red]"
+    model.mkdir()
+    (model / "config.json").write_text((ensure_model("qwen3_5-tiny") / "config.json").read_text())
+    assert main(["cost", str(model), "--prefill", "16"]) == 0
+    assert "m[red]" in capsys.readouterr().out

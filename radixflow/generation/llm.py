@@ -41,6 +41,7 @@ Messages = Sequence[Mapping[str, Any]]
 Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
+CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
 
 
 class GenerationError(RuntimeError):
@@ -55,8 +56,11 @@ class LLM:
     ``model`` is a zoo name or a checkpoint directory; ``options`` are `EngineOptions` fields
     (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ``seed``, ...), checked
     as every other door checks them: a bad one raises `ProblemError` (a ValueError) naming it.
-    ``torch_threads`` sets torch's one intra-op pool for the whole process, and is not restored:
-    an LLM has no close (it holds its engine while it lives).
+    ``torch_threads`` sets torch's one intra-op pool for the whole process, and is not restored.
+
+    `close` (or leaving a ``with LLM(...) as llm:`` block) lets go of the engine: the weights, the
+    KV and state pools and the cache are freed once nothing else holds them, and a closed LLM
+    refuses every further call with RuntimeError.
     """
 
     def __init__(self, model: str, **options: Any) -> None:
@@ -67,8 +71,8 @@ class LLM:
 
     def _open(self, options: EngineOptions) -> None:
         self.options = options
-        self.model: LoadedModel = load_model(self.options)
-        self.engine: Engine = self.model.engine(round_history=ROUND_HISTORY)
+        self._model: LoadedModel | None = load_model(self.options)
+        self._engine: Engine | None = self._model.engine(round_history=ROUND_HISTORY)
         self._ids = itertools.count()
         # held while a call steps the engine: a second call meanwhile (another thread, or a
         # progress hook) would step it too, running the first call's requests unobserved
@@ -81,6 +85,40 @@ class LLM:
         llm = cls.__new__(cls)
         llm._open(options)  # noqa: SLF001 (its own class; __init__ would warn again)
         return llm
+
+    @property
+    def model(self) -> LoadedModel:
+        """The model, its tokenizer and engine setup; RuntimeError once closed."""
+        if self._model is None:
+            raise RuntimeError(CLOSED)
+        return self._model
+
+    @property
+    def engine(self) -> Engine:
+        """The engine every call steps; RuntimeError once closed."""
+        if self._engine is None:
+            raise RuntimeError(CLOSED)
+        return self._engine
+
+    def close(self) -> None:
+        """Let go of the engine and the model (their memory is freed once nothing else holds
+        them; torch keeps freed GPU memory cached for reuse until `torch.cuda.empty_cache`) and
+        write the trace. Closing twice does nothing; RuntimeError while a call runs (its requests
+        would lose their engine)."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this LLM is running a call: close it once the call returns")
+        try:
+            if self._engine is not None:
+                self._flush_trace()
+            self._engine = self._model = None
+        finally:
+            self._busy.release()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def tokenizer(self) -> TextTokenizer:

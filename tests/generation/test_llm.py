@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import threading
+import weakref
 from dataclasses import replace
 from functools import partial
 
@@ -608,3 +610,30 @@ def test_a_second_ctrl_c_while_a_call_cleans_up_leaves_nothing_behind(zoo, batch
     llm.engine.check_integrity()
     again = llm.generate(PROMPTS[:2], GREEDY)
     assert [o.token_ids for o in again] == [o.token_ids for o in batch[:2]]
+
+
+def test_close_lets_go_of_the_engine_and_a_closed_llm_refuses_calls(zoo):
+    """An LLM had no close: its weights, pools and cache lived as long as any reference to it."""
+    with LLM(MODEL, kv_blocks=256, state_slots=64) as llm:
+        runner = weakref.ref(llm.engine.runner)
+        (out,) = llm.generate(PROMPTS[3], GREEDY)
+
+        def close_meanwhile(done: int, total: int) -> None:
+            with pytest.raises(RuntimeError, match="running a call"):
+                llm.close()
+
+        assert llm.generate(PROMPTS[3], GREEDY, progress=close_meanwhile)[0].token_ids == out.token_ids
+    gc.collect()
+    assert runner() is None  # nothing of the engine is held any more
+    calls = [
+        partial(llm.generate, PROMPTS[3], GREEDY),
+        partial(llm.chat, [{"role": "user", "content": "hi"}]),
+        partial(llm.score, [5, 6], [[7]]),
+        partial(llm.score_many, [[5, 6]], [[[7]]]),
+        partial(llm.scoring_problem, [5, 6], [[7]]),
+        lambda: llm.tokenizer,
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=r"^this LLM is closed"):
+            call()
+    llm.close()  # again: nothing to do

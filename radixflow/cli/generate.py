@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="choices per prompt (they share the prompt in the cache; with --seed each has its own stream)",
     )
-    g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 is greedy")
+    g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 (or below 1e-5) is greedy")
     g.add_argument(
         "--top-p",
         type=float_arg(high=1.0, positive=True),

@@ -14,6 +14,9 @@ from radixflow.scheduler.token_sequences import open_choices, sequences_problem
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
 MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's does
+# a temperature below this is greedy, as vLLM's (its _SAMPLING_EPS): drawing at 1e-6 changed
+# nothing but a tie for the best token, broken at random instead of by token id
+GREEDY_BELOW = 1e-5
 _MASK64 = (1 << 64) - 1
 
 
@@ -42,11 +45,12 @@ class FinishReason(Enum):
 class SamplingParams:
     """How to pick each generated token. The default is one greedy token.
 
-    ``temperature`` 0 is greedy; otherwise the distribution is scaled by ``1/temperature``, tokens
-    less likely than ``min_p`` times the most likely one are dropped (vLLM's min-p; 0: none), and
-    what is left is cut to the ``top_k`` most likely tokens (0: no cut) and to the smallest set
-    whose probability reaches ``top_p``. With a ``seed`` the tokens depend only on the seed, the model and the
-    sequence so far, never on what else shares the round.
+    ``temperature`` 0 (or below `GREEDY_BELOW`, 1e-5, as vLLM rules) is greedy; otherwise the
+    distribution is scaled by ``1/temperature``, tokens less likely than ``min_p`` times the most
+    likely one are dropped (vLLM's min-p; 0: none), and what is left is cut to the ``top_k`` most
+    likely tokens (0: no cut) and to the smallest set whose probability reaches ``top_p``. With a
+    ``seed`` the tokens depend only on the seed, the model and the sequence so far, never on what
+    else shares the round.
 
     Before a token is picked (greedy too) its logits are adjusted, in vLLM's order: ``logit_bias``
     ``(token, bias)`` pairs are added; ``repetition_penalty`` divides the positive logits of every
@@ -154,7 +158,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
     @property
     def adjusts_logits(self) -> bool:

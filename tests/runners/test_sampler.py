@@ -23,6 +23,22 @@ def logits_batch(rows: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 2
 
 
+def test_a_temperature_below_1e_5_is_greedy_as_in_vllm():
+    """temperature 1e-6 drew among the tokens tied for the best (greedy takes the first) and
+    advanced the generator of unseeded requests; vLLM treats it as greedy."""
+    logits = torch.zeros(20, VOCAB)
+    logits[:, [3, 9]] = 5.0
+    for t in (1e-6, 9.9e-6):
+        assert SamplingParams(temperature=t).greedy
+        rows = [SampleRow(replace(HOT, temperature=t, seed=s), 0) for s in range(20)]
+        assert {s.token for s in Sampler().sample(logits, rows)} == {3}
+    sampler = Sampler(seed=1)
+    before = sampler.generator.get_state()
+    sampler.sample(logits[:1], [SampleRow(replace(HOT, temperature=1e-6), 0)])
+    assert torch.equal(sampler.generator.get_state(), before)
+    assert not SamplingParams(temperature=1e-5).greedy  # from there on, a temperature samples
+
+
 def test_greedy_reports_the_raw_distribution():
     logits = logits_batch(3)
     params = [SamplingParams(), SamplingParams(logprobs=8), SamplingParams(logprobs=2)]

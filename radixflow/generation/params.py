@@ -13,6 +13,10 @@ MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's l
 # Characters of stop strings one request may list, in all: each is searched for on every token
 # (on the engine thread, beside every other request), a long one over its length
 MAX_STOP_CHARS = 4096
+# Characters of guided choices and of bad words one request may list, in all: the output's tokens
+# are followed against every choice and every banned word on every step, on the engine thread
+MAX_CHOICE_CHARS = 16384
+MAX_BAD_WORD_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,6 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", "must be a string or a list of strings")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
-        chars = sum(len(s) for s in self.stop)
-        if chars > MAX_STOP_CHARS:
-            return Problem("stop", f"at most {MAX_STOP_CHARS} characters of stop strings in all, got {chars}")
         if self.guided_choice == ():  # asked for a choice of nothing: no text could be one
             return Problem("guided_choice", "must not be empty (leave it out for free text)")
         choices = () if self.guided_choice is None else self.guided_choice
@@ -73,6 +74,14 @@ class SamplingParams(TokenSamplingParams):
             problem = _texts_problem(name, texts)
             if problem is not None:
                 return problem
+        for name, texts, (limit, what) in (
+            ("stop", self.stop, (MAX_STOP_CHARS, "stop strings")),
+            ("guided_choice", choices, (MAX_CHOICE_CHARS, "choices")),
+            ("bad_words", self.bad_words, (MAX_BAD_WORD_CHARS, "bad words")),
+        ):
+            chars = sum(len(t) for t in texts)
+            if chars > limit:
+                return Problem(name, f"at most {limit} characters of {what} in all, got {chars}")
         k = self.truncate_prompt_tokens
         if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
             return Problem("truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {k!r}")

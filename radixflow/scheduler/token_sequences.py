@@ -47,12 +47,19 @@ def ends_the_output(choices: Sequence[Sequence[int]], generated: Sequence[int]) 
 def open_choices(choices: Sequences, banned: Sequences) -> Sequences:
     """The ``choices`` with no ``banned`` sequence inside them: the only ones an output may
     become. Following a closed one would lead the output where its only way on is banned."""
-    return tuple(c for c in choices if not any(_inside(b, c) for b in banned))
+    by_length: dict[int, set[tuple[int, ...]]] = {}
+    for b in banned:
+        by_length.setdefault(len(b), set()).add(tuple(b))
+    return tuple(c for c in choices if not _holds_any(tuple(c), by_length))
 
 
-def _inside(part: tuple[int, ...], whole: tuple[int, ...]) -> bool:
-    n = len(part)
-    return any(whole[i : i + n] == part for i in range(len(whole) - n + 1))
+def _holds_any(whole: tuple[int, ...], by_length: dict[int, set[tuple[int, ...]]]) -> bool:
+    """Whether a run of ``whole`` is one of the sequences (grouped by length): each run looked
+    up once per length, not compared with every sequence (thousands of choices against
+    thousands of bad words took seconds)."""
+    return any(
+        whole[i : i + n] in seqs for n, seqs in by_length.items() for i in range(len(whole) - n + 1)
+    )
 
 
 def banned_next(banned: Sequence[Sequence[int]], generated: Sequence[int]) -> set[int]:

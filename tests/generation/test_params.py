@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.generation.params import MAX_CHOICES, MAX_STOP_CHARS, SamplingParams, choice_seed
+from radixflow.generation.params import (
+    MAX_BAD_WORD_CHARS,
+    MAX_CHOICE_CHARS,
+    MAX_CHOICES,
+    MAX_STOP_CHARS,
+    SamplingParams,
+    choice_seed,
+)
 
 
 @pytest.mark.parametrize("n", [0, -1, MAX_CHOICES + 1, 1.0, "2", True, None])
@@ -28,6 +35,20 @@ def test_stop_strings_past_the_limit_in_all_are_a_problem_naming_stop(stop):
         f"stop: at most {MAX_STOP_CHARS} characters of stop strings in all, got {MAX_STOP_CHARS + 1}"
     )
     assert SamplingParams(stop=stop[1:]).problem() is None
+
+
+@pytest.mark.parametrize(
+    ("field", "limit", "what"),
+    [("guided_choice", MAX_CHOICE_CHARS, "choices"), ("bad_words", MAX_BAD_WORD_CHARS, "bad words")],
+)
+def test_choices_and_bad_words_past_the_limit_in_all_are_a_problem_naming_them(field, limit, what):
+    """Each is followed on every token (and choices against bad words once): 100,000 bad words
+    took 5 s for two tokens, where stop strings had a cap."""
+    assert SamplingParams(**{field: ["x" * (limit - 2), "yz"]}).problem() is None
+    for texts in (["x"] * (limit + 1), ["x" * (limit - 1), "yz"]):
+        problem = SamplingParams(**{field: texts}).problem()
+        assert problem is not None and problem.param == field
+        assert problem.message == f"at most {limit} characters of {what} in all, got {limit + 1}"
 
 
 def test_choices_keep_everything_but_n_and_the_seed():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from radixflow.scheduler.sampling import SamplingParams
@@ -73,3 +75,16 @@ def test_a_choice_with_a_banned_sequence_inside_is_closed():
     assert SamplingParams().open_choices is None
     every = SamplingParams(token_choices=((5, 9), (21,)), bad_token_sequences=((9,), (21,)))
     assert str(every.problem()) == "bad_token_sequences: ban every one of the token_choices"
+
+
+def test_open_choices_are_those_no_banned_sequence_is_inside_of():
+    # against the definition, a choice compared with every banned sequence at every position
+    rng = random.Random(7)
+    for _ in range(200):
+        choices = tuple(tuple(rng.randrange(4) for _ in range(rng.randint(1, 5))) for _ in range(6))
+        banned = tuple(tuple(rng.randrange(4) for _ in range(rng.randint(1, 3))) for _ in range(3))
+        inside = [
+            any(c[i : i + len(b)] == b for b in banned for i in range(len(c) - len(b) + 1)) for c in choices
+        ]
+        want = tuple(c for c, closed in zip(choices, inside, strict=True) if not closed)
+        assert open_choices(choices, banned) == want

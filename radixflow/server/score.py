@@ -51,7 +51,7 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
         raise ApiError(400, str(e), param) from None
     problem = context_problem(context, state.problem)
     if problem is not None:
-        raise ApiError.from_problem(problem)
+        raise ApiError.from_problem(Problem(_context_field(body), problem.message))
     try:
         return len(context), state.requests(prompts, SCORING, body.namespace, item="candidate")
     except ApiError as e:  # said of a prompt: a scoring body's prompts are its candidates
@@ -60,14 +60,20 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
 
 def context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
     """The context's tokens (rendered from ``messages`` if given); a text too long for the model
-    is the context's 400, as `LLM.score` says it (the tokenizer says it of a ``prompt``)."""
+    is a 400 of the field that was sent (the tokenizer says it of a ``prompt``)."""
     try:
         if body.messages is not None:
             return chat_prompt(body.messages, state)
         (context,) = prompt_ids(body.context, state.tokenizer, body.add_special_tokens)  # type: ignore[arg-type]
     except TextTooLong as e:
-        raise ApiError.from_problem(Problem("context", e.problem.message)) from None
+        raise ApiError.from_problem(Problem(_context_field(body), e.problem.message)) from None
     return context
+
+
+def _context_field(body: ScoreRequest) -> str:
+    """The field that holds the context: ``messages`` for a conversation (as the chat route names
+    it), else ``context``."""
+    return "context" if body.messages is None else "messages"
 
 
 def candidate_ids(index: int, candidate: str | list[int], state: ServerState) -> list[int]:

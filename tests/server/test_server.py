@@ -37,6 +37,10 @@ def llm(zoo) -> LLM:
     return LLM(MODEL, kv_blocks=OPTIONS.kv_blocks, state_slots=OPTIONS.state_slots)
 
 
+def user(content: str) -> dict[str, str]:
+    return {"role": "user", "content": content}
+
+
 def greedy(max_tokens: int = 8, **kw) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **kw)
 
@@ -256,7 +260,9 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
         ({"context": [3, 600], "candidates": [[3]]}, "context", "context: token id 600 is outside the"),
         ({"candidates": [" a"] * 65}, "candidates", "65 candidates in one request; the server queues 64"),
         ({"context": LONG_TEXT}, "context", "context: has at least"),  # refused before it is tokenized
-        ({"context": None, "messages": [{"role": "user", "content": LONG_TEXT}]}, "context", "context: has"),
+        # a conversation is named as sent, as /v1/chat/completions names it (it said "context")
+        ({"context": None, "messages": [user(LONG_TEXT)]}, "messages", "messages: has at least"),
+        ({"context": None, "messages": [user("a " * 9000)]}, "messages", "messages: has"),
         ({"candidates": [" a", LONG_TEXT]}, "candidates", "candidate 1: prompt: has at least"),
         ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
         ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),

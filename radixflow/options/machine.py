@@ -97,10 +97,14 @@ def pools_problem(need: int | None, device: str, what: str, budgeted: bool = Fal
 
 
 def output_problem(name: str, value: str | None) -> Problem | None:
-    """An output file that can never be written: a directory, or in a directory that does not
-    exist. Reads the file system, writes nothing (the doors open the file before any work)."""
+    """An output file that can never be written: a directory, in a directory that does not
+    exist, or ``-`` (standard output, as other outputs spell it, which a file rewritten in place
+    cannot use). Reads the file system, writes nothing (the doors open the file before any work)."""
     if value is None:
         return None
+    if value == "-":  # elsewhere standard output; a file of that name would surprise
+        why = "the file is rewritten in place as it grows; give a path (./- for a file named -)"
+        return Problem(name, f"- (standard output) cannot hold the trace: {why}")
     path = Path(value)
     if path.is_dir():
         return Problem(name, f"{value} is a directory")

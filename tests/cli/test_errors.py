@@ -373,6 +373,18 @@ def test_an_empty_trace_out_is_refused_in_the_options_words_at_every_command(cap
     assert line == "radixflow: error: --trace-out: must not be empty"
 
 
+# `bench --trace-out -` wrote a file named "-" where `--json -` writes to standard output: the trace
+# is rewritten in place as it grows, which a pipe cannot take, so "-" is refused at every door
+@pytest.mark.parametrize("command", [["bench"], ["generate", "qwen3_5-small", "--prompt", "hi"]])
+def test_a_trace_out_of_dash_is_refused_not_written_to_a_file_named_dash(
+    capsys, tmp_path, monkeypatch, command
+):
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(capsys, [*command, "--trace-out", "-"])
+    assert line.startswith("radixflow: error: --trace-out: - (standard output) cannot hold the trace")
+    assert not (tmp_path / "-").exists()
+
+
 # the table went through rich's console, whose own broken-pipe handling exited 1 (a failure)
 @pytest.mark.parametrize("output", [["--json"], []], ids=["json", "table"])
 def test_a_reader_that_leaves_early_ends_the_command_quietly(output):

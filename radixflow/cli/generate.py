@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=non_negative_int,
         default=None,
-        help=f"tokens to generate per prompt (default {DEFAULT_MAX_TOKENS}, capped to the room the prompt "
-        "leaves in the model context and the cache; one given is never capped)",
+        help=f"tokens to generate per prompt (default {DEFAULT_MAX_TOKENS}, or --min-tokens if more, capped "
+        "to the room the prompt leaves in the model context and the cache; one given is never capped)",
     )
     g.add_argument(
         "--min-tokens",
@@ -154,9 +154,11 @@ def token_bias(text: str) -> tuple[int, float]:
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
     """The generation flags as `SamplingParams`: a flag not given is the field's own default,
     but ``--max-tokens`` (`DEFAULT_MAX_TOKENS`: a command line asks for text, not
-    `SamplingParams()`'s one token; `run` caps it to what each prompt leaves)."""
+    `SamplingParams()`'s one token; raised to ``--min-tokens``, which asks for at least that
+    many; `run` caps it to what each prompt leaves)."""
+    default = max(DEFAULT_MAX_TOKENS, args.min_tokens)
     return SamplingParams(
-        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
+        max_tokens=default if args.max_tokens is None else args.max_tokens,
         min_tokens=args.min_tokens,
         temperature=args.temperature,
         top_p=args.top_p,

@@ -402,6 +402,19 @@ def test_generate_commands_default_max_tokens_is_capped_to_the_room_the_prompt_l
     assert "max_tokens 32 need 5 blocks" in capsys.readouterr().err
 
 
+def test_generate_commands_default_max_tokens_rises_to_min_tokens(capsys):
+    # --min-tokens 40 alone was refused ("--min-tokens: must be ... max_tokens (32)"), a limit the
+    # user never gave: at least 40 tokens means the default --max-tokens is 40
+    from radixflow.cli import main
+
+    argv = ["generate", MODEL, "--prompt", "word", "--kv-blocks", "256", "--state-slots", "64", "--json"]
+    assert main([*argv, "--min-tokens", "40"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)
+    assert len(out["token_ids"]) == 40
+    assert main([*argv, "--min-tokens", "40", "--max-tokens", "39"]) == 2  # one given is the user's
+    assert "--min-tokens: must be an integer between 0 and max_tokens (39), got 40" in capsys.readouterr().err
+
+
 def test_generate_command_prints_the_output_logprob_when_asked(llm, capsys):
     from radixflow.cli import main
 

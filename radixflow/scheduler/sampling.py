@@ -48,7 +48,8 @@ class SamplingParams:
     ``temperature`` 0 (or below `GREEDY_BELOW`, 1e-5, as vLLM rules) is greedy; otherwise the
     distribution is scaled by ``1/temperature``, tokens less likely than ``min_p`` times the most
     likely one are dropped (vLLM's min-p; 0: none), and what is left is cut to the ``top_k`` most
-    likely tokens (0: no cut) and to the smallest set whose probability reaches ``top_p``. With a
+    likely tokens (0: no cut; exactly k: of the tokens tied with the k-th, the lowest ids stay,
+    where vLLM keeps them all) and to the smallest set whose probability reaches ``top_p``. With a
     ``seed`` the tokens depend only on the seed, the model and the sequence so far, never on what
     else shares the round.
 

@@ -112,6 +112,16 @@ def test_distribution_temperature_top_k_and_top_p():
     assert torch.allclose(frequencies(probs, replace(HOT, temperature=0.25)), sharp, atol=0.03)
 
 
+def test_top_k_keeps_exactly_k_tokens_ties_at_the_kth_broken_by_token_id():
+    # as SamplingParams documents it (vLLM keeps every token tied with the k-th)
+    logits = torch.full((400, VOCAB), -5.0)
+    logits[:, [30, 4, 17, 9]] = torch.tensor([2.0, 1.0, 1.0, 1.0])
+    rows = [SampleRow(replace(HOT, top_k=2, seed=i), 0) for i in range(200)]
+    rows += [SampleRow(replace(HOT, top_k=3, top_p=0.99, seed=i), 0) for i in range(200)]
+    tokens = [s.token for s in Sampler().sample(logits, rows)]
+    assert set(tokens[:200]) == {30, 4} and set(tokens[200:]) == {30, 4, 9}
+
+
 def test_zero_probability_tokens_are_never_drawn():
     logits = torch.full((200, VOCAB), -math.inf)
     logits[:, 7], logits[:, 30] = 0.0, 1.0

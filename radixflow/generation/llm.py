@@ -35,11 +35,13 @@ from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
 from radixflow.problems import counted
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
 Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
+PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per prompt)"
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
 
@@ -356,10 +358,17 @@ class LLM:
 
     @staticmethod
     def _params(params: SamplingParams | Sequence[SamplingParams] | None, n: int) -> list[SamplingParams]:
+        """One `SamplingParams` per prompt; ValueError for anything else (a dict, the scheduler's
+        own `SamplingParams`, which lacks the text-level fields), or a list of another length."""
         if params is None:
             return [SamplingParams()] * n
         if isinstance(params, SamplingParams):
             return [params] * n
+        if not isinstance(params, Sequence) or isinstance(params, str):
+            raise ValueError(f"{PARAMS_SHAPE}, got {_what(params)}")
+        wrong = next((p for p in params if not isinstance(p, SamplingParams)), None)
+        if wrong is not None:
+            raise ValueError(f"{PARAMS_SHAPE}, got {_what(wrong)} in the list")
         if len(params) != n:
             raise ValueError(f"{len(params)} SamplingParams for {counted(n, 'prompt')}")
         return list(params)
@@ -452,6 +461,14 @@ class _Call:
     request: Request
     prompt: int
     choice: int
+
+
+def _what(value: object) -> str:
+    """What a value given as sampling parameters is, for an error ("a dict", "an int")."""
+    if isinstance(value, TokenSamplingParams):
+        return "the scheduler's SamplingParams"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _of_context(i: int, message: str) -> str:

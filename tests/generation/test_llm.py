@@ -17,6 +17,7 @@ from radixflow.generation.chat import ChatTemplate, ChatTemplateError
 from radixflow.generation.tracker import RequestTracker, observe
 from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
+from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MODEL = "qwen3_5-tiny"
 PROMPTS = [
@@ -446,6 +447,23 @@ def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path)
 def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
     with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
         llm.generate("a\ud800b")
+
+
+@pytest.mark.parametrize(
+    ("params", "given"),
+    [
+        (3, "an int"),
+        ({"max_tokens": 2}, "a dict"),  # a mapping is no list of parameters either
+        ([{"max_tokens": 2}, SamplingParams()], "a dict in the list"),
+        (TokenSamplingParams(max_tokens=2), "the scheduler's SamplingParams"),
+    ],
+)
+def test_params_of_another_type_are_one_line_naming_what_was_given(llm, params, given):
+    # each was a traceback: "object of type 'int' has no len()", "'dict' object has no attribute 'stop'"
+    with pytest.raises(ValueError, match=r"^params: a radixflow.SamplingParams or a list of them") as e:
+        llm.generate(PROMPTS[2:4], params)
+    assert str(e.value).endswith(f"got {given}")
+    assert llm.engine.requests == []
 
 
 def test_text_that_is_not_unicode_is_named_by_its_prompt(llm):

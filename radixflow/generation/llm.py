@@ -11,6 +11,7 @@ from typing import Any
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.interrupts import HeldInterrupt
+from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.detokenize import NoText
 from radixflow.generation.output_processor import (
     Done,
@@ -322,10 +323,21 @@ class LLM:
         """The assistant's reply to each conversation, rendered with the model's chat template
         (``fit``: as `generate`'s)."""
         convs = [conversations] if _is_conversation(conversations) else list(conversations)
-        texts = [self.tokenizer.chat.render(conv) for conv in convs]  # type: ignore[arg-type]
-        named = ["prompt" if len(texts) == 1 else f"prompt {i}" for i in range(len(texts))]
+        named = ["prompt" if len(convs) == 1 else f"prompt {i}" for i in range(len(convs))]
+        texts = [self._render(conv, label) for conv, label in zip(convs, named, strict=True)]
         prompts = [self._encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
         return self.generate(prompts, params, namespace, progress, fit=fit)
+
+    def _render(self, conversation: Messages, label: str) -> str:
+        """``conversation`` as the chat template writes it; its ChatTemplateError names it by
+        ``label`` when it is one of several (``prompt 2: messages[0].role: ...``)."""
+        chat = self.tokenizer.chat
+        try:
+            return chat.render(conversation)
+        except ChatTemplateError as e:
+            if label == "prompt" or chat.source is None:  # alone, or the model's (no template)
+                raise
+            raise ChatTemplateError(f"{label}: {e}", e.param) from None
 
     def _encode(self, text: str, label: str, special: bool = True) -> list[int]:
         """``text``'s tokens (``special``: with the tokenizer's special tokens); text with no UTF-8

@@ -282,6 +282,17 @@ def test_chat_template_errors_are_one_line():
         ChatTemplate("{{ messages }}", None, None).render([{"role": "user", "content": [{"type": "image"}]}])
 
 
+def test_a_conversation_the_template_refuses_is_named_among_several(llm):
+    # "messages[0].role: unknown role 'wizard'" did not say which of a batch's conversations held it
+    fine = [{"role": "user", "content": "hi"}]
+    with pytest.raises(ChatTemplateError, match=r"^prompt 2: messages\[0\]\.role: unknown role 'wizard'"):
+        llm.chat([fine, fine, [{"role": "wizard", "content": "hi"}]])
+    with pytest.raises(ChatTemplateError, match=r"^prompt 1: messages must not be empty$"):
+        llm.chat([fine, []])
+    with pytest.raises(ChatTemplateError, match=r"^messages\[0\]\.role: unknown role"):  # one: as it was
+        llm.chat([{"role": "wizard", "content": "hi"}])
+
+
 def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
     with pytest.raises(ProblemError, match="unknown torch model 'gpt-17'"):
         LLM("gpt-17")

@@ -31,10 +31,12 @@ class Problem:
         name = spell(self.param) if spell is not None else self.param
         return f"{name}: {self.message}"
 
-    def of_item(self, label: str) -> str:
+    def of_item(self, label: str, spell: Callable[[str], str] | None = None) -> str:
         """The text for one item of several, e.g. ``prompt 1``: "prompt 1: is empty",
-        "prompt 1: max_tokens: ..." (the item's own noun is not repeated)."""
-        return self.render(lambda p: label if p == label.split(" ", 1)[0] else f"{label}: {p}")
+        "prompt 1: max_tokens: ..." (the item's own noun is not repeated; another parameter
+        spelled as ``spell`` says)."""
+        own = label.split(" ", 1)[0]
+        return self.render(lambda p: label if p == own else f"{label}: {spell(p) if spell else p}")
 
     def within(self, param: str) -> Problem:
         """The same problem as part of a larger parameter (``workload`` + ``groups``)."""

@@ -186,6 +186,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow generate")
     from radixflow.generation import LLM, GenerationError
     from radixflow.generation.chat import ChatTemplateError
+    from radixflow.generation.llm import PromptError
 
     if any(s == "" for s in args.stop):
         raise UsageError("--stop strings must not be empty")
@@ -210,6 +211,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 outputs = llm.generate(list(args.prompt), params, progress=bar.hear, fit=fit)
     except ProblemError:
         raise
+    except PromptError as e:  # found once the model loaded: named by its flag, as before it
+        raise UsageError(e.render(_sampling_flag)) from None
     except (ChatTemplateError, ValueError) as e:
         raise UsageError(str(e)) from None
     except GenerationError as e:

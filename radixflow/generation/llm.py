@@ -34,7 +34,7 @@ from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
-from radixflow.problems import counted
+from radixflow.problems import Problem, counted
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
@@ -49,6 +49,20 @@ CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
 
 class GenerationError(RuntimeError):
     """A request failed while it ran (its round's worker call raised)."""
+
+
+class PromptError(ValueError):
+    """A request that cannot run, said of its prompt's ``label`` (None: a lone prompt, not
+    named). Keeps the `Problem`, for a door that spells parameters its own way (the command
+    line's flags)."""
+
+    def __init__(self, problem: Problem, label: str | None) -> None:
+        self.problem, self.label = problem, label
+        super().__init__(self.render())
+
+    def render(self, spell: Callable[[str], str] | None = None) -> str:
+        """The one line, each parameter spelled as ``spell`` says (default: as it is)."""
+        return self.problem.render(spell) if self.label is None else self.problem.of_item(self.label, spell)
 
 
 class LLM:
@@ -192,7 +206,7 @@ class LLM:
             # before `choices`, which needs a valid n
             problem = sp.problem() or sp.context_problem(self.engine.runner.model.max_context)
             if problem is not None:
-                raise ValueError(problem.of_item(labels[i]) if named else str(problem))
+                raise PromptError(problem, labels[i] if named else None)
             if id(sp) not in tokenized:
                 tokenized[id(sp)] = sp.tokenized(self._encode_bare)
             sp = tokenized[id(sp)]
@@ -423,7 +437,7 @@ class LLM:
         for call in (c for c in calls if c.choice == 0):
             problem = self.engine.problem(call.request)
             if problem is not None:
-                raise ValueError(str(problem) if labels is None else problem.of_item(labels[call.prompt]))
+                raise PromptError(problem, None if labels is None else labels[call.prompt])
 
     def _answers(self, calls: list[_Call], progress: Progress | None) -> dict[str, Done]:
         """Submit ``calls`` and step the engine until each is answered (its id's `Done`)."""

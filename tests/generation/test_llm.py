@@ -427,6 +427,23 @@ def test_generate_commands_default_max_tokens_rises_to_min_tokens(capsys):
     assert "--min-tokens: must be an integer between 0 and max_tokens (39), got 40" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--truncate-prompt-tokens", "9000"], "--truncate-prompt-tokens: 9000 is more than the model"),
+        (["--logit-bias", "99999=1"], "--logit-bias: token id 99999 is outside the vocabulary"),
+        (["--prompt", "there", "--max-tokens", "9000"], "prompt 0: --max-tokens: prompt of"),
+    ],
+)
+def test_generate_command_names_by_their_flags_what_the_model_refuses(capsys, argv, expected):
+    # found once the model had loaded, they were named as SamplingParams' fields ("logit_bias: ...")
+    from radixflow.cli import main
+
+    roomy = ["--kv-blocks", "256", "--state-slots", "64"]
+    assert main(["generate", MODEL, "--prompt", "hi", *roomy, *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"radixflow: error: {expected}")
+
+
 def test_generate_command_prints_the_output_logprob_when_asked(llm, capsys):
     from radixflow.cli import main
 

@@ -411,6 +411,8 @@ class LLM:
     ) -> list[GenerationOutput]:
         """Run ``calls`` to the end; a request that cannot run is refused first, named by its
         prompt's label (None: a lone prompt, not named)."""
+        if progress is not None and not callable(progress):  # else the first answer's call fails the batch
+            raise ValueError(f"progress: must be a function (done, total), got {progress!r}")
         self._refuse(calls, labels)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError(

@@ -494,6 +494,16 @@ def test_params_of_another_type_are_one_line_naming_what_was_given(llm, params, 
     assert llm.engine.requests == []
 
 
+@pytest.mark.parametrize("progress", [True, "bar", 3])
+def test_a_progress_hook_that_cannot_be_called_is_refused_before_anything_runs(llm, progress):
+    # it was called only as the first request ended: a TypeError then aborted the whole batch
+    with pytest.raises(ValueError, match=rf"^progress: must be a function \(done, total\), got {progress!r}"):
+        llm.generate(PROMPTS[2:4], GREEDY, progress=progress)
+    with pytest.raises(ValueError, match=r"^progress: must be a function"):
+        llm.score("a context", [" a"], progress=progress)
+    assert llm.engine.requests == []
+
+
 def test_text_that_is_not_unicode_is_named_by_its_prompt(llm):
     with pytest.raises(ValueError, match=r"^prompt: text contains a lone UTF-16 surrogate"):
         llm.generate("a\ud800b")

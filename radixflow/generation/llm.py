@@ -34,7 +34,7 @@ from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
-from radixflow.problems import Problem, counted
+from radixflow.problems import Problem, ProblemError, counted
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
@@ -208,7 +208,10 @@ class LLM:
             if problem is not None:
                 raise PromptError(problem, labels[i] if named else None)
             if id(sp) not in tokenized:
-                tokenized[id(sp)] = sp.tokenized(self._encode_bare)
+                try:
+                    tokenized[id(sp)] = sp.tokenized(self._encode_bare)
+                except ProblemError as e:  # a choice or bad word the tokenizer refuses
+                    raise PromptError(e.problem, labels[i] if named else None) from None
             sp = tokenized[id(sp)]
             prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
             fitted = sp.fitted(self.engine.room(len(prompt))) if fit else sp

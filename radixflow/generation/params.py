@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from radixflow.problems import Problem
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
@@ -123,16 +123,17 @@ class SamplingParams(TokenSamplingParams):
     def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:
         """These parameters with ``guided_choice`` as the engine's ``token_choices`` and
         ``bad_words`` as its ``bad_token_sequences``, each string split by ``encode`` (the
-        tokenizer, no special tokens); themselves when there are none."""
+        tokenizer, no special tokens); themselves when there are none. `ProblemError` naming the
+        field and item for a text ``encode`` refuses (ValueError: a lone surrogate)."""
         if not (self.guided_choice or self.bad_words):
             return self
         choices = self.token_choices
         if self.guided_choice:
-            choices = tuple(tuple(encode(c)) for c in self.guided_choice)
+            choices = tuple(_encoded(encode, "guided_choice", i, c) for i, c in enumerate(self.guided_choice))
         banned = dict.fromkeys(self.bad_token_sequences)  # distinct, in order
-        for word in self.bad_words:
+        for i, word in enumerate(self.bad_words):
             for text in (word.lstrip(), " " + word.lstrip()):  # at the start, and after a space
-                banned.setdefault(tuple(encode(text)))
+                banned.setdefault(_encoded(encode, "bad_words", i, text))
         return replace(self, token_choices=choices, bad_token_sequences=tuple(banned))
 
     def choices(self) -> list[SamplingParams]:
@@ -144,6 +145,14 @@ class SamplingParams(TokenSamplingParams):
             replace(self, n=1, seed=None if self.seed is None else choice_seed(self.seed, i))
             for i in range(self.n)
         ]
+
+
+def _encoded(encode: Callable[[str], list[int]], name: str, i: int, text: str) -> tuple[int, ...]:
+    """``text`` (item ``i`` of field ``name``) as tokens; its refusal named by field and item."""
+    try:
+        return tuple(encode(text))
+    except ValueError as e:
+        raise ProblemError(Problem(name, f"item {i}: {e}")) from None
 
 
 def _texts_problem(name: str, texts: object) -> Problem | None:

@@ -27,7 +27,7 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.setup import LoadedModel
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
-from radixflow.problems import Problem
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request
 from radixflow.server.config import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES  # re-exported
 from radixflow.server.config import ServerConfig
@@ -183,7 +183,10 @@ class ServerState:
             raise ApiError.from_problem(problem)
         items = []
         namespace = compact_namespace(namespace)
-        params = params.tokenized(partial(self.tokenizer.encode, add_special_tokens=False))
+        try:
+            params = params.tokenized(partial(self.tokenizer.encode, add_special_tokens=False))
+        except ProblemError as e:  # a choice or bad word the tokenizer refuses
+            raise ApiError.from_problem(e.problem) from None
         for i, whole in enumerate(prompts):
             prompt = params.truncated(whole, self.context)
             sampling = params.fitted(self._room(len(prompt))) if fit else params

@@ -513,6 +513,16 @@ def test_text_that_is_not_unicode_is_named_by_its_prompt(llm):
         llm.chat([[{"role": "user", "content": "fine"}], [{"role": "user", "content": "a\ud800"}]])
 
 
+@pytest.mark.parametrize("field", ["guided_choice", "bad_words"])
+def test_a_choice_or_bad_word_that_is_not_unicode_is_named_by_its_field(llm, field):
+    # "text contains a lone UTF-16 surrogate ..." said nothing of where the text was
+    params = SamplingParams(max_tokens=2, **{field: ["fine", "a\ud800"]})
+    with pytest.raises(ValueError, match=rf"^{field}: item 1: text contains a lone UTF-16 surrogate"):
+        llm.generate("a", params)
+    with pytest.raises(ValueError, match=rf"^prompt 0: {field}: item 1: text contains a lone"):
+        llm.generate(["a", "b"], params)
+
+
 def test_the_trace_holds_every_generate_call_on_the_wall_clock(zoo, tmp_path):
     path = tmp_path / "llm.json"
     llm = LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path), placement="lone")

@@ -17,6 +17,7 @@ from radixflow.generation import LLM, SamplingParams
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.outputs import TokenLogprob
 from radixflow.options import EngineOptions
+from radixflow.server.errors import ApiError
 from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
 from radixflow.server.state import ServerConfig
 
@@ -274,6 +275,15 @@ def test_bad_score_input_is_a_one_line_400(served, change, param, message):
     error = r.json()["error"]
     assert r.status_code == 400 and error["message"].startswith(message), error
     assert "\n" not in error["message"] and error["param"] == param
+
+
+def test_a_choice_the_tokenizer_refuses_is_a_400_naming_it_not_a_500(served):
+    # the JSON parser refuses a lone surrogate first; past it, the refusal is still the field's
+    params = SamplingParams(max_tokens=2, guided_choice=("fine", "a\ud800"))
+    with pytest.raises(ApiError) as refused:
+        served.server.state.requests([[5, 6]], params, "default")
+    assert refused.value.status == 400 and refused.value.param == "guided_choice"
+    assert refused.value.message.startswith("guided_choice: item 1: text contains a lone UTF-16 surrogate")
 
 
 def test_chat_uses_the_template_and_equals_the_offline_api(served, llm):

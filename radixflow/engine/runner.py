@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from radixflow.problems import Problem
+from radixflow.problems import Problem, counted
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
@@ -113,7 +113,7 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     if len(request.prompt) + request.sampling.max_tokens > model.max_context:
         return Problem(
             "max_tokens",
-            f"prompt of {len(request.prompt)} tokens plus max_tokens {request.sampling.max_tokens} "
-            f"exceeds the model context of {model.max_context}",
+            f"prompt of {counted(len(request.prompt), 'token')} plus max_tokens "
+            f"{request.sampling.max_tokens} exceeds the model context of {model.max_context}",
         )
     return None

@@ -259,3 +259,12 @@ def test_a_prompt_filling_the_context_runs_when_nothing_is_generated():
     assert str(engine.problem(over)) == "prompt: has 65 tokens; the model context is 64"
     no_room = "prompt: has 64 tokens, the whole model context: no room to generate"
     assert str(engine.problem(generating)) == no_room
+
+
+def test_a_one_token_prompt_past_the_context_is_named_in_the_singular():
+    """'prompt of 1 tokens plus max_tokens 8 ...': the count's noun now follows it."""
+    from radixflow.engine.runner import ModelInfo, validate_prompt
+
+    model = ModelInfo("m", False, vocab_size=16, max_context=4)
+    problem = validate_prompt(Request("r", (1,), sampling=SamplingParams(max_tokens=8)), model)
+    assert problem is not None and problem.message.startswith("prompt of 1 token plus max_tokens 8")

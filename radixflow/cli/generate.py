@@ -185,8 +185,8 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow generate")
     from radixflow.generation import LLM, GenerationError
+    from radixflow.generation.calls import PromptError
     from radixflow.generation.chat import ChatTemplateError
-    from radixflow.generation.llm import PromptError
 
     if any(s == "" for s in args.stop):
         raise UsageError("--stop strings must not be empty")

@@ -5,23 +5,30 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
-from radixflow.engine.interrupts import HeldInterrupt
-from radixflow.generation.chat import ChatTemplateError
-from radixflow.generation.detokenize import NoText
-from radixflow.generation.output_processor import (
-    Done,
-    EngineDriver,
-    Failure,
-    FailureKind,
-    OutputProcessor,
+from radixflow.generation.calls import (
+    Call,
+    Progress,
+    PromptError,
+    answer,
+    outputs,
+    refuse,
 )
+from radixflow.generation.detokenize import NoText
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
+from radixflow.generation.prompts import (
+    Messages,
+    Prompt,
+    PromptReader,
+    is_conversation,
+    is_token_list,
+    of_context,
+    params_per_prompt,
+)
 from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
@@ -30,39 +37,14 @@ from radixflow.generation.scoring import (
     scoring_prompts,
 )
 from radixflow.generation.setup import LoadedModel, load_model
-from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
-from radixflow.generation.tracker import RequestTracker
+from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
-from radixflow.problems import Problem, ProblemError, counted
+from radixflow.problems import ProblemError, counted
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
-Prompt = str | Sequence[int]  # text, or token ids used as they are
-Messages = Sequence[Mapping[str, Any]]
-Progress = Callable[[int, int], None]  # called with (requests answered, requests) as each ends
-CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
-PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per prompt)"
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
-
-
-class GenerationError(RuntimeError):
-    """A request failed while it ran (its round's worker call raised)."""
-
-
-class PromptError(ValueError):
-    """A request that cannot run, said of its prompt's ``label`` (None: a lone prompt, not
-    named). Keeps the `Problem`, for a door that spells parameters its own way (the command
-    line's flags)."""
-
-    def __init__(self, problem: Problem, label: str | None) -> None:
-        self.problem, self.label = problem, label
-        super().__init__(self.render())
-
-    def render(self, spell: Callable[[str], str] | None = None) -> str:
-        """The one line, each parameter spelled as ``spell`` says (default: as it is)."""
-        return self.problem.render(spell) if self.label is None else self.problem.of_item(self.label, spell)
 
 
 class LLM:
@@ -89,6 +71,7 @@ class LLM:
     def _open(self, options: EngineOptions) -> None:
         self.options = options
         self._model: LoadedModel | None = load_model(self.options)
+        self._read = PromptReader(lambda: self.tokenizer)
         self._engine: Engine | None = self._model.engine(round_history=ROUND_HISTORY)
         self._ids = itertools.count()
         # held while a call steps the engine: a second call meanwhile (another thread, or a
@@ -166,7 +149,7 @@ class LLM:
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
-        return self._generate(self._token_prompts(prompts), params, namespace, progress, "prompt", fit)
+        return self._generate(self._read.prompts(prompts), params, namespace, progress, "prompt", fit)
 
     def _generate(
         self,
@@ -189,7 +172,7 @@ class LLM:
         namespace: str,
         item: str | Sequence[str],
         fit: bool = False,
-    ) -> tuple[list[_Call], list[str] | None]:
+    ) -> tuple[list[Call], list[str] | None]:
         """`_generate`'s engine requests, and the label of each prompt (None: a lone prompt, not
         named); ValueError for params that cannot run, naming the prompt. ``fit``: see `generate`."""
         if not isinstance(namespace, str):  # else the scheduler fails mid-round, leaking what it promised
@@ -197,7 +180,7 @@ class LLM:
         labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
         # one prompt of `generate` is not named; any other item is (a candidate, a context's)
         named = len(token_prompts) > 1 or item != "prompt"
-        params_list = self._params(params, len(token_prompts))
+        params_list = params_per_prompt(params, len(token_prompts))
         if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
         calls = []
@@ -209,7 +192,7 @@ class LLM:
                 raise PromptError(problem, labels[i] if named else None)
             if id(sp) not in tokenized:
                 try:
-                    tokenized[id(sp)] = sp.tokenized(self._encode_bare)
+                    tokenized[id(sp)] = sp.tokenized(self._read.encode_bare)
                 except ProblemError as e:  # a choice or bad word the tokenizer refuses
                     raise PromptError(e.problem, labels[i] if named else None) from None
             sp = tokenized[id(sp)]
@@ -218,7 +201,7 @@ class LLM:
             for choice, choice_params in enumerate(fitted.choices()):
                 rid = f"gen-{next(self._ids)}"
                 req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
-                calls.append(_Call(req, i, choice))
+                calls.append(Call(req, i, choice))
         return calls, labels if named else None
 
     def score(
@@ -252,7 +235,7 @@ class LLM:
         context computed once. One list of scores per context, in order.
 
         Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
-        if isinstance(contexts, str) or (_is_token_list(contexts) and contexts) or _is_conversation(contexts):
+        if isinstance(contexts, str) or (is_token_list(contexts) and contexts) or is_conversation(contexts):
             raise ValueError("contexts: a list of contexts (use score() for one context)")
         if len(contexts) != len(candidates):
             given = f"{counted(len(contexts), 'context')} for {counted(len(candidates), 'list')}"
@@ -264,7 +247,7 @@ class LLM:
             try:
                 jobs.append(self._scoring_job(context, cands))
             except ValueError as e:
-                raise ValueError(_of_context(i, str(e))) from None
+                raise ValueError(of_context(i, str(e))) from None
         prompts = [p for _, job in jobs for p in job]
         labels = [f"context {i}, candidate {j}" for i, (_, job) in enumerate(jobs) for j in range(len(job))]
         outputs = self._generate(prompts, SCORING, namespace, progress, labels)
@@ -283,7 +266,7 @@ class LLM:
         ones aside before its batch."""
         try:
             _, prompts = self._scoring_job(context, candidates)
-            self._refuse(*self._calls(prompts, SCORING, namespace, "candidate"))
+            refuse(self.engine, *self._calls(prompts, SCORING, namespace, "candidate"))
         except ValueError as e:
             return str(e)
         return None
@@ -294,39 +277,12 @@ class LLM:
         """The context's tokens and one prompt per candidate; ValueError for input of another
         shape, an empty one, or a context the engine refuses (named as the context, not as
         candidate 0, in whose prompt it would be found first)."""
-        ctx = self._context_ids(context)
-        prompts = scoring_prompts(ctx, self._candidate_ids(candidates))
+        ctx = self._read.context(context)
+        prompts = scoring_prompts(ctx, self._read.candidates(candidates))
         problem = context_problem(ctx, self.engine.problem)
         if problem is not None:
             raise ValueError(str(problem))
         return ctx, prompts
-
-    def _context_ids(self, context: Prompt | Messages) -> list[int]:
-        """A scoring context's tokens; ValueError for a value of another shape (a lone token id
-        is not a context of one token)."""
-        if _is_conversation(context):
-            text = self.tokenizer.chat.render(context)  # type: ignore[arg-type]
-            return self._encode(text, "context", special=False)  # the template writes them itself
-        if isinstance(context, str):
-            return self._encode(context, "context")
-        if _is_token_list(context):
-            return [int(t) for t in context]  # type: ignore[union-attr]
-        raise ValueError("context must be a string, a list of token ids or a list of messages")
-
-    def _candidate_ids(self, candidates: Sequence[Prompt]) -> list[list[int]]:
-        """Each candidate's tokens; ValueError for candidates of another shape (one string is not
-        a candidate per character)."""
-        if isinstance(candidates, str) or not isinstance(candidates, Iterable):
-            raise ValueError(f"{CANDIDATES_SHAPE}, got a {type(candidates).__name__}")
-        ids = []
-        for i, c in enumerate(candidates):
-            if isinstance(c, str):
-                ids.append(self._encode(c, f"candidate {i}", special=False))
-            elif _is_token_list(c):
-                ids.append([int(t) for t in c])
-            else:
-                raise ValueError(f"{CANDIDATES_SHAPE} (candidate {i} is neither)")
-        return ids
 
     def chat(
         self,
@@ -339,68 +295,8 @@ class LLM:
     ) -> list[GenerationOutput]:
         """The assistant's reply to each conversation, rendered with the model's chat template
         (``fit``: as `generate`'s)."""
-        convs = [conversations] if _is_conversation(conversations) else list(conversations)
-        named = ["prompt" if len(convs) == 1 else f"prompt {i}" for i in range(len(convs))]
-        texts = [self._render(conv, label) for conv, label in zip(convs, named, strict=True)]
-        prompts = [self._encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
+        prompts = self._read.conversations(conversations)
         return self.generate(prompts, params, namespace, progress, fit=fit)
-
-    def _render(self, conversation: Messages, label: str) -> str:
-        """``conversation`` as the chat template writes it; its ChatTemplateError names it by
-        ``label`` when it is one of several (``prompt 2: messages[0].role: ...``)."""
-        chat = self.tokenizer.chat
-        try:
-            return chat.render(conversation)
-        except ChatTemplateError as e:
-            if label == "prompt" or chat.source is None:  # alone, or the model's (no template)
-                raise
-            raise ChatTemplateError(f"{label}: {e}", e.param) from None
-
-    def _encode(self, text: str, label: str, special: bool = True) -> list[int]:
-        """``text``'s tokens (``special``: with the tokenizer's special tokens); text with no UTF-8
-        form is a ValueError named by ``label`` (``prompt 2``, ``candidate 1``)."""
-        tokenizer = self.tokenizer  # its refusal (no tokenizer.json) is the model's, not the text's
-        try:
-            return tokenizer.encode(text, add_special_tokens=special)
-        except TokenizerError as e:
-            raise ValueError(f"{label}: {e}") from None
-
-    def _encode_bare(self, text: str) -> list[int]:
-        """``text``'s tokens without special ones: a choice, a banned word, a candidate."""
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def _token_prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
-        if isinstance(prompts, str) or (_is_token_list(prompts) and prompts):
-            prompts = [prompts]  # type: ignore[list-item]
-        prompts = list(prompts)  # type: ignore[arg-type]
-        if not prompts:
-            raise ValueError("no prompts given")
-        out = []
-        for i, p in enumerate(prompts):
-            if isinstance(p, str):  # a lone prompt is "prompt", as the engine's problems name it
-                out.append(self._encode(p, "prompt" if len(prompts) == 1 else f"prompt {i}"))
-            elif _is_token_list(p):
-                out.append([int(t) for t in p])
-            else:
-                raise ValueError(f"prompt {i} is neither text nor a list of token ids")
-        return out
-
-    @staticmethod
-    def _params(params: SamplingParams | Sequence[SamplingParams] | None, n: int) -> list[SamplingParams]:
-        """One `SamplingParams` per prompt; ValueError for anything else (a dict, the scheduler's
-        own `SamplingParams`, which lacks the text-level fields), or a list of another length."""
-        if params is None:
-            return [SamplingParams()] * n
-        if isinstance(params, SamplingParams):
-            return [params] * n
-        if not isinstance(params, Sequence) or isinstance(params, str):
-            raise ValueError(f"{PARAMS_SHAPE}, got {_what(params)}")
-        wrong = next((p for p in params if not isinstance(p, SamplingParams)), None)
-        if wrong is not None:
-            raise ValueError(f"{PARAMS_SHAPE}, got {_what(wrong)} in the list")
-        if len(params) != n:
-            raise ValueError(f"{len(params)} SamplingParams for {counted(n, 'prompt')}")
-        return list(params)
 
     def _flush_trace(self) -> None:
         """The trace (``trace_out``) holds every call so far: valid JSON after each one."""
@@ -410,109 +306,21 @@ class LLM:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
     def _run(
-        self, calls: list[_Call], labels: list[str] | None, progress: Progress | None
+        self, calls: list[Call], labels: list[str] | None, progress: Progress | None
     ) -> list[GenerationOutput]:
         """Run ``calls`` to the end; a request that cannot run is refused first, named by its
         prompt's label (None: a lone prompt, not named)."""
         if progress is not None and not callable(progress):  # else the first answer's call fails the batch
             raise ValueError(f"progress: must be a function (done, total), got {progress!r}")
-        self._refuse(calls, labels)
+        refuse(self.engine, calls, labels)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError(
                 "this LLM is already running a call (from another thread, or from a progress hook): "
                 "one call at a time per LLM"
             )
         try:
-            answers = self._answers(calls, progress)
+            decoder = self.model.tokenizer or NoText()
+            answers = answer(self.engine, decoder, calls, progress, self._flush_trace)
         finally:
             self._busy.release()
-        outputs = []
-        for call in calls:
-            done = answers[call.request.id]
-            if done.output is None:
-                why = done.failure or Failure(FailureKind.FAILED, "no output")
-                raise GenerationError(f"request {call.request.id} {why.kind.value}: {why.reason}")
-            outputs.append(done.output)
-        return outputs
-
-    def _refuse(self, calls: list[_Call], labels: list[str] | None) -> None:
-        """ValueError for the first of ``calls`` the engine cannot run, named by its prompt's label.
-        A prompt's choices differ only in their seeds, so its first choice's check (a pass over the
-        prompt) stands for all."""
-        for call in (c for c in calls if c.choice == 0):
-            problem = self.engine.problem(call.request)
-            if problem is not None:
-                raise PromptError(problem, None if labels is None else labels[call.prompt])
-
-    def _answers(self, calls: list[_Call], progress: Progress | None) -> dict[str, Done]:
-        """Submit ``calls`` and step the engine until each is answered (its id's `Done`)."""
-        processor = OutputProcessor(self.engine)
-        answers: dict[str, Done] = {}
-        try:
-            decoder = self.model.tokenizer or NoText()
-            refused = [
-                e for c in calls for e in processor.submit(RequestTracker(c.request, decoder, c.choice))
-            ]
-            for event in itertools.chain(refused, EngineDriver(self.engine, processor).run()):
-                if isinstance(event, Done):
-                    answers[event.request_id] = event
-                    if progress is not None:
-                        progress(len(answers), len(calls))
-        finally:
-            self._end(calls, processor, answers)
-        return answers
-
-    def _end(self, calls: list[_Call], processor: OutputProcessor, answers: dict[str, Done]) -> None:
-        """Leave no request of ``calls`` running (after an exception or a Ctrl-C), then write the
-        trace. A Ctrl-C meanwhile (pressed twice) is held until every request is let go and the
-        trace written, then raised: stopping part way would leave the rest to run in the next call."""
-        with HeldInterrupt() as held:
-            for call in calls:
-                aborted = processor.abort(call.request.id)
-                if aborted is not None:
-                    answers[call.request.id] = aborted
-                self._let_go(call.request)
-        self._flush_trace()
-        if held.came:
-            raise KeyboardInterrupt
-
-    def _let_go(self, request: Request) -> None:
-        """Abort and forget ``request`` if the engine still holds it: a Ctrl-C between the engine
-        taking it and the processor following it (or between its answer and the engine forgetting
-        it) leaves it there, unfollowed, to run in the next call and stay forever."""
-        if self.engine.get(request.id) is request:
-            self.engine.abort(request.id)
-            self.engine.forget(request.id)
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One engine request of a `generate` call: which prompt it answers, and which choice."""
-
-    request: Request
-    prompt: int
-    choice: int
-
-
-def _what(value: object) -> str:
-    """What a value given as sampling parameters is, for an error ("a dict", "an int")."""
-    if isinstance(value, TokenSamplingParams):
-        return "the scheduler's SamplingParams"
-    name = type(value).__name__
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
-
-def _of_context(i: int, message: str) -> str:
-    """``message`` about context ``i`` of `score_many`: "context 1: ...", or "context 1, candidate
-    2: ..." for one about a candidate, as the engine's problems with a candidate are named."""
-    return f"context {i}{', ' if message.startswith('candidate ') else ': '}{message}"
-
-
-def _is_token_list(value: object) -> bool:
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        return False
-    return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
-
-
-def _is_conversation(value: object) -> bool:
-    return isinstance(value, Sequence) and bool(value) and isinstance(value[0], Mapping)
+        return outputs(calls, answers)

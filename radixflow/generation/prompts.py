@@ -1,0 +1,146 @@
+"""What an `LLM` call is given, as token ids: prompts, a scoring context and its candidates,
+conversations; and its sampling parameters, one per prompt. Each refusal is a ValueError naming
+the item at fault ("prompt 2", "candidate 1", "context")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from radixflow.generation.chat import ChatTemplateError
+from radixflow.generation.params import SamplingParams
+from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
+from radixflow.problems import counted
+from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
+
+Prompt = str | Sequence[int]  # text, or token ids used as they are
+Messages = Sequence[Mapping[str, Any]]
+CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
+PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per prompt)"
+
+
+class PromptReader:
+    """Text, token ids and conversations as token ids. ``tokenizer`` gives the model's tokenizer,
+    asked only for text (it raises for a model without one: token ids need none)."""
+
+    def __init__(self, tokenizer: Callable[[], TextTokenizer]) -> None:
+        self.tokenizer = tokenizer
+
+    def prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
+        """`LLM.generate`'s prompts: one prompt, or a non-empty list of them."""
+        if isinstance(prompts, str) or (is_token_list(prompts) and prompts):
+            prompts = [prompts]  # type: ignore[list-item]
+        prompts = list(prompts)  # type: ignore[arg-type]
+        if not prompts:
+            raise ValueError("no prompts given")
+        out = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):  # a lone prompt is "prompt", as the engine's problems name it
+                out.append(self.encode(p, "prompt" if len(prompts) == 1 else f"prompt {i}"))
+            elif is_token_list(p):
+                out.append([int(t) for t in p])
+            else:
+                raise ValueError(f"prompt {i} is neither text nor a list of token ids")
+        return out
+
+    def conversations(self, conversations: Messages | Sequence[Messages]) -> list[list[int]]:
+        """Each conversation as the chat template writes it up to the assistant's turn, tokenized
+        (the template writes the special tokens itself)."""
+        convs = [conversations] if is_conversation(conversations) else list(conversations)
+        named = ["prompt" if len(convs) == 1 else f"prompt {i}" for i in range(len(convs))]
+        texts = [self.render(conv, label) for conv, label in zip(convs, named, strict=True)]
+        return [self.encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
+
+    def context(self, context: Prompt | Messages) -> list[int]:
+        """A scoring context's tokens; ValueError for a value of another shape (a lone token id
+        is not a context of one token)."""
+        if is_conversation(context):
+            text = self.tokenizer().chat.render(context)  # type: ignore[arg-type]
+            return self.encode(text, "context", special=False)  # the template writes them itself
+        if isinstance(context, str):
+            return self.encode(context, "context")
+        if is_token_list(context):
+            return [int(t) for t in context]  # type: ignore[union-attr]
+        raise ValueError("context must be a string, a list of token ids or a list of messages")
+
+    def candidates(self, candidates: Sequence[Prompt]) -> list[list[int]]:
+        """Each candidate's tokens; ValueError for candidates of another shape (one string is not
+        a candidate per character)."""
+        if isinstance(candidates, str) or not isinstance(candidates, Iterable):
+            raise ValueError(f"{CANDIDATES_SHAPE}, got a {type(candidates).__name__}")
+        ids = []
+        for i, c in enumerate(candidates):
+            if isinstance(c, str):
+                ids.append(self.encode(c, f"candidate {i}", special=False))
+            elif is_token_list(c):
+                ids.append([int(t) for t in c])
+            else:
+                raise ValueError(f"{CANDIDATES_SHAPE} (candidate {i} is neither)")
+        return ids
+
+    def render(self, conversation: Messages, label: str) -> str:
+        """``conversation`` as the chat template writes it; its ChatTemplateError names it by
+        ``label`` when it is one of several (``prompt 2: messages[0].role: ...``)."""
+        chat = self.tokenizer().chat
+        try:
+            return chat.render(conversation)
+        except ChatTemplateError as e:
+            if label == "prompt" or chat.source is None:  # alone, or the model's (no template)
+                raise
+            raise ChatTemplateError(f"{label}: {e}", e.param) from None
+
+    def encode(self, text: str, label: str, special: bool = True) -> list[int]:
+        """``text``'s tokens (``special``: with the tokenizer's special tokens); text with no UTF-8
+        form is a ValueError named by ``label`` (``prompt 2``, ``candidate 1``)."""
+        tokenizer = self.tokenizer()  # its refusal (no tokenizer.json) is the model's, not the text's
+        try:
+            return tokenizer.encode(text, add_special_tokens=special)
+        except TokenizerError as e:
+            raise ValueError(f"{label}: {e}") from None
+
+    def encode_bare(self, text: str) -> list[int]:
+        """``text``'s tokens without special ones: a choice, a banned word, a candidate."""
+        return self.tokenizer().encode(text, add_special_tokens=False)
+
+
+def params_per_prompt(
+    params: SamplingParams | Sequence[SamplingParams] | None, n: int
+) -> list[SamplingParams]:
+    """One `SamplingParams` per prompt; ValueError for anything else (a dict, the scheduler's
+    own `SamplingParams`, which lacks the text-level fields), or a list of another length."""
+    if params is None:
+        return [SamplingParams()] * n
+    if isinstance(params, SamplingParams):
+        return [params] * n
+    if not isinstance(params, Sequence) or isinstance(params, str):
+        raise ValueError(f"{PARAMS_SHAPE}, got {_what(params)}")
+    wrong = next((p for p in params if not isinstance(p, SamplingParams)), None)
+    if wrong is not None:
+        raise ValueError(f"{PARAMS_SHAPE}, got {_what(wrong)} in the list")
+    if len(params) != n:
+        raise ValueError(f"{len(params)} SamplingParams for {counted(n, 'prompt')}")
+    return list(params)
+
+
+def _what(value: object) -> str:
+    """What a value given as sampling parameters is, for an error ("a dict", "an int")."""
+    if isinstance(value, TokenSamplingParams):
+        return "the scheduler's SamplingParams"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def of_context(i: int, message: str) -> str:
+    """``message`` about context ``i`` of `score_many`: "context 1: ...", or "context 1, candidate
+    2: ..." for one about a candidate, as the engine's problems with a candidate are named."""
+    return f"context {i}{', ' if message.startswith('candidate ') else ': '}{message}"
+
+
+def is_token_list(value: object) -> bool:
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        return False
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def is_conversation(value: object) -> bool:
+    return isinstance(value, Sequence) and bool(value) and isinstance(value[0], Mapping)

@@ -40,12 +40,12 @@ def intermediate_size(config: Config) -> int:
     """Feed-forward width, with LFM2's optional 2/3 shrink, multiplier and rounding."""
     size = config.get("intermediate_size", config.get("block_ff_dim"))
     if config.get("block_auto_adjust_ff_dim", True):
-        size = int(2 * size / 3)
-        multiplier = config.get("block_ffn_dim_multiplier")
-        if multiplier is not None:
-            multiple_of = config.get("block_multiple_of", 256)
-            size = int(multiplier * size)
-            size = multiple_of * ((size + multiple_of - 1) // multiple_of)
+        # transformers' Lfm2Config defaults the multiplier to 1.0 (never None): a config without
+        # it still rounds up to block_multiple_of
+        multiplier = config.get("block_ffn_dim_multiplier", 1.0)
+        multiple_of = config.get("block_multiple_of", 256)
+        size = int(multiplier * int(2 * size / 3))
+        size = multiple_of * ((size + multiple_of - 1) // multiple_of)
     return size
 
 

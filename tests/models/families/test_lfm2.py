@@ -153,3 +153,23 @@ def test_tie_embedding_decides_over_tie_word_embeddings(tmp_path, word: bool, em
     (got,) = run(ours, pools, [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
     ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
     check(got, reference(ref, ids))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # absent: transformers' default multiplier is 1.0, then the width rounds up (2/3 of 150
+        # is 100: to 128 at the preset's multiple of 32, to 256 at the default multiple)
+        {"intermediate_size": 150, "block_ffn_dim_multiplier": None},
+        {"intermediate_size": 150, "block_ffn_dim_multiplier": None, "block_multiple_of": None},
+    ],
+)
+def test_feed_forward_width_as_transformers_reads_the_config(edit: dict) -> None:
+    """The feed-forward width of a config that leaves LFM2's sizing fields out (or spells the
+    width twice) is the width transformers' Lfm2Config builds from it."""
+    config = {k: v for k, v in {**PRESETS["tiny"], **edit}.items() if v is not None}
+    with torch.device("meta"):
+        ours = Lfm2ForCausalLM(Config(config))
+        ref = transformers.Lfm2ForCausalLM(transformers.Lfm2Config.from_dict(config))
+    shapes = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == shapes

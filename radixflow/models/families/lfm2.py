@@ -38,7 +38,9 @@ def layer_types(config: Config) -> list[str]:
 
 def intermediate_size(config: Config) -> int:
     """Feed-forward width, with LFM2's optional 2/3 shrink, multiplier and rounding."""
-    size = config.get("intermediate_size", config.get("block_ff_dim"))
+    # LFM2's own block_ff_dim decides where both are set (transformers' Lfm2Config reads it over
+    # intermediate_size)
+    size = config.get("block_ff_dim", config.get("intermediate_size"))
     if config.get("block_auto_adjust_ff_dim", True):
         # transformers' Lfm2Config defaults the multiplier to 1.0 (never None): a config without
         # it still rounds up to block_multiple_of

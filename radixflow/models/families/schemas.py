@@ -208,6 +208,8 @@ LFM2 = BASE.merged(
             ConfigField("layer_types", ListOf(Str(LFM2_KINDS))),
             ConfigField("full_attn_idxs", ListOf(Int(0))),
             ConfigField("intermediate_size", Int(1), required=True, aliases=("block_ff_dim",)),
+            # LFM2's own spelling, read first where both are set (as transformers' Lfm2Config does)
+            ConfigField("block_ff_dim", Int(1)),
             ConfigField("block_auto_adjust_ff_dim", Bool()),
             ConfigField("block_ffn_dim_multiplier", POSITIVE),
             ConfigField("block_multiple_of", Int(1)),

@@ -162,6 +162,7 @@ def test_tie_embedding_decides_over_tie_word_embeddings(tmp_path, word: bool, em
         # is 100: to 128 at the preset's multiple of 32, to 256 at the default multiple)
         {"intermediate_size": 150, "block_ffn_dim_multiplier": None},
         {"intermediate_size": 150, "block_ffn_dim_multiplier": None, "block_multiple_of": None},
+        {"block_ff_dim": 96},  # LFM2's own spelling decides over intermediate_size, as there
     ],
 )
 def test_feed_forward_width_as_transformers_reads_the_config(edit: dict) -> None:

@@ -20,10 +20,12 @@ class Config:
         self._data = dict(data)
 
     def __getattr__(self, name: str) -> Any:
-        try:
-            return self._data[name]
-        except KeyError:
-            raise AttributeError(f"config has no field {name!r}") from None
+        # Read through __dict__: copy and pickle look attributes up on an instance whose __init__
+        # never ran, where `self._data` would call this method again, without end.
+        data = self.__dict__.get("_data")
+        if data is None or name not in data:
+            raise AttributeError(f"config has no field {name!r}")
+        return data[name]
 
     def get(self, name: str, default: Any = None) -> Any:
         value = self._data.get(name, default)

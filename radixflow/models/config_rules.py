@@ -75,6 +75,23 @@ class AtMost:
 
 
 @dataclass(frozen=True)
+class Allowed:
+    """``field``, where set, is one of ``values``: the ones a part of the model supports, which
+    ``why`` names (a value transformers accepts but our kernels do not run)."""
+
+    field: str
+    values: tuple[object, ...]
+    why: str
+
+    def check(self, config: Resolved) -> Problem | None:
+        value = config.get(self.field)
+        if value is None or value in self.values:
+            return None
+        allowed = ", ".join(map(show, self.values))
+        return Problem(config.key(self.field), f"must be one of {allowed} ({self.why}), got {show(value)}")
+
+
+@dataclass(frozen=True)
 class OneOf:
     """At least one of ``fields`` is set (e.g. a layer pattern in one of two spellings)."""
 

@@ -207,6 +207,16 @@ SPECIFIC = [
         "when head_dim is not given",
     ),
     ("qwen3-tiny", {"hidden_act": "gelu_new"}, "hidden_act", '"gelu_new"'),
+    # transformers runs the DeltaNet's conv with hidden_act too; ours is SiLU only (the logits
+    # were silently wrong)
+    ("qwen3_5-tiny", {"hidden_act": "gelu"}, "hidden_act", 'Gated DeltaNet layers), got "gelu"'),
+    ("qwen3_next-tiny", {"hidden_act": "relu"}, "hidden_act", 'Gated DeltaNet layers), got "relu"'),
+    (
+        "qwen3_5-tiny",
+        {"layer_types": None, "full_attention_interval": 2, "hidden_act": "relu"},
+        "hidden_act",
+        'got "relu"',
+    ),
 ]
 
 
@@ -215,6 +225,12 @@ def test_family_relations(tmp_path, family, change, param, says) -> None:
     config = {**preset_config(family), **change}
     error = refused(tmp_path, {k: v for k, v in config.items() if v is not None})
     assert error.problem.param == param and says in str(error), str(error)
+
+
+def test_a_hybrid_without_deltanet_layers_may_use_any_activation(tmp_path) -> None:
+    config = {**preset_config("qwen3_5-tiny"), "hidden_act": "gelu"}
+    config["layer_types"] = ["full_attention"] * config["num_hidden_layers"]
+    assert read_config(write(tmp_path, config)).hidden_act == "gelu"
 
 
 def test_the_older_nemotron_spelling_is_valid(tmp_path) -> None:

@@ -26,13 +26,9 @@ from radixflow.models.presets.qwen3_5 import PRESETS as PRESETS  # the zoo reads
 
 
 def layer_types(config: Config) -> list[str]:
-    """Per-layer mixer kind: explicit ``layer_types``, else every ``interval``-th layer is full."""
-    types = config.get("layer_types")
-    if types:
-        return list(types)
-    interval = config.get("full_attention_interval", 4)
-    n = config.num_hidden_layers
-    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    """Per-layer mixer kind: explicit ``layer_types``, else every ``interval``-th layer is full
+    (decoded where the schema's checks decode it)."""
+    return schemas.hybrid_kinds(config.to_dict())
 
 
 # --------------------------------------------------------------------------- model

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from radixflow.models.config_rules import (
+    Allowed,
     AtMost,
     Divides,
     Equals,
@@ -161,6 +162,19 @@ FULL_ATTENTION = BASE.merged(
 # --------------------------------------------------------------------------- Qwen3.5, Qwen3-Next
 
 HYBRID_KINDS = ("linear_attention", "full_attention")
+
+
+def hybrid_kinds(data: Mapping[str, Any]) -> list[str]:
+    """Qwen3.5 / Qwen3-Next per-layer kinds: ``layer_types``, else every
+    ``full_attention_interval``-th layer (4 by default) is full attention."""
+    types = data.get("layer_types")
+    if types:
+        return list(types)
+    interval = data.get("full_attention_interval") or 4
+    n = data["num_hidden_layers"]
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+
+
 QWEN3_5 = BASE.merged(
     ATTENTION,
     PARTIAL_ROPE,
@@ -174,7 +188,16 @@ QWEN3_5 = BASE.merged(
             ConfigField("hidden_act", ACTIVATION),
             ConfigField("rms_norm_eps", EPS),
         ),
-        rules=(LayerCount(("layer_types",)),),
+        rules=(
+            LayerCount(("layer_types",)),
+            # transformers runs the DeltaNet's conv with hidden_act; ours (every kernel
+            # backend) runs SiLU
+            When(
+                HasLayer("linear_attention"),
+                Allowed("hidden_act", ("silu", "swish"), "the activation of the Gated DeltaNet layers"),
+            ),
+        ),
+        layer_kinds=hybrid_kinds,
     ),
 )
 

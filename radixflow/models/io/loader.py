@@ -64,19 +64,42 @@ def _read_json(path: Path) -> object:
 
 
 def _weight_files(path: Path) -> list[Path]:
-    index = path / "model.safetensors.index.json"
+    """The checkpoint's safetensors files, chosen as transformers chooses them: model.safetensors
+    alone, else the shards model.safetensors.index.json names, else every *.safetensors file."""
+    index, single = path / "model.safetensors.index.json", path / "model.safetensors"
+    if single.is_file():  # another file beside it (an adapter, an old copy) is not these weights
+        # save_pretrained leaves the other layout's model.safetensors or index behind when it
+        # saves over a checkpoint: an index whose shards are gone is that; both whole is not
+        # decidable (transformers reads the single file, perhaps the old one)
+        if index.is_file() and _whole(index):
+            raise CheckpointError(
+                f"{path}: holds both model.safetensors and every shard model.safetensors.index.json names, "
+                "one of them an older save (transformers reads model.safetensors): remove the stale one"
+            )
+        return [single]
     if index.is_file():
-        weight_map = _read_json(index)
-        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise CheckpointError(f"{index}: no weight_map of tensor names to file names")
-        return [path / n for n in sorted(set(weight_map.values()))]
-    if (path / "model.safetensors").is_file():  # as transformers reads it: another file beside
-        return [path / "model.safetensors"]  # it (an adapter, an old copy) is not these weights
+        return _shards(index)
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path}: no *.safetensors files")
     return files
+
+
+def _shards(index: Path) -> list[Path]:
+    """The files ``index`` (model.safetensors.index.json) maps the tensors to."""
+    weight_map = _read_json(index)
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: no weight_map of tensor names to file names")
+    return [index.parent / n for n in sorted(set(weight_map.values()))]
+
+
+def _whole(index: Path) -> bool:
+    """Whether ``index`` is readable and every shard it names is there."""
+    try:
+        return all(f.is_file() for f in _shards(index))
+    except CheckpointError:
+        return False
 
 
 def _build(config: Config, cfg_path: Path) -> nn.Module:

@@ -205,6 +205,43 @@ def test_a_model_safetensors_is_read_alone_as_transformers_reads_it(tmp_path: Pa
     assert torch.equal(logits(load_model(tmp_path), ids), logits(model, ids))  # not the copy's values
 
 
+def shard(path: Path, state: dict[str, torch.Tensor]) -> None:
+    """Write ``state`` as a two-shard checkpoint with its index into ``path``."""
+    keys = sorted(state)
+    weight_map = {}
+    for i, part in enumerate((keys[: len(keys) // 2], keys[len(keys) // 2 :])):
+        name = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({k: state[k] for k in part}, str(path / name), {"format": "pt"})
+        weight_map.update(dict.fromkeys(part, name))
+    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def test_a_stale_index_beside_model_safetensors_is_not_read(tmp_path: Path) -> None:
+    """transformers' save_pretrained, saving one file over a sharded save, removes the shards but
+    leaves their index; transformers then reads model.safetensors, and so do we (the index's
+    missing shards once failed the load)."""
+    model = tiny("radixflow.models.families.llama", "LlamaForCausalLM")
+    save_model(model, tmp_path)
+    shard(tmp_path, {k: v + 1 for k, v in load_file(str(tmp_path / "model.safetensors")).items()})
+    for old in tmp_path.glob("model-*.safetensors"):
+        old.unlink()
+    ids = prompt(0, 12)
+    assert torch.equal(logits(load_model(tmp_path), ids), logits(model, ids))
+
+
+def test_model_safetensors_beside_a_complete_sharded_checkpoint_is_refused(tmp_path: Path) -> None:
+    """Both a single file and every shard of an index: one is an old save (save_pretrained,
+    sharding over a single-file save, keeps model.safetensors), and which is old cannot be told.
+    transformers reads the single file; loading either could be the stale weights."""
+    model = tiny("radixflow.models.families.llama", "LlamaForCausalLM")
+    save_model(model, tmp_path)
+    shard(tmp_path, {k: v + 1 for k, v in load_file(str(tmp_path / "model.safetensors")).items()})
+    with pytest.raises(CheckpointError) as info:
+        load_model(tmp_path)
+    text = str(info.value)
+    assert "\n" not in text and "model.safetensors.index.json" in text and "remove" in text, text
+
+
 def test_no_safetensors(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)

@@ -103,6 +103,23 @@ def use_kernels(net: nn.Module, kernels: Kernels) -> None:
             module.kernels = kernels
 
 
+def rope_parameters(config: Config, default_theta: float = 10000.0) -> dict[str, Any]:
+    """The RoPE dict as transformers 5.24 reads it, whichever way the config spells it.
+
+    Newer configs carry ``rope_parameters`` (with ``rope_theta`` inside); older ones a top-level
+    ``rope_theta`` and an optional ``rope_scaling`` dict (whose ``type`` key is the old name of
+    ``rope_type``). Where a config has both dicts, ``rope_scaling`` is taken whole, as transformers
+    takes it (`RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`); missing ``rope_theta`` and
+    ``partial_rotary_factor`` come from the top level, then ``default_theta`` (the family's).
+    """
+    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
+    params.setdefault("rope_theta", config.get("rope_theta", default_theta))
+    params.setdefault("rope_type", params.get("type", "default"))
+    if config.get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", config.partial_rotary_factor)
+    return params
+
+
 class Rotary:
     """Rotary position embedding (rotate-half convention) over the first ``rot_dim`` dims."""
 

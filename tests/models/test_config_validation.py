@@ -163,6 +163,9 @@ SPECIFIC = [
         "must divide linear_num_value_heads",
     ),
     ("qwen3_5-tiny", {"rope_parameters": {"rope_type": "yarn"}}, "rope_parameters.rope_type", '"yarn"'),
+    # transformers reads the older spelling too, over rope_parameters
+    ("qwen3_5-tiny", {"rope_scaling": {"type": "linear"}}, "rope_scaling.type", '"linear"'),
+    ("lfm2-tiny", {"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.rope_type", '"yarn"'),
     ("qwen3_5-tiny", {"layer_types": None, "full_attention_interval": 0}, "full_attention_interval", "got 0"),
     ("qwen3_next-tiny", {"num_experts_per_tok": 5}, "num_experts_per_tok", "at most num_experts (4)"),
     ("qwen3_next-tiny", {"num_experts_per_tok": None}, "num_experts_per_tok", "needed for num_experts > 0"),

@@ -21,7 +21,15 @@ from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.families import schemas
-from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, lm_head, run_layers
+from radixflow.models.layers import (
+    Config,
+    RMSNorm,
+    Rotary,
+    attention_heads,
+    lm_head,
+    rope_parameters,
+    run_layers,
+)
 from radixflow.models.presets.lfm2 import ATTENTION, CONV
 from radixflow.models.presets.lfm2 import PRESETS as PRESETS  # the zoo reads them here
 
@@ -52,11 +60,11 @@ def intermediate_size(config: Config) -> int:
 
 
 def rope_theta(config: Config) -> float:
-    params = config.get("rope_parameters") or {}
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        raise NotImplementedError(f"lfm2: rope_type {rope_type!r} is not supported")
-    return float(params.get("rope_theta", config.get("rope_theta", 1_000_000.0)))
+    """Plain rope's theta as transformers reads it (`layers.rope_parameters`; LFM2's default 1e6)."""
+    params = rope_parameters(config, default_theta=1_000_000.0)
+    if params["rope_type"] != "default":
+        raise NotImplementedError(f"lfm2: rope_type {params['rope_type']!r} is not supported")
+    return float(params["rope_theta"])
 
 
 class Lfm2MLP(nn.Module):

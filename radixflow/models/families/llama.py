@@ -17,26 +17,22 @@ from torch import nn
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
-from radixflow.models.layers import Config, GatedMLP, RMSNorm, Rotary, attention_heads, lm_head, run_layers
+from radixflow.models.layers import (
+    Config,
+    GatedMLP,
+    RMSNorm,
+    Rotary,
+    attention_heads,
+    lm_head,
+    rope_parameters,
+    run_layers,
+)
 from radixflow.models.presets.llama import PRESETS as PRESETS  # the zoo reads them here
 from radixflow.models.presets.llama import PRESETS_LLAMA as PRESETS_LLAMA
 from radixflow.models.presets.llama import PRESETS_QWEN3 as PRESETS_QWEN3
 
 # ---------------------------------------------------------------------------------------------
 # RoPE configuration
-
-
-def rope_parameters(config: Config) -> dict[str, Any]:
-    """The RoPE dict in transformers 5.x form, whichever way the config spells it.
-
-    Newer configs carry ``rope_parameters`` (with ``rope_theta`` inside); older ones a top-level
-    ``rope_theta`` and an optional ``rope_scaling`` dict (whose ``type`` key is the old name of
-    ``rope_type``).
-    """
-    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
-    params.setdefault("rope_theta", config.get("rope_theta", 10000.0))
-    params.setdefault("rope_type", params.get("type", "default"))
-    return params
 
 
 def build_rotary(config: Config, head_dim: int) -> Rotary:

@@ -101,10 +101,11 @@ def _rope(
 
 ROTARY_FRACTION = Float(above=0.0, high=1.0)  # the share of each head's dims that rotate
 _FRACTION = ConfigField("partial_rotary_factor", ROTARY_FRACTION)
-# `mixers.gated_attention.rope_settings` (the hybrids): plain rope over part of each head
-PARTIAL_ROPE = _rope(("default",), inner=(_FRACTION,), top=(_FRACTION,))
+# `mixers.gated_attention.rope_settings` (the hybrids): plain rope over part of each head; the
+# older rope_scaling is read too (`layers.rope_parameters`), as transformers reads it
+PARTIAL_ROPE = _rope(("default",), inner=(_FRACTION,), top=(_FRACTION,), legacy=True)
 # `lfm2.rope_theta`: plain rope
-PLAIN_ROPE = _rope(("default",))
+PLAIN_ROPE = _rope(("default",), legacy=True)
 # `llama.build_rotary` (Llama, Qwen3, Falcon-H1): scaled frequencies need their factors, and
 # llama3's ramp runs from the low to the high frequency factor.
 SCALED_ROPE = _rope(

@@ -7,22 +7,19 @@ from torch import nn
 
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
-from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads
+from radixflow.models.layers import Config, RMSNorm, Rotary, attention_heads, rope_parameters
 
 
 def rope_settings(config: Config) -> tuple[float, float]:
-    """``(rope_theta, partial_rotary_factor)`` from ``rope_parameters`` or legacy top-level fields.
+    """``(rope_theta, partial_rotary_factor)`` as transformers reads them (`layers.rope_parameters`).
 
     Qwen3.5's multimodal rope (``mrope_section``) reduces to plain rope for text-only positions,
     because all three position streams are equal.
     """
-    rp = config.get("rope_parameters", {}) or {}
-    rope_type = rp.get("rope_type", rp.get("type", "default"))
-    if rope_type != "default":
-        raise NotImplementedError(f"rope_type {rope_type!r} is not supported")
-    theta = rp.get("rope_theta", config.get("rope_theta", 10000.0))
-    partial = rp.get("partial_rotary_factor", config.get("partial_rotary_factor", 0.25))
-    return float(theta), float(partial)
+    params = rope_parameters(config)
+    if params["rope_type"] != "default":
+        raise NotImplementedError(f"rope_type {params['rope_type']!r} is not supported")
+    return float(params["rope_theta"]), float(params.get("partial_rotary_factor", 0.25))
 
 
 class GatedAttention(nn.Module):

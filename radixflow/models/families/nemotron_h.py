@@ -33,21 +33,22 @@ def nemotron_layer_types(config: Config) -> list[str]:
 
 def nemotron_mamba_spec(config: Config) -> Mamba2Spec:
     heads, head_dim = config.mamba_num_heads, config.mamba_head_dim
-    groups = first_of(config, ("n_groups", "mamba_n_groups"), 8)
+    fields = schemas.NEMOTRON_MAMBA_FIELDS  # the older spelling wins, as in transformers
+    groups = first_of(config, fields["groups"], 8)
     return Mamba2Spec(
         hidden=config.hidden_size,
         heads=heads,
         head_dim=head_dim,
         d_state=config.get("ssm_state_size", 128),
         groups=groups,
-        d_conv=first_of(config, ("conv_kernel", "mamba_d_conv"), 4),
-        conv_bias=bool(first_of(config, ("use_conv_bias", "mamba_conv_bias"), True)),
+        d_conv=first_of(config, fields["conv_kernel"], 4),
+        conv_bias=bool(first_of(config, fields["conv_bias"], True)),
         in_bias=bool(config.get("use_bias", False)),
         out_bias=bool(config.get("use_bias", False)),
         act=config.get("mamba_hidden_act", "silu"),
         # transformers' Nemotron-H mixer clamps dt from below at time_step_min (no upper limit)
         # and ignores time_step_limit.
-        dt_min=as_float(first_of(config, ("time_step_min", "mamba_dt_min"), 0.001)),
+        dt_min=as_float(first_of(config, fields["dt_min"], 0.001)),
         dt_max=float("inf"),
         norm="nemotron",
         norm_groups=groups,

@@ -267,6 +267,14 @@ def nemotron_kinds(data: Mapping[str, Any]) -> list[str]:
     return [NEMOTRON_PATTERN[ch] for ch in pattern]
 
 
+# Nemotron-H's Mamba2 fields as the model reads them: the older spelling, then the current one
+NEMOTRON_MAMBA_FIELDS = {
+    "groups": ("mamba_n_groups", "n_groups"),
+    "conv_kernel": ("mamba_d_conv", "conv_kernel"),
+    "conv_bias": ("mamba_conv_bias", "use_conv_bias"),
+    "dt_min": ("mamba_dt_min", "time_step_min"),
+}
+
 _NEMOTRON_MOE = (
     "n_routed_experts",
     "num_experts_per_tok",
@@ -292,13 +300,15 @@ NEMOTRON_H = BASE.merged(
             ConfigField("mlp_hidden_act", ACTIVATION),
             ConfigField("mamba_num_heads", Int(1)),
             ConfigField("mamba_head_dim", Int(1)),
-            ConfigField("n_groups", Int(1), aliases=("mamba_n_groups",)),
+            # the older mamba_* spelling first: where a config has both, transformers'
+            # NemotronHConfig takes it over the current one (NEMOTRON_MAMBA_FIELDS)
+            ConfigField("mamba_n_groups", Int(1), aliases=("n_groups",)),
             ConfigField("ssm_state_size", Int(1)),
-            ConfigField("conv_kernel", CONV_KERNEL, aliases=("mamba_d_conv",)),
-            ConfigField("use_conv_bias", Bool(), aliases=("mamba_conv_bias",)),
+            ConfigField("mamba_d_conv", CONV_KERNEL, aliases=("conv_kernel",)),
+            ConfigField("mamba_conv_bias", Bool(), aliases=("use_conv_bias",)),
             ConfigField("use_bias", Bool()),
             ConfigField("mamba_hidden_act", ACTIVATION),
-            ConfigField("time_step_min", Float(low=0.0), aliases=("mamba_dt_min",)),
+            ConfigField("mamba_dt_min", Float(low=0.0), aliases=("time_step_min",)),
             *(ConfigField(name, Int(1)) for name in _NEMOTRON_MOE),
             ConfigField("moe_latent_size", Int(1)),
             ConfigField("n_group", Int(1)),
@@ -312,7 +322,7 @@ NEMOTRON_H = BASE.merged(
             RequiredWhen(("mamba_num_heads", "mamba_head_dim"), HasLayer("linear_attention")),
             RequiredWhen(("intermediate_size",), HasLayer("mlp")),
             RequiredWhen(_NEMOTRON_MOE, HasLayer("moe")),
-            Divides("n_groups", "mamba_num_heads"),
+            Divides("mamba_n_groups", "mamba_num_heads"),
             Divides("n_group", "n_routed_experts"),
             AtMost("topk_group", "n_group"),
             AtMost("num_experts_per_tok", "n_routed_experts"),

@@ -18,7 +18,7 @@ from radixflow.models.families.falcon_h1 import FalconH1ForCausalLM
 from radixflow.models.families.mamba2_init import init_weights
 from radixflow.models.families.nemotron_h import PRESETS as PRESETS_NEMOTRON
 from radixflow.models.families.nemotron_h import NemotronHForCausalLM, nemotron_layer_types
-from radixflow.models.io.loader import load_model
+from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.kernels.ssd import ssd_chunked, ssd_step
 from radixflow.models.layers import Config
 
@@ -275,3 +275,29 @@ def test_small_preset_size(model_type: str) -> None:
     assert 40e6 <= n <= 70e6
     assert preset["max_position_embeddings"] >= 4096
     assert preset["vocab_size"] == 8192
+
+
+# the older mamba_* spelling beside the current one: transformers' NemotronHConfig takes the older
+MAMBA_ALIASES = [
+    ("time_step_min", "mamba_dt_min", 0.5),  # a dt floor: silently other logits once
+    ("n_groups", "mamba_n_groups", 1),
+    ("conv_kernel", "mamba_d_conv", 2),
+    ("use_conv_bias", "mamba_conv_bias", False),
+]
+
+
+@pytest.mark.parametrize(("name", "alias", "value"), MAMBA_ALIASES)
+def test_nemotron_mamba_alias_beside_its_field_is_read_as_transformers_reads_it(
+    tmp_path: Path, name: str, alias: str, value: Any
+) -> None:
+    config = dict(PRESETS_NEMOTRON["tiny"])
+    assert config[name] != value
+    model = NemotronHForCausalLM(Config({**config, name: value}))
+    init_weights(model, torch.Generator().manual_seed(4))
+    save_model(model, tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, alias: value}))
+    ours = load_model(tmp_path)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
+    tokens = prompt(13, 30)
+    pools = Pools(ours)
+    check(run(ours, pools, [(tokens, SeqSpec(0, 30, pools.blocks(30)))])[0], reference(ref, tokens))

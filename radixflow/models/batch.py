@@ -204,12 +204,18 @@ class ForwardBatch:
     def _picked(self) -> list[Picked]:
         """The one-token rows as `DecodeRows.build` takes them (none unless ``batched_decode``);
         a row of a later wave stays on the per-sequence path, which runs after the state it
-        restores is saved."""
-        return [
-            (i, self.offsets[i], s.restore_slot, tuple(snap.slot for snap in s.snapshots))
-            for i, s in enumerate(self.seqs)
-            if self.batched_decode and s.length == 1 and self._wave_of[i] == 0
-        ]
+        restores is saved. So does a row saving into a slot an earlier row restores: that row
+        reads the state from before the round, and the batched step saves before any
+        per-sequence row reads."""
+        out: list[Picked] = []
+        restored: set[int] = set()  # slots the rows so far restore
+        for i, s in enumerate(self.seqs):
+            saves = tuple(snap.slot for snap in s.snapshots)
+            if self.batched_decode and s.length == 1 and self._wave_of[i] == 0 and restored.isdisjoint(saves):
+                out.append((i, self.offsets[i], s.restore_slot, saves))
+            if s.restore_slot is not None:
+                restored.add(s.restore_slot)
+        return out
 
     @cached_property
     def decode(self) -> DecodeRows:

@@ -178,3 +178,31 @@ def test_batched_decode_matches_a_plain_prefill(model: torch.nn.Module, kernels:
             want = full[row.seq][row.start : row.start + row.length]
             assert (got - want).abs().max().item() <= TOL, (rnd, row.seq)
             assert_same_top1(got, want)
+
+
+def test_a_decode_row_overwriting_a_slot_an_earlier_row_restores(model: torch.nn.Module) -> None:
+    """Row 0 resumes X from slot 0; row 1, a decode row of Y, saves into slot 0. The earlier row
+    reads the state slot 0 held before the round (as on the per-sequence path): the batched step,
+    which runs before every other row, once overwrote it first."""
+    x, y = prompt(11, 30), prompt(12, 10)
+
+    def rounds(batched: bool) -> list[torch.Tensor]:
+        kv = KVPool(model.kv_layout(), 4, BLOCK, torch.float32, "cpu")
+        state = StatePool(model.state_layout(), 2, torch.float32, "cpu")
+        out = []
+        first = [
+            (x[:20], SeqSpec(0, 20, [0, 1], None, [Snapshot(20, 0)])),
+            (y[:5], SeqSpec(0, 5, [2], None, [Snapshot(5, 1)])),
+        ]
+        second = [(x[20:], SeqSpec(20, 10, [0, 1], 0)), (y[5:6], SeqSpec(5, 1, [2], 1, [Snapshot(6, 0)]))]
+        for chunks in (first, second):
+            batch = ForwardBatch.build(chunks, kv, state, "cpu", batched_decode=batched)
+            with torch.inference_mode():
+                out.append(model.compute_logits(model(batch)))
+        return out
+
+    use_kernels(model, TORCH_KERNELS)
+    want = torch.cat([no_cache(model, x)[20:], no_cache(model, y)[5:6]])
+    for batched in (False, True):
+        got = rounds(batched)[1]
+        assert (got - want).abs().max().item() <= TOL, batched

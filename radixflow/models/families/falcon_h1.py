@@ -155,6 +155,7 @@ class FalconH1ForCausalLM(nn.Module):
 
     PRESETS: dict[str, dict[str, Any]]  # set below
     config_schema = schemas.FALCON_H1
+    config_defaults = schemas.FALCON_H1_DEFAULTS
 
     def __init__(self, config: Config) -> None:
         super().__init__()

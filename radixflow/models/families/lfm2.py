@@ -230,6 +230,7 @@ class Lfm2ForCausalLM(nn.Module):
     """LFM2 causal LM implementing the runner's ``CausalLM`` protocol."""
 
     config_schema = schemas.LFM2
+    config_defaults = schemas.LFM2_DEFAULTS
 
     def __init__(self, config: Config) -> None:
         super().__init__()

@@ -137,6 +137,7 @@ class _FullAttentionLM(nn.Module):
 
     qk_norm = False
     config_schema = schemas.FULL_ATTENTION
+    config_defaults = schemas.LLAMA_DEFAULTS
 
     def __init__(self, config: Config) -> None:
         super().__init__()
@@ -172,6 +173,7 @@ class Qwen3ForCausalLM(_FullAttentionLM):
     """Qwen3 dense: Llama plus per-head q/k RMSNorm and an explicit ``head_dim``."""
 
     qk_norm = True
+    config_defaults = schemas.QWEN3_DEFAULTS
 
 
 # ---------------------------------------------------------------------------------------------

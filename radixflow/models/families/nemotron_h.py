@@ -129,6 +129,7 @@ class NemotronHForCausalLM(nn.Module):
 
     PRESETS: dict[str, dict[str, Any]]  # set below
     config_schema = schemas.NEMOTRON_H
+    config_defaults = schemas.NEMOTRON_H_DEFAULTS
 
     def __init__(self, config: Config) -> None:
         super().__init__()

@@ -119,6 +119,7 @@ class Qwen35ForCausalLM(HybridForCausalLM):
 
     family = HybridFamily(Qwen35GatedDeltaNet, dense_mlp)
     config_schema = schemas.QWEN3_5
+    config_defaults = schemas.QWEN3_5_DEFAULTS
 
 
 # --------------------------------------------------------------------------- init and presets

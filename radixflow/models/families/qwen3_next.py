@@ -92,3 +92,4 @@ class Qwen3NextForCausalLM(HybridForCausalLM):
 
     family = HybridFamily(Qwen3NextGatedDeltaNet, next_mlp)
     config_schema = schemas.QWEN3_NEXT
+    config_defaults = schemas.QWEN3_NEXT_DEFAULTS

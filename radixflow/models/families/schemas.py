@@ -49,6 +49,17 @@ CONV_KERNEL = Int(2)
 
 # --------------------------------------------------------------------------- shared parts
 
+# What transformers' config class of a family fills in for a key config.json leaves out, where
+# that is not what the code would derive (every query head its own KV head, head_dim = hidden /
+# heads): a family's ``config_defaults``, added by the loader before the checks.
+LLAMA_DEFAULTS: dict[str, Any] = {}  # LlamaConfig derives both
+QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128}
+QWEN3_5_DEFAULTS = {"num_key_value_heads": 4, "head_dim": 256}
+QWEN3_NEXT_DEFAULTS = {"num_key_value_heads": 2, "head_dim": 256}
+LFM2_DEFAULTS = {"num_key_value_heads": 8}
+NEMOTRON_H_DEFAULTS = {"num_key_value_heads": 8, "head_dim": 128}
+FALCON_H1_DEFAULTS = {"num_key_value_heads": 8}
+
 # Read by every family (the runner reads the context length and the end-of-sequence ids).
 BASE = Schema(
     (

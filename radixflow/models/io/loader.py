@@ -49,8 +49,11 @@ def read_config(path: str | Path) -> Config:
         raise CheckpointError.in_file(cfg_path, Problem("model_type", "missing"))
     if data["model_type"] == "qwen3_5" and isinstance(data.get("text_config"), dict):
         data = {**data["text_config"], "model_type": "qwen3_5_text"}
-    schema = model_class(check_model_type(data["model_type"])).config_schema
-    problems = validate_config(schema, data)
+    family = model_class(check_model_type(data["model_type"]))
+    # a key left out means what transformers' config class fills in, where the family's differs
+    # from what the code derives (`schemas.QWEN3_DEFAULTS`, ...); a null stays null
+    data = {**family.config_defaults, **data}
+    problems = validate_config(family.config_schema, data)
     if problems:
         raise CheckpointError.in_file(cfg_path, problems[0])
     return Config(data)

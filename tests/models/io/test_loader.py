@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_utils import TOL, Pools, prompt, reference
+from model_utils import TOL, ZOO_TINY, Pools, prompt, reference
 from safetensors.torch import load_file, save_file
 
 from radixflow.models.batch import SeqSpec
 from radixflow.models.io.convert import plan_conversion
-from radixflow.models.io.loader import CheckpointError, check_checkpoint, load_model, save_model
+from radixflow.models.io.loader import CheckpointError, check_checkpoint, load_model, read_config, save_model
 from radixflow.models.layers import Config
-from radixflow.models.registry import UnknownModelError
+from radixflow.models.registry import UnknownModelError, model_class
+from radixflow.models.zoo import preset_config
 
 EXACT = 1e-5
 Rename = Callable[[str, torch.Tensor], dict[str, torch.Tensor]]
@@ -468,3 +469,23 @@ def test_check_checkpoint_builds_every_family_on_the_meta_device(
     tmp_path: Path, module: str, cls: str
 ) -> None:
     assert check_checkpoint(saved(tmp_path, module, cls)).model_type
+
+
+@pytest.mark.parametrize("preset", ZOO_TINY)
+def test_kv_heads_and_head_dim_left_out_default_as_in_transformers(tmp_path: Path, preset: str) -> None:
+    """Where config.json leaves them out, transformers' config class of the family fills
+    num_key_value_heads and head_dim with its own defaults (Qwen3: 32 KV heads of 128, Qwen3.5:
+    4 of 256, ...), not every head its own KV head of hidden_size / heads."""
+    transformers = pytest.importorskip("transformers")
+    config = {k: v for k, v in preset_config(preset).items() if k not in ("num_key_value_heads", "head_dim")}
+    config["num_attention_heads"] = 32  # every family's default KV head count divides it
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with torch.device("meta"):
+        ours = model_class(config["model_type"])(read_config(tmp_path))
+        ref = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+
+    def projections(model: torch.nn.Module) -> list[tuple[int, ...]]:  # Nemotron-H's names differ
+        ends = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")
+        return sorted(tuple(p.shape) for name, p in model.named_parameters() if name.endswith(ends))
+
+    assert projections(ours) == projections(ref) != []

@@ -205,6 +205,13 @@ class ConfigField:
     type: FieldType
     required: bool = False
     aliases: tuple[str, ...] = ()  # older spellings, read when ``name`` is unset (in this order)
+    # spellings read before ``name``: transformers sets the field from them over its own value
+    # (a config class's attribute_map, or older keyword arguments it takes over the field)
+    read_first: tuple[str, ...] = ()
+
+    def spellings(self) -> tuple[str, ...]:
+        """Every key of this field, in the order a config is read."""
+        return (*self.read_first, self.name, *self.aliases)
 
 
 @dataclass(frozen=True)
@@ -256,7 +263,7 @@ def validate_config(schema: Schema, data: Mapping[str, Any]) -> list[Problem]:
     keys: dict[str, str] = {}
     problems: list[Problem] = []
     for f in schema.fields:
-        key = next((k for k in (f.name, *f.aliases) if data.get(k) is not None), None)
+        key = next((k for k in f.spellings() if data.get(k) is not None), None)
         if key is None:
             if f.required:
                 problems.append(Problem(f.name, f"missing (must be {f.type.describe()})"))

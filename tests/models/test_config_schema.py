@@ -195,3 +195,14 @@ def test_merged_schemas_replace_fields_by_name_and_keep_every_rule() -> None:
 def test_long_values_are_cut_in_the_message() -> None:
     text = one(Schema((ConfigField("n", Int(1)),)), {"n": list(range(100))})
     assert text.endswith("...") and len(text) < 120
+
+
+def test_a_spelling_read_first_decides_over_the_field_and_is_named() -> None:
+    """``read_first``: a spelling transformers sets the field from over its own (attribute_map)."""
+    experts = ConfigField("experts", Int(1), required=True, read_first=("local_experts",))
+    schema = Schema((experts, ConfigField("k", Int(1))), rules=(AtMost("k", "experts"),))
+    assert validate_config(schema, {"experts": 8, "local_experts": 2, "k": 2}) == []
+    assert one(schema, {"experts": 8, "local_experts": 2, "k": 4}) == "k: must be at most experts (2), got 4"
+    zero = {"experts": 8, "local_experts": 0}
+    assert one(schema, zero) == "local_experts: must be a positive integer, got 0"
+    assert one(schema, {}) == "experts: missing (must be a positive integer)"

@@ -12,7 +12,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixflow.models.families.schemas import NEMOTRON_FIELDS
 from radixflow.models.layers import ACTIVATIONS_IN_PLACE, Config
+from radixflow.models.mixers.mamba2 import first_of
+
+
+def experts(config: Config) -> int:
+    """The routed experts: ``num_local_experts`` (transformers' attribute_map name, which it sets
+    ``n_routed_experts`` from) or ``n_routed_experts``."""
+    return int(first_of(config, NEMOTRON_FIELDS["experts"]))
 
 
 class NemotronHMLP(nn.Module):
@@ -36,7 +44,7 @@ class NemotronHRouter(nn.Module):
 
     def __init__(self, config: Config) -> None:
         super().__init__()
-        self.num_experts = config.n_routed_experts
+        self.num_experts = experts(config)
         self.top_k = config.num_experts_per_tok
         self.n_group = config.get("n_group", 1)
         self.topk_group = config.get("topk_group", 1)
@@ -84,7 +92,7 @@ class NemotronHMoE(nn.Module):
         inner = latent or hidden
         self.experts = nn.ModuleList(
             NemotronHMLP(inner, config.moe_intermediate_size, bias=False, act=act)
-            for _ in range(config.n_routed_experts)
+            for _ in range(experts(config))
         )
         self.gate = NemotronHRouter(config)
         self.shared_experts = NemotronHMLP(

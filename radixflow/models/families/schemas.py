@@ -267,9 +267,9 @@ NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
 
 
 def nemotron_kinds(data: Mapping[str, Any]) -> list[str]:
-    """Nemotron-H's per-layer kinds: ``layers_block_type`` (or ``layer_types``, with legacy names),
+    """Nemotron-H's per-layer kinds: ``layer_types`` or ``layers_block_type`` (legacy names mapped),
     else the older ``hybrid_override_pattern`` string."""
-    types = data.get("layers_block_type") or data.get("layer_types")
+    types = next((data[k] for k in NEMOTRON_FIELDS["pattern"] if data.get(k)), None)
     if types:
         return [NEMOTRON_LEGACY.get(t, t) for t in types]
     pattern = data.get("hybrid_override_pattern")
@@ -278,12 +278,16 @@ def nemotron_kinds(data: Mapping[str, Any]) -> list[str]:
     return [NEMOTRON_PATTERN[ch] for ch in pattern]
 
 
-# Nemotron-H's Mamba2 fields as the model reads them: the older spelling, then the current one
-NEMOTRON_MAMBA_FIELDS = {
+# Nemotron-H's fields spelt two ways, in the order the model reads them: transformers'
+# NemotronHConfig sets each from the first (an older mamba_* keyword, an attribute_map name) over
+# the second, its own
+NEMOTRON_FIELDS = {
     "groups": ("mamba_n_groups", "n_groups"),
     "conv_kernel": ("mamba_d_conv", "conv_kernel"),
     "conv_bias": ("mamba_conv_bias", "use_conv_bias"),
     "dt_min": ("mamba_dt_min", "time_step_min"),
+    "experts": ("num_local_experts", "n_routed_experts"),
+    "pattern": ("layer_types", "layers_block_type"),
 }
 
 _NEMOTRON_MOE = (
@@ -302,7 +306,7 @@ NEMOTRON_H = BASE.merged(
             ConfigField(
                 "layers_block_type",
                 ListOf(Str((*NEMOTRON_KINDS, *NEMOTRON_LEGACY)), min_length=1),
-                aliases=("layer_types",),
+                read_first=NEMOTRON_FIELDS["pattern"][:1],
             ),
             ConfigField("hybrid_override_pattern", Str(alphabet="".join(NEMOTRON_PATTERN), min_length=1)),
             ConfigField("layer_norm_epsilon", EPS),
@@ -312,15 +316,16 @@ NEMOTRON_H = BASE.merged(
             ConfigField("mamba_num_heads", Int(1)),
             ConfigField("mamba_head_dim", Int(1)),
             # the older mamba_* spelling first: where a config has both, transformers'
-            # NemotronHConfig takes it over the current one (NEMOTRON_MAMBA_FIELDS)
-            ConfigField("mamba_n_groups", Int(1), aliases=("n_groups",)),
+            # NemotronHConfig takes it over the current one (NEMOTRON_FIELDS)
+            ConfigField("n_groups", Int(1), read_first=NEMOTRON_FIELDS["groups"][:1]),
             ConfigField("ssm_state_size", Int(1)),
-            ConfigField("mamba_d_conv", CONV_KERNEL, aliases=("conv_kernel",)),
-            ConfigField("mamba_conv_bias", Bool(), aliases=("use_conv_bias",)),
+            ConfigField("conv_kernel", CONV_KERNEL, read_first=NEMOTRON_FIELDS["conv_kernel"][:1]),
+            ConfigField("use_conv_bias", Bool(), read_first=NEMOTRON_FIELDS["conv_bias"][:1]),
             ConfigField("use_bias", Bool()),
             ConfigField("mamba_hidden_act", ACTIVATION),
-            ConfigField("mamba_dt_min", Float(low=0.0), aliases=("time_step_min",)),
-            *(ConfigField(name, Int(1)) for name in _NEMOTRON_MOE),
+            ConfigField("time_step_min", Float(low=0.0), read_first=NEMOTRON_FIELDS["dt_min"][:1]),
+            ConfigField("n_routed_experts", Int(1), read_first=NEMOTRON_FIELDS["experts"][:1]),
+            *(ConfigField(name, Int(1)) for name in _NEMOTRON_MOE[1:]),
             ConfigField("moe_latent_size", Int(1)),
             ConfigField("n_group", Int(1)),
             ConfigField("topk_group", Int(1)),
@@ -333,7 +338,7 @@ NEMOTRON_H = BASE.merged(
             RequiredWhen(("mamba_num_heads", "mamba_head_dim"), HasLayer("linear_attention")),
             RequiredWhen(("intermediate_size",), HasLayer("mlp")),
             RequiredWhen(_NEMOTRON_MOE, HasLayer("moe")),
-            Divides("mamba_n_groups", "mamba_num_heads"),
+            Divides("n_groups", "mamba_num_heads"),
             Divides("n_group", "n_routed_experts"),
             AtMost("topk_group", "n_group"),
             AtMost("num_experts_per_tok", "n_routed_experts"),

@@ -277,24 +277,31 @@ def test_small_preset_size(model_type: str) -> None:
     assert preset["vocab_size"] == 8192
 
 
-# the older mamba_* spelling beside the current one: transformers' NemotronHConfig takes the older
-MAMBA_ALIASES = [
+TINY_PATTERN = PRESETS_NEMOTRON["tiny"]["layers_block_type"]
+# another spelling beside the field's own: transformers' NemotronHConfig sets the field from it
+# (the older mamba_* kwargs; its attribute_map's layer_types and num_local_experts)
+NEMOTRON_ALIASES = [
     ("time_step_min", "mamba_dt_min", 0.5),  # a dt floor: silently other logits once
     ("n_groups", "mamba_n_groups", 1),
     ("conv_kernel", "mamba_d_conv", 2),
     ("use_conv_bias", "mamba_conv_bias", False),
+    ("layers_block_type", "layer_types", [TINY_PATTERN[i] for i in (0, 4, 2, 3, 1, 5, 6)]),
+    ("n_routed_experts", "num_local_experts", 4),
 ]
 
 
-@pytest.mark.parametrize(("name", "alias", "value"), MAMBA_ALIASES)
-def test_nemotron_mamba_alias_beside_its_field_is_read_as_transformers_reads_it(
-    tmp_path: Path, name: str, alias: str, value: Any
+@pytest.mark.parametrize("both", [True, False], ids=["beside", "alone"])
+@pytest.mark.parametrize(("name", "alias", "value"), NEMOTRON_ALIASES)
+def test_nemotron_alias_is_read_as_transformers_reads_it(
+    tmp_path: Path, name: str, alias: str, value: Any, both: bool
 ) -> None:
     config = dict(PRESETS_NEMOTRON["tiny"])
     assert config[name] != value
     model = NemotronHForCausalLM(Config({**config, name: value}))
     init_weights(model, torch.Generator().manual_seed(4))
     save_model(model, tmp_path)
+    if not both:
+        del config[name]
     (tmp_path / "config.json").write_text(json.dumps({**config, alias: value}))
     ours = load_model(tmp_path)
     ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()

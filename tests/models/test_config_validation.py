@@ -163,6 +163,17 @@ SPECIFIC = [
         "must divide linear_num_value_heads",
     ),
     ("qwen3_5-tiny", {"rope_parameters": {"rope_type": "yarn"}}, "rope_parameters.rope_type", '"yarn"'),
+    # a fully rotated head of odd size: the rotary tables (an even size) do not fit it, and the
+    # first forward failed deep in the kernels
+    ("llama-tiny", {"head_dim": 11}, "head_dim", "11 dims, all rotated"),
+    ("lfm2-tiny", {"hidden_size": 66, "num_attention_heads": 6}, "num_attention_heads", "11 dims"),
+    ("falcon_h1-tiny", {"head_dim": 9}, "head_dim", "an even number"),
+    (
+        "qwen3_5-tiny",
+        {"head_dim": 11, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.0}},
+        "head_dim",
+        "all rotated",
+    ),
     # transformers reads the older spelling too, over rope_parameters
     ("qwen3_5-tiny", {"rope_scaling": {"type": "linear"}}, "rope_scaling.type", '"linear"'),
     ("lfm2-tiny", {"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.rope_type", '"yarn"'),
@@ -234,6 +245,12 @@ def test_a_hybrid_without_deltanet_layers_may_use_any_activation(tmp_path) -> No
     config = {**preset_config("qwen3_5-tiny"), "hidden_act": "gelu"}
     config["layer_types"] = ["full_attention"] * config["num_hidden_layers"]
     assert read_config(write(tmp_path, config)).hidden_act == "gelu"
+
+
+def test_an_odd_head_rotated_in_part_is_valid(tmp_path) -> None:
+    """Qwen3.5 rotates a quarter of each head; 11 * 0.25 dims round up to 4, as in transformers."""
+    config = {**preset_config("qwen3_5-tiny"), "head_dim": 11}
+    assert read_config(write(tmp_path, config)).head_dim == 11
 
 
 def test_the_older_nemotron_spelling_is_valid(tmp_path) -> None:

@@ -11,6 +11,7 @@ also decoded here (`nemotron_kinds`), so the checks and the model read them the 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from radixflow.models.config_rules import (
@@ -32,13 +33,16 @@ from radixflow.models.config_schema import (
     Float,
     Int,
     ListOf,
+    Resolved,
     Rule,
     Schema,
     Str,
     Table,
+    as_number,
 )
-from radixflow.models.layers import ACTIVATIONS
+from radixflow.models.layers import ACTIVATIONS, Config, rope_parameters
 from radixflow.models.presets.nemotron_h import NEMOTRON_PATTERN  # the pattern string's codes
+from radixflow.problems import Problem
 
 ACTIVATION = Str(tuple(ACTIVATIONS))
 EPS = Float(above=0.0)  # a norm's epsilon: 0 divides by zero on an all-zero row
@@ -87,15 +91,44 @@ ATTENTION = Schema(
 )
 
 
+@dataclass(frozen=True)
+class EvenRotary:
+    """The rotary embedding fits each head: it rotates ``head_dim`` times the rotated share dims,
+    rounded up to even (as transformers rounds them), so a fully rotated head of odd size is one
+    dim short (the first forward failed deep in the kernels; transformers refuses it too)."""
+
+    partial: bool  # the family reads partial_rotary_factor (the hybrids); else every dim rotates
+    partial_default: float = 1.0  # the share rotated where the config names none
+
+    def check(self, config: Resolved) -> Problem | None:
+        heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+        if heads is None or hidden is None:
+            return None
+        head_dim = config.get("head_dim") or hidden // heads
+        share = 1.0
+        if self.partial:
+            rope = rope_parameters(Config(dict(config.data)))
+            share = as_number(rope.get("partial_rotary_factor", self.partial_default)) or 1.0
+        if head_dim % 2 == 0 or int(head_dim * share) != head_dim:
+            return None
+        given = config.get("head_dim") is not None
+        param = config.key("head_dim") if given else config.key("num_attention_heads")
+        source = "" if given else f" ({hidden} // {heads})"
+        why = "all rotated: rotary embedding needs an even number"
+        return Problem(param, f"gives heads of {head_dim} dims{source}, {why}")
+
+
 def _rope(
     types: tuple[str, ...],
     inner: tuple[ConfigField, ...] = (),
     rules: tuple[Rule, ...] = (),
     top: tuple[ConfigField, ...] = (),
     legacy: bool = False,
+    even: EvenRotary = EvenRotary(partial=False),
 ) -> Schema:
     """``rope_parameters`` (and with ``legacy`` the older ``rope_scaling``) holding the rope types a
-    family supports and ``inner`` fields, plus the top-level fields read when it lacks them."""
+    family supports and ``inner`` fields, plus the top-level fields read when it lacks them; the
+    rotary dims must fit the heads (``even``)."""
     table = Table(
         Schema(
             (
@@ -107,14 +140,17 @@ def _rope(
         )
     )
     names = ("rope_parameters", "rope_scaling") if legacy else ("rope_parameters",)
-    return Schema((*(ConfigField(n, table) for n in names), ConfigField("rope_theta", POSITIVE), *top))
+    fields = (*(ConfigField(n, table) for n in names), ConfigField("rope_theta", POSITIVE), *top)
+    return Schema(fields, rules=(even,))
 
 
 ROTARY_FRACTION = Float(above=0.0, high=1.0)  # the share of each head's dims that rotate
 _FRACTION = ConfigField("partial_rotary_factor", ROTARY_FRACTION)
 # `mixers.gated_attention.rope_settings` (the hybrids): plain rope over part of each head; the
 # older rope_scaling is read too (`layers.rope_parameters`), as transformers reads it
-PARTIAL_ROPE = _rope(("default",), inner=(_FRACTION,), top=(_FRACTION,), legacy=True)
+PARTIAL_ROPE = _rope(
+    ("default",), inner=(_FRACTION,), top=(_FRACTION,), legacy=True, even=EvenRotary(True, 0.25)
+)
 # `lfm2.rope_theta`: plain rope
 PLAIN_ROPE = _rope(("default",), legacy=True)
 # `llama.build_rotary` (Llama, Qwen3, Falcon-H1): scaled frequencies need their factors, and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -122,12 +123,15 @@ class Engine:
     def submit(self, request: Request) -> None:
         """Accept a request; one that can never run is marked FAILED, the rest carry on.
 
-        Raises ValueError for a request object already submitted or an id already in use.
+        Raises ValueError for a request object already submitted, an id already in use, or an
+        arrival time that is not a finite number >= 0 (a NaN one would never be admitted).
         """
         if request.status is not RequestStatus.WAITING or request.registration is not None:
             raise ValueError(f"request {request.id!r} was already submitted to an engine")
         if request.id in self._by_id:
             raise ValueError(f"duplicate request id {request.id!r}")
+        if not (isinstance(request.arrival_s, int | float) and 0 <= request.arrival_s < math.inf):
+            raise ValueError(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
         self._by_id[request.id] = request
         self._submitted += 1
         problem = self.problem(request)

@@ -55,6 +55,18 @@ def test_request_cannot_be_submitted_twice():
         new_engine(RUNNER, CFG).submit(req)
 
 
+@pytest.mark.parametrize("arrival", [float("nan"), float("inf"), -1.0])
+def test_an_arrival_time_that_is_no_time_is_refused_in_one_line(arrival):
+    # a NaN arrival was never admitted (the engine ran forever), an infinite one sent the clock to
+    # infinity: refused, naming the field and the value, and the id stays free
+    engine = new_engine(RUNNER, CFG)
+    with pytest.raises(ValueError, match=rf"^arrival_s must be a finite number >= 0, got {arrival}$"):
+        engine.submit(Request("a", (1, 2, 3), arrival_s=arrival))
+    assert not engine.has_work() and engine.get("a") is None
+    engine.run([Request("a", (1, 2, 3))])
+    assert engine.requests[0].status is RequestStatus.FINISHED
+
+
 def test_sim_cost_grows_with_tokens_and_context():
     from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 

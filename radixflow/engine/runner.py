@@ -94,9 +94,12 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
         return Problem(
             "prompt", f"has {model.max_context} tokens, the whole model context: no room to generate"
         )
-    bad = next((t for t in request.prompt if not 0 <= t < model.vocab_size), None)
+    # one pass; a float would run as its integer part (cached as itself), a bool as 0 or 1
+    bad = next(((t,) for t in request.prompt if type(t) is not int or not 0 <= t < model.vocab_size), None)
+    if bad is not None and type(bad[0]) is not int:
+        return Problem("prompt", f"token {bad[0]!r} is not a token id (an integer)")
     if bad is not None:
-        return Problem("prompt", f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})")
+        return Problem("prompt", f"token id {bad[0]} is outside the vocabulary (0..{model.vocab_size - 1})")
     problem = request.sampling.problem()
     if problem is not None:
         return problem

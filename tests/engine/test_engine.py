@@ -38,6 +38,23 @@ def test_bad_requests_fail_and_the_rest_are_served():
     assert "outside the vocabulary" in (reqs[1].error or "")
 
 
+def test_a_prompt_token_that_is_no_integer_fails_its_request_alone():
+    # 2.5 ran as token 2 on the torch runner (cached under 2.5), True as token 1, and a string
+    # raised a TypeError out of submit
+    reqs = [Request("float", (1, 2.5, 3)), Request("bool", (True, 2)), Request("text", (1, "7"))]
+    reqs.append(Request("none", (None,)))
+    engine = new_engine(RUNNER, CFG)
+    engine.run([*reqs, Request("ok", (1, 2, 3))])
+    errors = {r.id: r.error for r in reqs}
+    assert errors == {
+        "float": "prompt: token 2.5 is not a token id (an integer)",
+        "bool": "prompt: token True is not a token id (an integer)",
+        "text": "prompt: token '7' is not a token id (an integer)",
+        "none": "prompt: token None is not a token id (an integer)",
+    }
+    assert engine.get("ok").status is RequestStatus.FINISHED
+
+
 def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
     late = Request("late", (1, 2, 3), arrival_s=5.0)
     engine = new_engine(RUNNER, CFG)

@@ -151,6 +151,8 @@ class Engine:
     def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
         cache); None when it can. Pure: safe to call from another thread before submitting."""
+        if not isinstance(request.namespace, str):  # else its admission fails mid-round (a name is hashed)
+            return Problem("namespace", f"must be a string, got {request.namespace!r}")
         return (
             self.runner.validate(request)
             or self.scheduler.config.unfit_reason(request)

@@ -55,6 +55,19 @@ def test_a_prompt_token_that_is_no_integer_fails_its_request_alone():
     assert engine.get("ok").status is RequestStatus.FINISHED
 
 
+@pytest.mark.parametrize("namespace", [None, 5, b"ns"])
+def test_a_namespace_that_is_no_string_fails_its_request_alone(namespace):
+    # it was taken, and its admission raised out of the scheduler mid-round (the fork history
+    # hashes the name), leaving the request running with what it had reserved
+    bad, ok = Request("bad", (1, 2, 3), namespace=namespace), Request("ok", (1, 2, 4))
+    engine = new_engine(RUNNER, CFG)
+    engine.run([bad, ok])
+    assert bad.status is RequestStatus.FAILED
+    assert bad.error == f"namespace: must be a string, got {namespace!r}"
+    assert ok.status is RequestStatus.FINISHED
+    engine.check_integrity()
+
+
 def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
     late = Request("late", (1, 2, 3), arrival_s=5.0)
     engine = new_engine(RUNNER, CFG)

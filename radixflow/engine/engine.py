@@ -22,7 +22,7 @@ from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.scheduler.sampling import FinishReason
+from radixflow.scheduler.sampling import FinishReason, SamplingParams
 from radixflow.scheduler.scheduler import Scheduler, SchedulerConfig
 
 
@@ -55,6 +55,17 @@ def cache_budget(config: SchedulerConfig, model: ModelInfo) -> CacheBudget:
         slot_bytes=max(model.checkpoint_bytes, 1),
         budget_bytes=config.cache_memory,
     )
+
+
+def _fields_problem(request: Request) -> Problem | None:
+    """Why ``request``'s namespace or sampling is of the wrong type (None: neither is), found
+    before anything reads them: a runner's checks read the sampling, and a namespace that is no
+    string would fail its admission mid-round (the fork history hashes it). Pure."""
+    if not isinstance(request.namespace, str):
+        return Problem("namespace", f"must be a string, got {request.namespace!r}")
+    if not isinstance(request.sampling, SamplingParams):
+        return Problem("sampling", f"must be a SamplingParams, got {request.sampling!r}")
+    return None
 
 
 class AbortResult(Enum):
@@ -151,10 +162,9 @@ class Engine:
     def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
         cache); None when it can. Pure: safe to call from another thread before submitting."""
-        if not isinstance(request.namespace, str):  # else its admission fails mid-round (a name is hashed)
-            return Problem("namespace", f"must be a string, got {request.namespace!r}")
         return (
-            self.runner.validate(request)
+            _fields_problem(request)
+            or self.runner.validate(request)
             or self.scheduler.config.unfit_reason(request)
             or self._budget_problem(request)
         )

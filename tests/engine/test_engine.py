@@ -68,6 +68,17 @@ def test_a_namespace_that_is_no_string_fails_its_request_alone(namespace):
     engine.check_integrity()
 
 
+@pytest.mark.parametrize("sampling", [None, {"max_tokens": 4}])
+def test_sampling_that_is_no_sampling_params_fails_its_request_alone(sampling):
+    # an AttributeError came out of submit, and the request stayed behind, waiting for ever
+    bad, ok = Request("bad", (1, 2, 3), sampling=sampling), Request("ok", (1, 2, 4))
+    engine = new_engine(RUNNER, CFG)
+    engine.run([bad, ok])
+    assert bad.status is RequestStatus.FAILED
+    assert bad.error == f"sampling: must be a SamplingParams, got {sampling!r}"
+    assert ok.status is RequestStatus.FINISHED
+
+
 def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
     late = Request("late", (1, 2, 3), arrival_s=5.0)
     engine = new_engine(RUNNER, CFG)

@@ -177,7 +177,9 @@ class Engine:
         slots = 1 if config.has_recurrent and config.num_state_slots > 0 else 0
         if self.cache.holds(blocks, slots):
             return None
-        param = "prompt" if request.sampling.max_tokens <= 1 else "max_tokens"
+        param, prompt_blocks = "max_tokens", config.blocks_needed(0, len(request.prompt))
+        if not self.cache.holds(prompt_blocks, slots):  # fewer tokens to generate would not help
+            param, blocks = "prompt", prompt_blocks
         need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
         return Problem(param, f"does not fit in the cache_memory budget: it needs {need}")
 

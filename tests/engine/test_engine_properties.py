@@ -12,6 +12,7 @@ from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS
+from radixflow.scheduler.sampling import SamplingParams
 
 BS = 8
 STEMS = [tuple(range(10, 50)), tuple(range(10, 34)) + tuple(range(90, 106)), tuple(range(200, 216))]
@@ -155,3 +156,21 @@ def test_a_request_the_budget_cannot_hold_fails_alone():
         engine.step()
     assert big.status is RequestStatus.FAILED and "cache_memory budget" in (big.error or "")
     assert small.status is RequestStatus.FINISHED
+
+
+def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
+    """A prompt over the budget on its own is the prompt's fault: fewer tokens to generate cannot
+    help (it was named max_tokens as soon as it asked for more than one); one that fits alone
+    but not with what it generates is max_tokens'."""
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
+    cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
+                          cache_memory=4 * block + slot)
+    engine = new_engine(runner, cfg)
+    big = Request("big", tuple(range(1, 41)), sampling=SamplingParams(max_tokens=4))
+    grows = Request("grows", tuple(range(1, 25)), sampling=SamplingParams(max_tokens=20))
+    for r in (big, grows):
+        engine.submit(r)
+    over = "does not fit in the cache_memory budget: it needs"
+    assert big.error == f"prompt: {over} 5 KV blocks and a state slot"
+    assert grows.error == f"max_tokens: {over} 6 KV blocks and a state slot"

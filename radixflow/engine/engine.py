@@ -58,9 +58,12 @@ def cache_budget(config: SchedulerConfig, model: ModelInfo) -> CacheBudget:
 
 
 def _fields_problem(request: Request) -> Problem | None:
-    """Why ``request``'s namespace or sampling is of the wrong type (None: neither is), found
-    before anything reads them: a runner's checks read the sampling, and a namespace that is no
-    string would fail its admission mid-round (the fork history hashes it). Pure."""
+    """Why ``request``'s prompt, namespace or sampling is of the wrong type (None: none is), found
+    before anything reads them: a runner's checks read the prompt and the sampling, and a
+    namespace that is no string would fail its admission mid-round (the fork history hashes it).
+    Pure."""
+    if not isinstance(request.prompt, tuple | list):  # a set's order is arbitrary, bytes are no ids
+        return Problem("prompt", f"must be a list of token ids, got {type(request.prompt).__name__}")
     if not isinstance(request.namespace, str):
         return Problem("namespace", f"must be a string, got {request.namespace!r}")
     if not isinstance(request.sampling, SamplingParams):

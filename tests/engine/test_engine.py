@@ -79,6 +79,21 @@ def test_sampling_that_is_no_sampling_params_fails_its_request_alone(sampling):
     assert ok.status is RequestStatus.FINISHED
 
 
+@pytest.mark.parametrize(
+    ("prompt", "kind"),
+    [({2, 1}, "set"), ({1: 2}, "dict"), (b"\x01\x02", "bytes"), (iter((1, 2)), "tuple_iterator"), (5, "int")],
+)
+def test_a_prompt_that_is_no_list_of_token_ids_fails_its_request_alone(prompt, kind):
+    # a set ran in whatever order it iterates, a dict as its keys, bytes as their values; an
+    # iterator or a number raised a TypeError out of submit and left the request waiting for ever
+    bad, ok = Request("bad", prompt), Request("ok", (1, 2, 4))
+    engine = new_engine(RUNNER, CFG)
+    engine.run([bad, ok])
+    assert bad.status is RequestStatus.FAILED
+    assert bad.error == f"prompt: must be a list of token ids, got {kind}"
+    assert ok.status is RequestStatus.FINISHED and not engine.has_work()
+
+
 def test_idle_engine_jumps_to_the_next_arrival_after_its_request_cost():
     late = Request("late", (1, 2, 3), arrival_s=5.0)
     engine = new_engine(RUNNER, CFG)

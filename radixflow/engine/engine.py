@@ -220,7 +220,7 @@ class Engine:
             req.status = RequestStatus.ABORTED
         else:
             self.scheduler.abort(req)
-        req.finish_s = self.now
+        req.finish_s = max(self.now, req.arrival_s)  # one not arrived yet ends as it arrives
         self._ended(req)
         return AbortResult.ABORTED
 
@@ -234,8 +234,9 @@ class Engine:
             return AbortResult.UNKNOWN
         if req.status.done:
             return AbortResult.ALREADY_DONE
-        if req.registration is None:  # not arrived yet
-            req.status, req.finish_reason, req.finish_s = RequestStatus.FINISHED, FinishReason.STOP, self.now
+        if req.registration is None:  # not arrived yet: it ends as it arrives, with nothing
+            finish_s = max(self.now, req.arrival_s)
+            req.status, req.finish_reason, req.finish_s = RequestStatus.FINISHED, FinishReason.STOP, finish_s
         else:
             self.scheduler.finish(req, FinishReason.STOP, self.now)
         self._ended(req)

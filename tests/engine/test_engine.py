@@ -161,6 +161,18 @@ def test_abort_reports_unknown_done_and_not_yet_arrived_requests():
     assert engine.now < 9.0  # the aborted arrival does not move the clock
 
 
+@pytest.mark.parametrize("end", ["abort", "stop"])
+def test_a_request_ended_before_it_arrives_ends_at_its_arrival_not_before(end):
+    # it ended at the engine's clock, before it arrived: a latency of -9 s (a stopped one counts
+    # as finished)
+    engine = new_engine(RUNNER, CFG)
+    late = Request("late", (4, 5, 6), arrival_s=9.0)
+    engine.submit(late)
+    assert getattr(engine, end)("late") is AbortResult.ABORTED
+    engine.run([])
+    assert late.finish_s == 9.0 and late.latency_s == 0.0 and late.status.done
+
+
 def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit():
     cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=4, num_state_slots=0)
     engine = new_engine(RUNNER, cfg)

@@ -298,8 +298,18 @@ class Scheduler:
         if req.tail_slot is not None:  # the decoded conversation ends in a reusable checkpoint
             self.cache.adopt_checkpoint(req.namespace, req.sequence, req.tail_position, req.tail_slot)
             req.tail_slot = None
+        self._keep_prefill_state(req)
         req.finish_reason, req.finish_s, req.status = reason, now, RequestStatus.FINISHED
         self._release(req)
+
+    def _keep_prefill_state(self, req: Request) -> None:
+        """A prompt ended between two of its prefill chunks leaves the state where it stopped as
+        a READY checkpoint (a block boundary whose KV is published): the same prompt sent again
+        (a client retrying) resumes there, not from the start (mutates the cache and ``req``)."""
+        if req.working_slot is None or req.prefilled or req.computed <= req.reused:
+            return  # waiting, decoding (its tail slot is the one kept), or no chunk run yet
+        self.cache.adopt_checkpoint(req.namespace, req.prompt, req.computed, req.working_slot)
+        req.working_slot = None
 
     def _release(self, req: Request) -> None:
         """Give back everything ``req`` holds (`ChunkWriter.release`); it leaves the running set."""
@@ -308,10 +318,12 @@ class Scheduler:
     def abort(self, req: Request) -> None:
         """Cancel a waiting or running request between rounds (mutates queues, frees its resources).
 
-        Checkpoints it already produced were committed by `update` and stay: they hold valid state.
+        Checkpoints it already produced were committed by `update` and stay: they hold valid state;
+        so does its state where a chunked prefill stopped (`_keep_prefill_state`).
         """
         if req in self.waiting:
             self.waiting.remove(req)
+        self._keep_prefill_state(req)
         self._release(req)
         req.status = RequestStatus.ABORTED
 

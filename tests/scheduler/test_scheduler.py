@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from engine_utils import new_engine
+from checking_runner import VOCAB, CheckingRunner
+from engine_utils import drive, new_engine
 
 from radixflow.cache import IntegrityError
 from radixflow.cache.evictable import kv_evictable
@@ -185,6 +186,27 @@ def test_abort_of_a_running_chunked_request_releases_everything():
     assert other.status is RequestStatus.FINISHED
     assert usage.locked_blocks == 0 and usage.working_slots == 0
     assert all("long" not in {c[0] for c in rd.chunks} for rd in list(engine.rounds)[1:])
+
+
+@pytest.mark.parametrize("end", ["abort", "stop"])
+def test_a_prompt_ended_mid_prefill_leaves_its_state_for_the_prompt_sent_again(end):
+    # a client that gives up during a long prompt's prefill and sends it again: the KV computed
+    # so far stayed cached, but the state beside it went with the working slot, so the prompt
+    # was computed again from its start; the runner checks the state the retry restores
+    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
+    runner = CheckingRunner(True, 8)
+    engine = new_engine(runner, cfg, policy="radixflow")
+    runner.cache = engine.cache
+    prompt = tuple(range(1, 60))
+    engine.submit(Request("first", prompt))
+    engine.step()
+    engine.step()  # 32 of its 59 tokens; its own checkpoint (branch) would come at 56
+    getattr(engine, end)("first")
+    engine.check_integrity()
+    assert engine.cache.usage().working_slots == 0
+    retry = Request("retry", prompt, arrival_s=engine.now)
+    drive(engine, [retry])
+    assert retry.reused == 32 and retry.output == [sim_token("default", prompt, VOCAB)]
 
 
 def test_abort_of_a_waiting_request_drops_its_registered_demand():

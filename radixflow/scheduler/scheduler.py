@@ -295,21 +295,22 @@ class Scheduler:
         """
         if req in self.waiting:
             self.waiting.remove(req)
-        if req.tail_slot is not None:  # the decoded conversation ends in a reusable checkpoint
-            self.cache.adopt_checkpoint(req.namespace, req.sequence, req.tail_position, req.tail_slot)
-            req.tail_slot = None
-        self._keep_prefill_state(req)
+        self._keep_states(req)
         req.finish_reason, req.finish_s, req.status = reason, now, RequestStatus.FINISHED
         self._release(req)
 
-    def _keep_prefill_state(self, req: Request) -> None:
-        """A prompt ended between two of its prefill chunks leaves the state where it stopped as
-        a READY checkpoint (a block boundary whose KV is published): the same prompt sent again
-        (a client retrying) resumes there, not from the start (mutates the cache and ``req``)."""
-        if req.working_slot is None or req.prefilled or req.computed <= req.reused:
-            return  # waiting, decoding (its tail slot is the one kept), or no chunk run yet
-        self.cache.adopt_checkpoint(req.namespace, req.prompt, req.computed, req.working_slot)
-        req.working_slot = None
+    def _keep_states(self, req: Request) -> None:
+        """What a request ended between rounds computed stays reusable as READY checkpoints, on
+        block boundaries whose KV is published: a decoded conversation's tail (the next turn
+        resumes there, whether it ended or its client stopped reading), and a prompt's state where
+        its chunked prefill stopped (the same prompt sent again resumes there). Mutates the cache
+        and ``req``; a failed round's states are never kept (`rollback`)."""
+        if req.tail_slot is not None:
+            self.cache.adopt_checkpoint(req.namespace, req.sequence, req.tail_position, req.tail_slot)
+            req.tail_slot = None
+        if req.working_slot is not None and not req.prefilled and req.computed > req.reused:
+            self.cache.adopt_checkpoint(req.namespace, req.prompt, req.computed, req.working_slot)
+            req.working_slot = None
 
     def _release(self, req: Request) -> None:
         """Give back everything ``req`` holds (`ChunkWriter.release`); it leaves the running set."""
@@ -319,11 +320,11 @@ class Scheduler:
         """Cancel a waiting or running request between rounds (mutates queues, frees its resources).
 
         Checkpoints it already produced were committed by `update` and stay: they hold valid state;
-        so does its state where a chunked prefill stopped (`_keep_prefill_state`).
+        so do its decoded tail and its state where a chunked prefill stopped (`_keep_states`).
         """
         if req in self.waiting:
             self.waiting.remove(req)
-        self._keep_prefill_state(req)
+        self._keep_states(req)
         self._release(req)
         req.status = RequestStatus.ABORTED
 

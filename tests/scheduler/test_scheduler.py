@@ -12,6 +12,7 @@ from radixflow.engine.engine import Engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
 from radixflow.scheduler.bubble import BUBBLE_WALK_PER_SLOT
+from radixflow.scheduler.sampling import SamplingParams
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
@@ -207,6 +208,27 @@ def test_a_prompt_ended_mid_prefill_leaves_its_state_for_the_prompt_sent_again(e
     retry = Request("retry", prompt, arrival_s=engine.now)
     drive(engine, [retry])
     assert retry.reused == 32 and retry.output == [sim_token("default", prompt, VOCAB)]
+
+
+def test_a_generation_aborted_mid_decode_leaves_its_tail_for_the_next_turn():
+    # a chat client's "stop generating" closes the connection (an abort, not a stop string): the
+    # next turn sends the prompt, what was shown of the answer and more; the state at the last
+    # block boundary of the answer was thrown away, so that turn recomputed from the prompt's end
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=4, num_blocks=64, num_state_slots=4)
+    runner = CheckingRunner(True, 4)
+    engine = new_engine(runner, cfg, policy="radixflow")
+    runner.cache = engine.cache
+    prompt = tuple(range(1, 11))
+    first = Request("first", prompt, sampling=SamplingParams(max_tokens=20))
+    engine.submit(first)
+    for _ in range(8):  # the prompt, then 7 decode steps: positions up to 17 computed
+        engine.step()
+    engine.abort("first")
+    engine.check_integrity()
+    assert first.status is RequestStatus.ABORTED and engine.cache.usage().working_slots == 0
+    turn = Request("turn", first.sequence + (5, 6, 7), arrival_s=engine.now)
+    drive(engine, [turn])
+    assert turn.reused == 16 and turn.output == [sim_token("default", turn.prompt, VOCAB)]
 
 
 def test_abort_of_a_waiting_request_drops_its_registered_demand():

@@ -175,7 +175,7 @@ class LLM:
     ) -> tuple[list[Call], list[str] | None]:
         """`_generate`'s engine requests, and the label of each prompt (None: a lone prompt, not
         named); ValueError for params that cannot run, naming the prompt. ``fit``: see `generate`."""
-        if not isinstance(namespace, str):  # else the scheduler fails mid-round, leaking what it promised
+        if not isinstance(namespace, str):  # before any runs (the engine would fail each request alone)
             raise ValueError(f"namespace must be a string, got {namespace!r}")
         labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
         # one prompt of `generate` is not named; any other item is (a candidate, a context's)

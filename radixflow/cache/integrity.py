@@ -100,6 +100,8 @@ def _check_subtree(
     cache: RadixCache, journals: _Journals, node: Node, blocks: list[int], slots: list[int]
 ) -> None:
     bs = cache.block_size
+    # with demand = ends + the children's, a negative count still adds up: checked on its own
+    _require(node.ends >= 0, f"node {node.id}: {node.ends} registered prompts end here")
     lock_sum, demand_sum = 0, 0
     for first, child in node.children.items():
         _require(child.parent is node, f"node {child.id}: wrong parent link")

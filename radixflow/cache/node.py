@@ -25,7 +25,8 @@ class Node:
       KV block id per block of ``key``; materialization is prefix-closed (a materialized node
       has a materialized parent) and an unmaterialized node has ``demand > 0`` and no checkpoint;
     - ``lock_ref`` = locks held on this node + sum of the children's ``lock_ref``;
-    - ``demand`` = registered prompts ending here (``ends``) + sum of the children's ``demand``;
+    - ``demand`` = registered prompts ending here (``ends``, never negative) + sum of the
+      children's ``demand``;
     - ``live_children`` = number of materialized children;
     - a PENDING checkpoint sits on a locked node;
     - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it;

@@ -158,6 +158,12 @@ def _wanted(cache: RadixCache) -> Node:
     return next(n for n in cache.tree.nodes() if not n.materialized)
 
 
+def _unregistered_twice(node: Node) -> None:
+    node.ends -= 1
+    for above in node.ancestors():
+        above.demand -= 1
+
+
 # expected message -> a corruption of a cache holding CTX (locked, PENDING checkpoint at its end)
 # under which A's registered tail waits unmaterialized
 CORRUPTIONS = {
@@ -170,6 +176,8 @@ CORRUPTIONS = {
     "READY checkpoint still names a producer": lambda cache: setattr(
         _pending(cache).checkpoint, "readiness", Readiness.READY
     ),
+    # a prompt unregistered once too often: the sums still add up, below zero
+    "-1 registered prompts end here": lambda cache: _unregistered_twice(_pending(cache)),
     # the tree's index (no operation unlinks a node from it alone)
     "not indexed": lambda cache: cache.tree._nodes.pop(_wanted(cache).id),
     # a root made and never used (a lookup once made one per namespace asked about)

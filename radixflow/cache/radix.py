@@ -67,8 +67,11 @@ class RadixCache:
         return NodeHandle(end.id)
 
     def unregister(self, handle: NodeHandle) -> None:
-        """Undo `register`; prunes nodes that are neither materialized nor wanted."""
+        """Undo `register`; prunes nodes that are neither materialized nor wanted. ValueError for a
+        handle no registered prompt ends on (unregistered already), changing nothing."""
         end = self.tree.lookup(handle)
+        if end.ends == 0:  # its node outlived the prompt (cached KV): demand would go negative
+            raise ValueError(f"unregister of a prompt not registered at {handle}")
         end.ends -= 1
         for node in end.ancestors():
             node.demand -= 1

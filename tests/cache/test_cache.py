@@ -51,6 +51,17 @@ def test_sharing_is_the_deepest_prefix_others_registered_share():
     cache.check_integrity()
 
 
+def test_a_prompt_unregistered_twice_is_refused_and_changes_nothing():
+    cache = RadixCache(BS, 64, 8)
+    reg = cache.register("n", CTX)
+    serve(cache, "n", CTX, [len(CTX)], "r")  # its KV stays cached: the node outlives the prompt
+    cache.unregister(reg)
+    with pytest.raises(ValueError, match="unregister of a prompt not registered"):
+        cache.unregister(reg)
+    assert all(n.demand == 0 and n.ends == 0 for n in cache.tree.nodes())
+    cache.check_integrity()
+
+
 def test_branch_points_from_registered_prompts():
     cache = RadixCache(BS, 64, 8)
     ra = cache.register("n", A)

@@ -191,7 +191,13 @@ class Driver:
         if not self.cfg.recurrent:  # KV anywhere, even KV an earlier chunk of this round writes
             tokens, handle, restore = m.kv_tokens, cache.kv_handle(req.ns, req.prompt, m.kv_tokens), None
         elif m.blocked and not (self.cfg.same_round and m.producer in producers):
-            return None  # a blocked consumer waits
+            if self.rng.random() < 0.7:
+                return None  # a blocked consumer waits
+            for point in self._shallower(req, m.checkpoint_tokens):  # or recomputes the prefix
+                chunk = self._start(req, *point, budget)
+                if chunk is not None:
+                    return chunk
+            return None
         else:
             tokens, handle, restore = m.checkpoint_tokens, m.handle, m.checkpoint_slot
         chunk = self._start(req, tokens, handle, restore, budget)

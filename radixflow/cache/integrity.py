@@ -87,13 +87,18 @@ def _check_ledger(cache: RadixCache, blocks: int, checkpoints: int, working: int
 
 def _check_queues(cache: RadixCache) -> None:
     """The lazy heaps' invariant: no queued entry of a node still in the tree is ranked later than
-    its node's current priority (else a pop could pass over the true victim)."""
+    its node's current priority (else a pop could pass over the true victim), and every node
+    marked queued has an entry (else it is never popped, nor offered again)."""
     evictor = cache.evictor
     for queue in (evictor.kv_victims, evictor.state_victims):
-        for key, nid, _, node in queue.stored().values():
+        stored = queue.stored()
+        for key, nid, _, node in stored.values():
             if cache.tree.is_live(node):
                 current = queue.priority(node)
                 _require(key <= current, f"node {nid}: queued at {key}, above its priority {current}")
+        for node in cache.tree.nodes():
+            if queue.queued(node):
+                _require(node.id in stored, f"node {node.id}: queued without a heap entry")
 
 
 def _check_subtree(

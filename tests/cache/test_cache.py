@@ -207,6 +207,18 @@ def test_integrity_detects_corruption(expected):
         cache.check_integrity()
 
 
+@pytest.mark.parametrize("queue", ["kv_victims", "state_victims"])
+def test_integrity_sees_a_queued_victim_its_heap_lost(queue):
+    # marked queued, it is never offered again; with no entry, it is never popped either: a
+    # reservation the cache promised could succeed would fail half-way
+    cache = RadixCache(BS, 16, 4)
+    serve(cache, "n", CTX, [len(CTX)], "r")
+    cache.check_integrity()
+    getattr(cache.evictor, queue)._heap.clear()
+    with pytest.raises(IntegrityError, match="queued without a heap entry"):
+        cache.check_integrity()
+
+
 def test_state_eviction_drops_only_unlocked_ready_checkpoints():
     cache = RadixCache(BS, 64, 2)
     e1, _ = compute(cache, "n", A, 0, 16, [8, 16], rid="p")

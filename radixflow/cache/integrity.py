@@ -60,6 +60,8 @@ def check_cache(cache: RadixCache) -> None:
         usage.free_slots + usage.checkpoint_slots + usage.working_slots == usage.total_slots,
         "free + checkpoint + working != total state slots",
     )
+    held = sum(1 for node in cache.tree.nodes() if cache.own_locks(node))
+    _require(held == cache.locked_nodes, f"{cache.locked_nodes - held} locked nodes not in the tree")
     _check_ledger(cache, len(tree_blocks) + len(private), len(slots), len(working))
     _check_queues(cache)
     for producer, nodes in journals.adopted.items():

@@ -189,6 +189,8 @@ CORRUPTIONS = {
     ),
     # a prompt unregistered once too often: the sums still add up, below zero
     "-1 registered prompts end here": lambda cache: _unregistered_twice(_pending(cache)),
+    # a lock left on a node gone from the tree: the next reservation that walks the locks fails
+    "not in the tree": lambda cache: cache._locks.update([10_000]),
     # the tree's index (no operation unlinks a node from it alone)
     "not indexed": lambda cache: cache.tree._nodes.pop(_wanted(cache).id),
     # a root made and never used (a lookup once made one per namespace asked about)

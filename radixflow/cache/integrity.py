@@ -65,10 +65,12 @@ def check_cache(cache: RadixCache) -> None:
     _check_ledger(cache, len(tree_blocks) + len(private), len(slots), len(working))
     _check_queues(cache)
     for producer, nodes in journals.adopted.items():
-        for node in nodes:
+        for node in nodes:  # `withdraw` frees each journaled node's blocks: it must be in the tree
+            _require(cache.tree.is_live(node), f"node {node.id}: journaled by {producer}, not in the tree")
             _require(node.published_by == producer, f"stale round journal entry for {producer}")
     for producer, nodes in journals.pending.items():
         for node in nodes:
+            _require(cache.tree.is_live(node), f"node {node.id}: journaled by {producer}, not in the tree")
             ck = node.checkpoint
             _require(ck is not None and ck.producer == producer, f"stale pending entry for {producer}")
 

@@ -169,6 +169,12 @@ def _wanted(cache: RadixCache) -> Node:
     return next(n for n in cache.tree.nodes() if not n.materialized)
 
 
+def _gone(cache: RadixCache) -> Node:
+    """A materialized node as the tree had it, no longer in the tree."""
+    node = _pending(cache)
+    return Node(id=10_000, key=node.key, parent=node.parent, end=node.end, blocks=list(node.blocks or []))
+
+
 def _unregistered_twice(node: Node) -> None:
     node.ends -= 1
     for above in node.ancestors():
@@ -191,6 +197,8 @@ CORRUPTIONS = {
     "-1 registered prompts end here": lambda cache: _unregistered_twice(_pending(cache)),
     # a lock left on a node gone from the tree: the next reservation that walks the locks fails
     "not in the tree": lambda cache: cache._locks.update([10_000]),
+    # a round's journal naming a node gone from the tree: withdrawing the round frees its blocks
+    "journaled by r, not in the tree": lambda cache: cache.journal.adopt("r", _gone(cache)),
     # the tree's index (no operation unlinks a node from it alone)
     "not indexed": lambda cache: cache.tree._nodes.pop(_wanted(cache).id),
     # a root made and never used (a lookup once made one per namespace asked about)

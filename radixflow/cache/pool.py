@@ -8,7 +8,8 @@ class OutOfCapacity(Exception):
 
 
 class IdPool:
-    """Hands out integer ids ``0..capacity-1``; lowest free id first (deterministic)."""
+    """Hands out integer ids ``0..capacity-1``, deterministically: the ids given back first, most
+    recently given back first, then ids never handed out, lowest first."""
 
     def __init__(self, capacity: int, name: str) -> None:
         if capacity < 0:

@@ -90,3 +90,11 @@ def test_a_large_cap_costs_nothing_until_used():
     assert pool.take(3) == [0, 1, 2] and pool.free == (1 << 40) - 3
     pool.give([1])
     assert pool.take(2) == [1, 3]
+
+
+def test_ids_given_back_go_first_most_recent_first_then_fresh_ones_in_order():
+    pool = IdPool(8, "KV blocks")
+    pool.take(6)
+    pool.give([3])
+    pool.give([5])
+    assert pool.take(4) == [5, 3, 6, 7]  # not the lowest free id first: 3 was freed before 5

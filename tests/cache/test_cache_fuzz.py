@@ -584,6 +584,10 @@ CONFIGS = [
     ]
     for policy in ("lru", "cost-per-byte")
     for recurrent, same_round in ((True, False), (True, True), (False, False))
+] + [  # deeper trees: chains of checkpoints, so a checkpoint is added above another and, under a
+    # budget, a checkpoint can rank below every KV leaf
+    Config(2, 40, 12, "cost-per-byte", True, 20 * BLOCK_BYTES + 4 * SLOT_BYTES, True, contexts=8),
+    Config(1, 30, 8, "cost-per-byte", True, None, False, contexts=6),
 ]
 
 

@@ -504,15 +504,27 @@ class Driver:
         """A lookup of any prompt, with no request behind it: the match and the router's digest
         agree with a reference walk; nothing changes."""
         ns, prompt = self._prompt()
-        limit = self.rng.randint(0, len(prompt))
+        limit = self.rng.randint(0, len(prompt) + self.bs)  # past the prompt: its whole blocks
         m = self.cache.match(ns, prompt, limit, touch=False)
         kv, ckpt, ready = self._reference_match(ns, prompt, limit)
         assert (m.kv_tokens, m.checkpoint_tokens) == (kv, ckpt)
         assert m.blocked == (ckpt > ready)
+        assert m.kv_tokens <= len(prompt) and m.kv_tokens % self.bs == 0
+        digest = self.cache.ready_digest(kv_runs=not self.cfg.recurrent)
+        chain = chain_hashes(ns, prompt, self.bs, limit // self.bs)
         if self.cfg.recurrent:
-            digest = self.cache.ready_digest()
-            chain = chain_hashes(ns, prompt, self.bs, limit // self.bs)
             assert digest.depth(chain) == ready, f"digest {digest.depth(chain)} != {ready}"
+        else:  # KV runs end at node ends: never deeper than the KV a match finds
+            assert digest.depth(chain) <= kv
+        if kv and self.rng.random() < 0.5:  # a node made to end there (a split): the same KV
+            handle = self.cache.kv_handle(ns, prompt, kv)
+            assert handle is not None
+            table = self.cache.block_table(handle)
+            assert len(table) * self.bs == kv
+            for pos in range(kv):
+                assert self.kv.get(table[pos // self.bs] * self.bs + pos % self.bs) == (ns, prompt[: pos + 1])
+            if not self.cfg.recurrent:
+                assert self.cache.ready_digest(kv_runs=True).depth(chain) == kv
 
     def check(self) -> None:
         cache = self.cache

@@ -409,7 +409,14 @@ class Driver:
         cache = self.cache
         feasible, _ = self._reachable(blocks, slots)
         before = (cache.memory(), cache.evictions())
+        fits = (
+            cache.kv.free >= blocks
+            and cache.slots.free >= slots
+            and not cache.ledger.shortfall(blocks, slots)
+        )
         got = cache.reserve(blocks, slots)
+        if fits:
+            assert cache.evictions() == before[1], "evicted for room that was free"
         assert got == feasible, f"reserve({blocks}, {slots}) = {got}, room for it: {feasible}"
         if got:
             assert cache.kv.free >= blocks and cache.slots.free >= slots
@@ -420,10 +427,14 @@ class Driver:
 
     def _free_slots_upto(self, n: int) -> int:
         """`free_slots_upto`, checked: as many as asked or as eviction can make free."""
+        cache = self.cache
         _, reachable = self._reachable(0, 0)
-        got = self.cache.free_slots_upto(n)
+        free, evicted = cache.free_slots, cache.evictions()
+        got = cache.free_slots_upto(n)
         assert got == min(n, reachable), f"free_slots_upto({n}) = {got}, reachable {reachable}"
-        assert self.cache.free_slots >= got
+        assert cache.free_slots >= got
+        if free >= got:
+            assert cache.evictions() == evicted, "evicted for slots that were free"
         return got
 
     def _check_match(self, req: Req, kv_tokens: int, ckpt_tokens: int) -> None:

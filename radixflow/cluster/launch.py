@@ -23,9 +23,9 @@ from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.cluster.replica import EngineReplica, ReplicaInfo
 from radixflow.cluster.wire import Job, WireEvent
 from radixflow.engine.runner import generation_room, validate_prompt
-from radixflow.generation.tokenizer import TextTokenizer
+from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
-from radixflow.problems import Problem
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request
 from radixflow.server.metrics import ServerMetrics
 from radixflow.server.serve import Server, serve_state
@@ -127,14 +127,24 @@ def ingress_problem(info: ReplicaInfo) -> Any:
     return problem
 
 
+def ingress_tokenizer(path: Path) -> TextTokenizer:
+    """The model's tokenizer, read here: the ingress tokenizes every request (a token-id prompt's
+    stop strings too), as one server does. `ProblemError` naming ``model`` when the directory has
+    none or it is broken (with ``--ray-address``: when this machine cannot read it), as a model
+    without one is refused by `radixflow serve` alone; not a 500 for every request."""
+    try:
+        return TextTokenizer.load(path)
+    except TokenizerError as e:
+        raise ProblemError(Problem("model", str(e))) from None
+
+
 def fleet_server(
     handle: Any, config: ServerConfig, host: str, port: int, log_level: str, figures: FleetFigures
 ) -> Server:
     """The ingress over ``handle``'s replicas; its `/metrics` takes the engine series from
     ``figures`` (given to `deploy`)."""
     info: ReplicaInfo = handle.describe.remote().result()
-    path = Path(info.path)
-    tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
+    tokenizer = ingress_tokenizer(Path(info.path))
     streaming = handle.options(stream=True)
 
     def open_stream(job: Job) -> AsyncIterator[WireEvent]:

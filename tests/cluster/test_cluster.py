@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from types import SimpleNamespace
 
 import pytest
 
@@ -255,3 +256,36 @@ def test_the_ray_router_never_offers_a_replica_whose_loop_died():
         ranked = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=[job])))
         names = [r.replica_id.unique_id for rank in ranked for r in rank]
         assert "dead" not in names and sorted(names) == ["b", "c"]
+
+
+class _Handle:
+    """Serve's handle to the replicas, as `fleet_server` uses it: ``describe`` answers ``info``."""
+
+    def __init__(self, info) -> None:
+        self.describe = SimpleNamespace(remote=lambda: SimpleNamespace(result=lambda: info))
+
+    def options(self, **_):
+        return self
+
+
+def test_a_fleet_whose_tokenizer_the_ingress_cannot_read_is_one_line_not_a_500_per_request(tmp_path):
+    # the ingress tokenizes every request (token-id prompts too: stop strings, bad words): without
+    # the model's tokenizer.json it answered each one with "internal server error: AttributeError"
+    from radixflow.cluster.fleet_metrics import FleetFigures
+    from radixflow.cluster.launch import fleet_server
+    from radixflow.cluster.replica import ReplicaInfo
+    from radixflow.engine.runner import ModelInfo
+    from radixflow.problems import ProblemError
+    from radixflow.scheduler.scheduler import SchedulerConfig
+    from radixflow.server.state import ServerConfig
+
+    scheduler = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=64)
+    info = ReplicaInfo("m", str(tmp_path), ModelInfo("m", False, 512, 4096), scheduler)
+    with pytest.raises(ProblemError) as e:
+        fleet_server(_Handle(info), ServerConfig(), "127.0.0.1", 0, "warning", FleetFigures())
+    assert e.value.problem.param == "model" and "tokenizer.json" in str(e.value)
+    assert "\n" not in str(e.value)
+    (tmp_path / "tokenizer.json").write_text("{not json")  # there, and broken: the same one line
+    with pytest.raises(ProblemError) as e:
+        fleet_server(_Handle(info), ServerConfig(), "127.0.0.1", 0, "warning", FleetFigures())
+    assert e.value.problem.param == "model" and "tokenizer.json" in str(e.value)

@@ -290,7 +290,10 @@ class EngineLoop:
         sched = self.engine.scheduler
         with self._cond:
             pending = self._pending
-        self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+        if self.failure is None:
+            self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+        else:  # a failed engine still holds what it held, but runs nothing again: all was answered
+            self.metrics.on_queues(0, 0, pending)
         cache = sched.cache
         memory = cache.memory()
         in_use = {

@@ -291,3 +291,24 @@ def test_requests_failed_with_the_engine_are_counted_as_failed(make_loop, tokeni
     samples = [s for m in loop.metrics.registry.collect() for s in m.samples]
     outcomes = {s.labels["outcome"]: s.value for s in samples if s.name == "radixflow_requests_total"}
     assert outcomes == {"finished": 0, "failed": 2, "aborted": 0}
+
+
+def test_the_queue_gauges_of_a_failed_engine_say_it_runs_nothing(make_loop, tokenizer):
+    """Once the engine loop failed and answered everyone with the failure, `/metrics` says no
+    request waits or runs (they said those the broken engine held when it failed, forever)."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    step, steps = loop.engine.step, []
+
+    def failing_after_one_round():
+        steps.append(1)
+        if len(steps) > 1:
+            raise RuntimeError("invariant violated")
+        return step()
+
+    loop.engine.step = failing_after_one_round  # type: ignore[method-assign]
+    assert {f.status for f in finals(submit(loop, tokenizer, 2, max_tokens=50), 2)} == {500}
+    assert loop.join(10)
+    held = loop.engine.scheduler
+    assert len(held.running) + len(held.waiting) == 2  # the broken engine still holds them
+    gauge = loop.metrics.registry.get_sample_value
+    assert [gauge(f"radixflow_requests_{g}") for g in ("waiting", "running", "pending")] == [0, 0, 0]

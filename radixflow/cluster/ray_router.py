@@ -58,6 +58,9 @@ class FleetRequestRouter(RequestRouter):
         job = pending_request.args[0] if pending_request is not None and pending_request.args else None
         if job is None or not hasattr(job, "prompt") or not candidate_replicas:
             return [candidate_replicas]  # not a generation job (e.g. describe): any replica
+        # replicas that refused the job before (`Job.avoid`) are passed over while others are left
+        offered = [r for r in candidate_replicas if r.replica_id.unique_id not in job.avoid]
+        candidate_replicas = offered or candidate_replicas
         states = [self._state(r) for r in candidate_replicas]
         decision = self._router.choose(RouteRequest(job.namespace, tuple(job.prompt)), states)
         chosen = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica]

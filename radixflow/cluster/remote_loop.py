@@ -1,7 +1,8 @@
 """The ingress side of a fleet: a `ServingLoop` whose requests run on replicas.
 
 Each prompt is one job streamed from whichever replica the router picks (``open_stream``: the Ray
-Serve handle, or anything with its shape). A replica that fails before its job sent anything is
+Serve handle, or anything with its shape). A replica that fails before its job sent anything, or
+refuses it (`NOT_TAKEN`: its engine loop died, it is shutting down, its queue is full), is
 retried (the router, told the replica died, picks another); one that fails mid-answer, or a
 retry that fails again, ends the prompt with a 503 naming the failure. Nothing waits forever:
 every prompt ends with an answer, an error, or its client's abort.
@@ -14,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from radixflow.cluster.wire import Job, WireEvent, decode
 from radixflow.generation.tokenizer import TextTokenizer
@@ -26,6 +27,25 @@ from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.cluster")
 OpenStream = Callable[[Job], AsyncIterator[WireEvent]]
+
+
+# A replica answers these before it takes a job: its engine loop died (until its next stats
+# report marks it dead, routers may still pick it), it is shutting down, or its own queue is full.
+# Another replica can serve the job, as when the replica's actor dies before it sends anything.
+NOT_TAKEN = frozenset({429, 503})
+
+
+class NotTaken(Exception):
+    """``replica`` answered a job with a refusal (`NOT_TAKEN`) before sending anything."""
+
+    def __init__(self, final: Final, replica: str) -> None:
+        super().__init__(f"{final.status} {final.error}")
+        self.replica = replica
+
+
+def not_taken(final: Final) -> bool:
+    """``final`` is a replica's refusal of a job it never ran, which another replica may serve. Pure."""
+    return final.output is None and final.status in NOT_TAKEN
 
 
 @dataclass
@@ -150,6 +170,8 @@ class RemoteLoop:
             try:
                 async for wire in self.open_stream(job):
                     event = decode(wire, job.prompt, flight.index, self.tokenizer)
+                    if isinstance(event, Final) and not_taken(event) and not sent and attempt < self.retries:
+                        raise NotTaken(event, wire.replica)
                     if isinstance(event, Final):
                         if not first_token:  # not streamed: the first token came with the answer
                             self._first_token_before(flight, event, wire.decode_s)
@@ -171,6 +193,8 @@ class RemoteLoop:
                     return
                 self.retried += 1
                 log.warning("%s; retrying on another replica", why)
+                if isinstance(e, NotTaken):  # it would look the least loaded again: it answers at once
+                    job = replace(job, avoid=job.avoid | {e.replica})
 
     def _first_token_before(self, flight: _Flight, final: Final, decode_s: float | None) -> None:
         """Count the time to first token of a prompt whose first token the replica made

@@ -81,7 +81,7 @@ class EngineReplica:
         req = Request(job.id, job.prompt, job.namespace, sampling=job.params)
         problem = self.engine.problem(req)
         if problem is not None:
-            yield WireEvent(Final(0, None, 400, str(problem)))
+            yield WireEvent(Final(0, None, 400, str(problem)), None, self.name)
             return
         queue: asyncio.Queue = asyncio.Queue()
         aio = asyncio.get_running_loop()
@@ -90,10 +90,10 @@ class EngineReplica:
                 [(req, RequestTracker(req, self.model.tokenizer))], self._sink(aio, queue), job.stream
             )
         except QueueFull as e:
-            yield WireEvent(Final(0, None, 429, str(e)))
+            yield WireEvent(Final(0, None, 429, str(e)), None, self.name)  # the ingress retries elsewhere
             return
         except NotAccepting as e:
-            yield WireEvent(Final(0, None, 503, str(e)))
+            yield WireEvent(Final(0, None, 503, str(e)), None, self.name)
             return
         done = False
         try:

@@ -27,6 +27,8 @@ class Job:
     namespace: str
     params: SamplingParams
     stream: bool
+    # replicas (their ids) that refused this job: a retry's router picks another while one is left
+    avoid: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

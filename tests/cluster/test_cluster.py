@@ -104,6 +104,38 @@ def test_a_replica_dying_before_it_answers_is_retried_elsewhere():
     assert loop.replicas["replica-b"].answered == 1 and loop.replicas["replica-b"].reused_tokens == 2
 
 
+@pytest.mark.parametrize(
+    "status, why",
+    [(503, "the engine failed: RuntimeError: boom"), (503, "the server is shutting down"), (429, "queued")],
+)
+def test_a_replica_that_does_not_take_a_request_has_it_retried_elsewhere(status, why):
+    # a replica whose engine loop died answers every job at once with a 503 until its next stats
+    # report marks it dead (a draining one, or one whose queue is full, likewise): the client got
+    # that answer, though another replica would have served it, as it does when the actor dies
+    refused = WireEvent(Final(0, None, status, why), None, "replica-a")
+    open_stream, calls = stream_of([refused], [DELTA, FINAL])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+    events = asyncio.run(serve(loop))[0]
+    assert [type(e) for e in events] == [Delta, Final] and events[-1].output is not None
+    assert len(calls) == 2 and loop.retried == 1
+    assert calls[0].avoid == frozenset() and calls[1].avoid == {"replica-a"}  # not back to it
+    # the last attempt's refusal is the answer, as the replica gave it
+    open_stream, calls = stream_of([refused], [refused])
+    final = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0][-1]
+    assert (final.status, final.error) == (status, why) and len(calls) == 2
+
+
+def test_a_replica_failing_a_request_it_took_is_not_retried():
+    # a 503 after tokens were streamed (the replica's drain ran out), or a 500 (its round failed),
+    # is the request's own answer
+    drained = WireEvent(Final(0, None, 503, "the server shut down before this request finished"))
+    failed = WireEvent(Final(0, None, 500, "worker call failed: RuntimeError: device lost"))
+    for script in ([DELTA, drained], [failed]):
+        open_stream, calls = stream_of(script, [FINAL])
+        final = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0][-1]
+        assert final.status == script[-1].event.status and len(calls) == 1
+
+
 def test_a_replica_dying_mid_answer_ends_the_prompt_with_a_503():
     open_stream, calls = stream_of([DELTA, ConnectionError("actor died")], [FINAL])
     loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
@@ -289,3 +321,32 @@ def test_a_fleet_whose_tokenizer_the_ingress_cannot_read_is_one_line_not_a_500_p
     with pytest.raises(ProblemError) as e:
         fleet_server(_Handle(info), ServerConfig(), "127.0.0.1", 0, "warning", FleetFigures())
     assert e.value.problem.param == "model" and "tokenizer.json" in str(e.value)
+
+
+def test_the_ray_router_passes_over_the_replicas_that_refused_the_job():
+    # a job retried after a replica refused it (its loop died before its stats said so) must not
+    # go back there: that replica answers at once, so its queue looks the shortest
+    pytest.importorskip("ray.serve")
+    from collections import namedtuple
+
+    from radixflow.cluster.ray_router import FleetRequestRouter
+    from radixflow.generation.params import SamplingParams
+
+    replica_id = namedtuple("ReplicaID", "unique_id")
+
+    def running(name: str, queue: int) -> SimpleNamespace:
+        stats = {"alive": True, "queue": queue, "block_size": 16, "checkpoints": []}
+        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
+
+    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
+    router._replica_queue_len_cache = {}
+    router.initialize_state("pow2")
+    replicas = [running("a", 0), running("b", 3), running("c", 4)]
+    job = Job("j", PROMPT, "default", SamplingParams(), False, avoid=frozenset({"a"}))
+    for _ in range(20):
+        ranked = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=[job])))
+        names = [r.replica_id.unique_id for rank in ranked for r in rank]
+        assert "a" not in names and sorted(names) == ["b", "c"]
+    everyone = Job("j", PROMPT, "default", SamplingParams(), False, avoid=frozenset({"a", "b", "c"}))
+    ranked = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=[everyone])))
+    assert sorted(r.replica_id.unique_id for rank in ranked for r in rank) == ["a", "b", "c"]

@@ -84,5 +84,8 @@ def test_a_replica_whose_engine_failed_fails_its_health_check(zoo):
         # ... and say it is dead: a failed poll left the router the last live report, so it kept
         # routing there (a dead replica's instant 503s make its queue look the shortest)
         assert stats["alive"] is False and stats["checkpoints"] == []
+        # a job routed here meanwhile is refused naming this replica: the ingress retries it elsewhere
+        (refusal,) = asyncio.run(answer())
+        assert refusal.event.status == 503 and refusal.replica == replica.name
     finally:
         replica.drain()

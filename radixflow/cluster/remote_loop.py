@@ -115,7 +115,7 @@ class RemoteLoop:
             self._flights[req.id] = flight
             job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
             flight.task = self._aio.create_task(self._run(job, flight))
-        self.metrics.on_queues(0, len(self._flights), len(self._flights))
+        self.metrics.on_pending(len(self._flights))
 
     def abort(self, request_ids: list[str]) -> None:
         """The clients went away: cancel their jobs (the replica aborts them), answer nobody."""
@@ -232,6 +232,6 @@ class RemoteLoop:
             flight.request.status = RequestStatus.ABORTED
             self.metrics.on_done(flight.request, time.monotonic() - flight.arrival)
         self._flights.pop(flight.request.id, None)
-        self.metrics.on_queues(0, len(self._flights), len(self._flights))
+        self.metrics.on_pending(len(self._flights))
         if not self._flights:
             self._idle.set()

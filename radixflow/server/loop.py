@@ -123,6 +123,7 @@ class EngineLoop:
                     f"queued (limit {self.max_pending}); retry later"
                 )
             self._pending += len(items)
+            self.metrics.on_pending(self._pending)  # now: the engine thread may be in a long round
             entries = [_Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
             self._commands.append(lambda: self._admit(entries))
             self._cond.notify()
@@ -273,6 +274,7 @@ class EngineLoop:
         self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, failed)
         with self._cond:
             self._pending -= 1
+            self.metrics.on_pending(self._pending)
 
     def _fail_all(self, status: int, message: str, abort: bool = True) -> None:
         """Answer every active request with an error; ``abort`` releases them in the engine (not
@@ -288,12 +290,10 @@ class EngineLoop:
 
     def _publish_queues(self) -> None:
         sched = self.engine.scheduler
-        with self._cond:
-            pending = self._pending
         if self.failure is None:
-            self.metrics.on_queues(len(sched.waiting), len(sched.running), pending)
+            self.metrics.on_queues(len(sched.waiting), len(sched.running))
         else:  # a failed engine still holds what it held, but runs nothing again: all was answered
-            self.metrics.on_queues(0, 0, pending)
+            self.metrics.on_queues(0, 0)
         cache = sched.cache
         memory = cache.memory()
         in_use = {

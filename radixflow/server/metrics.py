@@ -160,9 +160,14 @@ class ServerMetrics:
                 self._window.popleft()
             self.tokens_per_s.set(sum(t for _, t in self._window) / THROUGHPUT_WINDOW_S)
 
-    def on_queues(self, waiting: int, running: int, pending: int) -> None:
+    def on_queues(self, waiting: int, running: int) -> None:
+        """The engine's queues, as it left them after a round or a command."""
         self.waiting.set(waiting)
         self.running.set(running)
+
+    def on_pending(self, pending: int) -> None:
+        """Accepted requests not yet answered: the bounded queue a 429 is decided on (set as it
+        changes, by whichever thread changes it, under the lock that guards the count)."""
         self.pending.set(pending)
 
     def on_cache(

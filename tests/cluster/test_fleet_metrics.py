@@ -24,7 +24,8 @@ def engine(rounds: int, kv: int, budget: int, namespaces: int, evicted: int) -> 
     m.on_cache(
         namespaces, budget, {"kv": kv, "checkpoint": 5, "working": 0}, {"kv": evicted, "checkpoint": 0}
     )
-    m.on_queues(1, 2, 3)
+    m.on_queues(1, 2)
+    m.on_pending(3)
     return m
 
 

@@ -312,3 +312,27 @@ def test_the_queue_gauges_of_a_failed_engine_say_it_runs_nothing(make_loop, toke
     assert len(held.running) + len(held.waiting) == 2  # the broken engine still holds them
     gauge = loop.metrics.registry.get_sample_value
     assert [gauge(f"radixflow_requests_{g}") for g in ("waiting", "running", "pending")] == [0, 0, 0]
+
+
+def test_the_pending_gauge_counts_requests_accepted_while_a_round_runs(make_loop, tokenizer):
+    """`radixflow_requests_pending` is the bounded queue a 429 is decided on: requests accepted
+    while the engine thread is inside a round (seconds on a CPU) count at once, not only once the
+    round ends and they are admitted (it read 2 here while 5 were queued)."""
+    runner = GatedRunner(SPEC, HARDWARE["h100"])
+    loop = make_loop(runner, max_pending=5)
+    first = submit(loop, tokenizer, 2, max_tokens=500)
+    long = loop.call(lambda e: [r.id for r in e.requests])
+    gauge = loop.metrics.registry.get_sample_value
+    deadline = time.monotonic() + 30
+    while gauge("radixflow_requests_running") != 2:  # the first round ran; the second is held
+        assert time.monotonic() < deadline, "the requests never ran"
+        time.sleep(0.01)
+    later = submit(loop, tokenizer, 3, max_tokens=1)  # queued behind the held round
+    with pytest.raises(QueueFull):
+        submit(loop, tokenizer, 1)
+    assert gauge("radixflow_requests_pending") == 5
+    loop.abort(long)
+    runner.gate.set()
+    finals(later, 3)
+    loop.call(lambda e: None)
+    assert gauge("radixflow_requests_pending") == 0 and first.empty()

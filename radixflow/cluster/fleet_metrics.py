@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
@@ -49,14 +49,27 @@ class FleetFigures:
         self._lock = threading.Lock()
         self._latest: dict[str, Report] = {}  # by replica, every one that ever reported
         self._running: list[str] = []
+        self._dead: frozenset[str] = frozenset()  # running replicas whose engine loop has failed
 
-    def update(self, reports: Mapping[str, Report | None]) -> None:
-        """The replicas running now, each with what it last reported (None: nothing yet)."""
+    def update(self, reports: Mapping[str, Report | None], dead: Iterable[str] = ()) -> None:
+        """The replicas running now, each with what it last reported (None: nothing yet);
+        ``dead``: those of them whose last report says their engine loop has failed."""
         with self._lock:
             self._running = list(reports)
+            self._dead = frozenset(dead) & set(reports)
             for replica, report in reports.items():
                 if report is not None:
                     self._latest[replica] = report
+
+    def down(self) -> str | None:
+        """Why the fleet serves nothing now: every replica running reports its engine loop dead
+        (each answers only 503s until Ray Serve replaces it); None while one serves, or none has
+        reported yet."""
+        with self._lock:
+            running, dead = self._running, self._dead
+        if not running or len(dead) < len(running):
+            return None
+        return f"the engine loop of every replica ({len(running)}) has failed; Ray Serve is replacing them"
 
     def describe(self) -> Iterator[Metric]:
         for name, kind, doc in self._families:

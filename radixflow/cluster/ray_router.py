@@ -26,6 +26,11 @@ def engine_reports(replicas: Iterable[RunningReplica]) -> dict[str, Report | Non
     return {r.replica_id.unique_id: (r.routing_stats or {}).get("engine") for r in replicas}
 
 
+def dead_replicas(replicas: Iterable[RunningReplica]) -> set[str]:
+    """The ids of the replicas whose last report says their engine loop has failed. Pure."""
+    return {r.replica_id.unique_id for r in replicas if not (r.routing_stats or {}).get("alive", True)}
+
+
 class FleetRequestRouter(RequestRouter):
     def initialize_state(
         self, router: str = "checkpoint", seed: int = 0, figures: str | None = None, **_: Any
@@ -39,7 +44,7 @@ class FleetRequestRouter(RequestRouter):
         """Serve calls this with the replicas running, whenever one's routing stats change."""
         super().update_replicas(replicas)
         if self._figures is not None:
-            self._figures.update(engine_reports(replicas))
+            self._figures.update(engine_reports(replicas), dead_replicas(replicas))
 
     def _state(self, replica: RunningReplica) -> ReplicaState:
         stats = replica.routing_stats or {}

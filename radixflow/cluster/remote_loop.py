@@ -74,10 +74,12 @@ class RemoteLoop:
         metrics: ServerMetrics,
         max_pending: int,
         retries: int = 1,
+        down: Callable[[], str | None] | None = None,
     ) -> None:
+        """``down``: why no replica can serve now (`FleetFigures.down`), None while one can."""
         self.open_stream, self.tokenizer, self.metrics = open_stream, tokenizer, metrics
         self.max_pending, self.retries = max_pending, retries
-        self.failure: str | None = None
+        self._down = down
         self.replicas: dict[str, ReplicaFigures] = {}  # by replica id, from their answers
         self.retried = 0
         self._accepting = True
@@ -91,6 +93,12 @@ class RemoteLoop:
         pass  # the replicas run already
 
     @property
+    def failure(self) -> str | None:
+        """Why the fleet serves nothing (every replica's engine loop died), as one server's
+        failed engine loop says it: `/health` answers 503 with it and new requests are refused."""
+        return None if self._down is None else self._down()
+
+    @property
     def alive(self) -> bool:
         return self.failure is None
 
@@ -100,8 +108,9 @@ class RemoteLoop:
 
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """On the event loop: every prompt becomes a job on a replica, all or none accepted."""
-        if not self.accepting:
-            raise NotAccepting(self.failure or "the server is shutting down")
+        failure = self.failure
+        if not self._accepting or failure is not None:
+            raise NotAccepting(failure or "the server is shutting down")
         if len(self._flights) + len(items) > self.max_pending:
             raise QueueFull(
                 f"{counted(len(self._flights), 'request')} {'is' if len(self._flights) == 1 else 'are'} "

@@ -46,7 +46,10 @@ class ClientGone(Exception):
 class ServingLoop(Protocol):
     """What the routes drive: one `EngineLoop` in this process, or replicas elsewhere (a fleet)."""
 
-    failure: str | None  # why it stopped serving, if it did
+    @property
+    def failure(self) -> str | None:
+        """Why it serves nothing (its engine loop died, or every replica's did), if so."""
+        ...
 
     def start(self) -> None: ...
 

@@ -350,3 +350,35 @@ def test_the_ray_router_passes_over_the_replicas_that_refused_the_job():
     everyone = Job("j", PROMPT, "default", SamplingParams(), False, avoid=frozenset({"a", "b", "c"}))
     ranked = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=[everyone])))
     assert sorted(r.replica_id.unique_id for rank in ranked for r in rank) == ["a", "b", "c"]
+
+
+def test_the_ingress_says_it_cannot_serve_while_every_replicas_engine_loop_is_dead():
+    # each dead replica answers every job with a 503 until Serve replaces it (seconds; forever
+    # when a new one dies again), while the ingress's /health said "ok": one server whose
+    # engine died says so (a 503 naming the failure) and refuses new requests up front
+    from radixflow.cluster.fleet_metrics import FleetFigures
+
+    figures = FleetFigures()
+    open_stream, _ = stream_of()
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, down=figures.down)
+    assert loop.accepting and loop.alive  # nothing reported yet: starting
+    figures.update({"a": None, "b": None}, dead={"a"})
+    assert loop.accepting and loop.failure is None  # b still serves
+    figures.update({"a": None, "b": None}, dead={"a", "b"})
+    assert not loop.accepting and not loop.alive
+    assert loop.failure == "the engine loop of every replica (2) has failed; Ray Serve is replacing them"
+    with pytest.raises(NotAccepting, match="every replica"):
+        loop.submit([(Request("r", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
+    figures.update({"c": None}, dead=set())  # replaced: the new one serves
+    assert loop.accepting and loop.failure is None
+
+
+def test_the_ray_router_hands_the_ingress_the_replicas_reported_dead():
+    pytest.importorskip("ray.serve")
+    from radixflow.cluster.ray_router import dead_replicas
+
+    def running(name: str, stats: dict | None) -> SimpleNamespace:
+        return SimpleNamespace(replica_id=SimpleNamespace(unique_id=name), routing_stats=stats)
+
+    fleet = [running("a", {"alive": False}), running("b", {"alive": True}), running("c", None)]
+    assert dead_replicas(fleet) == {"a"}  # c has not reported yet: starting, so alive

@@ -779,8 +779,9 @@ def fuzz_one(url: str, rng: random.Random) -> list[str]:
             status, text = r.status_code, r.text
     if status == 200:
         return []
-    message = json.loads(text)["error"]["message"] if status in (400, 422) else ""
-    return [] if status in (400, 422) and "\n" not in message else [f"{status} {body} {text[:200]}"]
+    # 404: the invalid model "nope" (model_not_found, as OpenAI answers it); any seed may pick it
+    message = json.loads(text)["error"]["message"] if status in (400, 404, 422) else ""
+    return [] if status in (400, 404, 422) and "\n" not in message else [f"{status} {body} {text[:200]}"]
 
 
 def test_random_concurrent_requests_are_answered_or_refused_and_leave_nothing_locked(served):

@@ -149,7 +149,18 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     if options.cache_memory is not None and args.ray_address is None:  # the model is built here then
         plan_engine(options).scheduler_config()  # the budget against the model's entry sizes
     from radixflow.cluster.fleet_metrics import FleetFigures
-    from radixflow.cluster.launch import FleetSpec, RayStartError, deploy, fleet_server, ray_serve
+    from radixflow.cluster.launch import (
+        FleetSpec,
+        RayStartError,
+        deploy,
+        fleet_server,
+        ingress_tokenizer,
+        ray_serve,
+    )
+    from radixflow.models.zoo import model_names
+
+    if args.ray_address is None and options.model not in model_names():  # a zoo model has one
+        ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads
 
     listen, config = server_settings(args)
     if options.torch_threads is None:

@@ -640,3 +640,25 @@ def test_score_refuses_rank_by_beside_json_as_beside_input(monkeypatch, capsys):
     assert one_line_error(capsys, argv) == (
         "radixflow: error: --json: the scores come in the candidates' order; drop --rank-by"
     )
+
+
+def test_a_fleet_over_a_model_directory_without_a_tokenizer_is_one_line_before_ray_starts(
+    zoo, monkeypatch, capsys, tmp_path
+):
+    # the ingress tokenizes every request: it found out only once Ray and every replica were up
+    pytest.importorskip("ray.serve")
+    import shutil
+
+    from radixflow.cluster import launch
+    from radixflow.models.zoo import ensure_model
+
+    model = tmp_path / "no-tokenizer"
+    shutil.copytree(ensure_model("qwen3_5-tiny"), model, ignore=shutil.ignore_patterns("tokenizer*"))
+
+    def refuse(spec: object) -> None:
+        raise AssertionError("Ray started before the model's tokenizer was checked")
+
+    monkeypatch.setattr(launch, "ray_serve", refuse)
+    err = one_line_error(capsys, ["serve", str(model), "--replicas", "2", "--port", "0"])
+    why = "has no tokenizer.json: text prompts need the model's tokenizer"
+    assert err == f"radixflow: error: model: {model} {why}"

@@ -25,7 +25,8 @@ from radixflow.server.responses.chat_completion import chat_completion
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames
 from radixflow.server.responses.stream import sse_stream
-from radixflow.server.state import ServerState, answers, id_headers, response_id
+from radixflow.server.state import ServerState
+from radixflow.server.submission import answers, id_headers, response_id
 
 router = APIRouter(route_class=FastJsonRoute)
 

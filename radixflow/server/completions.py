@@ -22,7 +22,8 @@ from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.stream import sse_stream
 from radixflow.server.responses.text_completion import TextCompletion
-from radixflow.server.state import ServerState, answers, id_headers, response_id
+from radixflow.server.state import ServerState
+from radixflow.server.submission import answers, id_headers, response_id
 
 router = APIRouter(route_class=FastJsonRoute)
 

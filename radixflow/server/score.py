@@ -31,7 +31,8 @@ from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import ScoreRequest
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.state import ServerState, answers, id_headers, response_id
+from radixflow.server.state import ServerState
+from radixflow.server.submission import answers, id_headers, response_id
 
 router = APIRouter(route_class=FastJsonRoute)
 KIND = "score"

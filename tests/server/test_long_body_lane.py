@@ -10,7 +10,7 @@ import asyncio
 from starlette.types import Message, Receive, Scope, Send
 
 from radixflow.server.limits import Answering, BodyLimit, LongBodyLane
-from radixflow.server.state import Submission
+from radixflow.server.submission import Submission
 
 LONG = 1000  # bytes: longer bodies take the lane
 

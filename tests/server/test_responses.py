@@ -10,7 +10,7 @@ from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, 
 from radixflow.scheduler.sampling import PromptLogprobs
 from radixflow.server.responses.envelope import usage
 from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames
-from radixflow.server.state import where
+from radixflow.server.submission import where
 
 PROMPT = [5, 6, 7, 8]
 TEXTS = ["The", " cat", "", " sat"]  # a token inside a character has no text of its own

@@ -12,7 +12,7 @@ from radixflow.generation.outputs import GenerationOutput
 from radixflow.server.errors import error_body
 from radixflow.server.loop import Delta, Final
 from radixflow.server.responses.envelope import Envelope, usage
-from radixflow.server.state import Submission, sse, where
+from radixflow.server.submission import Submission, sse, where
 
 
 class ChunkShape(Protocol):

@@ -1,0 +1,144 @@
+"""One HTTP request's prompts on their way through the engine loop (`Submission`): the loop
+thread puts events on the submission's asyncio queue; the handler reads them, and aborts what is
+left if its client goes away. And what the routes write of an answer: its id, the error a failed
+choice makes of the whole response, server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from starlette.requests import Request as HttpRequest
+
+from radixflow.generation.tracker import RequestTracker
+from radixflow.scheduler.request import Request
+from radixflow.server.errors import ApiError
+from radixflow.server.limits import Answering
+from radixflow.server.loop import EngineLoop, Event, Final
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+class Submission:
+    def __init__(
+        self,
+        loop: EngineLoop,
+        items: list[tuple[Request, RequestTracker]],
+        stream: bool,
+        answering: Answering | None = None,
+    ) -> None:
+        self.ids = [req.id for req, _ in items]
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._open = set(range(len(items)))
+        self._loop = loop
+        aio, queue = asyncio.get_running_loop(), self.queue  # the engine thread holds the queue, not this
+        loop.submit(items, lambda event: aio.call_soon_threadsafe(queue.put_nowait, event), stream)
+        # ended once: every prompt answered, the rest aborted, or this dropped unread (a stream
+        # never started); dropped on the event loop, as nothing else holds it
+        answering = answering or Answering()  # counted apart when no count is shared
+        answering.started()
+        self._ended = weakref.finalize(self, answering.ended)
+        self._ended.atexit = False
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Events until every prompt has its `Final`."""
+        while self._open:
+            event = await self.queue.get()
+            if isinstance(event, Final):
+                self._open.discard(event.index)
+                if not self._open:
+                    self._ended()
+            yield event
+
+    async def finals(self) -> list[Final]:
+        finals = [e async for e in self.events() if isinstance(e, Final)]
+        return sorted(finals, key=lambda f: f.index)
+
+    def abort(self) -> None:
+        """Cancel whatever has no answer yet (called when the client is gone)."""
+        if self._open:
+            self._loop.abort([self.ids[i] for i in sorted(self._open)])
+            self._open.clear()
+        self._ended()
+
+
+async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission: Submission) -> T:
+    """``work``'s result, or `ClientGone` (after aborting the submission) if the client leaves first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnect(http))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the handler itself was cancelled (server shutting down)
+        task.cancel()
+        submission.abort()
+        raise
+    finally:
+        watch.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    submission.abort()
+    raise ClientGone
+
+
+async def answers(http: HttpRequest, submission: Submission, n: int = 1) -> list[Final] | None:
+    """Every choice's `Final`, in order (``n`` per prompt); None when the client left first
+    (nobody reads an answer). The first choice without an answer is raised as the error the whole
+    response becomes."""
+    try:
+        finals = await unless_disconnected(http, submission.finals(), submission)
+    except ClientGone:
+        return None
+    error = failure(finals, n)
+    if error is not None:
+        raise error
+    return finals
+
+
+async def _disconnect(http: HttpRequest) -> None:
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+def failure(finals: list[Final], n: int = 1) -> ApiError | None:
+    """The first choice without an answer, as the error the whole response becomes."""
+    bad = next((f for f in finals if f.output is None), None)
+    if bad is None:
+        return None
+    return ApiError(bad.status, where(bad.index, len(finals) // n, n) + (bad.error or "request failed"))
+
+
+def where(index: int, prompts: int, n: int) -> str:
+    """The prefix naming item ``index`` (``prompt * n + choice``) in an error: "prompt 2: ",
+    "choice 1: ", "prompt 2: choice 1: ", or nothing when the response has one item."""
+    prompt, choice = divmod(index, n)
+    names = [f"prompt {prompt}"] if prompts > 1 else []
+    names += [f"choice {choice}"] if n > 1 else []
+    return "".join(f"{name}: " for name in names)
+
+
+def response_id(prefix: str, http: HttpRequest, sent: str | None = None) -> str:
+    """``prefix-<X-Request-Id>`` when the client sent one (so it can match answers), else
+    ``prefix-<sent>`` (the body's ``request_id``, as vLLM takes it), else random."""
+    given = http.headers.get("x-request-id") or sent
+    return f"{prefix}-{given if given else uuid.uuid4().hex}"
+
+
+def id_headers(answer_id: str) -> dict[str, str]:
+    """The ``X-Request-Id`` header of an answer with this id, when a header can carry it (printable
+    ASCII: a body's ``request_id`` may hold a line break, which the HTTP layer refuses with the
+    connection, or a character past Latin-1, a 500); the body's ``id`` always has it."""
+    return {"X-Request-Id": answer_id} if answer_id.isascii() and answer_id.isprintable() else {}
+
+
+def sse(payload: dict[str, object] | str) -> str:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n"

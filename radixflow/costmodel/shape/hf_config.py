@@ -56,6 +56,7 @@ def _qwen_moe(cfg: Config, index: int) -> Mlp:
         experts=int(cfg["num_experts"]),
         top_k=int(cfg["num_experts_per_tok"]),
         shared_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+        shared_gate=True,
     )
 
 

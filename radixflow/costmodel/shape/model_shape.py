@@ -32,6 +32,8 @@ class Mlp:
     experts: int = 0
     top_k: int = 0
     shared_intermediate: int = 0
+    # Qwen3-Next/Qwen3.5-MoE scale the shared expert by a sigmoid gate: one more row of weights
+    shared_gate: bool = False
 
     def _matrices(self) -> int:
         return 3 if self.gated else 2
@@ -44,7 +46,8 @@ class Mlp:
         if not width:
             return router
         up = Projection((self._matrices() - 1) * width, hidden)
-        return (*router, up, Projection(hidden, width, "row"))
+        gate = (Projection(1, hidden, "none"),) if self.experts and self.shared_gate else ()
+        return (*router, *gate, up, Projection(hidden, width, "row"))
 
     def expert_params(self, hidden: int) -> int:
         """Weights of one routed expert (0 for a dense MLP)."""

@@ -195,7 +195,8 @@ class KernelCostModel:
             inter = share(mlp.intermediate, tp)
             if not mlp.gated:  # the kernel class is SwiGLU's 3 matrices; relu2 experts have 2
                 inter = max(1, round(inter * 2 / 3))
-            add(terms, "moe", times(kt.moe(r.tokens, hidden, inter, mlp.experts, mlp.top_k), count))
+            width = mlp.latent or hidden  # the experts' own input width (a latent MoE's is smaller)
+            add(terms, "moe", times(kt.moe(r.tokens, width, inter, mlp.experts, mlp.top_k), count))
         if tp > 1:
             message = r.tokens * hidden * ACTIVATION_BYTES
             add(terms, "allreduce", times(kt.allreduce(message, tp), self._allreduces))

@@ -137,6 +137,7 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
         experts=int(cfg.get("n_routed_experts") or 0),
         top_k=int(cfg.get("num_experts_per_tok") or 0),
         shared_intermediate=int(cfg.get("moe_shared_expert_intermediate_size") or 0),
+        latent=int(cfg.get("moe_latent_size") or 0),
     )
     by_kind: dict[str, Layer] = {
         "linear_attention": Layer((_mamba2(cfg, _NEMOTRON_MAMBA),)),

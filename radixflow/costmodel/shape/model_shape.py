@@ -34,24 +34,34 @@ class Mlp:
     shared_intermediate: int = 0
     # Qwen3-Next/Qwen3.5-MoE scale the shared expert by a sigmoid gate: one more row of weights
     shared_gate: bool = False
+    # Nemotron-H's ``moe_latent_size``: the routed experts work in this width, between a projection
+    # down from the hidden size and one back up that every token runs (0: in the hidden size)
+    latent: int = 0
 
     def _matrices(self) -> int:
         return 3 if self.gated else 2
 
     def dense_projections(self, hidden: int) -> tuple[Projection, ...]:
         """The matrices every token goes through: the dense MLP, or an MoE's router (replicated
-        under tensor parallelism) and its shared expert."""
-        width = self.shared_intermediate if self.experts else self.intermediate
-        router = (Projection(self.experts, hidden, "none"),) if self.experts else ()
+        under tensor parallelism), its shared expert's gate, its latent projections and its shared
+        expert."""
+        if not self.experts:
+            return self._up_down(hidden, self.intermediate)
+        router = (Projection(self.experts, hidden, "none"),)
+        gate = (Projection(1, hidden, "none"),) if self.shared_gate else ()
+        down_up = (Projection(self.latent, hidden, "none"), Projection(hidden, self.latent, "none"))
+        latent = down_up if self.latent else ()
+        return (*router, *gate, *latent, *self._up_down(hidden, self.shared_intermediate))
+
+    def _up_down(self, hidden: int, width: int) -> tuple[Projection, ...]:
+        """An MLP of ``width`` (none for 0): its up (and gate) and its down projection."""
         if not width:
-            return router
-        up = Projection((self._matrices() - 1) * width, hidden)
-        gate = (Projection(1, hidden, "none"),) if self.experts and self.shared_gate else ()
-        return (*router, *gate, up, Projection(hidden, width, "row"))
+            return ()
+        return Projection((self._matrices() - 1) * width, hidden), Projection(hidden, width, "row")
 
     def expert_params(self, hidden: int) -> int:
         """Weights of one routed expert (0 for a dense MLP)."""
-        return self._matrices() * hidden * self.intermediate if self.experts else 0
+        return self._matrices() * (self.latent or hidden) * self.intermediate if self.experts else 0
 
     def touched_experts(self, tokens: int) -> float:
         """Routed experts a round of ``tokens`` tokens reads (`expected_experts`)."""

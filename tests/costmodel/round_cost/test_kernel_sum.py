@@ -16,7 +16,7 @@ from radixflow.costmodel.round_cost.fitted_rates import CostModel, round_work
 from radixflow.costmodel.round_cost.kernel_sum import KernelCostModel
 from radixflow.costmodel.round_cost.tensor_parallel import MAX_TP, choose_tp
 from radixflow.costmodel.shape.chunk import ChunkShape
-from radixflow.costmodel.shape.model_shape import Layer, ModelShape, expected_experts
+from radixflow.costmodel.shape.model_shape import Layer, Mlp, ModelShape, expected_experts
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.runners.sim import SimRunner, chunk_shape
 from radixflow.scheduler import Request, SchedulerConfig
@@ -126,6 +126,20 @@ def test_moe_touches_top_k_experts_for_one_token_and_all_for_many():
     assert expected_experts(512, 10, 4096) == pytest.approx(512)
     assert expected_experts(512, 10, 8) < 80  # some of the 8 tokens share experts
     assert expected_experts(0, 0, 100) == 0.0
+
+
+def test_latent_experts_are_costed_in_their_latent_width():
+    """Nemotron-H's ``moe_latent_size`` experts hold latent x intermediate matrices, a quarter of
+    the hidden-width ones here: the moe term read and multiplied them at the hidden width. They
+    cost what the same experts cost in a model as wide as the latent."""
+
+    def moe_term(hidden: int, latent: int):  # type: ignore[no-untyped-def]
+        mlp = Mlp(1024, gated=False, experts=64, top_k=4, latent=latent)
+        shape = ModelShape("m", hidden=hidden, vocab_size=1000, layers=(Layer((), mlp),))
+        return round_cost_model(shape, H200).breakdown([ChunkShape(0, 4096, True)]).terms["moe"]
+
+    latent, plain = moe_term(4096, latent=1024), moe_term(1024, latent=0)
+    assert (latent.flops, latent.bytes) == (plain.flops, plain.bytes)
 
 
 def test_moe_rounds_read_the_weights_of_the_experts_they_touch():

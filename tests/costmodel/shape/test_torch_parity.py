@@ -19,8 +19,6 @@ torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("radixflow.models.zoo")
 
 PRESETS = [f"{family}-{size}" for family in zoo.FAMILY_SOURCES for size in ("tiny", "small")]
-_LATENT = pytest.mark.xfail(strict=True, reason="the shape reads no moe_latent_size")
-PRESETS[PRESETS.index("nemotron_h-tiny")] = pytest.param("nemotron_h-tiny", marks=_LATENT)
 
 
 def build(config: dict[str, Any]) -> Any:

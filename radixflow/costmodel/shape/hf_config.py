@@ -19,6 +19,12 @@ class UnknownModelTypeError(ValueError):
     """The config's ``model_type`` has no reader here."""
 
 
+def _get(cfg: Config, names: tuple[str, ...], default: Any) -> Any:
+    """The first of ``names`` the config sets, else ``default``: a null counts as unset and older
+    key names follow the current one, as the torch families read their configs."""
+    return next((cfg[n] for n in names if cfg.get(n) is not None), default)
+
+
 def _attention(cfg: Config, gated: bool = False) -> Attention:
     heads = int(cfg["num_attention_heads"])
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
@@ -110,8 +116,7 @@ def _lfm2(cfg: Config) -> tuple[Layer, ...]:
     return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
 
 
-# config keys of (heads, head dim, state size, groups, conv kernel) in each family
-_NEMOTRON_MAMBA = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel")
+# config keys of (heads, head dim, state size, groups, conv kernel) in Falcon-H1
 _FALCON_MAMBA = ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv")
 
 
@@ -123,14 +128,34 @@ def _mamba2(cfg: Config, keys: tuple[str, ...]) -> Mamba2:
     return Mamba2(heads, head_dim, int(cfg[keys[2]]), int(cfg[keys[3]]), int(cfg.get(keys[4], 4)))
 
 
+def _nemotron_mamba(cfg: Config) -> Mamba2:
+    """As `models.families.nemotron_h.nemotron_mamba_spec` reads it: older key names after the
+    current ones, and its defaults."""
+    return Mamba2(
+        int(cfg["mamba_num_heads"]),
+        int(cfg["mamba_head_dim"]),
+        int(_get(cfg, ("ssm_state_size",), 128)),
+        int(_get(cfg, ("n_groups", "mamba_n_groups"), 8)),
+        int(_get(cfg, ("conv_kernel", "mamba_d_conv"), 4)),
+    )
+
+
 _NEMOTRON_CODES = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
+
+
+def _nemotron_kinds(cfg: Config) -> list[str]:
+    """Per-layer kinds as `models.families.schemas.nemotron_kinds` reads them: ``layers_block_type``
+    (or ``layer_types``, with the legacy names), else ``hybrid_override_pattern``."""
+    kinds = cfg.get("layers_block_type") or cfg.get("layer_types")
+    if kinds:
+        return [_NEMOTRON_LEGACY.get(k, k) for k in kinds]
+    if cfg.get("hybrid_override_pattern") is None:
+        raise KeyError("hybrid_override_pattern")  # nor layers_block_type: no layer pattern at all
+    return [_NEMOTRON_CODES[c] for c in cfg["hybrid_override_pattern"]]
 
 
 def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
-    kinds = cfg.get("layers_block_type")
-    if not kinds:
-        kinds = [_NEMOTRON_CODES[c] for c in cfg["hybrid_override_pattern"]]
-    kinds = [{"mamba": "linear_attention", "attention": "full_attention"}.get(k, k) for k in kinds]
     moe = Mlp(
         int(cfg.get("moe_intermediate_size") or 0),
         gated=False,
@@ -140,12 +165,12 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
         latent=int(cfg.get("moe_latent_size") or 0),
     )
     by_kind: dict[str, Layer] = {
-        "linear_attention": Layer((_mamba2(cfg, _NEMOTRON_MAMBA),)),
+        "linear_attention": Layer((_nemotron_mamba(cfg),)),
         "full_attention": Layer((_attention(cfg),)),
         "mlp": Layer((), _dense(cfg, gated=False)),
         "moe": Layer((), moe),
     }
-    return tuple(by_kind[k] for k in kinds)
+    return tuple(by_kind[k] for k in _nemotron_kinds(cfg))
 
 
 def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:

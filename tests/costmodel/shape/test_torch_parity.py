@@ -80,3 +80,29 @@ def assert_shape_is_the_model(shape: ModelShape, model: Any) -> None:
 def test_every_zoo_presets_shape_is_its_torch_model(name):
     config = zoo.preset_config(name)
     assert_shape_is_the_model(shape_from_config(name, config), build(config))
+
+
+def variant(name: str, drop: tuple[str, ...] = (), **edits: Any) -> dict[str, Any]:
+    """Zoo preset ``name``'s config without the keys ``drop`` and with ``edits``."""
+    config = {k: v for k, v in zoo.preset_config(name).items() if k not in drop}
+    return {**config, **edits}
+
+
+def _renamed(name: str, renames: dict[str, str]) -> dict[str, Any]:
+    config = zoo.preset_config(name)
+    return {renames.get(k, k): v for k, v in config.items()}
+
+
+# configs the torch loader reads as the family does (its schema's aliases and defaults)
+NEMOTRON_VARIANTS = {
+    "older key names": _renamed(
+        "nemotron_h-tiny", {"layers_block_type": "layer_types", "n_groups": "mamba_n_groups"}
+    ),
+    "older conv key": variant("nemotron_h-tiny", drop=("conv_kernel",), mamba_d_conv=2),
+    "defaults": variant("nemotron_h-tiny", drop=("ssm_state_size", "n_groups", "conv_kernel")),
+}
+
+
+@pytest.mark.parametrize("config", NEMOTRON_VARIANTS.values(), ids=NEMOTRON_VARIANTS)
+def test_a_nemotron_h_config_is_read_with_the_torch_families_names_and_defaults(config):
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

@@ -116,18 +116,6 @@ def _lfm2(cfg: Config) -> tuple[Layer, ...]:
     return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
 
 
-# config keys of (heads, head dim, state size, groups, conv kernel) in Falcon-H1
-_FALCON_MAMBA = ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv")
-
-
-def _mamba2(cfg: Config, keys: tuple[str, ...]) -> Mamba2:
-    heads = int(cfg[keys[0]])
-    head_dim = cfg.get(keys[1])
-    if not isinstance(head_dim, int):  # Falcon-H1 "auto": d_ssm split over the heads
-        head_dim = int(cfg.get("mamba_d_ssm") or cfg.get("mamba_expand", 2) * cfg["hidden_size"]) // heads
-    return Mamba2(heads, head_dim, int(cfg[keys[2]]), int(cfg[keys[3]]), int(cfg.get(keys[4], 4)))
-
-
 def _nemotron_mamba(cfg: Config) -> Mamba2:
     """As `models.families.nemotron_h.nemotron_mamba_spec` reads it: older key names after the
     current ones, and its defaults."""
@@ -173,9 +161,24 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
     return tuple(by_kind[k] for k in _nemotron_kinds(cfg))
 
 
+def _falcon_mamba(cfg: Config) -> Mamba2:
+    """As `models.families.falcon_h1.falcon_mamba_spec` reads it, with its defaults: head dim
+    "auto" splits the SSM's inner width over the heads."""
+    inner = _get(cfg, ("mamba_d_ssm",), 0) or int(_get(cfg, ("mamba_expand",), 2) * int(cfg["hidden_size"]))
+    heads = int(_get(cfg, ("mamba_n_heads",), 128))
+    head_dim = _get(cfg, ("mamba_d_head",), "auto")
+    return Mamba2(
+        heads,
+        int(inner) // heads if head_dim == "auto" else int(head_dim),
+        int(_get(cfg, ("mamba_d_state",), 256)),
+        int(_get(cfg, ("mamba_n_groups",), 1)),
+        int(_get(cfg, ("mamba_d_conv",), 4)),
+    )
+
+
 def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
     # attention and Mamba2 side by side in every layer, then the MLP: every layer carries state
-    mixers: tuple[Mixer, ...] = (_attention(cfg), _mamba2(cfg, _FALCON_MAMBA))
+    mixers: tuple[Mixer, ...] = (_attention(cfg), _falcon_mamba(cfg))
     return tuple(Layer(mixers, _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
 
 

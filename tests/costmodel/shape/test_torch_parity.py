@@ -106,3 +106,11 @@ NEMOTRON_VARIANTS = {
 @pytest.mark.parametrize("config", NEMOTRON_VARIANTS.values(), ids=NEMOTRON_VARIANTS)
 def test_a_nemotron_h_config_is_read_with_the_torch_families_names_and_defaults(config):
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+def test_a_falcon_h1_config_is_read_with_the_torch_families_defaults():
+    # 128 heads (each of d_ssm / 128 dims), a 256-wide state, 1 group
+    config = variant(
+        "falcon_h1-tiny", drop=("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups")
+    )
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

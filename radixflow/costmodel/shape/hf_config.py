@@ -194,6 +194,20 @@ READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
 }
 
 
+def _tied(cfg: Config) -> bool:
+    return bool(_get(cfg, ("tie_word_embeddings",), False))
+
+
+def _lfm2_tied(cfg: Config) -> bool:
+    """LFM2's own ``tie_embedding`` decides where given (transformers' Lfm2Config sets
+    ``tie_word_embeddings`` from it), and it ties by default, as `models.families.lfm2` builds it."""
+    return bool(_get(cfg, ("tie_embedding", "tie_word_embeddings"), True))
+
+
+# model_type -> whether its output projection shares the embedding's weights (else `_tied`)
+TIES: dict[str, Callable[[Config], bool]] = {"lfm2": _lfm2_tied}
+
+
 # multimodal wrapper model_type -> the model_type of the language model it nests under text_config
 WRAPPERS: dict[str, str] = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
@@ -223,7 +237,7 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
         hidden=int(cfg["hidden_size"]),
         vocab_size=int(cfg["vocab_size"]),
         layers=reader(cfg),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tied_embeddings=TIES.get(str(kind), _tied)(cfg),
         max_context=int(cfg.get("max_position_embeddings") or 262_144),
         source=source,
     )

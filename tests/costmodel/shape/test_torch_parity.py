@@ -114,3 +114,14 @@ def test_a_falcon_h1_config_is_read_with_the_torch_families_defaults():
         "falcon_h1-tiny", drop=("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups")
     )
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+LFM2_TIES = {
+    "its own key decides": variant("lfm2-tiny", tie_embedding=False),  # tie_word_embeddings: true
+    "tied by default": variant("lfm2-tiny", drop=("tie_word_embeddings",)),
+}
+
+
+@pytest.mark.parametrize("config", LFM2_TIES.values(), ids=LFM2_TIES)
+def test_an_lfm2_config_ties_its_embeddings_as_the_torch_family_does(config):
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

@@ -204,8 +204,12 @@ def _lfm2_tied(cfg: Config) -> bool:
     return bool(_get(cfg, ("tie_embedding", "tie_word_embeddings"), True))
 
 
+def _never_tied(cfg: Config) -> bool:
+    return False  # Nemotron-H: transformers keeps lm_head apart whatever tie_word_embeddings says
+
+
 # model_type -> whether its output projection shares the embedding's weights (else `_tied`)
-TIES: dict[str, Callable[[Config], bool]] = {"lfm2": _lfm2_tied}
+TIES: dict[str, Callable[[Config], bool]] = {"lfm2": _lfm2_tied, "nemotron_h": _never_tied}
 
 
 # multimodal wrapper model_type -> the model_type of the language model it nests under text_config

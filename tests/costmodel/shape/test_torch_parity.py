@@ -125,3 +125,8 @@ LFM2_TIES = {
 @pytest.mark.parametrize("config", LFM2_TIES.values(), ids=LFM2_TIES)
 def test_an_lfm2_config_ties_its_embeddings_as_the_torch_family_does(config):
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+def test_a_nemotron_h_config_saying_tied_is_untied_as_the_torch_family_builds_it():
+    config = variant("nemotron_h-tiny", tie_word_embeddings=True)  # transformers never ties it
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

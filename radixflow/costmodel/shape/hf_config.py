@@ -109,9 +109,10 @@ def _lfm2_ff(cfg: Config) -> int:
 
 def _lfm2(cfg: Config) -> tuple[Layer, ...]:
     n, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
-    attn_idx = set(cfg.get("full_attn_idxs") or [])
-    types = cfg.get("layer_types") or ["full_attention" if i in attn_idx else "conv" for i in range(n)]
-    conv = ShortConv(hidden, int(cfg.get("conv_L_cache", 3)))
+    # as `models.families.lfm2.layer_types` reads them: with neither key every layer is attention
+    attn_idx = set(_get(cfg, ("full_attn_idxs",), range(n)))
+    types = _get(cfg, ("layer_types",), ["full_attention" if i in attn_idx else "conv" for i in range(n)])
+    conv = ShortConv(hidden, int(_get(cfg, ("conv_L_cache",), 3)))
     mlp = Mlp(_lfm2_ff(cfg))
     return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
 

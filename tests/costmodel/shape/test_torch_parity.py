@@ -130,3 +130,8 @@ def test_an_lfm2_config_ties_its_embeddings_as_the_torch_family_does(config):
 def test_a_nemotron_h_config_saying_tied_is_untied_as_the_torch_family_builds_it():
     config = variant("nemotron_h-tiny", tie_word_embeddings=True)  # transformers never ties it
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+def test_an_lfm2_config_with_no_layer_pattern_is_all_attention_as_the_torch_family_builds_it():
+    config = variant("lfm2-tiny", drop=("layer_types", "full_attn_idxs"))
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

@@ -44,7 +44,7 @@ _QWEN_LAYER_TYPES = ("linear_attention", "full_attention")
 
 def _qwen_hybrid_types(cfg: Config) -> list[str]:
     n = int(cfg["num_hidden_layers"])
-    every = int(cfg.get("full_attention_interval", 4))
+    every = int(_get(cfg, ("full_attention_interval",), 4))
     default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
     types = list(cfg.get("layer_types") or default)
     if len(types) != n:  # as the torch loader's schema and transformers refuse it
@@ -71,7 +71,7 @@ def _qwen_mlp(cfg: Config, index: int) -> Mlp:
     ``decoder_sparse_step`` put it, else the dense MLP."""
     experts = int(cfg.get("num_experts") or 0)
     sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
-    if not sparse or (index + 1) % int(cfg.get("decoder_sparse_step", 1)):
+    if not sparse or (index + 1) % int(_get(cfg, ("decoder_sparse_step",), 1)):
         return _dense(cfg)
     return _qwen_moe(cfg, index)
 
@@ -82,7 +82,7 @@ def _qwen_hybrid(cfg: Config, mlp: Callable[[Config, int], Mlp] = _qwen_mlp) -> 
         int(cfg["linear_num_value_heads"]),
         int(cfg["linear_key_head_dim"]),
         int(cfg["linear_value_head_dim"]),
-        int(cfg.get("linear_conv_kernel_dim", 4)),
+        int(_get(cfg, ("linear_conv_kernel_dim",), 4)),
     )
     attn = _attention(cfg, gated=True)
     return tuple(
@@ -97,11 +97,11 @@ def _qwen3_5_moe(cfg: Config) -> tuple[Layer, ...]:
 
 def _lfm2_ff(cfg: Config) -> int:
     size = int(cfg.get("intermediate_size") or cfg["block_ff_dim"])
-    if cfg.get("block_auto_adjust_ff_dim", True):
+    if _get(cfg, ("block_auto_adjust_ff_dim",), True):
         size = int(2 * size / 3)
         multiplier = cfg.get("block_ffn_dim_multiplier")
         if multiplier is not None:
-            multiple = int(cfg.get("block_multiple_of", 256))
+            multiple = int(_get(cfg, ("block_multiple_of",), 256))
             size = int(multiplier * size)
             size = multiple * ((size + multiple - 1) // multiple)
     return size

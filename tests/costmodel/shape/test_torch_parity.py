@@ -135,3 +135,15 @@ def test_a_nemotron_h_config_saying_tied_is_untied_as_the_torch_family_builds_it
 def test_an_lfm2_config_with_no_layer_pattern_is_all_attention_as_the_torch_family_builds_it():
     config = variant("lfm2-tiny", drop=("layer_types", "full_attn_idxs"))
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+NULLS = {  # a null reads as absent: the family's default
+    "qwen3_next": variant("qwen3_next-tiny", linear_conv_kernel_dim=None, decoder_sparse_step=None),
+    "qwen3_5": variant("qwen3_5-tiny", drop=("layer_types",), full_attention_interval=None),
+    "lfm2": variant("lfm2-tiny", block_auto_adjust_ff_dim=None, block_multiple_of=None, conv_L_cache=None),
+}
+
+
+@pytest.mark.parametrize("config", NULLS.values(), ids=NULLS)
+def test_a_null_in_a_config_is_read_as_the_torch_familys_default(config):
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

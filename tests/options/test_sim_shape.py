@@ -266,6 +266,45 @@ def test_a_qwen3_5_moe_checkpoint_with_an_unknown_layer_type_is_a_problem(tmp_pa
     assert len(err) == 1 and "layer_types[5] is 'sliding_attention'" in err[0], err
 
 
+@pytest.mark.parametrize(
+    ("name", "edits", "words"),
+    [
+        (
+            "lfm2-tiny",
+            {"layer_types": ["conv", "bogus", "conv", "conv", "conv"]},
+            "layer_types[1] is 'bogus'",
+        ),
+        ("lfm2-tiny", {"layer_types": ["conv"]}, "layer_types has 1 entries, but num_hidden_layers is 5"),
+        (
+            "nemotron_h-tiny",
+            {"layers_block_type": ["mamba", "foo"], "num_hidden_layers": 2},
+            "layers_block_type[1] is 'foo'",
+        ),
+        (
+            "nemotron_h-tiny",
+            {"layers_block_type": None, "hybrid_override_pattern": "M*Q", "num_hidden_layers": 3},
+            "hybrid_override_pattern[2] is 'Q'",
+        ),
+        (
+            "nemotron_h-tiny",
+            {"num_hidden_layers": 2},
+            "layers_block_type has 7 entries, but num_hidden_layers is 2",
+        ),
+    ],
+)
+def test_an_lfm2_or_nemotron_h_layer_pattern_the_torch_runner_refuses_is_a_problem(
+    tmp_path, capsys, name, edits, words
+):
+    """The sim costed an unknown LFM2 layer type as short conv and one layer per ``layer_types``
+    entry whatever the layer count; an unknown Nemotron-H code or kind was "config.json has no 'Q'"."""
+    from radixflow.models.zoo import preset_config
+
+    (tmp_path / "config.json").write_text(json.dumps({**preset_config(name), **edits}))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("radixflow: error: model: ") and words in err[0], err
+
+
 def test_every_catalogue_and_zoo_shape_is_within_the_limits():
     from radixflow.costmodel.shape.limits import shape_problem
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

@@ -6,7 +6,7 @@ public configs the GPU-scale sim shapes are written as, so both are costed by on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
@@ -46,13 +46,18 @@ def _qwen_hybrid_types(cfg: Config) -> list[str]:
     n = int(cfg["num_hidden_layers"])
     every = int(_get(cfg, ("full_attention_interval",), 4))
     default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
-    types = list(cfg.get("layer_types") or default)
-    if len(types) != n:  # as the torch loader's schema and transformers refuse it
-        raise ValueError(f"layer_types has {len(types)} entries, but num_hidden_layers is {n}")
-    for i, kind in enumerate(types):
-        if kind not in _QWEN_LAYER_TYPES:
-            raise ValueError(f"layer_types[{i}] is {kind!r} (must be one of {', '.join(_QWEN_LAYER_TYPES)})")
-    return types
+    return _checked_kinds("layer_types", list(cfg.get("layer_types") or default), _QWEN_LAYER_TYPES, n)
+
+
+def _checked_kinds(key: str, kinds: list[Any], known: Sequence[str], layers: int | None) -> list[Any]:
+    """``kinds`` (config key ``key``), refused as the torch loader's schema and transformers refuse
+    them: not one per layer (``layers``, where the config gives a count), or a kind not ``known``."""
+    if layers is not None and len(kinds) != layers:
+        raise ValueError(f"{key} has {len(kinds)} entries, but num_hidden_layers is {layers}")
+    for i, kind in enumerate(kinds):
+        if kind not in known:
+            raise ValueError(f"{key}[{i}] is {kind!r} (must be one of {', '.join(known)})")
+    return kinds
 
 
 def _qwen_moe(cfg: Config, index: int) -> Mlp:
@@ -112,6 +117,7 @@ def _lfm2(cfg: Config) -> tuple[Layer, ...]:
     # as `models.families.lfm2.layer_types` reads them: with neither key every layer is attention
     attn_idx = set(_get(cfg, ("full_attn_idxs",), range(n)))
     types = _get(cfg, ("layer_types",), ["full_attention" if i in attn_idx else "conv" for i in range(n)])
+    _checked_kinds("layer_types", list(types), ("conv", "full_attention"), n)
     conv = ShortConv(hidden, int(_get(cfg, ("conv_L_cache",), 3)))
     mlp = Mlp(_lfm2_ff(cfg))
     return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
@@ -131,17 +137,24 @@ def _nemotron_mamba(cfg: Config) -> Mamba2:
 
 _NEMOTRON_CODES = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
 _NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
+_NEMOTRON_KINDS = tuple(_NEMOTRON_CODES.values())
 
 
 def _nemotron_kinds(cfg: Config) -> list[str]:
     """Per-layer kinds as `models.families.schemas.nemotron_kinds` reads them: ``layers_block_type``
     (or ``layer_types``, with the legacy names), else ``hybrid_override_pattern``."""
-    kinds = cfg.get("layers_block_type") or cfg.get("layer_types")
-    if kinds:
+    count = _get(cfg, ("num_hidden_layers",), None)  # optional: the pattern says it
+    layers = None if count is None else int(count)
+    key = next((k for k in ("layers_block_type", "layer_types") if cfg.get(k)), None)
+    if key is not None:
+        kinds = _checked_kinds(key, list(cfg[key]), (*_NEMOTRON_KINDS, *_NEMOTRON_LEGACY), layers)
         return [_NEMOTRON_LEGACY.get(k, k) for k in kinds]
     if cfg.get("hybrid_override_pattern") is None:
         raise KeyError("hybrid_override_pattern")  # nor layers_block_type: no layer pattern at all
-    return [_NEMOTRON_CODES[c] for c in cfg["hybrid_override_pattern"]]
+    codes = _checked_kinds(
+        "hybrid_override_pattern", list(cfg["hybrid_override_pattern"]), tuple(_NEMOTRON_CODES), layers
+    )
+    return [_NEMOTRON_CODES[c] for c in codes]
 
 
 def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:

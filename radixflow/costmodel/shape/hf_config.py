@@ -71,8 +71,14 @@ def _qwen_moe(cfg: Config, index: int) -> Mlp:
     )
 
 
+def _qwen_dense(cfg: Config, index: int) -> Mlp:
+    """Dense Qwen3.5: every layer's MLP, whatever MoE fields the config carries (the torch family
+    and transformers read none)."""
+    return _dense(cfg)
+
+
 def _qwen_mlp(cfg: Config, index: int) -> Mlp:
-    """Qwen3-Next (and dense Qwen3.5): MoE where ``num_experts``, ``mlp_only_layers`` and
+    """Qwen3-Next: MoE where ``num_experts``, ``mlp_only_layers`` and
     ``decoder_sparse_step`` put it, else the dense MLP."""
     experts = int(cfg.get("num_experts") or 0)
     sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
@@ -94,6 +100,10 @@ def _qwen_hybrid(cfg: Config, mlp: Callable[[Config, int], Mlp] = _qwen_mlp) -> 
         Layer((attn if kind == "full_attention" else gdn,), mlp(cfg, i))
         for i, kind in enumerate(_qwen_hybrid_types(cfg))
     )
+
+
+def _qwen3_5(cfg: Config) -> tuple[Layer, ...]:
+    return _qwen_hybrid(cfg, _qwen_dense)
 
 
 def _qwen3_5_moe(cfg: Config) -> tuple[Layer, ...]:
@@ -199,7 +209,7 @@ def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
 READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
     "llama": _llama,
     "qwen3": _llama,
-    "qwen3_5_text": _qwen_hybrid,
+    "qwen3_5_text": _qwen3_5,
     "qwen3_5_moe_text": _qwen3_5_moe,
     "qwen3_next": _qwen_hybrid,
     "lfm2": _lfm2,

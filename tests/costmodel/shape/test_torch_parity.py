@@ -147,3 +147,9 @@ NULLS = {  # a null reads as absent: the family's default
 @pytest.mark.parametrize("config", NULLS.values(), ids=NULLS)
 def test_a_null_in_a_config_is_read_as_the_torch_familys_default(config):
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+def test_a_dense_qwen3_5_config_with_qwen3_next_moe_fields_is_dense_as_the_torch_family_builds_it():
+    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    config = variant("qwen3_5-tiny", shared_expert_intermediate_size=32, **moe)
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

@@ -210,6 +210,16 @@ def test_a_checkpoint_size_out_of_range_is_a_problem_on_model(tmp_path, capsys, 
     assert len(err) == 1 and err[0].startswith("radixflow: error: model: ") and words in err[0], err
 
 
+@pytest.mark.parametrize("key", ["intermediate_size", "hidden_size", "num_attention_heads"])
+def test_a_required_size_given_as_null_is_missing(tmp_path, capsys, key):
+    """A null reads as absent (as the torch loader reads it): it was "cannot be read as a shape
+    (int() argument must be a string, a bytes-like object or a real number, not 'NoneType')"."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA, key: None}))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"config.json has no {key!r}"), err
+
+
 def test_a_checkpoint_routing_to_more_experts_than_it_has_is_a_problem_on_model(tmp_path, capsys):
     from radixflow.models.zoo import preset_config
 

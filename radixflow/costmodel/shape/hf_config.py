@@ -252,7 +252,8 @@ def language_config(cfg: Config) -> Config:
 
 def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
     """The cost-model shape of a model given its Hugging Face config dict."""
-    cfg = language_config(cfg)
+    # a null is an absent key, as the torch loader reads it: a required one is a KeyError naming it
+    cfg = {k: v for k, v in language_config(cfg).items() if v is not None}
     kind = cfg.get("model_type")
     if str(kind) in WRAPPERS:  # language_config found no language model inside
         raise ValueError(f"model_type {kind!r} nests its language model under text_config: none here")

@@ -70,6 +70,14 @@ def assert_shape_is_the_model(shape: ModelShape, model: Any) -> None:
     layout = model.state_layout().items()
     state = {i: 4 * sum(math.prod(s) for s in shapes) for i, shapes in layout}  # float32
     assert per_layer(shape, lambda m: m.state_bytes()) == {i: state.get(i, 0) for i in range(n)}
+    routed = {
+        _layer_index(name): m.top_k
+        for name, m in model.named_modules()
+        if isinstance(getattr(m, "top_k", None), int)
+    }
+    assert {
+        i: layer.mlp.top_k for i, layer in enumerate(shape.layers) if layer.mlp and layer.mlp.experts
+    } == routed
     head = model.lm_head
     embed = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
     assert shape.tied_embeddings == (head.weight is embed.weight)

@@ -2,12 +2,12 @@
 
 The sim costs a zoo name or checkpoint by its shape, the torch runner's round predictor fits its
 rounds by it, and both size pools by its KV and state bytes: each figure here is counted from the
-torch model's own modules and pool layouts (built on the meta device: no weights), layer by layer.
+torch model's own modules and the runner's KV and state pools (all on the meta device: nothing
+allocated), layer by layer.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("radixflow.models.zoo")
+from radixflow.models.batch import KVPool, StatePool  # noqa: E402  (after torch is known to be here)
 
 PRESETS = [f"{family}-{size}" for family in zoo.FAMILY_SOURCES for size in ("tiny", "small")]
 
@@ -57,6 +58,11 @@ def shape_matmul_params(shape: ModelShape) -> dict[int, int]:
     return out
 
 
+def _row_bytes(tensors: list[Any]) -> int:
+    """Bytes of one row (token slot or state slot) of each of ``tensors``."""
+    return sum(t[0].numel() * t.element_size() for t in tensors)
+
+
 def per_layer(shape: ModelShape, figure: Any) -> dict[int, int]:
     """``figure(mixer)`` summed over each layer's mixers."""
     return {i: sum(figure(m) for m in layer.mixers) for i, layer in enumerate(shape.layers)}
@@ -65,10 +71,11 @@ def per_layer(shape: ModelShape, figure: Any) -> dict[int, int]:
 def assert_shape_is_the_model(shape: ModelShape, model: Any) -> None:
     assert shape_matmul_params(shape) == torch_matmul_params(model)
     n = len(shape.layers)
-    kv = {i: 2 * heads * dim for i, (heads, dim) in model.kv_layout().items()}  # K and V, one byte each
-    assert per_layer(shape, lambda m: m.kv_bytes_per_token(1)) == {i: kv.get(i, 0) for i in range(n)}
-    layout = model.state_layout().items()
-    state = {i: 4 * sum(math.prod(s) for s in shapes) for i, shapes in layout}  # float32
+    kv_pool = KVPool(model.kv_layout(), 1, 1, torch.bfloat16, "meta")  # one token's slot
+    kv = {i: _row_bytes([kv_pool.k[i], kv_pool.v[i]]) for i in kv_pool.k}
+    assert per_layer(shape, lambda m: m.kv_bytes_per_token(2)) == {i: kv.get(i, 0) for i in range(n)}
+    state_pool = StatePool(model.state_layout(), 1, torch.float32, "meta")  # as the runner keeps it
+    state = {i: _row_bytes(list(tensors)) for i, tensors in state_pool.tensors.items()}
     assert per_layer(shape, lambda m: m.state_bytes()) == {i: state.get(i, 0) for i in range(n)}
     routed = {
         _layer_index(name): m.top_k

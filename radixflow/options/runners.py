@@ -114,7 +114,7 @@ class SimChoice:
 
     def entry_bytes(self, block_size: int) -> EntryBytes:
         # what `SimRunner` reports in its `ModelInfo`: the cost model's shapes
-        kv = self.spec.kv_bytes_per_token(self.hardware.weight_bytes)
+        kv = self.spec.cache_bytes_per_token(self.hardware.weight_bytes)
         return EntryBytes(kv * block_size, self.spec.state_bytes() if self.has_recurrent else 0)
 
     def build(self, scheduler: SchedulerConfig) -> Runner:

@@ -71,7 +71,8 @@ def sim_shape(name: str) -> ModelShape:
         raise ProblemError(Problem("model", f"{name}: config.json has no {e.args[0]!r}")) from None
     except (TypeError, ValueError, ArithmeticError) as e:  # ArithmeticError: a head count of 0, int(inf)
         raise ProblemError(Problem("model", f"{name}: config.json cannot be read as a shape ({e})")) from None
-    shape = replace(shape, max_context=context)
+    # the context the torch runner allows, and the hidden-state row its KV pool keeps per position
+    shape = replace(shape, max_context=context, cached_hidden=True)
     problem = shape_problem(shape)
     if problem is not None:
         raise ProblemError(Problem("model", f"{name}: config.json {problem}"))

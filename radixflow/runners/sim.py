@@ -76,7 +76,7 @@ class SimRunner:
             spec.max_context,
             request_overhead_s=hardware.request_overhead_s,
             same_round_state=True,  # a round's cost is priced per wave (`ChunkShape.wave`)
-            kv_bytes_per_token=spec.kv_bytes_per_token(hardware.weight_bytes),
+            kv_bytes_per_token=spec.cache_bytes_per_token(hardware.weight_bytes),
             checkpoint_bytes=spec.state_bytes(),
         )
 

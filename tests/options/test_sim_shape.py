@@ -65,6 +65,28 @@ def test_a_zoo_name_gives_the_torch_models_shape(name):
     assert_matches_torch_model(spec, preset_config(name))
 
 
+@pytest.mark.parametrize("name", ["qwen3_5-tiny", "lfm2-tiny", "llama-tiny"])
+def test_a_zoo_names_cache_entries_weigh_what_the_torch_runners_pools_hold(name):
+    """The torch runner keeps each cached position's final hidden state beside its KV (prompt
+    logprobs of a reused prefix need it): the sim charged a KV block without it, so a
+    ``--cache-memory`` budget held half as many blocks again as on the torch runner."""
+    torch = pytest.importorskip("torch")
+    from radixflow.models.batch import KVPool, StatePool
+    from radixflow.models.zoo import preset_config
+
+    config = preset_config(name)
+    model = torch_model(config)
+    kv = KVPool(model.kv_layout(), 1, 16, torch.float32, "meta", hidden_size=config["hidden_size"])
+    state = StatePool(model.state_layout(), 1, torch.float32, "meta")
+    block = sum(t.numel() * t.element_size() for t in [*kv.k.values(), *kv.v.values(), kv.hidden])
+    slot = sum(t.numel() * t.element_size() for ts in state.tensors.values() for t in ts)
+    plan = plan_engine(EngineOptions(runner="sim", model=name, hardware=CPU_PROFILE))  # float32
+    entry = plan.choice.entry_bytes(16)
+    assert (entry.block, entry.slot) == (block, slot)
+    runner = plan.choice.build(SchedulerConfig())
+    assert runner.model.kv_bytes_per_token * 16 == block  # what the engine charges the cache
+
+
 def test_a_checkpoint_directory_gives_its_configs_shape(tmp_path):
     from radixflow.models.zoo import preset_config
 

@@ -116,6 +116,9 @@ class ModelShape:
     tied_embeddings: bool = False
     max_context: int = 262_144
     source: str = ""  # the public config (or zoo preset) the figures were taken from
+    # the runner keeps each cached position's final hidden state beside its KV (the torch runner
+    # does, so a reused prefix's prompt logprobs need no layer re-run): cache bytes, read by no layer
+    cached_hidden: bool = False
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -209,3 +212,8 @@ class ModelShape:
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return sum(m.kv_bytes_per_token(dtype_bytes) for m in self.mixers)
+
+    def cache_bytes_per_token(self, dtype_bytes: int) -> int:
+        """What one cached position occupies: its KV, and its hidden state where it is kept."""
+        hidden = self.hidden * dtype_bytes if self.cached_hidden else 0
+        return self.kv_bytes_per_token(dtype_bytes) + hidden

@@ -232,6 +232,17 @@ def test_a_checkpoint_size_out_of_range_is_a_problem_on_model(tmp_path, capsys, 
     assert len(err) == 1 and err[0].startswith("radixflow: error: model: ") and words in err[0], err
 
 
+def test_an_lfm2_config_with_no_feed_forward_width_names_the_key_not_its_older_spelling(tmp_path, capsys):
+    """It said "config.json has no 'block_ff_dim'", the older name the torch loader takes too."""
+    from radixflow.models.zoo import preset_config
+
+    config = {k: v for k, v in preset_config("lfm2-tiny").items() if k != "intermediate_size"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("config.json has no 'intermediate_size'"), err
+
+
 @pytest.mark.parametrize("key", ["intermediate_size", "hidden_size", "num_attention_heads"])
 def test_a_required_size_given_as_null_is_missing(tmp_path, capsys, key):
     """A null reads as absent (as the torch loader reads it): it was "cannot be read as a shape

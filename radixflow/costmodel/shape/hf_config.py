@@ -111,7 +111,10 @@ def _qwen3_5_moe(cfg: Config) -> tuple[Layer, ...]:
 
 
 def _lfm2_ff(cfg: Config) -> int:
-    size = int(cfg.get("intermediate_size") or cfg["block_ff_dim"])
+    width = _get(cfg, ("intermediate_size", "block_ff_dim"), None)  # the older name after the current
+    if width is None:
+        raise KeyError("intermediate_size")
+    size = int(width)
     if _get(cfg, ("block_auto_adjust_ff_dim",), True):
         size = int(2 * size / 3)
         multiplier = cfg.get("block_ffn_dim_multiplier")

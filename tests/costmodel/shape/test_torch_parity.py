@@ -168,3 +168,30 @@ def test_a_dense_qwen3_5_config_with_qwen3_next_moe_fields_is_dense_as_the_torch
     moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
     config = variant("qwen3_5-tiny", shared_expert_intermediate_size=32, **moe)
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+TRANSFORMERS_CONFIGS = ["LlamaConfig", "Qwen3Config", "Qwen3_5TextConfig", "Qwen3NextConfig", "Lfm2Config"]
+TRANSFORMERS_CONFIGS += ["NemotronHConfig", "FalconH1Config"]
+
+
+@pytest.mark.parametrize("cls", TRANSFORMERS_CONFIGS)
+def test_a_config_as_transformers_writes_it_is_read_as_the_torch_family_builds_it(cls):
+    """Every field at transformers' defaults (the released checkpoints' sizes, some of them)."""
+    transformers = pytest.importorskip("transformers")
+    config = getattr(transformers, cls)().to_dict()
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+def test_a_qwen3_5_moe_shape_is_transformers_model_layer_by_layer():
+    """The torch runner has no Qwen3.5-MoE family: transformers' model is the reference."""
+    transformers = pytest.importorskip("transformers")
+    heads = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+    gdn = {"linear_num_key_heads": 2, "linear_num_value_heads": 4}
+    gdn |= {"linear_key_head_dim": 16, "linear_value_head_dim": 16}
+    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    text = {"hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 128, **heads, **gdn, **moe}
+    config = transformers.Qwen3_5MoeConfig(text_config={**text, "shared_expert_intermediate_size": 32})
+    with torch.device("meta"):
+        model = transformers.Qwen3_5MoeForCausalLM(config.text_config)
+    shape = shape_from_config("m", config.to_dict())
+    assert shape_matmul_params(shape) == torch_matmul_params(model)

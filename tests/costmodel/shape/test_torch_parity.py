@@ -17,9 +17,13 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("radixflow.models.zoo")
-from radixflow.models.batch import KVPool, StatePool  # noqa: E402  (after torch is known to be here)
+# after torch is known to be here
+from model_utils import needs_smollm2  # noqa: E402
 
-PRESETS = [f"{family}-{size}" for family in zoo.FAMILY_SOURCES for size in ("tiny", "small")]
+from radixflow.models.batch import KVPool, StatePool  # noqa: E402
+
+PRESETS: list[Any] = [f"{family}-{size}" for family in zoo.FAMILY_SOURCES for size in ("tiny", "small")]
+PRESETS.append(pytest.param("smollm2-135m", marks=needs_smollm2))  # the real weights' config
 
 
 def build(config: dict[str, Any]) -> Any:

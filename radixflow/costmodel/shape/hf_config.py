@@ -253,10 +253,25 @@ def language_config(cfg: Config) -> Config:
     return cfg
 
 
+# model_type -> what transformers' config class fills in for a key config.json leaves out, where
+# that is not what the readers derive (every query head its own KV head of hidden / heads): the
+# torch loader adds the same (`models.families.schemas.QWEN3_DEFAULTS`, ...); a null stays null
+DEFAULTS: dict[str, Config] = {
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+    "qwen3_5_text": {"num_key_value_heads": 4, "head_dim": 256},
+    "qwen3_next": {"num_key_value_heads": 2, "head_dim": 256},
+    "lfm2": {"num_key_value_heads": 8},
+    "nemotron_h": {"num_key_value_heads": 8, "head_dim": 128},
+    "falcon_h1": {"num_key_value_heads": 8},
+}
+
+
 def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
     """The cost-model shape of a model given its Hugging Face config dict."""
-    # a null is an absent key, as the torch loader reads it: a required one is a KeyError naming it
-    cfg = {k: v for k, v in language_config(cfg).items() if v is not None}
+    cfg = language_config(cfg)
+    cfg = {**DEFAULTS.get(str(cfg.get("model_type")), {}), **cfg}  # for absent keys, not nulls
+    # then a null is an absent key, as the families read it: a required one is a KeyError naming it
+    cfg = {k: v for k, v in cfg.items() if v is not None}
     kind = cfg.get("model_type")
     if str(kind) in WRAPPERS:  # language_config found no language model inside
         raise ValueError(f"model_type {kind!r} nests its language model under text_config: none here")

@@ -27,12 +27,14 @@ PRESETS.append(pytest.param("smollm2-135m", marks=needs_smollm2))  # the real we
 
 
 def build(config: dict[str, Any]) -> Any:
-    """The torch model ``config`` describes, on the meta device."""
+    """The torch model ``config`` describes, on the meta device, with the keys it leaves out that
+    the loader fills in (`models.io.loader.read_config`)."""
     from radixflow.models.layers import Config
     from radixflow.models.registry import model_class
 
+    family = model_class(config["model_type"])
     with torch.device("meta"):
-        return model_class(config["model_type"])(Config(config))
+        return family(Config({**family.config_defaults, **config}))
 
 
 def _layer_index(name: str) -> int | None:
@@ -199,3 +201,17 @@ def test_a_qwen3_5_moe_shape_is_transformers_model_layer_by_layer():
         model = transformers.Qwen3_5MoeForCausalLM(config.text_config)
     shape = shape_from_config("m", config.to_dict())
     assert shape_matmul_params(shape) == torch_matmul_params(model)
+
+
+HEAD_DEFAULTS = [f"{family}-tiny" for family in zoo.FAMILY_SOURCES]
+
+
+@pytest.mark.parametrize("name", HEAD_DEFAULTS)
+def test_a_config_leaving_out_kv_heads_and_head_dim_is_read_with_the_families_defaults(name):
+    """transformers' config classes fill in their own (Qwen3.5: 4 KV heads of 256), and so does
+    the torch loader: the shape took every query head as its own KV head of hidden / heads."""
+    config = variant(name, drop=("num_key_value_heads", "head_dim"))
+    if name.startswith("lfm2"):
+        config["num_attention_heads"] = 16  # a multiple of the default 8 KV heads
+    model = build(config)
+    assert_shape_is_the_model(shape_from_config("m", config), model)

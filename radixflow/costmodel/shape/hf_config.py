@@ -136,15 +136,26 @@ def _lfm2(cfg: Config) -> tuple[Layer, ...]:
     return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
 
 
+# Nemotron-H's fields spelt two ways, the one read first first: transformers' NemotronHConfig
+# sets each from an older mamba_* keyword or an attribute_map name over its own (the torch
+# family's `models.families.schemas.NEMOTRON_FIELDS`)
+_NEMOTRON_FIELDS = {
+    "groups": ("mamba_n_groups", "n_groups"),
+    "conv_kernel": ("mamba_d_conv", "conv_kernel"),
+    "experts": ("num_local_experts", "n_routed_experts"),
+    "pattern": ("layer_types", "layers_block_type"),
+}
+
+
 def _nemotron_mamba(cfg: Config) -> Mamba2:
-    """As `models.families.nemotron_h.nemotron_mamba_spec` reads it: older key names after the
-    current ones, and its defaults."""
+    """As `models.families.nemotron_h.nemotron_mamba_spec` reads it: either spelling
+    (`_NEMOTRON_FIELDS`), and its defaults."""
     return Mamba2(
         int(cfg["mamba_num_heads"]),
         int(cfg["mamba_head_dim"]),
         int(_get(cfg, ("ssm_state_size",), 128)),
-        int(_get(cfg, ("n_groups", "mamba_n_groups"), 8)),
-        int(_get(cfg, ("conv_kernel", "mamba_d_conv"), 4)),
+        int(_get(cfg, _NEMOTRON_FIELDS["groups"], 8)),
+        int(_get(cfg, _NEMOTRON_FIELDS["conv_kernel"], 4)),
     )
 
 
@@ -154,11 +165,12 @@ _NEMOTRON_KINDS = tuple(_NEMOTRON_CODES.values())
 
 
 def _nemotron_kinds(cfg: Config) -> list[str]:
-    """Per-layer kinds as `models.families.schemas.nemotron_kinds` reads them: ``layers_block_type``
-    (or ``layer_types``, with the legacy names), else ``hybrid_override_pattern``."""
+    """Per-layer kinds as `models.families.schemas.nemotron_kinds` reads them: ``layer_types`` or
+    ``layers_block_type`` (`_NEMOTRON_FIELDS`, with the legacy names), else
+    ``hybrid_override_pattern``."""
     count = _get(cfg, ("num_hidden_layers",), None)  # optional: the pattern says it
     layers = None if count is None else int(count)
-    key = next((k for k in ("layers_block_type", "layer_types") if cfg.get(k)), None)
+    key = next((k for k in _NEMOTRON_FIELDS["pattern"] if cfg.get(k)), None)
     if key is not None:
         kinds = _checked_kinds(key, list(cfg[key]), (*_NEMOTRON_KINDS, *_NEMOTRON_LEGACY), layers)
         return [_NEMOTRON_LEGACY.get(k, k) for k in kinds]
@@ -174,7 +186,7 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
     moe = Mlp(
         int(cfg.get("moe_intermediate_size") or 0),
         gated=False,
-        experts=int(cfg.get("n_routed_experts") or 0),
+        experts=int(_get(cfg, _NEMOTRON_FIELDS["experts"], 0)),
         top_k=int(cfg.get("num_experts_per_tok") or 0),
         shared_intermediate=int(cfg.get("moe_shared_expert_intermediate_size") or 0),
         latent=int(cfg.get("moe_latent_size") or 0),

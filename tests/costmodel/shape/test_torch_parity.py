@@ -215,3 +215,20 @@ def test_a_config_leaving_out_kv_heads_and_head_dim_is_read_with_the_families_de
         config["num_attention_heads"] = 16  # a multiple of the default 8 KV heads
     model = build(config)
     assert_shape_is_the_model(shape_from_config("m", config), model)
+
+
+BOTH_SPELLINGS = {  # transformers' NemotronHConfig takes the older (or attribute_map) one
+    "groups": variant("nemotron_h-tiny", n_groups=2, mamba_n_groups=4),
+    "conv kernel": variant("nemotron_h-tiny", conv_kernel=4, mamba_d_conv=2),
+    "experts": variant("nemotron_h-tiny", n_routed_experts=8, num_local_experts=4),
+    "pattern": variant(
+        "nemotron_h-tiny",
+        layer_types=["linear_attention", "full_attention", "mlp"],
+        num_hidden_layers=3,
+    ),
+}
+
+
+@pytest.mark.parametrize("config", BOTH_SPELLINGS.values(), ids=BOTH_SPELLINGS)
+def test_a_nemotron_h_field_in_both_spellings_is_read_by_the_one_the_torch_family_reads(config):
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

@@ -111,17 +111,18 @@ def _qwen3_5_moe(cfg: Config) -> tuple[Layer, ...]:
 
 
 def _lfm2_ff(cfg: Config) -> int:
-    width = _get(cfg, ("intermediate_size", "block_ff_dim"), None)  # the older name after the current
+    """As `models.families.lfm2.intermediate_size` reads it: ``block_ff_dim`` over
+    ``intermediate_size`` (as transformers' Lfm2Config), and the auto-adjusted width is rounded up
+    to ``block_multiple_of`` with or without a multiplier (which defaults to 1.0 there)."""
+    width = _get(cfg, ("block_ff_dim", "intermediate_size"), None)
     if width is None:
         raise KeyError("intermediate_size")
     size = int(width)
     if _get(cfg, ("block_auto_adjust_ff_dim",), True):
-        size = int(2 * size / 3)
-        multiplier = cfg.get("block_ffn_dim_multiplier")
-        if multiplier is not None:
-            multiple = int(_get(cfg, ("block_multiple_of",), 256))
-            size = int(multiplier * size)
-            size = multiple * ((size + multiple - 1) // multiple)
+        multiplier = _get(cfg, ("block_ffn_dim_multiplier",), 1.0)
+        multiple = int(_get(cfg, ("block_multiple_of",), 256))
+        size = int(multiplier * int(2 * size / 3))
+        size = multiple * ((size + multiple - 1) // multiple)
     return size
 
 

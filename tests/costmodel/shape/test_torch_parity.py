@@ -232,3 +232,16 @@ BOTH_SPELLINGS = {  # transformers' NemotronHConfig takes the older (or attribut
 @pytest.mark.parametrize("config", BOTH_SPELLINGS.values(), ids=BOTH_SPELLINGS)
 def test_a_nemotron_h_field_in_both_spellings_is_read_by_the_one_the_torch_family_reads(config):
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+LFM2_WIDTHS = {
+    "block_ff_dim decides": variant("lfm2-tiny", block_ff_dim=384),  # beside intermediate_size 192
+    "rounded without a multiplier": variant(
+        "lfm2-tiny", drop=("block_ffn_dim_multiplier",), block_multiple_of=96
+    ),
+}
+
+
+@pytest.mark.parametrize("config", LFM2_WIDTHS.values(), ids=LFM2_WIDTHS)
+def test_an_lfm2_feed_forward_width_is_read_as_the_torch_family_reads_it(config):
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))

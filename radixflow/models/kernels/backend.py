@@ -350,18 +350,20 @@ def kernels_refusal(name: str, device: str, dtype: torch.dtype) -> str | None:
 
 
 def resolve_kernels(
-    name: str, device: str, dtype: torch.dtype, cache_dir: Path, compiler: str | None = None
+    name: str, device: str, dtype: torch.dtype, cache_dir: str | Path, compiler: str | None = None
 ) -> Kernels:
     """The backend for option value ``name`` on ``device`` in ``dtype``. ``auto``: native on a
     CPU in float32 when the library builds (else torch, with one log line saying why), torch
     elsewhere; ``native`` raises `KernelsError` where it cannot run. ``compiler``: a path (None:
-    the system's, `find_compiler`)."""
+    the system's, `find_compiler`); ``cache_dir``: where the library is built, a str or a Path."""
     refused = kernels_refusal(name, device, dtype)
     if refused is not None:
         raise KernelsError(refused)
     if name == "torch" or not native_fits(device, dtype):
         return TORCH_KERNELS
-    built = native_library(cache_dir, compiler if compiler is not None else find_compiler())
+    # one Path for the per-process cache: "x" and Path("x") are the same library
+    compiler = compiler if compiler is not None else find_compiler()
+    built = native_library(Path(cache_dir).expanduser(), compiler)
     if built.library is not None:
         return NativeKernels(built.library)
     if name == "native":

@@ -206,6 +206,14 @@ def test_a_built_library_is_reused_from_the_disk_cache(native, tmp_path_factory)
     assert native_library(cache, find_compiler()).library is native.lib  # once per process
 
 
+def test_a_cache_directory_given_as_a_string_is_a_path(native, tmp_path_factory, tmp_path) -> None:
+    cache = str(tmp_path_factory.getbasetemp() / "kernels")  # as a CLI or config file gives it
+    kernels = resolve_kernels("native", "cpu", torch.float32, cache)
+    assert kernels.name == "native"
+    missing = str(tmp_path / "no-such-cc")
+    assert resolve_kernels("auto", "cpu", torch.float32, str(tmp_path), compiler=missing) is TORCH_KERNELS
+
+
 def test_the_eager_kernels_run_where_the_native_ones_cannot(tmp_path) -> None:
     assert resolve_kernels("torch", "cpu", torch.float32, tmp_path) is TORCH_KERNELS
     assert resolve_kernels("auto", "cpu", torch.bfloat16, tmp_path) is TORCH_KERNELS

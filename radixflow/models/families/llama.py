@@ -101,14 +101,14 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: Config, layer_idx: int, qk_norm: bool) -> None:
+    def __init__(self, config: Config, layer_idx: int, qk_norm: bool, mlp_bias: bool) -> None:
         super().__init__()
         eps = config.get("rms_norm_eps", 1e-6)
         self.self_attn = Attention(config, layer_idx, qk_norm)
         self.mlp = GatedMLP(
             config.hidden_size,
             config.intermediate_size,
-            bias=bool(config.get("mlp_bias", False)),
+            bias=mlp_bias,
             act=config.get("hidden_act", "silu"),
         )
         self.input_layernorm = RMSNorm(config.hidden_size, eps)
@@ -122,10 +122,12 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     """``model.*`` of the checkpoint: embeddings, layers, final norm."""
 
-    def __init__(self, config: Config, qk_norm: bool) -> None:
+    def __init__(self, config: Config, qk_norm: bool, mlp_bias: bool) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i, qk_norm) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, qk_norm, mlp_bias) for i in range(config.num_hidden_layers)
+        )
         self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
@@ -144,7 +146,10 @@ class _FullAttentionLM(nn.Module):
         if config.get("use_sliding_window", False):
             raise NotImplementedError("sliding-window attention is not supported")
         self.config = config
-        self.model = DecoderModel(config, self.qk_norm)
+        # mlp_bias only where the family's schema reads it (transformers' Qwen3 ignores the key)
+        reads_mlp_bias = any(f.name == "mlp_bias" for f in self.config_schema.fields)
+        mlp_bias = reads_mlp_bias and bool(config.get("mlp_bias", False))
+        self.model = DecoderModel(config, self.qk_norm, mlp_bias)
         self.lm_head = lm_head(config, self.model.embed_tokens, config.get("tie_word_embeddings", False))
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:
@@ -173,6 +178,7 @@ class Qwen3ForCausalLM(_FullAttentionLM):
     """Qwen3 dense: Llama plus per-head q/k RMSNorm and an explicit ``head_dim``."""
 
     qk_norm = True
+    config_schema = schemas.QWEN3
     config_defaults = schemas.QWEN3_DEFAULTS
 
 

@@ -207,6 +207,14 @@ FULL_ATTENTION = BASE.merged(
     ),
 )
 
+# Qwen3: transformers' Qwen3MLP has no biases and Qwen3Config no mlp_bias; a config.json that
+# holds one (copied from a Llama config) is read as transformers reads it, the key ignored
+QWEN3 = Schema(
+    tuple(f for f in FULL_ATTENTION.fields if f.name != "mlp_bias"),
+    FULL_ATTENTION.rules,
+    FULL_ATTENTION.layer_kinds,
+)
+
 # --------------------------------------------------------------------------- Qwen3.5, Qwen3-Next
 
 HYBRID_KINDS = ("linear_attention", "full_attention")

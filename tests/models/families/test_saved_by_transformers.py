@@ -54,6 +54,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
             "head_dim": 12,
             "intermediate_size": 40,
             "tie_word_embeddings": False,
+            "attention_bias": True,
+            "mlp_bias": True,  # not a Qwen3 field: its MLP has no biases whatever config.json says
         },
     ),
     "qwen3_5-ratio3": (

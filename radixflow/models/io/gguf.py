@@ -39,6 +39,10 @@ _GLOBAL_NAMES = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
+# Llama 3's rope scaling, as llama.cpp stores it: a divisor per rotary frequency, derived from
+# rope_scaling fields the metadata does not keep (transformers' GGUF reader drops the tensor and
+# runs unscaled rope, so neither its config nor its logits are a reference to load it against)
+_ROPE_FACTORS = "rope_freqs.weight"
 _TOKEN_CONTROL, _TOKEN_USER_DEFINED = 3, 4  # gguf.TokenType values that are special tokens
 
 
@@ -107,6 +111,11 @@ def gguf_config(reader: Any) -> dict[str, Any]:
         "rope_type": "default",
         "rope_theta": _round_f32(_field(reader, "llama.rope.freq_base", 10000.0)),
     }
+    if _ROPE_FACTORS in tensor_names:  # what llama.cpp's converter writes for Llama 3.x
+        raise GGUFError(
+            f"GGUF rope scaling by per-frequency factors (tensor {_ROPE_FACTORS}, Llama 3 style) "
+            "is not supported"
+        )
     scaling = _field(reader, "llama.rope.scaling.type", "none")
     if scaling == "linear":
         rope = {**rope, "rope_type": "linear", "factor": _field(reader, "llama.rope.scaling.factor")}
@@ -229,7 +238,10 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     if problems:
         raise GGUFError(f"{path}: the model its metadata describes cannot be built ({problems[0]})")
     model = LlamaForCausalLM(Config(config))
-    state = gguf_state_dict(reader, config)
+    try:
+        state = gguf_state_dict(reader, config)
+    except GGUFError as e:
+        raise GGUFError(f"{path}: {e}") from None
     if config["tie_word_embeddings"]:
         state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -36,12 +36,15 @@ def test_a_truncated_or_garbled_gguf_names_the_file(tmp_path: Path, cut: str) ->
         load_gguf(path)
 
 
-def write_llama(path: Path, **fields: int) -> None:
-    """A little llama GGUF whose metadata holds ``fields`` (dots as double underscores)."""
+def write_llama(path: Path, extra: tuple[str, ...] = (), **fields: int) -> None:
+    """A little llama GGUF whose metadata holds ``fields`` (dots as double underscores), with
+    the ``extra`` tensors (of ones) beside the embedding."""
     writer = gguf.GGUFWriter(str(path), "llama")
     for key, value in fields.items():
         writer.add_uint32(key.replace("__", "."), value)
     writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.float32))
+    for name in extra:
+        writer.add_tensor(name, np.ones(4, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -86,3 +89,21 @@ def test_a_tokenizer_without_its_token_list_is_one_error_naming_the_field(tmp_pa
     writer.close()
     with pytest.raises(GGUFError, match=re.escape("has no tokenizer.ggml.tokens")):
         gguf_tokenizer(open_gguf(path))
+
+
+def test_llama3_rope_scaling_is_refused_in_one_line_naming_it(tmp_path: Path) -> None:
+    # llama.cpp stores Llama 3's rope scaling as per-frequency factors in a rope_freqs tensor, not
+    # in the metadata; transformers' GGUF reader drops it (other logits past the original context)
+    path = tmp_path / "llama3.gguf"
+    write_llama(path, ("rope_freqs.weight",), **SIZES, llama__vocab_size=64)
+    refused = rf"^{re.escape(str(path))}: .*rope scaling.*rope_freqs\.weight.* not supported"
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)
+
+
+def test_a_tensor_of_another_layout_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "fused.gguf"
+    write_llama(path, ("blk.0.attn_qkv.weight",), **SIZES, llama__vocab_size=64)
+    refused = rf"^{re.escape(str(path))}: unexpected GGUF tensor 'blk\.0\.attn_qkv\.weight'"
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

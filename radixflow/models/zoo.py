@@ -47,6 +47,11 @@ class ModelUnavailableError(RuntimeError):
     """A known zoo name whose family module (or weights package) cannot be loaded here."""
 
 
+class CacheDirError(OSError):
+    """The zoo's cache directory cannot hold a model (a file, not writable): one line naming it
+    and where it came from (an OSError, as the failure it replaces was)."""
+
+
 @dataclass(frozen=True)
 class ZooEntry:
     name: str
@@ -230,14 +235,14 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
             return local
         _entry(name)  # raises UnknownModelError listing the zoo names
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    source = "cache_dir" if cache_dir is not None else _cache_source()
     target = root / name
     if (target / "config.json").is_file():
         return target
     if target.exists():
         raise FileExistsError(f"{target} exists but holds no config.json; remove it to rebuild")
     build = _builder(name)  # resolve before creating anything, so errors leave no debris
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+    tmp = _build_dir(root, source, name)
     try:
         build(tmp)
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
@@ -250,6 +255,22 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _cache_source() -> str:
+    """Where the default cache directory came from, for messages about it."""
+    return f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default"
+
+
+def _build_dir(root: Path, source: str, name: str) -> Path:
+    """A fresh private directory under ``root`` to build ``name`` in; a root that is a file or
+    not writable is a `CacheDirError` naming it (not a bare errno naming some path)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+    except OSError as e:
+        why = "not a directory" if root.exists() and not root.is_dir() else (e.strerror or str(e))
+        raise CacheDirError(f"model cache directory {root} ({source}) cannot hold models: {why}") from None
 
 
 def _builder(name: str) -> Callable[[Path], None]:

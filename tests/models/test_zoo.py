@@ -89,6 +89,31 @@ def test_missing_family_module_is_clear(tmp_path, monkeypatch):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_cache_directory_that_is_a_file_is_one_line_naming_it_and_its_source(tmp_path, monkeypatch):
+    file = tmp_path / "not-a-dir"
+    file.write_text("x")
+    refused = rf"^model cache directory {file} \(cache_dir\) .*not a directory"
+    with pytest.raises(zoo.CacheDirError, match=refused):
+        zoo.ensure_model("llama-tiny", cache_dir=file)
+    monkeypatch.setenv(zoo.CACHE_ENV, str(file))
+    with pytest.raises(zoo.CacheDirError, match=rf"^model cache directory {file} \(\${zoo.CACHE_ENV}\) "):
+        zoo.ensure_model("llama-tiny")
+    with pytest.raises(zoo.CacheDirError, match=rf"^model cache directory {file / 'sub'} \(cache_dir\) "):
+        zoo.ensure_model("llama-tiny", cache_dir=file / "sub")
+    assert file.read_text() == "x"
+
+
+def test_a_cache_directory_it_cannot_write_is_one_line_naming_it(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):  # what a read-only directory does (tests may run as root)
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(zoo.tempfile, "mkdtemp", refuse)
+    refused = rf"^model cache directory {tmp_path} \(cache_dir\) .*Permission denied"
+    with pytest.raises(zoo.CacheDirError, match=refused):
+        zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("vocab_size", [512, 8192])
 def test_tokenizer(vocab_size):
     tok = train_tokenizer(vocab_size)

@@ -166,20 +166,36 @@ def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def gguf_state_dict(reader: Any, config: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """All tensors dequantized to float32, under Hugging Face names, Q/K rows unpermuted."""
-    from gguf.quants import dequantize
-
+def gguf_state_dict(
+    reader: Any, config: dict[str, Any], shapes: dict[str, tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """All tensors dequantized to float32, under Hugging Face names, Q/K rows unpermuted. A tensor
+    whose shape is not its parameter's in ``shapes`` (name -> shape) is a `GGUFError` naming it,
+    checked before the unpermute reshapes it (a torch error many lines long otherwise)."""
     out: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
-        w = torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).float()
+        w = _dequantized(t)
+        want = shapes.get(name)  # a tensor without a parameter is left to the caller's check
+        if want is not None and tuple(w.shape) != want:
+            raise GGUFError(f"tensor {t.name} (for {name}) has shape {tuple(w.shape)}, expected {want}")
         if name.endswith("q_proj.weight"):
             w = _unpermute(w, config["num_attention_heads"])
         elif name.endswith("k_proj.weight"):
             w = _unpermute(w, config["num_key_value_heads"])
         out[name] = w
     return out
+
+
+def _dequantized(t: Any) -> torch.Tensor:
+    """GGUF tensor ``t`` as float32; a quantization the gguf package cannot undo is a `GGUFError`."""
+    from gguf.quants import dequantize
+
+    try:
+        return torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).float()
+    except NotImplementedError:
+        kind = t.tensor_type.name
+        raise GGUFError(f"tensor {t.name} is of type {kind}, which cannot be dequantized") from None
 
 
 def gguf_tokenizer(reader: Any) -> Any:
@@ -239,7 +255,7 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
         raise GGUFError(f"{path}: the model its metadata describes cannot be built ({problems[0]})")
     model = LlamaForCausalLM(Config(config))
     try:
-        state = gguf_state_dict(reader, config)
+        state = gguf_state_dict(reader, config, {k: tuple(v.shape) for k, v in model.state_dict().items()})
     except GGUFError as e:
         raise GGUFError(f"{path}: {e}") from None
     if config["tie_word_embeddings"]:

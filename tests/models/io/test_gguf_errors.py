@@ -149,3 +149,20 @@ def test_a_tensor_that_cannot_be_dequantized_is_one_error_naming_it(tmp_path: Pa
     refused = rf"^{re.escape(str(path))}: tensor token_embd\.weight is of type I32, which cannot be"
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+def test_a_tensor_holding_nan_is_refused_naming_it_as_a_safetensors_checkpoint_is(tmp_path: Path) -> None:
+    path = tmp_path / "nan.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in {**SIZES, "llama__vocab_size": 64}.items():
+        writer.add_uint32(key.replace("__", "."), value)
+    embedding = np.ones((64, 32), dtype=np.float32)
+    embedding[3, 5] = np.nan
+    writer.add_tensor("token_embd.weight", embedding)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    refused = rf"^{re.escape(str(path))}: tensor token_embd\.weight holds 1 NaN value\(s\) of 2048$"
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

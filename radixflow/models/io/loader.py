@@ -111,7 +111,10 @@ def _build(config: Config, cfg_path: Path) -> nn.Module:
     try:
         return cls(config)
     except (AttributeError, KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{cfg_path}: cannot build a {config.model_type} model from it ({e})") from None
+        # torch's own errors can run on with a C++ backtrace: the first line says what went wrong
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        what = f"cannot build a {config.model_type} model from it"
+        raise CheckpointError(f"{cfg_path}: {what} ({why})") from None
 
 
 def _tied(model: nn.Module) -> dict[str, str]:

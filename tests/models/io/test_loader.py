@@ -319,6 +319,18 @@ def test_config_the_family_cannot_build_names_the_file(tmp_path: Path) -> None:
         load_model(tmp_path)
 
 
+def test_a_config_torch_cannot_build_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
+    save_model(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["vocab_size"] = 10**30  # a positive integer, past what a tensor's size can hold
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for load in (check_checkpoint, load_model):
+        with pytest.raises(CheckpointError, match=r"config\.json: cannot build a lfm2 model from it") as err:
+            load(tmp_path)
+        assert "\n" not in str(err.value)
+
+
 def test_an_unusable_device_is_refused_before_anything_is_read(tmp_path: Path) -> None:
     from radixflow.models.device import DeviceError
 

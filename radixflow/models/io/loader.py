@@ -11,13 +11,15 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from radixflow.models.config_schema import validate_config
+from radixflow.models.config_schema import show, validate_config
 from radixflow.models.device import check_device
 from radixflow.models.io.convert import Plan
 from radixflow.models.io.tensors import Checkpoint, TensorError
 from radixflow.models.layers import CausalLM, Config
 from radixflow.models.registry import check_model_type, model_class
 from radixflow.problems import Problem
+
+MULTIMODAL_QWEN3_5 = "qwen3_5"  # a model_type whose language model is its text_config
 
 
 class CheckpointError(ValueError):
@@ -47,8 +49,8 @@ def read_config(path: str | Path) -> Config:
         raise CheckpointError(f"{cfg_path}: expected a JSON object, got {type(data).__name__}")
     if "model_type" not in data:
         raise CheckpointError.in_file(cfg_path, Problem("model_type", "missing"))
-    if data["model_type"] == "qwen3_5" and isinstance(data.get("text_config"), dict):
-        data = {**data["text_config"], "model_type": "qwen3_5_text"}
+    if data["model_type"] == MULTIMODAL_QWEN3_5:
+        data = _language_model(cfg_path, data)
     family = model_class(check_model_type(data["model_type"]))
     # a key left out means what transformers' config class fills in, where the family's differs
     # from what the code derives (`schemas.QWEN3_DEFAULTS`, ...); a null stays null
@@ -57,6 +59,20 @@ def read_config(path: str | Path) -> Config:
     if problems:
         raise CheckpointError.in_file(cfg_path, problems[0])
     return Config(data)
+
+
+def _language_model(cfg_path: Path, data: dict[str, object]) -> dict[str, object]:
+    """A multimodal Qwen3.5 config's language model, read from its ``text_config`` as a
+    qwen3_5_text config (what transformers' AutoModelForCausalLM builds from it)."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        got = "it is missing" if "text_config" not in data else f"got {show(text)}"
+        what = (
+            "must be an object holding the language model's fields "
+            f"(a {MULTIMODAL_QWEN3_5} config is read through it), {got}"
+        )
+        raise CheckpointError.in_file(cfg_path, Problem("text_config", what))
+    return {**text, "model_type": "qwen3_5_text"}
 
 
 def _read_json(path: Path) -> object:

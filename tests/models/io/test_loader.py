@@ -158,6 +158,18 @@ def test_qwen3_5_multimodal_checkpoint(tmp_path: Path) -> None:
     assert (reference(ref, ids) - expected).abs().max().item() <= TOL
 
 
+@pytest.mark.parametrize("text_config", ["absent", None, [1, 2], "qwen3_5_text"])
+def test_a_qwen3_5_config_without_a_text_config_object_names_the_field(tmp_path: Path, text_config) -> None:
+    config = {"model_type": "qwen3_5", "vision_config": {"model_type": "qwen3_5_vision"}}
+    if text_config != "absent":
+        config["text_config"] = text_config
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    refused = r"config\.json: text_config: .*object holding the language model's fields"
+    with pytest.raises(CheckpointError, match=refused) as err:
+        load_model(tmp_path)
+    assert err.value.problem.param == "text_config"
+
+
 # --------------------------------------------------------------------------- Nemotron-H both ways
 
 

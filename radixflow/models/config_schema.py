@@ -98,12 +98,23 @@ class Float:
 
     def problems(self, value: object) -> list[Problem]:
         number = as_number(value)
+        if isinstance(number, int) and not _fits_float(number):  # the code reads it as a float
+            return [Problem(None, f"must be {self.describe()}, got {show(value)} (beyond a float's range)")]
         if number is None or math.isnan(number) or (self.finite and math.isinf(number)):
             return [Problem(None, f"must be {self.describe()}, got {show(value)}")]
         low_ok = (self.low is None or number >= self.low) and (self.above is None or number > self.above)
         if not low_ok or (self.high is not None and number > self.high):
             return [Problem(None, f"must be {self.describe()}, got {show(value)}")]
         return []
+
+
+def _fits_float(number: int) -> bool:
+    """Whether ``number`` (JSON reads a long integer literal exactly) converts to a float."""
+    try:
+        float(number)
+    except OverflowError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,13 @@ def test_a_float_field_takes_finite_numbers_in_range(value, says) -> None:
     assert one(Schema((ConfigField("eps", Float(above=0.0)),)), {"eps": value}) == says
 
 
+@pytest.mark.parametrize("finite", [True, False])
+def test_an_integer_beyond_a_floats_range_is_a_problem_not_an_overflow(finite: bool) -> None:
+    schema = Schema((ConfigField("theta", Float(above=0.0, finite=finite)),))
+    says = one(schema, {"theta": 10**400})  # JSON reads a 401-digit literal as an int
+    assert says.startswith("theta: must be a positive ") and says.endswith("(beyond a float's range)")
+
+
 def test_a_float_field_takes_integers_and_the_tagged_infinity_where_allowed() -> None:
     schema = Schema((ConfigField("limit", ListOf(Float(low=0.0, finite=False), length=2)),))
     assert validate_config(schema, {"limit": [0, {"__float__": "Infinity"}]}) == []

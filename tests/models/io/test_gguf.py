@@ -88,6 +88,33 @@ def test_matches_transformers(smollm2, tmp_path):
     assert_same_top1(ours, theirs, 1e-4)
 
 
+def test_matches_transformers_reading_the_gguf_itself(smollm2):
+    """Against transformers' own GGUF reader (what ``from_pretrained(gguf_file=...)`` runs; that
+    call also wants accelerate): the test above checks our saved copy, so a wrong dequantize or
+    Q/K unpermute would pass it. The same weights exactly, so the same logits."""
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    model, tok = smollm2
+    path = str(smollm2_path())
+    config = transformers.LlamaConfig(**load_gguf_checkpoint(path)["config"])
+    with torch.device("meta"):
+        skeleton = transformers.LlamaForCausalLM(config)
+    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=skeleton)["tensors"]
+    ref = transformers.LlamaForCausalLM(config).float()
+    state = {k: torch.as_tensor(v) for k, v in tensors.items()}
+    missing, unexpected = ref.load_state_dict(state, strict=False)
+    assert (missing, unexpected) == (["lm_head.weight"], [])  # tied: the embedding
+    ref.tie_weights()
+    ours = model.state_dict()
+    assert all(torch.equal(ours[k], v) for k, v in state.items())
+    ids = tok.encode("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n").ids
+    got = _run(model, *_pools(model, len(ids)), ids)
+    with torch.no_grad():
+        theirs = ref.eval()(torch.tensor([ids])).logits[0].float()
+    assert (got - theirs).abs().max().item() <= 1e-4
+    assert_same_top1(got, theirs, 1e-4)
+
+
 def test_tokenizer_round_trip(smollm2):
     _, tok = smollm2
     for text in TEXTS:

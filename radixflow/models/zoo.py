@@ -124,10 +124,9 @@ def _smollm2_config() -> dict[str, Any]:
             "missing): pip install -e '.[torch]'"
         ) from e
     try:
-        path = gguf.smollm2_path()
-    except FileNotFoundError as e:
+        return gguf.gguf_config(gguf.open_gguf(gguf.smollm2_path()))
+    except (FileNotFoundError, gguf.GGUFError) as e:  # a cut or garbled file: this entry only
         raise ModelUnavailableError(f"smollm2-135m is unavailable: {e}") from e
-    return gguf.gguf_config(gguf.open_gguf(path))
 
 
 def preset_config(name: str) -> dict[str, Any]:
@@ -278,11 +277,8 @@ def _builder(name: str) -> Callable[[Path], None]:
     if entry.size == "gguf":
         from radixflow.models.io import gguf
 
-        try:
-            path = gguf.smollm2_path()
-        except FileNotFoundError as e:
-            raise ModelUnavailableError(f"{name} is unavailable: {e}") from e
-        return functools.partial(_build_gguf, name, path)
+        _smollm2_config()  # the file is there and its metadata reads, before anything is created
+        return functools.partial(_build_gguf, name, gguf.smollm2_path())
     config = preset_config(name)
     module = _family_module(entry.family)
     return functools.partial(_build_preset, entry, config, module.init_weights)
@@ -310,7 +306,10 @@ def _build_gguf(name: str, path: Path, out: Path) -> None:
     from radixflow.models.io.tokenizer import save_tokenizer
 
     reader = gguf.open_gguf(path)
-    model, tok = gguf.load_gguf(path, reader)
+    try:
+        model, tok = gguf.load_gguf(path, reader)
+    except gguf.GGUFError as e:  # metadata that reads, tensors that do not
+        raise ModelUnavailableError(f"{name} is unavailable: {e}") from e
     save_model(model, out)
     template = gguf.chat_template(reader)
     save_tokenizer(tok, out, chat_template=template, **_special_tokens(tok, model.config.to_dict()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -112,6 +113,23 @@ def test_a_cache_directory_it_cannot_write_is_one_line_naming_it(tmp_path, monke
     with pytest.raises(zoo.CacheDirError, match=refused):
         zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_an_unreadable_smollm2_gguf_makes_that_entry_unavailable(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
+    from radixflow.models.io import gguf
+
+    junk = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    junk.write_bytes(b"not gguf " * 20)  # a cut download, a disk error
+    monkeypatch.setattr(gguf, "smollm2_path", lambda: junk)
+    monkeypatch.setattr(zoo, "_smollm2_config", zoo._smollm2_config.__wrapped__)  # not the cached one
+    assert "smollm2-135m" not in {i.name for i in zoo.list_models()}  # the others still listed
+    refused = rf"^smollm2-135m is unavailable: {re.escape(str(junk))}: not a readable GGUF file"
+    with pytest.raises(zoo.ModelUnavailableError, match=refused):
+        zoo.model_info("smollm2-135m")
+    with pytest.raises(zoo.ModelUnavailableError, match=refused):
+        zoo.ensure_model("smollm2-135m", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache" / "smollm2-135m").exists()
 
 
 @pytest.mark.parametrize("vocab_size", [512, 8192])

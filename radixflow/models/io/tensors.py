@@ -32,7 +32,7 @@ class TensorError(ValueError):
     """A tensor the model cannot take (the loader turns it into a `CheckpointError`)."""
 
 
-def _listing(names: list[str]) -> str:
+def listing(names: list[str]) -> str:
     return ", ".join(names[:SHOWN]) + (f" ... ({len(names) - SHOWN} more)" if len(names) > SHOWN else "")
 
 
@@ -78,7 +78,7 @@ class Checkpoint:
         extra = [k for k in extra if k not in aliases]
         if extra:
             what = f"{len(extra)} tensor(s) the {model_type} model has no parameter for"
-            raise TensorError(f"{what}: {_listing(extra)}")
+            raise TensorError(f"{what}: {listing(extra)}")
         for key, (shape, name) in expected_shapes(plan, wanted).items():
             what = key if key == name else f"{key} (for {name})"
             if self.shape(key) != shape:
@@ -93,7 +93,7 @@ class Checkpoint:
                 )
         missing = sorted(set(wanted) - filled(plan, wanted) - optional)
         if missing:
-            raise TensorError(f"checkpoint is missing {len(missing)} tensor(s): {_listing(missing)}")
+            raise TensorError(f"checkpoint is missing {len(missing)} tensor(s): {listing(missing)}")
         return plan
 
     def fill(self, plan: Plan, wanted: dict[str, torch.Tensor]) -> None:

@@ -166,3 +166,15 @@ def test_a_tensor_holding_nan_is_refused_naming_it_as_a_safetensors_checkpoint_i
     refused = rf"^{re.escape(str(path))}: tensor token_embd\.weight holds 1 NaN value\(s\) of 2048$"
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+def test_missing_tensors_are_counted_and_listed_as_a_safetensors_checkpoints_are(tmp_path: Path) -> None:
+    path = tmp_path / "embedding_only.gguf"
+    write_llama(path, **SIZES, llama__vocab_size=64)  # a token embedding and nothing else
+    # 1 layer of 9 tensors and the final norm
+    refused = (
+        rf"^{re.escape(str(path))}: the GGUF is missing 10 tensor\(s\): model\.layers\.0\.\S+, "
+        r".* \(5 more\)$"
+    )
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

@@ -133,7 +133,7 @@ def preset_config(name: str) -> dict[str, Any]:
     """The config.json dict the zoo builds ``name`` from (a copy)."""
     entry = _entry(name)
     if entry.size == "gguf":
-        return dict(_smollm2_config())
+        return copy.deepcopy(_smollm2_config())  # the cached one holds rope_parameters, a dict
     module = _presets_module(entry.family)
     presets = getattr(module, FAMILY_SOURCES[entry.family][1], None)
     if not isinstance(presets, dict) or entry.size not in presets:

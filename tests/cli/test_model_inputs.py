@@ -124,6 +124,8 @@ def test_an_integer_weight_is_a_one_line_error_naming_the_tensor(checkpoint: Pat
 
 
 def test_broken_shard_index_is_a_one_line_error(checkpoint: Path, capsys) -> None:
+    # a sharded checkpoint: beside model.safetensors the index is not read (as in transformers)
+    (checkpoint / "model.safetensors").rename(checkpoint / "model-00001-of-00001.safetensors")
     (checkpoint / "model.safetensors.index.json").write_text('{"weight_map": 3}')
     assert "no weight_map" in bench_error(capsys, "--model", str(checkpoint))
 

@@ -119,6 +119,9 @@ class RoundPlanner:
         )
         choice = cut(horizon, first, self._times.seconds)
         if choice.units == 0 and not (choice.fill or choice.lead):
+            # no room to plan: the scan goes on through what was pulled (the head is in its hands
+            # already), so the budgets end it and say why, as they would without a cut
+            scan.ahead.extendleft(reversed([p.request for p in pulled[1:]]))
             return RoundTake(frozenset(), True)
         taken = choice.units + (choice.fill or choice.lead)
         every = taken > len(units) or (whole and taken >= len(units) and not choice.lead)

@@ -516,3 +516,49 @@ def test_a_predictor_answering_no_time_schedules_as_no_predictor(bad):
     plain = run("adaptive", requests, Predicting(None))
     assert [r.tokens for r in broken.rounds] == [r.tokens for r in plain.rounds]
     assert len(plain.rounds) < len(requests) and outputs(broken) == outputs(plain)
+
+
+class Rounds:
+    """Records each round's output and which requests were waiting when it was scheduled."""
+
+    def __init__(self) -> None:
+        self.waiting: set[str] = set()
+        self.left: list[tuple[int, str, set[str]]] = []  # (round, stop reason, waiting not visited)
+
+    def arrived(self, request: Request) -> None:
+        self.waiting.add(request.id)
+
+    def round(self, record, out: SchedulerOutput, finished) -> None:
+        ran = {c.request_id for c in out.chunks}
+        unvisited = self.waiting - ran - set(out.blocked)
+        if out.stop_reason.value == "queue_empty" and unvisited:
+            self.left.append((out.round_index, out.stop_reason.value, unvisited))
+        self.waiting -= ran
+
+    def parked(self, consumer: str, producer: str) -> None: ...
+    def woken(self, consumer: str, producer: str) -> None: ...
+    def decision(self, kind: str, request_id: str, **details: object) -> None: ...
+    def ended(self, request: Request) -> None: ...
+    def flush(self) -> None: ...
+
+
+def test_a_round_whose_budget_running_chunks_spent_does_not_claim_it_scanned_the_queue():
+    """The running chunks take the whole token budget; the scan's first waiting request is a
+    consumer blocked on a running producer. The cut has no room and takes 'what fits': the
+    requests the plan pulled past that consumer were dropped from the scan, which then ended as
+    if the queue were empty (the trace's stop reason `queue_empty`, not `token_budget`)."""
+    cfg = SchedulerConfig(token_budget=1, max_requests=3, block_size=1, num_blocks=16, num_state_slots=2)
+    runner = waiting("falcon_h1-1.5b")
+    requests = [
+        Request("p", (17, 252, 14)),
+        Request("c1", (17, 252, 412)),
+        Request("c2", (17, 252, 477), sampling=SamplingParams(max_tokens=2)),
+        Request("lone", (268, 202, 76), "b"),
+    ]
+    rounds = Rounds()
+    engine = new_engine(runner, cfg, policy="adaptive", events=rounds)
+    for r in requests:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+    assert rounds.left == []

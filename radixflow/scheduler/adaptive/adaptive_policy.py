@@ -295,7 +295,10 @@ class Adaptive:
         full = self._times.seconds(self._ctx.config.token_budget)
         if not self._times.in_seconds:  # the predictor answered it no usable time
             return float("inf")
-        return request.arrival_s + bound * full - self._arrivals.now
+        # the clock is the last round's end: a request that arrived after it (the engine sat
+        # idle) has waited nothing yet, not a negative time
+        waited = max(self._arrivals.now - request.arrival_s, 0.0)
+        return bound * full - waited
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
         """The chunk ends its request's prompt (a decode step completes no request)."""

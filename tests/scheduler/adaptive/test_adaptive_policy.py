@@ -562,3 +562,25 @@ def test_a_round_whose_budget_running_chunks_spent_does_not_claim_it_scanned_the
     while engine.has_work():
         engine.step()
     assert rounds.left == []
+
+
+@pytest.mark.parametrize("gap", [1e-3, 50.0])
+def test_an_idle_engine_adds_nothing_to_a_newcomers_fcfs_allowance(monkeypatch: pytest.MonkeyPatch, gap):
+    """A request's allowance is its share of the FCFS wait from its arrival. The policy's clock
+    is the end of the last round: a request arriving after the engine sat idle was credited
+    with the idle time too (an allowance 50 s longer after 50 s idle), so the cut could leave
+    it past its bound."""
+    seen: dict[str, float] = {}
+    takes = Adaptive._takes
+
+    def recorded(self: Adaptive, request: Request, tokens: int | None, draft: SchedulerOutput) -> bool:
+        seen.setdefault(request.id, self._allowance(request))
+        return takes(self, request, tokens, draft)
+
+    monkeypatch.setattr(Adaptive, "_takes", recorded)
+    engine = new_engine(HYBRID, CFG, policy="adaptive")
+    engine.run([Request("early", tuple(range(1, 200)))])
+    engine.run([Request("late", tuple(range(300, 500)), arrival_s=engine.now + gap)])
+    alone = new_engine(HYBRID, CFG, policy="adaptive")
+    alone.run([Request("fresh", tuple(range(300, 500)))])
+    assert seen["late"] == pytest.approx(seen["fresh"])

@@ -48,6 +48,7 @@ class Promises:
     prompts: dict[str, int] = field(default_factory=dict)  # request -> prompt length
     finished: set[str] = field(default_factory=set)
     rounds: int = 0
+    notes: list[tuple[str, str]] = field(default_factory=list)  # this round's policy decisions
     fcfs: bool = False  # check `adaptive`'s FCFS bound
     # a full-budget round's predicted seconds: the bound is kept in seconds (None: in rounds)
     full_s: float | None = None
@@ -63,7 +64,7 @@ class Promises:
         pass
 
     def decision(self, kind: str, request_id: str, **details: object) -> None:
-        pass
+        self.notes.append((kind, request_id))
 
     def arrived(self, request: Request) -> None:
         """Its FCFS due round (`FcfsBound`), from the prompt's whole work: the policy counts the
@@ -87,9 +88,18 @@ class Promises:
         assert out.chunks, "an empty round ran"
         assert out.tokens <= cfg.token_budget, f"round {out.round_index}: {out.tokens} tokens"
         assert len(out.chunks) <= cfg.max_requests, f"round {out.round_index}: {len(out.chunks)} chunks"
+        unused = cfg.token_budget - out.tokens
+        assert 0 <= out.bubble_tokens <= unused, f"round {out.round_index}: bubble {out.bubble_tokens}"
         ids = [c.request_id for c in out.chunks]
         assert len(set(ids)) == len(ids), f"round {out.round_index}: a request twice: {ids}"
         assert max(waves(out.chunks)) <= 1, f"round {out.round_index}: a follower follows a follower"
+        followers = {c.request_id for c, w in zip(out.chunks, waves(out.chunks), strict=True) if w}
+        noted = {rid for kind, rid in self.notes if kind == "follow"}
+        assert followers == noted, f"round {out.round_index}: followers {followers}, noted {noted}"
+        started = {c.request_id for c in out.chunks if c.request_id not in self.next_start}
+        for kind, rid in self.notes:  # a decision is noted once the request got its chunk
+            assert (rid in started) == (kind != "defer"), f"round {out.round_index}: {kind} {rid}"
+        self.notes.clear()
         saved: dict[int, Content] = {}
         for chunk in out.chunks:  # every attention layer writes the round's KV before any read
             for pos in range(chunk.start, chunk.end):

@@ -96,6 +96,7 @@ class Engine:
         long-running server keeps a window and aggregates each returned record itself).
         ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody).
         ``placement``: where recurrent-state checkpoints go (None: the policy's own)."""
+        config.validate()  # first: the cache is sized from it
         self.runner = runner
         self.events = events
         model = runner.model

@@ -38,13 +38,18 @@ class SchedulerConfig:
     eos_token_ids: tuple[int, ...] = ()  # the model's end-of-sequence tokens
 
     def validate(self) -> None:
-        if self.block_size < 1:
-            raise ValueError("block size must be >= 1")
-        problem = budget_problem(self.token_budget, self.block_size)
+        """Raise ValueError naming the first field out of range and its value."""
+        problem = self.problem()
         if problem is not None:
             raise ValueError(str(problem))
-        if self.max_requests < 1:
-            raise ValueError("max requests per round must be >= 1")
+
+    def problem(self) -> Problem | None:
+        """The first field out of range, named with its value (None when all are in range). Pure."""
+        least = {"block_size": 1, "max_requests": 1, "num_blocks": 0, "num_state_slots": 0}
+        for name, low in least.items():
+            if getattr(self, name) < low:
+                return Problem(name, f"must be at least {low}, got {getattr(self, name)}")
+        return budget_problem(self.token_budget, self.block_size)
 
     def blocks_needed(self, start: int, end: int) -> int:
         """KV blocks from the one holding position ``start`` to the one holding ``end - 1``."""

@@ -1,0 +1,29 @@
+"""`SchedulerConfig`'s own checks: a hand-built config's mistake is named with its value."""
+
+from __future__ import annotations
+
+import pytest
+from engine_utils import new_engine
+
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.scheduler import SchedulerConfig
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"block_size": 0}, "block_size: must be at least 1, got 0"),
+        ({"max_requests": 0}, "max_requests: must be at least 1, got 0"),
+        ({"max_requests": -2}, "max_requests: must be at least 1, got -2"),
+        ({"num_blocks": -1}, "num_blocks: must be at least 0, got -1"),
+        ({"num_state_slots": -3}, "num_state_slots: must be at least 0, got -3"),
+    ],
+)
+def test_a_bad_field_is_named_with_its_value_before_anything_is_built(fields, message):
+    """An engine over a hand-built config: block_size 0 was reported as the cache's 'entry sizes
+    must be at least one byte: 0, ...', max_requests 0 without its value, a negative capacity by
+    the cache's pool name ('KV blocks capacity must be >= 0')."""
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    with pytest.raises(ValueError) as raised:
+        new_engine(runner, SchedulerConfig(**fields))
+    assert str(raised.value) == message

@@ -219,6 +219,8 @@ class Adaptive:
             return None
         assert self._shapes is not None and self._ctx is not None
         if not self._takes(request, len(request.prompt) - reuse, draft):
+            if not self._fits(request, reuse, draft):
+                return None  # the budget left cannot hold its chunk: the budget ends the scan
             return self._defer(request)  # the round ends before its unit (`round_cut`)
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
@@ -252,6 +254,15 @@ class Adaptive:
         # a consumer blocked on its producer starts in this round only by following it
         taken = self._take.takes(key) if tokens is not None else self._take.follows(key)
         return taken or self._past_fcfs(request)  # never left past its FCFS round
+
+    def _fits(self, request: Request, reuse: int, draft: SchedulerOutput) -> bool:
+        """Whether the round's token budget still holds a first chunk of ``request`` from
+        ``reuse`` (mutates only the tally)."""
+        assert self._ctx is not None
+        config = self._ctx.config
+        self._tally.advance(draft.chunks, self._completes_prompt)
+        left = config.token_budget - self._tally.tokens
+        return config.chunk_end(reuse, len(request.prompt), left) is not None
 
     def _expected_arrivals(self, units: list[Unit], queued: int) -> float:
         """Requests expected to arrive, at the measured rate, while the queue drains: each second

@@ -584,3 +584,16 @@ def test_an_idle_engine_adds_nothing_to_a_newcomers_fcfs_allowance(monkeypatch: 
     alone = new_engine(HYBRID, CFG, policy="adaptive")
     alone.run([Request("fresh", tuple(range(300, 500)))])
     assert seen["late"] == pytest.approx(seen["fresh"])
+
+
+def test_a_request_the_spent_budget_cannot_hold_is_not_counted_as_deferred():
+    """Two 64-token prompts, a 64-token budget: the first takes the whole round, so the second
+    could not start in it whatever the cut. The round was reported as ended by the policy (stop
+    reason `policy`, a `defer` of the second in the trace, `deferred` 1) as if the cut had
+    chosen to leave it; the budget ended it, as under the other policies."""
+    cfg = SchedulerConfig(token_budget=64, max_requests=8, block_size=16)
+    reqs = [Request("a", tuple(range(1, 65))), Request("b", tuple(range(100, 164)))]
+    adaptive, native = run("adaptive", reqs, HYBRID, cfg), run("native", reqs, HYBRID, cfg)
+    assert [r.chunks for r in adaptive.rounds] == [r.chunks for r in native.rounds]
+    assert adaptive.rounds[0].stop_reason == native.rounds[0].stop_reason == "token_budget"
+    assert counters(adaptive)["deferred"] == 0

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from radixflow.calibration.design import DesignBatch, fit_design, held_out_design
 from radixflow.calibration.fit import ModelError, fit_profile
 from radixflow.calibration.timing import BLOCK_SIZE, TimedBatch, time_batches
 from radixflow.costmodel.hardware.profiles import HardwareProfile
-from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.scheduler.config import SchedulerConfig
 
@@ -42,7 +40,7 @@ def model_shape(model: str) -> ModelShape:
     from radixflow.models.zoo import ensure_model
 
     path = ensure_model(model)
-    return shape_from_config(model, json.loads((Path(path) / "config.json").read_text()), str(path))
+    return shape_from_checkpoint(model, path)
 
 
 def design(plan: CalibrationPlan, shape: ModelShape) -> list[DesignBatch]:

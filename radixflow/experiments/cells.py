@@ -26,12 +26,12 @@ from radixflow.bench.pressure import (
     under_pressure,
 )
 from radixflow.cache.eviction import EntryKind
+from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.engine.engine import Engine
 from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
 from radixflow.experiments.costcheck import (
     CpuTimedRunner,
     check_figures,
-    checkpoint_shape,
     predicted_worker_s,
     split_cpu,
 )
@@ -242,7 +242,7 @@ def _cost_check(
     for (v, run), cpu_v in zip(ran, cpu, strict=True):
         predicted = None
         if s.get("cost_profile") and path:
-            shape = checkpoint_shape(str(path), s["model"])
+            shape = shape_from_checkpoint(s["model"], path)
             predicted = predicted_worker_s(run.rounds, prompt_len, shape, s["cost_profile"])
         measured = cpu_v if on_cpu else run.result.worker_call_s
         results[v.label].update(check_figures(measured, "cpu" if on_cpu else "wall", predicted))

@@ -3,14 +3,11 @@ beside the CPU time those worker calls took (a check of the cost model on unseen
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware.profiles import resolve_hardware
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
-from radixflow.costmodel.shape.hf_config import shape_from_config
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.engine.engine import RoundRecord
@@ -48,10 +45,6 @@ class CpuTimedRunner:
             return self.inner.run(batch)
         finally:
             self.cpu_s.append(CPU_CLOCK.read() - t0)
-
-
-def checkpoint_shape(path: str | Path, name: str) -> ModelShape:
-    return shape_from_config(name, json.loads((Path(path) / "config.json").read_text()), str(path))
 
 
 def round_chunks(record: RoundRecord, prompt_len: dict[str, int], hybrid: bool) -> list[ChunkShape]:

@@ -10,7 +10,6 @@ changes whenever the fit does, so a policy that memoises predictions knows to as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from radixflow.costmodel.round_cost.online_fit import (
     nominal_rates,
     profile_prior,
 )
-from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.runners.sim import chunk_shapes
 from radixflow.scheduler.output import ScheduledChunk
@@ -54,15 +53,10 @@ class LearnedRoundPredictor:
         return self.fit.prior.source
 
 
-def checkpoint_shape(checkpoint: str | Path, label: str) -> ModelShape:
-    config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
-    return shape_from_config(label, config, str(checkpoint))
-
-
 def make_predictor(
     checkpoint: str | Path, label: str, stored: HardwareProfile | None, threads: int
 ) -> LearnedRoundPredictor:
     """A predictor for the model at ``checkpoint`` from its ``stored`` profile (None: the
     nominal prior)."""
     prior = nominal_prior(threads) if stored is None else profile_prior(stored)
-    return LearnedRoundPredictor(checkpoint_shape(checkpoint, label), prior, threads)
+    return LearnedRoundPredictor(shape_from_checkpoint(label, checkpoint), prior, threads)

@@ -6,7 +6,9 @@ public configs the GPU-scale sim shapes are written as, so both are costed by on
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
@@ -301,3 +303,9 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
         max_context=int(cfg.get("max_position_embeddings") or 262_144),
         source=source,
     )
+
+
+def shape_from_checkpoint(name: str, directory: str | Path) -> ModelShape:
+    """The cost-model shape of the checkpoint in ``directory`` (its config.json), named ``name``."""
+    config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    return shape_from_config(name, config, str(directory))

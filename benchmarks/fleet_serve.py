@@ -22,10 +22,12 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,16 +63,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ray_processes() -> int:
+def ray_processes(ray_dir: str) -> int:
+    """This run's Ray processes: those whose session lives under ``ray_dir`` (the server's
+    ``RAY_TMPDIR``), whatever other Ray instances share the machine (another run's, a test's)."""
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return sum(("raylet" in line or "gcs_server" in line) for line in out.splitlines())
+    ours = (line for line in out.splitlines() if f"{ray_dir}/" in line)
+    return sum(("raylet" in line or "gcs_server" in line) for line in ours)
 
 
-def start(model: str, replicas: int, router: str, port: int, log: Path) -> subprocess.Popen:
+def start(model: str, replicas: int, router: str, port: int, log: Path, ray_dir: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "radixflow.cli", "serve", model, "--replicas", str(replicas)]
     cmd += ["--router", router, "--port", str(port), "--log-level", "warning"]
     cmd += ["--policy", "radixflow"]  # the policy of docs/fleet.md's figures (adaptive is the default now)
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=os.environ.copy())
+    env = {**os.environ, "RAY_TMPDIR": ray_dir}  # its Ray session under a directory of its own
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
 
 
 def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> None:
@@ -177,19 +183,19 @@ async def accepted(port: int, tasks: list[asyncio.Future], timeout_s: float = 12
     raise RuntimeError(f"the server did not hold {n} requests within {timeout_s:.0f} s")
 
 
-def ray_settled(before: int, timeout_s: float = 120.0) -> int:
-    """Ray processes left beyond ``before``, once they stop shutting down (or at the deadline)."""
+def ray_settled(ray_dir: str, timeout_s: float = 120.0) -> int:
+    """This run's Ray processes left, once they stop shutting down (or at the deadline)."""
     deadline = time.monotonic() + timeout_s
-    while (left := ray_processes() - before) > 0 and time.monotonic() < deadline:
+    while (left := ray_processes(ray_dir)) > 0 and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
 
 
-def started(args: argparse.Namespace, router: str, log: Path) -> tuple[subprocess.Popen, int]:
+def started(args: argparse.Namespace, router: str, log: Path, ray_dir: str) -> tuple[subprocess.Popen, int]:
     """The server, ready; a port Ray's own processes took meanwhile is tried again elsewhere."""
     for attempt in range(3):
         port = free_port()
-        proc = start(args.model, args.replicas, router, port, log)
+        proc = start(args.model, args.replicas, router, port, log, ray_dir)
         try:
             wait_ready(proc, port, args.start_timeout)
             return proc, port
@@ -204,9 +210,10 @@ def started(args: argparse.Namespace, router: str, log: Path) -> tuple[subproces
 def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) -> RouterRun:
     log = Path(args.log_dir) / f"fleet_serve_{router}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    before = ray_processes()
+    # short: Ray's socket paths under it must stay within the 107 bytes a Unix socket allows
+    ray_dir = tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp")
     run = RouterRun(router)
-    proc, port = started(args, router, log)
+    proc, port = started(args, router, log, ray_dir)
     try:
         asyncio.run(drive(port, args.model, prompts, args.clients, run))
         fleet = httpx.get(f"http://127.0.0.1:{port}/fleet", timeout=10).json()
@@ -219,7 +226,8 @@ def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    run.ray_processes_left = ray_settled(before)
+    run.ray_processes_left = ray_settled(ray_dir)
+    shutil.rmtree(ray_dir, ignore_errors=True)
     return run
 
 

@@ -39,7 +39,16 @@ MAX_REPLICAS = 1024
 # A cell's engine settings are `EngineOptions` fields (their defaults, types and limits; the
 # policy comes from the experiment's `policies`); these keys are the experiment's own.
 EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
-    "repetitions": (OptionSpec("runs per variant; timings are medians", int, 1, MAX_REPETITIONS), 1),
+    "repetitions": (
+        OptionSpec(
+            "runs per variant; timings are medians over them, the latency list, goodput's SLO count and "
+            "the pressure figures the first run's",
+            int,
+            1,
+            MAX_REPETITIONS,
+        ),
+        1,
+    ),
     # goodput counts requests finishing within this latency
     "slo_ms": (OptionSpec("latency objective in ms", float, 0.0, 3_600_000.0), None),
     # share of independent requests in the queue

@@ -84,6 +84,8 @@ class EngineLoop:
         self.engine, self.metrics, self.max_pending = engine, metrics, max_pending
         self._cond = threading.Condition()
         self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
+        # guarded by _cond: the engine thread took its last commands; a later one runs where given
+        self._ended = False
         self._pending = 0  # accepted and not yet answered or aborted (guarded by _cond)
         self._accepting = True  # guarded by _cond
         self._deadline: float | None = None  # draining: fail what is left at this monotonic time
@@ -163,8 +165,11 @@ class EngineLoop:
 
     def _command(self, fn: Callable[[], None]) -> None:
         with self._cond:
-            self._commands.append(fn)
-            self._cond.notify()
+            if not self._ended:
+                self._commands.append(fn)
+                self._cond.notify()
+                return
+        fn()  # the engine thread has ended: no other thread touches the engine now
 
     # ------------------------------------------------------------ engine thread
     def _run(self) -> None:
@@ -179,7 +184,7 @@ class EngineLoop:
             self.failure = f"the engine failed: {type(e).__name__}: {e}"
             self._fail_all(500, self.failure, abort=False)
         with self._cond:
-            self._accepting = False
+            self._accepting, self._ended = False, True
             pending = list(self._commands)
             self._commands.clear()
         for command in pending:  # `call`s waiting for an answer get one; admissions are failed

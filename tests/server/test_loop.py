@@ -336,3 +336,13 @@ def test_the_pending_gauge_counts_requests_accepted_while_a_round_runs(make_loop
     finals(later, 3)
     loop.call(lambda e: None)
     assert gauge("radixflow_requests_pending") == 0 and first.empty()
+
+
+def test_a_call_or_an_abort_after_the_engine_thread_ended_is_answered_at_once(make_loop):
+    """Nothing ran a command given once the thread had ended: `call` waited out its whole timeout
+    (a stats poll racing a shutdown) and an abort was never done."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    loop.shutdown(0.0)
+    assert loop.join(60)
+    assert loop.call(lambda engine: engine.has_work(), timeout=30) is False  # no TimeoutError
+    loop.abort(["never-submitted"])  # run where it was given; an unknown id is not an error

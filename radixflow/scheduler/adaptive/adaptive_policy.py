@@ -188,8 +188,7 @@ class Adaptive:
         config = self._ctx.config
         if not config.same_round_state or match.producer in self._followers:
             return False
-        self._tally.advance(draft.chunks, self._completes_prompt)
-        return self._tally.tokens + config.block_size <= config.token_budget
+        return self._budget_left(draft) >= config.block_size
 
     def _defer(self, request: Request) -> ScanAction:
         """End the scan at a request whose unit the round's cut leaves; count and note it
@@ -259,10 +258,14 @@ class Adaptive:
         """Whether the round's token budget still holds a first chunk of ``request`` from
         ``reuse`` (mutates only the tally)."""
         assert self._ctx is not None
-        config = self._ctx.config
+        left = self._budget_left(draft)
+        return self._ctx.config.chunk_end(reuse, len(request.prompt), left) is not None
+
+    def _budget_left(self, draft: SchedulerOutput) -> int:
+        """Tokens of the round's budget ``draft`` leaves (mutates only the tally)."""
+        assert self._ctx is not None
         self._tally.advance(draft.chunks, self._completes_prompt)
-        left = config.token_budget - self._tally.tokens
-        return config.chunk_end(reuse, len(request.prompt), left) is not None
+        return self._ctx.config.token_budget - self._tally.tokens
 
     def _expected_arrivals(self, units: list[Unit], queued: int) -> float:
         """Requests expected to arrive, at the measured rate, while the queue drains: each second

@@ -138,9 +138,13 @@ class Engine:
     def submit(self, request: Request) -> None:
         """Accept a request; one that can never run is marked FAILED, the rest carry on.
 
-        Raises ValueError for a request object already submitted, an id already in use, or an
-        arrival time that is not a finite number >= 0 (a NaN one would never be admitted).
+        Raises ValueError for an id that is no string (every queue and answer is keyed by it;
+        an unhashable one raised a TypeError), a request object already submitted, an id already
+        in use, or an arrival time that is not a finite number >= 0 (a NaN one would never be
+        admitted).
         """
+        if not isinstance(request.id, str):
+            raise ValueError(f"request id must be a string, got {request.id!r}")
         if request.status is not RequestStatus.WAITING or request.registration is not None:
             raise ValueError(f"request {request.id!r} was already submitted to an engine")
         if request.id in self._by_id:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -145,6 +146,16 @@ def test_duplicate_request_id_is_rejected():
     engine.run([])
     expected = sim_token("default", (1, 2, 3), RUNNER.model.vocab_size)
     assert [r.output for r in engine.requests] == [[expected]]
+
+
+@pytest.mark.parametrize("rid", [5, ["a"], None])
+def test_a_request_id_that_is_no_string_is_refused_in_one_line(rid):
+    # an unhashable id raised a TypeError out of the duplicate check; a number or None was taken,
+    # then looked up (`get`, `abort`, a server's answers) by a key no caller spells
+    engine = new_engine(RUNNER, CFG)
+    with pytest.raises(ValueError, match=rf"^request id must be a string, got {re.escape(repr(rid))}$"):
+        engine.submit(Request(rid, (1, 2, 3)))
+    assert engine.requests == [] and not engine.has_work()
 
 
 def test_abort_reports_unknown_done_and_not_yet_arrived_requests():

@@ -71,6 +71,11 @@ def _fields_problem(request: Request) -> Problem | None:
     return None
 
 
+class SubmitRefused(ValueError):
+    """`Engine.submit` refused the request object itself before taking anything: the engine is
+    as it was and only that request is at fault (a server answers it alone)."""
+
+
 class AbortResult(Enum):
     ABORTED = "aborted"
     ALREADY_DONE = "already_done"  # finished, failed or aborted before
@@ -138,19 +143,19 @@ class Engine:
     def submit(self, request: Request) -> None:
         """Accept a request; one that can never run is marked FAILED, the rest carry on.
 
-        Raises ValueError for an id that is no string (every queue and answer is keyed by it;
-        an unhashable one raised a TypeError), a request object already submitted, an id already
-        in use, or an arrival time that is not a finite number >= 0 (a NaN one would never be
-        admitted).
+        Raises `SubmitRefused` (a ValueError) for an id that is no string (every queue and answer
+        is keyed by it; an unhashable one raised a TypeError), a request object already
+        submitted, an id already in use, or an arrival time that is not a finite number >= 0 (a
+        NaN one would never be admitted).
         """
         if not isinstance(request.id, str):
-            raise ValueError(f"request id must be a string, got {request.id!r}")
+            raise SubmitRefused(f"request id must be a string, got {request.id!r}")
         if request.status is not RequestStatus.WAITING or request.registration is not None:
-            raise ValueError(f"request {request.id!r} was already submitted to an engine")
+            raise SubmitRefused(f"request {request.id!r} was already submitted to an engine")
         if request.id in self._by_id:
-            raise ValueError(f"duplicate request id {request.id!r}")
+            raise SubmitRefused(f"duplicate request id {request.id!r}")
         if not (isinstance(request.arrival_s, int | float) and 0 <= request.arrival_s < math.inf):
-            raise ValueError(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
+            raise SubmitRefused(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
         self._by_id[request.id] = request
         self._submitted += 1
         problem = self.problem(request)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from radixflow.engine.engine import Engine
+from radixflow.engine.engine import Engine, SubmitRefused
 from radixflow.generation.output_processor import (
     Done,
     EngineDriver,
@@ -232,14 +232,28 @@ class EngineLoop:
                 self._answer(entry, Final(entry.index, None, 503, self.failure))
             self._publish_queues()
             return
-        for entry in entries:  # all active first: should a submit raise, the failure answers each
+        for entry in entries:  # all active first: should a submit fail the loop, the failure answers each
             req = entry.tracker.request
-            req.arrival_s = self.engine.now  # the engine clock: arrived now, admitted next round
-            self._active[req.id] = entry
+            # an id in use keeps its own entry (the engine refuses the newcomer, `_submit`)
+            if self._active.setdefault(req.id, entry) is entry:
+                req.arrival_s = self.engine.now  # the engine clock: arrived now, admitted next round
         for entry in entries:
             # handlers check requests first: a refusal here is a safety net (a 400 answer)
-            self._forward(self._processor.submit(entry.tracker, entry.stream))
+            self._forward(self._submit(entry))
         self._publish_queues()
+
+    def _submit(self, entry: _Entry) -> list[OutputEvent]:
+        """Hand the entry's request to the engine. One the engine refuses outright (an id in use:
+        a job retried onto a replica that still runs its first attempt) took nothing there, so it
+        alone is answered (400) and the loop carries on."""
+        try:
+            return self._processor.submit(entry.tracker, entry.stream)
+        except SubmitRefused as e:
+            rid = entry.tracker.request.id
+            if self._active.get(rid) is entry:
+                del self._active[rid]
+            self._answer(entry, Final(entry.index, None, 400, str(e)))
+            return []
 
     def _abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:

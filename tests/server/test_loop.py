@@ -277,6 +277,31 @@ def test_a_command_that_fails_the_loop_leaves_no_request_unanswered(make_loop, t
     assert loop.join(10) and not loop.accepting
 
 
+def test_a_request_id_in_use_is_refused_alone_and_the_loop_carries_on(make_loop, tokenizer):
+    """A job given again to a replica that still runs its first attempt (the ingress retried
+    before the replica saw the cancellation): the engine's refusal of the id escaped the command
+    and failed the engine loop, every request on the replica answered 500, and the first attempt,
+    its entry overwritten by the second's, was never answered at all."""
+    loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
+    inside, gate = threading.Event(), threading.Event()
+    held = threading.Thread(target=loop.call, args=(lambda e: (inside.set(), gate.wait(30)),))
+    held.start()
+    assert inside.wait(30)  # the engine thread is in a command: both submissions come in together
+    first: queue.Queue = queue.Queue()
+    again: queue.Queue = queue.Queue()
+    for sink in (first.put, again.put):
+        req = Request("job-1", (5, 6, 7, 8), sampling=SamplingParams(max_tokens=4))
+        loop.submit([(req, RequestTracker(req, tokenizer))], sink, stream=False)
+    gate.set()
+    held.join(30)
+    (refused,) = finals(again, 1)
+    assert (refused.status, refused.error) == (400, "duplicate request id 'job-1'")
+    (answer,) = finals(first, 1)
+    assert answer.status == 200 and len(answer.output.token_ids) == 4
+    assert loop.alive and loop.accepting
+    assert loop.call(lambda e: (e.requests, e.has_work())) == ([], False)
+
+
 def test_requests_failed_with_the_engine_are_counted_as_failed(make_loop, tokenizer):
     """Requests answered because the engine loop failed count as failed in
     `radixflow_requests_total`, not as the status they had when it failed (waiting, running)."""

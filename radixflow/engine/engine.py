@@ -77,7 +77,8 @@ class SubmitRefused(ValueError):
 
 
 class AbortResult(Enum):
-    ABORTED = "aborted"
+    ABORTED = "aborted"  # `Engine.abort` cancelled it: ABORTED
+    STOPPED = "stopped"  # `Engine.stop` ended it: FINISHED, finish reason STOP, its output kept
     ALREADY_DONE = "already_done"  # finished, failed or aborted before
     UNKNOWN = "unknown"  # no request with that id was submitted
 
@@ -238,6 +239,7 @@ class Engine:
         """End a request now, keeping what it generated (e.g. the caller saw a stop string).
 
         Between steps; status FINISHED with finish reason STOP, its sequence stays cached.
+        Returns STOPPED (UNKNOWN, ALREADY_DONE as `abort`).
         """
         req = self._by_id.get(request_id)
         if req is None:
@@ -250,7 +252,7 @@ class Engine:
         else:
             self.scheduler.finish(req, FinishReason.STOP, self.now)
         self._ended(req)
-        return AbortResult.ABORTED
+        return AbortResult.STOPPED
 
     def _ended(self, request: Request) -> None:
         """Tell the observer of a request ended between rounds: no round's finished list names it."""

@@ -11,7 +11,7 @@ from engine_utils import new_engine
 from radixflow.engine.engine import AbortResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
-from radixflow.scheduler.sampling import SamplingParams
+from radixflow.scheduler.sampling import FinishReason, SamplingParams
 
 RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=8, num_blocks=256, num_state_slots=32)
@@ -179,9 +179,28 @@ def test_a_request_ended_before_it_arrives_ends_at_its_arrival_not_before(end):
     engine = new_engine(RUNNER, CFG)
     late = Request("late", (4, 5, 6), arrival_s=9.0)
     engine.submit(late)
-    assert getattr(engine, end)("late") is AbortResult.ABORTED
+    ended = {"abort": AbortResult.ABORTED, "stop": AbortResult.STOPPED}[end]
+    assert getattr(engine, end)("late") is ended
     engine.run([])
     assert late.finish_s == 9.0 and late.latency_s == 0.0 and late.status.done
+
+
+def test_stop_answers_stopped_as_the_request_ends_finished_not_aborted():
+    # stop answered ABORTED while the request ended FINISHED (reason stop), its output kept: a
+    # caller branching on the answer took a stopped request for a cancelled one
+    engine = new_engine(RUNNER, CFG)
+    running = Request("running", (1, 2, 3), sampling=SamplingParams(max_tokens=8))
+    late = Request("late", (4, 5, 6), arrival_s=9.0)
+    for req in (running, late):
+        engine.submit(req)
+    engine.step()
+    engine.step()
+    assert [engine.stop(r.id) for r in (running, late)] == [AbortResult.STOPPED] * 2
+    assert [(r.status, r.finish_reason) for r in (running, late)] == [
+        (RequestStatus.FINISHED, FinishReason.STOP)
+    ] * 2
+    assert len(running.output) == 2
+    assert engine.stop("running") is AbortResult.ALREADY_DONE
 
 
 def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit():

@@ -89,7 +89,9 @@ class SchedulerConfig:
             param, what, blocks = "prompt", f"{n} tokens", alone
         else:
             param, what = "max_tokens", f"the prompt's {n} tokens plus max_tokens {req.sampling.max_tokens}"
-        fits = f"does not fit in the KV cache: {what} need {blocks} blocks, cache has {self.num_blocks}"
+        # the option that sizes the cache, as `EngineOptions` names it (`--kv-blocks` on the CLI)
+        cache = f"cache has {self.num_blocks} (kv_blocks)"
+        fits = f"does not fit in the KV cache: {what} need {blocks} blocks, {cache}"
         return Problem(param, fits)
 
     def unfit_reason(self, req: Request) -> Problem | None:

@@ -210,7 +210,9 @@ def test_request_that_cannot_fit_an_empty_cache_fails_at_submit_with_the_limit()
     engine.submit(too_long)
     engine.submit(chunked)
     assert too_long.status is RequestStatus.FAILED
-    assert too_long.error == "prompt: does not fit in the KV cache: 39 tokens need 5 blocks, cache has 4"
+    assert too_long.error == (
+        "prompt: does not fit in the KV cache: 39 tokens need 5 blocks, cache has 4 (kv_blocks)"
+    )
     assert chunked.status is RequestStatus.FAILED and "need a state slot" in (chunked.error or "")
     assert not engine.has_work()
 

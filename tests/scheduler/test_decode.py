@@ -134,8 +134,20 @@ def test_a_prompt_too_long_for_the_cache_alone_is_named_whatever_max_tokens_is()
     for n in (1, 2, 8):
         req = Request(f"p{n}", tuple(range(1, 41)), sampling=SamplingParams(max_tokens=n))
         assert str(cfg.unfit_reason(req)) == (
-            "prompt: does not fit in the KV cache: 40 tokens need 5 blocks, cache has 4"
+            "prompt: does not fit in the KV cache: 40 tokens need 5 blocks, cache has 4 (kv_blocks)"
         ), n
+
+
+def test_a_request_too_big_for_the_kv_cache_names_the_option_that_sizes_it():
+    # the sizes were there but not the option: a torch runner with no workload to size its cache
+    # to (`LLM`, a server) has 1024 blocks, and a long generation was refused without a word of
+    # kv_blocks (the other checks of the cache's size name it)
+    cfg = replace(CFG, num_blocks=4)
+    req = Request("c", tuple(range(1, 21)), sampling=SamplingParams(max_tokens=14))
+    assert str(cfg.unfit_reason(req)) == (
+        "max_tokens: does not fit in the KV cache: the prompt's 20 tokens plus max_tokens 14 need "
+        "5 blocks, cache has 4 (kv_blocks)"
+    )
 
 
 def test_a_prompt_ending_mid_block_owes_no_kv_for_the_block_it_already_holds():

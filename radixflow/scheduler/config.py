@@ -103,10 +103,10 @@ class SchedulerConfig:
             return Problem(
                 "prompt",
                 f"does not fit: {len(req.prompt)} tokens span several rounds (token budget "
-                f"{self.token_budget}) and need a state slot; the cache has none",
+                f"{self.token_budget}) and need a state slot; the cache has none (state_slots)",
             )
         if self.has_recurrent and self.num_state_slots < 1 and req.sampling.max_tokens > 1:
             return Problem(
-                "max_tokens", "decoding several tokens needs a state slot; the cache has none"
+                "max_tokens", "decoding several tokens needs a state slot; the cache has none (state_slots)"
             )
         return None

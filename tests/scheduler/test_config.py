@@ -6,7 +6,8 @@ import pytest
 from engine_utils import new_engine
 
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
-from radixflow.scheduler import SchedulerConfig
+from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.scheduler.sampling import SamplingParams
 
 
 @pytest.mark.parametrize(
@@ -27,3 +28,23 @@ def test_a_bad_field_is_named_with_its_value_before_anything_is_built(fields, me
     with pytest.raises(ValueError) as raised:
         new_engine(runner, SchedulerConfig(**fields))
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "message"),
+    [
+        (
+            29,
+            1,
+            "prompt: does not fit: 29 tokens span several rounds (token budget 16) and need a state "
+            "slot; the cache has none (state_slots)",
+        ),
+        (8, 2, "max_tokens: decoding several tokens needs a state slot; the cache has none (state_slots)"),
+    ],
+)
+def test_a_request_that_needs_a_state_slot_of_a_cache_with_none_names_the_option(prompt, max_tokens, message):
+    """`--state-slots 0` on a hybrid model: the refusal said the cache has no state slot but not
+    which option gives it some (the KV refusal names kv_blocks)."""
+    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=0)
+    req = Request("r", tuple(range(1, prompt + 1)), sampling=SamplingParams(max_tokens=max_tokens))
+    assert str(cfg.unfit_reason(req)) == message

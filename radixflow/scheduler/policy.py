@@ -36,6 +36,9 @@ class FCFS:
     def on_arrival(self, request: Request) -> None:
         pass
 
+    def on_left(self, request: Request) -> None:
+        pass
+
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
         pass
 

@@ -99,6 +99,11 @@ class SchedulingPolicy(Protocol):
         """A request joined the waiting queue (registered in the cache). Mutates only the policy."""
         ...
 
+    def on_left(self, request: Request) -> None:
+        """A waiting request left the queue unadmitted (aborted, stopped or failed between
+        rounds); no scan will reach it again. Mutates only the policy."""
+        ...
+
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
         """A round ended at engine time ``now`` (None: it was rolled back); ``woken`` are the
         consumers parked on its producers, whose reuse changed. Mutates only the policy."""

@@ -293,8 +293,7 @@ class Scheduler:
 
         Call from `update` or between rounds (a stop string found by the caller).
         """
-        if req in self.waiting:
-            self.waiting.remove(req)
+        self._leave_queue(req)
         self._keep_states(req)
         req.finish_reason, req.finish_s, req.status = reason, now, RequestStatus.FINISHED
         self._release(req)
@@ -312,6 +311,13 @@ class Scheduler:
             self.cache.adopt_checkpoint(req.namespace, req.prompt, req.computed, req.working_slot)
             req.working_slot = None
 
+    def _leave_queue(self, req: Request) -> None:
+        """``req`` leaves the waiting queue unadmitted, if it waits there (mutates the queue; the
+        policy is told, so it stops counting it)."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+            self.policy.on_left(req)
+
     def _release(self, req: Request) -> None:
         """Give back everything ``req`` holds (`ChunkWriter.release`); it leaves the running set."""
         self.writer.release(req, running=self.running.pop(req.id, None) is not None)
@@ -322,8 +328,7 @@ class Scheduler:
         Checkpoints it already produced were committed by `update` and stay: they hold valid state;
         so do its decoded tail and its state where a chunked prefill stopped (`_keep_states`).
         """
-        if req in self.waiting:
-            self.waiting.remove(req)
+        self._leave_queue(req)
         self._keep_states(req)
         self._release(req)
         req.status = RequestStatus.ABORTED
@@ -366,7 +371,7 @@ class Scheduler:
         req = self.waiting.first()
         if req is None:
             return None
-        self.waiting.remove(req)
+        self._leave_queue(req)
         self._release(req)
         req.status, req.error = RequestStatus.FAILED, reason
         return req

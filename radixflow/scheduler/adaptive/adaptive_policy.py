@@ -114,6 +114,11 @@ class Adaptive:
         self._fcfs.arrive(request.id, self._round, shape.remaining)
         self._index.add(request, self._round, self._slack(request, shape))
 
+    def on_left(self, request: Request) -> None:
+        """Drop a request that left the queue unadmitted now, not once a scan reaches it: the cut
+        counts the waiting queue from the index (mutates only the policy)."""
+        self._index.discard(request)
+
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:
         """Re-key the woken consumers, whose reuse changed; note the engine's time for the arrival
         rate (mutates only the policy)."""

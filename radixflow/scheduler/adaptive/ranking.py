@@ -53,6 +53,12 @@ class RankIndex:
         self._live[request.id] = entry
         heapq.heappush(self._heap, entry)
 
+    def discard(self, request: Request) -> None:
+        """Forget a request that left the queue unvisited; its heap entry, no longer live, is
+        passed over when it reaches the top (mutates the index)."""
+        if request.id in self._since:
+            self._drop(request)
+
     def __len__(self) -> int:
         return len(self._live)
 

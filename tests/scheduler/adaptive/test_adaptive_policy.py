@@ -287,6 +287,26 @@ def test_a_round_visits_what_it_takes_not_the_whole_queue():
         assert policy._index.pops - before <= (HORIZON_BUDGETS + 1) * cfg.max_requests + 1
 
 
+def test_the_cut_counts_no_request_that_left_the_queue_unadmitted(monkeypatch):
+    """The rank index dropped a request only when a scan reached it, so the queue the cut weighs
+    (`Room.queued`: requests waiting behind every planned round) kept counting the requests
+    aborted or stopped while they waited (clients gone), and the policy kept their books."""
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=8, num_blocks=8192, num_state_slots=64)
+    engine = new_engine(HYBRID, cfg, policy="adaptive")
+    for i in range(400):
+        engine.submit(Request(f"r{i}", tuple(range(10 * i + 1, 10 * i + 17))))
+    engine.step()  # every request arrived; the scan reached the first few
+    for i in range(200, 400):
+        (engine.abort if i % 2 else engine.stop)(f"r{i}")
+    planner = engine.scheduler.policy._planner
+    seen = []
+    plan = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda *a: seen.append(a[-1].queued) or plan(*a))
+    waiting = len(engine.scheduler.waiting)
+    engine.step()
+    assert seen == [waiting]
+
+
 # a larger model, whose rounds grow steeply with their tokens, at the grid's budget
 # the admission rules below are about consumers that wait a round for their producer
 NEMOTRON = waiting("nemotron_h-8b")

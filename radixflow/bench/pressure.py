@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.bench.harness import fresh_copy
+from radixflow.bench.metrics import percentile
 from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
@@ -86,20 +87,25 @@ def evictions(engine: Engine) -> dict[str, int]:
 
 def pressure_figures(requests: list[Request], flops_per_token: float | None) -> dict[str, Any]:
     """Hit rate, recomputed prompt tokens (and their FLOPs at ``flops_per_token``; None: not
-    known), TTFT p50 / p95 and mean latency of the finished ``requests``. Pure."""
+    known), TTFT p50 / p95 (`percentile`'s rule, as every latency percentile) and mean latency
+    of the finished ``requests``. Pure."""
     done = [r for r in requests if r.status is RequestStatus.FINISHED]
     prompt = sum(len(r.prompt) for r in done)
     recomputed = prompt - sum(r.reused for r in done)
-    ttft = sorted(r.ttft_s for r in done if r.ttft_s is not None)
+    ttft = [r.ttft_s for r in done if r.ttft_s is not None]
     latency = [r.latency_s for r in done if r.latency_s is not None]
     return {
         "hit_rate": (prompt - recomputed) / prompt if prompt else None,
         "recomputed_tokens": recomputed,
         "recomputed_flops": None if flops_per_token is None else recomputed * flops_per_token,
-        "ttft_p50_ms": 1e3 * statistics.median(ttft) if ttft else None,
-        "ttft_p95_ms": 1e3 * ttft[round(0.95 * (len(ttft) - 1))] if ttft else None,
+        "ttft_p50_ms": _ms(percentile(ttft, 50)),
+        "ttft_p95_ms": _ms(percentile(ttft, 95)),
         "mean_latency_ms": 1e3 * statistics.fmean(latency) if latency else None,
     }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1e3 * seconds
 
 
 def dense_flops_per_token(runner: Runner) -> float | None:

@@ -67,6 +67,9 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
 # bump when a fleet cell's results change (5 Dec: each variant's own eviction and admission, the
 # pressure figures, per-replica figures after a death): only fleet cells' cached results go stale
 FLEET_REVISION = 2
+# bump when the pressure figures change (6 Dec: TTFT p95 interpolated, as every percentile is):
+# only cells with a ``capacity`` go stale
+PRESSURE_REVISION = 1
 LATE_KEYS = {"replicas": 1, "router": "pow2", "kind": "candidates", "skew": 0.0, "capacity": None}
 ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
@@ -142,6 +145,8 @@ class Cell:
         key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
         if self.settings.get("replicas", 1) > 1:
             key["fleet_revision"] = FLEET_REVISION
+        if self.settings.get("capacity") is not None:
+            key["pressure_revision"] = PRESSURE_REVISION
         blob = json.dumps(key, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -352,6 +352,19 @@ def test_a_fleet_cells_key_names_the_fleet_revision(tiny: Path, monkeypatch):
     assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == single
 
 
+def test_a_pressure_cells_key_names_the_pressure_revision(tiny: Path, monkeypatch):
+    # cells cached before the TTFT p95 rule changed must not be reused; cells without a capacity
+    # keep their keys
+    tiny.write_text(TINY.replace("[defaults]", "[defaults]\ncapacity = 0.5", 1))
+    pressed = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    monkeypatch.setattr("radixflow.experiments.config.PRESSURE_REVISION", 999)
+    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] != pressed
+    tiny.write_text(TINY)
+    free = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
+    monkeypatch.setattr("radixflow.experiments.config.PRESSURE_REVISION", 1000)
+    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == free
+
+
 def test_not_toml_is_one_line(tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = [")

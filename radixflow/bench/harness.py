@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from radixflow.bench.metrics import PolicyResult, predictor_error, summarize
 from radixflow.engine.engine import Engine, RoundRecord
@@ -24,12 +24,17 @@ class PolicyRun:
     counters: dict[str, int] = field(default_factory=dict)
     # cache entries evicted, by kind (`EntryKind` values: KV leaves, checkpoints)
     evictions: dict[str, int] = field(default_factory=dict)
-    # every trial's rounds, in trial order (``rounds`` is the first's); empty: ``rounds`` alone
-    trial_rounds: list[list[RoundRecord]] = field(default_factory=list)
+    # every trial's own run, in trial order (this run holds the first's rounds and requests, and
+    # medians of the timings); empty: this run alone
+    repeats: list[PolicyRun] = field(default_factory=list)
+
+    def trial_runs(self) -> list[PolicyRun]:
+        """Every trial's own run, in trial order (this one when not repeated)."""
+        return self.repeats or [self]
 
     def trials(self) -> list[list[RoundRecord]]:
         """Every trial's rounds, in trial order (one trial when not repeated)."""
-        return self.trial_rounds or [self.rounds]
+        return [t.rounds for t in self.trial_runs()]
 
 
 @dataclass
@@ -101,26 +106,31 @@ def _label(policy: str, placement: str, repeats: int, trial: int) -> str:
     return label if repeats == 1 else f"{label} #{trial + 1}"
 
 
+def medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first row, each figure that is a float in every row replaced by its median over the
+    rows (the timings of repeated runs); counts, hashes and undefined (None) figures the first's."""
+    first = rows[0]
+    return {
+        k: statistics.median(r[k] for r in rows) if all(isinstance(r[k], float) for r in rows) else v
+        for k, v in first.items()
+    }
+
+
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:
-    """Median of every float figure; the predictor's error over every trial's rounds (the first
-    trials hold the runner's first rounds, which it leaves out); counts, hashes and undefined
-    (None) figures from the first trial; every trial's rounds kept."""
+    """`medians` of the results; the predictor's error over every trial's rounds (the first
+    trials hold the runner's first rounds, which it leaves out); the first trial's rounds,
+    requests and counts; every trial's own run kept."""
     first = trials[0].result
-    timed: dict[str, float] = {}
-    for f in fields(first):
-        values = [getattr(t.result, f.name) for t in trials]
-        if all(isinstance(v, float) for v in values):
-            timed[f.name] = statistics.median(values)
+    timed = medians([{f.name: getattr(t.result, f.name) for f in fields(first)} for t in trials])
     kept = trials[0]
-    rounds = [t.rounds for t in trials]
-    predictor = predictor_error([r for trial in rounds for r in trial])
+    predictor = predictor_error([r for t in trials for r in t.rounds])
     return PolicyRun(
-        replace(first, **timed, predictor=predictor),
+        replace(first, **{**timed, "predictor": predictor}),
         kept.rounds,
         kept.requests,
         kept.counters,
         kept.evictions,
-        rounds,
+        repeats=trials,
     )
 
 

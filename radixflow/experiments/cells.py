@@ -17,7 +17,7 @@ from typing import Any
 
 from radixflow.bench.fleet import run_fleet
 from radixflow.bench.fleet_metrics import fleet_figures, fleet_policy_result
-from radixflow.bench.harness import PolicyRun, fresh_copy, run_policies
+from radixflow.bench.harness import PolicyRun, fresh_copy, medians, run_policies
 from radixflow.bench.pressure import (
     WorkingSet,
     dense_flops_per_token,
@@ -72,6 +72,18 @@ def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def _latencies(requests: list[Request]) -> list[float]:
+    return [r.latency_s for r in requests if r.status is RequestStatus.FINISHED and r.latency_s is not None]
+
+
+def _goodput(run: PolicyRun, slo_ms: float | None) -> float | None:
+    """Requests of ``run`` completed within ``slo_ms`` (None: every one) per second of its makespan."""
+    latencies = _latencies(run.requests)
+    within = len(latencies) if slo_ms is None else sum(lat <= slo_ms / 1e3 for lat in latencies)
+    makespan = run.result.makespan_s
+    return within / makespan if makespan > 0 else None
+
+
 def _variant_result(
     variant: Variant,
     run: PolicyRun,
@@ -79,15 +91,15 @@ def _variant_result(
     rate: float | None,
     pressure: _Pressure | None = None,
 ) -> dict[str, Any]:
-    done = [r for r in run.requests if r.status is RequestStatus.FINISHED and r.latency_s is not None]
-    latencies = sorted(r.latency_s for r in done if r.latency_s is not None)
-    makespan = run.result.makespan_s
-    within = len(latencies) if slo_ms is None else sum(lat <= slo_ms / 1e3 for lat in latencies)
+    """Goodput (and the pressure figures) as the timings are: medians over the trials, each trial's
+    SLO count over its own makespan; the latencies of every trial, for a CDF over them all."""
+    trials = run.trial_runs()
+    latencies = sorted(lat for t in trials for lat in _latencies(t.requests))
     figures = {k: _finite(v) for k, v in run.result.to_dict().items()}
     return {
         **figures,
         "variant": variant.label,
-        "goodput_rps": within / makespan if makespan > 0 else None,
+        **medians([{"goodput_rps": _goodput(t, slo_ms)} for t in trials]),
         "offered_rps": rate,
         "latencies_s": [round(x, 9) for x in latencies],
         "policy_counters": run.counters,
@@ -107,14 +119,10 @@ class _Pressure:
     flops_per_token: float | None
 
     def figures(self, run: PolicyRun) -> dict[str, Any]:
+        """`medians` over the trials: TTFT, latency and hit rate (floats) the median, counts the first's."""
         evicted = {f"evicted_{kind.value}": run.evictions.get(kind.value, 0) for kind in EntryKind}
-        return (
-            pressure_figures(run.requests, self.flops_per_token)
-            | evicted
-            | {
-                "working_set_bytes": self.working_set.peak_bytes,
-            }
-        )
+        timed = medians([pressure_figures(t.requests, self.flops_per_token) for t in run.trial_runs()])
+        return timed | evicted | {"working_set_bytes": self.working_set.peak_bytes}
 
 
 def run_cell(cell: Cell, variants: list[Variant]) -> dict[str, Any]:

@@ -41,8 +41,8 @@ MAX_REPLICAS = 1024
 EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
     "repetitions": (
         OptionSpec(
-            "runs per variant; timings are medians over them, the latency list, goodput's SLO count and "
-            "the pressure figures the first run's",
+            "runs per variant; timings, goodput and the pressure figures are medians over them (counts "
+            "the first run's), the latency list every run's",
             int,
             1,
             MAX_REPETITIONS,

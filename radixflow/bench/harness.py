@@ -24,6 +24,8 @@ class PolicyRun:
     counters: dict[str, int] = field(default_factory=dict)
     # cache entries evicted, by kind (`EntryKind` values: KV leaves, checkpoints)
     evictions: dict[str, int] = field(default_factory=dict)
+    # rounds whose worker call failed and were rolled back (their requests failed): not in ``rounds``
+    rolled_back: list[RoundRecord] = field(default_factory=list)
     # every trial's own run, in trial order (this run holds the first's rounds and requests, and
     # medians of the timings); empty: this run alone
     repeats: list[PolicyRun] = field(default_factory=list)
@@ -35,6 +37,10 @@ class PolicyRun:
     def trials(self) -> list[list[RoundRecord]]:
         """Every trial's rounds, in trial order (one trial when not repeated)."""
         return [t.rounds for t in self.trial_runs()]
+
+    def every_round(self) -> list[RoundRecord]:
+        """The rounds this run ran, rolled-back ones included, in the order it ran them."""
+        return sorted([*self.rounds, *self.rolled_back], key=lambda r: r.index)
 
 
 @dataclass
@@ -97,7 +103,8 @@ def run_policies(
             result = summarize(policy, engine, scheduler, reference)
             counters = engine.scheduler.policy.counters()
             evicted = engine.cache.evictions()
-            trials[policy].append(PolicyRun(result, list(engine.rounds), engine.requests, counters, evicted))
+            rounds, failed = list(engine.rounds), list(engine.failed_rounds)
+            trials[policy].append(PolicyRun(result, rounds, engine.requests, counters, evicted, failed))
     return [_median_run(trials[p]) for p in policies]
 
 
@@ -130,7 +137,8 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
         kept.requests,
         kept.counters,
         kept.evictions,
-        repeats=trials,
+        kept.rolled_back,
+        trials,
     )
 
 

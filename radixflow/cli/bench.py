@@ -138,12 +138,12 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     if args.json is not None:
         # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
         _write_text(args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
-    if args.round_trace is not None:
+    if args.round_trace is not None:  # rolled-back rounds too: their "error" says why they failed
         lines = [
             json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
             for run in report.runs
-            for trial, rounds in enumerate(run.trials(), 1)
-            for rec in rounds
+            for trial, t in enumerate(run.trial_runs(), 1)
+            for rec in t.every_round()
         ]
         _write_text(args.round_trace, "".join(line + "\n" for line in lines))
 

@@ -61,8 +61,8 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         "--round-trace",
         type=path_arg,
         metavar="PATH",
-        help="write every round of every policy and trial (--repeat) as JSONL here (-: standard output; "
-        "default: not written)",
+        help="write every round of every policy and trial (--repeat), a rolled-back one with its error, as "
+        "JSONL here (-: standard output; default: not written)",
     )
 
 

@@ -92,6 +92,30 @@ def test_round_trace_keeps_every_trials_rounds_each_row_naming_its_trial(tmp_pat
     assert len(rows) == 3 * sum(results.values())
 
 
+def test_round_trace_keeps_a_rolled_back_round_with_its_error(tmp_path, monkeypatch):
+    # a round whose worker call failed was left out: the trace skipped its index and hid why its
+    # requests failed
+    from radixflow.runners.sim import SimRunner
+
+    run = SimRunner.run
+
+    def failing(self, batch):
+        if batch.round_index == 1:
+            raise RuntimeError("device lost")
+        return run(self, batch)
+
+    monkeypatch.setattr(SimRunner, "run", failing)
+    trace = tmp_path / "rounds.jsonl"
+    argv = [*SMALL_BENCH, "--token-budget", "32", "--policy", "native", "--repeat", "2"]
+    assert main([*argv, "--round-trace", str(trace)]) == 0
+    rows = [json.loads(x) for x in trace.read_text().splitlines()]
+    for trial in (1, 2):
+        mine = [r for r in rows if r["trial"] == trial]
+        assert [r["index"] for r in mine] == list(range(len(mine))) and len(mine) > 2
+        (failed,) = [r for r in mine if r["error"] is not None]
+        assert failed["index"] == 1 and "device lost" in failed["error"] and failed["tokens"] > 0
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,13 @@ def rounds_bars(results: list[CellResult], path: Path) -> bool:
     return True
 
 
+def median_defined(values: list[float | None]) -> float:
+    """The median of the defined values; NaN where none is (a variant that completed nothing has
+    no latency), which matplotlib leaves as a gap in the line: 0 would read as instant."""
+    xs = [v for v in values if v is not None]
+    return statistics.median(xs) if xs else math.nan
+
+
 def latency_vs_load(results: list[CellResult], path: Path) -> bool:
     """Mean and p99 latency and goodput against the offered rate (median over seeds)."""
     cells = [r for r in results if r["cell"]["workload"]["arrival"] == "poisson"]
@@ -101,7 +109,7 @@ def latency_vs_load(results: list[CellResult], path: Path) -> bool:
         rates = sorted(by_rate)
         style = ("-", "--", ":", "-.")[variants.index(variant) % 4]
         for ax, key in zip(axes, keys, strict=True):
-            ys = [statistics.median(v.get(key) or 0.0 for v in by_rate[x]) for x in rates]
+            ys = [median_defined([v.get(key) for v in by_rate[x]]) for x in rates]
             color = cmap(labels.index(label) % 10)
             ax.plot(rates, ys, style, color=color, marker="o", ms=3, label=f"{label} {variant}")
     for ax, name in zip(axes, ("mean latency (s)", "p99 latency (s)", "goodput (req/s)"), strict=True):

@@ -1,0 +1,42 @@
+"""An experiment's plots: what each line is drawn from."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+
+def _cell(rate: float, seed: int, adaptive: dict) -> dict:
+    workload = {"order": "grouped", "arrival": "poisson", "rate": rate, "seed": seed}
+    native = {"variant": "native", "mean_latency_s": 1.0, "p99_latency_s": 2.0, "goodput_rps": 5.0}
+    return {"model": "m", "cell": {"runner": "sim", "workload": workload}, "results": [native, adaptive]}
+
+
+def test_the_load_plot_leaves_a_missing_latency_out_not_drawn_as_zero(tmp_path: Path, monkeypatch):
+    # a variant that completed nothing has no latency (None): it was drawn as 0 s, an instant
+    # answer, and pulled the median over seeds down to half the one seed that had a figure
+    from matplotlib.axes import Axes
+
+    from radixflow.experiments.plots import latency_vs_load
+
+    drawn: dict[tuple[str, int], list[float]] = {}
+    plot = Axes.plot
+
+    def recording(self, xs, ys, *args, **kwargs):
+        column = self.figure.axes.index(self)
+        drawn[(kwargs["label"], column)] = list(ys)
+        return plot(self, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    none = {"variant": "adaptive", "mean_latency_s": None, "p99_latency_s": None, "goodput_rps": 0.0}
+    some = {"variant": "adaptive", "mean_latency_s": 0.5, "p99_latency_s": 0.8, "goodput_rps": 4.0}
+    results = [_cell(10.0, 0, some), _cell(10.0, 1, none), _cell(100.0, 0, none)]
+    assert latency_vs_load(results, tmp_path / "load.png")
+    mean, p99, goodput = (drawn[("m grouped adaptive", column)] for column in range(3))
+    assert mean[0] == 0.5 and p99[0] == 0.8  # the seed with a figure, not (0.5 + 0) / 2
+    assert math.isnan(mean[1]) and math.isnan(p99[1])  # nothing to draw: a gap in the line
+    assert goodput == [2.0, 0.0]  # a goodput of 0 is a figure: nothing completed in time

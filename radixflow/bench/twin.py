@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from radixflow.bench.metrics import percentile
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.engine.engine import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult
@@ -186,12 +187,14 @@ class Spread:
 
     @staticmethod
     def of(values: Sequence[float], tail: float = 0.1) -> Spread:
-        """Median and the ``tail`` / 1 - ``tail`` quantiles (nearest rank) of ``values``."""
+        """Median and the ``tail`` / 1 - ``tail`` quantiles of ``values``, by `percentile`'s rule
+        (every percentile of the bench by one rule)."""
         if not values:
             raise ValueError("no values")
-        xs = sorted(values)
-        rank = round(tail * (len(xs) - 1))
-        return Spread(statistics.median(xs), xs[rank], xs[len(xs) - 1 - rank], len(xs))
+        xs = list(values)
+        low, high = percentile(xs, 100 * tail), percentile(xs, 100 * (1 - tail))
+        assert low is not None and high is not None  # values given
+        return Spread(statistics.median(xs), low, high, len(xs))
 
     def to_dict(self) -> dict[str, float | int]:
         return {"median": self.median, "low": self.low, "high": self.high, "count": self.count}

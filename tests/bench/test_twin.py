@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from radixflow.bench.harness import fresh_copy
-from radixflow.bench.metrics import summarize
+from radixflow.bench.metrics import percentile, summarize
 from radixflow.bench.twin import NoisyPrice, ReplayRunner, RoundTape, Spread, TapedRound, median_of_n
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.build import new_engine
@@ -147,6 +147,15 @@ def test_a_spread_is_the_median_and_the_nearest_rank_tails():
     assert Spread.of([2.0]).to_dict() == {"median": 2.0, "low": 2.0, "high": 2.0, "count": 1}
     with pytest.raises(ValueError):
         Spread.of([])
+
+
+def test_a_spreads_tails_follow_the_rule_of_every_other_percentile():
+    # the tails took the nearest rank, rounded half to even: the 10% tail of six values was the
+    # lowest (rank 0.5 -> 0), where `percentile`, as every other figure of the bench, interpolates
+    values = [6.0, 1.0, 5.0, 2.0, 4.0, 3.0]
+    s = Spread.of(values)
+    assert (s.low, s.high) == (percentile(values, 10), percentile(values, 90)) == (1.5, 5.5)
+    assert Spread.of(values, tail=0.05).low == percentile(values, 5)
 
 
 def test_summaries_of_a_replay_match_the_taped_run():

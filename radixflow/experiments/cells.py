@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,7 +157,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         )
         groups.setdefault(key, []).append(v)
     results: dict[str, dict[str, Any]] = {}
-    ran: list[tuple[Variant, PolicyRun]] = []
+    ran: list[list[tuple[Variant, PolicyRun]]] = []  # per group, in the order the groups ran
     if s["replicas"] > 1:  # a fleet behind the cell's router
         for v in variants:
             results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate, pressure)
@@ -165,7 +166,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
         policies = [v.policy for v in group]
         runs = run_policies(requests, engines, policies, placement, None, s["repetitions"])
-        ran += zip(group, runs, strict=True)
+        ran.append(list(zip(group, runs, strict=True)))
         for v, run in zip(group, runs, strict=True):
             results[v.label] = _variant_result(v, run, s["slo_ms"], rate, pressure)
     _flush_trace(setup)  # the cell's trace_out, if it has one: a process per variant run
@@ -233,8 +234,19 @@ def _fleet_variant(
     }
 
 
+def _in_call_order(groups: list[list[tuple[Variant, PolicyRun]]]) -> list[tuple[Variant, PolicyRun]]:
+    """Every trial's own run in the order its worker calls were made: group by group, and in a
+    group repeat by repeat, variant by variant (`run_policies` interleaves the repeats)."""
+    return [
+        (v, run.trial_runs()[k])
+        for group in groups
+        for k in range(len(group[0][1].trial_runs()))
+        for v, run in group
+    ]
+
+
 def _cost_check(
-    ran: list[tuple[Variant, PolicyRun]],
+    ran: list[list[tuple[Variant, PolicyRun]]],
     results: dict[str, dict[str, Any]],
     cpu_s: list[float],
     requests: list[Request],
@@ -242,17 +254,25 @@ def _cost_check(
     choice: RunnerChoice,
 ) -> None:
     """Beside each torch variant: its measured worker time (CPU time on a CPU, where calibration uses
-    it; wall time on a GPU) and what ``cost_profile`` predicts for the rounds it ran."""
+    it; wall time on a GPU) and what ``cost_profile`` predicts for the rounds it ran, each the
+    median over the variant's trials as the timings are."""
     on_cpu = s["device"].split(":")[0] == "cpu"
-    cpu = split_cpu(cpu_s, [len(run.rounds) for _, run in ran]) or [None] * len(ran)
+    order = _in_call_order(ran)
+    split = split_cpu(cpu_s, [t.every_round() for _, t in order])
+    cpu = {} if split is None else {id(t): c for (_, t), c in zip(order, split, strict=True)}
     prompt_len = {r.id: len(r.prompt) for r in requests}
     path = choice.checkpoint
-    for (v, run), cpu_v in zip(ran, cpu, strict=True):
+    shape = shape_from_checkpoint(s["model"], path) if s.get("cost_profile") and path else None
+    for v, run in (pair for group in ran for pair in group):
+        trials = run.trial_runs()
         predicted = None
-        if s.get("cost_profile") and path:
-            shape = shape_from_checkpoint(s["model"], path)
-            predicted = predicted_worker_s(run.rounds, prompt_len, shape, s["cost_profile"])
-        measured = cpu_v if on_cpu else run.result.worker_call_s
+        if shape is not None:
+            predicted = statistics.median(
+                predicted_worker_s(t.rounds, prompt_len, shape, s["cost_profile"]) for t in trials
+            )
+        measured = run.result.worker_call_s  # the median over the trials
+        if on_cpu:
+            measured = statistics.median(cpu[id(t)] for t in trials) if split is not None else None
         results[v.label].update(check_figures(measured, "cpu" if on_cpu else "wall", predicted))
 
 

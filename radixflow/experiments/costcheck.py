@@ -64,14 +64,17 @@ def predicted_worker_s(
     return sum(model.breakdown(round_chunks(r, prompt_len, hybrid)).worker_call_s for r in rounds)
 
 
-def split_cpu(cpu_s: list[float], rounds_per_run: list[int]) -> list[float] | None:
-    """CPU time of each run's worker calls, when the calls map one to one onto the runs' rounds."""
-    if sum(rounds_per_run) != len(cpu_s):
-        return None  # repeats or failed rounds: no clean mapping
+def split_cpu(cpu_s: list[float], runs: list[list[RoundRecord]]) -> list[float] | None:
+    """CPU time of each run's worker calls whose rounds stood (a rolled-back one's left out), where
+    ``runs`` hold every round of each run in the order the calls were made, rolled-back ones
+    included; None when the calls do not map one to one onto those rounds."""
+    if sum(map(len, runs)) != len(cpu_s):
+        return None
     out, i = [], 0
-    for n in rounds_per_run:
-        out.append(sum(cpu_s[i : i + n]))
-        i += n
+    for rounds in runs:
+        calls = cpu_s[i : i + len(rounds)]
+        out.append(sum(c for rd, c in zip(rounds, calls, strict=True) if rd.error is None))
+        i += len(rounds)
     return out
 
 

@@ -403,11 +403,32 @@ def test_torch_cell_agrees_and_checks_the_cost_model_on_its_rounds(tmp_path: Pat
     assert "## Cost model check (torch cells)" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_a_repeated_torch_cell_still_checks_the_cost_model(tmp_path: Path):
+    # with repetitions > 1 the worker calls outnumbered the first trial's rounds, the CPU time could
+    # not be split, and every variant's measured time was null: the cost check left the report
+    pytest.importorskip("torch")
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
+    (tmp_path / "t.toml").write_text(TORCH.replace("[defaults]", "[defaults]\nrepetitions = 2", 1))
+    (cell,) = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test").results
+    for r in cell["results"]:
+        assert r["worker_clock"] == "cpu" and r["worker_measured_s"] > 0, r["variant"]
+        assert r["predicted_worker_s"] > 0 and r["prediction_error"] is not None
+    assert "## Cost model check (torch cells)" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_cpu_time_maps_onto_runs_only_when_calls_and_rounds_match():
+    from radixflow.engine.engine import RoundRecord
     from radixflow.experiments.costcheck import split_cpu
 
-    assert split_cpu([1.0, 2.0, 3.0], [2, 1]) == [3.0, 3.0]
-    assert split_cpu([1.0, 2.0, 3.0], [1, 1]) is None  # e.g. a failed worker call: no clean mapping
+    def rnd(i: int, error: str | None = None) -> RoundRecord:
+        return RoundRecord(i, 0.0, 1.0, 1.0, 1, 1, 0, 0, "budget", (), error=error)
+
+    assert split_cpu([1.0, 2.0, 3.0], [[rnd(0), rnd(1)], [rnd(0)]]) == [3.0, 3.0]
+    assert split_cpu([1.0, 2.0, 3.0], [[rnd(0)], [rnd(0)]]) is None  # no clean mapping
+    # a rolled-back round's call is one of the calls, and no part of the rounds the run stood by
+    assert split_cpu([1.0, 2.0, 3.0], [[rnd(0), rnd(1, "worker call failed"), rnd(2)]]) == [4.0]
 
 
 def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admission(tiny: Path):

@@ -59,7 +59,7 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
     "replicas": (OptionSpec("engine replicas behind the router", int, 1, MAX_REPLICAS), 1),
     "router": (OptionSpec("router over the replicas", str, choices=lambda: tuple(ROUTERS)), "pow2"),
     # memory pressure: the cache capped at this share of the workload's working set (what an
-    # unbounded cache holds at its end; `radixflow.bench.pressure`); None: the engine's own sizes
+    # unbounded cache holds at its fullest; `radixflow.bench.pressure`); None: the engine's own sizes
     "capacity": (OptionSpec("cache capacity as a share of the working set", float, 0.01, 1.0), None),
 }
 # keys added after results were cached: left out of a cell's cache key at their default, so the

@@ -57,7 +57,8 @@ class Comparison:
         return self.fixed_cost_ms if axis == "fixed_cost_ms" else self.settings.get(axis)
 
 
-def _flat(cell: dict[str, Any]) -> dict[str, Any]:
+def flat_settings(cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell's settings, its workload's flattened as "workload.<key>"."""
     out = {k: v for k, v in cell.items() if k != "workload"}
     out.update({f"workload.{k}": v for k, v in cell["workload"].items()})
     return out
@@ -86,7 +87,7 @@ def comparisons(results: Iterable[CellResult]) -> list[Comparison]:
                     hybrid=r["hybrid"],
                     variant=new["variant"],
                     baseline=base["variant"],
-                    settings=_flat(r["cell"]),
+                    settings=flat_settings(r["cell"]),
                     fixed_cost_ms=r.get("fixed_cost_ms"),
                     change=change,
                     base=base,
@@ -98,8 +99,13 @@ def comparisons(results: Iterable[CellResult]) -> list[Comparison]:
 
 def varying(comps: list[Comparison]) -> list[str]:
     """Setting keys whose value differs between the cells given (the table's columns)."""
-    keys = sorted({k for c in comps for k in c.settings})
-    return [k for k in keys if len({repr(c.settings.get(k)) for c in comps}) > 1 and k != "group"]
+    return varying_keys([c.settings for c in comps])
+
+
+def varying_keys(settings: list[dict[str, Any]]) -> list[str]:
+    """Keys of ``settings`` (cells' `flat_settings`) whose value differs between them, but the grid's name."""
+    keys = sorted({k for s in settings for k in s})
+    return [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1 and k != "group"]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from radixflow.experiments.analysis import CellResult, Comparison, comparisons, varying
+from radixflow.experiments.analysis import (
+    CellResult,
+    Comparison,
+    comparisons,
+    flat_settings,
+    varying,
+    varying_keys,
+)
 from radixflow.experiments.execute import write_output
 from radixflow.files import write_through
 
@@ -87,15 +94,27 @@ def median_defined(values: list[float | None]) -> float:
     return statistics.median(xs) if xs else math.nan
 
 
+LOAD_POOLED = {"workload.rate", "workload.seed", "workload.order", "model"}  # the axis, medians, label
+
+
+def _load_label(cell: CellResult, keys: list[str]) -> str:
+    """A load line's name: the cell's model and queue order, and its value of each of ``keys``."""
+    settings = flat_settings(cell["cell"])
+    where = [f"{k.rsplit('.', 1)[-1]}={settings.get(k)}" for k in keys]
+    return " ".join([cell["model"], str(settings.get("workload.order")), *where])
+
+
 def latency_vs_load(results: list[CellResult], path: Path) -> bool:
-    """Mean and p99 latency and goodput against the offered rate (median over seeds)."""
+    """Mean and p99 latency and goodput against the offered rate: a line per setting (every other
+    swept key apart), each point the median over seeds."""
     cells = [r for r in results if r["cell"]["workload"]["arrival"] == "poisson"]
     if len({r["cell"]["workload"]["rate"] for r in cells}) < 2:
         return False
+    swept = [k for k in varying_keys([flat_settings(r["cell"]) for r in cells]) if k not in LOAD_POOLED]
     keys = ("mean_latency_s", "p99_latency_s", "goodput_rps")
     points: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = {}
     for r in cells:
-        label = f"{r['model']} {r['cell']['workload']['order']}"
+        label = _load_label(r, swept)
         for v in r["results"]:
             points.setdefault((label, v["variant"]), {}).setdefault(r["cell"]["workload"]["rate"], []).append(
                 v

@@ -40,3 +40,31 @@ def test_the_load_plot_leaves_a_missing_latency_out_not_drawn_as_zero(tmp_path: 
     assert mean[0] == 0.5 and p99[0] == 0.8  # the seed with a figure, not (0.5 + 0) / 2
     assert math.isnan(mean[1]) and math.isnan(p99[1])  # nothing to draw: a gap in the line
     assert goodput == [2.0, 0.0]  # a goodput of 0 is a figure: nothing completed in time
+
+
+def test_the_load_plot_draws_a_line_per_setting_not_a_median_over_them(tmp_path: Path, monkeypatch):
+    # a sweep over fixed costs (load_sweep.toml: 1, 3 and 10 ms) drew one line per model and order,
+    # the median over every fixed cost, labelled as if over seeds alone
+    from matplotlib.axes import Axes
+
+    from radixflow.experiments.plots import latency_vs_load
+
+    drawn: dict[str, list[float]] = {}
+    plot = Axes.plot
+
+    def recording(self, xs, ys, *args, **kwargs):
+        if self.figure.axes.index(self) == 0:
+            drawn[kwargs["label"]] = list(ys)
+        return plot(self, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    results = []
+    for fixed, latency in ((1, 0.5), (10, 2.0)):
+        for rate in (10.0, 100.0):
+            cell = _cell(rate, 0, {"variant": "adaptive", "mean_latency_s": latency, "p99_latency_s": 1.0})
+            cell["cell"]["fixed_cost_ms"] = fixed
+            results.append(cell)
+    assert latency_vs_load(results, tmp_path / "load.png")
+    mine = {label: ys for label, ys in drawn.items() if label.endswith("adaptive")}
+    assert sorted(mine.values()) == [[0.5, 0.5], [2.0, 2.0]], mine
+    assert {label.split("fixed_cost_ms=")[1].split()[0] for label in mine} == {"1", "10"}, mine

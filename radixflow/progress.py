@@ -9,7 +9,8 @@ seconds (a run that short needs no progress report, and a log of it stays clean)
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,8 +26,17 @@ class LoggedProgress(Progress):
     def __init__(
         self, *columns: str | ProgressColumn, console: Console, quiet_s: float | None = None
     ) -> None:
-        # no live display off a terminal: there it draws nothing but a stray blank line when it stops
-        super().__init__(*columns, console=console, transient=True, disable=not console.is_terminal)
+        # no live display off a terminal: there it draws nothing but a stray blank line when it
+        # stops. rich's display takes standard output over, to print what is written there above
+        # the bar, on the bar's console: only where standard output is a terminal too, else it is
+        # a command's results (`score --input F > out.jsonl`), which would go to the screen instead
+        super().__init__(
+            *columns,
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+            redirect_stdout=_is_terminal(sys.stdout),
+        )
         self._quiet_s = QUIET_S if quiet_s is None else quiet_s
         self._logged: dict[TaskID, int] = {}  # task -> the last step it printed
 
@@ -77,3 +87,12 @@ class RequestBar:
 
     def hear(self, done: int, total: int) -> None:
         self.progress.update(self.task, completed=done, total=total)
+
+
+def _is_terminal(stream: IO[str] | None) -> bool:
+    """Whether ``stream`` writes to a terminal (not for None, a stream without ``isatty`` or a
+    closed one)."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False

@@ -71,3 +71,15 @@ def test_a_line_in_a_log_is_one_line_however_long():
         progress.advance(task)
     lines = console.file.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{description}: 1/1 (100%), ")
+
+
+def test_standard_output_that_is_not_a_terminal_is_left_alone(capsys):
+    """A bar drawn on a terminal (standard error) took over standard output as well, printing
+    what was written there onto the terminal: `radixflow score --input F > out.jsonl` left
+    out.jsonl empty and put every result line on the screen."""
+    console = Console(file=io.StringIO(), force_terminal=True, width=80)  # the bar is drawn
+    with LoggedProgress(console=console) as progress:
+        progress.add_task("work", total=2)
+        print('{"line": 1}')  # standard output here is pytest's capture, not a terminal
+    assert capsys.readouterr().out == '{"line": 1}\n'
+    assert '{"line": 1}' not in console.file.getvalue()

@@ -455,6 +455,18 @@ def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
     assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1)]
 
 
+def test_results_to_standard_output_stay_there_while_the_bar_is_drawn(llm, capsys, tmp_path, monkeypatch):
+    # `score --input F > out.jsonl` from a terminal: the bar, drawn on standard error, took over
+    # standard output, and every result line went to the terminal, out.jsonl left empty
+    from radixflow.cli import main
+
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # standard error taken for a terminal: the bar is drawn
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"id": 7, "context": "a", "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given), "--kv-blocks", "256", "--state-slots", "64"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [7]
+
+
 @pytest.mark.parametrize(
     ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
 )

@@ -112,16 +112,17 @@ def _real(path: Path) -> Path:
 def _probe_writable(flag: str, path: Path) -> None:
     if path.is_dir():
         raise UsageError(f"cannot write {flag} {path}: it is a directory")
-    if not _real(path).parent.is_dir():
-        raise UsageError(f"cannot write {flag} {path}: directory {path.parent} does not exist")
+    real = _real(path)  # a link's target is the file written (and its directory the one needed)
+    if not real.parent.is_dir():
+        raise UsageError(f"cannot write {flag} {path}: directory {real.parent} does not exist")
     existed = path.exists()
     try:
         with open(path, "a"):
             pass
     except OSError as e:
         raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
-    if not existed:
-        path.unlink(missing_ok=True)
+    if not existed:  # the file made, not a link to it that the user made
+        real.unlink(missing_ok=True)
 
 
 def warn(message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -29,3 +30,24 @@ def test_a_flag_whose_help_names_its_default_gets_no_second_one(name):
 def test_every_flag_has_help(name):
     """`generate --top-p` was listed with no help and no default."""
     assert [a.option_strings for a in _commands()[name]._actions if not a.help] == []
+
+
+def test_an_output_that_is_a_link_to_a_file_not_made_yet_stays_a_link(tmp_path):
+    """The check that --output can be written opened it through a link to a file not made yet,
+    creating that file, then removed the new file by the link's name: the link went, so the run
+    wrote a regular file in its place, and an empty file was left at the link's target."""
+    from radixflow.cli.args import check_output_paths
+    from radixflow.cli.command import UsageError
+
+    link, target = tmp_path / "out.jsonl", tmp_path / "results" / "out.jsonl"
+    target.parent.mkdir()
+    link.symlink_to(target)
+    check_output_paths({"--output": link}, {})
+    assert link.is_symlink() and not target.exists()
+    # a link into a directory that does not exist: that directory is named, not the link's
+    gone = tmp_path / "gone" / "out.jsonl"
+    link.unlink()
+    link.symlink_to(gone)
+    said = f"cannot write --output {link}: directory {gone.parent} does not exist"
+    with pytest.raises(UsageError, match=re.escape(said)):
+        check_output_paths({"--output": link}, {})

@@ -3,9 +3,30 @@ may use it)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def read_text(path: Path) -> str:
+    """``path``'s text, UTF-8 with any byte-order mark dropped (it is not part of line 1).
+    OSError as reading raises; ValueError naming the line and column of a byte that is not
+    UTF-8, in words a file's reader prefixes with the file (the decoder's own message gave an
+    offset in the whole file, past a mark it did not count)."""
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        if line == 1 and data.startswith(UTF16_MARKS):  # Windows PowerShell 5's `>` writes it
+            raise ValueError("line 1: not UTF-8 text (UTF-16: save it as UTF-8)") from None
+        column = e.start - data.rfind(b"\n", 0, e.start)  # rfind: -1 on line 1
+        byte = f"byte 0x{data[e.start]:02x} at column {column}"
+        raise ValueError(f"line {line}: not UTF-8 text ({byte})") from None
 
 
 def numbered_lines(text: str) -> Iterator[tuple[int, str]]:

@@ -1,7 +1,8 @@
-"""Where a file command's JSON Lines results go (`score --input`, `run-batch`): standard output
-(no ``--output``, or ``-``), a device or pipe written in place (``/dev/stdout``), or a file that
-the results replace only when the run completes (`PartialLines`): until then they stream into
-``OUTPUT.partial``, so a Ctrl-C or a failure leaves the previous ``OUTPUT`` as it was."""
+"""Where a file command's JSON Lines come from (`read_input`) and its results go (`score --input`,
+`run-batch`): standard output (no ``--output``, or ``-``), a device or pipe written in place
+(``/dev/stdout``), or a file that the results replace only when the run completes
+(`PartialLines`): until then they stream into ``OUTPUT.partial``, so a Ctrl-C or a failure
+leaves the previous ``OUTPUT`` as it was."""
 
 from __future__ import annotations
 
@@ -13,8 +14,21 @@ from typing import IO, TypeVar
 
 from radixflow.cli.command import UsageError
 from radixflow.files import PartialLines, WholeLineFile, written_in_place
+from radixflow.jsonl import read_text
 
 T = TypeVar("T")
+
+
+def read_input(path: Path) -> str:
+    """``--input``'s text (`jsonl.read_text`), its line ends read as text mode reads them (a lone
+    carriage return too: in JSON one can only stand between values); a file that cannot be read,
+    or holds a byte that is not UTF-8, is one line naming it (and the line and column of the byte)."""
+    try:
+        return read_text(path).replace("\r\n", "\n").replace("\r", "\n")
+    except OSError as e:
+        raise UsageError(f"--input: cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UsageError(f"--input {path}: {e}") from None
 
 
 def output_path(path: Path | None) -> Path | None:

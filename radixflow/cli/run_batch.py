@@ -21,7 +21,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.lines_out import check_partial, output_path, write_lines
+from radixflow.cli.lines_out import check_partial, output_path, read_input, write_lines
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
 from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS, cpu_count
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from radixflow.server.serve import server_state
 
     try:
-        lines = read_batch(_read(args.input))
+        lines = read_batch(read_input(args.input))
     except BatchInputError as e:
         raise UsageError(f"--input {args.input}: {e}") from None
     options = from_args(args)
@@ -107,14 +107,6 @@ def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -
         tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
     print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 0
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1
-    except (OSError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e
-        raise UsageError(f"--input: cannot read {path}: {why}") from None
 
 
 COMMAND = Command(

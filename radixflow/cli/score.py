@@ -24,6 +24,7 @@ from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import check_partial, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs, score_row
+from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, from_args, path_arg
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
@@ -161,10 +162,11 @@ def _read_candidates(path: Path | None) -> list[str]:
     try:
         # as bytes: a lone carriage return inside a line stays (text mode would end the line there);
         # a byte-order mark is not the first candidate's
-        text = path.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e
-        raise UsageError(f"--candidates-file: cannot read {path}: {why}") from None
+        text = read_text(path)
+    except OSError as e:
+        raise UsageError(f"--candidates-file: cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:  # a byte that is not UTF-8, named by its line
+        raise UsageError(f"--candidates-file {path}: {e}") from None
     # at newlines only (a CRLF's carriage return dropped): `str.splitlines` would also end a line
     # at a form feed, U+2028 and the like, cutting a candidate that holds one in two
     lines = [line.removesuffix("\r") for line in text.split("\n")]

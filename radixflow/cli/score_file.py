@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from radixflow.cli.command import UsageError
+from radixflow.cli.lines_out import read_input
 from radixflow.jsonl import json_object, numbered_lines
 from radixflow.problems import counted
 
@@ -43,12 +44,7 @@ class ScoreJob:
 def read_jobs(path: Path) -> list[ScoreJob]:
     """Every non-blank line of ``path`` as a `ScoreJob`; `UsageError` naming the line for one
     that is not a JSON object with a ``context`` and a non-empty list of ``candidates``."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1
-    except (OSError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e
-        raise UsageError(f"--input: cannot read {path}: {why}") from None
-    jobs = [_job(n, line) for n, line in numbered_lines(text)]
+    jobs = [_job(n, line) for n, line in numbered_lines(read_input(path))]
     if not jobs:
         raise UsageError(f"--input {path}: no lines to score")
     return jobs

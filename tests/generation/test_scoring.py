@@ -453,6 +453,9 @@ def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
     given = tmp_path / "in.jsonl"
     given.write_text('{"id": 1, "context": "a", "candidates": [" b"]}\n', encoding="utf-8-sig")
     assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1)]
+    rows = [{"id": i, "context": "a", "candidates": [" b"]} for i in (1, 2)]
+    given.write_text("\r".join(json.dumps(r) for r in rows))  # classic Mac line ends, as text mode reads them
+    assert [(j.line, j.id) for j in read_jobs(given)] == [(1, 1), (2, 2)]
 
 
 def test_results_to_standard_output_stay_there_while_the_bar_is_drawn(llm, capsys, tmp_path, monkeypatch):
@@ -465,6 +468,23 @@ def test_results_to_standard_output_stay_there_while_the_bar_is_drawn(llm, capsy
     given.write_text('{"id": 7, "context": "a", "candidates": [" b"]}\n')
     assert main(["score", MODEL, "--input", str(given), "--kv-blocks", "256", "--state-slots", "64"]) == 0
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [7]
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, capsys, tmp_path):
+    # it was "cannot read in.jsonl: 'utf-8' codec can't decode byte 0xe9 in position 55": an
+    # offset in the whole file, where every other error names the line (--candidates-file's too)
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_bytes(ONE_LINE.encode() + b'{"context": "caf\xe9", "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"radixflow: error: --input {given}: line 2: not UTF-8 text (byte 0xe9 at column 17)\n"
+    listed = tmp_path / "candidates.txt"
+    listed.write_bytes(b" Paris\n Lyon\n Mal\xe9\n")
+    assert main(["score", MODEL, "--context", "a", "--candidates-file", str(listed)]) == 2
+    said = f"radixflow: error: --candidates-file {listed}: line 3: not UTF-8 text (byte 0xe9 at column 5)\n"
+    assert capsys.readouterr().err == said
 
 
 @pytest.mark.parametrize(

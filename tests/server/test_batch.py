@@ -88,6 +88,16 @@ def test_a_bad_batch_file_is_one_line_before_anything_runs(zoo, tmp_path, capsys
     assert "--input: cannot read" in capsys.readouterr().err
 
 
+def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, tmp_path, capsys):
+    # it was "cannot read in.jsonl: 'utf-8' codec can't decode byte 0xff in position 164": an
+    # offset in the whole file, where every other error names the line
+    given = tmp_path / "in.jsonl"
+    given.write_bytes(completion("a", "x").encode() + b'\n{"custom_id": "b\xff"}\n')
+    assert main(["run-batch", MODEL, "-i", str(given)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"radixflow: error: --input {given}: line 2: not UTF-8 text (byte 0xff at column 17)\n"
+
+
 def test_batch_lines_end_at_newlines_only():
     # a JSON string may hold U+2028, U+2029 or U+0085 unescaped: no line ends there
     from radixflow.server.batch import read_batch

@@ -1,0 +1,34 @@
+"""jsonl.py: a JSONL input file's text and numbered lines."""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+import pytest
+
+from radixflow.jsonl import read_text
+
+
+def test_a_byte_order_mark_is_dropped_and_the_rest_kept_as_written(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + '{"a": "é"}\r\n\n'.encode())
+    assert read_text(path) == '{"a": "é"}\r\n\n'
+
+
+@pytest.mark.parametrize("bom", [b"", codecs.BOM_UTF8])
+def test_a_byte_that_is_not_utf8_is_named_by_its_line_and_column(tmp_path, bom):
+    # the decoder said "can't decode byte 0xe9 in position 19": an offset in the whole file
+    # (after a byte-order mark, which it did not count), where a JSONL reader names lines
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(bom + b'{"a": 1}\n{"b": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=re.escape("line 2: not UTF-8 text (byte 0xe9 at column 11)")):
+        read_text(path)
+
+
+def test_a_utf16_file_is_named_as_one(tmp_path):
+    # what Windows PowerShell 5's `>` writes: each line failed as byte 0xff at position 0
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"a": 1}\n', encoding="utf-16")
+    with pytest.raises(ValueError, match=re.escape("line 1: not UTF-8 text (UTF-16: save it as UTF-8)")):
+        read_text(path)

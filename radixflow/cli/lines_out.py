@@ -6,6 +6,7 @@ leaves the previous ``OUTPUT`` as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -70,7 +71,7 @@ def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T]) -> T:
     (a full disk) is one line naming the flag. An error or Ctrl-C that cuts the run short carries
     a note saying where the rows written so far are."""
     if path is None:
-        return run(sys.stdout)
+        return _to_stdout(flag, run)
     try:
         # in place: appended to, as the shell's `>>` behind /dev/stdout asks (its `>` truncated already)
         opened = WholeLineFile(path, append=True) if written_in_place(path) else PartialLines(path)
@@ -83,3 +84,26 @@ def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T]) -> T:
         for note in getattr(e, "__notes__", []):
             error.add_note(note)
         raise error from None
+
+
+def _to_stdout(flag: str, run: Callable[[IO[str]], T]) -> T:
+    """``run`` given standard output; a write that fails (``> out.jsonl`` on a full disk) is one
+    line, as for a path. What stdout still buffers is dropped: the interpreter's last flush of it
+    would fail again at exit (a second message, and status 120)."""
+    try:
+        return run(sys.stdout)
+    except BrokenPipeError:  # the reader left early: `main` ends quietly
+        raise
+    except OSError as e:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor
+            _to_devnull(sys.stdout.fileno())
+        raise UsageError(f"cannot write {flag} (standard output): {e.strerror or e}") from None
+
+
+def _to_devnull(fd: int) -> None:
+    """Point ``fd`` at /dev/null."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)

@@ -377,6 +377,32 @@ def test_a_device_written_in_place_is_appended_to_not_truncated(tmp_path):
     assert path.read_text() == "earlier\nnew\n"
 
 
+class _FullStdout:
+    """Standard output on a full disk (``radixflow score --input F > /mnt/full/out.jsonl``)."""
+
+    def write(self, text: str) -> int:
+        return len(text)  # buffered, as a TextIOWrapper's is
+
+    def flush(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_standard_output_that_cannot_be_written_is_one_line(monkeypatch):
+    """`score --input F > out.jsonl` (or run-batch) on a full disk ended in an OSError traceback,
+    where `--output out.jsonl` says one line, exit 2, as usage.md promises of any output."""
+    from radixflow.cli.command import UsageError
+    from radixflow.cli.lines_out import write_lines
+
+    def run(out):
+        out.write("row\n")
+        out.flush()
+
+    monkeypatch.setattr(sys, "stdout", _FullStdout())
+    said = r"^cannot write --output \(standard output\): No space left on device$"
+    with pytest.raises(UsageError, match=said):
+        write_lines("--output", None, run)
+
+
 def test_the_top_level_help_names_every_command():
     for command in COMMANDS:
         assert f"{command.name} (" in DESCRIPTION, command.name

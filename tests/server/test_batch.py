@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+import sys
 
 import pytest
 
@@ -200,11 +201,16 @@ def test_a_run_that_fails_stops_the_engine_loop(zoo):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_an_output_that_cannot_be_written_is_one_line(zoo, tmp_path, capsys):
+def test_an_output_that_cannot_be_written_is_one_line(zoo, tmp_path, capsys, monkeypatch):
     given = tmp_path / "in.jsonl"
     given.write_text(completion("a", "x") + "\n")
     assert main(["run-batch", MODEL, "-i", str(given), "-o", "/dev/full", *FLAGS]) == 2
     assert "cannot write --output /dev/full: No space left on device" in capsys.readouterr().err
+    # standard output on a full disk (`> out.jsonl`) was an OSError traceback
+    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    assert main(["run-batch", MODEL, "-i", str(given), *FLAGS]) == 2
+    said = "radixflow: error: cannot write --output (standard output): No space left on device\n"
+    assert capsys.readouterr().err.endswith(said)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,8 @@ def json_object(line: str, fields: str) -> dict[str, Any]:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
+    except RecursionError:  # arrays or objects inside each other past Python's recursion limit
+        raise ValueError("arrays or objects nested too deeply to read") from None
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object ({fields})")
     return row

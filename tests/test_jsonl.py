@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from radixflow.jsonl import read_text
+from radixflow.jsonl import json_object, read_text
 
 
 def test_a_byte_order_mark_is_dropped_and_the_rest_kept_as_written(tmp_path):
@@ -32,3 +32,10 @@ def test_a_utf16_file_is_named_as_one(tmp_path):
     path.write_text('{"a": 1}\n', encoding="utf-16")
     with pytest.raises(ValueError, match=re.escape("line 1: not UTF-8 text (UTF-16: save it as UTF-8)")):
         read_text(path)
+
+
+def test_a_line_nested_too_deeply_is_a_value_error():
+    # Python's parser raised RecursionError: `score --input` and `run-batch` ended in a traceback
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ValueError, match=re.escape("nested too deeply")):
+        json_object(deep, "context, candidates")

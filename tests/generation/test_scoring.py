@@ -470,6 +470,17 @@ def test_results_to_standard_output_stay_there_while_the_bar_is_drawn(llm, capsy
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [7]
 
 
+def test_a_line_nested_too_deeply_is_one_line_naming_it(zoo, capsys, tmp_path):
+    # Python's JSON parser raised RecursionError: a traceback
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"context": ' + "[" * 100_000 + "]" * 100_000 + ', "candidates": [" b"]}\n')
+    assert main(["score", MODEL, "--input", str(given)]) == 2
+    err = capsys.readouterr().err
+    assert "--input line 1: arrays or objects nested too deeply to read" in err and "Traceback" not in err
+
+
 def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, capsys, tmp_path):
     # it was "cannot read in.jsonl: 'utf-8' codec can't decode byte 0xe9 in position 55": an
     # offset in the whole file, where every other error names the line (--candidates-file's too)

@@ -60,15 +60,17 @@ class BatchTally:
 def read_batch(text: str) -> list[BatchLine]:
     """Every non-blank line as a `BatchLine`; `BatchInputError` for the first line that is not
     a POST of a JSON object body to a supported URL, not streamed, under a new ``custom_id``."""
-    lines = [_line(n, raw) for n, raw in numbered_lines(text)]
-    if not lines:
-        raise BatchInputError("no requests in the file")
-    seen: dict[str, int] = {}
-    for line in lines:
+    lines: list[BatchLine] = []
+    seen: dict[str, int] = {}  # custom_id -> its line, checked in the same pass: the first fault is named
+    for n, raw in numbered_lines(text):
+        line = _line(n, raw)
         if line.custom_id in seen:
             first = seen[line.custom_id]
-            raise BatchInputError(f"line {line.line}: custom_id {line.custom_id!r} is line {first}'s too")
-        seen[line.custom_id] = line.line
+            raise BatchInputError(f"line {n}: custom_id {line.custom_id!r} is line {first}'s too")
+        seen[line.custom_id] = n
+        lines.append(line)
+    if not lines:
+        raise BatchInputError("no requests in the file")
     return lines
 
 

@@ -76,6 +76,12 @@ def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm,
             completion("a", "x") + "\n" + batch_line("a", "/v1/score", {}) + "\n",
             "line 2: custom_id 'a' is line 1's too",
         ),
+        # the first fault in the file is named: the duplicate was looked for once every line was
+        # read, so a bad line after it was named first
+        (
+            completion("a", "x") + "\n" + completion("a", "y") + "\nnot json\n",
+            "line 2: custom_id 'a' is line 1's too",
+        ),
         ("\n  \n", "no requests in the file"),
         # Python's JSON parser raised RecursionError: a traceback
         ("[" * 100_000 + "]" * 100_000 + "\n", "line 1: arrays or objects nested too deeply to read"),

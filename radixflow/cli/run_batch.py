@@ -106,7 +106,7 @@ def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -
         bar = RequestBar(progress, "requests")
         tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
     print(f"radixflow: {tally.line()}", file=sys.stderr)
-    return 0
+    return 1 if tally.failed else 0  # as score --input: a script can tell a file with failed lines
 
 
 COMMAND = Command(

@@ -51,6 +51,11 @@ class BatchTally:
     def add(self, status: int) -> None:
         self.by_status[status] = self.by_status.get(status, 0) + 1
 
+    @property
+    def failed(self) -> int:
+        """Lines answered with an error (a 4xx or 5xx status)."""
+        return sum(n for status, n in self.by_status.items() if status >= 400)
+
     def line(self) -> str:
         """The summary: "3 requests: 2 answered 200, 1 answered 404"."""
         counts = ", ".join(f"{n} answered {status}" for status, n in sorted(self.by_status.items()))

@@ -42,7 +42,9 @@ def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm,
     lines.append(batch_line("chat", "/v1/chat/completions", chat))
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text("\n".join(lines) + "\n\n")
-    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    # a line answered 404: 1, as score --input ends when a line was refused (it ended 0, as when
+    # every line was answered, so a script could not tell)
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 1
     assert "9 requests: 8 answered 200, 1 answered 404" in capsys.readouterr().err
     answers = {row["custom_id"]: row for row in map(json.loads, out.read_text().splitlines())}
     assert sorted(answers) == sorted(json.loads(line)["custom_id"] for line in lines)
@@ -135,7 +137,7 @@ def test_an_internal_error_is_a_500_answer_and_the_run_goes_on(zoo, tmp_path, ca
     bodies = [{"model": MODEL, "context": c, "candidates": [" a"]} for c in ("fine", "boom", "also fine")]
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text("".join(batch_line(f"s{i}", "/v1/score", b) + "\n" for i, b in enumerate(bodies)))
-    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]) == 0
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]) == 1
     assert "3 requests: 2 answered 200, 1 answered 500" in capsys.readouterr().err
     answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
     assert answers["s1"]["status_code"] == 500
@@ -151,7 +153,7 @@ def test_a_body_is_posted_as_python_reads_it_nan_and_all(zoo, tmp_path, capsys):
         (nan % MODEL) + '"prompt": "x", "temperature": NaN}}\n'
         + (nan % MODEL).replace('"nan"', '"inf"') + '"prompt": "x", "top_p": 1e400}}\n'
     )
-    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 1
     assert "2 requests: 2 answered 400" in capsys.readouterr().err
     answers = {row["custom_id"]: row["response"] for row in map(json.loads, out.read_text().splitlines())}
     assert answers["nan"]["body"]["error"]["message"] == "temperature: must be a finite number, got NaN"
@@ -164,7 +166,7 @@ def test_a_stream_that_is_not_true_is_answered_as_serve_answers_it(zoo, tmp_path
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     bodies = [{"model": MODEL, "prompt": "x", "stream": s} for s in ("false", {"on": True})]
     given.write_text("".join(batch_line(f"c{i}", "/v1/completions", b) + "\n" for i, b in enumerate(bodies)))
-    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 1
     for row in map(json.loads, out.read_text().splitlines()):
         assert row["response"]["status_code"] == 400
         assert row["response"]["body"]["error"]["param"] == "stream"
@@ -266,3 +268,4 @@ def test_the_batch_summary_counts_one_request_in_the_singular():
 
     assert BatchTally({200: 1}).line() == "1 request: 1 answered 200"
     assert BatchTally({404: 1, 200: 2}).line() == "3 requests: 2 answered 200, 1 answered 404"
+    assert (BatchTally({200: 2}).failed, BatchTally({404: 1, 500: 2, 200: 2}).failed) == (0, 3)

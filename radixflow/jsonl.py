@@ -1,5 +1,5 @@
-"""JSONL input files: their numbered lines, each a JSON object (a leaf: any layer's file reader
-may use it)."""
+"""JSONL input files: their UTF-8 text, their numbered lines, each a JSON object (a leaf: any
+layer's file reader may use it)."""
 
 from __future__ import annotations
 

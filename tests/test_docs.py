@@ -55,3 +55,18 @@ def test_every_module_the_architecture_table_names_exists():
             if not list(base.glob(path.rstrip("/"))):
                 missing.append(path)
     assert not missing
+
+
+def test_usage_names_the_engine_options_the_other_commands_take():
+    """usage.md: the engine options are every flag of bench, generate, score, serve and run-batch,
+    "and --device, --torch-threads, --dtype in calibrate, --device in experiment", the cost flags in
+    cost."""
+    from radixflow.cli import calibrate
+    from radixflow.experiments.command import OVERRIDES
+    from radixflow.problems import flag
+
+    usage = (ROOT / "docs" / "usage.md").read_text().replace("\n", " ")
+    clause = re.search(r"\(and (.*?) in `calibrate`, (.*?) in `experiment`", usage)
+    assert clause is not None
+    for text, names in zip(clause.groups(), (calibrate.ENGINE_OPTIONS, OVERRIDES), strict=True):
+        assert set(re.findall(r"`(--[\w-]+)`", text)) == {flag(name) for name in names}

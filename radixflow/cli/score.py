@@ -55,8 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--rank-by",
         choices=ORDERS,
-        default="total",
-        help="rank --context's candidates by total log-likelihood, or mean per token",
+        default=None,  # not given: by total; given beside --json or --input, refused whatever its value
+        help=f"rank --context's candidates by total log-likelihood, or mean per token (default: {ORDERS[0]})",
     )
     g.add_argument("--json", action="store_true", help="print every score as JSON, in the given order")
     g.add_argument(
@@ -115,12 +115,12 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
         given += ["--candidates-file"] * (args.candidates_file is not None)
         if given:  # a flag given is named, even one whose value is empty
             raise UsageError(f"--input: the file gives contexts and candidates; drop {given[0]}")
-        if args.rank_by != "total":
+        if args.rank_by is not None:
             raise UsageError("--input: each line's scores come in its candidates' order; drop --rank-by")
         return read_jobs(args.input), []
     if args.output is not None:
         raise UsageError("--output: only with --input (the ranking of --context is printed)")
-    if args.json and args.rank_by != "total":
+    if args.json and args.rank_by is not None:
         raise UsageError("--json: the scores come in the candidates' order; drop --rank-by")
     candidates = list(args.candidate) + _read_candidates(args.candidates_file)
     if args.context is None:
@@ -147,7 +147,7 @@ def _print_scores(
         print(json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2))
         return
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
-    ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by), reverse=True)
+    ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by or ORDERS[0]), reverse=True)
     for rank, s in enumerate(ranked, 1):
         text = Text(candidates[s.index])  # no markup or emoji code is read in it
         greedy = "yes" if s.greedy else ""

@@ -632,11 +632,13 @@ def test_a_trace_out_that_names_an_input_file_is_refused_and_the_file_kept(
     assert files[named].read_text() == before
 
 
-def test_score_refuses_rank_by_beside_json_as_beside_input(monkeypatch, capsys):
+@pytest.mark.parametrize("order", ["mean", "total"])
+def test_score_refuses_rank_by_beside_json_as_beside_input(monkeypatch, capsys, order):
     # --json prints the scores in the candidates' order, so --rank-by mean changed nothing there
-    # without a word; beside --input, whose lines come in that order too, it is refused
+    # without a word; beside --input, whose lines come in that order too, it is refused; the
+    # default order given by name was let through, where usage.md says --rank-by is refused
     _no_model_load(monkeypatch)
-    argv = ["score", "qwen3_5-tiny", "--context", "a", "--candidate", " b", "--json", "--rank-by", "mean"]
+    argv = ["score", "qwen3_5-tiny", "--context", "a", "--candidate", " b", "--json", "--rank-by", order]
     assert one_line_error(capsys, argv) == (
         "radixflow: error: --json: the scores come in the candidates' order; drop --rank-by"
     )

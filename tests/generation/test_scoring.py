@@ -276,6 +276,7 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
         # the lines keep the file's order: a ranking asked for was silently not done
         ('{"context": "a", "candidates": [" b"]}\n', ["--rank-by", "mean"], "drop --rank-by"),
+        ('{"context": "a", "candidates": [" b"]}\n', ["--rank-by", "total"], "drop --rank-by"),
         # named as given, even when the file holds no candidate (it was ignored then) or the text is empty
         (ONE_LINE, ["--candidates-file", os.devnull], "drop --candidates-file"),
         (ONE_LINE, ["--context", ""], "drop --context"),

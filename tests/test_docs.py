@@ -1,16 +1,141 @@
 """The docs say what the code has: every module of `radixflow/` and every benchmark script is in
-docs/architecture.md's module table, and every module that table names exists."""
+docs/architecture.md's module table and every module that table names exists; every command line
+the docs show uses flags its command (or benchmark script) takes; every link lands on a file and
+heading that exist; the metrics, routes, registered names and experiment sizes they give are the
+code's; the README's install and test commands are what CI runs and what works."""
 
 from __future__ import annotations
 
+import argparse
+import itertools
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from radixflow.cli.app import COMMANDS, build_parser
+
 ROOT = Path(__file__).resolve().parent.parent
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_INDENTED = re.compile(r"^ {4}(?:python|radixflow)[^\n]*(?:\\\n[^\n]*)*", re.M)  # an indented code line
 _SPAN = re.compile(r"`([^`]+)`")
+_FLAG = re.compile(r"(?<![^\s\[(])(--?[a-zA-Z][\w-]*)")  # after a space, a bracket or at the start
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_COMMAND = re.compile(r"(?<![\w./-])radixflow ([a-z][\w-]*)")
+_SCRIPT = re.compile(r"(?<![\w-])python3? (benchmarks/\w+\.py)")
+_HEADING = re.compile(r"^(#+) (.*)$", re.M)
+
+
+def _code(text: str) -> Iterator[str]:
+    """Each code span (a line break inside one read as a space) and each line of a fenced or
+    indented block (a shell line continued with a backslash read as one line)."""
+    for fence in _FENCE.findall(text):
+        yield from fence.replace("\\\n", " ").splitlines()[1:-1]
+    for line in _INDENTED.findall(_FENCE.sub("", text)):
+        yield line.replace("\\\n", " ")
+    for span in _SPAN.findall(_FENCE.sub("", text)):
+        yield span.replace("\n", " ")
+
+
+def _flags(code: str) -> set[str]:
+    """The flags written in a piece of code; a quoted argument's contents are not flags."""
+    return set(_FLAG.findall(_QUOTED.sub("", code)))
+
+
+def _command_flags() -> dict[str, set[str]]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: set(p._option_string_actions) for name, p in sub.choices.items()}
+
+
+def _shown_commands() -> Iterator[tuple[str, str, str]]:
+    """(doc, command, its code) for every `radixflow CMD ...` the docs show."""
+    names = {cmd.name for cmd in COMMANDS}
+    for doc in DOCS:
+        for code in _code(doc.read_text()):
+            starts = [m for m in _COMMAND.finditer(code) if m.group(1) in names]
+            for m, after in itertools.pairwise([*starts, None]):
+                yield doc.name, m.group(1), code[m.end() : after.start() if after else None]
+
+
+def _sections_of_a_command() -> Iterator[tuple[str, str, str]]:
+    """(doc, command, code span) for every span that starts with a flag in a section whose heading
+    names `radixflow CMD`: such a section's flags are that command's (`## \\`radixflow bench\\``
+    lists bench's knobs)."""
+    names = {cmd.name for cmd in COMMANDS}
+    for doc in DOCS:
+        text = _FENCE.sub("", doc.read_text())
+        heads = list(_HEADING.finditer(text))
+        for i, head in enumerate(heads):
+            named = [m.group(1) for m in _COMMAND.finditer(head.group(2)) if m.group(1) in names]
+            if not named:
+                continue
+            level = len(head.group(1))
+            end = next((h.start() for h in heads[i + 1 :] if len(h.group(1)) <= level), len(text))
+            for span in _SPAN.findall(text[head.end() : end]):
+                if span.startswith("-"):
+                    yield doc.name, named[0], span.replace("\n", " ")
+
+
+def test_every_flag_of_a_command_line_in_the_docs_is_one_of_that_commands_flags():
+    flags = _command_flags()
+    shown = [*_shown_commands(), *_sections_of_a_command()]
+    assert len({command for _, command, _ in shown}) == len(flags)  # every command is shown somewhere
+    unknown = {
+        f"{doc}: radixflow {command} {flag}"
+        for doc, command, code in shown
+        for flag in _flags(code) - flags[command]
+    }
+    assert not unknown
+
+
+def test_every_flag_of_a_benchmark_command_in_the_docs_is_one_its_script_declares():
+    unknown = set()
+    for doc in DOCS:
+        for code in _code(doc.read_text()):
+            for m in _SCRIPT.finditer(code):
+                source = (ROOT / m.group(1)).read_text()
+                unknown |= {
+                    f"{doc.name}: {m.group(1)} {flag}"
+                    for flag in _flags(code[m.end() :].split(" python")[0])
+                    if f'"{flag}"' not in source
+                }
+    assert not unknown
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    for head in _HEADING.finditer(_FENCE.sub("", doc.read_text())):
+        slug = _slug(head.group(2))
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_link_lands_on_a_file_and_heading_that_exist(doc):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", _FENCE.sub("", doc.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path) if path else doc
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
+            broken.append(target)
+    assert not broken
 
 
 def _module_rows() -> list[tuple[list[str], str]]:
@@ -57,6 +182,91 @@ def test_every_module_the_architecture_table_names_exists():
     assert not missing
 
 
+def test_the_readme_test_command_is_the_one_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    command = readme[readme.index("## Run the tests") :].split("```bash\n")[1].split("\n")[0]
+    venv = "python3 -m venv .venv && . .venv/bin/activate && "
+    assert command.startswith(venv)
+    assert command.removeprefix(venv) in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+_METRIC = re.compile(r"\b(Counter|Gauge|Histogram)\(\s*p \+ \"(\w+)\"")
+
+
+def test_every_metric_the_docs_name_is_one_the_server_exports():
+    source = (ROOT / "radixflow" / "server" / "metrics.py").read_text()
+    exported = {
+        f"radixflow_{name}_total" if kind == "Counter" else f"radixflow_{name}"
+        for kind, name in _METRIC.findall(source)
+    }
+    assert "radixflow_rounds_total" in exported
+    named = {m for doc in DOCS for m in re.findall(r"\bradixflow_[a-z0-9_]+", doc.read_text())}
+    assert named - exported == set()
+
+
+_ROUTE_DECLARED = re.compile(r"@\w+\.(get|post)\(\"([^\"]+)\"")
+_ROUTE_SHOWN = re.compile(r"`(GET|POST) (/[^`\s]*)`")
+
+
+def _route(method: str, path: str) -> str:
+    """``GET /v1/models/{model:path}`` and ``GET /v1/models/{id}`` alike as ``GET /v1/models/{}``."""
+    return method.upper() + " " + re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def test_the_docs_name_every_http_route_and_only_those():
+    declared = {
+        _route(*m)
+        for package in ("server", "cluster")
+        for module in (ROOT / "radixflow" / package).glob("*.py")
+        for m in _ROUTE_DECLARED.findall(module.read_text())
+    }
+    assert "POST /v1/completions" in declared
+    shown = {_route(*m) for doc in DOCS for m in _ROUTE_SHOWN.findall(doc.read_text())}
+    assert (declared - shown, shown - declared) == (set(), set())
+
+
+def test_usage_and_architecture_list_every_command():
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    listed = usage[usage.index("## Commands") :].split("\n## ")[0]
+    layers = ARCHITECTURE.read_text().split("```")[1]
+    cli_line = next(line for line in layers.splitlines() if line.startswith("cli/"))
+    for cmd in COMMANDS:
+        assert f"`radixflow {cmd.name}" in listed
+        assert re.search(rf"(?<![\w-]){cmd.name}(?![\w-])", cli_line), cmd.name
+
+
+# every package an extra brings (and what those pull in that radixflow could import by mistake):
+# the README's first command runs on `pip install -e .` alone, whose one dependency is rich
+EXTRAS_PACKAGES = (
+    "torch", "safetensors", "tokenizers", "numpy", "gguf", "jinja2", "fastapi", "starlette",
+    "pydantic", "pydantic_core", "uvicorn", "httptools", "prometheus_client", "httpx", "matplotlib",
+    "ray", "aiconfigurator_core", "pyarrow", "transformers", "openai", "hypothesis", "yaml",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--runner", "sim", "--groups", "2", "--candidates", "2"],
+        ["bench", "--runner", "sim", "--model", "qwen3_5-small", "--groups", "2", "--candidates", "2"],
+        ["cost", "qwen3_5-2b", "--hardware", "h200", "--prefill", "8192"],
+    ],
+    ids=lambda argv: " ".join(argv[:4]),
+)
+def test_the_sim_commands_run_on_the_core_install(argv, tmp_path):
+    """README: `pip install -e . && radixflow bench --runner sim`; usage.md: that install is enough
+    for the sim runner and `radixflow cost`, a zoo name on the sim included."""
+    code = (
+        "import sys\n"
+        f"for name in {EXTRAS_PACKAGES!r}: sys.modules[name] = None  # import raises ImportError\n"
+        "from radixflow.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RADIXFLOW_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_usage_names_the_engine_options_the_other_commands_take():
     """usage.md: the engine options are every flag of bench, generate, score, serve and run-batch,
     "and --device, --torch-threads, --dtype in calibrate, --device in experiment", the cost flags in
@@ -70,3 +280,68 @@ def test_usage_names_the_engine_options_the_other_commands_take():
     assert clause is not None
     for text, names in zip(clause.groups(), (calibrate.ENGINE_OPTIONS, OVERRIDES), strict=True):
         assert set(re.findall(r"`(--[\w-]+)`", text)) == {flag(name) for name in names}
+
+
+def _registries() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(registry, the doc that lists its names, its names)."""
+    from radixflow.cache.eviction import EVICTION_POLICIES
+    from radixflow.costmodel.hardware.profiles import HARDWARE, SCHEDULER_MODES
+    from radixflow.costmodel.shape.hf_config import READERS
+    from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+    from radixflow.engine.clocks import ROUND_CLOCKS
+    from radixflow.fleet.routers import ROUTERS
+    from radixflow.models.zoo import FAMILY_SOURCES
+    from radixflow.options.engine_options import KERNELS, RUNNERS
+    from radixflow.scheduler.admission import ADMISSIONS
+    from radixflow.scheduler.placement import PLACEMENTS
+    from radixflow.scheduler.policy import SCHEDULING_POLICIES
+    from radixflow.workloads.candidates import ARRIVALS, ORDERS
+
+    registries = {
+        "policies": ("policies.md", SCHEDULING_POLICIES),
+        "placements": ("usage.md", PLACEMENTS),
+        "evictions": ("memory.md", EVICTION_POLICIES),
+        "admissions": ("memory.md", ADMISSIONS),
+        "routers": ("fleet.md", ROUTERS),
+        "hardware": ("usage.md", HARDWARE),
+        "scheduler times": ("usage.md", SCHEDULER_MODES),
+        "clocks": ("usage.md", ROUND_CLOCKS),
+        "sim shapes": ("usage.md", SIM_MODELS),
+        "config readers": ("usage.md", READERS),
+        "orders": ("usage.md", ORDERS),
+        "arrivals": ("usage.md", ARRIVALS),
+        "zoo families": ("real-models.md", FAMILY_SOURCES),
+        "runners": ("usage.md", RUNNERS),
+        "kernels": ("status.md", KERNELS),
+    }
+    return [(name, doc, tuple(names)) for name, (doc, names) in registries.items()]
+
+
+@pytest.mark.parametrize(("doc", "names"), [pytest.param(d, n, id=r) for r, d, n in _registries()])
+def test_the_docs_name_every_registered_choice(doc, names):
+    code = " ".join(_code((ROOT / "docs" / doc).read_text()))
+    assert [n for n in names if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", code)] == []
+
+
+_CELLS = re.compile(r"(?:experiments/|`)(\w+)\.toml`(?: runs | \()([\d,]+) (?:sim )?cells")
+
+
+def test_the_cell_counts_the_docs_give_are_the_configs():
+    """ "`radixflow experiment experiments/fleet.toml` (111 cells, ...)": what the config expands to."""
+    import tomllib
+
+    from radixflow.experiments import config_checks
+    from radixflow.experiments.config import _grids
+
+    counted = {}
+    for doc in (d for d in DOCS if d.name != "decisions.md"):  # its figures are of their day
+        for name, cells in _CELLS.findall(doc.read_text()):
+            path = ROOT / "experiments" / f"{name}.toml"
+            data = tomllib.loads(path.read_text())
+            seeds = config_checks.seeds(data.get("seeds", [0]), str(path), "seeds")
+            counted[f"{doc.name}: {name}.toml"] = (
+                int(cells.replace(",", "")),
+                sum(grid.size for grid in _grids(data, str(path), seeds)),
+            )
+    assert len(counted) >= 5
+    assert {k: v for k, v in counted.items() if v[0] != v[1]} == {}

@@ -345,3 +345,19 @@ def test_the_cell_counts_the_docs_give_are_the_configs():
             )
     assert len(counted) >= 5
     assert {k: v for k, v in counted.items() if v[0] != v[1]} == {}
+
+
+def test_every_door_that_runs_one_policy_is_named_where_the_docs_give_adaptives_default():
+    """ "`adaptive` (the default of `generate`, `score`, ...)": every command that takes --policy
+    but bench (which runs all three side by side), and `LLM`."""
+    from radixflow.options import EngineOptions
+
+    assert EngineOptions().policy == "adaptive"
+    doors = {name for name, flags in _command_flags().items() if "--policy" in flags} - {"bench"} | {"LLM"}
+    lists = [
+        set(re.findall(r"`([\w-]+)`", m))
+        for doc in DOCS
+        for m in re.findall(r"the default of ((?:`[\w-]+`,?\s+)+and\s+`[\w-]+`)", doc.read_text())
+    ]
+    assert len(lists) >= 4
+    assert [names for names in lists if names != doors] == []

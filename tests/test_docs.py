@@ -361,3 +361,28 @@ def test_every_door_that_runs_one_policy_is_named_where_the_docs_give_adaptives_
     ]
     assert len(lists) >= 4
     assert [names for names in lists if names != doors] == []
+
+
+def _cost_rows() -> list[tuple[list[str], str, str, str]]:
+    """cost-model.md's `radixflow cost` table (H200): each row's arguments, worker call, terms, tp."""
+    text = (ROOT / "docs" / "cost-model.md").read_text()
+    table = text[text.index("| `radixflow cost …` (H200)") :].split("\n\n")[0].splitlines()[2:]
+    cells = [row.strip("| ").split(" | ") for row in table]
+    return [(_SPAN.findall(args)[0].split(), call, terms, tp) for args, call, terms, tp in cells]
+
+
+@pytest.mark.parametrize(
+    ("args", "call", "terms", "tp"), [pytest.param(*r, id=" ".join(r[0])) for r in _cost_rows()]
+)
+def test_the_cost_table_is_what_radixflow_cost_prints(args, call, terms, tp, capsys):
+    """The sim's prices are deterministic: the table shows what the command prints (ms to 0.1)."""
+    import json
+
+    from radixflow.cli import main
+
+    assert main(["cost", *args, "--hardware", "h200", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    shown = {name.replace("-", ""): float(ms) for name, ms in re.findall(r"([a-z_-]+) (\d+\.\d)", terms)}
+    assert len(shown) >= 3
+    assert (f"{printed['seconds'] * 1e3:.1f} ms", str(printed["tp"])) == (call, tp)
+    assert {name: round(printed["terms"][name]["seconds"] * 1e3, 1) for name in shown} == shown

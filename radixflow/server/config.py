@@ -26,7 +26,8 @@ class ServerConfig:
     )
     default_max_tokens: int = option(
         256,
-        "chat max_tokens when a request names none (capped by the context)",
+        "chat max_tokens when a request names none (capped to what fits beside its prompt in the model "
+        "context and the KV cache)",
         int,
         low=1,
         group="server",

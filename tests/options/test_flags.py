@@ -182,6 +182,14 @@ def test_run_batchs_server_flags_say_what_they_do_there():
     assert "429" in serve["max_pending"].help and "--replicas" in serve["tokenizer_threads"].help
 
 
+def test_the_default_max_tokens_help_names_both_caps():
+    # a chat request's default max_tokens is capped to what fits beside its prompt in the context
+    # and in the KV cache (docs/serving.md, `Backend.room`); the help named the context alone
+    for command in ("serve", "run-batch"):
+        text = _actions(_command(command))["default_max_tokens"].help
+        assert "context" in text and "cache" in text
+
+
 def test_a_dtype_below_float32_is_warned_about_since_outputs_are_no_longer_exact():
     cpu = EngineOptions(model="qwen3_5-tiny")
     assert dtype_warnings(cpu) == dtype_warnings(cpu.replace(dtype="float32")) == []

@@ -20,7 +20,11 @@ import pytest
 from radixflow.cli.app import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+DOCS = (
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "experiments" / "profiles" / "README.md",
+)
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
@@ -125,7 +129,7 @@ def _anchors(doc: Path) -> set[str]:
     return set(seen)
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(ROOT)))
 def test_every_link_lands_on_a_file_and_heading_that_exist(doc):
     broken = []
     for target in re.findall(r"\]\(([^)\s]+)\)", _FENCE.sub("", doc.read_text())):

@@ -390,3 +390,13 @@ def test_the_cost_table_is_what_radixflow_cost_prints(args, call, terms, tp, cap
     assert len(shown) >= 3
     assert (f"{printed['seconds'] * 1e3:.1f} ms", str(printed["tp"])) == (call, tp)
     assert {name: round(printed["terms"][name]["seconds"] * 1e3, 1) for name in shown} == shown
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [d for d in DOCS if d.name not in ("architecture.md", "decisions.md")],  # package-relative; history
+    ids=lambda d: str(d.relative_to(ROOT)),
+)
+def test_every_repository_path_a_doc_names_exists(doc):
+    named = re.findall(r"`((?:radixflow|benchmarks|experiments|tests|docs|\.ci)/[^`\s]*)`", doc.read_text())
+    assert [path for path in named if not list(ROOT.glob(path.rstrip("/")))] == []

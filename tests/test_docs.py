@@ -400,3 +400,13 @@ def test_the_cost_table_is_what_radixflow_cost_prints(args, call, terms, tp, cap
 def test_every_repository_path_a_doc_names_exists(doc):
     named = re.findall(r"`((?:radixflow|benchmarks|experiments|tests|docs|\.ci)/[^`\s]*)`", doc.read_text())
     assert [path for path in named if not list(ROOT.glob(path.rstrip("/")))] == []
+
+
+def test_architecture_names_every_shared_test_helper():
+    """ "the shared helpers (`model_utils`, `server_utils`, ...)": the plain modules beside the tests."""
+    text = ARCHITECTURE.read_text().replace("\n", " ")
+    listed = set(
+        re.findall(r"`(\w+)`", re.search(r"the shared helpers \((.*?)\) and `data/`", text).group(1))
+    )
+    helpers = {p.stem for p in (ROOT / "tests").glob("*.py") if not p.stem.startswith("test_")} - {"conftest"}
+    assert listed == helpers

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,10 @@ def json_object(line: str, fields: str) -> dict[str, Any]:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
-    except RecursionError:  # arrays or objects inside each other past Python's recursion limit
-        raise ValueError("arrays or objects nested too deeply to read") from None
+    except RecursionError:  # the parser recurses per bracket: a garbled or hostile line
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except ValueError:  # json.loads' other one: an integer past Python's limit on digits it reads
+        raise ValueError(f"not valid JSON (a number of over {sys.get_int_max_str_digits()} digits)") from None
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object ({fields})")
     return row

@@ -479,7 +479,7 @@ def test_a_line_nested_too_deeply_is_one_line_naming_it(zoo, capsys, tmp_path):
     given.write_text('{"context": ' + "[" * 100_000 + "]" * 100_000 + ', "candidates": [" b"]}\n')
     assert main(["score", MODEL, "--input", str(given)]) == 2
     err = capsys.readouterr().err
-    assert "--input line 1: arrays or objects nested too deeply to read" in err and "Traceback" not in err
+    assert "--input line 1: not valid JSON (nested too deeply)" in err and "Traceback" not in err
 
 
 def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, capsys, tmp_path):

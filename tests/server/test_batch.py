@@ -86,7 +86,7 @@ def test_every_line_is_answered_as_the_server_and_the_offline_api_answer_it(llm,
         ),
         ("\n  \n", "no requests in the file"),
         # Python's JSON parser raised RecursionError: a traceback
-        ("[" * 100_000 + "]" * 100_000 + "\n", "line 1: arrays or objects nested too deeply to read"),
+        ("[" * 100_000 + "]" * 100_000 + "\n", "line 1: not valid JSON (nested too deeply)"),
     ],
 )
 def test_a_bad_batch_file_is_one_line_before_anything_runs(zoo, tmp_path, capsys, text, message):

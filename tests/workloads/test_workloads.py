@@ -343,3 +343,19 @@ def test_total_tokens_is_what_the_built_workload_holds(kind, skew):
     spec = WorkloadSpec(kind=kind, groups=3, candidates=5, context_len=7, candidate_len=2, skew=skew,
                         shared_prefix_len=3, independent=4)  # fmt: skip
     assert spec.total_tokens == sum(len(r.prompt) for r in build_workload(spec).requests)
+
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("[" * 100_000 + "]" * 100_000, r"not valid JSON \(nested too deeply\)"),  # was a RecursionError
+        # was Python's advice to call sys.set_int_max_str_digits(), which a trace's reader cannot
+        ('{"id": "a", "prompt": [' + "9" * 5000 + "]}", r"not valid JSON \(a number of over 4300 digits\)"),
+    ],
+)
+def test_a_trace_line_the_json_parser_cannot_read_names_its_line(tmp_path, line, needle):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "ok", "prompt": [1]}\n' + line + "\n")
+    with pytest.raises(TraceError, match=rf"t\.jsonl:2: {needle}$"):
+        read_trace(path)

@@ -163,8 +163,7 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         Request(f"i{j}", draw(spec.context_len + spec.candidate_len), "ns0") for j in range(spec.independent)
     ]
     tags.update((r.id, RequestTag(kind=INDEPENDENT)) for r in independent)
-    queue = _order(groups, spec.order, rng)
-    queue = _mix(queue, independent, spec.order == "shuffled", rng)
+    queue = _queue(groups, independent, spec, rng)
     for req, t in zip(queue, _arrivals(spec, len(queue), rng), strict=True):
         req.arrival_s = t
     return Workload(queue, {r.id: tags[r.id] for r in queue})
@@ -179,6 +178,25 @@ def _chat_turns(
         prompt = prompt + draw(step)
         prompts.append(prompt)
     return prompts
+
+
+def _queue(
+    groups: list[list[Request]], independent: list[Request], spec: WorkloadSpec, rng: random.Random
+) -> list[Request]:
+    """The requests in queue order. Shuffled chats keep each conversation's turns in order (a turn
+    extends the one before it, so it cannot come first): the conversations and the independent
+    requests are merged at random."""
+    if spec.kind == "chats" and spec.order == "shuffled":
+        return _merge([*groups, *([r] for r in independent)], rng)
+    return _mix(_order(groups, spec.order, rng), independent, spec.order == "shuffled", rng)
+
+
+def _merge(sequences: list[list[Request]], rng: random.Random) -> list[Request]:
+    """A random interleaving of ``sequences`` that keeps each one's own order."""
+    picks = [i for i, seq in enumerate(sequences) for _ in seq]
+    rng.shuffle(picks)
+    heads = [iter(seq) for seq in sequences]
+    return [next(heads[i]) for i in picks]
 
 
 def _order(groups: list[list[Request]], order: str, rng: random.Random) -> list[Request]:

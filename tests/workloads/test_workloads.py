@@ -359,3 +359,16 @@ def test_a_trace_line_the_json_parser_cannot_read_names_its_line(tmp_path, line,
     path.write_text('{"id": "ok", "prompt": [1]}\n' + line + "\n")
     with pytest.raises(TraceError, match=rf"t\.jsonl:2: {needle}$"):
         read_trace(path)
+
+
+
+@pytest.mark.parametrize("independent", [0, 3])
+def test_shuffled_chats_keep_each_conversations_turns_in_order(independent):
+    # a turn extends the one before it: it cannot arrive first (turn 3 came before turn 1)
+    spec = WorkloadSpec(kind="chats", groups=4, candidates=5, context_len=4, candidate_len=2,
+                        order="shuffled", independent=independent, arrival="poisson", seed=1)  # fmt: skip
+    work = build_workload(spec)
+    turns = [(work.tag(r).group, int(r.id.split("c")[1])) for r in work.requests if r.id.startswith("g")]
+    assert all([k for g2, k in turns if g2 == g] == list(range(5)) for g in range(4))
+    assert [g for g, _ in turns] != sorted(g for g, _ in turns)  # the conversations still mix
+    assert len(work.requests) == spec.requests

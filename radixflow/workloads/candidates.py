@@ -105,9 +105,12 @@ class WorkloadSpec:
 
     @property
     def prompt_len(self) -> int:
-        """The longest prompt: shared prefix, context and candidate (independent ones lack the
-        prefix); a chat's last turn carries every turn's tokens."""
-        turns = max(self._largest_group(), 1) if self.kind == "chats" else 1
+        """The longest prompt: shared prefix, context and candidate; a chat's last turn carries
+        every turn's tokens. Independent ones lack the prefix: alone, they are the longest."""
+        largest = self._largest_group()
+        if largest == 0:
+            return self.context_len + self.candidate_len
+        turns = largest if self.kind == "chats" else 1
         return self.shared_prefix_len + self.context_len + turns * self.candidate_len
 
     def _largest_group(self) -> int:

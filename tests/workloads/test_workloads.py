@@ -372,3 +372,14 @@ def test_shuffled_chats_keep_each_conversations_turns_in_order(independent):
     assert all([k for g2, k in turns if g2 == g] == list(range(5)) for g in range(4))
     assert [g for g, _ in turns] != sorted(g for g, _ in turns)  # the conversations still mix
     assert len(work.requests) == spec.requests
+
+
+
+@pytest.mark.parametrize("groups, candidates", [(0, 8), (4, 0)])
+def test_prompt_len_is_the_longest_prompt_when_no_group_has_a_request(groups, candidates):
+    # only independent requests, which carry no shared prefix: the prefix was counted all the same,
+    # so an experiment cell was checked against the cache and the model's context (and refused)
+    # for a prompt of 1030 tokens that no request has
+    spec = WorkloadSpec(groups=groups, candidates=candidates, independent=3, shared_prefix_len=1000,
+                        context_len=24, candidate_len=6)  # fmt: skip
+    assert spec.prompt_len == max(len(r.prompt) for r in build_workload(spec).requests) == 30

@@ -132,8 +132,11 @@ class Cell:
         share = self.settings.get("independent_share")
         if share is None:
             return self.workload
-        independent = round(share * self.workload["groups"] * self.workload["candidates"] / (1 - share))
-        return {**self.workload, "independent": independent}
+        grouped = WorkloadSpec(**{**self.workload, "independent": 0})
+        # a skewed workload's groups are sized by popularity, at least one request each: its
+        # queue may hold more than groups x candidates (counted only once it can be built)
+        count = grouped.groups * grouped.candidates if grouped.problem() else grouped.requests
+        return {**self.workload, "independent": round(share * count / (1 - share))}
 
     def key(self, variants: list[Variant]) -> str:
         """The cell's result cache key: its settings, what its profile files hold, and the variants

@@ -17,6 +17,8 @@ from radixflow.experiments.config import Cell, ExperimentConfigError, load_confi
 from radixflow.experiments.config_checks import parse_seeds
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.workload import CANDIDATE, INDEPENDENT
 
 TINY = """
 name = "tiny"
@@ -250,6 +252,17 @@ def test_an_empty_profile_is_refused_in_the_options_words(tiny: Path, key: str, 
 def test_independent_share_is_checked_with_the_workload_it_makes(tiny: Path, edits, key, says):
     message = refusal(tiny, edits)
     assert "\n" not in message and f": {key}: " in message and says in message, message
+
+
+def test_independent_share_is_of_the_queue_a_skewed_workload_builds(tiny: Path):
+    # skew gives every group at least one request: 20 groups x 1 candidate at skew 2 are 34
+    # requests, and a share of 0.5 mixed in 20 independent ones (two in five, not one in two)
+    text = TINY.replace("[defaults]", "[defaults]\nindependent_share = 0.5", 1)
+    tiny.write_text(text.replace("groups = 2\ncandidates = 3", "groups = 20\ncandidates = 1\nskew = 2.0"))
+    for cell in load_config(tiny).cells:
+        work = build_workload(WorkloadSpec(**cell.run_workload()))
+        kinds = [work.tag(r).kind for r in work.requests]
+        assert kinds.count(INDEPENDENT) == kinds.count(CANDIDATE) == 34
 
 
 def needs_torch(edits: list[tuple[str, str]]) -> None:

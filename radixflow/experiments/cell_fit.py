@@ -3,8 +3,8 @@
 `radixflow bench` refuses a generated workload whose prompts cannot fit the KV cache, a cache
 budget that cannot hold them, pools this machine cannot hold and prompts past the model's context
 before any work (`radixflow.cli.bench_setup`, `EnginePlan.build`); an experiment cell would run
-and fail every request, or stop the run, after the cells before it had run. Generated prompts
-all have one length, so if one cannot fit, none can.
+and fail every request, or stop the run, after the cells before it had run. The longest
+generated prompt (`WorkloadSpec.prompt_len`: a chat's last turn) is the one checked.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from radixflow.options import EngineOptions, EnginePlan, plan_engine
 from radixflow.options.sim_shape import sim_shape
 from radixflow.problems import Problem, ProblemError
 from radixflow.workloads.candidates import WorkloadSpec
-
-PROMPT = "shared_prefix_len + context_len + candidate_len"
 
 
 def planned(options: EngineOptions) -> tuple[EnginePlan, int | None]:
@@ -40,12 +38,12 @@ def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Pr
     blocks = math.ceil(length / options.block_size)
     if blocks > scheduler.num_blocks:
         key = _longest_part(spec) if options.kv_blocks is None else "kv_blocks"
-        why = f"a prompt of {length} tokens ({PROMPT}) needs {blocks} KV blocks"
+        why = f"a prompt of {length} tokens ({spec.prompt_words()}) needs {blocks} KV blocks"
         return Problem(
             key, f"{why} of {options.block_size} tokens; the cache has {scheduler.num_blocks} (kv_blocks)"
         )
     if context is not None and length >= context:
-        why = f"a prompt of {length} tokens ({PROMPT}) does not fit {options.model}'s context"
+        why = f"a prompt of {length} tokens ({spec.prompt_words()}) does not fit {options.model}'s context"
         return Problem(_longest_part(spec), f"{why} of {context} tokens (one more is generated)")
     return plan.choice.memory_problem(scheduler)
 
@@ -53,6 +51,6 @@ def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Pr
 def _longest_part(spec: WorkloadSpec) -> str:
     """The workload key of the longest prompt's longest part (context_len on a tie): the one to
     shorten. A chat's candidate part is every turn's."""
-    parts = {"context_len": spec.context_len, "shared_prefix_len": spec.shared_prefix_len}
-    parts["candidate_len"] = spec.prompt_len - spec.context_len - spec.shared_prefix_len
-    return f"workload.{max(parts, key=lambda k: parts[k])}"
+    parts = spec.prompt_parts()
+    longest = max(("context_len", "shared_prefix_len", "candidate_len"), key=lambda k: parts.get(k, 0))
+    return f"workload.{longest}"

@@ -77,7 +77,7 @@ class WorkloadSpec:
             return Problem(
                 self._largest_factor(),
                 f"workload too large: {self.requests} requests (groups × candidates + independent) of "
-                f"up to {self.prompt_len} tokens (shared_prefix_len + context_len + candidate_len) are "
+                f"up to {self.prompt_len} tokens ({self.prompt_words()}) are "
                 f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
         return None
@@ -105,13 +105,29 @@ class WorkloadSpec:
 
     @property
     def prompt_len(self) -> int:
-        """The longest prompt: shared prefix, context and candidate; a chat's last turn carries
-        every turn's tokens. Independent ones lack the prefix: alone, they are the longest."""
+        """The longest prompt's tokens (`prompt_parts`)."""
+        return sum(self.prompt_parts().values())
+
+    def prompt_parts(self) -> dict[str, int]:
+        """The longest prompt's tokens by the key that sets them: shared prefix, context and
+        candidate; a chat's last turn carries every turn's candidate_len. Independent ones lack
+        the prefix: alone, they are the longest."""
         largest = self._largest_group()
         if largest == 0:
-            return self.context_len + self.candidate_len
+            return {"context_len": self.context_len, "candidate_len": self.candidate_len}
         turns = largest if self.kind == "chats" else 1
-        return self.shared_prefix_len + self.context_len + turns * self.candidate_len
+        return {
+            "shared_prefix_len": self.shared_prefix_len,
+            "context_len": self.context_len,
+            "candidate_len": turns * self.candidate_len,
+        }
+
+    def prompt_words(self) -> str:
+        """How `prompt_len` adds up, in the keys' names, for messages: a sum of the three keys is
+        not a chat's last turn."""
+        turns = self.prompt_parts()["candidate_len"] // self.candidate_len
+        words = {"candidate_len": "candidate_len" if turns == 1 else f"{turns} turns × candidate_len"}
+        return " + ".join(words.get(key, key) for key in self.prompt_parts())
 
     def _largest_group(self) -> int:
         """Requests in the largest group (a chat's turns)."""

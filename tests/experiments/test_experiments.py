@@ -476,6 +476,14 @@ def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admis
         ([('name = "models"', 'name = "models"\nkv_blocks = 4')], "grid[0].kv_blocks", "9 KV blocks"),
         ([("[defaults]", "[defaults]\nkv_blocks = 4")], "defaults.kv_blocks", "9 KV blocks"),
         ([("context_len = 128", "context_len = 300000")], "defaults.workload.context_len", "context"),
+        (  # a chat's last turn carries every turn's tokens: the three keys named did not add up to it
+            [
+                ("candidate_len = 16", 'candidate_len = 16\nkind = "chats"'),
+                ("[defaults]", "[defaults]\nkv_blocks = 4"),
+            ],
+            "defaults.kv_blocks",
+            "a prompt of 176 tokens (shared_prefix_len + context_len + 3 turns × candidate_len) needs 11 KV",
+        ),
         (
             [
                 (

@@ -383,3 +383,10 @@ def test_prompt_len_is_the_longest_prompt_when_no_group_has_a_request(groups, ca
     spec = WorkloadSpec(groups=groups, candidates=candidates, independent=3, shared_prefix_len=1000,
                         context_len=24, candidate_len=6)  # fmt: skip
     assert spec.prompt_len == max(len(r.prompt) for r in build_workload(spec).requests) == 30
+
+
+def test_a_too_large_chat_workload_says_how_its_longest_prompt_adds_up():
+    spec = WorkloadSpec(kind="chats", groups=1, candidates=10_000, context_len=0, candidate_len=64)
+    problem = spec.problem()  # "up to 640000 tokens (shared_prefix_len + context_len + candidate_len)"
+    assert problem is not None and "too large" in problem.message
+    assert "640000 tokens (shared_prefix_len + context_len + 10000 turns × candidate_len)" in problem.message

@@ -34,7 +34,7 @@ def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Pr
     runner is built).
     Raises `ProblemError` for a ``cache_memory`` that cannot hold them."""
     options, length = plan.options, spec.prompt_len
-    scheduler = plan.scheduler_config([length] * spec.requests)
+    scheduler = plan.scheduler_config(spec.prompt_lengths())  # as the cell's engines are sized
     blocks = math.ceil(length / options.block_size)
     if blocks > scheduler.num_blocks:
         key = _longest_part(spec) if options.kv_blocks is None else "kv_blocks"

@@ -129,6 +129,14 @@ class WorkloadSpec:
         words = {"candidate_len": "candidate_len" if turns == 1 else f"{turns} turns × candidate_len"}
         return " + ".join(words.get(key, key) for key in self.prompt_parts())
 
+    def prompt_lengths(self) -> list[int]:
+        """Every request's prompt length, group by group, then the independent ones (not in queue
+        order; no token is drawn): what engine pools sized to the workload are sized to."""
+        head = self.shared_prefix_len + self.context_len
+        turns = (lambda k: k + 1) if self.kind == "chats" else (lambda k: 1)
+        grouped = [head + turns(k) * self.candidate_len for size in self.group_sizes() for k in range(size)]
+        return grouped + [self.context_len + self.candidate_len] * self.independent
+
     def _largest_group(self) -> int:
         """Requests in the largest group (a chat's turns)."""
         if self.skewed:

@@ -390,3 +390,11 @@ def test_a_too_large_chat_workload_says_how_its_longest_prompt_adds_up():
     problem = spec.problem()  # "up to 640000 tokens (shared_prefix_len + context_len + candidate_len)"
     assert problem is not None and "too large" in problem.message
     assert "640000 tokens (shared_prefix_len + context_len + 10000 turns × candidate_len)" in problem.message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("skew", [0.0, 1.0])
+def test_prompt_lengths_are_those_of_the_built_workload(kind, skew):
+    spec = WorkloadSpec(kind=kind, groups=3, candidates=5, context_len=7, candidate_len=2, skew=skew,
+                        shared_prefix_len=3, independent=4, order="shuffled")  # fmt: skip
+    assert sorted(spec.prompt_lengths()) == sorted(len(r.prompt) for r in build_workload(spec).requests)

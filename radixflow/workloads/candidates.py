@@ -46,6 +46,7 @@ class WorkloadSpec:
     def problem(self) -> Problem | None:
         """Why this workload cannot be built (None when it can). Pure: nothing is drawn."""
         at_least = {"groups": 0, "candidates": 0, "independent": 0, "shared_prefix_len": 0, "context_len": 0}
+        at_least["seed"] = 0  # random.Random(-s) draws what random.Random(s) draws
         at_least |= {"candidate_len": 1, "burst_size": 1, "namespaces": 1, "vocab_size": 2}
         for name, low in at_least.items():
             if getattr(self, name) < low:

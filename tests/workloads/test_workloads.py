@@ -398,3 +398,9 @@ def test_prompt_lengths_are_those_of_the_built_workload(kind, skew):
     spec = WorkloadSpec(kind=kind, groups=3, candidates=5, context_len=7, candidate_len=2, skew=skew,
                         shared_prefix_len=3, independent=4, order="shuffled")  # fmt: skip
     assert sorted(spec.prompt_lengths()) == sorted(len(r.prompt) for r in build_workload(spec).requests)
+
+
+def test_a_negative_seed_is_refused_not_the_workload_of_its_absolute_value():
+    # random.Random(-3) draws what random.Random(3) draws: "distinct" seeds built one workload
+    assert WorkloadSpec(seed=-3).problem().param == "seed"
+    assert WorkloadSpec(seed=0).problem() is None

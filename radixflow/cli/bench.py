@@ -54,8 +54,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     requests = work.requests
     setup = plan.build([len(r.prompt) for r in requests])
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
-    if spec is not None:
-        check_generated_context(spec, setup.runner.model)
+    if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
+        check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)
     if args.write_trace is not None:
         _write_text(args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES

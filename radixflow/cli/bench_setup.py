@@ -8,8 +8,8 @@ import math
 
 from radixflow.cli.bench_flags import WORKLOAD_FLAGS
 from radixflow.cli.command import UsageError
-from radixflow.engine.runner import ModelInfo
 from radixflow.options import EnginePlan
+from radixflow.options.sim_shape import model_context
 from radixflow.problems import flag
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
@@ -60,18 +60,22 @@ def check_generated_fits(spec: WorkloadSpec, sched: SchedulerConfig) -> None:
         )
 
 
-def check_generated_context(spec: WorkloadSpec, model: ModelInfo) -> None:
-    if spec.prompt_len >= model.max_context:
+def check_generated_context(spec: WorkloadSpec, model: str, context: int) -> None:
+    if spec.prompt_len >= context:
         raise UsageError(
             f"a prompt of {spec.prompt_len} tokens (--context-len + --candidate-len) does not fit "
-            f"{model.name}'s context of {model.max_context} tokens (one more is generated)"
+            f"{model}'s context of {context} tokens (one more is generated)"
         )
 
 
 def check_generated(args: argparse.Namespace, plan: EnginePlan) -> WorkloadSpec | None:
-    """A generated workload that can never fit the cache is refused before a token is drawn."""
+    """A generated workload that can never fit the cache, or whose prompts pass the model's
+    context where that is known before the runner is built, is refused before a token is drawn."""
     if args.trace is not None:
         return None
     spec = workload_spec(args, plan.choice.vocab_size)
     check_generated_fits(spec, plan.scheduler_config([spec.prompt_len] * spec.requests))
+    context = model_context(plan.choice.label)
+    if context is not None:
+        check_generated_context(spec, plan.choice.label, context)
     return spec

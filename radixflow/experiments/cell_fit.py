@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from radixflow.options import EngineOptions, EnginePlan, plan_engine
-from radixflow.options.sim_shape import sim_shape
-from radixflow.problems import Problem, ProblemError
+from radixflow.options.sim_shape import model_context
+from radixflow.problems import Problem
 from radixflow.workloads.candidates import WorkloadSpec
 
 
@@ -22,10 +22,7 @@ def planned(options: EngineOptions) -> tuple[EnginePlan, int | None]:
     its model's context, read as the runner reads it (None: a checkpoint whose config the cost
     model cannot read; the torch runner still runs it)."""
     plan = plan_engine(options)
-    try:
-        return plan, sim_shape(plan.choice.label).max_context
-    except ProblemError:
-        return plan, None
+    return plan, model_context(plan.choice.label)
 
 
 def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Problem | None:

@@ -79,6 +79,15 @@ def sim_shape(name: str) -> ModelShape:
     return shape
 
 
+def model_context(name: str) -> int | None:
+    """The context of model ``name`` as its runner will read it, known before any runner is built
+    (None: a checkpoint whose config the cost model cannot read; the torch runner still runs it)."""
+    try:
+        return sim_shape(name).max_context
+    except ProblemError:
+        return None
+
+
 def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
     """The preset config the zoo builds ``name`` from (imports its family module, builds nothing)."""
     from radixflow.models.zoo import ModelUnavailableError, preset_config

@@ -664,3 +664,20 @@ def test_a_fleet_over_a_model_directory_without_a_tokenizer_is_one_line_before_r
     err = one_line_error(capsys, ["serve", str(model), "--replicas", "2", "--port", "0"])
     why = "has no tokenizer.json: text prompts need the model's tokenizer"
     assert err == f"radixflow: error: model: {model} {why}"
+
+
+def test_a_generated_prompt_past_the_models_context_is_refused_before_the_workload_is_drawn(
+    monkeypatch, capsys
+):
+    # the whole workload (64 prompts of 300,064 tokens: seconds of drawing) and the runner, its
+    # pools sized to those prompts, were built first, and only then was the prompt refused
+    from radixflow.cli import bench_setup
+    from radixflow.options import EnginePlan
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built before the prompt was checked against the model's context")
+
+    monkeypatch.setattr(bench_setup, "build_workload", refuse)
+    monkeypatch.setattr(EnginePlan, "build", refuse)
+    err = one_line_error(capsys, ["bench", "--runner", "sim", "--context-len", "300000"])
+    assert "a prompt of 300064 tokens" in err and "does not fit qwen3_5-2b's context of 262144 tokens" in err

@@ -43,7 +43,8 @@ class ExperimentUsageError(ValueError):
 
 HELP = (
     "run every cell of an experiment config (TOML) with the policies side by side on identical inputs; "
-    "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them. "
+    "writes results.json, report.md and plots; finished cells are cached, so a re-run skips them "
+    "(but for a cell with a trace_out: only a run writes its trace). "
     "--device, when given, replaces the device of every torch-runner cell; --seeds the seeds of every cell; "
     f"a config of more than {MAX_CELLS:,} cells is refused unless --max-cells allows it"
 )

@@ -1,4 +1,5 @@
-"""Run an experiment's cells serially or as Ray tasks, skipping cells already finished.
+"""Run an experiment's cells serially or as Ray tasks, skipping cells already finished (but for a
+cell that writes a trace: only a run writes it).
 
 Each finished cell is written at once to ``<out>/cells/<key>.json`` (key: a hash of the cell's
 settings and the variants), so an interrupted run loses at most the cells in flight and a re-run
@@ -125,6 +126,12 @@ class ExecutionOptions:
     torch_cpus: int = 2
 
 
+def _to_run(cell: Cell, key: str, cache: CellCache) -> bool:
+    """Whether the cell runs: it is not cached, or it writes a trace, which only a run writes (its
+    ``trace_out`` is left out of its key: a trace changes none of its figures)."""
+    return cell.settings["trace_out"] is not None or cache.get(key) is None
+
+
 def execute(
     config: ExperimentConfig,
     out: Path,
@@ -135,7 +142,7 @@ def execute(
     """Results of every cell in config order; finished cells come from the cache."""
     cache = CellCache(out)
     keys = [c.key(config.variants) for c in config.cells]
-    pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if cache.get(k) is None]
+    pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if _to_run(c, k, cache)]
     pending = list({p.key: p for p in pending}.values())  # a cell listed twice runs once
     if on_start is not None:
         on_start(len(config.cells), len(pending))

@@ -778,3 +778,25 @@ def test_a_plot_this_run_does_not_make_is_not_left_from_an_earlier_run(tmp_path)
     made = write_plots([result | {"model": "m", "hybrid": True, "results": [variant]}], tmp_path)
     assert made == ["latency_cdf.png", "rounds.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == made
+
+
+ONE_CELL = TINY.split('\n[[grid]]\nname = "fixed cost"')[0].replace(
+    'model = ["qwen3_5-2b", "qwen3-4b"]', 'model = "qwen3_5-2b"'
+)
+
+
+def test_a_cached_cell_given_a_trace_runs_again_to_write_it(tiny: Path, tmp_path: Path):
+    # trace_out is left out of a cell's key (it changes no figure), so a cell an earlier run had
+    # cached was taken from the cache: the trace asked for was never written, and results.json
+    # named no trace (or the earlier run's path)
+    from radixflow.experiments.execute import execute
+
+    out, trace = tmp_path / "out", tmp_path / "cell.json"
+    tiny.write_text(ONE_CELL)
+    plain = execute(load_config(tiny), out, ExecutionOptions())
+    tiny.write_text(ONE_CELL + f'trace_out = "{trace}"\n')
+    ran: list[str] = []
+    traced = execute(load_config(tiny), out, ExecutionOptions(), on_cell=lambda p, _: ran.append(p.key))
+    assert ran == [plain[0]["key"]] and json.loads(trace.read_text())["traceEvents"]
+    assert traced[0]["cell"]["trace_out"] == str(trace)
+    assert without_timing(traced[0]) | {"cell": None} == without_timing(plain[0]) | {"cell": None}

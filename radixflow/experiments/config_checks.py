@@ -143,9 +143,11 @@ def parse_seeds(text: str) -> list[int]:
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
             raise ValueError(f"--seeds: the range {part!r} runs backwards")
-        if len(seeds) + last - first >= MAX_SEEDS:
+        if last - first >= MAX_SEEDS:  # refused before a range of billions is spelled out
             raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")
         seeds.update(dict.fromkeys(range(first, last + 1)))
+        if len(seeds) > MAX_SEEDS:  # counted once spelled out: overlapping ranges name a seed once
+            raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")
     return list(seeds)
 
 

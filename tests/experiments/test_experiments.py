@@ -800,3 +800,15 @@ def test_a_cached_cell_given_a_trace_runs_again_to_write_it(tiny: Path, tmp_path
     assert ran == [plain[0]["key"]] and json.loads(trace.read_text())["traceEvents"]
     assert traced[0]["cell"]["trace_out"] == str(trace)
     assert without_timing(traced[0]) | {"cell": None} == without_timing(plain[0]) | {"cell": None}
+
+
+def test_seeds_in_overlapping_ranges_are_counted_once_against_the_limit():
+    # "0-500,400-900" names 901 seeds; the limit counted the overlap twice and refused it as
+    # "more than 1000 seeds"
+    from radixflow.experiments.config_checks import MAX_SEEDS
+
+    assert parse_seeds("0-500,400-900") == list(range(901))
+    assert len(parse_seeds(f"0-{MAX_SEEDS - 1},3")) == MAX_SEEDS
+    for too_many in (f"0-{MAX_SEEDS}", f"0-{MAX_SEEDS - 1},{MAX_SEEDS}", "0-99999999999999999999"):
+        with pytest.raises(ValueError, match=f"^--seeds: more than {MAX_SEEDS} seeds"):
+            parse_seeds(too_many)

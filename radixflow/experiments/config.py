@@ -79,6 +79,7 @@ WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not i
 UNCAPPED = {"kv_blocks": None, "state_slots": None, "cache_memory": None}
 OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its results
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
+SEED_FROM = "a cell's seed comes from `seeds` (a list, top level or in a grid)"  # `seed` anywhere in a cell
 
 
 @dataclass(frozen=True)
@@ -235,14 +236,14 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
             if not isinstance(value, dict):
                 raise fail(origin, f"{where}.workload", "must be a table")
             for wkey, wvalue in value.items():
+                if wkey == "seed":  # a workload's field, but a cell's seed comes from `seeds`
+                    raise fail(origin, f"{where}.workload.seed", SEED_FROM)
                 if wkey not in WORKLOAD_KEYS:
                     known = ", ".join(WORKLOAD_KEYS)
                     raise fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
                 workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
         elif key == "seed":  # an engine option, but a cell's seed is its workload's
-            raise fail(
-                origin, f"{where}.seed", "a cell's seed comes from `seeds` (a list, top level or in a grid)"
-            )
+            raise fail(origin, f"{where}.seed", SEED_FROM)
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
         elif key not in ("name", "seeds") or where == "defaults":

@@ -812,3 +812,10 @@ def test_seeds_in_overlapping_ranges_are_counted_once_against_the_limit():
     for too_many in (f"0-{MAX_SEEDS}", f"0-{MAX_SEEDS - 1},{MAX_SEEDS}", "0-99999999999999999999"):
         with pytest.raises(ValueError, match=f"^--seeds: more than {MAX_SEEDS} seeds"):
             parse_seeds(too_many)
+
+
+def test_a_seed_in_a_cells_workload_is_refused_pointing_at_seeds(tiny: Path):
+    # it was "unknown key (known: groups, ...)": a workload has a seed, which comes from `seeds`
+    message = refusal(tiny, [("groups = 2", "groups = 2\nseed = 7")])
+    assert "\n" not in message and ": defaults.workload.seed: " in message and "`seeds`" in message, message
+    assert "unknown key" not in message

@@ -62,9 +62,10 @@ class CellCache:
 
     def get(self, key: str) -> CellResult | None:
         try:
-            return json.loads(self.path(key).read_text())
-        except (OSError, json.JSONDecodeError):
+            result = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # not JSON, or not even UTF-8 (JSONDecodeError, UnicodeDecodeError)
             return None  # missing or half-written: run it again
+        return result if isinstance(result, dict) else None  # JSON, but no cell's result
 
     def put(self, key: str, result: CellResult) -> None:
         text = json.dumps(result, allow_nan=False)

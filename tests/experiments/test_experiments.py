@@ -819,3 +819,17 @@ def test_a_seed_in_a_cells_workload_is_refused_pointing_at_seeds(tiny: Path):
     message = refusal(tiny, [("groups = 2", "groups = 2\nseed = 7")])
     assert "\n" not in message and ": defaults.workload.seed: " in message and "`seeds`" in message, message
     assert "unknown key" not in message
+
+
+@pytest.mark.parametrize("held", [b"\xff\xfe{", b"[]", b'"a cell"'])
+def test_a_cell_file_that_holds_no_cell_result_runs_the_cell_again(tiny: Path, tmp_path: Path, held: bytes):
+    # a cell's file cut short or garbled where it was copied (not UTF-8, not a JSON object) was a
+    # traceback (UnicodeDecodeError, TypeError) where a file that is not JSON runs the cell again
+    from radixflow.experiments.execute import execute
+
+    tiny.write_text(ONE_CELL)
+    out = tmp_path / "out"
+    (first,) = execute(load_config(tiny), out, ExecutionOptions())
+    (out / "cells" / f"{first['key']}.json").write_bytes(held)
+    (again,) = execute(load_config(tiny), out, ExecutionOptions())
+    assert without_timing(again) == without_timing(first)

@@ -281,20 +281,26 @@ def group_tables(comps: list[Comparison]) -> list[str]:
     return out
 
 
-def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[str]) -> str:
-    comps = comparisons(results)
-    variants = [r["variant"] for r in results[0]["results"]] if results else []
-    headline = variants[-1] if variants else ""
-    lines = [f"# Experiment `{meta['name']}`", ""]
-    if meta.get("description"):
-        lines += [meta["description"], ""]
-    lines += [
-        f"{counted(len(results), 'cell')}; variants {', '.join(f'`{v}`' for v in variants)}; every change is "
-        f"relative to `{variants[0] if variants else ''}` on the identical requests of the same cell. "
-        f"Cell compute time {meta['cells_wall_s']:.0f} s; run `{meta['command']}`.",
-        "",
-        f"## Against the paper (`{headline}` vs `{variants[0] if variants else ''}`; "
-        "median and range over cells)",
+def _opening(meta: dict[str, Any], results: list[CellResult], variants: list[str]) -> str:
+    """The report's first line: the cells, what is compared with what, the compute time and the run."""
+    if len(variants) < 2:  # one policy (a fleet's routers): no baseline, nothing relative to it
+        compared = f"one variant, {', '.join(f'`{v}`' for v in variants)}: nothing to compare it with"
+    else:
+        compared = (
+            f"variants {', '.join(f'`{v}`' for v in variants)}; every change is relative to `{variants[0]}` "
+            "on the identical requests of the same cell"
+        )
+    return (
+        f"{counted(len(results), 'cell')}; {compared}. Cell compute time {meta['cells_wall_s']:.0f} s; "
+        f"run `{meta['command']}`."
+    )
+
+
+def _comparison(results: list[CellResult], comps: list[Comparison], variants: list[str]) -> list[str]:
+    """The last variant against the first: against the paper, the reading, the regimes."""
+    headline = variants[-1]
+    lines = [
+        f"## Against the paper (`{headline}` vs `{variants[0]}`; median and range over cells)",
         "",
         *paper_table(results, comps, headline),
         "",
@@ -306,10 +312,21 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     regime_lines = regime_section(comps, headline)
     if regime_lines:
         lines += ["## Regime", "", *regime_lines]
-    lines += versus_section(results)
+    return lines + versus_section(results)
+
+
+def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[str]) -> str:
+    comps = comparisons(results)
+    variants = [r["variant"] for r in results[0]["results"]] if results else []
+    lines = [f"# Experiment `{meta['name']}`", ""]
+    if meta.get("description"):
+        lines += [meta["description"], ""]
+    lines += [_opening(meta, results, variants), ""]
+    compared = len(variants) > 1  # one variant has nothing to be compared with
+    lines += _comparison(results, comps, variants) if compared else []
     lines += cost_check(results)
     lines += failure_section(results)
-    lines += ["## Cells", "", *group_tables(comps)]
+    lines += ["## Cells", "", *group_tables(comps)] if compared else []
     if plots:
         lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
     return "\n".join(lines)

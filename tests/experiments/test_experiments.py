@@ -833,3 +833,14 @@ def test_a_cell_file_that_holds_no_cell_result_runs_the_cell_again(tiny: Path, t
     (out / "cells" / f"{first['key']}.json").write_bytes(held)
     (again,) = execute(load_config(tiny), out, ExecutionOptions())
     assert without_timing(again) == without_timing(first)
+
+
+def test_a_report_of_one_policy_compares_nothing(tiny: Path, tmp_path: Path):
+    # with one policy (experiments/fleet.toml) the report read "Against the paper (`radixflow` vs
+    # `radixflow`)", "every change is relative to `radixflow`", and empty tables under it
+    tiny.write_text(ONE_CELL.replace('policies = ["native", "radixflow"]', 'policies = ["radixflow"]'))
+    run_experiment(tiny, tmp_path / "out", ExecutionOptions(), "test")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "vs `radixflow`" not in report and "relative to" not in report and "## Against" not in report
+    assert "1 cell; one variant, `radixflow`: nothing to compare it with" in report, report
+    assert "## Cells" not in report and "## Plots" in report

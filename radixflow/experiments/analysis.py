@@ -178,5 +178,11 @@ def distinct(results: Iterable[CellResult]) -> list[CellResult]:
     return list({r["key"]: r for r in results}.values())
 
 
+def other_code(results: Iterable[CellResult], code: str) -> int:
+    """Distinct cells computed by other code than ``code`` (cached before the package changed, or
+    before cells were stamped with their code): their figures may differ from what it computes."""
+    return sum(1 for r in distinct(results) if r.get("code") != code)
+
+
 def completed_nothing_in(result: CellResult) -> bool:
     return any(not v["completed"] for v in result["results"])

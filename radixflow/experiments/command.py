@@ -27,6 +27,7 @@ from radixflow.experiments.execute import (
     RayStartError,
 )
 from radixflow.experiments.failures import completed_nothing
+from radixflow.experiments.report import other_code_note
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
 from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
 from radixflow.options.runners import device_problem
@@ -177,6 +178,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         markup=False,  # the names are the user's (--out "o[red]" lost its brackets)
         soft_wrap=True,  # one line, so a path is never cut where a log is 80 columns wide
     )
+    stale = other_code_note(result.results, result.code)
+    if stale is not None:  # a cell's key leaves the code out: its cached figures are another code's
+        print(f"radixflow: warning: {stale}", file=sys.stderr)
     return _exit_code(result.results)
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
+from radixflow.package import source_digest
 from radixflow.problems import ProblemError
 
 CellResult = dict[str, Any]
@@ -139,8 +140,12 @@ def execute(
     options: ExecutionOptions,
     on_start: Callable[[int, int], None] | None = None,
     on_cell: Callable[[Pending, CellResult], None] | None = None,
+    code: str | None = None,
 ) -> list[CellResult]:
-    """Results of every cell in config order; finished cells come from the cache."""
+    """Results of every cell in config order; finished cells come from the cache. Each cell run
+    is stamped with ``code``, what computed it (`source_digest`; None: this package's), since a
+    cell's key leaves the code out: a re-run tells cells cached by other code from its own."""
+    code = source_digest() if code is None else code
     cache = CellCache(out)
     keys = [c.key(config.variants) for c in config.cells]
     pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if _to_run(c, k, cache)]
@@ -154,6 +159,7 @@ def execute(
             else _serial(pending, config.variants)
         )
         for p, result in stream:
+            result = {**result, "code": code}
             cache.put(p.key, result)
             if on_cell is not None:
                 on_cell(p, result)

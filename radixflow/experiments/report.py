@@ -15,6 +15,8 @@ from radixflow.experiments.analysis import (
     Span,
     comparisons,
     crossover,
+    distinct,
+    other_code,
     per_model,
     regime,
     span,
@@ -281,6 +283,19 @@ def group_tables(comps: list[Comparison]) -> list[str]:
     return out
 
 
+def other_code_note(results: list[CellResult], code: str) -> str | None:
+    """What the cells a re-run took from its cache that other code than ``code`` computed are
+    (None: none), for report.md and the command line alike."""
+    stale = other_code(results, code)
+    if not stale:
+        return None
+    return (
+        f"{stale} of {counted(len(distinct(results)), 'cell')} came from the cache of other code than "
+        "this run's (radixflow changed since they ran): their figures may differ from what this code "
+        "computes; a fresh --out runs every cell on it"
+    )
+
+
 def _opening(meta: dict[str, Any], results: list[CellResult], variants: list[str]) -> str:
     """The report's first line: the cells, what is compared with what, the compute time and the run."""
     if len(variants) < 2:  # one policy (a fleet's routers): no baseline, nothing relative to it
@@ -322,6 +337,8 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     if meta.get("description"):
         lines += [meta["description"], ""]
     lines += [_opening(meta, results, variants), ""]
+    note = other_code_note(results, meta["code"])
+    lines += [] if note is None else [f"**{note}.**", ""]
     compared = len(variants) > 1  # one variant has nothing to be compared with
     lines += _comparison(results, comps, variants) if compared else []
     lines += cost_check(results)

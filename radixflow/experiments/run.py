@@ -16,6 +16,7 @@ from radixflow.experiments.execute import ExecutionOptions, Pending, execute, wr
 from radixflow.experiments.plots import write_plots
 from radixflow.experiments.report import render_report
 from radixflow.files import write_whole
+from radixflow.package import source_digest
 from radixflow.progress import LoggedProgress
 
 RESULTS, REPORT = "results.json", "report.md"
@@ -29,6 +30,7 @@ class ExperimentOutput:
     ran: int  # cells computed in this run (the rest came from the cache)
     wall_s: float
     plots: list[str]
+    code: str  # what computed the cells run now (`source_digest`); each cell names its own
 
 
 def default_out(config: ExperimentConfig) -> Path:
@@ -61,7 +63,7 @@ def run_experiment(
     config = config or load_config(path)
     out = out or default_out(config)
     out.mkdir(parents=True, exist_ok=True)
-    counts = {"ran": 0}
+    counts, code = {"ran": 0}, source_digest()
     with progress_bar(progress_console or Console(stderr=True)) as progress:
         task = progress.add_task(config.name, total=None)
 
@@ -72,13 +74,14 @@ def run_experiment(
             counts["ran"] += 1
             progress.update(task, advance=1, description=f"{config.name}: {p.cell.group} {result['model']}")
 
-        results = execute(config, out, options, on_start, on_cell)
+        results = execute(config, out, options, on_start, on_cell, code)
     plots = write_plots(results, out)
     meta = {
         "name": config.name,
         "description": config.description,
         "cells_wall_s": sum(r.get("wall_s", 0.0) for r in results),
         "command": command,
+        "code": code,  # what computed the cells run now (`source_digest`); each cell names its own
     }
     document = {
         "schema": SCHEMA,
@@ -90,5 +93,6 @@ def run_experiment(
     text = json.dumps(document, indent=1, allow_nan=False) + "\n"
     write_output(out / RESULTS, lambda path: write_whole(path, text))
     write_output(out / REPORT, lambda path: write_whole(path, render_report(meta, results, plots) + "\n"))
-    return ExperimentOutput(out, results, counts["ran"], time.perf_counter() - t0, plots)
+    wall_s = time.perf_counter() - t0
+    return ExperimentOutput(out, results, counts["ran"], wall_s, plots, code)
 

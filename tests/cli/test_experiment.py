@@ -45,6 +45,21 @@ def test_experiment_command_writes_results_and_skips_cached_cells(tmp_path, caps
     assert "1 cell (0 run, 1 from cache)" in capsys.readouterr().out
 
 
+def test_a_rerun_warns_of_cells_other_code_computed(tmp_path, capsys):
+    # the cache's cells of an earlier radixflow were taken without a word (a key leaves the code out)
+    config, out = tmp_path / "c.toml", tmp_path / "out"
+    config.write_text(CONFIG)
+    assert main(["experiment", str(config), "--out", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    (cached,) = (out / "cells").glob("*.json")
+    cached.write_text(json.dumps(json.loads(cached.read_text()) | {"code": "0123456789abcdef"}))
+    assert main(["experiment", str(config), "--out", str(out)]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("radixflow:")]
+    assert len(said) == 1 and said[0].startswith(
+        "radixflow: warning: 1 of 1 cell came from the cache of other code than this run's"
+    ), said
+
+
 def test_the_summary_names_the_output_directory_as_given(tmp_path, capsys):
     # the line was read as rich markup: --out "o[red]" was shown as "o/results.json" (a path that
     # is not there), and "o[/x]" ended a finished run with a MarkupError traceback

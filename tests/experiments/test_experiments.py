@@ -844,3 +844,19 @@ def test_a_report_of_one_policy_compares_nothing(tiny: Path, tmp_path: Path):
     assert "vs `radixflow`" not in report and "relative to" not in report and "## Against" not in report
     assert "1 cell; one variant, `radixflow`: nothing to compare it with" in report, report
     assert "## Cells" not in report and "## Plots" in report
+
+
+def test_a_rerun_says_how_many_cells_other_code_computed(tiny: Path, tmp_path: Path):
+    # a cell's key leaves the code out, so a re-run after radixflow changed took every cell from
+    # the cache without a word: figures of two versions side by side in one report
+    tiny.write_text(ONE_CELL)
+    out = tmp_path / "out"
+    first = run_experiment(tiny, out, ExecutionOptions(), "test")
+    assert first.results[0]["code"] == first.code and "other code" not in (out / "report.md").read_text()
+    cached = out / "cells" / f"{first.results[0]['key']}.json"
+    cached.write_text(json.dumps(json.loads(cached.read_text()) | {"code": "0123456789abcdef"}))
+    again = run_experiment(tiny, out, ExecutionOptions(), "test")
+    assert again.ran == 0 and again.results[0]["code"] == "0123456789abcdef" != again.code == first.code
+    said = "**1 of 1 cell came from the cache of other code than this run's"
+    assert said in (out / "report.md").read_text()
+    assert json.loads((out / "results.json").read_text())["code"] == again.code

@@ -79,6 +79,7 @@ WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not i
 UNCAPPED = {"kv_blocks": None, "state_slots": None, "cache_memory": None}
 OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its results
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
+SEEDS_WHERE = "seeds are set at the top level (every grid's) or in a [[grid]] (its own), not in [defaults]"
 SEED_FROM = "a cell's seed comes from `seeds` (a list, top level or in a grid)"  # `seed` anywhere in a cell
 
 
@@ -246,6 +247,8 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
             raise fail(origin, f"{where}.seed", SEED_FROM)
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
+        elif key == "seeds" and where == "defaults":  # a key, but of the config or of a grid
+            raise fail(origin, "defaults.seeds", SEEDS_WHERE)
         elif key not in ("name", "seeds") or where == "defaults":
             known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's seed is its workload's
             raise fail(origin, f"{where}.{key}", f"unknown key (known: {known}, workload)")

@@ -860,3 +860,10 @@ def test_a_rerun_says_how_many_cells_other_code_computed(tiny: Path, tmp_path: P
     said = "**1 of 1 cell came from the cache of other code than this run's"
     assert said in (out / "report.md").read_text()
     assert json.loads((out / "results.json").read_text())["code"] == again.code
+
+
+def test_seeds_in_defaults_are_refused_pointing_where_seeds_go(tiny: Path):
+    # it was "unknown key (known: model, runner, ...)": `seeds` is a key, of the config or a grid
+    message = refusal(tiny, [("[defaults]", "[defaults]\nseeds = [1, 2]")])
+    assert "\n" not in message and ": defaults.seeds: " in message and "unknown key" not in message, message
+    assert "top level" in message and "[[grid]]" in message, message

@@ -73,15 +73,22 @@ class CellCache:
         write_output(self.path(key), lambda path: write_whole(path, text))
 
 
+def _where(p: Pending) -> str:
+    """The cell as a failure names it: its grid, model, seed and key."""
+    return f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {p.cell.workload['seed']}, key {p.key})"
+
+
 def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
     """The cell's result, or why it failed as it ran: one line naming the cell (plain text, so it
     crosses from a Ray worker as it is)."""
     try:
         return run_cell(p.cell, variants)
     except ProblemError as e:  # the cells before it are cached: a re-run starts here
-        seed = p.cell.workload["seed"]
-        where = f"cell {p.cell.group!r} ({p.cell.settings['model']}, seed {seed}, key {p.key})"
-        return f"{where}: {e.problem.render(p.cell.loc)}"  # a setting by its key path, as the checks name it
+        # a setting by its key path, as the checks name it
+        return f"{_where(p)}: {e.problem.render(p.cell.loc)}"
+    except Exception as e:  # a crash (a bug, a GPU out of memory): its traceback names the cell
+        e.add_note(f"in {_where(p)}")
+        raise
 
 
 def _result(p: Pending, result: CellResult | str) -> tuple[Pending, CellResult]:

@@ -867,3 +867,20 @@ def test_seeds_in_defaults_are_refused_pointing_where_seeds_go(tiny: Path):
     message = refusal(tiny, [("[defaults]", "[defaults]\nseeds = [1, 2]")])
     assert "\n" not in message and ": defaults.seeds: " in message and "unknown key" not in message, message
     assert "top level" in message and "[[grid]]" in message, message
+
+
+def test_a_cell_that_crashes_names_itself_in_the_traceback(tiny: Path, tmp_path: Path, monkeypatch):
+    # a crash in a cell (a bug, a GPU out of memory in a forward pass) was a traceback that named
+    # no cell: which of a grid's cells to look at was anyone's guess
+    from radixflow.experiments.execute import execute
+
+    def crash(cell, variants):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr("radixflow.experiments.execute.run_cell", crash)
+    tiny.write_text(ONE_CELL)
+    config = load_config(tiny)
+    with pytest.raises(RuntimeError, match="CUDA out of memory") as info:
+        execute(config, tmp_path / "out", ExecutionOptions())
+    key = config.cells[0].key(config.variants)
+    assert getattr(info.value, "__notes__", []) == [f"in cell 'models' (qwen3_5-2b, seed 0, key {key})"]

@@ -31,8 +31,8 @@ class RayStartError(RuntimeError):
 
 
 class CellError(RuntimeError):
-    """A cell that failed as it ran, for a reason its checks could not see (a trace file it cannot
-    write, memory): one line naming the cell and its key."""
+    """Cells that failed as they ran, for a reason their checks could not see (a trace file it cannot
+    write, memory), raised once every other cell has run: one line naming the first and its key."""
 
 
 class OutputWriteError(RuntimeError):
@@ -83,7 +83,7 @@ def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
     crosses from a Ray worker as it is)."""
     try:
         return run_cell(p.cell, variants)
-    except ProblemError as e:  # the cells before it are cached: a re-run starts here
+    except ProblemError as e:  # the other cells run on, and are cached: a re-run runs only it
         # a setting by its key path, as the checks name it
         return f"{_where(p)}: {e.problem.render(p.cell.loc)}"
     except Exception as e:  # a crash (a bug, a GPU out of memory): its traceback names the cell
@@ -91,20 +91,14 @@ def _run_one(p: Pending, variants: list[Variant]) -> CellResult | str:
         raise
 
 
-def _result(p: Pending, result: CellResult | str) -> tuple[Pending, CellResult]:
-    if isinstance(result, str):
-        raise CellError(result)
-    return p, result
-
-
-def _serial(pending: list[Pending], variants: list[Variant]) -> Iterator[tuple[Pending, CellResult]]:
+def _serial(pending: list[Pending], variants: list[Variant]) -> Iterator[tuple[Pending, CellResult | str]]:
     for p in pending:
-        yield _result(p, _run_one(p, variants))
+        yield p, _run_one(p, variants)
 
 
 def _ray(
     pending: list[Pending], variants: list[Variant], address: str | None, torch_cpus: int
-) -> Iterator[tuple[Pending, CellResult]]:
+) -> Iterator[tuple[Pending, CellResult | str]]:
     import ray
 
     env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
@@ -123,7 +117,7 @@ def _ray(
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
-                yield _result(refs.pop(ref), ray.get(ref))
+                yield refs.pop(ref), ray.get(ref)
     finally:
         ray.shutdown()
 
@@ -133,6 +127,12 @@ class ExecutionOptions:
     ray: bool = False
     ray_address: str | None = None
     torch_cpus: int = 2
+
+
+def _failures(failed: list[str], ran: int) -> str:
+    """One line for the cells that failed as they ran: the first one's reason, and how many more."""
+    more = f"; {len(failed) - 1} more of the {ran} cells failed too" if len(failed) > 1 else ""
+    return f"{failed[0]}{more} (the others finished and are cached: a re-run runs only the cells that failed)"
 
 
 def _to_run(cell: Cell, key: str, cache: CellCache) -> bool:
@@ -165,11 +165,17 @@ def execute(
             if options.ray
             else _serial(pending, config.variants)
         )
-        for p, result in stream:
-            result = {**result, "code": code}
+        failed = []
+        for p, outcome in stream:
+            if isinstance(outcome, str):  # why it failed: the cells after it run all the same
+                failed.append(outcome)
+                continue
+            result = {**outcome, "code": code}
             cache.put(p.key, result)
             if on_cell is not None:
                 on_cell(p, result)
+        if failed:
+            raise CellError(_failures(failed, len(pending)))
     results = []
     for key in keys:
         result = cache.get(key)

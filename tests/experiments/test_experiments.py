@@ -884,3 +884,30 @@ def test_a_cell_that_crashes_names_itself_in_the_traceback(tiny: Path, tmp_path:
         execute(config, tmp_path / "out", ExecutionOptions())
     key = config.cells[0].key(config.variants)
     assert getattr(info.value, "__notes__", []) == [f"in cell 'models' (qwen3_5-2b, seed 0, key {key})"]
+
+
+def test_a_cell_that_fails_as_it_runs_leaves_the_cells_after_it_run_and_cached(
+    tiny: Path, tmp_path: Path, monkeypatch
+):
+    # the first cell that failed stopped the run: the cells after it never ran, and since the
+    # failing cell ran first again on every re-run, they never could until it was fixed
+    from radixflow.experiments import execute as ex
+    from radixflow.problems import Problem, ProblemError
+
+    config = load_config(tiny)  # six cells; the second and the fourth fail
+    failing = {config.cells[1].key(config.variants), config.cells[3].key(config.variants)}
+    run_cell = ex.run_cell
+
+    def some_fail(cell, variants):
+        if cell.key(variants) in failing:
+            raise ProblemError(Problem("trace_out", "cannot write t.json: No space left on device"))
+        return run_cell(cell, variants)
+
+    monkeypatch.setattr(ex, "run_cell", some_fail)
+    with pytest.raises(ex.CellError) as info:
+        ex.execute(config, tmp_path / "out", ExecutionOptions())
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("cell 'models' (qwen3-4b, seed 0, key "), line
+    assert "trace_out: cannot write t.json" in line and "1 more of the 6 cells failed" in line, line
+    cached = {p.stem for p in (tmp_path / "out" / "cells").glob("*.json")}
+    assert cached == {c.key(config.variants) for c in config.cells} - failing

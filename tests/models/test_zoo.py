@@ -166,3 +166,38 @@ def test_tokenizer_is_deterministic():
     }
     assert len(runs) == 1
     assert runs.pop().strip() == train_tokenizer(1024).to_str()
+
+
+def test_a_cached_model_whose_preset_changed_is_rebuilt_not_reused(tmp_path, monkeypatch):
+    from radixflow.models.presets import llama as presets
+
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    first = (path / "model.safetensors").read_bytes()
+    changed = {**presets.PRESETS_LLAMA["tiny"], "rms_norm_eps": 1e-5}  # the preset edited
+    monkeypatch.setitem(presets.PRESETS_LLAMA, "tiny", changed)
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert json.loads((path / "config.json").read_text())["rms_norm_eps"] == 1e-5
+    monkeypatch.setattr(zoo, "SEED", 1)  # the seed changed: other weights
+    zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert (path / "model.safetensors").read_bytes() != first
+    monkeypatch.undo()  # back to the preset as it was: built as it was, byte for byte
+    assert (zoo.ensure_model("llama-tiny", cache_dir=tmp_path) / "model.safetensors").read_bytes() == first
+    assert [p.name for p in tmp_path.iterdir()] == ["llama-tiny"]  # the replaced builds are gone
+
+
+def test_a_cached_model_built_by_another_format_version_is_rebuilt(tmp_path, monkeypatch):
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    (path / "stale-marker").write_text("x")
+    monkeypatch.setattr(zoo, "FORMAT_VERSION", zoo.FORMAT_VERSION + 1)
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert not (path / "stale-marker").exists()
+    assert load_model(path).config.model_type == "llama"
+
+
+def test_a_directory_in_the_cache_the_zoo_did_not_build_is_refused_not_used(tmp_path):
+    foreign = tmp_path / "llama-tiny"
+    foreign.mkdir()
+    (foreign / "config.json").write_text("{}")  # someone's own checkpoint under a zoo name
+    with pytest.raises(FileExistsError, match=rf"^{foreign} exists but the zoo did not build it "):
+        zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert [p.name for p in foreign.iterdir()] == ["config.json"]

@@ -22,12 +22,14 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from radixflow.models.registry import UnknownModelError
+
+T = TypeVar("T")
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 # What a build writes for the same preset and seed: bump it when that changes (the tokenizer's
@@ -236,7 +238,8 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     returned as is. A zoo build is reused while its record's digest (`build_digest`) is the
     preset's, and rebuilt in its place when the preset, the seed or `FORMAT_VERSION` changed. The
     build writes a temporary directory and renames it into place, so a directory under its final
-    name is always complete, even with concurrent callers.
+    name is always complete; concurrent callers wait for one build (`_cache_lock`), which first
+    sweeps away what builds cut short left behind.
     """
     if name not in ZOO:
         local = Path(name).expanduser()
@@ -254,20 +257,52 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
             f"{target} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
     build = _builder(name)  # resolve before creating anything, so errors leave no debris
-    tmp = _build_dir(root, source, name)
+    with _cache_lock(root, source):
+        if not _built(target, digest):  # another caller may have built it while this one waited
+            _sweep(root)
+            _build_into(_build_dir(root, source, name), target, build, digest)
+    return target
+
+
+def _build_into(tmp: Path, target: Path, build: Callable[[Path], dict[str, Any]], digest: str) -> None:
+    """``build`` run in ``tmp``, its record written (with ``digest``), and ``tmp`` renamed to
+    ``target``; ``tmp`` is removed whatever happens."""
     try:
-        extra = build(tmp)
-        _write_record(tmp, ZOO[name], {**extra, "digest": digest})
+        provenance = build(tmp)
+        _write_record(tmp, ZOO[target.name], {**provenance, "digest": digest})
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
         _install(tmp, target)
-    except OSError:
-        if not _built(target, digest):
-            raise
-        # another process finished the same model first: use theirs
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _cache_lock(root: Path, source: str) -> Iterator[None]:
+    """``root`` locked against builds into it by other callers, in this process or another: one
+    model is built once while the others wait, and no build's temporary directory is swept while
+    it is under way. A flock on the directory itself: no lock file to create or clean up, and the
+    lock goes with a process that dies."""
+    import fcntl  # POSIX only: imported here, so that the presets read anywhere
+
+    fd = _in_cache(root, source, lambda: _open_dir(root))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _open_dir(root: Path) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    return os.open(root, os.O_RDONLY)
+
+
+def _sweep(root: Path) -> None:
+    """Remove the temporary directories (``.<zoo name>.tmp-*``) that builds cut short (killed, a
+    power cut) left in ``root``. Only under the cache lock, where no build is under way."""
+    for name in ZOO:
+        for leftover in root.glob(f".{name}.tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def build_digest(name: str) -> str:
@@ -307,11 +342,15 @@ def _cache_source() -> str:
 
 
 def _build_dir(root: Path, source: str, name: str) -> Path:
-    """A fresh private directory under ``root`` to build ``name`` in; a root that is a file or
-    not writable is a `CacheDirError` naming it (not a bare errno naming some path)."""
+    """A fresh private directory under ``root`` to build ``name`` in."""
+    return _in_cache(root, source, lambda: Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root)))
+
+
+def _in_cache(root: Path, source: str, make: Callable[[], T]) -> T:
+    """``make()``, with an OSError from a cache ``root`` that is a file or not writable a
+    `CacheDirError` naming it and where it came from (not a bare errno naming some path)."""
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+        return make()
     except OSError as e:
         why = "not a directory" if root.exists() and not root.is_dir() else (e.strerror or str(e))
         raise CacheDirError(f"model cache directory {root} ({source}) cannot hold models: {why}") from None

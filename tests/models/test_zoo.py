@@ -201,3 +201,53 @@ def test_a_directory_in_the_cache_the_zoo_did_not_build_is_refused_not_used(tmp_
     with pytest.raises(FileExistsError, match=rf"^{foreign} exists but the zoo did not build it "):
         zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     assert [p.name for p in foreign.iterdir()] == ["config.json"]
+
+
+def test_a_build_sweeps_the_temporary_directories_that_builds_cut_short_left(tmp_path):
+    for leftover in (".llama-tiny.tmp-abc123", ".qwen3-tiny.tmp-x1y2.old"):  # killed mid-build
+        (tmp_path / leftover).mkdir()
+        (tmp_path / leftover / "model.safetensors").write_bytes(b"half")
+    for other in ("kernels", ".notes.tmp-1"):  # the cache's other tenants are left alone
+        (tmp_path / other).mkdir()
+    zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.tmp-1", "kernels", "llama-tiny"]
+
+
+def test_a_second_caller_waits_for_the_build_under_way_and_reuses_it(tmp_path, monkeypatch):
+    import fcntl
+    import threading
+
+    building, release, second_waits = threading.Event(), threading.Event(), threading.Event()
+    builds: list[str] = []
+    real_build, real_flock = zoo._build_preset, fcntl.flock
+
+    def held_build(*args):
+        builds.append(threading.current_thread().name)
+        building.set()
+        assert release.wait(60)
+        return real_build(*args)
+
+    def flock(fd, operation):
+        if threading.current_thread().name == "second":
+            second_waits.set()  # about to ask for the lock the first caller holds
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(zoo, "_build_preset", held_build)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    paths: dict[str, object] = {}
+
+    def call() -> None:
+        paths[threading.current_thread().name] = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+
+    first = threading.Thread(target=call, name="first")
+    first.start()
+    assert building.wait(60)
+    second = threading.Thread(target=call, name="second")
+    second.start()
+    second_waits.wait(60)
+    release.set()
+    first.join(60)
+    second.join(60)
+    assert paths == {"first": tmp_path / "llama-tiny", "second": tmp_path / "llama-tiny"}
+    assert builds == ["first"]  # built once: the second found it built when its turn came
+    assert [p.name for p in tmp_path.iterdir()] == ["llama-tiny"]

@@ -271,9 +271,27 @@ def _build_into(tmp: Path, target: Path, build: Callable[[Path], dict[str, Any]]
         provenance = build(tmp)
         _write_record(tmp, ZOO[target.name], {**provenance, "digest": digest})
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
+        _sync(tmp)
         _install(tmp, target)
+        _fsync(target.parent)  # the rename itself
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sync(tmp: Path) -> None:
+    """Every file in ``tmp``, then ``tmp`` itself, flushed to disk: renamed into place before that,
+    a crash could leave the final name holding empty or partial files."""
+    for file in tmp.iterdir():
+        _fsync(file)
+    _fsync(tmp)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -251,3 +251,29 @@ def test_a_second_caller_waits_for_the_build_under_way_and_reuses_it(tmp_path, m
     assert paths == {"first": tmp_path / "llama-tiny", "second": tmp_path / "llama-tiny"}
     assert builds == ["first"]  # built once: the second found it built when its turn came
     assert [p.name for p in tmp_path.iterdir()] == ["llama-tiny"]
+
+
+def test_a_build_is_flushed_to_disk_before_it_is_renamed_into_place(tmp_path, monkeypatch):
+    import os
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to name the file an fsync flushed")
+    events: list[tuple[str, str, str]] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"), ""))
+        return real_fsync(fd)
+
+    def rename(src, dst):
+        events.append(("rename", os.path.realpath(src), os.path.realpath(dst)))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path).resolve()
+    installed = next(i for i, (what, _, dst) in enumerate(events) if what == "rename" and dst == str(path))
+    tmp = events[installed][1]
+    synced_before = {file for what, file, _ in events[:installed] if what == "fsync"}
+    assert {os.path.join(tmp, p.name) for p in path.iterdir()} | {tmp} <= synced_before
+    assert ("fsync", str(path.parent), "") in events[installed:]  # the rename itself made durable

@@ -269,7 +269,8 @@ def _build_into(tmp: Path, target: Path, build: Callable[[Path], dict[str, Any]]
     ``target``; ``tmp`` is removed whatever happens."""
     try:
         provenance = build(tmp)
-        _write_record(tmp, ZOO[target.name], {**provenance, "digest": digest})
+        files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
+        _write_record(tmp, ZOO[target.name], {**provenance, "digest": digest, "files": files})
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
         _sync(tmp)
         _install(tmp, target)
@@ -336,12 +337,23 @@ def build_digest(name: str) -> str:
 
 
 def _built(target: Path, digest: str) -> bool:
-    """Whether ``target`` is a whole zoo build whose record has ``digest``."""
+    """Whether ``target`` is a whole zoo build whose record has ``digest``: every file the build
+    wrote is there at the size it wrote it (a cut copy, a file lost to a disk error is rebuilt)."""
     try:
         record = json.loads((target / RECORD).read_text())
     except (OSError, ValueError):  # none, unreadable, or not JSON
         return False
-    return isinstance(record, dict) and record.get("digest") == digest and (target / "config.json").is_file()
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not files or record.get("digest") != digest:
+        return False
+    return all(_size(target / file) == size for file, size in files.items())
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _install(tmp: Path, target: Path) -> None:

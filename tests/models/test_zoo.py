@@ -277,3 +277,17 @@ def test_a_build_is_flushed_to_disk_before_it_is_renamed_into_place(tmp_path, mo
     synced_before = {file for what, file, _ in events[:installed] if what == "fsync"}
     assert {os.path.join(tmp, p.name) for p in path.iterdir()} | {tmp} <= synced_before
     assert ("fsync", str(path.parent), "") in events[installed:]  # the rename itself made durable
+
+
+@pytest.mark.parametrize("damage", ["cut weights", "no tokenizer", "empty config"])
+def test_a_cached_build_with_a_cut_or_missing_file_is_rebuilt(tmp_path, damage):
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    whole = {p.name: p.read_bytes() for p in path.iterdir()}
+    if damage == "cut weights":  # a disk error, a copy cut short
+        (path / "model.safetensors").write_bytes(whole["model.safetensors"][:1000])
+    elif damage == "no tokenizer":
+        (path / "tokenizer.json").unlink()
+    else:
+        (path / "config.json").write_text("")
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == whole

@@ -260,7 +260,8 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     with _cache_lock(root, source):
         if not _built(target, digest):  # another caller may have built it while this one waited
             _sweep(root)
-            _build_into(_build_dir(root, source, name), target, build, digest)
+            tmp = _build_dir(root, source, name)
+            _in_cache(root, source, lambda: _build_into(tmp, target, build, digest))
     return target
 
 
@@ -377,8 +378,9 @@ def _build_dir(root: Path, source: str, name: str) -> Path:
 
 
 def _in_cache(root: Path, source: str, make: Callable[[], T]) -> T:
-    """``make()``, with an OSError from a cache ``root`` that is a file or not writable a
-    `CacheDirError` naming it and where it came from (not a bare errno naming some path)."""
+    """``make()``, with an OSError from a cache ``root`` that is a file, not writable or full a
+    `CacheDirError` naming it and where it came from (not a bare errno naming some path, perhaps
+    a temporary one already removed)."""
     try:
         return make()
     except OSError as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -254,8 +255,6 @@ def test_a_second_caller_waits_for_the_build_under_way_and_reuses_it(tmp_path, m
 
 
 def test_a_build_is_flushed_to_disk_before_it_is_renamed_into_place(tmp_path, monkeypatch):
-    import os
-
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc/self/fd to name the file an fsync flushed")
     events: list[tuple[str, str, str]] = []
@@ -291,3 +290,33 @@ def test_a_cached_build_with_a_cut_or_missing_file_is_rebuilt(tmp_path, damage):
         (path / "config.json").write_text("")
     assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
     assert {p.name: p.read_bytes() for p in path.iterdir()} == whole
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_tokenizer_saved_on_a_full_disk_raises_the_oserror_naming_it(tmp_path):
+    import errno
+
+    from radixflow.models.io.tokenizer import save_tokenizer
+
+    tmp_path.joinpath("tokenizer.json").symlink_to("/dev/full")
+    with pytest.raises(OSError) as err:
+        save_tokenizer(train_tokenizer(512), tmp_path)
+    assert err.value.errno == errno.ENOSPC
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+@pytest.mark.parametrize("file", ["model.safetensors", "tokenizer.json", "config.json"])
+def test_a_full_cache_directory_is_one_line_naming_it_and_how_to_move_it(tmp_path, monkeypatch, file):
+    real_mkdtemp = zoo.tempfile.mkdtemp
+
+    def full_mkdtemp(*args, **kwargs):  # the build directory on a disk with no space left
+        made = real_mkdtemp(*args, **kwargs)
+        os.symlink("/dev/full", os.path.join(made, file))
+        return made
+
+    monkeypatch.setattr(zoo.tempfile, "mkdtemp", full_mkdtemp)
+    monkeypatch.setenv(zoo.CACHE_ENV, str(tmp_path))
+    refused = rf"^model cache directory {tmp_path} \(\${zoo.CACHE_ENV}\) cannot hold models: No space left"
+    with pytest.raises(zoo.CacheDirError, match=refused):
+        zoo.ensure_model("llama-tiny")
+    assert not any(tmp_path.iterdir())

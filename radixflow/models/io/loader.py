@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import cast
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 from torch import nn
 
 from radixflow.models.config_schema import show, validate_config
@@ -201,11 +201,14 @@ def _buffers(model: nn.Module) -> set[str]:
 
 
 def save_model(model: nn.Module, path: str | Path) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (tied aliases omitted)."""
+    """Write ``config.json`` and ``model.safetensors`` (tied aliases omitted). A write that fails
+    (a full disk, a read-only directory) raises its OSError."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tied = set(_tied(model)) | _buffers(model)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
-    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+    # written here, not by safetensors' save_file: a write that fails (a full disk) is then the
+    # OSError every other file's is, not a SafetensorError that no caller expects
+    (path / "model.safetensors").write_bytes(save(state, metadata={"format": "pt"}))
     config: Config = model.config  # type: ignore[assignment]
     (path / "config.json").write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))

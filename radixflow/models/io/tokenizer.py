@@ -164,9 +164,12 @@ def save_tokenizer(
     bos_token: str | None = EOS_TOKEN,
     chat_template: str | None = CHATML_TEMPLATE,
 ) -> None:
-    """Write ``tokenizer.json`` and a minimal ``tokenizer_config.json`` (transformers can load it)."""
+    """Write ``tokenizer.json`` and a minimal ``tokenizer_config.json`` (transformers can load it).
+    A write that fails (a full disk) raises its OSError."""
     path = Path(path)
-    tokenizer.save(str(path / "tokenizer.json"))
+    # written here, not by the tokenizer's save: a write that fails (a full disk) is then an
+    # OSError, not the bare Exception the tokenizers library raises
+    (path / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "eos_token": eos_token,

@@ -523,3 +523,14 @@ def test_kv_heads_and_head_dim_left_out_default_as_in_transformers(tmp_path: Pat
         return sorted(tuple(p.shape) for name, p in model.named_parameters() if name.endswith(ends))
 
     assert projections(ours) == projections(ref) != []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device that is always full)")
+def test_save_model_on_a_full_disk_raises_the_oserror_naming_it(tmp_path: Path) -> None:
+    import errno
+
+    model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
+    tmp_path.joinpath("model.safetensors").symlink_to("/dev/full")  # every write: no space left
+    with pytest.raises(OSError) as err:
+        save_model(model, tmp_path)
+    assert err.value.errno == errno.ENOSPC

@@ -369,7 +369,8 @@ def _install(tmp: Path, target: Path) -> None:
 
 def _cache_source() -> str:
     """Where the default cache directory came from, for messages about it."""
-    return f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default"
+    # the default's message says how to move it: the user may not know the variable exists
+    return f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else f"the default; set ${CACHE_ENV} to use another"
 
 
 def _build_dir(root: Path, source: str, name: str) -> Path:

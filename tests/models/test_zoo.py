@@ -320,3 +320,14 @@ def test_a_full_cache_directory_is_one_line_naming_it_and_how_to_move_it(tmp_pat
     with pytest.raises(zoo.CacheDirError, match=refused):
         zoo.ensure_model("llama-tiny")
     assert not any(tmp_path.iterdir())
+
+
+def test_a_default_cache_directory_it_cannot_use_names_the_variable_that_moves_it(tmp_path, monkeypatch):
+    monkeypatch.delenv(zoo.CACHE_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".cache").write_text("x")  # ~/.cache a file: the default cannot be made
+    default = tmp_path / ".cache" / "radixflow" / "models"
+    moves = rf"\(the default; set \${zoo.CACHE_ENV} to use another\)"
+    refused = rf"^model cache directory {default} {moves} cannot hold models: "
+    with pytest.raises(zoo.CacheDirError, match=refused):
+        zoo.ensure_model("llama-tiny")

@@ -245,6 +245,11 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         local = Path(name).expanduser()
         if (local / "config.json").is_file():
             return local
+        if local.is_dir():  # a checkpoint with a file missing, not a misspelt zoo name
+            raise UnknownModelError(
+                f"model directory {local} holds no config.json: a checkpoint directory needs "
+                "config.json beside its *.safetensors"
+            )
         _entry(name)  # raises UnknownModelError listing the zoo names
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()

@@ -414,7 +414,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(output):
     [
         (["nosuchmodel"], "model: unknown torch model 'nosuchmodel'"),
         (["qwen3_5-2b", "--runner", "sim"], "model: 'qwen3_5-2b' on the sim runner has no weights"),
-        (["{empty}"], "model: unknown model '{empty}': not a zoo name and not a directory with config.json"),
+        (["{empty}"], "model: model directory {empty} holds no config.json"),
         (["qwen3_5-tiny", "--device", "bogus"], "--device: unknown device 'bogus'"),
         # the runner's own refusals of its dtype, matmul plan and kernels, as one engine says them
         (["qwen3_5-tiny", "--dtype", "float16"], "--dtype: float16 runs on cuda only, not on cpu"),

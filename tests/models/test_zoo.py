@@ -331,3 +331,13 @@ def test_a_default_cache_directory_it_cannot_use_names_the_variable_that_moves_i
     refused = rf"^model cache directory {default} {moves} cannot hold models: "
     with pytest.raises(zoo.CacheDirError, match=refused):
         zoo.ensure_model("llama-tiny")
+
+
+def test_a_directory_without_config_json_is_named_as_that_not_as_an_unknown_name(tmp_path):
+    checkpoint = tmp_path / "my-checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"")  # config.json forgotten in the copy
+    refused = rf"^model directory {checkpoint} holds no config.json"
+    with pytest.raises(UnknownModelError, match=refused) as err:
+        zoo.ensure_model(str(checkpoint))
+    assert "unknown model" not in str(err.value) and len(str(err.value).splitlines()) == 1

@@ -262,9 +262,10 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
             f"{target} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
     build = _builder(name)  # resolve before creating anything, so errors leave no debris
-    with _cache_lock(root, source):
+    with _cache_lock(root, source) as locked:
         if not _built(target, digest):  # another caller may have built it while this one waited
-            _sweep(root)
+            if locked:  # unlocked, a temporary directory may be a build under way elsewhere
+                _sweep(root)
             tmp = _build_dir(root, source, name)
             _in_cache(root, source, lambda: _build_into(tmp, target, build, digest))
     return target
@@ -302,17 +303,22 @@ def _fsync(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _cache_lock(root: Path, source: str) -> Iterator[None]:
+def _cache_lock(root: Path, source: str) -> Iterator[bool]:
     """``root`` locked against builds into it by other callers, in this process or another: one
     model is built once while the others wait, and no build's temporary directory is swept while
     it is under way. A flock on the directory itself: no lock file to create or clean up, and the
-    lock goes with a process that dies."""
+    lock goes with a process that dies. Yields whether it is held: a filesystem without locks
+    (NFS without its lock daemon, some FUSE mounts) still builds, as it did before there was one."""
     import fcntl  # POSIX only: imported here, so that the presets read anywhere
 
     fd = _in_cache(root, source, lambda: _open_dir(root))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            yield False
+        else:
+            yield True
     finally:
         os.close(fd)
 

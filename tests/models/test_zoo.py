@@ -341,3 +341,16 @@ def test_a_directory_without_config_json_is_named_as_that_not_as_an_unknown_name
     with pytest.raises(UnknownModelError, match=refused) as err:
         zoo.ensure_model(str(checkpoint))
     assert "unknown model" not in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_a_cache_on_a_filesystem_without_locks_still_builds_but_sweeps_nothing(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):  # an NFS mount without a lock daemon, some FUSE filesystems
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    (tmp_path / ".llama-tiny.tmp-abc123").mkdir()  # perhaps another machine's build under way
+    assert load_model(zoo.ensure_model("llama-tiny", cache_dir=tmp_path)).config.model_type == "llama"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".llama-tiny.tmp-abc123", "llama-tiny"]

@@ -245,11 +245,7 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         local = Path(name).expanduser()
         if (local / "config.json").is_file():
             return local
-        if local.is_dir():  # a checkpoint with a file missing, not a misspelt zoo name
-            raise UnknownModelError(
-                f"model directory {local} holds no config.json: a checkpoint directory needs "
-                "config.json beside its *.safetensors"
-            )
+        _check_local(local)
         _entry(name)  # raises UnknownModelError listing the zoo names
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()
@@ -334,6 +330,29 @@ def _sweep(root: Path) -> None:
     for name in ZOO:
         for leftover in root.glob(f".{name}.tmp-*"):
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _check_local(local: Path) -> None:
+    """An `UnknownModelError` saying what is wrong with a path that exists but is no checkpoint
+    directory (a misspelt zoo name or a path that is not there falls through to the zoo's list)."""
+    if local.is_dir():  # a checkpoint with a file missing, not a misspelt zoo name
+        raise UnknownModelError(
+            f"model directory {local} holds no config.json: a checkpoint directory needs "
+            "config.json beside its *.safetensors"
+        )
+    problem = file_problem(local)
+    if problem is not None:
+        raise UnknownModelError(problem)
+
+
+def file_problem(path: Path) -> str | None:
+    """What is wrong with ``path`` as a model when it is a file, e.g. a checkpoint's config.json or
+    model.safetensors given for its directory (None: not a file). Cheap: nothing is read."""
+    if not path.is_file():
+        return None
+    beside = path.parent
+    hint = f": did you mean {beside}?" if (beside / "config.json").is_file() else ""
+    return f"model path {path} is a file, not a checkpoint directory (config.json and *.safetensors){hint}"
 
 
 def build_digest(name: str) -> str:

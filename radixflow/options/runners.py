@@ -366,13 +366,16 @@ def name_problem(options: EngineOptions) -> Problem | None:
         return None
     if runner == "sim":
         return sim_name_problem(name)
-    from radixflow.models.zoo import model_names
+    from radixflow.models.zoo import file_problem, model_names
 
-    ok = name in model_names() or Path(name).expanduser().is_dir()  # "~/ck", as the loader reads it
+    path = Path(name).expanduser()  # "~/ck", as the loader reads it
+    if name in model_names() or path.is_dir():
+        return None
     known = f"zoo names: {', '.join(model_names())}"
     if options.runner is None:
         known += f"; sim shapes: {', '.join(SIM_MODELS)}"
-    return None if ok else Problem("model", f"unknown {runner} model {name!r} ({known})")
+    # a file of a checkpoint (its config.json) says which directory was meant, not "unknown"
+    return Problem("model", file_problem(path) or f"unknown {runner} model {name!r} ({known})")
 
 
 def choose_runner(options: EngineOptions) -> RunnerChoice:

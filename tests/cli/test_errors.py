@@ -187,6 +187,13 @@ def test_output_path_equal_to_the_input_trace_is_refused(tmp_path, capsys):
 
 
 
+def test_a_checkpoint_file_given_for_its_directory_is_one_line_naming_the_directory(tmp_path, capsys):
+    # was "unknown torch model '.../config.json'" followed by the 15 zoo names
+    (tmp_path / "config.json").write_text("{}")
+    err = one_line_error(capsys, ["bench", "--runner", "torch", "--model", str(tmp_path / "config.json")])
+    assert f"model path {tmp_path / 'config.json'} is a file" in err and f"did you mean {tmp_path}?" in err
+
+
 @pytest.mark.parametrize("flag", ["--json", "--trace"])
 def test_a_symlink_loop_as_a_path_is_one_line_naming_its_flag(tmp_path, monkeypatch, capsys, flag):
     """``--json loop`` (a link to a link back to it) was a RuntimeError traceback from resolving it."""

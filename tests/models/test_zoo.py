@@ -354,3 +354,17 @@ def test_a_cache_on_a_filesystem_without_locks_still_builds_but_sweeps_nothing(t
     (tmp_path / ".llama-tiny.tmp-abc123").mkdir()  # perhaps another machine's build under way
     assert load_model(zoo.ensure_model("llama-tiny", cache_dir=tmp_path)).config.model_type == "llama"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".llama-tiny.tmp-abc123", "llama-tiny"]
+
+
+def test_a_file_of_a_checkpoint_given_for_the_checkpoint_names_its_directory(tmp_path):
+    built = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    for file in ("config.json", "model.safetensors"):
+        refused = rf"^model path {built / file} is a file, not a checkpoint .*: did you mean {built}\?"
+        with pytest.raises(UnknownModelError, match=refused):
+            zoo.ensure_model(str(built / file))
+    weights = tmp_path / "weights.gguf"
+    weights.write_bytes(b"GGUF")  # no checkpoint beside it: nothing to suggest
+    refused = rf"^model path {weights} is a file, not a checkpoint directory"
+    with pytest.raises(UnknownModelError, match=refused) as err:
+        zoo.ensure_model(str(weights))
+    assert "did you mean" not in str(err.value)

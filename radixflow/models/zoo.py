@@ -258,13 +258,26 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
             f"{target} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
     build = _builder(name)  # resolve before creating anything, so errors leave no debris
+    try:
+        _build_locked(source, target, build, digest)
+    except CacheDirError as e:
+        if not target.exists():
+            raise
+        # the model is there: say why the cache must be written all the same
+        why = f"its {name} was built from another preset or is damaged, and must be rebuilt"
+        raise CacheDirError(f"{e} ({why})") from None
+    return target
+
+
+def _build_locked(source: str, target: Path, build: Callable[[Path], dict[str, Any]], digest: str) -> None:
+    """``target`` built under the cache lock, unless another caller built it while this one waited."""
+    root = target.parent
     with _cache_lock(root, source) as locked:
-        if not _built(target, digest):  # another caller may have built it while this one waited
+        if not _built(target, digest):
             if locked:  # unlocked, a temporary directory may be a build under way elsewhere
                 _sweep(root)
-            tmp = _build_dir(root, source, name)
+            tmp = _build_dir(root, source, target.name)
             _in_cache(root, source, lambda: _build_into(tmp, target, build, digest))
-    return target
 
 
 def _build_into(tmp: Path, target: Path, build: Callable[[Path], dict[str, Any]], digest: str) -> None:

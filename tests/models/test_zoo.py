@@ -368,3 +368,17 @@ def test_a_file_of_a_checkpoint_given_for_the_checkpoint_names_its_directory(tmp
     with pytest.raises(UnknownModelError, match=refused) as err:
         zoo.ensure_model(str(weights))
     assert "did you mean" not in str(err.value)
+
+
+def test_an_out_of_date_build_in_a_cache_it_cannot_write_says_why_it_must_write(tmp_path, monkeypatch):
+    zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    monkeypatch.setattr(zoo, "SEED", 1)  # the build there is out of date
+
+    def refuse(*args, **kwargs):  # what a read-only directory does (tests may run as root)
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(zoo.tempfile, "mkdtemp", refuse)
+    why = r"its llama-tiny was built from another preset or is damaged, and must be rebuilt"
+    refused = rf"^model cache directory {tmp_path} \(cache_dir\) cannot hold models: .*denied \({why}\)$"
+    with pytest.raises(zoo.CacheDirError, match=refused):
+        zoo.ensure_model("llama-tiny", cache_dir=tmp_path)

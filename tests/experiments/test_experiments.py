@@ -352,30 +352,24 @@ def test_fleet_keys_at_their_defaults_leave_cell_keys_alone(tiny: Path):
     assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == before
 
 
-def test_a_fleet_cells_key_names_the_fleet_revision(tiny: Path, monkeypatch):
-    # fleet cells cached before a fix to the fleet's results must not be reused; other cells keep
-    # their keys
-    tiny.write_text(TINY.replace("[defaults]", "[defaults]\nreplicas = 2", 1))
-    fleet = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
-    monkeypatch.setattr("radixflow.experiments.config.FLEET_REVISION", 999)
-    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] != fleet
-    tiny.write_text(TINY)
-    single = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
-    monkeypatch.setattr("radixflow.experiments.config.FLEET_REVISION", 1000)
-    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == single
+@pytest.mark.parametrize(
+    ("setting", "revision"),
+    [("replicas = 2", "FLEET_REVISION"), ("capacity = 0.5", "PRESSURE_REVISION")],
+)
+def test_a_cells_key_names_the_revision_of_its_results(tiny: Path, monkeypatch, setting, revision):
+    # cells cached before a fix to the fleet's results, or to the TTFT p95 rule of pressure
+    # figures, must not be reused; cells without that setting keep their keys
+    def keys() -> list:
+        return [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
 
-
-def test_a_pressure_cells_key_names_the_pressure_revision(tiny: Path, monkeypatch):
-    # cells cached before the TTFT p95 rule changed must not be reused; cells without a capacity
-    # keep their keys
-    tiny.write_text(TINY.replace("[defaults]", "[defaults]\ncapacity = 0.5", 1))
-    pressed = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
-    monkeypatch.setattr("radixflow.experiments.config.PRESSURE_REVISION", 999)
-    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] != pressed
+    tiny.write_text(TINY.replace("[defaults]", f"[defaults]\n{setting}", 1))
+    revised = keys()
+    monkeypatch.setattr(f"radixflow.experiments.config.{revision}", 999)
+    assert keys() != revised
     tiny.write_text(TINY)
-    free = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
-    monkeypatch.setattr("radixflow.experiments.config.PRESSURE_REVISION", 1000)
-    assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == free
+    plain = keys()
+    monkeypatch.setattr(f"radixflow.experiments.config.{revision}", 1000)
+    assert keys() == plain
 
 
 def test_not_toml_is_one_line(tmp_path: Path):

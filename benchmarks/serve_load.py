@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx
 
+from radixflow.bench.metrics import percentile
 from radixflow.models.io.tokenizer import corpus
 
 
@@ -217,13 +218,6 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 def summarize(outcomes: list[Outcome], elapsed: float, metrics: dict[str, float]) -> dict[str, object]:
     sent = len(outcomes)
     ok = [o for o in outcomes if o.status == 200 and o.complete]
@@ -247,9 +241,9 @@ def summarize(outcomes: list[Outcome], elapsed: float, metrics: dict[str, float]
         ttft = [o.ttft_s for o in mine if o.ttft_s is not None]
         by_kind[kind] = {
             "completed": len(mine),
-            "latency_s": {f"p{q}": pct(lat, q) for q in (50, 90, 99)},
+            "latency_s": {f"p{q}": percentile(lat, q) for q in (50, 90, 99)},
             "mean_latency_s": statistics.fmean(lat) if lat else None,
-            "ttft_s": {f"p{q}": pct(ttft, q) for q in (50, 90, 99)} if kind == "chat" else None,
+            "ttft_s": {f"p{q}": percentile(ttft, q) for q in (50, 90, 99)} if kind == "chat" else None,
         }
     generated = metrics.get("radixflow_generation_tokens_total", 0.0)
     computed = metrics.get("radixflow_round_tokens_total", 0.0)

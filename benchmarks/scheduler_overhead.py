@@ -27,6 +27,7 @@ from typing import TypeVar
 from rich.console import Console
 from rich.table import Table
 
+from radixflow.bench.metrics import percentile
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import DEFAULT_SIM_MODEL
@@ -90,15 +91,20 @@ def per_round(waiting: int, rounds: int) -> dict[str, dict[str, float]]:
             _top_up(timed[policy].engine, streams[policy], waiting)
     out = {}
     for policy, t in timed.items():
-        ms = sorted(1e3 * x for x in t.per_round)
         out[policy] = {
             "waiting": waiting,
-            "median_ms": statistics.median(ms),
-            "p99_ms": ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))],
+            **round_figures(t.per_round),
             "warmup_rounds": warmups[policy],
             "cache_full": t.full(),
         }
     return out
+
+
+def round_figures(per_round_s: list[float]) -> dict[str, float | None]:
+    """Median and p99 scheduler CPU per round in ms, interpolated as every percentile of the bench
+    (`bench.metrics.percentile`)."""
+    ms = [1e3 * x for x in per_round_s]
+    return {"median_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99)}
 
 
 def _fill(timed: TimedEngine, stream: Iterator[Request], waiting: int) -> int:

@@ -1,0 +1,23 @@
+"""benchmarks/scheduler_overhead.py: the figures taken from the timed rounds."""
+
+from __future__ import annotations
+
+import pytest
+from benchmark_utils import load_benchmark
+
+from radixflow.bench.metrics import percentile
+
+
+@pytest.fixture(scope="module")
+def overhead():
+    return load_benchmark("scheduler_overhead")
+
+
+def test_round_figures_interpolate_as_every_other_figure_does(overhead):
+    # p99 took the nearest rank (of 1..10 ms: 10.0) where the rest of radixflow interpolates
+    # (`bench.metrics.percentile`: 9.91)
+    seconds = [x / 1e3 for x in range(10, 0, -1)]
+    figures = overhead.round_figures(seconds)
+    ms = [1e3 * x for x in seconds]
+    assert figures == {"median_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99)}
+    assert figures["p99_ms"] == pytest.approx(9.91)

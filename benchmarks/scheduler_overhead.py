@@ -188,14 +188,15 @@ def main() -> None:
     args = p.parse_args()
     if args.smoke:
         args.waiting, args.runs, args.blocked, args.rounds, args.repeat = [200], [500], [100], 5, 1
+    for flag in ("repeat", "rounds"):  # before any run: the whole runs alone take minutes
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     console = Console()
     config = plan_engine(OPTIONS).scheduler_config()
     result: dict = {"config": config.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
     for policy in POLICIES:
         result["runs"][policy] = [fresh(_whole_run, policy, n) for n in args.runs]
         console.print(f"{policy}: whole runs done")
-    if args.repeat < 1:
-        raise SystemExit("--repeat must be at least 1")
     result["per_round"] = per_round_repeated(args.waiting, args.rounds, args.repeat)
     console.print("per-round figures done")
     for policy in POLICIES:

@@ -21,3 +21,18 @@ def test_round_figures_interpolate_as_every_other_figure_does(overhead):
     ms = [1e3 * x for x in seconds]
     assert figures == {"median_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99)}
     assert figures["p99_ms"] == pytest.approx(9.91)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--repeat", "0"), ("--rounds", "0")])
+def test_a_count_below_one_is_refused_before_any_run(overhead, monkeypatch, tmp_path, flag, value):
+    # --repeat 0 was refused only after every whole run had taken its minutes; --rounds 0 left
+    # no round to take a median of, and the table failed formatting None
+    def no_run(*args: object) -> None:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(overhead, "fresh", no_run)
+    argv = ["scheduler_overhead.py", flag, value, "--json", str(tmp_path / "o.json")]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        overhead.main()
+    assert str(exc.value) == f"{flag} must be at least 1, got {value}"

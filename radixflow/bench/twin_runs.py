@@ -122,8 +122,8 @@ def sim_figures(
     for policy in POLICIES:
         results, tapes = zip(*(run_twin(sim, policy, r) for r in runs), strict=True)
         f: dict[str, object] = {
-            "mean_latency_s": statistics.fmean(r.mean_latency_s for r in results),
-            "p99_latency_s": statistics.median(r.p99_latency_s for r in results),
+            "mean_latency_s": _mean([r.mean_latency_s for r in results]),
+            "p99_latency_s": _median([r.p99_latency_s for r in results]),
             "rounds": round(statistics.median(r.rounds for r in results)),
             "waves": round(statistics.median(t.waves for t in tapes)),
             "state_copies": round(statistics.median(t.state_copies for t in tapes)),
@@ -131,7 +131,7 @@ def sim_figures(
         }
         if twin.speed is not None:  # the same twin at the speed the cell's runs saw
             at = [run_twin(sim, policy, r, NoisyPrice(sim.runner, 0.0, 0, speed))[0] for r in runs]
-            f["at_speed"] = {"speed": speed, "mean_latency_s": statistics.fmean(r.mean_latency_s for r in at),
+            f["at_speed"] = {"speed": speed, "mean_latency_s": _mean([r.mean_latency_s for r in at]),
                              "rounds": round(statistics.median(r.rounds for r in at))}  # fmt: skip
         if twin.sigma and twin.draws:
             repeats = len(real[policy].results) if real is not None else 1
@@ -173,12 +173,26 @@ def noisy_twin(
             run_twin(sim, policy, r, NoisyPrice(sim.runner, sigma, seed * len(runs) + k, speed))[0]  # type: ignore[arg-type]
             for k, r in enumerate(runs)
         ]
-        means.append(statistics.fmean(r.mean_latency_s for r in drawn))
+        means.append(_mean([r.mean_latency_s for r in drawn]))
         rounds.append(statistics.fmean(float(r.rounds) for r in drawn))
-    band = median_of_n(means, repeats) if len(runs) == 1 else Spread.of(means, tail=0.05)
-    return {"sigma": sigma, "draws": draws, "speed": speed, "sequences": len(runs),
-            "mean_latency_s": Spread.of(means).to_dict(), "rounds": Spread.of(rounds).to_dict(),
-            "median_of_repeats": band.to_dict()}  # fmt: skip
+    out = {"sigma": sigma, "draws": draws, "speed": speed, "sequences": len(runs), "mean_latency_s": None,
+           "rounds": Spread.of(rounds).to_dict(), "median_of_repeats": None}  # fmt: skip
+    latencies = [m for m in means if m is not None]
+    if len(latencies) < len(means):  # some draw completed nothing: no latency spread
+        return out
+    band = median_of_n(latencies, repeats) if len(runs) == 1 else Spread.of(latencies, tail=0.05)
+    return out | {"mean_latency_s": Spread.of(latencies).to_dict(), "median_of_repeats": band.to_dict()}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean over runs; None where a run completed nothing (a mean over the others alone would
+    stand for other runs than the real figure beside it)."""
+    return None if None in values else statistics.fmean(values)  # type: ignore[arg-type]
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median over runs; None where a run completed nothing (see `_mean`)."""
+    return None if None in values else statistics.median(values)  # type: ignore[type-var]
 
 
 def against_real(sim: EngineSetup, policy: str, runs: list[list[Request]], real: Trials) -> dict:

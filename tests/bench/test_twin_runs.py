@@ -1,0 +1,35 @@
+"""bench/twin_runs.py: the sim twin's figures of a cell."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from radixflow.bench import twin_runs
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+PROFILE = Path(__file__).parents[2] / "experiments" / "profiles" / "cpu.json"
+
+
+def _cell(arrival: str = "batch") -> tuple[WorkloadSpec, object]:
+    """A small grouped cell of qwen3_5-2b, and its sim's scheduler config."""
+    plan = plan_engine(EngineOptions(runner="sim", model="qwen3_5-2b", hardware=str(PROFILE)))
+    rate = {"rate": 1.0} if arrival == "poisson" else {}
+    spec = WorkloadSpec(
+        groups=2, candidates=2, context_len=32, candidate_len=4, order="grouped", arrival=arrival,
+        vocab_size=plan.choice.vocab_size, seed=0, **rate,
+    )  # fmt: skip
+    return spec, plan.scheduler_config([len(r.prompt) for r in build_workload(spec).requests])
+
+
+def test_a_twin_that_completes_nothing_has_no_latency_figures():
+    # one block holds no prompt: every request fails, and the mean of the runs' None means raised
+    spec, s = _cell("poisson")
+    twin = twin_runs.Twin(PROFILE, sigma=0.1, draws=2, speed=1.5)
+    figures = twin_runs.sim_figures("qwen3_5-2b", spec, replace(s, num_blocks=1), twin, count=2)
+    for policy in twin_runs.POLICIES:
+        f = figures[policy]
+        assert (f["mean_latency_s"], f["p99_latency_s"], f["at_speed"]["mean_latency_s"]) == (None,) * 3
+        assert f["noisy"]["mean_latency_s"] is None and f["noisy"]["median_of_repeats"] is None
+        assert f["sequences"] == 2 and f["rounds"] >= 0

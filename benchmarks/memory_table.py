@@ -94,9 +94,14 @@ def medians(table: list[dict]) -> dict[tuple[str, str, str], dict[float, str]]:
         groups[(r["variant"], r["model"], r["workload"]), r["capacity"]].append(r)
     out: dict[tuple[str, str, str], dict[float, str]] = defaultdict(dict)
     for (key, cap), rs in sorted(groups.items()):
-        figs = [statistics.median(r[k] for r in rs if r[k] is not None) for k in ("hit_x", "p95_x", "mean_x")]
-        out[key][cap] = " / ".join(f"{x:.2f}" for x in figs)
+        figs = [_median([r[k] for r in rs if r[k] is not None]) for k in ("hit_x", "p95_x", "mean_x")]
+        out[key][cap] = " / ".join(_fmt(x) for x in figs)
     return out
+
+
+def _median(values: list[float]) -> float | None:
+    """None where no cell of the group has the figure (a variant that completed nothing)."""
+    return statistics.median(values) if values else None
 
 
 SMOKE = """
@@ -168,14 +173,14 @@ def main() -> None:
     ):
         print(
             f"| {r['model']} | {r['hardware']} | {r['workload']} | {r['capacity']:.0%} | {r['seed']} | "
-            f"{r['variant'].removeprefix('adaptive+')} | {r['hit']:.3f} / {r['hit_base']:.3f} | "
+            f"{r['variant'].removeprefix('adaptive+')} | {_fmt(r['hit'], 3)} / {_fmt(r['hit_base'], 3)} | "
             f"{_fmt(r['hit_x'])} | {_fmt(r['p95_x'])} | {_fmt(r['mean_x'])} | "
             f"{r['evicted'][0]}, {r['evicted'][1]} | {r['evicted_base'][0]}, {r['evicted_base'][1]} |"
         )
 
 
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}"
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
 
 
 if __name__ == "__main__":

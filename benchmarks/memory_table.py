@@ -28,10 +28,15 @@ def _workload(cell: dict) -> str:
 
 
 def rows(results: dict) -> list[dict]:
+    """Every variant of every cell against the cell's baseline; ValueError naming a cell that
+    lacks the baseline, or results with no variant besides it."""
     out = []
     for cell in results["cells"]:
         c = cell["cell"]
         by_variant = {r["variant"]: r["pressure"] for r in cell["results"]}
+        if BASELINE not in by_variant:
+            where = f"{c['model']}/{c['hardware']} capacity {c['capacity']} seed {c['workload']['seed']}"
+            raise ValueError(f"cell {where} has no baseline {BASELINE} (variants: {', '.join(by_variant)})")
         base = by_variant[BASELINE]
         for variant, p in by_variant.items():
             if variant == BASELINE:
@@ -53,6 +58,8 @@ def rows(results: dict) -> list[dict]:
                     "evicted_base": (base["evicted_kv"], base["evicted_checkpoint"]),
                 }
             )
+    if not out:
+        raise ValueError(f"no variant besides the baseline {BASELINE}")
     return out
 
 
@@ -143,7 +150,10 @@ def main() -> None:
     if args.results is None and not args.smoke:
         p.error("give a results.json (or --smoke)")
     results = smoke_results() if args.smoke else json.loads(args.results.read_text())
-    table = rows(results)
+    try:
+        table = rows(results)
+    except ValueError as e:
+        raise SystemExit(f"{args.results or '--smoke'}: {e}") from None
     if args.json is not None:
         args.json.write_text(json.dumps({"bars": bars(table), "rows": table}, indent=2))
     print(f"# `{results['name']}`: every cell against `{BASELINE}`\n")

@@ -46,3 +46,16 @@ def test_a_variant_that_completed_nothing_is_shown_without_figures(table, monkey
     out = capsys.readouterr().out
     assert "| cost-per-byte+all | – / 0.500 | – | – | – |" in out
     assert "| cost-per-byte+all | qwen3_5-2b | chat | – / – / – |" in out
+
+
+def test_results_without_a_variant_or_the_baseline_are_refused_in_one_line(table, monkeypatch, tmp_path):
+    # only the baseline ran: StopIteration from an empty summary; a cell without the baseline: KeyError
+    with pytest.raises(SystemExit) as exc:
+        _main(table, monkeypatch, tmp_path, _results({table.BASELINE: _pressure(0.5)}))
+    assert str(exc.value) == f"{tmp_path / 'results.json'}: no variant besides the baseline {table.BASELINE}"
+    with pytest.raises(SystemExit) as exc:
+        _main(table, monkeypatch, tmp_path, _results({"adaptive+cost-per-byte+all": _pressure(0.5)}))
+    assert str(exc.value) == (
+        f"{tmp_path / 'results.json'}: cell qwen3_5-2b/h100 capacity 0.25 seed 0 has no baseline "
+        f"{table.BASELINE} (variants: adaptive+cost-per-byte+all)"
+    )

@@ -37,3 +37,21 @@ def test_held_out_error_meets_the_acceptance_and_is_written_as_json(validation, 
 def test_holding_out_every_point_is_refused(validation):
     with pytest.raises(SystemExit):
         validation.main(["--k", "1"])
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"not strict JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_class_with_no_held_out_point_is_null_in_strict_json_and_not_accepted(validation, tmp_path, capsys):
+    # every 100000th point holds none out: its median was NaN, written as `NaN` (not JSON)
+    out = tmp_path / "validation.json"
+    assert validation.main(["--k", "100000", "--json", str(out)]) == 1
+    result = _strict(out.read_text())
+    gemm = result["gpus"]["h100"]["gemm"]
+    assert (gemm["median"], gemm["p90"], gemm["n"]) == (None, None, 0)
+    assert result["accepted"] is False
+    assert "FAIL" in capsys.readouterr().out

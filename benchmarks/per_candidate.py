@@ -64,7 +64,7 @@ class ModeFigures:
     wall_max_s: float
     cpu_s: float  # median CPU time of the process that computes (LLM: this one; server: its own)
     wall_ratio: float  # median wall / batch's median wall
-    cpu_ratio: float
+    cpu_ratio: float | None  # None: the batch's CPU read 0 (the server's is counted in 10 ms ticks)
     same_as_batch: bool  # greedy tokens equal, prompt logprobs within --atol, on every repeat
 
 
@@ -186,7 +186,7 @@ def measure(
             wall_max_s=round(max(wall[m]), 4),
             cpu_s=round(statistics.median(cpus[m]), 4),
             wall_ratio=round(statistics.median(wall[m]) / base_w, 3),
-            cpu_ratio=round(statistics.median(cpus[m]) / base_c, 3) if base_c > 0 else float("nan"),
+            cpu_ratio=round(statistics.median(cpus[m]) / base_c, 3) if base_c > 0 else None,
             same_as_batch=same[m],
         )
         for m in modes
@@ -266,15 +266,16 @@ def main() -> None:
             for kind, modes in figures.items():
                 for mode, f in modes.items():
                     spread = f"{f.wall_min_s:.2f}-{f.wall_max_s:.2f}"
+                    cpu_x = "-" if f.cpu_ratio is None else f"{f.cpu_ratio:.2f}"
                     print(f"{model:<18}{door:<8}{kind:<7}{mode:<12}{f.wall_s:>8.3f}{spread:>15}{f.cpu_s:>8.2f}"
-                          f"{f.wall_ratio:>8.2f}{f.cpu_ratio:>7.2f}  {f.same_as_batch}")  # fmt: skip
+                          f"{f.wall_ratio:>8.2f}{cpu_x:>7}  {f.same_as_batch}")  # fmt: skip
     load_after = load()
     print(f"load average before {load_before}, after {load_after}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         out = {"shape": asdict(shape), "repeat": args.repeat, "torch_threads": args.torch_threads,
                "load_before": load_before, "load_after": load_after, "results": results}  # fmt: skip
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2, allow_nan=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,29 @@
+"""benchmarks/per_candidate.py: the per-mode figures over repeats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from benchmark_utils import BENCHMARKS, load_benchmark
+
+
+@pytest.fixture(scope="module")
+def candidates():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCHMARKS))  # as when the script runs: it imports salt_memory
+        return load_benchmark("per_candidate")
+
+
+def _calls() -> dict:
+    answer = lambda prompts: [((1,), ()) for _ in prompts]  # noqa: E731
+    return {"batch": answer, "sequential": answer}
+
+
+def test_a_batch_that_took_no_measurable_cpu_has_no_cpu_ratio(candidates):
+    # the server's CPU is read in 10 ms ticks: a small batch reads 0, and its ratio was NaN,
+    # written to the JSON as `NaN` (not JSON)
+    shape = candidates.Shape(2, 4, 2, 1, 50)
+    figures = candidates.measure(_calls(), shape, 2, lambda: 0.0, 1e-4, 0)
+    assert figures["sequential"].cpu_ratio is None and figures["sequential"].wall_ratio is not None
+    json.dumps({m: candidates.asdict(f) for m, f in figures.items()}, allow_nan=False)

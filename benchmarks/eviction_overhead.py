@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -27,8 +27,9 @@ from radixflow.engine.engine import Engine
 from radixflow.scheduler import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
-from scheduler_overhead import OPTIONS, TimedEngine, requests
+from scheduler_overhead import OPTIONS, TimedEngine, fresh, requests
 
+T = TypeVar("T")
 # (eviction, admission): the baseline first
 VARIANTS = (("lru", "all"), ("cost-per-byte", "all"), ("cost-per-byte", "likely"))
 
@@ -50,6 +51,12 @@ def per_round(waiting: int, rounds: int, policy: str, cache_memory: str | None =
             timed[v].engine.step()
             _top_up(timed[v].engine, streams[v], waiting)
     return {label(v): statistics.median(1e3 * x for x in timed[v].per_round) for v in VARIANTS}
+
+
+def repeated(fn: Callable[..., T], args: tuple, repeat: int) -> list[T]:
+    """``fn(*args)`` ``repeat`` times, each in a fresh process (`scheduler_overhead.fresh`): one
+    pool's worker would run every repeat on the heap the one before it left."""
+    return [fresh(fn, *args) for _ in range(repeat)]
 
 
 def _fill(timed: TimedEngine, stream: Iterator[Request], waiting: int) -> None:
@@ -88,11 +95,8 @@ def main() -> None:
         raise SystemExit("--repeat must be at least 1")
     result: dict = {"policy": args.policy, "rounds": args.rounds, "cache_memory": args.cache_memory}
     result["per_round"] = {}
-    ctx = multiprocessing.get_context("spawn")
     for waiting in args.waiting:
-        with ctx.Pool(1) as pool:
-            job = (waiting, args.rounds, args.policy, args.cache_memory)
-            runs = [pool.apply(per_round, job) for _ in range(args.repeat)]
+        runs = repeated(per_round, (waiting, args.rounds, args.policy, args.cache_memory), args.repeat)
         medians = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
         base = medians[label(VARIANTS[0])]
         result["per_round"][waiting] = {

@@ -91,8 +91,9 @@ def main() -> None:
     args = p.parse_args()
     if args.smoke:
         args.waiting, args.rounds, args.repeat = [200], 5, 1
-    if args.repeat < 1:
-        raise SystemExit("--repeat must be at least 1")
+    for flag in ("repeat", "rounds"):  # --rounds 0: no round to take a median of
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     result: dict = {"policy": args.policy, "rounds": args.rounds, "cache_memory": args.cache_memory}
     result["per_round"] = {}
     for waiting in args.waiting:

@@ -3,7 +3,8 @@
 Each variant is a server started from a source tree (``PYTHONPATH``) with extra server flags; the
 load generator and its traffic are this tree's, so every variant gets the same requests. Runs are
 interleaved (A B A B ...) so a change in the machine's load hits every variant alike, and each
-figure is the median over ``--repeat`` runs; ratios are against the first variant.
+figure is the median over ``--repeat`` runs, but lost requests and errors, which are totals over
+them (one run's loss counts); ratios are against the first variant.
 
     git worktree add /tmp/c05b93d c05b93d   # the commit to compare against
     python benchmarks/serve_compare.py --variant old=/tmp/c05b93d --variant main=. \\
@@ -82,6 +83,17 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+TOTALS = ("lost", "errors")  # summed over runs: a median would hide one run's failures
+
+
+def medians(runs: dict[str, list[dict[str, float | None]]]) -> dict[str, dict[str, float | None]]:
+    """Per variant, each figure's median over its runs; `TOTALS` summed."""
+    return {
+        label: {k: sum(r[k] or 0.0 for r in rs) if k in TOTALS else median([r[k] for r in rs]) for k in rs[0]}
+        for label, rs in runs.items()
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -112,9 +124,10 @@ def main() -> None:
     for i in range(args.repeat):
         for v in args.variant:
             runs[v.label].append(figures(run_once(v, load_args, tmp / f"{v.label}-{i}.json")))
-    table = {label: {k: median([r[k] for r in rs]) for k in rs[0]} for label, rs in runs.items()}
+    table = medians(runs)
     ref = table[args.variant[0].label]
-    print(f"\nmedians of {args.repeat} interleaved runs; ratios against {args.variant[0].label}")
+    ref_label = args.variant[0].label
+    print(f"\nmedians of {args.repeat} interleaved runs (lost, errors: totals); ratios against {ref_label}")
     head = ("variant", "req/s", "x", "TTFT p50", "x", "CPU/req", "lost", "errors", "load")
     print("{:14s} {:>8s} {:>6s} {:>10s} {:>6s} {:>9s} {:>5s} {:>7s} {:>5s}".format(*head))
     for label, row in table.items():

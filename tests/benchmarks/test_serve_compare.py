@@ -46,3 +46,13 @@ def test_the_server_serve_load_starts_runs_the_variant_tree(tmp_path, monkeypatc
 def test_a_variant_that_is_no_source_tree_is_refused(compare, tmp_path):
     with pytest.raises(Exception, match="not a radixflow source tree"):
         compare.parse_variant(f"old={tmp_path}")
+
+
+def test_lost_requests_and_errors_are_totals_over_the_runs(compare):
+    # a median over three runs showed 0 lost where one run lost a request
+    row = {"requests_per_s": 10.0, "chat_ttft_p50_s": 0.1, "score_latency_p50_s": 0.2, "lost": 0.0,
+           "errors": 0.0, "load_1min": 1.0, "server_cpu_ms_per_request": None}  # fmt: skip
+    runs = [row, {**row, "lost": 1.0, "errors": 2.0, "requests_per_s": 12.0}, {**row, "requests_per_s": 11.0}]
+    table = compare.medians({"a": runs})["a"]
+    assert (table["lost"], table["errors"]) == (1.0, 2.0)
+    assert table["requests_per_s"] == 11.0 and table["server_cpu_ms_per_request"] is None

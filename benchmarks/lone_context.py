@@ -124,6 +124,8 @@ def main() -> None:
     if args.smoke:
         args.model, args.groups, args.candidates = "qwen3_5-tiny", 2, 2
         args.context_len, args.candidate_len = 32, 4
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
     options = EngineOptions(  # radixflow: the placements compared under docs/policies.md's policy
         model=args.model,
         torch_threads=args.torch_threads,

@@ -31,3 +31,12 @@ def test_outputs_are_held_to_the_reference_on_every_repeat(lone, monkeypatch):
     out = lone.measure(_setup({"a": 7}), [], ["branch"], 2)["branch"]
     assert out["batch"]["same_as_no_cache"] is False and out["one_by_one"]["same_as_no_cache"] is True
     assert out["batch"]["wall_s"] == 0.5 and out["engine_ratio"] == 4.0  # times: the minimum
+
+
+def test_no_repeat_is_refused_in_one_line(lone, monkeypatch):
+    # --repeat 0 ran nothing and failed on the first run of none (IndexError)
+    monkeypatch.setattr("sys.argv", ["lone_context.py", "--repeat", "0"])
+    monkeypatch.setattr(lone, "measure", lambda *args: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exc:
+        lone.main()
+    assert str(exc.value) == "--repeat must be at least 1, got 0"

@@ -6,7 +6,8 @@ round, block size 16. Per-round figures are taken once the cache is full and eve
 evicts, with the queue topped up so it stays at the target length. Scheduler CPU is
 `time.process_time` around `Scheduler.schedule` and `Scheduler.update`. The policies' per-round figures are
 taken side by side in one process (their rounds in turn), ``--repeat`` times (3) in fresh
-processes; the median is reported beside every run's, with the ratio to `radixflow`.
+processes; the median is reported beside every run's, with the ratio to `radixflow`, and the
+machine's load average before and after.
 
     python benchmarks/scheduler_overhead.py --json results/scheduler_overhead.json
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import resource
 import statistics
@@ -176,6 +178,12 @@ def per_round_repeated(waiting: list[int], rounds: int, repeat: int) -> dict[str
     return out
 
 
+def machine(load_before: float) -> dict[str, float | int | None]:
+    """The machine's CPUs and 1-minute load average before and now: CPU timings on a shared
+    machine read beside the load they were taken under."""
+    return {"cpus": os.cpu_count(), "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--waiting", type=int, nargs="+", default=[1_000, 10_000, 100_000])
@@ -192,6 +200,7 @@ def main() -> None:
         if getattr(args, flag) < 1:
             raise SystemExit(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     console = Console()
+    load_before = os.getloadavg()[0]
     config = plan_engine(OPTIONS).scheduler_config()
     result: dict = {"config": config.__dict__, "per_round": {}, "blocked_round_ms": {}, "runs": {}}
     for policy in POLICIES:
@@ -203,6 +212,7 @@ def main() -> None:
         blocked_round(policy, 1)  # warm-up: the first round in a process loads the cost model's tables
         result["blocked_round_ms"][policy] = {n: blocked_round(policy, n) for n in args.blocked}
         console.print(f"{policy}: blocked-round figures done")
+    result["machine"] = machine(load_before)
     _print(result, console)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
@@ -210,6 +220,9 @@ def main() -> None:
 
 
 def _print(result: dict, console: Console) -> None:
+    m = result["machine"]
+    console.print(f"{m['cpus']} CPUs, load average (1 min) {m['load_1min_before']:.1f} before, "
+                  f"{m['load_1min_after']:.1f} after")  # fmt: skip
     table = Table(title="scheduler CPU per round, cache full and evicting (ms, medians over repeats)")
     for col in ("policy", "waiting", "median", "runs", "p99", "× radixflow", "cache full"):
         table.add_column(col, justify="right")

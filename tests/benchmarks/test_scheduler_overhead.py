@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from benchmark_utils import load_benchmark
 
@@ -36,3 +38,16 @@ def test_a_count_below_one_is_refused_before_any_run(overhead, monkeypatch, tmp_
     with pytest.raises(SystemExit) as exc:
         overhead.main()
     assert str(exc.value) == f"{flag} must be at least 1, got {value}"
+
+
+def test_the_machines_load_is_recorded_beside_the_timings(overhead, monkeypatch, tmp_path):
+    # CPU timings from a shared machine without its load average could not be told apart from
+    # a slow spell; every run here in this process (`fresh` spawns one each)
+    monkeypatch.setattr(overhead, "fresh", lambda fn, *args: fn(*args))
+    out = tmp_path / "o.json"
+    argv = ["scheduler_overhead.py", "--waiting", "8", "--runs", "8", "--blocked", "2", "--rounds", "1"]
+    monkeypatch.setattr("sys.argv", [*argv, "--repeat", "1", "--json", str(out)])
+    overhead.main()
+    machine = json.loads(out.read_text())["machine"]
+    assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
+    assert all(isinstance(v, int | float) and v >= 0 for v in machine.values())

@@ -5,7 +5,7 @@ The workload and timing of `scheduler_overhead.py` (shared contexts of 64 tokens
 every eviction happens): each variant's engine is filled until its cache is full and every
 admission evicts, then the variants take their measured rounds in turn, so a slow spell of a
 shared machine hits all alike. ``--repeat`` fresh processes; medians, and each variant's ratio
-to `lru`.
+to `lru`, beside the machine's load average before and after.
 
     python benchmarks/eviction_overhead.py --waiting 10000 --json results/eviction_overhead.json
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from radixflow.engine.engine import Engine
 from radixflow.scheduler import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
-from scheduler_overhead import OPTIONS, TimedEngine, fresh, requests
+from scheduler_overhead import OPTIONS, TimedEngine, fresh, machine, requests
 
 T = TypeVar("T")
 # (eviction, admission): the baseline first
@@ -94,6 +95,7 @@ def main() -> None:
     for flag in ("repeat", "rounds"):  # --rounds 0: no round to take a median of
         if getattr(args, flag) < 1:
             raise SystemExit(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    load_before = os.getloadavg()[0]
     result: dict = {"policy": args.policy, "rounds": args.rounds, "cache_memory": args.cache_memory}
     result["per_round"] = {}
     for waiting in args.waiting:
@@ -104,12 +106,16 @@ def main() -> None:
             name: {"median_ms": ms, "runs_ms": [r[name] for r in runs], "vs_lru": ms / base}
             for name, ms in medians.items()
         }
+    result["machine"] = machine(load_before)
     _print(result)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
 
 
 def _print(result: dict) -> None:
+    m = result["machine"]
+    before, after = m["load_1min_before"], m["load_1min_after"]
+    print(f"{m['cpus']} CPUs, load average (1 min) {before:.1f} before, {after:.1f} after")
     table = Table(title=f"scheduler + eviction CPU per round ({result['policy']}), full cache")
     for col in ("waiting", "variant", "median ms", "x lru", "runs ms"):
         table.add_column(col)

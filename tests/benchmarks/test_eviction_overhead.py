@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -33,3 +34,14 @@ def test_a_count_below_one_is_refused_before_any_run(overhead, monkeypatch, tmp_
     with pytest.raises(SystemExit) as exc:
         overhead.main()
     assert str(exc.value) == f"{flag} must be at least 1, got {value}"
+
+
+def test_the_machines_load_is_recorded_beside_the_timings(overhead, monkeypatch, tmp_path):
+    # as scheduler_overhead: CPU timings on a shared machine beside the load they were taken under
+    monkeypatch.setattr(overhead, "repeated", lambda fn, args, repeat: [fn(*args) for _ in range(repeat)])
+    out = tmp_path / "o.json"
+    argv = ["eviction_overhead.py", "--waiting", "8", "--rounds", "1", "--repeat", "1", "--json", str(out)]
+    monkeypatch.setattr("sys.argv", argv)
+    overhead.main()
+    machine = json.loads(out.read_text())["machine"]
+    assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}

@@ -137,7 +137,12 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="CI: one small workload, two capacities")
     args = p.parse_args()
     shapes = TORCH_WORKLOADS if args.runner == "torch" else WORKLOADS | HELD_OUT
-    workloads = {name: shapes[name] for name in args.workloads if name in shapes}
+    if missing := [name for name in args.workloads if name not in shapes]:
+        has = ", ".join(shapes)  # --runner torch has smaller chat and mixed shapes only
+        raise SystemExit(
+            f"--workloads: {', '.join(missing)} has no shape for --runner {args.runner} (it has: {has})"
+        )
+    workloads = {name: shapes[name] for name in args.workloads}
     args.models = args.models or (TORCH_MODELS if args.runner == "torch" else ["qwen3_5-2b"])
     if args.smoke:
         workloads = {"chat": replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)}

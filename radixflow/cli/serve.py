@@ -100,6 +100,19 @@ def fleet_wanted(args: argparse.Namespace) -> bool:
     return args.replicas > 1 or args.ray_address is not None
 
 
+def refuse_setup(options: EngineOptions, local: bool = True) -> None:
+    """Raise `ProblemError` for what the model's setup refuses without loading its weights (a
+    model the runner has not, bad torch settings, a ``--cache-memory`` budget below one entry;
+    ``local``: the model is built on this machine, so its entry sizes can be read here)."""
+    from radixflow.generation.setup import weights_problem
+
+    problem = weights_problem(options, local=local)
+    if problem is not None:
+        raise ProblemError(problem)
+    if options.cache_memory is not None and local:
+        plan_engine(options).scheduler_config()  # the budget against the model's entry sizes
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     if fleet_wanted(args):
         return run_fleet(args, console)
@@ -117,6 +130,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     warn_ineffective_options(args, options)  # after the thread plan: the clock's warning counts its threads
     config = replace(config, tokenizer_threads=tokenizer_threads)
+    refuse_setup(options)  # before the port: a mistyped model is named, not another server's port
     sock = bind(listen.host, listen.port)  # before the model loads: a bad address is one line
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
@@ -140,14 +154,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
     require_serve_extra()
     require_cluster_extra()
-    from radixflow.generation.setup import weights_problem
-
     # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
-    problem = weights_problem(options, local=args.ray_address is None)
-    if problem is not None:
-        raise ProblemError(problem)
-    if options.cache_memory is not None and args.ray_address is None:  # the model is built here then
-        plan_engine(options).scheduler_config()  # the budget against the model's entry sizes
+    refuse_setup(options, local=args.ray_address is None)
     from radixflow.cluster.fleet_metrics import FleetFigures
     from radixflow.cluster.launch import (
         FleetSpec,

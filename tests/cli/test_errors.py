@@ -329,18 +329,28 @@ def test_router_without_replicas_warns_on_stderr_as_every_warning_does(monkeypat
     assert err.splitlines()[0] == warning
 
 
-def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use):
-    """The real entry point, as its own process: one line, exit 2, and no model loaded (the
-    checkpoint directory does not exist, so loading it would be a different error)."""
+def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use, tmp_path: Path):
+    """The real entry point, as its own process: one line, exit 2, and no model loaded (a zoo
+    model in an empty cache: loading it would build it there)."""
     pytest.importorskip("uvicorn")
     root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    argv = ["serve", str(Path(root) / "no-such-model-dir"), "--port", str(port_in_use)]
+    env["RADIXFLOW_CACHE"] = str(tmp_path)
+    argv = ["serve", "qwen3_5-tiny", "--port", str(port_in_use)]
     proc = subprocess.run(
         [sys.executable, "-m", "radixflow.cli", *argv], capture_output=True, text=True, timeout=120, env=env
     )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.splitlines() == [f"radixflow: error: --port: {port_in_use} {IN_USE}"]
+    assert not any(tmp_path.iterdir())
+
+
+def test_serve_names_a_mistyped_model_before_the_port_it_would_listen_on(port_in_use, capsys):
+    # the model was checked after the port was bound: with another server on the default port, a
+    # mistyped model read "--port: 8000 is already in use"
+    assert main(["serve", "gpt-17", "--port", str(port_in_use)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("radixflow: error: model: unknown torch model 'gpt-17'"), err
 
 
 # a NUL in a path flag reached Path.resolve() as "ValueError: embedded null byte" (a traceback;

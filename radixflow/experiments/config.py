@@ -270,6 +270,7 @@ def _validate_cell(
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
+    s["model"] = checks.model_path(s["model"], base)  # a checkpoint directory: relative to the config too
     for key, (spec, default) in EXPERIMENT_KEYS.items():
         problem = check_value(key, s[key], spec, default is None)
         if problem is not None:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.models.zoo import model_names
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
@@ -203,6 +205,20 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     except ProfileError as e:
         raise fail(origin, key, str(e)) from None
     return str(path)
+
+
+def model_path(value: Any, base: Path) -> Any:
+    """A checkpoint directory named relative to the config, as an absolute path, as a profile file
+    is (zoo names and sim shapes as they are). Where the directory is neither beside the config
+    nor in the current one, the name is kept: the model check says it names no model."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return value  # the model check reports it
+    if value in SIM_MODELS or value in model_names():
+        return value
+    given = Path(value).expanduser()  # "~/ck", as the loader reads it
+    if not given.is_absolute() and not (base / given).exists() and not given.exists():
+        return value
+    return str((base / given).resolve())  # never the current directory's, where only it has one
 
 
 PROFILE_KEYS = ("hardware", "cost_profile")  # a built-in profile's name, or a profile file's path

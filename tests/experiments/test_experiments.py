@@ -905,3 +905,54 @@ def test_a_cell_that_fails_as_it_runs_leaves_the_cells_after_it_run_and_cached(
     assert "trace_out: cannot write t.json" in line and "1 more of the 6 cells failed" in line, line
     cached = {p.stem for p in (tmp_path / "out" / "cells").glob("*.json")}
     assert cached == {c.key(config.variants) for c in config.cells} - failing
+
+
+def test_cells_with_no_file_inputs_keep_the_keys_their_cached_results_have(tiny: Path):
+    # the keys this config's cells had before a checkpoint's files were put into a cell's key:
+    # shipped results caches stay valid only while they do not change
+    config = load_config(tiny)
+    assert [c.key(config.variants) for c in config.cells] == [
+        "007aef85adb64b77",
+        "69c7f4c92c9799a8",
+        "90efdf2ca160006a",
+        "9cc9ab6b33811ab3",
+        "4571fb671ceb308f",
+        "484c527009c689cb",
+    ]
+
+
+def _checkpoint(directory: Path) -> Path:
+    """A checkpoint directory the sim reads its shape from (config.json; weights it never reads)."""
+    from radixflow.models.zoo import preset_config
+
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps(preset_config("qwen3_5-tiny")))
+    (directory / "model.safetensors").write_bytes(b"weights")
+    return directory
+
+
+def _checkpoint_config(tmp_path: Path) -> Path:
+    """A config in its own folder naming the checkpoint beside it by a relative path."""
+    ck = _checkpoint(tmp_path / "exp" / "ck")
+    path = ck.parent / "t.toml"
+    path.write_text(TINY.split("[[grid]]")[0] + '[[grid]]\nname = "ck"\nmodel = "ck"\n')
+    return path
+
+
+def test_a_model_directory_is_relative_to_the_config_as_a_profile_file_is(tmp_path: Path, monkeypatch):
+    # it was read relative to the current directory: "unknown sim model 'ck'" when run from
+    # elsewhere, while hardware = "fitted.json" beside it was found
+    path = _checkpoint_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (cell,) = load_config(path).cells
+    assert cell.settings["model"] == str((tmp_path / "exp" / "ck").resolve())
+
+
+def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: Path, monkeypatch):
+    path = _checkpoint_config(tmp_path)
+    _checkpoint(tmp_path / "elsewhere" / "ck2")
+    path.write_text(path.read_text().replace('"ck"\n', '"ck2"\n'))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(ExperimentConfigError, match=r"grid\[0\]\.model: .*exp/ck2"):
+        load_config(path)
+

@@ -9,6 +9,7 @@ Also here: `--seeds` as the command line gives it, a workload value, a profile n
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Hashable
@@ -236,3 +237,36 @@ def profile_digests(settings: dict[str, Any]) -> dict[str, str]:
             except OSError:
                 digests[key] = "unreadable"  # the cell's run reports it
     return digests
+
+
+# A checkpoint's weights are read by neither the config check nor the key: gigabytes hashed on every
+# load (cached cells' keys too) would cost more than many cells' runs. A weight file rewritten at the
+# same path has another size or modification time (ns) in all but a copy that keeps both; the small
+# files (config.json, the shard index) are hashed whole.
+CHECKPOINT_TEXTS = ("config.json", "model.safetensors.index.json")
+
+
+def checkpoint_digest(directory: Path) -> str:
+    """What the checkpoint in ``directory`` is, for a cell's key: its config and shard index (a hash
+    of each), and each weight file's name, size and modification time."""
+    files: dict[str, Any] = {}
+    for name in CHECKPOINT_TEXTS:
+        if (directory / name).is_file():
+            files[name] = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+    for weights in sorted(directory.glob("*.safetensors")):
+        stat = weights.stat()
+        files[weights.name] = [stat.st_size, stat.st_mtime_ns]
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def model_digests(settings: dict[str, Any]) -> dict[str, str]:
+    """A cell's checkpoint directory (``model``) for its result cache key: new weights or config at
+    the same path are another cell. Zoo names and sim shapes are no directory: none, so their
+    cells keep their keys (a zoo build is fixed by its name, `models.zoo.build_digest`)."""
+    value = settings.get("model")
+    if not isinstance(value, str) or value in SIM_MODELS or value in model_names():
+        return {}
+    try:
+        return {"model": checkpoint_digest(Path(value))}
+    except OSError:
+        return {"model": "unreadable"}  # the cell's run reports it

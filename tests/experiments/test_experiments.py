@@ -956,3 +956,40 @@ def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: 
     with pytest.raises(ExperimentConfigError, match=r"grid\[0\]\.model: .*exp/ck2"):
         load_config(path)
 
+
+
+def _rewritten_at_the_same_size(ck: Path) -> None:
+    import os
+
+    weights = ck / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    weights.write_bytes(b"WEIGHTS")  # the same size: only its modification time tells
+    os.utime(weights, ns=(before + 10**9, before + 10**9))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda ck: (ck / "config.json").write_text((ck / "config.json").read_text().replace(", ", ",  ")),
+        lambda ck: (ck / "model.safetensors").write_bytes(b"other weights"),
+        lambda ck: (ck / "model-00002.safetensors").write_bytes(b"another shard"),
+        _rewritten_at_the_same_size,
+    ],
+    ids=["config", "weights", "a weight file added", "weights of the same size"],
+)
+def test_a_cell_on_a_model_directory_runs_again_when_the_checkpoint_changes(tmp_path: Path, edit):
+    # its key was the path's text: new weights or config at the same path gave the old results
+    from radixflow.experiments.execute import execute
+
+    path = _checkpoint_config(tmp_path)
+    started: list[tuple[int, int]] = []
+    out = tmp_path / "out"
+
+    def run() -> None:
+        execute(load_config(path), out, ExecutionOptions(), lambda total, todo: started.append((total, todo)))
+
+    run()
+    run()
+    edit(path.parent / "ck")
+    run()
+    assert started == [(1, 1), (1, 0), (1, 1)]

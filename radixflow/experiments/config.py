@@ -141,13 +141,15 @@ class Cell:
         return {**self.workload, "independent": round(share * count / (1 - share))}
 
     def key(self, variants: list[Variant]) -> str:
-        """The cell's result cache key: its settings, what its profile files and its checkpoint
-        directory hold, and the variants (not where it writes a trace)."""
+        """The cell's result cache key: its settings, what its profile files, its checkpoint
+        directory and the round profiles stored for its model hold, and the variants (not where it
+        writes a trace)."""
         labels = [v.label for v in variants]
         cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
         cell["workload"] = {k: v for k, v in self.workload.items() if not _late_default(k, v)}
         # none for built-in profiles, zoo names and sim shapes: their cells keep their keys
         files = checks.profile_digests(self.settings) | checks.model_digests(self.settings)
+        files |= checks.stored_profile_digests(self.settings)
         key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
         if self.settings.get("replicas", 1) > 1:
             key["fleet_revision"] = FLEET_REVISION

@@ -270,3 +270,25 @@ def model_digests(settings: dict[str, Any]) -> dict[str, str]:
         return {"model": checkpoint_digest(Path(value))}
     except OSError:
         return {"model": "unreadable"}  # the cell's run reports it
+
+
+def stored_profile_digests(settings: dict[str, Any]) -> dict[str, str]:
+    """A torch cell's stored round profiles (`runners.profile_store`: what `radixflow calibrate`
+    stored for its model, its round predictor's prior, which the policies weigh rounds by), for its
+    key: a model calibrated anew is another cell. Every machine's and dtype's, as the key cannot
+    name the machine that runs the cell without torch; none stored: none, so the key stays."""
+    model = settings.get("model")
+    if settings.get("runner") != "torch" or not isinstance(model, str):
+        return {}
+    from radixflow.models.zoo import default_cache_dir
+    from radixflow.runners.profile_store import stored_profiles
+
+    checkpoint = default_cache_dir() / model if model in model_names() else Path(model)
+    try:
+        files = {str(p.relative_to(p.parents[1])): p.read_bytes() for p in stored_profiles(checkpoint)}
+    except OSError:
+        return {}  # no config.json to name the model by: the cell's run reports it
+    digest = hashlib.sha256()
+    for name, text in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(text).digest())
+    return {"round_profiles": digest.hexdigest()[:16]} if files else {}

@@ -8,6 +8,7 @@ names the machine it was measured on in full; one whose machine differs is not u
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -71,6 +72,15 @@ def model_identity(checkpoint: str | Path, dtype: str) -> str:
     path = Path(checkpoint)
     config = (path / "config.json").read_bytes()
     return f"{path.name}-{hashlib.sha256(config).hexdigest()[:12]}-{dtype}"
+
+
+def stored_profiles(checkpoint: str | Path, root: Path | None = None) -> list[Path]:
+    """Every profile stored for the checkpoint's model, on any machine and in any dtype: those a
+    runner of it may start from (the machine's identity needs torch; this reads no more than files)."""
+    from radixflow.models.zoo import default_cache_dir
+
+    prefix = model_identity(checkpoint, "").removesuffix("-")  # <directory name>-<config.json hash>
+    return sorted((root or default_cache_dir()).glob(f"{STORE_DIR}/*/{glob.escape(prefix)}-*.json"))
 
 
 def store_key(checkpoint: str | Path, dtype: str, device: str, threads: int) -> StoreKey:

@@ -993,3 +993,37 @@ def test_a_cell_on_a_model_directory_runs_again_when_the_checkpoint_changes(tmp_
     edit(path.parent / "ck")
     run()
     assert started == [(1, 1), (1, 0), (1, 1)]
+
+
+def test_a_torch_cell_runs_again_when_its_model_is_calibrated_anew(tmp_path: Path, monkeypatch):
+    # the torch runner starts its round predictor (which the policies cut rounds by) from the
+    # profile `radixflow calibrate` stored for the model: a new one reused the old results
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+    from radixflow.experiments import execute as execute_module
+    from radixflow.models.zoo import default_cache_dir, ensure_model
+    from radixflow.runners.profile_store import StoreKey, model_identity, save_stored
+
+    built = ensure_model("lfm2-tiny")  # once, where the other tests find it
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))  # its profile store: this test's
+    default_cache_dir().mkdir()
+    (default_cache_dir() / "lfm2-tiny").symlink_to(built)
+    monkeypatch.setattr(execute_module, "run_cell", lambda cell, variants: {"results": []})
+    path = tmp_path / "t.toml"
+    path.write_text(TORCH.replace('cost_profile = "cpu.json"\n', ""))
+    started: list[tuple[int, int]] = []
+
+    def run() -> None:
+        config = load_config(path)
+        execute_module.execute(config, tmp_path / "out", ExecutionOptions(), lambda *n: started.append(n))
+
+    key = StoreKey(model_identity(built, "float32"), {"cpu": "this one"})
+    run()
+    save_stored(HARDWARE["cpu"], key)
+    run()
+    run()
+    save_stored(replace(HARDWARE["cpu"], per_request_s=2e-3), key)
+    run()
+    assert started == [(1, 1), (1, 1), (1, 0), (1, 1)]

@@ -210,14 +210,17 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
 
 def model_path(value: Any, base: Path) -> Any:
     """A checkpoint directory named relative to the config, as an absolute path, as a profile file
-    is (zoo names and sim shapes as they are). Where the directory is neither beside the config
-    nor in the current one, the name is kept: the model check says it names no model."""
+    is (zoo names and sim shapes as they are). A bare name that is a directory neither beside the
+    config nor in the current one is kept: the model check says it names no model (and lists
+    those that are); a path (``sub/ck``) is made absolute all the same, so that check names where
+    it was looked for."""
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         return value  # the model check reports it
     if value in SIM_MODELS or value in model_names():
         return value
     given = Path(value).expanduser()  # "~/ck", as the loader reads it
-    if not given.is_absolute() and not (base / given).exists() and not given.exists():
+    bare = len(given.parts) == 1 and not value.startswith(".")
+    if bare and not (base / given).exists() and not given.exists():
         return value
     return str((base / given).resolve())  # never the current directory's, where only it has one
 

@@ -1027,3 +1027,13 @@ def test_a_torch_cell_runs_again_when_its_model_is_calibrated_anew(tmp_path: Pat
     save_stored(replace(HARDWARE["cpu"], per_request_s=2e-3), key)
     run()
     assert started == [(1, 1), (1, 1), (1, 0), (1, 1)]
+
+
+def test_a_missing_model_path_is_named_where_it_was_looked_for(tmp_path: Path, monkeypatch):
+    # "unknown sim model 'sub/ck'" left the user to guess which folder it was relative to
+    path = _checkpoint_config(tmp_path)
+    path.write_text(path.read_text().replace('"ck"\n', '"sub/ck"\n'))
+    monkeypatch.chdir(tmp_path)
+    where = (tmp_path / "exp" / "sub" / "ck").resolve()
+    with pytest.raises(ExperimentConfigError, match=re.escape(f"{where}'")):
+        load_config(path)

@@ -1021,6 +1021,8 @@ def test_a_torch_cell_runs_again_when_its_model_is_calibrated_anew(tmp_path: Pat
         execute_module.execute(config, tmp_path / "out", ExecutionOptions(), lambda *n: started.append(n))
 
     key = StoreKey(model_identity(built, "float32"), {"cpu": "this one"})
+    config = load_config(path)
+    assert config.cells[0].key(config.variants) == "fce79f020cac7c94"  # none stored: the key it had
     run()
     save_stored(HARDWARE["cpu"], key)
     run()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from radixflow.experiments.cells import run_cell
-from radixflow.experiments.config import Cell, ExperimentConfig, Variant
+from radixflow.experiments.config import OUTPUT_KEYS, Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
 from radixflow.package import source_digest
 from radixflow.problems import ProblemError
@@ -177,9 +177,16 @@ def execute(
         if failed:
             raise CellError(_failures(failed, len(pending)))
     results = []
-    for key in keys:
+    for key, cell in zip(keys, config.cells, strict=True):
         result = cache.get(key)
         if result is None:
             raise RuntimeError(f"cell {key} finished but its result cannot be read back from {cache.dir}")
-        results.append({**result, "key": key})
+        results.append({**result, "cell": _as_written(result, cell), "key": key})
     return results
+
+
+def _as_written(result: CellResult, cell: Cell) -> dict[str, Any]:
+    """The cell of a result with what this run wrote (``trace_out``, left out of its key), not
+    what the run that cached it wrote: a cell cached by a traced run names no trace when run
+    without one."""
+    return {**result.get("cell", cell.to_dict()), **{k: cell.settings[k] for k in OUTPUT_KEYS}}

@@ -1040,3 +1040,16 @@ def test_a_missing_model_path_is_named_where_it_was_looked_for(tmp_path: Path, m
     where = (tmp_path / "exp" / "sub" / "ck").resolve()
     with pytest.raises(ExperimentConfigError, match=re.escape(f"{where}'")):
         load_config(path)
+
+
+def test_a_cached_cell_run_without_its_trace_names_no_trace(tiny: Path, tmp_path: Path):
+    # the cell's result came from the cache as the traced run wrote it: results.json named that
+    # run's trace_out though this run asked for none and wrote none
+    from radixflow.experiments.execute import execute
+
+    out, trace = tmp_path / "out", tmp_path / "cell.json"
+    tiny.write_text(ONE_CELL + f'trace_out = "{trace}"\n')
+    execute(load_config(tiny), out, ExecutionOptions())
+    tiny.write_text(ONE_CELL)
+    (plain,) = execute(load_config(tiny), out, ExecutionOptions())
+    assert plain["cell"]["trace_out"] is None

@@ -2,8 +2,8 @@
 cell that writes a trace: only a run writes it).
 
 Each finished cell is written at once to ``<out>/cells/<key>.json`` (key: a hash of the cell's
-settings and the variants), so an interrupted run loses at most the cells in flight and a re-run
-picks up where it stopped.
+settings, what the files it reads hold, and the variants: `Cell.key`), so an interrupted run
+loses at most the cells in flight and a re-run picks up where it stopped.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from radixflow.options import EngineOptions
-from radixflow.options.flags import SIM_ONLY, TORCH_ONLY, clock_warnings
+from radixflow.options.flags import RECURRENT_ONLY, SIM_ONLY, TORCH_ONLY, clock_warnings
 
 
 def ineffective(
@@ -25,7 +25,7 @@ def ineffective(
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
         (
-            ("placement", "state_slots"),
+            RECURRENT_ONLY,
             not has_recurrent,
             "on a full-attention model: it has no recurrent state",
         ),

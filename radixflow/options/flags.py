@@ -28,6 +28,8 @@ GROUPS = {
     "output": "output",
 }
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
+# read only where there is recurrent state (admission: which checkpoint saves may evict)
+RECURRENT_ONLY = ("placement", "state_slots", "admission")
 TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "kernels", "clock")
 Spell = Callable[[str], str]  # an option's name as a door writes it (``flag``: --kv-blocks)
 POLICY_HELP = (
@@ -225,7 +227,7 @@ def dtype_warnings(options: EngineOptions) -> list[str]:
 
 def ineffective_for_model(given_names: list[str], has_recurrent: bool, spell: Spell = flag) -> list[str]:
     """Warnings for given options that cannot change a run on this model (one line each)."""
-    if has_recurrent or not (names := [n for n in ("placement", "state_slots") if n in given_names]):
+    if has_recurrent or not (names := [n for n in RECURRENT_ONLY if n in given_names]):
         return []
     return [f"{_listed(names, spell)} no effect on a full-attention model: it has no recurrent state"]
 

@@ -540,6 +540,10 @@ def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
             "grid[0].state_slots has no effect on a full-attention model",
         ),
         (
+            [('model = ["qwen3_5-2b", "qwen3-4b"]', 'model = "qwen3-4b"\nadmission = "likely"')],
+            "grid[0].admission has no effect on a full-attention model",
+        ),
+        (
             [('model = "falcon_h1-1.5b"', 'runner = "torch"\nmodel = "falcon_h1-small"')],
             "grid[1].fixed_cost_ms has no effect with the torch runner",
         ),

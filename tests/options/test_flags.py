@@ -20,6 +20,7 @@ from radixflow.options.flags import (
     dtype_warnings,
     from_args,
     ineffective,
+    ineffective_for_model,
     policies,
 )
 from radixflow.problems import ProblemError
@@ -217,3 +218,12 @@ def test_the_model_flag_names_the_sim_shapes_it_points_to():
     text = _actions(_command("bench"))["model"].help
     assert "see `radixflow bench --help`" not in text
     assert all(name in text for name in SIM_MODELS)
+
+
+def test_admission_on_a_full_attention_model_is_warned_about_as_placement_is():
+    # admission only decides which checkpoint saves may evict: a model without recurrent state
+    # saves none, so `--admission likely` on qwen3-4b changed nothing, without a word
+    warned = ineffective_for_model(["admission", "placement"], has_recurrent=False)
+    why = "have no effect on a full-attention model: it has no recurrent state"
+    assert warned == [f"--placement, --admission {why}"]
+    assert ineffective_for_model(["admission"], has_recurrent=True) == []

@@ -51,12 +51,19 @@ def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[Workload, 
 
 
 def check_generated_fits(spec: WorkloadSpec, sched: SchedulerConfig) -> None:
-    """Generated prompts all have one length: if one cannot fit the KV cache, none can."""
+    """Generated prompts all have one length: if one cannot fit the KV cache, or run without a state
+    slot, none can."""
     blocks = math.ceil(spec.prompt_len / sched.block_size)
     if blocks > sched.num_blocks:
         raise UsageError(
             f"a prompt of {spec.prompt_len} tokens (--context-len + --candidate-len) needs {blocks} KV "
             f"blocks of {sched.block_size} tokens; the cache has {sched.num_blocks} (--kv-blocks)"
+        )
+    if sched.stateless_rounds(spec.prompt_len):
+        raise UsageError(
+            f"a prompt of {spec.prompt_len} tokens (--context-len + --candidate-len) spans several "
+            f"rounds (--token-budget {sched.token_budget}) and needs a state slot; the cache has none "
+            "(--state-slots)"
         )
 
 

@@ -39,6 +39,10 @@ def fit_problem(spec: WorkloadSpec, plan: EnginePlan, context: int | None) -> Pr
         return Problem(
             key, f"{why} of {options.block_size} tokens; the cache has {scheduler.num_blocks} (kv_blocks)"
         )
+    if scheduler.stateless_rounds(length):
+        why = f"a prompt of {length} tokens ({spec.prompt_words()}) spans several rounds"
+        needs = f"(token_budget {options.token_budget}) and needs a state slot; the cache has none"
+        return Problem("state_slots", f"{why} {needs}")
     if context is not None and length >= context:
         why = f"a prompt of {length} tokens ({spec.prompt_words()}) does not fit {options.model}'s context"
         return Problem(_longest_part(spec), f"{why} of {context} tokens (one more is generated)")

@@ -103,6 +103,7 @@ class EnginePlan:
             block_size=o.block_size,
             num_blocks=o.kv_blocks or default.kv_blocks,
             num_state_slots=slots if self.choice.has_recurrent else 0,
+            has_recurrent=self.choice.has_recurrent,  # as the engine will see it, for checks before it
         )
         if o.cache_memory is None:
             return config

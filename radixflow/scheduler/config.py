@@ -77,8 +77,13 @@ class SchedulerConfig:
         if prompt_len > capacity:
             return 0
         if self.has_recurrent and self.num_state_slots < 1:
-            return 0 if prompt_len > self.token_budget else 1
+            return 0 if self.stateless_rounds(prompt_len) else 1
         return capacity - prompt_len + 1  # the last token's KV is never written
+
+    def stateless_rounds(self, prompt_len: int) -> bool:
+        """A prompt of ``prompt_len`` tokens spans several rounds on a model with recurrent state
+        and no state slot to carry that state between them: it can never run here. Pure."""
+        return self.has_recurrent and self.num_state_slots < 1 and prompt_len > self.token_budget
 
     def _kv_problem(self, req: Request, blocks: int) -> Problem:
         """``req``'s ``blocks`` of KV over the cache: named as the prompt when the prompt alone is
@@ -99,7 +104,7 @@ class SchedulerConfig:
         blocks = self.blocks_needed(0, req.max_length)
         if blocks > self.num_blocks:
             return self._kv_problem(req, blocks)
-        if self.has_recurrent and self.num_state_slots < 1 and len(req.prompt) > self.token_budget:
+        if self.stateless_rounds(len(req.prompt)):
             return Problem(
                 "prompt",
                 f"does not fit: {len(req.prompt)} tokens span several rounds (token budget "

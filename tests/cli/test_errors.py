@@ -73,6 +73,13 @@ def test_generated_prompt_larger_than_the_kv_cache_is_refused(capsys):
     assert "needs 68 KV blocks of 16 tokens; the cache has 10 (--kv-blocks)" in err
 
 
+def test_generated_prompt_a_hybrid_model_cannot_run_without_state_slots_is_refused(capsys):
+    # every prompt spans several rounds and no slot carries its state between them: each request
+    # failed after the runner was built, and the tables showed 0 completed for every policy
+    err = one_line_error(capsys, ["bench", "--state-slots", "0", "--token-budget", "256"])
+    assert "a prompt of 1088 tokens" in err and "--token-budget 256" in err and "(--state-slots)" in err
+
+
 def write_lines(path: Path, *rows: str) -> Path:
     path.write_text("".join(row + "\n" for row in rows))
     return path

@@ -469,6 +469,11 @@ def test_a_cell_under_pressure_runs_each_variant_with_its_own_eviction_and_admis
         # bench refuses these before any work; a cell ran them and failed every request
         ([('name = "models"', 'name = "models"\nkv_blocks = 4')], "grid[0].kv_blocks", "9 KV blocks"),
         ([("[defaults]", "[defaults]\nkv_blocks = 4")], "defaults.kv_blocks", "9 KV blocks"),
+        (  # a hybrid model's prompt over several rounds with no slot for its state between them
+            [("token_budget = 256", "token_budget = 16\nstate_slots = 0")],
+            "defaults.state_slots",
+            "spans several rounds (token_budget 16)",
+        ),
         ([("context_len = 128", "context_len = 300000")], "defaults.workload.context_len", "context"),
         (  # a chat's last turn carries every turn's tokens: the three keys named did not add up to it
             [

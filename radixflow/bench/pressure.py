@@ -20,12 +20,15 @@ from radixflow.bench.metrics import percentile
 from radixflow.engine.engine import Engine, RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
+from radixflow.scheduler.placement import LonePlacement
 from radixflow.scheduler.request import Request, RequestStatus
 
 UNBOUNDED_BLOCKS = 1 << 20
 UNBOUNDED_SLOTS = 1 << 16
 MIN_SLOTS = 4  # the placement's own saves and a resume point, with room to spare
-SAVES_PER_REQUEST = 4  # checkpoints one request may leave (branch point, tail, a ladder's)
+# checkpoints one request may leave beside one per round of its prompt (`align`): its tail, a
+# branch point, a predicted fork, and the rungs of `lone`'s cold-start ladder
+SAVES_PER_REQUEST = 3 + LonePlacement.LADDER
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,10 @@ def measure_working_set(options: EngineOptions, requests: list[Request]) -> Work
     # each), so a runner that allocates its pools up front (torch) allocates no more than that
     bs = options.block_size
     blocks = sum(-(-(len(r.prompt) + 1) // bs) for r in requests) + 1
+    slots = sum(_saves(len(r.prompt), options) for r in requests) + min(options.max_requests, len(requests))
     unbounded = options.replace(
         kv_blocks=min(blocks, UNBOUNDED_BLOCKS),
-        state_slots=min(SAVES_PER_REQUEST * len(requests) + MIN_SLOTS, UNBOUNDED_SLOTS),
+        state_slots=min(slots + MIN_SLOTS, UNBOUNDED_SLOTS),
         cache_memory=None,
         eviction="lru",
         admission="all",
@@ -67,6 +71,13 @@ def measure_working_set(options: EngineOptions, requests: list[Request]) -> Work
     return WorkingSet(
         peak, usage.cached_blocks, usage.checkpoint_slots, ledger.block_bytes, ledger.slot_bytes
     )
+
+
+def _saves(prompt_len: int, options: EngineOptions) -> int:
+    """The most checkpoints a prompt of ``prompt_len`` tokens may leave: one per round its prompt
+    spans and `SAVES_PER_REQUEST`, never more than one per block and its tail. Pure."""
+    rounds = -(-prompt_len // options.token_budget)
+    return min(rounds + SAVES_PER_REQUEST, -(-prompt_len // options.block_size) + 1)
 
 
 def under_pressure(

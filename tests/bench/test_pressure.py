@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from radixflow.bench.metrics import percentile
-from radixflow.bench.pressure import pressure_figures
+from radixflow.bench.pressure import measure_working_set, pressure_figures
+from radixflow.options import EngineOptions
 from radixflow.scheduler import Request
 from radixflow.scheduler.request import RequestStatus
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 
 def _done(rid: str, ttft_s: float) -> Request:
@@ -29,3 +31,21 @@ def test_ttft_percentiles_follow_the_one_rule_every_latency_percentile_does():
 def test_no_finished_request_gives_undefined_ttft_not_an_error():
     figures = pressure_figures([], None)
     assert figures["ttft_p50_ms"] is None and figures["ttft_p95_ms"] is None and figures["hit_rate"] is None
+
+
+@pytest.mark.parametrize(
+    ("placement", "token_budget", "spec"),
+    [
+        # align saves at every chunk's end: 17 chunks of a 1088-token prompt
+        ("align", 64, {"groups": 2, "candidates": 3, "candidate_len": 64}),
+        # lone (adaptive's own) puts a ladder of 5 rungs in each namespace's first prompt
+        (None, 2048, {"groups": 8, "candidates": 1, "namespaces": 8, "candidate_len": 16}),
+    ],
+)
+def test_the_unbounded_run_holds_every_checkpoint_the_placement_saves(placement, token_budget, spec):
+    # an experiment cell with a capacity measured its working set on a cache of 4 slots a
+    # request: these raised "the unbounded run evicted" from deep inside the cell
+    reqs = build_workload(WorkloadSpec(**spec, context_len=1024, vocab_size=1000)).requests
+    options = EngineOptions(model="qwen3_5-2b", placement=placement, token_budget=token_budget)
+    ws = measure_working_set(options, reqs)
+    assert ws.checkpoints > len(reqs) and ws.peak_bytes > ws.checkpoints * ws.checkpoint_bytes

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         setup.scheduler,
         runner=plan.choice.name,
         model=setup.runner.model.name,
-        placement=options.placement or {n: default_placement(n) for n in names},
+        placement=_placements(options.placement, names, plan.choice.has_recurrent),
         repeats=args.repeat,
     )
     config.update(plan.choice.describe(setup.runner))
@@ -76,6 +76,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(prior, highlight=False, markup=False, soft_wrap=True)
     _write_outputs(args, BenchReport(workload, config, runs))
     return _exit_code(runs)
+
+
+def _placements(given: str | None, names: list[str], recurrent: bool) -> str | dict[str, str]:
+    """The checkpoint placement the policies' engines ran: none on a model without recurrent state
+    (its engines place nothing), else the one given or each policy's own."""
+    if not recurrent:
+        return "none"
+    return given or {n: default_placement(n) for n in names}
 
 
 def _run(

@@ -42,6 +42,18 @@ def test_full_attention_control_gives_identical_rounds(tmp_path):
     assert native["bubble_tokens"] == flow["bubble_tokens"] == adaptive["bubble_tokens"] == 0
 
 
+def test_a_full_attention_runs_config_says_what_its_engines_ran(tmp_path):
+    # the engines of a model without recurrent state place no checkpoint and hold no state; the
+    # JSON said each policy's own placement (branch, lone) and has_recurrent true
+    out = tmp_path / "out.json"
+    args = ["--groups", "2", "--candidates", "2", "--context-len", "64", "--json", str(out)]
+    assert main(["bench", "--model", "qwen3-4b", *args]) == 0
+    config = json.loads(out.read_text())["config"]
+    assert (config["placement"], config["has_recurrent"], config["num_state_slots"]) == ("none", False, 0)
+    assert main(["bench", "--model", "qwen3_5-2b", "--placement", "align", *args]) == 0
+    assert json.loads(out.read_text())["config"]["placement"] == "align"
+
+
 def test_trace_write_then_replay_gives_same_results(tmp_path):
     trace, a, b = tmp_path / "t.jsonl", tmp_path / "a.json", tmp_path / "b.json"
     args = ["bench", "--groups", "3", "--candidates", "4", "--arrival", "poisson", "--rate", "200"]

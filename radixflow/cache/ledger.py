@@ -88,9 +88,12 @@ class ByteLedger:
     def holds(self, blocks: int, slots: int) -> bool:
         """Whether an empty cache could hold ``blocks`` KV blocks and ``slots`` state slots. Pure."""
         in_pools = blocks <= self.kv.capacity and slots <= self.slots.capacity
-        return in_pools and (
-            self.budget is None or blocks * self.block_bytes + slots * self.slot_bytes <= self.budget
-        )
+        return in_pools and self.within_budget(blocks, slots)
+
+    def within_budget(self, blocks: int, slots: int) -> bool:
+        """Whether ``blocks`` KV blocks and ``slots`` state slots fit the byte budget (always, with
+        none), whatever the pools' caps. Pure."""
+        return self.budget is None or blocks * self.block_bytes + slots * self.slot_bytes <= self.budget
 
     def usage(self, working_slots: int) -> MemoryUsage:
         """Bytes in use by kind; ``working_slots`` of the used state slots are requests' own. Pure."""

@@ -399,6 +399,11 @@ class RadixCache:
         """Whether the empty cache could hold ``blocks`` KV blocks and ``slots`` state slots. Pure."""
         return self.ledger.holds(blocks, slots)
 
+    def within_budget(self, blocks: int, slots: int) -> bool:
+        """Whether ``blocks`` KV blocks and ``slots`` state slots fit the byte budget alone (the
+        pools' caps aside). Pure."""
+        return self.ledger.within_budget(blocks, slots)
+
     def memory(self) -> MemoryUsage:
         """Bytes held by kind against the budget; O(1), for a per-round metric. Pure."""
         return self.ledger.usage(len(self._working))

@@ -176,23 +176,24 @@ class Engine:
     def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here (the model refuses it, or it cannot fit an empty
         cache); None when it can. Pure: safe to call from another thread before submitting."""
+        # the budget before the KV cap: built from options, the cap is what the budget holds, and
+        # the budget is what the user gave
         return (
             _fields_problem(request)
             or self.runner.validate(request)
-            or self.scheduler.config.unfit_reason(request)
             or self._budget_problem(request)
+            or self.scheduler.config.unfit_reason(request)
         )
 
     def _budget_problem(self, request: Request) -> Problem | None:
-        """Why ``request``'s KV and working state cannot fit the byte budget even alone (the caps
-        `build` sizes from the budget rule this out; a hand-built config may not). Pure."""
+        """Why ``request``'s KV and working state cannot fit the byte budget even alone. Pure."""
         config = self.scheduler.config
         blocks = config.blocks_needed(0, request.max_length)
         slots = 1 if config.has_recurrent and config.num_state_slots > 0 else 0
-        if self.cache.holds(blocks, slots):
+        if self.cache.within_budget(blocks, slots):
             return None
         param, prompt_blocks = "max_tokens", config.blocks_needed(0, len(request.prompt))
-        if not self.cache.holds(prompt_blocks, slots):  # fewer tokens to generate would not help
+        if not self.cache.within_budget(prompt_blocks, slots):  # fewer tokens to generate would not help
             param, blocks = "prompt", prompt_blocks
         need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
         return Problem(param, f"does not fit in the cache_memory budget: it needs {need}")

@@ -174,3 +174,23 @@ def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
     over = "does not fit in the cache_memory budget: it needs"
     assert big.error == f"prompt: {over} 5 KV blocks and a state slot"
     assert grows.error == f"max_tokens: {over} 6 KV blocks and a state slot"
+
+
+def test_a_request_over_the_budget_names_the_budget_not_the_kv_blocks_cap_it_sized():
+    """Built from options, the KV cap is what the budget holds: a prompt over it was told 'cache
+    has 4 (kv_blocks)' though only cache_memory was given. The cap a user gave is still named."""
+    from radixflow.options import EngineOptions, build_engine
+
+    probe = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"]).model
+    block, slot = probe.kv_bytes_per_token * BS, probe.checkpoint_bytes
+    budget = EngineOptions(model="qwen3_5-2b", block_size=BS, cache_memory=str(4 * block + slot))
+    prompt, grows = tuple(range(1, 41)), SamplingParams(max_tokens=20)
+    over = "does not fit in the cache_memory budget"
+    for options, req, says in [
+        (budget, Request("big", prompt), f"prompt: {over}: it needs 5"),
+        (budget, Request("grows", prompt[:24], sampling=grows), f"max_tokens: {over}"),
+        (budget.replace(kv_blocks=2, cache_memory="1GiB"), Request("big", prompt), "cache has 2 (kv_blocks)"),
+    ]:
+        engine = build_engine(options)
+        engine.submit(req)
+        assert req.status is RequestStatus.FAILED and says in (req.error or ""), req.error

@@ -6,8 +6,10 @@ copied under the name ``radixflow_base`` (imports rewritten) and loaded beside t
 sides build the model from the same checkpoint with the same weights and GEMM library, run the
 same decode rounds (``--batches`` rows at context 64, each updating its own state slot in place,
 as the engine does) and one packed prefill round, old and new one after the other for
-``--repeats`` rounds; thread CPU time, medians and minima, and the largest logit difference of
-the first round (the logits of the last token of every row).
+``--repeats`` rounds, which of them goes first alternating from one repeat to the next (ABBA:
+a machine that slows within a repeat does not weigh on one side only); thread CPU time,
+medians and minima, and the largest logit difference of the first round (the logits of the
+last token of every row).
 
     git archive c60a733 | tar -x -C /tmp/base
     python benchmarks/round_ab.py --base /tmp/base --models qwen3_5-small --json results/round_ab.json
@@ -94,8 +96,9 @@ def forward(net: torch.nn.Module, b: ModuleType, chunks: list, kv: object, state
 def compare(name: str, runs: dict[str, Callable[[], torch.Tensor]], repeats: int) -> dict:
     first = {pkg: run() for pkg, run in runs.items()}
     times: dict[str, list[float]] = {pkg: [] for pkg in runs}
-    for _ in range(repeats):
-        for pkg, run in runs.items():
+    for i in range(repeats):
+        order = list(runs.items())
+        for pkg, run in order if i % 2 == 0 else reversed(order):  # ABBA: neither side always first
             t0 = time.thread_time()
             run()
             times[pkg].append(time.thread_time() - t0)

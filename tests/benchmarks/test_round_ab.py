@@ -1,0 +1,32 @@
+"""benchmarks/round_ab.py: the two versions' order, the repeats it refuses, its temporary package."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from benchmark_utils import BENCHMARKS, load_benchmark
+
+
+@pytest.fixture(scope="module")
+def ab():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCHMARKS))
+        return load_benchmark("round_ab")
+
+
+def _logged(log: list[str], pkg: str):
+    def run() -> torch.Tensor:
+        log.append(pkg)
+        return torch.zeros(1)
+
+    return run
+
+
+def test_the_two_versions_alternate_which_runs_first(ab):
+    # base always ran first: a machine that slows within a repeat skewed every repeat one way
+    log: list[str] = []
+    runs = {pkg: _logged(log, pkg) for pkg in ("radixflow_base", "radixflow")}
+    ab.compare("decode 2", runs, 4)
+    timed = log[2:]  # after the one untimed call of each
+    firsts = [timed[i] for i in range(0, len(timed), 2)]
+    assert firsts.count("radixflow_base") == firsts.count("radixflow") == 2

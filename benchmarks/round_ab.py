@@ -125,6 +125,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.models, args.batches, args.lengths, args.repeats = ["qwen3_5-tiny"], [2], [8, 4], 2
+    if args.repeats < 1:  # before the models are built: no repeat leaves no time to take a median of
+        raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="round_ab_"))
     base_package(args.base, tmp)

@@ -30,3 +30,15 @@ def test_the_two_versions_alternate_which_runs_first(ab):
     timed = log[2:]  # after the one untimed call of each
     firsts = [timed[i] for i in range(0, len(timed), 2)]
     assert firsts.count("radixflow_base") == firsts.count("radixflow") == 2
+
+
+def test_zero_repeats_is_refused_before_anything_is_built(ab, monkeypatch):
+    # --repeats 0 built both models, then raised StatisticsError on the median of no time
+    def no_copy(*args: object) -> None:
+        raise AssertionError("the base package was copied")
+
+    monkeypatch.setattr(ab, "base_package", no_copy)
+    monkeypatch.setattr("sys.argv", ["round_ab.py", "--repeats", "0"])
+    with pytest.raises(SystemExit) as exc:
+        ab.main()
+    assert str(exc.value) == "--repeats must be at least 1, got 0"

@@ -113,6 +113,29 @@ def compare(name: str, runs: dict[str, Callable[[], torch.Tensor]], repeats: int
     }
 
 
+def measure(model: str, args: argparse.Namespace) -> list[dict]:
+    """Every round of ``model``, both versions, one row each (printed as it is measured)."""
+    sides = {pkg: side(pkg, model) for pkg in ("radixflow_base", "radixflow")}
+    sides["radixflow"][0].load_state_dict(sides["radixflow_base"][0].state_dict())
+    cases = {
+        f"decode {n}": {p: decode_round(net, b, n, 64) for p, (net, b) in sides.items()} for n in args.batches
+    }
+    prefill = {p: prefill_round(net, b, args.lengths) for p, (net, b) in sides.items()}
+    cases[f"prefill {sum(args.lengths)}"] = prefill
+    rows = []
+    for name, runs in cases.items():
+        row = {"model": model, **compare(name, runs, args.repeats)}
+        rows.append(row)
+        print(
+            f"{model:<18}{name:<13} base {row['base_ms_median']:7.1f} ms"
+            f"  new {row['new_ms_median']:7.1f} ms"
+            f"  new/base {row['ratio_median']:.3f} (minima {row['ratio_min']:.3f})"
+            f"  max|dlogit| {row['max_dlogit']:.1e}",
+            flush=True,
+        )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", type=Path, default=HERE, help="the other checkout (default: this one)")
@@ -129,30 +152,17 @@ def main() -> None:
         raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="round_ab_"))
-    base_package(args.base, tmp)
-    sys.path.insert(0, str(tmp))
-    results = {"base": str(args.base), "load_before": os.getloadavg()[0], "rows": []}
-    for model in args.models:
-        sides = {pkg: side(pkg, model) for pkg in ("radixflow_base", "radixflow")}
-        sides["radixflow"][0].load_state_dict(sides["radixflow_base"][0].state_dict())
-        cases = {
-            f"decode {n}": {p: decode_round(net, b, n, 64) for p, (net, b) in sides.items()}
-            for n in args.batches
-        }
-        prefill = {p: prefill_round(net, b, args.lengths) for p, (net, b) in sides.items()}
-        cases[f"prefill {sum(args.lengths)}"] = prefill
-        for name, runs in cases.items():
-            row = {"model": model, **compare(name, runs, args.repeats)}
-            results["rows"].append(row)
-            print(
-                f"{model:<18}{name:<13} base {row['base_ms_median']:7.1f} ms"
-                f"  new {row['new_ms_median']:7.1f} ms"
-                f"  new/base {row['ratio_median']:.3f} (minima {row['ratio_min']:.3f})"
-                f"  max|dlogit| {row['max_dlogit']:.1e}",
-                flush=True,
-            )
-    results["load_after"] = os.getloadavg()[0]
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:  # a failed run must not leave a whole radixflow copy behind, nor on sys.path
+        base_package(args.base, tmp)
+        sys.path.insert(0, str(tmp))
+        results = {"base": str(args.base), "load_before": os.getloadavg()[0], "rows": []}
+        for model in args.models:
+            results["rows"] += measure(model, args)
+        results["load_after"] = os.getloadavg()[0]
+    finally:
+        if str(tmp) in sys.path:
+            sys.path.remove(str(tmp))
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
 

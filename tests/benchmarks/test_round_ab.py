@@ -42,3 +42,20 @@ def test_zero_repeats_is_refused_before_anything_is_built(ab, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         ab.main()
     assert str(exc.value) == "--repeats must be at least 1, got 0"
+
+
+def test_the_temporary_package_is_removed_when_a_run_fails(ab, monkeypatch, tmp_path):
+    # a run that raised left /tmp/round_ab_* (a whole radixflow copy) behind, and on sys.path
+    made = tmp_path / "round_ab_x"
+    monkeypatch.setattr(ab.tempfile, "mkdtemp", lambda prefix: (made.mkdir(), str(made))[1])
+    monkeypatch.setattr(ab, "base_package", lambda base, into: (into / "radixflow_base").mkdir())
+
+    def broken(pkg: str, model: str) -> None:
+        raise RuntimeError("model failed to build")
+
+    monkeypatch.setattr(ab, "side", broken)
+    monkeypatch.setattr("sys.argv", ["round_ab.py", "--smoke"])
+    with pytest.raises(RuntimeError, match="model failed to build"):
+        ab.main()
+    assert not made.exists()
+    assert str(made) not in ab.sys.path

@@ -5,7 +5,8 @@ is answered its client sends the next one at once (the same mix as serve_load: c
 scoring with echo + logprobs=1 and max_tokens 0 or 1 after one of 8 shared contexts, or a chat
 turn of 16 sampled tokens). Prints the round composition, requests/s, and the engine thread's
 CPU, run-queue wait (CPU other jobs held) and sleep (the GIL) from ``/proc``, so a run on a busy
-machine still says how much CPU a request costs. ``--profile`` adds cProfile's top functions.
+machine still says how much CPU a request costs, beside the machine's 1-minute load average
+before and after. ``--profile`` adds cProfile's top functions.
 
     python benchmarks/serve_replay.py --rounds 40 [--profile] [--matmul PLAN]
 """
@@ -15,9 +16,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import random
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -33,6 +36,9 @@ from radixflow.models.io.tokenizer import corpus
 from radixflow.options import EngineOptions
 from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
+from scheduler_overhead import machine
 
 
 def thread_times() -> tuple[float, float, float]:
@@ -112,6 +118,7 @@ def main() -> None:
     except ProblemError as e:  # an unknown model or matmul plan: one line, as radixflow's own flags
         ap.error(str(e))
     engine = model.engine()
+    load_before = os.getloadavg()[0]
     clients = Clients(model, engine, args.clients)
     for i in range(args.clients):
         clients.send(i)
@@ -140,7 +147,13 @@ def main() -> None:
         "wall_s": wall,
         "cpu_s": cpu,
         "run_queue_s": queued,
+        "machine": machine(load_before),
     }
+    m = figures["machine"]
+    print(
+        f"{m['cpus']} CPUs, load average (1 min) {m['load_1min_before']:.1f} before,"
+        f" {m['load_1min_after']:.1f} after"
+    )
     print(
         f"per round: {figures['prefill_tokens_per_round']:.0f} prefill tokens, "
         f"{figures['decode_rows_per_round']:.0f} decode rows, {figures['chunks_per_round']:.0f} chunks"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,3 +51,13 @@ def test_an_unknown_model_or_matmul_plan_is_one_line(flags: list[str], needle: s
     done = _run(flags)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert needle in done.stderr
+
+
+def test_the_machines_load_is_recorded_beside_the_cpu_figures(tmp_path: Path) -> None:
+    # CPU and run-queue seconds on a shared machine, read without the load they were taken under
+    out = tmp_path / "replay.json"
+    done = _run(["--smoke", "--json", str(out)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    machine = json.loads(out.read_text())["machine"]
+    assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
+    assert "load average (1 min)" in done.stdout

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.device import DeviceError, check_device, resolve_dtype
 from radixflow.models.zoo import ensure_model
@@ -159,11 +160,13 @@ def main() -> int:
     ap.add_argument("--device", default=None, help="cuda (the default), or cpu for a dry run")
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA where supported), float32, ...")
     ap.add_argument("--models", nargs="+", default=MODELS)
-    ap.add_argument("--prefill", type=int, nargs="+", default=[2048, 512, 1536, 1024])
-    ap.add_argument("--requests", type=int, nargs="+", default=[1, 8, 32, 128])
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--generate", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    # counts below 1 refused by argparse, before a model is loaded: --repeats 0 left no time to
+    # take the median of, an empty prompt nothing to prefill
+    ap.add_argument("--prefill", type=positive_int, nargs="+", default=[2048, 512, 1536, 1024])
+    ap.add_argument("--requests", type=positive_int, nargs="+", default=[1, 8, 32, 128])
+    ap.add_argument("--prompt-len", type=positive_int, default=128)
+    ap.add_argument("--generate", type=positive_int, default=64)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--json", type=Path, default=Path("results/gpu_runner.json"))
     ap.add_argument(
         "--smoke", action="store_true", help="CI: one tiny model, tiny shapes, on the CPU unless --device"

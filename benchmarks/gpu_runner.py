@@ -8,10 +8,11 @@ of the script itself, not a measurement of interest).
 For each model: a prefill of ``--prefill`` prompts from scratch (ours: one packed forward;
 transformers: one prompt at a time), then decode at each ``--requests`` count (ours: the engine;
 transformers: batched ``generate``), each timed with the device synchronised, medians of
-interleaved repeats. Beside each row: whether the greedy tokens equal transformers' and the
-largest logit / logprob difference. In bfloat16 both sides round differently (another summation
-order, another kernel), so differences of ~1e-1 and a few diverging tokens deep into a decode are
-expected there; the float32 run (``--dtype float32``) is the exact comparison.
+interleaved repeats, beside the host's 1-minute load average before and after. Beside each
+row: whether the greedy tokens equal transformers' and the largest logit / logprob difference.
+In bfloat16 both sides round differently (another summation order, another kernel), so
+differences of ~1e-1 and a few diverging tokens deep into a decode are expected there; the
+float32 run (``--dtype float32``) is the exact comparison.
 
     python benchmarks/gpu_runner.py --json results/gpu_runner.json
     python benchmarks/gpu_runner.py --models qwen3_5-small --dtype float32
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -40,6 +42,9 @@ from radixflow.options.build import new_engine
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request
 from radixflow.scheduler.sampling import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
+from scheduler_overhead import machine
 
 MODELS = ["qwen3_5-small", "lfm2-small", "nemotron_h-small"]
 NO_DEVICE = 2  # exit status when the device is missing
@@ -190,6 +195,7 @@ def main() -> int:
     hf_logging.disable_progress_bar()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device {device} ({name}), dtype {dtype}", flush=True)
+    load_before = os.getloadavg()[0]
     results = []
     for model in args.models:
         path = ensure_model(model)
@@ -228,8 +234,12 @@ def main() -> int:
         "device": str(device),
         "device_name": name,
         "dtype": str(dtype),
+        "machine": machine(load_before),
         "args": vars(args) | {"json": str(args.json)},
     }
+    m = meta["machine"]
+    before, after = m["load_1min_before"], m["load_1min_after"]
+    print(f"{m['cpus']} CPUs, load average (1 min) {before:.1f} before, {after:.1f} after")
     args.json.write_text(json.dumps({**meta, "results": results}, indent=2))
     print(f"wrote {args.json}")
     return 0

@@ -1,0 +1,38 @@
+"""benchmarks/twin_sensitivity.py: its figures from the twin's means, and the flags it needs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from benchmark_utils import BENCHMARKS, load_benchmark
+
+from radixflow.bench.metrics import percentile
+
+
+@pytest.fixture(scope="module")
+def ts():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCHMARKS))
+        return load_benchmark("twin_sensitivity")
+
+
+def _twin(means: dict[tuple[float, float, int], float]):
+    """A stand-in for twin_means: policy "a"'s mean by (sigma, factor, seed)."""
+
+    def twin(cell, shape, profile, sigma, factor, seed):  # type: ignore[no-untyped-def]
+        return {"a": means.get((sigma, factor, seed), 1.0)}
+
+    return twin
+
+
+def test_the_noise_spread_is_the_interpolated_10th_and_90th_percentile(ts, monkeypatch):
+    # by nearest rank: of the 10 noisy runs' changes 0.01..0.10, 10-90% read 0.02..0.09
+    noisy = {(0.05, 1.0, s): 1.0 + (s + 1) / 100 for s in range(10)}
+    monkeypatch.setattr(ts, "twin_means", _twin(noisy))
+    args = argparse.Namespace(noise=0.05, seeds=10, bias=0.1)
+    cell = {"policies": {"a": {"mean_latency_runs_s": [1.0, 1.2]}}}
+    out = ts.sensitivity(cell, {}, Path("p.json"), args)["a"]
+    changes = [(s + 1) / 100 for s in range(10)]
+    assert out["noise_10_90"] == pytest.approx([percentile(changes, 10), percentile(changes, 90)])

@@ -73,6 +73,19 @@ def sensitivity(cell: dict, shape: dict, profile: Path, args: argparse.Namespace
     return out
 
 
+def missing_flag(args: argparse.Namespace) -> str | None:
+    """What the flags lack, in one line; None: nothing."""
+    if args.smoke and args.json is None:
+        return "--smoke writes its policies_torch run beside --json: give --json"
+    if args.smoke:
+        return None
+    if args.run is None:
+        return "--run: give a stored policies_torch.py JSON (or --smoke)"
+    if args.profile is None:
+        return "--profile: give the twin's profile (a file, or a directory: FAMILY.json)"
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, help="a stored policies_torch.py JSON")
@@ -84,6 +97,9 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="policies_torch's smoke run, 3 seeds (CI)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    missing = missing_flag(args)
+    if missing:  # before policies_torch's smoke run: it takes minutes
+        ap.error(missing)
     if args.smoke:
         args.run, args.seeds = args.json.with_suffix(".run.json"), 3
         args.profile = pt.PROFILE

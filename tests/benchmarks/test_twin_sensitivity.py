@@ -36,3 +36,23 @@ def test_the_noise_spread_is_the_interpolated_10th_and_90th_percentile(ts, monke
     out = ts.sensitivity(cell, {}, Path("p.json"), args)["a"]
     changes = [(s + 1) / 100 for s in range(10)]
     assert out["noise_10_90"] == pytest.approx([percentile(changes, 10), percentile(changes, 90)])
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--smoke"], "--smoke writes its policies_torch run beside --json: give --json"),
+        (["--profile", "p"], "--run: give a stored policies_torch.py JSON"),
+        (["--run", "r.json"], "--profile: give the twin's profile"),
+    ],
+)
+def test_a_missing_flag_is_one_line_before_any_run(ts, monkeypatch, capsys, argv, needle):
+    # --smoke without --json: AttributeError on None.with_suffix; no --run: on None.read_text
+    def no_run() -> None:
+        raise AssertionError("policies_torch ran")
+
+    monkeypatch.setattr(ts.pt, "main", no_run)
+    monkeypatch.setattr("sys.argv", ["twin_sensitivity.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        ts.main()
+    assert exc.value.code == 2 and needle in capsys.readouterr().err

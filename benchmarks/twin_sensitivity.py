@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from radixflow.bench.metrics import percentile
+from radixflow.cli.args import positive_int
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners import sim as sim_runner
 
@@ -93,7 +94,7 @@ def main() -> None:
     ap.add_argument("--cells", nargs="+", default=["poisson"], choices=list(pt.WORKLOADS))
     ap.add_argument("--noise", type=float, default=0.05, help="σ of the per-round log-normal price factor")
     ap.add_argument("--bias", type=float, default=0.10, help="a uniform price error, either way")
-    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--seeds", type=positive_int, default=20, help="noisy draws per cell")
     ap.add_argument("--smoke", action="store_true", help="policies_torch's smoke run, 3 seeds (CI)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

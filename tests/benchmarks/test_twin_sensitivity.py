@@ -56,3 +56,14 @@ def test_a_missing_flag_is_one_line_before_any_run(ts, monkeypatch, capsys, argv
     with pytest.raises(SystemExit) as exc:
         ts.main()
     assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_zero_seeds_is_refused_before_any_run(ts, monkeypatch, capsys, tmp_path):
+    # --seeds 0 ran every twin, then raised StatisticsError on the median of no noisy run
+    run = tmp_path / "r.json"
+    run.write_text('{"cells": [], "config": {"workload": {}}}')
+    argv = ["twin_sensitivity.py", "--run", str(run), "--profile", "p", "--seeds", "0"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        ts.main()
+    assert exc.value.code == 2 and "argument --seeds: must be positive, got 0" in capsys.readouterr().err

@@ -139,7 +139,8 @@ def replay(rounds: list[Round], variant: str, times: list[float]) -> dict[tuple[
 
 
 def evaluate(rounds: list[Round], variants: list[str], drift: str, noise: float, seeds: int) -> dict:
-    """Per variant: the median and the worst cell's error, averaged over ``seeds`` drifts."""
+    """Per variant: the median and the worst cell's error, averaged over ``seeds`` drifts (None:
+    no round past the predictor's warm-up, no error to take)."""
     out = {}
     for v in variants:
         medians, worst, cells = [], [], {}
@@ -150,11 +151,12 @@ def evaluate(rounds: list[Round], variants: list[str], drift: str, noise: float,
                 r.seconds * s * math.exp(rng.gauss(0, noise)) for r, s in zip(rounds, speed, strict=True)
             ]
             cells = replay(rounds, v, times)
-            medians.append(statistics.median(cells.values()))
-            worst.append(max(cells.values()))
+            if cells:  # none: every run's rounds were in the predictor's warm-up
+                medians.append(statistics.median(cells.values()))
+                worst.append(max(cells.values()))
         out[v] = {
-            "median_cell": statistics.mean(medians),
-            "worst_cell": statistics.mean(worst),
+            "median_cell": statistics.mean(medians) if medians else None,
+            "worst_cell": statistics.mean(worst) if worst else None,
             "cells": {f"{w}/{p}": round(e, 4) for (w, p), e in cells.items()},  # the last seed's
         }
     return out
@@ -194,10 +196,16 @@ def main() -> None:
                 rounds, args.variants, drift, args.noise, args.seeds
             )
     for name, result in report.items():
-        figures = "  ".join(f"{v}: {r['median_cell']:.1%} / {r['worst_cell']:.1%}" for v, r in result.items())
+        figures = "  ".join(
+            f"{v}: {share(r['median_cell'])} / {share(r['worst_cell'])}" for v, r in result.items()
+        )
         print(f"{name}: median cell / worst cell  {figures}")
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2))
+        args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
+
+
+def share(error: float | None) -> str:
+    return "no round past the warm-up" if error is None else f"{error:.1%}"
 
 
 if __name__ == "__main__":

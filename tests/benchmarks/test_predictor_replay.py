@@ -1,0 +1,34 @@
+"""benchmarks/predictor_replay.py: its figures when the rounds are few, and the counts it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from benchmark_utils import BENCHMARKS, load_benchmark
+
+from radixflow.bench.metrics import PREDICTOR_WARMUP_ROUNDS
+from radixflow.costmodel.round_cost.online_fit import nominal_rates
+
+
+@pytest.fixture(scope="module")
+def pr():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCHMARKS))
+        return load_benchmark("predictor_replay")
+
+
+def test_rounds_all_in_the_warm_up_give_no_figure_not_a_crash(pr, tmp_path, monkeypatch, capsys):
+    # a recording of fewer rounds than the warm-up left no error to take a median of: StatisticsError
+    recorded = tmp_path / "r.jsonl"
+    row = {"family": "qwen3_5-small", "workload": "grouped", "policy": "lru", "repeat": 0}
+    line = json.dumps(row | {"features": [1.0] * len(nominal_rates(1)), "seconds": 0.01})
+    recorded.write_text(f"{line}\n" * (PREDICTOR_WARMUP_ROUNDS - 1))
+    out = tmp_path / "o.json"
+    monkeypatch.setattr("sys.argv", ["predictor_replay.py", "--rounds", str(recorded), "--json", str(out)])
+    pr.main()
+    result = json.loads(out.read_text())["qwen3_5-small recorded"]
+    assert {v: (r["median_cell"], r["worst_cell"], r["cells"]) for v, r in result.items()} == {
+        v: (None, None, {}) for v in pr.VARIANTS
+    }
+    assert "no round past the warm-up" in capsys.readouterr().out

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import openai
 
+from radixflow.cli.args import positive_int
 from radixflow.fleet import router_problem
 
 
@@ -236,9 +237,10 @@ def main() -> int:
     p.add_argument("--model", default="qwen3_5-tiny")
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--routers", default="pow2,prefix,checkpoint")
-    p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--groups", type=int, default=16)
-    p.add_argument("--candidates", type=int, default=8)
+    # counts below 1 refused: no client (or no prompt) sent nothing, lost nothing, and passed
+    p.add_argument("--clients", type=positive_int, default=32)
+    p.add_argument("--groups", type=positive_int, default=16)
+    p.add_argument("--candidates", type=positive_int, default=8)
     p.add_argument("--context", type=int, default=512, help="tokens of each shared context")
     p.add_argument("--candidate", type=int, default=16, help="tokens of each candidate")
     p.add_argument("--vocab", type=int, default=512, help="token ids are drawn below this")

@@ -20,6 +20,10 @@ def fleet_serve():
     [
         (["--routers", "pow2,round_robin"], "--routers: unknown router 'round_robin'"),
         (["--replicas", "1"], "--replicas: a fleet needs at least 2"),
+        # --clients 0 sent nothing, lost nothing, and passed: "0/256 answered, 0 lost", exit 0
+        (["--clients", "0"], "argument --clients: must be positive, got 0"),
+        (["--groups", "0"], "argument --groups: must be positive, got 0"),
+        (["--candidates", "0"], "argument --candidates: must be positive, got 0"),
     ],
 )
 def test_a_bad_flag_is_one_line_before_any_server_starts(fleet_serve, monkeypatch, capsys, argv, needle):

@@ -48,7 +48,7 @@ class RouterRun:
     lost: int = 0
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-    mean_latency_s: float = 0.0
+    mean_latency_s: float | None = None  # None: no request answered, no latency to average
     reuse_rate: float | None = None
     per_replica: dict[str, Any] = field(default_factory=dict)
     drain_answered: int = 0
@@ -146,7 +146,7 @@ async def drive(port: int, model: str, prompts: list[list[int]], clients: int, r
     await asyncio.gather(*(worker() for _ in range(clients)))
     run.wall_s = time.monotonic() - t0
     run.requests = len(prompts)
-    run.mean_latency_s = sum(latencies) / len(latencies) if latencies else 0.0
+    run.mean_latency_s = sum(latencies) / len(latencies) if latencies else None
     await client.close()
 
 
@@ -268,9 +268,10 @@ def main() -> int:
         run = one_router(args, router, prompts)
         runs.append(run)
         reuse = "n/a" if run.reuse_rate is None else f"{run.reuse_rate:.3f}"
+        latency = "n/a" if run.mean_latency_s is None else f"{run.mean_latency_s * 1e3:.0f} ms"
         print(
             f"{router:>10}: {run.answered}/{run.requests} answered, {run.lost} lost, reuse {reuse}, "
-            f"mean latency {run.mean_latency_s * 1e3:.0f} ms, wall {run.wall_s:.1f} s; Ctrl-C: "
+            f"mean latency {latency}, wall {run.wall_s:.1f} s; Ctrl-C: "
             f"{run.drain_answered}/{run.drain_sent} drained, exit {run.exit_code} after "
             f"{run.stopped_s or 0:.1f} s, {run.ray_processes_left} Ray processes left",
             flush=True,

@@ -39,3 +39,14 @@ def test_a_bad_flag_is_one_line_before_any_server_starts(fleet_serve, monkeypatc
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert needle in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_a_run_with_no_answer_has_no_mean_latency(fleet_serve, monkeypatch):
+    # every request lost read "mean latency 0 ms": a latency no request had
+    async def refused(*_):
+        raise ConnectionError("refused")
+
+    monkeypatch.setattr(fleet_serve, "one", refused)
+    run = fleet_serve.RouterRun("pow2")
+    fleet_serve.asyncio.run(fleet_serve.drive(1, "m", [[5, 6], [7, 8]], 2, run))
+    assert (run.answered, run.lost, run.mean_latency_s) == (0, 2, None)

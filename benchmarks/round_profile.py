@@ -44,6 +44,7 @@ from runner_throughput import prompts
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
 from radixflow.models.zoo import default_cache_dir, ensure_model
@@ -228,8 +229,8 @@ def main() -> None:
     ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 64, 192, 128])
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=7)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--matmul", default="auto", help="the runner's GEMM plan (auto: measured at startup)")
     ap.add_argument(
         "--kernels",

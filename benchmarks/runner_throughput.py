@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
@@ -114,8 +115,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 128, 384, 256])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--json", type=Path, default=Path("results/runner_throughput.json"))
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, two short prompts, one repeat (CI)")
     args = ap.parse_args()

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.models.zoo import ensure_model
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
@@ -258,8 +259,8 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=16)
     ap.add_argument("--context-len", type=int, default=400)
     ap.add_argument("--candidate-len", type=int, default=24)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is per thread)")
+    ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU time is per thread)")
     ap.add_argument(
         "--kernels", help="the engine's decode-step backend: auto, native or torch (default: the option's)"
     )

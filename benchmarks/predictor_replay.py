@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radixflow.bench.metrics import PREDICTOR_WARMUP_ROUNDS
+from radixflow.cli.args import positive_int
 from radixflow.costmodel.round_cost.fitted_rates import fit_features
 from radixflow.costmodel.round_cost.online_fit import OnlineFit, nominal_prior, nominal_rates
 from radixflow.options import EngineOptions, plan_engine
@@ -171,7 +172,7 @@ def main() -> None:
     )
     ap.add_argument("--drift", nargs="+", choices=DRIFTS, help="--sim: machine speeds (default: all)")
     ap.add_argument("--noise", type=float, default=0.04, help="--sim: per-round log-normal noise")
-    ap.add_argument("--seeds", type=int, default=3, help="--sim: drifts drawn per setting")
+    ap.add_argument("--seeds", type=positive_int, default=3, help="--sim: drifts drawn per setting")
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
     ap.add_argument(
         "--smoke", action="store_true", help="one family's grouped rounds in the sim, one seed (CI)"

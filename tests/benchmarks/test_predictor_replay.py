@@ -32,3 +32,15 @@ def test_rounds_all_in_the_warm_up_give_no_figure_not_a_crash(pr, tmp_path, monk
         v: (None, None, {}) for v in pr.VARIANTS
     }
     assert "no round past the warm-up" in capsys.readouterr().out
+
+
+def test_zero_seeds_is_one_line_before_any_round_is_drawn(pr, monkeypatch, capsys):
+    # --seeds 0 scheduled every sim round, then averaged no drift's error (mean of nothing)
+    def no_rounds(*args: object) -> None:
+        raise AssertionError("the sim scheduled rounds")
+
+    monkeypatch.setattr(pr, "sim_rounds", no_rounds)
+    monkeypatch.setattr("sys.argv", ["predictor_replay.py", "--sim", "qwen3_5-small", "--seeds", "0"])
+    with pytest.raises(SystemExit) as exc:
+        pr.main()
+    assert exc.value.code == 2 and "argument --seeds: must be positive, got 0" in capsys.readouterr().err

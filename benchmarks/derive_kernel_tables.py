@@ -54,10 +54,15 @@ def package_data_root() -> Path:
 
 
 def read_parquet(data_root: Path, gpu: str, table: str) -> list[dict]:
-    import pyarrow.parquet as pq  # the gpu-tables extra: only this script and the validation need it
-
     family, name = ORIGINS[table]
     path = data_root / SYSTEMS[gpu] / family / BACKEND / BACKEND_VERSION / f"{name}.parquet"
+    if not path.is_file():  # a wrong --data-root: say which, not the reader's traceback
+        where = path.relative_to(data_root)
+        raise SystemExit(f"--data-root {data_root}: no {where} (is it aiconfigurator's systems/data?)")
+    try:
+        import pyarrow.parquet as pq  # the gpu-tables extra: only this script and the validation need it
+    except ModuleNotFoundError:
+        raise SystemExit("pyarrow is not installed: pip install '.[gpu-tables]'") from None
     return pq.read_table(path).to_pylist()
 
 

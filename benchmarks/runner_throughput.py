@@ -5,8 +5,9 @@ scratch. Ours packs the prompts without padding into one forward; transformers g
 prompts right-padded with an attention mask (``transformers``), and also one prompt at a time
 with no padding at all (``transformers_sequential``), so padding waste is visible separately.
 Repeats are interleaved and medians reported, since the machine is shared and noisy; calls run on
-one torch thread (``--threads``) and are timed in thread CPU seconds. The every-mode comparison
-(prefill, decode, scoring in one run) is generation_throughput.py.
+one torch thread (``--threads``) and are timed in thread CPU seconds, written beside the
+machine's 1-minute load average before and after. The every-mode comparison (prefill, decode,
+scoring in one run) is generation_throughput.py.
 
     python benchmarks/runner_throughput.py --json results/runner_throughput.json
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +29,9 @@ from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
 from radixflow.models.zoo import ensure_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
+from scheduler_overhead import machine
 
 FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1"]
 
@@ -126,6 +132,7 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     print(f"threads={args.threads}; loadavg {Path('/proc/loadavg').read_text().split()[:3]}")
+    load_before = os.getloadavg()[0]
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -146,9 +153,8 @@ def main() -> None:
             flush=True,
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps({"lengths": args.lengths, "repeats": args.repeats, "results": rows}, indent=2)
-    )
+    doc = {"lengths": args.lengths, "repeats": args.repeats, "machine": machine(load_before), "results": rows}
+    args.json.write_text(json.dumps(doc, indent=2))
     print(f"wrote {args.json}")
 
 

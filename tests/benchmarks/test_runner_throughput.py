@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
 
@@ -26,3 +28,16 @@ def test_a_count_below_one_is_one_line_before_any_model_is_built(bench, monkeypa
         bench.main()
     assert exc.value.code == 2
     assert f"argument {flag}: must be positive, got 0" in capsys.readouterr().err
+
+
+def test_the_machines_load_is_recorded_beside_the_timings(bench, monkeypatch, tmp_path):
+    # the load average was printed, not written: the JSON's timings read without it
+    row = {"ours_tokens_per_s": 1.0, "transformers_tokens_per_s": 1.0, "speedup": 1.0}
+    row |= {"transformers_sequential_tokens_per_s": 1.0, "speedup_vs_sequential": 1.0}
+    row |= {"same_greedy_tokens": True, "max_abs_logit_diff": 0.0}
+    monkeypatch.setattr(bench, "bench_family", lambda *args: row)
+    out = tmp_path / "r.json"
+    monkeypatch.setattr("sys.argv", ["runner_throughput.py", "--families", "qwen3_5", "--json", str(out)])
+    bench.main()
+    machine = json.loads(out.read_text())["machine"]
+    assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}

@@ -142,6 +142,9 @@ def decode(setup: EngineSetup, hf: Any, n: int, prompt_len: int, gen: int, repea
         ).cpu()
 
     t = timed({"ours": ours, "transformers": theirs}, repeats, device)
+    short = [(r.id, len(r.output), r.error) for r in t["ours"]["out"] if len(r.output) != gen]
+    if short:  # a failed round ends its requests early: their rate would count tokens never made
+        raise SystemExit(f"decode {n}: requests did not generate {gen} tokens: {short[:3]}")
     tokens, logprobs = t["transformers"]["out"]
     equal, diff = True, 0.0
     for i, req in enumerate(t["ours"]["out"]):

@@ -6,7 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from benchmark_utils import BENCHMARKS, load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +46,35 @@ def test_the_machines_load_is_recorded_beside_the_timings(tmp_path: Path) -> Non
     machine = json.loads(out.read_text())["machine"]
     assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
     assert "load average (1 min)" in done.stdout
+
+
+def test_a_decode_whose_requests_ended_early_is_refused_not_counted(monkeypatch) -> None:
+    # a failed round ended the requests early: tok/s counted n x generate tokens never made and
+    # greedy-equal read True over the tokens there were (none)
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    gpu = load_benchmark("gpu_runner")
+
+    @dataclass
+    class Pools:
+        block_size: int = 16
+        max_requests: int = 1
+        num_blocks: int = 1
+        num_state_slots: int = 1
+
+    class Failing:
+        def run(self, reqs: list) -> None:
+            for r in reqs:
+                r.error = "worker call failed"
+
+    def generate(ids, max_new_tokens, **kwargs):  # type: ignore[no-untyped-def]
+        rows = ids.shape[0]
+        scores = [torch.zeros(rows, 8) for _ in range(max_new_tokens)]
+        return SimpleNamespace(sequences=torch.zeros(rows, ids.shape[1] + max_new_tokens), scores=scores)
+
+    monkeypatch.setattr(gpu, "new_engine", lambda *args: Failing())
+    runner = SimpleNamespace(device="cpu", model=SimpleNamespace(vocab_size=8))
+    setup = SimpleNamespace(runner=runner, scheduler=Pools(), options=None)
+    hf = SimpleNamespace(generate=generate)
+    with pytest.raises(SystemExit) as exc:
+        gpu.decode(setup, hf, 2, 4, 3, 1)
+    assert str(exc.value).startswith("decode 2: requests did not generate 3 tokens: [('r0', 0, 'worker call")

@@ -54,11 +54,23 @@ class Round:
 
 
 def read_rounds(path: Path) -> list[Round]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [
-        Round(r["family"], (r["workload"], r["policy"], r["repeat"]), r["features"], r["seconds"])
-        for r in rows
-    ]
+    """The rounds ``policies_torch.py --rounds-out`` wrote, one JSON object a line; a line that
+    is not one is a one-line exit naming it (the cell's JSON given for its rounds, say)."""
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse_round(line))
+        except (ValueError, KeyError, TypeError) as e:
+            what = "not a recorded round (policies_torch.py --rounds-out)"
+            raise SystemExit(f"--rounds {path} line {number}: {what}: {e!r}") from None
+    return out
+
+
+def parse_round(line: str) -> Round:
+    r = json.loads(line)
+    return Round(r["family"], (r["workload"], r["policy"], r["repeat"]), r["features"], r["seconds"])
 
 
 def sim_rounds(family: str, profile: Path, workloads: list[str], repeats: int) -> list[Round]:

@@ -44,3 +44,20 @@ def test_zero_seeds_is_one_line_before_any_round_is_drawn(pr, monkeypatch, capsy
     with pytest.raises(SystemExit) as exc:
         pr.main()
     assert exc.value.code == 2 and "argument --seeds: must be positive, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{\n  "cells": []\n}\n',  # policies_torch's JSON, not its --rounds-out: JSONDecodeError
+        '{"family": "qwen3_5-small", "seconds": 0.1}\n',  # a line without features: KeyError
+    ],
+)
+def test_a_file_that_is_not_recorded_rounds_is_one_line_naming_it(pr, tmp_path, monkeypatch, text):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    monkeypatch.setattr("sys.argv", ["predictor_replay.py", "--rounds", str(path)])
+    with pytest.raises(SystemExit) as exc:
+        pr.main()
+    message = str(exc.value)
+    assert message.startswith(f"--rounds {path} line 1: not a recorded round") and "\n" not in message

@@ -150,6 +150,8 @@ def main() -> None:
         args.models, args.batches, args.lengths, args.repeats = ["qwen3_5-tiny"], [2], [8, 4], 2
     if args.repeats < 1:  # before the models are built: no repeat leaves no time to take a median of
         raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
+    if not (args.base / "radixflow").is_dir():  # a typo, or the archive's parent: before any copy
+        ap.error(f"--base: {args.base} has no radixflow package (a checkout, or a git archive of one)")
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="round_ab_"))
     try:  # a failed run must not leave a whole radixflow copy behind, nor on sys.path

@@ -59,3 +59,12 @@ def test_the_temporary_package_is_removed_when_a_run_fails(ab, monkeypatch, tmp_
         ab.main()
     assert not made.exists()
     assert str(made) not in ab.sys.path
+
+
+def test_a_base_without_a_radixflow_package_is_one_line(ab, monkeypatch, capsys, tmp_path):
+    # a --base that is not a checkout (the archive's parent, a typo) was copytree's traceback
+    monkeypatch.setattr("sys.argv", ["round_ab.py", "--base", str(tmp_path), "--smoke"])
+    with pytest.raises(SystemExit) as exc:
+        ab.main()
+    assert exc.value.code == 2
+    assert f"--base: {tmp_path} has no radixflow package" in capsys.readouterr().err

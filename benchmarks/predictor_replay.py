@@ -56,8 +56,12 @@ class Round:
 def read_rounds(path: Path) -> list[Round]:
     """The rounds ``policies_torch.py --rounds-out`` wrote, one JSON object a line; a line that
     is not one is a one-line exit naming it (the cell's JSON given for its rounds, say)."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SystemExit(f"--rounds {path}: cannot read it ({e.strerror})") from None
     out = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -61,3 +61,12 @@ def test_a_file_that_is_not_recorded_rounds_is_one_line_naming_it(pr, tmp_path, 
         pr.main()
     message = str(exc.value)
     assert message.startswith(f"--rounds {path} line 1: not a recorded round") and "\n" not in message
+
+
+def test_a_missing_rounds_file_is_one_line_naming_it(pr, tmp_path, monkeypatch):
+    # was read_text's FileNotFoundError traceback
+    path = tmp_path / "none.jsonl"
+    monkeypatch.setattr("sys.argv", ["predictor_replay.py", "--rounds", str(path)])
+    with pytest.raises(SystemExit) as exc:
+        pr.main()
+    assert str(exc.value).startswith(f"--rounds {path}: cannot read it (")

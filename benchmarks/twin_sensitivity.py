@@ -106,7 +106,10 @@ def main() -> None:
         args.profile = pt.PROFILE
         sys.argv = ["policies_torch.py", "--smoke", "--twin", "profile", "--json", str(args.run)]
         pt.main()
-    run = json.loads(args.run.read_text())
+    try:
+        run = json.loads(args.run.read_text())
+    except OSError as e:
+        raise SystemExit(f"--run {args.run}: cannot read it ({e.strerror})") from None
     sim_runner.SimRunner.run = priced_run  # type: ignore[method-assign]
     report = []
     for cell in (c for c in run["cells"] if c["workload"] in args.cells):

@@ -67,3 +67,12 @@ def test_zero_seeds_is_refused_before_any_run(ts, monkeypatch, capsys, tmp_path)
     with pytest.raises(SystemExit) as exc:
         ts.main()
     assert exc.value.code == 2 and "argument --seeds: must be positive, got 0" in capsys.readouterr().err
+
+
+def test_a_missing_run_file_is_one_line_naming_it(ts, tmp_path, monkeypatch):
+    # was read_text's FileNotFoundError traceback
+    path = tmp_path / "none.json"
+    monkeypatch.setattr("sys.argv", ["twin_sensitivity.py", "--run", str(path), "--profile", "p"])
+    with pytest.raises(SystemExit) as exc:
+        ts.main()
+    assert str(exc.value).startswith(f"--run {path}: cannot read it (")

@@ -11,6 +11,7 @@ import re
 import shutil
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -142,23 +143,49 @@ def _names_a_descriptor(path: Path) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class KeptLines:
+    """The whole lines a run cut short left in its partial file, and the bytes they take: a
+    last line without its newline (the run killed as it wrote it) is not one of them."""
+
+    lines: list[str]
+    size: int
+    torn: bool  # whether a last line cut short followed them
+
+
+def kept_lines(path: Path) -> KeptLines:
+    """``path``'s whole lines (`KeptLines`). Raises OSError as the read does, and
+    UnicodeDecodeError for a whole line that is not UTF-8 (not a file this wrote)."""
+    data = path.read_bytes()
+    size = data.rfind(b"\n") + 1
+    # split at newlines alone, as they were written: JSON escapes every other line break
+    return KeptLines(data[:size].decode("utf-8").split("\n")[:-1], size, size < len(data))
+
+
 class PartialLines:
     """JSON Lines for ``path`` that replace it only once they are all written: entered, a
-    `WholeLineFile` at ``path.partial`` (created fresh), renamed over ``path`` when the block
+    `WholeLineFile` at ``path.partial`` (created fresh, or, given ``keep``, cut back to the
+    kept lines and written after them), renamed over ``path`` when the block
     ends (keeping the old file's permissions; a symlink's target is replaced, not the link;
     one that cannot be renamed over is copied into: `replace`). Cut short by an exception (a
     Ctrl-C, a failure), ``path`` is left as it was and the exception
     gets a note saying how many rows ``path.partial`` holds (none: it is removed)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, keep: KeptLines | None = None) -> None:
         path = Path(path)
         self.target = path.resolve() if path.is_symlink() else path
         self.partial = self.target.with_name(f"{self.target.name}.partial")
+        self._keep = keep
         self._file: WholeLineFile | None = None
 
     def __enter__(self) -> WholeLineFile:
-        self.partial.unlink(missing_ok=True)  # an earlier run's, or one of another owner
-        self._file = WholeLineFile(self.partial)
+        if self._keep is None:
+            self.partial.unlink(missing_ok=True)  # an earlier run's, or one of another owner
+            self._file = WholeLineFile(self.partial)
+            return self._file
+        os.truncate(self.partial, self._keep.size)  # a torn last line goes: its row runs again
+        self._file = WholeLineFile(self.partial, append=True)
+        self._file.lines = len(self._keep.lines)
         return self._file
 
     def __exit__(

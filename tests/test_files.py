@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import radixflow
-from radixflow.files import PartialLines, WholeLineFile, write_whole, written_in_place
+from radixflow.files import KeptLines, PartialLines, WholeLineFile, kept_lines, write_whole, written_in_place
 
 
 def test_the_new_file_replaces_the_old_one_keeping_its_permissions(tmp_path):
@@ -190,3 +190,24 @@ def test_a_target_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monk
         out.write("row\n")
     assert (tmp_path / "rows.jsonl").read_text() == "row\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "rows.jsonl"]
+
+
+def test_partial_lines_given_kept_lines_go_on_after_them_and_drop_a_torn_last_line(tmp_path):
+    """A partial file was always made fresh, so running the command again threw away the rows
+    an interrupted run had finished; now the kept whole lines stay and the rows go on after
+    them, and a last line the run was killed while writing is cut off (its row runs again)."""
+    path, partial = tmp_path / "out.jsonl", tmp_path / "out.jsonl.partial"
+    path.write_text("old\n")
+    partial.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c": ')
+    kept = kept_lines(partial)
+    assert kept == KeptLines(['{"a": 1}', '{"b": 2}'], len(b'{"a": 1}\n{"b": 2}\n'), torn=True)
+    with pytest.raises(KeyboardInterrupt) as caught, PartialLines(path, keep=kept) as out:
+        out.write('{"c": 3}\n')
+        raise KeyboardInterrupt
+    assert partial.read_text() == '{"a": 1}\n{"b": 2}\n{"c": 3}\n' and path.read_text() == "old\n"
+    assert caught.value.__notes__ == [f"the 3 rows written so far are in {partial}"]
+    with PartialLines(path, keep=kept_lines(partial)) as out:
+        out.write('{"d": 4}\n')
+    assert path.read_text() == '{"a": 1}\n{"b": 2}\n{"c": 3}\n{"d": 4}\n' and not partial.exists()
+    partial.write_text("whole\n")
+    assert kept_lines(partial) == KeptLines(["whole"], 6, torn=False)

@@ -125,6 +125,17 @@ def _probe_writable(flag: str, path: Path) -> None:
         real.unlink(missing_ok=True)
 
 
+def add_restart_flag(group: argparse._ArgumentGroup) -> None:
+    """``--restart``, beside ``--output`` (`score --input`, `run-batch`): a run cut short left
+    its rows in ``OUTPUT.partial``, and the same command goes on from them unless given this."""
+    group.add_argument(
+        "--restart",
+        action="store_true",
+        help="start over: remove OUTPUT.partial, which a run cut short left with the rows it "
+        "finished (without it, those rows are kept and only the lines they lack are run)",
+    )
+
+
 def warn(message: str) -> None:
     """A one-line warning on stderr (the run goes on)."""
     print(f"radixflow: warning: {message}", file=sys.stderr)

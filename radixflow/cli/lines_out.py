@@ -2,7 +2,8 @@
 `run-batch`): standard output (no ``--output``, or ``-``), a device or pipe written in place
 (``/dev/stdout``), or a file that the results replace only when the run completes
 (`PartialLines`): until then they stream into ``OUTPUT.partial``, so a Ctrl-C or a failure
-leaves the previous ``OUTPUT`` as it was."""
+leaves the previous ``OUTPUT`` as it was, and the same command run again goes on from the rows
+that file holds (`kept_rows`) unless told to ``--restart``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from radixflow.cli.command import UsageError
-from radixflow.files import PartialLines, WholeLineFile, written_in_place
-from radixflow.jsonl import read_text
+from radixflow.files import KeptLines, PartialLines, WholeLineFile, kept_lines, written_in_place
+from radixflow.jsonl import json_object, read_text
+from radixflow.problems import counted
 
 T = TypeVar("T")
 
@@ -66,15 +69,76 @@ def check_partial(flag: str, path: Path | None, others: dict[str, Path | None]) 
         raise UsageError(f"cannot write {flag} {path}: its partial file {partial}: {why}")
 
 
-def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T]) -> T:
-    """``run`` given where ``flag``'s lines go (`output_path`'s ``path``); a write that fails
+@dataclass(frozen=True)
+class KeptRows:
+    """The rows an earlier run of the command left in ``OUTPUT.partial``: its whole lines
+    (`KeptLines`, for `write_lines` to go on after) and each as read."""
+
+    partial: Path
+    lines: KeptLines
+    rows: list[dict[str, Any]]
+
+
+def kept_rows(flag: str, path: Path | None, restart: bool) -> KeptRows | None:
+    """The rows of ``path``'s partial file, which a run cut short left there, for the command
+    to keep (None: there are none, or ``restart``, and the partial file is made fresh). A
+    partial file that cannot be read, or holds a line that is not a JSON object, is one line
+    naming it and ``--restart`` (`refuse_partial`)."""
+    if path is None or restart or written_in_place(path):
+        return None
+    partial = PartialLines(path).partial
+    if partial.is_symlink() or not partial.is_file():  # not one a run left: made fresh as before
+        return None
+    try:
+        lines = kept_lines(partial)
+    except OSError as e:
+        raise refuse_partial(flag, path, f"cannot be read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise refuse_partial(flag, path, "is not UTF-8 text: not this command's output") from None
+    if not lines.lines:
+        return None
+    if not os.access(partial, os.W_OK):
+        raise refuse_partial(flag, path, "cannot be written to (Permission denied)")
+    rows = []
+    for n, line in enumerate(lines.lines, 1):
+        try:
+            rows.append(json_object(line, "an output row"))
+        except ValueError as e:
+            raise refuse_partial(flag, path, f"line {n}: {e}") from None
+    return KeptRows(partial, lines, rows)
+
+
+def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
+    """The one line for a partial file whose rows cannot be kept: its name, why, and how to
+    start over instead."""
+    partial = PartialLines(path).partial
+    return UsageError(
+        f"{flag} {path}: cannot go on from its partial file {partial}: {why}; "
+        "give --restart to start over (it removes that file)"
+    )
+
+
+def say_kept(kept: KeptRows, to_run: int) -> None:
+    """One line on stderr: how many rows the run keeps, and how many lines it runs."""
+    torn = " (a last line cut short is dropped, and run again)" if kept.lines.torn else ""
+    print(
+        f"radixflow: going on from {kept.partial}: {counted(len(kept.rows), 'row')} kept{torn}, "
+        f"{counted(to_run, 'line')} to run",
+        file=sys.stderr,
+    )
+
+
+def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T], kept: KeptRows | None = None) -> T:
+    """``run`` given where ``flag``'s lines go (`output_path`'s ``path``), after the ``kept``
+    rows of its partial file; a write that fails
     (a full disk) is one line naming the flag. An error or Ctrl-C that cuts the run short carries
     a note saying where the rows written so far are."""
     if path is None:
         return _to_stdout(flag, run)
     try:
         # in place: appended to, as the shell's `>>` behind /dev/stdout asks (its `>` truncated already)
-        opened = WholeLineFile(path, append=True) if written_in_place(path) else PartialLines(path)
+        keep = None if kept is None else kept.lines
+        opened = WholeLineFile(path, append=True) if written_in_place(path) else PartialLines(path, keep)
         with opened as out:  # a full disk cuts it back to its last whole line
             return run(out)
     except BrokenPipeError:  # the reader of /dev/stdout left early: as with `-`, not an error

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from radixflow.cli.args import (
+    add_restart_flag,
     check_output_paths,
     engine_inputs,
     warn_ineffective_for_model,
@@ -22,8 +23,16 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.lines_out import check_partial, output_path, write_lines
-from radixflow.cli.score_file import ScoreJob, read_jobs, run_jobs, score_row
+from radixflow.cli.lines_out import (
+    KeptRows,
+    check_partial,
+    kept_rows,
+    output_path,
+    refuse_partial,
+    say_kept,
+    write_lines,
+)
+from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
 from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, from_args, path_arg
 from radixflow.problems import ProblemError
@@ -71,8 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="with --input: where the JSONL results go (default: stdout; - for stdout); they stream "
         "into PATH.partial, which replaces PATH only when every line is done (a Ctrl-C or a failure "
-        "leaves PATH as it was); a device or a pipe (/dev/stdout) is written in place",
+        "leaves PATH as it was, and the same command goes on from the rows kept there); a device or "
+        "a pipe (/dev/stdout) is written in place",
     )
+    add_restart_flag(g)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -86,6 +97,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     inputs = {"--input": args.input, "--candidates-file": args.candidates_file, **engine_inputs(options)}
     check_output_paths(outputs | {"--output": output}, inputs)
     check_partial("--output", output, inputs | outputs)
+    kept = None if jobs is None else kept_rows("--output", output, args.restart)
+    if jobs is not None and kept is not None:
+        jobs = _left_to_run(output, jobs, kept)
     warn_ineffective_options(args, options)
     try:
         llm = LLM.from_options(options)
@@ -93,7 +107,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         with LoggedProgress(console=Console(stderr=True)) as progress:
             bar = RequestBar(progress, "scoring")
             if jobs is not None:
-                return _run_file(output, llm, jobs, bar)
+                return _run_file(output, llm, jobs, bar, kept)
             context = [{"role": "user", "content": args.context}] if args.chat else args.context
             scores = llm.score(context, candidates, progress=bar.hear)
     except ProblemError:
@@ -130,14 +144,32 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
     return None, candidates
 
 
-def _run_file(output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar) -> int:
-    """Every job of ``--input``, a JSON line each to ``output`` (None: stdout) as it ends; 1 when
-    the model refused a line (its error line is in the output), else 0."""
+def _left_to_run(output: Path, jobs: list[ScoreJob], kept: KeptRows) -> list[ScoreJob]:
+    """The jobs the ``kept`` rows do not answer, said on stderr; `refuse_partial` for rows that
+    are not this input's."""
+    try:
+        left = left_to_run(jobs, kept.rows)
+    except ValueError as e:
+        raise refuse_partial("--output", output, str(e)) from None
+    say_kept(kept, len(left))
+    return left
+
+
+def _run_file(
+    output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar, kept: KeptRows | None
+) -> int:
+    """Every job of ``--input`` that the ``kept`` rows of an earlier run do not answer, a JSON
+    line each to ``output`` (None: stdout) as it ends; 1 when the model refused a line (its error
+    line is in the output, kept or new), else 0."""
     tally = write_lines(
-        "--output", output, lambda out: run_jobs(jobs, llm.score_many, llm.scoring_problem, out, bar.hear)
+        "--output",
+        output,
+        lambda out: run_jobs(jobs, llm.score_many, llm.scoring_problem, out, bar.hear),
+        kept,
     )
     print(f"radixflow: {tally.line()}", file=sys.stderr)
-    return 1 if tally.failed else 0
+    kept_failed = 0 if kept is None else sum("error" in row for row in kept.rows)
+    return 1 if tally.failed or kept_failed else 0
 
 
 def _print_scores(

@@ -70,6 +70,19 @@ def _job(n: int, line: str) -> ScoreJob:
     return ScoreJob(n, row.get("id"), row["context"], candidates)
 
 
+def left_to_run(jobs: list[ScoreJob], rows: list[dict[str, Any]]) -> list[ScoreJob]:
+    """The jobs that ``rows`` (an earlier run's output lines, which it wrote in file order) do not
+    answer; ValueError naming the first row that is not the line of ``jobs`` it stands for (one
+    of another input, or of an input since edited)."""
+    if len(rows) > len(jobs):
+        raise ValueError(f"it holds {counted(len(rows), 'row')}, more than --input's {len(jobs)} lines")
+    for n, (row, job) in enumerate(zip(rows, jobs[: len(rows)], strict=True), 1):
+        if (row.get("line"), row.get("id")) != (job.line, job.id) or not {"scores", "error"} & set(row):
+            given = f"line {row.get('line')!r}, id {row.get('id')!r}"
+            raise ValueError(f"row {n} ({given}) is not --input's line {job.line} (id {job.id!r})")
+    return jobs[len(rows) :]
+
+
 def score_rows(job: ScoreJob, scores: list[CandidateScore]) -> dict[str, Any]:
     """One output line: the job's id and line, and each candidate's scores in the given order."""
     rows = [score_row(job.candidates[s.index], s) for s in scores]

@@ -546,3 +546,121 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
     assert out.read_text() == "the previous results\n"
     assert 64 <= len(lines) < 640 and all(line.endswith("\n") for line in lines)
     assert [json.loads(line)["line"] for line in lines] == list(range(1, len(lines) + 1))
+
+
+def _score_lines(n: int) -> str:
+    return "".join(
+        json.dumps({"id": f"q{i}", "context": f"Question {i}: is {i} odd?", "candidates": [" yes", " no"]})
+        + "\n"
+        for i in range(n)
+    )
+
+
+def _rows_without_cache_counts(text: str) -> list[dict]:
+    """The output rows, each score's cached tokens left out: a run that goes on from a partial
+    file has not computed the kept lines' contexts, so fewer of its prompt tokens are cached."""
+    rows = [json.loads(line) for line in text.splitlines()]
+    for row in rows:
+        for score in row.get("scores", []):
+            del score["cached_tokens"]
+    return rows
+
+
+def _count_engine_requests(monkeypatch) -> list[object]:
+    from radixflow.engine.engine import Engine
+
+    submitted, submit = [], Engine.submit
+
+    def counted(self, request):
+        submitted.append(request)
+        return submit(self, request)
+
+    monkeypatch.setattr(Engine, "submit", counted)
+    return submitted
+
+
+def test_a_run_cut_short_goes_on_from_its_partial_file_running_only_the_missing_lines(
+    zoo, capsys, tmp_path, monkeypatch
+):
+    """Running the command again after a Ctrl-C made OUT.partial fresh, silently throwing away
+    every row the interrupted run had finished; now it keeps them, runs only the lines they
+    lack, says so, and writes the output an uninterrupted run writes."""
+    from radixflow.cli import main, score_file
+
+    monkeypatch.setattr(score_file, "CONTEXTS_PER_CALL", 2)
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text(_score_lines(5))
+    assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 0
+    score_many, calls = LLM.score_many, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return score_many(self, *args, **kwargs)
+
+    monkeypatch.setattr(LLM, "score_many", interrupted)
+    out.write_text("old\n")
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 130
+    partial = tmp_path / "out.jsonl.partial"
+    assert len(partial.read_text().splitlines()) == 2 and out.read_text() == "old\n"
+    monkeypatch.setattr(LLM, "score_many", score_many)
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 0
+    assert f"radixflow: going on from {partial}: 2 rows kept, 3 lines to run" in capsys.readouterr().err
+    assert len(submitted) == 3 * 2  # the three lines left, two candidates each
+    assert _rows_without_cache_counts(out.read_text()) == _rows_without_cache_counts(whole.read_text())
+    assert not partial.exists()
+
+
+def test_a_torn_last_row_is_run_again_and_restart_starts_over(zoo, capsys, tmp_path, monkeypatch):
+    from radixflow.cli import main
+
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text(_score_lines(3))
+    assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 0
+    rows = whole.read_text().splitlines(keepends=True)
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(rows[0] + rows[1][:20])  # killed as it wrote the second row
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "1 row kept (a last line cut short is dropped, and run again), 2 lines to run" in err
+    assert len(submitted) == 2 * 2
+    assert _rows_without_cache_counts(out.read_text()) == _rows_without_cache_counts(whole.read_text())
+    partial.write_text(rows[0])
+    submitted.clear()
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out), "--restart"]) == 0
+    assert len(submitted) == 3 * 2 and "going on" not in capsys.readouterr().err
+    assert not partial.exists()
+
+
+@pytest.mark.parametrize(
+    ("partial_text", "why"),
+    [
+        (
+            '{"id": "other", "line": 1, "scores": []}\n',
+            "row 1 (line 1, id 'other') is not --input's line 1 (id 'q0')",
+        ),
+        (
+            '{"custom_id": "c0", "response": {}}\n',
+            "row 1 (line None, id None) is not --input's line 1 (id 'q0')",
+        ),
+        ("not json\n", "line 1: not valid JSON"),
+        ('{"id": "q0", "line": 1, "scores": []}\n' * 3, "it holds 3 rows, more than --input's 2 lines"),
+    ],
+)
+def test_a_partial_file_of_another_input_is_refused_in_one_line(zoo, capsys, tmp_path, partial_text, why):
+    from radixflow.cli import main
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(_score_lines(2))
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(partial_text)
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output {out}: cannot go on from its partial file {partial}: " in err
+    assert why in err and "give --restart to start over" in err
+    assert partial.read_text() == partial_text and not out.exists()

@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING
 from rich.console import Console
 
 from radixflow.cli.args import (
+    add_restart_flag,
     check_output_paths,
     engine_inputs,
     warn_ineffective_for_model,
@@ -21,7 +22,16 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.lines_out import check_partial, output_path, read_input, write_lines
+from radixflow.cli.lines_out import (
+    KeptRows,
+    check_partial,
+    kept_rows,
+    output_path,
+    read_input,
+    refuse_partial,
+    say_kept,
+    write_lines,
+)
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
 from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS, cpu_count
@@ -67,8 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="where the answers go, one OpenAI batch output line each (default: stdout; - for stdout); "
         "they stream into PATH.partial, which replaces PATH only when every line is answered (a "
-        "Ctrl-C or a failure leaves PATH as it was); a device or a pipe (/dev/stdout) is written in place",
+        "Ctrl-C or a failure leaves PATH as it was, and the same command goes on from the answers kept "
+        "there); a device or a pipe (/dev/stdout) is written in place",
     )
+    add_restart_flag(g)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -76,7 +88,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_serve_extra("radixflow run-batch", BATCH_EXTRA)
     from radixflow.generation.setup import load_model
     from radixflow.server.app import create_app
-    from radixflow.server.batch import BatchInputError, read_batch
+    from radixflow.server.batch import BatchInputError, read_batch, status_code
     from radixflow.server.serve import server_state
 
     try:
@@ -90,13 +102,31 @@ def run(args: argparse.Namespace, console: Console) -> int:
     inputs = {"--input": args.input, **engine_inputs(options)}
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
     check_partial("--output", output, inputs | {"--trace-out": trace})
+    kept = kept_rows("--output", output, args.restart)
+    if kept is not None:
+        lines = _left_to_run(output, lines, kept)
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     config = replace(config, tokenizer_threads=tokenizer_threads)
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     app = create_app(server_state(model, config))
-    return write_lines("--output", output, lambda out: _run(app, lines, out, config.max_pending))
+    code = write_lines("--output", output, lambda out: _run(app, lines, out, config.max_pending), kept)
+    kept_failed = 0 if kept is None else sum((status_code(row) or 0) >= 400 for row in kept.rows)
+    return 1 if code or kept_failed else 0
+
+
+def _left_to_run(output: Path, lines: list[BatchLine], kept: KeptRows) -> list[BatchLine]:
+    """The lines the ``kept`` answers do not answer, said on stderr; `refuse_partial` for rows
+    that are not this file's answers."""
+    from radixflow.server.batch import left_to_run
+
+    try:
+        left = left_to_run(lines, kept.rows)
+    except ValueError as e:
+        raise refuse_partial("--output", output, str(e)) from None
+    say_kept(kept, len(left))
+    return left
 
 
 def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -> int:

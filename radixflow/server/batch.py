@@ -79,6 +79,34 @@ def read_batch(text: str) -> list[BatchLine]:
     return lines
 
 
+def left_to_run(lines: list[BatchLine], rows: list[dict[str, Any]]) -> list[BatchLine]:
+    """The lines that ``rows`` (an earlier run's output lines) do not answer, in file order;
+    ValueError naming the first row that is not the answer of a line of ``lines`` (one of another
+    file, or of a file since edited: its ``custom_id`` on another line), or answers one twice."""
+    by_id = {line.custom_id: line for line in lines}
+    answered: set[str] = set()
+    for n, row in enumerate(rows, 1):
+        custom_id = row.get("custom_id")
+        line = by_id.get(custom_id) if isinstance(custom_id, str) else None
+        if line is None:
+            raise ValueError(f"row {n}: custom_id {custom_id!r} is not in --input")
+        if row.get("id") != f"batch_req_{line.line}" or status_code(row) is None:
+            raise ValueError(
+                f"row {n} (custom_id {custom_id!r}) is not the answer of --input's line {line.line}"
+            )
+        if custom_id in answered:
+            raise ValueError(f"row {n}: custom_id {custom_id!r} is answered twice")
+        answered.add(custom_id)
+    return [line for line in lines if line.custom_id not in answered]
+
+
+def status_code(row: dict[str, Any]) -> int | None:
+    """An output line's answer's status code (None: not an output line)."""
+    response = row.get("response")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
 def _line(n: int, raw: str) -> BatchLine:
     try:
         row = json_object(raw, "custom_id, method, url, body")

@@ -269,3 +269,107 @@ def test_the_batch_summary_counts_one_request_in_the_singular():
     assert BatchTally({200: 1}).line() == "1 request: 1 answered 200"
     assert BatchTally({404: 1, 200: 2}).line() == "3 requests: 2 answered 200, 1 answered 404"
     assert (BatchTally({200: 2}).failed, BatchTally({404: 1, 500: 2, 200: 2}).failed) == (0, 3)
+
+
+def _count_engine_requests(monkeypatch) -> list[object]:
+    from radixflow.engine.engine import Engine
+
+    submitted, submit = [], Engine.submit
+
+    def counted(self, request):
+        submitted.append(request)
+        return submit(self, request)
+
+    monkeypatch.setattr(Engine, "submit", counted)
+    return submitted
+
+
+def _answers(text: str) -> list[tuple[str, int, list]]:
+    """Each output line's custom_id, status and choices (its request id and time differ by run)."""
+    rows = [json.loads(line) for line in text.splitlines()]
+    return [(r["custom_id"], r["response"]["status_code"], r["response"]["body"]["choices"]) for r in rows]
+
+
+def test_a_run_cut_short_goes_on_from_its_partial_file_posting_only_the_missing_lines(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    """Running run-batch again after a Ctrl-C made OUT.partial fresh, silently throwing away the
+    answers the interrupted run had finished; now it keeps them (first, as they arrived), posts
+    only the lines they lack, and says so."""
+    from radixflow.server import batch
+
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
+    argv = ["run-batch", MODEL, "-i", str(given), "--max-pending", "1", *FLAGS]
+    assert main([*argv, "-o", str(whole)]) == 0
+    output_line, written = batch.output_line, []
+
+    def interrupted(line, status, body):
+        written.append(line.custom_id)
+        if len(written) == 3:
+            raise KeyboardInterrupt
+        return output_line(line, status, body)
+
+    monkeypatch.setattr(batch, "output_line", interrupted)
+    assert main([*argv, "-o", str(out)]) == 130
+    partial = tmp_path / "out.jsonl.partial"
+    kept = partial.read_text()
+    assert [row[0] for row in _answers(kept)] == ["c0", "c1"]
+    monkeypatch.setattr(batch, "output_line", output_line)
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main([*argv, "-o", str(out)]) == 0
+    assert f"radixflow: going on from {partial}: 2 rows kept, 4 lines to run" in capsys.readouterr().err
+    assert len(submitted) == 4
+    assert out.read_text().startswith(kept) and _answers(out.read_text()) == _answers(whole.read_text())
+    assert not partial.exists()
+
+
+def test_a_torn_last_answer_is_posted_again_and_restart_starts_over(zoo, tmp_path, capsys, monkeypatch):
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(3)))
+    argv = ["run-batch", MODEL, "-i", str(given), "--max-pending", "1", *FLAGS]
+    assert main([*argv, "-o", str(whole)]) == 0
+    rows = whole.read_text().splitlines(keepends=True)
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(rows[0] + rows[1][:30])  # killed as it wrote the second answer
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main([*argv, "-o", str(out)]) == 0
+    said = "1 row kept (a last line cut short is dropped, and run again), 2 lines to run"
+    assert said in capsys.readouterr().err
+    assert len(submitted) == 2 and _answers(out.read_text()) == _answers(whole.read_text())
+    partial.write_text(rows[0])
+    submitted.clear()
+    assert main([*argv, "-o", str(out), "--restart"]) == 0
+    assert len(submitted) == 3 and "going on" not in capsys.readouterr().err and not partial.exists()
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        ({"id": "batch_req_1", "custom_id": "other", "response": {"status_code": 200}}, "'other' is not in"),
+        ({"id": "batch_req_9", "custom_id": "c0", "response": {"status_code": 200}}, "not the answer of"),
+        ({"id": 1, "line": 1, "scores": []}, "row 1: custom_id None is not in --input"),
+    ],
+)
+def test_a_partial_file_of_another_batch_is_refused_in_one_line(zoo, tmp_path, capsys, row, why):
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(2)))
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(json.dumps(row) + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output {out}: cannot go on from its partial file {partial}: " in err
+    assert why in err and "give --restart to start over" in err
+    assert partial.read_text() == json.dumps(row) + "\n" and not out.exists()
+
+
+def test_a_partial_file_that_answers_a_line_twice_is_refused():
+    from radixflow.server.batch import left_to_run, read_batch
+
+    lines = read_batch(completion("a", "x") + "\n" + completion("b", "y") + "\n")
+    row = {"id": "batch_req_1", "custom_id": "a", "response": {"status_code": 200}}
+    assert left_to_run(lines, [row]) == lines[1:]
+    with pytest.raises(ValueError, match="row 2: custom_id 'a' is answered twice"):
+        left_to_run(lines, [row, row])

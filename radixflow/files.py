@@ -75,8 +75,8 @@ def replace(done: Path, target: Path) -> None:
 
 class WholeLineFile(io.TextIOBase):
     """A text file (JSON Lines) that only ever ends in a whole line: `write` gathers text, `flush`
-    writes it, and a flush that fails part way (a full disk) cuts the file back to where that
-    flush began before its OSError is raised. Unbuffered below, so nothing half written is left
+    writes it, and a flush that fails part way (a full disk, a Ctrl-C) cuts the file back to where
+    that flush began before its error is raised. Unbuffered below, so nothing half written is left
     to go out later. Closing flushes what was gathered. ``append``: the file is not truncated
     but written after what it holds (a device such as /dev/stdout, behind which the shell may
     have opened a file to append to)."""
@@ -104,7 +104,7 @@ class WholeLineFile(io.TextIOBase):
         try:
             while data:
                 data = data[self._file.write(data) or 0 :]
-        except OSError:
+        except BaseException:  # a full disk, or a Ctrl-C between two writes of one flush
             if start is not None:
                 with contextlib.suppress(OSError):  # the write's error is the one to report
                     self._file.truncate(start)

@@ -89,6 +89,37 @@ def test_whole_line_file_cuts_a_write_that_fails_part_way_back_to_its_last_whole
     assert path.read_text() == "x" * 299 + "\n"
 
 
+class _HalfThenInterrupted:
+    """A file whose first write takes half the bytes (as one a signal interrupts part way
+    returns) and whose second is cut short by a Ctrl-C."""
+
+    def __init__(self, file) -> None:
+        self.file, self.writes = file, 0
+
+    def write(self, data):
+        self.writes += 1
+        if self.writes == 2:
+            raise KeyboardInterrupt
+        return self.file.write(data[: len(data) // 2])
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+
+def test_whole_line_file_cuts_a_flush_a_ctrl_c_stops_part_way_back_to_its_last_whole_line(tmp_path):
+    """Only an OSError cut a flush back, so a Ctrl-C (or SIGTERM) that landed between two writes
+    of one flush left half a row at the end of OUT.partial, counted nowhere; now the file ends
+    at the last whole line whatever stops the flush."""
+    path = tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt), WholeLineFile(path) as out:
+        out.write("a\n")
+        out.flush()
+        out._file = _HalfThenInterrupted(out._file)
+        out.write("b" * 99 + "\n")
+        out.flush()
+    assert path.read_text() == "a\n" and out.lines == 1
+
+
 def test_whole_line_file_on_a_device_or_a_pipe_reports_the_write_error(tmp_path):
     with pytest.raises(OSError, match="No space left"), WholeLineFile("/dev/full") as out:
         out.write("line\n")

@@ -59,7 +59,8 @@ class BatchTally:
     def line(self) -> str:
         """The summary: "3 requests: 2 answered 200, 1 answered 404"."""
         counts = ", ".join(f"{n} answered {status}" for status, n in sorted(self.by_status.items()))
-        return f"{counted(sum(self.by_status.values()), 'request')}: {counts}"
+        said = counted(sum(self.by_status.values()), "request")
+        return f"{said}: {counts}" if counts else said  # none posted: every line's answer was kept
 
 
 def read_batch(text: str) -> list[BatchLine]:

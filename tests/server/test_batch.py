@@ -373,3 +373,21 @@ def test_a_partial_file_that_answers_a_line_twice_is_refused():
     assert left_to_run(lines, [row]) == lines[1:]
     with pytest.raises(ValueError, match="row 2: custom_id 'a' is answered twice"):
         left_to_run(lines, [row, row])
+
+
+def test_a_partial_file_that_answers_every_line_becomes_the_output_without_a_request(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    # the summary of a run that posted nothing read "0 requests: ", a count of nothing after it
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(2)))
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(whole), *FLAGS]) == 0
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(whole.read_text())
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 0
+    err = capsys.readouterr().err.splitlines()
+    said = f"radixflow: going on from {partial}: 2 rows kept, 0 lines to run"
+    assert err[-2:] == [said, "radixflow: 0 requests"]
+    assert submitted == [] and out.read_text() == whole.read_text() and not partial.exists()

@@ -169,13 +169,15 @@ class PartialLines:
     ends (keeping the old file's permissions; a symlink's target is replaced, not the link;
     one that cannot be renamed over is copied into: `replace`). Cut short by an exception (a
     Ctrl-C, a failure), ``path`` is left as it was and the exception
-    gets a note saying how many rows ``path.partial`` holds (none: it is removed)."""
+    gets a note saying how many rows ``path.partial`` holds (none: it is removed), ended by
+    ``what_next``."""
 
-    def __init__(self, path: str | Path, keep: KeptLines | None = None) -> None:
+    def __init__(self, path: str | Path, keep: KeptLines | None = None, what_next: str = "") -> None:
         path = Path(path)
         self.target = path.resolve() if path.is_symlink() else path
         self.partial = self.target.with_name(f"{self.target.name}.partial")
         self._keep = keep
+        self._what_next = what_next  # the note's end: what a user can do with the rows kept
         self._file: WholeLineFile | None = None
 
     def __enter__(self) -> WholeLineFile:
@@ -211,4 +213,4 @@ class PartialLines:
             self.partial.unlink(missing_ok=True)
             return
         said = "1 row written so far is" if rows == 1 else f"{rows} rows written so far are"
-        error.add_note(f"the {said} in {self.partial}")
+        error.add_note(f"the {said} in {self.partial}{self._what_next}")

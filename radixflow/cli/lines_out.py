@@ -138,7 +138,11 @@ def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T], kept:
     try:
         # in place: appended to, as the shell's `>>` behind /dev/stdout asks (its `>` truncated already)
         keep = None if kept is None else kept.lines
-        opened = WholeLineFile(path, append=True) if written_in_place(path) else PartialLines(path, keep)
+        opened = (
+            WholeLineFile(path, append=True)
+            if written_in_place(path)
+            else PartialLines(path, keep, " (the same command run again goes on from them)")
+        )
         with opened as out:  # a full disk cuts it back to its last whole line
             return run(out)
     except BrokenPipeError:  # the reader of /dev/stdout left early: as with `-`, not an error

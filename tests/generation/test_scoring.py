@@ -17,6 +17,7 @@ import radixflow
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
+AGAIN = " (the same command run again goes on from them)"  # the note of a run cut short
 CONTEXT = "Reranking models score each candidate document against the same query. " * 3
 CANDIDATES = [" The first one.", " A second, longer candidate than the first.", " x", " The first one!"]
 TOL = 1e-4
@@ -352,7 +353,7 @@ def test_a_run_that_fails_part_way_keeps_the_old_output_and_says_where_the_rows_
     partial = tmp_path / "out.jsonl.partial"
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"radixflow: error: request gen-9 failed: worker call failed; "
-        f"the 2 rows written so far are in {partial}"
+        f"the 2 rows written so far are in {partial}{AGAIN}"
     )
     assert out.read_text() == "old\n" and len(partial.read_text().splitlines()) == 2
 
@@ -540,7 +541,7 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
     finally:
         proc.kill()
     lines = partial.read_text().splitlines(keepends=True)
-    where = f"the {len(lines)} rows written so far are in {partial}"
+    where = f"the {len(lines)} rows written so far are in {partial}{AGAIN}"
     assert (proc.returncode, err.splitlines()[-1]) == (code, f"radixflow: {said}; {where}"), err
     assert "Traceback" not in err
     assert out.read_text() == "the previous results\n"

@@ -15,6 +15,7 @@ from radixflow.cli import main
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
+AGAIN = " (the same command run again goes on from them)"  # the note of a run cut short
 FLAGS = ["--kv-blocks", "256", "--state-slots", "64"]
 
 
@@ -254,7 +255,8 @@ def test_a_run_cut_short_keeps_the_old_output_and_says_where_the_answers_are(
     err = capsys.readouterr().err
     kept = [json.loads(line)["custom_id"] for line in partial.read_text().splitlines()]
     assert kept in (["c0", "c1"], ["c0", "c1", "c2"])  # asyncio stops it at the worker's next await
-    assert err.splitlines()[-1] == f"radixflow: {said}; the {len(kept)} rows written so far are in {partial}"
+    where = f"the {len(kept)} rows written so far are in {partial}{AGAIN}"
+    assert err.splitlines()[-1] == f"radixflow: {said}; {where}"
     assert out.read_text() == "the previous answers\n"
     monkeypatch.setattr(batch, "output_line", output_line)
     assert main(argv) == 0  # the run that completes replaces the output, and leaves no partial file

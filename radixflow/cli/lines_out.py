@@ -118,11 +118,13 @@ def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
     )
 
 
-def say_kept(kept: KeptRows, to_run: int) -> None:
-    """One line on stderr: how many rows the run keeps, and how many lines it runs."""
+def say_kept(kept: KeptRows, to_run: int, failed: int) -> None:
+    """One line on stderr: how many rows the run keeps (``failed`` of them a line's failure,
+    which the exit status counts as a new one), and how many lines it runs."""
+    failures = f" ({failed} failed)" if failed else ""
     torn = " (a last line cut short is dropped, and run again)" if kept.lines.torn else ""
     print(
-        f"radixflow: going on from {kept.partial}: {counted(len(kept.rows), 'row')} kept{torn}, "
+        f"radixflow: going on from {kept.partial}: {counted(len(kept.rows), 'row')} kept{failures}{torn}, "
         f"{counted(to_run, 'line')} to run",
         file=sys.stderr,
     )

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_serve_extra("radixflow run-batch", BATCH_EXTRA)
     from radixflow.generation.setup import load_model
     from radixflow.server.app import create_app
-    from radixflow.server.batch import BatchInputError, read_batch, status_code
+    from radixflow.server.batch import BatchInputError, read_batch
     from radixflow.server.serve import server_state
 
     try:
@@ -112,8 +112,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     app = create_app(server_state(model, config))
     code = write_lines("--output", output, lambda out: _run(app, lines, out, config.max_pending), kept)
-    kept_failed = 0 if kept is None else sum((status_code(row) or 0) >= 400 for row in kept.rows)
-    return 1 if code or kept_failed else 0
+    return 1 if code or _failed(kept) else 0
 
 
 def _left_to_run(output: Path, lines: list[BatchLine], kept: KeptRows) -> list[BatchLine]:
@@ -125,8 +124,15 @@ def _left_to_run(output: Path, lines: list[BatchLine], kept: KeptRows) -> list[B
         left = left_to_run(lines, kept.rows)
     except ValueError as e:
         raise refuse_partial("--output", output, str(e)) from None
-    say_kept(kept, len(left))
+    say_kept(kept, len(left), _failed(kept))
     return left
+
+
+def _failed(kept: KeptRows | None) -> int:
+    """The kept answers with an error status (4xx, 5xx)."""
+    from radixflow.server.batch import status_code
+
+    return 0 if kept is None else sum((status_code(row) or 0) >= 400 for row in kept.rows)
 
 
 def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -> int:

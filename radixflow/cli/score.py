@@ -151,8 +151,13 @@ def _left_to_run(output: Path, jobs: list[ScoreJob], kept: KeptRows) -> list[Sco
         left = left_to_run(jobs, kept.rows)
     except ValueError as e:
         raise refuse_partial("--output", output, str(e)) from None
-    say_kept(kept, len(left))
+    say_kept(kept, len(left), _failed(kept))
     return left
+
+
+def _failed(kept: KeptRows | None) -> int:
+    """The kept rows of lines the model refused (error lines)."""
+    return 0 if kept is None else sum("error" in row for row in kept.rows)
 
 
 def _run_file(
@@ -168,8 +173,7 @@ def _run_file(
         kept,
     )
     print(f"radixflow: {tally.line()}", file=sys.stderr)
-    kept_failed = 0 if kept is None else sum("error" in row for row in kept.rows)
-    return 1 if tally.failed or kept_failed else 0
+    return 1 if tally.failed or _failed(kept) else 0
 
 
 def _print_scores(

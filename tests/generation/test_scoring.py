@@ -665,3 +665,17 @@ def test_a_partial_file_of_another_input_is_refused_in_one_line(zoo, capsys, tmp
     assert err.count("\n") == 1 and f"--output {out}: cannot go on from its partial file {partial}: " in err
     assert why in err and "give --restart to start over" in err
     assert partial.read_text() == partial_text and not out.exists()
+
+
+def test_a_kept_error_line_is_said_and_counted_in_the_exit_status(zoo, capsys, tmp_path):
+    # the run that kept a refused line's error row summed up no failure, yet ended 1
+    from radixflow.cli import main
+
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text(json.dumps({"id": "q", "context": "a", "candidates": [""]}) + "\n" + _score_lines(1))
+    assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 1
+    (tmp_path / "out.jsonl.partial").write_text(whole.read_text().splitlines(keepends=True)[0])
+    capsys.readouterr()
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 1
+    assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err
+    assert out.read_text() == whole.read_text()

@@ -393,3 +393,16 @@ def test_a_partial_file_that_answers_every_line_becomes_the_output_without_a_req
     said = f"radixflow: going on from {partial}: 2 rows kept, 0 lines to run"
     assert err[-2:] == [said, "radixflow: 0 requests"]
     assert submitted == [] and out.read_text() == whole.read_text() and not partial.exists()
+
+
+def test_a_kept_error_answer_is_said_and_counted_in_the_exit_status(zoo, tmp_path, capsys):
+    # the run that kept a 404 answer summed up "1 request: 1 answered 200", yet ended 1
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    refused = batch_line("bad", "/v1/completions", {"model": "gpt-4o", "prompt": "x"})
+    given.write_text(refused + "\n" + completion("c", "Request") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "--max-pending", "1", *FLAGS]
+    assert main([*argv, "-o", str(whole)]) == 1
+    (tmp_path / "out.jsonl.partial").write_text(whole.read_text().splitlines(keepends=True)[0])
+    capsys.readouterr()
+    assert main([*argv, "-o", str(out)]) == 1
+    assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err

@@ -80,7 +80,16 @@ def left_to_run(jobs: list[ScoreJob], rows: list[dict[str, Any]]) -> list[ScoreJ
         if (row.get("line"), row.get("id")) != (job.line, job.id) or not {"scores", "error"} & set(row):
             given = f"line {row.get('line')!r}, id {row.get('id')!r}"
             raise ValueError(f"row {n} ({given}) is not --input's line {job.line} (id {job.id!r})")
+        if "scores" in row and _candidates(row["scores"]) != job.candidates:  # the line edited since
+            raise ValueError(f"row {n}'s candidates are not those of --input's line {job.line}")
     return jobs[len(rows) :]
+
+
+def _candidates(scores: Any) -> list[Any] | None:
+    """The candidates of an output row's scores, in order (None: not a list of scores)."""
+    if not isinstance(scores, list) or not all(isinstance(s, dict) for s in scores):
+        return None
+    return [s.get("candidate") for s in scores]
 
 
 def score_rows(job: ScoreJob, scores: list[CandidateScore]) -> dict[str, Any]:

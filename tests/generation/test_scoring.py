@@ -650,6 +650,11 @@ def test_a_torn_last_row_is_run_again_and_restart_starts_over(zoo, capsys, tmp_p
             "row 1 (line None, id None) is not --input's line 1 (id 'q0')",
         ),
         ("not json\n", "line 1: not valid JSON"),
+        # the same line and id, other candidates: a row of the file before it was edited
+        (
+            '{"id": "q0", "line": 1, "scores": [{"candidate": " maybe"}]}\n',
+            "row 1's candidates are not those of --input's line 1",
+        ),
         ('{"id": "q0", "line": 1, "scores": []}\n' * 3, "it holds 3 rows, more than --input's 2 lines"),
     ],
 )

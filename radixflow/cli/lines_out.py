@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from radixflow.cli.args import warn
 from radixflow.cli.command import UsageError
 from radixflow.files import KeptLines, PartialLines, WholeLineFile, kept_lines, written_in_place
 from radixflow.jsonl import json_object, read_text
@@ -83,8 +84,14 @@ def kept_rows(flag: str, path: Path | None, restart: bool) -> KeptRows | None:
     """The rows of ``path``'s partial file, which a run cut short left there, for the command
     to keep (None: there are none, or ``restart``, and the partial file is made fresh). A
     partial file that cannot be read, or holds a line that is not a JSON object, is one line
-    naming it and ``--restart`` (`refuse_partial`)."""
-    if path is None or restart or written_in_place(path):
+    naming it and ``--restart`` (`refuse_partial`). ``--restart`` where the lines have no
+    partial file is a warning."""
+    if path is None or written_in_place(path):
+        if restart:  # the flag was given for something: say that it did nothing
+            where = "without --output PATH" if path is None else f"--output {path} is written in place:"
+            warn(f"--restart: no effect: {where} there is no partial file")
+        return None
+    if restart:
         return None
     partial = PartialLines(path).partial
     if partial.is_symlink() or not partial.is_file():  # not one a run left: made fresh as before

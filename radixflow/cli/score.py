@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     inputs = {"--input": args.input, "--candidates-file": args.candidates_file, **engine_inputs(options)}
     check_output_paths(outputs | {"--output": output}, inputs)
     check_partial("--output", output, inputs | outputs)
-    kept = None if jobs is None else kept_rows("--output", output, args.restart)
+    kept = kept_rows("--output", output, args.restart)  # None without --input: --output is refused
     if jobs is not None and kept is not None:
         jobs = _left_to_run(output, jobs, kept)
     warn_ineffective_options(args, options)

@@ -684,3 +684,17 @@ def test_a_kept_error_line_is_said_and_counted_in_the_exit_status(zoo, capsys, t
     assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 1
     assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err
     assert out.read_text() == whole.read_text()
+
+
+def test_restart_where_no_partial_file_is_written_is_a_warning(zoo, capsys, tmp_path):
+    # it did nothing without a word: the lines went to standard output, written in place
+    from radixflow.cli import main
+
+    given = tmp_path / "in.jsonl"
+    given.write_text(_score_lines(1))
+    assert main(["score", MODEL, "--input", str(given), "--restart"]) == 0
+    err = capsys.readouterr().err
+    assert "radixflow: warning: --restart: no effect: without --output PATH there is no partial file" in err
+    assert main(["score", MODEL, "--input", str(given), "--output", "/dev/stdout", "--restart"]) == 0
+    said = "--restart: no effect: --output /dev/stdout is written in place: there is no partial file"
+    assert said in capsys.readouterr().err

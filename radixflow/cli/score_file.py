@@ -77,7 +77,9 @@ def left_to_run(jobs: list[ScoreJob], rows: list[dict[str, Any]]) -> list[ScoreJ
     if len(rows) > len(jobs):
         raise ValueError(f"it holds {counted(len(rows), 'row')}, more than --input's {len(jobs)} lines")
     for n, (row, job) in enumerate(zip(rows, jobs[: len(rows)], strict=True), 1):
-        if (row.get("line"), row.get("id")) != (job.line, job.id) or not {"scores", "error"} & set(row):
+        # compared as written: an id of NaN is unequal to itself, and 1.0 == True == 1
+        same = json.dumps([row.get("line"), row.get("id")]) == json.dumps([job.line, job.id])
+        if not same or not {"scores", "error"} & set(row):
             given = f"line {row.get('line')!r}, id {row.get('id')!r}"
             raise ValueError(f"row {n} ({given}) is not --input's line {job.line} (id {job.id!r})")
         if "scores" in row and _candidates(row["scores"]) != job.candidates:  # the line edited since

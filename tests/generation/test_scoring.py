@@ -698,3 +698,13 @@ def test_restart_where_no_partial_file_is_written_is_a_warning(zoo, capsys, tmp_
     assert main(["score", MODEL, "--input", str(given), "--output", "/dev/stdout", "--restart"]) == 0
     said = "--restart: no effect: --output /dev/stdout is written in place: there is no partial file"
     assert said in capsys.readouterr().err
+
+
+def test_a_kept_row_whose_id_is_nan_is_its_lines():
+    # an id of NaN (which Python's JSON reads and writes) is unequal to itself: its row was
+    # refused as another input's, "row 1 (line 1, id nan) is not --input's line 1 (id nan)"
+    from radixflow.cli.score_file import ScoreJob, left_to_run
+
+    jobs = [ScoreJob(1, float("nan"), "a", [" b"]), ScoreJob(2, 2, "c", [" d"])]
+    row = json.loads(json.dumps({"id": float("nan"), "line": 1, "scores": [{"candidate": " b"}]}))
+    assert left_to_run(jobs, [row]) == jobs[1:]

@@ -71,6 +71,14 @@ def _fields_problem(request: Request) -> Problem | None:
     return None
 
 
+def _checked_id(request_id: str) -> str:
+    """``request_id`` as the engine's records are keyed by it; one that is no string (an
+    unhashable one raised a bare TypeError out of the lookup) is refused naming it."""
+    if not isinstance(request_id, str):
+        raise ValueError(f"request_id must be a string, got {request_id!r}")
+    return request_id
+
+
 class SubmitRefused(ValueError):
     """`Engine.submit` refused the request object itself before taking anything: the engine is
     as it was and only that request is at fault (a server answers it alone)."""
@@ -209,11 +217,11 @@ class Engine:
         return list(self._by_id.values())
 
     def get(self, request_id: str) -> Request | None:
-        return self._by_id.get(request_id)
+        return self._by_id.get(_checked_id(request_id))
 
     def forget(self, request_id: str) -> None:
         """Drop a done request from the engine's records (a server does, once it has answered)."""
-        req = self._by_id.get(request_id)
+        req = self._by_id.get(_checked_id(request_id))
         if req is not None and not req.status.done:
             raise ValueError(f"request {request_id!r} is still {req.status.value}")
         self._by_id.pop(request_id, None)
@@ -223,7 +231,7 @@ class Engine:
 
         Call between steps (the engine is single-threaded); status becomes ABORTED.
         """
-        req = self._by_id.get(request_id)
+        req = self._by_id.get(_checked_id(request_id))
         if req is None:
             return AbortResult.UNKNOWN
         if req.status.done:
@@ -242,7 +250,7 @@ class Engine:
         Between steps; status FINISHED with finish reason STOP, its sequence stays cached.
         Returns STOPPED (UNKNOWN, ALREADY_DONE as `abort`).
         """
-        req = self._by_id.get(request_id)
+        req = self._by_id.get(_checked_id(request_id))
         if req is None:
             return AbortResult.UNKNOWN
         if req.status.done:

@@ -158,6 +158,18 @@ def test_a_request_id_that_is_no_string_is_refused_in_one_line(rid):
     assert engine.requests == [] and not engine.has_work()
 
 
+@pytest.mark.parametrize("call", ["abort", "stop", "get", "forget"])
+@pytest.mark.parametrize("rid", [["a"], {"a": 1}])
+def test_a_lookup_by_an_id_that_is_no_string_is_refused_in_one_line(call, rid):
+    # an unhashable id raised a bare "unhashable type: 'list'" out of the dict lookup, naming
+    # neither the parameter nor the value; submit already refused such an id this way
+    engine = new_engine(RUNNER, CFG)
+    engine.submit(Request("a", (1, 2, 3)))
+    with pytest.raises(ValueError, match=rf"^request_id must be a string, got {re.escape(repr(rid))}$"):
+        getattr(engine, call)(rid)
+    assert engine.get("a").status is RequestStatus.WAITING
+
+
 def test_abort_reports_unknown_done_and_not_yet_arrived_requests():
     engine = new_engine(RUNNER, CFG)
     early, late = Request("early", (1, 2, 3)), Request("late", (4, 5, 6), arrival_s=9.0)

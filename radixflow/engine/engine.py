@@ -79,6 +79,11 @@ def _checked_id(request_id: str) -> str:
     return request_id
 
 
+def _is_time(value: object) -> bool:
+    """A finite number >= 0; a bool is no time though Python counts it an int (True was 1 s)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+
+
 class SubmitRefused(ValueError):
     """`Engine.submit` refused the request object itself before taking anything: the engine is
     as it was and only that request is at fault (a server answers it alone)."""
@@ -163,7 +168,7 @@ class Engine:
             raise SubmitRefused(f"request {request.id!r} was already submitted to an engine")
         if request.id in self._by_id:
             raise SubmitRefused(f"duplicate request id {request.id!r}")
-        if not (isinstance(request.arrival_s, int | float) and 0 <= request.arrival_s < math.inf):
+        if not _is_time(request.arrival_s):
             raise SubmitRefused(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
         self._by_id[request.id] = request
         self._submitted += 1

@@ -112,7 +112,7 @@ def test_request_cannot_be_submitted_twice():
         new_engine(RUNNER, CFG).submit(req)
 
 
-@pytest.mark.parametrize("arrival", [float("nan"), float("inf"), -1.0])
+@pytest.mark.parametrize("arrival", [float("nan"), float("inf"), -1.0, True])
 def test_an_arrival_time_that_is_no_time_is_refused_in_one_line(arrival):
     # a NaN arrival was never admitted (the engine ran forever), an infinite one sent the clock to
     # infinity: refused, naming the field and the value, and the id stays free

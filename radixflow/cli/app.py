@@ -49,7 +49,9 @@ FLAGS = {k: v for k, v in flag_spellings(EngineOptions, Listen, ServerConfig).it
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        # argparse says "argument --repeat: ..." where an engine flag's check says "--kv-blocks:
+        # ...": one wording for every flag
+        raise UsageError(message.removeprefix("argument "))
 
 
 def build_parser() -> argparse.ArgumentParser:

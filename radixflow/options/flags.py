@@ -53,7 +53,7 @@ def parse_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a valid integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None  # as `type_problem`
 
 
 def parse_float(text: str) -> float:
@@ -61,7 +61,7 @@ def parse_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a valid number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value

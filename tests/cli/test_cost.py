@@ -94,7 +94,7 @@ def test_the_round_is_said_with_the_context_the_help_gives_it(capsys):
         (["qwen3-4b", "--prefill", "0"], "--prefill: must be positive, got 0"),
         (["qwen3-4b", "--decode", "0"], "--decode: must be positive, got 0"),
         (["qwen3-4b", "--decode", "70000"], "--decode: must be at most 65536"),
-        (["qwen3-4b", "--prefill", "x"], "not a valid integer"),
+        (["qwen3-4b", "--prefill", "x"], "--prefill: must be an integer, got 'x'"),
         (["qwen3-4b", "--prefill", "40000", "--context", "1000"], "reaches past qwen3-4b's context of 40960"),
         (["qwen3-4b", "--decode", "1", "--context", "40960"], "--context 40960 reaches past"),
         (["qwen3-4b", "--hardware", "tpu"], "--hardware: unknown hardware 'tpu'"),

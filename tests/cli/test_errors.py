@@ -705,3 +705,26 @@ def test_a_generated_prompt_past_the_models_context_is_refused_before_the_worklo
     monkeypatch.setattr(EnginePlan, "build", refuse)
     err = one_line_error(capsys, ["bench", "--runner", "sim", "--context-len", "300000"])
     assert "a prompt of 300064 tokens" in err and "does not fit qwen3_5-2b's context of 262144 tokens" in err
+
+
+# A command's own flag said "argument --repeat: must be at most 1000, got 1001" or "argument
+# --repeat: not a valid integer: 'abc'" where an engine flag says "--kv-blocks: must be at least
+# 1, got -1" and "--seed: must be an integer, got 'abc'": two wordings for one kind of mistake.
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["bench", "--repeat", "1001"], "--repeat: must be at most 1000, got 1001"),
+        (["bench", "--repeat", "abc"], "--repeat: must be an integer, got 'abc'"),
+        (["bench", "--groups", "1e3"], "--groups: must be an integer, got '1e3'"),
+        (["bench", "--rate", "x", "--arrival", "poisson"], "--rate: must be a number, got 'x'"),
+        (
+            ["bench", "--order", "x"],
+            "--order: invalid choice: 'x' (choose from 'grouped', 'interleaved', 'shuffled')",
+        ),
+        (["cost", "qwen3-4b", "--prefill", "nan"], "--prefill: must be an integer, got 'nan'"),
+        (["generate", "qwen3_5-tiny", "--prompt", "hi", "--n", "0"], "--n: must be at least 1, got 0"),
+        (["run-batch", "qwen3_5-tiny", "-i", ""], "-i/--input: must be a path, got an empty string"),
+    ],
+)
+def test_a_commands_own_flag_is_refused_in_the_engine_flags_words(capsys, argv, expected):
+    assert one_line_error(capsys, argv) == f"radixflow: error: {expected}"

@@ -16,7 +16,7 @@ from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_b
 from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, save_profile
 from radixflow.engine.clocks import ROUND_CLOCKS
-from radixflow.options.flags import path_arg
+from radixflow.options.flags import parse_int, path_arg
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -39,7 +39,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
     c.add_argument("--out", type=path_arg, help="profile file to write (default: profile-<device>.json)")
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
-    c.add_argument("--repeats", type=int, default=5, help="timings per batch shape (see --keep)")
+    c.add_argument("--repeats", type=parse_int, default=5, help="timings per batch shape (see --keep)")
     c.add_argument(
         "--keep",
         choices=sorted(KEPT),
@@ -47,10 +47,10 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         help="which of a shape's timings the fit takes: min, the undisturbed cost (default); median, "
         "the typical round (the profile also records the σ of the repeats: calibration.round_noise_sigma)",
     )
-    c.add_argument("--held-out", type=int, default=12, help="held-out batch shapes per model")
+    c.add_argument("--held-out", type=parse_int, default=12, help="held-out batch shapes per model")
     c.add_argument(
         "--max-tokens",
-        type=int,
+        type=parse_int,
         default=CalibrationPlan.max_tokens,
         help="largest batch timed, in tokens (default: the scheduler's round budget, %(default)s)",
     )
@@ -73,7 +73,7 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         value = getattr(args, flag)
         if not low <= value <= high:
             name = "--" + flag.replace("_", "-")
-            raise CalibrationUsageError(f"{name} must be from {low} to {high}, got {value}")
+            raise CalibrationUsageError(f"{name}: must be from {low} to {high}, got {value}")
     if (args.clock or default_clock(args.device)) == "cpu" and args.threads != 1:
         raise CalibrationUsageError(
             "--clock cpu times one thread: use --torch-threads 1, or --clock wall"

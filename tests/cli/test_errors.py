@@ -728,3 +728,22 @@ def test_a_generated_prompt_past_the_models_context_is_refused_before_the_worklo
 )
 def test_a_commands_own_flag_is_refused_in_the_engine_flags_words(capsys, argv, expected):
     assert one_line_error(capsys, argv) == f"radixflow: error: {expected}"
+
+
+# calibrate's own counts were argparse's bare int: "argument --repeats: invalid int value: 'abc'",
+# and a count out of range read "--repeats must be from 1 to 100, got 0", two more wordings than
+# every other flag's
+@pytest.mark.parametrize(
+    "flag, text, expected",
+    [
+        ("--repeats", "abc", "--repeats: must be an integer, got 'abc'"),
+        ("--held-out", "nan", "--held-out: must be an integer, got 'nan'"),
+        ("--max-tokens", "1e3", "--max-tokens: must be an integer, got '1e3'"),
+        ("--repeats", "0", "--repeats: must be from 1 to 100, got 0"),
+        ("--held-out", "-1", "--held-out: must be from 1 to 1000, got -1"),
+    ],
+)
+def test_calibrate_counts_are_refused_in_every_flags_words(capsys, flag, text, expected):
+    pytest.importorskip("torch")
+    argv = ["calibrate", "--model", "qwen3_5-tiny", flag, text]
+    assert one_line_error(capsys, argv) == f"radixflow: error: {expected}"

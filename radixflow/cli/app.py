@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ from radixflow.cli.args import HelpFormatter
 from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
-from radixflow.options.flags import flag_spellings
+from radixflow.options.flags import MODEL_FLAG, flag_spellings
 from radixflow.package import package_version
 from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
@@ -64,9 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _spelling(param: str) -> str:
+def _spelling(param: str, model_flag: str | None) -> str:
     """A parameter as the command line spells it: an engine option by its flag (``kv_blocks`` ->
-    ``--kv-blocks``); the model (an argument of some commands) and request fields as they are."""
+    ``--kv-blocks``); the model by ``model_flag`` where the command takes it as a flag (bench's
+    ``--model``), as it is where it is an argument; request fields as they are."""
+    if param == "model" and model_flag is not None:
+        return model_flag
     return FLAGS.get(param, param)
 
 
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     console = console or _Console()
     commands = {cmd.name: cmd for cmd in COMMANDS}
     term = SigtermAsCtrlC()  # a SIGTERM stops a command as a Ctrl-C does, unless it handles its own
+    args = None
     try:
         args = build_parser().parse_args(argv)
         command = commands[args.command]
@@ -91,7 +96,8 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
         return 2
     except ProblemError as e:  # an option or input the engine's own checks refused
-        print(f"radixflow: error: {with_notes(e.problem.render(_spelling), e)}", file=sys.stderr)
+        spell = functools.partial(_spelling, model_flag=getattr(args, MODEL_FLAG, None))
+        print(f"radixflow: error: {with_notes(e.problem.render(spell), e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one
         said, code = ("terminated", 128 + signal.SIGTERM) if term.came else ("interrupted", 130)

@@ -92,6 +92,9 @@ def _lenient(kind: type) -> Any:
 PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str}
 
 
+# the args attribute holding the flag a command takes its model by (absent: MODEL is an argument)
+MODEL_FLAG = "model_flag"
+
 # MODEL of the commands that take it as an argument: each generates or scores, so needs weights
 MODEL_ARG_HELP = "a zoo model (see `radixflow models`) or a checkpoint directory: a model with weights"
 
@@ -109,6 +112,8 @@ def add_engine_flags(
         if f.name == "model" and model_positional:
             parser.add_argument("model", metavar="MODEL", help=MODEL_ARG_HELP)
             continue
+        if f.name == "model":  # an error about the model then names the flag typed, not "model"
+            parser.set_defaults(**{MODEL_FLAG: spec.flag or flag(f.name)})
         if spec.group not in groups:
             groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
         _add_flag(groups[spec.group], f.name, spec, f.default)

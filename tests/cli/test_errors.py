@@ -237,7 +237,8 @@ def test_smollm2_on_the_sim_without_the_torch_extra_names_the_install_command(
     monkeypatch.delitem(sys.modules, "radixflow.models.io.gguf", raising=False)
     zoo._smollm2_config.cache_clear()  # read once per process: a failed read is not kept
     err = one_line_error(capsys, [*command, "smollm2-135m"])
-    assert err.startswith("radixflow: error: model: smollm2-135m") and "pip install -e '.[torch]'" in err
+    said = "--model" if "--model" in command else "model"  # as the command takes it
+    assert err.startswith(f"radixflow: error: {said}: smollm2-135m") and "pip install -e '.[torch]'" in err
 
 
 def test_torch_runner_without_the_torch_extra_names_the_install_command(without_torch, capsys):
@@ -747,3 +748,17 @@ def test_calibrate_counts_are_refused_in_every_flags_words(capsys, flag, text, e
     pytest.importorskip("torch")
     argv = ["calibrate", "--model", "qwen3_5-tiny", flag, text]
     assert one_line_error(capsys, argv) == f"radixflow: error: {expected}"
+
+
+# bench takes its model as a flag, yet its refusal read "model: unknown sim model 'gpt-9'", as
+# the commands whose MODEL is an argument say it: the flag the user typed went unnamed
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["bench", "--model", "gpt-9"], "--model: unknown "),
+        (["bench", "--model", ""], "--model: must not be empty"),
+        (["cost", "gpt-9"], "model: unknown sim model 'gpt-9'"),
+    ],
+)
+def test_the_model_is_named_as_the_command_takes_it(capsys, argv, expected):
+    assert one_line_error(capsys, argv).startswith(f"radixflow: error: {expected}")

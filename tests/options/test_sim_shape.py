@@ -139,7 +139,7 @@ def test_the_torch_runner_refuses_a_qwen3_5_moe_checkpoint_in_one_line_naming_it
     assert sim_spec(str(tmp_path)).layers == sim_spec("qwen3_5-35b-a3b").layers
     assert main(["bench", "--runner", "torch", "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("radixflow: error: model: "), err
+    assert len(err) == 1 and err[0].startswith("radixflow: error: --model: "), err
     assert f"unsupported model_type {config.model_type!r}" in err[0]
 
 
@@ -169,7 +169,7 @@ def test_an_unknown_sim_model_is_one_line_naming_model_and_what_is_known(capsys)
         assert known in problem.message
     assert main(["bench", "--runner", "sim", "--model", "gpt-9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("radixflow: error: model: unknown sim model 'gpt-9'")
+    assert len(err) == 1 and err[0].startswith("radixflow: error: --model: unknown sim model 'gpt-9'")
 
 
 @pytest.mark.parametrize(

@@ -45,11 +45,24 @@ class SchedulerConfig:
 
     def problem(self) -> Problem | None:
         """The first field out of range, named with its value (None when all are in range). Pure."""
+        problem = self._type_problem()
+        if problem is not None:
+            return problem
         least = {"block_size": 1, "max_requests": 1, "num_blocks": 0, "num_state_slots": 0}
         for name, low in least.items():
             if getattr(self, name) < low:
                 return Problem(name, f"must be at least {low}, got {getattr(self, name)}")
         return budget_problem(self.token_budget, self.block_size)
+
+    def _type_problem(self) -> Problem | None:
+        """The first count that is no integer: a float met a slice or range mid-run (a bare
+        TypeError), a bool passed as 1 or 0. Pure."""
+        counts = ("token_budget", "block_size", "max_requests", "num_blocks", "num_state_slots")
+        for name in (*counts, *(("cache_memory",) if self.cache_memory is not None else ())):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool)):
+                return Problem(name, f"must be an integer, got {value!r}")
+        return None
 
     def blocks_needed(self, start: int, end: int) -> int:
         """KV blocks from the one holding position ``start`` to the one holding ``end - 1``."""

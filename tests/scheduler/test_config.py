@@ -18,6 +18,14 @@ from radixflow.scheduler.sampling import SamplingParams
         ({"max_requests": -2}, "max_requests: must be at least 1, got -2"),
         ({"num_blocks": -1}, "num_blocks: must be at least 0, got -1"),
         ({"num_state_slots": -3}, "num_state_slots: must be at least 0, got -3"),
+        # a float ran until a slice or range met it (a bare TypeError, no field named); a bool was
+        # taken as 1 or 0
+        ({"token_budget": float("nan")}, "token_budget: must be an integer, got nan"),
+        ({"token_budget": 64.5}, "token_budget: must be an integer, got 64.5"),
+        ({"block_size": 8.0}, "block_size: must be an integer, got 8.0"),
+        ({"num_blocks": 256.5}, "num_blocks: must be an integer, got 256.5"),
+        ({"max_requests": True}, "max_requests: must be an integer, got True"),
+        ({"cache_memory": True}, "cache_memory: must be an integer, got True"),
     ],
 )
 def test_a_bad_field_is_named_with_its_value_before_anything_is_built(fields, message):

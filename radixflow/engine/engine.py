@@ -84,6 +84,11 @@ def _is_time(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
+def _is_count(value: object) -> bool:
+    """An integer >= 0; a bool is none though Python counts it an int."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class SubmitRefused(ValueError):
     """`Engine.submit` refused the request object itself before taking anything: the engine is
     as it was and only that request is at fault (a server answers it alone)."""
@@ -116,6 +121,9 @@ class Engine:
         ``events``: the observer of arrivals, rounds and scheduler decisions (None: nobody).
         ``placement``: where recurrent-state checkpoints go (None: the policy's own)."""
         config.validate()  # first: the cache is sized from it
+        if round_history is not None and not _is_count(round_history):
+            # else deque's own words ("maxlen must be non-negative") name no parameter
+            raise ValueError(f"round_history must be None or an integer >= 0, got {round_history!r}")
         self.runner = runner
         self.events = events
         model = runner.model

@@ -392,3 +392,12 @@ def test_a_one_token_prompt_past_the_context_is_named_in_the_singular():
     model = ModelInfo("m", False, vocab_size=16, max_context=4)
     problem = validate_prompt(Request("r", (1,), sampling=SamplingParams(max_tokens=8)), model)
     assert problem is not None and problem.message.startswith("prompt of 1 token plus max_tokens 8")
+
+
+@pytest.mark.parametrize("history", [-1, 2.5, True])
+def test_a_round_history_that_is_no_count_is_refused_naming_it(history):
+    # -1 said deque's "maxlen must be non-negative" and 2.5 "an integer is required", neither
+    # naming round_history; True kept one round
+    expected = rf"^round_history must be None or an integer >= 0, got {history!r}$"
+    with pytest.raises(ValueError, match=expected):
+        new_engine(RUNNER, CFG, round_history=history)

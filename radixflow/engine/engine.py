@@ -6,7 +6,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from enum import Enum
 
 from radixflow.cache.digest import CheckpointDigest
@@ -89,6 +89,18 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _scheduler_state(request: Request) -> str | None:
+    """The first scheduler-owned field of ``request`` (those from ``status`` on) not at its
+    default, as ``name=value`` (None: a fresh request). One set by hand (a working_slot, an
+    output) was taken as the engine's own. Pure."""
+    every = fields(Request)
+    for f in every[[f.name for f in every].index("status") :]:
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        if getattr(request, f.name) != default:
+            return f"{f.name}={getattr(request, f.name)!r}"
+    return None
+
+
 class SubmitRefused(ValueError):
     """`Engine.submit` refused the request object itself before taking anything: the engine is
     as it was and only that request is at fault (a server answers it alone)."""
@@ -167,8 +179,9 @@ class Engine:
 
         Raises `SubmitRefused` (a ValueError) for an id that is no string (every queue and answer
         is keyed by it; an unhashable one raised a TypeError), a request object already
-        submitted, an id already in use, or an arrival time that is not a finite number >= 0 (a
-        NaN one would never be admitted).
+        submitted, an id already in use, scheduler-owned state set by hand (a working slot, an
+        output), or an arrival time that is not a finite number >= 0 (a NaN one would never be
+        admitted).
         """
         if not isinstance(request.id, str):
             raise SubmitRefused(f"request id must be a string, got {request.id!r}")
@@ -176,6 +189,8 @@ class Engine:
             raise SubmitRefused(f"request {request.id!r} was already submitted to an engine")
         if request.id in self._by_id:
             raise SubmitRefused(f"duplicate request id {request.id!r}")
+        if (state := _scheduler_state(request)) is not None:
+            raise SubmitRefused(f"request {request.id!r} carries scheduler state ({state})")
         if not _is_time(request.arrival_s):
             raise SubmitRefused(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
         self._by_id[request.id] = request

@@ -158,6 +158,19 @@ def test_a_request_id_that_is_no_string_is_refused_in_one_line(rid):
     assert engine.requests == [] and not engine.has_work()
 
 
+@pytest.mark.parametrize(
+    "state", [{"working_slot": 3}, {"output": [1]}, {"computed": 2}, {"block_table": [0]}, {"error": "x"}]
+)
+def test_a_request_carrying_scheduler_state_is_refused_before_anything_is_taken(state):
+    # a working_slot set by hand died mid-run in a bare KeyError: 3; an output set by hand was
+    # continued as if the engine had generated it
+    engine = new_engine(RUNNER, CFG)
+    (name,) = state
+    with pytest.raises(ValueError, match=rf"^request 'a' carries scheduler state \({name}="):
+        engine.submit(Request("a", (1, 2, 3), **state))
+    assert engine.requests == [] and not engine.has_work()
+
+
 @pytest.mark.parametrize("call", ["abort", "stop", "get", "forget"])
 @pytest.mark.parametrize("rid", [["a"], {"a": 1}])
 def test_a_lookup_by_an_id_that_is_no_string_is_refused_in_one_line(call, rid):

@@ -208,6 +208,8 @@ def _read_candidates(path: Path | None) -> list[str]:
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines[-1] == "":  # the newline that ends the last line starts no candidate
         lines.pop()
+    if not lines:  # else taken for no --candidates-file given at all
+        raise UsageError(f"--candidates-file: {path} holds no candidates")
     empty = next((n for n, line in enumerate(lines, 1) if not line), None)
     if empty is not None:  # said of the file's line: a candidate's number means nothing in a file
         raise UsageError(f"--candidates-file: line {empty} of {path} is empty (each line is a candidate)")

@@ -762,3 +762,12 @@ def test_calibrate_counts_are_refused_in_every_flags_words(capsys, flag, text, e
 )
 def test_the_model_is_named_as_the_command_takes_it(capsys, argv, expected):
     assert one_line_error(capsys, argv).startswith(f"radixflow: error: {expected}")
+
+
+def test_an_empty_candidates_file_is_named_not_taken_for_none_given(tmp_path, capsys):
+    # it said "no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH" to a
+    # user who had given --candidates-file
+    empty = tmp_path / "c.txt"
+    empty.write_text("")
+    argv = ["score", "qwen3_5-tiny", "--context", "hi", "--candidates-file", str(empty)]
+    assert one_line_error(capsys, argv) == f"radixflow: error: --candidates-file: {empty} holds no candidates"

@@ -83,6 +83,10 @@ def type_problem(name: str, value: Any, kind: type, optional: bool) -> Problem |
     if kind is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
         return None if ok else Problem(name, f"must be an integer, got {value!r}")
+    if kind is str and not isinstance(value, str):  # not "a str": Python's name for it
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        hint = f' (quote it: "{value}")' if number else ""  # a TOML size in bytes, 2147483648
+        return Problem(name, f"must be a string, got {value!r}{hint}")
     if not isinstance(value, kind):
         return Problem(name, f"must be a {kind.__name__}, got {value!r}")
     return None

@@ -82,7 +82,8 @@ def test_cache_bookkeeping_beyond_available_memory_is_refused(monkeypatch):
         ("kv_blocks", True, "must be an integer, got True"),  # a bool is not a count
         ("token_budget", None, "must be given, got nothing"),
         ("fixed_cost_ms", "3", "must be a number, got '3'"),
-        ("policy", 1, "must be a str, got 1"),
+        ("policy", 1, "must be a string, got 1"),  # it said "must be a str", Python's name
+        ("cache_memory", 2**31, "must be a string, got 2147483648"),
         ("colour", "blue", "unknown option"),
     ],
 )

@@ -44,8 +44,8 @@ def load_workload(args: argparse.Namespace, vocab_size: int) -> tuple[Workload, 
     if args.trace is not None:
         try:
             return read_trace(args.trace), {"trace": str(args.trace)}
-        except TraceError as e:
-            raise UsageError(str(e)) from None
+        except TraceError as e:  # the reader names the file; the flag is this command's to name
+            raise UsageError(f"--trace {e}") from None
     spec = workload_spec(args, vocab_size)
     return build_workload(spec), spec.to_dict()
 

@@ -771,3 +771,13 @@ def test_an_empty_candidates_file_is_named_not_taken_for_none_given(tmp_path, ca
     empty.write_text("")
     argv = ["score", "qwen3_5-tiny", "--context", "hi", "--candidates-file", str(empty)]
     assert one_line_error(capsys, argv) == f"radixflow: error: --candidates-file: {empty} holds no candidates"
+
+
+@pytest.mark.parametrize("content", [None, '{"x": 1}\n'])
+def test_a_bad_trace_is_refused_naming_the_flag(tmp_path, capsys, content):
+    # it said "d: cannot read trace (Is a directory)" and "t.jsonl:1: unknown field 'x'", where
+    # every other file flag's refusal names the flag (--input: cannot read d: ...)
+    path = tmp_path / "t.jsonl"
+    path.mkdir() if content is None else path.write_text(content)
+    err = one_line_error(capsys, ["bench", "--runner", "sim", "--trace", str(path)])
+    assert err.startswith(f"radixflow: error: --trace {path}")

@@ -125,6 +125,18 @@ def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
     )
 
 
+def go_on_from(output: Path, kept: KeptRows, left: Callable[[], list[T]], failed: int) -> list[T]:
+    """``left()``: the inputs the ``kept`` rows do not answer (a ValueError when the rows are not
+    this input's answers, refused as `refuse_partial`), said on stderr with ``failed``, the kept
+    rows that are a line's failure."""
+    try:
+        rest = left()
+    except ValueError as e:
+        raise refuse_partial("--output", output, str(e)) from None
+    say_kept(kept, len(rest), failed)
+    return rest
+
+
 def say_kept(kept: KeptRows, to_run: int, failed: int) -> None:
     """One line on stderr: how many rows the run keeps (``failed`` of them a line's failure,
     which the exit status counts as a new one), and how many lines it runs."""

@@ -25,11 +25,10 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import (
     KeptRows,
     check_partial,
+    go_on_from,
     kept_rows,
     output_path,
     read_input,
-    refuse_partial,
-    say_kept,
     write_lines,
 )
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
@@ -104,7 +103,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_partial("--output", output, inputs | {"--trace-out": trace})
     kept = kept_rows("--output", output, args.restart)
     if kept is not None:
-        lines = _left_to_run(output, lines, kept)
+        from radixflow.server.batch import left_to_run
+
+        lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept))
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     config = replace(config, tokenizer_threads=tokenizer_threads)
@@ -113,19 +114,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     app = create_app(server_state(model, config))
     code = write_lines("--output", output, lambda out: _run(app, lines, out, config.max_pending), kept)
     return 1 if code or _failed(kept) else 0
-
-
-def _left_to_run(output: Path, lines: list[BatchLine], kept: KeptRows) -> list[BatchLine]:
-    """The lines the ``kept`` answers do not answer, said on stderr; `refuse_partial` for rows
-    that are not this file's answers."""
-    from radixflow.server.batch import left_to_run
-
-    try:
-        left = left_to_run(lines, kept.rows)
-    except ValueError as e:
-        raise refuse_partial("--output", output, str(e)) from None
-    say_kept(kept, len(left), _failed(kept))
-    return left
 
 
 def _failed(kept: KeptRows | None) -> int:

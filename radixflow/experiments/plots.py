@@ -193,21 +193,23 @@ def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Pat
     return True
 
 
+# the plots `write_plots` may write, in its order (a failed run removes an earlier run's)
+PLOTS = ("latency_cdf.png", "rounds.png", "latency_vs_load.png", "latency_change_vs_fixed_cost.png")
+
+
 def write_plots(results: list[CellResult], out: Path) -> list[str]:
     """Write every plot the data supports, removing any other of these names an earlier run left;
     returns their file names (relative to ``out``)."""
     comps = comparisons(results)
     made = []
     jobs = [
-        ("latency_cdf.png", lambda p: latency_cdf(results, p)),
-        ("rounds.png", lambda p: rounds_bars(results, p)),
-        ("latency_vs_load.png", lambda p: latency_vs_load(results, p)),
-        (
-            "latency_change_vs_fixed_cost.png",
-            lambda p: latency_change_vs(comps, "fixed_cost_ms", "fixed cost per call with prefill (ms)", p),
-        ),
+        lambda p: latency_cdf(results, p),
+        lambda p: rounds_bars(results, p),
+        lambda p: latency_vs_load(results, p),
+        lambda p: latency_change_vs(comps, "fixed_cost_ms", "fixed cost per call with prefill (ms)", p),
     ]
-    for name, job in jobs:  # each PNG whole or not at all (matplotlib writes as it renders)
+    # each PNG whole or not at all (matplotlib writes as it renders)
+    for name, job in zip(PLOTS, jobs, strict=True):
         if write_output(out / name, lambda p, job=job: write_through(p, job)):
             made.append(name)
         else:  # an earlier run's plot of it would sit beside results it no longer belongs to

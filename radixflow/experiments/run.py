@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from radixflow.experiments.config import SCHEMA, ExperimentConfig, load_config
-from radixflow.experiments.execute import ExecutionOptions, Pending, execute, write_output
-from radixflow.experiments.plots import write_plots
+from radixflow.experiments.execute import CellError, ExecutionOptions, Pending, execute, write_output
+from radixflow.experiments.plots import PLOTS, write_plots
 from radixflow.experiments.report import render_report
 from radixflow.files import write_whole
 from radixflow.package import source_digest
@@ -74,7 +74,10 @@ def run_experiment(
             counts["ran"] += 1
             progress.update(task, advance=1, description=f"{config.name}: {p.cell.group} {result['model']}")
 
-        results = execute(config, out, options, on_start, on_cell, code)
+        try:
+            results = execute(config, out, options, on_start, on_cell, code)
+        except CellError as e:
+            raise CellError(f"{e}{_remove_earlier(out)}") from None
     plots = write_plots(results, out)
     meta = {
         "name": config.name,
@@ -96,3 +99,18 @@ def run_experiment(
     wall_s = time.perf_counter() - t0
     return ExperimentOutput(out, results, counts["ran"], wall_s, plots, code)
 
+
+
+def _remove_earlier(out: Path) -> str:
+    """An earlier run's results, report and plots removed from ``out`` (left there, they would read
+    as this failed run's, perhaps of another config; its cells stay cached): what the error adds."""
+    removed = [name for name in (*WRITTEN, *PLOTS) if write_output(out / name, _unlink)]
+    return f"; removed the earlier run's {', '.join(removed)} from {out}: not this run's" if removed else ""
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -521,6 +521,29 @@ def test_a_cell_that_fails_as_it_runs_is_one_line_naming_the_cell_and_its_key(tm
     assert "--trace-out" not in line
 
 
+def test_a_failed_run_removes_the_earlier_runs_results_and_says_so(tmp_path, capsys, monkeypatch):
+    # an earlier run's results.json and report.md (perhaps of another config) stayed, looking current
+    from radixflow.problems import Problem, ProblemError
+
+    config, out = tmp_path / "c.toml", tmp_path / "o"
+    config.write_text(CONFIG)
+    assert main(["experiment", str(config), "--out", str(out)]) == 0
+    assert (out / "results.json").is_file() and (out / "latency_cdf.png").is_file()
+
+    def refuse(self, prompt_lengths=None):
+        raise ProblemError(Problem("trace_out", "cannot write t.json: No space left on device"))
+
+    monkeypatch.setattr("radixflow.options.build.EnginePlan.build", refuse)
+    config.write_text(CONFIG.replace("token_budget = 256", "token_budget = 128"))  # another cell
+    capsys.readouterr()
+    code, err = _run(["experiment", str(config), "--out", str(out)], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "trace_out: cannot write t.json" in line, line
+    assert "removed the earlier run's results.json, report.md, latency_cdf.png" in line, line
+    assert not (out / "results.json").exists() and not (out / "report.md").exists()
+    assert not list(out.glob("*.png")) and list((out / "cells").iterdir())  # the cached cell stays
+
+
 def _trace_writes_fail(monkeypatch) -> None:
     """The trace file opens, and every later write to it fails as a full disk does."""
     import builtins

@@ -53,6 +53,11 @@ def twin_means(cell: dict, shape: dict, profile: Path, sigma: float, factor: flo
     return {p: sim[p]["mean_latency_s"] for p in pt.POLICIES} if "error" not in sim else {}
 
 
+def change(mean: float | None, base: float | None) -> float | None:
+    """mean's relative change from base; None where either twin completed nothing."""
+    return None if mean is None or not base else mean / base - 1
+
+
 def sensitivity(cell: dict, shape: dict, profile: Path, args: argparse.Namespace) -> dict:
     base = twin_means(cell, shape, profile, 0.0, 1.0, 0)
     noisy = [twin_means(cell, shape, profile, args.noise, 1.0, s) for s in range(args.seeds)]
@@ -60,18 +65,39 @@ def sensitivity(cell: dict, shape: dict, profile: Path, args: argparse.Namespace
     high = twin_means(cell, shape, profile, 0.0, 1 + args.bias, 0)
     out = {}
     for p in base:
-        runs = sorted(n[p] / base[p] - 1 for n in noisy)
+        # a draw that errored ({}) or completed nothing has no change: left out, not a crash
+        runs = sorted(c for c in (change(n.get(p), base[p]) for n in noisy) if c is not None)
         real = cell["policies"][p]["mean_latency_runs_s"]
         out[p] = {
             "twin_mean_s": base[p],
-            "noise_median": statistics.median(runs),
-            "noise_10_90": [percentile(runs, 10), percentile(runs, 90)],  # interpolated, as the bench
-            "price_low": low[p] / base[p] - 1,
-            "price_high": high[p] / base[p] - 1,
+            "noise_median": statistics.median(runs) if runs else None,
+            # interpolated, as the bench
+            "noise_10_90": [percentile(runs, 10), percentile(runs, 90)] if runs else [None, None],
+            "price_low": change(low.get(p), base[p]),
+            "price_high": change(high.get(p), base[p]),
             "real_runs_s": real,
             "real_spread": (max(real) - min(real)) / statistics.median(real),
         }
     return out
+
+
+def signed(x: float | None) -> str:
+    """A relative change as printed; "n/a" where the twin had none."""
+    return "n/a" if x is None else f"{x:+.0%}"
+
+
+def report_line(cell: dict, p: str, r: dict, args: argparse.Namespace) -> str:
+    """One policy's printed line."""
+    lo, hi = r["noise_10_90"]
+    twin = "n/a" if r["twin_mean_s"] is None else f"{r['twin_mean_s']:.3f} s"
+    runs = " ".join(f"{x:.3f}" for x in r["real_runs_s"])
+    return (
+        f"{cell['family']:17s} {cell['workload']:8s} {p:9s} twin {twin}; "
+        f"price noise {args.noise:.0%}/round: 10-90% {signed(lo)}..{signed(hi)}; "
+        f"price {-args.bias:+.0%} / {args.bias:+.0%}: "
+        f"{signed(r['price_low'])} / {signed(r['price_high'])}; "
+        f"real repeats {runs} (spread {r['real_spread']:.0%})"
+    )
 
 
 def missing_flag(args: argparse.Namespace) -> str | None:
@@ -117,15 +143,7 @@ def main() -> None:
         result = sensitivity(cell, run["config"]["workload"], profile, args)
         report.append({"family": cell["family"], "workload": cell["workload"], "policies": result})
         for p, r in result.items():
-            lo, hi = r["noise_10_90"]
-            runs = " ".join(f"{x:.3f}" for x in r["real_runs_s"])
-            print(
-                f"{cell['family']:17s} {cell['workload']:8s} {p:9s} twin {r['twin_mean_s']:.3f} s; "
-                f"price noise {args.noise:.0%}/round: 10-90% {lo:+.0%}..{hi:+.0%}; "
-                f"price {-args.bias:+.0%} / {args.bias:+.0%}: "
-                f"{r['price_low']:+.0%} / {r['price_high']:+.0%}; "
-                f"real repeats {runs} (spread {r['real_spread']:.0%})"
-            )
+            print(report_line(cell, p, r, args))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
 

@@ -76,3 +76,22 @@ def test_a_missing_run_file_is_one_line_naming_it(ts, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         ts.main()
     assert str(exc.value).startswith(f"--run {path}: cannot read it (")
+
+
+def test_a_twin_that_completes_nothing_or_a_failed_draw_reads_null(ts, monkeypatch, capsys):
+    # a mean of None (nothing completed) raised TypeError; a noisy draw with an error ({}) KeyError
+    def twin(cell, shape, profile, sigma, factor, seed):  # type: ignore[no-untyped-def]
+        if sigma and seed == 0:
+            return {}
+        return {"a": None if factor > 1 else 1.0, "b": None}
+
+    monkeypatch.setattr(ts, "twin_means", twin)
+    args = argparse.Namespace(noise=0.05, seeds=3, bias=0.1)
+    cell = {"policies": {p: {"mean_latency_runs_s": [1.0, 1.2]} for p in "ab"}}
+    out = ts.sensitivity(cell, {}, Path("p.json"), args)
+    assert out["a"]["price_high"] is None and out["a"]["price_low"] == pytest.approx(0.0)
+    assert out["a"]["noise_median"] == pytest.approx(0.0)
+    assert out["b"]["twin_mean_s"] is None and out["b"]["noise_median"] is None
+    assert out["b"]["noise_10_90"] == [None, None] and out["b"]["price_low"] is None
+    line = ts.report_line({"family": "f", "workload": "w"}, "b", out["b"], args)
+    assert "twin n/a" in line and "n/a / n/a" in line

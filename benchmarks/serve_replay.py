@@ -23,7 +23,9 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -93,6 +95,23 @@ class Clients:
         return done
 
 
+def round_figures(history: Sequence[Any], start: int) -> dict[str, float | None]:
+    """The composition of the rounds ``history`` gained from index ``start`` on (None: no round).
+
+    Not its last ``--rounds`` entries: a step that ran no round, or a round that failed (kept in
+    failed_rounds), would bring fill rounds in."""
+    rounds = list(history)[start:]
+    mean = statistics.mean if rounds else lambda _: None
+    return {
+        "rounds": len(rounds),
+        "prefill_tokens_per_round": mean(
+            [sum(hi - lo for _, lo, hi in r.chunks if hi - lo > 1) for r in rounds]
+        ),
+        "decode_rows_per_round": mean([sum(1 for _, lo, hi in r.chunks if hi - lo == 1) for r in rounds]),
+        "chunks_per_round": mean([len(r.chunks) for r in rounds]),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3_5-small")
@@ -124,6 +143,7 @@ def main() -> None:
         clients.send(i)
     clients.run(args.fill)
     profile = cProfile.Profile() if args.profile else None
+    start = len(engine.rounds)  # the history is unbounded here (round_history None)
     before = thread_times()
     if profile:
         profile.enable()
@@ -132,17 +152,13 @@ def main() -> None:
         profile.disable()
     after = thread_times()
     wall, cpu, queued = (b - a for a, b in zip(before, after, strict=True))
-    rounds = list(engine.rounds)[-args.rounds :]
-    decode = [sum(1 for _, lo, hi in r.chunks if hi - lo == 1) for r in rounds]
-    prefill = [sum(hi - lo for _, lo, hi in r.chunks if hi - lo > 1) for r in rounds]
+    mix = round_figures(engine.rounds, start)
+    rounds = mix["rounds"]
     figures = {
-        "rounds": len(rounds),
+        **mix,
         "requests": done,
-        "prefill_tokens_per_round": statistics.mean(prefill),
-        "decode_rows_per_round": statistics.mean(decode),
-        "chunks_per_round": statistics.mean(len(r.chunks) for r in rounds),
         "requests_per_s": done / wall,
-        "ms_per_round": 1e3 * wall / len(rounds),
+        "ms_per_round": 1e3 * wall / rounds if rounds else None,
         "engine_cpu_ms_per_request": 1e3 * cpu / done if done else None,
         "wall_s": wall,
         "cpu_s": cpu,
@@ -154,14 +170,16 @@ def main() -> None:
         f"{m['cpus']} CPUs, load average (1 min) {m['load_1min_before']:.1f} before,"
         f" {m['load_1min_after']:.1f} after"
     )
-    print(
-        f"per round: {figures['prefill_tokens_per_round']:.0f} prefill tokens, "
-        f"{figures['decode_rows_per_round']:.0f} decode rows, {figures['chunks_per_round']:.0f} chunks"
-    )
+    if rounds:
+        print(
+            f"per round: {figures['prefill_tokens_per_round']:.0f} prefill tokens, "
+            f"{figures['decode_rows_per_round']:.0f} decode rows, {figures['chunks_per_round']:.0f} chunks"
+        )
     per_request = "n/a" if not done else f"{1e3 * cpu / done:.1f} ms"
+    per_round = "n/a" if not rounds else f"{figures['ms_per_round']:.0f} ms"
     print(
-        f"{len(rounds)} rounds, {done} requests: {done / wall:.1f} requests/s, "
-        f"{figures['ms_per_round']:.0f} ms per round; engine thread CPU {per_request} per request "
+        f"{rounds} rounds, {done} requests: {done / wall:.1f} requests/s, "
+        f"{per_round} per round; engine thread CPU {per_request} per request "
         f"(wall {wall:.1f} s = CPU {cpu:.1f} + run queue {queued:.1f} + asleep {wall - cpu - queued:.1f})"
     )
     if args.json is not None:

@@ -9,8 +9,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchmark_utils import BENCHMARKS, load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sr():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCHMARKS))
+        return load_benchmark("serve_replay")
+
+
+class _Round:
+    def __init__(self, *chunks: tuple[str, int, int]) -> None:
+        self.chunks = list(chunks)
 
 
 def _run(flags: list[str]) -> subprocess.CompletedProcess[str]:
@@ -61,3 +74,22 @@ def test_the_machines_load_is_recorded_beside_the_cpu_figures(tmp_path: Path) ->
     machine = json.loads(out.read_text())["machine"]
     assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
     assert "load average (1 min)" in done.stdout
+
+
+def test_the_measured_rounds_are_those_after_the_fill_not_the_last_n(sr):
+    # was history[-rounds:]: 4 measured steps ran 2 rounds, so 2 fill rounds (prefill) came in
+    fill = [_Round(("a", 0, 100)), _Round(("b", 0, 50), ("a", 100, 101))]
+    measured = [_Round(("a", 101, 102)), _Round(("a", 102, 103), ("b", 50, 51))]
+    figures = sr.round_figures([*fill, *measured], start=len(fill))
+    assert figures["rounds"] == 2 and figures["prefill_tokens_per_round"] == 0
+    assert figures["decode_rows_per_round"] == 1.5 and figures["chunks_per_round"] == 1.5
+
+
+def test_no_measured_round_reads_null_not_a_crash(sr):
+    figures = sr.round_figures([_Round(("a", 0, 100))], start=1)
+    assert figures == {
+        "rounds": 0,
+        "prefill_tokens_per_round": None,
+        "decode_rows_per_round": None,
+        "chunks_per_round": None,
+    }

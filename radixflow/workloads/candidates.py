@@ -20,6 +20,11 @@ KINDS = ("candidates", "chats")
 # 500x the default workload and a few minutes of sim runner time; past it a typo such as
 # --groups 100000000 would silently spend hours and gigabytes building the workload.
 MAX_WORKLOAD_TOKENS = 1 << 25
+# Requests in one generated workload: the token limit does not bound them (a one-token prompt is a
+# request too), and each costs about 1.5 KB of Python objects before it runs. 2**20 is about
+# 16,000x the default workload's 64 requests and above the token limit's longest useful queues;
+# past it --groups 30000000 with one-token prompts built gigabytes of requests.
+MAX_WORKLOAD_REQUESTS = 1 << 20
 MIN_RATE = 1e-6  # requests/s; below it exponential gaps overflow to infinity
 
 
@@ -61,8 +66,8 @@ class WorkloadSpec:
         return self._size_problem()
 
     def _size_problem(self) -> Problem | None:
-        """An empty or too large workload; a skewed one far too large is refused before its groups
-        are sized (one weight each), as an unskewed one is by arithmetic."""
+        """An empty or too large workload (tokens or requests); a skewed one far too large is
+        refused before its groups are sized (one weight each), as an unskewed one is by arithmetic."""
         least = self.groups * (self.shared_prefix_len + self.context_len + self.candidate_len)
         if self.skewed and least > MAX_WORKLOAD_TOKENS:  # every group has at least one request
             return Problem(
@@ -71,6 +76,9 @@ class WorkloadSpec:
                 f"{least // self.groups} tokens (shared_prefix_len + context_len + candidate_len) are "
                 f"at least {least} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
+        # counted at its least (one request a group) first, so that far too many are never sized
+        if self.skewed and (problem := self._count_problem(self.groups + self.independent, True)):
+            return problem
         if self.requests == 0:  # named for what was given: no candidates for the groups, or no groups
             empty = "empty workload: no groups/candidates and no independent requests"
             return Problem("candidates" if self.groups else "groups", empty)
@@ -81,7 +89,18 @@ class WorkloadSpec:
                 f"up to {self.prompt_len} tokens ({self.prompt_words()}) are "
                 f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
-        return None
+        return self._count_problem(self.requests, False)
+
+    def _count_problem(self, count: int, least: bool) -> Problem | None:
+        """Too many requests, however few tokens they hold (``least``: ``count`` is a lower bound)."""
+        if count <= MAX_WORKLOAD_REQUESTS:
+            return None
+        counts = ("groups", "candidates", "independent")
+        return Problem(
+            max(counts, key=lambda name: getattr(self, name)),
+            f"workload too large: {'at least ' if least else ''}{count} requests "
+            f"(groups × candidates + independent); the limit is {MAX_WORKLOAD_REQUESTS} requests",
+        )
 
     def _largest_factor(self) -> str:
         """The largest of the counts and lengths whose product is the workload's size: the one a

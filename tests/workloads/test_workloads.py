@@ -11,6 +11,7 @@ from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import (
     ARRIVALS,
     KINDS,
+    MAX_WORKLOAD_REQUESTS,
     MAX_WORKLOAD_TOKENS,
     ORDERS,
     WorkloadSpec,
@@ -345,7 +346,6 @@ def test_total_tokens_is_what_the_built_workload_holds(kind, skew):
     assert spec.total_tokens == sum(len(r.prompt) for r in build_workload(spec).requests)
 
 
-
 @pytest.mark.parametrize(
     "line, needle",
     [
@@ -361,7 +361,6 @@ def test_a_trace_line_the_json_parser_cannot_read_names_its_line(tmp_path, line,
         read_trace(path)
 
 
-
 @pytest.mark.parametrize("independent", [0, 3])
 def test_shuffled_chats_keep_each_conversations_turns_in_order(independent):
     # a turn extends the one before it: it cannot arrive first (turn 3 came before turn 1)
@@ -372,7 +371,6 @@ def test_shuffled_chats_keep_each_conversations_turns_in_order(independent):
     assert all([k for g2, k in turns if g2 == g] == list(range(5)) for g in range(4))
     assert [g for g, _ in turns] != sorted(g for g, _ in turns)  # the conversations still mix
     assert len(work.requests) == spec.requests
-
 
 
 @pytest.mark.parametrize("groups, candidates", [(0, 8), (4, 0)])
@@ -404,3 +402,37 @@ def test_a_negative_seed_is_refused_not_the_workload_of_its_absolute_value():
     # random.Random(-3) draws what random.Random(3) draws: "distinct" seeds built one workload
     assert WorkloadSpec(seed=-3).problem().param == "seed"
     assert WorkloadSpec(seed=0).problem() is None
+
+
+ONE_TOKEN = {"context_len": 0, "candidate_len": 1, "candidates": 1}
+
+
+@pytest.mark.parametrize("skew", [0.0, 1.0])
+def test_the_request_count_is_capped_before_anything_is_drawn(monkeypatch, skew):
+    # 30M one-token requests passed the token limit and were built: gigabytes of requests
+    spec = WorkloadSpec(groups=30_000_000, skew=skew, **ONE_TOKEN)
+    assert spec.groups * (spec.context_len + spec.candidate_len) <= MAX_WORKLOAD_TOKENS  # tokens: fine
+    monkeypatch.setattr(WorkloadSpec, "group_sizes", lambda self: pytest.fail("groups were sized"))
+    problem = spec.problem()
+    assert problem is not None and problem.param == "groups"
+    assert (
+        "30000000 requests" in problem.message and f"the limit is {MAX_WORKLOAD_REQUESTS}" in problem.message
+    )
+    with pytest.raises(ValueError, match="workload too large"):
+        build_workload(spec)
+
+
+def test_the_request_cap_counts_independent_requests_too():
+    problem = WorkloadSpec(groups=1, independent=MAX_WORKLOAD_REQUESTS, **ONE_TOKEN).problem()
+    assert problem is not None and problem.param == "independent"
+    assert WorkloadSpec(groups=1, independent=MAX_WORKLOAD_REQUESTS - 1, **ONE_TOKEN).problem() is None
+
+
+def test_bench_names_the_flag_of_too_many_requests_in_one_line(capsys):
+    from radixflow.cli import main
+
+    argv = ["bench", "--runner", "sim", "--groups", "30000000", "--context-len", "0"]
+    assert main([*argv, "--candidate-len", "1", "--candidates", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "--groups" in err and "30000000 requests" in err and str(MAX_WORKLOAD_REQUESTS) in err

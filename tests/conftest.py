@@ -7,9 +7,20 @@ test modules under load).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal gives it, whoever started the tests: a shell's background job (``cmd &``
+    without job control) starts with SIGINT ignored, and then Python raises no KeyboardInterrupt
+    and the processes the tests start inherit the ignoring, so every test of what a Ctrl-C does
+    failed in such a run (the product is right to leave an ignored SIGINT ignored)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 try:
     import torch

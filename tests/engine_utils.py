@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixflow.engine.engine import Engine
+from radixflow.engine.engine import AbortResult, Engine
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, build
-from radixflow.scheduler import Request, SchedulerConfig
+from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 
 
 def drive(engine: Engine, reqs: list[Request]) -> Engine:
@@ -53,3 +53,16 @@ class Engines:
         label: str | None = None,
     ) -> Engine:
         return new_engine(self.runner, self.scheduler, policy, placement, round_history)
+
+
+def end_request(
+    engine: Engine, request: Request, abort: bool, ended: dict[str, RequestStatus], where: object
+) -> None:
+    """Abort or stop ``request`` between steps as a fuzz does, asserting the engine's answer, and
+    note the status it must end with in ``ended`` (nothing when it was already done)."""
+    done = request.status.done
+    result = (engine.abort if abort else engine.stop)(request.id)
+    assert (result is AbortResult.ALREADY_DONE) == done, (where, request.id)
+    if not done:
+        ended[request.id] = RequestStatus.ABORTED if abort else RequestStatus.FINISHED
+    engine.check_integrity()

@@ -20,10 +20,10 @@ import random
 from dataclasses import replace
 
 from checking_runner import VOCAB, CheckingRunner
+from engine_utils import end_request
 
 from radixflow.cache import EVICTION_POLICIES
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.engine.engine import AbortResult
 from radixflow.options import EngineOptions, build
 from radixflow.problems import ProblemError
 from radixflow.runners.sim import sim_token
@@ -139,14 +139,7 @@ def combo(seed: int) -> None:
     while engine.has_work():
         if rng.random() < 0.08:  # prefer a request mid-prefill, else any
             mid = [r for r in reqs if r.status is RequestStatus.RUNNING and r.computed < len(r.prompt)]
-            r = rng.choice(mid or reqs)
-            abort = rng.random() < 0.6
-            done = r.status.done
-            result = (engine.abort if abort else engine.stop)(r.id)
-            assert (result is AbortResult.ALREADY_DONE) == done, (where, r.id)
-            if not done:
-                ended[r.id] = RequestStatus.ABORTED if abort else RequestStatus.FINISHED
-            engine.check_integrity()
+            end_request(engine, rng.choice(mid or reqs), rng.random() < 0.6, ended, where)
         engine.step()
         engine.check_integrity()
         step += 1

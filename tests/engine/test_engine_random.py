@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 
 import pytest
 from checking_runner import VOCAB, CheckingRunner
-from engine_utils import new_engine
+from engine_utils import end_request, new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixflow.cache import EVICTION_POLICIES
-from radixflow.engine.engine import AbortResult, Engine
+from radixflow.engine.engine import Engine
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS
@@ -188,13 +188,7 @@ def ending(seed: int) -> None:
     step = 0
     while engine.has_work():
         for _, i, abort in (e for e in ends if e[0] == step):
-            r = sc.requests[i]
-            done = r.status.done
-            result = (engine.abort if abort else engine.stop)(r.id)
-            assert (result is AbortResult.ALREADY_DONE) == done, (seed, r.id)
-            if not done:
-                ended[r.id] = RequestStatus.ABORTED if abort else RequestStatus.FINISHED
-            engine.check_integrity()
+            end_request(engine, sc.requests[i], abort, ended, seed)
         engine.step()
         engine.check_integrity()
         step += 1

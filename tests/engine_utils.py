@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixflow.engine.engine import AbortResult, Engine
+from radixflow.engine.engine import Engine
 from radixflow.engine.events import EngineEvents
+from radixflow.engine.records import AbortResult
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, build
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig

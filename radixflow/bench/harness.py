@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from radixflow.bench.metrics import PolicyResult, predictor_error, summarize
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.scheduler.policy import default_placement
 from radixflow.scheduler.request import Request

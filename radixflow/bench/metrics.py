@@ -12,7 +12,8 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.scheduler import SchedulerConfig
 

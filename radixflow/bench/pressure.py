@@ -17,7 +17,8 @@ from typing import Any
 
 from radixflow.bench.harness import fresh_copy
 from radixflow.bench.metrics import percentile
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.scheduler.placement import LonePlacement

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from radixflow.bench.metrics import percentile
 from radixflow.costmodel.shape.chunk import ChunkShape
-from radixflow.engine.engine import RoundRecord
+from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult
 from radixflow.problems import Problem
 from radixflow.runners.sim import SimRunner, chunk_shapes

@@ -6,8 +6,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import MISSING, dataclass, fields, replace
-from enum import Enum
+from dataclasses import MISSING, fields, replace
 
 from radixflow.cache.digest import CheckpointDigest
 from radixflow.cache.eviction import EntrySizes, make_eviction_policy
@@ -15,6 +14,7 @@ from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.radix import RadixCache
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.interrupts import HeldInterrupt
+from radixflow.engine.records import AbortResult, RoundRecord, SubmitRefused
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner, generation_room
 from radixflow.problems import Problem
 from radixflow.scheduler.admission import make_admission
@@ -24,24 +24,6 @@ from radixflow.scheduler.policy import make_policy
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.sampling import FinishReason, SamplingParams
 from radixflow.scheduler.scheduler import Scheduler, SchedulerConfig
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    index: int
-    start_s: float
-    duration_s: float
-    worker_call_s: float
-    tokens: int
-    requests: int
-    bubble_tokens: int
-    blocked: int  # consumers left waiting on a PENDING checkpoint this round
-    stop_reason: str
-    chunks: tuple[tuple[str, int, int], ...]  # (request id, start, end)
-    error: str | None = None  # the worker call failed and the round was rolled back
-    predicted_s: float | None = None  # the runner's prediction of worker_call_s (`RoundResult`)
-    predicted_from: int = 0  # ... from a fit over this many measured rounds
-    wall_s: float | None = None  # measured wall time of the call, where the clock is another (`RoundResult`)
 
 
 def cache_budget(config: SchedulerConfig, model: ModelInfo) -> CacheBudget:
@@ -99,18 +81,6 @@ def _scheduler_state(request: Request) -> str | None:
         if getattr(request, f.name) != default:
             return f"{f.name}={getattr(request, f.name)!r}"
     return None
-
-
-class SubmitRefused(ValueError):
-    """`Engine.submit` refused the request object itself before taking anything: the engine is
-    as it was and only that request is at fault (a server answers it alone)."""
-
-
-class AbortResult(Enum):
-    ABORTED = "aborted"  # `Engine.abort` cancelled it: ABORTED
-    STOPPED = "stopped"  # `Engine.stop` ended it: FINISHED, finish reason STOP, its output kept
-    ALREADY_DONE = "already_done"  # finished, failed or aborted before
-    UNKNOWN = "unknown"  # no request with that id was submitted
 
 
 class Engine:

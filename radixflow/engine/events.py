@@ -9,14 +9,12 @@ laid end to end.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from radixflow.engine.records import RoundRecord
 from radixflow.scheduler.events import SchedulerEvents
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
-
-if TYPE_CHECKING:  # engine.py imports this module: the record type is only named here
-    from radixflow.engine.engine import RoundRecord
 
 
 class EngineEvents(SchedulerEvents, Protocol):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.engine.clocks import ROUND_CLOCKS
-from radixflow.engine.engine import RoundRecord
+from radixflow.engine.records import RoundRecord
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request, RequestStatus
 

@@ -10,7 +10,7 @@ from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
-from radixflow.engine.engine import RoundRecord
+from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner
 from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.generation.outputs import GenerationOutput, StreamDelta
 from radixflow.generation.tracker import RequestTracker, observe
 from radixflow.scheduler.request import RequestStatus

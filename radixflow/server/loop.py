@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from radixflow.engine.engine import Engine, SubmitRefused
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import SubmitRefused
 from radixflow.generation.output_processor import (
     Done,
     EngineDriver,

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from radixflow.engine.engine import RoundRecord
+from radixflow.engine.records import RoundRecord
 from radixflow.scheduler.request import Request, RequestStatus
 
 _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)

@@ -92,7 +92,7 @@ def test_first_token_is_the_first_generated_one_or_none():
 
 def test_wall_times_count_each_finished_rounds_wall_time_and_keep_idle_gaps():
     from radixflow.bench.metrics import wall_times
-    from radixflow.engine.engine import RoundRecord
+    from radixflow.engine.records import RoundRecord
 
     def rnd(i: int, start: float, duration: float, wall: float) -> RoundRecord:
         return RoundRecord(i, start, duration, duration, 1, 1, 0, 0, "budget", (), wall_s=wall)

@@ -12,7 +12,7 @@ pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families
 
 from radixflow.cluster.fleet_metrics import FleetFigures, engine_samples
-from radixflow.engine.engine import RoundRecord
+from radixflow.engine.records import RoundRecord
 from radixflow.server.metrics import ServerMetrics
 
 

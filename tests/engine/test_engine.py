@@ -8,7 +8,7 @@ import signal
 import pytest
 from engine_utils import new_engine
 
-from radixflow.engine.engine import AbortResult
+from radixflow.engine.records import AbortResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.sampling import FinishReason, SamplingParams

@@ -426,7 +426,7 @@ def test_a_repeated_torch_cell_still_checks_the_cost_model(tmp_path: Path):
 
 
 def test_cpu_time_maps_onto_runs_only_when_calls_and_rounds_match():
-    from radixflow.engine.engine import RoundRecord
+    from radixflow.engine.records import RoundRecord
     from radixflow.experiments.costcheck import split_cpu
 
     def rnd(i: int, error: str | None = None) -> RoundRecord:

@@ -11,7 +11,8 @@ pytest.importorskip("tokenizers")
 
 from engine_utils import new_engine
 
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.output_processor import (
     Done,

@@ -25,7 +25,8 @@ import pytest
 from engine_utils import new_engine
 
 from radixflow.cache import EVICTION_POLICIES
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import PLACEMENTS, SCHEDULING_POLICIES, Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE

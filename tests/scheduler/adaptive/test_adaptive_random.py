@@ -20,7 +20,8 @@ from engine_utils import new_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixflow.engine.engine import Engine, RoundRecord
+from radixflow.engine.engine import Engine
+from radixflow.engine.records import RoundRecord
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive

@@ -131,7 +131,7 @@ candidate_len = 16
 def smoke_results() -> dict:
     """One small chat cell under pressure, run here (CI: the table's input, end to end)."""
     from radixflow.experiments.cells import run_cell
-    from radixflow.experiments.config import parse_config
+    from radixflow.experiments.config_parse import parse_config
 
     config = parse_config(tomllib.loads(SMOKE), "smoke.toml", Path("."))
     return {

@@ -29,7 +29,8 @@ from radixflow.cli.calibrate import ENGINE_OPTIONS as CALIBRATE_ENGINE
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.shape.chunk import ChunkShape
-from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError, parse_config
+from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError
+from radixflow.experiments.config_parse import parse_config
 from radixflow.options import EngineOptions, option_fields, plan_engine
 from radixflow.options.flags import from_args
 from radixflow.problems import ProblemError

@@ -336,7 +336,7 @@ def test_the_cell_counts_the_docs_give_are_the_configs():
     import tomllib
 
     from radixflow.experiments import config_checks
-    from radixflow.experiments.config import _grids
+    from radixflow.experiments.config_parse import _grids
 
     counted = {}
     for doc in (d for d in DOCS if d.name != "decisions.md"):  # its figures are of their day

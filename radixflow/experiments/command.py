@@ -12,12 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from radixflow.experiments.config import (
-    ExperimentConfig,
-    ExperimentConfigError,
-    load_config,
-)
+from radixflow.experiments.config import ExperimentConfig, ExperimentConfigError
 from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
+from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import (
     CELLS_DIR,
     CellCache,

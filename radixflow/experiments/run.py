@@ -11,7 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from radixflow.experiments.config import SCHEMA, ExperimentConfig, load_config
+from radixflow.experiments.config import SCHEMA, ExperimentConfig
+from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import CellError, ExecutionOptions, Pending, execute, write_output
 from radixflow.experiments.plots import PLOTS, write_plots
 from radixflow.experiments.report import render_report

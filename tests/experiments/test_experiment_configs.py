@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from radixflow.experiments.cells import cell_options, cell_requests
-from radixflow.experiments.config import load_config
+from radixflow.experiments.config_parse import load_config
 from radixflow.options import plan_engine
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"

@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from radixflow.experiments.cells import without_timing
-from radixflow.experiments.config import Cell, ExperimentConfigError, load_config
+from radixflow.experiments.config import Cell, ExperimentConfigError
 from radixflow.experiments.config_checks import parse_seeds
+from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
@@ -337,7 +338,7 @@ def test_a_fleet_cells_trace_has_a_process_per_replica_of_each_variant(tiny: Pat
 
 
 def test_a_fleet_needs_the_sim_runner():
-    from radixflow.experiments.config import parse_config
+    from radixflow.experiments.config_parse import parse_config
 
     data = {"defaults": {"runner": "torch", "model": "qwen3_5-tiny", "replicas": 2}}
     with pytest.raises(

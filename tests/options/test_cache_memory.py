@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from radixflow.cli import main
-from radixflow.experiments.config import ExperimentConfigError, parse_config
+from radixflow.experiments.config import ExperimentConfigError
+from radixflow.experiments.config_parse import parse_config
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.sizes import parse_size, show_size
 from radixflow.problems import Problem, ProblemError

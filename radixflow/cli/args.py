@@ -20,7 +20,8 @@ from radixflow.options.flags import (
     parse_float,
     parse_int,
 )
-from radixflow.options.runners import device_problem, runner_name
+from radixflow.options.runners import runner_name
+from radixflow.options.torch_choice import device_problem
 from radixflow.problems import ProblemError
 
 

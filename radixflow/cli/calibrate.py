@@ -13,7 +13,7 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import add_engine_flags, from_args
-from radixflow.options.runners import device_problem, resolved_dtype
+from radixflow.options.torch_choice import device_problem, resolved_dtype
 from radixflow.problems import ProblemError
 
 # the engine options calibration uses: declared, checked and defaulted as every command does

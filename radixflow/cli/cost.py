@@ -18,7 +18,7 @@ from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.flags import add_engine_flags, from_args
-from radixflow.options.runners import sim_hardware
+from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
 from radixflow.problems import counted
 

@@ -27,7 +27,7 @@ from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.report import other_code_note
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
 from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
-from radixflow.options.runners import device_problem
+from radixflow.options.torch_choice import device_problem
 from radixflow.problems import Problem, ProblemError, counted
 
 EXTRA = "pip install -e '.[experiments]'"

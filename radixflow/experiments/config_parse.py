@@ -33,8 +33,9 @@ from radixflow.experiments.config import (
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
 from radixflow.options import EngineOptions, EnginePlan, runner_name
-from radixflow.options.runners import device_problem, name_problem
+from radixflow.options.runners import name_problem
 from radixflow.options.spec import check_value
+from radixflow.options.torch_choice import device_problem
 from radixflow.problems import ProblemError
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS

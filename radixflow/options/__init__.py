@@ -5,8 +5,9 @@ builds its engine from an `EngineOptions` through `plan_engine` / `build_engine`
 """
 
 from radixflow.options.build import EnginePlan, EngineSetup, build_engine, plan_engine
+from radixflow.options.choice import Capacity, RunnerChoice
 from radixflow.options.engine_options import EngineOptions, option_fields
-from radixflow.options.runners import Capacity, RunnerChoice, runner_name
+from radixflow.options.runners import runner_name
 
 __all__ = [
     "Capacity",

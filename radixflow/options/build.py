@@ -17,8 +17,9 @@ from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
 from radixflow.engine.trace import CLOCKS, TraceFile
 from radixflow.options.budget import budget_caps, working_set_problem
+from radixflow.options.choice import RunnerChoice
 from radixflow.options.engine_options import EngineOptions
-from radixflow.options.runners import RunnerChoice, choose_runner, name_problem
+from radixflow.options.runners import choose_runner, name_problem
 from radixflow.options.sizes import parse_size
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig

@@ -199,8 +199,12 @@ def test_models_parts_import_only_lower_parts(part):
 
 # The cache's parts: only the cache's own modules (and tests) name them; every other package sees
 # `RadixCache` and the result types it hands out (`NodeHandle`, `Match`, `Extension`, `CacheUsage`).
-CACHE_PARTS = {"node", "tree", "evictable", "rounds", "views", "integrity"}
-CACHE_PART_ATTRIBUTES = {"tree", "evictor", "journal"}  # RadixCache's fields holding its parts
+CACHE_PARTS = {
+    *("node", "tree", "evictable", "rounds", "views", "integrity"),
+    *("demand", "lookup", "holdings", "publish"),
+}
+# RadixCache's fields holding its parts
+CACHE_PART_ATTRIBUTES = {"tree", "evictor", "journal", "holdings", "publisher"}
 
 
 def test_only_the_cache_reaches_its_parts():

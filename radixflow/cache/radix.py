@@ -6,28 +6,33 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 
 from __future__ import annotations
 
-from collections import Counter, deque
 from collections.abc import Iterable, Sequence, Set
 
-from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
+from radixflow.cache import demand, lookup
+from radixflow.cache.digest import CheckpointDigest
 from radixflow.cache.evictable import Evictor
-from radixflow.cache.eviction import LRU, EntryKind, EvictionPolicy, evidenced
+from radixflow.cache.eviction import LRU, EntryKind, EvictionPolicy
+from radixflow.cache.holdings import Holdings
 from radixflow.cache.ledger import ByteLedger, CacheBudget, MemoryUsage
-from radixflow.cache.node import Checkpoint, Node, common_blocks
+from radixflow.cache.node import Node
 from radixflow.cache.pool import IdPool
+from radixflow.cache.publish import Publisher
 from radixflow.cache.rounds import RoundJournal
 from radixflow.cache.tree import Tree
-from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Readiness, Sharing
-from radixflow.cache.views import SetView
+from radixflow.cache.types import CacheUsage, Extension, Match, NodeHandle, Sharing
 
 
 class RadixCache:
     """A composition: the `Tree` (structure), the `Evictor` (what goes when capacity runs out), the
-    `RoundJournal` (what unfinished rounds published) and the bookkeeping of who holds what (locks,
-    requests' private blocks and working slots), which its neighbours read through read-only views.
+    `RoundJournal` (what unfinished rounds published), the `Holdings` (who holds what: locks,
+    requests' private blocks and working slots, which its neighbours read through read-only views)
+    and the `Publisher` (computed prefixes into the tree); demand and matching are functions over
+    the tree (`radixflow.cache.demand`, `radixflow.cache.lookup`). Capacity, which weighs them all
+    against the pools and the byte budget, stays here.
 
     The scheduler uses only the methods that take and return `NodeHandle`, `Match`, `Extension`
-    and `CacheUsage`; ``tree``, ``evictor`` and ``journal`` are for the cache's own modules and tests.
+    and `CacheUsage`; ``tree``, ``evictor``, ``journal``, ``holdings`` and ``publisher`` are for the
+    cache's own modules and tests.
     """
 
     def __init__(
@@ -47,104 +52,42 @@ class RadixCache:
         self.tree = Tree(block_size, kv, slots, on_split=self.journal.on_split)
         self.evictor = Evictor(self.tree, eviction or LRU(), self.ledger)
         self.block_size, self.kv, self.slots = block_size, kv, slots
-        self._tick = 0
-        self._locks: Counter[int] = Counter()  # node id -> locks held on exactly that node
-        self._private: set[int] = set()  # blocks held by requests outside the tree
-        self._working: set[int] = set()  # state slots held by running requests
+        self.holdings = Holdings(self.tree, self.evictor)
+        self.publisher = Publisher(self.tree, self.journal, self.evictor, self.holdings)
+        self._tick = 0  # the LRU clock: a match that touches and each extend advance it
 
-    # ----------------------------------------------------------------- demand (known sequences)
+    # ----------------------------------------------------------------- demand (`radixflow.cache.demand`)
     def register(self, namespace: str, tokens: Sequence[int]) -> NodeHandle:
         """Record a waiting prompt's whole blocks in the tree (mutates demand, may split nodes).
 
         Used to find branch points before prefill; costs no capacity.
         """
-        tokens = tuple(tokens)
-        path = self.tree.path(namespace, tokens, len(tokens) // self.block_size)
-        for node in path:
-            node.demand += 1
-        end = path[-1] if path else self.tree.root(namespace)
-        end.ends += 1
-        return NodeHandle(end.id)
+        return demand.register(self.tree, namespace, tokens)
 
     def unregister(self, handle: NodeHandle) -> None:
         """Undo `register`; prunes nodes that are neither materialized nor wanted. ValueError for a
         handle no registered prompt ends on (unregistered already), changing nothing."""
-        end = self.tree.lookup(handle)
-        if end.ends == 0:  # its node outlived the prompt (cached KV): demand would go negative
-            raise ValueError(f"unregister of a prompt not registered at {handle}")
-        end.ends -= 1
-        for node in end.ancestors():
-            node.demand -= 1
-        self.evictor.demand_dropped(end)
-        for node in end.ancestors():
-            if node.demand == 0 and not node.materialized:
-                self.tree.remove(node)  # the last one may take its namespace with it
-        if end.parent is None:  # a prompt shorter than a block ends on its namespace's root
-            self.tree.drop_if_bare(end)
+        demand.unregister(self.tree, self.evictor, handle)
 
     def branch_points(self, handle: NodeHandle, lo: int, hi: int) -> list[int]:
-        """Positions in ``(lo, hi]`` on a registered path where known sequences diverge."""
-        return sorted(
-            n.end for n in self.tree.lookup(handle).ancestors() if lo < n.end <= hi and len(n.children) > 1
-        )
+        """Positions in ``(lo, hi]`` on a registered path where known sequences diverge. Pure."""
+        return demand.branch_points(self.tree, handle, lo, hi)
 
     def sharing(self, handle: NodeHandle) -> Sharing:
         """The deepest prefix of registered path ``handle`` that other registered prompts share
         (`Sharing.NONE` when none does). Pure."""
-        for node in self.tree.lookup(handle).ancestors():  # deepest first
-            if node.demand > 1:
-                return Sharing(node.end, node.demand, NodeHandle(node.id))
-        return Sharing.NONE
+        return demand.sharing(self.tree, handle)
 
     def registered_under(self, handle: NodeHandle, limit: int) -> list[NodeHandle]:
         """Where registered prompts through node ``handle`` end (their `register` handles), at
         most ``limit`` nodes visited, nearest first; [] when the node is gone. Pure."""
-        try:
-            top = self.tree.lookup(handle)
-        except ValueError:
-            return []
-        found: list[NodeHandle] = []
-        frontier, visited = deque([top]), 0
-        while frontier and visited < limit:
-            node = frontier.popleft()
-            visited += 1
-            if node.ends:
-                found.append(NodeHandle(node.id))
-            frontier.extend(node.children.values())
-        return found
+        return demand.registered_under(self.tree, handle, limit)
 
     # ----------------------------------------------------------------- matching
     def match(self, namespace: str, tokens: Sequence[int], limit: int, touch: bool = True) -> Match:
         """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
-        bs, tokens = self.block_size, tuple(tokens[: (limit // self.block_size) * self.block_size])
         self._tick += touch
-        root = self.tree.find_root(namespace)
-        if root is None:  # the namespace holds nothing (a lookup makes no namespace)
-            return Match(0, 0, True, None, None, None)
-        node, pos = root, 0
-        best: Node | None = None
-        while pos < len(tokens):
-            child = node.children.get(tokens[pos : pos + bs])
-            if child is None or not child.materialized:
-                break
-            if touch:
-                child.last_used = self._tick
-            shared = common_blocks(child.key, tokens, pos, bs)
-            pos += shared * bs
-            if shared * bs < len(child.key):
-                break
-            node = child
-            if node.checkpoint is not None:
-                best = node
-        ckpt = best.checkpoint if best is not None else None
-        return Match(
-            kv_tokens=pos,
-            checkpoint_tokens=best.end if best is not None else 0,
-            checkpoint_ready=ckpt is None or ckpt.readiness is Readiness.READY,
-            producer=ckpt.producer if ckpt is not None else None,
-            checkpoint_slot=ckpt.slot if ckpt is not None else None,
-            handle=NodeHandle(best.id) if best is not None else None,
-        )
+        return lookup.match(self.tree, namespace, tokens, limit, self._tick if touch else None)
 
     def resumed(self, handle: NodeHandle | None) -> None:
         """A request starts from ``handle``'s node (None: from scratch): a hit there, counted once
@@ -164,87 +107,42 @@ class RadixCache:
 
     def block_table(self, handle: NodeHandle | None) -> list[int]:
         """KV block ids from the root to the end of ``handle``'s node."""
-        if handle is None:
-            return []
-        table: list[int] = []
-        for node in reversed(self.tree.lookup(handle).ancestors()):
-            assert node.blocks is not None
-            table.extend(node.blocks)
-        return table
+        return lookup.block_table(self.tree, handle)
 
-    # ----------------------------------------------------------------- locks
+    # ----------------------------------------------------------------- locks (`Holdings`)
     def lock(self, handle: NodeHandle | None) -> None:
         """Pin the path root..handle against eviction (mutates lock_ref along the path)."""
-        if handle is None:
-            return
-        node: Node | None = self.tree.lookup(handle)
-        self._locks[handle.node_id] += 1
-        while node is not None and node.parent is not None:
-            node.lock_ref += 1
-            node = node.parent
+        self.holdings.lock(handle)
 
     def relock(self, old: NodeHandle | None, new: NodeHandle | None) -> None:
         """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
 
         Only the nodes between the two change: a chunk's lock moves down its own path.
         """
-        if old is None or new is None:
-            self.lock(new)
-            self.unlock(old)
-            return
-        top, node = self.tree.lookup(old), self.tree.lookup(new)
-        if self._locks[old.node_id] == 0:
-            raise ValueError(f"unlock of an unlocked node {old}")
-        self._release_lock(old.node_id)
-        self._locks[new.node_id] += 1
-        while node is not top:
-            assert node is not None and node.parent is not None, "relock to a node not below the old one"
-            node.lock_ref += 1
-            node = node.parent
+        self.holdings.relock(old, new)
 
     def unlock(self, handle: NodeHandle | None) -> None:
-        if handle is None:
-            return
-        node = self.tree.lookup(handle)
-        if self._locks[node.id] == 0:
-            raise ValueError(f"unlock of an unlocked node {handle}")
-        self._release_lock(node.id)
-        walk: Node | None = node
-        while walk is not None and walk.parent is not None:
-            walk.lock_ref -= 1
-            if walk.lock_ref == 0:
-                self.evictor.offer(walk)
-            walk = walk.parent
+        """Release a `lock`; ValueError for a node holding none."""
+        self.holdings.unlock(handle)
 
-    def _release_lock(self, node_id: int) -> None:
-        # an entry goes with its last lock: node ids are never reused, so zeros would pile up
-        self._locks[node_id] -= 1
-        if not self._locks[node_id]:
-            del self._locks[node_id]
-
-    # ----------------------------------------------------------------- private resources
+    # ----------------------------------------------------------------- private resources (`Holdings`)
     def alloc_blocks(self, n: int) -> list[int]:
         """Blocks for a request's own use (raises OutOfCapacity; call `reserve` first)."""
-        ids = self.kv.take(n)
-        self._private.update(ids)
-        return ids
+        return self.holdings.alloc_blocks(n)
 
     def free_blocks(self, ids: Sequence[int]) -> None:
         """Return a request's blocks; ones the tree adopted are skipped (the tree owns them)."""
-        mine = [i for i in ids if i in self._private]
-        self._private.difference_update(mine)
-        self.kv.give(mine)
+        self.holdings.free_blocks(ids)
 
     def alloc_working_slot(self) -> int:
-        slot = self.slots.take(1)[0]
-        self._working.add(slot)
-        return slot
+        """A state slot for a running request's chunk-to-chunk state (raises OutOfCapacity)."""
+        return self.holdings.alloc_working_slot()
 
     def free_working_slot(self, slot: int) -> None:
-        self._working.remove(slot)
-        self.slots.give([slot])
+        """Return a working slot to its pool."""
+        self.holdings.free_working_slot(slot)
 
-    # ----------------------------------------------------------------- computed prefixes
+    # ----------------------------------------------------------------- computed prefixes (`Publisher`)
     def extend(
         self,
         namespace: str,
@@ -262,61 +160,18 @@ class RadixCache:
         Each position in ``checkpoints`` gets a PENDING checkpoint owned by ``producer`` unless
         one exists. Call `reserve` beforehand for the slots.
         """
-        bs, tokens = self.block_size, tuple(tokens)
-        nblocks = end // bs
-        cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
-        path = self.tree.path(namespace, tokens, nblocks, cuts)
         self._tick += 1
-        adopted, made, wanted = 0, {}, set(checkpoints)
-        clock = self.evictor.policy.clock
-        for node in path:
-            node.last_used = self._tick
-            if node.end > start:  # computed now: enters the policy's order at the clock (no hit)
-                node.aged = clock
-            if node.end <= start:
-                continue
-            if not node.materialized:
-                first = node.start // bs - start // bs
-                self.tree.set_blocks(node, list(blocks[first : first + len(node.key) // bs]))
-                # a continuation: below the end of a prompt a request resumed from (a
-                # conversation's next turn); a branch below a context is a sibling (a candidate)
-                parent = node.parent
-                node.continues = parent is not None and evidenced(parent)
-                node.closes_prompt = node.end == len(tokens) // bs * bs
-                self._private.difference_update(node.blocks or [])
-                self.journal.adopt(producer, node)
-                adopted += len(node.blocks)
-            if node.end in wanted and node.checkpoint is None:
-                slot = self.slots.take(1)[0]
-                node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
-                self.journal.add_pending(producer, node)
-                self.evictor.checkpoint_added(node)
-                made[node.end] = slot
-        handle = NodeHandle(path[-1].id) if path else None
-        return Extension(handle=handle, adopted=adopted, checkpoints=made)
+        return self.publisher.extend(namespace, tokens, start, end, blocks, checkpoints, producer, self._tick)
 
     def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
         """Turn a request's own state slot, computed in an earlier round, into the READY
         checkpoint at ``position`` (block-aligned, KV published); the slot is freed instead when
         that position already has one."""
-        self._working.remove(slot)
-        node = self.tree.path(namespace, tuple(tokens), position // self.block_size)[-1]
-        assert node.materialized and node.end == position, "checkpoint adopted beyond published KV"
-        if node.checkpoint is not None:
-            self.slots.give([slot])
-            return
-        node.checkpoint = Checkpoint(slot, Readiness.READY, None)
-        node.aged = self.evictor.policy.clock
-        self.evictor.checkpoint_added(node)
-        self.evictor.offer(node)
+        self.publisher.adopt_checkpoint(namespace, tokens, position, slot)
 
     def commit(self, producer: str) -> None:
         """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
-        for node in self.journal.close(producer).pending:
-            if node.checkpoint is not None and node.checkpoint.producer == producer:
-                node.checkpoint.readiness = Readiness.READY
-                node.checkpoint.producer = None
-                self.evictor.offer(node)
+        self.publisher.commit(producer)
 
     def withdraw(self, producers: Iterable[str]) -> None:
         """The producers' round failed: undo what their `extend` published this round.
@@ -325,17 +180,7 @@ class RadixCache:
         lose that KV (blocks freed; a node nobody wants any more is pruned). Unlock the producers'
         paths first.
         """
-        fresh: list[Node] = []
-        for producer in producers:
-            closed = self.journal.close(producer)
-            for node in closed.pending:
-                if node.checkpoint is not None and node.checkpoint.producer == producer:
-                    self.tree.drop_checkpoint(node)
-                    self.evictor.checkpoint_dropped(node)
-            fresh.extend(closed.adopted)
-        for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
-            assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
-            self.evictor.drop_kv(node)
+        self.publisher.withdraw(producers)
 
     # ----------------------------------------------------------------- capacity
     def reserve(self, blocks: int, slots: int) -> bool:
@@ -351,19 +196,9 @@ class RadixCache:
         return kv >= blocks and state >= slots and fits and self.evictor.reserve(blocks, slots)
 
     def _after_eviction(self) -> tuple[int, int, int]:
-        """KV blocks and state slots free, and bytes held, once every unlocked entry went (a
-        PENDING checkpoint is always locked): what only the paths above locks, requests' private
-        blocks and working slots keep. O(locks x depth). Pure."""
-        seen: set[int] = set()
-        locked_blocks = locked_ckpts = 0
-        for nid in self._locks:
-            node: Node | None = self.tree.lookup(NodeHandle(nid))
-            while node is not None and node.parent is not None and node.id not in seen:
-                seen.add(node.id)
-                locked_blocks += len(node.blocks or ())
-                locked_ckpts += node.checkpoint is not None
-                node = node.parent
-        kv_kept, slots_kept = len(self._private) + locked_blocks, len(self._working) + locked_ckpts
+        """KV blocks and state slots free, and bytes held, once every unlocked entry went
+        (`Holdings.kept`). Pure."""
+        kv_kept, slots_kept = self.holdings.kept()
         held = kv_kept * self.ledger.block_bytes + slots_kept * self.ledger.slot_bytes
         return self.kv.capacity - kv_kept, self.slots.capacity - slots_kept, held
 
@@ -406,7 +241,7 @@ class RadixCache:
 
     def memory(self) -> MemoryUsage:
         """Bytes held by kind against the budget; O(1), for a per-round metric. Pure."""
-        return self.ledger.usage(len(self._working))
+        return self.ledger.usage(len(self.holdings.working_slots))
 
     def evictions(self) -> dict[str, int]:
         """Entries evicted so far, by kind (``kv``: KV leaves; ``checkpoint``: checkpoints, those
@@ -423,11 +258,11 @@ class RadixCache:
             total_blocks=self.kv.capacity,
             free_blocks=self.kv.free,
             cached_blocks=cached,
-            locked_blocks=locked + len(self._private),
+            locked_blocks=locked + len(self.holdings.private_blocks),
             total_slots=self.slots.capacity,
             free_slots=self.slots.free,
             checkpoint_slots=ckpts,
-            working_slots=len(self._working),
+            working_slots=len(self.holdings.working_slots),
             namespaces=self.namespaces,
         )
 
@@ -441,20 +276,7 @@ class RadixCache:
         """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;
         ``kv_runs``: at the end of every materialized node instead (a model without recurrent
         layers resumes anywhere its KV is). A router's view of this cache. Pure."""
-        found: set[int] = set()
-        for namespace, root in self.tree.named_roots():
-            stack = [(root, namespace_seed(namespace))]
-            while stack:
-                node, h = stack.pop()
-                for child in node.children.values():
-                    if not child.materialized:
-                        continue
-                    *_, end = extend_chain(h, child.key, self.block_size)
-                    ckpt = child.checkpoint
-                    if kv_runs or (ckpt is not None and ckpt.readiness is Readiness.READY):
-                        found.add(end)
-                    stack.append((child, end))
-        return CheckpointDigest(self.block_size, frozenset(found))
+        return lookup.ready_digest(self.tree, kv_runs)
 
     def check_integrity(self) -> None:
         """Raise `IntegrityError` at the first broken invariant. Pure."""
@@ -468,18 +290,18 @@ class RadixCache:
     @property
     def private_blocks(self) -> Set[int]:
         """KV blocks held by requests outside the tree (a live view)."""
-        return SetView(self._private)
+        return self.holdings.private_blocks
 
     @property
     def working_slots(self) -> Set[int]:
         """State slots held by running requests for their chunk-to-chunk state (a live view)."""
-        return SetView(self._working)
+        return self.holdings.working_slots
 
     @property
     def locked_nodes(self) -> int:
         """Nodes with a lock held on exactly them (each lock holder's node; bounded by them). Pure."""
-        return len(self._locks)
+        return self.holdings.locked_nodes
 
     def own_locks(self, node: Node) -> int:
         """Locks held on exactly ``node`` (not on a node below it)."""
-        return self._locks[node.id]
+        return self.holdings.own_locks(node)

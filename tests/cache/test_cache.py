@@ -196,7 +196,7 @@ CORRUPTIONS = {
     # a prompt unregistered once too often: the sums still add up, below zero
     "-1 registered prompts end here": lambda cache: _unregistered_twice(_pending(cache)),
     # a lock left on a node gone from the tree: the next reservation that walks the locks fails
-    "not in the tree": lambda cache: cache._locks.update([10_000]),
+    "not in the tree": lambda cache: cache.holdings._locks.update([10_000]),
     # a round's journal naming a node gone from the tree: withdrawing the round frees its blocks
     "journaled by r, not in the tree": lambda cache: cache.journal.adopt("r", _gone(cache)),
     # the tree's index (no operation unlinks a node from it alone)

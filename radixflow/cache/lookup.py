@@ -1,0 +1,83 @@
+"""Reading the tree for reuse: the longest reusable prefix of a prompt (`match`), a path's KV
+block table, and the digest of every prefix a request could resume from (a router's view).
+Nothing here changes the tree's structure; `match` may only refresh the LRU stamps it passes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
+from radixflow.cache.node import Node, common_blocks
+from radixflow.cache.tree import Tree
+from radixflow.cache.types import Match, NodeHandle, Readiness
+
+NO_MATCH = Match(0, 0, True, None, None, None)
+
+
+def match(tree: Tree, namespace: str, tokens: Sequence[int], limit: int, touch: int | None) -> Match:
+    """Longest reusable prefix of ``tokens[:limit]``; the materialized nodes it walks get
+    ``last_used = touch`` unless ``touch`` is None."""
+    bs = tree.block_size
+    tokens = tuple(tokens[: (limit // bs) * bs])
+    root = tree.find_root(namespace)
+    if root is None:  # the namespace holds nothing (a lookup makes no namespace)
+        return NO_MATCH
+    node, pos = root, 0
+    best: Node | None = None
+    while pos < len(tokens):
+        child = node.children.get(tokens[pos : pos + bs])
+        if child is None or not child.materialized:
+            break
+        if touch is not None:
+            child.last_used = touch
+        shared = common_blocks(child.key, tokens, pos, bs)
+        pos += shared * bs
+        if shared * bs < len(child.key):
+            break
+        node = child
+        if node.checkpoint is not None:
+            best = node
+    return _found(pos, best)
+
+
+def _found(kv_tokens: int, best: Node | None) -> Match:
+    """The `Match` of ``kv_tokens`` matched KV whose deepest checkpoint is on ``best``."""
+    ckpt = best.checkpoint if best is not None else None
+    return Match(
+        kv_tokens=kv_tokens,
+        checkpoint_tokens=best.end if best is not None else 0,
+        checkpoint_ready=ckpt is None or ckpt.readiness is Readiness.READY,
+        producer=ckpt.producer if ckpt is not None else None,
+        checkpoint_slot=ckpt.slot if ckpt is not None else None,
+        handle=NodeHandle(best.id) if best is not None else None,
+    )
+
+
+def block_table(tree: Tree, handle: NodeHandle | None) -> list[int]:
+    """KV block ids from the root to the end of ``handle``'s node. Pure."""
+    if handle is None:
+        return []
+    table: list[int] = []
+    for node in reversed(tree.lookup(handle).ancestors()):
+        assert node.blocks is not None
+        table.extend(node.blocks)
+    return table
+
+
+def ready_digest(tree: Tree, kv_runs: bool) -> CheckpointDigest:
+    """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;
+    ``kv_runs``: at the end of every materialized node instead. Pure."""
+    found: set[int] = set()
+    for namespace, root in tree.named_roots():
+        stack = [(root, namespace_seed(namespace))]
+        while stack:
+            node, h = stack.pop()
+            for child in node.children.values():
+                if not child.materialized:
+                    continue
+                *_, end = extend_chain(h, child.key, tree.block_size)
+                ckpt = child.checkpoint
+                if kv_runs or (ckpt is not None and ckpt.readiness is Readiness.READY):
+                    found.add(end)
+                stack.append((child, end))
+    return CheckpointDigest(tree.block_size, frozenset(found))

@@ -1,0 +1,111 @@
+"""Publishing computed prefixes: a round's whole blocks and checkpoints enter the tree PENDING
+(`extend`, `adopt_checkpoint`), and the round's end keeps them (`commit`) or undoes them
+(`withdraw`), through the `RoundJournal`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from radixflow.cache.evictable import Evictor
+from radixflow.cache.eviction import evidenced
+from radixflow.cache.holdings import Holdings
+from radixflow.cache.node import Checkpoint, Node
+from radixflow.cache.rounds import RoundJournal
+from radixflow.cache.tree import Tree
+from radixflow.cache.types import Extension, NodeHandle, Readiness
+
+
+class Publisher:
+    """Moves what requests computed into the tree: their private blocks and working slots become
+    the tree's (`Holdings`), new entries are offered to the `Evictor` once they may go."""
+
+    def __init__(self, tree: Tree, journal: RoundJournal, evictor: Evictor, holdings: Holdings) -> None:
+        self.tree, self.journal, self.evictor, self.holdings = tree, journal, evictor, holdings
+
+    def extend(
+        self,
+        namespace: str,
+        tokens: Sequence[int],
+        start: int,
+        end: int,
+        blocks: Sequence[int],
+        checkpoints: Sequence[int],
+        producer: str,
+        tick: int,
+    ) -> Extension:
+        """`RadixCache.extend`, the path stamped ``tick`` (its LRU clock)."""
+        bs, tokens = self.tree.block_size, tuple(tokens)
+        cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
+        path = self.tree.path(namespace, tokens, end // bs, cuts)
+        adopted, made, wanted = 0, {}, set(checkpoints)
+        clock = self.evictor.policy.clock
+        for node in path:
+            node.last_used = tick
+            if node.end <= start:
+                continue
+            node.aged = clock  # computed now: enters the policy's order at the clock (no hit)
+            if not node.materialized:
+                first = node.start // bs - start // bs
+                mine = blocks[first : first + len(node.key) // bs]
+                adopted += self._adopt(node, mine, len(tokens), producer)
+            if node.end in wanted and node.checkpoint is None:
+                made[node.end] = self._pending_checkpoint(node, producer)
+        handle = NodeHandle(path[-1].id) if path else None
+        return Extension(handle=handle, adopted=adopted, checkpoints=made)
+
+    def _adopt(self, node: Node, blocks: Sequence[int], length: int, producer: str) -> int:
+        """``node`` takes ``blocks`` (a request's) as its KV, in a prompt of ``length`` tokens;
+        returns how many."""
+        bs = self.tree.block_size
+        self.tree.set_blocks(node, list(blocks))
+        # a continuation: below the end of a prompt a request resumed from (a conversation's next
+        # turn); a branch below a context is a sibling (a candidate)
+        parent = node.parent
+        node.continues = parent is not None and evidenced(parent)
+        node.closes_prompt = node.end == length // bs * bs
+        self.holdings.adopted(node.blocks or [])
+        self.journal.adopt(producer, node)
+        return len(node.blocks or [])
+
+    def _pending_checkpoint(self, node: Node, producer: str) -> int:
+        """A PENDING checkpoint on ``node`` owned by ``producer``; returns its slot."""
+        slot = self.tree.slots.take(1)[0]
+        node.checkpoint = Checkpoint(slot, Readiness.PENDING, producer)
+        self.journal.add_pending(producer, node)
+        self.evictor.checkpoint_added(node)
+        return slot
+
+    def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
+        """`RadixCache.adopt_checkpoint`: a working slot becomes the READY checkpoint at ``position``."""
+        self.holdings.hand_over(slot)
+        node = self.tree.path(namespace, tuple(tokens), position // self.tree.block_size)[-1]
+        assert node.materialized and node.end == position, "checkpoint adopted beyond published KV"
+        if node.checkpoint is not None:
+            self.tree.slots.give([slot])
+            return
+        node.checkpoint = Checkpoint(slot, Readiness.READY, None)
+        node.aged = self.evictor.policy.clock
+        self.evictor.checkpoint_added(node)
+        self.evictor.offer(node)
+
+    def commit(self, producer: str) -> None:
+        """The producer's round finished: its PENDING checkpoints become READY (mutates them)."""
+        for node in self.journal.close(producer).pending:
+            if node.checkpoint is not None and node.checkpoint.producer == producer:
+                node.checkpoint.readiness = Readiness.READY
+                node.checkpoint.producer = None
+                self.evictor.offer(node)
+
+    def withdraw(self, producers: Iterable[str]) -> None:
+        """`RadixCache.withdraw`: drop the producers' PENDING checkpoints and the KV they published."""
+        fresh: list[Node] = []
+        for producer in producers:
+            closed = self.journal.close(producer)
+            for node in closed.pending:
+                if node.checkpoint is not None and node.checkpoint.producer == producer:
+                    self.tree.drop_checkpoint(node)
+                    self.evictor.checkpoint_dropped(node)
+            fresh.extend(closed.adopted)
+        for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
+            assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
+            self.evictor.drop_kv(node)

@@ -303,8 +303,7 @@ class Engine:
         if out is None:
             return None
         if not out.chunks:
-            self._stalled()
-            return None
+            raise AssertionError(self._empty_round(out))
         try:
             with held.let_through():  # a Ctrl-C held while scheduling is raised here
                 result = self.runner.run(out)
@@ -365,11 +364,20 @@ class Engine:
             error=error,
         )
 
-    def _stalled(self) -> None:
-        # Nothing fits even in an otherwise idle round: the head request can never run.
-        if self.scheduler.running:
-            raise RuntimeError("running requests cannot continue: KV/state capacity exhausted")
-        self.scheduler.fail_head("request does not fit in the cache's free KV blocks/state slots")
+    def _empty_round(self, out: SchedulerOutput) -> str:
+        """Why a round with work scheduled nothing: a scheduler bug, never a request's or an option's
+        fault. A running request's next chunk always fits a fresh round (a decode step is one token,
+        a prefill chunk one block, and the token budget holds a block); an idle engine holds no
+        locks, private blocks or PENDING checkpoints, so the first waiting request starts, from a
+        shallower point or from scratch if it must, for `problem` refused every request that could
+        not fit an empty cache. Raised, not asserted: under -O `run` would loop forever. Pure."""
+        waiting, running = self.scheduler.waiting, self.scheduler.running
+        first = waiting.first()
+        head = f" (first {first.id!r})" if first is not None else ""
+        return (
+            f"scheduler bug: round {out.round_index} scheduled no chunk with {len(waiting)} waiting{head} "
+            f"and {len(running)} running requests, stop reason {out.stop_reason.value}"
+        )
 
     def run(
         self, requests: Iterable[Request], on_round: Callable[[RoundRecord], None] | None = None

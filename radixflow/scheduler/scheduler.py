@@ -366,16 +366,6 @@ class Scheduler:
         if self.events is not None:
             self.events.decision(kind, request_id, **details)
 
-    def fail_head(self, reason: str) -> Request | None:
-        """Reject the oldest waiting request (used when nothing can ever make progress)."""
-        req = self.waiting.first()
-        if req is None:
-            return None
-        self._leave_queue(req)
-        self._release(req)
-        req.status, req.error = RequestStatus.FAILED, reason
-        return req
-
     def check_integrity(self) -> None:
         """Between rounds: queues disjoint, nobody parked, the promised-KV count exact."""
         running = list(self.running.values())

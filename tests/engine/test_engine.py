@@ -11,6 +11,7 @@ from engine_utils import new_engine
 from radixflow.engine.records import AbortResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.sampling import FinishReason, SamplingParams
 
 RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
@@ -414,3 +415,20 @@ def test_a_round_history_that_is_no_count_is_refused_naming_it(history):
     expected = rf"^round_history must be None or an integer >= 0, got {history!r}$"
     with pytest.raises(ValueError, match=expected):
         new_engine(RUNNER, CFG, round_history=history)
+
+
+def test_a_round_that_schedules_nothing_is_named_as_the_scheduler_bug_it_is(monkeypatch):
+    # An idle engine always has a chunk to run: a request that cannot fit an empty cache is
+    # refused at submit (above), and one that fits starts from a shallower point or from scratch
+    # when its own reuse point pins what it needs (tests/scheduler/test_scheduler.py: the reuse
+    # point that pins the only slot); the random and edge-budget fuzzes (test_engine_random,
+    # test_engine_pressure) run every policy without an empty round. So an empty round is a bug:
+    # it failed the oldest request with "does not fit in the cache's free KV blocks/state slots",
+    # blaming a request that fits, and under -O an assert would loop `run` forever.
+    engine = new_engine(RUNNER, CFG)
+    req = Request("a", (1, 2, 3))
+    engine.submit(req)
+    monkeypatch.setattr(engine.scheduler, "schedule", lambda: SchedulerOutput(round_index=0))
+    with pytest.raises(AssertionError, match=r"round 0 scheduled no chunk with 1 waiting \(first 'a'\)"):
+        engine.step()
+    assert req.status is RequestStatus.WAITING and req.error is None

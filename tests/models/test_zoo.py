@@ -446,3 +446,24 @@ def test_another_versions_build_unused_for_a_week_is_removed(tmp_path, monkeypat
     assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == new
     assert sorted(p.name for p in tmp_path.iterdir()) == [new.name]
 
+
+
+def test_a_bit_flipped_in_a_cached_build_is_found_and_rebuilt(tmp_path):
+    # a disk error that keeps the size: the record's sizes all match, the weights are wrong
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    weights = path / "model.safetensors"
+    whole = weights.read_bytes()
+    flipped = bytearray(whole)
+    flipped[len(flipped) // 2] ^= 0x10
+    weights.write_bytes(bytes(flipped))
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert weights.read_bytes() == whole
+
+
+def test_a_build_recorded_before_checksums_is_reused_on_its_sizes(tmp_path, monkeypatch):
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    record = json.loads((path / zoo.RECORD).read_text())
+    assert set(record.pop("crc32")) == set(record["files"])  # every file the build wrote
+    (path / zoo.RECORD).write_text(json.dumps(record))  # as builds were recorded before
+    monkeypatch.setattr(zoo, "_build_preset", _never_build)
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path

@@ -310,7 +310,7 @@ def _build_locked(name: str, source: str, target: Path, build: Build, digest: st
         if not _built(target, digest):
             if locked:  # unlocked, a temporary directory may be a build under way elsewhere
                 _sweep(root)
-            tmp = _build_dir(root, source, target.name)
+            tmp = _build_dir(root, source, name)  # the zoo name: `_sweep` finds what a kill leaves
             _in_cache(root, source, lambda: _build_into(tmp, target, build, ZOO[name], digest))
         if locked:  # unlocked, a build unused this long may be one another caller just chose
             _prune(root, name, target)

@@ -467,3 +467,18 @@ def test_a_build_recorded_before_checksums_is_reused_on_its_sizes(tmp_path, monk
     (path / zoo.RECORD).write_text(json.dumps(record))  # as builds were recorded before
     monkeypatch.setattr(zoo, "_build_preset", _never_build)
     assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+
+
+def test_a_build_beside_another_is_made_where_a_sweep_finds_what_a_kill_leaves(tmp_path, monkeypatch):
+    zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    monkeypatch.setattr(zoo, "SEED", 1)  # another version's build goes beside the first
+    real_build, swept = zoo._build_preset, []
+
+    def build(*args):
+        out = args[-1]
+        swept.append(out in tmp_path.glob(".llama-tiny.tmp-*"))  # what `_sweep` would remove
+        return real_build(*args)
+
+    monkeypatch.setattr(zoo, "_build_preset", build)
+    zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    assert swept == [True]

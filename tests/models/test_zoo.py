@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from radixflow.models import zoo  # noqa: E402
+from radixflow.models import zoo, zoo_store  # noqa: E402
 from radixflow.models.io.loader import load_model  # noqa: E402
 from radixflow.models.io.tokenizer import SPECIAL_TOKENS, train_tokenizer  # noqa: E402
 from radixflow.models.registry import UnknownModelError  # noqa: E402
@@ -109,7 +109,7 @@ def test_a_cache_directory_it_cannot_write_is_one_line_naming_it(tmp_path, monke
     def refuse(*args, **kwargs):  # what a read-only directory does (tests may run as root)
         raise PermissionError(13, "Permission denied", str(tmp_path))
 
-    monkeypatch.setattr(zoo.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(zoo_store.tempfile, "mkdtemp", refuse)
     refused = rf"^model cache directory {tmp_path} \(cache_dir\) .*Permission denied"
     with pytest.raises(zoo.CacheDirError, match=refused):
         zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
@@ -311,14 +311,14 @@ def test_a_tokenizer_saved_on_a_full_disk_raises_the_oserror_naming_it(tmp_path)
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
 @pytest.mark.parametrize("file", ["model.safetensors", "tokenizer.json", "config.json"])
 def test_a_full_cache_directory_is_one_line_naming_it_and_how_to_move_it(tmp_path, monkeypatch, file):
-    real_mkdtemp = zoo.tempfile.mkdtemp
+    real_mkdtemp = zoo_store.tempfile.mkdtemp
 
     def full_mkdtemp(*args, **kwargs):  # the build directory on a disk with no space left
         made = real_mkdtemp(*args, **kwargs)
         os.symlink("/dev/full", os.path.join(made, file))
         return made
 
-    monkeypatch.setattr(zoo.tempfile, "mkdtemp", full_mkdtemp)
+    monkeypatch.setattr(zoo_store.tempfile, "mkdtemp", full_mkdtemp)
     monkeypatch.setenv(zoo.CACHE_ENV, str(tmp_path))
     refused = rf"^model cache directory {tmp_path} \(\${zoo.CACHE_ENV}\) cannot hold models: No space left"
     with pytest.raises(zoo.CacheDirError, match=refused):
@@ -381,7 +381,7 @@ def test_an_out_of_date_build_in_a_cache_it_cannot_write_says_why_it_must_write(
     def refuse(*args, **kwargs):  # what a read-only directory does (tests may run as root)
         raise PermissionError(13, "Permission denied", str(tmp_path))
 
-    monkeypatch.setattr(zoo.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(zoo_store.tempfile, "mkdtemp", refuse)
     why = r"the llama-tiny there was built from another preset or radixflow version, or is damaged, "
     why += "and this one must be built"
     refused = rf"^model cache directory {tmp_path} \(cache_dir\) cannot hold models: .*denied \({why}\)$"
@@ -438,7 +438,7 @@ def test_another_versions_build_unused_for_a_week_is_removed(tmp_path, monkeypat
     monkeypatch.setattr(zoo, "SEED", 1)
     new = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     record = old / zoo.RECORD
-    week = zoo.UNUSED_BUILD_S
+    week = zoo_store.UNUSED_BUILD_S
     used = record.stat().st_mtime
     os.utime(record, (used - week + 60, used - week + 60))  # unused for a week, bar a minute: kept
     assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == new and old.exists()

@@ -24,27 +24,40 @@ class ChatTemplateError(ValueError):
         self.param = param
 
 
-def message_text(content: Any) -> str:
+def message_text(content: Any, where: str = "content") -> str:
     """A message's content: a string, or OpenAI's list of parts whose texts are joined by a line
-    break, as vLLM joins them (the same request renders the same prompt on both servers)."""
+    break, as vLLM joins them (the same request renders the same prompt on both servers).
+    ``where``: the content's field (``messages[2].content``), which an error names."""
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
         parts = []
-        for part in content:
+        for j, part in enumerate(content):
             if (
                 not isinstance(part, Mapping)
                 or part.get("type") != "text"
                 or not isinstance(part.get("text"), str)
             ):
                 raise ChatTemplateError(
-                    "only text content parts ({'type': 'text', 'text': ...}) are supported"
+                    f"{where}[{j}]: only text content parts ({{'type': 'text', 'text': ...}}) are "
+                    f"supported, got {_shown(part)}",
+                    f"{where}[{j}]",
                 )
             parts.append(part["text"])
         return "\n".join(parts)
     if content is None:
         return ""
-    raise ChatTemplateError("message content must be a string or a list of text parts")
+    why = f"{where}: must be a string or a list of text parts, got {_shown(content)}"
+    raise ChatTemplateError(why, where)
+
+
+def _shown(value: Any) -> str:
+    """A bad value as JSON, cut to a readable length (an error names it in one line)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError):  # the offline API takes Python values
+        text = repr(value)
+    return text if len(text) <= 48 else text[:45] + "..."
 
 
 class ChatTemplate:
@@ -69,17 +82,7 @@ class ChatTemplate:
             raise ChatTemplateError("this model has no chat template; use completions with a plain prompt")
         if not messages:
             raise ChatTemplateError("messages must not be empty")
-        plain = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-                raise ChatTemplateError(f"message {i} needs a string 'role'")
-            if m["role"] not in self.roles:
-                raise ChatTemplateError(
-                    f"messages[{i}].role: unknown role {m['role']!r}; this model's chat template "
-                    f"knows {', '.join(self.roles)}",
-                    f"messages[{i}].role",
-                )
-            plain.append({**m, "content": message_text(m.get("content"))})
+        plain = [self._plain(i, m) for i, m in enumerate(messages)]
         import jinja2
 
         try:
@@ -93,6 +96,23 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template failed: {e}") from None
         except Exception as e:  # the template is the checkpoint's code: whatever it raises is its failure
             raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
+
+    def _plain(self, i: int, m: Any) -> dict[str, Any]:
+        """Message ``i`` as the template reads it (its content as text), once it is one the
+        template can render; ChatTemplateError naming the field (``messages[i].role``) if not."""
+        if not isinstance(m, Mapping):
+            raise ChatTemplateError(f"messages[{i}]: must be an object, got {_shown(m)}", f"messages[{i}]")
+        role = m.get("role")
+        if not isinstance(role, str):
+            got = "nothing" if role is None else _shown(role)
+            raise ChatTemplateError(f"messages[{i}].role: must be a string, got {got}", f"messages[{i}].role")
+        if role not in self.roles:
+            raise ChatTemplateError(
+                f"messages[{i}].role: unknown role {role!r}; this model's chat template "
+                f"knows {', '.join(self.roles)}",
+                f"messages[{i}].role",
+            )
+        return {**m, "content": message_text(m.get("content"), f"messages[{i}].content")}
 
 
 def _raise(message: str) -> None:

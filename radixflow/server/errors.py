@@ -97,7 +97,7 @@ def validation_message(
     if first.get("type") == "json_invalid":
         detail = first.get("ctx", {}).get("error", "")
         return f"malformed JSON body: {detail}".rstrip(": "), None
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = [p for p in first.get("loc", ()) if p != "body"]
     kind = first.get("type")
     if not loc and kind == SURROGATE:  # in a field nobody declared: the path names it
         ctx = first.get("ctx", {})
@@ -107,7 +107,7 @@ def validation_message(
         return f"{why}, got Content-Type: {content_type or 'none'}", None
     if not loc:
         return "the request body must be a JSON object", None
-    param, where = loc[0], ".".join(loc)
+    param, where = str(loc[0]), _path(loc)
     if kind == "missing":
         return f"missing required parameter: {where}", param
     if kind in (SURROGATE, UNSUPPORTED):  # our own checks: the message is written to follow the name
@@ -116,6 +116,12 @@ def validation_message(
         return f"{param} must be {UNION_SHAPES[param]}, got {_shown(first.get('input'))}", param
     said = _SAID.get(str(kind), first.get("msg"))
     return f"{where}: {said}, got {_shown(first.get('input'))}", param
+
+
+def _path(loc: list[Any]) -> str:
+    """A field's location as the server's other messages spell it: ``messages[0].content``
+    (pydantic's own is ``messages.0.content``)."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).removeprefix(".")
 
 
 def _shown(value: Any) -> str:

@@ -276,7 +276,7 @@ def test_chat_template_errors_are_one_line():
     template = ChatTemplate("{{ raise_exception('roles must alternate') }}", None, None)
     with pytest.raises(ChatTemplateError, match="roles must alternate"):
         template.render([{"role": "user", "content": "x"}])
-    with pytest.raises(ChatTemplateError, match="needs a string 'role'"):
+    with pytest.raises(ChatTemplateError, match=r"^messages\[0\]\.role: must be a string, got nothing"):
         ChatTemplate("{{ messages }}", None, None).render([{"content": "x"}])
     with pytest.raises(ChatTemplateError, match="only text content parts"):
         ChatTemplate("{{ messages }}", None, None).render([{"role": "user", "content": [{"type": "image"}]}])

@@ -175,14 +175,25 @@ def test_bad_completion_input_is_a_400_in_openai_shape(served, name, case, messa
 
 BAD_CHAT = [
     ("no messages", {"messages": []}, "messages must not be empty"),
-    ("message without a role", {"messages": [{"content": "hi"}]}, "message 0 needs a string 'role'"),
+    ("message without a role", {"messages": [{"content": "hi"}]}, "messages[0].role: must be a string"),
+    (  # named as the chat template's own checks name a message's field, with the value sent
+        "role of the wrong type",
+        {"messages": [{"role": "user", "content": "hi"}, {"role": 5, "content": "x"}]},
+        "messages[1].role: must be a string, got 5",
+    ),
+    (
+        "content of the wrong type",
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": 5}]},
+        "messages[1].content: must be a string or a list of text parts, got 5",
+    ),
+    ("message not an object", {"messages": ["hi"]}, 'messages[0]: must be an object, got "hi"'),
     ("zero max_tokens", {"max_tokens": 0}, "max_tokens must be between 1 and the model context"),
     ("top_logprobs without logprobs", {"top_logprobs": 2}, "top_logprobs needs logprobs set to true"),
     ("prompt logprobs in a stream", {"prompt_logprobs": 0, "stream": True}, "prompt_logprobs cannot be"),
     (
         "image content",
-        {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-        "only text content",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url"}]}]},
+        "messages[0].content[1]: only text content parts",
     ),
 ]
 
@@ -192,6 +203,8 @@ def test_bad_chat_input_is_a_400(served, name, case, message):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **case}
     r = served.http().post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and r.json()["error"]["message"].startswith(message), r.text
+    if message.startswith("messages["):  # the param is the field the message names, or its top
+        assert message.split(":")[0].startswith(r.json()["error"]["param"]), r.text
 
 
 @pytest.mark.parametrize("named", ["max_tokens", "max_completion_tokens"])

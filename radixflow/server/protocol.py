@@ -7,6 +7,7 @@ or refused (the tables in `refused`).
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from pydantic import Field, create_model
@@ -25,6 +26,9 @@ from radixflow.server.strict import Refused, StrictBody
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 SEED_RANGE = (-(2**63), 2**64 - 1)
+# a logit_bias key: decimal ASCII digits, few enough for int() (a negative id is then refused as
+# outside the vocabulary, as a long one would be)
+TOKEN_ID_KEY = re.compile(r"-?[0-9]{1,18}")
 
 
 def _declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) -> type[StrictBody]:
@@ -269,10 +273,11 @@ def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
     a key that is not a token id."""
     pairs = []
     for key, value in bias.items():
-        try:
-            pairs.append((int(key), value))
-        except ValueError:
-            raise ApiError(400, f"logit_bias: keys must be token ids, got {key!r}", "logit_bias") from None
+        # decimal ASCII digits only: int() also reads " 3", "1_0" and other scripts' digits
+        if TOKEN_ID_KEY.fullmatch(key) is None:
+            shown = repr(key) if len(key) <= 40 else f"{key[:40]!r}..."  # one line, however long
+            raise ApiError(400, f"logit_bias: keys must be token ids, got {shown}", "logit_bias")
+        pairs.append((int(key), value))
     return tuple(pairs)
 
 

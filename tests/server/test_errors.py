@@ -77,6 +77,15 @@ BAD_COMPLETIONS = [
         "presence_penalty: must be a number in [-2, 2], got 2.5",
     ),
     ("logit_bias key", {"logit_bias": {"the": 1}}, "logit_bias: keys must be token ids, got 'the'"),
+    # Python's int() reads these as 10 and 3: a typo biased a token nobody named
+    ("logit_bias key with a separator", {"logit_bias": {"1_0": 1}}, "logit_bias: keys must be token ids"),
+    ("logit_bias key in other digits", {"logit_bias": {"\u0663": 1}}, "logit_bias: keys must be token ids"),
+    ("logit_bias key with spaces", {"logit_bias": {" 3": 1}}, "logit_bias: keys must be token ids"),
+    (
+        "logit_bias key past int()",
+        {"logit_bias": {"9" * 5000: 1}},
+        f"logit_bias: keys must be token ids, got '{'9' * 40}'...",
+    ),
     (
         "logit_bias value",
         {"logit_bias": {"7": -101}},

@@ -109,7 +109,7 @@ class _Generate(StrictBody):
         if self.stream_options is not None and not self.stream:  # as vLLM and OpenAI refuse it
             raise ApiError(400, "stream_options: only with stream: true", "stream_options")
         if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
-            raise ApiError(400, "seed must fit in 64 bits", "seed")
+            raise ApiError(400, f"seed must fit in 64 bits, got {self.seed}", "seed")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -182,7 +182,8 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
 
     def params(self, context: int) -> SamplingParams:
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ApiError(400, f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")
+            why = f"logprobs must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}"
+            raise ApiError(400, why, "logprobs")
         if self.max_tokens is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
             max_tokens = OPENAI_COMPLETION_MAX_TOKENS
         else:
@@ -209,7 +210,8 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
         if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_LOGPROBS:
-            raise ApiError(400, f"top_logprobs must be between 0 and {MAX_LOGPROBS}", "top_logprobs")
+            why = f"top_logprobs must be between 0 and {MAX_LOGPROBS}, got {self.top_logprobs}"
+            raise ApiError(400, why, "top_logprobs")
         named = self.length_field
         given = getattr(self, named)
         max_tokens = default_max_tokens if given is None else _check_max_tokens(given, 1, context, named)

@@ -64,7 +64,8 @@ BAD_COMPLETIONS = [
     ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
-    ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20"),
+    ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20, got 21"),
+    ("seed past 64 bits", {"seed": 2**64}, f"seed must fit in 64 bits, got {2**64}"),
     ("no choices", {"n": 0}, "n: must be an integer between 1 and 128, got 0"),
     (
         "best_of above n",
@@ -198,6 +199,11 @@ BAD_CHAT = [
     ("message not an object", {"messages": ["hi"]}, 'messages[0]: must be an object, got "hi"'),
     ("zero max_tokens", {"max_tokens": 0}, "max_tokens must be between 1 and the model context"),
     ("top_logprobs without logprobs", {"top_logprobs": 2}, "top_logprobs needs logprobs set to true"),
+    (
+        "too many top_logprobs",
+        {"logprobs": True, "top_logprobs": 21},
+        "top_logprobs must be between 0 and 20, got 21",
+    ),
     ("prompt logprobs in a stream", {"prompt_logprobs": 0, "stream": True}, "prompt_logprobs cannot be"),
     (
         "image content",

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from radixflow.generation.tokenizer import TextTooLong
 from radixflow.problems import Problem
@@ -137,6 +138,22 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 48 else text[:45] + "..."
 
 
+def routing_message(request: Request, exc: HTTPException) -> str | None:
+    """What a 404 or 405 from routing says: the method and path asked for, and where the route
+    is (an openai client whose ``base_url`` lacks ``/v1`` posts to ``/chat/completions``); None
+    for any other status."""
+    asked = f"{request.method} {request.url.path}"
+    if exc.status_code == 405:
+        return f"{asked}: this route takes {(exc.headers or {}).get('Allow', 'another method')}"
+    if exc.status_code != 404:
+        return None
+    under_v1 = f"/v1{request.url.path}"
+    scope = {**request.scope, "path": under_v1}
+    there = any(route.matches(scope)[0] is not Match.NONE for route in request.app.router.routes)
+    hint = f"; did you mean {under_v1}?" if there else ""
+    return f"no route {asked}{hint}"
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
@@ -152,8 +169,11 @@ def install_handlers(app: FastAPI) -> None:
         return ApiError(400, message, param).response()
 
     @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        return ApiError(exc.status_code, str(exc.detail)).response()
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        message = routing_message(request, exc) or str(exc.detail)
+        response = ApiError(exc.status_code, message).response()
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:

@@ -312,6 +312,32 @@ def test_an_unknown_model_is_a_404_as_openai_and_vllm_answer_it(served, route):
         )
 
 
+def test_a_client_without_v1_in_its_base_url_is_told_where_the_routes_are(served):
+    """``OpenAI(base_url="http://host:8000")`` (no ``/v1``) posts to ``/chat/completions``: the 404
+    said "Not Found" and nothing about the path."""
+    client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    message = caught.value.body["message"]
+    assert message == "no route POST /chat/completions; did you mean /v1/chat/completions?", message
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "message"),
+    [
+        ("POST", "/v1/embeddings", 404, "no route POST /v1/embeddings"),
+        ("GET", "/v1/completions", 405, "GET /v1/completions: this route takes POST"),
+        ("POST", "/v1/models", 405, "POST /v1/models: this route takes GET"),
+    ],
+)
+def test_a_route_the_server_lacks_is_named_in_its_error(served, method, path, status, message):
+    r = served.http().request(method, path, json={})
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["message"] == message, r.text
+    if status == 405:  # as HTTP asks of a 405
+        assert r.headers["allow"] == message.rsplit(" ", 1)[-1]
+
+
 def engine_state(served: RunningServer) -> tuple[int, int, int]:
     def look(engine):
         engine.check_integrity()

@@ -202,6 +202,8 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
     add_generation_prompt: bool = True  # vLLM extension
     safety_identifier: str | None = None  # IGNORED, as the rest of this group
     prompt_cache_key: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_retention: str | None = None
     service_tier: str | None = None
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool | None = None

@@ -171,6 +171,8 @@ AS_USERS_SENT_THEM = [
     (CHAT, HI + '"return_token_ids": true', "return_token_ids", "return_token_ids: not implemented"),
     (CMPL, '"prompt": "a", "prompt_embeds": "AAAA"', "prompt_embeds", "prompt_embeds: prompt embeddings"),
     (CHAT, HI + '"vllm_xargs": {"k": 1}', "vllm_xargs", "vllm_xargs: logits processors are not"),
+    (CHAT, HI + '"moderation": {"model": "omni-moderation-latest"}', "moderation",
+     "moderation: moderation is not implemented"),
 ]  # fmt: skip
 
 
@@ -198,6 +200,8 @@ def test_what_users_sent_is_a_400_naming_the_field_and_the_connection_stays_open
         {"user": "u-1", "metadata": {"k": "v"}, "stream_options": None, "store": False},
         {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": False}},
         {"return_token_ids": False, "vllm_xargs": {}},
+        {"prompt_cache_key": "k", "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "30m"}},
+        {"moderation": None},
     ],
 )
 def test_values_that_ask_for_nothing_are_accepted(http, extra):
@@ -210,6 +214,21 @@ def test_every_refused_field_is_declared_so_it_cannot_be_ignored():
     for model, _ in ROUTES.values():
         assert set(model.REFUSED) <= set(model.model_fields), model.__name__
     assert {r for r, _ in FIELDS} == set(ROUTES)
+
+
+@pytest.mark.parametrize(
+    ("params", "model"),
+    [
+        ("openai.types.chat.completion_create_params", ChatRequest),
+        ("openai.types.completion_create_params", CompletionRequest),
+    ],
+)
+def test_every_parameter_of_the_openai_client_is_declared(params, model):
+    """What the openai client can send is implemented, ignored (cannot change the answer) or
+    refused (a 400 when it asks for something), never dropped unread as an unknown field: the
+    client's ``moderation`` (block unsafe output) was ignored with a 200."""
+    sent = set(__import__(params, fromlist=["_"]).CompletionCreateParamsBase.__annotations__)
+    assert sent - set(model.model_fields) == set()
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "latin-1"])

@@ -72,7 +72,7 @@ CHAT_REFUSED = {
     "audio": Refused("audio output is not implemented"),
     "modalities": Refused("only text output is implemented", (["text"],)),
     "prediction": Refused("predicted outputs are not implemented"),
-    "reasoning_effort": Refused("reasoning effort is not implemented"),
+    "reasoning_effort": Refused("reasoning effort is not implemented (only none)", ("none",)),
     "verbosity": Refused("verbosity control is not implemented", ("medium",)),
     "web_search_options": Refused("web search is not implemented"),
     "moderation": Refused("moderation is not implemented (nothing is scored or blocked)"),

@@ -202,6 +202,7 @@ def test_what_users_sent_is_a_400_naming_the_field_and_the_connection_stays_open
         {"return_token_ids": False, "vllm_xargs": {}},
         {"prompt_cache_key": "k", "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "30m"}},
         {"moderation": None},
+        {"reasoning_effort": "none"},  # OpenAI's "no reasoning": what this server does
     ],
 )
 def test_values_that_ask_for_nothing_are_accepted(http, extra):

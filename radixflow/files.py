@@ -162,6 +162,20 @@ def kept_lines(path: Path) -> KeptLines:
     return KeptLines(data[:size].decode("utf-8").split("\n")[:-1], size, size < len(data))
 
 
+def record_path(partial: Path) -> Path:
+    """The file beside ``partial`` that records what its rows were computed under (`PartialLines`)."""
+    return partial.with_name(f"{partial.name}.meta")
+
+
+def recorded(partial: Path) -> str | None:
+    """What ``partial``'s rows were computed under, as `PartialLines` recorded it (None: no
+    record, or one that cannot be read). Raises nothing."""
+    try:
+        return record_path(partial).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 class PartialLines:
     """JSON Lines for ``path`` that replace it only once they are all written: entered, a
     `WholeLineFile` at ``path.partial`` (created fresh, or, given ``keep``, cut back to the
@@ -170,22 +184,29 @@ class PartialLines:
     one that cannot be renamed over is copied into: `replace`). Cut short by an exception (a
     Ctrl-C, a failure), ``path`` is left as it was and the exception
     gets a note saying how many rows ``path.partial`` holds (none: it is removed), ended by
-    ``what_next``."""
+    ``what_next``. ``record``: what the rows are computed under (the caller's text), kept in
+    ``path.partial.meta`` (`record_path`) while ``path.partial`` is, so a run that goes on from
+    it can tell whether it computes what they were computed under (`recorded`)."""
 
-    def __init__(self, path: str | Path, keep: KeptLines | None = None, what_next: str = "") -> None:
+    def __init__(
+        self, path: str | Path, keep: KeptLines | None = None, what_next: str = "", record: str = ""
+    ) -> None:
         path = Path(path)
         self.target = path.resolve() if path.is_symlink() else path
         self.partial = self.target.with_name(f"{self.target.name}.partial")
         self._keep = keep
         self._what_next = what_next  # the note's end: what a user can do with the rows kept
+        self._record = record
         self._file: WholeLineFile | None = None
 
     def __enter__(self) -> WholeLineFile:
         if self._keep is None:
             self.partial.unlink(missing_ok=True)  # an earlier run's, or one of another owner
+            self._write_record()  # before the first row: no row is left under another's record
             self._file = WholeLineFile(self.partial)
             return self._file
         os.truncate(self.partial, self._keep.size)  # a torn last line goes: its row runs again
+        self._write_record()
         self._file = WholeLineFile(self.partial, append=True)
         self._file.lines = len(self._keep.lines)
         return self._file
@@ -200,17 +221,24 @@ class PartialLines:
                 if self.target.exists():
                     os.chmod(self.partial, stat.S_IMODE(self.target.stat().st_mode))
                 replace(self.partial, self.target)
+                record_path(self.partial).unlink(missing_ok=True)
                 return
         except BaseException as e:
             self._kept(e)
             raise
         self._kept(error)
 
+    def _write_record(self) -> None:
+        """Record what the rows are computed under."""
+        with open(record_path(self.partial), "w", encoding="utf-8") as out:
+            out.write(self._record)
+
     def _kept(self, error: BaseException) -> None:
         """Say where the rows written so far are, or remove a partial file without any."""
         rows = self._file.lines if self._file is not None else 0
         if not rows:
             self.partial.unlink(missing_ok=True)
+            record_path(self.partial).unlink(missing_ok=True)
             return
         said = "1 row written so far is" if rows == 1 else f"{rows} rows written so far are"
         error.add_note(f"the {said} in {self.partial}{self._what_next}")

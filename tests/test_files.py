@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 import radixflow
-from radixflow.files import KeptLines, PartialLines, WholeLineFile, kept_lines, write_whole, written_in_place
+from radixflow.files import (
+    KeptLines,
+    PartialLines,
+    WholeLineFile,
+    kept_lines,
+    record_path,
+    recorded,
+    write_whole,
+    written_in_place,
+)
 
 
 def test_the_new_file_replaces_the_old_one_keeping_its_permissions(tmp_path):
@@ -242,3 +251,21 @@ def test_partial_lines_given_kept_lines_go_on_after_them_and_drop_a_torn_last_li
     assert path.read_text() == '{"a": 1}\n{"b": 2}\n{"c": 3}\n{"d": 4}\n' and not partial.exists()
     partial.write_text("whole\n")
     assert kept_lines(partial) == KeptLines(["whole"], 6, torn=False)
+
+
+def test_partial_lines_record_what_their_rows_are_computed_under_while_they_are_kept(tmp_path):
+    # nothing said what an interrupted run's rows were computed under, so a run that went on
+    # from them under another model or input mixed two settings' rows in one output
+    path, partial = tmp_path / "out.jsonl", tmp_path / "out.jsonl.partial"
+    meta = record_path(partial)
+    with pytest.raises(KeyboardInterrupt), PartialLines(path, record="settings A") as out:
+        out.write("row\n")
+        out.flush()
+        raise KeyboardInterrupt
+    assert recorded(partial) == "settings A" and meta.name == "out.jsonl.partial.meta"
+    with pytest.raises(KeyboardInterrupt), PartialLines(path, record="settings B"):
+        raise KeyboardInterrupt  # made fresh, cut short before a row: nothing is left
+    assert not partial.exists() and recorded(partial) is None
+    with PartialLines(path, record="settings C") as out:
+        out.write("row\n")
+    assert path.read_text() == "row\n" and not partial.exists() and not meta.exists()

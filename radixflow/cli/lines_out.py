@@ -8,6 +8,8 @@ that file holds (`kept_rows`) unless told to ``--restart``."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -17,8 +19,18 @@ from typing import IO, Any, TypeVar
 
 from radixflow.cli.args import warn
 from radixflow.cli.command import UsageError
-from radixflow.files import KeptLines, PartialLines, WholeLineFile, kept_lines, written_in_place
+from radixflow.files import (
+    KeptLines,
+    PartialLines,
+    WholeLineFile,
+    kept_lines,
+    record_path,
+    recorded,
+    written_in_place,
+)
 from radixflow.jsonl import json_object, read_text
+from radixflow.options.engine_options import EngineOptions
+from radixflow.options.flags import flag_spellings
 from radixflow.problems import counted
 
 T = TypeVar("T")
@@ -78,14 +90,61 @@ class KeptRows:
     partial: Path
     lines: KeptLines
     rows: list[dict[str, Any]]
+    record: str  # what this run computes its rows under (`run_record`): theirs must be the same
 
 
-def kept_rows(flag: str, path: Path | None, restart: bool) -> KeptRows | None:
+# The engine options that change what a run computes (its rows), not only how fast: the model
+# and its numerics. A partial file records them, by flag, so a run that goes on from it under
+# others is refused (the cache, the scheduler and the thread plan never change a row).
+ROW_OPTIONS = ("runner", "device", "dtype", "matmul", "kernels")
+
+
+def row_options(options: EngineOptions, names: tuple[str, ...] = ROW_OPTIONS) -> dict[str, Any]:
+    """``MODEL`` and the ``names`` of ``options``, by flag (`run_record`'s ``options``)."""
+    spell = flag_spellings(EngineOptions)
+    return {"MODEL": options.model} | {spell[name]: getattr(options, name) for name in names}
+
+
+def run_record(command: str, inputs: Any, options: dict[str, Any]) -> str:
+    """What a run's rows are computed under, as its partial file records it (`PartialLines`):
+    the command, a digest of its input as read (``inputs``, JSON-ready), and the ``options``
+    that change its rows (by flag, as a user gives them)."""
+    digest = hashlib.sha256(json.dumps(inputs).encode("utf-8", "surrogatepass")).hexdigest()
+    return json.dumps({"command": command, "input": digest, "options": options})
+
+
+def _unlike(partial: Path, record: str) -> str | None:
+    """Why the rows of ``partial`` are not what a run under ``record`` computes, by what its
+    record says (None: they are)."""
+    try:
+        before = json.loads(recorded(partial) or "")
+    except ValueError:
+        before = None
+    if not isinstance(before, dict) or not isinstance(before.get("options"), dict):
+        return f"what its rows were computed under is not recorded ({record_path(partial).name} is missing)"
+    now = json.loads(record)
+    if before.get("command") != now["command"]:
+        return f"it was written by radixflow {before.get('command')}, not {now['command']}"
+    if before.get("input") != now["input"]:
+        return "it was computed from another --input (the file has changed since, or is another one)"
+    for name, value in now["options"].items():
+        if name not in before["options"] or before["options"][name] != value:
+            return f"it was computed with {name} {_shown(before['options'].get(name))}, not {_shown(value)}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """An option's value as a user types it (a string unquoted; not given: its default)."""
+    return "(default)" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def kept_rows(flag: str, path: Path | None, restart: bool, record: str) -> KeptRows | None:
     """The rows of ``path``'s partial file, which a run cut short left there, for the command
     to keep (None: there are none, or ``restart``, and the partial file is made fresh). A
-    partial file that cannot be read, or holds a line that is not a JSON object, is one line
-    naming it and ``--restart`` (`refuse_partial`). ``--restart`` where the lines have no
-    partial file is a warning."""
+    partial file that cannot be read, holds a line that is not a JSON object, or was computed
+    under another ``record`` (`run_record`: another input, model or option that changes the
+    rows) is one line naming it and ``--restart`` (`refuse_partial`). ``--restart`` where the
+    lines have no partial file is a warning."""
     if path is None or written_in_place(path):
         if restart:  # the flag was given for something: say that it did nothing
             where = "without --output PATH" if path is None else f"--output {path} is written in place:"
@@ -112,7 +171,7 @@ def kept_rows(flag: str, path: Path | None, restart: bool) -> KeptRows | None:
             rows.append(json_object(line, "an output row"))
         except ValueError as e:
             raise refuse_partial(flag, path, f"line {n}: {e}") from None
-    return KeptRows(partial, lines, rows)
+    return KeptRows(partial, lines, rows, record)
 
 
 def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
@@ -127,12 +186,16 @@ def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
 
 def go_on_from(output: Path, kept: KeptRows, left: Callable[[], list[T]], failed: int) -> list[T]:
     """``left()``: the inputs the ``kept`` rows do not answer (a ValueError when the rows are not
-    this input's answers, refused as `refuse_partial`), said on stderr with ``failed``, the kept
-    rows that are a line's failure."""
+    this input's answers, refused as `refuse_partial`, as are rows computed under another record
+    than ``kept.record``: another input, model or option that changes them), said on stderr with
+    ``failed``, the kept rows that are a line's failure."""
     try:
         rest = left()
     except ValueError as e:
         raise refuse_partial("--output", output, str(e)) from None
+    why = _unlike(kept.partial, kept.record)  # rows of this input, computed under other options?
+    if why is not None:
+        raise refuse_partial("--output", output, why)
     say_kept(kept, len(rest), failed)
     return rest
 
@@ -149,9 +212,11 @@ def say_kept(kept: KeptRows, to_run: int, failed: int) -> None:
     )
 
 
-def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T], kept: KeptRows | None = None) -> T:
+def write_lines(
+    flag: str, path: Path | None, run: Callable[[IO[str]], T], kept: KeptRows | None = None, record: str = ""
+) -> T:
     """``run`` given where ``flag``'s lines go (`output_path`'s ``path``), after the ``kept``
-    rows of its partial file; a write that fails
+    rows of its partial file, which records ``record`` (`run_record`); a write that fails
     (a full disk) is one line naming the flag. An error or Ctrl-C that cuts the run short carries
     a note saying where the rows written so far are."""
     if path is None:
@@ -162,7 +227,7 @@ def write_lines(flag: str, path: Path | None, run: Callable[[IO[str]], T], kept:
         opened = (
             WholeLineFile(path, append=True)
             if written_in_place(path)
-            else PartialLines(path, keep, " (the same command run again goes on from them)")
+            else PartialLines(path, keep, " (the same command run again goes on from them)", record)
         )
         with opened as out:  # a full disk cuts it back to its last whole line
             return run(out)

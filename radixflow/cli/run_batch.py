@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -23,16 +23,27 @@ from radixflow.cli.args import (
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import (
+    ROW_OPTIONS,
     KeptRows,
     check_partial,
     go_on_from,
     kept_rows,
     output_path,
     read_input,
+    row_options,
+    run_record,
     write_lines,
 )
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
-from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values, path_arg
+from radixflow.options.engine_options import EngineOptions
+from radixflow.options.flags import (
+    add_engine_flags,
+    add_option_flags,
+    flag_spellings,
+    from_args,
+    given_values,
+    path_arg,
+)
 from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS, cpu_count
 from radixflow.options.spec import checked
 from radixflow.progress import LoggedProgress, RequestBar
@@ -101,7 +112,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     inputs = {"--input": args.input, **engine_inputs(options)}
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
     check_partial("--output", output, inputs | {"--trace-out": trace})
-    kept = kept_rows("--output", output, args.restart)
+    record = run_record("run-batch", [asdict(line) for line in lines], _row_options(options, config))
+    kept = kept_rows("--output", output, args.restart, record)
     if kept is not None:
         from radixflow.server.batch import left_to_run
 
@@ -112,8 +124,23 @@ def run(args: argparse.Namespace, console: Console) -> int:
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     app = create_app(server_state(model, config))
-    code = write_lines("--output", output, lambda out: _run(app, lines, out, config.max_pending), kept)
+    code = write_lines(
+        "--output", output, lambda out: _run(app, lines, out, config.max_pending), kept, record
+    )
     return 1 if code or _failed(kept) else 0
+
+
+# beside the engine's (`ROW_OPTIONS`), the server options that change an answer: the max_tokens
+# of a chat body without one, and the size past which a body is answered 413
+ROW_SERVER_OPTIONS = ("default_max_tokens", "max_body_bytes")
+
+
+def _row_options(options: EngineOptions, config: ServerConfig) -> dict[str, Any]:
+    """What changes an answer (`run_record`'s ``options``): the model, its numerics, the
+    sampler's seed (for bodies without one) and `ROW_SERVER_OPTIONS`."""
+    spell = flag_spellings(ServerConfig)
+    server = {spell[name]: getattr(config, name) for name in ROW_SERVER_OPTIONS}
+    return row_options(options, (*ROW_OPTIONS, "seed")) | server
 
 
 def _failed(kept: KeptRows | None) -> int:

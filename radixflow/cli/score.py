@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,8 @@ from radixflow.cli.lines_out import (
     go_on_from,
     kept_rows,
     output_path,
+    row_options,
+    run_record,
     write_lines,
 )
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
@@ -96,7 +99,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     inputs = {"--input": args.input, "--candidates-file": args.candidates_file, **engine_inputs(options)}
     check_output_paths(outputs | {"--output": output}, inputs)
     check_partial("--output", output, inputs | outputs)
-    kept = kept_rows("--output", output, args.restart)  # None without --input: --output is refused
+    record = run_record("score", [asdict(job) for job in jobs or []], row_options(options))
+    kept = kept_rows("--output", output, args.restart, record)  # None without --input: --output is refused
     if jobs is not None and kept is not None:
         jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
     warn_ineffective_options(args, options)
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         with LoggedProgress(console=Console(stderr=True)) as progress:
             bar = RequestBar(progress, "scoring")
             if jobs is not None:
-                return _run_file(output, llm, jobs, bar, kept)
+                return _run_file(output, llm, jobs, bar, kept, record)
             context = [{"role": "user", "content": args.context}] if args.chat else args.context
             scores = llm.score(context, candidates, progress=bar.hear)
     except ProblemError:
@@ -149,16 +153,18 @@ def _failed(kept: KeptRows | None) -> int:
 
 
 def _run_file(
-    output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar, kept: KeptRows | None
+    output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar, kept: KeptRows | None, record: str
 ) -> int:
     """Every job of ``--input`` that the ``kept`` rows of an earlier run do not answer, a JSON
-    line each to ``output`` (None: stdout) as it ends; 1 when the model refused a line (its error
+    line each to ``output`` (None: stdout) as it ends, its partial file recording ``record``
+    (`run_record`); 1 when the model refused a line (its error
     line is in the output, kept or new), else 0."""
     tally = write_lines(
         "--output",
         output,
         lambda out: run_jobs(jobs, llm.score_many, llm.scoring_problem, out, bar.hear),
         kept,
+        record,
     )
     print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 1 if tally.failed or _failed(kept) else 0

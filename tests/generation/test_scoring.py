@@ -622,6 +622,7 @@ def test_a_torn_last_row_is_run_again_and_restart_starts_over(zoo, capsys, tmp_p
     given.write_text(_score_lines(3))
     assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 0
     rows = whole.read_text().splitlines(keepends=True)
+    _cut_short_after_one_row(monkeypatch, ["score", MODEL, "--input", str(given), "--output", str(out)])
     partial = tmp_path / "out.jsonl.partial"
     partial.write_text(rows[0] + rows[1][:20])  # killed as it wrote the second row
     capsys.readouterr()
@@ -672,14 +673,15 @@ def test_a_partial_file_of_another_input_is_refused_in_one_line(zoo, capsys, tmp
     assert partial.read_text() == partial_text and not out.exists()
 
 
-def test_a_kept_error_line_is_said_and_counted_in_the_exit_status(zoo, capsys, tmp_path):
+def test_a_kept_error_line_is_said_and_counted_in_the_exit_status(zoo, capsys, tmp_path, monkeypatch):
     # the run that kept a refused line's error row summed up no failure, yet ended 1
     from radixflow.cli import main
 
     given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
     given.write_text(json.dumps({"id": "q", "context": "a", "candidates": [""]}) + "\n" + _score_lines(1))
     assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 1
-    (tmp_path / "out.jsonl.partial").write_text(whole.read_text().splitlines(keepends=True)[0])
+    _cut_short_after_one_row(monkeypatch, ["score", MODEL, "--input", str(given), "--output", str(out)], 0)
+    assert (tmp_path / "out.jsonl.partial").read_text() == whole.read_text().splitlines(keepends=True)[0]
     capsys.readouterr()
     assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 1
     assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err
@@ -708,3 +710,75 @@ def test_a_kept_row_whose_id_is_nan_is_its_lines():
     jobs = [ScoreJob(1, float("nan"), "a", [" b"]), ScoreJob(2, 2, "c", [" d"])]
     row = json.loads(json.dumps({"id": float("nan"), "line": 1, "scores": [{"candidate": " b"}]}))
     assert left_to_run(jobs, [row]) == jobs[1:]
+
+
+def _cut_short_after_one_row(monkeypatch, argv: list[str], calls: int = 1) -> None:
+    """Run ``argv`` (score --input --output) cut short by a Ctrl-C once its first row is written
+    (after ``calls`` contexts scored: a line the model refuses makes no call): its partial file
+    holds that row, and the record of what it was computed under."""
+    from radixflow.cli import main, score_file
+
+    score_many, made = LLM.score_many, []
+
+    def interrupted(self, *args, **kwargs):
+        made.append(1)
+        if len(made) > calls:
+            raise KeyboardInterrupt
+        return score_many(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(score_file, "CONTEXTS_PER_CALL", 1)
+        patched.setattr(LLM, "score_many", interrupted)
+        assert main(argv) == 130
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (["--dtype", "bfloat16"], "it was computed with --dtype auto, not bfloat16"),
+        (["--kernels", "torch"], "it was computed with --kernels auto, not torch"),
+        ("edit", "it was computed from another --input (the file has changed since, or is another one)"),
+    ],
+)
+def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
+    zoo, capsys, tmp_path, monkeypatch, change, why
+):
+    """Going on from a partial file under another model option, or from an input edited since
+    (the same ids and candidates, another context), kept the rows computed the first way beside
+    rows computed the second, without a word; now the partial file records what its rows were
+    computed under, and such a run is refused before anything runs."""
+    from radixflow.cli import main
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(_score_lines(3))
+    argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
+    _cut_short_after_one_row(monkeypatch, argv)
+    partial = tmp_path / "out.jsonl.partial"
+    kept = partial.read_text()
+    if change == "edit":
+        given.write_text(_score_lines(3).replace("Question 0", "Query 0"))
+        change = []
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main([*argv, *change]) == 2
+    err = capsys.readouterr().err
+    said = f"radixflow: error: --output {out}: cannot go on from its partial file {partial}: {why}; "
+    assert err.count("\n") == 1 and err.startswith(said) and "give --restart to start over" in err
+    assert submitted == [] and partial.read_text() == kept and not out.exists()
+    assert main([*argv, *change, "--restart"]) == 0  # as the error says
+    assert len(out.read_text().splitlines()) == 3 and not partial.exists()
+    assert not (tmp_path / "out.jsonl.partial.meta").exists()
+
+
+def test_a_partial_file_without_its_record_is_refused(zoo, capsys, tmp_path, monkeypatch):
+    # a partial file whose record is gone cannot tell what its rows were computed under
+    from radixflow.cli import main
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(_score_lines(2))
+    argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
+    _cut_short_after_one_row(monkeypatch, argv)
+    (tmp_path / "out.jsonl.partial.meta").unlink()
+    assert main(argv) == 2
+    why = "what its rows were computed under is not recorded (out.jsonl.partial.meta is missing)"
+    assert why in capsys.readouterr().err

@@ -327,12 +327,32 @@ def test_a_run_cut_short_goes_on_from_its_partial_file_posting_only_the_missing_
     assert not partial.exists()
 
 
+def _cut_short_after_one_answer(monkeypatch, argv: list[str]) -> None:
+    """Run ``argv`` (run-batch -o, one line at a time) cut short by a Ctrl-C once its first
+    answer is written: its partial file holds that answer, and the record of what it was
+    computed under."""
+    from radixflow.server import batch
+
+    output_line, written = batch.output_line, []
+
+    def interrupted(line, status, body):
+        written.append(line.custom_id)
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        return output_line(line, status, body)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(batch, "output_line", interrupted)
+        assert main(argv) == 130
+
+
 def test_a_torn_last_answer_is_posted_again_and_restart_starts_over(zoo, tmp_path, capsys, monkeypatch):
     given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
     given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(3)))
     argv = ["run-batch", MODEL, "-i", str(given), "--max-pending", "1", *FLAGS]
     assert main([*argv, "-o", str(whole)]) == 0
     rows = whole.read_text().splitlines(keepends=True)
+    _cut_short_after_one_answer(monkeypatch, [*argv, "-o", str(out)])
     partial = tmp_path / "out.jsonl.partial"
     partial.write_text(rows[0] + rows[1][:30])  # killed as it wrote the second answer
     capsys.readouterr()
@@ -384,6 +404,7 @@ def test_a_partial_file_that_answers_every_line_becomes_the_output_without_a_req
     given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
     given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(2)))
     assert main(["run-batch", MODEL, "-i", str(given), "-o", str(whole), *FLAGS]) == 0
+    _cut_short_after_one_answer(monkeypatch, ["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS])
     partial = tmp_path / "out.jsonl.partial"
     partial.write_text(whole.read_text())
     capsys.readouterr()
@@ -395,14 +416,52 @@ def test_a_partial_file_that_answers_every_line_becomes_the_output_without_a_req
     assert submitted == [] and out.read_text() == whole.read_text() and not partial.exists()
 
 
-def test_a_kept_error_answer_is_said_and_counted_in_the_exit_status(zoo, tmp_path, capsys):
+def test_a_kept_error_answer_is_said_and_counted_in_the_exit_status(zoo, tmp_path, capsys, monkeypatch):
     # the run that kept a 404 answer summed up "1 request: 1 answered 200", yet ended 1
     given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
     refused = batch_line("bad", "/v1/completions", {"model": "gpt-4o", "prompt": "x"})
     given.write_text(refused + "\n" + completion("c", "Request") + "\n")
     argv = ["run-batch", MODEL, "-i", str(given), "--max-pending", "1", *FLAGS]
     assert main([*argv, "-o", str(whole)]) == 1
+    _cut_short_after_one_answer(monkeypatch, [*argv, "-o", str(out)])
+    assert json.loads(whole.read_text().splitlines()[0])["custom_id"] == "bad"
     (tmp_path / "out.jsonl.partial").write_text(whole.read_text().splitlines(keepends=True)[0])
     capsys.readouterr()
     assert main([*argv, "-o", str(out)]) == 1
     assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (["--seed", "7"], "it was computed with --seed 0, not 7"),
+        (["--default-max-tokens", "9"], "it was computed with --default-max-tokens 256, not 9"),
+        ("edit", "it was computed from another --input (the file has changed since, or is another one)"),
+    ],
+)
+def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
+    zoo, tmp_path, capsys, monkeypatch, change, why
+):
+    """Going on from a partial file under another seed or server default, or from a file whose
+    bodies were edited since (the same custom_ids, another temperature), kept the answers of the
+    first settings beside those of the second without a word; now the partial file records what
+    its answers were computed under, and such a run is refused before anything runs."""
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(3)))
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    _cut_short_after_one_answer(monkeypatch, argv)
+    partial = tmp_path / "out.jsonl.partial"
+    kept = partial.read_text()
+    if change == "edit":
+        given.write_text(given.read_text().replace('"temperature": 0', '"temperature": 1.0'))
+        change = []
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main([*argv, *change]) == 2
+    err = capsys.readouterr().err
+    said = f"radixflow: error: --output {out}: cannot go on from its partial file {partial}: {why}; "
+    assert err.count("\n") == 1 and err.startswith(said) and "give --restart to start over" in err
+    assert submitted == [] and partial.read_text() == kept and not out.exists()
+    assert main([*argv, *change, "--restart"]) == 0  # as the error says
+    assert len(out.read_text().splitlines()) == 3 and not partial.exists()
+    assert not (tmp_path / "out.jsonl.partial.meta").exists()

@@ -151,6 +151,14 @@ class KeptLines:
     lines: list[str]
     size: int
     torn: bool  # whether a last line cut short followed them
+    in_file: bool = True  # whether the file's first `size` bytes are `lines` (else rewritten)
+
+    def only(self, keep: list[bool]) -> KeptLines:
+        """These lines but those ``keep`` (one flag a line) drops, for `PartialLines` to write
+        anew (rows to run again: an answer of a server error)."""
+        lines = [line for line, kept in zip(self.lines, keep, strict=True) if kept]
+        size = sum(len(line.encode("utf-8")) + 1 for line in lines)
+        return KeptLines(lines, size, self.torn, in_file=self.in_file and lines == self.lines)
 
 
 def kept_lines(path: Path) -> KeptLines:
@@ -179,7 +187,8 @@ def recorded(partial: Path) -> str | None:
 class PartialLines:
     """JSON Lines for ``path`` that replace it only once they are all written: entered, a
     `WholeLineFile` at ``path.partial`` (created fresh, or, given ``keep``, cut back to the
-    kept lines and written after them), renamed over ``path`` when the block
+    kept lines, or written anew with them where `KeptLines.only` dropped some, and written after
+    them), renamed over ``path`` when the block
     ends (keeping the old file's permissions; a symlink's target is replaced, not the link;
     one that cannot be renamed over is copied into: `replace`). Cut short by an exception (a
     Ctrl-C, a failure), ``path`` is left as it was and the exception
@@ -205,7 +214,10 @@ class PartialLines:
             self._write_record()  # before the first row: no row is left under another's record
             self._file = WholeLineFile(self.partial)
             return self._file
-        os.truncate(self.partial, self._keep.size)  # a torn last line goes: its row runs again
+        if self._keep.in_file:
+            os.truncate(self.partial, self._keep.size)  # a torn last line goes: its row runs again
+        else:  # lines dropped: the rest written anew, whole (a Ctrl-C leaves the old file)
+            write_whole(self.partial, "".join(f"{line}\n" for line in self._keep.lines))
         self._write_record()
         self._file = WholeLineFile(self.partial, append=True)
         self._file.lines = len(self._keep.lines)

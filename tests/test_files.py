@@ -269,3 +269,14 @@ def test_partial_lines_record_what_their_rows_are_computed_under_while_they_are_
     with PartialLines(path, record="settings C") as out:
         out.write("row\n")
     assert path.read_text() == "row\n" and not partial.exists() and not meta.exists()
+
+
+def test_partial_lines_given_kept_lines_that_drop_some_write_the_rest_anew(tmp_path):
+    # a batch answer of a server error is dropped on going on, and its line posted again
+    path, partial = tmp_path / "out.jsonl", tmp_path / "out.jsonl.partial"
+    partial.write_bytes(b'{"a": 500}\n{"b": 200}\n{"c": ')
+    kept = kept_lines(partial).only([False, True])
+    assert kept == KeptLines(['{"b": 200}'], len(b'{"b": 200}\n'), torn=True, in_file=False)
+    with PartialLines(path, keep=kept) as out:
+        out.write('{"a": 200}\n')
+    assert path.read_text() == '{"b": 200}\n{"a": 200}\n' and not partial.exists()

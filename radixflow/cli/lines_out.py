@@ -92,6 +92,12 @@ class KeptRows:
     rows: list[dict[str, Any]]
     record: str  # what this run computes its rows under (`run_record`): theirs must be the same
 
+    def only(self, keep: Callable[[dict[str, Any]], bool]) -> KeptRows:
+        """The rows ``keep`` keeps (the others run again), their lines written anew."""
+        flags = [keep(row) for row in self.rows]
+        rows = [row for row, kept in zip(self.rows, flags, strict=True) if kept]
+        return KeptRows(self.partial, self.lines.only(flags), rows, self.record)
+
 
 # The engine options that change what a run computes (its rows), not only how fast: the model
 # and its numerics. A partial file records them, by flag, so a run that goes on from it under
@@ -184,11 +190,14 @@ def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
     )
 
 
-def go_on_from(output: Path, kept: KeptRows, left: Callable[[], list[T]], failed: int) -> list[T]:
+def go_on_from(
+    output: Path, kept: KeptRows, left: Callable[[], list[T]], failed: int, dropped: int = 0
+) -> list[T]:
     """``left()``: the inputs the ``kept`` rows do not answer (a ValueError when the rows are not
     this input's answers, refused as `refuse_partial`, as are rows computed under another record
     than ``kept.record``: another input, model or option that changes them), said on stderr with
-    ``failed``, the kept rows that are a line's failure."""
+    ``failed``, the kept rows that are a line's failure, and ``dropped``, the rows of a server
+    error among ``kept`` that the command drops (`KeptRows.only`) and runs again."""
     try:
         rest = left()
     except ValueError as e:
@@ -196,18 +205,20 @@ def go_on_from(output: Path, kept: KeptRows, left: Callable[[], list[T]], failed
     why = _unlike(kept.partial, kept.record)  # rows of this input, computed under other options?
     if why is not None:
         raise refuse_partial("--output", output, why)
-    say_kept(kept, len(rest), failed)
+    say_kept(kept, len(rest), failed, dropped)
     return rest
 
 
-def say_kept(kept: KeptRows, to_run: int, failed: int) -> None:
+def say_kept(kept: KeptRows, to_run: int, failed: int, dropped: int = 0) -> None:
     """One line on stderr: how many rows the run keeps (``failed`` of them a line's failure,
-    which the exit status counts as a new one), and how many lines it runs."""
+    which the exit status counts as a new one; ``dropped`` rows of a server error not), and how
+    many lines it runs."""
     failures = f" ({failed} failed)" if failed else ""
     torn = " (a last line cut short is dropped, and run again)" if kept.lines.torn else ""
+    errors = f", {counted(dropped, 'answer')} of a server error (5xx) dropped" if dropped else ""
     print(
-        f"radixflow: going on from {kept.partial}: {counted(len(kept.rows), 'row')} kept{failures}{torn}, "
-        f"{counted(to_run, 'line')} to run",
+        f"radixflow: going on from {kept.partial}: {counted(len(kept.rows) - dropped, 'row')} kept"
+        f"{failures}{torn}{errors}, {counted(to_run, 'line')} to run",
         file=sys.stderr,
     )
 

@@ -115,9 +115,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     record = run_record("run-batch", [asdict(line) for line in lines], _row_options(options, config))
     kept = kept_rows("--output", output, args.restart, record)
     if kept is not None:
-        from radixflow.server.batch import left_to_run
+        from radixflow.server.batch import left_to_run, server_failed
 
-        lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept))
+        errors = sum(map(server_failed, kept.rows))
+        lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
+        kept = kept.only(lambda row: not server_failed(row))  # their lines are posted again
     warn_ineffective_options(args, options)
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
     config = replace(config, tokenizer_threads=tokenizer_threads)
@@ -144,10 +146,10 @@ def _row_options(options: EngineOptions, config: ServerConfig) -> dict[str, Any]
 
 
 def _failed(kept: KeptRows | None) -> int:
-    """The kept answers with an error status (4xx, 5xx)."""
-    from radixflow.server.batch import status_code
+    """The kept answers with an error status (4xx: one of a server error, 5xx, is posted again)."""
+    from radixflow.server.batch import SERVER_ERROR, status_code
 
-    return 0 if kept is None else sum((status_code(row) or 0) >= 400 for row in kept.rows)
+    return 0 if kept is None else sum(400 <= (status_code(row) or 0) < SERVER_ERROR for row in kept.rows)
 
 
 def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -> int:

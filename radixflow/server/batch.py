@@ -80,10 +80,22 @@ def read_batch(text: str) -> list[BatchLine]:
     return lines
 
 
+# An answer with a status from this one up is the server's failure (a round that raised, memory
+# run short), not the body's: going on from a partial file drops it and posts its line again. A
+# 4xx answer is the body's own fault, the same each time it is posted: it is kept.
+SERVER_ERROR = 500
+
+
+def server_failed(row: dict[str, Any]) -> bool:
+    """Whether an output line answers with a server error (`SERVER_ERROR`): posted again."""
+    return (status_code(row) or 0) >= SERVER_ERROR
+
+
 def left_to_run(lines: list[BatchLine], rows: list[dict[str, Any]]) -> list[BatchLine]:
-    """The lines that ``rows`` (an earlier run's output lines) do not answer, in file order;
-    ValueError naming the first row that is not the answer of a line of ``lines`` (one of another
-    file, or of a file since edited: its ``custom_id`` on another line), or answers one twice."""
+    """The lines that ``rows`` (an earlier run's output lines) do not answer, or answer with a
+    server error (`server_failed`: posted again), in file order; ValueError naming the first row
+    that is not the answer of a line of ``lines`` (one of another file, or of a file since
+    edited: its ``custom_id`` on another line), or answers one twice."""
     by_id = {line.custom_id: line for line in lines}
     answered: set[str] = set()
     for n, row in enumerate(rows, 1):
@@ -98,7 +110,8 @@ def left_to_run(lines: list[BatchLine], rows: list[dict[str, Any]]) -> list[Batc
         if custom_id in answered:
             raise ValueError(f"row {n}: custom_id {custom_id!r} is answered twice")
         answered.add(custom_id)
-    return [line for line in lines if line.custom_id not in answered]
+    again = {row["custom_id"] for row in rows if server_failed(row)}
+    return [line for line in lines if line.custom_id not in answered - again]
 
 
 def status_code(row: dict[str, Any]) -> int | None:

@@ -465,3 +465,30 @@ def test_a_partial_file_computed_under_other_settings_is_refused_in_one_line(
     assert main([*argv, *change, "--restart"]) == 0  # as the error says
     assert len(out.read_text().splitlines()) == 3 and not partial.exists()
     assert not (tmp_path / "out.jsonl.partial.meta").exists()
+
+
+def test_an_answer_of_a_server_error_kept_in_a_partial_file_is_posted_again(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    """A 5xx answer (the server failed: a round that raised, memory) kept in a partial file was
+    kept as the line's answer, so going on never retried it and the run ended 1 however often it
+    was run; now such an answer is dropped from the partial file and its line posted again (a
+    4xx answer is the body's own fault, the same each time: it is kept)."""
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(3)))
+    argv = ["run-batch", MODEL, "-i", str(given), "--max-pending", "1", *FLAGS]
+    assert main([*argv, "-o", str(whole)]) == 0
+    _cut_short_after_one_answer(monkeypatch, [*argv, "-o", str(out)])
+    rows = [json.loads(line) for line in whole.read_text().splitlines()]
+    failed = {**rows[0], "response": {"status_code": 500, "request_id": None, "body": {"error": {}}}}
+    partial = tmp_path / "out.jsonl.partial"
+    partial.write_text(json.dumps(failed) + "\n" + json.dumps(rows[1]) + "\n")
+    capsys.readouterr()
+    submitted = _count_engine_requests(monkeypatch)
+    assert main([*argv, "-o", str(out)]) == 0
+    said = f"going on from {partial}: 1 row kept, 1 answer of a server error (5xx) dropped, 2 lines to run"
+    assert said in capsys.readouterr().err
+    assert len(submitted) == 2 and not partial.exists()
+    answers = _answers(out.read_text())
+    assert answers[0] == _answers(whole.read_text())[1]  # the kept answer first, as it was
+    assert sorted(answers) == sorted(_answers(whole.read_text()))  # c0 answered once, 200

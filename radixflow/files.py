@@ -184,6 +184,72 @@ def recorded(partial: Path) -> str | None:
         return None
 
 
+class PartialHeld(Exception):
+    """Another run holds a partial file's `PartialLock`: it is writing the same output."""
+
+
+class PartialLock:
+    """``partial``'s record file (`record_path`) held locked while a run writes ``partial``, so
+    that a second run for the same output is refused (`PartialHeld`) rather than reading and
+    writing the same file: a flock, which the kernel drops with the process, so a run killed
+    (even by SIGKILL) leaves no lock behind, only the file. A filesystem without locks (NFS
+    without its lock daemon) runs unlocked, as before there was one. Leaving, the record file
+    is removed where this made it and no partial file came of it (a run that failed first)."""
+
+    def __init__(self, partial: Path) -> None:
+        self.partial = partial
+        self.path = record_path(partial)
+        self._fd: int | None = None
+        self._made = False
+
+    def __enter__(self) -> PartialLock:
+        import fcntl  # POSIX only: imported here, so that the module reads anywhere
+
+        while self._fd is None:
+            fd, made = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise PartialHeld(str(self.path)) from None
+            except OSError:  # no locks here: unlocked
+                pass
+            if self._is(fd):
+                self._fd, self._made = fd, made
+            else:  # the holder removed it as it ended, after this opened it: lock the new one
+                os.close(fd)
+        return self
+
+    def _open(self) -> tuple[int, bool]:
+        """The record file opened (made where there is none), and whether this made it."""
+        while True:
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
+            except FileExistsError:
+                pass
+            try:
+                return os.open(self.path, os.O_RDWR), False
+            except FileNotFoundError:  # removed in between: make it
+                continue
+
+    def _is(self, fd: int) -> bool:
+        """Whether ``fd`` is the file at the record's path still."""
+        try:
+            here, held = os.stat(self.path), os.fstat(fd)
+        except FileNotFoundError:
+            return False
+        return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._fd is not None
+        try:
+            if self._made and not self.partial.exists() and self._is(self._fd):
+                self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)  # the lock goes with it
+            self._fd = None
+
+
 class PartialLines:
     """JSON Lines for ``path`` that replace it only once they are all written: entered, a
     `WholeLineFile` at ``path.partial`` (created fresh, or, given ``keep``, cut back to the

@@ -13,7 +13,9 @@ import pytest
 import radixflow
 from radixflow.files import (
     KeptLines,
+    PartialHeld,
     PartialLines,
+    PartialLock,
     WholeLineFile,
     kept_lines,
     record_path,
@@ -280,3 +282,31 @@ def test_partial_lines_given_kept_lines_that_drop_some_write_the_rest_anew(tmp_p
     with PartialLines(path, keep=kept) as out:
         out.write('{"a": 200}\n')
     assert path.read_text() == '{"b": 200}\n{"a": 200}\n' and not partial.exists()
+
+
+def test_a_partial_file_is_held_by_one_run_at_a_time_and_a_killed_holder_holds_nothing(tmp_path):
+    """Two runs writing one output shared one partial file (each read the other's rows, then
+    both wrote after them, and the first to end renamed it away from the second); now a run
+    holds it locked, a second is refused, and a holder killed by SIGKILL leaves no lock."""
+    partial = tmp_path / "out.jsonl.partial"
+    with PartialLock(partial), pytest.raises(PartialHeld), PartialLock(partial):
+        pass
+    assert not record_path(partial).exists()  # made by the lock, no partial file came of it
+    holder = (
+        "import sys, pathlib; from radixflow.files import PartialLock\n"
+        f"PartialLock(pathlib.Path({str(partial)!r})).__enter__()\n"
+        "print('held', flush=True); sys.stdin.read()"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(radixflow.__file__).parents[1])}
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+    proc = subprocess.Popen([sys.executable, "-c", holder], env=env, **pipes)
+    try:
+        assert proc.stdout.readline() == b"held\n"
+        with pytest.raises(PartialHeld), PartialLock(partial):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
+    assert record_path(partial).exists()  # the killed run's file is left: it locks nothing
+    with PartialLock(partial):
+        pass

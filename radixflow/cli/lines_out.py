@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -21,7 +21,9 @@ from radixflow.cli.args import warn
 from radixflow.cli.command import UsageError
 from radixflow.files import (
     KeptLines,
+    PartialHeld,
     PartialLines,
+    PartialLock,
     WholeLineFile,
     kept_lines,
     record_path,
@@ -55,18 +57,21 @@ def output_path(path: Path | None) -> Path | None:
 
 def check_partial(flag: str, path: Path | None, others: dict[str, Path | None]) -> None:
     """Fail before a long run, not after it, when ``path``'s partial file cannot be made fresh,
-    or is the file of one of the ``others`` (flag -> path): an input, which making it fresh would
-    remove, or another output, which would be written into it and renamed away with it (``path``
-    itself is checked by `check_output_paths`)."""
+    or it or its record (`record_path`) is the file of one of the ``others`` (flag -> path): an
+    input, which making it fresh would remove, or another output, which would be written into it
+    and renamed away with it (``path`` itself is checked by `check_output_paths`)."""
     if path is None or written_in_place(path):
         return
     partial = PartialLines(path).partial
     why = None
     real = os.path.realpath  # Path.resolve raises RuntimeError on a symlink loop
-    named = next((f for f, p in others.items() if p is not None and real(p) == real(partial)), None)
-    if named is not None:
-        why = f"the same file as {named}"
-    elif partial.is_dir():
+    # its record is written and removed with it (`PartialLines`)
+    ours = {real(partial): "its partial file", real(record_path(partial)): "its partial file's record"}
+    for named, other in others.items():
+        if other is not None and real(other) in ours:
+            said = f"{ours[real(other)]} {other}"
+            raise UsageError(f"cannot write {flag} {path}: {said}: the same file as {named}")
+    if partial.is_dir():
         why = "it is a directory"
     elif partial.exists() or partial.is_symlink():  # an earlier run's (a link, even a broken one,
         # is itself removed): removed first, which its directory must allow
@@ -80,6 +85,32 @@ def check_partial(flag: str, path: Path | None, others: dict[str, Path | None]) 
         partial.unlink(missing_ok=True)
     if why is not None:
         raise UsageError(f"cannot write {flag} {path}: its partial file {partial}: {why}")
+
+
+@contextlib.contextmanager
+def claimed(flag: str, path: Path | None) -> Iterator[None]:
+    """``path``'s partial file held for this run while the block runs (`PartialLock`), so that
+    two runs for one output do not read and write one partial file: a run that finds it held is
+    one line. Where the lines have no partial file (stdout, a device), there is nothing to hold."""
+    if path is None or written_in_place(path):
+        yield
+        return
+    lock = PartialLock(PartialLines(path).partial)
+    try:
+        lock.__enter__()
+    except PartialHeld:
+        raise UsageError(
+            f"{flag} {path}: another run is writing it (it holds {lock.path} locked); "
+            f"wait for it to end, or give another {flag}"
+        ) from None
+    except OSError as e:  # a directory in its place, a directory that cannot be written
+        raise UsageError(
+            f"cannot write {flag} {path}: its partial file's record {lock.path}: {e.strerror or e}"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.__exit__()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from radixflow.cli.lines_out import (
     ROW_OPTIONS,
     KeptRows,
     check_partial,
+    claimed,
     go_on_from,
     kept_rows,
     output_path,
@@ -111,25 +112,26 @@ def run(args: argparse.Namespace, console: Console) -> int:
     output = output_path(args.output)
     inputs = {"--input": args.input, **engine_inputs(options)}
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
-    check_partial("--output", output, inputs | {"--trace-out": trace})
-    record = run_record("run-batch", [asdict(line) for line in lines], _row_options(options, config))
-    kept = kept_rows("--output", output, args.restart, record)
-    if kept is not None:
-        from radixflow.server.batch import left_to_run, server_failed
+    with claimed("--output", output):  # held to the end: another run for --output is refused
+        check_partial("--output", output, inputs | {"--trace-out": trace})
+        record = run_record("run-batch", [asdict(line) for line in lines], _row_options(options, config))
+        kept = kept_rows("--output", output, args.restart, record)
+        if kept is not None:
+            from radixflow.server.batch import left_to_run, server_failed
 
-        errors = sum(map(server_failed, kept.rows))
-        lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
-        kept = kept.only(lambda row: not server_failed(row))  # their lines are posted again
-    warn_ineffective_options(args, options)
-    options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
-    config = replace(config, tokenizer_threads=tokenizer_threads)
-    model = load_model(options)
-    warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
-    app = create_app(server_state(model, config))
-    code = write_lines(
-        "--output", output, lambda out: _run(app, lines, out, config.max_pending), kept, record
-    )
-    return 1 if code or _failed(kept) else 0
+            errors = sum(map(server_failed, kept.rows))
+            lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
+            kept = kept.only(lambda row: not server_failed(row))  # their lines are posted again
+        warn_ineffective_options(args, options)
+        options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+        config = replace(config, tokenizer_threads=tokenizer_threads)
+        model = load_model(options)
+        warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
+        app = create_app(server_state(model, config))
+        code = write_lines(
+            "--output", output, lambda out: _run(app, lines, out, config.max_pending), kept, record
+        )
+        return 1 if code or _failed(kept) else 0
 
 
 # beside the engine's (`ROW_OPTIONS`), the server options that change an answer: the max_tokens

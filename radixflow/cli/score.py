@@ -27,6 +27,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.lines_out import (
     KeptRows,
     check_partial,
+    claimed,
     go_on_from,
     kept_rows,
     output_path,
@@ -98,30 +99,31 @@ def run(args: argparse.Namespace, console: Console) -> int:
     output = output_path(args.output)
     inputs = {"--input": args.input, "--candidates-file": args.candidates_file, **engine_inputs(options)}
     check_output_paths(outputs | {"--output": output}, inputs)
-    check_partial("--output", output, inputs | outputs)
-    record = run_record("score", [asdict(job) for job in jobs or []], row_options(options))
-    kept = kept_rows("--output", output, args.restart, record)  # None without --input: --output is refused
-    if jobs is not None and kept is not None:
-        jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
-    warn_ineffective_options(args, options)
-    try:
-        llm = LLM.from_options(options)
-        warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-        with LoggedProgress(console=Console(stderr=True)) as progress:
-            bar = RequestBar(progress, "scoring")
-            if jobs is not None:
-                return _run_file(output, llm, jobs, bar, kept, record)
-            context = [{"role": "user", "content": args.context}] if args.chat else args.context
-            scores = llm.score(context, candidates, progress=bar.hear)
-    except ProblemError:
-        raise
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    except GenerationError as e:
-        print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
-        return 1
-    _print_scores(args, console, candidates, scores)
-    return 0
+    with claimed("--output", output):  # held to the end: another run for --output is refused
+        check_partial("--output", output, inputs | outputs)
+        record = run_record("score", [asdict(job) for job in jobs or []], row_options(options))
+        kept = kept_rows("--output", output, args.restart, record)  # None without --input
+        if jobs is not None and kept is not None:
+            jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
+        warn_ineffective_options(args, options)
+        try:
+            llm = LLM.from_options(options)
+            warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
+            with LoggedProgress(console=Console(stderr=True)) as progress:
+                bar = RequestBar(progress, "scoring")
+                if jobs is not None:
+                    return _run_file(output, llm, jobs, bar, kept, record)
+                context = [{"role": "user", "content": args.context}] if args.chat else args.context
+                scores = llm.score(context, candidates, progress=bar.hear)
+        except ProblemError:
+            raise
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        except GenerationError as e:
+            print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
+            return 1
+        _print_scores(args, console, candidates, scores)
+        return 0
 
 
 def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]:

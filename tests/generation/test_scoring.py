@@ -782,3 +782,31 @@ def test_a_partial_file_without_its_record_is_refused(zoo, capsys, tmp_path, mon
     assert main(argv) == 2
     why = "what its rows were computed under is not recorded (out.jsonl.partial.meta is missing)"
     assert why in capsys.readouterr().err
+
+
+def test_a_second_run_for_the_same_output_is_refused_in_one_line(zoo, capsys, tmp_path, monkeypatch):
+    """Two runs for one --output shared OUT.partial: the second read the first's rows as kept,
+    both wrote after them, and the first to end renamed the file away from the other; now the
+    second is refused before anything runs, and the first's rows are untouched."""
+    from radixflow.cli import main
+    from radixflow.files import PartialLock
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(_score_lines(2))
+    argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
+    _cut_short_after_one_row(monkeypatch, argv)
+    partial, meta = tmp_path / "out.jsonl.partial", tmp_path / "out.jsonl.partial.meta"
+    kept = partial.read_text()
+    capsys.readouterr()
+    with PartialLock(partial):  # the first run, still writing
+        assert main(argv) == 2
+        assert main([*argv, "--restart"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    said = f"radixflow: error: --output {out}: another run is writing it (it holds {meta} locked)"
+    assert err == [f"{said}; wait for it to end, or give another --output"] * 2
+    assert partial.read_text() == kept and meta.exists() and not out.exists()
+    assert main(argv) == 0 and not partial.exists() and not meta.exists()  # once it has ended
+    meta.write_text(ONE_LINE)  # its record file is written and removed: not an input's
+    assert main(["score", MODEL, "--input", str(meta), "--output", str(out)]) == 2
+    said = f"cannot write --output {out}: its partial file's record {meta}: the same file as --input"
+    assert said in capsys.readouterr().err and meta.read_text() == ONE_LINE

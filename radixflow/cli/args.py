@@ -133,7 +133,8 @@ def add_restart_flag(group: argparse._ArgumentGroup) -> None:
         "--restart",
         action="store_true",
         help="start over: remove OUTPUT.partial, which a run cut short left with the rows it "
-        "finished (without it, those rows are kept and only the lines they lack are run)",
+        "finished (without it, those rows are kept and only the lines they lack are run; rows "
+        "computed from another input, or under another model or option that changes them, are refused)",
     )
 
 

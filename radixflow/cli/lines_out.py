@@ -158,7 +158,8 @@ def _unlike(partial: Path, record: str) -> str | None:
     except ValueError:
         before = None
     if not isinstance(before, dict) or not isinstance(before.get("options"), dict):
-        return f"what its rows were computed under is not recorded ({record_path(partial).name} is missing)"
+        where = record_path(partial).name
+        return f"what its rows were computed under is not recorded ({where} is missing or unreadable)"
     now = json.loads(record)
     if before.get("command") != now["command"]:
         return f"it was written by radixflow {before.get('command')}, not {now['command']}"

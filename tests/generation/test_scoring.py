@@ -778,10 +778,14 @@ def test_a_partial_file_without_its_record_is_refused(zoo, capsys, tmp_path, mon
     given.write_text(_score_lines(2))
     argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
     _cut_short_after_one_row(monkeypatch, argv)
-    (tmp_path / "out.jsonl.partial.meta").unlink()
-    assert main(argv) == 2
-    why = "what its rows were computed under is not recorded (out.jsonl.partial.meta is missing)"
-    assert why in capsys.readouterr().err
+    meta = tmp_path / "out.jsonl.partial.meta"
+    why = "what its rows were computed under is not recorded (out.jsonl.partial.meta is missing or unreadable"
+    for unreadable in ('{"command": "sc', None):  # cut short as it was written, or removed
+        meta.unlink(missing_ok=True)
+        if unreadable is not None:
+            meta.write_text(unreadable)
+        assert main(argv) == 2
+        assert why in capsys.readouterr().err
 
 
 def test_a_second_run_for_the_same_output_is_refused_in_one_line(zoo, capsys, tmp_path, monkeypatch):

@@ -53,11 +53,29 @@ def write_through(path: str | Path, write: Callable[[Path], T]) -> T:
     try:
         made = write(tmp)
         if tmp.exists():
-            replace(tmp, target)
+            synced_into_place(tmp, target)
         return made
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def synced_into_place(done: Path, target: Path) -> None:
+    """``done`` put in ``target``'s place (`replace`) once its data is on disk, and the rename
+    synced after: else a power cut soon after could leave ``target`` renamed but empty or short,
+    its data still in the page cache, where the old file (or the whole new one) should be."""
+    _fsync(done)
+    replace(done, target)
+    with contextlib.suppress(OSError):  # a directory some filesystems cannot sync: renamed all the same
+        _fsync(target.parent)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def replace(done: Path, target: Path) -> None:
@@ -298,7 +316,7 @@ class PartialLines:
             if error is None:
                 if self.target.exists():
                     os.chmod(self.partial, stat.S_IMODE(self.target.stat().st_mode))
-                replace(self.partial, self.target)
+                synced_into_place(self.partial, self.target)
                 record_path(self.partial).unlink(missing_ok=True)
                 return
         except BaseException as e:

@@ -310,3 +310,33 @@ def test_a_partial_file_is_held_by_one_run_at_a_time_and_a_killed_holder_holds_n
     assert record_path(partial).exists()  # the killed run's file is left: it locks nothing
     with PartialLock(partial):
         pass
+
+
+def test_a_finished_file_is_on_disk_before_it_is_renamed_into_place(tmp_path, monkeypatch):
+    """The rename that puts a result in place was not preceded by an fsync, so a power cut soon
+    after could leave OUT renamed but empty or short (the data still in the page cache), where
+    the old file should have been; now the data is synced first, and the directory after."""
+    import radixflow.files as files
+
+    events: list[str] = []
+    fsync, replace = os.fsync, files.replace
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (events.append(f"sync {os.readlink(f'/proc/self/fd/{fd}')}"), fsync(fd))[1]
+    )
+    monkeypatch.setattr(
+        files,
+        "replace",
+        lambda done, target: (events.append(f"rename {done.name}"), replace(done, target))[1],
+    )
+    path = tmp_path / "out.jsonl"
+    with PartialLines(path) as out:
+        out.write("row\n")
+    assert events[:3] == [
+        f"sync {tmp_path}/out.jsonl.partial",
+        "rename out.jsonl.partial",
+        f"sync {tmp_path}",
+    ]
+    events.clear()
+    write_whole(tmp_path / "r.json", "{}")
+    assert events[0].startswith(f"sync {tmp_path}/.r.") and events[1].startswith("rename .r.")
+    assert events[2] == f"sync {tmp_path}"

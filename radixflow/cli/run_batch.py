@@ -40,6 +40,7 @@ from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import (
     add_engine_flags,
     add_option_flags,
+    file_path_arg,
     flag_spellings,
     from_args,
     given_values,
@@ -84,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "-o",
         "--output",
-        type=path_arg,
+        type=file_path_arg,
         metavar="PATH",
         help="where the answers go, one OpenAI batch output line each (default: stdout; - for stdout); "
         "they stream into PATH.partial, which replaces PATH only when every line is answered (a "

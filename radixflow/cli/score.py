@@ -37,7 +37,7 @@ from radixflow.cli.lines_out import (
 )
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
 from radixflow.jsonl import read_text
-from radixflow.options.flags import add_engine_flags, from_args, path_arg
+from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, path_arg
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
 
@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--output",
-        type=path_arg,
+        type=file_path_arg,
         metavar="PATH",
         help="with --input: where the JSONL results go (default: stdout; - for stdout); they stream "
         "into PATH.partial, which replaces PATH only when every line is done (a Ctrl-C or a failure "

@@ -48,6 +48,17 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def file_path_arg(text: str) -> Path:
+    """argparse type: the path of a file to write (`path_arg`). One that ends in a separator
+    names a directory, which `Path` would drop, writing a file of the directory's name."""
+    path = path_arg(text)
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        raise argparse.ArgumentTypeError(
+            f"must be a file path, got {text!r} (a directory: name a file in it)"
+        )
+    return path
+
+
 def parse_int(text: str) -> int:
     """argparse type: an integer (its range is checked where the option is validated)."""
     try:

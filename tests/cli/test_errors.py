@@ -621,6 +621,32 @@ def test_a_trace_out_at_the_outputs_partial_file_is_refused_before_the_run(
     assert f"cannot write --output {out}: its partial file {out}.partial: the same file as --trace-out" in err
 
 
+@pytest.mark.parametrize(
+    "command, lines",
+    [
+        (["score", "qwen3_5-tiny"], '{"context": "a b", "candidates": [" c"]}'),
+        (
+            ["run-batch", "qwen3_5-tiny"],
+            '{"custom_id": "a", "method": "POST", "url": "/v1/score", "body": {}}',
+        ),
+    ],
+    ids=["score", "run-batch"],
+)
+def test_an_output_that_ends_in_a_slash_is_refused_not_written_as_a_file(
+    tmp_path, monkeypatch, capsys, command, lines
+):
+    # `--output results/` where results/ did not exist yet ran, and wrote the results to a file
+    # named `results` (the path read without its slash), where the user asked for a directory
+    pytest.importorskip("httpx")
+    _no_model_load(monkeypatch)
+    given = write_lines(tmp_path / "in.jsonl", lines)
+    out = f"{tmp_path}/results/"
+    err = one_line_error(capsys, [*command, "--input", str(given), "--output", out])
+    said = f"--output: must be a file path, got {out!r} (a directory: name a file in it)"
+    assert err.startswith("radixflow: error: ") and err.endswith(said)  # run-batch: -o/--output
+    assert not (tmp_path / "results").exists()
+
+
 PROFILE = Path(__file__).parents[2] / "experiments" / "profiles" / "cpu.json"
 
 

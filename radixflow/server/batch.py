@@ -191,10 +191,11 @@ async def run_batch(
             async def worker() -> None:
                 for line in pending:
                     answer = await _answer(client, line, arrivals)
-                    await arrivals.add()
+                    # written before any await: a Ctrl-C (a cancel) there keeps the answer
                     out.write(json.dumps(output_line(line, answer.status_code, answer.json())) + "\n")
                     out.flush()
                     tally.add(answer.status_code)
+                    await arrivals.add()
                     if progress is not None:
                         progress(sum(tally.by_status.values()), len(lines))
 

@@ -492,3 +492,27 @@ def test_an_answer_of_a_server_error_kept_in_a_partial_file_is_posted_again(
     answers = _answers(out.read_text())
     assert answers[0] == _answers(whole.read_text())[1]  # the kept answer first, as it was
     assert sorted(answers) == sorted(_answers(whole.read_text()))  # c0 answered once, 200
+
+
+def test_an_answer_that_has_arrived_is_written_before_its_worker_waits_on_anything(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    """A worker counted an answer's arrival (an await: the workers share the count) before
+    writing it, so a Ctrl-C or a cancel there lost an answer already computed; now it is written
+    first, and nothing can stop a worker between an answer's arrival and its line."""
+    from radixflow.server import batch
+
+    add, calls = batch._Arrivals.add, []
+
+    async def stopped(self):
+        calls.append(1)
+        if len(calls) == 2:  # stopped where the worker waits, the second answer in hand
+            raise KeyboardInterrupt
+        await add(self)
+
+    monkeypatch.setattr(batch._Arrivals, "add", stopped)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(4)))
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]) == 130
+    kept = (tmp_path / "out.jsonl.partial").read_text()
+    assert [row[0] for row in _answers(kept)] == ["c0", "c1"]

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -142,12 +142,15 @@ def row_options(options: EngineOptions, names: tuple[str, ...] = ROW_OPTIONS) ->
     return {"MODEL": options.model} | {spell[name]: getattr(options, name) for name in names}
 
 
-def run_record(command: str, inputs: Any, options: dict[str, Any]) -> str:
+def run_record(command: str, inputs: Iterable[Any], options: dict[str, Any]) -> str:
     """What a run's rows are computed under, as its partial file records it (`PartialLines`):
-    the command, a digest of its input as read (``inputs``, JSON-ready), and the ``options``
-    that change its rows (by flag, as a user gives them)."""
-    digest = hashlib.sha256(json.dumps(inputs).encode("utf-8", "surrogatepass")).hexdigest()
-    return json.dumps({"command": command, "input": digest, "options": options})
+    the command, a digest of its input as read (``inputs``, each JSON-ready: hashed one at a
+    time, not as one string the size of the file), and the ``options`` that change its rows
+    (by flag, as a user gives them)."""
+    digest = hashlib.sha256()
+    for item in inputs:
+        digest.update(json.dumps(item).encode("utf-8", "surrogatepass") + b"\n")
+    return json.dumps({"command": command, "input": digest.hexdigest(), "options": options})
 
 
 def _unlike(partial: Path, record: str) -> str | None:

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | {"--trace-out": trace})
-        record = run_record("run-batch", [asdict(line) for line in lines], _row_options(options, config))
+        record = run_record("run-batch", (asdict(line) for line in lines), _row_options(options, config))
         kept = kept_rows("--output", output, args.restart, record)
         if kept is not None:
             from radixflow.server.batch import left_to_run, server_failed

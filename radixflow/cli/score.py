@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_output_paths(outputs | {"--output": output}, inputs)
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | outputs)
-        record = run_record("score", [asdict(job) for job in jobs or []], row_options(options))
+        record = run_record("score", (asdict(job) for job in jobs or []), row_options(options))
         kept = kept_rows("--output", output, args.restart, record)  # None without --input
         if jobs is not None and kept is not None:
             jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))

@@ -258,13 +258,25 @@ def say_kept(kept: KeptRows, to_run: int, failed: int, dropped: int = 0) -> None
     )
 
 
+# what the note of a run cut short ends with: how to go on from the rows it kept (the same
+# command, given --restart, would remove them)
+GO_ON = " (the same command run again goes on from them)"
+GO_ON_WITHOUT_RESTART = " (the same command without --restart goes on from them)"
+
+
 def write_lines(
-    flag: str, path: Path | None, run: Callable[[IO[str]], T], kept: KeptRows | None = None, record: str = ""
+    flag: str,
+    path: Path | None,
+    run: Callable[[IO[str]], T],
+    kept: KeptRows | None = None,
+    record: str = "",
+    restart: bool = False,
 ) -> T:
     """``run`` given where ``flag``'s lines go (`output_path`'s ``path``), after the ``kept``
     rows of its partial file, which records ``record`` (`run_record`); a write that fails
     (a full disk) is one line naming the flag. An error or Ctrl-C that cuts the run short carries
-    a note saying where the rows written so far are."""
+    a note saying where the rows written so far are, and how to go on from them (``restart``:
+    the command was given ``--restart``, which the run that goes on must drop)."""
     if path is None:
         return _to_stdout(flag, run)
     try:
@@ -273,7 +285,7 @@ def write_lines(
         opened = (
             WholeLineFile(path, append=True)
             if written_in_place(path)
-            else PartialLines(path, keep, " (the same command run again goes on from them)", record)
+            else PartialLines(path, keep, GO_ON_WITHOUT_RESTART if restart else GO_ON, record)
         )
         with opened as out:  # a full disk cuts it back to its last whole line
             return run(out)

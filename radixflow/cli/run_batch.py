@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -129,9 +130,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         model = load_model(options)
         warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
         app = create_app(server_state(model, config))
-        code = write_lines(
-            "--output", output, lambda out: _run(app, lines, out, config.max_pending), kept, record
-        )
+        answer = functools.partial(_run, app, lines, concurrency=config.max_pending)
+        code = write_lines("--output", output, answer, kept, record, args.restart)
         return 1 if code or _failed(kept) else 0
 
 

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             with LoggedProgress(console=Console(stderr=True)) as progress:
                 bar = RequestBar(progress, "scoring")
                 if jobs is not None:
-                    return _run_file(output, llm, jobs, bar, kept, record)
+                    return _run_file(output, llm, jobs, bar, kept, record, args.restart)
                 context = [{"role": "user", "content": args.context}] if args.chat else args.context
                 scores = llm.score(context, candidates, progress=bar.hear)
         except ProblemError:
@@ -155,11 +155,17 @@ def _failed(kept: KeptRows | None) -> int:
 
 
 def _run_file(
-    output: Path | None, llm: LLM, jobs: list[ScoreJob], bar: RequestBar, kept: KeptRows | None, record: str
+    output: Path | None,
+    llm: LLM,
+    jobs: list[ScoreJob],
+    bar: RequestBar,
+    kept: KeptRows | None,
+    record: str,
+    restart: bool,
 ) -> int:
     """Every job of ``--input`` that the ``kept`` rows of an earlier run do not answer, a JSON
     line each to ``output`` (None: stdout) as it ends, its partial file recording ``record``
-    (`run_record`); 1 when the model refused a line (its error
+    (`run_record`; ``restart``: ``--restart`` was given); 1 when the model refused a line (its error
     line is in the output, kept or new), else 0."""
     tally = write_lines(
         "--output",
@@ -167,6 +173,7 @@ def _run_file(
         lambda out: run_jobs(jobs, llm.score_many, llm.scoring_problem, out, bar.hear),
         kept,
         record,
+        restart,
     )
     print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 1 if tally.failed or _failed(kept) else 0

@@ -814,3 +814,18 @@ def test_a_second_run_for_the_same_output_is_refused_in_one_line(zoo, capsys, tm
     assert main(["score", MODEL, "--input", str(meta), "--output", str(out)]) == 2
     said = f"cannot write --output {out}: its partial file's record {meta}: the same file as --input"
     assert said in capsys.readouterr().err and meta.read_text() == ONE_LINE
+
+
+def test_a_run_given_restart_and_cut_short_says_to_go_on_without_it(zoo, capsys, tmp_path, monkeypatch):
+    # its note said "the same command run again goes on from them": the same command, --restart
+    # and all, removed the rows the note pointed to and started over
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(_score_lines(3))
+    argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
+    capsys.readouterr()
+    _cut_short_after_one_row(monkeypatch, [*argv, "--restart"])
+    partial = tmp_path / "out.jsonl.partial"
+    said = f"the 1 row written so far is in {partial} (the same command without --restart goes on from them)"
+    assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: interrupted; {said}"
+    _cut_short_after_one_row(monkeypatch, argv)  # --restart not given: the same command, as before
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"in {partial}{AGAIN}")

@@ -16,6 +16,7 @@ from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
+PROMPTS_SHAPE = "prompts: text, a list of token ids, or a list of those"
 PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per prompt)"
 
 
@@ -30,7 +31,10 @@ class PromptReader:
         """`LLM.generate`'s prompts: one prompt, or a non-empty list of them."""
         if isinstance(prompts, str) or (is_token_list(prompts) and prompts):
             prompts = [prompts]  # type: ignore[list-item]
-        prompts = list(prompts)  # type: ignore[arg-type]
+        # a mapping iterates over its keys: {"prompt": text} would run the text "prompt"
+        if isinstance(prompts, Mapping) or not isinstance(prompts, Iterable):
+            raise ValueError(f"{PROMPTS_SHAPE}, got {_what(prompts)}")
+        prompts = list(prompts)
         if not prompts:
             raise ValueError("no prompts given")
         out = []
@@ -40,7 +44,7 @@ class PromptReader:
             elif is_token_list(p):
                 out.append([int(t) for t in p])
             else:
-                raise ValueError(f"prompt {i} is neither text nor a list of token ids")
+                raise ValueError(f"prompt {i} is neither text nor a list of token ids, got {_what(p)}")
         return out
 
     def conversations(self, conversations: Messages | Sequence[Messages]) -> list[list[int]]:

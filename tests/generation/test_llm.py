@@ -494,6 +494,24 @@ def test_params_of_another_type_are_one_line_naming_what_was_given(llm, params, 
     assert llm.engine.requests == []
 
 
+@pytest.mark.parametrize(
+    ("prompts", "given"),
+    [
+        ({"prompt": "Water boils"}, "a dict"),  # was run as the text "prompt": its keys were the prompts
+        ({"prompt_token_ids": [5, 6]}, "a dict"),
+        (None, "a NoneType"),  # were TypeError: 'NoneType' / 'int' object is not iterable
+        (7, "an int"),
+    ],
+)
+def test_prompts_of_another_type_are_one_line_naming_what_was_given(llm, prompts, given):
+    with pytest.raises(ValueError, match=r"^prompts: text, a list of token ids, or a list of those") as e:
+        llm.generate(prompts, GREEDY)
+    assert str(e.value).endswith(f"got {given}")
+    with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a dict$"):
+        llm.generate(["fine", {"prompt": "Water boils"}], GREEDY)
+    assert llm.engine.requests == []
+
+
 @pytest.mark.parametrize("progress", [True, "bar", 3])
 def test_a_progress_hook_that_cannot_be_called_is_refused_before_anything_runs(llm, progress):
     # it was called only as the first request ended: a TypeError then aborted the whole batch

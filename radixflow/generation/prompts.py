@@ -69,8 +69,8 @@ class PromptReader:
 
     def candidates(self, candidates: Sequence[Prompt]) -> list[list[int]]:
         """Each candidate's tokens; ValueError for candidates of another shape (one string is not
-        a candidate per character)."""
-        if isinstance(candidates, str) or not isinstance(candidates, Iterable):
+        a candidate per character, a mapping not its keys)."""
+        if isinstance(candidates, str | Mapping) or not isinstance(candidates, Iterable):
             raise ValueError(f"{CANDIDATES_SHAPE}, got a {type(candidates).__name__}")
         ids = []
         for i, c in enumerate(candidates):

@@ -16,6 +16,7 @@ from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 Prompt = str | Sequence[int]  # text, or token ids used as they are
 Messages = Sequence[Mapping[str, Any]]
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
+CONVERSATIONS_SHAPE = "conversations: a list of messages or a list of such lists"
 PROMPTS_SHAPE = "prompts: text, a list of token ids, or a list of those"
 PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per prompt)"
 
@@ -50,6 +51,9 @@ class PromptReader:
     def conversations(self, conversations: Messages | Sequence[Messages]) -> list[list[int]]:
         """Each conversation as the chat template writes it up to the assistant's turn, tokenized
         (the template writes the special tokens itself)."""
+        # text, one message (a mapping) or None would be iterated as characters, keys, or not at all
+        if isinstance(conversations, str | Mapping) or not isinstance(conversations, Iterable):
+            raise ValueError(f"{CONVERSATIONS_SHAPE}, got {_what(conversations)}")
         convs = [conversations] if is_conversation(conversations) else list(conversations)
         named = ["prompt" if len(convs) == 1 else f"prompt {i}" for i in range(len(convs))]
         texts = [self.render(conv, label) for conv, label in zip(convs, named, strict=True)]

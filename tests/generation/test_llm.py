@@ -293,6 +293,22 @@ def test_a_conversation_the_template_refuses_is_named_among_several(llm):
         llm.chat([{"role": "wizard", "content": "hi"}])
 
 
+@pytest.mark.parametrize(
+    ("conversations", "given"),
+    [
+        ({"role": "user", "content": "hi"}, "a dict"),  # one message: its keys were two conversations
+        ("hi", "a str"),  # its characters were two conversations
+        (None, "a NoneType"),  # TypeError: 'NoneType' object is not iterable
+    ],
+)
+def test_conversations_of_another_shape_are_one_line_naming_what_was_given(llm, conversations, given):
+    # each said "prompt 0: message 0 needs a string 'role'" of a prompt 0 the caller never gave
+    with pytest.raises(ValueError, match=r"^conversations: a list of messages or a list of such lists") as e:
+        llm.chat(conversations)
+    assert str(e.value).endswith(f"got {given}")
+    assert llm.engine.requests == []
+
+
 def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
     with pytest.raises(ProblemError, match="unknown torch model 'gpt-17'"):
         LLM("gpt-17")

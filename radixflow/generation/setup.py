@@ -32,6 +32,12 @@ class LoadedModel:
         return self.setup.engine(round_history=round_history)
 
 
+# no model named: the options' default is a sim shape, which has no weights to generate with
+NO_MODEL = Problem(
+    "model", "must be given (a zoo name, see `radixflow models`, or a checkpoint directory), got None"
+)
+
+
 def no_weights(label: str) -> Problem:
     return Problem(
         "model",
@@ -46,6 +52,8 @@ def weights_problem(options: EngineOptions, local: bool = True) -> Problem | Non
     refusals of its dtype, matmul plan and kernels; ``local``: a device this machine lacks): a
     fleet's ingress checks this before its replicas load the model."""
     problem = options.validate() or name_problem(options)
+    if problem is None and options.model is None:
+        return NO_MODEL
     if problem is None and runner_name(options) == "sim":
         return no_weights(str(options.model))
     if problem is None and options.model not in model_names():
@@ -66,6 +74,8 @@ def _directory_problem(path: str) -> Problem | None:
 def load_model(options: EngineOptions) -> LoadedModel:
     """Build (zoo name, first time) or read the model named by ``options.model``, its tokenizer and
     a torch runner sized by ``options``. Raises `ProblemError` naming the option at fault."""
+    if options.model is None:
+        raise ProblemError(NO_MODEL)
     plan = plan_engine(options)
     path = plan.choice.checkpoint
     if path is None:

@@ -314,6 +314,9 @@ def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
         LLM("gpt-17")
     with pytest.raises(ProblemError, match="policy: unknown policy 'fastest'"):
         LLM(MODEL, policy="fastest")
+    # it said "model: 'qwen3_5-2b' on the sim runner has no weights", of a model never named
+    with pytest.raises(ProblemError, match=r"^model: must be given \(a zoo name, see `radixflow models`"):
+        LLM(None)  # type: ignore[arg-type]
 
 
 def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_line_does(zoo):

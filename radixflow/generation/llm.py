@@ -71,7 +71,8 @@ class LLM:
     def _open(self, options: EngineOptions) -> None:
         self.options = options
         self._model: LoadedModel | None = load_model(self.options)
-        self._read = PromptReader(lambda: self.tokenizer)
+        self._limited: TextTokenizer | None = None  # built on first use (it reads the vocabulary)
+        self._read = PromptReader(lambda: self.tokenizer, self._prompt_tokenizer)
         self._engine: Engine | None = self._model.engine(round_history=ROUND_HISTORY)
         self._ids = itertools.count()
         # held while a call steps the engine: a second call meanwhile (another thread, or a
@@ -110,7 +111,7 @@ class LLM:
         try:
             if self._engine is not None:
                 self._flush_trace()
-            self._engine = self._model = None
+            self._engine = self._model = self._limited = None
         finally:
             self._busy.release()
 
@@ -129,6 +130,14 @@ class LLM:
                 "the model's tokenizer; give prompts as lists of token ids"
             )
         return self.model.tokenizer
+
+    def _prompt_tokenizer(self) -> TextTokenizer:
+        """The tokenizer that reads prompts: it refuses a text whose length proves it too long for
+        the model before tokenizing it (a huge text would take seconds), as the server's does."""
+        tokenizer = self.tokenizer  # RuntimeError once closed, ValueError without one
+        if self._limited is None:
+            self._limited = tokenizer.limited(self.engine.runner.model.max_context)
+        return self._limited
 
     def generate(
         self,

@@ -9,7 +9,7 @@ from typing import Any
 
 from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
+from radixflow.generation.tokenizer import TextTokenizer, TextTooLong, TokenizerError
 from radixflow.problems import counted
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
@@ -23,10 +23,15 @@ PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per pr
 
 class PromptReader:
     """Text, token ids and conversations as token ids. ``tokenizer`` gives the model's tokenizer,
-    asked only for text (it raises for a model without one: token ids need none)."""
+    asked only for text (it raises for a model without one: token ids need none); ``limited``
+    (default: ``tokenizer``) the one that reads prompts, contexts and candidates, which may refuse
+    a text too long to run before tokenizing it (`TextTokenizer.limited`)."""
 
-    def __init__(self, tokenizer: Callable[[], TextTokenizer]) -> None:
+    def __init__(
+        self, tokenizer: Callable[[], TextTokenizer], limited: Callable[[], TextTokenizer] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
+        self.limited = limited or tokenizer
 
     def prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
         """`LLM.generate`'s prompts: one prompt, or a non-empty list of them."""
@@ -99,10 +104,12 @@ class PromptReader:
 
     def encode(self, text: str, label: str, special: bool = True) -> list[int]:
         """``text``'s tokens (``special``: with the tokenizer's special tokens); text with no UTF-8
-        form is a ValueError named by ``label`` (``prompt 2``, ``candidate 1``)."""
-        tokenizer = self.tokenizer()  # its refusal (no tokenizer.json) is the model's, not the text's
+        form, or too long to run, is a ValueError named by ``label`` (``prompt 2``, ``candidate 1``)."""
+        tokenizer = self.limited()  # its refusal (no tokenizer.json) is the model's, not the text's
         try:
             return tokenizer.encode(text, add_special_tokens=special)
+        except TextTooLong as e:  # its problem names "prompt": the text is this label's
+            raise ValueError(f"{label}: {e.problem.message}") from None
         except TokenizerError as e:
             raise ValueError(f"{label}: {e}") from None
 

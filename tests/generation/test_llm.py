@@ -491,6 +491,25 @@ def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path)
         plain.generate([PROMPTS[3]], SamplingParams(max_tokens=4, stop=["."]))
 
 
+def test_text_too_long_for_the_model_is_refused_before_it_is_tokenized(llm):
+    # tokenized in full first (a 6 MB prompt took 17 s to be refused); the server refuses at once
+    long = "hello " * 100_000  # "at least": its length alone proves it, as the server says
+    context = llm.engine.runner.model.max_context
+    at_least = rf"has at least \d+ tokens; the model context is {context}$"
+    with pytest.raises(ValueError, match=rf"^prompt: {at_least}"):
+        llm.generate(long, GREEDY)
+    with pytest.raises(ValueError, match=rf"^prompt 1: {at_least}"):
+        llm.generate(["fine", long], GREEDY)
+    with pytest.raises(ValueError, match=rf"^prompt: {at_least}"):
+        llm.chat([{"role": "user", "content": long}], GREEDY)
+    with pytest.raises(ValueError, match=rf"^context: {at_least}"):
+        llm.score(long, [" a"])
+    with pytest.raises(ValueError, match=rf"^candidate 1: {at_least}"):
+        llm.score("fine", [" a", long])
+    assert len(llm.tokenizer.encode(long)) > context  # the LLM's own tokenizer still takes any text
+    assert llm.engine.requests == []
+
+
 def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
     with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
         llm.generate("a\ud800b")

@@ -87,10 +87,12 @@ class GenerationOutput:
 
     ``token_ids`` are all generated tokens (an end-of-sequence token that ended the request
     included); ``text`` is their text, special tokens left out unless asked for, cut before a stop
-    string. ``logprobs`` has one entry per generated token when asked for (texts joined give
-    ``text``); ``prompt_logprobs`` one per prompt token, the first None (nothing precedes it).
-    ``cached_tokens``: prompt tokens served from the prefix cache. ``choice``: which of the
-    prompt's ``n`` choices this is (`SamplingParams.n`; 0 when there is one).
+    string, without the text of a stop token that ended it (as vLLM; both kept with
+    ``include_stop_str_in_output``). ``logprobs`` has one entry per generated token when asked
+    for (texts joined give ``text``); ``prompt_logprobs`` one per prompt token, the first None
+    (nothing precedes it). ``cached_tokens``: prompt tokens served from the prefix cache.
+    ``choice``: which of the prompt's ``n`` choices this is (`SamplingParams.n`; 0 when there is
+    one).
     """
 
     request_id: str

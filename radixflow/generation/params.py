@@ -27,8 +27,9 @@ class SamplingParams(TokenSamplingParams):
 
     ``stop`` ends generation at the first occurrence of any of these strings in the generated
     text, which is cut just before it (as OpenAI does), or just after it with
-    ``include_stop_str_in_output`` (vLLM's); ``skip_special_tokens`` leaves special
-    tokens (an end-of-sequence token, for instance) out of the text. ``guided_choice`` (vLLM's)
+    ``include_stop_str_in_output`` (vLLM's), which also keeps the text of a stop token
+    (``stop_token_ids``) that ended it, left out otherwise, as vLLM does; ``skip_special_tokens``
+    leaves special tokens (an end-of-sequence token, for instance) out of the text. ``guided_choice`` (vLLM's)
     makes the output one of these strings, each generated as the tokenizer splits it alone
     (`tokenized` turns them into the engine's ``token_choices``). ``bad_words`` (vLLM's) are never
     generated, each as the tokenizer splits it alone and after a space (a word in mid-text).

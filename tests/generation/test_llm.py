@@ -91,6 +91,34 @@ def test_stop_string_cuts_the_text_and_ends_the_request(llm, batch):
     llm.engine.check_integrity()
 
 
+@pytest.mark.parametrize("include", [False, True])
+def test_a_stop_tokens_text_is_left_out_of_the_text_as_vllm_leaves_it_out(llm, batch, include):
+    # its text ended the output (a "." or a line break as a stop token showed in `text`), where vLLM
+    # leaves it out unless include_stop_str_in_output; its id stays in token_ids either way
+    base = batch[2]
+    assert base.logprobs is not None
+    at = next(i for i, e in enumerate(base.logprobs) if i >= 2 and e.text.strip())
+    stop = base.token_ids[at]
+    params = replace(GREEDY, ignore_eos=False, stop_token_ids=(stop,), include_stop_str_in_output=include)
+    req = Request(f"stop-token-{include}", tuple(llm.tokenizer.encode(PROMPTS[2])), sampling=params)
+    tracker = RequestTracker(req, llm.tokenizer)
+    llm.engine.submit(req)
+    shown = ""
+    while not tracker.done:
+        llm.engine.step()
+        observe(llm.engine, tracker)
+        delta = tracker.delta()
+        shown += delta.text if delta is not None else ""
+    llm.engine.forget(req.id)
+    (out,) = llm.generate(PROMPTS[2], params)
+    first = base.token_ids.index(stop)  # the stop token's first appearance ends the output
+    assert out.token_ids == base.token_ids[: first + 1] and out.finish_reason == "stop"
+    kept = out.token_ids if include else out.token_ids[:-1]
+    assert out.text == llm.tokenizer.decode(list(kept), skip_special_tokens=True) and shown == out.text
+    assert out.logprobs is not None and "".join(e.text for e in out.logprobs) == out.text
+    assert tracker.output().text == out.text
+
+
 def test_guided_choice_generates_one_of_the_strings_the_model_likes_best(llm):
     prompt = llm.tokenizer.encode(PROMPTS[1])
     letters = ("x", "y", "z", "q")

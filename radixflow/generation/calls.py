@@ -75,16 +75,27 @@ def answer(
     return answers
 
 
-def outputs(calls: list[Call], answers: dict[str, Done]) -> list[GenerationOutput]:
-    """Each call's output, in order; `GenerationError` for the first that has none."""
+def outputs(calls: list[Call], answers: dict[str, Done], labels: list[str] | None) -> list[GenerationOutput]:
+    """Each call's output, in order; `GenerationError` for the first that has none, named by its
+    prompt's label and choice (None: a lone prompt, not named) beside its request id (the trace's)."""
     out = []
     for call in calls:
         done = answers[call.request.id]
         if done.output is None:
             why = done.failure or Failure(FailureKind.FAILED, "no output")
-            raise GenerationError(f"request {call.request.id} {why.kind.value}: {why.reason}")
+            raise GenerationError(f"{_named(call, calls, labels)} {why.kind.value}: {why.reason}")
         out.append(done.output)
     return out
+
+
+def _named(call: Call, calls: list[Call], labels: list[str] | None) -> str:
+    """``call`` as an error names it: "prompt 2, choice 1 (request gen-9)", "choice 1 (request
+    gen-9)" of a lone prompt, or "request gen-9" for a lone prompt's lone choice; the id alone is
+    a count across calls, naming no prompt."""
+    label = None if labels is None else labels[call.prompt]
+    if any(c.choice > 0 for c in calls if c.prompt == call.prompt):
+        label = f"choice {call.choice}" if label is None else f"{label}, choice {call.choice}"
+    return f"request {call.request.id}" if label is None else f"{label} (request {call.request.id})"
 
 
 def _end(

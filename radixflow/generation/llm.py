@@ -332,4 +332,4 @@ class LLM:
             answers = answer(self.engine, decoder, calls, progress, self._flush_trace)
         finally:
             self._busy.release()
-        return outputs(calls, answers)
+        return outputs(calls, answers, labels)

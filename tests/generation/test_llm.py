@@ -266,9 +266,18 @@ def test_a_failed_round_is_a_generation_error_and_leaves_nothing_behind(llm, mon
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(llm.engine.runner, "run", lost)
-    why = r"request gen-\d+ failed: worker call failed: RuntimeError: device lost"
-    with pytest.raises(GenerationError, match=why):
+    why = r"request gen-\d+\) failed: worker call failed: RuntimeError: device lost$"
+    # it named only the request id, a count across calls: which of the prompts failed was not said
+    with pytest.raises(GenerationError, match=rf"^prompt 0 \({why}"):
         llm.generate(["one", "two"], GREEDY)
+    with pytest.raises(GenerationError, match=rf"^prompt 0, choice 0 \({why}"):
+        llm.generate(["one", "two"], replace(GREEDY, n=2))
+    with pytest.raises(GenerationError, match=rf"^candidate 0 \({why}"):
+        llm.score("a context", [" one", " two"])
+    with pytest.raises(GenerationError, match=r"^request gen-\d+ failed: worker call failed"):
+        llm.generate("one", GREEDY)  # a lone prompt is not named, as its refusals are not
+    with pytest.raises(GenerationError, match=rf"^choice 0 \({why}"):
+        llm.generate("one", replace(GREEDY, n=2))
     llm.engine.check_integrity()
     assert llm.engine.requests == [] and not llm.engine.has_work()
 

@@ -28,6 +28,7 @@ from radixflow.generation.prompts import (
     is_token_list,
     of_context,
     params_per_prompt,
+    require_list,
 )
 from radixflow.generation.scoring import (
     SCORING,
@@ -246,6 +247,8 @@ class LLM:
         Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
         if isinstance(contexts, str) or (is_token_list(contexts) and contexts) or is_conversation(contexts):
             raise ValueError("contexts: a list of contexts (use score() for one context)")
+        require_list("contexts", contexts, "a list of contexts")
+        require_list("candidates", candidates, "a list of candidate lists (one per context)")
         if len(contexts) != len(candidates):
             given = f"{counted(len(contexts), 'context')} for {counted(len(candidates), 'list')}"
             raise ValueError(f"{given} of candidates")

@@ -137,6 +137,13 @@ def params_per_prompt(
     return list(params)
 
 
+def require_list(name: str, value: object, shape: str) -> None:
+    """ValueError "``name``: ``shape``, got a dict" for a value that is no list: a mapping (which
+    would be read as its keys), None, a generator (which has no length)."""
+    if isinstance(value, Mapping) or not isinstance(value, Sequence):
+        raise ValueError(f"{name}: {shape}, got {_what(value)}")
+
+
 def _what(value: object) -> str:
     """What a value given as sampling parameters is, for an error ("a dict", "an int")."""
     if isinstance(value, TokenSamplingParams):

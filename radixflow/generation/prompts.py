@@ -50,7 +50,7 @@ class PromptReader:
             elif is_token_list(p):
                 out.append([int(t) for t in p])
             else:
-                raise ValueError(f"prompt {i} is neither text nor a list of token ids, got {_what(p)}")
+                raise ValueError(f"prompt {i} is neither text nor a list of token ids{_not_ids(p)}")
         return out
 
     def conversations(self, conversations: Messages | Sequence[Messages]) -> list[list[int]]:
@@ -144,8 +144,17 @@ def require_list(name: str, value: object, shape: str) -> None:
         raise ValueError(f"{name}: {shape}, got {_what(value)}")
 
 
+def _not_ids(value: object) -> str:
+    """Why ``value`` is no list of token ids, as the end of a sentence: the first item that is no
+    integer (", got a list" would say nothing of a list), or what it is instead."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        bad = next(i for i, t in enumerate(value) if not isinstance(t, int) or isinstance(t, bool))
+        return f": item {bad} is {value[bad]!r}"
+    return f", got {_what(value)}"
+
+
 def _what(value: object) -> str:
-    """What a value given as sampling parameters is, for an error ("a dict", "an int")."""
+    """What a value given (as prompts, parameters, ...) is, for an error ("a dict", "an int")."""
     if isinstance(value, TokenSamplingParams):
         return "the scheduler's SamplingParams"
     name = type(value).__name__

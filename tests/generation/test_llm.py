@@ -584,6 +584,12 @@ def test_prompts_of_another_type_are_one_line_naming_what_was_given(llm, prompts
     assert str(e.value).endswith(f"got {given}")
     with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a dict$"):
         llm.generate(["fine", {"prompt": "Water boils"}], GREEDY)
+    # "got a list" of a list: the item that is no token id is named
+    neither = "is neither text nor a list of token ids"
+    with pytest.raises(ValueError, match=rf"^prompt 1 {neither}: item 2 is 3\.5$"):
+        llm.generate(["fine", [5, 6, 3.5]], GREEDY)
+    with pytest.raises(ValueError, match=rf"^prompt 0 {neither}: item 0 is True$"):
+        llm.generate([[True, 5]], GREEDY)
     assert llm.engine.requests == []
 
 

@@ -65,7 +65,7 @@ class SamplingParams(TokenSamplingParams):
         if base is not None:
             return base
         if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
-            return Problem("stop", "must be a string or a list of strings")
+            return Problem("stop", f"must be a string or a list of strings, got {self.stop!r}")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
         if self.guided_choice == ():  # asked for a choice of nothing: no text could be one

@@ -103,6 +103,8 @@ def test_a_truncation_that_keeps_nothing_is_a_problem(k):
 def test_a_stop_that_is_no_list_is_a_problem_not_a_crash(field, value):
     problem = SamplingParams(**{field: value}).problem()
     assert problem is not None and problem.param == field
+    stored = getattr(SamplingParams(**{field: value}), field)  # a list is kept as a tuple
+    assert problem.message.endswith(f", got {stored!r}")  # stop's did not say what it was given
     assert SamplingParams(stop="x", stop_token_ids=[3]).problem() is None
 
 

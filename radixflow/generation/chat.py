@@ -79,7 +79,10 @@ class ChatTemplate:
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
         """The prompt text for ``messages`` (each with "role" and "content")."""
         if self.source is None:
-            raise ChatTemplateError("this model has no chat template; use completions with a plain prompt")
+            raise ChatTemplateError(
+                "this model has no chat template: send a plain prompt instead of messages "
+                "(LLM.generate, /v1/completions)"
+            )
         if not messages:
             raise ChatTemplateError("messages must not be empty")
         plain = [self._plain(i, m) for i, m in enumerate(messages)]

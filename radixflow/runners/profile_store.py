@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, profile_from_dict
+from radixflow.files import write_whole
 
 log = logging.getLogger("radixflow.predictor")
 
@@ -92,9 +93,8 @@ def save_stored(profile: HardwareProfile, key: StoreKey, root: Path | None = Non
     path = key.path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"model": key.model, "machine": key.machine, "profile": profile.to_dict()}
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    # a write cut short removes its temporary file: none is left behind per failed run
+    write_whole(path, json.dumps(data, indent=2) + "\n")
     return path
 
 

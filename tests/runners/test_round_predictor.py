@@ -34,6 +34,22 @@ def test_a_stored_profile_is_found_again_by_model_and_machine(tmp_path):
     assert loaded.kind_scale["gdn"] == 16.0
 
 
+def test_a_store_cut_short_leaves_the_old_profile_and_no_partial_file(tmp_path, monkeypatch):
+    """A write that failed (a full disk, a Ctrl-C) left its ``<model>.tmp<pid>`` file beside the
+    profile, one per failed run, never removed."""
+    key = StoreKey("qwen3_5-small-abc-float32", MACHINE)
+    path = save_stored(PROFILE, key, tmp_path)
+    before = path.read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.replace", full_disk)
+    with pytest.raises(OSError):
+        save_stored(HardwareProfile("other", 2e11, None, 0.01, 0.001), key, tmp_path)
+    assert [p.name for p in path.parent.iterdir()] == [path.name] and path.read_bytes() == before
+
+
 @pytest.mark.parametrize(
     "other",
     [

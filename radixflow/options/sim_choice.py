@@ -89,4 +89,22 @@ def sim_hardware(options: EngineOptions) -> HardwareProfile:
             hw = apply(hw, value)
         except ProfileError as e:
             raise ProblemError(Problem(name, str(e))) from None
+        if name in OVERRIDE_SOURCES:
+            why = f"set by {name} = {value:.10g}, not the profile's figure"
+            hw = _sourced(hw, OVERRIDE_SOURCES[name], why)
     return hw
+
+
+# option -> the profile figure it sets, whose source then names the option (the profile's source
+# describes the figure the option replaced: `cost` said "central 3 ms" beside a set 7 ms)
+OVERRIDE_SOURCES = {
+    "fixed_cost_ms": "round_overhead_s",
+    "decode_fixed_cost_ms": "decode_overhead_s",
+    "per_request_ms": "per_request_s",
+    "request_overhead_ms": "request_overhead_s",
+    "tflops": "flops",
+}
+
+
+def _sourced(hw: HardwareProfile, key: str, why: str) -> HardwareProfile:
+    return replace(hw, sources={**hw.sources, key: why})

@@ -60,6 +60,22 @@ def test_the_engine_flags_set_the_fixed_costs_and_the_scheduler_mode(capsys):
     assert serial == pytest.approx(0.1e-3 + 50e-6)
 
 
+@pytest.mark.parametrize(
+    ("argv", "term", "flag"),
+    [
+        (["--fixed-cost-ms", "7"], "fixed", "fixed_cost_ms = 7"),
+        (["--decode", "2", "--decode-fixed-cost-ms", "1.5"], "fixed", "decode_fixed_cost_ms = 1.5"),
+        (["--hardware", "cpu", "--per-request-ms", "4"], "sequences", "per_request_ms = 4"),
+        (["--hardware", "cpu", "--tflops", "0.5"], "matmul", "tflops = 0.5"),
+    ],
+)
+def test_a_figure_set_by_an_option_is_sourced_to_the_option(capsys, argv, term, flag):
+    """``--fixed-cost-ms 7`` charged 7 ms and sourced it to the profile's "central 3 ms, band
+    1-10 ms": the figure and its stated source disagreed."""
+    source = cost(capsys, "qwen3-4b", *argv)["terms"][term]["source"]
+    assert flag in source and "central 3 ms" not in source and "rough figures" not in source, source
+
+
 def test_a_fitted_profile_is_costed_by_its_rates(capsys):
     report = cost(capsys, "qwen3-4b", "--hardware", "cpu")
     assert report["tp"] == 1 and "memory" in report["terms"] and "scheduler" not in report["terms"]

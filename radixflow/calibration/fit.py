@@ -53,6 +53,12 @@ def fit_profile(
     fit = [b for b in batches if b.split == "fit"]
     if not fit:
         raise ValueError("no fit rounds to calibrate from")
+    sizes = {sum(c.length for c in b.chunks) for b in fit}
+    if len(sizes) == 1:  # nothing tells the per-call cost from the per-token ones: any split fits
+        raise ValueError(
+            f"the fit rounds are all {sizes.pop()} tokens: a fit needs rounds of at least two sizes "
+            "to tell a worker call's fixed cost from its cost per token"
+        )
     rows = _rows(fit, shapes, dtype_bytes)
     weighted = [[v / b.seconds for v in row] for row, b in zip(rows, fit, strict=True)]
     coef = dict(zip(FIT_TERMS, nnls(weighted, [1.0] * len(fit)), strict=True))

@@ -51,6 +51,19 @@ def test_fit_recovers_a_known_profile_and_scores_held_out_rounds(tmp_path):
     assert load_profile(tmp_path / "p.json").round_overhead_s == pytest.approx(fitted.round_overhead_s)
 
 
+def test_a_fit_on_rounds_of_one_size_is_refused_naming_it():
+    """Rounds all of one size cannot tell a call's fixed cost from its per-token costs: the fit
+    split the time among its terms at random (a matmul rate of 9e11 FLOP/s, attention 435x as
+    costly) and wrote the profile without a word."""
+    shape = SIM_MODELS["qwen3_5-2b"]
+    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, kind_scale={"gdn": 2.0}, weight_bytes=4)
+    one = fit_design(1024, 16, True)[5]
+    seconds = CostModel(shape, truth).round_seconds(one.chunks)
+    batches = [TimedBatch(shape.name, "fit", one.chunks, seconds * (1 + 0.01 * i)) for i in range(5)]
+    with pytest.raises(ValueError, match=rf"fit rounds are all {one.tokens} tokens: .* at least two sizes"):
+        fit_profile("f", batches, {shape.name: shape}, 4, "cpu")
+
+
 def test_fit_tells_attention_over_the_prefix_and_its_gathered_kv_from_the_chunks_own():
     """Rounds priced by a profile whose prefix attention and cached-KV reads have rates of their
     own: the fit recovers each, and prices unseen rounds (a lone long prompt among them)."""
@@ -120,7 +133,8 @@ def test_calibration_times_the_bare_worker_call_as_the_engine_clock_does(monkeyp
 
 def test_round_noise_is_the_log_spread_of_each_shapes_repeats_less_the_drift_between_passes():
     shape = SIM_MODELS["qwen3_5-2b"]
-    chunks = fit_design(256, 16, True)[0].chunks
+    shapes = [b.chunks for b in fit_design(256, 16, True)[1:4]]  # rounds of two sizes: a fit's least
+    chunks = shapes[0]
     e = 2.718281828459045
     noise = [(0.1, -0.1, 0.0), (-0.1, 0.1, 0.0), (0.0, 0.0, 0.0)]  # each row and column sums to 0
     drift = (0.0, 0.3, -0.2)  # every shape slower in the second pass, faster in the third
@@ -128,11 +142,11 @@ def test_round_noise_is_the_log_spread_of_each_shapes_repeats_less_the_drift_bet
         TimedBatch(
             shape.name,
             "fit",
-            chunks,
-            1.0,
+            timed,
+            base,
             tuple(base * e ** (n + d) for n, d in zip(row, drift, strict=True)),
         )
-        for base, row in zip((1.0, 5.0, 0.2), noise, strict=True)
+        for timed, base, row in zip(shapes, (1.0, 5.0, 0.2), noise, strict=True)
     ]
     once = TimedBatch(shape.name, "held_out", chunks, 2.0, (2.0,))  # timed once: no evidence
     squares = sum(x * x for row in noise for x in row)

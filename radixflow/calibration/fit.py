@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 from radixflow.calibration.timing import TimedBatch, round_noise_sigma
-from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, MAX_FLOPS, MAX_KIND_SCALE, HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_feature_names, fit_features
 from radixflow.costmodel.round_cost.nnls import nnls
 from radixflow.costmodel.shape.model_shape import ModelShape
@@ -64,8 +64,9 @@ def fit_profile(
     coef = dict(zip(FIT_TERMS, nnls(weighted, [1.0] * len(fit)), strict=True))
     seen = {t for t in COMPUTE_TERMS if any(row[FIT_TERMS.index(t)] > 0 for row in rows)}
     unfitted = sorted(set(COMPUTE_TERMS) - seen)
-    reference = coef["matmul"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
-    scale = {t: (coef[t] if t in seen else reference) / reference for t in COMPUTE_TERMS}
+    base = coef["matmul"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
+    reference = _reference(base, [coef[t] for t in seen])
+    scale = {t: (coef[t] if t in seen else base) / reference for t in COMPUTE_TERMS}
     profile = HardwareProfile(
         name=name,
         flops=1.0 / reference,
@@ -90,6 +91,13 @@ def fit_profile(
         "rounds": [b.to_dict() for b in batches],
     }
     return HardwareProfile(**{**profile.__dict__, "calibration": calibration})
+
+
+def _reference(base: float, fitted: list[float]) -> float:
+    """The seconds per FLOP a profile's ``flops`` stands for: ``base`` (the matmul's), raised
+    where it would put ``flops`` or a term's scale past a profile's bounds (a launch-bound device
+    whose matmuls time as all but free); each term's seconds per FLOP stay as fitted."""
+    return max(base, max(fitted, default=0.0) / MAX_KIND_SCALE, 1.0 / MAX_FLOPS)
 
 
 def score(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from radixflow.calibration.design import fit_design, held_out_design
-from radixflow.calibration.fit import fit_profile
+from radixflow.calibration.fit import FIT_TERMS, fit_profile
 from radixflow.calibration.timing import TimedBatch, default_clock, round_noise_sigma, to_scheduler_output
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile, load_profile, save_profile
-from radixflow.costmodel.round_cost.fitted_rates import CostModel
+from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_features
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 
@@ -62,6 +62,26 @@ def test_a_fit_on_rounds_of_one_size_is_refused_naming_it():
     batches = [TimedBatch(shape.name, "fit", one.chunks, seconds * (1 + 0.01 * i)) for i in range(5)]
     with pytest.raises(ValueError, match=rf"fit rounds are all {one.tokens} tokens: .* at least two sizes"):
         fit_profile("f", batches, {shape.name: shape}, 4, "cpu")
+
+
+def test_a_launch_bound_device_whose_matmuls_time_as_free_gets_a_profile():
+    """Rounds that barely grow with their size (a small model on a GPU: launches, not arithmetic)
+    fit a matmul rate past a profile's 1e18 FLOP/s: calibrate threw every timing away with "the
+    timings fit no usable profile". The fitted seconds per FLOP of each term are kept as fitted."""
+    shape = SIM_MODELS["qwen3-4b"]
+    coef = {"round": 0.01, "matmul": 1e-19, "attention": 1e-14}  # seconds per call and per FLOP
+    design = fit_design(2048, 16, False) + held_out_design(4, 2048, 16, False)
+
+    def seconds(chunks):
+        features = zip(FIT_TERMS, fit_features(shape, chunks, 2), strict=True)
+        return sum(coef.get(t, 0.0) * v for t, v in features)
+
+    batches = [TimedBatch(shape.name, b.split, b.chunks, seconds(b.chunks)) for b in design]
+    fitted = fit_profile("gpu", batches, {shape.name: shape}, 2, "cuda")
+    assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-6
+    assert fitted.seconds_per_flop("matmul") == pytest.approx(1e-19, rel=1e-3)
+    assert fitted.seconds_per_flop("attention") == pytest.approx(1e-14, rel=1e-3)
+    assert fitted.seconds_per_flop("mamba2") == fitted.seconds_per_flop("matmul")  # unfitted: the matmul rate
 
 
 def test_fit_tells_attention_over_the_prefix_and_its_gathered_kv_from_the_chunks_own():

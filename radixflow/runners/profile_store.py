@@ -69,8 +69,9 @@ def machine_identity(device: str, threads: int) -> dict[str, Any]:
 
 def model_identity(checkpoint: str | Path, dtype: str) -> str:
     """``<directory name>-<config.json hash>-<dtype>``: a zoo model is its name (its config is
-    fixed); a checkpoint directory is told apart from another of the same name by its config."""
-    path = Path(checkpoint)
+    fixed); a checkpoint directory is told apart from another of the same name by its config.
+    The name is the absolute path's (``.`` has none), links not followed: one name per spelling."""
+    path = Path(os.path.abspath(checkpoint))
     config = (path / "config.json").read_bytes()
     return f"{path.name}-{hashlib.sha256(config).hexdigest()[:12]}-{dtype}"
 

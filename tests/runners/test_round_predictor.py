@@ -103,6 +103,17 @@ def test_a_bad_stored_profile_is_a_one_line_warning(tmp_path, caplog, content, s
     assert record.exc_info is None
 
 
+def test_a_checkpoint_is_one_model_however_its_path_is_spelled(tmp_path, monkeypatch):
+    """``calibrate --model .`` in the checkpoint's directory stored its fit as "-<hash>-float32"
+    (the name of "." is empty), which a runner given the directory's path never found."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"a": 1}')
+    named = model_identity(tmp_path / "m", "float32")
+    monkeypatch.chdir(tmp_path / "m")
+    assert model_identity(".", "float32") == named and named.startswith("m-")
+    assert model_identity(tmp_path / "m" / ".." / "m", "float32") == named
+
+
 def test_identities_name_model_config_dtype_and_machine(tmp_path):
     pytest.importorskip("torch")
     (tmp_path / "m").mkdir()

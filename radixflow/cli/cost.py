@@ -17,7 +17,7 @@ from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.flags import add_engine_flags, from_args, given, unread_flops
 from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
 from radixflow.problems import counted
@@ -98,6 +98,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     shape = sim_shape(args.model)  # a `ProblemError` on model for a name that is none of them
     chunks = round_chunks(shape, args.prefill, args.context, args.decode)
     hardware = sim_hardware(options)
+    if "tflops" in given(args, ENGINE_OPTIONS) and (why := unread_flops(options.hardware)):
+        print(f"radixflow: warning: --tflops has no effect {why}", file=sys.stderr)
     cost = round_cost_model(shape, hardware).breakdown(chunks)
     if not cost.fits:
         print(

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from radixflow.options import EngineOptions
-from radixflow.options.flags import RECURRENT_ONLY, SIM_ONLY, TORCH_ONLY, clock_warnings
+from radixflow.options.flags import RECURRENT_ONLY, SIM_ONLY, TORCH_ONLY, clock_warnings, unread_flops
 
 
 def ineffective(
@@ -21,6 +21,7 @@ def ineffective(
     """Cell keys (``workload.<key>`` for the workload's) that cannot change this cell, each with
     why; ``has_recurrent``: whether the cell's model has recurrent state; ``replaced``: keys that
     something else sets for every cell (`replaced`), with why."""
+    unread = unread_flops(settings["hardware"]) if settings["runner"] == "sim" else None
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
@@ -30,6 +31,7 @@ def ineffective(
             "on a full-attention model: it has no recurrent state",
         ),
         (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),
+        (("tflops",), unread is not None, unread or ""),
         (("workload.rate",), workload["arrival"] == "batch", "with arrival batch (all arrive at t=0)"),
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
         (("repetitions",), settings["replicas"] > 1, "on a fleet (replicas > 1): it runs once"),

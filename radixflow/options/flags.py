@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from radixflow.costmodel.hardware.profiles import ProfileError, resolve_hardware
 from radixflow.engine.clocks import spin_warning
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
@@ -215,7 +216,21 @@ def ineffective(options: EngineOptions, given_names: list[str], spell: Spell = f
         out.append(f"{_listed(names, spell)} no effect with the torch runner (they set the sim cost model)")
     if runner == "sim" and (names := [n for n in TORCH_ONLY if n in given_names]):
         out.append(f"{_listed(names, spell)} no effect with the sim runner")
+    if runner == "sim" and "tflops" in given_names and (why := unread_flops(options.hardware)):
+        out.append(f"{spell('tflops')} has no effect {why}")
     return out
+
+
+def unread_flops(hardware: str) -> str | None:
+    """Why the profile ``hardware`` names prices nothing at its ``flops`` (the figure ``tflops``
+    sets), or None where it does (or cannot be read: that is an error when it is used)."""
+    try:
+        profile = resolve_hardware(hardware)
+    except ProfileError:
+        return None
+    if profile.prices_by_flops:
+        return None
+    return f"with hardware {hardware!r}: its kernel times are measured, none priced at its FLOP/s"
 
 
 def clock_warnings(options: EngineOptions) -> list[str]:

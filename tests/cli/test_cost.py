@@ -76,6 +76,15 @@ def test_a_figure_set_by_an_option_is_sourced_to_the_option(capsys, argv, term, 
     assert flag in source and "central 3 ms" not in source and "rough figures" not in source, source
 
 
+def test_tflops_on_measured_kernels_is_warned_about(capsys):
+    assert main(["cost", "qwen3-4b", "--hardware", "h100", "--tflops", "100", "--json"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("radixflow: warning: --tflops has no effect with hardware 'h100': ")
+    assert "kernel times are measured" in err and "\n" not in err
+    assert main(["cost", "qwen3-4b", "--hardware", "cpu", "--tflops", "100", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_a_fitted_profile_is_costed_by_its_rates(capsys):
     report = cost(capsys, "qwen3-4b", "--hardware", "cpu")
     assert report["tp"] == 1 and "memory" in report["terms"] and "scheduler" not in report["terms"]

@@ -539,6 +539,10 @@ def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
         ([('name = "models"', 'name = "models"\ntorch_threads = 2')], "grid[0].torch_threads has no effect"),
         ([("[defaults]", '[defaults]\ncost_profile = "h100"')], "defaults.cost_profile has no effect"),
         ([("[defaults]", '[defaults]\nrouter = "prefix"')], "defaults.router has no effect"),
+        (
+            [("[defaults]", "[defaults]\ntflops = 100.0")],
+            "defaults.tflops has no effect with hardware 'h200': its kernel times are measured",
+        ),
         ([("candidate_len = 16", "candidate_len = 16\nrate = 50.0")], "defaults.workload.rate has no effect"),
         ([('name = "load"', 'name = "load"\nplacement = "branch"\nstate_slots = 8')], None),
         (

@@ -107,6 +107,19 @@ def test_given_options_that_cannot_change_the_run_are_named():
     assert ineffective(EngineOptions(), []) == []
 
 
+def test_tflops_with_a_profile_of_measured_kernels_is_named(tmp_path):
+    """The h100/h200 profiles time measured kernels: --tflops cannot change their run, and no
+    warning said so (docs/usage.md: a given flag that cannot change the run draws one)."""
+    (warning,) = ineffective(EngineOptions(hardware="h200", tflops=100.0), ["hardware", "tflops"])
+    assert warning.startswith("--tflops has no effect with hardware 'h200': its kernel times are measured")
+    assert ineffective(EngineOptions(hardware="cpu", tflops=100.0), ["tflops"]) == []
+    assert ineffective(EngineOptions(hardware="h200"), ["hardware"]) == []
+    roofline = tmp_path / "r.json"
+    roofline.write_text('{"flops": 1e15, "bandwidth": 3e12, "round_overhead_s": 0, "per_request_s": 0, '
+                        '"kernels": "roofline"}')  # fmt: skip
+    assert ineffective(EngineOptions(hardware=str(roofline), tflops=100.0), ["tflops"]) == []
+
+
 def test_the_cpu_clock_with_spinning_torch_threads_is_warned_about(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert ineffective(EngineOptions(model="qwen3_5-2b"), ["clock"]) == [

@@ -36,7 +36,7 @@ from radixflow.costmodel.hardware.gpu_figures import (
     SRC_REQUEST,
     SRC_SCHEDULER,
 )
-from radixflow.costmodel.kernel_times.sources import KERNEL_SOURCES
+from radixflow.costmodel.kernel_times.sources import KERNEL_SOURCES, READS_PROFILE_FLOPS
 from radixflow.files import write_whole
 from radixflow.problems import Problem
 
@@ -109,6 +109,12 @@ class HardwareProfile:
         if scale is None and term in SPLIT_FROM:
             scale = self.kind_scale.get(SPLIT_FROM[term])
         return (1.0 if scale is None else scale) / self.flops
+
+    @property
+    def prices_by_flops(self) -> bool:
+        """Whether ``flops`` prices any work: fitted rates and roofline kernels read it, measured
+        kernels (h100, h200) time their GPU's own and do not."""
+        return self.kernels is None or self.kernels in READS_PROFILE_FLOPS
 
     def fixed_call_s(self, decode_only: bool) -> float:
         """The fixed cost of one worker call, layers apart."""

@@ -22,6 +22,11 @@ KERNEL_SOURCES: dict[str, Callable[[Datasheet], KernelTimes]] = {
 }
 
 
+# sources that price kernels at the profile's ``flops`` (a roofline's peak); a measured source
+# times its own GPU's kernels and reads none of the profile's figures
+READS_PROFILE_FLOPS = frozenset({"roofline"})
+
+
 def named_kernel_times(name: str | None, datasheet: Datasheet) -> KernelTimes | None:
     """The kernel times of source ``name`` for a GPU (None: no source named)."""
     return None if name is None else KERNEL_SOURCES[name](datasheet)

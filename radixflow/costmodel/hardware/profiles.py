@@ -36,7 +36,7 @@ from radixflow.costmodel.hardware.gpu_figures import (
     SRC_REQUEST,
     SRC_SCHEDULER,
 )
-from radixflow.costmodel.kernel_times.sources import KERNEL_SOURCES, READS_PROFILE_FLOPS
+from radixflow.costmodel.kernel_times.sources import FIXED_FIGURES, KERNEL_SOURCES, READS_PROFILE_FLOPS
 from radixflow.files import write_whole
 from radixflow.problems import Problem
 
@@ -307,10 +307,32 @@ def profile_from_dict(data: Any, origin: str = "profile") -> HardwareProfile:
     """A profile from parsed JSON, every key checked (`profile_problems`); ``origin`` names it in errors."""
     if not isinstance(data, dict):
         raise ProfileError(f"{origin}: a profile must be a JSON object, got {_show(data)}")
-    if problems := profile_problems(data):
+    if problems := profile_problems(data) or _unread_figures(data):
         raise _error(origin, problems[0])
     present = {k: float(v) if isinstance(_CHECKS[k], _Range) else v for k, v in data.items() if v is not None}
     return HardwareProfile(**{"name": Path(origin).stem, "bandwidth": None, **present})
+
+
+def _unread_figures(data: dict[str, Any]) -> list[Problem]:
+    """Figures a file states that its kernel source ignores (a measured GPU times its own
+    kernels: an H100 PCIe written as ``measured-h100`` with 2 TB/s was priced at the SXM's 3.35)."""
+    kernels = data.get("kernels")
+    fixed = FIXED_FIGURES.get(kernels, {}) if isinstance(kernels, str) else {}
+    return [
+        Problem(
+            key,
+            f"is {data[key]:g} {_unit(key)}, but kernels {kernels!r} time that GPU's own kernels at "
+            f"{own:g} {_unit(key)}, whatever the profile says: leave the key out, or use kernels "
+            "'roofline' for other figures",
+        )
+        for key, own in fixed.items()
+        if data.get(key) is not None and not math.isclose(data[key], own, rel_tol=1e-9)
+    ]
+
+
+def _unit(key: str) -> str:
+    check = _CHECKS[key]
+    return check.unit if isinstance(check, _Range) else ""
 
 
 def load_profile(path: str | Path) -> HardwareProfile:

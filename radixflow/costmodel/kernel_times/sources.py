@@ -27,6 +27,14 @@ KERNEL_SOURCES: dict[str, Callable[[Datasheet], KernelTimes]] = {
 READS_PROFILE_FLOPS = frozenset({"roofline"})
 
 
+# source name -> the profile figures it fixes itself (a measured GPU's datasheet): a profile of
+# that source stating others has them ignored, so a file that does is refused
+FIXED_FIGURES: dict[str, dict[str, float]] = {
+    f"measured-{gpu}": {"flops": g.peak_flops, "bandwidth": g.bandwidth, "memory_bytes": g.memory_bytes}
+    for gpu, g in GPUS.items()
+}
+
+
 def named_kernel_times(name: str | None, datasheet: Datasheet) -> KernelTimes | None:
     """The kernel times of source ``name`` for a GPU (None: no source named)."""
     return None if name is None else KERNEL_SOURCES[name](datasheet)

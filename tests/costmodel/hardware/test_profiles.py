@@ -92,6 +92,30 @@ def test_a_bad_profile_value_is_one_line_naming_key_and_value(
     assert info.value.problem.param == key
 
 
+@pytest.mark.parametrize(("key", "value"), [("bandwidth", 2e12), ("memory_bytes", 94e9), ("flops", 756e12)])
+def test_a_file_of_measured_kernels_with_other_datasheet_figures_is_refused(
+    tmp_path: Path, key: str, value: float
+) -> None:
+    """An H100 PCIe written as the h100 profile with its own 2 TB/s: the measured kernels timed
+    the SXM part at 3.35 TB/s all the same, and the file's figure changed nothing."""
+    path = tmp_path / "h100-pcie.json"
+    path.write_text(json.dumps({**HARDWARE["h100"].to_dict(), key: value}))
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: profile key '{key}' is {value:g} "), text
+    assert "but kernels 'measured-h100' time" in text and "'roofline'" in text and "\n" not in text
+    assert load_profile(_saved(tmp_path, HARDWARE["h100"])) == HARDWARE["h100"]
+    roofline = {**HARDWARE["h100"].to_dict(), key: value, "kernels": "roofline"}
+    assert getattr(profile_from_dict(roofline), key) == value
+
+
+def _saved(tmp_path: Path, profile) -> Path:
+    path = tmp_path / "saved.json"
+    save_profile(profile, path)
+    return path
+
+
 def test_an_integer_too_long_to_read_is_one_line(tmp_path: Path) -> None:
     """Python refuses to read an integer of more than 4300 digits with a ValueError that is no
     JSONDecodeError: it escaped as a traceback."""

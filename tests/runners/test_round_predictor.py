@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.hardware.profiles import STORED_KEYS, HardwareProfile
 from radixflow.runners.profile_store import (
     StoreKey,
     load_stored,
@@ -29,6 +29,7 @@ def test_a_stored_profile_is_found_again_by_model_and_machine(tmp_path):
     key = StoreKey("qwen3_5-small-abc-float32", MACHINE)
     path = save_stored(PROFILE, key, tmp_path)
     assert path.is_file() and path.is_relative_to(tmp_path)
+    assert set(json.loads(path.read_text())) == STORED_KEYS  # what --hardware recognises and refuses
     loaded = load_stored(StoreKey(key.model, dict(MACHINE)), tmp_path)
     assert loaded is not None and loaded.round_overhead_s == PROFILE.round_overhead_s
     assert loaded.kind_scale["gdn"] == 16.0

@@ -232,6 +232,8 @@ _CHECKS: dict[str, Callable[[str, object], Problem | None]] = {
     "kernels": _kernels,
 }
 _REQUIRED = ("flops", "round_overhead_s", "per_request_s")
+# The keys of a file in the torch runner's store of fitted round profiles (`runners.profile_store`)
+STORED_KEYS = {"model", "machine", "profile"}
 # Keys whose default is a value, not an absence: null here is a mistake, never "use the default"
 # (a null kind_scale read as {} would set every term's scale to 1.0 without a word).
 _NOT_NULL = ("name", "kind_scale", "weight_bytes", "sources", "scheduler_overlap")
@@ -307,6 +309,12 @@ def profile_from_dict(data: Any, origin: str = "profile") -> HardwareProfile:
     """A profile from parsed JSON, every key checked (`profile_problems`); ``origin`` names it in errors."""
     if not isinstance(data, dict):
         raise ProfileError(f"{origin}: a profile must be a JSON object, got {_show(data)}")
+    if set(data) == STORED_KEYS:  # what calibrate says it stored, given where a profile goes
+        raise ProfileError(
+            f"{origin}: a round profile of the torch runner's store (a model's own fit under 'profile', "
+            "with the model and machine it was timed on), not a hardware profile: give the file "
+            "`radixflow calibrate` wrote to --out"
+        )
     if problems := profile_problems(data) or _unread_figures(data):
         raise _error(origin, problems[0])
     present = {k: float(v) if isinstance(_CHECKS[k], _Range) else v for k, v in data.items() if v is not None}

@@ -116,6 +116,19 @@ def _saved(tmp_path: Path, profile) -> Path:
     return path
 
 
+def test_a_stored_round_profile_given_as_hardware_says_what_it_is(tmp_path: Path) -> None:
+    """calibrate prints where it stored each model's round profile; given to --hardware, that
+    file was refused with "profile key 'model' is not a profile key"."""
+    path = tmp_path / "qwen3_5-small-abc-float32.json"
+    stored = {"model": "qwen3_5-small-abc-float32", "machine": {"cpu": "x"}, "profile": GOOD}
+    path.write_text(json.dumps(stored))
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    text = str(info.value)
+    assert text.startswith(f"{path}: a round profile of the torch runner's store") and "'profile'" in text
+    assert "--out" in text and "\n" not in text
+
+
 def test_an_integer_too_long_to_read_is_one_line(tmp_path: Path) -> None:
     """Python refuses to read an integer of more than 4300 digits with a ValueError that is no
     JSONDecodeError: it escaped as a traceback."""

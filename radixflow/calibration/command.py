@@ -75,8 +75,10 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
             name = "--" + flag.replace("_", "-")
             raise CalibrationUsageError(f"{name}: must be from {low} to {high}, got {value}")
     if (args.clock or default_clock(args.device)) == "cpu" and args.threads != 1:
+        default = "" if args.clock else " (the default on a CPU)"
         raise CalibrationUsageError(
-            "--clock cpu times one thread: use --torch-threads 1, or --clock wall"
+            f"--torch-threads {args.threads} with --clock cpu{default}: the CPU clock times one "
+            "thread; use --torch-threads 1, or --clock wall"
         )
     return CalibrationPlan(
         tuple(dict.fromkeys(args.model)),

@@ -201,3 +201,18 @@ def test_the_stored_profile_says_which_runs_will_find_it(monkeypatch):
     command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=300))
     text = out.getvalue()
     assert "/cache/p.json" in text and "float32" in text and "2 torch threads" in text and "cpu" in text
+
+
+@pytest.mark.parametrize("clock", [[], ["--clock", "cpu"]], ids=["default", "given"])
+def test_the_cpu_clock_with_more_threads_is_one_line_naming_both(tmp_path, capsys, clock):
+    """The line said "--clock cpu times one thread" without the thread count given, and without
+    saying the CPU clock was the default where --clock was not given."""
+    pytest.importorskip("torch")
+    from radixflow.cli import main
+
+    out = tmp_path / "p.json"
+    argv = ["calibrate", "--model", "lfm2-tiny", "--torch-threads", "2", *clock, "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("radixflow: error: --torch-threads 2 with --clock cpu") and "\n" not in err, err
+    assert ("(the default on a CPU)" in err) == (not clock) and not out.exists()

@@ -1,7 +1,8 @@
 """Batch shapes to time: a grid to fit on and a disjoint set of shapes held out to check the fit.
 
-The held-out batches use chunk lengths and cached-prefix lengths that never occur in the fit set,
-mixed within one batch, so the reported error is that of predicting rounds the fit has not seen.
+The held-out batches use chunk lengths that never occur in the fit set, after no cached prefix or
+one of a length the fit set never has, mixed within one batch, so the reported error is that of
+predicting rounds the fit has not seen.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from radixflow.cluster.fleet_metrics import FleetFigures, publish
-from radixflow.cluster.remote_loop import RemoteLoop
+from radixflow.cluster.remote_loop import OpenStream, RemoteLoop
 from radixflow.cluster.replica import EngineReplica, ReplicaInfo
 from radixflow.cluster.wire import Job, WireEvent
 from radixflow.engine.runner import generation_room, validate_prompt
@@ -27,6 +27,7 @@ from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request
+from radixflow.server.loop import Final
 from radixflow.server.metrics import ServerMetrics
 from radixflow.server.serve import Server, serve_state
 from radixflow.server.state import Backend, ServerConfig, ServerState
@@ -138,6 +139,26 @@ def ingress_tokenizer(path: Path) -> TextTokenizer:
         raise ProblemError(Problem("model", str(e))) from None
 
 
+def job_streams(streaming: Any) -> OpenStream:
+    """Each job's events from ``streaming`` (Serve's streaming handle to the replicas). A stream
+    left before its answer (its client went away, the drain ran out) cancels the job on its
+    replica: cancelling the task that iterates Serve's response does not, and the replica would
+    generate on to ``max_tokens`` for nobody, holding a place in its queue."""
+
+    async def open_stream(job: Job) -> AsyncIterator[WireEvent]:
+        response = streaming.generate.remote(job)
+        answered = False
+        try:
+            async for wire in response:
+                answered = isinstance(wire.event, Final)
+                yield wire
+        finally:
+            if not answered:
+                response.cancel()
+
+    return open_stream
+
+
 def fleet_server(
     handle: Any, config: ServerConfig, host: str, port: int, log_level: str, figures: FleetFigures
 ) -> Server:
@@ -145,11 +166,7 @@ def fleet_server(
     ``figures`` (given to `deploy`)."""
     info: ReplicaInfo = handle.describe.remote().result()
     tokenizer = ingress_tokenizer(Path(info.path))
-    streaming = handle.options(stream=True)
-
-    def open_stream(job: Job) -> AsyncIterator[WireEvent]:
-        return streaming.generate.remote(job)
-
+    open_stream = job_streams(handle.options(stream=True))
     loops: list[RemoteLoop] = []
 
     def make_loop(metrics: ServerMetrics) -> RemoteLoop:

@@ -382,3 +382,47 @@ def test_the_ray_router_hands_the_ingress_the_replicas_reported_dead():
 
     fleet = [running("a", {"alive": False}), running("b", {"alive": True}), running("c", None)]
     assert dead_replicas(fleet) == {"a"}  # c has not reported yet: starting, so alive
+
+
+class _Response:
+    """Serve's streaming response to one job, as `fleet_server` gets it: iterated, and
+    ``cancel()``-ed to stop the job on its replica (cancelling the task iterating it does not)."""
+
+    def __init__(self, *events) -> None:
+        self.events, self.cancelled = list(events), False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if not self.events:
+            raise StopAsyncIteration
+        step = self.events.pop(0)
+        if step == "hang":
+            await asyncio.sleep(3600)
+        return step
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_client_leaving_a_streamed_request_cancels_its_job_on_the_replica():
+    # the ingress cancelled its own task only: the replica generated on to max_tokens for nobody,
+    # holding a slot of its queue (seen on Ray: its queue stayed 1, rounds kept counting)
+    from radixflow.cluster.launch import job_streams
+
+    left, finished = _Response(DELTA, "hang"), _Response(DELTA, FINAL)
+    responses = [left, finished]
+    streaming = SimpleNamespace(generate=SimpleNamespace(remote=lambda job: responses.pop(0)))
+    loop = RemoteLoop(job_streams(streaming), None, ServerMetrics(), 8)
+
+    async def main() -> None:
+        got = asyncio.Event()
+        loop.submit([(Request("gone", PROMPT), None)], lambda e: got.set(), True)  # type: ignore[list-item]
+        await asyncio.wait_for(got.wait(), 5)  # its first delta: the job runs on the replica
+        loop.abort(["gone"])
+        await asyncio.sleep(0.01)
+        await serve(loop)  # a request answered in full is not cancelled
+
+    asyncio.run(main())
+    assert left.cancelled and not finished.cancelled

@@ -160,6 +160,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     from radixflow.cluster.launch import (
         FleetSpec,
         RayStartError,
+        ReplicaStartError,
         deploy,
         fleet_server,
         ingress_tokenizer,
@@ -191,6 +192,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
             server.run(sockets=[sock])
     except RayStartError as e:  # a bad --ray-address: one line, as every flag's error
         raise UsageError(str(e)) from None
+    except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
+        raise UsageError(f"--replicas {spec.replicas}: {e}") from None
     return 0
 
 

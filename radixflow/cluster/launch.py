@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from radixflow.server.serve import Server, serve_state
 from radixflow.server.state import Backend, ServerConfig, ServerState
 
 log = logging.getLogger("radixflow.cluster")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of Ray's messages
 APP = "radixflow"
 DEPLOYMENT = "radixflow-engine"
 ROUTER_CLASS = "radixflow.cluster.ray_router:FleetRequestRouter"
@@ -46,6 +48,10 @@ HEALTH_CHECK_TIMEOUT_S = 5.0  # check_health only reads a flag: a replica this s
 
 class RayStartError(RuntimeError):
     """Ray refused to start or to join ``--ray-address`` (the message names the flag)."""
+
+
+class ReplicaStartError(RuntimeError):
+    """A replica failed to start (Serve gave up on the deployment): one line, its own error."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,24 @@ def deploy(
         graceful_shutdown_wait_loop_s=0.5,
     )
     app = deployment.bind(options, config.max_pending, config.drain_s)
-    return serve.run(app, name=APP, route_prefix=None)
+    try:
+        return serve.run(app, name=APP, route_prefix=None)
+    except RuntimeError as e:  # DEPLOY_FAILED: Serve's message names no reason; its status does
+        raise ReplicaStartError(f"a replica failed to start: {start_failure(str(e))}") from None
+
+
+def start_failure(fallback: str) -> str:
+    """Why the deployment failed, in one line: the last line of Serve's message about it (a
+    replica's traceback ends with its error), ``fallback`` when Serve has none."""
+    from ray import serve
+
+    try:
+        app = serve.status().applications.get(APP)
+    except Exception:  # Serve itself is gone: its message is all there is
+        return fallback
+    deployment = None if app is None else app.deployments.get(DEPLOYMENT)
+    lines = [line.strip() for line in (getattr(deployment, "message", "") or fallback).splitlines()]
+    return ANSI.sub("", next((line for line in reversed(lines) if line), fallback))
 
 
 def ingress_problem(info: ReplicaInfo) -> Any:

@@ -807,3 +807,20 @@ def test_a_bad_trace_is_refused_naming_the_flag(tmp_path, capsys, content):
     path.mkdir() if content is None else path.write_text(content)
     err = one_line_error(capsys, ["bench", "--runner", "sim", "--trace", str(path)])
     assert err.startswith(f"radixflow: error: --trace {path}")
+
+
+def test_a_replica_that_fails_to_start_ends_serve_with_one_line(monkeypatch, capsys):
+    # Serve's RuntimeError ("Deploying application radixflow failed: ...") was a traceback
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import contextlib
+
+    import radixflow.cluster.launch as launch
+
+    def deploy(*args):
+        raise launch.ReplicaStartError("a replica failed to start: MemoryError: out of memory")
+
+    monkeypatch.setattr(launch, "ray_serve", lambda spec: contextlib.nullcontext())
+    monkeypatch.setattr(launch, "deploy", deploy)
+    err = one_line_error(capsys, ["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0"])
+    assert err == "radixflow: error: --replicas 2: a replica failed to start: MemoryError: out of memory"

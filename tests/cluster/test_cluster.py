@@ -426,3 +426,43 @@ def test_a_client_leaving_a_streamed_request_cancels_its_job_on_the_replica():
 
     asyncio.run(main())
     assert left.cancelled and not finished.cancelled
+
+
+# what Serve says of a deployment whose replica's constructor raised (recorded from Ray 2.60)
+FAILED_DEPLOYMENT = (
+    "The deployment failed to start 3 times in a row. This may be due to a problem with its "
+    "constructor or initial health check failing. See controller logs for details. Error:\n"
+    "\x1b[36mray::ServeReplica:radixflow:radixflow-engine.initialize_and_get_metadata()\x1b[39m "
+    "(pid=10717, ip=192.0.2.2)\n"
+    '  File "ray/serve/_private/replica.py", line 1928, in initialize\n'
+    "    raise RuntimeError(traceback.format_exc()) from None\n"
+    "RuntimeError: Traceback (most recent call last):\n"
+    '  File "radixflow/generation/setup.py", line 68, in load_model\n'
+    "    plan = plan_engine(options)\n"
+    "radixflow.problems.ProblemError: model: unknown torch model '/gone/model' (zoo names: llama-tiny)"
+)
+
+
+def test_a_replica_that_fails_to_start_is_one_line_naming_its_error(monkeypatch):
+    # serve.run said only "Deploying application radixflow failed: Failed to update the
+    # deployments ['radixflow-engine']." (a RuntimeError: a traceback at the command line), the
+    # replica's own error in Serve's status, unread
+    serve = pytest.importorskip("ray.serve")
+    from radixflow.cluster import launch
+    from radixflow.options import EngineOptions
+    from radixflow.server.state import ServerConfig
+
+    def run(app, **_):
+        raise RuntimeError("Deploying application radixflow failed: Failed to update the deployments")
+
+    deployment = SimpleNamespace(message=FAILED_DEPLOYMENT)
+    app = SimpleNamespace(message="Failed", deployments={launch.DEPLOYMENT: deployment})
+    monkeypatch.setattr(serve, "run", run)
+    monkeypatch.setattr(serve, "status", lambda: SimpleNamespace(applications={launch.APP: app}))
+    options = EngineOptions.from_mapping({"model": "qwen3_5-tiny"})
+    with pytest.raises(launch.ReplicaStartError) as e:
+        launch.deploy(options, launch.FleetSpec(2, "pow2"), ServerConfig())
+    assert str(e.value) == (
+        "a replica failed to start: radixflow.problems.ProblemError: model: unknown torch model "
+        "'/gone/model' (zoo names: llama-tiny)"
+    )

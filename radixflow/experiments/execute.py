@@ -109,10 +109,10 @@ def _ray(
         raise RayStartError(f"{where}: Ray did not start: {e}") from None
     try:
         task = ray.remote(_run_one)
+        largest = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]), default=0.0)
         refs = {}
         for p in pending:
-            # a torch cell times real forward passes: give it the CPUs its threads use
-            cpus = torch_cpus if p.cell.settings["runner"] == "torch" else 1
+            cpus = cell_cpus(p.cell, torch_cpus, largest)
             refs[task.options(num_cpus=cpus).remote(p, variants)] = p
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
@@ -120,6 +120,14 @@ def _ray(
                 yield refs.pop(ref), ray.get(ref)
     finally:
         ray.shutdown()
+
+
+def cell_cpus(cell: Cell, torch_cpus: int, largest: float) -> float:
+    """CPUs a cell's task asks Ray for: a torch cell times real forward passes, so it gets the
+    CPUs its threads use, but never more than the largest node has (``largest``; 0: none has
+    joined yet, an autoscaler's to bring): Ray would wait forever to place it. Pure."""
+    want = torch_cpus if cell.settings["runner"] == "torch" else 1
+    return min(want, largest) if largest > 0 else want
 
 
 @dataclass(frozen=True)

@@ -1067,3 +1067,55 @@ def test_a_cached_cell_run_without_its_trace_names_no_trace(tiny: Path, tmp_path
     tiny.write_text(ONE_CELL)
     (plain,) = execute(load_config(tiny), out, ExecutionOptions())
     assert plain["cell"]["trace_out"] is None
+
+
+class _Ray:
+    """Enough of ray for `execute._ray`: a cluster whose largest node has ``cpus`` CPUs; records
+    the CPUs each task asks for (its tasks return at once)."""
+
+    def __init__(self, cpus: float) -> None:
+        self.cpus, self.asked = cpus, []
+
+    def init(self, **_) -> None:
+        pass
+
+    def nodes(self) -> list[dict]:
+        return [{"Alive": True, "Resources": {"CPU": self.cpus}}, {"Alive": False, "Resources": {"CPU": 64}}]
+
+    def remote(self, fn):
+        ray = self
+
+        class Task:
+            def options(self, num_cpus):
+                ray.asked.append(num_cpus)
+                return self
+
+            def remote(self, *args):
+                return object()
+
+        return Task()
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref) -> dict:
+        return {}
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("cpus, asked", [(1.0, [1.0, 1]), (8.0, [2, 1])])
+def test_a_torch_cell_on_ray_asks_for_no_more_cpus_than_a_node_has(monkeypatch, cpus, asked):
+    # a torch cell asked for 2 CPUs whatever the cluster: on a 1-CPU machine (or a cluster of
+    # 1-CPU nodes) Ray could never place it, and `experiment --ray` waited forever
+    from types import SimpleNamespace
+
+    from radixflow.experiments import execute
+
+    ray = _Ray(cpus)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    cells = [SimpleNamespace(settings={"runner": runner}) for runner in ("torch", "sim")]
+    pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
+    assert len(list(execute._ray(pending, [], None, torch_cpus=2))) == 2
+    assert ray.asked == asked

@@ -51,11 +51,10 @@ def replica_name() -> str:
         return "local"
 
 
-def decode_seconds(req: Request) -> float | None:
-    """Seconds (engine clock) from ``req``'s first token to its end; None without a token. Pure."""
-    if req.first_token_s is None or req.finish_s is None:
-        return None
-    return req.finish_s - req.first_token_s
+def decode_seconds(final: Final) -> float | None:
+    """Seconds from ``final``'s first token to now (wall time: the engine's clock counts its
+    worker calls only, not the loop's time between rounds); None without a token."""
+    return None if final.first_token_at is None else time.monotonic() - final.first_token_at
 
 
 class EngineReplica:
@@ -100,7 +99,7 @@ class EngineReplica:
             while not done:
                 event = await queue.get()
                 done = isinstance(event, Final)
-                yield encode(event, self.name, decode_seconds(req) if done else None)
+                yield encode(event, self.name, decode_seconds(event) if done else None)
         finally:
             if not done:
                 self.loop.abort([job.id])

@@ -57,6 +57,9 @@ class Final:
     output: GenerationOutput | None
     status: int = 200
     error: str | None = None
+    # time.monotonic() in the engine's process when its first token came (None: none came): a
+    # fleet replica tells its ingress from it how long before the answer that was
+    first_token_at: float | None = None
 
 
 Event = Delta | Final
@@ -78,6 +81,7 @@ class _Entry:
     sink: Sink
     stream: bool
     arrival: float  # time.monotonic() when the request was accepted
+    first_token_at: float | None = None  # time.monotonic() when its first token came
 
 
 class EngineLoop:
@@ -276,12 +280,13 @@ class EngineLoop:
             if entry is None:
                 continue
             if isinstance(event, FirstToken):
-                self.metrics.on_first_token(time.monotonic() - entry.arrival)
+                entry.first_token_at = time.monotonic()
+                self.metrics.on_first_token(entry.first_token_at - entry.arrival)
             elif isinstance(event, Streamed):
                 _send(entry.sink, Delta(entry.index, event.delta))
             else:
                 del self._active[event.request_id]
-                self._answer(entry, _final(entry.index, event))
+                self._answer(entry, _final(entry.index, event, entry.first_token_at))
 
     def _answer(self, entry: _Entry, final: Final) -> None:
         # first: a client that has its answer finds its slot in the queue free
@@ -324,9 +329,9 @@ class EngineLoop:
         self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, cache.evictions())
 
 
-def _final(index: int, done: Done) -> Final:
+def _final(index: int, done: Done, first_token_at: float | None = None) -> Final:
     if done.failure is None:
-        return Final(index, done.output)
+        return Final(index, done.output, first_token_at=first_token_at)
     status = 400 if done.failure.kind is FailureKind.REFUSED else 500
     return Final(index, None, status, done.failure.reason)
 

@@ -35,6 +35,31 @@ def test_the_answer_says_how_long_after_the_first_token_it_came(zoo):
     assert final.decode_s is not None and final.decode_s > 0  # five more rounds after the first token
 
 
+def test_the_time_after_the_first_token_is_wall_time_not_the_engines_clock(zoo):
+    # the engine's clock advances by its worker calls only: the loop's own time between rounds
+    # (scheduling, detokenizing, waking) was left out of decode_s, so the ingress's time to
+    # first token of a non-streamed prompt (its answer's arrival less decode_s) read high
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 5.0)
+    step = replica.engine.step
+
+    def slow_step():  # each round's time outside the worker call
+        time.sleep(0.2)
+        return step()
+
+    replica.engine.step = slow_step  # type: ignore[method-assign]
+    try:
+        job = Job("j", tuple(range(10, 40)), "default", SamplingParams(max_tokens=6, ignore_eos=True), False)
+
+        async def answer():
+            return [wire async for wire in replica.generate(job)]
+
+        final = asyncio.run(answer())[-1]
+    finally:
+        replica.drain()
+    assert isinstance(final.event, Final) and len(final.event.output.token_ids) == 6
+    assert final.decode_s is not None and final.decode_s >= 5 * 0.2  # five rounds after the first token
+
+
 def test_the_routing_stats_carry_the_engines_figures(zoo):
     # the ingress of a fleet runs no engine: it learns the replicas' rounds, cache bytes and
     # evictions from what each reports with its routing stats (its /metrics read 0 for them)

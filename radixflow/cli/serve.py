@@ -20,7 +20,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.fleet import ROUTERS
+from radixflow.fleet import ROUTERS, router_problem
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
@@ -49,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     f.add_argument(
         "--router",
-        choices=list(ROUTERS),
+        type=router_arg,
         default=None,
+        metavar=f"{{{','.join(ROUTERS)}}}",
         help="which replica serves a request: pow2 (the shorter of two random queues), prefix "
         "(where its prompt prefix went), checkpoint (the deepest READY state checkpoint) "
         "(default: checkpoint)",
@@ -58,6 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument(
         "--ray-address", help="join this Ray cluster (e.g. ray://head:10001 or auto) instead of starting one"
     )
+
+
+def router_arg(text: str) -> str:
+    """argparse type: a router's name, refused as an experiment's ``router`` key refuses it."""
+    problem = router_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem.message)
+    return text
 
 
 def require_serve_extra(what: str = "radixflow serve", packages: tuple[str, ...] = SERVE_EXTRA) -> None:

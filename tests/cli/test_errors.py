@@ -275,6 +275,16 @@ def test_bad_fleet_flags_are_refused(capsys, argv, needle):
     assert needle in one_line_error(capsys, ["serve", "qwen3_5-tiny", *argv])
 
 
+def test_an_unknown_router_is_named_as_the_experiment_key_names_it(capsys):
+    # serve said "--router: invalid choice: 'round_robin' (choose from 'pow2', 'prefix',
+    # 'checkpoint')" where an experiment's router key (and make_router) says "unknown router ..."
+    from radixflow.fleet import router_problem
+
+    err = one_line_error(capsys, ["serve", "qwen3_5-tiny", "--replicas", "2", "--router", "round_robin"])
+    assert err == "radixflow: error: --router: " + router_problem("round_robin").message  # type: ignore[union-attr]
+    assert err.endswith("unknown router 'round_robin' (known: pow2, prefix, checkpoint)")
+
+
 def test_a_ray_address_ray_refuses_is_one_line(capsys):
     # ray.init's ValueError reached the user as a traceback (experiment --ray-address: one line)
     pytest.importorskip("ray.serve")

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -160,12 +161,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
         + (["--ray"] if args.ray else [])
     )
     execution = ExecutionOptions(ray=use_ray, ray_address=args.ray_address)
+    started = time.time()  # what --out holds from before is an earlier run's
     try:
         result = run_experiment(args.config, out, execution, command, config=config)
     except (RayStartError, CellError, OutputWriteError) as e:
         raise ExperimentUsageError(str(e)) from None
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the finished cells stay
-        e.add_note(_kept(config, out, command))
+        e.add_note(_kept(config, out, command) + _earlier(out, started))
         raise
     cached = len(result.results) - result.ran
     console.print(
@@ -188,6 +190,20 @@ def _kept(config: ExperimentConfig, out: Path, command: str) -> str:
     done = sum(cache.path(key).is_file() for key in keys)
     kept = f"{done} of {counted(len(keys), 'cell')} finished, kept in {cache.dir}"
     return f"{kept}: {command} runs only the rest"
+
+
+def _earlier(out: Path, started: float) -> str:
+    """What a run cut short adds of the results and report in ``out`` written before it
+    ``started`` (kept whole, but not this run's: perhaps of another config)."""
+    names = [name for name in WRITTEN if _written_before(out / name, started)]
+    return f"; {', '.join(names)} in {out} are an earlier run's" if names else ""
+
+
+def _written_before(path: Path, started: float) -> bool:
+    try:
+        return path.stat().st_mtime < started
+    except OSError:  # not there
+        return False
 
 
 def _exit_code(results: list[dict[str, object]]) -> int:

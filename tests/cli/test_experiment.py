@@ -100,6 +100,31 @@ def test_an_interrupted_experiment_says_its_finished_cells_are_kept_and_a_rerun_
     assert "2 cells (1 run, 1 from cache)" in capsys.readouterr().out
 
 
+def test_an_interrupted_run_says_the_results_in_its_out_are_an_earlier_runs(tmp_path, capsys, monkeypatch):
+    # a Ctrl-C kept the earlier run's results.json and report.md whole (perhaps of another
+    # config), and said nothing of them: they read as this run's
+    from radixflow.experiments import execute
+
+    config, out = tmp_path / "c.toml", tmp_path / "o"
+    config.write_text(CONFIG)
+    assert main(["experiment", str(config), "--out", str(out)]) == 0
+    before = (out / "results.json").read_text()
+
+    def interrupted(cell, variants):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute, "run_cell", interrupted)
+    config.write_text(CONFIG.replace("token_budget = 256", "token_budget = 128"))  # another cell
+    capsys.readouterr()
+    assert main(["experiment", str(config), "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        f"radixflow: interrupted; 0 of 1 cell finished, kept in {out / 'cells'}: radixflow experiment "
+        f"{config} --out {out} runs only the rest; results.json, report.md in {out} are an earlier run's"
+    )
+    assert (out / "results.json").read_text() == before  # kept whole
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

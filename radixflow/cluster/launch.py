@@ -65,7 +65,8 @@ class FleetSpec:
 @contextmanager
 def ray_serve(spec: FleetSpec) -> Iterator[None]:
     """Ray (a local instance, or the cluster at ``ray_address``) with Serve, no HTTP proxy of its
-    own (the ingress is ours); shut down on the way out."""
+    own (the ingress is ours); on the way out, a local instance is shut down, on a cluster only
+    this fleet's application is deleted."""
     import ray
     from ray import serve
 
@@ -87,8 +88,11 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
         serve.start(proxy_location="Disabled")
         yield
     finally:
-        try:
-            serve.shutdown()  # stops the replicas: each drains its engine (EngineReplica.__del__)
+        try:  # stops the replicas: each drains its engine (EngineReplica.__del__)
+            if local:
+                serve.shutdown()
+            else:  # the cluster's: serve.shutdown() would take its other applications down too
+                serve.delete(APP)
         finally:
             ray.shutdown()
 

@@ -466,3 +466,25 @@ def test_a_replica_that_fails_to_start_is_one_line_naming_its_error(monkeypatch)
         "a replica failed to start: radixflow.problems.ProblemError: model: unknown torch model "
         "'/gone/model' (zoo names: llama-tiny)"
     )
+
+
+@pytest.mark.parametrize(
+    "address, stopped", [(None, ["shutdown"]), ("ray://head:10001", ["delete radixflow"])]
+)
+def test_a_fleet_on_a_cluster_it_joined_removes_only_its_own_application(monkeypatch, address, stopped):
+    # serve.shutdown() deletes every application on the cluster: `serve --ray-address` took the
+    # cluster's other Serve applications down with it when it stopped
+    serve = pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    calls: list[str] = []
+    monkeypatch.setattr(ray, "init", lambda **_: calls.append("init"))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("ray.shutdown"))
+    monkeypatch.setattr(serve, "start", lambda **_: calls.append("start"))
+    monkeypatch.setattr(serve, "shutdown", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(serve, "delete", lambda name, **_: calls.append(f"delete {name}"))
+    with launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
+        pass
+    assert calls == ["init", "start", *stopped, "ray.shutdown"]

@@ -8,6 +8,7 @@ does), then Serve stops the replicas (each drains its engine) and Ray shuts down
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -179,9 +180,10 @@ def job_streams(streaming: Any) -> OpenStream:
             async for wire in response:
                 answered = isinstance(wire.event, Final)
                 yield wire
-        finally:
+        except (asyncio.CancelledError, GeneratorExit):  # left; not a replica's failure (nothing runs)
             if not answered:
                 response.cancel()
+            raise
 
     return open_stream
 

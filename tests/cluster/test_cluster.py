@@ -400,6 +400,8 @@ class _Response:
         step = self.events.pop(0)
         if step == "hang":
             await asyncio.sleep(3600)
+        if isinstance(step, BaseException):
+            raise step
         return step
 
     def cancel(self) -> None:
@@ -426,6 +428,11 @@ def test_a_client_leaving_a_streamed_request_cancels_its_job_on_the_replica():
 
     asyncio.run(main())
     assert left.cancelled and not finished.cancelled
+    # a job whose replica failed is not cancelled: nothing runs there, and the failure is the answer
+    died = _Response(DELTA, ConnectionError("actor died"))
+    streaming = SimpleNamespace(generate=SimpleNamespace(remote=lambda job: died))
+    final = asyncio.run(serve(RemoteLoop(job_streams(streaming), None, ServerMetrics(), 8)))[0][-1]
+    assert final.status == 503 and "actor died" in final.error and not died.cancelled
 
 
 # what Serve says of a deployment whose replica's constructor raised (recorded from Ray 2.60)

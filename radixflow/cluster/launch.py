@@ -87,6 +87,12 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
         raise RayStartError(f"{where}: Ray did not start: {e}") from None
     try:
         serve.start(proxy_location="Disabled")
+        if not local:
+            refuse_taken(spec.ray_address)
+    except BaseException:  # nothing of ours runs: leave the cluster's applications alone
+        ray.shutdown()
+        raise
+    try:
         yield
     finally:
         try:  # stops the replicas: each drains its engine (EngineReplica.__del__)
@@ -96,6 +102,19 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
                 serve.delete(APP)
         finally:
             ray.shutdown()
+
+
+def refuse_taken(address: str | None) -> None:
+    """`RayStartError` when the cluster at ``address`` runs an application under this fleet's
+    name: deploying would replace that fleet's replicas under its ingress, and this one's exit
+    would delete them."""
+    from ray import serve
+
+    if APP in serve.status().applications:
+        raise RayStartError(
+            f"--ray-address {address}: the cluster already runs a Serve application named {APP!r} "
+            f"(another radixflow serve?): stop that one first, or delete it (ray.serve.delete({APP!r}))"
+        )
 
 
 def deploy(

@@ -492,6 +492,32 @@ def test_a_fleet_on_a_cluster_it_joined_removes_only_its_own_application(monkeyp
     monkeypatch.setattr(serve, "start", lambda **_: calls.append("start"))
     monkeypatch.setattr(serve, "shutdown", lambda: calls.append("shutdown"))
     monkeypatch.setattr(serve, "delete", lambda name, **_: calls.append(f"delete {name}"))
+    monkeypatch.setattr(serve, "status", lambda: SimpleNamespace(applications={}))
     with launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
         pass
     assert calls == ["init", "start", *stopped, "ray.shutdown"]
+
+
+def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_running(monkeypatch):
+    # serve.run under the same application name replaced the running fleet's replicas (perhaps
+    # of another model, behind an ingress with the first model's tokenizer); its exit then
+    # deleted the application the other ingress still routed to
+    serve = pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    calls: list[str] = []
+    monkeypatch.setattr(ray, "init", lambda **_: calls.append("init"))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("ray.shutdown"))
+    monkeypatch.setattr(serve, "start", lambda **_: calls.append("start"))
+    monkeypatch.setattr(serve, "delete", lambda name, **_: calls.append(f"delete {name}"))
+    running = SimpleNamespace(applications={launch.APP: SimpleNamespace()})
+    monkeypatch.setattr(serve, "status", lambda: running)
+    with pytest.raises(launch.RayStartError) as e, launch.ray_serve(launch.FleetSpec(2, "pow2", "auto")):
+        pytest.fail("deployed over the running fleet")
+    assert str(e.value) == (
+        "--ray-address auto: the cluster already runs a Serve application named 'radixflow' "
+        "(another radixflow serve?): stop that one first, or delete it (ray.serve.delete('radixflow'))"
+    )
+    assert calls == ["init", "start", "ray.shutdown"]

@@ -117,9 +117,21 @@ def _ray(
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
-                yield refs.pop(ref), ray.get(ref)
+                p = refs.pop(ref)
+                yield p, _ray_outcome(ray, ref, p)
     finally:
         ray.shutdown()
+
+
+def _ray_outcome(ray: Any, ref: Any, p: Pending) -> CellResult | str:
+    """The cell's result from Ray; a worker that died under it (the OOM killer, a lost node) fails
+    that cell alone, in one line naming it, as a cell that fails as it runs does."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError:  # the cell's own code raised: its traceback, as when run serially
+        raise
+    except ray.exceptions.RayError as e:
+        return f"{_where(p)}: its Ray worker died: {str(e).strip().splitlines()[0]}"
 
 
 def cell_cpus(cell: Cell, torch_cpus: int, largest: float) -> float:

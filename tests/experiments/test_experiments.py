@@ -8,6 +8,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -1073,8 +1074,10 @@ class _Ray:
     """Enough of ray for `execute._ray`: a cluster whose largest node has ``cpus`` CPUs; records
     the CPUs each task asks for (its tasks return at once)."""
 
-    def __init__(self, cpus: float) -> None:
-        self.cpus, self.asked = cpus, []
+    exceptions: Any = None  # ray.exceptions, where a test has a task's worker die
+
+    def __init__(self, cpus: float, crashed: int | None = None) -> None:
+        self.cpus, self.asked, self.crashed, self.refs = cpus, [], crashed, []
 
     def init(self, **_) -> None:
         pass
@@ -1091,7 +1094,8 @@ class _Ray:
                 return self
 
             def remote(self, *args):
-                return object()
+                ray.refs.append(object())
+                return ray.refs[-1]
 
         return Task()
 
@@ -1099,6 +1103,8 @@ class _Ray:
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref) -> dict:
+        if self.crashed is not None and ref is self.refs[self.crashed]:
+            raise self.exceptions.WorkerCrashedError()
         return {}
 
     def shutdown(self) -> None:
@@ -1119,3 +1125,24 @@ def test_a_torch_cell_on_ray_asks_for_no_more_cpus_than_a_node_has(monkeypatch, 
     pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
     assert len(list(execute._ray(pending, [], None, torch_cpus=2))) == 2
     assert ray.asked == asked
+
+
+def test_a_cell_whose_ray_worker_died_fails_alone_naming_it(monkeypatch):
+    # a worker killed under a cell (the kernel's OOM killer) raised Ray's WorkerCrashedError out
+    # of the run: a traceback naming no cell, the cells still running on other workers dropped
+    pytest.importorskip("ray")
+    from types import SimpleNamespace
+
+    from radixflow.experiments import execute
+
+    ray = _Ray(2.0, crashed=0)
+    ray.exceptions = pytest.importorskip("ray.exceptions")
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    settings = {"runner": "sim", "model": "m"}
+    cells = [SimpleNamespace(settings=settings, group="g", workload={"seed": s}) for s in (1, 2)]
+    pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
+    outcomes = dict((p.key, o) for p, o in execute._ray(pending, [], None, torch_cpus=2))
+    assert outcomes["k1"] == {}
+    why = outcomes["k0"]
+    assert isinstance(why, str) and why.startswith("cell 'g' (m, seed 1, key k0): its Ray worker died: ")
+    assert "\n" not in why

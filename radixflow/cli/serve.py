@@ -170,6 +170,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         FleetSpec,
         RayStartError,
         ReplicaStartError,
+        cpu_shortfall,
         deploy,
         fleet_server,
         ingress_tokenizer,
@@ -189,6 +190,9 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     port = bound_port(sock)
     try:
         with ray_serve(spec):
+            shortfall = cpu_shortfall(spec)
+            if shortfall is not None:
+                warn(shortfall)
             figures = FleetFigures()  # the replicas' engine figures, for the ingress's /metrics
             handle = deploy(options, spec, config, figures)
             server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)

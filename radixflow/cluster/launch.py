@@ -104,6 +104,25 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
             ray.shutdown()
 
 
+def cpu_shortfall(spec: FleetSpec) -> str | None:
+    """On a cluster joined with ``--ray-address``: why Serve will wait to place the replicas (the
+    CPUs they take are not free there now), else None. A local instance is started with the CPUs
+    its replicas take. Serve itself waits without a word."""
+    if spec.ray_address is None:
+        return None
+    import ray
+
+    need, free = spec.replicas * spec.cpus_per_replica, ray.available_resources().get("CPU", 0.0)
+    if free >= need:
+        return None
+    return (
+        f"--replicas {spec.replicas}: the replicas take {need:g} CPU{'' if need == 1 else 's'} "
+        f"({spec.cpus_per_replica:g} each) and "
+        f"the cluster at --ray-address {spec.ray_address} has {free:g} free: serve waits for the rest "
+        "(from its autoscaler, or other work ending)"
+    )
+
+
 def refuse_taken(address: str | None) -> None:
     """`RayStartError` when the cluster at ``address`` runs an application under this fleet's
     name: deploying would replace that fleet's replicas under its ingress, and this one's exit

@@ -834,3 +834,34 @@ def test_a_replica_that_fails_to_start_ends_serve_with_one_line(monkeypatch, cap
     monkeypatch.setattr(launch, "deploy", deploy)
     err = one_line_error(capsys, ["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0"])
     assert err == "radixflow: error: --replicas 2: a replica failed to start: MemoryError: out of memory"
+
+
+def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch, capsys):
+    # Serve waited, silently, for CPUs the cluster did not have: `serve` hung with no word
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import contextlib
+
+    import ray
+
+    import radixflow.cluster.launch as launch
+
+    class Deployed(Exception):
+        pass
+
+    def deploy(*args):
+        raise Deployed
+
+    monkeypatch.setattr(launch, "ray_serve", lambda spec: contextlib.nullcontext())
+    monkeypatch.setattr(launch, "deploy", deploy)
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 2.0, "memory": 1e9})
+    argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto"]
+    with pytest.raises(Deployed):
+        main([*argv, "--replicas", "2"])
+    assert "warning" not in capsys.readouterr().err
+    with pytest.raises(Deployed):
+        main([*argv, "--replicas", "3"])
+    assert capsys.readouterr().err.splitlines() == [
+        "radixflow: warning: --replicas 3: the replicas take 3 CPUs (1 each) and the cluster at "
+        "--ray-address auto has 2 free: serve waits for the rest (from its autoscaler, or other work ending)"
+    ]

@@ -136,9 +136,10 @@ def _ray_outcome(ray: Any, ref: Any, p: Pending) -> CellResult | str:
 
 def cell_cpus(cell: Cell, torch_cpus: int, largest: float) -> float:
     """CPUs a cell's task asks Ray for: a torch cell times real forward passes, so it gets the
-    CPUs its threads use, but never more than the largest node has (``largest``; 0: none has
-    joined yet, an autoscaler's to bring): Ray would wait forever to place it. Pure."""
-    want = torch_cpus if cell.settings["runner"] == "torch" else 1
+    CPUs its threads use (its ``torch_threads``, else ``torch_cpus``: Ray sets a task's thread
+    count to what it asked for), but never more than the largest node has (``largest``; 0: none
+    has joined yet, an autoscaler's to bring): Ray would wait forever to place it. Pure."""
+    want = (cell.settings["torch_threads"] or torch_cpus) if cell.settings["runner"] == "torch" else 1
     return min(want, largest) if largest > 0 else want
 
 

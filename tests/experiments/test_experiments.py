@@ -1111,19 +1111,21 @@ class _Ray:
         pass
 
 
-@pytest.mark.parametrize("cpus, asked", [(1.0, [1.0, 1]), (8.0, [2, 1])])
+@pytest.mark.parametrize("cpus, asked", [(1.0, [1.0, 1.0, 1]), (8.0, [2, 4, 1]), (3.0, [2, 3.0, 1])])
 def test_a_torch_cell_on_ray_asks_for_no_more_cpus_than_a_node_has(monkeypatch, cpus, asked):
     # a torch cell asked for 2 CPUs whatever the cluster: on a 1-CPU machine (or a cluster of
-    # 1-CPU nodes) Ray could never place it, and `experiment --ray` waited forever
+    # 1-CPU nodes) Ray could never place it, and `experiment --ray` waited forever; one with
+    # torch_threads = 4 got 2, so cells timed on the same node took each other's CPUs
     from types import SimpleNamespace
 
     from radixflow.experiments import execute
 
     ray = _Ray(cpus)
     monkeypatch.setitem(sys.modules, "ray", ray)
-    cells = [SimpleNamespace(settings={"runner": runner}) for runner in ("torch", "sim")]
+    settings = [("torch", None), ("torch", 4), ("sim", 4)]
+    cells = [SimpleNamespace(settings={"runner": r, "torch_threads": t}) for r, t in settings]
     pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
-    assert len(list(execute._ray(pending, [], None, torch_cpus=2))) == 2
+    assert len(list(execute._ray(pending, [], None, torch_cpus=2))) == 3
     assert ray.asked == asked
 
 

@@ -191,8 +191,11 @@ class StatePool:
         then copies into the rows' extra slots: rows outside the block, copied one by one (an
         index copy refuses a source that shares the destination's memory)."""
         for dst, new in zip(self.tensors[layer], state, strict=True):
+            start = dst.data_ptr() + rows.block * dst.stride(0) * dst.element_size()
+            if new.data_ptr() == start and not rows.saves:
+                continue  # the step wrote the block where it lies (the usual round): no view to build
             view = dst[rows.block : rows.block + len(rows)]
-            if new.data_ptr() != view.data_ptr():
+            if new.data_ptr() != start:
                 view.copy_(new)
             for row, slot in rows.saves:
                 dst[slot].copy_(view[row])

@@ -130,14 +130,15 @@ class Mamba2Mixer(nn.Module):
         proj = self.in_proj(x)
         if self.mup_vector is not None:
             proj = proj * self.mup_vector
-        z, xbc, dt = proj.split([s.inner, s.conv_dim, s.heads], dim=-1)
+        # split_with_sizes: the same views as `split`, without its Python wrapper
+        z, xbc, dt = proj.split_with_sizes([s.inner, s.conv_dim, s.heads], dim=-1)
         y = self._mix(batch, xbc, dt)
         if s.norm != "none":  # nemotron: the gate first; falcon: as its config says
             before = s.norm == "falcon" and s.norm_before_gate
             y = batch.kernels.group_gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, before)
         else:
             y = y * F.silu(z.float())
-        return self.out_proj(y.to(x.dtype))
+        return self.out_proj(y if y.dtype == x.dtype else y.to(x.dtype))
 
     def _mix(self, batch: ForwardBatch, xbc: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
         """The heads' output ``[T, inner]`` (float32) of every row: the one-token rows in batched
@@ -230,24 +231,27 @@ class Mamba2Mixer(nn.Module):
         window, h = batch.state.gather(self.layer_idx, rows)  # [S, C, K-1], [S, H, P, N]
         # in place: the gathered state (or its float32 copy, or the block this step overwrites)
         # belongs to this step alone
-        out, h = batch.kernels.mamba2_decode(
-            rows.take(xbc), rows.take(dt), window, self._step_params(), h.float()
-        )
+        if h.dtype != torch.float32:  # `.float()` of a float32 tensor is itself, at an op's cost
+            h = h.float()
+        out, h = batch.kernels.mamba2_decode(rows.take(xbc), rows.take(dt), window, self._step_params(), h)
         batch.state.scatter(self.layer_idx, rows, (window, h))
         return out
 
     def _step_params(self) -> Mamba2Step:
-        s = self.spec
+        # the parameters read from the modules' own dicts, where `nn.Module.__getattr__` finds
+        # them too: it costs ~0.7 us a name, seven names a layer in every decode round
+        s, params = self.spec, self._parameters
+        conv = self._modules["conv1d"]._parameters  # type: ignore[union-attr]  # noqa: SLF001
         return Mamba2Step(
             heads=s.heads,
             head_dim=s.head_dim,
             groups=s.groups,
             d_state=s.d_state,
-            conv_weight=self.conv1d.weight[:, 0],
-            conv_bias=self.conv1d.bias,
-            dt_bias=self.dt_bias,
-            a_log=self.A_log,
-            d=self.D,
+            conv_weight=conv["weight"].select(1, 0),  # type: ignore[union-attr]
+            conv_bias=conv["bias"],
+            dt_bias=params["dt_bias"],  # type: ignore[arg-type]
+            a_log=params["A_log"],  # type: ignore[arg-type]
+            d=params["D"],  # type: ignore[arg-type]
             dt_min=s.dt_min,
             dt_max=s.dt_max,
             act=self.act,

@@ -18,7 +18,9 @@ from radixflow.models.kernels.ssd import Mamba2Step
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype != torch.float32 or t.device.type != "cpu":
+    # `is_cpu`, not `device.type`: a decode round checks ~180 tensors, and building a
+    # torch.device for each costs more than the check itself
+    if t.dtype != torch.float32 or not t.is_cpu:
         raise TypeError(f"native kernels take CPU float32 tensors, got {t.dtype} on {t.device}")
     return t.contiguous()
 
@@ -26,7 +28,7 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
 def _rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` as rows of contiguous floats (a row stride is passed along: a view of a
     projection's columns is not copied)."""
-    return t if t.stride(-1) == 1 and t.dtype == torch.float32 and t.device.type == "cpu" else _dense(t)
+    return t if t.stride(-1) == 1 and t.dtype == torch.float32 and t.is_cpu else _dense(t)
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -399,7 +401,7 @@ def rotary(lib: ctypes.CDLL, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     """`step.rotary` in one call: ``x [T, heads, dim]`` rotated over the first ``rot`` dims of
     each head by ``cos``, ``sin [T, 1, rot]`` -> a new ``[T, heads, dim]``."""
     tokens, heads, dim = x.shape
-    if x.stride(2) != 1 or x.stride(1) != dim or x.dtype != torch.float32 or x.device.type != "cpu":
+    if x.stride(2) != 1 or x.stride(1) != dim or x.dtype != torch.float32 or not x.is_cpu:
         x = _dense(x)  # a token's heads must lie together; a row stride is passed along
     cos, sin = _dense(cos), _dense(sin)
     out = torch.empty(tokens, heads, dim, dtype=torch.float32)

@@ -33,7 +33,7 @@ def paged_attention(
     kc, vc = batch.kv.k[layer], batch.kv.v[layer]
     offs = batch.offsets
     batch.kernels.kv_write(kc, vc, batch.new_slots, k, v)
-    groups = batch.decode_context if len(batch.decode) else []
+    groups = batch.decode_context if batch.decode_seqs else []
     if len(groups) == 1 and groups[0].covers(q.shape[0]):  # every row, in order: its output is ours
         return _decode_attention(q, layer, batch, groups[0], scale)
     out = torch.empty_like(q)

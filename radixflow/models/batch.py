@@ -218,6 +218,12 @@ class ForwardBatch:
         return out
 
     @cached_property
+    def decode_seqs(self) -> tuple[int, ...]:
+        """Batch indices of the one-token rows (`decode`'s ``seqs``, without building its
+        index tensors: a decode round's layers need only these and `decode_parts`)."""
+        return tuple([i for i, _, _, _ in self._picked])
+
+    @cached_property
     def decode(self) -> DecodeRows:
         """The one-token rows, run by one batched step per layer (empty unless ``batched_decode``),
         in batch order, with their slots as the scheduler names them (the recurrent layers use
@@ -245,7 +251,7 @@ class ForwardBatch:
     @cached_property
     def others(self) -> list[int]:
         """Batch indices of the rows that take the per-sequence (chunked) path."""
-        batched = set(self.decode.seqs)
+        batched = set(self.decode_seqs)
         return [i for i in range(len(self.seqs)) if i not in batched]
 
     @cached_property
@@ -267,8 +273,11 @@ class ForwardBatch:
                 blocks = len(s.block_table)
                 raise ValueError(f"a block table of {blocks} blocks does not cover position {s.end - 1}")
         width = max(len(s.block_table) for s in self.seqs)
-        rows = [s.block_table + [0] * (width - len(s.block_table)) for s in self.seqs]
-        return torch.tensor(rows, dtype=torch.long, device=self.input_ids.device)
+        flat: list[int] = []  # one flat list, then a view: torch reads nested lists slower
+        for s in self.seqs:
+            flat += s.block_table
+            flat += [0] * (width - len(s.block_table))
+        return torch.tensor(flat, dtype=torch.long, device=self.input_ids.device).view(len(self.seqs), width)
 
     def _slots(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """KV-pool slots of absolute ``positions`` of sequences ``rows`` (broadcast together)."""
@@ -284,26 +293,36 @@ class ForwardBatch:
     @cached_property
     def new_slots(self) -> torch.Tensor:
         """KV-pool slots of every token computed this round, in batch order."""
-        lengths = torch.tensor([s.length for s in self.seqs], device=self.input_ids.device)
-        rows = torch.repeat_interleave(torch.arange(len(self.seqs), device=lengths.device), lengths)
+        device = self.input_ids.device
+        if len(self.positions) == len(self.seqs):  # one token a row (a decode round): token i is row i's
+            return self._slots(torch.arange(len(self.seqs), device=device), self.positions)
+        lengths = torch.tensor([s.length for s in self.seqs], device=device)
+        rows = torch.repeat_interleave(torch.arange(len(self.seqs), device=device), lengths)
         return self._slots(rows, self.positions)
 
     @cached_property
     def decode_context(self) -> list[DecodeContext]:
         """The decode rows' attention contexts in groups of similar length (see `DecodeContext`)."""
-        device = self.input_ids.device
-        ends = [self.seqs[i].end for i in self.decode.seqs]
+        device, size, seqs = self.input_ids.device, self.kv.block_size, self.decode_seqs
+        ends = [self.seqs[i].end for i in seqs]
         row_tokens = [token for _, token, _, _ in self._picked]  # the rows of `decode`, in order
         out = []
         for group in length_groups(ends):
-            seqs = torch.tensor([self.decode.seqs[j] for j in group], dtype=torch.long, device=device)
             group_ends = torch.tensor([ends[j] for j in group], dtype=torch.long, device=device)
             positions = torch.arange(ends[group[0]], device=device)
             valid = positions < group_ends[:, None]
-            slots = self._slots(seqs[:, None], positions.where(valid, 0))
+            tables = self.block_tables
+            if len(group) != len(tables) or any(seqs[j] != k for k, j in enumerate(group)):
+                index = torch.tensor([seqs[j] for j in group], dtype=torch.long, device=device)
+                tables = tables.index_select(0, index)
+            # every row's slot of every position: the blocks and offsets of one row of positions,
+            # read from each row's table (the `_slots` arithmetic, without dividing every row's)
+            slots = tables.index_select(1, positions // size) * size + positions % size
+            ragged = ends[group[-1]] < ends[group[0]]  # a group is longest first
+            if ragged:  # a padded position reads position 0's slot (a valid one), masked out
+                slots = slots.where(valid, slots[:, :1])
             flat = [row_tokens[j] for j in group]
             tokens = torch.tensor(flat, dtype=torch.long, device=device)
-            ragged = ends[group[-1]] < ends[group[0]]  # a group is longest first
             out.append(DecodeContext(tokens, slots, valid, group_ends, consecutive(flat), ragged))
         return out
 

@@ -9,6 +9,7 @@ padded paged-KV contexts, formed by `length_groups`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -21,17 +22,18 @@ Picked = tuple[int, int, int | None, tuple[int, ...]]
 class DecodeRows:
     """The one-token sequences of a batch, run by one batched step per layer.
 
-    Every index tensor is built once per batch and shared by all layers. A one-token chunk's
-    snapshots all sit at its end, so each row saves one state into zero or more slots.
+    Every index tensor is built once per batch, on first use, and shared by all layers: a
+    usual decode round reads none of them (its rows are consecutive tokens, `span`, and update
+    their states in place, `block`), and building five small tensors costs ~25 us a round. A
+    one-token chunk's snapshots all sit at its end, so each row saves one state into zero or
+    more slots.
     """
 
     seqs: tuple[int, ...]  # batch indices of the rows, in batch order
-    tokens: torch.Tensor  # [S] long: flat token index of each row
-    restore: torch.Tensor | None  # [S] long: slot to gather (0 for fresh rows); None: all fresh
-    fresh: torch.Tensor | None  # [S] bool: rows starting from zero state; None: none do
+    token_ids: tuple[int, ...]  # flat token index of each row (`tokens` as a tensor)
+    restores: tuple[int | None, ...]  # slot each row gathers, None: fresh (`restore`, `fresh`)
     saves: tuple[tuple[int, int], ...]  # (row, slot) of each save
-    save_rows: torch.Tensor | None  # [N] long: row of each save; None: one save per row, in order
-    save_slots: torch.Tensor  # [N] long: slot of each save
+    device: torch.device | str
     # first pool row of a block the rows update in place (row i in pool row block + i; `saves`
     # then lists only the extra slots); None: the states are gathered and scattered
     block: int | None = None
@@ -40,41 +42,65 @@ class DecodeRows:
     def __len__(self) -> int:
         return len(self.seqs)
 
+    def _longs(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    @cached_property
+    def tokens(self) -> torch.Tensor:
+        """``[S]`` long: flat token index of each row."""
+        return self._longs(list(self.token_ids))
+
+    @cached_property
+    def restore(self) -> torch.Tensor | None:
+        """``[S]`` long: slot to gather (0 for fresh rows); None: all fresh."""
+        if all(r is None for r in self.restores):
+            return None
+        return self._longs([0 if r is None else r for r in self.restores])
+
+    @cached_property
+    def fresh(self) -> torch.Tensor | None:
+        """``[S]`` bool: rows starting from zero state; None: none do (or all do: `restore`)."""
+        fresh = [r is None for r in self.restores]
+        return torch.tensor(fresh, device=self.device) if any(fresh) and not all(fresh) else None
+
+    @cached_property
+    def save_rows(self) -> torch.Tensor | None:
+        """``[N]`` long: row of each save; None: one save per row, in order (the usual decode
+        round, each row saving its working slot only: no reordering)."""
+        rows = [j for j, _ in self.saves]
+        return None if rows == list(range(len(self.seqs))) else self._longs(rows)
+
+    @cached_property
+    def save_slots(self) -> torch.Tensor:
+        """``[N]`` long: slot of each save."""
+        return self._longs([slot for _, slot in self.saves])
+
     def take(self, t: torch.Tensor) -> torch.Tensor:
         """The rows' entries of ``t`` (indexed by flat token): a view when they are consecutive."""
-        return take(t, self.tokens, self.span)
+        return t[self.span] if self.span is not None else t[self.tokens]
 
     def put(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """Write ``src`` (one entry per row) into the rows' entries of ``dst`` (mutates ``dst``)."""
-        put(dst, self.tokens, self.span, src)
+        if self.span is not None:
+            dst[self.span] = src
+        else:
+            dst[self.tokens] = src
 
     def covers(self, tokens: int) -> bool:
         """Whether the rows are all ``tokens`` of the batch, in order (`ForwardBatch.whole_decode`)."""
         return self.span == slice(0, tokens)
 
     @classmethod
-    def build(cls, picked: list[Picked], device: torch.device, block: int | None = None) -> DecodeRows:
+    def build(cls, picked: list[Picked], device: torch.device | str, block: int | None = None) -> DecodeRows:
         """Rows from ``(batch index, flat token index, restore slot or None, snapshot slots)``
         of each one-token sequence, in batch order (in block order for a ``block``)."""
-        idx = tuple(i for i, _, _, _ in picked)
-        restores = [restore for _, _, restore, _ in picked]
-        fresh = [r is None for r in restores]
-        saves = tuple((j, slot) for j, (_, _, _, slots) in enumerate(picked) for slot in slots)
-        save_rows = [j for j, _ in saves]
-
-        def longs(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.long, device=device)
-
         tokens = [token for _, token, _, _ in picked]
         return cls(
-            seqs=idx,
-            tokens=longs(tokens),
-            restore=None if all(fresh) else longs([0 if r is None else r for r in restores]),
-            fresh=torch.tensor(fresh, device=device) if any(fresh) and not all(fresh) else None,
-            saves=saves,
-            # the usual decode round (each row saves its working slot only) needs no reordering
-            save_rows=None if save_rows == list(range(len(idx))) else longs(save_rows),
-            save_slots=longs([slot for _, slot in saves]),
+            seqs=tuple([i for i, _, _, _ in picked]),
+            token_ids=tuple(tokens),
+            restores=tuple([restore for _, _, restore, _ in picked]),
+            saves=tuple([(j, slot) for j, (_, _, _, slots) in enumerate(picked) for slot in slots]),
+            device=device,
             block=block,
             span=consecutive(tokens),
         )

@@ -108,13 +108,16 @@ class StatePool:
             parts.append(DecodeRows.build([self._to_rows(p) for p in rest], device))
         if own:
             own.sort(key=lambda p: self.rows[p[2]])
-            extra = [(i, tok, r, tuple(s for s in snaps if s != r)) for i, tok, r, snaps in own]
+            # the usual row saves its own slot only (no extra slots): no tuple to rebuild
+            extra = [(i, tok, r, () if snaps == (r,) else _without(snaps, r)) for i, tok, r, snaps in own]
             parts.append(DecodeRows.build([self._to_rows(p) for p in extra], device, block=start))
         return tuple(parts)
 
     def _to_rows(self, p: Picked) -> Picked:
         i, tok, restore, snaps = p
-        return i, tok, None if restore is None else self.rows[restore], tuple(self.rows[s] for s in snaps)
+        rows = self.rows
+        saves = tuple([rows[s] for s in snaps]) if snaps else ()
+        return i, tok, None if restore is None else rows[restore], saves
 
     def _arrange(self, slots: list[int]) -> int:
         """Move ``slots``' states into one block of consecutive pool rows, moving as few as
@@ -199,3 +202,8 @@ class StatePool:
                 view.copy_(new)
             for row, slot in rows.saves:
                 dst[slot].copy_(view[row])
+
+
+def _without(slots: tuple[int, ...], slot: int) -> tuple[int, ...]:
+    """``slots`` less every ``slot``."""
+    return tuple([s for s in slots if s != slot])

@@ -189,6 +189,26 @@ def test_decode_rows_attend_in_groups_of_similar_context_length():
         assert 2 * sum(ends[t] for t in g.tokens.tolist()) >= g.valid.numel()
 
 
+def test_decode_context_slots_are_each_rows_own_table_padded_with_its_position_0():
+    # what decode attention reads: a row's positions [0, end) through its own table, and past its
+    # end (padding to the group's longest) its position 0's slot, a valid one that the mask hides
+    state = StatePool({}, 0, torch.float32, "cpu")
+    kv = KVPool({}, num_blocks=40, block_size=4, dtype=torch.float32, device="cpu")
+    tables = [[7, 3, 9], [20], [12, 0, 5, 30], [2, 4], [8, 6, 1]]
+    specs = [SeqSpec(10, 1, tables[0]), SeqSpec(0, 3, tables[1])]  # a prefill row among them
+    specs += [SeqSpec(n - 1, 1, t) for n, t in zip((14, 6, 9), tables[2:], strict=True)]
+    fb = ForwardBatch.build([([1] * s.length, s) for s in specs], kv, state, "cpu")
+    seq_of = {fb.offsets[i]: s for i, s in enumerate(specs)}
+    seen = 0
+    for g in fb.decode_context:
+        for row, token in enumerate(g.tokens.tolist()):
+            s = seq_of[token]
+            own = kv.slots(s.block_table, 0, s.end, torch.device("cpu")).tolist()
+            assert g.slots[row].tolist() == own + own[:1] * (g.slots.shape[1] - s.end)
+            seen += 1
+    assert seen == 4
+
+
 def test_a_block_table_too_short_for_its_chunk_is_refused():
     kv = KVPool({0: (1, 2)}, num_blocks=4, block_size=4, dtype=torch.float32, device="cpu")
     state = StatePool({}, 0, torch.float32, "cpu")

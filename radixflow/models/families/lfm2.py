@@ -127,7 +127,7 @@ class Lfm2ShortConv(nn.Module):
         b, c, x = self.in_proj(h).chunk(3, dim=-1)
         bx = b * x
         waves = batch.waves
-        if not len(batch.decode) and len(waves) == 1:
+        if not batch.decode_seqs and len(waves) == 1:
             y = self._causal_conv(bx, batch, waves[0][0])
         elif batch.whole_decode is not None:  # every row, in order: the step's output is ours
             y = self._decode(bx, batch.whole_decode, batch)

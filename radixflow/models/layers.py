@@ -96,6 +96,11 @@ class RMSNorm(nn.Module):
         # costs ~0.7 us a name, and every layer of every round runs a norm)
         return self.kernels.rms_norm(x, self._parameters["weight"], self.eps, self.offset)
 
+    def residual(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x + delta, self(x + delta))``: a block's residual add and the norm after it, one
+        kernel call where the kernels fuse them (equal to the bit to the two steps)."""
+        return self.kernels.add_rms_norm(x, delta, self._parameters["weight"], self.eps, self.offset)
+
 
 def use_kernels(net: nn.Module, kernels: Kernels) -> None:
     """Run every `RMSNorm` of ``net`` with ``kernels`` (mutates the modules): the norms have no

@@ -21,7 +21,7 @@ from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
 from radixflow.models.families.nemotron_h_moe import NemotronHMLP, NemotronHMoE
-from radixflow.models.layers import Config, RMSNorm, attention_heads, run_layers
+from radixflow.models.layers import Config, RMSNorm, attention_heads
 from radixflow.models.mixers.mamba2 import Mamba2Mixer, Mamba2Spec, as_float, first_of
 from radixflow.models.presets.nemotron_h import PRESETS
 
@@ -103,10 +103,13 @@ class NemotronHBlock(nn.Module):
             raise ValueError(f"unknown nemotron_h layer kind {kind!r}")
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        h = self.norm(x)
+        return x + self.mix(self.norm(x), batch)
+
+    def mix(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """The mixer's output for the normed input ``h`` (what the block adds to its input)."""
         if self.kind in ("linear_attention", "full_attention"):
-            return x + self.mixer(h, batch)
-        return x + self.mixer(h)
+            return self.mixer(h, batch)
+        return self.mixer(h)
 
 
 class NemotronHBackbone(nn.Module):
@@ -121,7 +124,17 @@ class NemotronHBackbone(nn.Module):
         self.norm_f = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return run_layers(self.embeddings(batch.input_ids), self.layers, self.norm_f, batch)
+        """The blocks in turn, each block's residual add fused with the norm after it (the next
+        block's, the last one's with ``norm_f``): one kernel call where there were two."""
+        x = self.embeddings(batch.input_ids)
+        blocks: list[NemotronHBlock] = list(self.layers)  # type: ignore[arg-type]
+        if not blocks:
+            return self.norm_f(x)
+        h = blocks[0].norm(x)
+        norms = [b.norm for b in blocks[1:]] + [self.norm_f]
+        for block, norm in zip(blocks, norms, strict=True):
+            x, h = norm.residual(x, block.mix(h, batch))
+        return h
 
 
 class NemotronHForCausalLM(nn.Module):

@@ -121,6 +121,16 @@ class Kernels(Protocol):
         """`step.gated_rms_norm`: the Gated DeltaNet output norm, per head."""
         ...
 
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+        """`step.rms_norm`."""
+        ...
+
+    def add_rms_norm(
+        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x + delta, step.rms_norm(x + delta))``: a residual add and the next norm."""
+        ...
+
     def ssd_step(
         self,
         x: torch.Tensor,
@@ -204,6 +214,10 @@ class TorchKernels:
     def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
         return step.rms_norm(x, weight, eps, offset)
 
+    def add_rms_norm(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+        total = x + delta
+        return total, step.rms_norm(total, weight, eps, offset)
+
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
 
@@ -283,6 +297,11 @@ class NativeKernels:
         if x.dtype != torch.float32 or weight.dtype != torch.float32:
             return step.rms_norm(x, weight, eps, offset)  # the native kernels run float32 only
         return ops.rms_norm(self.lib, x, weight, eps, offset)
+
+    def add_rms_norm(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+        if x.dtype != torch.float32 or delta.dtype != torch.float32 or weight.dtype != torch.float32:
+            return TORCH_KERNELS.add_rms_norm(x, delta, weight, eps, offset)  # float32 only
+        return ops.add_rms_norm(self.lib, x, delta, weight, eps, offset)
 
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)

@@ -12,7 +12,7 @@ import torch
 from model_utils import check, prompt, reference, run, save_and_load
 from safetensors import safe_open
 
-from radixflow.models.batch import SeqSpec, Snapshot
+from radixflow.models.batch import ForwardBatch, SeqSpec, Snapshot
 from radixflow.models.families.falcon_h1 import PRESETS as PRESETS_FALCON
 from radixflow.models.families.falcon_h1 import FalconH1ForCausalLM
 from radixflow.models.families.mamba2_init import init_weights
@@ -20,7 +20,7 @@ from radixflow.models.families.nemotron_h import PRESETS as PRESETS_NEMOTRON
 from radixflow.models.families.nemotron_h import NemotronHForCausalLM, nemotron_layer_types
 from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.kernels.ssd import ssd_chunked, ssd_step
-from radixflow.models.layers import Config
+from radixflow.models.layers import Config, use_kernels
 
 transformers = pytest.importorskip("transformers")
 
@@ -195,6 +195,29 @@ def test_mixed_batch_and_mid_chunk_snapshots(models, kernels) -> None:
     (out,) = run(ours, pools, [(a_more[len(a_next) :], SeqSpec(len(a_next), 6, ta + pools.blocks(6), 5))])
     diffs.append(check(out, reference(ref, a_more)[len(a_next) :]))
     print(f"{ours.config.model_type} mixed batch max abs diff: {max(diffs):.2e}")
+
+
+def test_nemotron_backbone_fuses_each_residual_add_with_the_next_norm_to_the_bit(kernels) -> None:
+    # the backbone adds each block's output and norms the sum in one kernel call: the same
+    # hidden states as every block's `x + mix(norm(x))` in turn, then the final norm
+    model = NemotronHForCausalLM(Config(PRESETS_NEMOTRON["tiny"]))
+    init_weights(model, torch.Generator().manual_seed(0))
+    use_kernels(model, kernels)
+    prompts = [prompt(1, 9), prompt(2, 1), prompt(3, 17)]
+    hidden = []
+    for fused in (True, False):
+        pools = Pools(model, kernels=kernels)
+        chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
+        batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=kernels)
+        with torch.no_grad():
+            if fused:
+                hidden.append(model(batch))
+                continue
+            x = model.backbone.embeddings(batch.input_ids)
+            for block in model.backbone.layers:
+                x = block(x, batch)
+            hidden.append(model.backbone.norm_f(x))
+    assert torch.equal(hidden[0], hidden[1])
 
 
 def test_short_chunks_keep_window(models, kernels) -> None:

@@ -96,6 +96,19 @@ def test_the_rms_norm_matches_the_eager_norm(native, vectors, dim, offset) -> No
     assert _close(native.rms_norm(x, weight, 1e-6, offset), want, 1e-5)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32, 512), (3, 5)])
+def test_the_fused_residual_add_and_norm_equal_the_two_steps_to_the_bit(native, vectors, dim, offset) -> None:
+    g = torch.Generator().manual_seed(dim)
+    x = torch.randn(vectors, dim + 2, generator=g)[:, 1:-1]  # a view: copied first
+    delta, weight = torch.randn(vectors, dim, generator=g), torch.randn(dim, generator=g)
+    total, normed = native.add_rms_norm(x, delta, weight, 1e-6, offset)
+    assert torch.equal(total, x + delta)
+    assert torch.equal(normed, native.rms_norm(x + delta, weight, 1e-6, offset))
+    eager_total, eager_normed = TORCH_KERNELS.add_rms_norm(x, delta, weight, 1e-6, offset)
+    assert torch.equal(eager_total, x + delta) and _close(normed, eager_normed, 1e-5)
+
+
 @pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32 * 4, 16), (3, 5)])
 def test_the_gated_norm_matches_the_eager_norm(native, vectors, dim) -> None:
     g = torch.Generator().manual_seed(dim)

@@ -35,7 +35,7 @@ FLAGS = (
     "-fno-math-errno",
 )
 COMPILERS = ("gcc", "cc")
-ABI_VERSION = 7  # rf_abi_version() of the source this module's signatures describe
+ABI_VERSION = 8  # rf_abi_version() of the source this module's signatures describe
 BUILD_TIMEOUT_S = 120
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -52,6 +52,7 @@ SIGNATURES: dict[str, tuple[type, list[type]]] = {
     ),
     "rf_conv_silu_runs": (None, [_I, _I, _I, _P, _I, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]
     "rf_rms_norm": (None, [_I, _I, _P, _P, ctypes.c_float, ctypes.c_float, _P]),  # type: ignore[dict-item]
+    "rf_add_rms_norm": (None, [_I, _I, _P, _P, _P, ctypes.c_float, ctypes.c_float, _P, _P]),  # type: ignore[dict-item]
     "rf_gated_rms_norm": (None, [_I, _I, _P, _P, _P, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_ssd_step": (None, [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P]),  # type: ignore[dict-item]
     "rf_conv_step": (None, [_I, _I, _I, _P, _I, _P, _P, _P, _P]),  # type: ignore[dict-item]

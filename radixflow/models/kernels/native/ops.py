@@ -292,6 +292,20 @@ def rms_norm(
     return out
 
 
+def add_rms_norm(
+    lib: ctypes.CDLL, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x + delta`` and `step.rms_norm` of it in one call (float32): ``x``, ``delta [..., dim]``
+    -> ``(sum, normed)``, both of that shape."""
+    x, delta, weight = _dense(x), _dense(delta), _dense(weight)
+    dim = x.shape[-1]
+    total, out = torch.empty_like(x), torch.empty_like(x)
+    if x.numel():
+        rows, ptrs = x.numel() // dim, (_ptr(x), _ptr(delta), _ptr(weight))
+        lib.rf_add_rms_norm(rows, dim, *ptrs, offset, eps, _ptr(total), _ptr(out))
+    return total, out
+
+
 def gated_rms_norm(
     lib: ctypes.CDLL, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> torch.Tensor:

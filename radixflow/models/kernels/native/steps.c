@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 7; }
+int rf_abi_version(void) { return 8; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -371,6 +371,20 @@ void rf_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *weig
         const float inv = 1.0f / sqrtf(sq / (float)dim + eps);
 #pragma omp simd
         for (int64_t i = 0; i < dim; i++) ov[i] = xv[i] * inv * (offset + weight[i]);
+    }
+}
+
+/* The residual stream's next value and the next layer's input in one pass over each vector:
+ * sum = x + delta, then out = rf_rms_norm(sum) (the same arithmetic as the add and the norm
+ * called one after the other). x, delta, sum, out [vectors, dim], weight [dim]. */
+void rf_add_rms_norm(int64_t vectors, int64_t dim, const float *x, const float *delta,
+                     const float *weight, float offset, float eps, float *sum, float *out) {
+    for (int64_t v = 0; v < vectors; v++) {
+        const float *xv = x + v * dim, *dv = delta + v * dim;
+        float *sv = sum + v * dim;
+#pragma omp simd
+        for (int64_t i = 0; i < dim; i++) sv[i] = xv[i] + dv[i];
+        rf_rms_norm(1, dim, sv, weight, offset, eps, out + v * dim);
     }
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -90,6 +91,22 @@ def _placements(given: str | None, names: list[str], recurrent: bool) -> str | d
 def _run(
     args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
 ) -> list[PolicyRun]:
+    try:
+        runs = _run_all(args, setup, requests, names)
+    except BaseException:
+        # a Ctrl-C or a failure: the trace keeps what ran, down to the round it rolled back (a
+        # disk that refuses it now is not reported over what cut the run short)
+        with contextlib.suppress(OSError):
+            setup.flush_trace()
+        raise
+    if setup.options.trace_out is not None:
+        _write(Path(setup.options.trace_out), lambda _: setup.flush_trace())
+    return runs
+
+
+def _run_all(
+    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
+) -> list[PolicyRun]:
     by_id = {r.id: r for r in requests}
     with LoggedProgress(console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(requests) * len(names) * args.repeat)
@@ -107,8 +124,6 @@ def _run(
         # every request of every run has now finished or failed (one failed in a run that never
         # ran a round, or at admission, ran no chunk): the bar ends at 100%
         progress.update(task, completed=len(requests) * len(names) * args.repeat)
-    if o.trace_out is not None:
-        _write(Path(o.trace_out), lambda _: setup.flush_trace())
     return runs
 
 

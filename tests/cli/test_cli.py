@@ -469,3 +469,25 @@ def test_the_score_summary_counts_one_context_in_the_singular():
 
     tally = ScoreTally(contexts=1, candidates=1, prompt_tokens=4, cached_tokens=0, failed=1)
     assert tally.line().startswith("1 context, 1 candidate scored, 1 line failed; 0 of 4 prompt tokens")
+
+
+def test_a_bench_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_back(tmp_path, monkeypatch):
+    # the trace is written every few seconds: a sim bench interrupted in its first seconds left
+    # a valid file with no event at all, not even the round the interrupt rolled back
+    from radixflow.runners.sim import SimRunner
+
+    run = SimRunner.run
+
+    def interrupted(self, batch):
+        if batch.round_index == 1:
+            raise KeyboardInterrupt
+        return run(self, batch)
+
+    monkeypatch.setattr(SimRunner, "run", interrupted)
+    path = tmp_path / "t.json"
+    argv = ["bench", "--groups", "2", "--candidates", "3", "--context-len", "64", "--candidate-len", "16"]
+    assert main([*argv, "--policy", "native", "--trace-out", str(path)]) == 130
+    events = json.loads(path.read_text())["traceEvents"]
+    rounds = {e["name"]: e["args"] for e in events if e.get("cat") == "round" and e["ph"] == "X"}
+    assert list(rounds) == ["round 0", "round 1 (rolled back)"]
+    assert rounds["round 1 (rolled back)"]["error"] == "interrupted"

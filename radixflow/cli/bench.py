@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -91,14 +90,8 @@ def _placements(given: str | None, names: list[str], recurrent: bool) -> str | d
 def _run(
     args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
 ) -> list[PolicyRun]:
-    try:
+    with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
         runs = _run_all(args, setup, requests, names)
-    except BaseException:
-        # a Ctrl-C or a failure: the trace keeps what ran, down to the round it rolled back (a
-        # disk that refuses it now is not reported over what cut the run short)
-        with contextlib.suppress(OSError):
-            setup.flush_trace()
-        raise
     if setup.options.trace_out is not None:
         _write(Path(setup.options.trace_out), lambda _: setup.flush_trace())
     return runs

@@ -158,17 +158,18 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         groups.setdefault(key, []).append(v)
     results: dict[str, dict[str, Any]] = {}
     ran: list[list[tuple[Variant, PolicyRun]]] = []  # per group, in the order the groups ran
-    if s["replicas"] > 1:  # a fleet behind the cell's router
-        for v in variants:
-            results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate, pressure)
-        groups = {}
-    for (placement, eviction, admission), group in groups.items():
-        engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
-        policies = [v.policy for v in group]
-        runs = run_policies(requests, engines, policies, placement, None, s["repetitions"])
-        ran.append(list(zip(group, runs, strict=True)))
-        for v, run in zip(group, runs, strict=True):
-            results[v.label] = _variant_result(v, run, s["slo_ms"], rate, pressure)
+    with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
+        if s["replicas"] > 1:  # a fleet behind the cell's router
+            for v in variants:
+                results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate, pressure)
+            groups = {}
+        for (placement, eviction, admission), group in groups.items():
+            engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
+            policies = [v.policy for v in group]
+            runs = run_policies(requests, engines, policies, placement, None, s["repetitions"])
+            ran.append(list(zip(group, runs, strict=True)))
+            for v, run in zip(group, runs, strict=True):
+                results[v.label] = _variant_result(v, run, s["slo_ms"], rate, pressure)
     _flush_trace(setup)  # the cell's trace_out, if it has one: a process per variant run
     if plan.choice.name == "torch" and ran:
         _cost_check(ran, results, timed.runner.cpu_s, requests, s, plan.choice)

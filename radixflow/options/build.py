@@ -8,7 +8,8 @@ sizes the cache and builds the runner; `EngineSetup.engine` then makes engines o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -83,6 +84,18 @@ class EngineSetup:
             self.trace.flush()
             if self.trace.failure is not None:
                 raise self.trace.failure
+
+    @contextlib.contextmanager
+    def trace_kept(self) -> Iterator[None]:
+        """Runs under it keep their trace when cut short (a Ctrl-C, a failure): it is written as
+        they stop, down to the round rolled back, where it would otherwise wait for the next
+        flush, seconds away. A disk that refuses it then is not reported over what stopped them."""
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.flush_trace()
+            raise
 
 
 @dataclass(frozen=True)

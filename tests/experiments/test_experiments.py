@@ -158,6 +158,31 @@ def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: 
     assert names == ["native · branch", "radixflow · branch"]
 
 
+def test_a_cell_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_back(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # the trace was written after the cell's runs (or every few seconds): a Ctrl-C left it empty
+    from radixflow.experiments.cells import run_cell
+    from radixflow.runners.sim import SimRunner
+
+    run = SimRunner.run
+
+    def interrupted(self, batch):  # type: ignore[no-untyped-def]
+        if batch.round_index == 1:
+            raise KeyboardInterrupt
+        return run(self, batch)
+
+    monkeypatch.setattr(SimRunner, "run", interrupted)
+    config = load_config(tiny)
+    cell = config.cells[0]
+    traced = Cell(cell.group, {**cell.settings, "trace_out": str(tmp_path / "cell.json")}, cell.workload)
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(traced, config.variants)
+    events = json.loads((tmp_path / "cell.json").read_text())["traceEvents"]
+    rounds = [e["name"] for e in events if e.get("cat") == "round" and e["ph"] == "X"]
+    assert rounds == ["round 0", "round 1 (rolled back)"]
+
+
 @pytest.mark.parametrize(
     ("edits", "key"),
     [

@@ -102,8 +102,21 @@ class TraceFile:
                 f.truncate()
         except OSError as e:
             self.error, self.failure = f"cannot write {self.path}: {e.strerror or e}", e
+            self._close_at_last_flush()
             raise
         self._end, self._written = end, self._written + len(events)
+
+    def _close_at_last_flush(self) -> None:
+        """After a failed write (a full disk part way through): cut the events it wrote in part
+        and close the brackets after the last flush's, so the file stays valid JSON. Truncating
+        frees the space the closing brackets need; if even that fails, nothing more can be done."""
+        try:
+            with open(self.path, "r+b") as f:
+                f.seek(self._end)
+                f.write(_CLOSE)
+                f.truncate()
+        except OSError:
+            pass
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,49 @@ def test_a_request_refused_at_submit_has_its_track_arrived_and_finished_with_the
     assert [e["name"] for e in mine] == ["arrived", "finished"]
     assert mine[0]["ts"] == mine[1]["ts"] == pytest.approx(0.5e6)
     assert mine[1]["args"] == {"error": refused.error}
+
+
+def test_a_write_the_disk_cuts_short_leaves_the_file_valid_json_with_the_events_before_it(
+    tmp_path, monkeypatch
+):
+    # the disk filled part way through a flush: the file ended in half an event, no closing
+    # brackets, and no viewer could open what had been written before
+    import builtins
+    import errno
+
+    path = tmp_path / "t.json"
+    trace = TraceFile(path, {"clock": "sim"})
+    recorder = trace.recorder("a")
+    recorder.arrived(Request("r1", (1, 2, 3)))
+    trace.flush()
+    before = json.loads(path.read_text())["traceEvents"]
+
+    class FillsUp:
+        """A file whose first long write gets half way, then the disk is full."""
+
+        def __init__(self, *args, **kwargs):
+            self.f = builtins.open(*args, **kwargs)  # noqa: SIM115 (closed by __exit__, as open's is)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            if len(data) > 64:
+                self.f.write(data[: len(data) // 2])
+                self.f.flush()
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(data)
+
+    monkeypatch.setattr("radixflow.engine.trace.open", FillsUp, raising=False)
+    for i in range(20):
+        recorder.arrived(Request(f"more{i}", (1, 2, 3)))
+    with pytest.raises(OSError):
+        trace.flush()
+    assert trace.error is not None
+    assert json.loads(path.read_text())["traceEvents"] == before

@@ -173,7 +173,8 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
     plan = plan_engine(options)
     first = build_workload(workload_spec("grouped", shape, plan.choice.vocab_size, None)).requests
     setup = plan.build([len(r.prompt) for r in first])
-    log = RoundLog(args.rounds_out, {"family": family, "workload": "reference", "policy": "reference"})
+    label = {"family": family, "workload": "reference", "policy": "reference", "repeat": 0}
+    log = RoundLog(args.rounds_out, label)  # every row labelled as predictor_replay.py reads it
     log.attach(setup.runner)
     calibrating = args.twin == "calibrate"
     budget = setup.scheduler.token_budget
@@ -188,10 +189,11 @@ def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> 
     cells, rate = [], None
     for name in args.workloads:
         spec = workload_spec(name, shape, plan.choice.vocab_size, rate if name == "poisson" else None)
+        # rounds outside the cell's policy runs (native's, for Poisson's rate) are its "reference"
+        log.label.update(workload=name, policy="reference", repeat=0)
         if name == "poisson" and rate is None:  # the grouped batch first, for its rate
             spec = replace(spec, rate=_medium_rate(setup, first, args.repeat))
         requests = build_workload(spec).requests
-        log.label.update(workload=name, policy="reference")
         poisson = spec.arrival == "poisson"
         runs = sequences(requests, spec, args.poisson_sequences if poisson else args.repeat)
         if probe is not None:

@@ -172,3 +172,19 @@ def _config(bench):
     plan = plan_engine(EngineOptions(runner="sim", model="qwen3_5-2b", hardware=str(bench.PROFILE)))
     spec = bench.workload_spec("poisson", bench.SMOKE_SHAPE, plan.choice.vocab_size, 1.0)
     return plan.scheduler_config([len(r.prompt) for r in bench.build_workload(spec).requests])
+
+
+def test_rounds_out_of_a_poisson_only_run_are_each_labelled_and_replay(bench, tmp_path, monkeypatch):
+    # without the grouped batch first, Poisson's rate came from native runs made before any cell
+    # was labelled: their rows had no "repeat" (predictor_replay.py refused line 1) or, after
+    # another workload, were counted as that workload's last cell
+    pytest.importorskip("torch")
+    replay = load_benchmark("predictor_replay")
+    rounds, out = tmp_path / "rounds.jsonl", tmp_path / "p.json"
+    argv = ["policies_torch.py", "--smoke", "--workloads", "poisson", "--rounds-out", str(rounds)]
+    monkeypatch.setattr("sys.argv", [*argv, "--json", str(out)])
+    bench.main()
+    recorded = replay.read_rounds(rounds)
+    cells = {r.cell for r in recorded}
+    assert {(w, p) for w, p, _ in cells} >= {("poisson", p) for p in bench.POLICIES}
+    assert {w for w, _, _ in cells} == {"poisson"}

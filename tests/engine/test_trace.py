@@ -251,3 +251,35 @@ def test_a_write_the_disk_cuts_short_leaves_the_file_valid_json_with_the_events_
         trace.flush()
     assert trace.error is not None
     assert json.loads(path.read_text())["traceEvents"] == before
+
+
+def test_the_docs_name_every_arg_of_a_round_chunk_and_finished_event(tmp_path, monkeypatch):
+    # docs/trace.md left out the rolled-back round (its name and `error`), `predicted_us`, a
+    # chunk's `sample` and `aborted` on `finished`
+    from radixflow.runners.sim import SimRunner
+
+    run = SimRunner.run
+
+    def fails_once(self, batch):
+        if batch.round_index == 0:
+            raise RuntimeError("boom")
+        return run(self, batch)
+
+    monkeypatch.setattr(SimRunner, "run", fails_once)
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build()
+    engine = setup.engine(policy="native")
+    work = requests()
+    for r in work:
+        engine.submit(r)
+    engine.step()
+    engine.abort(work[-1].id)
+    engine.run([])
+    engine.flush_events()
+    events = json.loads(path.read_text())["traceEvents"]
+    keys = {k for e in events if e["name"] in ("prefill", "decode", "finished") for k in e["args"]}
+    keys |= {k for e in events if e.get("cat") == "round" and e["ph"] == "X" for k in e["args"]}
+    keys.add("predicted_us")  # a torch runner's rounds: the sim predicts nothing of its own
+    doc = (Path(__file__).parents[2] / "docs" / "trace.md").read_text()
+    assert any(e["name"].endswith(" (rolled back)") for e in events) and "(rolled back)" in doc
+    assert sorted(k for k in keys if f"`{k}`" not in doc) == []

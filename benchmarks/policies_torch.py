@@ -167,14 +167,17 @@ def twin_noise(profile: Path, family: str, args: argparse.Namespace) -> float | 
     return calibration.get("round_noise_sigma")
 
 
-def run_family(family: str, args: argparse.Namespace, shape: dict[str, int]) -> list[dict[str, object]]:
-    """Every workload on one family: one runner, interleaved real runs, the sim beside."""
+def run_family(
+    family: str, args: argparse.Namespace, shape: dict[str, int], log: RoundLog
+) -> list[dict[str, object]]:
+    """Every workload on one family: one runner, interleaved real runs, the sim beside; ``log``
+    (``--rounds-out``) gets every real round, labelled with the family and the cell."""
     options = EngineOptions(runner="torch", model=family, clock=args.clock, torch_threads=args.threads)
     plan = plan_engine(options)
     first = build_workload(workload_spec("grouped", shape, plan.choice.vocab_size, None)).requests
     setup = plan.build([len(r.prompt) for r in first])
-    label = {"family": family, "workload": "reference", "policy": "reference", "repeat": 0}
-    log = RoundLog(args.rounds_out, label)  # every row labelled as predictor_replay.py reads it
+    # every row labelled as predictor_replay.py reads it
+    log.label = {"family": family, "workload": "reference", "policy": "reference", "repeat": 0}
     log.attach(setup.runner)
     calibrating = args.twin == "calibrate"
     budget = setup.scheduler.token_budget
@@ -404,13 +407,28 @@ def main() -> None:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpus": os.cpu_count(),
     }  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
+    appendable(args)
+    log = RoundLog(args.rounds_out)
     cells: list[dict[str, object]] = []
     for family in args.families:  # written after each family: a cut-short run keeps what it measured
-        cells += run_family(family, args, shape)
+        cells += run_family(family, args, shape, log)
         report = {"config": config, "acceptance": acceptance(cells), "cells": cells}
         args.json.write_text(json.dumps(report, indent=2, allow_nan=False))
     print("acceptance:", json.dumps(acceptance(cells)))
     print(f"wrote {args.json}")
+    if log.error is not None:  # the rounds after the failed write are not in it
+        raise SystemExit(f"policies_torch: --rounds-out stopped part way: {log.error}")
+
+
+def appendable(args: argparse.Namespace) -> None:
+    """``--rounds-out`` and ``--tapes-out``, appended to as the cells run, refused before any
+    model is built where they cannot be written (one line, not a failure minutes in)."""
+    for flag, path in (("--rounds-out", args.rounds_out), ("--tapes-out", args.tapes_out)):
+        try:
+            if path is not None:
+                path.open("a", encoding="utf-8").close()
+        except OSError as e:
+            raise SystemExit(f"policies_torch: {flag} {path}: cannot write it ({e.strerror or e})") from None
 
 
 if __name__ == "__main__":

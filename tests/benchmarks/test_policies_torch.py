@@ -188,3 +188,21 @@ def test_rounds_out_of_a_poisson_only_run_are_each_labelled_and_replay(bench, tm
     cells = {r.cell for r in recorded}
     assert {(w, p) for w, p, _ in cells} >= {("poisson", p) for p in bench.POLICIES}
     assert {w for w, _, _ in cells} == {"poisson"}
+
+
+@pytest.mark.parametrize("flag", ["--rounds-out", "--tapes-out"])
+def test_an_output_that_cannot_be_appended_to_is_one_line_before_any_model_is_built(
+    bench, tmp_path, monkeypatch, flag
+):
+    # --rounds-out was first written inside the first real round's worker call: every round
+    # failed as a worker call that raised, and the run ended in a ZeroDivisionError traceback
+    def never(*args, **kwargs):
+        raise AssertionError("a family ran")
+
+    monkeypatch.setattr(bench, "run_family", never)
+    bad = tmp_path / "missing" / "r.jsonl"
+    monkeypatch.setattr(
+        "sys.argv", ["policies_torch.py", "--smoke", flag, str(bad), "--json", str(tmp_path / "p.json")]
+    )
+    with pytest.raises(SystemExit, match=f"^policies_torch: {flag} {bad}: cannot write it"):
+        bench.main()

@@ -40,6 +40,7 @@ def trace_text(workload: Workload) -> str:
 
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
+ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
 
 
 def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workload:
@@ -56,6 +57,8 @@ def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workl
         for where, line in _lines(path):
             if not line.strip():
                 continue
+            if not out:
+                _not_another_trace(line, where)
             req, tag = _parse(line, where)
             if req.id in tags:
                 raise TraceError(f"{where}: duplicate request id {req.id!r}")
@@ -112,6 +115,23 @@ def _arrival(value: object, where: str) -> float:
     if not math.isfinite(number) or number < 0:
         raise TraceError(f"{where}: 'arrival_s' must be a finite number >= 0, got {json.dumps(value)}")
     return number
+
+
+def _not_another_trace(first: str, where: str) -> None:
+    """Refuse `bench`'s other traces by their first non-blank line, saying what they are: the
+    dependency trace is JSON, not JSON Lines (its first line alone does not parse), and a round
+    trace's rows have none of a request's fields."""
+    if first.lstrip().startswith('{"displayTimeUnit"'):
+        what = "a dependency trace (--trace-out)"
+    else:
+        try:
+            row = json_object(first, "")
+        except ValueError:  # `_parse` says why
+            return
+        if not row.keys() >= ROUND_TRACE_FIELDS:
+            return
+        what = "a round trace (--round-trace)"
+    raise TraceError(f"{where}: {what}, not a workload trace (one request a line, as --write-trace writes)")
 
 
 def _parse(line: str, where: str) -> tuple[Request, RequestTag]:

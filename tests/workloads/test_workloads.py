@@ -436,3 +436,21 @@ def test_bench_names_the_flag_of_too_many_requests_in_one_line(capsys):
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1
     assert "--groups" in err and "30000000 requests" in err and str(MAX_WORKLOAD_REQUESTS) in err
+
+
+@pytest.mark.parametrize(
+    "flag, what",
+    [("--trace-out", "a dependency trace (--trace-out)"), ("--round-trace", "a round trace (--round-trace)")],
+)
+def test_bench_s_other_traces_given_as_a_workload_trace_say_what_they_are(tmp_path, flag, what):
+    # the dependency trace (bench --trace-out) given to --trace was "not valid JSON (Expecting
+    # value)", of a file that is valid JSON; a round trace's first line, "unknown field 'blocked'"
+    from radixflow.cli import main
+
+    path = tmp_path / "other.json"
+    argv = ["bench", "--groups", "1", "--candidates", "2", "--context-len", "16", "--candidate-len", "8"]
+    assert main([*argv, "--policy", "native", flag, str(path)]) == 0
+    message = f"{path}:1: {what}, not a workload trace (one request a line, as --write-trace writes)"
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert str(e.value) == message

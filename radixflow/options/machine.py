@@ -97,9 +97,10 @@ def pools_problem(need: int | None, device: str, what: str, budgeted: bool = Fal
 
 
 def output_problem(name: str, value: str | None) -> Problem | None:
-    """An output file that can never be written: a directory, in a directory that does not
-    exist, or ``-`` (standard output, as other outputs spell it, which a file rewritten in place
-    cannot use). Reads the file system, writes nothing (the doors open the file before any work)."""
+    """An output file that can never be written: a directory, a device or a pipe (a trace file is
+    rewritten in place), in a directory that does not exist, or ``-`` (standard output, as other
+    outputs spell it, which a file rewritten in place cannot use). Reads the file system, writes
+    nothing (the doors open the file before any work)."""
     if value is None:
         return None
     if value == "-":  # elsewhere standard output; a file of that name would surprise
@@ -108,6 +109,9 @@ def output_problem(name: str, value: str | None) -> Problem | None:
     path = Path(value)
     if path.is_dir():
         return Problem(name, f"{value} is a directory")
+    if path.exists() and not path.is_file():  # /dev/null cannot be truncated; a pipe cannot seek
+        why = "the trace is rewritten in place as it grows, which a device or a pipe cannot hold"
+        return Problem(name, f"{value} is not a regular file: {why}")
     if not path.resolve().parent.is_dir():
         return Problem(name, f"cannot write {value}: directory {path.parent} does not exist")
     return None

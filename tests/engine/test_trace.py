@@ -4,6 +4,7 @@ Event Format (required fields and types, µs timestamps, flows that pair up and 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,15 @@ def test_the_docs_name_every_arg_of_a_round_chunk_and_finished_event(tmp_path, m
     doc = (Path(__file__).parents[2] / "docs" / "trace.md").read_text()
     assert any(e["name"].endswith(" (rolled back)") for e in events) and "(rolled back)" in doc
     assert sorted(k for k in keys if f"`{k}`" not in doc) == []
+
+
+def test_a_path_that_is_no_regular_file_is_one_line_before_any_work(tmp_path, capsys):
+    # /dev/null ran the whole bench, then failed it (exit 2) as the last flush could not truncate
+    # it; a named pipe blocked opening until something read it
+    assert main(["bench", "--groups", "1", "--policy", "native", "--trace-out", "/dev/null"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("radixflow: error: --trace-out: /dev/null is not a regular file")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ProblemError, match=f"trace_out: {fifo} is not a regular file"):
+        EngineOptions(trace_out=str(fifo)).check()

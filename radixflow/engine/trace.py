@@ -4,7 +4,8 @@ One `TraceFile` per output path, one `TraceRecorder` (an `EngineEvents` observer
 process of the trace, named after its policy, so a benchmark's policies lie side by side. In it:
 
 - track 0, ``rounds``: each round as a complete event (``X``) with its figures as args (with
-  ``predicted_us`` where the runner predicted its worker call, as the torch runner does), a
+  ``predicted_us`` and ``predicted_from`` where the runner predicted its worker call, as the torch
+  runner does, and ``wall_us`` where the engine clock is not the wall's), a
   counter (``C``) of its tokens, bubble tokens and blocked consumers, and a ``bubble`` instant
   where token budget went unused while feasible work waited;
 - one track per request: ``arrived``, ``queued`` (arrival to first chunk), every chunk it ran
@@ -234,6 +235,9 @@ class TraceRecorder:
         }
         if record.predicted_s is not None:  # the runner's own prediction of the worker call
             args["predicted_us"] = _us(record.predicted_s)
+            args["predicted_from"] = record.predicted_from  # measured rounds it had learned from
+        if record.wall_s is not None:  # the engine clock is another (cpu): the call's wall time
+            args["wall_us"] = _us(record.wall_s)
         name = f"round {record.index}"
         if record.error is not None:
             args["error"], name = record.error, f"{name} (rolled back)"

@@ -280,7 +280,7 @@ def test_the_docs_name_every_arg_of_a_round_chunk_and_finished_event(tmp_path, m
     events = json.loads(path.read_text())["traceEvents"]
     keys = {k for e in events if e["name"] in ("prefill", "decode", "finished") for k in e["args"]}
     keys |= {k for e in events if e.get("cat") == "round" and e["ph"] == "X" for k in e["args"]}
-    keys.add("predicted_us")  # a torch runner's rounds: the sim predicts nothing of its own
+    keys |= {"predicted_us", "predicted_from", "wall_us"}  # a torch runner's: the sim has none
     doc = (Path(__file__).parents[2] / "docs" / "trace.md").read_text()
     assert any(e["name"].endswith(" (rolled back)") for e in events) and "(rolled back)" in doc
     assert sorted(k for k in keys if f"`{k}`" not in doc) == []
@@ -296,3 +296,23 @@ def test_a_path_that_is_no_regular_file_is_one_line_before_any_work(tmp_path, ca
     os.mkfifo(fifo)
     with pytest.raises(ProblemError, match=f"trace_out: {fifo} is not a regular file"):
         EngineOptions(trace_out=str(fifo)).check()
+
+
+def test_a_rounds_wall_time_and_what_its_prediction_learned_from_are_in_its_args(tmp_path):
+    # on the cpu clock a round's slice is its CPU time: its measured wall time (in the round trace
+    # and the bench JSON) was dropped, and so was how many rounds its prediction had learned from
+    from radixflow.engine.records import RoundRecord
+    from radixflow.scheduler.output import SchedulerOutput
+
+    path = tmp_path / "t.json"
+    trace = TraceFile(path, {"clock": "cpu"})
+    recorder = trace.recorder("a")
+    record = RoundRecord(
+        index=0, start_s=0.0, duration_s=0.004, worker_call_s=0.004, tokens=0, requests=0, bubble_tokens=0,
+        blocked=0, stop_reason="queue_empty", chunks=(), predicted_s=0.003, predicted_from=7, wall_s=0.02,
+    )  # fmt: skip
+    recorder.round(record, SchedulerOutput(round_index=0), [])
+    trace.flush()
+    (event,) = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert event["args"]["wall_us"] == 20000.0
+    assert (event["args"]["predicted_us"], event["args"]["predicted_from"]) == (3000.0, 7)

@@ -194,8 +194,11 @@ class TraceRecorder:
         self._instant("finished", "request", tid, _us(end), args)
 
     def round(self, record: RoundRecord, out: SchedulerOutput, finished: Sequence[str]) -> None:
-        ts, dur = _us(record.start_s), _us(record.duration_s)
-        mid, end = round(ts + dur / 2, 3), round(ts + dur, 3)  # flows bind at a chunk's middle
+        # the end from the engine's own sum, as the next round's start is: each rounded on its
+        # own, a round could end a ns after the next began, and a viewer nests the next in it
+        ts, end = _us(record.start_s), _us(record.start_s + record.duration_s)
+        dur = round(end - ts, 3)
+        mid = round(ts + dur / 2, 3)  # flows bind at a chunk's middle
         self._round(record, ts, dur)
         # slots saved by earlier chunks of this round: a follower restores from one of them (the
         # runner runs it in a later wave); a chunk restoring its own slot reads the older state

@@ -3,6 +3,7 @@ Event Format (required fields and types, µs timestamps, flows that pair up and 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
@@ -316,3 +317,28 @@ def test_a_rounds_wall_time_and_what_its_prediction_learned_from_are_in_its_args
     (event,) = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
     assert event["args"]["wall_us"] == 20000.0
     assert (event["args"]["predicted_us"], event["args"]["predicted_from"]) == (3000.0, 7)
+
+
+def test_back_to_back_slices_meet_exactly_in_a_viewers_nanoseconds(tmp_path):
+    # a slice's end was its start and duration each rounded to the ns: one round could end a ns
+    # after the next began, and a viewer nested the next round (or a request's next chunk) in it
+    path = tmp_path / "trace.json"
+    spec = WorkloadSpec(groups=3, candidates=4, context_len=64, candidate_len=16, kind="chats", independent=2)
+    work = build_workload(spec).requests
+    for r in work:
+        r.sampling = SamplingParams(max_tokens=5)
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path), token_budget=64)).build()
+    engine = setup.engine(policy="radixflow")
+    engine.run(work)
+    engine.flush_events()
+    ns = lambda us: round(us * 1000)  # noqa: E731 (Perfetto: llround(ts * 1000))
+    tracks: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for e in check_format(json.loads(path.read_text())):
+        if e["ph"] == "X" and e["name"] != "queued":  # queued holds the parked rounds it spans
+            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    for slices in tracks.values():
+        slices.sort(key=lambda e: e["ts"])
+        for a, b in itertools.pairwise(slices):
+            assert ns(a["ts"]) + ns(a["dur"]) <= ns(b["ts"]), (a, b)
+    rounds = tracks[(1, 0)]
+    assert len(rounds) == len(engine.rounds) > 10

@@ -204,7 +204,10 @@ class TraceRecorder:
         # runner runs it in a later wave); a chunk restoring its own slot reads the older state
         saved: dict[int, _Writer] = {}
         for chunk in out.chunks:
-            self._chunk(chunk, ts, dur, mid, saved)
+            self._chunk(chunk, ts, dur)
+            if record.error is not None:  # rolled back: it restored nothing and saved nothing
+                continue
+            self._restored(chunk, mid, saved)
             writer = _Writer(chunk.request_id, self._tid(chunk.request_id), mid)
             for snap in chunk.snapshots:
                 saved.setdefault(snap.slot, writer)
@@ -252,9 +255,7 @@ class TraceRecorder:
         if record.bubble_tokens > 0:
             self._instant("bubble", "round", 0, ts, {"tokens": record.bubble_tokens})
 
-    def _chunk(
-        self, chunk: ScheduledChunk, ts: float, dur: float, mid: float, saved: dict[int, _Writer]
-    ) -> None:
+    def _chunk(self, chunk: ScheduledChunk, ts: float, dur: float) -> None:
         rid = chunk.request_id
         tid = self._tid(rid)
         arrival = self._arrival.pop(rid, None)
@@ -269,10 +270,14 @@ class TraceRecorder:
             "sample": chunk.sample,
         }
         self._complete("prefill" if prefill else "decode", "chunk", tid, ts, dur, args)
+
+    def _restored(self, chunk: ScheduledChunk, mid: float, saved: dict[int, _Writer]) -> None:
+        """A flow to ``chunk`` from the chunk that wrote the state it restored (this round's
+        ``saved``, else an earlier round's), where another request wrote it."""
         slot = chunk.restore_slot
         writer = None if slot is None else saved.get(slot) or self._slots.get(slot)
-        if writer is not None and writer.request_id != rid:
-            self._flow(writer, tid, mid, chunk.start)
+        if writer is not None and writer.request_id != chunk.request_id:
+            self._flow(writer, self._tid(chunk.request_id), mid, chunk.start)
 
     def _flow(self, writer: _Writer, tid: int, ts: float, position: int) -> None:
         """From the writer's chunk to the restoring one (both bound to their enclosing slices)."""

@@ -342,3 +342,27 @@ def test_back_to_back_slices_meet_exactly_in_a_viewers_nanoseconds(tmp_path):
             assert ns(a["ts"]) + ns(a["dur"]) <= ns(b["ts"]), (a, b)
     rounds = tracks[(1, 0)]
     assert len(rounds) == len(engine.rounds) > 10
+
+
+def test_a_rolled_back_round_draws_no_flow_its_restores_never_ran(tmp_path, monkeypatch):
+    # followers restored their producers' checkpoints in a round that then failed: flow arrows
+    # were drawn to and from its slices, of no duration, which no viewer can bind them to
+    from radixflow.runners.sim import SimRunner
+
+    run = SimRunner.run
+
+    def fails_first(self, batch):
+        if batch.round_index == 0:
+            raise RuntimeError("boom")
+        return run(self, batch)
+
+    monkeypatch.setattr(SimRunner, "run", fails_first)
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build()
+    engine = setup.engine(policy="adaptive")
+    engine.run(requests())
+    assert len(engine.failed_rounds) == 1 and engine.failed_rounds[0].requests > 2  # followers in it
+    engine.run([Request(f"again-{r.id}", r.prompt) for r in requests()])
+    engine.flush_events()
+    events = check_format(json.loads(path.read_text()))
+    assert [e for e in events if e["ph"] == "s"]  # the rounds that ran still draw theirs

@@ -28,6 +28,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ FLUSH_EVERY_S = 5.0
 FLUSH_EVENTS = 50_000  # or sooner, when this many wait
 _CLOSE = b"\n]}\n"
 Event = dict[str, Any]
+
+
+class RewrittenError(OSError):
+    """The trace file is no longer as its writer left it: another writer truncated it and writes
+    there (two runs given one path); writing on at this writer's offsets would interleave the two
+    into a file that is no JSON."""
 
 
 class TraceFile:
@@ -96,11 +103,16 @@ class TraceFile:
         body = ",\n".join(json.dumps(e, allow_nan=False) for e in events).encode()
         try:
             with open(self.path, "r+b") as f:
+                if f.seek(0, os.SEEK_END) != self._end + len(_CLOSE):
+                    raise RewrittenError("it was rewritten by another writer (another run given this path?)")
                 f.seek(self._end)
                 f.write((b",\n" if self._written else b"") + body)
                 end = f.tell()
                 f.write(_CLOSE)
                 f.truncate()
+        except RewrittenError as e:  # the other writer's file now: left as it is
+            self.error, self.failure = f"cannot write {self.path}: {e}", e
+            raise
         except OSError as e:
             self.error, self.failure = f"cannot write {self.path}: {e.strerror or e}", e
             self._close_at_last_flush()

@@ -366,3 +366,23 @@ def test_a_rolled_back_round_draws_no_flow_its_restores_never_ran(tmp_path, monk
     engine.flush_events()
     events = check_format(json.loads(path.read_text()))
     assert [e for e in events if e["ph"] == "s"]  # the rounds that ran still draw theirs
+
+
+def test_a_second_writer_of_the_same_path_stops_the_first_instead_of_interleaving(tmp_path):
+    # two runs given one --trace-out (two terminals, two LLMs in a notebook): each wrote at its
+    # own offsets into the file the other had truncated, and the file was no longer JSON
+    path = tmp_path / "t.json"
+    first = TraceFile(path, {"clock": "sim"})
+    a = first.recorder("a")
+    a.arrived(Request("r1", (1, 2, 3)))
+    first.flush()
+    second = TraceFile(path, {"clock": "sim"})  # truncates it, as a second run does
+    b = second.recorder("b")
+    b.arrived(Request("r2", (1, 2)))
+    for i in range(5):
+        a.arrived(Request(f"more{i}", (1,)))
+    with pytest.raises(OSError, match="another writer"):
+        first.flush()
+    second.flush()
+    names = {e["args"].get("name") for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "M"}
+    assert "b" in names and "a" not in names and "more0" not in names

@@ -440,11 +440,16 @@ def test_bench_names_the_flag_of_too_many_requests_in_one_line(capsys):
 
 @pytest.mark.parametrize(
     "flag, what",
-    [("--trace-out", "a dependency trace (--trace-out)"), ("--round-trace", "a round trace (--round-trace)")],
+    [
+        ("--trace-out", "a dependency trace (--trace-out)"),
+        ("--round-trace", "a round trace (--round-trace)"),
+        ("--json", "a JSON document over several lines, as --json writes"),
+    ],
 )
 def test_bench_s_other_traces_given_as_a_workload_trace_say_what_they_are(tmp_path, flag, what):
     # the dependency trace (bench --trace-out) given to --trace was "not valid JSON (Expecting
-    # value)", of a file that is valid JSON; a round trace's first line, "unknown field 'blocked'"
+    # value)", of a file that is valid JSON; a round trace's first line, "unknown field 'blocked'";
+    # bench's --json, "not valid JSON (Expecting property name enclosed in double quotes)"
     from radixflow.cli import main
 
     path = tmp_path / "other.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int, warn
-from radixflow.options.flags import add_engine_flags, path_arg
+from radixflow.options.flags import add_engine_flags, file_path_arg, path_arg
 from radixflow.workloads.candidates import ARRIVALS, MIN_RATE, ORDERS, WorkloadSpec
 
 MAX_REPEAT = 1000
@@ -46,20 +46,20 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     )
     io.add_argument(
         "--write-trace",
-        type=path_arg,
+        type=file_path_arg,
         metavar="PATH",
         help="write the workload to this JSONL trace (-: standard output; default: not written)",
     )
     io.add_argument(
         "--json",
-        type=path_arg,
+        type=file_path_arg,
         metavar="PATH",
         help="write the results as strict JSON here (-: standard output, the table then going to "
         "standard error; default: not written)",
     )
     io.add_argument(
         "--round-trace",
-        type=path_arg,
+        type=file_path_arg,
         metavar="PATH",
         help="write every round of every policy and trial (--repeat), a rolled-back one with its error, as "
         "JSONL here (-: standard output; default: not written)",

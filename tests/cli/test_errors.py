@@ -657,6 +657,26 @@ def test_an_output_that_ends_in_a_slash_is_refused_not_written_as_a_file(
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize(
+    "command, flag",
+    [
+        (["bench", "--groups", "1", "--candidates", "1"], "--json"),
+        (["bench", "--groups", "1", "--candidates", "1"], "--round-trace"),
+        (["bench", "--groups", "1", "--candidates", "1"], "--write-trace"),
+        (["calibrate", "--model", "lfm2-tiny", "--held-out", "1", "--repeats", "1"], "--out"),
+    ],
+    ids=["json", "round-trace", "write-trace", "calibrate"],
+)
+def test_every_output_file_that_ends_in_a_slash_is_refused_before_the_run(tmp_path, capsys, command, flag):
+    # `bench --json results/` (results/ not made yet) ran, then wrote the report to a file named
+    # `results`; `calibrate --out results/` timed for minutes, then did the same
+    out = f"{tmp_path}/results/"
+    err = one_line_error(capsys, [*command, flag, out])
+    said = f"{flag}: must be a file path, got {out!r} (a directory: name a file in it)"
+    assert err.startswith("radixflow: error: ") and err.endswith(said)
+    assert not (tmp_path / "results").exists()
+
+
 PROFILE = Path(__file__).parents[2] / "experiments" / "profiles" / "cpu.json"
 
 

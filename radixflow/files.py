@@ -19,6 +19,15 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def file_path_problem(text: str) -> str | None:
+    """Why ``text``, a path a user gives (a flag, a TOML key, an option), cannot name a file to
+    write (None: it can): one that ends in a separator names a directory, which `Path` would
+    drop, writing a file of the directory's name. The one rule for every output file."""
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        return f"must be a file path, got {text!r} (a directory: name a file in it)"
+    return None
+
+
 def write_whole(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader, or a run cut short (Ctrl-C, a full disk), finds
     the old file or the whole new one, never part of it: into a temporary file beside it, then

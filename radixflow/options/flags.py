@@ -17,6 +17,7 @@ from typing import Any
 
 from radixflow.costmodel.hardware.profiles import ProfileError, resolve_hardware
 from radixflow.engine.clocks import spin_warning
+from radixflow.files import file_path_problem
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
@@ -53,10 +54,9 @@ def file_path_arg(text: str) -> Path:
     """argparse type: the path of a file to write (`path_arg`). One that ends in a separator
     names a directory, which `Path` would drop, writing a file of the directory's name."""
     path = path_arg(text)
-    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
-        raise argparse.ArgumentTypeError(
-            f"must be a file path, got {text!r} (a directory: name a file in it)"
-        )
+    problem = file_path_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return path
 
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixflow.files import file_path_problem
 from radixflow.problems import Problem
 
 # Python bookkeeping per KV block or state slot (id pools, tree nodes, block tables). Measured
@@ -106,6 +107,8 @@ def output_problem(name: str, value: str | None) -> Problem | None:
     if value == "-":  # elsewhere standard output; a file of that name would surprise
         why = "the file is rewritten in place as it grows; give a path (./- for a file named -)"
         return Problem(name, f"- (standard output) cannot hold the trace: {why}")
+    if (problem := file_path_problem(value)) is not None:  # "traces/": never a file named traces
+        return Problem(name, problem)
     path = Path(value)
     if path.is_dir():
         return Problem(name, f"{value} is a directory")

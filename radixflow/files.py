@@ -19,6 +19,25 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+STDOUT = "-"  # standard output, wherever an output can go there; refused by one that cannot
+
+
+def user_path(text: str) -> Path:
+    """``text``, a path a user gave, as a `Path`; ``./-`` (a file named ``-``) kept apart from
+    `STDOUT`, which `Path`, dropping the ``./``, would make it."""
+    path = Path(text)
+    return Path.cwd() / path if str(path) == STDOUT and text != STDOUT else path
+
+
+def stdout_problem(text: str, holds: str) -> str | None:
+    """Why ``text`` cannot be given to an output that cannot go to standard output (``holds``:
+    what it holds, and why not): `STDOUT`, which the others take as standard output, never
+    writes a file or directory of that name (None: it is not ``-``)."""
+    if text != STDOUT:
+        return None
+    return f"- (standard output) cannot hold {holds}; give a path (./- for one named -)"
+
+
 def file_path_problem(text: str) -> str | None:
     """Why ``text``, a path a user gives (a flag, a TOML key, an option), cannot name a file to
     write (None: it can): one that ends in a separator names a directory, which `Path` would

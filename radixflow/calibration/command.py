@@ -16,7 +16,7 @@ from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_b
 from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, save_profile
 from radixflow.engine.clocks import ROUND_CLOCKS
-from radixflow.options.flags import file_path_arg, parse_int
+from radixflow.options.flags import file_path_arg, not_stdout, parse_int
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -37,7 +37,11 @@ HELP = (
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
-    c.add_argument("--out", type=file_path_arg, help="profile file to write (default: profile-<device>.json)")
+    c.add_argument(
+        "--out",
+        type=not_stdout(file_path_arg, "the profile: it is a file for --hardware to read"),
+        help="profile file to write (default: profile-<device>.json)",
+    )
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
     c.add_argument("--repeats", type=parse_int, default=5, help="timings per batch shape (see --keep)")
     c.add_argument(

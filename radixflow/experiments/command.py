@@ -27,7 +27,7 @@ from radixflow.experiments.execute import (
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.report import other_code_note
 from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
-from radixflow.options.flags import add_engine_flags, from_args, parse_int, path_arg
+from radixflow.options.flags import add_engine_flags, from_args, not_stdout, parse_int, path_arg
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import Problem, ProblemError, counted
 
@@ -51,7 +51,11 @@ HELP = (
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("config", type=path_arg, help="experiment config (TOML), e.g. experiments/paper.toml")
-    e.add_argument("--out", type=path_arg, help="output directory (default: results/<experiment name>)")
+    e.add_argument(
+        "--out",
+        type=not_stdout(path_arg, "the results: --out is a directory"),
+        help="output directory (default: results/<experiment name>)",
+    )
     e.add_argument("--ray", action="store_true", help="run cells as Ray tasks (a local instance by default)")
     e.add_argument("--ray-address", help="address of an existing Ray cluster (implies --ray)")
     e.add_argument(

@@ -17,7 +17,7 @@ from typing import Any
 
 from radixflow.costmodel.hardware.profiles import ProfileError, resolve_hardware
 from radixflow.engine.clocks import spin_warning
-from radixflow.files import file_path_problem
+from radixflow.files import file_path_problem, stdout_problem, user_path
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
@@ -47,7 +47,7 @@ def path_arg(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} contains a NUL character")
     if not text:
         raise argparse.ArgumentTypeError("must be a path, got an empty string")
-    return Path(text)
+    return user_path(text)
 
 
 def file_path_arg(text: str) -> Path:
@@ -58,6 +58,19 @@ def file_path_arg(text: str) -> Path:
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return path
+
+
+def not_stdout(parse: Callable[[str], Path], holds: str) -> Callable[[str], Path]:
+    """argparse type: ``parse``, with ``-`` refused (`stdout_problem`): an output that cannot go to
+    standard output, which holds ``holds``."""
+
+    def checked(text: str) -> Path:
+        problem = stdout_problem(text, holds)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return parse(text)
+
+    return checked
 
 
 def parse_int(text: str) -> int:

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from radixflow.files import file_path_problem
+from radixflow.files import file_path_problem, stdout_problem
 from radixflow.problems import Problem
 
 # Python bookkeeping per KV block or state slot (id pools, tree nodes, block tables). Measured
@@ -104,9 +104,9 @@ def output_problem(name: str, value: str | None) -> Problem | None:
     nothing (the doors open the file before any work)."""
     if value is None:
         return None
-    if value == "-":  # elsewhere standard output; a file of that name would surprise
-        why = "the file is rewritten in place as it grows; give a path (./- for a file named -)"
-        return Problem(name, f"- (standard output) cannot hold the trace: {why}")
+    rewritten = "the trace: the file is rewritten in place as it grows"
+    if (problem := stdout_problem(value, rewritten)) is not None:
+        return Problem(name, problem)
     if (problem := file_path_problem(value)) is not None:  # "traces/": never a file named traces
         return Problem(name, problem)
     path = Path(value)

@@ -84,6 +84,19 @@ def test_bench_writes_an_output_given_as_dash_to_standard_output(tmp_path, monke
     assert "native" in err  # the table
 
 
+@pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace"])
+def test_bench_writes_an_output_given_as_dot_slash_dash_to_a_file_named_dash(
+    tmp_path, monkeypatch, capsys, flag
+):
+    # `--json ./-` (the way to name a file called "-") was read as `-`, `Path` dropping its
+    # "./": the output went to standard output and no file was written
+    monkeypatch.chdir(tmp_path)
+    assert main([*SMALL_BENCH, "--policy", "native", flag, "./-"]) == 0
+    out, _ = capsys.readouterr()
+    assert (tmp_path / "-").read_text().endswith("\n")
+    assert "native" in out and not out.startswith("{")  # the table, on standard output
+
+
 def test_bench_refuses_two_outputs_to_standard_output(capsys):
     assert main([*SMALL_BENCH, "--json", "-", "--round-trace", "-"]) == 2
     err = capsys.readouterr().err.strip()

@@ -420,6 +420,24 @@ def test_a_trace_out_of_dash_is_refused_not_written_to_a_file_named_dash(
     assert not (tmp_path / "-").exists()
 
 
+# `calibrate --out -` wrote a file named "-" (and told the user to run `--hardware -`), and
+# `experiment --out -` made a directory named "-", where every other output takes "-" as standard
+# output: neither can go there, so "-" is refused, as for --trace-out
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["calibrate", "--model", "lfm2-tiny", "--out", "-"], "--out: - (standard output) cannot hold the"),
+        (["experiment", "x.toml", "--out", "-"], "--out: - (standard output) cannot hold"),
+    ],
+    ids=["calibrate", "experiment"],
+)
+def test_an_output_that_cannot_go_to_standard_output_refuses_dash(capsys, tmp_path, monkeypatch, argv, said):
+    monkeypatch.chdir(tmp_path)  # x.toml does not exist: refused before it is read
+    line = one_line_error(capsys, argv)
+    assert line.startswith(f"radixflow: error: {said}") and "./- for " in line, line
+    assert not (tmp_path / "-").exists()
+
+
 # the table went through rich's console, whose own broken-pipe handling exited 1 (a failure)
 @pytest.mark.parametrize("output", [["--json"], []], ids=["json", "table"])
 def test_a_reader_that_leaves_early_ends_the_command_quietly(output):

@@ -22,10 +22,17 @@ T = TypeVar("T")
 STDOUT = "-"  # standard output, wherever an output can go there; refused by one that cannot
 
 
+def expand_home(text: str) -> str:
+    """``text``, a path a user gave, with a leading ``~`` as the home directory: as the shell
+    expands it (but not in ``--flag=~/x``, a TOML key or a Python option), and as a model path is
+    read. Anything else as it is (a trailing separator kept, for `file_path_problem`)."""
+    return os.path.expanduser(text)
+
+
 def user_path(text: str) -> Path:
-    """``text``, a path a user gave, as a `Path`; ``./-`` (a file named ``-``) kept apart from
-    `STDOUT`, which `Path`, dropping the ``./``, would make it."""
-    path = Path(text)
+    """``text``, a path a user gave, as a `Path` (`expand_home`); ``./-`` (a file named ``-``)
+    kept apart from `STDOUT`, which `Path`, dropping the ``./``, would make it."""
+    path = Path(expand_home(text))
     return Path.cwd() / path if str(path) == STDOUT and text != STDOUT else path
 
 

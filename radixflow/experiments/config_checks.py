@@ -18,6 +18,7 @@ from typing import Any
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.files import expand_home
 from radixflow.models.zoo import model_names
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
@@ -200,7 +201,7 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
         return value  # a wrong type or an empty name is reported with the other checks
     if "\x00" in value:
         raise fail(origin, key, f"{value!r} contains a NUL character")
-    path = (base / value).resolve()
+    path = (base / expand_home(value)).resolve()  # "~/p.json", as a model path is read
     try:
         resolve_hardware(str(path))
     except ProfileError as e:

@@ -23,6 +23,7 @@ from radixflow.costmodel.hardware.profiles import (
 )
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.clocks import ROUND_CLOCKS
+from radixflow.files import expand_home
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.sizes import size_problem
 from radixflow.options.spec import checked, fields_problem, option
@@ -46,6 +47,7 @@ MAX_SEED = 2**64 - 1
 RUNNERS = ("sim", "torch")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # resolved per device: models/device.py
 KERNELS = ("auto", "native", "torch")  # resolved per device and dtype: models/kernels/backend.py
+PATH_OPTIONS = ("hardware", "trace_out")  # options that may name a file (`expand_home`)
 
 
 def _scheduler_default(name: str) -> Any:
@@ -288,6 +290,14 @@ class EngineOptions:
     )
 
     # ------------------------------------------------------------------ construction
+    def __post_init__(self) -> None:
+        # a file's leading ~ is the home directory at every door (LLM(...), TOML, --flag=~/x,
+        # which no shell expands), as a model path's is where the loader reads it
+        for name in PATH_OPTIONS:
+            value = getattr(self, name)
+            if isinstance(value, str):  # a wrong type is the type check's to refuse
+                object.__setattr__(self, name, expand_home(value))
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> EngineOptions:
         """Options from a mapping (a TOML cell, `LLM(**kwargs)`): keys are field names, values must

@@ -988,6 +988,20 @@ def test_a_model_directory_is_relative_to_the_config_as_a_profile_file_is(tmp_pa
     assert cell.settings["model"] == str((tmp_path / "exp" / "ck").resolve())
 
 
+def test_a_profile_file_under_home_is_found_in_a_config(tmp_path: Path, monkeypatch):
+    # hardware = "~/p.json" was read as a folder named "~" beside the config: "cannot read"
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    save_profile(HARDWARE["h200"], tmp_path / "home" / "p.json")
+    path = tmp_path / "exp" / "t.toml"
+    path.parent.mkdir()
+    path.write_text(ONE_CELL.replace('hardware = "h200"', 'hardware = "~/p.json"'))
+    (cell,) = load_config(path).cells
+    assert cell.settings["hardware"] == str(tmp_path / "home" / "p.json")
+
+
 def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: Path, monkeypatch):
     path = _checkpoint_config(tmp_path)
     _checkpoint(tmp_path / "elsewhere" / "ck2")

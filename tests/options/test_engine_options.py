@@ -132,3 +132,15 @@ def test_a_trace_out_that_ends_in_a_slash_is_refused_at_every_door(tmp_path):
     assert problem is not None and problem.param == "trace_out", problem
     assert problem.message == f"must be a file path, got {given!r} (a directory: name a file in it)"
     assert EngineOptions(trace_out=f"{tmp_path}/traces").validate() is None
+
+
+def test_a_profile_file_and_a_trace_out_under_home_are_read_with_the_tilde_expanded(tmp_path, monkeypatch):
+    # LLM(hardware="~/p.json") was "unknown hardware ...: not one of h100, h200, cpu", and
+    # trace_out="~/t.json" "directory ~ does not exist", where a model path's ~ is the home directory
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    save_profile(HARDWARE["h200"], tmp_path / "p.json")
+    options = EngineOptions(hardware="~/p.json", trace_out="~/t.json")
+    assert options.validate() is None
+    assert (options.hardware, options.trace_out) == (str(tmp_path / "p.json"), str(tmp_path / "t.json"))

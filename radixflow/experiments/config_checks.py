@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Hashable
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.files import expand_home
+from radixflow.files import STDOUT, expand_home
 from radixflow.models.zoo import model_names
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
@@ -207,6 +208,16 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     except ProfileError as e:
         raise fail(origin, key, str(e)) from None
     return str(path)
+
+
+def output_path(value: Any, base: Path) -> Any:
+    """A file a cell writes (``trace_out``) named relative to the config, as an absolute path, as
+    the files it reads are (`profile_path`): not the current directory's, which changes with where
+    the command runs. Joined, not resolved, so a trailing separator stays for the options' check
+    to refuse; ``-`` and a wrong type or empty name as they are, for the same check."""
+    if not isinstance(value, str) or not value.strip() or value == STDOUT:
+        return value
+    return os.path.join(os.path.abspath(base), expand_home(value))
 
 
 def model_path(value: Any, base: Path) -> Any:

@@ -123,6 +123,7 @@ def _validate_cell(
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
         s[key] = checks.profile_path(s[key], origin, loc(key), base)
     s["model"] = checks.model_path(s["model"], base)  # a checkpoint directory: relative to the config too
+    s["trace_out"] = checks.output_path(s["trace_out"], base)  # and a file it writes
     for key, (spec, default) in EXPERIMENT_KEYS.items():
         problem = check_value(key, s[key], spec, default is None)
         if problem is not None:
@@ -284,7 +285,7 @@ def parse_config(
         for cell in grid.cells():
             checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans, device)
             cells.append(checked)
-            checks.trace_once(cell.settings["trace_out"], origin, grid.loc("trace_out"), traces)
+            checks.trace_once(checked.settings["trace_out"], origin, grid.loc("trace_out"), traces)
             idle = ineffective(checked.settings, checked.workload, has_recurrent, overridden)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:

@@ -1002,6 +1002,23 @@ def test_a_profile_file_under_home_is_found_in_a_config(tmp_path: Path, monkeypa
     assert cell.settings["hardware"] == str(tmp_path / "home" / "p.json")
 
 
+def test_a_trace_out_is_relative_to_the_config_as_every_file_it_names(tmp_path: Path, monkeypatch):
+    # a relative trace_out was written in the current directory (the docs: a file a cell names by
+    # a relative path is found beside the config, wherever the command runs), and "~/t.json" in
+    # a folder named "~" there
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    expected_at = {"t.json": tmp_path / "exp" / "t.json", "~/t.json": tmp_path / "home" / "t.json"}
+    for given, expected in expected_at.items():
+        path = tmp_path / "exp" / "t.toml"
+        path.write_text(ONE_CELL + f'trace_out = "{given}"\n')
+        (cell,) = load_config(path).cells
+        assert cell.settings["trace_out"] == str(expected), given
+
+
 def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: Path, monkeypatch):
     path = _checkpoint_config(tmp_path)
     _checkpoint(tmp_path / "elsewhere" / "ck2")

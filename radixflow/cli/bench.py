@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
         check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)
     if args.write_trace is not None:
-        _write_text(args.write_trace, trace_text(work))
+        _write_text("--write-trace", args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES
     runs = _run(args, setup, requests, names)
     config = config_dict(
@@ -93,7 +93,7 @@ def _run(
     with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
         runs = _run_all(args, setup, requests, names)
     if setup.options.trace_out is not None:
-        _write(Path(setup.options.trace_out), lambda _: setup.flush_trace())
+        _write("--trace-out", Path(setup.options.trace_out), lambda _: setup.flush_trace())
     return runs
 
 
@@ -120,14 +120,15 @@ def _run_all(
     return runs
 
 
-def _write(path: Path, write: object) -> None:
-    """Write an output file; a failure this late (disk full, file removed) is one line, not a traceback."""
+def _write(flag: str, path: Path, write: object) -> None:
+    """Write ``flag``'s output file; a failure this late (disk full, file removed) is one line
+    naming the flag and the path, not a traceback."""
     try:
         write(path)  # type: ignore[operator]
     except BrokenPipeError:  # the reader of /dev/stdout left early: as with stdout, not an error
         raise
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
 
 
 def _is_stdout(path: Path | None) -> bool:
@@ -142,19 +143,19 @@ def _to_stdout(outputs: dict[str, Path | None]) -> str | None:
     return flags[0] if flags else None
 
 
-def _write_text(path: Path, text: str) -> None:
-    """``text`` to standard output for ``-``, else written whole to the file at ``path``."""
+def _write_text(flag: str, path: Path, text: str) -> None:
+    """``text`` to standard output for ``-``, else written whole to ``flag``'s file at ``path``."""
     if _is_stdout(path):
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        _write(path, lambda p: write_whole(p, text))
+        _write(flag, path, lambda p: write_whole(p, text))
 
 
 def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     if args.json is not None:
         # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
-        _write_text(args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+        _write_text("--json", args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
     if args.round_trace is not None:  # rolled-back rounds too: their "error" says why they failed
         lines = [
             json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
@@ -162,7 +163,7 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
             for trial, t in enumerate(run.trial_runs(), 1)
             for rec in t.every_round()
         ]
-        _write_text(args.round_trace, "".join(line + "\n" for line in lines))
+        _write_text("--round-trace", args.round_trace, "".join(line + "\n" for line in lines))
 
 
 def _exit_code(runs: list[PolicyRun]) -> int:

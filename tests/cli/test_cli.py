@@ -236,7 +236,23 @@ def test_a_trace_the_disk_refuses_while_running_is_one_line_and_exit_2(tmp_path,
     path = tmp_path / "t.json"
     assert main([*SMALL_BENCH, "--policy", "native", "--trace-out", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"radixflow: error: cannot write {path}: No space left on device"
+    assert err[-1] == f"radixflow: error: cannot write --trace-out {path}: No space left on device"
+
+
+@pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace"])
+def test_an_output_the_disk_refuses_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flag):
+    # the line named the path alone ("cannot write out.json: ..."), where every other output's
+    # failure names its flag: with three outputs of one kind, which one failed?
+    import errno
+
+    def full_disk(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("radixflow.cli.bench.write_whole", full_disk)
+    path = tmp_path / "out"
+    assert main([*SMALL_BENCH, "--policy", "native", flag, str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"radixflow: error: cannot write {flag} {path}: No space left on device"
 
 
 def test_exit_1_and_null_figures_when_no_request_completes(tmp_path, capsys):
@@ -332,7 +348,8 @@ def test_a_json_output_that_cannot_be_written_whole_leaves_the_old_file_as_it_wa
         preexec_fn=_small_files(1000),
     )
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1].startswith(f"radixflow: error: cannot write {out}:"), proc.stderr
+    said = f"radixflow: error: cannot write --json {out}:"
+    assert proc.stderr.splitlines()[-1].startswith(said), proc.stderr
     assert json.loads(out.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left behind
 

@@ -174,14 +174,18 @@ def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, .
         raise fail(origin, key, f"must be >= 0, got {value!r}")
 
 
-def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None:
+def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str], reads: dict[Path, str]) -> None:
     """A trace file is one cell's (``trace_out``, one path a cell): every cell writes its trace
     whole, so a second cell writing the same file replaced the first's without a word. ``taken``
-    maps the files seen so far to the key that set them and gains this one. The file is opened
-    (and removed again if new) so one that cannot be written is refused before any cell runs."""
+    maps the files seen so far to the key that set them and gains this one; ``reads`` maps the
+    files the cell reads (`cell_reads`) to what names them, which its trace would replace. The
+    file is opened (and removed again if new) so one that cannot be written is refused before
+    any cell runs."""
     if not isinstance(path, str):
         return  # None: no trace (a wrong type is reported with the other checks)
     resolved = Path(path).resolve()
+    if resolved in reads:
+        raise fail(origin, key, f"cannot write {path}: the same file as {reads[resolved]}")
     if resolved in taken:
         why = f"{path!r} would hold the trace of more than one cell (also set by {taken[resolved]})"
         raise fail(origin, key, f"{why}, each replacing the last's: set it in a grid of one cell")
@@ -194,6 +198,17 @@ def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str]) -> None
         raise fail(origin, key, f"cannot write {path}: {e.strerror or e}") from None
     if not existed:
         resolved.unlink(missing_ok=True)
+
+
+def cell_reads(settings: dict[str, Any], origin: str) -> dict[Path, str]:
+    """The files a checked cell reads, resolved, to what names them: the config (``origin``,
+    where it is a file) and its profile files (`PROFILE_KEYS`, absolute by now)."""
+    reads = {Path(origin).resolve(): "the config"} if Path(origin).is_file() else {}
+    for key in PROFILE_KEYS:
+        value = settings.get(key)
+        if isinstance(value, str) and value not in HARDWARE:
+            reads[Path(value).resolve()] = key
+    return reads
 
 
 def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:

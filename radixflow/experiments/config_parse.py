@@ -285,7 +285,8 @@ def parse_config(
         for cell in grid.cells():
             checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans, device)
             cells.append(checked)
-            checks.trace_once(checked.settings["trace_out"], origin, grid.loc("trace_out"), traces)
+            reads = checks.cell_reads(checked.settings, origin)
+            checks.trace_once(checked.settings["trace_out"], origin, grid.loc("trace_out"), traces, reads)
             idle = ineffective(checked.settings, checked.workload, has_recurrent, overridden)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:

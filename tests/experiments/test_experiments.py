@@ -1019,6 +1019,24 @@ def test_a_trace_out_is_relative_to_the_config_as_every_file_it_names(tmp_path: 
         assert cell.settings["trace_out"] == str(expected), given
 
 
+@pytest.mark.parametrize("given, named", [("t.toml", "the config"), ("p.json", "hardware")])
+def test_a_trace_out_that_names_a_file_the_cell_reads_is_refused_and_the_file_kept(
+    tmp_path: Path, given: str, named: str
+):
+    # trace_out = "p.json" beside hardware = "p.json" (or the config itself) passed, and the cell's
+    # trace then replaced the profile (or the config), where `bench --hardware p.json --trace-out
+    # p.json` is refused
+    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+
+    save_profile(HARDWARE["h200"], tmp_path / "p.json")
+    path = tmp_path / "t.toml"
+    path.write_text(ONE_CELL.replace('hardware = "h200"', 'hardware = "p.json"') + f'trace_out = "{given}"\n')
+    before = {p: p.read_bytes() for p in (path, tmp_path / "p.json")}
+    with pytest.raises(ExperimentConfigError, match=rf"trace_out: .*{given}.*the same file as {named}"):
+        load_config(path)
+    assert {p: p.read_bytes() for p in before} == before
+
+
 def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: Path, monkeypatch):
     path = _checkpoint_config(tmp_path)
     _checkpoint(tmp_path / "elsewhere" / "ck2")

@@ -114,18 +114,18 @@ def _check_out(out: Path) -> None:
     """Refuse, before any cell runs, an output directory the run cannot write: these failed as
     tracebacks, at its mkdir or at results.json once every cell had run."""
     if out.exists() and not out.is_dir():
-        raise ExperimentUsageError(f"cannot write to {out}: it is a file")
+        raise ExperimentUsageError(f"cannot write --out {out}: it is a file")
     if (out / CELLS_DIR).exists() and not (out / CELLS_DIR).is_dir():
-        raise ExperimentUsageError(f"cannot write to {out}: {CELLS_DIR} in it is a file")
+        raise ExperimentUsageError(f"cannot write --out {out}: {CELLS_DIR} in it is a file")
     for name in WRITTEN:
         if (out / name).is_dir():
-            raise ExperimentUsageError(f"cannot write to {out}: {name} in it is a directory")
+            raise ExperimentUsageError(f"cannot write --out {out}: {name} in it is a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ExperimentUsageError(f"cannot write to {out}: {e.strerror or e}") from None
+        raise ExperimentUsageError(f"cannot write --out {out}: {e.strerror or e}") from None
     if not os.access(out, os.W_OK):
-        raise ExperimentUsageError(f"cannot write to {out}: {os.strerror(errno.EACCES)}")
+        raise ExperimentUsageError(f"cannot write --out {out}: {os.strerror(errno.EACCES)}")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

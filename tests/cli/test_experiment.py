@@ -484,13 +484,14 @@ def _occupied(name: str, directory: bool):
     ids=["below-a-file", "cells-is-a-file", "results-is-a-dir", "report-is-a-dir"],
 )
 def test_an_output_directory_that_cannot_be_written_is_one_line_before_any_cell_runs(tmp_path, capsys, make):
-    # each reached os calls as a traceback: mkdir, or writing results.json after every cell ran
+    # each reached os calls as a traceback: mkdir, or writing results.json after every cell ran;
+    # then the line named the directory but not the flag, where every other output's names both
     config = tmp_path / "c.toml"
     config.write_text(CONFIG)
     out = make(tmp_path)
     code, err = _run(["experiment", str(config), "--out", str(out)], capsys)
     line = _one_error_line(err)
-    assert code == 2 and line.startswith(f"radixflow: error: cannot write to {out}"), line
+    assert code == 2 and line.startswith(f"radixflow: error: cannot write --out {out}: "), line
     assert not (out / "cells").is_dir()  # refused before any cell ran
 
 

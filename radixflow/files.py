@@ -54,6 +54,17 @@ def file_path_problem(text: str) -> str | None:
     return None
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why no file can be made at ``path`` for want of its directory (None: there is one): it
+    does not exist, or it is a file (``notes.txt/out.json``), which "does not exist" misnamed."""
+    folder = path.parent
+    if folder.is_dir():
+        return None
+    if folder.exists():
+        return f"{folder} is {'a file' if folder.is_file() else 'not a directory'}, not a directory"
+    return f"directory {folder} does not exist"
+
+
 def write_whole(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader, or a run cut short (Ctrl-C, a full disk), finds
     the old file or the whole new one, never part of it: into a temporary file beside it, then

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
+from radixflow.files import folder_problem
 from radixflow.options import EngineOptions
 from radixflow.options.flags import (
     clock_warnings,
@@ -114,8 +115,8 @@ def _probe_writable(flag: str, path: Path) -> None:
     if path.is_dir():
         raise UsageError(f"cannot write {flag} {path}: it is a directory")
     real = _real(path)  # a link's target is the file written (and its directory the one needed)
-    if not real.parent.is_dir():
-        raise UsageError(f"cannot write {flag} {path}: directory {real.parent} does not exist")
+    if (problem := folder_problem(real)) is not None:
+        raise UsageError(f"cannot write {flag} {path}: {problem}")
     existed = path.exists()
     try:
         with open(path, "a"):

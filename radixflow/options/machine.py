@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from radixflow.files import file_path_problem, stdout_problem
+from radixflow.files import file_path_problem, folder_problem, stdout_problem
 from radixflow.problems import Problem
 
 # Python bookkeeping per KV block or state slot (id pools, tree nodes, block tables). Measured
@@ -115,6 +115,6 @@ def output_problem(name: str, value: str | None) -> Problem | None:
     if path.exists() and not path.is_file():  # /dev/null cannot be truncated; a pipe cannot seek
         why = "the trace is rewritten in place as it grows, which a device or a pipe cannot hold"
         return Problem(name, f"{value} is not a regular file: {why}")
-    if not path.resolve().parent.is_dir():
-        return Problem(name, f"cannot write {value}: directory {path.parent} does not exist")
+    if (problem := folder_problem(path.resolve())) is not None:  # a link's target's directory
+        return Problem(name, f"cannot write {value}: {problem}")
     return None

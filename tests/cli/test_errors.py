@@ -169,6 +169,14 @@ def _writable(path: Path) -> bool:
         return False
 
 
+def test_an_output_under_a_file_says_that_file_is_not_a_directory(tmp_path, capsys):
+    # "directory .../notes.txt does not exist", where notes.txt exists: it is a file
+    (tmp_path / "notes.txt").write_text("")
+    out = tmp_path / "notes.txt" / "out.json"
+    err = one_line_error(capsys, ["bench", "--json", str(out)])
+    assert err.endswith(f"cannot write --json {out}: {tmp_path / 'notes.txt'} is a file, not a directory")
+
+
 def test_output_checks_leave_no_file_behind(tmp_path, capsys):
     out = tmp_path / "out.json"
     one_line_error(capsys, ["bench", "--json", str(out), "--groups", "100000000"])

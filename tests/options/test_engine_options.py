@@ -144,3 +144,11 @@ def test_a_profile_file_and_a_trace_out_under_home_are_read_with_the_tilde_expan
     options = EngineOptions(hardware="~/p.json", trace_out="~/t.json")
     assert options.validate() is None
     assert (options.hardware, options.trace_out) == (str(tmp_path / "p.json"), str(tmp_path / "t.json"))
+
+
+def test_a_trace_out_under_a_file_says_that_file_is_not_a_directory(tmp_path):
+    # "directory .../notes.txt does not exist", where notes.txt exists: it is a file
+    (tmp_path / "notes.txt").write_text("")
+    problem = EngineOptions(trace_out=str(tmp_path / "notes.txt" / "t.json")).validate()
+    assert problem is not None and problem.param == "trace_out", problem
+    assert problem.message.endswith(f"{tmp_path / 'notes.txt'} is a file, not a directory"), problem

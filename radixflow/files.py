@@ -95,7 +95,7 @@ def write_through(path: str | Path, write: Callable[[Path], T]) -> T:
     half-written one; nothing is renamed where ``write`` wrote nothing. Returns what ``write``
     returns; raises what it raises, the temporary file removed first."""
     target = Path(path).resolve()
-    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp{target.suffix}")
+    tmp = temporary_beside(target)
     try:
         made = write(tmp)
         if tmp.exists():
@@ -104,6 +104,25 @@ def write_through(path: str | Path, write: Callable[[Path], T]) -> T:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+NAME_MAX = 255  # bytes a file name may hold (Linux, macOS)
+
+
+def temporary_beside(target: Path) -> Path:
+    """``.STEM.PID.tmpSUFFIX`` beside ``target``, the suffix kept for writers that read the format
+    from it, the stem cut so the name stays within `NAME_MAX` bytes: a name near the limit, which
+    the up-front checks pass, made it too long, and the write failed once the run was done."""
+    suffix = _cut(target.suffix, NAME_MAX // 2)  # a "suffix" this long is no format
+    tail = f".{os.getpid()}.tmp{suffix}"
+    stem = _cut(target.stem, NAME_MAX - 1 - len(os.fsencode(tail)))
+    return target.with_name(f".{stem}{tail}")
+
+
+def _cut(text: str, size: int) -> str:
+    """``text``'s first ``size`` bytes as the file system holds them (a character cut in two
+    is bytes a name may hold all the same)."""
+    return os.fsdecode(os.fsencode(text)[:size])
 
 
 def synced_into_place(done: Path, target: Path) -> None:

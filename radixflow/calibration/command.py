@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -217,5 +218,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"worst median error {worst:.1%} ({verdict} the {ACCEPTABLE:.0%} target); profile written to {out}",
         **plain,
     )
-    console.print(f"use it with: radixflow bench --runner sim --hardware {out}", **plain)
+    # quoted as a shell reads it, so the command runs as pasted ("my p.json", "p[1].json")
+    console.print(f"use it with: radixflow bench --runner sim --hardware {shlex.quote(str(out))}", **plain)
     return 0

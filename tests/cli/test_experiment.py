@@ -208,14 +208,18 @@ def test_calibrate_in_bfloat16_stores_the_fit_a_bfloat16_runner_starts_from(tmp_
 
 
 def test_calibrate_names_its_output_as_given(tmp_path, capsys, zoo, monkeypatch):
-    # its closing lines were read as rich markup: --out "p[red].json" was shown as "p.json"
+    # its closing lines were read as rich markup: --out "p[red].json" was shown as "p.json"; and
+    # the command it suggests named the file unquoted, so "my p.json" pasted was two arguments
+    import shlex
+
     pytest.importorskip("torch")
     monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))  # the store too: no other test finds it
-    profile = tmp_path / "p[red].json"
+    profile = tmp_path / "my p[red].json"
     args = ["--max-tokens", "256", "--held-out", "2", "--repeats", "1", "--out", str(profile)]
     assert main(["calibrate", "--model", "lfm2-tiny", *args]) == 0
     shown = capsys.readouterr().out
-    assert f"profile written to {profile}" in shown and f"--hardware {profile}" in shown
+    assert f"profile written to {profile}" in shown
+    assert f"use it with: radixflow bench --runner sim --hardware {shlex.quote(str(profile))}\n" in shown
 
 
 @pytest.mark.parametrize("device", ["cuda:7", "foo", "meta"])

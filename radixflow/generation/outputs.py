@@ -87,7 +87,7 @@ class GenerationOutput:
 
     ``token_ids`` are all generated tokens (an end-of-sequence token that ended the request
     included); ``text`` is their text, special tokens left out unless asked for, cut before a stop
-    string, without the text of a stop token that ended it (as vLLM; both kept with
+    string, without the text of a stop or EOS token that ended it (as vLLM; both kept with
     ``include_stop_str_in_output``). ``logprobs`` has one entry per generated token when asked
     for (texts joined give ``text``); ``prompt_logprobs`` one per prompt token, the first None
     (nothing precedes it). ``cached_tokens``: prompt tokens served from the prefix cache.

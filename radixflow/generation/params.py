@@ -28,7 +28,8 @@ class SamplingParams(TokenSamplingParams):
     ``stop`` ends generation at the first occurrence of any of these strings in the generated
     text, which is cut just before it (as OpenAI does), or just after it with
     ``include_stop_str_in_output`` (vLLM's), which also keeps the text of a stop token
-    (``stop_token_ids``) that ended it, left out otherwise, as vLLM does; ``skip_special_tokens``
+    (``stop_token_ids``) or end-of-sequence token that ended it, left out otherwise (with
+    ``skip_special_tokens`` False too), as vLLM does; ``skip_special_tokens``
     leaves special tokens (an end-of-sequence token, for instance) out of the text. ``guided_choice`` (vLLM's)
     makes the output one of these strings, each generated as the tokenizer splits it alone
     (`tokenized` turns them into the engine's ``token_choices``). ``bad_words`` (vLLM's) are never

@@ -13,7 +13,6 @@ from radixflow.engine.engine import Engine
 from radixflow.generation.detokenize import Decoder, IncrementalDetokenizer, StopStrings, token_texts
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta, TokenLogprob
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import FinishReason
 
 
 class RequestTracker:
@@ -137,15 +136,14 @@ class RequestTracker:
         return len(self.text) - self._stops.held_back(self.text)
 
     def _stop_token_start(self) -> int:
-        """End of a done request's text: where the text of the stop token that ended it starts
-        (vLLM leaves that text out; its id stays in the output), unless it is asked for with
-        ``include_stop_str_in_output``. The scheduler checks stop tokens before anything else
-        that ends a request, so a last token that is one is what ended it."""
+        """End of a done request's text: where the text of the stop token or end-of-sequence
+        token that ended it starts (vLLM leaves that text out; its id stays in the output),
+        unless it is asked for with ``include_stop_str_in_output``. The scheduler says which
+        requests a token ended (`Request.stopped_by_token`): only it knows the model's EOS."""
         req, params = self.request, self.request.sampling
-        stopped = req.finish_reason is FinishReason.STOP and bool(req.output)
-        if not stopped or getattr(params, "include_stop_str_in_output", False):
+        if not req.stopped_by_token or getattr(params, "include_stop_str_in_output", False):
             return len(self.text)
-        if req.output[-1] not in params.stop_token_ids or len(self._ends) != len(req.output):
+        if len(self._ends) != len(req.output):
             return len(self.text)
         return self._ends[-2] if len(self._ends) > 1 else 0
 

@@ -51,6 +51,9 @@ class Request:
     output_logprobs: list[Sample] = field(default_factory=list)
     prompt_logprobs: PromptLogprobs = field(default_factory=PromptLogprobs)
     finish_reason: FinishReason | None = None
+    # its last output token ended it: a stop token or an end-of-sequence one (whose text a door
+    # leaves out, as vLLM does); only the scheduler knows which tokens the model's EOS are
+    stopped_by_token: bool = False
     first_token_s: float | None = None
     finish_s: float | None = None
     error: str | None = None

@@ -279,9 +279,9 @@ class Scheduler:
         req.output.append(sample.token)
         req.output_logprobs.append(sample)
         params = req.sampling
-        if sample.token in params.stop_token_ids:
-            return FinishReason.STOP
-        if sample.token in self.config.eos_token_ids and not params.ignore_eos:
+        eos = sample.token in self.config.eos_token_ids and not params.ignore_eos
+        if sample.token in params.stop_token_ids or eos:
+            req.stopped_by_token = True
             return FinishReason.STOP
         choices = params.open_choices
         if choices is not None and ends_the_output(choices, req.output):

@@ -119,6 +119,25 @@ def test_a_stop_tokens_text_is_left_out_of_the_text_as_vllm_leaves_it_out(llm, b
     assert tracker.output().text == out.text
 
 
+@pytest.mark.parametrize("include", [False, True])
+def test_the_eos_tokens_text_is_left_out_when_special_tokens_are_kept(llm, include):
+    # with skip_special_tokens=False the end-of-sequence token that ended the request showed its
+    # text ("<|im_end|>") in `text`; vLLM leaves it out, as a stop token's, unless
+    # include_stop_str_in_output
+    (eos, *_) = llm.engine.runner.model.eos_token_ids
+    params = SamplingParams(
+        max_tokens=3, allowed_token_ids=(eos,), skip_special_tokens=False, include_stop_str_in_output=include
+    )
+    (out,) = llm.generate(PROMPTS[2], params)
+    assert out.token_ids == (eos,) and out.finish_reason == "stop"
+    assert out.text == (llm.tokenizer.decode([eos], skip_special_tokens=False) if include else "")
+    assert out.logprobs is None
+    # an EOS token that did not end it (ignore_eos) is text like any other
+    (on,) = llm.generate(PROMPTS[2], replace(params, ignore_eos=True, include_stop_str_in_output=False))
+    assert on.token_ids == (eos,) * 3
+    assert on.text == llm.tokenizer.decode([eos] * 3, skip_special_tokens=False)
+
+
 def test_guided_choice_generates_one_of_the_strings_the_model_likes_best(llm):
     prompt = llm.tokenizer.encode(PROMPTS[1])
     letters = ("x", "y", "z", "q")

@@ -15,9 +15,6 @@ from rich.text import Text
 from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
-    float_arg,
-    int_arg,
-    non_negative_int,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -27,7 +24,6 @@ from radixflow.generation.params import MAX_CHOICES, SamplingParams
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
 from radixflow.problems import ProblemError, counted, flag
 from radixflow.progress import LoggedProgress, RequestBar
-from radixflow.scheduler.sampling import MAX_LOGPROBS
 
 if TYPE_CHECKING:
     from radixflow.generation.outputs import GenerationOutput
@@ -36,6 +32,8 @@ DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each p
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # the sampling flags are parsed as numbers only: their ranges are `SamplingParams.problem`'s,
+    # the one check every door runs, so a flag is refused in the API's words (named as the flag)
     add_engine_flags(p, model_positional=True)
     g = p.add_argument_group("generation")
     g.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
@@ -44,27 +42,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-tokens",
-        type=non_negative_int,
+        type=parse_int,
         default=None,
         help=f"tokens to generate per prompt (default {DEFAULT_MAX_TOKENS}, or --min-tokens if more, capped "
         "to the room the prompt leaves in the model context and the cache; one given is never capped)",
     )
     g.add_argument(
         "--min-tokens",
-        type=non_negative_int,
+        type=parse_int,
         default=0,
         help="tokens before EOS, a stop token or string may end it",
     )
     g.add_argument(
         "--n",
-        type=int_arg(low=1, high=MAX_CHOICES),
+        type=parse_int,
         default=1,
-        help="choices per prompt (they share the prompt in the cache; with --seed each has its own stream)",
+        help=f"choices per prompt, 1 to {MAX_CHOICES} (they share the prompt in the cache; with --seed each "
+        "has its own stream)",
     )
-    g.add_argument("--temperature", type=float_arg(), default=0.0, help="0 (or below 1e-5) is greedy")
+    g.add_argument("--temperature", type=parse_float, default=0.0, help="0 (or below 1e-5) is greedy")
     g.add_argument(
         "--top-p",
-        type=float_arg(high=1.0, positive=True),
+        type=parse_float,
         default=1.0,
         help="in (0, 1]: sample from the likeliest tokens whose probability reaches it; 1 is no cut",
     )
@@ -118,14 +117,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
     g.add_argument(
         "--logprobs",
-        type=int_arg(high=MAX_LOGPROBS),
+        type=parse_int,
         default=None,
         metavar="K",
         help="each generated token's logprob and top K (the sum is printed; all with --json)",
     )
     g.add_argument(
         "--prompt-logprobs",
-        type=int_arg(high=MAX_LOGPROBS),
+        type=parse_int,
         default=None,
         metavar="K",
         help="score the prompt: each token's logprob, rank and top K (the sum is printed; all with --json)",

@@ -201,7 +201,6 @@ def test_output_path_equal_to_the_input_trace_is_refused(tmp_path, capsys):
     assert "the same file as --trace" in err
 
 
-
 def test_a_checkpoint_file_given_for_its_directory_is_one_line_naming_the_directory(tmp_path, capsys):
     # was "unknown torch model '.../config.json'" followed by the 15 zoo names
     (tmp_path / "config.json").write_text("{}")
@@ -632,6 +631,41 @@ def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_mo
     assert err.startswith(f"radixflow: error: {expected}"), err
 
 
+# generate's sampling flags checked their ranges in argparse types of their own: "--top-p: must
+# be at most 1" where the API says "top_p: must be in (0, 1]", "--n: must be at least 1" where it
+# says "n: must be an integer between 1 and 128". One rule, one wording: the flag names the field.
+@pytest.mark.parametrize(
+    "flag, text, field, value",
+    [
+        ("--top-p", "0", "top_p", 0.0),
+        ("--top-p", "1.5", "top_p", 1.5),
+        ("--n", "0", "n", 0),
+        ("--n", "129", "n", 129),
+        ("--temperature", "-1", "temperature", -1.0),
+        ("--max-tokens", "-1", "max_tokens", -1),
+        ("--min-tokens", "-1", "min_tokens", -1),
+        ("--logprobs", "-1", "logprobs", -1),
+        ("--logprobs", "21", "logprobs", 21),
+        ("--prompt-logprobs", "21", "prompt_logprobs", 21),
+    ],
+)
+def test_generate_refuses_a_sampling_flag_out_of_range_in_the_apis_words(
+    monkeypatch, capsys, flag, text, field, value
+):
+    from radixflow.cli.generate import DEFAULT_MAX_TOKENS
+    from radixflow.generation import LLM, SamplingParams
+
+    monkeypatch.setattr(LLM, "from_options", _refuse_model_load)
+    problem = SamplingParams(**{"max_tokens": DEFAULT_MAX_TOKENS, field: value}).problem()
+    assert problem is not None and problem.param == field
+    err = one_line_error(capsys, ["generate", "qwen3_5-tiny", "--prompt", "hi", flag, text])
+    assert err == f"radixflow: error: {problem.render(lambda _: flag)}"
+
+
+def _refuse_model_load(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the model was loaded before the sampling flags were checked")
+
+
 @pytest.mark.parametrize(
     "command, lines",
     [
@@ -805,7 +839,10 @@ def test_a_generated_prompt_past_the_models_context_is_refused_before_the_worklo
             "--order: invalid choice: 'x' (choose from 'grouped', 'interleaved', 'shuffled')",
         ),
         (["cost", "qwen3-4b", "--prefill", "nan"], "--prefill: must be an integer, got 'nan'"),
-        (["generate", "qwen3_5-tiny", "--prompt", "hi", "--n", "0"], "--n: must be at least 1, got 0"),
+        (
+            ["generate", "qwen3_5-tiny", "--prompt", "hi", "--n", "0"],
+            "--n: must be an integer between 1 and 128, got 0",
+        ),
         (["run-batch", "qwen3_5-tiny", "-i", ""], "-i/--input: must be a path, got an empty string"),
     ],
 )

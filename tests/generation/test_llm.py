@@ -432,7 +432,7 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     assert main(["generate", MODEL, "--prompt", "x", "--logit-bias", "7"]) == 2
     assert "--logit-bias: must be TOKEN=BIAS, got '7'" in capsys.readouterr().err
     assert main(["generate", MODEL, "--prompt", "x", "--prompt-logprobs", "21"]) == 2
-    assert "--prompt-logprobs: must be at most 20, got 21" in capsys.readouterr().err
+    assert "--prompt-logprobs: must be an integer between 0 and 20, got 21" in capsys.readouterr().err
     assert main(["generate", "gpt-17", "--prompt", "x"]) == 2
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
 

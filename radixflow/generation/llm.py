@@ -191,6 +191,10 @@ class LLM:
         # one prompt of `generate` is not named; any other item is (a candidate, a context's)
         named = len(token_prompts) > 1 or item != "prompt"
         params_list = params_per_prompt(params, len(token_prompts))
+        lone = params if isinstance(params, SamplingParams) and not token_prompts else None
+        problem = None if lone is None else lone.problem()
+        if problem is not None:  # no prompts to run: a mistake in the parameters is still one
+            raise PromptError(problem, None)
         if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
             _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
         calls = []
@@ -252,8 +256,6 @@ class LLM:
         if len(contexts) != len(candidates):
             given = f"{counted(len(contexts), 'context')} for {counted(len(candidates), 'list')}"
             raise ValueError(f"{given} of candidates")
-        if not contexts:
-            raise ValueError("contexts: none given")
         jobs = []
         for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
             try:

@@ -34,15 +34,14 @@ class PromptReader:
         self.limited = limited or tokenizer
 
     def prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
-        """`LLM.generate`'s prompts: one prompt, or a non-empty list of them."""
+        """`LLM.generate`'s prompts: one prompt, or a list of them (an empty list is no prompts,
+        as in vLLM: ``[]`` is no empty prompt)."""
         if isinstance(prompts, str) or (is_token_list(prompts) and prompts):
             prompts = [prompts]  # type: ignore[list-item]
         # a mapping iterates over its keys: {"prompt": text} would run the text "prompt"
         if isinstance(prompts, Mapping) or not isinstance(prompts, Iterable):
             raise ValueError(f"{PROMPTS_SHAPE}, got {_what(prompts)}")
         prompts = list(prompts)
-        if not prompts:
-            raise ValueError("no prompts given")
         out = []
         for i, p in enumerate(prompts):
             if isinstance(p, str):  # a lone prompt is "prompt", as the engine's problems name it

@@ -52,13 +52,11 @@ class CandidateScore:
 
 
 def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[int]]:
-    """One prompt per candidate: the context's tokens, then the candidate's. ValueError for an
-    empty context (its first candidate token would have nothing to be scored against) or
-    candidate."""
+    """One prompt per candidate (none for none): the context's tokens, then the candidate's.
+    ValueError for an empty context (its first candidate token would have nothing to be scored
+    against) or candidate."""
     if not context:
         raise ValueError("context: is empty (a candidate is scored given the tokens before it)")
-    if not candidates:
-        raise ValueError("candidates: none given")
     empty = next((i for i, c in enumerate(candidates) if not c), None)
     if empty is not None:
         raise ValueError(f"candidate {empty}: is empty")

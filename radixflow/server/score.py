@@ -44,6 +44,8 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
     if (body.context is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of context and messages", "context")
     context = context_ids(body, state)
+    if not body.candidates:  # a request with nothing to score is a mistake (the offline API: [])
+        raise ApiError(400, "candidates: none given", "candidates")
     candidates = [candidate_ids(i, c, state) for i, c in enumerate(body.candidates)]
     try:
         prompts = scoring_prompts(context, candidates)

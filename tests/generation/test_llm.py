@@ -280,6 +280,23 @@ def test_a_request_that_cannot_run_is_refused_before_anything_runs(llm):
     assert llm.engine.requests == [] and not llm.engine.has_work()
 
 
+def test_an_empty_batch_is_an_empty_list_as_in_vllm(llm):
+    # generate([]) and chat([]) raised "no prompts given", where vLLM returns []: a caller batching
+    # a list that may be empty had to guard every call
+    assert llm.generate([]) == [] and llm.generate([], GREEDY) == [] and llm.generate([], []) == []
+    assert llm.chat([]) == []
+    heard = []
+    assert llm.generate([], progress=lambda done, total: heard.append(done)) == [] and heard == []
+    # the parameters are still checked: a mistake is not hidden by an empty batch
+    with pytest.raises(ValueError, match=r"^top_p: must be in \(0, 1\], got 5"):
+        llm.generate([], SamplingParams(top_p=5))
+    with pytest.raises(ValueError, match=r"^1 SamplingParams for 0 prompts"):
+        llm.generate([], [GREEDY])
+    with pytest.raises(ValueError, match=r"^namespace must be a string"):
+        llm.generate([], namespace=None)  # type: ignore[arg-type]
+    assert llm.engine.requests == [] and not llm.engine.has_work()
+
+
 def test_a_failed_round_is_a_generation_error_and_leaves_nothing_behind(llm, monkeypatch):
     def lost(batch):
         raise RuntimeError("device lost")
@@ -825,6 +842,10 @@ def test_close_lets_go_of_the_engine_and_a_closed_llm_refuses_calls(zoo):
     assert runner() is None  # nothing of the engine is held any more
     calls = [
         partial(llm.generate, PROMPTS[3], GREEDY),
+        partial(llm.generate, []),  # nothing to run, yet the LLM is closed
+        partial(llm.chat, []),
+        partial(llm.score, [5, 6], []),
+        partial(llm.score_many, [], []),
         partial(llm.chat, [{"role": "user", "content": "hi"}]),
         partial(llm.score, [5, 6], [[7]]),
         partial(llm.score_many, [[5, 6]], [[[7]]]),

@@ -79,7 +79,6 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
     shapes = "candidates must be a list of strings or a list of token-id lists"
     for context, candidates, message in (
         ([], [[5]], "context: is empty"),
-        (ctx, [], "candidates: none given"),
         (ctx, [[5], []], "candidate 1: is empty"),
         (ctx, [[5], [1.5]], f"{shapes} (candidate 1 is neither)"),
         (ctx, [[5], [True]], f"{shapes} (candidate 1 is neither)"),
@@ -206,11 +205,23 @@ def test_score_many_scores_each_context_as_score_does(llm):
             assert got.logprobs == pytest.approx(want.logprobs, abs=TOL) and got.ranks == want.ranks
 
 
+def test_nothing_to_score_is_an_empty_list_and_the_context_is_still_checked(llm):
+    # score(ctx, []) and score_many([], []) raised "none given", as generate([]) did, where a
+    # caller batching a list that may be empty expects []
+    ctx = llm.tokenizer.encode(CONTEXT)
+    assert llm.score(ctx, []) == [] and llm.score(CONTEXT, []) == []
+    assert llm.score_many([], []) == [] and llm.score_many([ctx, ctx], [[], [[5]]])[0] == []
+    with pytest.raises(ValueError, match=r"^context: is empty"):
+        llm.score([], [])
+    with pytest.raises(ValueError, match=r"^context: token id 1000000 is outside the vocabulary"):
+        llm.score([*ctx, 10**6], [])
+    assert llm.engine.requests == []
+
+
 def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
     ctx = llm.tokenizer.encode(CONTEXT)
     for contexts, candidates, message in (
         ([ctx], [[[5]], [[6]]], "1 context for 2 lists of candidates"),
-        ([], [], "contexts: none given"),
         (ctx, [[[5]]], "contexts: a list of contexts"),
         ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),
         ([ctx, ctx], [[[5]], [[6], []]], "context 1, candidate 1: is empty"),  # as the engine names one

@@ -73,7 +73,6 @@ class LLM:
         self.options = options
         self._model: LoadedModel | None = load_model(self.options)
         self._limited: TextTokenizer | None = None  # built on first use (it reads the vocabulary)
-        self._read = PromptReader(lambda: self.tokenizer, self._prompt_tokenizer)
         self._engine: Engine | None = self._model.engine(round_history=ROUND_HISTORY)
         self._ids = itertools.count()
         # held while a call steps the engine: a second call meanwhile (another thread, or a
@@ -131,6 +130,13 @@ class LLM:
                 "the model's tokenizer; give prompts as lists of token ids"
             )
         return self.model.tokenizer
+
+    @property
+    def _read(self) -> PromptReader:
+        """A reader of this call's prompts, made per call: one kept on the LLM would refer back
+        to it (a cycle), and an LLM dropped without `close` would then hold its engine until the
+        cycle collector ran."""
+        return PromptReader(lambda: self.tokenizer, self._prompt_tokenizer)
 
     def _prompt_tokenizer(self) -> TextTokenizer:
         """The tokenizer that reads prompts: it refuses a text whose length proves it too long for

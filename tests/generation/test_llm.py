@@ -827,6 +827,23 @@ def test_a_second_ctrl_c_while_a_call_cleans_up_leaves_nothing_behind(zoo, batch
     assert [o.token_ids for o in again] == [o.token_ids for o in batch[:2]]
 
 
+def test_an_llm_dropped_without_close_frees_its_engine_at_once(zoo):
+    # its prompt reader held functions of the LLM itself: a reference cycle, so `del llm` freed the
+    # weights and pools only when the cycle collector next ran (never, with gc disabled)
+    llm = LLM(MODEL, kv_blocks=16, state_slots=4)
+    llm.generate("hi", GREEDY)
+    llm.score([5, 6], [[7]])
+    llm.chat([{"role": "user", "content": "hi"}])
+    dropped = [weakref.ref(x) for x in (llm, llm.engine, llm.engine.runner)]
+    gc.collect()
+    gc.disable()
+    try:
+        del llm
+        assert [ref() for ref in dropped] == [None, None, None]
+    finally:
+        gc.enable()
+
+
 def test_close_lets_go_of_the_engine_and_a_closed_llm_refuses_calls(zoo):
     """An LLM had no close: its weights, pools and cache lived as long as any reference to it."""
     with LLM(MODEL, kv_blocks=256, state_slots=64) as llm:

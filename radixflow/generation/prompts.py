@@ -162,8 +162,11 @@ def _what(value: object) -> str:
 
 def of_context(i: int, message: str) -> str:
     """``message`` about context ``i`` of `score_many`: "context 1: ...", or "context 1, candidate
-    2: ..." for one about a candidate, as the engine's problems with a candidate are named."""
-    return f"context {i}{', ' if message.startswith('candidate ') else ': '}{message}"
+    2: ..." for one about a candidate, as the engine's problems with a candidate are named; one
+    that names the context already ("context: is empty") says it once ("context 1: is empty")."""
+    if message.startswith("candidate "):
+        return f"context {i}, {message}"
+    return f"context {i}: {message.removeprefix('context: ')}"
 
 
 def is_token_list(value: object) -> bool:

@@ -223,10 +223,10 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
     for contexts, candidates, message in (
         ([ctx], [[[5]], [[6]]], "1 context for 2 lists of candidates"),
         (ctx, [[[5]]], "contexts: a list of contexts"),
-        ([ctx, []], [[[5]], [[6]]], "context 1: context: is empty"),
+        ([ctx, []], [[[5]], [[6]]], "context 1: is empty"),  # it said "context 1: context: is empty"
         ([ctx, ctx], [[[5]], [[6], []]], "context 1, candidate 1: is empty"),  # as the engine names one
         ([ctx, ctx], [[[5]], " x"], "context 1: candidates must be a list of strings or a list of token-id"),
-        ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: context: token id 1000000 is outside"),
+        ([ctx, [*ctx, 10**6]], [[[5]], [[6]]], "context 1: token id 1000000 is outside"),
         ([ctx, ctx], [[[5]], [[6], [10**6]]], "context 1, candidate 1: prompt: token id 1000000 is outside"),
         # each was scored as the dict's keys, or a bare TypeError ("object of type 'generator' has no len()")
         ({"a context": [" x"]}, [[" x"]], "contexts: a list of contexts, got a dict"),
@@ -235,7 +235,7 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
         (["a"], None, "candidates: a list of candidate lists (one per context), got a NoneType"),
         (["a"], {"a": [" x"]}, "candidates: a list of candidate lists (one per context), got a dict"),
     ):
-        with pytest.raises(ValueError, match=re.escape(message)):
+        with pytest.raises(ValueError, match="^" + re.escape(message)):
             llm.score_many(contexts, candidates)
 
 

@@ -51,8 +51,12 @@ class SamplingParams(TokenSamplingParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # Accept what people type: a single string or a list; store a tuple (the object is frozen).
-        # Anything else stays as it is, for `problem` to name (None is no list of stop strings).
+        # Accept what people type: a single string or a list, or None for none (vLLM's default, and
+        # the server's null); store a tuple (the object is frozen). Anything else stays as it is,
+        # for `problem` to name.
+        for name in ("stop", "bad_words"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, ())
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         for name in ("stop", "guided_choice", "bad_words"):

@@ -92,6 +92,10 @@ class SamplingParams:
     def __post_init__(self) -> None:
         # Accept what people write: a mapping of token id to bias (OpenAI's ``logit_bias``) or
         # lists; store tuples (the object is frozen and hashable). Bad values stay for `problem`.
+        # None is none, as vLLM's defaults and a JSON null say.
+        for name in ("logit_bias", "stop_token_ids"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, ())
         bias = self.logit_bias
         if isinstance(bias, Mapping):
             object.__setattr__(self, "logit_bias", tuple(bias.items()))

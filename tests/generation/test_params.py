@@ -98,7 +98,7 @@ def test_a_truncation_that_keeps_nothing_is_a_problem(k):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("stop", None), ("stop", 5), ("stop", [None]), ("stop_token_ids", None), ("stop_token_ids", 5)],
+    [("stop", 5), ("stop", [None]), ("stop_token_ids", 5), ("stop_token_ids", [None])],
 )
 def test_a_stop_that_is_no_list_is_a_problem_not_a_crash(field, value):
     problem = SamplingParams(**{field: value}).problem()
@@ -106,6 +106,15 @@ def test_a_stop_that_is_no_list_is_a_problem_not_a_crash(field, value):
     stored = getattr(SamplingParams(**{field: value}), field)  # a list is kept as a tuple
     assert problem.message.endswith(f", got {stored!r}")  # stop's did not say what it was given
     assert SamplingParams(stop="x", stop_token_ids=[3]).problem() is None
+
+
+@pytest.mark.parametrize("field", ["stop", "stop_token_ids", "bad_words", "logit_bias"])
+def test_none_is_no_list_as_vllms_defaults_and_the_servers_null_say(field):
+    # vLLM's SamplingParams defaults these to None and the server takes null for them, yet
+    # SamplingParams(stop=None) was refused ("stop: must be a string or a list of strings, got
+    # None"): code forwarding an optional value (stop=args.stop) broke on the offline API only
+    given = SamplingParams(**{field: None})
+    assert given.problem() is None and given == SamplingParams() and hash(given) == hash(SamplingParams())
 
 
 @pytest.mark.parametrize("empty", [(), []])

@@ -149,7 +149,7 @@ class LLM:
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
         progress: Progress | None = None,
         *,
@@ -157,15 +157,16 @@ class LLM:
     ) -> list[GenerationOutput]:
         """One output per prompt and choice, in order: each prompt's ``n`` choices
         (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
-        text or a list of token ids; ``params`` is one for all prompts or one per prompt
-        (default: one greedy token). A prompt's choices share its prompt in the cache.
+        text or a list of token ids; ``sampling_params`` (vLLM's name) is one for all prompts or
+        one per prompt (default: one greedy token). A prompt's choices share its prompt in the cache.
         ``progress`` hears of each request that ends (a progress bar's hook). ``fit``: each
         ``max_tokens`` is a default the caller never gave, capped to the room its prompt leaves
         (`SamplingParams.fitted`), as the server caps its default.
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
-        return self._generate(self._read.prompts(prompts), params, namespace, progress, "prompt", fit)
+        token_prompts = self._read.prompts(prompts)
+        return self._generate(token_prompts, sampling_params, namespace, progress, "prompt", fit)
 
     def _generate(
         self,
@@ -307,7 +308,7 @@ class LLM:
     def chat(
         self,
         conversations: Messages | Sequence[Messages],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         namespace: str = "default",
         progress: Progress | None = None,
         *,
@@ -316,7 +317,7 @@ class LLM:
         """The assistant's reply to each conversation, rendered with the model's chat template
         (``fit``: as `generate`'s)."""
         prompts = self._read.conversations(conversations)
-        return self.generate(prompts, params, namespace, progress, fit=fit)
+        return self.generate(prompts, sampling_params, namespace, progress, fit=fit)
 
     def _flush_trace(self) -> None:
         """The trace (``trace_out``) holds every call so far: valid JSON after each one."""

@@ -18,7 +18,7 @@ Messages = Sequence[Mapping[str, Any]]
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
 CONVERSATIONS_SHAPE = "conversations: a list of messages or a list of such lists"
 PROMPTS_SHAPE = "prompts: text, a list of token ids, or a list of those"
-PARAMS_SHAPE = "params: a radixflow.SamplingParams or a list of them (one per prompt)"
+PARAMS_SHAPE = "sampling_params: a radixflow.SamplingParams or a list of them (one per prompt)"
 
 
 class PromptReader:

@@ -589,6 +589,16 @@ def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
         llm.generate("a\ud800b")
 
 
+def test_the_parameters_are_passed_by_vllms_keyword(llm, batch):
+    # generate(prompts, sampling_params=...) and chat(..., sampling_params=...), as vLLM names the
+    # keyword, were a TypeError ("unexpected keyword argument 'sampling_params'")
+    (out,) = llm.generate(PROMPTS[2], sampling_params=GREEDY)
+    assert out.token_ids == batch[2].token_ids
+    conversation = [{"role": "user", "content": "hi"}]
+    (chatted,) = llm.chat(conversation, sampling_params=replace(GREEDY, max_tokens=2))
+    assert chatted.token_ids == llm.chat(conversation, replace(GREEDY, max_tokens=2))[0].token_ids
+
+
 @pytest.mark.parametrize(
     ("params", "given"),
     [
@@ -600,7 +610,8 @@ def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
 )
 def test_params_of_another_type_are_one_line_naming_what_was_given(llm, params, given):
     # each was a traceback: "object of type 'int' has no len()", "'dict' object has no attribute 'stop'"
-    with pytest.raises(ValueError, match=r"^params: a radixflow.SamplingParams or a list of them") as e:
+    shape = r"^sampling_params: a radixflow.SamplingParams or a list of them"
+    with pytest.raises(ValueError, match=shape) as e:
         llm.generate(PROMPTS[2:4], params)
     assert str(e.value).endswith(f"got {given}")
     assert llm.engine.requests == []

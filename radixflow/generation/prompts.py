@@ -38,8 +38,9 @@ class PromptReader:
         as in vLLM: ``[]`` is no empty prompt)."""
         if isinstance(prompts, str) or (is_token_list(prompts) and prompts):
             prompts = [prompts]  # type: ignore[list-item]
-        # a mapping iterates over its keys: {"prompt": text} would run the text "prompt"
-        if isinstance(prompts, Mapping) or not isinstance(prompts, Iterable):
+        # a mapping iterates over its keys: {"prompt": text} would run the text "prompt"; bytes
+        # over their byte values, which would run as token ids
+        if isinstance(prompts, Mapping | bytes | bytearray) or not isinstance(prompts, Iterable):
             raise ValueError(f"{PROMPTS_SHAPE}, got {_what(prompts)}")
         prompts = list(prompts)
         out = []
@@ -146,7 +147,7 @@ def require_list(name: str, value: object, shape: str) -> None:
 def _not_ids(value: object) -> str:
     """Why ``value`` is no list of token ids, as the end of a sentence: the first item that is no
     integer (", got a list" would say nothing of a list), or what it is instead."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
         bad = next(i for i, t in enumerate(value) if not isinstance(t, int) or isinstance(t, bool))
         return f": item {bad} is {value[bad]!r}"
     return f", got {_what(value)}"
@@ -170,7 +171,8 @@ def of_context(i: int, message: str) -> str:
 
 
 def is_token_list(value: object) -> bool:
-    if not isinstance(value, Sequence) or isinstance(value, str):
+    """A sequence of ints: not text, nor bytes (a sequence of ints too, but of byte values)."""
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes | bytearray):
         return False
     return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 

@@ -624,6 +624,8 @@ def test_params_of_another_type_are_one_line_naming_what_was_given(llm, params, 
         ({"prompt_token_ids": [5, 6]}, "a dict"),
         (None, "a NoneType"),  # were TypeError: 'NoneType' / 'int' object is not iterable
         (7, "an int"),
+        (b"Water boils", "a bytes"),  # was run as token ids: its byte values
+        (bytearray(b"Water"), "a bytearray"),
     ],
 )
 def test_prompts_of_another_type_are_one_line_naming_what_was_given(llm, prompts, given):
@@ -632,6 +634,8 @@ def test_prompts_of_another_type_are_one_line_naming_what_was_given(llm, prompts
     assert str(e.value).endswith(f"got {given}")
     with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a dict$"):
         llm.generate(["fine", {"prompt": "Water boils"}], GREEDY)
+    with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a bytes$"):
+        llm.generate(["fine", b"Water boils"], GREEDY)
     # "got a list" of a list: the item that is no token id is named
     neither = "is neither text nor a list of token ids"
     with pytest.raises(ValueError, match=rf"^prompt 1 {neither}: item 2 is 3\.5$"):

@@ -87,6 +87,8 @@ def test_token_ids_are_used_as_they_are_and_bad_input_is_a_value_error(llm):
         (ctx, [5, 9], f"{shapes} (candidate 0 is neither)"),  # one flat id list is not a candidate
         (ctx, " a b", f"{shapes}, got a str"),  # not each character a candidate
         (ctx, None, f"{shapes}, got a NoneType"),
+        (ctx, [b" a"], f"{shapes} (candidate 0 is neither)"),  # bytes were scored as token ids
+        (b"a context", [" a"], "context must be a string, a list of token ids or a list of messages"),
         (ctx, {" a": 1.0, " b": 2.0}, f"{shapes}, got a dict"),  # was scored as its keys
         (ctx, [[5], [10**6]], "candidate 1: prompt: token id 1000000 is outside the vocabulary"),
         ([*ctx, 10**6], [" a"], "context: token id 1000000 is outside the vocabulary"),  # not candidate 0's

@@ -153,6 +153,26 @@ def test_stop_strings_cut_the_text_as_offline(served, llm):
     assert kept["finish_reason"] == "stop"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_eos_tokens_text_is_left_out_with_special_tokens_kept(served, llm, stream):
+    # the EOS token that ended a request showed its text ("<|im_end|>") with skip_special_tokens
+    # false, where vLLM leaves it out; the server's trackers are built apart from the LLM's
+    (eos, *_) = llm.engine.runner.model.eos_token_ids
+    body = {"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 3, "allowed_token_ids": [eos]}
+    body |= {"skip_special_tokens": False, "stream": stream}
+    r = served.http().post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    if stream:
+        chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+        reason = next(c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"])
+    else:
+        ((text, reason),) = [(c["text"], c["finish_reason"]) for c in r.json()["choices"]]
+    assert (text, reason) == ("", "stop")
+    kept = served.http().post("/v1/completions", json=body | {"include_stop_str_in_output": True})
+    assert llm.tokenizer.decode([eos], skip_special_tokens=False) in kept.text
+
+
 def test_allowed_token_ids_limit_what_is_generated_on_both_routes(served, llm):
     (base,) = llm.generate(PROMPTS[2], greedy(6))
     allowed = sorted({*base.token_ids[:1], 7, 11})  # the model's first pick, and two others

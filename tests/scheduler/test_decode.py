@@ -52,6 +52,7 @@ def test_stop_token_and_zero_max_tokens():
     scorer = Request("z", prompt, sampling=SamplingParams(max_tokens=0))
     drive(new_engine(HYBRID, CFG), [stopper, scorer])
     assert stopper.output == first_two and stopper.finish_reason is FinishReason.STOP
+    assert stopper.stopped_by_token and not scorer.stopped_by_token  # a door leaves its text out
     assert scorer.output == [] and scorer.finish_reason is FinishReason.LENGTH
     assert scorer.status is RequestStatus.FINISHED
 
@@ -66,6 +67,8 @@ def test_eos_ends_generation_unless_ignored():
     drive(new_engine(runner, CFG), [ends, ignores])
     assert len(ends.output) == 3 and ends.finish_reason is FinishReason.STOP
     assert len(ignores.output) == 8 and ignores.finish_reason is FinishReason.LENGTH
+    # only the scheduler knows the model's EOS: it says the token ended the request
+    assert ends.stopped_by_token and not ignores.stopped_by_token
 
 
 def test_follow_up_turn_reuses_prompt_and_output_of_the_finished_conversation():
@@ -88,6 +91,7 @@ def test_stop_mid_decode_keeps_the_output_and_caches_it():
     engine.stop("a")
     engine.check_integrity()
     assert req.status is RequestStatus.FINISHED and req.finish_reason is FinishReason.STOP
+    assert not req.stopped_by_token  # a stop string's end: its last token's text is kept
     assert req.output == expected(req, 14)
     assert engine.cache.usage().working_slots == 0 and not engine.has_work()
     follow = Request("b", (*req.prompt, *req.output, 7))

@@ -157,8 +157,9 @@ class LLM:
     ) -> list[GenerationOutput]:
         """One output per prompt and choice, in order: each prompt's ``n`` choices
         (`SamplingParams.n`, default 1) one after another, ``choice`` saying which. A prompt is
-        text or a list of token ids; ``sampling_params`` (vLLM's name) is one for all prompts or
-        one per prompt (default: one greedy token). A prompt's choices share its prompt in the cache.
+        text or a list of token ids (or vLLM's ``{"prompt": text}`` / ``{"prompt_token_ids":
+        ids}``); ``sampling_params`` (vLLM's name) is one for all prompts or one per prompt
+        (default: one greedy token). A prompt's choices share its prompt in the cache.
         ``progress`` hears of each request that ends (a progress bar's hook). ``fit``: each
         ``max_tokens`` is a default the caller never gave, capped to the room its prompt leaves
         (`SamplingParams.fitted`), as the server caps its default.

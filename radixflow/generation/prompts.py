@@ -18,6 +18,7 @@ Messages = Sequence[Mapping[str, Any]]
 CANDIDATES_SHAPE = "candidates must be a list of strings or a list of token-id lists"  # as the server says it
 CONVERSATIONS_SHAPE = "conversations: a list of messages or a list of such lists"
 PROMPTS_SHAPE = "prompts: text, a list of token ids, or a list of those"
+VLLM_PROMPT = "a dict prompt is vLLM's {'prompt': text} or {'prompt_token_ids': ids}"
 PARAMS_SHAPE = "sampling_params: a radixflow.SamplingParams or a list of them (one per prompt)"
 
 
@@ -35,18 +36,20 @@ class PromptReader:
 
     def prompts(self, prompts: Prompt | Sequence[Prompt]) -> list[list[int]]:
         """`LLM.generate`'s prompts: one prompt, or a list of them (an empty list is no prompts,
-        as in vLLM: ``[]`` is no empty prompt)."""
-        if isinstance(prompts, str) or (is_token_list(prompts) and prompts):
+        as in vLLM: ``[]`` is no empty prompt). A prompt may also be vLLM's dict form."""
+        if isinstance(prompts, str | Mapping) or (is_token_list(prompts) and prompts):
             prompts = [prompts]  # type: ignore[list-item]
-        # a mapping iterates over its keys: {"prompt": text} would run the text "prompt"; bytes
-        # over their byte values, which would run as token ids
-        if isinstance(prompts, Mapping | bytes | bytearray) or not isinstance(prompts, Iterable):
+        # bytes iterate over their byte values, which would run as token ids
+        if isinstance(prompts, bytes | bytearray) or not isinstance(prompts, Iterable):
             raise ValueError(f"{PROMPTS_SHAPE}, got {_what(prompts)}")
         prompts = list(prompts)
         out = []
         for i, p in enumerate(prompts):
-            if isinstance(p, str):  # a lone prompt is "prompt", as the engine's problems name it
-                out.append(self.encode(p, "prompt" if len(prompts) == 1 else f"prompt {i}"))
+            label = "prompt" if len(prompts) == 1 else f"prompt {i}"  # as the engine's problems name it
+            if isinstance(p, Mapping):
+                p = _unwrapped(p, label)
+            if isinstance(p, str):
+                out.append(self.encode(p, label))
             elif is_token_list(p):
                 out.append([int(t) for t in p])
             else:
@@ -135,6 +138,19 @@ def params_per_prompt(
     if len(params) != n:
         raise ValueError(f"{len(params)} SamplingParams for {counted(n, 'prompt')}")
     return list(params)
+
+
+def _unwrapped(prompt: Mapping[Any, Any], label: str) -> Prompt:
+    """vLLM's TextPrompt ``{"prompt": text}`` or TokensPrompt ``{"prompt_token_ids": ids}`` as
+    the text or ids (a mapping read as a list would be its keys); ValueError for another dict."""
+    keys = sorted(str(k) for k in prompt)
+    if keys == ["prompt"] and isinstance(prompt["prompt"], str):
+        return prompt["prompt"]
+    if keys == ["prompt_token_ids"] and is_token_list(prompt["prompt_token_ids"]):
+        return prompt["prompt_token_ids"]
+    if keys in (["prompt"], ["prompt_token_ids"]):
+        raise ValueError(f"{label}: {VLLM_PROMPT}, got {keys[0]!r} as {_what(prompt[keys[0]])}")
+    raise ValueError(f"{label}: {VLLM_PROMPT}, got keys {keys}")
 
 
 def require_list(name: str, value: object, shape: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import signal
 import threading
 import weakref
@@ -589,6 +590,31 @@ def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
         llm.generate("a\ud800b")
 
 
+def test_vllms_prompt_dicts_are_their_text_or_token_ids(llm, batch):
+    # vLLM's TextPrompt {"prompt": text} and TokensPrompt {"prompt_token_ids": ids} were refused
+    # ("got a dict"); a lone one had been run as its keys, the text "prompt"
+    (text,) = llm.generate({"prompt": PROMPTS[2]}, GREEDY)
+    assert text.token_ids == batch[2].token_ids
+    both = llm.generate([{"prompt_token_ids": PROMPTS[3]}, {"prompt": PROMPTS[2]}], GREEDY)
+    assert [o.token_ids for o in both] == [batch[3].token_ids, batch[2].token_ids]
+    for prompts, message in (
+        ({"prompt": "x", "multi_modal_data": {}}, "prompt: "),
+        (["fine", {"prompt_token_ids": [5], "prompt": "x"}], "prompt 1: "),
+        (["fine", {}], "prompt 1: "),
+    ):
+        shape = "a dict prompt is vLLM's {'prompt': text} or {'prompt_token_ids': ids}, got keys"
+        with pytest.raises(ValueError, match="^" + re.escape(message + shape)):
+            llm.generate(prompts, GREEDY)
+    vllms = "a dict prompt is vLLM's {'prompt': text} or {'prompt_token_ids': ids}"
+    for prompts, message in (
+        (["fine", {"prompt_token_ids": 5}], f"prompt 1: {vllms}, got 'prompt_token_ids' as an int"),
+        ({"prompt": ["x"]}, f"prompt: {vllms}, got 'prompt' as a list"),
+    ):
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            llm.generate(prompts, GREEDY)
+    assert llm.engine.requests == []
+
+
 def test_the_parameters_are_passed_by_vllms_keyword(llm, batch):
     # generate(prompts, sampling_params=...) and chat(..., sampling_params=...), as vLLM names the
     # keyword, were a TypeError ("unexpected keyword argument 'sampling_params'")
@@ -620,8 +646,6 @@ def test_params_of_another_type_are_one_line_naming_what_was_given(llm, params, 
 @pytest.mark.parametrize(
     ("prompts", "given"),
     [
-        ({"prompt": "Water boils"}, "a dict"),  # was run as the text "prompt": its keys were the prompts
-        ({"prompt_token_ids": [5, 6]}, "a dict"),
         (None, "a NoneType"),  # were TypeError: 'NoneType' / 'int' object is not iterable
         (7, "an int"),
         (b"Water boils", "a bytes"),  # was run as token ids: its byte values
@@ -632,8 +656,8 @@ def test_prompts_of_another_type_are_one_line_naming_what_was_given(llm, prompts
     with pytest.raises(ValueError, match=r"^prompts: text, a list of token ids, or a list of those") as e:
         llm.generate(prompts, GREEDY)
     assert str(e.value).endswith(f"got {given}")
-    with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a dict$"):
-        llm.generate(["fine", {"prompt": "Water boils"}], GREEDY)
+    with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a set$"):
+        llm.generate(["fine", {"Water boils"}], GREEDY)
     with pytest.raises(ValueError, match=r"^prompt 1 is neither text nor a list of token ids, got a bytes$"):
         llm.generate(["fine", b"Water boils"], GREEDY)
     # "got a list" of a list: the item that is no token id is named

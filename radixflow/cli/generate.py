@@ -187,8 +187,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from radixflow.generation.calls import PromptError
     from radixflow.generation.chat import ChatTemplateError
 
-    if any(s == "" for s in args.stop):
-        raise UsageError("--stop strings must not be empty")
     options = from_args(args)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))

@@ -647,6 +647,7 @@ def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_mo
         ("--logprobs", "-1", "logprobs", -1),
         ("--logprobs", "21", "logprobs", 21),
         ("--prompt-logprobs", "21", "prompt_logprobs", 21),
+        ("--stop", "", "stop", ("",)),  # it said "--stop strings must not be empty", a check of its own
     ],
 )
 def test_generate_refuses_a_sampling_flag_out_of_range_in_the_apis_words(

@@ -560,6 +560,7 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
+    assert partial.exists(), err  # a run that ended before its first row: say why, not FileNotFoundError
     lines = partial.read_text().splitlines(keepends=True)
     where = f"the {len(lines)} rows written so far are in {partial}{AGAIN}"
     assert (proc.returncode, err.splitlines()[-1]) == (code, f"radixflow: {said}; {where}"), err

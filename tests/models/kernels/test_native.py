@@ -210,16 +210,16 @@ def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplo
     assert len(caplog.records) == 1
 
 
-def test_a_built_library_is_reused_from_the_disk_cache(native, tmp_path_factory) -> None:
+def test_a_built_library_is_reused_from_the_disk_cache(native_here, tmp_path_factory) -> None:
     cache = tmp_path_factory.getbasetemp() / "kernels"
     (library,) = cache.glob("*.so")  # built once by the fixture
     before = library.stat().st_mtime_ns
     again = build(cache, find_compiler())  # a fresh process would call this
     assert again.library is not None and library.stat().st_mtime_ns == before
-    assert native_library(cache, find_compiler()).library is native.lib  # once per process
+    assert native_library(cache, find_compiler()).library is native_here.lib  # once per process
 
 
-def test_a_cache_directory_given_as_a_string_is_a_path(native, tmp_path_factory, tmp_path) -> None:
+def test_a_cache_directory_given_as_a_string_is_a_path(native_here, tmp_path_factory, tmp_path) -> None:
     cache = str(tmp_path_factory.getbasetemp() / "kernels")  # as a CLI or config file gives it
     kernels = resolve_kernels("native", "cpu", torch.float32, cache)
     assert kernels.name == "native"

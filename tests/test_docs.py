@@ -411,3 +411,21 @@ def test_architecture_names_every_shared_test_helper():
     )
     helpers = {p.stem for p in (ROOT / "tests").glob("*.py") if not p.stem.startswith("test_")} - {"conftest"}
     assert listed == helpers
+
+
+def test_trace_md_names_every_event_a_bench_trace_holds(tmp_path):
+    """trace.md: what each track and event means. Every event a `bench` trace holds (a request's
+    `arrived`, `prefill`, ..., a policy's decisions) is named there, but the rounds, named by
+    number."""
+    import json
+
+    from radixflow.cli import main
+
+    out = tmp_path / "trace.json"
+    argv = ["bench", "--runner", "sim", "--groups", "2", "--candidates", "3", "--trace-out", str(out)]
+    assert main(argv) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["name"] for e in events if e["ph"] in ("X", "i") and not re.fullmatch(r"round \d+", e["name"])}
+    named = set(_SPAN.findall(_FENCE.sub("", (ROOT / "docs" / "trace.md").read_text())))
+    assert {"prefill", "follow"} <= names  # the run holds chunks and adaptive's decisions
+    assert names - named == set()

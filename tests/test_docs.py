@@ -429,3 +429,20 @@ def test_trace_md_names_every_event_a_bench_trace_holds(tmp_path):
     named = set(_SPAN.findall(_FENCE.sub("", (ROOT / "docs" / "trace.md").read_text())))
     assert {"prefill", "follow"} <= names  # the run holds chunks and adaptive's decisions
     assert names - named == set()
+
+
+def test_the_docs_name_every_option_warned_about_on_a_full_attention_model_and_the_sim():
+    """usage.md: "`--placement` or `--state-slots` on a full-attention model ... draws a warning",
+    "the torch runner's `--device`, ... with the sim runner"; reproducing.md the same of an
+    experiment's keys: the options those warnings cover (`RECURRENT_ONLY`, `TORCH_ONLY`)."""
+    from radixflow.options.flags import RECURRENT_ONLY, TORCH_ONLY
+    from radixflow.problems import flag
+
+    def named(doc: str, start: str, end: str) -> set[str]:
+        text = (ROOT / "docs" / doc).read_text().replace("\n", " ")
+        at = text.index(end)
+        return set(re.findall(r"`([\w-]+)`", text[text.rindex(start, 0, at) + len(start) : at]))
+
+    assert named("usage.md", "`h200`), ", " on a full-attention model") == {flag(n) for n in RECURRENT_ONLY}
+    assert named("usage.md", "the torch runner's ", " with the sim runner") == {flag(n) for n in TORCH_ONLY}
+    assert named("reproducing.md", "on sim cells, ", " on a full-attention model") == set(RECURRENT_ONLY)

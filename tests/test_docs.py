@@ -329,6 +329,8 @@ def test_the_docs_name_every_registered_choice(doc, names):
 
 
 _CELLS = re.compile(r"(?:experiments/|`)(\w+)\.toml`(?: runs | \()([\d,]+) (?:sim )?cells")
+# a command line with its size as a comment: `radixflow experiment experiments/x.toml --seeds 0  # 144 cells`
+_COMMENTED_CELLS = re.compile(r"experiments/(\w+)\.toml(?: --seeds (\d+)(?:-(\d+))?)?\s+# ([\d,]+) cells")
 
 
 def test_the_cell_counts_the_docs_give_are_the_configs():
@@ -348,7 +350,17 @@ def test_the_cell_counts_the_docs_give_are_the_configs():
                 int(cells.replace(",", "")),
                 sum(grid.size for grid in _grids(data, str(path), seeds)),
             )
-    assert len(counted) >= 5
+        for code in _code(doc.read_text()):
+            for name, first, last, cells in _COMMENTED_CELLS.findall(code):
+                path = ROOT / "experiments" / f"{name}.toml"
+                data = tomllib.loads(path.read_text())
+                given = list(range(int(first), int(last or first) + 1)) if first else data.get("seeds", [0])
+                seeds = config_checks.seeds(given, str(path), "seeds")
+                counted[f"{doc.name}: {code.strip()}"] = (
+                    int(cells.replace(",", "")),
+                    sum(grid.size for grid in _grids(data, str(path), seeds)),
+                )
+    assert len(counted) >= 7
     assert {k: v for k, v in counted.items() if v[0] != v[1]} == {}
 
 

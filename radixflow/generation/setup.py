@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from radixflow.engine.engine import Engine
@@ -46,6 +46,19 @@ def no_weights(label: str) -> Problem:
     )
 
 
+def sim_runner_problem(options: EngineOptions, label: str) -> Problem:
+    """Why the sim runner cannot generate: a sim shape has no weights; a model that has them (a zoo
+    name, a directory: the torch runner's when no runner is given) was given the sim runner, and
+    the runner given is the mistake, not the model."""
+    if runner_name(replace(options, runner=None)) != "torch":
+        return no_weights(label)
+    return Problem(
+        "runner",
+        f"sim runs no weights: generating and scoring with {label!r} need the torch runner, its "
+        "default (leave the runner out)",
+    )
+
+
 def weights_problem(options: EngineOptions, local: bool = True) -> Problem | None:
     """What `load_model` would refuse that shows without building or reading a model (bad options,
     a model the runner has not, a directory without config.json, the sim runner, the torch runner's
@@ -55,7 +68,7 @@ def weights_problem(options: EngineOptions, local: bool = True) -> Problem | Non
     if problem is None and options.model is None:
         return NO_MODEL
     if problem is None and runner_name(options) == "sim":
-        return no_weights(str(options.model))
+        return sim_runner_problem(options, str(options.model))
     if problem is None and options.model not in model_names():
         problem = _directory_problem(str(options.model))
     if problem is None:
@@ -79,7 +92,7 @@ def load_model(options: EngineOptions) -> LoadedModel:
     plan = plan_engine(options)
     path = plan.choice.checkpoint
     if path is None:
-        raise ProblemError(no_weights(plan.choice.label))
+        raise ProblemError(sim_runner_problem(options, plan.choice.label))
     try:
         tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
     except TokenizerError as e:  # there is one, and it is broken

@@ -949,3 +949,20 @@ def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch,
         "radixflow: warning: --replicas 3: the replicas take 3 CPUs (1 each) and the cluster at "
         "--ray-address auto has 2 free: serve waits for the rest (from its autoscaler, or other work ending)"
     ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "qwen3_5-tiny", "--prompt", "hi"],
+        ["score", "qwen3_5-tiny", "--context", "a", "--candidate", "b"],
+        ["serve", "qwen3_5-tiny"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_the_sim_runner_given_to_a_door_that_needs_weights_is_blamed_not_the_model(capsys, argv):
+    # it said "model: 'qwen3_5-tiny' on the sim runner has no weights" of a zoo model with weights,
+    # and "generation needs" to a user scoring: the runner the user gave is the mistake
+    err = one_line_error(capsys, [*argv, "--runner", "sim"])
+    assert err.startswith("radixflow: error: --runner: sim runs no weights"), err
+    assert "'qwen3_5-tiny'" in err and "--runner torch" not in err  # a zoo name runs on torch by default

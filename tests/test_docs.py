@@ -458,3 +458,18 @@ def test_the_docs_name_every_option_warned_about_on_a_full_attention_model_and_t
     assert named("usage.md", "`h200`), ", " on a full-attention model") == {flag(n) for n in RECURRENT_ONLY}
     assert named("usage.md", "the torch runner's ", " with the sim runner") == {flag(n) for n in TORCH_ONLY}
     assert named("reproducing.md", "on sim cells, ", " on a full-attention model") == set(RECURRENT_ONLY)
+
+
+def test_usage_lists_every_extra_pyproject_declares():
+    """usage.md's install table: one row per extra of pyproject.toml, and no other."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    table = usage[usage.index("| extra | for |") :].split("\n\n")[0].splitlines()[2:]
+    assert [re.match(r"\| `([\w-]+)` \|", row).group(1) for row in table] == list(extras)
+
+
+def test_the_readme_links_every_page_under_docs():
+    readme = (ROOT / "README.md").read_text()
+    assert [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"](docs/{p.name})" not in readme] == []

@@ -22,7 +22,7 @@ from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.engine.engine import Engine
+from radixflow.engine.engine import Engine, run_config
 from radixflow.engine.records import RoundRecord
 from radixflow.files import write_whole
 from radixflow.options import EngineSetup, plan_engine, runner_name
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     names = policies(args) or DEFAULT_POLICIES
     runs = _run(args, setup, requests, names)
     config = config_dict(
-        setup.scheduler,
+        run_config(setup.scheduler, setup.runner.model),  # as the engines ran it, not as planned
         runner=plan.choice.name,
         model=setup.runner.model.name,
         placement=_placements(options.placement, names, plan.choice.has_recurrent),

@@ -26,6 +26,18 @@ from radixflow.scheduler.sampling import FinishReason, SamplingParams
 from radixflow.scheduler.scheduler import Scheduler, SchedulerConfig
 
 
+def run_config(config: SchedulerConfig, model: ModelInfo) -> SchedulerConfig:
+    """The scheduler config an engine over a runner of ``model`` runs with: what the model decides
+    (recurrent state, whether a round restores state saved in it, end-of-sequence ids) taken from
+    it, whatever ``config`` said. Pure; what a report of the run should record."""
+    return replace(
+        config,
+        has_recurrent=model.has_recurrent,
+        same_round_state=model.same_round_state and model.has_recurrent,
+        eos_token_ids=model.eos_token_ids,
+    )
+
+
 def cache_budget(config: SchedulerConfig, model: ModelInfo) -> CacheBudget:
     """The cache's byte budget (``config.cache_memory``), its entries charged at the sizes the
     runner reports (the cost model's in the sim, the pools' tensors on the torch runner)."""
@@ -109,12 +121,7 @@ class Engine:
         self.runner = runner
         self.events = events
         model = runner.model
-        config = replace(
-            config,
-            has_recurrent=model.has_recurrent,
-            same_round_state=model.same_round_state and model.has_recurrent,
-            eos_token_ids=model.eos_token_ids,
-        )
+        config = run_config(config, model)
         sizes = EntrySizes(  # unknown sizes (0) count as one byte: tokens alone decide then
             max(model.kv_bytes_per_token, 1), max(model.checkpoint_bytes, 1), config.has_recurrent
         )

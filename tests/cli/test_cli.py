@@ -54,6 +54,18 @@ def test_a_full_attention_runs_config_says_what_its_engines_ran(tmp_path):
     assert json.loads(out.read_text())["config"]["placement"] == "align"
 
 
+def test_a_runs_config_says_whether_its_followers_ran_in_their_producers_round(tmp_path):
+    # every engine runs with the runner's same_round_state (the sim prices a round's waves, as the
+    # torch runner runs them), which adaptive's followers need; the JSON said false, the
+    # scheduler's default before the engine read the runner
+    out = tmp_path / "out.json"
+    args = ["--groups", "2", "--candidates", "2", "--context-len", "64", "--json", str(out)]
+    assert main(["bench", "--model", "qwen3_5-2b", *args]) == 0
+    assert json.loads(out.read_text())["config"]["same_round_state"] is True
+    assert main(["bench", "--model", "qwen3-4b", *args]) == 0  # nothing to follow without state
+    assert json.loads(out.read_text())["config"]["same_round_state"] is False
+
+
 def test_trace_write_then_replay_gives_same_results(tmp_path):
     trace, a, b = tmp_path / "t.jsonl", tmp_path / "a.json", tmp_path / "b.json"
     args = ["bench", "--groups", "3", "--candidates", "4", "--arrival", "poisson", "--rate", "200"]

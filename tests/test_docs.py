@@ -473,3 +473,16 @@ def test_usage_lists_every_extra_pyproject_declares():
 def test_the_readme_links_every_page_under_docs():
     readme = (ROOT / "README.md").read_text()
     assert [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"](docs/{p.name})" not in readme] == []
+
+
+def test_every_test_a_doc_names_exists():
+    """ "Tests: `tests/cache/test_eviction.py` (`test_a_one_off_tail_goes_before_...`)": a renamed or
+    removed test leaves a doc citing evidence that is gone."""
+    defined = {
+        name
+        for path in (ROOT / "tests").rglob("*.py")
+        for name in re.findall(r"def (test_\w+)", path.read_text())
+    }
+    named = {(doc.name, name) for doc in DOCS for name in re.findall(r"`(test_\w+)`", doc.read_text())}
+    assert len(named) >= 5
+    assert {(doc, name) for doc, name in named if name not in defined} == set()

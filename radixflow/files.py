@@ -129,13 +129,14 @@ def synced_into_place(done: Path, target: Path) -> None:
     """``done`` put in ``target``'s place (`replace`) once its data is on disk, and the rename
     synced after: else a power cut soon after could leave ``target`` renamed but empty or short,
     its data still in the page cache, where the old file (or the whole new one) should be."""
-    _fsync(done)
+    fsync_path(done)
     replace(done, target)
     with contextlib.suppress(OSError):  # a directory some filesystems cannot sync: renamed all the same
-        _fsync(target.parent)
+        fsync_path(target.parent)
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` (a file or a directory: its entries, a rename in it) to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

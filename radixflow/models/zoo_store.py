@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from radixflow.files import fsync_path
+
 T = TypeVar("T")
 Build = Callable[[Path], dict[str, Any]]  # writes a model into a directory, returns its provenance
 
@@ -201,7 +203,7 @@ def _build_into(tmp: Path, target: Path, build: Build, record: dict[str, Any], d
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
         _sync(tmp)
         _install(tmp, target)
-        _fsync(target.parent)  # the rename itself
+        fsync_path(target.parent)  # the rename itself
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -251,16 +253,8 @@ def _sync(tmp: Path) -> None:
     """Every file in ``tmp``, then ``tmp`` itself, flushed to disk: renamed into place before that,
     a crash could leave the final name holding empty or partial files."""
     for file in tmp.iterdir():
-        _fsync(file)
-    _fsync(tmp)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_path(file)
+    fsync_path(tmp)
 
 
 def _open_dir(root: Path) -> int:

@@ -41,9 +41,9 @@ from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
 from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
+from radixflow.scheduler.adaptive.patience import Patience
 from radixflow.scheduler.adaptive.ranking import RankIndex
 from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
-from radixflow.scheduler.adaptive.round_cut import Unit
 from radixflow.scheduler.adaptive.round_plan import Lookahead, Room, RoundPlanner, RoundTake
 from radixflow.scheduler.adaptive.round_tally import ArrivalRate, DraftTally
 from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
@@ -90,6 +90,7 @@ class Adaptive:
         self._planner: RoundPlanner | None = None
         self._scan: Lookahead | None = None  # this round's order
         self._take: RoundTake | None = None  # this round's cut, from its first request on
+        self._patience: Patience | None = None  # FCFS allowances and arrivals, from `bind`
 
     # ----------------------------------------------------------------- events
     def bind(self, context: PolicyContext) -> None:
@@ -100,6 +101,7 @@ class Adaptive:
         self._ranked = context.config.has_recurrent
         self._fcfs = FcfsBound(context.config.token_budget, self._fcfs_share)
         self._planner = RoundPlanner(context.config, self._times, self._shapes)
+        self._patience = Patience(context.config.token_budget, self._times, self._fcfs, self._arrivals)
 
     def on_arrival(self, request: Request) -> None:
         """Shape and rank the newcomer; its group's members are re-keyed before the next scan
@@ -237,6 +239,7 @@ class Adaptive:
         """Whether this round takes ``request``'s unit; the round's cut is planned at its first
         request (``tokens``: what it computes if taken, None: as last ranked)."""
         assert self._planner is not None and self._ctx is not None and self._times is not None
+        assert self._patience is not None
         if self._take is None:
             assert self._scan is not None
             tally, config = self._tally, self._ctx.config
@@ -247,9 +250,9 @@ class Adaptive:
                 config.max_requests - len(draft.chunks),
                 len(draft.chunks),
                 len(self._index),
-                self._expected_arrivals,
+                self._patience.expected_arrivals,
                 self._past_fcfs,
-                self._allowance,
+                self._patience.allowance,
             )
             running = len(draft.chunks) - decodes  # prefill chunks in the round already
             first = lambda x, n: self._times.seconds(prefill + x, decodes, running + n)  # noqa: E731
@@ -272,52 +275,10 @@ class Adaptive:
         self._tally.advance(draft.chunks, self._completes_prompt)
         return self._ctx.config.token_budget - self._tally.tokens
 
-    def _expected_arrivals(self, units: list[Unit], queued: int) -> float:
-        """Requests expected to arrive, at the measured rate, while the queue drains: each second
-        the horizon's rounds take delays every one of them by a second (the marginal cost of a
-        longer horizon). The ``queued`` requests take the horizon's seconds per request, and
-        arrivals while they run bring more work at that rate: a busy period of the queue's work
-        over ``1 - load``. The rate is extrapolated no further than it was measured over, and
-        at least over the horizon."""
-        assert self._ctx is not None and self._times is not None
-        rate = self._arrivals.rate()
-        served = sum(u.requests for u in units)
-        if rate <= 0.0 or not self._times.in_seconds or served == 0:
-            return 0.0  # without a predictor round times are not in seconds
-        budget = self._ctx.config.token_budget
-        full, part = divmod(sum(u.tokens for u in units), budget)
-        horizon = full * self._times.seconds(budget) + self._times.seconds(part)
-        if not self._times.in_seconds:  # the predictor answered these no usable time
-            return 0.0
-        per_request = horizon / served
-        load = rate * per_request
-        busy = float("inf") if load >= 1.0 else per_request * max(queued, served) / (1.0 - load)
-        return rate * max(horizon, min(busy, self._arrivals.span()))
-
     def _past_fcfs(self, request: Request) -> bool:
-        """Holding the request back another round would pass its FCFS bound: in seconds where
-        the runner predicts them (`_allowance`), else in rounds."""
-        assert self._fcfs is not None and self._times is not None
-        allowance = self._allowance(request)
-        if self._times.in_seconds:
-            return allowance <= 0.0
-        due = self._fcfs.due(request.id)
-        return due is not None and self._round >= due
-
-    def _allowance(self, request: Request) -> float:
-        """Seconds the request may still be held back: its bound, in full rounds' seconds, from its
-        arrival (inf without a predictor: the bound is then kept in rounds by `_past_fcfs`)."""
-        assert self._fcfs is not None and self._ctx is not None and self._times is not None
-        bound = self._fcfs.bound(request.id)
-        if not self._times.in_seconds or bound is None:
-            return float("inf")
-        full = self._times.seconds(self._ctx.config.token_budget)
-        if not self._times.in_seconds:  # the predictor answered it no usable time
-            return float("inf")
-        # the clock is the last round's end: a request that arrived after it (the engine sat
-        # idle) has waited nothing yet, not a negative time
-        waited = max(self._arrivals.now - request.arrival_s, 0.0)
-        return bound * full - waited
+        """Holding the request back another round would pass its FCFS bound (`Patience`)."""
+        assert self._patience is not None
+        return self._patience.past_fcfs(request, self._round)
 
     def _completes_prompt(self, chunk: ScheduledChunk) -> bool:
         """The chunk ends its request's prompt (a decode step completes no request)."""

@@ -594,7 +594,7 @@ def test_an_idle_engine_adds_nothing_to_a_newcomers_fcfs_allowance(monkeypatch: 
     takes = Adaptive._takes
 
     def recorded(self: Adaptive, request: Request, tokens: int | None, draft: SchedulerOutput) -> bool:
-        seen.setdefault(request.id, self._allowance(request))
+        seen.setdefault(request.id, self._patience.allowance(request))
         return takes(self, request, tokens, draft)
 
     monkeypatch.setattr(Adaptive, "_takes", recorded)

@@ -1,0 +1,157 @@
+"""The parts of config.json the families' schemas share: every model's sizes (`BASE`), an attention
+layer's heads (`ATTENTION`), a rotary embedding's settings (`PARTIAL_ROPE`, `PLAIN_ROPE`,
+`SCALED_ROPE`, each checked to fit the heads by `EvenRotary`), a Gated DeltaNet's heads
+(`DELTANET`), and the value types several families read (activations, epsilons, multipliers, conv
+kernels). Each family's own fields and relations, and its schema, are in `schemas.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixflow.models.config_rules import AtMost, Divides, Equals, RequiredWhen
+from radixflow.models.config_schema import (
+    AnyOf,
+    Bool,
+    ConfigField,
+    Float,
+    Int,
+    ListOf,
+    Resolved,
+    Rule,
+    Schema,
+    Str,
+    Table,
+    as_number,
+)
+from radixflow.models.layers import ACTIVATIONS, Config, rope_parameters
+from radixflow.problems import Problem
+
+ACTIVATION = Str(tuple(ACTIVATIONS))
+EPS = Float(above=0.0)  # a norm's epsilon: 0 divides by zero on an all-zero row
+MULTIPLIER = Float()  # a muP scale: any finite number
+POSITIVE = Float(above=0.0)
+# A conv window of kernel - 1 values is a recurrent layer's state, so a kernel has at least 2 taps.
+CONV_KERNEL = Int(2)
+
+# --------------------------------------------------------------------------- shared parts
+
+# Read by every family (the runner reads the context length and the end-of-sequence ids).
+BASE = Schema(
+    (
+        ConfigField("vocab_size", Int(1), required=True),
+        ConfigField("hidden_size", Int(1), required=True),
+        ConfigField("tie_word_embeddings", Bool()),
+        ConfigField("eos_token_id", AnyOf((Int(0), ListOf(Int(0))))),
+        ConfigField("max_position_embeddings", Int(1)),
+    ),
+    rules=(AtMost("eos_token_id", "vocab_size", strict=True),),  # an id the model can emit
+)
+
+# Read by `layers.attention_heads` (every attention layer); KV heads serve groups of query heads.
+ATTENTION = Schema(
+    (
+        ConfigField("num_attention_heads", Int(1), required=True),
+        ConfigField("num_key_value_heads", Int(1)),
+        ConfigField("head_dim", Int(1)),
+        ConfigField("attention_bias", Bool()),
+    ),
+    rules=(
+        Divides("num_key_value_heads", "num_attention_heads"),
+        Divides("num_attention_heads", "hidden_size", unless="head_dim"),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EvenRotary:
+    """The rotary embedding fits each head: it rotates ``head_dim`` times the rotated share dims,
+    rounded up to even (as transformers rounds them), so a fully rotated head of odd size is one
+    dim short (the first forward failed deep in the kernels; transformers refuses it too)."""
+
+    partial: bool  # the family reads partial_rotary_factor (the hybrids); else every dim rotates
+    partial_default: float = 1.0  # the share rotated where the config names none
+
+    def check(self, config: Resolved) -> Problem | None:
+        heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+        if heads is None or hidden is None:
+            return None
+        head_dim = config.get("head_dim") or hidden // heads
+        share = 1.0
+        if self.partial:
+            rope = rope_parameters(Config(dict(config.data)))
+            share = as_number(rope.get("partial_rotary_factor", self.partial_default)) or 1.0
+        if head_dim % 2 == 0 or int(head_dim * share) != head_dim:
+            return None
+        given = config.get("head_dim") is not None
+        param = config.key("head_dim") if given else config.key("num_attention_heads")
+        source = "" if given else f" ({hidden} // {heads})"
+        why = "all rotated: rotary embedding needs an even number"
+        return Problem(param, f"gives heads of {head_dim} dims{source}, {why}")
+
+
+def _rope(
+    types: tuple[str, ...],
+    inner: tuple[ConfigField, ...] = (),
+    rules: tuple[Rule, ...] = (),
+    top: tuple[ConfigField, ...] = (),
+    legacy: bool = False,
+    even: EvenRotary = EvenRotary(partial=False),
+) -> Schema:
+    """``rope_parameters`` (and with ``legacy`` the older ``rope_scaling``) holding the rope types a
+    family supports and ``inner`` fields, plus the top-level fields read when it lacks them; the
+    rotary dims must fit the heads (``even``)."""
+    table = Table(
+        Schema(
+            (
+                ConfigField("rope_type", Str(types), aliases=("type",)),
+                ConfigField("rope_theta", POSITIVE),
+                *inner,
+            ),
+            rules,
+        )
+    )
+    names = ("rope_parameters", "rope_scaling") if legacy else ("rope_parameters",)
+    fields = (*(ConfigField(n, table) for n in names), ConfigField("rope_theta", POSITIVE), *top)
+    return Schema(fields, rules=(even,))
+
+
+ROTARY_FRACTION = Float(above=0.0, high=1.0)  # the share of each head's dims that rotate
+_FRACTION = ConfigField("partial_rotary_factor", ROTARY_FRACTION)
+# `mixers.gated_attention.rope_settings` (the hybrids): plain rope over part of each head; the
+# older rope_scaling is read too (`layers.rope_parameters`), as transformers reads it
+PARTIAL_ROPE = _rope(
+    ("default",), inner=(_FRACTION,), top=(_FRACTION,), legacy=True, even=EvenRotary(True, 0.25)
+)
+# `lfm2.rope_theta`: plain rope
+PLAIN_ROPE = _rope(("default",), legacy=True)
+# `llama.build_rotary` (Llama, Qwen3, Falcon-H1): scaled frequencies need their factors, and
+# llama3's ramp runs from the low to the high frequency factor.
+SCALED_ROPE = _rope(
+    ("default", "linear", "llama3"),
+    inner=(
+        ConfigField("factor", POSITIVE),
+        ConfigField("low_freq_factor", POSITIVE),
+        ConfigField("high_freq_factor", POSITIVE),
+        ConfigField("original_max_position_embeddings", Int(1)),
+    ),
+    rules=(
+        RequiredWhen(("factor",), Equals("rope_type", ("linear", "llama3"))),
+        RequiredWhen(("low_freq_factor", "high_freq_factor"), Equals("rope_type", ("llama3",))),
+        AtMost("low_freq_factor", "high_freq_factor", strict=True),
+    ),
+    top=(ConfigField("max_position_embeddings", Int(1)),),
+    legacy=True,
+)
+
+# `mixers.gated_deltanet.GatedDeltaNet`: each key head serves a group of value heads.
+DELTANET = Schema(
+    (
+        ConfigField("linear_num_key_heads", Int(1), required=True),
+        ConfigField("linear_num_value_heads", Int(1), required=True),
+        ConfigField("linear_key_head_dim", Int(1), required=True),
+        ConfigField("linear_value_head_dim", Int(1), required=True),
+        ConfigField("linear_conv_kernel_dim", CONV_KERNEL),
+    ),
+    rules=(Divides("linear_num_key_heads", "linear_num_value_heads"),),
+)

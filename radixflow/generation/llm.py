@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
+from radixflow.generation.call_builder import CallBuilder
 from radixflow.generation.calls import (
     Call,
     Progress,
-    PromptError,
     answer,
     outputs,
     refuse,
@@ -27,7 +27,6 @@ from radixflow.generation.prompts import (
     is_conversation,
     is_token_list,
     of_context,
-    params_per_prompt,
     require_list,
 )
 from radixflow.generation.scoring import (
@@ -41,8 +40,7 @@ from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
-from radixflow.problems import ProblemError, counted
-from radixflow.scheduler.request import Request
+from radixflow.problems import counted
 
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
@@ -191,40 +189,9 @@ class LLM:
         item: str | Sequence[str],
         fit: bool = False,
     ) -> tuple[list[Call], list[str] | None]:
-        """`_generate`'s engine requests, and the label of each prompt (None: a lone prompt, not
-        named); ValueError for params that cannot run, naming the prompt. ``fit``: see `generate`."""
-        if not isinstance(namespace, str):  # before any runs (the engine would fail each request alone)
-            raise ValueError(f"namespace must be a string, got {namespace!r}")
-        labels = [f"{item} {i}" for i in range(len(token_prompts))] if isinstance(item, str) else list(item)
-        # one prompt of `generate` is not named; any other item is (a candidate, a context's)
-        named = len(token_prompts) > 1 or item != "prompt"
-        params_list = params_per_prompt(params, len(token_prompts))
-        lone = params if isinstance(params, SamplingParams) and not token_prompts else None
-        problem = None if lone is None else lone.problem()
-        if problem is not None:  # no prompts to run: a mistake in the parameters is still one
-            raise PromptError(problem, None)
-        if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
-            _ = self.tokenizer  # stop strings and choices are text: refused without a tokenizer
-        calls = []
-        tokenized: dict[int, SamplingParams] = {}  # one params object for many prompts: tokenized once
-        for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
-            # before `choices`, which needs a valid n
-            problem = sp.problem() or sp.context_problem(self.engine.runner.model.max_context)
-            if problem is not None:
-                raise PromptError(problem, labels[i] if named else None)
-            if id(sp) not in tokenized:
-                try:
-                    tokenized[id(sp)] = sp.tokenized(self._read.encode_bare)
-                except ProblemError as e:  # a choice or bad word the tokenizer refuses
-                    raise PromptError(e.problem, labels[i] if named else None) from None
-            sp = tokenized[id(sp)]
-            prompt = sp.truncated(prompt, self.engine.runner.model.max_context)
-            fitted = sp.fitted(self.engine.room(len(prompt))) if fit else sp
-            for choice, choice_params in enumerate(fitted.choices()):
-                rid = f"gen-{next(self._ids)}"
-                req = Request(rid, tuple(prompt), namespace, self.engine.now, sampling=choice_params)
-                calls.append(Call(req, i, choice))
-        return calls, labels if named else None
+        """`_generate`'s engine requests and each prompt's label (`CallBuilder.build`)."""
+        builder = CallBuilder(lambda: self.engine, self._read, lambda: self.tokenizer, self._ids)
+        return builder.build(token_prompts, params, namespace, item, fit)
 
     def score(
         self,

@@ -22,8 +22,9 @@ from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.engine.engine import Engine, run_config
+from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
+from radixflow.engine.run_setup import run_config
 from radixflow.files import write_whole
 from radixflow.options import EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies

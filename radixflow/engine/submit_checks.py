@@ -1,0 +1,90 @@
+"""What the engine checks of a request at `Engine.submit`, before anything of it is taken: the
+refusals (`SubmitRefused`), the fields' types, the byte budget; and the type checks of its other
+arguments (a request id, a round history)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Container
+from dataclasses import MISSING, fields
+
+from radixflow.cache.radix import RadixCache
+from radixflow.engine.records import SubmitRefused
+from radixflow.problems import Problem
+from radixflow.scheduler.config import SchedulerConfig
+from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.sampling import SamplingParams
+
+
+def fields_problem(request: Request) -> Problem | None:
+    """Why ``request``'s prompt, namespace or sampling is of the wrong type (None: none is), found
+    before anything reads them: a runner's checks read the prompt and the sampling, and a
+    namespace that is no string would fail its admission mid-round (the fork history hashes it).
+    Pure."""
+    if not isinstance(request.prompt, tuple | list):  # a set's order is arbitrary, bytes are no ids
+        return Problem("prompt", f"must be a list of token ids, got {type(request.prompt).__name__}")
+    if not isinstance(request.namespace, str):
+        return Problem("namespace", f"must be a string, got {request.namespace!r}")
+    if not isinstance(request.sampling, SamplingParams):
+        return Problem("sampling", f"must be a SamplingParams, got {request.sampling!r}")
+    return None
+
+
+def checked_id(request_id: str) -> str:
+    """``request_id`` as the engine's records are keyed by it; one that is no string (an
+    unhashable one raised a bare TypeError out of the lookup) is refused naming it."""
+    if not isinstance(request_id, str):
+        raise ValueError(f"request_id must be a string, got {request_id!r}")
+    return request_id
+
+
+def is_time(value: object) -> bool:
+    """A finite number >= 0; a bool is no time though Python counts it an int (True was 1 s)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+
+
+def is_count(value: object) -> bool:
+    """An integer >= 0; a bool is none though Python counts it an int."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def scheduler_state(request: Request) -> str | None:
+    """The first scheduler-owned field of ``request`` (those from ``status`` on) not at its
+    default, as ``name=value`` (None: a fresh request). One set by hand (a working_slot, an
+    output) was taken as the engine's own. Pure."""
+    every = fields(Request)
+    for f in every[[f.name for f in every].index("status") :]:
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        if getattr(request, f.name) != default:
+            return f"{f.name}={getattr(request, f.name)!r}"
+    return None
+
+
+def refuse_submission(request: Request, known: Container[str]) -> None:
+    """Raise `SubmitRefused` (a ValueError) for a request the engine cannot take at all: an id that
+    is no string (every queue and answer is keyed by it), a request object already submitted, an
+    id in ``known`` (in use), scheduler-owned state set by hand, or an arrival time that is not a
+    finite number >= 0 (a NaN one would never be admitted). Pure."""
+    if not isinstance(request.id, str):
+        raise SubmitRefused(f"request id must be a string, got {request.id!r}")
+    if request.status is not RequestStatus.WAITING or request.registration is not None:
+        raise SubmitRefused(f"request {request.id!r} was already submitted to an engine")
+    if request.id in known:
+        raise SubmitRefused(f"duplicate request id {request.id!r}")
+    if (state := scheduler_state(request)) is not None:
+        raise SubmitRefused(f"request {request.id!r} carries scheduler state ({state})")
+    if not is_time(request.arrival_s):
+        raise SubmitRefused(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
+
+
+def budget_problem(request: Request, config: SchedulerConfig, cache: RadixCache) -> Problem | None:
+    """Why ``request``'s KV and working state cannot fit ``cache``'s byte budget even alone. Pure."""
+    blocks = config.blocks_needed(0, request.max_length)
+    slots = 1 if config.has_recurrent and config.num_state_slots > 0 else 0
+    if cache.within_budget(blocks, slots):
+        return None
+    param, prompt_blocks = "max_tokens", config.blocks_needed(0, len(request.prompt))
+    if not cache.within_budget(prompt_blocks, slots):  # fewer tokens to generate would not help
+        param, blocks = "prompt", prompt_blocks
+    need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
+    return Problem(param, f"does not fit in the cache_memory budget: it needs {need}")

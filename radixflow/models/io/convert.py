@@ -146,20 +146,35 @@ def plan_conversion(model_type: str, keys: Iterable[str], wanted: set[str]) -> P
             name = re.sub(pattern, repl, name)
         if (target := _with_prefix(name, prefix, wanted)) is not None:
             plan.direct[key] = target
-            continue
-        for merge in conv.merges:
-            if (hit := merge.match(name)) is not None:
-                if (target := _with_prefix(hit[0], prefix, wanted)) is not None:
-                    plan.merged.setdefault(target, (len(merge.parts), []))[1].append((key, hit[1], hit[2]))
-                break
-        else:
-            for split in conv.splits:
-                if (cut := split.match(name)) is not None:
-                    head = _with_prefix(f"{cut[0]}.0.{cut[1]}.weight", prefix, wanted)
-                    if head is not None:
-                        plan.split[key] = (head[: -len(f".0.{cut[1]}.weight")], cut[1])
-                    break
+        elif not _plan_merge(plan, conv.merges, key, name, prefix, wanted):
+            _plan_split(plan, conv.splits, key, name, prefix, wanted)
     return plan
+
+
+def _plan_merge(
+    plan: Plan, merges: Iterable[MergeExperts], key: str, name: str, prefix: str, wanted: set[str]
+) -> bool:
+    """``key`` (renamed ``name``) planned as a piece of a merged parameter by the first merge that
+    matches it; False when none does. A match whose parameter the model lacks plans nothing."""
+    for merge in merges:
+        if (hit := merge.match(name)) is not None:
+            if (target := _with_prefix(hit[0], prefix, wanted)) is not None:
+                plan.merged.setdefault(target, (len(merge.parts), []))[1].append((key, hit[1], hit[2]))
+            return True
+    return False
+
+
+def _plan_split(
+    plan: Plan, splits: Iterable[SplitExperts], key: str, name: str, prefix: str, wanted: set[str]
+) -> None:
+    """``key`` (renamed ``name``) planned as split across parameters by the first split that
+    matches it, where the model has them."""
+    for split in splits:
+        if (cut := split.match(name)) is not None:
+            head = _with_prefix(f"{cut[0]}.0.{cut[1]}.weight", prefix, wanted)
+            if head is not None:
+                plan.split[key] = (head[: -len(f".0.{cut[1]}.weight")], cut[1])
+            return
 
 
 def _with_prefix(name: str, prefix: str, wanted: set[str]) -> str | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from radixflow.calibration.design import DesignBatch
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.engine.clocks import round_clock
+from radixflow.engine.runner import Runner
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec
 
 BLOCK_SIZE = 16
@@ -147,19 +148,32 @@ def time_batches(
             predict_rounds=False,
         )
         outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
-        samples: list[list[float]] = [[] for _ in batches]
-        order = list(range(len(outputs)))
-        for rep in range(repeats):
-            random.Random(rep).shuffle(order)  # no batch always runs right after the same one
-            for i in order:
-                t0 = read()
-                runner.run(outputs[i])
-                samples[i].append(read() - t0)
-                if on_batch is not None:
-                    on_batch()
+        samples = _repeated_times(runner, outputs, repeats, read, on_batch)
     finally:
         torch.set_num_threads(before)
     keep = KEPT[kept]
     return [
         TimedBatch(model, b.split, b.chunks, keep(s), tuple(s)) for b, s in zip(batches, samples, strict=True)
     ]
+
+
+def _repeated_times(
+    runner: Runner,
+    outputs: list[SchedulerOutput],
+    repeats: int,
+    read: Callable[[], float],
+    on_batch: Callable[[], None] | None,
+) -> list[list[float]]:
+    """Each output's worker-call times, one per repeat; each repeat runs every output, in a
+    fresh order (no batch always runs right after the same one)."""
+    samples: list[list[float]] = [[] for _ in outputs]
+    order = list(range(len(outputs)))
+    for rep in range(repeats):
+        random.Random(rep).shuffle(order)
+        for i in order:
+            t0 = read()
+            runner.run(outputs[i])
+            samples[i].append(read() - t0)
+            if on_batch is not None:
+                on_batch()
+    return samples

@@ -26,7 +26,7 @@ from radixflow.experiments.execute import (
 )
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.report import other_code_note
-from radixflow.experiments.run import WRITTEN, default_out, progress_bar, run_experiment
+from radixflow.experiments.run import WRITTEN, ExperimentOutput, default_out, progress_bar, run_experiment
 from radixflow.options.flags import add_engine_flags, from_args, not_stdout, parse_int, path_arg
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import Problem, ProblemError, counted
@@ -152,18 +152,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise ExperimentUsageError(str(e)) from None
     out = args.out or default_out(config)
     _check_out(out)
-    flags = [
-        ("--out", args.out),
-        ("--ray-address", args.ray_address),
-        ("--device", args.device),
-        ("--seeds", args.seeds),
-        ("--max-cells", args.max_cells if args.max_cells != MAX_CELLS else None),
-    ]
-    command = " ".join(
-        ["radixflow experiment", shlex.quote(str(args.config))]
-        + [f"{k} {shlex.quote(str(v))}" for k, v in flags if v is not None]
-        + (["--ray"] if args.ray else [])
-    )
+    command = _command_line(args)
     execution = ExecutionOptions(ray=use_ray, ray_address=args.ray_address)
     started = time.time()  # what --out holds from before is an earlier run's
     try:
@@ -173,9 +162,31 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the finished cells stay
         e.add_note(_kept(config, out, command) + _earlier(out, started))
         raise
+    _print_result(console, config.name, result)
+    return _exit_code(result.results)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command that repeats this run, as report.md records it: the flags given, quoted."""
+    flags = [
+        ("--out", args.out),
+        ("--ray-address", args.ray_address),
+        ("--device", args.device),
+        ("--seeds", args.seeds),
+        ("--max-cells", args.max_cells if args.max_cells != MAX_CELLS else None),
+    ]
+    return " ".join(
+        ["radixflow experiment", shlex.quote(str(args.config))]
+        + [f"{k} {shlex.quote(str(v))}" for k, v in flags if v is not None]
+        + (["--ray"] if args.ray else [])
+    )
+
+
+def _print_result(console: Console, name: str, result: ExperimentOutput) -> None:
+    """One line of what ran and where it went; a warning where cells came from other code."""
     cached = len(result.results) - result.ran
     console.print(
-        f"{config.name}: {counted(len(result.results), 'cell')} ({result.ran} run, {cached} from cache) in "
+        f"{name}: {counted(len(result.results), 'cell')} ({result.ran} run, {cached} from cache) in "
         f"{result.wall_s:.0f} s → {result.out / 'results.json'}, {result.out / 'report.md'}, "
         f"{counted(len(result.plots), 'plot')}",
         markup=False,  # the names are the user's (--out "o[red]" lost its brackets)
@@ -184,7 +195,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     stale = other_code_note(result.results, result.code)
     if stale is not None:  # a cell's key leaves the code out: its cached figures are another code's
         print(f"radixflow: warning: {stale}", file=sys.stderr)
-    return _exit_code(result.results)
 
 
 def _kept(config: ExperimentConfig, out: Path, command: str) -> str:

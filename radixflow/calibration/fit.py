@@ -36,6 +36,20 @@ def _row(batch: TimedBatch, shape: ModelShape, dtype_bytes: int) -> list[float]:
     return fit_features(shape, batch.chunks, dtype_bytes)
 
 
+def _fit_rounds(batches: list[TimedBatch]) -> list[TimedBatch]:
+    """The rounds of the ``fit`` split; ValueError where there are none, or all of one size."""
+    fit = [b for b in batches if b.split == "fit"]
+    if not fit:
+        raise ValueError("no fit rounds to calibrate from")
+    sizes = {sum(c.length for c in b.chunks) for b in fit}
+    if len(sizes) == 1:  # nothing tells the per-call cost from the per-token ones: any split fits
+        raise ValueError(
+            f"the fit rounds are all {sizes.pop()} tokens: a fit needs rounds of at least two sizes "
+            "to tell a worker call's fixed cost from its cost per token"
+        )
+    return fit
+
+
 def fit_profile(
     name: str,
     batches: list[TimedBatch],
@@ -50,15 +64,7 @@ def fit_profile(
     exercise (e.g. ``mamba2`` when only DeltaNet models were timed) is charged at the matmul rate
     and listed under ``calibration.unfitted_terms``.
     """
-    fit = [b for b in batches if b.split == "fit"]
-    if not fit:
-        raise ValueError("no fit rounds to calibrate from")
-    sizes = {sum(c.length for c in b.chunks) for b in fit}
-    if len(sizes) == 1:  # nothing tells the per-call cost from the per-token ones: any split fits
-        raise ValueError(
-            f"the fit rounds are all {sizes.pop()} tokens: a fit needs rounds of at least two sizes "
-            "to tell a worker call's fixed cost from its cost per token"
-        )
+    fit = _fit_rounds(batches)
     rows = _rows(fit, shapes, dtype_bytes)
     weighted = [[v / b.seconds for v in row] for row, b in zip(rows, fit, strict=True)]
     coef = dict(zip(FIT_TERMS, nnls(weighted, [1.0] * len(fit)), strict=True))

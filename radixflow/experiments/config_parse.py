@@ -86,15 +86,7 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
     workload: dict[str, Any] = {}
     for key, value in table.items():
         if key == "workload":
-            if not isinstance(value, dict):
-                raise fail(origin, f"{where}.workload", "must be a table")
-            for wkey, wvalue in value.items():
-                if wkey == "seed":  # a workload's field, but a cell's seed comes from `seeds`
-                    raise fail(origin, f"{where}.workload.seed", SEED_FROM)
-                if wkey not in WORKLOAD_KEYS:
-                    known = ", ".join(WORKLOAD_KEYS)
-                    raise fail(origin, f"{where}.workload.{wkey}", f"unknown key (known: {known})")
-                workload[wkey] = _values(wvalue, origin, f"{where}.workload.{wkey}")
+            workload.update(_workload_section(value, where, origin))
         elif key == "seed":  # an engine option, but a cell's seed is its workload's
             raise fail(origin, f"{where}.seed", SEED_FROM)
         elif key in CELL_KEYS:
@@ -105,6 +97,21 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
             known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's seed is its workload's
             raise fail(origin, f"{where}.{key}", f"unknown key (known: {known}, workload)")
     return cell, workload
+
+
+def _workload_section(table: Any, where: str, origin: str) -> dict[str, Any]:
+    """The workload keys of the ``workload`` table of ``where``, every value as a list."""
+    if not isinstance(table, dict):
+        raise fail(origin, f"{where}.workload", "must be a table")
+    workload: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "seed":  # a workload's field, but a cell's seed comes from `seeds`
+            raise fail(origin, f"{where}.workload.seed", SEED_FROM)
+        if key not in WORKLOAD_KEYS:
+            known = ", ".join(WORKLOAD_KEYS)
+            raise fail(origin, f"{where}.workload.{key}", f"unknown key (known: {known})")
+        workload[key] = _values(value, origin, f"{where}.workload.{key}")
+    return workload
 
 
 def _validate_cell(

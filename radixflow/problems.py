@@ -9,6 +9,7 @@ A leaf module: it imports nothing from radixflow, so every layer may use it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,6 +50,25 @@ class ProblemError(ValueError):
     def __init__(self, problem: Problem) -> None:
         super().__init__(str(problem))
         self.problem = problem
+
+
+# How every door says a value is not of its kind (the command line's flags, `SamplingParams`, the
+# options' checks, the server's strict bodies): one wording, each door adding ", got <value>".
+NOT_A_NUMBER = "must be a number"
+NOT_FINITE = "must be a finite number"
+NOT_AN_INTEGER = "must be an integer"
+
+
+def number_problem(param: str, value: object, integer: bool = False) -> Problem | None:
+    """Why ``value`` is not a finite number (``integer``: not an integer; a bool is neither), in
+    the words every door uses; None when it is one. Pure."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return Problem(param, f"{NOT_AN_INTEGER if integer else NOT_A_NUMBER}, got {value!r}")
+    if integer and not isinstance(value, int):
+        return Problem(param, f"{NOT_AN_INTEGER}, got {value!r}")
+    if not math.isfinite(value):
+        return Problem(param, f"{NOT_FINITE}, got {value!r}")
+    return None
 
 
 def flag(param: str) -> str:

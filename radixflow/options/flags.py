@@ -21,7 +21,7 @@ from radixflow.files import file_path_problem, stdout_problem, user_path
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
-from radixflow.problems import Problem, ProblemError, flag
+from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
 
 GROUPS = {
     "model": "model and runner",
@@ -78,7 +78,7 @@ def parse_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None  # as `type_problem`
+        raise argparse.ArgumentTypeError(f"{NOT_AN_INTEGER}, got {text!r}") from None  # as `type_problem`
 
 
 def parse_float(text: str) -> float:
@@ -86,9 +86,9 @@ def parse_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{NOT_A_NUMBER}, got {text!r}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        raise argparse.ArgumentTypeError(f"{NOT_FINITE}, got {text}")
     return value
 
 

@@ -8,12 +8,11 @@ field-by-field check (`fields_problem`) all read that one declaration.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from radixflow.problems import Problem, ProblemError
+from radixflow.problems import Problem, ProblemError, number_problem
 
 T = TypeVar("T")
 
@@ -75,14 +74,8 @@ def type_problem(name: str, value: Any, kind: type, optional: bool) -> Problem |
     """Strict types: an int is not a float's stand-in, a bool is not an int, nothing is cast."""
     if value is None:
         return None if optional else Problem(name, "must be given, got nothing")
-    if kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and not math.isfinite(value):
-            return Problem(name, f"must be a finite number, got {value!r}")
-        return None if ok else Problem(name, f"must be a number, got {value!r}")
-    if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else Problem(name, f"must be an integer, got {value!r}")
+    if kind in (int, float):
+        return number_problem(name, value, kind is int)
     if kind is str and not isinstance(value, str):  # not "a str": Python's name for it
         number = isinstance(value, int | float) and not isinstance(value, bool)
         hint = f' (quote it: "{value}")' if number else ""  # a TOML size in bytes, 2147483648

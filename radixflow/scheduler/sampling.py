@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import overload
 
-from radixflow.problems import Problem
+from radixflow.problems import Problem, number_problem
 from radixflow.scheduler.token_sequences import open_choices, sequences_problem
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
@@ -114,6 +114,20 @@ class SamplingParams:
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""
+        return self._kind_problem() or self._range_problem()
+
+    def _kind_problem(self) -> Problem | None:
+        """A number field that holds no number (or no integer), said as every door says it."""
+        for name, integer in _NUMBER_FIELDS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            problem = number_problem(name, value, integer)
+            if problem is not None:
+                return problem
+        return None
+
+    def _range_problem(self) -> Problem | None:
         k_range = f"must be an integer between 0 and {MAX_LOGPROBS}"
         penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
         repetition = _is_real(self.repetition_penalty) and self.repetition_penalty > 0
@@ -173,6 +187,24 @@ class SamplingParams:
         limited = self.allowed_token_ids is not None or self.token_choices is not None
         limited = limited or bool(self.bad_token_sequences)
         return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0 or limited
+
+
+# the number fields, in the order they are checked, and whether each takes integers only
+_NUMBER_FIELDS = (
+    ("max_tokens", True),
+    ("min_tokens", True),
+    ("temperature", False),
+    ("top_p", False),
+    ("top_k", True),
+    ("min_p", False),
+    ("seed", True),
+    ("logprobs", True),
+    ("prompt_logprobs", True),
+    ("presence_penalty", False),
+    ("frequency_penalty", False),
+    ("repetition_penalty", False),
+)
+_OPTIONAL = frozenset({"seed", "logprobs", "prompt_logprobs"})  # None: not asked for
 
 
 def _in_range(k: int | None) -> bool:

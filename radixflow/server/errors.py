@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from radixflow.generation.tokenizer import TextTooLong
-from radixflow.problems import Problem
+from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem
 from radixflow.server.strict import SURROGATE, UNSUPPORTED
 
 log = logging.getLogger("radixflow.server")
@@ -35,9 +35,9 @@ _TYPES = {
 
 # pydantic's type errors, said as the engine's own checks say them
 _SAID = {
-    "int_type": "must be an integer",
-    "float_type": "must be a number",
-    "finite_number": "must be a finite number",
+    "int_type": NOT_AN_INTEGER,
+    "float_type": NOT_A_NUMBER,
+    "finite_number": NOT_FINITE,
     "bool_type": "must be true or false",
     "string_type": "must be a string",
     "list_type": "must be a list",

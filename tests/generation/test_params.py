@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from radixflow.generation.params import (
@@ -152,3 +154,24 @@ def test_a_default_max_tokens_is_fitted_to_the_room_and_never_below_one():
     assert params.fitted(10) == SamplingParams(max_tokens=10, min_tokens=10)
     assert params.fitted(0).max_tokens == 1  # no room: refused as the prompt, not as max_tokens
     assert params.fitted(100) == params
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("temperature", math.nan, "temperature: must be a finite number, got nan"),
+        ("top_p", math.inf, "top_p: must be a finite number, got inf"),
+        ("min_p", -math.inf, "min_p: must be a finite number, got -inf"),
+        ("repetition_penalty", math.inf, "repetition_penalty: must be a finite number, got inf"),
+        ("presence_penalty", math.nan, "presence_penalty: must be a finite number, got nan"),
+        ("temperature", "hot", "temperature: must be a number, got 'hot'"),
+        ("frequency_penalty", True, "frequency_penalty: must be a number, got True"),
+        ("top_k", 1.5, "top_k: must be an integer, got 1.5"),
+        ("max_tokens", "8", "max_tokens: must be an integer, got '8'"),
+        ("logprobs", 2.0, "logprobs: must be an integer, got 2.0"),
+    ],
+)
+def test_a_value_that_is_no_number_is_said_as_every_door_says_it(field, value, expected):
+    # SamplingParams said "temperature: must be a number >= 0, got nan" where the command line and
+    # the server say "must be a finite number" (and "must be a number" for text): one check, two wordings
+    assert str(SamplingParams(**{field: value}).problem()) == expected

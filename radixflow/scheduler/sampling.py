@@ -128,7 +128,6 @@ class SamplingParams:
         return None
 
     def _range_problem(self) -> Problem | None:
-        k_range = f"must be an integer between 0 and {MAX_LOGPROBS}"
         penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
         repetition = _is_real(self.repetition_penalty) and self.repetition_penalty > 0
         at_most_max = f"must be an integer between 0 and max_tokens ({self.max_tokens!r})"
@@ -140,8 +139,6 @@ class SamplingParams:
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0 (0 or -1: no cut)"),
             (_is_real(self.min_p) and 0 <= self.min_p <= 1, "min_p", "must be in [0, 1]"),
             (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
-            (_in_range(self.logprobs), "logprobs", k_range),
-            (_in_range(self.prompt_logprobs), "prompt_logprobs", k_range),
             (_ids_ok(self.stop_token_ids), "stop_token_ids", "must be a list of token ids"),
             (_allowed_ok(self.allowed_token_ids), "allowed_token_ids", "must be a non-empty list of ids"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),
@@ -152,6 +149,10 @@ class SamplingParams:
         for ok, param, message in checks:
             if not ok:
                 return Problem(param, f"{message}, got {getattr(self, param)!r}")
+        for param in ("logprobs", "prompt_logprobs"):
+            problem = alternatives_problem(param, getattr(self, param))
+            if problem is not None:
+                return problem
         return _bias_problem(self.logit_bias) or self._choices_problem()
 
     def _choices_problem(self) -> Problem | None:
@@ -207,8 +208,12 @@ _NUMBER_FIELDS = (
 _OPTIONAL = frozenset({"seed", "logprobs", "prompt_logprobs"})  # None: not asked for
 
 
-def _in_range(k: int | None) -> bool:
-    return k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS)
+def alternatives_problem(param: str, k: object) -> Problem | None:
+    """Why ``k`` is no count of top alternatives per token, 0 to `MAX_LOGPROBS` (None: it is one,
+    or None, not asked for). Every door's logprobs field (the server's ``top_logprobs`` too)."""
+    if k is None or (_is_int(k) and 0 <= k <= MAX_LOGPROBS):  # type: ignore[operator]
+        return None
+    return Problem(param, f"must be an integer between 0 and {MAX_LOGPROBS}, got {k!r}")
 
 
 def _ids_ok(ids: object) -> bool:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pydantic import Field, create_model
 
 from radixflow.generation.params import SamplingParams
-from radixflow.scheduler.sampling import MAX_LOGPROBS
+from radixflow.scheduler.sampling import alternatives_problem
 from radixflow.server.errors import ApiError
 from radixflow.server.refused import (
     CHAT_REFUSED,
@@ -100,9 +100,8 @@ class _Generate(StrictBody):
         """The request's `SamplingParams`; ApiError 400 naming the parameter when one is invalid.
         ``prompt_logprobs``: what the engine computes (the door's own need and the client's)."""
         k = self.prompt_logprobs
-        if k is not None and not 0 <= k <= MAX_LOGPROBS:
-            why = f"prompt_logprobs must be between 0 and {MAX_LOGPROBS}, got {k}"
-            raise ApiError(400, why, "prompt_logprobs")
+        # checked as sent: echo's logprobs may raise the count the engine computes past it
+        _check_alternatives("prompt_logprobs", k)
         if k is not None and self.stream:
             # as vLLM: a stream's chunks have no place for them
             raise ApiError(400, "prompt_logprobs cannot be returned in a stream", "prompt_logprobs")
@@ -181,9 +180,7 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
     add_special_tokens: bool = True  # vLLM extension: BOS and the like around a text prompt
 
     def params(self, context: int) -> SamplingParams:
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            why = f"logprobs must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}"
-            raise ApiError(400, why, "logprobs")
+        _check_alternatives("logprobs", self.logprobs)
         if self.max_tokens is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
             max_tokens = OPENAI_COMPLETION_MAX_TOKENS
         else:
@@ -211,9 +208,7 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
     def params(self, default_max_tokens: int, context: int) -> SamplingParams:
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
-        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_LOGPROBS:
-            why = f"top_logprobs must be between 0 and {MAX_LOGPROBS}, got {self.top_logprobs}"
-            raise ApiError(400, why, "top_logprobs")
+        _check_alternatives("top_logprobs", self.top_logprobs)  # the engine's logprobs, named as sent
         named = self.length_field
         given = getattr(self, named)
         max_tokens = default_max_tokens if given is None else _check_max_tokens(given, 1, context, named)
@@ -283,6 +278,14 @@ def _token_biases(bias: dict[str, float]) -> tuple[tuple[int, float], ...]:
             raise ApiError(400, f"logit_bias: keys must be token ids, got {shown}", "logit_bias")
         pairs.append((int(key), value))
     return tuple(pairs)
+
+
+def _check_alternatives(param: str, k: int | None) -> None:
+    """ApiError 400 when ``k`` is no count of alternatives per token: the engine's check and
+    words (`alternatives_problem`), for a field the engine sees under another name or combined."""
+    problem = alternatives_problem(param, k)
+    if problem is not None:
+        raise ApiError.from_problem(problem)
 
 
 def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> int:

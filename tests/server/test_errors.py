@@ -64,7 +64,7 @@ BAD_COMPLETIONS = [
     ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
-    ("too many logprobs", {"logprobs": 21}, "logprobs must be between 0 and 20, got 21"),
+    ("too many logprobs", {"logprobs": 21}, "logprobs: must be an integer between 0 and 20, got 21"),
     ("seed past 64 bits", {"seed": 2**64}, f"seed must fit in 64 bits, got {2**64}"),
     ("no choices", {"n": 0}, "n: must be an integer between 1 and 128, got 0"),
     (
@@ -145,11 +145,15 @@ BAD_COMPLETIONS = [
         {"structured_outputs": {"json": {"type": "object"}}},
         "structured_outputs.json: structured output is not implemented beyond guided_choice",
     ),
-    ("too many prompt logprobs", {"prompt_logprobs": 21}, "prompt_logprobs must be between 0 and 20, got 21"),
+    (
+        "too many prompt logprobs",
+        {"prompt_logprobs": 21},
+        "prompt_logprobs: must be an integer between 0 and 20, got 21",
+    ),
     (  # vLLM's -1 (the whole vocabulary) is past the cap every logprobs field has here
         "every prompt logprob under echo",
         {"prompt_logprobs": -1, "echo": True, "logprobs": 2},
-        "prompt_logprobs must be between 0 and 20, got -1",
+        "prompt_logprobs: must be an integer between 0 and 20, got -1",
     ),
     (
         "prompt logprobs in a stream",
@@ -202,7 +206,7 @@ BAD_CHAT = [
     (
         "too many top_logprobs",
         {"logprobs": True, "top_logprobs": 21},
-        "top_logprobs must be between 0 and 20, got 21",
+        "top_logprobs: must be an integer between 0 and 20, got 21",
     ),
     ("prompt logprobs in a stream", {"prompt_logprobs": 0, "stream": True}, "prompt_logprobs cannot be"),
     (

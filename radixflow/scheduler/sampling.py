@@ -18,6 +18,9 @@ MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's does
 # nothing but a tie for the best token, broken at random instead of by token id
 GREEDY_BELOW = 1e-5
 _MASK64 = (1 << 64) - 1
+# a seed is read mod 2^64 (`mix64`): one past 64 bits would draw another seed's tokens, unsaid.
+# Signed or unsigned 64-bit, as clients send them (OpenAI's is signed, numpy's and torch's unsigned)
+SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 SPLITMIX_STEP = 0x9E3779B97F4A7C15  # splitmix64's increment (the golden ratio in 64 bits)
@@ -131,6 +134,7 @@ class SamplingParams:
         penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
         repetition = _is_real(self.repetition_penalty) and self.repetition_penalty > 0
         at_most_max = f"must be an integer between 0 and max_tokens ({self.max_tokens!r})"
+        seeds = f"must fit in 64 bits ({SEED_RANGE[0]} to {SEED_RANGE[1]})"
         checks = [
             (_is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens", "must be an integer >= 0"),
             (_min_tokens_ok(self.min_tokens, self.max_tokens), "min_tokens", at_most_max),
@@ -138,7 +142,7 @@ class SamplingParams:
             (_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
             (_is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0 (0 or -1: no cut)"),
             (_is_real(self.min_p) and 0 <= self.min_p <= 1, "min_p", "must be in [0, 1]"),
-            (self.seed is None or _is_int(self.seed), "seed", "must be an integer"),
+            (self.seed is None or SEED_RANGE[0] <= self.seed <= SEED_RANGE[1], "seed", seeds),
             (_ids_ok(self.stop_token_ids), "stop_token_ids", "must be a list of token ids"),
             (_allowed_ok(self.allowed_token_ids), "allowed_token_ids", "must be a non-empty list of ids"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),

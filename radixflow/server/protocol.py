@@ -25,7 +25,6 @@ from radixflow.server.refused import (
 from radixflow.server.strict import Refused, StrictBody
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-SEED_RANGE = (-(2**63), 2**64 - 1)
 # a logit_bias key: decimal ASCII digits, few enough for int() (a negative id is then refused as
 # outside the vocabulary, as a long one would be)
 TOKEN_ID_KEY = re.compile(r"-?[0-9]{1,18}")
@@ -107,8 +106,6 @@ class _Generate(StrictBody):
             raise ApiError(400, "prompt_logprobs cannot be returned in a stream", "prompt_logprobs")
         if self.stream_options is not None and not self.stream:  # as vLLM and OpenAI refuse it
             raise ApiError(400, "stream_options: only with stream: true", "stream_options")
-        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
-            raise ApiError(400, f"seed must fit in 64 bits, got {self.seed}", "seed")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         params = SamplingParams(
             max_tokens=max_tokens,

@@ -175,3 +175,17 @@ def test_a_value_that_is_no_number_is_said_as_every_door_says_it(field, value, e
     # SamplingParams said "temperature: must be a number >= 0, got nan" where the command line and
     # the server say "must be a finite number" (and "must be a number" for text): one check, two wordings
     assert str(SamplingParams(**{field: value}).problem()) == expected
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 2**100])
+def test_a_seed_past_64_bits_is_a_problem_as_the_server_says(seed):
+    # LLM took any integer as a seed, where the server refused one past 64 bits: the sampler reads
+    # seeds mod 2^64, so seed 2^64 drew exactly seed 0's tokens, unsaid
+    problem = SamplingParams(seed=seed).problem()
+    assert problem is not None and problem.param == "seed"
+    assert str(problem) == f"seed: must fit in 64 bits ({-(2**63)} to {2**64 - 1}), got {seed}"
+
+
+@pytest.mark.parametrize("seed", [-(2**63), -1, 0, 2**64 - 1])
+def test_every_64_bit_seed_is_taken(seed):
+    assert SamplingParams(seed=seed).problem() is None

@@ -65,7 +65,11 @@ BAD_COMPLETIONS = [
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
     ("too many logprobs", {"logprobs": 21}, "logprobs: must be an integer between 0 and 20, got 21"),
-    ("seed past 64 bits", {"seed": 2**64}, f"seed must fit in 64 bits, got {2**64}"),
+    (
+        "seed past 64 bits",
+        {"seed": 2**64},
+        f"seed: must fit in 64 bits ({-(2**63)} to {2**64 - 1}), got {2**64}",
+    ),
     ("no choices", {"n": 0}, "n: must be an integer between 1 and 128, got 0"),
     (
         "best_of above n",

@@ -286,9 +286,10 @@ def _check_alternatives(param: str, k: int | None) -> None:
 
 
 def _check_max_tokens(value: int, low: int, context: int, named: str = "max_tokens") -> int:
-    """``value`` as sent, once it is within bounds (the default is never checked here)."""
-    if not low <= value <= context:
-        raise ApiError(
-            400, f"{named} must be between {low} and the model context {context}, got {value}", named
-        )
+    """``value`` as sent, once it is within bounds (the default is never checked here): at least
+    ``low`` (1 on chat), in `SamplingParams`' words for a count, and at most the model context."""
+    if value < low:
+        raise ApiError(400, f"{named}: must be an integer >= {low}, got {value}", named)
+    if value > context:
+        raise ApiError(400, f"{named}: must be at most the model context ({context}), got {value}", named)
     return value

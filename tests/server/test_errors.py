@@ -57,9 +57,9 @@ BAD_COMPLETIONS = [
     (
         "negative max_tokens",
         {"max_tokens": -1},
-        "max_tokens must be between 0 and the model context 8192, got -1",
+        "max_tokens: must be an integer >= 0, got -1",  # as SamplingParams says it
     ),
-    ("huge max_tokens", {"max_tokens": 10**6}, "max_tokens must be between 0 and the model context 8192"),
+    ("huge max_tokens", {"max_tokens": 10**6}, "max_tokens: must be at most the model context (8192), got"),
     ("missing prompt", {"prompt": None}, "missing required parameter: prompt"),
     ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
@@ -205,7 +205,12 @@ BAD_CHAT = [
         "messages[1].content: must be a string or a list of text parts, got 5",
     ),
     ("message not an object", {"messages": ["hi"]}, 'messages[0]: must be an object, got "hi"'),
-    ("zero max_tokens", {"max_tokens": 0}, "max_tokens must be between 1 and the model context"),
+    ("zero max_tokens", {"max_tokens": 0}, "max_tokens: must be an integer >= 1, got 0"),
+    (
+        "zero max_completion_tokens",
+        {"max_completion_tokens": 0},
+        "max_completion_tokens: must be an integer >= 1, got 0",
+    ),
     ("top_logprobs without logprobs", {"top_logprobs": 2}, "top_logprobs needs logprobs set to true"),
     (
         "too many top_logprobs",

@@ -671,3 +671,103 @@ def test_chat_roles_are_those_the_template_knows_or_a_400_naming_the_message(ser
     assert r.status_code == 400, (role, r.text)
     error = r.json()["error"]
     assert error["param"] == "messages[1].role" and "\n" not in error["message"], (role, error)
+
+
+# ------------------------------------------------------------------ one check, one wording
+# (field, the value, as typed on the command line, as written in JSON): each refused by every door
+SAME_BAD_VALUE = [
+    ("temperature", -1.0, "-1", "-1"),
+    ("temperature", math.nan, "nan", "NaN"),
+    ("temperature", "hot", "hot", '"hot"'),
+    ("top_p", 1.5, "1.5", "1.5"),
+    ("top_p", math.inf, "inf", "Infinity"),
+    ("top_k", -2, "-2", "-2"),
+    ("top_k", 1.5, "1.5", "1.5"),
+    ("min_p", 2.0, "2", "2"),
+    ("presence_penalty", math.nan, "nan", "NaN"),
+    ("frequency_penalty", 3.0, "3", "3"),
+    ("repetition_penalty", 0.0, "0", "0"),
+    ("seed", 2**64, str(2**64), str(2**64)),
+    ("seed", 1.5, "1.5", "1.5"),
+    ("logprobs", 21, "21", "21"),
+    ("logprobs", -1, "-1", "-1"),
+    ("prompt_logprobs", 21, "21", "21"),
+    ("n", 0, "0", "0"),
+    ("n", 129, "129", "129"),
+    ("max_tokens", -1, "-1", "-1"),
+    ("min_tokens", 9, "9", "9"),
+    ("truncate_prompt_tokens", 0, "0", "0"),
+]
+# Where a door may word a field otherwise, and why: generate's --seed is the engine's seed option
+# too (it seeds the engine's generator: 0 up); a chat reply is at least one token (OpenAI's rule)
+OWN_RULE = {("cli", "seed"), ("chat", "max_tokens")}
+
+
+def _core(message: str, name: str) -> str:
+    """What a refusal says of the value, without the door's name for the field and the value as
+    the door spells it: ``--top-p: must be in (0, 1], got 1.5`` -> ``must be in (0, 1]``."""
+    said = message.removeprefix("radixflow: error: ")
+    assert said.startswith(f"{name}: "), (name, message)
+    return said.removeprefix(f"{name}: ").rpartition(", got ")[0]
+
+
+def _cli_message(capsys: Any, monkeypatch: Any, flag: str, text: str) -> str:
+    from radixflow.generation import LLM
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded before the sampling flags were checked")
+
+    monkeypatch.setattr(LLM, "from_options", refuse)
+    argv = ["generate", "qwen3_5-tiny", "--prompt", "hi", "--max-tokens", "4", f"{flag}={text}"]
+    if flag == "--max-tokens":
+        argv[-3:-1] = []
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _server_message(http: Any, route: str, field: str, raw: str) -> tuple[str, str | None]:
+    from server_utils import MODEL
+
+    body = {"model": MODEL, "max_tokens": 4}
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    body |= {"prompt": "Hello"} if route == "/v1/completions" else chat
+    named = field
+    if route == "/v1/chat/completions" and field == "logprobs":  # chat's count is top_logprobs
+        body["logprobs"], named = True, "top_logprobs"
+    text = json.dumps({k: v for k, v in body.items() if k != named})[:-1] + f', "{named}": {raw}}}'
+    r = http.post(route, content=text.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 400, (route, field, raw, r.text)
+    error = r.json()["error"]
+    assert error["param"] == named, (route, field, error)
+    return _core(error["message"], named), error["message"]
+
+
+@pytest.mark.parametrize(("field", "value", "typed", "raw"), SAME_BAD_VALUE)
+def test_every_door_refuses_a_bad_sampling_value_in_the_same_words(
+    server, capsys, monkeypatch, field, value, typed, raw
+):
+    """`LLM`'s `SamplingParams`, `radixflow generate`'s flags and the server's two generation
+    routes (run-batch posts to the same ones) refuse the same bad value with the same core text:
+    one check and one limit, each door naming the field and spelling the value its own way. The
+    server said "logprobs must be between 0 and 20", "seed must fit in 64 bits" in words of its
+    own, and SamplingParams "must be a number >= 0, got nan" where the others said "finite"."""
+    from radixflow.generation import SamplingParams
+
+    _, http = server
+    problem = SamplingParams(**{"max_tokens": 4, field: value}).problem()
+    assert problem is not None and problem.param == field
+    cores = {"LLM": _core(str(problem), field)}
+    if ("cli", field) not in OWN_RULE:
+        cores["cli"] = _core(_cli_message(capsys, monkeypatch, _flag_of(field), typed), _flag_of(field))
+    for door, route in (("completions", "/v1/completions"), ("chat", "/v1/chat/completions")):
+        if (door, field) not in OWN_RULE:
+            cores[door] = _server_message(http, route, field, raw)[0]
+    assert len(set(cores.values())) == 1, cores
+
+
+def _flag_of(field: str) -> str:
+    from radixflow.cli.generate import _sampling_flag
+
+    return _sampling_flag(field)

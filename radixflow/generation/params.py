@@ -9,6 +9,7 @@ from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
+STOP_SHAPE = "must be a string or a list of strings"  # said of ``stop`` at every door
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
 # Characters of stop strings one request may list, in all: each is searched for on every token
 # (on the engine thread, beside every other request), a long one over its length
@@ -70,7 +71,7 @@ class SamplingParams(TokenSamplingParams):
         if base is not None:
             return base
         if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
-            return Problem("stop", f"must be a string or a list of strings, got {self.stop!r}")
+            return Problem("stop", f"{STOP_SHAPE}, got {self.stop!r}")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
         if self.guided_choice == ():  # asked for a choice of nothing: no text could be one

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from radixflow.generation.params import STOP_SHAPE
 from radixflow.generation.tokenizer import TextTooLong
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem
 from radixflow.server.strict import SURROGATE, UNSUPPORTED
@@ -48,10 +49,11 @@ _SAID = {
 # parameters that take several shapes, and how to say which
 UNION_SHAPES = {
     "prompt": "a string, a list of token ids, a list of strings or a list of token-id lists",
-    "stop": "a string or a list of strings",
     "context": "a string or a list of token ids",
     "candidates": "a list of strings or a list of token-id lists",
 }
+# sampling fields that take several shapes, said in `SamplingParams`' words (its check's)
+SAMPLING_SHAPES = {"stop": STOP_SHAPE}
 
 
 class ApiError(Exception):
@@ -113,6 +115,8 @@ def validation_message(
         return f"missing required parameter: {where}", param
     if kind in (SURROGATE, UNSUPPORTED):  # our own checks: the message is written to follow the name
         return f"{where}{first.get('ctx', {}).get('path', '')}: {first.get('msg')}", param
+    if param in SAMPLING_SHAPES:  # one line for the union, as the engine's check says it
+        return f"{param}: {SAMPLING_SHAPES[param]}, got {_shown(first.get('input'))}", param
     if param in UNION_SHAPES:  # pydantic reports each branch of the union; one line says it better
         return f"{param} must be {UNION_SHAPES[param]}, got {_shown(first.get('input'))}", param
     said = _SAID.get(str(kind), first.get("msg"))

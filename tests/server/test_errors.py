@@ -64,6 +64,11 @@ BAD_COMPLETIONS = [
     ("wrong type", {"temperature": "hot"}, 'temperature: must be a number, got "hot"'),
     ("negative temperature", {"temperature": -1}, "temperature: must be a number >= 0, got -1"),
     ("top_p out of range", {"top_p": 0}, "top_p: must be in (0, 1], got 0"),
+    (  # it said "stop must be ..." where LLM's SamplingParams says "stop: must be ..."
+        "stop of another type",
+        {"stop": 5},
+        "stop: must be a string or a list of strings, got 5",
+    ),
     ("too many logprobs", {"logprobs": 21}, "logprobs: must be an integer between 0 and 20, got 21"),
     (
         "seed past 64 bits",

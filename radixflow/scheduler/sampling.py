@@ -252,6 +252,9 @@ def _bias_problem(pairs: object) -> Problem | None:
         if token in seen:  # its biases would add up, past the range each is checked against
             return Problem("logit_bias", f"token {token} is given twice")
         seen.add(token)
+        kind = number_problem(f"token {token}'s bias", bias)  # said as a flag's or a body's number
+        if kind is not None:
+            return Problem("logit_bias", f"{kind.param} {kind.message}")
         if not _within(bias, MAX_LOGIT_BIAS):
             limit = f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
             return Problem("logit_bias", f"token {token}'s bias must be a number in {limit}, got {bias!r}")

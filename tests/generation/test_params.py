@@ -189,3 +189,17 @@ def test_a_seed_past_64_bits_is_a_problem_as_the_server_says(seed):
 @pytest.mark.parametrize("seed", [-(2**63), -1, 0, 2**64 - 1])
 def test_every_64_bit_seed_is_taken(seed):
     assert SamplingParams(seed=seed).problem() is None
+
+
+@pytest.mark.parametrize(
+    "bias, expected",
+    [
+        (math.nan, "logit_bias: token 7's bias must be a finite number, got nan"),
+        ("x", "logit_bias: token 7's bias must be a number, got 'x'"),
+        (101, "logit_bias: token 7's bias must be a number in [-100, 100], got 101"),
+    ],
+)
+def test_a_bias_that_is_no_number_is_said_as_the_flag_and_the_server_say_it(bias, expected):
+    # "token 7's bias must be a number in [-100, 100], got nan", where --logit-bias 7=nan and the
+    # server's {"7": NaN} say "must be a finite number"
+    assert str(SamplingParams(logit_bias={7: bias}).problem()) == expected

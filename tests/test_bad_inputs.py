@@ -694,6 +694,8 @@ SAME_BAD_VALUE = [
     ("prompt_logprobs", 21, "21", "21"),
     ("n", 0, "0", "0"),
     ("n", 129, "129", "129"),
+    ("n", 1.5, "1.5", "1.5"),
+    ("truncate_prompt_tokens", 2.5, "2.5", "2.5"),
     ("max_tokens", -1, "-1", "-1"),
     ("min_tokens", 9, "9", "9"),
     ("truncate_prompt_tokens", 0, "0", "0"),

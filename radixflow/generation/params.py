@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from radixflow.problems import Problem, ProblemError
+from radixflow.problems import Problem, ProblemError, number_problem
 from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
@@ -70,6 +70,11 @@ class SamplingParams(TokenSamplingParams):
             return Problem("bad_words", "ban every guided_choice (each contains one of them)")
         if base is not None:
             return base
+        kind = number_problem("n", self.n, True)  # said as every door says a non-integer
+        if kind is None and self.truncate_prompt_tokens is not None:
+            kind = number_problem("truncate_prompt_tokens", self.truncate_prompt_tokens, True)
+        if kind is not None:
+            return kind
         if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
             return Problem("stop", f"{STOP_SHAPE}, got {self.stop!r}")
         if any(s == "" for s in self.stop):

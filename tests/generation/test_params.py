@@ -16,11 +16,19 @@ from radixflow.generation.params import (
 )
 
 
-@pytest.mark.parametrize("n", [0, -1, MAX_CHOICES + 1, 1.0, "2", True, None])
+@pytest.mark.parametrize("n", [0, -1, MAX_CHOICES + 1])
 def test_n_outside_one_to_the_limit_is_a_problem_naming_n(n):
     problem = SamplingParams(n=n).problem()
     assert problem is not None and problem.param == "n"
     assert str(problem) == f"n: must be an integer between 1 and {MAX_CHOICES}, got {n!r}"
+
+
+@pytest.mark.parametrize(
+    "field, value", [("n", 1.0), ("n", "2"), ("n", True), ("n", None), ("truncate_prompt_tokens", 1.5)]
+)
+def test_an_integer_field_given_no_integer_is_said_as_every_door_says_it(field, value):
+    # "n: must be an integer between 1 and 128, got 1.5" where the server and --n say "must be an integer"
+    assert str(SamplingParams(**{field: value}).problem()) == f"{field}: must be an integer, got {value!r}"
 
 
 @pytest.mark.parametrize(
@@ -91,7 +99,7 @@ def test_truncating_to_what_fits_keeps_the_whole_context_when_nothing_is_generat
     assert SamplingParams(max_tokens=1, truncate_prompt_tokens=-1).truncated(prompt, context=10) == prompt[1:]
 
 
-@pytest.mark.parametrize("k", [0, -2, 1.5, True])
+@pytest.mark.parametrize("k", [0, -2])
 def test_a_truncation_that_keeps_nothing_is_a_problem(k):
     assert str(SamplingParams(truncate_prompt_tokens=k).problem()).startswith(
         "truncate_prompt_tokens: must be an integer >= 1, or -1 (what fits)"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem, ProblemError, number_problem
-from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64
+from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64, shown
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 STOP_SHAPE = "must be a string or a list of strings"  # said of ``stop`` at every door
@@ -76,7 +76,7 @@ class SamplingParams(TokenSamplingParams):
         if kind is not None:
             return kind
         if not (isinstance(self.stop, tuple) and all(isinstance(s, str) for s in self.stop)):
-            return Problem("stop", f"{STOP_SHAPE}, got {self.stop!r}")
+            return Problem("stop", f"{STOP_SHAPE}, got {shown(self.stop)}")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
         if self.guided_choice == ():  # asked for a choice of nothing: no text could be one
@@ -170,7 +170,7 @@ def _encoded(encode: Callable[[str], list[int]], name: str, i: int, text: str) -
 def _texts_problem(name: str, texts: object) -> Problem | None:
     """What is wrong with ``texts`` as a list of choices or bad words (None: nothing)."""
     if not isinstance(texts, tuple) or not all(isinstance(c, str) for c in texts):
-        return Problem(name, f"must be a list of strings, got {texts!r}")
+        return Problem(name, f"must be a list of strings, got {shown(texts)}")
     blank = next((i for i, c in enumerate(texts) if not c.strip()), None)
     if blank is None:
         return None

@@ -152,7 +152,7 @@ class SamplingParams:
         ]
         for ok, param, message in checks:
             if not ok:
-                return Problem(param, f"{message}, got {getattr(self, param)!r}")
+                return Problem(param, f"{message}, got {shown(getattr(self, param))}")
         for param in ("logprobs", "prompt_logprobs"):
             problem = alternatives_problem(param, getattr(self, param))
             if problem is not None:
@@ -244,7 +244,7 @@ def _within(x: object, bound: float) -> bool:
 def _bias_problem(pairs: object) -> Problem | None:
     """Why ``logit_bias`` is not (token id, bias) pairs with each bias in range (None: it is)."""
     if not isinstance(pairs, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
-        return Problem("logit_bias", f"must map token ids to biases, got {pairs!r}")
+        return Problem("logit_bias", f"must map token ids to biases, got {shown(pairs)}")
     seen = set()
     for token, bias in pairs:
         if not _is_int(token):
@@ -259,6 +259,16 @@ def _bias_problem(pairs: object) -> Problem | None:
             limit = f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
             return Problem("logit_bias", f"token {token}'s bias must be a number in {limit}, got {bias!r}")
     return None
+
+
+def shown(value: object) -> str:
+    """``value`` as a refusal shows it: the tuples these parameters keep as the lists the caller
+    (or a JSON body) sent, so ``[]`` is not said back as ``()``."""
+    return repr(_as_lists(value))
+
+
+def _as_lists(value: object) -> object:
+    return [_as_lists(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _is_int(x: object) -> bool:

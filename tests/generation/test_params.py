@@ -113,8 +113,7 @@ def test_a_truncation_that_keeps_nothing_is_a_problem(k):
 def test_a_stop_that_is_no_list_is_a_problem_not_a_crash(field, value):
     problem = SamplingParams(**{field: value}).problem()
     assert problem is not None and problem.param == field
-    stored = getattr(SamplingParams(**{field: value}), field)  # a list is kept as a tuple
-    assert problem.message.endswith(f", got {stored!r}")  # stop's did not say what it was given
+    assert problem.message.endswith(f", got {value!r}")  # stop's did not say what it was given
     assert SamplingParams(stop="x", stop_token_ids=[3]).problem() is None
 
 
@@ -146,7 +145,7 @@ def test_a_top_k_of_minus_one_is_no_cut_as_vllm_spells_it():
         ("guided_choice", ("yes", " "), "guided_choice: item 1 is only whitespace (' '); each needs text"),
         ("guided_choice", ("",), "guided_choice: item 0 is empty (''); each needs text"),
         ("bad_words", ("\t\n",), "bad_words: item 0 is only whitespace ('\\t\\n'); each needs text"),
-        ("guided_choice", ("a", 3), "guided_choice: must be a list of strings, got ('a', 3)"),
+        ("guided_choice", ("a", 3), "guided_choice: must be a list of strings, got ['a', 3]"),
         ("bad_words", "word", "bad_words: must be a list of strings, got 'word'"),
     ],
 )
@@ -211,3 +210,18 @@ def test_a_bias_that_is_no_number_is_said_as_the_flag_and_the_server_say_it(bias
     # "token 7's bias must be a number in [-100, 100], got nan", where --logit-bias 7=nan and the
     # server's {"7": NaN} say "must be a finite number"
     assert str(SamplingParams(logit_bias={7: bias}).problem()) == expected
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("allowed_token_ids", [], "allowed_token_ids: must be a non-empty list of ids, got []"),
+        ("stop_token_ids", ["a", 3], "stop_token_ids: must be a list of token ids, got ['a', 3]"),
+        ("guided_choice", ["a", 3], "guided_choice: must be a list of strings, got ['a', 3]"),
+        ("stop", ["a", None], "stop: must be a string or a list of strings, got ['a', None]"),
+        ("logit_bias", [(1, 2, 3)], "logit_bias: must map token ids to biases, got [[1, 2, 3]]"),
+    ],
+)
+def test_a_list_sent_is_shown_as_the_list_it_was(field, value, expected):
+    # the lists are kept as tuples, and were shown so: an LLM caller's and a JSON client's [] as "()"
+    assert str(SamplingParams(**{field: value}).problem()) == expected

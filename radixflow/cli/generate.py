@@ -20,7 +20,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.generation.params import MAX_CHOICES, SamplingParams
+from radixflow.generation.params import MAX_CHOICES, SamplingParams, unsent_max_tokens
 from radixflow.options.flags import add_engine_flags, from_args, parse_float, parse_int
 from radixflow.problems import ProblemError, counted, flag
 from radixflow.progress import LoggedProgress, RequestBar
@@ -155,7 +155,7 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
     but ``--max-tokens`` (`DEFAULT_MAX_TOKENS`: a command line asks for text, not
     `SamplingParams()`'s one token; raised to ``--min-tokens``, which asks for at least that
     many; `run` caps it to what each prompt leaves)."""
-    default = max(DEFAULT_MAX_TOKENS, args.min_tokens)
+    default = unsent_max_tokens(DEFAULT_MAX_TOKENS, args.min_tokens)
     return SamplingParams(
         max_tokens=default if args.max_tokens is None else args.max_tokens,
         min_tokens=args.min_tokens,

@@ -178,6 +178,13 @@ def _texts_problem(name: str, texts: object) -> Problem | None:
     return Problem(name, f"item {blank} is {what} ({texts[blank]!r}); each needs text")
 
 
+def unsent_max_tokens(default: int, min_tokens: int | None) -> int:
+    """The ``max_tokens`` of a request that named none: the door's ``default``, or its
+    ``min_tokens`` when that asks for more (what `radixflow generate` and the server both do;
+    each then caps it to what the prompt leaves, `SamplingParams.fitted`)."""
+    return default if min_tokens is None else max(default, min_tokens)
+
+
 def choice_seed(seed: int, choice: int) -> int:
     """The seed of choice ``choice`` of a request seeded ``seed``: ``seed`` itself for choice 0,
     else a 63-bit splitmix64 mix of the two (seeds 1 and 2 with two choices each give four

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, create_model
 
-from radixflow.generation.params import SamplingParams
+from radixflow.generation.params import SamplingParams, unsent_max_tokens
 from radixflow.scheduler.sampling import alternatives_problem
 from radixflow.server.errors import ApiError
 from radixflow.server.refused import (
@@ -179,7 +179,7 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
     def params(self, context: int) -> SamplingParams:
         _check_alternatives("logprobs", self.logprobs)
         if self.max_tokens is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
-            max_tokens = OPENAI_COMPLETION_MAX_TOKENS
+            max_tokens = unsent_max_tokens(OPENAI_COMPLETION_MAX_TOKENS, self.min_tokens)
         else:
             max_tokens = _check_max_tokens(self.max_tokens, 0, context)
         echoed = self.logprobs if self.echo else None  # echo + logprobs: the prompt's too
@@ -208,7 +208,10 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
         _check_alternatives("top_logprobs", self.top_logprobs)  # the engine's logprobs, named as sent
         named = self.length_field
         given = getattr(self, named)
-        max_tokens = default_max_tokens if given is None else _check_max_tokens(given, 1, context, named)
+        if given is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)
+            max_tokens = unsent_max_tokens(default_max_tokens, self.min_tokens)
+        else:
+            max_tokens = _check_max_tokens(given, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
 

@@ -57,6 +57,19 @@ def test_a_completion_without_max_tokens_gets_a_default_that_fits_the_cache(http
     assert r.json()["usage"]["completion_tokens"] <= 5
 
 
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_min_tokens_past_the_default_max_tokens_raises_it_as_generate_does(http, route):
+    # {"min_tokens": 20} without max_tokens was refused, "min_tokens: must be an integer between
+    # 0 and max_tokens (16), got 20", of a max_tokens the client never sent; `radixflow generate
+    # --min-tokens 20` raises its default to 20 instead
+    body = {"model": MODEL, "min_tokens": 20, "ignore_eos": True, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    body |= {"prompt": "Hello"} if route == "/v1/completions" else chat
+    r = http.post(route, json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 20
+
+
 def test_a_chat_prompt_too_long_for_the_cache_is_refused_as_the_messages(http):
     # a chat request has no prompt field: OpenAI names messages (vLLM names no body field)
     messages, n = chat_of(http, 140)

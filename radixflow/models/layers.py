@@ -101,6 +101,14 @@ class RMSNorm(nn.Module):
         kernel call where the kernels fuse them (equal to the bit to the two steps)."""
         return self.kernels.add_rms_norm(x, delta, self._parameters["weight"], self.eps, self.offset)
 
+    def rotated(self, x: torch.Tensor, rotary: Rotary, batch: ForwardBatch) -> torch.Tensor:
+        """``rotary(self(x), batch)``: a per-head q/k norm and the rotation after it, one kernel
+        call where the norm's kernels are the batch's (equal to the bit to the two steps)."""
+        cos, sin = rotary.tables(batch, x.dtype)
+        if self.kernels is not batch.kernels:  # each step by its own kernels, as chosen
+            return batch.kernels.rotary(self(x), cos, sin)
+        return self.kernels.rms_norm_rotary(x, self._parameters["weight"], self.eps, self.offset, cos, sin)
+
 
 def use_kernels(net: nn.Module, kernels: Kernels) -> None:
     """Run every `RMSNorm` of ``net`` with ``kernels`` (mutates the modules): the norms have no

@@ -92,10 +92,10 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = self.rotary(q, batch)
-        k = self.rotary(k, batch)
+        if self.q_norm is not None and self.k_norm is not None:  # each norm and rotation one call
+            q, k = self.q_norm.rotated(q, self.rotary, batch), self.k_norm.rotated(k, self.rotary, batch)
+        else:
+            q, k = self.rotary(q, batch), self.rotary(k, batch)
         out = paged_attention(self.layer_idx, q, k, v, batch, self.scale)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 

@@ -147,6 +147,18 @@ class Kernels(Protocol):
         """`step.rotary`: ``x [T, heads, dim]`` rotated by the tables -> a new tensor."""
         ...
 
+    def rms_norm_rotary(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        offset: float,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """``rotary(rms_norm(x, ...), cos, sin)``: a per-head q/k norm and the rotation after it."""
+        ...
+
     def kv_write(
         self, kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> None:
@@ -226,6 +238,9 @@ class TorchKernels:
 
     def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
         return step.rotary(x, cos, sin)
+
+    def rms_norm_rotary(self, x, weight, eps, offset, cos, sin):  # type: ignore[no-untyped-def]
+        return step.rotary(step.rms_norm(x, weight, eps, offset), cos, sin)
 
     def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
         step.kv_write(kc, vc, slots, k, v)
@@ -321,6 +336,11 @@ class NativeKernels:
         if x.dtype != torch.float32 or cos.dtype != torch.float32:
             return step.rotary(x, cos, sin)  # the native kernels run float32 only
         return ops.rotary(self.lib, x, cos, sin)
+
+    def rms_norm_rotary(self, x, weight, eps, offset, cos, sin):  # type: ignore[no-untyped-def]
+        if any(t.dtype != torch.float32 for t in (x, weight, cos)):  # float32 only: the two calls
+            return self.rotary(self.rms_norm(x, weight, eps, offset), cos, sin)
+        return ops.rms_norm_rotary(self.lib, x, weight, eps, offset, cos, sin)
 
     def mamba2_decode(self, xbc, dt, window, params, h):  # type: ignore[no-untyped-def]
         if not params.silu:  # the native step computes silu only

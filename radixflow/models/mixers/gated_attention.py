@@ -45,8 +45,8 @@ class GatedAttention(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t, hd = x.shape[0], self.head_dim
         q, gate = self.q_proj(x).view(t, self.num_heads, 2 * hd).split(hd, dim=-1)
-        q = self.rotary(self.q_norm(q), batch)
-        k = self.rotary(self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, hd)), batch)
+        q = self.q_norm.rotated(q, self.rotary, batch)  # norm and rotation: one call each
+        k = self.k_norm.rotated(self.k_proj(x).view(t, self.num_kv_heads, hd), self.rotary, batch)
         v = self.v_proj(x).view(t, self.num_kv_heads, hd)
         o = paged_attention(self.layer_idx, q, k, v, batch, hd**-0.5)
         o = o.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))

@@ -112,6 +112,37 @@ def test_the_rotary_equals_the_eager_rotary(native, tokens, heads, dim, rot) -> 
         assert torch.equal(native.rotary(inp, cos, sin), TORCH_KERNELS.rotary(inp, cos, sin))
 
 
+@pytest.mark.parametrize(
+    ("tokens", "heads", "dim", "rot", "offset"),
+    [
+        (1, 2, 8, 8, 0.0),
+        (32, 8, 128, 128, 0.0),
+        (32, 4, 128, 128, 1.0),
+        (5, 3, 64, 16, 1.0),
+        (3, 2, 6, 4, 0.0),
+    ],
+)
+def test_the_norm_and_rotary_call_equals_the_two_calls(native, tokens, heads, dim, rot, offset) -> None:
+    """A per-head q/k norm and the rotation after it in one call: equal to the bit to the native
+    norm then the native rotation, also on a view whose heads do not lie together (Qwen3-Next's
+    query beside its gate) and one with a token stride; within float32 rounding of the eager
+    ops (whose norm sums in another order)."""
+    g = torch.Generator().manual_seed(tokens + heads + rot)
+    dense = torch.randn(tokens, heads, dim, generator=g)
+    gated = torch.randn(tokens, heads, 2 * dim, generator=g)[:, :, :dim]  # heads not together
+    wide = torch.randn(tokens, heads * dim + 3, generator=g)[:, 1 : 1 + heads * dim].view(tokens, heads, dim)
+    weight = torch.randn(dim, generator=g)
+    angles = torch.randn(tokens, 1, rot // 2, generator=g)
+    cos, sin = torch.cat([angles.cos()] * 2, dim=-1), torch.cat([angles.sin()] * 2, dim=-1)
+    for x in (dense, gated, wide):
+        got = native.rms_norm_rotary(x, weight, 1e-6, offset, cos, sin)
+        assert torch.equal(got, native.rotary(native.rms_norm(x, weight, 1e-6, offset), cos, sin))
+        assert _close(got, TORCH_KERNELS.rms_norm_rotary(x, weight, 1e-6, offset, cos, sin), 1e-5)
+    assert TORCH_KERNELS.rms_norm_rotary(dense, weight, 1e-6, offset, cos, sin).equal(
+        TORCH_KERNELS.rotary(TORCH_KERNELS.rms_norm(dense, weight, 1e-6, offset), cos, sin)
+    )
+
+
 @pytest.mark.parametrize(("kv_heads", "dim"), [(4, 128), (2, 64), (3, 5)])  # 3 x 5: not a register
 def test_the_kv_write_equals_the_index_copy(native, kv_heads, dim) -> None:
     g = torch.Generator().manual_seed(dim)

@@ -426,6 +426,32 @@ def rotary(lib: ctypes.CDLL, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     return out
 
 
+def rms_norm_rotary(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    offset: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> torch.Tensor:
+    """`rms_norm` of each head, then `rotary`, in one call: ``x [T, heads, dim]`` (read where it
+    lies if each head's floats are contiguous), ``weight [dim]``, ``cos``, ``sin [T, 1, rot]``
+    -> a new ``[T, heads, dim]``, equal to the bit to the two calls."""
+    tokens, heads, dim = x.shape
+    if x.stride(2) != 1 or x.dtype != torch.float32 or not x.is_cpu:
+        x = _dense(x)
+    weight, cos, sin = _dense(weight), _dense(cos), _dense(sin)
+    out = torch.empty(tokens, heads, dim, dtype=torch.float32)
+    if x.numel():
+        shape = (tokens, heads, dim, cos.shape[-1])
+        strides = (x.stride(0), x.stride(1))
+        tables = (_ptr(cos), _ptr(sin), _ptr(out))
+        if lib.rf_rms_norm_rotary(*shape, _ptr(x), *strides, _ptr(weight), offset, eps, *tables):
+            raise MemoryError("native rms_norm_rotary: no memory for its scratch")
+    return out
+
+
 def _written_back(target: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
     """``target`` holding ``work``'s values (nothing to do when the step ran on it directly)."""
     if work.data_ptr() != target.data_ptr():

@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 8; }
+int rf_abi_version(void) { return 9; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -784,6 +784,27 @@ void rf_rotary(int64_t tokens, int64_t heads, int64_t dim, int64_t rot, const fl
             for (int64_t i = rot; i < dim; i++) oh[i] = xh[i];
         }
     }
+}
+
+/* A per-head RMSNorm and the rotary embedding after it (Qwen3's q/k norm), one call where there
+ * were two: a token's heads normed by rf_rms_norm into a scratch row, then rotated from it by
+ * rf_rotary (the same functions, so the same arithmetic). x [tokens, heads, dim] read where it
+ * lies (token stride x_stride, head stride h_stride: a view of a wider projection is not copied),
+ * weight [dim], cos_t, sin_t [tokens, rot], out [tokens, heads, dim]. Returns 1 when there is no
+ * memory for the scratch row (nothing written), else 0. */
+int rf_rms_norm_rotary(int64_t tokens, int64_t heads, int64_t dim, int64_t rot, const float *x,
+                       int64_t x_stride, int64_t h_stride, const float *weight, float offset,
+                       float eps, const float *cos_t, const float *sin_t, float *out) {
+    float *normed = malloc(sizeof(float) * (size_t)(heads * dim)); /* one token's heads */
+    if (normed == NULL) return 1;
+    for (int64_t t = 0; t < tokens; t++) {
+        for (int64_t h = 0; h < heads; h++)
+            rf_rms_norm(1, dim, x + t * x_stride + h * h_stride, weight, offset, eps, normed + h * dim);
+        rf_rotary(1, heads, dim, rot, normed, heads * dim, cos_t + t * rot, sin_t + t * rot,
+                  out + t * heads * dim);
+    }
+    free(normed);
+    return 0;
 }
 
 /* The new tokens' K and V into the paged pool: k, v [n, span] (contiguous), rows slots[i] of

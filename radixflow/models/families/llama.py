@@ -25,7 +25,6 @@ from radixflow.models.layers import (
     attention_heads,
     lm_head,
     rope_parameters,
-    run_layers,
 )
 from radixflow.models.presets.llama import PRESETS as PRESETS  # the zoo reads them here
 from radixflow.models.presets.llama import PRESETS_LLAMA as PRESETS_LLAMA
@@ -131,7 +130,19 @@ class DecoderModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return run_layers(self.embed_tokens(batch.input_ids), self.layers, self.norm, batch)
+        """The layers in turn, each residual add fused with the norm after it (the layer's
+        post-attention norm; the next layer's input norm, the last one's with ``norm``): one
+        kernel call where there were two, the same sums and norms as `DecoderLayer.forward`."""
+        x = self.embed_tokens(batch.input_ids)
+        layers: list[DecoderLayer] = list(self.layers)  # type: ignore[arg-type]
+        if not layers:
+            return self.norm(x)
+        h = layers[0].input_layernorm(x)
+        after_mlp = [layer.input_layernorm for layer in layers[1:]] + [self.norm]
+        for layer, norm in zip(layers, after_mlp, strict=True):
+            x, h = layer.post_attention_layernorm.residual(x, layer.self_attn(h, batch))
+            x, h = norm.residual(x, layer.mlp(h))
+        return h
 
 
 class _FullAttentionLM(nn.Module):

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 import model_utils  # noqa: E402
 from model_utils import BLOCK, TOL, assert_same_top1, prompt, reference, save_and_load  # noqa: E402
 
-from radixflow.models.batch import SeqSpec, Snapshot  # noqa: E402
+from radixflow.models.batch import ForwardBatch, SeqSpec, Snapshot  # noqa: E402
 from radixflow.models.families.llama import (  # noqa: E402
     PRESETS_LLAMA,
     PRESETS_QWEN3,
@@ -20,7 +20,7 @@ from radixflow.models.families.llama import (  # noqa: E402
     rope_parameters,
 )
 from radixflow.models.io.loader import save_model  # noqa: E402
-from radixflow.models.layers import Config  # noqa: E402
+from radixflow.models.layers import Config, use_kernels  # noqa: E402
 
 FAMILIES = {
     "llama": (LlamaForCausalLM, PRESETS_LLAMA),
@@ -165,3 +165,28 @@ def test_llama3_rope_matches_transformers(tmp_path):
     pools = Pools(model)
     (out,) = pools.run(model.eval(), [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
     check(out, reference(ref, ids))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_decoder_fuses_each_residual_add_with_the_next_norm_to_the_bit(family, kernels) -> None:
+    # the decoder adds each attention and MLP output and norms the sum in one kernel call: the
+    # same hidden states as every layer's forward in turn, then the final norm
+    cls, presets = FAMILIES[family]
+    model = cls(Config(presets["tiny"]))
+    init_weights(model, torch.Generator().manual_seed(0))
+    use_kernels(model, kernels)
+    prompts = [prompt(1, 9), prompt(2, 1), prompt(3, 17)]
+    hidden = []
+    for fused in (True, False):
+        pools = Pools(model, kernels=kernels)
+        chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
+        batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=kernels)
+        with torch.no_grad():
+            if fused:
+                hidden.append(model(batch))
+                continue
+            x = model.model.embed_tokens(batch.input_ids)
+            for layer in model.model.layers:
+                x = layer(x, batch)
+            hidden.append(model.model.norm(x))
+    assert torch.equal(hidden[0], hidden[1])

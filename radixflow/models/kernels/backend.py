@@ -322,8 +322,12 @@ class NativeKernels:
         return ops.ssd_step(self.lib, x, dt, a, b, c, h)
 
     def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
+        f32 = torch.float32  # four comparisons, not a generator: this runs once a layer and round
         native = (
-            all(t.dtype == torch.float32 for t in (kc, vc, k, v))
+            kc.dtype == f32
+            and vc.dtype == f32
+            and k.dtype == f32
+            and v.dtype == f32
             and kc.is_contiguous()
             and vc.is_contiguous()
         )

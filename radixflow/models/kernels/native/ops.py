@@ -405,7 +405,7 @@ def kv_write(
 ) -> None:
     """`step.kv_write` in one call (float32, the pool contiguous): mutates ``kc``, ``vc``."""
     n = k.shape[0]
-    span = kc[0].numel()
+    span = kc.stride(0)  # a contiguous pool's row (kc[0].numel() is a view op, ~1 us a layer)
     k, v, slots = _dense(k), _dense(v), slots.to(torch.int64).contiguous()
     if n:
         lib.rf_kv_write(n, span, _ptr(k), _ptr(v), _ptr(slots), _ptr(kc), _ptr(vc))

@@ -966,3 +966,20 @@ def test_the_sim_runner_given_to_a_door_that_needs_weights_is_blamed_not_the_mod
     err = one_line_error(capsys, [*argv, "--runner", "sim"])
     assert err.startswith("radixflow: error: --runner: sim runs no weights"), err
     assert "'qwen3_5-tiny'" in err and "--runner torch" not in err  # a zoo name runs on torch by default
+
+
+def test_a_prompt_refused_once_the_runner_is_built_leaves_the_old_trace_as_it_was(
+    monkeypatch, capsys, tmp_path
+):
+    # a model whose context only its built runner knows (a checkpoint the cost model cannot read)
+    # was refused after `plan.build` had opened --trace-out: the previous trace emptied for a run
+    # that never ran
+    from radixflow.cli import bench_setup
+
+    monkeypatch.setattr(bench_setup, "model_context", lambda name: None)
+    trace = tmp_path / "trace.json"
+    trace.write_text("the previous trace\n")
+    argv = ["bench", "--runner", "sim", "--groups", "1", "--candidates", "1", "--context-len", "300000"]
+    err = one_line_error(capsys, [*argv, "--trace-out", str(trace)])
+    assert "does not fit qwen3_5-2b's context of 262144 tokens" in err
+    assert trace.read_text() == "the previous trace\n"

@@ -49,13 +49,47 @@ class BenchReport:
     workload: dict[str, object]
     config: dict[str, object]
     runs: list[PolicyRun] = field(default_factory=list)
+    # a run cut short (a Ctrl-C): the trials it did not finish, each {"policy", "trial"} (from 1),
+    # in the order they were to run; None: every trial finished
+    unfinished: list[dict[str, object]] | None = None
 
     def to_json(self) -> dict[str, object]:
+        cut = {} if self.unfinished is None else {"interrupted": True, "unfinished": self.unfinished}
         return {
+            **cut,
             "workload": self.workload,
             "config": self.config,
             "results": [run.result.to_dict() for run in self.runs],
         }
+
+
+@dataclass
+class Trials:
+    """Each policy's trials as they finish, so a run cut short keeps the ones it finished."""
+
+    policies: list[str]
+    repeats: int = 1
+    done: dict[str, list[PolicyRun]] = field(default_factory=dict)
+
+    def add(self, policy: str, run: PolicyRun) -> None:
+        self.done.setdefault(policy, []).append(run)
+
+    def count(self, policy: str) -> int:
+        return len(self.done.get(policy, []))
+
+    def runs(self) -> list[PolicyRun]:
+        """One run per policy with a finished trial, in policy order, its timings medians over
+        the trials it finished (`_median_run`)."""
+        return [_median_run(self.done[p]) for p in self.policies if self.count(p)]
+
+    def unfinished(self) -> list[dict[str, object]]:
+        """The trials not finished, {"policy", "trial"} (from 1), in the order they run."""
+        return [
+            {"policy": p, "trial": t}
+            for t in range(1, self.repeats + 1)
+            for p in self.policies
+            if self.count(p) < t
+        ]
 
 
 def fresh_copy(requests: list[Request]) -> list[Request]:
@@ -88,16 +122,18 @@ def run_policies(
     placement: str | None,
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
     repeats: int = 1,
+    trials: Trials | None = None,
 ) -> list[PolicyRun]:
     """Each policy ``repeats`` times, interleaved, each on a fresh engine from ``engines``; timings
     are reported as medians over repeats. ``placement`` None: each policy's own. With a trace,
-    each engine is a process of it named after its policy run."""
+    each engine is a process of it named after its policy run. ``trials``: where each finished
+    trial goes as it ends (what a run cut short keeps), empty as given."""
     scheduler = engines.scheduler
     reference = engines.runner.reference_tokens(requests)
-    trials: dict[str, list[PolicyRun]] = {p: [] for p in policies}
+    trials = Trials(policies, repeats) if trials is None else trials
     for _ in range(repeats):
         for policy in policies:
-            label = _label(policy, placement or default_placement(policy), repeats, len(trials[policy]))
+            label = _label(policy, placement or default_placement(policy), repeats, trials.count(policy))
             engine = engines.engine(policy, placement, label=label)
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
@@ -105,8 +141,8 @@ def run_policies(
             counters = engine.scheduler.policy.counters()
             evicted = engine.cache.evictions()
             rounds, failed = list(engine.rounds), list(engine.failed_rounds)
-            trials[policy].append(PolicyRun(result, rounds, engine.requests, counters, evicted, failed))
-    return [_median_run(trials[p]) for p in policies]
+            trials.add(policy, PolicyRun(result, rounds, engine.requests, counters, evicted, failed))
+    return trials.runs()
 
 
 def _label(policy: str, placement: str, repeats: int, trial: int) -> str:

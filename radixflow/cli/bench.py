@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from radixflow.bench.harness import BenchReport, PolicyRun, config_dict, run_policies
+from radixflow.bench.harness import BenchReport, PolicyRun, Trials, config_dict, run_policies
 from radixflow.bench.report import render
 from radixflow.cli.args import (
     check_output_paths,
@@ -26,7 +26,7 @@ from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.run_setup import run_config
 from radixflow.files import write_whole
-from radixflow.options import EngineSetup, plan_engine, runner_name
+from radixflow.options import EnginePlan, EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
@@ -62,15 +62,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.write_trace is not None:
         _write_text("--write-trace", args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES
-    runs = _run(args, setup, requests, names)
-    config = config_dict(
-        run_config(setup.scheduler, setup.runner.model),  # as the engines ran it, not as planned
-        runner=plan.choice.name,
-        model=setup.runner.model.name,
-        placement=_placements(options.placement, names, plan.choice.has_recurrent),
-        repeats=args.repeat,
-    )
-    config.update(plan.choice.describe(setup.runner))
+    trials = Trials(names, args.repeat)
+    try:
+        runs = _run(args, setup, requests, trials)
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trials finished stay
+        cut = BenchReport(workload, _config(args, plan, setup, names), trials.runs(), trials.unfinished())
+        _keep_outputs(args, cut, e)
+        raise
+    config = _config(args, plan, setup, names)
     noun = "request" if len(requests) == 1 else "requests"
     title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
     render([r.result for r in runs], title, console)
@@ -79,6 +78,37 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(prior, highlight=False, markup=False, soft_wrap=True)
     _write_outputs(args, BenchReport(workload, config, runs))
     return _exit_code(runs)
+
+
+def _config(
+    args: argparse.Namespace, plan: EnginePlan, setup: EngineSetup, names: list[str]
+) -> dict[str, object]:
+    """What the engines ran with, for ``--json``."""
+    config = config_dict(
+        run_config(setup.scheduler, setup.runner.model),  # as the engines ran it, not as planned
+        runner=plan.choice.name,
+        model=setup.runner.model.name,
+        placement=_placements(setup.options.placement, names, plan.choice.has_recurrent),
+        repeats=args.repeat,
+    )
+    config.update(plan.choice.describe(setup.runner))
+    return config
+
+
+def _keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:
+    """A run cut short writes ``--json`` and ``--round-trace`` with the trials it finished (the
+    JSON says ``"interrupted"`` and which did not): an older file there is not left looking like
+    this run's. ``stopped`` gets a note saying where they are, or why one could not be written."""
+    try:
+        written = _write_outputs(args, report)
+    except (UsageError, BrokenPipeError) as e:  # the interrupt still ends the run, not this
+        stopped.add_note(str(e) if isinstance(e, UsageError) else "standard output closed")
+        return
+    if written:
+        done = sum(len(run.trial_runs()) for run in report.runs)
+        total = done + len(report.unfinished or [])
+        kept = f"{done} of {total} policy runs finished, written to {' and '.join(written)}"
+        stopped.add_note(f"{kept} (marked interrupted; the same command runs them all again)")
 
 
 def _placements(given: str | None, names: list[str], recurrent: bool) -> str | dict[str, str]:
@@ -90,18 +120,19 @@ def _placements(given: str | None, names: list[str], recurrent: bool) -> str | d
 
 
 def _run(
-    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
+    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], trials: Trials
 ) -> list[PolicyRun]:
     with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
-        runs = _run_all(args, setup, requests, names)
+        runs = _run_all(args, setup, requests, trials)
     if setup.options.trace_out is not None:
         _write("--trace-out", Path(setup.options.trace_out), lambda _: setup.flush_trace())
     return runs
 
 
 def _run_all(
-    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], names: list[str]
+    args: argparse.Namespace, setup: EngineSetup, requests: list[Request], trials: Trials
 ) -> list[PolicyRun]:
+    names = trials.policies
     by_id = {r.id: r for r in requests}
     with LoggedProgress(console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(requests) * len(names) * args.repeat)
@@ -115,7 +146,7 @@ def _run_all(
             progress.update(task, advance=len(ended), description=f"{policy}: round {record.index + 1}")
 
         o = setup.options
-        runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat)
+        runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat, trials)
         # every request of every run has now finished or failed (one failed in a run that never
         # ran a round, or at admission, ran no chunk): the bar ends at 100%
         progress.update(task, completed=len(requests) * len(names) * args.repeat)
@@ -154,10 +185,13 @@ def _write_text(flag: str, path: Path, text: str) -> None:
         _write(flag, path, lambda p: write_whole(p, text))
 
 
-def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
+def _write_outputs(args: argparse.Namespace, report: BenchReport) -> list[str]:
+    """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output)."""
+    written = []
     if args.json is not None:
         # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
         _write_text("--json", args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+        written.append(_where(args.json))
     if args.round_trace is not None:  # rolled-back rounds too: their "error" says why they failed
         lines = [
             json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
@@ -166,6 +200,12 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
             for rec in t.every_round()
         ]
         _write_text("--round-trace", args.round_trace, "".join(line + "\n" for line in lines))
+        written.append(_where(args.round_trace))
+    return written
+
+
+def _where(path: Path) -> str:
+    return "standard output" if _is_stdout(path) else str(path)
 
 
 def _exit_code(runs: list[PolicyRun]) -> int:

@@ -110,3 +110,19 @@ def test_ids_reasons_and_the_title_are_shown_as_given_never_read_as_markup():
     render([native], "model [/dir]", console)
     text = console.export_text()
     assert "2 ([/x], [red])" in text and "bad [token]" in text and "model [/dir]" in text
+
+
+def test_an_interrupted_report_names_the_trials_it_lacks_in_the_order_they_were_to_run():
+    from radixflow.bench.harness import BenchReport, Trials
+
+    trials = Trials(["native", "adaptive"], repeats=2)
+    assert trials.runs() == []
+    assert trials.unfinished() == [
+        {"policy": "native", "trial": 1},
+        {"policy": "adaptive", "trial": 1},
+        {"policy": "native", "trial": 2},
+        {"policy": "adaptive", "trial": 2},
+    ]
+    report = BenchReport({}, {}, trials.runs(), trials.unfinished())
+    assert list(report.to_json())[:2] == ["interrupted", "unfinished"]
+    assert "interrupted" not in BenchReport({}, {}).to_json()  # a run that finished

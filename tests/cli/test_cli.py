@@ -533,3 +533,61 @@ def test_a_bench_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_b
     rounds = {e["name"]: e["args"] for e in events if e.get("cat") == "round" and e["ph"] == "X"}
     assert list(rounds) == ["round 0", "round 1 (rolled back)"]
     assert rounds["round 1 (rolled back)"]["error"] == "interrupted"
+
+
+# `radixflow bench` whose second policy's run is held, once its engine has run, until a signal comes:
+# the signal then lands after the first policy finished and before the second did, whatever the
+# machine's speed
+HELD_AT_SECOND_POLICY = """
+import sys, time
+from radixflow.bench import harness
+from radixflow.cli.app import main
+summarize = harness.summarize
+def held(policy, *args):
+    result = summarize(policy, *args)
+    print(f"summarized {policy}", flush=True)
+    if policy == "radixflow":
+        time.sleep(600)
+    return result
+harness.summarize = held
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+)
+def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked_interrupted(
+    tmp_path, sig, said, code
+):
+    """A Ctrl-C (or SIGTERM) during `bench` wrote neither --json nor --round-trace: the policies
+    finished were lost, and an older file at the path stayed as if it were this run's. Now both
+    hold the trials finished, the JSON marked "interrupted" with the trials it lacks, and the one
+    line says where they are."""
+    out, rounds, whole = tmp_path / "out.json", tmp_path / "rounds.jsonl", tmp_path / "whole.json"
+    out.write_text('{"old": true}\n')
+    rounds.write_text('{"old": true}\n')
+    assert main([*SMALL_BENCH, "--runner", "sim", "--json", str(whole)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(Path(radixflow.__file__).parents[1])}
+    argv = [sys.executable, "-c", HELD_AT_SECOND_POLICY, *SMALL_BENCH, "--runner", "sim"]
+    argv += ["--json", str(out), "--round-trace", str(rounds)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline() == "summarized native\n"
+        assert proc.stdout.readline() == "summarized radixflow\n"  # and held there
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    where = f"1 of 3 policy runs finished, written to {out} and {rounds}"
+    line = f"radixflow: {said}; {where} (marked interrupted; the same command runs them all again)"
+    assert (proc.returncode, err.splitlines()[-1]) == (code, line), err
+    assert "Traceback" not in err
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True
+    assert data["unfinished"] == [{"policy": "radixflow", "trial": 1}, {"policy": "adaptive", "trial": 1}]
+    uninterrupted = json.loads(whole.read_text())
+    assert data["results"] == uninterrupted["results"][:1]  # the sim's clock: the same figures
+    assert (data["workload"], data["config"]) == (uninterrupted["workload"], uninterrupted["config"])
+    trace = [json.loads(line) for line in rounds.read_text().splitlines()]
+    assert trace and {row["policy"] for row in trace} == {"native"}

@@ -4,7 +4,8 @@ One line per context: ``{"context": ..., "candidates": [...]}`` (a context is te
 list of chat messages; a candidate is text or token ids), plus an optional ``"id"`` echoed back.
 Every line's shape is checked before anything runs; contexts then run ``CONTEXTS_PER_CALL`` at a
 time through `LLM.score_many` (one batch each, the cache kept across them), and each context's
-line of results is written as soon as its call ends, so a run cut short keeps what it finished.
+line of results is written as soon as its candidates are scored (in the file's order: one that
+finishes early waits for the lines before it), so a run cut short keeps what it finished.
 A line whose context or candidates the model refuses (`LLM.scoring_problem`, asked before its
 batch) gets an error line in its place, ``{"id", "line", "error": {"line", "message"}}``, and the
 others are scored.
@@ -151,30 +152,55 @@ def run_jobs(
     progress: Callable[[int, int], None],
 ) -> ScoreTally:
     """Score ``jobs`` chunk by chunk with ``score_many`` (`LLM.score_many`), writing a line per
-    job to ``out``, in order, as each chunk ends; a job ``problem`` (`LLM.scoring_problem`) names
-    is not scored but written as an error line. ``progress`` hears (candidates done, candidates)."""
+    job to ``out``, in order, as each job's context finishes (one that finishes before an earlier
+    line's waits for it), so a run cut short keeps every line it could; a job ``problem``
+    (`LLM.scoring_problem`) names is not scored but written as an error line. ``progress`` hears
+    (candidates done, candidates)."""
     total, done, tally = sum(len(j.candidates) for j in jobs), 0, ScoreTally()
     for chunk in chunks(jobs):
         refused = {j.line: why for j in chunk if (why := problem(j.context, j.candidates)) is not None}
         runs = [j for j in chunk if j.line not in refused]
-        results = (
+        rows = _InOrder(chunk, out, tally)
+        for job in chunk:
+            if job.line in refused:
+                rows.refused(job, refused[job.line])
+        if runs:
             score_many(
                 [j.context for j in runs],
                 [j.candidates for j in runs],
                 progress=lambda n, _, base=done: progress(base + n, total),
+                on_context=lambda i, scores, runs=runs, rows=rows: rows.scored(runs[i], scores),
             )
-            if runs
-            else []
-        )
-        scored = dict(zip((j.line for j in runs), results, strict=True))
-        for job in chunk:
-            if job.line in refused:
-                out.write(json.dumps(error_row(job, refused[job.line])) + "\n")
-                tally.failed += 1
-            else:
-                out.write(json.dumps(score_rows(job, scored[job.line])) + "\n")
-                tally.add(scored[job.line])
-        out.flush()
+        assert rows.all_written(), "score_many heard every context it returned"
         done += sum(len(j.candidates) for j in chunk)
         progress(done, total)
     return tally
+
+
+class _InOrder:
+    """One chunk's output lines, written in the chunk's order as they come."""
+
+    def __init__(self, chunk: list[ScoreJob], out: IO[str], tally: ScoreTally) -> None:
+        self._chunk, self._out, self._tally = chunk, out, tally
+        self._ready: dict[int, str] = {}  # line number -> its row, not yet written
+        self._next = 0  # the chunk's first job not yet written
+
+    def refused(self, job: ScoreJob, why: str) -> None:
+        self._tally.failed += 1
+        self._add(job, error_row(job, why))
+
+    def scored(self, job: ScoreJob, scores: list[CandidateScore]) -> None:
+        self._tally.add(scores)
+        self._add(job, score_rows(job, scores))
+
+    def all_written(self) -> bool:
+        return self._next == len(self._chunk)
+
+    def _add(self, job: ScoreJob, row: dict[str, Any]) -> None:
+        self._ready[job.line] = json.dumps(row) + "\n"
+        written = self._next
+        while self._next < len(self._chunk) and self._chunk[self._next].line in self._ready:
+            self._out.write(self._ready.pop(self._chunk[self._next].line))
+            self._next += 1
+        if self._next > written:
+            self._out.flush()

@@ -57,10 +57,16 @@ def refuse(engine: Engine, calls: list[Call], labels: list[str] | None) -> None:
 
 
 def answer(
-    engine: Engine, decoder: Decoder, calls: list[Call], progress: Progress | None, flush: Callable[[], None]
+    engine: Engine,
+    decoder: Decoder,
+    calls: list[Call],
+    progress: Progress | None,
+    flush: Callable[[], None],
+    on_done: Callable[[Done], None] | None = None,
 ) -> dict[str, Done]:
-    """Submit ``calls`` and step ``engine`` until each is answered (its id's `Done`); then
-    ``flush`` (the trace), whatever happened."""
+    """Submit ``calls`` and step ``engine`` until each is answered (its id's `Done`, handed to
+    ``on_done`` as it comes, before ``progress`` hears of it); then ``flush`` (the trace),
+    whatever happened."""
     processor = OutputProcessor(engine)
     answers: dict[str, Done] = {}
     try:
@@ -68,6 +74,8 @@ def answer(
         for event in itertools.chain(refused, EngineDriver(engine, processor).run()):
             if isinstance(event, Done):
                 answers[event.request_id] = event
+                if on_done is not None:
+                    on_done(event)
                 if progress is not None:
                     progress(len(answers), len(calls))
     finally:

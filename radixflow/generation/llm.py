@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
@@ -18,6 +18,7 @@ from radixflow.generation.calls import (
     refuse,
 )
 from radixflow.generation.detokenize import NoText
+from radixflow.generation.output_processor import Done
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import (
@@ -175,11 +176,12 @@ class LLM:
         progress: Progress | None,
         item: str | Sequence[str],
         fit: bool = False,
+        on_output: Callable[[int, GenerationOutput], None] | None = None,
     ) -> list[GenerationOutput]:
         """`generate` over token prompts; an error calls prompt ``i`` "``item`` i", or
-        ``item[i]`` when a label is given per prompt."""
+        ``item[i]`` when a label is given per prompt. ``on_output``: see `_run`."""
         calls, labels = self._calls(token_prompts, params, namespace, item, fit)
-        return self._run(calls, labels, progress)
+        return self._run(calls, labels, progress, on_output)
 
     def _calls(
         self,
@@ -218,12 +220,18 @@ class LLM:
         candidates: Sequence[Sequence[Prompt]],
         namespace: str = "default",
         progress: Progress | None = None,
+        on_context: Callable[[int, list[CandidateScore]], None] | None = None,
     ) -> list[list[CandidateScore]]:
         """`score` for each context and its own candidates (``candidates[i]`` follow
         ``contexts[i]``), all in one batch: the scheduler fills its rounds across contexts, each
-        context computed once. One list of scores per context, in order.
+        context computed once. One list of scores per context, in order. ``on_context`` hears
+        each context's index and scores (those returned) as soon as its candidates are all
+        answered, in the order they finish (a context without candidates once the batch ends), so a caller can
+        keep what finished when the call is cut short.
 
         Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
+        if on_context is not None and not callable(on_context):  # else the first context ends the batch
+            raise ValueError(f"on_context: must be a function (index, scores), got {on_context!r}")
         if isinstance(contexts, str) or (is_token_list(contexts) and contexts) or is_conversation(contexts):
             raise ValueError("contexts: a list of contexts (use score() for one context)")
         require_list("contexts", contexts, "a list of contexts")
@@ -239,7 +247,12 @@ class LLM:
                 raise ValueError(of_context(i, str(e))) from None
         prompts = [p for _, job in jobs for p in job]
         labels = [f"context {i}, candidate {j}" for i, (_, job) in enumerate(jobs) for j in range(len(job))]
-        outputs = self._generate(prompts, SCORING, namespace, progress, labels)
+        heard = (
+            None if on_context is None else _ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)
+        )
+        outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
+        if heard is not None:
+            heard.without_candidates()
         scores, start = [], 0
         for ctx, job in jobs:
             scores.append(candidate_scores(len(ctx), outputs[start : start + len(job)]))
@@ -295,10 +308,15 @@ class LLM:
             warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
     def _run(
-        self, calls: list[Call], labels: list[str] | None, progress: Progress | None
+        self,
+        calls: list[Call],
+        labels: list[str] | None,
+        progress: Progress | None,
+        on_output: Callable[[int, GenerationOutput], None] | None = None,
     ) -> list[GenerationOutput]:
         """Run ``calls`` to the end; a request that cannot run is refused first, named by its
-        prompt's label (None: a lone prompt, not named)."""
+        prompt's label (None: a lone prompt, not named). ``on_output`` hears each call answered
+        with an output (its index in ``calls``) as it is."""
         if progress is not None and not callable(progress):  # else the first answer's call fails the batch
             raise ValueError(f"progress: must be a function (done, total), got {progress!r}")
         refuse(self.engine, calls, labels)
@@ -309,7 +327,51 @@ class LLM:
             )
         try:
             decoder = self.model.tokenizer or NoText()
-            answers = answer(self.engine, decoder, calls, progress, self._flush_trace)
+            answers = answer(
+                self.engine, decoder, calls, progress, self._flush_trace, _outputs_to(calls, on_output)
+            )
         finally:
             self._busy.release()
         return outputs(calls, answers, labels)
+
+
+def _outputs_to(
+    calls: list[Call], on_output: Callable[[int, GenerationOutput], None] | None
+) -> Callable[[Done], None] | None:
+    """``on_output`` as `answer`'s ``on_done``: a call answered with an output, by its index."""
+    if on_output is None:
+        return None
+    index = {call.request.id: i for i, call in enumerate(calls)}
+
+    def done(event: Done) -> None:
+        if event.output is not None:
+            on_output(index[event.request_id], event.output)
+
+    return done
+
+
+class _ContextsHeard:
+    """`score_many`'s ``on_context``, fed each candidate's output as it comes: a context is
+    handed on once its last candidate is in, scored as `score_many` returns it."""
+
+    def __init__(
+        self, shapes: list[tuple[int, int]], on_context: Callable[[int, list[CandidateScore]], None]
+    ) -> None:
+        self._on_context = on_context
+        self._shapes = shapes  # each context's (tokens, candidates)
+        self._owner = [i for i, (_, n) in enumerate(shapes) for _ in range(n)]  # prompt -> its context
+        self._got: dict[int, dict[int, GenerationOutput]] = {i: {} for i in range(len(shapes))}
+
+    def without_candidates(self) -> None:
+        """Hand on the contexts that had no candidate to wait for, once the batch has run."""
+        for i, (context_len, n) in enumerate(self._shapes):
+            if n == 0:
+                self._on_context(i, candidate_scores(context_len, []))
+
+    def __call__(self, prompt: int, output: GenerationOutput) -> None:
+        i = self._owner[prompt]
+        got = self._got[i]
+        got[prompt] = output
+        context_len, n = self._shapes[i]
+        if len(got) == n:
+            self._on_context(i, candidate_scores(context_len, [got[p] for p in sorted(got)]))

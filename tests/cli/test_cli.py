@@ -591,3 +591,25 @@ def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked
     assert (data["workload"], data["config"]) == (uninterrupted["workload"], uninterrupted["config"])
     trace = [json.loads(line) for line in rounds.read_text().splitlines()]
     assert trace and {row["policy"] for row in trace} == {"native"}
+
+
+def test_score_rows_are_written_in_input_order_as_each_context_finishes():
+    """A batch's rows were written once the whole batch returned; now each as its context
+    finishes, one finished before an earlier line's held back until that one is written."""
+    import io
+
+    from radixflow.cli.score_file import ScoreJob, run_jobs
+
+    jobs = [ScoreJob(n, f"q{n}", "ctx", [" a"]) for n in (1, 2, 3)]
+    out = io.StringIO()
+    seen: list[int] = []
+
+    def score_many(contexts, candidates, progress, on_context):
+        for i in (1, 0, 2):  # the second context finishes first
+            on_context(i, [])
+            seen.append(out.getvalue().count("\n"))
+        return [[], [], []]
+
+    run_jobs(jobs, score_many, lambda context, candidates: None, out, lambda done, total: None)
+    assert seen == [0, 2, 3]
+    assert [json.loads(line)["line"] for line in out.getvalue().splitlines()] == [1, 2, 3]

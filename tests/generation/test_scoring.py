@@ -527,7 +527,7 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
     zoo, tmp_path, sig, said, code
 ):
     """`radixflow score --input` as its own process, sent SIGINT (or SIGTERM, taken as one) once
-    its first batch is written: one line on stderr saying where the rows are, exit 130 (143), the
+    its first row is written: one line on stderr saying where the rows are, exit 130 (143), the
     old --output as it was, and the partial file whole lines, in order. It used to truncate the
     old output as it started, and SIGTERM ended it with no word."""
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
@@ -555,7 +555,7 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
         deadline = time.monotonic() + 240
         while not (partial.exists() and partial.read_text().count("\n")) and proc.poll() is None:
             assert time.monotonic() < deadline, "no line written"
-            time.sleep(0.05)  # polls for the first batch's lines; the signal is sent after them
+            time.sleep(0.05)  # polls for the first line; the signal is sent after it
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -566,7 +566,7 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
     assert (proc.returncode, err.splitlines()[-1]) == (code, f"radixflow: {said}; {where}"), err
     assert "Traceback" not in err
     assert out.read_text() == "the previous results\n"
-    assert 64 <= len(lines) < 640 and all(line.endswith("\n") for line in lines)
+    assert 1 <= len(lines) < 640 and all(line.endswith("\n") for line in lines)
     assert [json.loads(line)["line"] for line in lines] == list(range(1, len(lines) + 1))
 
 
@@ -850,3 +850,47 @@ def test_a_run_given_restart_and_cut_short_says_to_go_on_without_it(zoo, capsys,
     assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: interrupted; {said}"
     _cut_short_after_one_row(monkeypatch, argv)  # --restart not given: the same command, as before
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"in {partial}{AGAIN}")
+
+
+def test_score_many_hands_each_context_its_scores_as_its_candidates_finish(llm):
+    """`score_many` said nothing until every context was scored, so `score --input` could only
+    write a batch's rows once all of them were done; ``on_context`` hears each context (its index
+    and scores, as returned) once its candidates are all answered, one without any at the end."""
+    ctx = llm.tokenizer.encode(CONTEXT)
+    contexts = [CONTEXT, "Q: Which river flows through Paris?\nA:", ctx]
+    candidates = [CANDIDATES, [" the Seine", " the Rhine"], []]
+    heard: list[tuple[int, list]] = []
+    many = llm.score_many(contexts, candidates, on_context=lambda i, scores: heard.append((i, scores)))
+    assert heard[-1] == (2, [])
+    assert sorted(heard, key=lambda h: h[0]) == list(enumerate(many))
+    with pytest.raises(ValueError, match=r"^on_context: must be a function \(index, scores\), got 3"):
+        llm.score_many(contexts, candidates, on_context=3)
+
+
+def test_a_ctrl_c_as_the_last_candidate_ends_keeps_every_finished_contexts_row(
+    zoo, capsys, tmp_path, monkeypatch
+):
+    """`score --input` wrote a call's rows only once the call returned: a Ctrl-C as its last
+    request ended lost all its (up to 64) contexts. Now each context's row is written as its
+    candidates finish, in input order: every row is kept, the same as an uninterrupted run's."""
+    from radixflow.cli import main
+
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    given.write_text(_score_lines(5))
+    assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 0
+    score_many = LLM.score_many
+
+    def stopped_at_the_end(self, *args, progress, **kwargs):
+        def hear(done: int, total: int) -> None:
+            progress(done, total)
+            if done == total:
+                raise KeyboardInterrupt
+
+        return score_many(self, *args, progress=hear, **kwargs)
+
+    monkeypatch.setattr(LLM, "score_many", stopped_at_the_end)
+    capsys.readouterr()
+    assert main(["score", MODEL, "--input", str(given), "--output", str(out)]) == 130
+    partial = tmp_path / "out.jsonl.partial"
+    assert partial.read_text() == whole.read_text()
+    assert f"the 5 rows written so far are in {partial}" in capsys.readouterr().err

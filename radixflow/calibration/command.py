@@ -178,26 +178,17 @@ def _check_models(plan: CalibrationPlan) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from radixflow.models.io.loader import CheckpointError  # torch, imported only to calibrate
-
     plan = _plan(args)
     _check_models(plan)
     out = args.out or default_out(plan.device)
     if out.is_dir() or not out.resolve().parent.is_dir():
         raise CalibrationUsageError(f"cannot write {out}: not a file in an existing directory")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with LoggedProgress(*columns, console=Console(stderr=True)) as progress:
-        task = progress.add_task("timing worker calls", total=total_batches(plan))
-        try:
-            profile, errors = calibrate(
-                plan, args.name or f"{plan.device}-calibrated", lambda: progress.advance(task)
-            )
-        except CheckpointError as e:  # a tensor's values (NaN, infinity) are read only now
-            raise CalibrationUsageError(f"cannot calibrate: {e}") from None
-        except ProfileError as e:  # the fit gave figures outside a profile's bounds
-            raise CalibrationUsageError(f"the timings fit no usable profile: {e}") from None
-    timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
-    own_fits = _own_fits(timed, list(plan.models), plan)
+    try:
+        profile, errors, own_fits = _time_and_fit(args, plan)
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: --out is written only at the end
+        kept = f" ({out} is as it was)" if out.exists() else ""
+        e.add_note(f"no profile written{kept}: the same command times every batch again")
+        raise
     own = {m: _median_error(p) for m, p in own_fits.items()} if len(plan.models) > 1 else {}
     if profile.calibration is not None:
         profile.calibration["own_fit_median_abs_error"] = own
@@ -221,3 +212,24 @@ def run(args: argparse.Namespace, console: Console) -> int:
     # quoted as a shell reads it, so the command runs as pasted ("my p.json", "p[1].json")
     console.print(f"use it with: radixflow bench --runner sim --hardware {shlex.quote(str(out))}", **plain)
     return 0
+
+
+def _time_and_fit(
+    args: argparse.Namespace, plan: CalibrationPlan
+) -> tuple[HardwareProfile, list[ModelError], dict[str, HardwareProfile]]:
+    """Time every batch and fit the profile, and each model's own fit; nothing is written."""
+    from radixflow.models.io.loader import CheckpointError  # torch, imported only to calibrate
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with LoggedProgress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task("timing worker calls", total=total_batches(plan))
+        try:
+            profile, errors = calibrate(
+                plan, args.name or f"{plan.device}-calibrated", lambda: progress.advance(task)
+            )
+        except CheckpointError as e:  # a tensor's values (NaN, infinity) are read only now
+            raise CalibrationUsageError(f"cannot calibrate: {e}") from None
+        except ProfileError as e:  # the fit gave figures outside a profile's bounds
+            raise CalibrationUsageError(f"the timings fit no usable profile: {e}") from None
+    timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
+    return profile, errors, _own_fits(timed, list(plan.models), plan)

@@ -216,3 +216,25 @@ def test_the_cpu_clock_with_more_threads_is_one_line_naming_both(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("radixflow: error: --torch-threads 2 with --clock cpu") and "\n" not in err, err
     assert ("(the default on a CPU)" in err) == (not clock) and not out.exists()
+
+
+def test_a_ctrl_c_while_timing_says_no_profile_was_written_and_the_old_one_stands(
+    tmp_path, capsys, monkeypatch
+):
+    """A Ctrl-C during minutes of timing said only "radixflow: interrupted": not whether --out
+    had been written, half-written or left as it was. It writes nothing until the fit is done, and
+    now says so in the line."""
+    pytest.importorskip("torch")
+    from radixflow.calibration import command
+    from radixflow.cli import main
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "calibrate", stopped)
+    out = tmp_path / "p.json"
+    out.write_text("the previous profile\n")
+    assert main(["calibrate", "--model", "lfm2-tiny", "--out", str(out)]) == 130
+    said = f"no profile written ({out} is as it was): the same command times every batch again"
+    assert capsys.readouterr().err == f"radixflow: interrupted; {said}\n"
+    assert out.read_text() == "the previous profile\n"

@@ -513,9 +513,12 @@ def test_the_score_summary_counts_one_context_in_the_singular():
     assert tally.line().startswith("1 context, 1 candidate scored, 1 line failed; 0 of 4 prompt tokens")
 
 
-def test_a_bench_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_back(tmp_path, monkeypatch):
+def test_a_bench_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_back(
+    tmp_path, monkeypatch, capsys
+):
     # the trace is written every few seconds: a sim bench interrupted in its first seconds left
-    # a valid file with no event at all, not even the round the interrupt rolled back
+    # a valid file with no event at all, not even the round the interrupt rolled back; and the
+    # line said only "radixflow: interrupted", not that the trace was kept
     from radixflow.runners.sim import SimRunner
 
     run = SimRunner.run
@@ -529,6 +532,8 @@ def test_a_bench_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_b
     path = tmp_path / "t.json"
     argv = ["bench", "--groups", "2", "--candidates", "3", "--context-len", "64", "--candidate-len", "16"]
     assert main([*argv, "--policy", "native", "--trace-out", str(path)]) == 130
+    said = f"radixflow: interrupted; the trace, down to the round cut short, is in {path}"
+    assert capsys.readouterr().err.splitlines()[-1] == said
     events = json.loads(path.read_text())["traceEvents"]
     rounds = {e["name"]: e["args"] for e in events if e.get("cat") == "round" and e["ph"] == "X"}
     assert list(rounds) == ["round 0", "round 1 (rolled back)"]

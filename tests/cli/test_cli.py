@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -576,7 +577,10 @@ def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked
     env = {**os.environ, "PYTHONPATH": str(Path(radixflow.__file__).parents[1])}
     argv = [sys.executable, "-c", HELD_AT_SECOND_POLICY, *SMALL_BENCH, "--runner", "sim"]
     argv += ["--json", str(out), "--round-trace", str(rounds)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # a SIGINT ignored where pytest runs (a background job of a shell) would be ignored by the child too
+    default_int = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    proc = subprocess.Popen(argv, **pipes, text=True, env=env, preexec_fn=default_int)
     try:
         assert proc.stdout.readline() == "summarized native\n"
         assert proc.stdout.readline() == "summarized radixflow\n"  # and held there

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -550,7 +551,9 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
         "--output",
         str(out),
     ]
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    # a SIGINT ignored where pytest runs (a background job of a shell) would be ignored by the child too
+    default_int = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_int)
     try:
         deadline = time.monotonic() + 240
         while not (partial.exists() and partial.read_text().count("\n")) and proc.poll() is None:

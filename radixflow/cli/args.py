@@ -11,7 +11,7 @@ from pathlib import Path
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.files import folder_problem
-from radixflow.options import EngineOptions
+from radixflow.options import EngineOptions, EngineSetup
 from radixflow.options.flags import (
     clock_warnings,
     dtype_warnings,
@@ -159,3 +159,11 @@ def warn_ineffective_for_model(args: argparse.Namespace, has_recurrent: bool) ->
     """Warn about engine flags the user gave that cannot change a run on this model."""
     for message in ineffective_for_model(given(args), has_recurrent):
         warn(message)
+
+
+def note_trace_kept(setup: EngineSetup | None, stopped: BaseException) -> None:
+    """Note on ``stopped`` (a Ctrl-C) where the trace (``--trace-out``) is: written as the runs
+    stopped, down to the round they rolled back. None: no engine was built."""
+    trace = None if setup is None else setup.trace
+    if trace is not None and trace.failure is None:  # a trace whose last write failed is not kept
+        stopped.add_note(f"the trace, down to where the run stopped, is in {trace.path}")

@@ -15,6 +15,7 @@ from radixflow.bench.report import render
 from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
+    note_trace_kept,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trials finished stay
         cut = BenchReport(workload, _config(args, plan, setup, names), trials.runs(), trials.unfinished())
         _keep_outputs(args, cut, e)
-        _trace_kept(setup, e)
+        note_trace_kept(setup, e)
         raise
     config = _config(args, plan, setup, names)
     noun = "request" if len(requests) == 1 else "requests"
@@ -118,13 +119,6 @@ def _placements(given: str | None, names: list[str], recurrent: bool) -> str | d
     if not recurrent:
         return "none"
     return given or {n: default_placement(n) for n in names}
-
-
-def _trace_kept(setup: EngineSetup, stopped: BaseException) -> None:
-    """Note on ``stopped`` where the trace is, written as the runs stopped (`trace_kept`)."""
-    trace = setup.trace
-    if trace is not None and trace.failure is None:  # a trace whose last write failed is not kept
-        stopped.add_note(f"the trace, down to the round cut short, is in {trace.path}")
 
 
 def _run(

@@ -15,6 +15,7 @@ from rich.text import Text
 from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
+    note_trace_kept,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -195,6 +196,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     problem = params.problem()  # before the model loads; the vocabulary's bounds are checked after
     if problem is not None:
         raise UsageError(problem.render(_sampling_flag))
+    llm = None
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
@@ -207,6 +209,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             else:
                 outputs = llm.generate(list(args.prompt), params, progress=bar.hear, fit=fit)
     except ProblemError:
+        raise
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
+        note_trace_kept(None if llm is None else llm.model.setup, e)
         raise
     except PromptError as e:  # found once the model loaded: named by its flag, as before it
         raise UsageError(e.render(_sampling_flag)) from None

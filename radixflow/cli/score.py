@@ -19,6 +19,7 @@ from radixflow.cli.args import (
     add_restart_flag,
     check_output_paths,
     engine_inputs,
+    note_trace_kept,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if jobs is not None and kept is not None:
             jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
         warn_ineffective_options(args, options)
+        llm = None
         try:
             llm = LLM.from_options(options)
             warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
@@ -116,6 +118,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 context = [{"role": "user", "content": args.context}] if args.chat else args.context
                 scores = llm.score(context, candidates, progress=bar.hear)
         except ProblemError:
+            raise
+        except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
+            note_trace_kept(None if llm is None else llm.model.setup, e)
             raise
         except ValueError as e:
             raise UsageError(str(e)) from None

@@ -533,7 +533,7 @@ def test_a_bench_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_b
     path = tmp_path / "t.json"
     argv = ["bench", "--groups", "2", "--candidates", "3", "--context-len", "64", "--candidate-len", "16"]
     assert main([*argv, "--policy", "native", "--trace-out", str(path)]) == 130
-    said = f"radixflow: interrupted; the trace, down to the round cut short, is in {path}"
+    said = f"radixflow: interrupted; the trace, down to where the run stopped, is in {path}"
     assert capsys.readouterr().err.splitlines()[-1] == said
     events = json.loads(path.read_text())["traceEvents"]
     rounds = {e["name"]: e["args"] for e in events if e.get("cat") == "round" and e["ph"] == "X"}

@@ -912,3 +912,30 @@ def test_close_lets_go_of_the_engine_and_a_closed_llm_refuses_calls(zoo):
         with pytest.raises(RuntimeError, match=r"^this LLM is closed"):
             call()
     llm.close()  # again: nothing to do
+
+
+@pytest.mark.parametrize("command", ["generate", "score"])
+def test_a_ctrl_c_says_where_the_trace_is(zoo, tmp_path, capsys, monkeypatch, command):
+    """`generate` and `score` write --trace-out as a Ctrl-C stops them, but their line said only
+    "radixflow: interrupted" (bench's says where its trace is)."""
+    from radixflow.cli import main
+
+    call = getattr(LLM, command)
+
+    def stopped(self, *args, progress, **kwargs):
+        def hear(done: int, total: int) -> None:
+            raise KeyboardInterrupt
+
+        return call(self, *args, progress=hear, **kwargs)
+
+    monkeypatch.setattr(LLM, command, stopped)
+    path = tmp_path / "t.json"
+    given = (
+        ["--prompt", "x", "--max-tokens", "2"]
+        if command == "generate"
+        else ["--context", "x", "--candidate", " y"]
+    )
+    assert main([command, MODEL, *given, "--trace-out", str(path)]) == 130
+    said = f"radixflow: interrupted; the trace, down to where the run stopped, is in {path}"
+    assert capsys.readouterr().err.splitlines()[-1] == said
+    assert json.loads(path.read_text())["traceEvents"]

@@ -7,7 +7,8 @@ reports them with its routing stats (`engine_samples`), rendered in the single s
 - gauges of the fleet's capacity and load (cache bytes by kind, budget, waiting and running
   requests, tokens/s): summed over the replicas running now;
 - `PER_REPLICA` gauges, which do not add up (a namespace on two replicas is one namespace; the
-  last round is each replica's own): one series per replica running now, label ``replica``.
+  last round and the seconds since it are each replica's own): one series per replica running
+  now, label ``replica``.
 
 Before a replica reports, a series has no samples (not a 0 that nothing measured).
 """
@@ -25,7 +26,13 @@ from radixflow.server.metrics import ServerMetrics
 
 Sample = tuple[str, dict[str, str], float]  # name, labels, value: plain, picklable
 Report = dict[str, list[Sample]]  # by family
-PER_REPLICA = frozenset({"radixflow_cache_namespaces", "radixflow_blocked_consumers_last_round"})
+PER_REPLICA = frozenset(
+    {
+        "radixflow_cache_namespaces",
+        "radixflow_blocked_consumers_last_round",
+        "radixflow_seconds_since_last_round",
+    }
+)
 CUMULATIVE = frozenset({"counter", "histogram"})
 
 

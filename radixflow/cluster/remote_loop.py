@@ -106,6 +106,12 @@ class RemoteLoop:
     def accepting(self) -> bool:
         return self._accepting and self.failure is None
 
+    @property
+    def stalled(self) -> str | None:
+        """Never: a stuck replica fails its own health check (`EngineReplica.check_health`) and
+        Ray Serve replaces it; its jobs end with an error, so the ingress has nothing stuck."""
+        return None
+
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """On the event loop: every prompt becomes a job on a replica, all or none accepted."""
         failure = self.failure

@@ -63,7 +63,8 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         if state.loop.accepting:
-            return JSONResponse({"status": "ok"})
+            stalled = state.loop.stalled  # alive, with work waiting, and no round for long
+            return JSONResponse({"status": stalled or "ok"}, status_code=503 if stalled else 200)
         status = state.loop.failure or ("draining" if state.loop.alive else "stopped")
         return JSONResponse({"status": status}, status_code=503)
 

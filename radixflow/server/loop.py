@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from radixflow.engine.engine import Engine
-from radixflow.engine.records import SubmitRefused
+from radixflow.engine.records import RoundRecord, SubmitRefused
 from radixflow.generation.output_processor import (
     Done,
     EngineDriver,
@@ -37,6 +37,7 @@ from radixflow.generation.outputs import GenerationOutput, StreamDelta
 from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import counted
 from radixflow.scheduler.request import Request
+from radixflow.server.liveness import STALL_FLOOR_S, Liveness
 from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.server")
@@ -85,8 +86,13 @@ class _Entry:
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, metrics: ServerMetrics, max_pending: int) -> None:
+    def __init__(
+        self, engine: Engine, metrics: ServerMetrics, max_pending: int, stall_floor_s: float = STALL_FLOOR_S
+    ) -> None:
+        """``stall_floor_s``: the least time without a finished round, with work waiting, after
+        which the loop says it is stuck (`stalled`; `Liveness` derives the rest from the rounds)."""
         self.engine, self.metrics, self.max_pending = engine, metrics, max_pending
+        self.liveness = Liveness(stall_floor_s)
         self._cond = threading.Condition()
         self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
         # guarded by _cond: the engine thread took its last commands; a later one runs where given
@@ -96,7 +102,7 @@ class EngineLoop:
         self._deadline: float | None = None  # draining: fail what is left at this monotonic time
         self._active: dict[str, _Entry] = {}  # engine thread only
         self._processor = OutputProcessor(engine)  # engine thread only
-        self._driver = EngineDriver(engine, self._processor, metrics.on_round)
+        self._driver = EngineDriver(engine, self._processor, self._on_round)
         self._thread = threading.Thread(target=self._run, name="radixflow-engine", daemon=True)
         self.failure: str | None = None  # why the engine loop died, if it did
 
@@ -110,6 +116,13 @@ class EngineLoop:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and self.failure is None
+
+    @property
+    def stalled(self) -> str | None:
+        """Why the engine thread, alive, looks stuck: requests wait and no round has finished
+        for longer than `Liveness.bound_s` (a worker call that never returns, a deadlock). None
+        while it makes progress or is idle. It may yet come back: this refuses nothing."""
+        return self.liveness.stalled()
 
     @property
     def accepting(self) -> bool:
@@ -130,7 +143,7 @@ class EngineLoop:
                     f"queued (limit {self.max_pending}); retry later"
                 )
             self._pending += len(items)
-            self.metrics.on_pending(self._pending)  # now: the engine thread may be in a long round
+            self._on_pending()  # now: the engine thread may be in a long round
             entries = [_Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
             self._commands.append(lambda: self._admit(entries))
             self._cond.notify()
@@ -299,7 +312,15 @@ class EngineLoop:
         self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, failed)
         with self._cond:
             self._pending -= 1
-            self.metrics.on_pending(self._pending)
+            self._on_pending()
+
+    def _on_pending(self) -> None:  # under _cond
+        self.metrics.on_pending(self._pending)
+        self.liveness.on_pending(self._pending)
+
+    def _on_round(self, record: RoundRecord) -> None:
+        self.metrics.on_round(record)
+        self.liveness.on_round(record)
 
     def _fail_all(self, status: int, message: str, abort: bool = True) -> None:
         """Answer every active request with an error; ``abort`` releases them in the engine (not

@@ -114,6 +114,14 @@ class ServerMetrics:
             buckets=_ERROR_BUCKETS,
             registry=r,
         )
+        self.since_last_round = Gauge(
+            p + "seconds_since_last_round",
+            "seconds since the engine last finished a round (since it started, before the first); "
+            "grows while it is idle too: alert on it with requests_pending > 0",
+            registry=r,
+        )
+        self._last_round = time.monotonic()  # written by the engine thread, read by /metrics
+        self.since_last_round.set_function(lambda: time.monotonic() - self._last_round)
         # what only an engine counts (a fleet's ingress has none: `engine_from` takes them over);
         # generated tokens too: an ingress sees none of a request answered with an error
         self.engine = (
@@ -132,12 +140,14 @@ class ServerMetrics:
             self.evictions,
             self.tokens_per_s,
             self.prediction_error,
+            self.since_last_round,
         )
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of recent rounds
         self._lock = threading.Lock()  # the window is read by /metrics, written by the engine thread
         self._prompt_sum = self._reused_sum = 0
 
     def on_round(self, record: RoundRecord) -> None:
+        self._last_round = time.monotonic()  # a failed round finished too: the loop moved on
         if record.error is not None:
             self.failed_rounds.inc()
             return

@@ -48,6 +48,11 @@ class ServingLoop(Protocol):
     @property
     def accepting(self) -> bool: ...
 
+    @property
+    def stalled(self) -> str | None:
+        """Why it looks stuck though alive (work waits, no progress for long), if so."""
+        ...
+
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
         ...

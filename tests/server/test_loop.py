@@ -371,3 +371,44 @@ def test_a_call_or_an_abort_after_the_engine_thread_ended_is_answered_at_once(ma
     assert loop.join(60)
     assert loop.call(lambda engine: engine.has_work(), timeout=30) is False  # no TimeoutError
     loop.abort(["never-submitted"])  # run where it was given; an unknown id is not an error
+
+
+class BlockingRunner(SimRunner):
+    """A worker call that does not return until ``release`` is set (a stuck device, a deadlock)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+
+    def run(self, batch):
+        self.release.wait()
+        return super().run(batch)
+
+
+def poll(check, timeout_s: float = 30.0):
+    """``check()`` once it is truthy; fails after ``timeout_s`` (a deadline, not a speed test)."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, "the state never flipped"
+        time.sleep(0.01)
+    return found
+
+
+def test_an_engine_stuck_in_a_worker_call_says_so_and_recovers(tokenizer):
+    # the engine thread was alive, so the health check passed while every request waited on it
+    runner = BlockingRunner(SPEC, HARDWARE["h100"])
+    loop = EngineLoop(new_engine(runner, CFG), ServerMetrics(), 8, stall_floor_s=0.05)
+    loop.start()
+    try:
+        assert loop.stalled is None  # idle: nothing is owed
+        events = submit(loop, tokenizer, 2)
+        why = poll(lambda: loop.stalled)
+        assert "no round finished" in why and "2 requests waiting" in why
+        assert loop.alive and loop.accepting  # stuck is not dead: it may yet come back
+        runner.release.set()
+        assert [len(f.output.token_ids) for f in finals(events, 2)] == [4, 4]
+        poll(lambda: loop.stalled is None)
+    finally:
+        runner.release.set()
+        loop.shutdown(0.0)
+        loop.join(10)

@@ -886,3 +886,66 @@ def test_metrics_show_the_budget_in_use_and_evictions_by_kind(zoo):
         for kind, n in evicted.items():
             assert metrics[f'radixflow_cache_evictions_total{{kind="{kind}"}}'] == n
         running.on_engine(lambda e: e.check_integrity())
+
+
+def test_health_and_metrics_say_when_the_engine_is_stuck_with_work_waiting(tmp_path):
+    # an engine thread alive but stuck in a worker call passed /health, so a load balancer kept
+    # sending it requests that waited until the drain; /metrics had no figure to alert on
+    import threading
+    import time
+    from dataclasses import replace
+
+    from engine_utils import new_engine
+    from fastapi.testclient import TestClient
+
+    from radixflow.generation.tokenizer import TextTokenizer
+    from radixflow.generation.tracker import RequestTracker
+    from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+    from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+    from radixflow.scheduler.request import Request
+    from radixflow.scheduler.scheduler import SchedulerConfig
+    from radixflow.server.app import create_app
+    from radixflow.server.loop import EngineLoop
+    from radixflow.server.state import Backend, ServerState
+
+    save_tokenizer(train_tokenizer(512), tmp_path)
+    tokenizer = TextTokenizer.load(tmp_path)
+    release = threading.Event()
+
+    class Stuck(SimRunner):
+        def run(self, batch):
+            release.wait()
+            return super().run(batch)
+
+    spec = replace(SIM_MODELS["qwen3_5-2b"], vocab_size=512, max_context=4096)
+    cfg = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=512, num_state_slots=32)
+    engine = new_engine(Stuck(spec, HARDWARE["h100"]), cfg)
+    backend = Backend(
+        "m", None, engine.runner.model, engine.problem, engine.room,
+        lambda metrics: EngineLoop(engine, metrics, 8, stall_floor_s=0.05),
+    )
+    state = ServerState(backend, ServerConfig(drain_s=0.0))
+
+    def since_last_round(http) -> float:
+        lines = http.get("/metrics").text.splitlines()
+        return float(next(x for x in lines if x.startswith("radixflow_seconds_since")).split(" ")[1])
+
+    with TestClient(create_app(state)) as http:
+        try:  # the stuck call ends before the app does (its shutdown waits for the engine thread)
+            assert http.get("/health").json() == {"status": "ok"}  # idle: however long since a round
+            req = Request("r", (5, 6, 7, 8), sampling=SamplingParams(max_tokens=2))
+            state.loop.submit([(req, RequestTracker(req, tokenizer))], lambda event: None, False)
+            deadline = time.monotonic() + 30
+            while (health := http.get("/health")).status_code == 200:
+                assert time.monotonic() < deadline, "/health never said the engine is stuck"
+                time.sleep(0.01)
+            assert health.status_code == 503 and "no round finished" in health.json()["status"]
+            assert since_last_round(http) >= 0.05
+            released = time.monotonic()
+            release.set()
+            while http.get("/health").status_code != 200:  # answered: idle again
+                assert time.monotonic() < deadline + 30, "/health never recovered"
+                time.sleep(0.01)
+            assert since_last_round(http) <= time.monotonic() - released  # rounds finished since
+        finally:
+            release.set()

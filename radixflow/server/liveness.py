@@ -1,0 +1,77 @@
+"""Whether the engine loop makes progress: a thread alive but stuck (a worker call that never
+returns, a deadlock) must not pass the health check while requests wait on it.
+
+The engine thread reports each round it finishes and the bounded queue's count as it changes;
+any thread asks `stalled`. A loop with no work is never stalled, however long since its last
+round; one with work is stalled once no round has finished for longer than `bound_s`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from radixflow.engine.records import RoundRecord
+from radixflow.problems import counted
+
+# The bound is generous on purpose: a false alarm gets a working replica replaced by Ray Serve
+# (its requests lost) or an engine taken out of a load balancer, while a late one only delays
+# the alarm. 30 s is past any round the runners make (the token budget caps a round's work;
+# torch warms its kernels up at load, before the loop starts) and past a slow machine's pauses.
+STALL_FLOOR_S = 30.0
+# A round takes about what the runner predicted for it (within tens of percent once its fit has
+# learned); 20 of the longest predicted round leave room for a machine many times slower than
+# the fit learned, and for a round larger than any seen before.
+STALL_ROUNDS = 20.0
+
+
+class Liveness:
+    """Thread-safe: the engine thread writes, the health check and `/metrics` read."""
+
+    def __init__(
+        self,
+        floor_s: float = STALL_FLOOR_S,
+        rounds: float = STALL_ROUNDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.floor_s, self.rounds, self._clock = floor_s, rounds, clock
+        self._lock = threading.Lock()
+        # the last round finished, or the moment work came to an idle loop (its wait starts then)
+        self._since = clock()
+        self._pending = 0
+        self._longest = 0.0  # seconds: the longest round the runner predicted, or measured
+
+    def on_round(self, record: RoundRecord) -> None:
+        """A round finished (one whose worker call failed too: the loop moved on)."""
+        # a runner that predicts nothing (or before its fit has learned) still measured its round
+        seconds = max(record.predicted_s or 0.0, record.wall_s or record.worker_call_s)
+        with self._lock:
+            self._since = self._clock()
+            self._longest = max(self._longest, seconds)
+
+    def on_pending(self, pending: int) -> None:
+        """Accepted, unanswered requests: ``pending`` now."""
+        with self._lock:
+            if pending and not self._pending:  # idle until now: nothing was owed before
+                self._since = self._clock()
+            self._pending = pending
+
+    @property
+    def bound_s(self) -> float:
+        """Seconds without a finished round, with work waiting, past which the loop is stalled."""
+        with self._lock:
+            return max(self.floor_s, self.rounds * self._longest)
+
+    def stalled(self) -> str | None:
+        """Why the loop looks stuck (work waits and no round finished within `bound_s`); None
+        while it makes progress or has nothing to do."""
+        bound = self.bound_s
+        with self._lock:
+            waited, pending = self._clock() - self._since, self._pending
+        if not pending or waited <= bound:
+            return None
+        return (
+            f"the engine is stuck: no round finished for {waited:.0f} s with "
+            f"{counted(pending, 'request')} waiting (limit {bound:.0f} s)"
+        )

@@ -1,0 +1,63 @@
+"""`Liveness`: a loop with work and no finished round past its bound is stalled; an idle one never."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from radixflow.engine.records import RoundRecord
+from radixflow.server.liveness import Liveness
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def round_of(predicted_s: float | None, worker_call_s: float = 0.01) -> RoundRecord:
+    record = RoundRecord(0, 0.0, worker_call_s, worker_call_s, 8, 1, 0, 0, "budget", ())
+    return replace(record, predicted_s=predicted_s)
+
+
+def test_an_idle_loop_is_never_stalled():
+    clock = Clock()
+    live = Liveness(floor_s=30.0, clock=clock)
+    clock.now += 10_000
+    assert live.stalled() is None
+
+
+def test_work_waiting_past_the_floor_without_a_round_is_stalled_and_a_round_clears_it():
+    clock = Clock()
+    live = Liveness(floor_s=30.0, clock=clock)
+    clock.now += 10_000  # idle for long: the wait starts when work comes, not at the last round
+    live.on_pending(2)
+    clock.now += 29
+    assert live.stalled() is None
+    clock.now += 2
+    why = live.stalled()
+    assert why is not None and "no round finished for 31 s" in why and "2 requests" in why
+    live.on_round(round_of(None))
+    assert live.stalled() is None
+    live.on_pending(0)
+    clock.now += 100
+    assert live.stalled() is None
+
+
+def test_the_bound_grows_with_the_longest_round_the_runner_predicts():
+    clock = Clock()
+    live = Liveness(floor_s=30.0, rounds=20.0, clock=clock)
+    assert live.bound_s == 30.0
+    live.on_round(round_of(0.5))
+    assert live.bound_s == 30.0  # 20 x 0.5 s is under the floor
+    live.on_round(round_of(4.0))
+    live.on_round(round_of(1.0))
+    assert live.bound_s == 80.0
+    live.on_round(round_of(None, worker_call_s=5.0))  # no prediction: the measured call counts
+    assert live.bound_s == 100.0
+    live.on_pending(1)
+    clock.now += 99
+    assert live.stalled() is None
+    clock.now += 2
+    assert live.stalled() is not None

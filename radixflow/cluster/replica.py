@@ -110,18 +110,24 @@ class EngineReplica:
 
     def check_health(self) -> None:
         """Serve calls this every few seconds: a replica whose engine loop died is replaced, not
-        left in rotation answering every job with the failure."""
+        left in rotation answering every job with the failure; so is one whose engine thread is
+        stuck with jobs waiting (`EngineLoop.stalled`): they would wait until the drain."""
         if not self.loop.alive:
             raise RuntimeError(self.loop.failure or "the engine loop stopped")
+        stalled = self.loop.stalled
+        if stalled is not None:
+            raise RuntimeError(stalled)
 
     async def record_routing_stats(self) -> dict[str, Any]:
         """Serve polls this: whether the engine loop runs, the queue, the READY-checkpoint digest
         and the engine's metrics (`fleet_metrics.engine_samples`), all plain and picklable. A dead
-        loop is reported, not raised: Serve keeps the last report of a failed poll, and routers
-        must learn the replica is dead before it is replaced."""
+        loop (or a stuck one) is reported, not raised: Serve keeps the last report of a failed
+        poll, and routers must learn the replica is dead before it is replaced."""
         self.metrics.update_throughput(time.monotonic())  # an idle engine's tokens/s decays too
         engine = engine_samples(self.metrics)  # the ingress's /metrics shows these, summed
-        if not self.loop.alive:  # a dead loop answers no call: report now, not after the timeout
+        # a dead loop answers no call, nor does a stuck one in time: report now, not after the
+        # timeout (a failed poll leaves routers the last live report), so routers pass it over
+        if not self.loop.alive or self.loop.stalled is not None:
             dead = {"queue": 0, "block_size": DEAD_BLOCK_SIZE, "checkpoints": []}
             return {"alive": False, **dead, "engine": engine}
         queue, digest = await asyncio.to_thread(

@@ -114,3 +114,52 @@ def test_a_replica_whose_engine_failed_fails_its_health_check(zoo):
         assert refusal.event.status == 503 and refusal.replica == replica.name
     finally:
         replica.drain()
+
+
+def test_a_replica_whose_engine_is_stuck_fails_its_health_check_and_is_passed_over(zoo):
+    # check_health asked only whether the engine thread was alive: one stuck in a worker call
+    # passed, so Serve kept it and its jobs waited until the drain; its routing stats poll timed
+    # out, so routers kept its last (live, short-queued) report and sent it more
+    import threading
+
+    from radixflow.generation.tracker import RequestTracker
+    from radixflow.scheduler.request import Request
+
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 0.0)
+    release = threading.Event()
+    run = replica.engine.runner.run
+
+    def stuck(batch):
+        release.wait()
+        return run(batch)
+
+    replica.engine.runner.run = stuck  # type: ignore[method-assign]
+    replica.loop.liveness.floor_s = 0.05
+    try:
+        replica.check_health()  # idle: healthy
+        req = Request("j", tuple(range(10, 40)), sampling=SamplingParams(max_tokens=2))
+        replica.loop.submit([(req, RequestTracker(req, replica.model.tokenizer))], lambda event: None, False)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                replica.check_health()
+            except RuntimeError as e:
+                assert "no round finished" in str(e)
+                break
+            assert time.monotonic() < deadline, "check_health never failed"
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        stats = asyncio.run(replica.record_routing_stats())
+        assert time.monotonic() - t0 < 5.0  # at once, not after the 10 s call timeout
+        assert stats["alive"] is False
+        release.set()
+        while True:  # answered: idle, healthy again
+            try:
+                replica.check_health()
+                break
+            except RuntimeError:
+                assert time.monotonic() < deadline + 30, "check_health never recovered"
+                time.sleep(0.01)
+    finally:
+        release.set()
+        replica.drain()

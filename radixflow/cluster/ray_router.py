@@ -60,14 +60,16 @@ class FleetRequestRouter(RequestRouter):
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
-        job = pending_request.args[0] if pending_request is not None and pending_request.args else None
-        if job is None or not hasattr(job, "prompt") or not candidate_replicas:
+        """Ranks only: Serve sends the job to the first rank with room, and again after a backoff
+        when none had any, so where it went is remembered in `on_request_routed`."""
+        job = _job(pending_request)
+        if job is None or not candidate_replicas:
             return [candidate_replicas]  # not a generation job (e.g. describe): any replica
         # replicas that refused the job before (`Job.avoid`) are passed over while others are left
         offered = [r for r in candidate_replicas if r.replica_id.unique_id not in job.avoid]
         candidate_replicas = offered or candidate_replicas
         states = [self._state(r) for r in candidate_replicas]
-        decision = self._router.choose(RouteRequest(job.namespace, tuple(job.prompt)), states)
+        decision = self._router.decide(RouteRequest(job.namespace, tuple(job.prompt)), states)
         chosen = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica]
         alive = {s.name for s in states if s.alive}
         rest = [
@@ -77,6 +79,20 @@ class FleetRequestRouter(RequestRouter):
         ]
         return [chosen, rest] if rest else [chosen]  # the live rest: only if Serve finds it full
 
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        """Serve calls this once a replica took the job (its strict ``max_ongoing_requests``, on
+        by default outside Ray Client): the router remembers that replica, not its first rank."""
+        super().on_request_routed(pending_request, replica_id, result)
+        job = _job(pending_request)
+        if job is not None:
+            self._router.record(RouteRequest(job.namespace, tuple(job.prompt)), replica_id.unique_id)
+
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
         self._router.forget(replica_id.unique_id)
+
+
+def _job(pending_request: PendingRequest | None) -> Any:
+    """The generation job ``pending_request`` carries (a `wire.Job`); None for another call. Pure."""
+    job = pending_request.args[0] if pending_request is not None and pending_request.args else None
+    return job if hasattr(job, "prompt") else None

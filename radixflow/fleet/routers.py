@@ -40,10 +40,18 @@ class Router(Protocol):
     name: str
     uses_digests: bool  # reads ReplicaState.digest (callers may skip computing it otherwise)
 
-    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+    def decide(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         """The replica for ``request`` (``replicas`` non-empty; one reported dead is picked only
-        when all are). Mutates only the router's own
-        memory (what it sent where) and random state."""
+        when all are). Mutates only the router's random state: what it decides is not where the
+        request goes until `record` says so (Ray Serve may send it to a later rank)."""
+        ...
+
+    def record(self, request: RouteRequest, replica: str) -> None:
+        """``request`` went to ``replica``: remember it (mutates the router's memory)."""
+        ...
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        """`decide`, then `record` the request there (where the caller always sends it)."""
         ...
 
     def forget(self, replica: str) -> None:
@@ -75,6 +83,13 @@ def in_service(replicas: Sequence[ReplicaState]) -> list[ReplicaState]:
     return [r for r in replicas if r.alive] or list(replicas)
 
 
+def decided(router: Router, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+    """``router``'s decision for ``request``, recorded as where it went (each router's `choose`)."""
+    decision = router.decide(request, replicas)
+    router.record(request, decision.replica)
+    return decision
+
+
 def least_loaded(replicas: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
     low = min(r.queue for r in replicas)
     return rng.choice([r for r in replicas if r.queue == low])
@@ -87,10 +102,16 @@ class PowerOfTwo:
     def __init__(self, config: RouterConfig) -> None:
         self.rng = random.Random(config.seed)
 
-    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+    def decide(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         live = in_service(replicas)
         pair = self.rng.sample(live, min(2, len(live)))
         return Decision(least_loaded(pair, self.rng).name, LOAD)
+
+    def record(self, request: RouteRequest, replica: str) -> None:
+        pass  # it remembers nothing
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        return decided(self, request, replicas)
 
     def forget(self, replica: str) -> None:
         pass
@@ -108,22 +129,26 @@ class PrefixAffinity:
         self.pow2 = PowerOfTwo(config)
         self.memory = PrefixMemory(config.memory)
 
-    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+    def decide(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         chain = prompt_chain(request, self.config.block_size)
-        decision = self._decide(request, in_service(replicas), chain)
-        self.memory.record(chain, decision.replica)
-        return decision
+        return self._decide(request, in_service(replicas), chain)
+
+    def record(self, request: RouteRequest, replica: str) -> None:
+        self.memory.record(prompt_chain(request, self.config.block_size), replica)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        return decided(self, request, replicas)
 
     def _decide(self, request: RouteRequest, replicas: Sequence[ReplicaState], chain: list[int]) -> Decision:
         if any(overloaded(r, replicas, self.config) for r in replicas):  # imbalanced: balance first
-            return self.pow2.choose(request, replicas)
+            return self.pow2.decide(request, replicas)
         depths = self.memory.depths(chain, self.config.block_size)
         live = [r for r in replicas if r.name in depths]
         deepest = max((depths[r.name] for r in live), default=0)
         if live and deepest >= self.config.match_threshold * len(request.tokens):
             best = least_loaded([r for r in live if depths[r.name] == deepest], self.pow2.rng)
             return Decision(best.name, AFFINITY, deepest)
-        return Decision(self.pow2.choose(request, replicas).replica, PLACEMENT)
+        return Decision(self.pow2.decide(request, replicas).replica, PLACEMENT)
 
     def forget(self, replica: str) -> None:
         self.memory.forget(replica)
@@ -141,7 +166,7 @@ class CheckpointAffinity:
         self.rng = random.Random(config.seed)
         self.memory = PrefixMemory(config.memory)
 
-    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+    def decide(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         replicas = in_service(replicas)
         # each digest is read at its own block size (one not reported yet has the default), the
         # router's memory at its own
@@ -156,13 +181,16 @@ class CheckpointAffinity:
         deepest = max(expect.values())
         if deepest == 0 or deepest < self.config.match_threshold * len(request.tokens):
             # a new context (sharing at most a preamble): somewhere light; its siblings follow it
-            decision = Decision(least_loaded(open_, self.rng).name, PLACEMENT)
-        elif expect[best.name] == deepest:
-            decision = Decision(best.name, AFFINITY, deepest)
-        else:
-            decision = Decision(best.name, BALANCE, expect[best.name])
-        self.memory.record(chain, decision.replica)
-        return decision
+            return Decision(least_loaded(open_, self.rng).name, PLACEMENT)
+        if expect[best.name] == deepest:
+            return Decision(best.name, AFFINITY, deepest)
+        return Decision(best.name, BALANCE, expect[best.name])
+
+    def record(self, request: RouteRequest, replica: str) -> None:
+        self.memory.record(prompt_chain(request, self.config.block_size), replica)
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
+        return decided(self, request, replicas)
 
     def forget(self, replica: str) -> None:
         self.memory.forget(replica)

@@ -521,3 +521,37 @@ def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_runni
         "(another radixflow serve?): stop that one first, or delete it (ray.serve.delete('radixflow'))"
     )
     assert calls == ["init", "start", "ray.shutdown"]
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_the_ray_router_remembers_where_serve_sent_a_job_not_what_it_ranked_first(name):
+    # the router recorded its first choice as it ranked the replicas, though Serve sends the job
+    # to the next rank when that one is full, and recorded again on every backoff retry: the
+    # job's siblings then followed it to a replica that never saw its prefix
+    pytest.importorskip("ray.serve")
+    from collections import namedtuple
+
+    from radixflow.cluster.ray_router import FleetRequestRouter
+    from radixflow.generation.params import SamplingParams
+
+    replica_id = namedtuple("ReplicaID", "unique_id")
+
+    def running(name: str) -> SimpleNamespace:
+        stats = {"alive": True, "queue": 0, "block_size": 16, "checkpoints": []}
+        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
+
+    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
+    router._replica_queue_len_cache = {}
+    router.initialize_state(name)
+    replicas = [running("a"), running("b")]
+    prompt = tuple(range(100, 164))  # four blocks: a prefix worth following
+    job = SimpleNamespace(args=[Job("j", prompt, "default", SamplingParams(), False)])
+    for _ in range(3):  # Serve ranks again on each backoff retry
+        ranked = asyncio.run(router.choose_replicas(replicas, job))
+    first = ranked[0][0].replica_id.unique_id
+    took = "b" if first == "a" else "a"  # the first rank was full: Serve sent it to the other
+    router.on_request_routed(job, replica_id(took), None)
+    sibling = SimpleNamespace(args=[Job("k", prompt + (7, 8), "default", SamplingParams(), False)])
+    for _ in range(5):
+        ranked = asyncio.run(router.choose_replicas(replicas, sibling))
+        assert ranked[0][0].replica_id.unique_id == took

@@ -921,7 +921,11 @@ def test_health_and_metrics_say_when_the_engine_is_stuck_with_work_waiting(tmp_p
     cfg = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=512, num_state_slots=32)
     engine = new_engine(Stuck(spec, HARDWARE["h100"]), cfg)
     backend = Backend(
-        "m", None, engine.runner.model, engine.problem, engine.room,
+        "m",
+        None,
+        engine.runner.model,
+        engine.problem,
+        engine.room,
         lambda metrics: EngineLoop(engine, metrics, 8, stall_floor_s=0.05),
     )
     state = ServerState(backend, ServerConfig(drain_s=0.0))

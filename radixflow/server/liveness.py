@@ -40,12 +40,15 @@ class Liveness:
         # the last round finished, or the moment work came to an idle loop (its wait starts then)
         self._since = clock()
         self._pending = 0
-        self._longest = 0.0  # seconds: the longest round the runner predicted, or measured
+        self._longest = 0.0  # seconds: the longest round predicted (measured, where none was)
 
     def on_round(self, record: RoundRecord) -> None:
         """A round finished (one whose worker call failed too: the loop moved on)."""
-        # a runner that predicts nothing (or before its fit has learned) still measured its round
-        seconds = max(record.predicted_s or 0.0, record.wall_s or record.worker_call_s)
+        # the prediction, not the measured call, where there is one: a round stuck for an hour
+        # that came back must not stretch the next stall's bound to 20 hours; a runner that
+        # predicts nothing (or before its fit has learned) still measured its round
+        measured = record.wall_s or record.worker_call_s
+        seconds = measured if record.predicted_s is None else record.predicted_s
         with self._lock:
             self._since = self._clock()
             self._longest = max(self._longest, seconds)

@@ -61,3 +61,10 @@ def test_the_bound_grows_with_the_longest_round_the_runner_predicts():
     assert live.stalled() is None
     clock.now += 2
     assert live.stalled() is not None
+
+
+def test_a_round_that_ran_far_past_its_prediction_does_not_stretch_the_bound():
+    # a round stuck for an hour that then came back would make the next stall wait 20 hours
+    live = Liveness(floor_s=30.0, rounds=20.0, clock=Clock())
+    live.on_round(round_of(0.5, worker_call_s=3600.0))
+    assert live.bound_s == 30.0

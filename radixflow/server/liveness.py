@@ -44,11 +44,12 @@ class Liveness:
 
     def on_round(self, record: RoundRecord) -> None:
         """A round finished (one whose worker call failed too: the loop moved on)."""
-        # the prediction, not the measured call, where there is one: a round stuck for an hour
-        # that came back must not stretch the next stall's bound to 20 hours; a runner that
-        # predicts nothing (or before its fit has learned) still measured its round
-        measured = record.wall_s or record.worker_call_s
-        seconds = measured if record.predicted_s is None else record.predicted_s
+        # the prediction, not the measured call, where the fit has learned from measured rounds:
+        # a round stuck for an hour that came back must not stretch the next stall's bound to 20
+        # hours. Without one (a runner that predicts nothing, or a fit on its prior alone, a
+        # cost model of another machine) the measured call is the evidence.
+        predicted = record.predicted_s if record.predicted_from > 0 else None
+        seconds = predicted if predicted is not None else record.wall_s or record.worker_call_s
         with self._lock:
             self._since = self._clock()
             self._longest = max(self._longest, seconds)

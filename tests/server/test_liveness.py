@@ -16,9 +16,9 @@ class Clock:
         return self.now
 
 
-def round_of(predicted_s: float | None, worker_call_s: float = 0.01) -> RoundRecord:
+def round_of(predicted_s: float | None, worker_call_s: float = 0.01, learned: int = 50) -> RoundRecord:
     record = RoundRecord(0, 0.0, worker_call_s, worker_call_s, 8, 1, 0, 0, "budget", ())
-    return replace(record, predicted_s=predicted_s)
+    return replace(record, predicted_s=predicted_s, predicted_from=learned)
 
 
 def test_an_idle_loop_is_never_stalled():
@@ -68,3 +68,11 @@ def test_a_round_that_ran_far_past_its_prediction_does_not_stretch_the_bound():
     live = Liveness(floor_s=30.0, rounds=20.0, clock=Clock())
     live.on_round(round_of(0.5, worker_call_s=3600.0))
     assert live.bound_s == 30.0
+
+
+def test_a_prediction_from_the_prior_alone_does_not_hide_a_slow_machine():
+    # before its fit has measured a round the runner predicts from its prior (a cost model of
+    # another machine): a CPU 50x slower than the prior took its rounds' 20x for a stall
+    live = Liveness(floor_s=1.0, rounds=20.0, clock=Clock())
+    live.on_round(round_of(0.01, worker_call_s=2.0, learned=0))
+    assert live.bound_s == 40.0

@@ -70,13 +70,14 @@ class FleetFigures:
 
     def down(self) -> str | None:
         """Why the fleet serves nothing now: every replica running reports its engine loop dead
-        (each answers only 503s until Ray Serve replaces it); None while one serves, or none has
-        reported yet."""
+        or stuck (each answers only 503s, or nothing, until Ray Serve replaces it); None while one
+        serves, or none has reported yet."""
         with self._lock:
             running, dead = self._running, self._dead
         if not running or len(dead) < len(running):
             return None
-        return f"the engine loop of every replica ({len(running)}) has failed; Ray Serve is replacing them"
+        every = f"the engine loop of every replica ({len(running)})"
+        return f"{every} has failed or is stuck; Ray Serve is replacing them"
 
     def describe(self) -> Iterator[Metric]:
         for name, kind, doc in self._families:

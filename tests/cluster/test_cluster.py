@@ -366,7 +366,10 @@ def test_the_ingress_says_it_cannot_serve_while_every_replicas_engine_loop_is_de
     assert loop.accepting and loop.failure is None  # b still serves
     figures.update({"a": None, "b": None}, dead={"a", "b"})
     assert not loop.accepting and not loop.alive
-    assert loop.failure == "the engine loop of every replica (2) has failed; Ray Serve is replacing them"
+    # a replica whose engine is stuck reports itself dead too (`EngineReplica.record_routing_stats`)
+    assert loop.failure == (
+        "the engine loop of every replica (2) has failed or is stuck; Ray Serve is replacing them"
+    )
     with pytest.raises(NotAccepting, match="every replica"):
         loop.submit([(Request("r", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
     figures.update({"c": None}, dead=set())  # replaced: the new one serves

@@ -24,6 +24,10 @@ STALL_FLOOR_S = 30.0
 # learned); 20 of the longest predicted round leave room for a machine many times slower than
 # the fit learned, and for a round larger than any seen before.
 STALL_ROUNDS = 20.0
+# Before any round has finished nothing tells this machine's speed: a real model's first
+# full-budget prefill on a CPU takes minutes, and a replica called stuck then would be replaced
+# before its first round ends, again and again. A first call that hangs is still caught.
+STALL_FIRST_ROUND_S = 600.0
 
 
 class Liveness:
@@ -33,9 +37,11 @@ class Liveness:
         self,
         floor_s: float = STALL_FLOOR_S,
         rounds: float = STALL_ROUNDS,
+        first_round_s: float = STALL_FIRST_ROUND_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.floor_s, self.rounds, self._clock = floor_s, rounds, clock
+        self.floor_s, self.rounds, self.first_round_s, self._clock = floor_s, rounds, first_round_s, clock
+        self._rounds_seen = False  # a round has finished (its time is evidence of the machine's speed)
         self._lock = threading.Lock()
         # the last round finished, or the moment work came to an idle loop (its wait starts then)
         self._since = clock()
@@ -53,6 +59,7 @@ class Liveness:
         with self._lock:
             self._since = self._clock()
             self._longest = max(self._longest, seconds)
+            self._rounds_seen = True
 
     def on_pending(self, pending: int) -> None:
         """Accepted, unanswered requests: ``pending`` now."""
@@ -65,6 +72,8 @@ class Liveness:
     def bound_s(self) -> float:
         """Seconds without a finished round, with work waiting, past which the loop is stalled."""
         with self._lock:
+            if not self._rounds_seen:
+                return max(self.floor_s, self.first_round_s)
             return max(self.floor_s, self.rounds * self._longest)
 
     def stalled(self) -> str | None:

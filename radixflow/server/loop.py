@@ -37,7 +37,7 @@ from radixflow.generation.outputs import GenerationOutput, StreamDelta
 from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import counted
 from radixflow.scheduler.request import Request
-from radixflow.server.liveness import STALL_FLOOR_S, Liveness
+from radixflow.server.liveness import Liveness
 from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.server")
@@ -87,12 +87,11 @@ class _Entry:
 
 class EngineLoop:
     def __init__(
-        self, engine: Engine, metrics: ServerMetrics, max_pending: int, stall_floor_s: float = STALL_FLOOR_S
+        self, engine: Engine, metrics: ServerMetrics, max_pending: int, liveness: Liveness | None = None
     ) -> None:
-        """``stall_floor_s``: the least time without a finished round, with work waiting, after
-        which the loop says it is stuck (`stalled`; `Liveness` derives the rest from the rounds)."""
+        """``liveness``: when the loop says it is stuck (`stalled`); its documented bounds if None."""
         self.engine, self.metrics, self.max_pending = engine, metrics, max_pending
-        self.liveness = Liveness(stall_floor_s)
+        self.liveness = liveness or Liveness()
         self._cond = threading.Condition()
         self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
         # guarded by _cond: the engine thread took its last commands; a later one runs where given

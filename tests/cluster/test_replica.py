@@ -134,7 +134,7 @@ def test_a_replica_whose_engine_is_stuck_fails_its_health_check_and_is_passed_ov
         return run(batch)
 
     replica.engine.runner.run = stuck  # type: ignore[method-assign]
-    replica.loop.liveness.floor_s = 0.05
+    replica.loop.liveness.floor_s = replica.loop.liveness.first_round_s = 0.05
     try:
         replica.check_health()  # idle: healthy
         req = Request("j", tuple(range(10, 40)), sampling=SamplingParams(max_tokens=2))

@@ -30,7 +30,7 @@ def test_an_idle_loop_is_never_stalled():
 
 def test_work_waiting_past_the_floor_without_a_round_is_stalled_and_a_round_clears_it():
     clock = Clock()
-    live = Liveness(floor_s=30.0, clock=clock)
+    live = Liveness(floor_s=30.0, first_round_s=0.0, clock=clock)
     clock.now += 10_000  # idle for long: the wait starts when work comes, not at the last round
     live.on_pending(2)
     clock.now += 29
@@ -47,7 +47,7 @@ def test_work_waiting_past_the_floor_without_a_round_is_stalled_and_a_round_clea
 
 def test_the_bound_grows_with_the_longest_round_the_runner_predicts():
     clock = Clock()
-    live = Liveness(floor_s=30.0, rounds=20.0, clock=clock)
+    live = Liveness(floor_s=30.0, rounds=20.0, first_round_s=0.0, clock=clock)
     assert live.bound_s == 30.0
     live.on_round(round_of(0.5))
     assert live.bound_s == 30.0  # 20 x 0.5 s is under the floor
@@ -76,3 +76,18 @@ def test_a_prediction_from_the_prior_alone_does_not_hide_a_slow_machine():
     live = Liveness(floor_s=1.0, rounds=20.0, clock=Clock())
     live.on_round(round_of(0.01, worker_call_s=2.0, learned=0))
     assert live.bound_s == 40.0
+
+
+def test_before_any_round_the_bound_is_the_first_rounds():
+    # no round has told this machine's speed yet: a real model's first full-budget prefill on a
+    # CPU takes minutes, and a replica reported stuck then is replaced before its first round
+    # ends, again and again
+    clock = Clock()
+    live = Liveness(floor_s=30.0, first_round_s=600.0, clock=clock)
+    live.on_pending(1)
+    clock.now += 599
+    assert live.stalled() is None
+    clock.now += 2
+    assert live.stalled() is not None
+    live.on_round(round_of(None, worker_call_s=0.01))
+    assert live.bound_s == 30.0

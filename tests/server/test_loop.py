@@ -20,6 +20,7 @@ from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.server.liveness import Liveness
 from radixflow.server.loop import EngineLoop, Final, NotAccepting, QueueFull
 from radixflow.server.metrics import ServerMetrics
 
@@ -397,7 +398,7 @@ def poll(check, timeout_s: float = 30.0):
 def test_an_engine_stuck_in_a_worker_call_says_so_and_recovers(tokenizer):
     # the engine thread was alive, so the health check passed while every request waited on it
     runner = BlockingRunner(SPEC, HARDWARE["h100"])
-    loop = EngineLoop(new_engine(runner, CFG), ServerMetrics(), 8, stall_floor_s=0.05)
+    loop = EngineLoop(new_engine(runner, CFG), ServerMetrics(), 8, Liveness(0.05, first_round_s=0.05))
     loop.start()
     try:
         assert loop.stalled is None  # idle: nothing is owed

@@ -905,6 +905,7 @@ def test_health_and_metrics_say_when_the_engine_is_stuck_with_work_waiting(tmp_p
     from radixflow.scheduler.request import Request
     from radixflow.scheduler.scheduler import SchedulerConfig
     from radixflow.server.app import create_app
+    from radixflow.server.liveness import Liveness
     from radixflow.server.loop import EngineLoop
     from radixflow.server.state import Backend, ServerState
 
@@ -926,7 +927,7 @@ def test_health_and_metrics_say_when_the_engine_is_stuck_with_work_waiting(tmp_p
         engine.runner.model,
         engine.problem,
         engine.room,
-        lambda metrics: EngineLoop(engine, metrics, 8, stall_floor_s=0.05),
+        lambda metrics: EngineLoop(engine, metrics, 8, Liveness(0.05, first_round_s=0.05)),
     )
     state = ServerState(backend, ServerConfig(drain_s=0.0))
 

@@ -281,7 +281,7 @@ def test_usage_names_the_engine_options_the_other_commands_take():
     from radixflow.problems import flag
 
     usage = (ROOT / "docs" / "usage.md").read_text().replace("\n", " ")
-    clause = re.search(r"\(and (.*?) in `calibrate`, (.*?) in `experiment`", usage)
+    clause = re.search(r"\(and ([^()]*?) in `calibrate`, ([^()]*?) in `experiment`", usage)  # one bracket
     assert clause is not None
     for text, names in zip(clause.groups(), (calibrate.ENGINE_OPTIONS, OVERRIDES), strict=True):
         assert set(re.findall(r"`(--[\w-]+)`", text)) == {flag(name) for name in names}

@@ -171,3 +171,29 @@ def check(ours: torch.Tensor, expected: torch.Tensor) -> float:
     assert diff <= TOL, diff
     assert_same_top1(ours, expected)
     return diff
+
+
+def fused_and_layer_by_layer(
+    model: torch.nn.Module,
+    kernels: object,
+    embed: torch.nn.Module,
+    layers: torch.nn.ModuleList,
+    norm: torch.nn.Module,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The final hidden states of three ragged prompts, from ``model``'s own forward (its residual
+    adds fused with the next norm) and from ``embed``, each of ``layers`` in turn, then ``norm``."""
+    prompts = [prompt(1, 9), prompt(2, 1), prompt(3, 17)]
+    hidden = []
+    for fused in (True, False):
+        pools = Pools(model, kernels=kernels)
+        chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
+        batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=kernels)
+        with torch.no_grad():
+            if fused:
+                hidden.append(model(batch))
+                continue
+            x = embed(batch.input_ids)
+            for layer in layers:
+                x = layer(x, batch)
+            hidden.append(norm(x))
+    return hidden[0], hidden[1]

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 import model_utils  # noqa: E402
 from model_utils import BLOCK, TOL, assert_same_top1, prompt, reference, save_and_load  # noqa: E402
 
-from radixflow.models.batch import ForwardBatch, SeqSpec, Snapshot  # noqa: E402
+from radixflow.models.batch import SeqSpec, Snapshot  # noqa: E402
 from radixflow.models.families.llama import (  # noqa: E402
     PRESETS_LLAMA,
     PRESETS_QWEN3,
@@ -175,18 +175,7 @@ def test_decoder_fuses_each_residual_add_with_the_next_norm_to_the_bit(family, k
     model = cls(Config(presets["tiny"]))
     init_weights(model, torch.Generator().manual_seed(0))
     use_kernels(model, kernels)
-    prompts = [prompt(1, 9), prompt(2, 1), prompt(3, 17)]
-    hidden = []
-    for fused in (True, False):
-        pools = Pools(model, kernels=kernels)
-        chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
-        batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=kernels)
-        with torch.no_grad():
-            if fused:
-                hidden.append(model(batch))
-                continue
-            x = model.model.embed_tokens(batch.input_ids)
-            for layer in model.model.layers:
-                x = layer(x, batch)
-            hidden.append(model.model.norm(x))
-    assert torch.equal(hidden[0], hidden[1])
+    fused, stepped = model_utils.fused_and_layer_by_layer(
+        model, kernels, model.model.embed_tokens, model.model.layers, model.model.norm
+    )
+    assert torch.equal(fused, stepped)

@@ -12,7 +12,7 @@ import torch
 from model_utils import check, prompt, reference, run, save_and_load
 from safetensors import safe_open
 
-from radixflow.models.batch import ForwardBatch, SeqSpec, Snapshot
+from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.families.falcon_h1 import PRESETS as PRESETS_FALCON
 from radixflow.models.families.falcon_h1 import FalconH1ForCausalLM
 from radixflow.models.families.mamba2_init import init_weights
@@ -203,21 +203,10 @@ def test_nemotron_backbone_fuses_each_residual_add_with_the_next_norm_to_the_bit
     model = NemotronHForCausalLM(Config(PRESETS_NEMOTRON["tiny"]))
     init_weights(model, torch.Generator().manual_seed(0))
     use_kernels(model, kernels)
-    prompts = [prompt(1, 9), prompt(2, 1), prompt(3, 17)]
-    hidden = []
-    for fused in (True, False):
-        pools = Pools(model, kernels=kernels)
-        chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
-        batch = ForwardBatch.build(chunks, pools.kv, pools.state, "cpu", kernels=kernels)
-        with torch.no_grad():
-            if fused:
-                hidden.append(model(batch))
-                continue
-            x = model.backbone.embeddings(batch.input_ids)
-            for block in model.backbone.layers:
-                x = block(x, batch)
-            hidden.append(model.backbone.norm_f(x))
-    assert torch.equal(hidden[0], hidden[1])
+    fused, stepped = model_utils.fused_and_layer_by_layer(
+        model, kernels, model.backbone.embeddings, model.backbone.layers, model.backbone.norm_f
+    )
+    assert torch.equal(fused, stepped)
 
 
 def test_short_chunks_keep_window(models, kernels) -> None:

@@ -165,5 +165,6 @@ def note_trace_kept(setup: EngineSetup | None, stopped: BaseException) -> None:
     """Note on ``stopped`` (a Ctrl-C) where the trace (``--trace-out``) is: written as the runs
     stopped, down to the round they rolled back. None: no engine was built."""
     trace = None if setup is None else setup.trace
-    if trace is not None and trace.failure is None:  # a trace whose last write failed is not kept
+    # a trace whose last write failed is not kept; one that recorded nothing left the file as it was
+    if trace is not None and trace.failure is None and trace.written:
         stopped.add_note(f"the trace, down to where the run stopped, is in {trace.path}")

@@ -55,11 +55,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     spec = check_generated(args, plan)
     work, workload = load_workload(args, plan.choice.vocab_size)
     requests = work.requests
-    setup = plan.build([len(r.prompt) for r in requests], trace=False)  # opening it empties the file
+    setup = plan.build([len(r.prompt) for r in requests])
     warn_ineffective_for_model(args, plan.choice.has_recurrent)
     if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
         check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)
-    setup = plan.with_trace(setup)  # nothing refuses the run from here: the old trace may go
     if args.write_trace is not None:
         _write_text("--write-trace", args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES

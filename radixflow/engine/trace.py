@@ -19,11 +19,14 @@ process of the trace, named after its policy, so a benchmark's policies lie side
 Timestamps and durations are µs of engine time (`Engine.now`): the sim clock on the sim runner,
 measured wall or CPU time of the worker calls on a real one (``otherData.clock`` says which). The
 file is valid JSON after every flush (events go in before the closing brackets, which are rewritten
-after them), and flushes come every few seconds, so a crash loses only the last ones.
+after them), and flushes come every few seconds, so a crash loses only the last ones. Nothing is
+written before a run records its first event: a run refused before that leaves an older trace
+at the path as it was.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
@@ -37,6 +40,7 @@ from typing import Any
 
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.engine.records import RoundRecord
+from radixflow.files import write_whole
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request, RequestStatus
 
@@ -49,14 +53,18 @@ Event = dict[str, Any]
 
 
 class RewrittenError(OSError):
-    """The trace file is no longer as its writer left it: another writer truncated it and writes
+    """The trace file is no longer as its writer left it: another writer replaced it and writes
     there (two runs given one path); writing on at this writer's offsets would interleave the two
     into a file that is no JSON."""
 
 
 class TraceFile:
-    """A trace JSON file written as it goes. Opening it truncates the file and writes the header
-    (raises OSError). After a write fails it records nothing more (``error`` says why)."""
+    """A trace JSON file written as it goes. Opening it writes nothing: the file (an older trace
+    there included) is left as it is until the first flush with an event of a run in it, which
+    writes the header and those events whole (`write_whole`: a temporary file renamed over the
+    old one), so a run refused or stopped before anything ran loses no earlier trace. Opening
+    raises OSError where that write could not be made. After a write fails it records nothing
+    more (``error`` says why)."""
 
     def __init__(self, path: Path, metadata: Mapping[str, object]) -> None:
         self.path = path
@@ -68,10 +76,16 @@ class TraceFile:
         self._flows = itertools.count(1)
         self._last_flush = time.monotonic()
         head = json.dumps({"displayTimeUnit": "ms", "otherData": dict(metadata)}, allow_nan=False)
-        with open(path, "wb") as f:
-            f.write(head[:-1].encode() + b', "traceEvents": [\n')
-            self._end = f.tell()  # where the next events (then the closing brackets) go
-            f.write(_CLOSE)
+        self._head = head[:-1].encode() + b', "traceEvents": [\n'
+        # where the next events (then the closing brackets) go; None: nothing written yet
+        self._end: int | None = None
+        self._file_id: tuple[int, int] | None = None  # (device, inode) of the file the first flush made
+        _check_writable(path)
+
+    @property
+    def written(self) -> bool:
+        """Whether this trace has written its file (before that, an older file there is as it was)."""
+        return self._end is not None
 
     def recorder(self, label: str) -> TraceRecorder:
         """The observer of one engine: a new process of the trace named ``label``."""
@@ -95,34 +109,55 @@ class TraceFile:
                 log.warning("trace stopped: %s", self.error)
 
     def flush(self) -> None:
-        """Append the waiting events; the file stays valid JSON (raises OSError)."""
+        """Append the waiting events; the file stays valid JSON (raises OSError). Names of
+        processes and tracks alone are not written: an engine that ran nothing leaves the file
+        as it was."""
         self._last_flush = time.monotonic()
         if not self._pending or self.error is not None:
+            return
+        if self._end is None and all(e["ph"] == "M" for e in self._pending):
             return
         events, self._pending = self._pending, []
         body = ",\n".join(json.dumps(e, allow_nan=False) for e in events).encode()
         try:
-            with open(self.path, "r+b") as f:
-                if f.seek(0, os.SEEK_END) != self._end + len(_CLOSE):
-                    raise RewrittenError("it was rewritten by another writer (another run given this path?)")
-                f.seek(self._end)
-                f.write((b",\n" if self._written else b"") + body)
-                end = f.tell()
-                f.write(_CLOSE)
-                f.truncate()
+            end = self._append(body) if self._end is not None else self._first(body)
         except RewrittenError as e:  # the other writer's file now: left as it is
             self.error, self.failure = f"cannot write {self.path}: {e}", e
             raise
         except OSError as e:
             self.error, self.failure = f"cannot write {self.path}: {e.strerror or e}", e
-            self._close_at_last_flush()
+            if self._end is not None:  # a failed first write left the old file (or none) as it was
+                self._close_at_last_flush()
             raise
         self._end, self._written = end, self._written + len(events)
+
+    def _first(self, body: bytes) -> int:
+        """The header and the first events, written whole over whatever the path held; where
+        the next events go."""
+        write_whole(self.path, (self._head + body + _CLOSE).decode())
+        made = os.stat(self.path)
+        self._file_id = (made.st_dev, made.st_ino)
+        return len(self._head) + len(body)
+
+    def _append(self, body: bytes) -> int:
+        """``body`` after the events written so far, in place; where the next events go."""
+        assert self._end is not None, "the first flush writes the file whole"
+        with open(self.path, "r+b") as f:
+            held = os.fstat(f.fileno())
+            if (held.st_dev, held.st_ino) != self._file_id or held.st_size != self._end + len(_CLOSE):
+                raise RewrittenError("it was rewritten by another writer (another run given this path?)")
+            f.seek(self._end)
+            f.write((b",\n" if self._written else b"") + body)
+            end = f.tell()
+            f.write(_CLOSE)
+            f.truncate()
+        return end
 
     def _close_at_last_flush(self) -> None:
         """After a failed write (a full disk part way through): cut the events it wrote in part
         and close the brackets after the last flush's, so the file stays valid JSON. Truncating
         frees the space the closing brackets need; if even that fails, nothing more can be done."""
+        assert self._end is not None, "only a file this trace wrote is cut back"
         try:
             with open(self.path, "r+b") as f:
                 f.seek(self._end)
@@ -130,6 +165,19 @@ class TraceFile:
                 f.truncate()
         except OSError:
             pass
+
+
+def _check_writable(path: Path) -> None:
+    """OSError where the first flush could not write ``path``: no directory to make it in, or one
+    (or a file there) this process may not write. Checked, not opened: opening would empty an
+    older trace before the run is known to run."""
+    target = path.resolve()
+    folder = target.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder))
+    for where, mode in ((folder, os.W_OK | os.X_OK), (target, os.W_OK)):
+        if where.exists() and not os.access(where, mode):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(where))
 
 
 @dataclass(frozen=True)

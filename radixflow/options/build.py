@@ -134,11 +134,11 @@ class EnginePlan:
         caps_given = {"num_blocks": caps.kv_blocks, "num_state_slots": caps.state_slots}
         return replace(config, **caps_given, cache_memory=budget)
 
-    def build(self, prompt_lengths: Sequence[int] | None = None, *, trace: bool = True) -> EngineSetup:
-        """Size the cache (for prompts of these lengths) and build the runner; `ProblemError`
-        before any allocation when the runner's pools cannot fit this machine. ``trace`` False:
-        ``trace_out`` is not opened yet (`with_trace` opens it, once nothing can refuse the run:
-        opening empties the file)."""
+    def build(self, prompt_lengths: Sequence[int] | None = None) -> EngineSetup:
+        """Size the cache (for prompts of these lengths), build the runner and open the trace
+        (``trace_out``: nothing is written to it until a run records an event, so a door may
+        still refuse its work and leave an older trace as it was); `ProblemError` before any
+        allocation when the runner's pools cannot fit this machine."""
         scheduler = self.scheduler_config(prompt_lengths)
         problem = self.choice.memory_problem(scheduler)
         if problem is not None:
@@ -149,12 +149,7 @@ class EnginePlan:
             raise ProblemError(
                 Problem("kv_blocks", "out of memory building the runner: lower kv_blocks or state_slots")
             ) from None
-        setup = EngineSetup(self.options, self.choice, scheduler, runner)
-        return self.with_trace(setup) if trace else setup
-
-    def with_trace(self, setup: EngineSetup) -> EngineSetup:
-        """``setup`` with its dependency trace (``trace_out``) opened, the file emptied."""
-        return replace(setup, trace=self._open_trace(setup.runner))
+        return EngineSetup(self.options, self.choice, scheduler, runner, self._open_trace(runner))
 
     def _open_trace(self, runner: Runner) -> TraceFile | None:
         path = self.options.trace_out

@@ -575,7 +575,8 @@ def test_a_failed_run_removes_the_earlier_runs_results_and_says_so(tmp_path, cap
 
 
 def _trace_writes_fail(monkeypatch) -> None:
-    """The trace file opens, and every later write to it fails as a full disk does."""
+    """The trace file opens, and every write to it fails as a full disk does (the first, written
+    whole, and those after it, in place)."""
     import builtins
     import errno
 
@@ -584,7 +585,11 @@ def _trace_writes_fail(monkeypatch) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return builtins.open(path, mode, *args, **kwargs)
 
+    def no_room(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
     monkeypatch.setattr("radixflow.engine.trace.open", full_disk, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
 
 
 def test_a_cells_trace_the_disk_refuses_is_one_line_naming_the_cell(tmp_path, capsys, monkeypatch):

@@ -156,15 +156,63 @@ def test_a_follower_shows_as_a_follow_instant_naming_its_producer_in_the_produce
 def test_the_file_is_valid_json_after_every_flush_and_empty_flushes_are_harmless(tmp_path):
     path = tmp_path / "t.json"
     trace = TraceFile(path, {"clock": "sim"})
-    assert json.loads(path.read_text())["traceEvents"] == []
     trace.flush()
     recorder = trace.recorder("a")
+    recorder.arrived(Request("r1", (1, 2, 3)))
     trace.flush()
     first = json.loads(path.read_text())["traceEvents"]
-    recorder.arrived(Request("r1", (1, 2, 3)))
+    trace.flush()
+    recorder.arrived(Request("r2", (1, 2)))
     trace.flush()
     second = json.loads(path.read_text())["traceEvents"]
     assert len(second) > len(first) > 0 and second[: len(first)] == first
+
+
+def test_an_older_trace_is_left_as_it_was_until_a_run_records_an_event(tmp_path):
+    # opening the trace emptied the file: a run refused before it ran (a prompt over the model's
+    # context) lost the user's previous trace for a trace of nothing
+    path = tmp_path / "t.json"
+    path.write_bytes(b"the previous trace\n")
+    trace = TraceFile(path, {"clock": "sim"})
+    recorder = trace.recorder("a")  # an engine built: its process and track names wait
+    trace.flush()
+    assert path.read_bytes() == b"the previous trace\n" and not trace.written
+    recorder.arrived(Request("r1", (1, 2, 3)))
+    trace.flush()
+    data = json.loads(path.read_text())
+    assert trace.written and data["otherData"] == {"clock": "sim"}
+    names = {e["name"] for e in check_format(data)}
+    assert names == {"process_name", "process_sort_index", "thread_name", "arrived"}
+
+
+def test_a_first_write_cut_short_leaves_the_older_trace_whole(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_bytes(b"the previous trace\n")
+    trace = TraceFile(path, {"clock": "sim"})
+    trace.recorder("a").arrived(Request("r1", (1, 2, 3)))
+
+    def interrupted(done, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("radixflow.files.synced_into_place", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        trace.flush()
+    assert path.read_bytes() == b"the previous trace\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary file left beside it
+
+
+def test_a_trace_that_could_not_be_written_is_refused_as_it_is_opened(tmp_path):
+    # checked without opening the file (which would empty an older one)
+    with pytest.raises(FileNotFoundError):
+        TraceFile(tmp_path / "missing" / "t.json", {})
+    if os.geteuid() == 0:
+        pytest.skip("root writes a read-only file")
+    locked = tmp_path / "locked.json"
+    locked.write_text("kept")
+    locked.chmod(0o444)
+    with pytest.raises(PermissionError):
+        TraceFile(locked, {})
+    assert locked.read_text() == "kept"
 
 
 def test_engines_of_one_trace_are_processes_apart(tmp_path):
@@ -376,13 +424,13 @@ def test_a_second_writer_of_the_same_path_stops_the_first_instead_of_interleavin
     a = first.recorder("a")
     a.arrived(Request("r1", (1, 2, 3)))
     first.flush()
-    second = TraceFile(path, {"clock": "sim"})  # truncates it, as a second run does
+    second = TraceFile(path, {"clock": "sim"})
     b = second.recorder("b")
     b.arrived(Request("r2", (1, 2)))
+    second.flush()  # replaces it, as a second run does with its first events
     for i in range(5):
         a.arrived(Request(f"more{i}", (1,)))
     with pytest.raises(OSError, match="another writer"):
         first.flush()
-    second.flush()
     names = {e["args"].get("name") for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "M"}
     assert "b" in names and "a" not in names and "more0" not in names

@@ -939,3 +939,30 @@ def test_a_ctrl_c_says_where_the_trace_is(zoo, tmp_path, capsys, monkeypatch, co
     said = f"radixflow: interrupted; the trace, down to where the run stopped, is in {path}"
     assert capsys.readouterr().err.splitlines()[-1] == said
     assert json.loads(path.read_text())["traceEvents"]
+
+
+def test_a_refused_prompt_leaves_an_existing_trace_as_it_was(zoo, tmp_path):
+    # LLM(trace_out=...) emptied the file as it was built: a prompt refused before anything ran
+    # (longer than the model's context) lost the user's previous trace for a trace of nothing
+    path = tmp_path / "old.json"
+    path.write_bytes(b'{"traceEvents": [{"name": "old"}]}\n')
+    long = "hello " * 100_000
+    with LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path)) as llm:
+        with pytest.raises(ValueError, match="the model context is"):
+            llm.generate(long, GREEDY)
+        with pytest.raises(ValueError, match="the model context is"):
+            llm.score(long, [" a"])
+    assert path.read_bytes() == b'{"traceEvents": [{"name": "old"}]}\n'
+
+
+@pytest.mark.parametrize("command", ["generate", "score"])
+def test_a_command_refusing_its_prompt_leaves_an_existing_trace_as_it_was(zoo, tmp_path, capsys, command):
+    from radixflow.cli import main
+
+    path = tmp_path / "old.json"
+    path.write_bytes(b'{"traceEvents": []}\n')
+    long = "hello " * 100_000
+    given = ["--context", long, "--candidate", " y"] if command == "score" else ["--prompt", long]
+    assert main([command, MODEL, *given, "--trace-out", str(path)]) == 2
+    assert "the model context is" in capsys.readouterr().err
+    assert path.read_bytes() == b'{"traceEvents": []}\n'

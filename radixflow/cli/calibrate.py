@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from rich.console import Console
 
@@ -11,6 +13,8 @@ from radixflow.calibration.command import HELP, CalibrationUsageError, default_o
 from radixflow.cli.args import check_output_paths
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
+from radixflow.files import expand_home
+from radixflow.models.zoo import ZOO
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.options.torch_choice import device_problem, resolved_dtype
@@ -38,11 +42,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
     args.device = options.device
     args.dtype = calibration_dtype(options)  # auto resolved on the device, as the runner resolves it
     args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
-    check_output_paths({"--out": args.out or default_out(options.device)}, {})  # before minutes of timing
+    out = args.out or default_out(options.device)
+    check_output_paths({"--out": out}, {})  # before minutes of timing
+    refuse_out_in_checkpoint(out, args.model)
     try:
         return calibration.run(args, console)
     except CalibrationUsageError as e:
         raise UsageError(str(e)) from None
+
+
+def refuse_out_in_checkpoint(out: Path, models: list[str]) -> None:
+    """`UsageError` where ``out`` (its links followed) is a file of a ``--model`` checkpoint
+    directory, or the path given as one: the profile, written once the timing is done, would
+    replace a file the model may be read from (which of them it reads is the loader's to say;
+    a new file there is no loss)."""
+    real = Path(os.path.realpath(out))
+    for model in models:
+        if model in ZOO or not real.exists():  # a zoo name is built in its own cache, never a path here
+            continue
+        if real.is_relative_to(os.path.realpath(expand_home(model))):
+            where = f"a file of the checkpoint --model {model}, which the profile would replace"
+            raise UsageError(f"--out {out}: {where}; write it elsewhere")
 
 
 COMMAND = Command("calibrate", HELP, add_arguments, run)

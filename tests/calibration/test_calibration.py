@@ -238,3 +238,33 @@ def test_a_ctrl_c_while_timing_says_no_profile_was_written_and_the_old_one_stand
     said = f"no profile written ({out} is as it was): the same command times every batch again"
     assert capsys.readouterr().err == f"radixflow: interrupted; {said}\n"
     assert out.read_text() == "the previous profile\n"
+
+
+@pytest.mark.parametrize("via", ["file", "link"])
+def test_an_out_that_is_a_file_of_a_model_checkpoint_is_refused_before_timing(
+    zoo, tmp_path, capsys, monkeypatch, via
+):
+    """--out ckpt/config.json (or a link to it) was written over once the timing was done: the
+    checkpoint given as --model was destroyed for a profile."""
+    pytest.importorskip("torch")
+    import shutil
+
+    from radixflow.calibration import command
+    from radixflow.calibration.fit import ModelError
+    from radixflow.cli import main
+    from radixflow.models.zoo import ensure_model
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ensure_model("lfm2-tiny"), ckpt)
+    config = (ckpt / "config.json").read_bytes()
+    fitted = (HARDWARE["cpu"], [ModelError(str(ckpt), 1, 1, 0.1, 0.1)], {})
+    monkeypatch.setattr(command, "_time_and_fit", lambda args, plan: fitted)  # no minutes of timing
+    out = ckpt / "config.json"
+    if via == "link":
+        out = tmp_path / "profile.json"
+        out.symlink_to(ckpt / "config.json")
+    assert main(["calibrate", "--model", str(ckpt), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"radixflow: error: --out {out}: "), err
+    assert f"--model {ckpt}" in err
+    assert (ckpt / "config.json").read_bytes() == config

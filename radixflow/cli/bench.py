@@ -78,7 +78,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         prior = f"round predictor's prior: {config['round_predictor']}"  # a profile's name is not markup
         console.print(prior, highlight=False, markup=False, soft_wrap=True)
     _write_outputs(args, BenchReport(workload, config, runs))
-    return _exit_code(runs)
+    code = _exit_code(runs)
+    _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
+    return code
 
 
 def _config(
@@ -124,10 +126,13 @@ def _run(
     args: argparse.Namespace, setup: EngineSetup, requests: list[Request], trials: Trials
 ) -> list[PolicyRun]:
     with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
-        runs = _run_all(args, setup, requests, trials)
+        return _run_all(args, setup, requests, trials)
+
+
+def _write_trace(setup: EngineSetup) -> None:
+    """The trace's last flush; `UsageError` for it, or for a flush while the engines ran, that failed."""
     if setup.options.trace_out is not None:
         _write("--trace-out", Path(setup.options.trace_out), lambda _: setup.flush_trace())
-    return runs
 
 
 def _run_all(

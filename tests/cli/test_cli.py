@@ -252,6 +252,27 @@ def test_a_trace_the_disk_refuses_while_running_is_one_line_and_exit_2(tmp_path,
     assert err[-1] == f"radixflow: error: cannot write --trace-out {path}: No space left on device"
 
 
+def test_a_trace_that_cannot_be_written_costs_the_run_none_of_its_other_results(
+    tmp_path, capsys, monkeypatch
+):
+    # the trace's failure was raised as the policies finished: no table, and --json and
+    # --round-trace never written, the whole run's results lost for its trace
+    from radixflow.engine.trace import RewrittenError
+
+    def taken(path, text):  # another run given this path took it: this run's trace stops
+        raise RewrittenError("it was rewritten by another writer (another run given this path?)")
+
+    monkeypatch.setattr("radixflow.engine.trace.write_whole", taken)
+    trace, out, rounds = tmp_path / "t.json", tmp_path / "out.json", tmp_path / "rounds.jsonl"
+    argv = [*SMALL_BENCH, "--policy", "native", "--json", str(out), "--round-trace", str(rounds)]
+    assert main([*argv, "--trace-out", str(trace)]) == 2
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith(f"radixflow: error: cannot write --trace-out {trace}: ")
+    assert "worker" in captured.out  # the table
+    assert json.loads(out.read_text())["results"][0]["completed"] > 0 and rounds.read_text()
+
+
 @pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace"])
 def test_an_output_the_disk_refuses_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flag):
     # the line named the path alone ("cannot write out.json: ..."), where every other output's

@@ -129,6 +129,11 @@ class TraceFile:
             if self._end is not None:  # a failed first write left the old file (or none) as it was
                 self._close_at_last_flush()
             raise
+        except BaseException:  # a Ctrl-C part way: cut back as for a full disk, its events kept
+            if self._end is not None:  # for the flush the run makes as it stops (`trace_kept`)
+                self._close_at_last_flush()
+            self._pending = events + self._pending
+            raise
         self._end, self._written = end, self._written + len(events)
 
     def _first(self, body: bytes) -> int:

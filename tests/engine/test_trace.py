@@ -434,3 +434,51 @@ def test_a_second_writer_of_the_same_path_stops_the_first_instead_of_interleavin
         first.flush()
     names = {e["args"].get("name") for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "M"}
     assert "b" in names and "a" not in names and "more0" not in names
+
+
+def test_a_ctrl_c_part_way_through_a_flush_leaves_valid_json_and_the_next_flush_writes_its_events(
+    tmp_path, monkeypatch
+):
+    # the interrupted write left half an event and no closing brackets; the flush a Ctrl-C then
+    # makes (`trace_kept`) took the file for another writer's, and the trace stayed no JSON
+    import builtins
+
+    path = tmp_path / "t.json"
+    trace = TraceFile(path, {"clock": "sim"})
+    recorder = trace.recorder("a")
+    recorder.arrived(Request("r1", (1, 2, 3)))
+    trace.flush()
+
+    class Interrupted:
+        """A file whose first long write gets half way before a Ctrl-C lands."""
+
+        def __init__(self, *args, **kwargs):
+            self.f = builtins.open(*args, **kwargs)  # noqa: SIM115 (closed by __exit__, as open's is)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            if len(data) > 64:
+                self.f.write(data[: len(data) // 2])
+                self.f.flush()
+                monkeypatch.undo()  # one Ctrl-C
+                raise KeyboardInterrupt
+            return self.f.write(data)
+
+    monkeypatch.setattr("radixflow.engine.trace.open", Interrupted, raising=False)
+    for i in range(20):
+        recorder.arrived(Request(f"more{i}", (1, 2, 3)))
+    with pytest.raises(KeyboardInterrupt):
+        trace.flush()
+    events = check_format(json.loads(path.read_text()))
+    assert "more0" not in {e["args"].get("name") for e in events}
+    trace.flush()  # as `trace_kept` flushes once the Ctrl-C stopped the run
+    events = check_format(json.loads(path.read_text()))
+    assert sum(e["name"] == "arrived" for e in events) == 21 and trace.error is None

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
+from radixflow.engine.trace import NOT_WRITTEN
 from radixflow.files import folder_problem
 from radixflow.options import EngineOptions, EngineSetup
 from radixflow.options.flags import (
@@ -168,3 +171,31 @@ def note_trace_kept(setup: EngineSetup | None, stopped: BaseException) -> None:
     # a trace whose last write failed is not kept; one that recorded nothing left the file as it was
     if trace is not None and trace.failure is None and trace.written:
         stopped.add_note(f"the trace, down to where the run stopped, is in {trace.path}")
+
+
+@contextlib.contextmanager
+def trace_failure_held() -> Iterator[None]:
+    """The `LLM`'s warning of a trace it could not write held back: a Python warning pointing into
+    radixflow's source, where the command says it in one line once its work is done (`write_trace`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=NOT_WRITTEN, category=RuntimeWarning)
+        yield
+
+
+def write_trace(setup: EngineSetup) -> None:
+    """The trace's last flush once a command's work is done and its results are out: one that
+    cannot be written, now or at a flush while the work ran, is `UsageError` naming
+    ``--trace-out`` (exit 2), as `bench` says it; no-op without a trace."""
+    try:
+        setup.flush_trace()
+    except OSError as e:
+        raise UsageError(f"cannot write --trace-out {setup.options.trace_out}: {e.strerror or e}") from None
+
+
+def warn_trace_unwritten(setup: EngineSetup) -> None:
+    """`write_trace` for a command that ends on an error of its own: the trace's failure as a
+    warning line after it, not in its place."""
+    try:
+        write_trace(setup)
+    except UsageError as e:
+        warn(str(e))

@@ -16,8 +16,11 @@ from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
     note_trace_kept,
+    trace_failure_held,
     warn_ineffective_for_model,
     warn_ineffective_options,
+    warn_trace_unwritten,
+    write_trace,
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
@@ -200,7 +203,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         llm = LLM.from_options(options)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-        with LoggedProgress(console=Console(stderr=True)) as progress:
+        with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
             bar = RequestBar(progress, "generating")
             fit = args.max_tokens is None  # a default: it never fails where the prompt fits
             if args.chat:
@@ -219,10 +222,19 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(str(e)) from None
     except GenerationError as e:
         print(f"radixflow: error: {e}", file=sys.stderr)
+        warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line
         return 1
+    _print_outputs(args, console, llm, outputs)
+    write_trace(llm.model.setup)  # after the answers: a trace the disk refuses costs none of them
+    return 0
+
+
+def _print_outputs(
+    args: argparse.Namespace, console: Console, llm: Any, outputs: list[GenerationOutput]
+) -> None:
     if args.json:
         print(json.dumps([as_json(o) for o in outputs], indent=2))
-        return 0
+        return
     for i, out in enumerate(outputs):
         label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ("", "")
         _show(console, label, (_prompt_that_ran(args, llm, i // args.n, out), "bold"), (out.text, ""))
@@ -237,7 +249,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if out.logprobs is not None:
             total = sum(e.logprob for e in out.logprobs)
             console.print(f"[dim]output logprob {total:.4f} over {counted(len(out.logprobs), 'token')}[/dim]")
-    return 0
 
 
 def _show(console: Console, *parts: tuple[str, str]) -> None:

@@ -20,8 +20,11 @@ from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
     note_trace_kept,
+    trace_failure_held,
     warn_ineffective_for_model,
     warn_ineffective_options,
+    warn_trace_unwritten,
+    write_trace,
 )
 from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
@@ -111,10 +114,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         try:
             llm = LLM.from_options(options)
             warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-            with LoggedProgress(console=Console(stderr=True)) as progress:
+            with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
                 bar = RequestBar(progress, "scoring")
                 if jobs is not None:
-                    return _run_file(output, llm, jobs, bar, kept, record, args.restart)
+                    code = _run_file(output, llm, jobs, bar, kept, record, args.restart)
+                    write_trace(llm.model.setup)  # after the rows: a trace the disk refuses costs none
+                    return code
                 context = [{"role": "user", "content": args.context}] if args.chat else args.context
                 scores = llm.score(context, candidates, progress=bar.hear)
         except ProblemError:
@@ -126,8 +131,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(str(e)) from None
         except GenerationError as e:
             print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
+            warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line
             return 1
         _print_scores(args, console, candidates, scores)
+        write_trace(llm.model.setup)
         return 0
 
 

@@ -49,6 +49,7 @@ CLOCKS = {"sim": "the sim runner's modelled clock"} | {c.name: c.means for c in 
 FLUSH_EVERY_S = 5.0
 FLUSH_EVENTS = 50_000  # or sooner, when this many wait
 _CLOSE = b"\n]}\n"
+NOT_WRITTEN = "the trace was not written"  # how a door that goes on without its trace warns of it
 Event = dict[str, Any]
 
 

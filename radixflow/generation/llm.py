@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
+from radixflow.engine.trace import NOT_WRITTEN
 from radixflow.generation.call_builder import CallBuilder
 from radixflow.generation.calls import (
     Call,
@@ -305,7 +306,7 @@ class LLM:
         try:
             self.engine.flush_events()
         except OSError as e:
-            warnings.warn(f"the trace was not written: {e.strerror or e}", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"{NOT_WRITTEN}: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
     def _run(
         self,

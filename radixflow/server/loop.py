@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord, SubmitRefused
+from radixflow.engine.trace import NOT_WRITTEN
 from radixflow.generation.output_processor import (
     Done,
     EngineDriver,
@@ -214,7 +215,7 @@ class EngineLoop:
         try:
             self.engine.flush_events()
         except OSError as e:
-            log.warning("the trace was not written: %s", e.strerror or e)
+            log.warning("%s: %s", NOT_WRITTEN, e.strerror or e)
 
     def _next_commands(self) -> bool:
         """Wait for something to do and run the commands that came in. False: time to stop."""

@@ -966,3 +966,53 @@ def test_a_command_refusing_its_prompt_leaves_an_existing_trace_as_it_was(zoo, t
     assert main([command, MODEL, *given, "--trace-out", str(path)]) == 2
     assert "the model context is" in capsys.readouterr().err
     assert path.read_bytes() == b'{"traceEvents": []}\n'
+
+
+@pytest.mark.parametrize("command", ["generate", "score"])
+def test_a_trace_the_disk_refuses_is_one_line_and_exit_2_after_the_output(
+    zoo, tmp_path, capsys, monkeypatch, command
+):
+    # generate and score printed a Python RuntimeWarning pointing into radixflow's own source and
+    # exited 0 with no trace written, where bench says it in one line and exits 2
+    import errno
+    import os
+
+    from radixflow.cli import main
+
+    def no_room(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    path = tmp_path / "t.json"
+    given = ["--context", "x", "--candidate", " y"] if command == "score" else ["--prompt", "x"]
+    assert main([command, MODEL, *given, "--trace-out", str(path)]) == 2
+    captured = capsys.readouterr()
+    said = f"radixflow: error: cannot write --trace-out {path}: No space left on device"
+    assert captured.err.splitlines() == [said]
+    assert captured.out  # the answer is printed all the same
+
+
+@pytest.mark.parametrize("command", ["generate", "score"])
+def test_a_failed_run_whose_trace_the_disk_refused_says_both(zoo, tmp_path, capsys, monkeypatch, command):
+    # the trace's failure is held back until the answers are out; a run that then fails on its
+    # own error said nothing of the trace
+    import errno
+    import os
+
+    from radixflow.cli import main
+    from radixflow.runners.torch_runner import TorchRunner
+
+    def no_room(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    def lost(self, batch):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    monkeypatch.setattr(TorchRunner, "run", lost)
+    path = tmp_path / "t.json"
+    given = ["--context", "x", "--candidate", " y"] if command == "score" else ["--prompt", "x"]
+    assert main([command, MODEL, *given, "--trace-out", str(path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("radixflow: error: ") and "device lost" in err[0]
+    assert err[1:] == [f"radixflow: warning: cannot write --trace-out {path}: No space left on device"]

@@ -20,6 +20,7 @@ from radixflow.cli.args import (
     engine_inputs,
     warn_ineffective_for_model,
     warn_ineffective_options,
+    write_trace,
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         app = create_app(server_state(model, config))
         answer = functools.partial(_run, app, lines, concurrency=config.max_pending)
         code = write_lines("--output", output, answer, kept, record, args.restart)
+        write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
         return 1 if code or _failed(kept) else 0
 
 

@@ -224,6 +224,25 @@ def test_an_output_that_cannot_be_written_is_one_line(zoo, tmp_path, capsys, mon
     assert capsys.readouterr().err.endswith(said)
 
 
+def test_a_trace_the_disk_refuses_is_one_line_and_exit_2_after_the_answers(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    # a log line and exit 0, where bench, generate and score end with one line and exit 2
+    import errno
+
+    def no_room(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    given, out, trace = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "t.json"
+    given.write_text(completion("a", "x") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]
+    assert main([*argv, "--trace-out", str(trace)]) == 2
+    said = f"radixflow: error: cannot write --trace-out {trace}: No space left on device"
+    assert capsys.readouterr().err.splitlines()[-1] == said
+    assert [a[1] for a in _answers(out.read_text())] == [200]  # the answers are written all the same
+
+
 @pytest.mark.parametrize(
     ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
 )

@@ -25,6 +25,7 @@ from radixflow.experiments.execute import (
     RayStartError,
 )
 from radixflow.experiments.failures import completed_nothing
+from radixflow.experiments.plots import PLOTS
 from radixflow.experiments.report import other_code_note
 from radixflow.experiments.run import WRITTEN, ExperimentOutput, default_out, progress_bar, run_experiment
 from radixflow.options.flags import add_engine_flags, from_args, not_stdout, parse_int, path_arg
@@ -128,6 +129,23 @@ def _check_out(out: Path) -> None:
         raise ExperimentUsageError(f"cannot write --out {out}: {os.strerror(errno.EACCES)}")
 
 
+def _check_traces(config: ExperimentConfig, out: Path) -> None:
+    """Refuse a cell's ``trace_out`` that is one of the files ``out`` holds (results.json,
+    report.md, a plot, a cached cell): the run replaces or removes those, and with them the
+    trace, without a word."""
+    held = {(out / name).resolve(): name for name in (*WRITTEN, *PLOTS)}
+    cells = (out / CELLS_DIR).resolve()
+    for cell in config.cells:
+        trace = cell.settings.get("trace_out")
+        if trace is None:
+            continue
+        path = Path(trace).resolve()
+        name = held.get(path) or (f"{CELLS_DIR}/{path.name}" if path.parent == cells else None)
+        if name is not None:
+            why = f"{name} of --out {out}, which this run replaces"
+            raise ExperimentUsageError(f"trace_out {trace}: {why}; write the trace elsewhere")
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     use_ray = args.ray or args.ray_address is not None
     for module in ("matplotlib", *(("ray",) if use_ray else ())):
@@ -152,6 +170,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise ExperimentUsageError(str(e)) from None
     out = args.out or default_out(config)
     _check_out(out)
+    _check_traces(config, out)
     command = _command_line(args)
     execution = ExecutionOptions(ray=use_ray, ray_address=args.ray_address)
     started = time.time()  # what --out holds from before is an earlier run's

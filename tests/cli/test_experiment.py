@@ -669,3 +669,17 @@ def test_max_cells_bounds_the_cells_the_seeds_given_run_not_the_configs_own(tmp_
     assert code == 0, err
     code, err = _run([*argv, "--seeds", "0-1"], capsys)
     assert code == 2 and "6 cells" in _one_error_line(err) and "--max-cells 6" in err, err
+
+
+@pytest.mark.parametrize("name", ["results.json", "report.md", "rounds.png", "cells/x.json"])
+def test_a_trace_out_among_the_files_out_holds_is_refused_before_any_cell_runs(tmp_path, capsys, name):
+    # trace_out = "out/results.json" with --out out: the cell wrote its trace, then results.json
+    # replaced it once every cell had run (or the earlier run's removal took it), without a word
+    out = tmp_path / "o"
+    (out / "cells").mkdir(parents=True)  # an earlier run's
+    config = tmp_path / "c.toml"
+    config.write_text(_grid('name = "traced"', f'trace_out = "{out / name}"'))
+    code, err = _run(["experiment", str(config), "--out", str(out)], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "trace_out" in line and "--out" in line and name.split("/")[0] in line, line
+    assert not (out / name).exists() and not (out / "results.json").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
-from radixflow.engine.trace import NOT_WRITTEN
+from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.files import folder_problem
 from radixflow.options import EngineOptions, EngineSetup
 from radixflow.options.flags import (

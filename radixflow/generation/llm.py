@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from radixflow.engine.engine import Engine
-from radixflow.engine.trace import NOT_WRITTEN
+from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.generation.call_builder import CallBuilder
 from radixflow.generation.calls import (
     Call,

@@ -16,7 +16,7 @@ from pathlib import Path
 from radixflow.engine.engine import Engine
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
-from radixflow.engine.trace import CLOCKS, TraceFile
+from radixflow.engine.trace_file import CLOCKS, TraceFile
 from radixflow.options.budget import budget_caps, working_set_problem
 from radixflow.options.choice import RunnerChoice
 from radixflow.options.engine_options import EngineOptions

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord, SubmitRefused
-from radixflow.engine.trace import NOT_WRITTEN
+from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.generation.output_processor import (
     Done,
     EngineDriver,

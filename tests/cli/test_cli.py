@@ -244,8 +244,8 @@ def test_a_trace_the_disk_refuses_while_running_is_one_line_and_exit_2(tmp_path,
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return builtins.open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr("radixflow.engine.trace.open", full_disk, raising=False)
-    monkeypatch.setattr("radixflow.engine.trace.FLUSH_EVERY_S", 0.0)  # every round flushes
+    monkeypatch.setattr("radixflow.engine.trace_file.open", full_disk, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace_file.FLUSH_EVERY_S", 0.0)  # every round flushes
     path = tmp_path / "t.json"
     assert main([*SMALL_BENCH, "--policy", "native", "--trace-out", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -257,12 +257,12 @@ def test_a_trace_that_cannot_be_written_costs_the_run_none_of_its_other_results(
 ):
     # the trace's failure was raised as the policies finished: no table, and --json and
     # --round-trace never written, the whole run's results lost for its trace
-    from radixflow.engine.trace import RewrittenError
+    from radixflow.engine.trace_file import RewrittenError
 
     def taken(path, text):  # another run given this path took it: this run's trace stops
         raise RewrittenError("it was rewritten by another writer (another run given this path?)")
 
-    monkeypatch.setattr("radixflow.engine.trace.write_whole", taken)
+    monkeypatch.setattr("radixflow.engine.trace_file.write_whole", taken)
     trace, out, rounds = tmp_path / "t.json", tmp_path / "out.json", tmp_path / "rounds.jsonl"
     argv = [*SMALL_BENCH, "--policy", "native", "--json", str(out), "--round-trace", str(rounds)]
     assert main([*argv, "--trace-out", str(trace)]) == 2

@@ -588,8 +588,8 @@ def _trace_writes_fail(monkeypatch) -> None:
     def no_room(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("radixflow.engine.trace.open", full_disk, raising=False)
-    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    monkeypatch.setattr("radixflow.engine.trace_file.open", full_disk, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace_file.write_whole", no_room)
 
 
 def test_a_cells_trace_the_disk_refuses_is_one_line_naming_the_cell(tmp_path, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from radixflow.cli import main
-from radixflow.engine.trace import TraceFile
+from radixflow.engine.trace_file import TraceFile
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request, RequestStatus
@@ -294,7 +294,7 @@ def test_a_write_the_disk_cuts_short_leaves_the_file_valid_json_with_the_events_
                 raise OSError(errno.ENOSPC, "No space left on device")
             return self.f.write(data)
 
-    monkeypatch.setattr("radixflow.engine.trace.open", FillsUp, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace_file.open", FillsUp, raising=False)
     for i in range(20):
         recorder.arrived(Request(f"more{i}", (1, 2, 3)))
     with pytest.raises(OSError):
@@ -472,7 +472,7 @@ def test_a_ctrl_c_part_way_through_a_flush_leaves_valid_json_and_the_next_flush_
                 raise KeyboardInterrupt
             return self.f.write(data)
 
-    monkeypatch.setattr("radixflow.engine.trace.open", Interrupted, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace_file.open", Interrupted, raising=False)
     for i in range(20):
         recorder.arrived(Request(f"more{i}", (1, 2, 3)))
     with pytest.raises(KeyboardInterrupt):

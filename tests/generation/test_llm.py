@@ -982,7 +982,7 @@ def test_a_trace_the_disk_refuses_is_one_line_and_exit_2_after_the_output(
     def no_room(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    monkeypatch.setattr("radixflow.engine.trace_file.write_whole", no_room)
     path = tmp_path / "t.json"
     given = ["--context", "x", "--candidate", " y"] if command == "score" else ["--prompt", "x"]
     assert main([command, MODEL, *given, "--trace-out", str(path)]) == 2
@@ -1008,7 +1008,7 @@ def test_a_failed_run_whose_trace_the_disk_refused_says_both(zoo, tmp_path, caps
     def lost(self, batch):
         raise RuntimeError("device lost")
 
-    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    monkeypatch.setattr("radixflow.engine.trace_file.write_whole", no_room)
     monkeypatch.setattr(TorchRunner, "run", lost)
     path = tmp_path / "t.json"
     given = ["--context", "x", "--candidate", " y"] if command == "score" else ["--prompt", "x"]

@@ -233,7 +233,7 @@ def test_a_trace_the_disk_refuses_is_one_line_and_exit_2_after_the_answers(
     def no_room(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("radixflow.engine.trace.write_whole", no_room)
+    monkeypatch.setattr("radixflow.engine.trace_file.write_whole", no_room)
     given, out, trace = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "t.json"
     given.write_text(completion("a", "x") + "\n")
     argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from engine_utils import new_engine
 
-import radixflow.engine.trace as trace
+import radixflow.engine.trace_file as trace
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker

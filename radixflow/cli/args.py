@@ -13,7 +13,6 @@ from pathlib import Path
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.engine.trace_file import NOT_WRITTEN
-from radixflow.files import folder_problem
 from radixflow.options import EngineOptions, EngineSetup
 from radixflow.options.flags import (
     clock_warnings,
@@ -27,6 +26,7 @@ from radixflow.options.flags import (
 from radixflow.options.runners import runner_name
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import ProblemError
+from radixflow.user_paths import folder_problem
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -19,20 +19,19 @@ from typing import IO, Any, TypeVar
 
 from radixflow.cli.args import warn
 from radixflow.cli.command import UsageError
-from radixflow.files import (
+from radixflow.files import WholeLineFile, written_in_place
+from radixflow.jsonl import json_object, read_text
+from radixflow.options.engine_options import EngineOptions
+from radixflow.options.flags import flag_spellings
+from radixflow.partial_lines import (
     KeptLines,
     PartialHeld,
     PartialLines,
     PartialLock,
-    WholeLineFile,
     kept_lines,
     record_path,
     recorded,
-    written_in_place,
 )
-from radixflow.jsonl import json_object, read_text
-from radixflow.options.engine_options import EngineOptions
-from radixflow.options.flags import flag_spellings
 from radixflow.problems import counted
 
 T = TypeVar("T")

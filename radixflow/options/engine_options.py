@@ -23,7 +23,6 @@ from radixflow.costmodel.hardware.profiles import (
 )
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.clocks import ROUND_CLOCKS
-from radixflow.files import expand_home
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
 from radixflow.options.sizes import size_problem
 from radixflow.options.spec import checked, fields_problem, option
@@ -34,6 +33,7 @@ from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.config import SchedulerConfig, budget_problem
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.user_paths import expand_home
 
 # Cache capacities: every block and slot is bookkept in Python and, on the torch runner, allocated
 # as real tensors up front (the torch pools are checked against memory when the model is known).

@@ -17,11 +17,11 @@ from typing import Any
 
 from radixflow.costmodel.hardware.profiles import ProfileError, resolve_hardware
 from radixflow.engine.clocks import spin_warning
-from radixflow.files import file_path_problem, stdout_problem, user_path
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
+from radixflow.user_paths import file_path_problem, stdout_problem, user_path
 
 GROUPS = {
     "model": "model and runner",

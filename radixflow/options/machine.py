@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from radixflow.files import file_path_problem, folder_problem, stdout_problem
 from radixflow.problems import Problem
+from radixflow.user_paths import file_path_problem, folder_problem, stdout_problem
 
 # Python bookkeeping per KV block or state slot (id pools, tree nodes, block tables). Measured
 # here: an IdPool of 1M ids takes 40 B per id free and 74 B (peak 90 B) with every id taken;

@@ -817,7 +817,7 @@ def test_a_second_run_for_the_same_output_is_refused_in_one_line(zoo, capsys, tm
     both wrote after them, and the first to end renamed the file away from the other; now the
     second is refused before anything runs, and the first's rows are untouched."""
     from radixflow.cli import main
-    from radixflow.files import PartialLock
+    from radixflow.partial_lines import PartialLock
 
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text(_score_lines(2))

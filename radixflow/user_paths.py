@@ -1,0 +1,53 @@
+"""The one rule for a path a user gives (a flag, a TOML key, an `LLM` option): a leading ``~``,
+``-`` as standard output, a trailing separator, a missing directory (a leaf: any layer's door
+may use it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+STDOUT = "-"  # standard output, wherever an output can go there; refused by one that cannot
+
+
+def expand_home(text: str) -> str:
+    """``text``, a path a user gave, with a leading ``~`` as the home directory: as the shell
+    expands it (but not in ``--flag=~/x``, a TOML key or a Python option), and as a model path is
+    read. Anything else as it is (a trailing separator kept, for `file_path_problem`)."""
+    return os.path.expanduser(text)
+
+
+def user_path(text: str) -> Path:
+    """``text``, a path a user gave, as a `Path` (`expand_home`); ``./-`` (a file named ``-``)
+    kept apart from `STDOUT`, which `Path`, dropping the ``./``, would make it."""
+    path = Path(expand_home(text))
+    return Path.cwd() / path if str(path) == STDOUT and text != STDOUT else path
+
+
+def stdout_problem(text: str, holds: str) -> str | None:
+    """Why ``text`` cannot be given to an output that cannot go to standard output (``holds``:
+    what it holds, and why not): `STDOUT`, which the others take as standard output, never
+    writes a file or directory of that name (None: it is not ``-``)."""
+    if text != STDOUT:
+        return None
+    return f"- (standard output) cannot hold {holds}; give a path (./- for one named -)"
+
+
+def file_path_problem(text: str) -> str | None:
+    """Why ``text``, a path a user gives (a flag, a TOML key, an option), cannot name a file to
+    write (None: it can): one that ends in a separator names a directory, which `Path` would
+    drop, writing a file of the directory's name. The one rule for every output file."""
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        return f"must be a file path, got {text!r} (a directory: name a file in it)"
+    return None
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why no file can be made at ``path`` for want of its directory (None: there is one): it
+    does not exist, or it is a file (``notes.txt/out.json``), which "does not exist" misnamed."""
+    folder = path.parent
+    if folder.is_dir():
+        return None
+    if folder.exists():
+        return f"{folder} is {'a file' if folder.is_file() else 'not a directory'}, not a directory"
+    return f"directory {folder} does not exist"

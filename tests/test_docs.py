@@ -295,7 +295,7 @@ def _registries() -> list[tuple[str, str, tuple[str, ...]]]:
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
     from radixflow.engine.clocks import ROUND_CLOCKS
     from radixflow.fleet.routers import ROUTERS
-    from radixflow.models.zoo import FAMILY_SOURCES
+    from radixflow.models.zoo_catalogue import FAMILY_SOURCES
     from radixflow.options.engine_options import KERNELS, RUNNERS
     from radixflow.scheduler.admission import ADMISSIONS
     from radixflow.scheduler.placement import PLACEMENTS

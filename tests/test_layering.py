@@ -118,7 +118,9 @@ MODELS_ALLOWED = {
     },
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
     "zoo_store": set(),  # the zoo's builds on disk: directories and records, nothing of models
-    "zoo": {"layers", "registry", "io", "presets", "zoo_store"},
+    "zoo_catalogue": {"registry", "io"},  # names and preset configs; family modules by name, lazily
+    "zoo_info": {"layers", "registry", "zoo_catalogue"},
+    "zoo": {"layers", "registry", "io", "presets", "zoo_store", "zoo_catalogue"},
 }
 
 

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def zoo() -> tuple[list[Any], list[str]]:
     """Info for every zoo entry available here, and the reason for each one that is not."""
-    from radixflow.models.zoo import ModelUnavailableError, model_info, model_names
+    from radixflow.models.zoo_catalogue import ModelUnavailableError, model_names
+    from radixflow.models.zoo_info import model_info
 
     infos, missing = [], []
     for name in model_names():

@@ -176,7 +176,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         ingress_tokenizer,
         ray_serve,
     )
-    from radixflow.models.zoo import model_names
+    from radixflow.models.zoo_catalogue import model_names
 
     if args.ray_address is None and options.model not in model_names():  # a zoo model has one
         ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads

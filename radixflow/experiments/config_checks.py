@@ -19,7 +19,7 @@ from typing import Any
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.models.zoo import model_names
+from radixflow.models.zoo_catalogue import model_names
 from radixflow.user_paths import STDOUT, expand_home
 
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more

@@ -9,7 +9,8 @@ from radixflow.engine.engine import Engine
 from radixflow.engine.runner import Runner
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.models.registry import UnknownModelError
-from radixflow.models.zoo import ensure_model, model_names
+from radixflow.models.zoo import ensure_model
+from radixflow.models.zoo_catalogue import model_names
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.options.runners import name_problem, runner_name, torch_settings_problem
 from radixflow.options.torch_choice import device_problem

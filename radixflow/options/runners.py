@@ -59,7 +59,8 @@ def name_problem(options: EngineOptions) -> Problem | None:
         return None
     if runner == "sim":
         return sim_name_problem(name)
-    from radixflow.models.zoo import file_problem, model_names
+    from radixflow.models.zoo import file_problem
+    from radixflow.models.zoo_catalogue import model_names
 
     path = Path(name).expanduser()  # "~/ck", as the loader reads it
     if name in model_names() or path.is_dir():

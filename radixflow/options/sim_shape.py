@@ -27,7 +27,7 @@ TORCH_DEFAULT_CONTEXT = 4096
 
 def zoo_names() -> list[str]:
     """The torch zoo's names (pure: the zoo's table, no family module imported)."""
-    from radixflow.models.zoo import model_names
+    from radixflow.models.zoo_catalogue import model_names
 
     return model_names()
 
@@ -90,7 +90,7 @@ def model_context(name: str) -> int | None:
 
 def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
     """The preset config the zoo builds ``name`` from (imports its family module, builds nothing)."""
-    from radixflow.models.zoo import ModelUnavailableError, preset_config
+    from radixflow.models.zoo_catalogue import ModelUnavailableError, preset_config
 
     try:
         return preset_config(name), f"zoo preset {name}"

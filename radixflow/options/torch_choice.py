@@ -136,7 +136,7 @@ def _model_errors() -> tuple[type[BaseException], ...]:
     from radixflow.models.device import DeviceError
     from radixflow.models.io.loader import CheckpointError
     from radixflow.models.registry import UnknownModelError
-    from radixflow.models.zoo import ModelUnavailableError
+    from radixflow.models.zoo_catalogue import ModelUnavailableError
 
     return (
         UnknownModelError,

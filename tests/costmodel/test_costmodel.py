@@ -151,10 +151,11 @@ def test_a_fitted_per_token_pair_cost_makes_a_token_dearer_in_a_larger_round():
 
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "falcon_h1", "qwen3"])
 def test_shape_from_zoo_config_matches_the_built_model(family):
-    zoo = pytest.importorskip("radixflow.models.zoo")
+    zoo_catalogue = pytest.importorskip("radixflow.models.zoo_catalogue")
+    zoo_info = pytest.importorskip("radixflow.models.zoo_info")
     name = f"{family}-small"
-    shape = shape_from_config(name, zoo.preset_config(name))
-    info = zoo.model_info(name)
+    shape = shape_from_config(name, zoo_catalogue.preset_config(name))
+    info = zoo_info.model_info(name)
     assert shape.total_params() == pytest.approx(info.params, rel=0.01)  # norms/biases not counted
     assert len(shape.layers) == len(info.layers)
     stateful = [any(r in k for r in ("deltanet", "mamba2", "conv")) for k in info.layers]
@@ -164,8 +165,8 @@ def test_shape_from_zoo_config_matches_the_built_model(family):
 def test_a_qwen3_5_multimodal_config_is_costed_as_its_language_model():
     """A Hub Qwen3.5 checkpoint nests the language model under ``text_config`` (the torch loader
     builds that); the torch runner's round predictor reads the same file, and crashed on it."""
-    zoo = pytest.importorskip("radixflow.models.zoo")
-    text = zoo.preset_config("qwen3_5-small")
+    zoo_catalogue = pytest.importorskip("radixflow.models.zoo_catalogue")
+    text = zoo_catalogue.preset_config("qwen3_5-small")
     wrapped = {
         "model_type": "qwen3_5",
         "text_config": {**text, "model_type": "qwen3_5_text"},

@@ -963,7 +963,7 @@ def test_cells_with_no_file_inputs_keep_the_keys_their_cached_results_have(tiny:
 
 def _checkpoint(directory: Path) -> Path:
     """A checkpoint directory the sim reads its shape from (config.json; weights it never reads)."""
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     directory.mkdir(parents=True)
     (directory / "config.json").write_text(json.dumps(preset_config("qwen3_5-tiny")))

@@ -35,7 +35,7 @@ from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, Stat
 from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
 from radixflow.models.layers import Config, use_kernels
 from radixflow.models.registry import model_class
-from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

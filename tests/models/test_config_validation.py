@@ -14,7 +14,7 @@ import pytest
 from radixflow.models.config_schema import validate_config
 from radixflow.models.io.loader import CheckpointError, read_config
 from radixflow.models.registry import model_class
-from radixflow.models.zoo import ZOO, preset_config
+from radixflow.models.zoo_catalogue import ZOO, preset_config
 
 # family preset -> (its norm epsilon field, its layer-pattern field or None where it has none)
 FAMILIES: dict[str, tuple[str, str | None]] = {

@@ -16,7 +16,7 @@ from radixflow.models.families.llama import PRESETS_LLAMA, LlamaForCausalLM
 from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
-from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 
 
 def test_a_config_copies_and_pickles() -> None:

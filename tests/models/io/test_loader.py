@@ -18,7 +18,7 @@ from radixflow.models.io.convert import plan_conversion
 from radixflow.models.io.loader import CheckpointError, check_checkpoint, load_model, read_config, save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import UnknownModelError, model_class
-from radixflow.models.zoo import preset_config
+from radixflow.models.zoo_catalogue import preset_config
 
 EXACT = 1e-5
 Rename = Callable[[str, torch.Tensor], dict[str, torch.Tensor]]

@@ -143,7 +143,7 @@ def twin_profile(family: str, args: argparse.Namespace, budget: int) -> tuple[Pa
     if args.twin == "profile":
         return args.profile, []
     from radixflow.calibration.run import CalibrationPlan, calibrate
-    from radixflow.costmodel.hardware.profiles import save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
 
     repeats, threads = args.calibrate_repeats, args.threads
     # the median of the repeats: a real round is one draw around the typical round, not its floor

@@ -363,7 +363,9 @@ JSON_VALUES = st.one_of(
 def test_profile_fields_refuse_naming_the_key_or_keep_the_value_and_finite_times(
     key, value, tmp_path_factory
 ):
-    from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, load_profile
+    from radixflow.costmodel.hardware.profile_checks import ProfileError
+    from radixflow.costmodel.hardware.profile_files import load_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
     from radixflow.runners.sim import SimRunner
 

@@ -15,7 +15,9 @@ from rich.text import Text
 from radixflow.calibration.fit import ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
-from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, save_profile
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import save_profile
+from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.flags import file_path_arg, not_stdout, parse_int
 from radixflow.progress import LoggedProgress

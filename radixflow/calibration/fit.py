@@ -6,7 +6,8 @@ import statistics
 from dataclasses import dataclass
 
 from radixflow.calibration.timing import TimedBatch, round_noise_sigma
-from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, MAX_FLOPS, MAX_KIND_SCALE, HardwareProfile
+from radixflow.costmodel.hardware.profile_checks import COMPUTE_TERMS, MAX_FLOPS, MAX_KIND_SCALE
+from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_feature_names, fit_features
 from radixflow.costmodel.round_cost.nnls import nnls
 from radixflow.costmodel.shape.model_shape import ModelShape

@@ -17,7 +17,9 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.hardware.profiles import HARDWARE, ProfileError, resolve_hardware
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
+from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.models.zoo_catalogue import model_names
 from radixflow.user_paths import STDOUT, expand_home

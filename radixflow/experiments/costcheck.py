@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixflow.costmodel.hardware.profiles import resolve_hardware
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape

@@ -14,13 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
-from radixflow.costmodel.hardware.profiles import (
-    MAX_FLOPS,
-    MAX_OVERHEAD_S,
-    SCHEDULER_MODES,
-    ProfileError,
-    resolve_hardware,
-)
+from radixflow.costmodel.hardware.profile_checks import MAX_FLOPS, MAX_OVERHEAD_S, ProfileError
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
+from radixflow.costmodel.hardware.profiles import SCHEDULER_MODES
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.hardware.profiles import ProfileError, resolve_hardware
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.engine.clocks import spin_warning
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.runners import runner_name

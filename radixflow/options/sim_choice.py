@@ -6,12 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 
-from radixflow.costmodel.hardware.profiles import (
-    SCHEDULER_MODES,
-    HardwareProfile,
-    ProfileError,
-    resolve_hardware,
-)
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
+from radixflow.costmodel.hardware.profiles import SCHEDULER_MODES, HardwareProfile
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL
 from radixflow.engine.runner import Runner

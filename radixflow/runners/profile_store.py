@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from radixflow.costmodel.hardware.profiles import HardwareProfile, ProfileError, profile_from_dict
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import profile_from_dict
+from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.files import write_whole
 
 log = logging.getLogger("radixflow.predictor")

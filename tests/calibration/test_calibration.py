@@ -7,7 +7,8 @@ import pytest
 from radixflow.calibration.design import fit_design, held_out_design
 from radixflow.calibration.fit import FIT_TERMS, fit_profile
 from radixflow.calibration.timing import TimedBatch, default_clock, round_noise_sigma, to_scheduler_output
-from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile, load_profile, save_profile
+from radixflow.costmodel.hardware.profile_files import load_profile, save_profile
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_features
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS

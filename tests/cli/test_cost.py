@@ -9,7 +9,7 @@ import pytest
 
 from radixflow.cli import main
 from radixflow.cli.app import build_parser
-from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS
+from radixflow.costmodel.hardware.gpu_figures import DENSE_BF16_FLOPS
 
 TERM_KEYS = {"seconds", "flops", "bytes", "source"}
 

@@ -581,7 +581,8 @@ def test_calibrate_refuses_an_out_it_cannot_write_before_timing_anything(capsys,
 @pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace", "--trace-out"])
 def test_bench_refuses_to_write_over_its_hardware_profile(tmp_path, capsys, flag):
     """`--hardware p.json --json p.json` ran, then wrote the report over the calibrated profile."""
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     profile = tmp_path / "p.json"
     save_profile(HARDWARE["h200"], profile)

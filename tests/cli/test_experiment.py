@@ -16,7 +16,8 @@ import pytest
 
 import radixflow
 from radixflow.cli import main
-from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+from radixflow.costmodel.hardware.profile_files import save_profile
+from radixflow.costmodel.hardware.profiles import HARDWARE
 
 CONFIG = """
 name = "cli"

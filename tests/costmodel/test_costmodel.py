@@ -8,14 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from radixflow.costmodel.hardware.profiles import (
-    HARDWARE,
-    HardwareProfile,
-    ProfileError,
-    load_profile,
-    resolve_hardware,
-    save_profile,
-)
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import load_profile, resolve_hardware, save_profile
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, round_work
 from radixflow.costmodel.round_cost.nnls import nnls

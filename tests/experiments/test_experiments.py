@@ -424,7 +424,8 @@ candidate_len = 8
 
 def test_torch_cell_agrees_and_checks_the_cost_model_on_its_rounds(tmp_path: Path):
     pytest.importorskip("torch")
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
     (tmp_path / "t.toml").write_text(TORCH)
@@ -441,7 +442,8 @@ def test_a_repeated_torch_cell_still_checks_the_cost_model(tmp_path: Path):
     # with repetitions > 1 the worker calls outnumbered the first trial's rounds, the CPU time could
     # not be split, and every variant's measured time was null: the cost check left the report
     pytest.importorskip("torch")
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     save_profile(HARDWARE["cpu"], tmp_path / "cpu.json")
     (tmp_path / "t.toml").write_text(TORCH.replace("[defaults]", "[defaults]\nrepetitions = 2", 1))
@@ -610,7 +612,8 @@ def test_a_cell_on_a_profile_file_is_keyed_by_what_the_file_holds(tiny: Path, tm
     # a recalibrated profile at the same path gave the cached results of the old one, silently
     from dataclasses import replace
 
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     profile = tmp_path / "fitted.json"
     save_profile(HARDWARE["h200"], profile)
@@ -990,7 +993,8 @@ def test_a_model_directory_is_relative_to_the_config_as_a_profile_file_is(tmp_pa
 
 def test_a_profile_file_under_home_is_found_in_a_config(tmp_path: Path, monkeypatch):
     # hardware = "~/p.json" was read as a folder named "~" beside the config: "cannot read"
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
@@ -1026,7 +1030,8 @@ def test_a_trace_out_that_names_a_file_the_cell_reads_is_refused_and_the_file_ke
     # trace_out = "p.json" beside hardware = "p.json" (or the config itself) passed, and the cell's
     # trace then replaced the profile (or the config), where `bench --hardware p.json --trace-out
     # p.json` is refused
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     save_profile(HARDWARE["h200"], tmp_path / "p.json")
     path = tmp_path / "t.toml"

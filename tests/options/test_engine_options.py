@@ -137,7 +137,8 @@ def test_a_trace_out_that_ends_in_a_slash_is_refused_at_every_door(tmp_path):
 def test_a_profile_file_and_a_trace_out_under_home_are_read_with_the_tilde_expanded(tmp_path, monkeypatch):
     # LLM(hardware="~/p.json") was "unknown hardware ...: not one of h100, h200, cpu", and
     # trace_out="~/t.json" "directory ~ does not exist", where a model path's ~ is the home directory
-    from radixflow.costmodel.hardware.profiles import HARDWARE, save_profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
 
     monkeypatch.setenv("HOME", str(tmp_path))
     save_profile(HARDWARE["h200"], tmp_path / "p.json")

@@ -9,7 +9,8 @@ import logging
 
 import pytest
 
-from radixflow.costmodel.hardware.profiles import STORED_KEYS, HardwareProfile
+from radixflow.costmodel.hardware.profile_files import STORED_KEYS
+from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.runners.profile_store import (
     StoreKey,
     load_stored,

@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.hardware.profile_checks import COMPUTE_TERMS
+from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.kernel_times.contract import TermCost
 from radixflow.costmodel.round_cost.breakdown import RoundBreakdown, charge_scheduler, fixed_terms, source
 from radixflow.costmodel.shape.chunk import ChunkShape

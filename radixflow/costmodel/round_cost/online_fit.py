@@ -39,7 +39,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from radixflow.costmodel.hardware.profiles import COMPUTE_TERMS, HardwareProfile
+from radixflow.costmodel.hardware.profile_checks import COMPUTE_TERMS
+from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import OVERHEAD_TERMS, fit_feature_names
 from radixflow.costmodel.round_cost.nnls import nnls_gram
 

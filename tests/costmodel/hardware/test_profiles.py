@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from radixflow.cli import main
-from radixflow.costmodel.hardware.profiles import (
+from radixflow.costmodel.hardware.profile_checks import (
     COMPUTE_TERMS,
-    HARDWARE,
     MAX_BANDWIDTH,
     MAX_FLOPS,
     MAX_KIND_SCALE,
@@ -21,11 +20,14 @@ from radixflow.costmodel.hardware.profiles import (
     MAX_WEIGHT_BYTES,
     MIN_RATE,
     ProfileError,
+)
+from radixflow.costmodel.hardware.profile_files import (
     load_profile,
     profile_from_dict,
     resolve_hardware,
     save_profile,
 )
+from radixflow.costmodel.hardware.profiles import HARDWARE
 
 GOOD = HARDWARE["h200"].to_dict()
 

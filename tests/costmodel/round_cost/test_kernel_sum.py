@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from engine_utils import new_engine
 
-from radixflow.costmodel.hardware.profiles import DENSE_BF16_FLOPS, HARDWARE
+from radixflow.costmodel.hardware.gpu_figures import DENSE_BF16_FLOPS
+from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.kernel_times.roofline import RooflineKernels
 from radixflow.costmodel.round_cost.breakdown import scheduler_s
 from radixflow.costmodel.round_cost.by_profile import round_cost_model

@@ -1,0 +1,67 @@
+"""Hardware profiles by name or file: a built-in profile (`HARDWARE`) or a JSON file, read with
+every key checked (`load_profile`, `profile_from_dict`), and written whole (`save_profile`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from radixflow.costmodel.hardware.profile_checks import (
+    CHECKS,
+    ProfileError,
+    Range,
+    profile_error,
+    profile_problems,
+    show,
+    unread_figures,
+)
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
+from radixflow.files import write_whole
+
+# The keys of a file in the torch runner's store of fitted round profiles (`runners.profile_store`)
+STORED_KEYS = {"model", "machine", "profile"}
+
+
+def profile_from_dict(data: Any, origin: str = "profile") -> HardwareProfile:
+    """A profile from parsed JSON, every key checked (`profile_problems`); ``origin`` names it in errors."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{origin}: a profile must be a JSON object, got {show(data)}")
+    if set(data) == STORED_KEYS:  # what calibrate says it stored, given where a profile goes
+        raise ProfileError(
+            f"{origin}: a round profile of the torch runner's store (a model's own fit under 'profile', "
+            "with the model and machine it was timed on), not a hardware profile: give the file "
+            "`radixflow calibrate` wrote to --out"
+        )
+    if problems := profile_problems(data) or unread_figures(data):
+        raise profile_error(origin, problems[0])
+    present = {k: float(v) if isinstance(CHECKS[k], Range) else v for k, v in data.items() if v is not None}
+    return HardwareProfile(**{"name": Path(origin).stem, "bandwidth": None, **present})
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """Read a profile JSON file (as written by `radixflow calibrate`)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ProfileError(f"cannot read hardware profile {path}: {e.strerror or e}") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of over 4300 digits
+        raise ProfileError(f"hardware profile {path} is not valid JSON: {e}") from None
+    return profile_from_dict(data, str(path))
+
+
+def save_profile(profile: HardwareProfile, path: str | Path) -> None:
+    write_whole(path, json.dumps(profile.to_dict(), indent=2) + "\n")
+
+
+def resolve_hardware(name_or_path: str) -> HardwareProfile:
+    """A built-in profile by name, or a profile file by path."""
+    if name_or_path in HARDWARE:
+        return HARDWARE[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        return load_profile(path)
+    raise ProfileError(
+        f"unknown hardware {name_or_path!r}: not one of {', '.join(HARDWARE)} and not a profile file"
+    )

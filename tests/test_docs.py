@@ -296,7 +296,7 @@ def _registries() -> list[tuple[str, str, tuple[str, ...]]]:
     from radixflow.engine.clocks import ROUND_CLOCKS
     from radixflow.fleet.routers import ROUTERS
     from radixflow.models.zoo_catalogue import FAMILY_SOURCES
-    from radixflow.options.engine_options import KERNELS, RUNNERS
+    from radixflow.options.model_options import KERNELS, RUNNERS
     from radixflow.scheduler.admission import ADMISSIONS
     from radixflow.scheduler.placement import PLACEMENTS
     from radixflow.scheduler.policy import SCHEDULING_POLICIES

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from radixflow.options.choice import Capacity, EntryBytes
-from radixflow.options.engine_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
+from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
 from radixflow.options.sizes import show_size
 from radixflow.problems import Problem
 

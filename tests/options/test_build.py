@@ -137,7 +137,7 @@ def test_the_dtype_reaches_the_torch_runner(zoo):
 
 def test_the_kernels_option_reaches_the_torch_runner(zoo):
     from radixflow.models.kernels.backend import CHOICES
-    from radixflow.options.engine_options import KERNELS
+    from radixflow.options.model_options import KERNELS
 
     assert KERNELS == CHOICES  # the option's values are the backends' names (options import no torch)
     eager = plan_engine(EngineOptions(model="llama-tiny", kernels="torch")).build()

@@ -9,7 +9,8 @@ import pytest
 
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options import machine as machine_module
-from radixflow.options.engine_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS, spec_of
+from radixflow.options.engine_options import spec_of
+from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
 from radixflow.problems import Problem, ProblemError
 
 

@@ -20,7 +20,7 @@ from radixflow.problems import Problem
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
-from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.samples import Sample
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 

@@ -16,7 +16,7 @@ from radixflow.problems import Problem
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
-from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.samples import Sample
 
 VOCAB = 1000
 

@@ -14,7 +14,7 @@ from radixflow.generation.detokenize import token_texts
 from radixflow.generation.outputs import PromptTokenLogprobs
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
-from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.server.loop import Delta, Event, Final
 
 

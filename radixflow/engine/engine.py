@@ -27,7 +27,7 @@ from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.placement import make_placement
 from radixflow.scheduler.policy import make_policy
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.scheduler.sampling import FinishReason
+from radixflow.scheduler.samples import FinishReason
 from radixflow.scheduler.scheduler import Scheduler
 
 

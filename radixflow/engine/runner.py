@@ -9,7 +9,7 @@ from radixflow.problems import Problem, counted
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import PromptLogprobs, Sample
+from radixflow.scheduler.samples import PromptLogprobs, Sample
 from radixflow.scheduler.scan import RoundPredictor
 
 

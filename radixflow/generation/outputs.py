@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.scheduler.samples import PromptLogprobs
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from radixflow.problems import Problem, ProblemError, number_problem
-from radixflow.scheduler.sampling import NO_OPEN_CHOICE, SPLITMIX_STEP, mix64, shown
+from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
+from radixflow.scheduler.sampling_checks import NO_OPEN_CHOICE, shown
 
 STOP_SHAPE = "must be a string or a list of strings"  # said of ``stop`` at every door
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit

@@ -21,7 +21,8 @@ import torch
 from radixflow.models.batch import KVPool
 from radixflow.models.layers import CausalLM
 from radixflow.scheduler.output import ScheduledChunk
-from radixflow.scheduler.sampling import MAX_LOGPROBS, PromptLogprobs
+from radixflow.scheduler.samples import PromptLogprobs
+from radixflow.scheduler.sampling_checks import MAX_LOGPROBS
 
 ROWS_PER_CALL = 256  # positions per output-head call: bounds the [rows, vocab] logits in memory
 MEMO_ENTRIES = 1 << 15  # (slot, token) results kept, least recently used dropped first

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from radixflow.runners.draw import draw
-from radixflow.scheduler.sampling import SPLITMIX_STEP, Sample, SamplingParams, mix64
+from radixflow.scheduler.samples import Sample
+from radixflow.scheduler.sampling import SPLITMIX_STEP, SamplingParams, mix64
 from radixflow.scheduler.token_sequences import banned_next, choice_step
 
 MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)

@@ -14,7 +14,7 @@ from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.samples import Sample
 from radixflow.scheduler.scan import RoundPredictor
 
 # The cost model lives in radixflow.costmodel (no torch); these names are re-exported for callers.

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from radixflow.cache.types import NodeHandle
-from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample, SamplingParams
+from radixflow.scheduler.samples import FinishReason, PromptLogprobs, Sample
+from radixflow.scheduler.sampling import SamplingParams
 
 
 class RequestStatus(Enum):

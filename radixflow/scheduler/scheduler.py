@@ -22,7 +22,7 @@ from radixflow.scheduler.queue import WaitingQueue
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.reuse import ReuseFinder
 from radixflow.scheduler.round_builder import RoundBuilder
-from radixflow.scheduler.sampling import FinishReason, PromptLogprobs, Sample
+from radixflow.scheduler.samples import FinishReason, PromptLogprobs, Sample
 from radixflow.scheduler.scan import PolicyContext, RoundPredictor
 from radixflow.scheduler.token_sequences import ends_the_output
 

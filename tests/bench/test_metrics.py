@@ -16,7 +16,7 @@ from radixflow.bench.metrics import (
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request
 from radixflow.scheduler.request import RequestStatus
-from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.samples import Sample
 from radixflow.scheduler.scheduler import SchedulerConfig
 
 

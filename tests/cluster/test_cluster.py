@@ -17,7 +17,7 @@ from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.cluster.wire import Job, WireEvent, decode, encode
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.server.loop import Delta, Final, NotAccepting
 from radixflow.server.metrics import ServerMetrics
 

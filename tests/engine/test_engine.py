@@ -12,7 +12,8 @@ from radixflow.engine.records import AbortResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
-from radixflow.scheduler.sampling import FinishReason, SamplingParams
+from radixflow.scheduler.samples import FinishReason
+from radixflow.scheduler.sampling import SamplingParams
 
 RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=8, num_blocks=256, num_state_slots=32)

@@ -31,7 +31,8 @@ from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS
 from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
-from radixflow.scheduler.sampling import FinishReason, SamplingParams
+from radixflow.scheduler.samples import FinishReason
+from radixflow.scheduler.sampling import SamplingParams
 
 # sim shapes of every family, and zoo presets read as sim shapes (their config, no weights)
 MODELS = [*SIM_MODELS, "qwen3_5-tiny", "lfm2-tiny", "nemotron_h-tiny", "falcon_h1-tiny", "llama-tiny"]

@@ -24,7 +24,8 @@ from radixflow.engine.engine import Engine
 from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS
-from radixflow.scheduler.sampling import FinishReason, SamplingParams
+from radixflow.scheduler.samples import FinishReason
+from radixflow.scheduler.sampling import SamplingParams
 
 
 @dataclass

@@ -30,7 +30,7 @@ from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
-from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.samples import Sample
 from radixflow.scheduler.scheduler import SchedulerConfig
 
 SPEC = replace(SIM_MODELS["qwen3_5-2b"], vocab_size=512, max_context=4096)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.generation.outputs import PromptTokenLogprobs, TokenLogprob
-from radixflow.scheduler.sampling import PromptLogprob, PromptLogprobs
+from radixflow.scheduler.samples import PromptLogprob, PromptLogprobs
 
 PROMPT = (10, 11, 12, 13, 14)
 TEXTS = ["a", "b", "c", "d", "e"]

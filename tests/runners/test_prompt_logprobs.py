@@ -17,7 +17,8 @@ from model_utils import ZOO_PARITY, one_thread, zoo_model  # noqa: F401  (a fixt
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
-from radixflow.scheduler.sampling import PromptLogprob, SamplingParams
+from radixflow.scheduler.samples import PromptLogprob
+from radixflow.scheduler.sampling import SamplingParams
 
 transformers = pytest.importorskip("transformers")
 

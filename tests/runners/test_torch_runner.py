@@ -15,7 +15,7 @@ from radixflow.models.layers import Config
 from radixflow.models.registry import FAMILIES
 from radixflow.runners.torch_runner import TorchRunner, eos_token_ids
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
-from radixflow.scheduler.sampling import Sample
+from radixflow.scheduler.samples import Sample
 from radixflow.workloads.candidates import WorkloadSpec, build_workload
 
 CFG = SchedulerConfig(token_budget=160, max_requests=8, block_size=16, num_blocks=256, num_state_slots=48)

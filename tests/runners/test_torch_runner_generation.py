@@ -18,7 +18,8 @@ from model_utils import ZOO_PARITY, needs_smollm2, one_thread, zoo_model  # noqa
 
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
-from radixflow.scheduler.sampling import FinishReason, SamplingParams
+from radixflow.scheduler.samples import FinishReason
+from radixflow.scheduler.sampling import SamplingParams
 
 transformers = pytest.importorskip("transformers")
 

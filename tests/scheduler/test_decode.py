@@ -8,7 +8,8 @@ from engine_utils import drive, new_engine
 
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
-from radixflow.scheduler.sampling import FinishReason, SamplingParams
+from radixflow.scheduler.samples import FinishReason
+from radixflow.scheduler.sampling import SamplingParams
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 ATTN = SimRunner(SIM_MODELS["qwen3-4b"], HARDWARE["h100"])

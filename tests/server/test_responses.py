@@ -7,7 +7,7 @@ import math
 import pytest
 
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, TokenLogprob
-from radixflow.scheduler.sampling import PromptLogprobs
+from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.server.responses.envelope import usage
 from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames
 from radixflow.server.submission import where

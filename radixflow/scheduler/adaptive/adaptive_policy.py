@@ -40,10 +40,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
+from radixflow.scheduler.adaptive.decisions import Decisions
 from radixflow.scheduler.adaptive.fcfs_bound import FCFS_SHARE, FcfsBound
 from radixflow.scheduler.adaptive.patience import Patience
 from radixflow.scheduler.adaptive.ranking import RankIndex
-from radixflow.scheduler.adaptive.recompute import Blocked, Draft, Verdict, weigh
+from radixflow.scheduler.adaptive.recompute import Draft, Verdict, blocked, weigh
 from radixflow.scheduler.adaptive.round_plan import Lookahead, Room, RoundPlanner, RoundTake
 from radixflow.scheduler.adaptive.round_tally import ArrivalRate, DraftTally
 from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
@@ -56,8 +57,6 @@ AGING = 32.0  # slack of a request, in rounds, per full token budget of work per
 # blocked consumers and deferred chunks one scan passes over before it ends, per request a round
 # may hold: keeps a round's cost flat however many consumers wait on one producer
 SKIPS_PER_SLOT = 1
-# the counter of each decision the trace notes; counted once the request got its chunk
-COUNTED = {"follow": "follows", "recompute": "recomputes", "promote": "promotions"}
 
 
 class Adaptive:
@@ -77,13 +76,7 @@ class Adaptive:
         self._index = RankIndex(on_drop=self._forget)
         self._round = 0
         self._skips = 0  # blocked consumers this scan passed over
-        self._waited: set[str] = set()  # consumers counted as waiting once
-        self._counts = {
-            "waits": 0, "follows": 0, "recomputes": 0, "promotions": 0, "deferred": 0
-        }
-        self._followers: set[str] = set()  # consumers following their producer in this round
-        # the decision about the request the scan is at, counted and noted if it gets its chunk
-        self._decided: tuple[str, str, dict[str, object]] | None = None
+        self._decisions = Decisions()  # counted and noted once their request gets its chunk
         self._tally = DraftTally()  # this round's draft, for the cut, following and recomputing
         self._continuing = 0  # chunks of running requests at the head of this round's draft
         self._arrivals = ArrivalRate()
@@ -133,20 +126,13 @@ class Adaptive:
             self._arrivals.now = now
 
     def counters(self) -> dict[str, int]:
-        return dict(self._counts)
+        return self._decisions.counters()
 
     def on_scheduled(self, request: Request) -> None:
         """The request decided about last got its chunk: count and note the decision (mutates
         only the policy)."""
-        decided, self._decided = self._decided, None
-        if decided is None or decided[0] != request.id:
-            return
-        _, kind, details = decided
-        if kind == "follow":
-            self._followers.add(request.id)
-        self._counts[COUNTED[kind]] += 1
         assert self._ctx is not None
-        self._ctx.note(kind, request.id, **details)
+        self._decisions.scheduled(request.id, self._ctx.note)
 
     # ----------------------------------------------------------------- the scan
     def order(self, waiting: Iterable[Request]) -> Iterable[Request]:
@@ -154,7 +140,7 @@ class Adaptive:
         the policy)."""
         self._round += 1
         self._skips = 0
-        self._followers.clear()
+        self._decisions.new_round()
         if not self._ranked:
             return waiting
         assert self._shapes is not None and self._ctx is not None
@@ -170,21 +156,18 @@ class Adaptive:
         """Follow its producer into this round, wait (skip it) or recompute; a follow or recompute
         is counted and noted once the request starts (`on_scheduled`), a wait at once (mutates
         only the policy)."""
-        assert self._ctx is not None
-        self._decided = None
+        self._decisions.clear()
         if not self._takes(request, None, draft):
             return self._defer(request)  # it belongs to a unit this round does not take
         details: dict[str, object] = {"producer": match.producer, "tokens": match.checkpoint_tokens}
         if self._can_follow(match, draft):
-            self._decided = (request.id, "follow", details)
+            self._decisions.decide(request.id, "follow", details)
             return ScanAction.FOLLOW
         verdict = self._weigh(request, match, draft)
         if verdict is not None and verdict.recompute:
-            self._decided = (request.id, "recompute", details | {"rounds_saved": verdict.rounds_saved})
+            self._decisions.decide(request.id, "recompute", details | {"rounds_saved": verdict.rounds_saved})
             return ScanAction.RECOMPUTE
-        if request.id not in self._waited:
-            self._waited.add(request.id)
-            self._counts["waits"] += 1
+        self._decisions.waited(request.id)
         return self._skip()
 
     def _can_follow(self, match: Match, draft: SchedulerOutput) -> bool:
@@ -193,7 +176,7 @@ class Adaptive:
         layers then take at most two waves) and a block of budget is left."""
         assert self._ctx is not None
         config = self._ctx.config
-        if not config.same_round_state or match.producer in self._followers:
+        if not config.same_round_state or match.producer in self._decisions.followers:
             return False
         return self._budget_left(draft) >= config.block_size
 
@@ -201,8 +184,7 @@ class Adaptive:
         """End the scan at a request whose unit the round's cut leaves; count and note it
         (mutates only the policy)."""
         assert self._ctx is not None
-        self._counts["deferred"] += 1
-        self._ctx.note("defer", request.id)
+        self._decisions.deferred(request.id, self._ctx.note)
         return ScanAction.STOP
 
     def _skip(self) -> ScanAction:
@@ -220,7 +202,7 @@ class Adaptive:
         scan (`round_cut`); a producer its dependents promoted is counted and noted once it starts
         (`on_scheduled`). Its group is re-keyed before the next scan: its siblings become
         consumers once it runs (mutates only the policy)."""
-        self._decided = None
+        self._decisions.clear()
         if not self._ranked:
             return None
         assert self._shapes is not None and self._ctx is not None
@@ -231,7 +213,7 @@ class Adaptive:
         shape = self._shapes.of(request, reuse)
         self._shapes.touch(shape)
         if shape.dependents and shape.key < shape.remaining:
-            self._decided = (request.id, "promote", {"dependents": shape.dependents})
+            self._decisions.decide(request.id, "promote", {"dependents": shape.dependents})
         return None
 
     # ----------------------------------------------------------------- decisions
@@ -295,12 +277,9 @@ class Adaptive:
         tally.advance(draft.chunks, self._completes_prompt)
         if producer is None or tally.tokens >= budget:
             return None  # a full round has no room to recompute in
-        ready = next(iter(self._ctx.reuse.shallower(request, match.checkpoint_tokens))).tokens
-        shared = 0 if request.registration is None else self._ctx.cache.sharing(request.registration).tokens
-        pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
-        blocked = Blocked(len(request.prompt), pending, ready, producer.computed)
+        waiting = blocked(request, match, self._ctx, producer.computed)
         drafted = Draft(tally.tokens, tally.decodes, tally.samples)
-        return weigh(blocked, self._times, drafted, budget, len(self._index))
+        return weigh(waiting, self._times, drafted, budget, len(self._index))
 
     # ----------------------------------------------------------------- keys
     def _rekey(self, request: Request) -> None:
@@ -315,7 +294,7 @@ class Adaptive:
         self._shapes.forget(request)
         if self._planner is not None:
             self._planner.forget(request.id)
-        self._waited.discard(request.id)
+        self._decisions.forget(request.id)
         if self._fcfs is not None:
             self._fcfs.forget(request.id)
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixflow.cache.types import Match
 from radixflow.scheduler.adaptive.round_time_curve import RoundTimes
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.scan import PolicyContext
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,17 @@ class Blocked:
     # it shares (the producer's next checkpoints would block it again until that is computed)
     ready: int  # its deepest READY point above that (where a recompute would start)
     producer_at: int  # what the producer will have computed when this round ends
+
+
+def blocked(request: Request, match: Match, context: PolicyContext, producer_at: int) -> Blocked:
+    """``request``, blocked on ``match``'s PENDING checkpoint, as `weigh` reads it: where it
+    waits to (that checkpoint, or the end of the prefix it shares), and its deepest READY point
+    above (where a recompute would start); ``producer_at``: what its producer will have computed."""
+    ready = next(iter(context.reuse.shallower(request, match.checkpoint_tokens))).tokens
+    registration = request.registration
+    shared = 0 if registration is None else context.cache.sharing(registration).tokens
+    pending = max(match.checkpoint_tokens, min(shared, len(request.prompt) - 1))
+    return Blocked(len(request.prompt), pending, ready, producer_at)
 
 
 def _rounds(tokens: int, budget: int) -> int:

@@ -239,7 +239,9 @@ def test_no_follower_within_its_fcfs_bound_takes_the_room_of_a_request_past_its_
         ran = {c[0]: c[2] - c[1] for c in record.chunks}
         queued = {r.id for r in waiting}
         riders = [
-            i for i in policy._followers if follows.producer[i] in queued and not policy._past_fcfs(by_id[i])
+            i
+            for i in policy._decisions.followers
+            if follows.producer[i] in queued and not policy._past_fcfs(by_id[i])
         ]
         if not riders:
             continue

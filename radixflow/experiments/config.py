@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from radixflow.experiments import cell_digests
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError
 from radixflow.fleet import ROUTERS
@@ -136,8 +137,8 @@ class Cell:
         cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
         cell["workload"] = {k: v for k, v in self.workload.items() if not _late_default(k, v)}
         # none for built-in profiles, zoo names and sim shapes: their cells keep their keys
-        files = checks.profile_digests(self.settings) | checks.model_digests(self.settings)
-        files |= checks.stored_profile_digests(self.settings)
+        files = cell_digests.profile_digests(self.settings) | cell_digests.model_digests(self.settings)
+        files |= cell_digests.stored_profile_digests(self.settings)
         key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
         if self.settings.get("replicas", 1) > 1:
             key["fleet_revision"] = FLEET_REVISION

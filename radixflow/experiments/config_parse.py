@@ -14,6 +14,7 @@ from typing import Any
 
 from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
+from radixflow.experiments import config_paths
 from radixflow.experiments.cell_fit import fit_problem, planned
 from radixflow.experiments.config import (
     CELL_KEYS,
@@ -128,9 +129,10 @@ def _validate_cell(
     recurrent state."""
     s = dict(cell.settings)
     for key in ("hardware", "cost_profile"):  # a built-in name or a profile file, relative to the config
-        s[key] = checks.profile_path(s[key], origin, loc(key), base)
-    s["model"] = checks.model_path(s["model"], base)  # a checkpoint directory: relative to the config too
-    s["trace_out"] = checks.output_path(s["trace_out"], base)  # and a file it writes
+        s[key] = config_paths.profile_path(s[key], origin, loc(key), base)
+    # a checkpoint directory: relative to the config too
+    s["model"] = config_paths.model_path(s["model"], base)
+    s["trace_out"] = config_paths.output_path(s["trace_out"], base)  # and a file it writes
     for key, (spec, default) in EXPERIMENT_KEYS.items():
         problem = check_value(key, s[key], spec, default is None)
         if problem is not None:
@@ -292,8 +294,9 @@ def parse_config(
         for cell in grid.cells():
             checked, has_recurrent = _validate_cell(cell, origin, grid.loc, base, plans, device)
             cells.append(checked)
-            reads = checks.cell_reads(checked.settings, origin)
-            checks.trace_once(checked.settings["trace_out"], origin, grid.loc("trace_out"), traces, reads)
+            reads = config_paths.cell_reads(checked.settings, origin)
+            trace = checked.settings["trace_out"]
+            config_paths.trace_once(trace, origin, grid.loc("trace_out"), traces, reads)
             idle = ineffective(checked.settings, checked.workload, has_recurrent, overridden)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:

@@ -1,0 +1,98 @@
+"""The files an experiment config's cells name, read relative to the config: profile files
+(`profile_path`, checked), checkpoint directories (`model_path`) and trace files (`output_path`),
+as absolute paths, never the current directory's; a trace file one cell's alone and never a file
+the cell reads (`trace_once`, `cell_reads`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
+from radixflow.costmodel.hardware.profiles import HARDWARE
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.experiments.config_checks import fail
+from radixflow.models.zoo_catalogue import model_names
+from radixflow.user_paths import STDOUT, expand_home
+
+PROFILE_KEYS = ("hardware", "cost_profile")  # a built-in profile's name, or a profile file's path
+
+
+def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str], reads: dict[Path, str]) -> None:
+    """A trace file is one cell's (``trace_out``, one path a cell): every cell writes its trace
+    whole, so a second cell writing the same file replaced the first's without a word. ``taken``
+    maps the files seen so far to the key that set them and gains this one; ``reads`` maps the
+    files the cell reads (`cell_reads`) to what names them, which its trace would replace. The
+    file is opened (and removed again if new) so one that cannot be written is refused before
+    any cell runs."""
+    if not isinstance(path, str):
+        return  # None: no trace (a wrong type is reported with the other checks)
+    resolved = Path(path).resolve()
+    if resolved in reads:
+        raise fail(origin, key, f"cannot write {path}: the same file as {reads[resolved]}")
+    if resolved in taken:
+        why = f"{path!r} would hold the trace of more than one cell (also set by {taken[resolved]})"
+        raise fail(origin, key, f"{why}, each replacing the last's: set it in a grid of one cell")
+    taken[resolved] = key
+    existed = resolved.exists()
+    try:  # opened now, as bench opens its outputs before any work, and not left behind
+        with open(resolved, "a"):
+            pass
+    except OSError as e:
+        raise fail(origin, key, f"cannot write {path}: {e.strerror or e}") from None
+    if not existed:
+        resolved.unlink(missing_ok=True)
+
+
+def cell_reads(settings: dict[str, Any], origin: str) -> dict[Path, str]:
+    """The files a checked cell reads, resolved, to what names them: the config (``origin``,
+    where it is a file) and its profile files (`PROFILE_KEYS`, absolute by now)."""
+    reads = {Path(origin).resolve(): "the config"} if Path(origin).is_file() else {}
+    for key in PROFILE_KEYS:
+        value = settings.get(key)
+        if isinstance(value, str) and value not in HARDWARE:
+            reads[Path(value).resolve()] = key
+    return reads
+
+
+def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
+    """A profile file named relative to the config, as an absolute path (built-in names as they are)."""
+    if not isinstance(value, str) or value in HARDWARE or not value.strip():
+        return value  # a wrong type or an empty name is reported with the other checks
+    if "\x00" in value:
+        raise fail(origin, key, f"{value!r} contains a NUL character")
+    path = (base / expand_home(value)).resolve()  # "~/p.json", as a model path is read
+    try:
+        resolve_hardware(str(path))
+    except ProfileError as e:
+        raise fail(origin, key, str(e)) from None
+    return str(path)
+
+
+def output_path(value: Any, base: Path) -> Any:
+    """A file a cell writes (``trace_out``) named relative to the config, as an absolute path, as
+    the files it reads are (`profile_path`): not the current directory's, which changes with where
+    the command runs. Joined, not resolved, so a trailing separator stays for the options' check
+    to refuse; ``-`` and a wrong type or empty name as they are, for the same check."""
+    if not isinstance(value, str) or not value.strip() or value == STDOUT:
+        return value
+    return os.path.join(os.path.abspath(base), expand_home(value))
+
+
+def model_path(value: Any, base: Path) -> Any:
+    """A checkpoint directory named relative to the config, as an absolute path, as a profile file
+    is (zoo names and sim shapes as they are). A bare name that is a directory neither beside the
+    config nor in the current one is kept: the model check says it names no model (and lists
+    those that are); a path (``sub/ck``) is made absolute all the same, so that check names where
+    it was looked for."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return value  # the model check reports it
+    if value in SIM_MODELS or value in model_names():
+        return value
+    given = Path(value).expanduser()  # "~/ck", as the loader reads it
+    bare = len(given.parts) == 1 and not value.startswith(".")
+    if bare and not (base / given).exists() and not given.exists():
+        return value
+    return str((base / given).resolve())  # never the current directory's, where only it has one

@@ -338,7 +338,7 @@ def test_the_cell_counts_the_docs_give_are_the_configs():
     import tomllib
 
     from radixflow.experiments import config_checks
-    from radixflow.experiments.config_parse import _grids
+    from radixflow.experiments.config_grids import parse_grids
 
     counted = {}
     for doc in (d for d in DOCS if d.name != "decisions.md"):  # its figures are of their day
@@ -348,7 +348,7 @@ def test_the_cell_counts_the_docs_give_are_the_configs():
             seeds = config_checks.seeds(data.get("seeds", [0]), str(path), "seeds")
             counted[f"{doc.name}: {name}.toml"] = (
                 int(cells.replace(",", "")),
-                sum(grid.size for grid in _grids(data, str(path), seeds)),
+                sum(grid.size for grid in parse_grids(data, str(path), seeds)),
             )
         for code in _code(doc.read_text()):
             for name, first, last, cells in _COMMENTED_CELLS.findall(code):
@@ -358,7 +358,7 @@ def test_the_cell_counts_the_docs_give_are_the_configs():
                 seeds = config_checks.seeds(given, str(path), "seeds")
                 counted[f"{doc.name}: {code.strip()}"] = (
                     int(cells.replace(",", "")),
-                    sum(grid.size for grid in _grids(data, str(path), seeds)),
+                    sum(grid.size for grid in parse_grids(data, str(path), seeds)),
                 )
     assert len(counted) >= 7
     assert {k: v for k, v in counted.items() if v[0] != v[1]} == {}

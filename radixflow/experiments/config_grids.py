@@ -1,0 +1,131 @@
+"""An experiment config's ``[defaults]`` and ``[[grid]]`` tables as grids (`grids`): each key's
+list of values (one cell each), the grid's name and seeds, where each setting was set; a grid
+expands into its cells one at a time (`Grid.cells`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from radixflow.experiments import config_checks as checks
+from radixflow.experiments.config import (
+    CELL_KEYS,
+    OUTPUT_KEYS,
+    SEED_FROM,
+    SEEDS_WHERE,
+    WORKLOAD_KEYS,
+    Cell,
+    KeyPaths,
+)
+from radixflow.experiments.config_checks import fail
+
+
+def _values(value: Any, origin: str, key: str, sweeps: bool = True) -> list[Any]:
+    """A setting's values, one cell each; ``sweeps`` False: an output setting, which takes one
+    (cells differing only in where they write would be one cell under one cache key)."""
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise fail(origin, key, "an empty list expands to no cells")
+    if not sweeps and len(values) > 1:
+        why = "takes one value, not a list: cells that differ only in where they write are one cell"
+        raise fail(origin, key, why)
+    checks.no_repeats(values, origin, key)  # each value once: a repeat is the same cell again
+    return values
+
+
+def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(cell keys, workload keys) of a [defaults] or [[grid]] table, every value as a list."""
+    if not isinstance(table, dict):
+        raise fail(origin, where, "must be a table")
+    cell: dict[str, Any] = {}
+    workload: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "workload":
+            workload.update(_workload_section(value, where, origin))
+        elif key == "seed":  # an engine option, but a cell's seed is its workload's
+            raise fail(origin, f"{where}.seed", SEED_FROM)
+        elif key in CELL_KEYS:
+            cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
+        elif key == "seeds" and where == "defaults":  # a key, but of the config or of a grid
+            raise fail(origin, "defaults.seeds", SEEDS_WHERE)
+        elif key not in ("name", "seeds") or where == "defaults":
+            known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's seed is its workload's
+            raise fail(origin, f"{where}.{key}", f"unknown key (known: {known}, workload)")
+    return cell, workload
+
+
+def _workload_section(table: Any, where: str, origin: str) -> dict[str, Any]:
+    """The workload keys of the ``workload`` table of ``where``, every value as a list."""
+    if not isinstance(table, dict):
+        raise fail(origin, f"{where}.workload", "must be a table")
+    workload: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "seed":  # a workload's field, but a cell's seed comes from `seeds`
+            raise fail(origin, f"{where}.workload.seed", SEED_FROM)
+        if key not in WORKLOAD_KEYS:
+            known = ", ".join(WORKLOAD_KEYS)
+            raise fail(origin, f"{where}.workload.{key}", f"unknown key (known: {known})")
+        workload[key] = _values(value, origin, f"{where}.workload.{key}")
+    return workload
+
+
+def _expand(values: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """Every combination of the values, one at a time (a large grid is counted as it expands)."""
+    keys = list(values)
+    for combo in itertools.product(*(values[k] for k in keys)):
+        yield dict(zip(keys, combo, strict=True))
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One [[grid]] table over the defaults: every key's list of values, and the grid's seeds."""
+
+    paths: KeyPaths  # where its settings are set: grid[i], or [defaults]
+    name: str
+    cell: dict[str, list[Any]]  # CELL_KEYS
+    workload: dict[str, list[Any]]  # WORKLOAD_KEYS
+    seeds: list[int]
+    given: frozenset[str]  # keys set by [defaults] or the grid ("workload.<key>" too)
+
+    @property
+    def where(self) -> str:
+        return self.paths.where
+
+    @property
+    def size(self) -> int:
+        return checks.grid_size([*self.cell.values(), *self.workload.values(), self.seeds])
+
+    def loc(self, key: str) -> str:
+        """The config key a setting came from."""
+        return self.paths.loc(key)
+
+    def cells(self) -> Iterator[Cell]:
+        for settings in _expand(self.cell):
+            for workload in _expand(self.workload):
+                for seed in self.seeds:
+                    yield Cell(self.name, settings, {**workload, "seed": seed}, self.paths)
+
+
+def parse_grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[Grid]:
+    d_cell, d_work = _section(data.get("defaults", {}), "defaults", origin)
+    tables = data.get("grid", [{"name": "main"}])
+    if not isinstance(tables, list) or not tables:
+        raise fail(origin, "grid", "must be a non-empty array of tables ([[grid]])")
+    grids, taken = [], {}
+    for i, table in enumerate(tables):
+        where = f"grid[{i}]"
+        g_cell, g_work = _section(table, where, origin)
+        if not table:
+            raise fail(origin, where, "an empty table: a grid sets the keys it sweeps (or a name)")
+        name = checks.grid_name(table, where, origin, taken)
+        own = checks.seeds(table["seeds"], origin, f"{where}.seeds") if "seeds" in table else seeds
+        from_defaults = {k for k in d_cell if k not in g_cell}
+        from_defaults |= {f"workload.{k}" for k in d_work if k not in g_work}
+        cell = {**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}
+        work = {**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}
+        given = {*d_cell, *g_cell, *(f"workload.{k}" for k in (*d_work, *g_work))}
+        paths = KeyPaths(where, frozenset(from_defaults))
+        grids.append(Grid(paths, name, cell, work, own, frozenset(given)))
+    return grids

@@ -13,12 +13,12 @@ from radixflow.calibration.command import HELP, CalibrationUsageError, default_o
 from radixflow.cli.args import check_output_paths
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.files import expand_home
 from radixflow.models.zoo import ZOO
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import add_engine_flags, from_args
 from radixflow.options.torch_choice import device_problem, resolved_dtype
 from radixflow.problems import ProblemError
+from radixflow.user_paths import expand_home
 
 # the engine options calibration uses: declared, checked and defaulted as every command does
 ENGINE_OPTIONS = ("device", "torch_threads", "dtype")

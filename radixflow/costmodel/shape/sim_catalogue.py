@@ -132,16 +132,20 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "head_dim": 128,
             "intermediate_size": 4608,
             "mamba_d_ssm": 3072,
-            "mamba_n_heads": 24,
-            "mamba_d_head": 128,
+            "mamba_n_heads": 48,
+            "mamba_d_head": 64,
             "mamba_n_groups": 1,
             "mamba_d_state": 256,
             "mamba_d_conv": 4,
+            # the checkpoint has 65,537 tokens; the sim keeps 65,536 so its workloads' token ids
+            # (drawn below the vocabulary) are unchanged
             "vocab_size": 65_536,
             "max_position_embeddings": 131_072,
         },
         "tiiuae/Falcon-H1-1.5B: attention and Mamba2 in parallel in each of 24 layers (Falcon-H1 "
-        "report, arXiv 2507.22448); widths approximate, chosen to match its published 1.55B parameters",
+        "report, arXiv 2507.22448); widths as its config.json (48 Mamba2 heads of 64, d_ssm 3072, "
+        "d_state 256, MLP 4608; the transformers FalconH1 docs' model table), vocabulary 65,536 "
+        "(the checkpoint's is 65,537)",
     ),
     "qwen3-4b": (
         {

@@ -1,0 +1,18 @@
+"""The sim's model shapes against the public configs they are named after."""
+
+from __future__ import annotations
+
+from radixflow.costmodel.shape.mixer_shapes import Mamba2
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+
+
+def _mamba(name: str) -> Mamba2:
+    return next(m for layer in SIM_MODELS[name].layers for m in layer.mixers if isinstance(m, Mamba2))
+
+
+def test_falcon_h1_1_5b_mamba_heads_are_the_checkpoints():
+    # tiiuae/Falcon-H1-1.5B: 48 Mamba2 heads of 64 channels (d_ssm 3072), d_state 256, one group
+    # (the transformers FalconH1 docs' model table: "Mamba Heads 48, d_head 128 / 64"; the
+    # checkpoint's config.json: mamba_n_heads 48, mamba_d_head 64, mamba_d_ssm 3072)
+    mamba = _mamba("falcon_h1-1.5b")
+    assert (mamba.heads, mamba.head_dim, mamba.d_state, mamba.groups) == (48, 64, 256, 1)

@@ -69,7 +69,7 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "num_attention_heads": 16,
             "num_key_value_heads": 2,
             "head_dim": 256,
-            "intermediate_size": 5632,
+            "intermediate_size": 5120,  # unread: every layer is MoE
             **_QWEN35_GDN,
             "linear_num_value_heads": 32,
             "num_experts": 512,
@@ -80,7 +80,7 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "max_position_embeddings": 262_144,
         },
         "Qwen/Qwen3-Next-80B-A3B-Instruct (transformers 5.24 Qwen3NextConfig defaults, documented for "
-        "that checkpoint)",
+        "that checkpoint, but intermediate_size 5120 as its config.json, not the default's 5632)",
     ),
     "lfm2-1.2b": (
         {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from radixflow.costmodel.shape.mixer_shapes import Mamba2
-from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.costmodel.shape.sim_catalogue import PUBLIC_CONFIGS, SIM_MODELS
 
 
 def _mamba(name: str) -> Mamba2:
@@ -16,3 +16,13 @@ def test_falcon_h1_1_5b_mamba_heads_are_the_checkpoints():
     # checkpoint's config.json: mamba_n_heads 48, mamba_d_head 64, mamba_d_ssm 3072)
     mamba = _mamba("falcon_h1-1.5b")
     assert (mamba.heads, mamba.head_dim, mamba.d_state, mamba.groups) == (48, 64, 256, 1)
+
+
+def test_qwen3_next_dense_width_is_the_checkpoints_not_the_transformers_default():
+    # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: intermediate_size 5120 (THUDM/slime's
+    # scripts/models/qwen3-next-80B-A3B.sh: --ffn-hidden-size 5120); 5632 is only transformers'
+    # Qwen3NextConfig default. Every layer is MoE there, so no layer reads it.
+    config, _source = PUBLIC_CONFIGS["qwen3_next-80b-a3b"]
+    assert config["intermediate_size"] == 5120
+    layers = SIM_MODELS["qwen3_next-80b-a3b"].layers
+    assert all(layer.mlp is not None and layer.mlp.experts == 512 for layer in layers)

@@ -26,8 +26,15 @@ WHY_GEMM = "GEMMs measured on H200 run at 73-87% of peak for m >= 2048"
 ATTENTION_EFFICIENCY = 0.50
 WHY_ATTENTION = "prefill attention measured on H200 at 40% (2k tokens) to 59% (8k) of peak"
 WHY_DECODE = "decode attention measured on H200 reads its KV at ~91% of the datasheet bandwidth"
-RECURRENT_EFFICIENCY = 0.11
-WHY_GDN = "Gated DeltaNet chunked prefill measured on H200 at ~100-110 TFLOP/s for one request"
+# Read on this module's own FLOP count (8 per state element and token, plus the conv): the earlier
+# 11% (~100-110 TFLOP/s) was the delta-rule kernel alone on `kernel_work`'s larger count, so the
+# roofline ran recurrent mixers ~1.6x faster than measured.
+RECURRENT_EFFICIENCY = 0.07
+WHY_GDN = (
+    "Gated DeltaNet prefill (conv + chunked delta rule) measured on H200 at ~7% of peak on these "
+    "FLOPs for one 4k-8k-token request of Qwen3-Next's shape (32 value heads); its time barely "
+    "moves with the head count: ~3.5% at 16 value heads, ~12% at 64"
+)
 WHY_MAMBA2 = "no Mamba2 scan measured: the rate of Gated DeltaNet's chunked prefill, the nearest class"
 ELEMENTWISE_EFFICIENCY = 0.10
 WHY_CONV = "no short conv measured: elementwise, ~1 FLOP per byte, so its bytes bind, never this fraction"

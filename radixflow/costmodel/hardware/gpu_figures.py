@@ -31,8 +31,10 @@ SRC_PREFILL_FIXED = (
 )
 DECODE_FIXED_S = 0.4e-3
 SRC_DECODE_FIXED = (
-    "fixed cost of a decode-only worker call: ~0.4 ms of overhead per decode step (CUDA graphs) in "
-    "the evaluations of ai-dynamo/aiconfigurator PR #1166; band 0.3-2 ms"
+    "fixed cost of a decode-only worker call, 0.4 ms, band 0.3-2 ms: not measured, assumed (a CUDA-"
+    "graph decode step's launch and bookkeeping). ai-dynamo/aiconfigurator PR #1166 models prefill "
+    "dispatch only and gives no decode figure; its companion PR #1164 corrects vLLM decode steps by a "
+    "factor, 1 + 0.084 (b - 1)^0.662 (H200, vLLM 0.18.0, Qwen3-8B), not by a fixed cost"
 )
 REQUEST_OVERHEAD_S = 2e-3
 SRC_REQUEST = (
@@ -44,9 +46,11 @@ SCHEDULER_ROUND_S = 0.1e-3
 SCHEDULER_CHUNK_S = 50e-6
 SRC_SCHEDULER = (
     "the scheduler's CPU time, modelled from benchmarks/scheduler_overhead.py (docs/policies.md "
-    "'Scheduler overhead'; native ~0.2 ms per round, radixflow ~1.7 ms at 32 requests per round): 0.1 ms per "
-    "round plus 50 us per prefill chunk, none per decode step (not measured); a model, not timed "
-    "at run time, so sim runs stay deterministic"
+    "'Scheduler overhead', its 'Before adaptive' table re-measured at 138179d: native ~0.2 ms per round, "
+    "radixflow ~1.7 ms at 32 requests per round; the latest run there, with following and a grid "
+    "beside it, reads radixflow 2.4 ms and adaptive 3.1 ms): 0.1 ms per round plus 50 us per prefill "
+    "chunk, none per decode step (the split not measured: assumed); a model, not timed at run "
+    "time, so sim runs stay deterministic"
 )
 SRC_PER_SEQUENCE = (
     "no public per-sequence measurement used: a sequence costs only its state restore/snapshot "

@@ -37,9 +37,10 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "tie_word_embeddings": True,
             "max_position_embeddings": 262_144,
         },
-        "Qwen/Qwen3.5-2B-like: depth, width and the 3:1 DeltaNet:attention pattern of the earlier sim "
-        "shape; head shapes from the Qwen3.5 family (transformers 5.24 Qwen3_5TextConfig); "
-        "not checked against the released config.json",
+        "Qwen/Qwen3.5-2B-like: 24 layers of width 2048, 6 of them attention with 8 query / 2 KV "
+        "heads (as published for Qwen3.5-2B), the 3:1 DeltaNet:attention pattern; DeltaNet and MLP "
+        "widths from the Qwen3.5 family (transformers 5.24 Qwen3_5TextConfig), not checked against "
+        "the released config.json",
     ),
     "qwen3_5-35b-a3b": (
         {
@@ -99,8 +100,9 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "tie_word_embeddings": True,
             "max_position_embeddings": 128_000,
         },
-        "LiquidAI/LFM2-1.2B (16 blocks: 10 short-conv + 6 GQA, per the transformers LFM2 docs; widths "
-        "as recalled from its config.json, not re-checked here)",
+        "LiquidAI/LFM2-1.2B (16 blocks: 10 short-conv + 6 GQA at full_attn_idxs 2, 5, 8, 10, 12, 14; "
+        "widths as its config.json: block_ff_dim 12288 auto-adjusted to an 8192-wide MLP; rechecked "
+        "against copies of that config.json and its 1.17B parameters)",
     ),
     "nemotron_h-8b": (
         {

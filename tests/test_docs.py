@@ -403,6 +403,16 @@ def test_the_cost_table_is_what_radixflow_cost_prints(args, call, terms, tp, cap
     assert len(shown) >= 3
     assert (f"{printed['seconds'] * 1e3:.1f} ms", str(printed["tp"])) == (call, tp)
     assert {name: round(printed["terms"][name]["seconds"] * 1e3, 1) for name in shown} == shown
+    # and each rate a term's note quotes is the printed one: TFLOP/s to the unit, TB/s to 0.1, and
+    # "at the bandwidth" within 10% of the H200's 4.8 TB/s
+    for name, note in re.findall(r"([a-z_-]+) \d+\.\d ms \(([^)]*)\)", terms):
+        term = printed["terms"][name.replace("-", "")]
+        for tflops in re.findall(r"(\d+) TFLOP/s", note):
+            assert round(term["flops"] / term["seconds"] / 1e12) == int(tflops), (name, note)
+        for tbs in re.findall(r"(\d+\.\d) TB/s", note):
+            assert round(term["bytes"] / term["seconds"] / 1e12, 1) == float(tbs), (name, note)
+        if "at the bandwidth" in note:
+            assert term["bytes"] / term["seconds"] == pytest.approx(4.8e12, rel=0.1), (name, note)
 
 
 @pytest.mark.parametrize(

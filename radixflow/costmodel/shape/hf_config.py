@@ -277,7 +277,7 @@ DEFAULTS: dict[str, Config] = {
     "qwen3_next": {"num_key_value_heads": 2, "head_dim": 256},
     "lfm2": {"num_key_value_heads": 8},
     "nemotron_h": {"num_key_value_heads": 8, "head_dim": 128},
-    "falcon_h1": {"num_key_value_heads": 8},
+    "falcon_h1": {"num_key_value_heads": 8, "mamba_d_ssm": 1024},  # a null mamba_d_ssm: expand x hidden
 }
 
 

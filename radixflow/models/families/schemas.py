@@ -50,7 +50,8 @@ QWEN3_5_DEFAULTS = {"num_key_value_heads": 4, "head_dim": 256}
 QWEN3_NEXT_DEFAULTS = {"num_key_value_heads": 2, "head_dim": 256}
 LFM2_DEFAULTS = {"num_key_value_heads": 8}
 NEMOTRON_H_DEFAULTS = {"num_key_value_heads": 8, "head_dim": 128}
-FALCON_H1_DEFAULTS = {"num_key_value_heads": 8}
+# FalconH1Config sets mamba_d_ssm 1024 when it is left out; only a null derives expand x hidden
+FALCON_H1_DEFAULTS = {"num_key_value_heads": 8, "mamba_d_ssm": 1024}
 
 # --------------------------------------------------------------------------- Llama, Qwen3
 

@@ -320,3 +320,13 @@ def test_nemotron_alias_is_read_as_transformers_reads_it(
     tokens = prompt(13, 30)
     pools = Pools(ours)
     check(run(ours, pools, [(tokens, SeqSpec(0, 30, pools.blocks(30)))])[0], reference(ref, tokens))
+
+
+def test_falcon_config_without_mamba_d_ssm_reads_transformers_default() -> None:
+    # transformers' FalconH1Config defaults mamba_d_ssm to 1024 (an explicit null: expand x hidden)
+    from radixflow.models.families.falcon_h1 import falcon_mamba_spec
+    from radixflow.models.layers import Config
+
+    config = {"model_type": "falcon_h1", "hidden_size": 256, "mamba_n_heads": 8}
+    spec = falcon_mamba_spec(Config({**FalconH1ForCausalLM.config_defaults, **config}))
+    assert spec.heads * spec.head_dim == 1024

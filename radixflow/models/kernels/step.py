@@ -13,9 +13,11 @@ import torch.nn.functional as F
 
 from radixflow.models.kernels.delta_rule import expand_key_heads, l2norm
 
-# Bytes of recurrent state per block of rows in the batched steps (`row_blocks`): half the 2 MiB
-# L2 of a core of the machine this was tuned on, so a block and the step's small operands stay
-# there. Only speed depends on it: each row's arithmetic is the same for any block size.
+# Bytes of recurrent state per block of rows in the batched steps (`row_blocks`). Chosen as half
+# of what was read as a 2 MiB L2 per core; on the machine it was tuned on (AMD EPYC, Zen 4) a
+# core's L2 is 1 MiB (sysfs cpu0/cache/index2; lscpu's "2 MiB (2 instances)" is both cores'
+# total), so a block fills it and spills to the shared 32 MiB L3; not re-tuned since. Only speed
+# depends on it: each row's arithmetic is the same for any block size.
 BLOCK_BYTES = 1 << 20
 
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 BF16 = 2.0  # bytes per weight, activation and KV element
 FP32 = 4.0
 GDN_CHUNK = 64  # tokens per chunk of the chunked delta rule (flashinfer / fla)
-SSD_CHUNK = 128  # tokens per chunk of Mamba2's chunked SSD scan (vLLM's default for Mamba2 models)
+# tokens per chunk of Mamba2's chunked SSD scan: vLLM runs the model config's own, and
+# NemotronHConfig's chunk_size and the Falcon-H1 checkpoints' mamba_chunk_size are 128
+# (transformers' FalconH1Config default is 256)
+SSD_CHUNK = 128
 
 Work = tuple[float, float]  # (FLOPs, bytes moved to or from device memory)
 

@@ -73,8 +73,9 @@ NOMINAL_SEQUENCE_S = 5e-4
 # The unit of the token-pair term only (the nominal prior assumes no growth per token): a 2048-token
 # round's pairs at this rate cost what ~10% of its tokens cost at ~1 ms a token.
 NOMINAL_TOKEN_PAIR_S = 5e-8
-# The unit of the cached-KV term: a float32 element read at ~10 GB/s, about one core's memory
-# bandwidth here (not measured for this: an order of magnitude).
+# The unit of the cached-KV term: a float32 element read at ~10 GB/s (not measured for this: an
+# order of magnitude; a core here streams memory at ~24-29 GB/s, docs/real-models.md, and a
+# gather of paged KV runs slower).
 NOMINAL_PREFIX_KV_S = 4e-10
 
 

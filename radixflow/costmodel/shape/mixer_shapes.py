@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from radixflow.costmodel.shape.chunk import ChunkShape
 
-STATE_BYTES = 4  # recurrent state is kept in float32 by every family here (and by vLLM/SGLang)
+# Recurrent (and conv) state in float32, as every torch family here keeps it. For the GPU profiles
+# an assumption: vLLM keeps both in the model's dtype unless --mamba-cache-dtype /
+# --mamba-ssm-cache-dtype say float32 (MambaStateDtypeCalculator, "auto" = the model's dtype).
+STATE_BYTES = 4
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import pytest
 from radixflow.costmodel.kernel_times import roofline
 from radixflow.costmodel.kernel_times.measured import GPUS, kernel_times
 from radixflow.costmodel.kernel_times.roofline import RooflineKernels
+from radixflow.costmodel.kernel_times.table_files import read_table
 
 
 def _h200_roofline() -> RooflineKernels:
@@ -24,3 +25,36 @@ def test_recurrent_fraction_is_what_the_measured_gdn_prefill_reaches_on_the_roof
     roof = _h200_roofline().gdn_prefill(*shape)
     reached = roof.flops / measured_s / GPUS["h200"].peak_flops
     assert pytest.approx(reached, rel=0.15) == roofline.RECURRENT_EFFICIENCY
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def test_gemm_fraction_is_the_median_the_measured_large_gemms_reach():
+    # WHY_GEMM's source: H200 bf16 GEMMs with m, n and k of 2048 or more in the shipped tables
+    peak = GPUS["h200"].peak_flops
+    rates = [
+        2.0 * m * n * k / (ms * 1e-3) / peak
+        for m, n, k, ms in read_table("h200", "gemm")
+        if min(m, n, k) >= 2048
+    ]
+    assert pytest.approx(_median(rates), rel=0.1) == roofline.GEMM_EFFICIENCY
+
+
+def test_attention_fraction_is_what_measured_causal_prefill_reaches_between_2k_and_8k_tokens():
+    # WHY_ATTENTION's source: H200 causal prefill attention (one request, 128-wide heads, 16 or
+    # more of them) in the shipped tables, at 2k and 8k tokens; the fraction lies between the two
+    peak = GPUS["h200"].peak_flops
+
+    def reached(tokens: int) -> float:
+        return _median(
+            [
+                4.0 * batch * heads * dim * isl * isl / 2 / (ms * 1e-3) / peak
+                for heads, _kv, dim, batch, isl, ms in read_table("h200", "context_attention")
+                if isl == tokens and dim == 128 and heads >= 16
+            ]
+        )
+
+    assert reached(2048) < roofline.ATTENTION_EFFICIENCY < reached(8192)

@@ -260,8 +260,21 @@ class Evictor:
             self.policy.evicted(node, EntryKind.KV)
             self.evictions[EntryKind.KV] += 1
             self.evictions[EntryKind.CHECKPOINT] += node.checkpoint is not None
+            self._hand_down_stamp(node)
             self.drop_kv(node)
         return True
+
+    @staticmethod
+    def _hand_down_stamp(node: Node) -> None:
+        """``node``'s KV is evicted: its parent takes over its stamp on the policy's clock
+        (``aged``) if later. A request that resumed at ``node`` (or computed it) used the parent's
+        KV too, and the next one like it resumes at or above the parent: without this, a
+        context's upper pieces keep the stamp of its first computation however often requests
+        resumed below them, and follow its last piece out at once (mutates the parent; its keys
+        only grow, as the queues require)."""
+        parent = node.parent
+        if parent is not None:
+            parent.aged = max(parent.aged, node.aged)
 
     def _evict_checkpoints(self, need: int) -> bool:
         """Drop ``need`` unlocked READY checkpoints, keeping their KV; False if there are fewer."""

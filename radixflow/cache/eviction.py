@@ -109,7 +109,9 @@ class CostPerByte:
 
     with L the inflation clock when a request last resumed there (or computed it): each eviction
     raises the clock to the victim's H, so an entry unused for long falls behind newer ones, the
-    cheaper to recompute per byte the sooner. Waiting: the registered prompts through it
+    cheaper to recompute per byte the sooner. A request that resumed below a node used its KV
+    too: when a KV leaf goes, its parent takes over its L if later (`Evictor`), so a context's
+    upper pieces do not keep the L of its first computation. Waiting: the registered prompts through it
     (``demand``), hits known to be coming. P(reuse): 1 for an entry with evidence of reuse (a
     prompt's end that a request resumed from, or content continuing one: `evidenced`),
     `UNEVIDENCED_ODDS` for one without (a one-off prompt's tail, a conversation's first turn, a

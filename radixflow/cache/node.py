@@ -45,7 +45,9 @@ class Node:
     ends: int = 0
     last_used: int = 0
     hits: int = 1  # requests that resumed at this node (`RadixCache.resumed`), and the one that made it
-    aged: float = 0.0  # the eviction policy's inflation clock when this node was last touched
+    # the eviction policy's inflation clock when this node was last touched, or when a child
+    # evicted since was (a request that resumed below it used its KV too)
+    aged: float = 0.0
     live_children: int = 0  # children that are materialized (0: a KV leaf)
     # published below the end of a prompt that a request resumed from, or below such a node (a
     # conversation's next turn): evidence that it will be continued in turn. Set once, when the

@@ -340,3 +340,26 @@ def test_each_branch_below_checkpointless_kv_holds_all_of_it():
     cache.check_integrity()
     (left,) = [n for n in leaves if n.materialized]
     assert kv.priority(left) == before[left.key[0]]
+
+
+
+def test_a_contexts_upper_piece_keeps_the_recency_of_a_request_resumed_below_it():
+    # b: a 64-token context split by checkpoints at 56 and 64, a candidate's tail below it
+    # (no checkpoint there: worth nothing), computed at clock 0. a: a 64-token context computed
+    # later (the clock at 0.001). Later still (0.003) a second candidate resumes at b's 64: its
+    # piece [56, 64) is stamped then, and goes soon all the same (8 tokens for 8 of KV and a
+    # checkpoint). Its parent [0, 56) is what the next candidate resumes from, and was used by
+    # that request too: it takes over the stamp, so b's context outranks a (the older, of about
+    # the same worth per byte) instead of keeping the stamp of its first computation and going.
+    cache = RadixCache(BS, 17, 3, make_eviction_policy("cost-per-byte", SMALL_CHECKPOINT))
+    policy = cache.evictor.policy
+    b = seq(300, 64)
+    assert serve(cache, "b", b + seq(900, 8), [56, 64], "b1")
+    policy.clock = 0.001  # evictions elsewhere moved the clock
+    assert serve(cache, "a", seq(100, 64), [64], "a")
+    policy.clock = 0.003
+    resume(cache, "b", b + seq(700, 8) + (1,), 64)
+    assert cache.kv.free == 0
+    assert cache.reserve(9, 0)  # b's tail and its piece [56, 64), then one context
+    cache.check_integrity()
+    assert kv_ends(cache) == [("b", 56)]

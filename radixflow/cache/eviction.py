@@ -28,15 +28,20 @@ class EntrySizes:
     """What cache entries weigh, decided where the engine is built (the cost model's shapes in the
     sim, the pools' tensors on the torch runner). Unknown sizes default to 1 byte: the ranking then
     weighs tokens alone. ``recurrent``: resuming needs a checkpoint (a hybrid model), so KV under
-    which no checkpoint remains saves nothing."""
+    which no checkpoint remains saves nothing. ``capacity``: the bytes the cache holds when full
+    (its budget, or both pools full), which paces the clock before the first eviction
+    (`CostPerByte.computed`); None: unknown, and the clock moves at evictions alone."""
 
     kv_bytes_per_token: int = 1
     checkpoint_bytes: int = 1
     recurrent: bool = True
+    capacity: int | None = None
 
     def __post_init__(self) -> None:
         if self.kv_bytes_per_token < 1 or self.checkpoint_bytes < 1:
             raise ValueError(f"entry sizes must be at least one byte: {self}")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"cache capacity must be at least one byte: {self}")
 
 
 # The odds of reuse credited to an entry without evidence of it (`evidenced`), against 1 for one
@@ -83,6 +88,11 @@ class EvictionPolicy(Protocol):
         """``node``'s entry of ``kind`` is being evicted now (may advance ``clock``)."""
         ...
 
+    def computed(self, node: Node, tokens: int) -> None:
+        """A request computed ``tokens`` more tokens of the cache's KV, its path ending at
+        ``node`` (may advance ``clock``)."""
+        ...
+
 
 class LRU:
     """Least recently used first, KV and checkpoints alike."""
@@ -100,6 +110,9 @@ class LRU:
     def evicted(self, node: Node, kind: EntryKind) -> None:
         pass
 
+    def computed(self, node: Node, tokens: int) -> None:
+        pass
+
 
 class CostPerByte:
     """Evicts what costs least to recompute per byte freed, aged by recency: GreedyDual-Size
@@ -111,7 +124,9 @@ class CostPerByte:
     raises the clock to the victim's H, so an entry unused for long falls behind newer ones, the
     cheaper to recompute per byte the sooner. A request that resumed below a node used its KV
     too: when a KV leaf goes, its parent takes over its L if later (`Evictor`), so a context's
-    upper pieces do not keep the L of its first computation. Waiting: the registered prompts through it
+    upper pieces do not keep the L of its first computation. Before the first eviction the
+    clock has no victims to follow; it advances as work is computed instead (`computed`), so
+    that the fill is not one instant. Waiting: the registered prompts through it
     (``demand``), hits known to be coming. P(reuse): 1 for an entry with evidence of reuse (a
     prompt's end that a request resumed from, or content continuing one: `evidenced`),
     `UNEVIDENCED_ODDS` for one without (a one-off prompt's tail, a conversation's first turn, a
@@ -138,6 +153,7 @@ class CostPerByte:
     def __init__(self, sizes: EntrySizes | None = None) -> None:
         self.sizes = sizes or EntrySizes()
         self.clock = 0.0
+        self.warm = False  # an entry was evicted: the clock follows the victims' keys from now
 
     def value(self, node: Node, kind: EntryKind) -> float:
         """Tokens saved per byte held by ``node``'s entry of ``kind``, per hit. Pure."""
@@ -158,7 +174,21 @@ class CostPerByte:
         return (node.aged + (reuse + node.demand) * self.value(node, kind), node.last_used)
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
+        self.warm = True
         self.clock = max(self.clock, self.priority(node, kind)[0])
+
+    def computed(self, node: Node, tokens: int) -> None:
+        """Until the first eviction, advance the clock by the worth computed per byte of capacity:
+        P(reuse) x ``tokens`` / ``sizes.capacity``. In a full cache of like entries GreedyDual's
+        clock rises by one entry's worth per byte while the cache's bytes turn over once; this
+        paces the fill the same way. A clock that stood still through it would stamp every entry
+        the fill computed alike, so that the first evictions rank them by worth alone: then a
+        context used last, split into pieces a little cheaper per byte than a whole one, goes
+        first, piece by piece. Without a capacity the clock waits for evictions."""
+        if self.warm or self.sizes.capacity is None:
+            return
+        reuse = 1.0 if evidenced(node) else UNEVIDENCED_ODDS
+        self.clock += reuse * tokens / self.sizes.capacity
 
 
 def _since_checkpoint_above(node: Node) -> int:

@@ -50,6 +50,8 @@ class Publisher:
                 adopted += self._adopt(node, mine, len(tokens), producer)
             if node.end in wanted and node.checkpoint is None:
                 made[node.end] = self._pending_checkpoint(node, producer)
+        if adopted:
+            self.evictor.policy.computed(path[-1], adopted * bs)
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
 

@@ -40,13 +40,19 @@ def cache_budget(config: SchedulerConfig, model: ModelInfo) -> CacheBudget:
 def make_cache(config: SchedulerConfig, model: ModelInfo, eviction: str) -> RadixCache:
     """The engine's cache: ``config``'s blocks and slots (``config`` as `run_config` made it),
     evicting by the ``eviction`` policy, its entries charged at the runner's sizes."""
+    budget = cache_budget(config, model)
+    pools = config.num_blocks * budget.block_bytes + config.num_state_slots * budget.slot_bytes
+    held = pools if budget.budget_bytes is None else min(pools, budget.budget_bytes)
     sizes = EntrySizes(  # unknown sizes (0) count as one byte: tokens alone decide then
-        max(model.kv_bytes_per_token, 1), max(model.checkpoint_bytes, 1), config.has_recurrent
+        max(model.kv_bytes_per_token, 1),
+        max(model.checkpoint_bytes, 1),
+        config.has_recurrent,
+        capacity=max(held, 1),
     )
     return RadixCache(
         config.block_size,
         config.num_blocks,
         config.num_state_slots,
         make_eviction_policy(eviction, sizes),
-        cache_budget(config, model),
+        budget,
     )

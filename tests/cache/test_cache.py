@@ -321,7 +321,8 @@ class CacheMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        sizes = EntrySizes(kv_bytes_per_token=3, checkpoint_bytes=40, recurrent=self.RECURRENT)
+        full = self.BUDGET or self.BLOCKS * BS * 3 + self.SLOTS * 40  # paces the clock's fill
+        sizes = EntrySizes(3, 40, self.RECURRENT, capacity=full)
         policy = make_eviction_policy(self.EVICTION, sizes)
         budget = CacheBudget(3 * BS, 40, self.BUDGET)  # the sizes the policy weighs entries by
         self.cache = RadixCache(BS, self.BLOCKS, self.SLOTS, eviction=policy, budget=budget)

@@ -89,6 +89,7 @@ class Driver:
             kv_bytes_per_token=max(BLOCK_BYTES // cfg.bs, 1),
             checkpoint_bytes=SLOT_BYTES,
             recurrent=cfg.recurrent,
+            capacity=cfg.blocks * BLOCK_BYTES + cfg.slots * SLOT_BYTES,  # paces the clock's fill
         )
         policy = make_eviction_policy(cfg.policy, sizes)
         slots = cfg.slots if cfg.recurrent else 0

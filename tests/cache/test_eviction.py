@@ -3,6 +3,8 @@ weighed by hits and aged by its inflation clock, where `lru` evicts the least re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from cache_utils import seq, serve
 
@@ -73,6 +75,8 @@ def test_the_registry_builds_both_with_sizes():
         make_eviction_policy("mru")
     with pytest.raises(ValueError, match="at least one byte"):
         EntrySizes(kv_bytes_per_token=0)
+    with pytest.raises(ValueError, match="capacity must be at least one byte"):
+        EntrySizes(capacity=0)
 
 
 @pytest.mark.parametrize(("policy", "kept"), [("lru", 8), ("cost-per-byte", 64)])
@@ -363,3 +367,23 @@ def test_a_contexts_upper_piece_keeps_the_recency_of_a_request_resumed_below_it(
     assert cache.reserve(9, 0)  # b's tail and its piece [56, 64), then one context
     cache.check_integrity()
     assert kv_ends(cache) == [("b", 56)]
+
+
+@pytest.mark.parametrize("policy", ["lru", "cost-per-byte"])
+def test_the_context_computed_last_is_not_evicted_first_at_a_cold_clock(policy):
+    # a (older): a 64-token context in one node, its checkpoint at 64. b (newer): a 64-token
+    # context that the cold-start ladder split with checkpoints at 48, 56 and 64, so each piece
+    # saves a little less per byte than a whole context (8 tokens for 8 of KV and a checkpoint of
+    # 2, against 64 for 66). Nothing has been evicted yet: a clock that moves only at evictions
+    # stamps both at its start, and worth alone would drop all of b, piece by piece, before a.
+    # The clock moves as work is computed too, so b is the newer and a goes, as under LRU.
+    blocks, slots = 16, 4
+    sizes = replace(SMALL_CHECKPOINT, capacity=blocks * BS * 10 + slots * 20)
+    cache = RadixCache(BS, blocks, slots, make_eviction_policy(policy, sizes))
+    assert serve(cache, "a", seq(100, 64), [64], "a")
+    assert serve(cache, "b", seq(300, 64), [48, 56, 64], "b")
+    assert cache.kv.free == 0
+    assert cache.reserve(8, 0)  # one context's blocks
+    cache.check_integrity()
+    assert {ns for ns, _ in cache.tree.named_roots()} == {"b"}
+    assert ends_with_checkpoint(cache) == {48, 56, 64}

@@ -31,6 +31,7 @@ OPTIONS = EngineOptions(model=MODEL, kv_blocks=512, state_slots=64, token_budget
 class RunningServer:
     server: Server
     url: str  # http://127.0.0.1:PORT
+    thread: threading.Thread  # runs the server: ends once it has shut down
 
     def client(self, **kwargs: Any) -> openai.OpenAI:
         # no retries: a 429 must reach the test, not be retried away
@@ -69,7 +70,7 @@ def running_server(
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
     try:
-        yield RunningServer(server, f"http://127.0.0.1:{port}")
+        yield RunningServer(server, f"http://127.0.0.1:{port}", thread)
     finally:
         server.should_exit = True
         thread.join(60)

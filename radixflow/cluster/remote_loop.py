@@ -157,13 +157,15 @@ class RemoteLoop:
     def join(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
 
+    def abandon(self, message: str) -> None:
+        """On the event loop: answer what is left with a 503 now (the drain's end does it too)."""
+        self._fail_all(message)
+
     # ------------------------------------------------------------ event loop
-    def _fail_all(self) -> None:
+    def _fail_all(self, message: str = "the server shut down before this request finished") -> None:
         """The drain is over: answer what is left with a 503 and cancel its jobs."""
         for flight in list(self._flights.values()):
-            self._answer(
-                flight, Final(flight.index, None, 503, "the server shut down before this request finished")
-            )
+            self._answer(flight, Final(flight.index, None, 503, message))
             if flight.task is not None:
                 flight.task.cancel()
 

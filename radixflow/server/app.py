@@ -15,6 +15,7 @@ from radixflow.package import package_version
 from radixflow.server import chat, completions, score, tokenize
 from radixflow.server.errors import install_handlers
 from radixflow.server.limits import BodyLimit, LongBodyLane
+from radixflow.server.loop import ENGINE_GRACE_S, STUCK
 from radixflow.server.state import ServerState
 
 
@@ -29,8 +30,10 @@ def create_app(state: ServerState) -> FastAPI:
         finally:
             # Also when the app's own client fails (run-batch): the engine thread ran on otherwise.
             # Normally `Server.shutdown` has begun draining already; this covers other ASGI servers.
+            # Bounded: an engine thread stuck in its round is left behind, its requests answered.
             state.loop.shutdown(state.config.drain_s)
-            await asyncio.to_thread(state.loop.join)
+            if not await asyncio.to_thread(state.loop.join, state.config.drain_s + ENGINE_GRACE_S):
+                state.loop.abandon(STUCK)
             state.close()
 
     app = FastAPI(title="RadixFlow", lifespan=lifespan)

@@ -76,7 +76,15 @@ class NotAccepting(Exception):
     """The server is shutting down or its engine failed (HTTP 503)."""
 
 
-@dataclass
+# How long past the drain's end a stop waits for the engine thread to finish its round before it
+# answers what is left itself and leaves the thread behind (`EngineLoop.stop`): the drain's end
+# fails what is left at the next chance the thread gets, so a thread this late is stuck (a worker
+# call that never returns), and its clients and the process would wait on it forever.
+ENGINE_GRACE_S = 5.0
+STUCK = "the server shut down before this request finished (the engine was stuck in a round)"
+
+
+@dataclass(eq=False)  # by identity: the loop's set of owed entries holds them
 class _Entry:
     tracker: RequestTracker  # handed to the output processor on admission; read for metrics
     index: int
@@ -97,7 +105,7 @@ class EngineLoop:
         self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
         # guarded by _cond: the engine thread took its last commands; a later one runs where given
         self._ended = False
-        self._pending = 0  # accepted and not yet answered or aborted (guarded by _cond)
+        self._owed: set[_Entry] = set()  # accepted and not yet answered or aborted (guarded by _cond)
         self._accepting = True  # guarded by _cond
         self._deadline: float | None = None  # draining: fail what is left at this monotonic time
         self._active: dict[str, _Entry] = {}  # engine thread only
@@ -105,6 +113,8 @@ class EngineLoop:
         self._driver = EngineDriver(engine, self._processor, self._on_round)
         self._thread = threading.Thread(target=self._run, name="radixflow-engine", daemon=True)
         self.failure: str | None = None  # why the engine loop died, if it did
+        self.abandoned = False  # a stop left the engine thread behind, stuck (`abandon`)
+        self._finished = threading.Event()  # the engine thread ended, or was left behind
 
     # ------------------------------------------------------------ any thread
     def start(self) -> None:
@@ -137,14 +147,15 @@ class EngineLoop:
         with self._cond:
             if not self._accepting or self.failure is not None:
                 raise NotAccepting(self.failure or "the server is shutting down")
-            if self._pending + len(items) > self.max_pending:
+            pending = len(self._owed)
+            if pending + len(items) > self.max_pending:
                 raise QueueFull(
-                    f"{counted(self._pending, 'request')} {'is' if self._pending == 1 else 'are'} "
+                    f"{counted(pending, 'request')} {'is' if pending == 1 else 'are'} "
                     f"queued (limit {self.max_pending}); retry later"
                 )
-            self._pending += len(items)
-            self._on_pending()  # now: the engine thread may be in a long round
             entries = [_Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
+            self._owed.update(entries)
+            self._on_pending()  # now: the engine thread may be in a long round
             self._commands.append(lambda: self._admit(entries))
             self._cond.notify()
 
@@ -176,10 +187,42 @@ class EngineLoop:
             self._cond.notify()
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the engine thread to end (at most ``timeout`` seconds); True once it has."""
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Wait for the engine thread to end, or to be left behind by `abandon` (at most
+        ``timeout`` seconds); True once it has: every accepted request has its answer then."""
+        if self._thread.ident is None:  # never started
+            return True
+        if not self._finished.wait(timeout):
+            return False
+        if not self.abandoned:
+            self._thread.join()  # past its last line: a moment
+        return True
+
+    def stop(self, drain_s: float, grace_s: float = ENGINE_GRACE_S) -> bool:
+        """`shutdown` and wait: True once the engine thread ended; False when it was still in a
+        round ``grace_s`` after the drain's end (a second `shutdown` brings that closer), so its
+        requests were answered here (`abandon`)."""
+        self.shutdown(drain_s)
+        while not self.join(0.1):
+            with self._cond:
+                due = self._deadline is not None and time.monotonic() >= self._deadline + grace_s
+            if due:
+                self.abandon()
+                return False
+        return not self.abandoned
+
+    def abandon(self, message: str = STUCK) -> None:
+        """Answer every accepted, unanswered request with a 503 now, from this thread, and leave
+        the engine thread behind: it is stuck in a round past the drain, and its clients would
+        wait on it forever. Whatever it answers if it comes back goes nowhere; `join` returns."""
+        with self._cond:
+            self._accepting, self.abandoned = False, True
+            owed = list(self._owed)
+            self._owed.clear()
+            self._on_pending()
+        for entry in owed:
+            self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, True)
+            _send(entry.sink, Final(entry.index, None, 503, message))
+        self._finished.set()
 
     def _command(self, fn: Callable[[], None]) -> None:
         with self._cond:
@@ -191,6 +234,12 @@ class EngineLoop:
 
     # ------------------------------------------------------------ engine thread
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._finished.set()
+
+    def _serve(self) -> None:
         try:
             while self._next_commands():
                 if self._deadline is not None and time.monotonic() >= self._deadline:
@@ -303,20 +352,24 @@ class EngineLoop:
 
     def _answer(self, entry: _Entry, final: Final) -> None:
         # first: a client that has its answer finds its slot in the queue free
-        self._release(entry, failed=final.output is None)
-        _send(entry.sink, final)
+        if self._release(entry, failed=final.output is None):
+            _send(entry.sink, final)
 
-    def _release(self, entry: _Entry, failed: bool = False) -> None:
+    def _release(self, entry: _Entry, failed: bool = False) -> bool:
         """The entry's request left the engine (the processor forgot it there): count it, as
-        failed when it was answered with an error (not aborted, though the drain aborts it)."""
-        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, failed)
+        failed when it was answered with an error (not aborted, though the drain aborts it).
+        False: `abandon` answered it already."""
         with self._cond:
-            self._pending -= 1
+            if entry not in self._owed:
+                return False
+            self._owed.discard(entry)
             self._on_pending()
+        self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, failed)
+        return True
 
     def _on_pending(self) -> None:  # under _cond
-        self.metrics.on_pending(self._pending)
-        self.liveness.on_pending(self._pending)
+        self.metrics.on_pending(len(self._owed))
+        self.liveness.on_pending(len(self._owed))
 
     def _on_round(self, record: RoundRecord) -> None:
         self.metrics.on_round(record)

@@ -14,6 +14,7 @@ import uvicorn
 from radixflow.generation.setup import LoadedModel
 from radixflow.problems import Problem, ProblemError
 from radixflow.server.app import create_app
+from radixflow.server.loop import ENGINE_GRACE_S, STUCK
 from radixflow.server.state import ServerConfig, ServerState, local_backend
 
 log = logging.getLogger("radixflow.server")
@@ -33,9 +34,15 @@ class Server(uvicorn.Server):
     503 at once (a JSON error body; a stream, an error event and ``[DONE]``), and the server exits
     when those answers are out, or after ``HURRY_S`` if a client does not take its answer. Only a
     third Ctrl-C drops connections unanswered (uvicorn's own forced exit). Either way the engine
-    thread ends before the process does: one left running in torch aborts the process."""
+    thread ends before the process does: one left running in torch aborts the process.
+
+    Unless it is stuck: an engine thread still in its round ``ENGINE_GRACE_S`` after the drain's
+    end (or after the second Ctrl-C) is left behind. Its requests are answered with a 503 here,
+    the server exits once those answers are out, and ``engine_left`` says so (the CLI then ends
+    the process without waiting for the thread)."""
 
     HURRY_S = 5.0
+    ENGINE_GRACE_S = ENGINE_GRACE_S
 
     def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
         super().__init__(config)
@@ -43,6 +50,9 @@ class Server(uvicorn.Server):
         self._aio: asyncio.AbstractEventLoop | None = None
         self._give_up_at: float | None = None  # set by the second Ctrl-C
         self._interrupted = False  # a Ctrl-C (SIGINT) stopped it
+        self._engine_due = float("inf")  # monotonic: past this, a stuck engine thread is left behind
+        self._answered_at: float | None = None  # monotonic: every accepted request had its answer
+        self.engine_left = False  # the engine thread was stuck past the drain: left behind
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._aio = asyncio.get_running_loop()
@@ -67,9 +77,12 @@ class Server(uvicorn.Server):
         """End the drain now: the engine loop answers every unfinished request with a 503."""
         log.warning("second interrupt: answering unfinished requests with 503 and exiting")
         self.state.loop.shutdown(0.0)
+        self._engine_due = min(self._engine_due, time.monotonic() + self.ENGINE_GRACE_S)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.state.loop.shutdown(self.state.config.drain_s)
+        drain_s = self.state.config.drain_s
+        self.state.loop.shutdown(drain_s)
+        self._engine_due = min(self._engine_due, time.monotonic() + drain_s + self.ENGINE_GRACE_S)
         watch = asyncio.ensure_future(self._give_up_when_due())
         try:
             await self._drain()
@@ -78,20 +91,45 @@ class Server(uvicorn.Server):
             watch.cancel()
         if self.force_exit:
             # uvicorn skips the app's shutdown then; run it anyway, with no drain left: it ends the
-            # engine thread (after its current round) and the tokenizer threads.
+            # engine thread (after its current round, or leaves it stuck) and the tokenizer threads.
             self.state.loop.shutdown(0.0)
+            self._engine_due = min(self._engine_due, time.monotonic() + self.ENGINE_GRACE_S)
+            await self._drain(hard=True)
             await self.lifespan.shutdown()
         await asyncio.to_thread(self.state.loop.join)  # whatever ran the app (or did not)
         self.state.close()
 
-    async def _drain(self) -> None:
+    async def _drain(self, hard: bool = False) -> None:
         """Until the engine loop has answered every accepted request (or failed them at the drain's
-        end, or a second Ctrl-C), or a third Ctrl-C; the server keeps answering meanwhile."""
-        while not self.force_exit and not await asyncio.to_thread(self.state.loop.join, 0.1):
-            pass
+        end, or a second Ctrl-C), or a third Ctrl-C (unless ``hard``); the server keeps answering
+        meanwhile. An engine thread stuck in its round past ``_engine_due`` is left behind."""
+        loop = self.state.loop
+        while not await asyncio.to_thread(loop.join, 0.1):
+            if time.monotonic() >= self._engine_due:
+                self._leave_engine()
+                break
+            if self.force_exit and not hard:
+                return
+        self._answered_at = time.monotonic()
+
+    def _past_hurry(self) -> bool:
+        if self._give_up_at is None or self._answered_at is None:
+            return False
+        return time.monotonic() >= max(self._give_up_at, self._answered_at + self.HURRY_S)
+
+    def _leave_engine(self) -> None:
+        log.warning(
+            "the engine did not finish its round within %.0f s of the drain's end (stuck); its "
+            "requests were answered with 503 and the server exits without it",
+            self.ENGINE_GRACE_S,
+        )
+        self.engine_left = True
+        self.state.loop.abandon(STUCK)
 
     async def _give_up_when_due(self) -> None:
-        while self._give_up_at is None or time.monotonic() < self._give_up_at:
+        # HURRY_S after the second Ctrl-C, and after the answers went out (a stuck engine's
+        # requests are answered only once its grace is over): the clients' time to take them
+        while not self._past_hurry():
             await asyncio.sleep(0.1)
         log.warning("clients did not take their answers within %.0f s; closing", self.HURRY_S)
         self.force_exit = True

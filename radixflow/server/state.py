@@ -70,6 +70,11 @@ class ServingLoop(Protocol):
         seconds); True once that is so."""
         ...
 
+    def abandon(self, message: str) -> None:
+        """Answer every accepted, unanswered request with a 503 carrying ``message`` now: what
+        runs them is stuck past the drain (`join` returns then)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Backend:

@@ -381,8 +381,10 @@ class BlockingRunner(SimRunner):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.release = threading.Event()
+        self.entered = threading.Event()  # a worker call began
 
     def run(self, batch):
+        self.entered.set()
         self.release.wait()
         return super().run(batch)
 
@@ -410,6 +412,36 @@ def test_an_engine_stuck_in_a_worker_call_says_so_and_recovers(tokenizer):
         runner.release.set()
         assert [len(f.output.token_ids) for f in finals(events, 2)] == [4, 4]
         poll(lambda: loop.stalled is None)
+    finally:
+        runner.release.set()
+        loop.shutdown(0.0)
+        loop.join(10)
+
+
+def test_a_stop_with_the_engine_stuck_in_a_round_answers_everyone_and_returns(tokenizer):
+    # the engine thread never ended (a worker call that never returns), so a stop waited for it
+    # forever: the drain's 503s were never sent and the server hung on Ctrl-C/SIGTERM
+    runner = BlockingRunner(SPEC, HARDWARE["h100"])
+    loop = EngineLoop(new_engine(runner, CFG), ServerMetrics(), 8)
+    loop.start()
+    try:
+        events = submit(loop, tokenizer, 2)
+        assert runner.entered.wait(60)  # the first round is in its worker call
+        done = threading.Event()
+        stopped: list[bool] = []
+        stopper = threading.Thread(target=lambda: (stopped.append(loop.stop(0.0, grace_s=0.0)), done.set()))
+        stopper.start()
+        assert done.wait(60), "stop waited for the stuck engine thread"
+        assert stopped == [False]  # the engine thread was left behind, not joined
+        answers = finals(events, 2)
+        assert [(f.status, f.output) for f in answers] == [(503, None), (503, None)]
+        assert "stuck" in answers[0].error
+        assert loop.join(0.0)  # nothing is owed: a later join returns at once
+        with pytest.raises(NotAccepting):
+            submit(loop, tokenizer, 1)
+        runner.release.set()  # the round comes back: its late answers go nowhere
+        poll(lambda: not loop._thread.is_alive())
+        assert events.empty()
     finally:
         runner.release.set()
         loop.shutdown(0.0)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_utils import MODEL
+from server_utils import MODEL, running_server
 
 import radixflow
+from radixflow.server.state import ServerConfig
 
 LONG = {"model": MODEL, "prompt": "The river winds", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
 
@@ -171,3 +172,52 @@ def test_while_draining_a_new_connection_gets_a_503_not_a_refusal(server_process
     stderr = proc.stderr.read() if proc.stderr else ""
     assert "Traceback" not in stderr, stderr
     assert health_status(url) is None  # closed once every answer is out
+
+
+def test_a_shutdown_with_the_engine_stuck_in_a_round_answers_every_client_and_ends(zoo):
+    # the engine thread never finished its round (a worker call that never returns), and the
+    # shutdown waited for it without a bound: the drain's 503s never went out, the process hung
+    release, entered = threading.Event(), threading.Event()
+    with running_server(ServerConfig(drain_s=0.0)) as srv:
+        srv.server.ENGINE_GRACE_S = 0.5  # any grace: the stuck round never ends by itself
+        runner = srv.server.state.loop.engine.runner
+        run = runner.run
+
+        def stuck(batch):
+            entered.set()
+            release.wait()
+            return run(batch)
+
+        runner.run = stuck
+        got: dict[str, object] = {}
+
+        def plain() -> None:
+            got["plain"] = httpx.post(f"{srv.url}/v1/completions", json=LONG, timeout=60)
+
+        def stream() -> None:
+            with httpx.stream(
+                "POST", f"{srv.url}/v1/completions", json={**LONG, "stream": True}, timeout=60
+            ) as r:
+                got["stream"] = [line for line in r.iter_lines() if line]
+
+        clients = [threading.Thread(target=plain), threading.Thread(target=stream)]
+        try:
+            for c in clients:
+                c.start()
+            assert entered.wait(60)
+            wait_until(lambda: pending(srv.url) == 2, 30)  # both accepted: one is in the stuck round
+            srv.server.should_exit = True  # as SIGTERM
+            for c in clients:
+                c.join(60)
+            srv.thread.join(60)
+            assert not srv.thread.is_alive(), "the shutdown waited for the stuck engine"
+            assert srv.server.engine_left
+        finally:
+            release.set()
+    plain_answer = got["plain"]
+    assert isinstance(plain_answer, httpx.Response) and plain_answer.status_code == 503
+    error = plain_answer.json()["error"]
+    assert error["type"] == "service_unavailable_error" and "stuck" in error["message"], error
+    lines = got["stream"]
+    assert isinstance(lines, list) and lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "service_unavailable_error"

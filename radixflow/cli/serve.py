@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 
@@ -32,6 +35,7 @@ from radixflow.server.listen import bind, bound_port
 # what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
 BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
+ENGINE_LEFT = "the engine was stuck in a round: its requests were answered with 503 and it was left behind"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -152,8 +156,37 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"round predictor from {prior or 'nothing'})",
         file=sys.stderr,
     )
-    server.run(sockets=[sock])
-    return 0
+    return serve_until_stopped(server, sock)
+
+
+class Stoppable(Protocol):
+    """What `serve_until_stopped` runs: `radixflow.server.serve.Server`."""
+
+    engine_left: bool
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None: ...
+
+
+def serve_until_stopped(server: Stoppable, sock: socket.socket) -> int:
+    """Run ``server`` until it is stopped; 0 (a Ctrl-C raises KeyboardInterrupt, as ever).
+
+    Unless it left its engine thread behind, stuck in a round (`Server.engine_left`): its clients
+    have their answers, and the process ends here, with its one line, without the interpreter's
+    shutdown, which would wait on that thread or abort under it (a torch call returning into a
+    finalizing interpreter)."""
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        if not server.engine_left:
+            raise
+        said, code = "interrupted", 130
+    else:
+        if not server.engine_left:
+            return 0
+        said, code = "stopped", 0
+    print(f"radixflow: {said}; {ENGINE_LEFT}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
 
 
 def run_fleet(args: argparse.Namespace, console: Console) -> int:

@@ -643,3 +643,36 @@ def test_score_rows_are_written_in_input_order_as_each_context_finishes():
     run_jobs(jobs, score_many, lambda context, candidates: None, out, lambda done, total: None)
     assert seen == [0, 2, 3]
     assert [json.loads(line)["line"] for line in out.getvalue().splitlines()] == [1, 2, 3]
+
+
+LEFT_BEHIND = """
+import sys, threading
+import torch
+from radixflow.cli.serve import serve_until_stopped
+
+class Server:  # a server that left its engine thread behind, still in torch
+    engine_left = True
+
+    def run(self, sockets=None):
+        a = torch.randn(512, 512)
+        threading.Thread(target=lambda: [a @ a for _ in iter(int, 1)], daemon=True).start()
+        raise KeyboardInterrupt
+
+sys.exit(serve_until_stopped(Server(), None))
+"""
+
+
+def test_serve_exits_with_one_line_when_it_left_its_stuck_engine_behind():
+    # the server answered the stuck engine's requests and returned, but the interpreter's exit
+    # then ran under the engine thread: one in torch aborts it ("terminate called", exit 134)
+    pytest.importorskip("torch")
+    root = str(Path(radixflow.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", LEFT_BEHIND], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines() == [
+        "radixflow: interrupted; the engine was stuck in a round: its requests were answered with 503 "
+        "and it was left behind"
+    ]

@@ -467,6 +467,8 @@ def test_serve_warns_of_the_cpu_clock_by_the_threads_it_will_run(zoo, capsys, mo
     from radixflow.cli import serve as serve_command
 
     class Server:
+        engine_left = False  # its engine thread ended with it
+
         def run(self, sockets: list[object]) -> None:
             return None
 

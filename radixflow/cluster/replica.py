@@ -155,9 +155,9 @@ class EngineReplica:
         }
 
     def drain(self) -> None:
-        """Finish what was accepted (within the drain time), then stop the engine thread."""
-        self.loop.shutdown(self.drain_s)
-        self.loop.join()
+        """Finish what was accepted (within the drain time), then stop the engine thread; one
+        stuck in its round past that is left behind, its jobs answered with a 503 (`EngineLoop.stop`)."""
+        self.loop.stop(self.drain_s)
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
         with contextlib.suppress(Exception):  # interpreter teardown: nothing left to drain into

@@ -163,3 +163,42 @@ def test_a_replica_whose_engine_is_stuck_fails_its_health_check_and_is_passed_ov
     finally:
         release.set()
         replica.drain()
+
+
+def test_a_replica_stopped_with_its_engine_stuck_answers_its_jobs_and_stops(zoo):
+    # drain joined the engine thread without a bound: Serve stopping a stuck replica (one that
+    # failed its health check) hung in it until Serve killed the actor, its jobs unanswered
+    import threading
+
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 0.0)
+    release, entered = threading.Event(), threading.Event()
+    run = replica.engine.runner.run
+
+    def stuck(batch):
+        entered.set()
+        release.wait()
+        return run(batch)
+
+    replica.engine.runner.run = stuck  # type: ignore[method-assign]
+    try:
+        job = Job("j", tuple(range(10, 40)), "default", SamplingParams(max_tokens=2), False)
+
+        async def answer_while_draining():
+            answer = asyncio.ensure_future(collect(replica.generate(job)))
+            await asyncio.to_thread(entered.wait, 60)
+            drain = threading.Thread(target=replica.drain, daemon=True)  # a hang fails, not hangs, the test
+            drain.start()
+            await asyncio.to_thread(drain.join, 60)
+            assert not drain.is_alive(), "drain waited for the stuck engine thread"
+            return await asyncio.wait_for(answer, 60)
+
+        final = asyncio.run(answer_while_draining())[-1].event
+        # a refusal the ingress retries on another replica: this one never ran the job to its end
+        assert isinstance(final, Final) and final.status == 503 and "stuck" in final.error
+    finally:
+        release.set()
+        replica.loop.join(30)
+
+
+async def collect(events):
+    return [event async for event in events]

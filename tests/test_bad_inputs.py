@@ -191,6 +191,7 @@ BASE_ARGS = {
     "calibrate": ["--model", "m"],
 }
 
+
 @pytest.mark.parametrize("command", ["generate", "score", "serve", "run-batch", "calibrate"])
 @SETTINGS
 @given(data=st.data())
@@ -582,6 +583,7 @@ def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
     keys = [c.key(config.variants) for c in config.cells]
     assert len(set(labels)) == len(labels) and len(set(keys)) == len(keys), (where, items)
 
+
 # ------------------------------------------------------------------ the server's ids and roles
 def _server_routes() -> dict[str, tuple[Any, dict[str, Any]]]:
     from server_utils import MODEL
@@ -690,6 +692,7 @@ SAME_BAD_VALUE = [
     ("frequency_penalty", 3.0, "3", "3"),
     ("repetition_penalty", 0.0, "0", "0"),
     ("seed", 2**64, str(2**64), str(2**64)),
+    ("seed", -(2**63) - 1, str(-(2**63) - 1), str(-(2**63) - 1)),
     ("seed", 1.5, "1.5", "1.5"),
     ("logprobs", 21, "21", "21"),
     ("logprobs", -1, "-1", "-1"),
@@ -702,9 +705,8 @@ SAME_BAD_VALUE = [
     ("min_tokens", 9, "9", "9"),
     ("truncate_prompt_tokens", 0, "0", "0"),
 ]
-# Where a door may word a field otherwise, and why: generate's --seed is the engine's seed option
-# too (it seeds the engine's generator: 0 up); a chat reply is at least one token (OpenAI's rule)
-OWN_RULE = {("cli", "seed"), ("chat", "max_tokens")}
+# Where a door may word a field otherwise, and why: a chat reply is at least one token (OpenAI's rule)
+OWN_RULE = {("chat", "max_tokens")}
 
 
 def _core(message: str, name: str) -> str:
@@ -775,3 +777,30 @@ def _flag_of(field: str) -> str:
     from radixflow.cli.generate import _sampling_flag
 
     return _sampling_flag(field)
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 2**64 - 1])
+def test_every_door_takes_the_seeds_the_others_take(server, capsys, monkeypatch, seed):
+    """A seed is read mod 2^64, signed or unsigned: `generate --seed -1` was refused ("must be >=
+    0", the engine option's own rule) while `LLM`'s request seed and the server's took it."""
+    from radixflow.generation import LLM, SamplingParams
+    from radixflow.options import EngineOptions
+
+    assert SamplingParams(max_tokens=1, seed=seed).problem() is None
+    assert EngineOptions(seed=seed).validate() is None
+
+    class Accepted(Exception):
+        pass
+
+    def accepted(*args: object, **kwargs: object) -> None:
+        raise Accepted  # the flags passed every check: the model would load now
+
+    monkeypatch.setattr(LLM, "from_options", accepted)
+    with pytest.raises(Accepted):
+        main(["generate", "qwen3_5-tiny", "--prompt", "hi", "--max-tokens", "1", f"--seed={seed}"])
+    assert capsys.readouterr().err == ""
+    _, http = server
+    for route, body in _server_routes().items():
+        if route in ("/v1/completions", "/v1/chat/completions"):
+            r = http.post(route, json={**body[1], "seed": seed, "max_tokens": 1})
+            assert r.status_code == 200, (route, r.text)

@@ -36,7 +36,8 @@ def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
     )
     problem = spec.problem()  # sizes are checked here, before a single token is drawn
     if problem is not None:
-        raise UsageError(problem.render(lambda p: flag(p) if flag(p) in WORKLOAD_FLAGS else p))
+        # the seed is the run's (--seed), the workload's too
+        raise UsageError(problem.render(lambda p: flag(p) if flag(p) in (*WORKLOAD_FLAGS, "--seed") else p))
     return spec
 
 

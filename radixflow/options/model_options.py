@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.spec import option
+from radixflow.scheduler.sampling_checks import SEED_RANGE, SEED_WORDS
 
-MAX_SEED = 2**64 - 1
 RUNNERS = ("sim", "torch")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # resolved per device: models/device.py
 KERNELS = ("auto", "native", "torch")  # resolved per device and dtype: models/kernels/backend.py
@@ -84,10 +84,12 @@ class ModelOptions:
     seed: int = option(
         0,
         "random seed: of the sampler, for requests without a seed of their own (bench: "
-        "also of a generated workload's token ids and arrivals; generate: also each prompt's own seed)",
+        "also of a generated workload's token ids and arrivals; generate: also each prompt's own seed); "
+        "64 bits, signed or unsigned, as a request's own seed",
         int,
-        low=0,
-        high=MAX_SEED,
+        low=SEED_RANGE[0],  # read mod 2^64, as a request's own seed: -1 and 2^64 - 1 draw alike
+        high=SEED_RANGE[1],
+        range_words=SEED_WORDS,
         group="model",
         metavar="N",
     )

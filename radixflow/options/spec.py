@@ -29,6 +29,9 @@ class OptionSpec:
     aliases: tuple[str, ...] = ()  # other flag spellings (a documented older name)
     flag: str | None = None  # the flag, where it is not the field's name (``drain_s``: --drain-timeout)
     show_default: bool = True  # False: the help says what the default is (a door decides it)
+    # what a number outside [low, high] is told, in place of the bound it crossed: the words
+    # another door uses for the same value (the seed: a request's own seed's)
+    range_words: str | None = None
 
 
 def option(default: Any, help: str, kind: type, **spec: Any) -> Any:
@@ -85,7 +88,12 @@ def type_problem(name: str, value: Any, kind: type, optional: bool) -> Problem |
     return None
 
 
-def range_problem(name: str, value: float, low: float | None, high: float | None) -> Problem | None:
+def range_problem(
+    name: str, value: float, low: float | None, high: float | None, words: str | None = None
+) -> Problem | None:
+    outside = (low is not None and value < low) or (high is not None and value > high)
+    if outside and words is not None:
+        return Problem(name, f"{words}, got {value!r}")
     if low is not None and value < low:
         return Problem(name, f"must be {'>= 0' if low == 0 else f'at least {show(low)}'}, got {value!r}")
     if high is not None and value > high:
@@ -99,7 +107,7 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
     if problem is not None or value is None:
         return problem
     if spec.kind in (int, float):
-        return range_problem(name, value, spec.low, spec.high)
+        return range_problem(name, value, spec.low, spec.high, spec.range_words)
     if spec.kind is str and not value.strip():
         return Problem(name, "must not be empty")
     if spec.kind is str and "\x00" in value:  # no file, model or host name holds one; os calls refuse it

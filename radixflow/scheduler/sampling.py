@@ -14,6 +14,7 @@ from radixflow.scheduler.sampling_checks import (
     OPTIONAL_FIELDS,
     PENALTY_RANGE,
     SEED_RANGE,
+    SEED_WORDS,
     allowed_ok,
     alternatives_problem,
     bias_problem,
@@ -132,7 +133,6 @@ class SamplingParams:
         penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
         repetition = is_real(self.repetition_penalty) and self.repetition_penalty > 0
         at_most_max = f"must be an integer between 0 and max_tokens ({self.max_tokens!r})"
-        seeds = f"must fit in 64 bits ({SEED_RANGE[0]} to {SEED_RANGE[1]})"
         checks = [
             (is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens", "must be an integer >= 0"),
             (min_tokens_ok(self.min_tokens, self.max_tokens), "min_tokens", at_most_max),
@@ -140,7 +140,7 @@ class SamplingParams:
             (is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
             (is_int(self.top_k) and self.top_k >= 0, "top_k", "must be an integer >= 0 (0 or -1: no cut)"),
             (is_real(self.min_p) and 0 <= self.min_p <= 1, "min_p", "must be in [0, 1]"),
-            (self.seed is None or SEED_RANGE[0] <= self.seed <= SEED_RANGE[1], "seed", seeds),
+            (self.seed is None or SEED_RANGE[0] <= self.seed <= SEED_RANGE[1], "seed", SEED_WORDS),
             (ids_ok(self.stop_token_ids), "stop_token_ids", "must be a list of token ids"),
             (allowed_ok(self.allowed_token_ids), "allowed_token_ids", "must be a non-empty list of ids"),
             (isinstance(self.ignore_eos, bool), "ignore_eos", "must be true or false"),

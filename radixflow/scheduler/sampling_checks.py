@@ -15,6 +15,8 @@ MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's does
 # a seed is read mod 2^64 (`mix64`): one past 64 bits would draw another seed's tokens, unsaid.
 # Signed or unsigned 64-bit, as clients send them (OpenAI's is signed, numpy's and torch's unsigned)
 SEED_RANGE = (-(2**63), 2**64 - 1)
+# a seed out of range, in every door's words (the engine option's too)
+SEED_WORDS = f"must fit in 64 bits ({SEED_RANGE[0]} to {SEED_RANGE[1]})"
 # every choice holds a banned sequence: no output could be both (the door names its own fields)
 NO_OPEN_CHOICE = Problem("bad_token_sequences", "ban every one of the token_choices")
 

@@ -51,8 +51,10 @@ class WorkloadSpec:
     def problem(self) -> Problem | None:
         """Why this workload cannot be built (None when it can). Pure: nothing is drawn."""
         at_least = {"groups": 0, "candidates": 0, "independent": 0, "shared_prefix_len": 0, "context_len": 0}
-        at_least["seed"] = 0  # random.Random(-s) draws what random.Random(s) draws
         at_least |= {"candidate_len": 1, "burst_size": 1, "namespaces": 1, "vocab_size": 2}
+        if self.seed < 0:  # the engine takes one (read mod 2^64); this draws with random.Random
+            why = "random.Random(-s) draws what random.Random(s) draws"
+            return Problem("seed", f"must be at least 0 for a generated workload ({why}), got {self.seed!r}")
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 return Problem(name, f"must be at least {low}, got {getattr(self, name)!r}")

@@ -63,6 +63,14 @@ def test_absurd_sizes_are_refused_with_the_limit_named(capsys, argv, limit):
     assert limit in one_line_error(capsys, ["bench", *argv])
 
 
+def test_a_negative_seed_is_refused_by_bench_naming_the_flag_and_why(capsys):
+    # the engine takes any 64-bit seed, signed or not, as a request's own seed; a generated
+    # workload cannot (random.Random(-s) draws what random.Random(s) draws): bench refused it as
+    # "seed: must be at least 0", naming no flag and no reason
+    err = one_line_error(capsys, ["bench", "--seed", "-1"])
+    assert err.startswith("radixflow: error: --seed: ") and "workload" in err and "got -1" in err
+
+
 def test_generated_prompt_longer_than_the_model_context_is_refused(capsys):
     err = one_line_error(capsys, ["bench", "--groups", "1", "--candidates", "1", "--context-len", "300000"])
     assert "300064 tokens" in err and "context of 262144 tokens" in err

@@ -75,3 +75,6 @@ def running_server(
         server.should_exit = True
         thread.join(60)
         sock.close()
+    # past the finally: only when the test itself passed (its own error stays the one reported).
+    # A server that never shut down was left running, unsaid, into the next test
+    assert not thread.is_alive(), "the server did not shut down within 60 s"

@@ -78,15 +78,21 @@ class GatedDeltaNet(nn.Module):
         batched steps (their gates formed inside the step), then the others wave by wave."""
         if batch.whole_decode is not None:  # every row, in order: the step's output is ours
             return self._decode(qkv, (b, a), batch.whole_decode, batch)
+        waves = batch.waves
+        if not batch.decode_seqs and len(waves) == 1:  # one wave of every row, in order: its
+            # output is ours, and its gates are the layer's (no gather of them, no scatter back)
+            beta, g = delta_gates(b, a, self.A_log, self.dt_bias)
+            rows, tokens = waves[0]
+            return self._prefill(qkv, g, beta, batch, rows, tokens)
         out = torch.empty(
             qkv.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=qkv.device
         )
         for rows in batch.decode_parts:
             rows.put(out, self._decode(qkv, (b, a), rows, batch))
-        if batch.waves:
+        if waves:
             beta, g = delta_gates(b, a, self.A_log, self.dt_bias)
-            for rows, wave in batch.waves:
-                self._prefill(qkv, g, beta, batch, rows, wave, out)
+            for rows, tokens in waves:
+                out[tokens] = self._prefill(qkv, g[tokens], beta[tokens], batch, rows, tokens)
         return out
 
     def _decode(
@@ -122,12 +128,11 @@ class GatedDeltaNet(nn.Module):
         batch: ForwardBatch,
         rows: list[int],
         tokens: torch.Tensor,
-        out: torch.Tensor,
-    ) -> None:
+    ) -> torch.Tensor:
         """Conv + delta rule for one wave of per-sequence rows (`batch.waves`: ``rows`` and their
-        flat ``tokens``): one conv call and one delta-rule call (the batch's kernels) for all of
-        them, saving each segment's state at its snapshots (mutates the pool); writes the rows'
-        ``out``."""
+        flat ``tokens``; ``g``, ``beta`` the wave's own, in ``tokens`` order): one conv call and
+        one delta-rule call (the batch's kernels) for all of them, saving each segment's state at
+        its snapshots (mutates the pool); returns the wave's readout ``[len(tokens), v_heads, dv]``."""
         seqs = [batch.seqs[i] for i in rows]
         saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
         segs = []
@@ -155,7 +160,7 @@ class GatedDeltaNet(nn.Module):
         q, k, v = delta_key_heads(mixed, self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
         # `load_many` made the initial states this call's own
         rule = batch.kernels.delta_rule_prefill
-        out[tokens] = rule(q, k, v, g[tokens], beta[tokens], states.float(), segs, save)
+        return rule(q, k, v, g, beta, states.float(), segs, save)
 
 
 class Qwen35GatedDeltaNet(GatedDeltaNet):

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 from engine_utils import drive, new_engine
-from model_utils import ZOO_PARITY, one_thread, zoo_model  # noqa: F401  (a fixture)
+from model_utils import ZOO_PARITY, ZOO_TINY, one_thread, zoo_model  # noqa: F401  (a fixture)
 
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.torch_runner import TorchRunner
@@ -184,3 +184,41 @@ def test_a_small_memo_evicts_reuses_and_grows_its_rows_and_stays_exact(pair, mon
             assert len(scorer._rows) <= 8
     finally:
         runner.scorer = saved
+
+
+# policy, placement, eviction, admission: each of every kind at least once
+SCARCE_COMBOS = [
+    ("native", "lone", "lru", "all"),
+    ("radixflow", "align", "cost-per-byte", "likely"),
+    ("adaptive", "branch", "cost-per-byte", "all"),
+]
+
+
+@pytest.mark.parametrize(("policy", "placement", "eviction", "admission"), SCARCE_COMBOS)
+def test_prompts_scored_again_after_eviction_match_transformers(pair, policy, placement, eviction, admission):
+    """Five KV blocks (one more than the longest prompt) and two state slots: two candidates of
+    one context, then an unrelated prompt that evicts the context, then the first candidate's
+    prompt again, one token longer and a prefix of the context, under each policy, placement,
+    eviction and admission. Positions served from the cache and positions recomputed into recycled
+    slots (the memo must not answer for what they held) all give transformers' logprobs, top 5
+    and ranks."""
+    if pair.name not in ZOO_TINY:
+        pytest.skip("the tiny presets take every cache path; SmolLM2's 30 layers cost ~10 s a case")
+    scarce = replace(CFG, token_budget=32, num_blocks=5, num_state_slots=2)
+    engine = new_engine(pair.runner, scarce, policy, placement, eviction=eviction, admission=admission)
+    context = tokens(pair.vocab, 48, 40)
+    first = [
+        Request(f"c{i}", context + tokens(pair.vocab, 3 + i, 41 + i), sampling=replace(ECHO, max_tokens=i))
+        for i in range(2)
+    ]
+    other = Request("other", tokens(pair.vocab, 60, 50), sampling=ECHO)
+    again = [
+        Request("same", first[0].prompt, sampling=replace(ECHO, prompt_logprobs=2)),
+        Request("longer", first[0].prompt + (7,), sampling=ECHO),
+        Request("prefix", context[:32], sampling=replace(ECHO, max_tokens=2)),
+    ]
+    for wave in (first, [other], again):
+        drive(engine, wave)
+    assert sum(engine.cache.evictions().values()) > 0 and again[1].reused >= 32  # evicted, and reused
+    for req in [*first, other, *again]:
+        pair.check(req)

@@ -29,7 +29,7 @@ from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request
-from radixflow.server.loop import Final
+from radixflow.server.events import Final
 from radixflow.server.metrics import ServerMetrics
 from radixflow.server.serve import Server, serve_state
 from radixflow.server.state import Backend, ServerConfig, ServerState

@@ -22,7 +22,7 @@ from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import counted
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.server.loop import Delta, Final, NotAccepting, QueueFull, Sink
+from radixflow.server.events import Delta, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.cluster")

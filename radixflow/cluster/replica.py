@@ -23,7 +23,8 @@ from radixflow.generation.tracker import RequestTracker
 from radixflow.options import EngineOptions
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
-from radixflow.server.loop import EngineLoop, Final, NotAccepting, QueueFull
+from radixflow.server.events import Final, NotAccepting, QueueFull
+from radixflow.server.loop import EngineLoop
 from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.cluster")

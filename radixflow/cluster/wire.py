@@ -15,7 +15,7 @@ from radixflow.generation.outputs import PromptTokenLogprobs
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.scheduler.samples import PromptLogprobs
-from radixflow.server.loop import Delta, Event, Final
+from radixflow.server.events import Delta, Event, Final
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ and the engine keeps a bounded round history, so a long-running server does not 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
@@ -26,54 +25,21 @@ from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord, SubmitRefused
 from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.generation.output_processor import (
-    Done,
     EngineDriver,
-    FailureKind,
     FirstToken,
     OutputEvent,
     OutputProcessor,
     Streamed,
 )
-from radixflow.generation.outputs import GenerationOutput, StreamDelta
 from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import counted
 from radixflow.scheduler.request import Request
+from radixflow.server.events import Delta, Final, NotAccepting, QueueFull, Sink, final_of, send
 from radixflow.server.liveness import Liveness
 from radixflow.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixflow.server")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Delta:
-    index: int  # which prompt of the submission
-    delta: StreamDelta
-
-
-@dataclass(frozen=True)
-class Final:
-    """A prompt's answer: its output, or the status and message of why it has none."""
-
-    index: int
-    output: GenerationOutput | None
-    status: int = 200
-    error: str | None = None
-    # time.monotonic() in the engine's process when its first token came (None: none came): a
-    # fleet replica tells its ingress from it how long before the answer that was
-    first_token_at: float | None = None
-
-
-Event = Delta | Final
-Sink = Callable[[Event], None]
-
-
-class QueueFull(Exception):
-    """The bounded queue of accepted, unanswered requests is full (HTTP 429)."""
-
-
-class NotAccepting(Exception):
-    """The server is shutting down or its engine failed (HTTP 503)."""
 
 
 # How long past the drain's end a stop waits for the engine thread to finish its round before it
@@ -221,7 +187,7 @@ class EngineLoop:
             self._on_pending()
         for entry in owed:
             self.metrics.on_done(entry.tracker.request, time.monotonic() - entry.arrival, True)
-            _send(entry.sink, Final(entry.index, None, 503, message))
+            send(entry.sink, Final(entry.index, None, 503, message))
         self._finished.set()
 
     def _command(self, fn: Callable[[], None]) -> None:
@@ -345,15 +311,15 @@ class EngineLoop:
                 entry.first_token_at = time.monotonic()
                 self.metrics.on_first_token(entry.first_token_at - entry.arrival)
             elif isinstance(event, Streamed):
-                _send(entry.sink, Delta(entry.index, event.delta))
+                send(entry.sink, Delta(entry.index, event.delta))
             else:
                 del self._active[event.request_id]
-                self._answer(entry, _final(entry.index, event, entry.first_token_at))
+                self._answer(entry, final_of(entry.index, event, entry.first_token_at))
 
     def _answer(self, entry: _Entry, final: Final) -> None:
         # first: a client that has its answer finds its slot in the queue free
         if self._release(entry, failed=final.output is None):
-            _send(entry.sink, final)
+            send(entry.sink, final)
 
     def _release(self, entry: _Entry, failed: bool = False) -> bool:
         """The entry's request left the engine (the processor forgot it there): count it, as
@@ -401,15 +367,3 @@ class EngineLoop:
             "working": memory.working_bytes,
         }
         self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, cache.evictions())
-
-
-def _final(index: int, done: Done, first_token_at: float | None = None) -> Final:
-    if done.failure is None:
-        return Final(index, done.output, first_token_at=first_token_at)
-    status = 400 if done.failure.kind is FailureKind.REFUSED else 500
-    return Final(index, None, status, done.failure.reason)
-
-
-def _send(sink: Sink, event: Event) -> None:
-    with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody is listening
-        sink(event)

@@ -24,8 +24,9 @@ from radixflow.scheduler.request import Request
 from radixflow.server.config import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES  # re-exported
 from radixflow.server.config import ServerConfig
 from radixflow.server.errors import ApiError
+from radixflow.server.events import NotAccepting, QueueFull, Sink
 from radixflow.server.limits import BODY_BYTES, Answering
-from radixflow.server.loop import EngineLoop, NotAccepting, QueueFull, Sink
+from radixflow.server.loop import EngineLoop
 from radixflow.server.metrics import ServerMetrics
 from radixflow.server.submission import Submission
 

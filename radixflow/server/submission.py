@@ -17,8 +17,9 @@ from starlette.requests import Request as HttpRequest
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request
 from radixflow.server.errors import ApiError
+from radixflow.server.events import Event, Final
 from radixflow.server.limits import Answering
-from radixflow.server.loop import EngineLoop, Event, Final
+from radixflow.server.loop import EngineLoop
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from radixflow.cluster.wire import Job, WireEvent, decode, encode
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.samples import PromptLogprobs
-from radixflow.server.loop import Delta, Final, NotAccepting
+from radixflow.server.events import Delta, Final, NotAccepting
 from radixflow.server.metrics import ServerMetrics
 
 PROMPT = (5, 6, 7)
@@ -192,7 +192,7 @@ def test_an_aborted_request_is_cancelled_and_not_answered():
 
 
 def test_queue_full_past_max_pending():
-    from radixflow.server.loop import QueueFull
+    from radixflow.server.events import QueueFull
 
     open_stream, _ = stream_of(["hang"], ["hang"])
     loop = RemoteLoop(open_stream, None, ServerMetrics(), 1)

@@ -19,7 +19,7 @@ from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.generation.params import SamplingParams
 from radixflow.options import EngineOptions
 from radixflow.scheduler.request import Request
-from radixflow.server.loop import Final
+from radixflow.server.events import Final
 from radixflow.server.metrics import ServerMetrics
 from radixflow.server.state import ServerConfig
 

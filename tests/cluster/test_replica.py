@@ -14,7 +14,7 @@ from radixflow.cluster.replica import EngineReplica
 from radixflow.cluster.wire import Job
 from radixflow.generation.params import SamplingParams
 from radixflow.options import EngineOptions
-from radixflow.server.loop import Final
+from radixflow.server.events import Final
 
 
 def test_the_answer_says_how_long_after_the_first_token_it_came(zoo):

@@ -20,8 +20,9 @@ from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.server.events import Final, NotAccepting, QueueFull
 from radixflow.server.liveness import Liveness
-from radixflow.server.loop import EngineLoop, Final, NotAccepting, QueueFull
+from radixflow.server.loop import EngineLoop
 from radixflow.server.metrics import ServerMetrics
 
 # a hybrid shape with the test tokenizer's vocabulary (generated tokens must decode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixflow.generation.outputs import TokenLogprob
-from radixflow.server.loop import Delta, Final
+from radixflow.server.events import Delta, Final
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixflow.server.loop import Final
+from radixflow.server.events import Final
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.responses.logprobs import TokenNames, chat_logprobs, prompt_logprobs_body
 

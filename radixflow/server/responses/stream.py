@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.server.errors import error_body
-from radixflow.server.loop import Delta, Final
+from radixflow.server.events import Delta, Final
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.submission import Submission, sse, where
 

@@ -16,7 +16,7 @@ from typing import Any
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta
 from radixflow.generation.tokenizer import TextTokenizer
-from radixflow.server.loop import Delta, Final
+from radixflow.server.events import Delta, Final
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.responses.logprobs import CompletionLogprobs, TokenNames, prompt_logprobs_body

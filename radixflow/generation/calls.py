@@ -96,6 +96,21 @@ def outputs(calls: list[Call], answers: dict[str, Done], labels: list[str] | Non
     return out
 
 
+def outputs_to(
+    calls: list[Call], on_output: Callable[[int, GenerationOutput], None] | None
+) -> Callable[[Done], None] | None:
+    """``on_output`` as `answer`'s ``on_done``: a call answered with an output, by its index."""
+    if on_output is None:
+        return None
+    index = {call.request.id: i for i, call in enumerate(calls)}
+
+    def done(event: Done) -> None:
+        if event.output is not None:
+            on_output(index[event.request_id], event.output)
+
+    return done
+
+
 def _named(call: Call, calls: list[Call], labels: list[str] | None) -> str:
     """``call`` as an error names it: "prompt 2, choice 1 (request gen-9)", "choice 1 (request
     gen-9)" of a lone prompt, or "request gen-9" for a lone prompt's lone choice; the id alone is

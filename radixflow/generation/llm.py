@@ -16,21 +16,19 @@ from radixflow.generation.calls import (
     Progress,
     answer,
     outputs,
+    outputs_to,
     refuse,
 )
 from radixflow.generation.detokenize import NoText
-from radixflow.generation.output_processor import Done
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.prompts import (
     Messages,
     Prompt,
     PromptReader,
-    is_conversation,
-    is_token_list,
     of_context,
-    require_list,
 )
+from radixflow.generation.score_many import ContextsHeard, check_score_many, scores_by_context
 from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
@@ -42,7 +40,6 @@ from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
-from radixflow.problems import counted
 
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
@@ -231,15 +228,7 @@ class LLM:
         keep what finished when the call is cut short.
 
         Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
-        if on_context is not None and not callable(on_context):  # else the first context ends the batch
-            raise ValueError(f"on_context: must be a function (index, scores), got {on_context!r}")
-        if isinstance(contexts, str) or (is_token_list(contexts) and contexts) or is_conversation(contexts):
-            raise ValueError("contexts: a list of contexts (use score() for one context)")
-        require_list("contexts", contexts, "a list of contexts")
-        require_list("candidates", candidates, "a list of candidate lists (one per context)")
-        if len(contexts) != len(candidates):
-            given = f"{counted(len(contexts), 'context')} for {counted(len(candidates), 'list')}"
-            raise ValueError(f"{given} of candidates")
+        check_score_many(contexts, candidates, on_context)
         jobs = []
         for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
             try:
@@ -248,17 +237,11 @@ class LLM:
                 raise ValueError(of_context(i, str(e))) from None
         prompts = [p for _, job in jobs for p in job]
         labels = [f"context {i}, candidate {j}" for i, (_, job) in enumerate(jobs) for j in range(len(job))]
-        heard = (
-            None if on_context is None else _ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)
-        )
+        heard = None if on_context is None else ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)
         outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
         if heard is not None:
             heard.without_candidates()
-        scores, start = [], 0
-        for ctx, job in jobs:
-            scores.append(candidate_scores(len(ctx), outputs[start : start + len(job)]))
-            start += len(job)
-        return scores
+        return scores_by_context(jobs, outputs)
 
     def scoring_problem(
         self, context: Prompt | Messages, candidates: Sequence[Prompt], namespace: str = "default"
@@ -329,50 +312,8 @@ class LLM:
         try:
             decoder = self.model.tokenizer or NoText()
             answers = answer(
-                self.engine, decoder, calls, progress, self._flush_trace, _outputs_to(calls, on_output)
+                self.engine, decoder, calls, progress, self._flush_trace, outputs_to(calls, on_output)
             )
         finally:
             self._busy.release()
         return outputs(calls, answers, labels)
-
-
-def _outputs_to(
-    calls: list[Call], on_output: Callable[[int, GenerationOutput], None] | None
-) -> Callable[[Done], None] | None:
-    """``on_output`` as `answer`'s ``on_done``: a call answered with an output, by its index."""
-    if on_output is None:
-        return None
-    index = {call.request.id: i for i, call in enumerate(calls)}
-
-    def done(event: Done) -> None:
-        if event.output is not None:
-            on_output(index[event.request_id], event.output)
-
-    return done
-
-
-class _ContextsHeard:
-    """`score_many`'s ``on_context``, fed each candidate's output as it comes: a context is
-    handed on once its last candidate is in, scored as `score_many` returns it."""
-
-    def __init__(
-        self, shapes: list[tuple[int, int]], on_context: Callable[[int, list[CandidateScore]], None]
-    ) -> None:
-        self._on_context = on_context
-        self._shapes = shapes  # each context's (tokens, candidates)
-        self._owner = [i for i, (_, n) in enumerate(shapes) for _ in range(n)]  # prompt -> its context
-        self._got: dict[int, dict[int, GenerationOutput]] = {i: {} for i in range(len(shapes))}
-
-    def without_candidates(self) -> None:
-        """Hand on the contexts that had no candidate to wait for, once the batch has run."""
-        for i, (context_len, n) in enumerate(self._shapes):
-            if n == 0:
-                self._on_context(i, candidate_scores(context_len, []))
-
-    def __call__(self, prompt: int, output: GenerationOutput) -> None:
-        i = self._owner[prompt]
-        got = self._got[i]
-        got[prompt] = output
-        context_len, n = self._shapes[i]
-        if len(got) == n:
-            self._on_context(i, candidate_scores(context_len, [got[p] for p in sorted(got)]))

@@ -1,0 +1,67 @@
+"""`LLM.score_many`'s batch of many contexts, each with its own candidates: its arguments'
+checks, each context's scores cut from the batch's outputs, and each context handed on
+(``on_context``) as soon as its last candidate is answered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from radixflow.generation.outputs import GenerationOutput
+from radixflow.generation.prompts import Messages, Prompt, is_conversation, is_token_list, require_list
+from radixflow.generation.scoring import CandidateScore, candidate_scores
+from radixflow.problems import counted
+
+
+def check_score_many(
+    contexts: Sequence[Prompt | Messages],
+    candidates: Sequence[Sequence[Prompt]],
+    on_context: Callable[[int, list[CandidateScore]], None] | None,
+) -> None:
+    """ValueError naming the argument that is not what `LLM.score_many` takes."""
+    if on_context is not None and not callable(on_context):  # else the first context ends the batch
+        raise ValueError(f"on_context: must be a function (index, scores), got {on_context!r}")
+    if isinstance(contexts, str) or (is_token_list(contexts) and contexts) or is_conversation(contexts):
+        raise ValueError("contexts: a list of contexts (use score() for one context)")
+    require_list("contexts", contexts, "a list of contexts")
+    require_list("candidates", candidates, "a list of candidate lists (one per context)")
+    if len(contexts) != len(candidates):
+        given = f"{counted(len(contexts), 'context')} for {counted(len(candidates), 'list')}"
+        raise ValueError(f"{given} of candidates")
+
+
+def scores_by_context(
+    jobs: list[tuple[list[int], list[list[int]]]], outputs: list[GenerationOutput]
+) -> list[list[CandidateScore]]:
+    """Each context's scores, from the batch's outputs in the order of ``jobs``' candidates."""
+    scores, start = [], 0
+    for ctx, job in jobs:
+        scores.append(candidate_scores(len(ctx), outputs[start : start + len(job)]))
+        start += len(job)
+    return scores
+
+
+class ContextsHeard:
+    """`score_many`'s ``on_context``, fed each candidate's output as it comes: a context is
+    handed on once its last candidate is in, scored as `score_many` returns it."""
+
+    def __init__(
+        self, shapes: list[tuple[int, int]], on_context: Callable[[int, list[CandidateScore]], None]
+    ) -> None:
+        self._on_context = on_context
+        self._shapes = shapes  # each context's (tokens, candidates)
+        self._owner = [i for i, (_, n) in enumerate(shapes) for _ in range(n)]  # prompt -> its context
+        self._got: dict[int, dict[int, GenerationOutput]] = {i: {} for i in range(len(shapes))}
+
+    def without_candidates(self) -> None:
+        """Hand on the contexts that had no candidate to wait for, once the batch has run."""
+        for i, (context_len, n) in enumerate(self._shapes):
+            if n == 0:
+                self._on_context(i, candidate_scores(context_len, []))
+
+    def __call__(self, prompt: int, output: GenerationOutput) -> None:
+        i = self._owner[prompt]
+        got = self._got[i]
+        got[prompt] = output
+        context_len, n = self._shapes[i]
+        if len(got) == n:
+            self._on_context(i, candidate_scores(context_len, [got[p] for p in sorted(got)]))

@@ -42,7 +42,7 @@ from torch import nn
 
 from radixflow.models.kernels.backend import native_library
 from radixflow.models.kernels.native.build import find_compiler
-from radixflow.models.kernels.native.ops import linear_rows
+from radixflow.models.kernels.native.layer_ops import linear_rows
 from radixflow.models.zoo import default_cache_dir
 from radixflow.problems import Problem
 from radixflow.runners.matmul_plan import SHAPE_CLASSES, parse_choices

@@ -23,7 +23,7 @@ from radixflow.models.kernels.backend import (
     native_library,
     resolve_kernels,
 )
-from radixflow.models.kernels.native import ops
+from radixflow.models.kernels.native import layer_ops
 from radixflow.models.kernels.native.build import build, find_compiler
 
 TOL = 2e-6
@@ -247,7 +247,7 @@ def test_linear_rows_is_f_linear(native, rows, n, k, bias) -> None:
     g = torch.Generator().manual_seed(rows * 1000 + n * 10 + k)
     x, w = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g)
     b = torch.randn(n, generator=g) if bias else None
-    got = ops.linear_rows(native.lib, x, w, b)
+    got = layer_ops.linear_rows(native.lib, x, w, b)
     assert _close(got, F.linear(x, w, b), tol=1e-5)
 
 
@@ -255,13 +255,13 @@ def test_linear_rows_reads_rows_where_they_lie_and_keeps_leading_dims(native) ->
     g = torch.Generator().manual_seed(5)
     w = torch.randn(24, 40, generator=g)
     view = torch.randn(3, 100, generator=g)[:, 7:47]  # rows 100 floats apart
-    assert _close(ops.linear_rows(native.lib, view, w, None), F.linear(view, w), tol=1e-5)
+    assert _close(layer_ops.linear_rows(native.lib, view, w, None), F.linear(view, w), tol=1e-5)
     x3 = torch.randn(2, 1, 40, generator=g)
-    got = ops.linear_rows(native.lib, x3, w, None)
+    got = layer_ops.linear_rows(native.lib, x3, w, None)
     assert got.shape == (2, 1, 24) and _close(got, F.linear(x3, w), tol=1e-5)
     x = torch.randn(2, 40, generator=g)
     x[1, 3] = float("nan")
-    out = ops.linear_rows(native.lib, x, w, None)
+    out = layer_ops.linear_rows(native.lib, x, w, None)
     assert out[1].isnan().all() and not out[0].isnan().any()  # a NaN stays in its row
 
 
@@ -271,6 +271,6 @@ def test_linear_rows_gives_each_row_what_it_gets_alone(native) -> None:
     for k in (45, 96, 512):
         w, b = torch.randn(19, k, generator=g), torch.randn(19, generator=g)
         x = torch.randn(5, k, generator=g)
-        together = ops.linear_rows(native.lib, x, w, b)
-        alone = torch.cat([ops.linear_rows(native.lib, x[i : i + 1], w, b) for i in range(5)])
+        together = layer_ops.linear_rows(native.lib, x, w, b)
+        alone = torch.cat([layer_ops.linear_rows(native.lib, x[i : i + 1], w, b) for i in range(5)])
         assert torch.equal(together, alone)

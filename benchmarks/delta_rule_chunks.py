@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.backend import NativeKernels, resolve_kernels
+from radixflow.models.kernels.backend import resolve_kernels
 from radixflow.models.kernels.chunks import ChunkPlan
 from radixflow.models.kernels.delta_rule import CHUNK_SIZES, gated_delta_rule_chunks, pick_chunk
+from radixflow.models.kernels.native_kernels import NativeKernels
 from radixflow.models.zoo import default_cache_dir
 
 CASES = {

@@ -17,7 +17,8 @@ import torch
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.io.loader import load_model, save_model
-from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.kernels.backend import Kernels
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 from radixflow.models.layers import use_kernels
 
 BLOCK = 16

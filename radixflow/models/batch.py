@@ -27,7 +27,8 @@ from functools import cached_property
 import torch
 
 from radixflow.models.decode_rows import DecodeContext, DecodeRows, Picked, consecutive, length_groups
-from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.kernels.backend import Kernels
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 from radixflow.models.state_pool import StatePool
 
 

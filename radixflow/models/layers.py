@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
-from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.kernels.backend import Kernels
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 
 class Config:

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels, NativeKernels, resolve_kernels
+from radixflow.models.kernels.backend import Kernels, resolve_kernels
 from radixflow.models.kernels.native import build
 from radixflow.models.kernels.native.build import find_compiler
+from radixflow.models.kernels.native_kernels import NativeKernels
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 
 @pytest.fixture(scope="session", params=["torch", "native"])

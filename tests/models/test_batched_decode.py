@@ -32,7 +32,8 @@ from model_utils import (  # noqa: F401 (fixtures)
 )
 
 from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
-from radixflow.models.kernels.backend import TORCH_KERNELS, Kernels
+from radixflow.models.kernels.backend import Kernels
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 from radixflow.models.layers import Config, use_kernels
 from radixflow.models.registry import model_class
 from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config

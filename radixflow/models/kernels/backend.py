@@ -2,37 +2,34 @@
 
 A `Kernels` backend runs the one-token decode steps that are not GEMMs (the conv window step,
 the gated delta rule step, the Mamba2 step from its projection to the D skip, decode attention
-over the paged KV pool), the small per-layer ops around them (norms, the rotary embedding, the KV
-write) and the Gated DeltaNet prefill's conv and delta rule over a round's segments. `TorchKernels` is
-the eager reference (`kernels.step`, `kernels.ssd`, one fused SDPA call over a gathered
-context, the packed conv, the chunked delta rule); `NativeKernels` runs `native/steps.c`, built
-at first use, which passes over each row's state once or twice while it is in cache, reads the
-KV and a prefill's conv inputs where they lie, and runs a prefill's delta rule token by token
-with each head's state in cache (on a CPU cheaper than the chunked form at every length: fewer
-multiply-adds than its 64-token chunks, none in padding or small-matmul dispatch). The runner
-resolves the engine option (``auto``, ``native``, ``torch``) once (`resolve_kernels`) and every
-`ForwardBatch` carries the result; Mamba2 and short-conv prefill keep their eager kernels
-either way.
+over the paged KV pool), the small per-layer ops around them (norms, the rotary embedding, the
+KV write) and the Gated DeltaNet prefill's conv and delta rule over a round's segments.
+`TorchKernels` is the eager reference (`torch_kernels`: `kernels.step`, `kernels.ssd`, one fused
+SDPA call over a gathered context, the packed conv, the chunked delta rule); `NativeKernels`
+(`native_kernels`) runs `native/steps.c`, built at first use, which passes over each row's state
+once or twice while it is in cache, reads the KV and a prefill's conv inputs where they lie, and
+runs a prefill's delta rule token by token with each head's state in cache (on a CPU cheaper
+than the chunked form at every length: fewer multiply-adds than its 64-token chunks, none in
+padding or small-matmul dispatch). The runner resolves the engine option (``auto``, ``native``,
+``torch``) once (`resolve_kernels`) and every `ForwardBatch` carries the result; Mamba2 and
+short-conv prefill keep their eager kernels either way.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 
-from radixflow.models.kernels import ssd, step
-from radixflow.models.kernels.delta_rule import Segments, gated_delta_rule_segments
-from radixflow.models.kernels.native import layer_ops, mixer_ops
+from radixflow.models.kernels import ssd
+from radixflow.models.kernels.delta_rule import Segments
 from radixflow.models.kernels.native.build import Built, build, find_compiler
-from radixflow.models.kernels.packed_conv import PackedConv, window_after_inputs
+from radixflow.models.kernels.native_kernels import NativeKernels
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS, TorchKernels
 
 log = logging.getLogger("radixflow.kernels")
 
@@ -197,170 +194,6 @@ class Kernels(Protocol):
         ...
 
 
-class TorchKernels:
-    """The eager steps: the reference every other backend is tested against."""
-
-    name = "torch"
-
-    def conv_step(self, x, window, weight, bias):  # type: ignore[no-untyped-def]
-        return step.conv_step(x, window, weight, bias, in_place=True)
-
-    def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
-        return step.gated_delta_step(q, k, v, g, beta, state, in_place=True)
-
-    def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
-        return step.deltanet_decode(qkv, window, weight, key_heads, dk, gates, state)
-
-    def prefill_conv_silu(self, x, rows, lengths, windows, weight):  # type: ignore[no-untyped-def]
-        """The rows packed behind their windows, one multiply-add per tap over the whole buffer."""
-        packed = PackedConv.build(lengths, weight.shape[1] - 1, x.device)
-        buf = packed.pack(x[rows], windows)
-        return packed.conv(buf, weight), functools.partial(packed.window_after, buf)
-
-    def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
-        return gated_delta_rule_segments(q, k, v, g, beta, states, segs, on_save)
-
-    def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
-        return step.gated_rms_norm(x, gate, weight, eps)
-
-    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
-        return step.rms_norm(x, weight, eps, offset)
-
-    def add_rms_norm(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
-        total = x + delta
-        return total, step.rms_norm(total, weight, eps, offset)
-
-    def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
-        return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
-
-    def mamba2_decode(self, xbc, dt, window, params, h):  # type: ignore[no-untyped-def]
-        return ssd.mamba2_decode(xbc, dt, window, params, h)
-
-    def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
-        return step.rotary(x, cos, sin)
-
-    def rms_norm_rotary(self, x, weight, eps, offset, cos, sin):  # type: ignore[no-untyped-def]
-        return step.rotary(step.rms_norm(x, weight, eps, offset), cos, sin)
-
-    def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
-        step.kv_write(kc, vc, slots, k, v)
-
-    def group_gated_rms_norm(self, x, gate, weight, groups, eps, before):  # type: ignore[no-untyped-def]
-        return ssd.gated_rms_norm(x, gate, weight, groups, eps, before)
-
-    def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
-        """The context gathered into the pool's reused buffers, then one fused SDPA call (padding
-        masked out; grouped KV heads shared inside the kernel, not copied)."""
-        flat = context.slots.view(-1)
-        shape = (*context.slots.shape, *kc.shape[1:])  # [G, L, kv_heads, dim]
-        keys = gather(kc, flat, 0).view(shape).to(q.dtype).transpose(1, 2)  # [G, kv_heads, L, dim]
-        vals = gather(vc, flat, 1).view(shape).to(q.dtype).transpose(1, 2)
-        mask = context.valid[:, None, None, :] if context.ragged else None
-        o = F.scaled_dot_product_attention(
-            q[:, :, None], keys, vals, attn_mask=mask, scale=scale, enable_gqa=True
-        )
-        return o[:, :, 0]
-
-
-class NativeKernels:
-    """The steps of `native/steps.c` (CPU, float32): no gather of the KV context, one pass per
-    state for the recurrences."""
-
-    name = "native"
-
-    def __init__(self, library: ctypes.CDLL) -> None:
-        self.lib = library
-
-    def conv_step(self, x, window, weight, bias):  # type: ignore[no-untyped-def]
-        return mixer_ops.conv_step(self.lib, x, window, weight, bias)
-
-    def gated_delta_step(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
-        return mixer_ops.gated_delta_step(self.lib, q, k, v, g, beta, state)
-
-    def deltanet_decode(self, qkv, window, weight, key_heads, dk, gates, state):  # type: ignore[no-untyped-def]
-        return mixer_ops.deltanet_decode(self.lib, qkv, window, weight, key_heads, dk, gates, state)
-
-    def prefill_conv_silu(self, x, rows, lengths, windows, weight):  # type: ignore[no-untyped-def]
-        """One pass per token over its inputs where they lie (no packed copy); the windows to
-        save read from the inputs too."""
-        out = mixer_ops.conv_silu_runs(self.lib, x, rows, lengths, windows, weight)
-        firsts = [0, *itertools.accumulate(lengths)]
-
-        def window_after(seq: int, tokens: int) -> torch.Tensor:
-            return window_after_inputs(x, rows, firsts[seq], windows[seq], tokens)
-
-        return out, window_after
-
-    def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
-        """Every segment token by token in one call; the saved states handed on after it."""
-        runs, keys = [], []
-        for b, mine in enumerate(segs):
-            for lo, hi, key in mine:
-                runs.append((lo, hi, b, -1 if key is None else len(keys)))
-                if key is not None:
-                    keys.append(key)
-        table = torch.tensor(runs, dtype=torch.int64).view(-1, 4)
-        out, saved = mixer_ops.gated_delta_scan(self.lib, q, k, v, g, beta, table, states, len(keys))
-        for i, key in enumerate(keys):
-            on_save(key, saved[i])
-        return out
-
-    def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
-        return layer_ops.gated_rms_norm(self.lib, x, gate, weight, eps)
-
-    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
-        if x.dtype != torch.float32 or weight.dtype != torch.float32:
-            return step.rms_norm(x, weight, eps, offset)  # the native kernels run float32 only
-        return layer_ops.rms_norm(self.lib, x, weight, eps, offset)
-
-    def add_rms_norm(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
-        if x.dtype != torch.float32 or delta.dtype != torch.float32 or weight.dtype != torch.float32:
-            return TORCH_KERNELS.add_rms_norm(x, delta, weight, eps, offset)  # float32 only
-        return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset)
-
-    def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
-        return mixer_ops.ssd_step(self.lib, x, dt, a, b, c, h)
-
-    def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
-        f32 = torch.float32  # four comparisons, not a generator: this runs once a layer and round
-        native = (
-            kc.dtype == f32
-            and vc.dtype == f32
-            and k.dtype == f32
-            and v.dtype == f32
-            and kc.is_contiguous()
-            and vc.is_contiguous()
-        )
-        if not native:  # the native kernels run float32 only, on a contiguous pool
-            step.kv_write(kc, vc, slots, k, v)
-            return
-        layer_ops.kv_write(self.lib, kc, vc, slots, k, v)
-
-    def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
-        if x.dtype != torch.float32 or cos.dtype != torch.float32:
-            return step.rotary(x, cos, sin)  # the native kernels run float32 only
-        return layer_ops.rotary(self.lib, x, cos, sin)
-
-    def rms_norm_rotary(self, x, weight, eps, offset, cos, sin):  # type: ignore[no-untyped-def]
-        if any(t.dtype != torch.float32 for t in (x, weight, cos)):  # float32 only: the two calls
-            return self.rotary(self.rms_norm(x, weight, eps, offset), cos, sin)
-        return layer_ops.rms_norm_rotary(self.lib, x, weight, eps, offset, cos, sin)
-
-    def mamba2_decode(self, xbc, dt, window, params, h):  # type: ignore[no-untyped-def]
-        if not params.silu:  # the native step computes silu only
-            return ssd.mamba2_decode(xbc, dt, window, params, h)
-        return mixer_ops.mamba2_decode(self.lib, xbc, dt, window, params, h)
-
-    def group_gated_rms_norm(self, x, gate, weight, groups, eps, before):  # type: ignore[no-untyped-def]
-        if x.dtype != torch.float32 or gate.dtype != torch.float32 or weight.dtype != torch.float32:
-            return ssd.gated_rms_norm(x, gate, weight, groups, eps, before)
-        return layer_ops.group_gated_rms_norm(self.lib, x, gate, weight, groups, eps, before)
-
-    def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
-        return layer_ops.decode_attention(self.lib, q, kc, vc, context.slots, context.ends, scale)
-
-
-TORCH_KERNELS = TorchKernels()
 # the backends by name; the option's third value, "auto", picks native where it runs, else torch
 KERNELS: dict[str, Callable[..., Kernels]] = {"native": NativeKernels, "torch": TorchKernels}
 CHOICES = ("auto", *KERNELS)

@@ -17,14 +17,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.backend import (
-    TORCH_KERNELS,
-    KernelsError,
-    native_library,
-    resolve_kernels,
-)
+from radixflow.models.kernels.backend import KernelsError, native_library, resolve_kernels
 from radixflow.models.kernels.native import layer_ops
 from radixflow.models.kernels.native.build import build, find_compiler
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-6
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.backend import TORCH_KERNELS
 from radixflow.models.kernels.ssd import Mamba2Step
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 1e-5
 

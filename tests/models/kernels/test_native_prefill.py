@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixflow.models.kernels.backend import TORCH_KERNELS
 from radixflow.models.kernels.delta_rule import Segments, expand_key_heads
+from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-5
 

@@ -66,6 +66,14 @@ class _Flight:
     task: asyncio.Task | None = field(default=None, repr=False)
 
 
+@dataclass
+class _Relayed:
+    """What a prompt's relay has passed on so far, across its attempts."""
+
+    sent: bool = False  # this attempt sent an event to the client: no retry from here
+    first_token: bool = False  # its time to first token is counted
+
+
 class RemoteLoop:
     def __init__(
         self,
@@ -181,37 +189,46 @@ class RemoteLoop:
             self._done(flight)
 
     async def _relay(self, job: Job, flight: _Flight) -> None:
-        first_token = False  # its time to first token is counted
+        relayed = _Relayed()
         for attempt in range(self.retries + 1):
-            sent = False
+            relayed.sent = False
             try:
-                async for wire in self.open_stream(job):
-                    event = decode(wire, job.prompt, flight.index, self.tokenizer)
-                    if isinstance(event, Final) and not_taken(event) and not sent and attempt < self.retries:
-                        raise NotTaken(event, wire.replica)
-                    if isinstance(event, Final):
-                        if not first_token:  # not streamed: the first token came with the answer
-                            self._first_token_before(flight, event, wire.decode_s)
-                        self._count(wire.replica, event)
-                        self._answer(flight, event)
-                        return
-                    if not first_token and isinstance(event, Delta) and event.delta.token_ids:
-                        self.metrics.on_first_token(time.monotonic() - flight.arrival)
-                        first_token = True
-                    sent = True
-                    flight.sink(event)
-                raise RuntimeError("the replica closed the stream without an answer")
+                await self._stream(job, flight, relayed, last=attempt == self.retries)
+                return
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 why = f"the replica serving this request failed: {type(e).__name__}: {e}"
-                if sent or attempt == self.retries:
+                if relayed.sent or attempt == self.retries:
                     self._answer(flight, Final(flight.index, None, 503, why))
                     return
                 self.retried += 1
                 log.warning("%s; retrying on another replica", why)
                 if isinstance(e, NotTaken):  # it would look the least loaded again: it answers at once
                     job = replace(job, avoid=job.avoid | {e.replica})
+
+    async def _stream(self, job: Job, flight: _Flight, relayed: _Relayed, last: bool) -> None:
+        """One attempt: the replica's events passed on until its answer. `NotTaken` for a refusal
+        another replica may serve (nothing sent yet, and not the ``last`` attempt)."""
+        async for wire in self.open_stream(job):
+            event = decode(wire, job.prompt, flight.index, self.tokenizer)
+            if isinstance(event, Final):
+                self._final(flight, event, wire, relayed, last)
+                return
+            if not relayed.first_token and isinstance(event, Delta) and event.delta.token_ids:
+                self.metrics.on_first_token(time.monotonic() - flight.arrival)
+                relayed.first_token = True
+            relayed.sent = True
+            flight.sink(event)
+        raise RuntimeError("the replica closed the stream without an answer")
+
+    def _final(self, flight: _Flight, final: Final, wire: WireEvent, relayed: _Relayed, last: bool) -> None:
+        if not_taken(final) and not relayed.sent and not last:
+            raise NotTaken(final, wire.replica)
+        if not relayed.first_token:  # not streamed: the first token came with the answer
+            self._first_token_before(flight, final, wire.decode_s)
+        self._count(wire.replica, final)
+        self._answer(flight, final)
 
     def _first_token_before(self, flight: _Flight, final: Final, decode_s: float | None) -> None:
         """Count the time to first token of a prompt whose first token the replica made

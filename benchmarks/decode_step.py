@@ -30,8 +30,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.models.zoo import ensure_model
 
 BLOCK = 16

@@ -34,8 +34,10 @@ from typing import Any
 import torch
 
 from radixflow.cli.args import positive_int
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.device import DeviceError, check_device, resolve_dtype
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo import ensure_model
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.options.build import new_engine

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import torch
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo import ensure_model
 from radixflow.runners.matmul import (
     BACKENDS,

@@ -45,8 +45,10 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from radixflow.cli.args import positive_int
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo import default_cache_dir, ensure_model
 from radixflow.runners.matmul import BACKENDS
 from radixflow.runners.torch_runner import TorchRunner

@@ -25,10 +25,12 @@ from pathlib import Path
 import torch
 
 from radixflow.cli.args import positive_int
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import Kernels
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo import ensure_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 import torch
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.kernels.backend import Kernels
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
+from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import use_kernels
+from radixflow.models.seq_spec import SeqSpec
 
 BLOCK = 16
 TOL = 1e-4

@@ -96,7 +96,10 @@ MODELS_ALLOWED = {
     "kernels": set(),
     "decode_rows": set(),
     "state_pool": {"decode_rows"},
-    "batch": {"decode_rows", "state_pool", "kernels"},  # the decode-step backend a round runs with
+    "seq_spec": set(),  # plain data: a round's sequences and their snapshots
+    "kv_pool": set(),
+    # kernels: the decode-step backend a round runs with
+    "batch": {"decode_rows", "state_pool", "seq_spec", "kv_pool", "kernels"},
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
     "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
@@ -104,7 +107,7 @@ MODELS_ALLOWED = {
     "presets": set(),  # the zoo's preset configs: plain data, so a preset's shape is read without torch
     "attention": {"batch", "decode_rows"},
     "layers": {"batch", "kernels"},
-    "mixers": {"batch", "decode_rows", "attention", "layers", "kernels"},
+    "mixers": {"batch", "seq_spec", "decode_rows", "attention", "layers", "kernels"},
     "families": {
         "batch",
         "decode_rows",

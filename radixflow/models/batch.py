@@ -1,4 +1,4 @@
-"""Packed forward batch, paged KV pool and recurrent-state pool.
+"""One round's packed forward batch (sequences: `seq_spec`; pools: `kv_pool`, `state_pool`).
 
 One round of the torch runner is one `ForwardBatch`: the chunks of every scheduled request are
 concatenated into one flat token stream (no padding). Each sequence carries the absolute
@@ -21,7 +21,7 @@ step is tested against. Attention over the paged KV is `radixflow.models.attenti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import torch
@@ -29,123 +29,9 @@ import torch
 from radixflow.models.decode_rows import DecodeContext, DecodeRows, Picked, consecutive, length_groups
 from radixflow.models.kernels.backend import Kernels
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.state_pool import StatePool
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Save recurrent state after the token at absolute position ``position - 1``."""
-
-    position: int  # absolute; state covers tokens [0, position)
-    slot: int  # state-pool slot to write
-
-
-@dataclass(frozen=True)
-class Segment:
-    """Chunk-relative tokens ``lo..hi-1`` of one sequence, then save the state into ``slots``.
-
-    Never empty (``lo < hi``). Several slots at one position (a checkpoint and the working slot
-    of a chunk ending there) all receive the same state.
-    """
-
-    lo: int
-    hi: int
-    slots: tuple[int, ...] = ()
-
-
-@dataclass
-class SeqSpec:
-    """One sequence (one request's chunk) inside a packed batch."""
-
-    start: int  # absolute position of the first token computed this round
-    length: int  # tokens computed this round (>= 1)
-    block_table: list[int]  # KV block ids covering absolute positions [0, start + length)
-    restore_slot: int | None = None  # state slot holding state after [0, start); None = zeros
-    snapshots: list[Snapshot] = field(default_factory=list)  # start < position <= end; may repeat
-
-    def __post_init__(self) -> None:
-        # A segment of zero tokens would reach the recurrent kernels (which divide by the
-        # segment length); a snapshot at `start` is the restore point and needs no saving.
-        if self.length < 1:
-            raise ValueError(f"a sequence computes at least one token, got length {self.length}")
-        for snap in self.snapshots:
-            if not self.start < snap.position <= self.end:
-                raise ValueError(
-                    f"snapshot at position {snap.position} outside the chunk ({self.start}, {self.end}]"
-                )
-
-    @property
-    def end(self) -> int:
-        return self.start + self.length
-
-    def segments(self) -> list[Segment]:
-        """Split ``[0, length)`` (chunk-relative) at the distinct snapshot positions.
-
-        Every segment holds at least one token; the last one ends at ``length`` (with no slots
-        when no snapshot falls on the chunk's end).
-        """
-        slots: dict[int, list[int]] = {}
-        for snap in sorted(self.snapshots, key=lambda s: s.position):
-            slots.setdefault(snap.position - self.start, []).append(snap.slot)
-        out: list[Segment] = []
-        lo = 0
-        for hi, group in slots.items():
-            out.append(Segment(lo, hi, tuple(group)))
-            lo = hi
-        if lo < self.length:
-            out.append(Segment(lo, self.length))
-        return out
-
-
-class KVPool:
-    """Paged KV storage: for each attention layer, ``[num_blocks * block_size, kv_heads, dim]``.
-
-    With ``hidden_size`` the pool also keeps, per slot, the final-norm hidden state of the
-    position stored there (``hidden``: ``[num_blocks * block_size, hidden_size]``), written by the
-    runner, not by the model: the output head's input, so a reused prefix's prompt logprobs need
-    no layer re-run. It shares the slot with the KV, so it is valid exactly where the KV is.
-    """
-
-    def __init__(
-        self,
-        layout: dict[int, tuple[int, int]],
-        num_blocks: int,
-        block_size: int,
-        dtype: torch.dtype,
-        device: torch.device | str,
-        hidden_size: int = 0,
-    ) -> None:
-        self.block_size = block_size
-        self.num_blocks = num_blocks
-        n = num_blocks * block_size
-        self.k: dict[int, torch.Tensor] = {}
-        self.v: dict[int, torch.Tensor] = {}
-        for layer, (heads, dim) in layout.items():
-            self.k[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
-            self.v[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
-        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device) if hidden_size else None
-        # `gather`'s output buffers (K and V), reused layer after layer and round after round: a
-        # fresh multi-megabyte copy per layer costs page faults beside the copy itself
-        self._scratch: dict[tuple[int, torch.Size], torch.Tensor] = {}
-
-    def gather(self, cache: torch.Tensor, slots: torch.Tensor, which: int) -> torch.Tensor:
-        """Rows ``slots`` of ``cache`` (one of the pool's ``[slots, heads, dim]`` tensors) as
-        ``[len(slots), heads, dim]``, in a buffer of this pool's (``which``: 0 for K, 1 for V),
-        valid until the next ``gather`` with the same ``which``."""
-        key = (which, cache.shape[1:])
-        buf = self._scratch.get(key)
-        if buf is None or buf.shape[0] < len(slots):  # grown to the largest context gathered
-            buf = self._scratch[key] = cache.new_empty(len(slots), *cache.shape[1:])
-        out = buf[: len(slots)]
-        # a 2-D row gather into an existing buffer: one copy per row, no allocation
-        torch.index_select(cache.view(cache.shape[0], -1), 0, slots, out=out.view(len(slots), -1))
-        return out
-
-    def slots(self, block_table: list[int], lo: int, hi: int, device: torch.device) -> torch.Tensor:
-        """Flat slot index of absolute positions ``lo..hi-1`` under ``block_table``."""
-        pos = torch.arange(lo, hi, device=device)
-        table = torch.tensor(block_table, dtype=torch.long, device=device)
-        return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections import OrderedDict
 
 import torch
 
-from radixflow.models.batch import KVPool
+from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import CausalLM
 from radixflow.scheduler.output import ScheduledChunk
 from radixflow.scheduler.samples import PromptLogprobs

@@ -12,10 +12,12 @@ import torch
 
 from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import Kernels, KernelsError, kernels_refusal, resolve_kernels
+from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import Config, use_kernels
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import (
     MatmulPlan,

@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.models.attention import paged_attention
-from radixflow.models.batch import ForwardBatch, KVPool, Segment, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import Segment, SeqSpec, Snapshot
 
 
 def test_segments_split_at_snapshots():

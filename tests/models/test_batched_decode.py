@@ -31,11 +31,13 @@ from model_utils import (  # noqa: F401 (fixtures)
     prompt,
 )
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, Snapshot, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kernels.backend import Kernels
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
+from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import Config, use_kernels
 from radixflow.models.registry import model_class
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

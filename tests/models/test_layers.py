@@ -11,11 +11,11 @@ import pytest
 import torch
 from model_utils import Pools, check, prompt, reference, run
 
-from radixflow.models.batch import SeqSpec
 from radixflow.models.families.llama import PRESETS_LLAMA, LlamaForCausalLM
 from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 
 

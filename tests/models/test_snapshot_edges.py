@@ -13,11 +13,11 @@ import pytest
 import torch
 from model_utils import BLOCK, TOL, Pools, assert_same_top1, one_thread, prompt, run  # noqa: F401 (fixture)
 
-from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.kernels.delta_rule import chunked_gated_delta_rule
 from radixflow.models.kernels.ssd import ssd_chunked
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -71,7 +71,8 @@ def test_a_zoo_names_cache_entries_weigh_what_the_torch_runners_pools_hold(name)
     logprobs of a reused prefix need it): the sim charged a KV block without it, so a
     ``--cache-memory`` budget held half as many blocks again as on the torch runner."""
     torch = pytest.importorskip("torch")
-    from radixflow.models.batch import KVPool, StatePool
+    from radixflow.models.batch import StatePool
+    from radixflow.models.kv_pool import KVPool
     from radixflow.models.zoo_catalogue import preset_config
 
     config = preset_config(name)

@@ -17,7 +17,9 @@ import torch
 from engine_utils import drive, new_engine
 from model_utils import BLOCK, TOL, ZOO_TINY, SpyPool, prompt, zoo_model
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.sampling import SamplingParams

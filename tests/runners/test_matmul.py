@@ -11,9 +11,11 @@ import torch.nn.functional as F
 from model_utils import ZOO_TINY, assert_same_top1, one_thread, prompt, zoo_model  # noqa: F401 (fixture)
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool
+from radixflow.models.batch import ForwardBatch, StatePool
+from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners import matmul

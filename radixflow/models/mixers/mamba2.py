@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.batch import ForwardBatch, SeqSpec
+from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.ssd import Mamba2Step, causal_conv, ssd_chunked, ssd_step
 from radixflow.models.layers import ACTIVATIONS, Config
+from radixflow.models.seq_spec import SeqSpec
 
 # ---------------------------------------------------------------------------------------------
 # Config helpers (used by the families' spec builders)

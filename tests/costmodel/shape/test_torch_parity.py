@@ -20,7 +20,8 @@ zoo_catalogue = pytest.importorskip("radixflow.models.zoo_catalogue")
 # after torch is known to be here
 from model_utils import needs_smollm2  # noqa: E402
 
-from radixflow.models.batch import KVPool, StatePool  # noqa: E402
+from radixflow.models.batch import StatePool  # noqa: E402
+from radixflow.models.kv_pool import KVPool  # noqa: E402
 
 PRESETS: list[Any] = [
     f"{family}-{size}" for family in zoo_catalogue.FAMILY_SOURCES for size in ("tiny", "small")

@@ -6,9 +6,9 @@ import pytest
 import torch
 from model_utils import Pools, check, prompt, reference, run, save_and_load
 
-from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.families.lfm2 import PRESETS, Lfm2ForCausalLM, init_weights
 from radixflow.models.layers import Config
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 
 transformers = pytest.importorskip("transformers")
 

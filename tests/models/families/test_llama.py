@@ -10,7 +10,6 @@ transformers = pytest.importorskip("transformers")
 import model_utils  # noqa: E402
 from model_utils import BLOCK, TOL, assert_same_top1, prompt, reference, save_and_load  # noqa: E402
 
-from radixflow.models.batch import SeqSpec, Snapshot  # noqa: E402
 from radixflow.models.families.llama import (  # noqa: E402
     PRESETS_LLAMA,
     PRESETS_QWEN3,
@@ -21,6 +20,7 @@ from radixflow.models.families.llama import (  # noqa: E402
 )
 from radixflow.models.io.loader import save_model  # noqa: E402
 from radixflow.models.layers import Config, use_kernels  # noqa: E402
+from radixflow.models.seq_spec import SeqSpec, Snapshot  # noqa: E402
 
 FAMILIES = {
     "llama": (LlamaForCausalLM, PRESETS_LLAMA),

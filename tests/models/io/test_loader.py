@@ -13,11 +13,11 @@ import torch
 from model_utils import TOL, ZOO_TINY, Pools, prompt, reference
 from safetensors.torch import load_file, save_file
 
-from radixflow.models.batch import SeqSpec
 from radixflow.models.io.convert import plan_conversion
 from radixflow.models.io.loader import CheckpointError, check_checkpoint, load_model, read_config, save_model
 from radixflow.models.layers import Config
 from radixflow.models.registry import UnknownModelError, model_class
+from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo_catalogue import preset_config
 
 EXACT = 1e-5

@@ -22,106 +22,19 @@ _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 THROUGHPUT_WINDOW_S = 10.0
 REJECTIONS = ("queue_full", "not_accepting")  # why a request is refused before admission
+PREFIX = "radixflow_"
 
 
 class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r, p = self.registry, "radixflow_"
-        self.rounds = Counter(p + "rounds", "worker rounds run", registry=r)
-        self.failed_rounds = Counter(p + "failed_rounds", "rounds whose worker call failed", registry=r)
-        self.round_tokens = Counter(
-            p + "round_tokens", "tokens computed in rounds (prefill + decode)", registry=r
-        )
-        self.bubble_tokens = Counter(
-            p + "bubble_tokens", "token budget left unused while work waited", registry=r
-        )
-        self.blocked = Counter(
-            p + "blocked_consumers", "consumers left waiting on a pending checkpoint", registry=r
-        )
-        self.blocked_now = Gauge(
-            p + "blocked_consumers_last_round", "blocked consumers in the last round", registry=r
-        )
-        self.prompt_tokens = Counter(p + "prompt_tokens", "prompt tokens of finished requests", registry=r)
-        self.reused_tokens = Counter(
-            p + "reused_prompt_tokens", "prompt tokens served from the cache", registry=r
-        )
-        self.generation_tokens = Counter(
-            p + "generation_tokens", "tokens generated (by aborted and failed requests too)", registry=r
-        )
-        self.reuse_rate = Gauge(p + "reuse_rate", "reused / prompt tokens of finished requests", registry=r)
-        self.waiting = Gauge(p + "requests_waiting", "requests in the engine's waiting queue", registry=r)
-        self.running = Gauge(
-            p + "requests_running", "requests admitted to rounds (prefill or decode)", registry=r
-        )
-        self.pending = Gauge(
-            p + "requests_pending", "accepted requests not yet answered (the bounded queue)", registry=r
-        )
-        self.namespaces = Gauge(
-            p + "cache_namespaces",
-            "cache namespaces (cache_salt values) holding cached KV or a queued prompt",
-            registry=r,
-        )
-        self.cache_bytes = Gauge(
-            p + "cache_bytes",
-            "cache memory in use, by kind: kv (KV blocks), checkpoint (recurrent-state checkpoints), "
-            "working (running requests' own recurrent state)",
-            ["kind"],
-            registry=r,
-        )
-        self.cache_budget = Gauge(
-            p + "cache_budget_bytes",
-            "the cache's memory budget (cache_memory; without one, what its KV and state capacities hold)",
-            registry=r,
-        )
-        self.evictions = Counter(
-            p + "cache_evictions",
-            "cache entries evicted, by kind: kv (KV leaves), checkpoint (checkpoints, those lost with "
-            "their KV included)",
-            ["kind"],
-            registry=r,
-        )
-        self._evicted: dict[str, int] = {}  # the cache's eviction totals when last published
-        self.requests = Counter(p + "requests", "requests answered, by outcome", ["outcome"], registry=r)
-        self.rejected = Counter(
-            p + "requests_rejected", "requests refused before admission", ["reason"], registry=r
-        )
-        # every series from the start: one born with its first event hides it from rate()
-        for status in (s for s in RequestStatus if s.done):
-            self.requests.labels(status.value)
-        for reason in REJECTIONS:
-            self.rejected.labels(reason)
-        self.ttft = Histogram(
-            p + "time_to_first_token_seconds",
-            "wall time from arrival to first token",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.latency = Histogram(
-            p + "e2e_request_latency_seconds",
-            "wall time from arrival to the last token",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.tokens_per_s = Gauge(
-            p + "tokens_per_second",
-            f"tokens computed per second over the last {THROUGHPUT_WINDOW_S:g} s",
-            registry=r,
-        )
-        self.prediction_error = Histogram(
-            p + "round_prediction_relative_error",
-            "|predicted - measured| / measured worker call of each round the runner predicted",
-            buckets=_ERROR_BUCKETS,
-            registry=r,
-        )
-        self.since_last_round = Gauge(
-            p + "seconds_since_last_round",
-            "seconds since the engine last finished a round (since it started, before the first); "
-            "grows while it is idle too: alert on it with requests_pending > 0",
-            registry=r,
-        )
-        self._last_round = time.monotonic()  # written by the engine thread, read by /metrics
-        self.since_last_round.set_function(lambda: time.monotonic() - self._last_round)
+        # declared in this order: /metrics lists the series as they were registered
+        self._declare_rounds()
+        self._declare_tokens()
+        self._declare_queues()
+        self._declare_cache()
+        self._declare_requests()
+        self._declare_timing()
         # what only an engine counts (a fleet's ingress has none: `engine_from` takes them over);
         # generated tokens too: an ingress sees none of a request answered with an error
         self.engine = (
@@ -145,6 +58,92 @@ class ServerMetrics:
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of recent rounds
         self._lock = threading.Lock()  # the window is read by /metrics, written by the engine thread
         self._prompt_sum = self._reused_sum = 0
+
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(PREFIX + name, doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(PREFIX + name, doc, labels, registry=self.registry)
+
+    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(PREFIX + name, doc, buckets=buckets, registry=self.registry)
+
+    def _declare_rounds(self) -> None:
+        self.rounds = self._counter("rounds", "worker rounds run")
+        self.failed_rounds = self._counter("failed_rounds", "rounds whose worker call failed")
+        self.round_tokens = self._counter("round_tokens", "tokens computed in rounds (prefill + decode)")
+        self.bubble_tokens = self._counter("bubble_tokens", "token budget left unused while work waited")
+        self.blocked = self._counter("blocked_consumers", "consumers left waiting on a pending checkpoint")
+        self.blocked_now = self._gauge("blocked_consumers_last_round", "blocked consumers in the last round")
+
+    def _declare_tokens(self) -> None:
+        self.prompt_tokens = self._counter("prompt_tokens", "prompt tokens of finished requests")
+        self.reused_tokens = self._counter("reused_prompt_tokens", "prompt tokens served from the cache")
+        self.generation_tokens = self._counter(
+            "generation_tokens", "tokens generated (by aborted and failed requests too)"
+        )
+        self.reuse_rate = self._gauge("reuse_rate", "reused / prompt tokens of finished requests")
+
+    def _declare_queues(self) -> None:
+        self.waiting = self._gauge("requests_waiting", "requests in the engine's waiting queue")
+        self.running = self._gauge("requests_running", "requests admitted to rounds (prefill or decode)")
+        self.pending = self._gauge(
+            "requests_pending", "accepted requests not yet answered (the bounded queue)"
+        )
+
+    def _declare_cache(self) -> None:
+        self.namespaces = self._gauge(
+            "cache_namespaces", "cache namespaces (cache_salt values) holding cached KV or a queued prompt"
+        )
+        self.cache_bytes = self._gauge(
+            "cache_bytes",
+            "cache memory in use, by kind: kv (KV blocks), checkpoint (recurrent-state checkpoints), "
+            "working (running requests' own recurrent state)",
+            ("kind",),
+        )
+        self.cache_budget = self._gauge(
+            "cache_budget_bytes",
+            "the cache's memory budget (cache_memory; without one, what its KV and state capacities hold)",
+        )
+        self.evictions = self._counter(
+            "cache_evictions",
+            "cache entries evicted, by kind: kv (KV leaves), checkpoint (checkpoints, those lost with "
+            "their KV included)",
+            ("kind",),
+        )
+        self._evicted: dict[str, int] = {}  # the cache's eviction totals when last published
+
+    def _declare_requests(self) -> None:
+        self.requests = self._counter("requests", "requests answered, by outcome", ("outcome",))
+        self.rejected = self._counter("requests_rejected", "requests refused before admission", ("reason",))
+        # every series from the start: one born with its first event hides it from rate()
+        for status in (s for s in RequestStatus if s.done):
+            self.requests.labels(status.value)
+        for reason in REJECTIONS:
+            self.rejected.labels(reason)
+
+    def _declare_timing(self) -> None:
+        self.ttft = self._histogram(
+            "time_to_first_token_seconds", "wall time from arrival to first token", _LATENCY_BUCKETS
+        )
+        self.latency = self._histogram(
+            "e2e_request_latency_seconds", "wall time from arrival to the last token", _LATENCY_BUCKETS
+        )
+        self.tokens_per_s = self._gauge(
+            "tokens_per_second", f"tokens computed per second over the last {THROUGHPUT_WINDOW_S:g} s"
+        )
+        self.prediction_error = self._histogram(
+            "round_prediction_relative_error",
+            "|predicted - measured| / measured worker call of each round the runner predicted",
+            _ERROR_BUCKETS,
+        )
+        self.since_last_round = self._gauge(
+            "seconds_since_last_round",
+            "seconds since the engine last finished a round (since it started, before the first); "
+            "grows while it is idle too: alert on it with requests_pending > 0",
+        )
+        self._last_round = time.monotonic()  # written by the engine thread, read by /metrics
+        self.since_last_round.set_function(lambda: time.monotonic() - self._last_round)
 
     def on_round(self, record: RoundRecord) -> None:
         self._last_round = time.monotonic()  # a failed round finished too: the loop moved on

@@ -28,14 +28,9 @@ from radixflow.models.io.loader import load_model
 from radixflow.models.kv_pool import KVPool
 from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo import ensure_model
-from radixflow.runners.matmul import (
-    BACKENDS,
-    MatmulRouter,
-    dominant_weight,
-    install,
-    measure_plan,
-    parse_plan,
-)
+from radixflow.runners.linear_backends import BACKENDS
+from radixflow.runners.matmul import MatmulRouter, install, parse_plan
+from radixflow.runners.matmul_measure import dominant_weight, measure_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from decode_step import setup  # the decode-round setup shared with decode_step.py

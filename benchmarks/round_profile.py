@@ -50,7 +50,7 @@ from radixflow.models.kernels.backend import CHOICES, Kernels, resolve_kernels
 from radixflow.models.kv_pool import KVPool
 from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo import default_cache_dir, ensure_model
-from radixflow.runners.matmul import BACKENDS
+from radixflow.runners.linear_backends import BACKENDS
 from radixflow.runners.torch_runner import TorchRunner
 
 MODELS = {  # mixer kind -> model that has it

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from radixflow.problems import Problem
 
-BACKEND_NAMES = ("mkl", "onednn", "native")  # `runners.matmul.BACKENDS`, in its order
+BACKEND_NAMES = ("mkl", "onednn", "native")  # `runners.linear_backends.BACKENDS`, in its order
 
 
 @dataclass(frozen=True)

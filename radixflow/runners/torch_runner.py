@@ -19,15 +19,8 @@ from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import Config, use_kernels
 from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.problems import Problem, ProblemError
-from radixflow.runners.matmul import (
-    MatmulPlan,
-    MatmulRouter,
-    dominant_weight,
-    install,
-    measure_plan,
-    parse_plan,
-    unusable,
-)
+from radixflow.runners.matmul import MatmulPlan, MatmulRouter, install, parse_plan, unusable
+from radixflow.runners.matmul_measure import dominant_weight, measure_plan
 from radixflow.runners.profile_store import load_stored, store_key
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.round_predictor import LearnedRoundPredictor, make_predictor

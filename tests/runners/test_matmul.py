@@ -18,18 +18,11 @@ from radixflow.models.registry import model_class
 from radixflow.models.seq_spec import SeqSpec
 from radixflow.models.zoo_catalogue import FAMILY_SOURCES, preset_config
 from radixflow.problems import Problem, ProblemError
-from radixflow.runners import matmul
-from radixflow.runners.matmul import (
-    BACKENDS,
-    SHAPE_CLASSES,
-    MatmulPlan,
-    OneDnnLinear,
-    dominant_weight,
-    install,
-    measure_plan,
-    parse_plan,
-)
-from radixflow.runners.matmul_plan import BACKEND_NAMES
+from radixflow.runners import linear_backends, matmul_measure
+from radixflow.runners.linear_backends import BACKENDS, OneDnnLinear
+from radixflow.runners.matmul import MatmulPlan, install, parse_plan
+from radixflow.runners.matmul_measure import dominant_weight, measure_plan
+from radixflow.runners.matmul_plan import BACKEND_NAMES, SHAPE_CLASSES
 from radixflow.runners.torch_runner import TorchRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -165,7 +158,7 @@ def test_the_dominant_weight_carries_the_most_parameters():
 
 
 def test_a_plan_naming_a_backend_that_cannot_run_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(matmul, "_native_lib", lambda: None)  # as on a machine with no C compiler
+    monkeypatch.setattr(linear_backends, "_native_lib", lambda: None)  # as on a machine with no C compiler
     assert not BACKENDS["native"].usable() and "native" not in measure_plan(torch.randn(64, 32), 1).choices
     with pytest.raises(ProblemError) as err:
         TorchRunner(tmp_path / "missing", 16, 4, 1, matmul="single=native")
@@ -175,7 +168,7 @@ def test_a_plan_naming_a_backend_that_cannot_run_is_refused(tmp_path, monkeypatc
 def test_a_cold_class_empties_the_caches_before_each_timed_call():
     order: list[str] = []
     calls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
-    times = matmul._interleaved(calls, 2, before=lambda: order.append("evict"))
+    times = matmul_measure._interleaved(calls, 2, before=lambda: order.append("evict"))
     assert set(times) == {"a", "b"}
     assert order == ["a", "b"] + ["evict", "a", "evict", "b"] * 2  # warm-up first, untimed
     assert [c.name for c in SHAPE_CLASSES if c.cold] == ["single"]

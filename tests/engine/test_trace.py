@@ -3,10 +3,13 @@ Event Format (required fields and types, µs timestamps, flows that pair up and 
 
 from __future__ import annotations
 
+import builtins
+import errno
 import itertools
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -262,9 +265,6 @@ def test_a_write_the_disk_cuts_short_leaves_the_file_valid_json_with_the_events_
 ):
     # the disk filled part way through a flush: the file ended in half an event, no closing
     # brackets, and no viewer could open what had been written before
-    import builtins
-    import errno
-
     path = tmp_path / "t.json"
     trace = TraceFile(path, {"clock": "sim"})
     recorder = trace.recorder("a")
@@ -272,29 +272,10 @@ def test_a_write_the_disk_cuts_short_leaves_the_file_valid_json_with_the_events_
     trace.flush()
     before = json.loads(path.read_text())["traceEvents"]
 
-    class FillsUp:
-        """A file whose first long write gets half way, then the disk is full."""
+    def full_disk() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-        def __init__(self, *args, **kwargs):
-            self.f = builtins.open(*args, **kwargs)  # noqa: SIM115 (closed by __exit__, as open's is)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            if len(data) > 64:
-                self.f.write(data[: len(data) // 2])
-                self.f.flush()
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return self.f.write(data)
-
-    monkeypatch.setattr("radixflow.engine.trace_file.open", FillsUp, raising=False)
+    monkeypatch.setattr("radixflow.engine.trace_file.open", cut_short(full_disk), raising=False)
     for i in range(20):
         recorder.arrived(Request(f"more{i}", (1, 2, 3)))
     with pytest.raises(OSError):
@@ -441,17 +422,33 @@ def test_a_ctrl_c_part_way_through_a_flush_leaves_valid_json_and_the_next_flush_
 ):
     # the interrupted write left half an event and no closing brackets; the flush a Ctrl-C then
     # makes (`trace_kept`) took the file for another writer's, and the trace stayed no JSON
-    import builtins
-
     path = tmp_path / "t.json"
     trace = TraceFile(path, {"clock": "sim"})
     recorder = trace.recorder("a")
     recorder.arrived(Request("r1", (1, 2, 3)))
     trace.flush()
 
-    class Interrupted:
-        """A file whose first long write gets half way before a Ctrl-C lands."""
+    def ctrl_c() -> None:
+        monkeypatch.undo()  # one Ctrl-C
+        raise KeyboardInterrupt
 
+    monkeypatch.setattr("radixflow.engine.trace_file.open", cut_short(ctrl_c), raising=False)
+    for i in range(20):
+        recorder.arrived(Request(f"more{i}", (1, 2, 3)))
+    with pytest.raises(KeyboardInterrupt):
+        trace.flush()
+    events = check_format(json.loads(path.read_text()))
+    assert "more0" not in {e["args"].get("name") for e in events}
+    trace.flush()  # as `trace_kept` flushes once the Ctrl-C stopped the run
+    events = check_format(json.loads(path.read_text()))
+    assert sum(e["name"] == "arrived" for e in events) == 21 and trace.error is None
+
+
+def cut_short(fail: Callable[[], None]) -> type:
+    """A stand-in for ``open`` whose files write half of their first long write, then call
+    ``fail`` (which raises: a full disk, a Ctrl-C)."""
+
+    class CutShort:
         def __init__(self, *args, **kwargs):
             self.f = builtins.open(*args, **kwargs)  # noqa: SIM115 (closed by __exit__, as open's is)
 
@@ -468,17 +465,7 @@ def test_a_ctrl_c_part_way_through_a_flush_leaves_valid_json_and_the_next_flush_
             if len(data) > 64:
                 self.f.write(data[: len(data) // 2])
                 self.f.flush()
-                monkeypatch.undo()  # one Ctrl-C
-                raise KeyboardInterrupt
+                fail()
             return self.f.write(data)
 
-    monkeypatch.setattr("radixflow.engine.trace_file.open", Interrupted, raising=False)
-    for i in range(20):
-        recorder.arrived(Request(f"more{i}", (1, 2, 3)))
-    with pytest.raises(KeyboardInterrupt):
-        trace.flush()
-    events = check_format(json.loads(path.read_text()))
-    assert "more0" not in {e["args"].get("name") for e in events}
-    trace.flush()  # as `trace_kept` flushes once the Ctrl-C stopped the run
-    events = check_format(json.loads(path.read_text()))
-    assert sum(e["name"] == "arrived" for e in events) == 21 and trace.error is None
+    return CutShort

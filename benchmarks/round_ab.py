@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
 import torch
 
@@ -49,15 +49,32 @@ def base_package(base: Path, into: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def side(pkg: str, model: str) -> tuple[torch.nn.Module, ModuleType]:
-    """The model as the engine builds it (GEMMs on MKL) and the package's batch module."""
+Names = SimpleNamespace  # `ROUND_NAMES` as attributes
+ROUND_NAMES = ("ForwardBatch", "SeqSpec", "Snapshot", "KVPool", "StatePool")
+
+
+def side(pkg: str, model: str) -> tuple[torch.nn.Module, Names]:
+    """The model as the engine builds it (GEMMs on MKL) and the package's round-building names."""
     zoo = importlib.import_module(f"{pkg}.models.zoo")
     runner = importlib.import_module(f"{pkg}.runners.torch_runner")
     built = runner.TorchRunner(zoo.ensure_model(model), BLOCK, 8, 0, matmul="mkl", predict_rounds=False)
-    return built.net, importlib.import_module(f"{pkg}.models.batch")
+    return built.net, round_names(pkg)
 
 
-def decode_round(net: torch.nn.Module, b: ModuleType, rows: int, context: int) -> Callable[[], torch.Tensor]:
+def round_names(pkg: str) -> Names:
+    """`ROUND_NAMES` from wherever ``pkg`` keeps them: a base tree may predate the modules they
+    moved to from `models.batch` (`seq_spec`, `kv_pool`)."""
+    found: dict[str, object] = {}
+    for module in ("batch", "seq_spec", "kv_pool", "state_pool"):
+        try:
+            m = importlib.import_module(f"{pkg}.models.{module}")
+        except ModuleNotFoundError:
+            continue
+        found.update({n: getattr(m, n) for n in ROUND_NAMES if hasattr(m, n) and n not in found})
+    return SimpleNamespace(**found)
+
+
+def decode_round(net: torch.nn.Module, b: Names, rows: int, context: int) -> Callable[[], torch.Tensor]:
     """Prefill ``rows`` prompts, then a decode round of one token each, saving in place."""
     gen = torch.Generator().manual_seed(rows)
     per = -(-(context + 1) // BLOCK)
@@ -74,7 +91,7 @@ def decode_round(net: torch.nn.Module, b: ModuleType, rows: int, context: int) -
     return lambda: forward(net, b, decode, kv, state)
 
 
-def prefill_round(net: torch.nn.Module, b: ModuleType, lengths: list[int]) -> Callable[[], torch.Tensor]:
+def prefill_round(net: torch.nn.Module, b: Names, lengths: list[int]) -> Callable[[], torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     chunks, nxt = [], 0
     for n in lengths:
@@ -87,7 +104,7 @@ def prefill_round(net: torch.nn.Module, b: ModuleType, lengths: list[int]) -> Ca
     return lambda: forward(net, b, chunks, kv, state)
 
 
-def forward(net: torch.nn.Module, b: ModuleType, chunks: list, kv: object, state: object) -> torch.Tensor:
+def forward(net: torch.nn.Module, b: Names, chunks: list, kv: object, state: object) -> torch.Tensor:
     with torch.inference_mode():
         fb = b.ForwardBatch.build(chunks, kv, state, "cpu")
         return net.compute_logits(net(fb)[fb.last_token_indices()])

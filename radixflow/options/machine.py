@@ -53,12 +53,10 @@ def available_memory() -> int | None:
     """MemAvailable from /proc/meminfo in bytes (None where there is no such file)."""
     try:
         with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            lines = f.readlines()
     except OSError:
         return None
-    return None
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")), None)
 
 
 def threads_problem(threads: int | None) -> Problem | None:

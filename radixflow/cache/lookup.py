@@ -4,7 +4,7 @@ Nothing here changes the tree's structure; `match` may only refresh the LRU stam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from radixflow.cache.digest import CheckpointDigest, extend_chain, namespace_seed
 from radixflow.cache.node import Node, common_blocks
@@ -69,15 +69,25 @@ def ready_digest(tree: Tree, kv_runs: bool) -> CheckpointDigest:
     ``kv_runs``: at the end of every materialized node instead. Pure."""
     found: set[int] = set()
     for namespace, root in tree.named_roots():
-        stack = [(root, namespace_seed(namespace))]
-        while stack:
-            node, h = stack.pop()
-            for child in node.children.values():
-                if not child.materialized:
-                    continue
-                *_, end = extend_chain(h, child.key, tree.block_size)
-                ckpt = child.checkpoint
-                if kv_runs or (ckpt is not None and ckpt.readiness is Readiness.READY):
-                    found.add(end)
-                stack.append((child, end))
+        found.update(_ready_hashes(root, namespace_seed(namespace), tree.block_size, kv_runs))
     return CheckpointDigest(tree.block_size, frozenset(found))
+
+
+def _ready_hashes(root: Node, seed: int, block_size: int, kv_runs: bool) -> Iterator[int]:
+    """`ready_digest`'s chain hashes under one namespace's ``root``, whose chain starts at
+    ``seed``. Like `match`, a branch ends at a node that is not materialized: no request resumes
+    past it. Pure."""
+    stack = [(root, seed)]
+    while stack:
+        node, h = stack.pop()
+        for child in node.children.values():
+            if not child.materialized:
+                continue
+            *_, end = extend_chain(h, child.key, block_size)
+            if kv_runs or _ready(child):
+                yield end
+            stack.append((child, end))
+
+
+def _ready(node: Node) -> bool:
+    return node.checkpoint is not None and node.checkpoint.readiness is Readiness.READY

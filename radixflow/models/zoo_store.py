@@ -110,10 +110,11 @@ class BuildStore:
         """`_prune` on reuse, where there is something to remove and the cache lock is free now: a
         caller never waits for a build of another model under way only to remove an old one."""
         with contextlib.suppress(OSError):
-            if self._unused(name, keep):
-                with self._lock(wait=False) as locked:
-                    if locked:
-                        self._prune(name, keep)
+            if not self._unused(name, keep):
+                return
+            with self._lock(wait=False) as locked:
+                if locked:
+                    self._prune(name, keep)
 
     def _sweep(self) -> None:
         """Remove the temporary directories (``.<zoo name>.tmp-*``) that builds cut short (killed, a

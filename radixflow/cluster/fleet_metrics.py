@@ -89,14 +89,28 @@ class FleetFigures:
         for name, kind, doc in self._families:
             metric = Metric(name, doc, kind)
             if name in PER_REPLICA:
-                for replica in running:
-                    for sample, labels, value in latest.get(replica, {}).get(name, ()):
-                        metric.add_sample(sample, {**labels, "replica": replica}, value)
+                _add_per_replica(metric, latest, name, running)
             else:
-                summed = list(latest) if kind in CUMULATIVE else [r for r in running if r in latest]
-                for (sample, labels), value in _sums([latest[r].get(name, []) for r in summed]).items():
-                    metric.add_sample(sample, dict(labels), value)
+                _add_summed(metric, latest, name, kind, running)
             yield metric
+
+
+def _add_per_replica(metric: Metric, latest: Mapping[str, Report], name: str, running: list[str]) -> None:
+    """Family ``name``'s series of each running replica into ``metric``, labelled with the replica."""
+    for replica in running:
+        for sample, labels, value in latest.get(replica, {}).get(name, ()):
+            metric.add_sample(sample, {**labels, "replica": replica}, value)
+
+
+def _add_summed(
+    metric: Metric, latest: Mapping[str, Report], name: str, kind: str, running: list[str]
+) -> None:
+    """Family ``name``'s series summed over the replicas into ``metric``: a cumulative family's
+    over every replica that ever reported (so no sum goes backwards when one is replaced), any
+    other's over the running ones."""
+    summed = list(latest) if kind in CUMULATIVE else [r for r in running if r in latest]
+    for (sample, labels), value in _sums([latest[r].get(name, []) for r in summed]).items():
+        metric.add_sample(sample, dict(labels), value)
 
 
 def _sums(reports: Sequence[Sequence[Sample]]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -71,13 +71,13 @@ def answer(
     answers: dict[str, Done] = {}
     try:
         refused = [e for c in calls for e in processor.submit(RequestTracker(c.request, decoder, c.choice))]
-        for event in itertools.chain(refused, EngineDriver(engine, processor).run()):
-            if isinstance(event, Done):
-                answers[event.request_id] = event
-                if on_done is not None:
-                    on_done(event)
-                if progress is not None:
-                    progress(len(answers), len(calls))
+        events = itertools.chain(refused, EngineDriver(engine, processor).run())
+        for done in (e for e in events if isinstance(e, Done)):
+            answers[done.request_id] = done
+            if on_done is not None:
+                on_done(done)
+            if progress is not None:
+                progress(len(answers), len(calls))
     finally:
         _end(engine, calls, processor, answers, flush)
     return answers

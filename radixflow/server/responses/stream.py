@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.server.errors import error_body
-from radixflow.server.events import Delta, Final
+from radixflow.server.events import Delta, Event, Final
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.submission import Submission, sse, where
 
@@ -43,20 +43,28 @@ async def sse_stream(submission: Submission, shape: ChunkShape, include_usage: b
         for choice in shape.opening():
             yield _chunk(shape, choice)
         async for event in submission.events():
-            if isinstance(event, Delta):
-                choice = await shape.delta(event)
-                if choice is not None:
-                    yield _chunk(shape, choice)
-            elif event.output is None:
-                yield sse(error_body(event.status, _failed(event, shape)))
-            else:
-                outputs.append((event.index, event.output))
-                yield _chunk(shape, shape.final(event))
+            text = await _event_text(shape, event, outputs)
+            if text is not None:
+                yield text
         if include_usage:
             yield sse({**shape.envelope.body(shape.kind, []), "usage": usage(outputs, shape.n)})
         yield sse("[DONE]")
     finally:
         submission.abort()  # the client left mid-stream (or the stream ended: then nothing is open)
+
+
+async def _event_text(
+    shape: ChunkShape, event: Event, outputs: list[tuple[int, GenerationOutput]]
+) -> str | None:
+    """The event ``event`` as it is sent: a chunk, or a prompt's error; None for new tokens not
+    worth sending. A prompt's output joins ``outputs``, for the usage at the end."""
+    if isinstance(event, Delta):
+        choice = await shape.delta(event)
+        return None if choice is None else _chunk(shape, choice)
+    if event.output is None:
+        return sse(error_body(event.status, _failed(event, shape)))
+    outputs.append((event.index, event.output))
+    return _chunk(shape, shape.final(event))
 
 
 def _chunk(shape: ChunkShape, choice: dict[str, Any]) -> str:

@@ -130,21 +130,29 @@ def surrogate_at(value: Any, path: str = "") -> tuple[str, str] | None:
     walks: list[tuple[Any, Iterator[tuple[Any, Any]]]] = [(None, iter([(None, value)]))]
     while walks:
         for label, item in walks[-1][1]:
-            if isinstance(label, str):  # a dict's key, at the dict's own path
-                bad = _first_surrogate(label)
-                if bad is not None:
-                    return _spelled(path, walks), bad
-            if isinstance(item, str):
-                bad = _first_surrogate(item)
-                if bad is not None:
-                    return _spelled(path, walks, label), bad
-            elif isinstance(item, dict | list | tuple | BaseModel):
-                inside = _items(item)
-                if inside is not None:
-                    walks.append((label, inside))
-                    break  # the container first; this one's items resume after it
+            found = _surrogate_in(path, walks, label, item)
+            if found is not None:
+                return found
+            inside = _items(item) if isinstance(item, dict | list | tuple | BaseModel) else None
+            if inside is not None:
+                walks.append((label, inside))
+                break  # the container first; this one's items resume after it
         else:
             walks.pop()
+    return None
+
+
+def _surrogate_in(path: str, walks: list[tuple[Any, Any]], label: Any, item: Any) -> tuple[str, str] | None:
+    """`surrogate_at`'s answer where ``label`` or the string ``item`` holds a lone surrogate
+    (inside ``walks``); None where neither does, or ``item`` is not a string."""
+    if isinstance(label, str):  # a dict's key, at the dict's own path
+        bad = _first_surrogate(label)
+        if bad is not None:
+            return _spelled(path, walks), bad
+    if isinstance(item, str):
+        bad = _first_surrogate(item)
+        if bad is not None:
+            return _spelled(path, walks, label), bad
     return None
 
 

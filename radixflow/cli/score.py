@@ -48,6 +48,7 @@ from radixflow.progress import LoggedProgress, RequestBar
 if TYPE_CHECKING:  # the generation package is imported when a command runs (torch extra checked first)
     from radixflow.generation import LLM
     from radixflow.generation.scoring import CandidateScore
+    from radixflow.options.engine_options import EngineOptions
 
 ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per token
 
@@ -95,8 +96,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow score")
-    from radixflow.generation import LLM, GenerationError
-
     jobs, candidates = _inputs(args)
     options = from_args(args)
     outputs = {"--trace-out": None if options.trace_out is None else Path(options.trace_out)}
@@ -110,32 +109,49 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if jobs is not None and kept is not None:
             jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
         warn_ineffective_options(args, options)
-        llm = None
-        try:
-            llm = LLM.from_options(options)
-            warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
-            with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
-                bar = RequestBar(progress, "scoring")
-                if jobs is not None:
-                    code = _run_file(output, llm, jobs, bar, kept, record, args.restart)
-                    write_trace(llm.model.setup)  # after the rows: a trace the disk refuses costs none
-                    return code
-                context = [{"role": "user", "content": args.context}] if args.chat else args.context
-                scores = llm.score(context, candidates, progress=bar.hear)
-        except ProblemError:
-            raise
-        except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
-            note_trace_kept(None if llm is None else llm.model.setup, e)
-            raise
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        except GenerationError as e:
-            print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
-            warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line
-            return 1
-        _print_scores(args, console, candidates, scores)
-        write_trace(llm.model.setup)
-        return 0
+        return _score(args, console, options, jobs, candidates, output, kept, record)
+
+
+def _score(
+    args: argparse.Namespace,
+    console: Console,
+    options: EngineOptions,
+    jobs: list[ScoreJob] | None,
+    candidates: list[str],
+    output: Path | None,
+    kept: KeptRows | None,
+    record: str,
+) -> int:
+    """`run` once its inputs are checked and ``output`` is claimed: ``jobs`` (``--input``; None:
+    ``candidates`` after ``--context``) scored, their rows or the table written; the exit code."""
+    from radixflow.generation import LLM, GenerationError
+
+    llm = None
+    try:
+        llm = LLM.from_options(options)
+        warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
+        with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
+            bar = RequestBar(progress, "scoring")
+            if jobs is not None:
+                code = _run_file(output, llm, jobs, bar, kept, record, args.restart)
+                write_trace(llm.model.setup)  # after the rows: a trace the disk refuses costs none
+                return code
+            context = [{"role": "user", "content": args.context}] if args.chat else args.context
+            scores = llm.score(context, candidates, progress=bar.hear)
+    except ProblemError:
+        raise
+    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trace is written
+        note_trace_kept(None if llm is None else llm.model.setup, e)
+        raise
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except GenerationError as e:
+        print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
+        warn_trace_unwritten(llm.model.setup)  # the LLM ran (its run failed): after that line
+        return 1
+    _print_scores(args, console, candidates, scores)
+    write_trace(llm.model.setup)
+    return 0
 
 
 def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]:

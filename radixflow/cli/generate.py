@@ -40,10 +40,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # the one check every door runs, so a flag is refused in the API's words (named as the flag)
     add_engine_flags(p, model_positional=True)
     g = p.add_argument_group("generation")
+    _prompt_flags(g)
+    _length_flags(g)
+    _sampling_flags(g)
+    _stop_flags(g)
+    _constraint_flags(g)
+    _logit_flags(g)
+    _report_flags(g)
+
+
+def _prompt_flags(g: argparse._ArgumentGroup) -> None:
+    """The prompts, and how each is sent."""
     g.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
     g.add_argument(
         "--chat", action="store_true", help="send each prompt as a user message through the chat template"
     )
+
+
+def _length_flags(g: argparse._ArgumentGroup) -> None:
+    """How many tokens each prompt gets, and how many answers."""
     g.add_argument(
         "--max-tokens",
         type=parse_int,
@@ -64,6 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"choices per prompt, 1 to {MAX_CHOICES} (they share the prompt in the cache; with --seed each "
         "has its own stream)",
     )
+
+
+def _sampling_flags(g: argparse._ArgumentGroup) -> None:
+    """How a token is drawn from the logits."""
     g.add_argument("--temperature", type=parse_float, default=0.0, help="0 (or below 1e-5) is greedy")
     g.add_argument(
         "--top-p",
@@ -75,12 +94,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--min-p", type=parse_float, default=0.0, help="in [0, 1]: drop tokens under min-p times the best's"
     )
+
+
+def _stop_flags(g: argparse._ArgumentGroup) -> None:
+    """Where an answer ends early."""
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument(
         "--include-stop-str-in-output",
         action="store_true",
         help="end the text after the stop string that ended it (default: just before it)",
     )
+
+
+def _constraint_flags(g: argparse._ArgumentGroup) -> None:
+    """What an answer may hold, and how much of each prompt is kept."""
     g.add_argument(
         "--guided-choice",
         action="append",
@@ -105,6 +132,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="IDS",
         help="comma-separated token ids: the only tokens that may be generated",
     )
+
+
+def _logit_flags(g: argparse._ArgumentGroup) -> None:
+    """Penalties and biases that shift the logits, and EOS ignored."""
     g.add_argument("--presence-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
     g.add_argument("--frequency-penalty", type=parse_float, default=0.0, help="in [-2, 2] (OpenAI's)")
     g.add_argument(
@@ -119,6 +150,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="add BIAS (in [-100, 100]) to token id TOKEN's logit (repeatable)",
     )
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence tokens")
+
+
+def _report_flags(g: argparse._ArgumentGroup) -> None:
+    """What is printed beside the text."""
     g.add_argument(
         "--logprobs",
         type=parse_int,

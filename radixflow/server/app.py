@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -21,6 +21,20 @@ from radixflow.server.state import ServerState
 
 def create_app(state: ServerState) -> FastAPI:
     """An app serving ``state``'s model; its engine loop starts and stops with the app."""
+    app = FastAPI(title="RadixFlow", lifespan=_lifespan(state))
+    app.state.radixflow = state
+    lane = LongBodyLane(state.config.long_body_bytes, answering=state.answering)
+    app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)
+    install_handlers(app)
+    for module in (completions, chat, score, tokenize):
+        app.include_router(module.router)
+    _add_model_routes(app, state)
+    _add_status_routes(app, state)
+    return app
+
+
+def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: ``state``'s engine loop runs while the app does."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -36,14 +50,11 @@ def create_app(state: ServerState) -> FastAPI:
                 state.loop.abandon(STUCK)
             state.close()
 
-    app = FastAPI(title="RadixFlow", lifespan=lifespan)
-    app.state.radixflow = state
-    lane = LongBodyLane(state.config.long_body_bytes, answering=state.answering)
-    app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)
-    install_handlers(app)
-    for module in (completions, chat, score, tokenize):
-        app.include_router(module.router)
+    return lifespan
 
+
+def _add_model_routes(app: FastAPI, state: ServerState) -> None:
+    """``/v1/models`` and ``/v1/models/{model}``: the one model ``state`` serves."""
     card = {
         "id": state.model_name,
         "object": "model",
@@ -63,6 +74,10 @@ def create_app(state: ServerState) -> FastAPI:
         state.check_model(model)
         return card
 
+
+def _add_status_routes(app: FastAPI, state: ServerState) -> None:
+    """``/health``, ``/version`` and ``/metrics``."""
+
     @app.get("/health")
     async def health() -> Response:
         if state.loop.accepting:
@@ -78,5 +93,3 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/metrics")
     async def metrics(_: HttpRequest) -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-    return app

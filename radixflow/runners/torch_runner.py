@@ -98,17 +98,29 @@ class TorchRunner:
         self.clock = round_clock(clock)
         self.device, self.dtype, self.block_size = device, dtype, block_size
         self.matmul = self._route_matmuls(given)
-        cfg = self.net.config
-        hidden = int(cfg.hidden_size)
-        self.kv = KVPool(self.net.kv_layout(), num_blocks, block_size, dtype, device, hidden_size=hidden)
-        # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
-        # every earlier token (a bfloat16 state would round the whole history each step)
-        self.state = StatePool(self.net.state_layout(), num_slots, torch.float32, device)
+        self.kv, self.state = self._pools(num_blocks, num_slots)
         eos = eos_token_ids(path, self.net.config)
         self.sampler = Sampler(seed, eos)
         self.scorer = PromptScorer(self.net, self.kv)
-        self.model = ModelInfo(
-            name=label or Path(path).name,
+        self.model = self._model_info(label or Path(path).name, eos)
+        self._warmup()
+        self.predictor = self._predictor(path, label) if predict_rounds else None
+
+    def _pools(self, num_blocks: int, num_slots: int) -> tuple[KVPool, StatePool]:
+        """The KV blocks and recurrent-state slots of the loaded model."""
+        hidden = int(self.net.config.hidden_size)
+        kv = KVPool(
+            self.net.kv_layout(), num_blocks, self.block_size, self.dtype, self.device, hidden_size=hidden
+        )
+        # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
+        # every earlier token (a bfloat16 state would round the whole history each step)
+        return kv, StatePool(self.net.state_layout(), num_slots, torch.float32, self.device)
+
+    def _model_info(self, name: str, eos: tuple[int, ...]) -> ModelInfo:
+        """What the engine knows of the loaded model, its pools made."""
+        cfg = self.net.config
+        return ModelInfo(
+            name=name,
             has_recurrent=bool(self.net.state_layout()),
             same_round_state=True,  # recurrent layers run a round's rows in waves (`ForwardBatch.waves`)
             vocab_size=int(cfg.vocab_size),
@@ -117,8 +129,6 @@ class TorchRunner:
             kv_bytes_per_token=_row_bytes([*self.kv.k.values(), *self.kv.v.values(), self.kv.hidden]),
             checkpoint_bytes=_row_bytes([t for ts in self.state.tensors.values() for t in ts]),
         )
-        self._warmup()
-        self.predictor = self._predictor(path, label) if predict_rounds else None
 
     def resolved(self) -> dict[str, object]:
         """What runs here, ``auto`` resolved: the decode-step ``kernels``, the ``matmul`` plan

@@ -192,12 +192,7 @@ def serve_until_stopped(server: Stoppable, sock: socket.socket) -> int:
 def run_fleet(args: argparse.Namespace, console: Console) -> int:
     """Replicas on Ray Serve, each with one torch thread per CPU it is given (one by default)."""
     options = from_args(args)
-    if options.trace_out is not None:
-        raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
-    require_serve_extra()
-    require_cluster_extra()
-    # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
-    refuse_setup(options, local=args.ray_address is None)
+    _refuse_fleet(args, options)
     from radixflow.cluster.fleet_metrics import FleetFigures
     from radixflow.cluster.launch import (
         FleetSpec,
@@ -206,13 +201,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         cpu_shortfall,
         deploy,
         fleet_server,
-        ingress_tokenizer,
         ray_serve,
     )
-    from radixflow.models.zoo_catalogue import model_names
-
-    if args.ray_address is None and options.model not in model_names():  # a zoo model has one
-        ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads
 
     listen, config = server_settings(args)
     if options.torch_threads is None:
@@ -241,6 +231,22 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
         raise UsageError(f"--replicas {spec.replicas}: {e}") from None
     return 0
+
+
+def _refuse_fleet(args: argparse.Namespace, options: EngineOptions) -> None:
+    """Refuse, before Ray starts, a fleet that ``options`` cannot serve: a `UsageError`, or the
+    message of the extra that is missing."""
+    if options.trace_out is not None:
+        raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
+    require_serve_extra()
+    require_cluster_extra()
+    # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
+    refuse_setup(options, local=args.ray_address is None)
+    from radixflow.cluster.launch import ingress_tokenizer
+    from radixflow.models.zoo_catalogue import model_names
+
+    if args.ray_address is None and options.model not in model_names():  # a zoo model has one
+        ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads
 
 
 COMMAND = Command(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -15,7 +16,8 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.models.zoo import ZOO
 from radixflow.options.engine_options import EngineOptions
-from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.flags import MODEL_FLAG, add_engine_flags, from_args
+from radixflow.options.runners import name_problem
 from radixflow.options.torch_choice import device_problem, resolved_dtype
 from radixflow.problems import ProblemError
 from radixflow.user_paths import expand_home
@@ -27,6 +29,7 @@ ENGINE_OPTIONS = ("device", "torch_threads", "dtype")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     calibration.add_arguments(parser)
     add_engine_flags(parser, only=ENGINE_OPTIONS)
+    parser.set_defaults(**{MODEL_FLAG: "--model"})  # an error about a model names the flag, as bench's
 
 
 def calibration_dtype(options: EngineOptions) -> str:
@@ -39,6 +42,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args, only=ENGINE_OPTIONS)
     if (problem := device_problem(options.device)) is not None:  # before any model is built
         raise ProblemError(problem)
+    refuse_unknown_models(args.model, options)
     args.device = options.device
     args.dtype = calibration_dtype(options)  # auto resolved on the device, as the runner resolves it
     args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
@@ -49,6 +53,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return calibration.run(args, console)
     except CalibrationUsageError as e:
         raise UsageError(str(e)) from None
+
+
+def refuse_unknown_models(models: list[str], options: EngineOptions) -> None:
+    """`ProblemError` on the first ``--model`` the torch runner has not, in the words every door
+    uses for it (the one check of a model name), before any model is built."""
+    for model in models:
+        if (problem := name_problem(replace(options, model=model, runner="torch"))) is not None:
+            raise ProblemError(problem)
 
 
 def refuse_out_in_checkpoint(out: Path, models: list[str]) -> None:

@@ -232,10 +232,17 @@ def test_calibrate_on_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, 
     assert not out.exists()
 
 
-def test_calibrate_unknown_model_is_one_line(tmp_path, capsys):
-    assert main(["calibrate", "--model", "no-such-model", "--out", str(tmp_path / "p.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("radixflow: error: cannot calibrate on 'no-such-model'") and "\n" not in err
+@pytest.mark.parametrize("model", ["no-such-model", "qwen3_5-2b"], ids=["unknown", "sim-shape"])
+def test_calibrate_unknown_model_is_the_one_line_every_door_gives(tmp_path, capsys, model):
+    # calibrate said it its own way ("cannot calibrate on 'x': unknown model 'x': not a zoo name
+    # and ..."), not --model's error as bench --runner torch (and every door) says it
+    assert main(["bench", "--runner", "torch", "--model", model]) == 2
+    expected = capsys.readouterr().err
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--model", "lfm2-tiny", "--model", model, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == expected and err.startswith(f"radixflow: error: --model: unknown torch model {model!r}")
+    assert err.count("\n") == 1
 
 
 def _break_shape(path) -> None:

@@ -5,6 +5,7 @@ options are (`cell_checks`). Every mistake is one line naming the key (`Experime
 from __future__ import annotations
 
 import functools
+import json
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from radixflow.experiments import config_checks as checks
 from radixflow.experiments import config_paths
 from radixflow.experiments.cell_checks import validate_cell
 from radixflow.experiments.cell_fit import planned
-from radixflow.experiments.config import ENGINE_KEYS, TOP_KEYS, ExperimentConfig, Variant
+from radixflow.experiments.config import ENGINE_KEYS, TOP_KEYS, Cell, ExperimentConfig, Variant
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.experiments.config_grids import parse_grids
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
@@ -56,6 +57,21 @@ def _variants(data: dict[str, Any], origin: str) -> list[Variant]:
     return variants
 
 
+def _once(given: Cell, checked: Cell, seen: dict[str, Cell], origin: str, loc: Callable[[str], str]) -> None:
+    """Refuse a cell that is an earlier one of its grid once resolved (``p.json`` and ``./p.json``,
+    devices that ``--device`` replaces): one key, so it ran once yet was reported twice (and a fresh
+    run said one was cached). ``seen`` gains it."""
+    resolved = json.dumps(checked.to_dict(), sort_keys=True, default=str)
+    earlier = seen.setdefault(resolved, given)
+    if earlier is given:
+        return
+    pairs = [(k, earlier.settings[k], given.settings[k]) for k in given.settings]
+    pairs += [(f"workload.{k}", earlier.workload[k], given.workload[k]) for k in given.workload]
+    key, first, second = next((k, a, b) for k, a, b in pairs if a != b)
+    why = "give one cell (the same settings once resolved), which would run once and be reported twice"
+    raise fail(origin, loc(key), f"{first!r} and {second!r} {why}: keep one")
+
+
 def parse_config(
     data: dict[str, Any],
     origin: str,
@@ -88,8 +104,10 @@ def parse_config(
     parts = ("placement", "eviction", "admission")
     overridden = replaced((p for p in parts if all(getattr(v, p) is not None for v in variants)), device)
     for grid in grids:
+        seen: dict[str, Cell] = {}  # this grid's cells as checked (paths resolved), to the cell as given
         for cell in grid.cells():
             checked, has_recurrent = validate_cell(cell, origin, grid.loc, base, plans, device)
+            _once(cell, checked, seen, origin, grid.loc)
             cells.append(checked)
             reads = config_paths.cell_reads(checked.settings, origin)
             trace = checked.settings["trace_out"]

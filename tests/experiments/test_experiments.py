@@ -1227,3 +1227,18 @@ def test_a_cell_whose_ray_worker_died_fails_alone_naming_it(monkeypatch):
     why = outcomes["k0"]
     assert isinstance(why, str) and why.startswith("cell 'g' (m, seed 1, key k0): its Ray worker died: ")
     assert "\n" not in why
+
+
+def test_two_spellings_of_one_file_in_a_swept_key_are_refused_as_one_cell_twice(tiny: Path, tmp_path: Path):
+    # "p.json" and "./p.json" passed the repeat check, resolved to one cell under one key: it ran
+    # once, a fresh run said "1 run, 1 from cache", and results.json and the report held it twice
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    save_profile(HARDWARE["h200"], tmp_path / "p.json")
+    swept = 'model = "qwen3_5-2b"\nhardware = ["p.json", "./p.json"]'
+    tiny.write_text(TINY.replace('model = ["qwen3_5-2b", "qwen3-4b"]', swept))
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    message = str(info.value)
+    assert message.startswith(f"{tiny}: grid[0].hardware: 'p.json' and './p.json' ") and "\n" not in message

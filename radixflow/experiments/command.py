@@ -220,7 +220,8 @@ def _kept(config: ExperimentConfig, out: Path, command: str) -> str:
     """What a run cut short leaves: its finished cells, each cached as it ended, which the same
     command reads back instead of running them again."""
     cache, keys = CellCache(out), {c.key(config.variants) for c in config.cells}
-    done = sum(cache.path(key).is_file() for key in keys)
+    labels = [v.label for v in config.variants]
+    done = sum(cache.get(key, labels) is not None for key in keys)  # what the re-run reads back
     kept = f"{done} of {counted(len(keys), 'cell')} finished, kept in {cache.dir}"
     return f"{kept}: {command} runs only the rest"
 

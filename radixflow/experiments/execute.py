@@ -61,16 +61,27 @@ class CellCache:
     def path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
-    def get(self, key: str) -> CellResult | None:
+    def get(self, key: str, labels: list[str]) -> CellResult | None:
+        """The cached result of the cell ``key`` of the variants ``labels``; None where there is
+        none to use (missing, half-written, or no result of each variant): run it again."""
         try:
             result = json.loads(self.path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):  # not JSON, or not even UTF-8 (JSONDecodeError, UnicodeDecodeError)
-            return None  # missing or half-written: run it again
-        return result if isinstance(result, dict) else None  # JSON, but no cell's result
+            return None
+        return result if _of_variants(result, labels) else None
 
     def put(self, key: str, result: CellResult) -> None:
         text = json.dumps(result, allow_nan=False)
         write_output(self.path(key), lambda path: write_whole(path, text))
+
+
+def _of_variants(result: Any, labels: list[str]) -> bool:
+    """Whether ``result`` is a cell's result with one per variant, in order, as its key names them
+    (a JSON object without them, `{}`, was a traceback once the report read it)."""
+    runs = result.get("results") if isinstance(result, dict) else None
+    if not isinstance(runs, list):
+        return False
+    return [r.get("variant") if isinstance(r, dict) else None for r in runs] == labels
 
 
 def _where(p: Pending) -> str:
@@ -156,10 +167,10 @@ def _failures(failed: list[str], ran: int) -> str:
     return f"{failed[0]}{more} (the others finished and are cached: a re-run runs only the cells that failed)"
 
 
-def _to_run(cell: Cell, key: str, cache: CellCache) -> bool:
+def _to_run(cell: Cell, key: str, cache: CellCache, labels: list[str]) -> bool:
     """Whether the cell runs: it is not cached, or it writes a trace, which only a run writes (its
     ``trace_out`` is left out of its key: a trace changes none of its figures)."""
-    return cell.settings["trace_out"] is not None or cache.get(key) is None
+    return cell.settings["trace_out"] is not None or cache.get(key, labels) is None
 
 
 def execute(
@@ -175,8 +186,8 @@ def execute(
     cell's key leaves the code out: a re-run tells cells cached by other code from its own."""
     code = source_digest() if code is None else code
     cache = CellCache(out)
-    keys = [c.key(config.variants) for c in config.cells]
-    pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if _to_run(c, k, cache)]
+    keys, labels = [c.key(config.variants) for c in config.cells], [v.label for v in config.variants]
+    pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if _to_run(c, k, cache, labels)]
     pending = list({p.key: p for p in pending}.values())  # a cell listed twice runs once
     if on_start is not None:
         on_start(len(config.cells), len(pending))
@@ -199,7 +210,7 @@ def execute(
             raise CellError(_failures(failed, len(pending)))
     results = []
     for key, cell in zip(keys, config.cells, strict=True):
-        result = cache.get(key)
+        result = cache.get(key, labels)
         if result is None:
             raise RuntimeError(f"cell {key} finished but its result cannot be read back from {cache.dir}")
         results.append({**result, "cell": _as_written(result, cell), "key": key})

@@ -858,10 +858,15 @@ def test_a_seed_in_a_cells_workload_is_refused_pointing_at_seeds(tiny: Path):
     assert "unknown key" not in message
 
 
-@pytest.mark.parametrize("held", [b"\xff\xfe{", b"[]", b'"a cell"'])
+@pytest.mark.parametrize(
+    "held",
+    [b"\xff\xfe{", b"[]", b'"a cell"', b"{}", b'{"results": []}', b'{"results": [{"variant": "native"}]}'],
+)
 def test_a_cell_file_that_holds_no_cell_result_runs_the_cell_again(tiny: Path, tmp_path: Path, held: bytes):
     # a cell's file cut short or garbled where it was copied (not UTF-8, not a JSON object) was a
-    # traceback (UnicodeDecodeError, TypeError) where a file that is not JSON runs the cell again
+    # traceback (UnicodeDecodeError, TypeError) where a file that is not JSON runs the cell again;
+    # a JSON object without a result per variant was one still (KeyError 'results', an unpacking
+    # ValueError) once the report read it
     from radixflow.experiments.execute import execute
 
     tiny.write_text(ONE_CELL)
@@ -1105,7 +1110,8 @@ def test_a_torch_cell_runs_again_when_its_model_is_calibrated_anew(tmp_path: Pat
     monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))  # its profile store: this test's
     default_cache_dir().mkdir()
     (default_cache_dir() / "lfm2-tiny").symlink_to(built)
-    monkeypatch.setattr(execute_module, "run_cell", lambda cell, variants: {"results": []})
+    ran = {"results": [{"variant": v} for v in ("native", "radixflow")]}  # a result per variant
+    monkeypatch.setattr(execute_module, "run_cell", lambda cell, variants: ran)
     path = tmp_path / "t.toml"
     path.write_text(TORCH.replace('cost_profile = "cpu.json"\n', ""))
     started: list[tuple[int, int]] = []

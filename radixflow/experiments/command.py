@@ -34,6 +34,10 @@ from radixflow.problems import Problem, ProblemError, counted
 
 EXTRA = "pip install -e '.[experiments]'"
 OVERRIDES = ("device",)  # engine options the command line may set for every torch-runner cell
+OVERRIDE_HELPS = {
+    "device": "torch runner device of every torch-runner cell, e.g. cpu or cuda (default: each cell's own, "
+    "the config's device, else cpu)"
+}
 PROGRESS_EVERY = 100  # cells checked between updates of the bar
 
 
@@ -72,7 +76,7 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
         help=f"run a config of up to N cells (default: {MAX_CELLS}; a larger grid is refused before it "
         "is expanded, so a slip of a list does not start a run of days)",
     )
-    add_engine_flags(e, only=OVERRIDES)  # given, it overrides the config's torch-runner cells
+    add_engine_flags(e, only=OVERRIDES, helps=OVERRIDE_HELPS)  # given, it overrides the config's torch cells
 
 
 def _device(args: argparse.Namespace) -> str | None:

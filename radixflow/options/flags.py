@@ -126,15 +126,21 @@ MODEL_ARG_HELP = "a zoo model (see `radixflow models`) or a checkpoint directory
 
 
 def add_engine_flags(
-    parser: argparse.ArgumentParser, model_positional: bool = False, only: tuple[str, ...] | None = None
+    parser: argparse.ArgumentParser,
+    model_positional: bool = False,
+    only: tuple[str, ...] | None = None,
+    helps: dict[str, str] | None = None,
 ) -> None:
     """Every engine option as a flag, in its group (``only``: just these options, for a command that
-    builds no engine of its own); ``model_positional``: MODEL is an argument, not a flag."""
+    builds no engine of its own); ``model_positional``: MODEL is an argument, not a flag; ``helps``:
+    a command's own words for an option whose flag does something else there (they say its default)."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in option_fields():
         if only is not None and f.name not in only:
             continue
         spec = spec_of(f)
+        if helps and f.name in helps:
+            spec = dataclasses.replace(spec, help=helps[f.name], show_default=False)
         if f.name == "model" and model_positional:
             parser.add_argument("model", metavar="MODEL", help=MODEL_ARG_HELP)
             continue

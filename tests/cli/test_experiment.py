@@ -691,3 +691,13 @@ def test_a_trace_out_among_the_files_out_holds_is_refused_before_any_cell_runs(t
     line = _one_error_line(err)
     assert code == 2 and "trace_out" in line and "--out" in line and name.split("/")[0] in line, line
     assert not (out / name).exists() and not (out / "results.json").exists()
+
+
+def test_experiment_help_says_a_device_not_given_is_each_cells_own(capsys):
+    # it said "(default: cpu)": left out, --device replaces nothing (a config's `device = "cuda"`
+    # cells run on CUDA), as the command's own description says
+    with pytest.raises(SystemExit):
+        main(["experiment", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    device = shown[shown.index("--device DEVICE ") :]
+    assert "(default: cpu)" not in device and "each cell's own" in device

@@ -57,9 +57,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def refuse_unknown_models(models: list[str], options: EngineOptions) -> None:
     """`ProblemError` on the first ``--model`` the torch runner has not, in the words every door
-    uses for it (the one check of a model name), before any model is built."""
+    uses for it (the one check of a model name; an empty one, not the current directory), before
+    any model is built."""
     for model in models:
-        if (problem := name_problem(replace(options, model=model, runner="torch"))) is not None:
+        asked = replace(options, model=model, runner="torch")
+        if (problem := asked.validate() or name_problem(asked)) is not None:
             raise ProblemError(problem)
 
 

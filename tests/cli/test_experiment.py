@@ -232,8 +232,17 @@ def test_calibrate_on_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("model", ["no-such-model", "qwen3_5-2b"], ids=["unknown", "sim-shape"])
-def test_calibrate_unknown_model_is_the_one_line_every_door_gives(tmp_path, capsys, model):
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ("no-such-model", "unknown torch model 'no-such-model'"),
+        ("qwen3_5-2b", "unknown torch model 'qwen3_5-2b'"),
+        ("", "must not be empty"),  # was the current directory: "cannot calibrate on '': ... no config.json"
+        (" ", "must not be empty"),
+    ],
+    ids=["unknown", "sim-shape", "empty", "blank"],
+)
+def test_calibrate_unknown_model_is_the_one_line_every_door_gives(tmp_path, capsys, model, says):
     # calibrate said it its own way ("cannot calibrate on 'x': unknown model 'x': not a zoo name
     # and ..."), not --model's error as bench --runner torch (and every door) says it
     assert main(["bench", "--runner", "torch", "--model", model]) == 2
@@ -241,7 +250,7 @@ def test_calibrate_unknown_model_is_the_one_line_every_door_gives(tmp_path, caps
     out = tmp_path / "p.json"
     assert main(["calibrate", "--model", "lfm2-tiny", "--model", model, "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == expected and err.startswith(f"radixflow: error: --model: unknown torch model {model!r}")
+    assert err == expected and err.startswith(f"radixflow: error: --model: {says}")
     assert err.count("\n") == 1
 
 

@@ -26,6 +26,9 @@ from radixflow.files import write_whole
 log = logging.getLogger("radixflow.predictor")
 
 STORE_DIR = "round_profiles"
+# a directory name's bytes kept whole in a stored file's name: with the config hash, the dtype and
+# ".json" beside it, within the 255 bytes a file name may hold
+NAME_BYTES = 200
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,16 @@ def model_identity(checkpoint: str | Path, dtype: str) -> str:
     The name is the absolute path's (``.`` has none), links not followed: one name per spelling."""
     path = Path(os.path.abspath(checkpoint))
     config = (path / "config.json").read_bytes()
-    return f"{path.name}-{hashlib.sha256(config).hexdigest()[:12]}-{dtype}"
+    return f"{_short(path.name)}-{hashlib.sha256(config).hexdigest()[:12]}-{dtype}"
+
+
+def _short(name: str) -> str:
+    """``name`` as it is where the identity's file name fits a file system's 255 bytes; a longer
+    one cut, with a hash of it whole (another long name of the same start is another model)."""
+    raw = os.fsencode(name)
+    if len(raw) <= NAME_BYTES:
+        return name
+    return f"{os.fsdecode(raw[: NAME_BYTES - 17])}-{hashlib.sha256(raw).hexdigest()[:16]}"
 
 
 def stored_profiles(checkpoint: str | Path, root: Path | None = None) -> list[Path]:

@@ -116,6 +116,27 @@ def test_a_checkpoint_is_one_model_however_its_path_is_spelled(tmp_path, monkeyp
     assert model_identity(tmp_path / "m" / ".." / "m", "float32") == named
 
 
+def test_a_model_directory_of_a_long_name_has_its_profile_stored_and_found(tmp_path):
+    """A directory name of over ~229 bytes made the store's file name (``<name>-<hash>-<dtype>.json``)
+    longer than a file system allows: calibrate could not store the fit, and every torch runner of
+    the model (bench, generate, serve) died looking for it (OSError: File name too long)."""
+    from radixflow.runners.profile_store import stored_profiles
+
+    checkpoint = tmp_path / ("m" * 250)
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"a": 1}')
+    key = StoreKey(model_identity(checkpoint, "bfloat16"), MACHINE)
+    assert load_stored(key, tmp_path) is None
+    path = save_stored(PROFILE, key, tmp_path)
+    assert len(path.name.encode()) <= 255 and stored_profiles(checkpoint, tmp_path) == [path]
+    loaded = load_stored(key, tmp_path)
+    assert loaded is not None and loaded.round_overhead_s == PROFILE.round_overhead_s
+    other = tmp_path / ("m" * 249 + "n")  # the same config under another long name: its own model
+    other.mkdir()
+    (other / "config.json").write_text('{"a": 1}')
+    assert model_identity(other, "bfloat16") != key.model
+
+
 def test_identities_name_model_config_dtype_and_machine(tmp_path):
     pytest.importorskip("torch")
     (tmp_path / "m").mkdir()

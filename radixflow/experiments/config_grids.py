@@ -15,11 +15,18 @@ from radixflow.experiments.config import (
     OUTPUT_KEYS,
     SEED_FROM,
     SEEDS_WHERE,
+    TOP_KEYS,
     WORKLOAD_KEYS,
     Cell,
     KeyPaths,
 )
 from radixflow.experiments.config_checks import fail
+
+GRID_OWN = ("name", "seeds")  # a grid's own keys beside its cell keys
+TOP_WHERE = (
+    "a top-level key of the config, not of this table: set it at the top level, before the first table "
+    "(TOML reads a key written below a [table] header into that table)"
+)
 
 
 def _values(value: Any, origin: str, key: str, sweeps: bool = True) -> list[Any]:
@@ -50,7 +57,9 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
             cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
         elif key == "seeds" and where == "defaults":  # a key, but of the config or of a grid
             raise fail(origin, "defaults.seeds", SEEDS_WHERE)
-        elif key not in ("name", "seeds") or where == "defaults":
+        elif key in TOP_KEYS and (key not in GRID_OWN or where == "defaults"):  # below a [table] header
+            raise fail(origin, f"{where}.{key}", TOP_WHERE)
+        elif key not in GRID_OWN or where == "defaults":
             known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's seed is its workload's
             raise fail(origin, f"{where}.{key}", f"unknown key (known: {known}, workload)")
     return cell, workload

@@ -1248,3 +1248,21 @@ def test_two_spellings_of_one_file_in_a_swept_key_are_refused_as_one_cell_twice(
         load_config(tiny)
     message = str(info.value)
     assert message.startswith(f"{tiny}: grid[0].hardware: 'p.json' and './p.json' ") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (("[defaults]", '[defaults]\npolicies = ["native"]'), "defaults.policies"),
+        (("[defaults]", '[defaults]\ndescription = "x"'), "defaults.description"),
+        (("[defaults]", '[defaults]\nname = "x"'), "defaults.name"),
+        (('name = "models"', 'name = "models"\npolicies = ["native"]'), "grid[0].policies"),
+        (('name = "models"', 'name = "models"\ndescription = "x"'), "grid[0].description"),
+    ],
+)
+def test_a_top_level_key_under_a_table_is_refused_pointing_where_it_goes(tiny: Path, edit, key):
+    # `policies = [...]` written below [defaults] is the table's key in TOML: it was "unknown key
+    # (known: model, runner, ...)", though `policies` is a key, of the config
+    message = refusal(tiny, [edit])
+    assert "\n" not in message and f": {key}: " in message and "unknown key" not in message, message
+    assert "top level" in message and "before the first table" in message, message

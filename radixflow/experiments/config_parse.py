@@ -16,7 +16,15 @@ from radixflow.experiments import config_checks as checks
 from radixflow.experiments import config_paths
 from radixflow.experiments.cell_checks import validate_cell
 from radixflow.experiments.cell_fit import planned
-from radixflow.experiments.config import ENGINE_KEYS, TOP_KEYS, Cell, ExperimentConfig, Variant
+from radixflow.experiments.config import (
+    CELL_KEYS,
+    ENGINE_KEYS,
+    SEED_FROM,
+    TOP_KEYS,
+    Cell,
+    ExperimentConfig,
+    Variant,
+)
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.experiments.config_grids import parse_grids
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
@@ -87,6 +95,10 @@ def parse_config(
     is how many seeds each cell will run on (`--seeds`, `with_seeds`), counted in the size check
     in place of the grids' own."""
     unknown = sorted(set(data) - TOP_KEYS)
+    if unknown and unknown[0] == "seed":
+        raise fail(origin, "seed", SEED_FROM)
+    if unknown and unknown[0] in (*CELL_KEYS, "workload"):  # a cell's key, where every grid's are
+        raise fail(origin, unknown[0], "a cell's key: set it in [defaults] (every grid's) or in a [[grid]]")
     if unknown:
         raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
     name, description = checks.experiment_name(data, origin), checks.description(data, origin)

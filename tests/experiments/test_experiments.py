@@ -1266,3 +1266,18 @@ def test_a_top_level_key_under_a_table_is_refused_pointing_where_it_goes(tiny: P
     message = refusal(tiny, [edit])
     assert "\n" not in message and f": {key}: " in message and "unknown key" not in message, message
     assert "top level" in message and "before the first table" in message, message
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "says"),
+    [
+        ("token_budget = 512", "token_budget", "[defaults] (every grid's) or in a [[grid]]"),
+        ("workload = {}", "workload", "[defaults] (every grid's) or in a [[grid]]"),
+        ("seed = 3", "seed", "`seeds`"),
+    ],
+)
+def test_a_cell_key_at_the_top_level_is_refused_pointing_at_defaults(tiny: Path, line, key, says):
+    # it was "unknown key (known: defaults, description, grid, ...)", though it is a cell's key
+    message = refusal(tiny, [("seeds = [0]", f"seeds = [0]\n{line}")])
+    assert "\n" not in message and f": {key}: " in message and "unknown key" not in message, message
+    assert says in message, message

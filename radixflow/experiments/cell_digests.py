@@ -4,6 +4,7 @@ another cell (`profile_digests`, `model_digests`, `stored_profile_digests`)."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 from pathlib import Path
@@ -71,15 +72,26 @@ def stored_profile_digests(settings: dict[str, Any]) -> dict[str, str]:
     model = settings.get("model")
     if settings.get("runner") != "torch" or not isinstance(model, str):
         return {}
-    from radixflow.models.zoo import default_cache_dir
     from radixflow.runners.profile_store import stored_profiles
 
-    checkpoint = default_cache_dir() / model if model in model_names() else Path(model)
-    try:
-        files = {str(p.relative_to(p.parents[1])): p.read_bytes() for p in stored_profiles(checkpoint)}
-    except OSError:
-        return {}  # no config.json to name the model by: the cell's run reports it
+    files: dict[str, bytes] = {}
+    for checkpoint in _zoo_builds(model) if model in model_names() else [Path(model)]:
+        try:
+            files |= {str(p.relative_to(p.parents[1])): p.read_bytes() for p in stored_profiles(checkpoint)}
+        except OSError:
+            continue  # no config.json to name the model by: the cell's run reports it
     digest = hashlib.sha256()
     for name, text in sorted(files.items()):
         digest.update(name.encode() + b"\0" + hashlib.sha256(text).digest())
     return {"round_profiles": digest.hexdigest()[:16]} if files else {}
+
+
+def _zoo_builds(name: str) -> list[Path]:
+    """Every build of the zoo model ``name`` in the cache: ``<cache>/<name>``, and one built beside
+    another radixflow version's there (``<name>.<digest>``, `models.zoo_store`), whose profiles
+    calibrate and the runner use then. Which is this version's the zoo finds by reading the files
+    whole, too slow for a key: each one's profiles count."""
+    from radixflow.models.zoo import default_cache_dir
+
+    root = default_cache_dir()
+    return [root / name, *sorted(root.glob(f"{glob.escape(name)}.*"))]

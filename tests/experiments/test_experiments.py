@@ -1281,3 +1281,33 @@ def test_a_cell_key_at_the_top_level_is_refused_pointing_at_defaults(tiny: Path,
     message = refusal(tiny, [("seeds = [0]", f"seeds = [0]\n{line}")])
     assert "\n" not in message and f": {key}: " in message and "unknown key" not in message, message
     assert says in message, message
+
+
+def test_a_torch_cell_runs_again_when_its_zoo_model_built_beside_another_versions_is_calibrated(
+    tmp_path: Path, monkeypatch
+):
+    # where <cache>/<name> holds another radixflow version's build, the zoo builds this one's beside
+    # it (<cache>/<name>.<digest>), and calibrate and the runner store and find that one's profiles;
+    # the key read <cache>/<name>'s only, so a model calibrated anew reused the old results
+    pytest.importorskip("torch")
+    import shutil
+
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+    from radixflow.models.zoo import default_cache_dir, ensure_model
+    from radixflow.models.zoo_store import RECORD
+    from radixflow.runners.profile_store import StoreKey, model_identity, save_stored
+
+    built = ensure_model("lfm2-tiny")  # once, where the other tests find it
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))
+    home = default_cache_dir() / "lfm2-tiny"
+    shutil.copytree(built, home)
+    record = json.loads((home / RECORD).read_text())
+    (home / RECORD).write_text(json.dumps({**record, "digest": "another version's"}))
+    path = tmp_path / "t.toml"
+    path.write_text(TORCH.replace('cost_profile = "cpu.json"\n', ""))
+    config = load_config(path)  # builds this version's beside it
+    (beside,) = default_cache_dir().glob("lfm2-tiny.*")
+    assert ensure_model("lfm2-tiny") == beside
+    before = config.cells[0].key(config.variants)
+    save_stored(HARDWARE["cpu"], StoreKey(model_identity(beside, "float32"), {"cpu": "this one"}))
+    assert config.cells[0].key(config.variants) != before

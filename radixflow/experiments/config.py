@@ -94,7 +94,9 @@ class KeyPaths:
     """Where a grid's settings are set in the config: its own ``[[grid]]`` table or ``[defaults]``."""
 
     where: str  # grid[i]
-    from_defaults: frozenset[str]  # keys set by [defaults] and not by the grid ("workload.<key>" too)
+    # keys set by [defaults] and not by the grid ("workload.<key>" too); every key where the config
+    # has no [[grid]]: its one grid is [defaults]'
+    from_defaults: frozenset[str]
 
     def loc(self, key: str) -> str:
         """The config key a setting came from."""

@@ -132,6 +132,8 @@ def parse_grids(data: dict[str, Any], origin: str, seeds: list[int]) -> list[Gri
         own = checks.seeds(table["seeds"], origin, f"{where}.seeds") if "seeds" in table else seeds
         from_defaults = {k for k in d_cell if k not in g_cell}
         from_defaults |= {f"workload.{k}" for k in d_work if k not in g_work}
+        if "grid" not in data:  # the one grid of [defaults] alone: a key unset is the defaults' to set
+            from_defaults |= {*CELL_KEYS, *(f"workload.{k}" for k in WORKLOAD_KEYS)}
         cell = {**{k: [v] for k, v in CELL_KEYS.items()}, **d_cell, **g_cell}
         work = {**{k: [v] for k, v in WORKLOAD_KEYS.items()}, **d_work, **g_work}
         given = {*d_cell, *g_cell, *(f"workload.{k}" for k in (*d_work, *g_work))}

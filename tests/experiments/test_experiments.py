@@ -1311,3 +1311,22 @@ def test_a_torch_cell_runs_again_when_its_zoo_model_built_beside_another_version
     before = config.cells[0].key(config.variants)
     save_stored(HARDWARE["cpu"], StoreKey(model_identity(beside, "float32"), {"cpu": "this one"}))
     assert config.cells[0].key(config.variants) != before
+
+
+@pytest.mark.parametrize(
+    ("edits", "key"),
+    [
+        ([('model = "qwen3_5-2b"\n', "")], "defaults.model"),  # "grid[0].model: missing"
+        ([("max_requests = 16", "max_requests = 16\nkv_blocks = 4")], "defaults.kv_blocks"),
+    ],
+)
+def test_a_config_without_grids_names_its_keys_in_defaults(tiny: Path, edits, key):
+    # a config of [defaults] alone (one implicit grid) was told of "grid[0].model" and the like: a
+    # table it does not have
+    text = TINY.split("\n[[grid]]")[0].replace("[defaults]", '[defaults]\nmodel = "qwen3_5-2b"', 1)
+    for edit in edits:
+        text = text.replace(*edit, 1)
+    tiny.write_text(text)
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    assert f": {key}: " in str(info.value) and "grid[0]" not in str(info.value), str(info.value)

@@ -117,9 +117,9 @@ def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | No
     """The profile stored for ``key``; None when there is none, or (with a one-line warning)
     when the file cannot be used."""
     path = key.path(root)
-    if not path.is_file():
-        return None
     try:
+        if not path.is_file():  # raises where the directory cannot be searched (another user's)
+            return None
         data = _read_json(path)
         if not isinstance(data, dict) or data.get("model") != key.model or data.get("machine") != key.machine:
             raise ProfileError("it was measured for another model or machine")

@@ -116,6 +116,24 @@ def test_a_checkpoint_is_one_model_however_its_path_is_spelled(tmp_path, monkeyp
     assert model_identity(tmp_path / "m" / ".." / "m", "float32") == named
 
 
+def test_a_store_that_cannot_be_searched_is_a_one_line_warning(tmp_path, caplog, monkeypatch):
+    """A machine's directory another user made unsearchable (a shared $RADIXFLOW_CACHE) raised
+    PermissionError from the look for the file: every torch runner of the model died of it."""
+    import pathlib
+
+    key = StoreKey("m-abc-float32", MACHINE)
+    save_stored(PROFILE, key, tmp_path)
+
+    def unsearchable(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(pathlib.Path, "is_file", unsearchable)
+    with caplog.at_level(logging.WARNING, logger="radixflow.predictor"):
+        assert load_stored(key, tmp_path) is None
+    [record] = caplog.records
+    assert "Permission denied" in record.getMessage() and "\n" not in record.getMessage()
+
+
 def test_a_model_directory_of_a_long_name_has_its_profile_stored_and_found(tmp_path):
     """A directory name of over ~229 bytes made the store's file name (``<name>-<hash>-<dtype>.json``)
     longer than a file system allows: calibrate could not store the fit, and every torch runner of

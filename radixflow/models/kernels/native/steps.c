@@ -57,12 +57,11 @@ void rf_conv_step(int64_t rows, int64_t channels, int64_t taps, const float *x, 
     }
 }
 
-/* Ask for the 64-byte lines of n floats at p ahead of use: the next head's state streams in
- * while this head's passes run in L1 (the state is read from memory once per step). */
-static inline void prefetch(const float *p, int64_t n) {
-    if (p == NULL) return;
-    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 1, 3);
-}
+/* No software prefetch anywhere in this file: every stream here (a row's state, head after head;
+ * a row's K, then its V, position after position) is read in ascending order, which the core's
+ * hardware prefetchers follow. Emitted software prefetches (1 to 16 positions or 1 to 4 heads
+ * ahead, read or write intent) made each kernel 7-60% slower on a Zen 4 core, and a plain
+ * sequential read too (docs/real-models.md, "Memory-level changes to the decode kernels"). */
 
 /* One SIMD register of floats as a value (GCC/Clang vector extension): 256 bits with AVX (also
  * on AVX-512 machines: these loops read and write memory, and GCC's 512-bit reductions measured
@@ -181,12 +180,10 @@ static void exp_shifted(int64_t n, float *x, float top) {
 
 /* recall = S^T k and readout = S^T q over the state's dk rows, for columns j0..j0+DV_BLOCK-1. */
 static inline void delta_reads_block(int64_t dk, int64_t dv, const float *s, const float *ki,
-                                     const float *qi, float *recall, float *readout,
-                                     const float *next) {
+                                     const float *qi, float *recall, float *readout) {
     vf rc[DV_REGS] = {{0}}, rd[DV_REGS] = {{0}};
     for (int64_t i = 0; i < dk; i++) {
         const float a = ki[i], c = qi[i];
-        if (next != NULL) prefetch(next + i * dv, dv);
         for (int b = 0; b < DV_REGS; b++) {
             const vf r = loadv(s + i * dv + VL * b);
             rc[b] += r * a;
@@ -199,20 +196,17 @@ static inline void delta_reads_block(int64_t dk, int64_t dv, const float *s, con
     }
 }
 
-/* recall = S^T k and readout = S^T q, S [dk, dv] (the first pass of a delta-rule step); next: a
- * state stepped later, prefetched a row at a time during this pass, or NULL. */
+/* recall = S^T k and readout = S^T q, S [dk, dv] (the first pass of a delta-rule step). */
 static void delta_reads(int64_t dk, int64_t dv, const float *s, const float *ki, const float *qi,
-                        float *recall, float *readout, const float *next) {
+                        float *recall, float *readout) {
     int64_t j0 = 0;
     for (; j0 + DV_BLOCK <= dv; j0 += DV_BLOCK)
-        delta_reads_block(dk, dv, s + j0, ki, qi, recall + j0, readout + j0,
-                          j0 == 0 ? next : NULL);
+        delta_reads_block(dk, dv, s + j0, ki, qi, recall + j0, readout + j0);
     if (j0 == dv) return;
     for (int64_t j = j0; j < dv; j++) recall[j] = readout[j] = 0.0f;
     for (int64_t i = 0; i < dk; i++) {
         const float a = ki[i], c = qi[i];
         const float *row = s + i * dv;
-        if (j0 == 0 && next != NULL) prefetch(next + i * dv, dv);
 #pragma omp simd
         for (int64_t j = j0; j < dv; j++) {
             recall[j] += row[j] * a;
@@ -244,16 +238,15 @@ static void delta_update(int64_t dk, int64_t dv, float *s, const float *ki, cons
 }
 
 /* One (row, head) of the gated delta rule: s [dk, dv] updated in place, o [dv] written; scratch
- * holds 2 dv floats; next: a state the caller steps later (prefetched), or NULL. Callers pass the
- * one two heads on: the next head starts before a one-ahead prefetch could land. */
+ * holds 2 dv floats. */
 static void delta_head(int64_t dk, int64_t dv, const float *qi, const float *ki, const float *vi,
-                       float g, float beta, float *s, float *o, float *scratch, const float *next) {
+                       float g, float beta, float *s, float *o, float *scratch) {
     float *recall = scratch, *readout = scratch + dv;
     const float decay = expf(g), gain_decay = beta * decay;
     float kq = 0.0f;
 #pragma omp simd reduction(+ : kq)
     for (int64_t i = 0; i < dk; i++) kq += ki[i] * qi[i];
-    delta_reads(dk, dv, s, ki, qi, recall, readout, next);
+    delta_reads(dk, dv, s, ki, qi, recall, readout);
     for (int64_t j = 0; j < dv; j++) {
         const float u = beta * vi[j] - gain_decay * recall[j];
         recall[j] = u;
@@ -273,8 +266,7 @@ int rf_gated_delta_step(int64_t rows, int64_t heads, int64_t dk, int64_t dv, con
     if (scratch == NULL) return 1;
     for (int64_t rh = 0; rh < rows * heads; rh++)
         delta_head(dk, dv, q + rh * dk, k + rh * dk, v + rh * dv, g[rh], beta[rh],
-                   state + rh * dk * dv, out + rh * dv, scratch,
-                   rh + 2 < rows * heads ? state + (rh + 2) * dk * dv : NULL);
+                   state + rh * dk * dv, out + rh * dv, scratch);
     free(scratch);
     return 0;
 }
@@ -496,8 +488,7 @@ int rf_deltanet_decode(int64_t rows, int64_t key_heads, int64_t heads, int64_t d
             const float g = -expf(a_log[h]) * softplus(a[r * gate_stride + h] + dt_bias[h]);
             delta_head(dk, dv, mixed + kh * dk, mixed + key_dim + kh * dk,
                        mixed + 2 * key_dim + h * dv, g, beta, state + rh * dk * dv,
-                       out + rh * dv, scratch,
-                       rh + 2 < rows * heads ? state + (rh + 2) * dk * dv : NULL);
+                       out + rh * dv, scratch);
         }
     }
     free(mixed);
@@ -555,21 +546,17 @@ static inline float ssd_row(int64_t n, float *row, float decay, float xdt, const
 }
 
 /* One head of the Mamba2 step: its state hh [p, n] decayed and updated row by row (row i with
- * x_i dt, B and C shared), y[i] = row_i . c; next: the state stepped next (prefetched a row at a
- * time), or NULL. */
+ * x_i dt, B and C shared), y[i] = row_i . c. */
 static void ssd_head(int64_t p, int64_t n, float *hh, float decay, float step, const float *xh,
-                     const float *bb, const float *cc, float *yh, const float *next) {
+                     const float *bb, const float *cc, float *yh) {
     int64_t i = 0;
     if (n % (2 * VL) == 0)
-        for (; i + 2 <= p; i += 2) {
-            if (next != NULL) prefetch(next + i * n, 2 * n);
+        for (; i + 2 <= p; i += 2)
             ssd_rows2_v(n, hh + i * n, hh + (i + 1) * n, decay, xh[i] * step, xh[i + 1] * step,
                         bb, cc, yh + i);
-        }
     for (; i < p; i++) {
         const float xdt = xh[i] * step;
         float *row = hh + i * n;
-        if (next != NULL) prefetch(next + i * n, n);
         yh[i] = n % VL == 0 ? ssd_row_v(n, row, decay, xdt, bb, cc) : ssd_row(n, row, decay, xdt, bb, cc);
     }
 }
@@ -577,7 +564,7 @@ static void ssd_head(int64_t p, int64_t n, float *hh, float decay, float step, c
 /* Mamba2 recurrence, one token per row: x [rows, heads, p], dt [rows, heads], a [heads],
  * b, c [rows, groups, n] (head h reads group h / (heads / groups)), h [rows, heads, p, n]
  * (updated in place), y [rows, heads, p]. h <- exp(dt a) h + (dt x) b^T; y = h c. One pass
- * over each state row; the next head's state prefetched a row at a time. */
+ * over each state row. */
 void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t n,
                  const float *x, const float *dt, const float *a, const float *b, const float *c,
                  float *h, float *y) {
@@ -587,9 +574,7 @@ void rf_ssd_step(int64_t rows, int64_t heads, int64_t groups, int64_t p, int64_t
             const int64_t rh = r * heads + hd, grp = r * groups + hd / per_group;
             const float step = dt[rh], decay = expf(step * a[hd]);
             const float *bb = b + grp * n, *cc = c + grp * n;
-            const int last = r + 1 == rows && hd + 1 == heads;
-            ssd_head(p, n, h + rh * p * n, decay, step, x + rh * p, bb, cc, y + rh * p,
-                     last ? NULL : h + (rh + 1) * p * n);
+            ssd_head(p, n, h + rh * p * n, decay, step, x + rh * p, bb, cc, y + rh * p);
         }
     }
 }
@@ -624,7 +609,7 @@ static inline float dotv(int64_t dim, const float *a, const float *b) {
 }
 
 /* Each head's output: the sum over positions of its softmax weights times V (one pass over the
- * positions, each V row read once for every head, the next one prefetched), divided by the
+ * positions, each V row read once for every head), divided by the
  * head's sum. */
 static void weighted_values(int64_t heads, int64_t group, int64_t dim, int64_t span,
                             int64_t width, int64_t len, const float *vc, const int64_t *sl,
@@ -632,7 +617,6 @@ static void weighted_values(int64_t heads, int64_t group, int64_t dim, int64_t s
     for (int64_t i = 0; i < heads * dim; i++) orow[i] = 0.0f;
     for (int64_t t = 0; t < len; t++) {
         const float *vr = vc + sl[t] * span;
-        if (t + 1 < len) prefetch(vc + sl[t + 1] * span, span);
         for (int64_t h = 0; h < heads; h++) {
             const float wgt = scores[h * width + t], *vh = vr + (h / group) * dim;
             float *oe = orow + h * dim;
@@ -658,15 +642,14 @@ static inline float score(int64_t dim, const float *q, const float *k, float sca
     return dot * scale;
 }
 
-/* One row of rf_decode_attention: the scores position by position (K read as one stream, the
- * next position's prefetched), the softmax, the weighted sum of V. */
+/* One row of rf_decode_attention: the scores position by position (K read as one stream), the
+ * softmax, the weighted sum of V. */
 static void attention_row(int64_t heads, int64_t group, int64_t dim, int64_t span, int64_t width,
                           int64_t len, const float *qr, const float *kc, const float *vc,
                           const int64_t *sl, float scale, float *scores, float *sums,
                           float *orow) {
     for (int64_t t = 0; t < len; t++) {
         const float *kr = kc + sl[t] * span;
-        if (t + 1 < len) prefetch(kc + sl[t + 1] * span, span);
         for (int64_t h = 0; h < heads; h++)
             scores[h * width + t] = score(dim, qr + h * dim, kr + (h / group) * dim, scale);
     }
@@ -725,8 +708,7 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
             const float *bb = bs + (hd / per_group) * n, *cc = cs + (hd / per_group) * n;
             const float *xh = xs + hd * p;
             float *hh = h + (r * heads + hd) * p * n, *yh = y + r * inner + hd * p;
-            const int last = r + 1 == rows && hd + 1 == heads;
-            ssd_head(p, n, hh, decay, step, xh, bb, cc, yh, last ? NULL : hh + p * n);
+            ssd_head(p, n, hh, decay, step, xh, bb, cc, yh);
             for (int64_t i = 0; i < p; i++) yh[i] = yh[i] + d[hd] * xh[i];
         }
     }

@@ -95,9 +95,10 @@ NO_TORCH = {
 MODELS_ALLOWED = {
     "kernels": set(),
     "decode_rows": set(),
-    "state_pool": {"decode_rows"},
+    "pool_memory": set(),  # where the pools' tensors lie (huge pages)
+    "state_pool": {"decode_rows", "pool_memory"},
     "seq_spec": set(),  # plain data: a round's sequences and their snapshots
-    "kv_pool": set(),
+    "kv_pool": {"pool_memory"},
     # kernels: the decode-step backend a round runs with
     "batch": {"decode_rows", "state_pool", "seq_spec", "kv_pool", "kernels"},
     "device": set(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from radixflow.models.pool_memory import pool_zeros
+
 
 class KVPool:
     """Paged KV storage: for each attention layer, ``[num_blocks * block_size, kv_heads, dim]``.
@@ -30,9 +32,10 @@ class KVPool:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
         for layer, (heads, dim) in layout.items():
-            self.k[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
-            self.v[layer] = torch.zeros(n, heads, dim, dtype=dtype, device=device)
-        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device) if hidden_size else None
+            # on huge pages where large (pool_memory): the decode kernels stream them each round
+            self.k[layer] = pool_zeros((n, heads, dim), dtype, device)
+            self.v[layer] = pool_zeros((n, heads, dim), dtype, device)
+        self.hidden = pool_zeros((n, hidden_size), dtype, device) if hidden_size else None
         # `gather`'s output buffers (K and V), reused layer after layer and round after round: a
         # fresh multi-megabyte copy per layer costs page faults beside the copy itself
         self._scratch: dict[tuple[int, torch.Size], torch.Tensor] = {}

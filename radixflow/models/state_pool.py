@@ -19,6 +19,7 @@ from collections import Counter
 import torch
 
 from radixflow.models.decode_rows import DecodeRows, Picked
+from radixflow.models.pool_memory import pool_zeros
 
 # Rows of at least this size are scattered one plain copy each: on CPU the index-copy kernel moves
 # large rows at about half the speed of a memcpy (a Mamba2 row is 256 KiB at 16 heads of 64 x 64).
@@ -38,7 +39,7 @@ class StatePool:
     ) -> None:
         self.num_slots = num_slots
         self.tensors: dict[int, tuple[torch.Tensor, ...]] = {
-            layer: tuple(torch.zeros(num_slots, *s, dtype=dtype, device=device) for s in shapes)
+            layer: tuple(pool_zeros((num_slots, *s), dtype, device) for s in shapes)
             for layer, shapes in layout.items()
         }
         self.rows = list(range(num_slots))  # slot -> pool row

@@ -1,0 +1,37 @@
+"""The pools' big tensors on transparent huge pages, where the OS offers them.
+
+A decode round streams each layer's KV and recurrent state from memory. On 4 KiB pages such a
+stream crosses a page, a TLB walk and a restart of the core's hardware prefetchers, every 4 KiB;
+on 2 MiB pages the decode kernels alone ran 10-13% faster (docs/real-models.md, "Memory-level
+changes to the decode kernels"). A CPU tensor of at least one huge page therefore comes from an
+anonymous mapping advised ``MADV_HUGEPAGE`` before anything touches it (Linux with transparent
+huge pages in ``madvise`` or ``always`` mode); any other tensor, device or OS gets
+``torch.zeros``. Either way the tensor starts as zeros (a fresh mapping reads as zeros) and the
+arithmetic on it is the same: only where its bytes lie changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import mmap
+
+import torch
+
+HUGE_PAGE = 2 << 20  # bytes: x86-64's and aarch64's (4 KiB base pages) transparent huge page
+
+
+def pool_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero tensor of ``shape``, on huge pages where it is a CPU tensor of at least one."""
+    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if torch.device(device).type != "cpu" or advice is None or nbytes < HUGE_PAGE:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    size = nbytes + HUGE_PAGE  # room to start on a huge-page boundary
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole = torch.frombuffer(region, dtype=torch.uint8)  # keeps the mapping alive; touches nothing
+    start = -whole.data_ptr() % HUGE_PAGE
+    # a kernel without transparent huge pages refuses the advice: the mapping serves on small pages
+    with contextlib.suppress(OSError):
+        region.madvise(advice, start, size - start)
+    return whole[start : start + nbytes].view(dtype).view(shape)

@@ -1,0 +1,58 @@
+"""The pools' big tensors start on huge-page boundaries (where the OS has MADV_HUGEPAGE), read as
+zeros, and behave as ordinary tensors; small ones and other dtypes too."""
+
+from __future__ import annotations
+
+import gc
+import mmap
+
+import pytest
+import torch
+
+from radixflow.models.kv_pool import KVPool
+from radixflow.models.pool_memory import HUGE_PAGE, pool_zeros
+from radixflow.models.state_pool import StatePool
+
+huge_pages = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE here")
+
+
+@huge_pages
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_big_tensor_starts_on_a_huge_page_and_reads_as_zeros(dtype: torch.dtype) -> None:
+    shape = (3 * HUGE_PAGE // 512 + 7, 4, 64)  # not a whole number of huge pages
+    t = pool_zeros(shape, dtype, "cpu")
+    assert t.shape == shape and t.dtype == dtype and t.is_contiguous()
+    assert t.data_ptr() % HUGE_PAGE == 0
+    assert not t.any()
+
+
+def test_small_tensor_is_plain_zeros() -> None:
+    t = pool_zeros((5, 2, 3), torch.float32, "cpu")
+    assert torch.equal(t, torch.zeros(5, 2, 3))
+    assert pool_zeros((0, 4, 8), torch.float32, "cpu").shape == (0, 4, 8)
+
+
+def test_mapping_outlives_every_other_reference() -> None:
+    t = pool_zeros((HUGE_PAGE // 4 + 1,), torch.float32, "cpu")
+    view = t[-3:]
+    del t
+    gc.collect()
+    view.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    assert view.tolist() == [1.0, 2.0, 3.0]
+
+
+@huge_pages
+def test_kv_pool_layers_start_on_huge_pages() -> None:
+    kv = KVPool({0: (4, 128), 3: (4, 128)}, 160, 16, torch.float32, "cpu", hidden_size=512)
+    for t in [*kv.k.values(), *kv.v.values(), kv.hidden]:
+        assert t.data_ptr() % HUGE_PAGE == 0 and not t.any()
+    kv.k[3][5] = 1.0  # an ordinary tensor: writes land where reads find them
+    assert kv.k[3][5].sum() == 4 * 128 and kv.k[0].sum() == 0
+
+
+@huge_pages
+def test_state_pool_layers_start_on_huge_pages() -> None:
+    pool = StatePool({1: ((16, 64, 64), (1536, 3))}, 64, torch.float32, "cpu")
+    big, small = pool.tensors[1]
+    assert big.shape == (64, 16, 64, 64) and big.data_ptr() % HUGE_PAGE == 0
+    assert small.shape == (64, 1536, 3) and not small.any()

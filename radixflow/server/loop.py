@@ -5,8 +5,9 @@ The engine is single-threaded: only this thread touches it. HTTP handlers hand i
 applies them between rounds, so requests of many connections share the same rounds. Results go
 back through each submission's ``sink`` (called on this thread; the server's sink hops onto the
 event loop). Stepping the engine and turning rounds into answers is generation's one output path
-(`EngineDriver`, `OutputProcessor`, as `LLM` uses it); this loop adds the commands, the bounded
-queue, draining and failure handling, and metrics. Answered requests are forgotten by the engine
+(`EngineDriver`, `OutputProcessor`, as `LLM` uses it), which `Dispatch` (server/dispatch.py) drives
+on this thread, its events to their sinks and the gauges published; this loop adds the commands,
+the bounded queue, draining and failure handling. Answered requests are forgotten by the engine
 and the engine keeps a bounded round history, so a long-running server does not grow.
 """
 
@@ -18,23 +19,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from radixflow.engine.engine import Engine
-from radixflow.engine.records import RoundRecord, SubmitRefused
 from radixflow.engine.trace_file import NOT_WRITTEN
-from radixflow.generation.output_processor import (
-    EngineDriver,
-    FirstToken,
-    OutputEvent,
-    OutputProcessor,
-    Streamed,
-)
 from radixflow.generation.tracker import RequestTracker
 from radixflow.problems import counted
 from radixflow.scheduler.request import Request
-from radixflow.server.events import Delta, Final, NotAccepting, QueueFull, Sink, final_of, send
+from radixflow.server.dispatch import Dispatch, Entry
+from radixflow.server.events import Final, NotAccepting, QueueFull, Sink, send
 from radixflow.server.liveness import Liveness
 from radixflow.server.metrics import ServerMetrics
 
@@ -50,16 +43,6 @@ ENGINE_GRACE_S = 5.0
 STUCK = "the server shut down before this request finished (the engine was stuck in a round)"
 
 
-@dataclass(eq=False)  # by identity: the loop's set of owed entries holds them
-class _Entry:
-    tracker: RequestTracker  # handed to the output processor on admission; read for metrics
-    index: int
-    sink: Sink
-    stream: bool
-    arrival: float  # time.monotonic() when the request was accepted
-    first_token_at: float | None = None  # time.monotonic() when its first token came
-
-
 class EngineLoop:
     def __init__(
         self, engine: Engine, metrics: ServerMetrics, max_pending: int, liveness: Liveness | None = None
@@ -71,14 +54,11 @@ class EngineLoop:
         self._commands: deque[Callable[[], None]] = deque()  # guarded by _cond
         # guarded by _cond: the engine thread took its last commands; a later one runs where given
         self._ended = False
-        self._owed: set[_Entry] = set()  # accepted and not yet answered or aborted (guarded by _cond)
+        self._owed: set[Entry] = set()  # accepted and not yet answered or aborted (guarded by _cond)
         self._accepting = True  # guarded by _cond
         self._deadline: float | None = None  # draining: fail what is left at this monotonic time
-        self._active: dict[str, _Entry] = {}  # engine thread only
-        self._processor = OutputProcessor(engine)  # engine thread only
-        self._driver = EngineDriver(engine, self._processor, self._on_round)
+        self._dispatch = Dispatch(engine, metrics, self.liveness, self._release)  # engine thread only
         self._thread = threading.Thread(target=self._run, name="radixflow-engine", daemon=True)
-        self.failure: str | None = None  # why the engine loop died, if it did
         self.abandoned = False  # a stop left the engine thread behind, stuck (`abandon`)
         self._finished = threading.Event()  # the engine thread ended, or was left behind
 
@@ -86,8 +66,13 @@ class EngineLoop:
     def start(self) -> None:
         # before the engine thread runs (nothing else reads the engine yet): a scrape before the
         # first request sees the cache budget and every series at 0, not an empty budget
-        self._publish_queues()
+        self._dispatch.publish()
         self._thread.start()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine loop died, if it did."""
+        return self._dispatch.failure
 
     @property
     def alive(self) -> bool:
@@ -119,15 +104,15 @@ class EngineLoop:
                     f"{counted(pending, 'request')} {'is' if pending == 1 else 'are'} "
                     f"queued (limit {self.max_pending}); retry later"
                 )
-            entries = [_Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
+            entries = [Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
             self._owed.update(entries)
             self._on_pending()  # now: the engine thread may be in a long round
-            self._commands.append(lambda: self._admit(entries))
+            self._commands.append(lambda: self._dispatch.admit(entries))
             self._cond.notify()
 
     def abort(self, request_ids: list[str]) -> None:
         """Cancel these requests (a client went away): their locks, blocks and slots are freed."""
-        self._command(lambda: self._abort(request_ids))
+        self._command(lambda: self._dispatch.abort(request_ids))
 
     def call(self, fn: Callable[[Engine], T], timeout: float = 30.0) -> T:
         """Run ``fn(engine)`` on the engine thread between rounds and return its result."""
@@ -209,13 +194,12 @@ class EngineLoop:
         try:
             while self._next_commands():
                 if self._deadline is not None and time.monotonic() >= self._deadline:
-                    self._fail_all(503, "the server shut down before this request finished")
+                    self._dispatch.fail_all(503, "the server shut down before this request finished")
                 if self.engine.has_work():
-                    self._step()
+                    self._dispatch.step()
         except Exception as e:  # the engine is in an unknown state: fail everything, refuse more
             log.exception("engine loop failed")
-            self.failure = f"the engine failed: {type(e).__name__}: {e}"
-            self._fail_all(500, self.failure, abort=False)
+            self._dispatch.fail(f"the engine failed: {type(e).__name__}: {e}")
         with self._cond:
             self._accepting, self._ended = False, True
             pending = list(self._commands)
@@ -238,7 +222,7 @@ class EngineLoop:
             self._flush_trace()
         with self._cond:
             while not self._commands and not self.engine.has_work():
-                if not self._accepting and not self._active:
+                if not self._accepting and not self._dispatch.active:
                     return False
                 self._cond.wait(timeout=self._wait_s())
                 if self._deadline is not None and time.monotonic() >= self._deadline:
@@ -259,69 +243,7 @@ class EngineLoop:
     def _wait_s(self) -> float | None:
         return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
 
-    def _admit(self, entries: list[_Entry]) -> None:
-        if self.failure is not None:
-            for entry in entries:
-                self._answer(entry, Final(entry.index, None, 503, self.failure))
-            self._publish_queues()
-            return
-        for entry in entries:  # all active first: should a submit fail the loop, the failure answers each
-            req = entry.tracker.request
-            # an id in use keeps its own entry (the engine refuses the newcomer, `_submit`)
-            if self._active.setdefault(req.id, entry) is entry:
-                req.arrival_s = self.engine.now  # the engine clock: arrived now, admitted next round
-        for entry in entries:
-            # handlers check requests first: a refusal here is a safety net (a 400 answer)
-            self._forward(self._submit(entry))
-        self._publish_queues()
-
-    def _submit(self, entry: _Entry) -> list[OutputEvent]:
-        """Hand the entry's request to the engine. One the engine refuses outright (an id in use:
-        a job retried onto a replica that still runs its first attempt) took nothing there, so it
-        alone is answered (400) and the loop carries on."""
-        try:
-            return self._processor.submit(entry.tracker, entry.stream)
-        except SubmitRefused as e:
-            rid = entry.tracker.request.id
-            if self._active.get(rid) is entry:
-                del self._active[rid]
-            self._answer(entry, Final(entry.index, None, 400, str(e)))
-            return []
-
-    def _abort(self, request_ids: list[str]) -> None:
-        for rid in request_ids:
-            entry = self._active.pop(rid, None)
-            if entry is None:
-                continue  # already answered
-            self._processor.abort(rid)  # nobody listens for its answer
-            self._release(entry)
-        self._publish_queues()
-
-    def _step(self) -> None:
-        self._forward(self._driver.step())
-        self._publish_queues()
-
-    def _forward(self, events: list[OutputEvent]) -> None:
-        """Hand the processor's events to the submissions they belong to."""
-        for event in events:
-            entry = self._active.get(event.request_id)
-            if entry is None:
-                continue
-            if isinstance(event, FirstToken):
-                entry.first_token_at = time.monotonic()
-                self.metrics.on_first_token(entry.first_token_at - entry.arrival)
-            elif isinstance(event, Streamed):
-                send(entry.sink, Delta(entry.index, event.delta))
-            else:
-                del self._active[event.request_id]
-                self._answer(entry, final_of(entry.index, event, entry.first_token_at))
-
-    def _answer(self, entry: _Entry, final: Final) -> None:
-        # first: a client that has its answer finds its slot in the queue free
-        if self._release(entry, failed=final.output is None):
-            send(entry.sink, final)
-
-    def _release(self, entry: _Entry, failed: bool = False) -> bool:
+    def _release(self, entry: Entry, failed: bool) -> bool:
         """The entry's request left the engine (the processor forgot it there): count it, as
         failed when it was answered with an error (not aborted, though the drain aborts it).
         False: `abandon` answered it already."""
@@ -336,34 +258,3 @@ class EngineLoop:
     def _on_pending(self) -> None:  # under _cond
         self.metrics.on_pending(len(self._owed))
         self.liveness.on_pending(len(self._owed))
-
-    def _on_round(self, record: RoundRecord) -> None:
-        self.metrics.on_round(record)
-        self.liveness.on_round(record)
-
-    def _fail_all(self, status: int, message: str, abort: bool = True) -> None:
-        """Answer every active request with an error; ``abort`` releases them in the engine (not
-        when the engine itself has failed: then only the answers matter)."""
-        for rid, entry in list(self._active.items()):
-            del self._active[rid]
-            if abort:
-                self._processor.abort(rid)
-            else:
-                self._processor.drop(rid)
-            self._answer(entry, Final(entry.index, None, status, message))
-        self._publish_queues()
-
-    def _publish_queues(self) -> None:
-        sched = self.engine.scheduler
-        if self.failure is None:
-            self.metrics.on_queues(len(sched.waiting), len(sched.running))
-        else:  # a failed engine still holds what it held, but runs nothing again: all was answered
-            self.metrics.on_queues(0, 0)
-        cache = sched.cache
-        memory = cache.memory()
-        in_use = {
-            "kv": memory.kv_bytes,
-            "checkpoint": memory.checkpoint_bytes,
-            "working": memory.working_bytes,
-        }
-        self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, cache.evictions())

@@ -24,19 +24,8 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.lines_out import (
-    ROW_OPTIONS,
-    KeptRows,
-    check_partial,
-    claimed,
-    go_on_from,
-    kept_rows,
-    output_path,
-    read_input,
-    row_options,
-    run_record,
-    write_lines,
-)
+from radixflow.cli.kept_rows import ROW_OPTIONS, KeptRows, go_on_from, kept_rows, row_options, run_record
+from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import (

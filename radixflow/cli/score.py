@@ -28,17 +28,8 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.lines_out import (
-    KeptRows,
-    check_partial,
-    claimed,
-    go_on_from,
-    kept_rows,
-    output_path,
-    row_options,
-    run_record,
-    write_lines,
-)
+from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
+from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
 from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, path_arg

@@ -774,9 +774,9 @@ def test_every_door_refuses_a_bad_sampling_value_in_the_same_words(
 
 
 def _flag_of(field: str) -> str:
-    from radixflow.cli.generate import _sampling_flag
+    from radixflow.cli.generate_flags import sampling_flag
 
-    return _sampling_flag(field)
+    return sampling_flag(field)
 
 
 @pytest.mark.parametrize("seed", [-1, -(2**63), 2**64 - 1])

@@ -179,7 +179,7 @@ def test_every_door_reads_the_one_declaration(command):
 def test_generate_flags_not_given_are_the_sampling_params_defaults():
     """`radixflow generate` and `LLM.generate` sample alike where no flag is given (but
     --max-tokens, 32 by the docs, where `SamplingParams()` is one token)."""
-    from radixflow.cli.generate import sampling_params
+    from radixflow.cli.generate_flags import sampling_params
     from radixflow.generation.params import SamplingParams
 
     args = build_parser().parse_args(["generate", "m", "--prompt", "x"])

@@ -662,7 +662,7 @@ def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_mo
 def test_generate_refuses_a_sampling_flag_out_of_range_in_the_apis_words(
     monkeypatch, capsys, flag, text, field, value
 ):
-    from radixflow.cli.generate import DEFAULT_MAX_TOKENS
+    from radixflow.cli.generate_flags import DEFAULT_MAX_TOKENS
     from radixflow.generation import LLM, SamplingParams
 
     monkeypatch.setattr(LLM, "from_options", _refuse_model_load)

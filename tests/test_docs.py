@@ -289,7 +289,7 @@ def _registries() -> list[tuple[str, str, tuple[str, ...]]]:
     """(registry, the doc that lists its names, its names)."""
     from radixflow.cache.eviction import EVICTION_POLICIES
     from radixflow.costmodel.hardware.profiles import HARDWARE, SCHEDULER_MODES
-    from radixflow.costmodel.shape.hf_config import READERS
+    from radixflow.costmodel.shape.config_readers import READERS
     from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
     from radixflow.engine.clocks import ROUND_CLOCKS
     from radixflow.fleet.routers import ROUTERS

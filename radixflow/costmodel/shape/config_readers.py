@@ -1,0 +1,233 @@
+"""One reader per Hugging Face ``model_type``: a (normalised) ``config.json`` dict → the model's
+layers (`READERS`), read as the torch families read the same keys (older spellings, defaults,
+per-layer kinds checked as transformers checks them). `hf_config` picks the reader and reads what
+is not a layer (sizes, tied embeddings, a multimodal wrapper)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2, Mixer, ShortConv
+from radixflow.costmodel.shape.model_shape import Layer, Mlp
+
+Config = dict[str, Any]
+
+
+def first_set(cfg: Config, names: tuple[str, ...], default: Any) -> Any:
+    """The first of ``names`` the config sets, else ``default``: a null counts as unset and older
+    key names follow the current one, as the torch families read their configs."""
+    return next((cfg[n] for n in names if cfg.get(n) is not None), default)
+
+
+def _attention(cfg: Config, gated: bool = False) -> Attention:
+    heads = int(cfg["num_attention_heads"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return Attention(heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), gated)
+
+
+def _dense(cfg: Config, gated: bool = True) -> Mlp:
+    return Mlp(int(cfg["intermediate_size"]), gated)
+
+
+def _llama(cfg: Config) -> tuple[Layer, ...]:
+    return tuple(Layer((_attention(cfg),), _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
+
+
+_QWEN_LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+def _qwen_hybrid_types(cfg: Config) -> list[str]:
+    n = int(cfg["num_hidden_layers"])
+    every = int(first_set(cfg, ("full_attention_interval",), 4))
+    default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+    return _checked_kinds("layer_types", list(cfg.get("layer_types") or default), _QWEN_LAYER_TYPES, n)
+
+
+def _checked_kinds(key: str, kinds: list[Any], known: Sequence[str], layers: int | None) -> list[Any]:
+    """``kinds`` (config key ``key``), refused as the torch loader's schema and transformers refuse
+    them: not one per layer (``layers``, where the config gives a count), or a kind not ``known``."""
+    if layers is not None and len(kinds) != layers:
+        raise ValueError(f"{key} has {len(kinds)} entries, but num_hidden_layers is {layers}")
+    for i, kind in enumerate(kinds):
+        if kind not in known:
+            raise ValueError(f"{key}[{i}] is {kind!r} (must be one of {', '.join(known)})")
+    return kinds
+
+
+def _qwen_moe(cfg: Config, index: int) -> Mlp:
+    """The routed MoE of every Qwen3.5-MoE layer (transformers reads no per-layer choice there)."""
+    return Mlp(
+        int(cfg["moe_intermediate_size"]),
+        experts=int(cfg["num_experts"]),
+        top_k=int(cfg["num_experts_per_tok"]),
+        shared_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+        shared_gate=True,
+    )
+
+
+def _qwen_dense(cfg: Config, index: int) -> Mlp:
+    """Dense Qwen3.5: every layer's MLP, whatever MoE fields the config carries (the torch family
+    and transformers read none)."""
+    return _dense(cfg)
+
+
+def _qwen_mlp(cfg: Config, index: int) -> Mlp:
+    """Qwen3-Next: MoE where ``num_experts``, ``mlp_only_layers`` and
+    ``decoder_sparse_step`` put it, else the dense MLP."""
+    experts = int(cfg.get("num_experts") or 0)
+    sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
+    if not sparse or (index + 1) % int(first_set(cfg, ("decoder_sparse_step",), 1)):
+        return _dense(cfg)
+    return _qwen_moe(cfg, index)
+
+
+def _qwen_hybrid(cfg: Config, mlp: Callable[[Config, int], Mlp] = _qwen_mlp) -> tuple[Layer, ...]:
+    gdn = GatedDeltaNet(
+        int(cfg["linear_num_key_heads"]),
+        int(cfg["linear_num_value_heads"]),
+        int(cfg["linear_key_head_dim"]),
+        int(cfg["linear_value_head_dim"]),
+        int(first_set(cfg, ("linear_conv_kernel_dim",), 4)),
+    )
+    attn = _attention(cfg, gated=True)
+    return tuple(
+        Layer((attn if kind == "full_attention" else gdn,), mlp(cfg, i))
+        for i, kind in enumerate(_qwen_hybrid_types(cfg))
+    )
+
+
+def _qwen3_5(cfg: Config) -> tuple[Layer, ...]:
+    return _qwen_hybrid(cfg, _qwen_dense)
+
+
+def _qwen3_5_moe(cfg: Config) -> tuple[Layer, ...]:
+    return _qwen_hybrid(cfg, _qwen_moe)
+
+
+def _lfm2_ff(cfg: Config) -> int:
+    """As `models.families.lfm2.intermediate_size` reads it: ``block_ff_dim`` over
+    ``intermediate_size`` (as transformers' Lfm2Config), and the auto-adjusted width is rounded up
+    to ``block_multiple_of`` with or without a multiplier (which defaults to 1.0 there)."""
+    width = first_set(cfg, ("block_ff_dim", "intermediate_size"), None)
+    if width is None:
+        raise KeyError("intermediate_size")
+    size = int(width)
+    if first_set(cfg, ("block_auto_adjust_ff_dim",), True):
+        multiplier = first_set(cfg, ("block_ffn_dim_multiplier",), 1.0)
+        multiple = int(first_set(cfg, ("block_multiple_of",), 256))
+        size = int(multiplier * int(2 * size / 3))
+        size = multiple * ((size + multiple - 1) // multiple)
+    return size
+
+
+def _lfm2(cfg: Config) -> tuple[Layer, ...]:
+    n, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
+    # as `models.families.lfm2.layer_types` reads them: with neither key every layer is attention
+    attn_idx = set(first_set(cfg, ("full_attn_idxs",), range(n)))
+    types = first_set(
+        cfg, ("layer_types",), ["full_attention" if i in attn_idx else "conv" for i in range(n)]
+    )
+    _checked_kinds("layer_types", list(types), ("conv", "full_attention"), n)
+    conv = ShortConv(hidden, int(first_set(cfg, ("conv_L_cache",), 3)))
+    mlp = Mlp(_lfm2_ff(cfg))
+    return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
+
+
+# Nemotron-H's fields spelt two ways, the one read first first: transformers' NemotronHConfig
+# sets each from an older mamba_* keyword or an attribute_map name over its own (the torch
+# family's `models.families.schemas.NEMOTRON_FIELDS`)
+_NEMOTRON_FIELDS = {
+    "groups": ("mamba_n_groups", "n_groups"),
+    "conv_kernel": ("mamba_d_conv", "conv_kernel"),
+    "experts": ("num_local_experts", "n_routed_experts"),
+    "pattern": ("layer_types", "layers_block_type"),
+}
+
+
+def _nemotron_mamba(cfg: Config) -> Mamba2:
+    """As `models.families.nemotron_h.nemotron_mamba_spec` reads it: either spelling
+    (`_NEMOTRON_FIELDS`), and its defaults."""
+    return Mamba2(
+        int(cfg["mamba_num_heads"]),
+        int(cfg["mamba_head_dim"]),
+        int(first_set(cfg, ("ssm_state_size",), 128)),
+        int(first_set(cfg, _NEMOTRON_FIELDS["groups"], 8)),
+        int(first_set(cfg, _NEMOTRON_FIELDS["conv_kernel"], 4)),
+    )
+
+
+_NEMOTRON_CODES = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
+_NEMOTRON_KINDS = tuple(_NEMOTRON_CODES.values())
+
+
+def _nemotron_kinds(cfg: Config) -> list[str]:
+    """Per-layer kinds as `models.families.schemas.nemotron_kinds` reads them: ``layer_types`` or
+    ``layers_block_type`` (`_NEMOTRON_FIELDS`, with the legacy names), else
+    ``hybrid_override_pattern``."""
+    count = first_set(cfg, ("num_hidden_layers",), None)  # optional: the pattern says it
+    layers = None if count is None else int(count)
+    key = next((k for k in _NEMOTRON_FIELDS["pattern"] if cfg.get(k)), None)
+    if key is not None:
+        kinds = _checked_kinds(key, list(cfg[key]), (*_NEMOTRON_KINDS, *_NEMOTRON_LEGACY), layers)
+        return [_NEMOTRON_LEGACY.get(k, k) for k in kinds]
+    if cfg.get("hybrid_override_pattern") is None:
+        raise KeyError("hybrid_override_pattern")  # nor layers_block_type: no layer pattern at all
+    codes = _checked_kinds(
+        "hybrid_override_pattern", list(cfg["hybrid_override_pattern"]), tuple(_NEMOTRON_CODES), layers
+    )
+    return [_NEMOTRON_CODES[c] for c in codes]
+
+
+def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
+    moe = Mlp(
+        int(cfg.get("moe_intermediate_size") or 0),
+        gated=False,
+        experts=int(first_set(cfg, _NEMOTRON_FIELDS["experts"], 0)),
+        top_k=int(cfg.get("num_experts_per_tok") or 0),
+        shared_intermediate=int(cfg.get("moe_shared_expert_intermediate_size") or 0),
+        latent=int(cfg.get("moe_latent_size") or 0),
+    )
+    by_kind: dict[str, Layer] = {
+        "linear_attention": Layer((_nemotron_mamba(cfg),)),
+        "full_attention": Layer((_attention(cfg),)),
+        "mlp": Layer((), _dense(cfg, gated=False)),
+        "moe": Layer((), moe),
+    }
+    return tuple(by_kind[k] for k in _nemotron_kinds(cfg))
+
+
+def _falcon_mamba(cfg: Config) -> Mamba2:
+    """As `models.families.falcon_h1.falcon_mamba_spec` reads it, with its defaults: head dim
+    "auto" splits the SSM's inner width over the heads."""
+    inner = first_set(cfg, ("mamba_d_ssm",), 0) or int(
+        first_set(cfg, ("mamba_expand",), 2) * int(cfg["hidden_size"])
+    )
+    heads = int(first_set(cfg, ("mamba_n_heads",), 128))
+    head_dim = first_set(cfg, ("mamba_d_head",), "auto")
+    return Mamba2(
+        heads,
+        int(inner) // heads if head_dim == "auto" else int(head_dim),
+        int(first_set(cfg, ("mamba_d_state",), 256)),
+        int(first_set(cfg, ("mamba_n_groups",), 1)),
+        int(first_set(cfg, ("mamba_d_conv",), 4)),
+    )
+
+
+def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
+    # attention and Mamba2 side by side in every layer, then the MLP: every layer carries state
+    mixers: tuple[Mixer, ...] = (_attention(cfg), _falcon_mamba(cfg))
+    return tuple(Layer(mixers, _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
+
+
+READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {
+    "llama": _llama,
+    "qwen3": _llama,
+    "qwen3_5_text": _qwen3_5,
+    "qwen3_5_moe_text": _qwen3_5_moe,
+    "qwen3_next": _qwen_hybrid,
+    "lfm2": _lfm2,
+    "nemotron_h": _nemotron_h,
+    "falcon_h1": _falcon_h1,
+}

@@ -22,20 +22,9 @@ from radixflow.generation.calls import (
 from radixflow.generation.detokenize import NoText
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.prompts import (
-    Messages,
-    Prompt,
-    PromptReader,
-    of_context,
-)
-from radixflow.generation.score_many import ContextsHeard, check_score_many, scores_by_context
-from radixflow.generation.scoring import (
-    SCORING,
-    CandidateScore,
-    candidate_scores,
-    context_problem,
-    scoring_prompts,
-)
+from radixflow.generation.prompts import Messages, Prompt, PromptReader
+from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
+from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
 from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
@@ -229,14 +218,7 @@ class LLM:
 
         Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
         check_score_many(contexts, candidates, on_context)
-        jobs = []
-        for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
-            try:
-                jobs.append(self._scoring_job(context, cands))
-            except ValueError as e:
-                raise ValueError(of_context(i, str(e))) from None
-        prompts = [p for _, job in jobs for p in job]
-        labels = [f"context {i}, candidate {j}" for i, (_, job) in enumerate(jobs) for j in range(len(job))]
+        jobs, prompts, labels = context_jobs(self._scoring_job, contexts, candidates)
         heard = None if on_context is None else ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)
         outputs = self._generate(prompts, SCORING, namespace, progress, labels, on_output=heard)
         if heard is not None:
@@ -257,18 +239,9 @@ class LLM:
             return str(e)
         return None
 
-    def _scoring_job(
-        self, context: Prompt | Messages, candidates: Sequence[Prompt]
-    ) -> tuple[list[int], list[list[int]]]:
-        """The context's tokens and one prompt per candidate; ValueError for input of another
-        shape, an empty one, or a context the engine refuses (named as the context, not as
-        candidate 0, in whose prompt it would be found first)."""
-        ctx = self._read.context(context)
-        prompts = scoring_prompts(ctx, self._read.candidates(candidates))
-        problem = context_problem(ctx, self.engine.problem)
-        if problem is not None:
-            raise ValueError(str(problem))
-        return ctx, prompts
+    def _scoring_job(self, context: Prompt | Messages, candidates: Sequence[Prompt]) -> ScoringJob:
+        """`scoring_job` against this LLM's engine (asked only once the input is read)."""
+        return scoring_job(self._read, lambda request: self.engine.problem(request), context, candidates)
 
     def chat(
         self,

@@ -7,8 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from radixflow.generation.outputs import GenerationOutput
-from radixflow.generation.prompts import Messages, Prompt, is_conversation, is_token_list, require_list
-from radixflow.generation.scoring import CandidateScore, candidate_scores
+from radixflow.generation.prompts import (
+    Messages,
+    Prompt,
+    is_conversation,
+    is_token_list,
+    of_context,
+    require_list,
+)
+from radixflow.generation.scoring import CandidateScore, ScoringJob, candidate_scores
 from radixflow.problems import counted
 
 
@@ -29,9 +36,27 @@ def check_score_many(
         raise ValueError(f"{given} of candidates")
 
 
-def scores_by_context(
-    jobs: list[tuple[list[int], list[list[int]]]], outputs: list[GenerationOutput]
-) -> list[list[CandidateScore]]:
+def context_jobs(
+    job: Callable[[Prompt | Messages, Sequence[Prompt]], ScoringJob],
+    contexts: Sequence[Prompt | Messages],
+    candidates: Sequence[Sequence[Prompt]],
+) -> tuple[list[ScoringJob], list[list[int]], list[str]]:
+    """Each context's scoring ``job`` (its ValueError named by the context), the batch's prompts
+    (every context's candidates, in order) and each prompt's label ("context i, candidate j")."""
+    jobs = []
+    for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
+        try:
+            jobs.append(job(context, cands))
+        except ValueError as e:
+            raise ValueError(of_context(i, str(e))) from None
+    prompts = [p for _, prompts in jobs for p in prompts]
+    labels = [
+        f"context {i}, candidate {j}" for i, (_, prompts) in enumerate(jobs) for j in range(len(prompts))
+    ]
+    return jobs, prompts, labels
+
+
+def scores_by_context(jobs: list[ScoringJob], outputs: list[GenerationOutput]) -> list[list[CandidateScore]]:
     """Each context's scores, from the batch's outputs in the order of ``jobs``' candidates."""
     scores, start = [], 0
     for ctx, job in jobs:

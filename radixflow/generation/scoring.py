@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
+from radixflow.generation.prompts import Messages, Prompt, PromptReader
 from radixflow.problems import Problem
 from radixflow.scheduler.request import Request
 
@@ -69,6 +70,27 @@ def context_problem(context: Sequence[int], problem: Callable[[Request], Problem
     prompt and blame candidate 0. None when the context can run."""
     found = problem(Request("context", tuple(context), sampling=SCORING))
     return None if found is None else Problem("context", found.message)
+
+
+# a context's tokens and one prompt per candidate (the context's tokens, then the candidate's)
+ScoringJob = tuple[list[int], list[list[int]]]
+
+
+def scoring_job(
+    read: PromptReader,
+    problem: Callable[[Request], Problem | None],
+    context: Prompt | Messages,
+    candidates: Sequence[Prompt],
+) -> ScoringJob:
+    """The context's tokens and one prompt per candidate; ValueError for input of another
+    shape, an empty one, or a context the engine refuses (``problem``: named as the context, not
+    as candidate 0, in whose prompt it would be found first)."""
+    ctx = read.context(context)
+    prompts = scoring_prompts(ctx, read.candidates(candidates))
+    found = context_problem(ctx, problem)
+    if found is not None:
+        raise ValueError(str(found))
+    return ctx, prompts
 
 
 def candidate_scores(context_len: int, outputs: Sequence[GenerationOutput]) -> list[CandidateScore]:

@@ -11,6 +11,7 @@ from radixflow.engine.arrivals import Arrivals
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.engine.records import AbortResult, RoundRecord
+from radixflow.engine.round_report import empty_round, round_record
 from radixflow.engine.run_setup import make_cache, run_config
 from radixflow.engine.runner import RoundResult, Runner, generation_room
 from radixflow.engine.submit_checks import (
@@ -204,7 +205,7 @@ class Engine:
         if out is None:
             return None
         if not out.chunks:
-            raise AssertionError(self._empty_round(out))
+            raise AssertionError(empty_round(out, self.scheduler))
         try:
             with held.let_through():  # a Ctrl-C held while scheduling is raised here
                 result = self.runner.run(out)
@@ -228,7 +229,7 @@ class Engine:
         self.now += result.duration_s
         finished = self.scheduler.update(out, result.samples, self.now, result.prompt_logprobs)
         record = replace(
-            self._record(out, start, result.duration_s, result.worker_call_s),
+            round_record(out, start, result.duration_s, result.worker_call_s),
             predicted_s=result.predicted_s,
             predicted_from=result.predicted_from,
             wall_s=result.wall_s,
@@ -242,43 +243,11 @@ class Engine:
         failed = self.scheduler.rollback(out, reason)
         for req in failed:
             req.finish_s = self.now
-        record = self._record(out, self.now, 0.0, 0.0, error=reason)
+        record = round_record(out, self.now, 0.0, 0.0, error=reason)
         self.failed_rounds.append(record)
         if self.events is not None:
             self.events.round(record, out, [r.id for r in failed])
         return record
-
-    def _record(
-        self, out: SchedulerOutput, start: float, duration: float, worker: float, error: str | None = None
-    ) -> RoundRecord:
-        return RoundRecord(
-            index=out.round_index,
-            start_s=start,
-            duration_s=duration,
-            worker_call_s=worker,
-            tokens=out.tokens,
-            requests=len(out.chunks),
-            bubble_tokens=out.bubble_tokens,
-            blocked=len(out.blocked),
-            stop_reason=out.stop_reason.value,
-            chunks=tuple((c.request_id, c.start, c.end) for c in out.chunks),
-            error=error,
-        )
-
-    def _empty_round(self, out: SchedulerOutput) -> str:
-        """Why a round with work scheduled nothing: a scheduler bug, never a request's or an option's
-        fault. A running request's next chunk always fits a fresh round (a decode step is one token,
-        a prefill chunk one block, and the token budget holds a block); an idle engine holds no
-        locks, private blocks or PENDING checkpoints, so the first waiting request starts, from a
-        shallower point or from scratch if it must, for `problem` refused every request that could
-        not fit an empty cache. Raised, not asserted: under -O `run` would loop forever. Pure."""
-        waiting, running = self.scheduler.waiting, self.scheduler.running
-        first = waiting.first()
-        head = f" (first {first.id!r})" if first is not None else ""
-        return (
-            f"scheduler bug: round {out.round_index} scheduled no chunk with {len(waiting)} waiting{head} "
-            f"and {len(running)} running requests, stop reason {out.stop_reason.value}"
-        )
 
     def run(
         self, requests: Iterable[Request], on_round: Callable[[RoundRecord], None] | None = None

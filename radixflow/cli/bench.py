@@ -73,14 +73,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
     config = _config(args, plan, setup, names)
     noun = "request" if len(requests) == 1 else "requests"
     title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
+    report = BenchReport(workload, config, runs)
+    try:
+        _show(runs, title, config, console)
+    except BrokenPipeError:  # `bench ... | head`: the reader left, the finished run's files still go
+        _write_outputs(args, report)
+        _write_trace(setup)
+        raise
+    _write_outputs(args, report)
+    code = _exit_code(runs)
+    _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
+    return code
+
+
+def _show(runs: list[PolicyRun], title: str, config: dict[str, object], console: Console) -> None:
+    """The table, and under it the round predictor's prior where the runner has one."""
     render([r.result for r in runs], title, console)
     if config.get("round_predictor") is not None:  # the rows above are its error from this prior
         prior = f"round predictor's prior: {config['round_predictor']}"  # a profile's name is not markup
         console.print(prior, highlight=False, markup=False, soft_wrap=True)
-    _write_outputs(args, BenchReport(workload, config, runs))
-    code = _exit_code(runs)
-    _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
-    return code
 
 
 def _config(

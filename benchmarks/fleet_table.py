@@ -92,6 +92,9 @@ rate = 2000.0
 """
 
 
+NOT_RUN: Figures = {"reuse": None, "mean_ms": None, "imbalance": None, "affinity": None}
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "n/a"
 
@@ -105,12 +108,11 @@ def table(doc: dict[str, Any]) -> dict[str, Any]:
     print(f"| replicas | workload | load | {head} | checkpoint affinity | imbalance (pow2/prefix/ckpt) |")
     print("|" + " --- |" * (5 + 2 * len(ROUTERS)))
     for k in sorted(rows, key=lambda k: (k[0], k[1], str(k[2]))):
-        f = rows[k]
-        cols = " | ".join(
-            f"{num(f[r]['reuse'], '.2f')} | {num(f[r]['mean_ms'], '.0f')}" for r in ROUTERS if r in f
-        )
-        imb = "/".join(num(f[r]["imbalance"], ".2f") for r in ROUTERS if r in f)
-        affinity = num(f["checkpoint"]["affinity"], ".2f") if "checkpoint" in f else "—"
+        # a router the config left out gets dashes in its own columns, not the next router's figures
+        f = {r: rows[k].get(r, NOT_RUN) for r in ROUTERS}
+        cols = " | ".join(f"{num(f[r]['reuse'], '.2f')} | {num(f[r]['mean_ms'], '.0f')}" for r in ROUTERS)
+        imb = "/".join(num(f[r]["imbalance"], ".2f") for r in ROUTERS)
+        affinity = num(f["checkpoint"]["affinity"], ".2f")
         print(f"| {k[0]} | {k[1]} | {k[2]} | {cols} | {affinity} | {imb} |")
     print()
     medium = rows.get((8, "candidates", "medium"), {})

@@ -38,7 +38,22 @@ def test_results_without_the_acceptance_cell_print_their_rows_and_check_nothing(
 def test_a_row_without_the_checkpoint_router_is_printed(fleet_table, capsys):
     doc = {"cells": [_cell(r, 2, 500.0) for r in ("pow2", "prefix")]}
     fleet_table.table(doc)
-    assert "| 2 | candidates | medium |" in capsys.readouterr().out
+    assert (
+        "| 2 | candidates | medium | 0.70 | 30 | 0.70 | 30 | — | — | — | 1.20/1.20/— |"
+        in capsys.readouterr().out
+    )
+
+
+def test_a_router_missing_from_a_row_leaves_its_columns_empty(fleet_table, capsys):
+    # a config of routers ["pow2", "checkpoint"]: checkpoint's figures were printed under prefix's
+    # header, and the imbalance read as if pow2/prefix
+    doc = {"cells": [_cell("pow2", 2, 500.0), _cell("checkpoint", 2, 500.0)]}
+    doc["cells"][1]["results"][0]["reuse_rate"] = 0.9
+    fleet_table.table(doc)
+    assert (
+        "| 2 | candidates | medium | 0.70 | 30 | — | — | 0.90 | 30 | 0.80 | 1.20/—/1.20 |"
+        in capsys.readouterr().out
+    )
 
 
 def test_a_fleet_of_another_size_names_its_load_per_replica(fleet_table, capsys):
@@ -73,4 +88,4 @@ def test_a_one_engine_cell_without_fleet_figures_is_a_row(fleet_table, capsys):
     doc["cells"].append(lone)
     fleet_table.table(doc)
     out = capsys.readouterr().out
-    assert "| 1 | candidates | medium | 0.70 | 30 | — | — |" in out
+    assert "| 1 | candidates | medium | — | — | — | — | 0.70 | 30 | — | —/—/— |" in out

@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
@@ -27,6 +28,9 @@ from radixflow.options.runners import runner_name
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import ProblemError
 from radixflow.user_paths import folder_problem
+
+if TYPE_CHECKING:
+    from radixflow.generation import LLM
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -199,3 +203,12 @@ def warn_trace_unwritten(setup: EngineSetup) -> None:
         write_trace(setup)
     except UsageError as e:
         warn(str(e))
+
+
+def require_tokenizer(llm: LLM, text_flags: str, way_in: str) -> None:
+    """A checkpoint without tokenizer.json runs token-id prompts only. The API's refusal says to
+    give token ids, which a command's text flags cannot be, so this one names a way that can."""
+    if llm.model.tokenizer is None:
+        raise UsageError(
+            f"model: {llm.model.name} has no tokenizer.json: {text_flags} the model's tokenizer; {way_in}"
+        )

@@ -17,6 +17,7 @@ from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
     note_trace_kept,
+    require_tokenizer,
     trace_failure_held,
     warn_ineffective_for_model,
     warn_ineffective_options,
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     llm = None
     try:
         llm = LLM.from_options(options)
+        require_tokenizer(llm, "--prompt is text, which needs", "token-id prompts run through radixflow.LLM")
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
             bar = RequestBar(progress, "generating")

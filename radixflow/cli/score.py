@@ -20,6 +20,7 @@ from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
     note_trace_kept,
+    require_tokenizer,
     trace_failure_held,
     warn_ineffective_for_model,
     warn_ineffective_options,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the generation package is imported when a command runs (tor
     from radixflow.options.engine_options import EngineOptions
 
 ORDERS = ("total", "mean")  # rank by the candidate's log-likelihood, or per token
+TOKEN_IDS_BY_FILE = "give token ids in an --input file (a context or candidate may be a list of ids)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,6 +122,8 @@ def _score(
     llm = None
     try:
         llm = LLM.from_options(options)
+        if jobs is None:  # --context and --candidate; an --input file may hold token ids
+            require_tokenizer(llm, "--context and --candidate are text, which need", TOKEN_IDS_BY_FILE)
         warn_ineffective_for_model(args, llm.model.setup.choice.has_recurrent)
         with LoggedProgress(console=Console(stderr=True)) as progress, trace_failure_held():
             bar = RequestBar(progress, "scoring")

@@ -992,3 +992,26 @@ def test_a_prompt_refused_once_the_runner_is_built_leaves_the_old_trace_as_it_wa
     err = one_line_error(capsys, [*argv, "--trace-out", str(trace)])
     assert "does not fit qwen3_5-2b's context of 262144 tokens" in err
     assert trace.read_text() == "the previous trace\n"
+
+
+@pytest.mark.parametrize(
+    "argv, way_in",
+    [
+        (["generate", "{model}", "--prompt", "hi"], "token-id prompts run through radixflow.LLM"),
+        (["score", "{model}", "--context", "hi", "--candidate", " x"], "give token ids in an --input file"),
+    ],
+    ids=["generate", "score"],
+)
+def test_a_model_without_a_tokenizer_is_refused_with_a_way_in_the_command_line_has(
+    zoo, capsys, tmp_path, argv, way_in
+):
+    # the API's own refusal was passed on: "give prompts as lists of token ids", which neither
+    # --prompt nor --context can be
+    import shutil
+
+    from radixflow.models.zoo import ensure_model
+
+    model = tmp_path / "no-tokenizer"
+    shutil.copytree(ensure_model("qwen3_5-tiny"), model, ignore=shutil.ignore_patterns("tokenizer*"))
+    err = one_line_error(capsys, [a.format(model=model) for a in argv])
+    assert err.startswith(f"radixflow: error: model: {model} has no tokenizer.json: ") and way_in in err, err

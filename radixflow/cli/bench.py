@@ -76,11 +76,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     report = BenchReport(workload, config, runs)
     try:
         _show(runs, title, config, console)
-    except BrokenPipeError:  # `bench ... | head`: the reader left, the finished run's files still go
         _write_outputs(args, report)
+    except BrokenPipeError:  # `bench ... | head`: the reader left, the finished run's files still go
+        _write_outputs(args, report, to_stdout=False)
         _write_trace(setup)
         raise
-    _write_outputs(args, report)
     code = _exit_code(runs)
     _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
     return code
@@ -202,14 +202,16 @@ def _write_text(flag: str, path: Path, text: str) -> None:
         _write(flag, path, lambda p: write_whole(p, text))
 
 
-def _write_outputs(args: argparse.Namespace, report: BenchReport) -> list[str]:
-    """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output)."""
+def _write_outputs(args: argparse.Namespace, report: BenchReport, to_stdout: bool = True) -> list[str]:
+    """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output, left out
+    when not ``to_stdout``: its reader has left)."""
     written = []
-    if args.json is not None:
+    if args.json is not None and (to_stdout or not _is_stdout(args.json)):
         # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
         _write_text("--json", args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
         written.append(_where(args.json))
-    if args.round_trace is not None:  # rolled-back rounds too: their "error" says why they failed
+    if args.round_trace is not None and (to_stdout or not _is_stdout(args.round_trace)):
+        # rolled-back rounds too: their "error" says why they failed
         lines = [
             json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
             for run in report.runs

@@ -84,7 +84,8 @@ class ModelOptions:
     seed: int = option(
         0,
         "random seed: of the sampler, for requests without a seed of their own (bench: "
-        "also of a generated workload's token ids and arrivals; generate: also each prompt's own seed); "
+        "also of a generated workload's token ids and arrivals, which take one >= 0; generate: also each "
+        "prompt's own seed); "
         "64 bits, signed or unsigned, as a request's own seed",
         int,
         low=SEED_RANGE[0],  # read mod 2^64, as a request's own seed: -1 and 2^64 - 1 draw alike

@@ -38,6 +38,12 @@ HELP = (
 )
 
 
+def _range(flag: str) -> str:
+    """``flag``'s accepted values, as its help states them (`_plan` refuses the rest)."""
+    low, high = LIMITS[flag]
+    return f"{low} to {high}"
+
+
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
     c.add_argument(
@@ -46,7 +52,12 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         help="profile file to write (default: profile-<device>.json)",
     )
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
-    c.add_argument("--repeats", type=parse_int, default=5, help="timings per batch shape (see --keep)")
+    c.add_argument(
+        "--repeats",
+        type=parse_int,
+        default=5,
+        help=f"timings per batch shape (see --keep), {_range('repeats')}",
+    )
     c.add_argument(
         "--keep",
         choices=sorted(KEPT),
@@ -54,12 +65,18 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         help="which of a shape's timings the fit takes: min, the undisturbed cost (default); median, "
         "the typical round (the profile also records the σ of the repeats: calibration.round_noise_sigma)",
     )
-    c.add_argument("--held-out", type=parse_int, default=12, help="held-out batch shapes per model")
+    c.add_argument(
+        "--held-out",
+        type=parse_int,
+        default=12,
+        help=f"held-out batch shapes per model, {_range('held_out')}",
+    )
     c.add_argument(
         "--max-tokens",
         type=parse_int,
         default=CalibrationPlan.max_tokens,
-        help="largest batch timed, in tokens (default: the scheduler's round budget, %(default)s)",
+        help=f"largest batch timed, in tokens, {_range('max_tokens')} "
+        "(default: the scheduler's round budget, %(default)s)",
     )
     c.add_argument(
         "--clock",
@@ -105,10 +122,7 @@ def _own_fits(
 ) -> dict[str, HardwareProfile]:
     """Each model fitted on its own rounds alone (shown beside the joint fit; what the torch
     runner's round predictor starts from)."""
-    return {
-        model: _own_fit(model, [t for t in timed if t.model == model], plan)
-        for model in profile_models
-    }
+    return {model: _own_fit(model, [t for t in timed if t.model == model], plan) for model in profile_models}
 
 
 def _median_error(profile: HardwareProfile) -> float:

@@ -269,3 +269,16 @@ def test_an_out_that_is_a_file_of_a_model_checkpoint_is_refused_before_timing(
     assert err.count("\n") == 1 and err.startswith(f"radixflow: error: --out {out}: "), err
     assert f"--model {ckpt}" in err
     assert (ckpt / "config.json").read_bytes() == config
+
+
+def test_calibrate_help_states_the_range_each_limited_flag_takes():
+    # `--max-tokens 64` was refused ("must be from 256 to 65536") by a flag whose help named no range
+    import argparse
+
+    from radixflow.calibration.command import LIMITS, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    helps = {a.dest: a.help for a in parser._actions}
+    for dest, (low, high) in LIMITS.items():
+        assert f"{low} to {high}" in helps[dest], (dest, helps[dest])

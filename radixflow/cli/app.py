@@ -14,7 +14,8 @@ from rich.console import Console
 
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
-from radixflow.cli.command import Command, UsageError, with_notes
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError, with_notes
+from radixflow.cli.lines_out import _to_devnull
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import MODEL_FLAG, flag_spellings
@@ -80,6 +81,20 @@ class _Console(Console):
 
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError
+
+    def _write_buffer(self) -> None:
+        # rich lets any other failed write out as a traceback; a full disk behind `> out.txt` is an
+        # output that cannot be written. What stdout still buffers is dropped: the interpreter's
+        # last flush of it would fail again at exit (a second message, and status 120)
+        try:
+            super()._write_buffer()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            del self._buffer[:]
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor
+                _to_devnull(sys.stdout.fileno())
+            raise StdoutUnwritable(f"cannot write standard output: {e.strerror or e}") from None
 
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:

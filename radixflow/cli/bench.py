@@ -21,7 +21,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         _show(runs, title, config, console)
         _write_outputs(args, report)
-    except BrokenPipeError:  # `bench ... | head`: the reader left, the finished run's files still go
+    except (BrokenPipeError, StdoutUnwritable):  # `bench ... | head`: the finished run's files still go
         _write_outputs(args, report, to_stdout=False)
         _write_trace(setup)
         raise

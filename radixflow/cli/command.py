@@ -13,6 +13,11 @@ class UsageError(Exception):
     """A user mistake: reported as one line, exit code 2."""
 
 
+class StdoutUnwritable(UsageError):
+    """Standard output refused a write its reader did not leave (``> out.txt`` on a full disk):
+    an output that cannot be written, one line and exit code 2 as for a file."""
+
+
 @dataclass(frozen=True)
 class Command:
     """One subcommand: its name and help, how it declares its flags, and what it runs."""

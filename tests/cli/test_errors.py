@@ -1015,3 +1015,35 @@ def test_a_model_without_a_tokenizer_is_refused_with_a_way_in_the_command_line_h
     shutil.copytree(ensure_model("qwen3_5-tiny"), model, ignore=shutil.ignore_patterns("tokenizer*"))
     err = one_line_error(capsys, [a.format(model=model) for a in argv])
     assert err.startswith(f"radixflow: error: model: {model} has no tokenizer.json: ") and way_in in err, err
+
+
+def _run_to_full_disk(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``radixflow ARGV > /dev/full``: standard output on a disk with no space left."""
+    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    with open("/dev/full", "w") as full:
+        return subprocess.run(
+            [sys.executable, "-m", "radixflow.cli", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_table_that_standard_output_cannot_take_is_one_line(tmp_path):
+    # `radixflow cost ... > out.txt` on a full disk was an OSError traceback and status 1, where
+    # usage.md promises one line and 2 for an output that cannot be written; bench's files go too
+    proc = _run_to_full_disk(["cost", "qwen3_5-2b"])
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "radixflow: error: cannot write standard output: No space left on device\n",
+    )
+    out = tmp_path / "out.json"
+    proc = _run_to_full_disk(["bench", "--groups", "1", "--candidates", "2", "--json", str(out)])
+    assert proc.returncode == 2 and proc.stderr.endswith(
+        "cannot write standard output: No space left on device\n"
+    )
+    assert "Traceback" not in proc.stderr and len(json.loads(out.read_text())["results"]) == 3

@@ -14,8 +14,7 @@ from rich.console import Console
 
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError, with_notes
-from radixflow.cli.lines_out import _to_devnull
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError, stdout_writes, with_notes
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import MODEL_FLAG, flag_spellings
@@ -87,14 +86,11 @@ class _Console(Console):
         # output that cannot be written. What stdout still buffers is dropped: the interpreter's
         # last flush of it would fail again at exit (a second message, and status 120)
         try:
-            super()._write_buffer()
-        except BrokenPipeError:
+            with stdout_writes():
+                super()._write_buffer()
+        except StdoutUnwritable:
+            del self._buffer[:]  # not written again by the next print
             raise
-        except OSError as e:
-            del self._buffer[:]
-            with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor
-                _to_devnull(sys.stdout.fileno())
-            raise StdoutUnwritable(f"cannot write standard output: {e.strerror or e}") from None
 
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:

@@ -21,7 +21,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
@@ -196,8 +196,7 @@ def _to_stdout(outputs: dict[str, Path | None]) -> str | None:
 def _write_text(flag: str, path: Path, text: str) -> None:
     """``text`` to standard output for ``-``, else written whole to ``flag``'s file at ``path``."""
     if _is_stdout(path):
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write_stdout(text)
     else:
         _write(flag, path, lambda p: write_whole(p, text))
 

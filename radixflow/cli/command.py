@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -35,3 +38,30 @@ def with_notes(message: str, error: BaseException) -> str:
     """``message`` and the notes ``error`` gathered on its way out (where the rows of a run cut
     short are), in one line."""
     return "; ".join([message, *getattr(error, "__notes__", [])])
+
+
+@contextlib.contextmanager
+def stdout_writes() -> Iterator[None]:
+    """Writes to standard output inside it; one that fails otherwise than by the reader leaving
+    (a full disk behind ``> out.txt``) is `StdoutUnwritable`. What stdout still buffers is
+    dropped: the interpreter's last flush of it would fail again at exit (a second message, and
+    status 120)."""
+    try:
+        yield
+    except BrokenPipeError:  # the reader left early: `main` ends quietly
+        raise
+    except OSError as e:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, sys.stdout.fileno())
+            finally:
+                os.close(null)
+        raise StdoutUnwritable(f"cannot write standard output: {e.strerror or e}") from None
+
+
+def write_stdout(text: str) -> None:
+    """``text`` to standard output, flushed (`stdout_writes` says how a failed write ends)."""
+    with stdout_writes():
+        sys.stdout.write(text)
+        sys.stdout.flush()

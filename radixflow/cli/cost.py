@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from radixflow.cli.args import int_arg
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import Command, UsageError, write_stdout
 from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             file=sys.stderr,
         )
     if args.json:
-        print(json.dumps(cost.to_json(), allow_nan=False))
+        write_stdout(json.dumps(cost.to_json(), allow_nan=False) + "\n")
     else:
         _print(cost, f"{shape.name} on {hardware.name}", _describe(chunks), console)
     return 0

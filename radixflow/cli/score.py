@@ -27,7 +27,7 @@ from radixflow.cli.args import (
     warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import Command, UsageError, with_notes
+from radixflow.cli.command import Command, UsageError, with_notes, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
@@ -206,7 +206,7 @@ def _print_scores(
     args: argparse.Namespace, console: Console, candidates: list[str], scores: list[CandidateScore]
 ) -> None:
     if args.json:
-        print(json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2))
+        write_stdout(json.dumps([score_row(candidates[s.index], s) for s in scores], indent=2) + "\n")
         return
     table = Table("rank", "candidate", "tokens", "total logprob", "mean", "greedy", "cached")
     ranked = sorted(scores, key=lambda s: getattr(s, args.rank_by or ORDERS[0]), reverse=True)

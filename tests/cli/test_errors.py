@@ -1032,18 +1032,27 @@ def _run_to_full_disk(argv: list[str]) -> subprocess.CompletedProcess[str]:
         )
 
 
+FULL_DISK = "radixflow: error: cannot write standard output: No space left on device\n"
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_a_table_that_standard_output_cannot_take_is_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "argv", [["cost", "qwen3_5-2b"], ["cost", "qwen3_5-2b", "--json"]], ids=["table", "json"]
+)
+def test_what_standard_output_cannot_take_is_one_line(argv):
     # `radixflow cost ... > out.txt` on a full disk was an OSError traceback and status 1, where
-    # usage.md promises one line and 2 for an output that cannot be written; bench's files go too
-    proc = _run_to_full_disk(["cost", "qwen3_5-2b"])
-    assert (proc.returncode, proc.stderr) == (
-        2,
-        "radixflow: error: cannot write standard output: No space left on device\n",
-    )
-    out = tmp_path / "out.json"
-    proc = _run_to_full_disk(["bench", "--groups", "1", "--candidates", "2", "--json", str(out)])
-    assert proc.returncode == 2 and proc.stderr.endswith(
-        "cannot write standard output: No space left on device\n"
-    )
-    assert "Traceback" not in proc.stderr and len(json.loads(out.read_text())["results"]) == 3
+    # usage.md promises one line and 2 for an output that cannot be written
+    proc = _run_to_full_disk(argv)
+    assert (proc.returncode, proc.stderr) == (2, FULL_DISK)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("to_stdout", [[], ["--json", "-"]], ids=["table", "json"])
+def test_a_bench_whose_standard_output_is_full_still_writes_its_files(tmp_path, to_stdout):
+    files = {"--json": tmp_path / "out.json", "--round-trace": tmp_path / "rounds.jsonl"}
+    argv = ["bench", "--groups", "1", "--candidates", "2", *to_stdout]
+    argv += [a for flag, path in files.items() if flag not in to_stdout for a in (flag, str(path))]
+    proc = _run_to_full_disk(argv)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.endswith(FULL_DISK)
+    assert files["--round-trace"].read_text().count("\n") >= 3

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError, stdout_writes, with_notes
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError, engine_left, stdout_writes, with_notes
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import MODEL_FLAG, flag_spellings
@@ -104,18 +104,25 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         with contextlib.nullcontext() if command.handles_sigterm else term:
             return command.run(args, console)
     except UsageError as e:
-        print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
-        return 2
+        return _ended(f"error: {e}", 2, e)
     except ProblemError as e:  # an option or input the engine's own checks refused
         spell = functools.partial(_spelling, model_flag=getattr(args, MODEL_FLAG, None))
-        print(f"radixflow: error: {with_notes(e.problem.render(spell), e)}", file=sys.stderr)
-        return 2
+        return _ended(f"error: {e.problem.render(spell)}", 2, e)
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one
         said, code = ("terminated", 128 + signal.SIGTERM) if term.came else ("interrupted", 130)
-        print(f"radixflow: {with_notes(said, e)}", file=sys.stderr)
-        return code
+        return _ended(said, code, e)
     except BrokenPipeError:  # the reader of stdout left early (`radixflow cost ... | head`)
         return _reader_left()
+
+
+def _ended(said: str, code: int, error: BaseException) -> int:
+    """``code``, once ``said`` and ``error``'s notes are one line on stderr; or the process ends
+    here, with ``code``, where the command left its engine thread behind (`engine_left`)."""
+    print(f"radixflow: {with_notes(said, error)}", file=sys.stderr, flush=True)
+    if engine_left(error):
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 def _reader_left() -> int:

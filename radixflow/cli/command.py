@@ -34,6 +34,17 @@ class Command:
     handles_sigterm: bool = False
 
 
+# the note of a command that ended leaving its engine thread behind, stuck in a round
+ENGINE_LEFT = "the engine was stuck in a round: its requests were answered with 503 and it was left behind"
+
+
+def engine_left(error: BaseException) -> bool:
+    """Whether ``error`` ended a command that left its engine thread behind (its `ENGINE_LEFT`
+    note): the process must then end without the interpreter's shutdown, which would wait on that
+    thread or abort under it (a torch call returning into a finalizing interpreter: exit 134)."""
+    return ENGINE_LEFT in getattr(error, "__notes__", [])
+
+
 def with_notes(message: str, error: BaseException) -> str:
     """``message`` and the notes ``error`` gathered on its way out (where the rows of a run cut
     short are), in one line."""

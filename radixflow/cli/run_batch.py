@@ -22,7 +22,7 @@ from radixflow.cli.args import (
     warn_ineffective_options,
     write_trace,
 )
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import ENGINE_LEFT, Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import ROW_OPTIONS, KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
@@ -53,7 +53,8 @@ BATCH_HELPS = {
     "max_pending": "engine requests in flight at a time (a scoring body's candidates, a completion's "
     "prompts times n); a body that finds them full is posted again once an answer has made room, "
     "never answered 429",
-    "drain_s": "no effect in run-batch: a run cut short aborts the requests in flight at once",
+    "drain_s": "no effect in run-batch: a run cut short aborts the requests in flight at once (an "
+    "engine stuck in a round is left behind 5 s later)",
     "tokenizer_threads": "threads that tokenize prompts and build answers beside the event loop "
     f"(default: the server's thread plan, {TOKENIZER_THREADS} up to "
     f"{(TOKENIZER_THREADS + 1) * HTTP_SHARE - 1} CPUs)",
@@ -116,12 +117,19 @@ def run(args: argparse.Namespace, console: Console) -> int:
             kept = kept.only(lambda row: not server_failed(row))  # their lines are posted again
         warn_ineffective_options(args, options)
         options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
-        config = replace(config, tokenizer_threads=tokenizer_threads)
+        # no drain: a run cut short has aborted its requests, so only a stuck engine would be
+        # waited for, --drain-timeout (30 s) before its grace
+        config = replace(config, tokenizer_threads=tokenizer_threads, drain_s=0.0)
         model = load_model(options)
         warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
-        app = create_app(server_state(model, config))
-        answer = functools.partial(_run, app, lines, concurrency=config.max_pending)
-        code = write_lines("--output", output, answer, kept, record, args.restart)
+        state = server_state(model, config)
+        answer = functools.partial(_run, create_app(state), lines, concurrency=config.max_pending)
+        try:
+            code = write_lines("--output", output, answer, kept, record, args.restart)
+        except BaseException as e:
+            if state.loop.abandoned:  # `main` ends the process after its line, not waiting on it
+                e.add_note(ENGINE_LEFT)
+            raise
         write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
         return 1 if code or _failed(kept) else 0
 

@@ -21,7 +21,7 @@ from radixflow.cli.args import (
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
-from radixflow.cli.command import Command, UsageError
+from radixflow.cli.command import ENGINE_LEFT, Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.fleet import ROUTERS, router_problem
 from radixflow.options import EngineOptions, plan_engine
@@ -35,7 +35,6 @@ from radixflow.server.listen import bind, bound_port
 # what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
 BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
-ENGINE_LEFT = "the engine was stuck in a round: its requests were answered with 503 and it was left behind"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import radixflow
 from radixflow.cli import main
+from radixflow.cli.serve import ENGINE_LEFT
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
@@ -535,3 +540,44 @@ def test_an_answer_that_has_arrived_is_written_before_its_worker_waits_on_anythi
     assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]) == 130
     kept = (tmp_path / "out.jsonl.partial").read_text()
     assert [row[0] for row in _answers(kept)] == ["c0", "c1"]
+
+
+STUCK_BATCH = """
+import os, signal, sys
+import torch
+from radixflow.cli import main
+from radixflow.runners.torch_runner import TorchRunner
+
+def stuck(self, batch):  # a worker call that never returns, busy in torch; a Ctrl-C as it starts
+    os.kill(os.getpid(), signal.SIGINT)
+    a = torch.randn(256, 256)
+    while True:
+        a @ a
+
+TorchRunner.run = stuck
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_run_cut_short_with_the_engine_stuck_ends_with_one_line_not_an_abort(zoo, tmp_path):
+    # a Ctrl-C waited 35 s (--drain-timeout, which run-batch says has no effect, and the grace)
+    # for the stuck engine, said only "interrupted", and the interpreter's exit then ran under the
+    # engine thread, still in torch: "terminate called without an active exception", exit 134
+    pytest.importorskip("torch")
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(3)))
+    root = str(Path(radixflow.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]
+    done = subprocess.run(
+        [sys.executable, "-c", STUCK_BATCH, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
+    )
+    assert done.returncode == 130, done.stderr
+    assert "terminate called" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == f"radixflow: interrupted; {ENGINE_LEFT}"
+    assert not out.exists()

@@ -30,14 +30,14 @@ class Server(uvicorn.Server):
     engine arriving meanwhile, on a new connection or a kept-alive one, is answered with a 503 in
     OpenAI's shape (and ``/health`` says ``draining``; the tokenizer routes, which never reach the
     engine, still answer), not refused at the TCP level; it closes once the engine
-    loop is done. A second Ctrl-C ends the drain now: every unfinished request gets its
+    loop is done. A second Ctrl-C (or SIGTERM) ends the drain now: every unfinished request gets its
     503 at once (a JSON error body; a stream, an error event and ``[DONE]``), and the server exits
     when those answers are out, or after ``HURRY_S`` if a client does not take its answer. Only a
-    third Ctrl-C drops connections unanswered (uvicorn's own forced exit). Either way the engine
+    third drops connections unanswered (uvicorn's own forced exit). Either way the engine
     thread ends before the process does: one left running in torch aborts the process.
 
     Unless it is stuck: an engine thread still in its round ``ENGINE_GRACE_S`` after the drain's
-    end (or after the second Ctrl-C) is left behind. Its requests are answered with a 503 here,
+    end (or after the second signal) is left behind. Its requests are answered with a 503 here,
     the server exits once those answers are out, and ``engine_left`` says so (the CLI then ends
     the process without waiting for the thread)."""
 
@@ -48,7 +48,7 @@ class Server(uvicorn.Server):
         super().__init__(config)
         self.state = state
         self._aio: asyncio.AbstractEventLoop | None = None
-        self._give_up_at: float | None = None  # set by the second Ctrl-C
+        self._give_up_at: float | None = None  # set by the second signal
         self._interrupted = False  # a Ctrl-C (SIGINT) stopped it
         self._engine_due = float("inf")  # monotonic: past this, a stuck engine thread is left behind
         self._answered_at: float | None = None  # monotonic: every accepted request had its answer
@@ -65,17 +65,20 @@ class Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A signal handler: it only hands the work to the event loop (safe from a handler).
+        # SIGINT and SIGTERM count alike: uvicorn's own forces its exit on a second SIGINT only,
+        # so a supervisor's second SIGTERM did nothing while the server drained
         self._interrupted = self._interrupted or sig == signal.SIGINT
-        second = self.should_exit and sig == signal.SIGINT and self._give_up_at is None
-        if not second or self._aio is None:
-            super().handle_exit(sig, frame)  # the first (drain) or the third (uvicorn's forced exit)
-            return
-        self._give_up_at = time.monotonic() + self.HURRY_S
-        self._aio.call_soon_threadsafe(self.hurry)
+        if not self.should_exit or self._aio is None:
+            super().handle_exit(sig, frame)  # the first: drain
+        elif self._give_up_at is None:  # the second: end the drain now
+            self._give_up_at = time.monotonic() + self.HURRY_S
+            self._aio.call_soon_threadsafe(self.hurry)
+        else:  # the third: uvicorn's forced exit, connections dropped
+            self.force_exit = True
 
     def hurry(self) -> None:
         """End the drain now: the engine loop answers every unfinished request with a 503."""
-        log.warning("second interrupt: answering unfinished requests with 503 and exiting")
+        log.warning("second signal: answering unfinished requests with 503 and exiting")
         self.state.loop.shutdown(0.0)
         self._engine_due = min(self._engine_due, time.monotonic() + self.ENGINE_GRACE_S)
 
@@ -101,7 +104,7 @@ class Server(uvicorn.Server):
 
     async def _drain(self, hard: bool = False) -> None:
         """Until the engine loop has answered every accepted request (or failed them at the drain's
-        end, or a second Ctrl-C), or a third Ctrl-C (unless ``hard``); the server keeps answering
+        end, or a second signal), or a third (unless ``hard``); the server keeps answering
         meanwhile. An engine thread stuck in its round past ``_engine_due`` is left behind."""
         loop = self.state.loop
         while not await asyncio.to_thread(loop.join, 0.1):
@@ -127,7 +130,7 @@ class Server(uvicorn.Server):
         self.state.loop.abandon(STUCK)
 
     async def _give_up_when_due(self) -> None:
-        # HURRY_S after the second Ctrl-C, and after the answers went out (a stuck engine's
+        # HURRY_S after the second signal, and after the answers went out (a stuck engine's
         # requests are answered only once its grace is over): the clients' time to take them
         while not self._past_hurry():
             await asyncio.sleep(0.1)

@@ -221,3 +221,36 @@ def test_a_shutdown_with_the_engine_stuck_in_a_round_answers_every_client_and_en
     lines = got["stream"]
     assert isinstance(lines, list) and lines[-1] == "data: [DONE]"
     assert json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "service_unavailable_error"
+
+
+def test_a_second_sigterm_ends_the_drain_as_a_second_ctrl_c_does(zoo):
+    # only a second SIGINT ended the drain: a second SIGTERM (a supervisor's, systemd's or
+    # Kubernetes' insistence) did nothing, and the server went on draining for --drain-timeout
+    release, entered = threading.Event(), threading.Event()
+    with running_server(ServerConfig(drain_s=600.0)) as srv:
+        srv.server.ENGINE_GRACE_S = 0.5  # the round never ends by itself: only the drain's end frees it
+        runner = srv.server.state.loop.engine.runner
+        run = runner.run
+
+        def stuck(batch):
+            entered.set()
+            release.wait()
+            return run(batch)
+
+        runner.run = stuck
+        got: dict[str, httpx.Response] = {}
+        client = threading.Thread(
+            target=lambda: got.update(r=httpx.post(f"{srv.url}/v1/completions", json=LONG, timeout=120))
+        )
+        try:
+            client.start()
+            assert entered.wait(60)
+            srv.server.handle_exit(signal.SIGTERM, None)  # drain: 600 s
+            wait_until(lambda: health_status(srv.url) != 200, 30)
+            srv.server.handle_exit(signal.SIGTERM, None)  # enough: answer it now
+            client.join(60)
+            srv.thread.join(60)
+            assert not srv.thread.is_alive(), "a second SIGTERM left the server draining"
+        finally:
+            release.set()
+    assert got["r"].status_code == 503, got

@@ -113,6 +113,28 @@ def output_problem(name: str, value: str | None) -> Problem | None:
     if path.exists() and not path.is_file():  # /dev/null cannot be truncated; a pipe cannot seek
         why = "the trace is rewritten in place as it grows, which a device or a pipe cannot hold"
         return Problem(name, f"{value} is not a regular file: {why}")
+    if (stream := standard_stream(path)) is not None:  # /dev/stdout under `> out.txt`: a regular file
+        why = "the trace would be written over what the process writes there: give a file of its own"
+        return Problem(name, f"{value} is this process's {stream}: {why}")
     if (problem := folder_problem(path.resolve())) is not None:  # a link's target's directory
         return Problem(name, f"cannot write {value}: {problem}")
+    return None
+
+
+STANDARD_STREAMS = {1: "standard output", 2: "standard error"}  # by file descriptor
+
+
+def standard_stream(path: Path) -> str | None:
+    """Which of this process's `STANDARD_STREAMS` ``path`` is (its file, by any name), or None."""
+    try:
+        target = os.stat(path)
+    except OSError:  # not there yet: no stream's
+        return None
+    for fd, stream in STANDARD_STREAMS.items():
+        try:
+            held = os.fstat(fd)
+        except OSError:  # closed
+            continue
+        if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
+            return stream
     return None

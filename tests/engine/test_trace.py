@@ -8,6 +8,8 @@ import errno
 import itertools
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -469,3 +471,34 @@ def cut_short(fail: Callable[[], None]) -> type:
             return self.f.write(data)
 
     return CutShort
+
+
+DOORS = {
+    "bench": ["bench", "--groups", "1", "--policy", "native"],
+    "generate": ["generate", "qwen3_5-tiny", "--prompt", "hi", "--max-tokens", "2"],
+    "score": ["score", "qwen3_5-tiny", "--context", "Q:", "--candidate", " a", "--candidate", " b"],
+    "run-batch": ["run-batch", "qwen3_5-tiny", "-i", "IN"],
+    "serve": ["serve", "qwen3_5-tiny", "--port", "0"],
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize(("stream", "named"), [("stdout", "output"), ("stderr", "error")])
+def test_a_trace_into_the_commands_own_output_is_one_line_before_any_work(zoo, tmp_path, door, stream, named):
+    # `> out.txt` made /dev/stdout a regular file: the trace was written over the command's own
+    # output (its first bytes then overwritten by the output), exit 0; with stderr, by the
+    # progress and the messages
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/score", "body": {}}\n')
+    argv = [str(given) if a == "IN" else a for a in DOORS[door]]
+    root = str(Path(__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        done = subprocess.run(
+            [sys.executable, "-m", "radixflow.cli", *argv, "--trace-out", f"/dev/{stream}"],
+            stdout=stdout, stderr=stderr, env=env, timeout=120,
+        )  # fmt: skip
+    said = f"radixflow: error: --trace-out: /dev/{stream} is this process's standard {named}"
+    assert (done.returncode, err.read_text().startswith(said)) == (2, True), err.read_text()
+    assert out.read_text() == ""

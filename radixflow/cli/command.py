@@ -34,15 +34,19 @@ class Command:
     handles_sigterm: bool = False
 
 
-# the note of a command that ended leaving its engine thread behind, stuck in a round
+# the notes of a command that ended leaving its engine thread behind, in a round: serve's (its
+# clients answered) and run-batch's (its requests aborted: stuck, or a second Ctrl-C not waiting)
 ENGINE_LEFT = "the engine was stuck in a round: its requests were answered with 503 and it was left behind"
+ROUND_LEFT = "the engine was left behind, still in a round"
 
 
 def engine_left(error: BaseException) -> bool:
-    """Whether ``error`` ended a command that left its engine thread behind (its `ENGINE_LEFT`
-    note): the process must then end without the interpreter's shutdown, which would wait on that
-    thread or abort under it (a torch call returning into a finalizing interpreter: exit 134)."""
-    return ENGINE_LEFT in getattr(error, "__notes__", [])
+    """Whether ``error`` ended a command that left its engine thread behind (an `ENGINE_LEFT` or
+    `ROUND_LEFT` note): the process must then end without the interpreter's shutdown, which would
+    wait on that thread or abort under it (a torch call returning into a finalizing interpreter:
+    exit 134)."""
+    notes = getattr(error, "__notes__", [])
+    return ENGINE_LEFT in notes or ROUND_LEFT in notes
 
 
 def with_notes(message: str, error: BaseException) -> str:

@@ -22,7 +22,7 @@ from radixflow.cli.args import (
     warn_ineffective_options,
     write_trace,
 )
-from radixflow.cli.command import ENGINE_LEFT, Command, UsageError
+from radixflow.cli.command import ROUND_LEFT, Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import ROW_OPTIONS, KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
@@ -127,8 +127,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         try:
             code = write_lines("--output", output, answer, kept, record, args.restart)
         except BaseException as e:
-            if state.loop.abandoned:  # `main` ends the process after its line, not waiting on it
-                e.add_note(ENGINE_LEFT)
+            # stuck past its grace, or a second Ctrl-C while the app's shutdown waited for it:
+            # `main` ends the process after its line, not waiting on the engine thread
+            if state.loop.abandoned or not state.loop.join(timeout=0):
+                e.add_note(ROUND_LEFT)
             raise
         write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
         return 1 if code or _failed(kept) else 0

@@ -16,7 +16,7 @@ import pytest
 
 import radixflow
 from radixflow.cli import main
-from radixflow.cli.serve import ENGINE_LEFT
+from radixflow.cli.command import ROUND_LEFT
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
@@ -547,6 +547,7 @@ import os, signal, sys
 import torch
 from radixflow.cli import main
 from radixflow.runners.torch_runner import TorchRunner
+from radixflow.server.loop import EngineLoop
 
 def stuck(self, batch):  # a worker call that never returns, busy in torch; a Ctrl-C as it starts
     os.kill(os.getpid(), signal.SIGINT)
@@ -554,15 +555,23 @@ def stuck(self, batch):  # a worker call that never returns, busy in torch; a Ct
     while True:
         a @ a
 
+def shutdown(self, drain_s):  # the shutdown begins waiting for the engine; then another Ctrl-C
+    stop(self, drain_s)
+    if sys.argv[1] == "twice":
+        os.kill(os.getpid(), signal.SIGINT)
+
 TorchRunner.run = stuck
-sys.exit(main(sys.argv[1:]))
+stop, EngineLoop.shutdown = EngineLoop.shutdown, shutdown
+sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_a_run_cut_short_with_the_engine_stuck_ends_with_one_line_not_an_abort(zoo, tmp_path):
+@pytest.mark.parametrize("ctrl_c", ["once", "twice"])
+def test_a_run_cut_short_with_the_engine_stuck_ends_with_one_line_not_an_abort(zoo, tmp_path, ctrl_c):
     # a Ctrl-C waited 35 s (--drain-timeout, which run-batch says has no effect, and the grace)
     # for the stuck engine, said only "interrupted", and the interpreter's exit then ran under the
-    # engine thread, still in torch: "terminate called without an active exception", exit 134
+    # engine thread, still in torch: "terminate called without an active exception", exit 134; a
+    # second Ctrl-C in that wait went straight to that abort
     pytest.importorskip("torch")
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(3)))
@@ -570,7 +579,7 @@ def test_a_run_cut_short_with_the_engine_stuck_ends_with_one_line_not_an_abort(z
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]
     done = subprocess.run(
-        [sys.executable, "-c", STUCK_BATCH, *argv],
+        [sys.executable, "-c", STUCK_BATCH, ctrl_c, *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -579,5 +588,5 @@ def test_a_run_cut_short_with_the_engine_stuck_ends_with_one_line_not_an_abort(z
     )
     assert done.returncode == 130, done.stderr
     assert "terminate called" not in done.stderr and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.splitlines()[-1] == f"radixflow: interrupted; {ENGINE_LEFT}"
+    assert done.stderr.splitlines()[-1] == f"radixflow: interrupted; {ROUND_LEFT}"
     assert not out.exists()

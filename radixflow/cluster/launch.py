@@ -75,6 +75,8 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
     local = spec.ray_address is None
     cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
     try:
+        # its SIGTERM handler (sys.exit) is left in place: the SIGTERM uvicorn re-raises past its
+        # drain then runs the `finally` below, which deletes the fleet's (detached) application
         ray.init(
             address=spec.ray_address,
             num_cpus=cpus,

@@ -20,6 +20,7 @@ from radixflow.experiments.config import OUTPUT_KEYS, Cell, ExperimentConfig, Va
 from radixflow.files import write_whole
 from radixflow.package import source_digest
 from radixflow.problems import ProblemError
+from radixflow.sigterm_kept import sigterm_kept
 
 CellResult = dict[str, Any]
 T = TypeVar("T")
@@ -114,7 +115,8 @@ def _ray(
 
     env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
     try:
-        ray.init(address=address, runtime_env=env, include_dashboard=False, log_to_driver=False)
+        with sigterm_kept():  # a SIGTERM still keeps the finished cells and says so (exit 143)
+            ray.init(address=address, runtime_env=env, include_dashboard=False, log_to_driver=False)
     except (ValueError, ConnectionError) as e:  # a malformed or unreachable address: the user's
         where = "--ray" if address is None else f"--ray-address {address}"
         raise RayStartError(f"{where}: Ray did not start: {e}") from None

@@ -101,6 +101,31 @@ def test_an_interrupted_experiment_says_its_finished_cells_are_kept_and_a_rerun_
     assert "2 cells (1 run, 1 from cache)" in capsys.readouterr().out
 
 
+def test_a_sigterm_during_a_ray_run_keeps_the_finished_cells_as_a_serial_run_does(
+    tmp_path, capsys, monkeypatch
+):
+    # ray.init installs a SIGTERM handler of its own (sys.exit(15)) over the one taking SIGTERM
+    # as a Ctrl-C: the run ended with status 15, not a word of the cells it had finished
+    ray = pytest.importorskip("ray")
+    wait, calls = ray.wait, []
+
+    def second_terminated(*args, **kwargs):  # once the first cell's result is kept
+        calls.append(args)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return wait(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", second_terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    config = tmp_path / "c.toml"
+    config.write_text(_grid("token_budget = [256, 512]"))
+    out = tmp_path / "out"
+    assert main(["experiment", str(config), "--out", str(out), "--ray"]) == 143
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"radixflow: terminated; 1 of 2 cells finished, kept in {out / 'cells'}")
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_an_interrupted_run_says_the_results_in_its_out_are_an_earlier_runs(tmp_path, capsys, monkeypatch):
     # a Ctrl-C kept the earlier run's results.json and report.md whole (perhaps of another
     # config), and said nothing of them: they read as this run's

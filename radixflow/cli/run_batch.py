@@ -18,6 +18,7 @@ from radixflow.cli.args import (
     add_restart_flag,
     check_output_paths,
     engine_inputs,
+    note_trace_kept,
     warn_ineffective_for_model,
     warn_ineffective_options,
     write_trace,
@@ -131,6 +132,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             # `main` ends the process after its line, not waiting on the engine thread
             if state.loop.abandoned or not state.loop.join(timeout=0):
                 e.add_note(ROUND_LEFT)
+            elif isinstance(e, KeyboardInterrupt):  # the engine loop wrote the trace as it ended
+                note_trace_kept(model.setup, e)
             raise
         write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
         return 1 if code or _failed(kept) else 0

@@ -288,6 +288,30 @@ def test_a_run_cut_short_keeps_the_old_output_and_says_where_the_answers_are(
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_run_cut_short_says_where_its_trace_is_as_generate_and_score_do(zoo, tmp_path, capsys, monkeypatch):
+    # the engine loop writes the trace as it stops, but the line said only where the rows were,
+    # where generate, score and bench name the trace too
+    from radixflow.server import batch
+
+    written = []
+
+    def signalled(line, status, body):
+        written.append(line.custom_id)
+        if len(written) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return output_line(line, status, body)
+
+    output_line = batch.output_line
+    monkeypatch.setattr(batch, "output_line", signalled)
+    given, out, trace = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "t.json"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(4)))
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    assert main([*argv, "--trace-out", str(trace)]) == 130
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.endswith(f"; the trace, down to where the run stopped, is in {trace}"), said
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
 def test_the_batch_summary_counts_one_request_in_the_singular():
     # it said "1 requests: 1 answered 200"
     from radixflow.server.batch import BatchTally

@@ -182,6 +182,7 @@ async def run_batch(
     drains) from ``concurrency`` workers, writing each answer to ``out`` as it arrives."""
     tally, arrivals = BatchTally(), _Arrivals()
     pending = iter(lines)  # shared by the workers: each line is taken by one of them, once
+    asyncio.get_running_loop().set_exception_handler(_interrupts_unlogged)
     async with app.router.lifespan_context(app):
         # an exception in a route is answered with a 500, as `radixflow serve` answers it; by
         # default the transport raised it here as well, ending the run
@@ -201,6 +202,16 @@ async def run_batch(
 
             await _together([worker() for _ in range(min(concurrency, len(lines)))])
     return tally
+
+
+def _interrupts_unlogged(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's handler of errors nobody awaited, but for a Ctrl-C (or a SIGTERM taken as one)
+    that landed in a task: asyncio raises it out of the loop, where the CLI says it in one line;
+    the task that kept it too was logged at exit as never retrieved, with its traceback. That
+    happens where asyncio has no Ctrl-C handler of its own to cancel the run with (SIGINT ignored:
+    a background job)."""
+    if not isinstance(context.get("exception"), KeyboardInterrupt):
+        loop.default_exception_handler(context)
 
 
 async def _together(workers: list[Coroutine[Any, Any, None]]) -> None:

@@ -312,6 +312,46 @@ def test_a_run_cut_short_says_where_its_trace_is_as_generate_and_score_do(zoo, t
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+TERMINATED_AT_THE_THIRD_ANSWER = """
+import os, signal, sys
+from radixflow.cli import main
+from radixflow.server import batch
+
+written, output_line = [], batch.output_line
+
+def signalled(line, status, body):
+    written.append(line.custom_id)
+    if len(written) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return output_line(line, status, body)
+
+batch.output_line = signalled
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigterm_to_a_background_run_is_one_line_not_a_traceback(zoo, tmp_path):
+    # started with SIGINT ignored (a background job of a script, nohup), asyncio has no Ctrl-C
+    # handler to take the SIGTERM: the interrupt landed in a task, and at exit asyncio logged
+    # "Task exception was never retrieved" with a 40-line traceback after the command's line
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
+    root = str(Path(radixflow.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "2", *FLAGS]
+    done = subprocess.run(
+        [sys.executable, "-c", TERMINATED_AT_THE_THIRD_ANSWER, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN),
+    )
+    assert done.returncode == 143, done.stderr
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("radixflow: terminated; the ")
+
+
 def test_the_batch_summary_counts_one_request_in_the_singular():
     # it said "1 requests: 1 answered 200"
     from radixflow.server.batch import BatchTally

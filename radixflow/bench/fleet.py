@@ -57,7 +57,7 @@ class QueueSample:
 @dataclass
 class FleetRun:
     replicas: list[SimReplica]
-    requests: list[Request]  # in arrival order; a retried request as its last attempt
+    requests: list[Request]  # in the order given (the queue's); a retried request as its last attempt
     samples: list[QueueSample]
     retried: int = 0
 
@@ -94,7 +94,8 @@ def run_fleet(
             _route(run, req, router, t_arrival)
         else:
             break
-    run.requests = list(latest.values())
+    # the order given, as a single engine keeps its requests: the outputs' digest reads them so
+    run.requests = [latest[r.id] for r in requests]
     return run
 
 

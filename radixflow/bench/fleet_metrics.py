@@ -26,8 +26,9 @@ HOT_SLACK = 2  # ... and above the mean by more than this many requests (small q
 def fleet_policy_result(
     policy: str, run: FleetRun, scheduler: SchedulerConfig, reference: dict[str, int] | None
 ) -> PolicyResult:
-    """`summarize` over every replica: latencies from first arrival, makespan the last replica's."""
-    reqs = sorted(run.requests, key=lambda r: r.id)
+    """`summarize` over every replica: latencies from first arrival, makespan the last replica's;
+    requests in the order given (the outputs' digest over them as `summarize`'s)."""
+    reqs = run.requests
     done = [r for r in reqs if r.status is RequestStatus.FINISHED]
     lat = [r.latency_s for r in done if r.latency_s is not None]
     prompt_tokens = sum(len(r.prompt) for r in done)

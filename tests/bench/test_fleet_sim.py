@@ -8,6 +8,7 @@ from engine_utils import new_engine
 from radixflow.bench.fleet import QueueSample, ReplicaKill, run_fleet
 from radixflow.bench.fleet_metrics import fleet_figures, fleet_policy_result, imbalance
 from radixflow.bench.harness import fresh_copy
+from radixflow.bench.metrics import summarize
 from radixflow.engine.engine import Engine
 from radixflow.fleet import RouterConfig, make_router
 from radixflow.options import EngineOptions, plan_engine
@@ -205,3 +206,22 @@ def test_per_replica_answers_are_the_fleets_answers(setup):
     per_replica = fleet_figures(run, "checkpoint")["per_replica"]
     finished = [r for r in run.requests if r.status is RequestStatus.FINISHED]
     assert sum(r["completed"] for r in per_replica) == len(finished) == len(run.requests)
+
+
+def test_a_fleet_digests_the_outputs_in_the_order_a_single_engine_does():
+    """The outputs' digest is over the requests as given (the workload's queue order), as
+    `summarize` takes it: the same outputs under one engine or a fleet have the same digest."""
+    plan = plan_engine(EngineOptions.from_mapping({"model": "qwen3_5-2b", "runner": "sim"}))
+    spec = WorkloadSpec(
+        groups=12, candidates=2, context_len=32, candidate_len=8, order="shuffled",
+        vocab_size=plan.choice.vocab_size,
+    )  # fmt: skip
+    requests = build_workload(spec).requests
+    built = plan.build([len(r.prompt) for r in requests])
+    single = new_engine(built.runner, built.scheduler)
+    single.run(fresh_copy(requests))
+    make = lambda: new_engine(built.runner, built.scheduler)  # noqa: E731
+    run = run_fleet(fresh_copy(requests), make, 3, make_router("pow2", RouterConfig(seed=1)))
+    fleet_sha = fleet_policy_result("native", run, built.scheduler, None).outputs_sha256
+    assert fleet_sha == summarize("native", single, built.scheduler).outputs_sha256
+    assert [r.id for r in run.requests] == [r.id for r in requests]

@@ -123,13 +123,15 @@ def run_policies(
     on_round: Callable[[str, RoundRecord, Engine], None] | None = None,
     repeats: int = 1,
     trials: Trials | None = None,
+    on_reference: Callable[[], None] | None = None,
 ) -> list[PolicyRun]:
     """Each policy ``repeats`` times, interleaved, each on a fresh engine from ``engines``; timings
     are reported as medians over repeats. ``placement`` None: each policy's own. With a trace,
     each engine is a process of it named after its policy run. ``trials``: where each finished
-    trial goes as it ends (what a run cut short keeps), empty as given."""
+    trial goes as it ends (what a run cut short keeps), empty as given. ``on_reference``: called
+    as each request's no-cache reference is done, before any policy runs (`reference_tokens`)."""
     scheduler = engines.scheduler
-    reference = engines.runner.reference_tokens(requests)
+    reference = reference_tokens(engines.runner, requests, on_reference)
     trials = Trials(policies, repeats) if trials is None else trials
     for _ in range(repeats):
         for policy in policies:
@@ -143,6 +145,23 @@ def run_policies(
             rounds, failed = list(engine.rounds), list(engine.failed_rounds)
             trials.add(policy, PolicyRun(result, rounds, engine.requests, counters, evicted, failed))
     return trials.runs()
+
+
+def reference_tokens(
+    runner: Runner, requests: list[Request], on_request: Callable[[], None] | None = None
+) -> dict[str, int] | None:
+    """The runner's no-cache token of each request, asked one request at a time with
+    ``on_request`` called after each: on a real model it is a full prefill each, long enough
+    that a progress bar standing at 0% looks hung. None: the runner has no reference."""
+    tokens: dict[str, int] = {}
+    for request in requests:
+        got = runner.reference_tokens([request])
+        if got is None:
+            return None
+        tokens.update(got)
+        if on_request is not None:
+            on_request()
+    return tokens
 
 
 def _label(policy: str, placement: str, repeats: int, trial: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from dataclasses import asdict
@@ -153,6 +154,16 @@ def _run_all(
     by_id = {r.id: r for r in requests}
     with LoggedProgress(console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(requests) * len(names) * args.repeat)
+        # the runner's no-cache reference (the torch runner's: a full prefill per request), shown
+        # while it runs; its time is not the policies', so their clock (and ETA) starts after it
+        reference = progress.add_task("no-cache reference", total=len(requests), visible=False)
+        referenced = itertools.count(1)
+
+        def on_reference() -> None:
+            progress.update(reference, advance=1, visible=True)
+            if next(referenced) == len(requests):
+                progress.update(reference, visible=False)
+                progress.reset(task)
 
         def on_round(policy: str, record: RoundRecord, engine: Engine) -> None:
             # a request ends with its prompt's last chunk, or fails with its round rolled back
@@ -163,7 +174,7 @@ def _run_all(
             progress.update(task, advance=len(ended), description=f"{policy}: round {record.index + 1}")
 
         o = setup.options
-        runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat, trials)
+        runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat, trials, on_reference)
         # every request of every run has now finished or failed (one failed in a run that never
         # ran a round, or at admission, ran no chunk): the bar ends at 100%
         progress.update(task, completed=len(requests) * len(names) * args.repeat)

@@ -1,0 +1,55 @@
+"""The bench harness: every policy on the same requests, one after another."""
+
+from __future__ import annotations
+
+from engine_utils import Engines
+
+from radixflow.bench.harness import run_policies
+from radixflow.costmodel.hardware.profiles import HARDWARE
+from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.runners.sim import SimRunner
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.workloads.candidates import WorkloadSpec, build_workload
+
+
+class _Referenced(SimRunner):
+    """The sim with a no-cache reference, as the torch runner has: each request's first token
+    id (what the sim generates is not it, so agreement is 0), every call noted."""
+
+    calls: list[list[str]]
+
+    def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:
+        self.calls.append([r.id for r in requests])
+        return {r.id: r.prompt[0] for r in requests}
+
+
+def test_the_reference_pass_reports_each_request_before_any_round_runs():
+    """A reference pass (a full prefill per request on a real model) is long: it reports each
+    request done, so a progress bar can show it rather than stand at 0% before the first round."""
+    requests = build_workload(WorkloadSpec(groups=2, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = _Referenced(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    runner.calls = []
+    events: list[str] = []
+    runs = run_policies(
+        requests,
+        Engines(runner, SchedulerConfig()),
+        ["native", "adaptive"],
+        None,
+        on_round=lambda policy, record, engine: events.append(policy),
+        on_reference=lambda: events.append("reference"),
+    )
+    assert events[: len(requests)] == ["reference"] * len(requests)
+    assert "reference" not in events[len(requests) :]
+    assert sorted(i for call in runner.calls for i in call) == sorted(r.id for r in requests)
+    expected = sum(r.prompt[0] == r.output[0] for r in runs[0].requests) / len(requests)
+    assert [run.result.agreement for run in runs] == [expected, expected]
+
+
+def test_no_reference_reports_nothing():
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    reported: list[int] = []
+    engines = Engines(runner, SchedulerConfig())
+    [run] = run_policies(requests, engines, ["native"], None, on_reference=lambda: reported.append(1))
+    assert reported == [] and run.result.agreement is None

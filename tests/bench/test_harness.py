@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine_utils import Engines
 
-from radixflow.bench.harness import run_policies
+from radixflow.bench.harness import Trials, run_policies
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.runners.sim import SimRunner
@@ -53,3 +55,16 @@ def test_no_reference_reports_nothing():
     engines = Engines(runner, SchedulerConfig())
     [run] = run_policies(requests, engines, ["native"], None, on_reference=lambda: reported.append(1))
     assert reported == [] and run.result.agreement is None
+
+
+def test_repeats_report_the_worst_trials_agreement_not_the_median():
+    """Agreement is exactness, not a timing: one trial of three that disagrees with the no-cache
+    reference must show, where a median of the three hid it (1.0)."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    [run] = run_policies(requests, Engines(runner, SchedulerConfig()), ["native"], None)
+    trials = Trials(["native"], 3)
+    for agreement in (1.0, 0.5, 1.0):
+        trials.add("native", replace(run, result=replace(run.result, agreement=agreement)))
+    [repeated] = trials.runs()
+    assert repeated.result.agreement == 0.5

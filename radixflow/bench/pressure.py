@@ -21,11 +21,15 @@ from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import Runner
 from radixflow.options import EngineOptions, plan_engine
+from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
 from radixflow.scheduler.placement import LonePlacement
 from radixflow.scheduler.request import Request, RequestStatus
 
-UNBOUNDED_BLOCKS = 1 << 20
-UNBOUNDED_SLOTS = 1 << 16
+# the most engine options allow: below what a valid workload needs (70,000 one-off prompts hold
+# 70,000 tail checkpoints), the unbounded run evicted and its cell failed. Sized to the workload
+# under these (`unbounded_capacity`): a cap costs nothing until it is used (`IdPool`).
+UNBOUNDED_BLOCKS = MAX_KV_BLOCKS
+UNBOUNDED_SLOTS = MAX_STATE_SLOTS
 MIN_SLOTS = 4  # the placement's own saves and a resume point, with room to spare
 # checkpoints one request may leave beside one per round of its prompt (`align`): its tail, a
 # branch point, a predicted fork, and the rungs of `lone`'s cold-start ladder
@@ -43,16 +47,22 @@ class WorkingSet:
     checkpoint_bytes: int  # one checkpoint (every recurrent layer's state; 1 without any)
 
 
-def measure_working_set(options: EngineOptions, requests: list[Request]) -> WorkingSet:
-    """Run ``requests`` on an unbounded cache (`lru`, `all`, no budget) and read what it holds."""
-    # room for everything the workload could ever cache (its whole prompts, a few checkpoints
-    # each), so a runner that allocates its pools up front (torch) allocates no more than that
+def unbounded_capacity(options: EngineOptions, requests: list[Request]) -> tuple[int, int]:
+    """KV blocks and state slots with room for everything ``requests`` could ever cache (their
+    whole prompts, a few checkpoints each), so a runner that allocates its pools up front (torch)
+    allocates no more than that; never past what engine options allow. Pure."""
     bs = options.block_size
     blocks = sum(-(-(len(r.prompt) + 1) // bs) for r in requests) + 1
     slots = sum(_saves(len(r.prompt), options) for r in requests) + min(options.max_requests, len(requests))
+    return min(blocks, UNBOUNDED_BLOCKS), min(slots + MIN_SLOTS, UNBOUNDED_SLOTS)
+
+
+def measure_working_set(options: EngineOptions, requests: list[Request]) -> WorkingSet:
+    """Run ``requests`` on an unbounded cache (`lru`, `all`, no budget) and read what it holds."""
+    kv_blocks, state_slots = unbounded_capacity(options, requests)
     unbounded = options.replace(
-        kv_blocks=min(blocks, UNBOUNDED_BLOCKS),
-        state_slots=min(slots + MIN_SLOTS, UNBOUNDED_SLOTS),
+        kv_blocks=kv_blocks,
+        state_slots=state_slots,
         cache_memory=None,
         eviction="lru",
         admission="all",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.bench.metrics import percentile
-from radixflow.bench.pressure import measure_working_set, pressure_figures
+from radixflow.bench.pressure import measure_working_set, pressure_figures, unbounded_capacity
 from radixflow.options import EngineOptions
 from radixflow.scheduler import Request
 from radixflow.scheduler.request import RequestStatus
@@ -49,3 +49,15 @@ def test_the_unbounded_run_holds_every_checkpoint_the_placement_saves(placement,
     options = EngineOptions(model="qwen3_5-2b", placement=placement, token_budget=token_budget)
     ws = measure_working_set(options, reqs)
     assert ws.checkpoints > len(reqs) and ws.peak_bytes > ws.checkpoints * ws.checkpoint_bytes
+
+
+def test_the_unbounded_run_has_room_for_a_checkpoint_per_request_of_a_large_workload():
+    """Each one-off prompt leaves its tail checkpoint: 70,000 of them (a valid workload) need
+    70,000 slots, where the unbounded run was capped at 65,536, evicted, and the cell failed with
+    "the unbounded run evicted". Its caps are the most any engine options allow."""
+    options = EngineOptions.from_mapping({"model": "qwen3_5-2b", "runner": "sim", "policy": "adaptive"})
+    requests = [Request(f"i{k}", (*range(1, 16), k)) for k in range(70_000)]
+    kv_blocks, state_slots = unbounded_capacity(options, requests)
+    assert state_slots >= len(requests) and kv_blocks >= len(requests)
+    # within what the options allow (a ProblemError past it)
+    EngineOptions.from_mapping({"kv_blocks": kv_blocks, "state_slots": state_slots})

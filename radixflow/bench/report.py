@@ -69,14 +69,17 @@ def _cut(reason: str) -> str:
 
 
 def _failure_rows(results: list[PolicyResult]) -> list[tuple[str, list[str]]]:
-    """Rows under "failed": one per reason (count and first ids per policy), most common first."""
-    per_policy = [group_failures(r.failures) for r in results]
+    """Rows under "failed": one per reason as its row label reads (count and first ids per
+    policy), most common first. Reasons that differ only past the label's cut (a request's own
+    length or token in its text) share one row: apart, they read as the same row repeated."""
+    cut = [[Failure(f.id, _cut(f.reason)) for f in r.failures] for r in results]
+    per_policy = [group_failures(failures) for failures in cut]
     reasons: dict[str, int] = {}
     for groups in per_policy:
         for reason, ids in groups.items():
             reasons[reason] = reasons.get(reason, 0) + len(ids)
     ordered = sorted(reasons, key=lambda reason: -reasons[reason])
-    rows = [(f"  {_cut(reason)}", [_ids_cell(g.get(reason, [])) for g in per_policy]) for reason in ordered]
+    rows = [(f"  {reason}", [_ids_cell(g.get(reason, [])) for g in per_policy]) for reason in ordered]
     if len(rows) > MAX_REASONS:
         rest = ordered[MAX_REASONS - 1 :]
         counts = [str(sum(len(g.get(reason, [])) for reason in rest)) for g in per_policy]

@@ -126,3 +126,16 @@ def test_an_interrupted_report_names_the_trials_it_lacks_in_the_order_they_were_
     report = BenchReport({}, {}, trials.runs(), trials.unfinished())
     assert list(report.to_json())[:2] == ["interrupted", "unfinished"]
     assert "interrupted" not in BenchReport({}, {}).to_json()  # a run that finished
+
+
+def test_reasons_that_read_alike_once_cut_to_a_row_label_share_one_row():
+    """A reason names the request's own figures (its length, its token), so reasons that differ
+    only past the label's cut read as identical rows; one row counts them all (--json has each)."""
+    fails = tuple(
+        Failure(f"r{i}", f"prompt: does not fit in the KV cache ({100 + i} tokens need {7 + i} blocks)")
+        for i in range(MAX_REASONS + 2)
+    )
+    text = table_text([replace(BASE, completed=0, failed=len(fails), failures=fails)])
+    rows = [line for line in text.splitlines() if "does not fit" in line]
+    assert len(rows) == 1 and f"{len(fails)} (r0, r1, r2, …)" in rows[0]
+    assert "other reasons" not in text

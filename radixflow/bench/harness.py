@@ -181,17 +181,21 @@ def medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:
     """`medians` of the results; the predictor's error over every trial's rounds (the first
-    trials hold the runner's first rounds, which it leaves out); agreement the worst trial's (it
-    is exactness, not a timing: a median would hide one trial that disagreed); the first trial's
-    rounds, requests and counts; every trial's own run kept."""
+    trials hold the runner's first rounds, which it leaves out); agreement the worst trial's and
+    the completed and failed requests those of the trial that failed most (exactness and
+    completeness are not timings: the first trial's, or a median, would hide a trial that
+    disagreed or failed); the first trial's rounds, requests and other counts; every trial's own
+    run kept."""
     first = trials[0].result
     timed = medians([{f.name: getattr(t.result, f.name) for f in fields(first)} for t in trials])
     kept = trials[0]
     predictor = predictor_error([r for t in trials for r in t.rounds])
     agreements = [t.result.agreement for t in trials]
     agreement = None if None in agreements else min(agreements)  # type: ignore[type-var]
+    worst = max((t.result for t in trials), key=lambda r: r.failed)  # the first on a tie
+    counts = {"completed": worst.completed, "failed": worst.failed, "failures": worst.failures}
     return PolicyRun(
-        replace(first, **{**timed, "predictor": predictor, "agreement": agreement}),
+        replace(first, **{**timed, **counts, "predictor": predictor, "agreement": agreement}),
         kept.rounds,
         kept.requests,
         kept.counters,

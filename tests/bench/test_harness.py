@@ -7,6 +7,7 @@ from dataclasses import replace
 from engine_utils import Engines
 
 from radixflow.bench.harness import Trials, run_policies
+from radixflow.bench.metrics import Failure
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.runners.sim import SimRunner
@@ -68,3 +69,19 @@ def test_repeats_report_the_worst_trials_agreement_not_the_median():
         trials.add("native", replace(run, result=replace(run.result, agreement=agreement)))
     [repeated] = trials.runs()
     assert repeated.result.agreement == 0.5
+
+
+def test_repeats_report_the_failures_of_the_trial_that_failed_most():
+    """A trial that failed requests (a worker call that ran out of memory on its second run) must
+    show in the failed row and the exit status, where the first trial's counts hid it."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    [run] = run_policies(requests, Engines(runner, SchedulerConfig()), ["native"], None)
+    lost = (Failure("g0c0", "round failed"), Failure("g0c1", "round failed"))
+    failed = replace(run.result, completed=0, failed=2, failures=lost, mean_latency_s=None)
+    trials = Trials(["native"], 3)
+    for result in (run.result, failed, run.result):
+        trials.add("native", replace(run, result=result))
+    [repeated] = trials.runs()
+    assert (repeated.result.completed, repeated.result.failed, repeated.result.failures) == (0, 2, lost)
+    assert repeated.result.mean_latency_s == run.result.mean_latency_s  # the trials that have one

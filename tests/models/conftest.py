@@ -17,9 +17,9 @@ from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 @pytest.fixture(scope="session", params=["torch", "native"])
 def kernels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Kernels:
-    """Each kernels backend (`models.kernels.backend`: the decode steps, and the Gated DeltaNet
-    prefill): the eager reference, then the native library, built once per test process
-    (skipped where there is no C compiler)."""
+    """Each kernels backend (`models.kernels.backend`: the decode steps, the Gated DeltaNet
+    prefill, the Mamba2 and short-conv prefill conv): the eager reference, then the native
+    library, built once per test process (skipped where there is no C compiler)."""
     if request.param == "torch":
         return TORCH_KERNELS
     if find_compiler() is None:

@@ -116,6 +116,30 @@ def test_followers_restore_what_their_producer_saves_earlier_in_the_same_round(
     close(rest, expected[33:])
 
 
+def test_short_candidates_after_one_checkpoint_save_a_state_after_every_token(
+    model, tokens, expected, kernels
+):
+    # One round of many candidates resuming from one checkpoint (the scoring round: one conv
+    # call a layer for all of them): 1 token, fewer tokens than any conv window, and longer,
+    # each saving after every token (a segment per token). Every output equals the plain
+    # prefill, and so does continuing from every saved state in a round of its own.
+    pools = Pools(model, num_slots=1 + sum(range(1, 8)), kernels=kernels)
+    first = pools.blocks(32)
+    run(model, pools, [(tokens[:32], SeqSpec(0, 32, first, snapshots=[Snapshot(32, 0)]))])
+    rows, conts, slot = [], [], 1
+    for n in (1, 2, 3, 4, 7, 1, 2):
+        table = first + pools.blocks(N - 32)
+        snaps = [Snapshot(32 + t, slot + t - 1) for t in range(1, n + 1)]
+        rows.append((tokens[32 : 32 + n], SeqSpec(32, n, table, 0, snaps)))
+        conts += [(32 + t, slot + t - 1, table) for t in range(1, n + 1)]
+        slot += n
+    for (_, spec), out in zip(rows, run(model, pools, rows), strict=True):
+        close(out, expected[spec.start : spec.end])
+    outs = run(model, pools, [(tokens[p:], SeqSpec(p, N - p, pools.copy_blocks(t), s)) for p, s, t in conts])
+    for (start, _, _), out in zip(conts, outs, strict=True):
+        close(out, expected[start:])
+
+
 def test_a_snapshot_at_the_chunk_start_or_past_its_end_is_refused():
     with pytest.raises(ValueError, match="outside the chunk"):
         SeqSpec(16, 8, [0, 1], snapshots=[Snapshot(16, 0)])

@@ -128,7 +128,7 @@ class Lfm2ShortConv(nn.Module):
         bx = b * x
         waves = batch.waves
         if not batch.decode_seqs and len(waves) == 1:
-            y = self._causal_conv(bx, batch, waves[0][0])
+            y = self._causal_conv(bx, batch, *waves[0])
         elif batch.whole_decode is not None:  # every row, in order: the step's output is ours
             y = self._decode(bx, batch.whole_decode, batch)
         else:
@@ -136,7 +136,7 @@ class Lfm2ShortConv(nn.Module):
             for rows in batch.decode_parts:
                 rows.put(y, self._decode(bx, rows, batch))
             for seqs, tokens in waves:  # a wave restores the windows the waves before it saved
-                y[tokens] = self._causal_conv(bx, batch, seqs)
+                y[tokens] = self._causal_conv(bx, batch, seqs, tokens)
         return self.out_proj(c * y)
 
     def _decode(self, bx: torch.Tensor, rows: DecodeRows, batch: ForwardBatch) -> torch.Tensor:
@@ -150,47 +150,23 @@ class Lfm2ShortConv(nn.Module):
         batch.state.scatter(self.layer_idx, rows, (window,))
         return out
 
-    def _causal_conv(self, bx: torch.Tensor, batch: ForwardBatch, rows: list[int]) -> torch.Tensor:
-        """Depthwise causal conv of one wave of per-sequence rows (``rows``, `batch.waves`) in ONE
-        conv1d call.
-
-        Each sequence's chunk is prefixed with its restored window (zeros from scratch); the
-        padded chunks are concatenated and convolved without padding, and the outputs whose
-        receptive field lies inside one sequence are gathered back (``[their tokens, C]``, in
-        batch order). Snapshot windows are plain slices of the padded input, so segments need
-        no separate passes.
-        """
-        w = self.kernel - 1
-        chans = bx.shape[1]
-        offs = batch.offsets
-        padded: list[torch.Tensor] = []
-        gather: list[torch.Tensor] = []
-        base = 0
-        for i in rows:
-            seq = batch.seqs[i]
-            restored = batch.state.load(self.layer_idx, seq.restore_slot)
-            if restored is None:
-                window = bx.new_zeros(w, chans)
-            else:
-                window = restored[0].to(dtype=bx.dtype, device=bx.device).transpose(0, 1)
-            padded.append(torch.cat([window, bx[offs[i] : offs[i + 1]]]))
-            gather.append(torch.arange(base, base + seq.length, device=bx.device))
-            base += w + seq.length
-        full = torch.cat(padded)  # [sum(w + len), C]
-        out = F.conv1d(full.transpose(0, 1).unsqueeze(0), self.conv.weight, self.conv.bias, groups=chans)
-        y = out[0].transpose(0, 1)[torch.cat(gather)]
-        self._save_snapshots(full, batch, rows)
-        return y
-
-    def _save_snapshots(self, full: torch.Tensor, batch: ForwardBatch, rows: list[int]) -> None:
-        """Window after chunk position ``hi`` = padded inputs ``[hi, hi + w)`` of that sequence."""
-        w = self.kernel - 1
-        base = 0
-        for seq in (batch.seqs[i] for i in rows):
+    def _causal_conv(
+        self, bx: torch.Tensor, batch: ForwardBatch, rows: list[int], tokens: torch.Tensor
+    ) -> torch.Tensor:
+        """Depthwise causal conv of one wave of per-sequence rows (``rows`` and their flat
+        ``tokens``, `batch.waves`) in ONE call of the batch's kernels, each sequence behind its
+        restored window (zeros from scratch); saves the window at each snapshot (mutates the
+        pool). Returns ``[len(tokens), C]``, in ``tokens`` order."""
+        seqs = [batch.seqs[i] for i in rows]
+        (windows,) = batch.state.load_many(self.layer_idx, [s.restore_slot for s in seqs])
+        conv = self.conv
+        y, window_after = batch.kernels.prefill_conv(
+            bx, tokens, [s.length for s in seqs], windows, conv.weight[:, 0], conv.bias, False
+        )
+        for n, seq in enumerate(seqs):
             for snap in seq.snapshots:
-                hi = base + snap.position - seq.start
-                batch.state.save(self.layer_idx, snap.slot, (full[hi : hi + w].transpose(0, 1),))
-            base += w + seq.length
+                batch.state.save(self.layer_idx, snap.slot, (window_after(n, snap.position - seq.start),))
+        return y
 
 
 class Lfm2DecoderLayer(nn.Module):

@@ -3,16 +3,18 @@
 A `Kernels` backend runs the one-token decode steps that are not GEMMs (the conv window step,
 the gated delta rule step, the Mamba2 step from its projection to the D skip, decode attention
 over the paged KV pool), the small per-layer ops around them (norms, the rotary embedding, the
-KV write) and the Gated DeltaNet prefill's conv and delta rule over a round's segments.
+KV write), the Gated DeltaNet prefill's conv and delta rule over a round's segments, and the
+Mamba2 and short-conv prefill's conv (one call per layer and wave).
 `TorchKernels` is the eager reference (`torch_kernels`: `kernels.step`, `kernels.ssd`, one fused
-SDPA call over a gathered context, the packed conv, the chunked delta rule); `NativeKernels`
+SDPA call over a gathered context, the packed conv, one ``conv1d`` over a packed wave, the
+chunked delta rule); `NativeKernels`
 (`native_kernels`) runs `native/steps.c`, built at first use, which passes over each row's state
 once or twice while it is in cache, reads the KV and a prefill's conv inputs where they lie, and
 runs a prefill's delta rule token by token with each head's state in cache (on a CPU cheaper
 than the chunked form at every length: fewer multiply-adds than its 64-token chunks, none in
 padding or small-matmul dispatch). The runner resolves the engine option (``auto``, ``native``,
-``torch``) once (`resolve_kernels`) and every `ForwardBatch` carries the result; Mamba2 and
-short-conv prefill keep their eager kernels either way.
+``torch``) once (`resolve_kernels`) and every `ForwardBatch` carries the result; Mamba2's
+prefill scan keeps its eager chunked form either way.
 """
 
 from __future__ import annotations
@@ -95,6 +97,22 @@ class Kernels(Protocol):
         end): token p reads row ``rows[p]`` of ``x [*, C]``, sequence b's tokens consecutive,
         ``lengths[b]`` of them, behind its window ``windows[b] [C, K-1]``; ``weight [C, K]``.
         Returns ``([tokens, C], window_after)``."""
+        ...
+
+    def prefill_conv(
+        self,
+        x: torch.Tensor,
+        rows: torch.Tensor,
+        lengths: list[int],
+        windows: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        silu: bool,
+    ) -> tuple[torch.Tensor, WindowAfter]:
+        """The causal depthwise conv (+ ``bias [C]``, then silu when ``silu``) of a wave's
+        prefill tokens, laid out as `prefill_conv_silu`'s (the Mamba2 and short-conv front end;
+        the eager reference is each sequence's ``conv1d``). Returns ``([tokens, C],
+        window_after)``."""
         ...
 
     def delta_rule_prefill(

@@ -36,7 +36,13 @@ class NativeKernels:
     def prefill_conv_silu(self, x, rows, lengths, windows, weight):  # type: ignore[no-untyped-def]
         """One pass per token over its inputs where they lie (no packed copy); the windows to
         save read from the inputs too."""
-        out = mixer_ops.conv_silu_runs(self.lib, x, rows, lengths, windows, weight)
+        return self.prefill_conv(x, rows, lengths, windows, weight, None, True)
+
+    def prefill_conv(self, x, rows, lengths, windows, weight, bias, silu):  # type: ignore[no-untyped-def]
+        """`prefill_conv_silu`'s one native call, with a bias and the silu optional."""
+        if any(t.dtype != torch.float32 for t in (x, windows, weight)):  # float32 only
+            return TORCH_KERNELS.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
+        out = mixer_ops.conv_runs(self.lib, x, rows, lengths, windows, weight, bias, silu)
         firsts = [0, *itertools.accumulate(lengths)]
 
         def window_after(seq: int, tokens: int) -> torch.Tensor:

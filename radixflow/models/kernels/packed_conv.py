@@ -5,12 +5,14 @@ chat prompt): one ``conv1d`` per chunk and layer cost more in call overhead than
 `PackedConv` lays every chunk out behind its own conv window, ``[window_0, x_0, window_1, x_1,
 ...]`` (time along rows), runs one depthwise conv over the whole buffer and keeps the outputs
 whose receptive field lies inside one sequence: those at the rows of the ``x`` parts. Windows
-that straddle two sequences are computed and dropped (``K-1`` per sequence).
+that straddle two sequences are computed and dropped (``K-1`` per sequence). `conv1d_runs` lays
+them out the same way channel-major and runs one depthwise ``conv1d`` over them (the eager Mamba2
+and short-conv prefill).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -91,3 +93,39 @@ def window_after_inputs(
     if tokens >= keep:
         return x[rows[first + tokens - keep : first + tokens]].t()
     return torch.cat([window[:, tokens:], x[rows[first : first + tokens]].t().to(window.dtype)], dim=1)
+
+
+def conv1d_runs(
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    lengths: list[int],
+    windows: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, Callable[[int, int], torch.Tensor]]:
+    """``conv(x) + bias`` of several sequences' prefill tokens as one depthwise ``conv1d`` (the
+    eager Mamba2 and short-conv prefill): token p reads row ``rows[p]`` of ``x [*, C]``, sequence
+    b's ``lengths[b]`` tokens consecutive, behind its window ``windows[b] [C, K-1]``; ``weight
+    [C, K]``. The sequences are laid out channel-major, ``[C, window_0 x_0 window_1 x_1 ...]``,
+    as `ssd.causal_conv` lays out one (so a lone sequence is that op, to the bit, and the layout
+    is the one conv1d runs fastest on a CPU), and the outputs straddling two sequences dropped.
+    Returns ``([tokens, C]`` (a transposed view), the window of sequence b after its first t
+    tokens ``[C, K-1]``)."""
+    keep = weight.shape[1] - 1
+    picked = x.index_select(0, rows)
+    parts, bases, columns, lo = [], [], [], 0
+    for b, n in enumerate(lengths):
+        parts += [windows[b].to(x.dtype), picked[lo : lo + n].t()]
+        bases.append(lo + b * keep)  # column of sequence b's first window column
+        columns.extend(range(bases[-1], bases[-1] + n))  # its outputs' columns
+        lo += n
+    full = torch.cat(parts, dim=1)  # [C, sum(K-1 + n)]
+    w = weight.to(x.dtype).unsqueeze(1)  # [C, 1, K]
+    out = F.conv1d(full.unsqueeze(0), w, None if bias is None else bias.to(x.dtype), groups=full.shape[0])[0]
+    if len(lengths) > 1:  # a lone sequence has no straddling outputs
+        out = out.index_select(1, torch.tensor(columns, dtype=torch.long, device=out.device))
+
+    def window_after(seq: int, tokens: int) -> torch.Tensor:
+        return full[:, bases[seq] + tokens : bases[seq] + tokens + keep]
+
+    return out.t(), window_after

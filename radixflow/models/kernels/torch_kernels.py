@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from radixflow.models.kernels import ssd, step
 from radixflow.models.kernels.delta_rule import gated_delta_rule_segments
-from radixflow.models.kernels.packed_conv import PackedConv
+from radixflow.models.kernels.packed_conv import PackedConv, conv1d_runs
 
 
 class TorchKernels:
@@ -32,6 +32,11 @@ class TorchKernels:
         packed = PackedConv.build(lengths, weight.shape[1] - 1, x.device)
         buf = packed.pack(x[rows], windows)
         return packed.conv(buf, weight), functools.partial(packed.window_after, buf)
+
+    def prefill_conv(self, x, rows, lengths, windows, weight, bias, silu):  # type: ignore[no-untyped-def]
+        """The sequences behind their windows, channel-major, one depthwise conv1d over them all."""
+        out, window_after = conv1d_runs(x, rows, lengths, windows, weight, bias)
+        return F.silu(out) if silu else out, window_after
 
     def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
         return gated_delta_rule_segments(q, k, v, g, beta, states, segs, on_save)

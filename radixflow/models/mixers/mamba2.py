@@ -7,9 +7,10 @@
 
 The recurrent state of one Mamba2 layer is ``(conv window [conv_dim, d_conv - 1], ssm state
 [heads, head_dim, d_state])``. The math lives in `radixflow.models.kernels.ssd`; this module runs
-it over packed batches: the one-token rows of a round in one batched step, the others one by one,
-segment by segment between snapshot points, so a snapshot holds exactly the state a full
-uninterrupted prefill has at that position. Each family describes
+it over packed batches: the one-token rows of a round in one batched step, the others wave by
+wave (the conv of a whole wave in one call of the batch's kernels), each sequence's scan segment
+by segment between snapshot points, so a snapshot holds exactly the state a full uninterrupted
+prefill has at that position. Each family describes
 its mixer with a `Mamba2Spec` built from its own config fields.
 """
 
@@ -24,9 +25,8 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.kernels.ssd import Mamba2Step, causal_conv, ssd_chunked, ssd_step
+from radixflow.models.kernels.ssd import Mamba2Step, ssd_chunked, ssd_step
 from radixflow.models.layers import ACTIVATIONS, Config
-from radixflow.models.seq_spec import SeqSpec
 
 # ---------------------------------------------------------------------------------------------
 # Config helpers (used by the families' spec builders)
@@ -149,10 +149,8 @@ class Mamba2Mixer(nn.Module):
         y = torch.empty(xbc.shape[0], self.spec.inner, dtype=torch.float32, device=xbc.device)
         for rows in batch.decode_parts:
             rows.put(y, self._decode(batch, rows, xbc, dt))
-        offs = batch.offsets
-        for rows, _ in batch.waves:
-            for i in rows:
-                self._sequence(batch, batch.seqs[i], offs[i], xbc, dt, y)
+        for rows, tokens in batch.waves:
+            self._wave(batch, rows, tokens, xbc, dt, y)
         return y
 
     # -- per sequence ------------------------------------------------------------------------
@@ -171,26 +169,39 @@ class Mamba2Mixer(nn.Module):
             )
         return state[0].to(like.dtype), state[1].float()
 
-    def _sequence(
+    def _wave(
         self,
         batch: ForwardBatch,
-        seq: SeqSpec,
-        off: int,
+        rows: list[int],
+        tokens: torch.Tensor,
         xbc: torch.Tensor,
         dt: torch.Tensor,
         y: torch.Tensor,
     ) -> None:
-        """One sequence, segment by segment, saving the state at each snapshot; writes into ``y``."""
-        window, h = self._initial_state(batch, seq.restore_slot, xbc)
-        for seg in seq.segments():
-            part = slice(off + seg.lo, off + seg.hi)
-            y[part], window, h = self._segment(xbc[part], dt[part], window, h)
-            for slot in seg.slots:
-                batch.state.save(self.layer_idx, slot, (window, h))
-
-    def _conv_act(self, xbc: torch.Tensor, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, window = causal_conv(xbc, window, self.conv1d.weight[:, 0], self.conv1d.bias)
-        return self.act(out), window
+        """One wave of per-sequence rows (`batch.waves`): the conv + activation of all of them
+        in one call (the batch's kernels, reading ``xbc`` where it lies), then each sequence's
+        scan segment by segment, saving the state at each snapshot; writes into ``y``."""
+        seqs = [batch.seqs[i] for i in rows]
+        # each SSM state read where it lies (no copy of a state per sequence), the small
+        # windows stacked for the one conv call
+        states = [self._initial_state(batch, s.restore_slot, xbc) for s in seqs]
+        windows = torch.stack([window for window, _ in states])
+        silu = self.spec.act in ("silu", "swish")  # the kernels' own activation; others after it
+        conv1d = self.conv1d
+        conv, window_after = batch.kernels.prefill_conv(
+            xbc, tokens, [s.length for s in seqs], windows, conv1d.weight[:, 0], conv1d.bias, silu
+        )
+        if not silu:
+            conv = self.act(conv)
+        offs, base = batch.offsets, 0
+        for n, (i, seq) in enumerate(zip(rows, seqs, strict=True)):
+            h = states[n][1]
+            for seg in seq.segments():
+                part = slice(offs[i] + seg.lo, offs[i] + seg.hi)
+                y[part], h = self._segment(conv[base + seg.lo : base + seg.hi], dt[part], h)
+                for slot in seg.slots:
+                    batch.state.save(self.layer_idx, slot, (window_after(n, seg.hi), h))
+            base += seq.length
 
     def _dt(self, dt: torch.Tensor) -> torch.Tensor:
         dt = F.softplus(dt.float() + self.dt_bias.float())
@@ -207,11 +218,11 @@ class Mamba2Mixer(nn.Module):
         )
 
     def _segment(
-        self, xbc: torch.Tensor, dt: torch.Tensor, window: torch.Tensor, h: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tokens of one segment: ``xbc [L, conv_dim]``, ``dt [L, heads]`` (raw in_proj output)."""
-        length = xbc.shape[0]
-        conv, window = self._conv_act(xbc, window)
+        self, conv: torch.Tensor, dt: torch.Tensor, h: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens of one segment: ``conv [L, conv_dim]`` (after the activation), ``dt [L, heads]``
+        (raw in_proj output), ``h`` the state before them."""
+        length = conv.shape[0]
         xs, b, c = self._split_xbc(conv)
         dt = self._dt(dt)
         a = -torch.exp(self.A_log.float())
@@ -221,7 +232,7 @@ class Mamba2Mixer(nn.Module):
         else:
             out, h = ssd_chunked(xs, dt, a, b, c, h, self.SSD_CHUNK)
         out = out + self.D.float()[:, None] * xs
-        return out.reshape(length, -1), window, h
+        return out.reshape(length, -1), h
 
     def _decode(
         self, batch: ForwardBatch, rows: DecodeRows, xbc: torch.Tensor, dt: torch.Tensor

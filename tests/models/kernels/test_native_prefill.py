@@ -139,3 +139,41 @@ def test_the_prefill_conv_matches_the_packed_conv_and_saves_the_same_windows(nat
     for seq, n in enumerate(lengths):
         for before in range(1, n + 1):
             assert torch.equal(got_after(seq, before), want_after(seq, before)), (seq, before)
+
+
+@pytest.mark.parametrize("lengths", [*CONV_LAYOUTS, [1] * 16, [2, 1, 3]])
+@pytest.mark.parametrize("taps", [4, 3, 2])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("silu", [False, True])
+def test_the_prefill_conv_with_bias_and_without_silu_matches_the_eager_conv1d(
+    native, lengths, taps, with_bias, silu
+) -> None:
+    """`prefill_conv` (the Mamba2 prefill: bias, silu; the short conv: neither, or a bias) native
+    against the eager packed conv1d: the same outputs within float32 rounding, the same windows
+    (copies of the inputs) after every token of every sequence, fewer tokens than the window
+    reaching back into the old one."""
+    g = torch.Generator().manual_seed(len(lengths) + 10 * taps)
+    tokens, channels = sum(lengths), 37
+    projected = torch.randn(tokens + 5, channels + 3, generator=g)
+    x = projected[:, 2 : 2 + channels]
+    rows = torch.randperm(tokens + 5, generator=g)[:tokens]
+    windows = torch.randn(len(lengths), channels, taps - 1, generator=g)
+    weight = torch.randn(channels, taps, generator=g)
+    bias = torch.randn(channels, generator=g) if with_bias else None
+    want, want_after = TORCH_KERNELS.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
+    got, got_after = native.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
+    assert _close(got, want)
+    for seq, n in enumerate(lengths):
+        for before in range(1, n + 1):
+            assert torch.equal(got_after(seq, before), want_after(seq, before)), (seq, before)
+
+
+def test_the_prefill_conv_without_silu_is_the_silu_conv_before_its_silu_to_the_bit(native) -> None:
+    """One native function behind both: the activation flag changes nothing but the silu."""
+    g = torch.Generator().manual_seed(3)
+    x, weight = torch.randn(9, 16, generator=g), torch.randn(16, 4, generator=g)
+    rows, windows = torch.arange(9), torch.randn(2, 16, 3, generator=g)
+    plain, _ = native.prefill_conv(x, rows, [4, 5], windows, weight, None, False)
+    with_silu, _ = native.prefill_conv_silu(x, rows, [4, 5], windows, weight)
+    assert _close(F.silu(plain), with_silu)
+    assert torch.equal(native.prefill_conv(x, rows, [4, 5], windows, weight, None, True)[0], with_silu)

@@ -92,25 +92,29 @@ def gated_delta_scan(
     return out, saved
 
 
-def conv_silu_runs(
+def conv_runs(
     lib: ctypes.CDLL,
     x: torch.Tensor,
     rows: torch.Tensor,
     lengths: list[int],
     windows: torch.Tensor,
     weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    silu: bool,
 ) -> torch.Tensor:
-    """``silu(causal depthwise conv)`` of several sequences' prefill tokens: token p reads row
-    ``rows[p]`` of ``x [*, C]``, the sequences' tokens consecutive in ``lengths``, each behind its
-    window ``windows [B, C, K-1]`` (oldest first); ``weight [C, K]``. Returns ``[tokens, C]``."""
+    """The causal depthwise conv (+ ``bias``, then silu when ``silu``) of several sequences'
+    prefill tokens: token p reads row ``rows[p]`` of ``x [*, C]``, the sequences' tokens
+    consecutive in ``lengths``, each behind its window ``windows [B, C, K-1]`` (oldest first);
+    ``weight [C, K]``. Returns ``[tokens, C]``."""
     channels, taps = weight.shape
     x, windows, weight = float_rows(x), dense(windows), dense(weight)
+    bias = None if bias is None else dense(bias)
     rows = rows.to(torch.int64).contiguous()
     bounds = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
     lo, hi = bounds[:-1].contiguous(), bounds[1:].contiguous()
     out = torch.empty(len(rows), channels, dtype=torch.float32)
     if len(rows):
-        lib.rf_conv_silu_runs(
+        failed = lib.rf_conv_runs(
             len(lengths),
             channels,
             taps,
@@ -121,8 +125,12 @@ def conv_silu_runs(
             ptr(hi),
             ptr(windows),
             ptr(weight),
+            None if bias is None else ptr(bias),
+            int(silu),
             ptr(out),
         )
+        if failed:
+            raise MemoryError("native prefill conv: no memory for its transposed weight")
     return out
 
 

@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 9; }
+int rf_abi_version(void) { return 10; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -420,16 +420,22 @@ static void l2norm(int64_t n, float *x, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
 }
 
-/* Depthwise causal conv then silu over the prefill tokens of several sequences (the Gated
- * DeltaNet prefill's front end): token p of the list reads row rows[p] of x [*, channels] (row
- * stride x_stride); sequence s is tokens lo[s]..hi[s]-1, behind its window windows[s]
- * [channels, taps-1] (oldest first; not modified); weight [channels, taps], no bias; out
- * [tokens, channels], token p at row p. Taps are added oldest first, as the eager packed conv
- * adds them. */
-void rf_conv_silu_runs(int64_t seqs, int64_t channels, int64_t taps, const float *x,
-                       int64_t x_stride, const int64_t *rows, const int64_t *lo,
-                       const int64_t *hi, const float *windows, const float *weight, float *out) {
+/* Depthwise causal conv (then silu when asked) over the prefill tokens of several sequences
+ * (the Gated DeltaNet, Mamba2 and short-conv prefills' front end): token p of the list reads row
+ * rows[p] of x [*, channels] (row stride x_stride); sequence s is tokens lo[s]..hi[s]-1, behind
+ * its window windows[s] [channels, taps-1] (oldest first; not modified); weight [channels,
+ * taps]; bias [channels] or NULL, added after the taps; out [tokens, channels], token p at row
+ * p. Taps are added oldest first, as the eager packed conv adds them; the weight is read
+ * tap-major from a transposed copy, so each tap's pass over the channels is one vector stream.
+ * Returns 0, or 1 when that copy cannot be allocated. */
+int rf_conv_runs(int64_t seqs, int64_t channels, int64_t taps, const float *x, int64_t x_stride,
+                 const int64_t *rows, const int64_t *lo, const int64_t *hi, const float *windows,
+                 const float *weight, const float *bias, int64_t silu, float *out) {
     const int64_t keep = taps - 1;
+    float *wt = malloc(sizeof(float) * (size_t)(channels * taps));
+    if (wt == NULL) return 1;
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t j = 0; j < taps; j++) wt[j * channels + c] = weight[c * taps + j];
     for (int64_t s = 0; s < seqs; s++) {
         const float *win = windows + s * channels * keep;
         for (int64_t p = lo[s]; p < hi[s]; p++) {
@@ -437,22 +443,28 @@ void rf_conv_silu_runs(int64_t seqs, int64_t channels, int64_t taps, const float
             for (int64_t j = 0; j < taps; j++) { /* tap j reads the input keep - j tokens back */
                 const int64_t q = p - keep + j, col = q - lo[s] + keep;
                 const float *in = q >= lo[s] ? x + rows[q] * x_stride : NULL;
+                const float *wj = wt + j * channels;
                 if (in != NULL && j == 0) {
 #pragma omp simd
-                    for (int64_t c = 0; c < channels; c++) o[c] = in[c] * weight[c * taps];
+                    for (int64_t c = 0; c < channels; c++) o[c] = in[c] * wj[c];
                 } else if (in != NULL) {
 #pragma omp simd
-                    for (int64_t c = 0; c < channels; c++) o[c] += in[c] * weight[c * taps + j];
+                    for (int64_t c = 0; c < channels; c++) o[c] += in[c] * wj[c];
                 } else if (j == 0) { /* from the window: column col of each channel */
-                    for (int64_t c = 0; c < channels; c++) o[c] = win[c * keep + col] * weight[c * taps];
+                    for (int64_t c = 0; c < channels; c++) o[c] = win[c * keep + col] * wj[c];
                 } else {
-                    for (int64_t c = 0; c < channels; c++)
-                        o[c] += win[c * keep + col] * weight[c * taps + j];
+                    for (int64_t c = 0; c < channels; c++) o[c] += win[c * keep + col] * wj[c];
                 }
             }
-            silu_into(channels, o, o);
+            if (bias != NULL) {
+#pragma omp simd
+                for (int64_t c = 0; c < channels; c++) o[c] += bias[c];
+            }
+            if (silu) silu_into(channels, o, o);
         }
     }
+    free(wt);
+    return 0;
 }
 
 /* Gated DeltaNet decode, one token per row, from the projection to the heads' readout:

@@ -40,7 +40,8 @@ class NativeKernels:
 
     def prefill_conv(self, x, rows, lengths, windows, weight, bias, silu):  # type: ignore[no-untyped-def]
         """`prefill_conv_silu`'s one native call, with a bias and the silu optional."""
-        if any(t.dtype != torch.float32 for t in (x, windows, weight)):  # float32 only
+        floats = (x, windows, weight) if bias is None else (x, windows, weight, bias)
+        if any(t.dtype != torch.float32 for t in floats):  # the native kernels run float32 only
             return TORCH_KERNELS.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
         out = mixer_ops.conv_runs(self.lib, x, rows, lengths, windows, weight, bias, silu)
         firsts = [0, *itertools.accumulate(lengths)]

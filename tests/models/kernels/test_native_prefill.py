@@ -177,3 +177,15 @@ def test_the_prefill_conv_without_silu_is_the_silu_conv_before_its_silu_to_the_b
     with_silu, _ = native.prefill_conv_silu(x, rows, [4, 5], windows, weight)
     assert _close(F.silu(plain), with_silu)
     assert torch.equal(native.prefill_conv(x, rows, [4, 5], windows, weight, None, True)[0], with_silu)
+
+
+def test_the_prefill_conv_in_another_dtype_is_the_eager_one(native) -> None:
+    """The library computes float32 only: a bfloat16 wave (bias too) runs the eager conv1d."""
+    g = torch.Generator().manual_seed(4)
+    x, weight = torch.randn(7, 16, generator=g).bfloat16(), torch.randn(16, 4, generator=g).bfloat16()
+    windows, bias = torch.randn(2, 16, 3, generator=g).bfloat16(), torch.randn(16, generator=g).bfloat16()
+    rows = torch.arange(7)
+    want, want_after = TORCH_KERNELS.prefill_conv(x, rows, [3, 4], windows, weight, bias, True)
+    got, got_after = native.prefill_conv(x, rows, [3, 4], windows, weight, bias, True)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert torch.equal(got_after(1, 2), want_after(1, 2))

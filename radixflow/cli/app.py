@@ -14,7 +14,14 @@ from rich.console import Console
 
 from radixflow.cli import bench, calibrate, cost, experiment, generate, models, run_batch, score, serve
 from radixflow.cli.args import HelpFormatter
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError, engine_left, stdout_writes, with_notes
+from radixflow.cli.command import (
+    Command,
+    StdoutUnwritable,
+    UsageError,
+    engine_left,
+    stdout_writes,
+    with_notes,
+)
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
 from radixflow.options.flags import MODEL_FLAG, flag_spellings

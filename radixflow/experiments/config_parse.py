@@ -80,6 +80,18 @@ def _once(given: Cell, checked: Cell, seen: dict[str, Cell], origin: str, loc: C
     raise fail(origin, loc(key), f"{first!r} and {second!r} {why}: keep one")
 
 
+def _top_keys(data: dict[str, Any], origin: str) -> None:
+    """Refuse a top-level key the config does not take, saying where it belongs if anywhere."""
+    unknown = sorted(set(data) - TOP_KEYS)
+    if not unknown:
+        return
+    if unknown[0] == "seed":
+        raise fail(origin, "seed", SEED_FROM)
+    if unknown[0] in (*CELL_KEYS, "workload"):  # a cell's key, where every grid's are
+        raise fail(origin, unknown[0], "a cell's key: set it in [defaults] (every grid's) or in a [[grid]]")
+    raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+
+
 def parse_config(
     data: dict[str, Any],
     origin: str,
@@ -94,13 +106,7 @@ def parse_config(
     ``device``, given, replaces every torch-runner cell's device (`--device`); ``seeds``, given,
     is how many seeds each cell will run on (`--seeds`, `with_seeds`), counted in the size check
     in place of the grids' own."""
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown and unknown[0] == "seed":
-        raise fail(origin, "seed", SEED_FROM)
-    if unknown and unknown[0] in (*CELL_KEYS, "workload"):  # a cell's key, where every grid's are
-        raise fail(origin, unknown[0], "a cell's key: set it in [defaults] (every grid's) or in a [[grid]]")
-    if unknown:
-        raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+    _top_keys(data, origin)
     name, description = checks.experiment_name(data, origin), checks.description(data, origin)
     variants = _variants(data, origin)
     grids = parse_grids(data, origin, checks.seeds(data.get("seeds", [0]), origin, "seeds"))

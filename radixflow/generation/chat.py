@@ -61,9 +61,18 @@ def _shown(value: Any) -> str:
 
 
 class ChatTemplate:
-    def __init__(self, source: str | None, bos_token: str | None, eos_token: str | None) -> None:
+    def __init__(
+        self,
+        source: str | None,
+        bos_token: str | None,
+        eos_token: str | None,
+        special_tokens: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """``special_tokens``: the tokenizer's other named special tokens (``pad_token``, ...)."""
         self.source = source
-        self._specials = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+        named = {**(special_tokens or {}), "bos_token": bos_token, "eos_token": eos_token}
+        # as transformers' special_tokens_map: a token that is not set is undefined, not ""
+        self._specials = {k: v for k, v in named.items() if v is not None}
 
     @property
     def available(self) -> bool:
@@ -90,8 +99,14 @@ class ChatTemplate:
 
         try:
             template = _compile(self.source)
+            # tools and documents are None as apply_chat_template passes them: a template testing
+            # `tools is not none` (Mistral's) would otherwise take an undefined one for a tool list
             return template.render(
-                messages=plain, add_generation_prompt=add_generation_prompt, **self._specials
+                **self._specials,
+                messages=plain,
+                tools=None,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
             )
         except ChatTemplateError:
             raise

@@ -53,7 +53,8 @@ class TextTokenizer:
             eos_token=_token_text(config.get("eos_token")),
             chat_template=config.get("chat_template") or None,
         )
-        self.chat = ChatTemplate(self.info.chat_template, self.info.bos_token, self.info.eos_token)
+        named = {k: _token_text(config.get(k)) for k in _NAMED_SPECIALS}
+        self.chat = ChatTemplate(self.info.chat_template, self.info.bos_token, self.info.eos_token, named)
         added = backend.get_added_tokens_decoder()
         self._added = {i: t.content for i, t in added.items()}
         decoder = backend.decoder
@@ -158,6 +159,9 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 
 _BYTE_OF_CHAR = _byte_level_alphabet()
+# transformers' named special tokens besides bos and eos (SPECIAL_TOKENS_ATTRIBUTES): a chat
+# template sees each one the tokenizer config sets
+_NAMED_SPECIALS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 # Past this many characters (encode) or tokens (decode) the tokenizer is called through its batch
 # API, which releases the GIL while it works (the server's event loop keeps running); same result.

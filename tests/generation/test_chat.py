@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from radixflow.generation.chat import ChatTemplate, ChatTemplateError
@@ -42,3 +44,40 @@ def test_a_template_that_fails_in_python_is_a_chat_template_error(source: str, e
 def test_templates_render_in_transformers_environment(source: str, expected: str) -> None:
     """The prompt text, hence the tokens, is what transformers' apply_chat_template gives."""
     assert ChatTemplate(source, None, None).render(USER) == expected
+
+
+TURNS = [
+    {"role": "system", "content": "be terse"},
+    {"role": "user", "content": " hi 😀 "},
+    {"role": "assistant", "content": "yo"},
+    {"role": "user", "content": "again"},
+]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # Mistral's and others' templates test the tools and documents apply_chat_template passes
+        "{% if tools is not none %}TOOLS {% endif %}"
+        "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}",
+        "{% if documents is not none %}DOCS {% endif %}{{ messages[0].content }}",
+        # every named special token the tokenizer sets is in the template's namespace
+        "[{{ pad_token }}|{{ unk_token }}|{{ eos_token }}|{{ bos_token }}]"
+        "{{ 'sep' if sep_token is defined }}",
+    ],
+)
+@pytest.mark.parametrize("generation_prompt", [True, False])
+def test_a_template_sees_what_transformers_apply_chat_template_gives_it(
+    tmp_path, source: str, generation_prompt: bool
+) -> None:
+    pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from radixflow.generation.tokenizer import TextTokenizer
+    from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+
+    save_tokenizer(train_tokenizer(300), tmp_path, chat_template=source)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "unk_token": "<|im_end|>"}))
+    ours = TextTokenizer.load(tmp_path).chat.render(TURNS, add_generation_prompt=generation_prompt)
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert ours == ref.apply_chat_template(TURNS, tokenize=False, add_generation_prompt=generation_prompt)

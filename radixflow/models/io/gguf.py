@@ -94,6 +94,23 @@ def _required(reader: Any, key: str) -> Any:
     return value
 
 
+def _int(reader: Any, key: str, default: int | None = None) -> int:
+    """An integer metadata field (``default`` when absent; required when that is None); a field
+    of another type (a string) is a `GGUFError` naming it, not a bare ValueError from int()."""
+    value = _required(reader, key) if default is None else _field(reader, key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GGUFError(f"the GGUF metadata's {key} must be an integer, got {value!r}")
+    return value
+
+
+def _float(reader: Any, key: str, default: float) -> float:
+    """A float metadata field, float32 noise undone (`_round_f32`); another type is a `GGUFError`."""
+    value = _field(reader, key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GGUFError(f"the GGUF metadata's {key} must be a number, got {value!r}")
+    return _round_f32(value)
+
+
 def _round_f32(x: float) -> float:
     """GGUF stores floats as float32 (1e-5 reads back as 9.9999997e-06); undo that noise."""
     return float(f"{x:.7g}")
@@ -105,12 +122,12 @@ def gguf_config(reader: Any) -> dict[str, Any]:
     if arch != "llama":
         raise GGUFError(f"GGUF architecture {arch!r} is not supported (only 'llama')")
     tensor_names = {t.name for t in reader.tensors}
-    heads = int(_required(reader, "llama.attention.head_count"))
-    hidden = int(_required(reader, "llama.embedding_length"))
+    heads = _int(reader, "llama.attention.head_count")
+    hidden = _int(reader, "llama.embedding_length")
     tokens = _field(reader, "tokenizer.ggml.tokens") or []
     rope: dict[str, Any] = {
         "rope_type": "default",
-        "rope_theta": _round_f32(_field(reader, "llama.rope.freq_base", 10000.0)),
+        "rope_theta": _float(reader, "llama.rope.freq_base", 10000.0),
     }
     if _ROPE_FACTORS in tensor_names:  # what llama.cpp's converter writes for Llama 3.x
         raise GGUFError(
@@ -127,15 +144,15 @@ def gguf_config(reader: Any) -> dict[str, Any]:
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
         "torch_dtype": "float32",
-        "vocab_size": int(_field(reader, "llama.vocab_size", len(tokens))),
+        "vocab_size": _int(reader, "llama.vocab_size", len(tokens)),
         "hidden_size": hidden,
-        "intermediate_size": int(_required(reader, "llama.feed_forward_length")),
-        "num_hidden_layers": int(_required(reader, "llama.block_count")),
+        "intermediate_size": _int(reader, "llama.feed_forward_length"),
+        "num_hidden_layers": _int(reader, "llama.block_count"),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(_field(reader, "llama.attention.head_count_kv", heads)),
-        "head_dim": int(_field(reader, "llama.rope.dimension_count", hidden // heads)),
-        "max_position_embeddings": int(_field(reader, "llama.context_length", 2048)),
-        "rms_norm_eps": _round_f32(_field(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
+        "num_key_value_heads": _int(reader, "llama.attention.head_count_kv", heads),
+        "head_dim": _int(reader, "llama.rope.dimension_count", hidden // max(heads, 1)),
+        "max_position_embeddings": _int(reader, "llama.context_length", 2048),
+        "rms_norm_eps": _float(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5),
         "rope_parameters": rope,
         "hidden_act": "silu",
         "attention_bias": False,

@@ -178,3 +178,30 @@ def test_missing_tensors_are_counted_and_listed_as_a_safetensors_checkpoints_are
     )
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("llama.block_count", "one", "llama.block_count must be an integer, got 'one'"),
+        ("llama.rope.freq_base", "1e4", "llama.rope.freq_base must be a number, got '1e4'"),
+        ("llama.attention.layer_norm_rms_epsilon", "x", "layer_norm_rms_epsilon must be a number, got 'x'"),
+        ("llama.attention.head_count", 0, "cannot be built"),  # no division by zero heads
+    ],
+)
+def test_metadata_of_the_wrong_type_is_one_error_naming_the_field_and_the_file(
+    tmp_path: Path, key: str, value: object, message: str
+) -> None:
+    path = tmp_path / "typed.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for field, size in {**SIZES, "llama__vocab_size": 64}.items():
+        if field.replace("__", ".") != key:
+            writer.add_uint32(field.replace("__", "."), size)
+    (writer.add_string if isinstance(value, str) else writer.add_uint32)(key, value)
+    writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(GGUFError, match=rf"^{re.escape(str(path))}: .*{re.escape(message)}"):
+        load_gguf(path)

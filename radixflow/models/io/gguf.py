@@ -229,8 +229,16 @@ def gguf_tokenizer(reader: Any) -> Any:
         raise GGUFError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
     tokens: list[str] = _required(reader, "tokenizer.ggml.tokens")
     types: list[int] = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
-    merges = [tuple(m.split(" ", 1)) for m in _required(reader, "tokenizer.ggml.merges")]
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    if len(types) != len(tokens):
+        raise GGUFError(f"tokenizer.ggml.token_type holds {len(types)} types for {len(tokens)} tokens")
+    merges = _merges(_required(reader, "tokenizer.ggml.merges"))
+    try:
+        bpe = models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False)
+    except Exception as e:  # tokenizers raises a bare Exception ("Token `c` out of vocabulary")
+        raise GGUFError(
+            f"tokenizer.ggml.merges: {str(e).removeprefix('Error while initializing BPE: ')}"
+        ) from None
+    tok = Tokenizer(bpe)
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     pre = _field(reader, "tokenizer.ggml.pre", "default")
     if pre == "smollm":  # llama.cpp's "smollm" splits every digit, then applies the GPT-2 regex
@@ -250,10 +258,23 @@ def gguf_tokenizer(reader: Any) -> Any:
     tok.add_special_tokens(special)
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     if _field(reader, "tokenizer.ggml.add_bos_token", False) and bos is not None:
+        if not 0 <= bos < len(tokens):
+            raise GGUFError(f"tokenizer.ggml.bos_token_id {bos} is not a token id ({len(tokens)} tokens)")
         tok.post_processor = processors.TemplateProcessing(
             single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B", special_tokens=[(tokens[bos], bos)]
         )
     return tok
+
+
+def _merges(merges: list[str]) -> list[tuple[str, str]]:
+    """BPE merges as pairs; one that is not "left right" is a `GGUFError` naming it."""
+    pairs = []
+    for i, merge in enumerate(merges):
+        left, space, right = merge.partition(" ")
+        if not (left and space and right):
+            raise GGUFError(f"tokenizer.ggml.merges[{i}] must be two tokens and a space, got {merge!r}")
+        pairs.append((left, right))
+    return pairs
 
 
 def chat_template(source: str | Path | Any) -> str | None:

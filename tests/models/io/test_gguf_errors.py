@@ -205,3 +205,47 @@ def test_metadata_of_the_wrong_type_is_one_error_naming_the_field_and_the_file(
     writer.close()
     with pytest.raises(GGUFError, match=rf"^{re.escape(str(path))}: .*{re.escape(message)}"):
         load_gguf(path)
+
+
+def write_tokenizer(path: Path, tokens: list[str], types: list[int], merges: list[str], bos: int) -> None:
+    """A GGUF holding only a byte-level BPE tokenizer's metadata."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_string("tokenizer.ggml.model", "gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", bos)
+    writer.add_bool("tokenizer.ggml.add_bos_token", True)
+    writer.add_tensor("token_embd.weight", np.ones((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+TOKENS = ["<s>", "a", "b", "ab"]
+
+
+@pytest.mark.parametrize(
+    ("types", "merges", "bos", "message"),
+    [
+        ([3, 1], ["a b"], 0, "tokenizer.ggml.token_type holds 2 types for 4 tokens"),
+        ([3, 1, 1, 1], ["ab"], 0, "tokenizer.ggml.merges[0] must be two tokens and a space, got 'ab'"),
+        ([3, 1, 1, 1], ["a c"], 0, "tokenizer.ggml.merges: Token `c` out of vocabulary"),
+        ([3, 1, 1, 1], ["a b"], 9, "tokenizer.ggml.bos_token_id 9 is not a token id (4 tokens)"),
+    ],
+)
+def test_garbled_tokenizer_metadata_is_one_error_naming_the_field(
+    tmp_path: Path, types: list[int], merges: list[str], bos: int, message: str
+) -> None:
+    path = tmp_path / "tok.gguf"
+    write_tokenizer(path, TOKENS, types, merges, bos)
+    with pytest.raises(GGUFError, match=rf"^{re.escape(message)}"):
+        gguf_tokenizer(open_gguf(path))
+
+
+def test_well_formed_tokenizer_metadata_gives_its_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "tok.gguf"
+    write_tokenizer(path, TOKENS, [3, 1, 1, 1], ["a b"], 0)
+    tok = gguf_tokenizer(open_gguf(path))
+    assert tok.encode("ab").ids == [0, 3] and tok.encode("<s>", add_special_tokens=False).ids == [0]

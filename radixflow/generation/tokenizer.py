@@ -191,6 +191,8 @@ def _read_config(root: Path) -> dict[str, Any]:
         raise TokenizerError(f"cannot read {path}: {e}") from None
     if not isinstance(config, dict):
         raise TokenizerError(f"{path} does not hold a JSON object")
+    if "added_tokens_decoder" not in config:  # an older save: transformers reads this file over it
+        config = {**config, **_special_tokens_map(root)}
     template = root / "chat_template.jinja"  # newer Hugging Face checkpoints keep it beside the config
     if not config.get("chat_template") and template.is_file():
         try:
@@ -204,6 +206,20 @@ def _read_config(root: Path) -> dict[str, Any]:
     if found is not None and not isinstance(found, str):  # refused now, not as a TypeError at the first chat
         raise TokenizerError(f"{path}: chat_template must be a string, got {type(found).__name__}")
     return config
+
+
+def _special_tokens_map(root: Path) -> dict[str, Any]:
+    """The named special tokens of an older checkpoint's ``special_tokens_map.json`` (none if absent)."""
+    path = root / "special_tokens_map.json"
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"cannot read {path}: {e}") from None
+    if not isinstance(found, dict):
+        raise TokenizerError(f"{path} does not hold a JSON object")
+    return {k: v for k, v in found.items() if k in ("bos_token", "eos_token", *_NAMED_SPECIALS)}
 
 
 def _token_text(value: Any) -> str | None:

@@ -81,3 +81,30 @@ def test_a_template_sees_what_transformers_apply_chat_template_gives_it(
     ours = TextTokenizer.load(tmp_path).chat.render(TURNS, add_generation_prompt=generation_prompt)
     ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     assert ours == ref.apply_chat_template(TURNS, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+@pytest.mark.parametrize("added_tokens_decoder", [False, True])
+def test_special_tokens_of_a_legacy_special_tokens_map_reach_the_template(
+    tmp_path, added_tokens_decoder
+) -> None:
+    """Older checkpoints keep their special tokens in special_tokens_map.json; transformers reads
+    it over tokenizer_config.json unless that has an added_tokens_decoder (a newer save)."""
+    pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from radixflow.generation.tokenizer import TextTokenizer
+    from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+
+    source = (
+        "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}|{{ pad_token }}"
+    )
+    save_tokenizer(train_tokenizer(300), tmp_path, chat_template=source)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config = {k: v for k, v in config.items() if not k.endswith("_token")}
+    if added_tokens_decoder:
+        config["added_tokens_decoder"] = {"1": {"content": "<|im_start|>", "special": True}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    specials = {"bos_token": {"content": "<|im_start|>", "lstrip": False}, "eos_token": "<|im_end|>"}
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps({**specials, "pad_token": "<|endoftext|>"}))
+    ours = TextTokenizer.load(tmp_path).chat.render(TURNS)
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert ours == ref.apply_chat_template(TURNS, tokenize=False, add_generation_prompt=True)

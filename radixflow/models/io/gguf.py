@@ -301,9 +301,12 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
         state = gguf_state_dict(reader, config, {k: tuple(v.shape) for k, v in model.state_dict().items()})
     except GGUFError as e:
         raise GGUFError(f"{path}: {e}") from None
-    if config["tie_word_embeddings"]:
+    tied = config["tie_word_embeddings"]
+    if tied and "model.embed_tokens.weight" in state:  # else it is counted missing below
         state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
     missing, unexpected = model.load_state_dict(state, strict=False)
+    if tied:  # the head is the embedding: one missing tensor, not two
+        missing = [k for k in missing if k != "lm_head.weight"]
     if unexpected:  # e.g. biases the metadata gives the model no place for
         what = f"{len(unexpected)} tensor(s) the llama model has no parameter for"
         raise GGUFError(f"{path}: {what}: {listing(unexpected)}")

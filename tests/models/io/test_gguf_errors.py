@@ -249,3 +249,19 @@ def test_well_formed_tokenizer_metadata_gives_its_tokenizer(tmp_path: Path) -> N
     write_tokenizer(path, TOKENS, [3, 1, 1, 1], ["a b"], 0)
     tok = gguf_tokenizer(open_gguf(path))
     assert tok.encode("ab").ids == [0, 3] and tok.encode("<s>", add_special_tokens=False).ids == [0]
+
+
+def test_a_gguf_without_its_token_embedding_is_counted_missing_not_a_key_error(tmp_path: Path) -> None:
+    # no output.weight either: the head is tied to the embedding that is not there
+    path = tmp_path / "headless.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in {**SIZES, "llama__vocab_size": 64}.items():
+        writer.add_uint32(key.replace("__", "."), value)
+    writer.add_tensor("output_norm.weight", np.ones(32, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    refused = rf"^{re.escape(str(path))}: the GGUF is missing 10 tensor\(s\): model\.embed_tokens\.weight, "
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

@@ -49,6 +49,8 @@ def read_config(path: str | Path) -> Config:
         raise CheckpointError(f"{cfg_path}: expected a JSON object, got {type(data).__name__}")
     if "model_type" not in data:
         raise CheckpointError.in_file(cfg_path, Problem("model_type", "missing"))
+    if data.get("quantization_config") is not None:  # at the top level of a multimodal config too
+        raise CheckpointError.in_file(cfg_path, _quantized(data["quantization_config"]))
     if data["model_type"] == MULTIMODAL_QWEN3_5:
         data = _language_model(cfg_path, data)
     family = model_class(check_model_type(data["model_type"]))
@@ -59,6 +61,16 @@ def read_config(path: str | Path) -> Config:
     if problems:
         raise CheckpointError.in_file(cfg_path, problems[0])
     return Config(data)
+
+
+def _quantized(quantization: object) -> Problem:
+    """Why a quantized checkpoint is refused up front: its weights mean nothing without the scales
+    and packing no family reads (each would be refused alone as a tensor no parameter takes)."""
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    which = f" (quant_method {show(method)})" if method is not None else ""
+    return Problem(
+        "quantization_config", f"quantized checkpoints are not supported{which}; use unquantized weights"
+    )
 
 
 def _language_model(cfg_path: Path, data: dict[str, object]) -> dict[str, object]:

@@ -387,6 +387,22 @@ def test_a_config_that_fails_its_schema_is_refused_before_any_tensor_is_read(tmp
         load_model(path)
 
 
+def test_a_quantized_checkpoint_is_refused_naming_its_quantization(tmp_path: Path) -> None:
+    """Its scale tensors were refused one by one as tensors no parameter takes, as if the
+    checkpoint were broken; the weights in it are not the model's values without them."""
+    path = saved(tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    quantization = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (path / "config.json").write_text(json.dumps({**config, "quantization_config": quantization}))
+    edit_tensors(path, lambda s: s.update({"model.layers.0.mlp.down_proj.weight_scale_inv": torch.ones(1)}))
+    refused = (
+        r'config\.json: quantization_config: quantized checkpoints are not supported \(quant_method "fp8"\)'
+    )
+    with pytest.raises(CheckpointError, match=refused) as caught:
+        load_model(path)
+    assert caught.value.problem.param == "quantization_config"
+
+
 def test_an_unexpected_tensor_is_refused_by_name(tmp_path: Path) -> None:
     path = saved(tmp_path)
     edit_tensors(path, lambda s: s.update({"model.layers.0.extra.weight": torch.ones(2)}))

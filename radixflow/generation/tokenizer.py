@@ -182,19 +182,16 @@ def _check_unicode(text: str) -> None:
 
 
 def _read_config(root: Path) -> dict[str, Any]:
+    """The tokenizer's settings as transformers gathers them: tokenizer_config.json (if any), an
+    older save's special_tokens_map.json over it, and a chat_template.jinja over its template."""
     path = root / "tokenizer_config.json"
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenizerError(f"cannot read {path}: {e}") from None
-    if not isinstance(config, dict):
-        raise TokenizerError(f"{path} does not hold a JSON object")
+    config = _json_object(path)
     if "added_tokens_decoder" not in config:  # an older save: transformers reads this file over it
-        config = {**config, **_special_tokens_map(root)}
-    template = root / "chat_template.jinja"  # newer Hugging Face checkpoints keep it beside the config
-    if not config.get("chat_template") and template.is_file():
+        names = ("bos_token", "eos_token", *_NAMED_SPECIALS)
+        found = _json_object(root / "special_tokens_map.json")
+        config = {**config, **{k: v for k, v in found.items() if k in names}}
+    template = root / "chat_template.jinja"  # newer checkpoints keep it beside the config; it wins
+    if template.is_file():
         try:
             config["chat_template"] = template.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
@@ -208,9 +205,8 @@ def _read_config(root: Path) -> dict[str, Any]:
     return config
 
 
-def _special_tokens_map(root: Path) -> dict[str, Any]:
-    """The named special tokens of an older checkpoint's ``special_tokens_map.json`` (none if absent)."""
-    path = root / "special_tokens_map.json"
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (empty when there is no such file); `TokenizerError` if broken."""
     if not path.is_file():
         return {}
     try:
@@ -219,7 +215,7 @@ def _special_tokens_map(root: Path) -> dict[str, Any]:
         raise TokenizerError(f"cannot read {path}: {e}") from None
     if not isinstance(found, dict):
         raise TokenizerError(f"{path} does not hold a JSON object")
-    return {k: v for k, v in found.items() if k in ("bos_token", "eos_token", *_NAMED_SPECIALS)}
+    return found
 
 
 def _token_text(value: Any) -> str | None:

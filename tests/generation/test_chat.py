@@ -108,3 +108,21 @@ def test_special_tokens_of_a_legacy_special_tokens_map_reach_the_template(
     ours = TextTokenizer.load(tmp_path).chat.render(TURNS)
     ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     assert ours == ref.apply_chat_template(TURNS, tokenize=False, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_chat_template_jinja_is_the_template_as_in_transformers(tmp_path, with_config: bool) -> None:
+    """A chat_template.jinja beside the tokenizer takes priority over the config's template (a
+    newer save, or a fixed template), and is read without any tokenizer_config.json too."""
+    pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from radixflow.generation.tokenizer import TextTokenizer
+    from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+
+    save_tokenizer(train_tokenizer(300), tmp_path, chat_template="stale {{ messages[0].content }}")
+    if not with_config:
+        (tmp_path / "tokenizer_config.json").unlink()
+    (tmp_path / "chat_template.jinja").write_text("fixed {{ messages[-1].content }}", encoding="utf-8")
+    ours = TextTokenizer.load(tmp_path).chat.render(TURNS)
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert ours == ref.apply_chat_template(TURNS, tokenize=False, add_generation_prompt=True) == "fixed again"

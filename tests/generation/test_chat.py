@@ -61,6 +61,9 @@ TURNS = [
         "{% if tools is not none %}TOOLS {% endif %}"
         "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}",
         "{% if documents is not none %}DOCS {% endif %}{{ messages[0].content }}",
+        # {% generation %} marks the assistant's text for training masks; rendering keeps its body
+        "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}[{{ m.content }}]"
+        "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}",
         # every named special token the tokenizer sets is in the template's namespace
         "[{{ pad_token }}|{{ unk_token }}|{{ eos_token }}|{{ bos_token }}]"
         "{{ 'sep' if sep_token is defined }}",

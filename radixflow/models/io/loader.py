@@ -14,7 +14,7 @@ from torch import nn
 from radixflow.models.config_schema import show, validate_config
 from radixflow.models.device import check_device
 from radixflow.models.io.convert import Plan
-from radixflow.models.io.tensors import Checkpoint, TensorError
+from radixflow.models.io.tensors import Checkpoint, TensorError, non_finite
 from radixflow.models.layers import CausalLM, Config
 from radixflow.models.registry import check_model_type, model_class
 from radixflow.problems import Problem
@@ -193,7 +193,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
 
     Checkpoints in the Hub's on-disk layouts are converted as transformers 5.24 does (see
     `radixflow.models.io.convert`), one tensor at a time. Every tensor must fill a parameter,
-    every parameter must be filled, shapes must match, and values must be finite.
+    every parameter must be filled, shapes must match, and values must be finite (in ``dtype`` too).
     """
     path = Path(path)
     check_device(device)  # before anything is built
@@ -205,7 +205,24 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
             checkpoint.fill(plan, wanted)
         except TensorError as e:
             raise CheckpointError(f"{path}: {e}") from None
-    return cast(CausalLM, model.to(device=device, dtype=dtype).eval())
+    model = model.to(device=device, dtype=dtype)
+    _check_range(model, dtype, path)
+    return cast(CausalLM, model.eval())
+
+
+def _check_range(model: nn.Module, dtype: torch.dtype, path: Path) -> None:
+    """Every weight is still finite in ``dtype``: a value past its largest (65504 in float16)
+    turns into infinity on the cast, and the logits into NaN. The stored values were found
+    finite (`Checkpoint.read`), so only a narrower dtype than float32 is looked at."""
+    if not dtype.is_floating_point or torch.finfo(dtype).max >= torch.finfo(torch.float32).max:
+        return
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and non_finite(tensor) is not None:
+            n, largest = int(torch.isinf(tensor).sum()), torch.finfo(dtype).max
+            what = (
+                f"holds {n} value(s) beyond {str(dtype).removeprefix('torch.')}'s range (largest {largest:g})"
+            )
+            raise CheckpointError(f"{path}: tensor {name} {what}; load it in a wider dtype")
 
 
 def _buffers(model: nn.Module) -> set[str]:

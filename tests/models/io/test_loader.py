@@ -457,6 +457,20 @@ def test_a_stored_tied_lm_head_with_other_values_is_refused(tmp_path: Path) -> N
         load_model(tmp_path)
 
 
+def test_a_weight_beyond_the_load_dtypes_range_is_refused_naming_it(tmp_path: Path) -> None:
+    """1e5 is finite in the file but infinite in float16 (largest 65504): NaN logits otherwise."""
+    path = saved(tmp_path)
+    key = "model.layers.0.operator_norm.weight"
+    state = load_file(str(path / "model.safetensors"))
+    assert key in state
+    state[key][3] = -1e5
+    save_file(state, str(path / "model.safetensors"), {"format": "pt"})
+    load_model(path, dtype=torch.bfloat16)  # in range there
+    refused = rf"^{re.escape(str(path))}: tensor {re.escape(key)} holds 1 value\(s\) beyond float16's range"
+    with pytest.raises(CheckpointError, match=refused):
+        load_model(path, dtype=torch.float16)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path: Path, value: float, dtype) -> None:

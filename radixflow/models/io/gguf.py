@@ -195,8 +195,11 @@ def gguf_state_dict(
     for t in reader.tensors:
         name = _hf_name(t.name)
         w = _dequantized(t)
-        want = shapes.get(name)  # a tensor without a parameter is left to the caller's check
-        if want is not None and tuple(w.shape) != want:
+        want = shapes.get(name)
+        if want is None:  # no parameter takes it: the caller lists it, not unpermuted (any shape)
+            out[name] = w
+            continue
+        if tuple(w.shape) != want:
             raise GGUFError(f"tensor {t.name} (for {name}) has shape {tuple(w.shape)}, expected {want}")
         bad = non_finite(w)  # refused as in a safetensors checkpoint: NaN logits otherwise
         if bad is not None:

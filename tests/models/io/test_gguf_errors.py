@@ -265,3 +265,13 @@ def test_a_gguf_without_its_token_embedding_is_counted_missing_not_a_key_error(t
     refused = rf"^{re.escape(str(path))}: the GGUF is missing 10 tensor\(s\): model\.embed_tokens\.weight, "
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+def test_a_tensor_of_a_layer_past_the_block_count_is_refused_by_name_not_reshaped(tmp_path: Path) -> None:
+    # a Q projection for layer 1 of a 1-layer model: no parameter to check its shape against, so
+    # it must not reach the Q/K unpermute (a torch reshape error otherwise)
+    path = tmp_path / "extra_layer.gguf"
+    write_llama(path, ("blk.1.attn_q.weight",), **SIZES, llama__vocab_size=64)
+    refused = rf"^{re.escape(str(path))}: .*model\.layers\.1\.self_attn\.q_proj\.weight"
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

@@ -13,6 +13,8 @@ BASE_ROLES = ("system", "user", "assistant")
 # Roles a template knows only if it names them (a template that writes the role verbatim would
 # otherwise put any string into the prompt as a turn the model never saw in training).
 NAMED_ROLES = ("developer", "tool", "function", "ipython")
+# Names a message's reasoning goes by, the one templates read first (transformers' order).
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 class ChatTemplateError(ValueError):
@@ -130,7 +132,17 @@ class ChatTemplate:
                 f"knows {', '.join(self.roles)}",
                 f"messages[{i}].role",
             )
-        return {**m, "content": message_text(m.get("content"), f"messages[{i}].content")}
+        return {**_with_reasoning(m), "content": message_text(m.get("content"), f"messages[{i}].content")}
+
+
+def _with_reasoning(m: Mapping[str, Any]) -> dict[str, Any]:
+    """``m`` with its reasoning under each name templates read, as transformers fills them:
+    ``reasoning_content`` (Qwen3's) always, ``thinking`` (gpt-oss's) unless given; whichever of
+    the three names the message uses (vLLM's newer replies say ``reasoning``)."""
+    reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
+    if reasoning is None:
+        return dict(m)
+    return {"thinking": reasoning, **m, "reasoning_content": reasoning}
 
 
 def _raise(message: str) -> None:

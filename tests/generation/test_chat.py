@@ -129,3 +129,26 @@ def test_chat_template_jinja_is_the_template_as_in_transformers(tmp_path, with_c
     ours = TextTokenizer.load(tmp_path).chat.render(TURNS)
     ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     assert ours == ref.apply_chat_template(TURNS, tokenize=False, add_generation_prompt=True) == "fixed again"
+
+
+@pytest.mark.parametrize("field", ["reasoning", "thinking", "reasoning_content"])
+def test_a_messages_reasoning_reaches_the_template_under_each_name_as_in_transformers(
+    tmp_path, field
+) -> None:
+    """Qwen3's template reads reasoning_content, gpt-oss's thinking; vLLM's newer replies name it
+    reasoning. apply_chat_template fills each from whichever the message has."""
+    pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from radixflow.generation.tokenizer import TextTokenizer
+    from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+
+    source = (
+        "{% for m in messages %}{{ m.role }}:{{ m.reasoning_content }}/{{ m.thinking }}:"
+        "{{ m.content }};{% endfor %}"
+    )
+    save_tokenizer(train_tokenizer(300), tmp_path, chat_template=source)
+    turns = [TURNS[1], {"role": "assistant", "content": "yo", field: "thought"}, TURNS[3]]
+    ours = TextTokenizer.load(tmp_path).chat.render(turns)
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert ours == ref.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    assert "assistant:thought/thought:yo;" in ours

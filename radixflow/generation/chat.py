@@ -72,9 +72,10 @@ class ChatTemplate:
     ) -> None:
         """``special_tokens``: the tokenizer's other named special tokens (``pad_token``, ...)."""
         self.source = source
-        named = {**(special_tokens or {}), "bos_token": bos_token, "eos_token": eos_token}
-        # as transformers' special_tokens_map: a token that is not set is undefined, not ""
-        self._specials = {k: v for k, v in named.items() if v is not None}
+        # the other named tokens as transformers' special_tokens_map gives them: only those set;
+        # bos and eos always, "" when unset (a template writing `bos_token + ...` still renders)
+        others = {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        self._specials = {**others, "bos_token": bos_token or "", "eos_token": eos_token or ""}
 
     @property
     def available(self) -> bool:

@@ -63,11 +63,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="radixflow", description=DESCRIPTION, formatter_class=HelpFormatter)
+    # no abbreviations: a flag a command lacks (`score --candidates`) is named as unrecognised, not
+    # taken for the one flag it begins (--candidates-file), whose error would blame a file never named
+    p = _Parser(prog="radixflow", description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"radixflow {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for cmd in COMMANDS:
-        parser = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, formatter_class=HelpFormatter)
+        parser = sub.add_parser(
+            cmd.name, help=cmd.help, description=cmd.help, formatter_class=HelpFormatter, allow_abbrev=False
+        )
         cmd.add_arguments(parser)
     return p
 

@@ -14,6 +14,7 @@ import pytest
 
 import radixflow
 from radixflow.cli import main
+from radixflow.cli.app import COMMANDS, build_parser
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -1056,3 +1057,16 @@ def test_a_bench_whose_standard_output_is_full_still_writes_its_files(tmp_path, 
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.endswith(FULL_DISK)
     assert files["--round-trace"].read_text().count("\n") >= 3
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_no_command_takes_a_prefix_of_its_flag_for_the_flag(command):
+    # `score --candidates " a"` was read as --candidates-file, blaming a file never named
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.choices and command in a.choices]
+    assert parser.allow_abbrev is False and sub.choices[command].allow_abbrev is False
+
+
+def test_score_candidates_is_named_not_taken_for_candidates_file(capsys):
+    err = one_line_error(capsys, ["score", "llama-tiny", "--candidates", " a", " b"])
+    assert "unrecognized arguments: --candidates" in err and "--candidates-file" not in err

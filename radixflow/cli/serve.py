@@ -28,7 +28,7 @@ from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
 from radixflow.options.spec import checked
-from radixflow.problems import ProblemError
+from radixflow.problems import ProblemError, counted
 from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import bind, bound_port
 
@@ -151,7 +151,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     prior = model.setup.choice.describe(model.setup.runner).get("round_predictor")
     print(
         f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
-        f"({options.torch_threads} torch threads, {config.tokenizer_threads} tokenizer threads; "
+        f"({counted(options.torch_threads, 'torch thread')}, "
+        f"{counted(config.tokenizer_threads, 'tokenizer thread')}; "
         f"round predictor from {prior or 'nothing'})",
         file=sys.stderr,
     )
@@ -220,8 +221,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
             server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
             print(
                 f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
-                f"({spec.replicas} replicas on Ray Serve, router {spec.router}, "
-                f"{options.torch_threads} torch threads each)",
+                f"({counted(spec.replicas, 'replica')} on Ray Serve, router {spec.router}, "
+                f"{counted(options.torch_threads, 'torch thread')} each)",
                 file=sys.stderr,
             )
             server.run(sockets=[sock])

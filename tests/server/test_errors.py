@@ -480,3 +480,20 @@ def test_serve_warns_of_the_cpu_clock_by_the_threads_it_will_run(zoo, capsys, mo
     assert "OMP_WAIT_POLICY" not in capsys.readouterr().err
     assert main(["serve", MODEL, "--clock", "cpu", "--port", "0", "--torch-threads", "2"]) == 0
     assert "clock cpu with 2 torch threads" in capsys.readouterr().err
+
+
+def test_serve_startup_line_counts_one_thread_in_the_singular(zoo, capsys, monkeypatch):
+    # it said "(1 torch threads, 1 tokenizer threads; ...)"
+    import radixflow.server.serve
+    from radixflow.cli import main
+
+    class Server:
+        engine_left = False
+
+        def run(self, sockets: list[object]) -> None:
+            return None
+
+    monkeypatch.setattr(radixflow.server.serve, "build_server", lambda *args: Server())
+    argv = ["serve", MODEL, "--port", "0", "--torch-threads", "1", "--tokenizer-threads", "1"]
+    assert main(argv) == 0
+    assert "(1 torch thread, 1 tokenizer thread; round predictor from " in capsys.readouterr().err

@@ -34,7 +34,8 @@ def workload_spec(args: argparse.Namespace, vocab_size: int) -> WorkloadSpec:
         vocab_size=vocab_size,
         seed=pick(args.seed, w.seed),
     )
-    problem = spec.problem()  # sizes are checked here, before a single token is drawn
+    # sizes are checked here, before a single token is drawn; a message adds up the flags typed
+    problem = spec.problem(lambda key: flag(key) if flag(key) in WORKLOAD_FLAGS else None)
     if problem is not None:
         # the seed is the run's (--seed), the workload's too
         raise UsageError(problem.render(lambda p: flag(p) if flag(p) in (*WORKLOAD_FLAGS, "--seed") else p))

@@ -26,6 +26,15 @@ MAX_WORKLOAD_TOKENS = 1 << 25
 # past it --groups 30000000 with one-token prompts built gigabytes of requests.
 MAX_WORKLOAD_REQUESTS = 1 << 20
 MIN_RATE = 1e-6  # requests/s; below it exponential gaps overflow to infinity
+# A key as the door that sets it names it in a message (an experiment TOML: the key itself; the
+# command line: its flag); None: that door cannot set it (always its default), so it is left out
+KeySpell = Callable[[str], str | None]
+COUNT_KEYS = ("groups", "candidates", "independent")
+PROMPT_KEYS = ("shared_prefix_len", "context_len", "candidate_len")
+
+
+def as_key(key: str) -> str | None:
+    return key
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,9 @@ class WorkloadSpec:
     vocab_size: int = 32_000
     seed: int = 0
 
-    def problem(self) -> Problem | None:
-        """Why this workload cannot be built (None when it can). Pure: nothing is drawn."""
+    def problem(self, spell: KeySpell = as_key) -> Problem | None:
+        """Why this workload cannot be built (None when it can), the keys its message adds up
+        spelled as ``spell`` does. Pure: nothing is drawn."""
         at_least = {"groups": 0, "candidates": 0, "independent": 0, "shared_prefix_len": 0, "context_len": 0}
         at_least |= {"candidate_len": 1, "burst_size": 1, "namespaces": 1, "vocab_size": 2}
         if self.seed < 0:  # the engine takes one (read mod 2^64); this draws with random.Random
@@ -65,9 +75,9 @@ class WorkloadSpec:
                 return Problem(name, f"unknown {name} {getattr(self, name)!r} (known: {', '.join(known)})")
         if not math.isfinite(self.rate) or self.rate < MIN_RATE:
             return Problem("rate", f"must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
-        return self._size_problem()
+        return self._size_problem(spell)
 
-    def _size_problem(self) -> Problem | None:
+    def _size_problem(self, spell: KeySpell) -> Problem | None:
         """An empty or too large workload (tokens or requests); a skewed one far too large is
         refused before its groups are sized (one weight each), as an unskewed one is by arithmetic."""
         least = self.groups * (self.shared_prefix_len + self.context_len + self.candidate_len)
@@ -75,11 +85,11 @@ class WorkloadSpec:
             return Problem(
                 "groups",
                 f"workload too large: {self.groups} groups of at least one request of "
-                f"{least // self.groups} tokens (shared_prefix_len + context_len + candidate_len) are "
+                f"{least // self.groups} tokens ({_summed(PROMPT_KEYS, spell)}) are "
                 f"at least {least} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
         # counted at its least (one request a group) first, so that far too many are never sized
-        if self.skewed and (problem := self._count_problem(self.groups + self.independent, True)):
+        if self.skewed and (problem := self._count_problem(self.groups + self.independent, True, spell)):
             return problem
         if self.requests == 0:  # named for what was given: no candidates for the groups, or no groups
             empty = "empty workload: no groups/candidates and no independent requests"
@@ -87,21 +97,20 @@ class WorkloadSpec:
         if self.total_tokens > MAX_WORKLOAD_TOKENS:
             return Problem(
                 self._largest_factor(),
-                f"workload too large: {self.requests} requests (groups × candidates + independent) of "
-                f"up to {self.prompt_len} tokens ({self.prompt_words()}) are "
+                f"workload too large: {self.requests} requests ({_counted_words(spell)}) of "
+                f"up to {self.prompt_len} tokens ({self.prompt_words(spell)}) are "
                 f"{self.total_tokens} prompt tokens; the limit is {MAX_WORKLOAD_TOKENS}",
             )
-        return self._count_problem(self.requests, False)
+        return self._count_problem(self.requests, False, spell)
 
-    def _count_problem(self, count: int, least: bool) -> Problem | None:
+    def _count_problem(self, count: int, least: bool, spell: KeySpell) -> Problem | None:
         """Too many requests, however few tokens they hold (``least``: ``count`` is a lower bound)."""
         if count <= MAX_WORKLOAD_REQUESTS:
             return None
-        counts = ("groups", "candidates", "independent")
         return Problem(
-            max(counts, key=lambda name: getattr(self, name)),
+            max(COUNT_KEYS, key=lambda name: getattr(self, name)),
             f"workload too large: {'at least ' if least else ''}{count} requests "
-            f"(groups × candidates + independent); the limit is {MAX_WORKLOAD_REQUESTS} requests",
+            f"({_counted_words(spell)}); the limit is {MAX_WORKLOAD_REQUESTS} requests",
         )
 
     def _largest_factor(self) -> str:
@@ -144,12 +153,14 @@ class WorkloadSpec:
             "candidate_len": turns * self.candidate_len,
         }
 
-    def prompt_words(self) -> str:
-        """How `prompt_len` adds up, in the keys' names, for messages: a sum of the three keys is
-        not a chat's last turn."""
+    def prompt_words(self, spell: KeySpell = as_key) -> str:
+        """How `prompt_len` adds up, in the keys' names as ``spell`` gives them, for messages: a
+        sum of the three keys is not a chat's last turn."""
         turns = self.prompt_parts()["candidate_len"] // self.candidate_len
-        words = {"candidate_len": "candidate_len" if turns == 1 else f"{turns} turns × candidate_len"}
-        return " + ".join(words.get(key, key) for key in self.prompt_parts())
+        words = {key: spell(key) for key in self.prompt_parts()}
+        if turns != 1 and words["candidate_len"] is not None:
+            words["candidate_len"] = f"{turns} turns × {words['candidate_len']}"
+        return " + ".join(word for word in words.values() if word is not None)
 
     def prompt_lengths(self) -> list[int]:
         """Every request's prompt length, group by group, then the independent ones (not in queue
@@ -188,6 +199,15 @@ class WorkloadSpec:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _summed(keys: tuple[str, ...], spell: KeySpell) -> str:
+    return " + ".join(word for word in map(spell, keys) if word is not None)
+
+
+def _counted_words(spell: KeySpell) -> str:
+    groups, candidates, independent = map(spell, COUNT_KEYS)
+    return f"{groups} × {candidates} + {independent}"
 
 
 def build_workload(spec: WorkloadSpec) -> Workload:

@@ -64,6 +64,23 @@ def test_absurd_sizes_are_refused_with_the_limit_named(capsys, argv, limit):
     assert limit in one_line_error(capsys, ["bench", *argv])
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--context-len", "30000000"], "(--context-len + --candidate-len)"),
+        (
+            ["--groups", "2000000", "--context-len", "0", "--candidate-len", "1"],
+            "(--groups × --candidates + --independent)",
+        ),
+    ],
+)
+def test_a_workload_too_large_is_told_in_the_flags_typed_not_the_toml_keys(capsys, argv, says):
+    # it said "(shared_prefix_len + context_len + candidate_len)": keys of an experiment TOML, one
+    # of them no flag of bench's
+    err = one_line_error(capsys, ["bench", *argv])
+    assert "workload too large" in err and says in err and "_len" not in err
+
+
 def test_a_negative_seed_is_refused_by_bench_naming_the_flag_and_why(capsys):
     # the engine takes any 64-bit seed, signed or not, as a request's own seed; a generated
     # workload cannot (random.Random(-s) draws what random.Random(s) draws): bench refused it as

@@ -390,6 +390,16 @@ def test_a_too_large_chat_workload_says_how_its_longest_prompt_adds_up():
     assert "640000 tokens (shared_prefix_len + context_len + 10000 turns × candidate_len)" in problem.message
 
 
+@pytest.mark.parametrize("skew", [0.0, 1.0])
+def test_a_too_large_workload_adds_up_the_keys_as_the_door_spells_them(skew):
+    # a door that cannot set shared_prefix_len (bench's flags) leaves it out; the others by its names
+    spec = WorkloadSpec(kind="chats", groups=40_000, candidates=2, context_len=1000, skew=skew)
+    spell = dict(groups="-g", candidates="-k", independent="-i", context_len="-c", candidate_len="-n")
+    problem = spec.problem(spell.get)
+    assert problem is not None and "too large" in problem.message and "_len" not in problem.message
+    assert ("(-c + -n)" if skew else "(-c + 2 turns × -n)") in problem.message
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("skew", [0.0, 1.0])
 def test_prompt_lengths_are_those_of_the_built_workload(kind, skew):

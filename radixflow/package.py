@@ -1,9 +1,11 @@
 """The installed package's version, for `radixflow --version` and the server's ``GET /version``;
-and a digest of the package's files, for what computed an experiment's cached results."""
+a digest of the package's files, for what computed an experiment's cached results; and whether
+the torch extra is installed, for every door that needs it."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -28,3 +30,19 @@ def source_digest(root: Path = PACKAGE) -> str:
         digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:16]
+
+
+# What `pip install -e '.[torch]'` brings (pyproject.toml, [project.optional-dependencies]).
+TORCH_EXTRA = ("torch", "safetensors", "tokenizers", "numpy", "gguf", "jinja2")
+
+
+def missing_torch_extra(what: str) -> ModuleNotFoundError | None:
+    """Why ``what`` cannot run here, naming the install command (None: the torch extra is
+    installed): one wording for the command line and the API."""
+    for name in TORCH_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            said = f"{what} needs the torch extra (package {name!r} is missing): pip install -e '.[torch]'"
+            return ModuleNotFoundError(said, name=name)
+    return None

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
 from radixflow.cli.command import UsageError
-
-# What `pip install -e '.[torch]'` brings (pyproject.toml, [project.optional-dependencies]).
-TORCH_EXTRA = ("torch", "safetensors", "tokenizers", "numpy", "gguf", "jinja2")
+from radixflow.package import missing_torch_extra
 
 
 def require_torch_extra(what: str) -> None:
     """Raise a `UsageError` naming the install command when a package of the extra is missing."""
-    for name in TORCH_EXTRA:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            raise UsageError(
-                f"{what} needs the torch extra (package {name!r} is missing): pip install -e '.[torch]'"
-            ) from None
+    missing = missing_torch_extra(what)
+    if missing is not None:
+        raise UsageError(str(missing))

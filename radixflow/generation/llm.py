@@ -29,6 +29,7 @@ from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.options.flags import ineffective, ineffective_for_model
+from radixflow.package import missing_torch_extra
 
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
@@ -56,6 +57,11 @@ class LLM:
             warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
 
     def _open(self, options: EngineOptions) -> None:
+        # named as the command line names it, not torch's bare "No module named 'torch'" from deep
+        # in the options (every model the API loads has weights: the torch extra reads them)
+        missing = missing_torch_extra("radixflow.LLM")
+        if missing is not None:
+            raise missing
         self.options = options
         self._model: LoadedModel | None = load_model(self.options)
         self._limited: TextTokenizer | None = None  # built on first use (it reads the vocabulary)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import weakref
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import pytest
 
+import radixflow
 from radixflow.generation import LLM, GenerationError, GenerationOutput, SamplingParams
 from radixflow.generation.chat import ChatTemplate, ChatTemplateError
 from radixflow.generation.tracker import RequestTracker, observe
@@ -1016,3 +1021,27 @@ def test_a_failed_run_whose_trace_the_disk_refused_says_both(zoo, tmp_path, caps
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("radixflow: error: ") and "device lost" in err[0]
     assert err[1:] == [f"radixflow: warning: cannot write --trace-out {path}: No space left on device"]
+
+
+WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None  # an install without the torch extra: `import torch` fails
+import radixflow
+try:
+    radixflow.LLM("qwen3_5-tiny")
+except ImportError as e:
+    print(f"{type(e).__name__}: {e}")
+"""
+
+
+def test_llm_without_the_torch_extra_names_the_install_command_as_the_cli_does():
+    # it raised a bare "No module named 'torch'" (here: "import of torch halted"), deep in the options
+    root = str(Path(radixflow.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.stdout.strip() == (
+        "ModuleNotFoundError: radixflow.LLM needs the torch extra (package 'torch' is missing): "
+        "pip install -e '.[torch]'"
+    ), done.stderr

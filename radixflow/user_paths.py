@@ -33,6 +33,14 @@ def stdout_problem(text: str, holds: str) -> str | None:
     return f"- (standard output) cannot hold {holds}; give a path (./- for one named -)"
 
 
+def stdin_problem(text: str) -> str | None:
+    """Why ``text`` cannot be given for a file to read (None: it is not ``-``): no input reads
+    standard input, so `STDOUT` there would be a missing file named -, the user's intent unsaid."""
+    if text != STDOUT:
+        return None
+    return "- (standard input) is not read: give a path (./- for a file named -)"
+
+
 def file_path_problem(text: str) -> str | None:
     """Why ``text``, a path a user gives (a flag, a TOML key, an option), cannot name a file to
     write (None: it can): one that ends in a separator names a directory, which `Path` would

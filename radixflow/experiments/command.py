@@ -28,7 +28,7 @@ from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.plots import PLOTS
 from radixflow.experiments.report import other_code_note
 from radixflow.experiments.run import WRITTEN, ExperimentOutput, default_out, progress_bar, run_experiment
-from radixflow.options.flags import add_engine_flags, from_args, not_stdout, parse_int, path_arg
+from radixflow.options.flags import add_engine_flags, from_args, not_stdin, not_stdout, parse_int, path_arg
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import Problem, ProblemError, counted
 
@@ -55,7 +55,7 @@ HELP = (
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
-    e.add_argument("config", type=path_arg, help="experiment config (TOML), e.g. experiments/paper.toml")
+    e.add_argument("config", type=not_stdin, help="experiment config (TOML), e.g. experiments/paper.toml")
     e.add_argument(
         "--out",
         type=not_stdout(path_arg, "the results: --out is a directory"),

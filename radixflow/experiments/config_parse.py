@@ -154,7 +154,7 @@ def load_config(
     try:
         data = tomllib.loads(path.read_text())
     except OSError as e:
-        raise ExperimentConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        raise ExperimentConfigError(f"cannot read config {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
     return parse_config(data, str(path), path.parent, max_cells, progress, device, seeds)

@@ -22,7 +22,7 @@ from radixflow.options.engine_options import EngineOptions, option_fields, spec_
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
-from radixflow.user_paths import file_path_problem, stdout_problem, user_path
+from radixflow.user_paths import file_path_problem, stdin_problem, stdout_problem, user_path
 
 GROUPS = {
     "model": "model and runner",
@@ -72,6 +72,14 @@ def not_stdout(parse: Callable[[str], Path], holds: str) -> Callable[[str], Path
         return parse(text)
 
     return checked
+
+
+def not_stdin(text: str) -> Path:
+    """argparse type: the path of a file to read (`path_arg`), ``-`` refused (`stdin_problem`)."""
+    problem = stdin_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return path_arg(text)
 
 
 def parse_int(text: str) -> int:

@@ -735,3 +735,19 @@ def test_experiment_help_says_a_device_not_given_is_each_cells_own(capsys):
     shown = " ".join(capsys.readouterr().out.split())
     device = shown[shown.index("--device DEVICE ") :]
     assert "(default: cpu)" not in device and "each cell's own" in device
+
+
+def test_a_config_of_dash_is_refused_naming_the_config_argument(tmp_path, capsys):
+    # it said "cannot read -: No such file or directory": neither which argument nor that - is not
+    # standard input here
+    code, err = _run(["experiment", "-", "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and line.startswith("radixflow: error: config: - (standard input) is not read"), line
+    assert "./-" in line
+
+
+def test_a_config_that_cannot_be_read_is_named_as_the_config(tmp_path, capsys):
+    missing = tmp_path / "missing.toml"
+    code, err = _run(["experiment", str(missing), "--out", str(tmp_path / "o")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and line == f"radixflow: error: cannot read config {missing}: No such file or directory"

@@ -49,7 +49,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--out",
         type=not_stdout(file_path_arg, "the profile: it is a file for --hardware to read"),
-        help="profile file to write (default: profile-<device>.json)",
+        help="profile file to write (default: profile-DEVICE.json, the device's colon dropped: "
+        "profile-cpu.json, profile-cuda0.json for cuda:0)",
     )
     c.add_argument("--name", help="profile name (default: <device>-calibrated)")
     c.add_argument(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from radixflow.calibration.design import fit_design, held_out_design
@@ -282,3 +284,16 @@ def test_calibrate_help_states_the_range_each_limited_flag_takes():
     helps = {a.dest: a.help for a in parser._actions}
     for dest, (low, high) in LIMITS.items():
         assert f"{low} to {high}" in helps[dest], (dest, helps[dest])
+
+
+def test_calibrate_out_help_names_the_file_the_default_writes():
+    # it said "profile-<device>.json": for cuda:0 that reads profile-cuda:0.json, not what is written
+    import argparse
+
+    from radixflow.calibration.command import add_arguments, default_out
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    (help_text,) = [a.help for a in parser._actions if a.dest == "out"]
+    assert default_out("cuda:0") == Path("profile-cuda0.json")
+    assert f"{default_out('cuda:0')} for cuda:0" in help_text and "profile-<device>.json" not in help_text

@@ -14,6 +14,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from radixflow.options import option_problem
+
 MAX_CELLS = 10_000  # cells one config may expand to unless `--max-cells` says more
 MAX_SEEDS = 1000  # seeds one `--seeds` may name: a grid times more is not a run to start by accident
 MAX_NAME = 100  # characters in an experiment or grid name
@@ -95,8 +97,18 @@ def _identity(value: Any) -> Hashable:
 def seeds(value: Any, origin: str, key: str) -> list[int]:
     if not isinstance(value, list) or not value or any(type(s) is not int or s < 0 for s in value):
         raise fail(origin, key, "must be a non-empty list of integers >= 0")
+    for seed in value:
+        if (why := seed_bound(seed)) is not None:
+            raise fail(origin, key, why)
     no_repeats(value, origin, key)
     return value
+
+
+def seed_bound(seed: int) -> str | None:
+    """Why ``seed`` (>= 0) cannot be a cell's seed (None: it can): past the engine's bound, told as
+    bench's --seed is told, by the one declaration of the option."""
+    problem = option_problem("seed", seed)
+    return None if problem is None else problem.message
 
 
 def seeded_size(cells: int, seeds: int, limit: int) -> None:
@@ -140,6 +152,8 @@ def parse_seeds(text: str) -> list[int]:
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
             raise ValueError(f"--seeds: the range {part!r} runs backwards")
+        if (why := seed_bound(last)) is not None:  # the range's largest: none is below 0
+            raise ValueError(f"--seeds: {why}")
         if last - first >= MAX_SEEDS:  # refused before a range of billions is spelled out
             raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")
         seeds.update(dict.fromkeys(range(first, last + 1)))

@@ -6,7 +6,7 @@ builds its engine from an `EngineOptions` through `plan_engine` / `build_engine`
 
 from radixflow.options.build import EnginePlan, EngineSetup, build_engine, plan_engine
 from radixflow.options.choice import Capacity, RunnerChoice
-from radixflow.options.engine_options import EngineOptions, option_fields
+from radixflow.options.engine_options import EngineOptions, option_fields, option_problem
 from radixflow.options.runners import runner_name
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "RunnerChoice",
     "build_engine",
     "option_fields",
+    "option_problem",
     "plan_engine",
     "runner_name",
 ]

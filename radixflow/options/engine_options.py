@@ -20,7 +20,7 @@ from radixflow.options.model_options import ModelOptions
 from radixflow.options.scheduler_options import SchedulerOptions
 from radixflow.options.sim_options import SimOptions, hardware_problem
 from radixflow.options.sizes import size_problem
-from radixflow.options.spec import checked, fields_problem, option
+from radixflow.options.spec import check_value, checked, fields_problem, option
 from radixflow.options.spec import spec_of as spec_of  # where the flags and tests read it
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul_plan import plan_problem
@@ -92,3 +92,11 @@ class EngineOptions(SimOptions, SchedulerOptions, ModelOptions):
 def option_fields() -> tuple[dataclasses.Field[Any], ...]:
     """Every engine option, in declaration order."""
     return dataclasses.fields(EngineOptions)
+
+
+def option_problem(name: str, value: Any) -> Problem | None:
+    """Why ``value`` cannot be the option ``name`` (None: it can), by its declaration alone (type,
+    range, choices): a value a door takes in a form of its own (an experiment's list of seeds)
+    told what every other door is told."""
+    (f,) = [f for f in option_fields() if f.name == name]
+    return check_value(name, value, spec_of(f), f.default is None)

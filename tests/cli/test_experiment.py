@@ -751,3 +751,26 @@ def test_a_config_that_cannot_be_read_is_named_as_the_config(tmp_path, capsys):
     code, err = _run(["experiment", str(missing), "--out", str(tmp_path / "o")], capsys)
     line = _one_error_line(err)
     assert code == 2 and line == f"radixflow: error: cannot read config {missing}: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    "seeds, flag, key",
+    [
+        ([2**64], None, "seeds"),
+        ([0], str(2**64), "--seeds"),
+        ([0], f"{2**64 - 2}-{2**64}", "--seeds"),
+        ([0], None, "grid[0].seeds"),
+    ],
+)
+def test_a_seed_past_64_bits_is_refused_at_every_door_as_bench_refuses_it(tmp_path, capsys, seeds, flag, key):
+    # the engine's seeds are bounded (bench: "--seed: must fit in 64 bits ..."); an experiment took
+    # 2**64 and more, from its config or --seeds, and ran
+    config = tmp_path / "c.toml"
+    grid = f"\n[[grid]]\nseeds = [{2**64}]\n" if key.startswith("grid") else ""
+    config.write_text(f"seeds = {seeds}\n{CONFIG}{grid}")
+    argv = ["experiment", str(config), "--out", str(tmp_path / "o"), *(["--seeds", flag] if flag else [])]
+    code, err = _run(argv, capsys)
+    line = _one_error_line(err)
+    bench = f"must fit in 64 bits (-9223372036854775808 to 18446744073709551615), got {2**64}"
+    assert code == 2 and line.endswith(f"{key}: {bench}"), line
+    assert not (tmp_path / "o").exists()

@@ -225,3 +225,15 @@ def test_a_fleet_digests_the_outputs_in_the_order_a_single_engine_does():
     fleet_sha = fleet_policy_result("native", run, built.scheduler, None).outputs_sha256
     assert fleet_sha == summarize("native", single, built.scheduler).outputs_sha256
     assert [r.id for r in run.requests] == [r.id for r in requests]
+
+
+def test_fleet_failures_list_every_unfinished_request_in_order_with_its_reason(setup):
+    # the list was built with `r not in done` over a list: quadratic in the requests (now by status)
+    run = fleet(setup, "checkpoint")
+    failed, aborted = run.requests[3], run.requests[10]
+    failed.status, failed.error = RequestStatus.FAILED, "device lost"
+    aborted.status, aborted.error = RequestStatus.ABORTED, None
+    result = fleet_policy_result("checkpoint", run, setup[0].scheduler, None)
+    expected = [(failed.id, "device lost"), (aborted.id, "aborted")]
+    assert [(f.id, f.reason) for f in result.failures] == expected
+    assert (result.completed, result.failed) == (len(run.requests) - 2, 2)

@@ -184,8 +184,8 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
     trials hold the runner's first rounds, which it leaves out); agreement the worst trial's and
     the completed and failed requests those of the trial that failed most (exactness and
     completeness are not timings: the first trial's, or a median, would hide a trial that
-    disagreed or failed); the first trial's rounds, requests and other counts; every trial's own
-    run kept."""
+    disagreed or failed); the outputs' digest where every trial's is one (`_outputs`); the first
+    trial's rounds, requests and other counts; every trial's own run kept."""
     first = trials[0].result
     timed = medians([{f.name: getattr(t.result, f.name) for f in fields(first)} for t in trials])
     kept = trials[0]
@@ -194,8 +194,9 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
     agreement = None if None in agreements else min(agreements)  # type: ignore[type-var]
     worst = max((t.result for t in trials), key=lambda r: r.failed)  # the first on a tie
     counts = {"completed": worst.completed, "failed": worst.failed, "failures": worst.failures}
+    exact = {**_outputs(trials), "predictor": predictor, "agreement": agreement}
     return PolicyRun(
-        replace(first, **{**timed, **counts, "predictor": predictor, "agreement": agreement}),
+        replace(first, **{**timed, **counts, **exact}),
         kept.rounds,
         kept.requests,
         kept.counters,
@@ -203,6 +204,15 @@ def _median_run(trials: list[PolicyRun]) -> PolicyRun:
         kept.rolled_back,
         trials,
     )
+
+
+def _outputs(trials: list[PolicyRun]) -> dict[str, Any]:
+    """The trials' one outputs digest; or, where they differ, none and each trial's (the first
+    trial's alone would hide a trial whose outputs differed)."""
+    shas = [t.result.outputs_sha256 for t in trials]
+    if len(set(shas)) == 1:
+        return {"outputs_sha256": shas[0], "trial_outputs_sha256": None}
+    return {"outputs_sha256": None, "trial_outputs_sha256": tuple(shas)}
 
 
 def config_dict(scheduler: SchedulerConfig, **extra: object) -> dict[str, object]:

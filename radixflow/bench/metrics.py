@@ -70,7 +70,8 @@ class PolicyResult:
     dependency_depth: int
     makespan_s: float
     worker_call_s: float
-    outputs_sha256: str
+    # the first tokens' digest; None where repeated trials' outputs differ (`trial_outputs_sha256`)
+    outputs_sha256: str | None
     agreement: float | None = None  # see `agreement`; None without a reference
     median_top1_margin: float | None = None  # logit gap top-1 minus top-2, beside agreement
     failures: tuple[Failure, ...] = ()  # in submission order
@@ -79,6 +80,9 @@ class PolicyResult:
     # the engine clock is the wall time or is modelled
     wall_mean_latency_s: float | None = None  # latencies with each round's wall time (`wall_times`)
     wall_worker_call_s: float | None = None
+    # each trial's outputs digest, in trial order, where they differ (a deterministic runner's never
+    # do); None: one trial, or trials that agree
+    trial_outputs_sha256: tuple[str, ...] | None = None
 
     @property
     def predictor_rounds(self) -> int | None:
@@ -136,9 +140,7 @@ def agreement(requests: list[Request], reference: dict[str, int]) -> float | Non
 def rounds_lower_bound(tokens: int, chunks: int, depth: int, scheduler: SchedulerConfig) -> int:
     """Fewest rounds any policy could take: each round holds at most ``token_budget`` tokens and
     ``max_requests`` chunks, and a request cannot finish before its dependency depth."""
-    return max(
-        math.ceil(tokens / scheduler.token_budget), math.ceil(chunks / scheduler.max_requests), depth
-    )
+    return max(math.ceil(tokens / scheduler.token_budget), math.ceil(chunks / scheduler.max_requests), depth)
 
 
 def median_margin(requests: list[Request]) -> float | None:

@@ -37,6 +37,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("round predictor error, median", "predictor_median", "{:.1%}"),
     ("round predictor error, p90", "predictor_p90", "{:.1%}"),
 ]
+DIFFERS = "differs between trials"  # the outputs sha256 of repeated trials that disagree
 MAX_REASONS = 5  # reason rows under "failed"; the rest are summed into one row
 MAX_IDS = 3  # request ids shown per reason
 MAX_REASON_CHARS = 30  # a reason's row label: the metric column never wraps, so it stays short
@@ -96,18 +97,32 @@ def _rows(results: list[PolicyResult]) -> tuple[list[Text], list[tuple[str, list
     rows: list[tuple[str, list[str]]] = []
     for label, name, fmt in ROWS:
         values = [getattr(r, name) for r in results]
-        if all(v is None for v in values):
+        cells = [_cell(r, name, fmt) for r in results]
+        if all(c == "-" for c in cells):
             continue
-        cells = ["-" if v is None else fmt.format(v) for v in values]
         for v in values[1:]:
             if name == "outputs_sha256":
-                cells.append("same" if values[0] == v else "DIFFERENT")
+                cells.append(_same(values[0], v))
             else:
                 cells.append(relative_change(values[0], v))
         rows.append((label, cells))
         if name == "failed":
             rows += [(label, [*cells, *[""] * len(others)]) for label, cells in _failure_rows(results)]
     return headers, rows
+
+
+def _cell(result: PolicyResult, name: str, fmt: str) -> str:
+    if name == "outputs_sha256" and result.trial_outputs_sha256 is not None:
+        return DIFFERS  # no one digest to show: the trials' outputs differ (each is in --json)
+    value = getattr(result, name)
+    return "-" if value is None else fmt.format(value)
+
+
+def _same(first: str | None, other: str | None) -> str:
+    """One policy's outputs against the first's; not compared where either's trials differ."""
+    if first is None or other is None:
+        return "-"
+    return "same" if first == other else "DIFFERENT"
 
 
 def _table(

@@ -51,7 +51,8 @@ def versus(results: list[dict[str, Any]], policy: str) -> list[Versus]:
         best, worse = min(means), max(p99s)
         if not best or not worse:
             continue
-        same = len({v.get("outputs_sha256") for v in r["results"]}) == 1
+        shas = {v.get("outputs_sha256") for v in r["results"]}
+        same = len(shas) == 1 and None not in shas  # None: a variant's trials differed among themselves
         mean, p99 = by[policy]["mean_latency_s"] / best - 1, by[policy]["p99_latency_s"] / worse - 1
         out.append(Versus(r["cell"], r["hybrid"], mean, p99, same, r.get("fixed_cost_ms")))
     return out

@@ -85,3 +85,19 @@ def test_repeats_report_the_failures_of_the_trial_that_failed_most():
     [repeated] = trials.runs()
     assert (repeated.result.completed, repeated.result.failed, repeated.result.failures) == (0, 2, lost)
     assert repeated.result.mean_latency_s == run.result.mean_latency_s  # the trials that have one
+
+
+def test_repeats_whose_outputs_differ_say_so_with_each_trials_sha():
+    """The outputs' digest was the first trial's: a trial whose outputs differed (a
+    nondeterministic runner) was hidden. Agreeing trials give their one digest."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    [run] = run_policies(requests, Engines(runner, SchedulerConfig()), ["native"], None)
+    sha = run.result.outputs_sha256
+    for shas, shown, each in [((sha, sha), sha, None), ((sha, "f" * 64, sha), None, (sha, "f" * 64, sha))]:
+        trials = Trials(["native"], len(shas))
+        for s in shas:
+            trials.add("native", replace(run, result=replace(run.result, outputs_sha256=s)))
+        [repeated] = trials.runs()
+        assert (repeated.result.outputs_sha256, repeated.result.trial_outputs_sha256) == (shown, each)
+        assert repeated.result.to_dict()["trial_outputs_sha256"] == each  # in --json

@@ -139,3 +139,14 @@ def test_reasons_that_read_alike_once_cut_to_a_row_label_share_one_row():
     rows = [line for line in text.splitlines() if "does not fit" in line]
     assert len(rows) == 1 and f"{len(fails)} (r0, r1, r2, …)" in rows[0]
     assert "other reasons" not in text
+
+
+def test_outputs_that_differ_between_trials_are_said_to_not_shown_as_one_sha():
+    differs = replace(
+        BASE, policy="adaptive", outputs_sha256=None, trial_outputs_sha256=("ab" * 32, "cd" * 32)
+    )
+    rows = [line for line in table_text([BASE, differs]).splitlines() if "outputs sha256" in line]
+    assert len(rows) == 1 and "differs between trials" in rows[0] and "same" not in rows[0]
+    assert "DIFFERENT" not in rows[0]  # not compared: adaptive has no one sha
+    alone = [line for line in table_text([differs]).splitlines() if "outputs sha256" in line]
+    assert len(alone) == 1 and "differs between trials" in alone[0]

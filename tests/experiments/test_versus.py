@@ -51,6 +51,14 @@ def test_versus_measures_against_the_better_mean_and_the_worse_p99():
     assert abs(rows[0].mean - (-0.1)) < 1e-9 and abs(rows[0].p99 - 0.1) < 1e-9 and rows[0].same_outputs
 
 
+def test_variants_whose_trials_differed_are_not_counted_as_the_same_outputs():
+    # a variant whose repeated trials' outputs differ has no one digest (null): two such were "same"
+    cell_result = result((1.0, 2.0, 0.9), (3.0, 4.0, 4.4))
+    for row in cell_result["results"]:
+        row["outputs_sha256"] = None
+    assert not versus([cell_result], "adaptive")[0].same_outputs
+
+
 def test_summary_marks_each_acceptance_line():
     rows = [Versus(cell(seed=i), True, -0.1, 0.0, True, 3.0) for i in range(40)]
     rows.append(Versus(cell("loser"), True, 0.2, 0.3, True, 3.0))

@@ -3,18 +3,20 @@
 A `Kernels` backend runs the one-token decode steps that are not GEMMs (the conv window step,
 the gated delta rule step, the Mamba2 step from its projection to the D skip, decode attention
 over the paged KV pool), the small per-layer ops around them (norms, the rotary embedding, the
-KV write), the Gated DeltaNet prefill's conv and delta rule over a round's segments, and the
-Mamba2 and short-conv prefill's conv (one call per layer and wave).
+KV write), the Gated DeltaNet prefill's conv and delta rule over a round's segments, the
+Mamba2 and short-conv prefill's conv (one call per layer and wave) and the Mamba2 prefill's scan
+over a wave's segments.
 `TorchKernels` is the eager reference (`torch_kernels`: `kernels.step`, `kernels.ssd`, one fused
 SDPA call over a gathered context, the packed conv, one ``conv1d`` over a packed wave, the
-chunked delta rule); `NativeKernels`
+chunked delta rule, the chunked SSD per segment); `NativeKernels`
 (`native_kernels`) runs `native/steps.c`, built at first use, which passes over each row's state
 once or twice while it is in cache, reads the KV and a prefill's conv inputs where they lie, and
-runs a prefill's delta rule token by token with each head's state in cache (on a CPU cheaper
-than the chunked form at every length: fewer multiply-adds than its 64-token chunks, none in
-padding or small-matmul dispatch). The runner resolves the engine option (``auto``, ``native``,
-``torch``) once (`resolve_kernels`) and every `ForwardBatch` carries the result; Mamba2's
-prefill scan keeps its eager chunked form either way.
+runs a prefill's delta rule and Mamba2 scan token by token with each head's state in cache (on a
+CPU cheaper than the chunked forms at every length: no padding or small-matmul dispatch, and per
+token the Mamba2 recurrence's 3 P N multiply-adds a head are at most 1.5x the chunked SSD's 2 P N
++ Q (P + N G / H), against a measured 1.8-2.6x more multiply-adds a second; docs/real-models.md).
+The runner resolves the engine option (``auto``, ``native``, ``torch``) once (`resolve_kernels`)
+and every `ForwardBatch` carries the result.
 """
 
 from __future__ import annotations
@@ -128,6 +130,21 @@ class Kernels(Protocol):
     ) -> torch.Tensor:
         """`delta_rule.gated_delta_rule_segments`: the delta rule over a round's prefill
         segments (key heads not repeated), ``states`` the call's own."""
+        ...
+
+    def mamba2_prefill(
+        self,
+        conv: torch.Tensor,
+        dt: torch.Tensor,
+        params: ssd.Mamba2Step,
+        starts: list[torch.Tensor | None],
+        segs: Segments,
+        on_save: Callable[[int, torch.Tensor], None],
+        chunk: int,
+    ) -> torch.Tensor:
+        """`ssd.mamba2_segments`: the Mamba2 scan (dt softplus and clamp, D skip) over a wave's
+        prefill segments, each sequence from its state in ``starts`` (read where it lies, never
+        written); ``chunk`` the eager form's chunk length."""
         ...
 
     def gated_rms_norm(

@@ -10,6 +10,7 @@ import itertools
 import torch
 
 from radixflow.models.kernels import ssd, step
+from radixflow.models.kernels.delta_rule import Segments
 from radixflow.models.kernels.native import layer_ops, mixer_ops
 from radixflow.models.kernels.packed_conv import window_after_inputs
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
@@ -53,14 +54,20 @@ class NativeKernels:
 
     def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
         """Every segment token by token in one call; the saved states handed on after it."""
-        runs, keys = [], []
-        for b, mine in enumerate(segs):
-            for lo, hi, key in mine:
-                runs.append((lo, hi, b, -1 if key is None else len(keys)))
-                if key is not None:
-                    keys.append(key)
-        table = torch.tensor(runs, dtype=torch.int64).view(-1, 4)
+        table, keys = _runs(segs)
         out, saved = mixer_ops.gated_delta_scan(self.lib, q, k, v, g, beta, table, states, len(keys))
+        for i, key in enumerate(keys):
+            on_save(key, saved[i])
+        return out
+
+    def mamba2_prefill(self, conv, dt, params, starts, segs, on_save, chunk):  # type: ignore[no-untyped-def]
+        """Every segment token by token in one call, each initial state read where it lies; the
+        saved states handed on after it."""
+        floats = [conv, dt, *(s for s in starts if s is not None)]
+        if any(t.dtype != torch.float32 for t in floats):  # the native kernels run float32 only
+            return TORCH_KERNELS.mamba2_prefill(conv, dt, params, starts, segs, on_save, chunk)
+        table, keys = _runs(segs)
+        out, saved = mixer_ops.mamba2_scan(self.lib, conv, dt, params, table, starts, len(keys))
         for i, key in enumerate(keys):
             on_save(key, saved[i])
         return out
@@ -118,3 +125,15 @@ class NativeKernels:
 
     def decode_attention(self, q, kc, vc, context, scale, gather):  # type: ignore[no-untyped-def]
         return layer_ops.decode_attention(self.lib, q, kc, vc, context.slots, context.ends, scale)
+
+
+def _runs(segs: Segments) -> tuple[torch.Tensor, list[int]]:
+    """The native scans' run table ``[R, 4]`` (``lo, hi, sequence, save index or -1``) of a
+    round's segments, and the keys of the saving runs in save-index order."""
+    runs, keys = [], []
+    for b, mine in enumerate(segs):
+        for lo, hi, key in mine:
+            runs.append((lo, hi, b, -1 if key is None else len(keys)))
+            if key is not None:
+                keys.append(key)
+    return torch.tensor(runs, dtype=torch.int64).view(-1, 4), keys

@@ -4,7 +4,8 @@
 
 Long segments use the chunked SSD (matrix) form, `ssd_chunked`: quadratic attention-like work
 inside chunks, a linear recurrence of the small state across chunks. Single tokens use the plain
-recurrence, `ssd_step`. `causal_conv` is the depthwise conv in front of the scan and
+recurrence, `ssd_step`. `mamba2_segments` runs a wave's prefill segments through them (the eager
+reference of the native token-by-token scan). `causal_conv` is the depthwise conv in front of the scan and
 `gated_rms_norm` the grouped, ``silu(z)``-gated norm behind it.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from radixflow.models.kernels.delta_rule import Segments
 from radixflow.models.kernels.step import conv_step, row_blocks
 
 
@@ -214,3 +216,48 @@ def mamba2_decode(
     )
     out = out + p.d.float()[:, None] * xs
     return out.reshape(s, inner), h
+
+
+def mamba2_segments(
+    conv: torch.Tensor,
+    dt: torch.Tensor,
+    p: Mamba2Step,
+    starts: list[torch.Tensor | None],
+    segs: Segments,
+    on_save: Callable[[int, torch.Tensor], None],
+    chunk: int,
+) -> torch.Tensor:
+    """The Mamba2 prefill scan over a wave's segments, each in `ssd_chunked` (a one-token
+    segment in `ssd_step`): ``conv [T, conv_dim]`` after the activation, the raw ``dt [T,
+    heads]``, ``starts[b]`` sequence b's state ``[heads, P, N]`` before its first segment (read,
+    not written; None: zeros); ``segs[b]`` sequence b's ``(lo, hi, key)`` token rows in order,
+    ``on_save(key, state)`` called after a segment with a key. Returns ``y [T, heads * P]``
+    with the D skip (float32)."""
+    y = torch.empty(conv.shape[0], p.heads * p.head_dim, dtype=torch.float32, device=conv.device)
+    a = -torch.exp(p.a_log.float())
+    shape = (p.heads, p.head_dim, p.d_state)
+    for start, mine in zip(starts, segs, strict=True):
+        h = conv.new_zeros(shape, dtype=torch.float32) if start is None else start.float()
+        for lo, hi, key in mine:
+            y[lo:hi], h = _segment(conv[lo:hi], dt[lo:hi], p, a, h, chunk)
+            if key is not None:
+                on_save(key, h)
+    return y
+
+
+def _segment(
+    conv: torch.Tensor, dt: torch.Tensor, p: Mamba2Step, a: torch.Tensor, h: torch.Tensor, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment of `mamba2_segments`: ``(y [L, heads * P], the state after it)``."""
+    length, gn = conv.shape[0], p.groups * p.d_state
+    xs, b, c = conv.float().split([p.heads * p.head_dim, gn, gn], dim=-1)
+    xs = xs.reshape(length, p.heads, p.head_dim)
+    b, c = b.reshape(length, p.groups, p.d_state), c.reshape(length, p.groups, p.d_state)
+    step = F.softplus(dt.float() + p.dt_bias.float()).clamp(min=p.dt_min, max=p.dt_max)
+    if length == 1:
+        out, h1 = ssd_step(xs, step, a, b, c, h.unsqueeze(0))
+        h = h1[0]
+    else:
+        out, h = ssd_chunked(xs, step, a, b, c, h, chunk)
+    out = out + p.d.float()[:, None] * xs
+    return out.reshape(length, -1), h

@@ -41,6 +41,9 @@ class TorchKernels:
     def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
         return gated_delta_rule_segments(q, k, v, g, beta, states, segs, on_save)
 
+    def mamba2_prefill(self, conv, dt, params, starts, segs, on_save, chunk):  # type: ignore[no-untyped-def]
+        return ssd.mamba2_segments(conv, dt, params, starts, segs, on_save, chunk)
+
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return step.gated_rms_norm(x, gate, weight, eps)
 

@@ -8,9 +8,9 @@
 The recurrent state of one Mamba2 layer is ``(conv window [conv_dim, d_conv - 1], ssm state
 [heads, head_dim, d_state])``. The math lives in `radixflow.models.kernels.ssd`; this module runs
 it over packed batches: the one-token rows of a round in one batched step, the others wave by
-wave (the conv of a whole wave in one call of the batch's kernels), each sequence's scan segment
-by segment between snapshot points, so a snapshot holds exactly the state a full uninterrupted
-prefill has at that position. Each family describes
+wave (the conv of a whole wave in one call of the batch's kernels, then the scan of every
+sequence's segments between snapshot points in another), so a snapshot holds exactly the state a
+full uninterrupted prefill has at that position. Each family describes
 its mixer with a `Mamba2Spec` built from its own config fields.
 """
 
@@ -25,7 +25,7 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.kernels.ssd import Mamba2Step, ssd_chunked, ssd_step
+from radixflow.models.kernels.ssd import Mamba2Step
 from radixflow.models.layers import ACTIVATIONS, Config
 
 # ---------------------------------------------------------------------------------------------
@@ -155,20 +155,6 @@ class Mamba2Mixer(nn.Module):
 
     # -- per sequence ------------------------------------------------------------------------
 
-    def _initial_state(
-        self, batch: ForwardBatch, slot: int | None, like: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(conv window in the activation dtype, float32 SSM state) restored from ``slot``: in
-        float32 the pool's own rows, read in place (the segment kernels leave them alone)."""
-        state = batch.state.load(self.layer_idx, slot)
-        if state is None:
-            shapes = self.state_shapes()
-            return (
-                torch.zeros(shapes[0], dtype=like.dtype, device=like.device),
-                torch.zeros(shapes[1], dtype=torch.float32, device=like.device),
-            )
-        return state[0].to(like.dtype), state[1].float()
-
     def _wave(
         self,
         batch: ForwardBatch,
@@ -179,60 +165,47 @@ class Mamba2Mixer(nn.Module):
         y: torch.Tensor,
     ) -> None:
         """One wave of per-sequence rows (`batch.waves`): the conv + activation of all of them
-        in one call (the batch's kernels, reading ``xbc`` where it lies), then each sequence's
-        scan segment by segment, saving the state at each snapshot; writes into ``y``."""
+        in one call, then the scan of every sequence's segments in one call (the batch's
+        kernels), saving the state at each snapshot (mutates the pool); writes into ``y``."""
         seqs = [batch.seqs[i] for i in rows]
+        saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
+        segs, base = [], 0
+        for n, seq in enumerate(seqs):
+            mine = []
+            for seg in seq.segments():
+                key = None
+                if seg.slots:
+                    key = len(saves)
+                    saves.append((n, seg.hi, seg.slots))
+                mine.append((base + seg.lo, base + seg.hi, key))
+            segs.append(mine)
+            base += seq.length
         # each SSM state read where it lies (no copy of a state per sequence), the small
         # windows stacked for the one conv call
-        states = [self._initial_state(batch, s.restore_slot, xbc) for s in seqs]
-        windows = torch.stack([window for window, _ in states])
+        loaded = [batch.state.load(self.layer_idx, s.restore_slot) for s in seqs]
+        windows = torch.stack([self._window(state, xbc) for state in loaded])
         silu = self.spec.act in ("silu", "swish")  # the kernels' own activation; others after it
-        conv1d = self.conv1d
-        conv, window_after = batch.kernels.prefill_conv(
-            xbc, tokens, [s.length for s in seqs], windows, conv1d.weight[:, 0], conv1d.bias, silu
-        )
+        weight, bias, lengths = self.conv1d.weight[:, 0], self.conv1d.bias, [s.length for s in seqs]
+        conv, window_after = batch.kernels.prefill_conv(xbc, tokens, lengths, windows, weight, bias, silu)
         if not silu:
             conv = self.act(conv)
-        offs, base = batch.offsets, 0
-        for n, (i, seq) in enumerate(zip(rows, seqs, strict=True)):
-            h = states[n][1]
-            for seg in seq.segments():
-                part = slice(offs[i] + seg.lo, offs[i] + seg.hi)
-                y[part], h = self._segment(conv[base + seg.lo : base + seg.hi], dt[part], h)
-                for slot in seg.slots:
-                    batch.state.save(self.layer_idx, slot, (window_after(n, seg.hi), h))
-            base += seq.length
 
-    def _dt(self, dt: torch.Tensor) -> torch.Tensor:
-        dt = F.softplus(dt.float() + self.dt_bias.float())
-        return dt.clamp(min=self.spec.dt_min, max=self.spec.dt_max)
+        def save(key: int, h: torch.Tensor) -> None:
+            n, before, slots = saves[key]
+            window = window_after(n, before)
+            for slot in slots:
+                batch.state.save(self.layer_idx, slot, (window, h))
 
-    def _split_xbc(self, xbc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        s = self.spec
-        xs, b, c = xbc.float().split([s.inner, s.groups * s.d_state, s.groups * s.d_state], dim=-1)
-        lead = xbc.shape[:-1]
-        return (
-            xs.reshape(*lead, s.heads, s.head_dim),
-            b.reshape(*lead, s.groups, s.d_state),
-            c.reshape(*lead, s.groups, s.d_state),
-        )
+        starts = [None if state is None else state[1] for state in loaded]
+        scan = batch.kernels.mamba2_prefill
+        y[tokens] = scan(conv, dt[tokens], self._step_params(), starts, segs, save, self.SSD_CHUNK)
 
-    def _segment(
-        self, conv: torch.Tensor, dt: torch.Tensor, h: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens of one segment: ``conv [L, conv_dim]`` (after the activation), ``dt [L, heads]``
-        (raw in_proj output), ``h`` the state before them."""
-        length = conv.shape[0]
-        xs, b, c = self._split_xbc(conv)
-        dt = self._dt(dt)
-        a = -torch.exp(self.A_log.float())
-        if length == 1:
-            out, h1 = ssd_step(xs, dt, a, b, c, h.unsqueeze(0))
-            h = h1[0]
-        else:
-            out, h = ssd_chunked(xs, dt, a, b, c, h, self.SSD_CHUNK)
-        out = out + self.D.float()[:, None] * xs
-        return out.reshape(length, -1), h
+    def _window(self, state: tuple[torch.Tensor, ...] | None, like: torch.Tensor) -> torch.Tensor:
+        """A sequence's conv window before its segments, in the activation dtype (zeros from
+        scratch)."""
+        if state is None:
+            return torch.zeros(self.state_shapes()[0], dtype=like.dtype, device=like.device)
+        return state[0].to(like.dtype)
 
     def _decode(
         self, batch: ForwardBatch, rows: DecodeRows, xbc: torch.Tensor, dt: torch.Tensor

@@ -126,9 +126,9 @@ def test_chunked_ssd_matches_recurrence(length: int, chunk: int) -> None:
 # Against transformers
 
 
-def test_full_prefill_batch(models) -> None:
+def test_full_prefill_batch(models, kernels) -> None:
     ours, ref = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=kernels)
     prompts = [prompt(1, 37), prompt(2, 64), prompt(3, 100)]
     chunks = [(p, SeqSpec(0, len(p), pools.blocks(len(p)))) for p in prompts]
     outs = run(ours, pools, chunks)
@@ -137,9 +137,9 @@ def test_full_prefill_batch(models) -> None:
 
 
 @pytest.mark.parametrize(("p", "n"), [(32, 90), (160, 300)])
-def test_restore_continuation(models, p: int, n: int) -> None:
+def test_restore_continuation(models, kernels, p: int, n: int) -> None:
     ours, ref = models
-    pools = Pools(ours)
+    pools = Pools(ours, kernels=kernels)
     tokens = prompt(4, n)
     table = pools.blocks(len(tokens))
     run(ours, pools, [(tokens[:p], SeqSpec(0, p, table, snapshots=[Snapshot(p, 3)]))])

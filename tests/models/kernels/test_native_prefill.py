@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.models.kernels.delta_rule import Segments, expand_key_heads
+from radixflow.models.kernels.ssd import Mamba2Step
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-5
@@ -189,3 +190,121 @@ def test_the_prefill_conv_in_another_dtype_is_the_eager_one(native) -> None:
     got, got_after = native.prefill_conv(x, rows, [3, 4], windows, weight, bias, True)
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
     assert torch.equal(got_after(1, 2), want_after(1, 2))
+
+
+# -- the Mamba2 prefill scan ------------------------------------------------------------------
+
+
+def _mamba2(heads: int, groups: int, p: int, n: int, seed: int = 0) -> Mamba2Step:
+    """Step parameters as a Mamba2 layer holds them: an identity conv (the last tap), a dt
+    clamp that binds at both ends for some tokens."""
+    g = torch.Generator().manual_seed(seed)
+    conv_dim = heads * p + 2 * groups * n
+    weight = torch.zeros(conv_dim, 4)
+    weight[:, -1] = 1.0
+    return Mamba2Step(
+        heads=heads,
+        head_dim=p,
+        groups=groups,
+        d_state=n,
+        conv_weight=weight,
+        conv_bias=None,
+        dt_bias=torch.randn(heads, generator=g),
+        a_log=torch.randn(heads, generator=g),
+        d=torch.randn(heads, generator=g),
+        dt_min=0.01,
+        dt_max=2.0,
+        act=F.silu,
+        silu=True,
+    )
+
+
+def _scan(kernels, conv, dt, params, starts, segs) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """``starts``: each sequence's state, or None (zeros); asserts the call leaves them alone."""
+    saved: dict[int, torch.Tensor] = {}
+    keep = lambda key, s: saved.__setitem__(key, s.clone())  # noqa: E731
+    before = [None if s is None else s.clone() for s in starts]
+    out = kernels.mamba2_prefill(conv, dt, params, starts, segs, keep, 16)
+    for s, was in zip(starts, before, strict=True):
+        assert s is None or torch.allclose(s, was, rtol=0, atol=0, equal_nan=True)
+    return out, saved
+
+
+def _scan_inputs(seed: int, rows: int, params: Mamba2Step) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    conv_dim = params.heads * params.head_dim + 2 * params.groups * params.d_state
+    return F.silu(torch.randn(rows, conv_dim, generator=g)), torch.randn(rows, params.heads, generator=g) * 2
+
+
+MAMBA2_LAYOUTS = [
+    *LAYOUTS,
+    [[1] * 20, [3] * 7],  # many segments per sequence
+]
+
+
+@pytest.mark.parametrize("lengths", MAMBA2_LAYOUTS)
+@pytest.mark.parametrize(("heads", "groups", "p", "n"), [(4, 2, 16, 16), (3, 3, 5, 7), (2, 1, 64, 128)])
+def test_the_mamba2_scan_matches_the_chunked_prefill(native, lengths, heads, groups, p, n) -> None:
+    """Chunk 16: the [16], [32], [64] and [64, 64] segments end on chunk boundaries."""
+    segs, rows = _layout(lengths)
+    params = _mamba2(heads, groups, p, n, seed=rows)
+    conv, dt = _scan_inputs(rows + heads, rows, params)
+    states = torch.randn(len(lengths), heads, p, n, generator=torch.Generator().manual_seed(5)) * 0.3
+    states = [None, *states[1:]]  # a sequence from scratch; the others resume from a saved state
+    want_y, want_s = _scan(TORCH_KERNELS, conv, dt, params, states, segs)
+    got_y, got_s = _scan(native, conv, dt, params, states, segs)
+    assert _close(got_y, want_y)
+    assert sorted(got_s) == sorted(want_s) == list(range(sum(len(m) for m in lengths)))
+    for key, want in want_s.items():
+        assert _close(got_s[key], want), key
+
+
+def test_the_mamba2_scan_saves_only_keyed_segments_and_reads_the_states_given(native) -> None:
+    params = _mamba2(2, 1, 8, 8)
+    conv, dt = _scan_inputs(1, 10, params)
+    states = list(torch.randn(2, 2, 8, 8, generator=torch.Generator().manual_seed(2)))
+    segs: Segments = [[(0, 3, None), (3, 9, 0)], [(9, 10, None)]]
+    want_y, want_s = _scan(TORCH_KERNELS, conv, dt, params, states, segs)
+    got_y, got_s = _scan(native, conv, dt, params, states, segs)
+    assert list(got_s) == [0] and _close(got_s[0], want_s[0]) and _close(got_y, want_y)
+
+
+def test_the_mamba2_scan_equals_the_native_decode_step_token_by_token(native) -> None:
+    """The same arithmetic in the same order: the scan is the one-token decode step (its conv
+    the identity tap here, its silu the prefill conv's) run per token, to the bit."""
+    params, length = _mamba2(4, 2, 16, 16), 37
+    conv_dim = params.conv_weight.shape[0]
+    xbc = torch.randn(length, conv_dim, generator=torch.Generator().manual_seed(3))
+    dt = torch.randn(length, params.heads, generator=torch.Generator().manual_seed(4)) * 2
+    init = torch.randn(
+        1, params.heads, params.head_dim, params.d_state, generator=torch.Generator().manual_seed(6)
+    )
+    rows, windows = torch.arange(length), torch.zeros(1, conv_dim, 3)
+    conv, _ = native.prefill_conv(xbc, rows, [length], windows, params.conv_weight, None, True)
+    got_y, got_s = _scan(native, conv, dt, params, [init[0]], [[(0, length, 0)]])
+    h, window, outs = init.clone(), windows.clone(), []
+    for t in range(length):
+        y, h = native.mamba2_decode(xbc[t : t + 1], dt[t : t + 1], window, params, h)
+        outs.append(y)
+    assert torch.equal(got_y, torch.cat(outs)) and torch.equal(got_s[0], h[0])
+
+
+def test_a_nan_stays_in_its_own_sequence_of_the_mamba2_scan(native) -> None:
+    segs, rows = _layout([[6], [6], [6]])
+    params = _mamba2(2, 1, 8, 8)
+    conv, dt = _scan_inputs(7, rows, params)
+    states = torch.zeros(3, 2, 8, 8)
+    states[1, 0, 2, 2] = float("nan")
+    out, saved = _scan(native, conv, dt, params, list(states), segs)
+    assert out[6:12].isnan().any() and saved[1][0].isnan().any()
+    assert not out[:6].isnan().any() and not out[12:].isnan().any()
+    assert not saved[0].isnan().any() and not saved[2].isnan().any()
+
+
+def test_the_mamba2_scan_in_another_dtype_is_the_eager_one(native) -> None:
+    params = _mamba2(2, 1, 8, 8)
+    conv, dt = _scan_inputs(8, 9, params)
+    states, segs = [torch.zeros(2, 8, 8)], [[(0, 4, 0), (4, 9, 1)]]
+    got_y, got_s = _scan(native, conv.bfloat16(), dt, params, states, segs)
+    want_y, want_s = _scan(TORCH_KERNELS, conv.bfloat16(), dt, params, states, segs)
+    assert torch.equal(got_y, want_y) and all(torch.equal(got_s[k], want_s[k]) for k in want_s)

@@ -275,3 +275,54 @@ def mamba2_decode(
             raise MemoryError("native mamba2 decode: no memory for its scratch")
     written_back(window, work_window)
     return y, written_back(h, work_h)
+
+
+def mamba2_scan(
+    lib: ctypes.CDLL,
+    conv: torch.Tensor,
+    dt: torch.Tensor,
+    params: Mamba2Step,
+    runs: torch.Tensor,
+    starts: list[torch.Tensor | None],
+    saves: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Mamba2 prefill scan token by token over runs of a wave's token rows: ``conv [T,
+    conv_dim]`` (after the activation), the raw ``dt [T, heads]``; ``runs [R, 4]`` int64 rows
+    ``(lo, hi, sequence, save index or -1)``, a sequence's runs consecutive and in order;
+    ``starts[b]`` sequence b's state ``[heads, P, N]`` before its first run, read where it lies
+    (None: zeros). Returns ``(y [T, heads * P] with the D skip, saved [saves, heads, P, N])``:
+    the state after each run that names a save index."""
+    conv, dt = dense(conv), dense(dt)
+    dt_bias, a_log, d = dense(params.dt_bias), dense(params.a_log), dense(params.d)
+    runs = runs.to(torch.int64).contiguous()
+    held = [None if s is None else dense(s) for s in starts]  # alive through the call
+    addresses = torch.tensor([0 if s is None else ptr(s) for s in held], dtype=torch.int64)
+    heads, p, n = params.heads, params.head_dim, params.d_state
+    y = torch.empty(conv.shape[0], heads * p, dtype=torch.float32)
+    saved = torch.empty(saves, heads, p, n, dtype=torch.float32)
+    if len(runs):
+        lo, hi, seq, save = (runs[:, i].contiguous() for i in range(4))
+        failed = lib.rf_mamba2_scan(
+            len(runs),
+            heads,
+            params.groups,
+            p,
+            n,
+            ptr(conv),
+            ptr(dt),
+            ptr(dt_bias),
+            ptr(a_log),
+            ptr(d),
+            params.dt_min,
+            params.dt_max,
+            ptr(lo),
+            ptr(hi),
+            ptr(seq),
+            ptr(save),
+            ptr(addresses),
+            ptr(saved),
+            ptr(y),
+        )
+        if failed:
+            raise MemoryError("native mamba2 scan: no memory for its scratch")
+    return y, saved

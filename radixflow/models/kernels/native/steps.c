@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 10; }
+int rf_abi_version(void) { return 11; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -725,6 +725,55 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
         }
     }
     free(mixed);
+    return 0;
+}
+
+/* Mamba2 prefill scan over runs of consecutive tokens (a wave's segments), token by token:
+ * conv [T, heads p + 2 groups n] the activated conv output (x, B, C of each token), dt [T, heads]
+ * raw, both contiguous over the wave's token rows. Per token and head the arithmetic of
+ * rf_mamba2_decode after its conv (dt to clamp(softplus(dt + dt_bias)), A = -exp(a_log), the
+ * rf_ssd_step recurrence, the D skip), so a scan equals the decode step token by token to the
+ * bit. Run r covers rows lo[r]..hi[r]-1 (hi > lo) of sequence seq[r]; a sequence's runs come
+ * consecutive and in order. Its state before them is read (never written) at the address
+ * starts[seq] ([heads, p, n] contiguous floats, where it lies in the state pool; 0: zeros), and
+ * each head's state runs in a scratch row that stays in cache across all of the sequence's
+ * runs. After run r the state goes to saves[save[r]] [heads, p, n] when save[r] >= 0.
+ * y [T, heads p]. Returns 0, or 1 when its scratch cannot be allocated. */
+int rf_mamba2_scan(int64_t runs, int64_t heads, int64_t groups, int64_t p, int64_t n,
+                   const float *conv, const float *dt, const float *dt_bias, const float *a_log,
+                   const float *d, float dt_min, float dt_max, const int64_t *lo,
+                   const int64_t *hi, const int64_t *seq, const int64_t *save,
+                   const int64_t *starts, float *saves, float *y) {
+    const int64_t inner = heads * p, conv_dim = inner + 2 * groups * n, per_group = heads / groups;
+    const int64_t per_state = heads * p * n;
+    float *hh = malloc(sizeof(float) * (size_t)(p * n));
+    if (hh == NULL) return 1;
+    for (int64_t r0 = 0, r1; r0 < runs; r0 = r1) {
+        for (r1 = r0 + 1; r1 < runs && seq[r1] == seq[r0]; r1++) {}
+        const float *start = (const float *)(intptr_t)starts[seq[r0]];
+        for (int64_t hd = 0; hd < heads; hd++) {
+            const float a = -expf(a_log[hd]), bias = dt_bias[hd], skip = d[hd];
+            for (int64_t i = 0; i < p * n; i++) hh[i] = start == NULL ? 0.0f : start[hd * p * n + i];
+            for (int64_t r = r0; r < r1; r++) {
+                for (int64_t t = lo[r]; t < hi[r]; t++) {
+                    const float *row = conv + t * conv_dim;
+                    float step = softplus(dt[t * heads + hd] + bias);
+                    step = step < dt_min ? dt_min : (step > dt_max ? dt_max : step); /* NaN stays */
+                    const float decay = expf(step * a);
+                    const float *xh = row + hd * p, *bb = row + inner + (hd / per_group) * n;
+                    const float *cc = row + inner + groups * n + (hd / per_group) * n;
+                    float *yh = y + t * inner + hd * p;
+                    ssd_head(p, n, hh, decay, step, xh, bb, cc, yh);
+                    for (int64_t i = 0; i < p; i++) yh[i] = yh[i] + skip * xh[i];
+                }
+                if (save[r] >= 0) {
+                    float *dst = saves + save[r] * per_state + hd * p * n;
+                    for (int64_t i = 0; i < p * n; i++) dst[i] = hh[i];
+                }
+            }
+        }
+    }
+    free(hh);
     return 0;
 }
 

@@ -70,3 +70,26 @@ class SeqSpec:
         if lo < self.length:
             out.append(Segment(lo, self.length))
         return out
+
+
+# where a wave's scan saves a state: (sequence in the wave, tokens of it before, slots)
+SaveAt = tuple[int, int, tuple[int, ...]]
+
+
+def wave_segments(seqs: list[SeqSpec]) -> tuple[list[list[tuple[int, int, int | None]]], list[SaveAt]]:
+    """A wave's segments as a recurrent scan takes them: per sequence its ``(lo, hi, key)`` rows
+    of the wave's packed tokens (the sequences one after another), ``key`` indexing the saves
+    (None: the segment saves nothing); and per key where the state goes."""
+    saves: list[SaveAt] = []
+    segs, base = [], 0
+    for n, seq in enumerate(seqs):
+        mine: list[tuple[int, int, int | None]] = []
+        for seg in seq.segments():
+            key = None
+            if seg.slots:
+                key = len(saves)
+                saves.append((n, seg.hi, seg.slots))
+            mine.append((base + seg.lo, base + seg.hi, key))
+        segs.append(mine)
+        base += seq.length
+    return segs, saves

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.kv_pool import KVPool
-from radixflow.models.seq_spec import Segment, SeqSpec, Snapshot
+from radixflow.models.seq_spec import Segment, SeqSpec, Snapshot, wave_segments
 
 
 def test_segments_split_at_snapshots():
@@ -27,6 +27,15 @@ def test_snapshots_sharing_a_position_share_one_segment_never_an_empty_one():
     ragged = SeqSpec(8, 9, [0, 1], snapshots=[Snapshot(17, 4), Snapshot(9, 3), Snapshot(9, 5)])
     assert ragged.segments() == [Segment(0, 1, (3, 5)), Segment(1, 9, (4,))]
     assert all(seg.lo < seg.hi for seg in spec.segments() + ragged.segments())
+
+
+def test_a_waves_segments_are_rows_of_its_packed_tokens_and_only_saving_ones_have_a_key():
+    a = SeqSpec(8, 9, [0, 1], snapshots=[Snapshot(17, 4), Snapshot(9, 3), Snapshot(9, 5)])
+    b = SeqSpec(0, 3, [2])  # no snapshot: one segment, no key
+    c = SeqSpec(4, 2, [3], restore_slot=1, snapshots=[Snapshot(6, 6)])
+    segs, saves = wave_segments([a, b, c])
+    assert segs == [[(0, 1, 0), (1, 9, 1)], [(9, 12, None)], [(12, 14, 2)]]
+    assert saves == [(0, 1, (3, 5)), (0, 9, (4,)), (2, 2, (6,))]
 
 
 def test_paged_attention_matches_dense_causal_attention_across_rounds():

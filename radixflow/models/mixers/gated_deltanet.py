@@ -19,6 +19,7 @@ from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.step import delta_gates, delta_key_heads, gated_rms_norm
 from radixflow.models.layers import Config
+from radixflow.models.seq_spec import wave_segments
 
 
 class GatedRMSNorm(nn.Module):
@@ -134,19 +135,7 @@ class GatedDeltaNet(nn.Module):
         one delta-rule call (the batch's kernels) for all of them, saving each segment's state at
         its snapshots (mutates the pool); returns the wave's readout ``[len(tokens), v_heads, dv]``."""
         seqs = [batch.seqs[i] for i in rows]
-        saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
-        segs = []
-        base = 0
-        for n, seq in enumerate(seqs):
-            mine = []
-            for seg in seq.segments():
-                key = None
-                if seg.slots:
-                    key = len(saves)
-                    saves.append((n, seg.hi, seg.slots))
-                mine.append((base + seg.lo, base + seg.hi, key))
-            segs.append(mine)
-            base += seq.length
+        segs, saves = wave_segments(seqs)
         windows, states = batch.state.load_many(self.layer_idx, [s.restore_slot for s in seqs])
         weight, lengths = self.conv1d.weight.squeeze(1), [s.length for s in seqs]
         mixed, window_after = batch.kernels.prefill_conv_silu(qkv, tokens, lengths, windows, weight)

@@ -27,6 +27,7 @@ from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
 from radixflow.models.kernels.ssd import Mamba2Step
 from radixflow.models.layers import ACTIVATIONS, Config
+from radixflow.models.seq_spec import wave_segments
 
 # ---------------------------------------------------------------------------------------------
 # Config helpers (used by the families' spec builders)
@@ -168,18 +169,7 @@ class Mamba2Mixer(nn.Module):
         in one call, then the scan of every sequence's segments in one call (the batch's
         kernels), saving the state at each snapshot (mutates the pool); writes into ``y``."""
         seqs = [batch.seqs[i] for i in rows]
-        saves: list[tuple[int, int, tuple[int, ...]]] = []  # (sequence, tokens before, slots) per key
-        segs, base = [], 0
-        for n, seq in enumerate(seqs):
-            mine = []
-            for seg in seq.segments():
-                key = None
-                if seg.slots:
-                    key = len(saves)
-                    saves.append((n, seg.hi, seg.slots))
-                mine.append((base + seg.lo, base + seg.hi, key))
-            segs.append(mine)
-            base += seq.length
+        segs, saves = wave_segments(seqs)
         # each SSM state read where it lies (no copy of a state per sequence), the small
         # windows stacked for the one conv call
         loaded = [batch.state.load(self.layer_idx, s.restore_slot) for s in seqs]

@@ -14,7 +14,7 @@ once or twice while it is in cache, reads the KV and a prefill's conv inputs whe
 runs a prefill's delta rule and Mamba2 scan token by token with each head's state in cache (on a
 CPU cheaper than the chunked forms at every length: no padding or small-matmul dispatch, and per
 token the Mamba2 recurrence's 3 P N multiply-adds a head are at most 1.5x the chunked SSD's 2 P N
-+ Q (P + N G / H), against a measured 1.8-2.6x more multiply-adds a second; docs/real-models.md).
++ Q (P + N G / H), against a measured 1.6-2.7x more multiply-adds a second; docs/real-models.md).
 The runner resolves the engine option (``auto``, ``native``, ``torch``) once (`resolve_kernels`)
 and every `ForwardBatch` carries the result.
 """

@@ -147,11 +147,16 @@ class Mamba2Mixer(nn.Module):
         steps, then the others wave by wave (a wave restores what the waves before it saved)."""
         if batch.whole_decode is not None:  # every row, in order: the step's output is ours
             return self._decode(batch, batch.whole_decode, xbc, dt)
+        waves = batch.waves
+        if not batch.decode_seqs and len(waves) == 1:  # one wave of every row, in order: its
+            # output is ours, and its dt the layer's (no gather of it, no scatter back)
+            rows, tokens = waves[0]
+            return self._wave(batch, rows, tokens, xbc, dt)
         y = torch.empty(xbc.shape[0], self.spec.inner, dtype=torch.float32, device=xbc.device)
         for rows in batch.decode_parts:
             rows.put(y, self._decode(batch, rows, xbc, dt))
-        for rows, tokens in batch.waves:
-            self._wave(batch, rows, tokens, xbc, dt, y)
+        for rows, tokens in waves:
+            y[tokens] = self._wave(batch, rows, tokens, xbc, dt[tokens])
         return y
 
     # -- per sequence ------------------------------------------------------------------------
@@ -163,11 +168,12 @@ class Mamba2Mixer(nn.Module):
         tokens: torch.Tensor,
         xbc: torch.Tensor,
         dt: torch.Tensor,
-        y: torch.Tensor,
-    ) -> None:
-        """One wave of per-sequence rows (`batch.waves`): the conv + activation of all of them
-        in one call, then the scan of every sequence's segments in one call (the batch's
-        kernels), saving the state at each snapshot (mutates the pool); writes into ``y``."""
+    ) -> torch.Tensor:
+        """One wave of per-sequence rows (`batch.waves`: ``rows`` and their flat ``tokens``
+        into ``xbc``; ``dt`` the wave's own, in ``tokens`` order): the conv + activation of all
+        of them in one call, then the scan of every sequence's segments in one call (the batch's
+        kernels), saving the state at each snapshot (mutates the pool); returns the wave's
+        output ``[len(tokens), inner]`` (float32)."""
         seqs = [batch.seqs[i] for i in rows]
         segs, saves = wave_segments(seqs)
         # each SSM state read where it lies (no copy of a state per sequence), the small
@@ -188,7 +194,7 @@ class Mamba2Mixer(nn.Module):
 
         starts = [None if state is None else state[1] for state in loaded]
         scan = batch.kernels.mamba2_prefill
-        y[tokens] = scan(conv, dt[tokens], self._step_params(), starts, segs, save, self.SSD_CHUNK)
+        return scan(conv, dt, self._step_params(), starts, segs, save, self.SSD_CHUNK)
 
     def _window(self, state: tuple[torch.Tensor, ...] | None, like: torch.Tensor) -> torch.Tensor:
         """A sequence's conv window before its segments, in the activation dtype (zeros from

@@ -289,6 +289,20 @@ def test_the_mamba2_scan_equals_the_native_decode_step_token_by_token(native) ->
     assert torch.equal(got_y, torch.cat(outs)) and torch.equal(got_s[0], h[0])
 
 
+def test_the_mamba2_scan_reads_dt_from_a_view_of_the_projections_columns(native) -> None:
+    """The layer passes dt as columns of its in_proj output: read with its row stride."""
+    segs, rows = _layout([[5, 3], [1]])
+    params = _mamba2(3, 1, 8, 8)
+    conv, dt = _scan_inputs(9, rows, params)
+    wide = torch.cat([torch.randn(rows, 5), dt, torch.randn(rows, 2)], dim=1)
+    view = wide[:, 5:8]
+    assert not view.is_contiguous()
+    states = [None, torch.randn(3, 8, 8)]
+    want_y, want_s = _scan(native, conv, dt, params, states, segs)
+    got_y, got_s = _scan(native, conv, view, params, states, segs)
+    assert torch.equal(got_y, want_y) and all(torch.equal(got_s[k], want_s[k]) for k in want_s)
+
+
 def test_a_nan_stays_in_its_own_sequence_of_the_mamba2_scan(native) -> None:
     segs, rows = _layout([[6], [6], [6]])
     params = _mamba2(2, 1, 8, 8)

@@ -35,7 +35,7 @@ FLAGS = (
     "-fno-math-errno",
 )
 COMPILERS = ("gcc", "cc")
-ABI_VERSION = 11  # rf_abi_version() of the source this module's signatures describe
+ABI_VERSION = 12  # rf_abi_version() of the source this module's signatures describe
 BUILD_TIMEOUT_S = 120
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -52,7 +52,8 @@ SIGNATURES: dict[str, tuple[type, list[type]]] = {
     ),
     "rf_mamba2_scan": (
         ctypes.c_int,
-        [_I, _I, _I, _I, _I, _P, _P, _P, _P, _P, ctypes.c_float, ctypes.c_float, _P, _P, _P, _P, _P, _P, _P],
+        [_I, _I, _I, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_float, ctypes.c_float]
+        + [_P, _P, _P, _P, _P, _P, _P],
     ),
     "rf_conv_runs": (ctypes.c_int, [_I, _I, _I, _P, _I, _P, _P, _P, _P, _P, _P, _I, _P]),
     "rf_rms_norm": (None, [_I, _I, _P, _P, ctypes.c_float, ctypes.c_float, _P]),  # type: ignore[dict-item]

@@ -287,12 +287,13 @@ def mamba2_scan(
     saves: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The Mamba2 prefill scan token by token over runs of a wave's token rows: ``conv [T,
-    conv_dim]`` (after the activation), the raw ``dt [T, heads]``; ``runs [R, 4]`` int64 rows
+    conv_dim]`` (after the activation), the raw ``dt [T, heads]`` (rows with a stride: a view of
+    the projection's columns is not copied); ``runs [R, 4]`` int64 rows
     ``(lo, hi, sequence, save index or -1)``, a sequence's runs consecutive and in order;
     ``starts[b]`` sequence b's state ``[heads, P, N]`` before its first run, read where it lies
     (None: zeros). Returns ``(y [T, heads * P] with the D skip, saved [saves, heads, P, N])``:
     the state after each run that names a save index."""
-    conv, dt = dense(conv), dense(dt)
+    conv, dt = dense(conv), float_rows(dt)
     dt_bias, a_log, d = dense(params.dt_bias), dense(params.a_log), dense(params.d)
     runs = runs.to(torch.int64).contiguous()
     held = [None if s is None else dense(s) for s in starts]  # alive through the call
@@ -310,6 +311,7 @@ def mamba2_scan(
             n,
             ptr(conv),
             ptr(dt),
+            dt.stride(0),
             ptr(dt_bias),
             ptr(a_log),
             ptr(d),

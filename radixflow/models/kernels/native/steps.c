@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 11; }
+int rf_abi_version(void) { return 12; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -729,8 +729,8 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
 }
 
 /* Mamba2 prefill scan over runs of consecutive tokens (a wave's segments), token by token:
- * conv [T, heads p + 2 groups n] the activated conv output (x, B, C of each token), dt [T, heads]
- * raw, both contiguous over the wave's token rows. Per token and head the arithmetic of
+ * conv [T, heads p + 2 groups n] the activated conv output (x, B, C of each token, contiguous),
+ * dt [T, heads] raw (row stride dt_stride: a view of the projection's columns read where it lies). Per token and head the arithmetic of
  * rf_mamba2_decode after its conv (dt to clamp(softplus(dt + dt_bias)), A = -exp(a_log), the
  * rf_ssd_step recurrence, the D skip), so a scan equals the decode step token by token to the
  * bit. Run r covers rows lo[r]..hi[r]-1 (hi > lo) of sequence seq[r]; a sequence's runs come
@@ -740,7 +740,8 @@ int rf_mamba2_decode(int64_t rows, int64_t heads, int64_t groups, int64_t p, int
  * runs. After run r the state goes to saves[save[r]] [heads, p, n] when save[r] >= 0.
  * y [T, heads p]. Returns 0, or 1 when its scratch cannot be allocated. */
 int rf_mamba2_scan(int64_t runs, int64_t heads, int64_t groups, int64_t p, int64_t n,
-                   const float *conv, const float *dt, const float *dt_bias, const float *a_log,
+                   const float *conv, const float *dt, int64_t dt_stride, const float *dt_bias,
+                   const float *a_log,
                    const float *d, float dt_min, float dt_max, const int64_t *lo,
                    const int64_t *hi, const int64_t *seq, const int64_t *save,
                    const int64_t *starts, float *saves, float *y) {
@@ -757,7 +758,7 @@ int rf_mamba2_scan(int64_t runs, int64_t heads, int64_t groups, int64_t p, int64
             for (int64_t r = r0; r < r1; r++) {
                 for (int64_t t = lo[r]; t < hi[r]; t++) {
                     const float *row = conv + t * conv_dim;
-                    float step = softplus(dt[t * heads + hd] + bias);
+                    float step = softplus(dt[t * dt_stride + hd] + bias);
                     step = step < dt_min ? dt_min : (step > dt_max ? dt_max : step); /* NaN stays */
                     const float decay = expf(step * a);
                     const float *xh = row + hd * p, *bb = row + inner + (hd / per_group) * n;

@@ -152,10 +152,10 @@ def parse_seeds(text: str) -> list[int]:
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
             raise ValueError(f"--seeds: the range {part!r} runs backwards")
-        if (why := seed_bound(last)) is not None:  # the range's largest: none is below 0
-            raise ValueError(f"--seeds: {why}")
         if last - first >= MAX_SEEDS:  # refused before a range of billions is spelled out
             raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")
+        if (why := seed_bound(last)) is not None:  # the range's largest: none is below 0
+            raise ValueError(f"--seeds: {why}")
         seeds.update(dict.fromkeys(range(first, last + 1)))
         if len(seeds) > MAX_SEEDS:  # counted once spelled out: overlapping ranges name a seed once
             raise ValueError(f"--seeds: more than {MAX_SEEDS} seeds")

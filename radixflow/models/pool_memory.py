@@ -13,6 +13,7 @@ arithmetic on it is the same: only where its bytes lie changes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import mmap
 
@@ -28,7 +29,15 @@ def pool_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device 
     if torch.device(device).type != "cpu" or advice is None or nbytes < HUGE_PAGE:
         return torch.zeros(shape, dtype=dtype, device=device)
     size = nbytes + HUGE_PAGE  # room to start on a huge-page boundary
-    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:
+        # ENOMEM is the MemoryError the engine's build turns into "lower kv_blocks or
+        # state_slots" (a bare OSError would be blamed on the model); any other refusal of the
+        # mapping leaves the tensor to torch's allocator
+        if e.errno == errno.ENOMEM:
+            raise MemoryError(f"no memory for a pool tensor of {nbytes} bytes {tuple(shape)}") from None
+        return torch.zeros(shape, dtype=dtype, device=device)
     whole = torch.frombuffer(region, dtype=torch.uint8)  # keeps the mapping alive; touches nothing
     start = -whole.data_ptr() % HUGE_PAGE
     # a kernel without transparent huge pages refuses the advice: the mapping serves on small pages

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import mmap
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -56,3 +58,38 @@ def test_state_pool_layers_start_on_huge_pages() -> None:
     big, small = pool.tensors[1]
     assert big.shape == (64, 16, 64, 64) and big.data_ptr() % HUGE_PAGE == 0
     assert small.shape == (64, 1536, 3) and not small.any()
+
+
+_NO_ROOM = """
+import resource, sys
+import torch
+from radixflow.models.pool_memory import pool_zeros
+status = open("/proc/self/status").read()
+size = int(status.split("VmSize:")[1].split()[0]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20), resource.getrlimit(resource.RLIMIT_AS)[1]))
+try:
+    pool_zeros((64 << 20,), torch.float32, "cpu")  # 256 MiB past a 64 MiB headroom
+except MemoryError as e:
+    print("MemoryError:", e)
+"""
+
+
+@huge_pages
+def test_no_room_for_the_mapping_is_a_memory_error_naming_the_size() -> None:
+    """mmap's ENOMEM (an OSError the engine would blame on the model) is the MemoryError the
+    engine's build turns into "lower kv_blocks or state_slots"."""
+    done = subprocess.run([sys.executable, "-c", _NO_ROOM], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.startswith("MemoryError:") and "268435456 bytes" in done.stdout, done.stdout
+
+
+@huge_pages
+def test_a_mapping_refused_for_another_reason_falls_back_to_plain_zeros(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> mmap.mmap:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    t = pool_zeros((HUGE_PAGE // 4 + 1,), torch.float32, "cpu")
+    assert t.shape == (HUGE_PAGE // 4 + 1,) and not t.any()

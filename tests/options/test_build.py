@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import mmap
+
 import pytest
 
 from radixflow.options import EngineOptions, build_engine, plan_engine, runner_name
@@ -160,3 +163,16 @@ def test_a_checkpoint_under_home_is_a_model_on_either_runner(tmp_path, monkeypat
     monkeypatch.setenv("HOME", str(tmp_path))
     for runner in ("sim", "torch"):
         assert name_problem(EngineOptions(model="~/ck", runner=runner)) is None, runner
+
+
+def test_no_memory_for_a_pool_mapping_is_one_line_naming_kv_blocks(zoo, monkeypatch):
+    """The pools' huge-page mapping refused for want of memory (mmap's ENOMEM) is the engine's
+    out-of-memory problem, not an OSError blamed on the model."""
+
+    def no_room(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", no_room)
+    with pytest.raises(ProblemError) as refused:
+        plan_engine(EngineOptions(model="nemotron_h-tiny", kv_blocks=16384, block_size=16)).build()
+    assert refused.value.problem.param == "kv_blocks" and "lower kv_blocks" in str(refused.value)

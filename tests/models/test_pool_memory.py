@@ -3,8 +3,10 @@ zeros, and behave as ordinary tensors; small ones and other dtypes too."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import mmap
+import pickle
 import subprocess
 import sys
 
@@ -93,3 +95,29 @@ def test_a_mapping_refused_for_another_reason_falls_back_to_plain_zeros(
     monkeypatch.setattr(mmap, "mmap", refuse)
     t = pool_zeros((HUGE_PAGE // 4 + 1,), torch.float32, "cpu")
     assert t.shape == (HUGE_PAGE // 4 + 1,) and not t.any()
+
+
+@huge_pages
+def test_a_pool_of_exactly_one_huge_page_is_mapped_and_copies_like_a_tensor() -> None:
+    t = pool_zeros((HUGE_PAGE // 4,), torch.float32, "cpu")
+    assert t.data_ptr() % HUGE_PAGE == 0 and not t.any()
+    t[-1] = 2.0
+    for twin in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t), t.clone()):
+        assert torch.equal(twin, t) and twin.data_ptr() != t.data_ptr()
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+@huge_pages
+def test_pools_dropped_give_their_mappings_back() -> None:
+    gc.collect()
+    before = _mappings()
+    for i in range(50):
+        kv = KVPool({0: (2, 64)}, HUGE_PAGE // 512 + i, 1, torch.float32, "cpu")
+        kv.k[0][-1] = 1.0
+    del kv
+    gc.collect()
+    assert _mappings() <= before

@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from radixflow.models.kernels.delta_rule import Segments, expand_key_heads
 from radixflow.models.kernels.ssd import Mamba2Step
@@ -322,3 +324,85 @@ def test_the_mamba2_scan_in_another_dtype_is_the_eager_one(native) -> None:
     got_y, got_s = _scan(native, conv.bfloat16(), dt, params, states, segs)
     want_y, want_s = _scan(TORCH_KERNELS, conv.bfloat16(), dt, params, states, segs)
     assert torch.equal(got_y, want_y) and all(torch.equal(got_s[k], want_s[k]) for k in want_s)
+
+
+# -- random waves: native against eager on layouts the tables above do not list ---------------
+
+
+@st.composite
+def _waves(draw: st.DrawFn) -> tuple[list[list[int]], list[list[bool]]]:
+    """One to five sequences of one to four segments, mostly 1-3 tokens (shorter than the conv
+    window) or around a 16-token chunk; each segment saving or not."""
+    lengths = draw(
+        st.lists(
+            st.lists(st.sampled_from([1, 1, 2, 3, 15, 16, 17]) | st.integers(1, 40), min_size=1, max_size=4),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    saves = [[draw(st.booleans()) for _ in mine] for mine in lengths]
+    return lengths, saves
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    wave=_waves(),
+    taps=st.integers(2, 4),
+    channels=st.integers(1, 40),
+    with_bias=st.booleans(),
+    silu=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_prefill_conv_of_random_waves_matches_the_eager_conv1d(
+    native, wave, taps, channels, with_bias, silu, seed
+) -> None:
+    """Rows picked in any order out of a wider projection, windows and weight given as
+    non-contiguous views; every window after every token of every sequence equal."""
+    lengths = [sum(mine) for mine in wave[0]]
+    g = torch.Generator().manual_seed(seed)
+    tokens = sum(lengths)
+    x = torch.randn(tokens + 3, channels + 2, generator=g)[:, 1 : 1 + channels]
+    rows = torch.randperm(tokens + 3, generator=g)[:tokens]
+    windows = torch.randn(len(lengths), taps - 1, channels, generator=g).transpose(1, 2)
+    weight = torch.randn(taps, channels, generator=g).t()
+    bias = torch.randn(channels, generator=g) if with_bias else None
+    want, want_after = TORCH_KERNELS.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
+    got, got_after = native.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
+    assert _close(got, want)
+    for seq, n in enumerate(lengths):
+        for before in range(n + 1):
+            assert torch.equal(got_after(seq, before), want_after(seq, before)), (seq, before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    wave=_waves(),
+    shape=st.sampled_from([(4, 2, 16, 16), (3, 3, 5, 7), (6, 2, 3, 1), (2, 1, 7, 17), (4, 1, 1, 8)]),
+    from_pool=st.lists(st.sampled_from([None, 0, 1, 2]), min_size=5, max_size=5),
+    seed=st.integers(0, 2**16),
+)
+def test_the_mamba2_scan_of_random_waves_matches_the_chunked_prefill(
+    native, wave, shape, from_pool, seed
+) -> None:
+    """Sequences from scratch or from a pool slot (several from one slot), dt a view of wider
+    projection columns, segments saving or not: the same outputs and saved states."""
+    lengths, keyed = wave
+    segs: Segments = []
+    base, key = 0, 0
+    for mine, saving in zip(lengths, keyed, strict=True):
+        out = []
+        for n, save in zip(mine, saving, strict=True):
+            out.append((base, base + n, key if save else None))
+            base, key = base + n, key + save
+        segs.append(out)
+    params = _mamba2(*shape, seed=seed)
+    conv, dt = _scan_inputs(seed, base, params)
+    dt = torch.cat([torch.randn(base, 2), dt], dim=1)[:, 2:]
+    pool = torch.randn(3, shape[0], shape[2], shape[3], generator=torch.Generator().manual_seed(seed)) * 0.3
+    starts = [None if slot is None else pool[slot] for slot in from_pool[: len(segs)]]
+    want_y, want_s = _scan(TORCH_KERNELS, conv, dt, params, starts, segs)
+    got_y, got_s = _scan(native, conv, dt, params, starts, segs)
+    assert _close(got_y, want_y)
+    assert sorted(got_s) == sorted(want_s) == list(range(key))
+    for k, want in want_s.items():
+        assert _close(got_s[k], want), k

@@ -80,11 +80,15 @@ def lm_head(config: Config, embedding: nn.Embedding, tie: bool) -> nn.Linear:
     return head
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant.
-    Run by ``kernels`` (`models.kernels.backend`; eager unless `use_kernels` says otherwise)."""
+class RunByKernels(nn.Module):
+    """A module whose work has no batch to carry the kernels: run by ``kernels``
+    (`models.kernels.backend`; eager unless `use_kernels` says otherwise)."""
 
     kernels: Kernels = TORCH_KERNELS
+
+
+class RMSNorm(RunByKernels):
+    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant."""
 
     def __init__(self, dim: int, eps: float = 1e-6, offset: float = 0.0) -> None:
         super().__init__()
@@ -112,10 +116,11 @@ class RMSNorm(nn.Module):
 
 
 def use_kernels(net: nn.Module, kernels: Kernels) -> None:
-    """Run every `RMSNorm` of ``net`` with ``kernels`` (mutates the modules): the norms have no
-    batch to carry the choice, so the runner sets it once, as it builds the model."""
+    """Run every `RunByKernels` module of ``net`` (the norms, Nemotron-H's MLPs) with ``kernels``
+    (mutates the modules): they have no batch to carry the choice, so the runner sets it once,
+    as it builds the model."""
     for module in net.modules():
-        if isinstance(module, RMSNorm):
+        if isinstance(module, RunByKernels):
             module.kernels = kernels
 
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.families.schemas import NEMOTRON_FIELDS
-from radixflow.models.layers import ACTIVATIONS_IN_PLACE, Config
+from radixflow.models.layers import ACTIVATIONS_IN_PLACE, Config, RunByKernels
 from radixflow.models.mixers.mamba2 import first_of
 
 
@@ -23,17 +23,20 @@ def experts(config: Config) -> int:
     return int(first_of(config, NEMOTRON_FIELDS["experts"]))
 
 
-class NemotronHMLP(nn.Module):
-    """Non-gated MLP: ``down(act(up(x)))`` (relu2 in the released models)."""
+class NemotronHMLP(RunByKernels):
+    """Non-gated MLP: ``down(act(up(x)))`` (relu2 in the released models, run by the kernels:
+    one native pass where eager torch makes two)."""
 
     def __init__(self, hidden: int, intermediate: int, bias: bool, act: str) -> None:
         super().__init__()
         self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
         self.act = ACTIVATIONS_IN_PLACE[act]
+        self.relu2 = act == "relu2"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.up_proj(x)))  # written into up_proj's own output
+        up = self.up_proj(x)  # the activation is written into up_proj's own output
+        return self.down_proj(self.kernels.relu2_(up) if self.relu2 else self.act(up))
 
 
 class NemotronHRouter(nn.Module):

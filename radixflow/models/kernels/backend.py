@@ -163,6 +163,10 @@ class Kernels(Protocol):
         """``(x + delta, step.rms_norm(x + delta))``: a residual add and the next norm."""
         ...
 
+    def relu2_(self, x: torch.Tensor) -> torch.Tensor:
+        """``relu(x) ** 2`` written into ``x`` (Nemotron-H's MLP activation); returns ``x``."""
+        ...
+
     def ssd_step(
         self,
         x: torch.Tensor,

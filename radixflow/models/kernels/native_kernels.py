@@ -85,6 +85,11 @@ class NativeKernels:
             return TORCH_KERNELS.add_rms_norm(x, delta, weight, eps, offset)  # float32 only
         return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset)
 
+    def relu2_(self, x):  # type: ignore[no-untyped-def]
+        if x.dtype != torch.float32 or not x.is_contiguous():  # in place on float32 rows only
+            return TORCH_KERNELS.relu2_(x)
+        return layer_ops.relu2_(self.lib, x)
+
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return mixer_ops.ssd_step(self.lib, x, dt, a, b, c, h)
 

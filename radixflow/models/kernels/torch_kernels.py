@@ -54,6 +54,9 @@ class TorchKernels:
         total = x + delta
         return total, step.rms_norm(total, weight, eps, offset)
 
+    def relu2_(self, x):  # type: ignore[no-untyped-def]
+        return F.relu_(x).square_()
+
     def ssd_step(self, x, dt, a, b, c, h):  # type: ignore[no-untyped-def]
         return ssd.ssd_step(x, dt, a, b, c, h, in_place=True)
 

@@ -105,6 +105,26 @@ def test_the_fused_residual_add_and_norm_equal_the_two_steps_to_the_bit(native, 
     assert torch.equal(eager_total, x + delta) and _close(normed, eager_normed, 1e-5)
 
 
+@pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 33, 32 * 2048])
+def test_relu2_is_written_in_place_equal_to_the_bit_to_relu_then_square(native, n) -> None:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g) * 1e19  # squares past float32's range: inf, as in torch
+    nan, inf = float("nan"), float("inf")
+    specials = torch.tensor([0.0, -0.0, nan, -nan, inf, -inf, 1e-45, -1e-45])
+    x[: min(n, 8)] = specials[: min(n, 8)]
+    x.view(torch.int32)[n // 2] = 0x7FC12345  # a NaN with a payload: kept, as clamp_min keeps it
+    want = F.relu_(x.clone()).square_()
+    got = native.relu2_(x)
+    assert got.data_ptr() == x.data_ptr()
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_relu2_of_a_view_gives_the_same_values(native) -> None:
+    x = torch.randn(3, 10, generator=torch.Generator().manual_seed(1))[:, 1:-1]  # not contiguous
+    want = F.relu(x).square()
+    assert torch.equal(native.relu2_(x.clone()), want) and torch.equal(native.relu2_(x), want)
+
+
 @pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32 * 4, 16), (3, 5)])
 def test_the_gated_norm_matches_the_eager_norm(native, vectors, dim) -> None:
     g = torch.Generator().manual_seed(dim)

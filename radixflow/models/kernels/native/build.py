@@ -35,7 +35,7 @@ FLAGS = (
     "-fno-math-errno",
 )
 COMPILERS = ("gcc", "cc")
-ABI_VERSION = 12  # rf_abi_version() of the source this module's signatures describe
+ABI_VERSION = 13  # rf_abi_version() of the source this module's signatures describe
 BUILD_TIMEOUT_S = 120
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -95,6 +95,7 @@ SIGNATURES: dict[str, tuple[type, list[type]]] = {
     ),
     "rf_group_gated_rms_norm": (None, [_I, _I, _I, ctypes.c_int, _P, _P, _I, _P, ctypes.c_float, _P]),  # type: ignore[dict-item]
     "rf_linear_rows": (None, [_I, _I, _I, _P, _I, _P, _P, _P]),  # type: ignore[dict-item]
+    "rf_relu2": (None, [_I, _P]),  # type: ignore[dict-item]
 }
 
 

@@ -123,6 +123,15 @@ def group_gated_rms_norm(
     return out
 
 
+def relu2_(lib: ctypes.CDLL, x: torch.Tensor) -> torch.Tensor:
+    """``relu(x) ** 2`` written into ``x`` (CPU float32) in one pass; returns ``x``, or a
+    contiguous copy holding the result where ``x`` is not contiguous."""
+    x = dense(x)
+    if x.numel():
+        lib.rf_relu2(x.numel(), ptr(x))
+    return x
+
+
 def kv_write(
     lib: ctypes.CDLL,
     kc: torch.Tensor,

@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-int rf_abi_version(void) { return 12; }
+int rf_abi_version(void) { return 13; }
 
 /* Depthwise causal conv of one row's new input: see rf_conv_step. Inlined with `keep` a
  * constant for the usual window lengths, so the loop over channels vectorises. */
@@ -364,6 +364,17 @@ int rf_gated_delta_scan(int64_t runs, int64_t key_heads, int64_t heads, int64_t 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch's softplus (beta 1, threshold 20) */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* Nemotron-H's MLP activation relu(x)^2 in place over n floats, one pass where torch makes two
+ * (clamp_min_ then pow_(2), which torch computes as x * x): the same product, one rounding.
+ * `x < 0 ? 0 : x` keeps NaN (and -0, whose square is +0) as clamp_min does. */
+void rf_relu2(int64_t n, float *x) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i] < 0.0f ? 0.0f : x[i];
+        x[i] = v * v;
+    }
+}
 
 /* RMSNorm of each of `vectors` vectors of dim floats, times (offset + weight): x, out
  * [vectors, dim], weight [dim]. */

@@ -106,6 +106,11 @@ class RMSNorm(RunByKernels):
         kernel call where the kernels fuse them (equal to the bit to the two steps)."""
         return self.kernels.add_rms_norm(x, delta, self._parameters["weight"], self.eps, self.offset)
 
+    def residual_(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`residual` for a caller that owns ``x`` and ``delta`` (a running sum and a block's
+        fresh output): the results may be written into them, no new tensors."""
+        return self.kernels.add_rms_norm_(x, delta, self._parameters["weight"], self.eps, self.offset)
+
     def rotated(self, x: torch.Tensor, rotary: Rotary, batch: ForwardBatch) -> torch.Tensor:
         """``rotary(self(x), batch)``: a per-head q/k norm and the rotation after it, one kernel
         call where the norm's kernels are the batch's (equal to the bit to the two steps)."""

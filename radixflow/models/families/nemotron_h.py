@@ -125,7 +125,9 @@ class NemotronHBackbone(nn.Module):
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """The blocks in turn, each block's residual add fused with the norm after it (the next
-        block's, the last one's with ``norm_f``): one kernel call where there were two."""
+        block's, the last one's with ``norm_f``): one kernel call where there were two, written
+        into the running sum and the block's output (both this loop's own: the embedding's
+        output, then sums; every mixer returns a new tensor), no new tensors."""
         x = self.embeddings(batch.input_ids)
         blocks: list[NemotronHBlock] = list(self.layers)  # type: ignore[arg-type]
         if not blocks:
@@ -133,7 +135,7 @@ class NemotronHBackbone(nn.Module):
         h = blocks[0].norm(x)
         norms = [b.norm for b in blocks[1:]] + [self.norm_f]
         for block, norm in zip(blocks, norms, strict=True):
-            x, h = norm.residual(x, block.mix(h, batch))
+            x, h = norm.residual_(x, block.mix(h, batch))
         return h
 
 

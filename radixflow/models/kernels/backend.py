@@ -163,6 +163,13 @@ class Kernels(Protocol):
         """``(x + delta, step.rms_norm(x + delta))``: a residual add and the next norm."""
         ...
 
+    def add_rms_norm_(
+        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`add_rms_norm` for a caller that owns ``x`` and ``delta``: the results may be written
+        into them (no new tensors) and are returned."""
+        ...
+
     def relu2_(self, x: torch.Tensor) -> torch.Tensor:
         """``relu(x) ** 2`` written into ``x`` (Nemotron-H's MLP activation); returns ``x``."""
         ...

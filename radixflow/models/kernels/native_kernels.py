@@ -85,6 +85,11 @@ class NativeKernels:
             return TORCH_KERNELS.add_rms_norm(x, delta, weight, eps, offset)  # float32 only
         return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset)
 
+    def add_rms_norm_(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+        if not (x.dtype == delta.dtype == torch.float32 and x.is_contiguous() and delta.is_contiguous()):
+            return self.add_rms_norm(x, delta, weight, eps, offset)  # new tensors, as chosen there
+        return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset, into=(x, delta))
+
     def relu2_(self, x):  # type: ignore[no-untyped-def]
         if x.dtype != torch.float32 or not x.is_contiguous():  # in place on float32 rows only
             return TORCH_KERNELS.relu2_(x)

@@ -54,6 +54,10 @@ class TorchKernels:
         total = x + delta
         return total, step.rms_norm(total, weight, eps, offset)
 
+    def add_rms_norm_(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+        total = x.add_(delta)  # the same sum, written into x
+        return total, step.rms_norm(total, weight, eps, offset)
+
     def relu2_(self, x):  # type: ignore[no-untyped-def]
         return F.relu_(x).square_()
 

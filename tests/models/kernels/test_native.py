@@ -125,6 +125,31 @@ def test_relu2_of_a_view_gives_the_same_values(native) -> None:
     assert torch.equal(native.relu2_(x.clone()), want) and torch.equal(native.relu2_(x), want)
 
 
+@pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32, 512), (3, 5)])
+def test_the_residual_add_and_norm_into_its_inputs_equal_new_tensors_to_the_bit(native, vectors, dim) -> None:
+    g = torch.Generator().manual_seed(dim)
+    x, delta, weight = (torch.randn(vectors, dim, generator=g) for _ in range(3))
+    weight = weight[0]
+    want_total, want_normed = native.add_rms_norm(x, delta, weight, 1e-6, 0.0)
+    for kernels in (native, TORCH_KERNELS):
+        x2, delta2 = x.clone(), delta.clone()
+        total, normed = kernels.add_rms_norm_(x2, delta2, weight, 1e-6, 0.0)
+        assert total.data_ptr() == x2.data_ptr()  # the sum is written into x
+        assert torch.equal(total, want_total) and _close(normed, want_normed, 1e-5)
+        if kernels is native:
+            assert normed.data_ptr() == delta2.data_ptr() and torch.equal(normed, want_normed)
+
+
+def test_the_residual_add_and_norm_of_views_gives_new_tensors(native) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, delta = torch.randn(3, 10, generator=g)[:, 1:-1], torch.randn(3, 8, generator=g)
+    weight, before = torch.randn(8, generator=g), x.clone()
+    total, normed = native.add_rms_norm_(x, delta, weight, 1e-6, 0.0)
+    assert torch.equal(x, before)  # a view is not written: the results are new tensors
+    want = native.add_rms_norm(x, delta, weight, 1e-6, 0.0)
+    assert torch.equal(total, want[0]) and torch.equal(normed, want[1])
+
+
 @pytest.mark.parametrize(("vectors", "dim"), [(1, 8), (32 * 4, 16), (3, 5)])
 def test_the_gated_norm_matches_the_eager_norm(native, vectors, dim) -> None:
     g = torch.Generator().manual_seed(dim)

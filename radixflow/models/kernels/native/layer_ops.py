@@ -67,13 +67,21 @@ def rms_norm(
 
 
 def add_rms_norm(
-    lib: ctypes.CDLL, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    offset: float,
+    into: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``x + delta`` and `step.rms_norm` of it in one call (float32): ``x``, ``delta [..., dim]``
-    -> ``(sum, normed)``, both of that shape."""
+    -> ``(sum, normed)``, both of that shape, written into ``into`` (contiguous tensors of that
+    shape, which may be ``x`` and ``delta`` themselves: each vector is summed before its norm
+    is written) or new tensors."""
     x, delta, weight = dense(x), dense(delta), dense(weight)
     dim = x.shape[-1]
-    total, out = torch.empty_like(x), torch.empty_like(x)
+    total, out = (torch.empty_like(x), torch.empty_like(x)) if into is None else into
     if x.numel():
         rows, ptrs = x.numel() // dim, (ptr(x), ptr(delta), ptr(weight))
         lib.rf_add_rms_norm(rows, dim, *ptrs, offset, eps, ptr(total), ptr(out))

@@ -86,7 +86,8 @@ class NativeKernels:
         return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset)
 
     def add_rms_norm_(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
-        if not (x.dtype == delta.dtype == torch.float32 and x.is_contiguous() and delta.is_contiguous()):
+        owned = x.is_contiguous() and delta.is_contiguous() and x.shape == delta.shape
+        if not (x.dtype == delta.dtype == torch.float32 and owned):
             return self.add_rms_norm(x, delta, weight, eps, offset)  # new tensors, as chosen there
         return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset, into=(x, delta))
 

@@ -55,6 +55,8 @@ class TorchKernels:
         return total, step.rms_norm(total, weight, eps, offset)
 
     def add_rms_norm_(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+        if x.dtype != delta.dtype or x.shape != delta.shape:  # x + delta would promote or broadcast
+            return self.add_rms_norm(x, delta, weight, eps, offset)
         total = x.add_(delta)  # the same sum, written into x
         return total, step.rms_norm(total, weight, eps, offset)
 

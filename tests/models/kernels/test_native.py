@@ -140,6 +140,20 @@ def test_the_residual_add_and_norm_into_its_inputs_equal_new_tensors_to_the_bit(
             assert normed.data_ptr() == delta2.data_ptr() and torch.equal(normed, want_normed)
 
 
+def test_the_residual_add_and_norm_of_mixed_dtypes_promotes_as_the_plain_sum() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, delta, weight = (
+        torch.randn(3, 8, generator=g).to(torch.bfloat16),
+        torch.randn(3, 8, generator=g),
+        torch.ones(8),
+    )
+    before = x.clone()
+    total, normed = TORCH_KERNELS.add_rms_norm_(x, delta, weight, 1e-6, 0.0)
+    want = TORCH_KERNELS.add_rms_norm(before, delta, weight, 1e-6, 0.0)
+    assert total.dtype == torch.float32 and torch.equal(total, want[0]) and torch.equal(normed, want[1])
+    assert torch.equal(x, before)
+
+
 def test_the_residual_add_and_norm_of_views_gives_new_tensors(native) -> None:
     g = torch.Generator().manual_seed(0)
     x, delta = torch.randn(3, 10, generator=g)[:, 1:-1], torch.randn(3, 8, generator=g)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_utils import checkout_env
 
-import radixflow
 from radixflow.files import WholeLineFile, write_whole, written_in_place
 from radixflow.partial_lines import PartialLines
 
@@ -90,8 +90,7 @@ def test_whole_line_file_cuts_a_write_that_fails_part_way_back_to_its_last_whole
     """A full disk mid-line left `score --input`'s and `run-batch`'s output ending in half a
     JSON line; now the file ends at the last line written whole."""
     path = tmp_path / "out.jsonl"
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     done = subprocess.run(
         [sys.executable, "-c", PART_WAY, str(path)], capture_output=True, text=True, env=env
     )

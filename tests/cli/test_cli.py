@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_utils import checkout_env, run_reader_gone
 
 import radixflow
 from radixflow.cli import main
@@ -370,8 +371,7 @@ def test_a_json_output_that_cannot_be_written_whole_leaves_the_old_file_as_it_wa
     the new one not JSON. Now the new file replaces the old only once written whole."""
     out = tmp_path / "out.json"
     out.write_text('{"old": true}\n')
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     argv = ["bench", "--runner", "sim", "--groups", "2", "--candidates", "2", "--json", str(out)]
     proc = subprocess.run(
         [sys.executable, "-m", "radixflow.cli", *argv],
@@ -666,8 +666,7 @@ def test_serve_exits_with_one_line_when_it_left_its_stuck_engine_behind():
     # the server answered the stuck engine's requests and returned, but the interpreter's exit
     # then ran under the engine thread: one in torch aborts it ("terminate called", exit 134)
     pytest.importorskip("torch")
-    root = str(Path(radixflow.__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     done = subprocess.run(
         [sys.executable, "-c", LEFT_BEHIND], capture_output=True, text=True, env=env, timeout=120
     )
@@ -684,25 +683,12 @@ def test_a_bench_whose_reader_leaves_early_still_writes_its_output_files(tmp_pat
     ``--json -``) was printed, and the run ended (141) before ``--round-trace`` and
     ``--trace-out`` were written, so the finished run's results were lost. The files are written
     all the same."""
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     files = {"--json": tmp_path / "out.json", "--round-trace": tmp_path / "rounds.jsonl"}
     files["--trace-out"] = tmp_path / "trace.json"
     argv = ["bench", "--runner", "sim", "--groups", "1", "--candidates", "2", *to_stdout]
     argv += [a for flag, path in files.items() if flag not in to_stdout for a in (flag, str(path))]
-    read, write = os.pipe()
-    os.close(read)  # the reader has left before the table is printed
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "radixflow.cli", *argv],
-            stdout=write,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-    finally:
-        os.close(write)
+    proc = run_reader_gone(argv, env)  # the reader has left before the table is printed
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
     if not to_stdout:
         assert len(json.loads(files["--json"].read_text())["results"]) == 3

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -11,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_utils import checkout_env, run_reader_gone
 
-import radixflow
 from radixflow.cli import main
 from radixflow.cli.app import COMMANDS, build_parser
 
@@ -384,8 +383,7 @@ def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_u
     """The real entry point, as its own process: one line, exit 2, and no model loaded (a zoo
     model in an empty cache: loading it would build it there)."""
     pytest.importorskip("uvicorn")
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     env["RADIXFLOW_CACHE"] = str(tmp_path)
     argv = ["serve", "qwen3_5-tiny", "--port", str(port_in_use)]
     proc = subprocess.run(
@@ -477,21 +475,8 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(output):
     """`radixflow cost ... | head -c 10`: the reader closes the pipe before the output is
     written. That ends the command as SIGPIPE ends a shell tool (status 141, nothing on stderr),
     not with a BrokenPipeError traceback."""
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    read, write = os.pipe()
-    os.close(read)  # the reader has left before anything is written
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "radixflow.cli", "cost", "qwen3_5-2b", *output],
-            stdout=write,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-    finally:
-        os.close(write)
+    env = checkout_env()
+    proc = run_reader_gone(["cost", "qwen3_5-2b", *output], env)  # the reader left before any write
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
@@ -1037,8 +1022,7 @@ def test_a_model_without_a_tokenizer_is_refused_with_a_way_in_the_command_line_h
 
 def _run_to_full_disk(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """``radixflow ARGV > /dev/full``: standard output on a disk with no space left."""
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     with open("/dev/full", "w") as full:
         return subprocess.run(
             [sys.executable, "-m", "radixflow.cli", *argv],

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_utils import checkout_env
 
-import radixflow
 from radixflow.cli import main
 from radixflow.costmodel.hardware.profile_files import save_profile
 from radixflow.costmodel.hardware.profiles import HARDWARE
@@ -681,8 +681,7 @@ def test_an_output_the_disk_refuses_part_way_is_one_line_and_leaves_no_half_file
     """A full disk at a cell's file or a plot was a traceback, and left the cell's .tmp file."""
     config, out = tmp_path / "c.toml", tmp_path / "out"
     config.write_text(CONFIG)
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
 
     def small_files() -> None:  # files past ``limit`` bytes fail (EFBIG), as a full disk's do (ENOSPC)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))

@@ -10,11 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from cli_utils import checkout_env
 
-import radixflow
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
@@ -538,8 +537,7 @@ def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
         {"context": f"Question {i}: after {i}? A:", "candidates": [f" {i + 1}", " x"]} for i in range(640)
     ]
     given.write_text("".join(json.dumps(row) + "\n" for row in rows))  # 10 batches of 64
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     argv = [
         sys.executable,
         "-m",

@@ -6,7 +6,6 @@ however it was started (one started with SIGINT ignored, as a background job, us
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -15,13 +14,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
+from cli_utils import checkout_env
 from server_utils import MODEL, running_server
 
-import radixflow
 from radixflow.server.state import ServerConfig
 
 LONG = {"model": MODEL, "prompt": "The river winds", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
@@ -52,8 +50,7 @@ def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str]]:
     port = free_port()
     args = ["serve", MODEL, "--port", str(port), "--kv-blocks", "512", "--state-slots", "64"]
     args += ["--drain-timeout", "120", "--log-level", "warning"]  # only the second Ctrl-C can end it
-    root = str(Path(radixflow.__file__).parents[1])  # this checkout, installed or not
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     with sigint_inherited(request.param):
         proc = subprocess.Popen(
             [sys.executable, "-m", "radixflow.cli", *args], stderr=subprocess.PIPE, text=True, env=env

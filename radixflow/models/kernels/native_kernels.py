@@ -1,6 +1,6 @@
 """The native kernels backend (`Kernels`): `native/steps.c` (CPU, float32) through its tensor
-functions (`native.mixer_ops`, `native.layer_ops`), falling back to the eager steps for a dtype
-or a variant the library does not compute."""
+functions (`native.mixer_ops`, `native.prefill_ops`, `native.layer_ops`), falling back to the
+eager steps for a dtype or a variant the library does not compute."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from radixflow.models.kernels import ssd, step
 from radixflow.models.kernels.delta_rule import Segments
-from radixflow.models.kernels.native import layer_ops, mixer_ops
+from radixflow.models.kernels.native import layer_ops, mixer_ops, prefill_ops
 from radixflow.models.kernels.packed_conv import window_after_inputs
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
@@ -44,7 +44,7 @@ class NativeKernels:
         floats = (x, windows, weight) if bias is None else (x, windows, weight, bias)
         if any(t.dtype != torch.float32 for t in floats):  # the native kernels run float32 only
             return TORCH_KERNELS.prefill_conv(x, rows, lengths, windows, weight, bias, silu)
-        out = mixer_ops.conv_runs(self.lib, x, rows, lengths, windows, weight, bias, silu)
+        out = prefill_ops.conv_runs(self.lib, x, rows, lengths, windows, weight, bias, silu)
         firsts = [0, *itertools.accumulate(lengths)]
 
         def window_after(seq: int, tokens: int) -> torch.Tensor:
@@ -55,7 +55,7 @@ class NativeKernels:
     def delta_rule_prefill(self, q, k, v, g, beta, states, segs, on_save):  # type: ignore[no-untyped-def]
         """Every segment token by token in one call; the saved states handed on after it."""
         table, keys = _runs(segs)
-        out, saved = mixer_ops.gated_delta_scan(self.lib, q, k, v, g, beta, table, states, len(keys))
+        out, saved = prefill_ops.gated_delta_scan(self.lib, q, k, v, g, beta, table, states, len(keys))
         for i, key in enumerate(keys):
             on_save(key, saved[i])
         return out
@@ -67,7 +67,7 @@ class NativeKernels:
         if any(t.dtype != torch.float32 for t in floats):  # the native kernels run float32 only
             return TORCH_KERNELS.mamba2_prefill(conv, dt, params, starts, segs, on_save, chunk)
         table, keys = _runs(segs)
-        out, saved = mixer_ops.mamba2_scan(self.lib, conv, dt, params, table, starts, len(keys))
+        out, saved = prefill_ops.mamba2_scan(self.lib, conv, dt, params, table, starts, len(keys))
         for i, key in enumerate(keys):
             on_save(key, saved[i])
         return out

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_utils import checkout_env, run_reader_gone
+from cli_utils import checkout_env, run_cli, run_reader_gone
 
 from radixflow.cli import main
 from radixflow.cli.app import COMMANDS, build_parser
@@ -1022,16 +1022,8 @@ def test_a_model_without_a_tokenizer_is_refused_with_a_way_in_the_command_line_h
 
 def _run_to_full_disk(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """``radixflow ARGV > /dev/full``: standard output on a disk with no space left."""
-    env = checkout_env()
     with open("/dev/full", "w") as full:
-        return subprocess.run(
-            [sys.executable, "-m", "radixflow.cli", *argv],
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-            env=env,
-        )
+        return run_cli(argv, full)
 
 
 FULL_DISK = "radixflow: error: cannot write standard output: No space left on device\n"

@@ -171,21 +171,27 @@ def test_while_draining_a_new_connection_gets_a_503_not_a_refusal(server_process
     assert health_status(url) is None  # closed once every answer is out
 
 
+def stick_runner(srv, entered: threading.Event, release: threading.Event) -> None:
+    """The engine's next worker call sets ``entered`` and then waits for ``release`` (a worker
+    call that never returns, until the test lets it)."""
+    runner = srv.server.state.loop.engine.runner
+    run = runner.run
+
+    def stuck(batch):
+        entered.set()
+        release.wait()
+        return run(batch)
+
+    runner.run = stuck
+
+
 def test_a_shutdown_with_the_engine_stuck_in_a_round_answers_every_client_and_ends(zoo):
     # the engine thread never finished its round (a worker call that never returns), and the
     # shutdown waited for it without a bound: the drain's 503s never went out, the process hung
     release, entered = threading.Event(), threading.Event()
     with running_server(ServerConfig(drain_s=0.0)) as srv:
         srv.server.ENGINE_GRACE_S = 0.5  # any grace: the stuck round never ends by itself
-        runner = srv.server.state.loop.engine.runner
-        run = runner.run
-
-        def stuck(batch):
-            entered.set()
-            release.wait()
-            return run(batch)
-
-        runner.run = stuck
+        stick_runner(srv, entered, release)
         got: dict[str, object] = {}
 
         def plain() -> None:
@@ -226,15 +232,7 @@ def test_a_second_sigterm_ends_the_drain_as_a_second_ctrl_c_does(zoo):
     release, entered = threading.Event(), threading.Event()
     with running_server(ServerConfig(drain_s=600.0)) as srv:
         srv.server.ENGINE_GRACE_S = 0.5  # the round never ends by itself: only the drain's end frees it
-        runner = srv.server.state.loop.engine.runner
-        run = runner.run
-
-        def stuck(batch):
-            entered.set()
-            release.wait()
-            return run(batch)
-
-        runner.run = stuck
+        stick_runner(srv, entered, release)
         got: dict[str, httpx.Response] = {}
         client = threading.Thread(
             target=lambda: got.update(r=httpx.post(f"{srv.url}/v1/completions", json=LONG, timeout=120))

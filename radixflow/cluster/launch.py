@@ -45,6 +45,10 @@ STATS_PERIOD_S = 0.25  # how often Serve asks each replica for its queue and che
 # routers pass over it as soon as its stats say it is dead)
 HEALTH_CHECK_PERIOD_S = 1.0
 HEALTH_CHECK_TIMEOUT_S = 5.0  # check_health only reads a flag: a replica this slow to answer is stuck
+# ray.init's address for a fleet without --ray-address: a new instance here. Its default (None)
+# joins the cluster in $RAY_ADDRESS or one `ray start` left on this machine, which refuses the
+# local instance's num_cpus, and whose other Serve applications this fleet's exit would stop.
+LOCAL_RAY = "local"
 
 
 class RayStartError(RuntimeError):
@@ -78,7 +82,7 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
         # its SIGTERM handler (sys.exit) is left in place: the SIGTERM uvicorn re-raises past its
         # drain then runs the `finally` below, which deletes the fleet's (detached) application
         ray.init(
-            address=spec.ray_address,
+            address=LOCAL_RAY if local else spec.ray_address,
             num_cpus=cpus,
             runtime_env=env,
             include_dashboard=False,

@@ -5,6 +5,7 @@ an answer or an error; none hangs."""
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 from types import SimpleNamespace
 
@@ -558,3 +559,36 @@ def test_the_ray_router_remembers_where_serve_sent_a_job_not_what_it_ranked_firs
     for _ in range(5):
         ranked = asyncio.run(router.choose_replicas(replicas, sibling))
         assert ranked[0][0].replica_id.unique_id == took
+
+
+@pytest.mark.parametrize("found", ["RAY_ADDRESS", "ray start"])
+def test_a_local_fleet_starts_its_own_ray_whatever_cluster_the_machine_knows(monkeypatch, tmp_path, found):
+    # without --ray-address, ray.init(address=None) joined the cluster in $RAY_ADDRESS, or the one
+    # `ray start` left on this machine: given the local instance's num_cpus it refused with "--replicas:
+    # Ray did not start: When connecting to an existing cluster, num_cpus and num_gpus must not be
+    # provided", and had it joined, its exit would have shut down that cluster's Serve applications
+    serve = pytest.importorskip("ray.serve")
+    import ray
+    from ray._private import services
+
+    from radixflow.cluster import launch
+
+    if found == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    else:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: "head:6379")
+    seen: dict = {}
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(serve, "start", lambda **_: None)
+    monkeypatch.setattr(serve, "shutdown", lambda: None)
+    with launch.ray_serve(launch.FleetSpec(2, "pow2")):
+        pass
+    # what ray.init does with its address: RAY_ADDRESS replaces None (or "auto"), then a cluster
+    # found on this machine does; None from here starts a local instance
+    address = seen["address"]
+    if address in (None, "auto") and "RAY_ADDRESS" in os.environ:
+        address = os.environ["RAY_ADDRESS"]
+    assert services.canonicalize_bootstrap_address(address, None) is None
+    assert seen["num_cpus"] == 2

@@ -208,7 +208,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
     warn_ineffective_options(args, options, local=args.ray_address is None)
-    spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address)
+    # a CPU for each of a replica's torch threads: Ray places (and a local instance counts) them so
+    spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address, options.torch_threads)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
     port = bound_port(sock)
     try:

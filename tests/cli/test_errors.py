@@ -963,6 +963,49 @@ def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch,
     ]
 
 
+def test_a_replica_takes_a_cpu_for_each_of_its_torch_threads(monkeypatch, capsys):
+    # every replica took one CPU whatever --torch-threads gave it: `--replicas 2 --torch-threads 4`
+    # said "4 torch threads each" and ran 8 threads on the 2 CPUs Ray had (on a cluster, packed
+    # 4 replicas' threads onto a 4-CPU node), and the CPU warning counted one each
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import contextlib
+
+    import ray
+
+    import radixflow.cluster.launch as launch
+
+    class Deployed(Exception):
+        pass
+
+    specs: list = []
+
+    def ray_serve(spec):
+        specs.append(spec)
+        return contextlib.nullcontext()
+
+    def deploy(*args):
+        raise Deployed
+
+    monkeypatch.setattr(launch, "ray_serve", ray_serve)
+    monkeypatch.setattr(launch, "deploy", deploy)
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 4.0})
+    with pytest.raises(Deployed):
+        main(["serve", "qwen3_5-tiny", "--port", "0", "--replicas", "2", "--torch-threads", "2"])
+    assert specs[-1].cpus_per_replica == 2
+    with pytest.raises(Deployed):
+        main(["serve", "qwen3_5-tiny", "--port", "0", "--replicas", "2"])
+    assert specs[-1].cpus_per_replica == 1  # one torch thread by default
+    capsys.readouterr()
+    argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto", "--replicas", "3"]
+    with pytest.raises(Deployed):
+        main([*argv, "--torch-threads", "2"])
+    assert capsys.readouterr().err.splitlines() == [
+        "radixflow: warning: --replicas 3: the replicas take 6 CPUs (2 each) and the cluster at "
+        "--ray-address auto has 4 free: serve waits for the rest (from its autoscaler, or other work ending)"
+    ]
+
+
 @pytest.mark.parametrize(
     "argv",
     [

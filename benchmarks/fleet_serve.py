@@ -36,8 +36,10 @@ from typing import Any
 import httpx
 import openai
 
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import float_arg, int_arg, positive_int
 from radixflow.fleet import router_problem
+
+FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
 
 
 @dataclass
@@ -96,7 +98,7 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> None:
 
 def workload(args: argparse.Namespace) -> list[list[int]]:
     rng = random.Random(args.seed)
-    draw = lambda n: [rng.randrange(4, args.vocab) for _ in range(n)]  # noqa: E731
+    draw = lambda n: [rng.randrange(FIRST_ID, args.vocab) for _ in range(n)]  # noqa: E731
     prompts = [ctx + draw(args.candidate) for ctx in (draw(args.context) for _ in range(args.groups))
                for _ in range(args.candidates)]  # fmt: skip
     return prompts  # grouped: a context's candidates arrive together, as a harness sends them
@@ -241,11 +243,12 @@ def main() -> int:
     p.add_argument("--clients", type=positive_int, default=32)
     p.add_argument("--groups", type=positive_int, default=16)
     p.add_argument("--candidates", type=positive_int, default=8)
-    p.add_argument("--context", type=int, default=512, help="tokens of each shared context")
-    p.add_argument("--candidate", type=int, default=16, help="tokens of each candidate")
-    p.add_argument("--vocab", type=int, default=512, help="token ids are drawn below this")
+    p.add_argument("--context", type=int_arg(0), default=512, help="tokens of each shared context")
+    p.add_argument("--candidate", type=int_arg(0), default=16, help="tokens of each candidate")
+    # ids from FIRST_ID up: below --vocab there must be one to draw
+    p.add_argument("--vocab", type=int_arg(FIRST_ID + 1), default=512, help="token ids are drawn below this")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--start-timeout", type=float_arg(positive=True), default=300.0)
     p.add_argument("--log-dir", default="results")
     p.add_argument("--json", type=Path, default=Path("results/fleet_serve.json"))
     p.add_argument("--smoke", action="store_true", help="one router, two clients, a tiny workload (CI)")
@@ -254,6 +257,8 @@ def main() -> int:
         problem = router_problem(router)
         if problem is not None:
             p.error(f"--routers: {problem.message}")
+    if args.context + args.candidate == 0:
+        p.error("--context, --candidate: a prompt needs a token (both are 0)")
     if args.replicas < 2:
         p.error(f"--replicas: a fleet needs at least 2 (got {args.replicas}); one replica runs without Ray")
     if args.smoke:

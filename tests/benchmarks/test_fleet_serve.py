@@ -24,6 +24,13 @@ def fleet_serve():
         (["--clients", "0"], "argument --clients: must be positive, got 0"),
         (["--groups", "0"], "argument --groups: must be positive, got 0"),
         (["--candidates", "0"], "argument --candidates: must be positive, got 0"),
+        # token ids are drawn from 4 (past the special ids) to below --vocab: 4 was a ValueError
+        # traceback (empty range for randrange), a negative length a shorter prompt than asked
+        (["--vocab", "4"], "argument --vocab: must be at least 5, got 4"),
+        (["--context", "-1"], "argument --context: must be >= 0, got -1"),
+        (["--candidate", "-3"], "argument --candidate: must be >= 0, got -3"),
+        (["--context", "0", "--candidate", "0"], "--context, --candidate: a prompt needs a token"),
+        (["--start-timeout", "nan"], "argument --start-timeout"),
     ],
 )
 def test_a_bad_flag_is_one_line_before_any_server_starts(fleet_serve, monkeypatch, capsys, argv, needle):

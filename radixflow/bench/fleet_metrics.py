@@ -26,7 +26,8 @@ HOT_SLACK = 2  # ... and above the mean by more than this many requests (small q
 def fleet_policy_result(
     policy: str, run: FleetRun, scheduler: SchedulerConfig, reference: dict[str, int] | None
 ) -> PolicyResult:
-    """`summarize` over every replica: latencies from first arrival, makespan the last replica's;
+    """`summarize` over every replica: latencies from first arrival, makespan the last replica's,
+    rounds and their lower bound every replica's summed;
     requests in the order given (the outputs' digest over them as `summarize`'s)."""
     reqs = run.requests
     done = [r for r in reqs if r.status is RequestStatus.FINISHED]
@@ -34,9 +35,14 @@ def fleet_policy_result(
     prompt_tokens = sum(len(r.prompt) for r in done)
     engines = [r.engine for r in run.replicas]
     rounds = [rd for e in engines for rd in e.rounds]
+    # `rounds` counts every replica's rounds: so does the bound, each replica's own (its tokens,
+    # chunks and dependency depth) as one engine's run states it
     bounds = [
         rounds_lower_bound(
-            sum(rd.tokens for rd in e.rounds), sum(rd.requests for rd in e.rounds), 0, scheduler
+            sum(rd.tokens for rd in e.rounds),
+            sum(rd.requests for rd in e.rounds),
+            e.dependency_depth(),
+            scheduler,
         )
         for e in engines
     ]
@@ -46,7 +52,7 @@ def fleet_policy_result(
         completed=len(done),
         failed=len(reqs) - len(done),
         rounds=len(rounds),
-        rounds_lower_bound=max(bounds, default=0),
+        rounds_lower_bound=sum(bounds),
         mean_latency_s=sum(lat) / len(lat) if lat else None,
         p50_latency_s=percentile(lat, 50),
         p99_latency_s=percentile(lat, 99),

@@ -54,8 +54,9 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
 # keys added after results were cached: left out of a cell's cache key at their default, so the
 # cells that existed before them keep their keys (and their cached results)
 # bump when a fleet cell's results change (5 Dec: each variant's own eviction and admission, the
-# pressure figures, per-replica figures after a death): only fleet cells' cached results go stale
-FLEET_REVISION = 2
+# pressure figures, per-replica figures after a death; 6 Dec: the rounds lower bound summed over
+# the replicas, as the rounds are): only fleet cells' cached results go stale
+FLEET_REVISION = 3
 # bump when the pressure figures change (6 Dec: TTFT p95 interpolated, as every percentile is):
 # only cells with a ``capacity`` go stale
 PRESSURE_REVISION = 1

@@ -73,6 +73,17 @@ def test_one_replica_fleet_matches_a_lone_engine(setup):
     ]
 
 
+def test_the_fleets_rounds_lower_bound_is_its_replicas_summed_as_its_rounds_are(setup):
+    # its rounds are every replica's rounds, summed; its lower bound was the largest replica's
+    # alone (and without the replicas' dependency depths): 4 busy replicas read about 4x their bound
+    built = setup[0]
+    run = fleet(setup, "checkpoint")
+    result = fleet_policy_result("p", run, built.scheduler, None)
+    own = [summarize("p", r.engine, built.scheduler) for r in run.replicas]  # each as one engine
+    assert result.rounds == sum(o.rounds for o in own)
+    assert result.rounds_lower_bound == sum(o.rounds_lower_bound for o in own) <= result.rounds
+
+
 def test_a_dying_replica_has_its_requests_retried(setup):
     whole = fleet(setup, "checkpoint")
     mid = whole.requests[len(whole.requests) // 2].arrival_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import socket
 import sys
 from dataclasses import replace
@@ -231,6 +232,13 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(str(e)) from None
     except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
         raise UsageError(f"--replicas {spec.replicas}: {e}") from None
+    except SystemExit as e:
+        # ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the teardown above;
+        # past the drain and that teardown the command ends as one server's SIGTERM does: 143
+        if e.code != signal.SIGTERM:
+            raise
+        print("radixflow: terminated", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
     return 0
 
 

@@ -932,6 +932,38 @@ def test_a_replica_that_fails_to_start_ends_serve_with_one_line(monkeypatch, cap
     assert err == "radixflow: error: --replicas 2: a replica failed to start: MemoryError: out of memory"
 
 
+def test_a_fleet_stopped_by_sigterm_exits_143_as_one_server_does(monkeypatch, capsys):
+    # ray.init's SIGTERM handler (kept: its sys.exit runs the fleet's teardown) ended the drained
+    # server with status 15 and not a word, where one server's SIGTERM is 143 (docs/serving.md)
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import contextlib
+    import signal
+    from types import SimpleNamespace
+
+    import radixflow.cluster.launch as launch
+
+    torn_down: list[str] = []
+
+    @contextlib.contextmanager
+    def ray_serve(spec):
+        try:
+            yield
+        finally:
+            torn_down.append("ray")
+
+    def ray_sigterm(*_, **__):  # what Ray's handler does once uvicorn has drained and re-raised it
+        raise SystemExit(signal.SIGTERM)
+
+    server = SimpleNamespace(run=ray_sigterm)
+    monkeypatch.setattr(launch, "ray_serve", ray_serve)
+    monkeypatch.setattr(launch, "deploy", lambda *args: None)
+    monkeypatch.setattr(launch, "fleet_server", lambda *args: server)
+    code = main(["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0"])
+    assert (code, torn_down) == (128 + signal.SIGTERM, ["ray"])
+    assert capsys.readouterr().err.splitlines()[-1] == "radixflow: terminated"
+
+
 def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch, capsys):
     # Serve waited, silently, for CPUs the cluster did not have: `serve` hung with no word
     pytest.importorskip("ray.serve")

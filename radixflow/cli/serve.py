@@ -127,10 +127,10 @@ def refuse_setup(options: EngineOptions, local: bool = True) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    if args.router is not None and args.replicas == 1:  # here or on a cluster: it gets every request
+        warn("--router has no effect with one replica (see --replicas)")
     if fleet_wanted(args):
         return run_fleet(args, console)
-    if args.router is not None:
-        warn("--router has no effect with one replica (see --replicas)")
     require_torch_extra("radixflow serve")
     require_serve_extra()
     from radixflow.generation.setup import load_model

@@ -379,6 +379,36 @@ def test_router_without_replicas_warns_on_stderr_as_every_warning_does(monkeypat
     assert err.splitlines()[0] == warning
 
 
+def test_router_with_one_replica_on_a_cluster_warns_too(monkeypatch, capsys):
+    # `--replicas 1 --ray-address A` runs one replica on the cluster: any router sends it every
+    # request, yet `--router` there said nothing (without --ray-address it warns, as above)
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import contextlib
+
+    import ray
+
+    import radixflow.cluster.launch as launch
+
+    class Deployed(Exception):
+        pass
+
+    def deploy(*args):
+        raise Deployed
+
+    monkeypatch.setattr(launch, "ray_serve", lambda spec: contextlib.nullcontext())
+    monkeypatch.setattr(launch, "deploy", deploy)
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 4.0})
+    argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto", "--router", "pow2"]
+    with pytest.raises(Deployed):
+        main(argv)
+    warning = "radixflow: warning: --router has no effect with one replica (see --replicas)"
+    assert capsys.readouterr().err.splitlines() == [warning]
+    with pytest.raises(Deployed):
+        main([*argv, "--replicas", "2"])
+    assert capsys.readouterr().err == ""
+
+
 def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use, tmp_path: Path):
     """The real entry point, as its own process: one line, exit 2, and no model loaded (a zoo
     model in an empty cache: loading it would build it there)."""

@@ -39,10 +39,17 @@ class FleetRequestRouter(RequestRouter):
         the replicas' engine figures (`fleet_metrics.published`)."""
         self._router = make_router(router, RouterConfig(seed=seed))
         self._figures = published(figures)
+        self._known: set[str] = set()  # the replicas of the last update (their ids)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         """Serve calls this with the replicas running, whenever one's routing stats change."""
         super().update_replicas(replicas)
+        # a replica Serve replaced (its health check failed: its engine loop died or is stuck)
+        # leaves the set here, not in on_replica_actor_died: no job died with its actor
+        running = {r.replica_id.unique_id for r in replicas}
+        for gone in self._known - running:
+            self._router.forget(gone)
+        self._known = running
         if self._figures is not None:
             self._figures.update(engine_reports(replicas), dead_replicas(replicas))
 

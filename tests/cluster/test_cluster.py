@@ -592,3 +592,34 @@ def test_a_local_fleet_starts_its_own_ray_whatever_cluster_the_machine_knows(mon
         address = os.environ["RAY_ADDRESS"]
     assert services.canonicalize_bootstrap_address(address, None) is None
     assert seen["num_cpus"] == 2
+
+
+def test_the_ray_router_forgets_a_replica_serve_replaced_not_only_one_whose_actor_died(monkeypatch):
+    # Serve replaces a replica whose engine loop died (or stuck) after its health check fails: it
+    # leaves the replica set in update_replicas, and no job dies with its actor (it answered 503s),
+    # so on_replica_actor_died never came and the router kept its prefixes under that name
+    pytest.importorskip("ray.serve")
+    from collections import namedtuple
+
+    from ray.serve.request_router import RequestRouter
+
+    from radixflow.cluster.ray_router import FleetRequestRouter
+    from radixflow.generation.params import SamplingParams
+
+    replica_id = namedtuple("ReplicaID", "unique_id")
+
+    def running(name: str) -> SimpleNamespace:
+        stats = {"alive": True, "queue": 0, "block_size": 16, "checkpoints": []}
+        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
+
+    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
+    router._replica_queue_len_cache = {}
+    router.initialize_state("prefix")
+    # Serve's own bookkeeping of the replica set needs its event loop
+    monkeypatch.setattr(RequestRouter, "update_replicas", lambda self, replicas: None)
+    router.update_replicas([running("a"), running("b")])
+    job = SimpleNamespace(args=[Job("j", tuple(range(100, 164)), "default", SamplingParams(), False)])
+    router.on_request_routed(job, replica_id("a"), None)
+    assert len(router._router.memory) > 0
+    router.update_replicas([running("b"), running("c")])  # a replaced by c
+    assert len(router._router.memory) == 0  # nothing was sent anywhere but a

@@ -3,7 +3,8 @@
     radixflow experiment experiments/fleet.toml
     python benchmarks/fleet_table.py results/fleet/results.json
 
-One row per (replicas, workload, load), one column group per router: reuse, mean latency,
+One row per (replicas, workload, load), one column group per router (the mean over the seeds of
+a run with ``--seeds``): reuse, mean latency,
 routed-by-affinity share, imbalance (mean of max queue / mean queue over time) and the longest
 time any queue stayed above 2x the mean (and 2 requests over it). Then the acceptance: at 8
 replicas, candidate workload, medium load, checkpoint's reuse >= 1.5x pow2's and mean latency
@@ -50,19 +51,31 @@ def num(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
-def figures(cell: dict[str, Any]) -> Figures:
-    r = cell["results"][0]
-    fleet = r.get("fleet", {})  # none for a cell of one engine (a grid's baseline)
+def mean(values: list[float | None]) -> float | None:
+    """The mean of ``values``; None when a cell could not measure one (no mean of what is left)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known and len(known) == len(values) else None
+
+
+def figures(cells: list[dict[str, Any]]) -> Figures:
+    """One router's figures in a row: each the mean over the row's cells (one per seed: with
+    ``--seeds`` a row has several), answers counted over all of them."""
+    results = [cell["results"][0] for cell in cells]
+    fleets = [r.get("fleet", {}) for r in results]  # none for a cell of one engine (a grid's baseline)
+
+    def over(get: Callable[[dict[str, Any], dict[str, Any]], float | None]) -> float | None:
+        return mean([get(r, f) for r, f in zip(results, fleets, strict=True)])
+
     return {
-        "reuse": r["reuse_rate"],
-        "mean_ms": ms(r["mean_latency_s"]),
-        "p99_ms": ms(r["p99_latency_s"]),
-        "affinity": fleet.get("affinity_share"),
-        "imbalance": fleet.get("imbalance_mean"),
-        "hot_share": fleet.get("hot_share"),
-        "longest_hot_ms": ms(fleet.get("longest_hot_s")),
-        "makespan_ms": ms(r["makespan_s"]),
-        "completed": f"{r['completed']}/{r['requests']}",
+        "reuse": over(lambda r, f: r["reuse_rate"]),
+        "mean_ms": ms(over(lambda r, f: r["mean_latency_s"])),
+        "p99_ms": ms(over(lambda r, f: r["p99_latency_s"])),
+        "affinity": over(lambda r, f: f.get("affinity_share")),
+        "imbalance": over(lambda r, f: f.get("imbalance_mean")),
+        "hot_share": over(lambda r, f: f.get("hot_share")),
+        "longest_hot_ms": ms(over(lambda r, f: f.get("longest_hot_s"))),
+        "makespan_ms": ms(over(lambda r, f: r["makespan_s"])),
+        "completed": f"{sum(r['completed'] for r in results)}/{sum(r['requests'] for r in results)}",
     }
 
 
@@ -101,9 +114,10 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def table(doc: dict[str, Any]) -> dict[str, Any]:
     """Print the table and the acceptance; return the rows and the checks for the JSON."""
-    rows: dict[tuple, dict[str, Figures]] = defaultdict(dict)
+    cells: dict[tuple, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for cell in doc["cells"]:
-        rows[key(cell)][cell["cell"]["router"]] = figures(cell)
+        cells[key(cell)][cell["cell"]["router"]].append(cell)  # a row's seeds side by side
+    rows = {k: {router: figures(cs) for router, cs in by_router.items()} for k, by_router in cells.items()}
     head = " | ".join(f"{r} reuse | {r} mean ms" for r in ROUTERS)
     print(f"| replicas | workload | load | {head} | checkpoint affinity | imbalance (pow2/prefix/ckpt) |")
     print("|" + " --- |" * (5 + 2 * len(ROUTERS)))

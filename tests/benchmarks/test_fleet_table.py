@@ -89,3 +89,19 @@ def test_a_one_engine_cell_without_fleet_figures_is_a_row(fleet_table, capsys):
     fleet_table.table(doc)
     out = capsys.readouterr().out
     assert "| 1 | candidates | medium | — | — | — | — | 0.70 | 30 | — | —/—/— |" in out
+
+
+def test_a_row_run_on_several_seeds_shows_their_mean_not_the_last_seeds(fleet_table, capsys):
+    # `radixflow experiment experiments/fleet.toml --seeds 0-1` has two cells per row and router:
+    # each overwrote the one before, so the table and the acceptance read the last seed alone
+    cells = []
+    for seed, reuse in ((0, 0.6), (1, 0.8)):
+        for router in ("pow2", "prefix", "checkpoint"):
+            cell = _cell(router, 2, 500.0)
+            cell["cell"]["workload"]["seed"] = seed
+            cell["results"][0]["reuse_rate"] = reuse
+            cells.append(cell)
+    result = fleet_table.table({"cells": cells})
+    assert "| 2 | candidates | medium | 0.70 | 30 | 0.70 | 30 | 0.70 | 30 |" in capsys.readouterr().out
+    (row,) = result["rows"]
+    assert row["pow2"]["reuse"] == pytest.approx(0.7) and row["pow2"]["completed"] == "256/256"

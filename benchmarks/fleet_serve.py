@@ -7,8 +7,8 @@ in its own process, then sends candidate-scoring traffic from ``--clients`` conc
 completions, streamed completions, and ``echo`` with ``logprobs=1``. Counts: answers, lost
 requests (any exception or an answer without its choice), the fleet's reuse (prompt tokens served
 from a replica's cache, from the server's ``/fleet`` figures). Finally Ctrl-C (SIGINT) with
-requests in flight: they must all be answered (drained) and the server and every Ray process it
-started must exit.
+requests in flight: they must all be answered (drained) and the server (with the status 130 of a
+Ctrl-C) and every Ray process it started must exit.
 
 Needs the cluster extra (ray[serve]).
 
@@ -40,6 +40,7 @@ from radixflow.cli.args import float_arg, int_arg, positive_int
 from radixflow.fleet import router_problem
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
+INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (another: it failed)
 
 
 @dataclass
@@ -292,7 +293,13 @@ def main() -> int:
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
-    ok = all(r.lost == 0 and r.drain_answered == r.drain_sent and r.ray_processes_left == 0 for r in runs)
+    ok = all(
+        r.lost == 0
+        and r.drain_answered == r.drain_sent
+        and r.exit_code == INTERRUPTED
+        and r.ray_processes_left == 0
+        for r in runs
+    )
     return 0 if ok else 1
 
 

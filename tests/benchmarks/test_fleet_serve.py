@@ -57,3 +57,20 @@ def test_a_run_with_no_answer_has_no_mean_latency(fleet_serve, monkeypatch):
     run = fleet_serve.RouterRun("pow2")
     fleet_serve.asyncio.run(fleet_serve.drive(1, "m", [[5, 6], [7, 8]], 2, run))
     assert (run.answered, run.lost, run.mean_latency_s) == (0, 2, None)
+
+
+@pytest.mark.parametrize("exit_code, passed", [(130, 0), (1, 1), (None, 1)])
+def test_a_server_that_does_not_exit_as_a_ctrl_c_says_fails_the_run(
+    fleet_serve, monkeypatch, tmp_path, exit_code, passed
+):
+    # every request answered and drained, no Ray process left: the run passed whatever status the
+    # server ended with after its Ctrl-C (a traceback's 1, or none: killed once it did not exit)
+    def one_router(args, router, prompts):
+        run = fleet_serve.RouterRun(router, requests=4, answered=4, drain_answered=2, drain_sent=2)
+        run.exit_code, run.ray_processes_left = exit_code, 0
+        return run
+
+    monkeypatch.setattr(fleet_serve, "one_router", one_router)
+    argv = ["fleet_serve.py", "--routers", "pow2", "--json", str(tmp_path / "out.json")]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert fleet_serve.main() == passed

@@ -206,6 +206,7 @@ def started(args: argparse.Namespace, router: str, log: Path, ray_dir: str) -> t
         except RuntimeError:
             if proc.poll() is None or attempt == 2 or "address already in use" not in log.read_text():
                 proc.kill()
+                proc.wait()  # reaped: its Ray processes (fate-shared) go with it
                 raise
             time.sleep(5)  # its Ray instance shuts down first
     raise AssertionError("unreachable")
@@ -216,6 +217,16 @@ def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) 
     log.parent.mkdir(parents=True, exist_ok=True)
     # short: Ray's socket paths under it must stay within the 107 bytes a Unix socket allows
     ray_dir = tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp")
+    try:  # removed however the run ends: a server that never got ready included
+        return measured(args, router, prompts, log, ray_dir)
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def measured(
+    args: argparse.Namespace, router: str, prompts: list[list[int]], log: Path, ray_dir: str
+) -> RouterRun:
+    """One router's run with its Ray session under ``ray_dir``."""
     run = RouterRun(router)
     proc, port = started(args, router, log, ray_dir)
     try:
@@ -231,7 +242,6 @@ def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) 
             proc.kill()
             proc.wait()
     run.ray_processes_left = ray_settled(ray_dir)
-    shutil.rmtree(ray_dir, ignore_errors=True)
     return run
 
 

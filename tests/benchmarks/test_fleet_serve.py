@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 from benchmark_utils import load_benchmark
@@ -74,3 +75,23 @@ def test_a_server_that_does_not_exit_as_a_ctrl_c_says_fails_the_run(
     argv = ["fleet_serve.py", "--routers", "pow2", "--json", str(tmp_path / "out.json")]
     monkeypatch.setattr(sys, "argv", argv)
     assert fleet_serve.main() == passed
+
+
+def test_a_server_that_never_gets_ready_leaves_no_ray_directory_behind(fleet_serve, monkeypatch, tmp_path):
+    # the run's Ray session directory was removed only after a run that started: a server that
+    # exited or timed out before it was ready left its rf-ray-* directory in /tmp, one per try
+    ray_dir = tmp_path / "rf-ray-x"
+
+    def mkdtemp(**_):
+        ray_dir.mkdir()
+        return str(ray_dir)
+
+    def never_ready(*_):
+        raise RuntimeError("the server exited with 1 before it was ready")
+
+    monkeypatch.setattr(fleet_serve.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(fleet_serve, "started", never_ready)
+    args = SimpleNamespace(log_dir=str(tmp_path / "logs"))
+    with pytest.raises(RuntimeError, match="before it was ready"):
+        fleet_serve.one_router(args, "pow2", [[5, 6]])
+    assert not ray_dir.exists()

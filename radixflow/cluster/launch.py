@@ -75,7 +75,10 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
     import ray
     from ray import serve
 
-    env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}}
+    # this process's PYTHONPATH ahead of the one each node gives its workers (Ray expands
+    # ${PYTHONPATH} there): this checkout runs where it exists, a node's own path (an image's) stays
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), "${PYTHONPATH}") if p)
+    env = {"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
     local = spec.ray_address is None
     cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
     try:

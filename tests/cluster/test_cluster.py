@@ -623,3 +623,32 @@ def test_the_ray_router_forgets_a_replica_serve_replaced_not_only_one_whose_acto
     assert len(router._router.memory) > 0
     router.update_replicas([running("b"), running("c")])  # a replaced by c
     assert len(router._router.memory) == 0  # nothing was sent anywhere but a
+
+
+@pytest.mark.parametrize("ours", [None, "/checkout"])
+def test_the_replicas_keep_the_pythonpath_their_nodes_give_them(monkeypatch, ours):
+    # the runtime env set the replicas' PYTHONPATH to this process's, "" when it had none: on a
+    # cluster whose nodes find radixflow through their own PYTHONPATH (an image's /app) every
+    # replica failed to start (ModuleNotFoundError), its own path replaced
+    serve = pytest.importorskip("ray.serve")
+    import ray
+    from ray._private.utils import update_envs
+
+    from radixflow.cluster import launch
+
+    if ours is None:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONPATH", ours)
+    seen: dict = {}
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(serve, "start", lambda **_: None)
+    monkeypatch.setattr(serve, "delete", lambda name, **_: None)
+    monkeypatch.setattr(serve, "status", lambda: SimpleNamespace(applications={}))
+    with launch.ray_serve(launch.FleetSpec(2, "pow2", "auto")):
+        pass
+    monkeypatch.setenv("PYTHONPATH", "/app")  # a node's own, as Ray's worker setup finds it there
+    update_envs({"PYTHONPATH": seen["runtime_env"]["env_vars"]["PYTHONPATH"]})  # what Ray does there
+    paths = os.environ["PYTHONPATH"].split(os.pathsep)
+    assert "/app" in paths and (ours is None or paths[0] == ours)  # ours first: this checkout wins

@@ -168,11 +168,35 @@ def profile_error(origin: str, problem: Problem) -> ProfileError:
     return ProfileError(f"{origin}: profile key {problem.param!r} {problem.message}", problem)
 
 
+# Figures only fitted per-term rates read (`round_cost.fitted_rates.CostModel`), at the value that
+# is no figure: a profile naming a kernel source times every kernel by it and reads neither
+FITTED_ONLY: dict[str, object] = {"kind_scale": {}, "prefix_kv_s": 0.0}
+
+
 def unread_figures(data: dict[str, Any]) -> list[Problem]:
     """Figures a file states that its kernel source ignores (a measured GPU times its own
-    kernels: an H100 PCIe written as ``measured-h100`` with 2 TB/s was priced at the SXM's 3.35)."""
+    kernels: an H100 PCIe written as ``measured-h100`` with 2 TB/s was priced at the SXM's 3.35;
+    any source prices attention whatever ``kind_scale`` says)."""
     kernels = data.get("kernels")
-    fixed = FIXED_FIGURES.get(kernels, {}) if isinstance(kernels, str) else {}
+    if not isinstance(kernels, str):
+        return []
+    return _datasheet_figures(data, kernels) + _fitted_figures(data, kernels)
+
+
+def _fitted_figures(data: dict[str, Any], kernels: str) -> list[Problem]:
+    return [
+        Problem(
+            key,
+            f"is {show(data[key])}, but kernels {kernels!r} time every kernel themselves and read no "
+            f"{key}: leave the key out, or kernels out for fitted per-term rates",
+        )
+        for key, none in FITTED_ONLY.items()
+        if data.get(key) not in (None, none)
+    ]
+
+
+def _datasheet_figures(data: dict[str, Any], kernels: str) -> list[Problem]:
+    fixed = FIXED_FIGURES.get(kernels, {})
     return [
         Problem(
             key,

@@ -235,3 +235,21 @@ def test_a_profile_at_its_bounds_gives_finite_json(tmp_path: Path, profile: dict
     report = json.loads(out.read_text(), parse_constant=_no_constant)
     assert _all_finite(report)
     assert report["config"]["hardware"]["name"] == profile["name"]
+
+
+@pytest.mark.parametrize("kernels", ["measured-h200", "roofline"])
+@pytest.mark.parametrize(("key", "value"), [("kind_scale", {"attention": 3.0}), ("prefix_kv_s", 1e-9)])
+def test_a_file_naming_kernels_with_a_fitted_rate_is_refused(
+    tmp_path: Path, kernels: str, key: str, value: object
+) -> None:
+    """A profile that names a kernel source times every kernel by it: a per-term scale or a cached-KV
+    rate in it changed no round (the sim priced attention the same at a scale of 3 as at 1)."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**HARDWARE["h200"].to_dict(), "kernels": kernels, key: value}))
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: profile key '{key}' ") and f"kernels '{kernels}'" in text, text
+    assert "\n" not in text and info.value.problem.param == key
+    # at its default (no scale, no rate) the key is no figure: the built-in profiles write it so
+    assert load_profile(_saved(tmp_path, replace(HARDWARE["h200"], kernels=kernels))).kernels == kernels

@@ -279,3 +279,17 @@ def test_round_work_charges_every_layers_weights_and_mixing(name):
     fewer = replace(shape, layers=shape.layers[:1])  # a copy computes its own constants
     assert fewer.total_params() < shape.total_params() and len(fewer.mixers) < len(shape.mixers)
     assert work.counts["layer"] == shape.decoder_layers + sum(layer.has_state for layer in shape.layers)
+
+
+@pytest.mark.parametrize("decodes", [1, 8])
+def test_the_memory_term_moves_its_bytes_at_the_profiles_bandwidth(decodes):
+    """The fitted-rates memory term is the memory time compute does not hide, but it carried the
+    round's every byte: `radixflow cost` showed 104.8 GB/s for it on the 20 GB/s CPU profile (8
+    decode steps of qwen3_5-2b, where compute hides most of the memory time)."""
+    shape, cpu = SIM_MODELS["qwen3_5-2b"], HARDWARE["cpu"]
+    chunks = [ChunkShape(256, 1, True)] * decodes
+    terms = CostModel(shape, cpu).breakdown(chunks).terms
+    memory = terms["memory"]
+    assert memory.seconds > 0 and memory.bytes / memory.seconds == pytest.approx(cpu.bandwidth)
+    compute = sum(t.seconds for t in terms.values() if t.flops)
+    assert memory.seconds == pytest.approx(round_work(shape, chunks, 4).bytes / cpu.bandwidth - compute)

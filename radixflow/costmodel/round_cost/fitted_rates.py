@@ -147,8 +147,11 @@ class CostModel:
                 terms[t] = TermCost(seconds, work.flops[t], 0.0, why)
                 compute += seconds
         if hw.bandwidth:
+            # the bytes of the round moved in this time alone (at the bandwidth): the rest move
+            # while the compute terms run, so the term's rate is the bandwidth, never above it
+            shown = max(0.0, work.bytes / hw.bandwidth - compute)
             hidden = f"{source(hw, 'bandwidth')} (the memory time compute does not hide)"
-            terms["memory"] = TermCost(max(0.0, work.bytes / hw.bandwidth - compute), 0.0, work.bytes, hidden)
+            terms["memory"] = TermCost(shown, 0.0, shown * hw.bandwidth, hidden)
         charge_scheduler(hw, chunks, terms)
         return RoundBreakdown(terms)
 

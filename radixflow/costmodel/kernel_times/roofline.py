@@ -45,7 +45,7 @@ ALLREDUCE_LATENCY_S = 5e-6
 WHY_ALLREDUCE = (
     "ring all-reduce, 2(g-1)/g of the message each way at 450 GB/s (NVLink 4, 900 GB/s per GPU, "
     "datasheet) plus 5 us per call (the shipped H100/H200 tables time a message of at most 4 KB "
-    "at 4.2-4.8 us on 2-8 GPUs; their largest, 512 MB, move at 165-234 GB/s, under this bound)"
+    "at 4.2-5.6 us on 2-8 GPUs; their largest, 512 MB, move at 165-235 GB/s, under this bound)"
 )
 
 

@@ -22,7 +22,10 @@ STATE = 4  # recurrent state is float32 (costmodel.shape.mixer_shapes.STATE_BYTE
 
 # Fractions of the dense peak, each from the nearest measured kernel class on H200 (bf16).
 GEMM_EFFICIENCY = 0.80
-WHY_GEMM = "GEMMs measured on H200 run at 73-87% of peak for m >= 2048"
+WHY_GEMM = (
+    "GEMMs measured on H200 with m, n and k all >= 2048 run at 72-84% of peak (10th to 90th "
+    "percentile, median 79%)"
+)
 ATTENTION_EFFICIENCY = 0.50
 WHY_ATTENTION = "prefill attention measured on H200 at 40% (2k tokens) to 59% (8k) of peak"
 WHY_DECODE = "decode attention measured on H200 reads its KV at ~91% of the datasheet bandwidth"

@@ -18,6 +18,7 @@ from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profile_checks import ProfileError
 from radixflow.costmodel.hardware.profile_files import save_profile
 from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.flags import file_path_arg, not_stdout, parse_int
 from radixflow.progress import LoggedProgress
@@ -179,29 +180,33 @@ def render(errors: list[ModelError], own: dict[str, float], console: Console) ->
     console.print(table)
 
 
-def _check_models(plan: CalibrationPlan) -> None:
+def _check_models(plan: CalibrationPlan) -> dict[str, ModelShape]:
     """Resolve (and build, for zoo names) every model and check its checkpoint (config, tensor
-    names and shapes; values are read when timing starts) before any timing starts."""
-    from radixflow.calibration.run import model_shape
+    names and shapes; values are read when timing starts) and that its context holds the rounds
+    to time, before any timing starts: each model's shape."""
+    from radixflow.calibration.run import design, model_shape
     from radixflow.models.io.loader import check_checkpoint
     from radixflow.models.zoo import ensure_model
 
+    shapes = {}
     for model in plan.models:
         try:
             check_checkpoint(ensure_model(model))
-            model_shape(model)
+            shapes[model] = model_shape(model)
+            design(plan, shapes[model])
         except (ValueError, OSError, RuntimeError) as e:  # unknown name, bad checkpoint, unknown model_type
             raise CalibrationUsageError(f"cannot calibrate on {model!r}: {e}") from None
+    return shapes
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     plan = _plan(args)
-    _check_models(plan)
+    shapes = _check_models(plan)
     out = args.out or default_out(plan.device)
     if out.is_dir() or not out.resolve().parent.is_dir():
         raise CalibrationUsageError(f"cannot write {out}: not a file in an existing directory")
     try:
-        profile, errors, own_fits = _time_and_fit(args, plan)
+        profile, errors, own_fits = _time_and_fit(args, plan, shapes)
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: --out is written only at the end
         kept = f" ({out} is as it was)" if out.exists() else ""
         e.add_note(f"no profile written{kept}: the same command times every batch again")
@@ -232,14 +237,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _time_and_fit(
-    args: argparse.Namespace, plan: CalibrationPlan
+    args: argparse.Namespace, plan: CalibrationPlan, shapes: dict[str, ModelShape]
 ) -> tuple[HardwareProfile, list[ModelError], dict[str, HardwareProfile]]:
     """Time every batch and fit the profile, and each model's own fit; nothing is written."""
     from radixflow.models.io.loader import CheckpointError  # torch, imported only to calibrate
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with LoggedProgress(*columns, console=Console(stderr=True)) as progress:
-        task = progress.add_task("timing worker calls", total=total_batches(plan))
+        task = progress.add_task("timing worker calls", total=total_batches(plan, shapes))
         try:
             profile, errors = calibrate(
                 plan, args.name or f"{plan.device}-calibrated", lambda: progress.advance(task)

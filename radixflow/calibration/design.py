@@ -40,11 +40,14 @@ def _chunk(start: int, length: int, sample: bool, block_size: int, hybrid: bool)
     return ChunkShape(start, length, sample, restores=hybrid and start > 0, snapshots=snapshots)
 
 
-def fit_design(max_tokens: int, block_size: int, hybrid: bool) -> list[DesignBatch]:
-    """Uniform batches over the grid (sequences x length x cached prefix) within ``max_tokens``."""
+def fit_design(
+    max_tokens: int, block_size: int, hybrid: bool, context: int | None = None
+) -> list[DesignBatch]:
+    """Uniform batches over the grid (sequences x length x cached prefix) within ``max_tokens``,
+    each chunk within the model's ``context`` (None: any)."""
     out = []
     for n, length, start in itertools.product(FIT_SEQUENCES, FIT_LENGTHS, FIT_STARTS):
-        if n * length > max_tokens:
+        if n * length > max_tokens or not _within(start + length, context):
             continue
         # the last chunk of a round is often mid-prompt (no logits): vary it
         chunks = tuple(_chunk(start, length, i < n - 1 or n == 1, block_size, hybrid) for i in range(n))
@@ -52,10 +55,21 @@ def fit_design(max_tokens: int, block_size: int, hybrid: bool) -> list[DesignBat
     return out
 
 
+def _within(end: int, context: int | None) -> bool:
+    return context is None or end <= context
+
+
 def held_out_design(
-    count: int, max_tokens: int, block_size: int, hybrid: bool, seed: int = 1
+    count: int, max_tokens: int, block_size: int, hybrid: bool, seed: int = 1, context: int | None = None
 ) -> list[DesignBatch]:
-    """Random mixed batches from lengths and prefixes absent from the fit grid."""
+    """Random mixed batches from lengths and prefixes absent from the fit grid, each chunk within
+    the model's ``context`` (None: any; a batch reaching past it is drawn again, so a model with
+    room for every shape gets the batches it always did). ValueError where no chunk fits."""
+    if not _within(min(HELD_OUT_LENGTHS), context):
+        raise ValueError(
+            f"a context of {context} tokens holds no held-out round: the shortest held-out chunk is "
+            f"{min(HELD_OUT_LENGTHS)} tokens"
+        )
     rng = random.Random(seed)
     out: list[DesignBatch] = []
     while len(out) < count:
@@ -71,6 +85,6 @@ def held_out_design(
             )
             for i in range(n)
         )
-        if sum(c.length for c in chunks) <= max_tokens:
+        if sum(c.length for c in chunks) <= max_tokens and all(_within(c.end, context) for c in chunks):
             out.append(DesignBatch("held_out", chunks))
     return out

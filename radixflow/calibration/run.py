@@ -44,14 +44,17 @@ def model_shape(model: str) -> ModelShape:
 
 
 def design(plan: CalibrationPlan, shape: ModelShape) -> list[DesignBatch]:
-    hybrid = shape.has_recurrent
-    fit = fit_design(plan.max_tokens, BLOCK_SIZE, hybrid)
-    return fit + held_out_design(plan.held_out, plan.max_tokens, BLOCK_SIZE, hybrid, plan.seed)
+    """The rounds timed on ``shape``: none reaches past its context, which no engine runs it at
+    (ValueError where the context holds no held-out round)."""
+    hybrid, context = shape.has_recurrent, shape.max_context
+    fit = fit_design(plan.max_tokens, BLOCK_SIZE, hybrid, context)
+    return fit + held_out_design(plan.held_out, plan.max_tokens, BLOCK_SIZE, hybrid, plan.seed, context)
 
 
-def total_batches(plan: CalibrationPlan) -> int:
-    fit = len(fit_design(plan.max_tokens, BLOCK_SIZE, True))
-    return len(plan.models) * (fit + plan.held_out) * plan.repeats
+def total_batches(plan: CalibrationPlan, shapes: dict[str, ModelShape]) -> int:
+    """Worker calls timed over every model of ``plan`` (``shapes``: each model's)."""
+    fit = sum(len(fit_design(plan.max_tokens, BLOCK_SIZE, True, shapes[m].max_context)) for m in plan.models)
+    return (fit + len(plan.models) * plan.held_out) * plan.repeats
 
 
 def calibrate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,28 @@ def test_calibrate_out_help_names_the_file_the_default_writes():
     (help_text,) = [a.help for a in parser._actions if a.dest == "out"]
     assert default_out("cuda:0") == Path("profile-cuda0.json")
     assert f"{default_out('cuda:0')} for cuda:0" in help_text and "profile-<device>.json" not in help_text
+
+
+def test_no_round_is_timed_past_the_models_context():
+    """llama-tiny and qwen3-tiny take 2048 positions, but calibrate timed and scored held-out rounds
+    up to 2304 (768 tokens after 1536 cached): rounds no engine runs on the model."""
+    from radixflow.calibration.run import CalibrationPlan, design, total_batches
+
+    plan = CalibrationPlan(("m",))
+    shape = replace(SIM_MODELS["qwen3-4b"], max_context=2048)
+    batches = design(plan, shape)
+    assert all(c.end <= 2048 for b in batches for c in b.chunks)
+    assert sum(b.split == "held_out" for b in batches) == plan.held_out
+    assert total_batches(plan, {"m": shape}) == len(batches) * plan.repeats  # the progress bar's total
+    # a context with room for every shape of the grid times the rounds it always did
+    roomy = fit_design(2048, 16, False) + held_out_design(12, 2048, 16, False)
+    assert design(plan, SIM_MODELS["qwen3-4b"]) == roomy
+
+
+def test_a_context_too_short_for_a_held_out_chunk_is_refused_naming_it():
+    """A held-out round was drawn until one fitted: with a context under the shortest held-out
+    chunk (24 tokens) none ever does, and calibrate never returned."""
+    from radixflow.calibration.run import CalibrationPlan, design
+
+    with pytest.raises(ValueError, match=r"context of 20 tokens .* shortest held-out chunk is 24 tokens"):
+        design(CalibrationPlan(("m",)), replace(SIM_MODELS["qwen3-4b"], max_context=20))

@@ -38,9 +38,10 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "max_position_embeddings": 262_144,
         },
         "Qwen/Qwen3.5-2B-like: 24 layers of width 2048, 6 of them attention with 8 query / 2 KV "
-        "heads (as published for Qwen3.5-2B), the 3:1 DeltaNet:attention pattern; DeltaNet and MLP "
-        "widths from the Qwen3.5 family (transformers 5.24 Qwen3_5TextConfig), not checked against "
-        "the released config.json",
+        "heads (as published for Qwen3.5-2B), the 3:1 DeltaNet:attention pattern; the DeltaNet's "
+        "key heads and head widths as transformers 5.24 Qwen3_5TextConfig; 16 value heads and a "
+        "6144-wide MLP assumed (that config, at width 4096, has 32 value heads and a 12288-wide "
+        "MLP); none checked against the released config.json",
     ),
     "qwen3_5-35b-a3b": (
         {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from radixflow.costmodel.shape.mixer_shapes import Mamba2
 from radixflow.costmodel.shape.sim_catalogue import PUBLIC_CONFIGS, SIM_MODELS
 
@@ -26,3 +28,17 @@ def test_qwen3_next_dense_width_is_the_checkpoints_not_the_transformers_default(
     assert config["intermediate_size"] == 5120
     layers = SIM_MODELS["qwen3_next-80b-a3b"].layers
     assert all(layer.mlp is not None and layer.mlp.experts == 512 for layer in layers)
+
+
+def test_qwen3_5_2b_names_transformers_config_only_for_the_widths_it_holds():
+    # the source said the DeltaNet and MLP widths were transformers 5.24 Qwen3_5TextConfig's; that
+    # config has 32 value heads and a 12288-wide MLP (at width 4096), the shape 16 and 6144
+    transformers = pytest.importorskip("transformers")
+    default = transformers.Qwen3_5TextConfig().to_dict()
+    config, source = PUBLIC_CONFIGS["qwen3_5-2b"]
+    taken = ("linear_num_key_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim")
+    assert all(config[k] == default[k] for k in taken)
+    for key, said in (("linear_num_value_heads", "{} value heads"), ("intermediate_size", "a {}-wide MLP")):
+        assert config[key] != default[key]
+        assert said.format(config[key]) in source and said.format(default[key]) in source, source
+    assert "assumed" in source

@@ -180,8 +180,8 @@ def _nemotron_kinds(cfg: Config) -> list[str]:
     return [_NEMOTRON_CODES[c] for c in codes]
 
 
-def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
-    moe = Mlp(
+def _nemotron_moe(cfg: Config) -> Mlp:
+    return Mlp(
         int(cfg.get("moe_intermediate_size") or 0),
         gated=False,
         experts=int(first_set(cfg, _NEMOTRON_FIELDS["experts"], 0)),
@@ -189,13 +189,22 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
         shared_intermediate=int(cfg.get("moe_shared_expert_intermediate_size") or 0),
         latent=int(cfg.get("moe_latent_size") or 0),
     )
-    by_kind: dict[str, Layer] = {
-        "linear_attention": Layer((_nemotron_mamba(cfg),)),
-        "full_attention": Layer((_attention(cfg),)),
-        "mlp": Layer((), _dense(cfg, gated=False)),
-        "moe": Layer((), moe),
-    }
-    return tuple(by_kind[k] for k in _nemotron_kinds(cfg))
+
+
+# block kind -> its layer, built only for a kind the pattern has: the torch loader requires a
+# kind's fields (intermediate_size, the mamba widths) only where a block of that kind is
+_NEMOTRON_LAYERS: dict[str, Callable[[Config], Layer]] = {
+    "linear_attention": lambda cfg: Layer((_nemotron_mamba(cfg),)),
+    "full_attention": lambda cfg: Layer((_attention(cfg),)),
+    "mlp": lambda cfg: Layer((), _dense(cfg, gated=False)),
+    "moe": lambda cfg: Layer((), _nemotron_moe(cfg)),
+}
+
+
+def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
+    kinds = _nemotron_kinds(cfg)
+    by_kind = {k: _NEMOTRON_LAYERS[k](cfg) for k in dict.fromkeys(kinds)}
+    return tuple(by_kind[k] for k in kinds)
 
 
 def _falcon_mamba(cfg: Config) -> Mamba2:

@@ -8,6 +8,7 @@ allocated), layer by layer.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -247,4 +248,32 @@ LFM2_WIDTHS = {
 
 @pytest.mark.parametrize("config", LFM2_WIDTHS.values(), ids=LFM2_WIDTHS)
 def test_an_lfm2_feed_forward_width_is_read_as_the_torch_family_reads_it(config):
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+NEMOTRON_WITHOUT = {  # the loader asks for a kind's fields only where a layer of that kind is
+    "no MLP block, no intermediate_size": variant(
+        "nemotron_h-tiny",
+        drop=("intermediate_size",),
+        layers_block_type=["linear_attention", "full_attention", "moe", "linear_attention"],
+        num_hidden_layers=4,
+    ),
+    "no Mamba2 block, no mamba widths": variant(
+        "nemotron_h-tiny",
+        drop=("mamba_num_heads", "mamba_head_dim"),
+        layers_block_type=["full_attention", "mlp", "full_attention", "moe"],
+        num_hidden_layers=4,
+    ),
+}
+
+
+@pytest.mark.parametrize("config", NEMOTRON_WITHOUT.values(), ids=NEMOTRON_WITHOUT)
+def test_a_nemotron_h_config_without_a_kinds_fields_and_no_layer_of_it_is_read(config, tmp_path):
+    """The reader built every block kind's layer up front, so a Nemotron-H config without an MLP
+    block and its width (the torch loader requires intermediate_size only where an "mlp" block is)
+    was a KeyError: the sim refused it and the torch runner's round predictor could not start."""
+    from radixflow.models.io.loader import read_config
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    read_config(tmp_path)  # the torch loader's checks take it
     assert_shape_is_the_model(shape_from_config("m", config), build(config))

@@ -58,22 +58,32 @@ class TimedBatch:
 def round_noise_sigma(batches: Sequence[TimedBatch]) -> float | None:
     """The machine's per-round timing noise as a log-normal σ, from every shape timed the same
     number of times (the most common count, at least 2): the log of each timing less its shape's
-    mean and its pass's mean (a pass: one timing of every shape, in the order taken), pooled.
-    Taking the pass out leaves the slow drift of a shared machine's speed between passes (a
-    common factor, minutes apart) out of the per-round noise. None with no shape timed twice."""
+    mean and its pass's mean (a pass: one timing of every shape of one model, in the order taken;
+    each model's passes are its own, timed after the last model's), pooled. Taking the pass out
+    leaves the slow drift of a shared machine's speed between passes (a common factor, minutes
+    apart) out of the per-round noise. None with no model with two shapes timed twice."""
     counts = [len(b.repeats) for b in batches if len(b.repeats) >= 2 and min(b.repeats) > 0]
     if not counts:
         return None
     passes = max(set(counts), key=counts.count)
-    timed = [b.repeats for b in batches if len(b.repeats) == passes and min(b.repeats) > 0]
-    rows = [[math.log(t) for t in r] for r in timed]
-    if len(rows) < 2:  # one shape: its pass means are its timings, nothing is left to tell noise by
-        return None
+    by_model: dict[str, list[list[float]]] = {}
+    for b in batches:
+        if len(b.repeats) == passes and min(b.repeats) > 0:
+            by_model.setdefault(b.model, []).append([math.log(t) for t in b.repeats])
+    # one shape of a model: its pass means are its timings, nothing is left to tell noise by
+    fits = [_pass_residuals(rows, passes) for rows in by_model.values() if len(rows) >= 2]
+    dof = sum(d for _, d in fits)
+    return math.sqrt(sum(s for s, _ in fits) / dof) if dof else None
+
+
+def _pass_residuals(rows: list[list[float]], passes: int) -> tuple[float, int]:
+    """The sum of squares left in one model's log timings (a row per shape, a column per pass)
+    once each shape's and each pass's mean are taken out, and its degrees of freedom."""
     grand = statistics.fmean(x for r in rows for x in r)
     shape = [statistics.fmean(r) for r in rows]
     step = [statistics.fmean(r[j] for r in rows) for j in range(passes)]
     squares = sum((r[j] - shape[i] - step[j] + grand) ** 2 for i, r in enumerate(rows) for j in range(passes))
-    return math.sqrt(squares / ((len(rows) - 1) * (passes - 1)))
+    return squares, (len(rows) - 1) * (passes - 1)
 
 
 def _blocks(tokens: int) -> int:

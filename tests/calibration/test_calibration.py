@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -323,3 +324,20 @@ def test_a_context_too_short_for_a_held_out_chunk_is_refused_naming_it():
 
     with pytest.raises(ValueError, match=r"context of 20 tokens .* shortest held-out chunk is 24 tokens"):
         design(CalibrationPlan(("m",)), replace(SIM_MODELS["qwen3-4b"], max_context=20))
+
+
+def test_round_noise_takes_out_each_models_own_passes():
+    """A joint calibration times each model's passes in turn, minutes apart: pass 2 of one model
+    and pass 2 of the next share nothing. Taken out as one pass, the drift between the two models'
+    passes was counted as per-round noise (σ 0.39 here, against 0.10 of each model alone)."""
+    shapes = [b.chunks for b in fit_design(256, 16, True)[1:4]]
+    noise = [(0.1, -0.1, 0.0), (-0.1, 0.1, 0.0), (0.0, 0.0, 0.0)]
+
+    def timed(model: str, drift: tuple[float, ...]) -> list[TimedBatch]:
+        repeats = [tuple(math.exp(n + d) for n, d in zip(row, drift, strict=True)) for row in noise]
+        return [TimedBatch(model, "fit", c, 1.0, r) for c, r in zip(shapes, repeats, strict=True)]
+
+    alone = round_noise_sigma(timed("a", (0.0, 0.3, -0.2)))
+    joint = round_noise_sigma(timed("a", (0.0, 0.3, -0.2)) + timed("b", (0.0, -0.4, 0.5)))
+    assert alone == pytest.approx((sum(x * x for row in noise for x in row) / 4) ** 0.5)
+    assert joint == pytest.approx(alone)

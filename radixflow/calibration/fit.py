@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from radixflow.calibration.timing import TimedBatch, round_noise_sigma
 from radixflow.costmodel.hardware.profile_checks import COMPUTE_TERMS, MAX_FLOPS, MAX_KIND_SCALE
-from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.hardware.profiles import SPLIT_FROM, HardwareProfile
 from radixflow.costmodel.round_cost.fitted_rates import CostModel, fit_feature_names, fit_features
 from radixflow.costmodel.round_cost.nnls import nnls
 from radixflow.costmodel.shape.model_shape import ModelShape
@@ -15,6 +15,9 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 SRC_FITTED = "fitted by `radixflow calibrate` (NNLS on timed worker calls; see 'calibration')"
 # the source of a term no timed model exercises (`HardwareProfile.sources`, key "kind_scale.<term>")
 SRC_UNFITTED = "not timed by `radixflow calibrate` (no model it timed runs it): charged at the matmul rate"
+# ... of a term split off another that was timed (`profiles.SPLIT_FROM`): left out of kind_scale,
+# the term is charged at that one's rate, as a profile written before the split charges it
+SRC_UNFITTED_SPLIT = "not timed by `radixflow calibrate` (no round it timed had it): charged at the {} rate"
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,9 @@ def fit_profile(
 
     Memory traffic is not a separate term here (``bandwidth`` None): on the devices this runs on
     it shows up in the per-call and per-FLOP coefficients. A compute term the fit rounds never
-    exercise (e.g. ``mamba2`` when only DeltaNet models were timed) is charged at the matmul rate
-    and listed under ``calibration.unfitted_terms``.
+    exercise (e.g. ``mamba2`` when only DeltaNet models were timed) is charged at the matmul rate,
+    or one split off a term they do exercise at that term's (``prefix_attention``, with no round
+    after a cached prefix: attention's), and listed under ``calibration.unfitted_terms``.
     """
     fit = _fit_rounds(batches)
     rows = _rows(fit, shapes, dtype_bytes)
@@ -71,9 +75,10 @@ def fit_profile(
     coef = dict(zip(FIT_TERMS, nnls(weighted, [1.0] * len(fit)), strict=True))
     seen = {t for t in COMPUTE_TERMS if any(row[FIT_TERMS.index(t)] > 0 for row in rows)}
     unfitted = sorted(set(COMPUTE_TERMS) - seen)
+    split = {t: SPLIT_FROM[t] for t in unfitted if SPLIT_FROM.get(t) in seen}  # priced as their source
     base = coef["matmul"] or statistics.mean([coef[t] for t in seen if coef[t] > 0] or [1e-12])
     reference = _reference(base, [coef[t] for t in seen])
-    scale = {t: (coef[t] if t in seen else base) / reference for t in COMPUTE_TERMS}
+    scale = {t: (coef[t] if t in seen else base) / reference for t in COMPUTE_TERMS if t not in split}
     profile = HardwareProfile(
         name=name,
         flops=1.0 / reference,
@@ -85,7 +90,7 @@ def fit_profile(
         prefix_kv_s=coef["prefix_kv"],
         kind_scale=scale,
         weight_bytes=dtype_bytes,
-        sources={"all": SRC_FITTED, **{f"kind_scale.{t}": SRC_UNFITTED for t in unfitted}},
+        sources={"all": SRC_FITTED, **_unfitted_sources(unfitted, split)},
     )
     errors = score(profile, batches, shapes)
     calibration = {
@@ -98,6 +103,12 @@ def fit_profile(
         "rounds": [b.to_dict() for b in batches],
     }
     return HardwareProfile(**{**profile.__dict__, "calibration": calibration})
+
+
+def _unfitted_sources(unfitted: list[str], split: dict[str, str]) -> dict[str, str]:
+    """Where each unfitted term's rate comes from (`HardwareProfile.sources`, "kind_scale.<term>")."""
+    why = {t: SRC_UNFITTED_SPLIT.format(split[t]) if t in split else SRC_UNFITTED for t in unfitted}
+    return {f"kind_scale.{t}": text for t, text in why.items()}
 
 
 def _reference(base: float, fitted: list[float]) -> float:

@@ -341,3 +341,26 @@ def test_round_noise_takes_out_each_models_own_passes():
     joint = round_noise_sigma(timed("a", (0.0, 0.3, -0.2)) + timed("b", (0.0, -0.4, 0.5)))
     assert alone == pytest.approx((sum(x * x for row in noise for x in row) / 4) ** 0.5)
     assert joint == pytest.approx(alone)
+
+
+def test_a_context_with_no_room_for_the_grids_prefix_prices_attention_over_one_as_attention():
+    """A model of 1000 positions has no fit round after the grid's 1024 cached tokens: attention
+    over a cached prefix went unfitted and was charged at the matmul rate, a third of what its
+    attention costs here; it is attention, as a profile written before the split prices it."""
+    from radixflow.calibration.run import CalibrationPlan, design
+
+    shape = replace(SIM_MODELS["qwen3-4b"], max_context=1000)
+    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, kind_scale={"attention": 3.0}, weight_bytes=4)
+    model = CostModel(shape, truth)
+    batches = [
+        TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks))
+        for b in design(CalibrationPlan((shape.name,)), shape)
+    ]
+    assert all(c.start == 0 for b in batches if b.split == "fit" for c in b.chunks)
+    assert any(c.start > 0 for b in batches if b.split == "held_out" for c in b.chunks)
+    fitted = fit_profile("fitted", batches, {shape.name: shape}, 4, "cpu")
+    assert "prefix_attention" in fitted.calibration["unfitted_terms"]
+    assert fitted.seconds_per_flop("prefix_attention") == fitted.seconds_per_flop("attention")
+    assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-3
+    prefix = CostModel(shape, fitted).breakdown([ChunkShape(512, 64, True)]).terms["prefix_attention"]
+    assert "attention rate" in prefix.source and "matmul" not in prefix.source

@@ -293,3 +293,20 @@ def test_the_memory_term_moves_its_bytes_at_the_profiles_bandwidth(decodes):
     assert memory.seconds > 0 and memory.bytes / memory.seconds == pytest.approx(cpu.bandwidth)
     compute = sum(t.seconds for t in terms.values() if t.flops)
     assert memory.seconds == pytest.approx(round_work(shape, chunks, 4).bytes / cpu.bandwidth - compute)
+
+
+def test_a_round_reads_its_output_head_where_it_computes_logits_and_only_its_embedding_rows():
+    """`round_work` counted the whole embedding table as read by every worker call, beside the
+    output head: on an untied model the vocabulary's weights twice (17% over the weights a decode
+    step of qwen3_5-35b-a3b reads), and the head even in a chunk that computes no logits."""
+    shape = SIM_MODELS["falcon_h1-1.5b"]  # untied: its embedding table and output head are two
+    table = shape.hidden * shape.vocab_size
+    assert not shape.tied_embeddings
+    layers = shape.touched_params(1) - 2 * table  # one token: every weight of this dense model
+
+    def weights(chunks):
+        kv = shape.kv_bytes_per_token(2) * sum(c.end for c in chunks)
+        return round_work(shape, chunks, 2).bytes - kv
+
+    assert weights([ChunkShape(100, 1, True)]) == 2 * (layers + table + shape.hidden)  # head + 1 row
+    assert weights([ChunkShape(0, 64, False)]) == 2 * (layers + 64 * shape.hidden)  # no logits, no head

@@ -17,7 +17,8 @@ mask, another rate per FLOP; a profile without its own figure prices it as ``att
 ``gdn`` (delta-rule recurrence and its short conv), ``mamba2`` (SSD scan and conv), ``conv``
 (LFM2's short conv). ``lm_head``: the output projection,
 at sampled positions and at the prompt positions of prompt-logprob requests. Bytes are the weights
-once per call (of an MoE, the experts the round's tokens touch), the KV each chunk reads in each
+once per call (of an MoE, the experts the round's tokens touch; the output head where the call
+computes logits; of the embedding table, the rows its tokens look up), the KV each chunk reads in each
 attention layer, and the recurrent state restored from or saved to checkpoint slots.
 """
 
@@ -95,7 +96,7 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
     flops["lm_head"] = 2.0 * shape.hidden * shape.vocab_size * rows
     kv = shape.kv_bytes_per_token(dtype_bytes) * sum(c.end for c in chunks)
     copies = sum(int(c.restores) + c.snapshots for c in chunks)
-    weights = shape.touched_params(tokens) * dtype_bytes
+    weights = shape.read_params(tokens, logits=rows > 0) * dtype_bytes
     counts = {"round": 1.0, "layer": float(shape.layer_calls(chunks)), "sequence": float(len(chunks))}
     return RoundWork(counts, flops, float(weights + kv + copies * shape.state_bytes()))
 

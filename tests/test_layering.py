@@ -72,7 +72,17 @@ ALLOWED = {
 }
 # leaf modules at the top of the package: they import nothing from radixflow but other leaves, so
 # any layer may import them
-LEAVES = {"problems", "progress", "package", "jsonl", "files", "user_paths", "partial_lines", "sigterm_kept"}
+LEAVES = {
+    "problems",
+    "progress",
+    "package",
+    "jsonl",
+    "files",
+    "user_paths",
+    "partial_lines",
+    "sigterm_kept",
+    "ray_start",
+}
 # cli imports torch only lazily, for --runner torch (it must run without the torch extra); the
 # server reaches the model only through the generation layer
 NO_TORCH = {

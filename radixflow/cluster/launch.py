@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from radixflow.engine.runner import generation_room, validate_prompt
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
+from radixflow.ray_start import LOCAL_RAY, worker_pythonpath
 from radixflow.scheduler.request import Request
 from radixflow.server.events import Final
 from radixflow.server.metrics import ServerMetrics
@@ -45,10 +45,6 @@ STATS_PERIOD_S = 0.25  # how often Serve asks each replica for its queue and che
 # routers pass over it as soon as its stats say it is dead)
 HEALTH_CHECK_PERIOD_S = 1.0
 HEALTH_CHECK_TIMEOUT_S = 5.0  # check_health only reads a flag: a replica this slow to answer is stuck
-# ray.init's address for a fleet without --ray-address: a new instance here. Its default (None)
-# joins the cluster in $RAY_ADDRESS or one `ray start` left on this machine, which refuses the
-# local instance's num_cpus, and whose other Serve applications this fleet's exit would stop.
-LOCAL_RAY = "local"
 
 
 class RayStartError(RuntimeError):
@@ -75,15 +71,14 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
     import ray
     from ray import serve
 
-    # this process's PYTHONPATH ahead of the one each node gives its workers (Ray expands
-    # ${PYTHONPATH} there): this checkout runs where it exists, a node's own path (an image's) stays
-    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), "${PYTHONPATH}") if p)
-    env = {"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
+    env = {"env_vars": {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1"}}
     local = spec.ray_address is None
     cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
     try:
         # its SIGTERM handler (sys.exit) is left in place: the SIGTERM uvicorn re-raises past its
-        # drain then runs the `finally` below, which deletes the fleet's (detached) application
+        # drain then runs the `finally` below, which deletes the fleet's (detached) application.
+        # Without --ray-address, an instance of our own: a cluster Ray would find instead refuses
+        # the local instance's num_cpus, and this fleet's exit would stop its Serve applications
         ray.init(
             address=LOCAL_RAY if local else spec.ray_address,
             num_cpus=cpus,

@@ -9,7 +9,6 @@ loses at most the cells in flight and a re-run picks up where it stopped.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from radixflow.experiments.config import OUTPUT_KEYS, Cell, ExperimentConfig, Va
 from radixflow.files import write_whole
 from radixflow.package import source_digest
 from radixflow.problems import ProblemError
+from radixflow.ray_start import LOCAL_RAY, worker_pythonpath
 from radixflow.sigterm_kept import sigterm_kept
 
 CellResult = dict[str, Any]
@@ -113,10 +113,15 @@ def _ray(
 ) -> Iterator[tuple[Pending, CellResult | str]]:
     import ray
 
-    env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+    env = {"env_vars": {"PYTHONPATH": worker_pythonpath()}}
     try:
         with sigterm_kept():  # a SIGTERM still keeps the finished cells and says so (exit 143)
-            ray.init(address=address, runtime_env=env, include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address=LOCAL_RAY if address is None else address,
+                runtime_env=env,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
     except (ValueError, ConnectionError) as e:  # a malformed or unreachable address: the user's
         where = "--ray" if address is None else f"--ray-address {address}"
         raise RayStartError(f"{where}: Ray did not start: {e}") from None

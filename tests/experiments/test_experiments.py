@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 import warnings
@@ -1164,8 +1165,8 @@ class _Ray:
     def __init__(self, cpus: float, crashed: int | None = None) -> None:
         self.cpus, self.asked, self.crashed, self.refs = cpus, [], crashed, []
 
-    def init(self, **_) -> None:
-        pass
+    def init(self, **kwargs) -> None:
+        self.init_kwargs = kwargs
 
     def nodes(self) -> list[dict]:
         return [{"Alive": True, "Resources": {"CPU": self.cpus}}, {"Alive": False, "Resources": {"CPU": 64}}]
@@ -1212,6 +1213,54 @@ def test_a_torch_cell_on_ray_asks_for_no_more_cpus_than_a_node_has(monkeypatch, 
     pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
     assert len(list(execute._ray(pending, [], None, torch_cpus=2))) == 3
     assert ray.asked == asked
+
+
+@pytest.mark.parametrize("found", ["RAY_ADDRESS", "ray start"])
+def test_ray_without_an_address_starts_a_local_instance_whatever_cluster_is_known(monkeypatch, found):
+    # `--ray` without --ray-address called ray.init(address=None), which joins the cluster in
+    # $RAY_ADDRESS or one `ray start` left on this machine: the cells ran there, although
+    # docs/reproducing.md says `--ray` starts a local instance (--ray-address ADDR joins a cluster)
+    pytest.importorskip("ray")
+    from ray._private import services
+
+    from radixflow.experiments import execute
+
+    if found == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    else:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: "head:6379")
+    ray = _Ray(2.0)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert list(execute._ray([], [], None, torch_cpus=2)) == []
+    address = ray.init_kwargs["address"]  # what ray.init does with it: $RAY_ADDRESS replaces None
+    if address in (None, "auto") and "RAY_ADDRESS" in os.environ:
+        address = os.environ["RAY_ADDRESS"]
+    assert services.canonicalize_bootstrap_address(address, None) is None  # None: a new instance
+    assert list(execute._ray([], [], "head:6379", torch_cpus=2)) == []
+    assert ray.init_kwargs["address"] == "head:6379"  # --ray-address still joins
+
+
+@pytest.mark.parametrize("ours", [None, "/work/checkout"])
+def test_ray_workers_keep_the_pythonpath_their_nodes_give_them(monkeypatch, ours):
+    # the runtime env set the workers' PYTHONPATH to this process's ("" when it had none): on a
+    # cluster whose nodes find radixflow through their own PYTHONPATH every cell failed to import it
+    pytest.importorskip("ray")
+    from ray._private.utils import update_envs
+
+    from radixflow.experiments import execute
+
+    if ours is None:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONPATH", ours)
+    ray = _Ray(2.0)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert list(execute._ray([], [], "head:6379", torch_cpus=2)) == []
+    monkeypatch.setenv("PYTHONPATH", "/app")  # a node's own, as Ray's worker setup finds it there
+    update_envs({"PYTHONPATH": ray.init_kwargs["runtime_env"]["env_vars"]["PYTHONPATH"]})
+    paths = os.environ["PYTHONPATH"].split(os.pathsep)
+    assert "/app" in paths and (ours is None or paths[0] == ours)
 
 
 def test_a_cell_whose_ray_worker_died_fails_alone_naming_it(monkeypatch):

@@ -14,7 +14,7 @@ from radixflow.experiments.cell_fit import fit_problem
 from radixflow.experiments.config import ENGINE_KEYS, EXPERIMENT_KEYS, UNCAPPED, WORKLOAD_KEYS, Cell
 from radixflow.experiments.config_checks import fail
 from radixflow.options import EngineOptions, EnginePlan, runner_name
-from radixflow.options.runners import name_problem
+from radixflow.options.runners import name_problem, torch_settings_problem
 from radixflow.options.spec import check_value
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import ProblemError
@@ -60,6 +60,11 @@ def validate_cell(
     problem = device_problem(s["device"]) if s["runner"] == "torch" else None
     if problem is not None:  # the torch runner's own check, before any cell runs
         raise fail(origin, loc("device"), problem.message)
+    # its refusals of dtype, matmul and kernels on that device, which the other doors make up
+    # front: found only when the cell's runner was built, after the cells before it had run
+    problem = torch_settings_problem(options)
+    if problem is not None:
+        raise fail(origin, loc(problem.param or "dtype"), problem.message)
     if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)

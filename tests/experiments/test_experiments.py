@@ -552,6 +552,24 @@ def test_a_cell_whose_prompts_cannot_fit_is_refused_naming_the_key(tiny: Path, e
     assert "\n" not in message and f": {key}: " in message and says in message, message
 
 
+@pytest.mark.parametrize(
+    ("settings", "key", "says"),
+    [
+        ('kernels = "native"\ndtype = "bfloat16"', "grid[2].kernels", "native kernels run on a CPU"),
+        ('matmul = "mkl"\ndtype = "bfloat16"', "grid[2].matmul", "plans route CPU float32 matmuls"),
+    ],
+)
+def test_a_torch_cells_dtype_kernels_and_matmul_are_checked_before_any_cell_runs(
+    tiny: Path, settings, key, says
+):
+    # accepted when the config loaded, and refused only when the cell's runner was built, after
+    # the cells before it had run: LLM(...), bench and generate refuse the pair up front
+    pytest.importorskip("torch")
+    torch_cell = f'name = "load"\nrunner = "torch"\nmodel = "lfm2-tiny"\n{settings}'
+    message = refusal(tiny, [('name = "load"\nmodel = "qwen3_5-2b"', torch_cell)])
+    assert "\n" not in message and f": {key}: " in message and says in message, message
+
+
 def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
     # it was accepted and did nothing: the workload's seed comes from `seeds`
     message = refusal(tiny, [("[defaults]", "[defaults]\nseed = 7")])

@@ -71,6 +71,8 @@ OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
 SEEDS_WHERE = "seeds are set at the top level (every grid's) or in a [[grid]] (its own), not in [defaults]"
 SEED_FROM = "a cell's seed comes from `seeds` (a list, top level or in a grid)"  # `seed` anywhere in a cell
+# `policy` anywhere: an engine option at every other door, but each cell runs every variant
+POLICY_FROM = 'a cell runs every variant of `policies` (a top-level list, e.g. ["native", "radixflow"])'
 
 
 @dataclass(frozen=True)

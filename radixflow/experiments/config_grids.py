@@ -13,6 +13,7 @@ from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config import (
     CELL_KEYS,
     OUTPUT_KEYS,
+    POLICY_FROM,
     SEED_FROM,
     SEEDS_WHERE,
     TOP_KEYS,
@@ -53,6 +54,8 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
             workload.update(_workload_section(value, where, origin))
         elif key == "seed":  # an engine option, but a cell's seed is its workload's
             raise fail(origin, f"{where}.seed", SEED_FROM)
+        elif key == "policy":  # an engine option, but a cell's policies are the experiment's
+            raise fail(origin, f"{where}.policy", POLICY_FROM)
         elif key in CELL_KEYS:
             cell[key] = _values(value, origin, f"{where}.{key}", sweeps=key not in OUTPUT_KEYS)
         elif key == "seeds" and where == "defaults":  # a key, but of the config or of a grid

@@ -19,6 +19,7 @@ from radixflow.experiments.cell_fit import planned
 from radixflow.experiments.config import (
     CELL_KEYS,
     ENGINE_KEYS,
+    POLICY_FROM,
     SEED_FROM,
     TOP_KEYS,
     Cell,
@@ -87,6 +88,8 @@ def _top_keys(data: dict[str, Any], origin: str) -> None:
         return
     if unknown[0] == "seed":
         raise fail(origin, "seed", SEED_FROM)
+    if unknown[0] == "policy":
+        raise fail(origin, "policy", POLICY_FROM)
     if unknown[0] in (*CELL_KEYS, "workload"):  # a cell's key, where every grid's are
         raise fail(origin, unknown[0], "a cell's key: set it in [defaults] (every grid's) or in a [[grid]]")
     raise fail(origin, unknown[0], f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")

@@ -570,6 +570,21 @@ def test_a_torch_cells_dtype_kernels_and_matmul_are_checked_before_any_cell_runs
     assert "\n" not in message and f": {key}: " in message and says in message, message
 
 
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (("[defaults]", '[defaults]\npolicy = "native"'), "defaults.policy"),
+        (('name = "load"', 'name = "load"\npolicy = "native"'), "grid[2].policy"),
+        (("seeds = [0]", 'seeds = [0]\npolicy = "native"'), "policy"),
+    ],
+)
+def test_a_policy_key_is_refused_pointing_at_policies(tiny: Path, edit, key):
+    # an engine option at every other door: it said "unknown key (known: model, runner, ...)",
+    # a list without `policies`, the key every cell's policies come from
+    message = refusal(tiny, [edit])
+    assert "\n" not in message and f": {key}: " in message and "`policies`" in message, message
+
+
 def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
     # it was accepted and did nothing: the workload's seed comes from `seeds`
     message = refusal(tiny, [("[defaults]", "[defaults]\nseed = 7")])

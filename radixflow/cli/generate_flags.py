@@ -80,6 +80,13 @@ def _stop_flags(g: argparse._ArgumentGroup) -> None:
     """Where an answer ends early."""
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument(
+        "--stop-token-ids",
+        type=token_ids,
+        default=None,
+        metavar="IDS",
+        help="comma-separated token ids that end generation, as an end-of-sequence token does",
+    )
+    g.add_argument(
         "--include-stop-str-in-output",
         action="store_true",
         help="end the text after the stop string that ended it (default: just before it)",
@@ -148,6 +155,12 @@ def _report_flags(g: argparse._ArgumentGroup) -> None:
         metavar="K",
         help="score the prompt: each token's logprob, rank and top K (the sum is printed; all with --json)",
     )
+    g.add_argument(
+        "--skip-special-tokens",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="leave special tokens (an end-of-sequence token, for instance) out of the text",
+    )
     g.add_argument("--json", action="store_true", help="print every output as JSON")
 
 
@@ -184,6 +197,8 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
         min_p=args.min_p,
         seed=args.seed,  # given: each prompt draws from its own seeded stream
         stop=tuple(args.stop),
+        stop_token_ids=args.stop_token_ids,
+        skip_special_tokens=args.skip_special_tokens,
         include_stop_str_in_output=args.include_stop_str_in_output,
         allowed_token_ids=args.allowed_token_ids,
         guided_choice=tuple(args.guided_choice) or None,  # None: free text

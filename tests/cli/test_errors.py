@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import socket
 import subprocess
@@ -1168,3 +1170,44 @@ def test_no_command_takes_a_prefix_of_its_flag_for_the_flag(command):
 def test_score_candidates_is_named_not_taken_for_candidates_file(capsys):
     err = one_line_error(capsys, ["score", "llama-tiny", "--candidates", " a", " b"])
     assert "unrecognized arguments: --candidates" in err and "--candidates-file" not in err
+
+
+def _generate_flags() -> set[str]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {o for a in sub.choices["generate"]._actions for o in a.option_strings}
+
+
+def test_every_sampling_field_a_request_can_set_is_a_generate_flag():
+    # the server's bodies and LLM's SamplingParams took stop_token_ids and skip_special_tokens;
+    # `radixflow generate` had no flag for either
+    from radixflow.cli.generate_flags import sampling_flag
+    from radixflow.generation import SamplingParams
+    from radixflow.server.protocol import CompletionRequest
+
+    sent = [f.name for f in dataclasses.fields(SamplingParams) if f.name in CompletionRequest.model_fields]
+    missing = [name for name in sent if sampling_flag(name) not in _generate_flags()]
+    assert missing == [], missing
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "value"),
+    [
+        (["--stop-token-ids", "3,17"], "stop_token_ids", (3, 17)),
+        ([], "stop_token_ids", ()),
+        (["--no-skip-special-tokens"], "skip_special_tokens", False),
+        ([], "skip_special_tokens", True),
+    ],
+)
+def test_generate_passes_stop_token_ids_and_skip_special_tokens_on(argv, field, value):
+    from radixflow.cli.generate_flags import sampling_params
+
+    args = build_parser().parse_args(["generate", "qwen3_5-tiny", "--prompt", "hi", *argv])
+    assert getattr(sampling_params(args), field) == value
+
+
+def test_a_bad_stop_token_id_is_one_line_naming_the_flag(monkeypatch, capsys):
+    from radixflow.generation import LLM
+
+    monkeypatch.setattr(LLM, "from_options", _refuse_model_load)
+    err = one_line_error(capsys, ["generate", "qwen3_5-tiny", "--prompt", "hi", "--stop-token-ids", "3,x"])
+    assert err == "radixflow: error: --stop-token-ids: must be an integer, got 'x'"

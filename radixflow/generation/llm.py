@@ -52,7 +52,9 @@ class LLM:
 
     def __init__(self, model: str, **options: Any) -> None:
         self._open(EngineOptions.from_mapping(options, model=model))
-        given, recurrent = list(options), self.model.setup.choice.has_recurrent
+        # None is an optional option's default, not a value given (as a flag left out)
+        given = [name for name, value in options.items() if value is not None]
+        recurrent = self.model.setup.choice.has_recurrent
         for message in ineffective(self.options, given, str) + ineffective_for_model(given, recurrent, str):
             warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 import weakref
 from dataclasses import replace
 from functools import partial
@@ -405,6 +406,14 @@ def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_l
         LLM(MODEL, kv_blocks=64, state_slots=8, tflops=3.0, per_request_ms=1.0)
     with pytest.warns(UserWarning, match=r"^state_slots has no effect on a full-attention model"):
         LLM("qwen3-tiny", kv_blocks=64, state_slots=8)
+
+
+def test_an_option_given_as_none_is_not_given_and_draws_no_warning(zoo):
+    # None is an optional option's "not given" (its default), as a flag left out: a wrapper passing
+    # its own defaults on, LLM(m, state_slots=None, tflops=None), was warned that they do nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LLM("qwen3-tiny", kv_blocks=64, state_slots=None, placement=None, tflops=None, fixed_cost_ms=None)
 
 
 def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):

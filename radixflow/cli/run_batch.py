@@ -19,6 +19,7 @@ from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
     note_trace_kept,
+    warn,
     warn_ineffective_for_model,
     warn_ineffective_options,
     write_trace,
@@ -49,13 +50,17 @@ if TYPE_CHECKING:  # fastapi and the app are imported when the command runs (the
     from radixflow.server.batch import BatchLine
 
 
+# run-batch runs with no drain: what --drain-timeout says here, and warns of where it is given
+NO_DRAIN = (
+    "no effect in run-batch: a run cut short aborts the requests in flight at once (an engine stuck "
+    "in a round is left behind 5 s later)"
+)
 # where a server flag does something else here than in `serve` (server/batch.py)
 BATCH_HELPS = {
     "max_pending": "engine requests in flight at a time (a scoring body's candidates, a completion's "
     "prompts times n); a body that finds them full is posted again once an answer has made room, "
     "never answered 429",
-    "drain_s": "no effect in run-batch: a run cut short aborts the requests in flight at once (an "
-    "engine stuck in a round is left behind 5 s later)",
+    "drain_s": NO_DRAIN,
     "tokenizer_threads": "threads that tokenize prompts and build answers beside the event loop "
     f"(default: the server's thread plan, {TOKENIZER_THREADS} up to "
     f"{(TOKENIZER_THREADS + 1) * HTTP_SHARE - 1} CPUs)",
@@ -117,6 +122,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
             kept = kept.only(lambda row: not server_failed(row))  # their lines are posted again
         warn_ineffective_options(args, options)
+        if args.drain_s is not None:
+            warn(f"--drain-timeout has {NO_DRAIN}")
         options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
         # no drain: a run cut short has aborted its requests, so only a stuck engine would be
         # waited for, --drain-timeout (30 s) before its grace

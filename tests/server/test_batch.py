@@ -178,6 +178,17 @@ def test_a_stream_that_is_not_true_is_answered_as_serve_answers_it(zoo, tmp_path
         assert row["response"]["body"]["error"]["param"] == "stream"
 
 
+def test_a_drain_timeout_given_is_warned_about_as_every_flag_that_changes_nothing_is(zoo, tmp_path, capsys):
+    # run-batch runs with no drain (a run cut short aborts what is in flight): --drain-timeout 5
+    # was taken without a word, where every other flag that cannot change the run draws a warning
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(completion("a", "Hi") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--drain-timeout", "5", *FLAGS]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "radixflow: warning: --drain-timeout has no effect in run-batch" in err, err
+
+
 def test_bodies_of_many_requests_wait_for_room_in_the_queue(zoo, tmp_path, capsys):
     # --max-pending counts engine requests (a scoring body's candidates, a completion's n); the
     # batch posted that many bodies at once, so most were answered 429 queue_full

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.hardware.profile_checks import ProfileError
-from radixflow.costmodel.hardware.profile_files import resolve_hardware
+from radixflow.costmodel.hardware.profile_files import names_file, resolve_hardware, unknown_hardware
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.experiments.config_checks import fail
@@ -64,6 +64,8 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
     if "\x00" in value:
         raise fail(origin, key, f"{value!r} contains a NUL character")
     path = (base / expand_home(value)).resolve()  # "~/p.json", as a model path is read
+    if not names_file(path):  # a mistyped name ("h10"): said as typed, as every door says it
+        raise fail(origin, key, unknown_hardware(value))
     try:
         resolve_hardware(str(path))
     except ProfileError as e:

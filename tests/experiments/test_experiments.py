@@ -258,6 +258,18 @@ def test_an_empty_profile_is_refused_in_the_options_words(tiny: Path, key: str, 
         load_config(tiny)
 
 
+@pytest.mark.parametrize("key", ["hardware", "cost_profile"])
+def test_a_mistyped_profile_name_is_said_as_typed(tiny: Path, key: str):
+    # it said "unknown hardware '/the/config/dir/h10'", a path never typed, where --hardware h10
+    # and LLM(hardware="h10") say "unknown hardware 'h10'"
+    text = TINY.replace('hardware = "h200"\n', "")
+    tiny.write_text(text.replace("[defaults]", f'[defaults]\n{key} = "h10"', 1))
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    assert str(info.value).endswith(f"defaults.{key}: unknown hardware 'h10': not one of h100, h200, cpu "
+                                    "and not a profile file"), str(info.value)
+
+
 @pytest.mark.parametrize(
     ("edits", "key", "says"),
     [

@@ -60,8 +60,17 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
     if name_or_path in HARDWARE:
         return HARDWARE[name_or_path]
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
+    if names_file(path):
         return load_profile(path)
-    raise ProfileError(
-        f"unknown hardware {name_or_path!r}: not one of {', '.join(HARDWARE)} and not a profile file"
-    )
+    raise ProfileError(unknown_hardware(name_or_path))
+
+
+def names_file(path: Path) -> bool:
+    """Whether ``path`` (no built-in name) is read as a profile file: a ``.json`` name, or a file
+    that is there; else it is an unknown name (`unknown_hardware`)."""
+    return path.suffix == ".json" or path.exists()
+
+
+def unknown_hardware(name: str) -> str:
+    """What a name that is no built-in profile and names no file is told (as typed)."""
+    return f"unknown hardware {name!r}: not one of {', '.join(HARDWARE)} and not a profile file"

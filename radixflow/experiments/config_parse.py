@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from radixflow.cache.eviction import EVICTION_POLICIES
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments import config_paths
 from radixflow.experiments.cell_checks import validate_cell
@@ -29,10 +28,7 @@ from radixflow.experiments.config import (
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.experiments.config_grids import parse_grids
 from radixflow.experiments.ineffective import Unused, clock_notes, ineffective, replaced
-from radixflow.options import EngineOptions
-from radixflow.scheduler.admission import ADMISSIONS
-from radixflow.scheduler.placement import PLACEMENTS
-from radixflow.scheduler.policy import SCHEDULING_POLICIES
+from radixflow.options import EngineOptions, option_problem
 
 
 def _variant(text: Any, origin: str) -> Variant:
@@ -42,18 +38,12 @@ def _variant(text: Any, origin: str) -> Variant:
     if len(cache) > 2:
         raise fail(origin, "policies", f"{text!r}: at most policy@placement+eviction+admission")
     eviction, admission = (cache + [None, None])[:2]
-    for part, value, known in (
-        ("eviction", eviction, EVICTION_POLICIES),
-        ("admission", admission, ADMISSIONS),
-    ):
-        if value is not None and value not in known:
-            raise fail(origin, "policies", f"unknown {part} {value!r} (known: {', '.join(known)})")
     policy, _, placement = head.partition("@")
-    if policy not in SCHEDULING_POLICIES:
-        known = ", ".join(SCHEDULING_POLICIES)
-        raise fail(origin, "policies", f"unknown policy {policy!r} (known: {known})")
-    if placement and placement not in PLACEMENTS:
-        raise fail(origin, "policies", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
+    parts = {"policy": policy, "placement": placement or None, "eviction": eviction, "admission": admission}
+    for option, value in parts.items():  # each part checked as the option it sets, in its words
+        problem = None if value is None else option_problem(option, value)
+        if problem is not None:
+            raise fail(origin, "policies", problem.message)
     return Variant(policy, placement or None, eviction, admission)
 
 

@@ -583,6 +583,27 @@ def test_a_torch_cells_dtype_kernels_and_matmul_are_checked_before_any_cell_runs
 
 
 @pytest.mark.parametrize(
+    ("variant", "option", "value"),
+    [
+        ("greedy", "policy", "greedy"),
+        ("native@left", "placement", "left"),
+        ("native+fifo", "eviction", "fifo"),
+        ("native+lru+maybe", "admission", "maybe"),
+    ],
+)
+def test_a_variants_unknown_part_is_refused_in_the_options_words(tiny: Path, variant, option, value):
+    # each part listed its known names in an order of its own ("branch, lone, align, none"), where
+    # --placement, a cell's placement key and LLM(...) say "align, branch, lone, none"
+    from radixflow.options import EngineOptions
+    from radixflow.problems import ProblemError
+
+    with pytest.raises(ProblemError) as info:
+        EngineOptions.from_mapping({option: value})
+    message = refusal(tiny, [('"radixflow"]', f'"{variant}"]')])
+    assert message.endswith(f": policies: {info.value.problem.message}"), message
+
+
+@pytest.mark.parametrize(
     ("edit", "key"),
     [
         (("[defaults]", '[defaults]\npolicy = "native"'), "defaults.policy"),

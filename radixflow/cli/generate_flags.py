@@ -170,16 +170,24 @@ def sampling_flag(param: str) -> str:
 
 
 def token_ids(text: str) -> tuple[int, ...]:
-    """argparse type: ``3,17,42`` as token ids (the vocabulary's bounds are checked with the rest)."""
+    """argparse type: ``3,17,42`` as token ids (the vocabulary's bounds are checked with the rest);
+    an empty text is no ids, for the one check to say whether a list of none will do."""
+    if not text.strip():
+        return ()
     return tuple(parse_int(part) for part in text.split(","))
 
 
-def token_bias(text: str) -> tuple[int, float]:
-    """argparse type: ``TOKEN=BIAS`` as ``(token id, bias)`` (ranges are checked with the rest)."""
+def token_bias(text: str) -> tuple[int | str, float]:
+    """argparse type: ``TOKEN=BIAS`` as ``(token id, bias)`` (ranges are checked with the rest; a
+    TOKEN that is no integer is kept as typed, for the one check to refuse in every door's words)."""
     token, sep, bias = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"must be TOKEN=BIAS, got {text!r}")
-    return parse_int(token), parse_float(bias)
+    try:
+        key: int | str = int(token)
+    except ValueError:
+        key = token
+    return key, parse_float(bias)
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -657,6 +657,9 @@ def test_run_batch_without_a_package_of_the_serve_extra_names_the_install_comman
         (["--guided-choice", " "], "--guided-choice: item 0 is only whitespace"),
         (["--bad-word", " "], "--bad-word: item 0 is only whitespace"),
         (["--guided-choice", "a", "--allowed-token-ids", "3"], "--allowed-token-ids: cannot be combined"),
+        # in the words of LLM's SamplingParams and the server's body, not "must be an integer, got ''"
+        (["--logit-bias", "x=1"], "--logit-bias: keys must be token ids, got 'x'"),
+        (["--allowed-token-ids", ""], "--allowed-token-ids: must be a non-empty list of ids, got []"),
     ],
 )
 def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_model(

@@ -9,10 +9,12 @@ sizes the cache and builds the runner; `EngineSetup.engine` then makes engines o
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.engine.engine import Engine
 from radixflow.engine.events import EngineEvents
 from radixflow.engine.runner import Runner
@@ -155,6 +157,11 @@ class EnginePlan:
         path = self.options.trace_out
         if path is None:
             return None
+        # the profile the options read (by any name): the trace would be written over it. The
+        # command line and a TOML cell refuse it among their own files first; `LLM(...)` here
+        hardware = self.options.hardware
+        if hardware not in HARDWARE and os.path.realpath(path) == os.path.realpath(hardware):
+            raise ProblemError(Problem("trace_out", f"{path}: the same file as hardware"))
         clock = "sim" if self.choice.name == "sim" else self.options.clock
         metadata = {"clock": clock, "clock_means": CLOCKS[clock], "time_unit": "us"}
         metadata |= {"runner": self.choice.name, "model": runner.model.name}

@@ -176,3 +176,26 @@ def test_no_memory_for_a_pool_mapping_is_one_line_naming_kv_blocks(zoo, monkeypa
     with pytest.raises(ProblemError) as refused:
         plan_engine(EngineOptions(model="nemotron_h-tiny", kv_blocks=16384, block_size=16)).build()
     assert refused.value.problem.param == "kv_blocks" and "lower kv_blocks" in str(refused.value)
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_trace_out_that_is_the_hardware_profile_is_refused_and_the_profile_kept(tmp_path, link):
+    # `--trace-out p.json --hardware p.json` was refused ("the same file as --hardware"), and so was
+    # a TOML cell's; LLM(model, hardware="p.json", trace_out="p.json") wrote the trace over the profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    profile = tmp_path / "p.json"
+    save_profile(HARDWARE["h200"], profile)
+    before = profile.read_bytes()
+    trace = tmp_path / "t.json"
+    if link:
+        trace.symlink_to(profile)
+    given = str(trace if link else profile)
+    options = EngineOptions(model="qwen3_5-2b", hardware=str(profile), trace_out=given)
+    with pytest.raises(ProblemError) as info:
+        engine = build_engine(options)
+        engine.run([Request("r", tuple(range(32)))])
+        engine.flush_events()
+    assert str(info.value) == f"trace_out: {given}: the same file as hardware"
+    assert profile.read_bytes() == before

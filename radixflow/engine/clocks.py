@@ -53,14 +53,15 @@ def round_clock(name: str) -> RoundClock:
     return ROUND_CLOCKS[name]
 
 
-def spin_warning(clock: str, threads: int) -> str | None:
+def spin_warning(clock: str, threads: int, one_thread: str = "--torch-threads 1") -> str | None:
     """Why ``clock`` may read load-dependent figures with ``threads`` compute threads (None: it
-    will not): the CPU clock with more than one thread under OpenMP's default active wait."""
+    will not): the CPU clock with more than one thread under OpenMP's default active wait.
+    ``one_thread``: the setting of one thread, as the door spells it."""
     if clock != "cpu" or threads <= 1:
         return None
     if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
         return None
     return (
         f"clock cpu with {threads} torch threads counts their spin-waits, which grow with other "
-        "load: set OMP_WAIT_POLICY=passive before starting, or --torch-threads 1"
+        f"load: set OMP_WAIT_POLICY=passive before starting, or {one_thread}"
     )

@@ -55,7 +55,7 @@ def replaced(named: Iterable[str], device: str | None) -> dict[str, str]:
 def clock_notes(options: list[EngineOptions], origin: str) -> tuple[str, ...]:
     """The clock warnings `radixflow bench` gives (`clock_warnings`) for the cells' options, once
     each: a torch cell timed on the CPU clock with threads that spin."""
-    notes = dict.fromkeys(note for o in options for note in clock_warnings(o))
+    notes = dict.fromkeys(note for o in options for note in clock_warnings(o, "torch_threads = 1"))
     return tuple(f"{origin}: {note}" for note in notes)
 
 

@@ -28,7 +28,7 @@ from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, ca
 from radixflow.generation.setup import LoadedModel, load_model
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
-from radixflow.options.flags import ineffective, ineffective_for_model
+from radixflow.options.flags import clock_warnings, ineffective, ineffective_for_model
 from radixflow.package import missing_torch_extra
 
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
@@ -55,7 +55,9 @@ class LLM:
         # None is an optional option's default, not a value given (as a flag left out)
         given = [name for name, value in options.items() if value is not None]
         recurrent = self.model.setup.choice.has_recurrent
-        for message in ineffective(self.options, given, str) + ineffective_for_model(given, recurrent, str):
+        messages = ineffective(self.options, given, str) + ineffective_for_model(given, recurrent, str)
+        messages += clock_warnings(self.options, "torch_threads=1")
+        for message in messages:
             warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
 
     def _open(self, options: EngineOptions) -> None:

@@ -261,12 +261,13 @@ def unread_flops(hardware: str) -> str | None:
     return f"with hardware {hardware!r}: its kernel times are measured, none priced at its FLOP/s"
 
 
-def clock_warnings(options: EngineOptions) -> list[str]:
+def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1") -> list[str]:
     """A warning where the torch runner's CPU clock would count threads spinning (`spin_warning`);
-    threads not given: torch's default, one per core."""
+    threads not given: torch's default, one per core. ``one_thread``: one thread, as the door
+    spells it."""
     if runner_name(options) != "torch":
         return []
-    message = spin_warning(options.clock, options.torch_threads or os.cpu_count() or 1)
+    message = spin_warning(options.clock, options.torch_threads or os.cpu_count() or 1, one_thread)
     return [] if message is None else [message]
 
 

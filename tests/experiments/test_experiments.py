@@ -720,6 +720,7 @@ def test_a_torch_cell_on_a_cpu_clock_with_spinning_threads_is_warned_about_as_be
     tiny.write_text(TINY.replace('name = "load"\nmodel = "qwen3_5-2b"', torch_cell, 1))
     warned = [w for w in load_config(tiny).warnings if "spin-waits" in w]
     assert len(warned) == 1 and warned[0].startswith(f"{tiny}: "), warned
+    assert warned[0].endswith("or torch_threads = 1"), warned  # the key, not the flag --torch-threads
 
 
 def test_a_fleet_cell_runs_each_variant_with_its_own_eviction_and_admission(tiny: Path, monkeypatch):

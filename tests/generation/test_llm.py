@@ -408,6 +408,20 @@ def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_l
         LLM("qwen3-tiny", kv_blocks=64, state_slots=8)
 
 
+def test_the_cpu_clock_with_spinning_threads_is_warned_about_as_the_command_line_does(zoo, monkeypatch):
+    # `generate --clock cpu --torch-threads 2` and a TOML cell warn that the CPU clock then counts
+    # OpenMP's spin-waits; LLM(model, clock="cpu", torch_threads=2) took it silently
+    import torch
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    threads = torch.get_num_threads()
+    try:
+        with pytest.warns(UserWarning, match=r"^clock cpu with 2 torch threads .*torch_threads=1$"):
+            LLM(MODEL, kv_blocks=64, state_slots=8, clock="cpu", torch_threads=2).close()
+    finally:
+        torch.set_num_threads(threads)  # the process's one pool: LLM(torch_threads=...) leaves it set
+
+
 def test_an_option_given_as_none_is_not_given_and_draws_no_warning(zoo):
     # None is an optional option's "not given" (its default), as a flag left out: a wrapper passing
     # its own defaults on, LLM(m, state_slots=None, tflops=None), was warned that they do nothing

@@ -32,6 +32,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
+from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, path_arg
 from radixflow.problems import ProblemError
@@ -167,6 +168,8 @@ def _inputs(args: argparse.Namespace) -> tuple[list[ScoreJob] | None, list[str]]
     candidates = list(args.candidate) + _read_candidates(args.candidates_file)
     if args.context is None:
         raise UsageError("no context: give --context TEXT, or --input PATH with many")
+    if args.context == "" and not args.chat:  # no tokens: refused by its flag, before the model loads
+        raise UsageError(f"--context: {EMPTY_CONTEXT}")
     if not candidates:
         raise UsageError("no candidates: give --candidate TEXT (repeatable) or --candidates-file PATH")
     return None, candidates

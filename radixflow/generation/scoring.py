@@ -52,12 +52,16 @@ class CandidateScore:
         return all(r == 1 for r in self.ranks)
 
 
+# what an empty context is told, at every door (named as each door names the context)
+EMPTY_CONTEXT = "is empty (a candidate is scored given the tokens before it)"
+
+
 def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[int]]:
     """One prompt per candidate (none for none): the context's tokens, then the candidate's.
     ValueError for an empty context (its first candidate token would have nothing to be scored
     against) or candidate."""
     if not context:
-        raise ValueError("context: is empty (a candidate is scored given the tokens before it)")
+        raise ValueError(f"context: {EMPTY_CONTEXT}")
     empty = next((i for i, c in enumerate(candidates) if not c), None)
     if empty is not None:
         raise ValueError(f"candidate {empty}: is empty")

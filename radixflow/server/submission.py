@@ -140,6 +140,14 @@ def id_headers(answer_id: str) -> dict[str, str]:
     return {"X-Request-Id": answer_id} if answer_id.isascii() and answer_id.isprintable() else {}
 
 
+# Characters `str.splitlines` ends a line at that JSON leaves raw (it escapes those below U+0020):
+# httpx's `iter_lines`, and the SSE readers built on it, would cut an event holding one in two.
+_LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\u0085\u2028\u2029"})
+
+
 def sse(payload: dict[str, object] | str) -> str:
+    """One server-sent event of ``payload`` (JSON, or ``[DONE]``) on one line, for any line reader."""
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    if not data.isascii():  # a flag CPython keeps: no pass over a long echo that needs none
+        data = data.translate(_LINE_BREAKS)
     return f"data: {data}\n\n"

@@ -242,6 +242,20 @@ def test_guided_choice_answers_with_one_of_the_strings_on_both_routes(served, ll
     assert http.post("/v1/completions", json=newer).json()["choices"][0]["text"] == offline.text
 
 
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_streamed_line_separator_leaves_each_event_one_line(served, route):
+    """U+2028, U+2029 and U+0085 end a line for `str.splitlines`, and so for httpx's `iter_lines`
+    (and the SSE readers built on it): raw in an event's JSON they cut it in two unparsable lines."""
+    text = "a\u2028b\u2029c\u0085d"
+    body = {"model": MODEL, "max_tokens": 16, "guided_choice": [text], "stream": True}
+    body |= {"prompt": "Say it."} if route == "/v1/completions" else {"messages": [user("Say it.")]}
+    with served.http().stream("POST", route, json=body) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines), lines
+    choices = [c for line in lines[:-1] for c in json.loads(line[6:])["choices"]]
+    assert "".join(c.get("text") or c.get("delta", {}).get("content") or "" for c in choices) == text
+
+
 def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     candidates = [" Candidate one.", " Candidate two is longer.", " x"]
     http = served.http()

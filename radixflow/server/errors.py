@@ -44,6 +44,7 @@ _SAID = {
     "list_type": "must be a list",
     "dict_type": "must be an object",
     "model_type": "must be an object",
+    "model_attributes_type": "must be an object",  # a nested body (stream_options) sent as a list, a number
 }
 
 # parameters that take several shapes, and how to say which

@@ -158,6 +158,10 @@ AS_USERS_SENT_THEM = [
     (CMPL, '"prompt": [true, false]', "prompt", "prompt must be a string, a list of token ids"),
     (CMPL, '"prompt": "a", "temperature": NaN', "temperature", "temperature: must be a finite number"),
     (CMPL, '"prompt": "a", "top_p": 1e999', "top_p", "top_p: must be a finite number"),
+    (CMPL, '"prompt": "a", "stream": true, "stream_options": 5', "stream_options",
+     "stream_options: must be an object, got 5"),  # was pydantic's "Input should be a valid dictionary..."
+    (CMPL, '"prompt": "a", "structured_outputs": ["a"]', "structured_outputs",
+     'structured_outputs: must be an object, got ["a"]'),
     # fields nobody declared are ignored, but a lone surrogate is refused anywhere in the body
     (CMPL, '"prompt": "a", "x_note": "a\\ud800b"', "x_note", f"x_note: {LONE}"),
     (CHAT, HI + '"x_meta": {"k": ["ok", "\\ud800"]}', "x_meta", f"x_meta.k[1]: {LONE}"),

@@ -33,24 +33,27 @@ def message_text(content: Any, where: str = "content") -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
-        parts = []
-        for j, part in enumerate(content):
-            if (
-                not isinstance(part, Mapping)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                raise ChatTemplateError(
-                    f"{where}[{j}]: only text content parts ({{'type': 'text', 'text': ...}}) are "
-                    f"supported, got {_shown(part)}",
-                    f"{where}[{j}]",
-                )
-            parts.append(part["text"])
-        return "\n".join(parts)
+        return "\n".join(_part_text(part, f"{where}[{j}]") for j, part in enumerate(content))
     if content is None:
         return ""
     why = f"{where}: must be a string or a list of text parts, got {_shown(content)}"
     raise ChatTemplateError(why, where)
+
+
+def _part_text(part: Any, where: str) -> str:
+    """A content part's text; ChatTemplateError naming ``where`` (``messages[0].content[1]``) for a
+    part of another kind, or its ``.text`` for a text part whose text is not a string."""
+    if not isinstance(part, Mapping) or part.get("type") != "text":
+        raise ChatTemplateError(
+            f"{where}: only text content parts ({{'type': 'text', 'text': ...}}) are supported, "
+            f"got {_shown(part)}",
+            where,
+        )
+    text = part.get("text")
+    if not isinstance(text, str):
+        got = "nothing" if text is None else _shown(text)
+        raise ChatTemplateError(f"{where}.text: must be a string, got {got}", f"{where}.text")
+    return text
 
 
 def _shown(value: Any) -> str:

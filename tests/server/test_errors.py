@@ -228,6 +228,16 @@ BAD_CHAT = [
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url"}]}]},
         "messages[0].content[1]: only text content parts",
     ),
+    (  # a text part after all: "only text content parts are supported" said it was not one
+        "text part of a number",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+        "messages[0].content[0].text: must be a string, got 5",
+    ),
+    (
+        "text part without its text",
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "messages[0].content[0].text: must be a string, got nothing",
+    ),
 ]
 
 

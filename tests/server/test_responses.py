@@ -9,7 +9,7 @@ import pytest
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, TokenLogprob
 from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.server.responses.envelope import usage
-from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames
+from radixflow.server.responses.logprobs import NEG_INF_LOGPROB, CompletionLogprobs, TokenNames, chat_logprobs
 from radixflow.server.submission import where
 
 PROMPT = [5, 6, 7, 8]
@@ -22,6 +22,9 @@ class Names:
 
     def token_text(self, token: int) -> str:
         return "\ufffd" if token in (100, 101) else f"<{token}>"
+
+    def token_bytes(self, token: int) -> bytes:
+        return bytes([token])
 
 
 def reference(names: TokenNames, k: int, entries: list[TokenLogprob | None]) -> dict[str, object]:
@@ -40,7 +43,8 @@ def reference(names: TokenNames, k: int, entries: list[TokenLogprob | None]) -> 
         if entry is not None:
             top = {}
             for t, v in (*entry.top[:k], (entry.token, entry.logprob)):
-                top.setdefault(names.name(t), max(v, NEG_INF_LOGPROB))
+                # the prompt's own token under the name ``tokens`` gives it
+                top.setdefault(names.name(t, text if t == token else None), max(v, NEG_INF_LOGPROB))
         body["top_logprobs"].append(top)
         body["text_offset"].append(offset)
         offset += len(text)
@@ -98,3 +102,35 @@ def test_usage_counts_each_prompt_once_whatever_its_choices():
         "prompt_tokens_details": {"cached_tokens": 4},
     }
     assert usage(answered, 1)["prompt_tokens"] == 28  # n = 1: every output is a prompt of its own
+
+
+# generated tokens 100, 101 inside one character (no text of their own, U+FFFD alone), 6 ending it
+PIECES = [
+    TokenLogprob(100, "", -0.5, ((100, -0.5), (101, -0.7))),
+    TokenLogprob(101, "", -0.9, ((100, -0.2), (101, -0.9))),
+    TokenLogprob(6, "é", -0.1, ((6, -0.1), (7, -3.0))),
+]
+
+
+def test_each_token_is_found_under_its_own_name_in_its_top_logprobs():
+    """OpenAI's promise, which clients rely on (lm-evaluation-harness's is_greedy compares each
+    token with its top entry's key): the sampled token is in ``top_logprobs`` under the name
+    ``tokens`` gives it. A token inside a character is named by its share of the text there ("",
+    or the character it ends), while a top entry was named by its text alone (U+FFFD): the
+    token was missing from its own entry, and another half's logprob stood under the shared name."""
+    names = TokenNames(Names(), False)  # type: ignore[arg-type]
+    lp = CompletionLogprobs(names, 2)
+    lp.add(PIECES, 0)
+    body = lp.body()
+    for token, top, entry in zip(body["tokens"], body["top_logprobs"], PIECES, strict=True):
+        assert top[token] == entry.logprob  # its own logprob, not another half's
+    tops = zip(body["tokens"], body["top_logprobs"], strict=True)
+    assert [max(top, key=top.get) == token for token, top in tops] == [True, False, True]
+    top_ids, top_lps = [[100, 101], [6, 7]], [[-0.5, -0.7], [-0.1, -3.0]]
+    scored = PromptLogprobs([1, 2], [100, 6], [-0.5, -0.1], top_ids, top_lps)
+    echoed = CompletionLogprobs(names, 2)
+    echoed.add_prompt([5, 100, 6], ["a", "", "é"], PromptTokenLogprobs([5, 100, 6], scored, list), 0)
+    tokens, tops = echoed.body()["tokens"], echoed.body()["top_logprobs"]
+    assert [max(top, key=top.get) for top in tops[1:]] == tokens[1:] == ["", "é"]
+    content = chat_logprobs(PIECES, 2, names)["content"]
+    assert [c["top_logprobs"][0]["token"] == c["token"] for c in content] == [True, False, True]

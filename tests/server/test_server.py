@@ -627,7 +627,7 @@ def offline_echo_body(llm: LLM, prompt: str, max_tokens: int, k: int | None) -> 
         if entry is not None:
             top = {}
             for t, v in (*entry.top[:k], (entry.token, entry.logprob)):
-                top.setdefault(names.name(t), v)
+                top.setdefault(names.name(t, piece if t == token else None), v)  # as ``tokens`` names it
         body["top_logprobs"].append(top)
         body["text_offset"].append(offset)
         offset += len(piece)

@@ -38,7 +38,11 @@ class TokenNames:
         the same text (two halves of characters both show as U+FFFD) keep the likelier one's
         logprob; ``return_tokens_as_token_ids`` avoids the clash."""
         return self.top_of(
-            [t for t, _ in entry.top[:k]], [lp for _, lp in entry.top[:k]], entry.token, entry.logprob
+            [t for t, _ in entry.top[:k]],
+            [lp for _, lp in entry.top[:k]],
+            entry.token,
+            entry.logprob,
+            entry.text,
         )
 
     def ranked(self, token: int, logprob: float, rank: int | None, text: str | None = None) -> dict[str, Any]:
@@ -46,13 +50,22 @@ class TokenNames:
         return {"logprob": _lp(logprob), "rank": rank, "decoded_token": self.name(token, text)}
 
     def top_of(
-        self, ids: Sequence[int], logprobs: Sequence[float], token: int, logprob: float
+        self,
+        ids: Sequence[int],
+        logprobs: Sequence[float],
+        token: int,
+        logprob: float,
+        text: str | None = None,
     ) -> dict[str, float]:
-        """`top` from columns: ``ids`` and ``logprobs`` of the most likely tokens, best first."""
+        """`top` from columns: ``ids`` and ``logprobs`` of the most likely tokens, best first;
+        ``token`` (the chosen one, whose share of the text is ``text``) under the name its entry
+        has in ``tokens``, wherever it ranks: a client finds each token in its own top entry (and
+        a token inside a character, named "" there, is not taken for its U+FFFD namesakes)."""
+        chosen = self.name(token, text)
         out: dict[str, float] = {}
         for t, lp in zip(ids, logprobs, strict=True):
-            out.setdefault(self.name(t), _lp(lp))
-        out.setdefault(self.name(token), _lp(logprob))
+            out.setdefault(chosen if t == token else self.name(t), _lp(lp))
+        out.setdefault(chosen, _lp(logprob))
         return out
 
 
@@ -87,7 +100,7 @@ class CompletionLogprobs:
                 logprob = columns.logprobs[row]
                 self.token_logprobs.append(_lp(logprob))
                 ids, lps = columns.top_ids[row][:k], columns.top_logprobs[row][:k]
-                self.top_logprobs.append(names.top_of(ids, lps, token, logprob))
+                self.top_logprobs.append(names.top_of(ids, lps, token, logprob, text))
             self.text_offset.append(offset)
             offset += len(text)
         return offset
@@ -133,6 +146,7 @@ def chat_logprobs(entries: Sequence[TokenLogprob], k: int, names: TokenNames) ->
 
     content = []
     for e in entries:
-        top = [item(t, None, lp) for t, lp in e.top[:k]]
+        # the chosen token named as its own entry is, where it ranks (the greedy check compares them)
+        top = [item(t, e.text if t == e.token else None, lp) for t, lp in e.top[:k]]
         content.append({**item(e.token, e.text, e.logprob), "top_logprobs": top})
     return {"content": content}

@@ -15,6 +15,9 @@ BASE_ROLES = ("system", "user", "assistant")
 NAMED_ROLES = ("developer", "tool", "function", "ipython")
 # Names a message's reasoning goes by, the one templates read first (transformers' order).
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# Content parts read as text, by type, and the field their text is in: OpenAI's text and refusal
+# parts (an assistant reply replayed may hold a refusal) and the Responses API's, as vLLM reads them.
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
 class ChatTemplateError(ValueError):
@@ -27,8 +30,9 @@ class ChatTemplateError(ValueError):
 
 
 def message_text(content: Any, where: str = "content") -> str:
-    """A message's content: a string, or OpenAI's list of parts whose texts are joined by a line
-    break, as vLLM joins them (the same request renders the same prompt on both servers).
+    """A message's content: a string, or OpenAI's list of parts (`TEXT_PARTS`, or plain strings)
+    whose texts are joined by a line break, as vLLM joins them (the same request renders the same
+    prompt on both servers).
     ``where``: the content's field (``messages[2].content``), which an error names."""
     if isinstance(content, str):
         return content
@@ -41,18 +45,23 @@ def message_text(content: Any, where: str = "content") -> str:
 
 
 def _part_text(part: Any, where: str) -> str:
-    """A content part's text; ChatTemplateError naming ``where`` (``messages[0].content[1]``) for a
-    part of another kind, or its ``.text`` for a text part whose text is not a string."""
-    if not isinstance(part, Mapping) or part.get("type") != "text":
+    """A content part's text: a plain string, or a part of a kind vLLM reads as text (the same
+    request renders the same prompt there); ChatTemplateError naming ``where``
+    (``messages[0].content[1]``) for a part of another kind, or its text's field (``.text``) when
+    that is not a string."""
+    if isinstance(part, str):
+        return part
+    field = TEXT_PARTS.get(part.get("type")) if isinstance(part, Mapping) else None
+    if field is None:
         raise ChatTemplateError(
             f"{where}: only text content parts ({{'type': 'text', 'text': ...}}) are supported, "
             f"got {_shown(part)}",
             where,
         )
-    text = part.get("text")
+    text = part.get(field)
     if not isinstance(text, str):
         got = "nothing" if text is None else _shown(text)
-        raise ChatTemplateError(f"{where}.text: must be a string, got {got}", f"{where}.text")
+        raise ChatTemplateError(f"{where}.{field}: must be a string, got {got}", f"{where}.{field}")
     return text
 
 

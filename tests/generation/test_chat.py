@@ -152,3 +152,26 @@ def test_a_messages_reasoning_reaches_the_template_under_each_name_as_in_transfo
     ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     assert ours == ref.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     assert "assistant:thought/thought:yo;" in ours
+
+
+def test_every_kind_of_text_part_vllm_reads_is_joined_as_text() -> None:
+    """OpenAI's assistant content may hold a ``refusal`` part (a reply replayed from the openai
+    client does), and vLLM also reads plain strings and the Responses API's ``input_text`` and
+    ``output_text`` parts as text: all were refused as "only text content parts are supported",
+    though the same request renders on vLLM."""
+    parts = [
+        "plain",
+        {"type": "text", "text": "text"},
+        {"type": "input_text", "text": "input"},
+        {"type": "output_text", "text": "output"},
+        {"type": "refusal", "refusal": "no"},
+    ]
+    template = ChatTemplate("{% for m in messages %}{{ m.content }}|{% endfor %}", None, None)
+    rendered = template.render([{"role": "assistant", "content": parts}])
+    assert rendered == "plain\ntext\ninput\noutput\nno|"
+    refusal = [{"role": "assistant", "content": [{"type": "refusal", "refusal": 5}]}]
+    said = r"^messages\[0\]\.content\[0\]\.refusal: must be a string, got 5"
+    with pytest.raises(ChatTemplateError, match=said):
+        template.render(refusal)
+    with pytest.raises(ChatTemplateError, match=r"^messages\[0\]\.content\[0\]: only text content parts"):
+        template.render([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])

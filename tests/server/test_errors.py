@@ -300,6 +300,12 @@ def test_bad_tokenizer_route_input_is_a_400(served):
     )
     r = http.post("/tokenize", json={"prompt": "a", "messages": [{"role": "user", "content": "a"}]})
     assert r.status_code == 400 and "exactly one of prompt and messages" in r.json()["error"]["message"]
+    # messages are encoded as the chat route does, which refuses this: it was silently ignored
+    asked = {"messages": [{"role": "user", "content": "a"}], "add_special_tokens": True}
+    r = http.post("/tokenize", json=asked)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "add_special_tokens", r.text
+    assert r.json()["error"]["message"].startswith("add_special_tokens: not implemented with messages")
+    assert http.post("/tokenize", json=asked | {"add_special_tokens": False}).status_code == 200
     assert http.get("/no/such/route").json()["error"]["type"] == "not_found_error"
 
 

@@ -256,6 +256,16 @@ class DetokenizeRequest(StrictBody):
     tokens: list[int]
 
 
+def check_specials_with_messages(body: ScoreRequest | TokenizeRequest) -> None:
+    """ApiError 400 when ``body`` asks for special tokens around a conversation: it is encoded as
+    the chat route encodes it, which refuses that (the template writes them); a default left as
+    it is asks for nothing."""
+    asked = body.add_special_tokens and "add_special_tokens" in body.model_fields_set
+    if body.messages is not None and asked:
+        why = "add_special_tokens: not implemented with messages: the chat template writes them"
+        raise ApiError(400, why, "add_special_tokens")
+
+
 def salted(cache_salt: str | None) -> str:
     """The cache namespace of a request with this ``cache_salt``: a salted one cannot collide with
     the unsalted one or another salt."""

@@ -29,7 +29,7 @@ from radixflow.server.chat import chat_prompt
 from radixflow.server.completions import prompt_ids
 from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
-from radixflow.server.protocol import ScoreRequest
+from radixflow.server.protocol import ScoreRequest, check_specials_with_messages
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.state import ServerState
 from radixflow.server.submission import answers, id_headers, response_id
@@ -43,6 +43,7 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
     take a while). ApiError 400 for an empty context or candidate, or one that cannot run."""
     if (body.context is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of context and messages", "context")
+    check_specials_with_messages(body)
     context = context_ids(body, state)
     if not body.candidates:  # a request with nothing to score is a mistake (the offline API: [])
         raise ApiError(400, "candidates: none given", "candidates")

@@ -15,7 +15,7 @@ from radixflow.generation.detokenize import token_texts
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
-from radixflow.server.protocol import DetokenizeRequest, TokenizeRequest
+from radixflow.server.protocol import DetokenizeRequest, TokenizeRequest, check_specials_with_messages
 from radixflow.server.state import ServerState
 
 router = APIRouter(route_class=FastJsonRoute)
@@ -42,11 +42,7 @@ async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object
     state.check_model(body.model)
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(400, "give exactly one of prompt and messages", "prompt")
-    asked = body.add_special_tokens and "add_special_tokens" in body.model_fields_set
-    if body.messages is not None and asked:
-        # messages are encoded as the chat route does, which refuses it: not ignored unsaid
-        why = "add_special_tokens: not implemented with messages: the chat template writes them"
-        raise ApiError(400, why, "add_special_tokens")
+    check_specials_with_messages(body)
     ids, strs = await state.offload(_tokenize, body, state.unbounded_tokenizer)  # seconds for a long text
     out: dict[str, object] = {"count": len(ids), "max_model_len": state.context, "tokens": ids}
     if strs is not None:

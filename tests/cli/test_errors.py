@@ -381,9 +381,13 @@ def test_router_without_replicas_warns_on_stderr_as_every_warning_does(monkeypat
     assert err.splitlines()[0] == warning
 
 
-def test_router_with_one_replica_on_a_cluster_warns_too(monkeypatch, capsys):
-    # `--replicas 1 --ray-address A` runs one replica on the cluster: any router sends it every
-    # request, yet `--router` there said nothing (without --ray-address it warns, as above)
+class _Deployed(Exception):
+    """Raised where `serve --replicas` would deploy its replicas: what a test reads came before."""
+
+
+def _stop_at_deploy(monkeypatch, free: dict[str, float]) -> list:
+    """`serve --replicas` up to its deployment, on a cluster with ``free`` resources; the fleet
+    specs it asked Ray for, appended as it asks."""
     pytest.importorskip("ray.serve")
     pytest.importorskip("uvicorn")
     import contextlib
@@ -392,21 +396,31 @@ def test_router_with_one_replica_on_a_cluster_warns_too(monkeypatch, capsys):
 
     import radixflow.cluster.launch as launch
 
-    class Deployed(Exception):
-        pass
+    specs: list = []
+
+    def ray_serve(spec):
+        specs.append(spec)
+        return contextlib.nullcontext()
 
     def deploy(*args):
-        raise Deployed
+        raise _Deployed
 
-    monkeypatch.setattr(launch, "ray_serve", lambda spec: contextlib.nullcontext())
+    monkeypatch.setattr(launch, "ray_serve", ray_serve)
     monkeypatch.setattr(launch, "deploy", deploy)
-    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 4.0})
+    monkeypatch.setattr(ray, "available_resources", lambda: free)
+    return specs
+
+
+def test_router_with_one_replica_on_a_cluster_warns_too(monkeypatch, capsys):
+    # `--replicas 1 --ray-address A` runs one replica on the cluster: any router sends it every
+    # request, yet `--router` there said nothing (without --ray-address it warns, as above)
+    _stop_at_deploy(monkeypatch, {"CPU": 4.0})
     argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto", "--router", "pow2"]
-    with pytest.raises(Deployed):
+    with pytest.raises(_Deployed):
         main(argv)
     warning = "radixflow: warning: --router has no effect with one replica (see --replicas)"
     assert capsys.readouterr().err.splitlines() == [warning]
-    with pytest.raises(Deployed):
+    with pytest.raises(_Deployed):
         main([*argv, "--replicas", "2"])
     assert capsys.readouterr().err == ""
 
@@ -1001,28 +1015,12 @@ def test_a_fleet_stopped_by_sigterm_exits_143_as_one_server_does(monkeypatch, ca
 
 def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch, capsys):
     # Serve waited, silently, for CPUs the cluster did not have: `serve` hung with no word
-    pytest.importorskip("ray.serve")
-    pytest.importorskip("uvicorn")
-    import contextlib
-
-    import ray
-
-    import radixflow.cluster.launch as launch
-
-    class Deployed(Exception):
-        pass
-
-    def deploy(*args):
-        raise Deployed
-
-    monkeypatch.setattr(launch, "ray_serve", lambda spec: contextlib.nullcontext())
-    monkeypatch.setattr(launch, "deploy", deploy)
-    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 2.0, "memory": 1e9})
+    _stop_at_deploy(monkeypatch, {"CPU": 2.0, "memory": 1e9})
     argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto"]
-    with pytest.raises(Deployed):
+    with pytest.raises(_Deployed):
         main([*argv, "--replicas", "2"])
     assert "warning" not in capsys.readouterr().err
-    with pytest.raises(Deployed):
+    with pytest.raises(_Deployed):
         main([*argv, "--replicas", "3"])
     assert capsys.readouterr().err.splitlines() == [
         "radixflow: warning: --replicas 3: the replicas take 3 CPUs (1 each) and the cluster at "
@@ -1034,38 +1032,16 @@ def test_a_replica_takes_a_cpu_for_each_of_its_torch_threads(monkeypatch, capsys
     # every replica took one CPU whatever --torch-threads gave it: `--replicas 2 --torch-threads 4`
     # said "4 torch threads each" and ran 8 threads on the 2 CPUs Ray had (on a cluster, packed
     # 4 replicas' threads onto a 4-CPU node), and the CPU warning counted one each
-    pytest.importorskip("ray.serve")
-    pytest.importorskip("uvicorn")
-    import contextlib
-
-    import ray
-
-    import radixflow.cluster.launch as launch
-
-    class Deployed(Exception):
-        pass
-
-    specs: list = []
-
-    def ray_serve(spec):
-        specs.append(spec)
-        return contextlib.nullcontext()
-
-    def deploy(*args):
-        raise Deployed
-
-    monkeypatch.setattr(launch, "ray_serve", ray_serve)
-    monkeypatch.setattr(launch, "deploy", deploy)
-    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 4.0})
-    with pytest.raises(Deployed):
+    specs = _stop_at_deploy(monkeypatch, {"CPU": 4.0})
+    with pytest.raises(_Deployed):
         main(["serve", "qwen3_5-tiny", "--port", "0", "--replicas", "2", "--torch-threads", "2"])
     assert specs[-1].cpus_per_replica == 2
-    with pytest.raises(Deployed):
+    with pytest.raises(_Deployed):
         main(["serve", "qwen3_5-tiny", "--port", "0", "--replicas", "2"])
     assert specs[-1].cpus_per_replica == 1  # one torch thread by default
     capsys.readouterr()
     argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto", "--replicas", "3"]
-    with pytest.raises(Deployed):
+    with pytest.raises(_Deployed):
         main([*argv, "--torch-threads", "2"])
     assert capsys.readouterr().err.splitlines() == [
         "radixflow: warning: --replicas 3: the replicas take 6 CPUs (2 each) and the cluster at "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+from collections import namedtuple
 from types import SimpleNamespace
 
 import pytest
@@ -527,34 +528,42 @@ def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_runni
     assert calls == ["init", "start", "ray.shutdown"]
 
 
+_ReplicaID = namedtuple("ReplicaID", "unique_id")  # what a request router reads of Serve's
+
+
+def _running(name: str) -> SimpleNamespace:
+    """A live replica as Serve shows it to a request router: its id and routing stats."""
+    stats = {"alive": True, "queue": 0, "block_size": 16, "checkpoints": []}
+    return SimpleNamespace(replica_id=_ReplicaID(name), routing_stats=stats)
+
+
+def _bare_router(name: str):
+    """A `FleetRequestRouter` for ``name`` without Serve's constructor (it needs a cluster)."""
+    from radixflow.cluster.ray_router import FleetRequestRouter
+
+    router = FleetRequestRouter.__new__(FleetRequestRouter)
+    router._replica_queue_len_cache = {}
+    router.initialize_state(name)
+    return router
+
+
 @pytest.mark.parametrize("name", ["prefix", "checkpoint"])
 def test_the_ray_router_remembers_where_serve_sent_a_job_not_what_it_ranked_first(name):
     # the router recorded its first choice as it ranked the replicas, though Serve sends the job
     # to the next rank when that one is full, and recorded again on every backoff retry: the
     # job's siblings then followed it to a replica that never saw its prefix
     pytest.importorskip("ray.serve")
-    from collections import namedtuple
-
-    from radixflow.cluster.ray_router import FleetRequestRouter
     from radixflow.generation.params import SamplingParams
 
-    replica_id = namedtuple("ReplicaID", "unique_id")
-
-    def running(name: str) -> SimpleNamespace:
-        stats = {"alive": True, "queue": 0, "block_size": 16, "checkpoints": []}
-        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
-
-    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
-    router._replica_queue_len_cache = {}
-    router.initialize_state(name)
-    replicas = [running("a"), running("b")]
+    router = _bare_router(name)
+    replicas = [_running("a"), _running("b")]
     prompt = tuple(range(100, 164))  # four blocks: a prefix worth following
     job = SimpleNamespace(args=[Job("j", prompt, "default", SamplingParams(), False)])
     for _ in range(3):  # Serve ranks again on each backoff retry
         ranked = asyncio.run(router.choose_replicas(replicas, job))
     first = ranked[0][0].replica_id.unique_id
     took = "b" if first == "a" else "a"  # the first rank was full: Serve sent it to the other
-    router.on_request_routed(job, replica_id(took), None)
+    router.on_request_routed(job, _ReplicaID(took), None)
     sibling = SimpleNamespace(args=[Job("k", prompt + (7, 8), "default", SamplingParams(), False)])
     for _ in range(5):
         ranked = asyncio.run(router.choose_replicas(replicas, sibling))
@@ -599,29 +608,18 @@ def test_the_ray_router_forgets_a_replica_serve_replaced_not_only_one_whose_acto
     # leaves the replica set in update_replicas, and no job dies with its actor (it answered 503s),
     # so on_replica_actor_died never came and the router kept its prefixes under that name
     pytest.importorskip("ray.serve")
-    from collections import namedtuple
-
     from ray.serve.request_router import RequestRouter
 
-    from radixflow.cluster.ray_router import FleetRequestRouter
     from radixflow.generation.params import SamplingParams
 
-    replica_id = namedtuple("ReplicaID", "unique_id")
-
-    def running(name: str) -> SimpleNamespace:
-        stats = {"alive": True, "queue": 0, "block_size": 16, "checkpoints": []}
-        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
-
-    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
-    router._replica_queue_len_cache = {}
-    router.initialize_state("prefix")
+    router = _bare_router("prefix")
     # Serve's own bookkeeping of the replica set needs its event loop
     monkeypatch.setattr(RequestRouter, "update_replicas", lambda self, replicas: None)
-    router.update_replicas([running("a"), running("b")])
+    router.update_replicas([_running("a"), _running("b")])
     job = SimpleNamespace(args=[Job("j", tuple(range(100, 164)), "default", SamplingParams(), False)])
-    router.on_request_routed(job, replica_id("a"), None)
+    router.on_request_routed(job, _ReplicaID("a"), None)
     assert len(router._router.memory) > 0
-    router.update_replicas([running("b"), running("c")])  # a replaced by c
+    router.update_replicas([_running("b"), _running("c")])  # a replaced by c
     assert len(router._router.memory) == 0  # nothing was sent anywhere but a
 
 

@@ -41,6 +41,11 @@ def trace_text(workload: Workload) -> str:
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
 ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
+# Seconds from the run's start: past 2**32 s (136 years) a float's step passes a µs, so a round's
+# start and end (and a request's arrival and finish) blur together: latencies came out 0 and a
+# dependency trace's µs overflowed. Seconds since the epoch fit (the run waits until then); the
+# epoch in ms or ns does not.
+MAX_ARRIVAL_S = 2**32
 
 
 def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workload:
@@ -106,14 +111,20 @@ def _string(row: dict[str, object], key: str, default: str | None, where: str) -
 
 
 def _arrival(value: object, where: str) -> float:
-    """``arrival_s`` as a float: a number, finite, not negative. bool is an int in Python, NaN and
-    Infinity parse as floats, and an integer past a float's range overflows: all are refused."""
+    """``arrival_s`` as a float: a number, finite, not negative, at most `MAX_ARRIVAL_S`. bool is
+    an int in Python, NaN and Infinity parse as floats, and an integer past a float's range
+    overflows: all are refused."""
     try:
         number = float(value) if type(value) in (int, float) else math.nan  # type: ignore[arg-type]
     except OverflowError:
         number = math.nan
     if not math.isfinite(number) or number < 0:
         raise TraceError(f"{where}: 'arrival_s' must be a finite number >= 0, got {json.dumps(value)}")
+    if number > MAX_ARRIVAL_S:
+        raise TraceError(
+            f"{where}: 'arrival_s' must be at most {MAX_ARRIVAL_S} (seconds from the run's start), "
+            f"got {json.dumps(value)}"
+        )
     return number
 
 

@@ -271,6 +271,23 @@ def test_trace_arrival_too_large_for_a_float_names_its_line(tmp_path, arrival):
         read_trace(path)
 
 
+@pytest.mark.parametrize("arrival", ["1e303", "1.7e12"])
+def test_a_trace_arrival_past_the_clock_s_resolution_names_its_line(tmp_path, arrival):
+    """An arrival in ms or ns since the epoch (or any past 2**32 s) leaves no µs to tell a round's
+    start from its end: latencies came out 0, and a --trace-out trace failed with a traceback
+    (its µs timestamps overflowed to infinity)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1]}\n{"id": "b", "prompt": [1], "arrival_s": ' + arrival + "}\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: 'arrival_s' must be at most 4294967296"):
+        read_trace(path)
+
+
+def test_a_trace_arrival_in_seconds_since_the_epoch_is_read(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "prompt": [1], "arrival_s": 1765000000.25}\n')
+    assert read_trace(path).requests[0].arrival_s == 1765000000.25
+
+
 def test_a_skewed_workload_far_too_large_is_refused_before_its_groups_are_sized():
     problem = WorkloadSpec(groups=10**12, skew=1.0).problem()  # a list of 10**12 sizes never fits
     assert problem is not None and problem.param == "groups" and "too large" in problem.message

@@ -135,7 +135,8 @@ def run_policies(
     trials = Trials(policies, repeats) if trials is None else trials
     for _ in range(repeats):
         for policy in policies:
-            label = _label(policy, placement or default_placement(policy), repeats, trials.count(policy))
+            ran = _placement(placement, policy, engines.runner.model.has_recurrent)
+            label = _label(policy, ran, repeats, trials.count(policy))
             engine = engines.engine(policy, placement, label=label)
             callback = None if on_round is None else (lambda rec, p=policy, e=engine: on_round(p, rec, e))
             engine.run(fresh_copy(requests), on_round=callback)
@@ -162,6 +163,12 @@ def reference_tokens(
         if on_request is not None:
             on_request()
     return tokens
+
+
+def _placement(given: str | None, policy: str, recurrent: bool) -> str:
+    """The checkpoint placement ``policy``'s engine runs: none on a model without recurrent state
+    (its engines place nothing, as ``--json``'s config says), else the one given or its own."""
+    return (given or default_placement(policy)) if recurrent else "none"
 
 
 def _label(policy: str, placement: str, repeats: int, trial: int) -> str:

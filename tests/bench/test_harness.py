@@ -101,3 +101,26 @@ def test_repeats_whose_outputs_differ_say_so_with_each_trials_sha():
         [repeated] = trials.runs()
         assert (repeated.result.outputs_sha256, repeated.result.trial_outputs_sha256) == (shown, each)
         assert repeated.result.to_dict()["trial_outputs_sha256"] == each  # in --json
+
+
+class _Labelled(Engines):
+    """`Engines` that notes the label each engine is asked for (a trace's process name)."""
+
+    def __init__(self, runner: SimRunner, scheduler: SchedulerConfig, labels: list[str]) -> None:
+        super().__init__(runner, scheduler)
+        object.__setattr__(self, "labels", labels)
+
+    def engine(self, policy=None, placement=None, round_history=None, label=None):
+        self.labels.append(label)
+        return super().engine(policy, placement, round_history, label)
+
+
+def test_an_engine_on_a_full_attention_model_is_labelled_with_no_placement():
+    """A model without recurrent state places no checkpoint: its trace processes were named after
+    the policy's own placement (`native · branch`), where `--json`'s config says none."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    labels: list[str] = []
+    for model in ("qwen3-4b", "qwen3_5-2b"):
+        runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
+        run_policies(requests, _Labelled(runner, SchedulerConfig(), labels), ["native", "adaptive"], None)
+    assert labels == ["native · none", "adaptive · none", "native · branch", "adaptive · lone"]

@@ -26,6 +26,11 @@ MAX_WORKLOAD_TOKENS = 1 << 25
 # past it --groups 30000000 with one-token prompts built gigabytes of requests.
 MAX_WORKLOAD_REQUESTS = 1 << 20
 MIN_RATE = 1e-6  # requests/s; below it exponential gaps overflow to infinity
+# Seconds from the run's start, in a trace or generated: past 2**32 s (136 years) a float's step
+# passes a µs, so a round's start and end (and a request's arrival and finish) blur together:
+# latencies came out 0 and a dependency trace's µs overflowed. Seconds since the epoch fit (the
+# run waits until then); the epoch in ms or ns does not.
+MAX_ARRIVAL_S = 2**32
 # A key as the door that sets it names it in a message (an experiment TOML: the key itself; the
 # command line: its flag); None: that door cannot set it (always its default), so it is left out
 KeySpell = Callable[[str], str | None]
@@ -75,7 +80,23 @@ class WorkloadSpec:
                 return Problem(name, f"unknown {name} {getattr(self, name)!r} (known: {', '.join(known)})")
         if not math.isfinite(self.rate) or self.rate < MIN_RATE:
             return Problem("rate", f"must be a finite number >= {MIN_RATE:g} requests/s, got {self.rate}")
-        return self._size_problem(spell)
+        return self._size_problem(spell) or self._span_problem()
+
+    def _span_problem(self) -> Problem | None:
+        """Arrivals past `MAX_ARRIVAL_S`, which its own trace could not hold. Bursty ones are
+        known; Poisson ones are bounded at twice their mean span: at the sizes where that passes
+        the limit (over 2,000 gaps), a draw twice its mean has a chance below e**-600."""
+        last = self.requests - 1
+        span = {"batch": 0.0, "poisson": 2 * last / self.rate}.get(
+            self.arrival, last // self.burst_size * self.burst_size / self.rate
+        )
+        if span <= MAX_ARRIVAL_S:
+            return None
+        return Problem(
+            "rate",
+            f"{self.requests} requests at {self.rate:g} requests/s arrive over up to {span:.3g} s; "
+            f"arrivals past {MAX_ARRIVAL_S} s are refused (a float no longer tells µs apart there)",
+        )
 
     def _size_problem(self, spell: KeySpell) -> Problem | None:
         """An empty or too large workload (tokens or requests); a skewed one far too large is

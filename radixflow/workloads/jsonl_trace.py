@@ -9,7 +9,7 @@ from pathlib import Path
 
 from radixflow.jsonl import json_object
 from radixflow.scheduler.request import Request
-from radixflow.workloads.candidates import MAX_WORKLOAD_TOKENS
+from radixflow.workloads.candidates import MAX_ARRIVAL_S, MAX_WORKLOAD_TOKENS
 from radixflow.workloads.workload import CANDIDATE, RequestTag, Workload
 
 
@@ -41,11 +41,6 @@ def trace_text(workload: Workload) -> str:
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
 ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
-# Seconds from the run's start: past 2**32 s (136 years) a float's step passes a µs, so a round's
-# start and end (and a request's arrival and finish) blur together: latencies came out 0 and a
-# dependency trace's µs overflowed. Seconds since the epoch fit (the run waits until then); the
-# epoch in ms or ns does not.
-MAX_ARRIVAL_S = 2**32
 
 
 def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workload:

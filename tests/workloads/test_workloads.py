@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -286,6 +287,20 @@ def test_a_trace_arrival_in_seconds_since_the_epoch_is_read(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"id": "a", "prompt": [1], "arrival_s": 1765000000.25}\n')
     assert read_trace(path).requests[0].arrival_s == 1765000000.25
+
+
+@pytest.mark.parametrize("arrival", ["poisson", "bursty"])
+def test_a_generated_workload_arriving_past_the_trace_limit_is_refused(tmp_path, arrival):
+    """A workload whose arrivals pass what a trace may hold (2**32 s) was built and run, and its
+    --write-trace trace was then refused by --trace: the same run could not be replayed."""
+    spec = WorkloadSpec(groups=100, candidates=50, context_len=1, candidate_len=1, arrival=arrival, rate=1e-6)
+    problem = spec.problem()
+    assert problem is not None and problem.param == "rate" and "4294967296" in problem.message
+    fits = replace(spec, rate=1e-4)  # 5,000 requests over 5e7 s
+    assert fits.problem() is None
+    path = tmp_path / "t.jsonl"
+    write_trace(path, build_workload(fits))
+    assert len(read_trace(path).requests) == 5000
 
 
 def test_a_skewed_workload_far_too_large_is_refused_before_its_groups_are_sized():

@@ -143,7 +143,7 @@ def test_utf16_trace_file_is_refused(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"id": "a", "prompt": [1, 2]}\n', encoding="utf-16")
     err = one_line_error(capsys, ["bench", "--trace", str(trace)])
-    assert "t.jsonl:1: not UTF-8 text (byte 0xff at column 1)" in err
+    assert "t.jsonl:1: not UTF-8 text (UTF-16: save it as UTF-8)" in err
 
 
 def _can_create_in(directory: Path) -> bool:

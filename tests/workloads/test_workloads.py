@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -301,6 +303,18 @@ def test_a_generated_workload_arriving_past_the_trace_limit_is_refused(tmp_path,
     path = tmp_path / "t.jsonl"
     write_trace(path, build_workload(fits))
     assert len(read_trace(path).requests) == 5000
+
+
+@pytest.mark.parametrize(
+    ("encoding", "mark"), [("utf-16-le", codecs.BOM_UTF16_LE), ("utf-16-be", codecs.BOM_UTF16_BE)]
+)
+def test_a_utf16_trace_says_so_as_every_other_jsonl_input_does(tmp_path, encoding, mark):
+    """Windows PowerShell 5's `>` writes UTF-16: --input and the other JSONL readers say so, the
+    trace reader gave only a byte (0xff at column 1)."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(mark + '{"id": "a", "prompt": [1]}\n'.encode(encoding))
+    with pytest.raises(TraceError, match=re.escape("t.jsonl:1: not UTF-8 text (UTF-16: save it as UTF-8)")):
+        read_trace(path)
 
 
 def test_a_skewed_workload_far_too_large_is_refused_before_its_groups_are_sized():

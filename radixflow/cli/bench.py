@@ -98,12 +98,18 @@ def _show(runs: list[PolicyRun], title: str, config: dict[str, object], console:
 def _config(
     args: argparse.Namespace, plan: EnginePlan, setup: EngineSetup, names: list[str]
 ) -> dict[str, object]:
-    """What the engines ran with, for ``--json``."""
+    """What the engines ran with, for ``--json``: the cache's eviction and admission (what a
+    cache under pressure keeps) and the seed (the sampler's, a replayed trace's only record of it)
+    too, or two runs that differed there would read alike."""
+    o = setup.options
     config = config_dict(
         run_config(setup.scheduler, setup.runner.model),  # as the engines ran it, not as planned
         runner=plan.choice.name,
         model=setup.runner.model.name,
-        placement=_placements(setup.options.placement, names, plan.choice.has_recurrent),
+        placement=_placements(o.placement, names, plan.choice.has_recurrent),
+        eviction=o.eviction,
+        admission=o.admission,
+        seed=o.seed,
         repeats=args.repeat,
     )
     config.update(plan.choice.describe(setup.runner))

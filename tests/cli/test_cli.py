@@ -56,6 +56,18 @@ def test_a_full_attention_runs_config_says_what_its_engines_ran(tmp_path):
     assert json.loads(out.read_text())["config"]["placement"] == "align"
 
 
+def test_a_runs_config_says_which_eviction_admission_and_seed_it_ran(tmp_path):
+    # --eviction and --admission change what a cache under pressure keeps, and --seed the sampler
+    # of a replayed trace (a generated workload's is in "workload"), yet the JSON said none of them:
+    # two runs that differed only there read alike
+    out, trace = tmp_path / "out.json", tmp_path / "t.jsonl"
+    trace.write_text('{"id": "a", "prompt": [1, 2, 3]}\n')
+    args = ["--trace", str(trace), "--json", str(out)]
+    assert main(["bench", *args, "--eviction", "cost-per-byte", "--admission", "likely", "--seed", "7"]) == 0
+    config = json.loads(out.read_text())["config"]
+    assert (config["eviction"], config["admission"], config["seed"]) == ("cost-per-byte", "likely", 7)
+
+
 def test_a_runs_config_says_whether_its_followers_ran_in_their_producers_round(tmp_path):
     # every engine runs with the runner's same_round_state (the sim prices a round's waves, as the
     # torch runner runs them), which adaptive's followers need; the JSON said false, the

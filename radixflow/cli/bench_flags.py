@@ -102,7 +102,13 @@ def _workload_flags(g: argparse._ArgumentGroup) -> None:
         help=f"groups spread over this many namespaces (default: {w.namespaces})",
     )
     g.add_argument("--order", choices=ORDERS, help=f"queue order of the candidates (default: {w.order})")
-    g.add_argument("--arrival", choices=ARRIVALS, help=f"arrival process (default: {w.arrival})")
+    bursts = f"bursty: {w.burst_size} at a time, a burst every {w.burst_size}/--rate s"
+    g.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        help=f"arrival process (batch: every request at t=0; poisson: exponential gaps at --rate; "
+        f"{bursts}; default: {w.arrival})",
+    )
     g.add_argument(
         "--rate",
         metavar="PER_S",

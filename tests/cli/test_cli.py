@@ -337,6 +337,16 @@ def test_every_bench_flag_is_explained_with_its_default(capsys):
     assert "shared contexts (default: 8)" in help_text
 
 
+def test_bench_help_says_what_each_arrival_process_is(capsys):
+    # "--arrival {batch,poisson,bursty}: arrival process" left bursty's bursts of 16 (a size no
+    # flag sets) to the source; --rate's "requests/s" reads as a steady stream for them too
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    said = "batch: every request at t=0; poisson: exponential gaps at --rate; bursty: 16 at a time"
+    assert said in help_text
+
+
 @pytest.mark.parametrize(
     "argv, warning",
     [

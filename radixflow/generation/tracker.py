@@ -65,12 +65,13 @@ class RequestTracker:
         return True
 
     def _stops_from(self) -> int | None:
-        """Where in ``text`` a stop string may end (None: nowhere yet): stop strings count once
-        ``min_tokens`` tokens are generated, as the newest text is searched when that token comes."""
+        """Where in ``text`` a stop string must end past (None: nowhere yet): past the text of the
+        first ``min_tokens`` tokens, as vLLM searches none of it, so a stop string ends a request
+        with token ``min_tokens + 1`` at the earliest, as a stop token or EOS does."""
         low = getattr(self.request.sampling, "min_tokens", 0)
-        if low <= 1:
+        if low == 0:
             return 0
-        return self._ends[low - 2] if len(self._ends) >= low else None
+        return self._ends[low - 1] if len(self._ends) > low else None
 
     def _append(self, piece: str) -> None:
         self.text += piece

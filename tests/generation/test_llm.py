@@ -267,7 +267,8 @@ def test_min_tokens_hold_back_eos_stop_tokens_and_stop_strings(llm):
     (cut,) = llm.generate(PROMPTS[2], every)
     (later,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3))
     assert cut.text == "" and cut.token_ids == (42,)
-    assert later.text == text * 2 and later.token_ids == (42, 42, 42) and later.finish_reason == "stop"
+    # the stop string counts from token 4 on, as the stop token below does
+    assert later.text == text * 3 and later.token_ids == (42,) * 4 and later.finish_reason == "stop"
     (longer,) = llm.generate(PROMPTS[2], replace(every, min_tokens=3, stop=(text, "a stop never seen")))
     assert longer.text == later.text and longer.token_ids == later.token_ids  # as with one stop string
     (token,) = llm.generate(PROMPTS[2], replace(every, stop=(), stop_token_ids=(42,), min_tokens=3))

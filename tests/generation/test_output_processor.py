@@ -255,11 +255,23 @@ def test_a_request_aborted_behind_the_processors_back_is_answered_by_the_next_st
 
 
 def test_the_stop_string_kept_is_the_one_that_ended_the_request_under_min_tokens(tokenizer):
-    # "a" comes before min_tokens (it stops nothing), "b" at it: "ab" ends the request, and the
+    # "a" is within min_tokens (it stops nothing), "b" after it: "ab" ends the request, and the
     # earlier "a", listed first and starting at the same place, is not the stop string
     a, b = (tokenizer.encode(c, add_special_tokens=False)[0] for c in "ab")
     engine, processor, _ = setup({"m": [a, b, a, a]})
-    submit(processor, tokenizer, "m", stop=("a", "ab"), min_tokens=2, include_stop_str_in_output=True)
+    submit(processor, tokenizer, "m", stop=("a", "ab"), min_tokens=1, include_stop_str_in_output=True)
     out = done_of(run_all(engine, processor), "m").output
     assert out is not None and out.token_ids == (a, b)
     assert out.stop_string == "ab" and out.text == "ab" and out.finish_reason == "stop"
+
+
+def test_a_stop_string_counts_from_the_token_after_min_tokens_as_a_stop_token_does(tokenizer):
+    # vLLM searches no text of the first min_tokens tokens: like an EOS or stop token, a stop
+    # string may end the request only with token min_tokens + 1, so min_tokens tokens come first
+    a = tokenizer.encode("a", add_special_tokens=False)[0]
+    for low in (1, 2, 3):
+        engine, processor, _ = setup({"m": [a] * 6})
+        submit(processor, tokenizer, "m", stop=("a",), min_tokens=low)
+        out = done_of(run_all(engine, processor), "m").output
+        assert out is not None and out.token_ids == (a,) * (low + 1), low
+        assert out.text == "a" * low and out.finish_reason == "stop" and out.stop_string == "a"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from radixflow.problems import Problem, ProblemError, number_problem
 from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
-from radixflow.scheduler.sampling_checks import NO_OPEN_CHOICE, shown
+from radixflow.scheduler.sampling_checks import NO_OPEN_CHOICE, plain, shown
 
 STOP_SHAPE = "must be a string or a list of strings"  # said of ``stop`` at every door
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
@@ -59,6 +59,8 @@ class SamplingParams(TokenSamplingParams):
         for name in ("stop", "bad_words"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, ())
+        for name in ("n", "truncate_prompt_tokens"):  # numpy's integers as Python's (`plain`)
+            object.__setattr__(self, name, plain(getattr(self, name)))
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         for name in ("stop", "guided_choice", "bad_words"):

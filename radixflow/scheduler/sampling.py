@@ -22,6 +22,8 @@ from radixflow.scheduler.sampling_checks import (
     is_int,
     is_real,
     min_tokens_ok,
+    plain,
+    plain_ids,
     shown,
     within,
 )
@@ -98,21 +100,23 @@ class SamplingParams:
         for name in ("logit_bias", "stop_token_ids"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, ())
+        # numpy's numbers (a seed from its random, ids from an array) as the Python ones they are
+        for name, _ in NUMBER_FIELDS:
+            object.__setattr__(self, name, plain(getattr(self, name)))
         bias = self.logit_bias
         if isinstance(bias, Mapping):
-            object.__setattr__(self, "logit_bias", tuple(bias.items()))
-        elif isinstance(bias, list | tuple):
-            pairs = tuple(tuple(p) if isinstance(p, list) else p for p in bias)
+            bias = tuple(bias.items())
+        if isinstance(bias, list | tuple):
+            pairs = tuple(plain_ids(p) if isinstance(p, list | tuple) else p for p in bias)
             object.__setattr__(self, "logit_bias", pairs)
         if self.top_k == -1 and is_int(self.top_k):  # vLLM's other spelling of "no cut"
             object.__setattr__(self, "top_k", 0)
         for name in ("stop_token_ids", "allowed_token_ids"):
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+            object.__setattr__(self, name, plain_ids(getattr(self, name)))
         for name in ("token_choices", "bad_token_sequences"):
             value = getattr(self, name)
             if isinstance(value, list | tuple):
-                object.__setattr__(self, name, tuple(tuple(c) if isinstance(c, list) else c for c in value))
+                object.__setattr__(self, name, tuple(plain_ids(c) for c in value))
 
     def problem(self) -> Problem | None:
         """Why these parameters are invalid (None when they are fine). Pure."""

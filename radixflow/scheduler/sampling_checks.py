@@ -6,6 +6,7 @@ on ``top_logprobs`` too), and a value shown as the caller sent it (`shown`)."""
 from __future__ import annotations
 
 import math
+import numbers
 
 from radixflow.problems import Problem, number_problem
 
@@ -98,6 +99,24 @@ def shown(value: object) -> str:
 
 def _as_lists(value: object) -> object:
     return [_as_lists(v) for v in value] if isinstance(value, tuple) else value
+
+
+def plain(x: object) -> object:
+    """A number of another library (numpy's int64, float32) as the Python int or float it is,
+    so the checks read it as the number it is and seeds mix as Python ints; a bool, a float
+    that is no integer, and anything else stay as they are, for the checks to name."""
+    if isinstance(x, bool) or type(x) in (int, float):
+        return x
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    return x
+
+
+def plain_ids(ids: object) -> object:
+    """A list or tuple of token ids with each `plain`; anything else as it is."""
+    return tuple(plain(t) for t in ids) if isinstance(ids, list | tuple) else ids
 
 
 def is_int(x: object) -> bool:

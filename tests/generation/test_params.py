@@ -225,3 +225,12 @@ def test_a_bias_that_is_no_number_is_said_as_the_flag_and_the_server_say_it(bias
 def test_a_list_sent_is_shown_as_the_list_it_was(field, value, expected):
     # the lists are kept as tuples, and were shown so: an LLM caller's and a JSON client's [] as "()"
     assert str(SamplingParams(**{field: value}).problem()) == expected
+
+
+def test_numpy_integers_are_read_as_the_integers_they_are():
+    # n=np.int64(2) was refused as "n: must be an integer, got np.int64(2)"
+    import numpy as np
+
+    p = SamplingParams(n=np.int64(2), truncate_prompt_tokens=np.int32(3), seed=np.int64(1))
+    assert p.problem() is None and p == SamplingParams(n=2, truncate_prompt_tokens=3, seed=1)
+    assert [type(c.seed) for c in p.choices()] == [int, int]

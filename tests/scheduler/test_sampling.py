@@ -1,0 +1,47 @@
+"""The scheduler's `SamplingParams`: what its fields accept."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixflow.scheduler.sampling import SamplingParams
+
+
+def test_numpy_numbers_are_read_as_the_python_numbers_they_are():
+    """seed=np.int64(3) (a seed from numpy's random, a token id from an array) was refused as
+    "seed: must be an integer, got np.int64(3)": an integer, said not to be one."""
+    p = SamplingParams(
+        max_tokens=np.int64(4),
+        min_tokens=np.int32(1),
+        temperature=np.float32(0.5),
+        top_k=np.int32(3),
+        top_p=np.float64(0.5),
+        seed=np.uint64(2**64 - 1),
+        logprobs=np.int8(2),
+        stop_token_ids=[np.int64(5)],
+        allowed_token_ids=(np.int64(5), 6),
+        logit_bias={np.int64(7): np.float32(1.5)},
+        bad_token_sequences=[(np.int16(10),)],
+    )
+    assert p.problem() is None
+    plain = SamplingParams(
+        max_tokens=4,
+        min_tokens=1,
+        temperature=0.5,
+        top_k=3,
+        top_p=0.5,
+        seed=2**64 - 1,
+        logprobs=2,
+        stop_token_ids=(5,),
+        allowed_token_ids=(5, 6),
+        logit_bias=((7, 1.5),),
+        bad_token_sequences=((10,),),
+    )
+    assert p == plain and hash(p) == hash(plain)
+    assert type(p.seed) is int and type(p.temperature) is float and type(p.stop_token_ids[0]) is int
+    assert type(p.logit_bias[0][0]) is int and type(p.bad_token_sequences[0][0]) is int
+    choices = SamplingParams(token_choices=[[np.int64(8), 9]]).token_choices
+    assert choices == ((8, 9),) and type(choices[0][0]) is int
+    # a bool is still no number, and a float no integer
+    assert SamplingParams(max_tokens=np.float64(2.0)).problem().param == "max_tokens"
+    assert SamplingParams(top_k=True).problem().param == "top_k"

@@ -58,7 +58,10 @@ class RequestTracker:
         if floor is None:
             return False
         searched = max(new_from, floor)
-        hit = self._stops.first(self.text, searched)
+        # not the text of a stop token or EOS that ended the request: it is left out (vLLM
+        # searches only the text it keeps)
+        kept = self.text[: self._stop_token_start()] if req.status.done else self.text
+        hit = self._stops.first(kept, searched)
         if hit is None:
             return False
         self.cut, self.stop_string = hit.at, hit.stop

@@ -275,3 +275,29 @@ def test_a_stop_string_counts_from_the_token_after_min_tokens_as_a_stop_token_do
         out = done_of(run_all(engine, processor), "m").output
         assert out is not None and out.token_ids == (a,) * (low + 1), low
         assert out.text == "a" * low and out.finish_reason == "stop" and out.stop_string == "a"
+
+
+def test_a_stop_string_in_the_text_of_the_stop_token_that_ended_the_request_stops_nothing(tokenizer, ids):
+    # the text of a stop token (or EOS) that ends a request is left out, so a stop string was
+    # found inside it: the text ended with a piece of it ("<|" of "<|endoftext|>") and named the
+    # stop string, not the token, as what ended it. vLLM searches only the text it keeps
+    words = [t for t in ids if len(tokenizer.decode([t]).strip()) >= 3]
+    first, stop_token = words[0], words[1]
+    inside = tokenizer.decode([stop_token]).strip()[1:3]
+    for include in (False, True):
+        engine, processor, _ = setup({"m": [first, stop_token, first]})
+        submit(
+            processor,
+            tokenizer,
+            "m",
+            stop=(inside,),
+            stop_token_ids=(stop_token,),
+            include_stop_str_in_output=include,
+        )
+        out = done_of(run_all(engine, processor), "m").output
+        assert out is not None and out.token_ids == (first, stop_token) and out.finish_reason == "stop"
+        whole = tokenizer.decode([first, stop_token])
+        if include:  # the token's text is kept, and searched: cut after the stop string in it
+            assert out.stop_string == inside and out.text == whole[: whole.rindex(inside) + len(inside)]
+        else:
+            assert out.stop_string is None and out.text == tokenizer.decode([first])

@@ -55,11 +55,12 @@ NO_DRAIN = (
     "no effect in run-batch: a run cut short aborts the requests in flight at once (an engine stuck "
     "in a round is left behind 5 s later)"
 )
-# where a server flag does something else here than in `serve` (server/batch.py)
+# where a server flag does something else here than in `serve` (server/batch.py); each says its
+# default here, if it has one
 BATCH_HELPS = {
     "max_pending": "engine requests in flight at a time (a scoring body's candidates, a completion's "
     "prompts times n); a body that finds them full is posted again once an answer has made room, "
-    "never answered 429",
+    f"never answered 429 (default: {ServerConfig.max_pending})",
     "drain_s": NO_DRAIN,
     "tokenizer_threads": "threads that tokenize prompts and build answers beside the event loop "
     f"(default: the server's thread plan, {TOKENIZER_THREADS} up to "

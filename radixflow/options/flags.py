@@ -181,12 +181,13 @@ def add_option_flags(
 ) -> None:
     """Every field of an options dataclass declared with `option` (the server's) as a flag, in one
     group: default None ("not given"), so the dataclass's own default applies (`given_values`).
-    ``helps``: a command's own words for a field, where it does something else there."""
+    ``helps``: a command's own words for a field, where it does something else there (they say
+    its default, if it has one there: run-batch's --drain-timeout has none)."""
     group = parser.add_argument_group(title)
     for f in dataclasses.fields(cls):
         spec = spec_of(f)
         if helps and f.name in helps:
-            spec = dataclasses.replace(spec, help=helps[f.name])
+            spec = dataclasses.replace(spec, help=helps[f.name], show_default=False)
         _add_flag(group, f.name, spec, f.default)
 
 

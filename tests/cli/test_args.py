@@ -51,3 +51,15 @@ def test_an_output_that_is_a_link_to_a_file_not_made_yet_stays_a_link(tmp_path):
     said = f"cannot write --output {link}: directory {gone.parent} does not exist"
     with pytest.raises(UsageError, match=re.escape(said)):
         check_output_paths({"--output": link}, {})
+
+
+def test_a_flag_with_no_effect_in_run_batch_shows_no_default_there():
+    """run-batch's --drain-timeout said it has no effect, then "(default: 30.0)"; its other server
+    flags still show the default they run with."""
+    parser = _commands()["run-batch"]
+    formatter = parser._get_formatter()
+    helps = {
+        a.option_strings[0]: formatter._expand_help(a) for a in parser._actions if a.option_strings and a.help
+    }
+    assert "no effect in run-batch" in helps["--drain-timeout"] and "default" not in helps["--drain-timeout"]
+    assert "(default: 256)" in helps["--max-pending"]

@@ -17,6 +17,9 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is
 # text this long tokenizes in tens of milliseconds.
 LONG_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# The longest drain: a week is past any supervisor's patience, and far inside what a thread's wait
+# takes (threading.TIMEOUT_MAX, about 9.2e9 s: 1e10 raised OverflowError at shutdown).
+MAX_DRAIN_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class ServerConfig:
         "seconds to finish accepted requests on shutdown before they fail",
         float,
         low=0.0,
+        high=MAX_DRAIN_S,
         group="server",
         metavar="S",
         flag="--drain-timeout",

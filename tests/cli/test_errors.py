@@ -1201,3 +1201,20 @@ def test_an_empty_context_is_refused_by_its_flag_before_the_model_loads(monkeypa
     monkeypatch.setattr(LLM, "from_options", _refuse_model_load)
     err = one_line_error(capsys, ["score", "qwen3_5-tiny", "--context", "", "--candidate", "a"])
     assert err == f"radixflow: error: --context: {EMPTY_CONTEXT}"
+
+
+@pytest.mark.parametrize("command", ["serve", "run-batch"])
+def test_a_drain_timeout_too_long_for_a_thread_wait_is_refused_naming_the_flag(
+    monkeypatch, capsys, tmp_path, command
+):
+    # 1e10 s passed every check, then raised OverflowError inside threading's waits at shutdown
+    pytest.importorskip("uvicorn")
+    _no_model_load(monkeypatch)
+    batch = tmp_path / "in.jsonl"
+    body = {"model": "qwen3_5-tiny", "prompt": "hi", "max_tokens": 1}
+    batch.write_text(
+        json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": body}) + "\n"
+    )
+    extra = ["--port", "0"] if command == "serve" else ["-i", str(batch), "-o", str(tmp_path / "out.jsonl")]
+    line = one_line_error(capsys, [command, "qwen3_5-tiny", *extra, "--drain-timeout", "1e10"])
+    assert line == "radixflow: error: --drain-timeout: must be at most 604800, got 10000000000.0"

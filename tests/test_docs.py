@@ -494,3 +494,16 @@ def test_every_test_a_doc_names_exists():
     named = {(doc.name, name) for doc in DOCS for name in re.findall(r"`(test_\w+)`", doc.read_text())}
     assert len(named) >= 5
     assert {(doc, name) for doc, name in named if name not in defined} == set()
+
+
+def test_serving_says_the_servers_default_temperature_and_the_offline_one():
+    """A request with no temperature samples at OpenAI's 1.0 where `LLM` and `radixflow generate`
+    are greedy; docs/serving.md did not say so, and the same prompt answered differently."""
+    from radixflow.generation import SamplingParams
+    from radixflow.server.protocol import CompletionRequest
+
+    served = CompletionRequest(model="m", prompt="x").sampling(4, None, None).temperature
+    offline = SamplingParams().temperature
+    text = " ".join((ROOT / "docs" / "serving.md").read_text().split())
+    assert f"names no `temperature` samples at {served:g}" in text
+    assert f"greedy (`temperature` {offline:g})" in text

@@ -52,19 +52,29 @@ class CandidateScore:
         return all(r == 1 for r in self.ranks)
 
 
+class ScoringInputError(ValueError):
+    """A context or candidate that cannot be scored. ``problem.param`` is the field at fault
+    (``context`` or ``candidates``: the server's ``param``), so no door guesses it from the text;
+    the text names which candidate ("candidate 1: is empty")."""
+
+    def __init__(self, problem: Problem, text: str | None = None) -> None:
+        super().__init__(str(problem) if text is None else text)
+        self.problem = problem
+
+
 # what an empty context is told, at every door (named as each door names the context)
 EMPTY_CONTEXT = "is empty (a candidate is scored given the tokens before it)"
 
 
 def scoring_prompts(context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[int]]:
     """One prompt per candidate (none for none): the context's tokens, then the candidate's.
-    ValueError for an empty context (its first candidate token would have nothing to be scored
-    against) or candidate."""
+    `ScoringInputError` naming the field, ``context`` or ``candidates``, for an empty
+    context (its first candidate token would have nothing to be scored against) or candidate."""
     if not context:
-        raise ValueError(f"context: {EMPTY_CONTEXT}")
+        raise ScoringInputError(Problem("context", EMPTY_CONTEXT))
     empty = next((i for i, c in enumerate(candidates) if not c), None)
     if empty is not None:
-        raise ValueError(f"candidate {empty}: is empty")
+        raise ScoringInputError(Problem("candidates", "is empty"), f"candidate {empty}: is empty")
     return [[*context, *c] for c in candidates]
 
 
@@ -87,13 +97,13 @@ def scoring_job(
     candidates: Sequence[Prompt],
 ) -> ScoringJob:
     """The context's tokens and one prompt per candidate; ValueError for input of another
-    shape, an empty one, or a context the engine refuses (``problem``: named as the context, not
-    as candidate 0, in whose prompt it would be found first)."""
+    shape, `ScoringInputError` for an empty one or a context the engine refuses (``problem``:
+    named as the context, not as candidate 0, in whose prompt it would be found first)."""
     ctx = read.context(context)
     prompts = scoring_prompts(ctx, read.candidates(candidates))
     found = context_problem(ctx, problem)
     if found is not None:
-        raise ValueError(str(found))
+        raise ScoringInputError(found)
     return ctx, prompts
 
 

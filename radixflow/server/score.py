@@ -17,6 +17,7 @@ from starlette.requests import Request as HttpRequest
 from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
+    ScoringInputError,
     candidate_scores,
     context_problem,
     scoring_prompts,
@@ -50,9 +51,8 @@ def prepare(body: ScoreRequest, state: ServerState) -> tuple[int, list[tuple[Req
     candidates = [candidate_ids(i, c, state) for i, c in enumerate(body.candidates)]
     try:
         prompts = scoring_prompts(context, candidates)
-    except ValueError as e:
-        param = "context" if str(e).startswith("context") else "candidates"
-        raise ApiError(400, str(e), param) from None
+    except ScoringInputError as e:
+        raise ApiError(400, str(e), e.problem.param) from None
     problem = context_problem(context, state.problem)
     if problem is not None:
         raise ApiError.from_problem(Problem(_context_field(body), problem.message))

@@ -895,3 +895,16 @@ def test_a_ctrl_c_as_the_last_candidate_ends_keeps_every_finished_contexts_row(
     partial = tmp_path / "out.jsonl.partial"
     assert partial.read_text() == whole.read_text()
     assert f"the 5 rows written so far are in {partial}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("context", "candidates", "param", "message"),
+    [([], [[5]], "context", "context: is empty"), ([3], [[5], []], "candidates", "candidate 1: is empty")],
+)
+def test_an_empty_context_or_candidate_names_its_field_as_data(context, candidates, param, message):
+    # the server guessed the field from the text (`startswith("context")`): the error carries it
+    from radixflow.generation.scoring import ScoringInputError, scoring_prompts
+
+    with pytest.raises(ScoringInputError) as refused:
+        scoring_prompts(context, candidates)
+    assert refused.value.problem.param == param and str(refused.value).startswith(message)

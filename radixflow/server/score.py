@@ -32,6 +32,7 @@ from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import ScoreRequest, check_specials_with_messages
 from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.responses.logprobs import finite_logprob
 from radixflow.server.state import ServerState
 from radixflow.server.submission import answers, id_headers, response_id
 
@@ -92,12 +93,14 @@ def candidate_ids(index: int, candidate: str | list[int], state: ServerState) ->
 
 
 def entry(score: CandidateScore) -> dict[str, Any]:
+    """One candidate's answer; a logprob JSON cannot hold (-inf, NaN) is the stand-in every route
+    answers (Starlette refuses it: it was a 500)."""
     return {
         "index": score.index,
-        "total_logprob": score.total,
-        "mean_logprob": score.mean,
+        "total_logprob": finite_logprob(score.total),
+        "mean_logprob": finite_logprob(score.mean),
         "token_ids": list(score.token_ids),
-        "token_logprobs": list(score.logprobs),
+        "token_logprobs": [finite_logprob(lp) for lp in score.logprobs],
         "token_ranks": list(score.ranks),
         "greedy": score.greedy,
         "cached_tokens": score.cached_tokens,

@@ -971,3 +971,19 @@ def test_health_and_metrics_say_when_the_engine_is_stuck_with_work_waiting(tmp_p
             assert since_last_round(http) <= time.monotonic() - released  # rounds finished since
         finally:
             release.set()
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), float("nan")])
+def test_a_non_finite_score_logprob_is_the_finite_stand_in_not_a_500(bad):
+    # the other routes answer -9999 for a logprob JSON cannot hold; /v1/score passed it to
+    # Starlette, which refuses non-finite numbers: a 500
+    from fastapi.responses import JSONResponse
+
+    from radixflow.generation.scoring import CandidateScore
+    from radixflow.server.responses.logprobs import NEG_INF_LOGPROB
+    from radixflow.server.score import entry
+
+    got = entry(CandidateScore(0, (5, 6), (-0.5, bad), (1, 7), cached_tokens=0))
+    body = json.loads(JSONResponse({"data": [got]}).body)["data"][0]
+    assert body["token_logprobs"] == [-0.5, NEG_INF_LOGPROB]
+    assert body["total_logprob"] == NEG_INF_LOGPROB and body["mean_logprob"] == NEG_INF_LOGPROB

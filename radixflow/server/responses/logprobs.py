@@ -13,7 +13,8 @@ from radixflow.generation.tokenizer import TextTokenizer
 NEG_INF_LOGPROB = -9999.0  # JSON has no -inf (vLLM reports the same stand-in)
 
 
-def _lp(value: float) -> float:
+def finite_logprob(value: float) -> float:
+    """``value``, or the stand-in where JSON cannot hold it (-inf, NaN): every route answers it."""
     return value if math.isfinite(value) else NEG_INF_LOGPROB
 
 
@@ -47,7 +48,7 @@ class TokenNames:
 
     def ranked(self, token: int, logprob: float, rank: int | None, text: str | None = None) -> dict[str, Any]:
         """vLLM's ``Logprob`` object of one token: its logprob, rank and text."""
-        return {"logprob": _lp(logprob), "rank": rank, "decoded_token": self.name(token, text)}
+        return {"logprob": finite_logprob(logprob), "rank": rank, "decoded_token": self.name(token, text)}
 
     def top_of(
         self,
@@ -64,8 +65,8 @@ class TokenNames:
         chosen = self.name(token, text)
         out: dict[str, float] = {}
         for t, lp in zip(ids, logprobs, strict=True):
-            out.setdefault(chosen if t == token else self.name(t), _lp(lp))
-        out.setdefault(chosen, _lp(logprob))
+            out.setdefault(chosen if t == token else self.name(t), finite_logprob(lp))
+        out.setdefault(chosen, finite_logprob(logprob))
         return out
 
 
@@ -98,7 +99,7 @@ class CompletionLogprobs:
                 self.top_logprobs.append(None)
             else:
                 logprob = columns.logprobs[row]
-                self.token_logprobs.append(_lp(logprob))
+                self.token_logprobs.append(finite_logprob(logprob))
                 ids, lps = columns.top_ids[row][:k], columns.top_logprobs[row][:k]
                 self.top_logprobs.append(names.top_of(ids, lps, token, logprob, text))
             self.text_offset.append(offset)
@@ -108,7 +109,7 @@ class CompletionLogprobs:
     def add(self, entries: Sequence[TokenLogprob], offset: int) -> int:
         for entry in entries:
             self.tokens.append(self.names.name(entry.token, entry.text))
-            self.token_logprobs.append(_lp(entry.logprob))
+            self.token_logprobs.append(finite_logprob(entry.logprob))
             self.top_logprobs.append(self.names.top(entry, self.k))
             self.text_offset.append(offset)
             offset += len(entry.text)
@@ -142,7 +143,11 @@ def prompt_logprobs_body(
 
 def chat_logprobs(entries: Sequence[TokenLogprob], k: int, names: TokenNames) -> dict[str, Any]:
     def item(token: int, text: str | None, logprob: float) -> dict[str, Any]:
-        return {"token": names.name(token, text), "logprob": _lp(logprob), "bytes": names.bytes(token)}
+        return {
+            "token": names.name(token, text),
+            "logprob": finite_logprob(logprob),
+            "bytes": names.bytes(token),
+        }
 
     content = []
     for e in entries:

@@ -24,6 +24,13 @@ def user_path(text: str) -> Path:
     return Path.cwd() / path if str(path) == STDOUT and text != STDOUT else path
 
 
+def resolved_path(text: str) -> str:
+    """``text``, a path a user gave, as the one absolute path every spelling of it names (``ck``,
+    ``./ck``, ``~/ck``, a link to it): `user_path`, links followed. What a path is compared or
+    keyed by; a relative one is the current directory's."""
+    return str(user_path(text).resolve())
+
+
 def stdout_problem(text: str, holds: str) -> str | None:
     """Why ``text`` cannot be given to an output that cannot go to standard output (``holds``:
     what it holds, and why not): `STDOUT`, which the others take as standard output, never

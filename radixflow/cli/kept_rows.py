@@ -19,6 +19,7 @@ from radixflow.cli.args import warn
 from radixflow.cli.command import UsageError
 from radixflow.files import written_in_place
 from radixflow.jsonl import json_object
+from radixflow.models.zoo import model_key
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import flag_spellings
 from radixflow.partial_lines import KeptLines, PartialLines, kept_lines, record_path, recorded
@@ -51,9 +52,10 @@ ROW_OPTIONS = ("runner", "device", "dtype", "matmul", "kernels")
 
 
 def row_options(options: EngineOptions, names: tuple[str, ...] = ROW_OPTIONS) -> dict[str, Any]:
-    """``MODEL`` and the ``names`` of ``options``, by flag (`run_record`'s ``options``)."""
+    """``MODEL`` (a local checkpoint by its resolved path: ``./ck`` goes on from ``ck``'s rows)
+    and the ``names`` of ``options``, by flag (`run_record`'s ``options``)."""
     spell = flag_spellings(EngineOptions)
-    return {"MODEL": options.model} | {spell[name]: getattr(options, name) for name in names}
+    return {"MODEL": model_key(options.model)} | {spell[name]: getattr(options, name) for name in names}
 
 
 def run_record(command: str, inputs: Iterable[Any], options: dict[str, Any]) -> str:

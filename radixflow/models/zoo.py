@@ -30,6 +30,7 @@ from radixflow.models.zoo_catalogue import (
     zoo_entry,
 )
 from radixflow.models.zoo_store import RECORD, Build, BuildStore, CacheDirError
+from radixflow.user_paths import resolved_path
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 # What a build writes for the same preset and seed: bump it when that changes (the tokenizer's
@@ -42,6 +43,13 @@ CACHE_ENV = "RADIXFLOW_CACHE"
 def default_cache_dir() -> Path:
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "radixflow" / "models"
+
+
+def model_key(name: str) -> str:
+    """Model ``name`` as one spelling, for comparing or keying: a zoo name as typed, a local
+    checkpoint as its `resolved_path` (``ck``, ``./ck`` and a link to it are one model; ``ck``
+    in another directory is another), as `ensure_model` tells them apart. Reads no files."""
+    return name if name in ZOO else resolved_path(name)
 
 
 def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:

@@ -908,3 +908,28 @@ def test_an_empty_context_or_candidate_names_its_field_as_data(context, candidat
     with pytest.raises(ScoringInputError) as refused:
         scoring_prompts(context, candidates)
     assert refused.value.problem.param == param and str(refused.value).startswith(message)
+
+
+def test_a_partial_file_goes_on_under_another_spelling_of_the_same_checkpoint(
+    zoo, capsys, tmp_path, monkeypatch
+):
+    # MODEL was compared as typed: ./ck after ck was refused as another model, and ck from
+    # another directory (another checkpoint) would have been taken as the same one
+    from radixflow.cli import main
+    from radixflow.models.zoo import ensure_model
+
+    (tmp_path / "ck").symlink_to(ensure_model(MODEL), target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(_score_lines(3))
+    _cut_short_after_one_row(monkeypatch, ["score", "ck", "--input", str(given), "--output", str(out)])
+    capsys.readouterr()
+    assert main(["score", "./ck", "--input", str(given), "--output", str(out)]) == 0, capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 3
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "ck").symlink_to(ensure_model("llama-tiny"), target_is_directory=True)
+    _cut_short_after_one_row(monkeypatch, ["score", "ck", "--input", str(given), "--output", str(out) + "2"])
+    monkeypatch.chdir(tmp_path / "other")
+    capsys.readouterr()
+    assert main(["score", "ck", "--input", str(given), "--output", str(out) + "2"]) == 2
+    assert "it was computed with MODEL" in capsys.readouterr().err

@@ -107,7 +107,7 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
             "thread; use --torch-threads 1, or --clock wall"
         )
     return CalibrationPlan(
-        tuple(dict.fromkeys(args.model)),
+        _distinct_models(args.model),
         args.device,
         args.max_tokens,
         args.held_out,
@@ -117,6 +117,23 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         kept=args.keep,
         dtype=args.dtype,
     )
+
+
+def _distinct_models(names: list[str]) -> tuple[str, ...]:
+    """Each ``--model`` once: a name given twice is one model; one checkpoint under two spellings
+    (``ck``, ``./ck``, a link to it) is refused, as it would be timed as two models whose own fits
+    are stored under one key, the second overwriting the first."""
+    from radixflow.models.zoo import model_key
+
+    seen: dict[str, str] = {}  # model_key -> the name as first given
+    for name in dict.fromkeys(names):
+        key = model_key(name)
+        if key in seen:
+            raise CalibrationUsageError(
+                f"--model: {seen[key]!r} and {name!r} are the same checkpoint ({key}); give it once"
+            )
+        seen[key] = name
+    return tuple(seen.values())
 
 
 def _own_fits(

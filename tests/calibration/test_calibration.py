@@ -364,3 +364,22 @@ def test_a_context_with_no_room_for_the_grids_prefix_prices_attention_over_one_a
     assert fitted.calibration["errors"][0]["max_abs_error"] < 1e-3
     prefix = CostModel(shape, fitted).breakdown([ChunkShape(512, 64, True)]).terms["prefix_attention"]
     assert "attention rate" in prefix.source and "matmul" not in prefix.source
+
+
+@pytest.mark.parametrize("second", ["./ck", "link", "ck/"])
+def test_one_checkpoint_given_twice_under_two_spellings_is_refused_naming_both(
+    tmp_path, capsys, monkeypatch, second
+):
+    """``--model ck --model ./ck`` timed the checkpoint twice as two models and stored both own
+    fits under one key, the second overwriting the first; the same name twice is one model."""
+    pytest.importorskip("torch")
+    from radixflow.cli import main
+
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "ck", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "--model", "ck", "--model", second, "--out", "p.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    same = f"are the same checkpoint ({(tmp_path / 'ck').resolve()}); give it once"
+    said = f"radixflow: error: --model: 'ck' and {second!r} {same}"
+    assert err == said and not (tmp_path / "p.json").exists()

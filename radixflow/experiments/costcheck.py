@@ -48,10 +48,13 @@ class CpuTimedRunner:
 
 
 def round_chunks(record: RoundRecord, prompt_len: dict[str, int], hybrid: bool) -> list[ChunkShape]:
-    """What the cost model needs from a recorded round (snapshots are not recorded: a fitted CPU
-    profile charges no memory traffic, so they do not change its prediction)."""
+    """What the cost model needs from a recorded round, each chunk as the engine ran it: the
+    output head runs at a prompt's last position and at every decode step past it (a request
+    generates a token each; the scheduler's ``sample``), and a hybrid model's chunk past position 0
+    reads its state from a slot (a cached checkpoint, or its working slot). Snapshots are not
+    recorded: a fitted CPU profile charges no memory traffic, so they do not change its prediction."""
     return [
-        ChunkShape(start, end - start, end == prompt_len[rid], restores=hybrid and start > 0)
+        ChunkShape(start, end - start, sample=end >= prompt_len[rid], restores=hybrid and start > 0)
         for rid, start, end in record.chunks
     ]
 

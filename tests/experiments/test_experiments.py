@@ -1446,3 +1446,46 @@ def test_a_config_without_grids_names_its_keys_in_defaults(tiny: Path, edits, ke
     with pytest.raises(ExperimentConfigError) as info:
         load_config(tiny)
     assert f": {key}: " in str(info.value) and "grid[0]" not in str(info.value), str(info.value)
+
+
+def test_the_cost_check_prices_each_recorded_chunk_as_the_engine_ran_it():
+    """A decode step was priced without the output head (sample=False: only a prompt's last chunk
+    sampled) though every decode step samples, so a profile that charges the head predicted too
+    little; each recorded chunk is now the chunk the engine ran (its snapshots aside: not recorded,
+    and a fitted CPU profile charges no memory traffic)."""
+    from dataclasses import replace
+
+    from engine_utils import new_engine
+
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+    from radixflow.costmodel.round_cost.by_profile import round_cost_model
+    from radixflow.experiments.costcheck import predicted_worker_s, round_chunks
+    from radixflow.runners.sim import SIM_MODELS, SimRunner, chunk_shapes
+    from radixflow.scheduler import Request, SchedulerConfig
+    from radixflow.scheduler.sampling import SamplingParams
+
+    shape = SIM_MODELS["qwen3_5-2b"]
+    sim, ran = SimRunner(shape, HARDWARE["cpu"]), []
+
+    class Recording:  # the sim runner, keeping the chunks of each call as the cost model sees them
+        name, model, round_predictor = sim.name, sim.model, None
+        validate, reference_tokens = sim.validate, sim.reference_tokens
+
+        def run(self, batch):
+            ran.append([replace(c, snapshots=0, head_rows=0, wave=0) for c in chunk_shapes(batch.chunks)])
+            return sim.run(batch)
+
+    config = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=16)
+    prompt = tuple(range(1, 41))
+    four = SamplingParams(max_tokens=4)
+    requests = [Request(f"r{i}", prompt[: 30 + i * 5], sampling=four) for i in range(3)]
+    engine = new_engine(Recording(), config)
+    engine.run(requests)
+    prompt_len = {r.id: len(r.prompt) for r in requests}
+    rounds = list(engine.rounds)
+    assert len(rounds) == len(ran) and any(c.decode for chunks in ran for c in chunks)
+    for record, chunks in zip(rounds, ran, strict=True):
+        assert round_chunks(record, prompt_len, shape.has_recurrent) == chunks, record.index
+    model = round_cost_model(shape, HARDWARE["cpu"])
+    want = sum(model.breakdown(chunks).worker_call_s for chunks in ran)
+    assert predicted_worker_s(rounds, prompt_len, shape, "cpu") == pytest.approx(want)

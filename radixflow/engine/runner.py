@@ -10,6 +10,7 @@ from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.samples import PromptLogprobs, Sample
+from radixflow.scheduler.sampling import SamplingParams
 from radixflow.scheduler.scan import RoundPredictor
 
 
@@ -81,6 +82,23 @@ def generation_room(prompt_len: int, model: ModelInfo, config: SchedulerConfig) 
     return max(0, min(model.max_context - prompt_len, config.room(prompt_len)))
 
 
+def ending_allow_list_problem(params: SamplingParams, eos: tuple[int, ...]) -> Problem | None:
+    """Why an allow-list of only tokens that end the output (stop tokens, and ``eos`` unless
+    ignored) cannot meet ``min_tokens`` (None: it can). The sampler may not hold them all back, so
+    the first token ended the request: min_tokens broken unsaid (vLLM would sample from nothing)."""
+    allowed = params.allowed_token_ids
+    if not params.min_tokens or allowed is None:
+        return None
+    ending = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
+    if not set(allowed) <= ending:
+        return None
+    return Problem(
+        "allowed_token_ids",
+        "every allowed token ends the output (a stop or end-of-sequence token id), so "
+        f"min_tokens {params.min_tokens} cannot be met",
+    )
+
+
 def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     """Checks every runner applies before a request is queued. A prompt may fill the model context
     only when nothing is generated (``max_tokens`` 0: scoring, prompt logprobs)."""
@@ -113,6 +131,9 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
         bad = next((t for t in ids if not 0 <= t < model.vocab_size), None)
         if bad is not None:
             return Problem(param, f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})")
+    problem = ending_allow_list_problem(request.sampling, model.eos_token_ids)
+    if problem is not None:
+        return problem
     if len(request.prompt) + request.sampling.max_tokens > model.max_context:
         return Problem(
             "max_tokens",

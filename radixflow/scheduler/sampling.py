@@ -61,17 +61,18 @@ class SamplingParams:
     ``(token, bias)`` pairs are added; ``repetition_penalty`` divides the positive logits of every
     token in the prompt or the output so far and multiplies the negative ones (transformers'
     rule); ``frequency_penalty`` times a token's count in the output so far and
-    ``presence_penalty`` once if it is there are subtracted; a token outside
-    ``allowed_token_ids`` (None: every token is allowed) cannot be picked; while fewer than
-    ``min_tokens`` tokens are generated, the stop tokens and the end-of-sequence ones (unless
-    ``ignore_eos``) cannot be picked either, unless they are all the allowed tokens left (and stop
-    strings do not count, the caller's rule). With ``token_choices`` the output is one of those
-    token sequences: only a token that continues one may be picked (an end-of-sequence token too
-    where the output is a whole choice that a longer one extends), and the request ends once it is
-    a whole choice nothing extends (`scheduler.token_sequences`). The last token of a sequence in
-    ``bad_token_sequences`` cannot be picked right after the rest of it (a one-token one never), so
-    only the choices with no banned sequence inside are followed (`open_choices`; none is a problem).
-    Reported logprobs are the model's own, before any of this.
+    ``presence_penalty`` once if it is there are subtracted; a token outside ``allowed_token_ids``
+    (None: every token is allowed) cannot be picked; while fewer than ``min_tokens`` tokens are
+    generated, the stop tokens and the end-of-sequence ones (unless ``ignore_eos``) cannot be
+    picked either, unless they are all the tokens left (a guided choice's end; an allow-list of
+    only such tokens is refused before it runs, by `engine.runner.ending_allow_list_problem`), and
+    stop strings do not count (the caller's rule). With ``token_choices`` the output is one of
+    those token sequences: only a token that continues one may be picked (an end-of-sequence token
+    too where the output is a whole choice that a longer one extends), and the request ends once
+    it is a whole choice nothing extends (`scheduler.token_sequences`). The last token of a
+    sequence in ``bad_token_sequences`` cannot be picked right after the rest of it (a one-token
+    one never), so only the choices with no banned sequence inside are followed (`open_choices`;
+    none is a problem). Reported logprobs are the model's own, before any of this.
     """
 
     max_tokens: int = 1

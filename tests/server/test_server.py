@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -987,3 +988,24 @@ def test_a_non_finite_score_logprob_is_the_finite_stand_in_not_a_500(bad):
     body = json.loads(JSONResponse({"data": [got]}).body)["data"][0]
     assert body["token_logprobs"] == [-0.5, NEG_INF_LOGPROB]
     assert body["total_logprob"] == NEG_INF_LOGPROB and body["mean_logprob"] == NEG_INF_LOGPROB
+
+
+def test_an_allow_list_of_only_ending_tokens_with_min_tokens_is_refused_at_every_door(served, llm):
+    # it answered one token, finish_reason "stop": min_tokens silently broken (vLLM would sample
+    # from a distribution with nothing left in it); a one-line refusal naming both fields
+    (eos, *_) = llm.engine.runner.model.eos_token_ids
+    said = "allowed_token_ids: every allowed token ends the output (a stop or end-of-sequence token id), "
+    ending = (({"allowed_token_ids": [eos]}, 2), ({"allowed_token_ids": [42], "stop_token_ids": [42]}, 1))
+    for change, n in ending:
+        body = {"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 3, "min_tokens": n, **change}
+        r = served.http().post("/v1/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "allowed_token_ids", r.text
+        assert r.json()["error"]["message"] == said + f"so min_tokens {n} cannot be met"
+        params = SamplingParams(max_tokens=3, min_tokens=n, **{k: tuple(v) for k, v in change.items()})
+        with pytest.raises(ValueError, match="^" + re.escape(said + f"so min_tokens {n} cannot be met")):
+            llm.generate(PROMPTS[2], params)
+    # an EOS ignored does not end it, and an ending token beside another is only held back
+    for change in ({"ignore_eos": True}, {"allowed_token_ids": [eos, 42]}):
+        body = {"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 3, "min_tokens": 2}
+        r = served.http().post("/v1/completions", json=body | {"allowed_token_ids": [eos]} | change)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 2, r.text

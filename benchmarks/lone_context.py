@@ -23,7 +23,8 @@ from pathlib import Path
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 @dataclass(frozen=True)

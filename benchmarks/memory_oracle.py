@@ -33,7 +33,8 @@ from memory_pressure import WORKLOADS, run
 
 from radixflow.bench.pressure import measure_working_set, under_pressure
 from radixflow.options import EngineOptions
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 RATES = {"qwen3_next-80b-a3b": 12.0, "nemotron_h-8b": 12.0, "lfm2-1.2b": 55.0, "qwen3-4b": 20.0}
 INF = float("inf")

@@ -34,7 +34,8 @@ from radixflow.bench.pressure import (
     under_pressure,
 )
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 VARIANTS = (("lru", "all"), ("cost-per-byte", "all"), ("lru", "likely"), ("cost-per-byte", "likely"))
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)

@@ -20,7 +20,7 @@ from memory_pressure import VARIANTS, WORKLOADS
 from radixflow.bench.pressure import measure_working_set, pressure_figures, under_pressure
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.scheduler.request import Request
-from radixflow.workloads.candidates import build_workload
+from radixflow.workloads.build import build_workload
 
 TAIL = 0.05
 

@@ -55,7 +55,8 @@ from radixflow.calibration.speed_probe import SpeedProbe
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 FAMILIES = ("qwen3_5-small", "qwen3_next-small", "lfm2-small", "nemotron_h-small", "falcon_h1-small")
 CONTROL = "qwen3-small"  # attention only: nothing is ever blocked, every policy should tie

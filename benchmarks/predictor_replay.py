@@ -35,7 +35,7 @@ from radixflow.costmodel.round_cost.fitted_rates import fit_features
 from radixflow.costmodel.round_cost.online_fit import OnlineFit, nominal_prior, nominal_rates
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners import sim as sim_runner
-from radixflow.workloads.candidates import build_workload
+from radixflow.workloads.build import build_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import policies_torch as pt

@@ -21,7 +21,8 @@ from radixflow.runners.sim import sim_token
 from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.samples import Sample
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 class FixedCostRunner:

@@ -20,7 +20,8 @@ from radixflow.options.build import new_engine
 from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 POLICIES = ("native", "radixflow", "adaptive")
 

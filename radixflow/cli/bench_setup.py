@@ -12,7 +12,8 @@ from radixflow.options import EnginePlan
 from radixflow.options.sim_shape import model_context
 from radixflow.problems import flag
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 from radixflow.workloads.jsonl_trace import TraceError, read_trace
 from radixflow.workloads.workload import Workload
 

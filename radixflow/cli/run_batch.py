@@ -115,13 +115,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | {"--trace-out": trace})
         record = run_record("run-batch", (asdict(line) for line in lines), _row_options(options, config))
-        kept = kept_rows("--output", output, args.restart, record)
-        if kept is not None:
-            from radixflow.server.batch import left_to_run, server_failed
-
-            errors = sum(map(server_failed, kept.rows))
-            lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
-            kept = kept.only(lambda row: not server_failed(row))  # their lines are posted again
+        lines, kept = _go_on(output, args.restart, record, lines)
         warn_ineffective_options(args, options)
         if args.drain_s is not None:
             warn(f"--drain-timeout has {NO_DRAIN}")
@@ -145,6 +139,19 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise
         write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
         return 1 if code or _failed(kept) else 0
+
+
+def _go_on(output: Path | None, restart: bool, record: str, lines: list) -> tuple[list, KeptRows | None]:
+    """The lines still to post and the rows kept from a run cut short (None: none kept); a kept
+    row the server failed is dropped and its line posted again."""
+    kept = kept_rows("--output", output, restart, record)
+    if kept is None:
+        return lines, None
+    from radixflow.server.batch import left_to_run, server_failed
+
+    errors = sum(map(server_failed, kept.rows))
+    lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
+    return lines, kept.only(lambda row: not server_failed(row))
 
 
 # beside the engine's (`ROW_OPTIONS`), the server options that change an answer: the max_tokens

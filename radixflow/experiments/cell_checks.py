@@ -55,16 +55,8 @@ def validate_cell(
     if problem is not None:
         raise fail(origin, loc("model"), problem.message)
     s["runner"] = runner_name(options)
-    if device is not None and s["runner"] == "torch":
-        s["device"], options = device, options.replace(device=device)
-    problem = device_problem(s["device"]) if s["runner"] == "torch" else None
-    if problem is not None:  # the torch runner's own check, before any cell runs
-        raise fail(origin, loc("device"), problem.message)
-    # its refusals of dtype, matmul and kernels on that device, which the other doors make up
-    # front: found only when the cell's runner was built, after the cells before it had run
-    problem = torch_settings_problem(options)
-    if problem is not None:
-        raise fail(origin, loc(problem.param or "dtype"), problem.message)
+    if s["runner"] == "torch":
+        options = _check_torch(s, options, device, origin, loc)
     if s["replicas"] > 1 and s["runner"] != "sim":  # replicas would share one runner's state slots
         raise fail(origin, loc("replicas"), f"a fleet of {s['replicas']} replicas needs the sim runner")
     _validate_workload(cell, origin, loc)
@@ -76,6 +68,24 @@ def validate_cell(
     if problem is not None:
         raise fail(origin, loc(problem.param or "cache_memory"), problem.message)
     return replace(cell, settings=s), plan.choice.has_recurrent
+
+
+def _check_torch(
+    s: dict, options: EngineOptions, device: str | None, origin: str, loc: Callable[[str], str]
+) -> EngineOptions:
+    """A torch cell's device (``device``, given, replaces it in ``s`` and in the options returned)
+    and its dtype, matmul and kernels there: the torch runner's own refusals, made before any
+    cell runs as the other doors make them up front (found when the cell's runner was built,
+    they came after the cells before it had run)."""
+    if device is not None:
+        s["device"], options = device, options.replace(device=device)
+    problem = device_problem(s["device"])
+    if problem is not None:
+        raise fail(origin, loc("device"), problem.message)
+    problem = torch_settings_problem(options)
+    if problem is not None:
+        raise fail(origin, loc(problem.param or "dtype"), problem.message)
+    return options
 
 
 def _validate_workload(cell: Cell, origin: str, loc: Callable[[str], str]) -> None:

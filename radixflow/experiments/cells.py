@@ -41,7 +41,8 @@ from radixflow.options import EngineOptions, EngineSetup, RunnerChoice, plan_eng
 from radixflow.options.runners import runner_name
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.request import Request, RequestStatus
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 @contextmanager

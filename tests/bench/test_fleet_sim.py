@@ -13,7 +13,8 @@ from radixflow.engine.engine import Engine
 from radixflow.fleet import RouterConfig, make_router
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.scheduler.request import RequestStatus
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.runners.sim import SimRunner
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 class _Referenced(SimRunner):

@@ -9,7 +9,8 @@ from radixflow.bench.pressure import measure_working_set, pressure_figures, unbo
 from radixflow.options import EngineOptions
 from radixflow.scheduler import Request
 from radixflow.scheduler.request import RequestStatus
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 def _done(rid: str, ttft_s: float) -> Request:

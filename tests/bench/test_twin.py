@@ -14,7 +14,8 @@ from radixflow.bench.twin import NoisyPrice, ReplayRunner, RoundTape, Spread, Ta
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.build import new_engine
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 POLICIES = ("native", "radixflow", "adaptive")
 # a Poisson stream fast enough that rounds merge and split with their price

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from radixflow.bench import twin_runs
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 PROFILE = Path(__file__).parents[2] / "experiments" / "profiles" / "cpu.json"
 

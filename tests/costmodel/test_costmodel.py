@@ -33,7 +33,8 @@ def test_falcon_h1_sim_blocks_consumers_so_policies_differ():
     from radixflow.bench.harness import run_policies
     from radixflow.runners.sim import SimRunner
     from radixflow.scheduler.scheduler import SchedulerConfig
-    from radixflow.workloads.candidates import WorkloadSpec, build_workload
+    from radixflow.workloads.build import build_workload
+    from radixflow.workloads.candidates import WorkloadSpec
 
     spec = WorkloadSpec(groups=4, candidates=4, context_len=256, candidate_len=16, seed=1)
     reqs = build_workload(spec).requests

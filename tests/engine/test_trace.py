@@ -23,7 +23,8 @@ from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.sampling import SamplingParams
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 PHASES = {"X", "i", "s", "f", "C", "M"}
 

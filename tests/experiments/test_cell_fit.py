@@ -7,7 +7,8 @@ import pytest
 from radixflow.experiments.cell_fit import fit_problem
 from radixflow.options import EngineOptions, EnginePlan, machine, plan_engine
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 def pools_bytes(plan: EnginePlan, config: SchedulerConfig) -> int:

@@ -13,7 +13,8 @@ from radixflow.bench.twin import NoisyPrice
 from radixflow.experiments.cells import _Pressure, _variant_result
 from radixflow.experiments.config import Variant
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 
 class _Slowing:

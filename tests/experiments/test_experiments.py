@@ -20,7 +20,8 @@ from radixflow.experiments.config_checks import parse_seeds
 from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 from radixflow.workloads.workload import CANDIDATE, INDEPENDENT
 
 TINY = """

@@ -16,7 +16,8 @@ from radixflow.models.registry import FAMILIES
 from radixflow.runners.torch_runner import TorchRunner, eos_token_ids
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.samples import Sample
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 CFG = SchedulerConfig(token_budget=160, max_requests=8, block_size=16, num_blocks=256, num_state_slots=48)
 

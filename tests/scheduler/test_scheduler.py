@@ -13,7 +13,8 @@ from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig, StopReason
 from radixflow.scheduler.bubble import BUBBLE_WALK_PER_SLOT
 from radixflow.scheduler.sampling import SamplingParams
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 ATTN = SimRunner(SIM_MODELS["qwen3-4b"], HARDWARE["h100"])

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from radixflow.scheduler.request import Request
+from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import (
     ARRIVALS,
     KINDS,
@@ -18,7 +19,6 @@ from radixflow.workloads.candidates import (
     MAX_WORKLOAD_TOKENS,
     ORDERS,
     WorkloadSpec,
-    build_workload,
 )
 from radixflow.workloads.jsonl_trace import TraceError, read_trace, write_trace
 from radixflow.workloads.workload import CANDIDATE, INDEPENDENT, RequestTag, Workload

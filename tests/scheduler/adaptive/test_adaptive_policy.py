@@ -22,7 +22,8 @@ from radixflow.scheduler.adaptive.round_plan import HORIZON_BUDGETS
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.policy import SCHEDULING_POLICIES
 from radixflow.scheduler.sampling import SamplingParams
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
 # a runner whose recurrent layers cannot restore a state saved in the same round: a blocked

@@ -10,7 +10,8 @@ from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler import Request, SchedulerConfig
-from radixflow.workloads.candidates import WorkloadSpec, build_workload
+from radixflow.workloads.build import build_workload
+from radixflow.workloads.candidates import WorkloadSpec
 
 CFG = SchedulerConfig(token_budget=2048, max_requests=64, block_size=16, num_blocks=8192, num_state_slots=256)
 # four contexts of 512 tokens, each with 8 candidates of 32, all arriving at once

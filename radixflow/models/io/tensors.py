@@ -46,7 +46,11 @@ class Checkpoint:
     @staticmethod
     def open(stack: ExitStack, files: list[Path]) -> Checkpoint:
         handles = {file: _open(stack, file) for file in files}
-        where = {key: file for file, f in handles.items() for key in f.keys()}  # noqa: SIM118 (not a dict)
+        where: dict[str, Path] = {}
+        for file, f in handles.items():
+            for key in f.keys():  # noqa: SIM118 (not a dict)
+                _check_once(key, where.get(key), file)
+                where[key] = file
         return Checkpoint(handles, where)
 
     def shape(self, key: str) -> tuple[int, ...]:
@@ -188,6 +192,16 @@ def _finite(tensor: torch.Tensor) -> bool:
         return True
     low, high = torch.aminmax(tensor if tensor.dtype in _REDUCIBLE else tensor.float())
     return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
+
+
+def _check_once(key: str, first: Path | None, file: Path) -> None:
+    """A tensor stored in two of the files (an old copy beside the weights, a shard saved twice):
+    which one is meant cannot be told, and taking either silently may load stale weights."""
+    if first is not None:
+        raise TensorError(
+            f"tensor {key} is stored in both {first.name} and {file.name}: "
+            "one of them is stale; remove it (or the copy of the tensor)"
+        )
 
 
 def _open(stack: ExitStack, file: Path) -> Any:

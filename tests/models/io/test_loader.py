@@ -265,6 +265,22 @@ def test_model_safetensors_beside_a_complete_sharded_checkpoint_is_refused(tmp_p
     assert "\n" not in text and "model.safetensors.index.json" in text and "remove" in text, text
 
 
+def test_a_tensor_in_two_unindexed_files_is_refused(tmp_path: Path) -> None:
+    """Without model.safetensors or an index every *.safetensors file is read: an old copy beside
+    the weights (renamed, not removed) holds every tensor again, and which one filled a parameter
+    was the later file's in name order, silently. Refused, naming both files and a tensor."""
+    model = tiny("radixflow.models.families.llama", "LlamaForCausalLM")
+    save_model(model, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    (tmp_path / "model.safetensors").rename(tmp_path / "weights.safetensors")
+    save_file({k: v + 1 for k, v in state.items()}, str(tmp_path / "old.safetensors"), {"format": "pt"})
+    with pytest.raises(CheckpointError) as info:
+        load_model(tmp_path)
+    text = str(info.value)
+    assert "\n" not in text and "old.safetensors" in text and "weights.safetensors" in text, text
+    assert re.search(r"tensor [\w.]+ is stored in both", text), text
+
+
 def test_no_safetensors(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)

@@ -98,4 +98,22 @@ def load_model(options: EngineOptions) -> LoadedModel:
         tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
     except TokenizerError as e:  # there is one, and it is broken
         raise ProblemError(Problem("model", str(e))) from None
-    return LoadedModel(plan.choice.label, path, plan.build(), tokenizer)
+    setup = plan.build()
+    if tokenizer is not None:
+        _check_vocabulary(path, tokenizer, setup.runner.model.vocab_size)
+    return LoadedModel(plan.choice.label, path, setup, tokenizer)
+
+
+def _check_vocabulary(path: Path, tokenizer: TextTokenizer, vocab_size: int) -> None:
+    """A tokenizer that gives ids past the model's vocabulary is another model's: text encoding to
+    one of them would fail as a prompt's fault (or index past the embedding). A model wider than
+    its tokenizer is common (the embedding padded to a round size) and fine."""
+    largest = tokenizer.largest_id()
+    if largest is not None and largest >= vocab_size:
+        raise ProblemError(
+            Problem(
+                "model",
+                f"{path / 'tokenizer.json'} has token ids up to {largest}, but {path / 'config.json'} "
+                f"has vocab_size {vocab_size}: the tokenizer is not this model's",
+            )
+        )

@@ -92,6 +92,10 @@ class TextTokenizer:
             raise TokenizerError(f"cannot read {path}: {e}") from None
         return cls(backend, _read_config(root))
 
+    def largest_id(self) -> int | None:
+        """The largest token id this tokenizer can produce, added tokens included (None: no tokens)."""
+        return max(self._tok.get_vocab(with_added_tokens=True).values(), default=None)
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in it (``<|im_start|>``) become their ids.
 

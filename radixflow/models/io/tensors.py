@@ -76,6 +76,7 @@ class Checkpoint:
         it shares), mis-shaped ones and missing ones (``optional`` names, e.g. buffers, may be
         missing)."""
         plan = plan_conversion(model_type, self.where, set(wanted))
+        _check_one_source(plan, wanted)
         extra = unused(model_type, self.where, plan)
         aliases = plan_conversion(model_type, extra, set(tied)).direct  # e.g. a stored tied lm_head
         plan.tied = {key: tied[name] for key, name in aliases.items()}
@@ -192,6 +193,20 @@ def _finite(tensor: torch.Tensor) -> bool:
         return True
     low, high = torch.aminmax(tensor if tensor.dtype in _REDUCIBLE else tensor.float())
     return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
+
+
+def _check_one_source(plan: Plan, wanted: dict[str, torch.Tensor]) -> None:
+    """Two checkpoint keys that fill one parameter (``model.norm.weight`` beside ``norm.weight``,
+    which the base-model prefix rule maps onto it; a fused expert tensor beside its per-expert
+    pieces): whichever was copied last would win, and transformers may pick the other."""
+    writers = [*((name, key) for key, name in plan.direct.items())]
+    writers += [(name, pieces[0][0]) for name, (_, pieces) in plan.merged.items()]
+    writers += [(n, key) for key, (head, part) in plan.split.items() for n in _experts(wanted, head, part)]
+    source: dict[str, str] = {}
+    for name, key in writers:
+        first = source.setdefault(name, key)
+        if first != key:
+            raise TensorError(f"tensors {first} and {key} both fill {name}: remove the one that is not meant")
 
 
 def _check_once(key: str, first: Path | None, file: Path) -> None:

@@ -281,6 +281,32 @@ def test_a_tensor_in_two_unindexed_files_is_refused(tmp_path: Path) -> None:
     assert re.search(r"tensor [\w.]+ is stored in both", text), text
 
 
+@pytest.mark.parametrize(
+    ("family", "cls", "alias"),
+    [
+        ("llama", "LlamaForCausalLM", lambda k: k.removeprefix("model.")),  # the base-model prefix rule
+        ("qwen3_5", "Qwen35ForCausalLM", lambda k: k.replace("model.", "model.language_model.", 1)),
+    ],
+)
+def test_two_tensors_filling_one_parameter_are_refused(
+    tmp_path: Path, family: str, cls: str, alias: Callable[[str], str]
+) -> None:
+    """``model.norm.weight`` beside ``norm.weight`` (or Qwen3.5's ``model.language_model.norm.weight``)
+    both map onto one parameter: the later one in the file silently won, and transformers, picking
+    the other, gave other logits. Refused, naming both tensors and the parameter."""
+    model = tiny(f"radixflow.models.families.{family}", cls)
+    save_model(model, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    state[alias("model.norm.weight")] = state["model.norm.weight"] * 3
+    save_file(state, str(tmp_path / "model.safetensors"), {"format": "pt"})
+    for load in (load_model, check_checkpoint):
+        with pytest.raises(CheckpointError) as info:
+            load(tmp_path)
+        text = str(info.value)
+        assert "\n" not in text and alias("model.norm.weight") in text, text
+        assert "both fill model.norm.weight" in text, text
+
+
 def test_no_safetensors(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)

@@ -180,6 +180,18 @@ def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
+def compile_problem(source: str) -> str | None:
+    """Why ``source`` does not compile as a chat template ("line 1: Expected an expression, ..."),
+    None when it does: such a template can render no conversation, a fault of the checkpoint."""
+    import jinja2
+
+    try:
+        _compile(source)
+    except jinja2.TemplateSyntaxError as e:
+        return f"line {e.lineno}: {e.message}"
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def _compile(source: str) -> Any:
     """A sandboxed template (a checkpoint's template is untrusted input), compiled once, in the

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from radixflow.generation.chat import ChatTemplate
+from radixflow.generation.chat import ChatTemplate, compile_problem
 from radixflow.generation.token_bound import token_bound
 from radixflow.problems import Problem
 
@@ -188,7 +188,7 @@ def _check_unicode(text: str) -> None:
 def _read_config(root: Path) -> dict[str, Any]:
     """The tokenizer's settings as transformers gathers them: tokenizer_config.json (if any), an
     older save's special_tokens_map.json over it, and a chat_template.jinja over its template."""
-    path = root / "tokenizer_config.json"
+    path = origin = root / "tokenizer_config.json"
     config = _json_object(path)
     if "added_tokens_decoder" not in config:  # an older save: transformers reads this file over it
         names = ("bos_token", "eos_token", *_NAMED_SPECIALS)
@@ -197,7 +197,7 @@ def _read_config(root: Path) -> dict[str, Any]:
     template = root / "chat_template.jinja"  # newer checkpoints keep it beside the config; it wins
     if template.is_file():
         try:
-            config["chat_template"] = template.read_text(encoding="utf-8")
+            config["chat_template"], origin = template.read_text(encoding="utf-8"), template
         except (OSError, UnicodeDecodeError) as e:
             raise TokenizerError(f"cannot read {template}: {e}") from None
     if isinstance(config.get("chat_template"), list):  # named templates: use the default one
@@ -206,6 +206,9 @@ def _read_config(root: Path) -> dict[str, Any]:
     found = config.get("chat_template")
     if found is not None and not isinstance(found, str):  # refused now, not as a TypeError at the first chat
         raise TokenizerError(f"{path}: chat_template must be a string, got {type(found).__name__}")
+    problem = compile_problem(found) if found is not None else None
+    if problem is not None:  # refused now, not as every chat request's 400 blaming its messages
+        raise TokenizerError(f"{origin}: chat_template does not compile ({problem})")
     return config
 
 

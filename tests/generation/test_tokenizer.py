@@ -165,3 +165,24 @@ def test_a_chat_template_that_is_not_text_is_refused_on_load(tmp_path, config, j
         (tmp_path / "chat_template.jinja").write_bytes(jinja)
     with pytest.raises(TokenizerError, match=error):
         TextTokenizer.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "config, jinja, error",
+    [
+        ({"chat_template": "{% for %}"}, None, r"_config\.json: chat_template does not compile \(line 1: "),
+        ({}, b"{{ messages }\n{% if %}", r"chat_template\.jinja: chat_template does not compile \(line 1: "),
+    ],
+)
+def test_a_chat_template_that_does_not_compile_is_refused_on_load(tmp_path, config, jinja, error):
+    """It can render no conversation: every chat request failed as 'the chat template failed:
+    Expected an expression', a 400 blaming the request's messages and naming no file. Refused when
+    the tokenizer loads, naming the file it came from."""
+    import json
+
+    save_tokenizer(train_tokenizer(512), tmp_path, chat_template=None)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    if jinja is not None:
+        (tmp_path / "chat_template.jinja").write_bytes(jinja)
+    with pytest.raises(TokenizerError, match=error):
+        TextTokenizer.load(tmp_path)

@@ -153,31 +153,15 @@ def test_pipelines_that_may_drop_text_get_no_bound(tokenizer, change):
             r"tokenizer_config\.json: chat_template must be a string, got list",
         ),
         ({}, b"\xff{{ messages }}", r"cannot read .*chat_template\.jinja: 'utf-8' codec"),
-    ],
-)
-def test_a_chat_template_that_is_not_text_is_refused_on_load(tmp_path, config, jinja, error):
-    """Refused with the file named when the tokenizer loads, not as a TypeError at the first chat."""
-    import json
-
-    save_tokenizer(train_tokenizer(512), tmp_path, chat_template=None)
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
-    if jinja is not None:
-        (tmp_path / "chat_template.jinja").write_bytes(jinja)
-    with pytest.raises(TokenizerError, match=error):
-        TextTokenizer.load(tmp_path)
-
-
-@pytest.mark.parametrize(
-    "config, jinja, error",
-    [
         ({"chat_template": "{% for %}"}, None, r"_config\.json: chat_template does not compile \(line 1: "),
         ({}, b"{{ messages }\n{% if %}", r"chat_template\.jinja: chat_template does not compile \(line 1: "),
     ],
 )
-def test_a_chat_template_that_does_not_compile_is_refused_on_load(tmp_path, config, jinja, error):
-    """It can render no conversation: every chat request failed as 'the chat template failed:
-    Expected an expression', a 400 blaming the request's messages and naming no file. Refused when
-    the tokenizer loads, naming the file it came from."""
+def test_a_chat_template_not_text_or_not_compiling_is_refused_on_load(tmp_path, config, jinja, error):
+    """Refused with the file named when the tokenizer loads: not text was a TypeError at the first
+    chat; a template that does not compile can render no conversation, and every chat request
+    failed as 'the chat template failed: Expected an expression', a 400 blaming the request's
+    messages and naming no file."""
     import json
 
     save_tokenizer(train_tokenizer(512), tmp_path, chat_template=None)

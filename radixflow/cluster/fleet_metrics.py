@@ -15,10 +15,11 @@ Before a replica reports, a series has no samples (not a 0 that nothing measured
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
@@ -34,6 +35,13 @@ PER_REPLICA = frozenset(
     }
 )
 CUMULATIVE = frozenset({"counter", "histogram"})
+# Serve replaces a replica that died, and retries one that fails to start without end once the
+# deployment has run: until one is up, a job waits in Serve's queue with no word to anyone
+NO_REPLICA = (
+    "no replica is running: Ray Serve is starting replacements "
+    "(one that fails to start is retried; Ray Serve's log says why it failed)"
+)
+log = logging.getLogger("radixflow.cluster")
 
 
 def engine_samples(metrics: ServerMetrics) -> Report:
@@ -57,24 +65,40 @@ class FleetFigures:
         self._latest: dict[str, Report] = {}  # by replica, every one that ever reported
         self._running: list[str] = []
         self._dead: frozenset[str] = frozenset()  # running replicas whose engine loop has failed
+        self._ran = False  # a replica has run: none running now is a fleet down, not one starting
+        self._watchers: list[Callable[[str], None]] = []
 
     def update(self, reports: Mapping[str, Report | None], dead: Iterable[str] = ()) -> None:
         """The replicas running now, each with what it last reported (None: nothing yet);
-        ``dead``: those of them whose last report says their engine loop has failed."""
+        ``dead``: those of them whose last report says their engine loop has failed. When the
+        fleet goes down, says why in the log and to every watcher (on the caller's thread)."""
+        was = self.down()
         with self._lock:
             self._running = list(reports)
+            self._ran = self._ran or bool(reports)
             self._dead = frozenset(dead) & set(reports)
             for replica, report in reports.items():
                 if report is not None:
                     self._latest[replica] = report
+        why = self.down()
+        if why is not None and was is None:
+            log.warning("the fleet serves nothing: %s; requests get a 503 until a replica serves", why)
+            for watcher in list(self._watchers):
+                watcher(why)
+
+    def watch(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher`` with `down`'s reason each time the fleet goes down (mutates self)."""
+        self._watchers.append(watcher)
 
     def down(self) -> str | None:
-        """Why the fleet serves nothing now: every replica running reports its engine loop dead
-        or stuck (each answers only 503s, or nothing, until Ray Serve replaces it); None while one
-        serves, or none has reported yet."""
+        """Why the fleet serves nothing now: no replica is running, or every one running reports
+        its engine loop dead or stuck (each answers only 503s, or nothing, until Ray Serve
+        replaces it); None while one serves, or before Serve's first word on them."""
         with self._lock:
-            running, dead = self._running, self._dead
-        if not running or len(dead) < len(running):
+            running, dead, ran = self._running, self._dead, self._ran
+        if not running:
+            return NO_REPLICA if ran else None
+        if len(dead) < len(running):
             return None
         every = f"the engine loop of every replica ({len(running)})"
         return f"{every} has failed or is stuck; Ray Serve is replacing them"

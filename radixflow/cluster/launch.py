@@ -242,7 +242,7 @@ def fleet_server(
 
     def make_loop(metrics: ServerMetrics) -> RemoteLoop:
         metrics.engine_from(figures)  # no engine here: the replicas' figures
-        loops.append(RemoteLoop(open_stream, tokenizer, metrics, config.max_pending, down=figures.down))
+        loops.append(RemoteLoop(open_stream, tokenizer, metrics, config.max_pending, fleet=figures))
         return loops[-1]
 
     def room(prompt_len: int) -> int:

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
+from radixflow.cluster.fleet_metrics import FleetFigures
 from radixflow.cluster.wire import Job, WireEvent, decode
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
@@ -82,12 +83,14 @@ class RemoteLoop:
         metrics: ServerMetrics,
         max_pending: int,
         retries: int = 1,
-        down: Callable[[], str | None] | None = None,
+        fleet: FleetFigures | None = None,
     ) -> None:
-        """``down``: why no replica can serve now (`FleetFigures.down`), None while one can."""
+        """``fleet``: the replicas' state, which says why none can serve (`FleetFigures.down`)."""
         self.open_stream, self.tokenizer, self.metrics = open_stream, tokenizer, metrics
         self.max_pending, self.retries = max_pending, retries
-        self._down = down
+        self._fleet = fleet
+        if fleet is not None:
+            fleet.watch(self._went_down)
         self.replicas: dict[str, ReplicaFigures] = {}  # by replica id, from their answers
         self.retried = 0
         self._accepting = True
@@ -104,7 +107,7 @@ class RemoteLoop:
     def failure(self) -> str | None:
         """Why the fleet serves nothing (every replica's engine loop died), as one server's
         failed engine loop says it: `/health` answers 503 with it and new requests are refused."""
-        return None if self._down is None else self._down()
+        return None if self._fleet is None else self._fleet.down()
 
     @property
     def alive(self) -> bool:
@@ -168,6 +171,14 @@ class RemoteLoop:
     def abandon(self, message: str) -> None:
         """On the event loop: answer what is left with a 503 now (the drain's end does it too)."""
         self._fail_all(message)
+
+    def _went_down(self, why: str) -> None:
+        """Any thread (Serve's router reports): no replica can serve. The jobs in flight wait in
+        Serve's queue for one, forever while replacements fail to start: answer them with a 503
+        naming ``why`` now, as new requests are refused."""
+        aio = self._aio
+        if aio is not None and not aio.is_closed():
+            aio.call_soon_threadsafe(self._fail_all, why)
 
     # ------------------------------------------------------------ event loop
     def _fail_all(self, message: str = "the server shut down before this request finished") -> None:

@@ -362,7 +362,7 @@ def test_the_ingress_says_it_cannot_serve_while_every_replicas_engine_loop_is_de
 
     figures = FleetFigures()
     open_stream, _ = stream_of()
-    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, down=figures.down)
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, fleet=figures)
     assert loop.accepting and loop.alive  # nothing reported yet: starting
     figures.update({"a": None, "b": None}, dead={"a"})
     assert loop.accepting and loop.failure is None  # b still serves
@@ -376,6 +376,23 @@ def test_the_ingress_says_it_cannot_serve_while_every_replicas_engine_loop_is_de
         loop.submit([(Request("r", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
     figures.update({"c": None}, dead=set())  # replaced: the new one serves
     assert loop.accepting and loop.failure is None
+
+
+def test_requests_waiting_for_a_replica_get_a_503_once_none_is_left_not_a_hang():
+    # every replica died and none Serve started since is up: a job waits in Serve's queue for a
+    # replica (here: a stream that never answers) until one runs, forever when each fails to start
+    from radixflow.cluster.fleet_metrics import FleetFigures
+
+    figures = FleetFigures()
+    figures.update({"a": None})
+    open_stream, _ = stream_of(["hang"])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8, fleet=figures)
+    events = asyncio.run(serve(loop, after=lambda: figures.update({})))[0]
+    assert events[-1].status == 503 and events[-1].error.startswith("no replica is running")
+    with pytest.raises(NotAccepting, match="no replica is running"):
+        loop.submit([(Request("late", PROMPT), None)], lambda e: None, False)  # type: ignore[list-item]
+    figures.update({"b": None})  # a replica runs again: requests are taken again
+    assert loop.accepting
 
 
 def test_the_ray_router_hands_the_ingress_the_replicas_reported_dead():

@@ -101,3 +101,26 @@ def test_generated_tokens_are_the_replicas_count_aborted_requests_included():
     left.status = RequestStatus.ABORTED
     metrics.on_done(left, 0.1)
     assert samples(metrics)[("radixflow_generation_tokens_total", ())] == 3
+
+
+def test_a_fleet_with_no_replica_left_running_is_down_and_logs_why_once(caplog):
+    # replicas that started once and then died are replaced by Serve, and a replacement that fails
+    # to start is retried without end: the running set stayed empty, down() said None ("none has
+    # reported yet") and every request waited in Serve's queue for a replica, without a word
+    import logging
+
+    figures = FleetFigures()
+    assert figures.down() is None  # before Serve's first update: starting, not down
+    figures.update({"a": None, "b": None})
+    heard: list[str] = []
+    figures.watch(heard.append)
+    with caplog.at_level(logging.WARNING, logger="radixflow.cluster"):
+        figures.update({})
+        figures.update({})  # still none: said once
+    why = figures.down()
+    assert why is not None and why.startswith("no replica is running")
+    assert heard == [why]
+    said = [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"]
+    assert len(said) == 1 and why in said[0] and "503" in said[0]
+    figures.update({"c": None})  # a replacement started
+    assert figures.down() is None

@@ -24,7 +24,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import ENGINE_LEFT, Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.fleet import ROUTERS, router_problem
+from radixflow.fleet import DEFAULT_ROUTER, ROUTERS, router_problem
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar=f"{{{','.join(ROUTERS)}}}",
         help="which replica serves a request: pow2 (the shorter of two random queues), prefix "
         "(where its prompt prefix went), checkpoint (the deepest READY state checkpoint) "
-        "(default: checkpoint)",
+        f"(default: {DEFAULT_ROUTER})",
     )
     f.add_argument(
         "--ray-address", help="join this Ray cluster (e.g. ray://head:10001 or auto) instead of starting one"
@@ -210,7 +210,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
     warn_ineffective_options(args, options, local=args.ray_address is None)
     # a CPU for each of a replica's torch threads: Ray places (and a local instance counts) them so
-    spec = FleetSpec(args.replicas, args.router or "checkpoint", args.ray_address, options.torch_threads)
+    spec = FleetSpec(args.replicas, args.router or DEFAULT_ROUTER, args.ray_address, options.torch_threads)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
     port = bound_port(sock)
     try:

@@ -16,7 +16,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from radixflow.cache.digest import CheckpointDigest
 from radixflow.cluster.fleet_metrics import Report, published
-from radixflow.fleet import ReplicaState, RouterConfig, RouteRequest, make_router
+from radixflow.fleet import DEFAULT_ROUTER, ReplicaState, RouterConfig, RouteRequest, make_router
 
 DEFAULT_BLOCK_SIZE = 16  # before a replica has reported (its digest is empty then anyway)
 
@@ -33,7 +33,7 @@ def dead_replicas(replicas: Iterable[RunningReplica]) -> set[str]:
 
 class FleetRequestRouter(RequestRouter):
     def initialize_state(
-        self, router: str = "checkpoint", seed: int = 0, figures: str | None = None, **_: Any
+        self, router: str = DEFAULT_ROUTER, seed: int = 0, figures: str | None = None, **_: Any
     ) -> None:
         """Serve passes ``request_router_kwargs`` here; ``figures``: where the ingress collects
         the replicas' engine figures (`fleet_metrics.published`)."""

@@ -16,7 +16,7 @@ from typing import Any
 from radixflow.experiments import cell_digests
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError
-from radixflow.fleet import ROUTERS
+from radixflow.fleet import DEFAULT_ROUTER, ROUTERS
 from radixflow.options import option_fields
 from radixflow.options.spec import OptionSpec
 from radixflow.workloads.candidates import WorkloadSpec
@@ -46,7 +46,7 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
     "cost_profile": (OptionSpec("profile that predicts a torch cell's worker time", str), None),
     # a fleet: this many engines (same settings) behind the router, on one shared modelled clock
     "replicas": (OptionSpec("engine replicas behind the router", int, 1, MAX_REPLICAS), 1),
-    "router": (OptionSpec("router over the replicas", str, choices=lambda: tuple(ROUTERS)), "pow2"),
+    "router": (OptionSpec("router over the replicas", str, choices=lambda: tuple(ROUTERS)), DEFAULT_ROUTER),
     # memory pressure: the cache capped at this share of the workload's working set (what an
     # unbounded cache holds at its fullest; `radixflow.bench.pressure`); None: the engine's own sizes
     "capacity": (OptionSpec("cache capacity as a share of the working set", float, 0.01, 1.0), None),
@@ -56,11 +56,14 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
 # bump when a fleet cell's results change (5 Dec: each variant's own eviction and admission, the
 # pressure figures, per-replica figures after a death; 6 Dec: the rounds lower bound summed over
 # the replicas, as the rounds are): only fleet cells' cached results go stale
-FLEET_REVISION = 3
+# 6 Dec: a cell naming no router is routed by DEFAULT_ROUTER, no longer pow2
+FLEET_REVISION = 4
 # bump when the pressure figures change (6 Dec: TTFT p95 interpolated, as every percentile is):
 # only cells with a ``capacity`` go stale
 PRESSURE_REVISION = 1
-LATE_KEYS = {"replicas": 1, "router": "pow2", "kind": "candidates", "skew": 0.0, "capacity": None}
+# (the router's is the default one cell keys left out before it became serve's, which one-replica
+# cells still name: with the revision above, no fleet cell reuses another router's results)
+LATE_KEYS = {"replicas": 1, "router": DEFAULT_ROUTER, "kind": "candidates", "skew": 0.0, "capacity": None}
 ENGINE_KEYS = {f.name: f.default for f in option_fields() if f.name != "policy"}
 CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in EXPERIMENT_KEYS.items()}}
 # the seed comes from `seeds` (top level or per grid); the vocabulary from the model

@@ -3,12 +3,13 @@
 The fleet simulation and the Ray Serve adapter share these classes, so both make the same
 decisions."""
 
-from radixflow.fleet.routers import ROUTERS, Router, RouterConfig, make_router, router_problem
+from radixflow.fleet.routers import DEFAULT_ROUTER, ROUTERS, Router, RouterConfig, make_router, router_problem
 from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
 
 __all__ = [
     "AFFINITY",
     "BALANCE",
+    "DEFAULT_ROUTER",
     "LOAD",
     "PLACEMENT",
     "ROUTERS",

@@ -196,6 +196,9 @@ class CheckpointAffinity:
         self.memory.forget(replica)
 
 
+# every door's router when none is named (`serve --replicas`, an experiment cell, Serve's router):
+# the one that knows a hybrid model resumes only from a READY checkpoint (docs/fleet.md)
+DEFAULT_ROUTER = "checkpoint"
 ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
     "pow2": PowerOfTwo,
     "prefix": PrefixAffinity,

@@ -1013,6 +1013,17 @@ def test_a_fleet_stopped_by_sigterm_exits_143_as_one_server_does(monkeypatch, ca
     assert capsys.readouterr().err.splitlines()[-1] == "radixflow: terminated"
 
 
+def test_serve_replicas_and_a_fleet_cell_default_to_the_same_router(monkeypatch):
+    # `serve --replicas 2` routed by checkpoint and an experiment cell with `replicas = 2` by pow2:
+    # the same fleet, two doors, two defaults
+    from radixflow.experiments.config import CELL_KEYS
+
+    specs = _stop_at_deploy(monkeypatch, {"CPU": 4.0})
+    with pytest.raises(_Deployed):
+        main(["serve", "qwen3_5-tiny", "--port", "0", "--replicas", "2"])
+    assert specs[-1].router == CELL_KEYS["router"]
+
+
 def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch, capsys):
     # Serve waited, silently, for CPUs the cluster did not have: `serve` hung with no word
     _stop_at_deploy(monkeypatch, {"CPU": 2.0, "memory": 1e9})

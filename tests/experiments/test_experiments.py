@@ -20,6 +20,7 @@ from radixflow.experiments.config_checks import parse_seeds
 from radixflow.experiments.config_parse import load_config
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.run import run_experiment
+from radixflow.fleet import DEFAULT_ROUTER
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
 from radixflow.workloads.workload import CANDIDATE, INDEPENDENT
@@ -389,7 +390,7 @@ def test_a_fleet_needs_the_sim_runner():
 
 def test_fleet_keys_at_their_defaults_leave_cell_keys_alone(tiny: Path):
     before = [c.key(load_config(tiny).variants) for c in load_config(tiny).cells]
-    tiny.write_text(TINY.replace("[defaults]", '[defaults]\nreplicas = 1\nrouter = "pow2"', 1))
+    tiny.write_text(TINY.replace("[defaults]", f'[defaults]\nreplicas = 1\nrouter = "{DEFAULT_ROUTER}"', 1))
     assert [c.key(load_config(tiny).variants) for c in load_config(tiny).cells] == before
 
 

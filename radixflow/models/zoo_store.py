@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
 # a build of a name other than the one a caller uses, unused this long, is removed: the build of a
 # radixflow version (or a preset) no longer run; builds in use by versions sharing a cache stay
 UNUSED_BUILD_S = 7 * 24 * 3600
+log = logging.getLogger("radixflow.models")
 
 
 class CacheDirError(OSError):
@@ -55,9 +57,12 @@ class BuildStore:
 
     def target(self, name: str, digest: str) -> Path:
         """Where to build ``name`` with ``digest``: ``<root>/<name>`` when free or holding a damaged
-        build of that digest, else its keyed place beside the other build (`_places`)."""
+        build of that digest or one whose record cannot be read (the zoo wrote it, and what built
+        it is unknown: nothing to keep it for), else its keyed place beside the other build
+        (`_places`)."""
         home, keyed = self._places(name, digest)
-        return home if not home.exists() or _record(home).get("digest") == digest else keyed
+        ours = _record(home).get("digest") == digest or record_problem(home) is not None
+        return home if not home.exists() or ours else keyed
 
     def last_record(self, name: str) -> dict[str, Any]:
         """The record of the build of ``name`` used last; empty when there is none."""
@@ -70,6 +75,9 @@ class BuildStore:
         of ``name`` long unused are removed."""
         with self._lock() as locked:
             if not built(target, digest):
+                why = damage(target, digest)
+                if why is not None:  # a cache rebuilt without a word looks like a slow start
+                    log.warning("rebuilding the zoo's %s in %s: %s", name, target, why)
                 if locked:  # unlocked, a temporary directory may be a build under way elsewhere
                     self._sweep()
                 tmp = self._build_dir(name)  # the name, not the target's: `_sweep` finds what a kill leaves
@@ -169,12 +177,45 @@ def built(target: Path, digest: str) -> bool:
     had (a bit flipped in place). The files are read whole: docs/real-models.md says what that
     costs."""
     record = _record(target)
+    return record.get("digest") == digest and _flaw(target, record) is None
+
+
+def damage(target: Path, digest: str) -> str | None:
+    """Why the build at ``target`` is no whole build of ``digest``, in a few words: its record
+    cannot be read, or a file it lists is cut, missing or changed; None when nothing is there,
+    or it is whole, or another digest's."""
+    problem = record_problem(target)
+    if problem is not None:
+        return problem
+    record = _record(target)
+    return _flaw(target, record) if record.get("digest") == digest else None
+
+
+def record_problem(build: Path) -> str | None:
+    """Why ``build``'s record cannot be read: unreadable, not JSON, not a JSON object; None when
+    it reads, or there is none."""
+    path = build / RECORD
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # bad UTF-8 is a ValueError too
+        return f"its {RECORD} cannot be read ({getattr(e, 'strerror', None) or e})"
+    return None if isinstance(record, dict) else f"its {RECORD} holds no JSON object"
+
+
+def _flaw(target: Path, record: dict[str, Any]) -> str | None:
+    """What of ``target``'s files is not as its ``record`` says they were built; None: whole."""
     files, sums = record.get("files"), record.get("crc32", {})
-    if not isinstance(files, dict) or not files or record.get("digest") != digest:
-        return False
-    if not all(_size(target / file) == size for file, size in files.items()):
-        return False
-    return isinstance(sums, dict) and all(crc32(target / file) == crc for file, crc in sums.items())
+    if not isinstance(files, dict) or not files:
+        return f"its {RECORD} lists no files"
+    for file, size in files.items():
+        if _size(target / file) != size:
+            return f"{file} is missing or not the {size} bytes it was built with"
+    if not isinstance(sums, dict):
+        return f"its {RECORD} holds no checksums it can read"
+    changed = next((file for file, crc in sums.items() if crc32(target / file) != crc), None)
+    return None if changed is None else f"{changed} changed since it was built (its CRC-32 differs)"
 
 
 def crc32(path: Path) -> int | None:

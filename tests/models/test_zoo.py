@@ -284,8 +284,27 @@ def test_a_build_is_flushed_to_disk_before_it_is_renamed_into_place(tmp_path, mo
     assert ("fsync", str(path.parent), "") in events[installed:]  # the rename itself made durable
 
 
-@pytest.mark.parametrize("damage", ["cut weights", "no tokenizer", "empty config"])
-def test_a_cached_build_with_a_cut_or_missing_file_is_rebuilt(tmp_path, damage):
+def _rebuilt_saying(caplog, tmp_path, path) -> str:
+    """Build llama-tiny again over its damaged ``path``; the one warning that says why."""
+    import logging
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="radixflow.models"):
+        assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("radixflow")]
+    assert len(said) == 1 and "\n" not in said[0] and str(path) in said[0]
+    return said[0]
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("cut weights", "model.safetensors"),
+        ("no tokenizer", "tokenizer.json"),
+        ("empty config", "config.json"),
+    ],
+)
+def test_a_cached_build_with_a_cut_or_missing_file_is_rebuilt_saying_why(tmp_path, caplog, damage, named):
     path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     whole = {p.name: p.read_bytes() for p in path.iterdir()}
     if damage == "cut weights":  # a disk error, a copy cut short
@@ -294,8 +313,22 @@ def test_a_cached_build_with_a_cut_or_missing_file_is_rebuilt(tmp_path, damage):
         (path / "tokenizer.json").unlink()
     else:
         (path / "config.json").write_text("")
-    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert named in _rebuilt_saying(caplog, tmp_path, path)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == whole
+
+
+@pytest.mark.parametrize("garbled", ['{"digest": "', "\xff\xfe", "[]"])
+def test_a_cached_build_whose_record_is_garbled_is_rebuilt_in_its_place_saying_why(tmp_path, caplog, garbled):
+    # an unreadable record was taken for another version's build: a second build was made beside
+    # it without a word, and the garbled one left in the cache for a week
+    path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    whole = {p.name: p.read_bytes() for p in path.iterdir()}
+    (path / zoo.RECORD).write_bytes(garbled.encode("latin-1"))
+    assert zoo.RECORD in _rebuilt_saying(caplog, tmp_path, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["llama-tiny"]  # nothing built beside it
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.name != zoo.RECORD} == {
+        k: v for k, v in whole.items() if k != zoo.RECORD
+    }
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
@@ -450,7 +483,7 @@ def test_another_versions_build_unused_for_a_week_is_removed(tmp_path, monkeypat
 
 
 
-def test_a_bit_flipped_in_a_cached_build_is_found_and_rebuilt(tmp_path):
+def test_a_bit_flipped_in_a_cached_build_is_found_and_rebuilt(tmp_path, caplog):
     # a disk error that keeps the size: the record's sizes all match, the weights are wrong
     path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     weights = path / "model.safetensors"
@@ -458,7 +491,7 @@ def test_a_bit_flipped_in_a_cached_build_is_found_and_rebuilt(tmp_path):
     flipped = bytearray(whole)
     flipped[len(flipped) // 2] ^= 0x10
     weights.write_bytes(bytes(flipped))
-    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
+    assert "model.safetensors changed" in _rebuilt_saying(caplog, tmp_path, path)
     assert weights.read_bytes() == whole
 
 

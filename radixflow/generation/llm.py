@@ -226,7 +226,8 @@ class LLM:
         answered, in the order they finish (a context without candidates once the batch ends), so a caller can
         keep what finished when the call is cut short.
 
-        Raises ValueError naming the context (and candidate) that cannot run, before any runs."""
+        Raises what `score` raises for a context that cannot run (a ValueError of the same
+        class and fields), named by the context (and candidate), before any runs."""
         check_score_many(contexts, candidates, on_context)
         jobs, prompts, labels = context_jobs(self._scoring_job, contexts, candidates)
         heard = None if on_context is None else ContextsHeard([(len(c), len(j)) for c, j in jobs], on_context)

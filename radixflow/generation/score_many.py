@@ -4,6 +4,7 @@ checks, each context's scores cut from the batch's outputs, and each context han
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 from radixflow.generation.outputs import GenerationOutput
@@ -41,19 +42,29 @@ def context_jobs(
     contexts: Sequence[Prompt | Messages],
     candidates: Sequence[Sequence[Prompt]],
 ) -> tuple[list[ScoringJob], list[list[int]], list[str]]:
-    """Each context's scoring ``job`` (its ValueError named by the context), the batch's prompts
-    (every context's candidates, in order) and each prompt's label ("context i, candidate j")."""
+    """Each context's scoring ``job`` (its ValueError named by the context: `of_context_error`),
+    the batch's prompts (every context's candidates, in order) and each prompt's label ("context
+    i, candidate j")."""
     jobs = []
     for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
         try:
             jobs.append(job(context, cands))
         except ValueError as e:
-            raise ValueError(of_context(i, str(e))) from None
+            raise of_context_error(i, e) from None
     prompts = [p for _, prompts in jobs for p in prompts]
     labels = [
         f"context {i}, candidate {j}" for i, (_, prompts) in enumerate(jobs) for j in range(len(prompts))
     ]
     return jobs, prompts, labels
+
+
+def of_context_error(i: int, error: ValueError) -> ValueError:
+    """``error`` (`score`'s, for context ``i`` alone) said of that context (`of_context`), its
+    class and fields kept: a caller catching `ScoringInputError` or `ChatTemplateError`, or
+    reading the field they name, gets from `score_many` what it gets from `score`."""
+    said = copy.copy(error)
+    said.args = (of_context(i, str(error)),)
+    return said
 
 
 def scores_by_context(jobs: list[ScoringJob], outputs: list[GenerationOutput]) -> list[list[CandidateScore]]:

@@ -241,6 +241,29 @@ def test_score_many_names_the_context_and_candidate_that_cannot_run(llm):
             llm.score_many(contexts, candidates)
 
 
+def test_score_many_raises_what_score_raises_said_of_its_context(llm):
+    # score_many re-raised a context's error as a bare ValueError: `except ScoringInputError`
+    # (or ChatTemplateError) and the field it names (`problem.param`, `param`) held for score alone
+    from radixflow.generation.prompts import of_context
+
+    ctx = llm.tokenizer.encode(CONTEXT)
+    for context, candidates in (
+        (ctx, [[5], []]),  # an empty candidate
+        ([], [[5]]),  # an empty context
+        ([*ctx, 10**6], [[5]]),  # a context the engine refuses
+        ([{"role": "bogus", "content": "x"}], [" x"]),  # a conversation the template refuses
+        (ctx, [[5], [10**6]]),  # a candidate the engine refuses
+    ):
+        with pytest.raises(ValueError) as alone:
+            llm.score(context, candidates)
+        with pytest.raises(ValueError) as many:
+            llm.score_many([ctx, context], [[[5]], candidates])
+        assert type(many.value) is type(alone.value)
+        assert str(many.value) == of_context(1, str(alone.value))
+        for field in ("problem", "param"):
+            assert getattr(many.value, field, None) == getattr(alone.value, field, None)
+
+
 def test_text_that_is_not_unicode_is_named_as_its_context_or_candidate(llm):
     for call, message in (
         (lambda: llm.score("a\ud800", [" x"]), "context: "),

@@ -40,7 +40,7 @@ def extend_chain(h: int, key: tuple[int, ...], block_size: int) -> Iterator[int]
 @dataclass(frozen=True)
 class CheckpointDigest:
     """Where a cache can resume a prompt: chain hashes of the prefixes ending at its READY
-    checkpoints (for a model with no recurrent layers, at the ends of its cached KV runs)."""
+    checkpoints (for a model with no recurrent layers, at every whole block of its cached KV)."""
 
     block_size: int
     hashes: frozenset[int]

@@ -66,7 +66,8 @@ def block_table(tree: Tree, handle: NodeHandle | None) -> list[int]:
 
 def ready_digest(tree: Tree, kv_runs: bool) -> CheckpointDigest:
     """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;
-    ``kv_runs``: at the end of every materialized node instead. Pure."""
+    ``kv_runs``: at every whole block of a materialized node instead (a model without recurrent
+    layers resumes at any block of its KV, not only where a node ends). Pure."""
     found: set[int] = set()
     for namespace, root in tree.named_roots():
         found.update(_ready_hashes(root, namespace_seed(namespace), tree.block_size, kv_runs))
@@ -83,10 +84,12 @@ def _ready_hashes(root: Node, seed: int, block_size: int, kv_runs: bool) -> Iter
         for child in node.children.values():
             if not child.materialized:
                 continue
-            *_, end = extend_chain(h, child.key, block_size)
-            if kv_runs or _ready(child):
-                yield end
-            stack.append((child, end))
+            chain = list(extend_chain(h, child.key, block_size))
+            if kv_runs:
+                yield from chain
+            elif _ready(child):
+                yield chain[-1]
+            stack.append((child, chain[-1]))
 
 
 def _ready(node: Node) -> bool:

@@ -274,8 +274,8 @@ class RadixCache:
 
     def ready_digest(self, kv_runs: bool = False) -> CheckpointDigest:
         """Chain hashes (`radixflow.cache.digest`) of every prefix ending at a READY checkpoint;
-        ``kv_runs``: at the end of every materialized node instead (a model without recurrent
-        layers resumes anywhere its KV is). A router's view of this cache. Pure."""
+        ``kv_runs``: at every whole block of a materialized node instead (a model without
+        recurrent layers resumes at any block of its KV). A router's view of this cache. Pure."""
         return lookup.ready_digest(self.tree, kv_runs)
 
     def check_integrity(self) -> None:

@@ -284,8 +284,8 @@ class Engine:
         return self._arrivals.waiting() + len(self.scheduler.waiting) + len(self.scheduler.running)
 
     def routing_digest(self) -> CheckpointDigest:
-        """Where this engine can resume a prompt (READY checkpoints; KV runs for a model with no
-        recurrent layers), as a router compares replicas. Pure; call between steps."""
+        """Where this engine can resume a prompt (READY checkpoints; every block of KV for a model
+        with no recurrent layers), as a router compares replicas. Pure; call between steps."""
         return self.cache.ready_digest(kv_runs=not self.scheduler.config.has_recurrent)
 
     def dependency_depth(self) -> int:

@@ -56,8 +56,9 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
 # bump when a fleet cell's results change (5 Dec: each variant's own eviction and admission, the
 # pressure figures, per-replica figures after a death; 6 Dec: the rounds lower bound summed over
 # the replicas, as the rounds are): only fleet cells' cached results go stale
-# 6 Dec: a cell naming no router is routed by DEFAULT_ROUTER, no longer pow2
-FLEET_REVISION = 4
+# 6 Dec: a cell naming no router is routed by DEFAULT_ROUTER, no longer pow2; then an
+# attention-only model's digest names every block of its KV, not only where each run ends
+FLEET_REVISION = 5
 # bump when the pressure figures change (6 Dec: TTFT p95 interpolated, as every percentile is):
 # only cells with a ``capacity`` go stale
 PRESSURE_REVISION = 1

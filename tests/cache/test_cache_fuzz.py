@@ -526,8 +526,8 @@ class Driver:
         chain = chain_hashes(ns, prompt, self.bs, limit // self.bs)
         if self.cfg.recurrent:
             assert digest.depth(chain) == ready, f"digest {digest.depth(chain)} != {ready}"
-        else:  # KV runs end at node ends: never deeper than the KV a match finds
-            assert digest.depth(chain) <= kv
+        else:  # every whole block of KV: exactly the KV a match finds
+            assert digest.depth(chain) == kv, f"digest {digest.depth(chain)} != {kv}"
         if kv and self.rng.random() < 0.5:  # a node made to end there (a split): the same KV
             handle = self.cache.kv_handle(ns, prompt, kv)
             assert handle is not None

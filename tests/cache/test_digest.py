@@ -46,6 +46,19 @@ def test_kv_runs_report_node_ends_without_checkpoints():
     assert cache.ready_digest(kv_runs=True).depth(chain) == 24
 
 
+def test_kv_runs_report_every_cached_block_a_prompt_can_resume_from():
+    # an attention-only model resumes at any whole block of its KV: the digest named only node
+    # ends, so a prompt sharing the first blocks of a cached run (a context, then its own
+    # candidate) counted nothing there, though the cache reuses those blocks
+    cache = RadixCache(BS, 64, 8)
+    computed(cache, PROMPT, 24, [], commit=True)  # one run of 6 blocks
+    sibling = CTX + (50, 51, 52, 53, 54)  # the context's 4 blocks, then its own
+    chain = chain_hashes("n", sibling, BS, 4)
+    assert cache.match("n", sibling, 16, touch=False).kv_tokens == 16
+    assert cache.ready_digest(kv_runs=True).depth(chain) == 16
+    assert cache.ready_digest().depth(chain) == 0  # with recurrent layers: no checkpoint there
+
+
 def test_namespaces_and_prompts_do_not_collide():
     assert chain_hashes("a", CTX, BS, 4) != chain_hashes("b", CTX, BS, 4)
     assert chain_hashes("a", CTX, BS, 4)[:2] == chain_hashes("a", CTX[:8] + (0,) * 8, BS, 4)[:2]

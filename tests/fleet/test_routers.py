@@ -91,6 +91,19 @@ def test_a_kv_hit_without_a_ready_checkpoint_does_not_count():
     assert (d.replica, d.reason) == ("a", AFFINITY)
 
 
+def test_on_an_attention_only_model_the_kv_of_a_shared_context_counts():
+    # a: an attention-only replica that served PROMPT (its KV, no checkpoint: none is needed);
+    # a sibling sharing the context resumes there from its 32 tokens of KV, yet the router saw
+    # depth 0 (the digest named only where a's run ended) and placed it as a new context
+    cache = RadixCache(BS, 64, 8)
+    cache.extend("n", PROMPT, 0, 36, cache.alloc_blocks(9), [], "r")
+    cache.commit("r")
+    fleet = [replica("a", 1, cache.ready_digest(kv_runs=True)), replica("b", 0)]
+    sibling = CTX + (9, 9, 9, 9, 9)
+    d = route(make_router("checkpoint", RouterConfig(block_size=BS)), fleet, sibling)
+    assert (d.replica, d.reason, d.depth) == ("a", AFFINITY, 32)
+
+
 def test_prefix_affinity_needs_the_match_threshold_and_balance():
     prefix = make_router("prefix", RouterConfig(block_size=BS, match_threshold=0.5))
     prefix.choose(RouteRequest("n", PROMPT), [replica("a", 0)])

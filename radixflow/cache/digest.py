@@ -16,7 +16,7 @@ from dataclasses import dataclass
 def chain_hashes(namespace: str, tokens: Sequence[int], block_size: int, nblocks: int) -> list[int]:
     """Chain hash after each of the first ``nblocks`` whole blocks of ``tokens`` (fewer when the
     tokens run out). Pure."""
-    h = zlib.crc32(namespace.encode())
+    h = namespace_seed(namespace)
     tokens = tuple(tokens)
     out: list[int] = []
     for i in range(min(nblocks, len(tokens) // block_size)):
@@ -26,8 +26,11 @@ def chain_hashes(namespace: str, tokens: Sequence[int], block_size: int, nblocks
 
 
 def namespace_seed(namespace: str) -> int:
-    """The chain value before the first block (the empty prefix of ``namespace``)."""
-    return zlib.crc32(namespace.encode())
+    """The chain value before the first block (the empty prefix of ``namespace``). A lone UTF-16
+    surrogate, which any str may hold and no UTF-8 encodes, is kept as its code unit
+    (``surrogatepass``, as the fork history and the server's long salts do); other text hashes
+    as plain UTF-8."""
+    return zlib.crc32(namespace.encode("utf-8", "surrogatepass"))
 
 
 def extend_chain(h: int, key: tuple[int, ...], block_size: int) -> Iterator[int]:

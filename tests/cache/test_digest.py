@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
 
 from radixflow.cache import RadixCache
 from radixflow.cache.digest import CheckpointDigest, chain_hashes
@@ -72,3 +73,18 @@ def test_chain_hashes_are_the_same_in_another_process():
     code = "from radixflow.cache.digest import chain_hashes as c; print(c('ns', tuple(range(40)), 8, 5))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(chain_hashes("ns", tuple(range(40)), 8, 5))
+
+
+def test_a_namespace_with_a_lone_surrogate_is_digested():
+    """`LLM` and the engine take any str as a namespace, a lone UTF-16 surrogate included (the fork
+    history digests it); the routing digest raised UnicodeEncodeError on one. Other namespaces
+    hash as before."""
+    ns = "salt\ud800"
+    cache = RadixCache(BS, 64, 8)
+    blocks = cache.alloc_blocks(4)
+    cache.extend(ns, CTX, 0, 16, blocks, [16], "r")
+    cache.commit("r")
+    chain = chain_hashes(ns, CTX, BS, 4)
+    assert cache.ready_digest().depth(chain) == 16
+    assert chain != chain_hashes("salt", CTX, BS, 4)
+    assert chain_hashes("é", CTX, BS, 1) == [hash((zlib.crc32("é".encode()), CTX[:BS]))]

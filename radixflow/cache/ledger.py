@@ -69,13 +69,16 @@ class ByteLedger:
         slots_used = self.slots.capacity - self.slots.free
         return kv_used * self.block_bytes + slots_used * self.slot_bytes
 
+    def bytes_of(self, blocks: int, slots: int) -> int:
+        """What ``blocks`` KV blocks and ``slots`` state slots weigh against the budget. Pure."""
+        return blocks * self.block_bytes + slots * self.slot_bytes
+
     def shortfall(self, blocks: int, slots: int) -> int:
         """Bytes to free before ``blocks`` more KV blocks and ``slots`` more state slots fit the
         budget (0: they fit). ``blocks`` counts any promised ones: the caller's reservation. Pure."""
         if self.budget is None:
             return 0
-        need = blocks * self.block_bytes + slots * self.slot_bytes
-        return max(need - (self.budget - self.used()), 0)
+        return max(self.bytes_of(blocks, slots) - (self.budget - self.used()), 0)
 
     def free_slots(self) -> int:
         """State slots that can be taken now without evicting: free in the pool and within the
@@ -93,7 +96,7 @@ class ByteLedger:
     def within_budget(self, blocks: int, slots: int) -> bool:
         """Whether ``blocks`` KV blocks and ``slots`` state slots fit the byte budget (always, with
         none), whatever the pools' caps. Pure."""
-        return self.budget is None or blocks * self.block_bytes + slots * self.slot_bytes <= self.budget
+        return self.budget is None or self.bytes_of(blocks, slots) <= self.budget
 
     def usage(self, working_slots: int) -> MemoryUsage:
         """Bytes in use by kind; ``working_slots`` of the used state slots are requests' own. Pure."""

@@ -87,4 +87,9 @@ def budget_problem(request: Request, config: SchedulerConfig, cache: RadixCache)
     if not cache.within_budget(prompt_blocks, slots):  # fewer tokens to generate would not help
         param, blocks = "prompt", prompt_blocks
     need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
-    return Problem(param, f"does not fit in the cache_memory budget: it needs {need}")
+    weight, budget = cache.ledger.bytes_of(blocks, slots), cache.ledger.budget
+    return Problem(
+        param,
+        f"does not fit in the cache_memory budget: it needs {need}, {weight} bytes; "
+        f"the budget is {budget} bytes",
+    )

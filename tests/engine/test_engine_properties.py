@@ -161,7 +161,8 @@ def test_a_request_the_budget_cannot_hold_fails_alone():
 def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
     """A prompt over the budget on its own is the prompt's fault: fewer tokens to generate cannot
     help (it was named max_tokens as soon as it asked for more than one); one that fits alone
-    but not with what it generates is max_tokens'."""
+    but not with what it generates is max_tokens'. Either says the bytes it needs and the budget
+    (it said only blocks, which a user who gave cache_memory in bytes cannot weigh)."""
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
     cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
@@ -171,9 +172,15 @@ def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
     grows = Request("grows", tuple(range(1, 25)), sampling=SamplingParams(max_tokens=20))
     for r in (big, grows):
         engine.submit(r)
-    over = "does not fit in the cache_memory budget: it needs"
-    assert big.error == f"prompt: {over} 5 KV blocks and a state slot"
-    assert grows.error == f"max_tokens: {over} 6 KV blocks and a state slot"
+    over, budget = "does not fit in the cache_memory budget: it needs", 4 * block + slot
+    assert big.error == (
+        f"prompt: {over} 5 KV blocks and a state slot, {5 * block + slot} bytes; "
+        f"the budget is {budget} bytes"
+    )
+    assert grows.error == (
+        f"max_tokens: {over} 6 KV blocks and a state slot, {6 * block + slot} bytes; "
+        f"the budget is {budget} bytes"
+    )
 
 
 def test_a_request_over_the_budget_names_the_budget_not_the_kv_blocks_cap_it_sized():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence, Set
 
-from radixflow.cache import demand, lookup
+from radixflow.cache import capacity, demand, lookup
 from radixflow.cache.digest import CheckpointDigest
 from radixflow.cache.evictable import Evictor
 from radixflow.cache.eviction import LRU, EntryKind, EvictionPolicy
@@ -27,8 +27,8 @@ class RadixCache:
     `RoundJournal` (what unfinished rounds published), the `Holdings` (who holds what: locks,
     requests' private blocks and working slots, which its neighbours read through read-only views)
     and the `Publisher` (computed prefixes into the tree); demand and matching are functions over
-    the tree (`radixflow.cache.demand`, `radixflow.cache.lookup`). Capacity, which weighs them all
-    against the pools and the byte budget, stays here.
+    the tree (`radixflow.cache.demand`, `radixflow.cache.lookup`), and so is capacity, which weighs
+    them all against the pools and the byte budget (`radixflow.cache.capacity`).
 
     The scheduler uses only the methods that take and return `NodeHandle`, `Match`, `Extension`
     and `CacheUsage`; ``tree``, ``evictor``, ``journal``, ``holdings`` and ``publisher`` are for the
@@ -187,20 +187,7 @@ class RadixCache:
         """Evict unlocked READY entries until ``blocks`` and ``slots`` are free, in the pools and in
         the budget; False, evicting nothing, if impossible. ``blocks`` counts the promised ones
         (`promise`)."""
-        ledger = self.ledger
-        if self.kv.free >= blocks and self.slots.free >= slots and not ledger.shortfall(blocks, slots):
-            return True
-        kv, state, held = self._after_eviction()
-        need = blocks * ledger.block_bytes + slots * ledger.slot_bytes
-        fits = ledger.budget is None or held + need <= ledger.budget
-        return kv >= blocks and state >= slots and fits and self.evictor.reserve(blocks, slots)
-
-    def _after_eviction(self) -> tuple[int, int, int]:
-        """KV blocks and state slots free, and bytes held, once every unlocked entry went
-        (`Holdings.kept`). Pure."""
-        kv_kept, slots_kept = self.holdings.kept()
-        held = kv_kept * self.ledger.block_bytes + slots_kept * self.ledger.slot_bytes
-        return self.kv.capacity - kv_kept, self.slots.capacity - slots_kept, held
+        return capacity.reserve(self.ledger, self.holdings, self.evictor, blocks, slots)
 
     def promise(self, blocks: int) -> None:
         """Running requests will still allocate ``blocks`` KV blocks: their bytes are spoken for,
@@ -215,14 +202,7 @@ class RadixCache:
     def free_slots_upto(self, n: int) -> int:
         """Evict READY checkpoints (under a budget, KV leaves too) until ``n`` slots are free, or as
         many as eviction can make free, evicting nothing for slots it cannot; returns min(free, n)."""
-        if self.free_slots >= n:
-            return n
-        ledger = self.ledger
-        _, state, held = self._after_eviction()
-        if ledger.budget is not None:  # the bytes left beside what stays and the promised KV
-            spare = ledger.budget - held - ledger.promised * ledger.block_bytes
-            state = min(state, max(spare, 0) // ledger.slot_bytes)
-        return self.evictor.free_slots_upto(min(n, state))
+        return capacity.free_slots_upto(self.ledger, self.holdings, self.evictor, n)
 
     @property
     def free_slots(self) -> int:
@@ -250,21 +230,9 @@ class RadixCache:
 
     # ----------------------------------------------------------------- accounting
     def usage(self) -> CacheUsage:
-        tree = [n for n in self.tree.nodes() if n.blocks]
-        locked = sum(len(n.blocks or []) for n in tree if n.lock_ref > 0)
-        cached = sum(len(n.blocks or []) for n in tree if n.lock_ref == 0)
-        ckpts = sum(1 for n in self.tree.nodes() if n.checkpoint is not None)
-        return CacheUsage(
-            total_blocks=self.kv.capacity,
-            free_blocks=self.kv.free,
-            cached_blocks=cached,
-            locked_blocks=locked + len(self.holdings.private_blocks),
-            total_slots=self.slots.capacity,
-            free_slots=self.slots.free,
-            checkpoint_slots=ckpts,
-            working_slots=len(self.holdings.working_slots),
-            namespaces=self.namespaces,
-        )
+        """Blocks and slots by who holds them: free + cached + locked = total blocks, free +
+        checkpoint + working = total slots (a walk of the tree). Pure."""
+        return capacity.usage(self.tree, self.ledger, self.holdings)
 
     @property
     def namespaces(self) -> int:

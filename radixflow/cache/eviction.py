@@ -140,7 +140,8 @@ class CostPerByte:
     of them saves only its stretch). A KV leaf of a hybrid model is worth the checkpoint on it,
     lost with it, and nothing without one: no request can resume inside KV that no checkpoint
     closes (and a checkpoint cannot outlive its KV). Without recurrent layers, a KV leaf is worth
-    its own tokens (resuming anywhere), so every KV byte weighs alike and recency decides.
+    its own tokens (resuming anywhere), so every KV byte weighs alike: recency, the prompts
+    waiting through it and evidence of reuse decide, not its size.
     Bytes are the entry's real size (`EntrySizes`): under one budget a checkpoint as large as
     thousands of tokens of KV competes with KV at that weight. A KV leaf also holds the
     checkpoint-less KV above it (`_since_checkpoint_above`), useless without it: those tokens

@@ -213,6 +213,21 @@ def test_without_recurrent_layers_every_kv_byte_weighs_alike():
     assert hybrid.priority(long, EntryKind.KV) == (0.0, 0)  # a hybrid model cannot resume in it
 
 
+@pytest.mark.parametrize(("policy", "gone"), [("lru", "a"), ("cost-per-byte", "b")])
+def test_without_recurrent_layers_waiting_prompts_still_rank_kv_not_recency_alone(policy, gone):
+    # Two one-block KV leaves of a full-attention model: a (older) with a prompt waiting through
+    # it, b (newer) with none. Every KV byte weighs alike, but the waiting prompt is a hit to come:
+    # cost-per-byte keeps a (the docs said recency alone decides there, which is lru's order).
+    sizes = EntrySizes(kv_bytes_per_token=10, checkpoint_bytes=100, recurrent=False, capacity=2 * BS * 10)
+    cache = RadixCache(BS, 2, 0, make_eviction_policy(policy, sizes))
+    assert serve(cache, "a", seq(100, BS), [], "a")
+    assert serve(cache, "b", seq(300, BS), [], "b")
+    cache.register("a", seq(100, BS) + seq(700, BS))
+    assert cache.reserve(1, 0)
+    cache.check_integrity()
+    assert {ns for ns, _ in kv_ends(cache)} == {"a", "b"} - {gone}
+
+
 @pytest.mark.parametrize(("policy", "gone"), [("lru", ("c", 32)), ("cost-per-byte", ("a", 72))])
 def test_a_checkpoint_saves_only_the_tokens_since_the_one_above(policy, gone):
     # c: a checkpoint at 32 (oldest). a1: one at 72 over 64 shared tokens; a2 then adds one at

@@ -77,12 +77,16 @@ def check_cache(cache: RadixCache) -> None:
 
 def _check_ledger(cache: RadixCache, blocks: int, checkpoints: int, working: int) -> None:
     """The byte ledger charges exactly what the tree and the requests hold, within the budget, and
-    the KV promised to running requests fits beside it."""
+    the KV promised to running requests fits beside it, in the budget and in the pool's free blocks."""
     ledger, memory = cache.ledger, cache.memory()
     _require(memory.kv_bytes == blocks * ledger.block_bytes, "ledger: KV bytes != blocks held")
     _require(memory.checkpoint_bytes == checkpoints * ledger.slot_bytes, "ledger: checkpoint bytes mismatch")
     _require(memory.working_bytes == working * ledger.slot_bytes, "ledger: working-state bytes mismatch")
     _require(ledger.promised >= 0, f"ledger: {ledger.promised} KV blocks promised")
+    # running requests take their promised blocks without a reservation, so nothing is evicted
+    # for them: the pool must hold them free now
+    free = cache.kv.free
+    _require(ledger.promised <= free, f"ledger: {ledger.promised} KV blocks promised, {free} free")
     if ledger.budget is not None:
         _require(memory.used_bytes <= ledger.budget, f"ledger: {memory.used_bytes} bytes over the budget")
         in_use = memory.used_bytes + memory.promised_bytes

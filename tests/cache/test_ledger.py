@@ -85,6 +85,19 @@ def test_integrity_catches_promised_kv_over_the_budget():
         cache.check_integrity()
 
 
+def test_integrity_catches_promised_kv_over_the_free_blocks():
+    """Without a budget only the pool bounds the promise: running requests allocate their promised
+    blocks with no reservation (no eviction), so a promise beyond the free blocks is a chunk that
+    raises OutOfCapacity mid-round; check_integrity passed it."""
+    cache = RadixCache(4, 4, 0)
+    cache.alloc_blocks(2)
+    cache.promise(2)
+    cache.check_integrity()
+    cache.promise(3)
+    with pytest.raises(IntegrityError, match="3 KV blocks promised, 2 free"):
+        cache.check_integrity()
+
+
 def test_a_large_cap_costs_nothing_until_used():
     pool = IdPool(1 << 40, "KV blocks")  # never listed: taking stays cheap
     assert pool.take(3) == [0, 1, 2] and pool.free == (1 << 40) - 3

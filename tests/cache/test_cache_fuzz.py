@@ -3,26 +3,30 @@
 Requests arrive (`register`), are matched, lock their reuse point, reserve their whole remaining KV
 beside what running requests were promised, take a working slot, and run chunk by chunk (`extend`
 with checkpoints, `relock` down their path); a round commits (PENDING -> READY) or fails
-(`withdraw`); finished requests adopt their rolling tail checkpoint and let go. Sizes are drawn to
+(`withdraw`); finished requests adopt their rolling tail checkpoint and let go, and aborted ones
+also their state where a chunked prefill stopped (the scheduler's `_keep_states`). Sizes are drawn to
 land on the edges: prompts a block long, one token past a block, a prefix of another, identical
 prompts, token budgets that end chunks on block boundaries, one or no free block or slot.
 
 After every step `check_integrity()` runs, and a reference model checks what the cache claims
 against what was really computed: every KV position and state slot records the (namespace, token
 prefix) written into it, as a runner would, so a chunk that reads KV or restores state it should
-not, a READY checkpoint without its data, or a locked path that lost its KV fails at once.
+not, a READY checkpoint without its data, or a locked path that lost its KV fails at once. Every
+victim popped from an eviction queue is checked against a scan of the tree: the evictable entry
+the policy ranks lowest.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
 from radixflow.cache import RadixCache
 from radixflow.cache.digest import chain_hashes
+from radixflow.cache.evictable import EvictionQueue, checkpoint_evictable, kv_evictable
 from radixflow.cache.eviction import EntrySizes, make_eviction_policy
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.node import Node
@@ -44,6 +48,7 @@ class Req:
     block_table: list[int] = field(default_factory=list)
     own_blocks: list[int] = field(default_factory=list)
     computed: int = 0
+    reused: int = 0  # where it started: the tokens its reuse point served
     working: int | None = None
     tail: int | None = None
     tail_position: int = 0
@@ -95,12 +100,31 @@ class Driver:
         slots = cfg.slots if cfg.recurrent else 0
         budget = CacheBudget(BLOCK_BYTES, SLOT_BYTES, cfg.budget)
         self.cache = RadixCache(cfg.bs, cfg.blocks, slots, eviction=policy, budget=budget)
+        ev = self.cache.evictor
+        for queue, eligible in ((ev.kv_victims, kv_evictable), (ev.state_victims, checkpoint_evictable)):
+            queue.pop = self._checked_pop(queue, eligible)  # type: ignore[method-assign]
         self.kv: dict[int, Content] = {}  # block * bs + offset -> what it holds
         self.state: dict[int, Content] = {}  # state slot -> what it holds
         self.waiting: list[Req] = []
         self.running: dict[str, Req] = {}
         self.n = 0
         self.contexts = [self._tokens(self._edge_len()) for _ in range(cfg.contexts)]
+
+    def _checked_pop(
+        self, queue: EvictionQueue, eligible: Callable[[Node], bool]
+    ) -> Callable[[], Node | None]:
+        """``queue.pop``, checked against a scan of the whole tree: the victim is the evictable
+        entry the policy ranks lowest (ties by node id), as a heap rebuilt from scratch would pick."""
+        pop = queue.pop
+
+        def checked() -> Node | None:
+            ranks = [(queue.priority(n), n.id) for n in self.cache.tree.nodes() if eligible(n)]
+            victim = pop()
+            got = None if victim is None else (queue.priority(victim), victim.id)
+            assert got == min(ranks, default=None), f"evicted {got}, lowest {min(ranks, default=None)}"
+            return victim
+
+        return checked
 
     # ------------------------------------------------------------------ workload
     def _edge_len(self) -> int:
@@ -235,7 +259,7 @@ class Driver:
         if not self._reserve(self.owed(tokens, req) + cache.promised, working):
             cache.unlock(handle)
             return None
-        req.lock, req.computed = handle, tokens
+        req.lock, req.computed, req.reused = handle, tokens, tokens
         cache.resumed(handle)
         req.block_table = cache.block_table(handle)
         cache.promise(cache.promised + self.owed(tokens, req))
@@ -366,9 +390,15 @@ class Driver:
             self._finish(self.rng.choice(decoding))
 
     def abort(self) -> None:
+        """A request cancelled between rounds keeps what it computed, as the scheduler's
+        `_keep_states` does: its decoded tail, and its state where a chunked prefill stopped."""
         everyone = self.waiting + list(self.running.values())
         if everyone:
-            self._release(self.rng.choice(everyone))
+            req = self.rng.choice(everyone)
+            if req.working is not None and req.reused < req.computed < len(req.prompt):
+                self.cache.adopt_checkpoint(req.ns, req.prompt, req.computed, req.working)
+                req.working = None
+            self._finish(req)
 
     def squeeze(self) -> None:
         """What a neighbour asks between rounds: a reservation or slots beyond what is free."""

@@ -15,13 +15,17 @@ from radixflow.models.kernels.native_kernels import NativeKernels
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 
-@pytest.fixture(scope="session", params=["torch", "native"])
+@pytest.fixture(scope="session", params=["torch", "native", "AVX2"])
 def kernels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Kernels:
     """Each kernels backend (`models.kernels.backend`: the decode steps, the Gated DeltaNet
     prefill, the Mamba2 and short-conv prefill conv): the eager reference, then the native
-    library, built once per test process (skipped where there is no C compiler)."""
+    library, built once per test process (skipped where there is no C compiler), then its AVX2
+    build where this CPU has AVX-512 (users' machines may lack it: every family's model tests
+    hold for that build too)."""
     if request.param == "torch":
         return TORCH_KERNELS
+    if request.param == "AVX2":
+        return _native_build(tmp_path_factory.getbasetemp(), portable=True)
     if find_compiler() is None:
         pytest.skip("no C compiler: the native kernels cannot be built here")
     return resolve_kernels("native", "cpu", torch.float32, tmp_path_factory.getbasetemp() / "kernels")

@@ -236,7 +236,7 @@ def _failing_compiler(tmp_path) -> str:
     path = tmp_path / "cc"
     # answers the version query (part of the cache key), fails the build
     path.write_text(
-        '#!/bin/sh\nif [ "$1" = -dumpfullversion ]; then echo 12; exit 0; fi\n'
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo 12; exit 0; fi\n'
         "echo 'steps.c:1: error: this compiler is broken' >&2\nexit 1\n"
     )
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -263,6 +263,19 @@ def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplo
     with caplog.at_level(logging.WARNING, logger="radixflow.kernels"):
         assert resolve_kernels("auto", "cpu", torch.float32, tmp_path / "cache", compiler) is TORCH_KERNELS
     assert len(caplog.records) == 1
+
+
+def test_a_compiler_without_gccs_version_flags_builds_the_library(native_here, tmp_path) -> None:
+    # clang has no -dumpfullversion (an error there); --version and -dumpmachine it answers
+    clang = tmp_path / "cc"
+    clang.write_text(
+        '#!/bin/sh\nfor a in "$@"; do if [ "$a" = -dumpfullversion ]; then\n'
+        "  echo \"clang: error: unknown argument: '-dumpfullversion'\" >&2; exit 1; fi; done\n"
+        f'exec {find_compiler()} "$@"\n'
+    )
+    clang.chmod(clang.stat().st_mode | stat.S_IEXEC)
+    built = build(tmp_path / "cache", str(clang))
+    assert built.problem is None and built.library is not None
 
 
 def test_a_built_library_is_reused_from_the_disk_cache(native_here, tmp_path_factory) -> None:

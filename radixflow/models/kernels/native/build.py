@@ -35,6 +35,9 @@ FLAGS = (
     "-fno-math-errno",
 )
 COMPILERS = ("gcc", "cc")
+# the compiler's identity in the cache key: flags gcc and clang both answer (clang refuses gcc's
+# -dumpfullversion, and its -dumpversion long said 4.2.1 whatever its version)
+VERSION_QUERIES = ("--version", "-dumpmachine")
 ABI_VERSION = 13  # rf_abi_version() of the source this module's signatures describe
 BUILD_TIMEOUT_S = 120
 
@@ -132,16 +135,17 @@ def build(cache_dir: Path, compiler: str | None) -> Built:
 
 
 def _digest(compiler: str) -> str:
-    version = subprocess.run(
-        [compiler, "-dumpfullversion", "-dumpversion", "-dumpmachine"],
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        check=True,
-    ).stdout
+    version = "".join(_ask(compiler, flag) for flag in VERSION_QUERIES)
     parts = [SOURCE.read_bytes(), compiler.encode(), version.encode(), " ".join(FLAGS).encode()]
     parts += [platform.machine().encode(), _cpu_flags().encode()]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:24]
+
+
+def _ask(compiler: str, flag: str) -> str:
+    """What ``compiler flag`` prints, an error included: a compiler that refuses the query (or
+    fails at all) is reported by its build, which says why in its own words."""
+    done = subprocess.run([compiler, flag], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    return done.stdout + done.stderr
 
 
 def _cpu_flags() -> str:

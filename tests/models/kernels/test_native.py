@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import subprocess
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 
 from radixflow.models.kernels.backend import KernelsError, native_library, resolve_kernels
 from radixflow.models.kernels.native import layer_ops
-from radixflow.models.kernels.native.build import build, find_compiler
+from radixflow.models.kernels.native.build import ABI_VERSION, _digest, build, find_compiler
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-6
@@ -276,6 +277,28 @@ def test_a_compiler_without_gccs_version_flags_builds_the_library(native_here, t
     clang.chmod(clang.stat().st_mode | stat.S_IEXEC)
     built = build(tmp_path / "cache", str(clang))
     assert built.problem is None and built.library is not None
+
+
+def _stale_library(path, compiler: str) -> None:
+    """An older build's library at ``path``: another ABI version, a function it lacks."""
+    source = path.with_suffix(".c")
+    source.write_text("int rf_abi_version(void) { return 1; }\n")
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
+
+
+@pytest.mark.parametrize("cached", ["stale", "corrupt"])
+def test_an_unusable_cached_library_is_built_again(native_here, tmp_path, cached) -> None:
+    compiler = find_compiler()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    target = cache / f"{_digest(compiler)}.so"
+    if cached == "stale":
+        _stale_library(target, compiler)
+    else:
+        target.write_bytes(b"\x7fELF cut short")  # a copy cut off by a full disk
+    built = build(cache, compiler)
+    assert built.problem is None and built.library is not None
+    assert built.library.rf_abi_version() == ABI_VERSION
 
 
 def test_a_built_library_is_reused_from_the_disk_cache(native_here, tmp_path_factory) -> None:

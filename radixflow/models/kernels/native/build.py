@@ -6,7 +6,8 @@ cached on disk under ``<cache>/kernels/<hash>.so`` (``<cache>``: the zoo's cache
 source, the compiler (path and version), its flags and this CPU's instruction-set flags: a
 machine of another kind (AVX2-only against AVX-512) never loads a library built for another.
 A build writes a temporary file beside the target and renames it into place, so processes
-building at the same time never load a half-written library.
+building at the same time never load a half-written library; a cached library that will not
+load (cut short, another ABI version) is built again.
 """
 
 from __future__ import annotations
@@ -127,11 +128,21 @@ def build(cache_dir: Path, compiler: str | None) -> Built:
         return Built(None, "no C compiler on PATH (looked for gcc, cc)")
     try:
         target = cache_dir / f"{_digest(compiler)}.so"
-        if not target.is_file():
-            _compile(compiler, target)
-        return Built(_load(target))
-    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        cached = _load_cached(target)
+        return Built(cached if cached is not None else _compile(compiler, target))
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError) as e:
         return Built(None, _one_line(str(e)) or type(e).__name__)
+
+
+def _load_cached(target: Path) -> ctypes.CDLL | None:
+    """The library built before at ``target`` (None: none there, or one that will not load,
+    cut short or of another ABI: it is built again, not given up on in every later process)."""
+    if not target.is_file():
+        return None
+    try:
+        return _load(target)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _digest(compiler: str) -> str:
@@ -159,7 +170,9 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
-def _compile(compiler: str, target: Path) -> None:
+def _compile(compiler: str, target: Path) -> ctypes.CDLL:
+    """``steps.c`` built into ``target`` and loaded. Loaded from its temporary file, before the
+    rename: a stale library once loaded from ``target`` stays this process's for that path."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
@@ -172,7 +185,9 @@ def _compile(compiler: str, target: Path) -> None:
         )
         if done.returncode != 0:
             raise ValueError(f"{Path(compiler).name} failed: {_one_line(done.stderr)}")
+        library = _load(Path(tmp))
         os.replace(tmp, target)  # atomic: another process sees the old state or the whole library
+        return library
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -180,11 +195,12 @@ def _compile(compiler: str, target: Path) -> None:
 
 def _load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
+    lib.rf_abi_version.restype, lib.rf_abi_version.argtypes = ctypes.c_int, []
+    if lib.rf_abi_version() != ABI_VERSION:  # before the signatures: it may lack a function
+        raise ValueError(f"{path.name}: ABI version {lib.rf_abi_version()}, expected {ABI_VERSION}")
     for name, (restype, argtypes) in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
-    if lib.rf_abi_version() != ABI_VERSION:
-        raise ValueError(f"{path.name}: ABI version {lib.rf_abi_version()}, expected {ABI_VERSION}")
     return lib
 
 

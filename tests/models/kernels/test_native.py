@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from radixflow.models.kernels.backend import KernelsError, native_library, resolve_kernels
 from radixflow.models.kernels.native import layer_ops
-from radixflow.models.kernels.native.build import ABI_VERSION, _digest, build, find_compiler
+from radixflow.models.kernels.native.build import ABI_VERSION, BUILD_TIMEOUT_S, _digest, build, find_compiler
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-6
@@ -277,6 +277,22 @@ def test_a_compiler_without_gccs_version_flags_builds_the_library(native_here, t
     clang.chmod(clang.stat().st_mode | stat.S_IEXEC)
     built = build(tmp_path / "cache", str(clang))
     assert built.problem is None and built.library is not None
+
+
+def test_a_build_that_times_out_says_so_in_its_one_line(native_here, tmp_path, monkeypatch) -> None:
+    run = subprocess.run
+
+    def stuck_compile(command, **kwargs):  # the version queries answer, the compile never ends
+        if "-o" in command:
+            raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+        return run(command, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", stuck_compile)
+    long_cache = tmp_path / ("a-long-home-directory" * 8) / "kernels"  # the command line is long
+    built = build(long_cache, find_compiler())
+    assert built.library is None
+    assert f"timed out after {BUILD_TIMEOUT_S} s" in built.problem and "\n" not in built.problem
+    assert not list(long_cache.glob("*.so"))
 
 
 def _stale_library(path, compiler: str) -> None:

@@ -177,20 +177,31 @@ def _compile(compiler: str, target: Path) -> ctypes.CDLL:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run(
-            [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
-        if done.returncode != 0:
-            raise ValueError(f"{Path(compiler).name} failed: {_one_line(done.stderr)}")
+        _run_compiler(compiler, Path(tmp))
         library = _load(Path(tmp))
         os.replace(tmp, target)  # atomic: another process sees the old state or the whole library
         return library
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _run_compiler(compiler: str, out: Path) -> None:
+    """``steps.c`` compiled into ``out``; a failure raised as `ValueError`, its cause in one line."""
+    name = Path(compiler).name
+    try:
+        done = subprocess.run(
+            [compiler, *FLAGS, "-o", str(out), str(SOURCE), "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        # its own message quotes the whole command line first: cut to one line, the cause went
+        raise ValueError(f"{name} timed out after {BUILD_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        said = _one_line(done.stderr) or f"exit status {done.returncode}, nothing on stderr"
+        raise ValueError(f"{name} failed: {said}")
 
 
 def _load(path: Path) -> ctypes.CDLL:

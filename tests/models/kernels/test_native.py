@@ -260,7 +260,7 @@ def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplo
     built = build(tmp_path / "cache", compiler)
     assert built.library is None and built.problem is not None
     assert "error: this compiler is broken" in built.problem and "\n" not in built.problem
-    assert not list((tmp_path / "cache").glob("*.so"))  # nor a half-written temporary file
+    assert not list((tmp_path / "cache").iterdir())  # nor a half-written temporary file
     with caplog.at_level(logging.WARNING, logger="radixflow.kernels"):
         assert resolve_kernels("auto", "cpu", torch.float32, tmp_path / "cache", compiler) is TORCH_KERNELS
     assert len(caplog.records) == 1
@@ -292,7 +292,18 @@ def test_a_build_that_times_out_says_so_in_its_one_line(native_here, tmp_path, m
     built = build(long_cache, find_compiler())
     assert built.library is None
     assert f"timed out after {BUILD_TIMEOUT_S} s" in built.problem and "\n" not in built.problem
-    assert not list(long_cache.glob("*.so"))
+    assert not list(long_cache.iterdir())
+
+
+def test_a_built_library_is_readable_by_whoever_the_umask_lets_read_it(native_here, tmp_path) -> None:
+    # a cache filled by one user (an image's build step as root) and read by another
+    before = os.umask(0o022)
+    try:
+        built = build(tmp_path / "cache", find_compiler())
+    finally:
+        os.umask(before)
+    (library,) = (tmp_path / "cache").iterdir()
+    assert built.library is not None and stat.S_IMODE(library.stat().st_mode) == 0o755
 
 
 def _stale_library(path, compiler: str) -> None:

@@ -16,9 +16,9 @@ import ctypes
 import hashlib
 import os
 import platform
+import secrets
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,11 +174,12 @@ def _compile(compiler: str, target: Path) -> ctypes.CDLL:
     """``steps.c`` built into ``target`` and loaded. Loaded from its temporary file, before the
     rename: a stale library once loaded from ``target`` stays this process's for that path."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
+    # a name of this build's own, the file left to the compiler to create: it gives it the
+    # umask's modes, where a file made first (mkstemp: 0600) stays unreadable to other users
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        _run_compiler(compiler, Path(tmp))
-        library = _load(Path(tmp))
+        _run_compiler(compiler, tmp)
+        library = _load(tmp)
         os.replace(tmp, target)  # atomic: another process sees the old state or the whole library
         return library
     finally:

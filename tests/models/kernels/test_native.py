@@ -279,6 +279,20 @@ def test_a_compiler_without_gccs_version_flags_builds_the_library(native_here, t
     assert built.problem is None and built.library is not None
 
 
+def test_a_compiler_that_refuses_march_native_builds_a_portable_library(native_here, tmp_path) -> None:
+    # gcc on POWER (-mcpu=native there) and older clang on Apple silicon refuse -march=native
+    cc = tmp_path / "cc"
+    cc.write_text(
+        '#!/bin/sh\nfor a in "$@"; do if [ "$a" = -march=native ]; then\n'
+        "  echo \"cc: error: unrecognized command-line option '-march=native'\" >&2; exit 1; fi; done\n"
+        f'exec {find_compiler()} "$@"\n'
+    )
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    built = build(tmp_path / "cache", str(cc))
+    assert built.problem is None and built.library is not None
+    assert built.library.rf_abi_version() == ABI_VERSION
+
+
 def test_a_build_that_times_out_says_so_in_its_one_line(native_here, tmp_path, monkeypatch) -> None:
     run = subprocess.run
 

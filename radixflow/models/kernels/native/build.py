@@ -25,9 +25,10 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("steps.c")
 # -march=native: the hash includes the CPU flags. No -ffast-math: NaN/inf behave as in eager
 # torch; -ffp-contract=off keeps a*b+c two roundings, as torch's separate ops are.
+NATIVE_ARCH = "-march=native"
 FLAGS = (
     "-O3",
-    "-march=native",
+    NATIVE_ARCH,
     "-fPIC",
     "-shared",
     "-std=c11",
@@ -35,6 +36,9 @@ FLAGS = (
     "-ffp-contract=off",
     "-fno-math-errno",
 )
+# for a compiler that refuses -march=native (gcc on POWER, older clang on Apple silicon): the
+# same library for the architecture's baseline, under the same cache key (this compiler, this CPU)
+PORTABLE_FLAGS = tuple(f for f in FLAGS if f != NATIVE_ARCH)
 COMPILERS = ("gcc", "cc")
 # the compiler's identity in the cache key: flags gcc and clang both answer (clang refuses gcc's
 # -dumpfullversion, and its -dumpversion long said 4.2.1 whatever its version)
@@ -178,7 +182,11 @@ def _compile(compiler: str, target: Path) -> ctypes.CDLL:
     # umask's modes, where a file made first (mkstemp: 0600) stays unreadable to other users
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        _run_compiler(compiler, tmp)
+        failed = _run_compiler(compiler, tmp, FLAGS)
+        if failed is not None and NATIVE_ARCH in failed:  # this compiler has no -march=native
+            failed = _run_compiler(compiler, tmp, PORTABLE_FLAGS)
+        if failed is not None:
+            raise ValueError(f"{Path(compiler).name} failed: {_one_line(failed)}")
         library = _load(tmp)
         os.replace(tmp, target)  # atomic: another process sees the old state or the whole library
         return library
@@ -187,22 +195,22 @@ def _compile(compiler: str, target: Path) -> ctypes.CDLL:
             os.unlink(tmp)
 
 
-def _run_compiler(compiler: str, out: Path) -> None:
-    """``steps.c`` compiled into ``out``; a failure raised as `ValueError`, its cause in one line."""
-    name = Path(compiler).name
+def _run_compiler(compiler: str, out: Path, flags: tuple[str, ...]) -> str | None:
+    """``steps.c`` compiled into ``out`` with ``flags``: None, or what the compiler said when it
+    failed; a timeout raised as `ValueError`."""
     try:
         done = subprocess.run(
-            [compiler, *FLAGS, "-o", str(out), str(SOURCE), "-lm"],
+            [compiler, *flags, "-o", str(out), str(SOURCE), "-lm"],
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         # its own message quotes the whole command line first: cut to one line, the cause went
-        raise ValueError(f"{name} timed out after {BUILD_TIMEOUT_S} s") from None
-    if done.returncode != 0:
-        said = _one_line(done.stderr) or f"exit status {done.returncode}, nothing on stderr"
-        raise ValueError(f"{name} failed: {said}")
+        raise ValueError(f"{Path(compiler).name} timed out after {BUILD_TIMEOUT_S} s") from None
+    if done.returncode == 0:
+        return None
+    return done.stderr if done.stderr.strip() else f"exit status {done.returncode}, nothing on stderr"
 
 
 def _load(path: Path) -> ctypes.CDLL:

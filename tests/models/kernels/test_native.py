@@ -9,8 +9,10 @@ falls back to the eager kernels with one log line, and ``native`` is refused in 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import re
 import stat
 import subprocess
 
@@ -20,7 +22,15 @@ import torch.nn.functional as F
 
 from radixflow.models.kernels.backend import KernelsError, native_library, resolve_kernels
 from radixflow.models.kernels.native import layer_ops
-from radixflow.models.kernels.native.build import ABI_VERSION, BUILD_TIMEOUT_S, _digest, build, find_compiler
+from radixflow.models.kernels.native.build import (
+    ABI_VERSION,
+    BUILD_TIMEOUT_S,
+    SIGNATURES,
+    SOURCE,
+    _digest,
+    build,
+    find_compiler,
+)
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-6
@@ -318,6 +328,25 @@ def test_a_built_library_is_readable_by_whoever_the_umask_lets_read_it(native_he
         os.umask(before)
     (library,) = (tmp_path / "cache").iterdir()
     assert built.library is not None and stat.S_IMODE(library.stat().st_mode) == 0o755
+
+
+C_TYPES = {"int64_t": ctypes.c_int64, "float": ctypes.c_float, "int": ctypes.c_int}
+
+
+def test_every_binding_has_the_c_functions_own_argument_types() -> None:
+    # a binding off by one argument, or an int for an int64_t, passes garbage without an error
+    # (and a changed signature must bump rf_abi_version: the library checks that number)
+    source = SOURCE.read_text()
+    defined = re.findall(r"^(int|void) (rf_\w+)\(([^)]*)\) \{", source, re.MULTILINE)
+    assert {name for _, name, _ in defined} == set(SIGNATURES)
+    for returns, name, params in defined:
+        kinds = [
+            ctypes.c_void_p if "*" in p else C_TYPES[p.split()[-2]]
+            for p in (" ".join(part.split()) for part in params.split(","))
+            if p and p != "void"
+        ]
+        restype, argtypes = SIGNATURES[name]
+        assert (restype, argtypes) == (ctypes.c_int if returns == "int" else None, kinds), name
 
 
 def _stale_library(path, compiler: str) -> None:

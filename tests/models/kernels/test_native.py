@@ -371,6 +371,20 @@ def test_an_unusable_cached_library_is_built_again(native_here, tmp_path, cached
     assert built.library.rf_abi_version() == ABI_VERSION
 
 
+def test_a_link_that_fails_says_why_not_just_that_the_linker_failed(tmp_path) -> None:
+    # gcc's words when the cache directory is another user's (or the disk is full): the cause is
+    # the linker's line, collect2's summary after it says only that ld failed
+    cc = tmp_path / "cc"
+    cc.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo 12; exit 0; fi\n'
+        "echo '/usr/bin/ld: cannot open output file k.so: Permission denied' >&2\n"
+        "echo 'collect2: error: ld returned 1 exit status' >&2\nexit 1\n"
+    )
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    built = build(tmp_path / "cache", str(cc))
+    assert built.library is None and "cannot open output file k.so: Permission denied" in built.problem
+
+
 def test_a_built_library_is_reused_from_the_disk_cache(native_here, tmp_path_factory) -> None:
     cache = tmp_path_factory.getbasetemp() / "kernels"
     (library,) = cache.glob("*.so")  # built once by the fixture

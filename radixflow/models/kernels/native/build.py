@@ -225,6 +225,10 @@ def _load(path: Path) -> ctypes.CDLL:
 
 
 def _one_line(text: str) -> str:
+    """The line of a compiler's output that says why it failed: its first error; where that is
+    collect2's summary ("ld returned 1 exit status"), the linker's own line before it."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    first = next((line for line in lines if "error" in line), lines[0] if lines else "")
-    return first[:300]
+    at = next((i for i, line in enumerate(lines) if "error" in line), 0)
+    if at > 0 and lines[at].startswith("collect2:"):
+        at -= 1
+    return lines[at][:300] if lines else ""

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.models.kernels.backend import KernelsError, native_library, resolve_kernels
+from radixflow.models.kernels.native import build as native_build
 from radixflow.models.kernels.native import layer_ops
 from radixflow.models.kernels.native.build import (
     ABI_VERSION,
@@ -383,6 +384,20 @@ def test_a_link_that_fails_says_why_not_just_that_the_linker_failed(tmp_path) ->
     cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
     built = build(tmp_path / "cache", str(cc))
     assert built.library is None and "cannot open output file k.so: Permission denied" in built.problem
+
+
+def test_two_cpus_the_os_lists_alike_get_libraries_of_their_own(tmp_path, monkeypatch) -> None:
+    # macOS has no /proc/cpuinfo (every Intel Mac, AVX-512 or not, is "i386" there): the cache key
+    # holds what the compiler makes of -march=native, so a cache moved to another CPU is never
+    # loaded there (an instruction it lacks kills the process)
+    cc = tmp_path / "cc"
+    cc.write_text('#!/bin/sh\necho "cc 12"\ncase "$*" in *-dM*) echo "#define __${CPU_KIND}__ 1";; esac\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(native_build, "_cpu_flags", lambda: "i386")
+    monkeypatch.setenv("CPU_KIND", "AVX512F")
+    avx512 = _digest(str(cc))
+    monkeypatch.setenv("CPU_KIND", "AVX2")
+    assert _digest(str(cc)) != avx512
 
 
 def test_a_built_library_is_reused_from_the_disk_cache(native_here, tmp_path_factory) -> None:

@@ -3,8 +3,9 @@
 No Python or torch headers are involved, so a build takes about a second. The shared library is
 cached on disk under ``<cache>/kernels/<hash>.so`` (``<cache>``: the zoo's cache directory,
 `radixflow.models.zoo.default_cache_dir`, passed in by the caller), the hash covering the
-source, the compiler (path and version), its flags and this CPU's instruction-set flags: a
-machine of another kind (AVX2-only against AVX-512) never loads a library built for another.
+source, the compiler (path and version), its flags, this CPU's instruction-set flags as the OS
+lists them and as the compiler reads them under those flags (its predefined macros): a machine of
+another kind (AVX2-only against AVX-512) never loads a library built for another.
 A build writes a temporary file beside the target and renames it into place, so processes
 building at the same time never load a half-written library; a cached library that will not
 load (cut short, another ABI version) is built again.
@@ -152,14 +153,22 @@ def _load_cached(target: Path) -> ctypes.CDLL | None:
 def _digest(compiler: str) -> str:
     version = "".join(_ask(compiler, flag) for flag in VERSION_QUERIES)
     parts = [SOURCE.read_bytes(), compiler.encode(), version.encode(), " ".join(FLAGS).encode()]
-    parts += [platform.machine().encode(), _cpu_flags().encode()]
+    parts += [platform.machine().encode(), _cpu_flags().encode(), _target(compiler).encode()]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:24]
 
 
-def _ask(compiler: str, flag: str) -> str:
-    """What ``compiler flag`` prints, an error included: a compiler that refuses the query (or
+def _target(compiler: str) -> str:
+    """The macros ``compiler`` predefines under `FLAGS` (``__AVX512F__``, ``__ARM_FEATURE_...``):
+    the instruction sets -march=native picks on this CPU, on every OS (macOS has no
+    /proc/cpuinfo), sorted (their order is the compiler's hash table's)."""
+    said = _ask(compiler, *FLAGS, "-E", "-dM", "-x", "c", os.devnull)
+    return "\n".join(sorted(said.splitlines()))
+
+
+def _ask(compiler: str, *args: str) -> str:
+    """What ``compiler args`` prints, an error included: a compiler that refuses the query (or
     fails at all) is reported by its build, which says why in its own words."""
-    done = subprocess.run([compiler, flag], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    done = subprocess.run([compiler, *args], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     return done.stdout + done.stderr
 
 

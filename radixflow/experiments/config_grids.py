@@ -62,10 +62,31 @@ def _section(table: Any, where: str, origin: str) -> tuple[dict[str, Any], dict[
             raise fail(origin, "defaults.seeds", SEEDS_WHERE)
         elif key in TOP_KEYS and (key not in GRID_OWN or where == "defaults"):  # below a [table] header
             raise fail(origin, f"{where}.{key}", TOP_WHERE)
+        elif key in WORKLOAD_KEYS:  # a workload's key, written in its table's own
+            raise fail(origin, f"{where}.{key}", f"a workload key: set it under {_header(where)[1]}")
         elif key not in GRID_OWN or where == "defaults":
-            known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's seed is its workload's
+            known = ", ".join(k for k in CELL_KEYS if k != "seed")  # a cell's key, not the workload's seed
             raise fail(origin, f"{where}.{key}", f"unknown key (known: {known}, workload)")
     return cell, workload
+
+
+def _header(where: str) -> tuple[str, str]:
+    """How the config writes the headers of ``where`` (``defaults`` or ``grid[i]``) and of its
+    workload table, for a message saying where a key goes."""
+    if where == "defaults":
+        return "[defaults]", "[defaults.workload]"
+    return "its [[grid]]", "[grid.workload]"
+
+
+def _not_workload(key: str, where: str) -> str | None:
+    """Why ``key``, written in the workload table of ``where``, belongs to the table above it (a
+    cell's key or a grid's own): TOML reads every key below a [x.workload] header into it, so a
+    grid's ``model`` written after its workload's keys lands there. None: it belongs nowhere."""
+    if key not in CELL_KEYS and (key not in GRID_OWN or where == "defaults"):
+        return None
+    table, workload = _header(where)
+    why = "TOML reads a key below a header into its table"
+    return f"not a workload key: set it in {table}, above {workload} ({why})"
 
 
 def _workload_section(table: Any, where: str, origin: str) -> dict[str, Any]:
@@ -76,6 +97,8 @@ def _workload_section(table: Any, where: str, origin: str) -> dict[str, Any]:
     for key, value in table.items():
         if key == "seed":  # a workload's field, but a cell's seed comes from `seeds`
             raise fail(origin, f"{where}.workload.seed", SEED_FROM)
+        if key not in WORKLOAD_KEYS and (why := _not_workload(key, where)) is not None:
+            raise fail(origin, f"{where}.workload.{key}", why)
         if key not in WORKLOAD_KEYS:
             known = ", ".join(WORKLOAD_KEYS)
             raise fail(origin, f"{where}.workload.{key}", f"unknown key (known: {known})")

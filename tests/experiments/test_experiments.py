@@ -1491,3 +1491,25 @@ def test_the_cost_check_prices_each_recorded_chunk_as_the_engine_ran_it():
     model = round_cost_model(shape, HARDWARE["cpu"])
     want = sum(model.breakdown(chunks).worker_call_s for chunks in ran)
     assert predicted_worker_s(rounds, prompt_len, shape, "cpu") == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "says"),
+    [
+        (("candidate_len = 16", "candidate_len = 16\ntoken_budget = 512"), "defaults.workload.token_budget",
+         "in [defaults], above [defaults.workload]"),
+        (('rate = [10.0, 1000.0]', 'rate = [10.0, 1000.0]\nmodel = "qwen3-4b"'), "grid[2].workload.model",
+         "in its [[grid]], above [grid.workload]"),
+        (('rate = [10.0, 1000.0]', 'rate = [10.0, 1000.0]\nseeds = [1]'), "grid[2].workload.seeds",
+         "in its [[grid]], above [grid.workload]"),
+        (("[defaults]", "[defaults]\ngroups = 4"), "defaults.groups", "under [defaults.workload]"),
+        (('name = "models"', 'name = "models"\narrival = "poisson"'), "grid[0].arrival",
+         "under [grid.workload]"),
+    ],
+)  # fmt: skip
+def test_a_key_in_the_wrong_one_of_a_table_and_its_workload_says_where_it_goes(tiny: Path, edit, key, says):
+    # TOML reads a key written below [grid.workload] into the workload: it was "unknown key
+    # (known: groups, candidates, ...)", a list without the cell key the user meant to set
+    message = refusal(tiny, [edit])
+    assert "\n" not in message and f": {key}: " in message and "unknown key" not in message, message
+    assert says in message, message

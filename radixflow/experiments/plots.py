@@ -124,19 +124,23 @@ def latency_vs_load(results: list[CellResult], path: Path) -> bool:
     plt = _pyplot()
     cmap = plt.get_cmap("tab10")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    drawn: dict[str, list[float]] = {key: [] for key in keys}
     for (label, variant), by_rate in sorted(points.items()):
         rates = sorted(by_rate)
         style = ("-", "--", ":", "-.")[variants.index(variant) % 4]
         for ax, key in zip(axes, keys, strict=True):
             ys = [median_defined([v.get(key) for v in by_rate[x]]) for x in rates]
+            drawn[key] += ys
             color = cmap(labels.index(label) % 10)
             ax.plot(rates, ys, style, color=color, marker="o", ms=3, label=f"{label} {variant}")
     for ax, name in zip(axes, ("mean latency (s)", "p99 latency (s)", "goodput (req/s)"), strict=True):
         ax.set_xlabel("offered load (req/s)")
         ax.set_ylabel(name)
         ax.set_xscale("log")
-    axes[0].set_yscale("log")
-    axes[1].set_yscale("log")
+    for ax, key in zip(axes[:2], keys, strict=False):
+        # a log scale needs a positive latency: matplotlib raised where none completed (all NaN)
+        if any(y > 0 for y in drawn[key]):
+            ax.set_yscale("log")
     axes[2].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -68,3 +68,16 @@ def test_the_load_plot_draws_a_line_per_setting_not_a_median_over_them(tmp_path:
     mine = {label: ys for label, ys in drawn.items() if label.endswith("adaptive")}
     assert sorted(mine.values()) == [[0.5, 0.5], [2.0, 2.0]], mine
     assert {label.split("fixed_cost_ms=")[1].split()[0] for label in mine} == {"1", "10"}, mine
+
+
+def test_the_load_plot_of_cells_that_completed_nothing_is_drawn_not_a_crash(tmp_path: Path):
+    # every Poisson cell without a latency (their requests all failed): the log-scaled latency axes
+    # had no positive value, and matplotlib's ValueError ended the run before results.json was written
+    from radixflow.experiments.plots import latency_vs_load
+
+    none = {"variant": "adaptive", "mean_latency_s": None, "p99_latency_s": None, "goodput_rps": 0.0}
+    results = [_cell(rate, 0, none) for rate in (10.0, 100.0)]
+    for r in results:
+        r["results"][0] = {**none, "variant": "native"}
+    assert latency_vs_load(results, tmp_path / "load.png")
+    assert (tmp_path / "load.png").stat().st_size > 0

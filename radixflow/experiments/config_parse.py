@@ -38,13 +38,17 @@ def _variant(text: Any, origin: str) -> Variant:
     if len(cache) > 2:
         raise fail(origin, "policies", f"{text!r}: at most policy@placement+eviction+admission")
     eviction, admission = (cache + [None, None])[:2]
-    policy, _, placement = head.partition("@")
-    parts = {"policy": policy, "placement": placement or None, "eviction": eviction, "admission": admission}
+    policy, at, given = head.partition("@")
+    placement = given if at else None  # "native@" names an empty placement, refused below
+    parts = {"policy": policy, "placement": placement, "eviction": eviction, "admission": admission}
     for option, value in parts.items():  # each part checked as the option it sets, in its words
+        if value == "":  # "native@" ran as "native"; "native+" said only "must not be empty"
+            why = "policy@placement+eviction+admission: each part after the policy optional, none empty"
+            raise fail(origin, "policies", f"{text!r}: an empty {option} ({why})")
         problem = None if value is None else option_problem(option, value)
         if problem is not None:
             raise fail(origin, "policies", problem.message)
-    return Variant(policy, placement or None, eviction, admission)
+    return Variant(policy, placement, eviction, admission)
 
 
 def _variants(data: dict[str, Any], origin: str) -> list[Variant]:

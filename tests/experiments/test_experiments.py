@@ -585,6 +585,18 @@ def test_a_torch_cells_dtype_kernels_and_matmul_are_checked_before_any_cell_runs
 
 
 @pytest.mark.parametrize(
+    ("variant", "option"),
+    [("native@", "placement"), ("native@+lru", "placement"), ("@branch", "policy"), ("native+", "eviction"),
+     ("native++likely", "eviction"), ("native+lru+", "admission")],
+)  # fmt: skip
+def test_a_variants_empty_part_is_refused_naming_the_entry_and_part(tiny: Path, variant, option):
+    # "native@" ran as "native" without a word, while "native+" was "policies: must not be empty",
+    # naming neither the entry nor its part (the list was not empty)
+    message = refusal(tiny, [('"radixflow"]', f'"{variant}"]')])
+    assert "\n" not in message and f": policies: {variant!r}: an empty {option}" in message, message
+
+
+@pytest.mark.parametrize(
     ("variant", "option", "value"),
     [
         ("greedy", "policy", "greedy"),

@@ -18,7 +18,8 @@ from radixflow.problems import counted
 
 
 def _paper_position(s: Span | None, figure: str) -> str:
-    """Where the median falls against the paper's range: in it, beyond it, short of it, opposite."""
+    """Where the median falls against the paper's range: in it, beyond it, short of it (a change
+    within ±1% included), opposite (a rise of more than 1%)."""
     if s is None or figure not in PAPER:
         return ""
     lo, hi = PAPER[figure]
@@ -26,7 +27,8 @@ def _paper_position(s: Span | None, figure: str) -> str:
         return " · in range"
     if s.median < lo:
         return " · beyond"
-    return " · short" if s.median <= 0 else " · opposite"
+    # within ±1% reads as unchanged, as everywhere in the report: short of the paper, not against it
+    return " · short" if s.median <= CHANGED else " · opposite"
 
 
 def _agreement(results: list[CellResult], runner: str, model: str) -> str:

@@ -53,8 +53,11 @@ class WorkloadSpec:
     namespaces: int = 1  # groups are spread round-robin over this many namespaces
     shared_prefix_len: int = 0  # nested sharing: a system prompt before every group's context
     kind: str = "candidates"  # one of KINDS
-    # popularity skew: group g gets a share of the groups x candidates requests proportional to
-    # (g + 1) ** -skew (at least one each); 0: every group has `candidates`
+    # popularity skew: group g gets its share of the groups x candidates requests proportional to
+    # (g + 1) ** -skew, rounded, and at least one, so the groups do not hold groups x candidates
+    # exactly: one or two off by the rounding (24 x 6 at skew 1: 145, docs/memory.md's chat
+    # workload), and more where the floor of one lifts many small shares (64 x 1: 92); `requests`
+    # counts them. 0: every group has `candidates`
     skew: float = 0.0
     vocab_size: int = 32_000
     seed: int = 0
@@ -195,7 +198,8 @@ class WorkloadSpec:
         return self.candidates if self.groups else 0
 
     def group_sizes(self) -> list[int]:
-        """Requests in each group: `candidates` each, or shares of the total by popularity."""
+        """Requests in each group: `candidates` each, or shares of groups x candidates by
+        popularity, each rounded on its own and at least one (their sum may differ from it)."""
         if not self.skewed:
             return [self.candidates] * self.groups
         weights = [(g + 1) ** -self.skew for g in range(self.groups)]

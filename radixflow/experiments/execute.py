@@ -132,21 +132,32 @@ def _ray(
         for p in pending:
             cpus = cell_cpus(p.cell, torch_cpus, largest)
             refs[task.options(num_cpus=cpus).remote(p, variants)] = p
+        crashed = None  # the first cell whose own code raised: raised once the others are in
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
                 p = refs.pop(ref)
-                yield p, _ray_outcome(ray, ref, p)
+                try:
+                    outcome = _ray_outcome(ray, ref, p)
+                except ray.exceptions.RayTaskError as e:
+                    # the cells beside it run on (they were dropped with the cluster, and those
+                    # finished but not yet read were never cached)
+                    crashed = crashed or e
+                    continue
+                yield p, outcome
+        if crashed is not None:
+            raise crashed
     finally:
         ray.shutdown()
 
 
 def _ray_outcome(ray: Any, ref: Any, p: Pending) -> CellResult | str:
     """The cell's result from Ray; a worker that died under it (the OOM killer, a lost node) fails
-    that cell alone, in one line naming it, as a cell that fails as it runs does."""
+    that cell alone, in one line naming it, as a cell that fails as it runs does. A cell whose own
+    code raised raises Ray's `RayTaskError`, its traceback as when run serially."""
     try:
         return ray.get(ref)
-    except ray.exceptions.RayTaskError:  # the cell's own code raised: its traceback, as when run serially
+    except ray.exceptions.RayTaskError:
         raise
     except ray.exceptions.RayError as e:
         return f"{_where(p)}: its Ray worker died: {str(e).strip().splitlines()[0]}"

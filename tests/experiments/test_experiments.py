@@ -1243,8 +1243,8 @@ class _Ray:
 
     exceptions: Any = None  # ray.exceptions, where a test has a task's worker die
 
-    def __init__(self, cpus: float, crashed: int | None = None) -> None:
-        self.cpus, self.asked, self.crashed, self.refs = cpus, [], crashed, []
+    def __init__(self, cpus: float, crashed: int | None = None, raised: int | None = None) -> None:
+        self.cpus, self.asked, self.crashed, self.raised, self.refs = cpus, [], crashed, raised, []
 
     def init(self, **kwargs) -> None:
         self.init_kwargs = kwargs
@@ -1272,6 +1272,9 @@ class _Ray:
     def get(self, ref) -> dict:
         if self.crashed is not None and ref is self.refs[self.crashed]:
             raise self.exceptions.WorkerCrashedError()
+        if self.raised is not None and ref is self.refs[self.raised]:
+            cause = RuntimeError("CUDA out of memory")
+            raise self.exceptions.RayTaskError("_run_one", "...", cause, "worker", 1, "127.0.0.1")
         return {}
 
     def shutdown(self) -> None:
@@ -1363,6 +1366,28 @@ def test_a_cell_whose_ray_worker_died_fails_alone_naming_it(monkeypatch):
     why = outcomes["k0"]
     assert isinstance(why, str) and why.startswith("cell 'g' (m, seed 1, key k0): its Ray worker died: ")
     assert "\n" not in why
+
+
+def test_a_cell_that_crashes_on_ray_keeps_the_cells_that_finished_beside_it(monkeypatch):
+    # a cell whose code raised on its Ray worker (a bug, a GPU out of memory) was raised at once:
+    # the cells that had finished on the other workers, not yet read back, were never cached, and
+    # those still running were dropped with the cluster. Now they are yielded (and cached) first.
+    pytest.importorskip("ray")
+    from types import SimpleNamespace
+
+    from radixflow.experiments import execute
+
+    ray = _Ray(2.0, raised=0)
+    ray.exceptions = pytest.importorskip("ray.exceptions")
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    settings = {"runner": "sim", "model": "m"}
+    cells = [SimpleNamespace(settings=settings, group="g", workload={"seed": s}) for s in (1, 2, 3)]
+    pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
+    got = []
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        for p, outcome in execute._ray(pending, [], None, torch_cpus=2):
+            got.append((p.key, outcome))
+    assert got == [("k1", {}), ("k2", {})] and str(info.value.cause) == "CUDA out of memory"
 
 
 def test_two_spellings_of_one_file_in_a_swept_key_are_refused_as_one_cell_twice(tiny: Path, tmp_path: Path):

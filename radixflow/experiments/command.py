@@ -23,6 +23,7 @@ from radixflow.experiments.execute import (
     ExecutionOptions,
     OutputWriteError,
     RayStartError,
+    to_run,
 )
 from radixflow.experiments.failures import completed_nothing
 from radixflow.experiments.plots import PLOTS
@@ -223,11 +224,16 @@ def _print_result(console: Console, name: str, result: ExperimentOutput) -> None
 def _kept(config: ExperimentConfig, out: Path, command: str) -> str:
     """What a run cut short leaves: its finished cells, each cached as it ended, which the same
     command reads back instead of running them again."""
-    cache, keys = CellCache(out), {c.key(config.variants) for c in config.cells}
+    cache, cells = CellCache(out), {c.key(config.variants): c for c in config.cells}
     labels = [v.label for v in config.variants]
-    done = sum(cache.get(key, labels) is not None for key in keys)  # what the re-run reads back
-    kept = f"{done} of {counted(len(keys), 'cell')} finished, kept in {cache.dir}"
-    return f"{kept}: {command} runs only the rest"
+    # what the re-run reads back: not a traced cell, which runs again whatever is cached
+    done = sum(not to_run(cell, key, cache, labels) for key, cell in cells.items())
+    traced = sum(cell.settings["trace_out"] is not None for cell in cells.values())
+    kept = f"{done} of {counted(len(cells), 'cell')} finished, kept in {cache.dir}"
+    again = "" if not traced else " (the cell with a trace_out runs again)"
+    if traced > 1:
+        again = f" ({traced} cells with a trace_out run again)"
+    return f"{kept}: {command} runs only the rest{again}"
 
 
 def _earlier(out: Path, started: float) -> str:

@@ -185,7 +185,7 @@ def _failures(failed: list[str], ran: int) -> str:
     return f"{failed[0]}{more} (the others finished and are cached: a re-run runs only the cells that failed)"
 
 
-def _to_run(cell: Cell, key: str, cache: CellCache, labels: list[str]) -> bool:
+def to_run(cell: Cell, key: str, cache: CellCache, labels: list[str]) -> bool:
     """Whether the cell runs: it is not cached, or it writes a trace, which only a run writes (its
     ``trace_out`` is left out of its key: a trace changes none of its figures)."""
     return cell.settings["trace_out"] is not None or cache.get(key, labels) is None
@@ -205,7 +205,8 @@ def execute(
     code = source_digest() if code is None else code
     cache = CellCache(out)
     keys, labels = [c.key(config.variants) for c in config.cells], [v.label for v in config.variants]
-    pending = [Pending(k, c) for k, c in zip(keys, config.cells, strict=True) if _to_run(c, k, cache, labels)]
+    cells = zip(keys, config.cells, strict=True)
+    pending = [Pending(k, c) for k, c in cells if to_run(c, k, cache, labels)]
     pending = list({p.key: p for p in pending}.values())  # a cell listed twice runs once
     if on_start is not None:
         on_start(len(config.cells), len(pending))

@@ -101,6 +101,27 @@ def test_an_interrupted_experiment_says_its_finished_cells_are_kept_and_a_rerun_
     assert "2 cells (1 run, 1 from cache)" in capsys.readouterr().out
 
 
+def test_an_interrupted_rerun_does_not_count_a_traced_cell_as_kept(tmp_path, capsys, monkeypatch):
+    # a cell with a trace_out runs again on every run (only a run writes its trace): the line
+    # counted its cached result as finished, "2 of 2 cells finished ... runs only the rest", though
+    # the command it gives runs both again
+    from radixflow.experiments import execute
+
+    config, out = tmp_path / "c.toml", tmp_path / "out"
+    config.write_text(_grid('name = "traced"', 'trace_out = "t.jsonl"', "[[grid]]", 'name = "plain"'))
+    assert main(["experiment", str(config), "--out", str(out)]) == 0
+
+    def interrupted(cell, variants):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute, "run_cell", interrupted)
+    capsys.readouterr()
+    assert main(["experiment", str(config), "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"radixflow: interrupted; 1 of 2 cells finished, kept in {out / 'cells'}: "), err
+    assert "runs only the rest (the cell with a trace_out runs again)" in err, err
+
+
 def test_a_sigterm_during_a_ray_run_keeps_the_finished_cells_as_a_serial_run_does(
     tmp_path, capsys, monkeypatch
 ):

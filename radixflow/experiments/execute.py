@@ -19,7 +19,7 @@ from radixflow.experiments.config import OUTPUT_KEYS, Cell, ExperimentConfig, Va
 from radixflow.files import write_whole
 from radixflow.package import source_digest
 from radixflow.problems import ProblemError
-from radixflow.ray_start import LOCAL_RAY, worker_pythonpath
+from radixflow.ray_start import LOCAL_RAY, unreachable, worker_pythonpath
 from radixflow.sigterm_kept import sigterm_kept
 
 CellResult = dict[str, Any]
@@ -114,6 +114,8 @@ def _ray(
     import ray
 
     env = {"env_vars": {"PYTHONPATH": worker_pythonpath()}}
+    if address is not None and (why := unreachable(address)) is not None:
+        raise RayStartError(f"--ray-address {address}: Ray did not start: {why}")
     try:
         with sigterm_kept():  # a SIGTERM still keeps the finished cells and says so (exit 143)
             ray.init(

@@ -1314,6 +1314,7 @@ def test_ray_without_an_address_starts_a_local_instance_whatever_cluster_is_know
     else:
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
         monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: "head:6379")
+    monkeypatch.setattr(execute, "unreachable", lambda address: None)  # "head:6379" is no host here
     ray = _Ray(2.0)
     monkeypatch.setitem(sys.modules, "ray", ray)
     assert list(execute._ray([], [], None, torch_cpus=2)) == []
@@ -1338,6 +1339,7 @@ def test_ray_workers_keep_the_pythonpath_their_nodes_give_them(monkeypatch, ours
         monkeypatch.delenv("PYTHONPATH", raising=False)
     else:
         monkeypatch.setenv("PYTHONPATH", ours)
+    monkeypatch.setattr(execute, "unreachable", lambda address: None)  # "head:6379" is no host here
     ray = _Ray(2.0)
     monkeypatch.setitem(sys.modules, "ray", ray)
     assert list(execute._ray([], [], "head:6379", torch_cpus=2)) == []
@@ -1388,6 +1390,29 @@ def test_a_cell_that_crashes_on_ray_keeps_the_cells_that_finished_beside_it(monk
         for p, outcome in execute._ray(pending, [], None, torch_cpus=2):
             got.append((p.key, outcome))
     assert got == [("k1", {}), ("k2", {})] and str(info.value.cause) == "CUDA out of memory"
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_ray_address_nothing_listens_at_is_refused_at_once(monkeypatch, scheme):
+    # ray.init retried an address with nothing listening for minutes on end, a warning every few
+    # seconds and never an error: `--ray-address 127.0.0.1:1` looked hung
+    import socket
+
+    from radixflow.experiments import execute
+
+    ray = _Ray(2.0)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    with socket.socket() as closed, socket.socket() as listening:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"{scheme}127.0.0.1:{closed.getsockname()[1]}"
+        with pytest.raises(execute.RayStartError, match=rf"^--ray-address {address}: Ray did not start: "):
+            list(execute._ray([], [], address, torch_cpus=2))
+        assert not hasattr(ray, "init_kwargs")  # refused before ray.init
+        address = f"{scheme}127.0.0.1:{listening.getsockname()[1]}"
+        assert list(execute._ray([], [], address, torch_cpus=2)) == []
+        assert ray.init_kwargs["address"] == address
 
 
 def test_two_spellings_of_one_file_in_a_swept_key_are_refused_as_one_cell_twice(tiny: Path, tmp_path: Path):

@@ -141,11 +141,18 @@ def latency_vs_load(results: list[CellResult], path: Path) -> bool:
         # a log scale needs a positive latency: matplotlib raised where none completed (all NaN)
         if any(y > 0 for y in drawn[key]):
             ax.set_yscale("log")
-    axes[2].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _legend_beside(axes[2], len(points))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
+
+
+def _legend_beside(ax: Any, entries: int) -> None:
+    """The legend beside ``ax``, in columns of up to 40 entries; the figure is saved with
+    ``bbox_inches="tight"`` so the image grows to hold it (inside the axes, a legend of a hundred
+    settings hid the panel and ran off the image)."""
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + (entries - 1) // 40)
 
 
 def _series(comps: list[Comparison], axis: str) -> dict[str, list[tuple[float, float]]]:
@@ -189,9 +196,7 @@ def latency_change_vs(comps: list[Comparison], axis: str, xlabel: str, path: Pat
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"mean latency change, {last} vs {mine[0].baseline} (%)")
-    # beside the axes, in columns of up to 40 entries; the saved image grows to hold it
-    # (tight_layout cannot shrink the axes enough for a legend of a hundred settings)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + (len(series) - 1) // 40)
+    _legend_beside(ax, len(series))  # tight_layout cannot shrink the axes enough for such a legend
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True

@@ -81,3 +81,37 @@ def test_the_load_plot_of_cells_that_completed_nothing_is_drawn_not_a_crash(tmp_
         r["results"][0] = {**none, "variant": "native"}
     assert latency_vs_load(results, tmp_path / "load.png")
     assert (tmp_path / "load.png").stat().st_size > 0
+
+
+def test_the_load_plots_legend_of_many_settings_sits_beside_the_axes_whole(tmp_path: Path, monkeypatch):
+    # policies_cpu.toml's 36 settings x 3 variants: the legend, drawn inside the goodput panel, hid
+    # it, ran off the image (most entries lost) and tight_layout warned that it could not fit
+    import warnings
+
+    from matplotlib.figure import Figure
+
+    from radixflow.experiments.plots import latency_vs_load
+
+    saved: list[Figure] = []
+    savefig = Figure.savefig
+
+    def keeping(self, *args, **kwargs):
+        saved.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keeping)
+    results = []
+    for order in range(36):
+        for rate in (10.0, 100.0):
+            cell = _cell(rate, 0, {"variant": "adaptive", "mean_latency_s": 0.5, "p99_latency_s": 1.0})
+            cell["cell"]["workload"]["order"] = f"order{order}"
+            results.append(cell)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert latency_vs_load(results, tmp_path / "load.png")
+    (figure,) = saved
+    goodput = figure.axes[2]
+    legends = [legend for ax in figure.axes for legend in [ax.get_legend()] if legend is not None]
+    assert legends and len(legends[0].get_texts()) == 72
+    box, panel = legends[0].get_window_extent(), goodput.get_window_extent()
+    assert box.x0 >= panel.x1  # beside the panel, not over it

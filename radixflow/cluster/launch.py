@@ -27,7 +27,7 @@ from radixflow.engine.runner import generation_room, validate_prompt
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
-from radixflow.ray_start import LOCAL_RAY, worker_pythonpath
+from radixflow.ray_start import LOCAL_RAY, unreachable, worker_pythonpath
 from radixflow.scheduler.request import Request
 from radixflow.server.events import Final
 from radixflow.server.metrics import ServerMetrics
@@ -74,6 +74,8 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
     env = {"env_vars": {"PYTHONPATH": worker_pythonpath(), "OMP_NUM_THREADS": "1"}}
     local = spec.ray_address is None
     cpus = max(1, round(spec.replicas * spec.cpus_per_replica)) if local else None
+    if not local and (why := unreachable(spec.ray_address)) is not None:
+        raise RayStartError(f"--ray-address {spec.ray_address}: Ray did not start: {why}")
     try:
         # its SIGTERM handler (sys.exit) is left in place: the SIGTERM uvicorn re-raises past its
         # drain then runs the `finally` below, which deletes the fleet's (detached) application.

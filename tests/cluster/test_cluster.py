@@ -515,9 +515,29 @@ def test_a_fleet_on_a_cluster_it_joined_removes_only_its_own_application(monkeyp
     monkeypatch.setattr(serve, "shutdown", lambda: calls.append("shutdown"))
     monkeypatch.setattr(serve, "delete", lambda name, **_: calls.append(f"delete {name}"))
     monkeypatch.setattr(serve, "status", lambda: SimpleNamespace(applications={}))
+    monkeypatch.setattr(launch, "unreachable", lambda address: None)  # "head" is no host here
     with launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
         pass
     assert calls == ["init", "start", *stopped, "ray.shutdown"]
+
+
+def test_a_fleet_ray_address_nothing_listens_at_is_refused_at_once(monkeypatch):
+    # ray.init retried an address with nothing listening for minutes, a warning every few seconds
+    # and never an error: `serve --replicas 2 --ray-address 127.0.0.1:1` looked hung
+    import socket
+
+    pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("ray.init reached"))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        refused = pytest.raises(launch.RayStartError, match=rf"^--ray-address {address}: Ray did not start: ")
+        with refused, launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
+            pytest.fail("a fleet started")
 
 
 def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_running(monkeypatch):
@@ -536,6 +556,7 @@ def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_runni
     monkeypatch.setattr(serve, "delete", lambda name, **_: calls.append(f"delete {name}"))
     running = SimpleNamespace(applications={launch.APP: SimpleNamespace()})
     monkeypatch.setattr(serve, "status", lambda: running)
+    monkeypatch.setattr(launch, "unreachable", lambda address: None)
     with pytest.raises(launch.RayStartError) as e, launch.ray_serve(launch.FleetSpec(2, "pow2", "auto")):
         pytest.fail("deployed over the running fleet")
     assert str(e.value) == (

@@ -4,7 +4,6 @@ kernels' few-row product (``rf_linear_rows``)."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from typing import Protocol
 
@@ -12,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.models.kernels.backend import native_library
-from radixflow.models.kernels.native.build import find_compiler
+from radixflow.models.kernels.native.build import Built, find_compiler
 from radixflow.models.kernels.native.layer_ops import linear_rows
 from radixflow.models.zoo import default_cache_dir
 
@@ -21,8 +20,8 @@ class LinearBackend(Protocol):
     name: str
     packs: bool  # whether `prepare` makes a copy of the weight (kept for the runner's lifetime)
 
-    def usable(self) -> bool:
-        """Whether this backend computes IEEE float32 here (checked once, at plan time)."""
+    def problem(self) -> str | None:
+        """Why this backend cannot compute IEEE float32 here (None: it can); checked at plan time."""
         ...
 
     def prepare(self, weight: torch.Tensor) -> torch.Tensor:
@@ -38,8 +37,8 @@ class MklLinear:
     name = "mkl"
     packs = False
 
-    def usable(self) -> bool:
-        return True
+    def problem(self) -> str | None:
+        return None
 
     def prepare(self, weight: torch.Tensor) -> torch.Tensor:
         return weight
@@ -55,13 +54,17 @@ class OneDnnLinear:
     name = "onednn"
     packs = True
 
-    def usable(self) -> bool:
+    def problem(self) -> str | None:
         mkldnn = torch.backends.mkldnn
         if not mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-            return False
+            return "this torch build has no oneDNN float32 linear"
         # a lowered precision lets oneDNN compute float32 GEMMs in bf16 or tf32
         precision = getattr(getattr(mkldnn, "matmul", None), "fp32_precision", "none")
-        return precision in ("none", "ieee") and torch.get_float32_matmul_precision() == "highest"
+        if precision not in ("none", "ieee"):
+            return f"float32 matmuls run at a lowered precision here (oneDNN: {precision})"
+        if (torch_precision := torch.get_float32_matmul_precision()) != "highest":
+            return f"float32 matmuls run at a lowered precision here (torch: {torch_precision})"
+        return None
 
     def prepare(self, weight: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -78,24 +81,25 @@ class NativeLinear:
     name = "native"
     packs = False
 
-    def usable(self) -> bool:
-        return _native_lib() is not None
+    def problem(self) -> str | None:
+        built = _native_built()
+        return None if built.library is not None else f"native kernels could not be built: {built.problem}"
 
     def prepare(self, weight: torch.Tensor) -> torch.Tensor:
         return weight
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        lib = _native_lib()
+        lib = _native_built().library
         if lib is None:  # only a given plan gets here; the runner refuses it first (`unusable`)
             raise RuntimeError("the native kernels are not built on this machine")
         return linear_rows(lib, x, weight, bias)
 
 
 @functools.cache
-def _native_lib() -> ctypes.CDLL | None:
-    """The native kernels' library where they build here: looked up once per process (a routed
-    call must not search PATH for a compiler), built once (`native_library`)."""
-    return native_library(default_cache_dir() / "kernels", find_compiler()).library
+def _native_built() -> Built:
+    """The native kernels' library where they build here, or why not: looked up once per process
+    (a routed call must not search PATH for a compiler), built once (`native_library`)."""
+    return native_library(default_cache_dir() / "kernels", find_compiler())
 
 
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (MklLinear(), OneDnnLinear(), NativeLinear())}

@@ -30,10 +30,11 @@ from radixflow.runners.matmul_plan import SHAPE_CLASSES, parse_choices
 
 
 def unusable(plan: MatmulPlan) -> list[str]:
-    """The backends ``plan`` names that cannot run here, in class order (a given plan is not
-    measured, so nothing else catches one)."""
+    """Each backend ``plan`` names that cannot run here, with why (``native cannot run on this
+    machine: ...``), in class order (a given plan is not measured, so nothing else catches one)."""
     names = dict.fromkeys(plan.choices)
-    return [name for name in names if not BACKENDS[name].usable()]
+    why = {name: BACKENDS[name].problem() for name in names}
+    return [f"{name} cannot run on this machine: {why[name]}" for name in names if why[name] is not None]
 
 
 @dataclass(frozen=True)

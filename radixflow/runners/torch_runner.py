@@ -248,7 +248,7 @@ def settings_problem(
     if isinstance(given, Problem):
         return given
     if given is not None and local and (missing := unusable(given)):
-        return Problem("matmul", f"{', '.join(missing)} cannot run on this machine")
+        return Problem("matmul", "; ".join(missing))
     if given is not None and not _routes_matmuls(device, dtype):  # else torch's own GEMM runs, silently
         where = f"not {device} in {str(dtype).removeprefix('torch.')}: leave it auto"
         return Problem("matmul", f"plans route CPU float32 matmuls only, {where}")

@@ -12,6 +12,7 @@ from model_utils import ZOO_TINY, assert_same_top1, one_thread, prompt, zoo_mode
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch, StatePool
+from radixflow.models.kernels.native.build import Built
 from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import Config
 from radixflow.models.registry import model_class
@@ -26,7 +27,7 @@ from radixflow.runners.matmul_plan import BACKEND_NAMES, SHAPE_CLASSES
 from radixflow.runners.torch_runner import TorchRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-needs_onednn = pytest.mark.skipif(not OneDnnLinear().usable(), reason="oneDNN float32 linear unavailable")
+needs_onednn = pytest.mark.skipif(OneDnnLinear().problem() is not None, reason="no oneDNN float32 linear")
 
 
 def test_plans_parse_from_one_name_or_class_pairs():
@@ -74,7 +75,7 @@ def test_auto_measures_the_decode_classes_only():
     plan = measure_plan(torch.randn(256, 128), repeats=2)
     assert plan.source == "measured" and plan.choices[-1] == "mkl"  # prefill keeps MKL
     assert [name for name, _ in plan.timings] == ["single", "decode"]
-    usable = {name for name, b in BACKENDS.items() if b.usable()}
+    usable = {name for name, b in BACKENDS.items() if b.problem() is None}
     for (_, times), choice in zip(plan.timings, plan.choices, strict=False):
         assert {n for n, _ in times} == usable and choice in usable
 
@@ -83,7 +84,7 @@ def test_a_lowered_float32_precision_rules_onednn_out():
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium")
     try:
-        assert not OneDnnLinear().usable()
+        assert OneDnnLinear().problem().startswith("float32 matmuls run at a lowered precision here")
         assert "onednn" not in measure_plan(torch.randn(64, 32), repeats=1).choices
     finally:
         torch.set_float32_matmul_precision(before)
@@ -137,7 +138,7 @@ def logits(net: nn.Module, tokens: list[int]) -> torch.Tensor:
 def test_every_backend_everywhere_stays_within_the_parity_bar(model: nn.Module, backend: str):
     # Every family's tiny preset with all its Linears on one backend against the MKL path (which
     # is transformers' own GEMM): within the 1e-4 bar the parity tests hold against transformers.
-    if not BACKENDS[backend].usable():
+    if BACKENDS[backend].problem() is not None:
         pytest.skip(f"{backend} cannot run here")
     tokens = prompt(3, 40)
     want = logits(model, tokens)
@@ -158,11 +159,16 @@ def test_the_dominant_weight_carries_the_most_parameters():
 
 
 def test_a_plan_naming_a_backend_that_cannot_run_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(linear_backends, "_native_lib", lambda: None)  # as on a machine with no C compiler
-    assert not BACKENDS["native"].usable() and "native" not in measure_plan(torch.randn(64, 32), 1).choices
+    # as on a machine with no C compiler: the refusal said only "native cannot run on this machine"
+    why = "no C compiler on PATH (looked for gcc, cc)"
+    monkeypatch.setattr(linear_backends, "_native_built", lambda: Built(None, why))
+    assert BACKENDS["native"].problem() == f"native kernels could not be built: {why}"
+    assert "native" not in measure_plan(torch.randn(64, 32), 1).choices
     with pytest.raises(ProblemError) as err:
         TorchRunner(tmp_path / "missing", 16, 4, 1, matmul="single=native")
-    assert err.value.problem.param == "matmul" and "native cannot run" in str(err.value)
+    assert err.value.problem.param == "matmul"
+    said = "matmul: native cannot run on this machine: native kernels could not be built: "
+    assert str(err.value) == said + why
 
 
 def test_a_cold_class_empties_the_caches_before_each_timed_call():

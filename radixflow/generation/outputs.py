@@ -105,6 +105,14 @@ class GenerationOutput:
     cached_tokens: int = 0
     stop_string: str | None = None  # the stop string that ended it, if one did
     choice: int = 0
+    stop_token: int | None = None  # the token of ``stop_token_ids`` that ended it, if one did
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        """vLLM's ``stop_reason``: the stop string or stop token id that ended the output; None
+        when it ended otherwise (``max_tokens``, the model's end-of-sequence token, a guided
+        choice completed), so ``finish_reason`` "stop" with None here is an EOS."""
+        return self.stop_string if self.stop_string is not None else self.stop_token
 
 
 @dataclass(frozen=True)

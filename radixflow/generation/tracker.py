@@ -126,7 +126,18 @@ class RequestTracker:
             cached_tokens=req.reused,
             stop_string=self.stop_string,
             choice=self.choice,
+            stop_token=self._stop_token(),
         )
+
+    def _stop_token(self) -> int | None:
+        """The ``stop_token_ids`` entry that ended the request, if one did (its last token: a token
+        that ends a request is the last one generated). One the client listed counts whether or
+        not it is also the model's end-of-sequence token (only the scheduler knows those)."""
+        req = self.request
+        if not req.stopped_by_token or not req.output:
+            return None
+        last = req.output[-1]
+        return last if last in req.sampling.stop_token_ids else None
 
     def _limit(self) -> int:
         """End of the text that may be shown now."""

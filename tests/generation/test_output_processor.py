@@ -301,3 +301,22 @@ def test_a_stop_string_in_the_text_of_the_stop_token_that_ended_the_request_stop
             assert out.stop_string == inside and out.text == whole[: whole.rindex(inside) + len(inside)]
         else:
             assert out.stop_string is None and out.text == tokenizer.decode([first])
+
+
+def test_stop_reason_is_the_stop_string_or_stop_token_that_ended_it_and_none_otherwise(tokenizer, ids):
+    # vLLM's `stop_reason`: the stop string or the stop_token_ids entry that ended the choice;
+    # None when it ran to max_tokens or ended at an end-of-sequence token
+    stop, _, _ = boundary_stop(tokenizer, ids)
+    eos = replace(CFG, eos_token_ids=(ids[2],))
+    cases = [
+        ({"stop": (stop,)}, CFG, stop),
+        ({"stop_token_ids": (ids[3],)}, CFG, ids[3]),
+        ({"max_tokens": 3}, CFG, None),
+        ({}, eos, None),  # the model's EOS
+    ]
+    for params, cfg, reason in cases:
+        engine = new_engine(ScriptedRunner({"s": ids}), cfg)
+        processor = OutputProcessor(engine)
+        submit(processor, tokenizer, "s", **params)
+        out = done_of(run_all(engine, processor), "s").output
+        assert out is not None and out.stop_reason == reason, params

@@ -154,6 +154,40 @@ def test_stop_strings_cut_the_text_as_offline(served, llm):
     assert kept["finish_reason"] == "stop"
 
 
+def stop_reasons(served: RunningServer, route: str, stream: bool, **fields) -> list[object]:
+    """Each choice's ``stop_reason`` through the openai client (a stream's from its final chunk)."""
+    client, extra = served.client(), {"ignore_eos": True, **fields.pop("extra_body", {})}
+    common = {"model": MODEL, "max_tokens": 12, "temperature": 0, "stream": stream, "extra_body": extra}
+    if route == "chat":
+        made = client.chat.completions.create(messages=[user(PROMPTS[0])], **common, **fields)
+    else:
+        made = client.completions.create(prompt=PROMPTS[0], **common, **fields)
+    choices = [c for chunk in made for c in chunk.choices] if stream else made.choices
+    return [c.stop_reason for c in choices if c.finish_reason is not None]
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_each_choice_says_which_stop_string_or_stop_token_ended_it_as_vllm(served, route, stream):
+    # vLLM's stop_reason: the stop string or stop token id that ended the choice, null otherwise;
+    # the server sent none, so a client could not tell a stop string from an EOS
+    assert stop_reasons(served, route, stream) == [None]  # ran to max_tokens
+    body = {"model": MODEL, "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    body |= {"return_tokens_as_token_ids": True}  # the tokens generated, by id
+    if route == "chat":
+        body |= {"messages": [user(PROMPTS[0])], "logprobs": True}
+        (made,) = served.http().post("/v1/chat/completions", json=body).json()["choices"]
+        text, names = made["message"]["content"], [e["token"] for e in made["logprobs"]["content"]]
+    else:
+        body |= {"prompt": PROMPTS[0], "logprobs": 0}
+        (made,) = served.http().post("/v1/completions", json=body).json()["choices"]
+        text, names = made["text"], made["logprobs"]["tokens"]
+    stop = text[len(text) // 2 :][:2]
+    assert stop_reasons(served, route, stream, stop=[stop, "never"]) == [stop]
+    token = int(names[3].removeprefix("token_id:"))
+    assert stop_reasons(served, route, stream, extra_body={"stop_token_ids": [token]}) == [token]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_eos_tokens_text_is_left_out_with_special_tokens_kept(served, llm, stream):
     # the EOS token that ended a request showed its text ("<|im_end|>") with skip_special_tokens

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixflow.generation.outputs import TokenLogprob
+from radixflow.generation.outputs import GenerationOutput, TokenLogprob
 from radixflow.server.events import Delta, Final
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames, chat_logprobs
 
 
 def choice(
-    index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None, finish: str | None
+    index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None, out: GenerationOutput | None = None
 ) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    """A chunk's choice; ``out``: the finished output it ends with (None: the reply goes on)."""
+    finish, stop = (None, None) if out is None else (out.finish_reason, out.stop_reason)
+    return {
+        "index": index,
+        "delta": delta,
+        "logprobs": logprobs,
+        "finish_reason": finish,
+        "stop_reason": stop,
+    }
 
 
 class ChatChunks:
@@ -27,17 +35,17 @@ class ChatChunks:
         self.envelope, self._names, self._k, self.n = envelope, names, k, n
 
     def opening(self) -> list[dict[str, Any]]:
-        return [choice(i, {"role": "assistant", "content": ""}, None, None) for i in range(self.n)]
+        return [choice(i, {"role": "assistant", "content": ""}, None) for i in range(self.n)]
 
     async def delta(self, event: Delta) -> dict[str, Any] | None:
         delta = event.delta
         if not (delta.text or (self._k is not None and delta.token_ids)):
             return None
-        return choice(event.index, {"content": delta.text}, self._logprobs(delta.logprobs), None)
+        return choice(event.index, {"content": delta.text}, self._logprobs(delta.logprobs))
 
     def final(self, event: Final) -> dict[str, Any]:
         assert event.output is not None
-        return choice(event.index, {}, None, event.output.finish_reason)
+        return choice(event.index, {}, None, event.output)
 
     def _logprobs(self, entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
         if self._k is None or not entries:

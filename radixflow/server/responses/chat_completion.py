@@ -24,6 +24,7 @@ def chat_completion(
             "message": {"role": "assistant", "content": out.text},
             "logprobs": chat_logprobs(out.logprobs or (), k, names) if k is not None else None,
             "finish_reason": out.finish_reason,
+            "stop_reason": out.stop_reason,  # vLLM's: the stop string or stop token id, else null
         }
         for index, out in answered
     ]

@@ -25,8 +25,12 @@ KIND = "text_completion"
 Offload = Callable[..., Awaitable[Any]]  # runs ``fn(*args)`` on a tokenizer thread
 
 
-def choice(index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+def choice(
+    index: int, text: str, logprobs: dict[str, Any] | None, out: GenerationOutput | None = None
+) -> dict[str, Any]:
+    """A choice; ``out``: the finished output it ends with (None: a stream's delta, unfinished)."""
+    finish, stop = (None, None) if out is None else (out.finish_reason, out.stop_reason)
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish, "stop_reason": stop}
 
 
 class TextCompletion:
@@ -76,7 +80,7 @@ class TextCompletion:
 
     def final(self, event: Final) -> dict[str, Any]:
         assert event.output is not None
-        return choice(event.index, "", None, event.output.finish_reason)
+        return choice(event.index, "", None, event.output)
 
     def _choice(self, index: int, out: GenerationOutput) -> dict[str, Any]:
         lp = CompletionLogprobs(self._names, self._k or 0)
@@ -84,7 +88,7 @@ class TextCompletion:
         if self._k is not None:
             lp.add(out.logprobs or (), offset)
         logprobs = lp.body() if self._k is not None else None
-        body = choice(index, text + out.text, logprobs, out.finish_reason)
+        body = choice(index, text + out.text, logprobs, out)
         if self._prompt_k is not None and out.prompt_logprobs is not None:
             body["prompt_logprobs"] = prompt_logprobs_body(out.prompt_logprobs, self._prompt_k, self._names)
         return body
@@ -102,7 +106,7 @@ class TextCompletion:
             offset += len(delta.text)
         self._offsets[index] = offset
         logprobs = lp.body() if self._k is not None else None
-        return choice(index, text + delta.text, logprobs, None)
+        return choice(index, text + delta.text, logprobs)
 
     def _echoed(
         self, index: int, lp: CompletionLogprobs, scored: PromptTokenLogprobs | None, offset: int

@@ -21,7 +21,6 @@ from radixflow.cluster.fleet_metrics import FleetFigures
 from radixflow.cluster.wire import Job, WireEvent, decode
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
-from radixflow.problems import counted
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.server.events import Delta, Final, NotAccepting, QueueFull, Sink
 from radixflow.server.metrics import ServerMetrics
@@ -129,10 +128,7 @@ class RemoteLoop:
         if not self._accepting or failure is not None:
             raise NotAccepting(failure or "the server is shutting down")
         if len(self._flights) + len(items) > self.max_pending:
-            raise QueueFull(
-                f"{counted(len(self._flights), 'request')} {'is' if len(self._flights) == 1 else 'are'} "
-                f"queued (limit {self.max_pending}); retry later"
-            )
+            raise QueueFull.of(len(self._flights), len(items), self.max_pending)
         self._aio = asyncio.get_running_loop()
         self._idle.clear()
         now = time.monotonic()

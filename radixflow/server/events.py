@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from radixflow.generation.output_processor import Done, FailureKind
 from radixflow.generation.outputs import GenerationOutput, StreamDelta
+from radixflow.problems import counted
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,16 @@ Sink = Callable[[Event], None]
 
 class QueueFull(Exception):
     """The bounded queue of accepted, unanswered requests is full (HTTP 429)."""
+
+    @classmethod
+    def of(cls, pending: int, adding: int, limit: int) -> QueueFull:
+        """A submission of ``adding`` requests refused with ``pending`` queued of ``limit``; one
+        of several prompts (or choices) that would pass it says so, or the queue reads as having
+        room."""
+        queued = f"{counted(pending, 'request')} {'is' if pending == 1 else 'are'} queued (limit {limit})"
+        if pending < limit:  # one more would fit: this request's own count is what does not
+            queued += f"; this one adds {adding}"
+        return cls(f"{queued}; retry later")
 
 
 class NotAccepting(Exception):

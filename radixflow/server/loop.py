@@ -24,7 +24,6 @@ from typing import TypeVar
 from radixflow.engine.engine import Engine
 from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.generation.tracker import RequestTracker
-from radixflow.problems import counted
 from radixflow.scheduler.request import Request
 from radixflow.server.dispatch import Dispatch, Entry
 from radixflow.server.events import Final, NotAccepting, QueueFull, Sink, send
@@ -100,10 +99,7 @@ class EngineLoop:
                 raise NotAccepting(self.failure or "the server is shutting down")
             pending = len(self._owed)
             if pending + len(items) > self.max_pending:
-                raise QueueFull(
-                    f"{counted(pending, 'request')} {'is' if pending == 1 else 'are'} "
-                    f"queued (limit {self.max_pending}); retry later"
-                )
+                raise QueueFull.of(pending, len(items), self.max_pending)
             entries = [Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
             self._owed.update(entries)
             self._on_pending()  # now: the engine thread may be in a long round

@@ -135,6 +135,19 @@ def test_the_queue_bound_counts_prompts_until_they_are_answered(make_loop, token
     finals(submit(loop, tokenizer, limit), limit)  # answered requests no longer count
 
 
+def test_a_request_refused_for_its_own_prompts_says_they_would_pass_the_limit(make_loop, tokenizer):
+    """A request whose prompts (or n choices) would take the queue past its limit said only "1
+    request is queued (limit 3)": a client read the queue as having room, and retried in vain."""
+    runner = GatedRunner(SPEC, HARDWARE["h100"])
+    loop = make_loop(runner, max_pending=3)
+    events = submit(loop, tokenizer, 1)
+    said = r"^1 request is queued \(limit 3\); this one adds 3; retry later$"
+    with pytest.raises(QueueFull, match=said):
+        submit(loop, tokenizer, 3)
+    runner.gate.set()
+    finals(events, 1)
+
+
 def test_shutdown_without_drain_time_fails_what_is_left(make_loop, tokenizer):
     loop = make_loop(SimRunner(SPEC, HARDWARE["h100"]))
     loop.call(lambda e: setattr(e, "step", lambda: time.sleep(0.01)))  # rounds that never finish anything

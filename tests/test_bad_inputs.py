@@ -591,7 +591,8 @@ def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
 def _server_routes() -> dict[str, tuple[Any, dict[str, Any]]]:
     from server_utils import MODEL
 
-    from radixflow.server.protocol import ChatRequest, CompletionRequest, DetokenizeRequest
+    from radixflow.server.protocol import ChatRequest, CompletionRequest
+    from radixflow.server.protocol_tokens import DetokenizeRequest
 
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     return {

@@ -1,4 +1,5 @@
-"""Request bodies of the OpenAI-compatible routes, and what they ask of the engine.
+"""Request bodies of the generation routes (``/v1/completions``, ``/v1/chat/completions``), and
+what they ask of the engine; those of the routes that generate nothing are in `protocol_tokens`.
 
 Types are strict and strings must be valid Unicode (see `strict`). Unknown fields are ignored, as
 OpenAI clients send many. Known fields are implemented (declared with their types below), ignored
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field, create_model
+from pydantic import Field
 
 from radixflow.generation.params import SamplingParams, unsent_max_tokens
 from radixflow.scheduler.sampling import alternatives_problem
@@ -20,20 +21,13 @@ from radixflow.server.refused import (
     COMPLETION_REFUSED,
     STREAM_REFUSED,
     STRUCTURED,
-    TEMPLATE_REFUSED,
 )
-from radixflow.server.strict import Refused, StrictBody
+from radixflow.server.strict import Refused, StrictBody, declaring
 
 OPENAI_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 # a logit_bias key: decimal ASCII digits, few enough for int() (a negative id is then refused as
 # outside the vocabulary, as a long one would be)
 TOKEN_ID_KEY = re.compile(r"-?[0-9]{1,18}")
-
-
-def _declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) -> type[StrictBody]:
-    """``base`` plus each refused field as an optional field of any type: declared, so a request
-    that sets it is seen (and refused) instead of having the field ignored."""
-    return create_model(name, __base__=base, **{f: (Any, None) for f in fields})  # type: ignore[call-overload]
 
 
 class StructuredOutputs(StrictBody):
@@ -168,7 +162,7 @@ class _Generate(StrictBody):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)):  # type: ignore[misc]
+class CompletionRequest(declaring("_Completion", _Generate, COMPLETION_REFUSED)):  # type: ignore[misc]
     REFUSED: ClassVar[dict[str, Refused]] = COMPLETION_REFUSED
 
     prompt: str | list[int] | list[str] | list[list[int]]
@@ -186,7 +180,7 @@ class CompletionRequest(_declaring("_Completion", _Generate, COMPLETION_REFUSED)
         return self.sampling(max_tokens, self.logprobs, _most(echoed, self.prompt_logprobs))
 
 
-class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[misc]
+class ChatRequest(declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[misc]
     REFUSED: ClassVar[dict[str, Refused]] = CHAT_REFUSED
 
     messages: list[dict[str, Any]]
@@ -219,51 +213,6 @@ class ChatRequest(_declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore
     def length_field(self) -> str:
         """The name the client gave the length limit: OpenAI's newer one wins, as in vLLM."""
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
-
-
-class ScoreRequest(_declaring("_Score", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
-    """``/v1/score``: candidates (texts or token-id lists) after one context (text or ids), or
-    after a conversation (``messages``, rendered up to the assistant's turn: the candidates are
-    replies)."""
-
-    REFUSED: ClassVar[dict[str, Refused]] = TEMPLATE_REFUSED
-
-    model: str
-    context: str | list[int] | None = None
-    messages: list[dict[str, Any]] | None = None
-    candidates: list[str] | list[list[int]]
-    add_special_tokens: bool = True  # around a text context, as /v1/completions adds them
-    cache_salt: str | None = None
-
-    @property
-    def namespace(self) -> str:
-        return salted(self.cache_salt)
-
-
-class TokenizeRequest(_declaring("_Tokenize", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
-    REFUSED: ClassVar[dict[str, Refused]] = TEMPLATE_REFUSED
-
-    model: str | None = None
-    prompt: str | None = None
-    messages: list[dict[str, Any]] | None = None
-    add_special_tokens: bool = True
-    add_generation_prompt: bool = True
-    return_token_strs: bool = False
-
-
-class DetokenizeRequest(StrictBody):
-    model: str | None = None
-    tokens: list[int]
-
-
-def check_specials_with_messages(body: ScoreRequest | TokenizeRequest) -> None:
-    """ApiError 400 when ``body`` asks for special tokens around a conversation: it is encoded as
-    the chat route encodes it, which refuses that (the template writes them); a default left as
-    it is asks for nothing."""
-    asked = body.add_special_tokens and "add_special_tokens" in body.model_fields_set
-    if body.messages is not None and asked:
-        why = "add_special_tokens: not implemented with messages: the chat template writes them"
-        raise ApiError(400, why, "add_special_tokens")
 
 
 def salted(cache_salt: str | None) -> str:

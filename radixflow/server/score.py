@@ -30,7 +30,7 @@ from radixflow.server.chat import chat_prompt
 from radixflow.server.completions import prompt_ids
 from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
-from radixflow.server.protocol import ScoreRequest, check_specials_with_messages
+from radixflow.server.protocol_tokens import ScoreRequest, check_specials_with_messages
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.responses.logprobs import finite_logprob
 from radixflow.server.state import ServerState

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 SURROGATE = "surrogate"  # pydantic error types raised here (errors.py turns them into one line)
@@ -93,6 +93,12 @@ class StrictBody(BaseModel):
                 {"path": path, "char": f"\\u{ord(char):04x}"},
             )
         return value
+
+
+def declaring(name: str, base: type[StrictBody], fields: dict[str, Refused]) -> type[StrictBody]:
+    """``base`` plus each refused field as an optional field of any type: declared, so a request
+    that sets it is seen (and refused) instead of having the field ignored."""
+    return create_model(name, __base__=base, **{f: (Any, None) for f in fields})  # type: ignore[call-overload]
 
 
 def _surrogate_error(path: str, param: str | None, char: str) -> PydanticCustomError:

@@ -15,7 +15,7 @@ from radixflow.generation.detokenize import token_texts
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
-from radixflow.server.protocol import DetokenizeRequest, TokenizeRequest, check_specials_with_messages
+from radixflow.server.protocol_tokens import DetokenizeRequest, TokenizeRequest, check_specials_with_messages
 from radixflow.server.state import ServerState
 
 router = APIRouter(route_class=FastJsonRoute)

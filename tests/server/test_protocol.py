@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 from server_utils import MODEL, RunningServer, running_server
 
-from radixflow.server.protocol import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from radixflow.server.protocol import ChatRequest, CompletionRequest
+from radixflow.server.protocol_tokens import DetokenizeRequest, TokenizeRequest
 from radixflow.server.state import ServerConfig
 from radixflow.server.strict import StrictBody, same_json
 

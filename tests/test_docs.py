@@ -207,6 +207,19 @@ def test_every_metric_the_docs_name_is_one_the_server_exports():
     assert named - exported == set()
 
 
+def test_the_serving_docs_list_every_metric_the_server_exports():
+    """docs/serving.md is where /metrics is described: a series it leaves out (the cache's bytes
+    and evictions, the tokens generated, the failed rounds) is one an operator never learns of."""
+    from radixflow.server.metrics import ServerMetrics
+
+    exported = {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in ServerMetrics().registry.collect()
+    }
+    listed = set(re.findall(r"\bradixflow_[a-z0-9_]+\b", (ROOT / "docs" / "serving.md").read_text()))
+    assert exported - listed == set()
+
+
 _ROUTE_DECLARED = re.compile(r"@\w+\.(get|post)\(\"([^\"]+)\"")
 _ROUTE_SHOWN = re.compile(r"`(GET|POST) (/[^`\s]*)`")
 

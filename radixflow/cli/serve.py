@@ -31,7 +31,7 @@ from radixflow.options.machine import cpu_count, server_thread_plan
 from radixflow.options.spec import checked
 from radixflow.problems import ProblemError, counted
 from radixflow.server.config import Listen, ServerConfig
-from radixflow.server.listen import bind, bound_port
+from radixflow.server.listen import base_url, bind, bound_port
 
 # what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     server = build_server(model, config, listen.host, port, listen.log_level)
     prior = model.setup.choice.describe(model.setup.runner).get("round_predictor")
     print(
-        f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
+        f"radixflow: serving {args.model} on {base_url(listen.host, port)} "
         f"({counted(options.torch_threads, 'torch thread')}, "
         f"{counted(config.tokenizer_threads, 'tokenizer thread')}; "
         f"round predictor from {prior or 'nothing'})",
@@ -222,7 +222,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
             handle = deploy(options, spec, config, figures)
             server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
             print(
-                f"radixflow: serving {args.model} on http://{listen.host}:{port}/v1 "
+                f"radixflow: serving {args.model} on {base_url(listen.host, port)} "
                 f"({counted(spec.replicas, 'replica')} on Ray Serve, router {spec.router}, "
                 f"{counted(options.torch_threads, 'torch thread')} each)",
                 file=sys.stderr,

@@ -48,3 +48,11 @@ def _bind_problem(host: str, port: int, e: OSError) -> Problem:
 def bound_port(sock: socket.socket) -> int:
     """The port ``sock`` is bound to (the one the system chose for port 0)."""
     return int(sock.getsockname()[1])
+
+
+def base_url(host: str, port: int) -> str:
+    """The API's base URL on ``host``:``port``, an IPv6 literal in brackets (``http://[::1]:8000/v1``:
+    unbracketed, the port reads as part of the address and no client can open it)."""
+    shown = f"[{host}]" if ":" in host else host  # no host name holds a colon
+    return f"http://{shown}:{port}/v1"
+

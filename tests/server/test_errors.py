@@ -4,6 +4,7 @@ the engine left consistent."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -513,3 +514,22 @@ def test_serve_startup_line_counts_one_thread_in_the_singular(zoo, capsys, monke
     argv = ["serve", MODEL, "--port", "0", "--torch-threads", "1", "--tokenizer-threads", "1"]
     assert main(argv) == 0
     assert "(1 torch thread, 1 tokenizer thread; round predictor from " in capsys.readouterr().err
+
+
+def test_serve_startup_line_gives_an_ipv6_address_in_brackets(zoo, capsys, monkeypatch):
+    # --host ::1 printed "http://::1:8000/v1", a URL nothing can open (the port reads as part of
+    # the address); an IPv6 literal goes in brackets
+    import radixflow.server.serve
+    from radixflow.cli import main
+
+    class Server:
+        engine_left = False
+
+        def run(self, sockets: list[object]) -> None:
+            return None
+
+    monkeypatch.setattr(radixflow.server.serve, "build_server", lambda *args: Server())
+    assert main(["serve", MODEL, "--host", "::1", "--port", "0"]) == 0
+    line = capsys.readouterr().err
+    assert re.search(r"on http://\[::1\]:\d+/v1 ", line), line
+

@@ -150,4 +150,5 @@ class Dispatch:
             "checkpoint": memory.checkpoint_bytes,
             "working": memory.working_bytes,
         }
-        self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, cache.evictions())
+        evictions = cache.evictions()
+        self.metrics.on_cache(cache.namespaces, memory.budget_bytes, in_use, evictions, memory.promised_bytes)

@@ -55,4 +55,3 @@ def base_url(host: str, port: int) -> str:
     unbracketed, the port reads as part of the address and no client can open it)."""
     shown = f"[{host}]" if ":" in host else host  # no host name holds a colon
     return f"http://{shown}:{port}/v1"
-

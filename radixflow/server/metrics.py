@@ -50,6 +50,7 @@ class ServerMetrics:
             self.namespaces,
             self.cache_bytes,
             self.cache_budget,
+            self.cache_promised,
             self.evictions,
             self.tokens_per_s,
             self.prediction_error,
@@ -104,6 +105,11 @@ class ServerMetrics:
         self.cache_budget = self._gauge(
             "cache_budget_bytes",
             "the cache's memory budget (cache_memory; without one, what its KV and state capacities hold)",
+        )
+        self.cache_promised = self._gauge(
+            "cache_promised_bytes",
+            "KV bytes running requests will still allocate, held against the budget beside cache_bytes "
+            "(new requests wait while the two fill it)",
         )
         self.evictions = self._counter(
             "cache_evictions",
@@ -180,13 +186,20 @@ class ServerMetrics:
         self.pending.set(pending)
 
     def on_cache(
-        self, namespaces: int, budget: int, in_use: Mapping[str, int], evictions: Mapping[str, int]
+        self,
+        namespaces: int,
+        budget: int,
+        in_use: Mapping[str, int],
+        evictions: Mapping[str, int],
+        promised: int = 0,
     ) -> None:
         """The engine's cache now holds ``namespaces`` namespaces (one per live cache salt) and
-        ``in_use`` bytes by kind of its ``budget``; ``evictions``: its entries evicted so far, by
-        kind (totals: counted here as the increase since the last call)."""
+        ``in_use`` bytes by kind of its ``budget``, beside ``promised`` bytes of KV its running
+        requests will still allocate; ``evictions``: its entries evicted so far, by kind (totals:
+        counted here as the increase since the last call)."""
         self.namespaces.set(namespaces)
         self.cache_budget.set(budget)
+        self.cache_promised.set(promised)
         for kind, used in in_use.items():
             self.cache_bytes.labels(kind).set(used)
         for kind, total in evictions.items():

@@ -208,6 +208,29 @@ def test_the_cache_figures_are_published_before_the_first_request(make_loop):
         assert gauge("radixflow_cache_evictions_total", {"kind": kind}) == 0
 
 
+def test_the_kv_promised_to_running_requests_is_shown_beside_the_bytes_in_use(make_loop, tokenizer):
+    """The KV a running request will still allocate is held against the budget before it is
+    allocated: /metrics showed only the bytes in use, so a cache reading half full turned new
+    requests away with nothing there saying why."""
+    runner = GatedRunner(SPEC, HARDWARE["h100"])  # the requests run and cannot finish
+    loop = make_loop(runner)
+    events = submit(loop, tokenizer, 2, max_tokens=200)
+    gauge = loop.metrics.registry.get_sample_value
+    deadline = time.monotonic() + 30
+    while gauge("radixflow_requests_running") != 2:  # published after the first round
+        assert time.monotonic() < deadline, "the requests never ran"
+        time.sleep(0.01)
+    promised = gauge("radixflow_cache_promised_bytes")
+    used = sum(gauge("radixflow_cache_bytes", {"kind": k}) for k in ("kv", "checkpoint", "working"))
+    block = loop.engine.cache.ledger.block_bytes
+    assert promised is not None and promised >= 2 * (200 // CFG.block_size - 1) * block
+    assert used + promised <= gauge("radixflow_cache_budget_bytes")
+    runner.gate.set()
+    finals(events, 2)
+    loop.call(lambda e: None)
+    assert gauge("radixflow_cache_promised_bytes") == 0
+
+
 def test_tokens_generated_before_an_abort_are_counted(make_loop, tokenizer):
     """`radixflow_generation_tokens_total` is every token generated, as its help says: a client
     that leaves mid-decode took those tokens too (prompt tokens and reuse stay finished-only)."""

@@ -122,13 +122,20 @@ class RemoteLoop:
         Ray Serve replaces it; its jobs end with an error, so the ingress has nothing stuck."""
         return None
 
-    def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
-        """On the event loop: every prompt becomes a job on a replica, all or none accepted."""
+    def check_open(self) -> None:
+        """Raise what `submit` would raise for one more prompt now (on the event loop)."""
+        self._check_room(1)
+
+    def _check_room(self, adding: int) -> None:
         failure = self.failure
         if not self._accepting or failure is not None:
             raise NotAccepting(failure or "the server is shutting down")
-        if len(self._flights) + len(items) > self.max_pending:
-            raise QueueFull.of(len(self._flights), len(items), self.max_pending)
+        if len(self._flights) + adding > self.max_pending:
+            raise QueueFull.of(len(self._flights), adding, self.max_pending)
+
+    def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
+        """On the event loop: every prompt becomes a job on a replica, all or none accepted."""
+        self._check_room(len(items))
         self._aio = asyncio.get_running_loop()
         self._idle.clear()
         now = time.monotonic()

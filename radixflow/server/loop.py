@@ -95,16 +95,24 @@ class EngineLoop:
         `NotAccepting` while shutting down."""
         arrival = time.monotonic()
         with self._cond:
-            if not self._accepting or self.failure is not None:
-                raise NotAccepting(self.failure or "the server is shutting down")
-            pending = len(self._owed)
-            if pending + len(items) > self.max_pending:
-                raise QueueFull.of(pending, len(items), self.max_pending)
+            self._check_room(len(items))
             entries = [Entry(tracker, i, sink, stream, arrival) for i, (_, tracker) in enumerate(items)]
             self._owed.update(entries)
             self._on_pending()  # now: the engine thread may be in a long round
             self._commands.append(lambda: self._dispatch.admit(entries))
             self._cond.notify()
+
+    def check_open(self) -> None:
+        """Raise what `submit` would raise for one more request now (`NotAccepting`, `QueueFull`):
+        a handler refuses it before tokenizing its prompt. `submit` decides still."""
+        with self._cond:
+            self._check_room(1)
+
+    def _check_room(self, adding: int) -> None:  # under _cond
+        if not self._accepting or self.failure is not None:
+            raise NotAccepting(self.failure or "the server is shutting down")
+        if len(self._owed) + adding > self.max_pending:
+            raise QueueFull.of(len(self._owed), adding, self.max_pending)
 
     def abort(self, request_ids: list[str]) -> None:
         """Cancel these requests (a client went away): their locks, blocks and slots are freed."""

@@ -7,8 +7,9 @@ import asyncio
 import hashlib
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -56,6 +57,10 @@ class ServingLoop(Protocol):
 
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
+        ...
+
+    def check_open(self) -> None:
+        """Raise what `submit` would for one more prompt now (`QueueFull`, `NotAccepting`)."""
         ...
 
     def abort(self, request_ids: list[str]) -> None:
@@ -206,9 +211,22 @@ class ServerState:
             items.extend((req, RequestTracker(req, self.tokenizer, c)) for c, req in enumerate(reqs))
         return items
 
+    def check_open(self) -> None:
+        """The 429 or 503 a request for the engine gets now, before anything is tokenized, when
+        its loop would refuse one more prompt (queue full, shutting down): a long prompt is not
+        tokenized, behind others in its lane, only to be refused. `submit` checks again."""
+        with self._refusals():
+            self.loop.check_open()
+
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
-        try:
+        with self._refusals():
             return Submission(self.loop, items, stream, self.answering)
+
+    @contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """The loop's refusals as the client's answers (429, 503), each counted by its reason."""
+        try:
+            yield
         except QueueFull as e:
             self.metrics.on_rejected("queue_full")
             raise ApiError(429, str(e), None, "queue_full") from None

@@ -428,6 +428,32 @@ def test_a_full_queue_answers_429_and_disconnects_free_everything(zoo):
         assert 'radixflow_requests_rejected_total{reason="queue_full"} 1.0' in metrics
 
 
+def test_a_full_queue_is_refused_before_anything_is_tokenized(zoo, monkeypatch):
+    # a request finding the queue full was tokenized first (a long text: seconds, behind other
+    # long texts in their lane) and only then told 429: the client waited for nothing, and the
+    # server spent its CPU on work it threw away, when it was already overloaded
+    with running_server(ServerConfig(max_pending=1)) as served:
+        client = served.http(timeout=30)
+        stream, _ = open_stream(client)  # the queue's one place, decoding
+        tokenizer = served.server.state.tokenizer
+        encoded: list[object] = []
+        encode = tokenizer.encode
+        monkeypatch.setattr(tokenizer, "encode", lambda *a, **k: encoded.append(a) or encode(*a, **k))
+        bodies = {
+            "/v1/completions": {"model": MODEL, "prompt": "one more", "max_tokens": 1},
+            "/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+            "/v1/score": {"model": MODEL, "context": "Q: yes or no? A:", "candidates": [" yes"]},
+        }
+        for route, body in bodies.items():
+            r = served.http().post(route, json=body)
+            assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", (route, r.text)
+        assert encoded == []
+        metrics = served.http().get("/metrics").text
+        assert 'radixflow_requests_rejected_total{reason="queue_full"} 3.0' in metrics
+        stream.close()
+        client.close()
+
+
 def test_a_client_that_times_out_mid_decode_aborts_its_request(served):
     body = {"model": MODEL, "prompt": "The train to Berlin leaves", **LONG}
     with pytest.raises(httpx.ReadTimeout):

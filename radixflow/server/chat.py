@@ -21,7 +21,7 @@ from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol import ChatRequest
 from radixflow.server.responses.chat_chunk import ChatChunks
-from radixflow.server.responses.chat_completion import chat_completion
+from radixflow.server.responses.chat_completion import chat_completion, encoded_chat_completion
 from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames
 from radixflow.server.responses.stream import sse_stream
@@ -92,6 +92,6 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
         return Response(status_code=499)  # nobody reads it: the client has gone
     if body.prompt_logprobs is None:
         return JSONResponse(chat_completion(envelope, finals, names, k), headers=headers)
-    # a long prompt's entries take a while to build: beside the event loop
-    built = await state.offload(chat_completion, envelope, finals, names, k, body.prompt_logprobs)
-    return JSONResponse(built, headers=headers)
+    # a long prompt's entries take a while to build and encode: beside the event loop
+    built = await state.offload(encoded_chat_completion, envelope, finals, names, k, body.prompt_logprobs)
+    return Response(built, media_type="application/json", headers=headers)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.requests import Request as HttpRequest
 
 from radixflow.generation.params import SamplingParams
@@ -87,4 +87,4 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
-    return JSONResponse(await shape.body(finals), headers=headers)
+    return Response(await shape.encoded(finals), media_type="application/json", headers=headers)

@@ -96,6 +96,47 @@ def test_tokenizing_runs_beside_the_event_loop(served, monkeypatch, route, body)
     assert answer["r"].status_code == 200, answer["r"].text
 
 
+USER = {"role": "user", "content": "hi"}  # a chat message
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "kind"),
+    [
+        ("/v1/completions", {"prompt": "Hi", "echo": True, "logprobs": 2}, "text_completion"),
+        ("/v1/chat/completions", {"messages": [USER], "prompt_logprobs": 2}, "chat.completion"),
+    ],
+)  # fmt: skip
+def test_an_answer_holding_the_prompts_entries_is_encoded_beside_the_event_loop(
+    served, monkeypatch, route, body, kind
+):
+    """Such an answer is built on a tokenizer thread (megabytes for a long prompt), and its JSON
+    was then encoded on the event loop: 40-80 ms for one 8k-token echo, every other client and
+    stream waiting. Held here while it is encoded: the server answers others meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+    dumps = json.dumps
+
+    def held(obj, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("object") == kind:
+            entered.set()
+            assert release.wait(20), "the test never released the encoder"
+        return dumps(obj, *args, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", held)
+    answer: dict[str, httpx.Response] = {}
+    client = served.http(timeout=30)
+    sent = {"model": MODEL, **body}
+    worker = threading.Thread(target=lambda: answer.update(r=client.post(route, json=sent)))
+    worker.start()
+    try:
+        assert entered.wait(20), "the answer was never encoded"
+        assert served.http(timeout=5).get("/health").status_code == 200  # while it is held
+    finally:
+        release.set()
+        worker.join(30)
+    assert answer["r"].status_code == 200, answer["r"].text
+    assert answer["r"].json()["object"] == kind
+
+
 @pytest.mark.parametrize(
     ("route", "body"),
     [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixflow.server.events import Final
-from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.responses.envelope import Envelope, json_bytes, usage
 from radixflow.server.responses.logprobs import TokenNames, chat_logprobs, prompt_logprobs_body
 
 KIND = "chat.completion"
@@ -33,3 +33,11 @@ def chat_completion(
     if prompt_k is not None and scored is not None:
         body["prompt_logprobs"] = prompt_logprobs_body(scored, prompt_k, names)
     return body
+
+
+def encoded_chat_completion(
+    envelope: Envelope, finals: list[Final], names: TokenNames, k: int | None, prompt_k: int | None
+) -> bytes:
+    """`chat_completion`'s body as JSON: with a long prompt's ``prompt_logprobs`` it is megabytes,
+    built and encoded beside the event loop (tens of milliseconds)."""
+    return json_bytes(chat_completion(envelope, finals, names, k, prompt_k))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,3 +51,9 @@ def usage(answered: Sequence[tuple[int, GenerationOutput]], n: int = 1) -> dict[
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in per_prompt.values())},
     }
+
+
+def json_bytes(body: dict[str, Any]) -> bytes:
+    """``body`` as JSON, encoded as Starlette's `JSONResponse` encodes it (compact, UTF-8, NaN
+    refused): for a body encoded beside the event loop (a long prompt's entries are megabytes)."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()

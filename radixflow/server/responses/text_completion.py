@@ -18,7 +18,7 @@ from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, 
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.server.events import Delta, Final
 from radixflow.server.protocol import CompletionRequest
-from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.responses.envelope import Envelope, json_bytes, usage
 from radixflow.server.responses.logprobs import CompletionLogprobs, TokenNames, prompt_logprobs_body
 
 KIND = "text_completion"
@@ -53,17 +53,18 @@ class TextCompletion:
         self._names = TokenNames(tokenizer, body.return_tokens_as_token_ids)
         self._offsets: dict[int, int] = {}  # streaming: text offset reached per choice
 
-    async def body(self, finals: list[Final]) -> dict[str, Any]:
-        """The whole response for these answers (each has its output)."""
+    async def encoded(self, finals: list[Final]) -> bytes:
+        """The whole response for these answers (each has its output), as JSON."""
         answered = [(f.index, f.output) for f in finals if f.output is not None]
 
-        def choices() -> list[dict[str, Any]]:
-            return [self._choice(index, out) for index, out in answered]
+        def whole() -> bytes:
+            choices = [self._choice(index, out) for index, out in answered]
+            return json_bytes({**self.envelope.body(KIND, choices), "usage": usage(answered, self.n)})
 
-        # an echo's logprob entries are as long as the prompts: built beside the event loop
+        # an echo's logprob entries are as long as the prompts: built and encoded (tens of
+        # milliseconds for a long prompt) beside the event loop
         long = self._echo or self._prompt_k is not None
-        built = await self._offload(choices) if long else choices()
-        return {**self.envelope.body(KIND, built), "usage": usage(answered, self.n)}
+        return await self._offload(whole) if long else whole()
 
     def opening(self) -> list[dict[str, Any]]:
         return []

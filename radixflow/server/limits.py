@@ -169,7 +169,7 @@ class BodyLimit:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
         error = ApiError(
             413,
-            f"{what} is over the server's limit of {self.max_bytes} bytes (radixflow serve --max-body-bytes)",
+            f"{what} is over the server's limit of {self.max_bytes} bytes (--max-body-bytes)",
             None,
             "request_too_large",
         )

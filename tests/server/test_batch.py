@@ -665,3 +665,16 @@ def test_a_run_cut_short_with_the_engine_stuck_ends_with_one_line_not_an_abort(z
     assert "terminate called" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines()[-1] == f"radixflow: interrupted; {ROUND_LEFT}"
     assert not out.exists()
+
+
+def test_a_body_over_the_limit_is_answered_413_naming_the_flag_of_this_command(zoo, tmp_path, capsys):
+    # the 413 said "(radixflow serve --max-body-bytes)" in a run-batch answer, a command not run
+    long = {"model": MODEL, "prompt": "word " * 400, "max_tokens": 1}
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(batch_line("long", "/v1/completions", long) + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-body-bytes", "1024", *FLAGS]
+    assert main(argv) == 1
+    capsys.readouterr()
+    (row,) = map(json.loads, out.read_text().splitlines())
+    message = row["response"]["body"]["error"]["message"]
+    assert row["response"]["status_code"] == 413 and message.endswith("bytes (--max-body-bytes)"), message

@@ -104,6 +104,7 @@ USER = {"role": "user", "content": "hi"}  # a chat message
     [
         ("/v1/completions", {"prompt": "Hi", "echo": True, "logprobs": 2}, "text_completion"),
         ("/v1/chat/completions", {"messages": [USER], "prompt_logprobs": 2}, "chat.completion"),
+        ("/v1/completions", {"prompt": "Hi", "echo": True, "logprobs": 2, "stream": True}, "text_completion"),
     ],
 )  # fmt: skip
 def test_an_answer_holding_the_prompts_entries_is_encoded_beside_the_event_loop(
@@ -134,7 +135,7 @@ def test_an_answer_holding_the_prompts_entries_is_encoded_beside_the_event_loop(
         release.set()
         worker.join(30)
     assert answer["r"].status_code == 200, answer["r"].text
-    assert answer["r"].json()["object"] == kind
+    assert f'"object":"{kind}"' in answer["r"].text.replace(" ", "")
 
 
 @pytest.mark.parametrize(

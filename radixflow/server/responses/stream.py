@@ -6,6 +6,7 @@ What every streamed shape shares is here; what its chunks hold is the shape's ow
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from radixflow.generation.outputs import GenerationOutput
@@ -13,6 +14,14 @@ from radixflow.server.errors import error_body
 from radixflow.server.events import Delta, Event, Final
 from radixflow.server.responses.envelope import Envelope, usage
 from radixflow.server.submission import Submission, sse, where
+
+
+@dataclass(frozen=True)
+class Framed:
+    """A chunk already framed as its event (`sse`): one a shape built and encoded beside the event
+    loop (an echoed prompt's is as long as the prompt)."""
+
+    text: str
 
 
 class ChunkShape(Protocol):
@@ -27,8 +36,9 @@ class ChunkShape(Protocol):
         """Choices sent before any token."""
         ...
 
-    async def delta(self, event: Delta) -> dict[str, Any] | None:
-        """The choice for new tokens of one prompt; None when there is nothing worth sending."""
+    async def delta(self, event: Delta) -> dict[str, Any] | Framed | None:
+        """The choice for new tokens of one prompt (or its whole chunk, `Framed`); None when there
+        is nothing worth sending."""
         ...
 
     def final(self, event: Final) -> dict[str, Any]:
@@ -60,6 +70,8 @@ async def _event_text(
     worth sending. A prompt's output joins ``outputs``, for the usage at the end."""
     if isinstance(event, Delta):
         choice = await shape.delta(event)
+        if isinstance(choice, Framed):
+            return choice.text
         return None if choice is None else _chunk(shape, choice)
     if event.output is None:
         return sse(error_body(event.status, _failed(event, shape)))
@@ -68,7 +80,12 @@ async def _event_text(
 
 
 def _chunk(shape: ChunkShape, choice: dict[str, Any]) -> str:
-    return sse(shape.envelope.body(shape.kind, [choice]))
+    return chunk_event(shape.envelope, shape.kind, choice)
+
+
+def chunk_event(envelope: Envelope, kind: str, choice: dict[str, Any]) -> str:
+    """The event of a chunk holding one choice."""
+    return sse(envelope.body(kind, [choice]))
 
 
 def _failed(event: Final, shape: ChunkShape) -> str:

@@ -20,6 +20,7 @@ from radixflow.server.events import Delta, Final
 from radixflow.server.protocol import CompletionRequest
 from radixflow.server.responses.envelope import Envelope, json_bytes, usage
 from radixflow.server.responses.logprobs import CompletionLogprobs, TokenNames, prompt_logprobs_body
+from radixflow.server.responses.stream import Framed, chunk_event
 
 KIND = "text_completion"
 Offload = Callable[..., Awaitable[Any]]  # runs ``fn(*args)`` on a tokenizer thread
@@ -69,15 +70,19 @@ class TextCompletion:
     def opening(self) -> list[dict[str, Any]]:
         return []
 
-    async def delta(self, event: Delta) -> dict[str, Any] | None:
-        """A chunk with text, logprobs someone asked for, or the echoed prompt; not an empty one."""
+    async def delta(self, event: Delta) -> dict[str, Any] | Framed | None:
+        """A chunk with text, logprobs someone asked for, or the echoed prompt (framed beside the
+        event loop); not an empty one."""
         index, delta = event.index, event.delta
         echo_pending = self._echo and index not in self._offsets
         if not (delta.text or (self._k is not None and delta.token_ids) or echo_pending):
             return None
-        if echo_pending:  # costly to build when the prompt is long
-            return await self._offload(self._delta_choice, index, delta)
+        if echo_pending:  # costly to build and encode when the prompt is long
+            return await self._offload(self._framed_delta, index, delta)
         return self._delta_choice(index, delta)
+
+    def _framed_delta(self, index: int, delta: StreamDelta) -> Framed:
+        return Framed(chunk_event(self.envelope, KIND, self._delta_choice(index, delta)))
 
     def final(self, event: Final) -> dict[str, Any]:
         assert event.output is not None

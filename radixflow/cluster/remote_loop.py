@@ -122,9 +122,9 @@ class RemoteLoop:
         Ray Serve replaces it; its jobs end with an error, so the ingress has nothing stuck."""
         return None
 
-    def check_open(self) -> None:
-        """Raise what `submit` would raise for one more prompt now (on the event loop)."""
-        self._check_room(1)
+    def check_open(self, adding: int = 1) -> None:
+        """Raise what `submit` would raise for ``adding`` more prompts now (on the event loop)."""
+        self._check_room(adding)
 
     def _check_room(self, adding: int) -> None:
         failure = self.failure

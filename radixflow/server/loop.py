@@ -102,11 +102,12 @@ class EngineLoop:
             self._commands.append(lambda: self._dispatch.admit(entries))
             self._cond.notify()
 
-    def check_open(self) -> None:
-        """Raise what `submit` would raise for one more request now (`NotAccepting`, `QueueFull`):
-        a handler refuses it before tokenizing its prompt. `submit` decides still."""
+    def check_open(self, adding: int = 1) -> None:
+        """Raise what `submit` would raise for ``adding`` more requests now (`NotAccepting`,
+        `QueueFull`): a handler refuses them before tokenizing their prompts. `submit` decides
+        still."""
         with self._cond:
-            self._check_room(1)
+            self._check_room(adding)
 
     def _check_room(self, adding: int) -> None:  # under _cond
         if not self._accepting or self.failure is not None:

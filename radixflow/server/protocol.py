@@ -170,6 +170,12 @@ class CompletionRequest(declaring("_Completion", _Generate, COMPLETION_REFUSED))
     logprobs: int | None = None
     add_special_tokens: bool = True  # vLLM extension: BOS and the like around a text prompt
 
+    @property
+    def prompt_count(self) -> int:
+        """How many prompts ``prompt`` holds (a text or a token list is one), before tokenizing."""
+        one = isinstance(self.prompt, str) or not self.prompt or isinstance(self.prompt[0], int)
+        return 1 if one else len(self.prompt)
+
     def params(self, context: int) -> SamplingParams:
         _check_alternatives("logprobs", self.logprobs)
         if self.max_tokens is None:  # the default, capped per prompt to what fits (`unsent_max_tokens`)

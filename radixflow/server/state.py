@@ -59,8 +59,8 @@ class ServingLoop(Protocol):
         """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
         ...
 
-    def check_open(self) -> None:
-        """Raise what `submit` would for one more prompt now (`QueueFull`, `NotAccepting`)."""
+    def check_open(self, adding: int = 1) -> None:
+        """Raise what `submit` would for ``adding`` more prompts now (`QueueFull`, `NotAccepting`)."""
         ...
 
     def abort(self, request_ids: list[str]) -> None:
@@ -211,12 +211,16 @@ class ServerState:
             items.extend((req, RequestTracker(req, self.tokenizer, c)) for c, req in enumerate(reqs))
         return items
 
-    def check_open(self) -> None:
+    def check_open(self, adding: int = 1) -> None:
         """The 429 or 503 a request for the engine gets now, before anything is tokenized, when
-        its loop would refuse one more prompt (queue full, shutting down): a long prompt is not
-        tokenized, behind others in its lane, only to be refused. `submit` checks again."""
+        its loop would refuse its ``adding`` prompts (each prompt's choices counted; the queue
+        full, or shutting down): a long prompt is not tokenized, behind others in its lane, only
+        to be refused. `submit` checks again."""
+        # more than the queue ever holds is the client's mistake, the 400 `requests` says it with:
+        # here it is refused only as one prompt would be
+        fits = adding <= self.config.max_pending
         with self._refusals():
-            self.loop.check_open()
+            self.loop.check_open(adding if fits else 1)
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         with self._refusals():

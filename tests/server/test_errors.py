@@ -454,6 +454,31 @@ def test_a_full_queue_is_refused_before_anything_is_tokenized(zoo, monkeypatch):
         client.close()
 
 
+def test_a_request_whose_prompts_would_pass_the_queue_is_refused_before_it_is_tokenized(zoo, monkeypatch):
+    # one place left: a request of 2 choices, or 2 prompts, or 2 candidates cannot join, which the
+    # server knows before tokenizing anything
+    with running_server(ServerConfig(max_pending=2)) as served:
+        client = served.http(timeout=30)
+        stream, _ = open_stream(client)  # one of the two places
+        tokenizer = served.server.state.tokenizer
+        encoded: list[object] = []
+        encode = tokenizer.encode
+        monkeypatch.setattr(tokenizer, "encode", lambda *a, **k: encoded.append(a) or encode(*a, **k))
+        bodies = {
+            "/v1/completions": {"model": MODEL, "prompt": ["one", "two"], "max_tokens": 1},
+            "/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2},
+            "/v1/score": {"model": MODEL, "context": "Q: yes or no? A:", "candidates": [" yes", " no"]},
+        }
+        for route, body in bodies.items():
+            r = served.http().post(route, json=body)
+            assert r.status_code == 429, (route, r.text)
+            said = "1 request is queued (limit 2); this one adds 2; retry later"
+            assert r.json()["error"]["message"] == said
+        assert encoded == []
+        stream.close()
+        client.close()
+
+
 def test_a_client_that_times_out_mid_decode_aborts_its_request(served):
     body = {"model": MODEL, "prompt": "The train to Berlin leaves", **LONG}
     with pytest.raises(httpx.ReadTimeout):

@@ -48,10 +48,11 @@ class SchedulerConfig:
         problem = self._type_problem()
         if problem is not None:
             return problem
-        least = {"block_size": 1, "max_requests": 1, "num_blocks": 0, "num_state_slots": 0}
+        least = {"block_size": 1, "max_requests": 1, "num_blocks": 0, "num_state_slots": 0, "cache_memory": 1}
         for name, low in least.items():
-            if getattr(self, name) < low:
-                return Problem(name, f"must be at least {low}, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and value < low:  # cache_memory None: no budget
+                return Problem(name, f"must be at least {low}, got {value}")
         return budget_problem(self.token_budget, self.block_size)
 
     def _type_problem(self) -> Problem | None:

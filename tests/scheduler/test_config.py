@@ -26,6 +26,11 @@ from radixflow.scheduler.sampling import SamplingParams
         ({"num_blocks": 256.5}, "num_blocks: must be an integer, got 256.5"),
         ({"max_requests": True}, "max_requests: must be an integer, got True"),
         ({"cache_memory": True}, "cache_memory: must be an integer, got True"),
+        # a budget below one byte was passed on and refused by the cache's ledger in its own words
+        # ('cache budget must be >= 0 bytes, got -5', no field named), or, at 0, failed every
+        # request as not fitting (the options refuse it: at least one byte)
+        ({"cache_memory": -5}, "cache_memory: must be at least 1, got -5"),
+        ({"cache_memory": 0}, "cache_memory: must be at least 1, got 0"),
     ],
 )
 def test_a_bad_field_is_named_with_its_value_before_anything_is_built(fields, message):

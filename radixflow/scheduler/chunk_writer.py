@@ -72,7 +72,7 @@ class ChunkWriter:
         self.cache.relock(req.lock, ext.handle)
         req.lock = ext.handle
         for pos, slot in ext.checkpoints.items():
-            self._slot_depth[slot] = req.depth_base + self.config.rounds_for(pos - req.reused)
+            self._slot_depth[slot] = self.depth_at(req, pos)
         snaps = [SnapshotSpec(pos, slot) for pos, slot in sorted(ext.checkpoints.items())]
         snaps.extend(self.checkpoints.own_snapshots(req, end))
         self.promised -= self.owed(start, req) - self.owed(end, req)
@@ -91,6 +91,20 @@ class ChunkWriter:
             prompt_logprobs_from=_prompt_logprobs_from(req, start),
             prompt_len=len(req.prompt),
         )
+
+    def depth_at(self, req: Request, position: int) -> int:
+        """Fewest rounds any schedule needs before ``req``'s state at ``position`` can exist: its
+        prompt's rounds from its reuse point, or past the prompt (a decoded tail) its first token's
+        round plus a decode step per position. Pure."""
+        if position > len(req.prompt):
+            return req.depth + position - len(req.prompt)
+        return req.depth_base + self.config.rounds_for(position - req.reused)
+
+    def kept(self, req: Request, position: int, slot: int) -> None:
+        """``req``'s own state at ``position`` in ``slot`` became a READY checkpoint (`Scheduler.
+        finish`, `abort`): a request resuming it counts the rounds that state took, not a slot's
+        depth from an earlier checkpoint or none (mutates the depth book)."""
+        self._slot_depth[slot] = self.depth_at(req, position)
 
     def release(self, req: Request, running: bool) -> None:
         """Give back everything ``req`` holds: path lock, private blocks, working slots, demand;

@@ -144,9 +144,11 @@ class Scheduler:
         its chunked prefill stopped (the same prompt sent again resumes there). Mutates the cache
         and ``req``; a failed round's states are never kept (`rollback`)."""
         if req.tail_slot is not None:
+            self.writer.kept(req, req.tail_position, req.tail_slot)
             self.cache.adopt_checkpoint(req.namespace, req.sequence, req.tail_position, req.tail_slot)
             req.tail_slot = None
         if req.working_slot is not None and not req.prefilled and req.computed > req.reused:
+            self.writer.kept(req, req.computed, req.working_slot)
             self.cache.adopt_checkpoint(req.namespace, req.prompt, req.computed, req.working_slot)
             req.working_slot = None
 

@@ -232,6 +232,46 @@ def test_a_generation_aborted_mid_decode_leaves_its_tail_for_the_next_turn():
     assert turn.reused == 16 and turn.output == [sim_token("default", turn.prompt, VOCAB)]
 
 
+@pytest.mark.parametrize("end", ["finish", "abort"])
+def test_a_request_resuming_a_kept_state_counts_the_rounds_that_state_took(end):
+    # dependency depth (the fewest rounds before a request's first token could exist, whose
+    # maximum is bench's 'rounds lower bound') counted a checkpoint kept from a request's own
+    # state (a decoded tail, a prefill cut short) as free: the next turn resuming the tail had
+    # depth 1, as if it reused nothing (or the depth of whatever checkpoint held that slot before)
+    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=4, num_blocks=64, num_state_slots=4)
+    runner = CheckingRunner(True, 4)
+    engine = new_engine(runner, cfg, policy="radixflow")
+    runner.cache = engine.cache
+    tokens = 7 if end == "finish" else 20  # finished by its seventh token, or aborted after it
+    first = Request("first", tuple(range(1, 11)), sampling=SamplingParams(max_tokens=tokens))
+    engine.submit(first)
+    for _ in range(7):  # the prompt (round 1), then decode steps: the tail at 16 after round 7
+        engine.step()
+    if end == "abort":
+        engine.abort("first")
+    assert first.status is (RequestStatus.FINISHED if end == "finish" else RequestStatus.ABORTED)
+    turn = Request("turn", first.sequence[:16] + (5, 6, 7), arrival_s=engine.now)
+    drive(engine, [turn])
+    assert turn.reused == 16 and turn.depth == 8  # round 8: its one chunk after the tail's 7
+    assert engine.dependency_depth() == 8
+
+
+@pytest.mark.parametrize("end", ["abort", "stop"])
+def test_a_prompt_resuming_a_prefill_cut_short_counts_the_rounds_that_state_took(end):
+    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
+    runner = CheckingRunner(True, 8)
+    engine = new_engine(runner, cfg, policy="radixflow")
+    runner.cache = engine.cache
+    prompt = tuple(range(1, 60))
+    engine.submit(Request("first", prompt))
+    engine.step()
+    engine.step()  # 32 of its 59 tokens in two rounds
+    getattr(engine, end)("first")
+    retry = Request("retry", prompt, arrival_s=engine.now)
+    drive(engine, [retry])
+    assert retry.reused == 32 and retry.depth == 4  # two rounds for the state, two for the rest
+
+
 def test_abort_of_a_waiting_request_drops_its_registered_demand():
     engine = new_engine(HYBRID, CFG, policy="radixflow")
     reqs = grouped(groups=1, candidates=3)

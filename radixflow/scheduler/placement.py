@@ -11,6 +11,10 @@ def _no_history() -> int | None:
     return None
 
 
+def _unshared() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class PlacementContext:
     prompt_len: int
@@ -21,6 +25,9 @@ class PlacementContext:
     # where this namespace's past requests predict this prompt's siblings will fork (`ForkHistory.
     # predict`): a block boundary, 0 for nowhere useful, None when the namespace has no history
     predicted_fork: Callable[[], int | None] = field(default=_no_history)
+    # another known prompt holds every whole block of this one (the same prompt sent again: `n`
+    # choices, a retry)
+    shared_whole: Callable[[], bool] = field(default=_unshared)
 
 
 class CheckpointPlacement(Protocol):
@@ -45,11 +52,17 @@ class BranchPlacement:
 
     @staticmethod
     def _points(ctx: PlacementContext, branches: list[int]) -> set[int]:
-        """The chunk's branch points among ``branches``, and the prompt's last block boundary."""
+        """The chunk's branch points among ``branches``, and the prompt's last block boundary
+        (where a longer prompt continuing it resumes); for a prompt ending on a block boundary
+        that another known prompt shares whole, also the boundary before: the same prompt sent
+        again resumes at most there (its last token's logits are computed)."""
         points = {b for b in branches if ctx.start < b <= ctx.end}
         tail = _floor(ctx.prompt_len, ctx.block_size)
         if ctx.start < tail <= ctx.end:
             points.add(tail)
+        resumable = _floor(ctx.prompt_len - 1, ctx.block_size)
+        if resumable != tail and ctx.start < resumable <= ctx.end and ctx.shared_whole():
+            points.add(resumable)
         return points
 
 

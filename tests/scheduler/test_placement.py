@@ -23,6 +23,21 @@ def test_branch_places_at_divergences_and_the_prompt_end():
     assert make_placement("branch").positions(ctx(48, 100, branches=(48,))) == [96]  # (start, end]
 
 
+def test_branch_places_the_boundary_before_a_block_aligned_prompts_end_where_a_copy_is_known():
+    # a copy resumes at most at the last boundary before the prompt's end (its last token's
+    # logits are computed): the end alone served no copy of a prompt ending on a block boundary
+    def shared(prompt_len: int, start: int = 0, end: int = 96) -> PlacementContext:
+        base = ctx(start, end, prompt_len=prompt_len)
+        return PlacementContext(**{**base.__dict__, "shared_whole": lambda: True})
+
+    branch = make_placement("branch")
+    assert branch.positions(shared(96)) == [80, 96]
+    assert branch.positions(ctx(0, 96, prompt_len=96)) == [96]  # no copy known: its end alone
+    assert branch.positions(shared(100, end=100)) == [96]  # a copy resumes at 96 already
+    assert branch.positions(shared(96, start=80)) == [96]  # (start, end] of this chunk only
+    assert make_placement("lone").positions(shared(96)) == [32, 64, 80, 96]  # its ladder has 80
+
+
 def test_align_places_at_the_last_block_boundary_of_the_chunk():
     assert make_placement("align").positions(ctx(0, 100)) == [96]
     assert make_placement("align").positions(ctx(96, 100)) == []

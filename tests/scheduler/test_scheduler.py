@@ -272,6 +272,26 @@ def test_a_prompt_resuming_a_prefill_cut_short_counts_the_rounds_that_state_took
     assert retry.reused == 32 and retry.depth == 4  # two rounds for the state, two for the rest
 
 
+@pytest.mark.parametrize("policy", ["native", "radixflow"])
+@pytest.mark.parametrize("length", [64, 65])
+def test_a_prompt_sent_several_times_is_computed_once_when_it_ends_on_a_block_boundary(policy, length):
+    # `n` choices (and retries) are requests of their own with the same prompt; a prompt is
+    # resumed at most from the last block boundary before its end (its last token's logits are
+    # computed), so `branch`'s checkpoint at a block-aligned prompt's end served no copy of it:
+    # each recomputed the whole prompt, the same prompt sent later too
+    prompt = tuple(range(1, length + 1))
+    sampled = [SamplingParams(max_tokens=2, temperature=1.0, seed=i) for i in range(3)]
+    reqs = [Request(f"c{i}", prompt, sampling=s) for i, s in enumerate(sampled)]
+    runner = CheckingRunner(True, 8)  # checks the state each copy restores
+    engine = new_engine(runner, CFG, policy=policy)
+    runner.cache = engine.cache
+    drive(engine, reqs)
+    later = Request("later", prompt, arrival_s=engine.now)
+    drive(engine, [later])
+    assert [r.reused for r in reqs + [later]] == [0] + [(length - 1) // 8 * 8] * 3
+    assert later.output == [sim_token("default", prompt, VOCAB)]
+
+
 def test_abort_of_a_waiting_request_drops_its_registered_demand():
     engine = new_engine(HYBRID, CFG, policy="radixflow")
     reqs = grouped(groups=1, candidates=3)

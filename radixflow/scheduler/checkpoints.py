@@ -50,7 +50,7 @@ class CheckpointPlanner:
             block_size=self.config.block_size,
             branch_points=lambda lo, hi: self.cache.branch_points(reg, lo, hi),
             predicted_fork=lambda: self.forks.predict(req.namespace, len(req.prompt), self.config.block_size),
-            shared_whole=lambda: self.cache.sharing(reg).tokens >= len(req.prompt),
+            shared=lambda: self.cache.sharing(reg).tokens,
         )
         wanted = self.placement.positions(ctx)
         if not wanted or self.cache.free_slots >= len(wanted) + held:

@@ -11,8 +11,8 @@ def _no_history() -> int | None:
     return None
 
 
-def _unshared() -> bool:
-    return False
+def _unshared() -> int:
+    return 0
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,10 @@ class PlacementContext:
     # where this namespace's past requests predict this prompt's siblings will fork (`ForkHistory.
     # predict`): a block boundary, 0 for nowhere useful, None when the namespace has no history
     predicted_fork: Callable[[], int | None] = field(default=_no_history)
-    # another known prompt holds every whole block of this one (the same prompt sent again: `n`
-    # choices, a retry)
-    shared_whole: Callable[[], bool] = field(default=_unshared)
+    # the deepest block boundary of this prompt other known prompts share (0: none): where they
+    # diverge from it, or where one of them ends (a prompt that is a prefix of this one, or the
+    # same prompt sent again: `n` choices, a retry)
+    shared: Callable[[], int] = field(default=_unshared)
 
 
 class CheckpointPlacement(Protocol):
@@ -52,17 +53,20 @@ class BranchPlacement:
 
     @staticmethod
     def _points(ctx: PlacementContext, branches: list[int]) -> set[int]:
-        """The chunk's branch points among ``branches``, and the prompt's last block boundary
-        (where a longer prompt continuing it resumes); for a prompt ending on a block boundary
-        that another known prompt shares whole, also the boundary before: the same prompt sent
-        again resumes at most there (its last token's logits are computed)."""
+        """The chunk's branch points among ``branches``, the prompt's last block boundary (where
+        a longer prompt continuing it resumes) and where the known prompts sharing the most of it
+        resume: the end of what they share where one of them ends there (a prefix of this
+        prompt: no branch, the path goes on), or, where one is this prompt again, the boundary
+        before a block-aligned prompt's end (a prompt resumes at most there: its last token's
+        logits are computed)."""
         points = {b for b in branches if ctx.start < b <= ctx.end}
         tail = _floor(ctx.prompt_len, ctx.block_size)
         if ctx.start < tail <= ctx.end:
             points.add(tail)
-        resumable = _floor(ctx.prompt_len - 1, ctx.block_size)
-        if resumable != tail and ctx.start < resumable <= ctx.end and ctx.shared_whole():
-            points.add(resumable)
+        shared = ctx.shared() if ctx.start < tail else 0  # a later chunk holds no boundary
+        resumes = _floor(ctx.prompt_len - 1, ctx.block_size) if shared >= ctx.prompt_len else shared
+        if ctx.start < resumes <= ctx.end:
+            points.add(resumes)
         return points
 
 

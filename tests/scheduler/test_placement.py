@@ -28,7 +28,7 @@ def test_branch_places_the_boundary_before_a_block_aligned_prompts_end_where_a_c
     # logits are computed): the end alone served no copy of a prompt ending on a block boundary
     def shared(prompt_len: int, start: int = 0, end: int = 96) -> PlacementContext:
         base = ctx(start, end, prompt_len=prompt_len)
-        return PlacementContext(**{**base.__dict__, "shared_whole": lambda: True})
+        return PlacementContext(**{**base.__dict__, "shared": lambda: prompt_len // 16 * 16})
 
     branch = make_placement("branch")
     assert branch.positions(shared(96)) == [80, 96]

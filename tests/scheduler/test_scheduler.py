@@ -292,6 +292,21 @@ def test_a_prompt_sent_several_times_is_computed_once_when_it_ends_on_a_block_bo
     assert later.output == [sim_token("default", prompt, VOCAB)]
 
 
+@pytest.mark.parametrize("policy", ["native", "radixflow"])
+def test_a_prompt_that_is_a_prefix_of_an_earlier_one_resumes_where_it_ends(policy):
+    # the longer prompt runs first; the shorter ends inside it, where no known sequence diverges
+    # (the path goes on): `branch` checkpointed only divergences and the longer one's end, so the
+    # prefix, known all along, was computed again from its start
+    prompt = tuple(range(1, 60))
+    reqs = [Request("long", prompt + tuple(range(200, 240))), Request("prefix", prompt)]
+    runner = CheckingRunner(True, 8)
+    engine = new_engine(runner, CFG, policy=policy)
+    runner.cache = engine.cache
+    drive(engine, reqs)
+    assert [r.reused for r in reqs] == [0, 56]
+    assert reqs[1].output == [sim_token("default", prompt, VOCAB)]
+
+
 def test_abort_of_a_waiting_request_drops_its_registered_demand():
     engine = new_engine(HYBRID, CFG, policy="radixflow")
     reqs = grouped(groups=1, candidates=3)

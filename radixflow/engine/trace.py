@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -107,8 +107,12 @@ class TraceRecorder:
     def arrived(self, request: Request) -> None:
         ts = _us(request.arrival_s)
         self._arrival[request.id] = ts
-        self._prompt_len[request.id] = len(request.prompt)
-        self._instant("arrived", "request", self._tid(request.id), ts, {"prompt_tokens": len(request.prompt)})
+        # a prompt refused at submit may have no length (a number, an iterator): its track shows
+        # the refusal all the same (null tokens), where taking its length raised out of submit
+        tokens = len(request.prompt) if isinstance(request.prompt, Sized) else None
+        if tokens is not None:
+            self._prompt_len[request.id] = tokens
+        self._instant("arrived", "request", self._tid(request.id), ts, {"prompt_tokens": tokens})
 
     def ended(self, request: Request) -> None:
         rid = request.id

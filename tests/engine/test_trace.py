@@ -263,6 +263,25 @@ def test_a_request_refused_at_submit_has_its_track_arrived_and_finished_with_the
     assert mine[1]["args"] == {"error": refused.error}
 
 
+@pytest.mark.parametrize("prompt", [5, iter((1, 2))], ids=["int", "iterator"])
+def test_a_prompt_of_no_length_refused_at_submit_is_traced_not_raised(tmp_path, prompt):
+    # untraced, such a prompt fails its request alone; traced, the `arrived` event took its
+    # length and submit raised a bare "object of type 'int' has no len()"
+    path = tmp_path / "trace.json"
+    engine = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build().engine()
+    bad = Request("bad", prompt)
+    engine.run([bad, *requests(1, 2)])
+    engine.flush_events()
+    assert bad.status is RequestStatus.FAILED and bad.error.startswith("prompt: must be a list of token ids")
+    events = check_format(json.loads(path.read_text()))
+    tracks = track_names(events)
+    mine = [e for e in events if e["ph"] != "M" and tracks.get((e["pid"], e["tid"])) == "bad"]
+    assert [(e["name"], e["args"]) for e in mine] == [
+        ("arrived", {"prompt_tokens": None}),
+        ("finished", {"error": bad.error}),
+    ]
+
+
 def test_a_write_the_disk_cuts_short_leaves_the_file_valid_json_with_the_events_before_it(
     tmp_path, monkeypatch
 ):

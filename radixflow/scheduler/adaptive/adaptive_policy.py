@@ -28,11 +28,12 @@ shared context is predicted to end), so candidates arriving one at a time reuse 
 
 Blocked consumers: where the runner restores state saved earlier in the same round, a consumer
 follows its producer into the round (`ScanAction.FOLLOW`), unless the producer is a follower
-itself or no block of budget is left. Otherwise skipped as in `radixflow` (they wait), unless
-recomputing the prefix from a shallower READY point finishes them sooner than the cost model says
-the others lose (`recompute`). Without recurrent state nothing blocks and every prompt reuses KV
-written in the same round, so there is nothing to reorder for: the policy keeps arrival order and
-takes what fits, as `radixflow` does (ranking there only cost latency when measured).
+itself or the budget left cannot hold the consumer's first chunk. Otherwise skipped as in
+`radixflow` (they wait), unless recomputing the prefix from a shallower READY point finishes them
+sooner than the cost model says the others lose (`recompute`). Without recurrent state nothing
+blocks and every prompt reuses KV written in the same round, so there is nothing to reorder for:
+the policy keeps arrival order and takes what fits, as `radixflow` does (ranking there only cost
+latency when measured).
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ class Adaptive:
         if not self._takes(request, None, draft):
             return self._defer(request)  # it belongs to a unit this round does not take
         details: dict[str, object] = {"producer": match.producer, "tokens": match.checkpoint_tokens}
-        if self._can_follow(match, draft):
+        if self._can_follow(request, match, draft):
             self._decisions.decide(request.id, "follow", details)
             return ScanAction.FOLLOW
         verdict = self._weigh(request, match, draft)
@@ -170,15 +171,16 @@ class Adaptive:
         self._decisions.waited(request.id)
         return self._skip()
 
-    def _can_follow(self, match: Match, draft: SchedulerOutput) -> bool:
+    def _can_follow(self, request: Request, match: Match, draft: SchedulerOutput) -> bool:
         """Whether the consumer can start after its producer within this round: the runner restores
         state saved in the same round, the producer is not a follower itself (a runner's recurrent
-        layers then take at most two waves) and a block of budget is left."""
+        layers then take at most two waves) and the budget left holds its first chunk from the
+        PENDING checkpoint (a block, or less where its prompt ends sooner)."""
         assert self._ctx is not None
         config = self._ctx.config
         if not config.same_round_state or match.producer in self._decisions.followers:
             return False
-        return self._budget_left(draft) >= config.block_size
+        return self._fits(request, match.checkpoint_tokens, draft)
 
     def _defer(self, request: Request) -> ScanAction:
         """End the scan at a request whose unit the round's cut leaves; count and note it

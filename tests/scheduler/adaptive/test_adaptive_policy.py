@@ -122,6 +122,25 @@ def test_a_consumer_follows_its_producer_into_the_round_where_the_runner_restore
     assert adaptive.dependency_depth() == 1
 
 
+def test_a_consumer_follows_into_budget_left_short_of_a_block_that_holds_its_rest():
+    """The producer's 16 tokens leave 4 of a budget of 20 (blocks of 8): the consumer's one token
+    after the PENDING checkpoint fits them, but following asked for a whole block of budget, so
+    it waited a round for what this round could hold."""
+    cfg = SchedulerConfig(token_budget=20, max_requests=4, block_size=8, num_blocks=64, num_state_slots=8)
+    stem = tuple(range(1, 17))
+    reqs = [Request("p", stem), Request("c", stem + (99,))]
+    runner = CheckingRunner(True, 8, same_round_state=True)
+    engine = new_engine(runner, cfg, policy="adaptive")
+    runner.cache = engine.cache
+    for r in reqs:
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    assert engine.rounds[0].chunks == (("p", 0, 16), ("c", 16, 17))
+    assert counters(engine)["follows"] == 1 and len(engine.rounds) == 1
+
+
 def test_a_follower_is_never_followed_in_its_round():
     """c1 follows p; c2 shares more with c1 than with p, so its deepest checkpoint is c1's: it
     may not follow c1 in the same round (a runner's recurrent layers take at most two waves)."""
@@ -259,16 +278,17 @@ def test_a_producer_is_promoted_once_when_it_runs_not_each_round_it_waits_for_me
 
 def test_a_scan_the_cut_ends_at_a_blocked_consumer_counts_as_deferred():
     """r0 prefills its 34 tokens in budgets of 12; r1 and r2 arrive after its first round. In its
-    last round two tokens are left: r1 waits, and the cut ends the scan at r2 (its unit is left
-    to the next round), which `deferred` and the `defer` instant count as at a ready request."""
+    last round two tokens are left: r1 waits (its three tokens do not fit them), and the cut ends
+    the scan at r2 (its unit is left to the next round), which `deferred` and the `defer` instant
+    count as at a ready request."""
     cfg = SchedulerConfig(token_budget=12, max_requests=3, block_size=4, num_blocks=4096, num_state_slots=2)
     stem = tuple(range(1, 33))
     reqs = [Request("r0", stem + (40, 41))]
-    reqs += [Request(f"r{i}", stem + tail, arrival_s=0.001) for i, tail in ((1, (50, 51)), (2, (60,)))]
+    reqs += [Request(f"r{i}", stem + tail, arrival_s=0.001) for i, tail in ((1, (50, 51, 52)), (2, (60,)))]
     engine, seen = observed("adaptive", reqs, CheckingRunner(True, 4, same_round_state=True), cfg)
     assert [(r.chunks, r.stop_reason) for r in list(engine.rounds)[2:]] == [
         ((("r0", 24, 34),), "blocked"),
-        ((("r1", 32, 34), ("r2", 32, 33)), "queue_empty"),
+        ((("r1", 32, 35), ("r2", 32, 33)), "queue_empty"),
     ]
     assert counters(engine)["deferred"] == 1 and ("defer", "r2") in seen
 

@@ -112,7 +112,11 @@ class Adaptive:
 
     def on_left(self, request: Request) -> None:
         """Drop a request that left the queue unadmitted now, not once a scan reaches it: the cut
-        counts the waiting queue from the index (mutates only the policy)."""
+        counts the waiting queue from the index. Its group's members are re-keyed before the next
+        scan: a producer it depended on has a dependent fewer (mutates only the policy)."""
+        shape = self._planner.shape(request.id) if self._planner is not None else None
+        if shape is not None and self._shapes is not None:
+            self._shapes.touch(shape)
         self._index.discard(request)
 
     def on_round_end(self, woken: Sequence[Request], now: float | None) -> None:

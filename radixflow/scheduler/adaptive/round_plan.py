@@ -83,6 +83,10 @@ class RoundPlanner:
     def forget(self, request_id: str) -> None:
         self._shape.pop(request_id, None)
 
+    def shape(self, request_id: str) -> Shape | None:
+        """The request's shape as last ranked (None: not ranked). Pure."""
+        return self._shape.get(request_id)
+
     def key(self, request: Request) -> object:
         """Its unit's key: its group's node while the group's shared prefix waits to be computed
         (a producer and the dependents that follow it), else itself: a ready consumer completes

@@ -328,6 +328,33 @@ def test_the_cut_counts_no_request_that_left_the_queue_unadmitted(monkeypatch):
     assert seen == [waiting]
 
 
+@pytest.mark.parametrize("leave", ["abort", "stop"])
+def test_a_producer_whose_dependents_left_unadmitted_is_ranked_as_lone_work_again(leave):
+    """p and five candidates sharing its context wait behind a long prompt; the candidates are
+    aborted (clients gone) while they wait. p kept the shape it was ranked with, five dependents:
+    promoted ahead of lone work by a key of 75 tokens per completion instead of its own 408, and
+    counted by the round cut as a unit completing six requests."""
+    cfg = SchedulerConfig(token_budget=64, max_requests=1, block_size=8, num_blocks=4096, num_state_slots=64)
+    engine = new_engine(HYBRID, cfg, policy="adaptive")
+    context = tuple(range(1, 401))
+    engine.submit(Request("long", tuple(range(2000, 2256))))
+    engine.submit(Request("p", context + (900,) * 8))
+    for i in range(5):
+        engine.submit(Request(f"d{i}", context + (901 + i,) * 8))
+    engine.step()  # the long prompt's first chunk; p ranked with its five dependents
+    policy = engine.scheduler.policy
+    assert isinstance(policy, Adaptive)
+    assert policy._planner._shape["p"].dependents == 5
+    for i in range(5):
+        getattr(engine, leave)(f"d{i}")
+    engine.step()
+    p = engine.get("p")
+    assert p is not None and "p" not in {c[0] for c in engine.rounds[1].chunks}
+    assert policy._planner._shape["p"].dependents == 0
+    fresh = policy._shapes.of(p)
+    assert policy._index._live["p"][0] == policy._index._since["p"] + policy._slack(p, fresh)
+
+
 # a larger model, whose rounds grow steeply with their tokens, at the grid's budget
 # the admission rules below are about consumers that wait a round for their producer
 NEMOTRON = waiting("nemotron_h-8b")

@@ -17,7 +17,9 @@ class AdmissionContext:
     """What is known of one request's wanted saves when slots are short."""
 
     wanted: list[int]  # positions the placement wants, sorted
-    branch_points: Callable[[], list[int]]  # known divergences within the chunk (registered or cached)
+    # known divergences within the chunk (registered or cached), and where the known prompts
+    # sharing the most of this one resume (a prefix of it, a copy: `placement.shared_resume`)
+    branch_points: Callable[[], list[int]]
     predicted_fork: Callable[[], int | None]  # where the namespace's past requests forked (`ForkHistory`)
     tail: int  # the request's own last position a save may land on (prompt tail or decode step)
     resumed: int  # prompt tokens it resumed from the cache (> 0: it continues cached content)
@@ -43,10 +45,11 @@ class AdmitAll:
 
 class AdmitLikely:
     """Only saves with evidence of reuse may evict: a known branch point (other prompts diverge
-    there now, or cached ones did before), the fork the namespace's history predicts (what `lone`
-    learns), or the own tail of a request that continued cached content (a conversation's next
-    turn starts there). A one-off prompt's tail, the cold-start ladder's guesses and chunk-end
-    saves take only free slots, so they never flush checkpoints that serve others."""
+    there now, or cached ones did before, or a known prefix or copy of this prompt resumes
+    there), the fork the namespace's history predicts (what `lone` learns), or the own tail of a
+    request that continued cached content (a conversation's next turn starts there). A one-off
+    prompt's tail, the cold-start ladder's guesses and chunk-end saves take only free slots, so
+    they never flush checkpoints that serve others."""
 
     name = "likely"
 

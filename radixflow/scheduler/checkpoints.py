@@ -8,7 +8,7 @@ from radixflow.scheduler.admission import AdmissionContext, AdmitAll, Checkpoint
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.forks import ForkHistory
 from radixflow.scheduler.output import SnapshotSpec
-from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext
+from radixflow.scheduler.placement import CheckpointPlacement, PlacementContext, shared_resume
 from radixflow.scheduler.request import Request
 
 
@@ -59,7 +59,7 @@ class CheckpointPlanner:
         keen = self.admission.may_evict(
             AdmissionContext(
                 wanted,
-                lambda: ctx.branch_points(start, end),
+                lambda: [*ctx.branch_points(start, end), shared_resume(ctx)],
                 ctx.predicted_fork,
                 ctx.prompt_len // ctx.block_size * ctx.block_size,
                 resumed,

@@ -31,6 +31,15 @@ class PlacementContext:
     shared: Callable[[], int] = field(default=_unshared)
 
 
+def shared_resume(ctx: PlacementContext) -> int:
+    """Where the known prompts sharing the most of this one resume (0: none, or not in a chunk
+    from ``ctx.start``): the end of what they share, or, where one is this prompt again, the
+    boundary before a block-aligned prompt's end. Pure."""
+    tail = _floor(ctx.prompt_len, ctx.block_size)
+    shared = ctx.shared() if ctx.start < tail else 0  # a later chunk holds no boundary
+    return _floor(ctx.prompt_len - 1, ctx.block_size) if shared >= ctx.prompt_len else shared
+
+
 class CheckpointPlacement(Protocol):
     name: str
 
@@ -63,8 +72,7 @@ class BranchPlacement:
         tail = _floor(ctx.prompt_len, ctx.block_size)
         if ctx.start < tail <= ctx.end:
             points.add(tail)
-        shared = ctx.shared() if ctx.start < tail else 0  # a later chunk holds no boundary
-        resumes = _floor(ctx.prompt_len - 1, ctx.block_size) if shared >= ctx.prompt_len else shared
+        resumes = shared_resume(ctx)
         if ctx.start < resumes <= ctx.end:
             points.add(resumes)
         return points

@@ -68,6 +68,26 @@ def test_one_off_prompts_do_not_flush_a_shared_context_under_likely(admission, l
     assert done["late"].reused == late_reuse
 
 
+@pytest.mark.parametrize("admission", ["all", "likely"])
+def test_a_checkpoint_where_known_copies_of_a_prompt_resume_may_evict_under_likely(admission):
+    """Two one-off prompts fill both state slots; then three copies of a block-aligned prompt
+    arrive (`n` choices): each resumes at most a block before its end, a save `branch` places
+    for them. `likely` let only branch points, the learned fork and a continuing tail evict, so
+    under state pressure that save found no slot and every copy computed the prompt again."""
+    cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=2)
+    eng = engine(admission, cfg)
+    once = [Request(f"once{i}", tuple(range(5000 + 100 * i, 5048 + 100 * i)), arrival_s=i) for i in range(2)]
+    copies = [Request(f"c{i}", CTX, arrival_s=5.0) for i in range(3)]
+    for r in once + copies:
+        eng.submit(r)
+    while eng.has_work():
+        eng.step()
+        eng.check_integrity()
+    assert eng.cache.usage().checkpoint_slots == 2  # the slots stayed full
+    assert [r.reused for r in copies] == [0, 56, 56]
+    assert all(r.output[0] == sim_token(r.namespace, r.prompt, HYBRID.model.vocab_size) for r in copies)
+
+
 def test_admission_all_is_what_the_planner_did_before():
     # The default: every engine built without naming admission evicts for every wanted save.
     cfg = SchedulerConfig(token_budget=256, max_requests=8, block_size=8, num_blocks=256, num_state_slots=2)

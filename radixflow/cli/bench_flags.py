@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int, warn
-from radixflow.options.flags import add_engine_flags, file_path_arg, path_arg
+from radixflow.options.flags import add_engine_flags, file_path_arg, not_stdin
 from radixflow.workloads.candidates import ARRIVALS, MIN_RATE, ORDERS, WorkloadSpec
 
 MAX_REPEAT = 1000
@@ -40,7 +40,7 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     )
     io.add_argument(
         "--trace",
-        type=path_arg,
+        type=not_stdin,
         metavar="PATH",
         help="read the workload from this JSONL trace (default: a generated workload)",
     )

@@ -37,7 +37,7 @@ from radixflow.options.flags import (
     flag_spellings,
     from_args,
     given_values,
-    path_arg,
+    not_stdin,
 )
 from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS, cpu_count
 from radixflow.options.spec import checked
@@ -75,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "-i",
         "--input",
-        type=path_arg,
+        type=not_stdin,
         required=True,
         metavar="PATH",
         help='OpenAI batch JSONL: {"custom_id", "method": "POST", "url", "body"} per line, url one of '

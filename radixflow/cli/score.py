@@ -34,7 +34,7 @@ from radixflow.cli.lines_out import check_partial, claimed, output_path, write_l
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
 from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.jsonl import read_text
-from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, path_arg
+from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
 from radixflow.problems import ProblemError
 from radixflow.progress import LoggedProgress, RequestBar
 
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--candidate", action="append", default=[], help="a continuation to score (repeatable)")
     g.add_argument(
         "--candidates-file",
-        type=path_arg,
+        type=not_stdin,
         metavar="PATH",
         help="more candidates, one per line as written (leading spaces count; the line break does not)",
     )
@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print every score as JSON, in the given order")
     g.add_argument(
         "--input",
-        type=path_arg,
+        type=not_stdin,
         metavar="PATH",
         help='JSONL, one {"context": ..., "candidates": [...], "id": ...} per line (instead of --context)',
     )

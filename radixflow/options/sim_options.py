@@ -11,6 +11,7 @@ from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.costmodel.hardware.profiles import SCHEDULER_MODES
 from radixflow.options.spec import option
 from radixflow.problems import Problem
+from radixflow.user_paths import stdin_problem
 
 MAX_COST_MS = MAX_OVERHEAD_S * 1e3  # what a hardware profile may hold, in ms
 TFLOPS_RANGE = (1e-3, MAX_FLOPS / 1e12)  # 1 GFLOP/s (a slow CPU) up to the profiles' limit
@@ -91,7 +92,10 @@ class SimOptions:
 
 def hardware_problem(name: str) -> Problem | None:
     """Why ``name`` is no cost profile (a built-in name or a readable profile file), on either
-    runner: a value is refused at every door or at none. Reads the file."""
+    runner: a value is refused at every door or at none. Reads the file; not one named ``-``,
+    which would read as standard input (`stdin_problem`)."""
+    if (why := stdin_problem(name)) is not None:
+        return Problem("hardware", why)
     try:
         resolve_hardware(name)
     except ProfileError as e:

@@ -1229,3 +1229,26 @@ def test_a_drain_timeout_too_long_for_a_thread_wait_is_refused_naming_the_flag(
     extra = ["--port", "0"] if command == "serve" else ["-i", str(batch), "-o", str(tmp_path / "out.jsonl")]
     line = one_line_error(capsys, [command, "qwen3_5-tiny", *extra, "--drain-timeout", "1e10"])
     assert line == "radixflow: error: --drain-timeout: must be at most 604800, got 10000000000.0"
+
+
+# `bench --trace -`, `score --input -`, `--candidates-file -` and `run-batch -i -` read a file named
+# "-" (a missing one: "cannot read -: No such file or directory"), where "-" is standard output for
+# every output: no input reads standard input, so "-" is refused by its flag (`stdin_problem`)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--trace", "-"],
+        ["score", "qwen3_5-tiny", "--input", "-"],
+        ["score", "qwen3_5-tiny", "--context", "a", "--candidates-file", "-"],
+        ["run-batch", "qwen3_5-tiny", "--input", "-"],
+        ["bench", "--hardware", "-"],
+    ],
+    ids=["bench-trace", "score-input", "candidates-file", "run-batch-input", "hardware"],
+)
+def test_an_input_of_dash_is_refused_not_read_from_a_file_named_dash(capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("not what was meant\n")  # a file named "-" is not read for it either
+    line = one_line_error(capsys, argv)
+    flag = argv[-2]
+    assert f"{flag}: - (standard input) is not read" in line, line  # run-batch's reads -i/--input
+    assert "./- for a file named -" in line

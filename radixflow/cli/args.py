@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -124,6 +125,12 @@ def _probe_writable(flag: str, path: Path) -> None:
     real = _real(path)  # a link's target is the file written (and its directory the one needed)
     if (problem := folder_problem(real)) is not None:
         raise UsageError(f"cannot write {flag} {path}: {problem}")
+    # a pipe (mkfifo) is written in place: opening it to probe it blocks until a reader comes,
+    # and closing it then hands that reader an end of file (it leaves before the run writes)
+    if _is_pipe(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"cannot write {flag} {path}: Permission denied")
+        return
     existed = path.exists()
     try:
         with open(path, "a"):
@@ -132,6 +139,14 @@ def _probe_writable(flag: str, path: Path) -> None:
         raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
     if not existed:  # the file made, not a link to it that the user made
         real.unlink(missing_ok=True)
+
+
+def _is_pipe(path: Path) -> bool:
+    """Whether ``path`` is a named pipe (``mkfifo``), or a descriptor of a pipe (``/dev/stdout``)."""
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:  # not there (yet): a file to make
+        return False
 
 
 def add_restart_flag(group: argparse._ArgumentGroup) -> None:

@@ -1,13 +1,17 @@
-"""`radixflow/cli/args.py`: the help formatter."""
+"""`radixflow/cli/args.py`: the help formatter, and the check that an output can be written."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import threading
 
 import pytest
 
 from radixflow.cli.app import build_parser
+from radixflow.cli.args import check_output_paths
+from radixflow.cli.command import UsageError
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -63,3 +67,28 @@ def test_a_flag_with_no_effect_in_run_batch_shows_no_default_there():
     }
     assert "no effect in run-batch" in helps["--drain-timeout"] and "default" not in helps["--drain-timeout"]
     assert "(default: 256)" in helps["--max-pending"]
+
+
+def test_a_named_pipe_given_for_an_output_is_not_opened_to_probe_it(tmp_path):
+    """`mkfifo p; cat p & radixflow bench --json p`: the check that an output can be written
+    opened and closed the pipe before the run, which blocks until a reader comes and then hands
+    that reader an end of file (`cat` left), so the run's real write blocked for ever. A pipe
+    is written in place: whether it may be written is asked without opening it."""
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo)
+    checked = threading.Thread(target=check_output_paths, args=({"--json": fifo}, {}), daemon=True)
+    checked.start()
+    checked.join(timeout=60)
+    blocked = checked.is_alive()
+    if blocked:  # a reader comes and goes, releasing the probe's open
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    assert not blocked, "the probe opened the pipe"
+
+
+def test_a_named_pipe_that_cannot_be_written_is_refused_in_one_line(tmp_path):
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo, 0o444)
+    if os.access(fifo, os.W_OK):  # root may write anything
+        pytest.skip("this user may write a read-only file")
+    with pytest.raises(UsageError, match=r"cannot write --json .*p: Permission denied"):
+        check_output_paths({"--json": fifo}, {})

@@ -50,9 +50,10 @@ def stdin_problem(text: str) -> str | None:
 
 def file_path_problem(text: str) -> str | None:
     """Why ``text``, a path a user gives (a flag, a TOML key, an option), cannot name a file to
-    write (None: it can): one that ends in a separator names a directory, which `Path` would
-    drop, writing a file of the directory's name. The one rule for every output file."""
-    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+    write (None: it can): one that ends in a separator, or in ``.`` or ``..``, names a directory,
+    which `Path` would drop (``results/`` and ``results/.`` read as ``results``), writing a file
+    of the directory's name. The one rule for every output file."""
+    if os.path.basename(text) in ("", ".", ".."):  # the part after the last separator names no file
         return f"must be a file path, got {text!r} (a directory: name a file in it)"
     return None
 

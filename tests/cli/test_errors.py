@@ -214,11 +214,13 @@ def test_output_checks_leave_no_file_behind(tmp_path, capsys):
     "argv, needle",
     [
         (["--json", "x.json", "--round-trace", "x.json"], "--round-trace x.json: the same file as --json"),
-        (["--json", "."], "cannot write --json .: it is a directory"),
+        (["--json", "."], "--json: must be a file path, got '.' (a directory: name a file in it)"),
+        (["--json", "d"], "cannot write --json d: it is a directory"),
     ],
 )
 def test_output_paths_that_collide_are_refused(tmp_path, monkeypatch, capsys, argv, needle):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
     assert needle in one_line_error(capsys, ["bench", *argv])
 
 
@@ -789,10 +791,14 @@ def test_an_output_that_ends_in_a_slash_is_refused_not_written_as_a_file(
     ],
     ids=["json", "round-trace", "write-trace", "calibrate"],
 )
-def test_every_output_file_that_ends_in_a_slash_is_refused_before_the_run(tmp_path, capsys, command, flag):
+@pytest.mark.parametrize("tail", ["/", "/."], ids=["slash", "slash-dot"])
+def test_every_output_file_that_ends_in_a_slash_is_refused_before_the_run(
+    tmp_path, capsys, command, flag, tail
+):
     # `bench --json results/` (results/ not made yet) ran, then wrote the report to a file named
-    # `results`; `calibrate --out results/` timed for minutes, then did the same
-    out = f"{tmp_path}/results/"
+    # `results`; `calibrate --out results/` timed for minutes, then did the same; `results/.`,
+    # which `Path` reads as `results`, did it after the slash was refused
+    out = f"{tmp_path}/results{tail}"
     err = one_line_error(capsys, [*command, flag, out])
     said = f"{flag}: must be a file path, got {out!r} (a directory: name a file in it)"
     assert err.startswith("radixflow: error: ") and err.endswith(said)

@@ -137,10 +137,12 @@ def test_a_matmul_plan_that_does_not_parse_is_refused_at_every_door(model):
     assert EngineOptions(model=model, matmul="single=native,prefill=onednn").validate() is None
 
 
-def test_a_trace_out_that_ends_in_a_slash_is_refused_at_every_door(tmp_path):
+@pytest.mark.parametrize("tail", ["/", "/.", "/./"], ids=["slash", "slash-dot", "slash-dot-slash"])
+def test_a_trace_out_that_ends_in_a_slash_is_refused_at_every_door(tmp_path, tail):
     # `--trace-out traces/`, `LLM(trace_out="traces/")` or a TOML `trace_out = "traces/"` (traces/
-    # not made yet) passed, and the run wrote the trace to a file named `traces`
-    given = f"{tmp_path}/traces/"
+    # not made yet) passed, and the run wrote the trace to a file named `traces` (`traces/.` too,
+    # which `Path` reads as `traces`)
+    given = f"{tmp_path}/traces{tail}"
     problem = EngineOptions(trace_out=given).validate()
     assert problem is not None and problem.param == "trace_out", problem
     assert problem.message == f"must be a file path, got {given!r} (a directory: name a file in it)"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -47,7 +46,7 @@ from radixflow.server.config import ServerConfig
 if TYPE_CHECKING:  # fastapi and the app are imported when the command runs (the serve extra checked first)
     from fastapi import FastAPI
 
-    from radixflow.server.batch import BatchLine
+    from radixflow.server.batch import BatchLine, BatchTally
 
 
 # run-batch runs with no drain: what --drain-timeout says here, and warns of where it is given
@@ -126,9 +125,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         model = load_model(options)
         warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
         state = server_state(model, config)
-        answer = functools.partial(_run, create_app(state), lines, concurrency=config.max_pending)
         try:
-            code = write_lines("--output", output, answer, kept, record, args.restart)
+            app = create_app(state)
+            tally = _write_answers(app, lines, config.max_pending, output, kept, record, args.restart)
         except BaseException as e:
             # stuck past its grace, or a second Ctrl-C while the app's shutdown waited for it:
             # `main` ends the process after its line, not waiting on the engine thread
@@ -137,8 +136,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
             elif isinstance(e, KeyboardInterrupt):  # the engine loop wrote the trace as it ended
                 note_trace_kept(model.setup, e)
             raise
+        print(f"radixflow: {tally.line()}", file=sys.stderr)
         write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
-        return 1 if code or _failed(kept) else 0
+        # as score --input: a script can tell a file with failed lines
+        return 1 if tally.failed or _failed(kept) else 0
 
 
 def _go_on(output: Path | None, restart: bool, record: str, lines: list) -> tuple[list, KeptRows | None]:
@@ -174,14 +175,28 @@ def _failed(kept: KeptRows | None) -> int:
     return 0 if kept is None else sum(400 <= (status_code(row) or 0) < SERVER_ERROR for row in kept.rows)
 
 
-def _run(app: FastAPI, lines: list[BatchLine], out: IO[str], concurrency: int) -> int:
+def _write_answers(
+    app: FastAPI,
+    lines: list[BatchLine],
+    concurrency: int,
+    output: Path | None,
+    kept: KeptRows | None,
+    record: str,
+    restart: bool,
+) -> BatchTally:
+    """``lines`` answered through ``app``, each answer written where ``output`` says
+    (`write_lines`), under a progress bar entered first: on a terminal rich's live bar takes
+    standard output over, and answers written to the stream it put there go above the bar, where
+    those written behind it began on the bar's line."""
     from radixflow.server.batch import run_batch
 
     with LoggedProgress(console=Console(stderr=True)) as progress:
         bar = RequestBar(progress, "requests")
-        tally = asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
-    print(f"radixflow: {tally.line()}", file=sys.stderr)
-    return 1 if tally.failed else 0  # as score --input: a script can tell a file with failed lines
+
+        def answer(out: IO[str]) -> BatchTally:
+            return asyncio.run(run_batch(app, lines, out, concurrency, bar.hear))
+
+        return write_lines("--output", output, answer, kept, record, restart)
 
 
 COMMAND = Command(

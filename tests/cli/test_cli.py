@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -716,3 +718,51 @@ def test_a_bench_whose_reader_leaves_early_still_writes_its_output_files(tmp_pat
         assert len(json.loads(files["--json"].read_text())["results"]) == 3
     assert files["--round-trace"].read_text().count("\n") >= 3
     assert json.loads(files["--trace-out"].read_text())["traceEvents"]
+
+
+def _screen(data: str) -> list[str]:
+    """The lines a terminal shows after ``data``: text, newlines, carriage returns, erase-line
+    and cursor-up sequences (the ones rich's live bar uses); other escape sequences ignored."""
+    screen, row, col = [""], 0, 0
+    for token in re.split(r"(\x1b\[[0-9;?]*[A-Za-z]|\r|\n)", data):
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row, col = row + 1, 0
+            screen += [""] * (row + 1 - len(screen))
+        elif token.startswith("\x1b["):
+            if token[-1] == "K":
+                screen[row] = "" if token[2:-1] == "2" else screen[row][:col]
+            elif token[-1] == "A":
+                row = max(0, row - int(token[2:-1] or 1))
+        elif token:
+            line = screen[row].ljust(col)
+            screen[row], col = line[:col] + token + line[col + len(token) :], col + len(token)
+    return screen
+
+
+def test_run_batch_answers_to_a_terminal_are_not_written_into_its_progress_bar(tmp_path):
+    """`radixflow run-batch M -i F` on a terminal: the answers went to standard output behind
+    rich's live bar, not through it, so a line began with the bar ('requests ━━━ 2% {"id": ...')."""
+    pytest.importorskip("httpx")
+    line = {"method": "POST", "url": "/v1/completions", "body": {"model": "qwen3_5-tiny", "prompt": "hi"}}
+    given = tmp_path / "in.jsonl"
+    given.write_text("".join(json.dumps({"custom_id": f"r{i}", **line}) + "\n" for i in range(4)))
+    main_end, terminal = os.openpty()
+    env = checkout_env() | {"TERM": "xterm", "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "radixflow.cli", "run-batch", "qwen3_5-tiny", "-i", str(given)],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+    )
+    os.close(terminal)
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO once the command has ended
+        while chunk := os.read(main_end, 65536):
+            shown += chunk
+    os.close(main_end)
+    assert proc.wait(timeout=120) == 0, shown
+    answers = [row for row in _screen(shown.decode()) if '"custom_id"' in row]
+    assert len(answers) == 4 and all(row.startswith('{"id": "batch_req_') for row in answers), answers

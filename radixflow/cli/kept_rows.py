@@ -40,7 +40,13 @@ class KeptRows:
 
     def only(self, keep: Callable[[dict[str, Any]], bool]) -> KeptRows:
         """The rows ``keep`` keeps (the others run again), their lines written anew."""
-        flags = [keep(row) for row in self.rows]
+        return self._flagged([keep(row) for row in self.rows])
+
+    def first(self, n: int) -> KeptRows:
+        """The first ``n`` rows (the others run again), their lines written anew."""
+        return self._flagged([i < n for i in range(len(self.rows))])
+
+    def _flagged(self, flags: list[bool]) -> KeptRows:
         rows = [row for row, kept in zip(self.rows, flags, strict=True) if kept]
         return KeptRows(self.partial, self.lines.only(flags), rows, self.record)
 

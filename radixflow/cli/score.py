@@ -35,7 +35,7 @@ from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs,
 from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
-from radixflow.problems import ProblemError
+from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
 
 if TYPE_CHECKING:  # the generation package is imported when a command runs (torch extra checked first)
@@ -100,8 +100,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         check_partial("--output", output, inputs | outputs)
         record = run_record("score", (asdict(job) for job in jobs or []), row_options(options))
         kept = kept_rows("--output", output, args.restart, record)  # None without --input
-        if jobs is not None and kept is not None:
-            jobs = go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
+        if jobs is not None and kept is not None:  # refused, or said, before the model loads
+            go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
         warn_ineffective_options(args, options)
         return _score(args, console, options, jobs, candidates, output, kept, record)
 
@@ -116,8 +116,9 @@ def _score(
     kept: KeptRows | None,
     record: str,
 ) -> int:
-    """`run` once its inputs are checked and ``output`` is claimed: ``jobs`` (``--input``; None:
-    ``candidates`` after ``--context``) scored, their rows or the table written; the exit code."""
+    """`run` once its inputs are checked and ``output`` is claimed: ``jobs`` (``--input``'s
+    lines, those the ``kept`` rows answer too; None: ``candidates`` after ``--context``) scored,
+    their rows or the table written; the exit code."""
     from radixflow.generation import LLM, GenerationError
 
     llm = None
@@ -189,20 +190,43 @@ def _run_file(
     record: str,
     restart: bool,
 ) -> int:
-    """Every job of ``--input`` that the ``kept`` rows of an earlier run do not answer, a JSON
-    line each to ``output`` (None: stdout) as it ends, its partial file recording ``record``
+    """Every job of ``--input`` that the ``kept`` rows of an earlier run do not answer (`_standing`),
+    a JSON line each to ``output`` (None: stdout) as it ends, its partial file recording ``record``
     (`run_record`; ``restart``: ``--restart`` was given); 1 when the model refused a line (its error
     line is in the output, kept or new), else 0."""
+    kept = _standing(llm, jobs, kept)
+    left = jobs[len(kept.rows) :] if kept is not None else jobs
     tally = write_lines(
         "--output",
         output,
-        lambda out: run_jobs(jobs, llm.score_many, llm.scoring_problem, out, bar.hear),
+        lambda out: run_jobs(left, llm.score_many, llm.scoring_problem, out, bar.hear),
         kept,
         record,
         restart,
     )
     print(f"radixflow: {tally.line()}", file=sys.stderr)
     return 1 if tally.failed or _failed(kept) else 0
+
+
+def _standing(llm: LLM, jobs: list[ScoreJob], kept: KeptRows | None) -> KeptRows | None:
+    """``kept`` (an earlier run's rows of the first ``jobs``) up to the first refusal this run
+    does not give in the same words: a line refused under a cache of another size ('does not fit
+    in the KV cache', ``--kv-blocks``) may fit this one. That row and those after it are dropped,
+    to run again in the input's order, and a line on stderr says so."""
+    if kept is None:
+        return None
+    for n, (row, job) in enumerate(zip(kept.rows, jobs, strict=False), 1):
+        error = row.get("error")
+        said = error.get("message") if isinstance(error, dict) else None
+        if error is not None and said != llm.scoring_problem(job.context, job.candidates):
+            counts = f"{counted(n - 1, 'row')} kept, {counted(len(jobs) - n + 1, 'line')} to run"
+            print(
+                f"radixflow: row {n} of {kept.partial} is a refusal this run does not give: it and the "
+                f"rows after it run again ({counts})",
+                file=sys.stderr,
+            )
+            return kept.first(n - 1)
+    return kept
 
 
 def _print_scores(

@@ -956,3 +956,26 @@ def test_a_partial_file_goes_on_under_another_spelling_of_the_same_checkpoint(
     capsys.readouterr()
     assert main(["score", "ck", "--input", str(given), "--output", str(out) + "2"]) == 2
     assert "it was computed with MODEL" in capsys.readouterr().err
+
+
+def test_a_kept_refusal_this_run_would_not_give_is_run_again(zoo, capsys, tmp_path, monkeypatch):
+    """A line refused for the cache's size (`--kv-blocks 8`: 'does not fit in the KV cache'), kept
+    from a run cut short, stayed refused when the command went on under a cache it fits (the cache
+    was said never to change a row): the output and the exit status said it failed. Now a kept
+    refusal this run would not give runs again, with the rows after it."""
+    from radixflow.cli import main
+
+    given, out, whole = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "whole.jsonl"
+    long = json.dumps({"id": "long", "context": "word " * 300, "candidates": [" yes"]})
+    given.write_text(long + "\n" + _score_lines(2))
+    assert main(["score", MODEL, "--input", str(given), "--output", str(whole)]) == 0
+    argv = ["score", MODEL, "--input", str(given), "--output", str(out)]
+    _cut_short_after_one_row(monkeypatch, [*argv, "--kv-blocks", "8"], 0)
+    partial = tmp_path / "out.jsonl.partial"
+    assert "does not fit in the KV cache" in json.loads(partial.read_text())["error"]["message"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"row 1 of {partial} is a refusal this run does not give" in err, err
+    assert "0 rows kept, 3 lines to run" in err
+    assert _rows_without_cache_counts(out.read_text()) == _rows_without_cache_counts(whole.read_text())

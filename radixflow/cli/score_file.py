@@ -43,31 +43,36 @@ class ScoreJob:
 
 
 def read_jobs(path: Path) -> list[ScoreJob]:
-    """Every non-blank line of ``path`` as a `ScoreJob`; `UsageError` naming the line for one
-    that is not a JSON object with a ``context`` and a non-empty list of ``candidates``."""
-    jobs = [_job(n, line) for n, line in numbered_lines(read_input(path))]
+    """Every non-blank line of ``path`` as a `ScoreJob`; `UsageError` naming the file and the
+    line for one that is not a JSON object with a ``context`` and a non-empty list of
+    ``candidates`` (as run-batch and the reader's own errors name them)."""
+    try:
+        jobs = [_job(n, line) for n, line in numbered_lines(read_input(path))]
+    except ValueError as e:
+        raise UsageError(f"--input {path}: {e}") from None
     if not jobs:
         raise UsageError(f"--input {path}: no lines to score")
     return jobs
 
 
 def _job(n: int, line: str) -> ScoreJob:
+    """Line ``n`` as a `ScoreJob`; ValueError naming the line where it is none."""
     try:
         row = json_object(line, "context, candidates")
     except ValueError as e:
-        raise UsageError(f"--input line {n}: {e}") from None
+        raise ValueError(f"line {n}: {e}") from None
     unknown = sorted(set(row) - {"id", "context", "candidates"})
     if unknown:
-        raise UsageError(f"--input line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")
+        raise ValueError(f"line {n}: unknown field {unknown[0]!r} (known: id, context, candidates)")
     if "context" not in row:
-        raise UsageError(f"--input line {n}: no context")
+        raise ValueError(f"line {n}: no context")
     # a lone message or a number, alone in its call, would read to score_many as all the contexts
     # at once (one conversation, one token-id list); the rest of a context's shape is its to check
     if not isinstance(row["context"], str | list):
-        raise UsageError(f"--input line {n}: context: text, token ids or a list of messages is expected")
+        raise ValueError(f"line {n}: context: text, token ids or a list of messages is expected")
     candidates = row.get("candidates")
     if not isinstance(candidates, list) or not candidates:
-        raise UsageError(f"--input line {n}: candidates: a non-empty list is expected")
+        raise ValueError(f"line {n}: candidates: a non-empty list is expected")
     return ScoreJob(n, row.get("id"), row["context"], candidates)
 
 

@@ -311,11 +311,11 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
 @pytest.mark.parametrize(
     ("text", "extra", "message"),
     [
-        ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input line 2: not valid JSON"),
-        ('[1, 2]\n', [], "--input line 1: expected a JSON object (context, candidates)"),
-        ('{"context": "a"}\n', [], "--input line 1: candidates: a non-empty list"),
-        ('{"candidates": [" b"]}\n', [], "--input line 1: no context"),
-        ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input line 1: unknown field 'k'"),
+        ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input {path}: line 2: not valid JSON"),
+        ('[1, 2]\n', [], "--input {path}: line 1: expected a JSON object (context, candidates)"),
+        ('{"context": "a"}\n', [], "--input {path}: line 1: candidates: a non-empty list"),
+        ('{"candidates": [" b"]}\n', [], "--input {path}: line 1: no context"),
+        ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input {path}: line 1: unknown field 'k'"),
         ('\n \n', [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
         # the lines keep the file's order: a ranking asked for was silently not done
@@ -333,7 +333,8 @@ def test_a_bad_input_file_is_one_line_naming_its_line(zoo, capsys, tmp_path, tex
     given.write_text(text)
     assert main(["score", MODEL, "--input", str(given), *extra]) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    # a line is named with its file, as run-batch names it (`score --input` did not say which file)
+    assert message.format(path=given) in err and "Traceback" not in err
 
 
 def test_a_line_the_model_refuses_is_an_error_line_and_the_others_are_scored(
@@ -477,7 +478,8 @@ def test_a_context_of_another_type_is_named_by_its_line(zoo, capsys, tmp_path, c
     given = tmp_path / "in.jsonl"
     given.write_text(json.dumps({"context": context, "candidates": [" b"]}) + "\n")
     assert main(["score", MODEL, "--input", str(given)]) == 2
-    assert "--input line 1: context: text, token ids or a list of messages" in capsys.readouterr().err
+    said = f"--input {given}: line 1: context: text, token ids or a list of messages"
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -523,7 +525,7 @@ def test_a_line_nested_too_deeply_is_one_line_naming_it(zoo, capsys, tmp_path):
     given.write_text('{"context": ' + "[" * 100_000 + "]" * 100_000 + ', "candidates": [" b"]}\n')
     assert main(["score", MODEL, "--input", str(given)]) == 2
     err = capsys.readouterr().err
-    assert "--input line 1: not valid JSON (nested too deeply)" in err and "Traceback" not in err
+    assert f"--input {given}: line 1: not valid JSON (nested too deeply)" in err and "Traceback" not in err
 
 
 def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, capsys, tmp_path):

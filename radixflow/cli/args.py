@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.engine.trace_file import NOT_WRITTEN
+from radixflow.files import temporary_beside, written_in_place
 from radixflow.options import EngineOptions, EngineSetup
 from radixflow.options.flags import (
     clock_warnings,
@@ -135,10 +136,22 @@ def _probe_writable(flag: str, path: Path) -> None:
     try:
         with open(path, "a"):
             pass
+        if existed and not written_in_place(path):
+            _probe_beside(real)
     except OSError as e:
         raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
     if not existed:  # the file made, not a link to it that the user made
         real.unlink(missing_ok=True)
+
+
+def _probe_beside(target: Path) -> None:
+    """OSError where no file can be made beside ``target``, an existing file: its results are
+    written into one there and renamed over it (`files.write_whole`), which its directory must
+    allow, though the file itself may be written (a directory closed to new files)."""
+    probe = temporary_beside(target)
+    with open(probe, "a"):
+        pass
+    probe.unlink()
 
 
 def _is_pipe(path: Path) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -186,6 +187,36 @@ def test_unwritable_existing_output_file_is_refused_and_kept(tmp_path, capsys):
         assert target.read_text() == "keep me"
     finally:
         target.chmod(0o600)
+
+
+@pytest.fixture
+def closed_folder(tmp_path: Path) -> Iterator[Path]:
+    """A directory holding r.json, which may be written, where no file can be made (the temporary
+    file a result is written into, beside it, then renamed over it): its permission bits, or for
+    root, which they do not stop, its immutable flag."""
+    folder = tmp_path / "closed"
+    folder.mkdir()
+    (folder / "r.json").write_text("old\n")
+    folder.chmod(0o555)
+    immutable = os.access(folder, os.W_OK)
+    if immutable and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        folder.chmod(0o755)
+        pytest.skip("no way to close a directory to this user")
+    try:
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+def test_an_output_whose_directory_takes_no_new_file_is_refused_before_the_run(capsys, closed_folder):
+    # the existing file could be opened, so the check passed; the run went through to its end, and
+    # then writing the results whole (a file made beside it, renamed over it) failed, losing them
+    out = closed_folder / "r.json"
+    err = one_line_error(capsys, ["bench", "--groups", "1", "--candidates", "1", "--json", str(out)])
+    assert err.startswith(f"radixflow: error: cannot write --json {out}: "), err
+    assert out.read_text() == "old\n" and sorted(closed_folder.iterdir()) == [out]
 
 
 def _writable(path: Path) -> bool:

@@ -27,8 +27,10 @@ def user_path(text: str) -> Path:
 def resolved_path(text: str) -> str:
     """``text``, a path a user gave, as the one absolute path every spelling of it names (``ck``,
     ``./ck``, ``~/ck``, a link to it): `user_path`, links followed. What a path is compared or
-    keyed by; a relative one is the current directory's."""
-    return str(user_path(text).resolve())
+    keyed by; a relative one is the current directory's. A symlink loop (``ln -s ck ck``) is
+    resolved as far as it goes, not raised (`Path.resolve`'s RuntimeError): the model's own load
+    says, in one line, that it names no model."""
+    return os.path.realpath(user_path(text))
 
 
 def stdout_problem(text: str, holds: str) -> str | None:

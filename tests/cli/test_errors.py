@@ -1289,3 +1289,24 @@ def test_an_input_of_dash_is_refused_not_read_from_a_file_named_dash(capsys, tmp
     flag = argv[-2]
     assert f"{flag}: - (standard input) is not read" in line, line  # run-batch's reads -i/--input
     assert "./- for a file named -" in line
+
+
+# a MODEL that is a symlink loop (`ln -s ck ck`) raised RuntimeError out of Path.resolve where the
+# commands key a checkpoint by its resolved path (a partial file's record): a traceback
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["score", "./ck", "--context", "a", "--candidate", " b"],
+        ["score", "./ck", "--input", "in.jsonl", "--output", "out.jsonl"],
+        ["run-batch", "./ck", "--input", "batch.jsonl"],
+    ],
+    ids=["score", "score-input", "run-batch"],
+)
+def test_a_model_that_is_a_symlink_loop_is_one_line_naming_it(capsys, tmp_path, monkeypatch, argv):
+    pytest.importorskip("httpx")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ck").symlink_to("ck")
+    write_lines(tmp_path / "in.jsonl", '{"context": "a", "candidates": [" b"]}')
+    write_lines(tmp_path / "batch.jsonl", BATCH_LINE)
+    line = one_line_error(capsys, argv)
+    assert "'./ck'" in line, line

@@ -57,6 +57,12 @@ class KeptRows:
 ROW_OPTIONS = ("runner", "device", "dtype", "matmul", "kernels")
 
 
+# The engine options that size the cache and a round: they change no computed row, but whether a
+# line fits at all ('does not fit in the KV cache: ... (kv_blocks)'), so a refusal kept from a run
+# under others may not be this run's (`same_limits`)
+ROW_LIMITS = ("token_budget", "block_size", "kv_blocks", "state_slots", "cache_memory")
+
+
 def row_options(options: EngineOptions, names: tuple[str, ...] = ROW_OPTIONS) -> dict[str, Any]:
     """``MODEL`` (a local checkpoint by its resolved path: ``./ck`` goes on from ``ck``'s rows)
     and the ``names`` of ``options``, by flag (`run_record`'s ``options``)."""
@@ -64,15 +70,34 @@ def row_options(options: EngineOptions, names: tuple[str, ...] = ROW_OPTIONS) ->
     return {"MODEL": model_key(options.model)} | {spell[name]: getattr(options, name) for name in names}
 
 
-def run_record(command: str, inputs: Iterable[Any], options: dict[str, Any]) -> str:
+def run_record(
+    command: str, inputs: Iterable[Any], options: dict[str, Any], limits: dict[str, Any] | None = None
+) -> str:
     """What a run's rows are computed under, as its partial file records it (`PartialLines`):
     the command, a digest of its input as read (``inputs``, each JSON-ready: hashed one at a
-    time, not as one string the size of the file), and the ``options`` that change its rows
-    (by flag, as a user gives them)."""
+    time, not as one string the size of the file), the ``options`` that change its rows and the
+    ``limits`` that decide whether a line fits (`ROW_LIMITS`; by flag, as a user gives them)."""
     digest = hashlib.sha256()
     for item in inputs:
         digest.update(json.dumps(item).encode("utf-8", "surrogatepass") + b"\n")
-    return json.dumps({"command": command, "input": digest.hexdigest(), "options": options})
+    record = {"command": command, "input": digest.hexdigest(), "options": options, "limits": limits}
+    return json.dumps(record)
+
+
+def row_limits(options: EngineOptions) -> dict[str, Any]:
+    """`ROW_LIMITS` of ``options``, by flag (`run_record`'s ``limits``)."""
+    spell = flag_spellings(EngineOptions)
+    return {spell[name]: getattr(options, name) for name in ROW_LIMITS}
+
+
+def same_limits(kept: KeptRows) -> bool:
+    """Whether the ``kept`` rows were computed under this run's `ROW_LIMITS` (False where their
+    record does not say: a refusal among them is then not known to be this run's)."""
+    try:
+        before = json.loads(recorded(kept.partial) or "")
+    except ValueError:
+        return False
+    return isinstance(before, dict) and before.get("limits") == json.loads(kept.record)["limits"]
 
 
 def _unlike(partial: Path, record: str) -> str | None:
@@ -147,14 +172,22 @@ def refuse_partial(flag: str, path: Path, why: str) -> UsageError:
     )
 
 
+SERVER_ERRORS = "of a server error (5xx)"  # the rows `go_on_from` drops, by default
+
+
 def go_on_from(
-    output: Path, kept: KeptRows, left: Callable[[], list[T]], failed: int, dropped: int = 0
+    output: Path,
+    kept: KeptRows,
+    left: Callable[[], list[T]],
+    failed: int,
+    dropped: int = 0,
+    dropped_as: str = SERVER_ERRORS,
 ) -> list[T]:
     """``left()``: the inputs the ``kept`` rows do not answer (a ValueError when the rows are not
     this input's answers, refused as `refuse_partial`, as are rows computed under another record
     than ``kept.record``: another input, model or option that changes them), said on stderr with
-    ``failed``, the kept rows that are a line's failure, and ``dropped``, the rows of a server
-    error among ``kept`` that the command drops (`KeptRows.only`) and runs again."""
+    ``failed``, the kept rows that are a line's failure, and ``dropped``, the rows among ``kept``
+    that the command drops (`KeptRows.only`) and runs again (``dropped_as``: what they are)."""
     try:
         rest = left()
     except ValueError as e:
@@ -162,17 +195,19 @@ def go_on_from(
     why = _unlike(kept.partial, kept.record)  # rows of this input, computed under other options?
     if why is not None:
         raise refuse_partial("--output", output, why)
-    say_kept(kept, len(rest), failed, dropped)
+    say_kept(kept, len(rest), failed, dropped, dropped_as)
     return rest
 
 
-def say_kept(kept: KeptRows, to_run: int, failed: int, dropped: int = 0) -> None:
+def say_kept(
+    kept: KeptRows, to_run: int, failed: int, dropped: int = 0, dropped_as: str = SERVER_ERRORS
+) -> None:
     """One line on stderr: how many rows the run keeps (``failed`` of them a line's failure,
-    which the exit status counts as a new one; ``dropped`` rows of a server error not), and how
+    which the exit status counts as a new one; ``dropped`` rows, ``dropped_as``, not), and how
     many lines it runs."""
     failures = f" ({failed} failed)" if failed else ""
     torn = " (a last line cut short is dropped, and run again)" if kept.lines.torn else ""
-    errors = f", {counted(dropped, 'answer')} of a server error (5xx) dropped" if dropped else ""
+    errors = f", {counted(dropped, 'answer')} {dropped_as} dropped" if dropped else ""
     print(
         f"radixflow: going on from {kept.partial}: {counted(len(kept.rows) - dropped, 'row')} kept"
         f"{failures}{torn}{errors}, {counted(to_run, 'line')} to run",

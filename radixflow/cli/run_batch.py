@@ -25,7 +25,18 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import ROUND_LEFT, Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.cli.kept_rows import ROW_OPTIONS, KeptRows, go_on_from, kept_rows, row_options, run_record
+from radixflow.cli.kept_rows import (
+    ROW_LIMITS,
+    ROW_OPTIONS,
+    SERVER_ERRORS,
+    KeptRows,
+    go_on_from,
+    kept_rows,
+    row_limits,
+    row_options,
+    run_record,
+    same_limits,
+)
 from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
 from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.engine_options import EngineOptions
@@ -113,7 +124,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | {"--trace-out": trace})
-        record = run_record("run-batch", (asdict(line) for line in lines), _row_options(options, config))
+        answers = (asdict(line) for line in lines)
+        record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
         lines, kept = _go_on(output, args.restart, record, lines)
         warn_ineffective_options(args, options)
         if args.drain_s is not None:
@@ -144,15 +156,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _go_on(output: Path | None, restart: bool, record: str, lines: list) -> tuple[list, KeptRows | None]:
     """The lines still to post and the rows kept from a run cut short (None: none kept); a kept
-    row the server failed is dropped and its line posted again."""
+    row the server failed is dropped and its line posted again, and so is a refusal (4xx) kept
+    from a run under other `ROW_LIMITS`: a prompt that did not fit its cache may fit this one."""
     kept = kept_rows("--output", output, restart, record)
     if kept is None:
         return lines, None
-    from radixflow.server.batch import left_to_run, server_failed
+    from radixflow.server.batch import left_to_run, server_failed, status_code
 
-    errors = sum(map(server_failed, kept.rows))
-    lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows), _failed(kept), errors)
-    return lines, kept.only(lambda row: not server_failed(row))
+    again, what = server_failed, SERVER_ERRORS
+    if not same_limits(kept):
+        again, what = lambda row: (status_code(row) or 0) >= 400, OTHER_LIMITS
+    errors = sum(map(again, kept.rows))
+    failed = _failed(kept.only(lambda row: not again(row)))
+    lines = go_on_from(output, kept, lambda: left_to_run(lines, kept.rows, again), failed, errors, what)
+    return lines, kept.only(lambda row: not again(row))
+
+
+# what `_go_on` says of the error answers it drops where they came from a run under other limits
+_LIMIT_FLAGS = ", ".join(flag_spellings(EngineOptions)[name] for name in ROW_LIMITS)
+OTHER_LIMITS = f"of an error (4xx or 5xx) under other {_LIMIT_FLAGS}"
 
 
 # beside the engine's (`ROW_OPTIONS`), the server options that change an answer: the max_tokens

@@ -91,11 +91,13 @@ def server_failed(row: dict[str, Any]) -> bool:
     return (status_code(row) or 0) >= SERVER_ERROR
 
 
-def left_to_run(lines: list[BatchLine], rows: list[dict[str, Any]]) -> list[BatchLine]:
+def left_to_run(
+    lines: list[BatchLine], rows: list[dict[str, Any]], again: Callable[[dict[str, Any]], bool] | None = None
+) -> list[BatchLine]:
     """The lines that ``rows`` (an earlier run's output lines) do not answer, or answer with a
-    server error (`server_failed`: posted again), in file order; ValueError naming the first row
-    that is not the answer of a line of ``lines`` (one of another file, or of a file since
-    edited: its ``custom_id`` on another line), or answers one twice."""
+    row ``again`` names (default `server_failed`: posted again), in file order; ValueError
+    naming the first row that is not the answer of a line of ``lines`` (one of another file, or
+    of a file since edited: its ``custom_id`` on another line), or answers one twice."""
     by_id = {line.custom_id: line for line in lines}
     answered: set[str] = set()
     for n, row in enumerate(rows, 1):
@@ -110,8 +112,8 @@ def left_to_run(lines: list[BatchLine], rows: list[dict[str, Any]]) -> list[Batc
         if custom_id in answered:
             raise ValueError(f"row {n}: custom_id {custom_id!r} is answered twice")
         answered.add(custom_id)
-    again = {row["custom_id"] for row in rows if server_failed(row)}
-    return [line for line in lines if line.custom_id not in answered - again]
+    posted = {row["custom_id"] for row in rows if (again or server_failed)(row)}
+    return [line for line in lines if line.custom_id not in answered - posted]
 
 
 def status_code(row: dict[str, Any]) -> int | None:

@@ -678,3 +678,28 @@ def test_a_body_over_the_limit_is_answered_413_naming_the_flag_of_this_command(z
     (row,) = map(json.loads, out.read_text().splitlines())
     message = row["response"]["body"]["error"]["message"]
     assert row["response"]["status_code"] == 413 and message.endswith("bytes (--max-body-bytes)"), message
+
+
+def test_a_kept_refusal_under_another_cache_size_is_posted_again(zoo, tmp_path, capsys, monkeypatch):
+    """A prompt refused for the cache's size (`--kv-blocks 8`: 400 'does not fit in the KV
+    cache'), kept from a run cut short, stayed refused when the command went on under a cache it
+    fits (a 4xx was taken to be the same each time): the output and the exit status said it
+    failed. Now the partial file records the options that size the cache, and a kept error answer
+    from a run under others is posted again."""
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(completion("long", "word " * 300) + "\n" + completion("c", "Request") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    _cut_short_after_one_answer(monkeypatch, [*argv, "--kv-blocks", "8"])  # the last --kv-blocks wins
+    partial = tmp_path / "out.jsonl.partial"
+    assert "does not fit in the KV cache" in partial.read_text()
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 answer of an error (4xx or 5xx) under other --token-budget, --block-size, --kv-blocks" in err
+    assert "0 rows kept" in err and "2 lines to run" in err
+    assert sorted(status for _, status, _ in _answers(out.read_text())) == [200, 200]
+    # under the same options, a kept refusal stands: the same each time
+    _cut_short_after_one_answer(monkeypatch, [*argv, "--kv-blocks", "8"])
+    capsys.readouterr()
+    assert main([*argv, "--kv-blocks", "8"]) == 1
+    assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err

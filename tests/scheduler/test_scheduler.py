@@ -21,6 +21,19 @@ ATTN = SimRunner(SIM_MODELS["qwen3-4b"], HARDWARE["h100"])
 CFG = SchedulerConfig(token_budget=256, max_requests=16, block_size=8, num_blocks=512, num_state_slots=64)
 
 
+def checked_engine(block_size: int, cfg: SchedulerConfig | None = None, policy: str = "radixflow") -> Engine:
+    """An engine whose runner checks the state every row restores against its prefix (`CheckingRunner`);
+    ``cfg`` defaults to four slots and 64 blocks of ``block_size``, at most 16 or 64 tokens a round."""
+    budget = 16 if block_size == 8 else 64
+    cfg = cfg or SchedulerConfig(
+        token_budget=budget, max_requests=4, block_size=block_size, num_blocks=64, num_state_slots=4
+    )
+    runner = CheckingRunner(True, block_size)
+    engine = new_engine(runner, cfg, policy=policy)
+    runner.cache = engine.cache
+    return engine
+
+
 def grouped(groups=3, candidates=3, context=64, cand=8, **kw) -> list[Request]:
     spec = WorkloadSpec(groups=groups, candidates=candidates, context_len=context, candidate_len=cand, **kw)
     return build_workload(spec).requests
@@ -195,10 +208,7 @@ def test_a_prompt_ended_mid_prefill_leaves_its_state_for_the_prompt_sent_again(e
     # a client that gives up during a long prompt's prefill and sends it again: the KV computed
     # so far stayed cached, but the state beside it went with the working slot, so the prompt
     # was computed again from its start; the runner checks the state the retry restores
-    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
-    runner = CheckingRunner(True, 8)
-    engine = new_engine(runner, cfg, policy="radixflow")
-    runner.cache = engine.cache
+    engine = checked_engine(8)
     prompt = tuple(range(1, 60))
     engine.submit(Request("first", prompt))
     engine.step()
@@ -215,10 +225,7 @@ def test_a_generation_aborted_mid_decode_leaves_its_tail_for_the_next_turn():
     # a chat client's "stop generating" closes the connection (an abort, not a stop string): the
     # next turn sends the prompt, what was shown of the answer and more; the state at the last
     # block boundary of the answer was thrown away, so that turn recomputed from the prompt's end
-    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=4, num_blocks=64, num_state_slots=4)
-    runner = CheckingRunner(True, 4)
-    engine = new_engine(runner, cfg, policy="radixflow")
-    runner.cache = engine.cache
+    engine = checked_engine(4)
     prompt = tuple(range(1, 11))
     first = Request("first", prompt, sampling=SamplingParams(max_tokens=20))
     engine.submit(first)
@@ -238,10 +245,7 @@ def test_a_request_resuming_a_kept_state_counts_the_rounds_that_state_took(end):
     # maximum is bench's 'rounds lower bound') counted a checkpoint kept from a request's own
     # state (a decoded tail, a prefill cut short) as free: the next turn resuming the tail had
     # depth 1, as if it reused nothing (or the depth of whatever checkpoint held that slot before)
-    cfg = SchedulerConfig(token_budget=64, max_requests=4, block_size=4, num_blocks=64, num_state_slots=4)
-    runner = CheckingRunner(True, 4)
-    engine = new_engine(runner, cfg, policy="radixflow")
-    runner.cache = engine.cache
+    engine = checked_engine(4)
     tokens = 7 if end == "finish" else 20  # finished by its seventh token, or aborted after it
     first = Request("first", tuple(range(1, 11)), sampling=SamplingParams(max_tokens=tokens))
     engine.submit(first)
@@ -258,10 +262,7 @@ def test_a_request_resuming_a_kept_state_counts_the_rounds_that_state_took(end):
 
 @pytest.mark.parametrize("end", ["abort", "stop"])
 def test_a_prompt_resuming_a_prefill_cut_short_counts_the_rounds_that_state_took(end):
-    cfg = SchedulerConfig(token_budget=16, max_requests=4, block_size=8, num_blocks=64, num_state_slots=4)
-    runner = CheckingRunner(True, 8)
-    engine = new_engine(runner, cfg, policy="radixflow")
-    runner.cache = engine.cache
+    engine = checked_engine(8)
     prompt = tuple(range(1, 60))
     engine.submit(Request("first", prompt))
     engine.step()
@@ -282,9 +283,7 @@ def test_a_prompt_sent_several_times_is_computed_once_when_it_ends_on_a_block_bo
     prompt = tuple(range(1, length + 1))
     sampled = [SamplingParams(max_tokens=2, temperature=1.0, seed=i) for i in range(3)]
     reqs = [Request(f"c{i}", prompt, sampling=s) for i, s in enumerate(sampled)]
-    runner = CheckingRunner(True, 8)  # checks the state each copy restores
-    engine = new_engine(runner, CFG, policy=policy)
-    runner.cache = engine.cache
+    engine = checked_engine(8, CFG, policy)  # checks the state each copy restores
     drive(engine, reqs)
     later = Request("later", prompt, arrival_s=engine.now)
     drive(engine, [later])
@@ -299,9 +298,7 @@ def test_a_prompt_that_is_a_prefix_of_an_earlier_one_resumes_where_it_ends(polic
     # prefix, known all along, was computed again from its start
     prompt = tuple(range(1, 60))
     reqs = [Request("long", prompt + tuple(range(200, 240))), Request("prefix", prompt)]
-    runner = CheckingRunner(True, 8)
-    engine = new_engine(runner, CFG, policy=policy)
-    runner.cache = engine.cache
+    engine = checked_engine(8, CFG, policy)
     drive(engine, reqs)
     assert [r.reused for r in reqs] == [0, 56]
     assert reqs[1].output == [sim_token("default", prompt, VOCAB)]

@@ -244,15 +244,27 @@ def test_a_state_that_is_not_contiguous_gets_its_new_values(native) -> None:
     assert got_s is strided and _close(got_s, want_s) and _close(got_o, want_o)
 
 
-def _failing_compiler(tmp_path) -> str:
+def _compiler(tmp_path, script: str) -> str:
+    """A stand-in C compiler: the shell ``script`` (after its ``#!/bin/sh`` line) as an executable."""
     path = tmp_path / "cc"
-    # answers the version query (part of the cache key), fails the build
-    path.write_text(
-        '#!/bin/sh\nif [ "$1" = --version ]; then echo 12; exit 0; fi\n'
-        "echo 'steps.c:1: error: this compiler is broken' >&2\nexit 1\n"
-    )
+    path.write_text("#!/bin/sh\n" + script)
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return str(path)
+
+
+def _refusing(tmp_path, flag: str, says: str) -> str:
+    """The system compiler, but one that refuses ``flag``, saying ``says`` as a compiler does."""
+    refuse = f'for a in "$@"; do if [ "$a" = {flag} ]; then\n  echo "{says}" >&2; exit 1; fi; done\n'
+    return _compiler(tmp_path, refuse + f'exec {find_compiler()} "$@"\n')
+
+
+def _failing_compiler(tmp_path) -> str:
+    # answers the version query (part of the cache key), fails the build
+    return _compiler(
+        tmp_path,
+        'if [ "$1" = --version ]; then echo 12; exit 0; fi\n'
+        "echo 'steps.c:1: error: this compiler is broken' >&2\nexit 1\n",
+    )
 
 
 def test_without_a_compiler_auto_runs_the_eager_kernels_with_one_log_line(tmp_path, caplog) -> None:
@@ -279,27 +291,15 @@ def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplo
 
 def test_a_compiler_without_gccs_version_flags_builds_the_library(native_here, tmp_path) -> None:
     # clang has no -dumpfullversion (an error there); --version and -dumpmachine it answers
-    clang = tmp_path / "cc"
-    clang.write_text(
-        '#!/bin/sh\nfor a in "$@"; do if [ "$a" = -dumpfullversion ]; then\n'
-        "  echo \"clang: error: unknown argument: '-dumpfullversion'\" >&2; exit 1; fi; done\n"
-        f'exec {find_compiler()} "$@"\n'
-    )
-    clang.chmod(clang.stat().st_mode | stat.S_IEXEC)
-    built = build(tmp_path / "cache", str(clang))
+    clang = _refusing(tmp_path, "-dumpfullversion", "clang: error: unknown argument: '-dumpfullversion'")
+    built = build(tmp_path / "cache", clang)
     assert built.problem is None and built.library is not None
 
 
 def test_a_compiler_that_refuses_march_native_builds_a_portable_library(native_here, tmp_path) -> None:
     # gcc on POWER (-mcpu=native there) and older clang on Apple silicon refuse -march=native
-    cc = tmp_path / "cc"
-    cc.write_text(
-        '#!/bin/sh\nfor a in "$@"; do if [ "$a" = -march=native ]; then\n'
-        "  echo \"cc: error: unrecognized command-line option '-march=native'\" >&2; exit 1; fi; done\n"
-        f'exec {find_compiler()} "$@"\n'
-    )
-    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
-    built = build(tmp_path / "cache", str(cc))
+    cc = _refusing(tmp_path, "-march=native", "cc: error: unrecognized command-line option '-march=native'")
+    built = build(tmp_path / "cache", cc)
     assert built.problem is None and built.library is not None
     assert built.library.rf_abi_version() == ABI_VERSION
 
@@ -375,14 +375,13 @@ def test_an_unusable_cached_library_is_built_again(native_here, tmp_path, cached
 def test_a_link_that_fails_says_why_not_just_that_the_linker_failed(tmp_path) -> None:
     # gcc's words when the cache directory is another user's (or the disk is full): the cause is
     # the linker's line, collect2's summary after it says only that ld failed
-    cc = tmp_path / "cc"
-    cc.write_text(
-        '#!/bin/sh\nif [ "$1" = --version ]; then echo 12; exit 0; fi\n'
+    cc = _compiler(
+        tmp_path,
+        'if [ "$1" = --version ]; then echo 12; exit 0; fi\n'
         "echo '/usr/bin/ld: cannot open output file k.so: Permission denied' >&2\n"
-        "echo 'collect2: error: ld returned 1 exit status' >&2\nexit 1\n"
+        "echo 'collect2: error: ld returned 1 exit status' >&2\nexit 1\n",
     )
-    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
-    built = build(tmp_path / "cache", str(cc))
+    built = build(tmp_path / "cache", cc)
     assert built.library is None and "cannot open output file k.so: Permission denied" in built.problem
 
 
@@ -390,14 +389,12 @@ def test_two_cpus_the_os_lists_alike_get_libraries_of_their_own(tmp_path, monkey
     # macOS has no /proc/cpuinfo (every Intel Mac, AVX-512 or not, is "i386" there): the cache key
     # holds what the compiler makes of -march=native, so a cache moved to another CPU is never
     # loaded there (an instruction it lacks kills the process)
-    cc = tmp_path / "cc"
-    cc.write_text('#!/bin/sh\necho "cc 12"\ncase "$*" in *-dM*) echo "#define __${CPU_KIND}__ 1";; esac\n')
-    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    cc = _compiler(tmp_path, 'echo "cc 12"\ncase "$*" in *-dM*) echo "#define __${CPU_KIND}__ 1";; esac\n')
     monkeypatch.setattr(native_build, "_cpu_flags", lambda: "i386")
     monkeypatch.setenv("CPU_KIND", "AVX512F")
-    avx512 = _digest(str(cc))
+    avx512 = _digest(cc)
     monkeypatch.setenv("CPU_KIND", "AVX2")
-    assert _digest(str(cc)) != avx512
+    assert _digest(cc) != avx512
 
 
 def test_a_built_library_is_reused_from_the_disk_cache(native_here, tmp_path_factory) -> None:

@@ -70,7 +70,7 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> di
     took = time.perf_counter() - t0
     probes = "; ".join(f"{c}: " + ", ".join(f"{n} {1e6 * t:.0f} us" for n, t in ts) for c, ts in auto.timings)
     print(f"{name}: auto plan {auto.describe()} in {1e3 * took:.1f} ms ({probes})", flush=True)
-    given = ["mkl", "onednn"] + (["single=native"] if BACKENDS["native"].usable() else [])
+    given = ["mkl", "onednn"] + (["single=native"] if BACKENDS["native"].problem() is None else [])
     plans = {k: parse_plan(k) for k in given} | {"auto": auto}
     models = {k: load_model(path) for k in plans}
     routers = {k: install(models[k], plan) for k, plan in plans.items()}

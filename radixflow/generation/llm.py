@@ -22,7 +22,7 @@ from radixflow.generation.calls import (
 from radixflow.generation.detokenize import NoText
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.prompts import Messages, Prompt, PromptReader
+from radixflow.generation.prompts import Messages, Prompt, PromptReader, truncates
 from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
 from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
 from radixflow.generation.setup import LoadedModel, load_model
@@ -134,6 +134,15 @@ class LLM:
         cycle collector ran."""
         return PromptReader(lambda: self.tokenizer, self._prompt_tokenizer)
 
+    def _reader(self, params: object) -> PromptReader:
+        """`_read`, or for a call whose ``params`` truncate prompts (``truncate_prompt_tokens``)
+        one that tokenizes a text of any length: its end runs, as a token-id prompt's does (and
+        the server's). A prompt of such a call whose params do not truncate is tokenized in full
+        before the engine refuses it."""
+        if not truncates(params):
+            return self._read
+        return PromptReader(lambda: self.tokenizer)
+
     def _prompt_tokenizer(self) -> TextTokenizer:
         """The tokenizer that reads prompts: it refuses a text whose length proves it too long for
         the model before tokenizing it (a huge text would take seconds), as the server's does."""
@@ -162,7 +171,7 @@ class LLM:
 
         Raises ValueError (naming the prompt) for a request that cannot run, before any runs.
         """
-        token_prompts = self._read.prompts(prompts)
+        token_prompts = self._reader(sampling_params).prompts(prompts)
         return self._generate(token_prompts, sampling_params, namespace, progress, "prompt", fit)
 
     def _generate(
@@ -265,7 +274,7 @@ class LLM:
     ) -> list[GenerationOutput]:
         """The assistant's reply to each conversation, rendered with the model's chat template
         (``fit``: as `generate`'s)."""
-        prompts = self._read.conversations(conversations)
+        prompts = self._reader(sampling_params).conversations(conversations)
         return self.generate(prompts, sampling_params, namespace, progress, fit=fit)
 
     def _flush_trace(self) -> None:

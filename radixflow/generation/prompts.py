@@ -140,6 +140,15 @@ def params_per_prompt(
     return list(params)
 
 
+def truncates(params: object) -> bool:
+    """Whether any of a call's ``sampling_params`` (one, a list, or None; of any type: they are
+    checked later) keeps only a prompt's last tokens."""
+    listed = [params] if isinstance(params, SamplingParams) else params
+    if not isinstance(listed, Sequence):
+        return False
+    return any(isinstance(p, SamplingParams) and p.truncate_prompt_tokens is not None for p in listed)
+
+
 def _unwrapped(prompt: Mapping[Any, Any], label: str) -> Prompt:
     """vLLM's TextPrompt ``{"prompt": text}`` or TokensPrompt ``{"prompt_token_ids": ids}`` as
     the text or ids (a mapping read as a list would be its keys); ValueError for another dict."""

@@ -206,6 +206,22 @@ def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
         llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=context + 1))
 
 
+def test_a_text_longer_than_the_context_runs_its_last_tokens_when_truncated(llm):
+    # as token ids it ran, and the server runs it ("as offline"); as text it was refused untokenized
+    context = llm.engine.runner.model.max_context
+    long = "hello " * (3 * context)  # long enough for its length alone to prove it too long
+    ids = llm.tokenizer.encode(long)
+    assert len(ids) > context
+    (text,) = llm.generate(long, replace(GREEDY, truncate_prompt_tokens=7))
+    assert text.prompt_token_ids == tuple(ids[-7:])
+    chat = llm.tokenizer.encode(llm.tokenizer.chat.render([{"role": "user", "content": long}]), False)
+    (reply,) = llm.chat([{"role": "user", "content": long}], replace(GREEDY, truncate_prompt_tokens=7))
+    assert reply.prompt_token_ids == tuple(chat[-7:])
+    refused = rf"^prompt: has at least \d+ tokens; the model context is {context}$"
+    with pytest.raises(ValueError, match=refused):
+        llm.generate(long, GREEDY)  # no truncation: still refused before it is tokenized
+
+
 @pytest.mark.parametrize("include", [False, True])
 @pytest.mark.parametrize("where", ["completes", "never_completes"])
 def test_stream_deltas_never_show_text_a_stop_string_later_cuts(llm, batch, where, include):

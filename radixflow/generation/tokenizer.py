@@ -123,7 +123,9 @@ class TextTokenizer:
         texts = self._texts
         missing = list({t for t in ids if t not in texts})
         if missing:
-            texts.update(zip(missing, self._tok.decode_batch([[t] for t in missing]), strict=True))
+            # skip_special_tokens given: the backend's batch decode skips them by default
+            alone = self._tok.decode_batch([[t] for t in missing], skip_special_tokens=False)
+            texts.update(zip(missing, alone, strict=True))
         return [texts[t] for t in ids]
 
     def token_text(self, token: int) -> str:

@@ -51,6 +51,17 @@ def test_a_whole_token_has_the_bytes_of_its_text(tokenizer):
             assert tokenizer.token_bytes(token) == text.encode("utf-8"), token
 
 
+def test_each_tokens_text_keeps_special_tokens_unless_asked_to_skip_them(tokenizer):
+    # the backend's batch decode skips them by default: each special token came back empty, and
+    # that empty text was kept as its `token_text` (a logprob's name) from then on
+    ids = tokenizer.encode("<|im_start|>user\nhi<|im_end|>", add_special_tokens=False)
+    fresh = TextTokenizer(tokenizer._tok, {})  # nothing decoded yet
+    alone = fresh.decode_each(ids)
+    assert alone == [tokenizer.decode([t]) for t in ids] and "".join(alone) == tokenizer.decode(ids)
+    assert fresh.token_text(ids[0]) == "<|im_start|>"
+    assert "".join(fresh.decode_each(ids, skip_special_tokens=True)) == tokenizer.decode(ids, True)
+
+
 def test_sentencepiece_pieces_and_byte_fallback_give_their_bytes(sentencepiece_like):
     ids = sentencepiece_like.encode("a é a", add_special_tokens=False)
     raw = [sentencepiece_like.token_bytes(t) for t in ids]

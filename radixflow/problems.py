@@ -10,6 +10,7 @@ A leaf module: it imports nothing from radixflow, so every layer may use it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,27 +22,39 @@ class Problem:
     param: str | None
     # One line that names the bad value, written to follow "<param>: " (or to stand alone).
     message: str
+    # Other parameters the message names by their canonical names (``min_tokens``' limit names
+    # ``max_tokens``): spelled as the door spells ``param`` (``--max-tokens`` on the command line)
+    mentions: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.render()
 
     def render(self, spell: Callable[[str], str] | None = None) -> str:
         """The one-line text, with the parameter spelled as the door names it (default: as is)."""
+        message = self._spelled(spell)
         if self.param is None:
-            return self.message
+            return message
         name = spell(self.param) if spell is not None else self.param
-        return f"{name}: {self.message}"
+        return f"{name}: {message}"
 
     def of_item(self, label: str, spell: Callable[[str], str] | None = None) -> str:
         """The text for one item of several, e.g. ``prompt 1``: "prompt 1: is empty",
         "prompt 1: max_tokens: ..." (the item's own noun is not repeated; another parameter
         spelled as ``spell`` says)."""
         own = label.split(" ", 1)[0]
-        return self.render(lambda p: label if p == own else f"{label}: {spell(p) if spell else p}")
+        item = Problem(self.param, self._spelled(spell))  # a parameter it mentions is no item
+        return item.render(lambda p: label if p == own else f"{label}: {spell(p) if spell else p}")
 
     def within(self, param: str) -> Problem:
         """The same problem as part of a larger parameter (``workload`` + ``groups``)."""
-        return Problem(param if self.param is None else f"{param}.{self.param}", self.message)
+        return Problem(param if self.param is None else f"{param}.{self.param}", self.message, self.mentions)
+
+    def _spelled(self, spell: Callable[[str], str] | None) -> str:
+        """The message with each parameter it mentions spelled as ``spell`` says (whole words)."""
+        message = self.message
+        for other in self.mentions if spell is not None else ():
+            message = re.sub(rf"\b{re.escape(other)}\b", lambda _, o=other: spell(o), message)
+        return message
 
 
 class ProblemError(ValueError):

@@ -770,7 +770,10 @@ def test_every_door_refuses_a_bad_sampling_value_in_the_same_words(
     assert problem is not None and problem.param == field
     cores = {"LLM": _core(str(problem), field)}
     if ("cli", field) not in OWN_RULE:
-        cores["cli"] = _core(_cli_message(capsys, monkeypatch, _flag_of(field), typed), _flag_of(field))
+        cli = _core(_cli_message(capsys, monkeypatch, _flag_of(field), typed), _flag_of(field))
+        for other in problem.mentions:  # another field the text names, spelled as a flag too
+            cli = cli.replace(_flag_of(other), other)
+        cores["cli"] = cli
     for door, route in (("completions", "/v1/completions"), ("chat", "/v1/chat/completions")):
         if (door, field) not in OWN_RULE:
             cores[door] = _server_message(http, route, field, raw)[0]

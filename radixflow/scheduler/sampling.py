@@ -34,6 +34,8 @@ from radixflow.scheduler.token_sequences import open_choices, sequences_problem
 GREEDY_BELOW = 1e-5
 _MASK64 = (1 << 64) - 1
 SPLITMIX_STEP = 0x9E3779B97F4A7C15  # splitmix64's increment (the golden ratio in 64 bits)
+# the other fields a range check's message names (`Problem.mentions`: each door spells them)
+MENTIONS = {"min_tokens": ("max_tokens",)}
 
 
 def mix64(z: int) -> int:
@@ -155,7 +157,8 @@ class SamplingParams:
         ]
         for ok, param, message in checks:
             if not ok:
-                return Problem(param, f"{message}, got {shown(getattr(self, param))}")
+                got = f"{message}, got {shown(getattr(self, param))}"
+                return Problem(param, got, MENTIONS.get(param, ()))
         for param in ("logprobs", "prompt_logprobs"):
             problem = alternatives_problem(param, getattr(self, param))
             if problem is not None:

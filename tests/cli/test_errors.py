@@ -747,14 +747,14 @@ def test_generate_refuses_bad_sampling_flags_by_their_flag_before_loading_the_mo
 def test_generate_refuses_a_sampling_flag_out_of_range_in_the_apis_words(
     monkeypatch, capsys, flag, text, field, value
 ):
-    from radixflow.cli.generate_flags import DEFAULT_MAX_TOKENS
+    from radixflow.cli.generate_flags import DEFAULT_MAX_TOKENS, sampling_flag
     from radixflow.generation import LLM, SamplingParams
 
     monkeypatch.setattr(LLM, "from_options", _refuse_model_load)
     problem = SamplingParams(**{"max_tokens": DEFAULT_MAX_TOKENS, field: value}).problem()
-    assert problem is not None and problem.param == field
+    assert problem is not None and problem.param == field and sampling_flag(field) == flag
     err = one_line_error(capsys, ["generate", "qwen3_5-tiny", "--prompt", "hi", flag, text])
-    assert err == f"radixflow: error: {problem.render(lambda _: flag)}"
+    assert err == f"radixflow: error: {problem.render(sampling_flag)}"  # another field named too
 
 
 def _refuse_model_load(*args: object, **kwargs: object) -> None:

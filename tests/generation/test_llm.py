@@ -563,7 +563,9 @@ def test_generate_commands_default_max_tokens_rises_to_min_tokens(capsys):
     (out,) = json.loads(capsys.readouterr().out)
     assert len(out["token_ids"]) == 40
     assert main([*argv, "--min-tokens", "40", "--max-tokens", "39"]) == 2  # one given is the user's
-    assert "--min-tokens: must be an integer between 0 and max_tokens (39), got 40" in capsys.readouterr().err
+    # the limit named as the flag that set it, as --min-tokens is (it said "max_tokens (39)")
+    refused = "--min-tokens: must be an integer between 0 and --max-tokens (39), got 40"
+    assert refused in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

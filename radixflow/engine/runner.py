@@ -96,6 +96,7 @@ def ending_allow_list_problem(params: SamplingParams, eos: tuple[int, ...]) -> P
         "allowed_token_ids",
         "every allowed token ends the output (a stop or end-of-sequence token id), so "
         f"min_tokens {params.min_tokens} cannot be met",
+        ("min_tokens",),
     )
 
 
@@ -139,5 +140,6 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
             "max_tokens",
             f"prompt of {counted(len(request.prompt), 'token')} plus max_tokens "
             f"{request.sampling.max_tokens} exceeds the model context of {model.max_context}",
+            ("max_tokens",),
         )
     return None

@@ -19,6 +19,7 @@ MAX_STOP_CHARS = 4096
 # are followed against every choice and every banned word on every step, on the engine thread
 MAX_CHOICE_CHARS = 16384
 MAX_BAD_WORD_CHARS = 4096
+GUIDED = ("guided_choice",)  # a message naming it (`Problem.mentions`: each door spells it)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class SamplingParams(TokenSamplingParams):
     def problem(self) -> Problem | None:
         base = super().problem()
         if base == NO_OPEN_CHOICE and self.guided_choice:  # the engine's fields, as this door names them
-            return Problem("bad_words", "ban every guided_choice (each contains one of them)")
+            return Problem("bad_words", "ban every guided_choice (each contains one of them)", GUIDED)
         if base is not None:
             return base
         kind = number_problem("n", self.n, True)  # said as every door says a non-integer
@@ -101,7 +102,7 @@ class SamplingParams(TokenSamplingParams):
         if not (k is None or (isinstance(k, int) and not isinstance(k, bool) and (k >= 1 or k == -1))):
             return Problem("truncate_prompt_tokens", f"must be an integer >= 1, or -1 (what fits), got {k!r}")
         if self.guided_choice and self.allowed_token_ids is not None:
-            return Problem("allowed_token_ids", "cannot be combined with guided_choice")
+            return Problem("allowed_token_ids", "cannot be combined with guided_choice", GUIDED)
         for name in ("include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 return Problem(name, f"must be true or false, got {getattr(self, name)!r}")

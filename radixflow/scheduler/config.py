@@ -111,7 +111,7 @@ class SchedulerConfig:
         # the option that sizes the cache, as `EngineOptions` names it (`--kv-blocks` on the CLI)
         cache = f"cache has {self.num_blocks} (kv_blocks)"
         fits = f"does not fit in the KV cache: {what} need {blocks} blocks, {cache}"
-        return Problem(param, fits)
+        return Problem(param, fits, ("max_tokens", "kv_blocks"))
 
     def unfit_reason(self, req: Request) -> Problem | None:
         """Why ``req`` could not run even alone on an empty cache (None when it could). Pure."""

@@ -550,7 +550,7 @@ def test_generate_commands_default_max_tokens_is_capped_to_the_room_the_prompt_l
     (out,) = json.loads(capsys.readouterr().out)
     assert len(out["prompt_token_ids"]) == 46 and len(out["token_ids"]) == 19
     assert main([*argv, "--max-tokens", "32"]) == 2
-    assert "max_tokens 32 need 5 blocks" in capsys.readouterr().err
+    assert "--max-tokens 32 need 5 blocks, cache has 4 (--kv-blocks)" in capsys.readouterr().err
 
 
 def test_generate_commands_default_max_tokens_rises_to_min_tokens(capsys):
@@ -574,6 +574,22 @@ def test_generate_commands_default_max_tokens_rises_to_min_tokens(capsys):
         (["--truncate-prompt-tokens", "9000"], "--truncate-prompt-tokens: 9000 is more than the model"),
         (["--logit-bias", "99999=1"], "--logit-bias: token id 99999 is outside the vocabulary"),
         (["--prompt", "there", "--max-tokens", "9000"], "prompt 0: --max-tokens: prompt of"),
+        # each other parameter a message names, named as its flag too (they said "guided_choice")
+        (["--guided-choice", "a", "--bad-word", "a"], "--bad-word: ban every --guided-choice "),
+        (
+            ["--guided-choice", "a", "--allowed-token-ids", "3"],
+            "--allowed-token-ids: cannot be combined with --guided-choice",
+        ),
+        (
+            ["--min-tokens", "3", "--allowed-token-ids", "2"],
+            "--allowed-token-ids: every allowed token ends the output (a stop or end-of-sequence token id), "
+            "so --min-tokens 3 cannot be met",
+        ),
+        (["--max-tokens", "9000"], "--max-tokens: prompt of 2 tokens plus --max-tokens 9000 exceeds"),
+        (
+            ["--kv-blocks", "2", "--max-tokens", "100"],
+            "--max-tokens: does not fit in the KV cache: the prompt's 2 tokens plus --max-tokens 100 need",
+        ),
     ],
 )
 def test_generate_command_names_by_their_flags_what_the_model_refuses(capsys, argv, expected):

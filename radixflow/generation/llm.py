@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from radixflow.engine.engine import Engine
-from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.generation.call_builder import CallBuilder
 from radixflow.generation.calls import (
     Call,
@@ -20,22 +16,17 @@ from radixflow.generation.calls import (
     refuse,
 )
 from radixflow.generation.detokenize import NoText
+from radixflow.generation.holder import ModelHolder
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
-from radixflow.generation.prompts import Messages, Prompt, PromptReader, truncates
+from radixflow.generation.prompts import Messages, Prompt
 from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
 from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
-from radixflow.generation.setup import LoadedModel, load_model
-from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.options import EngineOptions
 from radixflow.options.flags import clock_warnings, ineffective, ineffective_for_model
-from radixflow.package import missing_torch_extra
-
-ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
-CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
 
 
-class LLM:
+class LLM(ModelHolder):
     """A model in an engine of its own. Requests of one `generate` call share its rounds, and the
     prefix cache persists across calls (a follow-up turn reuses the previous one). One call runs at
     a time: another meanwhile (from a second thread, or a progress hook) raises RuntimeError.
@@ -60,21 +51,6 @@ class LLM:
         for message in messages:
             warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
 
-    def _open(self, options: EngineOptions) -> None:
-        # named as the command line names it, not torch's bare "No module named 'torch'" from deep
-        # in the options (every model the API loads has weights: the torch extra reads them)
-        missing = missing_torch_extra("radixflow.LLM")
-        if missing is not None:
-            raise missing
-        self.options = options
-        self._model: LoadedModel | None = load_model(self.options)
-        self._limited: TextTokenizer | None = None  # built on first use (it reads the vocabulary)
-        self._engine: Engine | None = self._model.engine(round_history=ROUND_HISTORY)
-        self._ids = itertools.count()
-        # held while a call steps the engine: a second call meanwhile (another thread, or a
-        # progress hook) would step it too, running the first call's requests unobserved
-        self._busy = threading.Lock()
-
     @classmethod
     def from_options(cls, options: EngineOptions) -> LLM:
         """An LLM built from options made elsewhere (e.g. from command-line flags; that door warns
@@ -82,74 +58,6 @@ class LLM:
         llm = cls.__new__(cls)
         llm._open(options)  # noqa: SLF001 (its own class; __init__ would warn again)
         return llm
-
-    @property
-    def model(self) -> LoadedModel:
-        """The model, its tokenizer and engine setup; RuntimeError once closed."""
-        if self._model is None:
-            raise RuntimeError(CLOSED)
-        return self._model
-
-    @property
-    def engine(self) -> Engine:
-        """The engine every call steps; RuntimeError once closed."""
-        if self._engine is None:
-            raise RuntimeError(CLOSED)
-        return self._engine
-
-    def close(self) -> None:
-        """Let go of the engine and the model (their memory is freed once nothing else holds
-        them; torch keeps freed GPU memory cached for reuse until `torch.cuda.empty_cache`) and
-        write the trace. Closing twice does nothing; RuntimeError while a call runs (its requests
-        would lose their engine)."""
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("this LLM is running a call: close it once the call returns")
-        try:
-            if self._engine is not None:
-                self._flush_trace()
-            self._engine = self._model = self._limited = None
-        finally:
-            self._busy.release()
-
-    def __enter__(self) -> LLM:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def tokenizer(self) -> TextTokenizer:
-        """The model's tokenizer; ValueError for a checkpoint without one (prompts as token ids)."""
-        if self.model.tokenizer is None:
-            raise ValueError(
-                f"{self.model.name} has no tokenizer.json: text prompts, chat and stop strings need "
-                "the model's tokenizer; give prompts as lists of token ids"
-            )
-        return self.model.tokenizer
-
-    @property
-    def _read(self) -> PromptReader:
-        """A reader of this call's prompts, made per call: one kept on the LLM would refer back
-        to it (a cycle), and an LLM dropped without `close` would then hold its engine until the
-        cycle collector ran."""
-        return PromptReader(lambda: self.tokenizer, self._prompt_tokenizer)
-
-    def _reader(self, params: object) -> PromptReader:
-        """`_read`, or for a call whose ``params`` truncate prompts (``truncate_prompt_tokens``)
-        one that tokenizes a text of any length: its end runs, as a token-id prompt's does (and
-        the server's). A prompt of such a call whose params do not truncate is tokenized in full
-        before the engine refuses it."""
-        if not truncates(params):
-            return self._read
-        return PromptReader(lambda: self.tokenizer)
-
-    def _prompt_tokenizer(self) -> TextTokenizer:
-        """The tokenizer that reads prompts: it refuses a text whose length proves it too long for
-        the model before tokenizing it (a huge text would take seconds), as the server's does."""
-        tokenizer = self.tokenizer  # RuntimeError once closed, ValueError without one
-        if self._limited is None:
-            self._limited = tokenizer.limited(self.engine.runner.model.max_context)
-        return self._limited
 
     def generate(
         self,
@@ -276,13 +184,6 @@ class LLM:
         (``fit``: as `generate`'s)."""
         prompts = self._reader(sampling_params).conversations(conversations)
         return self.generate(prompts, sampling_params, namespace, progress, fit=fit)
-
-    def _flush_trace(self) -> None:
-        """The trace (``trace_out``) holds every call so far: valid JSON after each one."""
-        try:
-            self.engine.flush_events()
-        except OSError as e:
-            warnings.warn(f"{NOT_WRITTEN}: {e.strerror or e}", RuntimeWarning, stacklevel=3)
 
     def _run(
         self,

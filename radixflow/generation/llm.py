@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,9 +32,10 @@ class LLM(ModelHolder):
     prefix cache persists across calls (a follow-up turn reuses the previous one). One call runs at
     a time: another meanwhile (from a second thread, or a progress hook) raises RuntimeError.
 
-    ``model`` is a zoo name or a checkpoint directory; ``options`` are `EngineOptions` fields
-    (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``, ``seed``, ...), checked
-    as every other door checks them: a bad one raises `ProblemError` (a ValueError) naming it.
+    ``model`` is a zoo name or a checkpoint directory (a string or a path); ``options`` are
+    `EngineOptions` fields (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``,
+    ``seed``, ...), checked as every other door checks them: a bad one raises `ProblemError` (a
+    ValueError) naming it.
     ``torch_threads`` sets torch's one intra-op pool for the whole process, and is not restored.
 
     `close` (or leaving a ``with LLM(...) as llm:`` block) lets go of the engine: the weights, the
@@ -41,8 +43,11 @@ class LLM(ModelHolder):
     refuses every further call with RuntimeError.
     """
 
-    def __init__(self, model: str, **options: Any) -> None:
-        self._open(EngineOptions.from_mapping(options, model=model))
+    def __init__(self, model: str | os.PathLike[str], **options: Any) -> None:
+        # a path (a checkpoint directory, a trace file) as a pathlib.Path is the options' string:
+        # they also come from TOML and flags, where a path is text
+        options = {name: _plain_path(value) for name, value in options.items()}
+        self._open(EngineOptions.from_mapping(options, model=_plain_path(model)))
         # None is an optional option's default, not a value given (as a flag left out)
         given = [name for name, value in options.items() if value is not None]
         recurrent = self.model.setup.choice.has_recurrent
@@ -211,3 +216,8 @@ class LLM(ModelHolder):
         finally:
             self._busy.release()
         return outputs(calls, answers, labels)
+
+
+def _plain_path(value: object) -> object:
+    """``value``, or the string of a path object (``os.PathLike``)."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value

@@ -612,6 +612,17 @@ def test_generate_command_prints_the_output_logprob_when_asked(llm, capsys):
     assert float(line.split()[2]) == pytest.approx(sum(e.logprob for e in out.logprobs), abs=1e-3)
 
 
+def test_a_checkpoint_directory_and_a_trace_file_may_be_given_as_paths(llm, batch, tmp_path):
+    # a pathlib.Path was refused: "model: must be a string, got PosixPath(...)"
+    trace = tmp_path / "t.json"
+    with LLM(Path(llm.model.path), kv_blocks=256, state_slots=64, trace_out=trace) as by_path:
+        outs = by_path.generate(PROMPTS, GREEDY)
+        assert [(o.token_ids, o.text) for o in outs] == [(o.token_ids, o.text) for o in batch]
+    assert json.loads(trace.read_text())
+    with pytest.raises(ValueError, match=r"^model: must be a string, got b'qwen"):
+        LLM(b"qwen3_5-tiny")  # bytes are no path here: refused as before
+
+
 def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path):
     import shutil
 

@@ -4,6 +4,7 @@ the item at fault ("prompt 2", "candidate 1", "context")."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -173,7 +174,7 @@ def _not_ids(value: object) -> str:
     """Why ``value`` is no list of token ids, as the end of a sentence: the first item that is no
     integer (", got a list" would say nothing of a list), or what it is instead."""
     if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
-        bad = next(i for i, t in enumerate(value) if not isinstance(t, int) or isinstance(t, bool))
+        bad = next(i for i, t in enumerate(value) if not _is_token_id(t))
         return f": item {bad} is {value[bad]!r}"
     return f", got {_what(value)}"
 
@@ -196,10 +197,16 @@ def of_context(i: int, message: str) -> str:
 
 
 def is_token_list(value: object) -> bool:
-    """A sequence of ints: not text, nor bytes (a sequence of ints too, but of byte values)."""
+    """A sequence of integers (numpy's too, as `SamplingParams` takes them): not text, nor bytes
+    (a sequence of ints too, but of byte values)."""
     if not isinstance(value, Sequence) or isinstance(value, str | bytes | bytearray):
         return False
-    return all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    return all(_is_token_id(t) for t in value)
+
+
+def _is_token_id(value: object) -> bool:
+    """An integer of any library (``np.int64``), not a bool (numpy's is no `Integral`)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_conversation(value: object) -> bool:

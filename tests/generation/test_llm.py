@@ -664,6 +664,25 @@ def test_text_that_is_not_unicode_is_refused_in_one_line(llm):
         llm.generate("a\ud800b")
 
 
+def test_token_ids_that_are_numpy_integers_are_the_ids_they_are(llm, batch):
+    # list(np.array(ids)) was refused: "prompt 0 is neither text nor a list of token ids: item 0 is
+    # np.int64(5)", where stop_token_ids of numpy integers were taken
+    import numpy as np
+
+    ids = list(np.array(PROMPTS[3]))
+    (out,) = llm.generate([ids], GREEDY)
+    assert out.prompt_token_ids == tuple(PROMPTS[3]) and out.token_ids == batch[3].token_ids
+    (alone,) = llm.generate(ids, GREEDY)  # one prompt, as a list of Python ints is
+    assert alone.token_ids == batch[3].token_ids
+    (vllm,) = llm.generate({"prompt_token_ids": ids}, GREEDY)
+    assert vllm.token_ids == batch[3].token_ids
+    (score,) = llm.score(ids[:4], [ids[4:]])
+    (plain,) = llm.score(PROMPTS[3][:4], [PROMPTS[3][4:]])
+    assert (score.token_ids, score.logprobs) == (plain.token_ids, plain.logprobs)
+    with pytest.raises(ValueError, match=r"item 1 is np.True_"):
+        llm.generate([[np.int64(5), np.bool_(True)]])  # a bool is no token id, numpy's neither
+
+
 def test_vllms_prompt_dicts_are_their_text_or_token_ids(llm, batch):
     # vLLM's TextPrompt {"prompt": text} and TokensPrompt {"prompt_token_ids": ids} were refused
     # ("got a dict"); a lone one had been run as its keys, the text "prompt"

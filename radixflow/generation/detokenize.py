@@ -55,9 +55,18 @@ class IncrementalDetokenizer:
         done = self._decode(self._prefix, self._read)
         now = self._decode(self._prefix, len(self._ids))
         if len(now) <= len(done) or now.endswith(_INCOMPLETE):
+            if now == done and self._skipped(token):
+                # it changes no decoding (the tokenizer drops it first): kept in, it widened the
+                # window for good, and a run of them was decoded again on every token
+                self._ids.pop()
             return ""  # nothing yet (a partial character, or a skipped special token)
         self._prefix, self._read = self._read, len(self._ids)
         return now[len(done) :]
+
+    def _skipped(self, token: int) -> bool:
+        """A special token that skip_special_tokens leaves out: text of its own, none when skipped."""
+        decode = self._decoder.decode
+        return self._skip and decode([token], skip_special_tokens=True) == "" and decode([token]) != ""
 
     def flush(self) -> str:
         """Text still held back at the end (a partial character shows as U+FFFD)."""

@@ -55,6 +55,31 @@ def test_context_keeps_the_leading_space_and_special_tokens_can_be_skipped(token
     assert "".join(keep.push(t) for t in rest) == " world<|im_end|>"
 
 
+def test_skipped_special_tokens_do_not_widen_the_window_each_token_is_decoded_in(tokenizer):
+    """A skipped special token adds no text, so the window stayed where it was and grew by one
+    with each: a run of them (an EOS repeated under ignore_eos) decoded the whole run again on
+    every token, time quadratic in its length on the engine thread (0.4 s for 4,000)."""
+    widest = []
+
+    class Watched:
+        def decode(self, ids, skip_special_tokens=False):
+            widest.append(len(ids))
+            return tokenizer.decode(ids, skip_special_tokens)
+
+        def decode_each(self, ids, skip_special_tokens=False):
+            return tokenizer.decode_each(ids, skip_special_tokens)
+
+    end = tokenizer.encode("<|im_end|>")
+    (special,) = end
+    run = [*tokenizer.encode("hi"), *[special] * 500, *tokenizer.encode(" there 🙂")]
+    detok = IncrementalDetokenizer(Watched(), skip_special_tokens=True, context=tokenizer.encode("oh"))
+    text = "".join(detok.push(t) for t in run) + detok.flush()
+    assert text == tokenizer.decode(run, skip_special_tokens=True) == "hi there 🙂"
+    assert max(widest) <= 16
+    kept = IncrementalDetokenizer(tokenizer, skip_special_tokens=False)
+    assert "".join(kept.push(t) for t in run) == tokenizer.decode(run)  # kept: each is its text
+
+
 @pytest.mark.parametrize("cut", [1, 2, 3])
 def test_a_prompt_ending_inside_a_character_leaves_the_output_its_own_text(tokenizer, cut):
     # a prompt of token ids may end inside a character: the output's text is that of its own

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from radixflow.cli.args import positive_int
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 
 MODES = ("n", "calls", "prompts")
@@ -64,7 +65,7 @@ def main() -> None:
     ap.add_argument("--context-len", type=int, default=512)
     ap.add_argument("--gen-tokens", type=int, default=16)
     ap.add_argument("--temperature", type=float, default=0.8)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--torch-threads", type=int, default=1)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, a short prompt, one repeat (CI)")

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kv_pool import KVPool
@@ -138,7 +139,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--context", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=positive_int, default=15)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
         "--saves",

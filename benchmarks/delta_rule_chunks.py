@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from radixflow.cli.args import positive_int
 from radixflow.models.kernels.backend import resolve_kernels
 from radixflow.models.kernels.chunks import ChunkPlan
 from radixflow.models.kernels.delta_rule import CHUNK_SIZES, gated_delta_rule_chunks, pick_chunk
@@ -115,7 +116,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dk", type=int, default=64)
     ap.add_argument("--dv", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--repeats", type=positive_int, default=9)
     ap.add_argument("--json", type=Path, default=Path("results/delta_rule_chunks.json"))
     ap.add_argument("--smoke", action="store_true", help="two cases, small heads, one repeat (CI)")
     args = ap.parse_args()

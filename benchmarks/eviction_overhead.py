@@ -24,6 +24,7 @@ from typing import TypeVar
 from rich.console import Console
 from rich.table import Table
 
+from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.scheduler import Request
 
@@ -81,8 +82,8 @@ def _top_up(engine: Engine, stream: Iterator[Request], waiting: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--waiting", type=int, nargs="+", default=[10_000])
-    p.add_argument("--rounds", type=int, default=40, help="measured rounds per queue length")
-    p.add_argument("--repeat", type=int, default=3, help="fresh processes per queue length")
+    p.add_argument("--rounds", type=positive_int, default=40, help="measured rounds per queue length")
+    p.add_argument("--repeat", type=positive_int, default=3, help="fresh processes per queue length")
     p.add_argument("--policy", default="adaptive")
     p.add_argument("--json", type=Path, default=Path("results/eviction_overhead.json"))
     p.add_argument("--smoke", action="store_true", help="CI: a small queue, few rounds, one repeat")
@@ -92,9 +93,6 @@ def main() -> None:
     args = p.parse_args()
     if args.smoke:
         args.waiting, args.rounds, args.repeat = [200], 5, 1
-    for flag in ("repeat", "rounds"):  # --rounds 0: no round to take a median of
-        if getattr(args, flag) < 1:
-            raise SystemExit(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     load_before = os.getloadavg()[0]
     result: dict = {"policy": args.policy, "rounds": args.rounds, "cache_memory": args.cache_memory}
     result["per_round"] = {}

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request, RequestStatus
@@ -118,15 +119,15 @@ def main() -> None:
     ap.add_argument("--context-len", type=int, default=512)
     ap.add_argument("--candidate-len", type=int, default=32)
     ap.add_argument("--placements", nargs="+", default=["branch", "lone"])
-    ap.add_argument("--repeat", type=int, default=1, help="interleaved runs; times are their minimum")
+    ap.add_argument(
+        "--repeat", type=positive_int, default=1, help="interleaved runs; times are their minimum"
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny on torch, 2x2 candidates")
     args = ap.parse_args()
     if args.smoke:
         args.model, args.groups, args.candidates = "qwen3_5-tiny", 2, 2
         args.context_len, args.candidate_len = 32, 4
-    if args.repeat < 1:
-        raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
     options = EngineOptions(  # radixflow: the placements compared under docs/policies.md's policy
         model=args.model,
         torch_threads=args.torch_threads,

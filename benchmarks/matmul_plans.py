@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.cli.args import positive_int
 from radixflow.models.batch import ForwardBatch, StatePool
 from radixflow.models.io.loader import load_model
 from radixflow.models.kv_pool import KVPool
@@ -102,7 +103,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
     ap.add_argument("--prefill", nargs="+", type=int, default=[512] * 4, help="prompt lengths")
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=positive_int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="one tiny model, tiny shapes, one repeat (CI)")

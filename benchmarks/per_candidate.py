@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 from salt_memory import serve_process  # benchmarks/ is on sys.path when a script in it runs
 
+from radixflow.cli.args import positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
@@ -237,7 +238,7 @@ def main() -> None:
     ap.add_argument("--candidate-len", type=int, default=32)
     ap.add_argument("--gen-tokens", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=1000, help="token ids drawn below this")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--torch-threads", type=int, default=None)
     ap.add_argument("--atol", type=float, default=1e-4, help="prompt logprobs agree this closely")
     ap.add_argument("--seed", type=int, default=0)

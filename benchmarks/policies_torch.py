@@ -52,6 +52,7 @@ from radixflow.bench.policy_tables import (
 from radixflow.bench.round_log import RoundLog
 from radixflow.bench.twin_runs import POLICIES, Trials, Twin, run_one, sequences, sim_figures, twin_setup
 from radixflow.calibration.speed_probe import SpeedProbe
+from radixflow.cli.args import positive_int
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scheduler import SchedulerConfig
@@ -323,7 +324,9 @@ def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", nargs="+", default=[*FAMILIES, CONTROL])
     ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
-    ap.add_argument("--repeat", type=int, default=3, help="runs per policy, interleaved (medians, spread)")
+    ap.add_argument(
+        "--repeat", type=positive_int, default=3, help="runs per policy, interleaved (medians, spread)"
+    )
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the engine clock (wall beside)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the CPU profile's: 1)")
     ap.add_argument(
@@ -335,7 +338,7 @@ def arguments() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--poisson-sequences",
-        type=int,
+        type=positive_int,
         default=POISSON_SEQUENCES,
         help="arrival sequences per Poisson cell, one run each per policy (their mean)",
     )

@@ -33,6 +33,8 @@ from types import SimpleNamespace
 
 import torch
 
+from radixflow.cli.args import positive_int
+
 HERE = Path(__file__).resolve().parents[1]
 BLOCK = 16
 MODELS = ["qwen3_5-small", "nemotron_h-small", "lfm2-small", "qwen3-small"]  # one per mixer kind
@@ -159,14 +161,12 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 64, 192, 128])
-    ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--repeats", type=positive_int, default=11)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, tiny rounds, two repeats (CI)")
     args = ap.parse_args()
     if args.smoke:
         args.models, args.batches, args.lengths, args.repeats = ["qwen3_5-tiny"], [2], [8, 4], 2
-    if args.repeats < 1:  # before the models are built: no repeat leaves no time to take a median of
-        raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
     if not (args.base / "radixflow").is_dir():  # a typo, or the archive's parent: before any copy
         ap.error(f"--base: {args.base} has no radixflow package (a checkout, or a git archive of one)")
     torch.set_num_threads(1)

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from radixflow.bench.metrics import percentile
+from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners.sim import DEFAULT_SIM_MODEL
@@ -189,16 +190,15 @@ def main() -> None:
     p.add_argument("--waiting", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     p.add_argument("--runs", type=int, nargs="+", default=[10_000, 50_000, 100_000])
     p.add_argument("--blocked", type=int, nargs="+", default=[1_000, 10_000, 50_000])
-    p.add_argument("--rounds", type=int, default=60, help="measured rounds per queue length")
-    p.add_argument("--repeat", type=int, default=3, help="per-round measurements of each, interleaved")
+    p.add_argument("--rounds", type=positive_int, default=60, help="measured rounds per queue length")
+    p.add_argument(
+        "--repeat", type=positive_int, default=3, help="per-round measurements of each, interleaved"
+    )
     p.add_argument("--json", type=Path, default=Path("results/scheduler_overhead.json"))
     p.add_argument("--smoke", action="store_true", help="CI: small queues, few rounds, one repeat")
     args = p.parse_args()
     if args.smoke:
         args.waiting, args.runs, args.blocked, args.rounds, args.repeat = [200], [500], [100], 5, 1
-    for flag in ("repeat", "rounds"):  # before any run: the whole runs alone take minutes
-        if getattr(args, flag) < 1:
-            raise SystemExit(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     console = Console()
     load_before = os.getloadavg()[0]
     config = plan_engine(OPTIONS).scheduler_config()

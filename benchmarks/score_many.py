@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from radixflow.cli.args import positive_int
 from radixflow.generation.llm import LLM
 
 Scores = list[list[tuple[float, ...]]]  # per context, per candidate: its tokens' logprobs
@@ -112,7 +113,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--context-len", type=int, default=512)
     ap.add_argument("--candidate-len", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--torch-threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", type=int, default=1000, help="token ids drawn below this")

@@ -32,6 +32,8 @@ import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
 from salt_memory import serve_process
 
+from radixflow.cli.args import positive_int
+
 
 def fresh(rng: random.Random, args: argparse.Namespace, vocab: int) -> tuple[list[int], list[list[int]]]:
     context = [rng.randrange(1, vocab) for _ in range(args.context_len)]
@@ -72,7 +74,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=64)
     ap.add_argument("--context-len", type=int, default=512)
     ap.add_argument("--candidate-len", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--atol", type=float, default=1e-3, help="total logprobs agree within this")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, 2 short candidates, once")

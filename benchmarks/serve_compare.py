@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixflow.cli.args import positive_int
+
 LOAD = Path(__file__).with_name("serve_load.py")
 
 
@@ -105,7 +107,7 @@ def main() -> None:
     ap.add_argument(
         "--smoke", action="store_true", help="CI: this tree (unless --variant), once, serve_load --smoke"
     )
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant (medians)")
+    ap.add_argument("--repeat", type=positive_int, default=3, help="interleaved runs per variant (medians)")
     ap.add_argument("--json", type=Path, default=Path("results/serve_compare.json"))
     args, load_args = ap.parse_known_args()
     if args.smoke:
@@ -113,8 +115,6 @@ def main() -> None:
         args.repeat, load_args = 1, [*load_args, "--smoke"]
     if not args.variant:
         ap.error("the following arguments are required: --variant")
-    if args.repeat < 1:
-        raise SystemExit("--repeat must be at least 1")
     for v in args.variant:  # a variant that ran another tree's server once made c05b93d look like main
         if (tree := imported_tree(v)) != v.tree:
             raise SystemExit(f"{v.label}: a server would import radixflow from {tree}, not {v.tree}")

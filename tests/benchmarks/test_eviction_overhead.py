@@ -23,7 +23,7 @@ def test_every_repeat_runs_in_a_fresh_process(overhead):
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--repeat", "0"), ("--rounds", "0")])
-def test_a_count_below_one_is_refused_before_any_run(overhead, monkeypatch, tmp_path, flag, value):
+def test_a_count_below_one_is_refused_before_any_run(overhead, monkeypatch, tmp_path, capsys, flag, value):
     # --rounds 0 left no round to take the median of: StatisticsError in the worker
     def no_run(*args: object) -> None:
         raise AssertionError("a run started")
@@ -33,7 +33,9 @@ def test_a_count_below_one_is_refused_before_any_run(overhead, monkeypatch, tmp_
     monkeypatch.setattr("sys.argv", argv)
     with pytest.raises(SystemExit) as exc:
         overhead.main()
-    assert str(exc.value) == f"{flag} must be at least 1, got {value}"
+    assert (
+        exc.value.code == 2 and f"argument {flag}: must be positive, got {value}" in capsys.readouterr().err
+    )
 
 
 def test_the_machines_load_is_recorded_beside_the_timings(overhead, monkeypatch, tmp_path):

@@ -33,10 +33,10 @@ def test_outputs_are_held_to_the_reference_on_every_repeat(lone, monkeypatch):
     assert out["batch"]["wall_s"] == 0.5 and out["engine_ratio"] == 4.0  # times: the minimum
 
 
-def test_no_repeat_is_refused_in_one_line(lone, monkeypatch):
+def test_no_repeat_is_refused_in_one_line(lone, monkeypatch, capsys):
     # --repeat 0 ran nothing and failed on the first run of none (IndexError)
     monkeypatch.setattr("sys.argv", ["lone_context.py", "--repeat", "0"])
     monkeypatch.setattr(lone, "measure", lambda *args: pytest.fail("measured"))
     with pytest.raises(SystemExit) as exc:
         lone.main()
-    assert str(exc.value) == "--repeat must be at least 1, got 0"
+    assert exc.value.code == 2 and "argument --repeat: must be positive, got 0" in capsys.readouterr().err

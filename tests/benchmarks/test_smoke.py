@@ -43,3 +43,48 @@ def test_benchmark_runs_at_its_smallest_size(script: Path, tmp_path: Path) -> No
     assert done.returncode == 0, f"{script.name} exit {done.returncode}\n{tail}"
     figures = json.loads(out.read_text())
     assert isinstance(figures, dict | list) and figures, f"{script.name}: empty JSON"
+
+
+# every script's count of repeats (or rounds), each a median's sample: 0 leaves none to take
+COUNTS = [
+    ("choices.py", "--repeat"),
+    ("decode_step.py", "--repeats"),
+    ("delta_rule_chunks.py", "--repeats"),
+    ("eviction_overhead.py", "--repeat"),
+    ("eviction_overhead.py", "--rounds"),
+    ("lone_context.py", "--repeat"),
+    ("matmul_plans.py", "--repeats"),
+    ("per_candidate.py", "--repeat"),
+    ("policies_torch.py", "--repeat"),
+    ("policies_torch.py", "--poisson-sequences"),
+    ("round_ab.py", "--repeats"),
+    ("scheduler_overhead.py", "--repeat"),
+    ("scheduler_overhead.py", "--rounds"),
+    ("score_many.py", "--repeat"),
+    ("score_route.py", "--repeat"),
+    ("serve_compare.py", "--repeat"),
+    ("generation_throughput.py", "--repeats"),
+    ("runner_throughput.py", "--repeats"),
+]
+
+
+@pytest.mark.parametrize(("name", "flag"), COUNTS, ids=lambda x: x)
+def test_a_count_of_zero_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
+    """``--repeat 0`` is a usage error naming the flag and the value as the command line is read,
+    before any model loads, not a traceback after the work (with ``--smoke`` beside it, so a
+    script that lets it through runs seconds, not its full size)."""
+    script = ROOT / "benchmarks" / name
+    assert f'"{flag}"' in script.read_text(), f"{name} has no {flag}"
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script), "--smoke", flag, "0", "--json", str(tmp_path / "out.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, f"{name} {flag} 0: exit {done.returncode}\n{done.stderr[-2000:]}"
+    last = done.stderr.strip().splitlines()[-1]
+    assert flag in last and "0" in last and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "out.json").exists()

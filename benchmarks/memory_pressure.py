@@ -33,6 +33,7 @@ from radixflow.bench.pressure import (
     pressure_figures,
     under_pressure,
 )
+from radixflow.cli.args import positive_float
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
@@ -133,7 +134,7 @@ def main() -> None:
     p.add_argument("--hardware", default="h100")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=[*WORKLOADS, *HELD_OUT])
-    p.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
+    p.add_argument("--fractions", type=positive_float, nargs="+", default=list(FRACTIONS))
     p.add_argument("--json", type=Path, default=Path("results/memory_pressure.json"))
     p.add_argument("--smoke", action="store_true", help="CI: one small workload, two capacities")
     args = p.parse_args()

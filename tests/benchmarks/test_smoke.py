@@ -66,13 +66,19 @@ COUNTS = [
     ("generation_throughput.py", "--repeats"),
     ("runner_throughput.py", "--repeats"),
 ]
+# a capacity as a share of the working set: 0 or below is no cache (the floor was run, labelled 0)
+SHARES = [
+    ("memory_tails.py", "--fraction"),
+    ("memory_pressure.py", "--fractions"),
+    ("memory_oracle.py", "--fractions"),
+]
 
 
-@pytest.mark.parametrize(("name", "flag"), COUNTS, ids=lambda x: x)
-def test_a_count_of_zero_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
-    """``--repeat 0`` is a usage error naming the flag and the value as the command line is read,
-    before any model loads, not a traceback after the work (with ``--smoke`` beside it, so a
-    script that lets it through runs seconds, not its full size)."""
+@pytest.mark.parametrize(("name", "flag"), COUNTS + SHARES, ids=lambda x: x)
+def test_a_zero_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
+    """``--repeat 0`` (or a capacity share of 0) is a usage error naming the flag and the value
+    as the command line is read, before any model loads, not a traceback after the work (with
+    ``--smoke`` beside it, so a script that lets it through runs seconds, not its full size)."""
     script = ROOT / "benchmarks" / name
     assert f'"{flag}"' in script.read_text(), f"{name} has no {flag}"
     env = os.environ | {"PYTHONPATH": str(ROOT)}

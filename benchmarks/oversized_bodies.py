@@ -259,12 +259,15 @@ def listening() -> socket.socket:
 def main() -> None:
     from salt_memory import start  # heavy (torch): here, not at the top, which every client imports
 
-    from radixflow.cli.args import positive_int
+    from radixflow.cli.args import positive_float, positive_int
     from radixflow.options import EngineOptions
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--oversized", type=int, default=8, help="oversized bodies kept in flight")
-    ap.add_argument("--body-mb", type=float, default=3.9, help="size of each oversized text (under 4 MiB)")
+    # no oversized client (or an empty body) loads nothing: the ratio to idle reads as a pass
+    ap.add_argument("--oversized", type=positive_int, default=8, help="oversized bodies kept in flight")
+    ap.add_argument(
+        "--body-mb", type=positive_float, default=3.9, help="size of each oversized text (under 4 MiB)"
+    )
     # before the server starts: no sample leaves no median
     ap.add_argument("--samples", type=positive_int, default=20, help="short completions timed per load")
     ap.add_argument("--model", default="qwen3_5-tiny")

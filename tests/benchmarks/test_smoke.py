@@ -72,9 +72,16 @@ SHARES = [
     ("memory_pressure.py", "--fractions"),
     ("memory_oracle.py", "--fractions"),
 ]
+# the load a pass is measured under: none sends nothing, and nothing sent reads as a pass
+LOADS = [
+    ("salt_memory.py", "--clients"),
+    ("salt_memory.py", "--requests"),
+    ("oversized_bodies.py", "--oversized"),
+    ("oversized_bodies.py", "--body-mb"),
+]
 
 
-@pytest.mark.parametrize(("name", "flag"), COUNTS + SHARES, ids=lambda x: x)
+@pytest.mark.parametrize(("name", "flag"), COUNTS + SHARES + LOADS, ids=lambda x: x)
 def test_a_zero_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
     """``--repeat 0`` (or a capacity share of 0) is a usage error naming the flag and the value
     as the command line is read, before any model loads, not a traceback after the work (with

@@ -16,6 +16,41 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 # scripts that read data CI does not install: skipped, with the reason, when it is missing
 NEEDS = {"derive_kernel_tables.py": "aiconfigurator_core"}
+# the exactness checks the scripts write (every output equal to the reference): a false one in a
+# smoke run is a wrong result, whatever the timings say
+EXACT = {
+    "same",
+    "same_scores",
+    "agree",
+    "same_as_no_cache",
+    "same_as_batch",
+    "greedy_equal",
+    "same_greedy_tokens",
+    "identical_to_no_cache",
+    "same_outputs_all_policies",
+}
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} in the JSON (strict JSON has no NaN or Infinity)")
+
+
+def exactness(figures: object, where: str = "") -> list[tuple[str, object]]:
+    """Every `EXACT` key in ``figures`` (nested) with its value, by path."""
+    found: list[tuple[str, object]] = []
+    items = (
+        figures.items()
+        if isinstance(figures, dict)
+        else enumerate(figures)
+        if isinstance(figures, list)
+        else []
+    )
+    for key, value in items:
+        path = f"{where}/{key}"
+        if key in EXACT:
+            found.append((path, value))
+        found += exactness(value, path)
+    return found
 
 
 def test_every_benchmark_is_found():
@@ -41,8 +76,11 @@ def test_benchmark_runs_at_its_smallest_size(script: Path, tmp_path: Path) -> No
     )
     tail = f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, f"{script.name} exit {done.returncode}\n{tail}"
-    figures = json.loads(out.read_text())
+    figures = json.loads(out.read_text(), parse_constant=_refuse_constant)
     assert isinstance(figures, dict | list) and figures, f"{script.name}: empty JSON"
+    assert done.stdout.strip() or done.stderr.strip(), f"{script.name} printed no figures"
+    wrong = [(path, value) for path, value in exactness(figures) if value not in (True, None)]
+    assert not wrong, f"{script.name}: exactness checks failed: {wrong}\n{tail}"
 
 
 # every script's count of repeats (or rounds), each a median's sample: 0 leaves none to take

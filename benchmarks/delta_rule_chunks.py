@@ -3,7 +3,8 @@
 For mixes of segment lengths (one long prompt, a prefill of four prompts, candidates after a
 context, a server round of short suffixes beside a chat prompt, ...), times
 `gated_delta_rule_chunks` at every length in `CHUNK_SIZES` (thread-CPU time, one torch thread,
-repeats interleaved across lengths, medians) and prints the padded rows, the carry steps and
+repeats interleaved across lengths, medians and their spread, min-max, beside the machine's load
+average before and after) and prints the padded rows, the carry steps and
 which length `pick_chunk` takes. This is the measurement `STEP_COST` was fitted to. Beside
 them, interleaved, the native kernels' prefill (`NativeKernels.delta_rule_prefill`: the same
 segments token by token in one C call) where the library builds here: the backend the engine's
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -98,12 +100,26 @@ def measure(
             fn()
             times[c].append(time.thread_time() - t0)
     out: dict[int | str, dict] = {
-        c: {"ms": statistics.median(times[c]) * 1e3, "rows": len(plan.rows), "steps": len(plan.steps)}
+        c: {**_ms(times[c]), "rows": len(plan.rows), "steps": len(plan.steps)}
         for c, (_, plan) in calls.items()
     }
     if native is not None:
-        out["native"] = {"ms": statistics.median(times["native"]) * 1e3}
+        out["native"] = _ms(times["native"])
     return out
+
+
+def _ms(seconds: list[float]) -> dict[str, float]:
+    """The median of a length's repeats and their spread, in ms: on a shared machine a median
+    alone cannot tell a slow repeat from a slower length."""
+    return {
+        "ms": statistics.median(seconds) * 1e3,
+        "min_ms": min(seconds) * 1e3,
+        "max_ms": max(seconds) * 1e3,
+    }
+
+
+def _cell(r: dict[str, float]) -> str:
+    return f"{r['ms']:6.2f} ({r['min_ms']:.2f}-{r['max_ms']:.2f})"
 
 
 def native_kernels() -> NativeKernels | None:
@@ -124,7 +140,11 @@ def main() -> None:
     if args.smoke:
         args.heads, args.dk, args.dv, args.repeats = 2, 16, 16, 1
     torch.set_num_threads(1)
-    print(f"heads {args.heads}, dk {args.dk}, dv {args.dv}; thread-CPU ms, median of {args.repeats}")
+    load_before = list(os.getloadavg())
+    print(
+        f"heads {args.heads}, dk {args.dk}, dv {args.dv}; thread-CPU ms, median (min-max) of "
+        f"{args.repeats}; load average {load_before[0]:.2f} before"
+    )
     native = native_kernels()
     results, total = [], {"picked": 0.0, "best": 0.0, "64": 0.0, "native": 0.0}
     for name, lengths in cases.items():
@@ -133,9 +153,9 @@ def main() -> None:
         pick = pick_chunk([[n] for n in lengths], args.heads, args.dk, args.dv)
         best = min(by_chunk, key=lambda c: by_chunk[c]["ms"])
         cols = "  ".join(
-            f"{c}: {r['ms']:6.2f} ({r['rows']} rows, {r['steps']} steps)" for c, r in by_chunk.items()
+            f"{c}: {_cell(r)} ({r['rows']} rows, {r['steps']} steps)" for c, r in by_chunk.items()
         )
-        scan = f"  native {measured['native']['ms']:6.2f}" if "native" in measured else ""
+        scan = f"  native {_cell(measured['native'])}" if "native" in measured else ""
         print(f"{name:<26} {cols}  pick {pick}  fastest {best}{scan}", flush=True)
         total["picked"] += by_chunk[pick]["ms"]
         total["best"] += by_chunk[best]["ms"]
@@ -146,7 +166,7 @@ def main() -> None:
                 "case": name,
                 "lengths": lengths,
                 "by_chunk": by_chunk,
-                "native_ms": measured.get("native", {}).get("ms"),
+                "native": measured.get("native"),
                 "pick": pick,
                 "fastest": best,
             }
@@ -156,8 +176,16 @@ def main() -> None:
         f"always 64 {total['64']:.1f} ms"
         + (f", native {total['native']:.1f} ms" if native is not None else " (no native kernels here)")
     )
+    load_after = list(os.getloadavg())
+    print(f"load average {load_after[0]:.2f} after")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    run = {"args": {k: str(v) for k, v in vars(args).items()}, "cases": results, "total": total}
+    run = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "load_before": load_before,
+        "load_after": load_after,
+        "cases": results,
+        "total": total,
+    }
     args.json.write_text(json.dumps(run, indent=2))
     print(f"wrote {args.json}")
 

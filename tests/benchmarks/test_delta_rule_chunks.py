@@ -1,0 +1,37 @@
+"""benchmarks/delta_rule_chunks.py: each chunk length's spread and the machine's load beside the
+medians, printed and in the JSON alike."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.benchmark_utils import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def chunks():
+    return load_benchmark("delta_rule_chunks")
+
+
+def test_each_length_has_its_spread_beside_its_median(chunks):
+    # medians alone: a shared machine's slow repeat could not be told from a slower length
+    measured = chunks.measure([3, 9], 1, 4, 4, 3, None)
+    for figures in measured.values():
+        assert figures["min_ms"] <= figures["ms"] <= figures["max_ms"]
+
+
+def test_the_load_average_is_printed_and_written(chunks, monkeypatch, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    monkeypatch.setattr(chunks, "native_kernels", lambda: None)
+    monkeypatch.setattr(chunks.os, "getloadavg", lambda: (1.25, 2.5, 3.75))
+    monkeypatch.setattr(sys, "argv", ["delta_rule_chunks.py", "--smoke", "--json", str(out)])
+    chunks.main()
+    run = json.loads(out.read_text())
+    assert run["load_before"] == run["load_after"] == [1.25, 2.5, 3.75]
+    printed = capsys.readouterr().out
+    assert "load average 1.25 before" in printed and "1.25 after" in printed
+    case = run["cases"][0]["by_chunk"]["16"]
+    assert case["min_ms"] <= case["ms"] <= case["max_ms"]

@@ -5,7 +5,9 @@ same weights run under ``mkl``, ``onednn``, ``single=native`` (the native few-ro
 decode rounds of 1-4 rows, MKL elsewhere; where the native kernels build) and the measured plan:
 a prefill of ``--prefill`` prompts from scratch (tok/s) and decode rounds of 1, 8 and 32
 one-token rows (ms per round), with the largest logit difference from the MKL plan beside each.
-Repeats are interleaved across plans and medians reported, since the machine is shared and noisy.
+Repeats are interleaved across plans and medians reported with their spread (min-max), since the
+machine is shared and noisy; the 1-minute load average after each case is printed beside it and
+written with it.
 
     python benchmarks/matmul_plans.py --models qwen3_5-small lfm2-small nemotron_h-small
 """
@@ -88,13 +90,15 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> di
                 times[k].append(run(k)[0])
         cells, figures = [], {}
         for k in plans:
-            med = statistics.median(times[k])
+            med, low, high = statistics.median(times[k]), min(times[k]), max(times[k])
             rate = f"{sum(lengths) / med:7.0f} tok/s" if case == "prefill" else f"{1e3 * med:7.1f} ms"
+            spread = f"{1e3 * low:.1f}-{1e3 * high:.1f} ms"
             diff = (first[k] - first["mkl"]).abs().max().item()
-            cells.append(f"{k} {rate} (max |Δlogit| vs mkl {diff:.1e})")
-            figures[k] = {"median_s": med, "max_dlogit_vs_mkl": diff}
-        result["cases"][case] = figures  # type: ignore[index]
-        print(f"  {case:9s}: " + "  ".join(cells) + f"  load {os.getloadavg()[0]:.2f}", flush=True)
+            cells.append(f"{k} {rate} ({spread}; max |Δlogit| vs mkl {diff:.1e})")
+            figures[k] = {"median_s": med, "min_s": low, "max_s": high, "max_dlogit_vs_mkl": diff}
+        load = os.getloadavg()[0]  # read once: the figure printed is the one written
+        result["cases"][case] = {"load_1min": load, "plans": figures}  # type: ignore[index]
+        print(f"  {case:9s}: " + "  ".join(cells) + f"  load {load:.2f}", flush=True)
     return result
 
 

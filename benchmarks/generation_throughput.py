@@ -20,8 +20,10 @@ Timing. The machine this was written on has 2 cores shared with other jobs, so w
 swings by 2-4x from one repeat to the next. Every case therefore runs on ONE torch thread and is
 timed by the CPU time of that thread (``time.thread_time``: what the computation cost, whatever
 else the machine ran) as well as by the wall clock; repeats are interleaved (ours, then
-transformers, then ours...) and medians reported. Ratios use the CPU-time medians; the wall
-ratios are in the JSON. ``/proc/loadavg`` is recorded before and after each model.
+transformers, then ours...) and medians reported, each side's spread (min-max of its CPU time,
+as ± of the median: the larger of ours and transformers') printed beside the ratio. Ratios use
+the CPU-time medians; the wall ratios and every side's [min, median, max] CPU and wall seconds
+are in the JSON. ``/proc/loadavg`` is recorded before and after each model.
 
     python benchmarks/generation_throughput.py --json results/generation_throughput.json
 """
@@ -99,7 +101,8 @@ def engine(setup: EngineSetup, requests: int, longest: int) -> Engine:
 
 def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
     """Each case once to warm up, then ``repeats`` interleaved rounds: median wall and thread-CPU
-    seconds per case, and the output of its last call."""
+    seconds per case with their minimum and maximum (``wall_min``, ``cpu_max``...), and the
+    output of its last call."""
     out = {name: {"out": fn(), "wall": [], "cpu": []} for name, fn in cases.items()}
     for _ in range(repeats):
         for name, fn in cases.items():
@@ -108,7 +111,9 @@ def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, 
             out[name]["cpu"].append(time.thread_time() - c)
             out[name]["wall"].append(time.perf_counter() - w)
     for r in out.values():
-        r["wall"], r["cpu"] = statistics.median(r["wall"]), statistics.median(r["cpu"])
+        for clock in ("wall", "cpu"):
+            times = r[clock]
+            r[clock], r[f"{clock}_min"], r[f"{clock}_max"] = statistics.median(times), min(times), max(times)
     return out
 
 
@@ -122,6 +127,9 @@ def row(mode: str, work: int, unit: str, t: dict[str, dict[str, Any]], diff: flo
         "rates_per_wall_s": {name: work / r["wall"] for name, r in t.items()},
         "ratio_vs_transformers": t["transformers"]["cpu"] / t["ours"]["cpu"],
         "wall_ratio_vs_transformers": t["transformers"]["wall"] / t["ours"]["wall"],
+        # [min, median, max] seconds of each side's repeats: the spread a ratio is read against
+        "cpu_s": {name: [r["cpu_min"], r["cpu"], r["cpu_max"]] for name, r in t.items()},
+        "wall_s": {name: [r["wall_min"], r["wall"], r["wall_max"]] for name, r in t.items()},
         "max_abs_diff": diff,
         "greedy_equal": equal,
     }
@@ -238,12 +246,21 @@ def bench_scoring(
     return row(mode, k, "cand/s", t, diff, equal)
 
 
+def spread(r: dict) -> float:
+    """The larger of ours' and transformers' CPU spread, (max - min) / median / 2: the ± a
+    ratio's sides moved by over their repeats."""
+    return max(
+        (hi - lo) / mid / 2 for name, (lo, mid, hi) in r["cpu_s"].items() if name != "ours one call each"
+    )
+
+
 def print_row(model: str, r: dict) -> None:
     rates = r["rates_per_cpu_s"]
     one = f"{rates['ours one call each']:>12.1f}" if "ours one call each" in rates else f"{'':>12}"
     print(
         f"{model:<18}{r['mode']:<13}{rates['ours']:>10.1f}{one}{rates['transformers']:>10.1f}"
-        f" {r['unit']:<7}{r['ratio_vs_transformers']:>6.2f}x {r['wall_ratio_vs_transformers']:>6.2f}x"
+        f" {r['unit']:<7}{r['ratio_vs_transformers']:>6.2f}x ±{spread(r):>4.0%}"
+        f" {r['wall_ratio_vs_transformers']:>6.2f}x"
         f"  {r['max_abs_diff']:.1e}  {r['greedy_equal']}",
         flush=True,
     )
@@ -279,7 +296,7 @@ def main() -> None:
     results = []
     print(
         f"{'model':<18}{'mode':<13}{'ours':>10}{'ours 1-by-1':>12}{'hf':>10} {'unit':<7}"
-        f"{'ratio':>6}  {'wall':>6}   max|Δ|   greedy-equal   (rates per CPU second)"
+        f"{'ratio':>6} {'spread':>6} {'wall':>6}   max|Δ|   greedy-equal   (rates per CPU second)"
     )
     for name in args.models:
         before = loadavg()

@@ -7,8 +7,7 @@ import json
 import sys
 
 import pytest
-
-from tests.benchmark_utils import load_benchmark
+from benchmark_utils import load_benchmark
 
 
 @pytest.fixture(scope="module")

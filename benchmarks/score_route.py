@@ -127,9 +127,10 @@ def main() -> None:
         cpu_x = f"{cpu / base[1]:.2f}" if base[1] else "-"
         spread = f"{min(walls):6.3f}-{max(walls):.3f}"
         print(f"{mode:8} {wall:8.3f} {spread:>14} {cpu:13.2f} {size:10d} {wall / base[0]:7.2f} {cpu_x:>7}")
-    print(f"totals agree within {args.atol}: {agree}; load before {load_before}, after {load()}")
+    load_after = load()  # read once: the load printed is the one written
+    print(f"totals agree within {args.atol}: {agree}; load before {load_before}, after {load_after}")
     config = vars(args) | {"json": None}
-    report = {"config": config, "modes": figures, "agree": agree, "load": [load_before, load()]}
+    report = {"config": config, "modes": figures, "agree": agree, "load": [load_before, load_after]}
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2, default=str))
         print(f"wrote {args.json}")

@@ -5,7 +5,9 @@ placement: all requests in one batch, and one request at a time, each submitted 
 before it has finished (what calling ``LLM.generate`` once per candidate does). Reported per
 placement: engine time (the sim clock on the sim runner, the summed measured worker calls on
 torch), wall time, rounds, prompt tokens served from the cache, and whether every output equals
-the runner's no-cache reference.
+the runner's no-cache reference. Times are the minimum over ``--repeat`` interleaved runs, every
+run's kept beside it in the JSON (``engine_runs_s``, ``wall_runs_s``: their spread), with the
+machine's 1-minute load average before and after, printed and written.
 
     python benchmarks/lone_context.py --model qwen3_5-2b                       # sim, H100 profile
     python benchmarks/lone_context.py --model qwen3_5-2b --hardware cpu        # sim, CPU profile
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,19 +73,22 @@ def _result(engine: Engine, done: list[Request], wall: float) -> Run:
 
 def measure(
     setup: EngineSetup, requests: list[Request], placements: list[str], repeat: int
-) -> dict[str, dict[str, object]]:
+) -> dict[str, object]:
     """Each (placement, mode) ``repeat`` times, interleaved; times are the minimum over repeats
-    (the run least disturbed by other work on a shared machine), counts the first's, and the
-    outputs of every repeat are held to the no-cache reference."""
+    (the run least disturbed by other work on a shared machine), every repeat's kept beside it,
+    counts the first's, and the outputs of every repeat are held to the no-cache reference. Per
+    placement a row; ``load_1min``: the load average before and after the runs."""
     reference = setup.runner.reference_tokens(requests)
+    load_before = os.getloadavg()[0]
     modes = {"batch": run_batch, "one_by_one": run_one_by_one}
     runs: dict[tuple[str, str], list[Run]] = {(p, m): [] for p in placements for m in modes}
     for _ in range(repeat):
         for placement in placements:
             for mode, run in modes.items():
                 runs[placement, mode].append(run(setup.engine(placement=placement), requests))
+    load_after = os.getloadavg()[0]
     prompt_tokens = sum(len(r.prompt) for r in requests)
-    out: dict[str, dict[str, object]] = {}
+    out: dict[str, object] = {"load_1min": [load_before, load_after]}
     for placement in placements:
         row: dict[str, object] = {}
         for mode in modes:
@@ -91,6 +97,8 @@ def measure(
             row[mode] = {
                 "engine_s": min(r.engine_s for r in runs[placement, mode]),
                 "wall_s": min(r.wall_s for r in runs[placement, mode]),
+                "engine_runs_s": [r.engine_s for r in runs[placement, mode]],
+                "wall_runs_s": [r.wall_s for r in runs[placement, mode]],
                 "rounds": first.rounds,
                 "reused_tokens": first.reused,
                 "computed_tokens": prompt_tokens - first.reused,
@@ -151,16 +159,20 @@ def main() -> None:
         f"{setup.runner.model.name} · {plan.choice.name} runner · {spec.groups}×{spec.candidates} "
         f"candidates, {spec.context_len}+{spec.candidate_len} tokens · engine time = {clock}"
     )
+    before, after = results["load_1min"]  # type: ignore[misc]
+    print(f"times: the minimum of {args.repeat}; load average (1 min) {before:.2f} before, {after:.2f} after")
     print(
         f"{'placement':<10}{'mode':<12}{'engine s':>10}{'wall s':>9}{'rounds':>8}"
-        f"{'reused':>9}{'computed':>10}  exact"
+        f"{'reused':>9}{'computed':>10}  exact  wall runs s"
     )
-    for placement, row in results.items():
+    for placement in args.placements:
+        row: dict = results[placement]  # type: ignore[assignment]
         for mode in ("batch", "one_by_one"):
             r = row[mode]  # type: ignore[index]
             print(
                 f"{placement:<10}{mode:<12}{r['engine_s']:>10.4f}{r['wall_s']:>9.2f}{r['rounds']:>8}"
-                f"{r['reused_tokens']:>9}{r['computed_tokens']:>10}  {r['same_as_no_cache']}"
+                f"{r['reused_tokens']:>9}{r['computed_tokens']:>10}  {r['same_as_no_cache']!s:<5}  "
+                + ", ".join(f"{w:.2f}" for w in r["wall_runs_s"])
             )
         print(f"{placement:<10}{'one/batch':<12}{row['engine_ratio']:>10.3f}{row['wall_ratio']:>9.3f}")
     if args.json is not None:

@@ -40,3 +40,17 @@ def test_no_repeat_is_refused_in_one_line(lone, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         lone.main()
     assert exc.value.code == 2 and "argument --repeat: must be positive, got 0" in capsys.readouterr().err
+
+
+def test_each_mode_keeps_every_repeat_and_the_run_its_load(lone, monkeypatch):
+    # the minimum alone, and no load average: docs/policies.md quotes "load 2-5" for a run whose
+    # JSON held neither the load nor how far its repeats spread
+    walls = iter([1.0, 3.0, 0.5, 2.0])
+    monkeypatch.setattr(lone, "run_batch", lambda engine, requests: _run(lone, 7, next(walls)))
+    monkeypatch.setattr(lone, "run_one_by_one", lambda engine, requests: _run(lone, 7, next(walls)))
+    monkeypatch.setattr(lone.os, "getloadavg", lambda: (2.5, 3.0, 3.5))
+    out = lone.measure(_setup({"a": 7}), [], ["branch"], 2)
+    assert out["branch"]["batch"]["wall_runs_s"] == [1.0, 0.5]
+    assert out["branch"]["one_by_one"]["engine_runs_s"] == [3.0, 2.0]
+    assert out["branch"]["batch"]["wall_s"] == 0.5  # the headline figure: still the minimum
+    assert out["load_1min"] == [2.5, 2.5]

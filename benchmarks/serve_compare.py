@@ -3,8 +3,9 @@
 Each variant is a server started from a source tree (``PYTHONPATH``) with extra server flags; the
 load generator and its traffic are this tree's, so every variant gets the same requests. Runs are
 interleaved (A B A B ...) so a change in the machine's load hits every variant alike, and each
-figure is the median over ``--repeat`` runs, but lost requests and errors, which are totals over
-them (one run's loss counts); ratios are against the first variant.
+figure is the median over ``--repeat`` runs, beside its spread (min-max over the runs: printed for
+requests/s and TTFT, every timed figure's in the JSON as ``FIGURE_spread``), but lost requests and
+errors, which are totals over them (one run's loss counts); ratios are against the first variant.
 
     git worktree add /tmp/c05b93d c05b93d   # the commit to compare against
     python benchmarks/serve_compare.py --variant old=/tmp/c05b93d --variant main=. \\
@@ -85,15 +86,35 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+def spread(values: list[float | None]) -> list[float] | None:
+    """[min, max] of the known values; None: no run has the figure."""
+    known = [v for v in values if v is not None]
+    return [min(known), max(known)] if known else None
+
+
 TOTALS = ("lost", "errors")  # summed over runs: a median would hide one run's failures
+TIMED = ("requests_per_s", "chat_ttft_p50_s", "score_latency_p50_s", "server_cpu_ms_per_request")
 
 
-def medians(runs: dict[str, list[dict[str, float | None]]]) -> dict[str, dict[str, float | None]]:
-    """Per variant, each figure's median over its runs; `TOTALS` summed."""
-    return {
-        label: {k: sum(r[k] or 0.0 for r in rs) if k in TOTALS else median([r[k] for r in rs]) for k in rs[0]}
-        for label, rs in runs.items()
-    }
+def medians(runs: dict[str, list[dict[str, float | None]]]) -> dict[str, object]:
+    """Per variant, each figure's median over its runs, `TIMED` ones with their spread beside
+    (``FIGURE_spread``: a median alone cannot say whether a ratio is more than the runs' noise);
+    `TOTALS` summed."""
+    return {label: _summary(rs) for label, rs in runs.items()}
+
+
+def _summary(rs: list[dict[str, float | None]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k in rs[0]:
+        values = [r[k] for r in rs]
+        out[k] = sum(v or 0.0 for v in values) if k in TOTALS else median(values)
+        if k in TIMED:
+            out[f"{k}_spread"] = spread(values)
+    return out
+
+
+def _range(bounds: list[float] | None, scale: float, fmt: str) -> str:
+    return "-" if bounds is None else f"{scale * bounds[0]:{fmt}}-{scale * bounds[1]:{fmt}}"
 
 
 def main() -> None:
@@ -128,14 +149,17 @@ def main() -> None:
     ref = table[args.variant[0].label]
     ref_label = args.variant[0].label
     print(f"\nmedians of {args.repeat} interleaved runs (lost, errors: totals); ratios against {ref_label}")
-    head = ("variant", "req/s", "x", "TTFT p50", "x", "CPU/req", "lost", "errors", "load")
-    print("{:14s} {:>8s} {:>6s} {:>10s} {:>6s} {:>9s} {:>5s} {:>7s} {:>5s}".format(*head))
+    head = ("variant", "req/s", "spread", "x", "TTFT p50", "spread", "x", "CPU/req", "lost", "errors", "load")
+    print("{:14s} {:>8s} {:>13s} {:>6s} {:>10s} {:>11s} {:>6s} {:>9s} {:>5s} {:>7s} {:>5s}".format(*head))
     for label, row in table.items():
         rps, ttft = row["requests_per_s"], row["chat_ttft_p50_s"]
+        rps_spread = _range(row["requests_per_s_spread"], 1.0, ".2f")
+        ttft_spread = _range(row["chat_ttft_p50_s_spread"], 1e3, ".0f")
         x_rps = rps / ref["requests_per_s"] if rps and ref["requests_per_s"] else float("nan")
         x_ttft = ttft / ref["chat_ttft_p50_s"] if ttft and ref["chat_ttft_p50_s"] else float("nan")
         print(
-            f"{label:14s} {rps:8.2f} {x_rps:6.2f} {1e3 * (ttft or 0):8.0f}ms {x_ttft:6.2f} "
+            f"{label:14s} {rps:8.2f} {rps_spread:>13s} {x_rps:6.2f} {1e3 * (ttft or 0):8.0f}ms "
+            f"{ttft_spread:>11s} {x_ttft:6.2f} "
             f"{row['server_cpu_ms_per_request'] or float('nan'):7.0f}ms "
             f"{row['lost']:5.0f} {row['errors']:7.0f} {row['load_1min']:5.1f}"
         )

@@ -56,3 +56,14 @@ def test_lost_requests_and_errors_are_totals_over_the_runs(compare):
     table = compare.medians({"a": runs})["a"]
     assert (table["lost"], table["errors"]) == (1.0, 2.0)
     assert table["requests_per_s"] == 11.0 and table["server_cpu_ms_per_request"] is None
+
+
+def test_the_timed_figures_have_their_spread_beside_their_median(compare):
+    # medians alone: a variant 5% faster could not be told from runs that spread by 20%
+    row = {"requests_per_s": 10.0, "chat_ttft_p50_s": 0.1, "score_latency_p50_s": 0.2, "lost": 0.0,
+           "errors": 0.0, "load_1min": 1.0, "server_cpu_ms_per_request": None}  # fmt: skip
+    runs = [row, {**row, "requests_per_s": 12.0, "chat_ttft_p50_s": None}, {**row, "requests_per_s": 11.0}]
+    table = compare.medians({"a": runs})["a"]
+    assert table["requests_per_s_spread"] == [10.0, 12.0]
+    assert table["chat_ttft_p50_s_spread"] == [0.1, 0.1]  # over the runs that have one
+    assert table["server_cpu_ms_per_request_spread"] is None

@@ -4,7 +4,8 @@ For each family's ``-small`` zoo model: one batch of prompts with mixed lengths,
 scratch. Ours packs the prompts without padding into one forward; transformers gets the same
 prompts right-padded with an attention mask (``transformers``), and also one prompt at a time
 with no padding at all (``transformers_sequential``), so padding waste is visible separately.
-Repeats are interleaved and medians reported, since the machine is shared and noisy; calls run on
+Repeats are interleaved and medians reported with the spread of each side's repeats (``cpu_s``:
+[min, median, max]; printed as ± of the median), since the machine is shared and noisy; calls run on
 one torch thread (``--threads``) and are timed in thread CPU seconds, written beside the
 machine's 1-minute load average before and after. The every-mode comparison (prefill, decode,
 scoring in one run) is generation_throughput.py.
@@ -107,9 +108,12 @@ def bench_family(family: str, lengths: list[int], repeats: int, size: str = "sma
         t_seq.append(dt)
     tokens = sum(lengths)
     med_ours, med_hf, med_seq = statistics.median(t_ours), statistics.median(t_hf), statistics.median(t_seq)
+    sides = {"ours": t_ours, "transformers": t_hf, "transformers_sequential": t_seq}
     return {
         "family": family,
         "tokens": tokens,
+        # [min, median, max] thread-CPU seconds of each side's repeats: the spread a speedup is read against
+        "cpu_s": {name: [min(ts), statistics.median(ts), max(ts)] for name, ts in sides.items()},
         "ours_tokens_per_s": tokens / med_ours,
         "transformers_tokens_per_s": tokens / med_hf,
         "transformers_sequential_tokens_per_s": tokens / med_seq,
@@ -118,6 +122,11 @@ def bench_family(family: str, lengths: list[int], repeats: int, size: str = "sma
         "same_greedy_tokens": bool((a.argmax(-1) == b.argmax(-1)).all()),
         "max_abs_logit_diff": float((a.float() - b.float()).abs().max()),
     }
+
+
+def spread(row: dict[str, object]) -> float:
+    """The widest side's spread, (max - min) / median / 2: the ± its repeats moved by."""
+    return max((hi - lo) / mid / 2 for lo, mid, hi in row["cpu_s"].values())  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -143,7 +152,7 @@ def main() -> None:
     rows = []
     print(
         f"{'family':<12}{'ours tok/s':>12}{'hf padded':>11}{'ratio':>7}{'hf 1-by-1':>11}{'ratio':>7}"
-        "  greedy-equal  max|Δlogit|"
+        f"{'spread':>8}  greedy-equal  max|Δlogit|"
     )
     for family in args.families:
         row = bench_family(family, args.lengths, args.repeats, size)
@@ -151,7 +160,7 @@ def main() -> None:
         print(
             f"{family:<12}{row['ours_tokens_per_s']:>12.0f}{row['transformers_tokens_per_s']:>11.0f}"
             f"{row['speedup']:>7.2f}{row['transformers_sequential_tokens_per_s']:>11.0f}"
-            f"{row['speedup_vs_sequential']:>7.2f}  {row['same_greedy_tokens']!s:<12}"
+            f"{row['speedup_vs_sequential']:>7.2f}{spread(row):>8.0%}  {row['same_greedy_tokens']!s:<12}"
             f"  {row['max_abs_logit_diff']:.2e}",
             flush=True,
         )

@@ -34,10 +34,19 @@ def test_the_machines_load_is_recorded_beside_the_timings(bench, monkeypatch, tm
     # the load average was printed, not written: the JSON's timings read without it
     row = {"ours_tokens_per_s": 1.0, "transformers_tokens_per_s": 1.0, "speedup": 1.0}
     row |= {"transformers_sequential_tokens_per_s": 1.0, "speedup_vs_sequential": 1.0}
-    row |= {"same_greedy_tokens": True, "max_abs_logit_diff": 0.0}
+    row |= {"same_greedy_tokens": True, "max_abs_logit_diff": 0.0, "cpu_s": {"ours": [1.0, 1.0, 1.0]}}
     monkeypatch.setattr(bench, "bench_family", lambda *args: row)
     out = tmp_path / "r.json"
     monkeypatch.setattr("sys.argv", ["runner_throughput.py", "--families", "qwen3_5", "--json", str(out)])
     bench.main()
     machine = json.loads(out.read_text())["machine"]
     assert set(machine) == {"cpus", "load_1min_before", "load_1min_after"}
+
+
+def test_each_side_has_its_spread_beside_its_median(bench):
+    # medians alone: a speedup of 1.1 could not be told from the repeats' own spread
+    row = bench.bench_family("qwen3_5", [8, 4], 3, "tiny")
+    for side in ("ours", "transformers", "transformers_sequential"):
+        low, mid, high = row["cpu_s"][side]
+        assert low <= mid <= high
+        assert row[f"{side}_tokens_per_s"] == pytest.approx(row["tokens"] / mid)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from engine_utils import Engines
 
-from radixflow.bench.harness import Trials, run_policies
+from radixflow.bench.harness import BenchReport, Trials, run_policies
 from radixflow.bench.metrics import Failure
 from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
@@ -125,3 +125,20 @@ def test_an_engine_on_a_full_attention_model_is_labelled_with_no_placement():
         runner = SimRunner(SIM_MODELS[model], HARDWARE["h100"])
         run_policies(requests, _Labelled(runner, SchedulerConfig(), labels), ["native", "adaptive"], None)
     assert labels == ["native · none", "adaptive · none", "native · branch", "adaptive · lone"]
+
+
+def test_repeats_write_every_trials_timings_beside_their_median():
+    """``--repeat`` showed the median alone: the JSON had no trace of how far the trials spread,
+    so a difference between policies could not be read against it."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    [run] = run_policies(requests, Engines(runner, SchedulerConfig()), ["native"], None)
+    trials = Trials(["native"], 3)
+    for seconds in (2.0, 1.0, 4.0):
+        trials.add("native", replace(run, result=replace(run.result, mean_latency_s=seconds)))
+    [result] = BenchReport({}, {}, trials.runs()).to_json()["results"]  # type: ignore[misc]
+    assert result["mean_latency_s"] == 2.0
+    assert [t["mean_latency_s"] for t in result["trial_timings"]] == [2.0, 1.0, 4.0]
+    assert all(isinstance(v, float | None) for t in result["trial_timings"] for v in t.values())
+    [alone] = BenchReport({}, {}, [run]).to_json()["results"]  # type: ignore[misc]
+    assert alone["trial_timings"] == [{k: alone[k] for k in alone["trial_timings"][0]}]  # one run: its own

@@ -130,9 +130,49 @@ def speeds(n: int, drift: str, rng: random.Random) -> list[float]:
     return [1 + 0.15 * math.sin(phase + 2 * math.pi * i / 100) for i in range(n)]
 
 
+VARIANT_FORM = "KEY=VALUE pairs, window=W (rounds, at least 1), gain=G (in [0, 1)), pairs=0|1"
+
+
+def _variant_options(variant: str) -> dict[str, str]:
+    """The settings ``variant`` names; ValueError for one that is not ``KEY=VALUE`` of a known key
+    with a value the fit takes (a typo of a key ran the default under the typo's label)."""
+    pairs = [kv.partition("=") for kv in variant.split(",")]
+    if any(not sep or not key or not value for key, sep, value in pairs):
+        raise ValueError(f"expected {VARIANT_FORM}")
+    opts = {key: value for key, _, value in pairs}
+    if unknown := sorted(set(opts) - {"window", "gain", "pairs"}):
+        raise ValueError(f"no setting {', '.join(unknown)}; expected {VARIANT_FORM}")
+    checks = {
+        "window": lambda v: v.isdigit() and int(v) >= 1,
+        "gain": _gain_ok,
+        "pairs": lambda v: v in ("0", "1"),
+    }
+    if bad := [k for k, v in opts.items() if not checks[k](v)]:
+        raise ValueError(f"{bad[0]}={opts[bad[0]]} cannot run; expected {VARIANT_FORM}")
+    return opts
+
+
+def _gain_ok(text: str) -> bool:
+    """A speed gain the fit takes: a number in [0, 1)."""
+    try:
+        return 0 <= float(text) < 1
+    except ValueError:
+        return False
+
+
+def parse_variant(text: str) -> str:
+    """argparse type for ``--variants``: the variant as given (its label), refused in one line
+    where it cannot run as named."""
+    try:
+        _variant_options(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text}: {e}") from None
+    return text
+
+
 def make_fit(variant: str) -> tuple[OnlineFit, Callable[[list[float]], list[float]]]:
     """``window=W,gain=G,pairs=0|1`` -> a fresh fit from the nominal prior and the features it reads."""
-    opts = dict(kv.split("=") for kv in variant.split(","))
+    opts = _variant_options(variant)
     fit = OnlineFit(
         nominal_prior(1), nominal_rates(1), int(opts.get("window", 128)), float(opts.get("gain", 0.25))
     )
@@ -189,7 +229,7 @@ def main() -> None:
     ap.add_argument("--drift", nargs="+", choices=DRIFTS, help="--sim: machine speeds (default: all)")
     ap.add_argument("--noise", type=float, default=0.04, help="--sim: per-round log-normal noise")
     ap.add_argument("--seeds", type=positive_int, default=3, help="--sim: drifts drawn per setting")
-    ap.add_argument("--variants", nargs="+", default=VARIANTS)
+    ap.add_argument("--variants", nargs="+", type=parse_variant, default=VARIANTS)
     ap.add_argument(
         "--smoke", action="store_true", help="one family's grouped rounds in the sim, one seed (CI)"
     )

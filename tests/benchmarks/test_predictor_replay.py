@@ -70,3 +70,29 @@ def test_a_missing_rounds_file_is_one_line_naming_it(pr, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         pr.main()
     assert str(exc.value).startswith(f"--rounds {path}: cannot read it (")
+
+
+@pytest.mark.parametrize(
+    ("variant", "why"),
+    [
+        ("bogus", "KEY=VALUE"),
+        ("windw=32", "windw"),  # a typo ran window=128 under the label windw=32
+        ("window=abc", "window"),
+        ("window=0", "window"),
+        ("gain=1", "gain"),
+        ("pairs=2", "pairs"),
+    ],
+)
+def test_a_variant_it_cannot_run_as_named_is_one_line(pr, monkeypatch, capsys, variant, why):
+    monkeypatch.setattr("sys.argv", ["predictor_replay.py", "--smoke", "--variants", variant])
+    monkeypatch.setattr(pr, "sim_rounds", lambda *args: pytest.fail("rounds were made"))
+    with pytest.raises(SystemExit) as exc:
+        pr.main()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and "--variants" in err and variant in err and why in err
+
+
+def test_a_variant_runs_the_settings_it_names(pr):
+    assert pr.parse_variant("window=32,gain=0,pairs=0") == "window=32,gain=0,pairs=0"
+    fit, features = pr.make_fit("window=32,gain=0,pairs=0")
+    assert (fit._window, fit._gain, features([1.0, 2.0])) == (32, 0.0, [1.0, 0.0])

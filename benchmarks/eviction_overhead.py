@@ -26,6 +26,7 @@ from rich.table import Table
 
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
+from radixflow.problems import ProblemError, flag
 from radixflow.scheduler import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run as a script
@@ -91,6 +92,13 @@ def main() -> None:
         "--cache-memory", help="one byte budget over KV and checkpoints, e.g. 1GiB (default: the caps alone)"
     )
     args = p.parse_args()
+    try:
+        run_from_args(args)
+    except ProblemError as e:  # an unknown model, hardware or policy: one line, as radixflow's own flags
+        p.error(e.problem.render(flag))
+
+
+def run_from_args(args: argparse.Namespace) -> None:
     if args.smoke:
         args.waiting, args.rounds, args.repeat = [200], 5, 1
     load_before = os.getloadavg()[0]

@@ -26,6 +26,8 @@ from pathlib import Path
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.options import EngineOptions, EngineSetup, plan_engine
+from radixflow.problems import ProblemError, flag
+from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
@@ -126,13 +128,20 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--context-len", type=int, default=512)
     ap.add_argument("--candidate-len", type=int, default=32)
-    ap.add_argument("--placements", nargs="+", default=["branch", "lone"])
+    ap.add_argument("--placements", nargs="+", choices=list(PLACEMENTS), default=["branch", "lone"])
     ap.add_argument(
         "--repeat", type=positive_int, default=1, help="interleaved runs; times are their minimum"
     )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny on torch, 2x2 candidates")
     args = ap.parse_args()
+    try:
+        run_from_args(args)
+    except ProblemError as e:  # an unknown model, hardware or policy: one line, as radixflow's own flags
+        ap.error(e.problem.render(flag))
+
+
+def run_from_args(args: argparse.Namespace) -> None:
     if args.smoke:
         args.model, args.groups, args.candidates = "qwen3_5-tiny", 2, 2
         args.context_len, args.candidate_len = 32, 4

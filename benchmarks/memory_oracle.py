@@ -34,6 +34,7 @@ from memory_pressure import WORKLOADS, run
 from radixflow.bench.pressure import measure_working_set, under_pressure
 from radixflow.cli.args import positive_float
 from radixflow.options import EngineOptions
+from radixflow.problems import ProblemError, flag
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
 
@@ -222,6 +223,13 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--smoke", action="store_true", help="CI: one small chat, one model, one capacity")
     args = p.parse_args()
+    try:
+        run_from_args(args)
+    except ProblemError as e:  # an unknown model, hardware or policy: one line, as radixflow's own flags
+        p.error(e.problem.render(flag))
+
+
+def run_from_args(args: argparse.Namespace) -> None:
     shapes = dict(WORKLOADS)
     if args.smoke:
         shapes["chat"] = replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)
@@ -233,7 +241,11 @@ def main() -> None:
                 for fraction in args.fractions:
                     row = cell(model, args.hardware, name, seed, fraction, shapes)
                     rows.append(row)
-                    print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))  # noqa: E501
+                    print(
+                        " ".join(
+                            f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+                        )
+                    )
     if args.json:
         args.json.write_text(json.dumps({"cells": rows}, indent=2))
 

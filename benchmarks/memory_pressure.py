@@ -35,6 +35,7 @@ from radixflow.bench.pressure import (
 )
 from radixflow.cli.args import positive_float
 from radixflow.options import EngineOptions, plan_engine
+from radixflow.problems import ProblemError, flag
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
 
@@ -138,6 +139,13 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=Path("results/memory_pressure.json"))
     p.add_argument("--smoke", action="store_true", help="CI: one small workload, two capacities")
     args = p.parse_args()
+    try:
+        run_from_args(args)
+    except ProblemError as e:  # an unknown model, hardware or policy: one line, as radixflow's own flags
+        p.error(e.problem.render(flag))
+
+
+def run_from_args(args: argparse.Namespace) -> None:
     shapes = TORCH_WORKLOADS if args.runner == "torch" else WORKLOADS | HELD_OUT
     if missing := [name for name in args.workloads if name not in shapes]:
         has = ", ".join(shapes)  # --runner torch has smaller chat and mixed shapes only

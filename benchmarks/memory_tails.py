@@ -20,6 +20,7 @@ from memory_pressure import VARIANTS, WORKLOADS
 from radixflow.bench.pressure import measure_working_set, pressure_figures, under_pressure
 from radixflow.cli.args import positive_float
 from radixflow.options import EngineOptions, plan_engine
+from radixflow.problems import ProblemError, flag
 from radixflow.scheduler.request import Request
 from radixflow.workloads.build import build_workload
 
@@ -58,6 +59,13 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="write each variant's figures and slowest requests here")
     p.add_argument("--smoke", action="store_true", help="CI: a small chat workload on qwen3_5-2b")
     args = p.parse_args()
+    try:
+        run_from_args(args)
+    except ProblemError as e:  # an unknown model, hardware or policy: one line, as radixflow's own flags
+        p.error(e.problem.render(flag))
+
+
+def run_from_args(args: argparse.Namespace) -> None:
     spec = WORKLOADS[args.workload]
     if args.smoke:
         args.model, spec = "qwen3_5-2b", replace(WORKLOADS["chat"], groups=4, candidates=3, context_len=128)

@@ -139,3 +139,33 @@ def test_a_zero_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> 
     last = done.stderr.strip().splitlines()[-1]
     assert flag in last and "0" in last and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "out.json").exists()
+
+
+# a name the engine does not know: its ProblemError (or ValueError) was a traceback
+UNKNOWN = [
+    ("memory_tails.py", "--hardware"),
+    ("memory_pressure.py", "--hardware"),
+    ("memory_pressure.py", "--models"),
+    ("memory_oracle.py", "--hardware"),
+    ("eviction_overhead.py", "--policy"),
+    ("lone_context.py", "--placements"),
+    ("lone_context.py", "--hardware"),
+]
+
+
+@pytest.mark.parametrize(("name", "flag"), UNKNOWN, ids=lambda x: x)
+def test_an_unknown_name_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
+    script = ROOT / "benchmarks" / name
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script), "--smoke", flag, "bogus", "--json", str(tmp_path / "out.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, f"{name} {flag} bogus: exit {done.returncode}\n{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "'bogus'" in last and flag.rstrip("s") in last, last

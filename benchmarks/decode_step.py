@@ -8,8 +8,8 @@ scattered back); with ``--saves own`` it saves back into the slot it restores, a
 working slot does (the state is updated where it lies in the pool; each repeat advances it by
 one more step of the same cost). Each mixer layer's forward is timed by a wrapper, and the median
 per layer kind is reported in microseconds per layer, beside the whole round (wall and this
-thread's CPU time). Batch sizes are interleaved across repeats and medians reported, since the
-machine is shared and noisy.
+thread's CPU time, each with its spread, min-max over the repeats). Batch sizes are interleaved
+across repeats and medians reported, since the machine is shared and noisy.
 
     python benchmarks/decode_step.py --models qwen3_5-small lfm2-small nemotron_h-small
 
@@ -126,9 +126,12 @@ def bench(name: str, batches: list[int], context: int, repeats: int, own: bool) 
                 layers[b][kind].append(t)
     rows = {}
     for b in batches:
+        walls, cpus = [1e3 * wall for wall, _ in rounds[b]], [1e3 * cpu for _, cpu in rounds[b]]
         rows[b] = {
-            "round_ms": 1e3 * statistics.median(wall for wall, _ in rounds[b]),
-            "round_cpu_ms": 1e3 * statistics.median(cpu for _, cpu in rounds[b]),
+            "round_ms": statistics.median(walls),
+            "round_ms_spread": [min(walls), max(walls)],
+            "round_cpu_ms": statistics.median(cpus),
+            "round_cpu_ms_spread": [min(cpus), max(cpus)],
             **{f"{k}_us_per_layer": 1e6 * statistics.median(v) for k, v in sorted(layers[b].items())},
         }
     return {"model": name, "layers": dict(timer.counts), "batches": rows}
@@ -161,7 +164,12 @@ def main() -> None:
         results.append(res)
         print(f"{name} ({res['layers']}), saves={args.saves}, threads={args.threads}, load={load:.2f}")
         for b, row in res["batches"].items():
-            cells = "  ".join(f"{k}={v:8.1f}" for k, v in row.items())
+            cells = "  ".join(
+                f"{k}={v:8.1f}"
+                + (" ({:.1f}-{:.1f})".format(*row[f"{k}_spread"]) if f"{k}_spread" in row else "")
+                for k, v in row.items()
+                if not k.endswith("_spread")
+            )
             print(f"  batch {b:3d}: {cells}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

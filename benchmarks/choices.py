@@ -122,6 +122,8 @@ def main() -> None:
             "modes": rows,
         }
         args.json.write_text(json.dumps(figures, indent=2))
+    if not same:  # the figures are kept above; the run itself failed
+        raise SystemExit(f"the {args.n} calls differ from the n = {args.n} choices of one call")
 
 
 if __name__ == "__main__":

@@ -133,6 +133,8 @@ def main() -> None:
     print(f"  same scores in both modes: {result['same_scores']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    if not result["same_scores"]:  # the figures are kept above; the run itself failed
+        raise SystemExit(f"scores differ between the modes by more than --atol {args.atol}")
 
 
 if __name__ == "__main__":

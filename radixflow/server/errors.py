@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -69,11 +70,13 @@ class ApiError(Exception):
         return cls(status, str(problem) if item is None else problem.of_item(item), problem.param)
 
     def respelled(self, param: str, sent: str) -> ApiError:
-        """This error, if it concerns ``param``, under the name the client ``sent`` for it (the
-        engine's checks say ``max_tokens`` of what chat clients send as ``max_completion_tokens``)."""
-        if self.param != param or sent == param:
+        """This error with ``param`` under the name the client ``sent`` for it, as its subject or
+        named in its message (the engine's checks say ``max_tokens`` of what chat clients send as
+        ``max_completion_tokens``, and ``min_tokens``' limit names it)."""
+        if sent == param or not re.search(rf"\b{re.escape(param)}\b", self.message):
             return self
-        return ApiError(self.status, self.message.replace(param, sent), sent, self.code)
+        message = re.sub(rf"\b{re.escape(param)}\b", sent, self.message)
+        return ApiError(self.status, message, sent if self.param == param else self.param, self.code)
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.code)

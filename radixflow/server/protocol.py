@@ -213,7 +213,10 @@ class ChatRequest(declaring("_Chat", _Generate, CHAT_REFUSED)):  # type: ignore[
         else:
             max_tokens = _check_max_tokens(given, 1, context, named)
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
+        try:
+            return self.sampling(max_tokens, logprobs, self.prompt_logprobs)
+        except ApiError as e:  # SamplingParams' checks say max_tokens (min_tokens' limit names it)
+            raise e.respelled("max_tokens", named) from None
 
     @property
     def length_field(self) -> str:

@@ -264,6 +264,17 @@ def test_a_chat_length_past_the_context_is_refused_under_the_name_sent(served, n
     assert message.startswith(f"{named}: prompt of ") and f"plus {named} 8190 exceeds" in message
 
 
+def test_a_limit_named_by_another_field_is_named_as_the_chat_client_sent_it(served):
+    """``min_tokens`` past ``max_completion_tokens`` was refused as "between 0 and max_tokens (2)",
+    naming a field the client never sent."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2}
+    r = served.http().post("/v1/chat/completions", json={**body, "min_tokens": 5})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "min_tokens" and "max_completion_tokens (2)" in error["message"], error
+    assert "max_tokens" not in error["message"].replace("max_completion_tokens", ""), error
+
+
 @pytest.mark.parametrize(
     ("route", "body", "param", "message"),
     [

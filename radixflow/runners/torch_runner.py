@@ -31,14 +31,17 @@ from radixflow.scheduler.request import Request
 
 def eos_token_ids(path: str | Path, config: Config) -> tuple[int, ...]:
     """End-of-sequence ids: ``eos_token_id`` (an int or a list) of config.json and, where the
-    checkpoint has one, of generation_config.json (chat models list their turn end there)."""
+    checkpoint has one, of generation_config.json (chat models list their turn end there). An id
+    outside the vocabulary is left out: no such token is ever sampled, so it ends nothing, and the
+    sampler indexes the logits with the end ids it holds back (``min_tokens``)."""
     ids = _as_ids(config.get("eos_token_id"))
     gen = Path(path) / "generation_config.json"
     if gen.is_file():
         # an unreadable generation config only loses its extra stop ids
         with contextlib.suppress(ValueError, AttributeError):
             ids += _as_ids(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
-    return tuple(dict.fromkeys(ids))
+    vocab = config.get("vocab_size")
+    return tuple(i for i in dict.fromkeys(ids) if not isinstance(vocab, int) or i < vocab)
 
 
 def _as_ids(value: object) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from radixflow.models.registry import FAMILIES
 from radixflow.runners.torch_runner import TorchRunner, eos_token_ids
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.samples import Sample
+from radixflow.scheduler.sampling import SamplingParams
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
 
@@ -103,6 +104,21 @@ def test_runner_reports_the_checkpoint_eos(tmp_path_factory):
     runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
     assert runner.model.eos_token_ids == (int(runner.net.config.eos_token_id),)
 
+
+
+def test_an_eos_id_outside_the_vocabulary_ends_nothing_and_breaks_nothing(tmp_path_factory):
+    # a generation_config.json naming an end id the vocabulary lacks (a config from another
+    # tokenizer): no such token can be sampled, so it ends nothing; kept, it failed every request
+    # held back by min_tokens with an IndexError from the sampler
+    path = tiny_checkpoint(tmp_path_factory, "lfm2")
+    vocab = int(json.loads((path / "config.json").read_text())["vocab_size"])
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, vocab, vocab + 5]}))
+    runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
+    assert vocab not in runner.model.eos_token_ids and vocab + 5 not in runner.model.eos_token_ids
+    req = Request("r", (5, 6, 7), sampling=SamplingParams(max_tokens=3, min_tokens=2))
+    new_engine(runner, CFG).run([req])
+    assert req.status is RequestStatus.FINISHED, req.error
+    assert len(req.output) >= 2
 
 # bfloat16 keeps 8 mantissa bits: through a tiny model's layers a greedy token's first logprob
 # moved by at most 0.16 from float32's (qwen3_5-tiny, AVX2 kernels) when written; a wrong dtype

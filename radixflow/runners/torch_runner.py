@@ -37,8 +37,8 @@ def eos_token_ids(path: str | Path, config: Config) -> tuple[int, ...]:
     ids = _as_ids(config.get("eos_token_id"))
     gen = Path(path) / "generation_config.json"
     if gen.is_file():
-        # an unreadable generation config only loses its extra stop ids
-        with contextlib.suppress(ValueError, AttributeError):
+        # an unreadable generation config (no permission, garbled JSON) only loses its extra stop ids
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             ids += _as_ids(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
     vocab = config.get("vocab_size")
     return tuple(i for i in dict.fromkeys(ids) if not isinstance(vocab, int) or i < vocab)

@@ -99,6 +99,18 @@ def test_eos_token_ids_from_config_and_generation_config(tmp_path):
     assert eos_token_ids(tmp_path, Config({"eos_token_id": 3})) == (3,)
 
 
+
+def test_an_unreadable_generation_config_only_loses_its_stop_ids(tmp_path, monkeypatch):
+    # a generation_config.json the process may not read (another user's checkpoint, mode 0600)
+    # raised PermissionError out of the runner's construction: the model never loaded
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 11]}))
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(tmp_path), "read_text", refused)
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 3})) == (3,)
+
 def test_runner_reports_the_checkpoint_eos(tmp_path_factory):
     path = tiny_checkpoint(tmp_path_factory, "lfm2")
     runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)

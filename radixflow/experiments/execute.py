@@ -128,29 +128,35 @@ def _ray(
         where = "--ray" if address is None else f"--ray-address {address}"
         raise RayStartError(f"{where}: Ray did not start: {e}") from None
     try:
-        task = ray.remote(_run_one)
-        largest = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]), default=0.0)
-        refs = {}
-        for p in pending:
-            cpus = cell_cpus(p.cell, torch_cpus, largest)
-            refs[task.options(num_cpus=cpus).remote(p, variants)] = p
-        crashed = None  # the first cell whose own code raised: raised once the others are in
-        while refs:
-            done, _ = ray.wait(list(refs), num_returns=1)
-            for ref in done:
-                p = refs.pop(ref)
-                try:
-                    outcome = _ray_outcome(ray, ref, p)
-                except ray.exceptions.RayTaskError as e:
-                    # the cells beside it run on (they were dropped with the cluster, and those
-                    # finished but not yet read were never cached)
-                    crashed = crashed or e
-                    continue
-                yield p, outcome
-        if crashed is not None:
-            raise crashed
+        yield from _ray_cells(ray, pending, variants, torch_cpus)
     finally:
         ray.shutdown()
+
+
+def _ray_cells(
+    ray: Any, pending: list[Pending], variants: list[Variant], torch_cpus: int
+) -> Iterator[tuple[Pending, CellResult | str]]:
+    """Each pending cell as a Ray task, its outcome as it finishes. A cell whose own code raised
+    is raised once the others are in: the cells beside it run on (they were dropped with the
+    cluster, and those finished but not yet read were never cached)."""
+    task = ray.remote(_run_one)
+    largest = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]), default=0.0)
+    refs = {}
+    for p in pending:
+        refs[task.options(num_cpus=cell_cpus(p.cell, torch_cpus, largest)).remote(p, variants)] = p
+    crashed = None  # the first cell whose own code raised
+    while refs:
+        done, _ = ray.wait(list(refs), num_returns=1)
+        for ref in done:
+            p = refs.pop(ref)
+            try:
+                outcome = _ray_outcome(ray, ref, p)
+            except ray.exceptions.RayTaskError as e:
+                crashed = crashed or e
+                continue
+            yield p, outcome
+    if crashed is not None:
+        raise crashed
 
 
 def _ray_outcome(ray: Any, ref: Any, p: Pending) -> CellResult | str:

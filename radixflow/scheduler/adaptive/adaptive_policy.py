@@ -1,39 +1,15 @@
-"""`adaptive`: rank the queue by work per completion, and weigh waiting against recomputing.
+"""`adaptive`: rank the queue by work per completion, size each round from the cost curve, and
+let a blocked consumer follow its producer into its round (else weigh waiting against recomputing).
 
-Order: by deadline from a `RankIndex` kept up to date by events (arrival, wake-up, a group
-member taken), never by a rescan. A request's slack grows with its key (`waiting_shapes`): ready
-consumers first, then producers with the most dependents (producer promotion), then lone work;
-the deadline counts from arrival, so aging bounds every wait, and no slack exceeds a share of
-the wait first-come-first-served would have given the request (`fcfs_bound`), which holds the
-tail near the FCFS baselines'.
-
-How much: the round's cut (`round_cut`, applied by `round_plan`). At the scan's first request
-the next few budgets of the ranked queue are grouped into units (a producer and the consumers
-that follow it; a lone request or ready consumer), and the round ends where the predicted sum of
-waits over the next few rounds is least, with round times from the runner's predictor
-(`round_time_curve`, each round priced in as many chunks as it runs):
-packed rounds where a fixed part dominates, short pipelined rounds where a round's time grows
-with its tokens, a round ending after a producer where a second wave costs more than its
-followers gain. Requests beyond the horizon and arrivals expected before the queue next empties
-(the measured rate, `round_tally`, over the queue's busy period) wait behind every planned
-round: a second a round takes delays each of them by a second. The cut leaves a unit it could
-take whole only while each of its requests' FCFS allowance (its `fcfs_bound` share of the FCFS
-wait, in full rounds' predicted seconds, from arrival) covers the round that leaves it; a
-request past it is always taken, ahead of any follower still within its own bound (a
-follower's budget is room the overdue request was promised). So the cut trades the mean only
-within the same bound the ranking's slack obeys.
-
-Checkpoints: its own placement is `lone` (`branch`, plus a checkpoint where a lone request's
-shared context is predicted to end), so candidates arriving one at a time reuse their context.
-
-Blocked consumers: where the runner restores state saved earlier in the same round, a consumer
-follows its producer into the round (`ScanAction.FOLLOW`), unless the producer is a follower
-itself or the budget left cannot hold the consumer's first chunk. Otherwise skipped as in
-`radixflow` (they wait), unless recomputing the prefix from a shallower READY point finishes them
-sooner than the cost model says the others lose (`recompute`). Without recurrent state nothing
-blocks and every prompt reuses KV written in the same round, so there is nothing to reorder for:
-the policy keeps arrival order and takes what fits, as `radixflow` does (ranking there only cost
-latency when measured).
+- Order: by deadline from a `RankIndex` kept up to date by events; slack from `waiting_shapes`
+  (ready consumers, then producers with the most dependents, then lone work), aged from arrival
+  and capped by `fcfs_bound`.
+- How much: `round_cut` (applied by `round_plan`) ends the round where the predicted sum of waits
+  over the next few rounds is least, within each request's FCFS allowance.
+- Blocked consumers: `ScanAction.FOLLOW` where the runner restores state saved in the same round;
+  otherwise wait, or recompute from a shallower READY point (`recompute`).
+- Placement: `lone`. Without recurrent state nothing blocks: arrival order, as `radixflow`.
+docs/policies.md#adaptive says why each rule is there.
 """
 
 from __future__ import annotations

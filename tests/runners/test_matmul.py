@@ -160,7 +160,7 @@ def test_the_dominant_weight_carries_the_most_parameters():
 
 def test_a_plan_naming_a_backend_that_cannot_run_is_refused(tmp_path, monkeypatch):
     # as on a machine with no C compiler: the refusal said only "native cannot run on this machine"
-    why = "no C compiler on PATH (looked for gcc, cc)"
+    why = "no C compiler on PATH (looked for gcc, cc, clang)"
     monkeypatch.setattr(linear_backends, "_native_built", lambda: Built(None, why))
     assert BACKENDS["native"].problem() == f"native kernels could not be built: {why}"
     assert "native" not in measure_plan(torch.randn(64, 32), 1).choices

@@ -278,6 +278,18 @@ def test_without_a_compiler_auto_runs_the_eager_kernels_with_one_log_line(tmp_pa
         resolve_kernels("native", "cpu", torch.float32, tmp_path, compiler=missing)
 
 
+def test_the_compiler_named_by_cc_is_the_one_used(tmp_path, monkeypatch) -> None:
+    # $CC (a clang, a cross or versioned gcc) was ignored: gcc or cc on PATH was used, or none found
+    cc = _compiler(tmp_path, 'exec true "$@"\n')
+    monkeypatch.setenv("CC", cc)
+    assert find_compiler() == cc
+    monkeypatch.setenv("CC", "no-such-cc-here")
+    assert find_compiler() is None
+    assert build(tmp_path / "cache", None).problem == "no C compiler: $CC ('no-such-cc-here') is not on PATH"
+    monkeypatch.delenv("CC")
+    assert build(tmp_path / "cache", None).problem == "no C compiler on PATH (looked for gcc, cc, clang)"
+
+
 def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplog) -> None:
     compiler = _failing_compiler(tmp_path)
     built = build(tmp_path / "cache", compiler)

@@ -40,7 +40,7 @@ FLAGS = (
 # for a compiler that refuses -march=native (gcc on POWER, older clang on Apple silicon): the
 # same library for the architecture's baseline, under the same cache key (this compiler, this CPU)
 PORTABLE_FLAGS = tuple(f for f in FLAGS if f != NATIVE_ARCH)
-COMPILERS = ("gcc", "cc")
+COMPILERS = ("gcc", "cc", "clang")  # looked for on PATH in this order, unless $CC names one
 # the compiler's identity in the cache key: flags gcc and clang both answer (clang refuses gcc's
 # -dumpfullversion, and its -dumpversion long said 4.2.1 whatever its version)
 VERSION_QUERIES = ("--version", "-dumpmachine")
@@ -117,12 +117,22 @@ class Built:
 
 
 def find_compiler() -> str | None:
-    """The system C compiler's path (None: none on PATH)."""
-    for name in COMPILERS:
+    """The C compiler's path: the one ``$CC`` names (a name on PATH or a path), as make takes it,
+    else the first of `COMPILERS` on PATH (None: none found)."""
+    given = os.environ.get("CC", "").strip()
+    for name in (given,) if given else COMPILERS:
         path = shutil.which(name)
         if path is not None:
             return path
     return None
+
+
+def _no_compiler() -> str:
+    """Why `find_compiler` found none, in one line."""
+    given = os.environ.get("CC", "").strip()
+    if given:
+        return f"no C compiler: $CC ({given!r}) is not on PATH"
+    return f"no C compiler on PATH (looked for {', '.join(COMPILERS)})"
 
 
 def build(cache_dir: Path, compiler: str | None) -> Built:
@@ -130,7 +140,7 @@ def build(cache_dir: Path, compiler: str | None) -> Built:
     compiled with ``compiler`` (a path; None: no compiler) into it first. Never raises for a
     missing compiler, a failed build or a library that will not load: `Built.problem` says why."""
     if compiler is None:
-        return Built(None, "no C compiler on PATH (looked for gcc, cc)")
+        return Built(None, _no_compiler())
     try:
         target = cache_dir / f"{_digest(compiler)}.so"
         cached = _load_cached(target)

@@ -119,20 +119,23 @@ class Built:
 def find_compiler() -> str | None:
     """The C compiler's path: the one ``$CC`` names (a name on PATH or a path), as make takes it,
     else the first of `COMPILERS` on PATH (None: none found)."""
-    given = os.environ.get("CC", "").strip()
-    for name in (given,) if given else COMPILERS:
+    for name in _candidates():
         path = shutil.which(name)
         if path is not None:
             return path
     return None
 
 
+def _candidates() -> tuple[str, ...]:
+    """What `find_compiler` looks for, in order: ``$CC`` first where set (one that is not a single
+    executable, ``ccache gcc``, falls through to the usual names, as before it was read)."""
+    given = os.environ.get("CC", "").strip()
+    return (given, *COMPILERS) if given else COMPILERS
+
+
 def _no_compiler() -> str:
     """Why `find_compiler` found none, in one line."""
-    given = os.environ.get("CC", "").strip()
-    if given:
-        return f"no C compiler: $CC ({given!r}) is not on PATH"
-    return f"no C compiler on PATH (looked for {', '.join(COMPILERS)})"
+    return f"no C compiler on PATH (looked for {', '.join(_candidates())})"
 
 
 def build(cache_dir: Path, compiler: str | None) -> Built:

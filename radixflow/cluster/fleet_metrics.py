@@ -71,7 +71,8 @@ class FleetFigures:
     def update(self, reports: Mapping[str, Report | None], dead: Iterable[str] = ()) -> None:
         """The replicas running now, each with what it last reported (None: nothing yet);
         ``dead``: those of them whose last report says their engine loop has failed. When the
-        fleet goes down, says why in the log and to every watcher (on the caller's thread)."""
+        fleet goes down, says why in the log and to every watcher (on the caller's thread); when
+        it serves again, says so in the log."""
         was = self.down()
         with self._lock:
             self._running = list(reports)
@@ -81,6 +82,9 @@ class FleetFigures:
                 if report is not None:
                     self._latest[replica] = report
         why = self.down()
+        if why is None and was is not None:  # the log said it went down: it says it came back
+            serving = len(reports) - len(self._dead)
+            log.info("the fleet serves again: %d replica%s running", serving, "" if serving == 1 else "s")
         if why is not None and was is None:
             log.warning("the fleet serves nothing: %s; requests get a 503 until a replica serves", why)
             for watcher in list(self._watchers):

@@ -124,3 +124,19 @@ def test_a_fleet_with_no_replica_left_running_is_down_and_logs_why_once(caplog):
     assert len(said) == 1 and why in said[0] and "503" in said[0]
     figures.update({"c": None})  # a replacement started
     assert figures.down() is None
+
+
+def test_a_fleet_serving_again_says_so_once(caplog):
+    # the log said when the fleet went down (requests get a 503) but never that it came back, so
+    # a reader of the log saw a fleet still down
+    import logging
+
+    figures = FleetFigures()
+    figures.update({"a": None})
+    figures.update({})  # down: said as a warning
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="radixflow.cluster"):
+        figures.update({"b": None, "c": None})
+        figures.update({"b": None, "c": None})  # still serving: said once
+    said = [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"]
+    assert said == ["the fleet serves again: 2 replicas running"]

@@ -119,22 +119,27 @@ LOADS = [
 ]
 
 
+def _smoke_with(name: str, flag: str, value: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """benchmarks/``name`` at its smallest size with ``flag value``, its JSON to out.json in
+    ``tmp_path`` (where it runs)."""
+    script = ROOT / "benchmarks" / name
+    return subprocess.run(
+        [sys.executable, str(script), "--smoke", flag, value, "--json", str(tmp_path / "out.json")],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize(("name", "flag"), COUNTS + SHARES + LOADS, ids=lambda x: x)
 def test_a_zero_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
     """``--repeat 0`` (or a capacity share of 0) is a usage error naming the flag and the value
     as the command line is read, before any model loads, not a traceback after the work (with
     ``--smoke`` beside it, so a script that lets it through runs seconds, not its full size)."""
-    script = ROOT / "benchmarks" / name
-    assert f'"{flag}"' in script.read_text(), f"{name} has no {flag}"
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(script), "--smoke", flag, "0", "--json", str(tmp_path / "out.json")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    assert f'"{flag}"' in (ROOT / "benchmarks" / name).read_text(), f"{name} has no {flag}"
+    done = _smoke_with(name, flag, "0", tmp_path)
     assert done.returncode == 2, f"{name} {flag} 0: exit {done.returncode}\n{done.stderr[-2000:]}"
     last = done.stderr.strip().splitlines()[-1]
     assert flag in last and "0" in last and "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -155,16 +160,7 @@ UNKNOWN = [
 
 @pytest.mark.parametrize(("name", "flag"), UNKNOWN, ids=lambda x: x)
 def test_an_unknown_name_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
-    script = ROOT / "benchmarks" / name
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(script), "--smoke", flag, "bogus", "--json", str(tmp_path / "out.json")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _smoke_with(name, flag, "bogus", tmp_path)
     assert done.returncode == 2, f"{name} {flag} bogus: exit {done.returncode}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from radixflow.bench.metrics import PolicyResult, predictor_error, summarize
+from radixflow.bench.spread import Load
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import Runner
@@ -52,6 +53,9 @@ class BenchReport:
     # a run cut short (a Ctrl-C): the trials it did not finish, each {"policy", "trial"} (from 1),
     # in the order they were to run; None: every trial finished
     unfinished: list[dict[str, object]] | None = None
+    # the machine's load over the run: what competed for it while the timings were taken (a
+    # measurement, not a setting: two runs of one config differ here); None: not read
+    load: Load | None = None
 
     def to_json(self) -> dict[str, object]:
         cut = {} if self.unfinished is None else {"interrupted": True, "unfinished": self.unfinished}
@@ -59,6 +63,7 @@ class BenchReport:
             **cut,
             "workload": self.workload,
             "config": self.config,
+            "load_1min": None if self.load is None else self.load.to_json(),
             "results": [_result_json(run) for run in self.runs],
         }
 

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from radixflow.bench.harness import BenchReport, PolicyRun, Trials, config_dict, run_policies
 from radixflow.bench.report import render
+from radixflow.bench.spread import Load, Spread, load_between, load_now, spread_lines
 from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
@@ -64,19 +65,23 @@ def run(args: argparse.Namespace, console: Console) -> int:
         _write_text("--write-trace", args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES
     trials = Trials(names, args.repeat)
+    load_start = load_now()
     try:
         runs = _run(args, setup, requests, trials)
     except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trials finished stay
-        cut = BenchReport(workload, _config(args, plan, setup, names), trials.runs(), trials.unfinished())
+        config = _config(args, plan, setup, names)
+        load = load_between(load_start, load_now())
+        cut = BenchReport(workload, config, trials.runs(), trials.unfinished(), load)
         _keep_outputs(args, cut, e)
         note_trace_kept(setup, e)
         raise
+    load = load_between(load_start, load_now())
     config = _config(args, plan, setup, names)
     noun = "request" if len(requests) == 1 else "requests"
     title = f"{setup.runner.model.name} · {len(requests)} {noun} · {plan.choice.name} runner"
-    report = BenchReport(workload, config, runs)
+    report = BenchReport(workload, config, runs, load=load)
     try:
-        _show(runs, title, config, console)
+        _show(runs, title, config, console, load)
         _write_outputs(args, report)
     except (BrokenPipeError, StdoutUnwritable):  # `bench ... | head`: the finished run's files still go
         _write_outputs(args, report, to_stdout=False)
@@ -87,12 +92,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return code
 
 
-def _show(runs: list[PolicyRun], title: str, config: dict[str, object], console: Console) -> None:
-    """The table, and under it the round predictor's prior where the runner has one."""
+def _show(
+    runs: list[PolicyRun], title: str, config: dict[str, object], console: Console, load: Load | None
+) -> None:
+    """The table; under it, with ``--repeat``, the trials' spread the medians are read against and
+    the machine's load, and the round predictor's prior where the runner has one."""
     render([r.result for r in runs], title, console)
+    lines = [
+        *spread_lines("mean latency", [_spread(r, "mean_latency_s") for r in runs], "s"),
+        *spread_lines("makespan", [_spread(r, "makespan_s") for r in runs], "s"),
+    ]
+    if lines and load is not None:
+        lines.append(load.text())
+    for line in lines:  # a policy's name is not markup
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if config.get("round_predictor") is not None:  # the rows above are its error from this prior
         prior = f"round predictor's prior: {config['round_predictor']}"  # a profile's name is not markup
         console.print(prior, highlight=False, markup=False, soft_wrap=True)
+
+
+def _spread(run: PolicyRun, name: str) -> Spread:
+    return Spread(run.result.policy, tuple(getattr(t.result, name) for t in run.trial_runs()))
 
 
 def _config(

@@ -26,7 +26,7 @@ def test_bench_defaults_meet_the_acceptance_figures(tmp_path, capsys):
     out = tmp_path / "out.json"
     assert main(["bench", "--runner", "sim", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert set(data) == {"workload", "config", "results"}
+    assert set(data) == {"workload", "config", "load_1min", "results"}
     native, flow, adaptive = data["results"]
     assert (native["policy"], flow["policy"], adaptive["policy"]) == ("native", "radixflow", "adaptive")
     for r in (native, flow, adaptive):
@@ -143,6 +143,22 @@ def test_round_trace_keeps_every_trials_rounds_each_row_naming_its_trial(tmp_pat
             mine = [r for r in rows if r["policy"] == policy and r["trial"] == trial]
             assert [r["index"] for r in mine] == list(range(rounds)), (policy, trial)
     assert len(rows) == 3 * sum(results.values())
+
+
+def test_a_repeated_bench_shows_each_policys_spread_and_the_load_and_keeps_the_load(tmp_path, capsys):
+    # the table shows medians only: without the trials' range and the machine's load a reader
+    # could not tell whether two policies differ
+    out = tmp_path / "out.json"
+    argv = [*SMALL_BENCH, "--policy", "native", "--policy", "adaptive", "--repeat", "2"]
+    assert main([*argv, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "mean latency over 2 trials, min–max:" in text and "makespan over 2 trials, min–max:" in text
+    assert re.search(r"^  adaptive: [0-9.]+–[0-9.]+ s, spread [0-9.]+% of the lowest$", text, re.M)
+    assert "machine load (1-minute average):" in text
+    load = json.loads(out.read_text())["load_1min"]
+    assert set(load) == {"start", "end"} and all(v >= 0 for v in load.values())
+    assert main([*SMALL_BENCH, "--policy", "native"]) == 0
+    assert "trials, min–max" not in capsys.readouterr().out  # one trial: no spread to show
 
 
 def test_round_trace_keeps_a_rolled_back_round_with_its_error(tmp_path, monkeypatch):

@@ -1,0 +1,58 @@
+"""What a repeated bench's medians are read against: each policy's spread over its trials, and the
+machine's load while they ran. The table shows medians; a median without its spread and load
+cannot say whether two policies differ (machines here are shared and noisy)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Load:
+    """The machine's 1-minute load average before and after a run: what else competed for it."""
+
+    start: float
+    end: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"start": self.start, "end": self.end}
+
+    def text(self) -> str:
+        return f"machine load (1-minute average): {self.start:.2f} at the start, {self.end:.2f} at the end"
+
+
+def load_now() -> float | None:
+    """The 1-minute load average; None where the platform has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_between(start: float | None, end: float | None) -> Load | None:
+    """The load over a run, None where either reading is missing."""
+    return None if start is None or end is None else Load(start, end)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One figure of one policy over its trials, in trial order (at least one)."""
+
+    policy: str
+    values: tuple[float, ...]
+
+    def text(self, unit: str) -> str:
+        low, high = min(self.values), max(self.values)
+        rel = (high - low) / low if low > 0 else 0.0
+        return f"{self.policy}: {low:.4f}–{high:.4f} {unit}, spread {rel:.1%} of the lowest"
+
+
+def spread_lines(label: str, spreads: Sequence[Spread], unit: str) -> list[str]:
+    """Lines for the console: ``label`` over N trials, then each policy's range. None printed for a
+    single trial, where there is no spread to show."""
+    trials = max((len(s.values) for s in spreads), default=0)
+    if trials < 2:
+        return []
+    return [f"{label} over {trials} trials, min–max:", *(f"  {s.text(unit)}" for s in spreads)]

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from radixflow.bench.spread import Load, Spread, load_between, load_now, spread_lines
+
+
+def test_one_trial_shows_no_spread():
+    assert spread_lines("mean latency", [Spread("native", (1.0,))], "s") == []
+    assert spread_lines("mean latency", [], "s") == []
+
+
+def test_each_policy_shows_its_range_and_spread_over_the_lowest():
+    lines = spread_lines(
+        "mean latency", [Spread("native", (1.2, 1.0, 1.1)), Spread("adaptive", (2.0, 2.0))], "s"
+    )
+    assert lines[0] == "mean latency over 3 trials, min–max:"
+    assert lines[1] == "  native: 1.0000–1.2000 s, spread 20.0% of the lowest"
+    assert lines[2] == "  adaptive: 2.0000–2.0000 s, spread 0.0% of the lowest"
+
+
+def test_a_zero_lowest_value_reads_as_no_spread_not_a_division_error():
+    assert spread_lines("makespan", [Spread("native", (0.0, 0.5))], "s")[1].endswith(
+        "spread 0.0% of the lowest"
+    )
+
+
+def test_load_is_read_and_missing_where_the_platform_has_none(monkeypatch):
+    assert load_now() == pytest.approx(os.getloadavg()[0], abs=50)
+    monkeypatch.delattr(os, "getloadavg")
+    assert load_now() is None
+    assert load_between(None, 1.0) is None and load_between(1.0, None) is None
+    load = Load(0.5, 2.25)
+    assert load_between(0.5, 2.25) == load and load.to_json() == {"start": 0.5, "end": 2.25}
+    assert load.text() == "machine load (1-minute average): 0.50 at the start, 2.25 at the end"

@@ -122,16 +122,17 @@ class RemoteLoop:
         Ray Serve replaces it; its jobs end with an error, so the ingress has nothing stuck."""
         return None
 
-    def check_open(self, adding: int = 1) -> None:
-        """Raise what `submit` would raise for ``adding`` more prompts now (on the event loop)."""
-        self._check_room(adding)
+    def check_open(self, adding: int = 1, reading: int = 0) -> None:
+        """Raise what `submit` would raise for ``adding`` more prompts now (on the event loop),
+        ``reading`` others, still being tokenized, counted as queued."""
+        self._check_room(adding, reading)
 
-    def _check_room(self, adding: int) -> None:
+    def _check_room(self, adding: int, reading: int = 0) -> None:
         failure = self.failure
         if not self._accepting or failure is not None:
             raise NotAccepting(failure or "the server is shutting down")
-        if len(self._flights) + adding > self.max_pending:
-            raise QueueFull.of(len(self._flights), adding, self.max_pending)
+        if len(self._flights) + reading + adding > self.max_pending:
+            raise QueueFull.of(len(self._flights), adding, self.max_pending, reading)
 
     def submit(self, items: list[tuple[Request, RequestTracker]], sink: Sink, stream: bool) -> None:
         """On the event loop: every prompt becomes a job on a replica, all or none accepted."""

@@ -78,8 +78,8 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
     params = body.params(state.config.default_max_tokens, state.context)
-    state.check_open(params.n)  # a full queue or a drain refuses it now, unrendered
-    submission = state.submit(await state.offload(prepare, body, state, params), body.streamed)
+    with state.admitting(params.n):  # a full queue or a drain refuses it now, unrendered
+        submission = state.submit(await state.offload(prepare, body, state, params), body.streamed)
     envelope = Envelope.new(response_id("chatcmpl", http, body.request_id), state.model_name)
     names = TokenNames(state.tokenizer, body.return_tokens_as_token_ids)
     k = (body.top_logprobs or 0) if body.logprobs else None  # None: no logprobs

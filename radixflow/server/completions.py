@@ -75,9 +75,9 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
     params = body.params(state.context)
-    state.check_open(body.prompt_count * params.n)  # a full queue or a drain refuses it now, untokenized
-    prepared = await state.offload(prepare, body, state, params)
-    submission = state.submit(prepared.items, body.streamed)
+    with state.admitting(body.prompt_count * params.n):  # a full queue or a drain refuses it now
+        prepared = await state.offload(prepare, body, state, params)
+        submission = state.submit(prepared.items, body.streamed)
     envelope = Envelope.new(response_id("cmpl", http, body.request_id), state.model_name)
     shape = TextCompletion(body, prepared.prompts, state.tokenizer, envelope, state.offload)
     headers = id_headers(envelope.id)

@@ -40,12 +40,15 @@ class QueueFull(Exception):
     """The bounded queue of accepted, unanswered requests is full (HTTP 429)."""
 
     @classmethod
-    def of(cls, pending: int, adding: int, limit: int) -> QueueFull:
-        """A submission of ``adding`` requests refused with ``pending`` queued of ``limit``; one
-        of several prompts (or choices) that would pass it says so, or the queue reads as having
-        room."""
-        queued = f"{counted(pending, 'request')} {'is' if pending == 1 else 'are'} queued (limit {limit})"
-        if pending < limit:  # one more would fit: this request's own count is what does not
+    def of(cls, pending: int, adding: int, limit: int, reading: int = 0) -> QueueFull:
+        """A submission of ``adding`` requests refused with ``pending`` queued and ``reading``
+        more still being tokenized, of ``limit``; one of several prompts (or choices) that would
+        pass it says so, or the queue reads as having room."""
+        queued = f"{counted(pending, 'request')} {'is' if pending == 1 else 'are'} queued"
+        if reading:
+            queued += f" and {reading} {'is' if reading == 1 else 'are'} being read"
+        queued += f" (limit {limit})"
+        if pending + reading < limit:  # one more would fit: this request's own count is what does not
             queued += f"; this one adds {adding}"
         return cls(f"{queued}; retry later")
 

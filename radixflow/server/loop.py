@@ -102,18 +102,18 @@ class EngineLoop:
             self._commands.append(lambda: self._dispatch.admit(entries))
             self._cond.notify()
 
-    def check_open(self, adding: int = 1) -> None:
+    def check_open(self, adding: int = 1, reading: int = 0) -> None:
         """Raise what `submit` would raise for ``adding`` more requests now (`NotAccepting`,
-        `QueueFull`): a handler refuses them before tokenizing their prompts. `submit` decides
-        still."""
+        `QueueFull`), ``reading`` others, still being tokenized, counted as queued: a handler
+        refuses them before tokenizing their prompts. `submit` decides still."""
         with self._cond:
-            self._check_room(adding)
+            self._check_room(adding, reading)
 
-    def _check_room(self, adding: int) -> None:  # under _cond
+    def _check_room(self, adding: int, reading: int = 0) -> None:  # under _cond
         if not self._accepting or self.failure is not None:
             raise NotAccepting(self.failure or "the server is shutting down")
-        if len(self._owed) + adding > self.max_pending:
-            raise QueueFull.of(len(self._owed), adding, self.max_pending)
+        if len(self._owed) + reading + adding > self.max_pending:
+            raise QueueFull.of(len(self._owed), adding, self.max_pending, reading)
 
     def abort(self, request_ids: list[str]) -> None:
         """Cancel these requests (a client went away): their locks, blocks and slots are freed."""

@@ -111,9 +111,9 @@ def entry(score: CandidateScore) -> dict[str, Any]:
 async def score(body: ScoreRequest, http: HttpRequest) -> Response:
     state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
-    state.check_open(max(len(body.candidates), 1))  # a full queue or a drain refuses it now, untokenized
-    context_len, items = await state.offload(prepare, body, state)
-    submission = state.submit(items, stream=False)
+    with state.admitting(max(len(body.candidates), 1)):  # a full queue or a drain refuses it now
+        context_len, items = await state.offload(prepare, body, state)
+        submission = state.submit(items, stream=False)
     envelope = Envelope.new(response_id("score", http), state.model_name)
     finals = await answers(http, submission)
     if finals is None:

@@ -59,8 +59,9 @@ class ServingLoop(Protocol):
         """Accept all or none (`QueueFull`, `NotAccepting`); events go to ``sink``."""
         ...
 
-    def check_open(self, adding: int = 1) -> None:
-        """Raise what `submit` would for ``adding`` more prompts now (`QueueFull`, `NotAccepting`)."""
+    def check_open(self, adding: int = 1, reading: int = 0) -> None:
+        """Raise what `submit` would for ``adding`` more prompts now (`QueueFull`, `NotAccepting`),
+        ``reading`` others, still being tokenized, counted as queued."""
         ...
 
     def abort(self, request_ids: list[str]) -> None:
@@ -119,6 +120,7 @@ class ServerState:
         self.loop = backend.make_loop(self.metrics)
         self.answering = Answering()  # long bodies make way for these (`LongBodyLane`)
         self._serial = itertools.count()
+        self._reading = 0  # prompts past `admitting` and not yet submitted or refused (event loop only)
         self._run_id = uuid.uuid4().hex[:8]
         self._workers = ThreadPoolExecutor(config.tokenizer_threads, thread_name_prefix="radixflow-tokenizer")
         self._long_lane = ThreadPoolExecutor(config.long_text_threads, thread_name_prefix="radixflow-long")
@@ -211,16 +213,25 @@ class ServerState:
             items.extend((req, RequestTracker(req, self.tokenizer, c)) for c, req in enumerate(reqs))
         return items
 
-    def check_open(self, adding: int = 1) -> None:
+    @contextmanager
+    def admitting(self, adding: int = 1) -> Iterator[None]:
         """The 429 or 503 a request for the engine gets now, before anything is tokenized, when
         its loop would refuse its ``adding`` prompts (each prompt's choices counted; the queue
-        full, or shutting down): a long prompt is not tokenized, behind others in its lane, only
-        to be refused. `submit` checks again."""
+        full, or shutting down), the prompts other requests are still tokenizing counted as
+        queued; inside, this request's count as such until it is submitted or refused. A long
+        prompt is not tokenized, behind others in its lane, only to be refused, nor is a burst
+        tokenized whole while the queue still looks empty. On the event loop only (the count is
+        its own). `submit` checks again."""
         # more than the queue ever holds is the client's mistake, the 400 `requests` says it with:
         # here it is refused only as one prompt would be
-        fits = adding <= self.config.max_pending
+        counted = adding if adding <= self.config.max_pending else 1
         with self._refusals():
-            self.loop.check_open(adding if fits else 1)
+            self.loop.check_open(counted, self._reading)
+        self._reading += counted
+        try:
+            yield
+        finally:
+            self._reading -= counted
 
     def submit(self, items: list[tuple[Request, RequestTracker]], stream: bool) -> Submission:
         with self._refusals():

@@ -3,6 +3,7 @@ the engine left consistent."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import threading
@@ -488,6 +489,36 @@ def test_a_request_whose_prompts_would_pass_the_queue_is_refused_before_it_is_to
         assert encoded == []
         stream.close()
         client.close()
+
+
+def test_requests_still_being_tokenized_count_against_the_queue(zoo, monkeypatch):
+    # a burst of requests all passed the queue check while their prompts were still being read
+    # (the queue empty), were all tokenized, and only then were all but the first told 429: on a
+    # 2-core machine the tokenizer burned the engine's CPU on work it threw away
+    with running_server(ServerConfig(max_pending=1)) as served:
+        tokenizer = served.server.state.tokenizer
+        reading, release = threading.Event(), threading.Event()
+        encode = tokenizer.encode
+
+        def held(text: str, *a: object, **k: object) -> list[int]:
+            if text == "held back":
+                reading.set()
+                release.wait(30)
+            return encode(text, *a, **k)
+
+        monkeypatch.setattr(tokenizer, "encode", held)
+        body = {"model": MODEL, "prompt": "held back", "max_tokens": 1}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(served.http(timeout=30).post, "/v1/completions", json=body)
+            assert reading.wait(30)  # its prompt is being read: nothing is queued yet
+            r = served.http().post("/v1/score", json={"model": MODEL, "context": "Q:", "candidates": [" a"]})
+            release.set()
+            assert r.status_code == 429, r.text
+            said = "0 requests are queued and 1 is being read (limit 1); retry later"
+            assert r.json()["error"]["message"] == said
+            assert first.result(30).status_code == 200  # the one being read runs
+        r = served.http().post("/v1/completions", json={**body, "prompt": "after"})
+        assert r.status_code == 200, r.text  # its place is free again
 
 
 def test_a_client_that_times_out_mid_decode_aborts_its_request(served):

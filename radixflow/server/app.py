@@ -8,7 +8,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request as HttpRequest
 
 from radixflow.package import package_version
@@ -91,5 +90,6 @@ def _add_status_routes(app: FastAPI, state: ServerState) -> None:
         return {"version": package_version()}  # as vLLM's route
 
     @app.get("/metrics")
-    async def metrics(_: HttpRequest) -> Response:
-        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(http: HttpRequest) -> Response:
+        body, content_type = state.metrics.render(http.headers.get("accept"))
+        return Response(body, media_type=content_type)

@@ -11,7 +11,8 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -242,6 +243,9 @@ class ServerMetrics:
             self.registry.unregister(metric)
         self.registry.register(collector)
 
-    def render(self) -> bytes:
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The figures and their content type, in the format ``accept`` (a scraper's Accept
+        header) asks for: OpenMetrics where it lists it, Prometheus' text format otherwise."""
         self.update_throughput(time.monotonic())
-        return generate_latest(self.registry)
+        encode, content_type = choose_encoder(accept or "")
+        return encode(self.registry), content_type

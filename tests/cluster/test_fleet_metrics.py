@@ -32,7 +32,7 @@ def engine(rounds: int, kv: int, budget: int, namespaces: int, evicted: int) -> 
 def samples(metrics: ServerMetrics) -> dict[tuple[str, tuple], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(metrics.render().decode())
+        for family in text_string_to_metric_families(metrics.render()[0].decode())
         for s in family.samples
     }
 

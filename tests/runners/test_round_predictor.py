@@ -254,5 +254,5 @@ def test_the_trace_and_metrics_show_the_prediction(tmp_path, zoo):
     metrics = ServerMetrics()
     for record in engine.rounds:
         metrics.on_round(record)
-    shown = metrics.render().decode()
+    shown = metrics.render()[0].decode()
     assert f"radixflow_round_prediction_relative_error_count {float(len(engine.rounds))}" in shown

@@ -20,5 +20,5 @@ def test_every_outcome_and_refusal_is_a_series_at_zero_before_the_first_one():
     done = [s.value for s in RequestStatus if s.done]
     assert samples(metrics, "radixflow_requests_total") == dict.fromkeys(done, 0.0)
     assert samples(metrics, "radixflow_requests_rejected_total") == dict.fromkeys(REJECTIONS, 0.0)
-    text = metrics.render().decode()
+    text = metrics.render()[0].decode()
     assert 'radixflow_requests_total{outcome="aborted"} 0.0' in text

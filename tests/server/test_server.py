@@ -596,6 +596,18 @@ def test_the_served_model_is_retrieved_and_no_other(served):
     assert listed.status_code == 200 and listed.json()["object"] == "list"
 
 
+def test_metrics_answer_openmetrics_to_a_scraper_that_asks_for_it(served):
+    # /metrics answered Prometheus' text format whatever the scraper's Accept said: one that
+    # negotiates OpenMetrics (exemplars, `_created` series, the `# EOF` end marker) got the other
+    http = served.http()
+    asked = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    r = http.get("/metrics", headers={"Accept": asked})
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    assert r.text.endswith("# EOF\n") and "radixflow_rounds_total" in r.text
+    plain = http.get("/metrics")
+    assert plain.headers["content-type"].startswith("text/plain") and not plain.text.endswith("# EOF\n")
+
+
 def test_models_health_and_metrics(served):
     http = served.http()
     models = served.client().models.list()

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.table import Table
 from rich.text import Text
 
-from radixflow.calibration.fit import ModelError
+from radixflow.calibration.fit import FitError, ModelError
 from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_batches
 from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profile_checks import ProfileError
@@ -268,7 +268,7 @@ def _time_and_fit(
             )
         except CheckpointError as e:  # a tensor's values (NaN, infinity) are read only now
             raise CalibrationUsageError(f"cannot calibrate: {e}") from None
-        except ProfileError as e:  # the fit gave figures outside a profile's bounds
+        except (ProfileError, FitError) as e:  # figures outside a profile's bounds; rounds timed at 0 s
             raise CalibrationUsageError(f"the timings fit no usable profile: {e}") from None
     timed = [TimedBatch.from_dict(r) for r in (profile.calibration or {}).get("rounds", [])]
     return profile, errors, _own_fits(timed, list(plan.models), plan)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -18,6 +19,10 @@ SRC_UNFITTED = "not timed by `radixflow calibrate` (no model it timed runs it): 
 # ... of a term split off another that was timed (`profiles.SPLIT_FROM`): left out of kind_scale,
 # the term is charged at that one's rate, as a profile written before the split charges it
 SRC_UNFITTED_SPLIT = "not timed by `radixflow calibrate` (no round it timed had it): charged at the {} rate"
+
+
+class FitError(ValueError):
+    """Timed rounds no profile can be fitted to (one line, naming what is wrong with them)."""
 
 
 @dataclass(frozen=True)
@@ -41,17 +46,33 @@ def _row(batch: TimedBatch, shape: ModelShape, dtype_bytes: int) -> list[float]:
 
 
 def _fit_rounds(batches: list[TimedBatch]) -> list[TimedBatch]:
-    """The rounds of the ``fit`` split; ValueError where there are none, or all of one size."""
+    """The rounds of the ``fit`` split; `FitError` where there are none, or all of one size, or
+    where any round (fit or held out) has no positive, finite time."""
+    _check_times(batches)
     fit = [b for b in batches if b.split == "fit"]
     if not fit:
-        raise ValueError("no fit rounds to calibrate from")
+        raise FitError("no fit rounds to calibrate from")
     sizes = {sum(c.length for c in b.chunks) for b in fit}
     if len(sizes) == 1:  # nothing tells the per-call cost from the per-token ones: any split fits
-        raise ValueError(
+        raise FitError(
             f"the fit rounds are all {sizes.pop()} tokens: a fit needs rounds of at least two sizes "
             "to tell a worker call's fixed cost from its cost per token"
         )
     return fit
+
+
+def _check_times(batches: list[TimedBatch]) -> None:
+    """`FitError` naming the rounds timed at 0 s or less (or at no finite time): a clock that did
+    not advance over a worker call says nothing of its cost, and each round is weighed (and
+    scored) relative to its time."""
+    for model in sorted({b.model for b in batches}):
+        mine = [b for b in batches if b.model == model]
+        bad = sum(not 0 < b.seconds < math.inf for b in mine)
+        if bad:
+            raise FitError(
+                f"{bad} of {len(mine)} rounds of {model} timed at 0 s or less (or at no finite time): "
+                "the clock did not advance over a worker call"
+            )
 
 
 def fit_profile(

@@ -383,3 +383,38 @@ def test_one_checkpoint_given_twice_under_two_spellings_is_refused_naming_both(
     same = f"are the same checkpoint ({(tmp_path / 'ck').resolve()}); give it once"
     said = f"radixflow: error: --model: 'ck' and {second!r} {same}"
     assert err == said and not (tmp_path / "p.json").exists()
+
+
+def _timed(shape, truth, design):
+    model = CostModel(shape, truth)
+    return [TimedBatch(shape.name, b.split, b.chunks, model.round_seconds(b.chunks)) for b in design]
+
+
+@pytest.mark.parametrize("split", ["fit", "held_out"])
+def test_a_round_timed_at_zero_seconds_is_refused_naming_it(split):
+    """A clock that did not advance over a worker call (a coarse CPU clock, a tiny model) timed a
+    round at 0 s: the fit divided by it (ZeroDivisionError) after every batch had been timed."""
+    shape = SIM_MODELS["qwen3_5-2b"]
+    truth = HardwareProfile("truth", 1e11, None, 0.02, 0.004, kind_scale={"gdn": 2.0}, weight_bytes=4)
+    batches = _timed(shape, truth, fit_design(1024, 16, True) + held_out_design(4, 1024, 16, True))
+    i = next(i for i, b in enumerate(batches) if b.split == split)
+    batches[i] = replace(batches[i], seconds=0.0)
+    with pytest.raises(ValueError, match=rf"1 of {len(batches)} rounds of {shape.name} timed at 0 s or less"):
+        fit_profile("f", batches, {shape.name: shape}, 4, "cpu")
+
+
+def test_calibrate_on_rounds_timed_at_zero_is_one_line(zoo, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    from radixflow.calibration import run
+    from radixflow.cli import main
+
+    def frozen_clock(model, device, batches, *args, **kwargs):
+        return [TimedBatch(model, b.split, b.chunks, 0.0, (0.0,)) for b in batches]
+
+    monkeypatch.setattr(run, "time_batches", frozen_clock)
+    out = tmp_path / "p.json"
+    argv = ["calibrate", "--model", "lfm2-tiny", "--repeats", "1", "--held-out", "1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("radixflow: error: the timings fit no usable profile: "), err
+    assert err.count("\n") == 1 and "timed at 0 s or less" in err and not out.exists()

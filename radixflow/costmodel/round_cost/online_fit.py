@@ -114,6 +114,19 @@ def profile_prior(profile: HardwareProfile, weight: float = 2.0) -> Prior:
     return Prior(tuple(coef), weight, f"profile {profile.name!r}")
 
 
+def _check_prior(prior: Prior) -> None:
+    """ValueError on a prior the fit cannot start from: one coefficient per feature, each finite
+    and >= 0 (a negative one predicts rounds of negative seconds until the data outweighs it),
+    and a finite weight >= 0 (a negative one takes curvature out of the normal equations)."""
+    if len(prior.coefficients) != len(fit_feature_names()):
+        raise ValueError("the prior needs one coefficient per feature")
+    for name, c in zip(fit_feature_names(), prior.coefficients, strict=True):
+        if not 0 <= c < math.inf:
+            raise ValueError(f"prior coefficient {name!r} must be a finite number >= 0, got {c}")
+    if not 0 <= prior.weight < math.inf:
+        raise ValueError(f"prior weight must be a finite number >= 0, got {prior.weight}")
+
+
 class OnlineFit:
     """The machine's speed times a curve fitted by windowed non-negative least squares of round
     seconds (each divided by the speed it was measured at) on feature rows, towards a prior."""
@@ -128,10 +141,11 @@ class OnlineFit:
         """``scale``: a positive coefficient per term (`nominal_rates`), the unit of θ; a term the
         prior puts at 0 is then a θ₀ of 0, which the data can still raise. ``speed_gain`` in
         [0, 1): 0 keeps the speed at 1 (the curve alone follows the machine, over its window)."""
-        if len(scale) != len(fit_feature_names()) or min(scale) <= 0:
+        if len(scale) != len(fit_feature_names()) or not min(scale) > 0:
             raise ValueError("scale needs one positive figure per feature")
-        if len(prior.coefficients) != len(scale):
-            raise ValueError("the prior needs one coefficient per feature")
+        _check_prior(prior)
+        if window < 1:  # the prior's pull is scaled by the window's mean row: an empty one divides by 0
+            raise ValueError(f"window must be at least 1, got {window}")
         if not 0 <= speed_gain < 1:
             raise ValueError("speed_gain must be in [0, 1)")
         self.prior = prior

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import statistics
 
 import pytest
@@ -337,3 +338,23 @@ def test_one_round_stalled_far_past_its_price_moves_the_speed_by_a_bounded_step(
     fit.observe(row, seconds(row, TRUE) * 100)
     errors = errors_over(fit, rng, 20)
     assert errors[0] < 0.5 and statistics.median(errors[3:]) < 0.1, errors[:6]
+
+
+@pytest.mark.parametrize(
+    ("window", "weight", "first", "says"),
+    [
+        (0, 2.0, 1e-3, "window must be at least 1, got 0"),
+        (128, -1.0, 1e-3, "prior weight must be a finite number >= 0, got -1.0"),
+        (128, math.nan, 1e-3, "prior weight must be a finite number >= 0, got nan"),
+        (128, 2.0, -1e-3, "prior coefficient 'round' must be a finite number >= 0, got -0.001"),
+        (128, 2.0, math.inf, "prior coefficient 'round' must be a finite number >= 0, got inf"),
+    ],
+)
+def test_a_fit_that_would_divide_by_zero_or_go_negative_is_refused(window, weight, first, says):
+    """A window of 0 rounds was taken, and the first measured round divided by the empty window
+    (ZeroDivisionError on the first round observed); a negative prior weight or coefficient was
+    taken too, and predicted rounds of negative seconds before any evidence came."""
+    scale = nominal_rates(threads=1)
+    prior = Prior((first, *scale[1:]), weight, "t")
+    with pytest.raises(ValueError, match=re.escape(says)):
+        OnlineFit(prior, scale, window=window)

@@ -13,8 +13,10 @@ model_flags=()
 for m in "${models[@]}"; do model_flags+=(--model "$m"); done
 profile="$(realpath -m "$out/profile-cuda.json")"
 
-# 1. the GPU profile, fitted to measured rounds (wall clock: the CPU clock does not see GPU work)
-radixflow calibrate "${model_flags[@]}" --device cuda --clock wall --torch-threads "$(nproc)" --repeats 5 \
+# 1. the GPU profile, fitted to measured rounds (wall clock: the CPU clock does not see GPU work),
+#    on the one torch thread paper.toml's torch cells run on: each model's own fit is stored for
+#    that thread count, and only a runner on as many threads starts its round predictor from it
+radixflow calibrate "${model_flags[@]}" --device cuda --clock wall --torch-threads 1 --repeats 5 \
     --max-tokens 4096 --out "$profile" | tee "$out/calibrate.txt"
 
 # 1b. what the fit measured: the fixed cost of a worker call and each term's rate on this GPU, beside

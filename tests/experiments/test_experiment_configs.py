@@ -58,3 +58,17 @@ def test_the_paper_config_loads_with_its_torch_cells_checked_and_warns_of_nothin
     pytest.importorskip("torch")
     config = load_config(EXPERIMENTS / "paper.toml")
     assert {c.settings["runner"] for c in config.cells} == {"sim", "torch"} and config.warnings == ()
+
+
+def test_the_gpu_script_stores_round_profiles_its_torch_cells_find():
+    """gpu.sh calibrated with --torch-threads $(nproc), so each model's own fit was stored for
+    that many threads, while paper.toml's torch cells run on one: no cell's round predictor ever
+    found the profile calibrated for it, and each started from the nominal prior."""
+    import shlex
+
+    config = load_config(EXPERIMENTS / "paper.toml")
+    cells = {c.settings.get("torch_threads") for c in config.cells if c.settings["runner"] == "torch"}
+    script = (EXPERIMENTS / "gpu.sh").read_text().replace("\\\n", " ")
+    [line] = [ln for ln in script.splitlines() if ln.lstrip().startswith("radixflow calibrate")]
+    words = shlex.split(line)
+    assert {str(t) for t in cells} == {words[words.index("--torch-threads") + 1]}

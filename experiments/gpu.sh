@@ -24,8 +24,10 @@ radixflow calibrate "${model_flags[@]}" --device cuda --clock wall --torch-threa
 python - "$profile" <<'PY' | tee "$out/fixed_cost.txt"
 import json, sys
 p = json.load(open(sys.argv[1]))
+# the fit splits a call's fixed cost between the call and its decoder layers (launches per layer)
+layer = p.get("layer_overhead_s") or 0.0
 print(f"measured fixed cost per worker call: {p['round_overhead_s'] * 1e3:.3f} ms "
-      f"(+ {p['per_request_s'] * 1e3:.3f} ms per sequence)")
+      f"+ {layer * 1e3:.3f} ms per decoder layer (+ {p['per_request_s'] * 1e3:.3f} ms per sequence)")
 for term, scale in sorted(p.get("kind_scale", {}).items()):
     print(f"{term}: {p['flops'] / scale / 1e12 if scale else float('inf'):.1f} TFLOP/s effective")
 PY

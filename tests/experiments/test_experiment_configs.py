@@ -72,3 +72,25 @@ def test_the_gpu_script_stores_round_profiles_its_torch_cells_find():
     [line] = [ln for ln in script.splitlines() if ln.lstrip().startswith("radixflow calibrate")]
     words = shlex.split(line)
     assert {str(t) for t in cells} == {words[words.index("--torch-threads") + 1]}
+
+
+def test_the_gpu_scripts_fixed_cost_counts_the_per_layer_part(tmp_path):
+    """gpu.sh printed round_overhead_s alone as 'measured fixed cost per worker call', beside the
+    3 ms the shipped GPU profiles assume; a fit that puts a call's fixed cost per decoder layer
+    (launches per layer) read as a call with almost no fixed cost."""
+    import subprocess
+    import sys
+
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HardwareProfile
+
+    script = (EXPERIMENTS / "gpu.sh").read_text()
+    body = script.split("<<'PY'", 1)[1].split("\nPY\n", 1)[0].split("\n", 1)[1]
+    profile = HardwareProfile(
+        "gpu", 1e14, None, 1e-4, 2e-5, layer_overhead_s=3e-4, kind_scale={"attention": 2.0}
+    )
+    save_profile(profile, tmp_path / "p.json")
+    shown = subprocess.run(
+        [sys.executable, "-c", body, str(tmp_path / "p.json")], capture_output=True, text=True, check=True
+    ).stdout
+    assert "0.100 ms" in shown and "0.300 ms per decoder layer" in shown and "0.020 ms per sequence" in shown

@@ -5,9 +5,12 @@ This is how a profile without ``kernels`` is costed (the CPU profile, profiles f
 `costmodel.round_cost.kernel_sum`):
 
     round_s = fixed per call + per layer · decoder layers + per sequence · sequences
+              + per token pair · tokens² + per cached KV element · KV elements read
               + max(Σ_term FLOPs_term · s/FLOP_term,  bytes / bandwidth)
 
-The fixed part is the same for either way of costing (`costmodel.round_cost.breakdown.fixed_terms`).
+The fixed part and the token pairs are the same for either way of costing
+(`costmodel.round_cost.breakdown.fixed_terms`); the cached KV read is a fitted CPU figure
+(`PREFIX_KV_TERM`), left out of a profile with kernels.
 FLOPs are split by cost term. ``matmul``: every weight matmul of every layer kind (attention,
 Gated DeltaNet, Mamba2 and short-conv projections, the dense MLP or the active experts of an
 MoE), which run at one GEMM rate on any hardware. The sequence mixing of each kind has its own

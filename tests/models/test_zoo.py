@@ -363,6 +363,7 @@ def test_a_full_cache_directory_is_one_line_naming_it_and_how_to_move_it(tmp_pat
 
 def test_a_default_cache_directory_it_cannot_use_names_the_variable_that_moves_it(tmp_path, monkeypatch):
     monkeypatch.delenv(zoo.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # it would move the cache past HOME
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".cache").write_text("x")  # ~/.cache a file: the default cannot be made
     default = tmp_path / ".cache" / "radixflow" / "models"
@@ -517,3 +518,33 @@ def test_a_build_beside_another_is_made_where_a_sweep_finds_what_a_kill_leaves(t
     monkeypatch.setattr(zoo, "_build_preset", build)
     zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     assert swept == [True]
+
+
+def test_with_no_home_directory_the_cache_falls_back_to_xdg_or_the_temporary_directory(monkeypatch, tmp_path):
+    # a container with HOME unset and a user id without a passwd entry: Path.home() raised
+    # RuntimeError, a traceback from every torch run (the kernels and round profiles live there)
+    import tempfile
+
+    from radixflow.models import zoo
+
+    def homeless() -> zoo.Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv(zoo.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(zoo.Path, "home", staticmethod(homeless))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    private = tmp_path / "tmp" / f"radixflow-{os.getuid()}"
+    assert zoo.default_cache_dir() == private / "models"
+    assert private.stat().st_mode & 0o777 == 0o700
+    private.chmod(0o777)  # someone else could write into it: the kernels library is loaded from it
+    with pytest.raises(zoo.CacheDirError, match=rf"is not this user's alone: set \${zoo.CACHE_ENV}$"):
+        zoo.default_cache_dir()
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # invalid by the spec: ignored
+    with pytest.raises(zoo.CacheDirError):
+        zoo.default_cache_dir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert zoo.default_cache_dir() == tmp_path / "xdg" / "radixflow" / "models"
+    monkeypatch.setenv(zoo.CACHE_ENV, str(tmp_path / "mine"))
+    assert zoo.default_cache_dir() == tmp_path / "mine"

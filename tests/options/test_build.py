@@ -160,6 +160,7 @@ def test_a_checkpoint_under_home_is_a_model_on_either_runner(tmp_path, monkeypat
 
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "config.json").write_text("{}")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # it would move the cache past HOME
     monkeypatch.setenv("HOME", str(tmp_path))
     for runner in ("sim", "torch"):
         assert name_problem(EngineOptions(model="~/ck", runner=runner)) is None, runner

@@ -155,6 +155,8 @@ def test_a_profile_file_and_a_trace_out_under_home_are_read_with_the_tilde_expan
     from radixflow.costmodel.hardware.profile_files import save_profile
     from radixflow.costmodel.hardware.profiles import HARDWARE
 
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # it would move the cache past HOME
+
     monkeypatch.setenv("HOME", str(tmp_path))
     save_profile(HARDWARE["h200"], tmp_path / "p.json")
     options = EngineOptions(hardware="~/p.json", trace_out="~/t.json")

@@ -31,6 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from radixflow.cli.args import int_arg
 from radixflow.costmodel.kernel_times import measured_tables as mt
 from radixflow.costmodel.kernel_times.measured import GPUS, MeasuredKernels
 from radixflow.costmodel.kernel_times.table_files import SYSTEMS, Row, read_tables
@@ -179,7 +180,7 @@ def show(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--k", type=int, default=5, help="hold out every k-th point (k >= 2)")
+    parser.add_argument("--k", type=int_arg(low=2), default=5, help="hold out every k-th point (k >= 2)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--smoke", action="store_true", help="accepted for CI: the full run takes seconds")
     parser.add_argument(

@@ -140,10 +140,10 @@ def bench(name: str, batches: list[int], context: int, repeats: int, own: bool) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--batches", nargs="+", type=positive_int, default=[1, 8, 32])
+    ap.add_argument("--context", type=positive_int, default=64)
     ap.add_argument("--repeats", type=positive_int, default=15)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument(
         "--saves",
         choices=["other", "own"],

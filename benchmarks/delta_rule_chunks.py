@@ -129,9 +129,9 @@ def native_kernels() -> NativeKernels | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--dk", type=int, default=64)
-    ap.add_argument("--dv", type=int, default=64)
+    ap.add_argument("--heads", type=positive_int, default=8)
+    ap.add_argument("--dk", type=positive_int, default=64)
+    ap.add_argument("--dv", type=positive_int, default=64)
     ap.add_argument("--repeats", type=positive_int, default=9)
     ap.add_argument("--json", type=Path, default=Path("results/delta_rule_chunks.json"))
     ap.add_argument("--smoke", action="store_true", help="two cases, small heads, one repeat (CI)")

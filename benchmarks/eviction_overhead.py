@@ -82,7 +82,7 @@ def _top_up(engine: Engine, stream: Iterator[Request], waiting: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--waiting", type=int, nargs="+", default=[10_000])
+    p.add_argument("--waiting", type=positive_int, nargs="+", default=[10_000])
     p.add_argument("--rounds", type=positive_int, default=40, help="measured rounds per queue length")
     p.add_argument("--repeat", type=positive_int, default=3, help="fresh processes per queue length")
     p.add_argument("--policy", default="adaptive")

@@ -269,13 +269,14 @@ def print_row(model: str, r: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
-    ap.add_argument("--prefill", type=int, nargs="+", default=[512, 128, 384, 256], help="prompt lengths")
-    ap.add_argument("--requests", type=int, nargs="+", default=[1, 8, 32], help="concurrent decodes")
-    ap.add_argument("--prompt-len", type=int, default=64)
-    ap.add_argument("--generate", type=int, default=32, help="tokens generated per request")
-    ap.add_argument("--candidates", type=int, default=16)
-    ap.add_argument("--context-len", type=int, default=400)
-    ap.add_argument("--candidate-len", type=int, default=24)
+    ap.add_argument("--prefill", type=positive_int, nargs="+", default=[512, 128, 384, 256],
+        help="prompt lengths")
+    ap.add_argument("--requests", type=positive_int, nargs="+", default=[1, 8, 32], help="concurrent decodes")
+    ap.add_argument("--prompt-len", type=positive_int, default=64)
+    ap.add_argument("--generate", type=positive_int, default=32, help="tokens generated per request")
+    ap.add_argument("--candidates", type=positive_int, default=16)
+    ap.add_argument("--context-len", type=positive_int, default=400)
+    ap.add_argument("--candidate-len", type=positive_int, default=24)
     ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU time is per thread)")
     ap.add_argument(

@@ -122,12 +122,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3_5-2b")
     ap.add_argument("--hardware", default="h100", help="sim cost profile (h100, h200, cpu)")
-    ap.add_argument("--torch-threads", type=int, default=None)
+    ap.add_argument("--torch-threads", type=positive_int, default=None)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--groups", type=int, default=4)
-    ap.add_argument("--candidates", type=int, default=8)
-    ap.add_argument("--context-len", type=int, default=512)
-    ap.add_argument("--candidate-len", type=int, default=32)
+    ap.add_argument("--groups", type=positive_int, default=4)
+    ap.add_argument("--candidates", type=positive_int, default=8)
+    ap.add_argument("--context-len", type=positive_int, default=512)
+    ap.add_argument("--candidate-len", type=positive_int, default=32)
     ap.add_argument("--placements", nargs="+", choices=list(PLACEMENTS), default=["branch", "lone"])
     ap.add_argument(
         "--repeat", type=positive_int, default=1, help="interleaved runs; times are their minimum"

@@ -105,10 +105,10 @@ def bench(name: str, lengths: list[int], batches: list[int], repeats: int) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
-    ap.add_argument("--prefill", nargs="+", type=int, default=[512] * 4, help="prompt lengths")
-    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    ap.add_argument("--prefill", nargs="+", type=positive_int, default=[512] * 4, help="prompt lengths")
+    ap.add_argument("--batches", nargs="+", type=positive_int, default=[1, 8, 32])
     ap.add_argument("--repeats", type=positive_int, default=7)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="one tiny model, tiny shapes, one repeat (CI)")
     args = ap.parse_args()

@@ -32,7 +32,7 @@ from pathlib import Path
 from memory_pressure import WORKLOADS, run
 
 from radixflow.bench.pressure import measure_working_set, under_pressure
-from radixflow.cli.args import positive_float
+from radixflow.cli.args import non_negative_int, positive_float
 from radixflow.options import EngineOptions
 from radixflow.problems import ProblemError, flag
 from radixflow.workloads.build import build_workload
@@ -219,7 +219,7 @@ def main() -> None:
     p.add_argument("--hardware", default="h100")
     p.add_argument("--workloads", nargs="+", default=["chat", "mixed"], choices=list(WORKLOADS))
     p.add_argument("--fractions", type=positive_float, nargs="+", default=[0.1, 0.25])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0])
     p.add_argument("--json", type=Path)
     p.add_argument("--smoke", action="store_true", help="CI: one small chat, one model, one capacity")
     args = p.parse_args()

@@ -33,7 +33,7 @@ from radixflow.bench.pressure import (
     pressure_figures,
     under_pressure,
 )
-from radixflow.cli.args import positive_float
+from radixflow.cli.args import non_negative_int, positive_float
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError, flag
 from radixflow.workloads.build import build_workload
@@ -133,7 +133,7 @@ def main() -> None:
     p.add_argument("--runner", choices=["sim", "torch"], default="sim")
     p.add_argument("--models", nargs="+", help="default: qwen3_5-2b (sim), the -small families (torch)")
     p.add_argument("--hardware", default="h100")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0])
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=[*WORKLOADS, *HELD_OUT])
     p.add_argument("--fractions", type=positive_float, nargs="+", default=list(FRACTIONS))
     p.add_argument("--json", type=Path, default=Path("results/memory_pressure.json"))

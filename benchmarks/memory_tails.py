@@ -18,7 +18,7 @@ from memory_oracle import RATES
 from memory_pressure import VARIANTS, WORKLOADS
 
 from radixflow.bench.pressure import measure_working_set, pressure_figures, under_pressure
-from radixflow.cli.args import positive_float
+from radixflow.cli.args import non_negative_int, positive_float
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.problems import ProblemError, flag
 from radixflow.scheduler.request import Request
@@ -55,7 +55,7 @@ def main() -> None:
     p.add_argument("--hardware", default="h100")
     p.add_argument("--workload", default="chat", choices=list(WORKLOADS))
     p.add_argument("--fraction", type=positive_float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--json", type=Path, help="write each variant's figures and slowest requests here")
     p.add_argument("--smoke", action="store_true", help="CI: a small chat workload on qwen3_5-2b")
     args = p.parse_args()

@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 from salt_memory import serve_process  # benchmarks/ is on sys.path when a script in it runs
 
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
@@ -233,15 +233,15 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["qwen3_5-small", "lfm2-small", "nemotron_h-small"])
     ap.add_argument("--doors", nargs="+", choices=list(DOORS), default=list(DOORS))
     ap.add_argument("--kinds", nargs="+", choices=["score", "gen"], default=["score", "gen"])
-    ap.add_argument("--candidates", type=int, default=16)
-    ap.add_argument("--context-len", type=int, default=512)
-    ap.add_argument("--candidate-len", type=int, default=32)
-    ap.add_argument("--gen-tokens", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=1000, help="token ids drawn below this")
+    ap.add_argument("--candidates", type=positive_int, default=16)
+    ap.add_argument("--context-len", type=positive_int, default=512)
+    ap.add_argument("--candidate-len", type=positive_int, default=32)
+    ap.add_argument("--gen-tokens", type=positive_int, default=8)
+    ap.add_argument("--vocab", type=positive_int, default=1000, help="token ids drawn below this")
     ap.add_argument("--repeat", type=positive_int, default=3)
-    ap.add_argument("--torch-threads", type=int, default=None)
+    ap.add_argument("--torch-threads", type=positive_int, default=None)
     ap.add_argument("--atol", type=float, default=1e-4, help="prompt logprobs agree this closely")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, 2 short candidates, once")
     args = ap.parse_args()

@@ -328,7 +328,7 @@ def arguments() -> argparse.ArgumentParser:
         "--repeat", type=positive_int, default=3, help="runs per policy, interleaved (medians, spread)"
     )
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="the engine clock (wall beside)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (the CPU profile's: 1)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (the CPU profile's: 1)")
     ap.add_argument(
         "--twin",
         choices=["calibrate", "profile"],
@@ -344,7 +344,7 @@ def arguments() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--calibrate-repeats",
-        type=int,
+        type=positive_int,
         default=2,
         help="--twin calibrate: timings per shape (their median is fitted, their spread is σ)",
     )
@@ -361,7 +361,8 @@ def arguments() -> argparse.ArgumentParser:
         help="--twin calibrate: price each cell's twin at the machine's speed during its runs, "
         "timed on fixed shapes around the profile and after each turn of runs",
     )
-    ap.add_argument("--draws", type=int, default=40, help="twin runs under the price noise per policy")
+    ap.add_argument("--draws", type=positive_int, default=40,
+        help="twin runs under the price noise per policy")
     ap.add_argument(
         "--tapes-out",
         type=Path,
@@ -375,7 +376,8 @@ def arguments() -> argparse.ArgumentParser:
         default=PROFILE,
         help="the sim's profile (--twin profile, --resim); a directory: FAMILY.json in it",
     )
-    ap.add_argument("--shape", nargs=4, type=int, metavar=("GROUPS", "CANDIDATES", "CONTEXT", "CANDIDATE"),
+    ap.add_argument("--shape", nargs=4, type=positive_int,
+                    metavar=("GROUPS", "CANDIDATES", "CONTEXT", "CANDIDATE"),
                     help="another workload size (default: 4 8 512 32)")  # fmt: skip
     ap.add_argument("--smoke", action="store_true", help="tiny models, a tiny workload, one repeat (CI)")
     ap.add_argument("--json", type=Path, default=Path("results/policies_torch.json"))

@@ -228,9 +228,9 @@ def commit() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kinds", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--batches", nargs="+", type=int, default=[8, 32])
-    ap.add_argument("--context", type=int, default=64)
-    ap.add_argument("--lengths", type=int, nargs="+", default=[256, 64, 192, 128])
+    ap.add_argument("--batches", nargs="+", type=positive_int, default=[8, 32])
+    ap.add_argument("--context", type=positive_int, default=64)
+    ap.add_argument("--lengths", type=positive_int, nargs="+", default=[256, 64, 192, 128])
     ap.add_argument("--repeats", type=positive_int, default=7)
     ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--matmul", default="auto", help="the runner's GEMM plan (auto: measured at startup)")

@@ -132,7 +132,7 @@ def spread(row: dict[str, object]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
-    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 128, 384, 256])
+    ap.add_argument("--lengths", type=positive_int, nargs="+", default=[512, 128, 384, 256])
     ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--json", type=Path, default=Path("results/runner_throughput.json"))

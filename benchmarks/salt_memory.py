@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.setup import load_model
 from radixflow.options import EngineOptions
 from radixflow.server.serve import Server, build_server
@@ -140,10 +140,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # no client, or no request, sends nothing: memory stays flat and the run reads as a pass
     ap.add_argument("--requests", type=positive_int, default=1500, help="requests in all (default 1500)")
-    ap.add_argument("--warmup", type=int, default=1000, help="memory is compared from here on")
-    ap.add_argument("--every", type=int, default=1000, help="memory is read after every this many")
+    ap.add_argument("--warmup", type=non_negative_int, default=1000, help="memory is compared from here on")
+    ap.add_argument("--every", type=positive_int, default=1000, help="memory is read after every this many")
     ap.add_argument("--clients", type=positive_int, default=8)
-    ap.add_argument("--salt-bytes", type=int, default=256, help="length of each cache salt")
+    ap.add_argument("--salt-bytes", type=positive_int, default=256, help="length of each cache salt")
     ap.add_argument("--model", default="qwen3_5-tiny")
     ap.add_argument("--kv-blocks", type=positive_int, default=256)
     ap.add_argument("--json", type=Path, default=None)

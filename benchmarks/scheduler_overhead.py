@@ -187,9 +187,9 @@ def machine(load_before: float) -> dict[str, float | int | None]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--waiting", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    p.add_argument("--runs", type=int, nargs="+", default=[10_000, 50_000, 100_000])
-    p.add_argument("--blocked", type=int, nargs="+", default=[1_000, 10_000, 50_000])
+    p.add_argument("--waiting", type=positive_int, nargs="+", default=[1_000, 10_000, 100_000])
+    p.add_argument("--runs", type=positive_int, nargs="+", default=[10_000, 50_000, 100_000])
+    p.add_argument("--blocked", type=positive_int, nargs="+", default=[1_000, 10_000, 50_000])
     p.add_argument("--rounds", type=positive_int, default=60, help="measured rounds per queue length")
     p.add_argument(
         "--repeat", type=positive_int, default=3, help="per-round measurements of each, interleaved"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 
 Scores = list[list[tuple[float, ...]]]  # per context, per candidate: its tokens' logprobs
@@ -109,14 +109,14 @@ def report(args: argparse.Namespace, result: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen3_5-small")
-    ap.add_argument("--contexts", type=int, default=8)
-    ap.add_argument("--candidates", type=int, default=8)
-    ap.add_argument("--context-len", type=int, default=512)
-    ap.add_argument("--candidate-len", type=int, default=16)
+    ap.add_argument("--contexts", type=positive_int, default=8)
+    ap.add_argument("--candidates", type=positive_int, default=8)
+    ap.add_argument("--context-len", type=positive_int, default=512)
+    ap.add_argument("--candidate-len", type=positive_int, default=16)
     ap.add_argument("--repeat", type=positive_int, default=3)
-    ap.add_argument("--torch-threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--vocab", type=int, default=1000, help="token ids drawn below this")
+    ap.add_argument("--torch-threads", type=positive_int, default=1)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument("--vocab", type=positive_int, default=1000, help="token ids drawn below this")
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, 2 x 2 candidates, one repeat (CI)")

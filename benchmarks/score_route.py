@@ -71,9 +71,9 @@ MODES = {"score": ask_score, "echo": ask_echo}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen3_5-small")
-    ap.add_argument("--candidates", type=int, default=64)
-    ap.add_argument("--context-len", type=int, default=512)
-    ap.add_argument("--candidate-len", type=int, default=16)
+    ap.add_argument("--candidates", type=positive_int, default=64)
+    ap.add_argument("--context-len", type=positive_int, default=512)
+    ap.add_argument("--candidate-len", type=positive_int, default=16)
     ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--atol", type=float, default=1e-3, help="total logprobs agree within this")
     ap.add_argument("--json", type=Path, default=None)

@@ -37,6 +37,7 @@ from pathlib import Path
 import httpx
 
 from radixflow.bench.metrics import percentile
+from radixflow.cli.args import positive_int
 from radixflow.models.io.tokenizer import corpus
 
 
@@ -309,18 +310,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3_5-small")
     ap.add_argument("--policy", default="radixflow")
-    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--clients", type=positive_int, default=64)
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of load")
-    ap.add_argument("--groups", type=int, default=8, help="shared contexts")
-    ap.add_argument("--candidates", type=int, default=16)
-    ap.add_argument("--context-sentences", type=int, default=12, help="corpus sentences per context")
+    ap.add_argument("--groups", type=positive_int, default=8, help="shared contexts")
+    ap.add_argument("--candidates", type=positive_int, default=16)
+    ap.add_argument("--context-sentences", type=positive_int, default=12, help="corpus sentences per context")
     ap.add_argument("--chat-share", type=float, default=0.25)
-    ap.add_argument("--chat-tokens", type=int, default=16)
-    ap.add_argument("--max-pending", type=int, default=256)
-    ap.add_argument("--max-requests", type=int, default=64, help="requests per round")
-    ap.add_argument("--kv-blocks", type=int, default=4096)
-    ap.add_argument("--torch-threads", type=int, help="passed to the server (default: its thread plan)")
-    ap.add_argument("--tokenizer-threads", type=int, help="passed to the server (default: its thread plan)")
+    ap.add_argument("--chat-tokens", type=positive_int, default=16)
+    ap.add_argument("--max-pending", type=positive_int, default=256)
+    ap.add_argument("--max-requests", type=positive_int, default=64, help="requests per round")
+    ap.add_argument("--kv-blocks", type=positive_int, default=4096)
+    ap.add_argument("--torch-threads", type=positive_int,
+        help="passed to the server (default: its thread plan)")
+    ap.add_argument("--tokenizer-threads", type=positive_int,
+        help="passed to the server (default: its thread plan)")
     ap.add_argument("--json", type=Path, default=Path("results/serve_load.json"))
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, four clients for two seconds")
     args = ap.parse_args()

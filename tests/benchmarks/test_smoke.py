@@ -165,3 +165,23 @@ def test_an_unknown_name_is_refused_in_one_line(name: str, flag: str, tmp_path: 
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert "'bogus'" in last and flag.rstrip("s") in last, last
+
+
+# workload sizes and thread counts: a negative one was taken and failed later, far from the flag
+SIZES = [
+    ("per_candidate.py", "--candidates"),
+    ("score_many.py", "--contexts"),
+    ("generation_throughput.py", "--prompt-len"),
+    ("choices.py", "--n"),
+    ("round_profile.py", "--context"),
+    ("serve_load.py", "--clients"),
+]
+
+
+@pytest.mark.parametrize(("name", "flag"), SIZES, ids=lambda x: x)
+def test_a_negative_size_is_refused_in_one_line(name: str, flag: str, tmp_path: Path) -> None:
+    done = _smoke_with(name, flag, "-3", tmp_path)
+    assert done.returncode == 2, f"{name} {flag} -3: exit {done.returncode}\n{done.stderr[-2000:]}"
+    last = done.stderr.strip().splitlines()[-1]
+    assert flag in last and "must be positive, got -3" in last and "Traceback" not in done.stderr, last
+

@@ -168,7 +168,8 @@ def _ray_outcome(ray: Any, ref: Any, p: Pending) -> CellResult | str:
     except ray.exceptions.RayTaskError:
         raise
     except ray.exceptions.RayError as e:
-        return f"{_where(p)}: its Ray worker died: {str(e).strip().splitlines()[0]}"
+        said = str(e).strip()
+        return f"{_where(p)}: its Ray worker died: {said.splitlines()[0] if said else type(e).__name__}"
 
 
 def cell_cpus(cell: Cell, torch_cpus: int, largest: float) -> float:

@@ -1373,6 +1373,30 @@ def test_a_cell_whose_ray_worker_died_fails_alone_naming_it(monkeypatch):
     assert "\n" not in why
 
 
+def test_a_ray_error_with_no_message_still_fails_its_cell_alone(monkeypatch):
+    # the first line of an empty message was an IndexError out of the run, every cell lost
+    pytest.importorskip("ray")
+    from types import SimpleNamespace
+
+    from radixflow.experiments import execute
+
+    ray = _Ray(2.0)
+    ray.exceptions = pytest.importorskip("ray.exceptions")
+
+    def get(ref: object) -> dict:
+        if ref is ray.refs[0]:
+            raise ray.exceptions.RayError()
+        return {}
+
+    ray.get = get  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    settings = {"runner": "sim", "model": "m"}
+    cells = [SimpleNamespace(settings=settings, group="g", workload={"seed": s}) for s in (1, 2)]
+    pending = [execute.Pending(f"k{i}", c) for i, c in enumerate(cells)]  # type: ignore[arg-type]
+    outcomes = dict((p.key, o) for p, o in execute._ray(pending, [], None, torch_cpus=2))
+    assert outcomes == {"k0": "cell 'g' (m, seed 1, key k0): its Ray worker died: RayError", "k1": {}}
+
+
 def test_a_cell_that_crashes_on_ray_keeps_the_cells_that_finished_beside_it(monkeypatch):
     # a cell whose code raised on its Ray worker (a bug, a GPU out of memory) was raised at once:
     # the cells that had finished on the other workers, not yet read back, were never cached, and

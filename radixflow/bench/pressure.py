@@ -58,7 +58,9 @@ def unbounded_capacity(options: EngineOptions, requests: list[Request]) -> tuple
 
 
 def measure_working_set(options: EngineOptions, requests: list[Request]) -> WorkingSet:
-    """Run ``requests`` on an unbounded cache (`lru`, `all`, no budget) and read what it holds."""
+    """Run ``requests`` on an unbounded cache (`lru`, `all`, no budget) and read what it holds.
+    Untraced: this measuring run is none of the cell's, and a flush of it would write it over an
+    older trace at ``trace_out`` before the cell's own runs (which may yet be refused) began."""
     kv_blocks, state_slots = unbounded_capacity(options, requests)
     unbounded = options.replace(
         kv_blocks=kv_blocks,
@@ -66,6 +68,7 @@ def measure_working_set(options: EngineOptions, requests: list[Request]) -> Work
         cache_memory=None,
         eviction="lru",
         admission="all",
+        trace_out=None,
     )
     setup = plan_engine(unbounded).build([len(r.prompt) for r in requests])
     engine = setup.engine()

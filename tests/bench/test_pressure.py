@@ -62,3 +62,16 @@ def test_the_unbounded_run_has_room_for_a_checkpoint_per_request_of_a_large_work
     assert state_slots >= len(requests) and kv_blocks >= len(requests)
     # within what the options allow (a ProblemError past it)
     EngineOptions.from_mapping({"kv_blocks": kv_blocks, "state_slots": state_slots})
+
+
+def test_the_unbounded_run_writes_nothing_to_the_cells_trace(tmp_path, monkeypatch):
+    # it was traced as an engine of the cell's (a process named after its policy): a flush while
+    # it ran (every few seconds) wrote that measuring run over an older trace, even where the
+    # cell's own runs were then refused
+    monkeypatch.setattr("radixflow.engine.trace_file.FLUSH_EVERY_S", 0.0)  # a flush every round
+    trace = tmp_path / "trace.json"
+    trace.write_text("older trace\n")
+    spec = WorkloadSpec(groups=2, candidates=3, context_len=64, candidate_len=16)
+    options = EngineOptions(model="qwen3_5-2b", trace_out=str(trace))
+    measure_working_set(options, build_workload(spec).requests)
+    assert trace.read_text() == "older trace\n"

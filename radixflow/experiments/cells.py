@@ -29,6 +29,7 @@ from radixflow.bench.pressure import (
 from radixflow.cache.eviction import EntryKind
 from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.engine.engine import Engine
+from radixflow.engine.runner import Runner
 from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
 from radixflow.experiments.costcheck import (
     CpuTimedRunner,
@@ -40,6 +41,7 @@ from radixflow.fleet import RouterConfig, make_router
 from radixflow.options import EngineOptions, EngineSetup, RunnerChoice, plan_engine
 from radixflow.options.runners import runner_name
 from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
@@ -159,13 +161,17 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         groups.setdefault(key, []).append(v)
     results: dict[str, dict[str, Any]] = {}
     ran: list[list[tuple[Variant, PolicyRun]]] = []  # per group, in the order the groups ran
+    # a trace's processes are named by policy and placement: where the groups' caches differ too,
+    # by their cache policies as well, or two variants of one policy read alike
+    caches = {(eviction, admission) for _, eviction, admission in groups}
     with setup.trace_kept():  # a Ctrl-C: the trace down to the round it rolled back
         if s["replicas"] > 1:  # a fleet behind the cell's router
             for v in variants:
                 results[v.label] = _fleet_variant(cell, v, requests, _variant_cache(setup, v), rate, pressure)
             groups = {}
         for (placement, eviction, admission), group in groups.items():
-            engines = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
+            cached = replace(timed, options=timed.options.replace(eviction=eviction, admission=admission))
+            engines = cached if len(caches) == 1 else _CacheNamed(cached, f"{eviction}+{admission}")
             policies = [v.policy for v in group]
             runs = run_policies(requests, engines, policies, placement, None, s["repetitions"])
             ran.append(list(zip(group, runs, strict=True)))
@@ -194,6 +200,33 @@ def _flush_trace(setup: EngineSetup) -> None:
     except OSError as e:
         problem = Problem("trace_out", f"cannot write {setup.options.trace_out}: {e.strerror or e}")
         raise ProblemError(problem) from None
+
+
+@dataclass(frozen=True)
+class _CacheNamed:
+    """``setup``'s engines (`radixflow.bench.harness.Engines`), each trace process named with
+    the cache policies they run (``cache``) after the policy and placement."""
+
+    setup: EngineSetup
+    cache: str
+
+    @property
+    def runner(self) -> Runner:
+        return self.setup.runner
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return self.setup.scheduler
+
+    def engine(
+        self,
+        policy: str | None = None,
+        placement: str | None = None,
+        round_history: int | None = None,
+        label: str | None = None,
+    ) -> Engine:
+        named = None if label is None else f"{label} · {self.cache}"
+        return self.setup.engine(policy, placement, round_history, named)
 
 
 def _variant_cache(setup: EngineSetup, variant: Variant) -> EngineSetup:

@@ -161,6 +161,21 @@ def test_a_cells_trace_has_a_process_per_variant_and_leaves_its_key_alone(tiny: 
     assert names == ["native · branch", "radixflow · branch"]
 
 
+def test_variants_that_differ_in_cache_policy_alone_are_processes_told_apart(tiny: Path, tmp_path: Path):
+    # each was named after its policy and placement alone: "adaptive · lone" twice, the two runs
+    # of experiments/memory.toml's comparison indistinguishable in the viewer
+    from radixflow.experiments.cells import run_cell
+
+    tiny.write_text(TINY.replace('["native", "radixflow"]', '["adaptive+lru", "adaptive+cost-per-byte"]'))
+    config = load_config(tiny)
+    cell = config.cells[0]
+    traced = Cell(cell.group, {**cell.settings, "trace_out": str(tmp_path / "cell.json")}, cell.workload)
+    run_cell(traced, config.variants)
+    events = json.loads((tmp_path / "cell.json").read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
+    assert names == ["adaptive · lone · cost-per-byte+all", "adaptive · lone · lru+all"]
+
+
 def test_a_cell_stopped_by_ctrl_c_keeps_its_trace_down_to_the_round_it_rolled_back(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

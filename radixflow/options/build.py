@@ -142,7 +142,7 @@ class EnginePlan:
         still refuse its work and leave an older trace as it was); `ProblemError` before any
         allocation when the runner's pools cannot fit this machine."""
         scheduler = self.scheduler_config(prompt_lengths)
-        problem = self.choice.memory_problem(scheduler)
+        problem = self.choice.memory_problem(scheduler) or self._trace_problem()
         if problem is not None:
             raise ProblemError(problem)
         try:
@@ -153,15 +153,38 @@ class EnginePlan:
             ) from None
         return EngineSetup(self.options, self.choice, scheduler, runner, self._open_trace(runner))
 
+    def _trace_problem(self) -> Problem | None:
+        """Why ``trace_out`` would be written over a file the engine reads (None: it would not),
+        by any name: the profile (the command line and a TOML cell refuse it among their own
+        files first; `LLM(...)` here), or a file of the model's directory (its config, weights,
+        tokenizer: the trace written over them, the model loads no more), checked before the
+        weights are read. Any file in that directory is refused: which ones a loader reads is
+        the loader's to say."""
+        path = self.options.trace_out
+        if path is None:
+            return None
+        target = Path(os.path.realpath(path))
+        hardware = self.options.hardware
+        if hardware not in HARDWARE and target == Path(os.path.realpath(hardware)):
+            return Problem("trace_out", f"{path}: the same file as hardware")
+        folder = self._model_dir()
+        if folder is not None and target.is_relative_to(os.path.realpath(folder)):
+            why = f"inside the model's directory {folder}: write the trace elsewhere"
+            return Problem("trace_out", f"{path}: {why}")
+        return None
+
+    def _model_dir(self) -> Path | None:
+        """The directory the model is read from: a checkpoint's (the sim reads its config too);
+        None for a sim shape."""
+        if self.choice.checkpoint is not None:
+            return self.choice.checkpoint
+        model = self.options.model
+        return Path(model) if model is not None and os.path.isdir(model) else None
+
     def _open_trace(self, runner: Runner) -> TraceFile | None:
         path = self.options.trace_out
         if path is None:
             return None
-        # the profile the options read (by any name): the trace would be written over it. The
-        # command line and a TOML cell refuse it among their own files first; `LLM(...)` here
-        hardware = self.options.hardware
-        if hardware not in HARDWARE and os.path.realpath(path) == os.path.realpath(hardware):
-            raise ProblemError(Problem("trace_out", f"{path}: the same file as hardware"))
         clock = "sim" if self.choice.name == "sim" else self.options.clock
         metadata = {"clock": clock, "clock_means": CLOCKS[clock], "time_unit": "us"}
         metadata |= {"runner": self.choice.name, "model": runner.model.name}

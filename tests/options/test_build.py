@@ -200,3 +200,28 @@ def test_a_trace_out_that_is_the_hardware_profile_is_refused_and_the_profile_kep
         engine.flush_events()
     assert str(info.value) == f"trace_out: {given}: the same file as hardware"
     assert profile.read_bytes() == before
+
+
+@pytest.mark.parametrize("runner", ["sim", "torch"])
+@pytest.mark.parametrize("name", ["config.json", "trace.json"])
+def test_a_trace_out_in_the_models_directory_is_refused_and_the_model_kept(zoo, tmp_path, runner, name):
+    # `--trace-out ck/config.json` with `--model ck` (LLM("ck", trace_out=...), a TOML cell) wrote
+    # the trace over the checkpoint's config: the model loaded no more ("model_type: missing")
+    import shutil
+
+    from radixflow.models.zoo import ensure_model
+
+    if runner == "torch":
+        pytest.importorskip("torch")
+    ck = tmp_path / "ck"
+    shutil.copytree(ensure_model("qwen3_5-tiny"), ck)
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+    options = EngineOptions(runner=runner, model=str(ck), trace_out=str(ck / name))
+    with pytest.raises(ProblemError) as info:
+        engine = build_engine(options)
+        engine.run([Request("r", tuple(range(1, 32)))])
+        engine.flush_events()
+    assert info.value.problem.param == "trace_out"
+    why = f"inside the model's directory {ck}: write the trace elsewhere"
+    assert str(info.value) == f"trace_out: {ck / name}: {why}"
+    assert {p.name: p.read_bytes() for p in ck.iterdir()} == before

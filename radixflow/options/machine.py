@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +117,11 @@ def output_problem(name: str, value: str | None) -> Problem | None:
     if (stream := standard_stream(path)) is not None:  # /dev/stdout under `> out.txt`: a regular file
         why = "the trace would be written over what the process writes there: give a file of its own"
         return Problem(name, f"{value} is this process's {stream}: {why}")
-    if (problem := folder_problem(path.resolve())) is not None:  # a link's target's directory
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        return Problem(name, f"cannot write {value}: {os.strerror(errno.ELOOP)}")
+    if (problem := folder_problem(target)) is not None:  # a link's target's directory
         return Problem(name, f"cannot write {value}: {problem}")
     return None
 

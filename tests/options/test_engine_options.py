@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
+import os
 
 import pytest
 
@@ -170,3 +172,13 @@ def test_a_trace_out_under_a_file_says_that_file_is_not_a_directory(tmp_path):
     problem = EngineOptions(trace_out=str(tmp_path / "notes.txt" / "t.json")).validate()
     assert problem is not None and problem.param == "trace_out", problem
     assert problem.message.endswith(f"{tmp_path / 'notes.txt'} is a file, not a directory"), problem
+
+
+def test_a_trace_out_that_is_a_symlink_loop_is_a_problem_not_a_traceback(tmp_path):
+    # `--trace-out loop` (LLM(trace_out=...), a TOML cell) raised RuntimeError("Symlink loop")
+    # out of the options' check, where `--json loop` is one line
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    problem = EngineOptions(trace_out=str(tmp_path / "a")).validate()
+    assert problem is not None and problem.param == "trace_out", problem
+    assert problem.message == f"cannot write {tmp_path / 'a'}: {os.strerror(errno.ELOOP)}"

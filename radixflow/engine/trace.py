@@ -9,7 +9,8 @@ process of the trace, named after its policy, so a benchmark's policies lie side
   counter (``C``) of its tokens, bubble tokens and blocked consumers, and a ``bubble`` instant
   where token budget went unused while feasible work waited;
 - one track per request: ``arrived``, ``queued`` (arrival to first chunk), every chunk it ran
-  (``prefill`` / ``decode``, args: positions, restore slot, checkpoints written), ``parked`` for
+  (``prefill`` / ``decode``, args: positions, restore slot, checkpoints placed: its own state saved
+  between chunks is none), ``parked`` for
   a round spent blocked on a producer (args: the producer) and ``woken`` when it ended, policy
   decisions (instants such as ``promote`` / ``follow`` / ``recompute``, see `radixflow.scheduler.events`) and
   ``finished``;
@@ -202,7 +203,7 @@ class TraceRecorder:
             "start": chunk.start,
             "end": chunk.end,
             "restore_slot": chunk.restore_slot,
-            "checkpoints": [s.position for s in chunk.snapshots],
+            "checkpoints": [s.position for s in chunk.snapshots if not s.own],
             "sample": chunk.sample,
         }
         self._complete("prefill" if prefill else "decode", "chunk", tid, ts, dur, args)

@@ -84,7 +84,7 @@ class CheckpointPlanner:
         snaps = []
         goes_on = end < len(req.prompt) or len(req.output) + 1 < req.sampling.max_tokens
         if req.working_slot is not None and goes_on:
-            snaps.append(SnapshotSpec(end, req.working_slot))
+            snaps.append(SnapshotSpec(end, req.working_slot, own=True))
         if req.prefilled and end % self.config.block_size == 0:
             # Decoding past a block boundary: keep that state, so the finished conversation ends in
             # a checkpoint a follow-up turn can reuse (best effort, one rolling slot per request).

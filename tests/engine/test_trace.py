@@ -159,6 +159,22 @@ def test_a_follower_shows_as_a_follow_instant_naming_its_producer_in_the_produce
     assert len(rounds) == len(engine.rounds) == 1
 
 
+def test_a_chunks_checkpoints_are_those_it_placed_in_the_cache_not_its_own_state_between_chunks(tmp_path):
+    # every save was listed: a prefill chunk's working-slot save at its end beside a checkpoint
+    # there ([32, 64, 64]) and every decode step's ([101], [102]), though no checkpoint is
+    # placed there; the flows still run from whoever wrote a slot
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", token_budget=64, trace_out=str(path))).build()
+    engine = setup.engine(policy="adaptive")
+    engine.run([Request("a", tuple(range(1, 101)), sampling=SamplingParams(max_tokens=4, ignore_eos=True))])
+    engine.flush_events()
+    chunks = [e for e in check_format(json.loads(path.read_text())) if e.get("cat") == "chunk"]
+    placed = [(c["name"], c["args"]["end"], c["args"]["checkpoints"]) for c in chunks]
+    assert placed == [("prefill", 64, [32, 64]), ("prefill", 100, [96])] + [
+        ("decode", end, []) for end in (101, 102, 103)
+    ]
+
+
 def test_the_file_is_valid_json_after_every_flush_and_empty_flushes_are_harmless(tmp_path):
     path = tmp_path / "t.json"
     trace = TraceFile(path, {"clock": "sim"})

@@ -108,8 +108,10 @@ class ModelHolder:
         return self._limited
 
     def _flush_trace(self) -> None:
-        """The trace (``trace_out``) holds every call so far: valid JSON after each one."""
+        """The trace (``trace_out``) holds every call so far: valid JSON after each one. One that
+        stopped, at this flush or at one while a call ran (only logged there), is a warning after
+        this call and each one after it: none of their rounds are in it."""
         try:
-            self.engine.flush_events()
+            self.model.setup.flush_trace()
         except OSError as e:
             warnings.warn(f"{NOT_WRITTEN}: {e.strerror or e}", RuntimeWarning, stacklevel=3)

@@ -803,6 +803,29 @@ def test_the_trace_holds_every_generate_call_on_the_wall_clock(zoo, tmp_path):
     assert any(e["ph"] == "f" for e in events)  # a flow from the first call's chunk to the second's
 
 
+def test_a_trace_the_disk_stops_mid_call_is_a_warning_of_that_call_and_of_each_call_after(
+    zoo, tmp_path, monkeypatch
+):
+    # a flush every few seconds inside a call that failed was a log line only; the call, and
+    # every later one whose rounds the stopped trace dropped, said nothing: the RuntimeWarning a
+    # failed flush at a call's end gives came only where the disk failed just then
+    import errno
+
+    from radixflow.engine.trace_file import NOT_WRITTEN, TraceFile
+
+    def no_room(self, body):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("radixflow.engine.trace_file.FLUSH_EVERY_S", 0.0)  # a flush every round
+    path = tmp_path / "t.json"
+    llm = LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path))
+    monkeypatch.setattr(TraceFile, "_append", no_room)  # the first flush writes the file, the next fail
+    for prompt in PROMPTS[:2]:
+        with pytest.warns(RuntimeWarning, match=f"^{NOT_WRITTEN}: No space left on device$"):
+            llm.generate(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
+    assert json.loads(path.read_text())["traceEvents"]  # valid JSON: the first round's events
+
+
 def test_generate_command_prints_the_end_of_a_truncated_prompt_that_ran(llm, capsys):
     from radixflow.cli import main
 

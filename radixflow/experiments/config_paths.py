@@ -46,6 +46,16 @@ def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str], reads: 
         resolved.unlink(missing_ok=True)
 
 
+def traces_unread(traces: dict[Path, str], reads: dict[Path, str], origin: str) -> None:
+    """Refuse a trace file (``traces``: each to the key that set it) that another cell reads
+    (``reads``: every cell's `cell_reads`, to where the config names it): its trace would replace
+    that cell's profile, before or after that cell ran. A cell's own are `trace_once`'s."""
+    for path, key in traces.items():
+        if path in reads:
+            why = f"the same file as {reads[path]}, which a cell reads"
+            raise fail(origin, key, f"cannot write {path}: {why}")
+
+
 def cell_reads(settings: dict[str, Any], origin: str) -> dict[Path, str]:
     """The files a checked cell reads, resolved, to what names them: the config (``origin``,
     where it is a file) and its profile files (`PROFILE_KEYS`, absolute by now)."""

@@ -1147,6 +1147,31 @@ def test_a_trace_out_that_names_a_file_the_cell_reads_is_refused_and_the_file_ke
     assert {p: p.read_bytes() for p in before} == before
 
 
+@pytest.mark.parametrize(
+    ("reader", "named"),
+    [('name = "models"', "grid[0]"), ('name = "load"', "grid[2]")],
+    ids=["earlier", "later"],
+)
+def test_a_trace_out_that_names_a_file_another_cell_reads_is_refused_and_the_file_kept(
+    tiny: Path, tmp_path: Path, reader: str, named: str
+):
+    # only the cell's own files were checked: one cell's trace_out = "p.json" beside another
+    # cell's hardware = "p.json" passed, and the trace replaced that cell's profile
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    profile = tmp_path / "p.json"
+    save_profile(HARDWARE["h200"], profile)
+    before = profile.read_bytes()
+    edits = [
+        (reader, f'{reader}\nhardware = "p.json"'),
+        ("fixed_cost_ms = [0, 20]", 'fixed_cost_ms = 0\ntrace_out = "p.json"'),
+    ]
+    message = refusal(tiny, edits)
+    assert ": grid[1].trace_out: " in message and f"the same file as {named}.hardware" in message, message
+    assert profile.read_bytes() == before
+
+
 def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: Path, monkeypatch):
     path = _checkpoint_config(tmp_path)
     _checkpoint(tmp_path / "elsewhere" / "ck2")

@@ -115,6 +115,7 @@ def parse_config(
         checks.seeded_size(sum(g.size // len(g.seeds) for g in grids), seeds, max_cells)
     total, cells, traces = sum(g.size for g in grids), [], {}
     read_by_any: dict[Path, str] = {}  # every cell's reads, to where the config names them
+    model_dirs: dict[Path, str] = {}  # every cell's checkpoint directory, likewise
     plans = functools.cache(planned)  # this config's: cells share a few distinct settings
     unused = Unused()
     parts = ("placement", "eviction", "admission")
@@ -130,11 +131,14 @@ def parse_config(
             config_paths.trace_once(trace, origin, grid.loc("trace_out"), traces, reads)
             for path, what in reads.items():
                 read_by_any.setdefault(path, what if what == "the config" else grid.loc(what))
+            folder = config_paths.model_dir(checked.settings["model"])
+            if folder is not None:
+                model_dirs.setdefault(folder, grid.loc("model"))
             idle = ineffective(checked.settings, checked.workload, has_recurrent, overridden)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:
                 progress(len(cells), total)
-    config_paths.traces_unread(traces, read_by_any, origin)
+    config_paths.traces_unread(traces, read_by_any, model_dirs, origin)
     torch = [
         EngineOptions.from_mapping({k: c.settings[k] for k in ENGINE_KEYS})
         for c in cells

@@ -46,14 +46,29 @@ def trace_once(path: Any, origin: str, key: str, taken: dict[Path, str], reads: 
         resolved.unlink(missing_ok=True)
 
 
-def traces_unread(traces: dict[Path, str], reads: dict[Path, str], origin: str) -> None:
+def traces_unread(
+    traces: dict[Path, str], reads: dict[Path, str], model_dirs: dict[Path, str], origin: str
+) -> None:
     """Refuse a trace file (``traces``: each to the key that set it) that another cell reads
-    (``reads``: every cell's `cell_reads`, to where the config names it): its trace would replace
-    that cell's profile, before or after that cell ran. A cell's own are `trace_once`'s."""
+    (``reads``: every cell's `cell_reads`, to where the config names it) or that lies in a cell's
+    checkpoint directory (``model_dirs``, likewise: its config, weights and tokenizer are there):
+    its trace would replace them, before or after that cell ran. A cell's own reads are
+    `trace_once`'s."""
     for path, key in traces.items():
         if path in reads:
             why = f"the same file as {reads[path]}, which a cell reads"
             raise fail(origin, key, f"cannot write {path}: {why}")
+        for folder, model in model_dirs.items():
+            if path.is_relative_to(folder):
+                raise fail(origin, key, f"cannot write {path}: inside the model directory of {model}")
+
+
+def model_dir(model: Any) -> Path | None:
+    """The checkpoint directory a checked cell's ``model`` names (`model_path` made it absolute),
+    resolved; None for a sim shape or a zoo name."""
+    if not isinstance(model, str) or not os.path.isdir(model):
+        return None
+    return Path(model).resolve()
 
 
 def cell_reads(settings: dict[str, Any], origin: str) -> dict[Path, str]:

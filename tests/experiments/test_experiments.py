@@ -1093,6 +1093,29 @@ def test_a_model_directory_is_relative_to_the_config_as_a_profile_file_is(tmp_pa
     assert cell.settings["model"] == str((tmp_path / "exp" / "ck").resolve())
 
 
+@pytest.mark.parametrize(
+    ("grids", "key"),
+    [
+        ('trace_out = "ck/t.json"\n', "grid[0].trace_out"),  # the cell's own model
+        (
+            '[[grid]]\nname = "other"\nmodel = "qwen3_5-2b"\ntrace_out = "ck/config.json"\n',
+            "grid[1].trace_out",
+        ),
+    ],
+    ids=["own", "another-cells"],
+)
+def test_a_trace_out_in_a_cells_model_directory_is_refused_before_any_cell_runs(tmp_path: Path, grids, key):
+    # it passed: written over the checkpoint's config.json, the model loaded no more
+    path = _checkpoint_config(tmp_path)
+    path.write_text(path.read_text() + grids)
+    before = (tmp_path / "exp" / "ck" / "config.json").read_bytes()
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert f": {key}: " in message and "inside the model directory of grid[0].model" in message, message
+    assert (tmp_path / "exp" / "ck" / "config.json").read_bytes() == before
+
+
 def test_a_profile_file_under_home_is_found_in_a_config(tmp_path: Path, monkeypatch):
     # hardware = "~/p.json" was read as a folder named "~" beside the config: "cannot read"
     from radixflow.costmodel.hardware.profile_files import save_profile

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence, Sized
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,9 +108,10 @@ class TraceRecorder:
     def arrived(self, request: Request) -> None:
         ts = _us(request.arrival_s)
         self._arrival[request.id] = ts
-        # a prompt refused at submit may have no length (a number, an iterator): its track shows
-        # the refusal all the same (null tokens), where taking its length raised out of submit
-        tokens = len(request.prompt) if isinstance(request.prompt, Sized) else None
+        # a prompt refused at submit may be no list of tokens (a number, an iterator, a text, a
+        # dict): its track shows the refusal all the same (null tokens), where taking its length
+        # raised out of submit, or gave a text's characters as its tokens
+        tokens = len(request.prompt) if isinstance(request.prompt, list | tuple) else None
         if tokens is not None:
             self._prompt_len[request.id] = tokens
         self._instant("arrived", "request", self._tid(request.id), ts, {"prompt_tokens": tokens})

@@ -279,10 +279,13 @@ def test_a_request_refused_at_submit_has_its_track_arrived_and_finished_with_the
     assert mine[1]["args"] == {"error": refused.error}
 
 
-@pytest.mark.parametrize("prompt", [5, iter((1, 2))], ids=["int", "iterator"])
+@pytest.mark.parametrize(
+    "prompt", [5, iter((1, 2)), "hello world", {"a": 1}], ids=["int", "iterator", "text", "dict"]
+)
 def test_a_prompt_of_no_length_refused_at_submit_is_traced_not_raised(tmp_path, prompt):
     # untraced, such a prompt fails its request alone; traced, the `arrived` event took its
-    # length and submit raised a bare "object of type 'int' has no len()"
+    # length and submit raised a bare "object of type 'int' has no len()"; a text's length was
+    # its characters, a dict's its keys, given as its prompt_tokens
     path = tmp_path / "trace.json"
     engine = plan_engine(EngineOptions(model="qwen3_5-2b", trace_out=str(path))).build().engine()
     bad = Request("bad", prompt)

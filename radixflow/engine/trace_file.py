@@ -128,12 +128,12 @@ class TraceFile:
             held = os.fstat(f.fileno())
             if (held.st_dev, held.st_ino) != self._file_id or held.st_size != self._end + len(_CLOSE):
                 raise RewrittenError("it was rewritten by another writer (another run given this path?)")
+            events = (b",\n" if self._written else b"") + body
             f.seek(self._end)
-            f.write((b",\n" if self._written else b"") + body)
-            end = f.tell()
-            f.write(_CLOSE)
+            # one write, the brackets in it: a process killed between two left no JSON
+            f.write(events + _CLOSE)
             f.truncate()
-        return end
+        return self._end + len(events)
 
     def _close_at_last_flush(self) -> None:
         """After a failed write (a full disk part way through): cut the events it wrote in part

@@ -458,6 +458,53 @@ def test_a_second_writer_of_the_same_path_stops_the_first_instead_of_interleavin
     assert "b" in names and "a" not in names and "more0" not in names
 
 
+KILLED_BETWEEN_WRITES = """
+import builtins, os, sys
+from pathlib import Path
+from radixflow.engine import trace_file
+from radixflow.scheduler.request import Request
+
+class Killing:  # the process killed (SIGKILL: nothing runs after) at a flush's second write
+    def __init__(self, f):
+        self.f, self.writes = f, 0
+    def __enter__(self):
+        self.f.__enter__()
+        return self
+    def __exit__(self, *exc):
+        return self.f.__exit__(*exc)
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+    def write(self, data):
+        self.writes += 1
+        if self.writes == 2:
+            self.f.flush()
+            os._exit(9)
+        return self.f.write(data)
+
+trace = trace_file.TraceFile(Path(sys.argv[1]), {"clock": "sim"})
+recorder = trace.recorder("a")
+recorder.arrived(Request("r1", (1, 2, 3)))
+trace.flush()
+trace_file.open = lambda *a, **k: Killing(builtins.open(*a, **k))
+for i in range(2000):  # a flush of more than the write buffer: its events, then the brackets
+    recorder.arrived(Request(f"more{i}", (1, 2, 3)))
+trace.flush()
+"""
+
+
+def test_a_process_killed_between_a_flushs_writes_leaves_valid_json(tmp_path):
+    # a flush appended its events, then the closing brackets, in two writes: a process killed
+    # between them (the OOM killer, kill -9) left a file that was no JSON, where the trace
+    # promises valid JSON after every flush and a crash costing only the last events
+    path = tmp_path / "t.json"
+    root = str(Path(__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-c", KILLED_BETWEEN_WRITES, str(path)]
+    subprocess.run(argv, env=env, timeout=120, check=False)
+    events = check_format(json.loads(path.read_text()))
+    assert any(e["name"] == "arrived" for e in events)
+
+
 def test_a_ctrl_c_part_way_through_a_flush_leaves_valid_json_and_the_next_flush_writes_its_events(
     tmp_path, monkeypatch
 ):

@@ -16,6 +16,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 
 import pytest
 import torch
@@ -302,6 +303,20 @@ def test_a_failed_build_is_one_line_and_leaves_no_library_behind(tmp_path, caplo
     with caplog.at_level(logging.WARNING, logger="radixflow.kernels"):
         assert resolve_kernels("auto", "cpu", torch.float32, tmp_path / "cache", compiler) is TORCH_KERNELS
     assert len(caplog.records) == 1
+
+
+def test_a_build_sweeps_the_temporary_files_of_builds_killed_long_ago(tmp_path) -> None:
+    # a build killed mid-compile (Ctrl-C, the OOM killer) left its .tmp beside the libraries,
+    # and every later kill another, forever; one of a build running now is its own and is kept
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old, live = cache / "abc.so.123.deadbeef.tmp", cache / "abc.so.456.cafef00d.tmp"
+    for f in (old, live):
+        f.write_bytes(b"half a library")
+    long_ago = time.time() - 3 * BUILD_TIMEOUT_S
+    os.utime(old, (long_ago, long_ago))
+    build(cache, _failing_compiler(tmp_path))
+    assert sorted(p.name for p in cache.iterdir()) == [live.name]
 
 
 def test_a_compiler_without_gccs_version_flags_builds_the_library(native_here, tmp_path) -> None:

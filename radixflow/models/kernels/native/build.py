@@ -8,7 +8,8 @@ lists them and as the compiler reads them under those flags (its predefined macr
 another kind (AVX2-only against AVX-512) never loads a library built for another.
 A build writes a temporary file beside the target and renames it into place, so processes
 building at the same time never load a half-written library; a cached library that will not
-load (cut short, another ABI version) is built again.
+load (cut short, another ABI version) is built again, and the temporary file of a build killed
+long ago is swept.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import platform
 import secrets
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,10 +148,24 @@ def build(cache_dir: Path, compiler: str | None) -> Built:
         return Built(None, _no_compiler())
     try:
         target = cache_dir / f"{_digest(compiler)}.so"
+        _sweep(cache_dir)
         cached = _load_cached(target)
         return Built(cached if cached is not None else _compile(compiler, target))
     except (OSError, subprocess.SubprocessError, ValueError, AttributeError) as e:
         return Built(None, _one_line(str(e)) or type(e).__name__)
+
+
+def _sweep(cache_dir: Path) -> None:
+    """Remove the temporary files of builds killed mid-compile (Ctrl-C, the OOM killer): each
+    kill left one, forever. A file younger than twice a build's timeout may be a build running
+    now in another process, and is left to it."""
+    old = time.time() - 2 * BUILD_TIMEOUT_S
+    for tmp in cache_dir.glob("*.so.*.tmp"):
+        try:
+            if tmp.stat().st_mtime < old:
+                tmp.unlink()
+        except OSError:  # gone already (another process swept it), or not ours to remove
+            pass
 
 
 def _load_cached(target: Path) -> ctypes.CDLL | None:

@@ -179,7 +179,8 @@ SPECIFIC = [
     ("lfm2-tiny", {"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.rope_type", '"yarn"'),
     ("qwen3_5-tiny", {"layer_types": None, "full_attention_interval": 0}, "full_attention_interval", "got 0"),
     ("qwen3_next-tiny", {"num_experts_per_tok": 5}, "num_experts_per_tok", "at most num_experts (4)"),
-    ("qwen3_next-tiny", {"num_experts_per_tok": None}, "num_experts_per_tok", "needed for num_experts > 0"),
+    # left out, transformers' 10 (which 4 experts cannot route to)
+    ("qwen3_next-tiny", {"num_experts_per_tok": None}, "num_experts_per_tok", "num_experts (4), got 10"),
     ("qwen3_next-tiny", {"mlp_only_layers": [4]}, "mlp_only_layers", "entry 4 must be below"),
     ("lfm2-tiny", {"full_attn_idxs": [1, 9]}, "full_attn_idxs", "entry 9 must be below num_hidden_layers"),
     ("lfm2-tiny", {"conv_L_cache": 1}, "conv_L_cache", "must be an integer >= 2, got 1"),
@@ -267,3 +268,51 @@ def test_a_multimodal_qwen3_5_config_is_checked_as_its_text_config(tmp_path) -> 
     text = {**preset_config("qwen3_5-tiny"), "num_attention_heads": 4.5}
     config = {"model_type": "qwen3_5", "text_config": text}
     assert "num_attention_heads: must be an integer, got 4.5" in str(refused(tmp_path, config))
+
+
+# each family's config.json with only what it must hold: the rest is each side's default
+_SIZES = {"vocab_size": 101, "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2}
+_DELTANET_HEADS = {
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+}
+REQUIRED_ONLY: dict[str, dict[str, Any]] = {
+    "llama": {"num_hidden_layers": 2, "intermediate_size": 40},
+    "qwen3": {"num_hidden_layers": 2, "intermediate_size": 40},
+    "qwen3_5_text": {"num_hidden_layers": 4, "intermediate_size": 40, **_DELTANET_HEADS},
+    # no MoE key: transformers' Qwen3NextConfig defaults to 512 experts (every layer MoE), never dense
+    "qwen3_next": {"num_hidden_layers": 4, "intermediate_size": 40, **_DELTANET_HEADS},
+    "lfm2": {"num_hidden_layers": 2, "intermediate_size": 40},
+    "nemotron_h": {
+        "layers_block_type": ["mamba", "attention", "mlp", "moe"],
+        "intermediate_size": 40,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 8,
+        "n_groups": 2,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "moe_shared_expert_intermediate_size": 16,
+    },
+    "falcon_h1": {"num_hidden_layers": 2, "intermediate_size": 40, "mamba_n_heads": 4},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(REQUIRED_ONLY))
+def test_a_config_of_required_fields_builds_the_sizes_transformers_builds(tmp_path, model_type) -> None:
+    """What a family fills in for a field config.json leaves out is what transformers' config class
+    fills in: every tensor, buffers too, of the same size (on the meta device: nothing allocated)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    path = write(tmp_path, {"model_type": model_type, **_SIZES, **REQUIRED_ONLY[model_type]})
+    config = read_config(path)
+    with torch.device("meta"):
+        ours = model_class(model_type)(config)
+        ref = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path))
+
+    def size(model: Any) -> int:
+        return sum(t.numel() for t in model.state_dict().values())
+
+    assert size(ours) == size(ref)

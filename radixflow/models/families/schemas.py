@@ -47,7 +47,15 @@ from radixflow.models.presets.nemotron_h import NEMOTRON_PATTERN  # the pattern 
 LLAMA_DEFAULTS: dict[str, Any] = {}  # LlamaConfig derives both
 QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128}
 QWEN3_5_DEFAULTS = {"num_key_value_heads": 4, "head_dim": 256}
-QWEN3_NEXT_DEFAULTS = {"num_key_value_heads": 2, "head_dim": 256}
+# Qwen3NextConfig's MoE: a config without num_experts is 512 experts on every layer, never dense
+QWEN3_NEXT_DEFAULTS = {
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+}
 LFM2_DEFAULTS = {"num_key_value_heads": 8}
 NEMOTRON_H_DEFAULTS = {"num_key_value_heads": 8, "head_dim": 128}
 # FalconH1Config sets mamba_d_ssm 1024 when it is left out; only a null derives expand x hidden
@@ -130,7 +138,7 @@ _NEXT_MOE = ("num_experts_per_tok", "moe_intermediate_size", "shared_expert_inte
 QWEN3_NEXT = QWEN3_5.merged(
     Schema(
         (
-            ConfigField("num_experts", Int(0)),  # 0: every layer dense
+            ConfigField("num_experts", Int(0)),  # 0 (given): every layer dense
             *(ConfigField(name, Int(1)) for name in _NEXT_MOE),
             ConfigField("decoder_sparse_step", Int(1)),
             ConfigField("mlp_only_layers", ListOf(Int(0))),

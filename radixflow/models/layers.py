@@ -136,13 +136,20 @@ def rope_parameters(config: Config, default_theta: float = 10000.0) -> dict[str,
     ``rope_theta`` and an optional ``rope_scaling`` dict (whose ``type`` key is the old name of
     ``rope_type``). Where a config has both dicts, ``rope_scaling`` is taken whole, as transformers
     takes it (`RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`); missing ``rope_theta`` and
-    ``partial_rotary_factor`` come from the top level, then ``default_theta`` (the family's).
+    ``partial_rotary_factor`` come from the top level, then ``default_theta`` (the family's); a
+    top-level ``original_max_position_embeddings`` replaces the dict's (llama3, yarn, longrope).
     """
     params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
     params.setdefault("rope_theta", config.get("rope_theta", default_theta))
     params.setdefault("rope_type", params.get("type", "default"))
     if config.get("partial_rotary_factor") is not None:
         params.setdefault("partial_rotary_factor", config.partial_rotary_factor)
+    # transformers sets these types' original context from a top-level key of that name, over
+    # the dict's own (`standardize_rope_params`)
+    if params["rope_type"] in ("llama3", "yarn", "longrope"):
+        original = config.get("original_max_position_embeddings")
+        if original is not None:
+            params["original_max_position_embeddings"] = original
     return params
 
 

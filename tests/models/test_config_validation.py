@@ -209,6 +209,8 @@ SPECIFIC = [
         "rope_parameters.low_freq_factor",
         "needed",
     ),
+    # read over rope_parameters' own by transformers (llama3): checked as that one is
+    ("llama-tiny", {"original_max_position_embeddings": 0}, "original_max_position_embeddings", "got 0"),
     (
         "llama-tiny",
         {"use_sliding_window": True},

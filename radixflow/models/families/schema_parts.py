@@ -140,7 +140,11 @@ SCALED_ROPE = _rope(
         RequiredWhen(("low_freq_factor", "high_freq_factor"), Equals("rope_type", ("llama3",))),
         AtMost("low_freq_factor", "high_freq_factor", strict=True),
     ),
-    top=(ConfigField("max_position_embeddings", Int(1)),),
+    # a top-level original context replaces rope_parameters' own (`layers.rope_parameters`)
+    top=(
+        ConfigField("max_position_embeddings", Int(1)),
+        ConfigField("original_max_position_embeddings", Int(1)),
+    ),
     legacy=True,
 )
 

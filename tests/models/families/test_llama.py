@@ -167,6 +167,27 @@ def test_llama3_rope_matches_transformers(tmp_path):
     check(out, reference(ref, ids))
 
 
+
+@pytest.mark.parametrize("inner", [None, 4096])
+def test_a_top_level_original_context_decides_llama3_rope_as_in_transformers(tmp_path, inner):
+    """transformers sets llama3's original_max_position_embeddings from a top-level key of that
+    name, over the one in rope_parameters and over max_position_embeddings
+    (`standardize_rope_params`); read otherwise, every long wavelength was scaled wrongly."""
+    cfg = dict(PRESETS_LLAMA["tiny"])
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0}
+    cfg["rope_parameters"] = {**rope, "high_freq_factor": 4.0}
+    if inner is not None:
+        cfg["rope_parameters"]["original_max_position_embeddings"] = inner
+    cfg["original_max_position_embeddings"] = 64
+    model = LlamaForCausalLM(Config(cfg))
+    init_weights(model, torch.Generator().manual_seed(1))
+    save_model(model, tmp_path)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ids = prompt(11, 150)
+    pools = Pools(model)
+    (out,) = pools.run(model.eval(), [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
+    check(out, reference(ref, ids))
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_decoder_fuses_each_residual_add_with_the_next_norm_to_the_bit(family, kernels) -> None:
     # the decoder adds each attention and MLP output and norms the sum in one kernel call: the

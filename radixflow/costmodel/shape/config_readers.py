@@ -136,7 +136,7 @@ def _lfm2(cfg: Config) -> tuple[Layer, ...]:
 
 # Nemotron-H's fields spelt two ways, the one read first first: transformers' NemotronHConfig
 # sets each from an older mamba_* keyword or an attribute_map name over its own (the torch
-# family's `models.families.schemas.NEMOTRON_FIELDS`)
+# family's `models.families.layer_patterns.NEMOTRON_FIELDS`)
 _NEMOTRON_FIELDS = {
     "groups": ("mamba_n_groups", "n_groups"),
     "conv_kernel": ("mamba_d_conv", "conv_kernel"),
@@ -163,7 +163,7 @@ _NEMOTRON_KINDS = tuple(_NEMOTRON_CODES.values())
 
 
 def _nemotron_kinds(cfg: Config) -> list[str]:
-    """Per-layer kinds as `models.families.schemas.nemotron_kinds` reads them: ``layer_types`` or
+    """Per-layer kinds as `models.families.layer_patterns.nemotron_kinds` reads them: ``layer_types`` or
     ``layers_block_type`` (`_NEMOTRON_FIELDS`, with the legacy names), else
     ``hybrid_override_pattern``."""
     count = first_set(cfg, ("num_hidden_layers",), None)  # optional: the pattern says it

@@ -18,7 +18,7 @@ from torch import nn
 
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
-from radixflow.models.families import schemas
+from radixflow.models.families import layer_patterns, schemas
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
 from radixflow.models.families.nemotron_h_moe import NemotronHMLP, NemotronHMoE
 from radixflow.models.layers import Config, RMSNorm, attention_heads
@@ -28,12 +28,12 @@ from radixflow.models.presets.nemotron_h import PRESETS
 
 def nemotron_layer_types(config: Config) -> list[str]:
     """Per-layer kinds: "linear_attention" (Mamba2), "full_attention", "mlp" or "moe"."""
-    return schemas.nemotron_kinds(config.to_dict())
+    return layer_patterns.nemotron_kinds(config.to_dict())
 
 
 def nemotron_mamba_spec(config: Config) -> Mamba2Spec:
     heads, head_dim = config.mamba_num_heads, config.mamba_head_dim
-    fields = schemas.NEMOTRON_FIELDS  # the older spelling wins, as in transformers
+    fields = layer_patterns.NEMOTRON_FIELDS  # the older spelling wins, as in transformers
     groups = first_of(config, fields["groups"], 8)
     return Mamba2Spec(
         hidden=config.hidden_size,

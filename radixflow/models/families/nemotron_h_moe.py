@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.families.schemas import NEMOTRON_FIELDS
+from radixflow.models.families.layer_patterns import NEMOTRON_FIELDS
 from radixflow.models.layers import ACTIVATIONS_IN_PLACE, Config, RunByKernels
 from radixflow.models.mixers.mamba2 import first_of
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
-from radixflow.models.families import schemas
+from radixflow.models.families import layer_patterns, schemas
 from radixflow.models.layers import Config, GatedMLP, RMSNorm, lm_head, run_layers
 from radixflow.models.mixers.gated_attention import GatedAttention
 from radixflow.models.mixers.gated_deltanet import GatedDeltaNet, Qwen35GatedDeltaNet
@@ -28,7 +28,7 @@ from radixflow.models.presets.qwen3_5 import PRESETS as PRESETS  # the zoo reads
 def layer_types(config: Config) -> list[str]:
     """Per-layer mixer kind: explicit ``layer_types``, else every ``interval``-th layer is full
     (decoded where the schema's checks decode it)."""
-    return schemas.hybrid_kinds(config.to_dict())
+    return layer_patterns.hybrid_kinds(config.to_dict())
 
 
 # --------------------------------------------------------------------------- model

@@ -5,13 +5,11 @@ an attention layer's heads, a rotary embedding's settings, a Gated DeltaNet's he
 family's own fields and relations. Each family's model class names its schema as
 ``config_schema``; the loader checks a checkpoint's config against it before building anything
 (`validate_config`). A field the code reads with a default is optional here; one it reads without
-is required. Layer patterns are also decoded here (`nemotron_kinds`), so the checks and the model
-read them the same way.
+is required. The layer patterns are decoded by `layer_patterns`, for the checks and the model alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from radixflow.models.config_rules import (
@@ -26,6 +24,14 @@ from radixflow.models.config_rules import (
     When,
 )
 from radixflow.models.config_schema import AnyOf, Bool, ConfigField, Float, Int, ListOf, Schema, Str
+from radixflow.models.families.layer_patterns import (
+    HYBRID_KINDS,
+    NEMOTRON_FIELDS,
+    NEMOTRON_KINDS,
+    NEMOTRON_LEGACY,
+    hybrid_kinds,
+    nemotron_kinds,
+)
 from radixflow.models.families.schema_parts import (
     ACTIVATION,
     ATTENTION,
@@ -93,20 +99,6 @@ QWEN3 = Schema(
 )
 
 # --------------------------------------------------------------------------- Qwen3.5, Qwen3-Next
-
-HYBRID_KINDS = ("linear_attention", "full_attention")
-
-
-def hybrid_kinds(data: Mapping[str, Any]) -> list[str]:
-    """Qwen3.5 / Qwen3-Next per-layer kinds: ``layer_types``, else every
-    ``full_attention_interval``-th layer (4 by default) is full attention."""
-    types = data.get("layer_types")
-    if types:
-        return list(types)
-    interval = data.get("full_attention_interval") or 4
-    n = data["num_hidden_layers"]
-    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
-
 
 QWEN3_5 = BASE.merged(
     ATTENTION,
@@ -182,34 +174,6 @@ LFM2 = BASE.merged(
 )
 
 # --------------------------------------------------------------------------- Nemotron-H
-
-NEMOTRON_KINDS = ("linear_attention", "full_attention", "mlp", "moe")
-NEMOTRON_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
-
-
-def nemotron_kinds(data: Mapping[str, Any]) -> list[str]:
-    """Nemotron-H's per-layer kinds: ``layer_types`` or ``layers_block_type`` (legacy names mapped),
-    else the older ``hybrid_override_pattern`` string."""
-    types = next((data[k] for k in NEMOTRON_FIELDS["pattern"] if data.get(k)), None)
-    if types:
-        return [NEMOTRON_LEGACY.get(t, t) for t in types]
-    pattern = data.get("hybrid_override_pattern")
-    if pattern is None:
-        raise ValueError("nemotron_h config needs layers_block_type or hybrid_override_pattern")
-    return [NEMOTRON_PATTERN[ch] for ch in pattern]
-
-
-# Nemotron-H's fields spelt two ways, in the order the model reads them: transformers'
-# NemotronHConfig sets each from the first (an older mamba_* keyword, an attribute_map name) over
-# the second, its own
-NEMOTRON_FIELDS = {
-    "groups": ("mamba_n_groups", "n_groups"),
-    "conv_kernel": ("mamba_d_conv", "conv_kernel"),
-    "conv_bias": ("mamba_conv_bias", "use_conv_bias"),
-    "dt_min": ("mamba_dt_min", "time_step_min"),
-    "experts": ("num_local_experts", "n_routed_experts"),
-    "pattern": ("layer_types", "layers_block_type"),
-}
 
 _NEMOTRON_MOE = (
     "n_routed_experts",

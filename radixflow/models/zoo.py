@@ -118,18 +118,16 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         raise FileExistsError(
             f"{home} exists but the zoo did not build it (it holds no {RECORD}); remove it to rebuild"
         )
-    target = store.target(name, digest)
     build = _recording(_builder(name), version)  # resolved before anything is created: no debris
     entry = ZOO[name]
     try:
-        store.build(name, target, build, {"name": entry.name, "family": entry.family}, digest)
+        return store.build(name, build, {"name": entry.name, "family": entry.family}, digest)
     except CacheDirError as e:
         if not home.exists():
             raise
         # a model is there: say why the cache must be written all the same
         why = f"the {name} there was built from another preset or radixflow version, or is damaged"
         raise CacheDirError(f"{e} ({why}, and this one must be built)") from None
-    return target
 
 
 def _check_local(local: Path) -> None:

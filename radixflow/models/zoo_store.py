@@ -69,11 +69,14 @@ class BuildStore:
         builds = sorted(self._builds(name), key=_last_used)
         return _record(builds[-1]) if builds else {}
 
-    def build(self, name: str, target: Path, build: Build, record: dict[str, Any], digest: str) -> None:
-        """``target`` built under the cache lock, its record ``record`` with the build's provenance,
+    def build(self, name: str, build: Build, record: dict[str, Any], digest: str) -> Path:
+        """Where ``name`` with ``digest`` is built under the cache lock (`target`, chosen once the
+        lock is held: a build of another digest made there while this caller waited, another
+        version's starting at once, is kept), its record ``record`` with the build's provenance,
         ``digest`` and files, unless another caller built it while this one waited; then the builds
         of ``name`` long unused are removed."""
         with self._lock() as locked:
+            target = self.target(name, digest)
             if not built(target, digest):
                 why = damage(target, digest)
                 if why is not None:  # a cache rebuilt without a word looks like a slow start
@@ -84,6 +87,7 @@ class BuildStore:
                 self._in_cache(lambda: _build_into(tmp, target, build, record, digest))
             if locked:  # unlocked, a build unused this long may be one another caller just chose
                 self._prune(name, target)
+        return target
 
     # ----------------------------------------------------------------- places
     def _places(self, name: str, digest: str) -> tuple[Path, Path]:

@@ -131,10 +131,11 @@ MODELS_ALLOWED = {
         "presets",
     },
     "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
-    "zoo_store": set(),  # the zoo's builds on disk: directories and records, nothing of models
+    "zoo_record": set(),  # a build's record: its files' sizes and checksums, nothing of models
+    "zoo_store": {"zoo_record"},  # the zoo's builds on disk: directories and records, nothing of models
     "zoo_catalogue": {"registry", "io"},  # names and preset configs; family modules by name, lazily
     "zoo_info": {"layers", "registry", "zoo_catalogue"},
-    "zoo": {"layers", "registry", "io", "presets", "zoo_store", "zoo_catalogue"},
+    "zoo": {"layers", "registry", "io", "presets", "zoo_record", "zoo_store", "zoo_catalogue"},
 }
 
 

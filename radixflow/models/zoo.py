@@ -31,7 +31,8 @@ from radixflow.models.zoo_catalogue import (
     preset_config,
     zoo_entry,
 )
-from radixflow.models.zoo_store import RECORD, Build, BuildStore, CacheDirError
+from radixflow.models.zoo_record import RECORD
+from radixflow.models.zoo_store import Build, BuildStore, CacheDirError
 from radixflow.user_paths import resolved_path
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)

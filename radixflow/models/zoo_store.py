@@ -1,5 +1,5 @@
 """The zoo's builds on disk: a cache directory of model builds, each a directory with its record
-(`RECORD`: provenance, the digest of what built it, each file's size and CRC-32), written last.
+(`zoo_record`: provenance, the digest of what built it, each file's size and CRC-32), written last.
 
 Where a build of a name lives (``<root>/<name>``, or beside another digest's build there under a
 name keyed by its own digest), whether it is whole, building one under the cache lock into a
@@ -10,25 +10,32 @@ long unused. Knows nothing of models: a build is a function that writes files in
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
 import shutil
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from radixflow.files import fsync_path
+from radixflow.models.zoo_record import (
+    RECORD,
+    built,
+    damage,
+    last_used,
+    read_record,
+    record_problem,
+    stamp_used,
+    write_record,
+)
 
 T = TypeVar("T")
 Build = Callable[[Path], dict[str, Any]]  # writes a model into a directory, returns its provenance
 
-RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
 # a build of a name other than the one a caller uses, unused this long, is removed: the build of a
 # radixflow version (or a preset) no longer run; builds in use by versions sharing a cache stay
 UNUSED_BUILD_S = 7 * 24 * 3600
@@ -51,7 +58,7 @@ class BuildStore:
         of the name long unused removed if the cache lock is free; None when there is none."""
         found = next((place for place in self._places(name, digest) if built(place, digest)), None)
         if found is not None:
-            _used(found)
+            stamp_used(found)
             self._prune_unused(name, found)
         return found
 
@@ -61,13 +68,13 @@ class BuildStore:
         it is unknown: nothing to keep it for), else its keyed place beside the other build
         (`_places`)."""
         home, keyed = self._places(name, digest)
-        ours = _record(home).get("digest") == digest or record_problem(home) is not None
+        ours = read_record(home).get("digest") == digest or record_problem(home) is not None
         return home if not home.exists() or ours else keyed
 
     def last_record(self, name: str) -> dict[str, Any]:
         """The record of the build of ``name`` used last; empty when there is none."""
-        builds = sorted(self._builds(name), key=_last_used)
-        return _record(builds[-1]) if builds else {}
+        builds = sorted(self._builds(name), key=last_used)
+        return read_record(builds[-1]) if builds else {}
 
     def build(self, name: str, build: Build, record: dict[str, Any], digest: str) -> Path:
         """Where ``name`` with ``digest`` is built under the cache lock (`target`, chosen once the
@@ -106,7 +113,7 @@ class BuildStore:
     def _unused(self, name: str, keep: Path) -> list[Path]:
         """The builds of ``name`` but ``keep`` unused for `UNUSED_BUILD_S`: a version no longer run."""
         now = time.time()
-        return [b for b in self._builds(name) if b != keep and now - _last_used(b) > UNUSED_BUILD_S]
+        return [b for b in self._builds(name) if b != keep and now - last_used(b) > UNUSED_BUILD_S]
 
     def _prune(self, name: str, keep: Path) -> None:
         """Remove the builds of ``name`` but ``keep`` long unused; each is first renamed to a
@@ -174,115 +181,18 @@ class BuildStore:
             raise CacheDirError(cannot) from None
 
 
-def built(target: Path, digest: str) -> bool:
-    """Whether ``target`` is a whole zoo build whose record has ``digest``: every file the build
-    wrote is there at the size it wrote it (a cut copy, a file lost to a disk error is rebuilt)
-    and, where the record holds checksums (builds recorded before have none), with the CRC-32 it
-    had (a bit flipped in place). The files are read whole: docs/real-models.md says what that
-    costs."""
-    record = _record(target)
-    return record.get("digest") == digest and _flaw(target, record) is None
-
-
-def damage(target: Path, digest: str) -> str | None:
-    """Why the build at ``target`` is no whole build of ``digest``, in a few words: its record
-    cannot be read, or a file it lists is cut, missing or changed; None when nothing is there,
-    or it is whole, or another digest's."""
-    problem = record_problem(target)
-    if problem is not None:
-        return problem
-    record = _record(target)
-    return _flaw(target, record) if record.get("digest") == digest else None
-
-
-def record_problem(build: Path) -> str | None:
-    """Why ``build``'s record cannot be read: unreadable, not JSON, not a JSON object; None when
-    it reads, or there is none."""
-    path = build / RECORD
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:  # bad UTF-8 is a ValueError too
-        return f"its {RECORD} cannot be read ({getattr(e, 'strerror', None) or e})"
-    return None if isinstance(record, dict) else f"its {RECORD} holds no JSON object"
-
-
-def _flaw(target: Path, record: dict[str, Any]) -> str | None:
-    """What of ``target``'s files is not as its ``record`` says they were built; None: whole."""
-    files, sums = record.get("files"), record.get("crc32", {})
-    if not isinstance(files, dict) or not files:
-        return f"its {RECORD} lists no files"
-    for file, size in files.items():
-        if _size(target / file) != size:
-            return f"{file} is missing or not the {size} bytes it was built with"
-    if not isinstance(sums, dict):
-        return f"its {RECORD} holds no checksums it can read"
-    changed = next((file for file, crc in sums.items() if crc32(target / file) != crc), None)
-    return None if changed is None else f"{changed} changed since it was built (its CRC-32 differs)"
-
-
-def crc32(path: Path) -> int | None:
-    """CRC-32 of ``path``'s bytes (None: unreadable); a few MiB held at a time. Not a defence
-    against tampering, only against accidents: it catches every single-bit flip and burst error
-    up to 32 bits, at about twice SHA-256's speed."""
-    crc = 0
-    try:
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 22):
-                crc = zlib.crc32(chunk, crc)
-    except OSError:
-        return None
-    return crc
-
-
 def _build_into(tmp: Path, target: Path, build: Build, record: dict[str, Any], digest: str) -> None:
     """``build`` run in ``tmp``, its record (``record``, the provenance, ``digest``, the files'
     sizes and CRC-32s) written last, and ``tmp`` renamed to ``target``; ``tmp`` is removed whatever
     happens."""
     try:
-        provenance = build(tmp)
-        made = sorted(tmp.iterdir())
-        files, sums = {f.name: f.stat().st_size for f in made}, {f.name: crc32(f) for f in made}
-        whole = {**record, **provenance, "digest": digest, "files": files, "crc32": sums}
-        (tmp / RECORD).write_text(json.dumps(whole, indent=2))
+        write_record(tmp, {**record, **build(tmp), "digest": digest})
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
         _sync(tmp)
         _install(tmp, target)
         fsync_path(target.parent)  # the rename itself
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _record(build: Path) -> dict[str, Any]:
-    """``build``'s record; empty when there is none, or it is unreadable or no JSON object."""
-    try:
-        record = json.loads((build / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _last_used(build: Path) -> float:
-    """When ``build`` was last reused or made: its record's mtime (`_used`); a record gone since
-    it was listed counts as in use (never pruned for it)."""
-    try:
-        return (build / RECORD).stat().st_mtime
-    except OSError:
-        return float("inf")
-
-
-def _used(build: Path) -> None:
-    """Stamp ``build`` as used now (its record's mtime); a cache it cannot write keeps its stamp."""
-    with contextlib.suppress(OSError):
-        os.utime(build / RECORD)
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
 
 
 def _install(tmp: Path, target: Path) -> None:

@@ -1564,7 +1564,7 @@ def test_a_torch_cell_runs_again_when_its_zoo_model_built_beside_another_version
 
     from radixflow.costmodel.hardware.profiles import HARDWARE
     from radixflow.models.zoo import default_cache_dir, ensure_model
-    from radixflow.models.zoo_store import RECORD
+    from radixflow.models.zoo_record import RECORD
     from radixflow.runners.profile_store import StoreKey, model_identity, save_stored
 
     built = ensure_model("lfm2-tiny")  # once, where the other tests find it

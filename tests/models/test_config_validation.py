@@ -203,6 +203,22 @@ SPECIFIC = [
     ("falcon_h1-tiny", {"ssm_multipliers": [1.0] * 4}, "ssm_multipliers", "must have 5 entries"),
     ("falcon_h1-tiny", {"time_step_limit": [0.0, -1.0]}, "time_step_limit", "entry 1"),
     ("falcon_h1-tiny", {"mamba_d_head": "big"}, "mamba_d_head", 'or one of "auto", got "big"'),
+    # heads that do not fill the SSM's inner size: the model could not be built (transformers
+    # refuses them too), said without a value
+    ("falcon_h1-tiny", {"mamba_d_head": 12}, "mamba_d_head", "12 x mamba_n_heads (8) is 96, not"),
+    (
+        "falcon_h1-tiny",
+        {"mamba_n_heads": 6, "mamba_d_head": "auto"},
+        "mamba_n_heads",
+        "mamba_d_ssm (128), got 6",
+    ),
+    # left out, the inner size is FalconH1Config's 1024
+    (
+        "falcon_h1-tiny",
+        {"mamba_d_ssm": None, "mamba_n_heads": 3, "mamba_n_groups": 1, "mamba_d_head": "auto"},
+        "mamba_n_heads",
+        "mamba_d_ssm (1024), got 3",
+    ),
     (
         "llama-tiny",
         {"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
@@ -318,3 +334,12 @@ def test_a_config_of_required_fields_builds_the_sizes_transformers_builds(tmp_pa
         return sum(t.numel() for t in model.state_dict().values())
 
     assert size(ours) == size(ref)
+
+
+def test_a_null_falcon_ssm_size_is_its_expansion_of_the_hidden_size(tmp_path) -> None:
+    """FalconH1Config reads a null mamba_d_ssm as mamba_expand x hidden_size; heads that do not
+    fill that are named with it."""
+    config = {**preset_config("falcon_h1-tiny"), "mamba_d_ssm": None, "mamba_expand": 3}
+    assert read_config(write(tmp_path, {**config, "mamba_d_head": "auto"})).mamba_expand == 3
+    error = refused(tmp_path, {**config, "mamba_n_heads": 5, "mamba_n_groups": 1, "mamba_d_head": "auto"})
+    assert error.problem.param == "mamba_n_heads" and "mamba_expand x hidden_size (192), got 5" in str(error)

@@ -18,6 +18,7 @@ from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
 from radixflow.models.families.llama import build_rotary
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
+from radixflow.models.families.schema_parts import falcon_ssm
 from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, attention_heads, lm_head, run_layers
 from radixflow.models.mixers.mamba2 import Mamba2Mixer, Mamba2Spec, as_float
 from radixflow.models.presets.falcon_h1 import PRESETS
@@ -34,12 +35,8 @@ class FalconRMSNorm(RMSNorm):
 
 def falcon_mamba_spec(config: Config) -> Mamba2Spec:
     hidden = config.hidden_size
-    inner = config.get("mamba_d_ssm") or int(config.get("mamba_expand", 2) * hidden)
-    heads = config.get("mamba_n_heads", 128)
-    head_dim = config.get("mamba_d_head", "auto")
-    if head_dim == "auto":
-        head_dim = inner // heads
-    if heads * head_dim != inner:
+    inner, heads, head_dim = falcon_ssm(config.to_dict())
+    if heads * head_dim != inner:  # a Config not read by the loader (`schemas.FALCON_H1` checks it)
         raise ValueError("falcon_h1: mamba_n_heads * mamba_d_head must equal the SSM inner size")
     limit = config.get("time_step_limit") or (0.0, float("inf"))
     groups = config.get("mamba_n_groups", 1)

@@ -1,13 +1,16 @@
 """The parts of config.json the families' schemas share: every model's sizes (`BASE`), an attention
 layer's heads (`ATTENTION`), a rotary embedding's settings (`PARTIAL_ROPE`, `PLAIN_ROPE`,
 `SCALED_ROPE`, each checked to fit the heads by `EvenRotary`), a Gated DeltaNet's heads
-(`DELTANET`), and the value types several families read (activations, epsilons, multipliers, conv
-kernels). Each family's own fields and relations, and its schema, are in `schemas.py`.
+(`DELTANET`), Falcon-H1's SSM sizes (`falcon_ssm`, their check `FalconSsmHeads`), and the value
+types several families read (activations, epsilons, multipliers, conv kernels). Each family's own
+fields and relations, and its schema, are in `schemas.py`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from radixflow.models.config_rules import AtMost, Divides, Equals, RequiredWhen
 from radixflow.models.config_schema import (
@@ -147,6 +150,38 @@ SCALED_ROPE = _rope(
     ),
     legacy=True,
 )
+
+# --------------------------------------------------------------------------- Falcon-H1's SSM
+
+
+def falcon_ssm(data: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Falcon-H1's SSM (inner size, heads, head size) as transformers' FalconH1Config reads them:
+    ``mamba_d_ssm`` (null: ``mamba_expand`` x hidden), ``mamba_n_heads`` heads of
+    ``mamba_d_head`` dims ("auto": inner // heads). Read by the model and its schema alike."""
+    inner = data.get("mamba_d_ssm") or int((data.get("mamba_expand") or 2) * data["hidden_size"])
+    heads = data.get("mamba_n_heads") or 128
+    head_dim = data.get("mamba_d_head") or "auto"
+    return inner, heads, inner // heads if head_dim == "auto" else head_dim
+
+
+@dataclass(frozen=True)
+class FalconSsmHeads:
+    """Falcon-H1's SSM heads fill its inner size exactly (`falcon_ssm`), as FalconH1Config checks:
+    otherwise the model could not be built, and the error named no value."""
+
+    def check(self, config: Resolved) -> Problem | None:
+        inner, heads, head_dim = falcon_ssm(config.data)
+        if heads * head_dim == inner:
+            return None
+        given = config.get("mamba_d_ssm") is not None
+        size = f"mamba_d_ssm ({inner})" if given else f"mamba_expand x hidden_size ({inner})"
+        if config.get("mamba_d_head") not in (None, "auto"):
+            why = (
+                f"{head_dim} x mamba_n_heads ({heads}) is {heads * head_dim}, not the SSM's inner size {size}"
+            )
+            return Problem(config.key("mamba_d_head"), why)
+        return Problem(config.key("mamba_n_heads"), f"must divide the SSM's inner size {size}, got {heads}")
+
 
 # `mixers.gated_deltanet.GatedDeltaNet`: each key head serves a group of value heads.
 DELTANET = Schema(

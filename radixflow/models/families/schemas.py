@@ -44,6 +44,7 @@ from radixflow.models.families.schema_parts import (
     PLAIN_ROPE,
     POSITIVE,
     SCALED_ROPE,
+    FalconSsmHeads,
 )
 from radixflow.models.presets.nemotron_h import NEMOTRON_PATTERN  # the pattern string's codes
 
@@ -275,6 +276,6 @@ FALCON_H1 = BASE.merged(
             ConfigField("mamba_d_conv", CONV_KERNEL),
             ConfigField("time_step_limit", ListOf(Float(low=0.0, finite=False), length=2)),
         ),
-        rules=(Divides("mamba_n_groups", "mamba_n_heads"),),
+        rules=(FalconSsmHeads(), Divides("mamba_n_groups", "mamba_n_heads")),
     ),
 )

@@ -52,7 +52,10 @@ def model_info(name: str) -> ModelInfo:
     recurrent_kind = FAMILY_SOURCES[entry.family][2] or "recurrent"
     kv, state = set(model.kv_layout()), set(model.state_layout())
     n_layers = max([int(config.get("num_hidden_layers", 0)), *(i + 1 for i in kv | state)])
-    layers = tuple(_layer_kind(i in kv, i in state, recurrent_kind) for i in range(n_layers))
+    feed_forward = _feed_forward_kinds(config, n_layers)
+    layers = tuple(
+        _layer_kind(i in kv, i in state, recurrent_kind, feed_forward[i]) for i in range(n_layers)
+    )
     counts: dict[str, int] = {}
     for kind in layers:
         counts[kind] = counts.get(kind, 0) + 1
@@ -67,12 +70,22 @@ def model_info(name: str) -> ModelInfo:
     )
 
 
-def _layer_kind(attention: bool, recurrent: bool, recurrent_kind: str) -> str:
+def _feed_forward_kinds(config: dict[str, Any], n_layers: int) -> list[str]:
+    """What each layer is where it is neither attention nor recurrent, by the family's own reading
+    of its pattern: "moe" for a routed MoE layer (Nemotron-H's "E"), else "mlp"."""
+    from radixflow.models.registry import model_class
+
+    read = model_class(config["model_type"]).config_schema.layer_kinds
+    kinds = read(config) if read is not None else []
+    return [kind if kind == "moe" else "mlp" for kind in kinds[:n_layers]] + ["mlp"] * (n_layers - len(kinds))
+
+
+def _layer_kind(attention: bool, recurrent: bool, recurrent_kind: str, feed_forward: str) -> str:
     if attention and recurrent:
         return f"attention+{recurrent_kind}"  # parallel heads in one layer (Falcon-H1)
     if attention:
         return "attention"
-    return recurrent_kind if recurrent else "mlp"
+    return recurrent_kind if recurrent else feed_forward
 
 
 def list_models(include_unavailable: bool = False) -> list[ModelInfo]:

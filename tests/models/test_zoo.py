@@ -33,8 +33,15 @@ def test_list_models():
     assert llama.layer_kinds == "attention:2" and llama.params > 0
     assert 40e6 <= infos["llama-small"].params <= 70e6
     for info in infos.values():
-        assert info.hybrid == any(k != "attention" and k != "mlp" for k in info.layers)
+        assert info.hybrid == any(k not in ("attention", "mlp", "moe") for k in info.layers)
         print(f"{info.name:18s} {info.model_type:13s} {info.params / 1e6:7.2f}M  {info.layer_kinds}")
+
+
+def test_models_names_a_moe_layer_as_built_not_as_an_mlp():
+    # nemotron_h-tiny is "M-*ME*M": its "E" layer was listed as a second MLP
+    info = zoo_info.model_info("nemotron_h-tiny")
+    assert info.layers == ("mamba2", "mlp", "attention", "mamba2", "moe", "attention", "mamba2")
+    assert info.layer_kinds == "mamba2:3 mlp:1 attention:2 moe:1"
 
 
 def test_ensure_model_builds_once(tmp_path, monkeypatch):

@@ -46,8 +46,7 @@ def model_info(name: str) -> ModelInfo:
     """Size and layer structure of a zoo model (builds it on the meta device, no weights)."""
     entry = zoo_entry(name)
     config = preset_config(name)
-    if entry.size != "gguf":
-        family_module(entry.family)  # a family whose model code cannot load is not listed
+    family_module(entry.family)  # a family whose model code cannot load is not listed (smollm2's too)
     model = _model_on_meta(config)
     recurrent_kind = FAMILY_SOURCES[entry.family][2] or "recurrent"
     kv, state = set(model.kv_layout()), set(model.state_layout())

@@ -99,6 +99,22 @@ def test_missing_family_module_is_clear(tmp_path, monkeypatch):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_broken_llama_family_makes_smollm2_unavailable_too(monkeypatch):
+    # smollm2-135m is a Llama: with the family's module broken, `radixflow models` failed with
+    # the import's traceback instead of listing the other families
+    from radixflow.models import registry
+
+    config = zoo_catalogue.preset_config("llama-tiny")  # read from the GGUF, where it is installed
+    monkeypatch.setattr(zoo_catalogue, "_smollm2_config", lambda: config)
+    broken = "radixflow.models.not_written_yet"
+    monkeypatch.setitem(zoo_catalogue.FAMILY_SOURCES, "llama", (broken, "PRESETS_LLAMA", None))
+    monkeypatch.setitem(registry.FAMILIES, "llama", f"{broken}:LlamaForCausalLM")
+    with pytest.raises(zoo_catalogue.ModelUnavailableError, match="not_written_yet"):
+        zoo_info.model_info("smollm2-135m")
+    listed = {i.name for i in zoo_info.list_models()}
+    assert "smollm2-135m" not in listed and "qwen3_5-tiny" in listed
+
+
 def test_a_cache_directory_that_is_a_file_is_one_line_naming_it_and_its_source(tmp_path, monkeypatch):
     file = tmp_path / "not-a-dir"
     file.write_text("x")

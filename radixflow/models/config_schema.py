@@ -68,8 +68,8 @@ class Int:
     high: int | None = None
 
     def describe(self) -> str:
-        if self.low == 1 and self.high is None:
-            return "a positive integer"
+        if self.low == 1:
+            return "a positive integer" + (f" <= {self.high}" if self.high is not None else "")
         return f"an integer {_range(self.low, self.high, None)}".rstrip()
 
     def problems(self, value: object) -> list[Problem]:

@@ -96,6 +96,13 @@ CASES: dict[str, tuple[Change, tuple[str, ...], str]] = {
         "must be a positive integer, got -1",
     ),
     "eos-past-vocab": (eos_past_vocab, ("eos_token_id",), "must be below vocab_size"),
+    # a garbled count: the model was built a layer at a time (7 ms each on the meta device) for
+    # days, where the sim refuses it at once (costmodel.shape.limits.MAX_LAYERS)
+    "layers-past-any-model": (
+        setting("num_hidden_layers", 10**9),
+        ("num_hidden_layers",),
+        "must be a positive integer <= 65536, got 1000000000",
+    ),
 }
 PATTERN_CASES = {"short-pattern", "unknown-layer-kind"}
 

@@ -36,6 +36,9 @@ MULTIPLIER = Float()  # a muP scale: any finite number
 POSITIVE = Float(above=0.0)
 # A conv window of kernel - 1 values is a recurrent layer's state, so a kernel has at least 2 taps.
 CONV_KERNEL = Int(2)
+# A layer count no model has (the largest public ones have ~100): refused at once, where building it
+# a layer at a time took days; the sim's own limit (`costmodel.shape.limits.MAX_LAYERS`)
+LAYERS = Int(1, high=1 << 16)
 
 # --------------------------------------------------------------------------- shared parts
 

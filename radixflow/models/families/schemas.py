@@ -39,6 +39,7 @@ from radixflow.models.families.schema_parts import (
     CONV_KERNEL,
     DELTANET,
     EPS,
+    LAYERS,
     MULTIPLIER,
     PARTIAL_ROPE,
     PLAIN_ROPE,
@@ -77,7 +78,7 @@ FULL_ATTENTION = BASE.merged(
     SCALED_ROPE,
     Schema(
         (
-            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("num_hidden_layers", LAYERS, required=True),
             ConfigField("layer_types", ListOf(Str(("full_attention",)))),
             ConfigField(
                 "use_sliding_window", Bool(only=False, why="sliding-window attention is not supported")
@@ -107,7 +108,7 @@ QWEN3_5 = BASE.merged(
     DELTANET,
     Schema(
         (
-            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("num_hidden_layers", LAYERS, required=True),
             ConfigField("layer_types", ListOf(Str(HYBRID_KINDS))),
             ConfigField("full_attention_interval", Int(1)),
             ConfigField("intermediate_size", Int(1), required=True),
@@ -153,7 +154,7 @@ LFM2 = BASE.merged(
     PLAIN_ROPE,
     Schema(
         (
-            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("num_hidden_layers", LAYERS, required=True),
             ConfigField("layer_types", ListOf(Str(LFM2_KINDS))),
             ConfigField("full_attn_idxs", ListOf(Int(0))),
             ConfigField("intermediate_size", Int(1), required=True, aliases=("block_ff_dim",)),
@@ -188,7 +189,7 @@ NEMOTRON_H = BASE.merged(
     ATTENTION,
     Schema(
         (
-            ConfigField("num_hidden_layers", Int(1)),
+            ConfigField("num_hidden_layers", LAYERS),
             ConfigField(
                 "layers_block_type",
                 ListOf(Str((*NEMOTRON_KINDS, *NEMOTRON_LEGACY)), min_length=1),
@@ -259,7 +260,7 @@ FALCON_H1 = BASE.merged(
     SCALED_ROPE,
     Schema(
         (
-            ConfigField("num_hidden_layers", Int(1), required=True),
+            ConfigField("num_hidden_layers", LAYERS, required=True),
             ConfigField("intermediate_size", Int(1), required=True),
             ConfigField("hidden_act", ACTIVATION),
             ConfigField("rms_norm_eps", EPS),

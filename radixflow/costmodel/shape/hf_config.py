@@ -58,7 +58,15 @@ def language_config(cfg: Config) -> Config:
 DEFAULTS: dict[str, Config] = {
     "qwen3": {"num_key_value_heads": 32, "head_dim": 128},
     "qwen3_5_text": {"num_key_value_heads": 4, "head_dim": 256},
-    "qwen3_next": {"num_key_value_heads": 2, "head_dim": 256},
+    "qwen3_next": {
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        # its MoE: no num_experts is 512 experts on every layer, never dense
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+    },
     "lfm2": {"num_key_value_heads": 8},
     "nemotron_h": {"num_key_value_heads": 8, "head_dim": 128},
     "falcon_h1": {"num_key_value_heads": 8, "mamba_d_ssm": 1024},  # a null mamba_d_ssm: expand x hidden

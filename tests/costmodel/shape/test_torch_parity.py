@@ -174,6 +174,14 @@ def test_a_null_in_a_config_is_read_as_the_torch_familys_default(config):
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
 
 
+def test_a_qwen3_next_config_leaving_out_its_moe_is_read_with_transformers_512_experts():
+    """Qwen3NextConfig's MoE where config.json names none (every layer, 512 experts of 512, top
+    10), as the torch loader fills it in: the shape read it as dense."""
+    moe = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
+    config = variant("qwen3_next-tiny", drop=moe)
+    assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
 def test_a_dense_qwen3_5_config_with_qwen3_next_moe_fields_is_dense_as_the_torch_family_builds_it():
     moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
     config = variant("qwen3_5-tiny", shared_expert_intermediate_size=32, **moe)

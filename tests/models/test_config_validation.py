@@ -189,6 +189,7 @@ SPECIFIC = [
     # left out, transformers' 10 (which 4 experts cannot route to)
     ("qwen3_next-tiny", {"num_experts_per_tok": None}, "num_experts_per_tok", "num_experts (4), got 10"),
     ("qwen3_next-tiny", {"mlp_only_layers": [4]}, "mlp_only_layers", "entry 4 must be below"),
+    ("qwen3_next-tiny", {"num_experts": 10**9}, "num_experts", "<= 65536, got 1000000000"),
     ("lfm2-tiny", {"full_attn_idxs": [1, 9]}, "full_attn_idxs", "entry 9 must be below num_hidden_layers"),
     ("lfm2-tiny", {"conv_L_cache": 1}, "conv_L_cache", "must be an integer >= 2, got 1"),
     ("nemotron_h-tiny", {"layers_block_type": None}, "layers_block_type", "hybrid_override_pattern"),
@@ -205,6 +206,8 @@ SPECIFIC = [
         "at least 1",
     ),
     ("nemotron_h-tiny", {"n_routed_experts": None}, "n_routed_experts", "needed for the 'moe' layers"),
+    # built one module per expert: a garbled count was built for days
+    ("nemotron_h-tiny", {"n_routed_experts": 10**9}, "n_routed_experts", "<= 65536, got 1000000000"),
     ("nemotron_h-tiny", {"topk_group": 3}, "topk_group", "at most n_group (2)"),
     ("nemotron_h-tiny", {"n_groups": 3}, "n_groups", "must divide mamba_num_heads (8)"),
     ("falcon_h1-tiny", {"ssm_multipliers": [1.0] * 4}, "ssm_multipliers", "must have 5 entries"),

@@ -39,6 +39,9 @@ CONV_KERNEL = Int(2)
 # A layer count no model has (the largest public ones have ~100): refused at once, where building it
 # a layer at a time took days; the sim's own limit (`costmodel.shape.limits.MAX_LAYERS`)
 LAYERS = Int(1, high=1 << 16)
+# Likewise an MoE's routed experts (the largest have 512): Nemotron-H builds a module for each
+MAX_EXPERTS = 1 << 16
+EXPERTS = Int(1, high=MAX_EXPERTS)
 
 # --------------------------------------------------------------------------- shared parts
 

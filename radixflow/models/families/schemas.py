@@ -39,7 +39,9 @@ from radixflow.models.families.schema_parts import (
     CONV_KERNEL,
     DELTANET,
     EPS,
+    EXPERTS,
     LAYERS,
+    MAX_EXPERTS,
     MULTIPLIER,
     PARTIAL_ROPE,
     PLAIN_ROPE,
@@ -132,7 +134,7 @@ _NEXT_MOE = ("num_experts_per_tok", "moe_intermediate_size", "shared_expert_inte
 QWEN3_NEXT = QWEN3_5.merged(
     Schema(
         (
-            ConfigField("num_experts", Int(0)),  # 0 (given): every layer dense
+            ConfigField("num_experts", Int(0, high=MAX_EXPERTS)),  # 0 (given): every layer dense
             *(ConfigField(name, Int(1)) for name in _NEXT_MOE),
             ConfigField("decoder_sparse_step", Int(1)),
             ConfigField("mlp_only_layers", ListOf(Int(0))),
@@ -211,7 +213,7 @@ NEMOTRON_H = BASE.merged(
             ConfigField("use_bias", Bool()),
             ConfigField("mamba_hidden_act", ACTIVATION),
             ConfigField("time_step_min", Float(low=0.0), read_first=NEMOTRON_FIELDS["dt_min"][:1]),
-            ConfigField("n_routed_experts", Int(1), read_first=NEMOTRON_FIELDS["experts"][:1]),
+            ConfigField("n_routed_experts", EXPERTS, read_first=NEMOTRON_FIELDS["experts"][:1]),
             *(ConfigField(name, Int(1)) for name in _NEMOTRON_MOE[1:]),
             ConfigField("moe_latent_size", Int(1)),
             ConfigField("n_group", Int(1)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,6 +80,9 @@ def number_problem(param: str, value: object, integer: bool = False) -> Problem 
         return Problem(param, f"{NOT_AN_INTEGER if integer else NOT_A_NUMBER}, got {value!r}")
     if integer and not isinstance(value, int):
         return Problem(param, f"{NOT_AN_INTEGER}, got {value!r}")
+    if isinstance(value, int):  # finite however long; math.isfinite would overflow past a float
+        too_large = not integer and abs(value) > sys.float_info.max  # float(value) cannot hold it
+        return Problem(param, f"{NOT_FINITE}, got {value!r}") if too_large else None
     if not math.isfinite(value):
         return Problem(param, f"{NOT_FINITE}, got {value!r}")
     return None

@@ -28,3 +28,18 @@ def test_another_parameter_a_message_names_is_spelled_as_the_door_spells_its_own
     item = problem.of_item("prompt 1", flag)
     assert item == "prompt 1: --min-tokens: must be at most --max-tokens (2), got 5"
     assert problem.within("groups").render() == "groups.min_tokens: must be at most max_tokens (2), got 5"
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_an_int_too_large_for_a_float_is_a_problem_not_an_overflow(integer):
+    # math.isfinite(10**400) raised OverflowError: `LLM(kv_blocks=10**400)`, a TOML `kv_blocks`
+    # of 400 digits, `bench --kv-blocks 999...9` and a request's `"seed": 1e400` as digits were
+    # tracebacks, not one line
+    from radixflow.problems import number_problem
+
+    huge = 10**400
+    problem = number_problem("x", huge, integer)
+    if integer:  # an integer is finite however long: its range check says what is wrong with it
+        assert problem is None
+    else:  # a float field cannot hold it, as the command line's float("1e400") cannot
+        assert problem is not None and problem.message.startswith("must be a finite number, got 1000")

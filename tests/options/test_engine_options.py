@@ -182,3 +182,41 @@ def test_a_trace_out_that_is_a_symlink_loop_is_a_problem_not_a_traceback(tmp_pat
     problem = EngineOptions(trace_out=str(tmp_path / "a")).validate()
     assert problem is not None and problem.param == "trace_out", problem
     assert problem.message == f"cannot write {tmp_path / 'a'}: {os.strerror(errno.ELOOP)}"
+
+
+def _three_doors(name: str, value: int, capsys: pytest.CaptureFixture[str], tmp_path) -> dict[str, str]:
+    """What `LLM(...)`'s mapping, `radixflow bench`'s flag and an experiment cell's key say of one
+    bad value of option ``name``, each without its own spelling of the option."""
+    from radixflow.cli import main
+    from radixflow.experiments.config_parse import parse_config
+    from radixflow.problems import flag
+
+    with pytest.raises(ProblemError) as info:
+        EngineOptions.from_mapping({name: value})
+    said = {"LLM": str(info.value).removeprefix(f"{name}: ")}
+    assert main(["bench", f"{flag(name)}={value}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    said["cli"] = line.removeprefix(f"radixflow: error: {flag(name)}: ")
+    cell = {"runner": "sim", "model": "qwen3_5-2b"}
+    # a cell's seed is one of the experiment's `seeds`; every other option is a cell's key
+    key, config = (f"defaults.{name}", {"defaults": {**cell, name: value}})
+    if name == "seed":
+        key, config = ("seeds", {"seeds": [value], "defaults": cell})
+    with pytest.raises(ValueError) as toml:
+        parse_config({"name": "t", **config}, "t.toml", tmp_path)
+    said["toml"] = str(toml.value).removeprefix(f"t.toml: {key}: ")
+    return said
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("kv_blocks", f"must be at most {MAX_KV_BLOCKS}"),
+        ("seed", "must fit in 64 bits (-9223372036854775808 to 18446744073709551615)"),
+        ("tflops", "must be a finite number"),  # the command line's float("9" * 400) is inf
+    ],
+)
+def test_a_value_too_large_for_a_float_is_one_line_at_every_door(name, words, capsys, tmp_path):
+    # math.isfinite overflowed on an int of 400 digits: a traceback at all three doors
+    said = _three_doors(name, int("9" * 400), capsys, tmp_path)
+    assert {text.rpartition(", got ")[0] for text in said.values()} == {words}, said

@@ -112,12 +112,17 @@ class TorchRunner:
     def _pools(self, num_blocks: int, num_slots: int) -> tuple[KVPool, StatePool]:
         """The KV blocks and recurrent-state slots of the loaded model."""
         hidden = int(self.net.config.hidden_size)
-        kv = KVPool(
-            self.net.kv_layout(), num_blocks, self.block_size, self.dtype, self.device, hidden_size=hidden
-        )
-        # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
-        # every earlier token (a bfloat16 state would round the whole history each step)
-        return kv, StatePool(self.net.state_layout(), num_slots, torch.float32, self.device)
+        try:
+            kv = KVPool(
+                self.net.kv_layout(), num_blocks, self.block_size, self.dtype, self.device, hidden_size=hidden
+            )
+            # recurrent state stays float32 whatever the weights' dtype: it is small, and it carries
+            # every earlier token (a bfloat16 state would round the whole history each step)
+            return kv, StatePool(self.net.state_layout(), num_slots, torch.float32, self.device)
+        except torch.OutOfMemoryError as e:
+            # a GPU's (a RuntimeError): its memory is not weighed up front as a CPU's is, so this
+            # is where the engine's build learns the pools are too large ("lower kv_blocks")
+            raise MemoryError(str(e)) from None
 
     def _model_info(self, name: str, eos: tuple[int, ...]) -> ModelInfo:
         """What the engine knows of the loaded model, its pools made."""

@@ -225,3 +225,19 @@ def test_a_trace_out_in_the_models_directory_is_refused_and_the_model_kept(zoo, 
     why = f"inside the model's directory {ck}: write the trace elsewhere"
     assert str(info.value) == f"trace_out: {ck / name}: {why}"
     assert {p.name: p.read_bytes() for p in ck.iterdir()} == before
+
+
+def test_a_gpu_out_of_memory_building_the_pools_is_one_line_naming_kv_blocks(zoo, monkeypatch):
+    """A GPU's memory is not read before the pools are allocated (`pools_problem` reads a CPU's):
+    torch's OutOfMemoryError (a RuntimeError, not a MemoryError) was a traceback at every door."""
+    import torch
+
+    import radixflow.runners.torch_runner as torch_runner
+
+    def no_room(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(torch_runner, "KVPool", no_room)
+    with pytest.raises(ProblemError) as refused:
+        plan_engine(EngineOptions(model="qwen3_5-tiny", kv_blocks=4096)).build()
+    assert refused.value.problem.param == "kv_blocks" and "lower kv_blocks" in str(refused.value)

@@ -22,6 +22,7 @@ from radixflow.engine.trace_file import CLOCKS, TraceFile
 from radixflow.options.budget import budget_caps, working_set_problem
 from radixflow.options.choice import RunnerChoice
 from radixflow.options.engine_options import EngineOptions
+from radixflow.options.machine import no_memory
 from radixflow.options.runners import choose_runner, name_problem
 from radixflow.options.sizes import parse_size
 from radixflow.problems import Problem, ProblemError
@@ -148,9 +149,8 @@ class EnginePlan:
         try:
             runner = self.choice.build(scheduler)
         except MemoryError:
-            raise ProblemError(
-                Problem("kv_blocks", "out of memory building the runner: lower kv_blocks or state_slots")
-            ) from None
+            budgeted = scheduler.cache_memory is not None
+            raise ProblemError(no_memory("out of memory building the runner", budgeted)) from None
         return EngineSetup(self.options, self.choice, scheduler, runner, self._open_trace(runner))
 
     def _trace_problem(self) -> Problem | None:

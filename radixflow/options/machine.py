@@ -86,14 +86,17 @@ def pools_problem(need: int | None, device: str, what: str, budgeted: bool = Fal
     have = available_memory() if device.split(":")[0] == "cpu" else None  # "cpu:0" is the CPU too
     if need is None or have is None or need <= MEMORY_SHARE * have:
         return None
-    lower = "kv_blocks, block_size or state_slots"
+    why = f"the torch runner's cache needs {need / 1e9:.1f} GB ({what}) but {have / 1e9:.1f} GB of memory"
+    why += " is available"
+    return no_memory(why, budgeted, "kv_blocks, block_size or state_slots")
+
+
+def no_memory(why: str, budgeted: bool, lower: str = "kv_blocks or state_slots") -> Problem:
+    """The pools do not fit (``why``): lower ``lower``, or, where they are a ``cache_memory``
+    budget's caps (``budgeted``), the budget, which is then the option at fault."""
     if budgeted:
-        lower = "cache_memory, or cap kv_blocks and state_slots"
-    return Problem(
-        "cache_memory" if budgeted else "kv_blocks",
-        f"the torch runner's cache needs {need / 1e9:.1f} GB ({what}) but {have / 1e9:.1f} GB of memory "
-        f"is available: lower {lower}",
-    )
+        return Problem("cache_memory", f"{why}: lower cache_memory, or cap kv_blocks and state_slots")
+    return Problem("kv_blocks", f"{why}: lower {lower}")
 
 
 def output_problem(name: str, value: str | None) -> Problem | None:

@@ -241,3 +241,17 @@ def test_a_gpu_out_of_memory_building_the_pools_is_one_line_naming_kv_blocks(zoo
     with pytest.raises(ProblemError) as refused:
         plan_engine(EngineOptions(model="qwen3_5-tiny", kv_blocks=4096)).build()
     assert refused.value.problem.param == "kv_blocks" and "lower kv_blocks" in str(refused.value)
+
+
+def test_no_memory_for_pools_sized_by_a_budget_names_the_budget(zoo, monkeypatch):
+    """With ``cache_memory`` the pools are the budget's caps: "lower kv_blocks or state_slots" named
+    two options the user never gave, where the check before allocation names the budget."""
+
+    def no_room(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", no_room)
+    with pytest.raises(ProblemError) as refused:
+        plan_engine(EngineOptions(model="nemotron_h-tiny", cache_memory="256MiB")).build()
+    assert refused.value.problem.param == "cache_memory", refused.value
+    assert "lower cache_memory, or cap kv_blocks and state_slots" in str(refused.value)

@@ -192,7 +192,7 @@ def serve_until_stopped(server: Stoppable, sock: socket.socket) -> int:
 
 def run_fleet(args: argparse.Namespace, console: Console) -> int:
     """Replicas on Ray Serve, each with one torch thread per CPU it is given (one by default)."""
-    options = from_args(args)
+    options = from_args(args, local=args.ray_address is None)  # a cluster's replicas: its nodes' CPUs
     _refuse_fleet(args, options)
     from radixflow.cluster.fleet_metrics import FleetFigures
     from radixflow.cluster.launch import (

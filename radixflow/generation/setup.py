@@ -63,9 +63,10 @@ def sim_runner_problem(options: EngineOptions, label: str) -> Problem:
 def weights_problem(options: EngineOptions, local: bool = True) -> Problem | None:
     """What `load_model` would refuse that shows without building or reading a model (bad options,
     a model the runner has not, a directory without config.json, the sim runner, the torch runner's
-    refusals of its dtype, matmul plan and kernels; ``local``: a device this machine lacks): a
-    fleet's ingress checks this before its replicas load the model."""
-    problem = options.validate() or name_problem(options)
+    refusals of its dtype, matmul plan and kernels; ``local``: a device this machine lacks, threads
+    or cache bookkeeping past its CPUs or memory): a fleet's ingress checks this before its
+    replicas load the model."""
+    problem = options.validate(local) or name_problem(options)
     if problem is None and options.model is None:
         return NO_MODEL
     if problem is None and runner_name(options) == "sim":

@@ -53,38 +53,41 @@ class EngineOptions(SimOptions, SchedulerOptions, ModelOptions):
                 object.__setattr__(self, name, expand_home(value))
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> EngineOptions:
+    def from_mapping(cls, data: Mapping[str, Any], *, local: bool = True, **overrides: Any) -> EngineOptions:
         """Options from a mapping (a TOML cell, `LLM(**kwargs)`): keys are field names, values must
         have the field's type (an int field given 4.5, "4" or True is refused, not cast).
 
-        Raises `ProblemError` naming the first bad key; the result is validated.
+        Raises `ProblemError` naming the first bad key; the result is validated (``local``: see
+        `validate`).
         """
         options = checked(cls, {**data, **overrides})
-        options.check()
+        options.check(local)
         return options
 
     def replace(self, **changes: Any) -> EngineOptions:
         return dataclasses.replace(self, **changes)
 
     # ------------------------------------------------------------------ validation
-    def validate(self) -> Problem | None:
+    def validate(self, local: bool = True) -> Problem | None:
         """Why these options cannot build an engine (None when they can): every field's type,
         range and choices, the budgets against each other, and this machine's limits. Reads the
-        machine (CPU count, available memory); allocates nothing."""
+        machine (CPU count, available memory); allocates nothing. ``local`` False: the engine is
+        built on another machine (a Ray cluster's replica), whose own check holds it to its own
+        CPUs and memory, so this machine's are not read."""
         return (
             fields_problem(self)
             or budget_problem(self.token_budget, self.block_size)
-            or threads_problem(self.torch_threads)
+            or (threads_problem(self.torch_threads) if local else None)
             or plan_problem(self.matmul)
-            or bookkeeping_problem(self.kv_blocks, self.state_slots)
+            or (bookkeeping_problem(self.kv_blocks, self.state_slots) if local else None)
             or size_problem("cache_memory", self.cache_memory)
             or output_problem("trace_out", self.trace_out)
             or hardware_problem(self.hardware)
         )
 
-    def check(self) -> None:
+    def check(self, local: bool = True) -> None:
         """`validate`, raising `ProblemError`."""
-        problem = self.validate()
+        problem = self.validate(local)
         if problem is not None:
             raise ProblemError(problem)
 

@@ -219,13 +219,13 @@ def policies(args: argparse.Namespace) -> list[str] | None:
 
 
 def from_args(
-    args: argparse.Namespace, one_policy: bool = True, only: tuple[str, ...] | None = None
+    args: argparse.Namespace, one_policy: bool = True, only: tuple[str, ...] | None = None, local: bool = True
 ) -> EngineOptions:
     """The options the flags give, validated (`ProblemError` naming the option at fault).
 
     ``one_policy``: the command runs one engine, so ``--policy`` may be given once; ``only``: the
-    command declared just these options (`add_engine_flags`), the rest keep their defaults.
-    """
+    command declared just these options (`add_engine_flags`), the rest keep their defaults;
+    ``local`` False: the engines are built elsewhere (`EngineOptions.validate`)."""
     values = {name: getattr(args, name) for name in given(args, only)}
     if "policy" in values:
         names = policies(args) or []
@@ -234,7 +234,7 @@ def from_args(
         for name in names[1:]:  # the first is checked with the options
             EngineOptions.from_mapping({"policy": name})
         values["policy"] = names[0]
-    return EngineOptions.from_mapping(values)
+    return EngineOptions.from_mapping(values, local=local)
 
 
 def ineffective(options: EngineOptions, given_names: list[str], spell: Spell = flag) -> list[str]:

@@ -1310,3 +1310,18 @@ def test_a_model_that_is_a_symlink_loop_is_one_line_naming_it(capsys, tmp_path, 
     write_lines(tmp_path / "batch.jsonl", BATCH_LINE)
     line = one_line_error(capsys, argv)
     assert "'./ck'" in line, line
+
+
+def test_a_cluster_replicas_threads_are_not_held_to_this_machines_cpus(capsys, monkeypatch):
+    # `serve --replicas 2 --ray-address A --torch-threads 8` on a 2-CPU ingress was refused
+    # "--torch-threads: must be at most 2 (this machine's CPUs)": the replicas run on the
+    # cluster's nodes, each checking its own CPUs where it builds its engine
+    pytest.importorskip("ray.serve")
+    from radixflow.options import machine
+
+    monkeypatch.setattr(machine, "cpu_count", lambda: 2)
+    fleet = ["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0", "--torch-threads", "8"]
+    err = one_line_error(capsys, [*fleet, "--ray-address", "x"])
+    assert err.startswith("radixflow: error: --ray-address x: "), err  # past the options, to Ray
+    err = one_line_error(capsys, fleet)  # a local fleet's replicas are this machine's
+    assert err == "radixflow: error: --torch-threads: must be at most 2 (this machine's CPUs), got 8"

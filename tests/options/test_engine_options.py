@@ -220,3 +220,14 @@ def test_a_value_too_large_for_a_float_is_one_line_at_every_door(name, words, ca
     # math.isfinite overflowed on an int of 400 digits: a traceback at all three doors
     said = _three_doors(name, int("9" * 400), capsys, tmp_path)
     assert {text.rpartition(", got ")[0] for text in said.values()} == {words}, said
+
+
+def test_this_machines_limits_are_not_checked_for_an_engine_built_elsewhere(monkeypatch):
+    # a Ray cluster's replica builds its engine on its own node, which checks its own CPUs and memory
+    monkeypatch.setattr(machine_module, "cpu_count", lambda: 2)
+    monkeypatch.setattr(machine_module, "available_memory", lambda: 100_000_000)
+    for options in (EngineOptions(torch_threads=8), EngineOptions(kv_blocks=MAX_KV_BLOCKS)):
+        assert options.validate() is not None
+        assert options.validate(local=False) is None
+    problem = EngineOptions(torch_threads=0).validate(local=False)  # its declaration holds anywhere
+    assert problem is not None and problem.param == "torch_threads"

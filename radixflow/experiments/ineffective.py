@@ -12,7 +12,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from radixflow.options import EngineOptions
-from radixflow.options.flags import RECURRENT_ONLY, SIM_ONLY, TORCH_ONLY, clock_warnings, unread_flops
+from radixflow.options.flags import (
+    RECURRENT_ONLY,
+    SIM_ONLY,
+    TORCH_ONLY,
+    clock_warnings,
+    dtype_warnings,
+    unread_flops,
+)
 
 
 def ineffective(
@@ -53,9 +60,11 @@ def replaced(named: Iterable[str], device: str | None) -> dict[str, str]:
 
 
 def clock_notes(options: list[EngineOptions], origin: str) -> tuple[str, ...]:
-    """The clock warnings `radixflow bench` gives (`clock_warnings`) for the cells' options, once
-    each: a torch cell timed on the CPU clock with threads that spin."""
-    notes = dict.fromkeys(note for o in options for note in clock_warnings(o, "torch_threads = 1"))
+    """The clock and dtype warnings `radixflow bench` gives (`clock_warnings`, `dtype_warnings`)
+    for the cells' options, once each: a torch cell timed on the CPU clock with threads that spin,
+    or computing below float32 (its outputs then not exactly a no-cache run's)."""
+    each = (clock_warnings(o, "torch_threads = 1") + dtype_warnings(o, 'dtype = "float32"') for o in options)
+    notes = dict.fromkeys(note for warnings in each for note in warnings)
     return tuple(f"{origin}: {note}" for note in notes)
 
 

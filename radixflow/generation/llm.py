@@ -24,7 +24,7 @@ from radixflow.generation.prompts import Messages, Prompt
 from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
 from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
 from radixflow.options import EngineOptions
-from radixflow.options.flags import clock_warnings, ineffective, ineffective_for_model
+from radixflow.options.flags import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
 
 
 class LLM(ModelHolder):
@@ -53,6 +53,7 @@ class LLM(ModelHolder):
         recurrent = self.model.setup.choice.has_recurrent
         messages = ineffective(self.options, given, str) + ineffective_for_model(given, recurrent, str)
         messages += clock_warnings(self.options, "torch_threads=1")
+        messages += dtype_warnings(self.options, 'dtype="float32"')
         for message in messages:
             warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
 

@@ -272,17 +272,17 @@ def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1"
     return [] if message is None else [message]
 
 
-def dtype_warnings(options: EngineOptions) -> list[str]:
+def dtype_warnings(options: EngineOptions, exact: str = "--dtype float32") -> list[str]:
     """A warning where the torch runner computes below float32 (bfloat16 or float16, given or
     ``auto`` off a CPU): rounding then depends on how a round batches and chunks its rows, so cached
-    and batched runs no longer reproduce a no-cache run exactly."""
+    and batched runs no longer reproduce a no-cache run exactly. ``exact``: float32, as the door spells it."""
     on_cpu = options.device.split(":")[0] == "cpu"
     low = options.dtype in ("bfloat16", "float16") or (options.dtype == "auto" and not on_cpu)
     if runner_name(options) != "torch" or not low:
         return []
     return [
         f"dtype {options.dtype} (below float32): outputs are not exactly a no-cache run's "
-        "(logprobs move by ~0.1, a near-tie token may differ); use --dtype float32 for exact outputs"
+        f"(logprobs move by ~0.1, a near-tie token may differ); use {exact} for exact outputs"
     ]
 
 

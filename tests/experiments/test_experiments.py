@@ -752,6 +752,16 @@ def test_a_torch_cell_on_a_cpu_clock_with_spinning_threads_is_warned_about_as_be
     assert warned[0].endswith("or torch_threads = 1"), warned  # the key, not the flag --torch-threads
 
 
+def test_a_torch_cell_below_float32_is_warned_about_as_bench_does(tiny: Path):
+    # `bench --dtype bfloat16` warns that outputs are no longer a no-cache run's; a cell took it silently
+    pytest.importorskip("torch")
+    torch_cell = 'name = "load"\nrunner = "torch"\nmodel = "lfm2-tiny"\ndtype = "bfloat16"'
+    tiny.write_text(TINY.replace('name = "load"\nmodel = "qwen3_5-2b"', torch_cell, 1))
+    warned = [w for w in load_config(tiny).warnings if "below float32" in w]
+    assert len(warned) == 1 and warned[0].startswith(f"{tiny}: dtype bfloat16 "), warned
+    assert 'use dtype = "float32" for exact outputs' in warned[0], warned  # the key, not --dtype
+
+
 def test_a_fleet_cell_runs_each_variant_with_its_own_eviction_and_admission(tiny: Path, monkeypatch):
     # a fleet's engines were built with the cell's eviction and admission, whatever the variant said
     from radixflow.experiments.cells import run_cell

@@ -439,6 +439,13 @@ def test_the_cpu_clock_with_spinning_threads_is_warned_about_as_the_command_line
         torch.set_num_threads(threads)  # the process's one pool: LLM(torch_threads=...) leaves it set
 
 
+def test_a_dtype_below_float32_is_warned_about_as_the_command_line_does(zoo):
+    # `generate --dtype bfloat16` warns that outputs are no longer a no-cache run's; LLM(model,
+    # dtype="bfloat16") took it silently
+    with pytest.warns(UserWarning, match=r'^dtype bfloat16 \(below float32\).*use dtype="float32" for exact'):
+        LLM(MODEL, kv_blocks=64, state_slots=8, dtype="bfloat16").close()
+
+
 def test_an_option_given_as_none_is_not_given_and_draws_no_warning(zoo):
     # None is an optional option's "not given" (its default), as a flag left out: a wrapper passing
     # its own defaults on, LLM(m, state_slots=None, tflops=None), was warned that they do nothing

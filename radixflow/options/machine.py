@@ -73,9 +73,10 @@ def bookkeeping_problem(kv_blocks: int | None, state_slots: int | None) -> Probl
     if have is None or need <= MEMORY_SHARE * have:
         return None
     param = "kv_blocks" if (kv_blocks or 0) >= (state_slots or 0) else "state_slots"
+    given = [f"{n} {what}" for n, what in ((kv_blocks, "KV blocks"), (state_slots, "state slots")) if n]
     return Problem(
         param,
-        f"{kv_blocks} KV blocks and {state_slots} state slots need {need / 1e9:.1f} GB of bookkeeping; "
+        f"{' and '.join(given)} need {need / 1e9:.1f} GB of bookkeeping; "
         f"{have / 1e9:.1f} GB of memory is available",
     )
 

@@ -52,3 +52,23 @@ def test_every_door_says_the_same_about_the_default():
         (action,) = [a for a in sub._actions if "--torch-threads" in a.option_strings]
         helps.add(action.help)
     assert len(helps) == 1 and "serve and run-batch: the server's thread plan" in helps.pop()
+
+
+@pytest.mark.parametrize(
+    ("kv_blocks", "state_slots", "counted"),
+    [
+        (4_194_304, None, "4194304 KV blocks need 1.1 GB"),
+        (None, 1_048_576, "1048576 state slots need 0.3 GB"),
+        (4_194_304, 1_048_576, "4194304 KV blocks and 1048576 state slots need 1.3 GB"),
+    ],
+)
+def test_bookkeeping_past_memory_names_only_the_capacities_given(
+    monkeypatch, kv_blocks, state_slots, counted
+):
+    # "4194304 KV blocks and None state slots need 1.1 GB": a capacity not given was shown as None
+    from radixflow.options import machine
+
+    monkeypatch.setattr(machine, "available_memory", lambda: 100_000_000)
+    problem = machine.bookkeeping_problem(kv_blocks, state_slots)
+    assert problem is not None and problem.message.startswith(counted), problem
+    assert problem.message.endswith("of bookkeeping; 0.1 GB of memory is available"), problem

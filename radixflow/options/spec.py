@@ -73,15 +73,20 @@ def show(x: float) -> str:
     return str(int(x)) if x == int(x) and abs(x) < 1e16 else f"{x:g}"
 
 
-def type_problem(name: str, value: Any, kind: type, optional: bool) -> Problem | None:
-    """Strict types: an int is not a float's stand-in, a bool is not an int, nothing is cast."""
+def type_problem(
+    name: str, value: Any, kind: type, optional: bool, choices: Callable[[], Sequence[str]] | None = None
+) -> Problem | None:
+    """Strict types: an int is not a float's stand-in, a bool is not an int, nothing is cast.
+    ``choices``: a string option's names, which a number quoted is not told to become."""
     if value is None:
         return None if optional else Problem(name, "must be given, got nothing")
     if kind in (int, float):
         return number_problem(name, value, kind is int)
     if kind is str and not isinstance(value, str):  # not "a str": Python's name for it
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        hint = f' (quote it: "{value}")' if number else ""  # a TOML size in bytes, 2147483648
+        # a TOML size in bytes, 2147483648, is one quoted; `dtype = 16` is no dtype quoted either
+        quoted = number and (choices is None or str(value) in choices())
+        hint = f' (quote it: "{value}")' if quoted else ""
         return Problem(name, f"must be a string, got {value!r}{hint}")
     if not isinstance(value, kind):
         return Problem(name, f"must be a {kind.__name__}, got {value!r}")
@@ -103,7 +108,7 @@ def range_problem(
 
 def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Problem | None:
     """Why ``value`` is not a valid ``name`` (None when it is). Pure."""
-    problem = type_problem(name, value, spec.kind, optional)
+    problem = type_problem(name, value, spec.kind, optional, spec.choices)
     if problem is not None or value is None:
         return problem
     if spec.kind in (int, float):

@@ -231,3 +231,20 @@ def test_this_machines_limits_are_not_checked_for_an_engine_built_elsewhere(monk
         assert options.validate(local=False) is None
     problem = EngineOptions(torch_threads=0).validate(local=False)  # its declaration holds anywhere
     assert problem is not None and problem.param == "torch_threads"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("cache_memory", 2**31, 'must be a string, got 2147483648 (quote it: "2147483648")'),
+        ("model", 7, 'must be a string, got 7 (quote it: "7")'),  # a directory may be named 7
+        # quoted, each is still refused ("unknown dtype '16'"): the hint led nowhere
+        ("dtype", 16, "must be a string, got 16"),
+        ("runner", 0, "must be a string, got 0"),
+        ("policy", 1, "must be a string, got 1"),
+    ],
+)
+def test_a_number_for_a_string_option_is_told_to_quote_it_only_where_quoted_it_could_do(key, value, words):
+    with pytest.raises(ProblemError) as info:
+        EngineOptions.from_mapping({key: value})
+    assert info.value.problem.message == words, info.value

@@ -160,6 +160,6 @@ def load_config(
         data = tomllib.loads(path.read_text())
     except OSError as e:
         raise ExperimentConfigError(f"cannot read config {path}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # TOMLDecodeError; an integer past Python's 4300 digits
         raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
     return parse_config(data, str(path), path.parent, max_cells, progress, device, seeds)

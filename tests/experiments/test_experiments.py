@@ -436,6 +436,15 @@ def test_not_toml_is_one_line(tmp_path: Path):
         load_config(bad)
 
 
+def test_an_integer_python_cannot_read_is_one_line_naming_the_file(tmp_path: Path):
+    # tomllib raises a bare ValueError (not TOMLDecodeError) for an integer past Python's 4300
+    # digits: `kv_blocks = 999...9` was a traceback, where a 400-digit one is "must be at most"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'name = "t"\n[defaults]\nmodel = "qwen3_5-2b"\nkv_blocks = {"9" * 5000}\n')
+    with pytest.raises(ExperimentConfigError, match=f"^{bad}: not valid TOML: Exceeds the limit"):
+        load_config(bad)
+
+
 TORCH = """
 name = "torch"
 [defaults]

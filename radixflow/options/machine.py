@@ -50,14 +50,63 @@ def server_thread_plan(cpus: int) -> ThreadPlan:
     return ThreadPlan(torch_threads=max(1, cpus - http), tokenizer_threads=max(TOKENIZER_THREADS, http))
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes (None where there is no such file)."""
+CGROUP = Path("/sys/fs/cgroup")  # where Linux mounts the control groups
+
+
+def available_memory(cgroup: Path = CGROUP, membership: str | None = None) -> int | None:
+    """MemAvailable from /proc/meminfo in bytes, at most this process's cgroup memory limit
+    (`memory_limit`): MemAvailable is the host's figure, which a container's limit does not
+    lower, and pools past the limit pass a check on it, then get the process killed as the
+    cache fills them. None where neither is known."""
+    figures = (_mem_available(), memory_limit(cgroup, membership))
+    return min((n for n in figures if n is not None), default=None)
+
+
+def _mem_available() -> int | None:
     try:
         with open("/proc/meminfo") as f:
             lines = f.readlines()
     except OSError:
         return None
     return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")), None)
+
+
+def memory_limit(cgroup: Path = CGROUP, membership: str | None = None) -> int | None:
+    """The least memory limit in bytes on this process's cgroup and its ancestors (cgroup v2's
+    ``memory.max``, v1's ``memory.limit_in_bytes``), or None where none is set or readable.
+    ``membership``: /proc/self/cgroup's text (read when None)."""
+    if membership is None:
+        try:
+            membership = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return None
+    limits = []
+    for folder, name in _memory_groups(cgroup, membership):
+        try:
+            text = (folder / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max": no limit at this level
+            limits.append(int(text))
+    return min(limits, default=None)
+
+
+def _memory_groups(cgroup: Path, membership: str) -> list[tuple[Path, str]]:
+    """Each folder from this process's memory cgroup up to the mount, with its limit file's name."""
+    out = []
+    for line in membership.splitlines():
+        if line.count(":") < 2:  # not a "id:controllers:path" line
+            continue
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: one hierarchy
+            base, name = cgroup, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = cgroup / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = Path(path.lstrip("/")).parts
+        out += [(base.joinpath(*parts[:i]), name) for i in range(len(parts), -1, -1)]
+    return out
 
 
 def threads_problem(threads: int | None) -> Problem | None:

@@ -72,3 +72,39 @@ def test_bookkeeping_past_memory_names_only_the_capacities_given(
     problem = machine.bookkeeping_problem(kv_blocks, state_slots)
     assert problem is not None and problem.message.startswith(counted), problem
     assert problem.message.endswith("of bookkeeping; 0.1 GB of memory is available"), problem
+
+
+def _cgroups(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text + "\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("files", "membership", "limit"),
+    [
+        # cgroup v2: the least limit on the process's group and its ancestors ("max": none)
+        ({"a/memory.max": str(8 << 30), "a/b/memory.max": "max"}, "0::/a/b", 8 << 30),
+        ({"a/memory.max": str(8 << 30), "a/b/memory.max": str(2 << 30)}, "0::/a/b", 2 << 30),
+        # v1's memory controller (its "unlimited" is a near-2^63 number, left to MemAvailable)
+        ({"memory/x/memory.limit_in_bytes": str(4 << 30)}, "9:pids:/\n4:memory:/x\n0::/", 4 << 30),
+        ({"memory/memory.limit_in_bytes": "9223372036854771712"}, "4:memory:/", 9223372036854771712),
+        ({}, "0::/", None),  # no limit anywhere
+    ],
+)
+def test_a_containers_memory_limit_is_read_from_its_cgroup(tmp_path, files, membership, limit):
+    from radixflow.options.machine import memory_limit
+
+    assert memory_limit(_cgroups(tmp_path, files), membership) == limit
+
+
+def test_available_memory_is_capped_by_the_containers_limit(tmp_path):
+    # MemAvailable is the host's figure: in a container limited to 1 MiB, pools of the host's free
+    # memory passed the check and the kernel killed the process when the cache filled them
+    from radixflow.options.machine import available_memory
+
+    cgroup = _cgroups(tmp_path, {"memory.max": str(1 << 20)})
+    assert available_memory(cgroup, "0::/") == 1 << 20
+    unlimited = available_memory(_cgroups(tmp_path / "none", {"memory.max": "max"}), "0::/")
+    assert unlimited is None or unlimited > 1 << 20  # /proc/meminfo's, where there is one

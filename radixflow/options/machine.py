@@ -17,12 +17,30 @@ BOOKKEEPING_BYTES_PER_ID = 256
 MEMORY_SHARE = 0.9  # pools and bookkeeping may take at most this share of available memory
 
 
-def cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask where there is one)."""
+CGROUP = Path("/sys/fs/cgroup")  # where Linux mounts the control groups
+
+
+def cpu_count(cgroup: Path = CGROUP, membership: str | None = None) -> int:
+    """CPUs this process may run on (the affinity mask where there is one), at most its cgroup's
+    CPU quota (`cpu_quota`: a container's ``--cpus``, which the mask does not show)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    quota = cpu_quota(cgroup, membership)
+    return cpus if quota is None else min(cpus, quota)
+
+
+def cpu_quota(cgroup: Path = CGROUP, membership: str | None = None) -> int | None:
+    """The least CPU quota on this process's cgroup and its ancestors, in CPUs rounded up (cgroup
+    v2's ``cpu.max``, v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``); None where none is set."""
+    quotas = []
+    for folder in _groups(cgroup, membership, "cpu"):
+        v2, v1 = _read(folder / "cpu.max").split(), _read(folder / "cpu.cfs_quota_us")
+        quota, period = v2 if len(v2) == 2 else (v1, _read(folder / "cpu.cfs_period_us"))
+        if quota.isdigit() and period.isdigit() and int(period) > 0:  # "max", -1: no quota here
+            quotas.append(max(1, -(-int(quota) // int(period))))
+    return min(quotas, default=None)
 
 
 @dataclass(frozen=True)
@@ -50,9 +68,6 @@ def server_thread_plan(cpus: int) -> ThreadPlan:
     return ThreadPlan(torch_threads=max(1, cpus - http), tokenizer_threads=max(TOKENIZER_THREADS, http))
 
 
-CGROUP = Path("/sys/fs/cgroup")  # where Linux mounts the control groups
-
-
 def available_memory(cgroup: Path = CGROUP, membership: str | None = None) -> int | None:
     """MemAvailable from /proc/meminfo in bytes, at most this process's cgroup memory limit
     (`memory_limit`): MemAvailable is the host's figure, which a container's limit does not
@@ -73,40 +88,40 @@ def _mem_available() -> int | None:
 
 def memory_limit(cgroup: Path = CGROUP, membership: str | None = None) -> int | None:
     """The least memory limit in bytes on this process's cgroup and its ancestors (cgroup v2's
-    ``memory.max``, v1's ``memory.limit_in_bytes``), or None where none is set or readable.
-    ``membership``: /proc/self/cgroup's text (read when None)."""
-    if membership is None:
-        try:
-            membership = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            return None
+    ``memory.max``, v1's ``memory.limit_in_bytes``), or None where none is set or readable."""
     limits = []
-    for folder, name in _memory_groups(cgroup, membership):
-        try:
-            text = (folder / name).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():  # "max": no limit at this level
-            limits.append(int(text))
+    for folder in _groups(cgroup, membership, "memory"):
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            if (text := _read(folder / name)).isdigit():  # "max": no limit at this level
+                limits.append(int(text))
     return min(limits, default=None)
 
 
-def _memory_groups(cgroup: Path, membership: str) -> list[tuple[Path, str]]:
-    """Each folder from this process's memory cgroup up to the mount, with its limit file's name."""
+def _groups(cgroup: Path, membership: str | None, controller: str) -> list[Path]:
+    """Each folder of ``controller`` from this process's cgroup up to the mount: v2's one
+    hierarchy, or v1's of that controller. ``membership``: /proc/self/cgroup's text (read when
+    None; unreadable: no folders)."""
+    if membership is None:
+        membership = _read(Path("/proc/self/cgroup"))
     out = []
     for line in membership.splitlines():
-        if line.count(":") < 2:  # not a "id:controllers:path" line
+        if line.count(":") < 2:  # not an "id:controllers:path" line
             continue
         _, controllers, path = line.split(":", 2)
-        if controllers == "":  # v2: one hierarchy
-            base, name = cgroup, "memory.max"
-        elif "memory" in controllers.split(","):
-            base, name = cgroup / "memory", "memory.limit_in_bytes"
-        else:
+        if controllers != "" and controller not in controllers.split(","):
             continue
+        base = cgroup if controllers == "" else cgroup / controller  # v1's "cpu,cpuacct" is linked as "cpu"
         parts = Path(path.lstrip("/")).parts
-        out += [(base.joinpath(*parts[:i]), name) for i in range(len(parts), -1, -1)]
+        out += [base.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
     return out
+
+
+def _read(path: Path) -> str:
+    """A cgroup or /proc file's text, stripped ("" where it cannot be read)."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def threads_problem(threads: int | None) -> Problem | None:

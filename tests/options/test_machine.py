@@ -108,3 +108,24 @@ def test_available_memory_is_capped_by_the_containers_limit(tmp_path):
     assert available_memory(cgroup, "0::/") == 1 << 20
     unlimited = available_memory(_cgroups(tmp_path / "none", {"memory.max": "max"}), "0::/")
     assert unlimited is None or unlimited > 1 << 20  # /proc/meminfo's, where there is one
+
+
+@pytest.mark.parametrize(
+    ("files", "membership", "cpus"),
+    [
+        ({"a/cpu.max": "150000 100000"}, "0::/a", 2),  # 1.5 CPUs of time: two threads' worth
+        ({"a/cpu.max": "max 100000", "cpu.max": "100000 100000"}, "0::/a", 1),  # an ancestor's
+        ({"a/cpu.max": "max 100000"}, "0::/a", None),
+        ({"cpu/x/cpu.cfs_quota_us": "200000", "cpu/x/cpu.cfs_period_us": "100000"}, "2:cpu,cpuacct:/x", 2),
+        ({"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, "1:cpu:/", None),
+    ],
+)
+def test_a_containers_cpu_quota_is_read_from_its_cgroup(tmp_path, files, membership, cpus):
+    # `docker run --cpus 2` on a 64-core host: the affinity mask says 64, and serve's thread plan
+    # ran 56 torch threads on two CPUs' time (docs/serving.md: on two CPUs, one thread)
+    from radixflow.options.machine import cpu_count, cpu_quota
+
+    root = _cgroups(tmp_path, files)
+    assert cpu_quota(root, membership) == cpus
+    if cpus is not None:
+        assert cpu_count(root, membership) == min(cpus, cpu_count(tmp_path / "none", "0::/"))

@@ -15,6 +15,7 @@ from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.experiments.config_checks import fail
 from radixflow.models.zoo_catalogue import model_names
+from radixflow.options.machine import path_length_problem
 from radixflow.user_paths import STDOUT, expand_home
 
 PROFILE_KEYS = ("hardware", "cost_profile")  # a built-in profile's name, or a profile file's path
@@ -88,6 +89,8 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
         return value  # a wrong type or an empty name is reported with the other checks
     if "\x00" in value:
         raise fail(origin, key, f"{value!r} contains a NUL character")
+    if (problem := path_length_problem(key, value)) is not None:  # before the os is asked of it
+        raise fail(origin, key, problem.message)
     path = (base / expand_home(value)).resolve()  # "~/p.json", as a model path is read
     if not names_file(path):  # a mistyped name ("h10"): said as typed, as every door says it
         raise fail(origin, key, unknown_hardware(value))
@@ -114,7 +117,7 @@ def model_path(value: Any, base: Path) -> Any:
     config nor in the current one is kept: the model check says it names no model (and lists
     those that are); a path (``sub/ck``) is made absolute all the same, so that check names where
     it was looked for."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+    if not isinstance(value, str) or not value.strip() or "\x00" in value or _too_long(value):
         return value  # the model check reports it
     if value in SIM_MODELS or value in model_names():
         return value
@@ -123,3 +126,8 @@ def model_path(value: Any, base: Path) -> Any:
     if bare and not (base / given).exists() and not given.exists():
         return value
     return str((base / given).resolve())  # never the current directory's, where only it has one
+
+
+def _too_long(value: str) -> bool:
+    """A name no file system path holds: the options' check says so, where a look at it would raise."""
+    return path_length_problem("path", value) is not None

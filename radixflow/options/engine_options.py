@@ -15,7 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from radixflow.options.machine import bookkeeping_problem, output_problem, threads_problem
+from radixflow.options.machine import (
+    bookkeeping_problem,
+    output_problem,
+    path_length_problem,
+    threads_problem,
+)
 from radixflow.options.model_options import ModelOptions
 from radixflow.options.scheduler_options import SchedulerOptions
 from radixflow.options.sim_options import SimOptions, hardware_problem
@@ -28,6 +33,7 @@ from radixflow.scheduler.config import budget_problem
 from radixflow.user_paths import expand_home
 
 PATH_OPTIONS = ("hardware", "trace_out")  # options that may name a file (`expand_home`)
+FILE_OPTIONS = ("model", *PATH_OPTIONS)  # and a checkpoint directory: each a path the os is asked of
 
 
 # the bases in reverse: a dataclass's fields are its bases' from the last, so model options come first
@@ -76,6 +82,7 @@ class EngineOptions(SimOptions, SchedulerOptions, ModelOptions):
         CPUs and memory, so this machine's are not read."""
         return (
             fields_problem(self)
+            or next(filter(None, (path_length_problem(n, getattr(self, n)) for n in FILE_OPTIONS)), None)
             or budget_problem(self.token_budget, self.block_size)
             or (threads_problem(self.torch_threads) if local else None)
             or plan_problem(self.matmul)

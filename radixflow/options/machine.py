@@ -164,6 +164,24 @@ def no_memory(why: str, budgeted: bool, lower: str = "kv_blocks or state_slots")
     return Problem("kv_blocks", f"{why}: lower {lower}")
 
 
+# Linux's limits on a path (NAME_MAX, and PATH_MAX less its NUL): an os call on a longer one
+# raises OSError (ENAMETOOLONG) wherever the path is first looked at
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def path_length_problem(name: str, value: str | None) -> Problem | None:
+    """Why ``value`` (option ``name``, which may name a file) cannot be a path on any file system
+    here (None: it can, or it is not given). Pure."""
+    if value is None:
+        return None
+    raw = os.fsencode(value)
+    if len(raw) <= PATH_MAX and all(len(part) <= NAME_MAX for part in raw.split(b"/")):
+        return None
+    shown = value if len(value) <= 40 else value[:37] + "..."
+    limits = f"parts up to {NAME_MAX} bytes, {PATH_MAX} in all (a file system's limits)"
+    return Problem(name, f"must be a path of {limits}, got {shown!r} ({len(raw)} bytes)")
+
+
 def output_problem(name: str, value: str | None) -> Problem | None:
     """An output file that can never be written: a directory, a device or a pipe (a trace file is
     rewritten in place), in a directory that does not exist, or ``-`` (standard output, as other

@@ -18,6 +18,7 @@ from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, language_
 from radixflow.costmodel.shape.limits import layer_count_problem, shape_problem
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.options.machine import path_length_problem
 from radixflow.problems import Problem, ProblemError
 
 # The torch runner's context when config.json names none (runners/torch_runner.py reads
@@ -38,6 +39,8 @@ def is_checkpoint(name: str) -> bool:
 
 def sim_name_problem(name: str) -> Problem | None:
     """Why ``name`` is no model the sim can cost (None: it may be). Cheap: nothing is read."""
+    if (problem := path_length_problem("model", name)) is not None:  # before the os is asked of it
+        return problem
     if name in SIM_MODELS or name in zoo_names() or is_checkpoint(name):
         return None
     return Problem("model", f"unknown sim model {name!r} ({known_models()})")

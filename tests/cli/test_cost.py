@@ -162,3 +162,10 @@ def test_a_checkpoint_directory_is_named_as_given_never_read_as_markup(tmp_path,
     (model / "config.json").write_text((ensure_model("qwen3_5-tiny") / "config.json").read_text())
     assert main(["cost", str(model), "--prefill", "16"]) == 0
     assert "m[red]" in capsys.readouterr().out
+
+
+def test_a_model_name_too_long_for_a_path_is_one_line(capsys):
+    # "OSError: [Errno 36] File name too long" and a traceback, as `bench --model` gave
+    assert main(["cost", "a" * 300]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("radixflow: error: model: must be a path of parts up to 255 bytes"), line

@@ -287,6 +287,15 @@ def test_a_mistyped_profile_name_is_said_as_typed(tiny: Path, key: str):
                                     "and not a profile file"), str(info.value)
 
 
+@pytest.mark.parametrize("key", ["hardware", "cost_profile"])
+def test_a_profile_name_too_long_for_a_path_is_one_line(tiny: Path, key: str):
+    # "OSError: [Errno 36] File name too long" and a traceback, from the look for the file
+    text = TINY.replace('hardware = "h200"\n', "")
+    tiny.write_text(text.replace("[defaults]", f'[defaults]\n{key} = "{"a" * 300}"', 1))
+    with pytest.raises(ExperimentConfigError, match=rf": defaults\.{key}: must be a path of parts up to 255"):
+        load_config(tiny)
+
+
 @pytest.mark.parametrize(
     ("edits", "key", "says"),
     [

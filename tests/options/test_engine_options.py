@@ -248,3 +248,12 @@ def test_a_number_for_a_string_option_is_told_to_quote_it_only_where_quoted_it_c
     with pytest.raises(ProblemError) as info:
         EngineOptions.from_mapping({key: value})
     assert info.value.problem.message == words, info.value
+
+
+@pytest.mark.parametrize("name", ["model", "hardware", "trace_out"])
+def test_a_name_too_long_for_a_file_system_is_one_line_at_every_door(name, capsys, tmp_path):
+    # `bench --model <300 characters>` (or --hardware, --trace-out; a TOML cell's, LLM's) was
+    # "OSError: [Errno 36] File name too long" and a traceback, from the first look at the path
+    said = _three_doors(name, "a" * 300, capsys, tmp_path)
+    words = "must be a path of parts up to 255 bytes, 4095 in all (a file system's limits)"
+    assert {text.rpartition(", got ")[0] for text in said.values()} == {words}, said

@@ -19,6 +19,7 @@ from radixflow.costmodel.hardware.profile_checks import ProfileError
 from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.engine.clocks import spin_warning
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
+from radixflow.options.machine import path_length_problem
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
@@ -48,6 +49,8 @@ def path_arg(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} contains a NUL character")
     if not text:
         raise argparse.ArgumentTypeError("must be a path, got an empty string")
+    if (problem := path_length_problem("path", text)) is not None:  # an os call on it would raise
+        raise argparse.ArgumentTypeError(problem.message)
     return user_path(text)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 import pytest
@@ -244,3 +245,23 @@ def test_admission_on_a_full_attention_model_is_warned_about_as_placement_is():
     why = "have no effect on a full-attention model: it has no recurrent state"
     assert warned == [f"--placement, --admission {why}"]
     assert ineffective_for_model(["admission"], has_recurrent=True) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--json"],
+        ["bench", "--round-trace"],
+        ["run-batch", "qwen3_5-tiny", "-i", "in.jsonl", "--output"],
+        ["calibrate", "--model", "qwen3_5-tiny", "--out"],
+    ],
+)
+def test_an_output_path_too_long_for_a_file_system_is_one_line(argv, capsys, tmp_path, monkeypatch):
+    # "OSError: [Errno 36] File name too long" and a traceback, from the first look at the path
+    monkeypatch.chdir(tmp_path)
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
+    (tmp_path / "in.jsonl").write_text(json.dumps(line) + "\n")
+    assert main([*argv, "a" * 300]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("radixflow: error: ") and argv[-1] in line, line
+    assert "must be a path of parts up to 255 bytes" in line, line

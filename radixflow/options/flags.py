@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from radixflow.costmodel.hardware.profile_checks import ProfileError
 from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.engine.clocks import spin_warning
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
-from radixflow.options.machine import path_length_problem
+from radixflow.options.machine import affinity_cpus, path_length_problem
 from radixflow.options.runners import runner_name
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
@@ -267,11 +266,11 @@ def unread_flops(hardware: str) -> str | None:
 
 def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1") -> list[str]:
     """A warning where the torch runner's CPU clock would count threads spinning (`spin_warning`);
-    threads not given: torch's default, one per core. ``one_thread``: one thread, as the door
-    spells it."""
+    threads not given: torch's default, one per CPU of the affinity mask. ``one_thread``: one
+    thread, as the door spells it."""
     if runner_name(options) != "torch":
         return []
-    message = spin_warning(options.clock, options.torch_threads or os.cpu_count() or 1, one_thread)
+    message = spin_warning(options.clock, options.torch_threads or affinity_cpus(), one_thread)
     return [] if message is None else [message]
 
 

@@ -23,12 +23,17 @@ CGROUP = Path("/sys/fs/cgroup")  # where Linux mounts the control groups
 def cpu_count(cgroup: Path = CGROUP, membership: str | None = None) -> int:
     """CPUs this process may run on (the affinity mask where there is one), at most its cgroup's
     CPU quota (`cpu_quota`: a container's ``--cpus``, which the mask does not show)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    quota = cpu_quota(cgroup, membership)
+    cpus, quota = affinity_cpus(), cpu_quota(cgroup, membership)
     return cpus if quota is None else min(cpus, quota)
+
+
+def affinity_cpus() -> int:
+    """CPUs of this process's affinity mask (every CPU where there is none): torch's default
+    thread count, which no CPU quota lowers."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def cpu_quota(cgroup: Path = CGROUP, membership: str | None = None) -> int | None:

@@ -265,3 +265,18 @@ def test_an_output_path_too_long_for_a_file_system_is_one_line(argv, capsys, tmp
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("radixflow: error: ") and argv[-1] in line, line
     assert "must be a path of parts up to 255 bytes" in line, line
+
+
+def test_the_cpu_clock_warning_counts_torchs_default_threads_as_torch_does(monkeypatch):
+    # torch's default is one thread per CPU of the affinity mask (`taskset -c 0`: one), but the
+    # warning counted every CPU of the host: "clock cpu with 8 torch threads" over one thread
+    import os
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    torch = EngineOptions(model="qwen3_5-tiny", clock="cpu")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert clock_warnings(torch) == []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    (warning,) = clock_warnings(torch)
+    assert warning.startswith("clock cpu with 3 torch threads"), warning

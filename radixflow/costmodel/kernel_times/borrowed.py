@@ -85,7 +85,7 @@ class Borrowed:
         channels = kw.mamba2_channels(heads, head_dim, state, groups)
         n = batch * seq_len
         conv_work = kw.depthwise_conv(n, channels, conv, state_tokens=batch * (conv - 1))
-        scan_work = SCAN_WORK[phase](n, heads, head_dim, state, groups)
+        scan_work = SCAN_WORK[phase](batch, seq_len, heads, head_dim, state, groups)
         conv_kernel, scan_kernel = f"conv_{phase}", f"rule_{phase}"
         conv_site = self.nearest(conv_kernel, gdn_site_channels, channels)
         scan_site = self.nearest(scan_kernel, gdn_site_state, heads * head_dim * state)
@@ -113,7 +113,15 @@ class Borrowed:
         return TermCost(seconds, work[0], work[1], source)
 
 
-SCAN_WORK: dict[str, Callable[[float, int, int, int, int], kw.Work]] = {
+def _state_update(
+    batch: float, seq_len: float, heads: int, head_dim: int, state: int, groups: int
+) -> kw.Work:
+    """One state-update step per sequence (``seq_len`` is 1 in the decode phase)."""
+    return kw.mamba2_state_update(batch * seq_len, heads, head_dim, state, groups)
+
+
+# phase -> the work of the scan over (batch, seq_len, heads, head_dim, state, groups)
+SCAN_WORK: dict[str, Callable[[float, float, int, int, int, int], kw.Work]] = {
     "prefill": kw.mamba2_scan,
-    "decode": kw.mamba2_state_update,
+    "decode": _state_update,
 }

@@ -95,15 +95,17 @@ def mamba2_channels(heads: int, head_dim: int, state: int, groups: int) -> int:
     return heads * head_dim + 2 * groups * state
 
 
-def mamba2_scan(tokens: float, heads: int, head_dim: int, state: int, groups: int) -> Work:
-    """Chunked SSD per token: C.B^T within the chunk (per group), the intra-chunk output, the
-    state's contribution to the output and the state update; reads x, B, C, dt; writes y and the
-    final state (bf16, vLLM's default for Mamba2)."""
-    flops = tokens * (
+def mamba2_scan(batch: float, tokens: float, heads: int, head_dim: int, state: int, groups: int) -> Work:
+    """Chunked SSD over ``batch`` sequences of ``tokens`` each, per token: C.B^T within the chunk
+    (per group), the intra-chunk output, the state's contribution to the output and the state
+    update; reads x, B, C, dt; writes y and each sequence's final state (bf16, vLLM's default for
+    Mamba2), as `gdn_rule_prefill` writes each sequence's."""
+    n = batch * tokens
+    flops = n * (
         heads * (4.0 * head_dim * state + 2.0 * SSD_CHUNK * head_dim) + groups * 2.0 * SSD_CHUNK * state
     )
     io = 2.0 * heads * head_dim + 2.0 * groups * state + heads
-    nbytes = BF16 * tokens * io + BF16 * heads * head_dim * state
+    nbytes = BF16 * n * io + BF16 * batch * heads * head_dim * state
     return flops, nbytes
 
 

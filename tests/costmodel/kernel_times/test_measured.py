@@ -151,6 +151,20 @@ def test_unmeasured_kernels_use_a_labelled_roofline(kt):
         assert cost.seconds >= kt.roofline.time((cost.flops, cost.bytes))
 
 
+@pytest.mark.parametrize(
+    "one",
+    [
+        lambda kt, b: kt.mamba2_prefill(32, 128, 64, 128, 8, 4, b),  # Nemotron-H-8B's widths
+        lambda kt, b: kt.gdn_prefill(32, 16, 32, 128, 128, 4, b),
+    ],
+    ids=["mamba2", "gdn"],
+)
+def test_a_batch_of_equal_recurrent_chunks_moves_each_sequences_bytes(kt, one):
+    """Every sequence of a batched prefill reads its own inputs and writes its own final state:
+    B equal chunks move B times one chunk's bytes (the Mamba2 scan wrote one state per call)."""
+    assert one(kt, 32).bytes == pytest.approx(32 * one(kt, 1).bytes)
+
+
 def test_a_tiny_unmeasured_kernel_costs_at_least_the_borrowed_kernels_launch_floor(kt):
     tiny = kt.mamba2_prefill(1, 8, 32, 16, 1, 2)
     fastest_scan = min(r[-1] for r in read_table(kt.name, "gdn") if r[0] == "rule_prefill") * MS

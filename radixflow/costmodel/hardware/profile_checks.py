@@ -75,9 +75,7 @@ def _name(key: str, value: object) -> Problem | None:
 
 def _weight_bytes(key: str, value: object) -> Problem | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WEIGHT_BYTES
-    return (
-        None if ok else Problem(key, f"must be an integer from 1 to {MAX_WEIGHT_BYTES}, got {show(value)}")
-    )
+    return None if ok else Problem(key, f"must be an integer from 1 to {MAX_WEIGHT_BYTES}, got {show(value)}")
 
 
 def _kind_scale(key: str, value: object) -> Problem | None:
@@ -181,6 +179,15 @@ def unread_figures(data: dict[str, Any]) -> list[Problem]:
     if not isinstance(kernels, str):
         return []
     return _datasheet_figures(data, kernels) + _fitted_figures(data, kernels)
+
+
+def with_fixed_figures(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the figures its kernel source fixes (a measured GPU's datasheet) where it
+    leaves them out or null: a file naming measured kernels need not state a peak no kernel is
+    priced at (refused as missing, then told to leave the key out when stated otherwise)."""
+    kernels = data.get("kernels")
+    fixed = FIXED_FIGURES.get(kernels, {}) if isinstance(kernels, str) else {}
+    return {**fixed, **{k: v for k, v in data.items() if v is not None or k not in fixed}}
 
 
 def _fitted_figures(data: dict[str, Any], kernels: str) -> list[Problem]:

@@ -15,6 +15,7 @@ from radixflow.costmodel.hardware.profile_checks import (
     profile_problems,
     show,
     unread_figures,
+    with_fixed_figures,
 )
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.files import write_whole
@@ -33,6 +34,7 @@ def profile_from_dict(data: Any, origin: str = "profile") -> HardwareProfile:
             "with the model and machine it was timed on), not a hardware profile: give the file "
             "`radixflow calibrate` wrote to --out"
         )
+    data = with_fixed_figures(data)
     if problems := profile_problems(data) or unread_figures(data):
         raise profile_error(origin, problems[0])
     present = {k: float(v) if isinstance(CHECKS[k], Range) else v for k, v in data.items() if v is not None}

@@ -146,5 +146,3 @@ HARDWARE: dict[str, HardwareProfile] = {
         },
     ),
 }
-
-

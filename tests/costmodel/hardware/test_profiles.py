@@ -144,9 +144,25 @@ def test_an_integer_too_long_to_read_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("key", ["flops", "round_overhead_s", "per_request_s"])
 def test_required_keys(key: str) -> None:
-    data = {k: v for k, v in GOOD.items() if k != key}
+    data = {k: v for k, v in GOOD.items() if k not in (key, "kernels")}  # fitted per-term rates
     with pytest.raises(ProfileError, match=rf"profile key '{key}' missing"):
         profile_from_dict(data, "p.json")
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_a_file_of_measured_kernels_may_leave_out_the_figures_its_gpu_fixes(tmp_path: Path, gpu: str) -> None:
+    """A file naming measured kernels was told 'flops' missing without it, and with any other
+    figure than the datasheet's, to leave the key out: it takes the GPU's own figures."""
+    path = tmp_path / "slow-call.json"
+    path.write_text(json.dumps({"kernels": f"measured-{gpu}", "round_overhead_s": 0.005, "per_request_s": 0}))
+    profile = load_profile(path)
+    own = HARDWARE[gpu]
+    assert (profile.flops, profile.bandwidth, profile.memory_bytes) == (
+        own.flops,
+        own.bandwidth,
+        own.memory_bytes,
+    )
+    assert profile.round_overhead_s == 0.005 and profile.kernels == f"measured-{gpu}"
 
 
 def test_optional_keys_may_be_null_or_absent_and_a_file_round_trips(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.options.flags import add_engine_flags, from_args, given, unread_flops
+from radixflow.options.flags import add_engine_flags, from_args, given, unmodelled_scheduler, unread_flops
 from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
-from radixflow.problems import counted
+from radixflow.problems import counted, flag
 
 HELP = (
     "the predicted time of one worker call of a sim model (a prefill chunk, a batch of decode "
@@ -98,8 +98,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     shape = sim_shape(args.model)  # a `ProblemError` on model for a name that is none of them
     chunks = round_chunks(shape, args.prefill, args.context, args.decode)
     hardware = sim_hardware(options)
-    if "tflops" in given(args, ENGINE_OPTIONS) and (why := unread_flops(options.hardware)):
-        print(f"radixflow: warning: --tflops has no effect {why}", file=sys.stderr)
+    for name, reason in (("tflops", unread_flops), ("scheduler_time", unmodelled_scheduler)):
+        if name in given(args, ENGINE_OPTIONS) and (why := reason(options.hardware)):
+            print(f"radixflow: warning: {flag(name)} has no effect {why}", file=sys.stderr)
     cost = round_cost_model(shape, hardware).breakdown(chunks)
     if not cost.fits:
         print(

@@ -18,6 +18,7 @@ from radixflow.options.flags import (
     TORCH_ONLY,
     clock_warnings,
     dtype_warnings,
+    unmodelled_scheduler,
     unread_flops,
 )
 
@@ -28,7 +29,9 @@ def ineffective(
     """Cell keys (``workload.<key>`` for the workload's) that cannot change this cell, each with
     why; ``has_recurrent``: whether the cell's model has recurrent state; ``replaced``: keys that
     something else sets for every cell (`replaced`), with why."""
-    unread = unread_flops(settings["hardware"]) if settings["runner"] == "sim" else None
+    sim = settings["runner"] == "sim"
+    unread = unread_flops(settings["hardware"]) if sim else None
+    no_scheduler = unmodelled_scheduler(settings["hardware"]) if sim else None
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
@@ -39,6 +42,7 @@ def ineffective(
         ),
         (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),
         (("tflops",), unread is not None, unread or ""),
+        (("scheduler_time",), no_scheduler is not None, no_scheduler or ""),
         (("workload.rate",), workload["arrival"] == "batch", "with arrival batch (all arrive at t=0)"),
         (("workload.burst_size",), workload["arrival"] != "bursty", "without arrival bursty"),
         (("repetitions",), settings["replicas"] > 1, "on a fleet (replicas > 1): it runs once"),

@@ -249,6 +249,12 @@ def ineffective(options: EngineOptions, given_names: list[str], spell: Spell = f
         out.append(f"{_listed(names, spell)} no effect with the sim runner")
     if runner == "sim" and "tflops" in given_names and (why := unread_flops(options.hardware)):
         out.append(f"{spell('tflops')} has no effect {why}")
+    if (
+        runner == "sim"
+        and "scheduler_time" in given_names
+        and (why := unmodelled_scheduler(options.hardware))
+    ):
+        out.append(f"{spell('scheduler_time')} has no effect {why}")
     return out
 
 
@@ -262,6 +268,19 @@ def unread_flops(hardware: str) -> str | None:
     if profile.prices_by_flops:
         return None
     return f"with hardware {hardware!r}: its kernel times are measured, none priced at its FLOP/s"
+
+
+def unmodelled_scheduler(hardware: str) -> str | None:
+    """Why the profile ``hardware`` names has no scheduler time for ``scheduler_time`` to overlap
+    or add (the cpu profile, calibrate's fitted ones), or None where it has some (or cannot be
+    read: that is an error when it is used)."""
+    try:
+        profile = resolve_hardware(hardware)
+    except ProfileError:
+        return None
+    if profile.scheduler_round_s or profile.scheduler_chunk_s:
+        return None
+    return f"with hardware {hardware!r}: it models no scheduler time to overlap or add"
 
 
 def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1") -> list[str]:

@@ -685,6 +685,10 @@ def test_a_seed_key_in_a_cell_is_refused_pointing_at_seeds(tiny: Path):
             [("[defaults]", "[defaults]\ntflops = 100.0")],
             "defaults.tflops has no effect with hardware 'h200': its kernel times are measured",
         ),
+        (
+            [('hardware = "h200"', 'hardware = "cpu"\nscheduler_time = "serial"')],
+            "defaults.scheduler_time has no effect with hardware 'cpu': it models no scheduler time",
+        ),
         ([("candidate_len = 16", "candidate_len = 16\nrate = 50.0")], "defaults.workload.rate has no effect"),
         ([('name = "load"', 'name = "load"\nplacement = "branch"\nstate_slots = 8')], None),
         (

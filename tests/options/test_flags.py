@@ -125,6 +125,16 @@ def test_tflops_with_a_profile_of_measured_kernels_is_named(tmp_path):
     assert ineffective(EngineOptions(hardware=str(roofline), tflops=100.0), ["tflops"]) == []
 
 
+def test_scheduler_time_with_a_profile_that_models_no_scheduler_time_is_named(tmp_path, capsys):
+    """The cpu profile and calibrate's fitted ones model no scheduler time: --scheduler-time
+    overlap|serial changed nothing on them, and no warning said so (it does on h100/h200)."""
+    (warning,) = ineffective(EngineOptions(hardware="cpu", scheduler_time="serial"), ["scheduler_time"])
+    assert warning.startswith("--scheduler-time has no effect with hardware 'cpu': it models no scheduler")
+    assert ineffective(EngineOptions(hardware="h200", scheduler_time="serial"), ["scheduler_time"]) == []
+    assert main(["cost", "qwen3-4b", "--hardware", "cpu", "--scheduler-time", "serial", "--json"]) == 0
+    assert "--scheduler-time has no effect with hardware 'cpu'" in capsys.readouterr().err
+
+
 def test_the_cpu_clock_with_spinning_torch_threads_is_warned_about(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert ineffective(EngineOptions(model="qwen3_5-2b"), ["clock"]) == [

@@ -121,7 +121,7 @@ def model_path(value: Any, base: Path) -> Any:
         return value  # the model check reports it
     if value in SIM_MODELS or value in model_names():
         return value
-    given = Path(value).expanduser()  # "~/ck", as the loader reads it
+    given = Path(expand_home(value))  # "~/ck", as the loader reads it
     bare = len(given.parts) == 1 and not value.startswith(".")
     if bare and not (base / given).exists() and not given.exists():
         return value

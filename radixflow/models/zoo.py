@@ -33,7 +33,7 @@ from radixflow.models.zoo_catalogue import (
 )
 from radixflow.models.zoo_record import RECORD
 from radixflow.models.zoo_store import Build, BuildStore, CacheDirError
-from radixflow.user_paths import resolved_path
+from radixflow.user_paths import expand_home, resolved_path
 
 SEED = 0  # every preset model is built from torch.Generator().manual_seed(SEED)
 # What a build writes for the same preset and seed: bump it when that changes (the tokenizer's
@@ -101,7 +101,7 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     (`BuildStore.build`), which first sweeps away what builds cut short left behind.
     """
     if name not in ZOO:
-        local = Path(name).expanduser()
+        local = Path(expand_home(name))
         if (local / "config.json").is_file():
             return local
         _check_local(local)

@@ -15,6 +15,7 @@ from radixflow.options.sim_choice import SimChoice
 from radixflow.options.sim_shape import sim_name_problem
 from radixflow.options.torch_choice import TorchChoice, resolved_dtype
 from radixflow.problems import Problem, ProblemError
+from radixflow.user_paths import expand_home
 
 
 def torch_settings_problem(options: EngineOptions, local: bool = True) -> Problem | None:
@@ -62,7 +63,7 @@ def name_problem(options: EngineOptions) -> Problem | None:
     from radixflow.models.zoo import file_problem
     from radixflow.models.zoo_catalogue import model_names
 
-    path = Path(name).expanduser()  # "~/ck", as the loader reads it
+    path = Path(expand_home(name))  # "~/ck", as the loader reads it
     if name in model_names() or path.is_dir():
         return None
     known = f"zoo names: {', '.join(model_names())}"

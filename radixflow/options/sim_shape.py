@@ -20,6 +20,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.machine import path_length_problem
 from radixflow.problems import Problem, ProblemError
+from radixflow.user_paths import expand_home
 
 # The torch runner's context when config.json names none (runners/torch_runner.py reads
 # ``max_position_embeddings`` with this default); the catalogue's readers assume a GPU-scale one.
@@ -34,7 +35,7 @@ def zoo_names() -> list[str]:
 
 
 def is_checkpoint(name: str) -> bool:
-    return (Path(name).expanduser() / "config.json").is_file()
+    return (Path(expand_home(name)) / "config.json").is_file()
 
 
 def sim_name_problem(name: str) -> Problem | None:
@@ -102,7 +103,7 @@ def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
 
 
 def _checkpoint_config(name: str) -> tuple[dict[str, Any], str]:
-    path = Path(name).expanduser() / "config.json"
+    path = Path(expand_home(name)) / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, an int of over 4300 digits

@@ -161,6 +161,9 @@ def test_a_zoo_name_on_the_sim_needs_no_torch():
     assert out.stdout.strip() == "False"
 
 
+NO_HOME = "~radixflow-no-such-user/ck"  # a home directory no user has
+
+
 def test_an_unknown_sim_model_is_one_line_naming_model_and_what_is_known(capsys):
     with pytest.raises(ProblemError) as info:
         plan_engine(EngineOptions(runner="sim", model="gpt-9"))
@@ -171,6 +174,28 @@ def test_an_unknown_sim_model_is_one_line_naming_model_and_what_is_known(capsys)
     assert main(["bench", "--runner", "sim", "--model", "gpt-9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("radixflow: error: --model: unknown sim model 'gpt-9'")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["cost", NO_HOME], f"radixflow: error: model: unknown sim model '{NO_HOME}'"),
+        (
+            ["bench", "--runner", "sim", "--model", NO_HOME],
+            f"radixflow: error: --model: unknown sim model '{NO_HOME}'",
+        ),
+        (
+            ["bench", "--runner", "torch", "--model", NO_HOME],
+            f"radixflow: error: --model: unknown torch model '{NO_HOME}'",
+        ),
+    ],
+)
+def test_a_model_under_a_users_home_that_does_not_exist_is_one_line(capsys, argv, says):
+    """``~user/ck`` of no such user: pathlib's expanduser raised RuntimeError, a traceback, where
+    the shell and os.path leave the name as it is."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(says), err
 
 
 @pytest.mark.parametrize(

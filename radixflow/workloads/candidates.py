@@ -17,7 +17,7 @@ KINDS = ("candidates", "chats")
 # 500x the default workload and a few minutes of sim runner time; past it a typo such as
 # --groups 100000000 would silently spend hours and gigabytes building the workload.
 MAX_WORKLOAD_TOKENS = 1 << 25
-# Requests in one generated workload: the token limit does not bound them (a one-token prompt is a
+# Requests in one workload, generated or a trace: the token limit does not bound them (a one-token prompt is a
 # request too), and each costs about 1.5 KB of Python objects before it runs. 2**20 is about
 # 16,000x the default workload's 64 requests and above the token limit's longest useful queues;
 # past it --groups 30000000 with one-token prompts built gigabytes of requests.

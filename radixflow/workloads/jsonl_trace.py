@@ -9,7 +9,7 @@ from pathlib import Path
 
 from radixflow.jsonl import UTF16_MARKS, json_object
 from radixflow.scheduler.request import Request
-from radixflow.workloads.candidates import MAX_ARRIVAL_S, MAX_WORKLOAD_TOKENS
+from radixflow.workloads.candidates import MAX_ARRIVAL_S, MAX_WORKLOAD_REQUESTS, MAX_WORKLOAD_TOKENS
 from radixflow.workloads.workload import CANDIDATE, RequestTag, Workload
 
 
@@ -43,12 +43,16 @@ FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
 ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
 
 
-def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workload:
+def read_trace(
+    path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS, max_requests: int = MAX_WORKLOAD_REQUESTS
+) -> Workload:
     """Parse a UTF-8 JSONL trace, line by line; a line without ``group`` or ``kind`` is tagged as
     a candidate in no group.
 
     A malformed line raises `TraceError` naming the file and line number; so does a trace whose
-    prompts hold more than ``max_tokens`` tokens together (found without reading the rest).
+    prompts hold more than ``max_tokens`` tokens together, or that holds more than
+    ``max_requests`` requests (a generated workload's limit: the token limit alone let through
+    33M one-token requests, tens of GB of objects), each found without reading the rest.
     """
     out: list[Request] = []
     tags: dict[str, RequestTag] = {}
@@ -65,6 +69,8 @@ def read_trace(path: str | Path, max_tokens: int = MAX_WORKLOAD_TOKENS) -> Workl
             tokens += len(req.prompt)
             if tokens > max_tokens:
                 raise TraceError(f"{where}: the trace exceeds the limit of {max_tokens} prompt tokens")
+            if len(out) >= max_requests:
+                raise TraceError(f"{where}: the trace exceeds the limit of {max_requests} requests")
             tags[req.id] = tag
             out.append(req)
     except OSError as e:

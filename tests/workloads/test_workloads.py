@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import inspect
 import itertools
 import json
 import re
@@ -204,6 +205,17 @@ def test_trace_token_limit_names_the_line_where_it_is_passed(tmp_path):
     assert len(read_trace(path, max_tokens=6).requests) == 2
     with pytest.raises(TraceError, match=r"t\.jsonl:2: the trace exceeds the limit of 5 prompt tokens"):
         read_trace(path, max_tokens=5)
+
+
+def test_trace_request_limit_names_the_line_where_it_is_passed(tmp_path):
+    """A generated workload holds at most MAX_WORKLOAD_REQUESTS requests (each ~1.5 KB of Python
+    objects); a trace of one-token prompts was bounded by its 2**25 tokens alone, 33M requests."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(f'{{"id": "r{i}", "prompt": [1]}}\n' for i in range(3)))
+    assert len(read_trace(path, max_requests=3).requests) == 3
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: the trace exceeds the limit of 2 requests"):
+        read_trace(path, max_requests=2)
+    assert inspect.signature(read_trace).parameters["max_requests"].default == MAX_WORKLOAD_REQUESTS
 
 
 def test_trace_with_a_utf8_byte_order_mark_is_read(tmp_path):

@@ -26,6 +26,9 @@ MAX_OVERHEAD_S = 3600.0  # a fixed cost (per call, layer, sequence or request) o
 MAX_KIND_SCALE = 1e6  # a term's cost per FLOP relative to the flops rate; 0 (free) is what a fit may find
 MAX_WEIGHT_BYTES = 8  # float64
 MAX_MEMORY_BYTES = 1e15  # 1 PB of device memory
+# 100 MB: a GPU has gigabytes. Below it the figure is in GB or MB, not bytes (80 for an H100 ran
+# every model tensor-parallel on 64 GPUs, and it still did not fit; a roofline profile reads it)
+MIN_MEMORY_BYTES = 1e8
 
 
 class ProfileError(ValueError):
@@ -127,7 +130,7 @@ CHECKS: dict[str, Callable[[str, object], Problem | None]] = {
     "prefix_kv_s": Range(0.0, MAX_OVERHEAD_S, "s", optional=True),
     "kind_scale": _kind_scale,
     "weight_bytes": _weight_bytes,
-    "memory_bytes": Range(1.0, MAX_MEMORY_BYTES, "bytes", optional=True),
+    "memory_bytes": Range(MIN_MEMORY_BYTES, MAX_MEMORY_BYTES, "bytes", optional=True),
     "sources": _sources,
     "calibration": _calibration,
     "decode_overhead_s": Range(0.0, MAX_OVERHEAD_S, "s", optional=True),

@@ -52,6 +52,8 @@ GOOD = HARDWARE["h200"].to_dict()
         ("layer_overhead_s", "fast", 'got "fast"'),
         ("token_pair_s", -1e-9, "got -1e-09"),
         ("memory_bytes", -1, "got -1"),
+        # 80 (GB) ran every model tensor-parallel on 64 GPUs that it still did not fit, bench silent
+        ("memory_bytes", 80, "must be a number from 1e+08 to 1e+15 (bytes), or null, got 80"),
         ("kind_scale", [], "must be a JSON object of cost terms to numbers, got []"),
         ("kind_scale", {"tensor_cores": 1.0}, "unknown term 'tensor_cores'"),
         ("kind_scale", {"gdn": -1.0}, "entry gdn: must be a number from 0"),

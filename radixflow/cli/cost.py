@@ -110,15 +110,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         write_stdout(json.dumps(cost.to_json(), allow_nan=False) + "\n")
     else:
-        _print(cost, f"{shape.name} on {hardware.name}", _describe(chunks), console)
+        _print(
+            cost,
+            f"{shape.name} on {hardware.name}",
+            _describe(chunks, prefill=args.prefill is not None or args.decode is None),
+            console,
+        )
     return 0
 
 
-def _describe(chunks: list[ChunkShape]) -> str:
-    prefill = [c for c in chunks if not c.decode]
-    parts = [f"prefill {c.length} tokens after {c.start} cached" for c in prefill]
-    if decodes := len(chunks) - len(prefill):
-        parts.append(f"{counted(decodes, 'decode step')} after {chunks[-1].start} cached")
+def _describe(chunks: list[ChunkShape], prefill: bool) -> str:
+    """The round as the flags asked for it: ``prefill``, its first chunk is the prefill (of one
+    token, a chunk the cost model prices as a decode step, as the sim does: said so)."""
+    parts = []
+    if prefill:
+        first, *chunks = chunks
+        as_decode = " (one new position: priced as a decode step)" if first.decode else ""
+        parts.append(f"prefill {counted(first.length, 'token')} after {first.start} cached{as_decode}")
+    if chunks:
+        parts.append(f"{counted(len(chunks), 'decode step')} after {chunks[-1].start} cached")
     return ", ".join(parts)
 
 

@@ -111,6 +111,19 @@ def test_the_round_is_said_with_the_context_the_help_gives_it(capsys):
     assert "tokens cached before the prefill chunk" in help_text and "before each decode step" in help_text
 
 
+def test_a_one_token_prefill_is_said_as_asked_and_priced_as_the_sim_prices_it(capsys):
+    """--prefill 1 was said as "1 decode step" (with a state restore no decode step has): the
+    chunk is the prefill asked for; one new position is priced as a decode step, and that is said."""
+    assert main(["cost", "qwen3_5-2b", "--prefill", "1", "--context", "100"]) == 0
+    out = capsys.readouterr().out
+    assert ": prefill 1 token after 100 cached (one new position: priced as a decode step): " in out
+    assert "state_copy" in out  # the restore at the cached prefix, which the prefill asked for
+    assert main(["cost", "qwen3_5-2b", "--prefill", "1", "--decode", "2"]) == 0
+    assert ": prefill 1 token after 0 cached (one new position: priced as a decode step), 2 decode steps" in (
+        capsys.readouterr().out
+    )
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [

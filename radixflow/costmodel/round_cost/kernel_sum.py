@@ -82,9 +82,11 @@ def _waves(r: _Round) -> list[_Round]:
     (one wave, the whole round, when no chunk follows another in the round)."""
     if not any(c.wave for c in r.prefill):
         return [r]
+    # wave 0 runs the decode-length rows even where no longer chunk is in it (a one-token producer)
+    waves = {c.wave for c in r.prefill} | ({0} if r.decodes else set())
     return [
         _Round([c for c in r.prefill if c.wave == wave] + (r.decode_chunks if wave == 0 else []))
-        for wave in sorted({c.wave for c in r.prefill})
+        for wave in sorted(waves)
     ]
 
 

@@ -378,6 +378,20 @@ def test_a_one_token_follower_is_costed_as_a_prefill_row_not_a_decode_step():
     assert terms["gdn"].seconds > alone["gdn"].seconds
 
 
+@pytest.mark.parametrize("name", ["qwen3_5-2b", "nemotron_h-8b", "lfm2-1.2b", "falcon_h1-1.5b"])
+def test_a_one_token_producer_keeps_its_recurrent_kernels_when_its_follower_runs_in_wave_1(name):
+    """A producer whose chunk is one token (a decode-length row in wave 0) and a follower in wave
+    1: the recurrent layers ran the follower's wave alone, the producer's step never charged."""
+    model = _gpu(name, HARDWARE["h200"])
+    producer = ChunkShape(100, 1, True, snapshots=1)
+    follower = ChunkShape(101, 32, True, restores=True, wave=1)
+    both = model.breakdown([producer, follower]).terms
+    alone = model.breakdown([follower]).terms
+    step = model.breakdown([producer]).terms
+    for kind in {"gdn", "mamba2", "conv"} & step.keys():
+        assert both[kind].seconds == pytest.approx(alone[kind].seconds + step[kind].seconds)
+
+
 def test_the_fitted_model_charges_a_later_wave_the_layer_overhead_of_each_recurrent_layer():
     shape = SIM_MODELS["qwen3_5-2b"]
     hw = replace(HARDWARE["cpu"], layer_overhead_s=1e-4)

@@ -69,7 +69,7 @@ def fixed_terms(profile: HardwareProfile, chunks: Sequence[ChunkShape], layers: 
     """The costs of a worker call computing ``chunks`` on a model of ``layers`` decoder layers
     that are not priced by FLOPs: per call, per layer, per sequence, and the growth of per-token
     cost with the round's size (terms of zero cost left out, but ``fixed`` always there)."""
-    decode_only = all(c.decode for c in chunks)
+    decode_only = all(c.decode_step for c in chunks)  # a follower makes it a call with prefill
     key = "decode_overhead_s" if decode_only and profile.decode_overhead_s is not None else "round_overhead_s"
     terms = {"fixed": _fixed(profile.fixed_call_s(decode_only), source(profile, key))}
     if profile.layer_overhead_s:

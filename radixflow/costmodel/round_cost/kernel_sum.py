@@ -60,7 +60,7 @@ class _Round:
         self.chunks = chunks
         self.tokens = sum(c.length for c in chunks)
         # a chunk in a later wave runs as a prefill row whatever its length (`ChunkShape.wave`)
-        self.prefill = [c for c in chunks if not c.decode or c.wave]
+        self.prefill = [c for c in chunks if not c.decode_step]
         self.decodes = len(chunks) - len(self.prefill)
         # the prefill chunks run as one batched (varlen) call: its typical sequence
         n = len(self.prefill)
@@ -69,12 +69,12 @@ class _Round:
             max(math.ceil(sum(c.end for c in self.prefill) / n), self.prefill_tokens) if n else 0
         )
         # decode attention is linear in the KV it reads: one call at the mean context
-        decode_ends = sum(c.end for c in chunks if c.decode and not c.wave)
+        decode_ends = sum(c.end for c in chunks if c.decode_step)
         self.decode_context = math.ceil(decode_ends / self.decodes) if self.decodes else 0
 
     @property
     def decode_chunks(self) -> list[ChunkShape]:
-        return [c for c in self.chunks if c.decode and not c.wave]
+        return [c for c in self.chunks if c.decode_step]
 
 
 def _waves(r: _Round) -> list[_Round]:

@@ -35,6 +35,12 @@ class ChunkShape:
         return self.length == 1
 
     @property
+    def decode_step(self) -> bool:
+        """A decode step of the round's batched decode call: one new position in wave 0 (a row of
+        a later wave runs as a prefill row whatever its length)."""
+        return self.decode and not self.wave
+
+    @property
     def logit_rows(self) -> int:
         """Positions that go through the output head."""
         return int(self.sample) + self.head_rows

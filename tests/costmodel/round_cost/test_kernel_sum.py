@@ -392,6 +392,17 @@ def test_a_one_token_producer_keeps_its_recurrent_kernels_when_its_follower_runs
         assert both[kind].seconds == pytest.approx(alone[kind].seconds + step[kind].seconds)
 
 
+def test_a_round_with_a_one_token_follower_is_a_call_with_prefill_however_short_its_rows():
+    """Every row one token long, but one follows another in wave 1: the kernels ran it as a
+    prefill row, while the fixed cost was a decode-only call's (0.4 ms against 3 ms)."""
+    rows = [ChunkShape(100, 1, True, snapshots=1), ChunkShape(101, 1, True, restores=True, wave=1)]
+    for model in (_gpu("qwen3_5-2b", HARDWARE["h200"]), CostModel(SIM_MODELS["qwen3_5-2b"], HARDWARE["cpu"])):
+        fixed = model.breakdown(rows).terms["fixed"]
+        assert fixed.seconds == model.hardware.round_overhead_s and "decode" not in fixed.source
+    steps = [ChunkShape(100, 1, True), ChunkShape(200, 1, True)]  # decode steps alone: a decode-only call
+    assert _gpu("qwen3_5-2b", HARDWARE["h200"]).breakdown(steps).terms["fixed"].seconds == 0.4e-3
+
+
 def test_the_fitted_model_charges_a_later_wave_the_layer_overhead_of_each_recurrent_layer():
     shape = SIM_MODELS["qwen3_5-2b"]
     hw = replace(HARDWARE["cpu"], layer_overhead_s=1e-4)

@@ -50,7 +50,10 @@ def default_cache_dir() -> Path:
     the temporary directory (`_private_temp_cache`)."""
     env = os.environ.get(CACHE_ENV)
     if env:
-        return Path(env).expanduser()
+        expanded = expand_home(env)
+        if expanded.startswith("~"):  # pathlib would raise RuntimeError at each later expanduser
+            raise CacheDirError(f"${CACHE_ENV} {env}: its ~ names no home directory here")
+        return Path(expanded)
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg and Path(xdg).is_absolute():  # the spec: a relative one is invalid and ignored
         return Path(xdg) / "radixflow" / "models"
@@ -106,7 +109,7 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
             return local
         _check_local(local)
         zoo_entry(name)  # raises UnknownModelError listing the zoo names
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    root = Path(expand_home(str(cache_dir))) if cache_dir is not None else default_cache_dir()
     source = "cache_dir" if cache_dir is not None else _cache_source()
     store = BuildStore(root, source, tuple(ZOO))
     version = _source_version(name, store)

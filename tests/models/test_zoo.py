@@ -571,3 +571,10 @@ def test_with_no_home_directory_the_cache_falls_back_to_xdg_or_the_temporary_dir
     assert zoo.default_cache_dir() == tmp_path / "xdg" / "radixflow" / "models"
     monkeypatch.setenv(zoo.CACHE_ENV, str(tmp_path / "mine"))
     assert zoo.default_cache_dir() == tmp_path / "mine"
+
+
+def test_a_cache_variable_naming_a_home_that_does_not_exist_is_one_line(monkeypatch):
+    # RADIXFLOW_CACHE=~nosuchuser/x: pathlib's RuntimeError traceback from every torch run
+    monkeypatch.setenv(zoo.CACHE_ENV, "~no-such-user-here/models")
+    with pytest.raises(zoo.CacheDirError, match=r"^\$RADIXFLOW_CACHE ~no-such-user-here/models: its ~ names"):
+        zoo.default_cache_dir()

@@ -1,14 +1,19 @@
-"""Two engine replicas on Ray Serve, one router after another, under the official openai client.
+"""Two engine replicas on Ray Serve per router, the routers' trials interleaved, under the official
+openai client.
 
-For each router (``--routers``, pow2 first), starts ``radixflow serve MODEL --replicas N --router R``
-in its own process, then sends candidate-scoring traffic from ``--clients`` concurrent clients
-(`openai.AsyncOpenAI`): ``--groups`` shared contexts of ``--context`` token ids, each followed by
-``--candidates`` candidates of ``--candidate`` tokens. Requests rotate over three kinds: plain
-completions, streamed completions, and ``echo`` with ``logprobs=1``. Counts: answers, lost
-requests (any exception or an answer without its choice), the fleet's reuse (prompt tokens served
-from a replica's cache, from the server's ``/fleet`` figures). Finally Ctrl-C (SIGINT) with
-requests in flight: they must all be answered (drained) and the server (with the status 130 of a
-Ctrl-C) and every Ray process it started must exit.
+Starts ``radixflow serve MODEL --replicas N --router R`` for every router of ``--routers``, each in
+its own process with its own Ray, all running side by side; then ``--repeat`` trials, each sending
+the same fresh candidate-scoring traffic to every router in turn (the order rotated trial by trial,
+so no router always runs first or last on a machine whose load drifts) from ``--clients``
+concurrent clients (`openai.AsyncOpenAI`): ``--groups`` shared contexts of ``--context`` token ids,
+each followed by ``--candidates`` candidates of ``--candidate`` tokens. Requests rotate over three
+kinds: plain completions, streamed completions, and ``echo`` with ``logprobs=1``. Per router: the
+median over its trials of the wall time (with its spread, min to max), of the mean latency and of
+the fleet's reuse (prompt tokens served from a replica's cache, from the server's ``/fleet``
+figures), answers and lost requests (any exception or an answer without its choice) over every
+trial, and the machine's load average before each trial and around the whole run. Finally Ctrl-C
+(SIGINT) to each server with requests in flight: they must all be answered (drained) and the server
+(with the status 130 of a Ctrl-C) and every Ray process it started must exit.
 
 Needs the cluster extra (ray[serve]).
 
@@ -25,10 +30,13 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,21 +52,66 @@ INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (anot
 
 
 @dataclass
+class Trial:
+    """One router's share of one trial: the trial's traffic sent to its server."""
+
+    trial: int
+    wall_s: float
+    mean_latency_s: float | None  # None: no request answered, no latency to average
+    reuse_rate: float | None  # of this trial's prompts (the /fleet figures' growth over it)
+    load_1min: float  # the machine's load average as the trial began
+
+
+@dataclass
 class RouterRun:
     router: str
-    requests: int = 0
+    requests: int = 0  # over every trial
     answered: int = 0
     lost: int = 0
     errors: list[str] = field(default_factory=list)
-    wall_s: float = 0.0
-    mean_latency_s: float | None = None  # None: no request answered, no latency to average
+    trials: list[Trial] = field(default_factory=list)
+    # medians over the trials (None: no trial measured one); the wall time's spread, min and max
+    wall_s: float | None = None
+    wall_spread_s: list[float] = field(default_factory=list)
+    mean_latency_s: float | None = None
     reuse_rate: float | None = None
-    per_replica: dict[str, Any] = field(default_factory=dict)
+    per_replica: dict[str, Any] = field(default_factory=dict)  # /fleet after the last trial
     drain_answered: int = 0
     drain_sent: int = 0
     exit_code: int | None = None
     stopped_s: float | None = None
     ray_processes_left: int | None = None
+
+
+@dataclass(frozen=True)
+class FleetServer:
+    """One router's server, ready, its Ray session under ``ray_dir``."""
+
+    router: str
+    proc: subprocess.Popen
+    port: int
+    ray_dir: str
+
+
+def median(values: list[float | None]) -> float | None:
+    """The median of the values measured (None where none was). Pure."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def summarize(run: RouterRun) -> None:
+    """``run``'s medians and wall-time spread from its trials (mutates ``run``)."""
+    walls = [t.wall_s for t in run.trials]
+    run.wall_s = median(list(walls))
+    run.wall_spread_s = [min(walls), max(walls)] if walls else []
+    run.mean_latency_s = median([t.mean_latency_s for t in run.trials])
+    run.reuse_rate = median([t.reuse_rate for t in run.trials])
+
+
+def rotated(routers: list[str], trial: int) -> list[str]:
+    """The order trial ``trial`` sends its traffic to the routers: each first in turn. Pure."""
+    k = trial % len(routers)
+    return routers[k:] + routers[:k]
 
 
 def free_port() -> int:
@@ -97,8 +150,10 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> None:
     raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
 
 
-def workload(args: argparse.Namespace) -> list[list[int]]:
-    rng = random.Random(args.seed)
+def workload(args: argparse.Namespace, trial: int) -> list[list[int]]:
+    """Trial ``trial``'s prompts, the same for every router: contexts of its own, so no trial finds
+    an earlier one's in the replicas' caches."""
+    rng = random.Random(f"{args.seed}:{trial}")
     draw = lambda n: [rng.randrange(FIRST_ID, args.vocab) for _ in range(n)]  # noqa: E731
     prompts = [ctx + draw(args.candidate) for ctx in (draw(args.context) for _ in range(args.groups))
                for _ in range(args.candidates)]  # fmt: skip
@@ -125,7 +180,11 @@ async def one(client: openai.AsyncOpenAI, model: str, prompt: list[int], kind: i
         raise RuntimeError("echo logprobs do not cover the prompt")
 
 
-async def drive(port: int, model: str, prompts: list[list[int]], clients: int, run: RouterRun) -> None:
+async def drive(
+    port: int, model: str, prompts: list[list[int]], clients: int, run: RouterRun
+) -> tuple[float, float | None]:
+    """``prompts`` from ``clients`` concurrent clients, answers and losses counted into ``run``;
+    the wall time and the mean latency (None: no request answered)."""
     client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
                                 timeout=600)  # fmt: skip
     queue: asyncio.Queue = asyncio.Queue()
@@ -147,10 +206,10 @@ async def drive(port: int, model: str, prompts: list[list[int]], clients: int, r
 
     t0 = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(clients)))
-    run.wall_s = time.monotonic() - t0
-    run.requests = len(prompts)
-    run.mean_latency_s = sum(latencies) / len(latencies) if latencies else None
+    wall = time.monotonic() - t0
+    run.requests += len(prompts)
     await client.close()
+    return wall, sum(latencies) / len(latencies) if latencies else None
 
 
 async def interrupt_mid_flight(proc: subprocess.Popen, port: int, model: str, prompts: list[list[int]],
@@ -212,37 +271,91 @@ def started(args: argparse.Namespace, router: str, log: Path, ray_dir: str) -> t
     raise AssertionError("unreachable")
 
 
-def one_router(args: argparse.Namespace, router: str, prompts: list[list[int]]) -> RouterRun:
+def fleet_tokens(port: int) -> tuple[dict[str, Any], int, int]:
+    """The server's ``/fleet`` figures per replica, and their prompt and reused tokens summed."""
+    replicas = httpx.get(f"http://127.0.0.1:{port}/fleet", timeout=10).json()["replicas"]
+    prompt = sum(f["prompt_tokens"] for f in replicas.values())
+    return replicas, prompt, sum(f["reused_tokens"] for f in replicas.values())
+
+
+def measure_trial(
+    args: argparse.Namespace, server: FleetServer, prompts: list[list[int]], trial: int, run: RouterRun
+) -> Trial:
+    """One trial's traffic to ``server``; its reuse is the growth of the server's /fleet figures."""
+    load = os.getloadavg()[0]
+    _, prompt0, reused0 = fleet_tokens(server.port)
+    wall, latency = asyncio.run(drive(server.port, args.model, prompts, args.clients, run))
+    run.per_replica, prompt1, reused1 = fleet_tokens(server.port)
+    prompt, reused = prompt1 - prompt0, reused1 - reused0
+    return Trial(trial, wall, latency, reused / prompt if prompt else None, load)
+
+
+def interrupted(args: argparse.Namespace, server: FleetServer, run: RouterRun) -> None:
+    """The Ctrl-C check on ``server`` (into ``run``), then its Ray processes left."""
+    prompts = workload(args, args.repeat)[: args.clients]  # contexts no trial sent
+    asyncio.run(interrupt_mid_flight(server.proc, server.port, args.model, prompts, run))
+    run.ray_processes_left = ray_settled(server.ray_dir)
+
+
+@contextmanager
+def fleet_servers(args: argparse.Namespace, routers: list[str]) -> Iterator[dict[str, FleetServer]]:
+    """A ready server for each router, all running side by side (started one after another: Ray's
+    ports are taken as each starts); however the run ends, each is killed if still running and its
+    Ray session directory removed."""
+    with ExitStack() as stack:
+        servers = {router: stack.enter_context(fleet_server(args, router)) for router in routers}
+        yield servers
+
+
+@contextmanager
+def fleet_server(args: argparse.Namespace, router: str) -> Iterator[FleetServer]:
     log = Path(args.log_dir) / f"fleet_serve_{router}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     # short: Ray's socket paths under it must stay within the 107 bytes a Unix socket allows
     ray_dir = tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp")
     try:  # removed however the run ends: a server that never got ready included
-        return measured(args, router, prompts, log, ray_dir)
+        proc, port = started(args, router, log, ray_dir)
+        try:
+            yield FleetServer(router, proc, port, ray_dir)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()  # reaped: its Ray processes (fate-shared) go with it
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-def measured(
-    args: argparse.Namespace, router: str, prompts: list[list[int]], log: Path, ray_dir: str
-) -> RouterRun:
-    """One router's run with its Ray session under ``ray_dir``."""
-    run = RouterRun(router)
-    proc, port = started(args, router, log, ray_dir)
-    try:
-        asyncio.run(drive(port, args.model, prompts, args.clients, run))
-        fleet = httpx.get(f"http://127.0.0.1:{port}/fleet", timeout=10).json()
-        run.per_replica = fleet["replicas"]
-        prompt = sum(f["prompt_tokens"] for f in fleet["replicas"].values())
-        reused = sum(f["reused_tokens"] for f in fleet["replicas"].values())
-        run.reuse_rate = reused / prompt if prompt else None
-        asyncio.run(interrupt_mid_flight(proc, port, args.model, prompts[: args.clients], run))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    run.ray_processes_left = ray_settled(ray_dir)
-    return run
+def run_all(args: argparse.Namespace, routers: list[str]) -> list[RouterRun]:
+    """Every router's server up, ``--repeat`` trials interleaved over them, then each one's Ctrl-C."""
+    runs = {router: RouterRun(router) for router in routers}
+    with fleet_servers(args, routers) as servers:
+        for trial in range(args.repeat):
+            prompts = workload(args, trial)
+            for router in rotated(routers, trial):
+                runs[router].trials.append(measure_trial(args, servers[router], prompts, trial, runs[router]))
+        for router in routers:
+            interrupted(args, servers[router], runs[router])
+    for run in runs.values():
+        summarize(run)
+    return list(runs.values())
+
+
+def report(run: RouterRun, repeat: int) -> None:
+    reuse = "n/a" if run.reuse_rate is None else f"{run.reuse_rate:.3f}"
+    latency = "n/a" if run.mean_latency_s is None else f"{run.mean_latency_s * 1e3:.0f} ms"
+    low, high = run.wall_spread_s
+    print(
+        f"{run.router:>10}: {run.answered}/{run.requests} answered, {run.lost} lost; medians of "
+        f"{repeat}: reuse {reuse}, mean latency {latency}, wall {run.wall_s:.1f} s "
+        f"(spread {low:.1f}-{high:.1f} s); Ctrl-C: "
+        f"{run.drain_answered}/{run.drain_sent} drained, exit {run.exit_code} after "
+        f"{run.stopped_s or 0:.1f} s, {run.ray_processes_left} Ray processes left",
+        flush=True,
+    )
+    for name, f in run.per_replica.items():
+        print(f"{'':>12}replica {name}: {f['answered']} answered, reuse {f['reuse_rate']}")
+    for e in sorted(set(run.errors))[:5]:
+        print(f"{'':>12}error: {e}")
 
 
 def main() -> int:
@@ -259,46 +372,43 @@ def main() -> int:
     # ids from FIRST_ID up: below --vocab there must be one to draw
     p.add_argument("--vocab", type=int_arg(FIRST_ID + 1), default=512, help="token ids are drawn below this")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=positive_int, default=3, help="trials (routers interleaved); medians")
     p.add_argument("--start-timeout", type=float_arg(positive=True), default=300.0)
     p.add_argument("--log-dir", default="results")
     p.add_argument("--json", type=Path, default=Path("results/fleet_serve.json"))
-    p.add_argument("--smoke", action="store_true", help="one router, two clients, a tiny workload (CI)")
+    p.add_argument(
+        "--smoke", action="store_true", help="two routers, two trials, two clients, a tiny workload (CI)"
+    )
     args = p.parse_args()
-    for router in args.routers.split(","):
+    routers = args.routers.split(",")
+    for router in routers:
         problem = router_problem(router)
         if problem is not None:
             p.error(f"--routers: {problem.message}")
+    twice = sorted({r for r in routers if routers.count(r) > 1})
+    if twice:  # one server per router: a second would share its log and halve its trials
+        p.error(f"--routers: {', '.join(twice)} named twice in {args.routers!r}")
     if args.context + args.candidate == 0:
         p.error("--context, --candidate: a prompt needs a token (both are 0)")
     if args.replicas < 2:
         p.error(f"--replicas: a fleet needs at least 2 (got {args.replicas}); one replica runs without Ray")
     if args.smoke:
-        args.routers, args.clients, args.groups, args.candidates = "checkpoint", 2, 2, 2
-        args.context, args.candidate, args.log_dir = 32, 4, str(args.json.parent)
+        routers, args.repeat, args.clients, args.groups, args.candidates = ["pow2", "checkpoint"], 2, 2, 2, 2
+        args.routers, args.context, args.candidate = ",".join(routers), 32, 4
+        args.log_dir = str(args.json.parent)
         # a loaded machine starts Ray and its replicas slowly: the smoke test's own 600 s bound
         # is the backstop, readiness (not this figure) ends the wait
         args.start_timeout = max(args.start_timeout, 540.0)
-    prompts = workload(args)
-    runs = []
-    for router in args.routers.split(","):
-        run = one_router(args, router, prompts)
-        runs.append(run)
-        reuse = "n/a" if run.reuse_rate is None else f"{run.reuse_rate:.3f}"
-        latency = "n/a" if run.mean_latency_s is None else f"{run.mean_latency_s * 1e3:.0f} ms"
-        print(
-            f"{router:>10}: {run.answered}/{run.requests} answered, {run.lost} lost, reuse {reuse}, "
-            f"mean latency {latency}, wall {run.wall_s:.1f} s; Ctrl-C: "
-            f"{run.drain_answered}/{run.drain_sent} drained, exit {run.exit_code} after "
-            f"{run.stopped_s or 0:.1f} s, {run.ray_processes_left} Ray processes left",
-            flush=True,
-        )
-        for name, f in run.per_replica.items():
-            print(f"{'':>12}replica {name}: {f['answered']} answered, reuse {f['reuse_rate']}")
-        for e in sorted(set(run.errors))[:5]:
-            print(f"{'':>12}error: {e}")
+    load_before = os.getloadavg()
+    runs = run_all(args, routers)
+    load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+    for run in runs:
+        report(run, args.repeat)
     doc = {
         "args": vars(args) | {"json": str(args.json)},
-        "loadavg": os.getloadavg(),
+        "load_before": load_before,
+        "load_after": load_after,
         "runs": [asdict(r) for r in runs],
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,11 @@
-"""benchmarks/fleet_serve.py: its flags are checked before any server starts."""
+"""benchmarks/fleet_serve.py: its flags are checked before any server starts; the routers' trials
+are interleaved and reported as medians with their spread and the machine's load."""
 
 from __future__ import annotations
 
+import json
 import sys
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -32,6 +35,8 @@ def fleet_serve():
         (["--candidate", "-3"], "argument --candidate: must be >= 0, got -3"),
         (["--context", "0", "--candidate", "0"], "--context, --candidate: a prompt needs a token"),
         (["--start-timeout", "nan"], "argument --start-timeout"),
+        (["--repeat", "0"], "argument --repeat: must be positive, got 0"),
+        (["--routers", "pow2,checkpoint,pow2"], "--routers: pow2 named twice"),
     ],
 )
 def test_a_bad_flag_is_one_line_before_any_server_starts(fleet_serve, monkeypatch, capsys, argv, needle):
@@ -40,7 +45,7 @@ def test_a_bad_flag_is_one_line_before_any_server_starts(fleet_serve, monkeypatc
     def no_server(*_):
         raise AssertionError("a server was started")
 
-    monkeypatch.setattr(fleet_serve, "one_router", no_server)
+    monkeypatch.setattr(fleet_serve, "fleet_servers", no_server)
     monkeypatch.setattr(sys, "argv", ["fleet_serve.py", *argv])
     with pytest.raises(SystemExit) as e:
         fleet_serve.main()
@@ -56,8 +61,11 @@ def test_a_run_with_no_answer_has_no_mean_latency(fleet_serve, monkeypatch):
 
     monkeypatch.setattr(fleet_serve, "one", refused)
     run = fleet_serve.RouterRun("pow2")
-    fleet_serve.asyncio.run(fleet_serve.drive(1, "m", [[5, 6], [7, 8]], 2, run))
-    assert (run.answered, run.lost, run.mean_latency_s) == (0, 2, None)
+    _, latency = fleet_serve.asyncio.run(fleet_serve.drive(1, "m", [[5, 6], [7, 8]], 2, run))
+    assert (run.answered, run.lost, latency) == (0, 2, None)
+    run.trials.append(fleet_serve.Trial(0, 1.0, latency, None, 0.5))
+    fleet_serve.summarize(run)
+    assert run.mean_latency_s is None
 
 
 @pytest.mark.parametrize("exit_code, passed", [(130, 0), (1, 1), (None, 1)])
@@ -66,12 +74,14 @@ def test_a_server_that_does_not_exit_as_a_ctrl_c_says_fails_the_run(
 ):
     # every request answered and drained, no Ray process left: the run passed whatever status the
     # server ended with after its Ctrl-C (a traceback's 1, or none: killed once it did not exit)
-    def one_router(args, router, prompts):
-        run = fleet_serve.RouterRun(router, requests=4, answered=4, drain_answered=2, drain_sent=2)
+    def run_all(args, routers):
+        run = fleet_serve.RouterRun(routers[0], requests=4, answered=4, drain_answered=2, drain_sent=2)
+        run.trials.append(fleet_serve.Trial(0, 1.0, 0.1, 0.5, 0.5))
+        fleet_serve.summarize(run)
         run.exit_code, run.ray_processes_left = exit_code, 0
-        return run
+        return [run]
 
-    monkeypatch.setattr(fleet_serve, "one_router", one_router)
+    monkeypatch.setattr(fleet_serve, "run_all", run_all)
     argv = ["fleet_serve.py", "--routers", "pow2", "--json", str(tmp_path / "out.json")]
     monkeypatch.setattr(sys, "argv", argv)
     assert fleet_serve.main() == passed
@@ -79,19 +89,77 @@ def test_a_server_that_does_not_exit_as_a_ctrl_c_says_fails_the_run(
 
 def test_a_server_that_never_gets_ready_leaves_no_ray_directory_behind(fleet_serve, monkeypatch, tmp_path):
     # the run's Ray session directory was removed only after a run that started: a server that
-    # exited or timed out before it was ready left its rf-ray-* directory in /tmp, one per try
-    ray_dir = tmp_path / "rf-ray-x"
+    # exited or timed out before it was ready left its rf-ray-* directory in /tmp, one per try.
+    # With the servers side by side, the one started before it is killed and its directory goes too
+    dirs = iter([tmp_path / "rf-ray-a", tmp_path / "rf-ray-b"])
+    first = SimpleNamespace(killed=False, poll=lambda: None, wait=lambda: 0)
+    first.kill = lambda: setattr(first, "killed", True)
 
     def mkdtemp(**_):
-        ray_dir.mkdir()
-        return str(ray_dir)
+        d = next(dirs)
+        d.mkdir()
+        return str(d)
 
-    def never_ready(*_):
-        raise RuntimeError("the server exited with 1 before it was ready")
+    def started(args, router, log, ray_dir):
+        if router == "checkpoint":
+            raise RuntimeError("the server exited with 1 before it was ready")
+        return first, 1
 
     monkeypatch.setattr(fleet_serve.tempfile, "mkdtemp", mkdtemp)
-    monkeypatch.setattr(fleet_serve, "started", never_ready)
+    monkeypatch.setattr(fleet_serve, "started", started)
     args = SimpleNamespace(log_dir=str(tmp_path / "logs"))
-    with pytest.raises(RuntimeError, match="before it was ready"):
-        fleet_serve.one_router(args, "pow2", [[5, 6]])
-    assert not ray_dir.exists()
+    servers = fleet_serve.fleet_servers(args, ["pow2", "checkpoint"])
+    with pytest.raises(RuntimeError, match="before it was ready"), servers:
+        raise AssertionError("every server was ready")
+    assert first.killed and not list(tmp_path.glob("rf-ray-*"))
+
+
+def test_the_routers_trials_are_interleaved_and_reported_as_medians_with_the_load(
+    fleet_serve, monkeypatch, tmp_path, capsys
+):
+    # every router ran all its traffic before the next started: a machine whose load drifted
+    # favoured whichever router ran in the quiet part, and one run per router had no spread
+    walls = {"pow2": [3.0, 1.0, 2.0], "prefix": [4.0, 4.0, 5.0], "checkpoint": [2.0, 9.0, 1.0]}
+    order: list[tuple[int, str]] = []
+    prompts: dict[int, set[tuple[int, ...]]] = {}
+
+    @contextmanager
+    def fleet_servers(args, routers):
+        yield {r: r for r in routers}
+
+    def measure_trial(args, server, trial_prompts, trial, run):
+        order.append((trial, server))
+        prompts.setdefault(trial, set()).add(tuple(map(tuple, trial_prompts)))
+        run.requests += len(trial_prompts)
+        run.answered += len(trial_prompts)
+        wall = walls[server][trial]
+        return fleet_serve.Trial(trial, wall, wall / 10, 0.5 + trial / 10, 1.5)
+
+    def interrupted(args, server, run):
+        run.drain_sent = run.drain_answered = 2
+        run.exit_code, run.ray_processes_left = fleet_serve.INTERRUPTED, 0
+
+    monkeypatch.setattr(fleet_serve, "fleet_servers", fleet_servers)
+    monkeypatch.setattr(fleet_serve, "measure_trial", measure_trial)
+    monkeypatch.setattr(fleet_serve, "interrupted", interrupted)
+    out = tmp_path / "out.json"
+    argv = ["fleet_serve.py", "--routers", "pow2,prefix,checkpoint", "--repeat", "3", "--groups", "2"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--candidates", "2", "--json", str(out)])
+    assert fleet_serve.main() == 0
+    assert order == [
+        (0, "pow2"), (0, "prefix"), (0, "checkpoint"),
+        (1, "prefix"), (1, "checkpoint"), (1, "pow2"),
+        (2, "checkpoint"), (2, "pow2"), (2, "prefix"),
+    ]  # fmt: skip
+    # each trial sends every router the same prompts, and new ones (no trial finds another's cached)
+    assert all(len(p) == 1 for p in prompts.values()) and len(set().union(*prompts.values())) == 3
+    doc = json.loads(out.read_text())
+    runs = {r["router"]: r for r in doc["runs"]}
+    assert (runs["checkpoint"]["wall_s"], runs["checkpoint"]["wall_spread_s"]) == (2.0, [1.0, 9.0])
+    assert runs["pow2"]["mean_latency_s"] == pytest.approx(0.2)
+    assert runs["prefix"]["reuse_rate"] == pytest.approx(0.6)
+    assert [t["load_1min"] for t in runs["pow2"]["trials"]] == [1.5] * 3
+    assert len(doc["load_before"]) == len(doc["load_after"]) == 3
+    printed = capsys.readouterr().out
+    assert "checkpoint: 12/12 answered" in printed and "spread 1.0-9.0 s" in printed
+    assert "load average" in printed

@@ -90,6 +90,7 @@ COUNTS = [
     ("delta_rule_chunks.py", "--repeats"),
     ("eviction_overhead.py", "--repeat"),
     ("eviction_overhead.py", "--rounds"),
+    ("fleet_serve.py", "--repeat"),
     ("lone_context.py", "--repeat"),
     ("matmul_plans.py", "--repeats"),
     ("per_candidate.py", "--repeat"),

@@ -76,6 +76,12 @@ def prompt_chain(request: RouteRequest, block_size: int) -> list[int]:
     )
 
 
+def hit(depth: int, floor: float) -> int:
+    """``depth`` if it is a hit (at least ``floor`` tokens, a share of the prompt), else 0: a
+    shared preamble is no reason to send a prompt to a busier replica, on placement or spill. Pure."""
+    return depth if depth >= floor else 0
+
+
 def in_service(replicas: Sequence[ReplicaState]) -> list[ReplicaState]:
     """The replicas whose engine loop runs; all of them when none does (each answers a 503 naming
     its failure: an answer, not a hang). A dead replica answers at once, so its queue looks the
@@ -172,14 +178,15 @@ class CheckpointAffinity:
         # router's memory at its own
         sizes = {r.digest.block_size for r in replicas} | {self.config.block_size}
         chains = {bs: prompt_chain(request, bs) for bs in sizes}
-        ready = {r.name: r.digest.depth(chains[r.digest.block_size]) for r in replicas}
+        floor = self.config.match_threshold * len(request.tokens)
+        ready = {r.name: hit(r.digest.depth(chains[r.digest.block_size]), floor) for r in replicas}
         chain = chains[self.config.block_size]
         planned = self.memory.depths(chain, self.config.block_size)
-        expect = {r.name: max(ready[r.name], planned.get(r.name, 0)) for r in replicas}
+        expect = {r.name: max(ready[r.name], hit(planned.get(r.name, 0), floor)) for r in replicas}
         open_ = [r for r in replicas if not overloaded(r, replicas, self.config)] or list(replicas)
         best = max(open_, key=lambda r: (expect[r.name], ready[r.name], -r.queue, self.rng.random()))
         deepest = max(expect.values())
-        if deepest == 0 or deepest < self.config.match_threshold * len(request.tokens):
+        if deepest == 0:
             # a new context (sharing at most a preamble): somewhere light; its siblings follow it
             return Decision(least_loaded(open_, self.rng).name, PLACEMENT)
         if expect[best.name] == deepest:

@@ -185,3 +185,15 @@ def test_when_every_replica_is_dead_one_still_answers():
     router = make_router("checkpoint", RouterConfig(block_size=BS))
     d = route(router, [ReplicaState("x", 0, alive=False), ReplicaState("y", 1, alive=False)])
     assert d.replica in {"x", "y"}
+
+
+def test_an_overloaded_replicas_context_spills_to_the_lightest_not_to_a_preamble_holder():
+    # a, overloaded, holds the context; b had only a 4-token preamble of this 72-token prompt sent
+    # to it (under the 10% threshold: no hit), c is idle: the spill went to b, the busier, with
+    # BALANCE and depth 4, as if a preamble were a reason to queue there
+    router = make_router("checkpoint", RouterConfig(block_size=BS))
+    prompt = CTX + tuple(range(1, 41))
+    route(router, [replica("b", 0)], CTX[:4] + (7,) * 60)  # another context, same preamble, to b
+    fleet = [replica("a", 10, digest_at(prompt, 8)), replica("b", 3), replica("c", 0)]
+    d = route(router, fleet, prompt)
+    assert (d.replica, d.reason, d.depth) == ("c", BALANCE, 0)

@@ -257,16 +257,25 @@ def _fleet_variant(
     router = make_router(s["router"], RouterConfig(seed=cell.workload["seed"]))
     run = run_fleet(fresh_copy(requests), engine, s["replicas"], router)
     result = fleet_policy_result(variant.policy, run, setup.scheduler, None)
-    evicted: dict[str, int] = {}
-    for r in run.replicas:
-        for kind, count in r.engine.cache.evictions().items():
-            evicted[kind] = evicted.get(kind, 0) + count
-    rounds = [rd for r in run.replicas for rd in r.engine.rounds]
-    policy_run = PolicyRun(result, rounds, run.requests, evictions=evicted)
+    engines = [r.engine for r in run.replicas]
+    # the fleet's counts are every replica's, as one engine's are its own
+    evicted = _summed([e.cache.evictions() for e in engines])
+    counters = _summed([e.scheduler.policy.counters() for e in engines])
+    rounds = [rd for e in engines for rd in e.rounds]
+    policy_run = PolicyRun(result, rounds, run.requests, counters, evicted)
     return {
         **_variant_result(variant, policy_run, s["slo_ms"], rate, pressure),
         "fleet": fleet_figures(run, s["router"]),
     }
+
+
+def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Each key's count summed over ``counts``. Pure."""
+    total: dict[str, int] = {}
+    for c in counts:
+        for key, n in c.items():
+            total[key] = total.get(key, 0) + n
+    return total
 
 
 def _in_call_order(groups: list[list[tuple[Variant, PolicyRun]]]) -> list[tuple[Variant, PolicyRun]]:

@@ -1697,3 +1697,29 @@ def test_a_key_in_the_wrong_one_of_a_table_and_its_workload_says_where_it_goes(t
     message = refusal(tiny, [edit])
     assert "\n" not in message and f": {key}: " in message and "unknown key" not in message, message
     assert says in message, message
+
+
+def test_a_fleet_cells_policy_counters_are_its_replicas_summed(tiny: Path, monkeypatch):
+    # a fleet cell's result had `policy_counters: {}` whatever its replicas' policies decided:
+    # an adaptive fleet read as one that never waited, followed or recomputed
+    from radixflow.experiments import cells
+
+    runs = []
+
+    def recorded(*args, **kwargs):
+        runs.append(run_fleet(*args, **kwargs))
+        return runs[-1]
+
+    run_fleet = cells.run_fleet
+    monkeypatch.setattr(cells, "run_fleet", recorded)
+    fleet = TINY.replace('policies = ["native", "radixflow"]', 'policies = ["adaptive"]', 1)
+    fleet = fleet.replace("[defaults]", "[defaults]\nreplicas = 2", 1)
+    tiny.write_text(fleet.replace("groups = 2", 'groups = 6\nkind = "chats"', 1))
+    config = load_config(tiny)
+    (result,) = cells.run_cell(config.cells[0], config.variants)["results"]
+    (run,) = runs
+    summed: dict[str, int] = {}
+    for replica in run.replicas:
+        for name, count in replica.engine.scheduler.policy.counters().items():
+            summed[name] = summed.get(name, 0) + count
+    assert summed and result["policy_counters"] == summed

@@ -2,8 +2,10 @@
 
 Every replica is an `Engine` stepping on its own modelled time; the fleet always advances the
 replica whose next round comes first, and routes each arrival when the clock reaches it, so the
-router sees every replica's queue and checkpoints as they are at that moment. The routing
-decisions are the `radixflow.fleet` routers', the very code the Ray Serve adapter runs.
+router sees every replica's queue and checkpoints as they are at that moment: a replica whose round
+is still running then is seen as it was when that round began, plus what was routed to it since
+(the round answers and makes its checkpoints READY only as it ends). The routing decisions are the
+`radixflow.fleet` routers', the very code the Ray Serve adapter runs.
 
 A replica can be made to die mid-run: its unfinished requests are retried on the survivors
 (latency still counts from their first arrival), or failed with an error when none is left.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from radixflow.cache.digest import CheckpointDigest
 from radixflow.engine.engine import Engine
@@ -37,9 +39,29 @@ class SimReplica:
     steps: int = 0
     _digest_at: int = -1  # steps taken when the digest was computed
     _digest: CheckpointDigest | None = None
+    # the replica as its last round began, and the requests routed to it since: what a router sees
+    # while that round runs (its answers and checkpoints come at its end)
+    _before: ReplicaState | None = None
+    _joined: int = 0
 
-    def state(self, with_digest: bool) -> ReplicaState:
-        """What the router sees now (the digest recomputed only after the engine stepped)."""
+    def step(self, with_digest: bool) -> None:
+        """Run the engine's next round (mutates the engine), remembering how it looked before."""
+        self._before, self._joined = self._latest(with_digest), 0
+        self.engine.step()
+        self.steps += 1
+
+    def submit(self, request: Request) -> None:
+        self.engine.submit(request)
+        self._joined += 1
+
+    def state(self, now: float, with_digest: bool) -> ReplicaState:
+        """What the router sees at modelled time ``now``."""
+        if self._before is not None and self.engine.now > now:  # its round ends after ``now``
+            return replace(self._before, queue=self._before.queue + self._joined)
+        return self._latest(with_digest)
+
+    def _latest(self, with_digest: bool) -> ReplicaState:
+        """The engine as it is (the digest recomputed only after the engine stepped)."""
         if not with_digest:
             return ReplicaState(self.name, self.engine.queue_length())
         if self._digest is None or self._digest_at != self.steps:
@@ -86,8 +108,7 @@ def run_fleet(
             death = deaths.popleft()
             _kill(run, fleet[death.replica], router, latest, death.at_s)
         elif replica is not None and step_at < t_arrival:
-            replica.engine.step()
-            replica.steps += 1
+            replica.step(router.uses_digests)
         elif arrivals:
             req = arrivals.popleft()
             latest[req.id] = req
@@ -114,12 +135,12 @@ def _route(run: FleetRun, req: Request, router: Router, now: float) -> SimReplic
     if not live:
         req.status, req.error, req.finish_s = RequestStatus.FAILED, "no replica is left to serve it", now
         return None
-    states = [r.state(router.uses_digests) for r in live]
+    states = [r.state(now, router.uses_digests) for r in live]
     run.samples.append(QueueSample(now, tuple(s.queue for s in states), tuple(s.name for s in states)))
     decision = router.choose(RouteRequest(req.namespace, req.prompt), states)
     target = next(r for r in live if r.name == decision.replica)
     target.routed.append(decision)
-    target.engine.submit(req)
+    target.submit(req)
     return target
 
 

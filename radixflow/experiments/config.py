@@ -59,8 +59,9 @@ EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {
 # 6 Dec: a cell naming no router is routed by DEFAULT_ROUTER, no longer pow2; then an
 # attention-only model's digest names every block of its KV, not only where each run ends; then
 # the checkpoint router's spill counts a match under the threshold as none; then the policy
-# counters are the replicas' summed (they were none)
-FLEET_REVISION = 7
+# counters are the replicas' summed (they were none); then a replica mid-round is routed by as
+# that round began, not as it ends
+FLEET_REVISION = 8
 # bump when the pressure figures change (6 Dec: TTFT p95 interpolated, as every percentile is):
 # only cells with a ``capacity`` go stale
 PRESSURE_REVISION = 1

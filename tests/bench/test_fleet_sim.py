@@ -249,3 +249,52 @@ def test_fleet_failures_list_every_unfinished_request_in_order_with_its_reason(s
     expected = [(failed.id, "device lost"), (aborted.id, "aborted")]
     assert [(f.id, f.reason) for f in result.failures] == expected
     assert (result.completed, result.failed) == (len(run.requests) - 2, 2)
+
+
+class _Recording:
+    """A router that records what it was shown of the replicas at each arrival."""
+
+    uses_digests = True
+
+    def __init__(self, name: str) -> None:
+        self.inner, self.name, self.seen = make_router(name, RouterConfig(seed=1)), name, []
+
+    def choose(self, request, replicas):
+        self.seen.append({r.name: r for r in replicas})
+        return self.inner.choose(request, replicas)
+
+    def forget(self, replica):
+        self.inner.forget(replica)
+
+
+def test_a_replica_mid_round_is_seen_as_it_is_at_the_arrival_not_at_the_rounds_end(setup):
+    # the fleet ran a replica's round to its end before routing an arrival that came during it:
+    # the router saw that round's requests answered and its checkpoints READY before they were
+    # (a queue shorter than it was, and a context no replica held yet)
+    built, requests = setup
+    make = lambda: new_engine(built.runner, built.scheduler)  # noqa: E731
+    alone = run_fleet(fresh_copy(requests[:1]), make, 2, _Recording("pow2"))
+    end = alone.requests[0].finish_s
+    first, during, after = fresh_copy(requests[:3])
+    during.arrival_s, after.arrival_s = end / 2, end * 1.5
+    router = _Recording("pow2")
+    run = run_fleet([first, during, after], make, 2, router)
+    busy = next(r.name for r in run.replicas if r.engine.requests and r.engine.requests[0] is first)
+    assert first.finish_s == end > during.arrival_s
+    seen = router.seen[1][busy]
+    assert (seen.queue, seen.digest.hashes) == (1, frozenset())
+    assert router.seen[2][busy].digest.hashes  # once its round has ended, its checkpoints count
+
+
+def test_routed_queues_are_the_replicas_queues_at_each_arrival(setup):
+    # every arrival's sample: a replica's queue is its requests that arrived before and were not
+    # answered by then (a round in progress at the arrival has not answered anything yet)
+    run = fleet(setup, "checkpoint")
+    for sample in run.samples:
+        for name, queue in zip(sample.replicas, sample.queues, strict=True):
+            engine = next(r.engine for r in run.replicas if r.name == name)
+            held = [
+                r for r in engine.requests
+                if r.arrival_s < sample.t and (r.finish_s is None or r.finish_s > sample.t)
+            ]  # fmt: skip
+            assert queue == len(held), (sample.t, name)

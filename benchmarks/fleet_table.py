@@ -4,7 +4,8 @@
     python benchmarks/fleet_table.py results/fleet/results.json
 
 One row per (replicas, workload, load), one column group per router (the mean over the seeds of
-a run with ``--seeds``): reuse, mean latency,
+a run with ``--seeds``), of one policy variant (``--variant``, needed when the config ran several):
+reuse, mean latency,
 routed-by-affinity share, imbalance (mean of max queue / mean queue over time) and the longest
 time any queue stayed above 2x the mean (and 2 requests over it). Then the acceptance: at 8
 replicas, candidate workload, medium load, checkpoint's reuse >= 1.5x pow2's and mean latency
@@ -57,10 +58,30 @@ def mean(values: list[float | None]) -> float | None:
     return sum(known) / len(known) if known and len(known) == len(values) else None
 
 
-def figures(cells: list[dict[str, Any]]) -> Figures:
+def variant_read(doc: dict[str, Any], wanted: str | None) -> str | None:
+    """The policy variant the table reads: ``wanted``, or None for each cell's only one. ValueError
+    (naming ``--variant``) when the results hold several and none is named, or not the one named."""
+    held = doc.get("variants") or []
+    if wanted is None:
+        if len(held) > 1:
+            raise ValueError(f"--variant: the results hold {', '.join(held)}; name one")
+        return None
+    if wanted not in held:
+        raise ValueError(f"--variant {wanted!r}: not in the results ({', '.join(held) or 'none named'})")
+    return wanted
+
+
+def result_of(cell: dict[str, Any], variant: str | None) -> dict[str, Any]:
+    """``cell``'s result for ``variant`` (None: its first, the only one). Pure."""
+    if variant is None:
+        return cell["results"][0]
+    return next(r for r in cell["results"] if r["variant"] == variant)
+
+
+def figures(cells: list[dict[str, Any]], variant: str | None = None) -> Figures:
     """One router's figures in a row: each the mean over the row's cells (one per seed: with
-    ``--seeds`` a row has several), answers counted over all of them."""
-    results = [cell["results"][0] for cell in cells]
+    ``--seeds`` a row has several), answers counted over all of them; ``variant``'s results."""
+    results = [result_of(cell, variant) for cell in cells]
     fleets = [r.get("fleet", {}) for r in results]  # none for a cell of one engine (a grid's baseline)
 
     def over(get: Callable[[dict[str, Any], dict[str, Any]], float | None]) -> float | None:
@@ -112,12 +133,18 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "n/a"
 
 
-def table(doc: dict[str, Any]) -> dict[str, Any]:
-    """Print the table and the acceptance; return the rows and the checks for the JSON."""
+def table(doc: dict[str, Any], variant: str | None = None) -> dict[str, Any]:
+    """Print the table of ``variant`` (`variant_read`) and the acceptance; return the rows and the
+    checks for the JSON."""
     cells: dict[tuple, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for cell in doc["cells"]:
         cells[key(cell)][cell["cell"]["router"]].append(cell)  # a row's seeds side by side
-    rows = {k: {router: figures(cs) for router, cs in by_router.items()} for k, by_router in cells.items()}
+    rows = {
+        k: {router: figures(cs, variant) for router, cs in by_router.items()}
+        for k, by_router in cells.items()
+    }
+    if variant is not None:
+        print(f"policy variant {variant}")
     head = " | ".join(f"{r} reuse | {r} mean ms" for r in ROUTERS)
     print(f"| replicas | workload | load | {head} | checkpoint affinity | imbalance (pow2/prefix/ckpt) |")
     print("|" + " --- |" * (5 + 2 * len(ROUTERS)))
@@ -174,6 +201,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", type=Path, nargs="?", default=Path("results/fleet/results.json"))
     ap.add_argument("--json", type=Path, default=None, help="also write the rows and checks here")
+    ap.add_argument("--variant", default=None, help="the policy variant to read (results of several)")
     ap.add_argument(
         "--smoke", action="store_true", help="CI: run a tiny fleet experiment beside --json and read it"
     )
@@ -182,7 +210,12 @@ def main() -> int:
         out = (args.json or Path("results/fleet_table.json")).parent
         out.mkdir(parents=True, exist_ok=True)
         args.results = smoke_results(out)
-    result = table(json.loads(args.results.read_text()))
+    doc = json.loads(args.results.read_text())
+    try:
+        variant = variant_read(doc, args.variant)
+    except ValueError as e:
+        ap.error(str(e))
+    result = table(doc, variant)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -3,6 +3,9 @@ where the results hold the cell it reads."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +108,33 @@ def test_a_row_run_on_several_seeds_shows_their_mean_not_the_last_seeds(fleet_ta
     assert "| 2 | candidates | medium | 0.70 | 30 | 0.70 | 30 | 0.70 | 30 |" in capsys.readouterr().out
     (row,) = result["rows"]
     assert row["pow2"]["reuse"] == pytest.approx(0.7) and row["pow2"]["completed"] == "256/256"
+
+
+def _two_policies(tmp_path) -> Path:
+    """results.json of a fleet experiment run with policies ["native", "radixflow"] (reuse 0.2, 0.7)."""
+    cells = [_cell(r, 8, 2000.0) for r in ("pow2", "prefix", "checkpoint")]
+    for cell in cells:
+        (radixflow,) = cell["results"]
+        native = {**radixflow, "variant": "native", "reuse_rate": 0.2}
+        cell["results"] = [native, {**radixflow, "variant": "radixflow"}]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"variants": ["native", "radixflow"], "cells": cells}))
+    return path
+
+
+def test_results_of_several_policies_need_the_one_to_read_named(fleet_table, tmp_path, monkeypatch, capsys):
+    # the table read each cell's first variant: a fleet experiment run with two policies printed
+    # the first's figures (and checked its acceptance) under no name, the other's never
+    results = _two_policies(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["fleet_table.py", str(results)])
+    with pytest.raises(SystemExit) as e:
+        fleet_table.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and "--variant: the results hold native, radixflow; name one" in err[-1]
+    monkeypatch.setattr(sys, "argv", ["fleet_table.py", str(results), "--variant", "radixflow"])
+    assert fleet_table.main() == 1  # the acceptance fails on these made-up figures: no traceback
+    assert "| 8 | candidates | medium | 0.70 | 30 | 0.70 | 30 | 0.70 | 30 |" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["fleet_table.py", str(results), "--variant", "adaptive"])
+    with pytest.raises(SystemExit):
+        fleet_table.main()
+    assert "--variant 'adaptive': not in the results (native, radixflow)" in capsys.readouterr().err

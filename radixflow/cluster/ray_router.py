@@ -72,8 +72,11 @@ class FleetRequestRouter(RequestRouter):
         job = _job(pending_request)
         if job is None or not candidate_replicas:
             return [candidate_replicas]  # not a generation job (e.g. describe): any replica
-        # replicas that refused the job before (`Job.avoid`) are passed over while others are left
-        offered = [r for r in candidate_replicas if r.replica_id.unique_id not in job.avoid]
+        # replicas that refused the job before (`Job.avoid`) are passed over while live others are
+        # left: a dead one would answer it with its failure, where a refuser may take it now
+        offered = [
+            r for r in candidate_replicas if r.replica_id.unique_id not in job.avoid and self._state(r).alive
+        ]
         candidate_replicas = offered or candidate_replicas
         states = [self._state(r) for r in candidate_replicas]
         decision = self._router.decide(RouteRequest(job.namespace, tuple(job.prompt)), states)

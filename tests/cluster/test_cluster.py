@@ -354,6 +354,31 @@ def test_the_ray_router_passes_over_the_replicas_that_refused_the_job():
     assert sorted(r.replica_id.unique_id for rank in ranked for r in rank) == ["a", "b", "c"]
 
 
+def test_a_refused_job_goes_back_to_a_live_replica_not_to_a_dead_one():
+    # a full replica (429) refused the job; the only other one's loop had died: the retry went to
+    # the dead one ("others left"), whose 503 naming its failure was the client's answer, not
+    # another try where the job can run (or that replica's 429, which says to come back)
+    pytest.importorskip("ray.serve")
+    from collections import namedtuple
+
+    from radixflow.cluster.ray_router import FleetRequestRouter
+    from radixflow.generation.params import SamplingParams
+
+    replica_id = namedtuple("ReplicaID", "unique_id")
+
+    def running(name: str, alive: bool) -> SimpleNamespace:
+        stats = {"alive": alive, "queue": 0, "block_size": 16, "checkpoints": []}
+        return SimpleNamespace(replica_id=replica_id(name), routing_stats=stats)
+
+    router = FleetRequestRouter.__new__(FleetRequestRouter)  # Serve's constructor needs a cluster
+    router._replica_queue_len_cache = {}
+    router.initialize_state("checkpoint")
+    replicas = [running("full", True), running("dead", False)]
+    job = Job("j", PROMPT, "default", SamplingParams(), False, avoid=frozenset({"full"}))
+    ranked = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=[job])))
+    assert [[r.replica_id.unique_id for r in rank] for rank in ranked] == [["full"]]
+
+
 def test_the_ingress_says_it_cannot_serve_while_every_replicas_engine_loop_is_dead():
     # each dead replica answers every job with a 503 until Serve replaces it (seconds; forever
     # when a new one dies again), while the ingress's /health said "ok": one server whose

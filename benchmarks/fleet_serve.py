@@ -45,7 +45,7 @@ import httpx
 import openai
 
 from radixflow.cli.args import float_arg, int_arg, positive_int
-from radixflow.fleet import router_problem
+from radixflow.fleet import MAX_REPLICAS, router_problem
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
 INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (another: it failed)
@@ -361,7 +361,8 @@ def report(run: RouterRun, repeat: int) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="qwen3_5-tiny")
-    p.add_argument("--replicas", type=int, default=2)
+    # as `serve --replicas` takes them (a number it refuses failed only once its server had)
+    p.add_argument("--replicas", type=int_arg(1, MAX_REPLICAS), default=2)
     p.add_argument("--routers", default="pow2,prefix,checkpoint")
     # counts below 1 refused: no client (or no prompt) sent nothing, lost nothing, and passed
     p.add_argument("--clients", type=positive_int, default=32)

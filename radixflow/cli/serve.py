@@ -24,7 +24,7 @@ from radixflow.cli.args import (
 )
 from radixflow.cli.command import ENGINE_LEFT, Command, UsageError
 from radixflow.cli.extras import require_torch_extra
-from radixflow.fleet import DEFAULT_ROUTER, ROUTERS, router_problem
+from radixflow.fleet import DEFAULT_ROUTER, MAX_REPLICAS, ROUTERS, router_problem
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
 from radixflow.options.machine import cpu_count, server_thread_plan
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = p.add_argument_group("fleet (Ray Serve)")
     f.add_argument(
         "--replicas",
-        type=int_arg(1, 1024),
+        type=int_arg(1, MAX_REPLICAS),
         default=1,
         help="engine replicas; more than one runs them as a Ray Serve deployment behind this "
         "server (needs the cluster extra: pip install -e '.[cluster]'); 1: one engine here, no Ray "

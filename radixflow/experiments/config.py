@@ -16,7 +16,7 @@ from typing import Any
 from radixflow.experiments import cell_digests
 from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError
-from radixflow.fleet import DEFAULT_ROUTER, ROUTERS
+from radixflow.fleet import DEFAULT_ROUTER, MAX_REPLICAS, ROUTERS
 from radixflow.options import option_fields
 from radixflow.options.spec import OptionSpec
 from radixflow.workloads.candidates import WorkloadSpec
@@ -24,7 +24,6 @@ from radixflow.workloads.candidates import WorkloadSpec
 SCHEMA = 2  # bump when a cell's meaning changes: cached cell results are keyed by it
 
 MAX_REPETITIONS = 1000
-MAX_REPLICAS = 1024
 # A cell's engine settings are `EngineOptions` fields (their defaults, types and limits; the
 # policy comes from the experiment's `policies`); these keys are the experiment's own.
 EXPERIMENT_KEYS: dict[str, tuple[OptionSpec, Any]] = {

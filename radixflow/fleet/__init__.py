@@ -4,13 +4,23 @@ The fleet simulation and the Ray Serve adapter share these classes, so both make
 decisions."""
 
 from radixflow.fleet.routers import DEFAULT_ROUTER, ROUTERS, Router, RouterConfig, make_router, router_problem
-from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
+from radixflow.fleet.types import (
+    AFFINITY,
+    BALANCE,
+    LOAD,
+    MAX_REPLICAS,
+    PLACEMENT,
+    Decision,
+    ReplicaState,
+    RouteRequest,
+)
 
 __all__ = [
     "AFFINITY",
     "BALANCE",
     "DEFAULT_ROUTER",
     "LOAD",
+    "MAX_REPLICAS",
     "PLACEMENT",
     "ROUTERS",
     "Decision",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from radixflow.cache.digest import CheckpointDigest
 
+MAX_REPLICAS = 1024  # the most replicas any door runs (`serve --replicas`, a cell's `replicas`)
 AFFINITY = "affinity"  # sent where its prefix (a checkpoint, or what was sent there) is
 PLACEMENT = "placement"  # a new context: placed where its later siblings will follow
 BALANCE = "balance"  # the affine replica was overloaded: sent elsewhere

@@ -24,6 +24,9 @@ def fleet_serve():
     [
         (["--routers", "pow2,round_robin"], "--routers: unknown router 'round_robin'"),
         (["--replicas", "1"], "--replicas: a fleet needs at least 2"),
+        # one `serve --replicas` refuses: a traceback ("the server exited with 2 before it was ready")
+        (["--replicas", "1025"], "argument --replicas: must be at most 1024, got 1025"),
+        (["--replicas", "two"], "argument --replicas"),
         # --clients 0 sent nothing, lost nothing, and passed: "0/256 answered, 0 lost", exit 0
         (["--clients", "0"], "argument --clients: must be positive, got 0"),
         (["--groups", "0"], "argument --groups: must be positive, got 0"),

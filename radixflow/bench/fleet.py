@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from radixflow.cache.digest import CheckpointDigest
 from radixflow.engine.engine import Engine
+from radixflow.engine.records import SubmitRefused
 from radixflow.fleet import Decision, ReplicaState, Router, RouteRequest
 from radixflow.scheduler.request import Request, RequestStatus
 
@@ -92,10 +93,12 @@ def run_fleet(
     kills: Sequence[ReplicaKill] = (),
 ) -> FleetRun:
     """Route and run ``requests`` (fresh, with arrival times) over ``replicas`` engines; a kill
-    of a replica already dead does nothing. ValueError for a kill naming no replica."""
+    of a replica already dead does nothing. ValueError for a kill naming no replica, or for two
+    requests under one id (`SubmitRefused`, as one engine refuses the second)."""
     for kill in kills:
         if not 0 <= kill.replica < replicas:
             raise ValueError(f"{kill} names no replica (there are {replicas} replicas, 0 to {replicas - 1})")
+    _refuse_twins(requests)
     fleet = [SimReplica(f"r{i}", make_engine()) for i in range(replicas)]
     run = FleetRun(fleet, [], [])
     latest: dict[str, Request] = {}
@@ -118,6 +121,16 @@ def run_fleet(
     # the order given, as a single engine keeps its requests: the outputs' digest reads them so
     run.requests = [latest[r.id] for r in requests]
     return run
+
+
+def _refuse_twins(requests: Sequence[Request]) -> None:
+    """`SubmitRefused` for an id two of ``requests`` share: on two replicas neither engine would
+    refuse it, and the fleet keeps one answer per id. Pure."""
+    seen: set[str] = set()
+    for r in requests:
+        if r.id in seen:
+            raise SubmitRefused(f"duplicate request id {r.id!r}")
+        seen.add(r.id)
 
 
 def _next_step(fleet: list[SimReplica]) -> tuple[float, SimReplica | None]:

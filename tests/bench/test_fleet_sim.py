@@ -298,3 +298,13 @@ def test_routed_queues_are_the_replicas_queues_at_each_arrival(setup):
                 if r.arrival_s < sample.t and (r.finish_s is None or r.finish_s > sample.t)
             ]  # fmt: skip
             assert queue == len(held), (sample.t, name)
+
+
+def test_two_requests_with_one_id_are_refused_as_one_engine_refuses_them(setup):
+    # one engine refuses a second request under an id in use; a fleet sent them to two replicas
+    # and answered both as the later one: the first request's answer was lost without a word
+    built, requests = setup
+    twins = fresh_copy(requests[:2])
+    twins[1].id = twins[0].id
+    with pytest.raises(ValueError, match=rf"duplicate request id '{twins[0].id}'"):
+        run_fleet(twins, lambda: new_engine(built.runner, built.scheduler), 2, make_router("pow2"))

@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 import openai
 
-from radixflow.cli.args import float_arg, int_arg, positive_int
+from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
@@ -372,7 +372,7 @@ def main() -> int:
     p.add_argument("--candidate", type=int_arg(0), default=16, help="tokens of each candidate")
     # ids from FIRST_ID up: below --vocab there must be one to draw
     p.add_argument("--vocab", type=int_arg(FIRST_ID + 1), default=512, help="token ids are drawn below this")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--repeat", type=positive_int, default=3, help="trials (routers interleaved); medians")
     p.add_argument("--start-timeout", type=float_arg(positive=True), default=300.0)
     p.add_argument("--log-dir", default="results")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,9 @@ def test_a_negative_size_is_refused_in_one_line(name: str, flag: str, tmp_path: 
     last = done.stderr.strip().splitlines()[-1]
     assert flag in last and "must be positive, got -3" in last and "Traceback" not in done.stderr, last
 
+
+def test_no_benchmark_takes_a_bare_integer_flag():
+    """Every integer flag of a benchmark names its range (`positive_int`, `non_negative_int`,
+    `int_arg`), so a bad value is refused as the command line is read."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert [p.name for p in scripts if re.search(r"type=int\b", p.read_text())] == []

@@ -468,7 +468,7 @@ def test_the_docs_name_every_option_warned_about_on_a_full_attention_model_and_t
     """usage.md: "`--placement` or `--state-slots` on a full-attention model ... draws a warning",
     "the torch runner's `--device`, ... with the sim runner"; reproducing.md the same of an
     experiment's keys: the options those warnings cover (`RECURRENT_ONLY`, `TORCH_ONLY`)."""
-    from radixflow.options.flags import RECURRENT_ONLY, TORCH_ONLY
+    from radixflow.options.flag_warnings import RECURRENT_ONLY, TORCH_ONLY
     from radixflow.problems import flag
 
     def named(doc: str, start: str, end: str) -> set[str]:

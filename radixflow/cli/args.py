@@ -17,15 +17,8 @@ from radixflow.costmodel.hardware.profiles import HARDWARE
 from radixflow.engine.trace_file import NOT_WRITTEN
 from radixflow.files import temporary_beside, written_in_place
 from radixflow.options import EngineOptions, EngineSetup
-from radixflow.options.flags import (
-    clock_warnings,
-    dtype_warnings,
-    given,
-    ineffective,
-    ineffective_for_model,
-    parse_float,
-    parse_int,
-)
+from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
+from radixflow.options.flags import given, parse_float, parse_int
 from radixflow.options.runners import runner_name
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import ProblemError

@@ -17,7 +17,8 @@ from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
-from radixflow.options.flags import add_engine_flags, from_args, given, unmodelled_scheduler, unread_flops
+from radixflow.options.flag_warnings import unmodelled_scheduler, unread_flops
+from radixflow.options.flags import add_engine_flags, from_args, given
 from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
 from radixflow.problems import counted, flag

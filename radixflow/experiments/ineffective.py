@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from radixflow.options import EngineOptions
-from radixflow.options.flags import (
+from radixflow.options.flag_warnings import (
     RECURRENT_ONLY,
     SIM_ONLY,
     TORCH_ONLY,

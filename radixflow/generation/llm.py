@@ -24,7 +24,7 @@ from radixflow.generation.prompts import Messages, Prompt
 from radixflow.generation.score_many import ContextsHeard, check_score_many, context_jobs, scores_by_context
 from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
 from radixflow.options import EngineOptions
-from radixflow.options.flags import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
+from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
 
 
 class LLM(ModelHolder):

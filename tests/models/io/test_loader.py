@@ -252,6 +252,22 @@ def test_a_stale_index_beside_model_safetensors_is_not_read(tmp_path: Path) -> N
     assert torch.equal(logits(load_model(tmp_path), ids), logits(model, ids))
 
 
+def test_a_shard_the_index_names_that_is_not_there_is_refused_naming_the_index_and_shard(
+    tmp_path: Path,
+) -> None:
+    model = tiny("radixflow.models.families.llama", "LlamaForCausalLM")
+    save_model(model, tmp_path)
+    shard(tmp_path, load_file(str(tmp_path / "model.safetensors")))
+    (tmp_path / "model.safetensors").unlink()
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()  # a download cut short
+    index = tmp_path / "model.safetensors.index.json"
+    gone = r"model-00002-of-00002\.safetensors$"
+    refused = rf"^{re.escape(str(index))}: names 1 shard\(s\) that are not there: {gone}"
+    for load in (check_checkpoint, load_model):
+        with pytest.raises(CheckpointError, match=refused):
+            load(tmp_path)
+
+
 def test_model_safetensors_beside_a_complete_sharded_checkpoint_is_refused(tmp_path: Path) -> None:
     """Both a single file and every shard of an index: one is an old save (save_pretrained,
     sharding over a single-file save, keeps model.safetensors), and which is old cannot be told.

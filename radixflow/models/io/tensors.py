@@ -73,13 +73,14 @@ class Checkpoint:
     ) -> Plan:
         """The plan that fills ``wanted`` (parameter name -> tensor; only shapes are used), after
         refusing unused tensors (those mapping onto a ``tied`` alias aside: alias -> the parameter
-        it shares), mis-shaped ones and missing ones (``optional`` names, e.g. buffers, may be
-        missing)."""
+        it shares; a stored alias fills that parameter where nothing else does), mis-shaped ones
+        and missing ones (``optional`` names, e.g. buffers, may be missing)."""
         plan = plan_conversion(model_type, self.where, set(wanted))
         _check_one_source(plan, wanted)
         extra = unused(model_type, self.where, plan)
         aliases = plan_conversion(model_type, extra, set(tied)).direct  # e.g. a stored tied lm_head
         plan.tied = {key: tied[name] for key, name in aliases.items()}
+        _fill_from_aliases(plan, wanted)
         extra = [k for k in extra if k not in aliases]
         if extra:
             what = f"{len(extra)} tensor(s) the {model_type} model has no parameter for"
@@ -127,6 +128,18 @@ class Checkpoint:
                 f"{self.where[key].name}: tensor {key} differs from {name}, but config.json ties them "
                 '(tie_word_embeddings); set "tie_word_embeddings": false to load it as stored'
             )
+
+
+def _fill_from_aliases(plan: Plan, wanted: dict[str, torch.Tensor]) -> None:
+    """A stored tied alias whose parameter no other tensor fills (a tied checkpoint that keeps
+    lm_head.weight, not the embeddings) is read into that parameter: transformers ties both ways,
+    taking whichever of the two the file holds. Otherwise it stays in ``plan.tied``, checked."""
+    have = filled(plan, wanted)
+    for key, name in list(plan.tied.items()):
+        if name not in have:
+            plan.direct[key] = name
+            del plan.tied[key]
+            have.add(name)
 
 
 def expected_shapes(plan: Plan, wanted: dict[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -498,6 +498,24 @@ def test_tensors_transformers_ignores_still_load(tmp_path: Path) -> None:
     load_model(next_path)
 
 
+def test_a_tied_checkpoint_storing_only_the_lm_head_fills_the_embeddings_from_it(tmp_path: Path) -> None:
+    """transformers ties symmetrically: a tied checkpoint holding lm_head.weight but not the
+    embeddings loads, the embeddings taken from it (it was refused as missing them)."""
+    model = tiny("radixflow.models.families.llama", "Qwen3ForCausalLM", "PRESETS_QWEN3")
+    save_model(model, tmp_path)
+    edit_tensors(tmp_path, lambda s: s.update({"lm_head.weight": s.pop("model.embed_tokens.weight")}))
+    assert check_checkpoint(tmp_path).tie_word_embeddings
+    ids = prompt(6, 12)
+    expected = logits(model, ids)
+    assert torch.equal(logits(load_model(tmp_path), ids), expected)
+    transformers = pytest.importorskip("transformers")
+    ref, info = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), dtype=torch.float32, output_loading_info=True
+    )
+    assert not any(info.values()), info
+    assert (reference(ref.eval(), ids) - expected).abs().max().item() <= TOL
+
+
 def test_a_stored_tied_lm_head_with_other_values_is_refused(tmp_path: Path) -> None:
     """config.json ties lm_head to the embeddings, but the file stores an lm_head of its own:
     transformers then leaves them untied and uses it; dropping it would give other logits."""

@@ -217,6 +217,15 @@ def chat_template(source: str | Path | Any) -> str | None:
     return field(reader, "tokenizer.chat_template")
 
 
+def _check_block_count(reader: Any, blocks: int, path: str | Path) -> None:
+    """Every block holds tensors, so a file of fewer tensors than blocks is not that model (a
+    garbled block count): refused before building it, which for millions of blocks would take
+    minutes and all the memory there is, only to list the tensors missing."""
+    if blocks > len(reader.tensors):
+        held = f"the file holds only {len(reader.tensors)} tensor(s)"
+        raise GGUFError(f"{path}: llama.block_count is {blocks}, but {held}")
+
+
 def _build(config: dict[str, Any], path: str | Path) -> LlamaForCausalLM:
     """The model the metadata describes; sizes torch cannot allocate (each within the schema's
     range, their product not) are a `GGUFError` naming the file, as for a config.json."""
@@ -240,6 +249,7 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     problems = validate_config(LlamaForCausalLM.config_schema, config)  # as a config.json is checked
     if problems:
         raise GGUFError(f"{path}: the model its metadata describes cannot be built ({problems[0]})")
+    _check_block_count(reader, config["num_hidden_layers"], path)
     model = _build(config, path)
     try:
         state = gguf_state_dict(reader, config, {k: tuple(v.shape) for k, v in model.state_dict().items()})

@@ -169,17 +169,32 @@ def _tied(model: nn.Module) -> dict[str, str]:
     return tied
 
 
-Matched = tuple[Checkpoint, Plan, dict[str, torch.Tensor]]
+Matched = tuple[Plan, dict[str, torch.Tensor]]
 
 
-def _match(path: Path, model: nn.Module, stack: ExitStack) -> Matched:
-    """The checkpoint's files opened and matched to ``model``'s parameters by name and shape."""
+def _open(path: Path, config: Config, stack: ExitStack) -> Checkpoint:
+    """The checkpoint's files opened (their headers read), before the model is built. Every layer
+    holds tensors, so a layer count past the number of tensors (a mistyped config.json) is refused
+    here: that model would otherwise be built first, taking minutes and all the memory there is,
+    only to have its missing tensors listed."""
+    try:
+        checkpoint = Checkpoint.open(stack, _weight_files(path))
+    except TensorError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    layers, held = config.get("num_hidden_layers"), len(checkpoint.where)
+    if isinstance(layers, int) and layers > held:
+        what = f"is {layers}, but the checkpoint holds only {held} tensor(s)"
+        raise CheckpointError.in_file(path / "config.json", Problem("num_hidden_layers", what))
+    return checkpoint
+
+
+def _match(path: Path, model: nn.Module, checkpoint: Checkpoint) -> Matched:
+    """The checkpoint's tensors matched to ``model``'s parameters by name and shape."""
     config: Config = model.config  # type: ignore[assignment]
     tied = _tied(model)
     wanted = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in tied}
     try:
-        checkpoint = Checkpoint.open(stack, _weight_files(path))
-        return checkpoint, checkpoint.check(config.model_type, wanted, tied, _buffers(model)), wanted
+        return checkpoint.check(config.model_type, wanted, tied, _buffers(model)), wanted
     except TensorError as e:
         raise CheckpointError(f"{path}: {e}") from None
 
@@ -190,10 +205,11 @@ def check_checkpoint(path: str | Path) -> Config:
     pre-flight check before anything is allocated or timed."""
     path = Path(path)
     config = read_config(path)
-    with torch.device("meta"):
-        model = _build(config, path / "config.json")
     with ExitStack() as stack:
-        _match(path, model, stack)
+        checkpoint = _open(path, config, stack)
+        with torch.device("meta"):
+            model = _build(config, path / "config.json")
+        _match(path, model, checkpoint)
     return config
 
 
@@ -207,9 +223,10 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     path = Path(path)
     check_device(device)  # before anything is built
     config = read_config(path)
-    model = _build(config, path / "config.json")
     with ExitStack() as stack:
-        checkpoint, plan, wanted = _match(path, model, stack)
+        checkpoint = _open(path, config, stack)
+        model = _build(config, path / "config.json")
+        plan, wanted = _match(path, model, checkpoint)
         try:
             checkpoint.fill(plan, wanted)
         except TensorError as e:

@@ -69,7 +69,7 @@ def gguf_config(reader: Any) -> dict[str, Any]:
         rope = {**rope, "rope_type": "linear", "factor": field(reader, "llama.rope.scaling.factor")}
     elif scaling != "none":
         raise GGUFError(f"GGUF rope scaling {scaling!r} is not supported")
-    eos = field(reader, "tokenizer.ggml.eos_token_id")
+    eos = _token_id(reader, "tokenizer.ggml.eos_token_id")
     return {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -88,10 +88,16 @@ def gguf_config(reader: Any) -> dict[str, Any]:
         "attention_bias": False,
         "mlp_bias": False,
         "tie_word_embeddings": "output.weight" not in tensor_names,
-        "bos_token_id": field(reader, "tokenizer.ggml.bos_token_id"),
+        "bos_token_id": _token_id(reader, "tokenizer.ggml.bos_token_id"),
         "eos_token_id": eos,
-        "pad_token_id": field(reader, "tokenizer.ggml.padding_token_id", eos),
+        "pad_token_id": _token_id(reader, "tokenizer.ggml.padding_token_id", eos),
     }
+
+
+def _token_id(reader: Any, key: str, default: int | None = None) -> int | None:
+    """A special token's id (``default`` when absent); another type is a `GGUFError` naming it:
+    it goes into the saved config.json, which transformers would then refuse to read."""
+    return default if field(reader, key) is None else integer(reader, key)
 
 
 def _hf_name(gguf_name: str) -> str:

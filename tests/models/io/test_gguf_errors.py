@@ -187,6 +187,9 @@ def test_missing_tensors_are_counted_and_listed_as_a_safetensors_checkpoints_are
         ("llama.rope.freq_base", "1e4", "llama.rope.freq_base must be a number, got '1e4'"),
         ("llama.attention.layer_norm_rms_epsilon", "x", "layer_norm_rms_epsilon must be a number, got 'x'"),
         ("llama.attention.head_count", 0, "cannot be built"),  # no division by zero heads
+        # saved into config.json as they are, which transformers then refuses to read
+        ("tokenizer.ggml.bos_token_id", "<s>", "tokenizer.ggml.bos_token_id must be an integer, got '<s>'"),
+        ("tokenizer.ggml.padding_token_id", "0", "padding_token_id must be an integer, got '0'"),
     ],
 )
 def test_metadata_of_the_wrong_type_is_one_error_naming_the_field_and_the_file(

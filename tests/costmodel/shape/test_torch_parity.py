@@ -285,3 +285,13 @@ def test_a_nemotron_h_config_without_a_kinds_fields_and_no_layer_of_it_is_read(c
     (tmp_path / "config.json").write_text(json.dumps(config))
     read_config(tmp_path)  # the torch loader's checks take it
     assert_shape_is_the_model(shape_from_config("m", config), build(config))
+
+
+def test_the_shape_readers_defaults_are_the_loaders_family_by_family():
+    """The sim's shape reader fills in what a config.json leaves out as the torch loader does (the
+    cost model cannot import the models): two copies of one table, held equal here, or a config
+    the loader reads one way the sim would price another (qwen3_next without num_experts)."""
+    from radixflow.costmodel.shape.hf_config import DEFAULTS
+    from radixflow.models.registry import model_class
+
+    assert {mt: model_class(mt).config_defaults for mt in DEFAULTS} == DEFAULTS

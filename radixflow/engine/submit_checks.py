@@ -79,13 +79,15 @@ def refuse_submission(request: Request, known: Container[str]) -> None:
 
 def budget_problem(request: Request, config: SchedulerConfig, cache: RadixCache) -> Problem | None:
     """Why ``request``'s KV and working state cannot fit ``cache``'s byte budget even alone. Pure."""
+    n = len(request.prompt)
     blocks = config.blocks_needed(0, request.max_length)
-    slots = 1 if config.has_recurrent and config.num_state_slots > 0 else 0
+    slots = charged_slots(config, n, request.sampling.max_tokens, blocks)
     if cache.within_budget(blocks, slots):
         return None
-    param, prompt_blocks = "max_tokens", config.blocks_needed(0, len(request.prompt))
-    if not cache.within_budget(prompt_blocks, slots):  # fewer tokens to generate would not help
-        param, blocks = "prompt", prompt_blocks
+    param, prompt_blocks = "max_tokens", config.blocks_needed(0, n)
+    prompt_slots = charged_slots(config, n, 1, prompt_blocks)
+    if not cache.within_budget(prompt_blocks, prompt_slots):  # fewer tokens to generate would not help
+        param, blocks, slots = "prompt", prompt_blocks, prompt_slots
     need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
     weight, budget = cache.ledger.bytes_of(blocks, slots), cache.ledger.budget
     return Problem(
@@ -93,3 +95,14 @@ def budget_problem(request: Request, config: SchedulerConfig, cache: RadixCache)
         f"does not fit in the cache_memory budget: it needs {need}, {weight} bytes; "
         f"the budget is {budget} bytes",
     )
+
+
+def charged_slots(config: SchedulerConfig, prompt_len: int, max_tokens: int, blocks: int) -> int:
+    """The state slots a request of ``prompt_len`` tokens asking for ``max_tokens`` is charged
+    against the budget: the working slot it holds alone on an idle engine, taken only to carry
+    recurrent state between rounds, when its prompt spans several or it decodes more than one
+    token (as `RoundBuilder` takes it). One over the KV cap (``blocks`` beyond it) is refused
+    anyway; it is charged a slot all the same, for a cap sized from the budget leaves room for
+    one (`options.budget.budget_caps`), so its refusal names the budget the user gave. Pure."""
+    carries = prompt_len > config.token_budget or max_tokens > 1 or blocks > config.num_blocks
+    return 1 if config.has_recurrent and config.num_state_slots > 0 and carries else 0

@@ -149,13 +149,47 @@ def test_a_request_the_budget_cannot_hold_fails_alone():
     cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
                           cache_memory=4 * block + slot)
     engine = new_engine(runner, cfg)
-    big, small = Request("big", tuple(range(1, 41))), Request("small", tuple(range(1, 25)))
+    decoding = SamplingParams(max_tokens=2)  # holds a state slot (one token alone would hold none)
+    big = Request("big", tuple(range(1, 41)), sampling=decoding)
+    small = Request("small", tuple(range(1, 25)), sampling=decoding)
     engine.submit(big)
     engine.submit(small)
     while engine.has_work():
         engine.step()
     assert big.status is RequestStatus.FAILED and "cache_memory budget" in (big.error or "")
     assert small.status is RequestStatus.FINISHED
+
+
+def test_a_request_that_needs_no_state_slot_is_not_charged_one_against_the_budget():
+    """A prompt one round computes, asking for one token, holds no working slot (the scheduler
+    takes one only to carry state between rounds): it was refused for a slot it never takes,
+    named as the prompt, though it runs. One that decodes more, or whose prompt spans rounds,
+    holds one, and is refused naming what asks for it."""
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
+    assert 10 * block < slot
+    cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
+                          cache_memory=10 * block)
+    engine = new_engine(runner, cfg)
+    one = Request("one", tuple(range(1, 17)))
+    decodes = Request("decodes", tuple(range(1, 17)), sampling=SamplingParams(max_tokens=2))
+    chunked = Request("chunked", tuple(range(1, 73)))
+    for r in (one, decodes, chunked):
+        engine.submit(r)
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    assert one.status is RequestStatus.FINISHED, one.error
+    assert one.output == [sim_token(one.namespace, one.prompt, runner.model.vocab_size)]
+    over = "does not fit in the cache_memory budget: it needs"
+    assert decodes.error == (
+        f"max_tokens: {over} 3 KV blocks and a state slot, {3 * block + slot} bytes; "
+        f"the budget is {10 * block} bytes"
+    )
+    assert chunked.error == (
+        f"prompt: {over} 9 KV blocks and a state slot, {9 * block + slot} bytes; "
+        f"the budget is {10 * block} bytes"
+    )
 
 
 def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
@@ -168,13 +202,14 @@ def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
     cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
                           cache_memory=4 * block + slot)
     engine = new_engine(runner, cfg)
-    big = Request("big", tuple(range(1, 41)), sampling=SamplingParams(max_tokens=4))
+    # its prompt spans two rounds (token budget 64): it holds a state slot even generating one
+    big = Request("big", tuple(range(1, 73)), sampling=SamplingParams(max_tokens=4))
     grows = Request("grows", tuple(range(1, 25)), sampling=SamplingParams(max_tokens=20))
     for r in (big, grows):
         engine.submit(r)
     over, budget = "does not fit in the cache_memory budget: it needs", 4 * block + slot
     assert big.error == (
-        f"prompt: {over} 5 KV blocks and a state slot, {5 * block + slot} bytes; "
+        f"prompt: {over} 9 KV blocks and a state slot, {9 * block + slot} bytes; "
         f"the budget is {budget} bytes"
     )
     assert grows.error == (

@@ -12,7 +12,7 @@ from radixflow.cache.radix import RadixCache
 from radixflow.engine.records import SubmitRefused
 from radixflow.problems import Problem
 from radixflow.scheduler.config import SchedulerConfig
-from radixflow.scheduler.request import Request, RequestStatus
+from radixflow.scheduler.request import MAX_ARRIVAL_S, Request, RequestStatus
 from radixflow.scheduler.sampling import SamplingParams
 
 
@@ -64,7 +64,7 @@ def refuse_submission(request: Request, known: Container[str]) -> None:
     """Raise `SubmitRefused` (a ValueError) for a request the engine cannot take at all: an id that
     is no string (every queue and answer is keyed by it), a request object already submitted, an
     id in ``known`` (in use), scheduler-owned state set by hand, or an arrival time that is not a
-    finite number >= 0 (a NaN one would never be admitted). Pure."""
+    finite number >= 0 (a NaN one would never be admitted) or is past `MAX_ARRIVAL_S`. Pure."""
     if not isinstance(request.id, str):
         raise SubmitRefused(f"request id must be a string, got {request.id!r}")
     if request.status is not RequestStatus.WAITING or request.registration is not None:
@@ -75,6 +75,11 @@ def refuse_submission(request: Request, known: Container[str]) -> None:
         raise SubmitRefused(f"request {request.id!r} carries scheduler state ({state})")
     if not is_time(request.arrival_s):
         raise SubmitRefused(f"arrival_s must be a finite number >= 0, got {request.arrival_s!r}")
+    if request.arrival_s > MAX_ARRIVAL_S:  # an int past a float's range raised adding the overhead
+        raise SubmitRefused(
+            f"arrival_s must be at most {MAX_ARRIVAL_S} (seconds): past it the engine clock no longer "
+            f"tells µs apart, got {request.arrival_s!r}"
+        )
 
 
 def budget_problem(request: Request, config: SchedulerConfig, cache: RadixCache) -> Problem | None:

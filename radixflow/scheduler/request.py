@@ -9,6 +9,12 @@ from radixflow.cache.types import NodeHandle
 from radixflow.scheduler.samples import FinishReason, PromptLogprobs, Sample
 from radixflow.scheduler.sampling import SamplingParams
 
+# Seconds from the run's start, in a trace, generated or given to an engine: past 2**32 s (136
+# years) a float's step passes a µs, so a round's start and end (and a request's arrival and
+# finish) blur together: latencies came out 0 and a dependency trace's µs overflowed. Seconds
+# since the epoch fit (the run waits until then); the epoch in ms or ns does not.
+MAX_ARRIVAL_S = 2**32
+
 
 class RequestStatus(Enum):
     WAITING = "waiting"  # arrived, not yet admitted

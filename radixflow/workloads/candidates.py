@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from radixflow.problems import Problem, ProblemError
+from radixflow.scheduler.request import MAX_ARRIVAL_S
 
 ORDERS = ("grouped", "interleaved", "shuffled")
 ARRIVALS = ("batch", "poisson", "bursty")
@@ -23,11 +24,6 @@ MAX_WORKLOAD_TOKENS = 1 << 25
 # past it --groups 30000000 with one-token prompts built gigabytes of requests.
 MAX_WORKLOAD_REQUESTS = 1 << 20
 MIN_RATE = 1e-6  # requests/s; below it exponential gaps overflow to infinity
-# Seconds from the run's start, in a trace or generated: past 2**32 s (136 years) a float's step
-# passes a µs, so a round's start and end (and a request's arrival and finish) blur together:
-# latencies came out 0 and a dependency trace's µs overflowed. Seconds since the epoch fit (the
-# run waits until then); the epoch in ms or ns does not.
-MAX_ARRIVAL_S = 2**32
 # A key as the door that sets it names it in a message (an experiment TOML: the key itself; the
 # command line: its flag); None: that door cannot set it (always its default), so it is left out
 KeySpell = Callable[[str], str | None]

@@ -126,6 +126,24 @@ def test_an_arrival_time_that_is_no_time_is_refused_in_one_line(arrival):
     assert engine.requests[0].status is RequestStatus.FINISHED
 
 
+@pytest.mark.parametrize("arrival", [10**400, 1e18], ids=["int-past-a-float", "1e18"])
+def test_an_arrival_time_past_the_clocks_reach_is_refused_in_one_line(arrival):
+    # an integer past a float's range raised a bare OverflowError out of submit and left the
+    # request behind, waiting for ever with its id taken; at 1e18 s the engine clock could not
+    # tell a round's milliseconds apart: the request ran with a latency of 0
+    engine = new_engine(RUNNER, CFG)
+    says = (
+        "arrival_s must be at most 4294967296 (seconds): past it the engine clock no longer tells µs "
+        f"apart, got {arrival!r}"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(says)}$"):
+        engine.submit(Request("a", (1, 2, 3), arrival_s=arrival))
+    assert not engine.has_work() and engine.get("a") is None
+    last = Request("a", (1, 2, 3), arrival_s=float(2**32))
+    engine.run([last])
+    assert last.status is RequestStatus.FINISHED and last.latency_s > 0
+
+
 def test_sim_cost_grows_with_tokens_and_context():
     from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 

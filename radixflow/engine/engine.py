@@ -86,6 +86,7 @@ class Engine:
         by hand, an arrival time that is no finite number >= 0).
         """
         refuse_submission(request, self._by_id)
+        request.submitted = True
         self._by_id[request.id] = request
         problem = self.problem(request)
         if problem is not None:

@@ -67,7 +67,7 @@ def refuse_submission(request: Request, known: Container[str]) -> None:
     finite number >= 0 (a NaN one would never be admitted) or is past `MAX_ARRIVAL_S`. Pure."""
     if not isinstance(request.id, str):
         raise SubmitRefused(f"request id must be a string, got {request.id!r}")
-    if request.status is not RequestStatus.WAITING or request.registration is not None:
+    if request.submitted or request.status is not RequestStatus.WAITING or request.registration is not None:
         raise SubmitRefused(f"request {request.id!r} was already submitted to an engine")
     if request.id in known:
         raise SubmitRefused(f"duplicate request id {request.id!r}")

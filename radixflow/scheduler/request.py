@@ -40,6 +40,9 @@ class Request:
     # decoding (the last sampled token is fed next round); block_table covers [0, computed)
     # rounded up to whole blocks.
     status: RequestStatus = RequestStatus.WAITING
+    # taken by an engine's submit: one object runs in one engine (its status and registration say
+    # nothing until it is admitted, and a second engine would share every field after)
+    submitted: bool = False
     reused: int = 0  # prompt tokens served from the cache at admission
     computed: int = 0  # sequence positions whose KV (and state) exist
     # Dependency depth: fewest rounds before this request's token could exist, given where its

@@ -114,6 +114,22 @@ def test_request_cannot_be_submitted_twice():
         new_engine(RUNNER, CFG).submit(req)
 
 
+def test_a_request_one_engine_holds_before_admitting_it_is_refused_by_another():
+    # the check looked at the status and the cache registration, both unset until the request is
+    # admitted: a second engine took it too, then dropped it unrun (the first had moved it on)
+    # and reported it finished with the first's output; its abort there unlocked the first
+    # engine's path in its own cache (a bare KeyError)
+    first, second = new_engine(RUNNER, CFG), new_engine(RUNNER, CFG)
+    req = Request("a", (1, 2, 3), arrival_s=1.0)
+    first.submit(req)
+    with pytest.raises(ValueError, match=r"^request 'a' was already submitted to an engine$"):
+        second.submit(req)
+    assert second.get("a") is None and not second.has_work()
+    first.run([])
+    assert req.status is RequestStatus.FINISHED
+    first.check_integrity()
+
+
 @pytest.mark.parametrize("arrival", [float("nan"), float("inf"), -1.0, True])
 def test_an_arrival_time_that_is_no_time_is_refused_in_one_line(arrival):
     # a NaN arrival was never admitted (the engine ran forever), an infinite one sent the clock to

@@ -61,10 +61,13 @@ def scheduler_state(request: Request) -> str | None:
 
 
 def refuse_submission(request: Request, known: Container[str]) -> None:
-    """Raise `SubmitRefused` (a ValueError) for a request the engine cannot take at all: an id that
-    is no string (every queue and answer is keyed by it), a request object already submitted, an
-    id in ``known`` (in use), scheduler-owned state set by hand, or an arrival time that is not a
-    finite number >= 0 (a NaN one would never be admitted) or is past `MAX_ARRIVAL_S`. Pure."""
+    """Raise `SubmitRefused` (a ValueError) for a request the engine cannot take at all: no
+    `Request`, an id that is no string (every queue and answer is keyed by it), a request object
+    already submitted (to any engine), an id in ``known`` (in use), scheduler-owned state set by
+    hand, or an arrival time that is not a finite number >= 0 (a NaN one would never be admitted)
+    or is past `MAX_ARRIVAL_S`. Pure."""
+    if not isinstance(request, Request):  # else a bare AttributeError on its first field
+        raise SubmitRefused(f"request must be a Request, got {type(request).__name__}")
     if not isinstance(request.id, str):
         raise SubmitRefused(f"request id must be a string, got {request.id!r}")
     if request.submitted or request.status is not RequestStatus.WAITING or request.registration is not None:

@@ -184,6 +184,17 @@ def test_duplicate_request_id_is_rejected():
     assert [r.output for r in engine.requests] == [[expected]]
 
 
+@pytest.mark.parametrize(
+    ("thing", "kind"), [({"id": "a", "prompt": [1, 2]}, "dict"), (None, "NoneType"), ("a", "str")]
+)
+def test_a_submission_that_is_no_request_is_refused_in_one_line(thing, kind):
+    # a bare AttributeError ("'dict' object has no attribute 'id'") came out of submit
+    engine = new_engine(RUNNER, CFG)
+    with pytest.raises(ValueError, match=rf"^request must be a Request, got {kind}$"):
+        engine.submit(thing)
+    assert engine.requests == [] and not engine.has_work()
+
+
 @pytest.mark.parametrize("rid", [5, ["a"], None])
 def test_a_request_id_that_is_no_string_is_refused_in_one_line(rid):
     # an unhashable id raised a TypeError out of the duplicate check; a number or None was taken,

@@ -13,6 +13,7 @@ import torch
 from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, StatePool
+from radixflow.models.device import DeviceError, check_device, parse_device
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import Kernels, KernelsError, kernels_refusal, resolve_kernels
 from radixflow.models.kv_pool import KVPool
@@ -88,7 +89,8 @@ class TorchRunner:
         predicts nothing (calibration times the bare worker call). ``clock``: what a round
         advances the engine by (`radixflow.engine.clocks`; the wall time is measured beside).
         ``kernels``: what runs the decode steps that are not GEMMs (`models.kernels.backend`:
-        auto, native or torch); one that cannot run here raises `ProblemError` on ``kernels``."""
+        auto, native or torch); one that cannot run here raises `ProblemError` on ``kernels``, as a
+        ``device`` this machine lacks (or torch does not know) does on ``device``."""
         problem = settings_problem(matmul, kernels, device, dtype)
         if problem is not None:
             raise ProblemError(problem)
@@ -248,10 +250,14 @@ class TorchRunner:
 def settings_problem(
     matmul: str, kernels: str, device: str, dtype: torch.dtype, local: bool = True
 ) -> Problem | None:
-    """What the runner refuses of option ``matmul`` and ``kernels`` on ``device`` in ``dtype``
-    before it reads the model (None: nothing; building the native library may still fail).
-    ``local``: the runner runs on this machine, so a plan's backends must run here. A fleet's
-    ingress asks this before any replica loads."""
+    """What the runner refuses of option ``device``, ``matmul`` and ``kernels`` on ``device`` in
+    ``dtype`` before it reads the model (None: nothing; building the native library may still
+    fail). ``local``: the runner runs on this machine, so the device and a plan's backends must
+    be here. A fleet's ingress asks this before any replica loads."""
+    try:  # first: the checks below read the device name, and torch's refusal of one is a traceback
+        check_device(device) if local else parse_device(device)
+    except DeviceError as e:
+        return Problem("device", str(e))
     given = parse_plan(matmul)
     if isinstance(given, Problem):
         return given

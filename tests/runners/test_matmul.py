@@ -24,7 +24,7 @@ from radixflow.runners.linear_backends import BACKENDS, OneDnnLinear
 from radixflow.runners.matmul import MatmulPlan, install, parse_plan
 from radixflow.runners.matmul_measure import dominant_weight, measure_plan
 from radixflow.runners.matmul_plan import BACKEND_NAMES, SHAPE_CLASSES
-from radixflow.runners.torch_runner import TorchRunner
+from radixflow.runners.torch_runner import TorchRunner, settings_problem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 needs_onednn = pytest.mark.skipif(OneDnnLinear().problem() is not None, reason="no oneDNN float32 linear")
@@ -48,14 +48,16 @@ def test_a_bad_plan_is_refused_before_the_model_loads(tmp_path):
     assert err.value.problem.param == "matmul" and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("device", "dtype"), [("cpu", torch.bfloat16), ("meta", torch.float32)])
-def test_a_given_plan_off_cpu_float32_is_refused_not_ignored(tmp_path, device, dtype):
+def test_a_given_plan_off_cpu_float32_is_refused_not_ignored(tmp_path):
     # the plan routes CPU float32 Linear layers only: elsewhere torch's own GEMM would run instead
     for plan in ("native", "onednn", "mkl", "prefill=onednn"):
         with pytest.raises(ProblemError) as err:
-            TorchRunner(tmp_path / "missing", 16, 4, 1, device=device, dtype=dtype, matmul=plan)
+            TorchRunner(tmp_path / "missing", 16, 4, 1, dtype=torch.bfloat16, matmul=plan)
         assert err.value.problem.param == "matmul" and "CPU float32" in str(err.value)
         assert "\n" not in str(err.value)
+        # a GPU (a fleet's replica's: its name alone is checked here) in float32
+        problem = settings_problem(plan, "auto", "cuda:0", torch.float32, local=False)
+        assert problem is not None and problem.param == "matmul" and "CPU float32" in problem.message
 
 
 def test_calls_route_by_round_kind_and_rows():

@@ -178,3 +178,16 @@ def test_bfloat16_on_a_cpu_runs_and_matches_float32_but_at_near_ties(zoo, name):
         firsts[dtype] = [r.output_logprobs[0] for r in reqs]
     for a, b in zip(firsts[torch.float32], firsts[torch.bfloat16], strict=True):
         assert_bf16_matches_f32(a, b)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:99"])
+def test_a_bad_device_is_one_problem_on_device_before_any_work(tmp_path_factory, device):
+    # an unknown device name once reached the kernels' choice first and came out as torch's own
+    # RuntimeError ("Expected one of cpu, cuda, ... device type at start of device string")
+    from radixflow.problems import ProblemError
+
+    path = tiny_checkpoint(tmp_path_factory, "llama", "PRESETS_LLAMA")
+    with pytest.raises(ProblemError) as info:
+        TorchRunner(path, 16, 8, 2, device=device, predict_rounds=False)
+    assert info.value.problem.param == "device"
+    assert repr(device) in info.value.problem.message

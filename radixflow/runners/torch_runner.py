@@ -190,6 +190,8 @@ class TorchRunner:
         return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
+        if not batch.chunks:  # nothing to compute, as the sim answers it: no forward over zero rows
+            return RoundResult(samples={}, duration_s=0.0, worker_call_s=0.0)
         chunks = [(list(c.tokens[c.start : c.end]), _spec(c)) for c in batch.chunks]
         sampled = [c for c in batch.chunks if c.sample]
         # the round's terms and its prediction, outside the timed call

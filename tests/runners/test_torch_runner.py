@@ -191,3 +191,15 @@ def test_a_bad_device_is_one_problem_on_device_before_any_work(tmp_path_factory,
         TorchRunner(path, 16, 8, 2, device=device, predict_rounds=False)
     assert info.value.problem.param == "device"
     assert repr(device) in info.value.problem.message
+
+
+def test_a_round_of_no_chunks_computes_nothing_and_fails_nothing(tmp_path_factory):
+    # as the sim runner answers it; the forward over zero rows once failed ("max() arg is an
+    # empty sequence" from the block tables), and the predictor must not learn from it
+    from radixflow.scheduler.output import SchedulerOutput
+
+    runner = TorchRunner(tiny_checkpoint(tmp_path_factory, "lfm2"), 16, 8, 2)
+    learned = runner.predictor.fit.rounds
+    result = runner.run(SchedulerOutput(round_index=0))
+    assert result.samples == {} and result.prompt_logprobs == {}
+    assert runner.predictor.fit.rounds == learned

@@ -27,7 +27,7 @@ def pool_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device 
     nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if torch.device(device).type != "cpu" or advice is None or nbytes < HUGE_PAGE:
-        return torch.zeros(shape, dtype=dtype, device=device)
+        return _zeros(shape, dtype, device, nbytes)
     size = nbytes + HUGE_PAGE  # room to start on a huge-page boundary
     try:
         region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -36,11 +36,29 @@ def pool_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device 
         # state_slots" (a bare OSError would be blamed on the model); any other refusal of the
         # mapping leaves the tensor to torch's allocator
         if e.errno == errno.ENOMEM:
-            raise MemoryError(f"no memory for a pool tensor of {nbytes} bytes {tuple(shape)}") from None
-        return torch.zeros(shape, dtype=dtype, device=device)
+            raise _no_memory(shape, nbytes) from None
+        return _zeros(shape, dtype, device, nbytes)
     whole = torch.frombuffer(region, dtype=torch.uint8)  # keeps the mapping alive; touches nothing
     start = -whole.data_ptr() % HUGE_PAGE
     # a kernel without transparent huge pages refuses the advice: the mapping serves on small pages
     with contextlib.suppress(OSError):
         region.madvise(advice, start, size - start)
     return whole[start : start + nbytes].view(dtype).view(shape)
+
+
+def _zeros(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str, nbytes: int
+) -> torch.Tensor:
+    """``torch.zeros``, its allocator's refusal as the `MemoryError` a mapping's ENOMEM is: torch
+    raises a bare RuntimeError for a CPU allocation that fails (a GPU's is torch.OutOfMemoryError),
+    which the engine's build would pass on as a traceback."""
+    try:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    except RuntimeError as e:
+        if isinstance(e, torch.OutOfMemoryError) or "DefaultCPUAllocator" in str(e):
+            raise _no_memory(shape, nbytes) from None
+        raise
+
+
+def _no_memory(shape: tuple[int, ...], nbytes: int) -> MemoryError:
+    return MemoryError(f"no memory for a pool tensor of {nbytes} bytes {tuple(shape)}")

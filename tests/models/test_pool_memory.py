@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import gc
 import mmap
+import os
 import pickle
 import subprocess
 import sys
@@ -81,6 +82,22 @@ def test_no_room_for_the_mapping_is_a_memory_error_naming_the_size() -> None:
     """mmap's ENOMEM (an OSError the engine would blame on the model) is the MemoryError the
     engine's build turns into "lower kv_blocks or state_slots"."""
     done = subprocess.run([sys.executable, "-c", _NO_ROOM], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.startswith("MemoryError:") and "268435456 bytes" in done.stdout, done.stdout
+
+
+_NO_ROOM_UNMAPPED = _NO_ROOM.replace(
+    "import torch\n", "import torch, mmap\nif hasattr(mmap, 'MADV_HUGEPAGE'): del mmap.MADV_HUGEPAGE\n"
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the script reads /proc")
+def test_no_room_without_huge_pages_is_a_memory_error_too() -> None:
+    """Where the OS offers no MADV_HUGEPAGE (or refuses the mapping) the tensor comes from
+    torch's allocator, whose failure was a RuntimeError: a traceback past the engine's build,
+    which turns only a MemoryError into "lower kv_blocks or state_slots"."""
+    script = [sys.executable, "-c", _NO_ROOM_UNMAPPED]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.startswith("MemoryError:") and "268435456 bytes" in done.stdout, done.stdout
 

@@ -520,3 +520,18 @@ def test_serving_says_the_servers_default_temperature_and_the_offline_one():
     text = " ".join((ROOT / "docs" / "serving.md").read_text().split())
     assert f"names no `temperature` samples at {served:g}" in text
     assert f"greedy (`temperature` {offline:g})" in text
+
+
+def test_usage_says_the_bytes_per_kv_element_each_built_in_profile_charges():
+    """usage.md: the sim charges KV "at the profile's bytes per element (2 on `h100` and `h200`, 4
+    on `cpu`)"; it said its entries weigh what the torch runner's do, where h100's weigh half a
+    float32 runner's (`--cache-memory 1KiB` told of a 6KiB KV block on the sim, 12KiB on torch)."""
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    text = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    pattern = r"KV at the profile's bytes per element \((\d) on `h100` and `h200`, (\d) on `cpu`\)"
+    said = re.search(pattern, text)
+    assert said is not None
+    gpu, cpu = map(int, said.groups())
+    charged = tuple(HARDWARE[name].weight_bytes for name in ("h100", "h200", "cpu"))
+    assert charged == (gpu, gpu, cpu)

@@ -126,6 +126,7 @@ def _prompt_that_ran(args: argparse.Namespace, llm: Any, i: int, out: Generation
 def as_json(out: GenerationOutput) -> dict[str, Any]:
     """One output as JSON-ready data; prompt logprobs as a list (None for the first token)."""
     data = asdict(replace(out, prompt_logprobs=None))
+    data["stop_reason"] = out.stop_reason  # a property: vLLM's name, the one the server's answers use
     if out.prompt_logprobs is not None:
         data["prompt_logprobs"] = [None if e is None else asdict(e) for e in out.prompt_logprobs]
     return data

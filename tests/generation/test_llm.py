@@ -507,6 +507,22 @@ def test_generate_command_prints_what_the_offline_api_returns(llm, capsys):
     assert "unknown torch model 'gpt-17'" in capsys.readouterr().err
 
 
+def test_generate_command_json_carries_the_stop_reason_as_the_offline_api_gives_it(llm, capsys):
+    """usage.md: each output has vLLM's `stop_reason` and `--json` prints every field; the JSON held
+    `stop_string` and `stop_token` but no `stop_reason`, the name the server's answers use."""
+    from radixflow.cli import main
+
+    (first,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=1))
+    stop = first.token_ids[-1]
+    argv = ["generate", MODEL, "--prompt", PROMPTS[2], "--max-tokens", "4", "--json"]
+    argv += ["--stop-token-ids", str(stop), "--kv-blocks", "256", "--state-slots", "64"]
+    assert main(argv) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    (out,) = llm.generate(PROMPTS[2], SamplingParams(max_tokens=4, stop_token_ids=[stop]))
+    assert out.stop_reason == stop
+    assert printed["stop_reason"] == out.stop_reason
+
+
 def test_generate_command_takes_top_k_minus_one_as_the_offline_api_does(llm, capsys):
     from radixflow.cli import main
 

@@ -535,3 +535,17 @@ def test_usage_says_the_bytes_per_kv_element_each_built_in_profile_charges():
     gpu, cpu = map(int, said.groups())
     charged = tuple(HARDWARE[name].weight_bytes for name in ("h100", "h200", "cpu"))
     assert charged == (gpu, gpu, cpu)
+
+
+def test_status_gives_the_gpu_profiles_fixed_costs_as_their_sources_do():
+    """status.md said the GPU cost model adds "fixed costs per worker call as measured elsewhere";
+    the profiles' own sources (and cost-model.md) say those are assumed, not measured."""
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    text = " ".join((ROOT / "docs" / "status.md").read_text().split())
+    assert "measured elsewhere" not in text
+    for name in ("h100", "h200"):
+        profile = HARDWARE[name]
+        assert all("not measured" in profile.sources[k] for k in ("round_overhead_s", "decode_overhead_s"))
+        prefill, decode = profile.round_overhead_s * 1e3, profile.decode_overhead_s * 1e3
+        assert f"per worker call assumed, not measured ({prefill:g} ms with prefill, {decode:g} ms" in text

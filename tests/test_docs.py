@@ -549,3 +549,12 @@ def test_status_gives_the_gpu_profiles_fixed_costs_as_their_sources_do():
         assert all("not measured" in profile.sources[k] for k in ("round_overhead_s", "decode_overhead_s"))
         prefill, decode = profile.round_overhead_s * 1e3, profile.decode_overhead_s * 1e3
         assert f"per worker call assumed, not measured ({prefill:g} ms with prefill, {decode:g} ms" in text
+
+
+def test_usage_gives_the_least_rate_bench_takes():
+    """usage.md: "`--rate` at least 1e-6 requests/s": `bench --rate 1e-8` is refused ("must be at
+    least 1e-06") where the page named only the bound of requests / 2^32 (64 requests: 1.5e-8)."""
+    from radixflow.workloads.candidates import MIN_RATE
+
+    text = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    assert f"(`--rate` at least {MIN_RATE:g} requests/s, and at least requests / 2^32" in text

@@ -558,3 +558,33 @@ def test_usage_gives_the_least_rate_bench_takes():
 
     text = " ".join((ROOT / "docs" / "usage.md").read_text().split())
     assert f"(`--rate` at least {MIN_RATE:g} requests/s, and at least requests / 2^32" in text
+
+
+def test_the_limits_usage_and_serving_give_are_the_codes():
+    """The bounds the pages state in figures (a workload's tokens and requests, the capacities,
+    --repeat, an arrival time, n, the stop, choice and bad-word characters, score --input's contexts
+    a call) are the declared constants: a limit raised in code is one the docs still refuse."""
+    from radixflow.cli.bench_flags import MAX_REPEAT
+    from radixflow.cli.score_file import CONTEXTS_PER_CALL
+    from radixflow.generation import params
+    from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
+    from radixflow.workloads import candidates as wl
+
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    serving = " ".join((ROOT / "docs" / "serving.md").read_text().split())
+    said = {
+        f"holds at most {wl.MAX_WORKLOAD_TOKENS:,} (2^25) prompt tokens": usage,
+        f"at most {wl.MAX_WORKLOAD_REQUESTS:,} (2^20) requests": usage,
+        f"`--kv-blocks` is at most {MAX_KV_BLOCKS:,}, `--state-slots` at most {MAX_STATE_SLOTS:,}": usage,
+        f"`--repeat` at most {MAX_REPEAT}": usage,
+        f"at most {wl.MAX_ARRIVAL_S:,} (2^32 s)": usage,
+        f"says `j`; at most {params.MAX_CHOICES})": usage,
+        f"at most {params.MAX_STOP_CHARS:,} characters in all (`MAX_STOP_CHARS`": usage,
+        f"(the choices hold at most {params.MAX_CHOICE_CHARS:,} characters in all, `MAX_CHOICE_CHARS`": usage,
+        f"{params.MAX_BAD_WORD_CHARS:,}, `MAX_BAD_WORD_CHARS`": usage,
+        f"Contexts then run {CONTEXTS_PER_CALL} at a time": usage,
+        f"`stop` strings over {params.MAX_STOP_CHARS:,} characters": serving,
+        f"`guided_choice` over {params.MAX_CHOICE_CHARS:,} and": serving,
+        f"`bad_words` over {params.MAX_BAD_WORD_CHARS:,} characters": serving,
+    }
+    assert [phrase for phrase, text in said.items() if phrase not in text] == []

@@ -588,3 +588,25 @@ def test_the_limits_usage_and_serving_give_are_the_codes():
         f"`bad_words` over {params.MAX_BAD_WORD_CHARS:,} characters": serving,
     }
     assert [phrase for phrase, text in said.items() if phrase not in text] == []
+
+
+def test_serving_gives_the_defaults_radixflow_serve_has():
+    """serving.md states serve's defaults in its prose ("`--max-pending` (256)", "`--max-body-bytes`
+    (4 MiB", ...): each is the one declared, and a completion's max_tokens is OpenAI's 16."""
+    from radixflow.server.config import Listen, ServerConfig
+    from radixflow.server.protocol import OPENAI_COMPLETION_MAX_TOKENS as OPENAI_16
+
+    listen, c = Listen(), ServerConfig()
+    assert c.max_body_bytes % 2**20 == 0 and c.long_body_bytes % 2**10 == 0
+    text = " ".join((ROOT / "docs" / "serving.md").read_text().split())
+    said = [
+        f"`--host` ({listen.host}) and `--port` ({listen.port}; 0: any free port)",
+        f"`--log-level` ({listen.log_level})",
+        f"`--max-pending` ({c.max_pending}) accepted requests",
+        f"`--max-body-bytes` ({c.max_body_bytes // 2**20} MiB;",
+        f"`--long-body-bytes` ({c.long_body_bytes // 2**10} KiB)",
+        f"(`--long-text-threads`, {c.long_text_threads})",
+        f"`--drain-timeout` seconds ({c.drain_s:g})",
+        f"`--default-max-tokens` ({c.default_max_tokens}), a completion OpenAI's {OPENAI_16}",
+    ]
+    assert [phrase for phrase in said if phrase not in text] == []

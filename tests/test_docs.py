@@ -610,3 +610,21 @@ def test_serving_gives_the_defaults_radixflow_serve_has():
         f"`--default-max-tokens` ({c.default_max_tokens}), a completion OpenAI's {OPENAI_16}",
     ]
     assert [phrase for phrase in said if phrase not in text] == []
+
+
+def test_fleet_gives_the_routers_thresholds_and_default_as_declared():
+    """fleet.md: "overloaded (queue above max(1.5 × mean, mean + 2))", "at least 10% of the prompt"
+    and "`checkpoint` when none is named, as with `serve --replicas`": RouterConfig's and the
+    default router's figures, the one the cells and serve's --router take."""
+    from radixflow.fleet import DEFAULT_ROUTER  # serve's and an experiment cell's
+    from radixflow.fleet.routers import RouterConfig
+
+    c = RouterConfig()
+    text = " ".join((ROOT / "docs" / "fleet.md").read_text().split())
+    said = [
+        f"(queue above max({c.imbalance_ratio:g} × mean, mean + {c.imbalance_slack}))",
+        f"(covering at least {c.match_threshold:.0%} of the prompt)",
+        f"(less than {c.match_threshold:.0%} of its prompt resumable or sent anywhere",
+        f"(`{DEFAULT_ROUTER}` when none is named, as with `serve --replicas`)",
+    ]
+    assert [phrase for phrase in said if phrase not in text] == []

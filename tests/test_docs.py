@@ -628,3 +628,22 @@ def test_fleet_gives_the_routers_thresholds_and_default_as_declared():
         f"(`{DEFAULT_ROUTER}` when none is named, as with `serve --replicas`)",
     ]
     assert [phrase for phrase in said if phrase not in text] == []
+
+
+def test_trace_md_names_every_method_of_the_observer_protocols():
+    """trace.md: "`SchedulerEvents` (`parked`, `woken`, `decision`) and ... `EngineEvents` (plus
+    `arrived`, ...)": it left out `ended` (a request aborted or refused between rounds), so an
+    observer written from the page missed those requests' ends."""
+    from radixflow.engine.events import EngineEvents
+    from radixflow.scheduler.events import SchedulerEvents
+
+    def methods(protocol: type, base: type = object) -> set[str]:
+        return {n for n in vars(protocol) if not n.startswith("_") and callable(getattr(protocol, n))} - set(
+            vars(base)
+        )
+
+    text = " ".join((ROOT / "docs" / "trace.md").read_text().split())
+    said = re.search(r"SchedulerEvents` \(([^)]*)\) and `[\w.]*EngineEvents` \(plus ([^)]*)\)", text)
+    assert said is not None
+    named = [set(re.findall(r"`(\w+)`", group)) for group in said.groups()]
+    assert named == [methods(SchedulerEvents), methods(EngineEvents, SchedulerEvents)]

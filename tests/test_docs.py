@@ -647,3 +647,27 @@ def test_trace_md_names_every_method_of_the_observer_protocols():
     assert said is not None
     named = [set(re.findall(r"`(\w+)`", group)) for group in said.groups()]
     assert named == [methods(SchedulerEvents), methods(EngineEvents, SchedulerEvents)]
+
+
+def test_the_periods_trace_serving_and_fleet_give_are_the_codes():
+    """The intervals the pages state ("flushed every 5 s", "/health": "max(30 s, 20 × the longest
+    round", "10 minutes before any round", replicas polled "every 0.25 s", Serve's health check
+    "every 1 s") are the declared ones."""
+    from radixflow.cluster.launch import HEALTH_CHECK_PERIOD_S, STATS_PERIOD_S
+    from radixflow.engine.trace_file import FLUSH_EVERY_S
+    from radixflow.server.liveness import STALL_FIRST_ROUND_S, STALL_FLOOR_S, STALL_ROUNDS
+
+    def read(name: str) -> str:
+        return " ".join((ROOT / "docs" / name).read_text().split())
+
+    stall = f"max({STALL_FLOOR_S:g} s, {STALL_ROUNDS:g} × "
+    said = {
+        f"flushed every {FLUSH_EVERY_S:g} s": "trace.md",
+        f"{stall}the longest round": "serving.md",
+        f"{STALL_FIRST_ROUND_S / 60:g} minutes before any round": "serving.md",
+        f"{stall}its longest round), {STALL_FIRST_ROUND_S / 60:g} minutes before its first": "fleet.md",
+        f"digest every {STATS_PERIOD_S:g} s": "fleet.md",
+        f"(within {STATS_PERIOD_S:g} s of its start)": "fleet.md",
+        f"Serve's health check (every {HEALTH_CHECK_PERIOD_S:g} s": "fleet.md",
+    }
+    assert [phrase for phrase, doc in said.items() if phrase not in read(doc)] == []

@@ -27,7 +27,8 @@ def torch_settings_problem(options: EngineOptions, local: bool = True) -> Proble
     if runner_name(options) != "torch":
         return None
     try:
-        from radixflow.runners.torch_runner import native_problem, settings_problem
+        from radixflow.runners.torch_runner import native_problem
+        from radixflow.runners.torch_settings import settings_problem
     except ImportError:  # an ingress without torch, its replicas elsewhere: they say it
         return None
     if not local and options.dtype == "auto" and options.device.split(":")[0] != "cpu":

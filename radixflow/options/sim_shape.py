@@ -15,16 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, language_config, shape_from_config
-from radixflow.costmodel.shape.limits import layer_count_problem, shape_problem
+from radixflow.costmodel.shape.limits import DEFAULT_CONTEXT, layer_count_problem, shape_problem
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.machine import path_length_problem
 from radixflow.problems import Problem, ProblemError
 from radixflow.user_paths import expand_home
 
-# The torch runner's context when config.json names none (runners/torch_runner.py reads
-# ``max_position_embeddings`` with this default); the catalogue's readers assume a GPU-scale one.
-TORCH_DEFAULT_CONTEXT = 4096
+# the torch runner's context when config.json names none; the catalogue's readers assume a GPU-scale one
+TORCH_DEFAULT_CONTEXT = DEFAULT_CONTEXT
 
 
 def zoo_names() -> list[str]:

@@ -10,22 +10,23 @@ from pathlib import Path
 
 import torch
 
+from radixflow.costmodel.shape.limits import DEFAULT_CONTEXT
 from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, StatePool
-from radixflow.models.device import DeviceError, check_device, parse_device
 from radixflow.models.io.loader import load_model
-from radixflow.models.kernels.backend import Kernels, KernelsError, kernels_refusal, resolve_kernels
+from radixflow.models.kernels.backend import Kernels, KernelsError, resolve_kernels
 from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import Config, use_kernels
 from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.problems import Problem, ProblemError
-from radixflow.runners.matmul import MatmulPlan, MatmulRouter, install, parse_plan, unusable
+from radixflow.runners.matmul import MatmulPlan, MatmulRouter, install, parse_plan
 from radixflow.runners.matmul_measure import dominant_weight, measure_plan
 from radixflow.runners.profile_store import load_stored, store_key
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.round_predictor import LearnedRoundPredictor, make_predictor
 from radixflow.runners.sampler import Sampler, SampleRow
+from radixflow.runners.torch_settings import routes_matmuls, settings_problem
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 
@@ -134,7 +135,7 @@ class TorchRunner:
             has_recurrent=bool(self.net.state_layout()),
             same_round_state=True,  # recurrent layers run a round's rows in waves (`ForwardBatch.waves`)
             vocab_size=int(cfg.vocab_size),
-            max_context=int(cfg.get("max_position_embeddings", 4096)),
+            max_context=int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT),
             eos_token_ids=eos,
             kv_bytes_per_token=_row_bytes([*self.kv.k.values(), *self.kv.v.values(), self.kv.hidden]),
             checkpoint_bytes=_row_bytes([t for ts in self.state.tensors.values() for t in ts]),
@@ -162,7 +163,7 @@ class TorchRunner:
         """Route the model's Linear layers (CPU float32 only; None elsewhere): the given plan,
         or one measured now, once, on the model's dominant weight shape."""
         weight = dominant_weight(self.net)
-        if not _routes_matmuls(self.device, self.dtype) or weight is None:
+        if not routes_matmuls(self.device, self.dtype) or weight is None:
             return None
         return install(self.net, given if given is not None else measure_plan(weight))
 
@@ -249,29 +250,6 @@ class TorchRunner:
         return self._forward(fb, [True])[0]
 
 
-def settings_problem(
-    matmul: str, kernels: str, device: str, dtype: torch.dtype, local: bool = True
-) -> Problem | None:
-    """What the runner refuses of option ``device``, ``matmul`` and ``kernels`` on ``device`` in
-    ``dtype`` before it reads the model (None: nothing; building the native library may still
-    fail). ``local``: the runner runs on this machine, so the device and a plan's backends must
-    be here. A fleet's ingress asks this before any replica loads."""
-    try:  # first: the checks below read the device name, and torch's refusal of one is a traceback
-        check_device(device) if local else parse_device(device)
-    except DeviceError as e:
-        return Problem("device", str(e))
-    given = parse_plan(matmul)
-    if isinstance(given, Problem):
-        return given
-    if given is not None and local and (missing := unusable(given)):
-        return Problem("matmul", "; ".join(missing))
-    if given is not None and not _routes_matmuls(device, dtype):  # else torch's own GEMM runs, silently
-        where = f"not {device} in {str(dtype).removeprefix('torch.')}: leave it auto"
-        return Problem("matmul", f"plans route CPU float32 matmuls only, {where}")
-    refused = kernels_refusal(kernels, device, dtype)
-    return None if refused is None else Problem("kernels", refused)
-
-
 def native_problem(device: str, dtype: torch.dtype) -> Problem | None:
     """Why the native kernels cannot run here on ``device`` in ``dtype`` (None: they can): the
     runner's own refusal, the library built (or found) as the runner builds it."""
@@ -280,11 +258,6 @@ def native_problem(device: str, dtype: torch.dtype) -> Problem | None:
     except ProblemError as e:
         return e.problem
     return None
-
-
-def _routes_matmuls(device: str, dtype: torch.dtype) -> bool:
-    """Whether a matmul plan applies: the plans route CPU float32 Linear layers only."""
-    return torch.device(device).type == "cpu" and dtype == torch.float32
 
 
 def _kernels(name: str, device: str, dtype: torch.dtype) -> Kernels:

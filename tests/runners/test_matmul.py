@@ -24,7 +24,8 @@ from radixflow.runners.linear_backends import BACKENDS, OneDnnLinear
 from radixflow.runners.matmul import MatmulPlan, install, parse_plan
 from radixflow.runners.matmul_measure import dominant_weight, measure_plan
 from radixflow.runners.matmul_plan import BACKEND_NAMES, SHAPE_CLASSES
-from radixflow.runners.torch_runner import TorchRunner, settings_problem
+from radixflow.runners.torch_runner import TorchRunner
+from radixflow.runners.torch_settings import settings_problem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 needs_onednn = pytest.mark.skipif(OneDnnLinear().problem() is not None, reason="no oneDNN float32 linear")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from radixflow.problems import Problem, ProblemError, number_problem
 from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
-from radixflow.scheduler.sampling_checks import NO_OPEN_CHOICE, plain, shown
+from radixflow.scheduler.sampling_checks import NO_OPEN_CHOICE, plain, short_choices_problem, shown
 
 STOP_SHAPE = "must be a string or a list of strings"  # said of ``stop`` at every door
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
@@ -72,6 +72,8 @@ class SamplingParams(TokenSamplingParams):
         base = super().problem()
         if base == NO_OPEN_CHOICE and self.guided_choice:  # the engine's fields, as this door names them
             return Problem("bad_words", "ban every guided_choice (each contains one of them)", GUIDED)
+        if base == short_choices_problem(self.min_tokens) and self.guided_choice:
+            return short_choices_problem(self.min_tokens, "guided_choice")
         if base is not None:
             return base
         kind = number_problem("n", self.n, True)  # said as every door says a non-integer

@@ -24,6 +24,7 @@ from radixflow.scheduler.sampling_checks import (
     min_tokens_ok,
     plain,
     plain_ids,
+    short_choices_problem,
     shown,
     within,
 )
@@ -66,15 +67,16 @@ class SamplingParams:
     ``presence_penalty`` once if it is there are subtracted; a token outside ``allowed_token_ids``
     (None: every token is allowed) cannot be picked; while fewer than ``min_tokens`` tokens are
     generated, the stop tokens and the end-of-sequence ones (unless ``ignore_eos``) cannot be
-    picked either, unless they are all the tokens left (a guided choice's end; an allow-list of
-    only such tokens is refused before it runs, by `engine.runner.ending_allow_list_problem`), and
-    stop strings do not count (the caller's rule). With ``token_choices`` the output is one of
+    picked either, unless they are all the tokens left (an allow-list of only such tokens is
+    refused before it runs, by `engine.runner.ending_allow_list_problem`), and stop strings do
+    not count (the caller's rule). With ``token_choices`` the output is one of
     those token sequences: only a token that continues one may be picked (an end-of-sequence token
     too where the output is a whole choice that a longer one extends), and the request ends once
     it is a whole choice nothing extends (`scheduler.token_sequences`). The last token of a
     sequence in ``bad_token_sequences`` cannot be picked right after the rest of it (a one-token
-    one never), so only the choices with no banned sequence inside are followed (`open_choices`;
-    none is a problem). Reported logprobs are the model's own, before any of this.
+    one never), so only the choices with no banned sequence inside, and of ``min_tokens`` tokens
+    at least (a whole choice ends the output, as an end-of-sequence token does), are followed
+    (`open_choices`; none is a problem). Reported logprobs are the model's own, before any of this.
     """
 
     max_tokens: int = 1
@@ -175,16 +177,18 @@ class SamplingParams:
         if self.token_choices is not None and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with a guided choice")
         if self.open_choices == ():
-            return NO_OPEN_CHOICE
+            unbanned = open_choices(self.token_choices, self.bad_token_sequences)  # type: ignore[arg-type]
+            return NO_OPEN_CHOICE if unbanned == () else short_choices_problem(self.min_tokens)
         return None
 
     @property
     def open_choices(self) -> tuple[tuple[int, ...], ...] | None:
-        """The token choices the output may become: those with no banned sequence inside (None:
-        no choices). What the sampler and the scheduler follow."""
+        """The token choices the output may become: those with no banned sequence inside and of
+        ``min_tokens`` tokens at least (None: no choices). What the sampler and the scheduler
+        follow."""
         if self.token_choices is None:
             return None
-        return open_choices(self.token_choices, self.bad_token_sequences)
+        return open_choices(self.token_choices, self.bad_token_sequences, self.min_tokens)
 
     @property
     def greedy(self) -> bool:

@@ -22,6 +22,13 @@ SEED_WORDS = f"must fit in 64 bits ({SEED_RANGE[0]} to {SEED_RANGE[1]})"
 NO_OPEN_CHOICE = Problem("bad_token_sequences", "ban every one of the token_choices")
 
 
+def short_choices_problem(min_tokens: int, choices: str = "token_choices") -> Problem:
+    """``min_tokens`` no output can meet: every choice it may become is shorter (``choices``: the
+    field, as the door names it)."""
+    message = f"{min_tokens} cannot be met: every one of the {choices} the output may become is shorter"
+    return Problem("min_tokens", message, (choices,))
+
+
 # the number fields, in the order they are checked, and whether each takes integers only
 NUMBER_FIELDS = (
     ("max_tokens", True),

@@ -43,14 +43,16 @@ def ends_the_output(choices: Sequence[Sequence[int]], generated: Sequence[int]) 
     return step.complete and not step.next_tokens
 
 
-@lru_cache(maxsize=256)  # asked every decode step of a request, with the same two arguments
-def open_choices(choices: Sequences, banned: Sequences) -> Sequences:
-    """The ``choices`` with no ``banned`` sequence inside them: the only ones an output may
-    become. Following a closed one would lead the output where its only way on is banned."""
+@lru_cache(maxsize=256)  # asked every decode step of a request, with the same arguments
+def open_choices(choices: Sequences, banned: Sequences, shortest: int = 0) -> Sequences:
+    """The ``choices`` with no ``banned`` sequence inside them and at least ``shortest`` tokens
+    (a request's ``min_tokens``): the only ones an output may become. Following a closed one
+    would lead the output where its only way on is banned; a shorter one would end it before
+    ``min_tokens``, where an end-of-sequence token may not."""
     by_length: dict[int, set[tuple[int, ...]]] = {}
     for b in banned:
         by_length.setdefault(len(b), set()).add(tuple(b))
-    return tuple(c for c in choices if not _holds_any(tuple(c), by_length))
+    return tuple(c for c in choices if len(c) >= shortest and not _holds_any(tuple(c), by_length))
 
 
 def _holds_any(whole: tuple[int, ...], by_length: dict[int, set[tuple[int, ...]]]) -> bool:

@@ -195,6 +195,21 @@ def test_a_bad_word_closes_the_guided_choices_it_is_in(llm):
         llm.generate(PROMPTS[2], replace(pair, bad_words=("cat", "dog")))
 
 
+def test_min_tokens_follows_only_the_guided_choices_that_long(llm):
+    # ("cat", "the lazy dog") with min_tokens 3 answered "cat" (2 tokens), finish reason stop:
+    # min_tokens broken unsaid. A choice shorter than it ends the output as an EOS would
+    encode = partial(llm.tokenizer.encode, add_special_tokens=False)
+    short, long = "cat", "the lazy dog"
+    assert len(encode(short)) < 3 <= len(encode(long))
+    pair = SamplingParams(max_tokens=12, guided_choice=(short, long))
+    (free,) = llm.generate(PROMPTS[2], pair)
+    (held,) = llm.generate(PROMPTS[2], replace(pair, min_tokens=3))
+    assert free.text == short  # what the model likes here: the test would show nothing otherwise
+    assert held.text == long and held.finish_reason == "stop" and len(held.token_ids) >= 3
+    with pytest.raises(ValueError, match=r"^min_tokens: 3 cannot be met: every one of the guided_choice "):
+        llm.generate(PROMPTS[2], replace(pair, guided_choice=(short,), min_tokens=3))
+
+
 def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
     prompt = llm.tokenizer.encode(PROMPTS[1])
     (cut,) = llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=7))

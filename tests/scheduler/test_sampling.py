@@ -45,3 +45,20 @@ def test_numpy_numbers_are_read_as_the_python_numbers_they_are():
     # a bool is still no number, and a float no integer
     assert SamplingParams(max_tokens=np.float64(2.0)).problem().param == "max_tokens"
     assert SamplingParams(top_k=True).problem().param == "top_k"
+
+
+def test_a_guided_choice_shorter_than_min_tokens_is_never_followed():
+    """token_choices (5,) and (6, 7, 8) with min_tokens 2 ended the output at (5,) with finish
+    reason stop, one token where two were asked for: min_tokens broken unsaid. Only the choices
+    that long are followed, as an end-of-sequence token is held back until then."""
+    p = SamplingParams(max_tokens=8, min_tokens=2, token_choices=((5,), (6, 7, 8), (9, 1)))
+    assert p.problem() is None and p.open_choices == ((6, 7, 8), (9, 1))
+    assert SamplingParams(max_tokens=8, token_choices=((5,), (6, 7))).open_choices == ((5,), (6, 7))
+    short = SamplingParams(max_tokens=8, min_tokens=3, token_choices=((5,), (9, 1)))
+    assert str(short.problem()) == (
+        "min_tokens: 3 cannot be met: every one of the token_choices the output may become is shorter"
+    )
+    assert short.problem().mentions == ("token_choices",)
+    # banned sequences close choices first: that every choice is banned is said as before
+    banned = SamplingParams(max_tokens=8, min_tokens=3, token_choices=((5,),), bad_token_sequences=((5,),))
+    assert str(banned.problem()) == "bad_token_sequences: ban every one of the token_choices"

@@ -33,14 +33,21 @@ def profile_digests(settings: dict[str, Any]) -> dict[str, str]:
 # A checkpoint's weights are read by neither the config check nor the key: gigabytes hashed on every
 # load (cached cells' keys too) would cost more than many cells' runs. A weight file rewritten at the
 # same path has another size or modification time (ns) in all but a copy that keeps both; the small
-# files (config.json, the shard index, generation_config.json: the torch runner's extra stop ids)
-# are hashed whole.
-CHECKPOINT_TEXTS = ("config.json", "model.safetensors.index.json", "generation_config.json")
+# files (config.json, the shard index, generation_config.json and the tokenizer's files: the torch
+# runner's extra stop ids) are hashed whole.
+CHECKPOINT_TEXTS = (
+    "config.json",
+    "model.safetensors.index.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+)
 
 
 def checkpoint_digest(directory: Path) -> str:
-    """What the checkpoint in ``directory`` is, for a cell's key: its config, shard index and
-    generation config (a hash of each), and each weight file's name, size and modification time."""
+    """What the checkpoint in ``directory`` is, for a cell's key: its config, shard index,
+    generation config and tokenizer files (a hash of each), and each weight file's name, size and
+    modification time."""
     files: dict[str, Any] = {}
     for name in CHECKPOINT_TEXTS:
         if (directory / name).is_file():

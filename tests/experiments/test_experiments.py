@@ -1254,8 +1254,16 @@ def _rewritten_at_the_same_size(ck: Path) -> None:
         lambda ck: (ck / "model-00002.safetensors").write_bytes(b"another shard"),
         _rewritten_at_the_same_size,
         lambda ck: (ck / "generation_config.json").write_text('{"eos_token_id": 2}'),  # stop ids
+        lambda ck: (ck / "tokenizer_config.json").write_text('{"eos_token": "a"}'),  # its stop id
     ],
-    ids=["config", "weights", "a weight file added", "weights of the same size", "generation config"],
+    ids=[
+        "config",
+        "weights",
+        "a weight file added",
+        "weights of the same size",
+        "generation config",
+        "tokenizer",
+    ],
 )
 def test_a_cell_on_a_model_directory_runs_again_when_the_checkpoint_changes(tmp_path: Path, edit):
     # its key was the path's text: new weights or config at the same path gave the old results

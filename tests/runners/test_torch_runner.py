@@ -100,6 +100,25 @@ def test_eos_token_ids_from_config_and_generation_config(tmp_path):
 
 
 
+def test_the_tokenizers_eos_token_ends_generation_as_in_vllm(tmp_path):
+    # a ChatML fine-tune of a base model: config.json still says the base model's EOS (2), the
+    # tokenizer's is "<|im_end|>" (32000), with no generation_config.json. vLLM stops at the
+    # tokenizer's eos_token; here the reply ran on past it to max_tokens, finish_reason length
+    tokenizer = {"added_tokens": [{"id": 32000, "content": "<|im_end|>"}], "model": {"vocab": {"a": 5}}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 2, "vocab_size": 32002})) == (2, 32000)
+    # written as an AddedToken, or a token of the model's own vocabulary
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "a"}}))
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 2})) == (2, 5)
+    # one the tokenizer does not know, or a tokenizer file that cannot be read, adds nothing
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 2})) == (2,)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "a"}))
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 2})) == (2,)
+
+
 def test_an_unreadable_generation_config_only_loses_its_stop_ids(tmp_path, monkeypatch):
     # a generation_config.json the process may not read (another user's checkpoint, mode 0600)
     # raised PermissionError out of the runner's construction: the model never loaded

@@ -11,6 +11,7 @@ from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.samples import PromptLogprobs, Sample
 from radixflow.scheduler.sampling import SamplingParams
+from radixflow.scheduler.sampling_checks import banned_alone
 from radixflow.scheduler.scan import RoundPredictor
 
 
@@ -90,11 +91,14 @@ def ending_allow_list_problem(params: SamplingParams, eos: tuple[int, ...]) -> P
     if not params.min_tokens or allowed is None:
         return None
     ending = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
-    if not set(allowed) <= ending:
+    # a token banned on its own is no way on either: the sampler would pick it, a bad word
+    left = set(allowed) - banned_alone(params.bad_token_sequences)
+    if not left <= ending:
         return None
+    which = "every allowed token" if left == set(allowed) else "every allowed token that is not banned"
     return Problem(
         "allowed_token_ids",
-        "every allowed token ends the output (a stop or end-of-sequence token id), so "
+        f"{which} ends the output (a stop or end-of-sequence token id), so "
         f"min_tokens {params.min_tokens} cannot be met",
         ("min_tokens",),
     )

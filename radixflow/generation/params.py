@@ -8,7 +8,13 @@ from dataclasses import dataclass, replace
 from radixflow.problems import Problem, ProblemError, number_problem
 from radixflow.scheduler.sampling import SPLITMIX_STEP, mix64
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
-from radixflow.scheduler.sampling_checks import NO_OPEN_CHOICE, plain, short_choices_problem, shown
+from radixflow.scheduler.sampling_checks import (
+    NO_ALLOWED_TOKEN,
+    NO_OPEN_CHOICE,
+    plain,
+    short_choices_problem,
+    shown,
+)
 
 STOP_SHAPE = "must be a string or a list of strings"  # said of ``stop`` at every door
 MAX_CHOICES = 128  # choices per prompt (``n``) one call may ask for: OpenAI's limit
@@ -72,6 +78,8 @@ class SamplingParams(TokenSamplingParams):
         base = super().problem()
         if base == NO_OPEN_CHOICE and self.guided_choice:  # the engine's fields, as this door names them
             return Problem("bad_words", "ban every guided_choice (each contains one of them)", GUIDED)
+        if base == NO_ALLOWED_TOKEN and self.bad_words:
+            return Problem("bad_words", "ban every one of the allowed_token_ids", ("allowed_token_ids",))
         if base == short_choices_problem(self.min_tokens) and self.guided_choice:
             return short_choices_problem(self.min_tokens, "guided_choice")
         if base is not None:

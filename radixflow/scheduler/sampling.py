@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from radixflow.problems import Problem, number_problem
 from radixflow.scheduler.sampling_checks import (
+    NO_ALLOWED_TOKEN,
     NO_OPEN_CHOICE,
     NUMBER_FIELDS,
     OPTIONAL_FIELDS,
@@ -17,6 +18,7 @@ from radixflow.scheduler.sampling_checks import (
     SEED_WORDS,
     allowed_ok,
     alternatives_problem,
+    banned_alone,
     bias_problem,
     ids_ok,
     is_int,
@@ -176,6 +178,9 @@ class SamplingParams:
             return Problem("bad_token_sequences", why)
         if self.token_choices is not None and self.allowed_token_ids is not None:
             return Problem("allowed_token_ids", "cannot be combined with a guided choice")
+        allowed = self.allowed_token_ids
+        if allowed is not None and set(allowed) <= banned_alone(self.bad_token_sequences):
+            return NO_ALLOWED_TOKEN
         if self.open_choices == ():
             unbanned = open_choices(self.token_choices, self.bad_token_sequences)  # type: ignore[arg-type]
             return NO_OPEN_CHOICE if unbanned == () else short_choices_problem(self.min_tokens)

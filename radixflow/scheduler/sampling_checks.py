@@ -20,6 +20,15 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 SEED_WORDS = f"must fit in 64 bits ({SEED_RANGE[0]} to {SEED_RANGE[1]})"
 # every choice holds a banned sequence: no output could be both (the door names its own fields)
 NO_OPEN_CHOICE = Problem("bad_token_sequences", "ban every one of the token_choices")
+# every allowed token is banned on its own: the sampler would pick a banned one (the least unlikely)
+NO_ALLOWED_TOKEN = Problem(
+    "bad_token_sequences", "ban every one of the allowed_token_ids", ("allowed_token_ids",)
+)
+
+
+def banned_alone(banned: tuple[tuple[int, ...], ...]) -> set[int]:
+    """The tokens a one-token banned sequence bans everywhere."""
+    return {seq[0] for seq in banned if len(seq) == 1}
 
 
 def short_choices_problem(min_tokens: int, choices: str = "token_choices") -> Problem:

@@ -210,6 +210,22 @@ def test_min_tokens_follows_only_the_guided_choices_that_long(llm):
         llm.generate(PROMPTS[2], replace(pair, guided_choice=(short,), min_tokens=3))
 
 
+def test_bad_words_that_ban_every_allowed_token_are_refused(llm):
+    # allowed_token_ids [t] with bad_words [text of t] generated t on every step: a bad word
+    # generated, as the ban left nothing to pick; with min_tokens, nothing but an EOS
+    encode = partial(llm.tokenizer.encode, add_special_tokens=False)
+    word = next(w for w in "abcdefgh" if len(encode(w)) == len(encode(" " + w)) == 1)
+    (token,) = encode(word)
+    eos = llm.engine.runner.model.eos_token_ids[0]
+    with pytest.raises(ValueError, match=r"^bad_words: ban every one of the allowed_token_ids$"):
+        llm.generate(PROMPTS[2], SamplingParams(max_tokens=4, allowed_token_ids=[token], bad_words=[word]))
+    held = SamplingParams(max_tokens=4, min_tokens=2, allowed_token_ids=[token, eos], bad_words=[word])
+    with pytest.raises(ValueError, match=r"^allowed_token_ids: every allowed token that is not banned ends"):
+        llm.generate(PROMPTS[2], held)
+    (out,) = llm.generate(PROMPTS[2], replace(held, min_tokens=0))  # the EOS ends it at once
+    assert out.token_ids == (eos,) and out.finish_reason == "stop"
+
+
 def test_a_truncated_prompt_runs_as_its_last_tokens(llm):
     prompt = llm.tokenizer.encode(PROMPTS[1])
     (cut,) = llm.generate([prompt], replace(GREEDY, truncate_prompt_tokens=7))

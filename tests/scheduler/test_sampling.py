@@ -62,3 +62,14 @@ def test_a_guided_choice_shorter_than_min_tokens_is_never_followed():
     # banned sequences close choices first: that every choice is banned is said as before
     banned = SamplingParams(max_tokens=8, min_tokens=3, token_choices=((5,),), bad_token_sequences=((5,),))
     assert str(banned.problem()) == "bad_token_sequences: ban every one of the token_choices"
+
+
+def test_an_allow_list_whose_every_token_is_banned_is_refused():
+    """allowed_token_ids (69,) with the one-token bad sequence (69,) generated 69 on every step:
+    the ban left no token to pick, and the sampler picks the least unlikely banned one."""
+    banned = SamplingParams(max_tokens=4, allowed_token_ids=(69,), bad_token_sequences=((69,), (3, 4)))
+    assert str(banned.problem()) == "bad_token_sequences: ban every one of the allowed_token_ids"
+    assert banned.problem().mentions == ("allowed_token_ids",)
+    # one allowed token left, or a ban of a longer sequence (it bans 69 only after 68): fine
+    assert SamplingParams(allowed_token_ids=(69, 70), bad_token_sequences=((69,),)).problem() is None
+    assert SamplingParams(allowed_token_ids=(69,), bad_token_sequences=((68, 69),)).problem() is None

@@ -46,7 +46,7 @@ class CallBuilder:
         problem = None if lone is None else lone.problem()
         if problem is not None:  # no prompts to run: a mistake in the parameters is still one
             raise PromptError(problem, None)
-        if any(p.stop or p.guided_choice or p.bad_words for p in params_list):
+        if any(_has_texts(p) for p in params_list):
             self.tokenizer()  # stop strings and choices are text: refused without a tokenizer
         calls: list[Call] = []
         tokenized: dict[int, SamplingParams] = {}  # one params object for many prompts: tokenized once
@@ -84,3 +84,11 @@ class CallBuilder:
             req = Request(rid, tuple(prompt), namespace, engine.now, sampling=choice_params)
             calls.append(Call(req, i, choice))
         return calls
+
+
+def _has_texts(sp: SamplingParams) -> bool:
+    """Whether ``sp`` lists stop strings, choices or bad words (text, which needs a tokenizer).
+    Only a tuple counts: a value of another kind (a numpy array, whose truth is an error) is for
+    `SamplingParams.problem` to name."""
+    texts = (sp.stop, sp.guided_choice, sp.bad_words)
+    return any(isinstance(listed, tuple) and len(listed) > 0 for listed in texts)

@@ -93,7 +93,7 @@ class SamplingParams(TokenSamplingParams):
             return Problem("stop", f"{STOP_SHAPE}, got {shown(self.stop)}")
         if any(s == "" for s in self.stop):
             return Problem("stop", "stop strings must not be empty")
-        if self.guided_choice == ():  # asked for a choice of nothing: no text could be one
+        if isinstance(self.guided_choice, tuple) and not self.guided_choice:  # a choice of nothing
             return Problem("guided_choice", "must not be empty (leave it out for free text)")
         choices = () if self.guided_choice is None else self.guided_choice
         for name, texts in (("guided_choice", choices), ("bad_words", self.bad_words)):

@@ -773,6 +773,25 @@ def test_the_parameters_are_passed_by_vllms_keyword(llm, batch):
 
 
 @pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ("stop", "stop: must be a string or a list of strings, got array("),
+        ("bad_words", "bad_words: must be a list of strings, got array("),
+        ("guided_choice", "guided_choice: must be a list of strings, got array("),
+    ],
+)
+def test_texts_given_as_a_numpy_array_are_refused_naming_the_field(llm, field, said):
+    # numpy's own "The truth value of an array with more than one element is ambiguous" came
+    # out, naming no field: the call asked whether there were any texts before checking them
+    import numpy as np
+
+    with pytest.raises(ValueError) as e:
+        llm.generate(PROMPTS[2], SamplingParams(max_tokens=2, **{field: np.array(["a", "b"])}))
+    assert str(e.value).startswith(said)
+    assert llm.engine.requests == []
+
+
+@pytest.mark.parametrize(
     ("params", "given"),
     [
         (3, "an int"),

@@ -116,7 +116,7 @@ class SamplingParams:
         if isinstance(bias, list | tuple):
             pairs = tuple(plain_ids(p) if isinstance(p, list | tuple) else p for p in bias)
             object.__setattr__(self, "logit_bias", pairs)
-        if self.top_k == -1 and is_int(self.top_k):  # vLLM's other spelling of "no cut"
+        if is_int(self.top_k) and self.top_k == -1:  # vLLM's other spelling of "no cut"
             object.__setattr__(self, "top_k", 0)
         for name in ("stop_token_ids", "allowed_token_ids"):
             object.__setattr__(self, name, plain_ids(getattr(self, name)))

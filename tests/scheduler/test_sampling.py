@@ -73,3 +73,11 @@ def test_an_allow_list_whose_every_token_is_banned_is_refused():
     # one allowed token left, or a ban of a longer sequence (it bans 69 only after 68): fine
     assert SamplingParams(allowed_token_ids=(69, 70), bad_token_sequences=((69,),)).problem() is None
     assert SamplingParams(allowed_token_ids=(69,), bad_token_sequences=((68, 69),)).problem() is None
+
+
+def test_a_top_k_of_another_kind_is_named_not_numpys_error():
+    """top_k=np.array([1, 2]) raised numpy's "The truth value of an array ... is ambiguous" from
+    the check for vLLM's -1, naming no field."""
+    p = SamplingParams(top_k=np.array([1, 2]))
+    assert str(p.problem()).startswith("top_k: must be an integer, got array([1, 2]")
+    assert SamplingParams(top_k=-1).top_k == 0 and SamplingParams(top_k=np.int64(-1)).top_k == 0

@@ -269,8 +269,9 @@ def print_row(model: str, r: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
-    ap.add_argument("--prefill", type=positive_int, nargs="+", default=[512, 128, 384, 256],
-        help="prompt lengths")
+    ap.add_argument(
+        "--prefill", type=positive_int, nargs="+", default=[512, 128, 384, 256], help="prompt lengths"
+    )
     ap.add_argument("--requests", type=positive_int, nargs="+", default=[1, 8, 32], help="concurrent decodes")
     ap.add_argument("--prompt-len", type=positive_int, default=64)
     ap.add_argument("--generate", type=positive_int, default=32, help="tokens generated per request")

@@ -361,8 +361,9 @@ def arguments() -> argparse.ArgumentParser:
         help="--twin calibrate: price each cell's twin at the machine's speed during its runs, "
         "timed on fixed shapes around the profile and after each turn of runs",
     )
-    ap.add_argument("--draws", type=positive_int, default=40,
-        help="twin runs under the price noise per policy")
+    ap.add_argument(
+        "--draws", type=positive_int, default=40, help="twin runs under the price noise per policy"
+    )
     ap.add_argument(
         "--tapes-out",
         type=Path,

@@ -320,10 +320,12 @@ def main() -> None:
     ap.add_argument("--max-pending", type=positive_int, default=256)
     ap.add_argument("--max-requests", type=positive_int, default=64, help="requests per round")
     ap.add_argument("--kv-blocks", type=positive_int, default=4096)
-    ap.add_argument("--torch-threads", type=positive_int,
-        help="passed to the server (default: its thread plan)")
-    ap.add_argument("--tokenizer-threads", type=positive_int,
-        help="passed to the server (default: its thread plan)")
+    ap.add_argument(
+        "--torch-threads", type=positive_int, help="passed to the server (default: its thread plan)"
+    )
+    ap.add_argument(
+        "--tokenizer-threads", type=positive_int, help="passed to the server (default: its thread plan)"
+    )
     ap.add_argument("--json", type=Path, default=Path("results/serve_load.json"))
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, four clients for two seconds")
     args = ap.parse_args()

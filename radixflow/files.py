@@ -179,5 +179,3 @@ def _names_a_descriptor(path: Path) -> bool:
             return False
         here = os.path.normpath(os.path.join(folder, os.readlink(here)))
     return False
-
-

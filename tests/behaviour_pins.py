@@ -40,7 +40,9 @@ class FixedCostRunner:
         seconds = 2e-3 + 1e-6 * batch.tokens + 1e-4 * len(batch.chunks)
         samples = {
             c.request_id: Sample(sim_token(c.namespace, c.tokens, 32_000), 0.0)
-            for c in batch.chunks if c.sample}
+            for c in batch.chunks
+            if c.sample
+        }
         return RoundResult(samples=samples, duration_s=seconds, worker_call_s=seconds)
 
     def reference_tokens(self, requests: list[Request]) -> None:

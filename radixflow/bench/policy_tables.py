@@ -85,8 +85,10 @@ def summary_markdown(cells: list[dict]) -> str:
     ]  # fmt: skip
     for family, work in by_family.items():
         grouped = work.get("grouped")  # the column's workload: another one's means are not it
-        means = "-" if grouped is None else " / ".join(
-            _num(grouped["policies"][p]["mean_latency_s"], ".2f") for p in POLICIES
+        means = (
+            "-"
+            if grouped is None
+            else " / ".join(_num(grouped["policies"][p]["mean_latency_s"], ".2f") for p in POLICIES)
         )
         exact = all(f["identical_to_no_cache"] for c in work.values() for f in c["policies"].values())
         ratios = " | ".join(_pct(work[w]["adaptive_vs_native"]) if w in work else "-" for w in names)

@@ -241,8 +241,7 @@ class Evictor:
             if leaf is None and ckpt is None:
                 return False
             if ckpt is None or (
-                leaf is not None
-                and self.kv_victims.priority(leaf) <= self.state_victims.priority(ckpt)
+                leaf is not None and self.kv_victims.priority(leaf) <= self.state_victims.priority(ckpt)
             ):
                 self._evict_leaves(1)
             else:

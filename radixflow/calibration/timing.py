@@ -16,6 +16,7 @@ from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, Snapshot
 
 BLOCK_SIZE = 16
 
+
 # A worker call is timed on the engine's round clocks (`engine.clocks`, the names `--clock` takes
 # everywhere): "cpu", the CPU time of the thread running it (with one intra-op thread, the wall
 # time on an idle machine; other processes on a shared machine do not inflate it, they only delay

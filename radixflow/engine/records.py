@@ -26,7 +26,6 @@ class RoundRecord:
     wall_s: float | None = None  # measured wall time of the call, where the clock is another (`RoundResult`)
 
 
-
 class SubmitRefused(ValueError):
     """`Engine.submit` refused the request object itself before taking anything: the engine is
     as it was and only that request is at fault (a server answers it alone)."""

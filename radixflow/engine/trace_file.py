@@ -29,6 +29,8 @@ FLUSH_EVERY_S = 5.0
 FLUSH_EVENTS = 50_000  # or sooner, when this many wait
 _CLOSE = b"\n]}\n"
 NOT_WRITTEN = "the trace was not written"  # how a door that goes on without its trace warns of it
+
+
 class RewrittenError(OSError):
     """The trace file is no longer as its writer left it: another writer replaced it and writes
     there (two runs given one path); writing on at this writer's offsets would interleave the two

@@ -178,5 +178,3 @@ def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, .
         raise fail(origin, key, f"must be finite, got {value!r}")
     if isinstance(value, int | float) and value < 0:
         raise fail(origin, key, f"must be >= 0, got {value!r}")
-
-

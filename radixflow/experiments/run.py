@@ -101,7 +101,6 @@ def run_experiment(
     return ExperimentOutput(out, results, counts["ran"], wall_s, plots, code)
 
 
-
 def _remove_earlier(out: Path) -> str:
     """An earlier run's results, report and plots removed from ``out`` (left there, they would read
     as this failed run's, perhaps of another config; its cells stay cached): what the error adds."""

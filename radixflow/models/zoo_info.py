@@ -52,9 +52,7 @@ def model_info(name: str) -> ModelInfo:
     kv, state = set(model.kv_layout()), set(model.state_layout())
     n_layers = max([int(config.get("num_hidden_layers", 0)), *(i + 1 for i in kv | state)])
     feed_forward = _feed_forward_kinds(config, n_layers)
-    layers = tuple(
-        _layer_kind(i in kv, i in state, recurrent_kind, feed_forward[i]) for i in range(n_layers)
-    )
+    layers = tuple(_layer_kind(i in kv, i in state, recurrent_kind, feed_forward[i]) for i in range(n_layers))
     counts: dict[str, int] = {}
     for kind in layers:
         counts[kind] = counts.get(kind, 0) + 1

@@ -73,11 +73,21 @@ class SchedulerOptions:
     )
     max_requests: int = option(
         _scheduler_default("max_requests"),
-        "chunks per round", int, low=1, high=MAX_COUNT, group="scheduler", metavar="N"
+        "chunks per round",
+        int,
+        low=1,
+        high=MAX_COUNT,
+        group="scheduler",
+        metavar="N",
     )
     block_size: int = option(
         _scheduler_default("block_size"),
-        "tokens per KV block", int, low=1, high=MAX_BLOCK_SIZE, group="scheduler", metavar="N"
+        "tokens per KV block",
+        int,
+        low=1,
+        high=MAX_BLOCK_SIZE,
+        group="scheduler",
+        metavar="N",
     )
     kv_blocks: int | None = option(
         None,

@@ -102,4 +102,3 @@ class CheckpointPlanner:
             return True
         ctx = AdmissionContext([end], lambda: [], lambda: None, end, req.reused)
         return bool(self.admission.may_evict(ctx)) and self.cache.free_slots_upto(1) > 0
-

@@ -207,5 +207,3 @@ class SamplingParams:
         limited = self.allowed_token_ids is not None or self.token_choices is not None
         limited = limited or bool(self.bad_token_sequences)
         return bool(self.logit_bias) or penalties != (0, 0, 1) or self.min_tokens > 0 or limited
-
-

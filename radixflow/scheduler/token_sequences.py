@@ -32,9 +32,7 @@ def choice_step(choices: Sequence[Sequence[int]], generated: Sequence[int]) -> C
     """Which tokens may follow ``generated`` so the output stays a prefix of some choice."""
     n = len(generated)
     following = [c for c in choices if len(c) >= n and tuple(c[:n]) == tuple(generated)]
-    return ChoiceStep(
-        frozenset(c[n] for c in following if len(c) > n), any(len(c) == n for c in following)
-    )
+    return ChoiceStep(frozenset(c[n] for c in following if len(c) > n), any(len(c) == n for c in following))
 
 
 def ends_the_output(choices: Sequence[Sequence[int]], generated: Sequence[int]) -> bool:
@@ -59,9 +57,7 @@ def _holds_any(whole: tuple[int, ...], by_length: dict[int, set[tuple[int, ...]]
     """Whether a run of ``whole`` is one of the sequences (grouped by length): each run looked
     up once per length, not compared with every sequence (thousands of choices against
     thousands of bad words took seconds)."""
-    return any(
-        whole[i : i + n] in seqs for n, seqs in by_length.items() for i in range(len(whole) - n + 1)
-    )
+    return any(whole[i : i + n] in seqs for n, seqs in by_length.items() for i in range(len(whole) - n + 1))
 
 
 def banned_next(banned: Sequence[Sequence[int]], generated: Sequence[int]) -> set[int]:

@@ -361,7 +361,6 @@ def test_each_branch_below_checkpointless_kv_holds_all_of_it():
     assert kv.priority(left) == before[left.key[0]]
 
 
-
 def test_a_contexts_upper_piece_keeps_the_recency_of_a_request_resumed_below_it():
     # b: a 64-token context split by checkpoints at 56 and 64, a candidate's tail below it
     # (no checkpoint there: worth nothing), computed at clock 0. a: a 64-token context computed

@@ -53,8 +53,15 @@ def workload(rng: random.Random, bs: int, chunk: int) -> list[Request]:
         prompt = stem[:cut] + tail or (rng.randrange(1, VOCAB),)
         max_tokens = rng.choice([1, 1, 0, 2, bs + 1, 3 * bs + 2])
         sampling = SamplingParams(max_tokens=max_tokens, ignore_eos=rng.random() < 0.3)
-        reqs.append(Request(f"r{i}", prompt, rng.choice(["a", "a", "b", f"n{i % 3}"]),
-                            arrival_s=rng.choice([0.0, 0.0, 0.002, 0.01 * i]), sampling=sampling))
+        reqs.append(
+            Request(
+                f"r{i}",
+                prompt,
+                rng.choice(["a", "a", "b", f"n{i % 3}"]),
+                arrival_s=rng.choice([0.0, 0.0, 0.002, 0.01 * i]),
+                sampling=sampling,
+            )
+        )
     return reqs
 
 
@@ -98,7 +105,11 @@ def combo(seed: int) -> None:
     sized = build.plan_engine(EngineOptions(model=model, runner="sim", block_size=bs))
     entry = sized.choice.entry_bytes(bs)
     options = EngineOptions(
-        model=model, runner="sim", hardware=hardware, block_size=bs, token_budget=max(token_budget, bs),
+        model=model,
+        runner="sim",
+        hardware=hardware,
+        block_size=bs,
+        token_budget=max(token_budget, bs),
         max_requests=rng.randint(1, 5),
         policy=rng.choice(sorted(SCHEDULING_POLICIES)),
         placement=rng.choice([None, *sorted(PLACEMENTS)]),
@@ -118,8 +129,10 @@ def combo(seed: int) -> None:
     runner = CheckingRunner(sim.model.has_recurrent, bs, rng.random() < 0.5)
     eos = tuple(range(rng.randrange(3), VOCAB, 7)) if rng.random() < 0.3 else ()
     runner.model = replace(
-        runner.model, eos_token_ids=eos,
-        kv_bytes_per_token=sim.model.kv_bytes_per_token, checkpoint_bytes=sim.model.checkpoint_bytes,
+        runner.model,
+        eos_token_ids=eos,
+        kv_bytes_per_token=sim.model.kv_bytes_per_token,
+        checkpoint_bytes=sim.model.checkpoint_bytes,
         request_overhead_s=rng.choice([0.0, sim.model.request_overhead_s]),  # admission delayed
     )
     if rng.random() < 0.75:  # adaptive weighs rounds as on the sim; else counts them

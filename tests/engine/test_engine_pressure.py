@@ -67,7 +67,8 @@ def run(seed: int) -> None:
         cache_memory=budget,
     )
     engine = new_engine(
-        runner, cfg,
+        runner,
+        cfg,
         policy=rng.choice(["native", "radixflow", "adaptive"]),
         placement=rng.choice([None, "branch", "lone", "align"]),
         eviction=rng.choice(sorted(EVICTION_POLICIES)),

@@ -146,8 +146,9 @@ def test_a_request_the_budget_cannot_hold_fails_alone():
     fails with a one-line reason; the one that fits still runs."""
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
-    cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
-                          cache_memory=4 * block + slot)
+    cfg = SchedulerConfig(
+        token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4, cache_memory=4 * block + slot
+    )
     engine = new_engine(runner, cfg)
     decoding = SamplingParams(max_tokens=2)  # holds a state slot (one token alone would hold none)
     big = Request("big", tuple(range(1, 41)), sampling=decoding)
@@ -168,8 +169,9 @@ def test_a_request_that_needs_no_state_slot_is_not_charged_one_against_the_budge
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
     assert 10 * block < slot
-    cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
-                          cache_memory=10 * block)
+    cfg = SchedulerConfig(
+        token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4, cache_memory=10 * block
+    )
     engine = new_engine(runner, cfg)
     one = Request("one", tuple(range(1, 17)))
     decodes = Request("decodes", tuple(range(1, 17)), sampling=SamplingParams(max_tokens=2))
@@ -199,8 +201,9 @@ def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
     (it said only blocks, which a user who gave cache_memory in bytes cannot weigh)."""
     runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
     block, slot = runner.model.kv_bytes_per_token * BS, runner.model.checkpoint_bytes
-    cfg = SchedulerConfig(token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4,
-                          cache_memory=4 * block + slot)
+    cfg = SchedulerConfig(
+        token_budget=64, block_size=BS, num_blocks=64, num_state_slots=4, cache_memory=4 * block + slot
+    )
     engine = new_engine(runner, cfg)
     # its prompt spans two rounds (token budget 64): it holds a state slot even generating one
     big = Request("big", tuple(range(1, 73)), sampling=SamplingParams(max_tokens=4))
@@ -209,8 +212,7 @@ def test_a_prompt_the_budget_cannot_hold_is_named_whatever_max_tokens_asks():
         engine.submit(r)
     over, budget = "does not fit in the cache_memory budget: it needs", 4 * block + slot
     assert big.error == (
-        f"prompt: {over} 9 KV blocks and a state slot, {9 * block + slot} bytes; "
-        f"the budget is {budget} bytes"
+        f"prompt: {over} 9 KV blocks and a state slot, {9 * block + slot} bytes; the budget is {budget} bytes"
     )
     assert grows.error == (
         f"max_tokens: {over} 6 KV blocks and a state slot, {6 * block + slot} bytes; "

@@ -71,8 +71,15 @@ def scenario(rng: random.Random) -> Scenario:
     stops = {rng.randrange(steps): [rng.randrange(len(reqs))] for _ in range(rng.choice([0, 0, 1]))}
     fails = {rng.randrange(steps) for _ in range(rng.choice([0, 0, 0, 1, 2]))}
     return Scenario(
-        reqs, cfg, rng.choice(["native", "radixflow", "adaptive"]), rng.choice(["branch", "lone", "align"]),
-        rng.random() < 0.85, fails, aborts, stops, rng.random() < 0.5,
+        reqs,
+        cfg,
+        rng.choice(["native", "radixflow", "adaptive"]),
+        rng.choice(["branch", "lone", "align"]),
+        rng.random() < 0.85,
+        fails,
+        aborts,
+        stops,
+        rng.random() < 0.5,
     )
 
 
@@ -173,8 +180,12 @@ def ending(seed: int) -> None:
         cache_memory=budget if rng.random() < 0.3 else None,
     )
     engine = new_engine(
-        runner, cfg, sc.policy, sc.placement,
-        eviction=rng.choice(sorted(EVICTION_POLICIES)), admission=rng.choice(sorted(ADMISSIONS)),
+        runner,
+        cfg,
+        sc.policy,
+        sc.placement,
+        eviction=rng.choice(sorted(EVICTION_POLICIES)),
+        admission=rng.choice(sorted(ADMISSIONS)),
     )
     runner.cache = engine.cache
     refused = set()

@@ -283,8 +283,9 @@ def test_a_mistyped_profile_name_is_said_as_typed(tiny: Path, key: str):
     tiny.write_text(text.replace("[defaults]", f'[defaults]\n{key} = "h10"', 1))
     with pytest.raises(ExperimentConfigError) as info:
         load_config(tiny)
-    assert str(info.value).endswith(f"defaults.{key}: unknown hardware 'h10': not one of h100, h200, cpu "
-                                    "and not a profile file"), str(info.value)
+    assert str(info.value).endswith(
+        f"defaults.{key}: unknown hardware 'h10': not one of h100, h200, cpu and not a profile file"
+    ), str(info.value)
 
 
 @pytest.mark.parametrize("key", ["hardware", "cost_profile"])
@@ -898,8 +899,12 @@ def test_a_plot_that_fails_part_way_leaves_no_half_written_png(tmp_path, monkeyp
     monkeypatch.setattr(Figure, "savefig", fails_part_way)
     out = tmp_path / "latency_cdf.png"
     out.write_bytes(b"the previous plot")
-    result = {"key": "k", "cell": {"runner": "sim", "workload": {"order": "grouped", "arrival": "batch"}},
-              "model": "m", "results": [{"variant": "native", "completed": 2, "latencies_s": [0.1, 0.2]}]}
+    result = {
+        "key": "k",
+        "cell": {"runner": "sim", "workload": {"order": "grouped", "arrival": "batch"}},
+        "model": "m",
+        "results": [{"variant": "native", "completed": 2, "latencies_s": [0.1, 0.2]}],
+    }
     with pytest.raises(OutputWriteError, match=r"latency_cdf\.png"):
         write_plots([result], tmp_path)
     assert out.read_bytes() == b"the previous plot"
@@ -1234,7 +1239,6 @@ def test_a_model_directory_only_in_the_current_directory_is_not_taken(tmp_path: 
     monkeypatch.chdir(tmp_path / "elsewhere")
     with pytest.raises(ExperimentConfigError, match=r"grid\[0\]\.model: .*exp/ck2"):
         load_config(path)
-
 
 
 def _rewritten_at_the_same_size(ck: Path) -> None:

@@ -312,11 +312,11 @@ def test_score_command_scores_a_jsonl_file_line_by_line(llm, capsys, tmp_path, m
     ("text", "extra", "message"),
     [
         ('{"context": "a", "candidates": [" b"]}\nnot json\n', [], "--input {path}: line 2: not valid JSON"),
-        ('[1, 2]\n', [], "--input {path}: line 1: expected a JSON object (context, candidates)"),
+        ("[1, 2]\n", [], "--input {path}: line 1: expected a JSON object (context, candidates)"),
         ('{"context": "a"}\n', [], "--input {path}: line 1: candidates: a non-empty list"),
         ('{"candidates": [" b"]}\n', [], "--input {path}: line 1: no context"),
         ('{"context": "a", "candidates": [" b"], "k": 1}\n', [], "--input {path}: line 1: unknown field 'k'"),
-        ('\n \n', [], "no lines to score"),
+        ("\n \n", [], "no lines to score"),
         ('{"context": "a", "candidates": [" b"]}\n', ["--context", "a"], "--input: the file gives"),
         # the lines keep the file's order: a ranking asked for was silently not done
         ('{"context": "a", "candidates": [" b"]}\n', ["--rank-by", "mean"], "drop --rank-by"),
@@ -548,9 +548,7 @@ def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, capsys, tmp_path):
 @pytest.mark.parametrize(
     ("sig", "said", "code"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
 )
-def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(
-    zoo, tmp_path, sig, said, code
-):
+def test_score_input_stopped_keeps_the_old_output_and_says_where_the_rows_are(zoo, tmp_path, sig, said, code):
     """`radixflow score --input` as its own process, sent SIGINT (or SIGTERM, taken as one) once
     its first row is written: one line on stderr saying where the rows are, exit 130 (143), the
     old --output as it was, and the partial file whole lines, in order. It used to truncate the

@@ -159,9 +159,7 @@ def no_cache(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
         return model.compute_logits(model(batch))
 
 
-def test_batched_decode_matches_the_per_sequence_path(
-    model: torch.nn.Module, kernels: Kernels
-) -> None:
+def test_batched_decode_matches_the_per_sequence_path(model: torch.nn.Module, kernels: Kernels) -> None:
     batched, batched_state, decode_rows = play(model, batched=True, kernels=kernels)
     serial, serial_state, no_rows = play(model, batched=False)
     assert decode_rows == [1, 5, 6, 1, 3, 2] and not any(no_rows)  # the batched step really ran

@@ -506,7 +506,6 @@ def test_another_versions_build_unused_for_a_week_is_removed(tmp_path, monkeypat
     assert sorted(p.name for p in tmp_path.iterdir()) == [new.name]
 
 
-
 def test_a_bit_flipped_in_a_cached_build_is_found_and_rebuilt(tmp_path, caplog):
     # a disk error that keeps the size: the record's sizes all match, the weights are wrong
     path = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)

@@ -22,8 +22,15 @@ TINY = "qwen3_5-tiny"
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("2GiB", 2 << 30), ("512MB", 512 * 10**6), ("300M", 300 * 10**6), ("1073741824", 1 << 30),
-     ("1.5 KiB", 1536), ("64k", 64000), ("7b", 7)],
+    [
+        ("2GiB", 2 << 30),
+        ("512MB", 512 * 10**6),
+        ("300M", 300 * 10**6),
+        ("1073741824", 1 << 30),
+        ("1.5 KiB", 1536),
+        ("64k", 64000),
+        ("7b", 7),
+    ],
 )
 def test_sizes_with_units(text, size):
     assert parse_size(text) == size
@@ -31,9 +38,18 @@ def test_sizes_with_units(text, size):
 
 @pytest.mark.parametrize(
     ("text", "says"),
-    [("-1G", "positive"), ("0", "at least one byte"), ("0.5", "at least one byte"), ("abc", "like 2GiB"),
-     ("GiB", "like 2GiB"), ("5i", "like 2GiB"), ("1e9", "like 2GiB"), ("2PiB", "at most 1PiB"),
-     ("9" * 400, "at most 1PiB"), ("٣G", "like 2GiB")],
+    [
+        ("-1G", "positive"),
+        ("0", "at least one byte"),
+        ("0.5", "at least one byte"),
+        ("abc", "like 2GiB"),
+        ("GiB", "like 2GiB"),
+        ("5i", "like 2GiB"),
+        ("1e9", "like 2GiB"),
+        ("2PiB", "at most 1PiB"),
+        ("9" * 400, "at most 1PiB"),
+        ("٣G", "like 2GiB"),
+    ],
 )
 def test_bad_sizes_are_one_line_problems(text, says):
     problem = parse_size(text)
@@ -112,8 +128,13 @@ candidate_len = 16
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [('"-1G"', "positive"), ('"1KiB"', "cannot hold one KV block"), ("2147483648", "must be a str"),
-     ('"2\\u0000G"', "NUL"), ('"abc"', "like 2GiB")],
+    [
+        ('"-1G"', "positive"),
+        ('"1KiB"', "cannot hold one KV block"),
+        ("2147483648", "must be a str"),
+        ('"2\\u0000G"', "NUL"),
+        ('"abc"', "like 2GiB"),
+    ],
 )
 def test_a_toml_cell_refuses_in_one_line_naming_the_key(value, says, tmp_path: Path):
     data = tomllib.loads(CELL.format(value=value))

@@ -73,9 +73,14 @@ def case(path: Path, seed: int) -> None:
     if mode != "caps":
         memory["cache_memory"] = str(longest * entry.block + entry.slot * rng.choice([1, 2, 5]))
     options = EngineOptions(
-        **base, token_budget=bs * rng.randint(1, 3), max_requests=rng.randint(1, 4),
-        policy=rng.choice(sorted(SCHEDULING_POLICIES)), placement=rng.choice([None, *sorted(PLACEMENTS)]),
-        eviction=rng.choice(sorted(EVICTION_POLICIES)), admission=rng.choice(sorted(ADMISSIONS)), **memory,
+        **base,
+        token_budget=bs * rng.randint(1, 3),
+        max_requests=rng.randint(1, 4),
+        policy=rng.choice(sorted(SCHEDULING_POLICIES)),
+        placement=rng.choice([None, *sorted(PLACEMENTS)]),
+        eviction=rng.choice(sorted(EVICTION_POLICIES)),
+        admission=rng.choice(sorted(ADMISSIONS)),
+        **memory,
     )
     try:
         engine = build.build_engine(options, reqs)

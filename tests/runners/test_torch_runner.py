@@ -99,7 +99,6 @@ def test_eos_token_ids_from_config_and_generation_config(tmp_path):
     assert eos_token_ids(tmp_path, Config({"eos_token_id": 3})) == (3,)
 
 
-
 def test_the_tokenizers_eos_token_ends_generation_as_in_vllm(tmp_path):
     # a ChatML fine-tune of a base model: config.json still says the base model's EOS (2), the
     # tokenizer's is "<|im_end|>" (32000), with no generation_config.json. vLLM stops at the
@@ -130,11 +129,11 @@ def test_an_unreadable_generation_config_only_loses_its_stop_ids(tmp_path, monke
     monkeypatch.setattr(type(tmp_path), "read_text", refused)
     assert eos_token_ids(tmp_path, Config({"eos_token_id": 3})) == (3,)
 
+
 def test_runner_reports_the_checkpoint_eos(tmp_path_factory):
     path = tiny_checkpoint(tmp_path_factory, "lfm2")
     runner = TorchRunner(path, CFG.block_size, CFG.num_blocks, CFG.num_state_slots)
     assert runner.model.eos_token_ids == (int(runner.net.config.eos_token_id),)
-
 
 
 def test_an_eos_id_outside_the_vocabulary_ends_nothing_and_breaks_nothing(tmp_path_factory):
@@ -150,6 +149,7 @@ def test_an_eos_id_outside_the_vocabulary_ends_nothing_and_breaks_nothing(tmp_pa
     new_engine(runner, CFG).run([req])
     assert req.status is RequestStatus.FINISHED, req.error
     assert len(req.output) >= 2
+
 
 # bfloat16 keeps 8 mantissa bits: through a tiny model's layers a greedy token's first logprob
 # moved by at most 0.16 from float32's (qwen3_5-tiny, AVX2 kernels) when written; a wrong dtype

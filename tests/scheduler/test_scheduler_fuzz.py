@@ -268,8 +268,9 @@ def check_run(seed: int, model: str, policy: str, placement: str, eviction: str)
     if rng.random() < 0.25:  # one byte budget for KV and checkpoints, caps above it
         block, slot = runner.model.kv_bytes_per_token * bs, runner.model.checkpoint_bytes
         memory = cfg.num_blocks * block + cfg.num_state_slots * slot + rng.randrange(block)
-        cfg = replace(cfg, num_blocks=cfg.num_blocks + 64, num_state_slots=cfg.num_state_slots + 8,
-                      cache_memory=memory)
+        cfg = replace(
+            cfg, num_blocks=cfg.num_blocks + 64, num_state_slots=cfg.num_state_slots + 8, cache_memory=memory
+        )
     admission = rng.choice(sorted(ADMISSIONS))
     effective = SchedulerConfig(**{**cfg.__dict__, "has_recurrent": runner.model.has_recurrent})
     fcfs = policy == "adaptive" and runner.model.has_recurrent

@@ -156,8 +156,10 @@ def test_a_body_is_posted_as_python_reads_it_nan_and_all(zoo, tmp_path, capsys):
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     nan = '{"custom_id": "nan", "method": "POST", "url": "/v1/completions", "body": {"model": "%s", '
     given.write_text(
-        (nan % MODEL) + '"prompt": "x", "temperature": NaN}}\n'
-        + (nan % MODEL).replace('"nan"', '"inf"') + '"prompt": "x", "top_p": 1e400}}\n'
+        (nan % MODEL)
+        + '"prompt": "x", "temperature": NaN}}\n'
+        + (nan % MODEL).replace('"nan"', '"inf"')
+        + '"prompt": "x", "top_p": 1e400}}\n'
     )
     assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), *FLAGS]) == 1
     assert "2 requests: 2 answered 400" in capsys.readouterr().err

@@ -153,9 +153,9 @@ def test_room_is_exactly_what_unfit_reason_lets_run():
 def test_a_text_too_long_for_the_context_runs_truncated(http, route):
     # long enough that its length alone proves it is over the context (refused untokenized)
     text = "hello world " * 10_000
-    base: dict[str, Any] = {"prompt": text} if route == "/v1/completions" else {
-        "messages": [{"role": "user", "content": text}]
-    }
+    base: dict[str, Any] = (
+        {"prompt": text} if route == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
+    )
     body = {"model": MODEL, "max_tokens": 1, **base}
     error = http.post(route, json=body).json()["error"]
     field = "prompt" if route == "/v1/completions" else "messages"  # what the client sent
@@ -201,7 +201,6 @@ def test_a_request_id_no_header_can_carry_still_names_the_body(http, rid, stream
     assert first["id"] == f"cmpl-{rid}"
     carried = r.headers.get("x-request-id")
     assert carried is None or carried == f"cmpl-{rid}"
-
 
 
 @pytest.mark.parametrize("route", list(ROUTES))

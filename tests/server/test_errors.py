@@ -625,4 +625,3 @@ def test_serve_startup_line_gives_an_ipv6_address_in_brackets(zoo, capsys, monke
     assert main(["serve", MODEL, "--host", "::1", "--port", "0"]) == 0
     line = capsys.readouterr().err
     assert re.search(r"on http://\[::1\]:\d+/v1 ", line), line
-

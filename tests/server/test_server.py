@@ -337,8 +337,11 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
         ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
         ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),
         # for a text context only: with a conversation the flag was ignored unsaid
-        ({"context": None, "messages": [user("hi")], "add_special_tokens": True}, "add_special_tokens",
-         "add_special_tokens: not implemented with messages"),
+        (
+            {"context": None, "messages": [user("hi")], "add_special_tokens": True},
+            "add_special_tokens",
+            "add_special_tokens: not implemented with messages",
+        ),
     ],
 )
 def test_bad_score_input_is_a_one_line_400(served, change, param, message):

@@ -89,9 +89,7 @@ class ChunkPlan:
                 lo, hi = pieces[b][j]
                 index.extend(range(lo, hi))
                 index.extend([rows] * (size - (hi - lo)))
-        saves = tuple(
-            ChunkSave(step, p, key) for p, b in enumerate(order) for step, key in ends[b]
-        )
+        saves = tuple(ChunkSave(step, p, key) for p, b in enumerate(order) for step, key in ends[b])
         where = torch.tensor(index, dtype=torch.long, device=device)
         real = (where < rows).nonzero().squeeze(1)
         if len(real) != rows:  # every row read exactly once, or `scatter` would return garbage

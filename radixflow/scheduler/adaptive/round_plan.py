@@ -118,7 +118,16 @@ class RoundPlanner:
         beyond = not whole or arriving >= 1.0  # work beyond the horizon: queued, or on its way
         wave = self._times.second_wave() if self._config.same_round_state else 0.0
         horizon = Horizon(
-            units, budget, slots, room.tokens, room.slots, room.running, behind, due, beyond, wave,
+            units,
+            budget,
+            slots,
+            room.tokens,
+            room.slots,
+            room.running,
+            behind,
+            due,
+            beyond,
+            wave,
             allow,
         )
         choice = cut(horizon, first, self._times.seconds)

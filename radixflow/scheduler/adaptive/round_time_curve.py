@@ -44,9 +44,7 @@ def _grid(low: int, high: int) -> list[int]:
 class RoundTimes:
     """Predicted seconds of a round from its prefill tokens and its decode steps."""
 
-    def __init__(
-        self, predict: RoundPredictor | None, config: SchedulerConfig
-    ) -> None:
+    def __init__(self, predict: RoundPredictor | None, config: SchedulerConfig) -> None:
         self._given = predict
         self._predict = predict  # None once it answered no usable time, until it is refitted
         self._budget = config.token_budget

@@ -167,7 +167,6 @@ def test_llama3_rope_matches_transformers(tmp_path):
     check(out, reference(ref, ids))
 
 
-
 @pytest.mark.parametrize("inner", [None, 4096])
 def test_a_top_level_original_context_decides_llama3_rope_as_in_transformers(tmp_path, inner):
     """transformers sets llama3's original_max_position_embeddings from a top-level key of that
@@ -187,6 +186,7 @@ def test_a_top_level_original_context_decides_llama3_rope_as_in_transformers(tmp
     pools = Pools(model)
     (out,) = pools.run(model.eval(), [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
     check(out, reference(ref, ids))
+
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_decoder_fuses_each_residual_add_with_the_next_norm_to_the_bit(family, kernels) -> None:

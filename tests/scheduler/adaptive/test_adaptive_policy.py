@@ -26,6 +26,8 @@ from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
 
 HYBRID = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+
+
 # a runner whose recurrent layers cannot restore a state saved in the same round: a blocked
 # consumer can only wait or recompute there
 def waiting(model: str) -> SimRunner:
@@ -413,9 +415,7 @@ def test_no_request_is_held_past_its_share_of_the_fcfs_wait(
         )
     )
     vocab = setup_plan.choice.vocab_size
-    spec = WorkloadSpec(
-        groups=groups, order=order, arrival="poisson", rate=rate, seed=seed, vocab_size=vocab
-    )
+    spec = WorkloadSpec(groups=groups, order=order, arrival="poisson", rate=rate, seed=seed, vocab_size=vocab)
     reqs = build_workload(spec).requests
     setup = setup_plan.build([len(r.prompt) for r in reqs])
     engines = {}

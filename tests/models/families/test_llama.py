@@ -157,6 +157,12 @@ def test_llama3_rope_matches_transformers(tmp_path):
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64,
     }
+    _matches_transformers(cfg, tmp_path)
+
+
+def _matches_transformers(cfg: dict, tmp_path) -> None:
+    """A llama built from ``cfg`` gives transformers' logits on a 150-token prompt (the same
+    checkpoint read by both)."""
     model = LlamaForCausalLM(Config(cfg))
     init_weights(model, torch.Generator().manual_seed(1))
     save_model(model, tmp_path)
@@ -178,14 +184,7 @@ def test_a_top_level_original_context_decides_llama3_rope_as_in_transformers(tmp
     if inner is not None:
         cfg["rope_parameters"]["original_max_position_embeddings"] = inner
     cfg["original_max_position_embeddings"] = 64
-    model = LlamaForCausalLM(Config(cfg))
-    init_weights(model, torch.Generator().manual_seed(1))
-    save_model(model, tmp_path)
-    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
-    ids = prompt(11, 150)
-    pools = Pools(model)
-    (out,) = pools.run(model.eval(), [(ids, SeqSpec(0, len(ids), pools.blocks(len(ids))))])
-    check(out, reference(ref, ids))
+    _matches_transformers(cfg, tmp_path)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

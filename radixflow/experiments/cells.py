@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,18 +26,12 @@ from radixflow.bench.pressure import (
     under_pressure,
 )
 from radixflow.cache.eviction import EntryKind
-from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.engine.engine import Engine
 from radixflow.engine.runner import Runner
 from radixflow.experiments.config import ENGINE_KEYS, Cell, Variant
-from radixflow.experiments.costcheck import (
-    CpuTimedRunner,
-    check_figures,
-    predicted_worker_s,
-    split_cpu,
-)
+from radixflow.experiments.costcheck import CpuTimedRunner, cost_check
 from radixflow.fleet import RouterConfig, make_router
-from radixflow.options import EngineOptions, EngineSetup, RunnerChoice, plan_engine
+from radixflow.options import EngineOptions, EngineSetup, plan_engine
 from radixflow.options.runners import runner_name
 from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.config import SchedulerConfig
@@ -179,7 +172,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
                 results[v.label] = _variant_result(v, run, s["slo_ms"], rate, pressure)
     _flush_trace(setup)  # the cell's trace_out, if it has one: a process per variant run
     if plan.choice.name == "torch" and ran:
-        _cost_check(ran, results, timed.runner.cpu_s, requests, s, plan.choice)
+        cost_check(ran, results, timed.runner.cpu_s, requests, s, plan.choice)
     return {
         "cell": cell.to_dict(),
         "requests": len(requests),
@@ -276,48 +269,6 @@ def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
         for key, n in c.items():
             total[key] = total.get(key, 0) + n
     return total
-
-
-def _in_call_order(groups: list[list[tuple[Variant, PolicyRun]]]) -> list[tuple[Variant, PolicyRun]]:
-    """Every trial's own run in the order its worker calls were made: group by group, and in a
-    group repeat by repeat, variant by variant (`run_policies` interleaves the repeats)."""
-    return [
-        (v, run.trial_runs()[k])
-        for group in groups
-        for k in range(len(group[0][1].trial_runs()))
-        for v, run in group
-    ]
-
-
-def _cost_check(
-    ran: list[list[tuple[Variant, PolicyRun]]],
-    results: dict[str, dict[str, Any]],
-    cpu_s: list[float],
-    requests: list[Request],
-    s: dict[str, Any],
-    choice: RunnerChoice,
-) -> None:
-    """Beside each torch variant: its measured worker time (CPU time on a CPU, where calibration uses
-    it; wall time on a GPU) and what ``cost_profile`` predicts for the rounds it ran, each the
-    median over the variant's trials as the timings are."""
-    on_cpu = s["device"].split(":")[0] == "cpu"
-    order = _in_call_order(ran)
-    split = split_cpu(cpu_s, [t.every_round() for _, t in order])
-    cpu = {} if split is None else {id(t): c for (_, t), c in zip(order, split, strict=True)}
-    prompt_len = {r.id: len(r.prompt) for r in requests}
-    path = choice.checkpoint
-    shape = shape_from_checkpoint(s["model"], path) if s.get("cost_profile") and path else None
-    for v, run in (pair for group in ran for pair in group):
-        trials = run.trial_runs()
-        predicted = None
-        if shape is not None:
-            predicted = statistics.median(
-                predicted_worker_s(t.rounds, prompt_len, shape, s["cost_profile"]) for t in trials
-            )
-        measured = run.result.worker_call_s  # the median over the trials
-        if on_cpu:
-            measured = statistics.median(cpu[id(t)] for t in trials) if split is not None else None
-        results[v.label].update(check_figures(measured, "cpu" if on_cpu else "wall", predicted))
 
 
 def without_timing(result: dict[str, Any]) -> dict[str, Any]:

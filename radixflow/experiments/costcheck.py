@@ -3,15 +3,20 @@ beside the CPU time those worker calls took (a check of the cost model on unseen
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
+from radixflow.bench.harness import PolicyRun
 from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.runner import ModelInfo, RoundResult, Runner
+from radixflow.experiments.config import Variant
+from radixflow.options import RunnerChoice
 from radixflow.problems import Problem
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
@@ -92,3 +97,45 @@ def check_figures(measured: float | None, clock: str, predicted: float | None) -
         "predicted_worker_s": predicted,
         "prediction_error": error,
     }
+
+
+def _in_call_order(groups: list[list[tuple[Variant, PolicyRun]]]) -> list[tuple[Variant, PolicyRun]]:
+    """Every trial's own run in the order its worker calls were made: group by group, and in a
+    group repeat by repeat, variant by variant (`run_policies` interleaves the repeats)."""
+    return [
+        (v, run.trial_runs()[k])
+        for group in groups
+        for k in range(len(group[0][1].trial_runs()))
+        for v, run in group
+    ]
+
+
+def cost_check(
+    ran: list[list[tuple[Variant, PolicyRun]]],
+    results: dict[str, dict[str, Any]],
+    cpu_s: list[float],
+    requests: list[Request],
+    s: dict[str, Any],
+    choice: RunnerChoice,
+) -> None:
+    """Beside each torch variant: its measured worker time (CPU time on a CPU, where calibration uses
+    it; wall time on a GPU) and what ``cost_profile`` predicts for the rounds it ran, each the
+    median over the variant's trials as the timings are."""
+    on_cpu = s["device"].split(":")[0] == "cpu"
+    order = _in_call_order(ran)
+    split = split_cpu(cpu_s, [t.every_round() for _, t in order])
+    cpu = {} if split is None else {id(t): c for (_, t), c in zip(order, split, strict=True)}
+    prompt_len = {r.id: len(r.prompt) for r in requests}
+    path = choice.checkpoint
+    shape = shape_from_checkpoint(s["model"], path) if s.get("cost_profile") and path else None
+    for v, run in (pair for group in ran for pair in group):
+        trials = run.trial_runs()
+        predicted = None
+        if shape is not None:
+            predicted = statistics.median(
+                predicted_worker_s(t.rounds, prompt_len, shape, s["cost_profile"]) for t in trials
+            )
+        measured = run.result.worker_call_s  # the median over the trials
+        if on_cpu:
+            measured = statistics.median(cpu[id(t)] for t in trials) if split is not None else None
+        results[v.label].update(check_figures(measured, "cpu" if on_cpu else "wall", predicted))

@@ -29,7 +29,7 @@ from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.run_setup import run_config
 from radixflow.files import write_whole
-from radixflow.options import EnginePlan, EngineSetup, plan_engine, runner_name
+from radixflow.options import EngineOptions, EnginePlan, EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
 from radixflow.scheduler.policy import default_placement
@@ -41,12 +41,7 @@ DEFAULT_POLICIES = ["native", "radixflow", "adaptive"]
 
 def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args, one_policy=False)  # budgets and limits refused before any model is built
-    outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
-    if _to_stdout(outputs) is not None:  # standard output holds that output alone
-        console = Console(stderr=True)
-    outputs = {flag: None if _is_stdout(p) else p for flag, p in outputs.items()}
-    outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
-    check_output_paths(outputs, {"--trace": args.trace, **engine_inputs(options)})
+    console = _checked_outputs(args, options, console)
     if runner_name(options) == "torch":
         require_torch_extra("--runner torch")
     warn_ineffective(args)
@@ -90,6 +85,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     code = _exit_code(runs)
     _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
     return code
+
+
+def _checked_outputs(args: argparse.Namespace, options: EngineOptions, console: Console) -> Console:
+    """Every output path checked writable (and none an input) before any work; the console the
+    table goes to: stderr where standard output holds an output (`-`) alone."""
+    outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
+    if _to_stdout(outputs) is not None:
+        console = Console(stderr=True)
+    outputs = {flag: None if _is_stdout(p) else p for flag, p in outputs.items()}
+    outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
+    check_output_paths(outputs, {"--trace": args.trace, **engine_inputs(options)})
+    return console
 
 
 def _show(

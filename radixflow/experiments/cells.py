@@ -143,15 +143,7 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
     pressure = None if ws is None else _Pressure(ws, dense_flops_per_token(setup.runner))
     arrival = cell.workload["arrival"]
     rate = None if arrival == "batch" else float(cell.workload["rate"])
-    # variants sharing a placement (None: each policy its own) and cache policies run together
-    groups: dict[tuple[str | None, str, str], list[Variant]] = {}
-    for v in variants:
-        key = (
-            v.placement or options.placement,
-            v.eviction or options.eviction,
-            v.admission or options.admission,
-        )
-        groups.setdefault(key, []).append(v)
+    groups = _groups(variants, options)
     results: dict[str, dict[str, Any]] = {}
     ran: list[list[tuple[Variant, PolicyRun]]] = []  # per group, in the order the groups ran
     # a trace's processes are named by policy and placement: where the groups' caches differ too,
@@ -183,6 +175,23 @@ def _run_cell(cell: Cell, options: EngineOptions, variants: list[Variant]) -> di
         "results": [results[v.label] for v in variants],
         "wall_s": time.perf_counter() - t0,
     }
+
+
+GroupKey = tuple[str | None, str, str]  # placement (None: each policy its own), eviction, admission
+
+
+def _groups(variants: list[Variant], options: EngineOptions) -> dict[GroupKey, list[Variant]]:
+    """The variants that run together, side by side on one engine setup: those sharing a
+    placement (None: each policy its own), an eviction and an admission, in variant order. Pure."""
+    groups: dict[GroupKey, list[Variant]] = {}
+    for v in variants:
+        key = (
+            v.placement or options.placement,
+            v.eviction or options.eviction,
+            v.admission or options.admission,
+        )
+        groups.setdefault(key, []).append(v)
+    return groups
 
 
 def _flush_trace(setup: EngineSetup) -> None:

@@ -113,9 +113,7 @@ def parse_config(
     )
     if seeds is not None:  # each distinct cell on the given seeds (at most this many: grids may share cells)
         checks.seeded_size(sum(g.size // len(g.seeds) for g in grids), seeds, max_cells)
-    total, cells, traces = sum(g.size for g in grids), [], {}
-    read_by_any: dict[Path, str] = {}  # every cell's reads, to where the config names them
-    model_dirs: dict[Path, str] = {}  # every cell's checkpoint directory, likewise
+    total, cells, files = sum(g.size for g in grids), [], config_paths.CellFiles(origin)
     plans = functools.cache(planned)  # this config's: cells share a few distinct settings
     unused = Unused()
     parts = ("placement", "eviction", "admission")
@@ -126,19 +124,12 @@ def parse_config(
             checked, has_recurrent = validate_cell(cell, origin, grid.loc, base, plans, device)
             _once(cell, checked, seen, origin, grid.loc)
             cells.append(checked)
-            reads = config_paths.cell_reads(checked.settings, origin)
-            trace = checked.settings["trace_out"]
-            config_paths.trace_once(trace, origin, grid.loc("trace_out"), traces, reads)
-            for path, what in reads.items():
-                read_by_any.setdefault(path, what if what == "the config" else grid.loc(what))
-            folder = config_paths.model_dir(checked.settings["model"])
-            if folder is not None:
-                model_dirs.setdefault(folder, grid.loc("model"))
+            files.note(checked.settings, grid.loc)
             idle = ineffective(checked.settings, checked.workload, has_recurrent, overridden)
             unused.note({key: grid.loc(key) for key in grid.given}, idle)
             if progress is not None:
                 progress(len(cells), total)
-    config_paths.traces_unread(traces, read_by_any, model_dirs, origin)
+    files.check()
     torch = [
         EngineOptions.from_mapping({k: c.settings[k] for k in ENGINE_KEYS})
         for c in cells

@@ -6,6 +6,8 @@ the cell reads (`trace_once`, `cell_reads`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +133,30 @@ def model_path(value: Any, base: Path) -> Any:
 def _too_long(value: str) -> bool:
     """A name no file system path holds: the options' check says so, where a look at it would raise."""
     return path_length_problem("path", value) is not None
+
+
+@dataclass
+class CellFiles:
+    """Every checked cell's files, each to where the config names it: its trace (one cell's
+    alone), the files it reads and its checkpoint directory, so that no trace is written over
+    another cell's input (`check`, once every cell is noted)."""
+
+    origin: str
+    traces: dict[Path, str] = field(default_factory=dict)
+    reads: dict[Path, str] = field(default_factory=dict)
+    model_dirs: dict[Path, str] = field(default_factory=dict)
+
+    def note(self, settings: dict[str, Any], loc: Callable[[str], str]) -> None:
+        """A checked cell's files, ``loc`` naming the config key each came from (mutates this;
+        `trace_once` refuses a trace another cell writes or this cell reads)."""
+        reads = cell_reads(settings, self.origin)
+        trace_once(settings["trace_out"], self.origin, loc("trace_out"), self.traces, reads)
+        for path, what in reads.items():
+            self.reads.setdefault(path, what if what == "the config" else loc(what))
+        folder = model_dir(settings["model"])
+        if folder is not None:
+            self.model_dirs.setdefault(folder, loc("model"))
+
+    def check(self) -> None:
+        """Refuse a trace that another cell reads or that sits in a cell's checkpoint directory."""
+        traces_unread(self.traces, self.reads, self.model_dirs, self.origin)

@@ -79,3 +79,22 @@ def waves(chunks: Sequence[ScheduledChunk]) -> list[int]:
         for snap in chunk.snapshots:
             saved.setdefault(snap.slot, wave)
     return out
+
+
+def round_problem(chunks: Sequence[ScheduledChunk]) -> str | None:
+    """Why a round's chunks would corrupt recurrent state (None: they would not): two chunks
+    saving one slot (the later would silently win), or a chunk restoring a slot that a later
+    chunk of the round saves (what it reads would depend on the runner's order). Pure."""
+    saver: dict[int, str] = {}  # slot -> the chunk saving it, in round order
+    restored: dict[int, str] = {}  # slot -> the first chunk restoring it
+    for chunk in chunks:
+        for snap in chunk.snapshots:
+            if snap.slot in saver:
+                return f"slot {snap.slot} is saved by both {saver[snap.slot]} and {chunk.request_id}"
+            reader = restored.get(snap.slot)
+            if reader is not None and reader != chunk.request_id:
+                return f"{reader} restores slot {snap.slot} before {chunk.request_id} saves it"
+            saver[snap.slot] = chunk.request_id
+        if chunk.restore_slot is not None:
+            restored.setdefault(chunk.restore_slot, chunk.request_id)
+    return None

@@ -14,7 +14,7 @@ from radixflow.scheduler.checkpoints import CheckpointPlanner
 from radixflow.scheduler.chunk_writer import ChunkWriter
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.events import SchedulerEvents
-from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.output import SchedulerOutput, round_problem
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
 from radixflow.scheduler.policy import SchedulingPolicy
@@ -55,6 +55,7 @@ class Scheduler:
         self.running: dict[str, Request] = {}  # admission order
         self.parked = ParkingLot()
         self.rounds = 0
+        self.last_round: SchedulerOutput | None = None  # what check_integrity checks of a round
         self.writer = ChunkWriter(cache, config, self.checkpoints)
         self.builder = RoundBuilder(
             config, cache, policy, self.reuse, self.checkpoints, self.writer,
@@ -77,6 +78,7 @@ class Scheduler:
         """Pick this round's chunks (`RoundBuilder.build`; mutates requests, locks, reservations)."""
         out = self.builder.build(self.rounds)
         self.rounds += 1
+        self.last_round = out
         return out
 
     # ----------------------------------------------------------------- update
@@ -214,4 +216,6 @@ class Scheduler:
         assert all(r.status is RequestStatus.RUNNING for r in running), "a non-running request runs"
         assert all(r.status is RequestStatus.WAITING for r in self.waiting), "a non-waiting request waits"
         assert not self.parked, "a consumer is still parked after its round"
+        problem = None if self.last_round is None else round_problem(self.last_round.chunks)
+        assert problem is None, problem
         self.writer.check(running)

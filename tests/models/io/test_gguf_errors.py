@@ -361,8 +361,6 @@ def test_a_block_count_past_the_files_tensors_is_refused_before_the_model_is_bui
     # block holds tensors, so the file cannot be it
     path = tmp_path / "garbled_blocks.gguf"
     write_llama(path, **{**SIZES, "llama__block_count": 50000}, llama__vocab_size=64)
-    refused = (
-        rf"^{re.escape(str(path))}: llama\.block_count is 50000, but the file holds only 1 tensor\(s\)"
-    )
+    refused = rf"^{re.escape(str(path))}: llama\.block_count is 50000, but the file holds only 1 tensor\(s\)"
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)

@@ -39,11 +39,28 @@ def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
             yield n, line
 
 
-def json_object(line: str, fields: str) -> dict[str, Any]:
+class _KeyTwice(ValueError):
+    pass
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, none of its keys given twice (JSON itself keeps the last)."""
+    row: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise _KeyTwice(key)
+        row[key] = value
+    return row
+
+
+def json_object(line: str, fields: str, unique: bool = False) -> dict[str, Any]:
     """``line`` parsed as a JSON object; ValueError saying why not, in words a file's reader
-    prefixes with where the line is (``fields``: what an object there holds, for the message)."""
+    prefixes with where the line is (``fields``: what an object there holds, for the message).
+    ``unique``: a key given twice is refused, where JSON silently keeps its last value."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, object_pairs_hook=_once if unique else None)
+    except _KeyTwice as e:
+        raise ValueError(f"field {e.args[0]!r} given twice") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
     except RecursionError:  # the parser recurses per bracket: a garbled or hostile line

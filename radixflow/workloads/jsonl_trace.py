@@ -152,7 +152,7 @@ def _not_another_trace(first: str, where: str) -> None:
 
 def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     try:
-        row = json_object(line, ", ".join(FIELDS))
+        row = json_object(line, ", ".join(FIELDS), unique=True)
     except ValueError as e:
         raise TraceError(f"{where}: {e}") from None
     unknown = sorted(set(row) - set(FIELDS))

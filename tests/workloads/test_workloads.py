@@ -527,3 +527,16 @@ def test_bench_s_other_traces_given_as_a_workload_trace_say_what_they_are(tmp_pa
     with pytest.raises(TraceError) as e:
         read_trace(path)
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize("key", ["id", "prompt", "arrival_s"])
+def test_a_field_given_twice_on_a_trace_line_names_its_line(tmp_path, key):
+    # JSON takes the last of a key given twice: {"id": "a", ..., "id": "b"} was read as request b,
+    # and the next line's own "b" was then the duplicate request id
+    values = {"id": ('"a"', '"b"'), "prompt": ("[1]", "[2]"), "arrival_s": ("0", "1")}[key]
+    row = {"id": '"a"', "prompt": "[1]"} | {key: values[0]}
+    line = "{" + ", ".join(f'"{k}": {v}' for k, v in row.items()) + f', "{key}": {values[1]}}}'
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "b", "prompt": [3]}\n' + line + "\n")
+    with pytest.raises(TraceError, match=rf"t\.jsonl:2: field '{key}' given twice"):
+        read_trace(path)

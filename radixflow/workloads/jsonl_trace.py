@@ -134,11 +134,14 @@ def _arrival(value: object, where: str) -> float:
 def _not_another_trace(first: str, where: str) -> None:
     """Refuse `bench`'s other outputs by their first non-blank line, saying what they are: the
     dependency trace and the ``--json`` results are JSON, not JSON Lines (their first line alone
-    does not parse), and a round trace's rows have none of a request's fields."""
+    does not parse), as is an indented array of requests, and a round trace's rows have none of
+    a request's fields."""
     if first.lstrip().startswith('{"displayTimeUnit"'):
         what = "a dependency trace (--trace-out)"
     elif first.strip() == "{":  # an indented document: its first line is its opening brace alone
         what = "a JSON document over several lines, as --json writes"
+    elif first.strip() == "[":  # an indented list of requests (json.dump(rows, f, indent=2))
+        what = "a JSON array over several lines"
     else:
         try:
             row = json_object(first, "")

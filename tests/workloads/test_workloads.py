@@ -540,3 +540,15 @@ def test_a_field_given_twice_on_a_trace_line_names_its_line(tmp_path, key):
     path.write_text('{"id": "b", "prompt": [3]}\n' + line + "\n")
     with pytest.raises(TraceError, match=rf"t\.jsonl:2: field '{key}' given twice"):
         read_trace(path)
+
+
+def test_a_json_array_of_requests_over_several_lines_says_what_it_is(tmp_path):
+    # json.dump(rows, f, indent=2): valid JSON, read line by line was "not valid JSON (Expecting value)"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"id": "a", "prompt": [1]}, {"id": "b", "prompt": [2]}], indent=2) + "\n")
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert str(e.value) == (
+        f"{path}:1: a JSON array over several lines, not a workload trace (one request a line, as "
+        "--write-trace writes)"
+    )

@@ -170,11 +170,10 @@ TYPE_WORDS = {int: "an integer", str: "a string", float: "a number"}  # "an inte
 
 
 def workload_value(origin: str, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
-    """A workload value: the type of its default, finite, not negative."""
+    """A workload value: the type of its default, finite. Its least value is `WorkloadSpec`'s to
+    name (1 for candidate_len, 1e-06 for rate): a bare "must be >= 0" led to a 0 refused again."""
     if isinstance(value, bool) or not isinstance(value, kind):
         name = TYPE_WORDS.get(kind, "a number") if isinstance(kind, type) else "a number"
         raise fail(origin, key, f"must be {name}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise fail(origin, key, f"must be finite, got {value!r}")
-    if isinstance(value, int | float) and value < 0:
-        raise fail(origin, key, f"must be >= 0, got {value!r}")

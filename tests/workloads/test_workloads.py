@@ -6,12 +6,14 @@ import codecs
 import inspect
 import itertools
 import json
+import random
 import re
 from dataclasses import replace
 
 import pytest
 
 from radixflow.scheduler.request import Request
+from radixflow.workloads import build
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import (
     ARRIVALS,
@@ -552,3 +554,49 @@ def test_a_json_array_of_requests_over_several_lines_says_what_it_is(tmp_path):
         f"{path}:1: a JSON array over several lines, not a workload trace (one request a line, as "
         "--write-trace writes)"
     )
+
+
+def _mixed_by_insertion(queue: list, extra: list) -> list:
+    """The independent requests' places as `_mix` defines them: each inserted in turn at its
+    share of the queue as it stands by then (the frozen grids' workloads were made so)."""
+    out = list(queue)
+    for j, req in enumerate(extra):
+        out.insert((j + 1) * len(out) // (len(extra) + 1), req)
+    return out
+
+
+@pytest.mark.parametrize(
+    "queued, extra", [(0, 1), (1, 0), (1, 5), (5, 1), (7, 7), (3, 40), (40, 3), (64, 17)]
+)
+def test_independent_requests_go_where_insertion_put_them(queued, extra):
+    queue = [Request(f"g{i}", (1,)) for i in range(queued)]
+    others = [Request(f"i{j}", (1,)) for j in range(extra)]
+    assert build._mix(queue, others, False, None) == _mixed_by_insertion(queue, others)
+
+
+def test_mixing_independent_requests_in_moves_no_request_more_than_once(monkeypatch):
+    # each was inserted into a list holding the rest, shifting those after it: quadratic, so 500,000
+    # independent requests beside 500,000 candidates (under the request limit) took hours to build
+    shifted = []
+
+    class Counted(list):
+        def insert(self, index, item):
+            shifted.append(len(self) - min(index, len(self)))
+            super().insert(index, item)
+
+    monkeypatch.setattr(build, "list", Counted, raising=False)
+    spec = WorkloadSpec(groups=2000, candidates=1, context_len=0, candidate_len=1, independent=2000)
+    assert len(build_workload(spec).requests) == 4000
+    assert sum(shifted) <= 4000
+
+
+def test_interleaving_groups_of_very_different_sizes_takes_work_linear_in_the_requests(monkeypatch):
+    # interleaved order walked every group at every turn up to the largest group's: with skew, one
+    # group of thousands among thousands of groups of one or two was billions of steps (hours)
+    calls = []
+    monkeypatch.setattr(build, "len", lambda x: calls.append(1) or len(x), raising=False)
+    spec = WorkloadSpec(groups=2000, candidates=2, context_len=0, candidate_len=1, skew=1.0)
+    groups = [[Request(f"g{g}c{k}", (1,)) for k in range(size)] for g, size in enumerate(spec.group_sizes())]
+    order = build._order(groups, "interleaved", random.Random(0))
+    assert order == [g[k] for k in range(max(map(len, groups))) for g in groups if k < len(g)]
+    assert len(calls) <= 2 * (spec.requests + spec.groups)

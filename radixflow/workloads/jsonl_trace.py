@@ -40,6 +40,7 @@ def trace_text(workload: Workload) -> str:
 
 
 FIELDS = ("id", "namespace", "arrival_s", "group", "kind", "prompt")
+REQUIRED = ("id", "prompt")
 ROUND_TRACE_FIELDS = {"policy", "trial", "index", "chunks"}  # a `bench --round-trace` row holds these
 
 
@@ -161,18 +162,38 @@ def _parse(line: str, where: str) -> tuple[Request, RequestTag]:
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise TraceError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
-    prompt = row.get("prompt")
-    if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
-        raise TraceError(f"{where}: 'prompt' must be a non-empty list of integer token ids")
+    missing = next((key for key in REQUIRED if key not in row), None)
+    if missing is not None:  # not "got null": the line holds no such value
+        raise TraceError(f"{where}: {missing!r} is missing (a request needs 'id' and 'prompt')")
+    prompt = _prompt(row["prompt"], where)
     arrival = _arrival(row.get("arrival_s", 0.0), where)
     rid = _string(row, "id", None, where)
     group = row.get("group")
     if group is not None and type(group) is not int:
-        raise TraceError(f"{where}: 'group' must be an integer or null")
+        raise TraceError(f"{where}: 'group' must be an integer or null, got {_shown(group)}")
     request = Request(
         id=rid,
-        prompt=tuple(prompt),
+        prompt=prompt,
         namespace=_string(row, "namespace", "default", where),
         arrival_s=arrival,
     )
     return request, RequestTag(group=group, kind=_string(row, "kind", CANDIDATE, where))
+
+
+def _prompt(value: object, where: str) -> tuple[int, ...]:
+    """The token ids; a value that is none says what it got: text where ids go, or the first
+    token that is no integer and its index (in a prompt of thousands)."""
+    needs = f"{where}: 'prompt' must be a non-empty list of integer token ids, got"
+    if not isinstance(value, list) or not value:
+        raise TraceError(f"{needs} {_shown(value)}")
+    bad = next((i for i, t in enumerate(value) if type(t) is not int), None)  # bool is no token id
+    if bad is not None:
+        raise TraceError(f"{needs} {_shown(value[bad])} at index {bad}")
+    return tuple(value)
+
+
+def _shown(value: object) -> str:
+    """``value`` as JSON for a message, cut to 40 characters: a prompt given as text may be a
+    whole document."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:40] + "…"

@@ -600,3 +600,28 @@ def test_interleaving_groups_of_very_different_sizes_takes_work_linear_in_the_re
     order = build._order(groups, "interleaved", random.Random(0))
     assert order == [g[k] for k in range(max(map(len, groups))) for g in groups if k < len(g)]
     assert len(calls) <= 2 * (spec.requests + spec.groups)
+
+
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        # a field left out was "got null", a value the line never held
+        ('{"prompt": [1]}', "'id' is missing (a request needs 'id' and 'prompt')"),
+        ('{"id": "a"}', "'prompt' is missing (a request needs 'id' and 'prompt')"),
+        ('{"id": null, "prompt": [1]}', "'id' must be a non-empty string, got null"),
+        # a bad prompt or group named no value: which of 10,000 tokens, or text where ids go
+        ('{"id": "a", "prompt": "hello world"}', "'prompt' must be a non-empty list of integer token ids, "
+                                                 'got "hello world"'),
+        ('{"id": "a", "prompt": [1, 2, 3.5]}', "'prompt' must be a non-empty list of integer token ids, "
+                                               "got 3.5 at index 2"),
+        ('{"id": "a", "prompt": []}', "'prompt' must be a non-empty list of integer token ids, got []"),
+        ('{"id": "a", "prompt": "' + "x" * 200 + '"}', 'got "' + "x" * 39 + "…"),
+        ('{"id": "a", "prompt": [1], "group": "3"}', "'group' must be an integer or null, got \"3\""),
+    ],
+)  # fmt: skip
+def test_a_missing_or_mistyped_trace_field_says_what_the_line_holds(tmp_path, line, says):
+    path = tmp_path / "t.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert str(e.value).startswith(f"{path}:1: ") and says in str(e.value)

@@ -112,7 +112,7 @@ def _workload_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--rate",
         metavar="PER_S",
-        type=float_arg(MIN_RATE, positive=True),
+        type=float_arg(MIN_RATE),  # its least value named at once: 0 is below it, not "not positive"
         help=f"requests/s for poisson and bursty arrivals (default: {w.rate:g})",
     )
 

@@ -58,6 +58,8 @@ def test_non_finite_numbers_are_refused(capsys, flag, value):
         (["--state-slots", "10000000000"], "must be at most 1048576"),
         (["--repeat", "1000000"], "must be at most 1000"),
         (["--rate", "1e-300", "--arrival", "poisson"], "must be at least 1e-06"),
+        # a rate of 0 was "must be positive": 1e-07, positive, was then refused again
+        (["--rate", "0", "--arrival", "poisson"], "--rate: must be at least 1e-06, got 0"),
         (["--tflops", "1e-300"], "must be at least 0.001"),
         (["--per-request-ms", "1e300"], "must be at most 3600000"),
     ],

@@ -27,6 +27,11 @@ WORKLOAD_FLAGS = (
 )
 
 
+# what a trace replaces: the workload's flags, and the seed it is drawn from (bench's requests
+# are greedy, so the seed is the sampler's for nothing)
+TRACE_REPLACES = (*WORKLOAD_FLAGS, "--seed")
+
+
 def add_arguments(b: argparse.ArgumentParser) -> None:
     add_engine_flags(b)
     _workload_flags(b.add_argument_group("workload (ignored with --trace)"))
@@ -128,7 +133,7 @@ def given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
 
 def warn_ineffective(args: argparse.Namespace) -> None:
     """Warn (stderr) about given flags that cannot change this run."""
-    if args.trace is not None and (flags := given(args, WORKLOAD_FLAGS)):
+    if args.trace is not None and (flags := given(args, TRACE_REPLACES)):
         warn(f"{', '.join(flags)} {_have(flags)} no effect with --trace (the trace is the workload)")
     elif args.rate is not None and args.arrival in (None, "batch"):
         warn("--rate has no effect with --arrival batch (every request arrives at t=0)")

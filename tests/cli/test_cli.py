@@ -370,6 +370,9 @@ def test_bench_help_says_what_each_arrival_process_is(capsys):
     [
         (["--groups", "3", "--candidates", "4"], "--groups, --candidates have no effect with --trace"),
         (["--device", "cpu"], "--device has no effect with the sim runner"),
+        # the seed draws a generated workload, and bench's requests are greedy: it drew nothing
+        (["--seed", "7"], "--seed has no effect with --trace"),
+        (["--groups", "3", "--seed", "7"], "--groups, --seed have no effect with --trace"),
     ],
 )
 def test_flags_without_effect_are_warned_about(tmp_path, capsys, argv, warning):

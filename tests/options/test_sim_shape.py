@@ -240,7 +240,7 @@ LLAMA = {
         ("num_hidden_layers", 0, "has 0 layers"),
         ("num_hidden_layers", 10**12, "num_hidden_layers must be at most 65536"),
         ("num_hidden_layers", "1000000000000", "num_hidden_layers must be at most 65536"),  # int() reads it
-        ("num_attention_heads", 0, "cannot be read as a shape"),
+        ("num_attention_heads", 0, "(num_attention_heads must be at least 1, got 0)"),
         ("num_key_value_heads", -2, "attention kv_heads -2"),
         ("intermediate_size", 0, "layer 0's MLP intermediate 0"),
         ("intermediate_size", "INF", "cannot be read as a shape"),

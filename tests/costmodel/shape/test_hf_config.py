@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from radixflow.costmodel.shape.hf_config import shape_from_config
 from radixflow.costmodel.shape.mixer_shapes import Mamba2
 
@@ -25,3 +27,44 @@ def test_a_falcon_h1_config_without_mamba_d_ssm_has_transformers_default_inner_w
     assert (mamba.heads, mamba.d_inner) == (8, 1024)
     null = shape_from_config("falcon", {**FALCON_WITHOUT_D_SSM, "mamba_d_ssm": None})
     assert next(m for m in null.layers[0].mixers if isinstance(m, Mamba2)).d_inner == 512
+
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+}
+QWEN3_NEXT = {
+    **LLAMA,
+    "model_type": "qwen3_next",
+    "num_hidden_layers": 4,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+}
+QWEN3_5 = {k: v for k, v in QWEN3_NEXT.items() if not k.startswith("num_experts")}
+
+
+# A size the readers divide by was a ZeroDivisionError, "integer division or modulo by zero",
+# naming no key (`radixflow cost` on such a checkpoint said only that)
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (LLAMA, "num_attention_heads"),
+        ({**LLAMA, "model_type": "lfm2"}, "num_attention_heads"),
+        ({**LLAMA, "model_type": "lfm2"}, "block_multiple_of"),
+        ({**QWEN3_5, "model_type": "qwen3_5_text"}, "full_attention_interval"),
+        (QWEN3_NEXT, "decoder_sparse_step"),
+        ({**FALCON_WITHOUT_D_SSM, "num_attention_heads": 0}, "num_attention_heads"),
+        (FALCON_WITHOUT_D_SSM, "mamba_n_heads"),
+    ],
+)
+def test_a_zero_size_the_readers_divide_by_names_its_key(config, key):
+    with pytest.raises(ValueError, match=rf"^{key} must be at least 1, got 0$"):
+        shape_from_config("m", {**config, key: 0})

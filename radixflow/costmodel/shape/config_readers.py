@@ -20,9 +20,10 @@ def first_set(cfg: Config, names: tuple[str, ...], default: Any) -> Any:
     return next((cfg[n] for n in names if cfg.get(n) is not None), default)
 
 
-def divisor(cfg: Config, key: str, default: Any = None) -> int:
-    """``key`` (else ``default``; neither: a KeyError naming it) as the positive int the readers
-    divide by or step through layers by: a 0 there was a ZeroDivisionError naming no key."""
+def positive(cfg: Config, key: str, default: Any = None) -> int:
+    """``key`` (else ``default``; neither: a KeyError naming it) as a positive int: a size the
+    readers divide by or step through layers by (a 0 there was a ZeroDivisionError naming no key)
+    or derive other sizes from."""
     value = first_set(cfg, (key,), default)
     if value is None:
         raise KeyError(key)
@@ -32,9 +33,10 @@ def divisor(cfg: Config, key: str, default: Any = None) -> int:
 
 
 def _attention(cfg: Config, gated: bool = False) -> Attention:
-    heads = divisor(cfg, "num_attention_heads")
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    return Attention(heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), gated)
+    heads = positive(cfg, "num_attention_heads")
+    # nulls are absent keys by now: a 0 stays 0, for `limits.shape_problem` to refuse
+    head_dim = cfg["head_dim"] if "head_dim" in cfg else int(cfg["hidden_size"]) // heads
+    return Attention(heads, int(cfg.get("num_key_value_heads", heads)), int(head_dim), gated)
 
 
 def _dense(cfg: Config, gated: bool = True) -> Mlp:
@@ -50,7 +52,7 @@ _QWEN_LAYER_TYPES = ("linear_attention", "full_attention")
 
 def _qwen_hybrid_types(cfg: Config) -> list[str]:
     n = int(cfg["num_hidden_layers"])
-    every = divisor(cfg, "full_attention_interval", 4)
+    every = positive(cfg, "full_attention_interval", 4)
     default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
     return _checked_kinds("layer_types", list(cfg.get("layer_types") or default), _QWEN_LAYER_TYPES, n)
 
@@ -88,7 +90,7 @@ def _qwen_mlp(cfg: Config, index: int) -> Mlp:
     ``decoder_sparse_step`` put it, else the dense MLP."""
     experts = int(cfg.get("num_experts") or 0)
     sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
-    if not sparse or (index + 1) % divisor(cfg, "decoder_sparse_step", 1):
+    if not sparse or (index + 1) % positive(cfg, "decoder_sparse_step", 1):
         return _dense(cfg)
     return _qwen_moe(cfg, index)
 
@@ -126,7 +128,7 @@ def _lfm2_ff(cfg: Config) -> int:
     size = int(width)
     if first_set(cfg, ("block_auto_adjust_ff_dim",), True):
         multiplier = first_set(cfg, ("block_ffn_dim_multiplier",), 1.0)
-        multiple = divisor(cfg, "block_multiple_of", 256)
+        multiple = positive(cfg, "block_multiple_of", 256)
         size = int(multiplier * int(2 * size / 3))
         size = multiple * ((size + multiple - 1) // multiple)
     return size
@@ -221,10 +223,9 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
 def _falcon_mamba(cfg: Config) -> Mamba2:
     """As `models.families.falcon_h1.falcon_mamba_spec` reads it, with its defaults: head dim
     "auto" splits the SSM's inner width over the heads."""
-    inner = first_set(cfg, ("mamba_d_ssm",), 0) or int(
-        first_set(cfg, ("mamba_expand",), 2) * int(cfg["hidden_size"])
-    )
-    heads = divisor(cfg, "mamba_n_heads", 128)
+    expand = first_set(cfg, ("mamba_expand",), 2)
+    inner = positive(cfg, "mamba_d_ssm") if "mamba_d_ssm" in cfg else int(expand * int(cfg["hidden_size"]))
+    heads = positive(cfg, "mamba_n_heads", 128)
     head_dim = first_set(cfg, ("mamba_d_head",), "auto")
     return Mamba2(
         heads,

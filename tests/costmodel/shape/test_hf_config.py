@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.costmodel.shape.hf_config import shape_from_config
+from radixflow.costmodel.shape.limits import MAX_WIDTH, shape_problem
 from radixflow.costmodel.shape.mixer_shapes import Mamba2
 
 FALCON_WITHOUT_D_SSM = {
@@ -68,3 +69,19 @@ QWEN3_5 = {k: v for k, v in QWEN3_NEXT.items() if not k.startswith("num_experts"
 def test_a_zero_size_the_readers_divide_by_names_its_key(config, key):
     with pytest.raises(ValueError, match=rf"^{key} must be at least 1, got 0$"):
         shape_from_config("m", {**config, key: 0})
+
+
+# A 0 read as an absent key: num_key_value_heads 0 was costed as one KV head per query head,
+# head_dim 0 as hidden / heads and mamba_d_ssm 0 as mamba_expand x hidden, a model the torch
+# runner (and transformers) would never build from that config
+@pytest.mark.parametrize(
+    ("key", "words"), [("num_key_value_heads", "kv_heads 0"), ("head_dim", "head_dim 0")]
+)
+def test_a_zero_attention_size_is_refused_not_read_as_absent(key, words):
+    problem = shape_problem(shape_from_config("m", {**LLAMA, key: 0}))
+    assert problem == f"gives layer 0's attention {words} (must be 1 to {MAX_WIDTH})"
+
+
+def test_a_zero_mamba_d_ssm_is_refused_not_read_as_absent():
+    with pytest.raises(ValueError, match=r"^mamba_d_ssm must be at least 1, got 0$"):
+        shape_from_config("m", {**FALCON_WITHOUT_D_SSM, "mamba_d_ssm": 0})

@@ -32,6 +32,15 @@ def positive(cfg: Config, key: str, default: Any = None) -> int:
     return int(value)
 
 
+def factor(cfg: Config, key: str, default: float) -> float:
+    """``key`` (else ``default``) as the number a width is multiplied by: a string there
+    multiplied a string ("2" x 3 is "222"), read back as an int of that many digits."""
+    value = first_set(cfg, (key,), default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    return value
+
+
 def _attention(cfg: Config, gated: bool = False) -> Attention:
     heads = positive(cfg, "num_attention_heads")
     # nulls are absent keys by now: a 0 stays 0, for `limits.shape_problem` to refuse
@@ -127,7 +136,7 @@ def _lfm2_ff(cfg: Config) -> int:
         raise KeyError("intermediate_size")
     size = int(width)
     if first_set(cfg, ("block_auto_adjust_ff_dim",), True):
-        multiplier = first_set(cfg, ("block_ffn_dim_multiplier",), 1.0)
+        multiplier = factor(cfg, "block_ffn_dim_multiplier", 1.0)
         multiple = positive(cfg, "block_multiple_of", 256)
         size = int(multiplier * int(2 * size / 3))
         size = multiple * ((size + multiple - 1) // multiple)
@@ -223,7 +232,7 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
 def _falcon_mamba(cfg: Config) -> Mamba2:
     """As `models.families.falcon_h1.falcon_mamba_spec` reads it, with its defaults: head dim
     "auto" splits the SSM's inner width over the heads."""
-    expand = first_set(cfg, ("mamba_expand",), 2)
+    expand = factor(cfg, "mamba_expand", 2)
     inner = positive(cfg, "mamba_d_ssm") if "mamba_d_ssm" in cfg else int(expand * int(cfg["hidden_size"]))
     heads = positive(cfg, "mamba_n_heads", 128)
     head_dim = first_set(cfg, ("mamba_d_head",), "auto")

@@ -85,3 +85,18 @@ def test_a_zero_attention_size_is_refused_not_read_as_absent(key, words):
 def test_a_zero_mamba_d_ssm_is_refused_not_read_as_absent():
     with pytest.raises(ValueError, match=r"^mamba_d_ssm must be at least 1, got 0$"):
         shape_from_config("m", {**FALCON_WITHOUT_D_SSM, "mamba_d_ssm": 0})
+
+
+# A multiplier given as a string multiplied a string: LFM2's block_ffn_dim_multiplier "2" made
+# an intermediate width of 2 into "22" (a 256-wide MLP, costed without a word), and Falcon-H1's
+# mamba_expand "2" an inner width of "2" x hidden_size digits
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({**LLAMA, "model_type": "lfm2", "intermediate_size": 3}, "block_ffn_dim_multiplier"),
+        ({**FALCON_WITHOUT_D_SSM, "mamba_d_ssm": None}, "mamba_expand"),
+    ],
+)
+def test_a_multiplier_given_as_a_string_is_refused_naming_it(config, key):
+    with pytest.raises(ValueError, match=rf"^{key} must be a number, got '2'$"):
+        shape_from_config("m", {**config, key: "2"})

@@ -61,7 +61,8 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "max_position_embeddings": 262_144,
         },
         "Qwen/Qwen3.5-35B-A3B (transformers 5.24 Qwen3_5MoeTextConfig defaults, documented for that "
-        "checkpoint)",
+        "checkpoint, but max_position_embeddings 262144, the native context published for the model "
+        "and not checked against its config.json, not the default's 32768)",
     ),
     "qwen3_next-80b-a3b": (
         {
@@ -82,7 +83,9 @@ PUBLIC_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
             "max_position_embeddings": 262_144,
         },
         "Qwen/Qwen3-Next-80B-A3B-Instruct (transformers 5.24 Qwen3NextConfig defaults, documented for "
-        "that checkpoint, but intermediate_size 5120 as its config.json, not the default's 5632)",
+        "that checkpoint, but intermediate_size 5120 as its config.json, not the default's 5632, and "
+        "max_position_embeddings 262144, the native context published for the model and not checked "
+        "against its config.json, not the default's 32768)",
     ),
     "lfm2-1.2b": (
         {

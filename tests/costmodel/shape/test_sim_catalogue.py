@@ -42,3 +42,20 @@ def test_qwen3_5_2b_names_transformers_config_only_for_the_widths_it_holds():
         assert config[key] != default[key]
         assert said.format(config[key]) in source and said.format(default[key]) in source, source
     assert "assumed" in source
+
+
+@pytest.mark.parametrize(
+    ("name", "config_class"),
+    [("qwen3_5-35b-a3b", "Qwen3_5MoeTextConfig"), ("qwen3_next-80b-a3b", "Qwen3NextConfig")],
+)
+def test_a_shape_sourced_as_transformers_defaults_names_every_field_it_does_not_take_from_them(
+    name, config_class
+):
+    # both sources said the shape was transformers 5.24's config defaults; their context,
+    # max_position_embeddings 262144, is not (the default is 32768), and neither said so
+    transformers = pytest.importorskip("transformers")
+    default = getattr(transformers, config_class)().to_dict()
+    config, source = PUBLIC_CONFIGS[name]
+    assert f"{config_class} defaults" in source
+    for key in (k for k, v in config.items() if k != "model_type" and default.get(k) != v):
+        assert key in source and str(default[key]) in source, (key, source)

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from radixflow.costmodel.shape.mixer_shapes import Attention
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 MAX_LAYERS = 1 << 16  # the largest public models have ~100; a shape is a tuple of them
@@ -41,6 +42,17 @@ def shape_problem(shape: ModelShape) -> str | None:
     for what, value, low, high in [*sizes, *_layer_sizes(shape)]:
         if not low <= value <= high:
             return f"gives {what} {value} (must be {low} to {high})"
+    return _grouping_problem(shape)
+
+
+def _grouping_problem(shape: ModelShape) -> str | None:
+    """Why an attention layer's query heads cannot share its KV heads (each KV head serves the same
+    number of query heads: transformers' num_key_value_groups, and the torch runner's check)."""
+    for i, layer in enumerate(shape.layers):
+        for mixer in layer.mixers:
+            if isinstance(mixer, Attention) and mixer.heads % mixer.kv_heads:
+                kv, heads = mixer.kv_heads, mixer.heads
+                return f"gives layer {i}'s attention kv_heads {kv} (must divide its heads, {heads})"
     return None
 
 

@@ -80,11 +80,12 @@ def round_chunks(
     shape: ModelShape, prefill: int | None, context: int, decode: int | None
 ) -> list[ChunkShape]:
     """The chunks of the round the flags describe (a user mistake is a `UsageError`)."""
+    given = "--prefill"
     if prefill is None and decode is None:
-        prefill = DEFAULT_PREFILL
+        prefill, given = DEFAULT_PREFILL, "the default --prefill"  # not a value the user typed
     end = context + max(prefill or 0, 1)
     if end > shape.max_context:
-        what = f"--context {context} plus --prefill {prefill}" if prefill else f"--context {context}"
+        what = f"--context {context} plus {given} {prefill}" if prefill else f"--context {context}"
         raise UsageError(f"{what} reaches past {shape.name}'s context of {shape.max_context} tokens")
     chunks = []
     if prefill:

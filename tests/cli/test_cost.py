@@ -135,6 +135,8 @@ def test_a_one_token_prefill_is_said_as_asked_and_priced_as_the_sim_prices_it(ca
         (["qwen3-4b", "--prefill", "x"], "--prefill: must be an integer, got 'x'"),
         (["qwen3-4b", "--prefill", "40000", "--context", "1000"], "reaches past qwen3-4b's context of 40960"),
         (["qwen3-4b", "--decode", "1", "--context", "40960"], "--context 40960 reaches past"),
+        # it read "--context 40900 plus --prefill 512", a flag value the command line never gave
+        (["qwen3-4b", "--context", "40900"], "--context 40900 plus the default --prefill 512 reaches past"),
         (["qwen3-4b", "--hardware", "tpu"], "--hardware: unknown hardware 'tpu'"),
         (["qwen3-4b", "--fixed-cost-ms", "nan"], "must be a finite number, got nan"),
         (["qwen3-4b", "--decode-fixed-cost-ms", "-1"], "--decode-fixed-cost-ms: must be >= 0, got -1.0"),

@@ -237,7 +237,7 @@ LLAMA = {
         ("hidden_size", "HUGE", "hidden_size 1000"),
         ("vocab_size", -4, "vocab_size -4 (must be 1 to"),
         ("vocab_size", "HUGE", "vocab_size 1000"),
-        ("num_hidden_layers", 0, "has 0 layers"),
+        ("num_hidden_layers", 0, "num_hidden_layers must be at least 1, got 0"),
         ("num_hidden_layers", 10**12, "num_hidden_layers must be at most 65536"),
         ("num_hidden_layers", "1000000000000", "num_hidden_layers must be at most 65536"),  # int() reads it
         ("num_attention_heads", 0, "(num_attention_heads must be at least 1, got 0)"),

@@ -24,12 +24,17 @@ DEFAULT_CONTEXT = 4096
 
 
 def layer_count_problem(config: Mapping[str, Any]) -> str | None:
-    """Why ``num_hidden_layers`` is too many to read (the readers build one layer each)."""
+    """Why ``num_hidden_layers`` is too many to read (the readers build one layer each) or too few
+    (below 1 they build none, and the refusal would name the empty result, not the key)."""
     n = config.get("num_hidden_layers")
+    if n is None or isinstance(n, bool):
+        return None  # a layer pattern may say it (Nemotron-H); a bool is the reader's to read
     try:  # as the readers read it: int(), so "12" is 12
-        count = 0 if n is None or isinstance(n, bool) else int(n)
+        count = int(n)
     except (TypeError, ValueError, OverflowError):
         return None  # the reader refuses it in its own words
+    if count < 1:
+        return f"num_hidden_layers must be at least 1, got {n}"
     return f"num_hidden_layers must be at most {MAX_LAYERS}, got {n}" if count > MAX_LAYERS else None
 
 

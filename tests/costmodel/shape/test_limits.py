@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixflow.costmodel.shape.limits import shape_problem
+from radixflow.costmodel.shape.limits import layer_count_problem, shape_problem
 from radixflow.costmodel.shape.mixer_shapes import Attention
 from radixflow.costmodel.shape.model_shape import Layer, Mlp, ModelShape
 
@@ -25,3 +25,18 @@ def test_kv_heads_that_do_not_divide_the_query_heads_are_a_problem(kv_heads):
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
 def test_kv_heads_that_divide_the_query_heads_are_no_problem(kv_heads):
     assert shape_problem(_shape(Attention(heads=4, kv_heads=kv_heads, head_dim=16))) is None
+
+
+# A negative count built no layers and was refused as "has 0 layers", or (a Qwen hybrid) as
+# "layer_types has 0 entries, but num_hidden_layers is -4" of a config that gives no layer_types
+@pytest.mark.parametrize("count", [0, -4, "-4"])
+def test_a_layer_count_below_one_is_named_as_given(count):
+    assert (
+        layer_count_problem({"num_hidden_layers": count})
+        == f"num_hidden_layers must be at least 1, got {count}"
+    )
+
+
+@pytest.mark.parametrize("count", [None, 1, 65536, "12"])
+def test_a_layer_count_from_one_to_the_limit_or_none_is_no_problem(count):
+    assert layer_count_problem({"num_hidden_layers": count}) is None

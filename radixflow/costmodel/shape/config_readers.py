@@ -232,17 +232,36 @@ def _nemotron_h(cfg: Config) -> tuple[Layer, ...]:
 def _falcon_mamba(cfg: Config) -> Mamba2:
     """As `models.families.falcon_h1.falcon_mamba_spec` reads it, with its defaults: head dim
     "auto" splits the SSM's inner width over the heads."""
-    expand = factor(cfg, "mamba_expand", 2)
-    inner = positive(cfg, "mamba_d_ssm") if "mamba_d_ssm" in cfg else int(expand * int(cfg["hidden_size"]))
-    heads = positive(cfg, "mamba_n_heads", 128)
-    head_dim = first_set(cfg, ("mamba_d_head",), "auto")
+    heads, head_dim = _falcon_ssm_heads(cfg)
     return Mamba2(
         heads,
-        int(inner) // heads if head_dim == "auto" else int(head_dim),
+        head_dim,
         int(first_set(cfg, ("mamba_d_state",), 256)),
         int(first_set(cfg, ("mamba_n_groups",), 1)),
         int(first_set(cfg, ("mamba_d_conv",), 4)),
     )
+
+
+def _falcon_ssm_heads(cfg: Config) -> tuple[int, int]:
+    """(heads, head dim) of Falcon-H1's SSM, which must fill its inner width exactly, as
+    transformers' FalconH1Config and the torch runner check (`Mamba2` is costed as heads x head
+    dim wide: a mismatch was costed as a narrower or wider SSM than the config's)."""
+    given = "mamba_d_ssm" in cfg
+    expand = factor(cfg, "mamba_expand", 2)
+    inner = positive(cfg, "mamba_d_ssm") if given else int(expand * int(cfg["hidden_size"]))
+    size = f"mamba_d_ssm ({inner})" if given else f"mamba_expand x hidden_size ({inner})"
+    heads = positive(cfg, "mamba_n_heads", 128)
+    head_dim = first_set(cfg, ("mamba_d_head",), "auto")
+    if head_dim == "auto":
+        if inner % heads:
+            raise ValueError(f"mamba_n_heads must divide the SSM's inner size {size}, got {heads}")
+        return heads, inner // heads
+    if heads * int(head_dim) != inner:
+        raise ValueError(
+            f"mamba_d_head {head_dim} x mamba_n_heads {heads} is {heads * int(head_dim)}, "
+            f"not the SSM's inner size {size}"
+        )
+    return heads, int(head_dim)
 
 
 def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:

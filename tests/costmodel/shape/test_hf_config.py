@@ -100,3 +100,26 @@ def test_a_zero_mamba_d_ssm_is_refused_not_read_as_absent():
 def test_a_multiplier_given_as_a_string_is_refused_naming_it(config, key):
     with pytest.raises(ValueError, match=rf"^{key} must be a number, got '2'$"):
         shape_from_config("m", {**config, key: "2"})
+
+
+# Falcon-H1's SSM heads that do not fill its inner width were costed as heads x head dim
+# (3040 of 3072 wide, or 1536), a model transformers' FalconH1Config and the torch runner refuse
+@pytest.mark.parametrize(
+    ("edits", "words"),
+    [
+        ({"mamba_n_heads": 40}, "mamba_n_heads must divide the SSM's inner size mamba_d_ssm (3072), got 40"),
+        (
+            {"mamba_n_heads": 48, "mamba_d_head": 32},
+            "mamba_d_head 32 x mamba_n_heads 48 is 1536, not the SSM's inner size mamba_d_ssm (3072)",
+        ),
+        (
+            {"mamba_d_ssm": None, "mamba_n_heads": 48, "mamba_d_head": 32},
+            "mamba_d_head 32 x mamba_n_heads 48 is 1536, not the SSM's inner size mamba_expand x "
+            "hidden_size (512)",
+        ),
+    ],
+)
+def test_falcon_h1_ssm_heads_that_do_not_fill_its_inner_width_are_refused(edits, words):
+    with pytest.raises(ValueError) as info:
+        shape_from_config("m", {**FALCON_WITHOUT_D_SSM, "mamba_d_ssm": 3072, **edits})
+    assert str(info.value) == words

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from radixflow.costmodel.shape.mixer_shapes import Attention
+from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 MAX_LAYERS = 1 << 16  # the largest public models have ~100; a shape is a tuple of them
@@ -50,14 +50,27 @@ def shape_problem(shape: ModelShape) -> str | None:
     return _grouping_problem(shape)
 
 
+# mixer type -> (its grouped heads, the heads each group serves): each of the first serves the
+# same number of the second (transformers' num_key_value_groups, the delta rule's value heads per
+# key head, Mamba2's heads per group), as the torch runner checks
+GROUPED: dict[type, tuple[str, str]] = {
+    Attention: ("kv_heads", "heads"),
+    GatedDeltaNet: ("k_heads", "v_heads"),
+    Mamba2: ("groups", "heads"),
+}
+
+
 def _grouping_problem(shape: ModelShape) -> str | None:
-    """Why an attention layer's query heads cannot share its KV heads (each KV head serves the same
-    number of query heads: transformers' num_key_value_groups, and the torch runner's check)."""
+    """Why a layer's grouped heads cannot share the heads they serve (`GROUPED`)."""
     for i, layer in enumerate(shape.layers):
         for mixer in layer.mixers:
-            if isinstance(mixer, Attention) and mixer.heads % mixer.kv_heads:
-                kv, heads = mixer.kv_heads, mixer.heads
-                return f"gives layer {i}'s attention kv_heads {kv} (must divide its heads, {heads})"
+            grouping = GROUPED.get(type(mixer))  # LFM2's short conv has no heads
+            if grouping is None:
+                continue
+            shared, served = grouping
+            groups, heads = getattr(mixer, shared), getattr(mixer, served)
+            if heads % groups:
+                return f"gives layer {i}'s {mixer.kind} {shared} {groups} (must divide its {served}, {heads})"
     return None
 
 

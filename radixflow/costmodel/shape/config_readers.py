@@ -41,6 +41,15 @@ def factor(cfg: Config, key: str, default: float) -> float:
     return value
 
 
+def listed(cfg: Config, key: str, default: Sequence[Any]) -> Sequence[Any]:
+    """``key`` (else ``default``) as the per-layer list it must be: a number there failed as "'int'
+    object is not iterable", naming no key, and a string was read one layer per character."""
+    value = first_set(cfg, (key,), default)
+    if not isinstance(value, list | tuple | range):
+        raise ValueError(f"{key} must be a list, got {value!r}")
+    return value
+
+
 def _attention(cfg: Config, gated: bool = False) -> Attention:
     heads = positive(cfg, "num_attention_heads")
     # nulls are absent keys by now: a 0 stays 0, for `limits.shape_problem` to refuse
@@ -63,7 +72,9 @@ def _qwen_hybrid_types(cfg: Config) -> list[str]:
     n = int(cfg["num_hidden_layers"])
     every = positive(cfg, "full_attention_interval", 4)
     default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
-    return _checked_kinds("layer_types", list(cfg.get("layer_types") or default), _QWEN_LAYER_TYPES, n)
+    return _checked_kinds(
+        "layer_types", list(listed(cfg, "layer_types", []) or default), _QWEN_LAYER_TYPES, n
+    )
 
 
 def _checked_kinds(key: str, kinds: list[Any], known: Sequence[str], layers: int | None) -> list[Any]:
@@ -98,7 +109,7 @@ def _qwen_mlp(cfg: Config, index: int) -> Mlp:
     """Qwen3-Next: MoE where ``num_experts``, ``mlp_only_layers`` and
     ``decoder_sparse_step`` put it, else the dense MLP."""
     experts = int(cfg.get("num_experts") or 0)
-    sparse = experts and index not in (cfg.get("mlp_only_layers") or [])
+    sparse = experts and index not in listed(cfg, "mlp_only_layers", [])
     if not sparse or (index + 1) % positive(cfg, "decoder_sparse_step", 1):
         return _dense(cfg)
     return _qwen_moe(cfg, index)
@@ -146,10 +157,8 @@ def _lfm2_ff(cfg: Config) -> int:
 def _lfm2(cfg: Config) -> tuple[Layer, ...]:
     n, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
     # as `models.families.lfm2.layer_types` reads them: with neither key every layer is attention
-    attn_idx = set(first_set(cfg, ("full_attn_idxs",), range(n)))
-    types = first_set(
-        cfg, ("layer_types",), ["full_attention" if i in attn_idx else "conv" for i in range(n)]
-    )
+    attn_idx = set(listed(cfg, "full_attn_idxs", range(n)))
+    types = listed(cfg, "layer_types", ["full_attention" if i in attn_idx else "conv" for i in range(n)])
     _checked_kinds("layer_types", list(types), ("conv", "full_attention"), n)
     conv = ShortConv(hidden, int(first_set(cfg, ("conv_L_cache",), 3)))
     mlp = Mlp(_lfm2_ff(cfg))
@@ -192,7 +201,7 @@ def _nemotron_kinds(cfg: Config) -> list[str]:
     layers = None if count is None else int(count)
     key = next((k for k in _NEMOTRON_FIELDS["pattern"] if cfg.get(k)), None)
     if key is not None:
-        kinds = _checked_kinds(key, list(cfg[key]), (*_NEMOTRON_KINDS, *_NEMOTRON_LEGACY), layers)
+        kinds = _checked_kinds(key, list(listed(cfg, key, [])), (*_NEMOTRON_KINDS, *_NEMOTRON_LEGACY), layers)
         return [_NEMOTRON_LEGACY.get(k, k) for k in kinds]
     if cfg.get("hybrid_override_pattern") is None:
         raise KeyError("hybrid_override_pattern")  # nor layers_block_type: no layer pattern at all

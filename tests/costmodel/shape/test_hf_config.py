@@ -123,3 +123,27 @@ def test_falcon_h1_ssm_heads_that_do_not_fill_its_inner_width_are_refused(edits,
     with pytest.raises(ValueError) as info:
         shape_from_config("m", {**FALCON_WITHOUT_D_SSM, "mamba_d_ssm": 3072, **edits})
     assert str(info.value) == words
+
+
+NEMOTRON_H = {**LLAMA, "model_type": "nemotron_h", "mamba_num_heads": 4, "mamba_head_dim": 16}
+
+
+# A per-layer list given as a number or a string failed as "'int' object is not iterable",
+# "argument of type 'float' is not iterable" or "'in <string>' requires string as left operand",
+# naming no key (a string of layer kinds was read as one kind per character)
+@pytest.mark.parametrize(
+    ("config", "key", "value"),
+    [
+        (QWEN3_NEXT, "layer_types", 5),
+        (QWEN3_NEXT, "layer_types", "linear_attention"),
+        (QWEN3_NEXT, "mlp_only_layers", 1.5),
+        (QWEN3_NEXT, "mlp_only_layers", "1"),
+        ({**LLAMA, "model_type": "lfm2"}, "full_attn_idxs", 5),
+        ({**LLAMA, "model_type": "lfm2"}, "layer_types", 5),
+        (NEMOTRON_H, "layers_block_type", 5),
+    ],
+)
+def test_a_per_layer_list_given_as_no_list_is_refused_naming_it(config, key, value):
+    with pytest.raises(ValueError) as info:
+        shape_from_config("m", {**config, key: value})
+    assert str(info.value) == f"{key} must be a list, got {value!r}"

@@ -20,16 +20,39 @@ def first_set(cfg: Config, names: tuple[str, ...], default: Any) -> Any:
     return next((cfg[n] for n in names if cfg.get(n) is not None), default)
 
 
+def integer(cfg: Config, key: str | tuple[str, ...], default: Any = None) -> int:
+    """The first of ``key`` (a name, or a name and its older spellings) the config sets, else
+    ``default`` (neither: a KeyError naming it), as an integer, read as int() reads it ("12" is 12,
+    2.0 is 2): a value int() cannot read failed in its own words ("invalid literal for int() with
+    base 10: 'abc'"), naming no key, and a true was read as 1."""
+    names = (key,) if isinstance(key, str) else key
+    name = next((n for n in names if cfg.get(n) is not None), names[0])
+    value = first_set(cfg, names, default)
+    if value is None:
+        raise KeyError(name)
+    refused = ValueError(f"{name} must be an integer, got {shown(value)}")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise refused
+    try:
+        return int(value)
+    except ValueError:  # an infinity's OverflowError says what it is
+        raise refused from None
+
+
+def shown(value: Any) -> str:
+    """``value`` as a message shows it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def positive(cfg: Config, key: str, default: Any = None) -> int:
     """``key`` (else ``default``; neither: a KeyError naming it) as a positive int: a size the
     readers divide by or step through layers by (a 0 there was a ZeroDivisionError naming no key)
     or derive other sizes from."""
-    value = first_set(cfg, (key,), default)
-    if value is None:
-        raise KeyError(key)
-    if int(value) < 1:
-        raise ValueError(f"{key} must be at least 1, got {value}")
-    return int(value)
+    value = integer(cfg, key, default)
+    if value < 1:
+        raise ValueError(f"{key} must be at least 1, got {first_set(cfg, (key,), default)}")
+    return value
 
 
 def factor(cfg: Config, key: str, default: float) -> float:
@@ -37,7 +60,7 @@ def factor(cfg: Config, key: str, default: float) -> float:
     multiplied a string ("2" x 3 is "222"), read back as an int of that many digits."""
     value = first_set(cfg, (key,), default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} must be a number, got {value!r}")
+        raise ValueError(f"{key} must be a number, got {shown(value)}")
     return value
 
 
@@ -46,30 +69,30 @@ def listed(cfg: Config, key: str, default: Sequence[Any]) -> Sequence[Any]:
     object is not iterable", naming no key, and a string was read one layer per character."""
     value = first_set(cfg, (key,), default)
     if not isinstance(value, list | tuple | range):
-        raise ValueError(f"{key} must be a list, got {value!r}")
+        raise ValueError(f"{key} must be a list, got {shown(value)}")
     return value
 
 
 def _attention(cfg: Config, gated: bool = False) -> Attention:
     heads = positive(cfg, "num_attention_heads")
     # nulls are absent keys by now: a 0 stays 0, for `limits.shape_problem` to refuse
-    head_dim = cfg["head_dim"] if "head_dim" in cfg else int(cfg["hidden_size"]) // heads
-    return Attention(heads, int(cfg.get("num_key_value_heads", heads)), int(head_dim), gated)
+    head_dim = integer(cfg, "head_dim") if "head_dim" in cfg else integer(cfg, "hidden_size") // heads
+    return Attention(heads, integer(cfg, "num_key_value_heads", heads), head_dim, gated)
 
 
 def _dense(cfg: Config, gated: bool = True) -> Mlp:
-    return Mlp(int(cfg["intermediate_size"]), gated)
+    return Mlp(integer(cfg, "intermediate_size"), gated)
 
 
 def _llama(cfg: Config) -> tuple[Layer, ...]:
-    return tuple(Layer((_attention(cfg),), _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
+    return tuple(Layer((_attention(cfg),), _dense(cfg)) for _ in range(integer(cfg, "num_hidden_layers")))
 
 
 _QWEN_LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 def _qwen_hybrid_types(cfg: Config) -> list[str]:
-    n = int(cfg["num_hidden_layers"])
+    n = integer(cfg, "num_hidden_layers")
     every = positive(cfg, "full_attention_interval", 4)
     default = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
     return _checked_kinds(
@@ -91,10 +114,10 @@ def _checked_kinds(key: str, kinds: list[Any], known: Sequence[str], layers: int
 def _qwen_moe(cfg: Config, index: int) -> Mlp:
     """The routed MoE of every Qwen3.5-MoE layer (transformers reads no per-layer choice there)."""
     return Mlp(
-        int(cfg["moe_intermediate_size"]),
-        experts=int(cfg["num_experts"]),
-        top_k=int(cfg["num_experts_per_tok"]),
-        shared_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+        integer(cfg, "moe_intermediate_size"),
+        experts=integer(cfg, "num_experts"),
+        top_k=integer(cfg, "num_experts_per_tok"),
+        shared_intermediate=integer(cfg, "shared_expert_intermediate_size", 0),
         shared_gate=True,
     )
 
@@ -108,7 +131,7 @@ def _qwen_dense(cfg: Config, index: int) -> Mlp:
 def _qwen_mlp(cfg: Config, index: int) -> Mlp:
     """Qwen3-Next: MoE where ``num_experts``, ``mlp_only_layers`` and
     ``decoder_sparse_step`` put it, else the dense MLP."""
-    experts = int(cfg.get("num_experts") or 0)
+    experts = integer(cfg, "num_experts", 0)
     sparse = experts and index not in listed(cfg, "mlp_only_layers", [])
     if not sparse or (index + 1) % positive(cfg, "decoder_sparse_step", 1):
         return _dense(cfg)
@@ -117,11 +140,11 @@ def _qwen_mlp(cfg: Config, index: int) -> Mlp:
 
 def _qwen_hybrid(cfg: Config, mlp: Callable[[Config, int], Mlp] = _qwen_mlp) -> tuple[Layer, ...]:
     gdn = GatedDeltaNet(
-        int(cfg["linear_num_key_heads"]),
-        int(cfg["linear_num_value_heads"]),
-        int(cfg["linear_key_head_dim"]),
-        int(cfg["linear_value_head_dim"]),
-        int(first_set(cfg, ("linear_conv_kernel_dim",), 4)),
+        integer(cfg, "linear_num_key_heads"),
+        integer(cfg, "linear_num_value_heads"),
+        integer(cfg, "linear_key_head_dim"),
+        integer(cfg, "linear_value_head_dim"),
+        integer(cfg, "linear_conv_kernel_dim", 4),
     )
     attn = _attention(cfg, gated=True)
     return tuple(
@@ -142,10 +165,9 @@ def _lfm2_ff(cfg: Config) -> int:
     """As `models.families.lfm2.intermediate_size` reads it: ``block_ff_dim`` over
     ``intermediate_size`` (as transformers' Lfm2Config), and the auto-adjusted width is rounded up
     to ``block_multiple_of`` with or without a multiplier (which defaults to 1.0 there)."""
-    width = first_set(cfg, ("block_ff_dim", "intermediate_size"), None)
-    if width is None:
-        raise KeyError("intermediate_size")
-    size = int(width)
+    if first_set(cfg, ("block_ff_dim", "intermediate_size"), None) is None:
+        raise KeyError("intermediate_size")  # the current name, not the older one read first
+    size = integer(cfg, ("block_ff_dim", "intermediate_size"))
     if first_set(cfg, ("block_auto_adjust_ff_dim",), True):
         multiplier = factor(cfg, "block_ffn_dim_multiplier", 1.0)
         multiple = positive(cfg, "block_multiple_of", 256)
@@ -155,12 +177,12 @@ def _lfm2_ff(cfg: Config) -> int:
 
 
 def _lfm2(cfg: Config) -> tuple[Layer, ...]:
-    n, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
+    n, hidden = integer(cfg, "num_hidden_layers"), integer(cfg, "hidden_size")
     # as `models.families.lfm2.layer_types` reads them: with neither key every layer is attention
     attn_idx = set(listed(cfg, "full_attn_idxs", range(n)))
     types = listed(cfg, "layer_types", ["full_attention" if i in attn_idx else "conv" for i in range(n)])
     _checked_kinds("layer_types", list(types), ("conv", "full_attention"), n)
-    conv = ShortConv(hidden, int(first_set(cfg, ("conv_L_cache",), 3)))
+    conv = ShortConv(hidden, integer(cfg, "conv_L_cache", 3))
     mlp = Mlp(_lfm2_ff(cfg))
     return tuple(Layer((_attention(cfg) if t == "full_attention" else conv,), mlp) for t in types)
 
@@ -180,11 +202,11 @@ def _nemotron_mamba(cfg: Config) -> Mamba2:
     """As `models.families.nemotron_h.nemotron_mamba_spec` reads it: either spelling
     (`_NEMOTRON_FIELDS`), and its defaults."""
     return Mamba2(
-        int(cfg["mamba_num_heads"]),
-        int(cfg["mamba_head_dim"]),
-        int(first_set(cfg, ("ssm_state_size",), 128)),
-        int(first_set(cfg, _NEMOTRON_FIELDS["groups"], 8)),
-        int(first_set(cfg, _NEMOTRON_FIELDS["conv_kernel"], 4)),
+        integer(cfg, "mamba_num_heads"),
+        integer(cfg, "mamba_head_dim"),
+        integer(cfg, "ssm_state_size", 128),
+        integer(cfg, _NEMOTRON_FIELDS["groups"], 8),
+        integer(cfg, _NEMOTRON_FIELDS["conv_kernel"], 4),
     )
 
 
@@ -198,7 +220,7 @@ def _nemotron_kinds(cfg: Config) -> list[str]:
     ``layers_block_type`` (`_NEMOTRON_FIELDS`, with the legacy names), else
     ``hybrid_override_pattern``."""
     count = first_set(cfg, ("num_hidden_layers",), None)  # optional: the pattern says it
-    layers = None if count is None else int(count)
+    layers = None if count is None else integer(cfg, "num_hidden_layers")
     key = next((k for k in _NEMOTRON_FIELDS["pattern"] if cfg.get(k)), None)
     if key is not None:
         kinds = _checked_kinds(key, list(listed(cfg, key, [])), (*_NEMOTRON_KINDS, *_NEMOTRON_LEGACY), layers)
@@ -213,12 +235,12 @@ def _nemotron_kinds(cfg: Config) -> list[str]:
 
 def _nemotron_moe(cfg: Config) -> Mlp:
     return Mlp(
-        int(cfg.get("moe_intermediate_size") or 0),
+        integer(cfg, "moe_intermediate_size", 0),
         gated=False,
-        experts=int(first_set(cfg, _NEMOTRON_FIELDS["experts"], 0)),
-        top_k=int(cfg.get("num_experts_per_tok") or 0),
-        shared_intermediate=int(cfg.get("moe_shared_expert_intermediate_size") or 0),
-        latent=int(cfg.get("moe_latent_size") or 0),
+        experts=integer(cfg, _NEMOTRON_FIELDS["experts"], 0),
+        top_k=integer(cfg, "num_experts_per_tok", 0),
+        shared_intermediate=integer(cfg, "moe_shared_expert_intermediate_size", 0),
+        latent=integer(cfg, "moe_latent_size", 0),
     )
 
 
@@ -245,9 +267,9 @@ def _falcon_mamba(cfg: Config) -> Mamba2:
     return Mamba2(
         heads,
         head_dim,
-        int(first_set(cfg, ("mamba_d_state",), 256)),
-        int(first_set(cfg, ("mamba_n_groups",), 1)),
-        int(first_set(cfg, ("mamba_d_conv",), 4)),
+        integer(cfg, "mamba_d_state", 256),
+        integer(cfg, "mamba_n_groups", 1),
+        integer(cfg, "mamba_d_conv", 4),
     )
 
 
@@ -257,26 +279,26 @@ def _falcon_ssm_heads(cfg: Config) -> tuple[int, int]:
     dim wide: a mismatch was costed as a narrower or wider SSM than the config's)."""
     given = "mamba_d_ssm" in cfg
     expand = factor(cfg, "mamba_expand", 2)
-    inner = positive(cfg, "mamba_d_ssm") if given else int(expand * int(cfg["hidden_size"]))
+    inner = positive(cfg, "mamba_d_ssm") if given else int(expand * integer(cfg, "hidden_size"))
     size = f"mamba_d_ssm ({inner})" if given else f"mamba_expand x hidden_size ({inner})"
     heads = positive(cfg, "mamba_n_heads", 128)
-    head_dim = first_set(cfg, ("mamba_d_head",), "auto")
-    if head_dim == "auto":
+    if first_set(cfg, ("mamba_d_head",), "auto") == "auto":
         if inner % heads:
             raise ValueError(f"mamba_n_heads must divide the SSM's inner size {size}, got {heads}")
         return heads, inner // heads
-    if heads * int(head_dim) != inner:
+    head_dim = integer(cfg, "mamba_d_head")
+    if heads * head_dim != inner:
         raise ValueError(
-            f"mamba_d_head {head_dim} x mamba_n_heads {heads} is {heads * int(head_dim)}, "
+            f"mamba_d_head {head_dim} x mamba_n_heads {heads} is {heads * head_dim}, "
             f"not the SSM's inner size {size}"
         )
-    return heads, int(head_dim)
+    return heads, head_dim
 
 
 def _falcon_h1(cfg: Config) -> tuple[Layer, ...]:
     # attention and Mamba2 side by side in every layer, then the MLP: every layer carries state
     mixers: tuple[Mixer, ...] = (_attention(cfg), _falcon_mamba(cfg))
-    return tuple(Layer(mixers, _dense(cfg)) for _ in range(int(cfg["num_hidden_layers"])))
+    return tuple(Layer(mixers, _dense(cfg)) for _ in range(integer(cfg, "num_hidden_layers")))
 
 
 READERS: dict[str, Callable[[Config], tuple[Layer, ...]]] = {

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from radixflow.costmodel.shape.config_readers import READERS, Config, first_set
+from radixflow.costmodel.shape.config_readers import READERS, Config, first_set, integer
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 
@@ -88,8 +88,8 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
         raise UnknownModelTypeError(f"no cost-model reader for model_type {kind!r} (known: {known})")
     return ModelShape(
         name=name,
-        hidden=int(cfg["hidden_size"]),
-        vocab_size=int(cfg["vocab_size"]),
+        hidden=integer(cfg, "hidden_size"),
+        vocab_size=integer(cfg, "vocab_size"),
         layers=reader(cfg),
         tied_embeddings=TIES.get(str(kind), _tied)(cfg),
         max_context=int(cfg.get("max_position_embeddings") or 262_144),

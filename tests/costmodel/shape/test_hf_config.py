@@ -125,7 +125,13 @@ def test_falcon_h1_ssm_heads_that_do_not_fill_its_inner_width_are_refused(edits,
     assert str(info.value) == words
 
 
-NEMOTRON_H = {**LLAMA, "model_type": "nemotron_h", "mamba_num_heads": 4, "mamba_head_dim": 16}
+NEMOTRON_H = {
+    **LLAMA,
+    "model_type": "nemotron_h",
+    "hybrid_override_pattern": "M*",
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 16,
+}
 
 
 # A per-layer list given as a number or a string failed as "'int' object is not iterable",
@@ -147,3 +153,31 @@ def test_a_per_layer_list_given_as_no_list_is_refused_naming_it(config, key, val
     with pytest.raises(ValueError) as info:
         shape_from_config("m", {**config, key: value})
     assert str(info.value) == f"{key} must be a list, got {value!r}"
+
+
+# A size that is no integer failed as int()'s own words, "invalid literal for int() with base
+# 10: 'abc'" or "int() argument must be a string, a bytes-like object or a real number, not
+# 'list'", naming no key; a true was read as 1
+@pytest.mark.parametrize(
+    ("config", "key", "value"),
+    [
+        (LLAMA, "hidden_size", "abc"),
+        (LLAMA, "intermediate_size", [1]),
+        (LLAMA, "head_dim", "auto"),
+        (LLAMA, "num_hidden_layers", True),
+        (QWEN3_NEXT, "linear_key_head_dim", {}),
+        (QWEN3_NEXT, "num_experts", "many"),
+        (FALCON_WITHOUT_D_SSM, "mamba_d_state", "x"),
+        (NEMOTRON_H, "n_groups", [8]),
+    ],
+)
+def test_a_size_that_is_no_integer_is_refused_naming_it(config, key, value):
+    with pytest.raises(ValueError) as info:
+        shape_from_config("m", {**config, key: value})
+    assert str(info.value) == f"{key} must be an integer, got {value!r}"
+
+
+def test_a_long_value_is_shown_cut_short():
+    with pytest.raises(ValueError) as info:
+        shape_from_config("m", {**LLAMA, "hidden_size": "9" * 5000})
+    assert str(info.value) == f"hidden_size must be an integer, got '{'9' * 56}..."

@@ -671,3 +671,16 @@ def test_the_periods_trace_serving_and_fleet_give_are_the_codes():
         f"Serve's health check (every {HEALTH_CHECK_PERIOD_S:g} s": "fleet.md",
     }
     assert [phrase for phrase, doc in said.items() if phrase not in read(doc)] == []
+
+
+def test_cost_model_gives_each_roofline_fraction_the_roofline_runs_at():
+    """cost-model.md put "the recurrent mixers" at 7% of peak; LFM2's short conv, a recurrent mixer
+    too, runs at the elementwise 10% (`roofline.ELEMENTWISE_EFFICIENCY`)."""
+    from radixflow.costmodel.kernel_times import roofline as r
+
+    text = " ".join((ROOT / "docs" / "cost-model.md").read_text().split())
+    fractions = (
+        f"(GEMMs {r.GEMM_EFFICIENCY:.0%}, attention {r.ATTENTION_EFFICIENCY:.0%}, Gated DeltaNet and "
+        f"Mamba2 {r.RECURRENT_EFFICIENCY:.0%}, LFM2's short conv {r.ELEMENTWISE_EFFICIENCY:.0%}"
+    )
+    assert fractions in text

@@ -195,7 +195,7 @@ class MeasuredKernels:
         """A chunk over a cached prefix (context > tokens) is not in the table: it takes as long
         as the one-sequence prefill with the same attention FLOPs (the prefill of
         sqrt(2 tokens context - tokens^2) tokens), and no less than one query reading all
-        ``context`` keys (the decode table at batch 1)."""
+        ``context`` keys (the decode table at the call's ``batch``: one query per sequence)."""
         if context < tokens:
             raise ValueError(f"prefill_attention: context {context} < tokens {tokens}")
         site = (heads, kv_heads, head_dim)

@@ -121,7 +121,9 @@ def validation_message(
         return f"{where}{first.get('ctx', {}).get('path', '')}: {first.get('msg')}", param
     if param in SAMPLING_SHAPES:  # one line for the union, as the engine's check says it
         return f"{param}: {SAMPLING_SHAPES[param]}, got {_shown(first.get('input'))}", param
-    if param in UNION_SHAPES:  # pydantic reports each branch of the union; one line says it better
+    # pydantic reports each branch of the union (its name next in the path); one line says it
+    # better. The same name may be no union elsewhere (/tokenize's prompt is text only)
+    if param in UNION_SHAPES and len(loc) > 1 and isinstance(loc[1], str):
         return f"{param} must be {UNION_SHAPES[param]}, got {_shown(first.get('input'))}", param
     said = _SAID.get(str(kind), first.get("msg"))
     return f"{where}: {said}, got {_shown(first.get('input'))}", param

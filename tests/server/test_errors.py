@@ -322,6 +322,15 @@ def test_bad_tokenizer_route_input_is_a_400(served):
     assert http.get("/no/such/route").json()["error"]["type"] == "not_found_error"
 
 
+def test_a_tokenize_prompt_of_token_ids_is_told_it_must_be_a_string(served):
+    # /tokenize takes text only; its 400 listed the completion route's shapes ("a string, a list
+    # of token ids, ..."), so a list of token ids was refused by a message saying it may be one
+    r = served.http().post("/tokenize", json={"prompt": [1, 2]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error == {**error, "param": "prompt", "message": "prompt: must be a string, got [1, 2]"}
+
+
 def test_the_openai_client_sees_the_status_and_message(served):
     with pytest.raises(openai.BadRequestError) as e:
         served.client().completions.create(model=MODEL, prompt=[1, 99999], max_tokens=1)

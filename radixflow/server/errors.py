@@ -120,13 +120,20 @@ def validation_message(
     if kind in (SURROGATE, UNSUPPORTED):  # our own checks: the message is written to follow the name
         return f"{where}{first.get('ctx', {}).get('path', '')}: {first.get('msg')}", param
     if param in SAMPLING_SHAPES:  # one line for the union, as the engine's check says it
-        return f"{param}: {SAMPLING_SHAPES[param]}, got {_shown(first.get('input'))}", param
+        return f"{param}: {SAMPLING_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param
     # pydantic reports each branch of the union (its name next in the path); one line says it
     # better. The same name may be no union elsewhere (/tokenize's prompt is text only)
     if param in UNION_SHAPES and len(loc) > 1 and isinstance(loc[1], str):
-        return f"{param} must be {UNION_SHAPES[param]}, got {_shown(first.get('input'))}", param
+        return f"{param} must be {UNION_SHAPES[param]}, got {_shown(_sent(exc, param, first))}", param
     said = _SAID.get(str(kind), first.get("msg"))
     return f"{where}: {said}, got {_shown(first.get('input'))}", param
+
+
+def _sent(exc: RequestValidationError, param: str, first: dict[str, Any]) -> Any:
+    """The value the client sent for ``param``: a union's message says it of the whole field,
+    where pydantic's first error may hold only the item it tripped on (``1`` of ``[1]``)."""
+    body = exc.body
+    return body[param] if isinstance(body, dict) and param in body else first.get("input")
 
 
 def _path(loc: list[Any]) -> str:

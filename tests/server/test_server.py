@@ -336,6 +336,17 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
         ({"candidates": [" a", LONG_TEXT]}, "candidates", "candidate 1: prompt: has at least"),
         ({"candidates": "a"}, "candidates", "candidates must be a list of strings or a list of token-id"),
         ({"context": [1, "a"]}, "context", "context must be a string or a list of token ids"),
+        # the value sent, not the item pydantic first tripped on (it said "got 1", "got [1]")
+        (
+            {"candidates": [1]},
+            "candidates",
+            "candidates must be a list of strings or a list of token-id lists, got [1]",
+        ),
+        (
+            {"candidates": [[1], "a"]},
+            "candidates",
+            'candidates must be a list of strings or a list of token-id lists, got [[1], "a"]',
+        ),
         # for a text context only: with a conversation the flag was ignored unsaid
         (
             {"context": None, "messages": [user("hi")], "add_special_tokens": True},

@@ -69,5 +69,5 @@ async def detokenize(body: DetokenizeRequest, http: HttpRequest) -> dict[str, ob
     vocab = state.tokenizer.info.vocab_size
     bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
     if bad is not None:
-        raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens")
+        raise ApiError(400, f"tokens: token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens")
     return {"prompt": await state.offload(state.tokenizer.decode, body.tokens)}

@@ -307,9 +307,10 @@ def test_more_choices_than_the_queue_takes_are_refused_naming_n(served, route, b
 def test_bad_tokenizer_route_input_is_a_400(served):
     http = served.http()
     r = http.post("/detokenize", json={"tokens": [1, 600]})
+    # named as every other door names the field (it said "token id 600 is ..." alone)
     assert (
         r.status_code == 400
-        and r.json()["error"]["message"] == "token id 600 is outside the vocabulary (0..511)"
+        and r.json()["error"]["message"] == "tokens: token id 600 is outside the vocabulary (0..511)"
     )
     r = http.post("/tokenize", json={"prompt": "a", "messages": [{"role": "user", "content": "a"}]})
     assert r.status_code == 400 and "exactly one of prompt and messages" in r.json()["error"]["message"]

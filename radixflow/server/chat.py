@@ -90,8 +90,8 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     finals = await answers(http, submission, params.n)
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
-    if body.prompt_logprobs is None:
+    if body.prompt_logprobs is None and k is None:
         return JSONResponse(chat_completion(envelope, finals, names, k), headers=headers)
-    # a long prompt's entries take a while to build and encode: beside the event loop
+    # a long prompt's or reply's entries take a while to build and encode: beside the event loop
     built = await state.offload(encoded_chat_completion, envelope, finals, names, k, body.prompt_logprobs)
     return Response(built, media_type="application/json", headers=headers)

@@ -105,14 +105,22 @@ USER = {"role": "user", "content": "hi"}  # a chat message
         ("/v1/completions", {"prompt": "Hi", "echo": True, "logprobs": 2}, "text_completion"),
         ("/v1/chat/completions", {"messages": [USER], "prompt_logprobs": 2}, "chat.completion"),
         ("/v1/completions", {"prompt": "Hi", "echo": True, "logprobs": 2, "stream": True}, "text_completion"),
+        # the generated tokens' entries: n choices of up to the whole context each (they were
+        # built and encoded on the event loop)
+        ("/v1/completions", {"prompt": "Hi", "logprobs": 2, "max_tokens": 3}, "text_completion"),
+        (
+            "/v1/chat/completions",
+            {"messages": [USER], "logprobs": True, "top_logprobs": 2, "max_tokens": 3},
+            "chat.completion",
+        ),
     ],
 )  # fmt: skip
-def test_an_answer_holding_the_prompts_entries_is_encoded_beside_the_event_loop(
+def test_an_answer_holding_logprob_entries_is_encoded_beside_the_event_loop(
     served, monkeypatch, route, body, kind
 ):
-    """Such an answer is built on a tokenizer thread (megabytes for a long prompt), and its JSON
-    was then encoded on the event loop: 40-80 ms for one 8k-token echo, every other client and
-    stream waiting. Held here while it is encoded: the server answers others meanwhile."""
+    """Such an answer is built on a tokenizer thread (megabytes for a long prompt or replies), and
+    its JSON was then encoded on the event loop: 40-80 ms for one 8k-token echo, every other client
+    and stream waiting. Held here while it is encoded: the server answers others meanwhile."""
     entered, release = threading.Event(), threading.Event()
     dumps = json.dumps
 

@@ -38,6 +38,6 @@ def chat_completion(
 def encoded_chat_completion(
     envelope: Envelope, finals: list[Final], names: TokenNames, k: int | None, prompt_k: int | None
 ) -> bytes:
-    """`chat_completion`'s body as JSON: with a long prompt's ``prompt_logprobs`` it is megabytes,
-    built and encoded beside the event loop (tens of milliseconds)."""
+    """`chat_completion`'s body as JSON: with a long prompt's ``prompt_logprobs`` or long replies'
+    ``logprobs`` it is megabytes, built and encoded beside the event loop (tens of milliseconds)."""
     return json_bytes(chat_completion(envelope, finals, names, k, prompt_k))

@@ -62,9 +62,10 @@ class TextCompletion:
             choices = [self._choice(index, out) for index, out in answered]
             return json_bytes({**self.envelope.body(KIND, choices), "usage": usage(answered, self.n)})
 
-        # an echo's logprob entries are as long as the prompts: built and encoded (tens of
-        # milliseconds for a long prompt) beside the event loop
-        long = self._echo or self._prompt_k is not None
+        # logprob entries are as long as the prompts (echo) or the outputs (n choices of up to
+        # the context each): built and encoded (tens of milliseconds for 8k tokens) beside the
+        # event loop
+        long = self._echo or self._prompt_k is not None or self._k is not None
         return await self._offload(whole) if long else whole()
 
     def opening(self) -> list[dict[str, Any]]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.requests import Request as HttpRequest
 
+from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.scoring import (
     SCORING,
     CandidateScore,
@@ -31,7 +32,7 @@ from radixflow.server.completions import prompt_ids
 from radixflow.server.errors import ApiError
 from radixflow.server.json_body import FastJsonRoute
 from radixflow.server.protocol_tokens import ScoreRequest, check_specials_with_messages
-from radixflow.server.responses.envelope import Envelope, usage
+from radixflow.server.responses.envelope import Envelope, json_bytes, usage
 from radixflow.server.responses.logprobs import finite_logprob
 from radixflow.server.state import ServerState
 from radixflow.server.submission import answers, id_headers, response_id
@@ -119,8 +120,14 @@ async def score(body: ScoreRequest, http: HttpRequest) -> Response:
     if finals is None:
         return Response(status_code=499)  # nobody reads it: the client has gone
     outputs = [f.output for f in finals if f.output is not None]
+    # every candidate's tokens, logprobs and ranks (up to --max-pending candidates, each up to the
+    # context long): built and encoded beside the event loop, as the other routes' entries are
+    built = await state.offload(encoded_scores, envelope, context_len, outputs)
+    return Response(built, media_type="application/json", headers=id_headers(envelope.id))
+
+
+def encoded_scores(envelope: Envelope, context_len: int, outputs: list[GenerationOutput]) -> bytes:
+    """The answer's body as JSON, for the candidates' ``outputs`` in order."""
     data = [entry(s) for s in candidate_scores(context_len, outputs)]
-    answered = list(enumerate(outputs))
-    body_out = {"id": envelope.id, "object": KIND, "created": envelope.created, "model": envelope.model}
-    headers = id_headers(envelope.id)
-    return JSONResponse({**body_out, "data": data, "usage": usage(answered)}, headers=headers)
+    body = {"id": envelope.id, "object": KIND, "created": envelope.created, "model": envelope.model}
+    return json_bytes({**body, "data": data, "usage": usage(list(enumerate(outputs)))})

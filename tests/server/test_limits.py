@@ -113,6 +113,8 @@ USER = {"role": "user", "content": "hi"}  # a chat message
             {"messages": [USER], "logprobs": True, "top_logprobs": 2, "max_tokens": 3},
             "chat.completion",
         ),
+        # every candidate's tokens, logprobs and ranks: as long as the candidates
+        ("/v1/score", {"context": "Hi", "candidates": [" a", " b"]}, "score"),
     ],
 )  # fmt: skip
 def test_an_answer_holding_logprob_entries_is_encoded_beside_the_event_loop(

@@ -27,11 +27,17 @@ from starlette.responses import Response
 
 
 def parse_json(body: bytes) -> Any:
-    """``body``'s value, as ``json.loads`` gives it; raises what ``json.loads`` raises."""
+    """``body``'s value, as ``json.loads`` gives it; raises what ``json.loads`` raises (a
+    `json.JSONDecodeError` too for a body nested past Python's recursion limit)."""
     try:
         return from_json(body, allow_inf_nan=True)  # NaN is the strict checks' to refuse, by field
     except ValueError:
+        pass
+    try:
         return json.loads(body)
+    except RecursionError:  # FastAPI would answer "There was an error parsing the body"
+        text = body.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
 class FastJsonRequest(Request):

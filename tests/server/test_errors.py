@@ -29,6 +29,11 @@ def served(zoo) -> Iterator[RunningServer]:
 BAD_COMPLETIONS = [
     ("malformed JSON", b'{"model": "qwen3_5-tiny", "prompt": ', "malformed JSON body"),
     ("not an object", b"[1, 2]", "the request body must be a JSON object"),
+    (  # past Python's recursion limit: FastAPI's "There was an error parsing the body"
+        "nested too deeply",
+        b'{"model": "qwen3_5-tiny", "prompt": "a", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        "malformed JSON body: nested too deeply",
+    ),
     ("empty prompt", {"prompt": ""}, "prompt: is empty"),
     ("empty token list", {"prompt": []}, "prompt: is empty"),
     ("one empty prompt of several", {"prompt": ["fine", ""]}, "prompt 1: is empty"),

@@ -51,8 +51,9 @@ class CallBuilder:
         calls: list[Call] = []
         tokenized: dict[int, SamplingParams] = {}  # one params object for many prompts: tokenized once
         for i, (prompt, sp) in enumerate(zip(token_prompts, params_list, strict=True)):
-            sp = self._checked(sp, labels[i] if named else None, tokenized)
-            calls += self._choices(i, prompt, sp, namespace, fit)
+            label = labels[i] if named else None
+            sp = self._checked(sp, label, tokenized)
+            calls += self._choices(i, prompt, sp, namespace, fit, label)
         return calls, labels if named else None
 
     def _checked(
@@ -72,12 +73,17 @@ class CallBuilder:
         return tokenized[id(sp)]
 
     def _choices(
-        self, i: int, prompt: list[int], sp: SamplingParams, namespace: str, fit: bool
+        self, i: int, prompt: list[int], sp: SamplingParams, namespace: str, fit: bool, label: str | None
     ) -> list[Call]:
-        """Prompt ``i``'s requests, one per choice (`SamplingParams.n`), in choice order."""
+        """Prompt ``i``'s requests, one per choice (`SamplingParams.n`), in choice order;
+        `PromptError` naming ``label`` for a ``min_tokens`` past the room ``fit`` caps to."""
         engine = self.engine()
         prompt = sp.truncated(prompt, engine.runner.model.max_context)
-        fitted = sp.fitted(engine.room(len(prompt))) if fit else sp
+        room = engine.room(len(prompt))
+        problem = sp.room_problem(room) if fit else None
+        if problem is not None:
+            raise PromptError(problem, label)
+        fitted = sp.fitted(room) if fit else sp
         calls = []
         for choice, choice_params in enumerate(fitted.choices()):
             rid = f"gen-{next(self.ids)}"

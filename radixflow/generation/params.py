@@ -138,6 +138,18 @@ class SamplingParams(TokenSamplingParams):
         keep = max(1, context - self.max_tokens) if k == -1 else k
         return prompt[-keep:] if len(prompt) > keep else prompt
 
+    def room_problem(self, room: int) -> Problem | None:
+        """Why these parameters cannot be `fitted` to ``room`` (None: they can): a ``min_tokens``
+        past it, which fitting would lower behind the caller's back (vLLM refuses it too). A
+        prompt with no room at all is refused as the prompt, not here. Pure."""
+        if 1 <= room < self.min_tokens:
+            return Problem(
+                "min_tokens",
+                f"must be at most {room}, the tokens this prompt leaves room for (the model "
+                f"context and the KV cache), got {self.min_tokens}",
+            )
+        return None
+
     def fitted(self, room: int) -> SamplingParams:
         """These parameters with ``max_tokens`` capped to ``room`` (what the prompt leaves, as
         `Engine.room` says; at least 1, so a prompt with no room is refused as the prompt) and

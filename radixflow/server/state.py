@@ -199,14 +199,16 @@ class ServerState:
             raise ApiError.from_problem(e.problem) from None
         for i, whole in enumerate(prompts):
             prompt = params.truncated(whole, self.context)
-            sampling = params.fitted(self._room(len(prompt))) if fit else params
+            room = self._room(len(prompt))
+            sampling = params.fitted(room) if fit else params
             reqs = [
                 Request(f"{self._run_id}-{next(self._serial)}", tuple(prompt), namespace, sampling=p)
                 for p in sampling.choices()
             ]
-            # the choices differ only in their seeds: the first one's check (a pass over the
-            # prompt) stands for all
-            problem = self._problem(reqs[0])
+            # a min_tokens past the room a default max_tokens is capped to is refused, not lowered
+            # behind the caller's back; then the first choice's check (a pass over the prompt)
+            # stands for all: the choices differ only in their seeds
+            problem = (params.room_problem(room) if fit else None) or self._problem(reqs[0])
             if problem is not None:
                 named = len(prompts) > 1 or item != "prompt"
                 raise ApiError.from_problem(problem, f"{item} {i}" if named else None)

@@ -195,6 +195,20 @@ def test_a_bad_word_closes_the_guided_choices_it_is_in(llm):
         llm.generate(PROMPTS[2], replace(pair, bad_words=("cat", "dog")))
 
 
+def test_a_min_tokens_past_the_room_a_fitted_max_tokens_leaves_is_refused_not_lowered(llm):
+    # fit caps a default max_tokens to the room the prompt leaves; min_tokens went down with it,
+    # so a caller's least was silently not met
+    total = 1 + llm.engine.room(1)  # the longest prompt plus output this engine holds
+    prompt = [7] * (total - 3)
+    assert llm.engine.room(len(prompt)) == 3
+    with pytest.raises(
+        ValueError, match=r"^min_tokens: must be at most 3, the tokens this prompt leaves room"
+    ):
+        llm.generate(prompt, SamplingParams(max_tokens=16, min_tokens=5), fit=True)
+    (out,) = llm.generate(prompt, SamplingParams(max_tokens=16, min_tokens=3, ignore_eos=True), fit=True)
+    assert len(out.token_ids) == 3
+
+
 def test_min_tokens_follows_only_the_guided_choices_that_long(llm):
     # ("cat", "the lazy dog") with min_tokens 3 answered "cat" (2 tokens), finish reason stop:
     # min_tokens broken unsaid. A choice shorter than it ends the output as an EOS would

@@ -5,6 +5,7 @@ token id is checked against the vocabulary, and a chat role the template does no
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +69,25 @@ def test_a_min_tokens_past_the_default_max_tokens_raises_it_as_generate_does(htt
     r = http.post(route, json=body)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] >= 20
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_min_tokens_past_the_room_a_default_max_tokens_fits_is_refused_not_lowered(http, route):
+    # the default max_tokens is capped to what fits beside the prompt; min_tokens was capped with
+    # it, so {"min_tokens": 100} gave a few tokens and finish_reason "length" (vLLM: a 400)
+    if route == "/v1/completions":
+        prompt = {"prompt": [7] * (CAPACITY - 4)}
+    else:
+        messages, _ = chat_of(http, 126)
+        prompt = {"messages": messages}
+    body = {"model": MODEL, "min_tokens": 100, "ignore_eos": True, "temperature": 0, **prompt}
+    r = http.post(route, json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "min_tokens", error
+    assert re.fullmatch(
+        r"min_tokens: must be at most \d+, the tokens this prompt leaves room for .*got 100", error["message"]
+    )
 
 
 def test_a_chat_prompt_too_long_for_the_cache_is_refused_as_the_messages(http):

@@ -59,7 +59,7 @@ def _add_model_routes(app: FastAPI, state: ServerState) -> None:
         "object": "model",
         "created": 0,
         "owned_by": "radixflow",
-        "max_model_len": state.context,
+        "max_model_len": state.longest,
     }
 
     @app.get("/v1/models")

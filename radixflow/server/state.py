@@ -145,6 +145,13 @@ class ServerState:
     def context(self) -> int:
         return self.engine_info.max_context
 
+    @property
+    def longest(self) -> int:
+        """The most tokens, prompt and output together, one request may hold here: the model
+        context, or less where the KV cache holds less (what clients read from ``max_model_len``;
+        vLLM refuses to start where its cache holds less than its context)."""
+        return 1 + self._room(1)
+
     def problem(self, request: Request) -> Problem | None:
         """Why ``request`` can never run here; None when it can. Pure, as `Backend.problem`."""
         return self._problem(request)

@@ -44,7 +44,7 @@ async def tokenize(body: TokenizeRequest, http: HttpRequest) -> dict[str, object
         raise ApiError(400, "give exactly one of prompt and messages", "prompt")
     check_specials_with_messages(body)
     ids, strs = await state.offload(_tokenize, body, state.unbounded_tokenizer)  # seconds for a long text
-    out: dict[str, object] = {"count": len(ids), "max_model_len": state.context, "tokens": ids}
+    out: dict[str, object] = {"count": len(ids), "max_model_len": state.longest, "tokens": ids}
     if strs is not None:
         out["token_strs"] = strs
     return out

@@ -90,6 +90,20 @@ def test_a_min_tokens_past_the_room_a_default_max_tokens_fits_is_refused_not_low
     )
 
 
+def test_max_model_len_is_what_the_kv_cache_holds_where_it_holds_less_than_the_context(http):
+    # it stated the model context (8,192) beside a cache of 1,024 tokens: a client sizing its
+    # prompts to it was refused as "does not fit in the KV cache"
+    (card,) = http.get("/v1/models").json()["data"]
+    longest = card["max_model_len"]
+    assert longest <= CAPACITY + 1  # the last token sampled is never computed: it needs no KV
+    assert http.post("/tokenize", json={"model": MODEL, "prompt": "hi"}).json()["max_model_len"] == longest
+    body = {"model": MODEL, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
+    r = http.post("/v1/completions", json={**body, "prompt": [7] * (longest - 1)})
+    assert r.status_code == 200, r.text
+    r = http.post("/v1/completions", json={**body, "prompt": [7] * longest})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+
+
 def test_a_chat_prompt_too_long_for_the_cache_is_refused_as_the_messages(http):
     # a chat request has no prompt field: OpenAI names messages (vLLM names no body field)
     messages, n = chat_of(http, 140)

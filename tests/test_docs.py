@@ -684,3 +684,54 @@ def test_cost_model_gives_each_roofline_fraction_the_roofline_runs_at():
         f"Mamba2 {r.RECURRENT_EFFICIENCY:.0%}, LFM2's short conv {r.ELEMENTWISE_EFFICIENCY:.0%}"
     )
     assert fractions in text
+
+
+# the README headline table's rows: the `bench --json` figure each shows and how it is printed
+_HEADLINE_ROWS = {
+    "worker rounds": ("rounds", "{:d}"),
+    "rounds lower bound": ("rounds_lower_bound", "{:d}"),
+    "mean latency (s)": ("mean_latency_s", "{:.4f}"),
+    "p50 latency (s)": ("p50_latency_s", "{:.4f}"),
+    "p99 latency (s)": ("p99_latency_s", "{:.4f}"),
+    "reuse rate": ("reuse_rate", "{:.2%}"),
+    "bubble tokens": ("bubble_tokens", "{:d}"),
+    "outputs sha256": ("outputs_sha256", "{:.12}"),
+}
+
+
+def test_the_readme_headline_table_is_what_the_default_bench_prints(tmp_path, capsys):
+    """The README's headline figure is `radixflow bench --runner sim`, which is deterministic:
+    every cell of its table (each policy's figure, and each change against `native`, to 0.1%) is
+    what that command writes to `--json` now. The pinned rounds and bubble tokens held two rows
+    of it; a change to the cost model moved the latencies with nothing to say the README was stale."""
+    import json
+
+    from radixflow.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--runner", "sim", "--json", str(out)]) == 0
+    capsys.readouterr()
+    results = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## The headline figure") :].split("\n\n")[2].splitlines()
+    assert table[0].split(" | ")[1:4] == list(results)  # native, radixflow, adaptive
+    wrong = []
+    for line in table[2:]:
+        metric, *cells = (c.strip() for c in line.split("|")[1:-1])
+        key, form = _HEADLINE_ROWS[metric]
+        for policy, cell in zip(results, cells[:3], strict=True):
+            if cell != form.format(results[policy][key]):
+                wrong.append(f"{metric}, {policy}: README {cell}, bench {form.format(results[policy][key])}")
+        for policy, cell in zip(("radixflow", "adaptive"), cells[3:], strict=True):
+            new, old = results[policy][key], results["native"][key]
+            if key == "outputs_sha256":
+                said = "same" if new == old else "differs"
+            elif cell:
+                said = f"{(new / old - 1) * 100:+.1f}%".replace("-", "−")
+                cell = cell if "." in cell else cell.replace("%", ".0%")  # "−100%"
+            else:
+                continue  # the lower bound's change is left blank
+            if cell != said:
+                wrong.append(f"{metric}, {policy} vs native: README {cell}, bench {said}")
+    assert len(table) == 2 + len(_HEADLINE_ROWS)
+    assert wrong == []

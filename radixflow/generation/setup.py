@@ -66,7 +66,7 @@ def weights_problem(options: EngineOptions, local: bool = True) -> Problem | Non
     refusals of its dtype, matmul plan and kernels; ``local``: a device this machine lacks, threads
     or cache bookkeeping past its CPUs or memory): a fleet's ingress checks this before its
     replicas load the model."""
-    problem = options.validate(local) or name_problem(options)
+    problem = options.validate(local) or name_problem(options, weights=True)
     if problem is None and options.model is None:
         return NO_MODEL
     if problem is None and runner_name(options) == "sim":
@@ -91,7 +91,7 @@ def load_model(options: EngineOptions) -> LoadedModel:
     a torch runner sized by ``options``. Raises `ProblemError` naming the option at fault."""
     if options.model is None:
         raise ProblemError(NO_MODEL)
-    plan = plan_engine(options)
+    plan = plan_engine(options, weights=True)
     path = plan.choice.checkpoint
     if path is None:
         raise ProblemError(sim_runner_problem(options, plan.choice.label))

@@ -194,13 +194,14 @@ class EnginePlan:
             raise ProblemError(Problem("trace_out", f"cannot write {path}: {e.strerror or e}")) from None
 
 
-def plan_engine(options: EngineOptions) -> EnginePlan:
+def plan_engine(options: EngineOptions, weights: bool = False) -> EnginePlan:
     """Validate ``options`` and resolve the runner and model (a zoo model is built on first use).
+    ``weights``: the door needs a model with weights (`name_problem`).
 
     Raises `ProblemError` naming the option at fault.
     """
     options.check()
-    problem = name_problem(options)
+    problem = name_problem(options, weights)
     if problem is not None:
         raise ProblemError(problem)
     return EnginePlan(options, choose_runner(options))

@@ -53,9 +53,10 @@ def runner_name(options: EngineOptions) -> str:
     return "sim" if options.model is None or options.model in SIM_MODELS else "torch"
 
 
-def name_problem(options: EngineOptions) -> Problem | None:
+def name_problem(options: EngineOptions, weights: bool = False) -> Problem | None:
     """Why ``options.model`` names no model the runner can have (None: it may). Cheap: nothing is
-    built or read, so a config of many cells is checked before any runs."""
+    built or read, so a config of many cells is checked before any runs. ``weights``: the door
+    generates or scores, so an unknown name is not offered the sim shapes, which it refuses."""
     name, runner = options.model, runner_name(options)
     if name is None:
         return None
@@ -68,7 +69,7 @@ def name_problem(options: EngineOptions) -> Problem | None:
     if name in model_names() or path.is_dir():
         return None
     known = f"zoo names: {', '.join(model_names())}"
-    if options.runner is None:
+    if options.runner is None and not weights:
         known += f"; sim shapes: {', '.join(SIM_MODELS)}"
     # a file of a checkpoint (its config.json) says which directory was meant, not "unknown"
     return Problem("model", file_problem(path) or f"unknown {runner} model {name!r} ({known})")

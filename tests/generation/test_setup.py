@@ -52,3 +52,20 @@ def test_a_model_vocabulary_wider_than_its_tokenizer_loads(zoo, tmp_path: Path) 
     save_file(state, str(tmp_path / "ckpt" / "model.safetensors"), {"format": "pt"})
     (out,) = LLM(str(tmp_path / "ckpt"), torch_threads=1).generate(["hello world"])
     assert out.token_ids
+
+
+def test_an_unknown_model_at_a_door_that_needs_weights_lists_only_models_with_weights() -> None:
+    """`radixflow serve gpt-17` (generate, score, run-batch, `LLM`) answered "unknown torch model
+    'gpt-17' (zoo names: ...; sim shapes: qwen3_5-2b, ...)": the sim shapes it offered are refused
+    there in turn ("has no weights"). Such a door lists the zoo names alone; `bench`, where a sim
+    shape runs, still offers both."""
+    from radixflow.generation.setup import weights_problem
+    from radixflow.options import EngineOptions
+
+    with pytest.raises(ProblemError) as info:
+        LLM("gpt-17", torch_threads=1)
+    problem = weights_problem(EngineOptions(model="gpt-17"))
+    assert problem is not None
+    for said in (str(info.value), f"{problem.param}: {problem.message}"):
+        assert said.startswith("model: unknown torch model 'gpt-17' (zoo names: llama-tiny"), said
+        assert "sim shapes" not in said and "qwen3_5-2b" not in said, said

@@ -563,11 +563,14 @@ def test_usage_gives_the_least_rate_bench_takes():
 def test_the_limits_usage_and_serving_give_are_the_codes():
     """The bounds the pages state in figures (a workload's tokens and requests, the capacities,
     --repeat, an arrival time, n, the stop, choice and bad-word characters, score --input's contexts
-    a call) are the declared constants: a limit raised in code is one the docs still refuse."""
+    a call, the sampling ranges: greedy temperature, logit bias, penalties, logprob counts) are the
+    declared constants: a limit raised in code is one the docs still refuse."""
     from radixflow.cli.bench_flags import MAX_REPEAT
     from radixflow.cli.score_file import CONTEXTS_PER_CALL
     from radixflow.generation import params
     from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
+    from radixflow.scheduler.sampling import GREEDY_BELOW
+    from radixflow.scheduler.sampling_checks import MAX_LOGIT_BIAS, MAX_LOGPROBS, PENALTY_RANGE
     from radixflow.workloads import candidates as wl
 
     usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
@@ -586,6 +589,11 @@ def test_the_limits_usage_and_serving_give_are_the_codes():
         f"`stop` strings over {params.MAX_STOP_CHARS:,} characters": serving,
         f"`guided_choice` over {params.MAX_CHOICE_CHARS:,} and": serving,
         f"`bad_words` over {params.MAX_BAD_WORD_CHARS:,} characters": serving,
+        f"`temperature` 0 or below {GREEDY_BELOW:.0e}".replace("e-0", "e-"): usage,  # 1e-5
+        f"each in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]": usage,
+        f"(in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}], over the output so far": usage,
+        f"`top_logprobs` and `prompt_logprobs` 0–{MAX_LOGPROBS};": serving,
+        f"`prompt_logprobs: k` (0–{MAX_LOGPROBS})": serving,
     }
     assert [phrase for phrase, text in said.items() if phrase not in text] == []
 

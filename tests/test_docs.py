@@ -743,3 +743,17 @@ def test_the_readme_headline_table_is_what_the_default_bench_prints(tmp_path, ca
                 wrong.append(f"{metric}, {policy} vs native: README {cell}, bench {said}")
     assert len(table) == 2 + len(_HEADLINE_ROWS)
     assert wrong == []
+
+
+def test_the_readmes_real_model_command_is_the_one_real_models_md_runs():
+    """The README's "Real models" line showed `radixflow bench --runner torch --model qwen3_5-small`
+    on bench's default workload (64 requests of 1,088 tokens, a no-cache reference and three
+    policies: past 10 minutes on this 2-core machine, and still running), where real-models.md,
+    which it links, runs the real runner's benchmark shape. A newcomer's first real run is the
+    page's."""
+    readme = (ROOT / "README.md").read_text()
+    line = readme[readme.index("- **Real models**") :].split("\n- ")[0].replace("\n", " ")
+    shown = [span for span in _SPAN.findall(line) if span.startswith("radixflow bench")]
+    pages = _code((ROOT / "docs" / "real-models.md").read_text())
+    first = next(code.strip() for code in pages if code.startswith("radixflow bench --runner torch"))
+    assert shown == [first]

@@ -757,3 +757,21 @@ def test_the_readmes_real_model_command_is_the_one_real_models_md_runs():
     pages = _code((ROOT / "docs" / "real-models.md").read_text())
     first = next(code.strip() for code in pages if code.startswith("radixflow bench --runner torch"))
     assert shown == [first]
+
+
+def test_usage_says_radixflow_models_needs_the_torch_extra(tmp_path):
+    """`radixflow models` builds each zoo model on torch's meta device to count its parameters, so
+    the core install refuses it in one line; usage.md pointed a core-install user of the sim at it
+    for the zoo names ("a zoo name (`radixflow models`)") without saying so."""
+    code = (
+        "import sys\n"
+        f"for name in {EXTRAS_PACKAGES!r}: sys.modules[name] = None  # import raises ImportError\n"
+        "from radixflow.cli import main\n"
+        "sys.exit(main(['models']))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RADIXFLOW_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2 and "radixflow models needs the torch extra" in done.stderr, done.stderr
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    listed = next(line for line in usage.splitlines() if line.startswith("- `radixflow models`"))
+    assert "needs the `torch` extra" in listed

@@ -48,6 +48,17 @@ def not_taken(final: Final) -> bool:
     return final.output is None and final.status in NOT_TAKEN
 
 
+def failure_line(error: BaseException) -> str:
+    """``error`` in one line, for a client's 503 and the log. Ray's errors span many: a dead
+    actor's id, pid, name and namespace on tab-indented lines between its two sentences, and a
+    replica's own exception as its remote traceback (the exception itself is the ``cause``). Pure."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and cause is not error:
+        error = cause
+    lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line[0].isspace()]
+    return f"{type(error).__name__}: {' '.join(lines)}"
+
+
 @dataclass
 class ReplicaFigures:
     answered: int = 0
@@ -213,7 +224,7 @@ class RemoteLoop:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                why = f"the replica serving this request failed: {type(e).__name__}: {e}"
+                why = f"the replica serving this request failed: {failure_line(e)}"
                 if relayed.sent or attempt == self.retries:
                     self._answer(flight, Final(flight.index, None, 503, why))
                     return

@@ -147,6 +147,55 @@ def test_a_replica_dying_mid_answer_ends_the_prompt_with_a_503():
     assert len(calls) == 1  # tokens were streamed already: not retried (the client saw them)
 
 
+# what Ray raises at the ingress when a replica is killed mid-answer (recorded from Ray 2.60)
+ACTOR_DIED = (
+    "The actor died unexpectedly before finishing this task.\n"
+    "\tclass_name: ServeReplica:radixflow:radixflow-engine\n"
+    "\tactor_id: 9808f6365870b22b6166c00701000000\n"
+    "\tpid: 19275\n"
+    "\tname: SERVE_REPLICA::radixflow#radixflow-engine#c6neommp\n"
+    "\tnamespace: serve\n"
+    "\tip: 192.0.2.2\n"
+    "The actor is dead because it was killed by `ray.kill`."
+)
+
+
+class ActorDiedError(Exception):
+    pass
+
+
+class TaskError(Exception):
+    """Ray's error for a replica's own exception: its traceback as text, the exception as ``cause``."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(
+            "\x1b[36mray::ServeReplica:radixflow:radixflow-engine.generate()\x1b[39m (pid=5, ip=192.0.2.2)\n"
+            '  File "radixflow/cluster/replica.py", line 97, in generate\n'
+            f"{type(cause).__name__}: {cause}"
+        )
+        self.cause = cause
+
+
+@pytest.mark.parametrize(
+    "error, said",
+    [
+        (
+            ActorDiedError(ACTOR_DIED),
+            "ActorDiedError: The actor died unexpectedly before finishing this task. "
+            "The actor is dead because it was killed by `ray.kill`.",
+        ),
+        (TaskError(RuntimeError("device lost")), "RuntimeError: device lost"),
+    ],
+)
+def test_a_replica_failure_is_one_line_not_rays_report(error, said):
+    # the 503 (and the log) carried Ray's whole report: the dead actor's id, pid, name and
+    # namespace on tab-indented lines, or the replica's traceback
+    open_stream, _ = stream_of([DELTA, error])
+    final = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0][-1]
+    assert final.status == 503
+    assert final.error == f"the replica serving this request failed: {said}"
+
+
 def test_a_retry_that_fails_too_is_an_error_not_a_hang():
     open_stream, _ = stream_of([RuntimeError("gone")], [RuntimeError("gone again")])
     events = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0]

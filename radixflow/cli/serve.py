@@ -227,7 +227,10 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
                 f"{counted(options.torch_threads, 'torch thread')} each)",
                 file=sys.stderr,
             )
-            server.run(sockets=[sock])
+            try:
+                server.run(sockets=[sock])
+            finally:  # drained: Serve stops the replicas next, which is no fleet going down
+                figures.stop()
     except RayStartError as e:  # a bad --ray-address: one line, as every flag's error
         raise UsageError(str(e)) from None
     except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running

@@ -66,6 +66,7 @@ class FleetFigures:
         self._running: list[str] = []
         self._dead: frozenset[str] = frozenset()  # running replicas whose engine loop has failed
         self._ran = False  # a replica has run: none running now is a fleet down, not one starting
+        self._stopping = False  # its user stops the fleet: replicas leaving is no failure
         self._watchers: list[Callable[[str], None]] = []
 
     def update(self, reports: Mapping[str, Report | None], dead: Iterable[str] = ()) -> None:
@@ -82,6 +83,8 @@ class FleetFigures:
                 if report is not None:
                     self._latest[replica] = report
         why = self.down()
+        if self._stopping:  # the figures stay current; nobody is told of replicas going
+            return
         if why is None and was is not None:  # the log said it went down: it says it came back
             serving = len(reports) - len(self._dead)
             log.info("the fleet serves again: %d replica%s running", serving, "" if serving == 1 else "s")
@@ -89,6 +92,11 @@ class FleetFigures:
             log.warning("the fleet serves nothing: %s; requests get a 503 until a replica serves", why)
             for watcher in list(self._watchers):
                 watcher(why)
+
+    def stop(self) -> None:
+        """The fleet is being stopped (mutates self): Serve stopping its replicas next is neither
+        logged as the fleet going down nor said to the watchers."""
+        self._stopping = True
 
     def watch(self, watcher: Callable[[str], None]) -> None:
         """Call ``watcher`` with `down`'s reason each time the fleet goes down (mutates self)."""

@@ -460,6 +460,43 @@ def test_router_with_one_replica_on_a_cluster_warns_too(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_fleet_stopped_by_ctrl_c_does_not_log_that_it_serves_nothing(monkeypatch, caplog):
+    # past the drain Serve stops the replicas; the router then sees none running and the log said
+    # "the fleet serves nothing: no replica is running: Ray Serve is starting replacements ...;
+    # requests get a 503 until a replica serves" at every ordinary stop
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import contextlib
+    import logging
+
+    import radixflow.cluster.launch as launch
+
+    deployed: list = []
+
+    @contextlib.contextmanager
+    def ray_serve(spec):
+        try:
+            yield
+        finally:
+            for figures in deployed:  # serve.shutdown(): the replicas leave the router's set
+                figures.update({})
+
+    def deploy(options, spec, config, figures):
+        figures.update({"a": None, "b": None})
+        deployed.append(figures)
+
+    class Interrupted:
+        def run(self, sockets) -> None:
+            raise KeyboardInterrupt  # Ctrl-C: the ingress drained
+
+    monkeypatch.setattr(launch, "ray_serve", ray_serve)
+    monkeypatch.setattr(launch, "deploy", deploy)
+    monkeypatch.setattr(launch, "fleet_server", lambda *args: Interrupted())
+    with caplog.at_level(logging.INFO, logger="radixflow.cluster"):
+        assert main(["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0"]) == 130
+    assert deployed and [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"] == []
+
+
 def test_serve_on_a_port_in_use_is_one_line_from_the_installed_command(port_in_use, tmp_path: Path):
     """The real entry point, as its own process: one line, exit 2, and no model loaded (a zoo
     model in an empty cache: loading it would build it there)."""

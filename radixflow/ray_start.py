@@ -20,18 +20,40 @@ def worker_pythonpath() -> str:
 
 # seconds to wait for the cluster's address to take a connection before ray.init is called
 CONNECT_TIMEOUT_S = 5.0
+# seconds to wait for its first bytes: Ray's ports (gRPC) send their HTTP/2 settings at once
+ANSWER_TIMEOUT_S = 2.0
+# asked of whatever listens there: a web server answers it; Ray's ports drop it after their settings
+HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
 
 
 def unreachable(address: str) -> str | None:
     """Why nothing takes a connection at the cluster ``address`` (``host:port``, or a client's
     ``ray://host:port``); None where something does, or the address is no host and port ("auto",
     a malformed one: ray.init's to judge). Checked first because ray.init retries an address with
-    nothing listening for minutes on end, printing a warning every few seconds, never an error."""
+    nothing listening for minutes on end, printing a warning every few seconds, never an error;
+    so it does one where a web server answers (Ray's dashboard, whose address Ray's job tools take)."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
         return None
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
+            if _answers_http(conn):
+                return (
+                    f"{host}:{port} answers HTTP (a web server, such as Ray's dashboard), not Ray: give "
+                    "the address of the cluster's head (port 6379 unless `ray start` was told otherwise, "
+                    "or ray://HOST:10001)"
+                )
             return None
     except OSError as e:
         return f"cannot connect to {host}:{port} ({e.strerror or e})"
+
+
+def _answers_http(conn: socket.socket) -> bool:
+    """Whether what listens at ``conn`` answers as a web server (HTTP/1). Anything else, silence
+    included (a port that waits for TLS), is left to ray.init."""
+    conn.settimeout(ANSWER_TIMEOUT_S)
+    try:
+        conn.sendall(HTTP_PROBE)
+        return conn.recv(5) == b"HTTP/"
+    except OSError:
+        return False

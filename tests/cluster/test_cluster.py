@@ -614,6 +614,56 @@ def test_a_fleet_ray_address_nothing_listens_at_is_refused_at_once(monkeypatch):
             pytest.fail("a fleet started")
 
 
+def _answering(reply: bytes):
+    """A server on a free local port that sends ``reply`` to each connection (as Ray's GCS sends its
+    HTTP/2 settings at once) or, given b"", answers an HTTP/1 request as a web server does; its
+    address, while the context lasts."""
+    import contextlib
+    import http.server
+    import socketserver
+    import threading
+
+    class Settings(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.sendall(reply)
+
+    handler = Settings if reply else http.server.SimpleHTTPRequestHandler
+
+    @contextlib.contextmanager
+    def running():
+        with socketserver.TCPServer(("127.0.0.1", 0), handler) as server:
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            try:
+                yield f"127.0.0.1:{server.server_address[1]}"
+            finally:
+                server.shutdown()
+
+    return running()
+
+
+def test_a_fleet_ray_address_of_a_web_server_is_refused_at_once(monkeypatch):
+    # an address where a web server listens (Ray's dashboard, port 8265: the address Ray's job
+    # tools take) passed the connection check; ray.init then retried it for minutes, a warning
+    # every few seconds and never an error
+    pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+    from radixflow.ray_start import unreachable
+
+    monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("ray.init reached"))
+    with _answering(b"") as address:
+        said = rf"^--ray-address {address}: Ray did not start: {address} answers HTTP"
+        refused = pytest.raises(launch.RayStartError, match=said)
+        with refused, launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
+            pytest.fail("a fleet started")
+    # Ray's own ports answer in HTTP/2 (gRPC): they are left to ray.init
+    settings = b"\x00\x00\x18\x04\x00\x00\x00\x00\x00"
+    with _answering(settings) as address:
+        assert unreachable(address) is None
+        assert unreachable(f"ray://{address}") is None
+
+
 def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_running(monkeypatch):
     # serve.run under the same application name replaced the running fleet's replicas (perhaps
     # of another model, behind an ingress with the first model's tokenizer); its exit then

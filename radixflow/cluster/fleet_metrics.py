@@ -87,7 +87,9 @@ class FleetFigures:
             return
         if why is None and was is not None:  # the log said it went down: it says it came back
             serving = len(reports) - len(self._dead)
-            log.info("the fleet serves again: %d replica%s running", serving, "" if serving == 1 else "s")
+            # a warning as that was: nothing configures logging in `serve`, where Python shows
+            # warnings and above only
+            log.warning("the fleet serves again: %d replica%s running", serving, "" if serving == 1 else "s")
         if why is not None and was is None:
             log.warning("the fleet serves nothing: %s; requests get a 503 until a replica serves", why)
             for watcher in list(self._watchers):

@@ -140,3 +140,25 @@ def test_a_fleet_serving_again_says_so_once(caplog):
         figures.update({"b": None, "c": None})  # still serving: said once
     said = [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"]
     assert said == ["the fleet serves again: 2 replicas running"]
+
+
+def test_a_fleet_serving_again_says_so_where_it_said_it_went_down():
+    # `radixflow serve` configures no Python logging: warnings and above reach stderr, nothing
+    # below; the line saying the fleet serves again was an info line, so it never showed
+    import subprocess
+    import sys
+
+    from cli_utils import checkout_env
+
+    script = (
+        "from radixflow.cluster.fleet_metrics import FleetFigures\n"
+        "figures = FleetFigures()\n"
+        "figures.update({'a': None})\n"
+        "figures.update({})\n"
+        "figures.update({'b': None})\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=checkout_env())
+    lines = run.stderr.splitlines()
+    assert run.returncode == 0 and len(lines) == 2, run.stderr
+    assert lines[0].startswith("the fleet serves nothing")
+    assert lines[1] == "the fleet serves again: 1 replica running"

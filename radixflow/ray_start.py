@@ -24,6 +24,10 @@ CONNECT_TIMEOUT_S = 5.0
 ANSWER_TIMEOUT_S = 2.0
 # asked of whatever listens there: a web server answers it; Ray's ports drop it after their settings
 HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
+HEAD = (
+    "give the address of the cluster's head (HOST:6379 unless `ray start` was told otherwise, "
+    "or ray://HOST:10001)"
+)
 
 
 def unreachable(address: str) -> str | None:
@@ -32,17 +36,15 @@ def unreachable(address: str) -> str | None:
     a malformed one: ray.init's to judge). Checked first because ray.init retries an address with
     nothing listening for minutes on end, printing a warning every few seconds, never an error;
     so it does one where a web server answers (Ray's dashboard, whose address Ray's job tools take)."""
+    if address.lower().startswith(("http://", "https://")):  # RAY_ADDRESS as Ray's job tools take it
+        return f"an http address is Ray's dashboard (for Ray's job tools), not the cluster's: {HEAD}"
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
         return None
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
             if _answers_http(conn):
-                return (
-                    f"{host}:{port} answers HTTP (a web server, such as Ray's dashboard), not Ray: give "
-                    "the address of the cluster's head (port 6379 unless `ray start` was told otherwise, "
-                    "or ray://HOST:10001)"
-                )
+                return f"{host}:{port} answers HTTP (a web server, such as Ray's dashboard), not Ray: {HEAD}"
             return None
     except OSError as e:
         return f"cannot connect to {host}:{port} ({e.strerror or e})"

@@ -664,6 +664,23 @@ def test_a_fleet_ray_address_of_a_web_server_is_refused_at_once(monkeypatch):
         assert unreachable(f"ray://{address}") is None
 
 
+@pytest.mark.parametrize("address", ["http://127.0.0.1:8265", "https://head:8265/"])
+def test_a_fleet_ray_address_of_the_dashboard_url_is_refused_naming_it(monkeypatch, address):
+    # the address Ray's job tools take (RAY_ADDRESS=http://head:8265) was read as host
+    # "http://127.0.0.1": refused as "cannot connect ... (Name or service not known)", or, with a
+    # path, handed to ray.init
+    pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("ray.init reached"))
+    with pytest.raises(launch.RayStartError) as e, launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
+        pytest.fail("a fleet started")
+    said = f"--ray-address {address}: Ray did not start: an http address is Ray's dashboard"
+    assert str(e.value).startswith(said)
+
+
 def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_running(monkeypatch):
     # serve.run under the same application name replaced the running fleet's replicas (perhaps
     # of another model, behind an ingress with the first model's tokenizer); its exit then

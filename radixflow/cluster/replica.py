@@ -8,6 +8,7 @@ checkpoints (`record_routing_stats`, polled by Serve), which the routers read.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import time
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from radixflow.cache.digest import CheckpointDigest
 from radixflow.cluster.fleet_metrics import engine_samples
 from radixflow.cluster.wire import Job, WireEvent, encode
 from radixflow.engine.runner import ModelInfo
@@ -30,6 +32,10 @@ from radixflow.server.metrics import ServerMetrics
 log = logging.getLogger("radixflow.cluster")
 ROUND_HISTORY = 256
 DEAD_BLOCK_SIZE = 16  # of the empty digest a dead replica reports
+# how long a stats poll waits for the engine thread to read its queue and digest between rounds:
+# through a longer round it reports what it last read (Serve keeps a failed poll's last report,
+# engine figures and all, and logs the failure)
+STATS_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,10 @@ class EngineReplica:
         self.drain_s = drain_s
         self.routed = 0
         self.name = replica_name()
+        # the queue and READY-checkpoint digest last read on the engine thread, and the read under
+        # way (one at a time: polls through a long round queue no more)
+        self._routing: tuple[int, CheckpointDigest] = (0, self.engine.routing_digest())
+        self._reading: concurrent.futures.Future[tuple[int, CheckpointDigest]] | None = None
         self.loop.start()
 
     def describe(self) -> ReplicaInfo:
@@ -131,9 +141,7 @@ class EngineReplica:
         if not self.loop.alive or self.loop.stalled is not None:
             dead = {"queue": 0, "block_size": DEAD_BLOCK_SIZE, "checkpoints": []}
             return {"alive": False, **dead, "engine": engine}
-        queue, digest = await asyncio.to_thread(
-            self.loop.call, lambda e: (e.queue_length(), e.routing_digest()), 10.0
-        )
+        queue, digest = await self._routing_state()
         return {
             "alive": True,
             "queue": queue,
@@ -141,6 +149,15 @@ class EngineReplica:
             "checkpoints": sorted(digest.hashes),
             "engine": engine,
         }
+
+    async def _routing_state(self) -> tuple[int, CheckpointDigest]:
+        """The queue and digest, read on the engine thread between rounds; what was last read
+        when that takes over `STATS_WAIT_S` (a long round), the read left under way."""
+        if self._reading is None or self._reading.done():
+            self._reading = self.loop.ask(lambda e: (e.queue_length(), e.routing_digest()))
+        with contextlib.suppress(TimeoutError):
+            self._routing = await asyncio.to_thread(self._reading.result, STATS_WAIT_S)
+        return self._routing
 
     def stats(self) -> dict[str, Any]:
         """This replica's figures: requests routed here, prompt and reused tokens, rounds."""

@@ -121,6 +121,11 @@ class EngineLoop:
 
     def call(self, fn: Callable[[Engine], T], timeout: float = 30.0) -> T:
         """Run ``fn(engine)`` on the engine thread between rounds and return its result."""
+        return self.ask(fn).result(timeout)
+
+    def ask(self, fn: Callable[[Engine], T]) -> concurrent.futures.Future[T]:
+        """Run ``fn(engine)`` on the engine thread between rounds; its result comes in the future
+        returned at once (a caller that cannot wait out a round does not block on it)."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
@@ -130,7 +135,7 @@ class EngineLoop:
                 future.set_exception(e)
 
         self._command(run)
-        return future.result(timeout)
+        return future
 
     def shutdown(self, drain_s: float) -> None:
         """Stop accepting; finish what was accepted within ``drain_s`` seconds, then fail the rest

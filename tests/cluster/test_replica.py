@@ -202,3 +202,48 @@ def test_a_replica_stopped_with_its_engine_stuck_answers_its_jobs_and_stops(zoo)
 
 async def collect(events):
     return [event async for event in events]
+
+
+def test_a_replica_in_a_long_round_still_reports_at_once(zoo):
+    # the stats poll waited for the engine thread to finish its round (up to 10 s), then raised:
+    # Serve logged the failure and kept the last report, so through a long round the ingress's
+    # engine series stood still (radixflow_seconds_since_last_round read what it did before it)
+    import threading
+
+    from radixflow.generation.tracker import RequestTracker
+    from radixflow.scheduler.request import Request
+
+    replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 0.0)
+    release, entered = threading.Event(), threading.Event()
+    run = replica.engine.runner.run
+
+    def long_round(batch):
+        entered.set()
+        release.wait(60)
+        return run(batch)
+
+    replica.engine.runner.run = long_round  # type: ignore[method-assign]
+    try:
+        before = asyncio.run(replica.record_routing_stats())  # idle: read between rounds
+        req = Request("j", tuple(range(10, 40)), sampling=SamplingParams(max_tokens=2))
+        replica.loop.submit([(req, RequestTracker(req, replica.model.tokenizer))], lambda event: None, False)
+        assert entered.wait(60)
+        for _ in range(2):  # a read stays queued behind the round: one at a time
+            t0 = time.monotonic()
+            during = asyncio.run(replica.record_routing_stats())
+            assert time.monotonic() - t0 < 5.0  # not after the 10 s call timeout, not raised
+        assert during["alive"] and during["checkpoints"] == before["checkpoints"]  # what it last read
+        ((_, _, since),) = during["engine"]["radixflow_seconds_since_last_round"]
+        assert since > 0
+        release.set()
+        deadline = time.monotonic() + 60
+        while replica.loop.call(lambda engine: engine.queue_length(), 60):  # until it is answered
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        truth = replica.loop.call(lambda engine: sorted(engine.routing_digest().hashes))
+        while asyncio.run(replica.record_routing_stats())["checkpoints"] != truth:  # read again
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        release.set()
+        replica.drain()

@@ -10,7 +10,7 @@ import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 
@@ -34,6 +34,10 @@ from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import base_url, bind, bound_port
 
 # what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
+if TYPE_CHECKING:  # the cluster package needs the serve and cluster extras: only a fleet imports it
+    from radixflow.cluster.fleet_metrics import FleetFigures
+    from radixflow.cluster.launch import FleetSpec
+
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
 BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
 
@@ -200,8 +204,6 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         RayStartError,
         ReplicaStartError,
         cpu_shortfall,
-        deploy,
-        fleet_server,
         ray_serve,
     )
 
@@ -212,24 +214,15 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     # a CPU for each of a replica's torch threads: Ray places (and a local instance counts) them so
     spec = FleetSpec(args.replicas, args.router or DEFAULT_ROUTER, args.ray_address, options.torch_threads)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
-    port = bound_port(sock)
     try:
         with ray_serve(spec):
             shortfall = cpu_shortfall(spec)
             if shortfall is not None:
                 warn(shortfall)
             figures = FleetFigures()  # the replicas' engine figures, for the ingress's /metrics
-            handle = deploy(options, spec, config, figures)
-            server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
-            print(
-                f"radixflow: serving {args.model} on {base_url(listen.host, port)} "
-                f"({counted(spec.replicas, 'replica')} on Ray Serve, router {spec.router}, "
-                f"{counted(options.torch_threads, 'torch thread')} each)",
-                file=sys.stderr,
-            )
             try:
-                server.run(sockets=[sock])
-            finally:  # drained: Serve stops the replicas next, which is no fleet going down
+                serve_fleet(args.model, options, spec, config, listen, sock, figures)
+            finally:  # drained or refused: Serve stops the replicas next, which is no fleet going down
                 figures.stop()
     except RayStartError as e:  # a bad --ray-address: one line, as every flag's error
         raise UsageError(str(e)) from None
@@ -243,6 +236,30 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         print("radixflow: terminated", file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
     return 0
+
+
+def serve_fleet(
+    model: str,
+    options: EngineOptions,
+    spec: FleetSpec,
+    config: ServerConfig,
+    listen: Listen,
+    sock: socket.socket,
+    figures: FleetFigures,
+) -> None:
+    """Deploy the replicas and serve them until stopped (inside `ray_serve`)."""
+    from radixflow.cluster.launch import deploy, fleet_server
+
+    handle = deploy(options, spec, config, figures)
+    port = bound_port(sock)
+    server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
+    print(
+        f"radixflow: serving {model} on {base_url(listen.host, port)} "
+        f"({counted(spec.replicas, 'replica')} on Ray Serve, router {spec.router}, "
+        f"{counted(options.torch_threads, 'torch thread')} each)",
+        file=sys.stderr,
+    )
+    server.run(sockets=[sock])
 
 
 def _refuse_fleet(args: argparse.Namespace, options: EngineOptions) -> None:

@@ -460,10 +460,23 @@ def test_router_with_one_replica_on_a_cluster_warns_too(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_a_fleet_stopped_by_ctrl_c_does_not_log_that_it_serves_nothing(monkeypatch, caplog):
+def _no_tokenizer_here(*args):
+    from radixflow.problems import Problem, ProblemError
+
+    raise ProblemError(Problem("model", "no tokenizer.json in /models/x"))  # as `ingress_tokenizer`
+
+
+class _Interrupted:
+    def run(self, sockets) -> None:
+        raise KeyboardInterrupt  # Ctrl-C: the ingress drained
+
+
+@pytest.mark.parametrize("server, code", [(lambda *args: _Interrupted(), 130), (_no_tokenizer_here, 2)])
+def test_a_fleet_stopped_by_ctrl_c_does_not_log_that_it_serves_nothing(monkeypatch, caplog, server, code):
     # past the drain Serve stops the replicas; the router then sees none running and the log said
     # "the fleet serves nothing: no replica is running: Ray Serve is starting replacements ...;
-    # requests get a 503 until a replica serves" at every ordinary stop
+    # requests get a 503 until a replica serves" at every ordinary stop (and above the one line
+    # of a fleet the ingress refused once the replicas were up)
     pytest.importorskip("ray.serve")
     pytest.importorskip("uvicorn")
     import contextlib
@@ -485,15 +498,11 @@ def test_a_fleet_stopped_by_ctrl_c_does_not_log_that_it_serves_nothing(monkeypat
         figures.update({"a": None, "b": None})
         deployed.append(figures)
 
-    class Interrupted:
-        def run(self, sockets) -> None:
-            raise KeyboardInterrupt  # Ctrl-C: the ingress drained
-
     monkeypatch.setattr(launch, "ray_serve", ray_serve)
     monkeypatch.setattr(launch, "deploy", deploy)
-    monkeypatch.setattr(launch, "fleet_server", lambda *args: Interrupted())
+    monkeypatch.setattr(launch, "fleet_server", server)
     with caplog.at_level(logging.INFO, logger="radixflow.cluster"):
-        assert main(["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0"]) == 130
+        assert main(["serve", "qwen3_5-tiny", "--replicas", "2", "--port", "0"]) == code
     assert deployed and [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"] == []
 
 

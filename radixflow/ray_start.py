@@ -24,6 +24,7 @@ CONNECT_TIMEOUT_S = 5.0
 ANSWER_TIMEOUT_S = 2.0
 # asked of whatever listens there: a web server answers it; Ray's ports drop it after their settings
 HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
+RAY_CLIENT_PORT = 10001  # where a ray:// address names no port
 HEAD = (
     "give the address of the cluster's head (HOST:6379 unless `ray start` was told otherwise, "
     "or ray://HOST:10001)"
@@ -35,19 +36,33 @@ def unreachable(address: str) -> str | None:
     ``ray://host:port``); None where something does, or the address is no host and port ("auto",
     a malformed one: ray.init's to judge). Checked first because ray.init retries an address with
     nothing listening for minutes on end, printing a warning every few seconds, never an error;
-    so it does one where a web server answers (Ray's dashboard, whose address Ray's job tools take)."""
+    so it does one where a web server answers (Ray's dashboard, whose address Ray's job tools take).
+    One that names no host is refused too (ray.init logs a traceback of it)."""
     if address.lower().startswith(("http://", "https://")):  # RAY_ADDRESS as Ray's job tools take it
         return f"an http address is Ray's dashboard (for Ray's job tools), not the cluster's: {HEAD}"
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
+    named = host_and_port(address)
+    if named is None:
         return None
+    host, port = named
+    if not host:  # ray.init logs a traceback first ("ray://": waits out Ray Client's 30 s)
+        return f"it names no host: {HEAD}"
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
+        with socket.create_connection((host.strip("[]"), port), timeout=CONNECT_TIMEOUT_S) as conn:
             if _answers_http(conn):
                 return f"{host}:{port} answers HTTP (a web server, such as Ray's dashboard), not Ray: {HEAD}"
             return None
     except OSError as e:
         return f"cannot connect to {host}:{port} ({e.strerror or e})"
+
+
+def host_and_port(address: str) -> tuple[str, int] | None:
+    """The host and port ``address`` names (a ray:// one without a port: Ray Client's); None
+    where it names no port ("auto", a malformed one). Pure."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if address.startswith("ray://") and (not sep or rest.endswith("]")):  # "[::1]" has colons too
+        return rest, RAY_CLIENT_PORT
+    return (host, int(port)) if sep and port.isdigit() else None
 
 
 def _answers_http(conn: socket.socket) -> bool:

@@ -681,6 +681,37 @@ def test_a_fleet_ray_address_of_the_dashboard_url_is_refused_naming_it(monkeypat
     assert str(e.value).startswith(said)
 
 
+@pytest.mark.parametrize("address", [":6379", "ray://", "ray://:10001"])
+def test_a_fleet_ray_address_naming_no_host_is_one_line(monkeypatch, address):
+    # ":6379" reached ray.init, which logged its own traceback ("Failed to convert :6379 to
+    # host:port") above the one line; "ray://" waited out Ray Client's 30 s connection timeout
+    pytest.importorskip("ray.serve")
+    import ray
+
+    from radixflow.cluster import launch
+
+    monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("ray.init reached"))
+    with pytest.raises(launch.RayStartError) as e, launch.ray_serve(launch.FleetSpec(2, "pow2", address)):
+        pytest.fail("a fleet started")
+    assert str(e.value).startswith(f"--ray-address {address}: Ray did not start: it names no host: give ")
+
+
+def test_a_ray_client_address_without_a_port_is_checked_at_ray_clients_port(monkeypatch):
+    # "ray://head" is Ray Client's port 10001 there; with nothing listening it waited out Ray
+    # Client's 30 s connection timeout, a warning and then the one line
+    import socket
+
+    from radixflow import ray_start
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+        port = closed.getsockname()[1]
+        monkeypatch.setattr(ray_start, "RAY_CLIENT_PORT", port)
+        for host in ("127.0.0.1", "[::1]"):
+            why = ray_start.unreachable(f"ray://{host}")
+            assert why is not None and why.startswith(f"cannot connect to {host}:{port} ")
+
+
 def test_a_fleet_on_a_cluster_already_serving_one_is_refused_and_leaves_it_running(monkeypatch):
     # serve.run under the same application name replaced the running fleet's replicas (perhaps
     # of another model, behind an ingress with the first model's tokenizer); its exit then

@@ -24,6 +24,7 @@ from radixflow.cluster.remote_loop import OpenStream, RemoteLoop
 from radixflow.cluster.replica import EngineReplica, ReplicaInfo
 from radixflow.cluster.wire import Job, WireEvent
 from radixflow.engine.runner import generation_room, validate_prompt
+from radixflow.engine.submit_checks import budget_problem
 from radixflow.generation.tokenizer import TextTokenizer, TokenizerError
 from radixflow.options import EngineOptions
 from radixflow.problems import Problem, ProblemError
@@ -192,10 +193,15 @@ def start_failure(fallback: str) -> str:
 
 
 def ingress_problem(info: ReplicaInfo) -> Any:
-    """The replicas' own admission check, run at the ingress (no model needed here)."""
+    """The replicas' own admission check (`Engine.problem`), run at the ingress (no model needed
+    here): the budget before the KV cap, as there (the cap is what the budget holds)."""
 
     def problem(request: Request) -> Problem | None:
-        return validate_prompt(request, info.model) or info.scheduler.unfit_reason(request)
+        return (
+            validate_prompt(request, info.model)
+            or budget_problem(request, info.scheduler, info.ledger)
+            or info.scheduler.unfit_reason(request)
+        )
 
     return problem
 

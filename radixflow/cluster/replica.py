@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixflow.cache.digest import CheckpointDigest
+from radixflow.cache.ledger import ByteLedger
 from radixflow.cluster.fleet_metrics import engine_samples
 from radixflow.cluster.wire import Job, WireEvent, encode
 from radixflow.engine.runner import ModelInfo
@@ -46,6 +47,7 @@ class ReplicaInfo:
     path: str
     model: ModelInfo
     scheduler: SchedulerConfig
+    ledger: ByteLedger  # its cache's entry sizes and byte budget (`budget_problem` reads those)
 
 
 def replica_name() -> str:
@@ -81,8 +83,9 @@ class EngineReplica:
         self.loop.start()
 
     def describe(self) -> ReplicaInfo:
+        engine, model = self.engine, self.model
         return ReplicaInfo(
-            self.model.name, str(self.model.path), self.engine.runner.model, self.engine.scheduler.config
+            model.name, str(model.path), engine.runner.model, engine.scheduler.config, engine.cache.ledger
         )
 
     async def generate(self, job: Job) -> AsyncIterator[WireEvent]:

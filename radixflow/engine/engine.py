@@ -110,7 +110,7 @@ class Engine:
         return (
             fields_problem(request)
             or self.runner.validate(request)
-            or budget_problem(request, self.scheduler.config, self.cache)
+            or budget_problem(request, self.scheduler.config, self.cache.ledger)
             or self.scheduler.config.unfit_reason(request)
         )
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Container
 from dataclasses import MISSING, fields
 
-from radixflow.cache.radix import RadixCache
+from radixflow.cache.ledger import ByteLedger
 from radixflow.engine.records import SubmitRefused
 from radixflow.problems import Problem
 from radixflow.scheduler.config import SchedulerConfig
@@ -85,19 +85,21 @@ def refuse_submission(request: Request, known: Container[str]) -> None:
         )
 
 
-def budget_problem(request: Request, config: SchedulerConfig, cache: RadixCache) -> Problem | None:
-    """Why ``request``'s KV and working state cannot fit ``cache``'s byte budget even alone. Pure."""
+def budget_problem(request: Request, config: SchedulerConfig, ledger: ByteLedger) -> Problem | None:
+    """Why ``request``'s KV and working state cannot fit the byte budget of a cache's ``ledger``
+    even alone (its entry sizes and budget only: a fleet's ingress checks against a replica's).
+    Pure."""
     n = len(request.prompt)
     blocks = config.blocks_needed(0, request.max_length)
     slots = charged_slots(config, n, request.sampling.max_tokens, blocks)
-    if cache.within_budget(blocks, slots):
+    if ledger.within_budget(blocks, slots):
         return None
     param, prompt_blocks = "max_tokens", config.blocks_needed(0, n)
     prompt_slots = charged_slots(config, n, 1, prompt_blocks)
-    if not cache.within_budget(prompt_blocks, prompt_slots):  # fewer tokens to generate would not help
+    if not ledger.within_budget(prompt_blocks, prompt_slots):  # fewer tokens to generate would not help
         param, blocks, slots = "prompt", prompt_blocks, prompt_slots
     need = f"{blocks} KV blocks" + (" and a state slot" if slots else "")
-    weight, budget = cache.ledger.bytes_of(blocks, slots), cache.ledger.budget
+    weight, budget = ledger.bytes_of(blocks, slots), ledger.budget
     return Problem(
         param,
         f"does not fit in the cache_memory budget: it needs {need}, {weight} bytes; "

@@ -354,6 +354,8 @@ class _Handle:
 def test_a_fleet_whose_tokenizer_the_ingress_cannot_read_is_one_line_not_a_500_per_request(tmp_path):
     # the ingress tokenizes every request (token-id prompts too: stop strings, bad words): without
     # the model's tokenizer.json it answered each one with "internal server error: AttributeError"
+    from radixflow.cache.ledger import ByteLedger
+    from radixflow.cache.pool import IdPool
     from radixflow.cluster.fleet_metrics import FleetFigures
     from radixflow.cluster.launch import fleet_server
     from radixflow.cluster.replica import ReplicaInfo
@@ -363,7 +365,8 @@ def test_a_fleet_whose_tokenizer_the_ingress_cannot_read_is_one_line_not_a_500_p
     from radixflow.server.state import ServerConfig
 
     scheduler = SchedulerConfig(token_budget=64, max_requests=8, block_size=8, num_blocks=64)
-    info = ReplicaInfo("m", str(tmp_path), ModelInfo("m", False, 512, 4096), scheduler)
+    ledger = ByteLedger(IdPool(64, "kv"), IdPool(8, "state"), 1024, 4096, None)
+    info = ReplicaInfo("m", str(tmp_path), ModelInfo("m", False, 512, 4096), scheduler, ledger)
     with pytest.raises(ProblemError) as e:
         fleet_server(_Handle(info), ServerConfig(), "127.0.0.1", 0, "warning", FleetFigures())
     assert e.value.problem.param == "model" and "tokenizer.json" in str(e.value)

@@ -247,3 +247,24 @@ def test_a_replica_in_a_long_round_still_reports_at_once(zoo):
     finally:
         release.set()
         replica.drain()
+
+
+def test_the_ingress_refuses_a_prompt_past_the_cache_budget_as_the_replica_does(zoo):
+    # with --cache-memory the ingress checked the KV cap alone: a prompt too long for the cache
+    # was refused naming kv_blocks, an option never given ("does not fit in the KV cache: 2000
+    # tokens need 125 blocks, cache has 80 (kv_blocks)"), where one engine names the budget
+    import pickle
+
+    from radixflow.cluster.launch import ingress_problem
+    from radixflow.scheduler.request import Request
+
+    options = {"model": "qwen3_5-tiny", "torch_threads": 1, "cache_memory": "1MB"}
+    replica = EngineReplica(EngineOptions.from_mapping(options), 8, 5.0)
+    try:
+        info = pickle.loads(pickle.dumps(replica.describe()))  # what Serve hands the ingress
+        req = Request("r", tuple(i % 500 + 1 for i in range(2000)), sampling=SamplingParams(max_tokens=4))
+        problem = ingress_problem(info)(req)
+        assert problem is not None and problem == replica.engine.problem(req)
+        assert "cache_memory budget" in str(problem)
+    finally:
+        replica.drain()

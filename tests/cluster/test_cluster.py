@@ -823,6 +823,8 @@ def test_the_ray_router_forgets_a_replica_serve_replaced_not_only_one_whose_acto
     pytest.importorskip("ray.serve")
     from ray.serve.request_router import RequestRouter
 
+    from radixflow.fleet.routers import prompt_chain
+    from radixflow.fleet.types import RouteRequest
     from radixflow.generation.params import SamplingParams
 
     router = _bare_router("prefix")
@@ -831,9 +833,11 @@ def test_the_ray_router_forgets_a_replica_serve_replaced_not_only_one_whose_acto
     router.update_replicas([_running("a"), _running("b")])
     job = SimpleNamespace(args=[Job("j", tuple(range(100, 164)), "default", SamplingParams(), False)])
     router.on_request_routed(job, _ReplicaID("a"), None)
-    assert len(router._router.memory) > 0
+    memory, size = router._router.memory, router._router.config.block_size
+    chain = prompt_chain(RouteRequest("default", tuple(range(100, 164))), size)
+    assert set(memory.depths(chain, size)) == {"a"}
     router.update_replicas([_running("b"), _running("c")])  # a replaced by c
-    assert len(router._router.memory) == 0  # nothing was sent anywhere but a
+    assert memory.depths(chain, size) == {}  # nothing was sent anywhere but a
 
 
 @pytest.mark.parametrize("ours", [None, "/checkout"])

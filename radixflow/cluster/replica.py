@@ -162,19 +162,6 @@ class EngineReplica:
             self._routing = await asyncio.to_thread(self._reading.result, STATS_WAIT_S)
         return self._routing
 
-    def stats(self) -> dict[str, Any]:
-        """This replica's figures: requests routed here, prompt and reused tokens, rounds."""
-        value = self.metrics.registry.get_sample_value
-        prompt = value("radixflow_prompt_tokens_total") or 0.0
-        reused = value("radixflow_reused_prompt_tokens_total") or 0.0
-        return {
-            "routed": self.routed,
-            "prompt_tokens": int(prompt),
-            "reused_tokens": int(reused),
-            "reuse_rate": reused / prompt if prompt else None,
-            "rounds": int(value("radixflow_rounds_total") or 0),
-        }
-
     def drain(self) -> None:
         """Finish what was accepted (within the drain time), then stop the engine thread; one
         stuck in its round past that is left behind, its jobs answered with a 503 (`EngineLoop.stop`)."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from rich.console import Console
 
@@ -34,10 +33,6 @@ from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import base_url, bind, bound_port
 
 # what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
-if TYPE_CHECKING:  # the cluster package needs the serve and cluster extras: only a fleet imports it
-    from radixflow.cluster.fleet_metrics import FleetFigures
-    from radixflow.cluster.launch import FleetSpec
-
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
 BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
 
@@ -104,15 +99,6 @@ def server_settings(args: argparse.Namespace) -> tuple[Listen, ServerConfig]:
     )
 
 
-def require_cluster_extra() -> None:
-    try:
-        importlib.import_module("ray.serve")
-    except ImportError as e:
-        raise UsageError(
-            f"radixflow serve --replicas needs the cluster extra ({e}): pip install -e '.[cluster]'"
-        ) from None
-
-
 def fleet_wanted(args: argparse.Namespace) -> bool:
     return args.replicas > 1 or args.ray_address is not None
 
@@ -134,6 +120,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.router is not None and args.replicas == 1:  # here or on a cluster: it gets every request
         warn("--router has no effect with one replica (see --replicas)")
     if fleet_wanted(args):
+        from radixflow.cli.serve_fleet import run_fleet  # it imports this module's helpers
+
         return run_fleet(args, console)
     require_torch_extra("radixflow serve")
     require_serve_extra()
@@ -192,90 +180,6 @@ def serve_until_stopped(server: Stoppable, sock: socket.socket) -> int:
     print(f"radixflow: {said}; {ENGINE_LEFT}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)
-
-
-def run_fleet(args: argparse.Namespace, console: Console) -> int:
-    """Replicas on Ray Serve, each with one torch thread per CPU it is given (one by default)."""
-    options = from_args(args, local=args.ray_address is None)  # a cluster's replicas: its nodes' CPUs
-    _refuse_fleet(args, options)
-    from radixflow.cluster.fleet_metrics import FleetFigures
-    from radixflow.cluster.launch import (
-        FleetSpec,
-        RayStartError,
-        ReplicaStartError,
-        cpu_shortfall,
-        ray_serve,
-    )
-
-    listen, config = server_settings(args)
-    if options.torch_threads is None:
-        options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
-    warn_ineffective_options(args, options, local=args.ray_address is None)
-    # a CPU for each of a replica's torch threads: Ray places (and a local instance counts) them so
-    spec = FleetSpec(args.replicas, args.router or DEFAULT_ROUTER, args.ray_address, options.torch_threads)
-    sock = bind(listen.host, listen.port)  # before any replica loads its model
-    try:
-        with ray_serve(spec):
-            shortfall = cpu_shortfall(spec)
-            if shortfall is not None:
-                warn(shortfall)
-            figures = FleetFigures()  # the replicas' engine figures, for the ingress's /metrics
-            try:
-                serve_fleet(args.model, options, spec, config, listen, sock, figures)
-            finally:  # drained or refused: Serve stops the replicas next, which is no fleet going down
-                figures.stop()
-    except RayStartError as e:  # a bad --ray-address: one line, as every flag's error
-        raise UsageError(str(e)) from None
-    except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
-        raise UsageError(f"--replicas {spec.replicas}: {e}") from None
-    except SystemExit as e:
-        # ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the teardown above;
-        # past the drain and that teardown the command ends as one server's SIGTERM does: 143
-        if e.code != signal.SIGTERM:
-            raise
-        print("radixflow: terminated", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM
-    return 0
-
-
-def serve_fleet(
-    model: str,
-    options: EngineOptions,
-    spec: FleetSpec,
-    config: ServerConfig,
-    listen: Listen,
-    sock: socket.socket,
-    figures: FleetFigures,
-) -> None:
-    """Deploy the replicas and serve them until stopped (inside `ray_serve`)."""
-    from radixflow.cluster.launch import deploy, fleet_server
-
-    handle = deploy(options, spec, config, figures)
-    port = bound_port(sock)
-    server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
-    print(
-        f"radixflow: serving {model} on {base_url(listen.host, port)} "
-        f"({counted(spec.replicas, 'replica')} on Ray Serve, router {spec.router}, "
-        f"{counted(options.torch_threads, 'torch thread')} each)",
-        file=sys.stderr,
-    )
-    server.run(sockets=[sock])
-
-
-def _refuse_fleet(args: argparse.Namespace, options: EngineOptions) -> None:
-    """Refuse, before Ray starts, a fleet that ``options`` cannot serve: a `UsageError`, or the
-    message of the extra that is missing."""
-    if options.trace_out is not None:
-        raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
-    require_serve_extra()
-    require_cluster_extra()
-    # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
-    refuse_setup(options, local=args.ray_address is None)
-    from radixflow.cluster.launch import ingress_tokenizer
-    from radixflow.models.zoo_catalogue import model_names
-
-    if args.ray_address is None and options.model not in model_names():  # a zoo model has one
-        ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads
 
 
 COMMAND = Command(

@@ -62,6 +62,9 @@ class FleetSpec:
     router: str
     ray_address: str | None = None
     cpus_per_replica: float = 1.0
+    # a GPU of its own for each replica on a CUDA device: Ray then gives each its own
+    # CUDA_VISIBLE_DEVICES (asked for none, every replica landed on the one GPU all of them see)
+    gpus_per_replica: float = 0.0
 
 
 @contextmanager
@@ -113,21 +116,23 @@ def ray_serve(spec: FleetSpec) -> Iterator[None]:
 
 def cpu_shortfall(spec: FleetSpec) -> str | None:
     """On a cluster joined with ``--ray-address``: why Serve will wait to place the replicas (the
-    CPUs they take are not free there now), else None. A local instance is started with the CPUs
+    CPUs, or GPUs, they take are not free there now), else None. A local instance is started with the CPUs
     its replicas take. Serve itself waits without a word."""
     if spec.ray_address is None:
         return None
     import ray
 
-    need, free = spec.replicas * spec.cpus_per_replica, ray.available_resources().get("CPU", 0.0)
-    if free >= need:
-        return None
-    return (
-        f"--replicas {spec.replicas}: the replicas take {need:g} CPU{'' if need == 1 else 's'} "
-        f"({spec.cpus_per_replica:g} each) and "
-        f"the cluster at --ray-address {spec.ray_address} has {free:g} free: serve waits for the rest "
-        "(from its autoscaler, or other work ending)"
-    )
+    free = ray.available_resources()
+    for name, each in (("CPU", spec.cpus_per_replica), ("GPU", spec.gpus_per_replica)):
+        need = spec.replicas * each
+        if free.get(name, 0.0) < need:
+            return (
+                f"--replicas {spec.replicas}: the replicas take {need:g} {name}{'' if need == 1 else 's'} "
+                f"({each:g} each) and the cluster at --ray-address {spec.ray_address} has "
+                f"{free.get(name, 0.0):g} free: serve waits for the rest (from its autoscaler, or other "
+                "work ending)"
+            )
+    return None
 
 
 def refuse_taken(address: str | None) -> None:
@@ -164,7 +169,7 @@ def deploy(
         name=DEPLOYMENT,
         num_replicas=spec.replicas,
         max_ongoing_requests=config.max_pending,
-        ray_actor_options={"num_cpus": spec.cpus_per_replica},
+        ray_actor_options={"num_cpus": spec.cpus_per_replica, "num_gpus": spec.gpus_per_replica},
         request_router_config=routing,
         health_check_period_s=HEALTH_CHECK_PERIOD_S,
         health_check_timeout_s=HEALTH_CHECK_TIMEOUT_S,

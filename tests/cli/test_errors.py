@@ -11,12 +11,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cli_utils import checkout_env, run_cli, run_reader_gone
 
 from radixflow.cli import main
 from radixflow.cli.app import COMMANDS, build_parser
+from radixflow.cli.command import UsageError
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -1073,7 +1075,6 @@ def test_a_fleet_stopped_by_sigterm_exits_143_as_one_server_does(monkeypatch, ca
     pytest.importorskip("uvicorn")
     import contextlib
     import signal
-    from types import SimpleNamespace
 
     import radixflow.cluster.launch as launch
 
@@ -1122,6 +1123,59 @@ def test_a_fleet_the_joined_cluster_has_no_cpus_for_is_warned_about(monkeypatch,
         "radixflow: warning: --replicas 3: the replicas take 3 CPUs (1 each) and the cluster at "
         "--ray-address auto has 2 free: serve waits for the rest (from its autoscaler, or other work ending)"
     ]
+
+
+def test_a_replica_on_cuda_takes_a_gpu_of_its_own(monkeypatch, capsys):
+    # replicas asked Ray for no GPU: on --device cuda every one of them landed on the one GPU all
+    # of them see, each sizing its cache to the whole device
+    specs = _stop_at_deploy(monkeypatch, {"CPU": 4.0, "GPU": 1.0})
+    argv = [
+        "serve",
+        "qwen3_5-tiny",
+        "--port",
+        "0",
+        "--ray-address",
+        "auto",
+        "--device",
+        "cuda",
+        "--dtype",
+        "float32",
+    ]
+    with pytest.raises(_Deployed):
+        main([*argv, "--replicas", "1"])
+    assert specs[-1].gpus_per_replica == 1
+    assert "warning" not in capsys.readouterr().err
+    with pytest.raises(_Deployed):
+        main([*argv, "--replicas", "2"])
+    assert capsys.readouterr().err.splitlines() == [
+        "radixflow: warning: --replicas 2: the replicas take 2 GPUs (1 each) and the cluster at "
+        "--ray-address auto has 1 free: serve waits for the rest (from its autoscaler, or other work ending)"
+    ]
+    with pytest.raises(_Deployed):
+        main(["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto", "--replicas", "2"])
+    assert specs[-1].gpus_per_replica == 0  # a CPU device: none
+
+
+def test_a_fleet_on_a_numbered_cuda_device_or_short_of_gpus_is_one_line(monkeypatch, capsys):
+    _stop_at_deploy(monkeypatch, {"CPU": 4.0, "GPU": 4.0})
+    argv = ["serve", "qwen3_5-tiny", "--port", "0", "--ray-address", "auto", "--replicas", "2"]
+    assert main([*argv, "--device", "cuda:1"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "radixflow: error: --device cuda:1: with --replicas, Ray gives each replica a GPU of its own, "
+        "which it sees as cuda; give --device cuda"
+    )
+    import torch
+
+    import radixflow.cli.serve_fleet as serve_cli
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    args = SimpleNamespace(replicas=2, ray_address=None)
+    with pytest.raises(
+        UsageError,
+        match=r"^--replicas 2: on --device cuda each replica takes a GPU of its own, and this machine has 1$",
+    ):
+        serve_cli._refuse_gpus(args, "cuda")
+    serve_cli._refuse_gpus(SimpleNamespace(replicas=1, ray_address=None), "cuda")  # one GPU: fine
 
 
 def test_a_replica_takes_a_cpu_for_each_of_its_torch_threads(monkeypatch, capsys):

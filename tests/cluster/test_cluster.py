@@ -549,6 +549,27 @@ FAILED_DEPLOYMENT = (
 )
 
 
+@pytest.mark.parametrize("gpus", [0.0, 1.0])
+def test_each_replica_asks_ray_for_its_cpus_and_gpus(monkeypatch, gpus):
+    # the GPUs were never asked for: on CUDA every replica landed on the one GPU all of them see
+    serve = pytest.importorskip("ray.serve")
+    from radixflow.cluster import launch
+    from radixflow.options import EngineOptions
+    from radixflow.server.state import ServerConfig
+
+    asked = {}
+
+    def deployment(cls, **kwargs):
+        asked.update(kwargs["ray_actor_options"])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(serve, "deployment", deployment)
+    options = EngineOptions.from_mapping({"model": "qwen3_5-tiny"})
+    with pytest.raises(RuntimeError, match="stop here"):
+        launch.deploy(options, launch.FleetSpec(2, "pow2", None, 2.0, gpus), ServerConfig())
+    assert asked == {"num_cpus": 2.0, "num_gpus": gpus}
+
+
 def test_a_replica_that_fails_to_start_is_one_line_naming_its_error(monkeypatch):
     # serve.run said only "Deploying application radixflow failed: Failed to update the
     # deployments ['radixflow-engine']." (a RuntimeError: a traceback at the command line), the

@@ -1,0 +1,147 @@
+"""`radixflow serve --replicas N` (or ``--ray-address``): the fleet of engines on Ray Serve behind
+one ingress, refused in one line before Ray starts where it cannot run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from radixflow.cli.args import warn, warn_ineffective_options
+from radixflow.cli.command import UsageError
+from radixflow.cli.serve import refuse_setup, require_serve_extra, server_settings
+from radixflow.fleet import DEFAULT_ROUTER
+from radixflow.options import EngineOptions
+from radixflow.options.flags import from_args
+from radixflow.problems import counted
+from radixflow.server.config import Listen, ServerConfig
+from radixflow.server.listen import base_url, bind, bound_port
+
+if TYPE_CHECKING:  # the cluster package needs the serve and cluster extras: only a fleet imports it
+    from radixflow.cluster.fleet_metrics import FleetFigures
+    from radixflow.cluster.launch import FleetSpec
+
+
+def require_cluster_extra() -> None:
+    try:
+        importlib.import_module("ray.serve")
+    except ImportError as e:
+        raise UsageError(
+            f"radixflow serve --replicas needs the cluster extra ({e}): pip install -e '.[cluster]'"
+        ) from None
+
+
+def run_fleet(args: argparse.Namespace, console: Console) -> int:
+    """Replicas on Ray Serve, each with one torch thread per CPU it is given (one by default)."""
+    options = from_args(args, local=args.ray_address is None)  # a cluster's replicas: its nodes' CPUs
+    _refuse_fleet(args, options)
+    from radixflow.cluster.fleet_metrics import FleetFigures
+    from radixflow.cluster.launch import (
+        FleetSpec,
+        RayStartError,
+        ReplicaStartError,
+        cpu_shortfall,
+        ray_serve,
+    )
+
+    listen, config = server_settings(args)
+    if options.torch_threads is None:
+        options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
+    warn_ineffective_options(args, options, local=args.ray_address is None)
+    # a CPU for each of a replica's torch threads: Ray places (and a local instance counts) them so
+    gpus = 1.0 if options.device.startswith("cuda") else 0.0  # a GPU of its own for each replica
+    spec = FleetSpec(
+        args.replicas, args.router or DEFAULT_ROUTER, args.ray_address, options.torch_threads, gpus
+    )
+    sock = bind(listen.host, listen.port)  # before any replica loads its model
+    try:
+        with ray_serve(spec):
+            shortfall = cpu_shortfall(spec)
+            if shortfall is not None:
+                warn(shortfall)
+            figures = FleetFigures()  # the replicas' engine figures, for the ingress's /metrics
+            try:
+                serve_fleet(args.model, options, spec, config, listen, sock, figures)
+            finally:  # drained or refused: Serve stops the replicas next, which is no fleet going down
+                figures.stop()
+    except RayStartError as e:  # a bad --ray-address: one line, as every flag's error
+        raise UsageError(str(e)) from None
+    except ReplicaStartError as e:  # Ray and Serve are shut down by now: nothing is left running
+        raise UsageError(f"--replicas {spec.replicas}: {e}") from None
+    except SystemExit as e:
+        # ray.init's SIGTERM handler (sys.exit(15)), kept so that its exit runs the teardown above;
+        # past the drain and that teardown the command ends as one server's SIGTERM does: 143
+        if e.code != signal.SIGTERM:
+            raise
+        print("radixflow: terminated", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
+    return 0
+
+
+def serve_fleet(
+    model: str,
+    options: EngineOptions,
+    spec: FleetSpec,
+    config: ServerConfig,
+    listen: Listen,
+    sock: socket.socket,
+    figures: FleetFigures,
+) -> None:
+    """Deploy the replicas and serve them until stopped (inside `ray_serve`)."""
+    from radixflow.cluster.launch import deploy, fleet_server
+
+    handle = deploy(options, spec, config, figures)
+    port = bound_port(sock)
+    server = fleet_server(handle, config, listen.host, port, listen.log_level, figures)
+    print(
+        f"radixflow: serving {model} on {base_url(listen.host, port)} "
+        f"({counted(spec.replicas, 'replica')} on Ray Serve, router {spec.router}, "
+        f"{counted(options.torch_threads, 'torch thread')} each)",
+        file=sys.stderr,
+    )
+    server.run(sockets=[sock])
+
+
+def _refuse_fleet(args: argparse.Namespace, options: EngineOptions) -> None:
+    """Refuse, before Ray starts, a fleet that ``options`` cannot serve: a `UsageError`, or the
+    message of the extra that is missing."""
+    if options.trace_out is not None:
+        raise UsageError("--trace-out traces one engine; it cannot be used with --replicas")
+    require_serve_extra()
+    require_cluster_extra()
+    # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
+    refuse_setup(options, local=args.ray_address is None)
+    _refuse_gpus(args, options.device)
+    from radixflow.cluster.launch import ingress_tokenizer
+    from radixflow.models.zoo_catalogue import model_names
+
+    if args.ray_address is None and options.model not in model_names():  # a zoo model has one
+        ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads
+
+
+def _refuse_gpus(args: argparse.Namespace, device: str) -> None:
+    """On CUDA each replica is given a GPU of its own, which it sees as ``cuda``: a device index
+    names a GPU it cannot see, and a machine with fewer GPUs than replicas would leave Serve
+    waiting without a word. `UsageError` for either."""
+    if not device.startswith("cuda"):
+        return
+    if device != "cuda":
+        raise UsageError(
+            f"--device {device}: with --replicas, Ray gives each replica a GPU of its own, which "
+            "it sees as cuda; give --device cuda"
+        )
+    if args.ray_address is None:
+        import torch
+
+        count = torch.cuda.device_count()
+        if args.replicas > count:
+            raise UsageError(
+                f"--replicas {args.replicas}: on --device cuda each replica takes a GPU of its own, "
+                f"and this machine has {count}"
+            )

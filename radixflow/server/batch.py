@@ -237,8 +237,10 @@ def encoded(body: dict[str, Any]) -> bytes:
 
 
 def output_line(line: BatchLine, status: int, body: Any) -> dict[str, Any]:
-    """OpenAI's batch output line for ``line``'s answer."""
-    request_id = body.get("id") if isinstance(body, dict) else None
+    """OpenAI's batch output line for ``line``'s answer; an error answer, which has no id of its
+    own, gets the line's for its ``request_id`` (OpenAI's format has a string there, not null)."""
+    own = body.get("id") if isinstance(body, dict) else None
+    request_id = own if isinstance(own, str) else f"batch_req_{line.line}"
     return {
         "id": f"batch_req_{line.line}",
         "custom_id": line.custom_id,

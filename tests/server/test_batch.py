@@ -705,3 +705,15 @@ def test_a_kept_refusal_under_another_cache_size_is_posted_again(zoo, tmp_path, 
     capsys.readouterr()
     assert main([*argv, "--kv-blocks", "8"]) == 1
     assert ": 1 row kept (1 failed), 1 line to run" in capsys.readouterr().err
+
+
+def test_an_error_answer_has_a_string_request_id():
+    # an answer with no id of its own (a 400's error body) wrote "request_id": null, where
+    # OpenAI's batch output has a string
+    from radixflow.server import batch
+
+    line = batch.BatchLine(3, "c3", "/v1/completions", {})
+    error = batch.output_line(line, 400, {"error": {"message": "bad", "type": "invalid_request_error"}})
+    assert error["response"]["request_id"] == "batch_req_3" == error["id"]
+    answer = batch.output_line(line, 200, {"id": "cmpl-1", "choices": []})
+    assert answer["response"]["request_id"] == "cmpl-1"

@@ -11,6 +11,23 @@ from pathlib import Path
 from typing import Any
 
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+# the first bytes of the compressed files a JSONL input is most often saved as
+COMPRESSED = {
+    b"\x1f\x8b": "gzip",
+    b"(\xb5/\xfd": "zstd",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"PK\x03\x04": "zip",
+}
+
+
+def first_line_kind(data: bytes) -> str | None:
+    """What a file starting with ``data`` is, where that is why it is no UTF-8 text (None: no
+    kind known): UTF-16, or a compressed file. Pure."""
+    if data.startswith(UTF16_MARKS):  # Windows PowerShell 5's `>` writes it
+        return "UTF-16: save it as UTF-8"
+    kind = next((name for mark, name in COMPRESSED.items() if data.startswith(mark)), None)
+    return None if kind is None else f"a {kind}-compressed file: decompress it first"
 
 
 def read_text(path: Path) -> str:
@@ -23,8 +40,9 @@ def read_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        if line == 1 and data.startswith(UTF16_MARKS):  # Windows PowerShell 5's `>` writes it
-            raise ValueError("line 1: not UTF-8 text (UTF-16: save it as UTF-8)") from None
+        kind = first_line_kind(data) if line == 1 else None
+        if kind is not None:
+            raise ValueError(f"line 1: not UTF-8 text ({kind})") from None
         column = e.start - data.rfind(b"\n", 0, e.start)  # rfind: -1 on line 1
         byte = f"byte 0x{data[e.start]:02x} at column {column}"
         raise ValueError(f"line {line}: not UTF-8 text ({byte})") from None

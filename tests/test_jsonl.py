@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import gzip
+import lzma
 import re
 
 import pytest
@@ -39,3 +42,14 @@ def test_a_line_nested_too_deeply_is_a_value_error():
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(ValueError, match=re.escape("nested too deeply")):
         json_object(deep, "context, candidates")
+
+
+@pytest.mark.parametrize(("opener", "kind"), [(gzip.open, "gzip"), (bz2.open, "bzip2"), (lzma.open, "xz")])
+def test_a_compressed_file_is_named_as_one(tmp_path, opener, kind):
+    # a gzipped JSONL file failed as "byte 0x8b at column 2", which says nothing of why
+    path = tmp_path / "in.jsonl.gz"
+    with opener(path, "wt") as f:
+        f.write('{"a": 1}\n' * 50)
+    said = f"line 1: not UTF-8 text (a {kind}-compressed file: decompress it first)"
+    with pytest.raises(ValueError, match=re.escape(said)):
+        read_text(path)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from radixflow.jsonl import UTF16_MARKS, json_object
+from radixflow.jsonl import first_line_kind, json_object
 from radixflow.scheduler.request import Request
 from radixflow.workloads.candidates import MAX_ARRIVAL_S, MAX_WORKLOAD_REQUESTS, MAX_WORKLOAD_TOKENS
 from radixflow.workloads.workload import CANDIDATE, RequestTag, Workload
@@ -92,8 +92,9 @@ def _decode(raw: bytes, where: str, first: bool) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        if first and raw.startswith(UTF16_MARKS):  # Windows PowerShell 5's `>` writes it
-            raise TraceError(f"{where}: not UTF-8 text (UTF-16: save it as UTF-8)") from None
+        kind = first_line_kind(raw) if first else None
+        if kind is not None:
+            raise TraceError(f"{where}: not UTF-8 text ({kind})") from None
         raise TraceError(
             f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
             "a trace is UTF-8 JSON Lines"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import gzip
 import inspect
 import itertools
 import json
@@ -317,6 +318,16 @@ def test_a_generated_workload_arriving_past_the_trace_limit_is_refused(tmp_path,
     path = tmp_path / "t.jsonl"
     write_trace(path, build_workload(fits))
     assert len(read_trace(path).requests) == 5000
+
+
+def test_a_gzipped_trace_says_so(tmp_path):
+    # it said only "not UTF-8 text (byte 0x8b at column 2)"
+    path = tmp_path / "t.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write('{"id": "a", "prompt": [1]}\n')
+    said = "t.jsonl.gz:1: not UTF-8 text (a gzip-compressed file: decompress it first)"
+    with pytest.raises(TraceError, match=re.escape(said)):
+        read_trace(path)
 
 
 @pytest.mark.parametrize(

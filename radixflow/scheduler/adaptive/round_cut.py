@@ -145,20 +145,38 @@ class _Plan:
         return out
 
     def best_from(self, p: int) -> float:
-        """Least sum of waits from a later round starting at ``p`` to the horizon's end."""
-        if p >= self.ends[-1]:
-            return -(p - self.ends[-1]) * self.credit  # work beyond the horizon done already
-        known = self.memo.get(p)
-        if known is not None:
-            return known[0]
-        weight = self.waiting_at(p)
-        best, arg = float("inf"), p
-        for q in self.ends_from(p, self.h.budget, self.h.slots) or [p + self.h.budget]:
-            cost = self.seconds(p, q, self.later) * weight + self.best_from(q)
-            if cost < best:
-                best, arg = cost, q
-        self.memo[p] = (best, arg)
-        return best
+        """Least sum of waits from a later round starting at ``p`` to the horizon's end.
+
+        Not by recursion: a unit of thousands of budgets (a long prompt under a small token
+        budget, a system prompt shared by thousands) is a chain of one round per budget, deeper
+        than Python's recursion limit. A round only moves forward, so the positions reachable
+        from ``p`` are evaluated last one first."""
+        end, memo = self.ends[-1], self.memo
+        if p < end and p not in memo:
+            for x, nexts in self._unknown_from(p):
+                weight = self.waiting_at(x)
+                best, arg = float("inf"), x
+                for q in nexts:
+                    rest = memo[q][0] if q < end else -(q - end) * self.credit  # beyond: done early
+                    cost = self.seconds(x, q, self.later) * weight + rest
+                    if cost < best:
+                        best, arg = cost, q
+                memo[x] = (best, arg)
+        return memo[p][0] if p < end else -(p - end) * self.credit
+
+    def _unknown_from(self, p: int) -> list[tuple[int, list[int]]]:
+        """The positions not evaluated yet that rounds from ``p`` reach (``p`` included), each
+        with where a round from it may end, deepest first."""
+        end, memo = self.ends[-1], self.memo
+        found: dict[int, list[int]] = {}
+        frontier = [p]
+        while frontier:
+            x = frontier.pop()
+            if x in found:
+                continue  # reached from two positions before it was taken off
+            nexts = found[x] = self.ends_from(x, self.h.budget, self.h.slots) or [x + self.h.budget]
+            frontier += [q for q in nexts if q < end and q not in memo and q not in found]
+        return sorted(found.items(), reverse=True)
 
 
 def _held_limits(h: Horizon, reach: int) -> list[float]:

@@ -85,3 +85,19 @@ def test_a_unit_no_cut_can_take_whole_does_not_force_a_budget_cut_chunk():
     assert (choice.units, choice.fill) == (1, False)
     within = Horizon(CONTEXTS, 2048, 256, 2048, 256, 0, 0.0, allow=[float("inf"), 0.5, 0.5, 9.0])
     assert (cut(within, linear, linear).units, cut(within, linear, linear).fill) == (2, False)
+
+
+def test_a_unit_of_thousands_of_budgets_is_cut_without_deep_recursion():
+    """The plan walks the horizon one round at a time; a unit spanning a thousand rounds took one
+    Python frame per round and raised RecursionError out of `schedule`, stopping the engine: under
+    the default budget, 1500 prompts sharing a 512-token system prompt with 1500 tokens each (one
+    unit: the producer and its followers' work), or a 32k-token prompt under a 16-token budget.
+    The plan is unchanged by the unit's length."""
+    linear = affine(0.01, 0.001)
+    for tokens in (16 * 8, 16 * 2000, 16 * 20_000):
+        h = Horizon([Unit(tokens, 1), Unit(8, 1)], 16, 8, 16, 8, 0, 0.0, beyond=True)
+        choice = cut(h, linear, linear)
+        assert (choice.units, choice.fill) == (0, True)
+    batch = Unit(512 + 1500 * 1500, 1500, lead=2012)
+    choice = cut(horizon([batch], budget=2048, slots=32), linear, linear)
+    assert (choice.units, choice.fill, choice.lead) == (0, False, True)  # the producer alone

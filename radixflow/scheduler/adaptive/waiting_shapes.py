@@ -7,7 +7,8 @@ consumers rank first, then producers with the most dependents, then lone work.
 
 Members of one shared prefix (a group) change shape together: when one arrives, or one is taken
 (its siblings become consumers once it runs). Their registrations are found through the cache's
-tree below the group's node, at most `GROUP_WALK` nodes, so a change costs a bounded walk.
+tree below the group's node, at most `GROUP_WALK` nodes and `GROUP_WALK` requests (copies of one
+prompt end at one node), so a change costs a bounded walk.
 """
 
 from __future__ import annotations
@@ -82,11 +83,17 @@ class Shapes:
             yield from self.members(group)
 
     def members(self, group: NodeHandle) -> Iterator[Request]:
-        """Waiting requests registered under ``group``, at most `GROUP_WALK` nodes visited. Pure."""
+        """Waiting requests registered under ``group``: at most `GROUP_WALK` of them, at most
+        `GROUP_WALK` nodes visited (copies of one prompt all end at one node, so the nodes alone
+        do not bound them). Pure."""
+        found = 0
         for end in self._ctx.cache.registered_under(group, GROUP_WALK):
             for req in self._by_end.get(end.node_id, ()):
                 if req.status is RequestStatus.WAITING:
                     yield req
+                    found += 1
+                    if found == GROUP_WALK:
+                        return
 
     def forget(self, request: Request) -> None:
         """``request`` left the queue (mutates the book)."""

@@ -47,8 +47,9 @@ class RankIndex:
             return  # not ranked here (it left, or never arrived)
         deadline = self._since[request.id] + slack
         live = self._live.get(request.id)
-        if live is not None and live[0] == deadline:
+        if live is not None and live[3] is request and live[0] == deadline:
             return  # same place in the order: a new entry would only grow the heap
+        # (an entry of another request is a done one whose id was given again: it goes stale)
         entry = (deadline, self._seq[request.id], next(self._versions), request)
         self._live[request.id] = entry
         heapq.heappush(self._heap, entry)

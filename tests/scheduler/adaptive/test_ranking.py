@@ -58,3 +58,21 @@ def test_a_scan_visits_what_it_takes_not_the_queue():
         for _ in range(5):
             next(scan).status = RequestStatus.RUNNING
         assert index.pops - before <= 10  # the five taken, and the five dropped from the last round
+
+
+def test_a_new_request_reusing_a_done_ones_id_is_ranked_whatever_its_deadline():
+    """An engine takes an id again once the request that had it is forgotten; the index drops an
+    admitted request's entry only at the next scan. A newcomer with that id and the same deadline
+    found the old entry live and pushed none of its own; the next scan then dropped the old
+    request and, with it, every book kept under the id: the newcomer waited unranked forever
+    (a round with nothing else to run raised 'empty round')."""
+    dropped: list[Request] = []
+    index = RankIndex(on_drop=dropped.append)
+    old = Request("x", (1, 2))
+    index.add(old, 0, 2.0)
+    assert [r.id for r in index.scan()] == ["x"]
+    old.status = RequestStatus.FINISHED  # admitted, finished, forgotten by the engine
+    new = Request("x", (3, 4))
+    index.add(new, 1, 1.0)  # deadline 2.0, as the old one's
+    assert list(index.scan()) == [new]
+    assert dropped == [] and len(index) == 1

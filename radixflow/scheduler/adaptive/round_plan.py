@@ -149,19 +149,21 @@ class RoundPlanner:
     def _overdue_behind(
         self, scan: Lookahead, overdue: Callable[[Request], bool], pulled: int
     ) -> list[Request]:
-        """The run of requests past their FCFS bound right behind the horizon (the rank order
-        holds them near its front; a horizon cut short by one long unit leaves them out), up to
-        the requests a horizon holds with the ``pulled`` ones, so a round still visits a horizon's
-        worth of the queue, not all of it; the first that is not overdue goes back (mutates
-        ``scan``)."""
+        """The requests past their FCFS bound among those right behind the horizon (the rank order
+        holds them near its front; a horizon cut short by one long unit leaves them out): up to
+        the requests a horizon holds with the ``pulled`` ones are looked at, so a round still
+        visits a horizon's worth of the queue, not all of it. Those within their bound go back,
+        in order: an overdue request may rank behind one still within it (a short key's early
+        deadline, a long FCFS bound's late one), and is taken all the same (mutates ``scan``)."""
         late: list[Request] = []
+        passed: list[Request] = []
         room = HORIZON_BUDGETS * self._config.max_requests - pulled
-        req = next(scan, None)
-        while req is not None and len(late) < room and overdue(req):
-            late.append(req)
+        while len(late) + len(passed) < room:
             req = next(scan, None)
-        if req is not None:
-            scan.ahead.appendleft(req)
+            if req is None:
+                break
+            (late if overdue(req) else passed).append(req)
+        scan.ahead.extendleft(reversed(passed))
         return late
 
     def _pull(

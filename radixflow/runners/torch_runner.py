@@ -26,7 +26,7 @@ from radixflow.runners.profile_store import load_stored, store_key
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.round_predictor import LearnedRoundPredictor, make_predictor
 from radixflow.runners.sampler import Sampler, SampleRow
-from radixflow.runners.torch_settings import routes_matmuls, settings_problem
+from radixflow.runners.torch_settings import routes_matmuls, settings_problem, thread_count
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
 
@@ -121,6 +121,7 @@ class TorchRunner:
         given = parse_plan(matmul)
         assert not isinstance(given, Problem)  # refused above
         self.kernels = _kernels(kernels, device, dtype)  # before the model: a refusal costs nothing
+        self.threads = torch.get_num_threads()  # what it computes on (`thread_count`), the process's now
         self.net = load_model(path, device=device, dtype=dtype)
         use_kernels(self.net, self.kernels)  # the norms; the decode steps take them from each batch
         self.batched_decode = batched_decode
@@ -178,7 +179,7 @@ class TorchRunner:
 
     def _predictor(self, path: str | Path, label: str | None) -> LearnedRoundPredictor:
         """The stored profile of this model on this machine as the prior, else the nominal one."""
-        threads = torch.get_num_threads()
+        threads = self.threads
         key = store_key(path, str(self.dtype).removeprefix("torch."), self.device, threads)
         return make_predictor(path, label or Path(path).name, load_stored(key), threads)
 
@@ -214,6 +215,10 @@ class TorchRunner:
         return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput) -> RoundResult:
+        with thread_count(self.threads):
+            return self._run(batch)
+
+    def _run(self, batch: SchedulerOutput) -> RoundResult:
         if not batch.chunks:  # nothing to compute, as the sim answers it: no forward over zero rows
             return RoundResult(samples={}, duration_s=0.0, worker_call_s=0.0)
         chunks = [(list(c.tokens[c.start : c.end]), _spec(c)) for c in batch.chunks]
@@ -270,7 +275,8 @@ class TorchRunner:
         state = StatePool(self.net.state_layout(), 0, torch.float32, self.device)
         spec = SeqSpec(0, len(tokens), list(range(nblocks)))
         fb = ForwardBatch.build([(list(tokens), spec)], kv, state, self.device)
-        return self._forward(fb, [True])[0]
+        with thread_count(self.threads):
+            return self._forward(fb, [True])[0]
 
 
 def native_problem(device: str, dtype: torch.dtype) -> Problem | None:

@@ -5,6 +5,9 @@ a fleet's ingress included, before any replica loads."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from radixflow.models.device import DeviceError, check_device, parse_device
@@ -39,3 +42,20 @@ def settings_problem(
 def routes_matmuls(device: str, dtype: torch.dtype) -> bool:
     """Whether a matmul plan applies: the plans route CPU float32 Linear layers only."""
     return torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+@contextmanager
+def thread_count(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count at ``threads`` for the block, the process's own restored
+    after. The count is the process's: a runner pins the one it was built with (its matmul plan
+    was measured and its round profile keyed on it) against another runner built since on other
+    threads. Set only where it differs: a process with one runner never pays for the call."""
+    before = torch.get_num_threads()
+    if before == threads:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

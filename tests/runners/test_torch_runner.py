@@ -222,3 +222,25 @@ def test_a_round_of_no_chunks_computes_nothing_and_fails_nothing(tmp_path_factor
     result = runner.run(SchedulerOutput(round_index=0))
     assert result.samples == {} and result.prompt_logprobs == {}
     assert runner.predictor.fit.rounds == learned
+
+
+def test_a_runner_computes_on_the_threads_it_was_built_with_whatever_another_set_since(tmp_path_factory):
+    # torch's thread count is the process's: a second runner built on other threads (a second LLM
+    # with its own torch_threads) once moved the first one's forwards onto them, away from what
+    # its matmul plan was measured on and its round profile was keyed by
+    from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
+
+    runner = TorchRunner(tiny_checkpoint(tmp_path_factory, "llama", "PRESETS_LLAMA"), 16, 8, 2)
+    built_on = torch.get_num_threads()
+    seen = []
+    forward = runner.net.forward
+    runner.net.forward = lambda fb: (seen.append(torch.get_num_threads()), forward(fb))[1]
+    chunk = ScheduledChunk("r", "", (1, 2, 3), 0, 3, (0,), None, (), sample=True)
+    try:
+        torch.set_num_threads(built_on + 1)  # what building another runner does
+        runner.run(SchedulerOutput(round_index=0, chunks=[chunk]))
+        runner.reference_logits((1, 2, 3))
+        assert seen == [built_on, built_on]
+        assert torch.get_num_threads() == built_on + 1  # the other's count, back for its rounds
+    finally:
+        torch.set_num_threads(built_on)

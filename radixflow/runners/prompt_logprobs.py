@@ -134,27 +134,38 @@ class PromptScorer:
         del self._k[row]
         self._free.append(row)
 
-    def _row(self, key: _Key) -> int:
-        """The memo row for ``key``: its own, a free one, or a new one (the tensors grow)."""
-        row = self._rows.get(key)
-        if row is not None:
-            return row
-        if not self._free:
+    def _take(self, n: int) -> list[int]:
+        """``n`` free memo rows, no key's yet (the tensors grow first: a growth that fails takes
+        none)."""
+        while len(self._free) < n:
             self._grow()
-        row = self._free.pop()
+        taken = self._free[len(self._free) - n :]
+        del self._free[len(self._free) - n :]
+        return taken
+
+    def _publish(self, key: _Key, row: int, k: int) -> None:
+        """``key`` answered from ``row`` (written, with ``k`` alternatives), most recent; the
+        row it had before, if any, freed."""
+        self._k[row] = k
+        old = self._rows.get(key)
         self._rows[key] = row
-        self._by_slot.setdefault(key[0], []).append(key[1])
-        return row
+        self._rows.move_to_end(key)
+        if old is None:
+            self._by_slot.setdefault(key[0], []).append(key[1])
+        else:
+            self._release(old)
 
     def _grow(self) -> None:
         old = len(self._logprob)
         new = max(_FIRST_ROWS, 2 * old)
-        self._logprob = torch.cat([self._logprob, self._logprob.new_empty(new - old)])
-        self._top_ids = torch.cat([self._top_ids, self._top_ids.new_empty(new - old, MAX_LOGPROBS)])
-        self._top_logprobs = torch.cat(
-            [self._top_logprobs, self._top_logprobs.new_empty(new - old, MAX_LOGPROBS)]
+        # all four made before any is kept: one that fails to grow leaves them the same length
+        grown = (
+            torch.cat([self._logprob, self._logprob.new_empty(new - old)]),
+            torch.cat([self._top_ids, self._top_ids.new_empty(new - old, MAX_LOGPROBS)]),
+            torch.cat([self._top_logprobs, self._top_logprobs.new_empty(new - old, MAX_LOGPROBS)]),
+            torch.cat([self._rank, self._rank.new_empty(new - old)]),
         )
-        self._rank = torch.cat([self._rank, self._rank.new_empty(new - old)])
+        self._logprob, self._top_ids, self._top_logprobs, self._rank = grown
         self._free.extend(range(new - 1, old - 1, -1))
 
     def _compute(self, part: list[tuple[_Key, int]]) -> None:
@@ -169,13 +180,16 @@ class PromptScorer:
             top_vals, top_ids = logprobs.topk(k, dim=-1)
             own = logprobs.gather(1, tokens[:, None])[:, 0]
             rank = (logprobs > own[:, None]).sum(dim=-1) + 1  # vLLM's rank: 1 is the likeliest
-        rows_list = [self._row(key) for key, _ in part]
-        for row in rows_list:
-            self._k[row] = k
-        for key, _ in part:
-            self._rows.move_to_end(key)
-        rows = torch.tensor(rows_list, dtype=torch.long, device=hidden.device)
-        self._logprob[rows] = own
-        self._top_ids[rows, :k] = top_ids
-        self._top_logprobs[rows, :k] = top_vals
-        self._rank[rows] = rank
+        # rows written before any key names them: a round failing here leaves the memo as it was
+        rows_list = self._take(len(part))
+        try:
+            rows = torch.tensor(rows_list, dtype=torch.long, device=hidden.device)
+            self._logprob[rows] = own
+            self._top_ids[rows, :k] = top_ids
+            self._top_logprobs[rows, :k] = top_vals
+            self._rank[rows] = rank
+        except BaseException:
+            self._free.extend(rows_list)
+            raise
+        for (key, _), row in zip(part, rows_list, strict=True):
+            self._publish(key, row, k)

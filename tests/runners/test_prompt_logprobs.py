@@ -186,6 +186,36 @@ def test_a_small_memo_evicts_reuses_and_grows_its_rows_and_stays_exact(pair, mon
         runner.scorer = saved
 
 
+def out_of_memory(scorer: PromptScorer) -> None:
+    raise MemoryError("grow")
+
+
+def test_a_round_failed_as_the_memo_grows_leaves_it_whole_and_exact(pair, monkeypatch):
+    """A scoring round that fails as the memo's tensors grow (the device out of memory) fails its
+    requests alone. The memo once kept the keys it had begun to add, without their alternatives'
+    count or values: a later round writing their slots, or scoring them, failed on a KeyError."""
+    monkeypatch.setattr("radixflow.runners.prompt_logprobs._FIRST_ROWS", 4)
+    runner, saved = pair.runner, pair.runner.scorer
+    scorer = runner.scorer = PromptScorer(runner.net, runner.kv)
+    grow = PromptScorer._grow
+    try:
+        context = tokens(pair.vocab, 40, 60)
+        engine = new_engine(runner, CFG)
+        drive(engine, [Request("ctx", context, sampling=ECHO)])  # 39 keys in 64 rows: 25 free
+        monkeypatch.setattr(PromptScorer, "_grow", out_of_memory)
+        prompt = context + tokens(pair.vocab, 30, 61)  # 30 keys or more: the rows run out
+        failed = drive(engine, [Request("failed", prompt, sampling=ECHO)]).requests[-1]
+        assert failed.status is RequestStatus.FAILED and "grow" in (failed.error or "")
+        monkeypatch.setattr(PromptScorer, "_grow", grow)
+        again = [Request("again", prompt, sampling=ECHO), Request("more", prompt + (7,), sampling=ECHO)]
+        drive(engine, again)
+        for req in again:
+            pair.check(req)
+        assert len(scorer._rows) == len(scorer._k)  # every key has its row's contents
+    finally:
+        runner.scorer = saved
+
+
 # policy, placement, eviction, admission: each of every kind at least once
 SCARCE_COMBOS = [
     ("native", "lone", "lru", "all"),

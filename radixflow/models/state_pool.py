@@ -137,9 +137,13 @@ class StatePool:
         """Exchange pool rows ``a[i]`` and ``b[i]`` in every layer, with the slots they hold."""
         src = torch.tensor(a + b, dtype=torch.long)
         dst = torch.tensor(b + a, dtype=torch.long)
-        for tensors in self.tensors.values():
-            for t in tensors:
-                t.index_copy_(0, dst.to(t.device), t.index_select(0, src.to(t.device)))
+        pool = [t for tensors in self.tensors.values() for t in tensors]
+        # every layer's rows read out (what allocates, so what may fail) before any is written: a
+        # swap that fails leaves every layer and the slot map as they were, not half swapped
+        where = {t.device: (src.to(t.device), dst.to(t.device)) for t in pool}
+        moved = [t.index_select(0, where[t.device][0]) for t in pool]
+        for t, rows in zip(pool, moved, strict=True):
+            t.index_copy_(0, where[t.device][1], rows)
         for x, y in zip(a, b, strict=True):
             sx, sy = self._slot_of[x], self._slot_of[y]
             self._slot_of[x], self._slot_of[y] = sy, sx

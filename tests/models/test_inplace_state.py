@@ -159,3 +159,33 @@ def test_in_place_rows_leave_every_slot_as_the_per_sequence_path_does(model, ker
     for layer in batched.tensors:
         for g, w in zip(batched.logical(layer), serial.logical(layer), strict=True):
             assert (g - w).abs().max().item() <= STEP_TOL, layer
+
+
+def test_a_move_into_the_block_that_fails_midway_leaves_every_slot_as_it_was(monkeypatch) -> None:
+    """`place` swaps pool rows layer by layer; a swap that failed part-way (a GPU out of memory
+    for its temporary) left some layers swapped and the slot map not, so a slot another request
+    restores later (a checkpoint in the cache) read another's state in those layers. The worker
+    call fails and the round is rolled back; the pool must be as before it."""
+    layout = {0: ((2, 3),), 1: ((4,), (2, 2))}
+    pool = StatePool(layout, 6, torch.float32, "cpu")
+    for layer, tensors in pool.tensors.items():
+        for j, t in enumerate(tensors):
+            t.copy_(torch.arange(t.numel(), dtype=torch.float32).view(t.shape) + 100 * layer + 10 * j)
+    before = {layer: pool.logical(layer) for layer in layout}
+    selects = []
+    select = torch.Tensor.index_select
+
+    def fails_on_the_third(t: torch.Tensor, *args: object) -> torch.Tensor:
+        selects.append(t)
+        if len(selects) == 3:
+            raise torch.OutOfMemoryError("no room for the swap")
+        return select(t, *args)
+
+    monkeypatch.setattr(torch.Tensor, "index_select", fails_on_the_third)
+    # slots 0 and 5 decode in place, their rows apart: one is moved beside the other
+    with pytest.raises(torch.OutOfMemoryError):
+        pool.place([(0, 0, 0, (0,)), (1, 1, 5, (5,))], torch.device("cpu"))
+    monkeypatch.undo()
+    assert len(selects) == 3  # it failed inside the swap
+    for layer in layout:
+        assert all(torch.equal(a, b) for a, b in zip(pool.logical(layer), before[layer], strict=True))

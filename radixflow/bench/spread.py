@@ -38,15 +38,21 @@ def load_between(start: float | None, end: float | None) -> Load | None:
 
 @dataclass(frozen=True)
 class Spread:
-    """One figure of one policy over its trials, in trial order (at least one)."""
+    """One figure of one policy over its trials, in trial order (at least one); None where a trial
+    has no such figure (a latency of a trial that completed no request)."""
 
     policy: str
-    values: tuple[float, ...]
+    values: tuple[float | None, ...]
 
     def text(self, unit: str) -> str:
-        low, high = min(self.values), max(self.values)
+        defined = [v for v in self.values if v is not None]
+        if not defined:
+            return f"{self.policy}: none, no trial completed a request"
+        low, high = min(defined), max(defined)
         rel = (high - low) / low if low > 0 else 0.0
-        return f"{self.policy}: {low:.4f}–{high:.4f} {unit}, spread {rel:.1%} of the lowest"
+        text = f"{self.policy}: {low:.4f}–{high:.4f} {unit}, spread {rel:.1%} of the lowest"
+        missing = len(self.values) - len(defined)  # the range is over the others alone: say so
+        return text if not missing else f"{text}; {missing} of {len(self.values)} trials completed nothing"
 
 
 def spread_lines(label: str, spreads: Sequence[Spread], unit: str) -> list[str]:

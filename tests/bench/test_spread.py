@@ -35,3 +35,14 @@ def test_load_is_read_and_missing_where_the_platform_has_none(monkeypatch):
     load = Load(0.5, 2.25)
     assert load_between(0.5, 2.25) == load and load.to_json() == {"start": 0.5, "end": 2.25}
     assert load.text() == "machine load (1-minute average): 0.50 at the start, 2.25 at the end"
+
+
+def test_a_trial_that_completed_nothing_is_said_not_a_type_error():
+    """A policy whose trials completed no request has no mean latency (None): `--repeat 2` on
+    such a workload ended in a TypeError traceback under the table, and its --json went unwritten."""
+    lines = spread_lines(
+        "mean latency", [Spread("native", (None, None)), Spread("adaptive", (1.0, None, 1.5))], "s"
+    )
+    assert lines[1] == "  native: none, no trial completed a request"
+    adaptive = "  adaptive: 1.0000–1.5000 s, spread 50.0% of the lowest; 1 of 3 trials completed nothing"
+    assert lines[2] == adaptive

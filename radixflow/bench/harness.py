@@ -201,13 +201,18 @@ def _label(policy: str, placement: str, repeats: int, trial: int) -> str:
 
 
 def medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first row, each figure that is a float in every row replaced by its median over the
-    rows (the timings of repeated runs); counts, hashes and undefined (None) figures the first's."""
-    first = rows[0]
-    return {
-        k: statistics.median(r[k] for r in rows) if all(isinstance(r[k], float) for r in rows) else v
-        for k, v in first.items()
-    }
+    """The first row, each figure that is a float in some row and a float or undefined (None) in
+    every other replaced by its median over the rows that define it (the timings of repeated
+    runs: a trial that completed nothing has no latency, and the first trial's None, or its value
+    alone, would stand for trials that had one); counts and hashes the first's."""
+    return {k: _median_of(k, v, rows) for k, v in rows[0].items()}
+
+
+def _median_of(key: str, first: Any, rows: list[dict[str, Any]]) -> Any:
+    values = [r[key] for r in rows]
+    floats = [v for v in values if isinstance(v, float)]
+    timed = floats and all(v is None or isinstance(v, float) for v in values)
+    return statistics.median(floats) if timed else first
 
 
 def _median_run(trials: list[PolicyRun]) -> PolicyRun:

@@ -142,3 +142,18 @@ def test_repeats_write_every_trials_timings_beside_their_median():
     assert all(isinstance(v, float | None) for t in result["trial_timings"] for v in t.values())
     [alone] = BenchReport({}, {}, [run]).to_json()["results"]  # type: ignore[misc]
     assert alone["trial_timings"] == [{k: alone[k] for k in alone["trial_timings"][0]}]  # one run: its own
+
+
+def test_a_repeated_timing_is_the_median_of_the_trials_that_have_one_whatever_their_order():
+    """A trial that completed nothing has no latency (None): the median took the first trial's
+    figure then, so a first trial that failed every request showed "-" where the trials after it
+    had latencies, and one later trial that did hid the median behind the first's value."""
+    requests = build_workload(WorkloadSpec(groups=1, candidates=2, context_len=32, candidate_len=4)).requests
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    [run] = run_policies(requests, Engines(runner, SchedulerConfig()), ["native"], None)
+    for latencies, median in [((None, 1.0, 2.0), 1.5), ((1.0, None, 3.0, 4.0), 3.0), ((None, None), None)]:
+        trials = Trials(["native"], len(latencies))
+        for seconds in latencies:
+            trials.add("native", replace(run, result=replace(run.result, mean_latency_s=seconds)))
+        [repeated] = trials.runs()
+        assert repeated.result.mean_latency_s == median

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -81,6 +83,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except (BrokenPipeError, StdoutUnwritable):  # `bench ... | head`: the finished run's files still go
         _write_outputs(args, report, to_stdout=False)
         _write_trace(setup)
+        raise
+    except UsageError:  # an output the disk refused: the trace still goes, the first failure is said
+        with contextlib.suppress(UsageError):
+            _write_trace(setup)
         raise
     code = _exit_code(runs)
     _write_trace(setup)  # last: a trace that cannot be written costs the run none of its other results
@@ -248,22 +254,47 @@ def _write_text(flag: str, path: Path, text: str) -> None:
 def _write_outputs(args: argparse.Namespace, report: BenchReport, to_stdout: bool = True) -> list[str]:
     """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output, left out
     when not ``to_stdout``: its reader has left)."""
-    written = []
-    if args.json is not None and (to_stdout or not _is_stdout(args.json)):
-        # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
-        _write_text("--json", args.json, json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
-        written.append(_where(args.json))
-    if args.round_trace is not None and (to_stdout or not _is_stdout(args.round_trace)):
-        # rolled-back rounds too: their "error" says why they failed
-        lines = [
-            json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
-            for run in report.runs
-            for trial, t in enumerate(run.trial_runs(), 1)
-            for rec in t.every_round()
-        ]
-        _write_text("--round-trace", args.round_trace, "".join(line + "\n" for line in lines))
-        written.append(_where(args.round_trace))
+    # each tried whatever befell the one before (a file the disk refused, another may still take);
+    # the first failure raised once both were
+    written, failed = [], []
+    for flag, path, text in _outputs(args, report, to_stdout):
+        try:
+            _write_text(flag, path, text())
+        except UsageError as e:
+            failed.append(e)
+        else:
+            written.append(_where(path))
+    if failed:
+        raise failed[0]
     return written
+
+
+def _outputs(
+    args: argparse.Namespace, report: BenchReport, to_stdout: bool
+) -> list[tuple[str, Path, Callable[[], str]]]:
+    """``--json`` and ``--round-trace`` where given (``-`` left out when not ``to_stdout``): each
+    flag, path and its text."""
+    given = [
+        ("--json", args.json, lambda: _json_text(report)),
+        ("--round-trace", args.round_trace, lambda: _rounds_text(report)),
+    ]
+    return [(f, p, t) for f, p, t in given if p is not None and (to_stdout or not _is_stdout(p))]
+
+
+def _json_text(report: BenchReport) -> str:
+    # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
+    return json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def _rounds_text(report: BenchReport) -> str:
+    # rolled-back rounds too: their "error" says why they failed
+    lines = [
+        json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
+        for run in report.runs
+        for trial, t in enumerate(run.trial_runs(), 1)
+        for rec in t.every_round()
+    ]
+    return "".join(line + "\n" for line in lines)
 
 
 def _where(path: Path) -> str:

@@ -304,6 +304,29 @@ def test_a_trace_that_cannot_be_written_costs_the_run_none_of_its_other_results(
     assert json.loads(out.read_text())["results"][0]["completed"] > 0 and rounds.read_text()
 
 
+def test_a_json_the_disk_refuses_costs_the_run_none_of_its_other_outputs(tmp_path, capsys, monkeypatch):
+    # --json's failure was raised at once: --round-trace and the --trace-out trace, written after
+    # it, were never written, the whole run's rounds lost for one file
+    import errno
+
+    import radixflow.cli.bench as bench
+
+    out, rounds, trace = tmp_path / "out.json", tmp_path / "rounds.jsonl", tmp_path / "t.json"
+    write_whole = bench.write_whole
+
+    def full_for_json(path, text):
+        if Path(path) == out:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return write_whole(path, text)
+
+    monkeypatch.setattr("radixflow.cli.bench.write_whole", full_for_json)
+    argv = [*SMALL_BENCH, "--policy", "native", "--json", str(out), "--round-trace", str(rounds)]
+    assert main([*argv, "--trace-out", str(trace)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"radixflow: error: cannot write --json {out}: No space left on device"
+    assert rounds.read_text() and json.loads(trace.read_text())
+
+
 @pytest.mark.parametrize("flag", ["--json", "--round-trace", "--write-trace"])
 def test_an_output_the_disk_refuses_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flag):
     # the line named the path alone ("cannot write out.json: ..."), where every other output's

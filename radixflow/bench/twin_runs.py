@@ -211,7 +211,7 @@ def against_real(sim: EngineSetup, policy: str, runs: list[list[Request]], real:
         engine.run(fresh_copy(requests))
         mean = summarize(policy, engine, sim.scheduler).mean_latency_s
         same = replay.diverged_at is None and len(engine.rounds) == len(tape.rounds)
-        reproduced += same and mean is not None and abs(mean - (result.mean_latency_s or 0.0)) <= 1e-9 * mean
+        reproduced += same and _same_mean(mean, result.mean_latency_s)
         diverged.append(replay.diverged_at)
     return {
         "measured_over_twin_price": Spread.of(ratios).to_dict() if ratios else None,
@@ -219,3 +219,11 @@ def against_real(sim: EngineSetup, policy: str, runs: list[list[Request]], real:
         "replays": len(real.tapes),
         "replay_diverged_at": diverged,
     }
+
+
+def _same_mean(replayed: float | None, real: float | None) -> bool:
+    """Whether a replay's mean latency is the real run's: equal to rounding, or undefined on both
+    (neither completed a request: a run whose every request was refused ran no round to differ)."""
+    if replayed is None or real is None:
+        return replayed is real
+    return abs(replayed - real) <= 1e-9 * replayed

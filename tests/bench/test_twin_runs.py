@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from radixflow.bench import twin_runs
+from radixflow.bench.metrics import summarize
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.workloads.build import build_workload
 from radixflow.workloads.candidates import WorkloadSpec
@@ -34,3 +35,20 @@ def test_a_twin_that_completes_nothing_has_no_latency_figures():
         assert (f["mean_latency_s"], f["p99_latency_s"], f["at_speed"]["mean_latency_s"]) == (None,) * 3
         assert f["noisy"]["mean_latency_s"] is None and f["noisy"]["median_of_repeats"] is None
         assert f["sequences"] == 2 and f["rounds"] >= 0
+
+
+def _real(sim, requests, policy: str) -> twin_runs.Trials:
+    """One real run of ``policy`` (here the sim itself), taped as a real runner's is."""
+    engine, tape = twin_runs.run_one(sim, policy, requests, taped=True)
+    return twin_runs.Trials([summarize(policy, engine, sim.scheduler)], [0.0], [tape])
+
+
+def test_a_run_that_ran_no_round_is_reproduced_by_a_replay_that_runs_none():
+    # every request refused (one block holds no prompt): the real run and its replay both ran no
+    # round and completed nothing, the same schedule, yet the replay counted as not reproduced
+    # (0/1), its mean None against the real run's None
+    spec, s = _cell()
+    for blocks in (1, s.num_blocks):
+        sim, requests = twin_runs.twin_setup("qwen3_5-2b", spec, replace(s, num_blocks=blocks), PROFILE)
+        figures = twin_runs.against_real(sim, "native", [requests], _real(sim, requests, "native"))
+        assert (figures["replays_reproduced"], figures["replays"]) == (1, 1)

@@ -49,10 +49,17 @@ class Spread:
         if not defined:
             return f"{self.policy}: none, no trial completed a request"
         low, high = min(defined), max(defined)
-        rel = (high - low) / low if low > 0 else 0.0
-        text = f"{self.policy}: {low:.4f}–{high:.4f} {unit}, spread {rel:.1%} of the lowest"
+        text = f"{self.policy}: {low:.4f}–{high:.4f} {unit}, {_relative(low, high)}"
         missing = len(self.values) - len(defined)  # the range is over the others alone: say so
         return text if not missing else f"{text}; {missing} of {len(self.values)} trials completed nothing"
+
+
+def _relative(low: float, high: float) -> str:
+    """The range over its lowest value; none to give over a lowest of 0 (a trial whose every round
+    was rolled back took no time), where 0% would read as trials that agreed."""
+    if low > 0 or high == low:
+        return f"spread {(high - low) / low if low > 0 else 0.0:.1%} of the lowest"
+    return "the lowest 0: no spread relative to it"
 
 
 def spread_lines(label: str, spreads: Sequence[Spread], unit: str) -> list[str]:

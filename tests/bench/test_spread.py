@@ -21,10 +21,12 @@ def test_each_policy_shows_its_range_and_spread_over_the_lowest():
     assert lines[2] == "  adaptive: 2.0000–2.0000 s, spread 0.0% of the lowest"
 
 
-def test_a_zero_lowest_value_reads_as_no_spread_not_a_division_error():
-    assert spread_lines("makespan", [Spread("native", (0.0, 0.5))], "s")[1].endswith(
-        "spread 0.0% of the lowest"
-    )
+def test_a_zero_lowest_value_is_no_division_error_and_never_reads_as_no_spread():
+    # a trial whose every round was rolled back has a makespan of 0: "0.0000–0.5000 s, spread 0.0%
+    # of the lowest" read as trials that agreed
+    lines = spread_lines("makespan", [Spread("native", (0.0, 0.5)), Spread("adaptive", (0.0, 0.0))], "s")
+    assert lines[1] == "  native: 0.0000–0.5000 s, the lowest 0: no spread relative to it"
+    assert lines[2] == "  adaptive: 0.0000–0.0000 s, spread 0.0% of the lowest"
 
 
 def test_load_is_read_and_missing_where_the_platform_has_none(monkeypatch):

@@ -65,8 +65,11 @@ def _ids_cell(ids: list[str]) -> str:
 
 
 def _cut(reason: str) -> str:
-    """A failure reason short enough for a row label (the whole text is in --json)."""
-    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1].rstrip() + "…"
+    """A failure reason short enough for a row label, on one line (a worker call's error may span
+    several, as CUDA's do: a line break would split the label over two rows); the whole text is
+    in --json."""
+    line = " ".join(reason.split())
+    return line if len(line) <= MAX_REASON_CHARS else line[: MAX_REASON_CHARS - 1].rstrip() + "…"
 
 
 def _failure_rows(results: list[PolicyResult]) -> list[tuple[str, list[str]]]:

@@ -150,3 +150,11 @@ def test_outputs_that_differ_between_trials_are_said_to_not_shown_as_one_sha():
     assert "DIFFERENT" not in rows[0]  # not compared: adaptive has no one sha
     alone = [line for line in table_text([differs]).splitlines() if "outputs sha256" in line]
     assert len(alone) == 1 and "differs between trials" in alone[0]
+
+
+def test_a_reason_over_several_lines_is_one_row_label_line():
+    # a worker call's error on several lines (CUDA's "CUDA error: ...\nCUDA kernel errors might be
+    # asynchronously reported ...") broke the row label over two lines of the table
+    reason = "worker call failed: Runtime\nError: CUDA error\nCUDA kernel errors"
+    text = table_text([replace(BASE, failed=1, completed=3, failures=(Failure("a", reason),))])
+    assert "│   worker call failed: Runtime E… │        1 (a) │" in text.splitlines()

@@ -210,7 +210,9 @@ def _run_all(
             ended = {c[0] for c in record.chunks if rolled_back or c[2] == len(by_id[c[0]].prompt)}
             if record.index == 0:  # a request refused at submit runs no chunk: done all the same
                 ended |= {r.id for r in engine.requests if r.status is RequestStatus.FAILED}
-            progress.update(task, advance=len(ended), description=f"{policy}: round {record.index + 1}")
+            progress.update(
+                task, advance=len(ended), description=f"{_run_name(policy, trials)}: round {record.index + 1}"
+            )
 
         o = setup.options
         runs = run_policies(requests, setup, names, o.placement, on_round, args.repeat, trials, on_reference)
@@ -218,6 +220,12 @@ def _run_all(
         # ran a round, or at admission, ran no chunk): the bar ends at 100%
         progress.update(task, completed=len(requests) * len(names) * args.repeat)
     return runs
+
+
+def _run_name(policy: str, trials: Trials) -> str:
+    """``policy``'s run under way, with its trial (from 1) where there are several: a log of a
+    long run says which trial it is in, as the trace's processes and ``--round-trace`` do."""
+    return policy if trials.repeats == 1 else f"{policy} #{trials.count(policy) + 1}"
 
 
 def _write(flag: str, path: Path, write: object) -> None:

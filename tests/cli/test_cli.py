@@ -264,6 +264,18 @@ def test_the_bench_progress_in_a_log_reaches_every_request_even_those_that_fail(
     assert [line.split(": ")[0] for line in lines] == ["native", "radixflow"]
 
 
+def test_the_bench_progress_of_a_repeated_run_names_each_trial(tmp_path, capsys, monkeypatch):
+    # with --repeat every trial's lines read "native: round 1": a log of a long run could not
+    # say which trial it was in, where the trace's processes and --round-trace name it
+    monkeypatch.setattr("radixflow.progress.QUIET_S", 0.0)
+    trace = _trace(tmp_path / "t.jsonl", [{"id": "a", "prompt": list(range(40))}])
+    argv = ["bench", "--trace", str(trace), "--policy", "native", "--policy", "radixflow", "--repeat", "2"]
+    assert main(argv) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "/4 (" in line]
+    described = list(dict.fromkeys(line.split(": ")[0] for line in lines))
+    assert described == ["native #1", "radixflow #1", "native #2", "radixflow #2"]
+
+
 def test_a_trace_the_disk_refuses_while_running_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     # a flush while the policies ran failed (a warning in the log), and the last flush then said
     # nothing: exit 0 with a trace cut short

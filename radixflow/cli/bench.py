@@ -154,15 +154,18 @@ def _keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseEx
     JSON says ``"interrupted"`` and which did not): an older file there is not left looking like
     this run's. ``stopped`` gets a note saying where they are, or why one could not be written."""
     try:
-        written = _write_outputs(args, report)
-    except (UsageError, BrokenPipeError) as e:  # the interrupt still ends the run, not this
-        stopped.add_note(str(e) if isinstance(e, UsageError) else "standard output closed")
+        written, failed = _try_outputs(args, report)
+    except BrokenPipeError:  # the interrupt still ends the run, not this
+        stopped.add_note("standard output closed")
         return
+    if failed:  # the other output may still have been written: said after it
+        stopped.add_note(str(failed[0]))
     if written:
         done = sum(len(run.trial_runs()) for run in report.runs)
         total = done + len(report.unfinished or [])
         kept = f"{done} of {total} policy runs finished, written to {' and '.join(written)}"
-        stopped.add_note(f"{kept} (marked interrupted; the same command runs them all again)")
+        marked = "marked interrupted; " if args.json is not None and _where(args.json) in written else ""
+        stopped.add_note(f"{kept} ({marked}the same command runs them all again)")
 
 
 def _placements(given: str | None, names: list[str], recurrent: bool) -> str | dict[str, str]:
@@ -262,9 +265,19 @@ def _write_text(flag: str, path: Path, text: str) -> None:
 def _write_outputs(args: argparse.Namespace, report: BenchReport, to_stdout: bool = True) -> list[str]:
     """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output, left out
     when not ``to_stdout``: its reader has left)."""
-    # each tried whatever befell the one before (a file the disk refused, another may still take);
-    # the first failure raised once both were
-    written, failed = [], []
+    written, failed = _try_outputs(args, report, to_stdout)
+    if failed:  # the first failure, once both were tried
+        raise failed[0]
+    return written
+
+
+def _try_outputs(
+    args: argparse.Namespace, report: BenchReport, to_stdout: bool = True
+) -> tuple[list[str], list[UsageError]]:
+    """`_write_outputs`, each output tried whatever befell the one before (a file the disk
+    refused, another may still take): where each written one went, and each failure."""
+    written: list[str] = []
+    failed: list[UsageError] = []
     for flag, path, text in _outputs(args, report, to_stdout):
         try:
             _write_text(flag, path, text())
@@ -272,9 +285,7 @@ def _write_outputs(args: argparse.Namespace, report: BenchReport, to_stdout: boo
             failed.append(e)
         else:
             written.append(_where(path))
-    if failed:
-        raise failed[0]
-    return written
+    return written, failed
 
 
 def _outputs(

@@ -264,6 +264,43 @@ def test_the_bench_progress_in_a_log_reaches_every_request_even_those_that_fail(
     assert [line.split(": ")[0] for line in lines] == ["native", "radixflow"]
 
 
+def test_a_bench_cut_short_whose_json_the_disk_refuses_says_where_its_round_trace_went(
+    tmp_path, capsys, monkeypatch
+):
+    # the line gave --json's failure alone, though --round-trace, tried after it, held the trials
+    # finished: read as nothing kept
+    import errno
+
+    import radixflow.cli.bench as bench
+    from radixflow.runners.sim import SimRunner
+
+    out, rounds = tmp_path / "out.json", tmp_path / "rounds.jsonl"
+    write_whole, run = bench.write_whole, SimRunner.run
+    seen: list[int] = []
+
+    def full_for_json(path, text):
+        if Path(path) == out:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return write_whole(path, text)
+
+    def interrupted_in_the_second_run(self, batch):
+        seen.append(batch.round_index)
+        if batch.round_index == 0 and len(seen) > 1:
+            raise KeyboardInterrupt
+        return run(self, batch)
+
+    monkeypatch.setattr("radixflow.cli.bench.write_whole", full_for_json)
+    monkeypatch.setattr(SimRunner, "run", interrupted_in_the_second_run)
+    argv = [*SMALL_BENCH, "--policy", "native", "--policy", "radixflow"]
+    assert main([*argv, "--json", str(out), "--round-trace", str(rounds)]) == 130
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said == (
+        f"radixflow: interrupted; cannot write --json {out}: No space left on device; "
+        f"1 of 2 policy runs finished, written to {rounds} (the same command runs them all again)"
+    )
+    assert {json.loads(line)["policy"] for line in rounds.read_text().splitlines()} == {"native"}
+
+
 def test_the_bench_progress_of_a_repeated_run_names_each_trial(tmp_path, capsys, monkeypatch):
     # with --repeat every trial's lines read "native: round 1": a log of a long run could not
     # say which trial it was in, where the trace's processes and --round-trace name it

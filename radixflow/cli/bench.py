@@ -321,17 +321,31 @@ def _where(path: Path) -> str:
 
 
 def _exit_code(runs: list[PolicyRun]) -> int:
-    """1 when some policy completed no request at all (the reasons are in the table's failed rows)."""
-    empty = [r.result for r in runs if r.result.completed == 0]
+    """1 when some policy completed no request at all, in its trial that failed most (the reasons
+    are in the table's failed rows)."""
+    empty = [r for r in runs if r.result.completed == 0]
     if not empty:
         return 0
-    names = ", ".join(r.policy for r in empty)
+    names = ", ".join(_empty_in(r) for r in empty)
+    first = empty[0].result
     print(
         f"radixflow: error: no request completed under {names} "
-        f"({empty[0].failed} of {empty[0].requests} failed; reasons in the table)",
+        f"({first.failed} of {first.requests} failed; reasons in the table)",
         file=sys.stderr,
     )
     return 1
+
+
+def _empty_in(run: PolicyRun) -> str:
+    """The policy, and how many of its trials completed nothing where others did (the table shows
+    the latencies of those)."""
+    trials = run.trial_runs()
+    empty = sum(t.result.completed == 0 for t in trials)
+    return (
+        run.result.policy
+        if empty == len(trials)
+        else f"{run.result.policy} in {empty} of its {len(trials)} trials"
+    )
 
 
 COMMAND = Command("bench", "run scheduling policies side by side on one workload", add_arguments, run)

@@ -301,6 +301,27 @@ def test_a_bench_cut_short_whose_json_the_disk_refuses_says_where_its_round_trac
     assert {json.loads(line)["policy"] for line in rounds.read_text().splitlines()} == {"native"}
 
 
+def test_a_repeated_bench_one_of_whose_trials_completed_nothing_says_which_share(
+    tmp_path, capsys, monkeypatch
+):
+    # "no request completed under native" where its first trial completed every request and the
+    # table showed its latencies: the exit status is the worst trial's, the line now says so
+    from radixflow.runners.sim import SimRunner
+
+    run, engines = SimRunner.run, []
+
+    def lost_in_the_second_trial(self, batch):
+        engines.append(batch.round_index == 0)
+        if sum(engines) == 2:
+            raise RuntimeError("device lost")
+        return run(self, batch)
+
+    monkeypatch.setattr(SimRunner, "run", lost_in_the_second_trial)
+    assert main([*SMALL_BENCH, "--policy", "native", "--repeat", "2"]) == 1
+    said = "no request completed under native in 1 of its 2 trials (4 of 4 failed; reasons in the table)"
+    assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: error: {said}"
+
+
 def test_the_bench_progress_of_a_repeated_run_names_each_trial(tmp_path, capsys, monkeypatch):
     # with --repeat every trial's lines read "native: round 1": a log of a long run could not
     # say which trial it was in, where the trace's processes and --round-trace name it

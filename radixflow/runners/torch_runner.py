@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from pathlib import Path
@@ -14,10 +13,11 @@ from radixflow.costmodel.shape.limits import DEFAULT_CONTEXT
 from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.models.batch import ForwardBatch, StatePool
+from radixflow.models.io.eos_ids import eos_token_ids
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.backend import Kernels, KernelsError, resolve_kernels
 from radixflow.models.kv_pool import KVPool
-from radixflow.models.layers import Config, use_kernels
+from radixflow.models.layers import use_kernels
 from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import MatmulPlan, MatmulRouter, install, parse_plan
@@ -29,49 +29,6 @@ from radixflow.runners.sampler import Sampler, SampleRow
 from radixflow.runners.torch_settings import routes_matmuls, settings_problem, thread_count
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput
 from radixflow.scheduler.request import Request
-
-
-def eos_token_ids(path: str | Path, config: Config) -> tuple[int, ...]:
-    """End-of-sequence ids: ``eos_token_id`` (an int or a list) of config.json and, where the
-    checkpoint has one, of generation_config.json (chat models list their turn end there), and the
-    tokenizer's ``eos_token`` (vLLM's main end: a chat fine-tune's "<|im_end|>" where config.json
-    still names its base model's). An id outside the vocabulary is left out: no such token is ever
-    sampled, so it ends nothing, and the sampler indexes the logits with the end ids it holds back
-    (``min_tokens``)."""
-    ids = _as_ids(config.get("eos_token_id"))
-    gen = Path(path) / "generation_config.json"
-    if gen.is_file():
-        # an unreadable generation config (no permission, garbled JSON) only loses its extra stop ids
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            ids += _as_ids(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
-    # unreadable tokenizer files lose only this id (the tokenizer's own loading says why)
-    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-        ids += _tokenizer_eos(Path(path))
-    vocab = config.get("vocab_size")
-    return tuple(i for i in dict.fromkeys(ids) if not isinstance(vocab, int) or i < vocab)
-
-
-def _tokenizer_eos(path: Path) -> tuple[int, ...]:
-    """The id of tokenizer_config.json's ``eos_token`` (a string or an AddedToken's dict) in
-    tokenizer.json: an added token's, or the model vocabulary's; none when either file is missing
-    or the token is in neither."""
-    config, tokenizer = path / "tokenizer_config.json", path / "tokenizer.json"
-    if not (config.is_file() and tokenizer.is_file()):
-        return ()
-    eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token")
-    eos = eos.get("content") if isinstance(eos, dict) else eos
-    if not isinstance(eos, str):
-        return ()
-    spec = json.loads(tokenizer.read_text(encoding="utf-8"))
-    added = {t.get("content"): t.get("id") for t in spec.get("added_tokens") or ()}
-    vocab = (spec.get("model") or {}).get("vocab")
-    found = added.get(eos, vocab.get(eos) if isinstance(vocab, dict) else None)
-    return _as_ids(found)
-
-
-def _as_ids(value: object) -> tuple[int, ...]:
-    values = value if isinstance(value, list) else [value]
-    return tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
 def _spec(chunk: ScheduledChunk) -> SeqSpec:

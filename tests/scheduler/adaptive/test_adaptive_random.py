@@ -205,7 +205,7 @@ def backlog_rounds(
     return config, policy, {r.id: r for r in reqs}, rounds()
 
 
-@pytest.mark.parametrize("seed", [*range(80), 211, 249, 318, 356])
+@pytest.mark.parametrize("seed", [*range(80), 211, 249, 318, 356, 447])
 def test_a_round_the_cut_ends_leaves_no_request_past_its_fcfs_bound_that_fits_in_it(seed: int):
     """The cut plans a round as a prefix of the ranked units, so where a budget-cut chunk ends
     its plan, the real round can still have room (a chunk ends on a block boundary, a consumer
@@ -213,7 +213,7 @@ def test_a_round_the_cut_ends_leaves_no_request_past_its_fcfs_bound_that_fits_in
     reaches it; ranked behind a unit the cut leaves, it was never reached, and waited rounds
     past its bound beside room it fitted in (seeds 38, 41 and 77). Behind the horizon, an
     overdue request can rank after one still within its bound (a short key's early deadline):
-    the overdue run behind the horizon ended there and left it (seeds 211, 249, 318, 356)."""
+    the overdue run behind the horizon ended there and left it (seeds 211, 249, 318, 356, 447)."""
     config, policy, _, rounds = backlog_rounds(seed)
     for waiting, record in rounds:
         if record.stop_reason != "policy" or record.requests == config.max_requests:

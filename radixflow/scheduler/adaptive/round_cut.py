@@ -154,15 +154,20 @@ class _Plan:
         end, memo = self.ends[-1], self.memo
         if p < end and p not in memo:
             for x, nexts in self._unknown_from(p):
-                weight = self.waiting_at(x)
-                best, arg = float("inf"), x
-                for q in nexts:
-                    rest = memo[q][0] if q < end else -(q - end) * self.credit  # beyond: done early
-                    cost = self.seconds(x, q, self.later) * weight + rest
-                    if cost < best:
-                        best, arg = cost, q
-                memo[x] = (best, arg)
+                memo[x] = self._best_round(x, nexts)
         return memo[p][0] if p < end else -(p - end) * self.credit
+
+    def _best_round(self, x: int, nexts: list[int]) -> tuple[float, int]:
+        """The least sum of waits from ``x`` and where its round ends, every position a round
+        from ``x`` may end at (``nexts``) already evaluated."""
+        end, memo, weight = self.ends[-1], self.memo, self.waiting_at(x)
+        best, arg = float("inf"), x
+        for q in nexts:
+            rest = memo[q][0] if q < end else -(q - end) * self.credit  # beyond: done early
+            cost = self.seconds(x, q, self.later) * weight + rest
+            if cost < best:
+                best, arg = cost, q
+        return best, arg
 
     def _unknown_from(self, p: int) -> list[tuple[int, list[int]]]:
         """The positions not evaluated yet that rounds from ``p`` reach (``p`` included), each

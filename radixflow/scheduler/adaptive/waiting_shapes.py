@@ -13,6 +13,7 @@ prompt end at one node), so a change costs a bounded walk.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -86,14 +87,14 @@ class Shapes:
         """Waiting requests registered under ``group``: at most `GROUP_WALK` of them, at most
         `GROUP_WALK` nodes visited (copies of one prompt all end at one node, so the nodes alone
         do not bound them). Pure."""
-        found = 0
-        for end in self._ctx.cache.registered_under(group, GROUP_WALK):
-            for req in self._by_end.get(end.node_id, ()):
-                if req.status is RequestStatus.WAITING:
-                    yield req
-                    found += 1
-                    if found == GROUP_WALK:
-                        return
+        ends = self._ctx.cache.registered_under(group, GROUP_WALK)
+        waiting = (
+            req
+            for end in ends
+            for req in self._by_end.get(end.node_id, ())
+            if req.status is RequestStatus.WAITING
+        )
+        yield from itertools.islice(waiting, GROUP_WALK)
 
     def forget(self, request: Request) -> None:
         """``request`` left the queue (mutates the book)."""

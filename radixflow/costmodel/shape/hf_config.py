@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from radixflow.costmodel.shape.config_readers import READERS, Config, first_set, integer
+from radixflow.costmodel.shape.config_readers import READERS
+from radixflow.costmodel.shape.config_values import Config, first_set, integer
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 

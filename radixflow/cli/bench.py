@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import sys
-from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -24,13 +21,21 @@ from radixflow.cli.args import (
     warn_ineffective_options,
 )
 from radixflow.cli.bench_flags import add_arguments, warn_ineffective
+from radixflow.cli.bench_outputs import (
+    is_stdout,
+    to_stdout_flag,
+    try_outputs,
+    where,
+    write_file,
+    write_outputs,
+    write_text,
+)
 from radixflow.cli.bench_setup import check_generated, check_generated_context, load_workload, workload_spec
-from radixflow.cli.command import Command, StdoutUnwritable, UsageError, write_stdout
+from radixflow.cli.command import Command, StdoutUnwritable, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.run_setup import run_config
-from radixflow.files import write_whole
 from radixflow.options import EngineOptions, EnginePlan, EngineSetup, plan_engine, runner_name
 from radixflow.options.flags import from_args, policies
 from radixflow.progress import LoggedProgress
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if spec is not None:  # a context known only now (a checkpoint the cost model cannot read)
         check_generated_context(spec, setup.runner.model.name, setup.runner.model.max_context)
     if args.write_trace is not None:
-        _write_text("--write-trace", args.write_trace, trace_text(work))
+        write_text("--write-trace", args.write_trace, trace_text(work))
     names = policies(args) or DEFAULT_POLICIES
     trials = Trials(names, args.repeat)
     load_start = load_now()
@@ -79,9 +84,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     report = BenchReport(workload, config, runs, load=load)
     try:
         _show(runs, title, config, console, load)
-        _write_outputs(args, report)
+        write_outputs(args, report)
     except (BrokenPipeError, StdoutUnwritable):  # `bench ... | head`: the finished run's files still go
-        _write_outputs(args, report, to_stdout=False)
+        write_outputs(args, report, to_stdout=False)
         _write_trace(setup)
         raise
     except UsageError:  # an output the disk refused: the trace still goes, the first failure is said
@@ -97,9 +102,9 @@ def _checked_outputs(args: argparse.Namespace, options: EngineOptions, console: 
     """Every output path checked writable (and none an input) before any work; the console the
     table goes to: stderr where standard output holds an output (`-`) alone."""
     outputs = {"--json": args.json, "--round-trace": args.round_trace, "--write-trace": args.write_trace}
-    if _to_stdout(outputs) is not None:
+    if to_stdout_flag(outputs) is not None:
         console = Console(stderr=True)
-    outputs = {flag: None if _is_stdout(p) else p for flag, p in outputs.items()}
+    outputs = {flag: None if is_stdout(p) else p for flag, p in outputs.items()}
     outputs["--trace-out"] = None if options.trace_out is None else Path(options.trace_out)
     check_output_paths(outputs, {"--trace": args.trace, **engine_inputs(options)})
     return console
@@ -154,7 +159,7 @@ def _keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseEx
     JSON says ``"interrupted"`` and which did not): an older file there is not left looking like
     this run's. ``stopped`` gets a note saying where they are, or why one could not be written."""
     try:
-        written, failed = _try_outputs(args, report)
+        written, failed = try_outputs(args, report)
     except BrokenPipeError:  # the interrupt still ends the run, not this
         stopped.add_note("standard output closed")
         return
@@ -164,7 +169,7 @@ def _keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseEx
         done = sum(len(run.trial_runs()) for run in report.runs)
         total = done + len(report.unfinished or [])
         kept = f"{done} of {total} policy runs finished, written to {' and '.join(written)}"
-        marked = "marked interrupted; " if args.json is not None and _where(args.json) in written else ""
+        marked = "marked interrupted; " if args.json is not None and where(args.json) in written else ""
         stopped.add_note(f"{kept} ({marked}the same command runs them all again)")
 
 
@@ -186,7 +191,7 @@ def _run(
 def _write_trace(setup: EngineSetup) -> None:
     """The trace's last flush; `UsageError` for it, or for a flush while the engines ran, that failed."""
     if setup.options.trace_out is not None:
-        _write("--trace-out", Path(setup.options.trace_out), lambda _: setup.flush_trace())
+        write_file("--trace-out", Path(setup.options.trace_out), lambda _: setup.flush_trace())
 
 
 def _run_all(
@@ -229,95 +234,6 @@ def _run_name(policy: str, trials: Trials) -> str:
     """``policy``'s run under way, with its trial (from 1) where there are several: a log of a
     long run says which trial it is in, as the trace's processes and ``--round-trace`` do."""
     return policy if trials.repeats == 1 else f"{policy} #{trials.count(policy) + 1}"
-
-
-def _write(flag: str, path: Path, write: object) -> None:
-    """Write ``flag``'s output file; a failure this late (disk full, file removed) is one line
-    naming the flag and the path, not a traceback."""
-    try:
-        write(path)  # type: ignore[operator]
-    except BrokenPipeError:  # the reader of /dev/stdout left early: as with stdout, not an error
-        raise
-    except OSError as e:
-        raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
-
-
-def _is_stdout(path: Path | None) -> bool:
-    return path is not None and str(path) == "-"
-
-
-def _to_stdout(outputs: dict[str, Path | None]) -> str | None:
-    """The output flag given ``-`` (standard output), if one is; a `UsageError` for two."""
-    flags = [flag for flag, path in outputs.items() if _is_stdout(path)]
-    if len(flags) > 1:
-        raise UsageError(f"{flags[1]} -: standard output already takes {flags[0]}; give one a file")
-    return flags[0] if flags else None
-
-
-def _write_text(flag: str, path: Path, text: str) -> None:
-    """``text`` to standard output for ``-``, else written whole to ``flag``'s file at ``path``."""
-    if _is_stdout(path):
-        write_stdout(text)
-    else:
-        _write(flag, path, lambda p: write_whole(p, text))
-
-
-def _write_outputs(args: argparse.Namespace, report: BenchReport, to_stdout: bool = True) -> list[str]:
-    """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output, left out
-    when not ``to_stdout``: its reader has left)."""
-    written, failed = _try_outputs(args, report, to_stdout)
-    if failed:  # the first failure, once both were tried
-        raise failed[0]
-    return written
-
-
-def _try_outputs(
-    args: argparse.Namespace, report: BenchReport, to_stdout: bool = True
-) -> tuple[list[str], list[UsageError]]:
-    """`_write_outputs`, each output tried whatever befell the one before (a file the disk
-    refused, another may still take): where each written one went, and each failure."""
-    written: list[str] = []
-    failed: list[UsageError] = []
-    for flag, path, text in _outputs(args, report, to_stdout):
-        try:
-            _write_text(flag, path, text())
-        except UsageError as e:
-            failed.append(e)
-        else:
-            written.append(_where(path))
-    return written, failed
-
-
-def _outputs(
-    args: argparse.Namespace, report: BenchReport, to_stdout: bool
-) -> list[tuple[str, Path, Callable[[], str]]]:
-    """``--json`` and ``--round-trace`` where given (``-`` left out when not ``to_stdout``): each
-    flag, path and its text."""
-    given = [
-        ("--json", args.json, lambda: _json_text(report)),
-        ("--round-trace", args.round_trace, lambda: _rounds_text(report)),
-    ]
-    return [(f, p, t) for f, p, t in given if p is not None and (to_stdout or not _is_stdout(p))]
-
-
-def _json_text(report: BenchReport) -> str:
-    # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
-    return json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n"
-
-
-def _rounds_text(report: BenchReport) -> str:
-    # rolled-back rounds too: their "error" says why they failed
-    lines = [
-        json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
-        for run in report.runs
-        for trial, t in enumerate(run.trial_runs(), 1)
-        for rec in t.every_round()
-    ]
-    return "".join(line + "\n" for line in lines)
-
-
-def _where(path: Path) -> str:
-    return "standard output" if _is_stdout(path) else str(path)
 
 
 def _exit_code(runs: list[PolicyRun]) -> int:

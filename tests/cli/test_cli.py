@@ -271,7 +271,7 @@ def test_a_bench_cut_short_whose_json_the_disk_refuses_says_where_its_round_trac
     # finished: read as nothing kept
     import errno
 
-    import radixflow.cli.bench as bench
+    import radixflow.cli.bench_outputs as bench
     from radixflow.runners.sim import SimRunner
 
     out, rounds = tmp_path / "out.json", tmp_path / "rounds.jsonl"
@@ -289,7 +289,7 @@ def test_a_bench_cut_short_whose_json_the_disk_refuses_says_where_its_round_trac
             raise KeyboardInterrupt
         return run(self, batch)
 
-    monkeypatch.setattr("radixflow.cli.bench.write_whole", full_for_json)
+    monkeypatch.setattr("radixflow.cli.bench_outputs.write_whole", full_for_json)
     monkeypatch.setattr(SimRunner, "run", interrupted_in_the_second_run)
     argv = [*SMALL_BENCH, "--policy", "native", "--policy", "radixflow"]
     assert main([*argv, "--json", str(out), "--round-trace", str(rounds)]) == 130
@@ -379,7 +379,7 @@ def test_a_json_the_disk_refuses_costs_the_run_none_of_its_other_outputs(tmp_pat
     # it, were never written, the whole run's rounds lost for one file
     import errno
 
-    import radixflow.cli.bench as bench
+    import radixflow.cli.bench_outputs as bench
 
     out, rounds, trace = tmp_path / "out.json", tmp_path / "rounds.jsonl", tmp_path / "t.json"
     write_whole = bench.write_whole
@@ -389,7 +389,7 @@ def test_a_json_the_disk_refuses_costs_the_run_none_of_its_other_outputs(tmp_pat
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return write_whole(path, text)
 
-    monkeypatch.setattr("radixflow.cli.bench.write_whole", full_for_json)
+    monkeypatch.setattr("radixflow.cli.bench_outputs.write_whole", full_for_json)
     argv = [*SMALL_BENCH, "--policy", "native", "--json", str(out), "--round-trace", str(rounds)]
     assert main([*argv, "--trace-out", str(trace)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -406,7 +406,7 @@ def test_an_output_the_disk_refuses_is_one_line_naming_its_flag(tmp_path, capsys
     def full_disk(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("radixflow.cli.bench.write_whole", full_disk)
+    monkeypatch.setattr("radixflow.cli.bench_outputs.write_whole", full_disk)
     path = tmp_path / "out"
     assert main([*SMALL_BENCH, "--policy", "native", flag, str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

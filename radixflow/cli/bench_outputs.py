@@ -1,0 +1,104 @@
+"""Where `radixflow bench` writes what it measured: ``--json``, ``--round-trace`` and
+``--write-trace`` files or standard output (``-``), each write that fails one line naming its
+flag, and each output tried whatever befell the one before."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from radixflow.bench.harness import BenchReport
+from radixflow.cli.command import UsageError, write_stdout
+from radixflow.files import write_whole
+
+
+def write_file(flag: str, path: Path, write: object) -> None:
+    """Write ``flag``'s output file; a failure this late (disk full, file removed) is one line
+    naming the flag and the path, not a traceback."""
+    try:
+        write(path)  # type: ignore[operator]
+    except BrokenPipeError:  # the reader of /dev/stdout left early: as with stdout, not an error
+        raise
+    except OSError as e:
+        raise UsageError(f"cannot write {flag} {path}: {e.strerror or e}") from None
+
+
+def is_stdout(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def to_stdout_flag(outputs: dict[str, Path | None]) -> str | None:
+    """The output flag given ``-`` (standard output), if one is; a `UsageError` for two."""
+    flags = [flag for flag, path in outputs.items() if is_stdout(path)]
+    if len(flags) > 1:
+        raise UsageError(f"{flags[1]} -: standard output already takes {flags[0]}; give one a file")
+    return flags[0] if flags else None
+
+
+def write_text(flag: str, path: Path, text: str) -> None:
+    """``text`` to standard output for ``-``, else written whole to ``flag``'s file at ``path``."""
+    if is_stdout(path):
+        write_stdout(text)
+    else:
+        write_file(flag, path, lambda p: write_whole(p, text))
+
+
+def write_outputs(args: argparse.Namespace, report: BenchReport, to_stdout: bool = True) -> list[str]:
+    """Write ``--json`` and ``--round-trace``; where each went (``-``: standard output, left out
+    when not ``to_stdout``: its reader has left)."""
+    written, failed = try_outputs(args, report, to_stdout)
+    if failed:  # the first failure, once both were tried
+        raise failed[0]
+    return written
+
+
+def try_outputs(
+    args: argparse.Namespace, report: BenchReport, to_stdout: bool = True
+) -> tuple[list[str], list[UsageError]]:
+    """`write_outputs`, each output tried whatever befell the one before (a file the disk
+    refused, another may still take): where each written one went, and each failure."""
+    written: list[str] = []
+    failed: list[UsageError] = []
+    for flag, path, text in outputs(args, report, to_stdout):
+        try:
+            write_text(flag, path, text())
+        except UsageError as e:
+            failed.append(e)
+        else:
+            written.append(where(path))
+    return written, failed
+
+
+def outputs(
+    args: argparse.Namespace, report: BenchReport, to_stdout: bool
+) -> list[tuple[str, Path, Callable[[], str]]]:
+    """``--json`` and ``--round-trace`` where given (``-`` left out when not ``to_stdout``): each
+    flag, path and its text."""
+    given = [
+        ("--json", args.json, lambda: json_text(report)),
+        ("--round-trace", args.round_trace, lambda: rounds_text(report)),
+    ]
+    return [(f, p, t) for f, p, t in given if p is not None and (to_stdout or not is_stdout(p))]
+
+
+def json_text(report: BenchReport) -> str:
+    # strict JSON: an undefined figure is null; a NaN here would be a bug, so refuse it
+    return json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def rounds_text(report: BenchReport) -> str:
+    # rolled-back rounds too: their "error" says why they failed
+    lines = [
+        json.dumps({"policy": run.result.policy, "trial": trial, **asdict(rec)}, allow_nan=False)
+        for run in report.runs
+        for trial, t in enumerate(run.trial_runs(), 1)
+        for rec in t.every_round()
+    ]
+    return "".join(line + "\n" for line in lines)
+
+
+def where(path: Path) -> str:
+    return "standard output" if is_stdout(path) else str(path)

@@ -166,7 +166,7 @@ def test_every_door_reads_the_one_declaration(command):
     for name in ("token_budget", "max_requests", "block_size"):
         assert getattr(EngineOptions(), name) == getattr(scheduler, name)
     if command == "serve":
-        from radixflow.cli.serve import server_settings
+        from radixflow.cli.serve_setup import server_settings
 
         assert server_settings(args) == (Listen(), ServerConfig())
     if command == "run-batch":  # the server's limits, declared once with serve's

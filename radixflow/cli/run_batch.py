@@ -38,7 +38,7 @@ from radixflow.cli.kept_rows import (
     same_limits,
 )
 from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
-from radixflow.cli.serve import BATCH_EXTRA, require_serve_extra, threads
+from radixflow.cli.serve_setup import BATCH_EXTRA, require_serve_extra, threads
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import (
     add_engine_flags,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import socket
 import sys
@@ -21,20 +20,16 @@ from radixflow.cli.args import (
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
-from radixflow.cli.command import ENGINE_LEFT, Command, UsageError
+from radixflow.cli.command import ENGINE_LEFT, Command
 from radixflow.cli.extras import require_torch_extra
+from radixflow.cli.serve_fleet import run_fleet
+from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_settings, threads
 from radixflow.fleet import DEFAULT_ROUTER, MAX_REPLICAS, ROUTERS, router_problem
-from radixflow.options import EngineOptions, plan_engine
-from radixflow.options.flags import add_engine_flags, add_option_flags, from_args, given_values
-from radixflow.options.machine import cpu_count, server_thread_plan
-from radixflow.options.spec import checked
-from radixflow.problems import ProblemError, counted
+from radixflow.options.flags import add_engine_flags, add_option_flags, from_args
+from radixflow.options.machine import cpu_count
+from radixflow.problems import counted
 from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import base_url, bind, bound_port
-
-# what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
-SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
-BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,56 +67,14 @@ def router_arg(text: str) -> str:
     return text
 
 
-def require_serve_extra(what: str = "radixflow serve", packages: tuple[str, ...] = SERVE_EXTRA) -> None:
-    for name in packages:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            raise UsageError(
-                f"{what} needs the serve extra (package {name!r} is missing): pip install -e '.[serve]'"
-            ) from None
-
-
-def threads(options: EngineOptions, tokenizer_threads: int | None, cpus: int) -> tuple[EngineOptions, int]:
-    """The options (their ``torch_threads``) and the tokenizer threads the server runs with on
-    ``cpus`` CPUs: what the user gave, else the server's thread plan. Pure."""
-    plan = server_thread_plan(cpus)
-    if options.torch_threads is None:
-        options = options.replace(torch_threads=plan.torch_threads)
-    return options, tokenizer_threads or plan.tokenizer_threads
-
-
-def server_settings(args: argparse.Namespace) -> tuple[Listen, ServerConfig]:
-    """Where to listen and the server's limits: the flags given, the declared defaults for the rest
-    (`ProblemError` naming the flag at fault)."""
-    return checked(Listen, given_values(args, Listen)), checked(
-        ServerConfig, given_values(args, ServerConfig)
-    )
-
-
 def fleet_wanted(args: argparse.Namespace) -> bool:
     return args.replicas > 1 or args.ray_address is not None
-
-
-def refuse_setup(options: EngineOptions, local: bool = True) -> None:
-    """Raise `ProblemError` for what the model's setup refuses without loading its weights (a
-    model the runner has not, bad torch settings, a ``--cache-memory`` budget below one entry;
-    ``local``: the model is built on this machine, so its entry sizes can be read here)."""
-    from radixflow.generation.setup import weights_problem
-
-    problem = weights_problem(options, local=local)
-    if problem is not None:
-        raise ProblemError(problem)
-    if options.cache_memory is not None and local:
-        plan_engine(options).scheduler_config()  # the budget against the model's entry sizes
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     if args.router is not None and args.replicas == 1:  # here or on a cluster: it gets every request
         warn("--router has no effect with one replica (see --replicas)")
     if fleet_wanted(args):
-        from radixflow.cli.serve_fleet import run_fleet  # it imports this module's helpers
-
         return run_fleet(args, console)
     require_torch_extra("radixflow serve")
     require_serve_extra()

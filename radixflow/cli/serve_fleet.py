@@ -15,7 +15,7 @@ from rich.console import Console
 
 from radixflow.cli.args import warn, warn_ineffective_options
 from radixflow.cli.command import UsageError
-from radixflow.cli.serve import refuse_setup, require_serve_extra, server_settings
+from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_settings
 from radixflow.fleet import DEFAULT_ROUTER
 from radixflow.options import EngineOptions
 from radixflow.options.flags import from_args

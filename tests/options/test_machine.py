@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.cli.app import build_parser
-from radixflow.cli.serve import threads
+from radixflow.cli.serve_setup import threads
 from radixflow.options import EngineOptions
 from radixflow.options.machine import ThreadPlan, server_thread_plan
 

@@ -1,0 +1,60 @@
+"""What `radixflow serve` (one server or a fleet) and `radixflow run-batch` share before a model
+loads: the serve extra required, the server's settings and thread plan from the flags, and the
+model's setup refused in one line where it cannot run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from radixflow.cli.command import UsageError
+from radixflow.options import EngineOptions, plan_engine
+from radixflow.options.flags import given_values
+from radixflow.options.machine import server_thread_plan
+from radixflow.options.spec import checked
+from radixflow.problems import ProblemError
+from radixflow.server.config import Listen, ServerConfig
+
+# what `pip install -e '.[serve]'` brings that a command imports (httpx: run-batch's in-process client)
+SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
+BATCH_EXTRA = (*SERVE_EXTRA, "httpx")
+
+
+def require_serve_extra(what: str = "radixflow serve", packages: tuple[str, ...] = SERVE_EXTRA) -> None:
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise UsageError(
+                f"{what} needs the serve extra (package {name!r} is missing): pip install -e '.[serve]'"
+            ) from None
+
+
+def threads(options: EngineOptions, tokenizer_threads: int | None, cpus: int) -> tuple[EngineOptions, int]:
+    """The options (their ``torch_threads``) and the tokenizer threads the server runs with on
+    ``cpus`` CPUs: what the user gave, else the server's thread plan. Pure."""
+    plan = server_thread_plan(cpus)
+    if options.torch_threads is None:
+        options = options.replace(torch_threads=plan.torch_threads)
+    return options, tokenizer_threads or plan.tokenizer_threads
+
+
+def server_settings(args: argparse.Namespace) -> tuple[Listen, ServerConfig]:
+    """Where to listen and the server's limits: the flags given, the declared defaults for the rest
+    (`ProblemError` naming the flag at fault)."""
+    return checked(Listen, given_values(args, Listen)), checked(
+        ServerConfig, given_values(args, ServerConfig)
+    )
+
+
+def refuse_setup(options: EngineOptions, local: bool = True) -> None:
+    """Raise `ProblemError` for what the model's setup refuses without loading its weights (a
+    model the runner has not, bad torch settings, a ``--cache-memory`` budget below one entry;
+    ``local``: the model is built on this machine, so its entry sizes can be read here)."""
+    from radixflow.generation.setup import weights_problem
+
+    problem = weights_problem(options, local=local)
+    if problem is not None:
+        raise ProblemError(problem)
+    if options.cache_memory is not None and local:
+        plan_engine(options).scheduler_config()  # the budget against the model's entry sizes

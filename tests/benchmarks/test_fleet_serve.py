@@ -166,3 +166,14 @@ def test_the_routers_trials_are_interleaved_and_reported_as_medians_with_the_loa
     printed = capsys.readouterr().out
     assert "checkpoint: 12/12 answered" in printed and "spread 1.0-9.0 s" in printed
     assert "load average" in printed
+
+
+def test_a_fleet_answer_that_is_not_ok_says_its_status_and_body(fleet_serve, monkeypatch):
+    """A non-200 ``/fleet`` (a 500's text body) was a bare JSONDecodeError ("Expecting value"),
+    which said nothing of what the server had answered."""
+    import httpx
+
+    answer = httpx.Response(500, text="Internal Server Error")
+    monkeypatch.setattr(fleet_serve.httpx, "get", lambda *a, **k: answer)
+    with pytest.raises(RuntimeError, match="/fleet on port 9 answered 500: 'Internal Server Error'"):
+        fleet_serve.fleet_tokens(9)

@@ -17,7 +17,7 @@ from radixflow.calibration.run import CalibrationPlan, calibrate, refit, total_b
 from radixflow.calibration.timing import KEPT, TimedBatch, default_clock
 from radixflow.costmodel.hardware.profile_checks import ProfileError
 from radixflow.costmodel.hardware.profile_files import save_profile
-from radixflow.costmodel.hardware.profiles import HardwareProfile
+from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.flags import file_path_arg, not_stdout, parse_int
@@ -249,8 +249,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         **plain,
     )
     # quoted as a shell reads it, so the command runs as pasted ("my p.json", "p[1].json")
-    console.print(f"use it with: radixflow bench --runner sim --hardware {shlex.quote(str(out))}", **plain)
+    console.print(
+        f"use it with: radixflow bench --runner sim --hardware {shlex.quote(hardware_arg(out))}", **plain
+    )
     return 0
+
+
+def hardware_arg(out: Path) -> str:
+    """``out`` as ``--hardware`` reads it as this file: a built-in profile's name (``--out h100``)
+    would be read as that profile, so it is spelled as a path (``./h100``)."""
+    return f"./{out}" if str(out) in HARDWARE else str(out)
 
 
 def _time_and_fit(

@@ -418,3 +418,23 @@ def test_calibrate_on_rounds_timed_at_zero_is_one_line(zoo, tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert err.startswith("radixflow: error: the timings fit no usable profile: "), err
     assert err.count("\n") == 1 and "timed at 0 s or less" in err and not out.exists()
+
+
+def test_the_hint_to_use_a_profile_named_as_a_built_in_one_reads_the_file(zoo, tmp_path, capsys, monkeypatch):
+    """``--out h100`` wrote the file h100 and said "use it with: ... --hardware h100", which
+    prices on the built-in H100 profile, never the file just calibrated."""
+    pytest.importorskip("torch")
+    import shlex
+
+    from radixflow.calibration import command
+    from radixflow.calibration.fit import ModelError
+    from radixflow.cli import main
+    from radixflow.costmodel.hardware.profile_files import resolve_hardware
+
+    fitted = (replace(HARDWARE["cpu"], name="calibrated"), [ModelError("lfm2-tiny", 1, 1, 0.1, 0.1)], {})
+    monkeypatch.setattr(command, "_time_and_fit", lambda *args: fitted)  # no timing
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "--model", "lfm2-tiny", "--out", "h100"]) == 0
+    (hint,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("use it with:")]
+    hardware = shlex.split(hint)[-1]
+    assert resolve_hardware(hardware).name == "calibrated", hint

@@ -174,6 +174,7 @@ def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, cons
             f"this machine for this model in {plan.dtype} on {plan.device} with {threads} (other runs "
             "start from the nominal prior)",
             markup=False,  # a model may be a directory, named as given
+            soft_wrap=True,  # the path whole, to paste (a narrow terminal cut it in two)
         )
 
 

@@ -438,3 +438,24 @@ def test_the_hint_to_use_a_profile_named_as_a_built_in_one_reads_the_file(zoo, t
     (hint,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("use it with:")]
     hardware = shlex.split(hint)[-1]
     assert resolve_hardware(hardware).name == "calibrated", hint
+
+
+def test_the_stored_profiles_path_is_printed_whole_on_a_narrow_terminal(monkeypatch):
+    """The line was wrapped at the terminal's width, so the store path came out cut in two
+    (``...-float3`` / ``2.json``) and could not be pasted."""
+    import io
+
+    from rich.console import Console
+
+    from radixflow.calibration import command
+    from radixflow.calibration.run import CalibrationPlan
+    from radixflow.runners import profile_store
+
+    path = "/cache/round_profiles/5bcf8df7015c14d3/qwen3_5-tiny-155a6c6708c5-float32.json"
+    monkeypatch.setattr("radixflow.models.zoo.ensure_model", lambda model: model)
+    monkeypatch.setattr(profile_store, "store_key", lambda *a: a)
+    monkeypatch.setattr(profile_store, "save_stored", lambda profile, key: path)
+    out = io.StringIO()
+    plan = CalibrationPlan(models=("qwen3_5-tiny",))
+    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=60))
+    assert path in out.getvalue()

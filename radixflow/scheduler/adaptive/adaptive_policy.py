@@ -240,7 +240,7 @@ class Adaptive:
         return self._ctx.config.token_budget - self._tally.tokens
 
     def _past_fcfs(self, request: Request) -> bool:
-        """Holding the request back another round would pass its FCFS bound (`Patience`)."""
+        """The request is due: this round starts at or past its FCFS bound (`Patience.past_fcfs`)."""
         assert self._patience is not None
         return self._patience.past_fcfs(request, self._round)
 

@@ -47,8 +47,10 @@ class Patience:
         return rate * max(horizon, min(busy, self.arrivals.span()))
 
     def past_fcfs(self, request: Request, round_index: int) -> bool:
-        """Holding the request back another round (round ``round_index`` now) would pass its FCFS
-        bound: in seconds where the runner predicts them (`allowance`), else in rounds."""
+        """The request is due: the round planned now (``round_index``) starts at or past its FCFS
+        bound, in predicted seconds where the runner predicts them (`allowance`), else in rounds.
+        Both ways a due request is taken in the first round that starts at or past its bound and
+        has room for it: given room, it waits past the bound by less than one round."""
         allowance = self.allowance(request)
         if self.times.in_seconds:
             return allowance <= 0.0

@@ -56,9 +56,13 @@ class BenchReport:
     # the machine's load over the run: what competed for it while the timings were taken (a
     # measurement, not a setting: two runs of one config differ here); None: not read
     load: Load | None = None
+    # a run cut short by an error, not a Ctrl-C: the error, in one line (None: no error cut it)
+    error: str | None = None
 
     def to_json(self) -> dict[str, object]:
         cut = {} if self.unfinished is None else {"interrupted": True, "unfinished": self.unfinished}
+        if self.error is not None:
+            cut["error"] = self.error
         return {
             **cut,
             "workload": self.workload,

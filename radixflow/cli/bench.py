@@ -70,10 +70,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     load_start = load_now()
     try:
         runs = _run(args, setup, requests, trials)
-    except KeyboardInterrupt as e:  # a Ctrl-C, or a SIGTERM taken as one: the trials finished stay
-        config = _config(args, plan, setup, names)
+    except (KeyboardInterrupt, Exception) as e:  # a Ctrl-C (or a SIGTERM taken as one) or a crash:
+        config = _config(args, plan, setup, names)  # the trials finished stay
         load = load_between(load_start, load_now())
-        cut = BenchReport(workload, config, trials.runs(), trials.unfinished(), load)
+        error = None if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+        cut = BenchReport(workload, config, trials.runs(), trials.unfinished(), load, error)
         _keep_outputs(args, cut, e)
         note_trace_kept(setup, e)
         raise

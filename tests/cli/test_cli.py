@@ -759,6 +759,31 @@ def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked
     assert trace and {row["policy"] for row in trace} == {"native"}
 
 
+def test_bench_that_crashes_in_its_second_policy_keeps_the_first_policys_results(tmp_path, monkeypatch):
+    """A crash (not a Ctrl-C) in a policy's run lost the trials already finished: --json and
+    --round-trace were never written. Now they hold them, the JSON marked cut short with the error
+    that cut it, and the error itself still ends the command (a bug's traceback, with a note)."""
+    from radixflow.bench import harness
+
+    out, rounds = tmp_path / "out.json", tmp_path / "rounds.jsonl"
+    summarize = harness.summarize
+
+    def crashing(policy, *args):
+        if policy == "radixflow":
+            raise RuntimeError("boom in the second policy")
+        return summarize(policy, *args)
+
+    monkeypatch.setattr(harness, "summarize", crashing)
+    with pytest.raises(RuntimeError, match="boom") as crash:
+        main([*SMALL_BENCH, "--runner", "sim", "--json", str(out), "--round-trace", str(rounds)])
+    assert f"1 of 3 policy runs finished, written to {out} and {rounds}" in " ".join(crash.value.__notes__)
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and data["error"] == "RuntimeError: boom in the second policy"
+    assert [r["policy"] for r in data["results"]] == ["native"]
+    assert data["unfinished"] == [{"policy": "radixflow", "trial": 1}, {"policy": "adaptive", "trial": 1}]
+    assert {json.loads(line)["policy"] for line in rounds.read_text().splitlines()} == {"native"}
+
+
 def test_score_rows_are_written_in_input_order_as_each_context_finishes():
     """A batch's rows were written once the whole batch returned; now each as its context
     finishes, one finished before an earlier line's held back until that one is written."""

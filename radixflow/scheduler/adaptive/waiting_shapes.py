@@ -41,7 +41,9 @@ class Shapes:
 
     def __init__(self, context: PolicyContext) -> None:
         self._ctx = context
-        self._by_end: dict[int, list[Request]] = {}  # registration node id -> waiting requests
+        # registration node id -> its waiting requests by id, in arrival order (by id: copies of
+        # one prompt all end at one node, and a list's removal walked them all)
+        self._by_end: dict[int, dict[str, Request]] = {}
         self._end: dict[str, int] = {}  # request id -> its registration node id (kept past release)
         self._dirty: dict[int, NodeHandle] = {}  # groups whose members must be re-keyed
 
@@ -68,7 +70,7 @@ class Shapes:
         shape = self.of(request)
         if request.registration is not None:
             self._end[request.id] = request.registration.node_id
-            self._by_end.setdefault(request.registration.node_id, []).append(request)
+            self._by_end.setdefault(request.registration.node_id, {})[request.id] = request
         self.touch(shape)
         return shape
 
@@ -91,7 +93,7 @@ class Shapes:
         waiting = (
             req
             for end in ends
-            for req in self._by_end.get(end.node_id, ())
+            for req in self._by_end.get(end.node_id, {}).values()
             if req.status is RequestStatus.WAITING
         )
         yield from itertools.islice(waiting, GROUP_WALK)
@@ -101,8 +103,7 @@ class Shapes:
         end = self._end.pop(request.id, None)
         if end is None:
             return
-        same = self._by_end.get(end, [])
-        if request in same:
-            same.remove(request)
+        same = self._by_end.get(end, {})
+        same.pop(request.id, None)
         if not same:
             self._by_end.pop(end, None)

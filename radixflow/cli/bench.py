@@ -70,13 +70,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     load_start = load_now()
     try:
         runs = _run(args, setup, requests, trials)
-    except (KeyboardInterrupt, Exception) as e:  # a Ctrl-C (or a SIGTERM taken as one) or a crash:
-        config = _config(args, plan, setup, names)  # the trials finished stay
-        load = load_between(load_start, load_now())
-        error = None if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
-        cut = BenchReport(workload, config, trials.runs(), trials.unfinished(), load, error)
-        _keep_outputs(args, cut, e)
-        note_trace_kept(setup, e)
+    except (KeyboardInterrupt, Exception) as e:  # a Ctrl-C (or a SIGTERM taken as one), or a crash
+        config, load = _config(args, plan, setup, names), load_between(load_start, load_now())
+        _cut_short(args, setup, BenchReport(workload, config, trials.runs(), trials.unfinished(), load), e)
         raise
     load = load_between(load_start, load_now())
     config = _config(args, plan, setup, names)
@@ -153,6 +149,17 @@ def _config(
     )
     config.update(plan.choice.describe(setup.runner))
     return config
+
+
+def _cut_short(
+    args: argparse.Namespace, setup: EngineSetup, report: BenchReport, stopped: BaseException
+) -> None:
+    """The run ``stopped`` cut short keeps the trials it finished (`_keep_outputs`) and says where
+    its trace is; an error (not a Ctrl-C) is written into the JSON in one line (mutates ``report``)."""
+    if not isinstance(stopped, KeyboardInterrupt):
+        report.error = f"{type(stopped).__name__}: {stopped}"
+    _keep_outputs(args, report, stopped)
+    note_trace_kept(setup, stopped)
 
 
 def _keep_outputs(args: argparse.Namespace, report: BenchReport, stopped: BaseException) -> None:

@@ -232,6 +232,24 @@ def _check_block_count(reader: Any, blocks: int, path: str | Path) -> None:
         raise GGUFError(f"{path}: llama.block_count is {blocks}, but {held}")
 
 
+def _shapes(config: dict[str, Any], path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each parameter's shape in the model the metadata describes, from a model on the meta
+    device (no memory taken: a garbled size is refused by `_check_shapes` before `_build`)."""
+    with torch.device("meta"):
+        model = _build(config, path)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _check_shapes(reader: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    """A tensor whose shape in the file's header (GGUF lists dimensions innermost first) is not
+    its parameter's is a `GGUFError` naming it, as `gguf_state_dict` says it once dequantized."""
+    for t in reader.tensors:
+        name, got = _hf_name(t.name), tuple(int(d) for d in reversed(t.shape))
+        want = shapes.get(name)
+        if want is not None and got != want:
+            raise GGUFError(f"tensor {t.name} (for {name}) has shape {got}, expected {want}")
+
+
 def _build(config: dict[str, Any], path: str | Path) -> LlamaForCausalLM:
     """The model the metadata describes; sizes torch cannot allocate (each within the schema's
     range, their product not) are a `GGUFError` naming the file, as for a config.json."""
@@ -256,9 +274,11 @@ def load_gguf(path: str | Path, reader: Any = None) -> tuple[LlamaForCausalLM, A
     if problems:
         raise GGUFError(f"{path}: the model its metadata describes cannot be built ({problems[0]})")
     _check_block_count(reader, config["num_hidden_layers"], path)
-    model = _build(config, path)
+    shapes = _shapes(config, path)
     try:
-        state = gguf_state_dict(reader, config, {k: tuple(v.shape) for k, v in model.state_dict().items()})
+        _check_shapes(reader, shapes)  # before any weight is allocated
+        model = _build(config, path)
+        state = gguf_state_dict(reader, config, shapes)
     except GGUFError as e:
         raise GGUFError(f"{path}: {e}") from None
     tied = config["tie_word_embeddings"]

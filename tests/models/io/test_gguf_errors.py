@@ -364,3 +364,29 @@ def test_a_block_count_past_the_files_tensors_is_refused_before_the_model_is_bui
     refused = rf"^{re.escape(str(path))}: llama\.block_count is 50000, but the file holds only 1 tensor\(s\)"
     with pytest.raises(GGUFError, match=refused):
         load_gguf(path)
+
+
+def test_tensors_smaller_than_the_metadata_says_are_refused_before_the_model_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a garbled embedding length (65536 here, within any config's range) was built first: a model
+    # of 16 GiB per attention matrix, allocated and initialised before its first tensor's shape
+    # was read; the tensors' shapes are in the file's header, so the file cannot be that model
+    torch = pytest.importorskip("torch")
+    from radixflow.models.io import gguf as gguf_module
+
+    build = gguf_module._build
+
+    def built(*args):  # on the meta device (shapes only, no memory) it may be
+        assert torch.get_default_device().type == "meta", "the model was built"
+        return build(*args)
+
+    monkeypatch.setattr(gguf_module, "_build", built)
+    path = tmp_path / "garbled_width.gguf"
+    write_llama(path, **{**SIZES, "llama__embedding_length": 65536}, llama__vocab_size=64)
+    refused = (
+        rf"^{re.escape(str(path))}: tensor token_embd\.weight \(for model\.embed_tokens\.weight\) "
+        r"has shape \(64, 32\), expected \(64, 65536\)$"
+    )
+    with pytest.raises(GGUFError, match=refused):
+        load_gguf(path)

@@ -185,7 +185,9 @@ def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions, l
 
 def warn_ineffective_for_model(args: argparse.Namespace, has_recurrent: bool) -> None:
     """Warn about engine flags the user gave that cannot change a run on this model."""
-    for message in ineffective_for_model(given(args), has_recurrent):
+    for message in ineffective_for_model(
+        given(args), has_recurrent, state_slots=getattr(args, "state_slots", None)
+    ):
         warn(message)
 
 

@@ -15,6 +15,7 @@ from radixflow.options import EngineOptions
 from radixflow.options.flag_warnings import (
     RECURRENT_ONLY,
     SIM_ONLY,
+    SLOTS_ONLY,
     TORCH_ONLY,
     clock_warnings,
     dtype_warnings,
@@ -39,6 +40,11 @@ def ineffective(
             RECURRENT_ONLY,
             not has_recurrent,
             "on a full-attention model: it has no recurrent state",
+        ),
+        (
+            SLOTS_ONLY,
+            has_recurrent and settings["state_slots"] == 0 and settings["capacity"] is None,
+            "with state_slots = 0: no checkpoint is kept",
         ),
         (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),
         (("tflops",), unread is not None, unread or ""),

@@ -51,7 +51,8 @@ class LLM(ModelHolder):
         # None is an optional option's default, not a value given (as a flag left out)
         given = [name for name, value in options.items() if value is not None]
         recurrent = self.model.setup.choice.has_recurrent
-        messages = ineffective(self.options, given, str) + ineffective_for_model(given, recurrent, str)
+        messages = ineffective(self.options, given, str)
+        messages += ineffective_for_model(given, recurrent, str, self.options.state_slots)
         messages += clock_warnings(self.options, "torch_threads=1")
         messages += dtype_warnings(self.options, 'dtype="float32"')
         for message in messages:

@@ -18,6 +18,8 @@ from radixflow.problems import flag
 SIM_ONLY = tuple(f.name for f in option_fields() if spec_of(f).group == "sim")
 # read only where there is recurrent state (admission: which checkpoint saves may evict)
 RECURRENT_ONLY = ("placement", "state_slots", "admission")
+# read only where a checkpoint can be saved: which positions, and which saves may evict others
+SLOTS_ONLY = ("placement", "admission")
 TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "kernels", "clock")
 Spell = Callable[[str], str]  # an option's name as a door writes it (``flag``: --kv-blocks)
 
@@ -90,11 +92,17 @@ def dtype_warnings(options: EngineOptions, exact: str = "--dtype float32") -> li
     ]
 
 
-def ineffective_for_model(given_names: list[str], has_recurrent: bool, spell: Spell = flag) -> list[str]:
-    """Warnings for given options that cannot change a run on this model (one line each)."""
-    if has_recurrent or not (names := [n for n in RECURRENT_ONLY if n in given_names]):
-        return []
-    return [f"{_listed(names, spell)} no effect on a full-attention model: it has no recurrent state"]
+def ineffective_for_model(
+    given_names: list[str], has_recurrent: bool, spell: Spell = flag, state_slots: int | None = None
+) -> list[str]:
+    """Warnings for given options that cannot change a run on this model (one line each);
+    ``state_slots``: the option's value (0: no checkpoint is ever saved, so where they go and
+    which may evict others cannot matter)."""
+    if not has_recurrent and (names := [n for n in RECURRENT_ONLY if n in given_names]):
+        return [f"{_listed(names, spell)} no effect on a full-attention model: it has no recurrent state"]
+    if has_recurrent and state_slots == 0 and (names := [n for n in SLOTS_ONLY if n in given_names]):
+        return [f"{_listed(names, spell)} no effect with {spell('state_slots')} 0: no checkpoint is kept"]
+    return []
 
 
 def _listed(names: list[str], spell: Spell) -> str:

@@ -468,6 +468,8 @@ def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_l
         LLM(MODEL, kv_blocks=64, state_slots=8, tflops=3.0, per_request_ms=1.0)
     with pytest.warns(UserWarning, match=r"^state_slots has no effect on a full-attention model"):
         LLM("qwen3-tiny", kv_blocks=64, state_slots=8)
+    with pytest.warns(UserWarning, match=r"^placement has no effect with state_slots 0: no checkpoint"):
+        LLM(MODEL, kv_blocks=64, state_slots=0, placement="lone")
 
 
 def test_the_cpu_clock_with_spinning_threads_is_warned_about_as_the_command_line_does(zoo, monkeypatch):

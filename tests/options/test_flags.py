@@ -248,6 +248,30 @@ def test_admission_on_a_full_attention_model_is_warned_about_as_placement_is():
     assert ineffective_for_model(["admission"], has_recurrent=True) == []
 
 
+def test_placement_and_admission_with_no_state_slots_are_warned_about(capsys):
+    # with --state-slots 0 no checkpoint is ever saved (placement's positions find no slot, and
+    # admission only picks which saves may evict one), so `--state-slots 0 --placement lone
+    # --admission likely` ran exactly as without either flag, without a word
+    warned = ineffective_for_model(["placement", "admission", "state_slots"], True, state_slots=0)
+    assert warned == ["--placement, --admission have no effect with --state-slots 0: no checkpoint is kept"]
+    assert ineffective_for_model(["placement"], True, state_slots=1) == []
+    assert ineffective_for_model(["state_slots"], True, state_slots=0) == []
+    tiny = ["--groups", "1", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
+    assert main(["bench", "--runner", "sim", *tiny, "--state-slots", "0", "--placement", "lone"]) == 0
+    assert "radixflow: warning: --placement has no effect with --state-slots 0" in capsys.readouterr().err
+
+
+def test_a_toml_cell_with_no_state_slots_warns_of_its_placement_and_admission():
+    from radixflow.experiments.ineffective import ineffective as cell_ineffective
+
+    settings = {**CELL_KEYS, "runner": "sim", "state_slots": 0}
+    workload = {"arrival": "batch"}
+    idle = cell_ineffective(settings, workload, True, {})
+    assert "state_slots = 0" in idle["placement"] and "state_slots = 0" in idle["admission"]
+    # a capacity replaces the slots given: the placement then matters again
+    assert "placement" not in cell_ineffective({**settings, "capacity": 0.5}, workload, True, {})
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -166,6 +166,37 @@ def test_a_profile_file_and_a_trace_out_under_home_are_read_with_the_tilde_expan
     assert (options.hardware, options.trace_out) == (str(tmp_path / "p.json"), str(tmp_path / "t.json"))
 
 
+def test_a_profile_that_is_a_pipe_or_a_device_is_refused_not_read_twice(tmp_path):
+    # `--hardware <(jq . p.json)`: the options' check read the pipe, the sim read it again and got
+    # nothing, "hardware profile /dev/fd/63 is not valid JSON: Expecting value" of a valid profile;
+    # a named pipe no one writes hung the command for good; /dev/null was "not valid JSON" too
+    import contextlib
+    import threading
+
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    save_profile(HARDWARE["h200"], tmp_path / "p.json")
+    fifo = tmp_path / "p.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:  # as a shell's process substitution: the profile, once
+        with contextlib.suppress(OSError):
+            fifo.write_text((tmp_path / "p.json").read_text())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        problems = [EngineOptions(hardware=h).validate() for h in (str(fifo), "/dev/null")]
+    finally:  # a reader, for a writer still waiting for one
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join()
+    for problem, path in zip(problems, (fifo, "/dev/null"), strict=True):
+        assert problem is not None and problem.param == "hardware", problem
+        assert problem.message.startswith(f"hardware profile {path} is not a regular file"), problem
+    assert EngineOptions(hardware=str(tmp_path / "p.json")).validate() is None
+
+
 def test_a_trace_out_under_a_file_says_that_file_is_not_a_directory(tmp_path):
     # "directory .../notes.txt does not exist", where notes.txt exists: it is a file
     (tmp_path / "notes.txt").write_text("")

@@ -44,6 +44,10 @@ def profile_from_dict(data: Any, origin: str = "profile") -> HardwareProfile:
 def load_profile(path: str | Path) -> HardwareProfile:
     """Read a profile JSON file (as written by `radixflow calibrate`)."""
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a directory: read_text says so
+        # a profile is read more than once (checked with the options, then by the runner): a
+        # pipe (`<(...)`) is empty the second time, and one no one writes would be waited on forever
+        raise ProfileError(f"hardware profile {path} is not a regular file (a pipe or a device): give a file")
     try:
         data = json.loads(path.read_text())
     except OSError as e:

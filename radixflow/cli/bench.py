@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console = _checked_outputs(args, options, console)
     if runner_name(options) == "torch":
         require_torch_extra("--runner torch")
-    warn_ineffective(args)
+    warn_ineffective(args, runner_name(options))
     warn_ineffective_options(args, options)
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)

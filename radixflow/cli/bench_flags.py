@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int, warn
+from radixflow.options.flag_warnings import ONE_TOKEN
 from radixflow.options.flags import add_engine_flags, file_path_arg, not_stdin
 from radixflow.workloads.candidates import ARRIVALS, MIN_RATE, ORDERS, WorkloadSpec
 
@@ -131,12 +132,14 @@ def given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
     return [f for f in flags if getattr(args, _dest(f)) is not None]
 
 
-def warn_ineffective(args: argparse.Namespace) -> None:
-    """Warn (stderr) about given flags that cannot change this run."""
+def warn_ineffective(args: argparse.Namespace, runner: str) -> None:
+    """Warn (stderr) about given flags that cannot change this run on ``runner``."""
     if args.trace is not None and (flags := given(args, TRACE_REPLACES)):
         warn(f"{', '.join(flags)} {_have(flags)} no effect with --trace (the trace is the workload)")
     elif args.rate is not None and args.arrival in (None, "batch"):
         warn("--rate has no effect with --arrival batch (every request arrives at t=0)")
+    if runner == "sim" and args.decode_fixed_cost_ms is not None:
+        warn(f"--decode-fixed-cost-ms has no effect on the sim runner: {ONE_TOKEN}")
 
 
 def _have(flags: list[str]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from radixflow.options import EngineOptions
 from radixflow.options.flag_warnings import (
+    ONE_TOKEN,
     RECURRENT_ONLY,
     SIM_ONLY,
     SLOTS_ONLY,
@@ -46,6 +47,7 @@ def ineffective(
             has_recurrent and settings["state_slots"] == 0 and settings["capacity"] is None,
             "with state_slots = 0: no checkpoint is kept",
         ),
+        (("decode_fixed_cost_ms",), sim, f"on the sim runner: {ONE_TOKEN}"),
         (("router",), settings["replicas"] == 1, "with one replica (replicas = 1)"),
         (("tflops",), unread is not None, unread or ""),
         (("scheduler_time",), no_scheduler is not None, no_scheduler or ""),

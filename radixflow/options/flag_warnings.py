@@ -21,6 +21,9 @@ RECURRENT_ONLY = ("placement", "state_slots", "admission")
 # read only where a checkpoint can be saved: which positions, and which saves may evict others
 SLOTS_ONLY = ("placement", "admission")
 TORCH_ONLY = ("device", "dtype", "torch_threads", "matmul", "kernels", "clock")
+# why a decode-only call's fixed cost never counts in a bench run or an experiment cell on the sim
+# runner: their requests generate one token, sampled at the prefill's end (`cost --decode` prices one)
+ONE_TOKEN = "its requests generate one token each, so no worker call is decode-only"
 Spell = Callable[[str], str]  # an option's name as a door writes it (``flag``: --kv-blocks)
 
 

@@ -41,7 +41,9 @@ class SimOptions:
     decode_fixed_cost_ms: float | None = option(
         None,
         f"sim: the fixed cost of a decode-only worker call in ms (h100/h200: 0.4), at most "
-        f"{MAX_COST_MS:.0f} (default: the profile's; a profile without one charges --fixed-cost-ms)",
+        f"{MAX_COST_MS:.0f} (default: the profile's; a profile without one charges --fixed-cost-ms); "
+        "`cost --decode` prices one, a bench or experiment run makes none (its requests generate "
+        "one token each)",
         float,
         low=0.0,
         high=MAX_COST_MS,

@@ -261,6 +261,22 @@ def test_placement_and_admission_with_no_state_slots_are_warned_about(capsys):
     assert "radixflow: warning: --placement has no effect with --state-slots 0" in capsys.readouterr().err
 
 
+def test_a_decode_fixed_cost_on_a_sim_run_is_warned_about(capsys):
+    # a sim run's requests (bench's generated or traced workload, an experiment cell's) generate
+    # one token each, sampled at their prefill's end: no worker call is ever decode-only, so
+    # `bench --decode-fixed-cost-ms 100` printed the very figures of a run without it, silently
+    tiny = ["--groups", "1", "--candidates", "2", "--context-len", "32", "--candidate-len", "16"]
+    assert main(["bench", "--runner", "sim", *tiny, "--decode-fixed-cost-ms", "100"]) == 0
+    assert (
+        "radixflow: warning: --decode-fixed-cost-ms has no effect on the sim runner"
+        in capsys.readouterr().err
+    )
+    from radixflow.experiments.ineffective import ineffective as cell_ineffective
+
+    settings = {**CELL_KEYS, "runner": "sim"}
+    assert "one token" in cell_ineffective(settings, {"arrival": "batch"}, True, {})["decode_fixed_cost_ms"]
+
+
 def test_a_toml_cell_with_no_state_slots_warns_of_its_placement_and_admission():
     from radixflow.experiments.ineffective import ineffective as cell_ineffective
 

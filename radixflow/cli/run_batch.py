@@ -127,10 +127,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         answers = (asdict(line) for line in lines)
         record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
         lines, kept = _go_on(output, args.restart, record, lines)
-        warn_ineffective_options(args, options)
+        options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+        warn_ineffective_options(args, options)  # after the thread plan: the clock warning counts its threads
         if args.drain_s is not None:
             warn(f"--drain-timeout has {NO_DRAIN}")
-        options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
         # no drain: a run cut short has aborted its requests, so only a stuck engine would be
         # waited for, --drain-timeout (30 s) before its grace
         config = replace(config, tokenizer_threads=tokenizer_threads, drain_s=0.0)

@@ -191,6 +191,24 @@ def test_a_drain_timeout_given_is_warned_about_as_every_flag_that_changes_nothin
     assert "radixflow: warning: --drain-timeout has no effect in run-batch" in err, err
 
 
+def test_run_batch_warns_of_the_cpu_clock_by_the_threads_it_will_run(zoo, tmp_path, capsys, monkeypatch):
+    # run-batch runs on the server's thread plan (one torch thread on 2 CPUs), as serve does, but
+    # its spin-wait warning was made before the plan: "clock cpu with 2 torch threads" of a run
+    # on one thread (serve's counts the plan's)
+    import radixflow.cli.run_batch as run_batch_command
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(run_batch_command, "cpu_count", lambda: 2)
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(completion("a", "Hi") + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out), "--clock", "cpu", *FLAGS]) == 0
+    assert "OMP_WAIT_POLICY" not in capsys.readouterr().err
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--restart", "--clock", "cpu", *FLAGS]
+    assert main([*argv, "--torch-threads", "2"]) == 0
+    assert "clock cpu with 2 torch threads" in capsys.readouterr().err
+
+
 def test_bodies_of_many_requests_wait_for_room_in_the_queue(zoo, tmp_path, capsys):
     # --max-pending counts engine requests (a scoring body's candidates, a completion's n); the
     # batch posted that many bodies at once, so most were answered 429 queue_full

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from radixflow.cli.args import int_arg
 from radixflow.cli.command import Command, UsageError, write_stdout
+from radixflow.costmodel.hardware.profile_files import resolve_hardware
 from radixflow.costmodel.round_cost.breakdown import RoundBreakdown
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     for name, reason in (("tflops", unread_flops), ("scheduler_time", unmodelled_scheduler)):
         if name in given(args, ENGINE_OPTIONS) and (why := reason(options.hardware)):
             print(f"radixflow: warning: {flag(name)} has no effect {why}", file=sys.stderr)
+    for message in other_call_warnings(given(args, ENGINE_OPTIONS), chunks, options.hardware):
+        print(f"radixflow: warning: {message}", file=sys.stderr)
     cost = round_cost_model(shape, hardware).breakdown(chunks)
     if not cost.fits:
         print(
@@ -119,6 +122,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
             console,
         )
     return 0
+
+
+def other_call_warnings(given_names: list[str], chunks: list[ChunkShape], hardware: str) -> list[str]:
+    """Warnings for a fixed cost given for the other kind of call than this one: a decode-only
+    call's for a call with a prefill, or a call with prefill's where the profile prices a
+    decode-only call by its own figure and has no per-layer part that ``--fixed-cost-ms`` drops."""
+    decode_only = all(c.decode_step for c in chunks)
+    out = []
+    if "decode_fixed_cost_ms" in given_names and not decode_only:
+        out.append("--decode-fixed-cost-ms has no effect: this call has a prefill, priced by --fixed-cost-ms")
+    profile = resolve_hardware(hardware)  # read once already: the options were checked
+    own = profile.decode_overhead_s is not None or "decode_fixed_cost_ms" in given_names
+    if "fixed_cost_ms" in given_names and decode_only and own and not profile.layer_overhead_s:
+        out.append("--fixed-cost-ms has no effect: a decode-only call is priced by --decode-fixed-cost-ms")
+    return out
 
 
 def _describe(chunks: list[ChunkShape], prefill: bool) -> str:

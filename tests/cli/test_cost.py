@@ -85,6 +85,26 @@ def test_tflops_on_measured_kernels_is_warned_about(capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize(
+    ("argv", "warning"),
+    [
+        (["--decode-fixed-cost-ms", "50"], "--decode-fixed-cost-ms has no effect: this call has a prefill"),
+        (["--prefill", "8", "--decode", "2", "--decode-fixed-cost-ms", "50"], "--decode-fixed-cost-ms has"),
+        (["--decode", "2", "--fixed-cost-ms", "50"], "--fixed-cost-ms has no effect: a decode-only call"),
+    ],
+)
+def test_a_fixed_cost_of_the_other_kind_of_call_is_warned_about(capsys, argv, warning):
+    # `cost qwen3-4b --decode-fixed-cost-ms 50` printed the 512-token prefill's 3 ms fixed cost and
+    # `--decode 2 --fixed-cost-ms 50` the decode call's 0.4 ms: the flag changed nothing, silently
+    plain = [a for a, before in zip(argv, ["", *argv[:-1]], strict=True) if "fixed" not in a + before]
+    assert main(["cost", "qwen3-4b", *argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith(f"radixflow: warning: {warning}") and err.count("\n") == 1, err
+    assert json.loads(out) == cost(capsys, "qwen3-4b", *plain)  # what it warns of: the same call
+    assert cost(capsys, "qwen3-4b", "--decode", "2", "--decode-fixed-cost-ms", "50")  # no warning there
+    assert cost(capsys, "qwen3-4b", "--prefill", "8", "--fixed-cost-ms", "50")
+
+
 def test_a_fitted_profile_is_costed_by_its_rates(capsys):
     report = cost(capsys, "qwen3-4b", "--hardware", "cpu")
     assert report["tp"] == 1 and "memory" in report["terms"] and "scheduler" not in report["terms"]

@@ -38,7 +38,7 @@ from radixflow.cli.kept_rows import (
     same_limits,
 )
 from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
-from radixflow.cli.serve_setup import BATCH_EXTRA, require_serve_extra, threads
+from radixflow.cli.serve_setup import BATCH_EXTRA, require_serve_extra, threads, warn_unused_lane
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import (
     add_engine_flags,
@@ -118,6 +118,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--input {args.input}: {e}") from None
     options = from_args(args)
     config = checked(ServerConfig, given_values(args, ServerConfig))
+    warn_unused_lane(args, config)
     trace = None if options.trace_out is None else Path(options.trace_out)
     output = output_path(args.output)
     inputs = {"--input": args.input, **engine_inputs(options)}

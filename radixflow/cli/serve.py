@@ -23,7 +23,13 @@ from radixflow.cli.args import (
 from radixflow.cli.command import ENGINE_LEFT, Command
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.serve_fleet import run_fleet
-from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_settings, threads
+from radixflow.cli.serve_setup import (
+    refuse_setup,
+    require_serve_extra,
+    server_settings,
+    threads,
+    warn_unused_lane,
+)
 from radixflow.fleet import DEFAULT_ROUTER, MAX_REPLICAS, ROUTERS, router_problem
 from radixflow.options.flags import add_engine_flags, add_option_flags, from_args
 from radixflow.options.machine import cpu_count
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     options = from_args(args)
     listen, config = server_settings(args)
+    warn_unused_lane(args, config)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())

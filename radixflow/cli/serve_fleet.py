@@ -15,7 +15,7 @@ from rich.console import Console
 
 from radixflow.cli.args import warn, warn_ineffective_options
 from radixflow.cli.command import UsageError
-from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_settings
+from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_settings, warn_unused_lane
 from radixflow.fleet import DEFAULT_ROUTER
 from radixflow.options import EngineOptions
 from radixflow.options.flags import from_args
@@ -51,6 +51,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     )
 
     listen, config = server_settings(args)
+    warn_unused_lane(args, config)
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
     warn_ineffective_options(args, options, local=args.ray_address is None)

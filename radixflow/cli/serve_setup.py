@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 
 from radixflow.cli.command import UsageError
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.options.flags import given_values
+from radixflow.options.flags import flag_spellings, given_values
 from radixflow.options.machine import server_thread_plan
 from radixflow.options.spec import checked
 from radixflow.problems import ProblemError
@@ -45,6 +46,25 @@ def server_settings(args: argparse.Namespace) -> tuple[Listen, ServerConfig]:
     return checked(Listen, given_values(args, Listen)), checked(
         ServerConfig, given_values(args, ServerConfig)
     )
+
+
+LANE_OPTIONS = ("long_body_bytes", "long_text_threads")  # what only the long-text lane reads
+
+
+def unused_lane(config: ServerConfig, given_names: list[str]) -> str | None:
+    """Why the long-text lane options given cannot change a run (None: they can, or none is
+    given): a body is read in the lane when it is over ``long_body_bytes`` and within
+    ``max_body_bytes``, so with the first not below the second no body ever is. Pure."""
+    names = [flag_spellings(ServerConfig)[n] for n in LANE_OPTIONS if n in given_names]
+    if not names or config.long_body_bytes < config.max_body_bytes:
+        return None
+    limits = f"--long-body-bytes {config.long_body_bytes} and within --max-body-bytes {config.max_body_bytes}"
+    return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'} no effect: no body is over {limits}"
+
+
+def warn_unused_lane(args: argparse.Namespace, config: ServerConfig) -> None:
+    if (message := unused_lane(config, list(given_values(args, ServerConfig)))) is not None:
+        print(f"radixflow: warning: {message}", file=sys.stderr)
 
 
 def refuse_setup(options: EngineOptions, local: bool = True) -> None:

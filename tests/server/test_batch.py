@@ -209,6 +209,27 @@ def test_run_batch_warns_of_the_cpu_clock_by_the_threads_it_will_run(zoo, tmp_pa
     assert "clock cpu with 2 torch threads" in capsys.readouterr().err
 
 
+def test_a_long_body_lane_no_body_can_reach_is_warned_about(zoo, tmp_path, capsys):
+    # a body over --long-body-bytes is read in the long lane, one over --max-body-bytes is refused:
+    # with the first not below the second no body ever takes the lane, and --long-text-threads 4
+    # --long-body-bytes 8000000 (over the 4 MiB limit) changed nothing, silently
+    from radixflow.cli.serve_setup import unused_lane
+    from radixflow.server.config import ServerConfig
+
+    config = ServerConfig(long_body_bytes=8_000_000)
+    words = "no effect: no body is over --long-body-bytes 8000000 and within --max-body-bytes 4194304"
+    assert unused_lane(config, ["long_body_bytes", "long_text_threads"]) == (
+        f"--long-body-bytes, --long-text-threads have {words}"
+    )
+    assert unused_lane(config, ["max_pending"]) is None  # nothing given of the lane
+    assert unused_lane(ServerConfig(long_text_threads=4), ["long_text_threads"]) is None
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text(completion("a", "Hi") + "\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--long-body-bytes", "8000000", *FLAGS]
+    assert main(argv) == 0
+    assert "radixflow: warning: --long-body-bytes has no effect: no body is over" in capsys.readouterr().err
+
+
 def test_bodies_of_many_requests_wait_for_room_in_the_queue(zoo, tmp_path, capsys):
     # --max-pending counts engine requests (a scoring body's candidates, a completion's n); the
     # batch posted that many bodies at once, so most were answered 429 queue_full

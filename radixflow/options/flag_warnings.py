@@ -32,7 +32,8 @@ def ineffective(options: EngineOptions, given_names: list[str], spell: Spell = f
     option as ``spell`` names it: its flag, or its keyword for `LLM(...)`)."""
     out, runner = [], runner_name(options)
     if runner == "torch" and (names := [n for n in SIM_ONLY if n in given_names]):
-        out.append(f"{_listed(names, spell)} no effect with the torch runner (they set the sim cost model)")
+        sets = "it sets" if len(names) == 1 else "they set"
+        out.append(f"{_listed(names, spell)} no effect with the torch runner ({sets} the sim cost model)")
     if runner == "sim" and (names := [n for n in TORCH_ONLY if n in given_names]):
         out.append(f"{_listed(names, spell)} no effect with the sim runner")
     if runner == "sim" and "tflops" in given_names and (why := unread_flops(options.hardware)):

@@ -277,6 +277,16 @@ def test_a_decode_fixed_cost_on_a_sim_run_is_warned_about(capsys):
     assert "one token" in cell_ineffective(settings, {"arrival": "batch"}, True, {})["decode_fixed_cost_ms"]
 
 
+def test_one_sim_option_on_the_torch_runner_is_told_it_sets_the_cost_model_in_the_singular():
+    # "--tflops has no effect with the torch runner (they set the sim cost model)"
+    torch = EngineOptions(model="qwen3_5-tiny")
+    assert ineffective(torch, ["tflops"]) == [
+        "--tflops has no effect with the torch runner (it sets the sim cost model)"
+    ]
+    (two,) = ineffective(torch, ["hardware", "tflops"])
+    assert two == "--hardware, --tflops have no effect with the torch runner (they set the sim cost model)"
+
+
 def test_a_toml_cell_with_no_state_slots_warns_of_its_placement_and_admission():
     from radixflow.experiments.ineffective import ineffective as cell_ineffective
 

@@ -123,10 +123,10 @@ def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
 def gguf_state_dict(
     reader: Any, config: dict[str, Any], shapes: dict[str, tuple[int, ...]]
 ) -> dict[str, torch.Tensor]:
-    """All tensors dequantized to float32, under Hugging Face names, Q/K rows unpermuted. A tensor
-    whose shape is not its parameter's in ``shapes`` (name -> shape) is a `GGUFError` naming it,
-    checked before the unpermute reshapes it (a torch error many lines long otherwise); so is one
-    holding NaN or infinity."""
+    """All tensors dequantized to float32, under Hugging Face names, Q/K rows unpermuted; one
+    holding NaN or infinity is a `GGUFError` naming it. Each tensor's shape must already be its
+    parameter's in ``shapes`` (name -> shape; `_check_shapes`, from the file's header): the
+    unpermute reshapes by it."""
     out: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
@@ -135,8 +135,6 @@ def gguf_state_dict(
         if want is None:  # no parameter takes it: the caller lists it, not unpermuted (any shape)
             out[name] = w
             continue
-        if tuple(w.shape) != want:
-            raise GGUFError(f"tensor {t.name} (for {name}) has shape {tuple(w.shape)}, expected {want}")
         bad = non_finite(w)  # refused as in a safetensors checkpoint: NaN logits otherwise
         if bad is not None:
             raise GGUFError(f"tensor {t.name} {bad}")
@@ -242,7 +240,7 @@ def _shapes(config: dict[str, Any], path: str | Path) -> dict[str, tuple[int, ..
 
 def _check_shapes(reader: Any, shapes: dict[str, tuple[int, ...]]) -> None:
     """A tensor whose shape in the file's header (GGUF lists dimensions innermost first) is not
-    its parameter's is a `GGUFError` naming it, as `gguf_state_dict` says it once dequantized."""
+    its parameter's is a `GGUFError` naming it (the unpermute would fail many lines long)."""
     for t in reader.tensors:
         name, got = _hf_name(t.name), tuple(int(d) for d in reversed(t.shape))
         want = shapes.get(name)

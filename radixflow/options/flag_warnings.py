@@ -73,11 +73,17 @@ def unmodelled_scheduler(hardware: str) -> str | None:
 
 
 def clock_warnings(options: EngineOptions, one_thread: str = "--torch-threads 1") -> list[str]:
-    """A warning where the torch runner's CPU clock would count threads spinning (`spin_warning`);
-    threads not given: torch's default, one per CPU of the affinity mask. ``one_thread``: one
-    thread, as the door spells it."""
-    if runner_name(options) != "torch":
+    """A warning where the torch runner's CPU clock would not read a round's work: off a CPU (the
+    host thread's time leaves out the device's work it waits for), or counting threads spinning
+    (`spin_warning`; threads not given: torch's default, one per CPU of the affinity mask).
+    ``one_thread``: one thread, as the door spells it."""
+    if runner_name(options) != "torch" or options.clock != "cpu":
         return []
+    if options.device.split(":")[0] != "cpu":
+        return [
+            f"clock cpu on device {options.device} reads the host thread's CPU time, which leaves "
+            "out the device's work a round waits for: use the wall clock there"
+        ]
     message = spin_warning(options.clock, options.torch_threads or affinity_cpus(), one_thread)
     return [] if message is None else [message]
 

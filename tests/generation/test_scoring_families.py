@@ -7,7 +7,7 @@ changes when work runs, never what it computes), and the engine is left consiste
 from __future__ import annotations
 
 import pytest
-from model_utils import ZOO_TINY
+from model_utils import ZOO_TINY, state_slots
 
 from radixflow.generation import LLM
 
@@ -18,7 +18,7 @@ TOL = 1e-4
 @pytest.mark.parametrize("model", ZOO_TINY)
 def test_scores_under_scarce_memory_equal_each_candidate_alone(zoo, roomy, model):
     # one candidate's prompt needs up to 4 blocks (33 + 16 tokens): 6 cannot hold four at once
-    scarce = LLM(model, kv_blocks=6, state_slots=2, torch_threads=1)
+    scarce = LLM(model, kv_blocks=6, torch_threads=1, **state_slots(model, 2))
     for context_len in (2 * BLOCK - 1, 2 * BLOCK, 2 * BLOCK + 1):
         context = [(5 * i + context_len) % 200 + 3 for i in range(context_len)]
         long = [(11 * i) % 150 + 20 for i in range(3 * BLOCK - context_len)]  # the prompt ends on a block

@@ -6,8 +6,8 @@ however it was started (one started with SIGINT ignored, as a background job, us
 from __future__ import annotations
 
 import json
+import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,10 +25,24 @@ from radixflow.server.state import ServerConfig
 LONG = {"model": MODEL, "prompt": "The river winds", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def announced(proc: subprocess.Popen[str], timeout: float) -> list[str]:
+    """The server's standard error up to its banner (``radixflow: serving M on URL ...``), read
+    as it comes: with ``--port 0`` the banner is where the port it chose is said. A port picked
+    here and passed on could be taken by another process (another test worker) before the server
+    bound it."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr or ():
+            lines.append(line)
+            if line.startswith("radixflow: serving "):
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert lines and lines[-1].startswith("radixflow: serving "), "".join(lines) or "no banner"
+    return lines
 
 
 @contextmanager
@@ -46,19 +60,22 @@ def sigint_inherited(disposition: str) -> Iterator[None]:
 
 
 @pytest.fixture(params=["default", "ignored"], ids=lambda d: f"sigint-{d}")
-def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    port = free_port()
-    args = ["serve", MODEL, "--port", str(port), "--kv-blocks", "512", "--state-slots", "64"]
+def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
+    """The server as its own process on a port it chose: the process, its URL and its banner."""
+    args = ["serve", MODEL, "--port", "0", "--kv-blocks", "512", "--state-slots", "64"]
     args += ["--drain-timeout", "120", "--log-level", "warning"]  # only the second Ctrl-C can end it
     env = checkout_env()
     with sigint_inherited(request.param):
         proc = subprocess.Popen(
             [sys.executable, "-m", "radixflow.cli", *args], stderr=subprocess.PIPE, text=True, env=env
         )
-    url = f"http://127.0.0.1:{port}"
     try:
+        banner = announced(proc, 90)[-1]
+        found = re.search(r" on (http://127\.0\.0\.1:[0-9]+)/v1 ", banner)
+        assert found, banner
+        url = found.group(1)
         wait_until(lambda: healthy(url), 90, lambda: proc.poll() is None)
-        yield proc, url
+        yield proc, url, banner
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -102,7 +119,7 @@ def pending(url: str) -> float | None:
 
 
 def test_a_second_ctrl_c_answers_every_client_then_exits_cleanly(server_process):
-    proc, url = server_process
+    proc, url, banner = server_process
     got: dict[str, object] = {}
 
     def plain() -> None:
@@ -134,7 +151,7 @@ def test_a_second_ctrl_c_answers_every_client_then_exits_cleanly(server_process)
     # interrupted: not an abort (-6 / 134), and not 0 where the process started with SIGINT ignored
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
-    assert "tokenizer threads; round predictor from " in stderr  # its prior: stored profile or nominal
+    assert "tokenizer threads; round predictor from " in banner  # its prior: stored profile or nominal
 
 
 def health_status(url: str) -> int | None:
@@ -147,7 +164,7 @@ def health_status(url: str) -> int | None:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_while_draining_a_new_connection_gets_a_503_not_a_refusal(server_process, sig):
-    proc, url = server_process
+    proc, url, _ = server_process
     got: dict[str, httpx.Response] = {}
     client = threading.Thread(
         target=lambda: got.update(r=httpx.post(f"{url}/v1/completions", json=LONG, timeout=60))

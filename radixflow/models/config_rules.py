@@ -38,16 +38,21 @@ class Divides:
     divisor: str
     multiple: str
     unless: str | None = None  # not checked when this field is set (e.g. an explicit head_dim)
+    # what the code reads where the divisor is left out (Nemotron-H's 8 SSM groups), checked too
+    default: int | None = None
 
     def check(self, config: Resolved) -> Problem | None:
         d, m = config.get(self.divisor), config.get(self.multiple)
+        given = d is not None
+        d = d if given else self.default
         if d is None or m is None or (self.unless is not None and config.get(self.unless) is not None):
             return None
         if m % d == 0:
             return None
         when = f" when {self.unless} is not given" if self.unless else ""
+        got = f"{d}" if given else f"{d} (its default)"
         return Problem(
-            config.key(self.divisor), f"must divide {config.key(self.multiple)} ({m}){when}, got {d}"
+            config.key(self.divisor), f"must divide {config.key(self.multiple)} ({m}){when}, got {got}"
         )
 
 

@@ -53,3 +53,6 @@ NEMOTRON_FIELDS = {
     "experts": ("num_local_experts", "n_routed_experts"),
     "pattern": ("layer_types", "layers_block_type"),
 }
+# NemotronHConfig's SSM groups where config.json leaves n_groups out: the model and the schema's
+# check that they split the heads read this one value
+NEMOTRON_GROUPS = 8

@@ -34,7 +34,7 @@ def nemotron_layer_types(config: Config) -> list[str]:
 def nemotron_mamba_spec(config: Config) -> Mamba2Spec:
     heads, head_dim = config.mamba_num_heads, config.mamba_head_dim
     fields = layer_patterns.NEMOTRON_FIELDS  # the older spelling wins, as in transformers
-    groups = first_of(config, fields["groups"], 8)
+    groups = first_of(config, fields["groups"], layer_patterns.NEMOTRON_GROUPS)
     return Mamba2Spec(
         hidden=config.hidden_size,
         heads=heads,

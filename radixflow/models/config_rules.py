@@ -8,7 +8,7 @@ only where the family reads the fields (an MoE's fields when the pattern has MoE
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from radixflow.models.config_schema import Resolved, Rule, as_number, show
 from radixflow.problems import Problem
@@ -38,22 +38,31 @@ class Divides:
     divisor: str
     multiple: str
     unless: str | None = None  # not checked when this field is set (e.g. an explicit head_dim)
-    # what the code reads where the divisor is left out (Nemotron-H's 8 SSM groups), checked too
+    # what the code reads where a field is left out (Nemotron-H's 8 SSM groups, Falcon-H1's 128
+    # SSM heads), checked as a given value is
     default: int | None = None
+    multiple_default: int | None = None
 
     def check(self, config: Resolved) -> Problem | None:
-        d, m = config.get(self.divisor), config.get(self.multiple)
-        given = d is not None
-        d = d if given else self.default
+        d, d_said = _value(config, self.divisor, self.default)
+        m, m_said = _value(config, self.multiple, self.multiple_default)
         if d is None or m is None or (self.unless is not None and config.get(self.unless) is not None):
             return None
         if m % d == 0:
             return None
         when = f" when {self.unless} is not given" if self.unless else ""
-        got = f"{d}" if given else f"{d} (its default)"
         return Problem(
-            config.key(self.divisor), f"must divide {config.key(self.multiple)} ({m}){when}, got {got}"
+            config.key(self.divisor),
+            f"must divide {config.key(self.multiple)} ({m_said}){when}, got {d_said}",
         )
+
+
+def _value(config: Resolved, name: str, default: int | None) -> tuple[Any, str]:
+    """``name``'s value, else ``default`` (None: unchecked), and the value in words."""
+    value = config.get(name)
+    if value is not None:
+        return value, show(value)
+    return default, f"{default} (its default)"
 
 
 @dataclass(frozen=True)
@@ -64,18 +73,22 @@ class AtMost:
     field: str
     bound: str
     strict: bool = False
+    bound_default: int | None = None  # what the code reads where the bound is left out
 
     def check(self, config: Resolved) -> Problem | None:
-        value, bound = config.get(self.field), as_number(config.get(self.bound))
+        value, (given, said) = config.get(self.field), _value(config, self.bound, self.bound_default)
+        bound = as_number(given)
         if value is None or bound is None:
             return None
+        if config.get(self.bound) is not None:
+            said = f"{bound}"  # transformers' tagged infinity as a number
         word = "below" if self.strict else "at most"
         for v in value if isinstance(value, list) else [value]:
             number = as_number(v)
             if number is not None and (number > bound or (self.strict and number == bound)):
                 entry = f"entry {show(v)} " if isinstance(value, list) else ""
                 got = "" if entry else f", got {show(v)}"
-                return Problem(config.key(self.field), f"{entry}must be {word} {self.bound} ({bound}){got}")
+                return Problem(config.key(self.field), f"{entry}must be {word} {self.bound} ({said}){got}")
         return None
 
 

@@ -160,12 +160,15 @@ SCALED_ROPE = _rope(
 # --------------------------------------------------------------------------- Falcon-H1's SSM
 
 
+FALCON_SSM_HEADS = 128  # FalconH1Config's mamba_n_heads where config.json leaves it out
+
+
 def falcon_ssm(data: Mapping[str, Any]) -> tuple[int, int, int]:
     """Falcon-H1's SSM (inner size, heads, head size) as transformers' FalconH1Config reads them:
     ``mamba_d_ssm`` (null: ``mamba_expand`` x hidden), ``mamba_n_heads`` heads of
     ``mamba_d_head`` dims ("auto": inner // heads). Read by the model and its schema alike."""
     inner = data.get("mamba_d_ssm") or int((data.get("mamba_expand") or 2) * data["hidden_size"])
-    heads = data.get("mamba_n_heads") or 128
+    heads = data.get("mamba_n_heads") or FALCON_SSM_HEADS
     head_dim = data.get("mamba_d_head") or "auto"
     return inner, heads, inner // heads if head_dim == "auto" else head_dim
 

@@ -41,6 +41,7 @@ from radixflow.models.families.schema_parts import (
     DELTANET,
     EPS,
     EXPERTS,
+    FALCON_SSM_HEADS,
     LAYERS,
     MAX_EXPERTS,
     MULTIPLIER,
@@ -280,6 +281,10 @@ FALCON_H1 = BASE.merged(
             ConfigField("mamba_d_conv", CONV_KERNEL),
             ConfigField("time_step_limit", ListOf(Float(low=0.0, finite=False), length=2)),
         ),
-        rules=(FalconSsmHeads(), Divides("mamba_n_groups", "mamba_n_heads")),
+        # left out, FalconH1Config's 128 SSM heads (`schema_parts.falcon_ssm`)
+        rules=(
+            FalconSsmHeads(),
+            Divides("mamba_n_groups", "mamba_n_heads", multiple_default=FALCON_SSM_HEADS),
+        ),
     ),
 )

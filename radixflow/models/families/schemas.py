@@ -231,7 +231,7 @@ NEMOTRON_H = BASE.merged(
             RequiredWhen(_NEMOTRON_MOE, HasLayer("moe")),
             Divides("n_groups", "mamba_num_heads", default=NEMOTRON_GROUPS),
             Divides("n_group", "n_routed_experts"),
-            AtMost("topk_group", "n_group"),
+            AtMost("topk_group", "n_group", bound_default=1),  # left out, one group
             AtMost("num_experts_per_tok", "n_routed_experts"),
         ),
         layer_kinds=nemotron_kinds,

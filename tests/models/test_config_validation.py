@@ -209,6 +209,14 @@ SPECIFIC = [
     # built one module per expert: a garbled count was built for days
     ("nemotron_h-tiny", {"n_routed_experts": 10**9}, "n_routed_experts", "<= 65536, got 1000000000"),
     ("nemotron_h-tiny", {"topk_group": 3}, "topk_group", "at most n_group (2)"),
+    # the router picks experts only from its top topk_group groups: 6 of the 4 in one group of
+    # 8 experts in 2 would take masked-out experts, whichever the sort puts first
+    (
+        "nemotron_h-tiny",
+        {"num_experts_per_tok": 6, "topk_group": 1},
+        "num_experts_per_tok",
+        "at most the 4 experts of topk_group (1) groups of n_routed_experts (8) / n_group (2), got 6",
+    ),
     # left out, NemotronHConfig's one group: the router's top-2 groups of one crashed the forward
     ("nemotron_h-tiny", {"n_group": None, "topk_group": 2}, "topk_group", "n_group (1 (its default))"),
     ("nemotron_h-tiny", {"n_groups": 3}, "n_groups", "must divide mamba_num_heads (8)"),

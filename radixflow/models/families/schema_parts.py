@@ -1,9 +1,10 @@
 """The parts of config.json the families' schemas share: every model's sizes (`BASE`), an attention
 layer's heads (`ATTENTION`), a rotary embedding's settings (`PARTIAL_ROPE`, `PLAIN_ROPE`,
 `SCALED_ROPE`, each checked to fit the heads by `EvenRotary`), a Gated DeltaNet's heads
-(`DELTANET`), Falcon-H1's SSM sizes (`falcon_ssm`, their check `FalconSsmHeads`), and the value
-types several families read (activations, epsilons, multipliers, conv kernels). Each family's own
-fields and relations, and its schema, are in `schemas.py`.
+(`DELTANET`), Falcon-H1's SSM sizes (`falcon_ssm`, their check `FalconSsmHeads`), Nemotron-H's
+expert routing (`RoutedWithinGroups`), and the value types several families read (activations,
+epsilons, multipliers, conv kernels). Each family's own fields and relations, and its schema, are
+in `schemas.py`.
 """
 
 from __future__ import annotations
@@ -190,6 +191,28 @@ class FalconSsmHeads:
             )
             return Problem(config.key("mamba_d_head"), why)
         return Problem(config.key("mamba_n_heads"), f"must divide the SSM's inner size {size}, got {heads}")
+
+
+@dataclass(frozen=True)
+class RoutedWithinGroups:
+    """Nemotron-H's router takes its ``num_experts_per_tok`` experts from the ``topk_group`` best
+    of ``n_group`` groups only: more than those groups hold would take masked-out experts, in
+    whatever order the sort leaves them (transformers' unsorted and our sorted top-k may differ).
+    Groups left out are one, as `nemotron_h_moe.NemotronHRouter` reads them."""
+
+    def check(self, config: Resolved) -> Problem | None:
+        experts, k = config.get("n_routed_experts"), config.get("num_experts_per_tok")
+        groups, chosen = config.get("n_group") or 1, config.get("topk_group") or 1
+        if experts is None or k is None or experts % groups or chosen > groups:
+            return None  # unset, or another rule's problem
+        allowed = chosen * (experts // groups)
+        if k <= allowed:
+            return None
+        why = (
+            f"must be at most the {allowed} experts of topk_group ({chosen}) groups of "
+            f"{config.key('n_routed_experts')} ({experts}) / n_group ({groups}), got {k}"
+        )
+        return Problem(config.key("num_experts_per_tok"), why)
 
 
 # `mixers.gated_deltanet.GatedDeltaNet`: each key head serves a group of value heads.

@@ -50,6 +50,7 @@ from radixflow.models.families.schema_parts import (
     POSITIVE,
     SCALED_ROPE,
     FalconSsmHeads,
+    RoutedWithinGroups,
 )
 from radixflow.models.presets.nemotron_h import NEMOTRON_PATTERN  # the pattern string's codes
 
@@ -233,6 +234,7 @@ NEMOTRON_H = BASE.merged(
             Divides("n_group", "n_routed_experts"),
             AtMost("topk_group", "n_group", bound_default=1),  # left out, one group
             AtMost("num_experts_per_tok", "n_routed_experts"),
+            When(HasLayer("moe"), RoutedWithinGroups()),
         ),
         layer_kinds=nemotron_kinds,
     ),

@@ -61,7 +61,7 @@ def _value(config: Resolved, name: str, default: int | None) -> tuple[Any, str]:
     """``name``'s value, else ``default`` (None: unchecked), and the value in words."""
     value = config.get(name)
     if value is not None:
-        return value, show(value)
+        return value, config.said(name)
     return default, f"{default} (its default)"
 
 
@@ -80,14 +80,14 @@ class AtMost:
         bound = as_number(given)
         if value is None or bound is None:
             return None
-        if config.get(self.bound) is not None:
-            said = f"{bound}"  # transformers' tagged infinity as a number
+        if config.get(self.bound) is not None:  # transformers' tagged infinity as a number
+            said = f"{bound}" + (" (its default)" if config.key(self.bound) in config.defaulted else "")
         word = "below" if self.strict else "at most"
         for v in value if isinstance(value, list) else [value]:
             number = as_number(v)
             if number is not None and (number > bound or (self.strict and number == bound)):
                 entry = f"entry {show(v)} " if isinstance(value, list) else ""
-                got = "" if entry else f", got {show(v)}"
+                got = "" if entry else f", got {config.said(self.field)}"
                 return Problem(config.key(self.field), f"{entry}must be {word} {self.bound} ({said}){got}")
         return None
 

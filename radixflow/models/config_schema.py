@@ -234,6 +234,12 @@ class Resolved:
     values: dict[str, Any]
     keys: dict[str, str]
     layer_kinds: Callable[[Mapping[str, Any]], list[str]] | None = None
+    defaulted: frozenset[str] = frozenset()  # keys the family's defaults filled in, not the file
+
+    def said(self, name: str) -> str:
+        """``name``'s value in words, saying where config.json left it out, e.g. "4 (its default)"."""
+        text = show(self.get(name))
+        return f"{text} (its default)" if self.key(name) in self.defaulted else text
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -267,9 +273,15 @@ class Schema:
         return Schema(tuple(by_name.values()), rules, kinds)
 
 
-def validate_config(schema: Schema, data: Mapping[str, Any]) -> list[Problem]:
+def validate_config(
+    schema: Schema, data: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> list[Problem]:
     """Every field's type problems; if there are none, the first broken relation (relations between
-    mistyped fields mean nothing). Empty when ``data`` is a config the family can build."""
+    mistyped fields mean nothing). Empty when ``data`` is a config the family can build.
+    ``defaults``: what the family fills in for a key ``data`` leaves out (its ``config_defaults``),
+    checked as given values are; a problem naming one says it is the default."""
+    defaulted = frozenset(k for k in defaults or {} if k not in data)
+    data = {**(defaults or {}), **data}
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}
     problems: list[Problem] = []
@@ -283,7 +295,7 @@ def validate_config(schema: Schema, data: Mapping[str, Any]) -> list[Problem]:
         problems += [p.within(key) for p in f.type.problems(data[key])]
     if problems:
         return problems
-    resolved = Resolved(data, values, keys, schema.layer_kinds)
+    resolved = Resolved(data, values, keys, schema.layer_kinds, defaulted)
     for rule in schema.rules:
         if (problem := rule.check(resolved)) is not None:
             return [problem]

@@ -186,8 +186,21 @@ SPECIFIC = [
     ("lfm2-tiny", {"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.rope_type", '"yarn"'),
     ("qwen3_5-tiny", {"layer_types": None, "full_attention_interval": 0}, "full_attention_interval", "got 0"),
     ("qwen3_next-tiny", {"num_experts_per_tok": 5}, "num_experts_per_tok", "at most num_experts (4)"),
+    # left out, Qwen3_5TextConfig's 4 KV heads, which 6 query heads cannot share: the error says
+    # where the 4 it names comes from
+    (
+        "qwen3_5-tiny",
+        {"num_key_value_heads": None, "num_attention_heads": 6},
+        "num_key_value_heads",
+        "must divide num_attention_heads (6), got 4 (its default)",
+    ),
     # left out, transformers' 10 (which 4 experts cannot route to)
-    ("qwen3_next-tiny", {"num_experts_per_tok": None}, "num_experts_per_tok", "num_experts (4), got 10"),
+    (
+        "qwen3_next-tiny",
+        {"num_experts_per_tok": None},
+        "num_experts_per_tok",
+        "num_experts (4), got 10 (its default)",
+    ),
     ("qwen3_next-tiny", {"mlp_only_layers": [4]}, "mlp_only_layers", "entry 4 must be below"),
     ("qwen3_next-tiny", {"num_experts": 10**9}, "num_experts", "<= 65536, got 1000000000"),
     ("lfm2-tiny", {"full_attn_idxs": [1, 9]}, "full_attn_idxs", "entry 9 must be below num_hidden_layers"),

@@ -56,11 +56,10 @@ def read_config(path: str | Path) -> Config:
     family = model_class(check_model_type(data["model_type"]))
     # a key left out means what transformers' config class fills in, where the family's differs
     # from what the code derives (`schemas.QWEN3_DEFAULTS`, ...); a null stays null
-    data = {**family.config_defaults, **data}
-    problems = validate_config(family.config_schema, data)
+    problems = validate_config(family.config_schema, data, family.config_defaults)
     if problems:
         raise CheckpointError.in_file(cfg_path, problems[0])
-    return Config(data)
+    return Config({**family.config_defaults, **data})
 
 
 def _quantized(quantization: object) -> Problem:

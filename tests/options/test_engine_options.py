@@ -188,9 +188,12 @@ def test_a_profile_that_is_a_pipe_or_a_device_is_refused_not_read_twice(tmp_path
     writer.start()
     try:
         problems = [EngineOptions(hardware=h).validate() for h in (str(fifo), "/dev/null")]
-    finally:  # a reader, for a writer still waiting for one
-        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
-        writer.join()
+    finally:  # a reader, for a writer still waiting for one; again until it is done, since on a
+        # loaded machine the writer may reach its open only after a reader came and went (it then
+        # waited for good: the suite hung under .ci/busy)
+        while writer.is_alive():
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            writer.join(0.05)
     for problem, path in zip(problems, (fifo, "/dev/null"), strict=True):
         assert problem is not None and problem.param == "hardware", problem
         assert problem.message.startswith(f"hardware profile {path} is not a regular file"), problem

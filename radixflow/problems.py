@@ -73,16 +73,46 @@ NOT_FINITE = "must be a finite number"
 NOT_AN_INTEGER = "must be an integer"
 
 
+SHOWN_CHARS = 40  # a value quoted back longer than this is cut: the message stays one line
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as a message quotes it back (its repr), cut where it is long: a huge integer as
+    its first and last digits and how many it has, since Python gives none past 4300. Pure."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = _digits(abs(value))
+        if digits is None:
+            return f"an integer of {_digit_count(abs(value))} digits"
+        if len(digits) > limit:
+            return f"{'-' if value < 0 else ''}{digits[:12]}...{digits[-4:]} ({len(digits)} digits)"
+        return str(value)
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _digits(n: int) -> str | None:
+    try:
+        return str(n)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return None
+
+
+def _digit_count(n: int) -> int:
+    """Decimal digits of ``n`` >= 0, without converting it to a string."""
+    count = max(1, int(n.bit_length() * math.log10(2)))  # within one of the true count
+    return count + 1 if n >= 10**count else count
+
+
 def number_problem(param: str, value: object, integer: bool = False) -> Problem | None:
     """Why ``value`` is not a finite number (``integer``: not an integer; a bool is neither), in
     the words every door uses; None when it is one. Pure."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return Problem(param, f"{NOT_AN_INTEGER if integer else NOT_A_NUMBER}, got {value!r}")
+        return Problem(param, f"{NOT_AN_INTEGER if integer else NOT_A_NUMBER}, got {shown(value)}")
     if integer and not isinstance(value, int):
-        return Problem(param, f"{NOT_AN_INTEGER}, got {value!r}")
+        return Problem(param, f"{NOT_AN_INTEGER}, got {shown(value)}")
     if isinstance(value, int):  # finite however long; math.isfinite would overflow past a float
         too_large = not integer and abs(value) > sys.float_info.max  # float(value) cannot hold it
-        return Problem(param, f"{NOT_FINITE}, got {value!r}") if too_large else None
+        return Problem(param, f"{NOT_FINITE}, got {shown(value)}") if too_large else None
     if not math.isfinite(value):
         return Problem(param, f"{NOT_FINITE}, got {value!r}")
     return None

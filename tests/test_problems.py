@@ -43,3 +43,24 @@ def test_an_int_too_large_for_a_float_is_a_problem_not_an_overflow(integer):
         assert problem is None
     else:  # a float field cannot hold it, as the command line's float("1e400") cannot
         assert problem is not None and problem.message.startswith("must be a finite number, got 1000")
+
+
+def test_a_huge_value_is_shown_cut_not_digit_by_digit():
+    # `--kv-blocks 999...9` (200 digits) printed every digit back; LLM(kv_blocks=10**300) all 301
+    from radixflow.options import EngineOptions
+    from radixflow.problems import number_problem, shown
+
+    assert shown(12345) == "12345" and shown("abc") == "'abc'" and shown(1.5) == "1.5"
+    assert shown(10**300) == "100000000000...0000 (301 digits)"
+    assert shown(-(10**300)) == "-100000000000...0000 (301 digits)"
+    assert shown("x" * 100) == "'" + "x" * 36 + "..."
+    # past Python's 4300 digits an int has no str at all: the check itself raised ValueError
+    assert shown(10**5000) == "an integer of 5001 digits"
+    problem = EngineOptions(model="qwen3_5-2b", kv_blocks=10**5000).validate()
+    assert problem is not None and problem.message.endswith("got an integer of 5001 digits"), problem
+    problem = EngineOptions(model="qwen3_5-2b", kv_blocks=10**300).validate()
+    assert problem is not None and problem.message.endswith("got 100000000000...0000 (301 digits)"), problem
+    problem = EngineOptions(model="qwen3_5-2b", cache_memory=10**5000).validate()  # a string option
+    assert problem is not None and problem.message == "must be a string, got an integer of 5001 digits"
+    problem = number_problem("rate", "y" * 100)
+    assert problem is not None and len(problem.message) < 80, problem

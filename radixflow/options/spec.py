@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from radixflow.problems import Problem, ProblemError, number_problem
+from radixflow.problems import Problem, ProblemError, number_problem, shown
 
 T = TypeVar("T")
 
@@ -85,11 +85,12 @@ def type_problem(
     if kind is str and not isinstance(value, str):  # not "a str": Python's name for it
         number = isinstance(value, int | float) and not isinstance(value, bool)
         # a TOML size in bytes, 2147483648, is one quoted; `dtype = 16` is no dtype quoted either
-        quoted = number and (choices is None or str(value) in choices())
-        hint = f' (quote it: "{value}")' if quoted else ""
-        return Problem(name, f"must be a string, got {value!r}{hint}")
+        text = shown(value)  # a number cut short ("... (301 digits)") is not one to quote
+        quoted = number and " " not in text and (choices is None or text in choices())
+        hint = f' (quote it: "{text}")' if quoted else ""
+        return Problem(name, f"must be a string, got {text}{hint}")
     if not isinstance(value, kind):
-        return Problem(name, f"must be a {kind.__name__}, got {value!r}")
+        return Problem(name, f"must be a {kind.__name__}, got {shown(value)}")
     return None
 
 
@@ -98,11 +99,11 @@ def range_problem(
 ) -> Problem | None:
     outside = (low is not None and value < low) or (high is not None and value > high)
     if outside and words is not None:
-        return Problem(name, f"{words}, got {value!r}")
+        return Problem(name, f"{words}, got {shown(value)}")
     if low is not None and value < low:
-        return Problem(name, f"must be {'>= 0' if low == 0 else f'at least {show(low)}'}, got {value!r}")
+        return Problem(name, f"must be {'>= 0' if low == 0 else f'at least {show(low)}'}, got {shown(value)}")
     if high is not None and value > high:
-        return Problem(name, f"must be at most {show(high)}, got {value!r}")
+        return Problem(name, f"must be at most {show(high)}, got {shown(value)}")
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from radixflow.problems import Problem, counted
+from radixflow.problems import Problem, counted, shown
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
@@ -120,9 +120,9 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     # one pass; a float would run as its integer part (cached as itself), a bool as 0 or 1
     bad = next(((t,) for t in request.prompt if type(t) is not int or not 0 <= t < model.vocab_size), None)
     if bad is not None and type(bad[0]) is not int:
-        return Problem("prompt", f"token {bad[0]!r} is not a token id (an integer)")
+        return Problem("prompt", f"token {shown(bad[0])} is not a token id (an integer)")
     if bad is not None:
-        return Problem("prompt", f"token id {bad[0]} is outside the vocabulary (0..{model.vocab_size - 1})")
+        return Problem("prompt", outside_vocabulary(bad[0], model.vocab_size))
     problem = request.sampling.problem()
     if problem is not None:
         return problem
@@ -135,7 +135,7 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
     ):
         bad = next((t for t in ids if not 0 <= t < model.vocab_size), None)
         if bad is not None:
-            return Problem(param, f"token id {bad} is outside the vocabulary (0..{model.vocab_size - 1})")
+            return Problem(param, outside_vocabulary(bad, model.vocab_size))
     problem = ending_allow_list_problem(request.sampling, model.eos_token_ids)
     if problem is not None:
         return problem
@@ -147,3 +147,8 @@ def validate_prompt(request: Request, model: ModelInfo) -> Problem | None:
             ("max_tokens",),
         )
     return None
+
+
+def outside_vocabulary(token: int, vocab_size: int) -> str:
+    """A token id past the vocabulary, said back (cut where it is huge). Pure."""
+    return f"token id {shown(token)} is outside the vocabulary (0..{vocab_size - 1})"

@@ -9,6 +9,7 @@ import math
 import numbers
 
 from radixflow.problems import Problem, number_problem
+from radixflow.problems import shown as cut
 
 MAX_LOGPROBS = 20  # top alternatives per token a request may ask for
 PENALTY_RANGE = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's do
@@ -16,6 +17,8 @@ MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's does
 # a seed is read mod 2^64 (`mix64`): one past 64 bits would draw another seed's tokens, unsaid.
 # Signed or unsigned 64-bit, as clients send them (OpenAI's is signed, numpy's and torch's unsigned)
 SEED_RANGE = (-(2**63), 2**64 - 1)
+# far past any context; a bound keeps every count said back short (a 5000-digit number had no str)
+MAX_TOKENS = 2**63 - 1
 # a seed out of range, in every door's words (the engine option's too)
 SEED_WORDS = f"must fit in 64 bits ({SEED_RANGE[0]} to {SEED_RANGE[1]})"
 # every choice holds a banned sequence: no output could be both (the door names its own fields)
@@ -63,7 +66,11 @@ def alternatives_problem(param: str, k: object) -> Problem | None:
     or None, not asked for). Every door's logprobs field (the server's ``top_logprobs`` too)."""
     if k is None or (is_int(k) and 0 <= k <= MAX_LOGPROBS):  # type: ignore[operator]
         return None
-    return Problem(param, f"must be an integer between 0 and {MAX_LOGPROBS}, got {k!r}")
+    return Problem(param, f"must be an integer between 0 and {MAX_LOGPROBS}, got {shown(k)}")
+
+
+def max_tokens_ok(n: object) -> bool:
+    return is_int(n) and 0 <= n <= MAX_TOKENS  # type: ignore[operator]
 
 
 def ids_ok(ids: object) -> bool:
@@ -94,23 +101,24 @@ def bias_problem(pairs: object) -> Problem | None:
     seen = set()
     for token, bias in pairs:
         if not is_int(token):
-            return Problem("logit_bias", f"keys must be token ids, got {token!r}")
+            return Problem("logit_bias", f"keys must be token ids, got {shown(token)}")
         if token in seen:  # its biases would add up, past the range each is checked against
-            return Problem("logit_bias", f"token {token} is given twice")
+            return Problem("logit_bias", f"token {shown(token)} is given twice")
         seen.add(token)
-        kind = number_problem(f"token {token}'s bias", bias)  # said as a flag's or a body's number
+        kind = number_problem(f"token {shown(token)}'s bias", bias)  # said as a flag's or a body's number
         if kind is not None:
             return Problem("logit_bias", f"{kind.param} {kind.message}")
         if not within(bias, MAX_LOGIT_BIAS):
             limit = f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
-            return Problem("logit_bias", f"token {token}'s bias must be a number in {limit}, got {bias!r}")
+            said = f"token {shown(token)}'s bias must be a number in {limit}, got {shown(bias)}"
+            return Problem("logit_bias", said)
     return None
 
 
 def shown(value: object) -> str:
     """``value`` as a refusal shows it: the tuples these parameters keep as the lists the caller
-    (or a JSON body) sent, so ``[]`` is not said back as ``()``."""
-    return repr(_as_lists(value))
+    (or a JSON body) sent, so ``[]`` is not said back as ``()``; a long one cut (`problems.shown`)."""
+    return cut(_as_lists(value))
 
 
 def _as_lists(value: object) -> object:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.requests import Request as HttpRequest
 
+from radixflow.engine.runner import outside_vocabulary
 from radixflow.generation.chat import ChatTemplateError
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.tokenizer import TextTokenizer
@@ -69,5 +70,5 @@ async def detokenize(body: DetokenizeRequest, http: HttpRequest) -> dict[str, ob
     vocab = state.tokenizer.info.vocab_size
     bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
     if bad is not None:
-        raise ApiError(400, f"tokens: token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens")
+        raise ApiError(400, f"tokens: {outside_vocabulary(bad, vocab)}", "tokens")
     return {"prompt": await state.offload(state.tokenizer.decode, body.tokens)}

@@ -41,6 +41,25 @@ def test_bad_requests_fail_and_the_rest_are_served():
     assert "outside the vocabulary" in (reqs[1].error or "")
 
 
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("prompt", (1, 10**5000)),
+        Request("bias", (1, 2), sampling=SamplingParams(logit_bias={10**5000: 1.0})),
+        Request("stop", (1, 2), sampling=SamplingParams(stop_token_ids=(10**5000,))),
+        Request("max", (1, 2), sampling=SamplingParams(max_tokens=10**5000)),
+    ],
+    ids=lambda r: r.id,
+)
+def test_a_huge_token_id_or_count_fails_its_request_in_one_short_line(request_):
+    # past Python's 4300 digits an int has no str: the refusal itself raised ValueError ("Exceeds
+    # the limit ... for integer string conversion") out of the engine's step
+    engine = new_engine(RUNNER, CFG)
+    engine.run([request_])
+    assert request_.status is RequestStatus.FAILED
+    assert request_.error is not None and len(request_.error) < 160, request_.error
+
+
 def test_a_prompt_token_that_is_no_integer_fails_its_request_alone():
     # 2.5 ran as token 2 on the torch runner (cached under 2.5), True as token 1, and a string
     # raised a TypeError out of submit

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from radixflow.scheduler.sampling import SamplingParams
 
@@ -81,3 +82,19 @@ def test_a_top_k_of_another_kind_is_named_not_numpys_error():
     p = SamplingParams(top_k=np.array([1, 2]))
     assert str(p.problem()).startswith("top_k: must be an integer, got array([1, 2]")
     assert SamplingParams(top_k=-1).top_k == 0 and SamplingParams(top_k=np.int64(-1)).top_k == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "param"),
+    [
+        ({"max_tokens": 10**5000}, "max_tokens"),
+        ({"seed": 10**5000}, "seed"),
+        ({"stop_token_ids": ("x",) * 1000}, "stop_token_ids"),
+    ],
+)
+def test_a_huge_value_is_refused_in_one_short_line(given, param):
+    # past Python's 4300 digits an int has no str: the refusal itself raised ValueError ("Exceeds
+    # the limit ... for integer string conversion"), a traceback for a mistyped number
+    problem = SamplingParams(**given).problem()
+    assert problem is not None and problem.param == param, problem
+    assert len(problem.message) < 160, problem.message

@@ -40,9 +40,25 @@ if torch is not None:
     torch.set_num_threads(1)
 
 
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.getbasetemp() / "zoo")  # each xdist worker has its own basetemp
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache(tmp_path_factory) -> Iterator[None]:
+    """Every test (and every process it starts) builds zoo models, native kernels and round
+    profiles into this worker's temporary cache: a test that named a model without asking for
+    `zoo` built it into ~/.cache/radixflow, which the other workers and checkouts share (and a
+    profile stored there by someone else changed what the test saw)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADIXFLOW_CACHE", _session_cache(tmp_path_factory))
+        yield
+
+
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory) -> Iterator[None]:
-    """Zoo models built into this session's temporary cache, not the user's."""
+    """Zoo models built into this session's temporary cache, not the user's (as `_own_cache`
+    sets it for every test; kept for the modules that name it)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.getbasetemp() / "zoo"))
+        mp.setenv("RADIXFLOW_CACHE", _session_cache(tmp_path_factory))
         yield

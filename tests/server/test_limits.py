@@ -19,6 +19,7 @@ from radixflow.server.json_body import FastJsonRequest, parse_json
 from radixflow.server.state import DEFAULT_MAX_BODY_BYTES, ServerConfig
 
 LIMIT = 64 * 1024
+HELD = 30  # s: /health's wait while a request's work is held (the loop must answer meanwhile)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_the_default_limit_leaves_room_for_a_long_context_and_the_flag_agrees():
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(served, chunked):
-    http = served.http(timeout=10)
+    http = served.http(timeout=60)
     for size, status in [(LIMIT, 200), (LIMIT + 1, 413), (10 * LIMIT, 413)]:
         body = body_of_size(size)
         assert len(body) == size
@@ -79,20 +80,22 @@ def test_tokenizing_runs_beside_the_event_loop(served, monkeypatch, route, body)
 
     def held(*args, **kwargs):
         entered.set()
-        assert release.wait(20), "the test never released the tokenizer"
+        assert release.wait(120), "the test never released the tokenizer"
         return encode(*args, **kwargs)
 
     monkeypatch.setattr(tokenizer, "encode", held)
     answer: dict[str, httpx.Response] = {}
-    client = served.http(timeout=30)
+    client = served.http(timeout=120)
     worker = threading.Thread(target=lambda: answer.update(r=client.post(route, json=body)))
     worker.start()
     try:
-        assert entered.wait(10), "the request never reached the tokenizer"
-        assert served.http(timeout=5).get("/health").status_code == 200  # while it is held
+        assert entered.wait(60), "the request never reached the tokenizer"
+        # HELD: an event loop blocked by the held call answers nothing until it is released, so
+        # any timeout tells it apart; a short one also failed a busy machine's late answer
+        assert served.http(timeout=HELD).get("/health").status_code == 200  # while it is held
     finally:
         release.set()
-        worker.join(30)
+        worker.join(120)
     assert answer["r"].status_code == 200, answer["r"].text
 
 
@@ -129,21 +132,21 @@ def test_an_answer_holding_logprob_entries_is_encoded_beside_the_event_loop(
     def held(obj, *args, **kwargs):
         if isinstance(obj, dict) and obj.get("object") == kind:
             entered.set()
-            assert release.wait(20), "the test never released the encoder"
+            assert release.wait(120), "the test never released the encoder"
         return dumps(obj, *args, **kwargs)
 
     monkeypatch.setattr(json, "dumps", held)
     answer: dict[str, httpx.Response] = {}
-    client = served.http(timeout=30)
+    client = served.http(timeout=120)
     sent = {"model": MODEL, **body}
     worker = threading.Thread(target=lambda: answer.update(r=client.post(route, json=sent)))
     worker.start()
     try:
-        assert entered.wait(20), "the answer was never encoded"
-        assert served.http(timeout=5).get("/health").status_code == 200  # while it is held
+        assert entered.wait(60), "the answer was never encoded"
+        assert served.http(timeout=HELD).get("/health").status_code == 200  # while it is held
     finally:
         release.set()
-        worker.join(30)
+        worker.join(120)
     assert answer["r"].status_code == 200, answer["r"].text
     assert f'"object":"{kind}"' in answer["r"].text.replace(" ", "")
 

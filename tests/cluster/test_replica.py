@@ -103,9 +103,10 @@ def test_a_replica_whose_engine_failed_fails_its_health_check(zoo):
         replica.loop.join(5.0)
         with pytest.raises(RuntimeError, match="the engine failed: RuntimeError: boom"):
             replica.check_health()
-        t0 = time.monotonic()  # its stats come at once, not after the 10 s call timeout ...
+        # its stats come at once, asking the dead engine thread nothing (not after the 10 s call
+        # timeout) ...
+        replica._routing_state = asks_the_engine  # type: ignore[method-assign]
         stats = asyncio.run(replica.record_routing_stats())
-        assert time.monotonic() - t0 < 5.0
         # ... and say it is dead: a failed poll left the router the last live report, so it kept
         # routing there (a dead replica's instant 503s make its queue look the shortest)
         assert stats["alive"] is False and stats["checkpoints"] == []
@@ -148,9 +149,8 @@ def test_a_replica_whose_engine_is_stuck_fails_its_health_check_and_is_passed_ov
                 break
             assert time.monotonic() < deadline, "check_health never failed"
             time.sleep(0.01)
-        t0 = time.monotonic()
-        stats = asyncio.run(replica.record_routing_stats())
-        assert time.monotonic() - t0 < 5.0  # at once, not after the 10 s call timeout
+        replica._routing_state = asks_the_engine  # type: ignore[method-assign]
+        stats = asyncio.run(replica.record_routing_stats())  # at once, not after the 10 s call timeout
         assert stats["alive"] is False
         release.set()
         while True:  # answered: idle, healthy again
@@ -200,6 +200,10 @@ def test_a_replica_stopped_with_its_engine_stuck_answers_its_jobs_and_stops(zoo)
         replica.loop.join(30)
 
 
+async def asks_the_engine():
+    raise AssertionError("a dead or stuck replica's report waited on its engine thread")
+
+
 async def collect(events):
     return [event async for event in events]
 
@@ -214,12 +218,13 @@ def test_a_replica_in_a_long_round_still_reports_at_once(zoo):
     from radixflow.scheduler.request import Request
 
     replica = EngineReplica(EngineOptions.from_mapping({"model": "qwen3_5-tiny", "torch_threads": 1}), 8, 0.0)
-    release, entered = threading.Event(), threading.Event()
+    release, entered, ended = threading.Event(), threading.Event(), threading.Event()
     run = replica.engine.runner.run
 
     def long_round(batch):
         entered.set()
         release.wait(60)
+        ended.set()
         return run(batch)
 
     replica.engine.runner.run = long_round  # type: ignore[method-assign]
@@ -229,9 +234,9 @@ def test_a_replica_in_a_long_round_still_reports_at_once(zoo):
         replica.loop.submit([(req, RequestTracker(req, replica.model.tokenizer))], lambda event: None, False)
         assert entered.wait(60)
         for _ in range(2):  # a read stays queued behind the round: one at a time
-            t0 = time.monotonic()
-            during = asyncio.run(replica.record_routing_stats())
-            assert time.monotonic() - t0 < 5.0  # not after the 10 s call timeout, not raised
+            during = asyncio.run(replica.record_routing_stats())  # not raised ...
+            assert not ended.is_set()  # ... nor waited for the round (a clock, however slow, says
+            # nothing here: a stall of the test's own process read as a wait)
         assert during["alive"] and during["checkpoints"] == before["checkpoints"]  # what it last read
         ((_, _, since),) = during["engine"]["radixflow_seconds_since_last_round"]
         assert since > 0

@@ -195,8 +195,8 @@ def test_held_back_does_not_grow_with_the_square_of_the_text():
     output cost time quadratic in the text (34 ms at 16k characters, on the engine thread)."""
     stops = StopStrings(["q" * 100_000, "w" * 200])
     text = "ab " * 40_000  # no q or w: nothing to hold back
-    start = time.perf_counter()
+    start = time.thread_time()  # this thread's CPU time: a busy machine's stalls do not count
     for _ in range(10):
         assert stops.held_back(text) == 0
-    assert time.perf_counter() - start < 0.5  # was ~4 s
+    assert time.thread_time() - start < 0.5  # was ~4 s
     assert stops.held_back(text + "qq") == 2 and stops.held_back(text + "w" * 150) == 150

@@ -64,26 +64,24 @@ def test_a_replica_killed_mid_run_leaves_no_request_hanging():
         streaming = handle.options(stream=True)
         loop = RemoteLoop(lambda job: streaming.generate.remote(job), None, ServerMetrics(), 64)
         prompts = [tuple(range(10 + i, 60 + i)) for i in range(12)]
-        t0 = time.monotonic()
         params = SamplingParams(max_tokens=24, ignore_eos=True)
         first = [Request(f"q{i}", p, sampling=params) for i, p in enumerate(prompts)]
-        finals = asyncio.run(collect(loop, first, True, 90, kill_after_s=1.0))
-        assert len(finals) == 12 and time.monotonic() - t0 < 90
+        # the deadlines bound a hang only (a busy machine is slow): a wall-clock bound on the run
+        # also counted the kill, which may take a while
+        finals = asyncio.run(collect(loop, first, True, 300, kill_after_s=1.0))
+        assert len(finals) == 12
         ok = [f for f in finals if f.output is not None]
         failed = [f for f in finals if f.output is None]
         assert all(f.status == 503 and "replica" in (f.error or "") for f in failed)
         assert ok, "the surviving replica answered nothing"
         second = [Request(f"later{i}", p) for i, p in enumerate(prompts[:4])]
-        later = asyncio.run(collect(loop, second, False, 60))
+        later = asyncio.run(collect(loop, second, False, 300))
         assert all(f.output is not None for f in later)  # the survivor serves what comes next
         # the replicas' engine figures reach the ingress with their routing stats (they read 0)
         ingress = ServerMetrics()
         ingress.engine_from(figures)
-        rounds = 0.0
-        for _ in range(40):
-            rounds = ingress.registry.get_sample_value("radixflow_rounds_total") or 0.0
-            if rounds > 0:
-                break
+        deadline = time.monotonic() + 120  # the next stats poll: about 1 s on a quiet machine
+        while not ingress.registry.get_sample_value("radixflow_rounds_total"):
+            assert time.monotonic() < deadline, "no replica's rounds reached the ingress"
             time.sleep(0.25)
-        assert rounds > 0
         assert (ingress.registry.get_sample_value("radixflow_cache_budget_bytes") or 0) > 0

@@ -10,11 +10,9 @@ exactly when an id is outside the vocabulary or a role unknown to the chat templ
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import signal
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from signal_utils import time_limit
 
 from radixflow.cli import build_parser, main
 from radixflow.cli.calibrate import ENGINE_OPTIONS as CALIBRATE_ENGINE
@@ -84,22 +83,6 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Fail instead of hanging: SIGALRM interrupts the call on the main thread."""
-
-    def on_alarm(*_: object) -> None:
-        raise TimeoutError(f"no answer in {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _command(name: str) -> argparse.ArgumentParser:

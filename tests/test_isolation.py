@@ -1,10 +1,13 @@
-"""The suite keeps its state to itself: the workers of a parallel run (and other checkouts'
-runs on the machine) share no model cache."""
+"""The suite's own machinery: the workers of a parallel run (and other checkouts' runs on the
+machine) share no model cache, and a test's own time limit keeps the one every test has."""
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+
+from signal_utils import time_limit
 
 from radixflow.models.zoo import CACHE_ENV
 
@@ -14,3 +17,19 @@ def test_a_test_that_asks_for_no_zoo_still_builds_into_this_workers_cache(tmp_pa
     # the native kernels into ~/.cache/radixflow, which every worker and every checkout shares
     cache = Path(os.environ[CACHE_ENV])
     assert cache.is_relative_to(tmp_path_factory.getbasetemp())
+
+
+def test_a_tests_own_time_limit_leaves_pytest_timeouts_alarm_armed():
+    # pytest-timeout (signal method) bounds every test with SIGALRM's timer; a time_limit of a
+    # test's own cancelled that timer on its way out, so the rest of that test (every later
+    # hypothesis example) could hang for good again
+    outer = signal.signal(signal.SIGALRM, lambda *_: None)
+    before = signal.setitimer(signal.ITIMER_REAL, 500)
+    try:
+        with time_limit(30):
+            pass
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *before)
+        signal.signal(signal.SIGALRM, outer)
+    assert 0 < left <= 500  # armed again, with what was left of it

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_utils import checkout_env
+from signal_utils import time_limit
 
 from radixflow.cli import main
 from radixflow.costmodel.hardware.profile_files import save_profile
@@ -371,22 +370,6 @@ def test_bad_seeds_flag_is_one_line_and_exit_2(tmp_path, capsys, seeds):
 
 
 # ------------------------------------------------- issue 28: what a careless config got through
-@contextlib.contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Fail instead of hanging (SIGALRM interrupts the call on the main thread)."""
-
-    def on_alarm(*_: object) -> None:
-        raise TimeoutError(f"no answer in {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _run(argv: list[str], capsys) -> tuple[int, str]:
     with time_limit(120):  # a refusal is immediate; without one the grid would run for hours
         code = main(argv)

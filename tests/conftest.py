@@ -40,6 +40,15 @@ if torch is not None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """One thread again after a test that built a runner on more (the runner sets the process's
+    count and leaves it): the next test, maybe another file's, ran on them otherwise."""
+    yield
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.getbasetemp() / "zoo")  # each xdist worker has its own basetemp
 

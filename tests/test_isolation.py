@@ -7,6 +7,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from signal_utils import time_limit
 
 from radixflow.models.zoo import CACHE_ENV
@@ -33,3 +34,18 @@ def test_a_tests_own_time_limit_leaves_pytest_timeouts_alarm_armed():
         signal.setitimer(signal.ITIMER_REAL, *before)
         signal.signal(signal.SIGALRM, outer)
     assert 0 < left <= 500  # armed again, with what was left of it
+
+
+def test_a_test_may_build_a_runner_on_more_torch_threads():
+    # the torch runner sets the process's thread count (`footprint.set_torch_threads`) and leaves
+    # it: test_errors' serve test left a worker on 2 threads for whatever file it ran next
+    torch = pytest.importorskip("torch")
+    from radixflow.runners.footprint import set_torch_threads
+
+    set_torch_threads(2)
+    assert torch.get_num_threads() == 2
+
+
+def test_the_next_test_runs_on_one_torch_thread_again():
+    torch = pytest.importorskip("torch")
+    assert torch.get_num_threads() == 1  # conftest's: the suite's tests assume one

@@ -59,6 +59,23 @@ def sigint_inherited(disposition: str) -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
+# `radixflow serve` whose rounds each take at least 50 ms: a 3000-token request then runs for
+# 150 s or more whatever the machine's speed, past every wait of these tests. At full speed it
+# ran ~7 s, and a test process stalled that long (a busy machine) found its answers complete,
+# 200s where the drain's 503s were due
+SLOW_ROUNDS = """
+import sys, time
+from radixflow.cli.app import main
+from radixflow.runners.torch_runner import TorchRunner
+run = TorchRunner.run
+def slow(self, batch):
+    time.sleep(0.05)
+    return run(self, batch)
+TorchRunner.run = slow
+sys.exit(main())
+"""
+
+
 @pytest.fixture(params=["default", "ignored"], ids=lambda d: f"sigint-{d}")
 def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
     """The server as its own process on a port it chose: the process, its URL and its banner."""
@@ -67,7 +84,7 @@ def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str, s
     env = checkout_env()
     with sigint_inherited(request.param):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "radixflow.cli", *args], stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", SLOW_ROUNDS, *args], stderr=subprocess.PIPE, text=True, env=env
         )
     try:
         banner = announced(proc, 90)[-1]

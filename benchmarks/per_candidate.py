@@ -37,13 +37,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import httpx
-from salt_memory import serve_process  # benchmarks/ is on sys.path when a script in it runs
 
 from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.options import EngineOptions, plan_engine
+from radixflow.server.spawn import serve_process
 
 Answer = tuple[tuple[int, ...], tuple[float, ...]]  # greedy tokens, prompt logprobs (score)
 Call = Callable[[list[list[int]]], list[Answer]]
@@ -113,7 +113,7 @@ def _llm_answer(output: GenerationOutput) -> Answer:
 
 # ---------------------------------------------------------------- server door
 def spawn(model: str, threads: int | None) -> tuple[subprocess.Popen[str], str]:
-    """`radixflow serve` in a process of its own on a free loopback port: (process, base url)."""
+    """`radixflow serve` in a process of its own on a loopback port: (process, base url)."""
     threads_args = [] if threads is None else ["--torch-threads", str(threads)]
     return serve_process([model, *threads_args], ready_s=120)
 

@@ -20,7 +20,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -33,6 +32,7 @@ from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.setup import load_model
 from radixflow.options import EngineOptions
 from radixflow.server.serve import Server, build_server
+from radixflow.server.spawn import serve_process
 from radixflow.server.state import ServerConfig
 
 
@@ -75,7 +75,7 @@ def start(options: EngineOptions) -> tuple[Server, threading.Thread, str]:
 
 
 def spawn(options: EngineOptions) -> tuple[subprocess.Popen[str], str]:
-    """`radixflow serve` in a process of its own on a free loopback port: (process, base url)."""
+    """`radixflow serve` in a process of its own on a loopback port: (process, base url)."""
     sizes = {
         "--kv-blocks": options.kv_blocks,
         "--state-slots": options.state_slots,
@@ -83,32 +83,6 @@ def spawn(options: EngineOptions) -> tuple[subprocess.Popen[str], str]:
     }
     args = [options.model or "qwen3_5-tiny"] + [str(x) for pair in sizes.items() for x in pair]
     return serve_process(args, ready_s=60)
-
-
-def serve_process(args: list[str], ready_s: float) -> tuple[subprocess.Popen[str], str]:
-    """`radixflow serve ARGS` in a process of its own on a free loopback port, once it answers
-    (within ``ready_s`` seconds): (process, base url)."""
-    cmd = [sys.executable, "-m", "radixflow.cli", "serve", *args]
-    cmd += ["--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:  # the server names its port once it has bound it
-        if line.startswith("radixflow: serving "):
-            url = line.split(" on ", 1)[1].split()[0].removesuffix("/v1")
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-            break
-    else:
-        raise SystemExit(f"the server did not start (exit {proc.wait()})")
-    deadline = time.monotonic() + ready_s
-    while True:  # bound before the model loaded: wait until it answers
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the server did not start")
-        time.sleep(0.05)
 
 
 async def send(

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
-from salt_memory import serve_process
 
 from radixflow.cli.args import positive_int
+from radixflow.server.spawn import serve_process
 
 
 def fresh(rng: random.Random, args: argparse.Namespace, vocab: int) -> tuple[list[int], list[list[int]]]:

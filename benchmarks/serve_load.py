@@ -24,12 +24,9 @@ import asyncio
 import json
 import os
 import random
-import re
 import signal
 import statistics
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -40,6 +37,7 @@ import httpx
 from radixflow.bench.metrics import percentile
 from radixflow.cli.args import positive_int
 from radixflow.models.io.tokenizer import corpus
+from radixflow.server.spawn import serve_process
 
 
 @dataclass
@@ -153,13 +151,6 @@ async def run_clients(
         return [o for outs in per_client for o in outs], time.perf_counter() - t0
 
 
-def healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def server_env() -> dict[str, str]:
     """The server process's environment. PYTHONSAFEPATH: `python -m` would otherwise put the
     working directory first on sys.path, so a server meant to run another source tree
@@ -167,35 +158,14 @@ def server_env() -> dict[str, str]:
     return {**os.environ, "PYTHONSAFEPATH": "1"}
 
 
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]:
-    """The server, up, and the port it chose (``--port 0``; its banner says which): a port picked
-    here and passed on could be taken by another process (a parallel test's) before it bound it."""
-    cmd = [sys.executable, "-m", "radixflow.cli", "serve", args.model, "--port", "0"]
-    cmd += ["--max-pending", str(args.max_pending), "--policy", args.policy, "--log-level", "warning"]
-    cmd += ["--kv-blocks", str(args.kv_blocks), "--max-requests", str(args.max_requests)]
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    """The server, up, and its base URL; its standard error passed on as it comes."""
+    serve = [args.model, "--max-pending", str(args.max_pending), "--policy", args.policy]
+    serve += ["--kv-blocks", str(args.kv_blocks), "--max-requests", str(args.max_requests)]
     for flag in ("torch_threads", "tokenizer_threads"):  # given: passed on (else the server's plan)
         if getattr(args, flag) is not None:
-            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    proc = subprocess.Popen(cmd, env=server_env(), stderr=subprocess.PIPE, text=True)
-    ports: list[int] = []
-
-    def relay() -> None:  # its stderr passed on, read to its end (a full pipe would stall it)
-        for line in proc.stderr or ():
-            sys.stderr.write(line)
-            found = re.search(r" on http://127\.0\.0\.1:([0-9]+)/v1 ", line)
-            if not ports and line.startswith("radixflow: serving ") and found:
-                ports.append(int(found.group(1)))
-
-    threading.Thread(target=relay, daemon=True).start()
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        if ports and healthy(ports[0]):
-            return proc, ports[0]
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the server did not come up within 300 s")
+            serve += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    return serve_process(serve, ready_s=300, env=server_env(), relay=True)
 
 
 def stop_server(server: subprocess.Popen[str]) -> None:
@@ -347,8 +317,7 @@ def main() -> None:
         raise SystemExit("--clients must be >= 1 and --duration > 0")
     traffic = make_traffic(args)
     load_before = os.getloadavg()[0]
-    server, port = start_server(args)
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_server(args)
     try:
         cpu_before = cpu_seconds(server.pid)
         outcomes, elapsed = asyncio.run(run_clients(url, traffic, args.clients, args.duration))

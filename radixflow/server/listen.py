@@ -8,6 +8,7 @@ port between this check and its use.
 from __future__ import annotations
 
 import errno
+import re
 import socket
 
 from radixflow.problems import Problem, ProblemError
@@ -55,3 +56,16 @@ def base_url(host: str, port: int) -> str:
     unbracketed, the port reads as part of the address and no client can open it)."""
     shown = f"[{host}]" if ":" in host else host  # no host name holds a colon
     return f"http://{shown}:{port}/v1"
+
+
+# the line `radixflow serve` writes to standard error once it is about to answer (cli/serve.py,
+# cli/serve_fleet.py): ``radixflow: serving MODEL on BASE_URL (threads, ...)``
+_BANNER = re.compile(r"radixflow: serving .* on (http://\S+)/v1 ")
+
+
+def announced_url(line: str) -> str | None:
+    """The server's URL (``http://HOST:PORT``, without ``/v1``) that a banner line names, or None
+    for any other line: with ``--port 0`` the banner is where the port the system chose is said.
+    The last `` on http://`` in the line is taken: a model's name may hold one, the rest may not."""
+    found = _BANNER.match(line)
+    return found.group(1) if found else None

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from benchmark_utils import BENCHMARKS, load_benchmark
+from benchmark_utils import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def candidates():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCHMARKS))  # as when the script runs: it imports salt_memory
-        return load_benchmark("per_candidate")
+    return load_benchmark("per_candidate")
 
 
 def _calls() -> dict:

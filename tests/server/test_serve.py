@@ -6,7 +6,6 @@ however it was started (one started with SIGINT ignored, as a background job, us
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 from cli_utils import checkout_env
 from server_utils import MODEL, running_server
 
+from radixflow.server.listen import announced_url
 from radixflow.server.state import ServerConfig
 
 LONG = {"model": MODEL, "prompt": "The river winds", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
@@ -29,19 +29,20 @@ def announced(proc: subprocess.Popen[str], timeout: float) -> list[str]:
     """The server's standard error up to its banner (``radixflow: serving M on URL ...``), read
     as it comes: with ``--port 0`` the banner is where the port it chose is said. A port picked
     here and passed on could be taken by another process (another test worker) before the server
-    bound it."""
+    bound it. Not `server.spawn.serve_process`: these tests start it through a wrapper, with
+    SIGINT ignored or not, and read the rest of its standard error themselves."""
     lines: list[str] = []
 
     def read() -> None:
         for line in proc.stderr or ():
             lines.append(line)
-            if line.startswith("radixflow: serving "):
+            if announced_url(line):
                 return
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout)
-    assert lines and lines[-1].startswith("radixflow: serving "), "".join(lines) or "no banner"
+    assert lines and announced_url(lines[-1]), "".join(lines) or "no banner"
     return lines
 
 
@@ -88,9 +89,8 @@ def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str, s
         )
     try:
         banner = announced(proc, 90)[-1]
-        found = re.search(r" on (http://127\.0\.0\.1:[0-9]+)/v1 ", banner)
-        assert found, banner
-        url = found.group(1)
+        url = announced_url(banner)
+        assert url is not None, banner
         wait_until(lambda: healthy(url), 90, lambda: proc.poll() is None)
         yield proc, url, banner
     finally:

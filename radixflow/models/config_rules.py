@@ -76,12 +76,13 @@ class AtMost:
     bound_default: int | None = None  # what the code reads where the bound is left out
 
     def check(self, config: Resolved) -> Problem | None:
-        value, (given, said) = config.get(self.field), _value(config, self.bound, self.bound_default)
-        bound = as_number(given)
+        value, given = config.get(self.field), config.get(self.bound)
+        bound = self.bound_default if given is None else as_number(given)
         if value is None or bound is None:
             return None
-        if config.get(self.bound) is not None:  # transformers' tagged infinity as a number
-            said = f"{bound}" + (" (its default)" if config.key(self.bound) in config.defaulted else "")
+        # the bound as a number (transformers' tagged infinity too), said where it is a default
+        default = given is None or config.key(self.bound) in config.defaulted
+        said = f"{bound} (its default)" if default else f"{bound}"
         word = "below" if self.strict else "at most"
         for v in value if isinstance(value, list) else [value]:
             number = as_number(v)

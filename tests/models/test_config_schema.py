@@ -213,3 +213,26 @@ def test_a_spelling_read_first_decides_over_the_field_and_is_named() -> None:
     zero = {"experts": 8, "local_experts": 0}
     assert one(schema, zero) == "local_experts: must be a positive integer, got 0"
     assert one(schema, {}) == "experts: missing (must be a positive integer)"
+
+
+INF = {"__float__": "Infinity"}  # transformers' tagged infinity
+
+
+@pytest.mark.parametrize(
+    ("data", "defaults", "says"),
+    [
+        ({"k": 5, "n": 4}, None, "k: must be below n (4), got 5"),
+        # filled in by the family's defaults, or the rule's own where the code reads one
+        ({"k": 5}, {"n": 4}, "k: must be below n (4 (its default)), got 5"),
+        ({"k": 5}, None, "k: must be below n (3 (its default)), got 5"),
+        ({}, {"k": 5, "n": 4}, "k: must be below n (4 (its default)), got 5 (its default)"),
+        # the tagged infinity, said as the number it is
+        ({"k": INF, "n": INF}, None, 'k: must be below n (inf), got {"__float__": "Infinity"}'),
+        ({"k": [1, 4]}, {"n": 4}, "k: entry 4 must be below n (4 (its default))"),
+    ],
+)
+def test_at_most_says_the_bound_and_where_it_comes_from(data, defaults, says) -> None:
+    number = AnyOf((Int(0), Float(low=0.0, finite=False)))
+    fields = (ConfigField("k", AnyOf((number, ListOf(number)))), ConfigField("n", number))
+    schema = Schema(fields, rules=(AtMost("k", "n", strict=True, bound_default=3),))
+    assert [str(p) for p in validate_config(schema, data, defaults)] == [says]

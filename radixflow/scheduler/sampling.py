@@ -24,7 +24,6 @@ from radixflow.scheduler.sampling_checks import (
     ids_ok,
     is_int,
     is_real,
-    max_tokens_ok,
     min_tokens_ok,
     plain,
     plain_ids,
@@ -146,9 +145,11 @@ class SamplingParams:
         penalty = f"must be a number in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}]"
         repetition = is_real(self.repetition_penalty) and self.repetition_penalty > 0
         at_most_max = f"must be an integer between 0 and max_tokens ({shown(self.max_tokens)})"
+        capped = f"must be at most {MAX_TOKENS}"
         checks = [
             (is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens", "must be an integer >= 0"),
-            (max_tokens_ok(self.max_tokens), "max_tokens", f"must be at most {MAX_TOKENS}"),
+            # is_int: this list is built before the check above refuses a non-integer
+            (is_int(self.max_tokens) and self.max_tokens <= MAX_TOKENS, "max_tokens", capped),
             (min_tokens_ok(self.min_tokens, self.max_tokens), "min_tokens", at_most_max),
             (is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a number >= 0"),
             (is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),

@@ -69,10 +69,6 @@ def alternatives_problem(param: str, k: object) -> Problem | None:
     return Problem(param, f"must be an integer between 0 and {MAX_LOGPROBS}, got {shown(k)}")
 
 
-def max_tokens_ok(n: object) -> bool:
-    return is_int(n) and 0 <= n <= MAX_TOKENS  # type: ignore[operator]
-
-
 def ids_ok(ids: object) -> bool:
     """A tuple of integers (the vocabulary's bounds are the engine's check)."""
     return isinstance(ids, tuple) and all(is_int(t) for t in ids)

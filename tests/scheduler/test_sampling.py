@@ -98,3 +98,20 @@ def test_a_huge_value_is_refused_in_one_short_line(given, param):
     problem = SamplingParams(**given).problem()
     assert problem is not None and problem.param == param, problem
     assert len(problem.message) < 160, problem.message
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "says"),
+    [
+        (-1, "max_tokens: must be an integer >= 0, got -1"),
+        (-(10**5000), "max_tokens: must be an integer >= 0, got an integer of 5001 digits"),
+        (10**5000, "max_tokens: must be at most 9223372036854775807, got an integer of 5001 digits"),
+        (2**63, "max_tokens: must be at most 9223372036854775807, got 9223372036854775808"),
+        ("4", "max_tokens: must be an integer, got '4'"),
+        (4.0, "max_tokens: must be an integer, got 4.0"),
+    ],
+    ids=["-1", "-huge", "huge", "2**63", "str", "float"],  # a huge int has no str for an id
+)
+def test_max_tokens_out_of_range_or_no_integer_is_said_once(max_tokens, says):
+    assert str(SamplingParams(max_tokens=max_tokens).problem()) == says
+    assert SamplingParams(max_tokens=2**63 - 1).problem() is None

@@ -46,12 +46,22 @@ def test_a_server_that_exits_is_one_line_after_its_relayed_words(child, capsys) 
     assert "no such model\n" in capsys.readouterr().err
 
 
-def test_unrelayed_it_says_nothing_but_the_line(child, capsys) -> None:
+def test_unrelayed_its_last_words_end_the_line(child, capsys) -> None:
+    # a server not relayed still says why it could not start: its last line closes the message
     code, _ = child
     code.append(SAYS_AND_EXITS)
-    with pytest.raises(SystemExit, match="exited with 3"):
+    env = {**os.environ, "RF_SAID": "radixflow: error: no such model"}
+    said = r"^the server exited with 3 before it was ready: radixflow: error: no such model$"
+    with pytest.raises(SystemExit, match=said):
+        spawn.serve_process(["m"], 60, env=env)
+    assert "no such model" not in capsys.readouterr().err  # said once, in the message
+
+
+def test_a_silent_server_that_exits_is_the_bare_line(child) -> None:
+    code, _ = child
+    code.append("import sys; sys.exit(4)")
+    with pytest.raises(SystemExit, match=r"^the server exited with 4 before it was ready$"):
         spawn.serve_process(["m"], 60)
-    assert "nothing" not in capsys.readouterr().err
 
 
 def test_a_server_given_up_on_is_killed(child) -> None:

@@ -154,14 +154,18 @@ def _own_fit(model: str, timed: list[TimedBatch], plan: CalibrationPlan) -> Hard
     return refit(model, timed, {model: model_shape(model)}, plan.device, plan.dtype)[0]
 
 
-def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, console: Console) -> None:
+def _store_own_fits(
+    own: dict[str, HardwareProfile], plan: CalibrationPlan, console: Console, runners: dict[str, dict]
+) -> None:
     """Each model's own fit where the torch runner finds it again (`runners.profile_store`):
-    keyed by the model and this machine, with the threads the timing used."""
+    keyed by the model and this machine, with the threads, kernels and matmul routes the timing
+    used (``runners``: each model's, as `calibrate` records them)."""
     from radixflow.models.zoo import ensure_model
-    from radixflow.runners.profile_store import save_stored, store_key
+    from radixflow.runners.profile_store import RunnerSettings, save_stored, store_key
 
     for model, profile in own.items():
-        key = store_key(ensure_model(model), plan.dtype, plan.device, plan.threads)
+        settings = RunnerSettings(**runners[model])
+        key = store_key(ensure_model(model), plan.dtype, plan.device, plan.threads, settings)
         try:
             path = save_stored(profile, key)
         except OSError as e:
@@ -169,9 +173,11 @@ def _store_own_fits(own: dict[str, HardwareProfile], plan: CalibrationPlan, cons
             console.print(f"[yellow]warning:[/] {escape(model)}'s round profile not stored: {why}")
             continue
         threads = f"{plan.threads} torch thread{'s' if plan.threads != 1 else ''}"
+        matmul = f"--matmul {settings.matmul}" if settings.matmul else "torch's own matmul"
         console.print(
             f"{model}: round predictor profile stored in {path}; the torch runner starts from it on "
-            f"this machine for this model in {plan.dtype} on {plan.device} with {threads} (other runs "
+            f"this machine for this model in {plan.dtype} on {plan.device} with {threads}, the "
+            f"{settings.kernels} kernels and {matmul} (other runs "
             "start from the nominal prior)",
             markup=False,  # a model may be a directory, named as given
             soft_wrap=True,  # the path whole, to paste (a narrow terminal cut it in two)
@@ -239,7 +245,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         save_profile(profile, out)
     except OSError as e:  # a disk that filled while timing: one line, as bench says it
         raise CalibrationUsageError(f"cannot write --out {out}: {e.strerror or e}") from None
-    _store_own_fits(own_fits, plan, console)
+    _store_own_fits(own_fits, plan, console, (profile.calibration or {}).get("runners", {}))
     render(errors, own, console)
     worst = max(e.median_abs_error for e in errors)
     verdict = "within" if worst <= ACCEPTABLE else "OVER"

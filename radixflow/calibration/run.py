@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from radixflow.calibration.design import DesignBatch, fit_design, held_out_design
 from radixflow.calibration.fit import ModelError, fit_profile
@@ -11,6 +11,7 @@ from radixflow.calibration.timing import BLOCK_SIZE, TimedBatch, time_batches
 from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.shape.hf_config import shape_from_checkpoint
 from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.runners.profile_store import RunnerSettings
 from radixflow.scheduler.config import SchedulerConfig
 
 
@@ -62,9 +63,11 @@ def calibrate(
     name: str,
     on_batch: Callable[[], None] | None = None,
 ) -> tuple[HardwareProfile, list[ModelError]]:
-    """Timed rounds of every model, one joint fit, each model's held-out error."""
+    """Timed rounds of every model, one joint fit, each model's held-out error; the profile's
+    ``calibration["runners"]`` names the kernels and matmul routes each model was timed on."""
     shapes = {m: model_shape(m) for m in plan.models}
     timed: list[TimedBatch] = []
+    runners: dict[str, RunnerSettings] = {}
     for model in plan.models:
         batches = design(plan, shapes[model])
         timed += time_batches(
@@ -77,8 +80,12 @@ def calibrate(
             plan.clock,
             plan.kept,
             plan.dtype,
+            runners,
         )
-    return refit(name, timed, shapes, plan.device, plan.dtype)
+    profile, errors = refit(name, timed, shapes, plan.device, plan.dtype)
+    if profile.calibration is not None:
+        profile.calibration["runners"] = {m: asdict(s) for m, s in runners.items()}
+    return profile, errors
 
 
 def refit(

@@ -12,6 +12,7 @@ from radixflow.calibration.design import DesignBatch
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.engine.clocks import round_clock
 from radixflow.engine.runner import Runner
+from radixflow.runners.profile_store import RunnerSettings
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, SnapshotSpec
 
 BLOCK_SIZE = 16
@@ -133,11 +134,14 @@ def time_batches(
     clock: str,
     kept: str = "min",
     dtype: str = "float32",
+    settings: dict[str, RunnerSettings] | None = None,
 ) -> list[TimedBatch]:
     """Each batch's worker-call times (``kept``: the figure of them the fit takes, `KEPT`); each
-    repeat times every batch, in a fresh order. The runner predicts nothing here: its predictor's
-    bookkeeping (a round's terms before the call, a refit after) is outside the engine clock's
-    worker call, so timing it would price every round over what the engine charges for it."""
+    repeat times every batch, in a fresh order. ``settings``, where given, gets the kernels and
+    matmul routes the runner resolved, under ``model``: what the rounds were timed on. The runner
+    predicts nothing here: its predictor's bookkeeping (a round's terms before the call, a refit
+    after) is outside the engine clock's worker call, so timing it would price every round over
+    what the engine charges for it."""
     import torch
 
     from radixflow.models.zoo import ensure_model
@@ -158,6 +162,8 @@ def time_batches(
             label=model,
             predict_rounds=False,
         )
+        if settings is not None:
+            settings[model] = runner.settings()
         outputs = [to_scheduler_output(b, runner.model.vocab_size) for b in batches]
         samples = _repeated_times(runner, outputs, repeats, read, on_batch)
     finally:

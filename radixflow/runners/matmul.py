@@ -52,10 +52,14 @@ class MatmulPlan:
                 return BACKENDS[name]
         return BACKENDS[self.choices[-1]]  # large decode rounds count as prefill
 
+    def routes(self) -> str:
+        """The backend of each class as ``--matmul`` takes it, e.g. ``single=mkl,decode=onednn,
+        prefill=mkl``: what a round's cost depends on, however the plan was chosen."""
+        return ",".join(f"{c.name}={n}" for c, n in zip(SHAPE_CLASSES, self.choices, strict=True))
+
     def describe(self) -> str:
         """One line, e.g. ``single=mkl decode=onednn prefill=mkl (measured)``."""
-        parts = " ".join(f"{c.name}={n}" for c, n in zip(SHAPE_CLASSES, self.choices, strict=True))
-        return f"{parts} ({self.source})"
+        return f"{self.routes().replace(',', ' ')} ({self.source})"
 
 
 def parse_plan(spec: str) -> MatmulPlan | Problem | None:

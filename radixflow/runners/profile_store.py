@@ -3,7 +3,10 @@
 `radixflow calibrate` writes each model's own fit here; the torch runner reads it at startup as
 its round predictor's prior. The store sits beside the zoo's models (`models.zoo.default_cache_dir`,
 so ``$RADIXFLOW_CACHE`` moves both): ``<cache>/round_profiles/<machine>/<model>.json``. A file
-names the machine it was measured on in full; one whose machine differs is not used.
+names the machine it was measured on in full, with how the runner computed its rounds there (the
+decode-step kernels and the CPU GEMM plan, as the runner resolved ``auto``: they change what a
+round costs); one whose machine or settings differ is not used. A file stored before the kernels
+and the plan joined the key sits under another directory name, which no runner looks in.
 """
 
 from __future__ import annotations
@@ -32,9 +35,20 @@ NAME_BYTES = 200
 
 
 @dataclass(frozen=True)
+class RunnerSettings:
+    """How the torch runner computes a round, ``auto`` resolved: the decode-step ``kernels``
+    (``native`` or ``torch``) and the matmul plan's routes, as ``--matmul`` takes them
+    (``single=mkl,decode=onednn,prefill=mkl``; None where no plan routes the matmuls: torch's own
+    GEMM runs)."""
+
+    kernels: str
+    matmul: str | None
+
+
+@dataclass(frozen=True)
 class StoreKey:
     """Whose profile: the model (name, config hash, dtype) on the machine (CPU or GPU model,
-    CPUs, torch threads, torch version, device)."""
+    CPUs, torch threads, torch version, device, kernels, matmul plan)."""
 
     model: str
     machine: dict[str, Any]
@@ -57,7 +71,7 @@ def processor_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def machine_identity(device: str, threads: int) -> dict[str, Any]:
+def machine_identity(device: str, threads: int, settings: RunnerSettings) -> dict[str, Any]:
     import torch
 
     dev = torch.device(device)
@@ -69,6 +83,8 @@ def machine_identity(device: str, threads: int) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": dev.type,
         "accelerator": accelerator,
+        "kernels": settings.kernels,
+        "matmul": settings.matmul,
     }
 
 
@@ -99,8 +115,10 @@ def stored_profiles(checkpoint: str | Path, root: Path | None = None) -> list[Pa
     return sorted((root or default_cache_dir()).glob(f"{STORE_DIR}/*/{glob.escape(prefix)}-*.json"))
 
 
-def store_key(checkpoint: str | Path, dtype: str, device: str, threads: int) -> StoreKey:
-    return StoreKey(model_identity(checkpoint, dtype), machine_identity(device, threads))
+def store_key(
+    checkpoint: str | Path, dtype: str, device: str, threads: int, settings: RunnerSettings
+) -> StoreKey:
+    return StoreKey(model_identity(checkpoint, dtype), machine_identity(device, threads, settings))
 
 
 def save_stored(profile: HardwareProfile, key: StoreKey, root: Path | None = None) -> Path:
@@ -122,7 +140,7 @@ def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | No
             return None
         data = _read_json(path)
         if not isinstance(data, dict) or data.get("model") != key.model or data.get("machine") != key.machine:
-            raise ProfileError("it was measured for another model or machine")
+            raise ProfileError("it was measured for another model or machine, or on other kernels or routes")
         return profile_from_dict(data.get("profile"), str(path))
     except (OSError, ProfileError) as e:
         log.warning("ignoring the stored round profile %s: %s", path, e)

@@ -22,7 +22,7 @@ from radixflow.models.seq_spec import SeqSpec, Snapshot
 from radixflow.problems import Problem, ProblemError
 from radixflow.runners.matmul import MatmulPlan, MatmulRouter, install, parse_plan
 from radixflow.runners.matmul_measure import dominant_weight, measure_plan
-from radixflow.runners.profile_store import load_stored, store_key
+from radixflow.runners.profile_store import RunnerSettings, load_stored, store_key
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.round_predictor import LearnedRoundPredictor, make_predictor
 from radixflow.runners.sampler import Sampler, SampleRow
@@ -130,14 +130,20 @@ class TorchRunner:
         prior = None if self.predictor is None else self.predictor.source
         return {"kernels": self.kernels.name, "matmul": plan, "round_predictor": prior}
 
+    def settings(self) -> RunnerSettings:
+        """The kernels and matmul routes its rounds run on, as resolved: what its stored profile is
+        keyed by beside the model and machine (a profile timed on others prices rounds otherwise)."""
+        return RunnerSettings(self.kernels.name, None if self.matmul is None else self.matmul.plan.routes())
+
     @property
     def round_predictor(self) -> LearnedRoundPredictor | None:
         return self.predictor
 
     def _predictor(self, path: str | Path, label: str | None) -> LearnedRoundPredictor:
-        """The stored profile of this model on this machine as the prior, else the nominal one."""
+        """The stored profile of this model on this machine, timed on these kernels and matmul
+        routes, as the prior, else the nominal one."""
         threads = self.threads
-        key = store_key(path, str(self.dtype).removeprefix("torch."), self.device, threads)
+        key = store_key(path, str(self.dtype).removeprefix("torch."), self.device, threads, self.settings())
         return make_predictor(path, label or Path(path).name, load_stored(key), threads)
 
     def _route_matmuls(self, given: MatmulPlan | None) -> MatmulRouter | None:

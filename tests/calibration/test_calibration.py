@@ -203,9 +203,12 @@ def test_the_stored_profile_says_which_runs_will_find_it(monkeypatch):
     monkeypatch.setattr(profile_store, "save_stored", lambda profile, key: "/cache/p.json")
     out = io.StringIO()
     plan = CalibrationPlan(models=("qwen3_5-tiny",), threads=2)
-    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=300))
+    runners = {"qwen3_5-tiny": {"kernels": "native", "matmul": "single=native,decode=onednn,prefill=mkl"}}
+    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=300), runners)
     text = out.getvalue()
     assert "/cache/p.json" in text and "float32" in text and "2 torch threads" in text and "cpu" in text
+    # the kernels and matmul routes are the key's too: a run on others starts from the nominal prior
+    assert "the native kernels and --matmul single=native,decode=onednn,prefill=mkl" in text
 
 
 @pytest.mark.parametrize("clock", [[], ["--clock", "cpu"]], ids=["default", "given"])
@@ -457,5 +460,6 @@ def test_the_stored_profiles_path_is_printed_whole_on_a_narrow_terminal(monkeypa
     monkeypatch.setattr(profile_store, "save_stored", lambda profile, key: path)
     out = io.StringIO()
     plan = CalibrationPlan(models=("qwen3_5-tiny",))
-    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=60))
+    runners = {"qwen3_5-tiny": {"kernels": "torch", "matmul": None}}
+    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=60), runners)
     assert path in out.getvalue()

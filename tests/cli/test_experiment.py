@@ -220,9 +220,11 @@ def test_calibrate_tiny_model_writes_a_usable_profile(tmp_path, capsys, zoo):
     assert main(["bench", "--hardware", str(profile), "--groups", "2"]) == 0
     # the model's own fit, where the torch runner looks for it on this machine (one thread timed)
     from radixflow.models.zoo import ensure_model
-    from radixflow.runners.profile_store import load_stored, store_key
+    from radixflow.runners.profile_store import RunnerSettings, load_stored, store_key
 
-    stored = load_stored(store_key(ensure_model("lfm2-tiny"), "float32", "cpu", 1))
+    # keyed by the kernels and matmul routes the timing ran on, as the profile records them
+    settings = RunnerSettings(**data["calibration"]["runners"]["lfm2-tiny"])
+    stored = load_stored(store_key(ensure_model("lfm2-tiny"), "float32", "cpu", 1, settings))
     assert stored is not None and stored.round_overhead_s == pytest.approx(data["round_overhead_s"])
 
 
@@ -233,7 +235,7 @@ def test_calibrate_in_bfloat16_stores_the_fit_a_bfloat16_runner_starts_from(tmp_
     import torch
 
     from radixflow.models.zoo import ensure_model
-    from radixflow.runners.profile_store import load_stored, store_key
+    from radixflow.runners.profile_store import RunnerSettings, load_stored, store_key
     from radixflow.runners.torch_runner import TorchRunner
 
     monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path / "cache"))  # the store too: no other test finds it
@@ -241,9 +243,12 @@ def test_calibrate_in_bfloat16_stores_the_fit_a_bfloat16_runner_starts_from(tmp_
     args = ["--max-tokens", "256", "--held-out", "2", "--repeats", "1", "--out", str(profile)]
     assert main(["calibrate", "--model", "lfm2-tiny", "--dtype", "bfloat16", *args]) == 0
     assert "in bfloat16 on cpu" in " ".join(capsys.readouterr().out.split())
-    assert json.loads(profile.read_text())["weight_bytes"] == 2
+    data = json.loads(profile.read_text())
+    assert data["weight_bytes"] == 2
     path = ensure_model("lfm2-tiny")
-    assert load_stored(store_key(path, "bfloat16", "cpu", 1)) is not None
+    settings = RunnerSettings(**data["calibration"]["runners"]["lfm2-tiny"])
+    assert settings.matmul is None  # no plan routes bfloat16's matmuls
+    assert load_stored(store_key(path, "bfloat16", "cpu", 1, settings)) is not None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -12,6 +12,7 @@ import pytest
 from radixflow.costmodel.hardware.profile_files import STORED_KEYS
 from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.runners.profile_store import (
+    RunnerSettings,
     StoreKey,
     load_stored,
     machine_identity,
@@ -163,8 +164,19 @@ def test_identities_name_model_config_dtype_and_machine(tmp_path):
     (tmp_path / "m" / "config.json").write_text('{"a": 2}')
     assert first.startswith("m-") and first.endswith("-float32")
     assert model_identity(tmp_path / "m", "float32") != first
-    machine = machine_identity("cpu", 3)
+    machine = machine_identity("cpu", 3, RunnerSettings("native", "single=native,decode=mkl,prefill=mkl"))
     assert machine["threads"] == 3 and machine["device"] == "cpu" and machine["cpu"]
+    assert machine["kernels"] == "native" and machine["matmul"] == "single=native,decode=mkl,prefill=mkl"
+
+
+def test_a_profile_stored_before_kernels_and_matmul_were_keyed_is_passed_over_quietly(tmp_path, caplog):
+    """A file stored under the older key (no kernels, no matmul plan) is not where a runner looks
+    now: it starts from the nominal prior, with no warning, until calibrate stores a new one."""
+    save_stored(PROFILE, StoreKey("m-abc-float32", MACHINE), tmp_path)
+    now = StoreKey("m-abc-float32", {**MACHINE, "kernels": "torch", "matmul": None})
+    with caplog.at_level(logging.WARNING, logger="radixflow.predictor"):
+        assert load_stored(now, tmp_path) is None
+    assert caplog.records == []
 
 
 def test_the_runner_starts_from_the_stored_profile_or_the_nominal_prior(tmp_path_factory, monkeypatch):
@@ -178,10 +190,37 @@ def test_the_runner_starts_from_the_stored_profile_or_the_nominal_prior(tmp_path
     monkeypatch.setenv("RADIXFLOW_CACHE", str(root))
     fresh = TorchRunner(path, 16, 16, 4)
     assert fresh.round_predictor is not None and fresh.round_predictor.source.startswith("nominal")
-    save_stored(PROFILE, store_key(path, "float32", "cpu", torch.get_num_threads()))
-    stored = TorchRunner(path, 16, 16, 4)
+    save_stored(PROFILE, store_key(path, "float32", "cpu", torch.get_num_threads(), fresh.settings()))
+    stored = TorchRunner(path, 16, 16, 4, matmul=fresh.settings().matmul or "auto")
     assert stored.round_predictor is not None and stored.round_predictor.source == "profile 'fitted'"
     assert TorchRunner(path, 16, 16, 4, predict_rounds=False).round_predictor is None
+
+
+@pytest.mark.parametrize(
+    ("stored", "run"),
+    [
+        ({"kernels": "torch", "matmul": "mkl"}, {"kernels": "native", "matmul": "mkl"}),
+        ({"kernels": "torch", "matmul": "mkl"}, {"kernels": "torch", "matmul": "onednn"}),
+    ],
+    ids=["kernels", "matmul"],
+)
+def test_a_profile_timed_on_other_kernels_or_matmul_routes_is_no_prior(
+    tmp_path_factory, monkeypatch, stored, run
+):
+    """The store's key had no kernels and no matmul plan: a profile timed on the torch kernels and
+    MKL was the prior of a runner on the native kernels or oneDNN, whose rounds cost otherwise."""
+    torch = pytest.importorskip("torch")
+    from model_utils import zoo_model
+
+    from radixflow.runners.torch_runner import TorchRunner
+
+    path = zoo_model(tmp_path_factory, "qwen3_5-tiny")
+    monkeypatch.setenv("RADIXFLOW_CACHE", str(tmp_path_factory.mktemp("store")))
+    timed = TorchRunner(path, 16, 16, 4, predict_rounds=False, **stored)
+    assert timed.settings() == RunnerSettings("torch", "single=mkl,decode=mkl,prefill=mkl")
+    save_stored(PROFILE, store_key(path, "float32", "cpu", torch.get_num_threads(), timed.settings()))
+    assert TorchRunner(path, 16, 16, 4, **stored).round_predictor.source == "profile 'fitted'"
+    assert TorchRunner(path, 16, 16, 4, **run).round_predictor.source.startswith("nominal")
 
 
 def test_rounds_carry_the_prediction_and_the_bench_reports_its_error(tmp_path_factory, monkeypatch):

@@ -132,8 +132,9 @@ def save_stored(profile: HardwareProfile, key: StoreKey, root: Path | None = Non
 
 
 def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | None:
-    """The profile stored for ``key``; None when there is none, or (with a one-line warning)
-    when the file cannot be used."""
+    """The profile stored for ``key``; None when there is none, or (with a one-line warning
+    worded as the command line's, `radixflow: warning:`, as a log line shows it bare) when the
+    file cannot be used: a bad file in the store never stops a runner."""
     path = key.path(root)
     try:
         if not path.is_file():  # raises where the directory cannot be searched (another user's)
@@ -141,9 +142,14 @@ def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | No
         data = _read_json(path)
         if not isinstance(data, dict) or data.get("model") != key.model or data.get("machine") != key.machine:
             raise ProfileError("it was measured for another model or machine, or on other kernels or routes")
-        return profile_from_dict(data.get("profile"), str(path))
+        return profile_from_dict(data.get("profile"), "under 'profile'")  # the path is said once
     except (OSError, ProfileError) as e:
-        log.warning("ignoring the stored round profile %s: %s", path, e)
+        log.warning(
+            "radixflow: warning: ignoring the stored round profile %s: %s; the round predictor starts "
+            "from the nominal prior",
+            path,
+            e,
+        )
         return None
 
 
@@ -152,3 +158,5 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:  # bad UTF-8, bad JSON, or an integer too long for Python to read
         raise ProfileError(f"not valid JSON ({e})") from None
+    except RecursionError:  # the parser recurses per bracket: a garbled file raised out of the runner
+        raise ProfileError("not valid JSON (nested too deeply to read)") from None

@@ -86,9 +86,13 @@ def test_a_file_claiming_another_machine_is_not_used(tmp_path, caplog):
         (None, "'flops'"),  # a profile with a bad value
         (b"\xff\xfe", "not valid JSON"),
         ('{"flops": ' + "9" * 5000 + "}", "not valid JSON"),  # past Python's 4300-digit limit
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON"),  # raised RecursionError from the runner
     ],
 )
 def test_a_bad_stored_profile_is_a_one_line_warning(tmp_path, caplog, content, says):
+    """A bad file is passed over with a line that names what it is about, as the command line's
+    warnings do (it read "ignoring the stored round profile P: P: profile key ...", no source, the
+    path twice), and what the runner does instead; a deeply nested one raised."""
     key = StoreKey("m-abc-float32", MACHINE)
     path = key.path(tmp_path)
     path.parent.mkdir(parents=True)
@@ -102,8 +106,12 @@ def test_a_bad_stored_profile_is_a_one_line_warning(tmp_path, caplog, content, s
     with caplog.at_level(logging.WARNING, logger="radixflow.predictor"):
         assert load_stored(key, tmp_path) is None
     [record] = caplog.records
-    assert says in record.getMessage() and "\n" not in record.getMessage()
+    message = record.getMessage()
+    assert says in message and "\n" not in message
     assert record.exc_info is None
+    assert message.startswith(f"radixflow: warning: ignoring the stored round profile {path}: ")
+    assert message.count(str(path)) == 1
+    assert message.endswith("; the round predictor starts from the nominal prior")
 
 
 def test_a_checkpoint_is_one_model_however_its_path_is_spelled(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from typing import Any
 
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
+from radixflow.options.sizes import Bytes
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
 from radixflow.user_paths import file_path_problem, stdin_problem, stdout_problem, user_path
@@ -116,7 +117,7 @@ def _lenient(kind: type) -> Any:
 
 
 # an option flag's text in its option's type; nan, inf and choices are refused by the one check
-PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str}
+PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str, Bytes: str}
 
 
 # the args attribute holding the flag a command takes its model by (absent: MODEL is an argument)

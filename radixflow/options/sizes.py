@@ -15,6 +15,12 @@ MAX_MEMORY = 1 << 50  # 1 PiB: far beyond any device, small enough for exact int
 EXAMPLES = "a size like 2GiB, 512MB, 300M or 1073741824 (bytes)"
 
 
+class Bytes:
+    """The kind (`spec.OptionSpec.kind`) of an option that is a size in bytes: an integer of bytes,
+    or text as `parse_size` reads it (``8MiB``); its options dataclass holds the integer
+    (`spec.in_bytes`). The type is a marker, never made."""
+
+
 def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from radixflow.options.sizes import EXAMPLES, Bytes, parse_size
 from radixflow.problems import Problem, ProblemError, number_problem, shown
 
 T = TypeVar("T")
@@ -80,6 +81,9 @@ def type_problem(
     ``choices``: a string option's names, which a number quoted is not told to become."""
     if value is None:
         return None if optional else Problem(name, "must be given, got nothing")
+    if kind is Bytes:  # bytes, or a size's text (`in_bytes`)
+        ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+        return None if ok else Problem(name, f"must be {EXAMPLES}, got {shown(value)}")
     if kind in (int, float):
         return number_problem(name, value, kind is int)
     if kind is str and not isinstance(value, str):  # not "a str": Python's name for it
@@ -112,6 +116,11 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
     problem = type_problem(name, value, spec.kind, optional, spec.choices)
     if problem is not None or value is None:
         return problem
+    if spec.kind is Bytes:
+        size = in_bytes(value)
+        if isinstance(size, Problem):
+            return Problem(name, size.message)
+        return range_problem(name, size, spec.low, spec.high, spec.range_words)
     if spec.kind in (int, float):
         return range_problem(name, value, spec.low, spec.high, spec.range_words)
     if spec.kind is str and not value.strip():
@@ -121,3 +130,21 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
     if spec.choices is not None and value not in spec.choices():
         return Problem(name, f"unknown {name} {value!r} (known: {', '.join(spec.choices())})")
     return None
+
+
+def in_bytes(value: int | str) -> int | Problem:
+    """A `Bytes` option's value in bytes: an integer as it is, text as `parse_size` reads it
+    (`cache_memory`'s parser: one wording of a bad size everywhere). Pure."""
+    return value if isinstance(value, int) else parse_size(value)
+
+
+def sizes_in_bytes(options: Any) -> None:
+    """Check ``options`` (a frozen options dataclass, from its ``__post_init__``: a door that makes
+    it directly is refused as the flags are) and hold each `Bytes` field given as text in bytes."""
+    problem = fields_problem(options)
+    if problem is not None:
+        raise ProblemError(problem)
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if spec_of(f).kind is Bytes and isinstance(value, str):
+            object.__setattr__(options, f.name, in_bytes(value))  # checked above: an int

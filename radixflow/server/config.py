@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS
-from radixflow.options.spec import option
+from radixflow.options.sizes import Bytes
+from radixflow.options.spec import option, sizes_in_bytes
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # a full 128k-token context as text is about 0.5 MB
 # Bodies past this size have their tokenizing done in the long lane (`ServerState.offload`): a
@@ -48,12 +49,14 @@ class ServerConfig:
     )
     max_body_bytes: int = option(
         DEFAULT_MAX_BODY_BYTES,
-        "larger request bodies get 413 before they are parsed",
-        int,
+        "larger request bodies get 413 before they are parsed: bytes, or a size with a unit as "
+        "--cache-memory takes it, e.g. 8MiB, 512KB, 2GiB (K, M, G: powers of 1000; Ki, Mi, Gi: of 1024); "
+        "1KiB to 1TiB",
+        Bytes,  # `ServerConfig(max_body_bytes="8MiB")` holds 8388608, as the flag does
         low=1024,
         high=2**40,
         group="server",
-        metavar="N",
+        metavar="SIZE",
     )
     tokenizer_threads: int = option(
         TOKENIZER_THREADS,
@@ -84,6 +87,9 @@ class ServerConfig:
         group="server",
         metavar="N",
     )
+
+    def __post_init__(self) -> None:
+        sizes_in_bytes(self)  # every door's values checked, a size's text held in bytes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,70 @@
+"""`max_body_bytes`: a size as `cache_memory` takes one (``8MiB``, ``512KB``, ``1048576``), read
+by the one parser (`options.sizes.parse_size`) through every door (serve's and run-batch's flags,
+`ServerConfig(...)`), with the same default and the same one-line error."""
+
+from __future__ import annotations
+
+import pytest
+from server_utils import MODEL
+
+from radixflow.cli import build_parser, main
+from radixflow.cli.serve_setup import server_settings
+from radixflow.options.sizes import parse_size
+from radixflow.options.spec import checked
+from radixflow.problems import Problem, ProblemError
+from radixflow.server.config import DEFAULT_MAX_BODY_BYTES, ServerConfig
+
+SIZES = [("8MiB", 8 << 20), ("512KB", 512_000), ("1.5 MiB", 3 << 19), ("1048576", 1 << 20)]
+
+
+@pytest.mark.parametrize(("text", "size"), SIZES)
+def test_the_flag_takes_a_size_with_units(text, size):
+    """``--max-body-bytes 8MiB`` was "must be an integer, got '8MiB'" where ``--cache-memory``
+    takes it."""
+    for command in (["serve", MODEL], ["run-batch", MODEL, "-i", "in.jsonl", "-o", "out.jsonl"]):
+        args = build_parser().parse_args([*command, "--max-body-bytes", text])
+        assert checked(ServerConfig, {"max_body_bytes": args.max_body_bytes}).max_body_bytes == size
+    _, config = server_settings(build_parser().parse_args(["serve", MODEL, "--max-body-bytes", text]))
+    assert config.max_body_bytes == size
+
+
+@pytest.mark.parametrize(("given", "size"), [*SIZES, (1 << 20, 1 << 20), (DEFAULT_MAX_BODY_BYTES, 4 << 20)])
+def test_server_config_takes_a_size_or_bytes(given, size):
+    assert ServerConfig(max_body_bytes=given).max_body_bytes == size
+    assert ServerConfig().max_body_bytes == DEFAULT_MAX_BODY_BYTES  # one default, every door
+
+
+@pytest.mark.parametrize("text", ["abc", "-1MiB", "4e6", "2PiB"])
+def test_a_bad_size_is_the_cache_memory_line_naming_the_flag(capsys, text):
+    said = parse_size(text)
+    assert isinstance(said, Problem)
+    assert main(["serve", MODEL, f"--max-body-bytes={text}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"radixflow: error: --max-body-bytes: {said.message}\n", err
+    with pytest.raises(ProblemError) as refused:
+        ServerConfig(max_body_bytes=text)
+    assert refused.value.problem == Problem("max_body_bytes", said.message)
+
+
+@pytest.mark.parametrize(("given", "says"), [("1000", "at least 1024"), ("2TiB", "at most 1099511627776")])
+def test_a_size_outside_the_limits_is_one_line(capsys, given, says):
+    assert main(["serve", MODEL, "--max-body-bytes", given]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"radixflow: error: --max-body-bytes: must be {says}, got ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("given", [True, 4.5, [1]])
+def test_a_value_neither_size_nor_bytes_is_refused(given):
+    with pytest.raises(ProblemError) as refused:
+        ServerConfig(max_body_bytes=given)
+    problem = refused.value.problem
+    assert problem.param == "max_body_bytes" and "size like 2GiB" in problem.message
+
+
+def test_the_help_says_it_takes_units(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "[--max-body-bytes SIZE]" in shown  # the usage line
+    assert "as --cache-memory takes it, e.g. 8MiB" in shown.rsplit("--max-body-bytes SIZE", 1)[1][:200]

@@ -21,6 +21,7 @@ from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.flags import file_path_arg, not_stdout, parse_int
+from radixflow.options.model_arg import model_spelling
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -46,7 +47,7 @@ def _range(flag: str) -> str:
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--model", action="append", required=True, help="zoo model or checkpoint dir (repeatable)")
+    """calibrate's own flags; its MODEL, argument or flag, is every command's (`add_model_argument`)."""
     c.add_argument(
         "--out",
         type=not_stdout(file_path_arg, "the profile: it is a file for --hardware to read"),
@@ -107,7 +108,7 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
             "thread; use --torch-threads 1, or --clock wall"
         )
     return CalibrationPlan(
-        _distinct_models(args.model),
+        _distinct_models(args.model, model_spelling(args)),
         args.device,
         args.max_tokens,
         args.held_out,
@@ -119,10 +120,11 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
     )
 
 
-def _distinct_models(names: list[str]) -> tuple[str, ...]:
-    """Each ``--model`` once: a name given twice is one model; one checkpoint under two spellings
-    (``ck``, ``./ck``, a link to it) is refused, as it would be timed as two models whose own fits
-    are stored under one key, the second overwriting the first."""
+def _distinct_models(names: list[str], said: str) -> tuple[str, ...]:
+    """Each model once (``said``: how the user gave them, MODEL or ``--model``): a name given
+    twice is one model; one checkpoint under two spellings (``ck``, ``./ck``, a link to it) is
+    refused, as it would be timed as two models whose own fits are stored under one key, the
+    second overwriting the first."""
     from radixflow.models.zoo import model_key
 
     seen: dict[str, str] = {}  # model_key -> the name as first given
@@ -130,7 +132,7 @@ def _distinct_models(names: list[str]) -> tuple[str, ...]:
         key = model_key(name)
         if key in seen:
             raise CalibrationUsageError(
-                f"--model: {seen[key]!r} and {name!r} are the same checkpoint ({key}); give it once"
+                f"{said}: {seen[key]!r} and {name!r} are the same checkpoint ({key}); give it once"
             )
         seen[key] = name
     return tuple(seen.values())

@@ -24,7 +24,8 @@ from radixflow.cli.command import (
 )
 from radixflow.cli.sigterm import SigtermAsCtrlC
 from radixflow.options import EngineOptions
-from radixflow.options.flags import MODEL_FLAG, flag_spellings
+from radixflow.options.flags import flag_spellings
+from radixflow.options.model_arg import MODEL_FLAG, settle_model, with_missing_model
 from radixflow.package import package_version
 from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
@@ -61,6 +62,20 @@ class _Parser(argparse.ArgumentParser):
         # ...": one wording for every flag
         raise UsageError(message.removeprefix("argument "))
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # a command's model, given as MODEL or as --model, is settled here, where each command's
+        # own arguments are parsed (a subparser's call): once, for every command that takes one
+        namespace = argparse.Namespace() if namespace is None else namespace
+        try:
+            namespace, extras = super().parse_known_args(args, namespace)
+        except UsageError as e:  # argparse's "required" message names a model missing too
+            raise UsageError(with_missing_model(str(e), namespace)) from None
+        if (problem := settle_model(namespace)) is not None:
+            self.error(problem)
+        return namespace, extras
+
 
 def build_parser() -> argparse.ArgumentParser:
     # no abbreviations: a flag a command lacks (`score --candidates`) is named as unrecognised, not
@@ -78,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _spelling(param: str, model_flag: str | None) -> str:
     """A parameter as the command line spells it: an engine option by its flag (``kv_blocks`` ->
-    ``--kv-blocks``); the model by ``model_flag`` where the command takes it as a flag (bench's
-    ``--model``), as it is where it is an argument; request fields as they are."""
+    ``--kv-blocks``); the model by ``model_flag`` where it was given as the flag (``--model``),
+    as it is where it was given as the argument (MODEL); request fields as they are."""
     if param == "model" and model_flag is not None:
         return model_flag
     return FLAGS.get(param, param)

@@ -16,7 +16,8 @@ from radixflow.cli.command import Command, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.models.zoo import ZOO
 from radixflow.options.engine_options import EngineOptions
-from radixflow.options.flags import MODEL_FLAG, add_engine_flags, from_args
+from radixflow.options.flags import add_engine_flags, from_args
+from radixflow.options.model_arg import add_model_argument, model_spelling
 from radixflow.options.runners import name_problem
 from radixflow.options.torch_choice import device_problem, resolved_dtype
 from radixflow.problems import ProblemError
@@ -27,9 +28,10 @@ ENGINE_OPTIONS = ("device", "torch_threads", "dtype")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # named --model where none is given, as when the flag was calibrate's only spelling
+    add_model_argument(parser, "zoo model or checkpoint dir", missing="--model", repeatable=True)
     calibration.add_arguments(parser)
     add_engine_flags(parser, only=ENGINE_OPTIONS)
-    parser.set_defaults(**{MODEL_FLAG: "--model"})  # an error about a model names the flag, as bench's
 
 
 def calibration_dtype(options: EngineOptions) -> str:
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     args.threads = options.torch_threads or 1  # one thread unless told: stable timings on a shared machine
     out = args.out or default_out(options.device)
     check_output_paths({"--out": out}, {})  # before minutes of timing
-    refuse_out_in_checkpoint(out, args.model)
+    refuse_out_in_checkpoint(out, args.model, model_spelling(args))
     try:
         return calibration.run(args, console)
     except CalibrationUsageError as e:
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def refuse_unknown_models(models: list[str], options: EngineOptions) -> None:
-    """`ProblemError` on the first ``--model`` the torch runner has not, in the words every door
+    """`ProblemError` on the first model the torch runner has not, in the words every door
     uses for it (the one check of a model name; an empty one, not the current directory), before
     any model is built."""
     for model in models:
@@ -65,8 +67,8 @@ def refuse_unknown_models(models: list[str], options: EngineOptions) -> None:
             raise ProblemError(problem)
 
 
-def refuse_out_in_checkpoint(out: Path, models: list[str]) -> None:
-    """`UsageError` where ``out`` (its links followed) is a file of a ``--model`` checkpoint
+def refuse_out_in_checkpoint(out: Path, models: list[str], said: str) -> None:
+    """`UsageError` where ``out`` (its links followed) is a file of a model's checkpoint
     directory, or the path given as one: the profile, written once the timing is done, would
     replace a file the model may be read from (which of them it reads is the loader's to say;
     a new file there is no loss)."""
@@ -75,7 +77,7 @@ def refuse_out_in_checkpoint(out: Path, models: list[str]) -> None:
         if model in ZOO or not real.exists():  # a zoo name is built in its own cache, never a path here
             continue
         if real.is_relative_to(os.path.realpath(expand_home(model))):
-            where = f"a file of the checkpoint --model {model}, which the profile would replace"
+            where = f"a file of the checkpoint {said} {model}, which the profile would replace"
             raise UsageError(f"--out {out}: {where}; write it elsewhere")
 
 

@@ -20,6 +20,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.options.flag_warnings import unmodelled_scheduler, unread_flops
 from radixflow.options.flags import add_engine_flags, from_args, given
+from radixflow.options.model_arg import add_model_argument
 from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
 from radixflow.problems import counted, flag
@@ -42,10 +43,9 @@ MAX_DECODE = 1 << 16  # sequences in one decode batch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "model",
-        metavar="MODEL",
-        help=f"a sim shape ({', '.join(SIM_MODELS)}), a zoo model (see `radixflow models`) or a "
+    add_model_argument(
+        p,
+        f"a sim shape ({', '.join(SIM_MODELS)}), a zoo model (see `radixflow models`) or a "
         "checkpoint directory, costed by its config",
     )
     p.add_argument(

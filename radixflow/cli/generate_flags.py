@@ -18,7 +18,7 @@ DEFAULT_MAX_TOKENS = 32  # what --max-tokens is when not given, capped to each p
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # the sampling flags are parsed as numbers only: their ranges are `SamplingParams.problem`'s,
     # the one check every door runs, so a flag is refused in the API's words (named as the flag)
-    add_engine_flags(p, model_positional=True)
+    add_engine_flags(p, model_required=True)
     g = p.add_argument_group("generation")
     _prompt_flags(g)
     _length_flags(g)

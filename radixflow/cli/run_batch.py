@@ -79,7 +79,7 @@ BATCH_HELPS = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_engine_flags(p, model_positional=True)
+    add_engine_flags(p, model_required=True)
     add_option_flags(p, ServerConfig, "server limits and threads (as radixflow serve)", BATCH_HELPS)
     g = p.add_argument_group("batch")
     g.add_argument(

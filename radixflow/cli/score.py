@@ -48,7 +48,7 @@ TOKEN_IDS_BY_FILE = "give token ids in an --input file (a context or candidate m
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_engine_flags(p, model_positional=True)
+    add_engine_flags(p, model_required=True)
     g = p.add_argument_group("scoring")
     g.add_argument("--context", help="the text every candidate follows")
     g.add_argument(

@@ -39,7 +39,7 @@ from radixflow.server.listen import base_url, bind, bound_port
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_engine_flags(p, model_positional=True)
+    add_engine_flags(p, model_required=True)
     add_option_flags(p, Listen, "server")
     add_option_flags(p, ServerConfig, "server limits and threads")
     f = p.add_argument_group("fleet (Ray Serve)")

@@ -16,6 +16,7 @@ from typing import Any
 
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
+from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument
 from radixflow.options.sizes import Bytes
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
@@ -120,21 +121,15 @@ def _lenient(kind: type) -> Any:
 PARSERS: dict[type, Any] = {int: _lenient(int), float: _lenient(float), str: str, Bytes: str}
 
 
-# the args attribute holding the flag a command takes its model by (absent: MODEL is an argument)
-MODEL_FLAG = "model_flag"
-
-# MODEL of the commands that take it as an argument: each generates or scores, so needs weights
-MODEL_ARG_HELP = "a zoo model (see `radixflow models`) or a checkpoint directory: a model with weights"
-
-
 def add_engine_flags(
     parser: argparse.ArgumentParser,
-    model_positional: bool = False,
+    model_required: bool = False,
     only: tuple[str, ...] | None = None,
     helps: dict[str, str] | None = None,
 ) -> None:
     """Every engine option as a flag, in its group (``only``: just these options, for a command that
-    builds no engine of its own); ``model_positional``: MODEL is an argument, not a flag; ``helps``:
+    builds no engine of its own); MODEL is an argument or ``--model`` (`add_model_argument`), which
+    ``model_required`` commands need, with weights, and others default; ``helps``:
     a command's own words for an option whose flag does something else there (they say its default)."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in option_fields():
@@ -143,11 +138,10 @@ def add_engine_flags(
         spec = spec_of(f)
         if helps and f.name in helps:
             spec = dataclasses.replace(spec, help=helps[f.name], show_default=False)
-        if f.name == "model" and model_positional:
-            parser.add_argument("model", metavar="MODEL", help=MODEL_ARG_HELP)
+        if f.name == "model":
+            helped = MODEL_ARG_HELP if model_required else spec.help
+            add_model_argument(parser, helped, missing="MODEL" if model_required else None)
             continue
-        if f.name == "model":  # an error about the model then names the flag typed, not "model"
-            parser.set_defaults(**{MODEL_FLAG: spec.flag or flag(f.name)})
         if spec.group not in groups:
             groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
         _add_flag(groups[spec.group], f.name, spec, f.default)

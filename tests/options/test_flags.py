@@ -37,8 +37,8 @@ def test_every_engine_option_is_a_flag_of_every_engine_command_with_one_help(com
         assert action.default is None, f"{command} {f.name}: a default must mean 'not given'"
         if f.name == "policy":
             assert action.help == POLICY_HELP
-        elif f.name == "model" and not action.option_strings:
-            assert action.help == MODEL_ARG_HELP  # MODEL is an argument of generate and serve
+        elif f.name == "model":  # MODEL, an argument (or --model) of every command that takes one
+            assert action.help == (spec_of(f).help if command == "bench" else MODEL_ARG_HELP)
         else:
             shown = "" if f.default is None else f" (default: {f.default})"
             assert action.help == spec_of(f).help + shown, f"{command} {f.name}"

@@ -16,7 +16,7 @@ from torch import nn
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.families import schemas
-from radixflow.models.families.llama import build_rotary
+from radixflow.models.families.llama import FALCON_H1_CONTEXT, build_rotary
 from radixflow.models.families.mamba2_init import init_weights as init_weights  # the zoo's entry point
 from radixflow.models.families.schema_parts import falcon_ssm
 from radixflow.models.layers import ACTIVATIONS, Config, RMSNorm, attention_heads, lm_head, run_layers
@@ -77,7 +77,7 @@ class FalconH1Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
         self.key_multiplier = float(config.get("key_multiplier", 1.0))
-        self.rotary = build_rotary(config, self.head_dim)
+        self.rotary = build_rotary(config, self.head_dim, FALCON_H1_CONTEXT)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]

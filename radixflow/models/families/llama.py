@@ -34,8 +34,17 @@ from radixflow.models.presets.llama import PRESETS_QWEN3 as PRESETS_QWEN3
 # RoPE configuration
 
 
-def build_rotary(config: Config, head_dim: int) -> Rotary:
-    """A `Rotary` whose inverse frequencies follow the config's ``rope_type``."""
+# What each family's transformers config class reads where config.json leaves out
+# max_position_embeddings: llama3 rope's original context then, where no key names one
+# (`standardize_rope_params`). Not a context limit: the runner keeps its own.
+LLAMA_CONTEXT = 2048
+QWEN3_CONTEXT = 32768
+FALCON_H1_CONTEXT = 8192
+
+
+def build_rotary(config: Config, head_dim: int, default_context: int) -> Rotary:
+    """A `Rotary` whose inverse frequencies follow the config's ``rope_type``; ``default_context``:
+    the family's max_position_embeddings where the config has none."""
     params = rope_parameters(config)
     rotary = Rotary(head_dim, float(params["rope_theta"]))
     kind = params["rope_type"]
@@ -45,16 +54,18 @@ def build_rotary(config: Config, head_dim: int) -> Rotary:
         rotary.inv_freq = rotary.inv_freq / float(params["factor"])
         return rotary
     if kind == "llama3":
-        rotary.inv_freq = _llama3_inv_freq(rotary.inv_freq, params, config)
+        old_len = params.get("original_max_position_embeddings")
+        old_len = old_len or config.get("max_position_embeddings", default_context)
+        rotary.inv_freq = _llama3_inv_freq(rotary.inv_freq, params, float(old_len))
         return rotary
     raise NotImplementedError(f"rope_type {kind!r} is not supported (default, linear, llama3 are)")
 
 
-def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any], config: Config) -> torch.Tensor:
-    """Llama 3.1 frequency scaling: long wavelengths divided by ``factor``, a smooth ramp between."""
+def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any], old_len: float) -> torch.Tensor:
+    """Llama 3.1 frequency scaling: long wavelengths divided by ``factor``, a smooth ramp between
+    (``old_len``: the original context)."""
     factor = float(params["factor"])
     low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
-    old_len = float(params.get("original_max_position_embeddings") or config.max_position_embeddings)
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
     smooth = (old_len / wavelen - low) / (high - low)
@@ -70,7 +81,7 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict[str, Any], config: Con
 class Attention(nn.Module):
     """GQA self-attention over the paged KV cache; optional per-head q/k RMSNorm (Qwen3)."""
 
-    def __init__(self, config: Config, layer_idx: int, qk_norm: bool) -> None:
+    def __init__(self, config: Config, layer_idx: int, qk_norm: bool, default_context: int) -> None:
         super().__init__()
         hidden = config.hidden_size
         self.layer_idx = layer_idx
@@ -83,7 +94,7 @@ class Attention(nn.Module):
         eps = config.get("rms_norm_eps", 1e-6)
         self.q_norm = RMSNorm(self.head_dim, eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps) if qk_norm else None
-        self.rotary = build_rotary(config, self.head_dim)
+        self.rotary = build_rotary(config, self.head_dim, default_context)
         self.scale = self.head_dim**-0.5
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
@@ -100,10 +111,10 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: Config, layer_idx: int, qk_norm: bool, mlp_bias: bool) -> None:
+    def __init__(self, config: Config, layer_idx: int, qk_norm: bool, mlp_bias: bool, context: int) -> None:
         super().__init__()
         eps = config.get("rms_norm_eps", 1e-6)
-        self.self_attn = Attention(config, layer_idx, qk_norm)
+        self.self_attn = Attention(config, layer_idx, qk_norm, context)
         self.mlp = GatedMLP(
             config.hidden_size,
             config.intermediate_size,
@@ -121,11 +132,11 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     """``model.*`` of the checkpoint: embeddings, layers, final norm."""
 
-    def __init__(self, config: Config, qk_norm: bool, mlp_bias: bool) -> None:
+    def __init__(self, config: Config, qk_norm: bool, mlp_bias: bool, context: int) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(config, i, qk_norm, mlp_bias) for i in range(config.num_hidden_layers)
+            DecoderLayer(config, i, qk_norm, mlp_bias, context) for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6))
 
@@ -146,9 +157,11 @@ class DecoderModel(nn.Module):
 
 
 class _FullAttentionLM(nn.Module):
-    """Shared body of the two control families; subclasses only pick ``qk_norm``."""
+    """Shared body of the two control families; subclasses pick ``qk_norm`` and the context their
+    config class reads where config.json has none."""
 
     qk_norm = False
+    default_context = LLAMA_CONTEXT
     config_schema = schemas.FULL_ATTENTION
     config_defaults = schemas.LLAMA_DEFAULTS
 
@@ -160,7 +173,7 @@ class _FullAttentionLM(nn.Module):
         # mlp_bias only where the family's schema reads it (transformers' Qwen3 ignores the key)
         reads_mlp_bias = any(f.name == "mlp_bias" for f in self.config_schema.fields)
         mlp_bias = reads_mlp_bias and bool(config.get("mlp_bias", False))
-        self.model = DecoderModel(config, self.qk_norm, mlp_bias)
+        self.model = DecoderModel(config, self.qk_norm, mlp_bias, self.default_context)
         self.lm_head = lm_head(config, self.model.embed_tokens, config.get("tie_word_embeddings", False))
 
     def kv_layout(self) -> dict[int, tuple[int, int]]:
@@ -189,6 +202,7 @@ class Qwen3ForCausalLM(_FullAttentionLM):
     """Qwen3 dense: Llama plus per-head q/k RMSNorm and an explicit ``head_dim``."""
 
     qk_norm = True
+    default_context = QWEN3_CONTEXT
     config_schema = schemas.QWEN3
     config_defaults = schemas.QWEN3_DEFAULTS
 

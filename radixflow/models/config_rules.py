@@ -1,12 +1,14 @@
 """Relations between config fields, declared per family in its `Schema` (see `config_schema`).
 
 Each rule checks one relation on a config whose fields already have their types and names the key
-at fault as the file spells it. Conditions (`HasLayer`, `Equals`, `Positive`) make a rule apply
-only where the family reads the fields (an MoE's fields when the pattern has MoE layers).
+at fault as the file spells it. Conditions (`HasLayer`, `Holds`, `Equals`, `Positive`) make a rule
+apply only where the family reads the fields (an MoE's fields when the pattern has MoE layers, an
+attention layer's heads when it has attention layers: transformers reads them nowhere else).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,6 +146,20 @@ class HasLayer:
 
 
 @dataclass(frozen=True)
+class Holds:
+    """A family's own reading of its config holds (e.g. "some layer is MoE"), said as ``words``."""
+
+    test: Callable[[Mapping[str, Any]], bool]
+    words: str
+
+    def holds(self, config: Resolved) -> bool:
+        return self.test(config.data)
+
+    def describe(self, config: Resolved) -> str:
+        return self.words
+
+
+@dataclass(frozen=True)
 class Equals:
     field: str
     values: tuple[object, ...]
@@ -192,3 +208,8 @@ class When:
 
     def check(self, config: Resolved) -> Problem | None:
         return self.rule.check(config) if self.condition.holds(config) else None
+
+
+def each_when(condition: Condition, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    """``rules``, each applying only where ``condition`` holds (a layer kind's relations)."""
+    return tuple(When(condition, rule) for rule in rules)

@@ -233,6 +233,22 @@ SPECIFIC = [
     # left out, NemotronHConfig's one group: the router's top-2 groups of one crashed the forward
     ("nemotron_h-tiny", {"n_group": None, "topk_group": 2}, "topk_group", "n_group (1 (its default))"),
     ("nemotron_h-tiny", {"n_groups": 3}, "n_groups", "must divide mamba_num_heads (8)"),
+    # a layer kind's relations still hold where the pattern has one (only there: the configs of
+    # test_configs_transformers_runs.py, which transformers runs, have none)
+    ("nemotron_h-tiny", {"n_group": 3}, "n_group", "must divide n_routed_experts (8), got 3"),
+    ("nemotron_h-tiny", {"num_experts_per_tok": 9}, "num_experts_per_tok", "at most n_routed_experts (8)"),
+    (
+        "qwen3_next-tiny",
+        {"mlp_only_layers": [0, 1, 2], "num_experts_per_tok": 6},
+        "num_experts_per_tok",
+        "at most num_experts (4), got 6",
+    ),
+    (
+        "lfm2-tiny",
+        {"layer_types": None, "full_attn_idxs": [1], "num_key_value_heads": 3},
+        "num_key_value_heads",
+        "must divide num_attention_heads (4), got 3",
+    ),
     # left out, NemotronHConfig's 8 groups: 12 heads do not split into them (the first forward
     # failed deep in the SSD kernel)
     ("nemotron_h-tiny", {"n_groups": None, "mamba_num_heads": 12}, "n_groups", "(12), got 8 (its default)"),

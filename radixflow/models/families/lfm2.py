@@ -20,7 +20,7 @@ from torch import nn
 from radixflow.models.attention import paged_attention
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
-from radixflow.models.families import schemas
+from radixflow.models.families import layer_patterns, schemas
 from radixflow.models.layers import (
     Config,
     RMSNorm,
@@ -30,18 +30,14 @@ from radixflow.models.layers import (
     rope_parameters,
     run_layers,
 )
-from radixflow.models.presets.lfm2 import ATTENTION, CONV
+from radixflow.models.presets.lfm2 import ATTENTION
 from radixflow.models.presets.lfm2 import PRESETS as PRESETS  # the zoo reads them here
 
 
 def layer_types(config: Config) -> list[str]:
-    """Per-layer kind, from ``layer_types`` or else ``full_attn_idxs`` (all attention if neither)."""
-    n = config.num_hidden_layers
-    types = config.get("layer_types")
-    if types is not None:  # one known kind per layer, as schemas.LFM2 checks on load
-        return list(types)
-    attn = config.get("full_attn_idxs", list(range(n)))
-    return [ATTENTION if i in attn else CONV for i in range(n)]
+    """Per-layer kind, from ``layer_types`` or else ``full_attn_idxs`` (all attention if neither),
+    read as the schema's checks read them (`layer_patterns.lfm2_kinds`)."""
+    return layer_patterns.lfm2_kinds(config.to_dict())
 
 
 def intermediate_size(config: Config) -> int:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.families import schemas
+from radixflow.models.families import layer_patterns, schemas
 from radixflow.models.families.qwen3_5 import HybridFamily, HybridForCausalLM, dense_mlp
 from radixflow.models.families.qwen3_5 import init_weights as init_weights  # the zoo's entry point
 from radixflow.models.layers import ACTIVATIONS, Config, GatedMLP
@@ -70,16 +70,9 @@ class SparseMoeBlock(nn.Module):
         return routed + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
 
 
-def _is_moe_layer(config: Config, idx: int) -> bool:
-    """Qwen3-Next rule: MoE unless listed in ``mlp_only_layers`` or off the sparse step."""
-    if config.get("num_experts", 0) <= 0 or idx in config.get("mlp_only_layers", []):
-        return False
-    return (idx + 1) % config.get("decoder_sparse_step", 1) == 0
-
-
 def next_mlp(config: Config, idx: int) -> nn.Module:
     """Sparse MoE on the MoE layers, the dense MLP elsewhere."""
-    if _is_moe_layer(config, idx):
+    if layer_patterns.next_moe_layer(config.to_dict(), idx):
         return SparseMoeBlock(config)
     return dense_mlp(config, idx)
 

@@ -1,10 +1,11 @@
 """The parts of config.json the families' schemas share: every model's sizes (`BASE`), an attention
-layer's heads (`ATTENTION`), a rotary embedding's settings (`PARTIAL_ROPE`, `PLAIN_ROPE`,
-`SCALED_ROPE`, each checked to fit the heads by `EvenRotary`), a Gated DeltaNet's heads
-(`DELTANET`), Falcon-H1's SSM sizes (`falcon_ssm`, their check `FalconSsmHeads`), Nemotron-H's
-expert routing (`RoutedWithinGroups`), and the value types several families read (activations,
-epsilons, multipliers, conv kernels). Each family's own fields and relations, and its schema, are
-in `schemas.py`.
+layer's heads (`ATTENTION`; `HYBRID_ATTENTION` where a pattern may have no attention layer), a
+rotary embedding's settings (`PARTIAL_ROPE`, `PLAIN_ROPE`, `SCALED_ROPE`, each checked to fit the
+heads by `EvenRotary`), a Gated DeltaNet's heads (`DELTANET`), Falcon-H1's SSM sizes
+(`falcon_ssm`, their check `FalconSsmHeads`), Nemotron-H's expert routing (`NEMOTRON_ROUTER`),
+Qwen3-Next's MoE layers (`NEXT_MOE_LAYERS`), and the value types several families read
+(activations, epsilons, multipliers, conv kernels). Each family's own fields and relations, and its
+schema, are in `schemas.py`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from radixflow.models.config_rules import AtMost, Divides, Equals, RequiredWhen
+from radixflow.models.config_rules import (
+    AtMost,
+    Divides,
+    Equals,
+    HasLayer,
+    Holds,
+    RequiredWhen,
+    When,
+    each_when,
+)
 from radixflow.models.config_schema import (
     AnyOf,
     Bool,
@@ -28,6 +38,7 @@ from radixflow.models.config_schema import (
     Table,
     as_number,
 )
+from radixflow.models.families.layer_patterns import next_has_moe
 from radixflow.models.layers import ACTIVATIONS, Config, rope_parameters
 from radixflow.problems import Problem
 
@@ -71,6 +82,10 @@ ATTENTION = Schema(
         Divides("num_attention_heads", "hidden_size", unless="head_dim"),
     ),
 )
+# A hybrid's heads relate only where its pattern has an attention layer: transformers reads them
+# nowhere else, and runs a model without one whatever they are
+ATTENTION_LAYERS = HasLayer("full_attention")
+HYBRID_ATTENTION = Schema(ATTENTION.fields, each_when(ATTENTION_LAYERS, ATTENTION.rules))
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,7 @@ def _rope(
     rules: tuple[Rule, ...] = (),
     top: tuple[ConfigField, ...] = (),
     legacy: bool = False,
-    even: EvenRotary = EvenRotary(partial=False),
+    even: Rule = EvenRotary(partial=False),
 ) -> Schema:
     """``rope_parameters`` (and with ``legacy`` the older ``rope_scaling``) holding the rope types a
     family supports and ``inner`` fields, plus the top-level fields read when it lacks them; the
@@ -133,8 +148,9 @@ _FRACTION = ConfigField("partial_rotary_factor", ROTARY_FRACTION)
 PARTIAL_ROPE = _rope(
     ("default",), inner=(_FRACTION,), top=(_FRACTION,), legacy=True, even=EvenRotary(True, 0.25)
 )
-# `lfm2.rope_theta`: plain rope
-PLAIN_ROPE = _rope(("default",), legacy=True)
+# `lfm2.rope_theta`: plain rope. Lfm2Config has no head_dim to check, so transformers runs a model
+# without attention layers whatever its heads: the rotary dims are checked where a layer attends
+PLAIN_ROPE = _rope(("default",), legacy=True, even=When(ATTENTION_LAYERS, EvenRotary(partial=False)))
 # `llama.build_rotary` (Llama, Qwen3, Falcon-H1): scaled frequencies need their factors, and
 # llama3's ramp runs from the low to the high frequency factor.
 SCALED_ROPE = _rope(
@@ -215,6 +231,17 @@ class RoutedWithinGroups:
         return Problem(config.key("num_experts_per_tok"), why)
 
 
+# Nemotron-H's router, checked where the pattern has MoE layers (transformers reads it nowhere else)
+NEMOTRON_ROUTER = (
+    Divides("n_group", "n_routed_experts"),
+    AtMost("topk_group", "n_group", bound_default=1),  # left out, one group
+    AtMost("num_experts_per_tok", "n_routed_experts"),
+    RoutedWithinGroups(),
+)
+# Qwen3-Next's router sizes matter only where a layer is MoE: none where every layer is in
+# mlp_only_layers or off the sparse step, and transformers then runs whatever they are
+NEXT_MOE_LAYERS = Holds(next_has_moe, "the MoE layers")
+
 # `mixers.gated_deltanet.GatedDeltaNet`: each key head serves a group of value heads.
 DELTANET = Schema(
     (
@@ -224,5 +251,6 @@ DELTANET = Schema(
         ConfigField("linear_value_head_dim", Int(1), required=True),
         ConfigField("linear_conv_kernel_dim", CONV_KERNEL),
     ),
-    rules=(Divides("linear_num_key_heads", "linear_num_value_heads"),),
+    # only where the pattern has a DeltaNet layer: transformers reads the heads nowhere else
+    rules=(When(HasLayer("linear_attention"), Divides("linear_num_key_heads", "linear_num_value_heads")),),
 )

@@ -19,18 +19,20 @@ from radixflow.models.config_rules import (
     HasLayer,
     LayerCount,
     OneOf,
-    Positive,
     RequiredWhen,
     When,
+    each_when,
 )
 from radixflow.models.config_schema import AnyOf, Bool, ConfigField, Float, Int, ListOf, Schema, Str
 from radixflow.models.families.layer_patterns import (
     HYBRID_KINDS,
+    LFM2_KINDS,
     NEMOTRON_FIELDS,
     NEMOTRON_GROUPS,
     NEMOTRON_KINDS,
     NEMOTRON_LEGACY,
     hybrid_kinds,
+    lfm2_kinds,
     nemotron_kinds,
 )
 from radixflow.models.families.schema_parts import (
@@ -42,15 +44,17 @@ from radixflow.models.families.schema_parts import (
     EPS,
     EXPERTS,
     FALCON_SSM_HEADS,
+    HYBRID_ATTENTION,
     LAYERS,
     MAX_EXPERTS,
     MULTIPLIER,
+    NEMOTRON_ROUTER,
+    NEXT_MOE_LAYERS,
     PARTIAL_ROPE,
     PLAIN_ROPE,
     POSITIVE,
     SCALED_ROPE,
     FalconSsmHeads,
-    RoutedWithinGroups,
 )
 from radixflow.models.presets.nemotron_h import NEMOTRON_PATTERN  # the pattern string's codes
 
@@ -108,7 +112,7 @@ QWEN3 = Schema(
 # --------------------------------------------------------------------------- Qwen3.5, Qwen3-Next
 
 QWEN3_5 = BASE.merged(
-    ATTENTION,
+    HYBRID_ATTENTION,
     PARTIAL_ROPE,
     DELTANET,
     Schema(
@@ -144,8 +148,8 @@ QWEN3_NEXT = QWEN3_5.merged(
             ConfigField("norm_topk_prob", Bool()),
         ),
         rules=(
-            RequiredWhen(_NEXT_MOE, Positive("num_experts")),
-            When(Positive("num_experts"), AtMost("num_experts_per_tok", "num_experts")),
+            RequiredWhen(_NEXT_MOE, NEXT_MOE_LAYERS),
+            When(NEXT_MOE_LAYERS, AtMost("num_experts_per_tok", "num_experts")),
             AtMost("mlp_only_layers", "num_hidden_layers", strict=True),
         ),
     )
@@ -153,9 +157,8 @@ QWEN3_NEXT = QWEN3_5.merged(
 
 # --------------------------------------------------------------------------- LFM2
 
-LFM2_KINDS = ("conv", "full_attention")
 LFM2 = BASE.merged(
-    ATTENTION,
+    HYBRID_ATTENTION,
     PLAIN_ROPE,
     Schema(
         (
@@ -177,6 +180,7 @@ LFM2 = BASE.merged(
             LayerCount(("layer_types",)),
             AtMost("full_attn_idxs", "num_hidden_layers", strict=True),
         ),
+        layer_kinds=lfm2_kinds,
     ),
 )
 
@@ -188,10 +192,11 @@ _NEMOTRON_MOE = (
     "moe_intermediate_size",
     "moe_shared_expert_intermediate_size",
 )
+_MAMBA = HasLayer("linear_attention")  # Nemotron-H's Mamba2 layers, as `nemotron_kinds` names them
 # Older spellings are aliases. The layer count comes from the pattern (transformers ignores
 # num_hidden_layers); where both are given they must agree.
 NEMOTRON_H = BASE.merged(
-    ATTENTION,
+    Schema(ATTENTION.fields),  # its heads' relations once the pattern is read (below)
     Schema(
         (
             ConfigField("num_hidden_layers", LAYERS),
@@ -227,14 +232,12 @@ NEMOTRON_H = BASE.merged(
         rules=(
             OneOf(("layers_block_type", "hybrid_override_pattern")),
             LayerCount(("layers_block_type", "hybrid_override_pattern")),
-            RequiredWhen(("mamba_num_heads", "mamba_head_dim"), HasLayer("linear_attention")),
+            *HYBRID_ATTENTION.rules,
+            RequiredWhen(("mamba_num_heads", "mamba_head_dim"), _MAMBA),
             RequiredWhen(("intermediate_size",), HasLayer("mlp")),
             RequiredWhen(_NEMOTRON_MOE, HasLayer("moe")),
-            Divides("n_groups", "mamba_num_heads", default=NEMOTRON_GROUPS),
-            Divides("n_group", "n_routed_experts"),
-            AtMost("topk_group", "n_group", bound_default=1),  # left out, one group
-            AtMost("num_experts_per_tok", "n_routed_experts"),
-            When(HasLayer("moe"), RoutedWithinGroups()),
+            When(_MAMBA, Divides("n_groups", "mamba_num_heads", default=NEMOTRON_GROUPS)),
+            *each_when(HasLayer("moe"), NEMOTRON_ROUTER),
         ),
         layer_kinds=nemotron_kinds,
     ),

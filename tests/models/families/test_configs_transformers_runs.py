@@ -53,3 +53,56 @@ def matches_transformers(preset: str, change: dict[str, Any], path: Path) -> Non
 def test_llama3_rope_without_a_context_reads_the_config_class_default(tmp_path, preset, spelling) -> None:
     change = {"max_position_embeddings": None, "rope_parameters": None, spelling: LLAMA3}
     matches_transformers(preset, change, tmp_path)
+
+
+CONV_ONLY = {"layer_types": ["conv"] * 5, "full_attn_idxs": []}
+LINEAR_ONLY = {"layer_types": ["linear_attention"] * 4}
+FULL_ONLY = {"layer_types": ["full_attention"] * 4}
+NEMOTRON_NO_ATTENTION = {"layers_block_type": ["linear_attention", "mlp", "moe"], "num_hidden_layers": 3}
+NEMOTRON_NO_MAMBA = {"layers_block_type": ["full_attention", "mlp", "moe"], "num_hidden_layers": 3}
+NEMOTRON_NO_MOE = {"layers_block_type": ["full_attention", "mlp", "linear_attention"], "num_hidden_layers": 3}
+
+# A relation between keys of a layer kind the pattern does not have: transformers never reads
+# those keys, so it runs the model; each was refused here
+ABSENT_KIND = {
+    # attention's heads, on a model with no attention layer
+    "lfm2-conv-only-kv-heads": ("lfm2-tiny", {**CONV_ONLY, "num_key_value_heads": 3}),
+    "lfm2-conv-only-heads-vs-hidden": (
+        "lfm2-tiny",
+        {**CONV_ONLY, "num_attention_heads": 5, "num_key_value_heads": 5},
+    ),
+    "lfm2-conv-only-odd-heads": ("lfm2-tiny", {**CONV_ONLY, "hidden_size": 66, "num_attention_heads": 6}),
+    "qwen3_5-linear-only-kv-heads": ("qwen3_5-tiny", {**LINEAR_ONLY, "num_key_value_heads": 3}),
+    "qwen3_next-linear-only-kv-heads": ("qwen3_next-tiny", {**LINEAR_ONLY, "num_key_value_heads": 3}),
+    "nemotron_h-no-attention-kv-heads": (
+        "nemotron_h-tiny",
+        {**NEMOTRON_NO_ATTENTION, "num_key_value_heads": 3},
+    ),
+    # the Gated DeltaNet's heads, on a model with no DeltaNet layer
+    "qwen3_5-full-only-deltanet-heads": ("qwen3_5-tiny", {**FULL_ONLY, "linear_num_key_heads": 3}),
+    "qwen3_next-full-only-deltanet-heads": ("qwen3_next-tiny", {**FULL_ONLY, "linear_num_key_heads": 3}),
+    # the SSM's groups, on a model with no Mamba layer (given, and NemotronHConfig's 8)
+    "nemotron_h-no-mamba-groups": ("nemotron_h-tiny", {**NEMOTRON_NO_MAMBA, "n_groups": 3}),
+    "nemotron_h-no-mamba-default-groups": (
+        "nemotron_h-tiny",
+        {**NEMOTRON_NO_MAMBA, "n_groups": None, "mamba_num_heads": 12},
+    ),
+    # the router's sizes, on a model with no MoE layer
+    "nemotron_h-no-moe-router-groups": ("nemotron_h-tiny", {**NEMOTRON_NO_MOE, "n_group": 3}),
+    "nemotron_h-no-moe-chosen-groups": ("nemotron_h-tiny", {**NEMOTRON_NO_MOE, "topk_group": 3}),
+    "nemotron_h-no-moe-experts-per-token": ("nemotron_h-tiny", {**NEMOTRON_NO_MOE, "num_experts_per_tok": 9}),
+    "qwen3_next-every-layer-dense": (
+        "qwen3_next-tiny",
+        {"mlp_only_layers": [0, 1, 2, 3], "num_experts_per_tok": 6},
+    ),
+    "qwen3_next-sparse-step-past-the-layers": (
+        "qwen3_next-tiny",
+        {"decoder_sparse_step": 5, "num_experts_per_tok": 6},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ABSENT_KIND))
+def test_a_relation_applies_only_where_its_layer_kind_is(tmp_path, case) -> None:
+    preset, change = ABSENT_KIND[case]
+    matches_transformers(preset, change, tmp_path)

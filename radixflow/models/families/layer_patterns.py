@@ -86,3 +86,7 @@ NEMOTRON_FIELDS = {
 # NemotronHConfig's SSM groups where config.json leaves n_groups out: the model and the schema's
 # check that they split the heads read this one value
 NEMOTRON_GROUPS = 8
+# Its router's groups where config.json leaves n_group out (one group: every expert in it), and
+# the groups it chooses from where it leaves topk_group out: read by the router and its checks
+NEMOTRON_ROUTER_GROUPS = 1
+NEMOTRON_TOPK_GROUPS = 1

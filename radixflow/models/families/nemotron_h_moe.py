@@ -12,7 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from radixflow.models.families.layer_patterns import NEMOTRON_FIELDS
+from radixflow.models.families.layer_patterns import (
+    NEMOTRON_FIELDS,
+    NEMOTRON_ROUTER_GROUPS,
+    NEMOTRON_TOPK_GROUPS,
+)
 from radixflow.models.layers import ACTIVATIONS_IN_PLACE, Config, RunByKernels
 from radixflow.models.mixers.mamba2 import first_of
 
@@ -49,8 +53,8 @@ class NemotronHRouter(nn.Module):
         super().__init__()
         self.num_experts = experts(config)
         self.top_k = config.num_experts_per_tok
-        self.n_group = config.get("n_group", 1)
-        self.topk_group = config.get("topk_group", 1)
+        self.n_group = config.get("n_group", NEMOTRON_ROUTER_GROUPS)
+        self.topk_group = config.get("topk_group", NEMOTRON_TOPK_GROUPS)
         self.norm_topk_prob = bool(config.get("norm_topk_prob", True))
         self.scaling = float(config.get("routed_scaling_factor", 1.0))
         self.weight = nn.Parameter(torch.zeros(self.num_experts, config.hidden_size))

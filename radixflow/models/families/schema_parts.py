@@ -38,7 +38,11 @@ from radixflow.models.config_schema import (
     Table,
     as_number,
 )
-from radixflow.models.families.layer_patterns import next_has_moe
+from radixflow.models.families.layer_patterns import (
+    NEMOTRON_ROUTER_GROUPS,
+    NEMOTRON_TOPK_GROUPS,
+    next_has_moe,
+)
 from radixflow.models.layers import ACTIVATIONS, Config, rope_parameters
 from radixflow.problems import Problem
 
@@ -214,11 +218,12 @@ class RoutedWithinGroups:
     """Nemotron-H's router takes its ``num_experts_per_tok`` experts from the ``topk_group`` best
     of ``n_group`` groups only: more than those groups hold would take masked-out experts, in
     whatever order the sort leaves them (transformers' unsorted and our sorted top-k may differ).
-    Groups left out are one, as `nemotron_h_moe.NemotronHRouter` reads them."""
+    Groups left out are NemotronHConfig's, as `nemotron_h_moe.NemotronHRouter` reads them."""
 
     def check(self, config: Resolved) -> Problem | None:
         experts, k = config.get("n_routed_experts"), config.get("num_experts_per_tok")
-        groups, chosen = config.get("n_group") or 1, config.get("topk_group") or 1
+        groups = config.get("n_group") or NEMOTRON_ROUTER_GROUPS
+        chosen = config.get("topk_group") or NEMOTRON_TOPK_GROUPS
         if experts is None or k is None or experts % groups or chosen > groups:
             return None  # unset, or another rule's problem
         allowed = chosen * (experts // groups)
@@ -234,7 +239,7 @@ class RoutedWithinGroups:
 # Nemotron-H's router, checked where the pattern has MoE layers (transformers reads it nowhere else)
 NEMOTRON_ROUTER = (
     Divides("n_group", "n_routed_experts"),
-    AtMost("topk_group", "n_group", bound_default=1),  # left out, one group
+    AtMost("topk_group", "n_group", bound_default=NEMOTRON_ROUTER_GROUPS),
     AtMost("num_experts_per_tok", "n_routed_experts"),
     RoutedWithinGroups(),
 )

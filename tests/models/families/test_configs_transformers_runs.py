@@ -106,3 +106,19 @@ ABSENT_KIND = {
 def test_a_relation_applies_only_where_its_layer_kind_is(tmp_path, case) -> None:
     preset, change = ABSENT_KIND[case]
     matches_transformers(preset, change, tmp_path)
+
+
+def test_the_defaults_named_here_are_transformers_config_defaults() -> None:
+    """What each constant stands for where config.json leaves a key out: the config class's value."""
+    from radixflow.models.families import layer_patterns as lp
+    from radixflow.models.families import llama
+
+    nemotron = transformers.NemotronHConfig()
+    assert (nemotron.n_groups, nemotron.n_group, nemotron.topk_group) == (
+        lp.NEMOTRON_GROUPS,
+        lp.NEMOTRON_ROUTER_GROUPS,
+        lp.NEMOTRON_TOPK_GROUPS,
+    )
+    contexts = (llama.LLAMA_CONTEXT, llama.QWEN3_CONTEXT, llama.FALCON_H1_CONTEXT)
+    classes = (transformers.LlamaConfig, transformers.Qwen3Config, transformers.FalconH1Config)
+    assert contexts == tuple(c().max_position_embeddings for c in classes)

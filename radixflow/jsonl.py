@@ -1,5 +1,6 @@
-"""JSONL input files: their UTF-8 text, their numbered lines, each a JSON object (a leaf: any
-layer's file reader may use it)."""
+"""JSONL input files: their UTF-8 text, their numbered lines, each a JSON object; any JSON
+document a user gives, read with one ValueError for every way it is not JSON (a leaf: any layer's
+file reader may use it)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,17 @@ def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
     for n, line in enumerate(text.split("\n"), 1):
         if line.strip():
             yield n, line
+
+
+def json_value(text: str | bytes) -> Any:
+    """``text``'s value, as ``json.loads`` reads it; a ValueError for every document it cannot
+    read, also one nested past Python's recursion limit (the parser recurses per bracket and
+    raised RecursionError, which the readers that catch ValueError for "not JSON" let out as a
+    traceback: a garbled or hostile file)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 class _KeyTwice(ValueError):

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from radixflow.jsonl import json_object, read_text
+from radixflow.jsonl import json_object, json_value, read_text
 
 
 def test_a_byte_order_mark_is_dropped_and_the_rest_kept_as_written(tmp_path):
@@ -42,6 +42,19 @@ def test_a_line_nested_too_deeply_is_a_value_error():
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(ValueError, match=re.escape("nested too deeply")):
         json_object(deep, "context, candidates")
+
+
+@pytest.mark.parametrize("deep", ["[" * 100_000 + "]" * 100_000, '{"a": ' * 100_000 + "1" + "}" * 100_000])
+def test_a_document_nested_too_deeply_is_a_value_error(deep):
+    # json.loads raises RecursionError, which no reader that catches ValueError for "not JSON" caught
+    with pytest.raises(ValueError, match=r"^nested too deeply$"):
+        json_value(deep)
+    with pytest.raises(ValueError, match=r"^nested too deeply$"):
+        json_value(deep.encode())
+
+
+def test_a_document_json_reads_is_read_as_json_reads_it():
+    assert json_value('{"a": [1, 2.5, null, NaN]}')["a"][:3] == [1, 2.5, None]
 
 
 @pytest.mark.parametrize(("opener", "kind"), [(gzip.open, "gzip"), (bz2.open, "bzip2"), (lzma.open, "xz")])

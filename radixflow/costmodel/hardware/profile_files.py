@@ -19,6 +19,7 @@ from radixflow.costmodel.hardware.profile_checks import (
 )
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.files import write_whole
+from radixflow.jsonl import json_value
 
 # The keys of a file in the torch runner's store of fitted round profiles (`runners.profile_store`)
 STORED_KEYS = {"model", "machine", "profile"}
@@ -49,10 +50,10 @@ def load_profile(path: str | Path) -> HardwareProfile:
         # pipe (`<(...)`) is empty the second time, and one no one writes would be waited on forever
         raise ProfileError(f"hardware profile {path} is not a regular file (a pipe or a device): give a file")
     try:
-        data = json.loads(path.read_text())
+        data = json_value(path.read_text())
     except OSError as e:
         raise ProfileError(f"cannot read hardware profile {path}: {e.strerror or e}") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of over 4300 digits
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints, nesting
         raise ProfileError(f"hardware profile {path} is not valid JSON: {e}") from None
     return profile_from_dict(data, str(path))
 

@@ -144,6 +144,16 @@ def test_an_integer_too_long_to_read_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_a_file_nested_too_deeply_is_one_line(tmp_path: Path) -> None:
+    """json.loads raises RecursionError for it: `bench --runner sim --hardware deep.json` ended in
+    a traceback."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ProfileError) as info:
+        resolve_hardware(str(path))
+    assert str(info.value) == f"hardware profile {path} is not valid JSON: nested too deeply"
+
+
 @pytest.mark.parametrize("key", ["flops", "round_overhead_s", "per_request_s"])
 def test_required_keys(key: str) -> None:
     data = {k: v for k, v in GOOD.items() if k not in (key, "kernels")}  # fitted per-term rates

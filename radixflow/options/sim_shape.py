@@ -9,7 +9,6 @@ the one the torch runner would allow, so a prompt the sim accepts is one the tor
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from radixflow.costmodel.shape.hf_config import UnknownModelTypeError, language_
 from radixflow.costmodel.shape.limits import DEFAULT_CONTEXT, layer_count_problem, shape_problem
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.jsonl import json_value
 from radixflow.options.machine import path_length_problem
 from radixflow.problems import Problem, ProblemError
 from radixflow.user_paths import expand_home
@@ -104,8 +104,8 @@ def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
 def _checkpoint_config(name: str) -> tuple[dict[str, Any], str]:
     path = Path(expand_home(name)) / "config.json"
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, an int of over 4300 digits
+        config = json_value(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, 4300+ digit ints, nesting
         raise ProblemError(Problem("model", f"cannot read {path}: {e}")) from None
     if not isinstance(config, dict):
         raise ProblemError(Problem("model", f"{path} does not hold a JSON object"))

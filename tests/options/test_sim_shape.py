@@ -216,6 +216,15 @@ def test_an_unreadable_checkpoint_config_is_a_problem_on_model(tmp_path, config,
     assert info.value.problem.param == "model" and words in info.value.problem.message
 
 
+def test_a_checkpoint_config_nested_too_deeply_is_a_problem_on_model(tmp_path):
+    # json.loads raised RecursionError: `bench --runner sim --model DIR` ended in a traceback
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ProblemError) as info:
+        plan_engine(EngineOptions(runner="sim", model=str(tmp_path)))
+    assert info.value.problem.param == "model"
+    assert info.value.problem.message == f"cannot read {tmp_path / 'config.json'}: nested too deeply"
+
+
 LLAMA = {
     "model_type": "llama",
     "hidden_size": 64,

@@ -7,7 +7,6 @@ API, ``/v1/completions`` and ``/tokenize`` cannot disagree on where a prompt's t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 from radixflow.generation.chat import ChatTemplate, compile_problem
 from radixflow.generation.token_bound import token_bound
+from radixflow.jsonl import json_value
 from radixflow.problems import Problem
 
 
@@ -219,8 +219,8 @@ def _json_object(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        found = json_value(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, 4300+ digit ints, nesting
         raise TokenizerError(f"cannot read {path}: {e}") from None
     if not isinstance(found, dict):
         raise TokenizerError(f"{path} does not hold a JSON object")

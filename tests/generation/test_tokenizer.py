@@ -181,3 +181,24 @@ def test_a_chat_template_not_text_or_not_compiling_is_refused_on_load(tmp_path, 
         (tmp_path / "chat_template.jinja").write_bytes(jinja)
     with pytest.raises(TokenizerError, match=error):
         TextTokenizer.load(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # json.loads raised RecursionError
+        ('{"eos_token": ' + "9" * 5000 + "}", "Exceeds the limit"),  # a ValueError, no JSONDecodeError
+    ],
+    ids=["nested", "long-int"],
+)
+def test_a_tokenizer_file_json_cannot_read_is_a_tokenizer_error(tmp_path, name, text, says):
+    """Each escaped the tokenizer's load as a traceback (the model never served), where a file
+    that is not JSON at all is a TokenizerError naming it."""
+    save_tokenizer(train_tokenizer(512), tmp_path, chat_template=None)
+    (tmp_path / name).write_text(text)
+    with pytest.raises(TokenizerError) as info:
+        TextTokenizer.load(tmp_path)
+    assert name in str(info.value) and "\n" not in str(info.value)
+    if name != "tokenizer.json":  # the tokenizers library's own words
+        assert says in str(info.value)

@@ -118,6 +118,16 @@ def test_the_tokenizers_eos_token_ends_generation_as_in_vllm(tmp_path):
     assert eos_token_ids(tmp_path, Config({"eos_token_id": 2})) == (2,)
 
 
+@pytest.mark.parametrize("name", ["generation_config.json", "tokenizer_config.json", "tokenizer.json"])
+def test_a_stop_id_file_nested_too_deeply_only_loses_its_stop_ids(tmp_path, name):
+    # json.loads raised RecursionError, which no suppress caught: the runner was never built
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 5}}}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "a"}))
+    (tmp_path / name).write_text("[" * 100_000 + "]" * 100_000)
+    kept = (2, 5) if name == "generation_config.json" else (2,)  # the tokenizer's "a" is 5
+    assert eos_token_ids(tmp_path, Config({"eos_token_id": 2})) == kept
+
+
 def test_an_unreadable_generation_config_only_loses_its_stop_ids(tmp_path, monkeypatch):
     # a generation_config.json the process may not read (another user's checkpoint, mode 0600)
     # raised PermissionError out of the runner's construction: the model never loaded

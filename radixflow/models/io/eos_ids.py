@@ -4,10 +4,11 @@ tokenizer files (what ends generation, as vLLM reads them)."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from radixflow.jsonl import json_value
 
 
 def eos_token_ids(path: str | Path, config: Mapping[str, Any]) -> tuple[int, ...]:
@@ -20,9 +21,10 @@ def eos_token_ids(path: str | Path, config: Mapping[str, Any]) -> tuple[int, ...
     ids = _as_ids(config.get("eos_token_id"))
     gen = Path(path) / "generation_config.json"
     if gen.is_file():
-        # an unreadable generation config (no permission, garbled JSON) only loses its extra stop ids
+        # an unreadable generation config (no permission, garbled JSON, nested past the parser:
+        # `json_value`'s ValueError) only loses its extra stop ids
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            ids += _as_ids(json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id"))
+            ids += _as_ids(json_value(gen.read_text(encoding="utf-8")).get("eos_token_id"))
     # unreadable tokenizer files lose only this id (the tokenizer's own loading says why)
     with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
         ids += _tokenizer_eos(Path(path))
@@ -37,11 +39,11 @@ def _tokenizer_eos(path: Path) -> tuple[int, ...]:
     config, tokenizer = path / "tokenizer_config.json", path / "tokenizer.json"
     if not (config.is_file() and tokenizer.is_file()):
         return ()
-    eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token")
+    eos = json_value(config.read_text(encoding="utf-8")).get("eos_token")
     eos = eos.get("content") if isinstance(eos, dict) else eos
     if not isinstance(eos, str):
         return ()
-    spec = json.loads(tokenizer.read_text(encoding="utf-8"))
+    spec = json_value(tokenizer.read_text(encoding="utf-8"))
     added = {t.get("content"): t.get("id") for t in spec.get("added_tokens") or ()}
     vocab = (spec.get("model") or {}).get("vocab")
     found = added.get(eos, vocab.get(eos) if isinstance(vocab, dict) else None)

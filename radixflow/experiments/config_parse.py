@@ -153,4 +153,6 @@ def load_config(
         raise ExperimentConfigError(f"cannot read config {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, ValueError) as e:  # TOMLDecodeError; an integer past Python's 4300 digits
         raise ExperimentConfigError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses per bracket: a garbled or generated file
+        raise ExperimentConfigError(f"{path}: not valid TOML: nested too deeply") from None
     return parse_config(data, str(path), path.parent, max_cells, progress, device, seeds)

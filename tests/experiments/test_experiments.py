@@ -455,6 +455,15 @@ def test_an_integer_python_cannot_read_is_one_line_naming_the_file(tmp_path: Pat
         load_config(bad)
 
 
+@pytest.mark.parametrize("value", ["[" * 3000 + "]" * 3000, "{a = " * 3000 + "1" + "}" * 3000])
+def test_a_value_nested_past_the_parser_is_one_line_naming_the_file(tmp_path: Path, value: str):
+    # tomllib recurses per bracket and raised RecursionError: `radixflow experiment` a traceback
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'name = "t"\nx = {value}\n')
+    with pytest.raises(ExperimentConfigError, match=f"^{bad}: not valid TOML: nested too deeply$"):
+        load_config(bad)
+
+
 TORCH = """
 name = "torch"
 [defaults]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -125,7 +125,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | {"--trace-out": trace})
-        answers = (asdict(line) for line in lines)
+        # the fields as asdict gives them (a partial file's digest unchanged), the body not copied:
+        # asdict recursed twice per level, past the limit for a body nested as deep as json reads
+        answers = ({**vars(line)} for line in lines)
         record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
         lines, kept = _go_on(output, args.restart, record, lines)
         options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())

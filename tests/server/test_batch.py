@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,6 +104,20 @@ def test_a_bad_batch_file_is_one_line_before_anything_runs(zoo, tmp_path, capsys
     assert message in err and "Traceback" not in err
     assert main(["run-batch", MODEL, "-i", str(tmp_path / "missing.jsonl")]) == 2
     assert "--input: cannot read" in capsys.readouterr().err
+
+
+def test_a_body_nested_as_deep_as_json_reads_is_answered(zoo, tmp_path, capsys):
+    """A line nested 600 deep parses; the run's record copied it with dataclasses.asdict, which
+    recurses twice per level: a RecursionError traceback before anything ran."""
+    deep: Any = "ok"
+    for _ in range(600):
+        deep = [deep]
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    body = {"model": MODEL, "prompt": "a", "max_tokens": 1, "x": deep}  # an undeclared field: ignored
+    given.write_text(batch_line("a", "/v1/completions", body) + "\n")
+    assert main(["run-batch", MODEL, "-i", str(given), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["response"]["status_code"] == 200
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, tmp_path, capsys):

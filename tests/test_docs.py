@@ -612,7 +612,7 @@ def test_serving_gives_the_defaults_radixflow_serve_has():
         f"`--log-level` ({listen.log_level})",
         f"`--max-pending` ({c.max_pending}) accepted requests",
         f"`--max-body-bytes` ({c.max_body_bytes // 2**20} MiB;",
-        f"`--long-body-bytes` ({c.long_body_bytes // 2**10} KiB)",
+        f"`--long-body-bytes` ({c.long_body_bytes // 2**10} KiB;",
         f"(`--long-text-threads`, {c.long_text_threads})",
         f"`--drain-timeout` seconds ({c.drain_s:g})",
         f"`--default-max-tokens` ({c.default_max_tokens}), a completion OpenAI's {OPENAI_16}",

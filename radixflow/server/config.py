@@ -80,12 +80,13 @@ class ServerConfig:
     )
     long_body_bytes: int = option(
         LONG_BODY_BYTES,
-        "request bodies over this many bytes are tokenized in the long-text lane",
-        int,
+        "request bodies over this size are tokenized in the long-text lane: bytes, or a size with "
+        "a unit as --max-body-bytes takes it, e.g. 64KiB, 1MB; 1 byte to 1TiB",
+        Bytes,  # `ServerConfig(long_body_bytes="64KiB")` holds 65536, as the flag does
         low=1,
         high=2**40,
         group="server",
-        metavar="N",
+        metavar="SIZE",
     )
 
     def __post_init__(self) -> None:

@@ -68,3 +68,21 @@ def test_the_help_says_it_takes_units(capsys):
     shown = " ".join(capsys.readouterr().out.split())
     assert "[--max-body-bytes SIZE]" in shown  # the usage line
     assert "as --cache-memory takes it, e.g. 8MiB" in shown.rsplit("--max-body-bytes SIZE", 1)[1][:200]
+
+
+@pytest.mark.parametrize(("text", "size"), SIZES)
+def test_long_body_bytes_takes_a_size_as_max_body_bytes_does(capsys, text, size):
+    """``--long-body-bytes 64KiB`` was "must be an integer" where ``--max-body-bytes`` took it."""
+    for command in (["serve", MODEL], ["run-batch", MODEL, "-i", "in.jsonl", "-o", "out.jsonl"]):
+        args = build_parser().parse_args([*command, "--long-body-bytes", text])
+        assert checked(ServerConfig, {"long_body_bytes": args.long_body_bytes}).long_body_bytes == size
+    assert ServerConfig(long_body_bytes=text).long_body_bytes == size
+    assert main(["serve", MODEL, "--long-body-bytes=abc"]) == 2
+    said = parse_size("abc")
+    assert isinstance(said, Problem)
+    assert capsys.readouterr().err == f"radixflow: error: --long-body-bytes: {said.message}\n"
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "[--long-body-bytes SIZE]" in shown
+    assert "a size with a unit as" in shown.rsplit("--long-body-bytes SIZE", 1)[1][:200]

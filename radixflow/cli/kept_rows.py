@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from radixflow.cli.args import warn
 from radixflow.cli.command import UsageError
 from radixflow.files import written_in_place
-from radixflow.jsonl import json_object
+from radixflow.jsonl import json_object, json_value
 from radixflow.models.zoo import model_key
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import flag_spellings
@@ -94,7 +94,7 @@ def same_limits(kept: KeptRows) -> bool:
     """Whether the ``kept`` rows were computed under this run's `ROW_LIMITS` (False where their
     record does not say: a refusal among them is then not known to be this run's)."""
     try:
-        before = json.loads(recorded(kept.partial) or "")
+        before = json_value(recorded(kept.partial) or "")
     except ValueError:
         return False
     return isinstance(before, dict) and before.get("limits") == json.loads(kept.record)["limits"]
@@ -104,7 +104,7 @@ def _unlike(partial: Path, record: str) -> str | None:
     """Why the rows of ``partial`` are not what a run under ``record`` computes, by what its
     record says (None: they are)."""
     try:
-        before = json.loads(recorded(partial) or "")
+        before = json_value(recorded(partial) or "")
     except ValueError:
         before = None
     if not isinstance(before, dict) or not isinstance(before.get("options"), dict):

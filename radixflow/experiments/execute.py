@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from radixflow.experiments.cells import run_cell
 from radixflow.experiments.config import OUTPUT_KEYS, Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
+from radixflow.jsonl import json_value
 from radixflow.package import source_digest
 from radixflow.problems import ProblemError
 from radixflow.ray_start import LOCAL_RAY, unreachable, worker_pythonpath
@@ -66,7 +67,7 @@ class CellCache:
         """The cached result of the cell ``key`` of the variants ``labels``; None where there is
         none to use (missing, half-written, or no result of each variant): run it again."""
         try:
-            result = json.loads(self.path(key).read_text(encoding="utf-8"))
+            result = json_value(self.path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):  # not JSON, or not even UTF-8 (JSONDecodeError, UnicodeDecodeError)
             return None
         return result if _of_variants(result, labels) else None

@@ -14,6 +14,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from radixflow.jsonl import json_value
+
 RECORD = "radixflow_zoo.json"  # the build's provenance and digest, written last
 
 
@@ -51,7 +53,7 @@ def record_problem(build: Path) -> str | None:
     it reads, or there is none."""
     path = build / RECORD
     try:
-        record = json.loads(path.read_text())
+        record = json_value(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:  # bad UTF-8 is a ValueError too
@@ -90,7 +92,7 @@ def crc32(path: Path) -> int | None:
 def read_record(build: Path) -> dict[str, Any]:
     """``build``'s record; empty when there is none, or it is unreadable or no JSON object."""
     try:
-        record = json.loads((build / RECORD).read_text())
+        record = json_value((build / RECORD).read_text())
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}

@@ -1003,7 +1003,16 @@ def test_a_seed_in_a_cells_workload_is_refused_pointing_at_seeds(tiny: Path):
 
 @pytest.mark.parametrize(
     "held",
-    [b"\xff\xfe{", b"[]", b'"a cell"', b"{}", b'{"results": []}', b'{"results": [{"variant": "native"}]}'],
+    [
+        b"\xff\xfe{",
+        b"[]",
+        b'"a cell"',
+        b"{}",
+        b'{"results": []}',
+        b'{"results": [{"variant": "native"}]}',
+        b"[" * 100_000 + b"]" * 100_000,  # nested past json's recursion: RecursionError, not ValueError
+    ],
+    ids=["not-utf8", "list", "string", "empty", "no-results", "one-variant", "deep"],
 )
 def test_a_cell_file_that_holds_no_cell_result_runs_the_cell_again(tiny: Path, tmp_path: Path, held: bytes):
     # a cell's file cut short or garbled where it was copied (not UTF-8, not a JSON object) was a

@@ -843,7 +843,8 @@ def test_a_partial_file_without_its_record_is_refused(zoo, capsys, tmp_path, mon
     _cut_short_after_one_row(monkeypatch, argv)
     meta = tmp_path / "out.jsonl.partial.meta"
     why = "what its rows were computed under is not recorded (out.jsonl.partial.meta is missing or unreadable"
-    for unreadable in ('{"command": "sc', None):  # cut short as it was written, or removed
+    deep = "[" * 100_000 + "]" * 100_000  # json.loads' RecursionError, not a ValueError
+    for unreadable in ('{"command": "sc', deep, None):  # cut short as it was written, garbled, or removed
         meta.unlink(missing_ok=True)
         if unreadable is not None:
             meta.write_text(unreadable)

@@ -37,3 +37,13 @@ def test_a_place_another_version_took_while_this_one_waited_for_the_lock_is_kept
     assert (tmp_path / "m" / "weights").read_text() == "a"
     assert path == tmp_path / f"m.{B[:12]}" and (path / "weights").read_text() == "b"
     assert store.find("m", A) == tmp_path / "m" and store.find("m", B) == path
+
+
+def test_a_record_nested_past_json_recursion_is_unreadable_not_a_traceback(tmp_path):
+    # json.loads raises RecursionError (not ValueError) on a deeply nested document: a garbled
+    # record of a build was a traceback where any other unreadable record is a reason to rebuild
+    from radixflow.models.zoo_record import RECORD, read_record, record_problem
+
+    (tmp_path / RECORD).write_text("[" * 100_000 + "]" * 100_000)
+    assert read_record(tmp_path) == {}
+    assert record_problem(tmp_path) == f"its {RECORD} cannot be read (nested too deeply)"

@@ -11,6 +11,7 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.kernels.backend import Kernels
+from radixflow.models.kernels.step import NormSpec
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 
@@ -88,28 +89,32 @@ class RunByKernels(nn.Module):
 
 
 class RMSNorm(RunByKernels):
-    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant."""
+    """RMSNorm computed in float32. ``offset=1.0`` gives the zero-centred ``(1 + w)`` variant.
 
-    def __init__(self, dim: int, eps: float = 1e-6, offset: float = 0.0) -> None:
+    ``cast_first``: the family's transformers module casts the normed value to the input's dtype
+    before the weight multiply (`step.NormSpec`); each family says, as transformers' families
+    differ and a wrong choice shows only below float32.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, offset: float = 0.0, *, cast_first: bool) -> None:
         super().__init__()
+        self.spec = NormSpec(eps, offset, cast_first)
         self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
-        self.eps = eps
-        self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # the weight from the module's own dict, where `nn.Module.__getattr__` finds it too (it
         # costs ~0.7 us a name, and every layer of every round runs a norm)
-        return self.kernels.rms_norm(x, self._parameters["weight"], self.eps, self.offset)
+        return self.kernels.rms_norm(x, self._parameters["weight"], self.spec)
 
     def residual(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x + delta, self(x + delta))``: a block's residual add and the norm after it, one
         kernel call where the kernels fuse them (equal to the bit to the two steps)."""
-        return self.kernels.add_rms_norm(x, delta, self._parameters["weight"], self.eps, self.offset)
+        return self.kernels.add_rms_norm(x, delta, self._parameters["weight"], self.spec)
 
     def residual_(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`residual` for a caller that owns ``x`` and ``delta`` (a running sum and a block's
         fresh output): the results may be written into them, no new tensors."""
-        return self.kernels.add_rms_norm_(x, delta, self._parameters["weight"], self.eps, self.offset)
+        return self.kernels.add_rms_norm_(x, delta, self._parameters["weight"], self.spec)
 
     def rotated(self, x: torch.Tensor, rotary: Rotary, batch: ForwardBatch) -> torch.Tensor:
         """``rotary(self(x), batch)``: a per-head q/k norm and the rotation after it, one kernel
@@ -117,7 +122,7 @@ class RMSNorm(RunByKernels):
         cos, sin = rotary.tables(batch, x.dtype)
         if self.kernels is not batch.kernels:  # each step by its own kernels, as chosen
             return batch.kernels.rotary(self(x), cos, sin)
-        return self.kernels.rms_norm_rotary(x, self._parameters["weight"], self.eps, self.offset, cos, sin)
+        return self.kernels.rms_norm_rotary(x, self._parameters["weight"], self.spec, cos, sin)
 
 
 def use_kernels(net: nn.Module, kernels: Kernels) -> None:

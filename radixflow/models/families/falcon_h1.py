@@ -25,11 +25,16 @@ from radixflow.models.presets.falcon_h1 import PRESETS
 
 
 class FalconRMSNorm(RMSNorm):
-    """Falcon-H1 casts the normalised input back to its dtype before the weight multiply."""
+    """Falcon-H1 casts the normalised input back to its dtype before the weight multiply (the
+    `step.NormSpec` ``cast_first`` order, which `residual` runs); `forward` runs it eagerly
+    whatever the kernels."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__(dim, eps, cast_first=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.spec.eps)
         return self.weight * h.to(x.dtype)
 
 

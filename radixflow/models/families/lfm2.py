@@ -90,8 +90,8 @@ class Lfm2Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
         self.out_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
-        self.q_layernorm = RMSNorm(self.head_dim, eps=eps)
-        self.k_layernorm = RMSNorm(self.head_dim, eps=eps)
+        self.q_layernorm = RMSNorm(self.head_dim, eps=eps, cast_first=True)
+        self.k_layernorm = RMSNorm(self.head_dim, eps=eps, cast_first=True)
         self.rotary = Rotary(self.head_dim, rope_theta(config))
 
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
@@ -177,8 +177,8 @@ class Lfm2DecoderLayer(nn.Module):
         else:
             self.conv = Lfm2ShortConv(config, layer_idx)
         self.feed_forward = Lfm2MLP(hidden, intermediate_size(config))
-        self.operator_norm = RMSNorm(hidden, eps=eps)
-        self.ffn_norm = RMSNorm(hidden, eps=eps)
+        self.operator_norm = RMSNorm(hidden, eps=eps, cast_first=True)
+        self.ffn_norm = RMSNorm(hidden, eps=eps, cast_first=True)
 
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         op = self.self_attn if self.is_attention else self.conv
@@ -192,7 +192,7 @@ class Lfm2Model(nn.Module):
         self.kinds = layer_types(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Lfm2DecoderLayer(config, i, kind) for i, kind in enumerate(self.kinds))
-        self.embedding_norm = RMSNorm(config.hidden_size, eps=config.get("norm_eps", 1e-5))
+        self.embedding_norm = RMSNorm(config.hidden_size, eps=config.get("norm_eps", 1e-5), cast_first=True)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         return run_layers(self.embed_tokens(batch.input_ids), self.layers, self.embedding_norm, batch)

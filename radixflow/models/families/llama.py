@@ -92,8 +92,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
         eps = config.get("rms_norm_eps", 1e-6)
-        self.q_norm = RMSNorm(self.head_dim, eps) if qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, eps) if qk_norm else None
+        self.q_norm = RMSNorm(self.head_dim, eps, cast_first=True) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps, cast_first=True) if qk_norm else None
         self.rotary = build_rotary(config, self.head_dim, default_context)
         self.scale = self.head_dim**-0.5
 
@@ -121,8 +121,8 @@ class DecoderLayer(nn.Module):
             bias=mlp_bias,
             act=config.get("hidden_act", "silu"),
         )
-        self.input_layernorm = RMSNorm(config.hidden_size, eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, cast_first=True)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, cast_first=True)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), batch)
@@ -138,7 +138,7 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(config, i, qk_norm, mlp_bias, context) for i in range(config.num_hidden_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6))
+        self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6), cast_first=True)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """The layers in turn, each residual add fused with the norm after it (the layer's

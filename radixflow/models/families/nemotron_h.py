@@ -85,7 +85,7 @@ class NemotronHBlock(nn.Module):
     def __init__(self, config: Config, layer_idx: int, kind: str) -> None:
         super().__init__()
         self.kind = kind
-        self.norm = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5))
+        self.norm = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5), cast_first=False)
         if kind == "linear_attention":
             self.mixer: nn.Module = Mamba2Mixer(nemotron_mamba_spec(config), layer_idx)
         elif kind == "full_attention":
@@ -121,7 +121,7 @@ class NemotronHBackbone(nn.Module):
         self.layers = nn.ModuleList(
             NemotronHBlock(config, i, kind) for i, kind in enumerate(nemotron_layer_types(config))
         )
-        self.norm_f = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5))
+        self.norm_f = RMSNorm(config.hidden_size, config.get("layer_norm_epsilon", 1e-5), cast_first=False)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """The blocks in turn, each block's residual add fused with the norm after it (the next

@@ -60,8 +60,8 @@ class DecoderLayer(nn.Module):
         else:
             self.self_attn = GatedAttention(config, idx)
         self.mlp = family.mlp(config, idx)
-        self.input_layernorm = RMSNorm(hidden, eps, offset=1.0)
-        self.post_attention_layernorm = RMSNorm(hidden, eps, offset=1.0)
+        self.input_layernorm = RMSNorm(hidden, eps, offset=1.0, cast_first=False)
+        self.post_attention_layernorm = RMSNorm(hidden, eps, offset=1.0, cast_first=False)
 
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         mixer = self.linear_attn if self.is_linear else self.self_attn
@@ -79,7 +79,9 @@ class HybridModel(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(config, i, kind, family) for i, kind in enumerate(kinds[: config.num_hidden_layers])
         )
-        self.norm = RMSNorm(config.hidden_size, config.get("rms_norm_eps", 1e-6), offset=1.0)
+        self.norm = RMSNorm(
+            config.hidden_size, config.get("rms_norm_eps", 1e-6), offset=1.0, cast_first=False
+        )
 
 
 class HybridForCausalLM(nn.Module):

@@ -33,6 +33,7 @@ from radixflow.models.kernels import ssd
 from radixflow.models.kernels.delta_rule import Segments
 from radixflow.models.kernels.native.build import Built, build, find_compiler
 from radixflow.models.kernels.native_kernels import NativeKernels
+from radixflow.models.kernels.step import NormSpec
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS, TorchKernels
 
 log = logging.getLogger("radixflow.kernels")
@@ -153,18 +154,18 @@ class Kernels(Protocol):
         """`step.gated_rms_norm`: the Gated DeltaNet output norm, per head."""
         ...
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, spec: NormSpec) -> torch.Tensor:
         """`step.rms_norm`."""
         ...
 
     def add_rms_norm(
-        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, spec: NormSpec
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x + delta, step.rms_norm(x + delta))``: a residual add and the next norm."""
         ...
 
     def add_rms_norm_(
-        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
+        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, spec: NormSpec
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`add_rms_norm` for a caller that owns ``x`` and ``delta``: the results may be written
         into them (no new tensors) and are returned."""
@@ -194,8 +195,7 @@ class Kernels(Protocol):
         self,
         x: torch.Tensor,
         weight: torch.Tensor,
-        eps: float,
-        offset: float,
+        spec: NormSpec,
         cos: torch.Tensor,
         sin: torch.Tensor,
     ) -> torch.Tensor:

@@ -75,21 +75,22 @@ class NativeKernels:
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return layer_ops.gated_rms_norm(self.lib, x, gate, weight, eps)
 
-    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
+    # the native norms run float32 only, where `step.NormSpec.cast_first` changes nothing
+    def rms_norm(self, x, weight, spec):  # type: ignore[no-untyped-def]
         if x.dtype != torch.float32 or weight.dtype != torch.float32:
-            return step.rms_norm(x, weight, eps, offset)  # the native kernels run float32 only
-        return layer_ops.rms_norm(self.lib, x, weight, eps, offset)
+            return step.rms_norm(x, weight, spec)  # float32 only
+        return layer_ops.rms_norm(self.lib, x, weight, spec.eps, spec.offset)
 
-    def add_rms_norm(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+    def add_rms_norm(self, x, delta, weight, spec):  # type: ignore[no-untyped-def]
         if x.dtype != torch.float32 or delta.dtype != torch.float32 or weight.dtype != torch.float32:
-            return TORCH_KERNELS.add_rms_norm(x, delta, weight, eps, offset)  # float32 only
-        return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset)
+            return TORCH_KERNELS.add_rms_norm(x, delta, weight, spec)  # float32 only
+        return layer_ops.add_rms_norm(self.lib, x, delta, weight, spec.eps, spec.offset)
 
-    def add_rms_norm_(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+    def add_rms_norm_(self, x, delta, weight, spec):  # type: ignore[no-untyped-def]
         owned = x.is_contiguous() and delta.is_contiguous() and x.shape == delta.shape
         if not (x.dtype == delta.dtype == torch.float32 and owned):
-            return self.add_rms_norm(x, delta, weight, eps, offset)  # new tensors, as chosen there
-        return layer_ops.add_rms_norm(self.lib, x, delta, weight, eps, offset, into=(x, delta))
+            return self.add_rms_norm(x, delta, weight, spec)  # new tensors, as chosen there
+        return layer_ops.add_rms_norm(self.lib, x, delta, weight, spec.eps, spec.offset, into=(x, delta))
 
     def relu2_(self, x):  # type: ignore[no-untyped-def]
         if x.dtype != torch.float32 or not x.is_contiguous():  # in place on float32 rows only
@@ -119,10 +120,10 @@ class NativeKernels:
             return step.rotary(x, cos, sin)  # the native kernels run float32 only
         return layer_ops.rotary(self.lib, x, cos, sin)
 
-    def rms_norm_rotary(self, x, weight, eps, offset, cos, sin):  # type: ignore[no-untyped-def]
+    def rms_norm_rotary(self, x, weight, spec, cos, sin):  # type: ignore[no-untyped-def]
         if any(t.dtype != torch.float32 for t in (x, weight, cos)):  # float32 only: the two calls
-            return self.rotary(self.rms_norm(x, weight, eps, offset), cos, sin)
-        return layer_ops.rms_norm_rotary(self.lib, x, weight, eps, offset, cos, sin)
+            return self.rotary(self.rms_norm(x, weight, spec), cos, sin)
+        return layer_ops.rms_norm_rotary(self.lib, x, weight, spec.eps, spec.offset, cos, sin)
 
     def mamba2_decode(self, xbc, dt, window, params, h):  # type: ignore[no-untyped-def]
         if not params.silu:  # the native step computes silu only

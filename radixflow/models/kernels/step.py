@@ -8,6 +8,8 @@ single-token recurrence is `radixflow.models.kernels.ssd.ssd_step`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -155,16 +157,36 @@ def deltanet_decode(
     return gated_delta_step(q, k, v, g, beta, state, in_place=True)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
-    """RMSNorm over the last dim computed in float32, times ``offset + weight`` (``offset`` 1: the
-    zero-centred variant), returned in ``x``'s dtype."""
-    weight = weight.float()
-    if offset:
-        weight = offset + weight
+@dataclass(frozen=True)
+class NormSpec:
+    """An RMSNorm's constants: ``eps``, ``offset`` (1: the zero-centred ``1 + w`` weight) and
+    ``cast_first``: the normed value is cast to the input's dtype and multiplied by the weight
+    there (transformers' Llama, Qwen3, LFM2 and Falcon-H1), else the product is taken in float32
+    and cast (Nemotron-H and the ``1 + w`` norms). In float32 the two orders agree to the bit; in
+    bfloat16 they are one rounding apart."""
+
+    eps: float
+    offset: float = 0.0
+    cast_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.offset and self.cast_first:
+            raise ValueError("a cast_first norm has a plain weight (offset 0)")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, spec: NormSpec) -> torch.Tensor:
+    """RMSNorm over the last dim computed in float32, times ``offset + weight``, in the order
+    ``spec`` says (`NormSpec`), returned in ``x``'s dtype."""
     # the temporaries are this call's own, so the steps after the first write in place
     # (fewer allocations, the same arithmetic in the same order)
     h = x.float()
-    h = h * h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    h = h * h.pow(2).mean(-1, keepdim=True).add_(spec.eps).rsqrt_()
+    if spec.cast_first:
+        h = h.to(x.dtype)
+        return h.mul_(weight) if h.dtype == weight.dtype else (weight * h).to(x.dtype)
+    weight = weight.float()
+    if spec.offset:
+        weight = spec.offset + weight
     return h.mul_(weight).to(x.dtype)
 
 

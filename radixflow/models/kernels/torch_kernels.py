@@ -47,18 +47,18 @@ class TorchKernels:
     def gated_rms_norm(self, x, gate, weight, eps):  # type: ignore[no-untyped-def]
         return step.gated_rms_norm(x, gate, weight, eps)
 
-    def rms_norm(self, x, weight, eps, offset):  # type: ignore[no-untyped-def]
-        return step.rms_norm(x, weight, eps, offset)
+    def rms_norm(self, x, weight, spec):  # type: ignore[no-untyped-def]
+        return step.rms_norm(x, weight, spec)
 
-    def add_rms_norm(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+    def add_rms_norm(self, x, delta, weight, spec):  # type: ignore[no-untyped-def]
         total = x + delta
-        return total, step.rms_norm(total, weight, eps, offset)
+        return total, step.rms_norm(total, weight, spec)
 
-    def add_rms_norm_(self, x, delta, weight, eps, offset):  # type: ignore[no-untyped-def]
+    def add_rms_norm_(self, x, delta, weight, spec):  # type: ignore[no-untyped-def]
         if x.dtype != delta.dtype or x.shape != delta.shape:  # x + delta would promote or broadcast
-            return self.add_rms_norm(x, delta, weight, eps, offset)
+            return self.add_rms_norm(x, delta, weight, spec)
         total = x.add_(delta)  # the same sum, written into x
-        return total, step.rms_norm(total, weight, eps, offset)
+        return total, step.rms_norm(total, weight, spec)
 
     def relu2_(self, x):  # type: ignore[no-untyped-def]
         return F.relu_(x).square_()
@@ -72,8 +72,8 @@ class TorchKernels:
     def rotary(self, x, cos, sin):  # type: ignore[no-untyped-def]
         return step.rotary(x, cos, sin)
 
-    def rms_norm_rotary(self, x, weight, eps, offset, cos, sin):  # type: ignore[no-untyped-def]
-        return step.rotary(step.rms_norm(x, weight, eps, offset), cos, sin)
+    def rms_norm_rotary(self, x, weight, spec, cos, sin):  # type: ignore[no-untyped-def]
+        return step.rotary(step.rms_norm(x, weight, spec), cos, sin)
 
     def kv_write(self, kc, vc, slots, k, v):  # type: ignore[no-untyped-def]
         step.kv_write(kc, vc, slots, k, v)

@@ -37,8 +37,8 @@ class GatedAttention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
-        self.q_norm = RMSNorm(self.head_dim, eps, offset=1.0)
-        self.k_norm = RMSNorm(self.head_dim, eps, offset=1.0)
+        self.q_norm = RMSNorm(self.head_dim, eps, offset=1.0, cast_first=False)
+        self.k_norm = RMSNorm(self.head_dim, eps, offset=1.0, cast_first=False)
         theta, partial = rope_settings(config)
         self.rotary = Rotary(self.head_dim, theta, partial)
 

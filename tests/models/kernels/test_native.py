@@ -34,6 +34,7 @@ from radixflow.models.kernels.native.build import (
     build,
     find_compiler,
 )
+from radixflow.models.kernels.step import NormSpec
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 2e-6
@@ -102,8 +103,8 @@ def test_the_rms_norm_matches_the_eager_norm(native, vectors, dim, offset) -> No
     g = torch.Generator().manual_seed(dim)
     x = torch.randn(vectors, dim + 2, generator=g)[:, 1:-1]  # a view, as a head split passes it
     weight = torch.randn(dim, generator=g)
-    want = TORCH_KERNELS.rms_norm(x, weight, 1e-6, offset)
-    assert _close(native.rms_norm(x, weight, 1e-6, offset), want, 1e-5)
+    want = TORCH_KERNELS.rms_norm(x, weight, NormSpec(1e-6, offset))
+    assert _close(native.rms_norm(x, weight, NormSpec(1e-6, offset)), want, 1e-5)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1.0])
@@ -112,10 +113,10 @@ def test_the_fused_residual_add_and_norm_equal_the_two_steps_to_the_bit(native, 
     g = torch.Generator().manual_seed(dim)
     x = torch.randn(vectors, dim + 2, generator=g)[:, 1:-1]  # a view: copied first
     delta, weight = torch.randn(vectors, dim, generator=g), torch.randn(dim, generator=g)
-    total, normed = native.add_rms_norm(x, delta, weight, 1e-6, offset)
+    total, normed = native.add_rms_norm(x, delta, weight, NormSpec(1e-6, offset))
     assert torch.equal(total, x + delta)
-    assert torch.equal(normed, native.rms_norm(x + delta, weight, 1e-6, offset))
-    eager_total, eager_normed = TORCH_KERNELS.add_rms_norm(x, delta, weight, 1e-6, offset)
+    assert torch.equal(normed, native.rms_norm(x + delta, weight, NormSpec(1e-6, offset)))
+    eager_total, eager_normed = TORCH_KERNELS.add_rms_norm(x, delta, weight, NormSpec(1e-6, offset))
     assert torch.equal(eager_total, x + delta) and _close(normed, eager_normed, 1e-5)
 
 
@@ -144,10 +145,10 @@ def test_the_residual_add_and_norm_into_its_inputs_equal_new_tensors_to_the_bit(
     g = torch.Generator().manual_seed(dim)
     x, delta, weight = (torch.randn(vectors, dim, generator=g) for _ in range(3))
     weight = weight[0]
-    want_total, want_normed = native.add_rms_norm(x, delta, weight, 1e-6, 0.0)
+    want_total, want_normed = native.add_rms_norm(x, delta, weight, NormSpec(1e-6))
     for kernels in (native, TORCH_KERNELS):
         x2, delta2 = x.clone(), delta.clone()
-        total, normed = kernels.add_rms_norm_(x2, delta2, weight, 1e-6, 0.0)
+        total, normed = kernels.add_rms_norm_(x2, delta2, weight, NormSpec(1e-6))
         assert total.data_ptr() == x2.data_ptr()  # the sum is written into x
         assert torch.equal(total, want_total) and _close(normed, want_normed, 1e-5)
         if kernels is native:
@@ -162,8 +163,8 @@ def test_the_residual_add_and_norm_of_mixed_dtypes_promotes_as_the_plain_sum() -
         torch.ones(8),
     )
     before = x.clone()
-    total, normed = TORCH_KERNELS.add_rms_norm_(x, delta, weight, 1e-6, 0.0)
-    want = TORCH_KERNELS.add_rms_norm(before, delta, weight, 1e-6, 0.0)
+    total, normed = TORCH_KERNELS.add_rms_norm_(x, delta, weight, NormSpec(1e-6))
+    want = TORCH_KERNELS.add_rms_norm(before, delta, weight, NormSpec(1e-6))
     assert total.dtype == torch.float32 and torch.equal(total, want[0]) and torch.equal(normed, want[1])
     assert torch.equal(x, before)
 
@@ -172,9 +173,9 @@ def test_the_residual_add_and_norm_of_views_gives_new_tensors(native) -> None:
     g = torch.Generator().manual_seed(0)
     x, delta = torch.randn(3, 10, generator=g)[:, 1:-1], torch.randn(3, 8, generator=g)
     weight, before = torch.randn(8, generator=g), x.clone()
-    total, normed = native.add_rms_norm_(x, delta, weight, 1e-6, 0.0)
+    total, normed = native.add_rms_norm_(x, delta, weight, NormSpec(1e-6))
     assert torch.equal(x, before)  # a view is not written: the results are new tensors
-    want = native.add_rms_norm(x, delta, weight, 1e-6, 0.0)
+    want = native.add_rms_norm(x, delta, weight, NormSpec(1e-6))
     assert torch.equal(total, want[0]) and torch.equal(normed, want[1])
 
 

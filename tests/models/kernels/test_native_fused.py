@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from radixflow.models.kernels.ssd import Mamba2Step
+from radixflow.models.kernels.step import NormSpec
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 
 TOL = 1e-5
@@ -135,11 +136,11 @@ def test_the_norm_and_rotary_call_equals_the_two_calls(native, tokens, heads, di
     angles = torch.randn(tokens, 1, rot // 2, generator=g)
     cos, sin = torch.cat([angles.cos()] * 2, dim=-1), torch.cat([angles.sin()] * 2, dim=-1)
     for x in (dense, gated, wide):
-        got = native.rms_norm_rotary(x, weight, 1e-6, offset, cos, sin)
-        assert torch.equal(got, native.rotary(native.rms_norm(x, weight, 1e-6, offset), cos, sin))
-        assert _close(got, TORCH_KERNELS.rms_norm_rotary(x, weight, 1e-6, offset, cos, sin), 1e-5)
-    assert TORCH_KERNELS.rms_norm_rotary(dense, weight, 1e-6, offset, cos, sin).equal(
-        TORCH_KERNELS.rotary(TORCH_KERNELS.rms_norm(dense, weight, 1e-6, offset), cos, sin)
+        got = native.rms_norm_rotary(x, weight, NormSpec(1e-6, offset), cos, sin)
+        assert torch.equal(got, native.rotary(native.rms_norm(x, weight, NormSpec(1e-6, offset)), cos, sin))
+        assert _close(got, TORCH_KERNELS.rms_norm_rotary(x, weight, NormSpec(1e-6, offset), cos, sin), 1e-5)
+    assert TORCH_KERNELS.rms_norm_rotary(dense, weight, NormSpec(1e-6, offset), cos, sin).equal(
+        TORCH_KERNELS.rotary(TORCH_KERNELS.rms_norm(dense, weight, NormSpec(1e-6, offset)), cos, sin)
     )
 
 

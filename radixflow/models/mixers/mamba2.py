@@ -25,6 +25,7 @@ from torch import nn
 
 from radixflow.models.batch import ForwardBatch
 from radixflow.models.decode_rows import DecodeRows
+from radixflow.models.kernels.backend import Kernels
 from radixflow.models.kernels.ssd import Mamba2Step
 from radixflow.models.layers import ACTIVATIONS, Config
 from radixflow.models.seq_spec import wave_segments
@@ -134,13 +135,19 @@ class Mamba2Mixer(nn.Module):
             proj = proj * self.mup_vector
         # split_with_sizes: the same views as `split`, without its Python wrapper
         z, xbc, dt = proj.split_with_sizes([s.inner, s.conv_dim, s.heads], dim=-1)
-        y = self._mix(batch, xbc, dt)
-        if s.norm != "none":  # nemotron: the gate first; falcon: as its config says
-            before = s.norm == "falcon" and s.norm_before_gate
-            y = batch.kernels.group_gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, before)
-        else:
-            y = y * F.silu(z.float())
+        y = self.gate(self._mix(batch, xbc, dt), z, batch.kernels)
         return self.out_proj(y if y.dtype == x.dtype else y.to(x.dtype))
+
+    def gate(self, y: torch.Tensor, z: torch.Tensor, kernels: Kernels) -> torch.Tensor:
+        """The heads' output ``y`` (float32) gated by ``silu(z)``: through the grouped RMSNorm
+        where the layer has one (nemotron: the gate first; falcon: as its config says), else
+        times ``silu(z)`` taken in ``z``'s dtype, as transformers' Falcon-H1 takes it (one
+        rounding apart below float32 from a silu in float32)."""
+        s = self.spec
+        if s.norm == "none":
+            return y * F.silu(z)
+        before = s.norm == "falcon" and s.norm_before_gate
+        return kernels.group_gated_rms_norm(y, z, self.norm.weight, s.norm_groups, s.eps, before)
 
     def _mix(self, batch: ForwardBatch, xbc: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
         """The heads' output ``[T, inner]`` (float32) of every row: the one-token rows in batched

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hf_configs import CONFIGS, VOCAB, save_reference
 from model_utils import BLOCK, Pools, one_thread, prompt, run  # noqa: F401 (fixture)
 
+from radixflow.models.families.falcon_h1 import FalconH1ForCausalLM, falcon_mamba_spec
 from radixflow.models.io.loader import load_model
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
 from radixflow.models.kv_pool import KVPool
-from radixflow.models.layers import RMSNorm
+from radixflow.models.layers import Config, RMSNorm
 from radixflow.models.mixers.gated_deltanet import GatedRMSNorm
 from radixflow.models.mixers.mamba2 import Mamba2Mixer
 from radixflow.models.seq_spec import SeqSpec
@@ -89,12 +91,19 @@ def test_mamba2_gated_norms(pair) -> None:
     ours, ref = pair
     mixers = [(n, m) for n, m in named(ours, Mamba2Mixer) if m.spec.norm != "none"]
     for name, mixer in mixers or pytest.skip("no Mamba2 layer with a gated norm"):
-        s = mixer.spec
-        y, z = rows(s.inner, 5, torch.float32), rows(s.inner, 6)
-        before = s.norm == "falcon" and s.norm_before_gate
-        got = TORCH_KERNELS.group_gated_rms_norm(y, z, mixer.norm.weight, s.norm_groups, s.eps, before)
+        y, z = rows(mixer.spec.inner, 5, torch.float32), rows(mixer.spec.inner, 6)
         want = ref_module(ref, f"{name}.norm")(y, z)
-        assert torch.equal(got.to(BF16), want.to(BF16)), name
+        assert torch.equal(mixer.gate(y, z, TORCH_KERNELS).to(BF16), want.to(BF16)), name
+
+
+def test_falcon_mamba2_gate_without_a_norm() -> None:
+    """Falcon-H1 without ``mamba_rms_norm``: transformers' torch forward multiplies the float32
+    scan output by ``silu(gate)`` taken in the model's dtype (``FalconH1Mixer.torch_forward``)."""
+    _, fields = CONFIGS["falcon_h1-mup"]
+    config = Config({**FalconH1ForCausalLM.config_defaults, **fields, "mamba_rms_norm": False})
+    mixer = Mamba2Mixer(falcon_mamba_spec(config), 0).to(BF16)
+    y, z = rows(mixer.spec.inner, 5, torch.float32), rows(mixer.spec.inner, 6)
+    assert torch.equal(mixer.gate(y, z, TORCH_KERNELS), y * F.silu(z))
 
 
 @pytest.mark.parametrize("pair", EXACT_PREFILL, indirect=True)

@@ -87,11 +87,18 @@ class FleetFigures:
             return
         if why is None and was is not None:  # the log said it went down: it says it came back
             serving = len(reports) - len(self._dead)
-            # a warning as that was: nothing configures logging in `serve`, where Python shows
-            # warnings and above only
-            log.warning("the fleet serves again: %d replica%s running", serving, "" if serving == 1 else "s")
+            # logged as a warning as that was (nothing configures logging in `serve`, where Python
+            # shows warnings and above only), worded as news: the fleet's source, not a warning
+            log.warning(
+                "radixflow: the fleet serves again: %d replica%s running",
+                serving,
+                "" if serving == 1 else "s",
+            )
         if why is not None and was is None:
-            log.warning("the fleet serves nothing: %s; requests get a 503 until a replica serves", why)
+            log.warning(
+                "radixflow: warning: the fleet serves nothing: %s; requests get a 503 until a replica serves",
+                why,
+            )
             for watcher in list(self._watchers):
                 watcher(why)
 

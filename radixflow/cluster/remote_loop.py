@@ -229,7 +229,7 @@ class RemoteLoop:
                     self._answer(flight, Final(flight.index, None, 503, why))
                     return
                 self.retried += 1
-                log.warning("%s; retrying on another replica", why)
+                log.warning("radixflow: warning: %s; retrying on another replica", why)
                 if isinstance(e, NotTaken):  # it would look the least loaded again: it answers at once
                     job = replace(job, avoid=job.avoid | {e.replica})
 

@@ -85,7 +85,7 @@ class TraceFile:
             try:
                 self.flush()
             except OSError:
-                log.warning("trace stopped: %s", self.error)
+                log.warning("radixflow: warning: trace stopped: %s", self.error)
 
     def flush(self) -> None:
         """Append the waiting events; the file stays valid JSON (raises OSError). Names of

@@ -87,7 +87,7 @@ class BuildStore:
             if not built(target, digest):
                 why = damage(target, digest)
                 if why is not None:  # a cache rebuilt without a word looks like a slow start
-                    log.warning("rebuilding the zoo's %s in %s: %s", name, target, why)
+                    log.warning("radixflow: warning: rebuilding the zoo's %s in %s: %s", name, target, why)
                 if locked:  # unlocked, a temporary directory may be a build under way elsewhere
                     self._sweep()
                 tmp = self._build_dir(name)  # the name, not the target's: `_sweep` finds what a kill leaves

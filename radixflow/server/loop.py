@@ -224,7 +224,7 @@ class EngineLoop:
         try:
             self.engine.flush_events()
         except OSError as e:
-            log.warning("%s: %s", NOT_WRITTEN, e.strerror or e)
+            log.warning("radixflow: warning: %s: %s", NOT_WRITTEN, e.strerror or e)
 
     def _next_commands(self) -> bool:
         """Wait for something to do and run the commands that came in. False: time to stop."""

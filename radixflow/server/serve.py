@@ -78,7 +78,7 @@ class Server(uvicorn.Server):
 
     def hurry(self) -> None:
         """End the drain now: the engine loop answers every unfinished request with a 503."""
-        log.warning("second signal: answering unfinished requests with 503 and exiting")
+        log.warning("radixflow: warning: second signal: answering unfinished requests with 503 and exiting")
         self.state.loop.shutdown(0.0)
         self._engine_due = min(self._engine_due, time.monotonic() + self.ENGINE_GRACE_S)
 
@@ -122,8 +122,8 @@ class Server(uvicorn.Server):
 
     def _leave_engine(self) -> None:
         log.warning(
-            "the engine did not finish its round within %.0f s of the drain's end (stuck); its "
-            "requests were answered with 503 and the server exits without it",
+            "radixflow: warning: the engine did not finish its round within %.0f s of the drain's end "
+            "(stuck); its requests were answered with 503 and the server exits without it",
             self.ENGINE_GRACE_S,
         )
         self.engine_left = True
@@ -134,7 +134,9 @@ class Server(uvicorn.Server):
         # requests are answered only once its grace is over): the clients' time to take them
         while not self._past_hurry():
             await asyncio.sleep(0.1)
-        log.warning("clients did not take their answers within %.0f s; closing", self.HURRY_S)
+        log.warning(
+            "radixflow: warning: clients did not take their answers within %.0f s; closing", self.HURRY_S
+        )
         self.force_exit = True
 
 

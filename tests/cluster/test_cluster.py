@@ -97,10 +97,13 @@ DELTA = WireEvent(Delta(0, StreamDelta((9,), "x")))
 FINAL = WireEvent(Final(0, output()), None, "replica-b")
 
 
-def test_a_replica_dying_before_it_answers_is_retried_elsewhere():
+def test_a_replica_dying_before_it_answers_is_retried_elsewhere(caplog):
     open_stream, calls = stream_of([ConnectionError("actor died")], [DELTA, FINAL])
     loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
-    events = asyncio.run(serve(loop))[0]
+    with caplog.at_level("WARNING", logger="radixflow.cluster"):
+        events = asyncio.run(serve(loop))[0]
+    [said] = [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"]
+    assert said.startswith("radixflow: warning: the replica serving this request failed: ConnectionError")
     assert [type(e) for e in events] == [Delta, Final] and events[-1].output is not None
     assert len(calls) == 2 and loop.retried == 1
     assert loop.replicas["replica-b"].answered == 1 and loop.replicas["replica-b"].reused_tokens == 2

@@ -122,6 +122,7 @@ def test_a_fleet_with_no_replica_left_running_is_down_and_logs_why_once(caplog):
     assert heard == [why]
     said = [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"]
     assert len(said) == 1 and why in said[0] and "503" in said[0]
+    assert said[0].startswith("radixflow: warning: the fleet serves nothing: ")
     figures.update({"c": None})  # a replacement started
     assert figures.down() is None
 
@@ -139,7 +140,7 @@ def test_a_fleet_serving_again_says_so_once(caplog):
         figures.update({"b": None, "c": None})
         figures.update({"b": None, "c": None})  # still serving: said once
     said = [r.getMessage() for r in caplog.records if r.name == "radixflow.cluster"]
-    assert said == ["the fleet serves again: 2 replicas running"]
+    assert said == ["radixflow: the fleet serves again: 2 replicas running"]
 
 
 def test_a_fleet_serving_again_says_so_where_it_said_it_went_down():
@@ -160,5 +161,5 @@ def test_a_fleet_serving_again_says_so_where_it_said_it_went_down():
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=checkout_env())
     lines = run.stderr.splitlines()
     assert run.returncode == 0 and len(lines) == 2, run.stderr
-    assert lines[0].startswith("the fleet serves nothing")
-    assert lines[1] == "the fleet serves again: 1 replica running"
+    assert lines[0].startswith("radixflow: warning: the fleet serves nothing")  # named as the CLI's are
+    assert lines[1] == "radixflow: the fleet serves again: 1 replica running"

@@ -316,6 +316,7 @@ def _rebuilt_saying(caplog, tmp_path, path) -> str:
         assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == path
     said = [r.getMessage() for r in caplog.records if r.name.startswith("radixflow")]
     assert len(said) == 1 and "\n" not in said[0] and str(path) in said[0]
+    assert said[0].startswith("radixflow: warning: rebuilding the zoo's llama-tiny in ")  # as the CLI's
     return said[0]
 
 

@@ -114,4 +114,5 @@ class ModelHolder:
         try:
             self.model.setup.flush_trace()
         except OSError as e:
-            warnings.warn(f"{NOT_WRITTEN}: {e.strerror or e}", RuntimeWarning, stacklevel=3)
+            said = f"radixflow: warning: {NOT_WRITTEN}: {e.strerror or e}"  # as the command line words one
+            warnings.warn(said, RuntimeWarning, stacklevel=3)

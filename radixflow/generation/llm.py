@@ -56,7 +56,8 @@ class LLM(ModelHolder):
         messages += clock_warnings(self.options, "torch_threads=1")
         messages += dtype_warnings(self.options, 'dtype="float32"')
         for message in messages:
-            warnings.warn(message, UserWarning, stacklevel=2)  # as the command line warns of its flags
+            # worded as the command line warns of its flags: shown at the caller's line, it names its source
+            warnings.warn(f"radixflow: warning: {message}", UserWarning, stacklevel=2)
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LLM:

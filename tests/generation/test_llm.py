@@ -27,6 +27,7 @@ from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MODEL = "qwen3_5-tiny"
+WARNS = "^radixflow: warning: "  # how a warning names its source, as the command line's do
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
     "The quick brown fox jumps over the lazy dog. " * 3 + "Then it ran away.",
@@ -464,11 +465,15 @@ def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
 
 def test_options_that_cannot_change_the_engine_are_warned_about_as_the_command_line_does(zoo):
     # `generate --tflops 3` warns that it sets the sim cost model; LLM(model, tflops=3) took it silently
-    with pytest.warns(UserWarning, match=r"^per_request_ms, tflops have no effect with the torch runner"):
+    with pytest.warns(
+        UserWarning, match=WARNS + r"per_request_ms, tflops have no effect with the torch runner"
+    ):
         LLM(MODEL, kv_blocks=64, state_slots=8, tflops=3.0, per_request_ms=1.0)
-    with pytest.warns(UserWarning, match=r"^state_slots has no effect on a full-attention model"):
+    with pytest.warns(UserWarning, match=WARNS + r"state_slots has no effect on a full-attention model"):
         LLM("qwen3-tiny", kv_blocks=64, state_slots=8)
-    with pytest.warns(UserWarning, match=r"^placement has no effect with state_slots 0: no checkpoint"):
+    with pytest.warns(
+        UserWarning, match=WARNS + r"placement has no effect with state_slots 0: no checkpoint"
+    ):
         LLM(MODEL, kv_blocks=64, state_slots=0, placement="lone")
 
 
@@ -480,7 +485,7 @@ def test_the_cpu_clock_with_spinning_threads_is_warned_about_as_the_command_line
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     threads = torch.get_num_threads()
     try:
-        with pytest.warns(UserWarning, match=r"^clock cpu with 2 torch threads .*torch_threads=1$"):
+        with pytest.warns(UserWarning, match=WARNS + r"clock cpu with 2 torch threads .*torch_threads=1$"):
             LLM(MODEL, kv_blocks=64, state_slots=8, clock="cpu", torch_threads=2).close()
     finally:
         torch.set_num_threads(threads)  # the process's one pool: LLM(torch_threads=...) leaves it set
@@ -489,7 +494,9 @@ def test_the_cpu_clock_with_spinning_threads_is_warned_about_as_the_command_line
 def test_a_dtype_below_float32_is_warned_about_as_the_command_line_does(zoo):
     # `generate --dtype bfloat16` warns that outputs are no longer a no-cache run's; LLM(model,
     # dtype="bfloat16") took it silently
-    with pytest.warns(UserWarning, match=r'^dtype bfloat16 \(below float32\).*use dtype="float32" for exact'):
+    with pytest.warns(
+        UserWarning, match=WARNS + r'dtype bfloat16 \(below float32\).*use dtype="float32" for exact'
+    ):
         LLM(MODEL, kv_blocks=64, state_slots=8, dtype="bfloat16").close()
 
 
@@ -910,7 +917,7 @@ def test_a_trace_the_disk_stops_mid_call_is_a_warning_of_that_call_and_of_each_c
     llm = LLM(MODEL, kv_blocks=256, state_slots=64, trace_out=str(path))
     monkeypatch.setattr(TraceFile, "_append", no_room)  # the first flush writes the file, the next fail
     for prompt in PROMPTS[:2]:
-        with pytest.warns(RuntimeWarning, match=f"^{NOT_WRITTEN}: No space left on device$"):
+        with pytest.warns(RuntimeWarning, match=f"{WARNS}{NOT_WRITTEN}: No space left on device$"):
             llm.generate(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
     assert json.loads(path.read_text())["traceEvents"]  # valid JSON: the first round's events
 

@@ -7,7 +7,6 @@ import shlex
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -162,6 +161,7 @@ def _store_own_fits(
     """Each model's own fit where the torch runner finds it again (`runners.profile_store`):
     keyed by the model and this machine, with the threads, kernels and matmul routes the timing
     used (``runners``: each model's, as `calibrate` records them)."""
+    from radixflow.cli.args import warn  # the command line's package imports this one
     from radixflow.models.zoo import ensure_model
     from radixflow.runners.profile_store import RunnerSettings, save_stored, store_key
 
@@ -171,8 +171,7 @@ def _store_own_fits(
         try:
             path = save_stored(profile, key)
         except OSError as e:
-            why = escape(str(e.strerror or e))
-            console.print(f"[yellow]warning:[/] {escape(model)}'s round profile not stored: {why}")
+            warn(f"{model}'s round profile not stored: {e.strerror or e}")  # the run's results stand
             continue
         threads = f"{plan.threads} torch thread{'s' if plan.threads != 1 else ''}"
         matmul = f"--matmul {settings.matmul}" if settings.matmul else "torch's own matmul"

@@ -211,6 +211,31 @@ def test_the_stored_profile_says_which_runs_will_find_it(monkeypatch):
     assert "the native kernels and --matmul single=native,decode=onednn,prefill=mkl" in text
 
 
+def test_a_profile_the_store_refuses_is_a_warning_line_on_stderr(monkeypatch, capsys):
+    # it was "warning: M's round profile not stored" in yellow among the results on stdout: no
+    # source named, as the command line's other warnings name it, and not where warnings go
+    import io
+
+    from rich.console import Console
+
+    from radixflow.calibration import command
+    from radixflow.calibration.run import CalibrationPlan
+    from radixflow.runners import profile_store
+
+    def refused(profile, key):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("radixflow.models.zoo.ensure_model", lambda model: model)
+    monkeypatch.setattr(profile_store, "store_key", lambda *a: a)
+    monkeypatch.setattr(profile_store, "save_stored", refused)
+    out = io.StringIO()
+    plan = CalibrationPlan(models=("qwen3_5-tiny",))
+    runners = {"qwen3_5-tiny": {"kernels": "torch", "matmul": None}}
+    command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=60), runners)
+    said = "radixflow: warning: qwen3_5-tiny's round profile not stored: Permission denied"
+    assert (out.getvalue(), capsys.readouterr().err.splitlines()) == ("", [said])
+
+
 @pytest.mark.parametrize("clock", [[], ["--clock", "cpu"]], ids=["default", "given"])
 def test_the_cpu_clock_with_more_threads_is_one_line_naming_both(tmp_path, capsys, clock):
     """The line said "--clock cpu times one thread" without the thread count given, and without

@@ -29,7 +29,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,12 +39,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import openai
 
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
+from radixflow.server.listen import announced_url
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
 INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (another: it failed)
@@ -114,12 +115,6 @@ def rotated(routers: list[str], trial: int) -> list[str]:
     return routers[k:] + routers[:k]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ray_processes(ray_dir: str) -> int:
     """This run's Ray processes: those whose session lives under ``ray_dir`` (the server's
     ``RAY_TMPDIR``), whatever other Ray instances share the machine (another run's, a test's)."""
@@ -128,24 +123,38 @@ def ray_processes(ray_dir: str) -> int:
     return sum(("raylet" in line or "gcs_server" in line) for line in ours)
 
 
-def start(model: str, replicas: int, router: str, port: int, log: Path, ray_dir: str) -> subprocess.Popen:
+def start(model: str, replicas: int, router: str, log: Path, ray_dir: str) -> subprocess.Popen:
+    """The server on a port it picks (``--port 0``, bound before Ray starts), said in its banner."""
     cmd = [sys.executable, "-m", "radixflow.cli", "serve", model, "--replicas", str(replicas)]
-    cmd += ["--router", router, "--port", str(port), "--log-level", "warning"]
+    cmd += ["--router", router, "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
     cmd += ["--policy", "radixflow"]  # the policy of docs/fleet.md's figures (adaptive is the default now)
     env = {**os.environ, "RAY_TMPDIR": ray_dir}  # its Ray session under a directory of its own
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
 
 
-def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> None:
+def announced_port(log: Path) -> int | None:
+    """The port the server's banner in its ``log`` names; None before the banner is out."""
+    urls = (announced_url(line) for line in log.read_text(errors="replace").splitlines())
+    url = next(filter(None, urls), None)
+    return None if url is None else urlsplit(url).port
+
+
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> int:
+    """The server's port, once it answers ``/health`` there."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        port = announced_port(log)
+        if port is not None and healthy(port):
+            return port
         time.sleep(1)
     raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
 
@@ -255,20 +264,15 @@ def ray_settled(ray_dir: str, timeout_s: float = 120.0) -> int:
 
 
 def started(args: argparse.Namespace, router: str, log: Path, ray_dir: str) -> tuple[subprocess.Popen, int]:
-    """The server, ready; a port Ray's own processes took meanwhile is tried again elsewhere."""
-    for attempt in range(3):
-        port = free_port()
-        proc = start(args.model, args.replicas, router, port, log, ray_dir)
-        try:
-            wait_ready(proc, port, args.start_timeout)
-            return proc, port
-        except RuntimeError:
-            if proc.poll() is None or attempt == 2 or "address already in use" not in log.read_text():
-                proc.kill()
-                proc.wait()  # reaped: its Ray processes (fate-shared) go with it
-                raise
-            time.sleep(5)  # its Ray instance shuts down first
-    raise AssertionError("unreachable")
+    """The server, ready, and its port: the one it bound itself before Ray started, so neither a
+    parallel run nor Ray's own processes can take it between its choice and its bind."""
+    proc = start(args.model, args.replicas, router, log, ray_dir)
+    try:
+        return proc, wait_ready(proc, log, args.start_timeout)
+    except RuntimeError:
+        proc.kill()
+        proc.wait()  # reaped: its Ray processes (fate-shared) go with it
+        raise
 
 
 def fleet_tokens(port: int) -> tuple[dict[str, Any], int, int]:

@@ -177,3 +177,35 @@ def test_a_fleet_answer_that_is_not_ok_says_its_status_and_body(fleet_serve, mon
     monkeypatch.setattr(fleet_serve.httpx, "get", lambda *a, **k: answer)
     with pytest.raises(RuntimeError, match="/fleet on port 9 answered 500: 'Internal Server Error'"):
         fleet_serve.fleet_tokens(9)
+
+
+def test_the_fleet_binds_port_0_and_is_reached_where_its_banner_says(fleet_serve, monkeypatch, tmp_path):
+    # a port picked here (a socket bound, released, passed as --port) could be taken by another
+    # process (a parallel test's, Ray's own) before the server bound it: the server picks its own
+    # and says it in its banner, which lands in the run's log
+    got: dict[str, object] = {}
+    banner = "radixflow: serving m on http://127.0.0.1:41234/v1 (2 replicas on Ray Serve, router pow2)\n"
+
+    class Proc:
+        returncode = None
+
+        def __init__(self, cmd, stdout, **_):
+            got["cmd"] = cmd
+            stdout.write("Ray starting\n" + banner)
+            stdout.close()
+
+        def poll(self):
+            return None
+
+    def get(url, **_):
+        got.setdefault("urls", []).append(url)
+        return SimpleNamespace(status_code=200)
+
+    monkeypatch.setattr(fleet_serve.subprocess, "Popen", Proc)
+    monkeypatch.setattr(fleet_serve.httpx, "get", get)
+    args = SimpleNamespace(model="m", replicas=2, start_timeout=5.0)
+    proc, port = fleet_serve.started(args, "pow2", tmp_path / "pow2.log", str(tmp_path))
+    cmd = got["cmd"]
+    assert isinstance(proc, Proc) and port == 41234
+    assert cmd[cmd.index("--port") + 1] == "0" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert got["urls"] == ["http://127.0.0.1:41234/health"]

@@ -205,7 +205,7 @@ def trace_failure_held() -> Iterator[None]:
     """The `LLM`'s warning of a trace it could not write held back: a Python warning pointing into
     radixflow's source, where the command says it in one line once its work is done (`write_trace`)."""
     with warnings.catch_warnings():
-        held = f"radixflow: warning: {NOT_WRITTEN}"  # the start of the message `ModelHolder` warns with
+        held = f"radixflow: {NOT_WRITTEN}"  # the start of the message `ModelHolder` warns with
         warnings.filterwarnings("ignore", message=held, category=RuntimeWarning)
         yield
 

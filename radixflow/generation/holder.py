@@ -114,5 +114,5 @@ class ModelHolder:
         try:
             self.model.setup.flush_trace()
         except OSError as e:
-            said = f"radixflow: warning: {NOT_WRITTEN}: {e.strerror or e}"  # as the command line words one
+            said = f"radixflow: {NOT_WRITTEN}: {e.strerror or e}"  # named; the category says "warning"
             warnings.warn(said, RuntimeWarning, stacklevel=3)

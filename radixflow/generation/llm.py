@@ -56,8 +56,9 @@ class LLM(ModelHolder):
         messages += clock_warnings(self.options, "torch_threads=1")
         messages += dtype_warnings(self.options, 'dtype="float32"')
         for message in messages:
-            # worded as the command line warns of its flags: shown at the caller's line, it names its source
-            warnings.warn(f"radixflow: warning: {message}", UserWarning, stacklevel=2)
+            # shown at the caller's line after its category ("UserWarning: radixflow: ..."), it names
+            # its source; the command line's own lines read "radixflow: warning: ..."
+            warnings.warn(f"radixflow: {message}", UserWarning, stacklevel=2)
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LLM:

@@ -27,7 +27,7 @@ from radixflow.scheduler.request import Request
 from radixflow.scheduler.sampling import SamplingParams as TokenSamplingParams
 
 MODEL = "qwen3_5-tiny"
-WARNS = "^radixflow: warning: "  # how a warning names its source, as the command line's do
+WARNS = "^radixflow: "  # a Python warning names its source; its category says it warns
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
     "The quick brown fox jumps over the lazy dog. " * 3 + "Then it ran away.",

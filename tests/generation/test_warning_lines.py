@@ -1,5 +1,6 @@
-"""The `LLM`'s Python warnings name their source as the command line's do (`radixflow: warning:`):
-a warning raised at the caller's line (``stacklevel``) shows the caller's file, not radixflow."""
+"""The `LLM`'s Python warnings name their source (`radixflow: `; Python's display adds the category,
+"UserWarning: radixflow: ..."): a warning raised at the caller's line (``stacklevel``) shows the
+caller's file, not radixflow."""
 
 from __future__ import annotations
 
@@ -28,5 +29,5 @@ def test_a_trace_the_llm_cannot_write_is_a_prefixed_warning_a_command_holds_back
     caught: list[warnings.WarningMessage] = []
     _unwritten(caught)
     said = [(w.category, str(w.message)) for w in caught]
-    unwritten = "radixflow: warning: the trace was not written: No space left on device"
+    unwritten = "radixflow: the trace was not written: No space left on device"
     assert said == [(RuntimeWarning, unwritten)]

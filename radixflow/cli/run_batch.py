@@ -125,8 +125,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_output_paths({"--output": output, "--trace-out": trace}, inputs)
     with claimed("--output", output):  # held to the end: another run for --output is refused
         check_partial("--output", output, inputs | {"--trace-out": trace})
-        # the fields as asdict gives them (a partial file's digest unchanged), the body not copied:
-        # asdict recursed twice per level, past the limit for a body nested as deep as json reads
+        # asdict's fields (the partial's digest as before), the body uncopied: asdict recursed too deep
         answers = ({**vars(line)} for line in lines)
         record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
         lines, kept = _go_on(output, args.restart, record, lines)

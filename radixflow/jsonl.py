@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+# why a document nested past the parser's recursion is not read, in every reader's words
+TOO_DEEP = "nested too deeply"
 # the first bytes of the compressed files a JSONL input is most often saved as
 COMPRESSED = {
     b"\x1f\x8b": "gzip",
@@ -66,7 +68,7 @@ def json_value(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise ValueError(TOO_DEEP) from None
 
 
 class _KeyTwice(ValueError):
@@ -94,7 +96,7 @@ def json_object(line: str, fields: str, unique: bool = False) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
     except RecursionError:  # the parser recurses per bracket: a garbled or hostile line
-        raise ValueError("not valid JSON (nested too deeply)") from None
+        raise ValueError(f"not valid JSON ({TOO_DEEP})") from None
     except ValueError:  # json.loads' other one: an integer past Python's limit on digits it reads
         raise ValueError(f"not valid JSON (a number of over {sys.get_int_max_str_digits()} digits)") from None
     if not isinstance(row, dict):

@@ -20,8 +20,9 @@ from typing import IO, Any
 import httpx
 from fastapi import FastAPI
 
-from radixflow.jsonl import json_object, numbered_lines
+from radixflow.jsonl import TOO_DEEP, json_object, numbered_lines
 from radixflow.problems import counted
+from radixflow.server.errors import error_body
 
 URLS = ("/v1/completions", "/v1/chat/completions", "/v1/score")
 JSON = {"content-type": "application/json"}
@@ -165,9 +166,13 @@ async def _answer(client: httpx.AsyncClient, line: BatchLine, arrivals: _Arrival
     completion's prompts times n), so bodies of several can fill the queue: the only 429 a route
     gives is a full queue, which holds this batch's requests alone, so the line is posted again
     once another answer has freed room (one was unanswered when it was refused)."""
+    try:
+        content = encoded(line.body)
+    except RecursionError:  # read near json's limit, encoded on a worker's deeper stack
+        return httpx.Response(400, json=error_body(400, f"malformed JSON body: {TOO_DEEP}"))
     while True:
         seen = arrivals.count
-        answer = await client.post(line.url, content=encoded(line.body), headers=JSON)
+        answer = await client.post(line.url, content=content, headers=JSON)
         if answer.status_code != 429:
             return answer
         await arrivals.past(seen)

@@ -25,6 +25,8 @@ from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixflow.jsonl import TOO_DEEP
+
 
 def parse_json(body: bytes) -> Any:
     """``body``'s value, as ``json.loads`` gives it; raises what ``json.loads`` raises (a
@@ -37,7 +39,7 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except RecursionError:  # FastAPI would answer "There was an error parsing the body"
         text = body.decode("utf-8", "replace")
-        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+        raise json.JSONDecodeError(TOO_DEEP, text, 0) from None
 
 
 class FastJsonRequest(Request):

@@ -120,6 +120,27 @@ def test_a_body_nested_as_deep_as_json_reads_is_answered(zoo, tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_a_body_json_read_but_too_deep_to_post_is_answered_400():
+    """A line nested nearly as deep as json reads (980 from the command line) was read, then
+    re-encoded for its post on the worker's deeper stack: a RecursionError traceback ended the
+    run where a line a little less deep was answered 400 by the route. Past any stack, here."""
+    from radixflow.server.batch import BatchLine, _answer, _Arrivals
+
+    deep: Any = "ok"
+    for _ in range(sys.getrecursionlimit() + 100):
+        deep = [deep]
+    line = BatchLine(1, "a", "/v1/completions", {"model": MODEL, "x": deep})
+
+    class Unposted:
+        async def post(self, *args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a body json cannot write was posted")
+
+    answer = asyncio.run(_answer(Unposted(), line, _Arrivals()))  # type: ignore[arg-type]
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["message"] == "malformed JSON body: nested too deeply"
+    assert error["type"] == "invalid_request_error"
+
+
 def test_a_byte_that_is_not_utf8_is_named_by_its_line(zoo, tmp_path, capsys):
     # it was "cannot read in.jsonl: 'utf-8' codec can't decode byte 0xff in position 164": an
     # offset in the whole file, where every other error names the line

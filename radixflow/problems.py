@@ -126,3 +126,9 @@ def flag(param: str) -> str:
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1: "1 context", "2 contexts"."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr, as every command says one (the run goes on); here, a leaf,
+    for the commands below the command line's package (calibrate's own, in `calibration`)."""
+    print(f"radixflow: warning: {message}", file=sys.stderr)

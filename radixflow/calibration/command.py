@@ -21,6 +21,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.engine.clocks import ROUND_CLOCKS
 from radixflow.options.flags import file_path_arg, not_stdout, parse_int
 from radixflow.options.model_arg import model_spelling
+from radixflow.problems import warn
 from radixflow.progress import LoggedProgress
 
 ACCEPTABLE = 0.15  # median absolute error on held-out rounds that the issue accepts
@@ -161,7 +162,6 @@ def _store_own_fits(
     """Each model's own fit where the torch runner finds it again (`runners.profile_store`):
     keyed by the model and this machine, with the threads, kernels and matmul routes the timing
     used (``runners``: each model's, as `calibrate` records them)."""
-    from radixflow.cli.args import warn  # the command line's package imports this one
     from radixflow.models.zoo import ensure_model
     from radixflow.runners.profile_store import RunnerSettings, save_stored, store_key
 

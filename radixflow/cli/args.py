@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import os
 import stat
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, inef
 from radixflow.options.flags import given, parse_float, parse_int
 from radixflow.options.runners import runner_name
 from radixflow.options.torch_choice import device_problem
-from radixflow.problems import ProblemError
+from radixflow.problems import ProblemError, warn
 from radixflow.user_paths import folder_problem
 
 if TYPE_CHECKING:
@@ -165,11 +164,6 @@ def add_restart_flag(group: argparse._ArgumentGroup) -> None:
         "finished (without it, those rows are kept and only the lines they lack are run; rows "
         "computed from another input, or under another model or option that changes them, are refused)",
     )
-
-
-def warn(message: str) -> None:
-    """A one-line warning on stderr (the run goes on)."""
-    print(f"radixflow: warning: {message}", file=sys.stderr)
 
 
 def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions, local: bool = True) -> None:

@@ -25,15 +25,23 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
-def parse_size(text: str) -> int | Problem:
-    """``text`` in bytes, or the `Problem` with it (named ``size``: the caller renames it). Pure."""
+def read_size(text: str) -> float | Problem:
+    """``text``'s bytes, whatever their number (inf for a thousand digits), or the `Problem` with
+    how it is written (named ``size``: the caller renames it); `parse_size` bounds it. Pure."""
     m = _SIZE.fullmatch(text.strip())
     if text.strip().startswith("-"):  # a negative number, said as such
         return Problem("size", f"must be a positive size, got {_shown(text)}")
     if m is None or (m.group(3) and not m.group(2)):  # "iB" names no unit
         return Problem("size", f"must be {EXAMPLES}, got {_shown(text)}")
     number, power, binary = m.group(1), _POWERS[m.group(2).lower()], bool(m.group(3))
-    value = float(number) * (1024 if binary else 1000) ** power  # inf for a thousand digits
+    return float(number) * (1024 if binary else 1000) ** power
+
+
+def parse_size(text: str) -> int | Problem:
+    """``text`` in bytes, or the `Problem` with it (named ``size``: the caller renames it). Pure."""
+    value = read_size(text)
+    if isinstance(value, Problem):
+        return value
     if value > MAX_MEMORY:
         return Problem("size", f"must be at most 1PiB, got {_shown(text)}")
     if value < 1:

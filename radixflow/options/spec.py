@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from radixflow.options.sizes import EXAMPLES, Bytes, parse_size
+from radixflow.options.sizes import EXAMPLES, MAX_MEMORY, Bytes, parse_size, read_size, show_size
 from radixflow.problems import Problem, ProblemError, number_problem, shown
 
 T = TypeVar("T")
@@ -117,10 +117,7 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
     if problem is not None or value is None:
         return problem
     if spec.kind is Bytes:
-        size = in_bytes(value)
-        if isinstance(size, Problem):
-            return Problem(name, size.message)
-        return range_problem(name, size, spec.low, spec.high, spec.range_words)
+        return _bytes_problem(name, value, spec)
     if spec.kind in (int, float):
         return range_problem(name, value, spec.low, spec.high, spec.range_words)
     if spec.kind is str and not value.strip():
@@ -129,6 +126,21 @@ def check_value(name: str, value: Any, spec: OptionSpec, optional: bool) -> Prob
         return Problem(name, f"{value!r} contains a NUL character")
     if spec.choices is not None and value not in spec.choices():
         return Problem(name, f"unknown {name} {value!r} (known: {', '.join(spec.choices())})")
+    return None
+
+
+def _bytes_problem(name: str, value: int | str, spec: OptionSpec) -> Problem | None:
+    """Why a `Bytes` option's ``value`` is not a size within its range, which is said in sizes
+    (as its help says it), with the value as given: not parse_size's own bound (1PiB), nor bytes
+    the user did not type."""
+    size = value if isinstance(value, int) else read_size(value)
+    if isinstance(size, Problem):
+        return Problem(name, size.message)
+    low, high = spec.low or 1, spec.high or MAX_MEMORY
+    if size > high or int(size) < low:  # a fraction of a byte is dropped, as parse_size drops it
+        return Problem(
+            name, f"must be from {show_size(int(low))} to {show_size(int(high))}, got {shown(value)}"
+        )
     return None
 
 

@@ -25,6 +25,7 @@ from radixflow.costmodel.hardware.profile_checks import ProfileError
 from radixflow.costmodel.hardware.profile_files import profile_from_dict
 from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.files import write_whole
+from radixflow.jsonl import json_value
 
 log = logging.getLogger("radixflow.predictor")
 
@@ -155,8 +156,6 @@ def load_stored(key: StoreKey, root: Path | None = None) -> HardwareProfile | No
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:  # bad UTF-8, bad JSON, or an integer too long for Python to read
+        return json_value(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # bad UTF-8, bad JSON, 4300+ digit ints, nesting past the parser
         raise ProfileError(f"not valid JSON ({e})") from None
-    except RecursionError:  # the parser recurses per bracket: a garbled file raised out of the runner
-        raise ProfileError("not valid JSON (nested too deeply to read)") from None

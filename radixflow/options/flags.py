@@ -16,7 +16,7 @@ from typing import Any
 
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
-from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument
+from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, settle_model
 from radixflow.options.sizes import Bytes
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
@@ -214,6 +214,8 @@ def from_args(
     ``one_policy``: the command runs one engine, so ``--policy`` may be given once; ``only``: the
     command declared just these options (`add_engine_flags`), the rest keep their defaults;
     ``local`` False: the engines are built elsewhere (`EngineOptions.validate`)."""
+    if (problem := settle_model(args)) is not None:  # a parser other than the CLI's, which settles it
+        raise ProblemError(Problem("model", problem))
     values = {name: getattr(args, name) for name in given(args, only)}
     if "policy" in values:
         names = policies(args) or []

@@ -1,6 +1,7 @@
 """MODEL on the command line: every command that takes a model takes it as an argument or as
 ``--model MODEL`` (as `vllm serve` does), declared once (`add_model_argument`) and settled once
-the command line is parsed (`settle_model`: the parser of `cli.app` calls it)."""
+the command line is parsed (`settle_model`: the parser of `cli.app` calls it, and `flags.from_args`
+for any other parser, which would leave ``--model`` unread)."""
 
 from __future__ import annotations
 

@@ -78,6 +78,16 @@ def test_from_args_gives_the_options_of_the_given_flags_and_defaults_for_the_res
     assert from_args(_parse([])) == EngineOptions()
 
 
+def test_a_model_given_by_the_flag_reaches_the_options_through_any_parser():
+    """``--model`` is held apart until the CLI's parser settles it against MODEL; a plain
+    argparse parser (a script reusing `add_engine_flags`) never settled it, and from_args took
+    the default model without a word."""
+    assert from_args(_parse(["--model", "qwen3-tiny"])).model == "qwen3-tiny"
+    assert from_args(_parse(["qwen3-tiny"])).model == "qwen3-tiny"
+    with pytest.raises(ProblemError, match="MODEL 'a' and --model 'b' name two models"):
+        from_args(_parse(["a", "--model", "b"]))
+
+
 def test_policy_repeats_only_where_a_command_compares_policies():
     args = _parse(["--policy", "native", "--policy", "radixflow", "--policy", "native"])
     assert policies(args) == ["native", "radixflow"]

@@ -20,7 +20,7 @@ from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, inef
 from radixflow.options.flags import given, parse_float, parse_int
 from radixflow.options.runners import runner_name
 from radixflow.options.torch_choice import device_problem
-from radixflow.problems import ProblemError, warn
+from radixflow.problems import Problem, ProblemError, warn
 from radixflow.user_paths import folder_problem
 
 if TYPE_CHECKING:
@@ -226,7 +226,6 @@ def warn_trace_unwritten(setup: EngineSetup) -> None:
 def require_tokenizer(llm: LLM, text_flags: str, way_in: str) -> None:
     """A checkpoint without tokenizer.json runs token-id prompts only. The API's refusal says to
     give token ids, which a command's text flags cannot be, so this one names a way that can."""
-    if llm.model.tokenizer is None:
-        raise UsageError(
-            f"model: {llm.model.name} has no tokenizer.json: {text_flags} the model's tokenizer; {way_in}"
-        )
+    if llm.model.tokenizer is None:  # the model's problem: named as it was given, MODEL or --model
+        why = f"{llm.model.name} has no tokenizer.json: {text_flags} the model's tokenizer; {way_in}"
+        raise ProblemError(Problem("model", why))

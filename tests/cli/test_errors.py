@@ -1233,6 +1233,7 @@ def test_a_prompt_refused_once_the_runner_is_built_leaves_the_old_trace_as_it_wa
     assert trace.read_text() == "the previous trace\n"
 
 
+@pytest.mark.parametrize("spelling", [[], ["--model"]], ids=["MODEL", "--model"])
 @pytest.mark.parametrize(
     "argv, way_in",
     [
@@ -1242,18 +1243,20 @@ def test_a_prompt_refused_once_the_runner_is_built_leaves_the_old_trace_as_it_wa
     ids=["generate", "score"],
 )
 def test_a_model_without_a_tokenizer_is_refused_with_a_way_in_the_command_line_has(
-    zoo, capsys, tmp_path, argv, way_in
+    zoo, capsys, tmp_path, argv, way_in, spelling
 ):
     # the API's own refusal was passed on: "give prompts as lists of token ids", which neither
-    # --prompt nor --context can be
+    # --prompt nor --context can be; the model named as it was given ("model:" for --model too)
     import shutil
 
     from radixflow.models.zoo import ensure_model
 
     model = tmp_path / "no-tokenizer"
     shutil.copytree(ensure_model("qwen3_5-tiny"), model, ignore=shutil.ignore_patterns("tokenizer*"))
-    err = one_line_error(capsys, [a.format(model=model) for a in argv])
-    assert err.startswith(f"radixflow: error: model: {model} has no tokenizer.json: ") and way_in in err, err
+    given = [argv[0], *spelling, *argv[1:]]
+    err = one_line_error(capsys, [a.format(model=model) for a in given])
+    said = spelling[0] if spelling else "model"
+    assert err.startswith(f"radixflow: error: {said}: {model} has no tokenizer.json: ") and way_in in err, err
 
 
 def _run_to_full_disk(argv: list[str]) -> subprocess.CompletedProcess[str]:

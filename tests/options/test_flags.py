@@ -14,7 +14,8 @@ from radixflow.experiments.config import CELL_KEYS
 from radixflow.options import EngineOptions, option_fields
 from radixflow.options.engine_options import spec_of
 from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
-from radixflow.options.flags import MODEL_ARG_HELP, POLICY_HELP, add_engine_flags, from_args, policies
+from radixflow.options.flags import POLICY_HELP, add_engine_flags, from_args, policies
+from radixflow.options.model_arg import MODEL_ARG_HELP
 from radixflow.problems import ProblemError
 
 ENGINE_COMMANDS = ("bench", "generate", "serve")

@@ -297,6 +297,4 @@ def resolve_kernels(
 @functools.cache
 def _log_fallback(problem: str) -> None:
     """One log line per process and cause, however many runners fall back."""
-    log.warning(
-        "radixflow: warning: native kernels unavailable (%s): running the eager torch kernels", problem
-    )
+    log.warning("radixflow: warning: native kernels unavailable (%s): running the torch kernels", problem)

@@ -100,8 +100,8 @@ def claimed(flag: str, path: Path | None) -> Iterator[None]:
 
 # what the note of a run cut short ends with: how to go on from the rows it kept (the same
 # command, given --restart, would remove them)
-GO_ON = " (the same command run again goes on from them)"
-GO_ON_WITHOUT_RESTART = " (the same command without --restart goes on from them)"
+GO_ON = " (the same command run again goes on from where it stopped)"
+GO_ON_WITHOUT_RESTART = " (the same command without --restart goes on from where it stopped)"
 
 
 def write_lines(

@@ -17,7 +17,7 @@ from cli_utils import checkout_env
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
-AGAIN = " (the same command run again goes on from them)"  # the note of a run cut short
+AGAIN = " (the same command run again goes on from where it stopped)"  # the note of a run cut short
 CONTEXT = "Reranking models score each candidate document against the same query. " * 3
 CANDIDATES = [" The first one.", " A second, longer candidate than the first.", " x", " The first one!"]
 TOL = 1e-4
@@ -889,7 +889,8 @@ def test_a_run_given_restart_and_cut_short_says_to_go_on_without_it(zoo, capsys,
     capsys.readouterr()
     _cut_short_after_one_row(monkeypatch, [*argv, "--restart"])
     partial = tmp_path / "out.jsonl.partial"
-    said = f"the 1 row written so far is in {partial} (the same command without --restart goes on from them)"
+    again = "(the same command without --restart goes on from where it stopped)"
+    said = f"the 1 row written so far is in {partial} {again}"
     assert capsys.readouterr().err.splitlines()[-1] == f"radixflow: interrupted; {said}"
     _cut_short_after_one_row(monkeypatch, argv)  # --restart not given: the same command, as before
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"in {partial}{AGAIN}")

@@ -21,7 +21,7 @@ from radixflow.cli.command import ROUND_LEFT
 from radixflow.generation import LLM, SamplingParams
 
 MODEL = "qwen3_5-tiny"
-AGAIN = " (the same command run again goes on from them)"  # the note of a run cut short
+AGAIN = " (the same command run again goes on from where it stopped)"  # the note of a run cut short
 FLAGS = ["--kv-blocks", "256", "--state-slots", "64"]
 
 

@@ -67,7 +67,9 @@ def _tokenize(body: TokenizeRequest, tokenizer: TextTokenizer) -> tuple[list[int
 async def detokenize(body: DetokenizeRequest, http: HttpRequest) -> dict[str, object]:
     state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
-    vocab = state.tokenizer.info.vocab_size
+    # the model's vocabulary, as every other door checks ids: one padded past the tokenizer's
+    # last id (as Qwen's) takes and generates those ids, which decode to no text
+    vocab = state.engine_info.vocab_size
     bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
     if bad is not None:
         raise ApiError(400, f"tokens: {outside_vocabulary(bad, vocab)}", "tokens")

@@ -640,3 +640,42 @@ def test_serve_startup_line_gives_an_ipv6_address_in_brackets(zoo, capsys, monke
     assert main(["serve", MODEL, "--host", "::1", "--port", "0"]) == 0
     line = capsys.readouterr().err
     assert re.search(r"on http://\[::1\]:\d+/v1 ", line), line
+
+
+def test_detokenize_takes_every_id_the_model_has_where_its_embedding_is_padded(zoo, tmp_path):
+    """A model whose embedding is padded past its tokenizer's last id (as Qwen's are) takes and
+    generates those ids: a prompt of them ran, and ``return_tokens_as_token_ids`` can hand one out.
+    /detokenize alone refused them, 'token id 515 is outside the vocabulary (0..511)', a
+    vocabulary the completions route (0..519) did not know. Each door now names the model's."""
+    import shutil
+    from dataclasses import replace
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from server_utils import OPTIONS
+
+    from radixflow.models.zoo import ensure_model
+
+    ckpt = tmp_path / "padded"
+    shutil.copytree(ensure_model(MODEL), ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["vocab_size"] += 8
+    (ckpt / "config.json").write_text(json.dumps(config))
+    state = load_file(str(ckpt / "model.safetensors"))
+    embed = state["model.embed_tokens.weight"]  # tied: the output head too
+    state["model.embed_tokens.weight"] = torch.cat([embed, torch.zeros(8, embed.shape[1])])
+    save_file(state, str(ckpt / "model.safetensors"), {"format": "pt"})
+    with running_server(options=replace(OPTIONS, model=str(ckpt))) as running:
+        http = running.http()
+        name = str(ckpt)
+        ran = http.post("/v1/completions", json={"model": name, "prompt": [67, 515], "max_tokens": 1})
+        assert ran.status_code == 200, ran.text
+        r = http.post("/detokenize", json={"model": name, "tokens": [67, 515]})
+        assert r.status_code == 200 and r.json() == {"prompt": "a"}, r.text
+        past = (
+            http.post("/detokenize", json={"model": name, "tokens": [67, 520]}),
+            http.post("/v1/completions", json={"model": name, "prompt": [67, 520], "max_tokens": 1}),
+        )
+        for r in past:
+            assert r.status_code == 400, r.text
+            assert "token id 520 is outside the vocabulary (0..519)" in r.text, r.text

@@ -47,6 +47,7 @@ import openai
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
 from radixflow.server.listen import announced_url
+from radixflow.server.spawn import healthy
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
 INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (another: it failed)
@@ -139,13 +140,6 @@ def announced_port(log: Path) -> int | None:
     return None if url is None else urlsplit(url).port
 
 
-def healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> int:
     """The server's port, once it answers ``/health`` there."""
     deadline = time.monotonic() + timeout_s
@@ -153,7 +147,7 @@ def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> int:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
         port = announced_port(log)
-        if port is not None and healthy(port):
+        if port is not None and healthy(f"http://127.0.0.1:{port}", timeout_s=1):
             return port
         time.sleep(1)
     raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")

@@ -41,7 +41,7 @@ def serve_process(
             reader.join(5)  # its last words (why it exited) relayed or kept before ours
             why = f": {last[0]}" if last else ""
             raise SystemExit(f"the server exited with {proc.returncode} before it was ready{why}")
-        if urls and _healthy(urls[0]):  # it announces once its model has loaded
+        if urls and healthy(urls[0]):  # it announces once its model has loaded
             return proc, urls[0]
         time.sleep(0.05)
     proc.kill()
@@ -62,8 +62,9 @@ def _read_stderr(proc: subprocess.Popen[str], urls: list[str], relay: bool, last
             urls.append(url)
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str, timeout_s: float = 5) -> bool:
+    """Whether the server at ``url`` (without ``/v1``) answers ``/health`` with 200 now."""
     try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+        return httpx.get(f"{url}/health", timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False

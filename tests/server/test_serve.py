@@ -20,6 +20,7 @@ from cli_utils import checkout_env
 from server_utils import MODEL, running_server
 
 from radixflow.server.listen import announced_url
+from radixflow.server.spawn import healthy
 from radixflow.server.state import ServerConfig
 
 LONG = {"model": MODEL, "prompt": "The river winds", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
@@ -91,19 +92,12 @@ def server_process(zoo, request) -> Iterator[tuple[subprocess.Popen[str], str, s
         banner = announced(proc, 90)[-1]
         url = announced_url(banner)
         assert url is not None, banner
-        wait_until(lambda: healthy(url), 90, lambda: proc.poll() is None)
+        wait_until(lambda: healthy(url, timeout_s=1), 90, lambda: proc.poll() is None)
         yield proc, url, banner
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(30)
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def draining(url: str) -> bool:

@@ -2,7 +2,7 @@
 ``/tokenize`` and ``/detokenize``; the generation routes' are in `protocol`.
 
 As every body: strict types, valid Unicode (`strict`); the template overrides they do not take
-are refused (`refused.TEMPLATE_REFUSED`).
+are refused (`refused.TEMPLATE_REFUSED`), and ``/v1/score`` refuses ``stream`` (it answers whole).
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from typing import Any, ClassVar
 
 from radixflow.server.errors import ApiError
 from radixflow.server.protocol import salted
-from radixflow.server.refused import TEMPLATE_REFUSED
+from radixflow.server.refused import SCORE_REFUSED, TEMPLATE_REFUSED
 from radixflow.server.strict import Refused, StrictBody, declaring
 
 
-class ScoreRequest(declaring("_Score", StrictBody, TEMPLATE_REFUSED)):  # type: ignore[misc]
+class ScoreRequest(declaring("_Score", StrictBody, SCORE_REFUSED)):  # type: ignore[misc]
     """``/v1/score``: candidates (texts or token-id lists) after one context (text or ids), or
     after a conversation (``messages``, rendered up to the assistant's turn: the candidates are
     replies)."""
 
-    REFUSED: ClassVar[dict[str, Refused]] = TEMPLATE_REFUSED
+    REFUSED: ClassVar[dict[str, Refused]] = SCORE_REFUSED
 
     model: str
     context: str | list[int] | None = None

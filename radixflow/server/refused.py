@@ -63,6 +63,12 @@ TEMPLATE_REFUSED = {
     "documents": Refused("documents for the chat template are not implemented", ([],)),
 }
 
+# ``/v1/score`` answers once, whole: a client asking for server-sent events would read none.
+SCORE_REFUSED = {
+    **TEMPLATE_REFUSED,
+    "stream": Refused("not implemented for /v1/score (the answer comes whole)", (False,)),
+}
+
 CHAT_REFUSED = {
     **COMMON_REFUSED,
     **TEMPLATE_REFUSED,

@@ -308,6 +308,9 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
     context = llm.tokenizer.encode(CONTEXT)
     assert got["usage"]["prompt_tokens"] == sum(len(context) + len(d["token_ids"]) for d in got["data"])
     assert sorted(d["cached_tokens"] for d in got["data"])[1:] >= [len(context) // 16 * 16] * 2
+    unstreamed = http.post("/v1/score", json=body | {"stream": False}).json()["data"]  # asks for nothing
+    for d, first in zip(unstreamed, got["data"], strict=True):
+        assert d["token_logprobs"] == pytest.approx(first["token_logprobs"], abs=TOL)
     by_ids = http.post("/v1/score", json=body | {"context": context, "candidates": [[5, 9], [7]]}).json()
     assert [d["token_ids"] for d in by_ids["data"]] == [[5, 9], [7]]
     assert all(d["cached_tokens"] >= len(context) // 16 * 16 for d in by_ids["data"])  # the context, cached
@@ -347,6 +350,8 @@ def test_score_route_equals_the_offline_api_and_shares_the_context(served, llm):
             "candidates",
             'candidates must be a list of strings or a list of token-id lists, got [[1], "a"]',
         ),
+        # the answer comes whole: a client reading server-sent events got one JSON body (ignored)
+        ({"stream": True}, "stream", "stream: not implemented for /v1/score"),
         # for a text context only: with a conversation the flag was ignored unsaid
         (
             {"context": None, "messages": [user("hi")], "add_special_tokens": True},

@@ -12,6 +12,7 @@ from radixflow.cli.command import UsageError
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.options.flags import flag_spellings, given_values
 from radixflow.options.machine import server_thread_plan
+from radixflow.options.sizes import exact_size
 from radixflow.options.spec import checked
 from radixflow.problems import ProblemError
 from radixflow.server.config import Listen, ServerConfig
@@ -58,7 +59,8 @@ def unused_lane(config: ServerConfig, given_names: list[str]) -> str | None:
     names = [flag_spellings(ServerConfig)[n] for n in LANE_OPTIONS if n in given_names]
     if not names or config.long_body_bytes < config.max_body_bytes:
         return None
-    limits = f"--long-body-bytes {config.long_body_bytes} and within --max-body-bytes {config.max_body_bytes}"
+    long, most = exact_size(config.long_body_bytes), exact_size(config.max_body_bytes)
+    limits = f"--long-body-bytes {long} and within --max-body-bytes {most}"
     return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'} no effect: no body is over {limits}"
 
 

@@ -68,3 +68,10 @@ def show_size(n: int, at_least: bool = False) -> str:
             scale = 10 ** max(0, 3 - len(str(int(value))))  # three significant digits
             return f"{math.ceil(value * scale) / scale:g}{unit}"
     return f"{n}B"
+
+
+def exact_size(n: int) -> str:
+    """``n`` bytes as `show_size` writes them where that reads back as exactly ``n`` (``8MiB``),
+    else the bare number of bytes: a limit the user set, said as they may have written it. Pure."""
+    shown = show_size(n)
+    return shown if parse_size(shown) == n else str(n)

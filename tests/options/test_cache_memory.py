@@ -13,7 +13,7 @@ from radixflow.cli import main
 from radixflow.experiments.config import ExperimentConfigError
 from radixflow.experiments.config_parse import parse_config
 from radixflow.options import EngineOptions, plan_engine
-from radixflow.options.sizes import parse_size, show_size
+from radixflow.options.sizes import exact_size, parse_size, show_size
 from radixflow.problems import Problem, ProblemError
 
 SMALL = ["--groups", "1", "--candidates", "2", "--context-len", "16", "--candidate-len", "16"]
@@ -97,6 +97,12 @@ def test_a_size_shown_as_a_least_rounds_up():
         assert parse_size(shown) >= n, (n, shown)
         assert len(shown.rstrip("KMGTiB").replace(".", "")) <= 4, shown
     assert show_size(20594688, at_least=True) == "19.7MiB" and show_size(20594688) == "19.6MiB"
+
+
+def test_an_exact_size_reads_back_as_the_same_bytes():
+    for n in [1, 500, 1023, 1024, 1536, 4 << 20, 8_000_000, 10**9 + 7, 3 << 30]:
+        assert parse_size(exact_size(n)) == n, n
+    assert [exact_size(n) for n in (4 << 20, 1536, 8_000_000, 500)] == ["4MiB", "1.5KiB", "8000000", "500B"]
 
 
 def test_a_budget_caps_the_pools_within_what_it_holds():

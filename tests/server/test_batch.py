@@ -253,10 +253,13 @@ def test_a_long_body_lane_no_body_can_reach_is_warned_about(zoo, tmp_path, capsy
     from radixflow.server.config import ServerConfig
 
     config = ServerConfig(long_body_bytes=8_000_000)
-    words = "no effect: no body is over --long-body-bytes 8000000 and within --max-body-bytes 4194304"
+    words = "no effect: no body is over --long-body-bytes 8000000 and within --max-body-bytes 4MiB"
     assert unused_lane(config, ["long_body_bytes", "long_text_threads"]) == (
         f"--long-body-bytes, --long-text-threads have {words}"
     )
+    # a size is said in a unit where one holds it exactly (it said 8388608 of --long-body-bytes 8MiB)
+    in_units = unused_lane(ServerConfig(long_body_bytes=8 << 20, max_body_bytes=1536), ["long_body_bytes"])
+    assert in_units.endswith("over --long-body-bytes 8MiB and within --max-body-bytes 1.5KiB"), in_units
     assert unused_lane(config, ["max_pending"]) is None  # nothing given of the lane
     assert unused_lane(ServerConfig(long_text_threads=4), ["long_text_threads"]) is None
     given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

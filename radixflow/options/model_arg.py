@@ -62,6 +62,8 @@ def settle_model(args: argparse.Namespace) -> str | None:
     by_flag, by_argument = vars(args).pop(_BY_FLAG), _given(args.model)
     if by_flag is not None and by_argument is not None and _differ(by_flag, by_argument):
         both = f"MODEL {_shown(by_argument)} and --model {_shown(by_flag)}"
+        if ways.repeatable:
+            return f"{both} name different models: give the list one way"
         return f"{both} name two models: give one, either way"
     if by_argument is None and by_flag is None and ways.missing is not None:
         return _REQUIRED + ways.missing

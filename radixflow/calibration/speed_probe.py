@@ -57,11 +57,18 @@ class SpeedProbe:
         into.append(row)
 
     def speed(self) -> float | None:
-        """The geometric mean over shapes of (median now) / (median while the profile was timed)."""
+        """The geometric mean over shapes of (median now) / (median while the profile was timed);
+        a shape with no positive, finite median on either side (a clock that did not advance over
+        its round) says nothing of the speed and is left out. None: no shape is left."""
         if not self.reference or not self.current:
             return None
-        ratios = [
-            statistics.median(r[i] for r in self.current) / statistics.median(r[i] for r in self.reference)
+        medians = [
+            (statistics.median(r[i] for r in self.current), statistics.median(r[i] for r in self.reference))
             for i in range(len(self.outputs))
         ]
-        return math.exp(statistics.fmean(math.log(x) for x in ratios))
+        ratios = [now / then for now, then in medians if _timed(now) and _timed(then)]
+        return math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
+
+
+def _timed(seconds: float) -> bool:
+    return 0 < seconds < math.inf

@@ -488,3 +488,25 @@ def test_the_stored_profiles_path_is_printed_whole_on_a_narrow_terminal(monkeypa
     runners = {"qwen3_5-tiny": {"kernels": "torch", "matmul": None}}
     command._store_own_fits({"qwen3_5-tiny": HARDWARE["cpu"]}, plan, Console(file=out, width=60), runners)
     assert path in out.getvalue()
+
+
+def test_the_speed_probe_is_the_geometric_mean_of_each_shapes_median_ratio():
+    from radixflow.calibration.speed_probe import SpeedProbe
+
+    probe = SpeedProbe(None, [0, 1], None, reference=[[1.0, 2.0], [1.0, 2.0]], current=[[2.0, 8.0]])
+    assert probe.speed() == pytest.approx(math.sqrt(2.0 * 4.0))
+
+
+@pytest.mark.parametrize("zero", ["reference", "current"])
+def test_a_probe_shape_timed_at_zero_is_left_out_not_a_crash(zero):
+    """A clock that did not advance over a probe round (a coarse clock, a round all but free)
+    divided by zero, or took the log of 0, ending the benchmark after its runs: such a shape says
+    nothing of the speed, as a round timed at 0 s says nothing to calibrate's fit."""
+    from radixflow.calibration.speed_probe import SpeedProbe
+
+    times = {"reference": [[1.0, 2.0]], "current": [[3.0, 6.0]]}
+    times[zero] = [[0.0, times[zero][0][1]]]
+    probe = SpeedProbe(None, [0, 1], None, **times)
+    assert probe.speed() == pytest.approx(3.0)
+    times[zero] = [[0.0, 0.0]]
+    assert SpeedProbe(None, [0, 1], None, **times).speed() is None

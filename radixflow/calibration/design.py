@@ -64,12 +64,15 @@ def held_out_design(
 ) -> list[DesignBatch]:
     """Random mixed batches from lengths and prefixes absent from the fit grid, each chunk within
     the model's ``context`` (None: any; a batch reaching past it is drawn again, so a model with
-    room for every shape gets the batches it always did). ValueError where no chunk fits."""
-    if not _within(min(HELD_OUT_LENGTHS), context):
-        raise ValueError(
-            f"a context of {context} tokens holds no held-out round: the shortest held-out chunk is "
-            f"{min(HELD_OUT_LENGTHS)} tokens"
-        )
+    room for every shape gets the batches it always did). ValueError where no chunk fits in the
+    context or in ``max_tokens`` (no draw would ever fit: the loop below would never end)."""
+    shortest = min(HELD_OUT_LENGTHS)
+    for what, room in (("context", context), ("round budget", max_tokens)):
+        if not _within(shortest, room):
+            raise ValueError(
+                f"a {what} of {room} tokens holds no held-out round: the shortest held-out chunk is "
+                f"{shortest} tokens"
+            )
     rng = random.Random(seed)
     out: list[DesignBatch] = []
     while len(out) < count:

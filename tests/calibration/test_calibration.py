@@ -354,6 +354,29 @@ def test_a_context_too_short_for_a_held_out_chunk_is_refused_naming_it():
         design(CalibrationPlan(("m",)), replace(SIM_MODELS["qwen3-4b"], max_context=20))
 
 
+def test_a_round_budget_too_small_for_a_held_out_chunk_is_refused_naming_it():
+    """As a context under the shortest held-out chunk: with ``max_tokens`` under 24 no drawn
+    held-out round ever fitted, and `design` (calibrate's API, below the CLI's 256-token floor)
+    never returned."""
+    import threading
+
+    from radixflow.calibration.run import CalibrationPlan, design
+
+    raised: list[BaseException] = []
+
+    def draw() -> None:
+        try:
+            design(CalibrationPlan(("m",), max_tokens=20), SIM_MODELS["qwen3-4b"])
+        except ValueError as e:
+            raised.append(e)
+
+    worker = threading.Thread(target=draw, daemon=True)  # a hang fails the test, not the run
+    worker.start()
+    worker.join(10)
+    assert raised, "design() did not return"
+    assert "round budget of 20 tokens" in str(raised[0]) and "24 tokens" in str(raised[0])
+
+
 def test_round_noise_takes_out_each_models_own_passes():
     """A joint calibration times each model's passes in turn, minutes apart: pass 2 of one model
     and pass 2 of the next share nothing. Taken out as one pass, the drift between the two models'

@@ -19,7 +19,7 @@ from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_
 from radixflow.fleet import DEFAULT_ROUTER
 from radixflow.options import EngineOptions
 from radixflow.options.flags import from_args
-from radixflow.problems import counted
+from radixflow.problems import Problem, ProblemError, counted
 from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import base_url, bind, bound_port
 
@@ -119,11 +119,33 @@ def _refuse_fleet(args: argparse.Namespace, options: EngineOptions) -> None:
     # here, in one line: in a replica it fails the deployment (the device: replicas on this machine)
     refuse_setup(options, local=args.ray_address is None)
     _refuse_gpus(args, options.device)
+    if args.ray_address is None:
+        _refuse_memory(args.replicas, options)
     from radixflow.cluster.launch import ingress_tokenizer
     from radixflow.models.zoo_catalogue import model_names
 
     if args.ray_address is None and options.model not in model_names():  # a zoo model has one
         ingress_tokenizer(Path(options.model))  # the ingress tokenizes: checked before any replica loads
+
+
+def _refuse_memory(replicas: int, options: EngineOptions) -> None:
+    """`ProblemError` when the caches of ``replicas`` replicas on this machine do not fit its
+    available memory together: each replica checks its own pools alone, so two that each fit
+    started, then filled the memory together until one was killed (and restarted, and killed)."""
+    from radixflow.options.build import plan_engine
+    from radixflow.options.machine import pools_problem
+
+    plan = plan_engine(options)
+    scheduler = plan.scheduler_config()
+    entry = plan.choice.entry_bytes(scheduler.block_size)
+    each = entry.block * scheduler.num_blocks + entry.slot * scheduler.num_state_slots
+    what = (
+        f"{counted(replicas, 'replica')} of {scheduler.num_blocks} KV blocks of {scheduler.block_size} "
+        f"tokens, {scheduler.num_state_slots} state slots each"
+    )
+    problem = pools_problem(each * replicas, options.device, what, scheduler.cache_memory is not None)
+    if problem is not None:
+        raise ProblemError(Problem(problem.param, f"{problem.message}, or run fewer replicas"))
 
 
 def _refuse_gpus(args: argparse.Namespace, device: str) -> None:

@@ -891,3 +891,29 @@ def test_the_replicas_keep_the_pythonpath_their_nodes_give_them(monkeypatch, our
     update_envs({"PYTHONPATH": seen["runtime_env"]["env_vars"]["PYTHONPATH"]})  # what Ray does there
     paths = os.environ["PYTHONPATH"].split(os.pathsep)
     assert "/app" in paths and (ours is None or paths[0] == ours)  # ours first: this checkout wins
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_local_fleet_whose_replicas_caches_together_pass_the_memory_is_one_line(monkeypatch, zoo, replicas):
+    """Each replica checked its own pools against the machine's available memory, so two whose
+    caches each took most of it both started and filled it together, until one was killed (Serve
+    then restarted it, and it was killed again): the pools of every replica on this machine are
+    checked together before Ray starts."""
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("torch")
+    from radixflow.cli import serve_fleet
+    from radixflow.options import EngineOptions, machine
+    from radixflow.problems import ProblemError
+
+    options = EngineOptions.from_mapping({"model": "qwen3_5-tiny", "cache_memory": "64M", "torch_threads": 1})
+    monkeypatch.setattr(machine, "available_memory", lambda *_: 200_000_000)  # one replica's pools fit
+    args = SimpleNamespace(replicas=replicas, ray_address=None)
+    if replicas == 1:
+        serve_fleet._refuse_fleet(args, options)
+        return
+    with pytest.raises(ProblemError) as refused:
+        serve_fleet._refuse_fleet(args, options)
+    problem = refused.value.problem
+    assert problem.param == "cache_memory" and "2 replicas" in problem.message
+    assert "0.2 GB of memory is available" in problem.message and "fewer replicas" in problem.message
+    serve_fleet._refuse_fleet(SimpleNamespace(replicas=2, ray_address="auto"), options)  # the cluster's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -85,7 +86,26 @@ def calibrate(
     profile, errors = refit(name, timed, shapes, plan.device, plan.dtype)
     if profile.calibration is not None:
         profile.calibration["runners"] = {m: asdict(s) for m, s in runners.items()}
+        profile.calibration["machine"] = measured_on(plan.device)
     return profile, errors
+
+
+def measured_on(device: str) -> dict[str, object]:
+    """The machine the rounds were timed on, as the round-profile store names one (its CPU or GPU
+    model, CPUs, torch version): where every figure of a calibrated profile was measured."""
+    import torch
+
+    from radixflow.runners.profile_store import processor_name
+
+    dev = torch.device(device)
+    accelerator = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
+    return {
+        "cpu": processor_name(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "device": dev.type,
+        "accelerator": accelerator,
+    }
 
 
 def refit(

@@ -137,6 +137,27 @@ def test_timing_a_tiny_model_end_to_end():
     assert TimedBatch.from_dict(again[0].to_dict()) == again[0]
 
 
+def test_the_profile_names_the_machine_it_was_measured_on(zoo, monkeypatch):
+    """A calibrated profile's every figure is sourced "fitted by radixflow calibrate ... see
+    'calibration'", and a profile describes the machine it was timed on, but 'calibration' said
+    only "cpu": nothing told a profile of this machine from one of another (experiments/profiles
+    keeps several), as the round-profile store's key does."""
+    torch = pytest.importorskip("torch")
+    from radixflow.calibration import run
+    from radixflow.runners.profile_store import RunnerSettings, processor_name
+
+    def timed(model, device, batches, repeats, threads, on_batch, clock, kept, dtype, settings):
+        cost = CostModel(run.model_shape(model), HARDWARE["cpu"])
+        settings[model] = RunnerSettings("torch", None)
+        return [TimedBatch(model, b.split, b.chunks, cost.round_seconds(b.chunks)) for b in batches]
+
+    monkeypatch.setattr(run, "time_batches", timed)
+    profile, _ = run.calibrate(run.CalibrationPlan(("lfm2-tiny",), held_out=2, repeats=1), "p")
+    machine = profile.calibration["machine"]
+    assert machine["cpu"] == processor_name() and machine["torch"] == torch.__version__
+    assert machine["device"] == "cpu" and machine["accelerator"] is None and machine["cpus"] >= 1
+
+
 def test_calibration_times_the_bare_worker_call_as_the_engine_clock_does(monkeypatch):
     """The engine's clock stops before the runner's predictor learns from the round; a timing
     that also held the predictor's bookkeeping would price every round over the engine's charge."""

@@ -156,6 +156,9 @@ class RemoteLoop:
             self._flights[req.id] = flight
             job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
             flight.task = self._aio.create_task(self._run(job, flight))
+            # not a `finally` in `_run`: a task cancelled before its first step (an abort, or the
+            # drain's 503s, run before it) never runs its coroutine, and the prompt stayed queued
+            flight.task.add_done_callback(lambda _, f=flight: self._done(f))
         self.metrics.on_pending(len(self._flights))
 
     def abort(self, request_ids: list[str]) -> None:
@@ -211,8 +214,6 @@ class RemoteLoop:
         except Exception as e:  # a bug here must still answer the client
             log.exception("relaying %s failed", job.id)
             self._answer(flight, Final(flight.index, None, 500, f"{type(e).__name__}: {e}"))
-        finally:
-            self._done(flight)
 
     async def _relay(self, job: Job, flight: _Flight) -> None:
         relayed = _Relayed()

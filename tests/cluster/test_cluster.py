@@ -245,6 +245,34 @@ def test_an_aborted_request_is_cancelled_and_not_answered():
     assert got == [] and req.status is RequestStatus.ABORTED and loop._idle.is_set()
 
 
+@pytest.mark.parametrize("end", ["abort", "abandon"])
+def test_a_job_ended_before_its_relay_started_leaves_the_queue(end):
+    """A relay cancelled before its first step (an abort, or the 503s of a fleet gone down, that
+    the event loop runs before the new jobs' tasks) never ran its own clean-up: the prompt stayed
+    counted in the bounded queue for good (every later request refused as the queue filled) and
+    `join` never returned."""
+    open_stream, _ = stream_of(["hang"])
+    loop = RemoteLoop(open_stream, None, ServerMetrics(), 8)
+    got: list = []
+
+    async def main() -> Request:
+        req = Request("gone", PROMPT)
+        loop.submit([(req, None)], got.append, False)  # type: ignore[list-item]
+        if end == "abort":
+            loop.abort(["gone"])
+        else:
+            loop.abandon("the fleet serves nothing")
+        await asyncio.sleep(0.01)
+        return req
+
+    req = asyncio.run(main())
+    assert not loop._flights and loop.join(0)
+    if end == "abort":
+        assert got == [] and req.status is RequestStatus.ABORTED
+    else:
+        assert [f.status for f in got] == [503] and req.status is RequestStatus.FAILED
+
+
 def test_queue_full_past_max_pending():
     from radixflow.server.events import QueueFull
 

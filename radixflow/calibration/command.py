@@ -85,8 +85,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--clock",
         choices=sorted(ROUND_CLOCKS),
         help="cpu: CPU time of the thread running the worker call, as the engine's --clock cpu (one "
-        "thread: the undisturbed wall time, even on a busy machine); wall: wall-clock time "
-        "(default: cpu on cpu, wall on other devices)",
+        "thread: the undisturbed wall time, even on a busy machine; a CPU device only); wall: "
+        "wall-clock time (default: cpu on cpu, wall on other devices)",
     )
 
 
@@ -101,6 +101,11 @@ def _plan(args: argparse.Namespace) -> CalibrationPlan:
         if not low <= value <= high:
             name = "--" + flag.replace("_", "-")
             raise CalibrationUsageError(f"{name}: must be from {low} to {high}, got {value}")
+    if args.clock == "cpu" and default_clock(args.device) != "cpu":  # as timing.py says of a GPU
+        raise CalibrationUsageError(
+            f"--clock cpu on --device {args.device}: the CPU clock leaves out the device's work a "
+            "round waits for; use --clock wall (the default there)"
+        )
     if (args.clock or default_clock(args.device)) == "cpu" and args.threads != 1:
         default = "" if args.clock else " (the default on a CPU)"
         raise CalibrationUsageError(

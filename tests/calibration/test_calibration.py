@@ -272,6 +272,21 @@ def test_the_cpu_clock_with_more_threads_is_one_line_naming_both(tmp_path, capsy
     assert ("(the default on a CPU)" in err) == (not clock) and not out.exists()
 
 
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_the_cpu_clock_on_a_gpu_is_refused_naming_the_wall_clock(device):
+    """``--device cuda --clock cpu`` timed each round on the host thread's CPU time, which leaves
+    out the GPU's work it waits for (the engine's doors warn of it; timing.py says a GPU needs the
+    wall clock), and wrote the figures as the GPU's profile without a word."""
+    from types import SimpleNamespace
+
+    from radixflow.calibration import command
+
+    args = SimpleNamespace(repeats=5, held_out=12, max_tokens=2048, clock="cpu", device=device, threads=1)
+    refused = rf"^--clock cpu on --device {device}: .*use --clock wall"
+    with pytest.raises(command.CalibrationUsageError, match=refused):
+        command._plan(args)  # type: ignore[arg-type]
+
+
 def test_a_ctrl_c_while_timing_says_no_profile_was_written_and_the_old_one_stands(
     tmp_path, capsys, monkeypatch
 ):

@@ -19,6 +19,7 @@ from radixflow.cli.serve_setup import refuse_setup, require_serve_extra, server_
 from radixflow.fleet import DEFAULT_ROUTER
 from radixflow.options import EngineOptions
 from radixflow.options.flags import from_args
+from radixflow.options.machine import cpu_count
 from radixflow.problems import Problem, ProblemError, counted
 from radixflow.server.config import Listen, ServerConfig
 from radixflow.server.listen import base_url, bind, bound_port
@@ -47,6 +48,7 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
         RayStartError,
         ReplicaStartError,
         cpu_shortfall,
+        local_contention,
         ray_serve,
     )
 
@@ -60,6 +62,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     spec = FleetSpec(
         args.replicas, args.router or DEFAULT_ROUTER, args.ray_address, options.torch_threads, gpus
     )
+    if (contention := local_contention(spec, cpu_count())) is not None:
+        warn(contention)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
     try:
         with ray_serve(spec):

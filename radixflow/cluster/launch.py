@@ -135,6 +135,20 @@ def cpu_shortfall(spec: FleetSpec) -> str | None:
     return None
 
 
+def local_contention(spec: FleetSpec, cpus: int) -> str | None:
+    """Without ``--ray-address``: why the replicas will contend for this machine's ``cpus`` (their
+    torch threads outnumber them: a local Ray is started with as many CPUs as they take, so it
+    places them all, and every forward pass then shares a core), else None. Pure."""
+    need = spec.replicas * spec.cpus_per_replica
+    if spec.ray_address is not None or need <= cpus:
+        return None
+    return (
+        f"--replicas {spec.replicas}: the replicas run {need:g} torch threads ({spec.cpus_per_replica:g} "
+        f"each) on this machine's {cpus} CPU{'' if cpus == 1 else 's'}: they contend for them, each "
+        "slower than it would run alone (fewer replicas, or join a cluster with --ray-address)"
+    )
+
+
 def refuse_taken(address: str | None) -> None:
     """`RayStartError` when the cluster at ``address`` runs an application under this fleet's
     name: deploying would replace that fleet's replicas under its ingress, and this one's exit

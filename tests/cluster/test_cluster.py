@@ -330,6 +330,20 @@ def test_the_deployment_checks_replica_health_often(monkeypatch):
     assert seen["health_check_timeout_s"] == launch.HEALTH_CHECK_TIMEOUT_S
 
 
+def test_local_replicas_past_this_machines_cpus_are_warned_of():
+    # a local Ray is started with the CPUs the replicas take, so it placed four one-thread replicas
+    # on two cores without a word, each forward pass then sharing a core
+    from radixflow.cluster import launch
+
+    said = launch.local_contention(launch.FleetSpec(4, "pow2"), cpus=2)
+    assert said is not None and said.startswith("--replicas 4: the replicas run 4 torch threads (1 each)")
+    assert "this machine's 2 CPUs" in said and "\n" not in said
+    assert launch.local_contention(launch.FleetSpec(2, "pow2", None, 2.0), cpus=2) is not None
+    assert launch.local_contention(launch.FleetSpec(2, "pow2"), cpus=2) is None  # one core each
+    cluster = launch.FleetSpec(4, "pow2", "10.0.0.1:6379")
+    assert launch.local_contention(cluster, cpus=2) is None  # the cluster's CPUs: cpu_shortfall's
+
+
 def test_the_router_hands_the_replicas_engine_reports_to_the_ingress():
     # Serve hands the router every replica's routing stats; the engine figures in them are what
     # the ingress's /metrics shows (it has no engine of its own)

@@ -13,7 +13,7 @@ from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.engine.records import AbortResult, RoundRecord
 from radixflow.engine.round_report import empty_round, round_record
 from radixflow.engine.run_setup import make_cache, run_config
-from radixflow.engine.runner import RoundResult, Runner, generation_room
+from radixflow.engine.runner import RoundResult, Runner, generation_room, result_problem
 from radixflow.engine.submit_checks import (
     budget_problem,
     checked_id,
@@ -215,6 +215,9 @@ class Engine:
         except BaseException:  # Ctrl-C: leave the engine consistent, then stop
             self._roll_back(out, "interrupted")
             raise
+        problem = result_problem(out, result)
+        if problem is not None:  # as a raising call: the round rolled back, the engine whole
+            return self._roll_back(out, f"worker call failed: runner {self.runner.name!r} {problem}")
         return self._update(out, result)
 
     def _schedule(self) -> SchedulerOutput | None:

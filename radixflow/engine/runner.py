@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,6 +75,22 @@ class Runner(Protocol):
     def reference_tokens(self, requests: list[Request]) -> dict[str, int] | None:
         """Each request's token from a run without any cache (None: no independent reference)."""
         ...
+
+
+def result_problem(batch: SchedulerOutput, result: RoundResult) -> str | None:
+    """How ``result`` breaks the `Runner` protocol as the answer to ``batch`` (None: it does not):
+    a sampled chunk with no sample, or a round duration that is no finite time >= 0. Taken as it
+    is, the first raised a bare KeyError out of the engine's update with the round half applied
+    (its checkpoints PENDING for ever), the second moved the engine clock to NaN or backwards.
+    Pure."""
+    sampled = (c.request_id for c in batch.chunks if c.sample)
+    missing = next((rid for rid in sampled if rid not in result.samples), None)
+    if missing is not None:
+        return f"returned no sample for request {missing!r}"
+    duration = result.duration_s
+    if not (isinstance(duration, int | float) and 0 <= duration < math.inf):
+        return f"returned a round duration of {shown(duration)}, not a finite number of seconds >= 0"
+    return None
 
 
 def generation_room(prompt_len: int, model: ModelInfo, config: SchedulerConfig) -> int:

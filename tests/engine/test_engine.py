@@ -9,6 +9,7 @@ import pytest
 from engine_utils import new_engine
 
 from radixflow.engine.records import AbortResult
+from radixflow.engine.runner import RoundResult
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
 from radixflow.scheduler.output import SchedulerOutput
@@ -497,3 +498,51 @@ def test_a_round_that_schedules_nothing_is_named_as_the_scheduler_bug_it_is(monk
     with pytest.raises(AssertionError, match=r"round 0 scheduled no chunk with 1 waiting \(first 'a'\)"):
         engine.step()
     assert req.status is RequestStatus.WAITING and req.error is None
+
+
+class _Misanswering(SimRunner):
+    """The sim runner whose first round's result breaks the `Runner` protocol as ``mistake`` says."""
+
+    def __init__(self, mistake: str) -> None:
+        super().__init__(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+        self.mistake, self.calls = mistake, 0
+
+    def run(self, batch: SchedulerOutput) -> RoundResult:
+        result = super().run(batch)
+        self.calls += 1
+        if self.calls > 1:
+            return result
+        if self.mistake == "no sample":
+            del result.samples["b"]
+        else:
+            result.duration_s = {"nan": float("nan"), "negative": -1.0, "inf": float("inf")}[self.mistake]
+        return result
+
+
+@pytest.mark.parametrize(
+    "mistake, said",
+    [
+        ("no sample", "returned no sample for request 'b'"),
+        ("nan", "returned a round duration of nan"),
+        ("negative", "returned a round duration of -1.0"),
+        ("inf", "returned a round duration of inf"),
+    ],
+)
+def test_a_round_result_that_breaks_the_runner_protocol_rolls_the_round_back_naming_it(mistake, said):
+    # a runner (one a user wrote) answering a sampled chunk with no token raised a bare
+    # KeyError: 'b' out of step with the round half applied (its checkpoints PENDING for ever, the
+    # next step an empty AssertionError); a NaN or negative duration moved the engine clock so
+    reqs = [Request("a", (1, 2, 3)), Request("b", (4, 5, 6, 7)), Request("c", (8, 9))]
+    engine = new_engine(_Misanswering(mistake), CFG)
+    for r in reqs:
+        engine.submit(r)
+    engine.step()
+    engine.check_integrity()
+    (record,) = engine.failed_rounds
+    assert engine.now == record.start_s == RUNNER.model.request_overhead_s and not engine.rounds
+    assert record.error is not None and said in record.error, record.error
+    assert all(r.status is RequestStatus.FAILED and r.error == record.error for r in reqs)
+    later = Request("d", (4, 5, 6, 7))
+    engine.run([later])
+    assert later.status is RequestStatus.FINISHED
+    assert later.output == [sim_token("default", later.prompt, RUNNER.model.vocab_size)]

@@ -82,8 +82,9 @@ class Engine:
         """Accept a request; one that can never run is marked FAILED, the rest carry on.
 
         Raises `SubmitRefused` (a ValueError) for a request it cannot take at all (`refuse_submission`:
-        an id that is no string or already in use, a request already submitted, scheduler state set
-        by hand, an arrival time that is no finite number >= 0).
+        no `Request`, an id that is no string or already in use, a request already submitted,
+        scheduler state set by hand, an arrival time that is no finite number >= 0 or is past
+        `MAX_ARRIVAL_S`).
         """
         refuse_submission(request, self._by_id)
         request.submitted = True

@@ -210,7 +210,9 @@ class Scheduler:
             self.events.decision(kind, request_id, **details)
 
     def check_integrity(self) -> None:
-        """Between rounds: queues disjoint, nobody parked, the promised-KV count exact."""
+        """Between rounds: queues disjoint, each request's status its queue's, nobody parked, the
+        last round's chunks saving and restoring slots soundly (`round_problem`), the promised-KV
+        count exact."""
         running = list(self.running.values())
         assert not any(r in self.waiting for r in running), "a request is both waiting and running"
         assert all(r.status is RequestStatus.RUNNING for r in running), "a non-running request runs"

@@ -33,6 +33,13 @@ class _NoTime(Exception):
     """The predictor answered a probe with no usable time."""
 
 
+def _ids(n: int) -> tuple[int, ...]:
+    """A probe chunk's token ids, ``0 .. n-1``, as a range: a predictor reads a chunk's positions,
+    not its ids, and a whole budget's tuple of ids (`--token-budget` goes to 2**31) was gigabytes
+    per probe. It measures, indexes and slices as the tuple a chunk holds does."""
+    return range(n)  # type: ignore[return-value]
+
+
 def _grid(low: int, high: int) -> list[int]:
     sizes, x = [], float(low)
     while x < high:
@@ -140,7 +147,7 @@ class RoundTimes:
     def _probe_wave(self) -> float:
         assert self._predict is not None
         lead = max(self._budget // 2 // self._block * self._block, self._block)
-        seq = tuple(range(lead + self._block))
+        seq = _ids(lead + self._block)
         saves = (SnapshotSpec(lead, 0),)
         producer = ScheduledChunk("probe", "probe", seq[:lead], 0, lead, (), None, saves, True)
         follower = ScheduledChunk("probe1", "probe", seq, lead, lead + self._block, (), 0, (), True)
@@ -186,7 +193,7 @@ class RoundTimes:
         n = max(1, min(chunks, tokens))
         sizes = [tokens // n + (1 if i < tokens % n else 0) for i in range(n)]
         probes = [
-            ScheduledChunk(f"probe{i}", "probe", tuple(range(size)), 0, size, (), None, (), True)
+            ScheduledChunk(f"probe{i}", "probe", _ids(size), 0, size, (), None, (), True)
             for i, size in enumerate(sizes)
         ]
         return self._ask(probes)
@@ -194,7 +201,7 @@ class RoundTimes:
     def _probe_decode(self, steps: int) -> float:
         if self._predict is None:
             return FALLBACK_FIXED_SHARE * self._budget + steps
-        seq = tuple(range(DECODE_CONTEXT + 1))
+        seq = _ids(DECODE_CONTEXT + 1)
         chunks = [
             ScheduledChunk(f"probe{i}", "probe", seq, DECODE_CONTEXT, DECODE_CONTEXT + 1, (), None, (), True)
             for i in range(steps)

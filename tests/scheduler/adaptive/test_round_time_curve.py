@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from radixflow.scheduler import SchedulerConfig
@@ -110,3 +112,27 @@ def test_a_predictor_answering_no_time_is_read_as_no_predictor_until_it_is_refit
     assert times.seconds(0, decode_steps=5) == plain.seconds(0, decode_steps=5)
     predict.bad, predict.revision = None, 1  # refitted: asked again
     assert times.seconds(500) == 6.0
+
+
+def test_a_huge_token_budget_is_probed_without_allocating_its_tokens():
+    # `--token-budget` goes to 2**31 (`MAX_COUNT`: plain counters), and `adaptive`, the default
+    # policy, probed a whole budget's round as chunks holding a tuple of that many token ids: a
+    # budget of 10**7 took 400 MB and seconds, 2**31 was killed for memory in its first round
+    seen: list[tuple[int, int]] = []
+
+    def predict(chunks: list[ScheduledChunk]) -> float:
+        seen.extend((len(c.tokens), c.end) for c in chunks)
+        return 1e-3 + 1e-9 * sum(c.end - c.start for c in chunks)
+
+    times = RoundTimes(predict, SchedulerConfig(token_budget=10**6, max_requests=8, block_size=16))
+    tracemalloc.start()
+    try:
+        times.seconds(10**6)
+        times.seconds(10**6 - 1, decode_steps=3, chunks=4)
+        times.second_wave()
+        times.fixed()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak  # a tuple of 10**6 ids alone is 8 MB
+    assert seen and all(n >= end for n, end in seen)  # each probe still holds its [0, end)

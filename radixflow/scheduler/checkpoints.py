@@ -91,7 +91,7 @@ class CheckpointPlanner:
             if req.tail_slot is None and self._tail_slot_free(req, end):
                 req.tail_slot = self.cache.alloc_working_slot()
             if req.tail_slot is not None:
-                snaps.append(SnapshotSpec(end, req.tail_slot))
+                snaps.append(SnapshotSpec(end, req.tail_slot, own=True))  # adopted only as it ends
                 req.tail_position = end
         return snaps
 

@@ -13,7 +13,8 @@ from radixflow.scheduler.sampling import SamplingParams
 class SnapshotSpec:
     position: int  # state after tokens [0, position)
     slot: int
-    # the request's own state between its chunks (its working slot): no checkpoint in the cache
+    # the request's own state between its chunks (its working slot, or its rolling decode tail,
+    # adopted as a checkpoint only once the request ends): no checkpoint in the cache
     own: bool = False
 
 

@@ -175,6 +175,29 @@ def test_a_chunks_checkpoints_are_those_it_placed_in_the_cache_not_its_own_state
     ]
 
 
+def test_a_decode_steps_rolling_tail_save_is_its_own_state_not_a_checkpoint_it_places(tmp_path):
+    # a decode step ending on a block boundary listed its rolling tail save as a checkpoint placed
+    # in the cache ([112], then [128], each overwriting the last in one slot, none matchable
+    # until the request ends); the next turn resuming the kept tail still has its flow from the
+    # step that wrote it
+    path = tmp_path / "trace.json"
+    setup = plan_engine(EngineOptions(model="qwen3_5-2b", token_budget=128, trace_out=str(path))).build()
+    engine = setup.engine(policy="native")
+    first = Request("a", tuple(range(1, 101)), sampling=SamplingParams(max_tokens=30, ignore_eos=True))
+    engine.run([first])
+    turn = Request("b", first.prompt + tuple(first.output) + (7, 8, 9))
+    engine.run([turn])
+    engine.flush_events()
+    events = check_format(json.loads(path.read_text()))
+    chunks = [e for e in events if e.get("cat") == "chunk"]
+    decodes = [c["args"]["checkpoints"] for c in chunks if c["name"] == "decode"]
+    assert len(decodes) == 29 and not any(decodes)
+    (resumed,) = [c for c in chunks if track_names(events)[(c["pid"], c["tid"])] == "b"]
+    assert resumed["args"]["start"] == 128
+    (start,) = [e for e in events if e["ph"] == "s"]
+    assert enclosing(events, start)["args"]["end"] == 128  # the step that saved it
+
+
 def test_the_file_is_valid_json_after_every_flush_and_empty_flushes_are_harmless(tmp_path):
     path = tmp_path / "t.json"
     trace = TraceFile(path, {"clock": "sim"})

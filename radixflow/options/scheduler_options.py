@@ -64,7 +64,7 @@ class SchedulerOptions:
     )
     token_budget: int = option(
         _scheduler_default("token_budget"),
-        "prompt tokens computed per round (at least one block)",
+        "tokens computed per round, decode steps too (at least one block)",
         int,
         low=1,
         high=MAX_COUNT,

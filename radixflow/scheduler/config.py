@@ -22,7 +22,7 @@ def budget_problem(token_budget: int, block_size: int) -> Problem | None:
 class SchedulerConfig:
     # The defaults of token_budget, max_requests and block_size are declared here and nowhere else:
     # `EngineOptions` (and so every door: flags, TOML cells, `LLM(...)`) reads them from these fields.
-    token_budget: int = 2048  # prompt tokens computed per round
+    token_budget: int = 2048  # tokens computed per round: prefill chunks and decode steps alike
     max_requests: int = 32  # chunks per round
     block_size: int = 16
     num_blocks: int = 32768  # KV capacity

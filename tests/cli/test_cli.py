@@ -444,7 +444,8 @@ def test_every_bench_flag_is_explained_with_its_default(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "prompt tokens computed per round (at least one block) (default: 2048)" in help_text
+    # decode steps take the budget too (tests/scheduler/test_decode.py): "prompt tokens" said otherwise
+    assert "tokens computed per round, decode steps too (at least one block) (default: 2048)" in help_text
     assert "shared contexts (default: 8)" in help_text
 
 

@@ -154,8 +154,9 @@ class SamplingParams(TokenSamplingParams):
         """These parameters with ``max_tokens`` capped to ``room`` (what the prompt leaves, as
         `Engine.room` says; at least 1, so a prompt with no room is refused as the prompt) and
         ``min_tokens`` to that: for a ``max_tokens`` that is a default the caller never gave, so
-        the default never fails where the prompt fits."""
-        fitted = max(1, min(self.max_tokens, room))
+        the default never fails where the prompt fits. A cap never raises: ``max_tokens`` 0 (a
+        scoring request) stays 0, and runs where its prompt fills the context."""
+        fitted = min(self.max_tokens, max(1, room))
         return replace(self, max_tokens=fitted, min_tokens=min(self.min_tokens, fitted))
 
     def tokenized(self, encode: Callable[[str], list[int]]) -> SamplingParams:

@@ -208,6 +208,8 @@ def test_a_min_tokens_past_the_room_a_fitted_max_tokens_leaves_is_refused_not_lo
         llm.generate(prompt, SamplingParams(max_tokens=16, min_tokens=5), fit=True)
     (out,) = llm.generate(prompt, SamplingParams(max_tokens=16, min_tokens=3, ignore_eos=True), fit=True)
     assert len(out.token_ids) == 3
+    (scored,) = llm.generate(prompt[:8], SamplingParams(max_tokens=0, prompt_logprobs=0), fit=True)
+    assert scored.token_ids == () and len(scored.prompt_logprobs) == 8  # fitting raised 0 to 1
 
 
 def test_min_tokens_follows_only_the_guided_choices_that_long(llm):

@@ -163,6 +163,14 @@ def test_a_default_max_tokens_is_fitted_to_the_room_and_never_below_one():
     assert params.fitted(100) == params
 
 
+@pytest.mark.parametrize("room", [0, 5])
+def test_fitting_never_raises_a_max_tokens_of_zero(room):
+    # a scoring request (prompt logprobs, nothing generated) fitted stays one that generates
+    # nothing: a cap never raises, and a prompt filling the context runs at max_tokens 0
+    params = SamplingParams(max_tokens=0, prompt_logprobs=0)
+    assert params.fitted(room) == params
+
+
 @pytest.mark.parametrize(
     "field, value, expected",
     [

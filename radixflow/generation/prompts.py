@@ -64,6 +64,10 @@ class PromptReader:
         if isinstance(conversations, str | Mapping) or not isinstance(conversations, Iterable):
             raise ValueError(f"{CONVERSATIONS_SHAPE}, got {_what(conversations)}")
         convs = [conversations] if is_conversation(conversations) else list(conversations)
+        # the same of each conversation in a list: a text's characters were read as its messages
+        bad = next((i for i, c in enumerate(convs) if not _listed(c)), None)
+        if bad is not None:
+            raise ValueError(f"{CONVERSATIONS_SHAPE}, got {_what(convs[bad])} as item {bad}")
         named = ["prompt" if len(convs) == 1 else f"prompt {i}" for i in range(len(convs))]
         texts = [self.render(conv, label) for conv, label in zip(convs, named, strict=True)]
         return [self.encode(t, label, special=False) for t, label in zip(texts, named, strict=True)]
@@ -168,6 +172,12 @@ def require_list(name: str, value: object, shape: str) -> None:
     would be read as its keys), None, a generator (which has no length)."""
     if isinstance(value, Mapping) or not isinstance(value, Sequence):
         raise ValueError(f"{name}: {shape}, got {_what(value)}")
+
+
+def _listed(value: object) -> bool:
+    """A list of items (a conversation's messages): a sequence, not text nor bytes (nor a mapping,
+    which is no sequence)."""
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
 
 
 def _not_ids(value: object) -> str:

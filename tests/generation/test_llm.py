@@ -455,6 +455,24 @@ def test_conversations_of_another_shape_are_one_line_naming_what_was_given(llm, 
     assert llm.engine.requests == []
 
 
+@pytest.mark.parametrize(
+    ("conversations", "given"),
+    [
+        (["hello"], "a str as item 0"),  # said 'messages[0]: must be an object, got "h"'
+        ([[{"role": "user", "content": "hi"}], "yo"], "a str as item 1"),
+        ([[{"role": "user", "content": "hi"}], {"role": "user", "content": "yo"}], "a dict as item 1"),
+        ([[{"role": "user", "content": "hi"}], None], "a NoneType as item 1"),
+    ],
+)
+def test_a_conversation_of_another_shape_in_a_list_is_named_not_read_by_character(llm, conversations, given):
+    # a text (or one message) in the list was iterated as a conversation: its characters (keys)
+    # were the messages the error blamed
+    with pytest.raises(ValueError, match=r"^conversations: a list of messages or a list of such lists") as e:
+        llm.chat(conversations)
+    assert str(e.value).endswith(f"got {given}")
+    assert llm.engine.requests == []
+
+
 def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
     with pytest.raises(ProblemError, match="unknown torch model 'gpt-17'"):
         LLM("gpt-17")

@@ -78,8 +78,8 @@ class ModelHolder:
         """The model's tokenizer; ValueError for a checkpoint without one (prompts as token ids)."""
         if self.model.tokenizer is None:
             raise ValueError(
-                f"{self.model.name} has no tokenizer.json: text prompts, chat and stop strings need "
-                "the model's tokenizer; give prompts as lists of token ids"
+                f"{self.model.name} has no tokenizer.json: text prompts, chat, stop strings, guided_choice "
+                "and bad_words need the model's tokenizer; give prompts as lists of token ids"
             )
         return self.model.tokenizer
 

@@ -733,8 +733,10 @@ def test_a_checkpoint_without_a_tokenizer_serves_token_id_prompts(llm, tmp_path)
     for refused in (lambda: plain.generate("text"), lambda: plain.chat([{"role": "user", "content": "x"}])):
         with pytest.raises(ValueError, match=r"has no tokenizer\.json: text prompts"):
             refused()
-    with pytest.raises(ValueError, match="stop strings need the model's tokenizer"):
-        plain.generate([PROMPTS[3]], SamplingParams(max_tokens=4, stop=["."]))
+    # guided_choice and bad_words are text as well: their refusal spoke of stop strings alone
+    for field, value in (("stop", ["."]), ("guided_choice", ["a", "b"]), ("bad_words", ["a"])):
+        with pytest.raises(ValueError, match=rf"no tokenizer\.json: .*\b{field}\b.* need the model's"):
+            plain.generate([PROMPTS[3]], SamplingParams(max_tokens=4, **{field: value}))
 
 
 def test_text_too_long_for_the_model_is_refused_before_it_is_tokenized(llm):

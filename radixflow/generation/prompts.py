@@ -5,7 +5,7 @@ the item at fault ("prompt 2", "candidate 1", "context")."""
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from radixflow.generation.chat import ChatTemplateError
@@ -43,7 +43,12 @@ class PromptReader:
         # bytes iterate over their byte values, which would run as token ids
         if isinstance(prompts, bytes | bytearray) or not isinstance(prompts, Iterable):
             raise ValueError(f"{PROMPTS_SHAPE}, got {_what(prompts)}")
-        prompts = list(prompts)
+        listed = list(prompts)
+        if not isinstance(prompts, Sequence | Iterator) and listed and all(map(_is_token_id, listed)):
+            # one prompt as an array (numpy's): each id was read as a prompt, and refused as none
+            given = f"{_what(prompts)} of token ids (one prompt: a list, .tolist())"
+            raise ValueError(f"{PROMPTS_SHAPE}, got {given}")
+        prompts = listed
         out = []
         for i, p in enumerate(prompts):
             label = "prompt" if len(prompts) == 1 else f"prompt {i}"  # as the engine's problems name it

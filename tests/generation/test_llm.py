@@ -880,6 +880,19 @@ def test_prompts_of_another_type_are_one_line_naming_what_was_given(llm, prompts
     assert llm.engine.requests == []
 
 
+def test_one_prompt_of_token_ids_in_an_array_is_named_as_given(llm):
+    # an array of ids was read as a list of prompts: "prompt 0 is neither text nor a list of token
+    # ids, got an int64", of a prompt 0 never given
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"^prompts: text, a list of token ids, or a list of those") as e:
+        llm.generate(np.array(PROMPTS[3]), GREEDY)
+    assert str(e.value).endswith("got a ndarray of token ids (one prompt: a list, .tolist())")
+    (out,) = llm.generate(iter([PROMPTS[2]]), GREEDY)  # an iterator of prompts is still read in order
+    assert out.prompt_token_ids == tuple(llm.tokenizer.encode(PROMPTS[2]))
+    assert llm.engine.requests == []
+
+
 @pytest.mark.parametrize("progress", [True, "bar", 3])
 def test_a_progress_hook_that_cannot_be_called_is_refused_before_anything_runs(llm, progress):
     # it was called only as the first request ended: a TypeError then aborted the whole batch

@@ -181,8 +181,10 @@ def require_list(name: str, value: object, shape: str) -> None:
 
 def _listed(value: object) -> bool:
     """A list of items (a conversation's messages): a sequence, not text nor bytes (nor a mapping,
-    which is no sequence)."""
-    return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
+    which is no sequence), or an iterator (a generator of messages, read once)."""
+    return isinstance(value, Iterator) or (
+        isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
+    )
 
 
 def _not_ids(value: object) -> str:

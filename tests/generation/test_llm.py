@@ -473,6 +473,14 @@ def test_a_conversation_of_another_shape_in_a_list_is_named_not_read_by_characte
     assert llm.engine.requests == []
 
 
+def test_a_conversation_given_as_a_generator_of_messages_is_read_as_its_list(llm):
+    conversation = [{"role": "user", "content": "hi"}]
+    once = SamplingParams(max_tokens=1)
+    (listed,) = llm.chat([conversation], once)
+    (generated,) = llm.chat([(m for m in conversation)], once)
+    assert generated.prompt_token_ids == listed.prompt_token_ids
+
+
 def test_unknown_model_and_bad_options_are_one_line_errors(zoo):
     with pytest.raises(ProblemError, match="unknown torch model 'gpt-17'"):
         LLM("gpt-17")

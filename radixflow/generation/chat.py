@@ -18,6 +18,7 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # Content parts read as text, by type, and the field their text is in: OpenAI's text and refusal
 # parts (an assistant reply replayed may hold a refusal) and the Responses API's, as vLLM reads them.
 TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+NO_TEMPLATE = "this model has no chat template"  # each door then says what to send instead
 
 
 class ChatTemplateError(ValueError):
@@ -104,8 +105,7 @@ class ChatTemplate:
         """The prompt text for ``messages`` (each with "role" and "content")."""
         if self.source is None:
             raise ChatTemplateError(
-                "this model has no chat template: send a plain prompt instead of messages "
-                "(LLM.generate, /v1/completions)"
+                f"{NO_TEMPLATE}: send a plain prompt instead of messages (LLM.generate, /v1/completions)"
             )
         if not messages:
             raise ChatTemplateError("messages must not be empty")

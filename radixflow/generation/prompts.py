@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from radixflow.generation.chat import ChatTemplateError
+from radixflow.generation.chat import NO_TEMPLATE, ChatTemplateError
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer, TextTooLong, TokenizerError
 from radixflow.problems import counted
@@ -81,7 +81,12 @@ class PromptReader:
         """A scoring context's tokens; ValueError for a value of another shape (a lone token id
         is not a context of one token)."""
         if is_conversation(context):
-            text = self.tokenizer().chat.render(context)  # type: ignore[arg-type]
+            chat = self.tokenizer().chat
+            if not chat.available:  # the template's own advice is generate's: a plain prompt
+                raise ChatTemplateError(
+                    f"{NO_TEMPLATE}: give the context as text or token ids, not messages", "context"
+                )
+            text = chat.render(context)  # type: ignore[arg-type]
             return self.encode(text, "context", special=False)  # the template writes them itself
         if isinstance(context, str):
             return self.encode(context, "context")

@@ -999,3 +999,20 @@ def test_a_kept_refusal_this_run_would_not_give_is_run_again(zoo, capsys, tmp_pa
     assert f"row 1 of {partial} is a refusal this run does not give" in err, err
     assert "0 rows kept, 3 lines to run" in err
     assert _rows_without_cache_counts(out.read_text()) == _rows_without_cache_counts(whole.read_text())
+
+
+def test_a_conversation_context_on_a_model_without_a_chat_template_is_told_to_give_text():
+    # it was told generate's way: "send a plain prompt instead of messages (LLM.generate,
+    # /v1/completions)", of a context, which scoring takes as text or token ids
+    from types import SimpleNamespace
+
+    from radixflow.generation.chat import ChatTemplate, ChatTemplateError
+    from radixflow.generation.prompts import PromptReader
+
+    reader = PromptReader(lambda: SimpleNamespace(chat=ChatTemplate(None, None, None)))  # type: ignore[arg-type, return-value]
+    with pytest.raises(ChatTemplateError) as e:
+        reader.context([{"role": "user", "content": "hi"}])
+    assert (
+        str(e.value) == "this model has no chat template: give the context as text or token ids, not messages"
+    )
+    assert e.value.param == "context"

@@ -187,11 +187,16 @@ class SamplingParams(TokenSamplingParams):
 
 
 def _encoded(encode: Callable[[str], list[int]], name: str, i: int, text: str) -> tuple[int, ...]:
-    """``text`` (item ``i`` of field ``name``) as tokens; its refusal named by field and item."""
+    """``text`` (item ``i`` of field ``name``) as tokens; its refusal named by field and item, as
+    is a text the tokenizer makes no token of (a normalizer may drop it whole), which would be
+    refused as the engine's field (``token_choices``), never given."""
     try:
-        return tuple(encode(text))
+        tokens = tuple(encode(text))
     except ValueError as e:
         raise ProblemError(Problem(name, f"item {i}: {e}")) from None
+    if not tokens:
+        raise ProblemError(Problem(name, f"item {i} ({text.strip()!r}) is no token to this tokenizer"))
+    return tokens
 
 
 def _texts_problem(name: str, texts: object) -> Problem | None:

@@ -242,3 +242,23 @@ def test_numpy_integers_are_read_as_the_integers_they_are():
     p = SamplingParams(n=np.int64(2), truncate_prompt_tokens=np.int32(3), seed=np.int64(1))
     assert p.problem() is None and p == SamplingParams(n=2, truncate_prompt_tokens=3, seed=1)
     assert [type(c.seed) for c in p.choices()] == [int, int]
+
+
+@pytest.mark.parametrize(
+    ("field", "texts", "said"),
+    [
+        ("guided_choice", ("a", "\u0301"), "guided_choice: item 1 ('\u0301') is no token to this tokenizer"),
+        ("bad_words", ("\u0301",), "bad_words: item 0 ('\u0301') is no token to this tokenizer"),
+    ],
+)
+def test_a_text_the_tokenizer_makes_no_token_of_is_refused_naming_its_field(field, texts, said):
+    # a normalizer may drop a text whole (a lone combining accent, stripped): it was refused as
+    # "token_choices: must be a non-empty list of non-empty token-id lists", a field never given
+    from radixflow.problems import ProblemError
+
+    def encode(text: str) -> list[int]:
+        return [ord(c) for c in text if c != "\u0301"]
+
+    with pytest.raises(ProblemError) as e:
+        SamplingParams(**{field: texts}).tokenized(encode)
+    assert str(e.value) == said

@@ -100,9 +100,9 @@ def _variant_result(
         "offered_rps": rate,
         "latencies_s": [round(x, 9) for x in latencies],
         "policy_counters": run.counters,
-        "failures": [
-            {"id": r.id, "reason": r.error} for r in run.requests if r.status is RequestStatus.FAILED
-        ],
+        # the trial's whose counts `failed` and `completed` are (`_median_run`: the worst's), not
+        # the first trial's requests: a later trial's failures were counted yet never listed
+        "failures": [{"id": f.id, "reason": f.reason} for f in run.result.failures],
         **({} if pressure is None else {"pressure": pressure.figures(run)}),
     }
 

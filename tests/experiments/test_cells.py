@@ -56,3 +56,49 @@ def test_a_repeated_cells_goodput_latencies_and_pressure_figures_are_over_every_
         expected = statistics.median(s["pressure"][key] for s in singles)
         assert result["pressure"][key] == pytest.approx(expected), key
     assert result["mean_latency_s"] == pytest.approx(statistics.median(s["mean_latency_s"] for s in singles))
+
+
+class _FailingFirstRound:
+    """The sim runner, but its first worker call fails (its round rolled back, its requests
+    failed), as a real runner's out-of-memory round does in one trial and not another."""
+
+    def __init__(self, runner) -> None:
+        self.inner, self.name, self.model, self.calls = runner, runner.name, runner.model, 0
+        self.round_predictor = getattr(runner, "round_predictor", None)
+
+    def validate(self, request):
+        return self.inner.validate(request)
+
+    def reference_tokens(self, requests):
+        return self.inner.reference_tokens(requests)
+
+    def run(self, batch):
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("out of memory")
+        return self.inner.run(batch)
+
+
+class _SecondTrialFails:
+    """Engines whose second one (the second trial) runs on `_FailingFirstRound`."""
+
+    def __init__(self, setup) -> None:
+        self.setup, self.made = setup, 0
+        self.runner, self.scheduler = setup.runner, setup.scheduler
+
+    def engine(self, policy=None, placement=None, round_history=None, label=None):
+        self.made += 1
+        runner = _FailingFirstRound(self.setup.runner) if self.made == 2 else self.setup.runner
+        return replace(self.setup, runner=runner).engine(policy, placement, label=label)
+
+
+def test_a_repeated_cells_failures_are_those_of_the_trial_its_failed_count_is():
+    # `failed` and `completed` are the trial that failed most's, but the `failures` listed (what
+    # report.md's "Failed requests" reads) were the first trial's: failed 1 beside no failure
+    setup, requests = _sim()
+    (run,) = run_policies(requests, _SecondTrialFails(setup), ["native"], None, repeats=2)
+    result = _variant_result(Variant("native", None), run, None, None)
+    assert result["failed"] == len(run.trial_runs()[1].result.failures) > 0
+    assert result["completed"] == len(requests) - result["failed"]
+    listed = [(r.id, r.error) for r in run.trial_runs()[1].requests if r.error is not None]
+    assert [(f["id"], f["reason"]) for f in result["failures"]] == listed

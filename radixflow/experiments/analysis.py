@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from radixflow.experiments.config import OUTPUT_KEYS
 
 CellResult = dict[str, Any]
 
@@ -67,11 +70,13 @@ def flat_settings(cell: dict[str, Any]) -> dict[str, Any]:
 RELATIVE = ("rounds", "mean_latency_s", "p99_latency_s", "makespan_s", "goodput_rps", "worker_call_s")
 
 
-def comparisons(results: Iterable[CellResult]) -> list[Comparison]:
-    """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once);
-    a cell in which some variant completed nothing has nothing to compare (see `failures`)."""
+def comparisons(results: Iterable[CellResult], every_grid: bool = False) -> list[Comparison]:
+    """Every non-baseline variant of every distinct cell (a cell listed in two grids counts once,
+    under the first: `distinct`; ``every_grid``: under each grid that lists it, as each grid's own
+    table and line show it); a cell in which some variant completed nothing has nothing to
+    compare (see `failures`)."""
     out = []
-    for r in distinct(results):
+    for r in list(results) if every_grid else distinct(results):
         if completed_nothing_in(r):
             continue
         base, *others = r["results"]
@@ -175,7 +180,19 @@ def crossover(points: list[RegimePoint]) -> tuple[float | None, float | None]:
 
 
 def distinct(results: Iterable[CellResult]) -> list[CellResult]:
-    return list({r["key"]: r for r in results}.values())
+    """One result per distinct cell, the first listed: grids that vary one factor at a time share
+    their centre cell, which runs under each grid's name (its key names the grid) yet is one cell
+    of the figures over cells, not one per grid that lists it."""
+    cells: dict[str, CellResult] = {}
+    for r in results:
+        cells.setdefault(_identity(r), r)
+    return list(cells.values())
+
+
+def _identity(result: CellResult) -> str:
+    """The cell a result is of: its settings and workload, not its grid nor where it wrote a trace."""
+    cell = {k: v for k, v in result["cell"].items() if k not in ("group", *OUTPUT_KEYS)}
+    return json.dumps(cell, sort_keys=True, default=str)
 
 
 def other_code(results: Iterable[CellResult], code: str) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from radixflow.experiments.analysis import distinct
 from radixflow.experiments.config import ExperimentConfig, ExperimentConfigError
 from radixflow.experiments.config_checks import MAX_CELLS, parse_seeds
 from radixflow.experiments.config_parse import load_config
@@ -253,7 +254,7 @@ def _written_before(path: Path, started: float) -> bool:
 def _exit_code(results: list[dict[str, object]]) -> int:
     """1 when no cell has anything to compare (every one has a variant that completed nothing)."""
     empty = completed_nothing(results)
-    if results and empty == len({r["key"] for r in results}):
+    if results and empty == len(distinct(results)):
         print(
             f"radixflow: error: no cell completed a request under every variant ({empty} cells; "
             "reasons under 'Failed requests' in report.md)",

@@ -58,8 +58,8 @@ def failure_section(results: list[CellResult]) -> list[str]:
         for f in found
     ]
     empty = completed_nothing(results)
-    note = f"{empty} of {len(results)} cells have a variant that completed no request: they are left out of "
-    note += "every comparison above."
+    note = f"{empty} of {len(distinct(results))} cells have a variant that completed no request: "
+    note += "they are left out of every comparison above."
     return [
         "## Failed requests",
         "",

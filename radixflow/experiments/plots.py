@@ -209,7 +209,7 @@ PLOTS = ("latency_cdf.png", "rounds.png", "latency_vs_load.png", "latency_change
 def write_plots(results: list[CellResult], out: Path) -> list[str]:
     """Write every plot the data supports, removing any other of these names an earlier run left;
     returns their file names (relative to ``out``)."""
-    comps = comparisons(results)
+    comps = comparisons(results, every_grid=True)  # a line per grid's setting: each its own cells
     made = []
     jobs = [
         lambda p: latency_cdf(results, p),

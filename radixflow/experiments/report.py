@@ -98,10 +98,11 @@ def _opening(meta: dict[str, Any], results: list[CellResult], variants: list[str
             f"variants {', '.join(f'`{v}`' for v in variants)}; every change is relative to `{variants[0]}` "
             "on the identical requests of the same cell"
         )
-    return (
-        f"{counted(len(results), 'cell')}; {compared}. Cell compute time {meta['cells_wall_s']:.0f} s; "
-        f"run `{meta['command']}`."
-    )
+    cells = counted(len(results), "cell")
+    shared = len(results) - len(distinct(results))  # listed by two grids: once in the figures over cells
+    if shared:
+        cells += f" ({len(results) - shared} distinct: {shared} listed again by another grid count once)"
+    return f"{cells}; {compared}. Cell compute time {meta['cells_wall_s']:.0f} s; run `{meta['command']}`."
 
 
 def _comparison(results: list[CellResult], comps: list[Comparison], variants: list[str]) -> list[str]:
@@ -136,7 +137,7 @@ def render_report(meta: dict[str, Any], results: list[CellResult], plots: list[s
     lines += _comparison(results, comps, variants) if compared else []
     lines += cost_check(results)
     lines += failure_section(results)
-    lines += ["## Cells", "", *group_tables(comps)] if compared else []
+    lines += ["## Cells", "", *group_tables(comparisons(results, every_grid=True))] if compared else []
     if plots:
         lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
     return "\n".join(lines)

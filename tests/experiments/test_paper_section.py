@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from radixflow.experiments.analysis import Span
+from radixflow.experiments.analysis import Span, comparisons
+from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.paper_section import _paper_position
+from radixflow.experiments.run import run_experiment
 
 
 @pytest.mark.parametrize(
@@ -17,3 +22,48 @@ def test_a_median_within_one_percent_is_short_of_the_paper_not_opposite_to_it(me
     # a +0.4% change is what the report reads as unchanged everywhere else (within ±1%): it was
     # marked "opposite", as if the policy raised mean latency, beside a 0.0% marked "short"
     assert _paper_position(Span(median, median, median, 3), "mean_latency_s") == f" · {says}"
+
+
+SHARED_CENTRE = """
+name = "centre"
+policies = ["native", "radixflow"]
+seeds = [0]
+
+[defaults]
+model = "qwen3_5-2b"
+token_budget = 256
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 128
+candidate_len = 16
+
+[[grid]]
+name = "budget"
+token_budget = [256, 512]
+
+[[grid]]
+name = "contexts"
+[grid.workload]
+groups = [2, 3]
+"""
+
+
+def test_a_cell_two_grids_share_counts_once_in_the_figures_over_cells(tmp_path: Path):
+    # one factor at a time: both grids hold the centre (budget 256, 2 contexts), run under each
+    # grid's name; the medians, counts and ranges over cells took it twice (4 cells, not 3),
+    # though `comparisons` said a cell listed in two grids counts once
+    path = tmp_path / "centre.toml"
+    path.write_text(SHARED_CENTRE)
+    run_experiment(path, tmp_path / "out", ExecutionOptions(), "test")
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
+    assert len(results) == 4
+    assert len(comparisons(results)) == 3
+    report = (tmp_path / "out" / "report.md").read_text()
+    opening = report.split("\n")[2]
+    assert opening.startswith("4 cells (3 distinct: 1 listed again by another grid count once);")
+    assert "On 3 simulated hybrid cells" in report
+    assert "| sim | qwen3_5-2b | 3 |" in report
+    # each grid's own table still lists every cell of the grid, the centre in both
+    budget, contexts = report.split("### budget")[1].split("### contexts")
+    assert budget.count("| qwen3_5-2b |") == 2 and contexts.count("| qwen3_5-2b |") == 2

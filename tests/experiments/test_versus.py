@@ -87,8 +87,8 @@ def test_a_cell_is_labelled_by_the_fixed_cost_its_runner_charged_or_none():
     # result says what was charged) or where a real runner pays what it pays (torch: None too)
     loser = result((1.0, 1.0, 1.5), (1.0, 1.0, 1.0))
     loser["cell"] = {**loser["cell"], "fixed_cost_ms": None}
-    sim = {**loser, "key": "sim", "fixed_cost_ms": 2.5}
-    torch = {**loser, "key": "torch", "fixed_cost_ms": None}
+    sim = {**loser, "key": "sim", "fixed_cost_ms": 2.5, "cell": {**loser["cell"], "runner": "sim"}}
+    torch = {**loser, "key": "torch", "fixed_cost_ms": None, "cell": {**loser["cell"], "runner": "torch"}}
     text = "\n".join(versus_section([sim, torch]))
     assert "- +50.0% (p99 +0.0%): m, grouped, poisson 50/s, 2.5 ms, 8 contexts, seed 0" in text
     assert "- +50.0% (p99 +0.0%): m, grouped, poisson 50/s, 8 contexts, seed 0" in text

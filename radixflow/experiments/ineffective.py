@@ -8,6 +8,8 @@ beside a sweep of arrivals ``batch`` and ``poisson`` changes the poisson cells a
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,8 +34,7 @@ def ineffective(
     why; ``has_recurrent``: whether the cell's model has recurrent state; ``replaced``: keys that
     something else sets for every cell (`replaced`), with why."""
     sim = settings["runner"] == "sim"
-    unread = unread_flops(settings["hardware"]) if sim else None
-    no_scheduler = unmodelled_scheduler(settings["hardware"]) if sim else None
+    unread, no_scheduler = profile_notes(settings["hardware"]) if sim else (None, None)
     rules = (
         (SIM_ONLY, settings["runner"] == "torch", "with the torch runner (it sets the sim cost model)"),
         ((*TORCH_ONLY, "cost_profile"), settings["runner"] == "sim", "with the sim runner"),
@@ -62,6 +63,23 @@ def ineffective(
     )
     idle = {key: why for keys, applies, why in rules if applies for key in keys}
     return idle | replaced
+
+
+def profile_notes(hardware: str) -> tuple[str | None, str | None]:
+    """`unread_flops` and `unmodelled_scheduler` of the profile ``hardware`` names, read once per
+    version of its file (a profile is checked whole as it is read: every cell of a grid on one
+    profile file read it again, seconds over a few hundred cells)."""
+    try:
+        stat = os.stat(hardware)
+        version = (stat.st_size, stat.st_mtime_ns)
+    except (OSError, ValueError):  # a built-in name, or no file: read as it is
+        version = None
+    return _profile_notes(hardware, version)
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_notes(hardware: str, version: tuple[int, int] | None) -> tuple[str | None, str | None]:
+    return unread_flops(hardware), unmodelled_scheduler(hardware)
 
 
 def replaced(named: Iterable[str], device: str | None) -> dict[str, str]:

@@ -67,3 +67,32 @@ def test_a_cell_two_grids_share_counts_once_in_the_figures_over_cells(tmp_path: 
     # each grid's own table still lists every cell of the grid, the centre in both
     budget, contexts = report.split("### budget")[1].split("### contexts")
     assert budget.count("| qwen3_5-2b |") == 2 and contexts.count("| qwen3_5-2b |") == 2
+
+
+ARRIVALS_BY_RATE = """
+name = "arrivals"
+policies = ["native", "radixflow"]
+seeds = [0]
+
+[defaults]
+model = "qwen3_5-2b"
+token_budget = 256
+[defaults.workload]
+groups = 2
+candidates = 3
+context_len = 128
+candidate_len = 16
+arrival = ["batch", "poisson"]
+rate = [50.0, 100.0]
+"""
+
+
+def test_cells_that_differ_only_in_a_key_that_changes_neither_count_once(tmp_path: Path):
+    # a rate swept beside batch and Poisson arrivals: the batch cell runs once per rate, all
+    # alike (a rate changes no batch cell), and the figures over cells took it once per rate
+    path = tmp_path / "arrivals.toml"
+    path.write_text(ARRIVALS_BY_RATE)
+    run_experiment(path, tmp_path / "out", ExecutionOptions(), "test")
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
+    assert len(results) == 4 and len(comparisons(results)) == 3
+    assert "On 3 simulated hybrid cells" in (tmp_path / "out" / "report.md").read_text()

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixflow.experiments.config import CELL_KEYS, OUTPUT_KEYS, WORKLOAD_KEYS
+from radixflow.experiments.config import CELL_KEYS, OUTPUT_KEYS, WORKLOAD_KEYS, Cell
 from radixflow.experiments.ineffective import ineffective
 
 CellResult = dict[str, Any]
@@ -193,11 +193,14 @@ def distinct(results: Iterable[CellResult]) -> list[CellResult]:
 def _identity(result: CellResult) -> str:
     """The cell a result is of: its settings and workload, not its grid, where it wrote a trace,
     nor a key that cannot change it (`ineffective`: a rate swept beside batch and Poisson arrivals
-    runs the batch cell once per rate, each alike). A result cached before a key existed has it
-    at its default."""
+    runs the batch cell once per rate, each alike); its independent requests counted as they
+    run (an ``independent_share`` of 0 is the cell without one). A result cached before a key
+    existed has it at its default."""
     given = result["cell"]
     settings = {**CELL_KEYS, **{k: v for k, v in given.items() if k != "workload"}}
     workload = {**WORKLOAD_KEYS, **given.get("workload", {})}
+    workload = Cell("", settings, workload).run_workload()
+    settings["independent_share"] = None
     idle = ineffective(settings, workload, bool(result.get("hybrid", True)), {})
     cell = {k: v for k, v in settings.items() if k not in ("group", *OUTPUT_KEYS) and k not in idle}
     cell["workload"] = {k: v for k, v in workload.items() if f"workload.{k}" not in idle}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from radixflow.experiments.analysis import Span, comparisons
+from radixflow.experiments.analysis import Span, comparisons, distinct
 from radixflow.experiments.execute import ExecutionOptions
 from radixflow.experiments.paper_section import _paper_position
 from radixflow.experiments.run import run_experiment
@@ -96,3 +96,17 @@ def test_cells_that_differ_only_in_a_key_that_changes_neither_count_once(tmp_pat
     results = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
     assert len(results) == 4 and len(comparisons(results)) == 3
     assert "On 3 simulated hybrid cells" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_share_of_no_independent_requests_is_the_cell_without_them():
+    # independent_share 0.0 (a sweep's first value) runs the very requests the cell without a
+    # share runs (sensitivity.toml's centre again): one cell, not two
+    workload = {"groups": 2, "candidates": 3, "independent": 0, "seed": 0}
+    base = {"runner": "sim", "model": "m", "workload": workload}
+    results = [
+        {"key": "a", "cell": {**base, "group": "centre"}},
+        {"key": "b", "cell": {**base, "group": "shares", "independent_share": 0.0}},
+        {"key": "c", "cell": {**base, "group": "shares", "independent_share": 0.25}},
+        {"key": "d", "cell": {**base, "group": "count", "workload": {**workload, "independent": 2}}},
+    ]
+    assert [r["key"] for r in distinct(results)] == ["a", "c"]  # 0.25 of 6 + 2 more: 2

@@ -99,9 +99,9 @@ def _opening(meta: dict[str, Any], results: list[CellResult], variants: list[str
             "on the identical requests of the same cell"
         )
     cells = counted(len(results), "cell")
-    shared = len(results) - len(distinct(results))  # listed by two grids: once in the figures over cells
+    shared = len(results) - len(distinct(results))  # two grids' centre, a rate beside batch arrivals
     if shared:
-        cells += f" ({len(results) - shared} distinct: {shared} listed again by another grid count once)"
+        cells += f" ({len(results) - shared} distinct: {shared} run another's requests alike and count once)"
     return f"{cells}; {compared}. Cell compute time {meta['cells_wall_s']:.0f} s; run `{meta['command']}`."
 
 

@@ -61,7 +61,7 @@ def test_a_cell_two_grids_share_counts_once_in_the_figures_over_cells(tmp_path: 
     assert len(comparisons(results)) == 3
     report = (tmp_path / "out" / "report.md").read_text()
     opening = report.split("\n")[2]
-    assert opening.startswith("4 cells (3 distinct: 1 listed again by another grid count once);")
+    assert opening.startswith("4 cells (3 distinct: 1 run another's requests alike and count once);")
     assert "On 3 simulated hybrid cells" in report
     assert "| sim | qwen3_5-2b | 3 |" in report
     # each grid's own table still lists every cell of the grid, the centre in both

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from radixflow.experiments.analysis import Span, comparisons, distinct
-from radixflow.experiments.execute import ExecutionOptions
+from radixflow.experiments.config_parse import load_config
+from radixflow.experiments.execute import ExecutionOptions, execute
 from radixflow.experiments.paper_section import _paper_position
-from radixflow.experiments.run import run_experiment
+from radixflow.experiments.report import render_report
 
 
 @pytest.mark.parametrize(
@@ -49,17 +49,22 @@ groups = [2, 3]
 """
 
 
+def _report(text: str, tmp_path: Path) -> tuple[list[dict], str]:
+    """The cells of the config ``text`` run, and their report.md (no plots: matplotlib is slow)."""
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    results = execute(load_config(path), tmp_path / "out", ExecutionOptions(), code="test")
+    meta = {"name": "test", "description": "", "cells_wall_s": 0.0, "command": "test", "code": "test"}
+    return results, render_report(meta, results, [])
+
+
 def test_a_cell_two_grids_share_counts_once_in_the_figures_over_cells(tmp_path: Path):
     # one factor at a time: both grids hold the centre (budget 256, 2 contexts), run under each
     # grid's name; the medians, counts and ranges over cells took it twice (4 cells, not 3),
     # though `comparisons` said a cell listed in two grids counts once
-    path = tmp_path / "centre.toml"
-    path.write_text(SHARED_CENTRE)
-    run_experiment(path, tmp_path / "out", ExecutionOptions(), "test")
-    results = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
+    results, report = _report(SHARED_CENTRE, tmp_path)
     assert len(results) == 4
     assert len(comparisons(results)) == 3
-    report = (tmp_path / "out" / "report.md").read_text()
     opening = report.split("\n")[2]
     assert opening.startswith("4 cells (3 distinct: 1 run another's requests alike and count once);")
     assert "On 3 simulated hybrid cells" in report
@@ -90,12 +95,9 @@ rate = [50.0, 100.0]
 def test_cells_that_differ_only_in_a_key_that_changes_neither_count_once(tmp_path: Path):
     # a rate swept beside batch and Poisson arrivals: the batch cell runs once per rate, all
     # alike (a rate changes no batch cell), and the figures over cells took it once per rate
-    path = tmp_path / "arrivals.toml"
-    path.write_text(ARRIVALS_BY_RATE)
-    run_experiment(path, tmp_path / "out", ExecutionOptions(), "test")
-    results = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
+    results, report = _report(ARRIVALS_BY_RATE, tmp_path)
     assert len(results) == 4 and len(comparisons(results)) == 3
-    assert "On 3 simulated hybrid cells" in (tmp_path / "out" / "report.md").read_text()
+    assert "On 3 simulated hybrid cells" in report
 
 
 def test_a_share_of_no_independent_requests_is_the_cell_without_them():

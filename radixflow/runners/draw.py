@@ -38,6 +38,8 @@ GROWTH = 8  # a top-p row whose ranked mass falls short ranks this many times mo
 BLOCK = 1024  # tokens per block of the unranked rest (no-cut rows)
 BINS = 1024  # value bins of a top-p row's mass, to size its selection when HEAD falls short
 _TINY = torch.finfo(torch.float32).tiny  # temperatures below this scale as this (no 0/0)
+# and those above this as this: float32's inf would make a token of no probability -inf / inf
+_HUGE = torch.finfo(torch.float32).max
 _FLOOR = -104.0  # exp() of anything below is 0 in float32
 
 
@@ -68,7 +70,7 @@ def _scale(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tens
     under ``min_p`` times the best one's."""
     temps = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=logits.device)
     shifted = logits - logits.max(dim=-1, keepdim=True).values
-    scaled = shifted / temps.clamp(min=_TINY)[:, None]
+    scaled = shifted / temps.clamp(min=_TINY, max=_HUGE)[:, None]
     floors = [(i, math.log(p.min_p)) for i, p in enumerate(params) if p.min_p > 0]
     for i, floor in floors:
         scaled[i].masked_fill_(scaled[i] < floor, -torch.inf)

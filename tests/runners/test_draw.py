@@ -176,6 +176,23 @@ def test_extreme_temperatures_stay_finite():
     assert all(0 <= t < 500 for t in flat.tolist())
 
 
+@pytest.mark.parametrize("temperature", [1e30, 1e39, 1e300])
+def test_a_temperature_past_float32s_range_keeps_impossible_tokens_impossible(temperature):
+    """A temperature float32 cannot hold (any finite number is valid) once became inf: a token
+    of no probability (an allow-list's, a held-back end) scaled to -inf / inf = NaN, a top-p row
+    failed its round on an index of -1 and a no-cut row drew only one of the kept tokens. Every
+    such temperature flattens the kept tokens to even odds, as 1e30 does."""
+    vocab, n = 3000, 400
+    logits = torch.full((n, vocab), -math.inf)
+    logits[:, [2, 5, 2900]] = torch.tensor([1.5, -0.7, 0.3])
+    u = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    for cut in ({}, {"top_p": 0.9}, {"top_k": 3}, {"min_p": 0.5}):
+        tokens = draw(logits, [replace(HOT, temperature=temperature, **cut)] * n, u)
+        counts = torch.bincount(tokens, minlength=vocab)
+        assert counts[[2, 5, 2900]].sum() == n, cut
+        assert all(abs(c - n / 3) <= 1 for c in counts[[2, 5, 2900]].tolist()), (cut, counts[[2, 5, 2900]])
+
+
 def test_a_flat_top_p_row_ranks_enough_and_not_the_vocabulary(monkeypatch):
     """HEAD candidates hold too little mass: the value bins size one selection of a few hundred."""
     vocab = 4096

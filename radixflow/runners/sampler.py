@@ -115,6 +115,17 @@ def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
         row[sorted(banned)] = -torch.inf
 
 
+def _check_finite(logits: torch.Tensor) -> None:
+    """Raise ValueError where a row's best logit is not finite (a NaN, a +inf, or every token at
+    -inf): its probabilities, and so any token picked or logprob reported, would be NaN."""
+    bad = int((~torch.isfinite(logits.max(dim=-1).values)).sum())
+    if bad:
+        raise ValueError(
+            f"the model's logits are not finite in {bad} of the round's {len(logits)} rows "
+            "(NaN or inf: an overflow of the model's dtype?); no token can be sampled from them"
+        )
+
+
 def top_count(params: SamplingParams) -> int:
     """Alternatives reported for a token sampled with ``params``."""
     return max(params.logprobs or 0, MIN_TOP)
@@ -133,6 +144,7 @@ class Sampler:
         if not rows:
             return []
         logits = logits.float()
+        _check_finite(logits)
         logprobs = torch.log_softmax(logits, dim=-1)  # the model's own: reported
         k = min(max(top_count(r.params) for r in rows), logits.shape[-1])
         top_vals, top_ids = logprobs.topk(k, dim=-1)

@@ -60,6 +60,19 @@ def test_top_k_1_and_tiny_top_p_are_greedy():
             assert [s.token for s in Sampler().sample(logits, rows)] == greedy
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("params", [SamplingParams(), replace(HOT, seed=1), replace(HOT, seed=1, top_p=0.5)])
+def test_logits_no_token_can_be_sampled_from_are_refused_by_name(bad, params):
+    """A row of the model's logits holding NaN or +inf (a dtype's overflow) was sampled greedily
+    as token 0 (or the inf one) with a NaN logprob, and failed a drawn row's round on 'index -1
+    is out of bounds'. Such a row names what is wrong instead."""
+    logits = logits_batch(3, seed=4)
+    logits[1, 7] = bad
+    rows = [SampleRow(SamplingParams(), 0), SampleRow(params, 0), SampleRow(HOT, 0)]
+    with pytest.raises(ValueError, match=r"logits are not finite in 1 of the round's 3 rows"):
+        Sampler().sample(logits, rows)
+
+
 def test_logprob_is_the_models_own_whatever_the_temperature():
     logits = logits_batch(1, seed=2)
     s = Sampler().sample(logits, [SampleRow(SamplingParams(temperature=5.0, seed=3), 0)])[0]

@@ -43,21 +43,36 @@ def parse_choices(spec: str) -> tuple[str, ...] | Problem | None:
     if spec in BACKEND_NAMES:
         return tuple(spec for _ in SHAPE_CLASSES)
     names = [c.name for c in SHAPE_CLASSES]
+    if "=" not in spec and "," not in spec:  # one word, neither a name nor a pair
+        return Problem(
+            "matmul",
+            f"{spec!r} is not 'auto', one of {sorted(BACKEND_NAMES)}, or class=backend pairs "
+            f"(classes {names})",
+        )
     chosen = dict.fromkeys(names, "mkl")
     given: set[str] = set()
     for part in spec.split(","):
         cls, sep, backend = (s.strip() for s in part.partition("="))
-        if not sep or cls not in chosen or backend not in BACKEND_NAMES:
-            return Problem(
-                "matmul",
-                f"{spec!r} is not 'auto', one of {sorted(BACKEND_NAMES)}, or class=backend pairs "
-                f"(classes {names})",
-            )
-        if cls in given:  # the later pair would silently win
-            return Problem("matmul", f"{spec!r}: the class {cls} is given twice")
+        why = _pair_problem(cls, sep, backend)
+        if why is None and cls in given:  # the later pair would silently win
+            why = f"the class {cls} is given twice"
+        if why is not None:
+            return Problem("matmul", f"{spec!r}: {why}")
         given.add(cls)
         chosen[cls] = backend
     return tuple(chosen[n] for n in names)
+
+
+def _pair_problem(cls: str, sep: str, backend: str) -> str | None:
+    """What is wrong with one ``class=backend`` pair of a plan (None: nothing): the part a long
+    plan's typo is in, and what it may be."""
+    if not sep:
+        return f"{cls!r} is not a class=backend pair"
+    if cls not in {c.name for c in SHAPE_CLASSES}:
+        return f"{cls!r} is not a class ({', '.join(c.name for c in SHAPE_CLASSES)})"
+    if backend not in BACKEND_NAMES:
+        return f"{backend!r} is not a backend ({', '.join(BACKEND_NAMES)})"
+    return None
 
 
 def plan_problem(spec: str) -> Problem | None:

@@ -45,6 +45,24 @@ def test_plans_parse_from_one_name_or_class_pairs():
     assert isinstance(twice, Problem) and "single is given twice" in twice.message
 
 
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("single=mkl,decode=onedn", "'onedn' is not a backend (mkl, onednn, native)"),
+        ("singel=mkl", "'singel' is not a class (single, decode, prefill)"),
+        ("single=mkl,", "'' is not a class=backend pair"),
+        ("mkl,decode=onednn", "'mkl' is not a class=backend pair"),
+        ("single=mkl decode=onednn", "'mkl decode=onednn' is not a backend"),
+    ],
+)
+def test_a_plan_with_one_bad_pair_names_that_pair(spec, says):
+    """A long plan with one typo said only that the whole of it was not a plan: which part is
+    wrong, and what it may be, is what fixes it."""
+    problem = parse_plan(spec)
+    assert isinstance(problem, Problem) and problem.param == "matmul"
+    assert problem.message.startswith(repr(spec)) and says in problem.message and "\n" not in problem.message
+
+
 def test_a_bad_plan_is_refused_before_the_model_loads(tmp_path):
     with pytest.raises(ProblemError) as err:
         TorchRunner(tmp_path / "missing", 16, 4, 1, matmul="decode=gpu")

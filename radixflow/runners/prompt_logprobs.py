@@ -20,6 +20,7 @@ import torch
 
 from radixflow.models.kv_pool import KVPool
 from radixflow.models.layers import CausalLM
+from radixflow.runners.sampler import check_finite
 from radixflow.scheduler.output import ScheduledChunk
 from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.scheduler.sampling_checks import MAX_LOGPROBS
@@ -175,7 +176,9 @@ class PromptScorer:
         slots = torch.tensor([s for (s, _), _ in part], dtype=torch.long, device=hidden.device)
         tokens = torch.tensor([t for (_, t), _ in part], dtype=torch.long, device=hidden.device)
         with torch.inference_mode():
-            logprobs = torch.log_softmax(self.net.compute_logits(hidden[slots]).float(), dim=-1)
+            logits = self.net.compute_logits(hidden[slots]).float()
+            check_finite(logits, f"{len(part)} prompt positions")  # before any row is memoized
+            logprobs = torch.log_softmax(logits, dim=-1)
             k = min(max(k for _, k in part), logprobs.shape[-1])
             top_vals, top_ids = logprobs.topk(k, dim=-1)
             own = logprobs.gather(1, tokens[:, None])[:, 0]

@@ -115,14 +115,15 @@ def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
         row[sorted(banned)] = -torch.inf
 
 
-def _check_finite(logits: torch.Tensor) -> None:
+def check_finite(logits: torch.Tensor, rows: str) -> None:
     """Raise ValueError where a row's best logit is not finite (a NaN, a +inf, or every token at
-    -inf): its probabilities, and so any token picked or logprob reported, would be NaN."""
+    -inf): its probabilities, and so any token picked or logprob reported, would be NaN.
+    ``rows``: what the rows are, said after "in n of" (``the round's 3 rows``)."""
     bad = int((~torch.isfinite(logits.max(dim=-1).values)).sum())
     if bad:
         raise ValueError(
-            f"the model's logits are not finite in {bad} of the round's {len(logits)} rows "
-            "(NaN or inf: an overflow of the model's dtype?); no token can be sampled from them"
+            f"the model's logits are not finite in {bad} of {rows} "
+            "(NaN or inf: an overflow of the model's dtype?): nothing can be sampled or scored from them"
         )
 
 
@@ -144,7 +145,7 @@ class Sampler:
         if not rows:
             return []
         logits = logits.float()
-        _check_finite(logits)
+        check_finite(logits, f"the round's {len(rows)} rows")
         logprobs = torch.log_softmax(logits, dim=-1)  # the model's own: reported
         k = min(max(top_count(r.params) for r in rows), logits.shape[-1])
         top_vals, top_ids = logprobs.topk(k, dim=-1)

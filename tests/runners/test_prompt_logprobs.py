@@ -8,15 +8,18 @@ it must equal what a cold run and transformers report.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
 from engine_utils import drive, new_engine
 from model_utils import ZOO_PARITY, ZOO_TINY, one_thread, zoo_model  # noqa: F401  (a fixture)
 
+from radixflow.models.kv_pool import KVPool
 from radixflow.runners.prompt_logprobs import PromptScorer
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.output import ScheduledChunk
 from radixflow.scheduler.samples import PromptLogprob
 from radixflow.scheduler.sampling import SamplingParams
 
@@ -184,6 +187,23 @@ def test_a_small_memo_evicts_reuses_and_grows_its_rows_and_stays_exact(pair, mon
             assert len(scorer._rows) <= 8
     finally:
         runner.scorer = saved
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_prompt_logits_that_are_not_finite_are_refused_by_name_and_not_memoized(bad):
+    """A prompt position whose logits hold NaN or +inf (a dtype's overflow) was reported with a
+    NaN logprob (which a response writes as its -9999 stand-in, a score like any other) and
+    memoized. It is refused by name, as the sampler refuses such a row, and nothing is kept."""
+    weight = torch.randn(8, 6, generator=torch.Generator().manual_seed(0))
+    net = SimpleNamespace(config=SimpleNamespace(vocab_size=6), compute_logits=lambda h: h @ weight)
+    kv = KVPool({}, 2, 4, torch.float32, "cpu", hidden_size=8)
+    kv.hidden.normal_(generator=torch.Generator().manual_seed(1))
+    kv.hidden[2, 3] = bad  # the state before position 3 of the chunk below
+    scorer = PromptScorer(net, kv)
+    chunk = ScheduledChunk("r", "ns", (1, 2, 3, 4, 5), 0, 5, (0, 1), None, (), False, ECHO, 1, 5)
+    with pytest.raises(ValueError, match=r"logits are not finite in 1 of 4 prompt positions"):
+        scorer.score([chunk])
+    assert not scorer._rows and not scorer._k  # nothing memoized
 
 
 def out_of_memory(scorer: PromptScorer) -> None:

@@ -38,8 +38,10 @@ GROWTH = 8  # a top-p row whose ranked mass falls short ranks this many times mo
 BLOCK = 1024  # tokens per block of the unranked rest (no-cut rows)
 BINS = 1024  # value bins of a top-p row's mass, to size its selection when HEAD falls short
 _TINY = torch.finfo(torch.float32).tiny  # temperatures below this scale as this (no 0/0)
-# and those above this as this: float32's inf would make a token of no probability -inf / inf
-_HUGE = torch.finfo(torch.float32).max
+# and those above this as this: float32's inf made a token of no probability -inf / inf, and
+# past ~1e36 even a banned token's lowest finite logit scaled into exp's range. Nothing else
+# moves: at 1e30 a logit gap under 1e20 scales under 1e-10, the kept tokens already even.
+_HUGE = 1e30
 _FLOOR = -104.0  # exp() of anything below is 0 in float32
 
 

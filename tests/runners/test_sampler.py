@@ -10,6 +10,7 @@ import torch
 from engine_utils import new_engine
 from model_utils import one_thread, zoo_model  # noqa: F401  (one_thread is a fixture)
 
+from radixflow.runners.draw import draw
 from radixflow.runners.sampler import MIN_TOP, Sampler, SampleRow, adjusted, row_seed
 from radixflow.runners.torch_runner import TorchRunner
 from radixflow.scheduler import Request, SchedulerConfig
@@ -376,3 +377,16 @@ def test_a_banned_sequence_is_never_completed(params):
     for generated, allowed in (((3, 4), False), ((4, 3), True), ((3, 4, 1), True)):
         row = SampleRow(SamplingParams(bad_token_sequences=banned), 2 + len(generated), prompt + generated, 2)
         assert (sampler.sample(boosted, [row])[0].token == 9) is allowed
+
+
+@pytest.mark.parametrize("temperature", [1e38, 1e39, 1e300])
+def test_a_banned_token_stays_impossible_at_any_temperature(temperature):
+    """A banned token sits at float32's lowest logit (pickable only when nothing else is): a
+    temperature past 1e36 scaled even that into exp's range (-3.4e38 / 3.4e38 = -1), and a
+    banned token was drawn beside the others."""
+    logits = -1 - logits_batch(1, seed=13).abs()  # every logit below 0: nothing overflows
+    p = replace(HOT, temperature=temperature, max_tokens=4, bad_token_sequences=((3,),))
+    u = (torch.arange(2000, dtype=torch.float64) + 0.5) / 2000
+    rows = [SampleRow(p, 2, (1, 2), 2)] * len(u)
+    picked = draw(adjusted(logits.expand(len(u), -1), rows), [p] * len(u), u)
+    assert 3 not in picked.tolist() and len(set(picked.tolist())) == VOCAB - 1

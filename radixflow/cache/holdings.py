@@ -83,10 +83,11 @@ class Holdings:
         return ids
 
     def free_blocks(self, ids: Sequence[int]) -> None:
-        """Return a request's blocks; ones the tree adopted are skipped (the tree owns them)."""
+        """Return a request's blocks; ones the tree adopted are skipped (the tree owns them).
+        ValueError for a block named twice, changing nothing."""
         mine = [i for i in ids if i in self._private]
+        self.tree.kv.give(mine)  # first: it refuses a repeated id before anything moves
         self._private.difference_update(mine)
-        self.tree.kv.give(mine)
 
     def adopted(self, ids: Iterable[int]) -> None:
         """The tree took over these private blocks (they stay taken in the pool)."""

@@ -131,7 +131,8 @@ class RadixCache:
         return self.holdings.alloc_blocks(n)
 
     def free_blocks(self, ids: Sequence[int]) -> None:
-        """Return a request's blocks; ones the tree adopted are skipped (the tree owns them)."""
+        """Return a request's blocks; ones the tree adopted are skipped (the tree owns them).
+        ValueError for a block named twice, changing nothing."""
         self.holdings.free_blocks(ids)
 
     def alloc_working_slot(self) -> int:

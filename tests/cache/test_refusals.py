@@ -1,0 +1,66 @@
+"""A call the cache refuses (a caller's mistake) raises ValueError and changes nothing: no node
+made or split, no lock, block or slot moved, nothing lost from the accounting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from cache_utils import seq
+
+from radixflow.cache import RadixCache
+from radixflow.cache.types import NodeHandle
+
+BS = 4
+PROMPT = seq(0, 20)  # 5 blocks, published with a READY checkpoint at 8, locked at its end
+LONGER = seq(0, 40)
+
+
+@dataclass
+class Setup:
+    cache: RadixCache
+    end: NodeHandle  # the published prompt's last node, locked
+    private: list[int]  # two blocks a request holds outside the tree
+    working: int  # a request's working slot
+
+
+def setup() -> Setup:
+    cache = RadixCache(BS, 16, 4)
+    blocks = cache.alloc_blocks(5)
+    ext = cache.extend("n", PROMPT, 0, len(PROMPT), blocks, [8], "p")
+    assert ext.handle is not None
+    cache.lock(ext.handle)
+    cache.commit("p")
+    return Setup(cache, ext.handle, cache.alloc_blocks(2), cache.alloc_working_slot())
+
+
+def snapshot(cache: RadixCache) -> tuple[object, ...]:
+    nodes = sorted(
+        (n.id, n.key, n.lock_ref, n.demand, n.live_children, tuple(n.blocks or ()), repr(n.checkpoint))
+        for n in cache.tree.nodes()
+    )
+    held = (sorted(cache.private_blocks), sorted(cache.working_slots), cache.locked_nodes)
+    return cache.usage(), nodes, held, cache.kv.free, cache.slots.free
+
+
+# what the caller got wrong -> (the refused call, the words the refusal says)
+REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
+    # a request's block list naming one block twice: the first copy was dropped from the private
+    # set before the pool refused the second, and the block was lost to both
+    "a private block freed twice in one call": (
+        lambda s: s.cache.free_blocks([s.private[0], s.private[0]]),
+        "freed twice",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_refused_call_changes_nothing(case):
+    s = setup()
+    call, words = REFUSALS[case]
+    before = snapshot(s.cache)
+    with pytest.raises(ValueError, match=words):
+        call(s)
+    assert snapshot(s.cache) == before
+    s.cache.check_integrity()

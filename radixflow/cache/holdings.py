@@ -38,7 +38,8 @@ class Holdings:
     def relock(self, old: NodeHandle | None, new: NodeHandle | None) -> None:
         """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
 
-        Only the nodes between the two change: a chunk's lock moves down its own path.
+        Only the nodes between the two change: a chunk's lock moves down its own path. ValueError,
+        changing nothing, for an unlocked ``old`` or a ``new`` not at or below it.
         """
         if old is None or new is None:
             self.lock(new)
@@ -47,12 +48,24 @@ class Holdings:
         top, node = self.tree.lookup(old), self.tree.lookup(new)
         if self._locks[old.node_id] == 0:
             raise ValueError(f"unlock of an unlocked node {old}")
+        between = self._below(top, node)
         self._release_lock(old.node_id)
         self._locks[new.node_id] += 1
-        while node is not top:
-            assert node is not None and node.parent is not None, "relock to a node not below the old one"
-            node.lock_ref += 1
-            node = node.parent
+        for walk in between:
+            walk.lock_ref += 1
+
+    @staticmethod
+    def _below(top: Node, node: Node) -> list[Node]:
+        """The nodes from ``node`` up to (excluding) ``top``; ValueError, before a relock changes
+        anything, when ``top`` is not on ``node``'s path. Pure."""
+        between: list[Node] = []
+        walk: Node | None = node
+        while walk is not top:
+            if walk is None or walk.parent is None:
+                raise ValueError(f"relock to node {node.id}, not at or below the old node {top.id}")
+            between.append(walk)
+            walk = walk.parent
+        return between
 
     def unlock(self, handle: NodeHandle | None) -> None:
         """Release a `lock`; ValueError for a node holding none. Nodes left unlocked may be evicted."""

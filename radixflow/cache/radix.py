@@ -117,7 +117,8 @@ class RadixCache:
     def relock(self, old: NodeHandle | None, new: NodeHandle | None) -> None:
         """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
 
-        Only the nodes between the two change: a chunk's lock moves down its own path.
+        Only the nodes between the two change: a chunk's lock moves down its own path. ValueError,
+        changing nothing, for an unlocked ``old`` or a ``new`` not at or below it.
         """
         self.holdings.relock(old, new)
 

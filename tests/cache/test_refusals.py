@@ -23,6 +23,7 @@ class Setup:
     end: NodeHandle  # the published prompt's last node, locked
     private: list[int]  # two blocks a request holds outside the tree
     working: int  # a request's working slot
+    sibling: NodeHandle  # a published sibling of the prompt's tail, below its checkpoint (locked)
 
 
 def setup() -> Setup:
@@ -32,7 +33,12 @@ def setup() -> Setup:
     assert ext.handle is not None
     cache.lock(ext.handle)
     cache.commit("p")
-    return Setup(cache, ext.handle, cache.alloc_blocks(2), cache.alloc_working_slot())
+    other = PROMPT[:8] + (99,) * 4
+    sibling = cache.extend("n", other, 8, 12, cache.alloc_blocks(1), [], "q").handle
+    assert sibling is not None
+    cache.lock(sibling)
+    cache.commit("q")
+    return Setup(cache, ext.handle, cache.alloc_blocks(2), cache.alloc_working_slot(), sibling)
 
 
 def snapshot(cache: RadixCache) -> tuple[object, ...]:
@@ -51,6 +57,16 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
     "a private block freed twice in one call": (
         lambda s: s.cache.free_blocks([s.private[0], s.private[0]]),
         "freed twice",
+    ),
+    # a lock moved up the path or across to another branch: the old lock was released before the
+    # walk up from the new node missed it (an AssertionError), its path's counts left one short
+    "a lock moved to a node above it": (
+        lambda s: s.cache.relock(s.end, s.cache.match("n", PROMPT, 8).handle),
+        "not at or below",
+    ),
+    "a lock moved to another branch": (
+        lambda s: s.cache.relock(s.end, s.sibling),
+        "not at or below",
     ),
 }
 

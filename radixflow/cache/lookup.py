@@ -40,6 +40,15 @@ def match(tree: Tree, namespace: str, tokens: Sequence[int], limit: int, touch: 
     return _found(pos, best)
 
 
+def published(tree: Tree, namespace: str, tokens: Sequence[int], position: int) -> bool:
+    """Whether ``position`` is a block boundary after the first token within the KV published
+    on ``tokens``' path: where a node can be made to end (a split) without making a bare one. Pure."""
+    bs = tree.block_size
+    if position <= 0 or position % bs:
+        return False
+    return match(tree, namespace, tokens, position, None).kv_tokens >= position
+
+
 def _found(kv_tokens: int, best: Node | None) -> Match:
     """The `Match` of ``kv_tokens`` matched KV whose deepest checkpoint is on ``best``."""
     ckpt = best.checkpoint if best is not None else None

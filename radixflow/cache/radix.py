@@ -168,7 +168,8 @@ class RadixCache:
     def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
         """Turn a request's own state slot, computed in an earlier round, into the READY
         checkpoint at ``position`` (block-aligned, KV published); the slot is freed instead when
-        that position already has one."""
+        that position already has one. ValueError, changing nothing, for a slot that is no working
+        slot or a position that is no block boundary of published KV."""
         self.publisher.adopt_checkpoint(namespace, tokens, position, slot)
 
     def commit(self, producer: str) -> None:

@@ -68,6 +68,24 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
         lambda s: s.cache.relock(s.end, s.sibling),
         "not at or below",
     ),
+    # a state adopted where no published KV ends: the walk made bare nodes nobody wants (and, at
+    # position 0, failed on an empty path) after the working slot was already let go
+    "a checkpoint adopted past the published KV": (
+        lambda s: s.cache.adopt_checkpoint("n", LONGER, 28, s.working),
+        "not a block boundary of published KV",
+    ),
+    "a checkpoint adopted inside a block": (
+        lambda s: s.cache.adopt_checkpoint("n", LONGER, 10, s.working),
+        "not a block boundary of published KV",
+    ),
+    "a checkpoint adopted at position 0": (
+        lambda s: s.cache.adopt_checkpoint("n", LONGER, 0, s.working),
+        "not a block boundary of published KV",
+    ),
+    "a checkpoint adopted from a slot no request works in": (
+        lambda s: s.cache.adopt_checkpoint("n", PROMPT, 16, s.working + 1),
+        "no request's working slot",
+    ),
 }
 
 

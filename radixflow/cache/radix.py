@@ -98,12 +98,13 @@ class RadixCache:
             node.aged = self.evictor.policy.clock
 
     def kv_handle(self, namespace: str, tokens: Sequence[int], upto: int) -> NodeHandle | None:
-        """Handle of the materialized node ending exactly at ``upto`` (splitting if needed)."""
+        """Handle of the materialized node ending exactly at ``upto`` (splitting if needed; None
+        for 0). ValueError, changing nothing, where ``upto`` is no block boundary of published KV."""
         if upto == 0:
             return None
-        path = self.tree.path(namespace, tuple(tokens), upto // self.block_size)
-        assert path[-1].materialized, "kv_handle beyond materialized KV"
-        return NodeHandle(path[-1].id)
+        if not lookup.published(self.tree, namespace, tokens, upto):
+            raise ValueError(f"KV handle at {upto}: not a block boundary of published KV")
+        return NodeHandle(self.tree.path(namespace, tuple(tokens), upto // self.block_size)[-1].id)
 
     def block_table(self, handle: NodeHandle | None) -> list[int]:
         """KV block ids from the root to the end of ``handle``'s node."""

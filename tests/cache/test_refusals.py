@@ -86,6 +86,16 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
         lambda s: s.cache.adopt_checkpoint("n", PROMPT, 16, s.working + 1),
         "no request's working slot",
     ),
+    # a reuse point past the KV made a bare node before its assert; inside a block, the handle
+    # was silently that of the block boundary below it
+    "a KV handle past the published KV": (
+        lambda s: s.cache.kv_handle("n", LONGER, 28),
+        "not a block boundary of published KV",
+    ),
+    "a KV handle inside a block": (
+        lambda s: s.cache.kv_handle("n", LONGER, 10),
+        "not a block boundary of published KV",
+    ),
 }
 
 

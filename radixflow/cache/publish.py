@@ -36,6 +36,7 @@ class Publisher:
     ) -> Extension:
         """`RadixCache.extend`, the path stamped ``tick`` (its LRU clock)."""
         bs, tokens = self.tree.block_size, tuple(tokens)
+        _check_chunk(bs, len(tokens), start, end, len(blocks), checkpoints)
         cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
         path = self.tree.path(namespace, tokens, end // bs, cuts)
         adopted, made, wanted = 0, {}, set(checkpoints)
@@ -116,3 +117,17 @@ class Publisher:
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
             assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
             self.evictor.drop_kv(node)
+
+
+def _check_chunk(bs: int, length: int, start: int, end: int, blocks: int, checkpoints: Sequence[int]) -> None:
+    """ValueError, before `extend` changes anything, for a chunk the tree cannot take: one outside
+    its ``length`` tokens, a checkpoint that is no block boundary (its node would end inside a
+    block), or fewer ``blocks`` than the whole blocks the chunk's nodes may adopt. Pure."""
+    if not 0 <= start <= end <= length:
+        raise ValueError(f"chunk [{start}, {end}) of {length} tokens")
+    for position in checkpoints:
+        if position % bs:
+            raise ValueError(f"checkpoint at {position}: not a block boundary ({bs} tokens a block)")
+    need = end // bs - start // bs
+    if blocks < need:
+        raise ValueError(f"{blocks} KV blocks for the {need} whole blocks of chunk [{start}, {end})")

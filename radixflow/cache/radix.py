@@ -161,7 +161,8 @@ class RadixCache:
         ``blocks`` are the request's blocks from the one holding ``start`` up to ``end`` (its block
         table from ``start // block_size``); nodes in ``[start, end)`` without KV adopt them.
         Each position in ``checkpoints`` gets a PENDING checkpoint owned by ``producer`` unless
-        one exists. Call `reserve` beforehand for the slots.
+        one exists. Call `reserve` beforehand for the slots. ValueError, changing nothing, for a
+        chunk outside ``tokens``, a checkpoint inside a block, or too few ``blocks``.
         """
         self._tick += 1
         return self.publisher.extend(namespace, tokens, start, end, blocks, checkpoints, producer, self._tick)

@@ -96,6 +96,25 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
         lambda s: s.cache.kv_handle("n", LONGER, 10),
         "not a block boundary of published KV",
     ),
+    # a chunk's extend that would cut a node inside a block (a placement's unaligned position),
+    # walk past its tokens or adopt fewer blocks than its nodes hold: the tree was left with a
+    # node of part of a block, or of too few block ids, and an AssertionError or nothing raised
+    "a checkpoint placed inside a block": (
+        lambda s: s.cache.extend("n", LONGER, 20, 28, s.private, [26], "q"),
+        "checkpoint at 26: not a block boundary",
+    ),
+    "a chunk ending past its tokens": (
+        lambda s: s.cache.extend("n", LONGER[:22], 20, 28, s.private, [], "q"),
+        r"chunk \[20, 28\) of 22 tokens",
+    ),
+    "a chunk ending before it starts": (
+        lambda s: s.cache.extend("n", LONGER, 28, 20, s.private, [], "q"),
+        r"chunk \[28, 20\) of 40 tokens",
+    ),
+    "a chunk with too few blocks": (
+        lambda s: s.cache.extend("n", LONGER, 20, 32, s.private, [], "q"),
+        r"2 KV blocks for the 3 whole blocks",
+    ),
 }
 
 

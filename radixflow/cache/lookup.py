@@ -15,10 +15,11 @@ NO_MATCH = Match(0, 0, True, None, None, None)
 
 
 def match(tree: Tree, namespace: str, tokens: Sequence[int], limit: int, touch: int | None) -> Match:
-    """Longest reusable prefix of ``tokens[:limit]``; the materialized nodes it walks get
-    ``last_used = touch`` unless ``touch`` is None."""
+    """Longest reusable prefix of the first ``limit`` tokens (none for a limit below 1, not the
+    slice's count from the end); the materialized nodes it walks get ``last_used = touch``
+    unless ``touch`` is None."""
     bs = tree.block_size
-    tokens = tuple(tokens[: (limit // bs) * bs])
+    tokens = tuple(tokens[: max(limit, 0) // bs * bs])
     root = tree.find_root(namespace)
     if root is None:  # the namespace holds nothing (a lookup makes no namespace)
         return NO_MATCH

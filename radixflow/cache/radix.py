@@ -85,7 +85,8 @@ class RadixCache:
 
     # ----------------------------------------------------------------- matching
     def match(self, namespace: str, tokens: Sequence[int], limit: int, touch: bool = True) -> Match:
-        """Longest reusable prefix of ``tokens[:limit]``; ``touch`` refreshes the path's LRU clock."""
+        """Longest reusable prefix of the first ``limit`` tokens (none for a limit below 1);
+        ``touch`` refreshes the path's LRU clock."""
         self._tick += touch
         return lookup.match(self.tree, namespace, tokens, limit, self._tick if touch else None)
 

@@ -6,7 +6,7 @@ round journals, the evictor's queues); changes nothing."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from radixflow.cache.evictable import checkpoint_evictable, kv_evictable
@@ -34,16 +34,29 @@ class _Journals:
     pending: Mapping[str, tuple[Node, ...]]
 
 
+@dataclass
+class _Walk:
+    """What a walk of the tree from its roots found: KV blocks and state slots, by their owners,
+    and how many nodes it passed."""
+
+    blocks: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    nodes: int = 0
+
+
 def check_cache(cache: RadixCache) -> None:
     """Raise `IntegrityError` at the first broken invariant of ``cache``. Pure."""
     journals = _Journals(cache.journal.adopted_by_producer(), cache.journal.pending_by_producer())
-    tree_blocks: list[int] = []
-    slots: list[int] = []
+    walk = _Walk()
     for root in cache.tree.roots():
         _require(root.parent is None and root.key == () and root.end == 0, "malformed root")
         # an empty namespace holds only its name: kept, a client naming new salts grows the server
         _require(bool(root.children) or root.ends > 0, f"root {root.id}: a namespace that holds nothing")
-        _check_subtree(cache, journals, root, tree_blocks, slots)
+        _check_subtree(cache, journals, root, walk)
+    # the walk meets only indexed nodes (`_check_subtree`): as many as the index holds, the same
+    extra = len(cache.tree.nodes()) - walk.nodes
+    _require(extra == 0, f"{extra} indexed nodes not in the tree")
+    tree_blocks, slots = walk.blocks, walk.slots
     private, working = cache.private_blocks, cache.working_slots
     _require(len(tree_blocks) == len(set(tree_blocks)), "a KV block is owned by two nodes")
     _require(not set(tree_blocks) & private, "a KV block is both private and in the tree")
@@ -109,12 +122,13 @@ def _check_queues(cache: RadixCache) -> None:
                 _require(node.id in stored, f"node {node.id}: queued without a heap entry")
 
 
-def _check_subtree(
-    cache: RadixCache, journals: _Journals, node: Node, blocks: list[int], slots: list[int]
-) -> None:
+def _check_subtree(cache: RadixCache, journals: _Journals, node: Node, walk: _Walk) -> None:
     bs = cache.block_size
+    walk.nodes += 1
     # with demand = ends + the children's, a negative count still adds up: checked on its own
     _require(node.ends >= 0, f"node {node.id}: {node.ends} registered prompts end here")
+    live = sum(c.materialized for c in node.children.values())  # a root's count is kept too
+    _require(node.live_children == live, f"node {node.id}: live_children {node.live_children} != {live}")
     lock_sum, demand_sum = 0, 0
     for first, child in node.children.items():
         _require(child.parent is node, f"node {child.id}: wrong parent link")
@@ -124,10 +138,10 @@ def _check_subtree(
         _require(child.start == node.end, f"node {child.id}: positions do not follow its parent")
         _check_node(cache, journals, node, child)
         if child.blocks is not None:
-            blocks.extend(child.blocks)
+            walk.blocks.extend(child.blocks)
         if child.checkpoint is not None:
-            slots.append(child.checkpoint.slot)
-        _check_subtree(cache, journals, child, blocks, slots)
+            walk.slots.append(child.checkpoint.slot)
+        _check_subtree(cache, journals, child, walk)
         lock_sum += child.lock_ref
         demand_sum += child.demand
     if node.parent is not None:
@@ -148,8 +162,6 @@ def _check_node(cache: RadixCache, journals: _Journals, parent: Node, node: Node
         _require(parent.blocks is not None, f"node {nid}: materialized under an unmaterialized parent")
     _require(node.hits >= 1, f"node {nid}: {node.hits} hits")
     _require(node.aged <= cache.evictor.policy.clock, f"node {nid}: aged past the eviction clock")
-    live = sum(c.materialized for c in node.children.values())
-    _require(node.live_children == live, f"node {nid}: live_children {node.live_children} != {live}")
     if kv_evictable(node):
         _require(cache.evictor.kv_victims.queued(node), f"node {nid}: evictable KV leaf not queued")
     if checkpoint_evictable(node):

@@ -203,7 +203,20 @@ CORRUPTIONS = {
     "not indexed": lambda cache: cache.tree._nodes.pop(_wanted(cache).id),
     # a root made and never used (a lookup once made one per namespace asked about)
     "a namespace that holds nothing": lambda cache: cache.tree.root("salt:never-used"),
+    # a root's count of materialized children (kept by `set_blocks` as every node's is)
+    "node 0: live_children 5 != 1": lambda cache: setattr(_root(cache), "live_children", 5),
+    # a node left in the index, out of the tree (a namespace's root dropped from the walk alone):
+    # `nodes()` lists it, and the index grows with every salt a client names
+    "1 indexed nodes not in the tree": lambda cache: cache.tree._nodes.update({10_000: _orphan()}),
 }
+
+
+def _root(cache: RadixCache) -> Node:
+    return next(iter(cache.tree.roots()))
+
+
+def _orphan() -> Node:
+    return Node(id=10_000, key=(), parent=None, end=0, blocks=[])
 
 
 @pytest.mark.parametrize("expected", sorted(CORRUPTIONS))

@@ -27,7 +27,9 @@ class Node:
     - ``lock_ref`` = locks held on this node + sum of the children's ``lock_ref``;
     - ``demand`` = registered prompts ending here (``ends``, never negative) + sum of the
       children's ``demand``;
-    - ``live_children`` = number of materialized children;
+    - a root keeps neither sum (its ``lock_ref`` and ``demand`` stay 0: nothing evicts or prunes a
+      root by them), only ``ends``, the registered prompts shorter than a block;
+    - ``live_children`` = number of materialized children (a root's too);
     - a PENDING checkpoint sits on a locked node;
     - ``published_by`` is set exactly on the nodes listed in the cache's round journal for it;
     - ``hits`` >= 1 and ``aged`` <= the eviction policy's clock.

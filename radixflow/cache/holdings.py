@@ -113,12 +113,15 @@ class Holdings:
         return slot
 
     def free_working_slot(self, slot: int) -> None:
-        """Return a working slot to its pool."""
+        """Return a working slot to its pool; ValueError for one no request works in."""
         self.hand_over(slot)
         self.tree.slots.give([slot])
 
     def hand_over(self, slot: int) -> None:
-        """A working slot stops being a request's (it becomes a checkpoint, or is freed)."""
+        """A working slot stops being a request's (it becomes a checkpoint, or is freed);
+        ValueError, changing nothing, for one no request works in."""
+        if slot not in self._working:
+            raise ValueError(f"state slot {slot} is no request's working slot")
         self._working.remove(slot)
 
     # ----------------------------------------------------------------- what eviction cannot free

@@ -81,11 +81,9 @@ class Publisher:
 
     def adopt_checkpoint(self, namespace: str, tokens: Sequence[int], position: int, slot: int) -> None:
         """`RadixCache.adopt_checkpoint`: a working slot becomes the READY checkpoint at ``position``."""
-        if slot not in self.holdings.working_slots:
-            raise ValueError(f"state slot {slot} is no request's working slot")
         if not lookup.published(self.tree, namespace, tokens, position):
             raise ValueError(f"checkpoint at {position}: not a block boundary of published KV")
-        self.holdings.hand_over(slot)
+        self.holdings.hand_over(slot)  # ValueError for a slot no request works in, changing nothing
         node = self.tree.path(namespace, tuple(tokens), position // self.tree.block_size)[-1]
         assert node.materialized and node.end == position, "published KV without a node ending there"
         if node.checkpoint is not None:

@@ -143,7 +143,8 @@ class RadixCache:
         return self.holdings.alloc_working_slot()
 
     def free_working_slot(self, slot: int) -> None:
-        """Return a working slot to its pool."""
+        """Return a working slot to its pool; ValueError, changing nothing, for one no request
+        works in."""
         self.holdings.free_working_slot(slot)
 
     # ----------------------------------------------------------------- computed prefixes (`Publisher`)

@@ -58,6 +58,12 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
         lambda s: s.cache.free_blocks([s.private[0], s.private[0]]),
         "freed twice",
     ),
+    # a slot given back as working state that no request works in (given back twice, say): a bare
+    # KeyError named only its number
+    "a slot no request works in given back": (
+        lambda s: s.cache.free_working_slot(s.working + 1),
+        "state slot 2 is no request's working slot",
+    ),
     # a lock moved up the path or across to another branch: the old lock was released before the
     # walk up from the new node missed it (an AssertionError), its path's counts left one short
     "a lock moved to a node above it": (

@@ -26,10 +26,11 @@ class Holdings:
 
     # ----------------------------------------------------------------- locks
     def lock(self, handle: NodeHandle | None) -> None:
-        """Pin the path root..handle against eviction (mutates lock_ref along the path)."""
+        """Pin the path root..handle against eviction (mutates lock_ref along the path). ValueError,
+        changing nothing, for a node without KV (a registered prompt's end, say, or a root)."""
         if handle is None:
             return
-        node: Node | None = self.tree.lookup(handle)
+        node: Node | None = _lockable(self.tree.lookup(handle))
         self._locks[handle.node_id] += 1
         while node is not None and node.parent is not None:
             node.lock_ref += 1
@@ -39,13 +40,13 @@ class Holdings:
         """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
 
         Only the nodes between the two change: a chunk's lock moves down its own path. ValueError,
-        changing nothing, for an unlocked ``old`` or a ``new`` not at or below it.
+        changing nothing, for an unlocked ``old``, or a ``new`` not at or below it or without KV.
         """
         if old is None or new is None:
             self.lock(new)
             self.unlock(old)
             return
-        top, node = self.tree.lookup(old), self.tree.lookup(new)
+        top, node = self.tree.lookup(old), _lockable(self.tree.lookup(new))
         if self._locks[old.node_id] == 0:
             raise ValueError(f"unlock of an unlocked node {old}")
         between = self._below(top, node)
@@ -159,3 +160,12 @@ class Holdings:
     def own_locks(self, node: Node) -> int:
         """Locks held on exactly ``node`` (not on a node below it). Pure."""
         return self._locks[node.id]
+
+
+def _lockable(node: Node) -> Node:
+    """``node``, if a lock may hold it; ValueError for one without KV: a registered prompt's end
+    (its unregister would prune it, locked) or a root (pruned with its namespace; the root's
+    lock is ``None``). Pure."""
+    if node.parent is None or not node.materialized:
+        raise ValueError(f"lock of node {node.id}, which holds no KV")
+    return node

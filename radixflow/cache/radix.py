@@ -113,14 +113,15 @@ class RadixCache:
 
     # ----------------------------------------------------------------- locks (`Holdings`)
     def lock(self, handle: NodeHandle | None) -> None:
-        """Pin the path root..handle against eviction (mutates lock_ref along the path)."""
+        """Pin the path root..handle against eviction (mutates lock_ref along the path). ValueError,
+        changing nothing, for a node without KV (a registered prompt's end, say, or a root)."""
         self.holdings.lock(handle)
 
     def relock(self, old: NodeHandle | None, new: NodeHandle | None) -> None:
         """Move a lock from ``old`` to ``new``, a node at or below it (same as lock new, unlock old).
 
         Only the nodes between the two change: a chunk's lock moves down its own path. ValueError,
-        changing nothing, for an unlocked ``old`` or a ``new`` not at or below it.
+        changing nothing, for an unlocked ``old``, or a ``new`` not at or below it or without KV.
         """
         self.holdings.relock(old, new)
 

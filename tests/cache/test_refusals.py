@@ -24,6 +24,8 @@ class Setup:
     private: list[int]  # two blocks a request holds outside the tree
     working: int  # a request's working slot
     sibling: NodeHandle  # a published sibling of the prompt's tail, below its checkpoint (locked)
+    waiting: NodeHandle  # a registered prompt's end, past the published KV
+    short: NodeHandle  # a registered prompt shorter than a block: it ends on the namespace's root
 
 
 def setup() -> Setup:
@@ -38,7 +40,9 @@ def setup() -> Setup:
     assert sibling is not None
     cache.lock(sibling)
     cache.commit("q")
-    return Setup(cache, ext.handle, cache.alloc_blocks(2), cache.alloc_working_slot(), sibling)
+    waiting, short = cache.register("n", LONGER), cache.register("n", (1,))
+    held = cache.alloc_blocks(2), cache.alloc_working_slot()
+    return Setup(cache, ext.handle, *held, sibling, waiting, short)
 
 
 def snapshot(cache: RadixCache) -> tuple[object, ...]:
@@ -63,6 +67,21 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
     "a slot no request works in given back": (
         lambda s: s.cache.free_working_slot(s.working + 1),
         "state slot 2 is no request's working slot",
+    ),
+    # a lock on a registered prompt's node, which holds no KV yet (a registration handle taken
+    # for a reuse point): the prompt's unregister then failed an assert half-way
+    "a lock on a node without KV": (
+        lambda s: s.cache.lock(s.waiting),
+        "holds no KV",
+    ),
+    "a lock moved down to a node without KV": (
+        lambda s: s.cache.relock(s.end, s.waiting),
+        "holds no KV",
+    ),
+    # a root (a prompt shorter than a block ends there): pruned with its namespace, locked or not
+    "a lock on a namespace's root": (
+        lambda s: s.cache.lock(s.short),
+        "holds no KV",
     ),
     # a lock moved up the path or across to another branch: the old lock was released before the
     # walk up from the new node missed it (an AssertionError), its path's counts left one short

@@ -103,7 +103,16 @@ class Publisher:
                 self.evictor.offer(node)
 
     def withdraw(self, producers: Iterable[str]) -> None:
-        """`RadixCache.withdraw`: drop the producers' PENDING checkpoints and the KV they published."""
+        """`RadixCache.withdraw`: drop the producers' PENDING checkpoints and the KV they published.
+        ValueError, changing nothing, while a lock still holds any of that KV."""
+        producers = list(producers)
+        published = self.journal.adopted_by_producer()
+        for producer in producers:
+            for node in published.get(producer, ()):
+                if node.lock_ref:
+                    raise ValueError(
+                        f"withdraw of {producer}'s round: its KV at {node.start}..{node.end} is still locked"
+                    )
         fresh: list[Node] = []
         for producer in producers:
             closed = self.journal.close(producer)
@@ -113,7 +122,7 @@ class Publisher:
                     self.evictor.checkpoint_dropped(node)
             fresh.extend(closed.adopted)
         for node in sorted(fresh, key=lambda n: -n.end):  # deepest first: KV stays prefix-closed
-            assert node.lock_ref == 0 and node.blocks is not None, "withdraw of a locked or bare node"
+            assert node.blocks is not None, "withdraw of a bare node"
             self.evictor.drop_kv(node)
 
 

@@ -186,7 +186,7 @@ class RadixCache:
 
         Their PENDING checkpoints are dropped (slots freed) and the nodes whose KV they published
         lose that KV (blocks freed; a node nobody wants any more is pruned). Unlock the producers'
-        paths first.
+        paths first: ValueError, changing nothing, while a lock holds any of that KV.
         """
         self.publisher.withdraw(producers)
 

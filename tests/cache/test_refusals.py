@@ -152,3 +152,18 @@ def test_a_refused_call_changes_nothing(case):
         call(s)
     assert snapshot(s.cache) == before
     s.cache.check_integrity()
+
+
+def test_a_round_withdrawn_before_its_paths_are_unlocked_is_refused_and_changes_nothing():
+    # the PENDING checkpoints were dropped and the round's journal closed before an assert found
+    # the locked KV: the round could be neither committed nor withdrawn again
+    s = setup()
+    ext = s.cache.extend("n", LONGER, 20, 28, s.private, [24, 28], "w")
+    s.cache.lock(ext.handle)
+    before = snapshot(s.cache), s.cache.journal.pending_by_producer()
+    with pytest.raises(ValueError, match=r"w's round: its KV at 20\.\.24 is still locked"):
+        s.cache.withdraw(["w"])
+    assert (snapshot(s.cache), s.cache.journal.pending_by_producer()) == before
+    s.cache.unlock(ext.handle)
+    s.cache.withdraw(["w"])
+    s.cache.check_integrity()

@@ -37,6 +37,12 @@ class Publisher:
         """`RadixCache.extend`, the path stamped ``tick`` (its LRU clock)."""
         bs, tokens = self.tree.block_size, tuple(tokens)
         _check_chunk(bs, len(tokens), start, end, len(blocks), checkpoints)
+        base = start // bs * bs  # the chunk's KV before this block is the tree's, locked by the caller
+        published = lookup.match(self.tree, namespace, tokens, base, None).kv_tokens
+        if published < base:
+            raise ValueError(
+                f"chunk [{start}, {end}) starts past the {published} tokens of KV published before it"
+            )
         cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
         path = self.tree.path(namespace, tokens, end // bs, cuts)
         adopted, made, wanted = 0, {}, set(checkpoints)

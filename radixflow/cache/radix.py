@@ -165,7 +165,8 @@ class RadixCache:
         table from ``start // block_size``); nodes in ``[start, end)`` without KV adopt them.
         Each position in ``checkpoints`` gets a PENDING checkpoint owned by ``producer`` unless
         one exists. Call `reserve` beforehand for the slots. ValueError, changing nothing, for a
-        chunk outside ``tokens``, a checkpoint inside a block, or too few ``blocks``.
+        chunk outside ``tokens``, a checkpoint inside a block, too few ``blocks``, or a chunk
+        starting past the KV published before its block (KV stays prefix-closed).
         """
         self._tick += 1
         return self.publisher.extend(namespace, tokens, start, end, blocks, checkpoints, producer, self._tick)

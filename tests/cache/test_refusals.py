@@ -136,6 +136,16 @@ REFUSALS: dict[str, tuple[Callable[[Setup], object], str]] = {
         lambda s: s.cache.extend("n", LONGER, 28, 20, s.private, [], "q"),
         r"chunk \[28, 20\) of 40 tokens",
     ),
+    # a chunk starting past the KV published before it: a block below a bare node (KV no longer
+    # prefix-closed), or, ending where it starts, a bare node nobody wants as its handle
+    "a chunk starting past the published KV": (
+        lambda s: s.cache.extend("n", LONGER, 24, 28, s.private, [], "q"),
+        r"chunk \[24, 28\) starts past the 20 tokens of KV published before it",
+    ),
+    "a chunk ending where it starts past the published KV": (
+        lambda s: s.cache.extend("n", LONGER, 24, 24, s.private, [], "q"),
+        r"chunk \[24, 24\) starts past the 20 tokens",
+    ),
     "a chunk with too few blocks": (
         lambda s: s.cache.extend("n", LONGER, 20, 32, s.private, [], "q"),
         r"2 KV blocks for the 3 whole blocks",

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence, Set
 
 from radixflow.cache.evictable import Evictor
 from radixflow.cache.node import Node
+from radixflow.cache.pool import OutOfCapacity
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import NodeHandle
 from radixflow.cache.views import SetView
@@ -91,7 +92,11 @@ class Holdings:
 
     # ----------------------------------------------------------------- private resources
     def alloc_blocks(self, n: int) -> list[int]:
-        """Blocks for a request's own use (raises OutOfCapacity)."""
+        """Blocks for a request's own use; OutOfCapacity, taking none, when the pool or the byte
+        budget (promised KV included: these may be the promised blocks) lacks room."""
+        short = self.evictor.ledger.shortfall(n, 0)
+        if short:
+            raise OutOfCapacity(f"KV blocks: need {n}, the budget is {short} bytes short")
         ids = self.tree.kv.take(n)
         self._private.update(ids)
         return ids
@@ -108,7 +113,10 @@ class Holdings:
         self._private.difference_update(ids)
 
     def alloc_working_slot(self) -> int:
-        """A state slot for a running request's chunk-to-chunk state (raises OutOfCapacity)."""
+        """A state slot for a running request's chunk-to-chunk state; OutOfCapacity, taking none,
+        when the pool or the byte budget beside the promised KV (`ByteLedger.free_slots`) lacks one."""
+        if self.tree.slots.free and not self.evictor.ledger.free_slots():
+            raise OutOfCapacity("state slots: need 1, the budget has no room beside the promised KV")
         slot = self.tree.slots.take(1)[0]
         self._working.add(slot)
         return slot

@@ -131,7 +131,8 @@ class RadixCache:
 
     # ----------------------------------------------------------------- private resources (`Holdings`)
     def alloc_blocks(self, n: int) -> list[int]:
-        """Blocks for a request's own use (raises OutOfCapacity; call `reserve` first)."""
+        """Blocks for a request's own use (call `reserve` first): OutOfCapacity, taking none, where
+        the pool or the byte budget lacks room."""
         return self.holdings.alloc_blocks(n)
 
     def free_blocks(self, ids: Sequence[int]) -> None:
@@ -140,7 +141,8 @@ class RadixCache:
         self.holdings.free_blocks(ids)
 
     def alloc_working_slot(self) -> int:
-        """A state slot for a running request's chunk-to-chunk state (raises OutOfCapacity)."""
+        """A state slot for a running request's chunk-to-chunk state: OutOfCapacity, taking none,
+        where the pool or the byte budget beside the promised KV (`free_slots`) lacks one."""
         return self.holdings.alloc_working_slot()
 
     def free_working_slot(self, slot: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from cache_utils import seq, serve
 
-from radixflow.cache import IntegrityError, RadixCache
+from radixflow.cache import IntegrityError, OutOfCapacity, RadixCache
 from radixflow.cache.ledger import CacheBudget
 from radixflow.cache.pool import IdPool
 
@@ -111,3 +111,22 @@ def test_ids_given_back_go_first_most_recent_first_then_fresh_ones_in_order():
     pool.give([3])
     pool.give([5])
     assert pool.take(4) == [5, 3, 6, 7]  # not the lowest free id first: 3 was freed before 5
+
+
+def test_a_request_cannot_take_blocks_or_a_working_slot_past_the_budget():
+    # with room in the pools, an allocation the budget has no bytes for went through and put the
+    # cache over its budget (check_integrity's complaint, found by no caller); a working slot
+    # also ate into the KV promised to running requests
+    cache = budgeted(budget=6 * BLOCK + SLOT)
+    cache.promise(2)
+    held = cache.alloc_blocks(4), cache.alloc_working_slot()
+    before = cache.memory()
+    with pytest.raises(OutOfCapacity, match="budget"):
+        cache.alloc_working_slot()  # 10 bytes left beside 20 promised
+    with pytest.raises(OutOfCapacity, match="budget"):
+        cache.alloc_blocks(3)  # 2 blocks' bytes left
+    assert cache.memory() == before
+    assert len(cache.alloc_blocks(2)) == 2  # the promised ones
+    cache.promise(0)
+    assert held and cache.memory().used_bytes == 6 * BLOCK + SLOT
+    cache.check_integrity()

@@ -88,6 +88,13 @@ class ByteLedger:
         spare = self.budget - self.used() - self.promised * self.block_bytes
         return max(min(self.slots.free, spare // self.slot_bytes), 0)
 
+    def slot_room(self) -> int:
+        """State slots free in the pool and within the budget, the promised KV aside (a chunk's
+        checkpoints: its blocks, allocated before them, are still counted as promised). Pure."""
+        if self.budget is None:
+            return self.slots.free
+        return max(min(self.slots.free, (self.budget - self.used()) // self.slot_bytes), 0)
+
     def holds(self, blocks: int, slots: int) -> bool:
         """Whether an empty cache could hold ``blocks`` KV blocks and ``slots`` state slots. Pure."""
         in_pools = blocks <= self.kv.capacity and slots <= self.slots.capacity

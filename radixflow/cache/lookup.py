@@ -50,6 +50,25 @@ def published(tree: Tree, namespace: str, tokens: Sequence[int], position: int) 
     return match(tree, namespace, tokens, position, None).kv_tokens >= position
 
 
+def checkpointed(tree: Tree, namespace: str, tokens: Sequence[int], limit: int) -> set[int]:
+    """Positions up to ``limit`` on ``tokens``' path that hold a checkpoint (of any readiness). Pure."""
+    bs, found = tree.block_size, set()
+    tokens = tuple(tokens[: max(limit, 0) // bs * bs])
+    node, pos = tree.find_root(namespace), 0
+    while node is not None and pos < len(tokens):
+        child = node.children.get(tokens[pos : pos + bs])
+        if (
+            child is None
+            or not child.materialized
+            or common_blocks(child.key, tokens, pos, bs) * bs < len(child.key)
+        ):
+            break  # a checkpoint ends a materialized node: none past a partial or a bare one
+        node, pos = child, child.end
+        if node.checkpoint is not None:
+            found.add(node.end)
+    return found
+
+
 def _found(kv_tokens: int, best: Node | None) -> Match:
     """The `Match` of ``kv_tokens`` matched KV whose deepest checkpoint is on ``best``."""
     ckpt = best.checkpoint if best is not None else None

@@ -11,6 +11,7 @@ from radixflow.cache.evictable import Evictor
 from radixflow.cache.eviction import evidenced
 from radixflow.cache.holdings import Holdings
 from radixflow.cache.node import Checkpoint, Node
+from radixflow.cache.pool import OutOfCapacity
 from radixflow.cache.rounds import RoundJournal
 from radixflow.cache.tree import Tree
 from radixflow.cache.types import Extension, NodeHandle, Readiness
@@ -43,6 +44,7 @@ class Publisher:
             raise ValueError(
                 f"chunk [{start}, {end}) starts past the {published} tokens of KV published before it"
             )
+        self._check_slots(namespace, tokens, start, end, checkpoints)
         cuts = sorted({*checkpoints, start // bs * bs})  # node boundaries at checkpoints and start
         path = self.tree.path(namespace, tokens, end // bs, cuts)
         adopted, made, wanted = 0, {}, set(checkpoints)
@@ -62,6 +64,22 @@ class Publisher:
             self.evictor.policy.computed(path[-1], adopted * bs)
         handle = NodeHandle(path[-1].id) if path else None
         return Extension(handle=handle, adopted=adopted, checkpoints=made)
+
+    def _check_slots(
+        self, namespace: str, tokens: tuple[int, ...], start: int, end: int, checkpoints: Sequence[int]
+    ) -> None:
+        """OutOfCapacity, before `extend` changes anything, when the chunk's new checkpoints need
+        more slots than the pool and the byte budget hold (`ByteLedger.slot_room`: the promised
+        KV aside, as the chunk's own blocks, taken now, are still promised). Pure."""
+        top = end // self.tree.block_size * self.tree.block_size
+        new = {p for p in checkpoints if start < p <= top} - lookup.checkpointed(
+            self.tree, namespace, tokens, top
+        )
+        free = self.evictor.ledger.slot_room()
+        if len(new) > free:
+            raise OutOfCapacity(
+                f"state slots: a chunk checkpointing at {sorted(new)} needs {len(new)}, {free} free"
+            )
 
     def _adopt(self, node: Node, blocks: Sequence[int], length: int, producer: str) -> int:
         """``node`` takes ``blocks`` (a request's) as its KV, in a prompt of ``length`` tokens;

@@ -130,3 +130,13 @@ def test_a_request_cannot_take_blocks_or_a_working_slot_past_the_budget():
     cache.promise(0)
     assert held and cache.memory().used_bytes == 6 * BLOCK + SLOT
     cache.check_integrity()
+
+
+def test_a_chunk_cannot_checkpoint_past_the_budget():
+    # the slot pool had room, the budget none: the PENDING checkpoint put the cache over it
+    cache = budgeted(budget=4 * BLOCK + SLOT)
+    assert serve(cache, "a", seq(0, 8), [8], "r0")  # 50 of 70 bytes
+    blocks = cache.alloc_blocks(2)  # the rest
+    with pytest.raises(OutOfCapacity, match=r"checkpointing at \[4\] needs 1, 0 free"):
+        cache.extend("b", seq(100, 8), 0, 8, blocks, [4], "r1")
+    assert cache.extend("b", seq(100, 8), 0, 8, blocks, [], "r1").adopted == 2

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 from cache_utils import seq
 
-from radixflow.cache import RadixCache
+from radixflow.cache import OutOfCapacity, RadixCache
 from radixflow.cache.types import NodeHandle
 
 BS = 4
@@ -177,3 +177,15 @@ def test_a_round_withdrawn_before_its_paths_are_unlocked_is_refused_and_changes_
     s.cache.unlock(ext.handle)
     s.cache.withdraw(["w"])
     s.cache.check_integrity()
+
+
+def test_a_chunk_whose_new_checkpoints_the_free_slots_cannot_hold_is_refused():
+    # the blocks were adopted and the first checkpoint made before the pool ran out half-way
+    s = setup()
+    s.cache.alloc_working_slot()  # one slot left
+    before = snapshot(s.cache)
+    with pytest.raises(OutOfCapacity, match=r"checkpointing at \[24, 28\] needs 2, 1 free"):
+        s.cache.extend("n", LONGER, 20, 28, s.private, [8, 24, 28], "q")  # 8 has one already
+    assert snapshot(s.cache) == before
+    ext = s.cache.extend("n", LONGER, 20, 28, s.private, [8, 28], "q")
+    assert list(ext.checkpoints) == [28]

@@ -18,7 +18,7 @@ from radixflow.files import temporary_beside, written_in_place
 from radixflow.options import EngineOptions, EngineSetup
 from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
 from radixflow.options.flags import given, parse_float, parse_int
-from radixflow.options.runners import runner_name
+from radixflow.options.runners import runner_name, torch_settings_problem
 from radixflow.options.torch_choice import device_problem
 from radixflow.problems import Problem, ProblemError, warn
 from radixflow.user_paths import folder_problem
@@ -169,9 +169,12 @@ def add_restart_flag(group: argparse._ArgumentGroup) -> None:
 def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions, local: bool = True) -> None:
     """Warn about engine flags the user gave that cannot change a run on the chosen runner, about
     a clock that would read load-dependent figures, and about a dtype that is not exact. A device
-    this machine lacks is the error it is, before any warning about running on it (``local``: the
-    engines run here, not on a Ray cluster's machines)."""
+    this machine lacks, and a dtype, plan or kernels the runner refuses there, are the error they
+    are, before any warning about running in them, as `LLM(...)` and a TOML cell say them alone
+    (``local``: the engines run here, not on a Ray cluster's machines)."""
     if runner_name(options) == "torch" and (problem := device_problem(options.device, local)) is not None:
+        raise ProblemError(problem)
+    if (problem := torch_settings_problem(options, local)) is not None:
         raise ProblemError(problem)
     for message in ineffective(options, given(args)) + clock_warnings(options) + dtype_warnings(options):
         warn(message)

@@ -92,3 +92,29 @@ def test_a_named_pipe_that_cannot_be_written_is_refused_in_one_line(tmp_path):
         pytest.skip("this user may write a read-only file")
     with pytest.raises(UsageError, match=r"cannot write --json .*p: Permission denied"):
         check_output_paths({"--json": fifo}, {})
+
+
+@pytest.mark.parametrize("command", ["bench", "generate", "score", "serve", "run-batch"])
+def test_a_dtype_the_device_refuses_is_one_error_with_no_warning_about_running_in_it(
+    command, tmp_path, capsys
+):
+    """`--dtype float16` on a CPU printed "warning: dtype float16 (below float32): outputs are not
+    exactly a no-cache run's ..." and then "error: --dtype: float16 runs on cuda only": a warning
+    about a run that was refused the next line. `LLM(...)` and a TOML cell say the error alone."""
+    from radixflow.cli import main
+
+    batch = tmp_path / "in.jsonl"
+    batch.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {}}\n')
+    inputs = {
+        "bench": ["--groups", "1", "--candidates", "2", "--context-len", "32"],
+        "generate": ["--prompt", "hi"],
+        "score": ["--context", "hi", "--candidate", "a", "--candidate", "b"],
+        "serve": ["--port", "0"],
+        "run-batch": ["-i", str(batch)],
+    }[command]
+    assert main([command, "qwen3_5-tiny", "--dtype", "float16", *inputs]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "radixflow: error: --dtype: float16 runs on cuda only, not on cpu (use float32 or bfloat16)"
+    ]

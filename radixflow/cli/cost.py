@@ -18,12 +18,13 @@ from radixflow.costmodel.round_cost.by_profile import round_cost_model
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
+from radixflow.options.engine_options import option_problem
 from radixflow.options.flag_warnings import unmodelled_scheduler, unread_flops
 from radixflow.options.flags import add_engine_flags, from_args, given
 from radixflow.options.model_arg import add_model_argument
 from radixflow.options.sim_choice import sim_hardware
 from radixflow.options.sim_shape import sim_shape
-from radixflow.problems import counted, flag
+from radixflow.problems import ProblemError, counted, flag
 
 HELP = (
     "the predicted time of one worker call of a sim model (a prefill chunk, a batch of decode "
@@ -98,6 +99,9 @@ def round_chunks(
 
 def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args, only=ENGINE_OPTIONS)
+    # the name's own check first (empty, a NUL), in the words every door says it in
+    if (problem := option_problem("model", args.model)) is not None:
+        raise ProblemError(problem)
     shape = sim_shape(args.model)  # a `ProblemError` on model for a name that is none of them
     chunks = round_chunks(shape, args.prefill, args.context, args.decode)
     hardware = sim_hardware(options)

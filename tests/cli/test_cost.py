@@ -148,6 +148,10 @@ def test_a_one_token_prefill_is_said_as_asked_and_priced_as_the_sim_prices_it(ca
     ("argv", "says"),
     [
         (["gpt-17"], "model: unknown sim model 'gpt-17'"),
+        # "unknown sim model ''" and "unknown sim model 'a\\x00b' (sim shapes: ...)": bench, generate,
+        # LLM(...) and a TOML cell say what is wrong with the name itself
+        ([""], "model: must not be empty"),
+        (["a\x00b"], "model: 'a\\x00b' contains a NUL character"),
         (["qwen3-4b", "--context", "-1"], "--context: must be >= 0, got -1"),
         (["qwen3-4b", "--prefill", "0"], "--prefill: must be positive, got 0"),
         (["qwen3-4b", "--decode", "0"], "--decode: must be positive, got 0"),

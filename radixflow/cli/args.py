@@ -166,16 +166,22 @@ def add_restart_flag(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def refuse_runner_settings(options: EngineOptions, local: bool = True) -> None:
+    """`ProblemError` for a device this machine lacks, or a dtype, matmul plan or kernels the torch
+    runner refuses there (``local``: as `warn_ineffective_options`); nothing on the sim runner."""
+    if runner_name(options) == "torch" and (problem := device_problem(options.device, local)) is not None:
+        raise ProblemError(problem)
+    if (problem := torch_settings_problem(options, local)) is not None:
+        raise ProblemError(problem)
+
+
 def warn_ineffective_options(args: argparse.Namespace, options: EngineOptions, local: bool = True) -> None:
     """Warn about engine flags the user gave that cannot change a run on the chosen runner, about
     a clock that would read load-dependent figures, and about a dtype that is not exact. A device
     this machine lacks, and a dtype, plan or kernels the runner refuses there, are the error they
     are, before any warning about running in them, as `LLM(...)` and a TOML cell say them alone
     (``local``: the engines run here, not on a Ray cluster's machines)."""
-    if runner_name(options) == "torch" and (problem := device_problem(options.device, local)) is not None:
-        raise ProblemError(problem)
-    if (problem := torch_settings_problem(options, local)) is not None:
-        raise ProblemError(problem)
+    refuse_runner_settings(options, local)
     for message in ineffective(options, given(args)) + clock_warnings(options) + dtype_warnings(options):
         warn(message)
 

@@ -17,6 +17,7 @@ from radixflow.cli.args import (
     check_output_paths,
     engine_inputs,
     note_trace_kept,
+    refuse_runner_settings,
     warn_ineffective_for_model,
     warn_ineffective_options,
 )
@@ -51,12 +52,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console = _checked_outputs(args, options, console)
     if runner_name(options) == "torch":
         require_torch_extra("--runner torch")
-    warn_ineffective(args, runner_name(options))
-    warn_ineffective_options(args, options)
+    refuse_runner_settings(options)  # before the model is resolved
     if args.trace is None:
         workload_spec(args, vocab_size=2)  # and absurd workload sizes (the vocabulary comes later)
     plan = plan_engine(options)
     spec = check_generated(args, plan)
+    # warnings are of a run that goes ahead: after what refuses it up front
+    warn_ineffective(args, runner_name(options))
+    warn_ineffective_options(args, options)
     work, workload = load_workload(args, plan.choice.vocab_size)
     requests = work.requests
     setup = plan.build([len(r.prompt) for r in requests])

@@ -44,11 +44,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     options = from_args(args)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))
-    warn_ineffective_options(args, options)
     params = sampling_params(args)
     problem = params.problem()  # before the model loads; the vocabulary's bounds are checked after
     if problem is not None:
         raise UsageError(problem.render(sampling_flag))
+    warn_ineffective_options(args, options)  # of a run that goes ahead: after the refusals
     llm = None
     try:
         llm = LLM.from_options(options)

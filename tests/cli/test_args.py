@@ -118,3 +118,29 @@ def test_a_dtype_the_device_refuses_is_one_error_with_no_warning_about_running_i
     assert err.splitlines() == [
         "radixflow: error: --dtype: float16 runs on cuda only, not on cpu (use float32 or bfloat16)"
     ]
+
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (
+            ["generate", "qwen3_5-tiny", "--hardware", "h200", "--temperature", "-1", "--prompt", "hi"],
+            "--temperature: must be a number >= 0, got -1.0",
+        ),
+        (["bench", "qwen3_5-2b", "--device", "cpu", "--groups", "0"], "--groups: empty workload"),
+        (
+            ["bench", "qwen3_5-2b", "--clock", "cpu", "--context-len", "300000"],
+            "does not fit qwen3_5-2b's context",
+        ),
+    ],
+)
+def test_a_refused_run_is_one_error_line_with_no_warning_about_the_run(argv, error, capsys):
+    """`generate --hardware h200 --temperature -1` warned that --hardware had no effect on the run,
+    then refused the run; `bench --device cpu --groups 0` likewise. A refused run is its one
+    error line (as `score` says a bad input of its own); warnings are for a run that goes ahead."""
+    from radixflow.cli import main
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    (line,) = err.splitlines()
+    assert out == "" and line.startswith("radixflow: error: ") and error in line, line

@@ -480,8 +480,16 @@ def test_rate_with_batch_arrivals_is_warned_about(capsys):
     assert "--rate has no effect with --arrival batch" in capsys.readouterr().err
 
 
-def test_sim_cost_flags_with_the_torch_runner_are_warned_about(capsys):
-    argv = ["bench", "--runner", "torch", "--model", "gpt-17", "--tflops", "3", "--hardware", "h200"]
+def test_sim_cost_flags_with_the_torch_runner_are_warned_about(capsys, monkeypatch):
+    from radixflow.options import EnginePlan
+    from radixflow.problems import Problem, ProblemError
+
+    def stop(plan: EnginePlan, prompt_lengths: object = None) -> None:
+        raise ProblemError(Problem("model", "stopped where the runner is built"))
+
+    # warned of once the run goes ahead (a refused one is its error line alone): stopped after that
+    monkeypatch.setattr(EnginePlan, "build", stop)
+    argv = ["bench", "--runner", "torch", "--model", "qwen3_5-tiny", "--tflops", "3", "--hardware", "h200"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "radixflow: warning: --hardware, --tflops have no effect with the torch runner" in err

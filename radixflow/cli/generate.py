@@ -27,6 +27,7 @@ from radixflow.cli.args import (
 from radixflow.cli.command import Command, UsageError, write_stdout
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.generate_flags import add_arguments, sampling_flag, sampling_params
+from radixflow.cli.serve_setup import refuse_setup
 from radixflow.options.flags import from_args
 from radixflow.problems import ProblemError, counted
 from radixflow.progress import LoggedProgress, RequestBar
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     problem = params.problem()  # before the model loads; the vocabulary's bounds are checked after
     if problem is not None:
         raise UsageError(problem.render(sampling_flag))
+    refuse_setup(options)  # what the model's setup refuses, before a warning of the run
     warn_ineffective_options(args, options)  # of a run that goes ahead: after the refusals
     llm = None
     try:

@@ -38,7 +38,13 @@ from radixflow.cli.kept_rows import (
     same_limits,
 )
 from radixflow.cli.lines_out import check_partial, claimed, output_path, read_input, write_lines
-from radixflow.cli.serve_setup import BATCH_EXTRA, require_serve_extra, threads, warn_unused_lane
+from radixflow.cli.serve_setup import (
+    BATCH_EXTRA,
+    refuse_setup,
+    require_serve_extra,
+    threads,
+    warn_unused_lane,
+)
 from radixflow.options.engine_options import EngineOptions
 from radixflow.options.flags import (
     add_engine_flags,
@@ -130,6 +136,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
         lines, kept = _go_on(output, args.restart, record, lines)
         options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+        refuse_setup(options)  # what the model's setup refuses, before a warning of the run
         warn_ineffective_options(args, options)  # after the thread plan: the clock warning counts its threads
         if args.drain_s is not None:
             warn(f"--drain-timeout has {NO_DRAIN}")

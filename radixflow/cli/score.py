@@ -32,6 +32,7 @@ from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import KeptRows, go_on_from, kept_rows, row_options, run_record
 from radixflow.cli.lines_out import check_partial, claimed, output_path, write_lines
 from radixflow.cli.score_file import ScoreJob, left_to_run, read_jobs, run_jobs, score_row
+from radixflow.cli.serve_setup import refuse_setup
 from radixflow.generation.scoring import EMPTY_CONTEXT
 from radixflow.jsonl import read_text
 from radixflow.options.flags import add_engine_flags, file_path_arg, from_args, not_stdin
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         kept = kept_rows("--output", output, args.restart, record)  # None without --input
         if jobs is not None and kept is not None:  # refused, or said, before the model loads
             go_on_from(output, kept, lambda: left_to_run(jobs, kept.rows), _failed(kept))
+        refuse_setup(options)  # what the model's setup refuses, before a warning of the run
         warn_ineffective_options(args, options)
         return _score(args, console, options, jobs, candidates, output, kept, record)
 

@@ -93,10 +93,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
-    warn_ineffective_options(args, options)  # after the thread plan: the clock's warning counts its threads
     config = replace(config, tokenizer_threads=tokenizer_threads)
     refuse_setup(options)  # before the port: a mistyped model is named, not another server's port
     sock = bind(listen.host, listen.port)  # before the model loads: a bad address is one line
+    # of a server that goes ahead, after the thread plan: the clock's warning counts its threads
+    warn_ineffective_options(args, options)
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     port = bound_port(sock)

@@ -1,6 +1,7 @@
 """What `radixflow serve` (one server or a fleet) and `radixflow run-batch` share before a model
 loads: the serve extra required, the server's settings and thread plan from the flags, and the
-model's setup refused in one line where it cannot run."""
+model's setup refused in one line where it cannot run (`refuse_setup`, which `generate` and
+`score` call too: a refused run is its one error line, with no warning of the run before it)."""
 
 from __future__ import annotations
 

@@ -120,6 +120,10 @@ def test_a_dtype_the_device_refuses_is_one_error_with_no_warning_about_running_i
     ]
 
 
+TINY = ["qwen3_5-tiny", "--hardware", "h200", "--cache-memory", "1KiB"]  # --hardware: warned of in a run
+SMALL_BUDGET = "--cache-memory: 1KiB cannot hold one KV block"
+
+
 @pytest.mark.parametrize(
     "argv, error",
     [
@@ -132,15 +136,26 @@ def test_a_dtype_the_device_refuses_is_one_error_with_no_warning_about_running_i
             ["bench", "qwen3_5-2b", "--clock", "cpu", "--context-len", "300000"],
             "does not fit qwen3_5-2b's context",
         ),
+        # a budget below one entry of the model, refused before the model loads
+        (["generate", *TINY, "--prompt", "hi"], SMALL_BUDGET),
+        (["score", *TINY, "--context", "hi", "--candidate", "a"], SMALL_BUDGET),
+        (["run-batch", *TINY, "-i", "{batch}"], SMALL_BUDGET),
+        (["serve", *TINY, "--port", "0"], SMALL_BUDGET),
+        (
+            ["serve", "qwen3_5-tiny", "--hardware", "h200", "--host", "192.0.2.1"],
+            "--host: '192.0.2.1' is not",
+        ),
     ],
 )
-def test_a_refused_run_is_one_error_line_with_no_warning_about_the_run(argv, error, capsys):
+def test_a_refused_run_is_one_error_line_with_no_warning_about_the_run(argv, error, capsys, tmp_path):
     """`generate --hardware h200 --temperature -1` warned that --hardware had no effect on the run,
     then refused the run; `bench --device cpu --groups 0` likewise. A refused run is its one
     error line (as `score` says a bad input of its own); warnings are for a run that goes ahead."""
     from radixflow.cli import main
 
-    assert main(argv) == 2
+    batch = tmp_path / "in.jsonl"
+    batch.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {}}\n')
+    assert main([a.format(batch=batch) for a in argv]) == 2
     out, err = capsys.readouterr()
     (line,) = err.splitlines()
     assert out == "" and line.startswith("radixflow: error: ") and error in line, line

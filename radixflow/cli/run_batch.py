@@ -124,7 +124,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--input {args.input}: {e}") from None
     options = from_args(args)
     config = checked(ServerConfig, given_values(args, ServerConfig))
-    warn_unused_lane(args, config)
     trace = None if options.trace_out is None else Path(options.trace_out)
     output = output_path(args.output)
     inputs = {"--input": args.input, **engine_inputs(options)}
@@ -138,6 +137,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
         refuse_setup(options)  # what the model's setup refuses, before a warning of the run
         warn_ineffective_options(args, options)  # after the thread plan: the clock warning counts its threads
+        warn_unused_lane(args, config)
         if args.drain_s is not None:
             warn(f"--drain-timeout has {NO_DRAIN}")
         # no drain: a run cut short has aborted its requests, so only a stuck engine would be

@@ -89,7 +89,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     options = from_args(args)
     listen, config = server_settings(args)
-    warn_unused_lane(args, config)
     if options.trace_out is not None:
         check_output_paths({"--trace-out": Path(options.trace_out)}, engine_inputs(options))
     options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
@@ -98,6 +97,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     sock = bind(listen.host, listen.port)  # before the model loads: a bad address is one line
     # of a server that goes ahead, after the thread plan: the clock's warning counts its threads
     warn_ineffective_options(args, options)
+    warn_unused_lane(args, config)
     model = load_model(options)
     warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
     port = bound_port(sock)

@@ -145,6 +145,9 @@ SMALL_BUDGET = "--cache-memory: 1KiB cannot hold one KV block"
             ["serve", "qwen3_5-tiny", "--hardware", "h200", "--host", "192.0.2.1"],
             "--host: '192.0.2.1' is not",
         ),
+        # the long-text lane no body can take: a warning of a server that goes ahead
+        (["serve", *TINY, "--long-body-bytes", "8MiB", "--port", "0"], SMALL_BUDGET),
+        (["run-batch", *TINY, "--long-body-bytes", "8MiB", "-i", "{batch}"], SMALL_BUDGET),
     ],
 )
 def test_a_refused_run_is_one_error_line_with_no_warning_about_the_run(argv, error, capsys, tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 from radixflow.options.engine_options import EngineOptions, option_fields, spec_of
 from radixflow.options.machine import path_length_problem
 from radixflow.options.model_arg import MODEL_ARG_HELP, add_model_argument, settle_model
-from radixflow.options.sizes import Bytes
+from radixflow.options.sizes import Bytes, exact_size
 from radixflow.options.spec import OptionSpec
 from radixflow.problems import NOT_A_NUMBER, NOT_AN_INTEGER, NOT_FINITE, Problem, ProblemError, flag
 from radixflow.user_paths import file_path_problem, stdin_problem, stdout_problem, user_path
@@ -153,7 +153,9 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, spec: OptionSpec, defau
     if name == "policy":
         group.add_argument("--policy", action="append", metavar=metavar, help=POLICY_HELP)
         return
-    shown = "" if default is None or not spec.show_default else f" (default: {default})"
+    # a size as the flag takes it (4MiB, not 4194304), where a unit holds it exactly
+    said = exact_size(default) if spec.kind is Bytes and isinstance(default, int) else default
+    shown = "" if default is None or not spec.show_default else f" (default: {said})"
     group.add_argument(
         spec.flag or flag(name),
         *spec.aliases,

@@ -354,3 +354,13 @@ def test_the_cpu_clock_warning_counts_torchs_default_threads_as_torch_does(monke
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     (warning,) = clock_warnings(torch)
     assert warning.startswith("clock cpu with 3 torch threads"), warning
+
+
+@pytest.mark.parametrize("command", ["serve", "run-batch"])
+def test_a_size_flags_default_is_shown_as_a_size(command):
+    """--max-body-bytes and --long-body-bytes, whose help speaks in sizes (8MiB, 64KiB), showed
+    their defaults in bytes: "(default: 4194304)", "(default: 65536)"; docs/serving.md says 4 MiB
+    and 64 KiB. A default is shown as the flag takes it, in a unit that holds it exactly."""
+    actions = _actions(_command(command))
+    assert actions["max_body_bytes"].help.endswith("(default: 4MiB)")
+    assert actions["long_body_bytes"].help.endswith("(default: 64KiB)")

@@ -53,10 +53,8 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     )
 
     listen, config = server_settings(args)
-    warn_unused_lane(args, config)
     if options.torch_threads is None:
         options = options.replace(torch_threads=1)  # a replica per CPU: its forward passes get one
-    warn_ineffective_options(args, options, local=args.ray_address is None)
     # a CPU for each of a replica's torch threads: Ray places (and a local instance counts) them so
     gpus = 1.0 if options.device.startswith("cuda") else 0.0  # a GPU of its own for each replica
     spec = FleetSpec(
@@ -65,6 +63,9 @@ def run_fleet(args: argparse.Namespace, console: Console) -> int:
     if (contention := local_contention(spec, cpu_count())) is not None:
         warn(contention)
     sock = bind(listen.host, listen.port)  # before any replica loads its model
+    # of a fleet that goes ahead: after its address is bound, as one server warns
+    warn_unused_lane(args, config)
+    warn_ineffective_options(args, options, local=args.ray_address is None)
     try:
         with ray_serve(spec):
             shortfall = cpu_shortfall(spec)

@@ -162,3 +162,21 @@ def test_a_refused_run_is_one_error_line_with_no_warning_about_the_run(argv, err
     out, err = capsys.readouterr()
     (line,) = err.splitlines()
     assert out == "" and line.startswith("radixflow: error: ") and error in line, line
+
+
+def test_a_fleet_refused_at_its_address_is_one_error_line(monkeypatch, capsys):
+    """`serve --replicas 2 --hardware h200 --host 192.0.2.1` warned that --hardware had no effect
+    and then refused the address, as one server did."""
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("uvicorn")
+    import radixflow.cluster.launch as launch
+    from radixflow.cli import main
+
+    def no_ray(spec: object) -> None:
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(launch, "ray_serve", no_ray)
+    argv = ["serve", "qwen3_5-tiny", "--replicas", "2", "--hardware", "h200", "--host", "192.0.2.1"]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("radixflow: error: --host: '192.0.2.1' is not"), line

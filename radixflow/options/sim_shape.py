@@ -43,7 +43,11 @@ def sim_name_problem(name: str) -> Problem | None:
         return problem
     if name in SIM_MODELS or name in zoo_names() or is_checkpoint(name):
         return None
-    return Problem("model", f"unknown sim model {name!r} ({known_models()})")
+    from radixflow.models.zoo import file_problem  # no torch: path checks only
+
+    # a checkpoint's config.json given for its directory is named so, as the torch runner names it
+    why = file_problem(Path(expand_home(name)))
+    return Problem("model", why or f"unknown sim model {name!r} ({known_models()})")
 
 
 def known_models() -> str:

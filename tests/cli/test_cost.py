@@ -208,3 +208,14 @@ def test_a_model_name_too_long_for_a_path_is_one_line(capsys):
     assert main(["cost", "a" * 300]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("radixflow: error: model: must be a path of parts up to 255 bytes"), line
+
+
+@pytest.mark.parametrize("command", [["cost"], ["bench", "--runner", "sim"]])
+def test_a_checkpoints_config_file_given_for_its_directory_is_named_as_such(tmp_path, capsys, command):
+    """`cost ck/config.json` said "unknown sim model 'ck/config.json' (sim shapes: ...)", where
+    bench, generate, serve, LLM(...) and a TOML cell say the path is a file and name the directory."""
+    (tmp_path / "config.json").write_text("{}")
+    assert main([*command, str(tmp_path / "config.json")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    said = f"model: model path {tmp_path / 'config.json'} is a file, not a checkpoint directory"
+    assert line.startswith(f"radixflow: error: {said}") and line.endswith(f"did you mean {tmp_path}?"), line

@@ -182,7 +182,8 @@ class PromptScorer:
             k = min(max(k for _, k in part), logprobs.shape[-1])
             top_vals, top_ids = logprobs.topk(k, dim=-1)
             own = logprobs.gather(1, tokens[:, None])[:, 0]
-            rank = (logprobs > own[:, None]).sum(dim=-1) + 1  # vLLM's rank: 1 is the likeliest
+            # 1 is the likeliest; tokens tied share the best rank (vLLM's >= counts them: decisions.md)
+            rank = (logprobs > own[:, None]).sum(dim=-1) + 1
         # rows written before any key names them: a round failing here leaves the memo as it was
         rows_list = self._take(len(part))
         try:

@@ -18,7 +18,7 @@ from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.experiments.config_checks import fail
 from radixflow.models.zoo_catalogue import model_names
 from radixflow.options.machine import path_length_problem
-from radixflow.user_paths import STDOUT, expand_home
+from radixflow.user_paths import STDOUT, expand_home, stdin_problem
 
 PROFILE_KEYS = ("hardware", "cost_profile")  # a built-in profile's name, or a profile file's path
 
@@ -91,6 +91,8 @@ def profile_path(value: Any, origin: str, key: str, base: Path) -> Any:
         return value  # a wrong type or an empty name is reported with the other checks
     if "\x00" in value:
         raise fail(origin, key, f"{value!r} contains a NUL character")
+    if (why := stdin_problem(value)) is not None:  # as every door says it, not a file named -
+        raise fail(origin, key, why)
     if (problem := path_length_problem(key, value)) is not None:  # before the os is asked of it
         raise fail(origin, key, problem.message)
     path = (base / expand_home(value)).resolve()  # "~/p.json", as a model path is read

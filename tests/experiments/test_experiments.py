@@ -289,6 +289,20 @@ def test_a_mistyped_profile_name_is_said_as_typed(tiny: Path, key: str):
 
 
 @pytest.mark.parametrize("key", ["hardware", "cost_profile"])
+def test_a_profile_named_dash_is_refused_as_every_door_refuses_it(tiny: Path, key: str):
+    # "-" read a file named "-" beside the config (or said "unknown hardware '-'"), where --hardware -
+    # and LLM(hardware="-") say standard input is not read; "./-" names that file
+    text = TINY.replace('hardware = "h200"\n', "")
+    tiny.write_text(text.replace("[defaults]", f'[defaults]\n{key} = "-"', 1))
+    (tiny.parent / "-").write_text("{}")
+    with pytest.raises(ExperimentConfigError) as info:
+        load_config(tiny)
+    assert str(info.value).endswith(
+        f"defaults.{key}: - (standard input) is not read: give a path (./- for a file named -)"
+    )
+
+
+@pytest.mark.parametrize("key", ["hardware", "cost_profile"])
 def test_a_profile_name_too_long_for_a_path_is_one_line(tiny: Path, key: str):
     # "OSError: [Errno 36] File name too long" and a traceback, from the look for the file
     text = TINY.replace('hardware = "h200"\n', "")

@@ -134,15 +134,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         answers = ({**vars(line)} for line in lines)
         record = run_record("run-batch", answers, _row_options(options, config), row_limits(options))
         lines, kept = _go_on(output, args.restart, record, lines)
-        options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
-        refuse_setup(options)  # what the model's setup refuses, before a warning of the run
-        warn_ineffective_options(args, options)  # after the thread plan: the clock warning counts its threads
-        warn_unused_lane(args, config)
-        if args.drain_s is not None:
-            warn(f"--drain-timeout has {NO_DRAIN}")
-        # no drain: a run cut short has aborted its requests, so only a stuck engine would be
-        # waited for, --drain-timeout (30 s) before its grace
-        config = replace(config, tokenizer_threads=tokenizer_threads, drain_s=0.0)
+        options, config = _settled(args, options, config)
         model = load_model(options)
         warn_ineffective_for_model(args, model.setup.choice.has_recurrent)
         state = server_state(model, config)
@@ -161,6 +153,22 @@ def run(args: argparse.Namespace, console: Console) -> int:
         write_trace(model.setup)  # after the answers: a trace the disk refuses costs none of them
         # as score --input: a script can tell a file with failed lines
         return 1 if tally.failed or _failed(kept) else 0
+
+
+def _settled(
+    args: argparse.Namespace, options: EngineOptions, config: ServerConfig
+) -> tuple[EngineOptions, ServerConfig]:
+    """The options with the run's thread plan and its server config, after what the model's setup
+    refuses and then the warnings (only a run that goes on is warned of)."""
+    options, tokenizer_threads = threads(options, args.tokenizer_threads, cpu_count())
+    refuse_setup(options)
+    warn_ineffective_options(args, options)  # after the thread plan: the clock warning counts its threads
+    warn_unused_lane(args, config)
+    if args.drain_s is not None:
+        warn(f"--drain-timeout has {NO_DRAIN}")
+    # no drain: a run cut short has aborted its requests, so only a stuck engine would be
+    # waited for, --drain-timeout (30 s) before its grace
+    return options, replace(config, tokenizer_threads=tokenizer_threads, drain_s=0.0)
 
 
 def _go_on(output: Path | None, restart: bool, record: str, lines: list) -> tuple[list, KeptRows | None]:

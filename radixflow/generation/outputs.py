@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 from radixflow.scheduler.samples import PromptLogprobs
 
@@ -77,8 +77,21 @@ class PromptTokenLogprobs(Sequence[TokenLogprob | None]):
 
     __hash__ = None  # type: ignore[assignment]  (a sequence compared by content)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its texts, made now if no access has made them, and not with their maker
+        (a partial over the tokenizer: megabytes at a large vocabulary, in every output)."""
+        if self._texts is None and self.scored.positions:
+            self._texts = self._texts_of()
+        return {**self.__dict__, "_texts_of": _no_texts}
+
     def __repr__(self) -> str:
         return f"PromptTokenLogprobs({len(self)} tokens, {len(self.scored)} scored)"
+
+
+def _no_texts() -> Sequence[str]:
+    """The texts' maker of an unpickled `PromptTokenLogprobs`: its texts came with it (or it has
+    no scored position, so none is ever asked for)."""
+    return ()
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,28 @@ def test_entries_are_built_on_access_with_none_where_nothing_was_scored(position
     assert len(calls) == (1 if positions else 0)  # the texts once, and only when an entry needs them
     with pytest.raises(IndexError):
         lazy[5]
+
+
+class Detokenizer:
+    """Stands for the tokenizer the texts come from: picklable, and heavy in a real model."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> list[str]:
+        self.calls += 1
+        return TEXTS
+
+
+def test_pickled_entries_carry_their_texts_not_the_tokenizer():
+    # the texts' maker (a partial over the tokenizer: megabytes at a 150k vocabulary) was pickled
+    # with every output that had prompt logprobs
+    import pickle
+
+    maker = Detokenizer()
+    lazy = PromptTokenLogprobs(PROMPT, columns([1, 2, 3]), maker)
+    data = pickle.dumps(lazy)
+    assert b"Detokenizer" not in data and maker.calls == 1
+    back = pickle.loads(data)
+    assert back == lazy and back[2] == TokenLogprob(12, "c", -2.0, ((2, -0.5), (102, -1.5)))
+    assert maker.calls == 1  # the original keeps the texts it made for the pickle

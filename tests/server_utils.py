@@ -27,6 +27,9 @@ MODEL = "qwen3_5-tiny"  # hybrid (Gated DeltaNet + attention): checkpoints, cons
 OPTIONS = EngineOptions(model=MODEL, kv_blocks=512, state_slots=64, token_budget=256)
 
 
+HTTP_TIMEOUT_S = 120.0  # a test's request, answered or not, on a loaded machine
+
+
 @dataclass
 class RunningServer:
     server: Server
@@ -38,6 +41,9 @@ class RunningServer:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)
 
     def http(self, **kwargs: Any) -> httpx.Client:
+        # httpx's default of 5 s failed a plain chat turn on a machine at a load of 20 (a busy CI
+        # beside other sessions); a test about a timeout gives its own
+        kwargs.setdefault("timeout", HTTP_TIMEOUT_S)
         return httpx.Client(base_url=self.url, **kwargs)
 
     def on_engine(self, fn: Callable[[Engine], T]) -> T:

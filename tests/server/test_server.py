@@ -250,7 +250,7 @@ def test_a_truncated_prompt_is_echoed_and_counted_as_it_ran(served, llm):
     assert c["text"] == llm.tokenizer.decode(prompt[-6:]) + alone.text
     assert r.json()["usage"]["prompt_tokens"] == 6 and len(c["logprobs"]["tokens"]) == 6 + 3
     messages = [{"role": "user", "content": PROMPTS[1]}]
-    chat = {"model": MODEL, "messages": messages, "truncate_prompt_tokens": 5}
+    chat = {"model": MODEL, "messages": messages, "truncate_prompt_tokens": 5, "max_tokens": 1}
     assert served.http().post("/v1/chat/completions", json=chat).json()["usage"]["prompt_tokens"] == 5
 
 

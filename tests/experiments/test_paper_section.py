@@ -24,8 +24,10 @@ def test_a_median_within_one_percent_is_short_of_the_paper_not_opposite_to_it(me
     assert _paper_position(Span(median, median, median, 3), "mean_latency_s") == f" · {says}"
 
 
-SHARED_CENTRE = """
-name = "centre"
+def _config(name: str, rest: str) -> str:
+    """A config of two policies over a small sim workload, ``rest`` after its defaults' workload."""
+    return f"""
+name = "{name}"
 policies = ["native", "radixflow"]
 seeds = [0]
 
@@ -37,7 +39,12 @@ groups = 2
 candidates = 3
 context_len = 128
 candidate_len = 16
+{rest}"""
 
+
+SHARED_CENTRE = _config(
+    "centre",
+    """
 [[grid]]
 name = "budget"
 token_budget = [256, 512]
@@ -46,7 +53,8 @@ token_budget = [256, 512]
 name = "contexts"
 [grid.workload]
 groups = [2, 3]
-"""
+""",
+)
 
 
 def _report(text: str, tmp_path: Path) -> tuple[list[dict], str]:
@@ -74,22 +82,7 @@ def test_a_cell_two_grids_share_counts_once_in_the_figures_over_cells(tmp_path: 
     assert budget.count("| qwen3_5-2b |") == 2 and contexts.count("| qwen3_5-2b |") == 2
 
 
-ARRIVALS_BY_RATE = """
-name = "arrivals"
-policies = ["native", "radixflow"]
-seeds = [0]
-
-[defaults]
-model = "qwen3_5-2b"
-token_budget = 256
-[defaults.workload]
-groups = 2
-candidates = 3
-context_len = 128
-candidate_len = 16
-arrival = ["batch", "poisson"]
-rate = [50.0, 100.0]
-"""
+ARRIVALS_BY_RATE = _config("arrivals", 'arrival = ["batch", "poisson"]\nrate = [50.0, 100.0]\n')
 
 
 def test_cells_that_differ_only_in_a_key_that_changes_neither_count_once(tmp_path: Path):

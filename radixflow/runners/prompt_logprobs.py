@@ -176,12 +176,11 @@ class PromptScorer:
         slots = torch.tensor([s for (s, _), _ in part], dtype=torch.long, device=hidden.device)
         tokens = torch.tensor([t for (_, t), _ in part], dtype=torch.long, device=hidden.device)
         with torch.inference_mode():
-            logits = self.net.compute_logits(hidden[slots]).float()
-            check_finite(logits, f"{len(part)} prompt positions")  # before any row is memoized
-            logprobs = torch.log_softmax(logits, dim=-1)
+            logprobs = torch.log_softmax(self.net.compute_logits(hidden[slots]).float(), dim=-1)
             k = min(max(k for _, k in part), logprobs.shape[-1])
             top_vals, top_ids = logprobs.topk(k, dim=-1)
             own = logprobs.gather(1, tokens[:, None])[:, 0]
+            check_finite(own, f"{len(part)} prompt positions")  # before any row is memoized
             # 1 is the likeliest; tokens tied share the best rank (vLLM's >= counts them: decisions.md)
             rank = (logprobs > own[:, None]).sum(dim=-1) + 1
         # rows written before any key names them: a round failing here leaves the memo as it was

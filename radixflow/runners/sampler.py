@@ -115,11 +115,12 @@ def _adjust(row: torch.Tensor, sample: SampleRow) -> None:
         row[sorted(banned)] = -torch.inf
 
 
-def check_finite(logits: torch.Tensor, rows: str) -> None:
-    """Raise ValueError where a row's best logit is not finite (a NaN, a +inf, or every token at
-    -inf): its probabilities, and so any token picked or logprob reported, would be NaN.
-    ``rows``: what the rows are, said after "in n of" (``the round's 3 rows``)."""
-    bad = int((~torch.isfinite(logits.max(dim=-1).values)).sum())
+def check_finite(logprobs: torch.Tensor, rows: str) -> None:
+    """Raise ValueError where a row's logits were not finite, told by one logprob per row the
+    caller has at hand: a row that held a NaN or a +inf, or only -inf, comes out of log_softmax
+    all NaN (a finite row never does), and any token picked or logprob reported from it would be
+    NaN. ``rows``: what the rows are, said after "in n of" (``the round's 3 rows``)."""
+    bad = int(torch.isnan(logprobs).sum())
     if bad:
         raise ValueError(
             f"the model's logits are not finite in {bad} of {rows} "
@@ -145,10 +146,10 @@ class Sampler:
         if not rows:
             return []
         logits = logits.float()
-        check_finite(logits, f"the round's {len(rows)} rows")
         logprobs = torch.log_softmax(logits, dim=-1)  # the model's own: reported
         k = min(max(top_count(r.params) for r in rows), logits.shape[-1])
         top_vals, top_ids = logprobs.topk(k, dim=-1)
+        check_finite(top_vals[:, 0], f"the round's {len(rows)} rows")  # before any token is picked
         pick_from = adjusted(logits, rows, self.eos_token_ids)
         tokens = pick_from.argmax(dim=-1)
         random = [i for i, r in enumerate(rows) if not r.params.greedy]

@@ -81,8 +81,11 @@ class SimRunner:
         )
 
     def validate(self, request: Request) -> Problem | None:
-        if request.sampling.prompt_logprobs is not None:
-            return Problem("prompt_logprobs", "the sim runner computes no logits: they need the torch runner")
+        # no logits, so no logprob to report: its sample's logprob 0 is no answer to ``logprobs``
+        # (it returned 0 and no alternatives, whatever k asked for)
+        for param in ("prompt_logprobs", "logprobs"):
+            if getattr(request.sampling, param) is not None:
+                return Problem(param, "the sim runner computes no logits: they need the torch runner")
         return validate_prompt(request, self.model)
 
     @property

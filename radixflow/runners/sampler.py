@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from radixflow.runners.draw import draw
+from radixflow.runners.token_rules import held_back, pickable
 from radixflow.scheduler.samples import Sample
 from radixflow.scheduler.sampling import SPLITMIX_STEP, SamplingParams, mix64
-from radixflow.scheduler.token_sequences import banned_next, choice_step
+from radixflow.scheduler.token_sequences import banned_next
 
 MIN_TOP = 5  # alternatives always reported per sampled token (bench margins use the top 2)
 
@@ -63,37 +64,17 @@ def adjusted(logits: torch.Tensor, rows: list[SampleRow], eos: tuple[int, ...] =
     limit = torch.finfo(out.dtype)
     out[marked] = out[marked].clamp(limit.min, limit.max)
     for i in marked:
-        pickable = _pickable(rows[i], eos)
-        if pickable is not None:
-            keep = torch.tensor(sorted(pickable), dtype=torch.long, device=out.device)
+        generated = rows[i].tokens[rows[i].prompt_len :]
+        only = pickable(rows[i].params, generated, eos)
+        if only is not None:
+            keep = torch.tensor(sorted(only), dtype=torch.long, device=out.device)
             kept = out[i, keep]
             out[i] = -torch.inf
             out[i, keep] = kept
-        held = _held_back(rows[i], eos)
-        if held and (pickable is None or not pickable <= held):  # something must stay pickable
+        held = held_back(rows[i].params, len(generated), eos)
+        if held and (only is None or not only <= held):  # something must stay pickable
             out[i, list(held)] = -torch.inf
     return out
-
-
-def _pickable(sample: SampleRow, eos: tuple[int, ...]) -> set[int] | None:
-    """The only tokens a row may pick (None: any): its allow-list, or what continues one of its
-    open token choices (and ``eos`` where the output is a whole choice a longer one extends)."""
-    p = sample.params
-    choices = p.open_choices
-    if choices is None:
-        return None if p.allowed_token_ids is None else set(p.allowed_token_ids)
-    step = choice_step(choices, sample.tokens[sample.prompt_len :])
-    ends = set(eos) if step.complete and not p.ignore_eos else set()
-    return set(step.next_tokens) | ends
-
-
-def _held_back(sample: SampleRow, eos: tuple[int, ...]) -> set[int]:
-    """The tokens a row may not pick yet: its stop tokens and ``eos`` (unless it ignores EOS)
-    while it has generated fewer than ``min_tokens``."""
-    p = sample.params
-    if len(sample.tokens) - sample.prompt_len >= p.min_tokens:
-        return set()
-    return set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos))
 
 
 def _adjust(row: torch.Tensor, sample: SampleRow) -> None:

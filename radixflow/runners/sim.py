@@ -1,8 +1,16 @@
-"""Simulated runner: the real scheduler and cache, with a cost model instead of a forward pass."""
+"""Simulated runner: the real scheduler and cache, with a cost model instead of a forward pass.
+
+Its "model" puts all its probability on one token, `sim_token` (a hash of the sequence so far):
+temperature, top-k, top-p, min-p, seeds, finite logit biases and penalties cannot move a point
+mass, so they change nothing, as on such a model. The rules that forbid tokens do (`sim_pick`):
+an allow-list, guided token choices, banned sequences, stop tokens held back by ``min_tokens``.
+It computes no logits, so it refuses ``logprobs`` and ``prompt_logprobs``.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
@@ -12,6 +20,7 @@ from radixflow.costmodel.shape.model_shape import ModelShape
 from radixflow.costmodel.shape.sim_catalogue import DEFAULT_SIM_MODEL, SIM_MODELS
 from radixflow.engine.runner import ModelInfo, RoundResult, validate_prompt
 from radixflow.problems import Problem
+from radixflow.runners.token_rules import token_rules
 from radixflow.scheduler.output import ScheduledChunk, SchedulerOutput, waves
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.samples import Sample
@@ -24,6 +33,7 @@ __all__ = [
     "SIM_MODELS",
     "HardwareProfile",
     "SimRunner",
+    "sim_pick",
     "sim_token",
 ]
 
@@ -57,10 +67,37 @@ def prompt_logit_rows(chunk: ScheduledChunk) -> int:
 def sim_token(namespace: str, prompt: tuple[int, ...], vocab_size: int) -> int:
     """The 'generated' token: a deterministic hash of namespace and the sequence so far.
 
-    The sim's sample is this token with logprob 0 (probability 1): there are no logits.
+    The sim's model puts probability 1 on this token (`sim_pick` is what it samples); there are
+    no logits.
     """
     digest = hashlib.sha256(f"{namespace}|{','.join(map(str, prompt))}".encode()).digest()
     return int.from_bytes(digest[:8], "little") % vocab_size
+
+
+def sim_pick(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) -> int:
+    """The sim's token for a sampled chunk: `sim_token`, unless the request's rules forbid it
+    (`token_rules`); then the first token they allow in the sim's fixed order, its own token and
+    the ids after it, wrapping round the vocabulary (a banned token only where no other is left,
+    as the torch sampler has it). Pure."""
+    first = sim_token(chunk.namespace, chunk.tokens, vocab_size)
+    if not chunk.sampling.adjusts_logits:
+        return first  # no rule forbids a token (every bench request): the hash, as it always was
+    rules = token_rules(chunk.sampling, chunk.tokens[chunk.prompt_len :], eos)
+    for avoid in (rules.held | rules.banned, rules.held):
+        token = _next_allowed(first, vocab_size, rules.only, avoid)
+        if token is not None:
+            return token
+    return first  # the rules hold back every token: no torch row could pick one either
+
+
+def _next_allowed(first: int, vocab: int, only: frozenset[int] | None, avoid: frozenset[int]) -> int | None:
+    """The first token from ``first`` on (wrapping) that is in ``only`` (None: any) and not in
+    ``avoid`` (None: there is none)."""
+    if only is None:
+        ids = ((first + i) % vocab for i in range(min(len(avoid) + 1, vocab)))
+        return next((t for t in ids if t not in avoid), None)
+    left = sorted(only - avoid)
+    return left[bisect_left(left, first) % len(left)] if left else None
 
 
 class SimRunner:
@@ -99,7 +136,7 @@ class SimRunner:
     def run(self, batch: SchedulerOutput) -> RoundResult:
         cost = self.cost.breakdown(chunk_shapes(batch.chunks))
         samples = {
-            c.request_id: Sample(sim_token(c.namespace, c.tokens, self.spec.vocab_size), 0.0)
+            c.request_id: Sample(sim_pick(c, self.spec.vocab_size, self.model.eos_token_ids), 0.0)
             for c in batch.chunks
             if c.sample
         }

@@ -5,19 +5,86 @@ from __future__ import annotations
 import pytest
 from engine_utils import new_engine
 
-from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.samples import FinishReason
 from radixflow.scheduler.sampling import SamplingParams
 
 RUNNER = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+VOCAB = RUNNER.model.vocab_size
 CFG = SchedulerConfig(token_budget=128, max_requests=8, block_size=8, num_blocks=256, num_state_slots=32)
 PROMPT = (1, 2, 3)
+FIRST = sim_token("default", PROMPT, VOCAB)  # the sim's token after PROMPT when nothing forbids it
 
 
 def run(**params: object) -> Request:
     req = Request("r", PROMPT, sampling=SamplingParams(**params))  # type: ignore[arg-type]
     new_engine(RUNNER, CFG).run([req])
     return req
+
+
+def hash_chain(n: int) -> list[int]:
+    out: list[int] = []
+    for _ in range(n):
+        out.append(sim_token("default", PROMPT + tuple(out), VOCAB))
+    return out
+
+
+def test_min_tokens_holds_back_a_stop_token_the_sim_would_pick():
+    """The stop token was the sim's first pick: it ended the request at once, min_tokens unsaid."""
+    assert run(max_tokens=5, stop_token_ids=(FIRST,)).output == [FIRST]
+    req = run(max_tokens=5, min_tokens=3, stop_token_ids=(FIRST,))
+    assert req.status is RequestStatus.FINISHED and len(req.output) >= 3
+    assert FIRST not in req.output[:3]
+    assert req.output[0] == (FIRST + 1) % VOCAB  # the sim's next preference: the id after its own
+
+
+def test_allowed_token_ids_are_the_only_tokens_the_sim_picks():
+    allowed = (7, 8, VOCAB - 1)
+    req = run(max_tokens=6, allowed_token_ids=allowed)
+    assert len(req.output) == 6 and set(req.output) <= set(allowed)
+
+
+def test_an_allowed_sim_token_is_kept():
+    assert run(max_tokens=1, allowed_token_ids=(5, FIRST)).output == [FIRST]
+
+
+def test_token_choices_make_the_output_one_of_them():
+    choices = ((7, 8), (9,), (7, 10, 11))
+    req = run(max_tokens=8, token_choices=choices)
+    assert tuple(req.output) in choices and req.finish_reason is FinishReason.STOP
+
+
+def test_a_whole_choice_a_longer_one_extends_goes_on_without_an_end_of_sequence_token():
+    """The sim has no end-of-sequence token: after (7,) it can only go on to (7, 8)."""
+    req = run(max_tokens=8, token_choices=((7,), (7, 8)))
+    assert req.output == [7, 8] and req.finish_reason is FinishReason.STOP
+
+
+def test_a_banned_token_is_never_picked():
+    chain = hash_chain(3)
+    req = run(max_tokens=3, bad_token_sequences=((chain[1],),))
+    assert req.output[0] == chain[0] and chain[1] not in req.output
+
+
+def test_a_banned_sequence_bans_its_last_token_only_after_the_rest():
+    chain = hash_chain(2)
+    req = run(max_tokens=2, bad_token_sequences=(tuple(chain),))
+    assert req.output[0] == chain[0] and req.output[1] != chain[1]
+    assert run(max_tokens=2, bad_token_sequences=((chain[1], chain[1]),)).output == chain
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"temperature": 1.0, "seed": 3, "top_p": 0.5, "top_k": 4, "min_p": 0.1},
+        {"logit_bias": {5: 100.0}, "presence_penalty": 2.0, "repetition_penalty": 1.5},
+    ],
+)
+def test_settings_that_cannot_move_the_sims_point_mass_leave_its_tokens_alone(params):
+    """The sim's model puts all its probability on `sim_token` (every other token at -inf):
+    temperature, cuts, seeds, finite biases and penalties leave that token the only one."""
+    assert run(max_tokens=4, **params).output == hash_chain(4)
 
 
 @pytest.mark.parametrize("k", [0, 3])

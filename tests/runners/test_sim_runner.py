@@ -1,12 +1,18 @@
-"""The sim runner against a request's sampling rules: what it honours, what it refuses (no torch)."""
+"""The sim runner against a request's sampling rules: what it honours, what it refuses, and its picks
+against the torch sampler's (the only test here that needs torch)."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 from engine_utils import new_engine
 
-from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_token
+from radixflow.engine.runner import ending_allow_list_problem
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner, sim_pick, sim_token
+from radixflow.runners.token_rules import token_rules
 from radixflow.scheduler import Request, RequestStatus, SchedulerConfig
+from radixflow.scheduler.output import ScheduledChunk
 from radixflow.scheduler.samples import FinishReason
 from radixflow.scheduler.sampling import SamplingParams
 
@@ -93,3 +99,52 @@ def test_logprobs_are_refused_the_sim_computes_none(k):
     req = run(max_tokens=2, logprobs=k)
     assert req.status is RequestStatus.FAILED
     assert req.error == "logprobs: the sim runner computes no logits: they need the torch runner"
+
+
+def random_params(rng: random.Random, vocab: int) -> SamplingParams:
+    ids = lambda k: tuple(rng.sample(range(vocab), k))  # noqa: E731
+    allowed = ids(rng.randint(1, 4)) if rng.random() < 0.4 else None
+    choices = (
+        tuple(ids(rng.randint(1, 3)) for _ in range(rng.randint(1, 3)))
+        if not allowed and rng.random() < 0.4
+        else None
+    )
+    return SamplingParams(
+        max_tokens=8,
+        min_tokens=rng.choice([0, 0, 1, 3]),
+        stop_token_ids=ids(rng.randint(0, 3)),
+        ignore_eos=rng.random() < 0.3,
+        allowed_token_ids=allowed,
+        token_choices=choices,
+        bad_token_sequences=tuple(ids(rng.randint(1, 2)) for _ in range(rng.randint(0, 3))),
+    )
+
+
+def test_the_sims_pick_is_the_torch_samplers_greedy_pick_on_logits_of_its_order():
+    """Logits falling from the sim's token through the ids after it (wrapping) are the sim's
+    order: greedy on them under the same rules, the torch sampler picks what `sim_pick` does
+    (but where every token left is banned: the sampler's ties go to the lowest id)."""
+    torch = pytest.importorskip("torch")
+    from radixflow.runners.sampler import SampleRow, adjusted
+
+    vocab, eos, rng, checked, moved = 24, (5,), random.Random(0), 0, 0
+    for _ in range(400):
+        params = random_params(rng, vocab)
+        if params.problem() or ending_allow_list_problem(params, eos):
+            continue
+        tokens = tuple(rng.randrange(vocab) for _ in range(rng.randint(2, 6)))
+        prompt_len = rng.randint(1, len(tokens))
+        chunk = ScheduledChunk(
+            "r", "ns", tokens, 0, len(tokens), (), None, (), True, params, None, prompt_len
+        )
+        rules = token_rules(params, tokens[prompt_len:], eos)
+        left = set(range(vocab) if rules.only is None else rules.only) - rules.held
+        if left <= rules.banned:
+            continue
+        first = sim_token("ns", tokens, vocab)
+        logits = torch.tensor([[-float((t - first) % vocab) for t in range(vocab)]])
+        row = SampleRow(params, len(tokens), tokens, prompt_len)
+        pick = sim_pick(chunk, vocab, eos)
+        assert pick == int(adjusted(logits, [row], eos).argmax()), params
+        checked, moved = checked + 1, moved + (pick != first)
+    assert checked > 250 and moved > 100  # the rules moved the pick off the sim's own token

@@ -10,6 +10,7 @@ It computes no logits, so it refuses ``logprobs`` and ``prompt_logprobs``.
 from __future__ import annotations
 
 import hashlib
+import math
 from bisect import bisect_left
 from collections.abc import Sequence
 
@@ -79,15 +80,21 @@ def sim_pick(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) 
     (`token_rules`); then the first token they allow in the sim's fixed order, its own token and
     the ids after it, wrapping round the vocabulary (a banned token only where no other is left,
     as the torch sampler has it). Pure."""
+    return sim_sample(chunk, vocab_size, eos).token
+
+
+def sim_sample(chunk: ScheduledChunk, vocab_size: int, eos: tuple[int, ...] = ()) -> Sample:
+    """`sim_pick`'s token with its logprob under the sim's model: 0 for its own token, -inf for
+    one the rules forced instead (the model gives it no probability). Pure."""
     first = sim_token(chunk.namespace, chunk.tokens, vocab_size)
     if not chunk.sampling.adjusts_logits:
-        return first  # no rule forbids a token (every bench request): the hash, as it always was
+        return Sample(first, 0.0)  # no rule forbids a token (every bench request): the hash
     rules = token_rules(chunk.sampling, chunk.tokens[chunk.prompt_len :], eos)
     for avoid in (rules.held | rules.banned, rules.held):
         token = _next_allowed(first, vocab_size, rules.only, avoid)
         if token is not None:
-            return token
-    return first  # the rules hold back every token: no torch row could pick one either
+            return Sample(token, 0.0 if token == first else -math.inf)
+    return Sample(first, 0.0)  # the rules hold back every token: no torch row could pick one either
 
 
 def _next_allowed(first: int, vocab: int, only: frozenset[int] | None, avoid: frozenset[int]) -> int | None:
@@ -136,7 +143,7 @@ class SimRunner:
     def run(self, batch: SchedulerOutput) -> RoundResult:
         cost = self.cost.breakdown(chunk_shapes(batch.chunks))
         samples = {
-            c.request_id: Sample(sim_pick(c, self.spec.vocab_size, self.model.eos_token_ids), 0.0)
+            c.request_id: sim_sample(c, self.spec.vocab_size, self.model.eos_token_ids)
             for c in batch.chunks
             if c.sample
         }

@@ -3,6 +3,7 @@ against the torch sampler's (the only test here that needs torch)."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -148,3 +149,11 @@ def test_the_sims_pick_is_the_torch_samplers_greedy_pick_on_logits_of_its_order(
         assert pick == int(adjusted(logits, [row], eos).argmax()), params
         checked, moved = checked + 1, moved + (pick != first)
     assert checked > 250 and moved > 100  # the rules moved the pick off the sim's own token
+
+
+def test_a_token_the_rules_forced_off_the_sims_own_has_no_probability():
+    """Its sample said logprob 0 (probability 1) for a token the sim's model gives none."""
+    forced = run(max_tokens=1, allowed_token_ids=((FIRST + 1) % VOCAB,))
+    own = run(max_tokens=1, allowed_token_ids=(FIRST,))
+    assert [s.logprob for s in forced.output_logprobs] == [-math.inf]
+    assert [s.logprob for s in own.output_logprobs] == [0.0]

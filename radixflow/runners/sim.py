@@ -126,11 +126,15 @@ class SimRunner:
 
     def validate(self, request: Request) -> Problem | None:
         # no logits, so no logprob to report: its sample's logprob 0 is no answer to ``logprobs``
-        # (it returned 0 and no alternatives, whatever k asked for)
+        # (it returned 0 and no alternatives, whatever k asked for). After the checks every
+        # runner makes: a bad value is said as the torch runner would say it, not sent there.
+        problem = validate_prompt(request, self.model)
+        if problem is not None:
+            return problem
         for param in ("prompt_logprobs", "logprobs"):
             if getattr(request.sampling, param) is not None:
                 return Problem(param, "the sim runner computes no logits: they need the torch runner")
-        return validate_prompt(request, self.model)
+        return None
 
     @property
     def round_predictor(self) -> RoundPredictor:

@@ -157,3 +157,10 @@ def test_a_token_the_rules_forced_off_the_sims_own_has_no_probability():
     own = run(max_tokens=1, allowed_token_ids=(FIRST,))
     assert [s.logprob for s in forced.output_logprobs] == [-math.inf]
     assert [s.logprob for s in own.output_logprobs] == [0.0]
+
+
+def test_a_bad_logprobs_value_is_said_as_every_runner_says_it():
+    """logprobs=-1 was told it needs the torch runner, which refuses it as a bad value anyway."""
+    req = run(max_tokens=2, logprobs=-1)
+    torchless = SamplingParams(max_tokens=2, logprobs=-1).problem()
+    assert torchless is not None and req.error == str(torchless)

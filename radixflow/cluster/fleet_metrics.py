@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from radixflow.cluster.routes import Routes
 from radixflow.server.metrics import ServerMetrics
 
 Sample = tuple[str, dict[str, str], float]  # name, labels, value: plain, picklable
@@ -57,9 +58,10 @@ def engine_samples(metrics: ServerMetrics) -> Report:
 
 class FleetFigures:
     """A Prometheus collector of the replicas' engine figures (thread-safe: the router's thread
-    reports, ``/metrics`` collects)."""
+    reports, ``/metrics`` collects); ``routes``: where the router sent each job in flight."""
 
     def __init__(self) -> None:
+        self.routes = Routes()
         self._families = [(f.name, f.type, f.documentation) for f in ServerMetrics().engine_families()]
         self._lock = threading.Lock()
         self._latest: dict[str, Report] = {}  # by replica, every one that ever reported

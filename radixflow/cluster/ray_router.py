@@ -39,6 +39,7 @@ class FleetRequestRouter(RequestRouter):
         the replicas' engine figures (`fleet_metrics.published`)."""
         self._router = make_router(router, RouterConfig(seed=seed))
         self._figures = published(figures)
+        self._routes = None if self._figures is None else self._figures.routes  # shared with the ingress
         self._known: set[str] = set()  # the replicas of the last update (their ids)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -72,10 +73,12 @@ class FleetRequestRouter(RequestRouter):
         job = _job(pending_request)
         if job is None or not candidate_replicas:
             return [candidate_replicas]  # not a generation job (e.g. describe): any replica
-        # replicas that refused the job before (`Job.avoid`) are passed over while live others are
-        # left: a dead one would answer it with its failure, where a refuser may take it now
+        # replicas that refused the job before (`Job.avoid`), or that it was sent to before (a
+        # retry: that one failed it), are passed over while live others are left: a dead one would
+        # answer it with its failure, where a refuser may take it now
+        avoid = job.avoid | (frozenset() if self._routes is None else self._routes.tried(job.id))
         offered = [
-            r for r in candidate_replicas if r.replica_id.unique_id not in job.avoid and self._state(r).alive
+            r for r in candidate_replicas if r.replica_id.unique_id not in avoid and self._state(r).alive
         ]
         candidate_replicas = offered or candidate_replicas
         states = [self._state(r) for r in candidate_replicas]
@@ -96,6 +99,8 @@ class FleetRequestRouter(RequestRouter):
         job = _job(pending_request)
         if job is not None:
             self._router.record(RouteRequest(job.namespace, tuple(job.prompt)), replica_id.unique_id)
+            if self._routes is not None:
+                self._routes.routed(job.id, replica_id.unique_id)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

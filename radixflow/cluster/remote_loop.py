@@ -3,9 +3,9 @@
 Each prompt is one job streamed from whichever replica the router picks (``open_stream``: the Ray
 Serve handle, or anything with its shape). A replica that fails before its job sent anything, or
 refuses it (`NOT_TAKEN`: its engine loop died, it is shutting down, its queue is full), is
-retried (the router, told the replica died, picks another); one that fails mid-answer, or a
-retry that fails again, ends the prompt with a 503 naming the failure. Nothing waits forever:
-every prompt ends with an answer, an error, or its client's abort.
+retried on another replica (the router passes over those the job was sent to); one that fails
+mid-answer, or a retry that fails again, ends the prompt with a 503 naming the failure. Nothing
+waits forever: every prompt ends with an answer, an error, or its client's abort.
 """
 
 from __future__ import annotations
@@ -293,6 +293,8 @@ class RemoteLoop:
             flight.request.status = RequestStatus.ABORTED
             self.metrics.on_done(flight.request, time.monotonic() - flight.arrival)
         self._flights.pop(flight.request.id, None)
+        if self._fleet is not None:  # routed no more: the router's note of where it went goes
+            self._fleet.routes.ended(flight.request.id)
         self.metrics.on_pending(len(self._flights))
         if not self._flights:
             self._idle.set()

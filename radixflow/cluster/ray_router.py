@@ -9,6 +9,7 @@ ingress's `/metrics` (`fleet_metrics.FleetFigures`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,6 +41,10 @@ class FleetRequestRouter(RequestRouter):
         self._router = make_router(router, RouterConfig(seed=seed))
         self._figures = published(figures)
         self._routes = None if self._figures is None else self._figures.routes  # shared with the ingress
+        # the ingress's refusals come on its own thread: the router's memory is touched under this
+        self._lock = threading.Lock()
+        if self._routes is not None:
+            self._routes.watch_refusals(self._refused)
         self._known: set[str] = set()  # the replicas of the last update (their ids)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -48,8 +53,9 @@ class FleetRequestRouter(RequestRouter):
         # a replica Serve replaced (its health check failed: its engine loop died or is stuck)
         # leaves the set here, not in on_replica_actor_died: no job died with its actor
         running = {r.replica_id.unique_id for r in replicas}
-        for gone in self._known - running:
-            self._router.forget(gone)
+        with self._lock:
+            for gone in self._known - running:
+                self._router.forget(gone)
         self._known = running
         if self._figures is not None:
             self._figures.update(engine_reports(replicas), dead_replicas(replicas))
@@ -82,7 +88,8 @@ class FleetRequestRouter(RequestRouter):
         ]
         candidate_replicas = offered or candidate_replicas
         states = [self._state(r) for r in candidate_replicas]
-        decision = self._router.decide(RouteRequest(job.namespace, tuple(job.prompt)), states)
+        with self._lock:
+            decision = self._router.decide(RouteRequest(job.namespace, tuple(job.prompt)), states)
         chosen = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica]
         alive = {s.name for s in states if s.alive}
         rest = [
@@ -98,13 +105,22 @@ class FleetRequestRouter(RequestRouter):
         super().on_request_routed(pending_request, replica_id, result)
         job = _job(pending_request)
         if job is not None:
-            self._router.record(RouteRequest(job.namespace, tuple(job.prompt)), replica_id.unique_id)
+            with self._lock:
+                self._router.record(RouteRequest(job.namespace, tuple(job.prompt)), replica_id.unique_id)
             if self._routes is not None:
                 self._routes.routed(job.id, replica_id.unique_id)
 
+    def _refused(self, job: Any, replica: str) -> None:
+        """The ingress's word (on its thread) that ``replica``, which Serve reported took ``job``,
+        refused it (a 429 or 503 before it ran): the prefix recorded there goes, so the job's
+        siblings do not follow it to a replica that never cached it."""
+        with self._lock:
+            self._router.retract(RouteRequest(job.namespace, tuple(job.prompt)), replica)
+
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
-        self._router.forget(replica_id.unique_id)
+        with self._lock:
+            self._router.forget(replica_id.unique_id)
 
 
 def _job(pending_request: PendingRequest | None) -> Any:

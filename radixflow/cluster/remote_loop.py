@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from radixflow.cluster.fleet_metrics import FleetFigures
-from radixflow.cluster.wire import Job, WireEvent, decode
+from radixflow.cluster.wire import Job, WireEvent, decode, failure_line, not_taken
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request, RequestStatus
@@ -29,34 +29,12 @@ log = logging.getLogger("radixflow.cluster")
 OpenStream = Callable[[Job], AsyncIterator[WireEvent]]
 
 
-# A replica answers these before it takes a job: its engine loop died (until its next stats
-# report marks it dead, routers may still pick it), it is shutting down, or its own queue is full.
-# Another replica can serve the job, as when the replica's actor dies before it sends anything.
-NOT_TAKEN = frozenset({429, 503})
-
-
 class NotTaken(Exception):
     """``replica`` answered a job with a refusal (`NOT_TAKEN`) before sending anything."""
 
     def __init__(self, final: Final, replica: str) -> None:
         super().__init__(f"{final.status} {final.error}")
         self.replica = replica
-
-
-def not_taken(final: Final) -> bool:
-    """``final`` is a replica's refusal of a job it never ran, which another replica may serve. Pure."""
-    return final.output is None and final.status in NOT_TAKEN
-
-
-def failure_line(error: BaseException) -> str:
-    """``error`` in one line, for a client's 503 and the log. Ray's errors span many: a dead
-    actor's id, pid, name and namespace on tab-indented lines between its two sentences, and a
-    replica's own exception as its remote traceback (the exception itself is the ``cause``). Pure."""
-    cause = getattr(error, "cause", None)
-    if isinstance(cause, BaseException) and cause is not error:
-        error = cause
-    lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line[0].isspace()]
-    return f"{type(error).__name__}: {' '.join(lines)}"
 
 
 @dataclass
@@ -240,7 +218,7 @@ class RemoteLoop:
         async for wire in self.open_stream(job):
             event = decode(wire, job.prompt, flight.index, self.tokenizer)
             if isinstance(event, Final):
-                self._final(flight, event, wire, relayed, last)
+                self._final(job, flight, event, wire, relayed, last)
                 return
             if not relayed.first_token and isinstance(event, Delta) and event.delta.token_ids:
                 self.metrics.on_first_token(time.monotonic() - flight.arrival)
@@ -249,9 +227,14 @@ class RemoteLoop:
             flight.sink(event)
         raise RuntimeError("the replica closed the stream without an answer")
 
-    def _final(self, flight: _Flight, final: Final, wire: WireEvent, relayed: _Relayed, last: bool) -> None:
-        if not_taken(final) and not relayed.sent and not last:
-            raise NotTaken(final, wire.replica)
+    def _final(
+        self, job: Job, flight: _Flight, final: Final, wire: WireEvent, relayed: _Relayed, last: bool
+    ) -> None:
+        if not_taken(final) and not relayed.sent:
+            if self._fleet is not None:  # the router takes back the prefix it recorded there
+                self._fleet.routes.refused(job, wire.replica)
+            if not last:
+                raise NotTaken(final, wire.replica)
         if not relayed.first_token:  # not streamed: the first token came with the answer
             self._first_token_before(flight, final, wire.decode_s)
         self._count(wire.replica, final)

@@ -6,12 +6,18 @@ The router notes each replica Serve reports took a job (`routed`) and passes ove
 sent to when it comes again (`tried`): the ingress retries a job whose replica failed before it
 sent anything, and Serve may still list that replica (an actor unavailable, or dead before Serve
 has heard), which affinity would pick again (the router had just recorded the prefix there). The
-ingress drops a job's entry when its flight ends (`ended`).
+ingress says when a replica refused a job (`refused`: a 429 or 503 before it ran), so the router
+takes back the prefix it recorded there, and drops a job's entry when its flight ends (`ended`).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from radixflow.cluster.wire import Job
 
 # a safety net, not a limit that matters: entries leave as their flights end, and a job cancelled
 # while Serve was still routing it may be noted after its end
@@ -24,6 +30,7 @@ class Routes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sent: dict[str, frozenset[str]] = {}  # job id -> the replicas it was sent to
+        self._refusal_watchers: list[Callable[[Job, str], None]] = []
 
     def routed(self, job_id: str, replica: str) -> None:
         """Serve sent job ``job_id`` to ``replica`` (mutates self)."""
@@ -36,6 +43,16 @@ class Routes:
         """The replicas job ``job_id`` was sent to so far (none: its first routing)."""
         with self._lock:
             return self._sent.get(job_id, frozenset())
+
+    def watch_refusals(self, watcher: Callable[[Job, str], None]) -> None:
+        """Call ``watcher`` with each job and the replica it was sent to that refused it."""
+        self._refusal_watchers.append(watcher)
+
+    def refused(self, job: Job, replica: str) -> None:
+        """``replica`` refused ``job`` before it ran: tell the watchers, if it was sent there."""
+        if replica in self.tried(job.id):  # else recorded nowhere (Serve reports no sends: Ray Client)
+            for watcher in list(self._refusal_watchers):
+                watcher(job, replica)
 
     def ended(self, job_id: str) -> None:
         """Job ``job_id``'s flight is over: it is routed no more (mutates self)."""

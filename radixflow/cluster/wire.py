@@ -1,8 +1,9 @@
 """What travels between the ingress and a replica: a job (one prompt), and the events it yields.
 
-Events are the server loop's own `Delta`/`Final`; a prompt's logprobs travel as their columns
-(`PromptLogprobs`, plain lists) and the ingress attaches its own tokenizer for their texts, so
-nothing that holds a tokenizer is pickled.
+Events are the server loop's own `Delta`/`Final` (`not_taken`: a replica's refusal of a job it
+never ran; `failure_line`: a replica's failure, as Ray raises it at the ingress, in one line); a
+prompt's logprobs travel as their columns (`PromptLogprobs`, plain lists) and the ingress
+attaches its own tokenizer for their texts, so nothing that holds a tokenizer is pickled.
 """
 
 from __future__ import annotations
@@ -64,3 +65,25 @@ def decode(wire: WireEvent, prompt: tuple[int, ...], index: int, tokenizer: Text
         return Delta(index, replace(event.delta, prompt_logprobs=lp))
     assert event.output is not None
     return replace(event, output=replace(event.output, prompt_logprobs=lp))
+
+
+# A replica answers these before it takes a job: its engine loop died (until its next stats
+# report marks it dead, routers may still pick it), it is shutting down, or its own queue is full.
+# Another replica can serve the job, as when the replica's actor dies before it sends anything.
+NOT_TAKEN = frozenset({429, 503})
+
+
+def not_taken(final: Final) -> bool:
+    """``final`` is a replica's refusal of a job it never ran, which another replica may serve. Pure."""
+    return final.output is None and final.status in NOT_TAKEN
+
+
+def failure_line(error: BaseException) -> str:
+    """``error`` in one line, for a client's 503 and the log. Ray's errors span many: a dead
+    actor's id, pid, name and namespace on tab-indented lines between its two sentences, and a
+    replica's own exception as its remote traceback (the exception itself is the ``cause``). Pure."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and cause is not error:
+        error = cause
+    lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line[0].isspace()]
+    return f"{type(error).__name__}: {' '.join(lines)}"

@@ -50,6 +50,12 @@ class Router(Protocol):
         """``request`` went to ``replica``: remember it (mutates the router's memory)."""
         ...
 
+    def retract(self, request: RouteRequest, replica: str) -> None:
+        """``replica`` refused ``request`` after it was recorded there (a 429 or 503 before it
+        ran): it never cached the prompt, so its siblings must not follow it there (mutates the
+        router's memory)."""
+        ...
+
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         """`decide`, then `record` the request there (where the caller always sends it)."""
         ...
@@ -116,6 +122,9 @@ class PowerOfTwo:
     def record(self, request: RouteRequest, replica: str) -> None:
         pass  # it remembers nothing
 
+    def retract(self, request: RouteRequest, replica: str) -> None:
+        pass
+
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         return decided(self, request, replicas)
 
@@ -141,6 +150,9 @@ class PrefixAffinity:
 
     def record(self, request: RouteRequest, replica: str) -> None:
         self.memory.record(prompt_chain(request, self.config.block_size), replica)
+
+    def retract(self, request: RouteRequest, replica: str) -> None:
+        self.memory.retract(prompt_chain(request, self.config.block_size), replica)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         return decided(self, request, replicas)
@@ -195,6 +207,9 @@ class CheckpointAffinity:
 
     def record(self, request: RouteRequest, replica: str) -> None:
         self.memory.record(prompt_chain(request, self.config.block_size), replica)
+
+    def retract(self, request: RouteRequest, replica: str) -> None:
+        self.memory.retract(prompt_chain(request, self.config.block_size), replica)
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaState]) -> Decision:
         return decided(self, request, replicas)

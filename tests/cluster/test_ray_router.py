@@ -17,6 +17,8 @@ from radixflow.cluster.fleet_metrics import FleetFigures, publish
 from radixflow.cluster.ray_router import FleetRequestRouter
 from radixflow.cluster.remote_loop import RemoteLoop
 from radixflow.cluster.wire import Job, WireEvent
+from radixflow.fleet import RouteRequest
+from radixflow.fleet.routers import prompt_chain
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
 from radixflow.scheduler.request import Request
@@ -92,3 +94,64 @@ def test_the_ingress_drops_what_the_router_noted_of_a_job_once_it_ends():
     asyncio.run(main())
     assert answered == [{"a"}]
     assert figures.routes.tried("j") == frozenset() and len(figures.routes) == 0
+
+
+def refusing(router: FleetRequestRouter, replicas: list, answers: dict[str, WireEvent]):
+    """An ``open_stream`` as Serve's handle: the router ranks, Serve reports where the job went
+    (its first rank), and that replica answers as ``answers`` says."""
+
+    def open_stream(sent: Job):
+        async def answer():
+            [[took, *_], *_] = await router.choose_replicas(replicas, SimpleNamespace(args=[sent]))
+            router.on_request_routed(SimpleNamespace(args=[sent]), took.replica_id, None)
+            yield answers[took.replica_id.unique_id]
+
+        return answer()
+
+    return open_stream
+
+
+def serve_one(loop: RemoteLoop, prompt: tuple[int, ...]) -> Final:
+    finals: list[Final] = []
+
+    async def main() -> None:
+        loop.submit([(Request("j", prompt), None)], finals.append, False)  # type: ignore[list-item]
+        await asyncio.to_thread(loop.join, 5)
+
+    asyncio.run(main())
+    return finals[-1]
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_siblings_do_not_follow_a_job_to_the_replica_that_refused_it(name):
+    # the router recorded the prefix on the replica Serve reported took the job, though that
+    # replica then refused it (its engine's queue full: 429; draining: 503): the job's siblings
+    # were sent where it was never cached, as often as where its retry ran
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    replicas = [running("a"), running("b", queue=1)]  # a first: the least loaded
+    output = GenerationOutput("r", CONTEXT, (9,), "x", "length")
+    full = WireEvent(Final(0, None, 429, "queued"), None, "a")
+    loop = RemoteLoop(
+        refusing(router, replicas, {"a": full, "b": WireEvent(Final(0, output), None, "b")}),
+        None,
+        ServerMetrics(),
+        8,
+        fleet=figures,
+    )
+    assert serve_one(loop, CONTEXT).output is not None  # refused by a, answered by b
+    replicas = [running("a"), running("b")]
+    for i in range(5):
+        assert ranks(router, replicas, job(f"sibling{i}", CONTEXT + (7, 8)))[0] == ["b"]
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_a_job_every_replica_refused_is_remembered_nowhere(name):
+    figures = FleetFigures()
+    router = fleet_router(name, figures)
+    replicas = [running("a"), running("b", queue=1)]
+    refusals = {r: WireEvent(Final(0, None, 503, "the server is shutting down"), None, r) for r in "ab"}
+    loop = RemoteLoop(refusing(router, replicas, refusals), None, ServerMetrics(), 8, fleet=figures)
+    assert serve_one(loop, CONTEXT).status == 503  # the last refusal is the answer
+    chain = prompt_chain(RouteRequest("default", CONTEXT + (7, 8)), 16)
+    assert router._router.memory.depths(chain, 16) == {}

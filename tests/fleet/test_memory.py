@@ -36,3 +36,30 @@ def test_the_least_recently_routed_prefixes_go_first():
     assert len(memory) == 3
     assert memory.depths([1, 2], 16) == {"a": 16, "c": 16}
     assert memory.depths([3], 16) == {"b": 16} and memory.depths([4], 16) == {"d": 16}
+
+
+def test_a_retracted_send_stops_counting_and_no_other_does():
+    # a replica that refused a prompt (429, 503) never cached it: its siblings must not follow it
+    # there, while what other prompts sent there with the same prefix still counts
+    memory = PrefixMemory()
+    memory.record([1, 2, 3], "a")
+    memory.record([1, 2], "a")  # a sibling, sent there too
+    memory.record([1, 2, 3], "b")
+    memory.retract([1, 2, 3], "a")  # the first one was refused
+    assert memory.depths([1, 2, 3], 16) == {"a": 32, "b": 48}
+    memory.retract([1, 2], "a")  # and the sibling
+    assert memory.depths([1, 2, 3], 16) == {"b": 48}
+    memory.retract([1, 2], "a")  # nothing recorded there any more, nor at z: nothing changes
+    memory.retract([1, 2], "z")
+    assert memory.depths([1, 2, 3], 16) == {"b": 48}
+    memory.retract([1, 2, 3], "b")
+    assert memory.depths([1, 2, 3], 16) == {} and len(memory) == 0
+
+
+def test_a_retract_after_its_replica_was_forgotten_changes_nothing():
+    memory = PrefixMemory()
+    memory.record([1, 2], "a")
+    memory.record([1], "b")
+    memory.forget("a")  # it left (Serve's replica ids are never reused)
+    memory.retract([1, 2], "a")  # a refusal heard after it left
+    assert memory.depths([1, 2], 16) == {"b": 16}

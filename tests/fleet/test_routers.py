@@ -197,3 +197,23 @@ def test_an_overloaded_replicas_context_spills_to_the_lightest_not_to_a_preamble
     fleet = [replica("a", 10, digest_at(prompt, 8)), replica("b", 3), replica("c", 0)]
     d = route(router, fleet, prompt)
     assert (d.replica, d.reason, d.depth) == ("c", BALANCE, 0)
+
+
+@pytest.mark.parametrize("name", ["prefix", "checkpoint"])
+def test_a_prompt_retracted_from_a_replica_draws_no_sibling_there(name):
+    # the replica refused it (its queue was full): it never cached the prompt's prefix
+    router = make_router(name, RouterConfig(block_size=BS))
+    replicas = [replica("a"), replica("b")]
+    first = route(router, replicas)
+    other = "b" if first.replica == "a" else "a"
+    router.retract(RouteRequest("n", PROMPT), first.replica)
+    router.record(RouteRequest("n", PROMPT), other)  # its retry, which the other took
+    for _ in range(5):
+        sibling = route(router, replicas, CTX + (7, 8, 9, 10, 11))
+        assert (sibling.replica, sibling.reason) == (other, AFFINITY)
+
+
+def test_pow2_has_nothing_to_retract():
+    router = make_router("pow2", RouterConfig(block_size=BS))
+    router.retract(RouteRequest("n", PROMPT), "a")  # remembers nothing: nothing breaks
+    assert route(router, [replica("a")]).replica == "a"

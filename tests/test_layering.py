@@ -113,8 +113,9 @@ MODELS_ALLOWED = {
     "batch": {"decode_rows", "state_pool", "seq_spec", "kv_pool", "kernels"},
     "device": set(),
     "registry": set(),  # families are imported by name, lazily
-    "config_schema": set(),  # pure Python: what a family reads from config.json, and one validator
-    "config_rules": {"config_schema"},
+    "config_types": set(),  # pure Python: the strict value types of config fields
+    "config_schema": {"config_types"},  # what a family reads from config.json, and one validator
+    "config_rules": {"config_schema", "config_types"},
     "presets": set(),  # the zoo's preset configs: plain data, so a preset's shape is read without torch
     "attention": {"batch", "decode_rows"},
     "layers": {"batch", "kernels"},
@@ -126,11 +127,12 @@ MODELS_ALLOWED = {
         "layers",
         "mixers",
         "kernels",
+        "config_types",
         "config_schema",
         "config_rules",
         "presets",
     },
-    "io": {"batch", "layers", "device", "registry", "families", "config_schema"},
+    "io": {"batch", "layers", "device", "registry", "families", "config_types", "config_schema"},
     "zoo_record": set(),  # a build's record: its files' sizes and checksums, nothing of models
     "zoo_store": {"zoo_record"},  # the zoo's builds on disk: directories and records, nothing of models
     "zoo_catalogue": {"registry", "io"},  # names and preset configs; family modules by name, lazily

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from radixflow.models.config_schema import Resolved, Rule, as_number, show
+from radixflow.models.config_schema import Resolved, Rule
+from radixflow.models.config_types import as_number, show
 from radixflow.problems import Problem
 
 

@@ -17,18 +17,8 @@ from radixflow.models.config_rules import (
     RequiredWhen,
     When,
 )
-from radixflow.models.config_schema import (
-    AnyOf,
-    Bool,
-    ConfigField,
-    Float,
-    Int,
-    ListOf,
-    Schema,
-    Str,
-    Table,
-    validate_config,
-)
+from radixflow.models.config_schema import ConfigField, Schema, Table, validate_config
+from radixflow.models.config_types import AnyOf, Bool, Float, Int, ListOf, Str
 from radixflow.problems import Problem
 
 

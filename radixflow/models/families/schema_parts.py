@@ -24,20 +24,8 @@ from radixflow.models.config_rules import (
     When,
     each_when,
 )
-from radixflow.models.config_schema import (
-    AnyOf,
-    Bool,
-    ConfigField,
-    Float,
-    Int,
-    ListOf,
-    Resolved,
-    Rule,
-    Schema,
-    Str,
-    Table,
-    as_number,
-)
+from radixflow.models.config_schema import ConfigField, Resolved, Rule, Schema, Table
+from radixflow.models.config_types import AnyOf, Bool, Float, Int, ListOf, Str, as_number
 from radixflow.models.families.layer_patterns import (
     NEMOTRON_ROUTER_GROUPS,
     NEMOTRON_TOPK_GROUPS,

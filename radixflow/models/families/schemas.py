@@ -23,7 +23,8 @@ from radixflow.models.config_rules import (
     When,
     each_when,
 )
-from radixflow.models.config_schema import AnyOf, Bool, ConfigField, Float, Int, ListOf, Schema, Str
+from radixflow.models.config_schema import ConfigField, Schema
+from radixflow.models.config_types import AnyOf, Bool, Float, Int, ListOf, Str
 from radixflow.models.families.layer_patterns import (
     HYBRID_KINDS,
     LFM2_KINDS,

@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import save
 from torch import nn
 
-from radixflow.models.config_schema import show, validate_config
+from radixflow.models.config_schema import validate_config
+from radixflow.models.config_types import show
 from radixflow.models.device import check_device
 from radixflow.models.io.convert import Plan
 from radixflow.models.io.tensors import Checkpoint, TensorError, listing, non_finite

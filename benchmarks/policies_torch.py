@@ -35,105 +35,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
-from radixflow.bench.metrics import summarize
-from radixflow.bench.policy_tables import (
-    acceptance,
-    detail_markdown,
-    in_band,
-    print_cell,
-    relative,
-    summary_markdown,
+from radixflow.bench.policy_cells import (
+    CONTROL,
+    FAMILIES,
+    MEDIUM_LOAD,
+    POISSON_SEQUENCES,
+    SHAPE,
+    SMOKE_FAMILIES,
+    SMOKE_SHAPE,
+    WORKLOADS,
+    cell_figures,
+    interleaved,
+    medium_rate,
+    real_figures,
+    resimulated,
+    runner_about,
+    workload_spec,
 )
+from radixflow.bench.policy_tables import acceptance, detail_markdown, print_cell, summary_markdown
 from radixflow.bench.round_log import RoundLog
-from radixflow.bench.twin_runs import POLICIES, Trials, Twin, run_one, sequences, sim_figures, twin_setup
+from radixflow.bench.twin_runs import POLICIES, Twin, sequences, sim_figures, twin_noise, write_tapes
 from radixflow.calibration.speed_probe import SpeedProbe
 from radixflow.cli.args import positive_int
-from radixflow.options import EngineOptions, EngineSetup, plan_engine
-from radixflow.scheduler.request import Request
-from radixflow.scheduler.scheduler import SchedulerConfig
+from radixflow.options import EngineOptions, plan_engine
 from radixflow.workloads.build import build_workload
-from radixflow.workloads.candidates import WorkloadSpec
 
-FAMILIES = ("qwen3_5-small", "qwen3_next-small", "lfm2-small", "nemotron_h-small", "falcon_h1-small")
-CONTROL = "qwen3-small"  # attention only: nothing is ever blocked, every policy should tie
-SMOKE_FAMILIES = ("qwen3_5-tiny", "qwen3-tiny")
-CONTROLS = {CONTROL, "qwen3-tiny"}
 PROFILE = Path(__file__).resolve().parent.parent / "experiments" / "profiles" / "cpu.json"
-SHAPE = {"groups": 4, "candidates": 8, "context_len": 512, "candidate_len": 32}
-SMOKE_SHAPE = {"groups": 2, "candidates": 2, "context_len": 32, "candidate_len": 4}
-WORKLOADS = {  # name -> (order, arrival); Poisson's rate is set from the grouped batch
-    "grouped": ("grouped", "batch"),
-    "shuffled": ("shuffled", "batch"),
-    "poisson": ("grouped", "poisson"),
-}
-MEDIUM_LOAD = 0.5  # Poisson rate as a fraction of the rate native clears the grouped batch at
-POISSON_SEQUENCES = 8  # arrival sequences per Poisson cell (see the docstring)
-
-
-def interleaved(
-    setup: EngineSetup,
-    runs: list[list[Request]],
-    reference: dict[str, int],
-    log: RoundLog,
-    probe: SpeedProbe | None = None,
-) -> dict[str, Trials]:
-    """Every policy once on each of ``runs`` (the requests of each repeat, `sequences`), in turn
-    (a, b, c, a, b, c, ...), each on a fresh engine; the ``probe`` timed after each turn."""
-    trials = {p: Trials() for p in POLICIES}
-    for repeat, requests in enumerate(runs):
-        for policy in POLICIES:
-            log.label.update(policy=policy, repeat=repeat)
-            trials[policy].loads.append(os.getloadavg()[0])
-            engine, tape = run_one(setup, policy, requests, taped=True)
-            trials[policy].results.append(summarize(policy, engine, setup.scheduler, reference))
-            trials[policy].tapes.append(tape)
-        if probe is not None:
-            probe.time(probe.current)
-    return trials
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def real_figures(t: Trials, pooled: bool = False) -> dict[str, object]:
-    """One policy's figures over its runs: the median mean latency of repeats of one workload, or
-    (``pooled``: one run per arrival sequence) the mean over the runs, every request weighing the
-    same; the spread of the runs' means, medians of the rest, exactness."""
-    rs = t.results
-    means = [r.mean_latency_s for r in rs if r.mean_latency_s is not None]
-    predictor = [r.predictor.median for r in rs if r.predictor is not None]
-    mean = (statistics.fmean(means) if means else None) if pooled else _median(means)  # type: ignore[arg-type]
-    return {
-        "mean_latency_s": mean,
-        "pooled_over_sequences": pooled,
-        "mean_latency_min_s": min(means, default=None),
-        "mean_latency_max_s": max(means, default=None),
-        "mean_latency_runs_s": means,
-        "p99_latency_s": _median([r.p99_latency_s for r in rs]),
-        "wall_mean_latency_s": _median([r.wall_mean_latency_s for r in rs]),
-        "makespan_s": _median([r.makespan_s for r in rs]),
-        "rounds": sorted({r.rounds for r in rs}),
-        "tokens_computed": sorted({r.tokens_computed for r in rs}),
-        "waves": sorted({s.waves for s in t.tapes}),
-        "state_copies": sorted({s.state_copies for s in t.tapes}),
-        "identical_to_no_cache": all(r.failed == 0 and r.agreement == 1.0 for r in rs),
-        "outputs_sha256": sorted({r.outputs_sha256 for r in rs}),
-        "predictor_median_error": _median(predictor),  # type: ignore[arg-type]
-        "load_1min": [min(t.loads), max(t.loads)],
-    }
-
-
-def workload_spec(name: str, shape: dict[str, int], vocab: int, rate: float | None) -> WorkloadSpec:
-    order, arrival = WORKLOADS[name]
-    rated = {} if rate is None else {"rate": rate}
-    return WorkloadSpec(**shape, order=order, arrival=arrival, vocab_size=vocab, seed=0, **rated)
 
 
 def twin_profile(family: str, args: argparse.Namespace, budget: int) -> tuple[Path, list[dict[str, object]]]:
@@ -159,16 +91,6 @@ def twin_profile(family: str, args: argparse.Namespace, budget: int) -> tuple[Pa
     return path, [e.__dict__ for e in errors]
 
 
-def twin_noise(profile: Path, family: str, args: argparse.Namespace) -> float | None:
-    """The per-round price noise σ of the twin: ``--noise-sigma``, else what the twin's profile
-    measured (`calibration.round_noise_sigma`, from its repeated timings of each round shape)."""
-    if args.noise_sigma is not None:
-        return args.noise_sigma
-    path = profile / f"{family}.json" if profile.is_dir() else profile
-    calibration = json.loads(path.read_text()).get("calibration") or {}
-    return calibration.get("round_noise_sigma")
-
-
 def run_family(
     family: str, args: argparse.Namespace, shape: dict[str, int], log: RoundLog
 ) -> list[dict[str, object]]:
@@ -189,7 +111,7 @@ def run_family(
     profile, held_out = twin_profile(family, args, setup.scheduler.token_budget)
     if probe is not None:
         probe.time(probe.reference)
-    twin = Twin(profile, twin_noise(profile, family, args), args.draws)
+    twin = Twin(profile, twin_noise(profile, family, args.noise_sigma), args.draws)
     reference = setup.runner.reference_tokens(first)  # same prompts in every workload
     cells, rate = [], None
     for name in args.workloads:
@@ -197,13 +119,14 @@ def run_family(
         # rounds outside the cell's policy runs (native's, for Poisson's rate) are its "reference"
         log.label.update(workload=name, policy="reference", repeat=0)
         if name == "poisson" and rate is None:  # the grouped batch first, for its rate
-            spec = replace(spec, rate=_medium_rate(setup, first, args.repeat))
+            spec = replace(spec, rate=medium_rate(setup, first, args.repeat))
         requests = build_workload(spec).requests
         poisson = spec.arrival == "poisson"
         runs = sequences(requests, spec, args.poisson_sequences if poisson else args.repeat)
         if probe is not None:
             probe.current = []
-        trials = interleaved(setup, runs, reference, log, probe)
+        turn = None if probe is None else partial(probe.time, probe.current)  # each turn's timing
+        trials = interleaved(setup, runs, reference, log, turn)
         real = {p: real_figures(trials[p], pooled=poisson) for p in POLICIES}
         cell_twin = replace(twin, speed=None if probe is None else probe.speed())
         if name == "grouped":
@@ -213,101 +136,9 @@ def run_family(
         probed = None if probe is None else {"reference": probe.reference, "current": probe.current}
         about = {"twin_profile": str(profile), "twin_held_out": held_out, "twin_sigma": twin.sigma,
                  "twin_speed": cell_twin.speed, "probe": probed}  # fmt: skip
-        cells.append(_cell(family, name, spec, real, sim) | {"runner": _runner(setup)} | about)
+        cells.append(cell_figures(family, name, spec, real, sim) | {"runner": runner_about(setup)} | about)
         print_cell(cells[-1])
     return cells
-
-
-def write_tapes(
-    path: Path | None, label: dict[str, str], trials: dict[str, Trials], spec: WorkloadSpec,
-    s: SchedulerConfig, twin: Twin,
-) -> None:  # fmt: skip
-    """Every real run's rounds and the deterministic twin's (one per arrival sequence), one JSON
-    line per run (``--tapes-out``):
-    each round's start on the engine clock, its time, the twin's price of it, and its chunks
-    (request id, start, end): where the two schedules part, round by round."""
-    built = None if path is None else twin_setup(label["family"], spec, s, twin.profile)
-    if path is None or isinstance(built, str) or built is None:
-        return
-    sim, requests = built
-    cost = sim.runner.cost  # type: ignore[attr-defined]
-    with path.open("a", encoding="utf-8") as f:
-        for policy in POLICIES:
-            taped = trials[policy].tapes
-            runs = [("real", i, tape) for i, tape in enumerate(taped)]
-            twins = sequences(requests, spec, len(taped) if spec.arrival == "poisson" else 1)
-            runs += [("twin", i, run_one(sim, policy, r)[1]) for i, r in enumerate(twins)]
-            for side, i, tape in runs:
-                rows = [[t.start_s, t.seconds, cost.round_seconds(t.shapes), t.key] for t in tape.rounds]
-                run = {"policy": policy, "side": side, "repeat": i, "rounds": rows}
-                f.write(json.dumps(label | run) + "\n")
-
-
-def _runner(setup: EngineSetup) -> dict[str, object]:
-    """How the torch runner ran: its matmul plan and where its round predictor started from."""
-    matmul, predictor = getattr(setup.runner, "matmul", None), setup.runner.round_predictor
-    return {
-        "matmul": None if matmul is None else matmul.plan.describe(),
-        "predictor_prior": getattr(predictor, "source", None),
-    }
-
-
-def _medium_rate(setup: EngineSetup, requests: list[Request], repeats: int) -> float:
-    """Poisson's rate where the grouped batch was not run first: from native's makespan on it."""
-    makespans = [run_one(setup, "native", requests)[0].now for _ in range(repeats)]
-    return MEDIUM_LOAD * len(requests) / statistics.median(makespans)
-
-
-def _cell(family: str, name: str, spec: WorkloadSpec, real: dict, sim: dict) -> dict[str, object]:
-    policies = {}
-    for p in POLICIES:
-        s = sim.get(p, {})
-        noisy = (s.get("noisy") or {}).get("mean_latency_s") or {}
-        at_speed = (s.get("at_speed") or {}).get("mean_latency_s")
-        policies[p] = {
-            **real[p],
-            "sim": s or None,
-            "sim_vs_real_mean_latency": relative(s.get("mean_latency_s"), real[p]["mean_latency_s"]),
-            # the twin's median over price-noise draws against the real runs' median
-            "twin_vs_real_mean_latency": relative(noisy.get("median"), real[p]["mean_latency_s"]),
-            "twin_at_speed_vs_real_mean_latency": relative(at_speed, real[p]["mean_latency_s"]),
-            # whether the real median lies where a median of as many twin runs falls, 5-95%
-            "real_median_in_twin_band": in_band(s, real[p]["mean_latency_s"]),
-        }
-    base = real["native"]["mean_latency_s"]
-    best = min(real["native"]["mean_latency_s"], real["radixflow"]["mean_latency_s"])
-    return {
-        "family": family,
-        "control": family in CONTROLS,
-        "workload": name,
-        "rate_per_s": spec.rate if spec.arrival == "poisson" else None,
-        "policies": policies,
-        "adaptive_vs_native": relative(real["adaptive"]["mean_latency_s"], base),
-        "adaptive_vs_best_baseline": relative(real["adaptive"]["mean_latency_s"], best),
-        "same_outputs_all_policies": len({h for p in POLICIES for h in real[p]["outputs_sha256"]}) == 1,
-        "sim_error": sim.get("error"),
-    }
-
-
-def resimulated(report: dict, profile: Path, sigma: float | None = None, draws: int = 0) -> dict:
-    """A stored run with its sim columns computed again on ``profile`` (the real figures kept):
-    two profiles compared on the same real measurements, with no real run repeated; with a
-    ``sigma``, the twin also over ``draws`` draws of that per-round price noise."""
-    shape = report["config"]["workload"]
-    cells = []
-    for c in report["cells"]:
-        plan = plan_engine(EngineOptions(runner="torch", model=c["family"]))
-        vocab = plan.choice.vocab_size
-        spec = workload_spec(c["workload"], shape, vocab, c["rate_per_s"])
-        lengths = [len(r.prompt) for r in build_workload(spec).requests]
-        twin = Twin(profile, sigma, draws)
-        count = report["config"].get("poisson_sequences", 1)
-        sim = sim_figures(c["family"], spec, plan.scheduler_config(lengths), twin, count=count)
-        measured = lambda f: {k: v for k, v in f.items() if not k.startswith(("sim", "twin"))}  # noqa: E731
-        real = {p: measured(f) for p, f in c["policies"].items()}
-        cells.append(c | _cell(c["family"], c["workload"], spec, real, sim))
-    config = report["config"] | {"profile": str(profile)}
-    return {"config": config, "acceptance": acceptance(cells), "cells": cells}
 
 
 def passive_waits(args: argparse.Namespace) -> None:

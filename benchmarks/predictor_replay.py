@@ -23,22 +23,20 @@ import json
 import math
 import random
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from radixflow.bench.metrics import PREDICTOR_WARMUP_ROUNDS
+from radixflow.bench.policy_cells import MEDIUM_LOAD, SHAPE, WORKLOADS, workload_spec
+from radixflow.bench.twin_runs import POLICIES, run_one
 from radixflow.cli.args import positive_int
 from radixflow.costmodel.round_cost.fitted_rates import fit_features
 from radixflow.costmodel.round_cost.online_fit import OnlineFit, nominal_prior, nominal_rates
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners import sim as sim_runner
 from radixflow.workloads.build import build_workload
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import policies_torch as pt
 
 PROFILE = Path(__file__).resolve().parent.parent / "experiments" / "profiles" / "cpu.json"
 VARIANTS = ["window=32,gain=0,pairs=0", "window=128,gain=0", "window=128,gain=0.25"]
@@ -91,19 +89,19 @@ def sim_rounds(family: str, profile: Path, workloads: list[str], repeats: int) -
     out, rate = [], None
     try:
         for name in workloads:
-            spec = pt.workload_spec(name, pt.SHAPE, plan.choice.vocab_size, rate)
+            spec = workload_spec(name, SHAPE, plan.choice.vocab_size, rate)
             requests = build_workload(spec).requests
             setup = plan.build([len(r.prompt) for r in requests])
             for repeat in range(repeats):
-                for policy in pt.POLICIES:
+                for policy in POLICIES:
                     seen.clear()
-                    engine, _ = pt.run_one(setup, policy, requests)
+                    engine, _ = run_one(setup, policy, requests)
                     times = [r.worker_call_s for r in engine.rounds]
                     out += [
                         Round(family, (name, policy, repeat), f, t) for f, t in zip(seen, times, strict=True)
                     ]
                     if name == "grouped" and policy == "native":  # Poisson at half native's rate
-                        rate = pt.MEDIUM_LOAD * len(requests) / engine.now
+                        rate = MEDIUM_LOAD * len(requests) / engine.now
     finally:
         sim_runner.SimRunner.run = runner_run  # type: ignore[method-assign]
     return out
@@ -246,7 +244,7 @@ def main() -> None:
             report[f"{family} recorded"] = evaluate(rounds, args.variants, "none", 0.0, 1)
     for family in args.sim or []:
         profile = args.profile / f"{family}.json" if args.profile.is_dir() else args.profile
-        workloads = ["grouped"] if args.smoke else list(pt.WORKLOADS)
+        workloads = ["grouped"] if args.smoke else list(WORKLOADS)
         rounds = sim_rounds(family, profile, workloads, 1 if args.smoke else 3)
         for drift in args.drift or DRIFTS:
             report[f"{family} sim, drift {drift}"] = evaluate(

@@ -1,11 +1,13 @@
 """The three policies on one engine setup, real or simulated, and the sim twin of a real cell:
 the same workload on the sim at the real runner's budgets (`sim_figures`), under per-round price
-noise (`noisy_twin`), and every real run replayed on the sim at its measured prices
-(`against_real`). A Poisson cell runs several arrival sequences of the same prompts
-(`sequences`). Used by `benchmarks/policies_torch.py`."""
+noise (`noisy_twin`, its σ from the profile: `twin_noise`), and every real run replayed on the sim
+at its measured prices (`against_real`); every real and twin run's rounds written side by side
+(`write_tapes`). A Poisson cell runs several arrival sequences of the same prompts (`sequences`).
+Used by `benchmarks/policies_torch.py`."""
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 from dataclasses import dataclass, field, replace
@@ -227,3 +229,39 @@ def _same_mean(replayed: float | None, real: float | None) -> bool:
     if replayed is None or real is None:
         return replayed is real
     return abs(replayed - real) <= 1e-9 * replayed
+
+
+def twin_noise(profile: Path, family: str, sigma: float | None) -> float | None:
+    """The per-round price noise σ of the twin: ``sigma`` (``--noise-sigma``), else what the twin's
+    profile measured (`calibration.round_noise_sigma`, from its repeated timings of each round
+    shape)."""
+    if sigma is not None:
+        return sigma
+    path = profile / f"{family}.json" if profile.is_dir() else profile
+    calibration = json.loads(path.read_text()).get("calibration") or {}
+    return calibration.get("round_noise_sigma")
+
+
+def write_tapes(
+    path: Path | None, label: dict[str, str], trials: dict[str, Trials], spec: WorkloadSpec,
+    s: SchedulerConfig, twin: Twin,
+) -> None:  # fmt: skip
+    """Every real run's rounds and the deterministic twin's (one per arrival sequence), one JSON
+    line per run (``--tapes-out``):
+    each round's start on the engine clock, its time, the twin's price of it, and its chunks
+    (request id, start, end): where the two schedules part, round by round."""
+    built = None if path is None else twin_setup(label["family"], spec, s, twin.profile)
+    if path is None or isinstance(built, str) or built is None:
+        return
+    sim, requests = built
+    cost = sim.runner.cost  # type: ignore[attr-defined]
+    with path.open("a", encoding="utf-8") as f:
+        for policy in POLICIES:
+            taped = trials[policy].tapes
+            runs = [("real", i, tape) for i, tape in enumerate(taped)]
+            twins = sequences(requests, spec, len(taped) if spec.arrival == "poisson" else 1)
+            runs += [("twin", i, run_one(sim, policy, r)[1]) for i, r in enumerate(twins)]
+            for side, i, tape in runs:
+                rows = [[t.start_s, t.seconds, cost.round_seconds(t.shapes), t.key] for t in tape.rounds]
+                run = {"policy": policy, "side": side, "repeat": i, "rounds": rows}
+                f.write(json.dumps(label | run) + "\n")

@@ -27,130 +27,23 @@ import asyncio
 import json
 import os
 import random
-import shutil
 import signal
-import statistics
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import openai
 
+from radixflow.bench.router_runs import RouterRun, Trial, report, rotated, summarize
 from radixflow.cli.args import float_arg, int_arg, non_negative_int, positive_int
 from radixflow.fleet import MAX_REPLICAS, router_problem
-from radixflow.server.listen import announced_url
-from radixflow.server.spawn import healthy
+from radixflow.server.fleet_spawn import FleetLaunch, FleetServer, fleet_servers, ray_settled
 
 FIRST_ID = 4  # token ids are drawn from here up: past the model's special ids
 INTERRUPTED = 130  # the CLI's exit status after a Ctrl-C, once it drained (another: it failed)
-
-
-@dataclass
-class Trial:
-    """One router's share of one trial: the trial's traffic sent to its server."""
-
-    trial: int
-    wall_s: float
-    mean_latency_s: float | None  # None: no request answered, no latency to average
-    reuse_rate: float | None  # of this trial's prompts (the /fleet figures' growth over it)
-    load_1min: float  # the machine's load average as the trial began
-
-
-@dataclass
-class RouterRun:
-    router: str
-    requests: int = 0  # over every trial
-    answered: int = 0
-    lost: int = 0
-    errors: list[str] = field(default_factory=list)
-    trials: list[Trial] = field(default_factory=list)
-    # medians over the trials (None: no trial measured one); the wall time's spread, min and max
-    wall_s: float | None = None
-    wall_spread_s: list[float] = field(default_factory=list)
-    mean_latency_s: float | None = None
-    reuse_rate: float | None = None
-    per_replica: dict[str, Any] = field(default_factory=dict)  # /fleet after the last trial
-    drain_answered: int = 0
-    drain_sent: int = 0
-    exit_code: int | None = None
-    stopped_s: float | None = None
-    ray_processes_left: int | None = None
-
-
-@dataclass(frozen=True)
-class FleetServer:
-    """One router's server, ready, its Ray session under ``ray_dir``."""
-
-    router: str
-    proc: subprocess.Popen
-    port: int
-    ray_dir: str
-
-
-def median(values: list[float | None]) -> float | None:
-    """The median of the values measured (None where none was). Pure."""
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def summarize(run: RouterRun) -> None:
-    """``run``'s medians and wall-time spread from its trials (mutates ``run``)."""
-    walls = [t.wall_s for t in run.trials]
-    run.wall_s = median(list(walls))
-    run.wall_spread_s = [min(walls), max(walls)] if walls else []
-    run.mean_latency_s = median([t.mean_latency_s for t in run.trials])
-    run.reuse_rate = median([t.reuse_rate for t in run.trials])
-
-
-def rotated(routers: list[str], trial: int) -> list[str]:
-    """The order trial ``trial`` sends its traffic to the routers: each first in turn. Pure."""
-    k = trial % len(routers)
-    return routers[k:] + routers[:k]
-
-
-def ray_processes(ray_dir: str) -> int:
-    """This run's Ray processes: those whose session lives under ``ray_dir`` (the server's
-    ``RAY_TMPDIR``), whatever other Ray instances share the machine (another run's, a test's)."""
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    ours = (line for line in out.splitlines() if f"{ray_dir}/" in line)
-    return sum(("raylet" in line or "gcs_server" in line) for line in ours)
-
-
-def start(model: str, replicas: int, router: str, log: Path, ray_dir: str) -> subprocess.Popen:
-    """The server on a port it picks (``--port 0``, bound before Ray starts), said in its banner."""
-    cmd = [sys.executable, "-m", "radixflow.cli", "serve", model, "--replicas", str(replicas)]
-    cmd += ["--router", router, "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
-    cmd += ["--policy", "radixflow"]  # the policy of docs/fleet.md's figures (adaptive is the default now)
-    env = {**os.environ, "RAY_TMPDIR": ray_dir}  # its Ray session under a directory of its own
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
-
-
-def announced_port(log: Path) -> int | None:
-    """The port the server's banner in its ``log`` names; None before the banner is out."""
-    urls = (announced_url(line) for line in log.read_text(errors="replace").splitlines())
-    url = next(filter(None, urls), None)
-    return None if url is None else urlsplit(url).port
-
-
-def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> int:
-    """The server's port, once it answers ``/health`` there."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
-        port = announced_port(log)
-        if port is not None and healthy(f"http://127.0.0.1:{port}", timeout_s=1):
-            return port
-        time.sleep(1)
-    raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
 
 
 def workload(args: argparse.Namespace, trial: int) -> list[list[int]]:
@@ -249,26 +142,6 @@ async def accepted(port: int, tasks: list[asyncio.Future], timeout_s: float = 12
     raise RuntimeError(f"the server did not hold {n} requests within {timeout_s:.0f} s")
 
 
-def ray_settled(ray_dir: str, timeout_s: float = 120.0) -> int:
-    """This run's Ray processes left, once they stop shutting down (or at the deadline)."""
-    deadline = time.monotonic() + timeout_s
-    while (left := ray_processes(ray_dir)) > 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return left
-
-
-def started(args: argparse.Namespace, router: str, log: Path, ray_dir: str) -> tuple[subprocess.Popen, int]:
-    """The server, ready, and its port: the one it bound itself before Ray started, so neither a
-    parallel run nor Ray's own processes can take it between its choice and its bind."""
-    proc = start(args.model, args.replicas, router, log, ray_dir)
-    try:
-        return proc, wait_ready(proc, log, args.start_timeout)
-    except RuntimeError:
-        proc.kill()
-        proc.wait()  # reaped: its Ray processes (fate-shared) go with it
-        raise
-
-
 def fleet_tokens(port: int) -> tuple[dict[str, Any], int, int]:
     """The server's ``/fleet`` figures per replica, and their prompt and reused tokens summed."""
     answer = httpx.get(f"http://127.0.0.1:{port}/fleet", timeout=10)
@@ -298,38 +171,11 @@ def interrupted(args: argparse.Namespace, server: FleetServer, run: RouterRun) -
     run.ray_processes_left = ray_settled(server.ray_dir)
 
 
-@contextmanager
-def fleet_servers(args: argparse.Namespace, routers: list[str]) -> Iterator[dict[str, FleetServer]]:
-    """A ready server for each router, all running side by side (started one after another: Ray's
-    ports are taken as each starts); however the run ends, each is killed if still running and its
-    Ray session directory removed."""
-    with ExitStack() as stack:
-        servers = {router: stack.enter_context(fleet_server(args, router)) for router in routers}
-        yield servers
-
-
-@contextmanager
-def fleet_server(args: argparse.Namespace, router: str) -> Iterator[FleetServer]:
-    log = Path(args.log_dir) / f"fleet_serve_{router}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    # short: Ray's socket paths under it must stay within the 107 bytes a Unix socket allows
-    ray_dir = tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp")
-    try:  # removed however the run ends: a server that never got ready included
-        proc, port = started(args, router, log, ray_dir)
-        try:
-            yield FleetServer(router, proc, port, ray_dir)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()  # reaped: its Ray processes (fate-shared) go with it
-    finally:
-        shutil.rmtree(ray_dir, ignore_errors=True)
-
-
 def run_all(args: argparse.Namespace, routers: list[str]) -> list[RouterRun]:
     """Every router's server up, ``--repeat`` trials interleaved over them, then each one's Ctrl-C."""
     runs = {router: RouterRun(router) for router in routers}
-    with fleet_servers(args, routers) as servers:
+    launch = FleetLaunch(args.model, args.replicas, args.start_timeout, args.log_dir)
+    with fleet_servers(launch, routers) as servers:
         for trial in range(args.repeat):
             prompts = workload(args, trial)
             for router in rotated(routers, trial):
@@ -341,25 +187,8 @@ def run_all(args: argparse.Namespace, routers: list[str]) -> list[RouterRun]:
     return list(runs.values())
 
 
-def report(run: RouterRun, repeat: int) -> None:
-    reuse = "n/a" if run.reuse_rate is None else f"{run.reuse_rate:.3f}"
-    latency = "n/a" if run.mean_latency_s is None else f"{run.mean_latency_s * 1e3:.0f} ms"
-    low, high = run.wall_spread_s
-    print(
-        f"{run.router:>10}: {run.answered}/{run.requests} answered, {run.lost} lost; medians of "
-        f"{repeat}: reuse {reuse}, mean latency {latency}, wall {run.wall_s:.1f} s "
-        f"(spread {low:.1f}-{high:.1f} s); Ctrl-C: "
-        f"{run.drain_answered}/{run.drain_sent} drained, exit {run.exit_code} after "
-        f"{run.stopped_s or 0:.1f} s, {run.ray_processes_left} Ray processes left",
-        flush=True,
-    )
-    for name, f in run.per_replica.items():
-        print(f"{'':>12}replica {name}: {f['answered']} answered, reuse {f['reuse_rate']}")
-    for e in sorted(set(run.errors))[:5]:
-        print(f"{'':>12}error: {e}")
-
-
-def main() -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The command line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="qwen3_5-tiny")
     # as `serve --replicas` takes them (a number it refuses failed only once its server had)
@@ -381,6 +210,12 @@ def main() -> int:
     p.add_argument(
         "--smoke", action="store_true", help="one router, two trials, two clients, a tiny workload (CI)"
     )
+    return p
+
+
+def parsed(p: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[str]]:
+    """The flags and the routers, a bad one refused in one line before any server starts; with
+    ``--smoke``, cut to its size."""
     args = p.parse_args()
     routers = args.routers.split(",")
     for router in routers:
@@ -403,6 +238,11 @@ def main() -> int:
         # a loaded machine starts Ray and its replicas slowly (past 540 s at a load of 20): the
         # smoke test's own 1200 s bound is the backstop, readiness (not this figure) ends the wait
         args.start_timeout = max(args.start_timeout, 1140.0)
+    return args, routers
+
+
+def main() -> int:
+    args, routers = parsed(arguments())
     load_before = os.getloadavg()
     runs = run_all(args, routers)
     load_after = os.getloadavg()

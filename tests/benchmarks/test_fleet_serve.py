@@ -1,5 +1,6 @@
-"""benchmarks/fleet_serve.py: its flags are checked before any server starts; the routers' trials
-are interleaved and reported as medians with their spread and the machine's load."""
+"""benchmarks/fleet_serve.py (its servers started by `server.fleet_spawn`, its figures kept by
+`bench.router_runs`): its flags are checked before any server starts; the routers' trials are
+interleaved and reported as medians with their spread and the machine's load."""
 
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ def test_a_server_that_does_not_exit_as_a_ctrl_c_says_fails_the_run(
 
 
 def test_a_server_that_never_gets_ready_leaves_no_ray_directory_behind(fleet_serve, monkeypatch, tmp_path):
+    from radixflow.server import fleet_spawn
+
     # the run's Ray session directory was removed only after a run that started: a server that
     # exited or timed out before it was ready left its rf-ray-* directory in /tmp, one per try.
     # With the servers side by side, the one started before it is killed and its directory goes too
@@ -108,10 +111,10 @@ def test_a_server_that_never_gets_ready_leaves_no_ray_directory_behind(fleet_ser
             raise RuntimeError("the server exited with 1 before it was ready")
         return first, 1
 
-    monkeypatch.setattr(fleet_serve.tempfile, "mkdtemp", mkdtemp)
-    monkeypatch.setattr(fleet_serve, "started", started)
+    monkeypatch.setattr(fleet_spawn.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(fleet_spawn, "started", started)
     args = SimpleNamespace(log_dir=str(tmp_path / "logs"))
-    servers = fleet_serve.fleet_servers(args, ["pow2", "checkpoint"])
+    servers = fleet_spawn.fleet_servers(args, ["pow2", "checkpoint"])
     with pytest.raises(RuntimeError, match="before it was ready"), servers:
         raise AssertionError("every server was ready")
     assert first.killed and not list(tmp_path.glob("rf-ray-*"))
@@ -180,6 +183,8 @@ def test_a_fleet_answer_that_is_not_ok_says_its_status_and_body(fleet_serve, mon
 
 
 def test_the_fleet_binds_port_0_and_is_reached_where_its_banner_says(fleet_serve, monkeypatch, tmp_path):
+    from radixflow.server import fleet_spawn
+
     # a port picked here (a socket bound, released, passed as --port) could be taken by another
     # process (a parallel test's, Ray's own) before the server bound it: the server picks its own
     # and says it in its banner, which lands in the run's log
@@ -201,10 +206,10 @@ def test_the_fleet_binds_port_0_and_is_reached_where_its_banner_says(fleet_serve
         got.setdefault("urls", []).append(url)
         return SimpleNamespace(status_code=200)
 
-    monkeypatch.setattr(fleet_serve.subprocess, "Popen", Proc)
+    monkeypatch.setattr(fleet_spawn.subprocess, "Popen", Proc)
     monkeypatch.setattr(fleet_serve.httpx, "get", get)
     args = SimpleNamespace(model="m", replicas=2, start_timeout=5.0)
-    proc, port = fleet_serve.started(args, "pow2", tmp_path / "pow2.log", str(tmp_path))
+    proc, port = fleet_spawn.started(args, "pow2", tmp_path / "pow2.log", str(tmp_path))
     cmd = got["cmd"]
     assert isinstance(proc, Proc) and port == 41234
     assert cmd[cmd.index("--port") + 1] == "0" and cmd[cmd.index("--host") + 1] == "127.0.0.1"

@@ -9,11 +9,13 @@ A leaf module: it imports nothing from radixflow, so every layer may use it.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -132,3 +134,34 @@ def warn(message: str) -> None:
     """A one-line warning on stderr, as every command says one (the run goes on); here, a leaf,
     for the commands below the command line's package (calibrate's own, in `calibration`)."""
     print(f"radixflow: warning: {message}", file=sys.stderr)
+
+
+def built(
+    param: str, name: str, entry: object, protocol: type, args: tuple[object, ...] = (), takes: str = "()"
+) -> Any:
+    """What the registry entry ``name`` builds from ``args`` (``takes``: them as the message says),
+    once it is known to serve as ``protocol``: an entry added from outside the package
+    (docs/extending.md) that is no class or factory, cannot take ``args`` or builds something
+    lacking one of the protocol's members is a `ProblemError` on ``param`` here, where the engine
+    is built, not a traceback mid-run."""
+    called = f"{name!r} ({getattr(entry, '__qualname__', type(entry).__qualname__)})"
+    if not callable(entry):
+        raise ProblemError(Problem(param, f"{called} is registered as an instance, not a class or factory"))
+    try:
+        inspect.signature(entry).bind(*args)
+    except TypeError as e:
+        raise ProblemError(Problem(param, f"{called} cannot be called as {takes}: {e}")) from None
+    except ValueError:  # no signature to read (a builtin): calling it says what is wrong
+        pass
+    made = entry(*args)
+    missing = [m for m in protocol_members(protocol) if not hasattr(made, m)]
+    if missing:
+        lacks = ", ".join(missing)
+        raise ProblemError(Problem(param, f"{called} is no {protocol.__name__}: it lacks {lacks}"))
+    return made
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """The attributes and methods ``protocol`` declares (a `typing.Protocol`), sorted. Pure."""
+    methods = (n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_"))
+    return sorted({*getattr(protocol, "__annotations__", {}), *methods})

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Protocol
 
 from radixflow.cache.node import Node
+from radixflow.problems import built
 
 Priority = tuple[float, ...]
 
@@ -223,4 +224,4 @@ def make_eviction_policy(name: str, sizes: EntrySizes | None = None) -> Eviction
         raise ValueError(
             f"unknown eviction policy {name!r} (known: {', '.join(EVICTION_POLICIES)})"
         ) from None
-    return factory(sizes)
+    return built("eviction", name, factory, EvictionPolicy, (sizes,), takes="factory(sizes)")

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from radixflow.problems import built
+
 
 @dataclass(frozen=True)
 class AdmissionContext:
@@ -68,6 +70,7 @@ ADMISSIONS: dict[str, type[CheckpointAdmission]] = {"all": AdmitAll, "likely": A
 
 def make_admission(name: str) -> CheckpointAdmission:
     try:
-        return ADMISSIONS[name]()
+        entry = ADMISSIONS[name]
     except KeyError:
         raise ValueError(f"unknown checkpoint admission {name!r} (known: {', '.join(ADMISSIONS)})") from None
+    return built("admission", name, entry, CheckpointAdmission)

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from radixflow.problems import built
+
 
 def _no_history() -> int | None:
     return None
@@ -143,6 +145,7 @@ PLACEMENTS: dict[str, type[CheckpointPlacement]] = {
 
 def make_placement(name: str) -> CheckpointPlacement:
     try:
-        return PLACEMENTS[name]()
+        entry = PLACEMENTS[name]
     except KeyError:
         raise ValueError(f"unknown checkpoint placement {name!r} (known: {', '.join(PLACEMENTS)})") from None
+    return built("placement", name, entry, CheckpointPlacement)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from radixflow.cache.types import Match
+from radixflow.problems import Problem, ProblemError, built
 from radixflow.scheduler.adaptive.adaptive_policy import Adaptive
 from radixflow.scheduler.output import SchedulerOutput
+from radixflow.scheduler.placement import PLACEMENTS
 from radixflow.scheduler.request import Request
 from radixflow.scheduler.scan import PolicyContext, ScanAction, SchedulingPolicy
 
@@ -80,9 +82,24 @@ def _registered(name: str) -> type[SchedulingPolicy]:
 
 
 def make_policy(name: str) -> SchedulingPolicy:
-    return _registered(name)()
+    """A fresh ``name`` policy; an entry that cannot serve (docs/extending.md) is a `ProblemError`."""
+    made: SchedulingPolicy = built("policy", name, _registered(name), SchedulingPolicy)
+    _own_placement(name, made)
+    return made
 
 
 def default_placement(policy: str) -> str:
-    """The checkpoint placement ``policy`` is built around (raises ValueError for an unknown name)."""
-    return _registered(policy).placement
+    """The checkpoint placement ``policy`` is built around (raises ValueError for an unknown name,
+    `ProblemError` for an entry naming none, or one not registered)."""
+    return _own_placement(policy, _registered(policy))
+
+
+def _own_placement(name: str, policy: object) -> str:
+    """The registered placement ``policy`` (the entry ``name``, or what it built) names."""
+    placement = getattr(policy, "placement", None)
+    called = f"{name!r} ({getattr(policy, '__qualname__', type(policy).__qualname__)})"
+    if not isinstance(placement, str) or placement not in PLACEMENTS:
+        known = ", ".join(PLACEMENTS)
+        said = "names no placement" if placement is None else f"names placement {placement!r}, not registered"
+        raise ProblemError(Problem("policy", f"{called} {said} (its `placement`: one of {known})"))
+    return placement

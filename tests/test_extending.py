@@ -3,9 +3,16 @@ serve is told, where it is built, in one line naming the option; never a traceba
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+import types
+from pathlib import Path
+
 import pytest
 
 from radixflow.cache.eviction import EVICTION_POLICIES, LRU, EntrySizes, make_eviction_policy
+from radixflow.cli.app import main
 from radixflow.problems import ProblemError
 from radixflow.scheduler.admission import ADMISSIONS, make_admission
 from radixflow.scheduler.placement import PLACEMENTS, make_placement
@@ -95,3 +102,58 @@ def test_the_built_in_entries_all_serve():
         make_placement(name)
     for name in ADMISSIONS:
         make_admission(name)
+
+
+EXTENDING = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
+REGISTRIES = (SCHEDULING_POLICIES, EVICTION_POLICIES, PLACEMENTS, ADMISSIONS)
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    """docs/extending.md's `fifo_plugin.py`, its first Python block, imported; the registries as
+    they were afterwards."""
+    saved = [dict(r) for r in REGISTRIES]
+    module = types.ModuleType("fifo_plugin")
+    monkeypatch.setitem(sys.modules, "fifo_plugin", module)
+    try:
+        exec(re.findall(r"```python\n(.*?)```", EXTENDING.read_text(), re.S)[0], module.__dict__)
+        yield module
+    finally:
+        for registry, was in zip(REGISTRIES, saved, strict=True):
+            registry.clear()
+            registry.update(was)
+
+
+def test_the_docs_plugin_runs_in_the_bench_beside_native_with_the_same_outputs(plugin, tmp_path):
+    out = tmp_path / "bench.json"
+    flags = ["--policy", "native", "--policy", "fifo", "--eviction", "fifo", "--placement", "every-block"]
+    assert main(["bench", "--runner", "sim", *flags, "--groups", "2", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["results"]
+    assert [r["policy"] for r in runs] == ["native", "fifo"]
+    assert runs[0]["outputs_sha256"] == runs[1]["outputs_sha256"]
+    assert runs[1]["tokens_computed"] > runs[0]["tokens_computed"]  # fifo recomputes, native waits
+
+
+def test_the_docs_plugin_refuses_to_register_a_name_twice(plugin):
+    with pytest.raises(ValueError, match="'fifo' is registered already"):
+        exec(re.findall(r"```python\n(.*?)```", EXTENDING.read_text(), re.S)[0], dict(plugin.__dict__))
+
+
+def test_without_the_plugin_the_command_line_says_what_the_docs_quote(capsys):
+    assert main(["bench", "--runner", "sim", "--policy", "fifo"]) == 2
+    quoted = "radixflow: error: --policy: unknown policy 'fifo' (known: adaptive, native, radixflow)"
+    assert quoted in " ".join(EXTENDING.read_text().split())
+    assert capsys.readouterr().err.strip() == quoted
+
+
+def test_the_docs_hand_written_config_is_a_model_the_sim_costs(tmp_path, capsys):
+    config = re.search(r"```\n(\{\"model_type\".*?)```", EXTENDING.read_text(), re.S)
+    assert config is not None
+    model = tmp_path / "tiny-llama"
+    model.mkdir()
+    (model / "config.json").write_text(config.group(1))
+    argv = ["bench", "--runner", "sim", "--model", str(model), "--groups", "2", "--candidates", "2"]
+    assert main([*argv, "--json", str(tmp_path / "out.json")]) == 0
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert main(argv) == 2
+    assert "config.json has no 'hidden_size'" in capsys.readouterr().err

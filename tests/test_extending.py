@@ -105,6 +105,22 @@ def test_the_built_in_entries_all_serve():
 
 
 EXTENDING = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
+
+
+def _python_blocks() -> list[str]:
+    """The page's Python blocks, in order: the plug-in, its use from `LLM`, weights for the
+    hand-written config, a family registered from outside."""
+    return re.findall(r"```python\n(.*?)```", EXTENDING.read_text(), re.S)
+
+
+def _write_config(directory: Path) -> None:
+    """The page's hand-written config.json into ``directory``."""
+    config = re.search(r"```\n(\{\"model_type\".*?)```", EXTENDING.read_text(), re.S)
+    assert config is not None
+    directory.mkdir()
+    (directory / "config.json").write_text(config.group(1))
+
+
 REGISTRIES = (SCHEDULING_POLICIES, EVICTION_POLICIES, PLACEMENTS, ADMISSIONS)
 
 
@@ -116,7 +132,7 @@ def plugin(monkeypatch):
     module = types.ModuleType("fifo_plugin")
     monkeypatch.setitem(sys.modules, "fifo_plugin", module)
     try:
-        exec(re.findall(r"```python\n(.*?)```", EXTENDING.read_text(), re.S)[0], module.__dict__)
+        exec(_python_blocks()[0], module.__dict__)
         yield module
     finally:
         for registry, was in zip(REGISTRIES, saved, strict=True):
@@ -136,7 +152,7 @@ def test_the_docs_plugin_runs_in_the_bench_beside_native_with_the_same_outputs(p
 
 def test_the_docs_plugin_refuses_to_register_a_name_twice(plugin):
     with pytest.raises(ValueError, match="'fifo' is registered already"):
-        exec(re.findall(r"```python\n(.*?)```", EXTENDING.read_text(), re.S)[0], dict(plugin.__dict__))
+        exec(_python_blocks()[0], dict(plugin.__dict__))
 
 
 def test_without_the_plugin_the_command_line_says_what_the_docs_quote(capsys):
@@ -147,13 +163,35 @@ def test_without_the_plugin_the_command_line_says_what_the_docs_quote(capsys):
 
 
 def test_the_docs_hand_written_config_is_a_model_the_sim_costs(tmp_path, capsys):
-    config = re.search(r"```\n(\{\"model_type\".*?)```", EXTENDING.read_text(), re.S)
-    assert config is not None
     model = tmp_path / "tiny-llama"
-    model.mkdir()
-    (model / "config.json").write_text(config.group(1))
+    _write_config(model)
     argv = ["bench", "--runner", "sim", "--model", str(model), "--groups", "2", "--candidates", "2"]
     assert main([*argv, "--json", str(tmp_path / "out.json")]) == 0
     (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert main(argv) == 2
     assert "config.json has no 'hidden_size'" in capsys.readouterr().err
+
+
+def test_the_docs_family_registered_from_outside_is_a_model_type_the_sim_costs(monkeypatch, tmp_path):
+    from radixflow.costmodel.shape.config_readers import READERS
+    from radixflow.models.registry import FAMILIES
+
+    for registry in (FAMILIES, READERS):  # absent now and after the test, whatever the block adds
+        monkeypatch.setitem(registry, "my_llama", None)
+        monkeypatch.delitem(registry, "my_llama")
+    model = tmp_path / "mine"
+    _write_config(model)
+    text = (model / "config.json").read_text().replace('"llama"', '"my_llama"')
+    (model / "config.json").write_text(text)
+    assert main(["cost", str(model)]) == 2  # not registered yet
+    exec(_python_blocks()[3], {})
+    assert main(["cost", str(model)]) == 0
+
+
+def test_the_docs_weights_for_the_hand_written_config_run_on_the_torch_runner(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    _write_config(tmp_path / "tiny-llama")
+    exec(_python_blocks()[2], {})
+    fast = ["--matmul", "mkl", "--kernels", "torch"]  # no startup measurement nor kernel build
+    assert main(["generate", "--model", "tiny-llama", "--prompt", "hello", "--max-tokens", "2", *fast]) == 0

@@ -86,12 +86,13 @@ class EvictionPolicy(Protocol):
         ...
 
     def evicted(self, node: Node, kind: EntryKind) -> None:
-        """``node``'s entry of ``kind`` is being evicted now (may advance ``clock``)."""
+        """``node``'s entry of ``kind`` is being evicted now. Mutates only the policy (may advance
+        ``clock``); the node is the cache's, read it, never change it."""
         ...
 
     def computed(self, node: Node, tokens: int) -> None:
         """A request computed ``tokens`` more tokens of the cache's KV, its path ending at
-        ``node`` (may advance ``clock``)."""
+        ``node``. Mutates only the policy (may advance ``clock``); the node is the cache's."""
         ...
 
 

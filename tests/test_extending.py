@@ -195,3 +195,18 @@ def test_the_docs_weights_for_the_hand_written_config_run_on_the_torch_runner(mo
     exec(_python_blocks()[2], {})
     fast = ["--matmul", "mkl", "--kernels", "torch"]  # no startup measurement nor kernel build
     assert main(["generate", "--model", "tiny-llama", "--prompt", "hello", "--max-tokens", "2", *fast]) == 0
+
+
+def test_the_docs_experiment_variants_name_the_plugins_entries(plugin, tmp_path):
+    from radixflow.experiments.config_parse import load_config
+
+    config = tmp_path / "my.toml"
+    config.write_text(
+        'name = "x"\npolicies = ["native", "fifo@every-block", "fifo@every-block+fifo"]\n'
+        '[defaults]\nrunner = "sim"\neviction = "fifo"\n[[grid]]\nmodel = ["qwen3_5-2b"]\n'
+    )
+    variants = [(v.policy, v.placement, v.eviction) for v in load_config(config).variants]
+    fifo = ("fifo", "every-block")
+    assert variants == [("native", None, None), (*fifo, None), (*fifo, "fifo")]
+    for quoted in ('policies = ["native", "fifo@every-block"]', '"fifo@every-block+fifo"'):
+        assert quoted in EXTENDING.read_text()

@@ -22,7 +22,7 @@ from typing import Protocol
 from radixflow.cache.digest import chain_hashes
 from radixflow.fleet.memory import DEFAULT_CAPACITY, PrefixMemory
 from radixflow.fleet.types import AFFINITY, BALANCE, LOAD, PLACEMENT, Decision, ReplicaState, RouteRequest
-from radixflow.problems import Problem, ProblemError
+from radixflow.problems import Problem, ProblemError, built
 
 
 @dataclass(frozen=True)
@@ -235,8 +235,9 @@ def router_problem(name: object) -> Problem | None:
 
 
 def make_router(name: str, config: RouterConfig | None = None) -> Router:
-    """The router called ``name``; `ProblemError` (param ``router``) for an unknown one."""
+    """The router called ``name``; `ProblemError` (param ``router``) for an unknown one, or for an
+    entry added from outside that cannot serve as a `Router` (docs/extending.md)."""
     problem = router_problem(name)
     if problem is not None:
         raise ProblemError(problem)
-    return ROUTERS[name](config or RouterConfig())
+    return built("router", name, ROUTERS[name], Router, (config or RouterConfig(),), takes="factory(config)")

@@ -217,3 +217,35 @@ def test_pow2_has_nothing_to_retract():
     router = make_router("pow2", RouterConfig(block_size=BS))
     router.retract(RouteRequest("n", PROMPT), "a")  # remembers nothing: nothing breaks
     assert route(router, [replica("a")]).replica == "a"
+
+
+class NoRetract:
+    """A router added from outside that predates `Router.retract`."""
+
+    name = "noretract"
+    uses_digests = False
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+
+    def decide(self, request, replicas): ...
+    def record(self, request, replica): ...
+    def choose(self, request, replicas): ...
+    def forget(self, replica): ...
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        (NoRetract, "'bad' (NoRetract) is no Router: it lacks retract"),
+        (lambda: None, "cannot be called as factory(config)"),
+    ],
+)
+def test_a_bad_router_entry_is_refused_in_one_line_when_built(monkeypatch, entry, says) -> None:
+    # an entry that cannot serve failed mid-route (AttributeError on the first refusal)
+    from radixflow.fleet import routers
+
+    monkeypatch.setitem(routers.ROUTERS, "bad", entry)
+    with pytest.raises(ProblemError, match="router") as raised:
+        make_router("bad")
+    assert says in str(raised.value)

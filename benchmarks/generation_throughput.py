@@ -32,16 +32,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from radixflow.bench.paired_timing import HEADER, interleaved, loadavg, print_row, row
 from radixflow.cli.args import positive_int
 from radixflow.engine.engine import Engine
 from radixflow.models.zoo import ensure_model
@@ -59,14 +57,6 @@ MODELS = ["qwen3_5-small", "lfm2-small", "nemotron_h-small"]
 
 # the policy docs/real-models.md's figures were measured under (adaptive is the engine's default now)
 POLICY = "radixflow"
-
-
-def loadavg() -> str:
-    """The 1, 5 and 15 minute load averages (the machine is shared: say how busy it was)."""
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def tokens(vocab: int, n: int, g: torch.Generator) -> tuple[int, ...]:
@@ -97,45 +87,6 @@ def engine(setup: EngineSetup, requests: int, longest: int) -> Engine:
     case = options(str(setup.options.model), requests, longest)
     scheduler = replace(setup.scheduler, max_requests=case.max_requests, num_blocks=case.kv_blocks)
     return new_engine(setup.runner, scheduler, setup.options)
-
-
-def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
-    """Each case once to warm up, then ``repeats`` interleaved rounds: median wall and thread-CPU
-    seconds per case with their minimum and maximum (``wall_min``, ``cpu_max``...), and the
-    output of its last call."""
-    out = {name: {"out": fn(), "wall": [], "cpu": []} for name, fn in cases.items()}
-    for _ in range(repeats):
-        for name, fn in cases.items():
-            w, c = time.perf_counter(), time.thread_time()
-            out[name]["out"] = fn()
-            out[name]["cpu"].append(time.thread_time() - c)
-            out[name]["wall"].append(time.perf_counter() - w)
-    for r in out.values():
-        for clock in ("wall", "cpu"):
-            times = r[clock]
-            r[clock], r[f"{clock}_min"], r[f"{clock}_max"] = statistics.median(times), min(times), max(times)
-    return out
-
-
-def row(mode: str, work: int, unit: str, t: dict[str, dict[str, Any]], diff: float, equal: bool) -> dict:
-    """One table row: rates (work per CPU second), ratios vs transformers, the exactness check."""
-    rates = {name: work / r["cpu"] for name, r in t.items()}
-    out = {
-        "mode": mode,
-        "unit": unit,
-        "rates_per_cpu_s": rates,
-        "rates_per_wall_s": {name: work / r["wall"] for name, r in t.items()},
-        "ratio_vs_transformers": t["transformers"]["cpu"] / t["ours"]["cpu"],
-        "wall_ratio_vs_transformers": t["transformers"]["wall"] / t["ours"]["wall"],
-        # [min, median, max] seconds of each side's repeats: the spread a ratio is read against
-        "cpu_s": {name: [r["cpu_min"], r["cpu"], r["cpu_max"]] for name, r in t.items()},
-        "wall_s": {name: [r["wall_min"], r["wall"], r["wall_max"]] for name, r in t.items()},
-        "max_abs_diff": diff,
-        "greedy_equal": equal,
-    }
-    if "ours one call each" in t:
-        out["batch_vs_one_call_each"] = t["ours one call each"]["cpu"] / t["ours"]["cpu"]
-    return out
 
 
 def bench_prefill(runner: TorchRunner, hf: Any, lengths: list[int], repeats: int) -> dict:
@@ -246,27 +197,8 @@ def bench_scoring(
     return row(mode, k, "cand/s", t, diff, equal)
 
 
-def spread(r: dict) -> float:
-    """The larger of ours' and transformers' CPU spread, (max - min) / median / 2: the ± a
-    ratio's sides moved by over their repeats."""
-    return max(
-        (hi - lo) / mid / 2 for name, (lo, mid, hi) in r["cpu_s"].items() if name != "ours one call each"
-    )
-
-
-def print_row(model: str, r: dict) -> None:
-    rates = r["rates_per_cpu_s"]
-    one = f"{rates['ours one call each']:>12.1f}" if "ours one call each" in rates else f"{'':>12}"
-    print(
-        f"{model:<18}{r['mode']:<13}{rates['ours']:>10.1f}{one}{rates['transformers']:>10.1f}"
-        f" {r['unit']:<7}{r['ratio_vs_transformers']:>6.2f}x ±{spread(r):>4.0%}"
-        f" {r['wall_ratio_vs_transformers']:>6.2f}x"
-        f"  {r['max_abs_diff']:.1e}  {r['greedy_equal']}",
-        flush=True,
-    )
-
-
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument(
@@ -285,7 +217,37 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, default=Path("results/generation_throughput.json"))
     ap.add_argument("--smoke", action="store_true", help="one tiny model, tiny shapes, one repeat (CI)")
-    args = ap.parse_args()
+    return ap
+
+
+def bench_model(name: str, args: argparse.Namespace, auto: Any) -> dict:
+    """Every mode on one model (transformers' side loaded by ``auto``, its `AutoModelForCausalLM`),
+    each row printed as it is measured; the load average around it."""
+    before = loadavg()
+    path = ensure_model(name)
+    longest = max(args.prompt_len + args.generate, args.context_len + args.candidate_len)
+    setup = plan_engine(options(name, max(*args.requests, args.candidates), longest, args.kernels)).build()
+    runner = setup.runner
+    hf = auto.from_pretrained(str(path), dtype=torch.float32).eval()
+    rows = [bench_prefill(runner, hf, args.prefill, args.repeats)]
+    print_row(name, rows[-1])
+    for n in args.requests:
+        rows.append(bench_decode(setup, hf, n, args.prompt_len, args.generate, args.repeats))
+        print_row(name, rows[-1])
+    for echo in (False, True):
+        rows.append(
+            bench_scoring(
+                setup, hf, echo, args.candidates, args.context_len, args.candidate_len, args.repeats
+            )
+        )
+        print_row(name, rows[-1])
+    after = loadavg()
+    print(f"{name}: loadavg before {before}, after {after}", flush=True)
+    return {"model": name, "loadavg_before": before, "loadavg_after": after, "rows": rows}
+
+
+def main() -> None:
+    args = arguments().parse_args()
     if args.smoke:
         args.models, args.prefill, args.requests, args.repeats = ["qwen3_5-tiny"], [16, 8], [2], 1
         args.prompt_len, args.generate, args.candidates, args.context_len, args.candidate_len = 8, 2, 2, 16, 4
@@ -295,35 +257,8 @@ def main() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    results = []
-    print(
-        f"{'model':<18}{'mode':<13}{'ours':>10}{'ours 1-by-1':>12}{'hf':>10} {'unit':<7}"
-        f"{'ratio':>6} {'spread':>6} {'wall':>6}   max|Δ|   greedy-equal   (rates per CPU second)"
-    )
-    for name in args.models:
-        before = loadavg()
-        path = ensure_model(name)
-        longest = max(args.prompt_len + args.generate, args.context_len + args.candidate_len)
-        setup = plan_engine(
-            options(name, max(*args.requests, args.candidates), longest, args.kernels)
-        ).build()
-        runner = setup.runner
-        hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-        rows = [bench_prefill(runner, hf, args.prefill, args.repeats)]
-        print_row(name, rows[-1])
-        for n in args.requests:
-            rows.append(bench_decode(setup, hf, n, args.prompt_len, args.generate, args.repeats))
-            print_row(name, rows[-1])
-        for echo in (False, True):
-            rows.append(
-                bench_scoring(
-                    setup, hf, echo, args.candidates, args.context_len, args.candidate_len, args.repeats
-                )
-            )
-            print_row(name, rows[-1])
-        after = loadavg()
-        print(f"{name}: loadavg before {before}, after {after}", flush=True)
-        results.append({"model": name, "loadavg_before": before, "loadavg_after": after, "rows": rows})
+    print(HEADER)
+    results = [bench_model(name, args, AutoModelForCausalLM) for name in args.models]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2)

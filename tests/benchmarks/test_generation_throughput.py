@@ -1,9 +1,12 @@
-"""benchmarks/generation_throughput.py: the counts it refuses before any model is built."""
+"""benchmarks/generation_throughput.py (its timing and rows in `bench.paired_timing`): the counts it
+refuses before any model is built, and each side's spread beside its median."""
 
 from __future__ import annotations
 
 import pytest
 from benchmark_utils import BENCHMARKS, load_benchmark
+
+from radixflow.bench.paired_timing import interleaved, row
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +31,15 @@ def test_a_count_below_one_is_one_line_before_any_model_is_built(bench, monkeypa
     assert f"argument {flag}: must be positive, got 0" in capsys.readouterr().err
 
 
-def test_each_side_has_its_spread_beside_its_median(bench):
+def test_each_side_has_its_spread_beside_its_median():
     # medians alone: a ratio of 1.1 could not be told from the repeats' own spread of 2-4x
     calls = iter(range(100))
-    t = bench.interleaved({"ours": lambda: next(calls), "transformers": lambda: next(calls)}, 3)
+    t = interleaved({"ours": lambda: next(calls), "transformers": lambda: next(calls)}, 3)
     for side in t.values():
         assert side["cpu_min"] <= side["cpu"] <= side["cpu_max"]
         assert side["wall_min"] <= side["wall"] <= side["wall_max"]
     t["ours"] |= {"cpu": 1.0, "cpu_min": 0.5, "cpu_max": 2.0}
     t["transformers"] |= {"cpu": 3.0, "cpu_min": 3.0, "cpu_max": 4.5}
-    out = bench.row("prefill", 30, "tok/s", t, 0.0, True)
+    out = row("prefill", 30, "tok/s", t, 0.0, True)
     assert out["cpu_s"] == {"ours": [0.5, 1.0, 2.0], "transformers": [3.0, 3.0, 4.5]}
     assert out["ratio_vs_transformers"] == 3.0

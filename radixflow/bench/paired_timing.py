@@ -1,0 +1,84 @@
+"""Ours against transformers, timed side by side (benchmarks/generation_throughput.py): each case
+repeated interleaved, on the wall clock and the thread's CPU clock (a shared machine's wall time
+swings by 2-4x from one repeat to the next), medians with their minimum and maximum; a row's
+rates, ratios and exactness check; the table's lines."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HEADER = (
+    f"{'model':<18}{'mode':<13}{'ours':>10}{'ours 1-by-1':>12}{'hf':>10} {'unit':<7}"
+    f"{'ratio':>6} {'spread':>6} {'wall':>6}   max|Δ|   greedy-equal   (rates per CPU second)"
+)
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages (the machine is shared: say how busy it was)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def interleaved(cases: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
+    """Each case once to warm up, then ``repeats`` interleaved rounds: median wall and thread-CPU
+    seconds per case with their minimum and maximum (``wall_min``, ``cpu_max``...), and the
+    output of its last call."""
+    out = {name: {"out": fn(), "wall": [], "cpu": []} for name, fn in cases.items()}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            w, c = time.perf_counter(), time.thread_time()
+            out[name]["out"] = fn()
+            out[name]["cpu"].append(time.thread_time() - c)
+            out[name]["wall"].append(time.perf_counter() - w)
+    for r in out.values():
+        for clock in ("wall", "cpu"):
+            times = r[clock]
+            r[clock], r[f"{clock}_min"], r[f"{clock}_max"] = statistics.median(times), min(times), max(times)
+    return out
+
+
+def row(mode: str, work: int, unit: str, t: dict[str, dict[str, Any]], diff: float, equal: bool) -> dict:
+    """One table row: rates (work per CPU second), ratios vs transformers, the exactness check."""
+    rates = {name: work / r["cpu"] for name, r in t.items()}
+    out = {
+        "mode": mode,
+        "unit": unit,
+        "rates_per_cpu_s": rates,
+        "rates_per_wall_s": {name: work / r["wall"] for name, r in t.items()},
+        "ratio_vs_transformers": t["transformers"]["cpu"] / t["ours"]["cpu"],
+        "wall_ratio_vs_transformers": t["transformers"]["wall"] / t["ours"]["wall"],
+        # [min, median, max] seconds of each side's repeats: the spread a ratio is read against
+        "cpu_s": {name: [r["cpu_min"], r["cpu"], r["cpu_max"]] for name, r in t.items()},
+        "wall_s": {name: [r["wall_min"], r["wall"], r["wall_max"]] for name, r in t.items()},
+        "max_abs_diff": diff,
+        "greedy_equal": equal,
+    }
+    if "ours one call each" in t:
+        out["batch_vs_one_call_each"] = t["ours one call each"]["cpu"] / t["ours"]["cpu"]
+    return out
+
+
+def spread(r: dict) -> float:
+    """The larger of ours' and transformers' CPU spread, (max - min) / median / 2: the ± a
+    ratio's sides moved by over their repeats."""
+    return max(
+        (hi - lo) / mid / 2 for name, (lo, mid, hi) in r["cpu_s"].items() if name != "ours one call each"
+    )
+
+
+def print_row(model: str, r: dict) -> None:
+    rates = r["rates_per_cpu_s"]
+    one = f"{rates['ours one call each']:>12.1f}" if "ours one call each" in rates else f"{'':>12}"
+    print(
+        f"{model:<18}{r['mode']:<13}{rates['ours']:>10.1f}{one}{rates['transformers']:>10.1f}"
+        f" {r['unit']:<7}{r['ratio_vs_transformers']:>6.2f}x ±{spread(r):>4.0%}"
+        f" {r['wall_ratio_vs_transformers']:>6.2f}x"
+        f"  {r['max_abs_diff']:.1e}  {r['greedy_equal']}",
+        flush=True,
+    )

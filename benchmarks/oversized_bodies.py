@@ -36,15 +36,14 @@ import argparse
 import json
 import multiprocessing
 import os
-import socket
 import statistics
-import time
+import threading
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import httpx
+from radixflow.bench.oversized_clients import listening, post_bytes, sender, sender_sync, short, sink, timer
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -76,99 +75,6 @@ class Figures:
     flood_sink: Load | None
 
 
-def timer(url: str, model: str, conn: Connection) -> None:
-    """The short client: for each number received, one 1-token completion; sends back its
-    seconds, or the failure as text. Stops at None."""
-    with httpx.Client(base_url=url, timeout=120) as http:
-        while (i := conn.recv()) is not None:
-            began = time.perf_counter()
-            body = {"model": model, "prompt": f"Ping {i}.", "max_tokens": 1}
-            r = http.post("/v1/completions", json=body)
-            took = time.perf_counter() - began
-            conn.send(took if r.status_code == 200 else f"{r.status_code} {r.text}")
-
-
-def short(conn: Connection, i: int) -> float:
-    """Seconds for one 1-token completion, timed by the short client."""
-    conn.send(i)
-    took = conn.recv()
-    if isinstance(took, str):
-        raise SystemExit(f"the short completion failed: {took}")
-    return took
-
-
-def post_bytes(body: bytes) -> bytes:
-    """A whole ``POST /v1/completions`` request with ``body``, as sent on the wire."""
-    head = (
-        "POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-def answer_status(sock: socket.socket) -> int:
-    """Reads one answer (with a Content-Length, as every one here has) off ``sock``: its status."""
-    got = b""
-    while b"\r\n\r\n" not in got:
-        piece = sock.recv(1 << 16)
-        if not piece:
-            raise ConnectionError("the server closed the connection")
-        got += piece
-    head, rest = got.split(b"\r\n\r\n", 1)
-    lines = head.split(b"\r\n")
-    length = next(int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:"))
-    while len(rest) < length:
-        rest += sock.recv(1 << 16)
-    return int(lines[0].split()[1])
-
-
-def sender(port: int, request: bytes, sync: dict[str, Any], flood: bool) -> None:
-    """Burst: one request each time ``go`` is released. Flood: requests back to back while ``run``
-    is set; once it is cleared (and ``pause`` counts one more), ``parked`` is released when this
-    client's last body is answered. Puts each answer's status; releases ``sending`` as each body
-    starts; adds the CPU seconds it spent from here on to ``cpu`` (its start-up is not counted)."""
-    parked = 0  # the pause this client last reported
-    began = time.process_time()
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        while not sync["stop"].is_set():
-            if flood and not sync["run"].wait(0.05):
-                if parked != sync["pause"].value:
-                    parked = sync["pause"].value
-                    sync["parked"].release()
-                continue
-            if not flood and not sync["go"].acquire(timeout=0.1):
-                continue
-            sync["sending"].release()
-            sock.sendall(request)
-            sync["statuses"].put(answer_status(sock))
-    with sync["cpu"].get_lock():
-        sync["cpu"].value += time.process_time() - began
-
-
-async def sink_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """A null sink: reads each request's body whole and answers 400, doing nothing else."""
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    chunks = []
-    while (message := await receive())["type"] == "http.request":
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    b"".join(chunks)  # as a server that parses it would
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
-    await send({"type": "http.response.start", "status": 400, "headers": headers})
-    await send({"type": "http.response.body", "body": b"{}"})
-
-
-def sink(sock: socket.socket) -> None:
-    import uvicorn  # in the sink's process only
-
-    uvicorn.Server(uvicorn.Config(sink_app, log_level="warning", access_log=False)).run(sockets=[sock])
-
-
 def cpu_s(path: str) -> float:
     """User plus system CPU seconds of a process or thread, from its ``/proc/.../stat``."""
     with open(path) as f:
@@ -182,16 +88,7 @@ def load(
     """The short completion timed while ``args.oversized`` clients send ``body`` to ``port``;
     ``loop_stat``: the /proc stat file of whatever reads those bodies (its CPU is counted)."""
     ctx = multiprocessing.get_context("spawn")
-    sync = {
-        "go": ctx.Semaphore(0),
-        "sending": ctx.Semaphore(0),
-        "parked": ctx.Semaphore(0),
-        "run": ctx.Event(),
-        "pause": ctx.Value("i", 0),
-        "cpu": ctx.Value("d", 0.0),
-        "stop": ctx.Event(),
-        "statuses": ctx.Queue(),
-    }
+    sync = sender_sync(ctx)
     request = post_bytes(body)
     procs = [
         ctx.Process(target=sender, args=(port, request, sync, flood), daemon=True)
@@ -205,25 +102,8 @@ def load(
         for p in procs:
             p.start()
         for i in range(args.samples):
-            if flood:
-                sync["run"].set()
-            else:
-                for _ in procs:
-                    sync["go"].release()
-            for _ in range(len(procs) * (2 if flood else 1)):  # every oversized client is sending
-                assert sync["sending"].acquire(timeout=300), "an oversized client never sent"
-            times.append(short(conn, i))
-            if flood:  # every client stops, its last body answered
-                sync["run"].clear()
-                sync["pause"].value += 1
-                for _ in procs:
-                    assert sync["parked"].acquire(timeout=300), "an oversized client never stopped"
-                while sync["sending"].acquire(block=False):
-                    pass
-                while not sync["statuses"].empty():
-                    seen.append(sync["statuses"].get())
-            else:
-                seen.extend(sync["statuses"].get(timeout=300) for _ in procs)
+            times.append(loaded(conn, i, sync, len(procs), flood))
+            seen.extend(answered(sync, len(procs), flood))
             idle.append(short(conn, i))  # nothing in flight now
     finally:  # the clients stop even when a sample failed
         sync["stop"].set()
@@ -250,17 +130,38 @@ def load(
     )
 
 
-def listening() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    return sock
+def loaded(conn: Connection, i: int, sync: dict[str, Any], clients: int, flood: bool) -> float:
+    """Seconds for the short completion ``i`` once every oversized client is sending."""
+    if flood:
+        sync["run"].set()
+    else:
+        for _ in range(clients):
+            sync["go"].release()
+    for _ in range(clients * (2 if flood else 1)):  # every oversized client is sending
+        assert sync["sending"].acquire(timeout=300), "an oversized client never sent"
+    return short(conn, i)
 
 
-def main() -> None:
-    from salt_memory import start  # heavy (torch): here, not at the top, which every client imports
+def answered(sync: dict[str, Any], clients: int, flood: bool) -> list[int]:
+    """The statuses of the bodies sent for one sample, once each is answered (a flood's clients
+    stopped first, each with its last body answered)."""
+    if not flood:
+        return [sync["statuses"].get(timeout=300) for _ in range(clients)]
+    sync["run"].clear()
+    sync["pause"].value += 1
+    for _ in range(clients):
+        assert sync["parked"].acquire(timeout=300), "an oversized client never stopped"
+    while sync["sending"].acquire(block=False):
+        pass
+    seen = []
+    while not sync["statuses"].empty():
+        seen.append(sync["statuses"].get())
+    return seen
 
+
+def arguments() -> argparse.ArgumentParser:
+    """The command line."""
     from radixflow.cli.args import positive_float, positive_int
-    from radixflow.options import EngineOptions
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # no oversized client (or an empty body) loads nothing: the ratio to idle reads as a pass
@@ -274,11 +175,14 @@ def main() -> None:
     ap.add_argument("--sink", action="store_true", help="each load against a null sink as well, interleaved")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: two half-megabyte bodies, two samples")
-    args = ap.parse_args()
-    if args.smoke:
-        args.oversized, args.body_mb, args.samples = 2, 0.5, 2
-    options = EngineOptions(model=args.model, kv_blocks=256, state_slots=64, token_budget=256)
-    server, thread, url = start(options)
+    return ap
+
+
+def measured(
+    args: argparse.Namespace, server: Any, thread: threading.Thread, url: str
+) -> tuple[list[float], dict[str, Load]]:
+    """The idle samples and each load (against the server at ``url``, and the null sink with
+    ``--sink``); the server stopped however it ends."""
     port = int(url.rsplit(":", 1)[1])
     loop_stat = f"/proc/self/task/{thread.native_id}/stat"  # the server's event loop runs there
     size = int(args.body_mb * (1 << 20))
@@ -310,6 +214,20 @@ def main() -> None:
             sinker.kill()
         server.should_exit = True
         thread.join(60)
+    return idle, loads
+
+
+def main() -> None:
+    from salt_memory import start  # heavy (torch): here, not at the top, which every client imports
+
+    from radixflow.options import EngineOptions
+
+    args = arguments().parse_args()
+    if args.smoke:
+        args.oversized, args.body_mb, args.samples = 2, 0.5, 2
+    options = EngineOptions(model=args.model, kv_blocks=256, state_slots=64, token_budget=256)
+    server, thread, url = start(options)
+    idle, loads = measured(args, server, thread, url)
     figures = Figures(
         args.oversized,
         args.body_mb,

@@ -24,12 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from radixflow.bench.metrics import percentile
+from radixflow.bench.policy_cells import WORKLOADS, workload_spec
+from radixflow.bench.twin_runs import POLICIES, sim_figures
 from radixflow.cli.args import positive_int
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners import sim as sim_runner
+from radixflow.workloads.build import build_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import policies_torch as pt
+import policies_torch as pt  # its --smoke run, and the profile it runs its twin on
 
 PRICE = {"rng": random.Random(0), "sigma": 0.0, "factor": 1.0}  # read by the patched sim runner
 
@@ -47,10 +50,10 @@ RUN = sim_runner.SimRunner.run
 def twin_means(cell: dict, shape: dict, profile: Path, sigma: float, factor: float, seed: int) -> dict:
     PRICE.update(rng=random.Random(seed), sigma=sigma, factor=factor)
     plan = plan_engine(EngineOptions(runner="torch", model=cell["family"]))
-    spec = pt.workload_spec(cell["workload"], shape, plan.choice.vocab_size, cell["rate_per_s"])
-    lengths = [len(r.prompt) for r in pt.build_workload(spec).requests]
-    sim = pt.sim_figures(cell["family"], spec, plan.scheduler_config(lengths), profile)
-    return {p: sim[p]["mean_latency_s"] for p in pt.POLICIES} if "error" not in sim else {}
+    spec = workload_spec(cell["workload"], shape, plan.choice.vocab_size, cell["rate_per_s"])
+    lengths = [len(r.prompt) for r in build_workload(spec).requests]
+    sim = sim_figures(cell["family"], spec, plan.scheduler_config(lengths), profile)
+    return {p: sim[p]["mean_latency_s"] for p in POLICIES} if "error" not in sim else {}
 
 
 def change(mean: float | None, base: float | None) -> float | None:
@@ -117,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, help="a stored policies_torch.py JSON")
     ap.add_argument("--profile", type=Path, help="the twin's profile (a directory: FAMILY.json)")
-    ap.add_argument("--cells", nargs="+", default=["poisson"], choices=list(pt.WORKLOADS))
+    ap.add_argument("--cells", nargs="+", default=["poisson"], choices=list(WORKLOADS))
     ap.add_argument("--noise", type=float, default=0.05, help="σ of the per-round log-normal price factor")
     ap.add_argument("--bias", type=float, default=0.10, help="a uniform price error, either way")
     ap.add_argument("--seeds", type=positive_int, default=20, help="noisy draws per cell")

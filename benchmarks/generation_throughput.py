@@ -186,15 +186,23 @@ def bench_scoring(
     diff, equal = 0.0, True
     for name in ("ours", "ours one call each"):
         for req, lp in zip(t[name]["out"], t["transformers"]["out"], strict=True):
-            if echo:
-                for pl in req.prompt_logprobs:
-                    diff = max(diff, abs(pl.logprob - lp[pl.position - 1, pl.token].item()))
-            else:
-                sample = req.output_logprobs[0]
-                equal &= sample.token == int(lp[-1].argmax())
-                diff = max(diff, abs(sample.logprob - lp[-1, sample.token].item()))
+            diff, equal = candidate_check(req, lp, echo, diff, equal)
     mode = "score echo" if echo else "score gen-1"
     return row(mode, k, "cand/s", t, diff, equal)
+
+
+def candidate_check(
+    req: Request, lp: torch.Tensor, echo: bool, diff: float, equal: bool
+) -> tuple[float, bool]:
+    """The running largest |Δlogprob| and greedy equality, carried over one candidate against
+    transformers' log-probabilities ``lp``: its prompt's (``echo``), or its one token's."""
+    if echo:
+        for pl in req.prompt_logprobs:
+            diff = max(diff, abs(pl.logprob - lp[pl.position - 1, pl.token].item()))
+        return diff, equal
+    sample = req.output_logprobs[0]
+    equal &= sample.token == int(lp[-1].argmax())
+    return max(diff, abs(sample.logprob - lp[-1, sample.token].item())), equal
 
 
 def arguments() -> argparse.ArgumentParser:

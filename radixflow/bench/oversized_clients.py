@@ -87,9 +87,7 @@ def sender(port: int, request: bytes, sync: dict[str, Any], flood: bool) -> None
     with socket.create_connection(("127.0.0.1", port)) as sock:
         while not sync["stop"].is_set():
             if flood and not sync["run"].wait(0.05):
-                if parked != sync["pause"].value:
-                    parked = sync["pause"].value
-                    sync["parked"].release()
+                parked = _parked(sync, parked)
                 continue
             if not flood and not sync["go"].acquire(timeout=0.1):
                 continue
@@ -98,6 +96,15 @@ def sender(port: int, request: bytes, sync: dict[str, Any], flood: bool) -> None
             sync["statuses"].put(answer_status(sock))
     with sync["cpu"].get_lock():
         sync["cpu"].value += time.process_time() - began
+
+
+def _parked(sync: dict[str, Any], parked: int) -> int:
+    """A paused flood's client, its last body answered: ``parked`` released once for each new
+    pause; returns the pause it has now reported."""
+    if parked != sync["pause"].value:
+        parked = sync["pause"].value
+        sync["parked"].release()
+    return parked
 
 
 async def sink_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -29,12 +29,12 @@ from typing import Any
 
 import torch
 
+from radixflow.bench.serve_clients import make_traffic
 from radixflow.cli.args import non_negative_int, positive_int
 from radixflow.generation.output_processor import Done, EngineDriver, OutputProcessor
 from radixflow.generation.params import SamplingParams
 from radixflow.generation.setup import load_model
 from radixflow.generation.tracker import RequestTracker
-from radixflow.models.io.tokenizer import corpus
 from radixflow.options import EngineOptions
 from radixflow.problems import ProblemError
 from radixflow.scheduler.request import Request
@@ -57,10 +57,9 @@ class Clients:
         self.tok = model.tokenizer  # type: ignore[attr-defined]
         self.processor = OutputProcessor(engine)  # type: ignore[arg-type]
         self.engine = engine
-        lines = [line for line in corpus() if len(line) > 20]
-        rng = random.Random(0)
-        self.contexts = [" ".join(rng.sample(lines, 12)) for _ in range(8)]
-        self.candidates = [f" Answer: {line}" for line in rng.sample(lines, 16)]
+        # serve_load's texts (its defaults: 8 contexts of 12 sentences, 16 answers)
+        texts = make_traffic("", 8, 16, 12, chat_share=0.25, chat_tokens=16)
+        self.contexts, self.candidates = texts.contexts, texts.candidates
         self.rngs = [random.Random(i) for i in range(count)]
         self.owner: dict[str, int] = {}
         self.serial = 0

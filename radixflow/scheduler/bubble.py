@@ -18,7 +18,8 @@ BUBBLE_WALK_PER_SLOT = 2
 
 @dataclass(frozen=True)
 class ScanStop:
-    """Where the waiting scan stopped: the request it could not admit and the rest of the scan."""
+    """Where the waiting scan stopped: the request it could not admit and the rest of the scan
+    (neither where the cache could not hold that request: the count is a lower bound)."""
 
     request: Request | None
     match: Match | None  # the stop request's match, when it is not parked

@@ -105,10 +105,14 @@ class RoundBuilder:
             elif status is _Admit.DECLINED:
                 out.stop_reason = StopReason.POLICY
                 return ScanStop(req, match, scan)
-            elif status not in (_Admit.SCHEDULED, _Admit.SKIPPED, _Admit.BLOCKED):
-                no_budget = status is _Admit.NO_BUDGET
-                out.stop_reason = StopReason.TOKEN_BUDGET if no_budget else StopReason.MEMORY
+            elif status is _Admit.NO_BUDGET:
+                out.stop_reason = StopReason.TOKEN_BUDGET
                 return ScanStop(req, match, scan)
+            elif status is _Admit.NO_MEMORY:
+                # the cache could not hold ``req``: it could not have run, and whether any request
+                # behind it fits would take a reservation, so the bubble count (a lower bound) stops
+                out.stop_reason = StopReason.MEMORY
+                return ScanStop(None, None, iter(()))
         return None
 
     def _park(self, req: Request, match: Match, out: SchedulerOutput) -> None:

@@ -144,8 +144,11 @@ class OnlineFit:
         if len(scale) != len(fit_feature_names()) or not min(scale) > 0:
             raise ValueError("scale needs one positive figure per feature")
         _check_prior(prior)
-        if window < 1:  # the prior's pull is scaled by the window's mean row: an empty one divides by 0
-            raise ValueError(f"window must be at least 1, got {window}")
+        # fewer rounds than terms cannot tell the terms apart: the curve fits every round of such a
+        # window, so the speed never learns (and an empty window divides the prior's pull by 0)
+        terms = len(fit_feature_names())
+        if window < terms:
+            raise ValueError(f"window must hold at least {terms} rounds (one per term), got {window}")
         if not 0 <= speed_gain < 1:
             raise ValueError("speed_gain must be in [0, 1)")
         self.prior = prior

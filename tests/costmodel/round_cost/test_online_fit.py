@@ -343,7 +343,8 @@ def test_one_round_stalled_far_past_its_price_moves_the_speed_by_a_bounded_step(
 @pytest.mark.parametrize(
     ("window", "weight", "first", "says"),
     [
-        (0, 2.0, 1e-3, "window must be at least 1, got 0"),
+        (0, 2.0, 1e-3, "window must hold at least 12 rounds (one per term), got 0"),
+        (8, 2.0, 1e-3, "window must hold at least 12 rounds (one per term), got 8"),
         (128, -1.0, 1e-3, "prior weight must be a finite number >= 0, got -1.0"),
         (128, math.nan, 1e-3, "prior weight must be a finite number >= 0, got nan"),
         (128, 2.0, -1e-3, "prior coefficient 'round' must be a finite number >= 0, got -0.001"),
@@ -352,8 +353,11 @@ def test_one_round_stalled_far_past_its_price_moves_the_speed_by_a_bounded_step(
 )
 def test_a_fit_that_would_divide_by_zero_or_go_negative_is_refused(window, weight, first, says):
     """A window of 0 rounds was taken, and the first measured round divided by the empty window
-    (ZeroDivisionError on the first round observed); a negative prior weight or coefficient was
-    taken too, and predicted rounds of negative seconds before any evidence came."""
+    (ZeroDivisionError on the first round observed); one of fewer rounds than the curve has
+    terms cannot tell them apart (the curve fits each window exactly, so the speed learns
+    nothing: a window of 8 priced rounds up to 90% off where 128 price them within 3%); a
+    negative prior weight or coefficient was taken too, and predicted rounds of negative seconds
+    before any evidence came."""
     scale = nominal_rates(threads=1)
     prior = Prior((first, *scale[1:]), weight, "t")
     with pytest.raises(ValueError, match=re.escape(says)):

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from radixflow.costmodel.hardware.profile_checks import ProfileError
+from radixflow.costmodel.hardware.profile_checks import COMPUTE_TERMS, ProfileError
 from radixflow.costmodel.hardware.profile_files import load_profile, resolve_hardware, save_profile
 from radixflow.costmodel.hardware.profiles import HARDWARE, HardwareProfile
 from radixflow.costmodel.round_cost.by_profile import round_cost_model
@@ -88,7 +88,8 @@ def test_attention_split_into_the_chunks_own_pairs_and_its_prefix_prices_as_befo
     assert old.seconds_per_flop("prefix_attention") == old.seconds_per_flop("attention")
     as_before = sum(work.flops[t] * old.seconds_per_flop(t) for t in ("matmul", "mamba2", "lm_head"))
     as_before += total * old.seconds_per_flop("attention")
-    fixed = CostModel(shape, old).round_seconds(chunks) - CostModel(shape, old).cost(chunks).compute_s
+    terms = CostModel(shape, old).breakdown(chunks).terms
+    fixed = sum(t.seconds for name, t in terms.items() if name not in COMPUTE_TERMS)
     assert CostModel(shape, old).round_seconds(chunks) == pytest.approx(fixed + as_before, rel=1e-12)
     gathered = replace(old, prefix_kv_s=1e-9)
     extra = CostModel(shape, gathered).round_seconds(chunks) - CostModel(shape, old).round_seconds(chunks)
@@ -127,11 +128,15 @@ def test_fixed_round_cost_override_replaces_the_per_layer_part():
     cpu = HARDWARE["cpu"]
     fitted = replace(cpu, layer_overhead_s=1e-3)  # a calibrated profile may charge per layer
     shape = SIM_MODELS["qwen3-4b"]
-    assert CostModel(shape, fitted).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(
-        2e-3 + 36 * 1e-3 + 1e-3
-    )
+    assert _overhead_s(CostModel(shape, fitted)) == pytest.approx(2e-3 + 36 * 1e-3 + 1e-3)
     hw = fitted.with_fixed_round_cost(0.01)
-    assert CostModel(shape, hw).cost([ChunkShape(0, 16, True)]).overhead_s == pytest.approx(0.01 + 1e-3)
+    assert _overhead_s(CostModel(shape, hw)) == pytest.approx(0.01 + 1e-3)
+
+
+def _overhead_s(model: CostModel) -> float:
+    """A 16-token round's terms not priced by its work: per call, per layer, per sequence."""
+    terms = model.breakdown([ChunkShape(0, 16, True)]).terms
+    return sum(terms[n].seconds for n in ("fixed", "layers", "sequences") if n in terms)
 
 
 def test_a_fitted_per_token_pair_cost_makes_a_token_dearer_in_a_larger_round():

@@ -105,17 +105,6 @@ def round_work(shape: ModelShape, chunks: Iterable[ChunkShape], dtype_bytes: int
 
 
 @dataclass(frozen=True)
-class RoundCost:
-    overhead_s: float
-    compute_s: float
-    memory_s: float
-
-    @property
-    def seconds(self) -> float:
-        return self.overhead_s + max(self.compute_s, self.memory_s)
-
-
-@dataclass(frozen=True)
 class CostModel:
     shape: ModelShape
     hardware: HardwareProfile
@@ -123,17 +112,6 @@ class CostModel:
     @property
     def tp(self) -> int:
         return 1  # a fitted profile times one device
-
-    def cost(self, chunks: Iterable[ChunkShape]) -> RoundCost:
-        """The worker call as fixed, compute and memory time (the scheduler's time apart)."""
-        chunks = list(chunks)
-        hw = self.hardware
-        work = round_work(self.shape, chunks, hw.weight_bytes)
-        fixed = fixed_terms(hw, chunks, self.shape.layer_calls(chunks))
-        gather = hw.prefix_kv_s * prefix_kv(self.shape, chunks)
-        compute = sum(work.flops[t] * hw.seconds_per_flop(t) for t in COMPUTE_TERMS)
-        memory = work.bytes / hw.bandwidth if hw.bandwidth else 0.0
-        return RoundCost(sum(t.seconds for t in fixed.values()) + gather, compute, memory)
 
     def breakdown(self, chunks: Iterable[ChunkShape]) -> RoundBreakdown:
         """Fixed terms, each compute term at its rate, and the memory time compute does not hide."""

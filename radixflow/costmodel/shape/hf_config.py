@@ -14,7 +14,7 @@ from pathlib import Path
 
 from radixflow.costmodel.shape.config_readers import READERS
 from radixflow.costmodel.shape.config_values import Config, first_set, integer
-from radixflow.costmodel.shape.model_shape import ModelShape
+from radixflow.costmodel.shape.model_shape import DEFAULT_CONTEXT, ModelShape
 
 
 class UnknownModelTypeError(ValueError):
@@ -93,7 +93,7 @@ def shape_from_config(name: str, cfg: Config, source: str = "") -> ModelShape:
         vocab_size=integer(cfg, "vocab_size"),
         layers=reader(cfg),
         tied_embeddings=TIES.get(str(kind), _tied)(cfg),
-        max_context=int(cfg.get("max_position_embeddings") or 262_144),
+        max_context=int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT),
         source=source,
     )
 

@@ -12,15 +12,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from radixflow.costmodel.shape.mixer_shapes import Attention, GatedDeltaNet, Mamba2
+from radixflow.costmodel.shape.model_shape import DEFAULT_CONTEXT as DEFAULT_CONTEXT  # for the runners
 from radixflow.costmodel.shape.model_shape import ModelShape
 
 MAX_LAYERS = 1 << 16  # the largest public models have ~100; a shape is a tuple of them
 MAX_WIDTH = 1 << 24  # any one size: a hidden width, a vocabulary, heads, a head's dimension
 MAX_CONTEXT = 1 << 30
-# The context of a checkpoint whose config.json names no max_position_embeddings (or null): what
-# the torch runner serves it with, and so what the sim at that checkpoint's shape assumes. One
-# declaration for both, which cannot import each other.
-DEFAULT_CONTEXT = 4096
 
 
 def layer_count_problem(config: Mapping[str, Any]) -> str | None:

@@ -14,6 +14,11 @@ from functools import cached_property
 from radixflow.costmodel.shape.chunk import ChunkShape
 from radixflow.costmodel.shape.mixer_shapes import Attention, Mixer, Projection, projection_params
 
+# The context of a checkpoint whose config.json names no max_position_embeddings (or null): what
+# the torch runner serves it with, and so what the sim and the cost model's config reader assume
+# at that checkpoint's shape. One declaration for all of them (`limits` passes it on).
+DEFAULT_CONTEXT = 4096
+
 
 def expected_experts(experts: int, top_k: int, tokens: float) -> float:
     """Distinct routed experts ``tokens`` tokens touch, expected under uniform routing:
@@ -114,7 +119,7 @@ class ModelShape:
     vocab_size: int
     layers: tuple[Layer, ...]
     tied_embeddings: bool = False
-    max_context: int = 262_144
+    max_context: int = DEFAULT_CONTEXT
     source: str = ""  # the public config (or zoo preset) the figures were taken from
     # the runner keeps each cached position's final hidden state beside its KV (the torch runner
     # does, so a reused prefix's prompt logprobs need no layer re-run): cache bytes, read by no layer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixflow.costmodel.shape.hf_config import shape_from_config
-from radixflow.costmodel.shape.limits import MAX_WIDTH, shape_problem
+from radixflow.costmodel.shape.limits import DEFAULT_CONTEXT, MAX_WIDTH, shape_problem
 from radixflow.costmodel.shape.mixer_shapes import Mamba2
 
 FALCON_WITHOUT_D_SSM = {
@@ -181,3 +181,12 @@ def test_a_long_value_is_shown_cut_short():
     with pytest.raises(ValueError) as info:
         shape_from_config("m", {**LLAMA, "hidden_size": "9" * 5000})
     assert str(info.value) == f"hidden_size must be an integer, got '{'9' * 56}..."
+
+
+@pytest.mark.parametrize("context", [{}, {"max_position_embeddings": None}])
+def test_a_config_naming_no_context_is_read_with_the_torch_runners_default(context):
+    """The reader assumed 262144 where the torch runner serves such a checkpoint with
+    `DEFAULT_CONTEXT`: the round predictor, calibration and costcheck read the checkpoint's shape
+    with a context the model does not have (the sim's own reading overrode it)."""
+    assert shape_from_config("llama", {**LLAMA, **context}).max_context == DEFAULT_CONTEXT
+    assert shape_from_config("llama", {**LLAMA, "max_position_embeddings": 8192}).max_context == 8192

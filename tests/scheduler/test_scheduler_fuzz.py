@@ -91,6 +91,8 @@ class Promises:
         assert len(out.chunks) <= cfg.max_requests, f"round {out.round_index}: {len(out.chunks)} chunks"
         unused = cfg.token_budget - out.tokens
         assert 0 <= out.bubble_tokens <= unused, f"round {out.round_index}: bubble {out.bubble_tokens}"
+        # a scan stopped by memory met a request that could not run: no bubble (a lower bound)
+        assert out.stop_reason is not StopReason.MEMORY or not out.bubble_tokens, f"round {out.round_index}"
         ids = [c.request_id for c in out.chunks]
         assert len(set(ids)) == len(ids), f"round {out.round_index}: a request twice: {ids}"
         assert max(waves(out.chunks)) <= 1, f"round {out.round_index}: a follower follows a follower"

@@ -47,16 +47,20 @@ class PromptLogprobs(Sequence[PromptLogprob]):
     logprobs: list[float] = field(default_factory=list)
     top_ids: list[list[int]] = field(default_factory=list)  # per row, the best first
     top_logprobs: list[list[float]] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)  # per row, the token's rank (empty: not known)
+    # per row, the token's rank (None, or missing at the end: a runner that ranks nothing)
+    ranks: list[int | None] = field(default_factory=list)
 
     def extend(self, more: PromptLogprobs) -> None:
-        """Append ``more``'s rows (mutates this one)."""
+        """Append ``more``'s rows (mutates this one). Rows appended unranked stand as None
+        wherever ranked rows follow them, so each row keeps its own rank."""
+        if more.ranks:
+            self.ranks.extend([None] * (len(self) - len(self.ranks)))
         self.positions.extend(more.positions)
         self.tokens.extend(more.tokens)
         self.logprobs.extend(more.logprobs)
         self.top_ids.extend(more.top_ids)
         self.top_logprobs.extend(more.top_logprobs)
-        self.ranks.extend(more.ranks)
+        self.ranks.extend(more.ranks[: len(more)])
 
     def rank(self, i: int) -> int | None:
         """Row ``i``'s rank (None where the producer did not rank its rows)."""

@@ -316,3 +316,11 @@ def test_a_round_reads_its_output_head_where_it_computes_logits_and_only_its_emb
 
     assert weights([ChunkShape(100, 1, True)]) == 2 * (layers + table + shape.hidden)  # head + 1 row
     assert weights([ChunkShape(0, 64, False)]) == 2 * (layers + 64 * shape.hidden)  # no logits, no head
+
+
+def test_a_round_of_more_tokens_than_the_vocabulary_reads_each_embedding_row_once_at_most():
+    """The lookup was charged a row per token, past the whole table where a round's tokens
+    outnumber the vocabulary (a small-vocabulary checkpoint costed by the sim)."""
+    shape = replace(SIM_MODELS["qwen3-4b"], vocab_size=100)
+    more, fewer = shape.read_params(4096, logits=False), shape.read_params(100, logits=False)
+    assert more - fewer == shape.touched_params(4096) - shape.touched_params(100)  # no more rows

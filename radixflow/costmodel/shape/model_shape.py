@@ -210,10 +210,11 @@ class ModelShape:
     def read_params(self, tokens: int, logits: bool) -> float:
         """Weights a worker call of ``tokens`` tokens reads: every layer's (of an MoE, the experts
         the tokens touch), the output head where it computes any ``logits``, and the embedding
-        table's rows the tokens look up (never the whole table)."""
+        table's rows the tokens look up (never the whole table: a row read once however many
+        of the tokens look it up)."""
         tables = self.hidden * self.vocab_size * (1 if self.tied_embeddings else 2)
         head = self.hidden * self.vocab_size if logits else 0
-        return self.touched_params(tokens) - tables + head + tokens * self.hidden
+        return self.touched_params(tokens) - tables + head + min(tokens, self.vocab_size) * self.hidden
 
     def state_bytes(self) -> int:
         """One full checkpoint: every recurrent layer's state for one sequence."""

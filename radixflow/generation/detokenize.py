@@ -14,6 +14,13 @@ from typing import Protocol
 
 _INCOMPLETE = "\ufffd"  # what the decoder yields for a partial UTF-8 character
 _CONTEXT = 4  # tokens before the window's start, so the first token's leading space is right
+# A pending run (tokens whose text is held back) longer than this is settled: its text but for its
+# last tokens is handed out, so no token decodes an ever longer run (bytes that never form a
+# character kept it pending for good). The text's unfinished character has at most 3 bytes, so
+# later tokens change nothing before the last _UNSETTLED tokens but a character straddling them
+_PENDING_MAX = 8
+_UNSETTLED = 3
+_CUTS = 4  # places tried for the cut, from _UNSETTLED tokens back
 
 
 class Decoder(Protocol):
@@ -49,19 +56,39 @@ class IncrementalDetokenizer:
             self._ids = []
         self._prefix = 0  # window start: the text of ids[_prefix:_read] was already handed out
         self._read = len(self._ids)
+        self._held = 0  # characters at the end of ids[_prefix:_read]'s text not handed out yet
 
     def push(self, token: int) -> str:
         self._ids.append(token)
         done = self._decode(self._prefix, self._read)
+        handed = len(done) - self._held  # of done's text, what was handed out
         now = self._decode(self._prefix, len(self._ids))
-        if len(now) <= len(done) or now.endswith(_INCOMPLETE):
-            if now == done and self._skipped(token):
-                # it changes no decoding (the tokenizer drops it first): kept in, it widened the
-                # window for good, and a run of them was decoded again on every token
-                self._ids.pop()
-            return ""  # nothing yet (a partial character, or a skipped special token)
-        self._prefix, self._read = self._read, len(self._ids)
-        return now[len(done) :]
+        if len(now) > handed and not now.endswith(_INCOMPLETE):
+            self._prefix, self._read, self._held = self._read, len(self._ids), 0
+            return now[handed:]
+        # nothing yet (a partial character, or a skipped special token)
+        if now == done and self._skipped(token):
+            # it changes no decoding (the tokenizer drops it first): kept in, it widened the
+            # window for good, and a run of them was decoded again on every token
+            self._ids.pop()
+        elif len(self._ids) - self._read > _PENDING_MAX:
+            return self._settle(now, handed)
+        return ""
+
+    def _settle(self, now: str, handed: int) -> str:
+        """Hands out a long pending run's text up to a cut before its last tokens: the first cut
+        whose text starts ``now``, or does but for a last U+FFFD (a character the cut splits,
+        held back until a later `push` hands it out whole)."""
+        last = len(self._ids) - _UNSETTLED
+        for cut in range(last, max(self._read, last - _CUTS), -1):
+            head = self._decode(self._prefix, cut)
+            held = 0 if now.startswith(head) else 1
+            if held and not (head.endswith(_INCOMPLETE) and now.startswith(head[:-1])):
+                continue
+            if len(head) - held >= handed:
+                self._prefix, self._read, self._held = self._read, cut, held
+                return head[handed : len(head) - held]
+        return ""  # no cut found: the run stays pending
 
     def _skipped(self, token: int) -> bool:
         """A special token that skip_special_tokens leaves out: text of its own, none when skipped."""
@@ -72,8 +99,9 @@ class IncrementalDetokenizer:
         """Text still held back at the end (a partial character shows as U+FFFD)."""
         done = self._decode(self._prefix, self._read)
         now = self._decode(self._prefix, len(self._ids))
+        handed, self._held = len(done) - self._held, 0
         self._prefix = self._read = len(self._ids)
-        return now[len(done) :]
+        return now[handed:]
 
     def _decode(self, start: int, end: int) -> str:
         return (

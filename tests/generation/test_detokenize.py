@@ -80,6 +80,66 @@ def test_skipped_special_tokens_do_not_widen_the_window_each_token_is_decoded_in
     assert "".join(kept.push(t) for t in run) == tokenizer.decode(run)  # kept: each is its text
 
 
+def test_a_run_that_never_completes_a_character_is_streamed_in_a_bounded_window(tokenizer):
+    """A run of tokens that never forms valid UTF-8 (lone continuation bytes) kept every token
+    pending, the window growing by one each: each token decoded the whole run again (time
+    quadratic in its length: 1 s for 4,000 on the engine thread) and none of its text streamed."""
+    widest = []
+
+    class Watched:
+        def decode(self, ids, skip_special_tokens=False):
+            widest.append(len(ids))
+            return tokenizer.decode(ids, skip_special_tokens)
+
+        def decode_each(self, ids, skip_special_tokens=False):
+            return tokenizer.decode_each(ids, skip_special_tokens)
+
+    smile = tokenizer.encode("🙂", add_special_tokens=False)  # four byte tokens
+    run = [*tokenizer.encode("a", add_special_tokens=False), *[smile[2]] * 500, *smile, smile[0]]
+    run += tokenizer.encode("x", add_special_tokens=False)
+    detok = IncrementalDetokenizer(Watched(), skip_special_tokens=False)
+    pieces = [detok.push(t) for t in run]
+    assert "".join(pieces) + detok.flush() == tokenizer.decode(run)
+    assert max(widest) <= 32
+    assert "".join(pieces[:400]).count("\ufffd") > 300  # streamed as it came, not held to the end
+    # a character after the run still comes whole, with its last token (and the run's last bytes)
+    assert pieces[504].endswith("🙂")
+
+
+class _Bytes:
+    """A byte-level decoder over a few pieces: lead bytes, continuation bytes, pieces that end one
+    character and start the next (every cut between them splits one), bytes that are never UTF-8."""
+
+    PIECES = (
+        b"\xe4",
+        b"\xb8",
+        b"\xad",
+        b"\xad\xe4",
+        b"\xb8\xad\xe4",
+        b"\xf0\x9f",
+        b"\x99\x82",
+        b"\xff",
+        b"x",
+        b" ",
+    )
+
+    def decode(self, ids, skip_special_tokens=False):
+        return b"".join(self.PIECES[i] for i in ids).decode("utf-8", errors="replace")
+
+    def decode_each(self, ids, skip_special_tokens=False):
+        return [self.decode([i]) for i in ids]
+
+
+@given(ids=st.lists(st.integers(0, len(_Bytes.PIECES) - 1), max_size=80), long=st.integers(0, 40))
+@settings(max_examples=200, deadline=None)
+def test_any_run_of_byte_pieces_streams_the_text_it_decodes_to(ids, long):
+    # a long run (pending for good, or characters split by every cut) somewhere in it
+    ids = ids[:5] + [0] + [4] * long + ids[5:] if long % 2 else ids[:5] + [7] * long + ids[5:]
+    detok = IncrementalDetokenizer(_Bytes(), skip_special_tokens=False)
+    pieces = [detok.push(t) for t in ids]
+    assert "".join(pieces) + detok.flush() == _Bytes().decode(ids)
+
+
 @pytest.mark.parametrize("cut", [1, 2, 3])
 def test_a_prompt_ending_inside_a_character_leaves_the_output_its_own_text(tokenizer, cut):
     # a prompt of token ids may end inside a character: the output's text is that of its own

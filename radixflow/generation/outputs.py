@@ -75,7 +75,10 @@ class PromptTokenLogprobs(Sequence[TokenLogprob | None]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
 
-    __hash__ = None  # type: ignore[assignment]  (a sequence compared by content)
+    def __hash__(self) -> int:
+        # a read-only value once handed out (the runner's columns are complete by then), so the
+        # frozen outputs holding it hash too; as the tuple it equals (builds every entry)
+        return hash(tuple(self))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with its texts, made now if no access has made them, and not with their maker

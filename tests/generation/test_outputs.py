@@ -77,3 +77,18 @@ def test_pickled_entries_carry_their_texts_not_the_tokenizer():
     back = pickle.loads(data)
     assert back == lazy and back[2] == TokenLogprob(12, "c", -2.0, ((2, -0.5), (102, -1.5)))
     assert maker.calls == 1  # the original keeps the texts it made for the pickle
+
+
+def test_an_output_with_prompt_logprobs_hashes_as_its_equals_do():
+    # GenerationOutput is a frozen value (hashable: a set of outputs, a dict key), but one with
+    # prompt logprobs raised "TypeError: unhashable type: 'PromptTokenLogprobs'"
+    from radixflow.generation.outputs import GenerationOutput
+
+    def output() -> GenerationOutput:
+        lazy = PromptTokenLogprobs(PROMPT, columns([1, 2, 3]), lambda: TEXTS)
+        return GenerationOutput("r", PROMPT, (7,), "x", "length", prompt_logprobs=lazy)
+
+    first, again = output(), output()
+    assert first == again and hash(first) == hash(again) and len({first, again}) == 1
+    lazy = first.prompt_logprobs
+    assert lazy is not None and hash(lazy) == hash(tuple(lazy))  # equal to its tuple, hashed as it

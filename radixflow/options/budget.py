@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from radixflow.options.choice import Capacity, EntryBytes
 from radixflow.options.scheduler_options import MAX_KV_BLOCKS, MAX_STATE_SLOTS
-from radixflow.options.sizes import show_size
+from radixflow.options.sizes import exact_size, show_size
 from radixflow.problems import Problem
 
 
@@ -26,7 +26,7 @@ def budget_caps(
         what += f" and one checkpoint ({show_size(slot)})" if slots_wanted else ""
         return Problem(
             "cache_memory",
-            f"{show_size(budget)} cannot hold {what} of this model: "
+            f"{_said(budget)} cannot hold {what} of this model: "
             f"give at least {show_size(block + one_slot, at_least=True)}",
         )
     kv_cap = min((budget - one_slot) // block, kv_blocks or MAX_KV_BLOCKS, MAX_KV_BLOCKS)
@@ -35,6 +35,13 @@ def budget_caps(
         given = MAX_STATE_SLOTS if state_slots is None else state_slots
         slot_cap = min((budget - block) // slot, given, MAX_STATE_SLOTS)
     return Capacity(kv_cap, slot_cap)
+
+
+def _said(budget: int) -> str:
+    """The budget as the user may have written it (``1KiB``), with its bytes where a unit would
+    round it (``1.46KiB (1500 bytes)``)."""
+    shown = exact_size(budget)
+    return f"{show_size(budget)} ({budget} bytes)" if shown.isdigit() else shown
 
 
 def working_set_problem(

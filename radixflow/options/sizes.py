@@ -34,7 +34,12 @@ def read_size(text: str) -> float | Problem:
     if m is None or (m.group(3) and not m.group(2)):  # "iB" names no unit
         return Problem("size", f"must be {EXAMPLES}, got {_shown(text)}")
     number, power, binary = m.group(1), _POWERS[m.group(2).lower()], bool(m.group(3))
-    return float(number) * (1024 if binary else 1000) ** power
+    value = float(number) * (1024 if binary else 1000) ** power
+    if power == 0 and 1 <= value < math.inf and not value.is_integer():
+        # "1.5" was taken as 1 byte and said back as "1B": a count of bytes has no fraction (with
+        # a unit, the fraction of a byte dropped is under a thousandth of the size)
+        return Problem("size", f"must be a whole number of bytes (or a size with a unit), got {_shown(text)}")
+    return value
 
 
 def parse_size(text: str) -> int | Problem:

@@ -30,6 +30,8 @@ TINY = "qwen3_5-tiny"
         ("1.5 KiB", 1536),
         ("64k", 64000),
         ("7b", 7),
+        ("1.0", 1),
+        ("1.5k", 1500),
     ],
 )
 def test_sizes_with_units(text, size):
@@ -42,6 +44,8 @@ def test_sizes_with_units(text, size):
         ("-1G", "positive"),
         ("0", "at least one byte"),
         ("0.5", "at least one byte"),
+        ("1.5", "a whole number of bytes"),  # was 1 byte, shown back as "1B"
+        ("4096.25B", "a whole number of bytes"),
         ("abc", "like 2GiB"),
         ("GiB", "like 2GiB"),
         ("5i", "like 2GiB"),
@@ -68,6 +72,10 @@ def test_the_command_line_refuses_in_one_line_naming_the_flag(capsys):
     assert _bench_error(capsys, "--cache-memory", "4\x00GiB").startswith("radixflow: error: --cache-memory: ")
     line = _bench_error(capsys, "--cache-memory", "1KiB")  # below one block and one checkpoint
     assert line.startswith("radixflow: error: --cache-memory: 1KiB cannot hold one KV block")
+    line = _bench_error(capsys, "--cache-memory", "1500")  # shown as given, not as 1.46KiB
+    assert line.startswith("radixflow: error: --cache-memory: 1.46KiB (1500 bytes) cannot hold one KV block")
+    line = _bench_error(capsys, "--cache-memory", "1.5")
+    assert line.startswith("radixflow: error: --cache-memory: must be a whole number of bytes"), line
     line = _bench_error(capsys, "--cache-memory", "19.6MiB")  # one block and a slot, not the prompt
     assert "--cache-memory: " in line and "cannot hold one request" in line
 

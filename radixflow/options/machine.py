@@ -15,6 +15,10 @@ from radixflow.user_paths import file_path_problem, folder_problem, stdout_probl
 # tree nodes and request block tables add to that, so count 256 B per id as a safe bound.
 BOOKKEEPING_BYTES_PER_ID = 256
 MEMORY_SHARE = 0.9  # pools and bookkeeping may take at most this share of available memory
+# Most threads any one pool may have, wherever it runs: Linux's largest CPU count (NR_CPUS under
+# x86-64's MAXSMP). An engine built elsewhere is not held to this machine's CPUs, and a server's
+# thread pools not to any, so past this a count is a mistake (10**12), refused by every door
+MAX_THREADS = 8192
 
 
 CGROUP = Path("/sys/fs/cgroup")  # where Linux mounts the control groups

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.engine.clocks import ROUND_CLOCKS
+from radixflow.options.machine import MAX_THREADS
 from radixflow.options.spec import option
 from radixflow.scheduler.sampling_checks import SEED_RANGE, SEED_WORDS
 
@@ -42,6 +43,7 @@ class ModelOptions:
         "calibrate: 1)",
         int,
         low=1,
+        high=MAX_THREADS,
         group="model",
         metavar="N",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixflow.options.machine import HTTP_SHARE, TOKENIZER_THREADS
+from radixflow.options.machine import HTTP_SHARE, MAX_THREADS, TOKENIZER_THREADS
 from radixflow.options.sizes import Bytes
 from radixflow.options.spec import option, sizes_in_bytes
 
@@ -21,12 +21,21 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # The longest drain: a week is past any supervisor's patience, and far inside what a thread's wait
 # takes (threading.TIMEOUT_MAX, about 9.2e9 s: 1e10 raised OverflowError at shutdown).
 MAX_DRAIN_S = 7 * 24 * 3600
+# The most accepted, unanswered requests: each holds its prompt and answer in memory (kilobytes
+# at least), so a million is gigabytes; past it a count is a mistake (10**12), refused
+MAX_PENDING = 1_000_000
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     max_pending: int = option(
-        256, "accepted, unanswered requests before new ones get 429", int, low=1, group="server", metavar="N"
+        256,
+        f"accepted, unanswered requests before new ones get 429 (at most {MAX_PENDING})",
+        int,
+        low=1,
+        high=MAX_PENDING,
+        group="server",
+        metavar="N",
     )
     default_max_tokens: int = option(
         256,
@@ -65,6 +74,7 @@ class ServerConfig:
         f"CPUs; with --replicas, {TOKENIZER_THREADS})",
         int,
         low=1,
+        high=MAX_THREADS,
         group="server",
         metavar="N",
         show_default=False,
@@ -75,6 +85,7 @@ class ServerConfig:
         "waits for long ones only)",
         int,
         low=1,
+        high=MAX_THREADS,
         group="server",
         metavar="N",
     )

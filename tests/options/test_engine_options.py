@@ -76,8 +76,28 @@ def test_validate_names_the_option_and_the_value(changes, param, words):
 def test_threads_beyond_this_machines_cpus_are_refused(monkeypatch):
     monkeypatch.setattr(machine_module, "cpu_count", lambda: 2)
     assert EngineOptions(torch_threads=2).validate() is None
-    problem = EngineOptions(torch_threads=100_000).validate()
-    assert problem == Problem("torch_threads", "must be at most 2 (this machine's CPUs), got 100000")
+    problem = EngineOptions(torch_threads=1000).validate()
+    assert problem == Problem("torch_threads", "must be at most 2 (this machine's CPUs), got 1000")
+
+
+def test_thread_counts_and_the_queue_past_any_machine_are_refused_at_every_door():
+    # an engine built elsewhere (serve --ray-address) was not held to any count (10**12 torch
+    # threads went to each replica), nor were the server's pools and queue (--max-pending 10**12)
+    from radixflow.options.spec import checked
+    from radixflow.server.config import ServerConfig
+
+    said = "must be at most 8192, got 1000000000000"
+    for local in (True, False):
+        with pytest.raises(ProblemError, match=f"^torch_threads: {said}$"):
+            EngineOptions.from_mapping({"torch_threads": 10**12}, local=local)
+    for name in ("tokenizer_threads", "long_text_threads"):
+        with pytest.raises(ProblemError, match=f"^{name}: {said}$"):
+            checked(ServerConfig, {name: 10**12})  # the flags' door (serve, run-batch)
+        with pytest.raises(ProblemError, match=f"^{name}: {said}$"):
+            ServerConfig(**{name: 10**12})  # the fleet's and the tests' door
+    with pytest.raises(ProblemError, match=r"^max_pending: must be at most 1000000, got 1000000000000$"):
+        checked(ServerConfig, {"max_pending": 10**12})
+    assert ServerConfig(max_pending=1_000_000, tokenizer_threads=8192).max_pending == 1_000_000
 
 
 def test_cache_bookkeeping_beyond_available_memory_is_refused(monkeypatch):

@@ -139,7 +139,7 @@ class StopStrings:
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = tuple(stops)
-        self._longest = max((len(s) for s in self.stops), default=0)
+        self.longest = max((len(s) for s in self.stops), default=0)  # a search reads this far back
 
     def find(self, text: str, new_from: int) -> int | None:
         """Where the first stop string that ends past ``new_from`` starts in ``text`` (None: none)."""
@@ -166,7 +166,7 @@ class StopStrings:
 
         Only tails that begin with a stop string's first character are compared (found by
         ``str.find``): comparing every tail cost time quadratic in the text for each new token."""
-        start = max(len(text) - self._longest + 1, 0)
+        start = max(len(text) - self.longest + 1, 0)
         return max((self._held_for(stop, text, start) for stop in self.stops), default=0)
 
     @staticmethod

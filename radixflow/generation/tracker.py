@@ -25,8 +25,11 @@ class RequestTracker:
         self._stops = StopStrings(getattr(params, "stop", ()))
         skip = getattr(params, "skip_special_tokens", True)
         self._detok = IncrementalDetokenizer(tokenizer, skip, context=request.prompt)
-        self.text = ""  # text of the tokens seen so far (before any stop-string cut)
+        # each generated token's text (the detokenizer's last held-back text with the last one),
+        # kept apart: one string grown by each token was a copy of the whole text per token
+        self._pieces: list[str] = []
         self._ends: list[int] = []  # end offset in ``text`` of each generated token's text
+        self._recent = ""  # the text's last characters, as many as the longest stop string has
         self._flushed = False
         self.cut: int | None = None  # where the stop string starts in ``text``
         self.stop_string: str | None = None
@@ -41,30 +44,39 @@ class RequestTracker:
     def done(self) -> bool:
         return self.request.status.done
 
+    @property
+    def text(self) -> str:
+        """The text of the tokens seen so far, before any stop-string cut (made whole: not per token)."""
+        return "".join(self._pieces)
+
+    def _length(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
     def advance(self) -> bool:
         """Read the tokens the engine added since the last call. True when a stop string has just
         appeared: the caller ends the request (`Engine.stop`); the text is cut before it."""
-        req, new_from = self.request, len(self.text)
+        req, new_from, before = self.request, self._length(), self._recent
+        added = []
         while len(self._ends) < len(req.output):
-            self._append(self._detok.push(req.output[len(self._ends)]))
+            added.append(self._append(self._detok.push(req.output[len(self._ends)])))
         if req.status.done and not self._flushed and self._ends:
             self._flushed = True
-            tail = self._detok.flush()
-            self.text += tail
-            self._ends[-1] = len(self.text)
-        if self.cut is not None:
-            return False
+            added.append(self._append(self._detok.flush(), onto_last=True))
         floor = self._stops_from()
-        if floor is None:
-            return False
+        if self.cut is not None or floor is None or self._length() == new_from:
+            return False  # a stop string ends in new text only
         searched = max(new_from, floor)
-        # not the text of a stop token or EOS that ended the request: it is left out (vLLM
-        # searches only the text it keeps)
-        kept = self.text[: self._stop_token_start()] if req.status.done else self.text
-        hit = self._stops.first(kept, searched)
+        # the stop strings are searched in the new text and the end of the text before it (no
+        # token reads the whole text)
+        base, window = new_from - len(before), before + "".join(added)
+        if req.status.done:
+            # not the text of a stop token or EOS that ended the request: it is left out (vLLM
+            # searches only the text it keeps)
+            window = window[: max(0, self._stop_token_start() - base)]
+        hit = self._stops.first(window, searched - base)
         if hit is None:
             return False
-        self.cut, self.stop_string = hit.at, hit.stop
+        self.cut, self.stop_string = base + hit.at, hit.stop
         return True
 
     def _stops_from(self) -> int | None:
@@ -76,9 +88,17 @@ class RequestTracker:
             return 0
         return self._ends[low - 1] if len(self._ends) > low else None
 
-    def _append(self, piece: str) -> None:
-        self.text += piece
-        self._ends.append(len(self.text))
+    def _append(self, piece: str, onto_last: bool = False) -> str:
+        """``piece`` as the next token's text, or (``onto_last``) after the last token's; returned."""
+        if onto_last:
+            self._pieces[-1] += piece
+            self._ends[-1] += len(piece)
+        else:
+            self._pieces.append(piece)
+            self._ends.append(self._length() + len(piece))
+        if self._stops.longest:
+            self._recent = (self._recent + piece)[-self._stops.longest :]
+        return piece
 
     # ------------------------------------------------------------------ results
     def delta(self) -> StreamDelta | None:
@@ -148,7 +168,7 @@ class RequestTracker:
             return self.cut
         if self.done:
             return self._stop_token_start()
-        return len(self.text) - self._stops.held_back(self.text)
+        return self._length() - self._stops.held_back(self._recent)
 
     def _stop_token_start(self) -> int:
         """End of a done request's text: where the text of the stop token or end-of-sequence
@@ -157,9 +177,9 @@ class RequestTracker:
         requests a token ended (`Request.stopped_by_token`): only it knows the model's EOS."""
         req, params = self.request, self.request.sampling
         if not req.stopped_by_token or getattr(params, "include_stop_str_in_output", False):
-            return len(self.text)
+            return self._length()
         if len(self._ends) != len(req.output):
-            return len(self.text)
+            return self._length()
         return self._ends[-2] if len(self._ends) > 1 else 0
 
     def _texts(self, start: int, end: int, limit: int) -> list[str]:
@@ -167,7 +187,7 @@ class RequestTracker:
         out = []
         for i in range(start, end):
             begin = self._ends[i - 1] if i else 0
-            out.append(self.text[min(begin, limit) : min(self._ends[i], limit)])
+            out.append(self._pieces[i][: max(0, min(self._ends[i], limit) - begin)])
         return out
 
     def _logprobs(self, start: int, end: int, limit: int) -> tuple[TokenLogprob, ...] | None:

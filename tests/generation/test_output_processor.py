@@ -320,3 +320,54 @@ def test_stop_reason_is_the_stop_string_or_stop_token_that_ended_it_and_none_oth
         submit(processor, tokenizer, "s", **params)
         out = done_of(run_all(engine, processor), "s").output
         assert out is not None and out.stop_reason == reason, params
+
+
+def test_each_token_searches_a_window_of_the_text_not_the_whole(tokenizer, ids, monkeypatch):
+    """Each token's text was added to one growing string (a copy of the whole text per token) and
+    the stop strings were searched in the whole of it: time quadratic in a long output's length,
+    on the engine thread (9 s at 128k tokens). Each token now reads the end of the text only."""
+    from radixflow.generation.detokenize import StopStrings
+    from radixflow.scheduler.request import RequestStatus
+
+    read: list[int] = []
+    for name in ("first", "held_back"):
+        method = getattr(StopStrings, name)
+        monkeypatch.setattr(
+            StopStrings, name, lambda self, text, *a, m=method: read.append(len(text)) or m(self, text, *a)
+        )
+    tokens = ids * 40  # some 1,700 tokens, 2,600 characters
+    req = Request(
+        "long", PROMPT, sampling=SamplingParams(max_tokens=len(tokens), stop=["lazy cat", "🙂 jumpz"])
+    )
+    tracker, shown = RequestTracker(req, tokenizer), []
+    for t in tokens:
+        req.output.append(t)
+        assert not tracker.advance()
+        delta = tracker.delta()
+        shown.append("" if delta is None else delta.text)
+    req.status = RequestStatus.FINISHED
+    tracker.advance()
+    shown.append(tracker.delta().text)
+    assert "".join(shown) == tracker.output().text == tokenizer.decode(tokens) == TEXT * 40
+    assert len(read) > len(tokens) and max(read) <= 32  # the longest stop string and a token or two
+
+
+def test_a_stop_string_in_the_text_held_back_to_the_end_is_found():
+    # the detokenizer's held-back text comes out when the request is over, onto a token read in
+    # an earlier step: it is new text, searched as any other
+    from radixflow.scheduler.request import RequestStatus
+
+    class Bytes:
+        def decode(self, ids, skip_special_tokens=False):
+            return bytes(ids).decode("utf-8", errors="replace")
+
+        def decode_each(self, ids, skip_special_tokens=False):
+            return [self.decode([i]) for i in ids]
+
+    req = Request("r", PROMPT, sampling=SamplingParams(max_tokens=8, stop=["b\ufffd"]))
+    tracker = RequestTracker(req, Bytes())
+    for t in b"ab\xf0\x9f":
+        req.output.append(t)
+        assert not tracker.advance()
+    req.status = RequestStatus.FINISHED
+    assert tracker.advance() and tracker.cut == 1 and tracker.output().text == "a"

@@ -207,6 +207,19 @@ def test_the_default_clock_is_the_cpu_one_on_any_spelling_of_the_cpu():
     assert default_clock("cuda") == default_clock("cuda:1") == "wall"
 
 
+def test_every_spelling_of_one_device_is_one_machine_in_the_profile_store():
+    # calibrate --device cpu:1 and a run on cpu time the same processor: one key, so the run finds
+    # the profile calibrate stored (the store names a device by its type, and a GPU by its model)
+    pytest.importorskip("torch")
+    from radixflow.calibration.run import measured_on
+    from radixflow.runners.profile_store import RunnerSettings, machine_identity
+
+    settings = RunnerSettings("native", None)
+    keys = [machine_identity(d, 1, settings) for d in ("cpu", "cpu:0", "cpu:1")]
+    assert keys[0] == keys[1] == keys[2] and keys[0]["device"] == "cpu"
+    assert measured_on("cpu:1") == measured_on("cpu")
+
+
 def test_the_stored_profile_says_which_runs_will_find_it(monkeypatch):
     """The store is keyed by the model, float32 and this machine with calibrate's thread count
     and device, so a run on other threads or in bfloat16 starts from the nominal prior; the

@@ -99,10 +99,9 @@ def load_model(options: EngineOptions) -> LoadedModel:
         tokenizer = TextTokenizer.load(path) if (path / "tokenizer.json").is_file() else None
     except TokenizerError as e:  # there is one, and it is broken
         raise ProblemError(Problem("model", str(e))) from None
-    setup = plan.build()
-    if tokenizer is not None:
-        _check_vocabulary(path, tokenizer, setup.runner.model.vocab_size)
-    return LoadedModel(plan.choice.label, path, setup, tokenizer)
+    if tokenizer is not None:  # from the config, before the weights are read
+        _check_vocabulary(path, tokenizer, plan.choice.vocab_size)
+    return LoadedModel(plan.choice.label, path, plan.build(), tokenizer)
 
 
 def _check_vocabulary(path: Path, tokenizer: TextTokenizer, vocab_size: int) -> None:

@@ -27,11 +27,17 @@ def _shrink_vocab(src: Path, dst: Path, vocab: int) -> None:
     save_file(small, str(dst / "model.safetensors"), {"format": "pt"})
 
 
-def test_a_tokenizer_with_ids_past_the_models_vocabulary_is_refused_at_load(zoo, tmp_path: Path) -> None:
+def test_a_tokenizer_with_ids_past_the_models_vocabulary_is_refused_at_load(
+    zoo, tmp_path: Path, monkeypatch
+) -> None:
     """Its tokens past vocab_size have no embedding: text that encodes to one failed as
     'prompt: token id 334 is outside the vocabulary', blaming a text prompt for the checkpoint's
-    mismatch. Refused when the model is loaded, in one line naming both files and the field."""
+    mismatch. Refused when the model is loaded, in one line naming both files and the field,
+    before the weights are read and the pools allocated (minutes and gigabytes for a large model)."""
+    from radixflow.options.build import EnginePlan
+
     _shrink_vocab(ensure_model("llama-tiny"), tmp_path / "ckpt", 300)
+    monkeypatch.setattr(EnginePlan, "build", lambda *a, **k: pytest.fail("the runner was built first"))
     with pytest.raises(ProblemError) as info:
         LLM(str(tmp_path / "ckpt"), torch_threads=1)
     text = str(info.value)

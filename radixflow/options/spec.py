@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from radixflow.options.sizes import EXAMPLES, MAX_MEMORY, Bytes, parse_size, read_size, show_size
 from radixflow.problems import Problem, ProblemError, number_problem, shown
+from radixflow.scheduler.sampling_checks import plain
 
 T = TypeVar("T")
 
@@ -57,6 +58,9 @@ def checked(cls: type[T], data: Mapping[str, Any]) -> T:
     """An options dataclass from a mapping of field names; values must have the field's type (an
     int field given 4.5, "4" or True is refused, not cast). `ProblemError` names the first bad key."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    # a number of numpy's (a sweep's np.arange) as the Python int or float it is, as
+    # `SamplingParams` takes one: "must be an integer, got np.int64(64)" said 64 is none
+    data = {key: plain(value) for key, value in data.items()}
     for key, value in data.items():
         if key not in known:
             raise ProblemError(Problem(key, f"unknown option (known: {', '.join(known)})"))

@@ -311,3 +311,17 @@ def test_a_name_too_long_for_a_file_system_is_one_line_at_every_door(name, capsy
     said = _three_doors(name, "a" * 300, capsys, tmp_path)
     words = "must be a path of parts up to 255 bytes, 4095 in all (a file system's limits)"
     assert {text.rpartition(", got ")[0] for text in said.values()} == {words}, said
+
+
+def test_numbers_of_numpy_are_the_numbers_they_are_at_the_mapping_door():
+    # LLM(kv_blocks=np.int64(64)) (a value from a sweep's np.arange) was refused as
+    # "kv_blocks: must be an integer, got np.int64(64)", as SamplingParams takes them
+    np = pytest.importorskip("numpy")
+    given = {"kv_blocks": np.int64(64), "seed": np.uint64(2**63), "fixed_cost_ms": np.float32(1.5)}
+    options = EngineOptions.from_mapping(given, runner="sim")
+    assert (options.kv_blocks, options.seed, options.fixed_cost_ms) == (64, 2**63, 1.5)
+    assert type(options.kv_blocks) is int and type(options.fixed_cost_ms) is float
+    with pytest.raises(ProblemError, match=r"^kv_blocks: must be an integer, got 4\.5$"):
+        EngineOptions.from_mapping({"kv_blocks": np.float64(4.5)})
+    with pytest.raises(ProblemError, match=r"^kv_blocks: must be an integer"):
+        EngineOptions.from_mapping({"kv_blocks": np.bool_(True)})  # a bool is no count, numpy's neither

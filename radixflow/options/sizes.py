@@ -68,8 +68,8 @@ def show_size(n: int, at_least: bool = False) -> str:
     for unit, power in (("TiB", 4), ("GiB", 3), ("MiB", 2), ("KiB", 1)):
         if n >= 1024**power:
             value = n / 1024**power
-            if not at_least:
-                return f"{value:.3g}{unit}"
+            if not at_least:  # 1000 to 1023 units in whole ones: .3g said 1023KiB "1.02e+03KiB"
+                return f"{value:.3g}{unit}" if value < 999.5 else f"{round(value)}{unit}"
             scale = 10 ** max(0, 3 - len(str(int(value))))  # three significant digits
             return f"{math.ceil(value * scale) / scale:g}{unit}"
     return f"{n}B"

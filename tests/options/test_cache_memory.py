@@ -202,3 +202,13 @@ def test_torch_pools_at_the_budgets_caps_beyond_memory_name_cache_memory(zoo, mo
     monkeypatch.setattr(machine, "available_memory", lambda: 1 << 20)
     with pytest.raises(ProblemError, match=r"^cache_memory: the torch runner.s cache .* lower cache_memory"):
         plan_engine(EngineOptions(model=TINY, cache_memory="64MiB")).build()
+
+
+def test_a_size_of_a_thousand_units_or_more_is_not_said_in_exponent_notation():
+    # 1023KiB was said "1.02e+03KiB" (a KV block of this size in "cannot hold one KV block (...)"),
+    # and 1PiB, the largest budget, "1.02e+03TiB"
+    assert show_size(1023 * 1024) == "1023KiB" and show_size(1000 * 1024) == "1000KiB"
+    assert show_size(1 << 50) == "1024TiB" and exact_size(1 << 50) == "1024TiB"
+    for n in [1023 * 1024 + 1000, 1000 * 1024, (1 << 50) - 1, 1023 * (1 << 30) + 7]:
+        said, least = show_size(n), show_size(n, at_least=True)
+        assert "e" not in said + least and parse_size(least) >= n, (n, said, least)

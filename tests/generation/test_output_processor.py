@@ -13,6 +13,7 @@ from engine_utils import new_engine
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.records import RoundRecord
+from radixflow.engine.runner import validate_prompt
 from radixflow.generation.detokenize import token_texts
 from radixflow.generation.output_processor import (
     Done,
@@ -27,6 +28,7 @@ from radixflow.generation.params import SamplingParams
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.models.io.tokenizer import save_tokenizer, train_tokenizer
+from radixflow.problems import Problem
 from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
 from radixflow.scheduler.output import SchedulerOutput
 from radixflow.scheduler.request import Request
@@ -47,6 +49,10 @@ class ScriptedRunner(SimRunner):
         super().__init__(SPEC, HARDWARE["h100"])
         self.scripts = scripts
         self.fail = False
+
+    def validate(self, request: Request) -> Problem | None:
+        # it scripts a logprob for every token, so it answers ``logprobs`` (the sim refuses it)
+        return validate_prompt(request, self.model)
 
     def run(self, batch: SchedulerOutput):
         if self.fail:

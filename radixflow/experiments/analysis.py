@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixflow.experiments.config import CELL_KEYS, OUTPUT_KEYS, WORKLOAD_KEYS, Cell
+from radixflow.experiments.config import CELL_KEYS, OUTPUT_KEYS, WORKLOAD_KEYS, Cell, as_run
 from radixflow.experiments.ineffective import ineffective
 
 CellResult = dict[str, Any]
@@ -194,11 +194,12 @@ def _identity(result: CellResult) -> str:
     """The cell a result is of: its settings and workload, not its grid, where it wrote a trace,
     nor a key that cannot change it (`ineffective`: a rate swept beside batch and Poisson arrivals
     runs the batch cell once per rate, each alike); its independent requests counted as they
-    run (an ``independent_share`` of 0 is the cell without one). A result cached before a key
-    existed has it at its default."""
+    run (an ``independent_share`` of 0 is the cell without one), each value as its key reads it
+    (`as_run`: 100 and 100.0 one slo_ms). A result cached before a key existed has it at its
+    default."""
     given = result["cell"]
-    settings = {**CELL_KEYS, **{k: v for k, v in given.items() if k != "workload"}}
-    workload = {**WORKLOAD_KEYS, **given.get("workload", {})}
+    settings = {k: as_run(k, v) for k, v in {**CELL_KEYS, **given}.items() if k != "workload"}
+    workload = {k: as_run(k, v) for k, v in {**WORKLOAD_KEYS, **given.get("workload", {})}.items()}
     workload = Cell("", settings, workload).run_workload()
     settings["independent_share"] = None
     idle = ineffective(settings, workload, bool(result.get("hybrid", True)), {})

@@ -18,7 +18,8 @@ from radixflow.experiments import config_checks as checks
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError
 from radixflow.fleet import DEFAULT_ROUTER, MAX_REPLICAS, ROUTERS
 from radixflow.options import option_fields
-from radixflow.options.spec import OptionSpec
+from radixflow.options.sizes import parse_size
+from radixflow.options.spec import OptionSpec, spec_of
 from radixflow.workloads.candidates import WorkloadSpec
 
 SCHEMA = 2  # bump when a cell's meaning changes: cached cell results are keyed by it
@@ -73,6 +74,14 @@ CELL_KEYS: dict[str, Any] = {**ENGINE_KEYS, **{k: default for k, (_, default) in
 WORKLOAD_KEYS = {f.name: f.default for f in fields(WorkloadSpec) if f.name not in ("vocab_size", "seed")}
 # what `capacity` replaces: the cache is capped at its share of the working set (`under_pressure`)
 UNCAPPED = {"kv_blocks": None, "state_slots": None, "cache_memory": None}
+# settings and workload keys whose values are numbers of any kind (``100`` and ``100.0`` one value),
+# and the byte size written as text (``1GiB`` and ``1024MiB`` one size): a key reads them as they run
+FLOAT_KEYS = frozenset(
+    [f.name for f in option_fields() if spec_of(f).kind is float]
+    + [k for k, (spec, _) in EXPERIMENT_KEYS.items() if spec.kind is float]
+    + [f.name for f in fields(WorkloadSpec) if isinstance(f.default, float)]
+)
+SIZE_KEYS = ("cache_memory",)
 OUTPUT_KEYS = ("trace_out",)  # settings that change what a cell writes, not its results
 TOP_KEYS = {"name", "description", "policies", "seeds", "defaults", "grid"}
 SEEDS_WHERE = "seeds are set at the top level (every grid's) or in a [[grid]] (its own), not in [defaults]"
@@ -145,8 +154,10 @@ class Cell:
         directory and the round profiles stored for its model hold, and the variants (not where it
         writes a trace)."""
         labels = [v.label for v in variants]
-        cell = {k: v for k, v in self.to_dict().items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
-        cell["workload"] = {k: v for k, v in self.workload.items() if not _late_default(k, v)}
+        settings = {k: as_run(k, v) for k, v in self.to_dict().items()}
+        cell = {k: v for k, v in settings.items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
+        workload = {k: as_run(k, v) for k, v in self.workload.items()}
+        cell["workload"] = {k: v for k, v in workload.items() if not _late_default(k, v)}
         # none for built-in profiles, zoo names and sim shapes: their cells keep their keys
         files = cell_digests.profile_digests(self.settings) | cell_digests.model_digests(self.settings)
         files |= cell_digests.stored_profile_digests(self.settings)
@@ -157,6 +168,21 @@ class Cell:
             key["pressure_revision"] = PRESSURE_REVISION
         blob = json.dumps(key, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def as_run(key: str, value: Any) -> Any:
+    """A checked setting or workload value in the one form it runs as, for a key: a number of a
+    float key as a float (``100`` is ``100.0``, ``-0.0`` is ``0.0``), a size as bytes; anything
+    else as it is. Pure."""
+    if key in FLOAT_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value) + 0.0
+        except OverflowError:  # an integer past any float: the checks refuse it, as it is here
+            return value
+    if key in SIZE_KEYS and isinstance(value, str):
+        size = parse_size(value)
+        return size if isinstance(size, int) else value
+    return value
 
 
 def _late_default(key: str, value: Any) -> bool:

@@ -182,7 +182,7 @@ def crossover(points: list[RegimePoint]) -> tuple[float | None, float | None]:
 
 def distinct(results: Iterable[CellResult]) -> list[CellResult]:
     """One result per distinct cell, the first listed: grids that vary one factor at a time share
-    their centre cell, which runs under each grid's name (its key names the grid) yet is one cell
+    their centre cell, which runs once (its key names no grid) and is listed under each, yet is one cell
     of the figures over cells, not one per grid that lists it."""
     cells: dict[str, CellResult] = {}
     for r in results:

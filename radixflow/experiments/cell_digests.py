@@ -15,6 +15,8 @@ from radixflow.costmodel.shape.sim_catalogue import SIM_MODELS
 from radixflow.experiments.config_paths import PROFILE_KEYS
 from radixflow.models.zoo_catalogue import model_names
 
+UNREADABLE = "unreadable"  # a file's digest where it cannot be read: the cell's run reports it
+
 
 def profile_digests(settings: dict[str, Any]) -> dict[str, str]:
     """What each profile file a cell names holds (a hash), for its result cache key: a profile
@@ -26,7 +28,7 @@ def profile_digests(settings: dict[str, Any]) -> dict[str, str]:
             try:
                 digests[key] = hashlib.sha256(Path(value).read_bytes()).hexdigest()[:16]
             except OSError:
-                digests[key] = "unreadable"  # the cell's run reports it
+                digests[key] = UNREADABLE
     return digests
 
 
@@ -68,7 +70,7 @@ def model_digests(settings: dict[str, Any]) -> dict[str, str]:
     try:
         return {"model": checkpoint_digest(Path(value))}
     except OSError:
-        return {"model": "unreadable"}  # the cell's run reports it
+        return {"model": UNREADABLE}
 
 
 def stored_profile_digests(settings: dict[str, Any]) -> dict[str, str]:

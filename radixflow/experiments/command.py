@@ -225,11 +225,12 @@ def _print_result(console: Console, name: str, result: ExperimentOutput) -> None
 def _kept(config: ExperimentConfig, out: Path, command: str) -> str:
     """What a run cut short leaves: its finished cells, each cached as it ended, which the same
     command reads back instead of running them again."""
-    cache, cells = CellCache(out), {c.key(config.variants): c for c in config.cells}
+    cache, cells = CellCache(out), config.cells  # each grid's, as the run counts them (`execute`)
     labels = [v.label for v in config.variants]
-    # what the re-run reads back: not a traced cell, which runs again whatever is cached
-    done = sum(not to_run(cell, key, cache, labels) for key, cell in cells.items())
-    traced = sum(cell.settings["trace_out"] is not None for cell in cells.values())
+    # what the re-run reads back: not a traced cell, which runs again whatever is cached (the
+    # same cell another grid lists without a trace is read back)
+    done = sum(not to_run(cell, cell.key(config.variants), cache, labels) for cell in cells)
+    traced = sum(cell.settings["trace_out"] is not None for cell in cells)
     kept = f"{done} of {counted(len(cells), 'cell')} finished, kept in {cache.dir}"
     again = "" if not traced else " (the cell with a trace_out runs again)"
     if traced > 1:

@@ -150,17 +150,21 @@ class Cell:
         return {**self.workload, "independent": round(share * count / (1 - share))}
 
     def key(self, variants: list[Variant]) -> str:
-        """The cell's result cache key: its settings, what its profile files, its checkpoint
-        directory and the round profiles stored for its model hold, and the variants (not where it
-        writes a trace)."""
+        """The cell's result cache key: what determines its results. Its settings and workload as
+        they run (`as_run`), what its profile files, its checkpoint directory and the round profiles
+        stored for its model hold, and the variants; not its grid's name, where its files lie, nor
+        where it writes a trace: a cell two grids share is one cell, and a checkout moved or a grid
+        renamed keeps its cells' keys."""
         labels = [v.label for v in variants]
-        settings = {k: as_run(k, v) for k, v in self.to_dict().items()}
-        cell = {k: v for k, v in settings.items() if k not in OUTPUT_KEYS and not _late_default(k, v)}
-        workload = {k: as_run(k, v) for k, v in self.workload.items()}
-        cell["workload"] = {k: v for k, v in workload.items() if not _late_default(k, v)}
         # none for built-in profiles, zoo names and sim shapes: their cells keep their keys
         files = cell_digests.profile_digests(self.settings) | cell_digests.model_digests(self.settings)
         files |= cell_digests.stored_profile_digests(self.settings)
+        settings = {k: as_run(k, v) for k, v in self.settings.items() if k not in OUTPUT_KEYS}
+        cell: dict[str, Any] = {k: v for k, v in settings.items() if not _late_default(k, v)}
+        for name in files.keys() & cell.keys():  # a file read: by what it holds (unread: by its path)
+            cell[name] = cell[name] if files[name] == cell_digests.UNREADABLE else "file"
+        workload = {k: as_run(k, v) for k, v in self.workload.items()}
+        cell["workload"] = {k: v for k, v in workload.items() if not _late_default(k, v)}
         key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
         if self.settings.get("replicas", 1) > 1:
             key["fleet_revision"] = FLEET_REVISION

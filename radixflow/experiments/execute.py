@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from radixflow.experiments.cells import run_cell
-from radixflow.experiments.config import OUTPUT_KEYS, Cell, ExperimentConfig, Variant
+from radixflow.experiments.config import Cell, ExperimentConfig, Variant
 from radixflow.files import write_whole
 from radixflow.jsonl import json_value
 from radixflow.package import source_digest
@@ -217,7 +217,8 @@ def execute(
     keys, labels = [c.key(config.variants) for c in config.cells], [v.label for v in config.variants]
     cells = zip(keys, config.cells, strict=True)
     pending = [Pending(k, c) for k, c in cells if to_run(c, k, cache, labels)]
-    pending = list({p.key: p for p in pending}.values())  # a cell listed twice runs once
+    # a cell listed twice (grids sharing it) runs once; but once per trace it writes, as only a run writes one
+    pending = list({(p.key, p.cell.settings["trace_out"]): p for p in pending}.values())
     if on_start is not None:
         on_start(len(config.cells), len(pending))
     if pending:
@@ -242,12 +243,16 @@ def execute(
         result = cache.get(key, labels)
         if result is None:
             raise RuntimeError(f"cell {key} finished but its result cannot be read back from {cache.dir}")
-        results.append({**result, "cell": _as_written(result, cell), "key": key})
+        results.append({**_as_written(result, cell), "key": key})
     return results
 
 
-def _as_written(result: CellResult, cell: Cell) -> dict[str, Any]:
-    """The cell of a result with what this run wrote (``trace_out``, left out of its key), not
-    what the run that cached it wrote: a cell cached by a traced run names no trace when run
-    without one."""
-    return {**result.get("cell", cell.to_dict()), **{k: cell.settings[k] for k in OUTPUT_KEYS}}
+def _as_written(result: CellResult, cell: Cell) -> CellResult:
+    """The result as this config names its cell: its grid, its files where they lie now and its
+    ``trace_out`` (none of them in its key), not as the run that cached it named them; the model
+    too where the runner named it by the path it was given (a checkpoint directory)."""
+    cached = result.get("cell")
+    model = result.get("model")
+    if isinstance(cached, dict) and model == cached.get("model"):
+        model = cell.settings["model"]
+    return {**result, "cell": cell.to_dict(), "model": model}

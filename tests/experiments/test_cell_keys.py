@@ -70,3 +70,108 @@ def test_the_reports_distinct_cells_read_values_as_the_key_does(tmp_path: Path):
         config = parse_config({**data, "grid": [{"name": name}]}, str(tmp_path / "t.toml"), tmp_path)
         cells += [{"cell": c.to_dict(), "hybrid": True} for c in config.cells]
     assert len(distinct(cells)) == 1
+
+
+def _grids(tmp_path: Path, *grids: dict[str, Any], defaults: dict[str, Any] | None = None):
+    data = _config(tmp_path, defaults or {})
+    return parse_config({**data, "grid": list(grids)}, str(tmp_path / "t.toml"), tmp_path)
+
+
+def test_renaming_a_grid_keeps_its_cells_keys(tmp_path: Path):
+    # the grid's name labels the report; it changes none of a cell's figures
+    before = _grids(tmp_path, {"name": "main"})
+    after = _grids(tmp_path, {"name": "renamed"})
+    assert before.cells[0].key(before.variants) == after.cells[0].key(after.variants)
+
+
+def _profile_beside(folder: Path, per_request_s: float | None = None) -> None:
+    from dataclasses import replace
+
+    from radixflow.costmodel.hardware.profile_files import save_profile
+    from radixflow.costmodel.hardware.profiles import HARDWARE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    profile = (
+        HARDWARE["h200"] if per_request_s is None else replace(HARDWARE["h200"], per_request_s=per_request_s)
+    )
+    save_profile(profile, folder / "fitted.json")
+
+
+def _checkpoint_beside(folder: Path, preset: str = "qwen3_5-tiny") -> None:
+    import json
+
+    from radixflow.models.zoo_catalogue import preset_config
+
+    (folder / "ck").mkdir(parents=True, exist_ok=True)
+    (folder / "ck" / "config.json").write_text(json.dumps(preset_config(preset)))
+
+
+def _files_key(folder: Path) -> str:
+    data = _config(folder, {"hardware": "fitted.json", "model": "ck"})
+    config = parse_config(data, str(folder / "t.toml"), folder)
+    return config.cells[0].key(config.variants)
+
+
+def test_a_moved_checkout_keeps_the_keys_of_cells_naming_its_files(tmp_path: Path):
+    # a profile file and a checkpoint directory beside the config were keyed by their absolute
+    # paths too: the same checkout in another folder recomputed every cell
+    keys = []
+    for where in ("here", "there"):
+        _profile_beside(tmp_path / where)
+        _checkpoint_beside(tmp_path / where)
+        keys.append(_files_key(tmp_path / where))
+    assert keys[0] == keys[1]
+
+
+def test_what_the_files_hold_still_changes_the_key(tmp_path: Path):
+    for where in ("same", "profile", "model"):
+        _profile_beside(tmp_path / where, 1e-3 if where == "profile" else None)
+        _checkpoint_beside(tmp_path / where, "lfm2-tiny" if where == "model" else "qwen3_5-tiny")
+    keys = [_files_key(tmp_path / where) for where in ("same", "profile", "model")]
+    assert len(set(keys)) == 3
+
+
+def test_a_cell_two_grids_share_runs_once_and_is_reported_under_each(tmp_path: Path):
+    # the grids varying one factor at a time share their centre cell: it ran once per grid
+    from radixflow.experiments.execute import ExecutionOptions, execute
+
+    config = _grids(tmp_path, {"name": "a"}, {"name": "b", "max_requests": [32, 8]})
+    started: list[tuple[int, int]] = []
+    results = execute(config, tmp_path / "out", ExecutionOptions(), lambda *n: started.append(n))
+    assert started == [(3, 2)]
+    assert [r["cell"]["group"] for r in results] == ["a", "b", "b"]
+    assert results[0]["key"] == results[1]["key"]
+
+
+def test_a_cached_cell_is_reported_as_this_config_names_it(tmp_path: Path):
+    # its cached result names the grid and the checkpoint path of the run that computed it
+    import shutil
+
+    from radixflow.experiments.execute import ExecutionOptions, execute
+
+    _profile_beside(tmp_path / "here")
+    _checkpoint_beside(tmp_path / "here")
+    shutil.copytree(tmp_path / "here", tmp_path / "there")
+    started: list[tuple[int, int]] = []
+    results = []
+    for where, grid in (("here", "main"), ("there", "renamed")):
+        data = _config(tmp_path, {"hardware": "fitted.json", "model": "ck"})
+        data = {**data, "grid": [{"name": grid}]}
+        config = parse_config(data, str(tmp_path / where / "t.toml"), tmp_path / where)
+        results += execute(config, tmp_path / "out", ExecutionOptions(), lambda *n: started.append(n))
+    assert started == [(1, 1), (1, 0)]
+    there = str((tmp_path / "there" / "ck").resolve())
+    assert results[1]["cell"]["group"] == "renamed"
+    assert results[1]["cell"]["model"] == results[1]["model"] == there
+    assert results[1]["cell"]["hardware"] == str((tmp_path / "there" / "fitted.json").resolve())
+
+
+def test_a_cell_two_grids_share_writes_each_grids_trace(tmp_path: Path):
+    # one key, but each grid's trace_out is written only by a run of it
+    from radixflow.experiments.execute import ExecutionOptions, execute
+
+    grids = [{"name": "a", "trace_out": "a.json"}, {"name": "b", "trace_out": "b.json"}]
+    config = _grids(tmp_path, *grids)
+    assert config.cells[0].key(config.variants) == config.cells[1].key(config.variants)
+    execute(config, tmp_path / "out", ExecutionOptions())
+    assert (tmp_path / "a.json").is_file() and (tmp_path / "b.json").is_file()

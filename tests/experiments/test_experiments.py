@@ -1122,17 +1122,16 @@ def test_a_cell_that_fails_as_it_runs_leaves_the_cells_after_it_run_and_cached(
 
 
 def test_cells_with_no_file_inputs_keep_the_keys_their_cached_results_have(tiny: Path):
-    # the keys this config's cells had before a checkpoint's files were put into a cell's key:
-    # shipped results caches stay valid only while they do not change (but for the "fixed cost"
-    # cells, whose fixed_cost_ms written as integers is keyed as the float it runs as since 7 Dec)
+    # the keys this config's cells have since 7 Dec (their grid's name left out, each value as it
+    # runs): shipped results caches stay valid only while they do not change
     config = load_config(tiny)
     assert [c.key(config.variants) for c in config.cells] == [
-        "007aef85adb64b77",
-        "69c7f4c92c9799a8",
-        "b43d5ae9b4e54408",
-        "c88a53bab127f050",
-        "4571fb671ceb308f",
-        "484c527009c689cb",
+        "e3c4f270352416c4",
+        "077c3ad2feb2934f",
+        "48e309e6e8e8381c",
+        "771f94da7db002e6",
+        "ce883c24f45ca9b8",
+        "954087bccc621a35",
     ]
 
 
@@ -1347,7 +1346,7 @@ def test_a_torch_cell_runs_again_when_its_model_is_calibrated_anew(tmp_path: Pat
 
     key = StoreKey(model_identity(built, "float32"), {"cpu": "this one"})
     config = load_config(path)
-    assert config.cells[0].key(config.variants) == "fce79f020cac7c94"  # none stored: the key it had
+    assert config.cells[0].key(config.variants) == "05b0e3c04685d054"  # none stored: no round profiles in it
     run()
     save_stored(HARDWARE["cpu"], key)
     run()

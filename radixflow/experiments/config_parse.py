@@ -24,6 +24,7 @@ from radixflow.experiments.config import (
     Cell,
     ExperimentConfig,
     Variant,
+    as_run,
 )
 from radixflow.experiments.config_checks import MAX_CELLS, ExperimentConfigError, fail
 from radixflow.experiments.config_grids import parse_grids
@@ -62,9 +63,11 @@ def _variants(data: dict[str, Any], origin: str) -> list[Variant]:
 
 def _once(given: Cell, checked: Cell, seen: dict[str, Cell], origin: str, loc: Callable[[str], str]) -> None:
     """Refuse a cell that is an earlier one of its grid once resolved (``p.json`` and ``./p.json``,
-    devices that ``--device`` replaces): one key, so it ran once yet was reported twice (and a fresh
-    run said one was cached). ``seen`` gains it."""
-    resolved = json.dumps(checked.to_dict(), sort_keys=True, default=str)
+    devices that ``--device`` replaces, a size in two spellings: `as_run`): one key, so it ran once
+    yet was reported twice (and a fresh run said one was cached). ``seen`` gains it."""
+    settings = {k: as_run(k, v) for k, v in checked.settings.items()}
+    workload = {k: as_run(k, v) for k, v in checked.workload.items()}
+    resolved = json.dumps([settings, workload], sort_keys=True, default=str)
     earlier = seen.setdefault(resolved, given)
     if earlier is given:
         return

@@ -175,3 +175,13 @@ def test_a_cell_two_grids_share_writes_each_grids_trace(tmp_path: Path):
     assert config.cells[0].key(config.variants) == config.cells[1].key(config.variants)
     execute(config, tmp_path / "out", ExecutionOptions())
     assert (tmp_path / "a.json").is_file() and (tmp_path / "b.json").is_file()
+
+
+def test_one_size_listed_twice_in_its_spellings_is_refused(tmp_path: Path):
+    # one cell (one key) that would run once and be reported twice, as `p.json` and `./p.json` are
+    from radixflow.experiments.config import ExperimentConfigError
+
+    with pytest.raises(
+        ExperimentConfigError, match=r"grid\[0\]\.cache_memory: '1GiB' and '1024MiB' give one cell"
+    ):
+        _grids(tmp_path, {"name": "a", "cache_memory": ["1GiB", "1024MiB"]})

@@ -28,6 +28,7 @@ from radixflow.cli.calibrate import ENGINE_OPTIONS as CALIBRATE_ENGINE
 from radixflow.cli.command import UsageError
 from radixflow.costmodel.hardware.profiles import HardwareProfile
 from radixflow.costmodel.shape.chunk import ChunkShape
+from radixflow.experiments.analysis import distinct
 from radixflow.experiments.config import CELL_KEYS, WORKLOAD_KEYS, ExperimentConfigError
 from radixflow.experiments.config_parse import parse_config
 from radixflow.options import EngineOptions, option_fields, plan_engine
@@ -544,6 +545,8 @@ def _exact_repeat(values: list[Any]) -> bool:
 )
 @example(where="grid[0].block_size", items=[512], repeat="none")  # a clash with the cell's budget
 @example(where="grid[0].workload.candidate_len", items=[261120], repeat="none")  # past the context
+@example(where="grid[0].token_budget", items=[512], repeat="none")  # grid b's cell: one key
+@example(where="grid[0].workload.rate", items=[1.0, 2.5], repeat="none")  # batch arrivals: one key
 def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
     where, items, repeat, tmp_path_factory
 ):
@@ -566,10 +569,11 @@ def test_experiment_lists_refuse_empty_and_repeated_entries_in_one_line(
     assert items and not _exact_repeat(items), (where, items)
     config = parse_config(data, "t.toml", tmp)
     labels = [v.label for v in config.variants]
-    # each grid's cells distinct (two grids may share a cell: one key, `Cell.key`)
-    for grid in {c.group for c in config.cells}:
-        keys = [c.key(config.variants) for c in config.cells if c.group == grid]
-        assert len(set(keys)) == len(keys), (where, items)
+    # cells of one key are one cell to the report (grids sharing it, a rate beside batch arrivals)
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for c in config.cells:
+        by_key.setdefault(c.key(config.variants), []).append({"cell": c.to_dict(), "hybrid": True})
+    assert all(len(distinct(same)) == 1 for same in by_key.values()), (where, items)
     assert len(set(labels)) == len(labels), (where, items)
 
 

@@ -193,7 +193,7 @@ def distinct(results: Iterable[CellResult]) -> list[CellResult]:
 def _identity(result: CellResult) -> str:
     """The cell a result is of: its settings and workload, not its grid, where it wrote a trace,
     nor a key that cannot change it (`ineffective`: a rate swept beside batch and Poisson arrivals
-    runs the batch cell once per rate, each alike); its independent requests counted as they
+    lists the batch cell once per rate, each alike); its independent requests counted as they
     run (an ``independent_share`` of 0 is the cell without one), each value as its key reads it
     (`as_run`: 100 and 100.0 one slo_ms). A result cached before a key existed has it at its
     default."""

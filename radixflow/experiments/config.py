@@ -151,19 +151,23 @@ class Cell:
 
     def key(self, variants: list[Variant]) -> str:
         """The cell's result cache key: what determines its results. Its settings and workload as
-        they run (`as_run`), what its profile files, its checkpoint directory and the round profiles
-        stored for its model hold, and the variants; not its grid's name, where its files lie, nor
-        where it writes a trace: a cell two grids share is one cell, and a checkout moved or a grid
-        renamed keeps its cells' keys."""
+        they run (`as_run`, `run_workload`: an ``independent_share`` as the count it gives; no rate
+        its arrivals never read), what its profile files, its checkpoint directory and the round
+        profiles stored for its model hold, and the variants; not its grid's name, where its files
+        lie, nor where it writes a trace: a cell two grids share is one cell, and a checkout moved
+        or a grid renamed keeps its cells' keys."""
         labels = [v.label for v in variants]
         # none for built-in profiles, zoo names and sim shapes: their cells keep their keys
         files = cell_digests.profile_digests(self.settings) | cell_digests.model_digests(self.settings)
         files |= cell_digests.stored_profile_digests(self.settings)
-        settings = {k: as_run(k, v) for k, v in self.settings.items() if k not in OUTPUT_KEYS}
+        # the share is applied to the workload (`run_workload`): a cell keyed by the count it gives
+        given = {k: v for k, v in self.settings.items() if k not in OUTPUT_KEYS}
+        settings = {k: as_run(k, v) for k, v in {**given, "independent_share": None}.items()}
         cell: dict[str, Any] = {k: v for k, v in settings.items() if not _late_default(k, v)}
         for name in files.keys() & cell.keys():  # a file read: by what it holds (unread: by its path)
             cell[name] = cell[name] if files[name] == cell_digests.UNREADABLE else "file"
-        workload = {k: as_run(k, v) for k, v in self.workload.items()}
+        run = self.run_workload()
+        workload = {k: as_run(k, v) for k, v in run.items() if k not in _unread(run)}
         cell["workload"] = {k: v for k, v in workload.items() if not _late_default(k, v)}
         key = {"schema": SCHEMA, "cell": cell, "variants": labels, **({"files": files} if files else {})}
         if self.settings.get("replicas", 1) > 1:
@@ -187,6 +191,13 @@ def as_run(key: str, value: Any) -> Any:
         size = parse_size(value)
         return size if isinstance(size, int) else value
     return value
+
+
+def _unread(workload: dict[str, Any]) -> set[str]:
+    """The workload keys its arrivals never read (`build_workload`): a rate with all arriving at
+    t=0, a burst size without bursts. Pure."""
+    arrival = workload["arrival"]
+    return {k for k, unread in (("rate", arrival == "batch"), ("burst_size", arrival != "bursty")) if unread}
 
 
 def _late_default(key: str, value: Any) -> bool:

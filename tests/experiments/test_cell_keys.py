@@ -185,3 +185,25 @@ def test_one_size_listed_twice_in_its_spellings_is_refused(tmp_path: Path):
         ExperimentConfigError, match=r"grid\[0\]\.cache_memory: '1GiB' and '1024MiB' give one cell"
     ):
         _grids(tmp_path, {"name": "a", "cache_memory": ["1GiB", "1024MiB"]})
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (({"independent_share": 0.0}, {}), ({}, {})),
+        (({"independent_share": 0.5}, {}), ({}, {"independent": 6})),  # 2 x 3 grouped: 6 independent
+        (({}, {"rate": 10.0}), ({}, {"rate": 20.0})),  # batch arrivals: no rate read
+        (({}, {"arrival": "poisson", "burst_size": 4}), ({}, {"arrival": "poisson", "burst_size": 8})),
+    ],
+)
+def test_cells_that_run_alike_share_a_key(tmp_path: Path, one, other):
+    # the report counted them once (`distinct`), yet each ran: the same requests on the same engine
+    assert _key(tmp_path, *one) == _key(tmp_path, *other)
+
+
+def test_a_rate_read_by_its_arrivals_is_keyed(tmp_path: Path):
+    for arrival in ("poisson", "bursty"):
+        keys = {_key(tmp_path, {}, {"arrival": arrival, "rate": rate}) for rate in (10.0, 20.0)}
+        assert len(keys) == 2
+    bursts = {_key(tmp_path, {}, {"arrival": "bursty", "burst_size": n}) for n in (4, 8)}
+    assert len(bursts) == 2

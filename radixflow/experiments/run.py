@@ -83,7 +83,8 @@ def run_experiment(
     meta = {
         "name": config.name,
         "description": config.description,
-        "cells_wall_s": sum(r.get("wall_s", 0.0) for r in results),
+        # each cell run once, however many grids list it (`execute`: one key, one run)
+        "cells_wall_s": sum(r.get("wall_s", 0.0) for r in {r["key"]: r for r in results}.values()),
         "command": command,
         "code": code,  # what computed the cells run now (`source_digest`); each cell names its own
     }

@@ -207,3 +207,16 @@ def test_a_rate_read_by_its_arrivals_is_keyed(tmp_path: Path):
         assert len(keys) == 2
     bursts = {_key(tmp_path, {}, {"arrival": "bursty", "burst_size": n}) for n in (4, 8)}
     assert len(bursts) == 2
+
+
+def test_a_shared_cells_compute_time_counts_once(tmp_path: Path):
+    # it runs once now: summed per listing, the report's "cell compute time" counted it per grid
+    import json
+
+    from radixflow.experiments.execute import ExecutionOptions
+    from radixflow.experiments.run import run_experiment
+
+    config = _grids(tmp_path, {"name": "a"}, {"name": "b"})
+    out = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test", config=config)
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert document["cells_wall_s"] == out.results[0]["wall_s"]

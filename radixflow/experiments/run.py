@@ -28,7 +28,7 @@ WRITTEN = (RESULTS, REPORT)  # written into the output directory once every cell
 class ExperimentOutput:
     out: Path
     results: list[dict[str, Any]]
-    ran: int  # cells computed in this run (the rest came from the cache)
+    ran: int  # cells (each grid's listing) computed in this run (the rest came from the cache)
     wall_s: float
     plots: list[str]
     code: str  # what computed the cells run now (`source_digest`); each cell names its own
@@ -64,7 +64,8 @@ def run_experiment(
     config = config or load_config(path)
     out = out or default_out(config)
     out.mkdir(parents=True, exist_ok=True)
-    counts, code = {"ran": 0}, source_digest()
+    ran: set[str] = set()  # the keys computed now (a cell two grids list: one)
+    code = source_digest()
     with progress_bar(progress_console or Console(stderr=True)) as progress:
         task = progress.add_task(config.name, total=None)
 
@@ -72,7 +73,7 @@ def run_experiment(
             progress.update(task, total=pending, description=f"{config.name}: {total - pending} cached")
 
         def on_cell(p: Pending, result: dict[str, Any]) -> None:
-            counts["ran"] += 1
+            ran.add(p.key)
             progress.update(task, advance=1, description=f"{config.name}: {p.cell.group} {result['model']}")
 
         try:
@@ -99,7 +100,7 @@ def run_experiment(
     write_output(out / RESULTS, lambda path: write_whole(path, text))
     write_output(out / REPORT, lambda path: write_whole(path, render_report(meta, results, plots) + "\n"))
     wall_s = time.perf_counter() - t0
-    return ExperimentOutput(out, results, counts["ran"], wall_s, plots, code)
+    return ExperimentOutput(out, results, sum(r["key"] in ran for r in results), wall_s, plots, code)
 
 
 def _remove_earlier(out: Path) -> str:

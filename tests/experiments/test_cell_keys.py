@@ -220,3 +220,15 @@ def test_a_shared_cells_compute_time_counts_once(tmp_path: Path):
     out = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test", config=config)
     document = json.loads((tmp_path / "out" / "results.json").read_text())
     assert document["cells_wall_s"] == out.results[0]["wall_s"]
+
+
+def test_a_shared_cell_run_now_is_not_counted_as_cached(tmp_path: Path):
+    # "2 cells (1 run, 1 from cache)" on a fresh --out: the second grid's listing ran with the first
+    from radixflow.experiments.execute import ExecutionOptions
+    from radixflow.experiments.run import run_experiment
+
+    config = _grids(tmp_path, {"name": "a"}, {"name": "b"})
+    out = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test", config=config)
+    assert out.ran == 2
+    again = run_experiment(tmp_path / "t.toml", tmp_path / "out", ExecutionOptions(), "test", config=config)
+    assert again.ran == 0

@@ -22,9 +22,6 @@ from radixflow.options.machine import path_length_problem
 from radixflow.problems import Problem, ProblemError
 from radixflow.user_paths import expand_home
 
-# the torch runner's context when config.json names none; the catalogue's readers assume a GPU-scale one
-TORCH_DEFAULT_CONTEXT = DEFAULT_CONTEXT
-
 
 def zoo_names() -> list[str]:
     """The torch zoo's names (pure: the zoo's table, no family module imported)."""
@@ -71,7 +68,7 @@ def sim_shape(name: str) -> ModelShape:
         raise ProblemError(Problem("model", f"{name}: config.json {problem}"))
     try:
         shape = shape_from_config(name, config, source)
-        context = int(language_config(config).get("max_position_embeddings") or TORCH_DEFAULT_CONTEXT)
+        context = int(language_config(config).get("max_position_embeddings") or DEFAULT_CONTEXT)
     except UnknownModelTypeError as e:
         raise ProblemError(Problem("model", f"{name}: {e}")) from None
     except KeyError as e:

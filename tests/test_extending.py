@@ -7,16 +7,22 @@ import json
 import re
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from engine_utils import new_engine
 
 from radixflow.cache.eviction import EVICTION_POLICIES, LRU, EntrySizes, make_eviction_policy
 from radixflow.cli.app import main
 from radixflow.problems import ProblemError
+from radixflow.runners.sim import HARDWARE, SIM_MODELS, SimRunner
+from radixflow.scheduler import Request, SchedulerConfig
 from radixflow.scheduler.admission import ADMISSIONS, make_admission
 from radixflow.scheduler.placement import PLACEMENTS, make_placement
 from radixflow.scheduler.policy import FCFS, SCHEDULING_POLICIES, Native, default_placement, make_policy
+from radixflow.scheduler.sampling import SamplingParams
+from radixflow.scheduler.scan import ScanAction
 
 
 class NoOnBlocked(FCFS):  # FCFS is a base: it has no `name` nor `on_blocked` of its own
@@ -210,3 +216,60 @@ def test_the_docs_experiment_variants_name_the_plugins_entries(plugin, tmp_path)
     assert variants == [("native", None, None), (*fifo, None), (*fifo, "fifo")]
     for quoted in ('policies = ["native", "fifo@every-block"]', '"fifo@every-block+fifo"'):
         assert quoted in EXTENDING.read_text()
+
+
+class BlockedNone(Native):
+    """A plugin mistake: `on_blocked` falls off its end (None) instead of returning SKIP."""
+
+    name = "blocked-none"
+
+    def on_blocked(self, request, match, draft):
+        pass
+
+
+class ReadyFalse(Native):
+    """A plugin mistake: `on_ready` answers a bool instead of None / SKIP / STOP."""
+
+    name = "ready-false"
+
+    def on_ready(self, request, match, reuse, draft):
+        return False
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"), [(BlockedNone, "on_blocked returned None"), (ReadyFalse, "on_ready returned False")]
+)
+def test_a_policy_answering_outside_its_protocol_is_told_in_one_line_not_read_as_another_action(
+    monkeypatch, capsys, entry, said
+):
+    # it was read silently: on_blocked's None as SKIP, on_ready's False as STOP
+    monkeypatch.setitem(SCHEDULING_POLICIES, entry.name, entry)
+    assert main(["bench", "--runner", "sim", "--policy", entry.name, "--groups", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("radixflow: error: ")
+    assert f"'{entry.name}'" in err and said in err
+
+
+class AlwaysFollow(Native):
+    name = "always-follow"
+
+    def on_blocked(self, request, match, draft):
+        return ScanAction.FOLLOW
+
+
+def test_a_policy_following_on_a_runner_that_cannot_is_told_in_one_line(monkeypatch):
+    # a runner whose recurrent layers cannot restore a state saved in the same round
+    runner = SimRunner(SIM_MODELS["qwen3_5-2b"], HARDWARE["h100"])
+    runner.model = replace(runner.model, same_round_state=False)
+    monkeypatch.setitem(SCHEDULING_POLICIES, AlwaysFollow.name, AlwaysFollow)
+    cfg = SchedulerConfig(token_budget=512, max_requests=8, block_size=8, num_blocks=512, num_state_slots=16)
+    engine = new_engine(runner, cfg, policy=AlwaysFollow.name)
+    stem = tuple(range(1, 193))
+    for i in range(2):  # the second waits on the first's checkpoint at the stem's end
+        engine.submit(Request(f"r{i}", stem + (500 + i,), sampling=SamplingParams(max_tokens=1)))
+    with pytest.raises(ProblemError) as caught:
+        while engine.has_work():
+            engine.step()
+    assert caught.value.problem.param == "policy"
+    said = "'always-follow' (AlwaysFollow) on_blocked returned FOLLOW on a runner that cannot"
+    assert said in str(caught.value)

@@ -13,6 +13,7 @@ from enum import Enum
 
 from radixflow.cache.radix import RadixCache
 from radixflow.cache.types import Match
+from radixflow.problems import Problem, ProblemError
 from radixflow.scheduler.bubble import ScanStop, bubble_tokens
 from radixflow.scheduler.checkpoints import CheckpointPlanner
 from radixflow.scheduler.chunk_writer import ChunkWriter
@@ -33,6 +34,21 @@ class _Admit(Enum):
     NO_MEMORY = "no_memory"
     SKIPPED = "skipped"  # the policy left it waiting and goes on
     DECLINED = "declined"  # the policy ended the round before it
+
+
+_ANSWERS = {
+    "on_blocked": tuple(ScanAction),  # tuples: an unhashable answer is told, not a TypeError
+    "on_ready": (None, ScanAction.SKIP, ScanAction.STOP),
+}
+
+
+def _answer(policy: SchedulingPolicy, method: str, answer: object) -> ScanAction | None:
+    """``answer`` when the protocol lets ``method`` give it: a policy added from outside
+    (docs/extending.md) that answers anything else is told so, not read as another action."""
+    if answer in _ANSWERS[method]:
+        return answer  # type: ignore[return-value]
+    said = f"{policy.name!r} ({type(policy).__qualname__}) {method} returned {answer!r}"
+    raise ProblemError(Problem("policy", f"{said}, not one of the ScanActions it may return"))
 
 
 @dataclass
@@ -90,7 +106,7 @@ class RoundBuilder:
                 return ScanStop(req, None, scan)
             status, match = self._admit(req, budget, out)
             if status is _Admit.BLOCKED:
-                action = self.policy.on_blocked(req, match, out)
+                action = _answer(self.policy, "on_blocked", self.policy.on_blocked(req, match, out))
                 if action is ScanAction.RECOMPUTE:
                     status = self._recompute(req, match, budget, out)
                 elif action is ScanAction.FOLLOW:
@@ -135,7 +151,9 @@ class RoundBuilder:
         """Start a blocked consumer from its PENDING checkpoint: the producer's chunk in this
         round saves the state before the runner's later wave restores it (mutates as `_start`)."""
         if not self.config.same_round_state:
-            raise ValueError(f"policy {self.policy.name!r} follows a producer on a runner that cannot")
+            said = f"{self.policy.name!r} ({type(self.policy).__qualname__}) on_blocked returned FOLLOW"
+            cannot = "on a runner that cannot restore state saved in the round"
+            raise ProblemError(Problem("policy", f"{said} {cannot}"))
         point = self.reuse.pending_point(match)
         status = self._start(req, point, budget, out)
         if status is _Admit.SCHEDULED:
@@ -147,7 +165,7 @@ class RoundBuilder:
         point = self.reuse.point(req, match)
         if point is None:
             return _Admit.BLOCKED, match
-        verdict = self.policy.on_ready(req, match, point.tokens, out)
+        verdict = _answer(self.policy, "on_ready", self.policy.on_ready(req, match, point.tokens, out))
         if verdict is not None:
             return (_Admit.SKIPPED if verdict is ScanAction.SKIP else _Admit.DECLINED), match
         status = self._start(req, point, budget, out)

@@ -65,7 +65,10 @@ class Scheduler:
 
     # ----------------------------------------------------------------- queue
     def add(self, request: Request) -> None:
-        """Queue an arrived request and record its prompt as a known sequence."""
+        """Queue an arrived request and record its prompt as a known sequence (ValueError for an
+        id already waiting, changing nothing)."""
+        if request in self.waiting:
+            raise ValueError(f"request {request.id!r} is already waiting")
         request.registration = self.cache.register(request.namespace, request.prompt)
         self.waiting.append(request)
         self.policy.on_arrival(request)

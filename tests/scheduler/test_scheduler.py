@@ -502,3 +502,16 @@ def test_following_on_a_runner_without_same_round_state_is_refused(monkeypatch):
         engine.submit(r)
     with pytest.raises(ValueError, match="cannot"):
         engine.step()
+
+
+def test_a_duplicate_waiting_id_is_refused_before_its_prompt_is_registered():
+    # the queue refused it after the cache had registered its prompt: a stray known sequence,
+    # a branch point that no request would ever reach (the engine refuses duplicates first)
+    scheduler = new_engine(HYBRID, CFG).scheduler
+    stem = tuple(range(1, 65))
+    first = Request("r", stem + (7,) * 16)
+    scheduler.add(first)
+    with pytest.raises(ValueError, match="already waiting"):
+        scheduler.add(Request("r", stem + (9,) * 16))
+    assert scheduler.cache.branch_points(first.registration, 0, len(first.prompt)) == []
+    scheduler.cache.check_integrity()

@@ -74,7 +74,6 @@ class EngineReplica:
         self.metrics = ServerMetrics()
         self.loop = EngineLoop(self.engine, self.metrics, max_pending)
         self.drain_s = drain_s
-        self.routed = 0
         self.name = replica_name()
         # the queue and READY-checkpoint digest last read on the engine thread, and the read under
         # way (one at a time: polls through a long round queue no more)
@@ -90,7 +89,6 @@ class EngineReplica:
 
     async def generate(self, job: Job) -> AsyncIterator[WireEvent]:
         """The job's events, the last a `Final`; cancelled (the client left): the job is aborted."""
-        self.routed += 1
         req = Request(job.id, job.prompt, job.namespace, sampling=job.params)
         problem = self.engine.problem(req)
         if problem is not None:

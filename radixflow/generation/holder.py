@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from typing import Self
+from typing import NoReturn, Self, SupportsIndex
 
 from radixflow.engine.engine import Engine
 from radixflow.engine.trace_file import NOT_WRITTEN
@@ -18,6 +18,10 @@ from radixflow.package import missing_torch_extra
 
 ROUND_HISTORY = 256  # rounds the engine keeps (`Engine.rounds`): a long-lived LLM's stay bounded
 CLOSED = "this LLM is closed: its engine was let go (make a new LLM)"
+NOT_COPIED = (
+    "an LLM cannot be copied or pickled: it holds a loaded model and its engine; "
+    "make one LLM per thread or process (radixflow.LLM(model, ...) where it runs)"
+)
 
 
 class ModelHolder:
@@ -66,6 +70,12 @@ class ModelHolder:
             self._engine = self._model = self._limited = None
         finally:
             self._busy.release()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # copy.copy made a second name for the same engine and lock (a copy per thread refused
+        # the others' calls; closing it left the original open), and deepcopy and pickle failed
+        # deep in the runner on the native kernels' ctypes handles
+        raise TypeError(NOT_COPIED)
 
     def __enter__(self) -> Self:
         return self

@@ -31,6 +31,7 @@ class LLM(ModelHolder):
     """A model in an engine of its own. Requests of one `generate` call share its rounds, and the
     prefix cache persists across calls (a follow-up turn reuses the previous one). One call runs at
     a time: another meanwhile (from a second thread, or a progress hook) raises RuntimeError.
+    An LLM is built, not copied: copying or pickling it raises TypeError (one per thread or process).
 
     ``model`` is a zoo name or a checkpoint directory (a string or a path); ``options`` are
     `EngineOptions` fields (``policy``, ``device``, ``kv_blocks``, ``state_slots``, ``token_budget``,

@@ -25,6 +25,7 @@ from radixflow.generation.score_many import ContextsHeard, check_score_many, con
 from radixflow.generation.scoring import SCORING, CandidateScore, ScoringJob, candidate_scores, scoring_job
 from radixflow.options import EngineOptions
 from radixflow.options.flag_warnings import clock_warnings, dtype_warnings, ineffective, ineffective_for_model
+from radixflow.problems import Problem, ProblemError
 
 
 class LLM(ModelHolder):
@@ -48,6 +49,9 @@ class LLM(ModelHolder):
         # a path (a checkpoint directory, a trace file) as a pathlib.Path is the options' string:
         # they also come from TOML and flags, where a path is text
         options = {name: _plain_path(value) for name, value in options.items()}
+        if isinstance(model, EngineOptions):  # else "must be a string, got EngineOptions(model=..., r..."
+            said = "must be a string, got an EngineOptions: LLM.from_options(options)"
+            raise ProblemError(Problem("model", said))
         self._open(EngineOptions.from_mapping(options, model=_plain_path(model)))
         # None is an optional option's default, not a value given (as a flag left out)
         given = [name for name, value in options.items() if value is not None]
@@ -65,6 +69,9 @@ class LLM(ModelHolder):
     def from_options(cls, options: EngineOptions) -> LLM:
         """An LLM built from options made elsewhere (e.g. from command-line flags; that door warns
         of the ones that cannot change the engine)."""
+        if not isinstance(options, EngineOptions):  # else an AttributeError from deep inside
+            said = f"must be an EngineOptions, got {type(options).__name__}: LLM(model, **options)"
+            raise ProblemError(Problem("options", said))
         llm = cls.__new__(cls)
         llm._open(options)  # noqa: SLF001 (its own class; __init__ would warn again)
         return llm

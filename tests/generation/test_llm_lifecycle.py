@@ -8,6 +8,8 @@ import pickle
 import pytest
 
 from radixflow.generation import LLM, SamplingParams
+from radixflow.options import EngineOptions
+from radixflow.problems import ProblemError
 
 MODEL = "qwen3_5-tiny"
 GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)
@@ -29,3 +31,22 @@ def test_an_llm_refuses_to_be_copied_or_pickled_in_one_line(llm, copier):
         copier(llm)
     assert llm.generate([5, 6, 7], GREEDY)[0].finish_reason == "length"  # untouched
     llm.engine.check_integrity()
+
+
+def test_options_given_at_the_other_door_are_one_line_naming_the_door_that_takes_them(llm):
+    """`LLM(EngineOptions(...))` said "model: must be a string, got EngineOptions(model=..., r...",
+    and `LLM.from_options` given a mapping raised a bare AttributeError from deep inside."""
+    options = EngineOptions(model=MODEL, kv_blocks=64, state_slots=16)
+    with pytest.raises(ProblemError, match=r"^model: .*got an EngineOptions: LLM\.from_options\(options\)"):
+        LLM(options)
+    with pytest.raises(
+        ProblemError, match=r"^options: must be an EngineOptions, got dict: LLM\(model, \*\*options\)"
+    ):
+        LLM.from_options({"model": MODEL, "kv_blocks": 64})  # type: ignore[arg-type]
+    # either door builds the same engine
+    built = LLM.from_options(options)
+    assert built.options == llm.options
+    prompts = [[5, 6, 7, 8], "Water boils at"]
+    assert [o.token_ids for o in built.generate(prompts, GREEDY)] == [
+        o.token_ids for o in llm.generate(prompts, GREEDY)
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import partial
 
 from radixflow.engine.engine import Engine
+from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.generation.detokenize import Decoder, IncrementalDetokenizer, StopStrings, token_texts
 from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, StreamDelta, TokenLogprob
 from radixflow.scheduler.request import Request
@@ -213,7 +214,12 @@ class RequestTracker:
 
 
 def observe(engine: Engine, tracker: RequestTracker) -> None:
-    """After an engine step: read the tracker's new tokens; a stop string ends the request now."""
+    """After an engine step: read the tracker's new tokens; a stop string ends the request now.
+    A Ctrl-C meanwhile is raised once it has ended: part way, the request was marked finished
+    with its path lock, blocks and state slot still held, which no cleanup would give back."""
     if tracker.advance():
-        engine.stop(tracker.id)
+        with HeldInterrupt() as held:
+            engine.stop(tracker.id)
+        if held.came:
+            raise KeyboardInterrupt
         tracker.advance()  # done now: the detokenizer hands over what it held back

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import pickle
+import signal
 
 import pytest
 
 from radixflow.generation import LLM, SamplingParams
 from radixflow.options import EngineOptions
 from radixflow.problems import ProblemError
+from radixflow.scheduler.request import Request
+from radixflow.scheduler.samples import FinishReason
 
 MODEL = "qwen3_5-tiny"
 GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)
@@ -18,6 +21,16 @@ GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)
 @pytest.fixture(scope="module")
 def llm(zoo) -> LLM:
     return LLM(MODEL, kv_blocks=64, state_slots=16)
+
+
+def assert_idle(llm: LLM) -> None:
+    """Between calls: the engine whole, nothing in it, and nothing of the cache held for a
+    request (no path lock, private KV block or working state slot; `check_integrity` cannot
+    tell one held for a request the engine has let go of)."""
+    llm.engine.check_integrity()
+    assert llm.engine.requests == [] and not llm.engine.has_work()
+    cache = llm.engine.cache
+    assert (cache.locked_nodes, set(cache.private_blocks), set(cache.working_slots)) == (0, set(), set())
 
 
 @pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, pickle.dumps])
@@ -30,7 +43,7 @@ def test_an_llm_refuses_to_be_copied_or_pickled_in_one_line(llm, copier):
     with pytest.raises(TypeError, match=refused):
         copier(llm)
     assert llm.generate([5, 6, 7], GREEDY)[0].finish_reason == "length"  # untouched
-    llm.engine.check_integrity()
+    assert_idle(llm)
 
 
 def test_options_given_at_the_other_door_are_one_line_naming_the_door_that_takes_them(llm):
@@ -50,3 +63,31 @@ def test_options_given_at_the_other_door_are_one_line_naming_the_door_that_takes
     assert [o.token_ids for o in built.generate(prompts, GREEDY)] == [
         o.token_ids for o in llm.generate(prompts, GREEDY)
     ]
+
+
+def test_a_ctrl_c_as_a_stop_string_ends_a_request_leaves_nothing_behind(llm, monkeypatch):
+    """A Ctrl-C while the engine ended a request at its stop string (`Engine.stop`, between
+    rounds), once it was marked finished and before its blocks, slots and path lock were given
+    back, left them held for good (the call's cleanup saw a finished request and let it be):
+    each such Ctrl-C took a state slot and KV blocks out of the cache and pinned a path in it."""
+    prompt = "Water boils at 100 degrees Celsius at sea level."
+    params = SamplingParams(max_tokens=12, stop=["1"], ignore_eos=True)
+    (want,) = llm.generate(prompt, params)
+    assert want.finish_reason == "stop" and len(want.token_ids) < 12  # the stop string comes early
+    writer, stopped = llm.engine.scheduler.writer, []
+    release = writer.release
+
+    def pressed(req: Request, running: bool) -> None:
+        if not stopped:  # the lone request ends by its stop string: the first to give back
+            stopped.append(req.finish_reason)
+            signal.raise_signal(signal.SIGINT)
+        release(req, running)
+
+    monkeypatch.setattr(writer, "release", pressed)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(prompt, params)
+    monkeypatch.undo()
+    assert stopped == [FinishReason.STOP]
+    assert_idle(llm)
+    assert llm.generate(prompt, params)[0].token_ids == want.token_ids
+    assert_idle(llm)

@@ -81,7 +81,12 @@ def test_logprobs_k_reports_the_top_k_alternatives(llm, k):
     assert out.logprobs is not None and [len(e.top) for e in out.logprobs] == [k] * 3
     (wide,) = llm.generate(PROMPTS[2], replace(GREEDY, max_tokens=3, logprobs=20))
     assert wide.logprobs is not None
-    assert [e.top for e in out.logprobs] == [e.top[:k] for e in wide.logprobs]
+    # the same alternatives; their logprobs to float32 rounding (the second call's rows run in
+    # other rounds, over what the first one cached: the README's "same tokens, logprobs to
+    # float32 rounding"; bit-equal under one worker's order, 1e-7 off under another's)
+    for narrow, full in zip(out.logprobs, wide.logprobs, strict=True):
+        assert [t for t, _ in narrow.top] == [t for t, _ in full.top[:k]]
+        assert [lp for _, lp in narrow.top] == pytest.approx([lp for _, lp in full.top[:k]], abs=1e-5)
 
 
 def test_stop_string_cuts_the_text_and_ends_the_request(llm, batch):

@@ -21,9 +21,10 @@ from radixflow.cli.args import (
     warn,
     warn_ineffective_for_model,
     warn_ineffective_options,
+    warn_trace_unwritten,
     write_trace,
 )
-from radixflow.cli.command import ROUND_LEFT, Command, UsageError
+from radixflow.cli.command import ROUND_LEFT, Command, UsageError, with_notes
 from radixflow.cli.extras import require_torch_extra
 from radixflow.cli.kept_rows import (
     ROW_LIMITS,
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     require_serve_extra("radixflow run-batch", BATCH_EXTRA)
     from radixflow.generation.setup import load_model
     from radixflow.server.app import create_app
-    from radixflow.server.batch import BatchInputError, read_batch
+    from radixflow.server.batch import BatchInputError, EngineFailed, read_batch
     from radixflow.server.serve import server_state
 
     try:
@@ -141,6 +142,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         try:
             app = create_app(state)
             tally = _write_answers(app, lines, config.max_pending, output, kept, record, args.restart)
+        except EngineFailed as e:  # a failure, said as score's: its notes say where the answers are
+            print(f"radixflow: error: {with_notes(str(e), e)}", file=sys.stderr)
+            warn_trace_unwritten(model.setup)  # the engine loop wrote it as it ended: after that line
+            return 1
         except BaseException as e:
             # stuck past its grace, or a second Ctrl-C while the app's shutdown waited for it:
             # `main` ends the process after its line, not waiting on the engine thread

@@ -178,6 +178,12 @@ async def _answer(client: httpx.AsyncClient, line: BatchLine, arrivals: _Arrival
         await arrivals.past(seen)
 
 
+class EngineFailed(Exception):
+    """The engine failed as the batch ran (its state unknown): each line left would be answered
+    503 at once, so the run stops there, as one cut short by a failure does (its answers so far
+    kept, for the same command to go on from)."""
+
+
 async def run_batch(
     app: FastAPI,
     lines: list[BatchLine],
@@ -186,8 +192,10 @@ async def run_batch(
     progress: Callable[[int, int], None] | None = None,
 ) -> BatchTally:
     """Post every line to ``app`` (its lifespan run around them: the engine loop starts and
-    drains) from ``concurrency`` workers, writing each answer to ``out`` as it arrives."""
+    drains) from ``concurrency`` workers, writing each answer to ``out`` as it arrives;
+    `EngineFailed` once the engine has failed, its answers written."""
     tally, arrivals = BatchTally(), _Arrivals()
+    loop = app.state.radixflow.loop
     pending = iter(lines)  # shared by the workers: each line is taken by one of them, once
     asyncio.get_running_loop().set_exception_handler(_interrupts_unlogged)
     async with app.router.lifespan_context(app):
@@ -206,6 +214,8 @@ async def run_batch(
                     await arrivals.add()
                     if progress is not None:
                         progress(sum(tally.by_status.values()), len(lines))
+                    if loop.failure is not None:  # no line left can be answered but with a 503
+                        raise EngineFailed(loop.failure)
 
             await _together([worker() for _ in range(min(concurrency, len(lines)))])
     return tally

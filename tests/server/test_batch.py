@@ -506,6 +506,51 @@ def test_a_run_cut_short_goes_on_from_its_partial_file_posting_only_the_missing_
     assert not partial.exists()
 
 
+def test_an_engine_that_fails_ends_the_run_and_the_next_goes_on_from_its_answers(
+    zoo, tmp_path, capsys, monkeypatch
+):
+    """An engine that failed mid-run (a bug, a device error: its state unknown) had every line
+    left answered 503 within moments, and the run counted as complete: OUT replaced by a file
+    of those answers (exit 1), so the same command started over and computed every answer
+    again. Now the run stops there, as a run cut short by a failure does: OUT is left as it
+    was, one line says the failure and where the answers are, and the same command goes on
+    from them, posting the failed line again."""
+    from radixflow.server import batch, dispatch
+
+    given, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    given.write_text("".join(completion(f"c{i}", f"Request {i}") + "\n" for i in range(6)))
+    out.write_text("old\n")
+    argv = ["run-batch", MODEL, "-i", str(given), "-o", str(out), "--max-pending", "1", *FLAGS]
+    output_line, written, step = batch.output_line, [], dispatch.Dispatch.step
+
+    def counted(line, status, body):
+        written.append(line.custom_id)
+        return output_line(line, status, body)
+
+    def failing(self):
+        if len(written) == 2:  # one line at a time: the third line's first round
+            raise RuntimeError("device lost")
+        step(self)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(batch, "output_line", counted)
+        patched.setattr(dispatch.Dispatch, "step", failing)
+        assert main(argv) == 1
+    partial = tmp_path / "out.jsonl.partial"
+    said = "radixflow: error: the engine failed: RuntimeError: device lost; the 3 rows written so far"
+    assert capsys.readouterr().err.splitlines()[-1] == f"{said} are in {partial}{AGAIN}"
+    assert out.read_text() == "old\n"
+    rows = [json.loads(line) for line in partial.read_text().splitlines()]
+    statuses = [(r["custom_id"], r["response"]["status_code"]) for r in rows]
+    assert statuses == [("c0", 200), ("c1", 200), ("c2", 500)]
+    submitted = _count_engine_requests(monkeypatch)
+    assert main(argv) == 0
+    said = f"going on from {partial}: 2 rows kept, 1 answer of a server error (5xx) dropped, 4 lines to run"
+    assert said in capsys.readouterr().err
+    assert len(submitted) == 4 and not partial.exists()
+    assert sorted(a[:2] for a in _answers(out.read_text())) == [(f"c{i}", 200) for i in range(6)]
+
+
 def _cut_short_after_one_answer(monkeypatch, argv: list[str]) -> None:
     """Run ``argv`` (run-batch -o, one line at a time) cut short by a Ctrl-C once its first
     answer is written: its partial file holds that answer, and the record of what it was

@@ -8,6 +8,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 from rich.console import Console
@@ -120,7 +121,31 @@ class _Console(Console):
 
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
-    console = console or _Console()
+    """The command ``argv`` names (None: this process's command line, ``sys.argv``) run; its
+    exit code."""
+    try:
+        return _command(argv, console or _Console())
+    finally:
+        if argv is None:  # the process's own command: what is left is the interpreter's exit
+            _signals_end_it()
+
+
+def _signals_end_it() -> None:
+    """A Ctrl-C or a SIGTERM from now on ends the process at once, by the signal (130, 143 in a
+    shell), what is written flushed first: the interpreter's exit takes a second or two with
+    torch loaded, and Python's handler made a second Ctrl-C then a traceback under the command's
+    one line ("Exception ignored in ... KeyboardInterrupt"). A signal ignored stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # what cannot be written, the exit says
+            stream.flush()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def _command(argv: list[str] | None, console: Console) -> int:
     commands = {cmd.name: cmd for cmd in COMMANDS}
     term = SigtermAsCtrlC()  # a SIGTERM stops a command as a Ctrl-C does, unless it handles its own
     args = None

@@ -768,6 +768,38 @@ def test_bench_stopped_after_its_first_policy_writes_that_policys_results_marked
     assert trace and {row["policy"] for row in trace} == {"native"}
 
 
+# the command line's own process, given a signal once its command has ended, as the interpreter
+# ends (a second or two with torch loaded, after an interrupted run's one line)
+SIGNAL_AS_IT_ENDS = """
+import os, signal, sys
+from radixflow.cli import main
+sys.argv = ["radixflow", *sys.argv[1:]]
+code = main()
+os.kill(os.getpid(), signal.SIGINT)  # the user's second Ctrl-C: the prompt has not come back
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("argv", [["generate"], ["cost", "qwen3_5-2b", "--prefill", "128"]])
+def test_a_ctrl_c_as_the_process_ends_ends_it_without_a_traceback(argv):
+    """A run cut short said its one line and then took a second or two to end (the interpreter
+    tearing torch down); a second Ctrl-C then was a traceback under that line ('Exception ignored
+    in: <module 'threading'> ... KeyboardInterrupt'). Now, once the command has ended, a Ctrl-C
+    or a SIGTERM ends the process at once, by the signal, as it ends any other tool."""
+    # a SIGINT ignored where pytest runs (a background job of a shell) would be ignored by the child too
+    default_int = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AS_IT_ENDS, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=checkout_env(),
+        preexec_fn=default_int,
+    )
+    assert done.returncode == -signal.SIGINT, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+
+
 def test_bench_that_crashes_in_its_second_policy_keeps_the_first_policys_results(tmp_path, monkeypatch):
     """A crash (not a Ctrl-C) in a policy's run lost the trials already finished: --json and
     --round-trace were never written. Now they hold them, the JSON marked cut short with the error

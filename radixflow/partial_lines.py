@@ -178,7 +178,12 @@ class PartialLines:
         self._kept(error)
 
     def _write_record(self) -> None:
-        """Record what the rows are computed under."""
+        """Record what the rows are computed under. Going on from kept rows, a record that says
+        so already is left as it is: opened for writing, it is emptied first, and a full disk or
+        a kill right then left the kept rows beside an empty record, which no run goes on from.
+        (Written in place: it is the file `PartialLock` holds locked.)"""
+        if self._keep is not None and recorded(self.partial) == self._record:
+            return
         with open(record_path(self.partial), "w", encoding="utf-8") as out:
             out.write(self._record)
 

@@ -105,6 +105,36 @@ def test_partial_lines_record_what_their_rows_are_computed_under_while_they_are_
     assert path.read_text() == "row\n" and not partial.exists() and not meta.exists()
 
 
+def test_going_on_under_the_same_record_leaves_the_record_as_it_was(tmp_path, monkeypatch):
+    """Going on from a partial file wrote its record anew, the file emptied as it was opened: a
+    full disk then (the disk that cut the run short still full) or a kill left the kept rows
+    beside an empty record, which every later run refused ('not recorded'), so they went with
+    --restart. A record that says what the run computes under already is now left as it is."""
+    import errno
+
+    from radixflow import partial_lines
+
+    path, partial = tmp_path / "out.jsonl", tmp_path / "out.jsonl.partial"
+    with pytest.raises(KeyboardInterrupt), PartialLines(path, record="settings A") as out:
+        out.write("row\n")
+        out.flush()
+        raise KeyboardInterrupt
+
+    def full_disk(file, mode="r", *args, **kwargs):
+        if "w" in mode:  # emptied as it is opened, then nothing fits
+            open(file, mode, *args, **kwargs).close()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(partial_lines, "open", full_disk, raising=False)
+    with (
+        pytest.raises((OSError, KeyboardInterrupt)),
+        PartialLines(path, kept_lines(partial), record="settings A"),
+    ):
+        raise KeyboardInterrupt
+    assert recorded(partial) == "settings A" and partial.read_text() == "row\n"
+
+
 def test_partial_lines_given_kept_lines_that_drop_some_write_the_rest_anew(tmp_path):
     # a batch answer of a server error is dropped on going on, and its line posted again
     path, partial = tmp_path / "out.jsonl", tmp_path / "out.jsonl.partial"

@@ -35,6 +35,7 @@ from radixflow.cli.bench_setup import check_generated, check_generated_context, 
 from radixflow.cli.command import Command, StdoutUnwritable, UsageError
 from radixflow.cli.extras import require_torch_extra
 from radixflow.engine.engine import Engine
+from radixflow.engine.interrupts import HeldInterrupt
 from radixflow.engine.records import RoundRecord
 from radixflow.engine.run_setup import run_config
 from radixflow.options import EngineOptions, EnginePlan, EngineSetup, plan_engine, runner_name
@@ -161,7 +162,10 @@ def _cut_short(
     its trace is; an error (not a Ctrl-C) is written into the JSON in one line (mutates ``report``)."""
     if not isinstance(stopped, KeyboardInterrupt):
         report.error = f"{type(stopped).__name__}: {stopped}"
-    _keep_outputs(args, report, stopped)
+    # the run is stopping already: a second Ctrl-C (a double tap, or a SIGTERM taken as one) as
+    # they go out, each a synced write, would lose the trials finished, the old files left
+    with HeldInterrupt():
+        _keep_outputs(args, report, stopped)
     note_trace_kept(setup, stopped)
 
 

@@ -825,6 +825,42 @@ def test_bench_that_crashes_in_its_second_policy_keeps_the_first_policys_results
     assert {json.loads(line)["policy"] for line in rounds.read_text().splitlines()} == {"native"}
 
 
+def test_a_second_ctrl_c_as_a_bench_cut_short_writes_its_results_does_not_lose_them(
+    tmp_path, monkeypatch, capsys
+):
+    """A Ctrl-C pressed twice (the second as the run cut short by the first wrote --json and
+    --round-trace, a synced write each) stopped those writes: the policy runs finished were
+    lost, the old files left, and the line did not say so. The run is stopping already: a
+    second Ctrl-C (or SIGTERM) while its results go out changes nothing now."""
+    from radixflow.bench import harness
+    from radixflow.cli import bench_outputs
+
+    out, rounds = tmp_path / "out.json", tmp_path / "rounds.jsonl"
+    summarize, write_whole = harness.summarize, bench_outputs.write_whole
+
+    def stopped(policy, *args):
+        if policy == "radixflow":
+            raise KeyboardInterrupt  # the first Ctrl-C
+        return summarize(policy, *args)
+
+    def tapped_again(path, text):
+        signal.raise_signal(signal.SIGINT)  # the second, as each output goes out
+        write_whole(path, text)
+
+    monkeypatch.setattr(harness, "summarize", stopped)
+    monkeypatch.setattr(bench_outputs, "write_whole", tapped_again)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, as a shell starts it
+    try:
+        code = main([*SMALL_BENCH, "--runner", "sim", "--json", str(out), "--round-trace", str(rounds)])
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert code == 130
+    assert f"1 of 3 policy runs finished, written to {out} and {rounds}" in capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and [r["policy"] for r in data["results"]] == ["native"]
+    assert {json.loads(line)["policy"] for line in rounds.read_text().splitlines()} == {"native"}
+
+
 def test_score_rows_are_written_in_input_order_as_each_context_finishes():
     """A batch's rows were written once the whole batch returned; now each as its context
     finishes, one finished before an earlier line's held back until that one is written."""

@@ -164,18 +164,36 @@ class PartialLines:
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._file is not None
+        finished = None  # the finished file, once it goes in the target's place
         try:
             self._file.close()  # flushes what was gathered
             if error is None:
                 if self.target.exists():
                     os.chmod(self.partial, stat.S_IMODE(self.target.stat().st_mode))
+                finished = os.stat(self.partial)
                 synced_into_place(self.partial, self.target)
                 record_path(self.partial).unlink(missing_ok=True)
                 return
         except BaseException as e:
-            self._kept(e)
+            if not self._placed(finished, e):
+                self._kept(e)
             raise
         self._kept(error)
+
+    def _placed(self, finished: os.stat_result | None, error: BaseException) -> bool:
+        """Whether ``finished`` is in the target's place already (an interrupt came as the
+        rename was synced, or as the record went), said on ``error``: the run had ended, and
+        the partial file it would name is no longer there."""
+        try:
+            placed = finished is not None and os.path.samestat(os.stat(self.target), finished)
+        except OSError:
+            return False
+        if placed:
+            record_path(self.partial).unlink(missing_ok=True)
+            rows = self._file.lines if self._file is not None else 0
+            said = "its 1 row is" if rows == 1 else f"all {rows} rows are"
+            error.add_note(f"the run had ended: {said} in {self.target}")
+        return placed
 
     def _write_record(self) -> None:
         """Record what the rows are computed under. Going on from kept rows, a record that says

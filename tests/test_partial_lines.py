@@ -50,6 +50,26 @@ def test_partial_lines_cut_short_leave_the_old_file_and_say_where_the_rows_are(t
     assert caught.value.__notes__ == [f"the 3 rows written so far are in {partial}"]
 
 
+def test_a_ctrl_c_once_the_rows_are_in_place_says_they_all_are(tmp_path, monkeypatch):
+    """A Ctrl-C that came once the finished file was renamed over OUT (as the rename was synced)
+    said the rows were in OUT.partial, a file no longer there, so the run looked cut short and
+    the same command ran every line again; now the note says OUT holds every row."""
+    from radixflow import files
+
+    path, fsync_path = tmp_path / "out.jsonl", files.fsync_path
+
+    def interrupted_at_the_rename(where):
+        if where.is_dir():
+            raise KeyboardInterrupt
+        fsync_path(where)
+
+    monkeypatch.setattr(files, "fsync_path", interrupted_at_the_rename)
+    with pytest.raises(KeyboardInterrupt) as caught, PartialLines(path) as out:
+        out.write("a\nb\n")
+    assert path.read_text() == "a\nb\n" and not (tmp_path / "out.jsonl.partial").exists()
+    assert caught.value.__notes__ == [f"the run had ended: all 2 rows are in {path}"]
+
+
 def test_partial_lines_cut_short_before_any_row_leave_no_partial_file(tmp_path):
     path = tmp_path / "out.jsonl"
     with pytest.raises(KeyboardInterrupt) as caught, PartialLines(path):

@@ -219,6 +219,11 @@ SPECIFIC = [
         "at least 1",
     ),
     ("nemotron_h-tiny", {"n_routed_experts": None}, "n_routed_experts", "needed for the 'moe' layers"),
+    # a hybrid reads its heads only where it has attention layers, but there they are needed
+    *(
+        (f"{family}-tiny", {"num_attention_heads": None}, "num_attention_heads", "'full_attention' layers")
+        for family in ("lfm2", "qwen3_5", "qwen3_next", "nemotron_h")
+    ),
     # built one module per expert: a garbled count was built for days
     ("nemotron_h-tiny", {"n_routed_experts": 10**9}, "n_routed_experts", "<= 65536, got 1000000000"),
     ("nemotron_h-tiny", {"topk_group": 3}, "topk_group", "at most n_group (2)"),

@@ -11,7 +11,7 @@ schema, are in `schemas.py`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from radixflow.models.config_rules import (
@@ -75,9 +75,13 @@ ATTENTION = Schema(
     ),
 )
 # A hybrid's heads relate only where its pattern has an attention layer: transformers reads them
-# nowhere else, and runs a model without one whatever they are
+# nowhere else, and runs a model without one whatever they are. Nor are they needed there: its
+# config class fills in a head count that nothing reads (each layer reads its own kind's fields)
 ATTENTION_LAYERS = HasLayer("full_attention")
-HYBRID_ATTENTION = Schema(ATTENTION.fields, each_when(ATTENTION_LAYERS, ATTENTION.rules))
+HYBRID_ATTENTION = Schema(
+    tuple(replace(f, required=False) for f in ATTENTION.fields),
+    (RequiredWhen(("num_attention_heads",), ATTENTION_LAYERS), *each_when(ATTENTION_LAYERS, ATTENTION.rules)),
+)
 
 
 @dataclass(frozen=True)

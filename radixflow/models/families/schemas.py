@@ -197,7 +197,7 @@ _MAMBA = HasLayer("linear_attention")  # Nemotron-H's Mamba2 layers, as `nemotro
 # Older spellings are aliases. The layer count comes from the pattern (transformers ignores
 # num_hidden_layers); where both are given they must agree.
 NEMOTRON_H = BASE.merged(
-    Schema(ATTENTION.fields),  # its heads' relations once the pattern is read (below)
+    Schema(HYBRID_ATTENTION.fields),  # its heads' relations once the pattern is read (below)
     Schema(
         (
             ConfigField("num_hidden_layers", LAYERS),

@@ -108,6 +108,23 @@ def test_a_relation_applies_only_where_its_layer_kind_is(tmp_path, case) -> None
     matches_transformers(preset, change, tmp_path)
 
 
+# A model with no attention layer reads no attention heads: transformers takes its config class's
+# num_attention_heads (32, or 16) and never uses it; each was refused as missing
+NO_HEADS = {
+    "lfm2": ("lfm2-tiny", CONV_ONLY),
+    "qwen3_5": ("qwen3_5-tiny", LINEAR_ONLY),
+    "qwen3_next": ("qwen3_next-tiny", LINEAR_ONLY),
+    "nemotron_h": ("nemotron_h-tiny", NEMOTRON_NO_ATTENTION),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_HEADS))
+def test_a_model_without_attention_layers_needs_no_attention_heads(tmp_path, case) -> None:
+    preset, change = NO_HEADS[case]
+    no_heads = {"num_attention_heads": None, "num_key_value_heads": None}
+    matches_transformers(preset, {**change, **no_heads}, tmp_path)
+
+
 def test_the_defaults_named_here_are_transformers_config_defaults() -> None:
     """What each constant stands for where config.json leaves a key out: the config class's value."""
     from radixflow.models.families import layer_patterns as lp

@@ -149,7 +149,10 @@ def _check_local(local: Path) -> None:
 
 def file_problem(path: Path) -> str | None:
     """What is wrong with ``path`` as a model when it is a file, e.g. a checkpoint's config.json or
-    model.safetensors given for its directory (None: not a file). Cheap: nothing is read."""
+    model.safetensors given for its directory, or a symlink that leads nowhere (a checkpoint moved
+    away, a loop): None when it is neither. Cheap: nothing is read."""
+    if path.is_symlink() and not path.exists():  # exists() follows it: False for a loop too
+        return f"model path {path} is a symlink to {os.readlink(path)}, which cannot be reached"
     if not path.is_file():
         return None
     beside = path.parent

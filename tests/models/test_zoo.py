@@ -434,6 +434,22 @@ def test_a_file_of_a_checkpoint_given_for_the_checkpoint_names_its_directory(tmp
     assert "did you mean" not in str(err.value)
 
 
+@pytest.mark.parametrize("link", ["dangling", "loop"])
+def test_a_model_path_that_is_a_broken_symlink_says_so(tmp_path, link):
+    """A symlink to a checkpoint that moved was "unknown model" followed by the zoo's names."""
+    from radixflow.options.engine_options import EngineOptions
+    from radixflow.options.runners import name_problem
+
+    path = tmp_path / "model dir é"
+    path.symlink_to(tmp_path / "gone" if link == "dangling" else path)
+    refused = rf"^model path {re.escape(str(path))} is a symlink to .*, which cannot be reached"
+    with pytest.raises(UnknownModelError, match=refused) as err:
+        zoo.ensure_model(str(path))
+    assert "zoo names" not in str(err.value)
+    problem = name_problem(EngineOptions(model=str(path)), weights=True)
+    assert problem is not None and re.match(refused, problem.message), problem
+
+
 def test_an_out_of_date_build_in_a_cache_it_cannot_write_says_why_it_must_write(tmp_path, monkeypatch):
     zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
     monkeypatch.setattr(zoo, "SEED", 1)  # the build there is out of date

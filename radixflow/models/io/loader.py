@@ -17,7 +17,7 @@ from radixflow.models.device import check_device
 from radixflow.models.io.convert import Plan
 from radixflow.models.io.tensors import Checkpoint, TensorError, listing, non_finite
 from radixflow.models.layers import CausalLM, Config
-from radixflow.models.registry import check_model_type, model_class
+from radixflow.models.registry import UnknownModelError, check_model_type, model_class
 from radixflow.problems import Problem
 
 MULTIMODAL_QWEN3_5 = "qwen3_5"  # a model_type whose language model is its text_config
@@ -54,7 +54,10 @@ def read_config(path: str | Path) -> Config:
         raise CheckpointError.in_file(cfg_path, _quantized(data["quantization_config"]))
     if data["model_type"] == MULTIMODAL_QWEN3_5:
         data = _language_model(cfg_path, data)
-    family = model_class(check_model_type(data["model_type"]))
+    try:
+        family = model_class(check_model_type(data["model_type"]))
+    except UnknownModelError as e:  # named as every other fault of the file is
+        raise UnknownModelError(f"{cfg_path}: {e}") from None
     # a key left out means what transformers' config class fills in, where the family's differs
     # from what the code derives (`schemas.QWEN3_DEFAULTS`, ...); a null stays null
     problems = validate_config(family.config_schema, data, family.config_defaults)

@@ -372,10 +372,14 @@ def test_missing_tensor(tmp_path: Path) -> None:
         load_model(tmp_path)
 
 
-def test_unknown_model_type_lists_supported(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(UnknownModelError, match=r"'gpt2'.*supported: .*llama.*qwen3_next"):
-        load_model(tmp_path)
+@pytest.mark.parametrize("model_type", ["gpt2", 5])
+def test_unknown_model_type_names_the_file_and_lists_supported(tmp_path: Path, model_type: object) -> None:
+    # the file was not named: "unsupported model_type 'gpt2'" alone, unlike every other config fault
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    said = rf"^{re.escape(str(tmp_path / 'config.json'))}: unsupported model_type {model_type!r}"
+    for read in (load_model, check_checkpoint, read_config):
+        with pytest.raises(UnknownModelError, match=rf"{said} \(supported: .*llama.*qwen3_next"):
+            read(tmp_path)
 
 
 def test_unreadable_safetensors_names_the_file(tmp_path: Path) -> None:

@@ -177,18 +177,34 @@ Matched = tuple[Plan, dict[str, torch.Tensor]]
 
 def _open(path: Path, config: Config, stack: ExitStack) -> Checkpoint:
     """The checkpoint's files opened (their headers read), before the model is built. Every layer
-    holds tensors, so a layer count past the number of tensors (a mistyped config.json) is refused
-    here: that model would otherwise be built first, taking minutes and all the memory there is,
-    only to have its missing tensors listed."""
+    holds tensors, so a layer count past the number of tensors (a mistyped config.json; a garbled
+    layer pattern where the family counts by it) is refused here: that model would otherwise be
+    built first, taking minutes and all the memory there is, only to have its missing tensors
+    listed."""
     try:
         checkpoint = Checkpoint.open(stack, _weight_files(path))
     except TensorError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    layers, held = config.get("num_hidden_layers"), len(checkpoint.where)
-    if isinstance(layers, int) and layers > held:
-        what = f"is {layers}, but the checkpoint holds only {held} tensor(s)"
-        raise CheckpointError.in_file(path / "config.json", Problem("num_hidden_layers", what))
+    key, held = _layer_key(config), len(checkpoint.where)
+    said = config.get(key) if key is not None else None  # a count, or a pattern: a list or string
+    layers = said if isinstance(said, int) else len(said or ())
+    if layers > held:
+        says = f"is {said}" if isinstance(said, int) else f"gives {layers} layers"
+        what = f"{says}, but the checkpoint holds only {held} tensor(s)"
+        raise CheckpointError.in_file(path / "config.json", Problem(key, what))
     return checkpoint
+
+
+# where a config spells out one entry per layer, in the order a family without num_hidden_layers
+# reads them (Nemotron-H's pattern: `layer_patterns.nemotron_kinds`)
+_LAYER_PATTERNS = ("layer_types", "layers_block_type", "hybrid_override_pattern")
+
+
+def _layer_key(config: Config) -> str | None:
+    """The key that says how many layers ``config`` builds: num_hidden_layers, else its pattern."""
+    if isinstance(config.get("num_hidden_layers"), int):
+        return "num_hidden_layers"
+    return next((k for k in _LAYER_PATTERNS if config.get(k)), None)
 
 
 def _match(path: Path, model: nn.Module, checkpoint: Checkpoint) -> Matched:

@@ -432,6 +432,25 @@ def test_a_layer_count_past_the_checkpoints_tensors_is_refused_before_the_model_
         assert err.value.problem.param == "num_hidden_layers"
 
 
+@pytest.mark.parametrize("pattern", ["layers_block_type", "hybrid_override_pattern"])
+def test_a_layer_pattern_past_the_checkpoints_tensors_is_refused_before_the_model_is_built(
+    tmp_path: Path, pattern: str
+) -> None:
+    # Nemotron-H counts its layers by its pattern, num_hidden_layers optional: a garbled pattern
+    # of 20000 layers was built (45 s on the meta device, before any door allocated) to list
+    # the tensors it did not find
+    path = saved(tmp_path, "radixflow.models.families.nemotron_h", "NemotronHForCausalLM")
+    config = json.loads((path / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in ("num_hidden_layers", "layers_block_type")}
+    config[pattern] = ["mlp"] * 20_000 if pattern == "layers_block_type" else "-" * 20_000
+    (path / "config.json").write_text(json.dumps(config))
+    said = f"{pattern}: gives 20000 layers, but the checkpoint holds only "
+    for load in (check_checkpoint, load_model):
+        with pytest.raises(CheckpointError, match=rf"config\.json: {re.escape(said)}\d+ tensor\(s\)$") as err:
+            load(path)
+        assert err.value.problem.param == pattern
+
+
 def test_an_unusable_device_is_refused_before_anything_is_read(tmp_path: Path) -> None:
     from radixflow.models.device import DeviceError
 

@@ -258,7 +258,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
 def _check_range(model: nn.Module, dtype: torch.dtype, path: Path) -> None:
     """Every weight is still finite in ``dtype``: a value past its largest (65504 in float16)
     turns into infinity on the cast, and the logits into NaN. The stored values were found
-    finite (`Checkpoint.read`), so only a narrower dtype than float32 is looked at."""
+    finite (`Checkpoint.read`), and in the float32 model (`Checkpoint._copy`), so only a
+    narrower dtype than float32 is looked at."""
     if not dtype.is_floating_point or torch.finfo(dtype).max >= torch.finfo(torch.float32).max:
         return
     for name, tensor in model.state_dict().items():

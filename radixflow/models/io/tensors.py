@@ -106,17 +106,31 @@ class Checkpoint:
         """Copy every planned tensor into ``wanted`` (a real model's parameters, checked by `check`)."""
         with torch.no_grad():
             for key, name in plan.direct.items():
-                wanted[name].copy_(self.read(key))
+                self._copy(key, self.read(key), wanted[name])
             for name, (n_parts, pieces) in plan.merged.items():
                 dest = wanted[name]
                 width = dest.shape[1] // n_parts
                 for key, j, p in pieces:
-                    dest[j, p * width : (p + 1) * width].copy_(self.read(key))
+                    self._copy(key, self.read(key), dest[j, p * width : (p + 1) * width])
             for key, (head, part) in plan.split.items():
                 for j, expert in enumerate(self.read(key)):
-                    wanted[f"{head}.{j}.{part}.weight"].copy_(expert)
+                    self._copy(key, expert, wanted[f"{head}.{j}.{part}.weight"])
             for key, name in plan.tied.items():
                 self._check_tied(key, wanted[name], name)
+
+    def _copy(self, key: str, stored: torch.Tensor, dest: torch.Tensor) -> None:
+        """``stored`` (tensor ``key``, finite) into ``dest``. A value past a narrower ``dest``'s
+        range (1e300 in a float64 file, into float32) turns into infinity on the cast: refused."""
+        dest.copy_(stored)
+        if not (stored.is_floating_point() and dest.is_floating_point()):
+            return
+        if torch.finfo(stored.dtype).max > torch.finfo(dest.dtype).max and non_finite(dest) is not None:
+            n, largest = int(torch.isinf(dest).sum()), torch.finfo(dest.dtype).max
+            dtype = str(dest.dtype).removeprefix("torch.")
+            raise TensorError(
+                f"{self.where[key].name}: tensor {key} holds {n} value(s) beyond {dtype}'s range "
+                f"(largest {largest:g})"
+            )
 
     def _check_tied(self, key: str, shared: torch.Tensor, name: str) -> None:
         """A stored copy of a tied alias must equal the parameter it shares (as loaded). One that

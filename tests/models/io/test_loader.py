@@ -587,6 +587,41 @@ def test_a_weight_beyond_the_load_dtypes_range_is_refused_naming_it(tmp_path: Pa
         load_model(path, dtype=torch.float16)
 
 
+def test_a_float64_weight_beyond_float32s_range_is_refused_naming_it(tmp_path: Path) -> None:
+    """1e300 is finite in a float64 file but infinite once copied into the float32 model: it
+    loaded silently (the range was checked only for a load dtype narrower than float32)."""
+    path = saved(tmp_path)
+    key = "model.layers.0.operator_norm.weight"
+
+    def widen(state: dict[str, torch.Tensor]) -> None:
+        state[key] = state[key].double()
+        state[key][3] = -1e300
+
+    edit_tensors(path, widen)
+    said = f"model.safetensors: tensor {key} holds 1 value(s) beyond float32's range"
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))}: {re.escape(said)}"):
+        load_model(path)
+
+
+def test_a_float64_per_expert_weight_beyond_float32s_range_is_refused(tmp_path: Path) -> None:
+    model = tiny("radixflow.models.families.qwen3_next", "Qwen3NextForCausalLM")
+    save_model(model, tmp_path / "ours")
+    name = "model.layers.1.mlp.experts.2.down_proj.weight"
+
+    def widened(key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = per_expert(key, tensor)
+        if name in out:
+            out[name] = out[name].double()
+            out[name][0, 0] = 1e300
+        return out
+
+    rewrite(tmp_path / "ours", tmp_path / "hub", widened)
+    with pytest.raises(
+        CheckpointError, match=rf"tensor {re.escape(name)} holds 1 value\(s\) beyond float32's"
+    ):
+        load_model(tmp_path / "hub")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn], ids=str)
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path: Path, value: float, dtype) -> None:

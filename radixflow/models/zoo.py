@@ -103,6 +103,7 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
     directory under its final name is always complete; concurrent callers wait for one build
     (`BuildStore.build`), which first sweeps away what builds cut short left behind.
     """
+    _check_unshadowed(name)
     if name not in ZOO:
         local = Path(expand_home(name))
         if (local / "config.json").is_file():
@@ -132,6 +133,17 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
         # a model is there: say why the cache must be written all the same
         why = f"the {name} there was built from another preset or radixflow version, or is damaged"
         raise CacheDirError(f"{e} ({why}, and this one must be built)") from None
+
+
+def _check_unshadowed(name: str) -> None:
+    """A zoo name that is also a checkpoint directory here (not the zoo's own build, run from its
+    cache): transformers would read the directory, the zoo its build; which is meant cannot be told."""
+    local = Path(name)
+    if name in ZOO and (local / "config.json").is_file() and not (local / RECORD).is_file():
+        raise UnknownModelError(
+            f"{name!r} is a zoo model and a checkpoint directory here ({local.resolve()}): "
+            f"write ./{name} for the directory, or rename it"
+        )
 
 
 def _check_local(local: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -448,6 +449,28 @@ def test_a_model_path_that_is_a_broken_symlink_says_so(tmp_path, link):
     assert "zoo names" not in str(err.value)
     problem = name_problem(EngineOptions(model=str(path)), weights=True)
     assert problem is not None and re.match(refused, problem.message), problem
+
+
+def test_a_checkpoint_directory_named_as_a_zoo_model_is_not_silently_passed_over(tmp_path, monkeypatch):
+    """``--model llama-tiny`` beside a checkpoint directory of that name ran the zoo's model,
+    silently (transformers reads the directory): which is meant cannot be told."""
+    monkeypatch.chdir(tmp_path)
+    checkpoint = tmp_path / "llama-tiny"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    with pytest.raises(
+        UnknownModelError, match=r"^'llama-tiny' is a zoo model and a checkpoint directory here"
+    ) as err:
+        zoo.ensure_model("llama-tiny", cache_dir=tmp_path / "cache")
+    assert "./llama-tiny" in str(err.value)
+    assert zoo.ensure_model("./llama-tiny") == Path("llama-tiny")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_zoo_build_run_from_its_cache_directory_is_that_zoo_model(tmp_path, monkeypatch):
+    built = zoo.ensure_model("llama-tiny", cache_dir=tmp_path)
+    monkeypatch.chdir(built.parent)  # the build itself is the directory of that name here
+    assert zoo.ensure_model("llama-tiny", cache_dir=tmp_path) == built
 
 
 def test_an_out_of_date_build_in_a_cache_it_cannot_write_says_why_it_must_write(tmp_path, monkeypatch):

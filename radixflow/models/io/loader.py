@@ -127,6 +127,8 @@ def _shards(index: Path) -> list[Path]:
     weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index}: no weight_map of tensor names to file names")
+    if not weight_map:  # else blamed on the layer count: every layer holds tensors
+        raise CheckpointError(f"{index}: its weight_map names no tensors")
     return [index.parent / n for n in sorted(set(weight_map.values()))]
 
 
@@ -181,10 +183,14 @@ def _open(path: Path, config: Config, stack: ExitStack) -> Checkpoint:
     layer pattern where the family counts by it) is refused here: that model would otherwise be
     built first, taking minutes and all the memory there is, only to have its missing tensors
     listed."""
+    files = _weight_files(path)
     try:
-        checkpoint = Checkpoint.open(stack, _weight_files(path))
+        checkpoint = Checkpoint.open(stack, files)
     except TensorError as e:
         raise CheckpointError(f"{path}: {e}") from None
+    if not checkpoint.where:  # a file saved from an empty state dict
+        held = "holds" if len(files) == 1 else "hold"
+        raise CheckpointError(f"{path}: {listing([f.name for f in files])} {held} no tensors")
     key, held = _layer_key(config), len(checkpoint.where)
     said = config.get(key) if key is not None else None  # a count, or a pattern: a list or string
     layers = said if isinstance(said, int) else len(said or ())

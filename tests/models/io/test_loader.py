@@ -432,6 +432,24 @@ def test_a_layer_count_past_the_checkpoints_tensors_is_refused_before_the_model_
         assert err.value.problem.param == "num_hidden_layers"
 
 
+@pytest.mark.parametrize("empty", ["index", "file"])
+def test_a_checkpoint_without_tensors_says_so_not_that_its_layer_count_is_wrong(
+    tmp_path: Path, empty: str
+) -> None:
+    # was "config.json: num_hidden_layers: is 2, but the checkpoint holds only 0 tensor(s)"
+    path = saved(tmp_path, "radixflow.models.families.llama", "LlamaForCausalLM")
+    if empty == "index":
+        (path / "model.safetensors").unlink()
+        (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+        said = f"{path / 'model.safetensors.index.json'}: its weight_map names no tensors"
+    else:
+        save_file({}, str(path / "model.safetensors"))
+        said = f"{path}: model.safetensors holds no tensors"
+    for load in (check_checkpoint, load_model):
+        with pytest.raises(CheckpointError, match=rf"^{re.escape(said)}$"):
+            load(path)
+
+
 @pytest.mark.parametrize("pattern", ["layers_block_type", "hybrid_override_pattern"])
 def test_a_layer_pattern_past_the_checkpoints_tensors_is_refused_before_the_model_is_built(
     tmp_path: Path, pattern: str

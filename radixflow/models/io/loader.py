@@ -117,7 +117,10 @@ def _weight_files(path: Path) -> list[Path]:
         return _present(_shards(index), index)
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise CheckpointError(f"{path}: no *.safetensors files")
+        # weights in a format transformers (or llama.cpp) reads and this loader does not
+        others = sorted(f.name for f in path.iterdir() if f.suffix in (".bin", ".pt", ".pth", ".gguf"))
+        unread = f" ({listing(others)}: not read, convert to safetensors)" if others else ""
+        raise CheckpointError(f"{path}: no *.safetensors files{unread}")
     return files
 
 

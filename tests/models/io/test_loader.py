@@ -327,7 +327,17 @@ def test_no_safetensors(tmp_path: Path) -> None:
     model = tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM")
     save_model(model, tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors files$"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("weights", ["pytorch_model.bin", "model.gguf", "consolidated.00.pth"])
+def test_weights_in_a_format_not_read_are_named(tmp_path: Path, weights: str) -> None:
+    # was "no *.safetensors files" alone, beside a pytorch_model.bin transformers would read
+    save_model(tiny("radixflow.models.families.lfm2", "Lfm2ForCausalLM"), tmp_path)
+    (tmp_path / "model.safetensors").rename(tmp_path / weights)
+    said = f"{tmp_path}: no *.safetensors files ({weights}: not read, convert to safetensors)"
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(said)}$"):
         load_model(tmp_path)
 
 

@@ -40,14 +40,27 @@ class Submission:
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         self._open = set(range(len(items)))
         self._loop = loop
-        aio, queue = asyncio.get_running_loop(), self.queue  # the engine thread holds the queue, not this
-        loop.submit(items, lambda event: aio.call_soon_threadsafe(queue.put_nowait, event), stream)
-        # ended once: every prompt answered, the rest aborted, or this dropped unread (a stream
-        # never started); dropped on the event loop, as nothing else holds it
+        # ended once: every prompt's answer on the event loop (read or not: a stream's slow client
+        # reads it long after the engine is done), the rest aborted, or this dropped unread (a
+        # stream never started); dropped on the event loop, as nothing else holds it
         answering = answering or Answering()  # counted apart when no count is shared
-        answering.started()
-        self._ended = weakref.finalize(self, answering.ended)
+        self._ended = ended = weakref.finalize(self, answering.ended)
         self._ended.atexit = False
+        aio, queue, unanswered = asyncio.get_running_loop(), self.queue, set(self._open)
+
+        def arrived(event: Event) -> None:  # on the event loop; the engine thread holds this, not self
+            queue.put_nowait(event)
+            if isinstance(event, Final):
+                unanswered.discard(event.index)
+                if not unanswered:
+                    ended()
+
+        try:
+            loop.submit(items, lambda event: aio.call_soon_threadsafe(arrived, event), stream)
+        except BaseException:  # refused: it was never answering
+            ended.detach()
+            raise
+        answering.started()  # before any answer arrives: those come on this loop, later
 
     async def events(self) -> AsyncIterator[Event]:
         """Events until every prompt has its `Final`."""
@@ -55,8 +68,6 @@ class Submission:
             event = await self.queue.get()
             if isinstance(event, Final):
                 self._open.discard(event.index)
-                if not self._open:
-                    self._ended()
             yield event
 
     async def finals(self) -> list[Final]:

@@ -260,30 +260,59 @@ def write_paused(running: RunningServer) -> bool:
     return any(c.flow is not None and c.flow.write_paused for c in running.server.server_state.connections)
 
 
-def test_a_client_reading_its_stream_slowly_holds_up_no_other_client(served):
-    # an echoed prompt with 20 alternatives per token: megabytes, more than the loopback socket's
-    # buffers hold for a client that reads nothing, so the server's writes to it wait (back pressure)
-    prompt = [5 + i % 200 for i in range(6000)]
-    body = long_body(True, prompt=prompt, echo=True, logprobs=20, max_tokens=100)
-    host, port = served.url.removeprefix("http://").split(":")
+# an echoed prompt with 20 alternatives per token: megabytes, more than the loopback socket's
+# buffers hold for a client that reads nothing, so the server's writes to it wait (back pressure)
+HUGE_STREAM = long_body(
+    True, prompt=[5 + i % 200 for i in range(6000)], echo=True, logprobs=20, max_tokens=100
+)
+
+
+@contextmanager
+def slow_reader(running: RunningServer, body: dict) -> Iterator[socket.socket]:
+    """A connection that has sent ``body`` with a small receive buffer and reads nothing yet."""
+    host, port = running.url.removeprefix("http://").split(":")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    data = json.dumps(body).encode()
-    head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-    sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
     with sock:
+        sock.connect((host, int(port)))
+        data = json.dumps(body).encode()
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        yield sock
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """The rest of a chunked response."""
+    received = bytearray()
+    sock.settimeout(DEADLINE_S)
+    while not received.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end
+        piece = sock.recv(1 << 16)
+        assert piece, "the server closed the slow client's stream"
+        received += piece
+    return bytes(received)
+
+
+def test_a_client_reading_its_stream_slowly_holds_up_no_other_client(served):
+    with slow_reader(served, HUGE_STREAM) as sock:
         wait_for(lambda: write_paused(served), "the server waits for the slow client")
         with served.http() as http:  # meanwhile another client is answered in full
             other = http.post("/v1/completions", json=long_body(False, max_tokens=20))
         assert other.status_code == 200 and other.json()["usage"]["completion_tokens"] == 20
-        received = bytearray()
-        sock.settimeout(DEADLINE_S)
-        while not received.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end
-            piece = sock.recv(1 << 16)
-            assert piece, "the server closed the slow client's stream"
-            received += piece
+        received = read_to_end(sock)
     assert received.count(b'"finish_reason": "length"') == 1 and b"data: [DONE]" in received
+    assert_nothing_held(served)
+
+
+def test_a_stream_the_engine_has_answered_is_not_counted_as_answering_while_its_client_reads(served):
+    """Long bodies make way while the engine answers requests (`Answering`): a stream the engine
+    had finished counted as being answered until its slow client read all of it, so one stalled
+    reader held every long upload to a piece per 0.1 s for as long as it stayed connected."""
+    before = outcomes(served)
+    with slow_reader(served, HUGE_STREAM) as sock:
+        wait_for(lambda: write_paused(served), "the server waits for the slow client")
+        assert counted(served, before, 1) == {"finished": 1, "aborted": 0, "failed": 0}
+        wait_for(lambda: answering(served) == 0, "the answered stream stopped counting")
+        assert b"data: [DONE]" in read_to_end(sock)
     assert_nothing_held(served)
 
 

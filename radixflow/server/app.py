@@ -16,6 +16,7 @@ from radixflow.server.errors import install_handlers
 from radixflow.server.limits import BodyLimit, LongBodyLane
 from radixflow.server.loop import ENGINE_GRACE_S, STUCK
 from radixflow.server.state import ServerState
+from radixflow.server.submission import ClientGone
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -25,11 +26,17 @@ def create_app(state: ServerState) -> FastAPI:
     lane = LongBodyLane(state.config.long_body_bytes, answering=state.answering)
     app.add_middleware(BodyLimit, max_bytes=state.config.max_body_bytes, lane=lane)
     install_handlers(app)
+    app.add_exception_handler(ClientGone, _client_gone)
     for module in (completions, chat, score, tokenize):
         app.include_router(module.router)
     _add_model_routes(app, state)
     _add_status_routes(app, state)
     return app
+
+
+async def _client_gone(_: HttpRequest, __: Exception) -> Response:
+    """A client that left before its prompts were ready: nobody reads an answer."""
+    return Response(status_code=499)
 
 
 def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:

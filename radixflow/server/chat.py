@@ -26,7 +26,7 @@ from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.logprobs import TokenNames
 from radixflow.server.responses.stream import sse_stream
 from radixflow.server.state import ServerState
-from radixflow.server.submission import answers, id_headers, response_id
+from radixflow.server.submission import answers, id_headers, response_id, while_connected
 
 router = APIRouter(route_class=FastJsonRoute)
 
@@ -79,7 +79,8 @@ async def chat_completions(body: ChatRequest, http: HttpRequest) -> Response:
     state.check_model(body.model)
     params = body.params(state.config.default_max_tokens, state.context)
     with state.admitting(params.n):  # a full queue or a drain refuses it now, unrendered
-        submission = state.submit(await state.offload(prepare, body, state, params), body.streamed)
+        items = await while_connected(http, state.offload(prepare, body, state, params))
+        submission = state.submit(items, body.streamed)
     envelope = Envelope.new(response_id("chatcmpl", http, body.request_id), state.model_name)
     names = TokenNames(state.tokenizer, body.return_tokens_as_token_ids)
     k = (body.top_logprobs or 0) if body.logprobs else None  # None: no logprobs

@@ -23,7 +23,7 @@ from radixflow.server.responses.envelope import Envelope
 from radixflow.server.responses.stream import sse_stream
 from radixflow.server.responses.text_completion import TextCompletion
 from radixflow.server.state import ServerState
-from radixflow.server.submission import answers, id_headers, response_id
+from radixflow.server.submission import answers, id_headers, response_id, while_connected
 
 router = APIRouter(route_class=FastJsonRoute)
 
@@ -76,7 +76,7 @@ async def completions(body: CompletionRequest, http: HttpRequest) -> Response:
     state.check_model(body.model)
     params = body.params(state.context)
     with state.admitting(body.prompt_count * params.n):  # a full queue or a drain refuses it now
-        prepared = await state.offload(prepare, body, state, params)
+        prepared = await while_connected(http, state.offload(prepare, body, state, params))
         submission = state.submit(prepared.items, body.streamed)
     envelope = Envelope.new(response_id("cmpl", http, body.request_id), state.model_name)
     shape = TextCompletion(body, prepared.prompts, state.tokenizer, envelope, state.offload)

@@ -35,7 +35,7 @@ from radixflow.server.protocol_tokens import ScoreRequest, check_specials_with_m
 from radixflow.server.responses.envelope import Envelope, json_bytes, usage
 from radixflow.server.responses.logprobs import finite_logprob
 from radixflow.server.state import ServerState
-from radixflow.server.submission import answers, id_headers, response_id
+from radixflow.server.submission import answers, id_headers, response_id, while_connected
 
 router = APIRouter(route_class=FastJsonRoute)
 KIND = "score"
@@ -113,7 +113,7 @@ async def score(body: ScoreRequest, http: HttpRequest) -> Response:
     state: ServerState = http.app.state.radixflow
     state.check_model(body.model)
     with state.admitting(max(len(body.candidates), 1)):  # a full queue or a drain refuses it now
-        context_len, items = await state.offload(prepare, body, state)
+        context_len, items = await while_connected(http, state.offload(prepare, body, state))
         submission = state.submit(items, stream=False)
     envelope = Envelope.new(response_id("score", http), state.model_name)
     finals = await answers(http, submission)

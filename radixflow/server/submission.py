@@ -82,23 +82,32 @@ class Submission:
         self._ended()
 
 
-async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission: Submission) -> T:
-    """``work``'s result, or `ClientGone` (after aborting the submission) if the client leaves first."""
+async def while_connected(http: HttpRequest, work: Awaitable[T]) -> T:
+    """``work``'s result, or `ClientGone` if the client leaves first: ``work`` is cancelled then
+    (a prompt still queued for a tokenizer thread is never tokenized; one being tokenized is
+    dropped when done)."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnect(http))
     try:
         done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:  # the handler itself was cancelled (server shutting down)
         task.cancel()
-        submission.abort()
         raise
     finally:
         watch.cancel()
     if task in done:
         return task.result()
     task.cancel()
-    submission.abort()
     raise ClientGone
+
+
+async def unless_disconnected(http: HttpRequest, work: Awaitable[T], submission: Submission) -> T:
+    """``work``'s result, or `ClientGone` (after aborting the submission) if the client leaves first."""
+    try:
+        return await while_connected(http, work)
+    except (ClientGone, asyncio.CancelledError):
+        submission.abort()
+        raise
 
 
 async def answers(http: HttpRequest, submission: Submission, n: int = 1) -> list[Final] | None:

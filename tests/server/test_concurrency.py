@@ -78,9 +78,12 @@ def connections(running: RunningServer) -> int:
     return len(running.server.server_state.connections)
 
 
-def test_a_stream_whose_client_left_before_it_started_is_aborted(served, monkeypatch):
-    """A client that gives up on a stream while its prompt is still being tokenized: the stream
-    never starts, and its request must be aborted, not generated in full for nobody."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_whose_client_left_while_its_prompt_was_tokenized_is_never_submitted(
+    served, monkeypatch, stream
+):
+    """A client that gives up while its prompt is being tokenized (a stream before it started):
+    its request must not be generated in full for nobody; it is dropped once tokenized."""
     entered, gate = threading.Event(), threading.Event()
     prepare = completions.prepare
 
@@ -91,14 +94,15 @@ def test_a_stream_whose_client_left_before_it_started_is_aborted(served, monkeyp
 
     monkeypatch.setattr(completions, "prepare", held)
     before = outcomes(served)
-    body = {"model": MODEL, "prompt": "hello there", "max_tokens": 400, "ignore_eos": True, "stream": True}
     open_before = connections(served)
-    sock = raw_post(served, "/v1/completions", body)
+    sock = raw_post(served, "/v1/completions", long_body(stream, prompt="hello there"))
     assert entered.wait(DEADLINE_S)
     sock.close()  # gone while its prompt is tokenized: before the response starts
     wait_for(lambda: connections(served) == open_before, "the server saw the client leave")
     gate.set()
-    assert counted(served, before, 1) == {"finished": 0, "aborted": 1, "failed": 0}
+    wait_for(lambda: served.server.state._reading == 0, "the handler is done with it")
+    assert served.on_engine(lambda e: e.requests) == []  # after any admission it made
+    assert outcomes(served) == before
     assert_nothing_held(served)
 
 
@@ -396,3 +400,41 @@ def test_clients_sending_the_same_request_id_are_answered_and_aborted_apart(serv
     assert other.json()["id"] == "cmpl-same" and other.json()["usage"]["completion_tokens"] == 5
     assert counted(served, before, 2) == {"finished": 1, "aborted": 1, "failed": 0}
     assert_nothing_held(served)
+
+
+def test_a_prompt_whose_client_left_while_it_waited_for_a_tokenizer_thread_is_never_tokenized(
+    served, monkeypatch
+):
+    """Clients that give up while their prompts wait for a tokenizer thread (a burst of long
+    prompts, clients timing out and retrying) had every abandoned prompt tokenized anyway, each
+    ahead of the retries: the wait ends when the client leaves, and the prompt is dropped."""
+    threads = served.server.state.config.tokenizer_threads
+    busy, gate, tokenized = threading.Semaphore(0), threading.Event(), []
+    prepare = completions.prepare
+
+    def held(body, *args):
+        tokenized.append(body.prompt)
+        if body.prompt == "hold":
+            busy.release()
+            assert gate.wait(2 * DEADLINE_S)  # past the test's own waits: it fails first
+        return prepare(body, *args)
+
+    monkeypatch.setattr(completions, "prepare", held)
+    state = served.server.state
+    try:
+        holders = [
+            raw_post(served, "/v1/completions", long_body(False, prompt="hold")) for _ in range(threads)
+        ]
+        for _ in holders:
+            assert busy.acquire(timeout=DEADLINE_S)  # every tokenizer thread is busy
+        gone = raw_post(served, "/v1/completions", long_body(False, prompt="gone"))
+        wait_for(lambda: state._reading == threads + 1, "its prompt waits for a tokenizer thread")
+        gone.close()
+        wait_for(lambda: state._reading == threads, "the server saw the client leave")
+        for sock in holders:  # theirs are being tokenized: they leave too, and nothing is submitted
+            sock.close()
+        wait_for(lambda: state._reading == 0, "the server saw them leave")
+    finally:
+        gate.set()
+    assert_nothing_held(served)
+    assert tokenized == ["hold"] * threads

@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
-from server_utils import MODEL, RunningServer, running_server
+from server_utils import HTTP_TIMEOUT_S, MODEL, RunningServer, running_server
 
 import radixflow.server.completions as completions
 from radixflow.server.state import ServerConfig
 
-DEADLINE_S = 60.0  # against a hang on a loaded machine, never a speed test
+DEADLINE_S = HTTP_TIMEOUT_S  # against a hang on a loaded machine (busy CI: load 20), never a speed test
 
 
 @pytest.fixture(scope="module")

@@ -55,11 +55,8 @@ def test_context_keeps_the_leading_space_and_special_tokens_can_be_skipped(token
     assert "".join(keep.push(t) for t in rest) == " world<|im_end|>"
 
 
-def test_skipped_special_tokens_do_not_widen_the_window_each_token_is_decoded_in(tokenizer):
-    """A skipped special token adds no text, so the window stayed where it was and grew by one
-    with each: a run of them (an EOS repeated under ignore_eos) decoded the whole run again on
-    every token, time quadratic in its length on the engine thread (0.4 s for 4,000)."""
-    widest = []
+def watched(tokenizer, widest: list[int]) -> type:
+    """A decoder class over ``tokenizer`` that records in ``widest`` how many ids each decode took."""
 
     class Watched:
         def decode(self, ids, skip_special_tokens=False):
@@ -69,6 +66,15 @@ def test_skipped_special_tokens_do_not_widen_the_window_each_token_is_decoded_in
         def decode_each(self, ids, skip_special_tokens=False):
             return tokenizer.decode_each(ids, skip_special_tokens)
 
+    return Watched
+
+
+def test_skipped_special_tokens_do_not_widen_the_window_each_token_is_decoded_in(tokenizer):
+    """A skipped special token adds no text, so the window stayed where it was and grew by one
+    with each: a run of them (an EOS repeated under ignore_eos) decoded the whole run again on
+    every token, time quadratic in its length on the engine thread (0.4 s for 4,000)."""
+    widest: list[int] = []
+    Watched = watched(tokenizer, widest)
     end = tokenizer.encode("<|im_end|>")
     (special,) = end
     run = [*tokenizer.encode("hi"), *[special] * 500, *tokenizer.encode(" there 🙂")]
@@ -84,16 +90,8 @@ def test_a_run_that_never_completes_a_character_is_streamed_in_a_bounded_window(
     """A run of tokens that never forms valid UTF-8 (lone continuation bytes) kept every token
     pending, the window growing by one each: each token decoded the whole run again (time
     quadratic in its length: 1 s for 4,000 on the engine thread) and none of its text streamed."""
-    widest = []
-
-    class Watched:
-        def decode(self, ids, skip_special_tokens=False):
-            widest.append(len(ids))
-            return tokenizer.decode(ids, skip_special_tokens)
-
-        def decode_each(self, ids, skip_special_tokens=False):
-            return tokenizer.decode_each(ids, skip_special_tokens)
-
+    widest: list[int] = []
+    Watched = watched(tokenizer, widest)
     smile = tokenizer.encode("🙂", add_special_tokens=False)  # four byte tokens
     run = [*tokenizer.encode("a", add_special_tokens=False), *[smile[2]] * 500, *smile, smile[0]]
     run += tokenizer.encode("x", add_special_tokens=False)

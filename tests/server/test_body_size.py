@@ -49,10 +49,18 @@ def test_a_bad_size_is_the_cache_memory_line_naming_the_flag(capsys, text):
 # "2PiB" was "must be at most 1PiB" (the size parser's own cap, which 1PiB then passed to be
 # "must be at most 1099511627776, got 1125899906842624"): a limit the option does not have, and
 # bytes the user never typed
-@pytest.mark.parametrize("given", ["1000", "1023.9", "0", "0.5", "2TiB", "2PiB", "9" * 400])
+@pytest.mark.parametrize("given", ["1000", "0", "0.5", "2TiB", "2PiB", "9" * 400])
 def test_a_size_outside_the_limits_is_the_help_s_range_and_the_value_given(capsys, given):
     assert main(["serve", MODEL, "--max-body-bytes", given]) == 2
     said = f"must be from 1KiB to 1TiB, got {given!r}" if len(given) < 40 else "must be from 1KiB to 1TiB"
+    err = capsys.readouterr().err
+    assert err.startswith(f"radixflow: error: --max-body-bytes: {said}") and err.count("\n") == 1
+
+
+def test_a_bare_byte_count_with_a_fraction_is_refused_as_one(capsys):
+    # 1023.9 bytes was read as 1023 (a byte budget is whole bytes; a unit may carry a fraction)
+    assert main(["serve", MODEL, "--max-body-bytes", "1023.9"]) == 2
+    said = "must be a whole number of bytes (or a size with a unit), got '1023.9'"
     err = capsys.readouterr().err
     assert err.startswith(f"radixflow: error: --max-body-bytes: {said}") and err.count("\n") == 1
 

@@ -4,7 +4,8 @@ their working state slots. What these pin, eviction can never free (`Holdings.ke
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
+from types import MappingProxyType
 
 from radixflow.cache.evictable import Evictor
 from radixflow.cache.node import Node
@@ -159,6 +160,11 @@ class Holdings:
     def working_slots(self) -> Set[int]:
         """State slots held by running requests for their chunk-to-chunk state (a live view)."""
         return SetView(self._working)
+
+    @property
+    def lock_counts(self) -> Mapping[int, int]:
+        """Node id -> locks held on exactly that node, for each node holding one (a live view)."""
+        return MappingProxyType(self._locks)
 
     @property
     def locked_nodes(self) -> int:

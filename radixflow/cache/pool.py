@@ -50,5 +50,9 @@ class IdPool:
         self._used.difference_update(ids)
         self._free.extend(ids)
 
+    def taken(self, i: int) -> bool:
+        """Whether id ``i`` is handed out now. Pure, O(1)."""
+        return i in self._used
+
     def used(self) -> set[int]:
         return set(self._used)

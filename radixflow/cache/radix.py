@@ -6,7 +6,7 @@ Pure Python on purpose: the cache decides *what* is reusable, the runner owns th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from radixflow.cache import capacity, demand, lookup
 from radixflow.cache.digest import CheckpointDigest
@@ -275,6 +275,11 @@ class RadixCache:
     def working_slots(self) -> Set[int]:
         """State slots held by running requests for their chunk-to-chunk state (a live view)."""
         return self.holdings.working_slots
+
+    @property
+    def lock_counts(self) -> Mapping[int, int]:
+        """Node id -> locks held on exactly that node (a live view): whose they are, the scheduler knows."""
+        return self.holdings.lock_counts
 
     @property
     def locked_nodes(self) -> int:

@@ -14,6 +14,7 @@ from radixflow.scheduler.checkpoints import CheckpointPlanner
 from radixflow.scheduler.chunk_writer import ChunkWriter
 from radixflow.scheduler.config import SchedulerConfig
 from radixflow.scheduler.events import SchedulerEvents
+from radixflow.scheduler.holdings_check import check_holdings
 from radixflow.scheduler.output import SchedulerOutput, round_problem
 from radixflow.scheduler.parking import ParkingLot
 from radixflow.scheduler.placement import CheckpointPlacement
@@ -215,7 +216,8 @@ class Scheduler:
     def check_integrity(self) -> None:
         """Between rounds: queues disjoint, each request's status its queue's, nobody parked, the
         last round's chunks saving and restoring slots soundly (`round_problem`), the promised-KV
-        count exact."""
+        count exact, and every lock, private block and working slot the cache holds a running
+        request's (`check_holdings`: a request ended part way through its release leaks them)."""
         running = list(self.running.values())
         assert not any(r in self.waiting for r in running), "a request is both waiting and running"
         assert all(r.status is RequestStatus.RUNNING for r in running), "a non-running request runs"
@@ -224,3 +226,4 @@ class Scheduler:
         problem = None if self.last_round is None else round_problem(self.last_round.chunks)
         assert problem is None, problem
         self.writer.check(running)
+        check_holdings(self.cache, running, self.waiting)

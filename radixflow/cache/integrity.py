@@ -42,6 +42,7 @@ class _Walk:
     blocks: list[int] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
     nodes: int = 0
+    ends: int = 0
 
 
 def check_cache(cache: RadixCache) -> None:
@@ -56,6 +57,8 @@ def check_cache(cache: RadixCache) -> None:
     # the walk meets only indexed nodes (`_check_subtree`): as many as the index holds, the same
     extra = len(cache.tree.nodes()) - walk.nodes
     _require(extra == 0, f"{extra} indexed nodes not in the tree")
+    ends = cache.registered_prompts
+    _require(walk.ends == ends, f"{walk.ends} registered prompts end in the tree, {ends} registered")
     tree_blocks, slots = walk.blocks, walk.slots
     private, working = cache.private_blocks, cache.working_slots
     _require(len(tree_blocks) == len(set(tree_blocks)), "a KV block is owned by two nodes")
@@ -125,6 +128,7 @@ def _check_queues(cache: RadixCache) -> None:
 def _check_subtree(cache: RadixCache, journals: _Journals, node: Node, walk: _Walk) -> None:
     bs = cache.block_size
     walk.nodes += 1
+    walk.ends += node.ends
     # with demand = ends + the children's, a negative count still adds up: checked on its own
     _require(node.ends >= 0, f"node {node.id}: {node.ends} registered prompts end here")
     live = sum(c.materialized for c in node.children.values())  # a root's count is kept too

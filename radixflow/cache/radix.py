@@ -55,6 +55,7 @@ class RadixCache:
         self.holdings = Holdings(self.tree, self.evictor)
         self.publisher = Publisher(self.tree, self.journal, self.evictor, self.holdings)
         self._tick = 0  # the LRU clock: a match that touches and each extend advance it
+        self._registered = 0  # prompts registered and not unregistered: the tree's ``ends``, summed
 
     # ----------------------------------------------------------------- demand (`radixflow.cache.demand`)
     def register(self, namespace: str, tokens: Sequence[int]) -> NodeHandle:
@@ -62,12 +63,15 @@ class RadixCache:
 
         Used to find branch points before prefill; costs no capacity.
         """
-        return demand.register(self.tree, namespace, tokens)
+        handle = demand.register(self.tree, namespace, tokens)
+        self._registered += 1
+        return handle
 
     def unregister(self, handle: NodeHandle) -> None:
         """Undo `register`; prunes nodes that are neither materialized nor wanted. ValueError for a
         handle no registered prompt ends on (unregistered already), changing nothing."""
         demand.unregister(self.tree, self.evictor, handle)
+        self._registered -= 1
 
     def branch_points(self, handle: NodeHandle, lo: int, hi: int) -> list[int]:
         """Positions in ``(lo, hi]`` on a registered path where known sequences diverge. Pure."""
@@ -275,6 +279,11 @@ class RadixCache:
     def working_slots(self) -> Set[int]:
         """State slots held by running requests for their chunk-to-chunk state (a live view)."""
         return self.holdings.working_slots
+
+    @property
+    def registered_prompts(self) -> int:
+        """Prompts registered and not unregistered yet (whose they are, the scheduler knows). Pure."""
+        return self._registered
 
     @property
     def lock_counts(self) -> Mapping[int, int]:

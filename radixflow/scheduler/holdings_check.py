@@ -16,9 +16,13 @@ from radixflow.scheduler.request import Request
 
 def check_holdings(cache: RadixCache, running: Iterable[Request], waiting: Iterable[Request]) -> None:
     """Raise `IntegrityError` at the first lock, private block or working slot held for no running
-    request, or recorded by a running request and not held in the cache, or held by a waiting one.
+    request, or recorded by a running request and not held in the cache, or held by a waiting one;
+    or when the prompts registered (demand) are not those of the waiting and running requests.
     Pure."""
-    running = list(running)
+    running, waiting = list(running), list(waiting)
+    live = sum(r.registration is not None for r in (*running, *waiting))
+    extra = cache.registered_prompts - live
+    _require(extra == 0, f"{extra} registered prompt(s) of no live request (or lost, if negative)")
     for req in waiting:  # a request takes its holdings as it is admitted, gives them back as it leaves
         held = req.lock is not None or req.own_blocks or (req.working_slot, req.tail_slot) != (None, None)
         _require(not held, f"request {req.id}: waiting, yet holds a lock, blocks or a state slot")

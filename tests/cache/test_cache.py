@@ -446,3 +446,17 @@ for _name in EVICTION_POLICIES:
         _machine = type(f"Budget_{_label}", (BudgetCacheMachine,), _attrs)
         _machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
         globals()[f"TestBudgetCacheMachine_{_label}"] = _machine.TestCase
+
+
+def test_the_prompts_registered_are_counted_and_checked_against_the_tree():
+    # the scheduler ties the count to its live requests: a registration never given back shows
+    cache = RadixCache(BS, 64, 8)
+    ra = cache.register("n", A)
+    cache.register("n", B)
+    cache.unregister(ra)
+    assert cache.registered_prompts == 1
+    cache.check_integrity()
+    cache.register("n", A)
+    cache._registered -= 1  # a count out of step with the tree's ``ends``
+    with pytest.raises(IntegrityError, match="1 registered"):
+        cache.check_integrity()

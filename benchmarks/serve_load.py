@@ -32,7 +32,7 @@ import httpx
 
 from radixflow.bench.serve_clients import Outcome, make_traffic, run_clients
 from radixflow.bench.serve_summary import show, summarize
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import float_arg, positive_float, positive_int
 from radixflow.server.spawn import serve_process
 
 
@@ -91,11 +91,11 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="qwen3_5-small")
     ap.add_argument("--policy", default="radixflow")
     ap.add_argument("--clients", type=positive_int, default=64)
-    ap.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    ap.add_argument("--duration", type=positive_float, default=30.0, help="seconds of load")
     ap.add_argument("--groups", type=positive_int, default=8, help="shared contexts")
     ap.add_argument("--candidates", type=positive_int, default=16)
     ap.add_argument("--context-sentences", type=positive_int, default=12, help="corpus sentences per context")
-    ap.add_argument("--chat-share", type=float, default=0.25)
+    ap.add_argument("--chat-share", type=float_arg(0.0, 1.0), default=0.25, help="chat turns, 0 to 1")
     ap.add_argument("--chat-tokens", type=positive_int, default=16)
     ap.add_argument("--max-pending", type=positive_int, default=256)
     ap.add_argument("--max-requests", type=positive_int, default=64, help="requests per round")
@@ -112,13 +112,11 @@ def arguments() -> argparse.ArgumentParser:
 
 
 def parsed(ap: argparse.ArgumentParser) -> argparse.Namespace:
-    """The flags, cut to its size with ``--smoke``; no client or no time refused."""
+    """The flags (each refused by its type as typed, before ``--smoke`` cuts them to its size)."""
     args = ap.parse_args()
     if args.smoke:
         args.model, args.clients, args.duration, args.groups, args.candidates = "qwen3_5-tiny", 4, 2.0, 2, 2
         args.context_sentences, args.chat_tokens, args.kv_blocks = 2, 2, 256
-    if args.clients < 1 or args.duration <= 0:
-        raise SystemExit("--clients must be >= 1 and --duration > 0")
     return args
 
 

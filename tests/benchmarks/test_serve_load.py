@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from benchmark_utils import BENCHMARKS, load_benchmark
 
 from radixflow.bench.metrics import percentile
 from radixflow.bench.serve_clients import Outcome
@@ -22,3 +23,25 @@ def test_latency_percentiles_interpolate_as_every_other_figure_does():
     figures = summary["by_kind"]["score"]["latency_s"]
     assert figures == {f"p{q}": percentile(lat, q) for q in (50, 90, 99)}
     assert figures["p90"] == pytest.approx(9.1)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--duration", "nan"],  # ran: nan <= 0 is false
+        ["--duration", "inf"],
+        ["--duration", "0", "--smoke"],  # --smoke set the duration before the check
+        ["--chat-share", "1.5"],  # a share past 1 (or under 0, or nan) was taken
+        ["--chat-share", "-0.1"],
+        ["--chat-share", "nan"],
+    ],
+)
+def test_a_bad_duration_or_share_is_refused_by_the_command_line(monkeypatch, capsys, flags):
+    with monkeypatch.context() as mp:
+        mp.syspath_prepend(str(BENCHMARKS))
+        sl = load_benchmark("serve_load")
+    monkeypatch.setattr("sys.argv", ["serve_load.py", *flags])
+    with pytest.raises(SystemExit) as stopped:
+        sl.parsed(sl.arguments())
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.count("error:") == 1

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.generation import LLM, GenerationOutput, SamplingParams
 
 MODES = ("n", "calls", "prompts")
@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--n", type=positive_int, default=8, help="choices per prompt")
     ap.add_argument("--context-len", type=positive_int, default=512)
     ap.add_argument("--gen-tokens", type=positive_int, default=16)
-    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--temperature", type=non_negative_float, default=0.8)
     ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--torch-threads", type=positive_int, default=1)
     ap.add_argument("--json", type=Path)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 
-from radixflow.cli.args import non_negative_int, positive_int
+from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 from radixflow.generation.outputs import GenerationOutput
 from radixflow.generation.params import SamplingParams
@@ -240,7 +240,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=positive_int, default=1000, help="token ids drawn below this")
     ap.add_argument("--repeat", type=positive_int, default=3)
     ap.add_argument("--torch-threads", type=positive_int, default=None)
-    ap.add_argument("--atol", type=float, default=1e-4, help="prompt logprobs agree this closely")
+    ap.add_argument("--atol", type=non_negative_float, default=1e-4, help="logprobs agree this closely")
     ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, 2 short candidates, once")

@@ -61,7 +61,7 @@ from radixflow.bench.policy_tables import acceptance, detail_markdown, print_cel
 from radixflow.bench.round_log import RoundLog
 from radixflow.bench.twin_runs import POLICIES, Twin, sequences, sim_figures, twin_noise, write_tapes
 from radixflow.calibration.speed_probe import SpeedProbe
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.workloads.build import build_workload
 
@@ -181,7 +181,7 @@ def arguments() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--noise-sigma",
-        type=float,
+        type=non_negative_float,
         help="the twin's per-round log-normal price noise "
         "(default: the σ its profile measured, calibration.round_noise_sigma)",
     )

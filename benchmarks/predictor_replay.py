@@ -31,7 +31,7 @@ from pathlib import Path
 from radixflow.bench.metrics import PREDICTOR_WARMUP_ROUNDS
 from radixflow.bench.policy_cells import MEDIUM_LOAD, SHAPE, WORKLOADS, workload_spec
 from radixflow.bench.twin_runs import POLICIES, run_one
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.costmodel.round_cost.fitted_rates import fit_features
 from radixflow.costmodel.round_cost.online_fit import OnlineFit, nominal_prior, nominal_rates
 from radixflow.options import EngineOptions, plan_engine
@@ -225,7 +225,7 @@ def main() -> None:
         "--profile", type=Path, default=PROFILE, help="--sim: the price (a directory: FAMILY.json)"
     )
     ap.add_argument("--drift", nargs="+", choices=DRIFTS, help="--sim: machine speeds (default: all)")
-    ap.add_argument("--noise", type=float, default=0.04, help="--sim: per-round log-normal noise")
+    ap.add_argument("--noise", type=non_negative_float, default=0.04, help="--sim: per-round log-normal σ")
     ap.add_argument("--seeds", type=positive_int, default=3, help="--sim: drifts drawn per setting")
     ap.add_argument("--variants", nargs="+", type=parse_variant, default=VARIANTS)
     ap.add_argument(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from radixflow.cli.args import non_negative_int, positive_int
+from radixflow.cli.args import non_negative_float, non_negative_int, positive_int
 from radixflow.generation.llm import LLM
 
 Scores = list[list[tuple[float, ...]]]  # per context, per candidate: its tokens' logprobs
@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--torch-threads", type=positive_int, default=1)
     ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument("--vocab", type=positive_int, default=1000, help="token ids drawn below this")
-    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--atol", type=non_negative_float, default=1e-4)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="qwen3_5-tiny, 2 x 2 candidates, one repeat (CI)")
     args = ap.parse_args()

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 from per_candidate import cpu_seconds, load  # benchmarks/ is on sys.path when a script in it runs
 
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import non_negative_float, positive_int
 from radixflow.server.spawn import serve_process
 
 
@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--context-len", type=positive_int, default=512)
     ap.add_argument("--candidate-len", type=positive_int, default=16)
     ap.add_argument("--repeat", type=positive_int, default=3)
-    ap.add_argument("--atol", type=float, default=1e-3, help="total logprobs agree within this")
+    ap.add_argument("--atol", type=non_negative_float, default=1e-3, help="total logprobs agree within this")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CI: qwen3_5-tiny, 2 short candidates, once")
     args = ap.parse_args()

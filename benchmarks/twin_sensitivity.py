@@ -26,7 +26,7 @@ from pathlib import Path
 from radixflow.bench.metrics import percentile
 from radixflow.bench.policy_cells import WORKLOADS, workload_spec
 from radixflow.bench.twin_runs import POLICIES, sim_figures
-from radixflow.cli.args import positive_int
+from radixflow.cli.args import float_arg, non_negative_float, positive_int
 from radixflow.options import EngineOptions, plan_engine
 from radixflow.runners import sim as sim_runner
 from radixflow.workloads.build import build_workload
@@ -121,8 +121,9 @@ def main() -> None:
     ap.add_argument("--run", type=Path, help="a stored policies_torch.py JSON")
     ap.add_argument("--profile", type=Path, help="the twin's profile (a directory: FAMILY.json)")
     ap.add_argument("--cells", nargs="+", default=["poisson"], choices=list(WORKLOADS))
-    ap.add_argument("--noise", type=float, default=0.05, help="σ of the per-round log-normal price factor")
-    ap.add_argument("--bias", type=float, default=0.10, help="a uniform price error, either way")
+    noise, bias = "σ of the per-round log-normal price factor", "a uniform price error, either way, 0 to 0.9"
+    ap.add_argument("--noise", type=non_negative_float, default=0.05, help=noise)
+    ap.add_argument("--bias", type=float_arg(0.0, 0.9), default=0.10, help=bias)
     ap.add_argument("--seeds", type=positive_int, default=20, help="noisy draws per cell")
     ap.add_argument("--smoke", action="store_true", help="policies_torch's smoke run, 3 seeds (CI)")
     ap.add_argument("--json", type=Path)

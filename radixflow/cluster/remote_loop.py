@@ -4,7 +4,8 @@ Each prompt is one job streamed from whichever replica the router picks (``open_
 Serve handle, or anything with its shape). A replica that fails before its job sent anything, or
 refuses it (`NOT_TAKEN`: its engine loop died, it is shutting down, its queue is full), is
 retried on another replica (the router passes over those the job was sent to); one that fails
-mid-answer, or a retry that fails again, ends the prompt with a 503 naming the failure. Nothing
+mid-answer, or a retry that fails again, ends the prompt with a 503 naming the failure; one
+refused by every attempt, with the last refusal, counted as one server's refusal. Nothing
 waits forever: every prompt ends with an answer, an error, or its client's abort.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from radixflow.cluster.fleet_metrics import FleetFigures
-from radixflow.cluster.wire import Job, WireEvent, decode, failure_line, not_taken
+from radixflow.cluster.wire import REFUSALS, Job, WireEvent, decode, failure_line, not_taken
 from radixflow.generation.tokenizer import TextTokenizer
 from radixflow.generation.tracker import RequestTracker
 from radixflow.scheduler.request import Request, RequestStatus
@@ -45,11 +46,17 @@ class ReplicaFigures:
 
 
 @dataclass
+class _Submitted:  # what the prompts of one HTTP request (one `submit`) share
+    rejected: bool = False  # a prompt of it was refused by every replica: counted once
+
+
+@dataclass
 class _Flight:
     request: Request
     index: int
     sink: Sink
     arrival: float
+    submitted: _Submitted = field(default_factory=_Submitted)
     answered: bool = False
     aborted: bool = False  # its client went away: nobody to answer
     task: asyncio.Task | None = field(default=None, repr=False)
@@ -128,9 +135,9 @@ class RemoteLoop:
         self._check_room(len(items))
         self._aio = asyncio.get_running_loop()
         self._idle.clear()
-        now = time.monotonic()
+        now, submitted = time.monotonic(), _Submitted()
         for index, (req, _) in enumerate(items):
-            flight = _Flight(req, index, sink, now)
+            flight = _Flight(req, index, sink, now, submitted)
             self._flights[req.id] = flight
             job = Job(req.id, req.prompt, req.namespace, req.sampling, stream)
             flight.task = self._aio.create_task(self._run(job, flight))
@@ -235,6 +242,8 @@ class RemoteLoop:
                 self._fleet.routes.refused(job, wire.replica)
             if not last:
                 raise NotTaken(final, wire.replica)
+            self._answer(flight, final, rejected=REFUSALS[final.status])
+            return
         if not relayed.first_token:  # not streamed: the first token came with the answer
             self._first_token_before(flight, final, wire.decode_s)
         self._count(wire.replica, final)
@@ -255,7 +264,9 @@ class RemoteLoop:
         figures.prompt_tokens += len(final.output.prompt_token_ids)
         figures.reused_tokens += final.output.cached_tokens
 
-    def _answer(self, flight: _Flight, final: Final) -> None:
+    def _answer(self, flight: _Flight, final: Final, rejected: str | None = None) -> None:
+        """Answer ``flight`` with ``final``, counted by its outcome; ``rejected``: every replica
+        refused it before it ran, the reason one server counts its own refusal under."""
         if flight.answered or flight.aborted:
             return
         flight.answered = True
@@ -268,7 +279,11 @@ class RemoteLoop:
             )
         else:
             req.status, req.error = RequestStatus.FAILED, final.error
-        self.metrics.on_done(req, time.monotonic() - flight.arrival)
+        if rejected is None:
+            self.metrics.on_done(req, time.monotonic() - flight.arrival)
+        elif not flight.submitted.rejected:  # once per HTTP request, as one server refuses it whole
+            flight.submitted.rejected = True
+            self.metrics.on_rejected(rejected)
         flight.sink(final)
 
     def _done(self, flight: _Flight) -> None:

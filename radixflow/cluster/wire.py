@@ -70,7 +70,9 @@ def decode(wire: WireEvent, prompt: tuple[int, ...], index: int, tokenizer: Text
 # A replica answers these before it takes a job: its engine loop died (until its next stats
 # report marks it dead, routers may still pick it), it is shutting down, or its own queue is full.
 # Another replica can serve the job, as when the replica's actor dies before it sends anything.
-NOT_TAKEN = frozenset({429, 503})
+# Each by the reason one server counts its own refusal under (`radixflow_requests_rejected_total`).
+REFUSALS = {429: "queue_full", 503: "not_accepting"}
+NOT_TAKEN = frozenset(REFUSALS)
 
 
 def not_taken(final: Final) -> bool:

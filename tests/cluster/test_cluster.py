@@ -21,7 +21,7 @@ from radixflow.generation.outputs import GenerationOutput, PromptTokenLogprobs, 
 from radixflow.scheduler.request import Request, RequestStatus
 from radixflow.scheduler.samples import PromptLogprobs
 from radixflow.server.events import Delta, Final, NotAccepting
-from radixflow.server.metrics import ServerMetrics
+from radixflow.server.metrics import REJECTIONS, ServerMetrics
 
 PROMPT = (5, 6, 7)
 
@@ -128,6 +128,29 @@ def test_a_replica_that_does_not_take_a_request_has_it_retried_elsewhere(status,
     open_stream, calls = stream_of([refused], [refused])
     final = asyncio.run(serve(RemoteLoop(open_stream, None, ServerMetrics(), 8)))[0][-1]
     assert (final.status, final.error) == (status, why) and len(calls) == 2
+
+
+@pytest.mark.parametrize("status, reason", [(429, "queue_full"), (503, "not_accepting")])
+def test_a_request_every_replica_refused_is_counted_as_rejected_not_failed(status, reason):
+    # a fleet's /metrics counted it in radixflow_requests_total{outcome="failed"}, where one
+    # server counts the same 429 or 503 in radixflow_requests_rejected_total, once per request
+    metrics = ServerMetrics()
+    refused = WireEvent(Final(0, None, status, "refused"), None, "replica-a")
+    open_stream, calls = stream_of(*[[refused]] * 4)  # two prompts, each tried twice
+    events = asyncio.run(serve(RemoteLoop(open_stream, None, metrics, 8), n=2))
+    assert [es[-1].status for es in events] == [status, status] and len(calls) == 4
+    sample = metrics.registry.get_sample_value
+    assert sample("radixflow_requests_rejected_total", {"reason": reason}) == 1
+    assert sum(sample("radixflow_requests_rejected_total", {"reason": r}) for r in REJECTIONS) == 1
+    for outcome in ("failed", "finished", "aborted"):
+        assert sample("radixflow_requests_total", {"outcome": outcome}) == 0
+    # refused once, then answered: a finished request, no rejection
+    metrics = ServerMetrics()
+    open_stream, _ = stream_of([refused], [DELTA, FINAL])
+    asyncio.run(serve(RemoteLoop(open_stream, None, metrics, 8)))
+    sample = metrics.registry.get_sample_value
+    assert sample("radixflow_requests_rejected_total", {"reason": reason}) == 0
+    assert sample("radixflow_requests_total", {"outcome": "finished"}) == 1
 
 
 def test_a_replica_failing_a_request_it_took_is_not_retried():

@@ -136,14 +136,22 @@ def ensure_model(name: str, cache_dir: str | Path | None = None) -> Path:
 
 
 def _check_unshadowed(name: str) -> None:
-    """A zoo name that is also a checkpoint directory here (not the zoo's own build, run from its
-    cache): transformers would read the directory, the zoo its build; which is meant cannot be told."""
+    problem = shadow_problem(name)
+    if problem is not None:
+        raise UnknownModelError(problem)
+
+
+def shadow_problem(name: str) -> str | None:
+    """Why ``name`` is ambiguous: a zoo name that is also a checkpoint directory here (not the
+    zoo's own build, run from its cache): transformers would read the directory, the zoo its
+    build; which is meant cannot be told. None when it is not. Cheap, no torch: the sim asks too."""
     local = Path(name)
     if name in ZOO and (local / "config.json").is_file() and not (local / RECORD).is_file():
-        raise UnknownModelError(
+        return (
             f"{name!r} is a zoo model and a checkpoint directory here ({local.resolve()}): "
             f"write ./{name} for the directory, or rename it"
         )
+    return None
 
 
 def _check_local(local: Path) -> None:

@@ -38,9 +38,12 @@ def sim_name_problem(name: str) -> Problem | None:
     """Why ``name`` is no model the sim can cost (None: it may be). Cheap: nothing is read."""
     if (problem := path_length_problem("model", name)) is not None:  # before the os is asked of it
         return problem
+    from radixflow.models.zoo import file_problem, shadow_problem  # no torch: path checks only
+
+    if (shadowed := shadow_problem(name)) is not None:  # as the torch runner refuses the name
+        return Problem("model", shadowed)
     if name in SIM_MODELS or name in zoo_names() or is_checkpoint(name):
         return None
-    from radixflow.models.zoo import file_problem  # no torch: path checks only
 
     # a checkpoint's config.json given for its directory is named so, as the torch runner names it
     why = file_problem(Path(expand_home(name)))

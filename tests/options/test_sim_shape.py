@@ -406,3 +406,17 @@ def test_the_sim_on_a_zoo_shape_is_deterministic(tmp_path):
     native, flow, _ = runs[0]["results"]
     assert runs[0]["config"]["model"] == "qwen3_5-small"
     assert native["outputs_sha256"] == flow["outputs_sha256"] and flow["rounds"] < native["rounds"]
+
+
+def test_a_bare_zoo_name_beside_a_checkpoint_directory_of_that_name_is_refused_as_torch_refuses_it(
+    tmp_path, monkeypatch, capsys
+):
+    """The sim costed the zoo's preset where the torch runner refuses the name ("write ./NAME")."""
+    (tmp_path / "lfm2-tiny").mkdir()
+    (tmp_path / "lfm2-tiny" / "config.json").write_text(json.dumps(LLAMA))
+    monkeypatch.chdir(tmp_path)
+    assert main(["cost", "lfm2-tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a zoo model and a checkpoint directory here" in err[0], err
+    assert err[0].endswith("write ./lfm2-tiny for the directory, or rename it"), err
+    assert sim_spec("./lfm2-tiny").layers == sim_spec(str(tmp_path / "lfm2-tiny")).layers

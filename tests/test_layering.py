@@ -116,9 +116,10 @@ MODELS_ALLOWED = {
     "config_types": set(),  # pure Python: the strict value types of config fields
     "config_schema": {"config_types"},  # what a family reads from config.json, and one validator
     "config_rules": {"config_schema", "config_types"},
+    "config_view": set(),  # pure Python: a config.json dict as the code reads it (schemas need no torch)
     "presets": set(),  # the zoo's preset configs: plain data, so a preset's shape is read without torch
     "attention": {"batch", "decode_rows"},
-    "layers": {"batch", "kernels"},
+    "layers": {"batch", "kernels", "config_view"},
     "mixers": {"batch", "seq_spec", "decode_rows", "attention", "layers", "kernels"},
     "families": {
         "batch",
@@ -130,6 +131,7 @@ MODELS_ALLOWED = {
         "config_types",
         "config_schema",
         "config_rules",
+        "config_view",
         "presets",
     },
     "io": {"batch", "layers", "device", "registry", "families", "config_types", "config_schema"},

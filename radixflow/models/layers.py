@@ -3,38 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from radixflow.models.batch import ForwardBatch
+from radixflow.models.config_view import Config as Config
+from radixflow.models.config_view import rope_parameters as rope_parameters
 from radixflow.models.kernels.backend import Kernels
 from radixflow.models.kernels.step import NormSpec
 from radixflow.models.kernels.torch_kernels import TORCH_KERNELS
-
-
-class Config:
-    """Attribute view over a Hugging Face ``config.json`` dict, with per-call defaults."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = dict(data)
-
-    def __getattr__(self, name: str) -> Any:
-        # Read through __dict__: copy and pickle look attributes up on an instance whose __init__
-        # never ran, where `self._data` would call this method again, without end.
-        data = self.__dict__.get("_data")
-        if data is None or name not in data:
-            raise AttributeError(f"config has no field {name!r}")
-        return data[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        value = self._data.get(name, default)
-        return default if value is None else value
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self._data)
 
 
 class CausalLM(Protocol):
@@ -132,30 +112,6 @@ def use_kernels(net: nn.Module, kernels: Kernels) -> None:
     for module in net.modules():
         if isinstance(module, RunByKernels):
             module.kernels = kernels
-
-
-def rope_parameters(config: Config, default_theta: float = 10000.0) -> dict[str, Any]:
-    """The RoPE dict as transformers 5.24 reads it, whichever way the config spells it.
-
-    Newer configs carry ``rope_parameters`` (with ``rope_theta`` inside); older ones a top-level
-    ``rope_theta`` and an optional ``rope_scaling`` dict (whose ``type`` key is the old name of
-    ``rope_type``). Where a config has both dicts, ``rope_scaling`` is taken whole, as transformers
-    takes it (`RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`); missing ``rope_theta`` and
-    ``partial_rotary_factor`` come from the top level, then ``default_theta`` (the family's); a
-    top-level ``original_max_position_embeddings`` replaces the dict's (llama3, yarn, longrope).
-    """
-    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
-    params.setdefault("rope_theta", config.get("rope_theta", default_theta))
-    params.setdefault("rope_type", params.get("type", "default"))
-    if config.get("partial_rotary_factor") is not None:
-        params.setdefault("partial_rotary_factor", config.partial_rotary_factor)
-    # transformers sets these types' original context from a top-level key of that name, over
-    # the dict's own (`standardize_rope_params`)
-    if params["rope_type"] in ("llama3", "yarn", "longrope"):
-        original = config.get("original_max_position_embeddings")
-        if original is not None:
-            params["original_max_position_embeddings"] = original
-    return params
 
 
 class Rotary:

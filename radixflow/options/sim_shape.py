@@ -83,6 +83,8 @@ def sim_shape(name: str) -> ModelShape:
     problem = shape_problem(shape)
     if problem is not None:
         raise ProblemError(Problem("model", f"{name}: config.json {problem}"))
+    if name not in zoo_names():
+        _check_as_torch_loads(config, source)
     return shape
 
 
@@ -103,6 +105,17 @@ def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
         return preset_config(name), f"zoo preset {name}"
     except ModelUnavailableError as e:
         raise ProblemError(Problem("model", str(e))) from None
+
+
+def _check_as_torch_loads(config: dict[str, Any], source: str) -> None:
+    """Refuse the checkpoint's config where and as the torch loader refuses it (its family's
+    schema): the cost model's readers take more (``"64"`` or 64.0 for 64), the torch runner does
+    not. Checked after the cost model's own limits, whose words name the shape at fault."""
+    from radixflow.models.families.config_check import config_problem  # no torch: pure schemas
+
+    problem = config_problem(language_config(config))
+    if problem is not None:
+        raise ProblemError(Problem("model", f"{Path(source) / 'config.json'}: {problem}"))
 
 
 def _checkpoint_config(name: str) -> tuple[dict[str, Any], str]:

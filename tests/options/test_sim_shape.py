@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -420,3 +422,55 @@ def test_a_bare_zoo_name_beside_a_checkpoint_directory_of_that_name_is_refused_a
     assert len(err) == 1 and "is a zoo model and a checkpoint directory here" in err[0], err
     assert err[0].endswith("write ./lfm2-tiny for the directory, or rename it"), err
     assert sim_spec("./lfm2-tiny").layers == sim_spec(str(tmp_path / "lfm2-tiny")).layers
+
+
+# The cost model's readers take "64" and 64.0 for 64, where the torch loader's schema refuses them:
+# the sim costed a checkpoint the torch runner will not load.
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("hidden_size", "64", 'hidden_size: must be an integer, got "64"'),
+        ("hidden_size", 64.0, "hidden_size: must be an integer, got 64.0"),
+        ("intermediate_size", "128", 'intermediate_size: must be an integer, got "128"'),
+    ],
+)
+def test_a_checkpoint_config_the_torch_loader_refuses_is_refused_in_its_words(
+    tmp_path, capsys, key, value, words
+):
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA, key: value}))
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"radixflow: error: model: {tmp_path / 'config.json'}: {words}"]
+    if importlib.util.find_spec("torch") is not None:  # the torch loader's own words
+        from radixflow.models.io.loader import CheckpointError, read_config
+
+        said = f"{tmp_path / 'config.json'}: {words}"
+        with pytest.raises(CheckpointError, match="^" + re.escape(said) + "$"):
+            read_config(tmp_path)
+
+
+def test_a_checkpoint_on_the_sim_needs_no_torch(tmp_path):
+    """Its config is checked against the torch loader's schema, which is pure Python."""
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    code = (
+        "import sys; from radixflow.options import EngineOptions, plan_engine; "
+        "from radixflow.scheduler.config import SchedulerConfig; "
+        f"plan = plan_engine(EngineOptions(runner='sim', model={str(tmp_path)!r})); "
+        "plan.choice.build(SchedulerConfig()); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_torch_free_schema_table_is_the_families_own():
+    pytest.importorskip("torch")
+    from radixflow.models.config_view import ACTIVATION_NAMES
+    from radixflow.models.families.config_check import SCHEMAS
+    from radixflow.models.layers import ACTIVATIONS
+    from radixflow.models.registry import FAMILIES, model_class
+
+    assert set(SCHEMAS) == set(FAMILIES)
+    for model_type, (schema, defaults) in SCHEMAS.items():
+        family = model_class(model_type)
+        assert (family.config_schema, family.config_defaults) == (schema, defaults), model_type
+    assert tuple(ACTIVATIONS) == ACTIVATION_NAMES

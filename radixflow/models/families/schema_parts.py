@@ -26,15 +26,15 @@ from radixflow.models.config_rules import (
 )
 from radixflow.models.config_schema import ConfigField, Resolved, Rule, Schema, Table
 from radixflow.models.config_types import AnyOf, Bool, Float, Int, ListOf, Str, as_number
+from radixflow.models.config_view import ACTIVATION_NAMES, Config, rope_parameters
 from radixflow.models.families.layer_patterns import (
     NEMOTRON_ROUTER_GROUPS,
     NEMOTRON_TOPK_GROUPS,
     next_has_moe,
 )
-from radixflow.models.layers import ACTIVATIONS, Config, rope_parameters
 from radixflow.problems import Problem
 
-ACTIVATION = Str(tuple(ACTIVATIONS))
+ACTIVATION = Str(ACTIVATION_NAMES)
 EPS = Float(above=0.0)  # a norm's epsilon: 0 divides by zero on an all-zero row
 MULTIPLIER = Float()  # a muP scale: any finite number
 POSITIVE = Float(above=0.0)

@@ -108,12 +108,18 @@ def _zoo_config(name: str) -> tuple[dict[str, Any], str]:
 
 
 def _check_as_torch_loads(config: dict[str, Any], source: str) -> None:
-    """Refuse the checkpoint's config where and as the torch loader refuses it (its family's
-    schema): the cost model's readers take more (``"64"`` or 64.0 for 64), the torch runner does
-    not. Checked after the cost model's own limits, whose words name the shape at fault."""
-    from radixflow.models.families.config_check import config_problem  # no torch: pure schemas
+    """Refuse the checkpoint's config where and as the torch loader refuses it (a quantized one;
+    its family's schema): the cost model's readers take more (``"64"`` or 64.0 for 64), the torch
+    runner does not. Checked after the cost model's own limits, whose words name the shape at
+    fault; a model_type no torch family reads (the sim costs some) is left to those alone."""
+    # pure schemas: no torch imported
+    from radixflow.models.families.config_check import SCHEMAS, config_problem, quantized_problem
 
-    problem = config_problem(language_config(config))
+    language = language_config(config)
+    if str(language.get("model_type")) in SCHEMAS and config.get("quantization_config") is not None:
+        problem: Problem | None = quantized_problem(config["quantization_config"])
+    else:
+        problem = config_problem(language)
     if problem is not None:
         raise ProblemError(Problem("model", f"{Path(source) / 'config.json'}: {problem}"))
 

@@ -474,3 +474,15 @@ def test_the_torch_free_schema_table_is_the_families_own():
         family = model_class(model_type)
         assert (family.config_schema, family.config_defaults) == (schema, defaults), model_type
     assert tuple(ACTIVATIONS) == ACTIVATION_NAMES
+
+
+def test_a_quantized_checkpoint_the_torch_loader_refuses_is_refused_in_its_words(tmp_path, capsys):
+    """The sim costed it at full width; the torch loader refuses any quantization_config."""
+    (tmp_path / "config.json").write_text(
+        json.dumps({**LLAMA, "quantization_config": {"quant_method": "awq"}})
+    )
+    assert main(["cost", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    words = 'quantization_config: quantized checkpoints are not supported (quant_method "awq")'
+    words += "; use unquantized weights"
+    assert err == [f"radixflow: error: model: {tmp_path / 'config.json'}: {words}"]

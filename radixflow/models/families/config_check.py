@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from radixflow.models.config_schema import Schema, validate_config
+from radixflow.models.config_types import show
 from radixflow.models.families import schemas
 from radixflow.problems import Problem
 
@@ -33,3 +34,13 @@ def config_problem(config: Mapping[str, Any]) -> Problem | None:
         return None
     problems = validate_config(entry[0], dict(config), entry[1])
     return problems[0] if problems else None
+
+
+def quantized_problem(quantization: object) -> Problem:
+    """Why a quantized checkpoint is refused up front: its weights mean nothing without the scales
+    and packing no family reads (each would be refused alone as a tensor no parameter takes)."""
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    which = f" (quant_method {show(method)})" if method is not None else ""
+    return Problem(
+        "quantization_config", f"quantized checkpoints are not supported{which}; use unquantized weights"
+    )

@@ -14,6 +14,7 @@ from torch import nn
 from radixflow.models.config_schema import validate_config
 from radixflow.models.config_types import show
 from radixflow.models.device import check_device
+from radixflow.models.families.config_check import quantized_problem
 from radixflow.models.io.convert import Plan
 from radixflow.models.io.tensors import Checkpoint, TensorError, listing, non_finite
 from radixflow.models.layers import CausalLM, Config
@@ -51,7 +52,7 @@ def read_config(path: str | Path) -> Config:
     if "model_type" not in data:
         raise CheckpointError.in_file(cfg_path, Problem("model_type", "missing"))
     if data.get("quantization_config") is not None:  # at the top level of a multimodal config too
-        raise CheckpointError.in_file(cfg_path, _quantized(data["quantization_config"]))
+        raise CheckpointError.in_file(cfg_path, quantized_problem(data["quantization_config"]))
     if data["model_type"] == MULTIMODAL_QWEN3_5:
         data = _language_model(cfg_path, data)
     try:
@@ -64,16 +65,6 @@ def read_config(path: str | Path) -> Config:
     if problems:
         raise CheckpointError.in_file(cfg_path, problems[0])
     return Config({**family.config_defaults, **data})
-
-
-def _quantized(quantization: object) -> Problem:
-    """Why a quantized checkpoint is refused up front: its weights mean nothing without the scales
-    and packing no family reads (each would be refused alone as a tensor no parameter takes)."""
-    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    which = f" (quant_method {show(method)})" if method is not None else ""
-    return Problem(
-        "quantization_config", f"quantized checkpoints are not supported{which}; use unquantized weights"
-    )
 
 
 def _language_model(cfg_path: Path, data: dict[str, object]) -> dict[str, object]:

@@ -127,15 +127,15 @@ def sim_figures(
         f: dict[str, object] = {
             "mean_latency_s": _mean([r.mean_latency_s for r in results]),
             "p99_latency_s": _median([r.p99_latency_s for r in results]),
-            "rounds": round(statistics.median(r.rounds for r in results)),
-            "waves": round(statistics.median(t.waves for t in tapes)),
-            "state_copies": round(statistics.median(t.state_copies for t in tapes)),
+            "rounds": count_median([r.rounds for r in results]),
+            "waves": count_median([t.waves for t in tapes]),
+            "state_copies": count_median([t.state_copies for t in tapes]),
             "sequences": len(runs),
         }
         if twin.speed is not None:  # the same twin at the speed the cell's runs saw
             at = [run_twin(sim, policy, r, NoisyPrice(sim.runner, 0.0, 0, speed))[0] for r in runs]
             f["at_speed"] = {"speed": speed, "mean_latency_s": _mean([r.mean_latency_s for r in at]),
-                             "rounds": round(statistics.median(r.rounds for r in at))}  # fmt: skip
+                             "rounds": count_median([r.rounds for r in at])}  # fmt: skip
         if twin.sigma and twin.draws:
             repeats = len(real[policy].results) if real is not None else 1
             f["noisy"] = noisy_twin(sim, policy, runs, twin.sigma, twin.draws, repeats, speed)
@@ -191,6 +191,12 @@ def _mean(values: list[float | None]) -> float | None:
     """The mean over runs; None where a run completed nothing (a mean over the others alone would
     stand for other runs than the real figure beside it)."""
     return None if None in values else statistics.fmean(values)  # type: ignore[arg-type]
+
+
+def count_median(counts: list[int]) -> int:
+    """The median of counts over runs, as a count one run had: the lower middle of an even number
+    (``round`` of x.5 went to the even neighbour, up for one count and down for the next)."""
+    return statistics.median_low(counts)
 
 
 def _median(values: list[float | None]) -> float | None:

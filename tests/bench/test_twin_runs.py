@@ -52,3 +52,9 @@ def test_a_run_that_ran_no_round_is_reproduced_by_a_replay_that_runs_none():
         sim, requests = twin_runs.twin_setup("qwen3_5-2b", spec, replace(s, num_blocks=blocks), PROFILE)
         figures = twin_runs.against_real(sim, "native", [requests], _real(sim, requests, "native"))
         assert (figures["replays_reproduced"], figures["replays"]) == (1, 1)
+
+
+def test_a_median_count_is_a_count_one_run_had():
+    # round() of an even count's x.5 median went to the even neighbour: 4.5 → 4 but 5.5 → 6
+    assert twin_runs.count_median([4, 5]) == 4 and twin_runs.count_median([5, 6]) == 5
+    assert twin_runs.count_median([3, 9, 4]) == 4 and twin_runs.count_median([7]) == 7
